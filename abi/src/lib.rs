@@ -1,0 +1,19 @@
+//! The qpip "datasheet" as code: everything the device, the guest driver and the library
+//! must agree on. `no_std`, plain constants and `#[repr(C)]` types only.
+//!
+//! The C header the guest driver includes (`guest-driver/qpip_abi.h`) is generated from this
+//! crate by cbindgen; `tests/c_header.rs` fails when the checked-in header is stale
+//! (regenerate with `QPIP_BLESS=1 cargo test -p qpip-abi --test c_header`).
+//!
+//! Versioning: [`ABI_VERSION_MAJOR`] changes when an existing register, BAR offset or
+//! structure changes meaning; a driver must refuse a device whose major it does not know.
+//! [`ABI_VERSION_MINOR`] grows when something is only added.
+#![no_std]
+
+pub mod pci;
+pub mod regs;
+
+/// Major version of this interface. See the crate docs for the rule.
+pub const ABI_VERSION_MAJOR: u16 = 1;
+/// Minor version of this interface.
+pub const ABI_VERSION_MINOR: u16 = 0;

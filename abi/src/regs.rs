@@ -1,0 +1,52 @@
+//! Control registers in [`crate::pci::CTRL_BAR`]. All registers are 32 bits wide,
+//! little-endian, and must be accessed with naturally aligned 32-bit reads and writes;
+//! other accesses read as zero and are ignored on write (and counted by the device).
+//!
+//! What reset clears: a function-level reset (PCI FLR, the vfio reset, or
+//! [`CONTROL_RESET`]) returns every read-write register to 0 and drops all device state
+//! built by the driver; read-only identity registers keep their values.
+
+/// Identity (RO): [`IDENT_MAGIC`]. The first thing a driver reads: anything else means this
+/// is not a qpip function or the BAR is not mapped.
+pub const REG_IDENT: u32 = 0x000;
+/// The value of [`REG_IDENT`]: the bytes "QPIP" in memory order.
+pub const IDENT_MAGIC: u32 = 0x5049_5051;
+
+/// Interface version (RO): major in bits 31..16, minor in bits 15..0.
+/// See [`crate::ABI_VERSION_MAJOR`].
+pub const REG_VERSION: u32 = 0x004;
+/// Shift of the major number in [`REG_VERSION`].
+pub const VERSION_MAJOR_SHIFT: u32 = 16;
+/// Mask of the minor number in [`REG_VERSION`].
+pub const VERSION_MINOR_MASK: u32 = 0xffff;
+
+/// Number of doorbell pages in [`crate::pci::DOORBELL_BAR`] (RO).
+pub const REG_DOORBELL_PAGES: u32 = 0x008;
+/// Number of MSI-X vectors (RO).
+pub const REG_MSIX_VECTORS: u32 = 0x00c;
+
+/// Device control (RW).
+pub const REG_CONTROL: u32 = 0x010;
+/// [`REG_CONTROL`] bit: the driver enables the device. Cleared by reset.
+pub const CONTROL_ENABLE: u32 = 1 << 0;
+/// [`REG_CONTROL`] bit: write 1 to reset the device (same effect as a function-level reset).
+/// Self-clearing: reads back as 0 once the reset is complete, which it is by the time the
+/// write returns.
+pub const CONTROL_RESET: u32 = 1 << 1;
+
+/// Device status (RO).
+pub const REG_STATUS: u32 = 0x014;
+/// [`REG_STATUS`] bit: the device is enabled and ready (mirrors [`CONTROL_ENABLE`]).
+pub const STATUS_READY: u32 = 1 << 0;
+
+/// Scratch register (RW): no effect on the device. Lets a driver or test prove that
+/// trapped writes reach the device and read back.
+pub const REG_SCRATCH: u32 = 0x018;
+
+/// Number of resets the device has performed since it started (RO, wraps). Lets a driver
+/// and tests observe that a reset really happened.
+pub const REG_RESET_COUNT: u32 = 0x01c;
+
+/// End of the register file: offsets from here up to [`crate::pci::MSIX_TABLE_OFFSET`] are
+/// reserved (read as 0, writes ignored).
+pub const REGS_END: u32 = 0x020;

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Builds the host runtime into $QPIP_CACHE/runtime: a Debian trixie root filesystem holding
+#  - QEMU (>= 10.1, from trixie-backports) with the vfio-user-pci client,
+#  - the guest kernel (trixie linux-image-amd64) with its headers, gcc and make, so the guest
+#    driver is built with the exact compiler and headers of the kernel it runs on,
+#  - busybox-static for the guest initramfs.
+# QEMU runs from this tree without chroot, through the tree's own dynamic loader (see
+# images/qemu-env.sh). Needs root (debootstrap, chroot). Idempotent: a stamp records the hash
+# of this script; when the script changes, the runtime is rebuilt.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+MIRROR=${QPIP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+KEY=$(inputs_hash "${BASH_SOURCE[0]}" "$MIRROR")
+STAMP=$RUNTIME_DIR/.qpip-runtime-$KEY
+
+if [ -f "$STAMP" ]; then
+    say "runtime: up to date ($RUNTIME_DIR)"
+    exit 0
+fi
+[ "$(id -u)" = 0 ] || die "building the runtime needs root (debootstrap and chroot); run ./qpip setup as root"
+command -v debootstrap >/dev/null || die "debootstrap is missing; ./qpip setup installs it"
+
+# Undo mounts even when a step fails or the user interrupts.
+mounted=()
+cleanup() {
+    local m
+    for ((i=${#mounted[@]}-1; i>=0; i--)); do
+        m=${mounted[$i]}
+        mountpoint -q "$m" && umount -l "$m" || true
+    done
+}
+trap cleanup EXIT
+
+NEW=$RUNTIME_DIR.new
+if [ -d "$NEW" ]; then
+    for m in proc dev/pts dev; do mountpoint -q "$NEW/$m" && umount -l "$NEW/$m"; done
+    rm -rf "$NEW"
+fi
+mkdir -p "$QPIP_CACHE"
+
+step "runtime 1/4: debootstrap trixie (minbase) into $NEW" \
+    debootstrap --variant=minbase trixie "$NEW" "$MIRROR"
+
+cat > "$NEW/etc/apt/sources.list.d/backports.list" <<SRC
+deb $MIRROR trixie-backports main
+SRC
+mount -t proc proc "$NEW/proc"; mounted+=("$NEW/proc")
+mount --bind /dev "$NEW/dev";   mounted+=("$NEW/dev")
+
+in_root() { chroot "$NEW" env DEBIAN_FRONTEND=noninteractive LC_ALL=C "$@"; }
+step "runtime 2/4: apt-get update (trixie + trixie-backports)" in_root apt-get update -q
+step "runtime 3/4: install QEMU from trixie-backports" \
+    in_root apt-get install -y -q --no-install-recommends -t trixie-backports qemu-system-x86
+# libdw1t64 must come from backports too: QEMU's backport pulled a newer one, and the
+# headers' tool dependencies would otherwise ask for an incompatible older version.
+step "runtime 4/4: install guest kernel, headers, compiler, busybox" \
+    in_root apt-get install -y -q --no-install-recommends \
+        linux-image-amd64 linux-headers-amd64 gcc make libc6-dev busybox-static \
+        libdw1t64/trixie-backports
+in_root apt-get clean
+cleanup; mounted=()
+
+# Checks: a QEMU that cannot attach the device is useless, say precisely why.
+QEMU=$NEW/usr/bin/qemu-system-x86_64
+[ -x "$QEMU" ] || die "runtime: $QEMU is missing after install"
+ver=$(QPIP_RUNTIME_DIR=$NEW "$(dirname "${BASH_SOURCE[0]}")/qemu-env.sh" --version | head -1)
+say "runtime: $ver"
+major=$(printf '%s\n' "$ver" | sed -n 's/.*version \([0-9]*\)\.\([0-9]*\).*/\1/p')
+minor=$(printf '%s\n' "$ver" | sed -n 's/.*version \([0-9]*\)\.\([0-9]*\).*/\2/p')
+if [ -z "$major" ] || [ "$major" -lt 10 ] || { [ "$major" -eq 10 ] && [ "$minor" -lt 1 ]; }; then
+    die "runtime: QEMU is '$ver'; qpip needs >= 10.1 (vfio-user client). Is trixie-backports reachable at $MIRROR?"
+fi
+if ! QPIP_RUNTIME_DIR=$NEW "$(dirname "${BASH_SOURCE[0]}")/qemu-env.sh" -device help 2>/dev/null | grep -q '"vfio-user-pci"'; then
+    die "runtime: this QEMU ($ver) has no vfio-user-pci device; qpip cannot attach to it"
+fi
+ls "$NEW"/boot/vmlinuz-* >/dev/null 2>&1 || die "runtime: no guest kernel in $NEW/boot"
+ls -d "$NEW"/usr/src/linux-headers-*-amd64 >/dev/null 2>&1 || die "runtime: no kernel headers in $NEW/usr/src"
+[ -x "$NEW/usr/bin/busybox" ] || die "runtime: busybox-static is missing"
+
+if [ -d "$RUNTIME_DIR" ]; then rm -rf "$RUNTIME_DIR"; fi
+mv "$NEW" "$RUNTIME_DIR"
+touch "$RUNTIME_DIR/.qpip-runtime-$KEY"
+say "runtime: ready in $RUNTIME_DIR ($(du -sh "$RUNTIME_DIR" | cut -f1))"
