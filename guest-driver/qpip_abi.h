@@ -180,9 +180,17 @@
 #define QPIP_REG_RESET_COUNT 28
 
 /*
+ Interrupt test (WO): writing a vector number `n` makes the device raise MSI-X vector `n`
+ once (if MSI-X is enabled and the vector is set up). Lets a driver prove at bring-up
+ that interrupts really arrive, like the "interrupt cause set" registers of real NICs.
+ A write of a number >= the vector count is ignored and counted.
+ */
+#define QPIP_REG_IRQ_TEST 32
+
+/*
  End of the register file: offsets from here up to [`crate::pci::MSIX_TABLE_OFFSET`] are
  reserved (read as 0, writes ignored).
  */
-#define QPIP_REGS_END 32
+#define QPIP_REGS_END 36
 
 #endif  /* QPIP_ABI_H */

@@ -47,6 +47,12 @@ pub const REG_SCRATCH: u32 = 0x018;
 /// and tests observe that a reset really happened.
 pub const REG_RESET_COUNT: u32 = 0x01c;
 
+/// Interrupt test (WO): writing a vector number `n` makes the device raise MSI-X vector `n`
+/// once (if MSI-X is enabled and the vector is set up). Lets a driver prove at bring-up
+/// that interrupts really arrive, like the "interrupt cause set" registers of real NICs.
+/// A write of a number >= the vector count is ignored and counted.
+pub const REG_IRQ_TEST: u32 = 0x020;
+
 /// End of the register file: offsets from here up to [`crate::pci::MSIX_TABLE_OFFSET`] are
 /// reserved (read as 0, writes ignored).
-pub const REGS_END: u32 = 0x020;
+pub const REGS_END: u32 = 0x024;
