@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * qpip: driver for the qpip Queue-Pair IP network adapter — PCI binding.
+ *
+ * Probe brings a function up in the order the device interface asks for: map the BARs,
+ * check the identity and the interface version, reset, enable, then interrupts and the
+ * /dev/qpipN node. Remove undoes it in reverse. The register map is in qpip_abi.h.
+ */
+#include <linux/dma-mapping.h>
+#include <linux/interrupt.h>
+#include <linux/iopoll.h>
+#include <linux/minmax.h>
+#include <linux/module.h>
+#include <linux/pci.h>
+
+#include "qpip.h"
+
+/*
+ * The device completes a reset before the register write returns; the bound is only there
+ * so a wedged or absent device fails probe instead of hanging it.
+ */
+#define QPIP_RESET_TIMEOUT_US	100000
+#define QPIP_READY_TIMEOUT_US	100000
+#define QPIP_POLL_INTERVAL_US	10
+
+static irqreturn_t qpip_admin_irq(int irq, void *data)
+{
+	struct qpip_dev *qdev = data;
+
+	/* Vector 0 carries admin completions and async events; none are defined yet. */
+	atomic64_inc(&qdev->irq_count);
+	return IRQ_HANDLED;
+}
+
+/* Maps @bar after checking it is a memory BAR of at least @min_len bytes. */
+static void __iomem *qpip_map_bar(struct pci_dev *pdev, int bar, resource_size_t min_len,
+				  const char *what)
+{
+	resource_size_t len = pci_resource_len(pdev, bar);
+	void __iomem *p;
+
+	if (!(pci_resource_flags(pdev, bar) & IORESOURCE_MEM)) {
+		dev_err(&pdev->dev, "BAR%d (%s) is not a memory BAR; not binding\n", bar, what);
+		return IOMEM_ERR_PTR(-ENODEV);
+	}
+	if (len < min_len) {
+		dev_err(&pdev->dev,
+			"BAR%d (%s) is %llu bytes, needs at least %llu; not binding\n",
+			bar, what, (unsigned long long)len, (unsigned long long)min_len);
+		return IOMEM_ERR_PTR(-ENODEV);
+	}
+	p = pcim_iomap_region(pdev, bar, QPIP_DRV_NAME);
+	if (IS_ERR(p))
+		dev_err(&pdev->dev, "cannot map BAR%d (%s): %pe\n", bar, what, p);
+	return p;
+}
+
+/* Identity and interface version: refuse anything this driver was not written for. */
+static int qpip_check_identity(struct qpip_dev *qdev)
+{
+	struct device *dev = &qdev->pdev->dev;
+	u32 v;
+
+	qdev->ident = qpip_rd(qdev, QPIP_REG_IDENT);
+	if (qdev->ident != QPIP_IDENT_MAGIC) {
+		dev_err(dev,
+			"unexpected identity register 0x%08x (expected 0x%08x \"QPIP\"); not a qpip function, not binding\n",
+			qdev->ident, (u32)QPIP_IDENT_MAGIC);
+		return -ENODEV;
+	}
+
+	v = qpip_rd(qdev, QPIP_REG_VERSION);
+	if (qpip_version_major(v) != QPIP_ABI_VERSION_MAJOR) {
+		dev_err(dev,
+			"device interface version %u.%u is not supported by this driver (needs %u.x); not binding\n",
+			qpip_version_major(v), qpip_version_minor(v), QPIP_ABI_VERSION_MAJOR);
+		return -ENODEV;
+	}
+	qdev->version = v;
+	return 0;
+}
+
+/* Function reset through REG_CONTROL, then enable; the device reports READY. */
+static int qpip_reset_and_enable(struct qpip_dev *qdev)
+{
+	struct device *dev = &qdev->pdev->dev;
+	u32 v;
+	int ret;
+
+	qpip_wr(qdev, QPIP_REG_CONTROL, QPIP_CONTROL_RESET);
+	ret = readl_poll_timeout(qdev->ctrl + QPIP_REG_CONTROL, v, !(v & QPIP_CONTROL_RESET),
+				 QPIP_POLL_INTERVAL_US, QPIP_RESET_TIMEOUT_US);
+	if (ret) {
+		dev_err(dev, "device did not finish reset within %d ms (control 0x%08x)\n",
+			QPIP_RESET_TIMEOUT_US / 1000, v);
+		return ret;
+	}
+
+	qpip_wr(qdev, QPIP_REG_CONTROL, QPIP_CONTROL_ENABLE);
+	ret = readl_poll_timeout(qdev->ctrl + QPIP_REG_STATUS, v, v & QPIP_STATUS_READY,
+				 QPIP_POLL_INTERVAL_US, QPIP_READY_TIMEOUT_US);
+	if (ret) {
+		dev_err(dev, "device not ready within %d ms of enable (status 0x%08x)\n",
+			QPIP_READY_TIMEOUT_US / 1000, v);
+		return ret;
+	}
+	return 0;
+}
+
+/* Clears ENABLE: the device stops working for us (and, later, stops DMA). */
+static void qpip_disable(struct qpip_dev *qdev)
+{
+	qpip_wr(qdev, QPIP_REG_CONTROL, 0);
+	/* Read back so the write has reached the device before we go on. */
+	qpip_rd(qdev, QPIP_REG_CONTROL);
+}
+
+static int qpip_setup_irqs(struct qpip_dev *qdev)
+{
+	struct pci_dev *pdev = qdev->pdev;
+	u32 advertised = qpip_rd(qdev, QPIP_REG_MSIX_VECTORS);
+	unsigned int want = min_t(u32, advertised, QPIP_MSIX_VECTORS);
+	int nvec, ret;
+
+	if (want < 1) {
+		dev_err(&pdev->dev, "device advertises no MSI-X vectors; not binding\n");
+		return -ENODEV;
+	}
+	nvec = pci_alloc_irq_vectors(pdev, 1, want, PCI_IRQ_MSIX);
+	if (nvec < 0) {
+		dev_err(&pdev->dev, "cannot enable MSI-X (%d vectors): %pe\n", want,
+			ERR_PTR(nvec));
+		return nvec;
+	}
+	qdev->msix_vectors = nvec;
+
+	snprintf(qdev->admin_irq_name, sizeof(qdev->admin_irq_name), "%s-admin",
+		 dev_name(&qdev->dev));
+	ret = request_irq(pci_irq_vector(pdev, 0), qpip_admin_irq, 0, qdev->admin_irq_name,
+			  qdev);
+	if (ret) {
+		dev_err(&pdev->dev, "cannot request the admin interrupt: %pe\n", ERR_PTR(ret));
+		pci_free_irq_vectors(pdev);
+		qdev->msix_vectors = 0;
+		return ret;
+	}
+	return 0;
+}
+
+static void qpip_teardown_irqs(struct qpip_dev *qdev)
+{
+	free_irq(pci_irq_vector(qdev->pdev, 0), qdev);
+	pci_free_irq_vectors(qdev->pdev);
+}
+
+static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+{
+	struct qpip_dev *qdev;
+	u32 pages;
+	int ret;
+
+	/* Enabling, regions and mappings are device-managed: undone after remove/failure. */
+	ret = pcim_enable_device(pdev);
+	if (ret) {
+		dev_err(&pdev->dev, "cannot enable PCI device: %pe\n", ERR_PTR(ret));
+		return ret;
+	}
+
+	qdev = qpip_dev_alloc(pdev);
+	if (IS_ERR(qdev))
+		return PTR_ERR(qdev);
+
+	qdev->ctrl = qpip_map_bar(pdev, QPIP_CTRL_BAR, QPIP_CTRL_BAR_SIZE, "control");
+	if (IS_ERR(qdev->ctrl)) {
+		ret = PTR_ERR(qdev->ctrl);
+		goto err_put;
+	}
+	qdev->doorbells = qpip_map_bar(pdev, QPIP_DOORBELL_BAR, QPIP_DOORBELL_BAR_SIZE,
+				       "doorbells");
+	if (IS_ERR(qdev->doorbells)) {
+		ret = PTR_ERR(qdev->doorbells);
+		goto err_put;
+	}
+
+	ret = qpip_check_identity(qdev);
+	if (ret)
+		goto err_put;
+
+	pages = qpip_rd(qdev, QPIP_REG_DOORBELL_PAGES);
+	if (pages < 1 || (u64)pages * QPIP_DOORBELL_PAGE_SIZE >
+			 pci_resource_len(pdev, QPIP_DOORBELL_BAR)) {
+		dev_err(&pdev->dev,
+			"device advertises %u doorbell pages, BAR%d holds %llu bytes; not binding\n",
+			pages, QPIP_DOORBELL_BAR,
+			(unsigned long long)pci_resource_len(pdev, QPIP_DOORBELL_BAR));
+		ret = -ENODEV;
+		goto err_put;
+	}
+	qdev->doorbell_pages = pages;
+
+	/* No vIOMMU: the device addresses guest-physical memory directly. */
+	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(64));
+	if (ret) {
+		dev_err(&pdev->dev, "no usable 64-bit DMA configuration: %pe\n", ERR_PTR(ret));
+		goto err_put;
+	}
+
+	/* Reset before bus mastering so no state left by a previous driver can DMA. */
+	ret = qpip_reset_and_enable(qdev);
+	if (ret)
+		goto err_disable;
+	pci_set_master(pdev);
+
+	ret = qpip_setup_irqs(qdev);
+	if (ret)
+		goto err_disable;
+
+	pci_set_drvdata(pdev, qdev);
+	ret = qpip_cdev_add(qdev);
+	if (ret) {
+		dev_err(&pdev->dev, "cannot create /dev/%s: %pe\n", dev_name(&qdev->dev),
+			ERR_PTR(ret));
+		goto err_irqs;
+	}
+
+	dev_info(&pdev->dev, "%s: qpip device interface %u.%u, %u doorbell pages, %d MSI-X vectors\n",
+		 dev_name(&qdev->dev), qpip_version_major(qdev->version),
+		 qpip_version_minor(qdev->version), qdev->doorbell_pages, qdev->msix_vectors);
+	return 0;
+
+err_irqs:
+	pci_set_drvdata(pdev, NULL);
+	qpip_teardown_irqs(qdev);
+err_disable:
+	pci_clear_master(pdev);
+	qpip_disable(qdev);
+err_put:
+	put_device(&qdev->dev);
+	return ret;
+}
+
+static void qpip_remove(struct pci_dev *pdev)
+{
+	struct qpip_dev *qdev = pci_get_drvdata(pdev);
+
+	/* Node and sysfs first: after this no new user and no attribute reader is inside. */
+	qpip_cdev_del(qdev);
+	qpip_disable(qdev);
+	qpip_teardown_irqs(qdev);
+	pci_clear_master(pdev);
+	dev_info(&pdev->dev, "%s: removed\n", dev_name(&qdev->dev));
+	pci_set_drvdata(pdev, NULL);
+	/* Frees qdev now, or when the last open file of it is closed. */
+	put_device(&qdev->dev);
+}
+
+/* Reboot, kexec or poweroff: leave the device disabled so it does nothing behind us. */
+static void qpip_shutdown(struct pci_dev *pdev)
+{
+	struct qpip_dev *qdev = pci_get_drvdata(pdev);
+
+	if (qdev)
+		qpip_disable(qdev);
+}
+
+static const struct pci_device_id qpip_pci_ids[] = {
+	{ PCI_DEVICE(QPIP_PCI_VENDOR_ID, QPIP_PCI_DEVICE_ID) },
+	{ }
+};
+MODULE_DEVICE_TABLE(pci, qpip_pci_ids);
+
+static struct pci_driver qpip_pci_driver = {
+	.name = QPIP_DRV_NAME,
+	.id_table = qpip_pci_ids,
+	.probe = qpip_probe,
+	.remove = qpip_remove,
+	.shutdown = qpip_shutdown,
+};
+
+static int __init qpip_init(void)
+{
+	int ret;
+
+	ret = qpip_cdev_init();
+	if (ret)
+		return ret;
+	ret = pci_register_driver(&qpip_pci_driver);
+	if (ret)
+		qpip_cdev_exit();
+	return ret;
+}
+
+static void __exit qpip_exit(void)
+{
+	pci_unregister_driver(&qpip_pci_driver);
+	qpip_cdev_exit();
+}
+
+module_init(qpip_init);
+module_exit(qpip_exit);
+
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("qpip Queue-Pair IP network adapter");

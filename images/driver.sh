@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Builds the guest driver qpip.ko into $QPIP_CACHE/guest/qpip.ko.
+#
+# The build runs inside the runtime (chroot), with the runtime's gcc and the headers of the
+# exact guest kernel, so the module's vermagic and compiler match the kernel that loads it.
+# W=1 and -Werror: the driver must build without a single warning; any "warning:" line in
+# the output (including ones that -Werror does not turn into errors, e.g. from modpost)
+# fails the build too.
+#
+# Idempotent: a stamp records the hash of the driver sources, this script and the headers
+# directory name; when nothing changed the build is skipped. Needs root (chroot).
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+SRC=$QPIP_ROOT/guest-driver
+OUT=$QPIP_CACHE/guest
+KO=$OUT/qpip.ko
+STAMP=$OUT/.qpip-driver-stamp
+BUILD_REL=build/qpip-driver          # inside the runtime
+BUILD=$RUNTIME_DIR/$BUILD_REL
+
+[ -d "$RUNTIME_DIR/usr/src" ] || die "no runtime in $RUNTIME_DIR; run ./qpip setup (images/runtime.sh) first"
+
+# Exactly one headers tree: with two, which kernel the guest boots would be a guess.
+shopt -s nullglob
+hdrs=("$RUNTIME_DIR"/usr/src/linux-headers-*-amd64)
+shopt -u nullglob
+[ ${#hdrs[@]} -eq 1 ] || die "expected exactly one $RUNTIME_DIR/usr/src/linux-headers-*-amd64, found ${#hdrs[@]}; rebuild the runtime (images/runtime.sh)"
+HDRS_NAME=$(basename "${hdrs[0]}")
+KVER=${HDRS_NAME#linux-headers-}
+
+# The driver's sources: everything under guest-driver/ except build products of an in-tree
+# build (see .gitignore). Sorted, relative paths, so the hash is stable across checkouts.
+mapfile -t files < <(cd "$SRC" && find . -type f \
+    ! -name '*.o' ! -name '*.ko' ! -name '*.mod' ! -name '*.mod.c' ! -name '.*.cmd' \
+    ! -name 'Module.symvers' ! -name 'modules.order' ! -path './.tmp_versions/*' \
+    | sed 's|^\./||' | LC_ALL=C sort)
+[ ${#files[@]} -gt 0 ] || die "no driver sources in $SRC"
+
+KEY=$(cd "$QPIP_ROOT" && inputs_hash "${files[@]/#/guest-driver/}" images/driver.sh "$HDRS_NAME")
+if [ -f "$KO" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
+    say "driver: up to date ($KO, kernel $KVER)"
+    exit 0
+fi
+
+[ "$(id -u)" = 0 ] || die "building the driver needs root (it runs make in the runtime with chroot); run ./qpip setup as root"
+
+# A clean copy each time: no stale objects from an earlier build or another source tree.
+rm -rf "$BUILD"
+mkdir -p "$BUILD"
+(cd "$SRC" && cp --parents -- "${files[@]}" "$BUILD/")
+
+LOG=$(mktemp)
+trap 'rm -f "$LOG"' EXIT
+
+# W=1 also runs scripts/kernel-doc on every source file, and kernel-doc needs Perl's
+# Pod::Usage, which is in Debian's perl-modules, not in the perl-base a minimal runtime has.
+# Without it the check would fail every compile; then run the same kernel-doc script with
+# the host's Perl instead (after the build, same flags, same log).
+KDOC=$RUNTIME_DIR/usr/src/linux-headers-${KVER%-amd64}-common/scripts/kernel-doc
+make_extra=()
+kdoc_on_host=0
+if ! chroot "$RUNTIME_DIR" perl -MPod::Usage -e 1 2>/dev/null; then
+    make_extra=(cmd_checkdoc=)
+    kdoc_on_host=1
+fi
+
+build() {
+    # env -i: nothing from the caller's environment (ARCH, CC, MAKEFLAGS...) leaks in.
+    chroot "$RUNTIME_DIR" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C HOME=/root \
+        make -C "/usr/src/$HDRS_NAME" M="/$BUILD_REL" W=1 KCFLAGS=-Werror \
+        "${make_extra[@]}" modules 2>&1 | tee "$LOG"
+}
+kernel_doc() {
+    local srcs=()
+    mapfile -t srcs < <(cd "$BUILD" && find . -name '*.[ch]' ! -name '*.mod.c' | LC_ALL=C sort)
+    (cd "$BUILD" && perl "$KDOC" -none "${srcs[@]}") 2>&1 | tee -a "$LOG"
+}
+step "driver: build qpip.ko for $KVER (W=1, warnings are errors)" build
+if [ $kdoc_on_host = 1 ]; then
+    if [ -f "$KDOC" ] && command -v perl >/dev/null && perl -MPod::Usage -e 1 2>/dev/null; then
+        step "driver: kernel-doc check (host perl; the runtime has no Pod::Usage)" kernel_doc
+    else
+        say "driver: kernel-doc check skipped: neither the runtime nor the host has Perl's Pod::Usage"
+    fi
+fi
+if grep -q 'warning:' "$LOG"; then
+    die "driver: the build printed warnings (see above); the driver must build warning-free"
+fi
+[ -f "$BUILD/qpip.ko" ] || die "driver: make succeeded but $BUILD/qpip.ko is missing"
+
+# The module must be for the kernel the guest boots.
+vermagic=$(grep -ao 'vermagic=[[:print:]]*' "$BUILD/qpip.ko" | head -1 | sed 's/^vermagic=//')
+case $vermagic in
+    "$KVER "*) ;;
+    *) die "driver: qpip.ko has vermagic '$vermagic', expected kernel $KVER" ;;
+esac
+
+mkdir -p "$OUT"
+cp "$BUILD/qpip.ko" "$KO.tmp"
+mv "$KO.tmp" "$KO"
+printf '%s\n' "$KEY" > "$STAMP"
+say "driver: $KO ($(stat -c %s "$KO") bytes, vermagic $vermagic)"
