@@ -10,6 +10,7 @@
 
 #include <linux/atomic.h>
 #include <linux/cdev.h>
+#include <linux/completion.h>
 #include <linux/device.h>
 #include <linux/io.h>
 #include <linux/pci.h>
@@ -47,6 +48,7 @@ struct qpip_dev {
 	int msix_vectors;		/* vectors allocated */
 
 	atomic64_t irq_count;		/* interrupts taken on vector 0 */
+	struct completion admin_irq;	/* completed by every vector 0 interrupt */
 	char admin_irq_name[32];	/* for /proc/interrupts; lives as long as the irq */
 
 	/*

@@ -164,6 +164,7 @@ struct qpip_dev *qpip_dev_alloc(struct pci_dev *pdev)
 		return ERR_PTR(-ENOMEM);
 	qdev->pdev = pdev;
 	atomic64_set(&qdev->irq_count, 0);
+	init_completion(&qdev->admin_irq);
 	init_rwsem(&qdev->lock);
 
 	qdev->id = ida_alloc_max(&qpip_ida, QPIP_MAX_DEVICES - 1, GFP_KERNEL);

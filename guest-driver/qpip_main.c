@@ -22,6 +22,8 @@
 #define QPIP_RESET_TIMEOUT_US	100000
 #define QPIP_READY_TIMEOUT_US	100000
 #define QPIP_POLL_INTERVAL_US	10
+/* Interrupt delivery goes device -> eventfd -> QEMU -> guest; generous for a TCG guest. */
+#define QPIP_IRQ_TEST_TIMEOUT_MS 2000
 
 static irqreturn_t qpip_admin_irq(int irq, void *data)
 {
@@ -29,6 +31,7 @@ static irqreturn_t qpip_admin_irq(int irq, void *data)
 
 	/* Vector 0 carries admin completions and async events; none are defined yet. */
 	atomic64_inc(&qdev->irq_count);
+	complete(&qdev->admin_irq);
 	return IRQ_HANDLED;
 }
 
@@ -147,6 +150,24 @@ static int qpip_setup_irqs(struct qpip_dev *qdev)
 	return 0;
 }
 
+/*
+ * Has the device raise vector 0 once through REG_IRQ_TEST and waits for it: a function
+ * whose interrupts do not arrive would later hang every admin command, so find out now.
+ */
+static int qpip_test_irq(struct qpip_dev *qdev)
+{
+	reinit_completion(&qdev->admin_irq);
+	qpip_wr(qdev, QPIP_REG_IRQ_TEST, 0);
+	if (!wait_for_completion_timeout(&qdev->admin_irq,
+					 msecs_to_jiffies(QPIP_IRQ_TEST_TIMEOUT_MS))) {
+		dev_err(&qdev->pdev->dev,
+			"test interrupt on MSI-X vector 0 did not arrive within %d ms; not binding\n",
+			QPIP_IRQ_TEST_TIMEOUT_MS);
+		return -EIO;
+	}
+	return 0;
+}
+
 static void qpip_teardown_irqs(struct qpip_dev *qdev)
 {
 	free_irq(pci_irq_vector(qdev->pdev, 0), qdev);
@@ -214,12 +235,16 @@ static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = qpip_setup_irqs(qdev);
 	if (ret)
 		goto err_disable;
+	ret = qpip_test_irq(qdev);
+	if (ret)
+		goto err_irqs;
 
 	pci_set_drvdata(pdev, qdev);
 	ret = qpip_cdev_add(qdev);
 	if (ret) {
 		dev_err(&pdev->dev, "cannot create /dev/%s: %pe\n", dev_name(&qdev->dev),
 			ERR_PTR(ret));
+		pci_set_drvdata(pdev, NULL);
 		goto err_irqs;
 	}
 
@@ -229,7 +254,6 @@ static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	return 0;
 
 err_irqs:
-	pci_set_drvdata(pdev, NULL);
 	qpip_teardown_irqs(qdev);
 err_disable:
 	pci_clear_master(pdev);
