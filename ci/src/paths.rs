@@ -1,0 +1,57 @@
+//! Where the lab finds the repository, the built artefacts and the runtime.
+//!
+//! The repository root is known at compile time (this crate lives in `<root>/ci`), which
+//! lets tests and the binary run from any working directory; `QPIP_ROOT` overrides it for a
+//! binary copied elsewhere. Built artefacts live in `QPIP_CACHE` (default `<root>/.cache`),
+//! the same variable the image scripts use.
+
+use std::path::PathBuf;
+
+/// The repository root: `$QPIP_ROOT`, or the folder above this crate.
+pub fn root() -> PathBuf {
+    match std::env::var_os("QPIP_ROOT") {
+        Some(r) if !r.is_empty() => PathBuf::from(r),
+        _ => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/..")),
+    }
+}
+
+/// The artefact cache: `$QPIP_CACHE`, or `<root>/.cache`.
+pub fn cache() -> PathBuf {
+    match std::env::var_os("QPIP_CACHE") {
+        Some(c) if !c.is_empty() => PathBuf::from(c),
+        _ => root().join(".cache"),
+    }
+}
+
+/// The host runtime (QEMU with vfio-user, guest kernel, compiler) built by images/runtime.sh.
+pub fn runtime() -> PathBuf {
+    cache().join("runtime")
+}
+
+/// The guest kernel.
+pub fn guest_kernel() -> PathBuf {
+    cache().join("guest/vmlinuz")
+}
+
+/// The guest initramfs (busybox, init, qpip.ko, guest tools).
+pub fn guest_initramfs() -> PathBuf {
+    cache().join("guest/initramfs.cpio.gz")
+}
+
+/// The qpipd binary: `$QPIPD`, or `<root>/target/release/qpipd`.
+pub fn qpipd() -> PathBuf {
+    match std::env::var_os("QPIPD") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => root().join("target/release/qpipd"),
+    }
+}
+
+/// The wrapper that runs the runtime's QEMU through the runtime's own loader.
+pub fn qemu_env() -> PathBuf {
+    root().join("images/qemu-env.sh")
+}
+
+/// Where VM runs keep their folders.
+pub fn runs() -> PathBuf {
+    cache().join("runs")
+}

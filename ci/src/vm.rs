@@ -1,0 +1,716 @@
+//! One VM run: devices, QEMU, guest command, checks. See the crate docs for the sequence.
+
+use crate::console;
+use crate::paths;
+use crate::procs::{log_tail, Proc};
+use std::fmt;
+use std::fs::{self, File};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a qpipd may take to create its socket.
+const SOCKET_WAIT: Duration = Duration::from_secs(10);
+/// How long a qpipd may take to exit after QEMU disconnected.
+const QPIPD_EXIT_WAIT: Duration = Duration::from_secs(5);
+/// How long QEMU may take to exit after a qpipd exited under it (QEMU closes its sockets
+/// while shutting down, so a device can exit a moment before QEMU is reaped).
+const QEMU_GRACE: Duration = Duration::from_secs(3);
+/// Poll interval of the wait loop (streams output, checks signals and children).
+const POLL: Duration = Duration::from_millis(50);
+/// Kernel command line. `panic=-1` reboots at once on a panic and QEMU's `-no-reboot`
+/// turns that reboot into an exit, so a panicking guest ends the run instead of hanging.
+const KERNEL_CMDLINE: &str = "console=ttyS0 loglevel=7 panic=-1 rdinit=/init";
+/// Longest unix socket path (sun_path is 108 bytes with the terminating NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// CPU accelerator for the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Accel {
+    /// QEMU's software CPU emulator: works everywhere, and the only choice on hosts whose
+    /// /dev/kvm cannot run a stock kernel.
+    #[default]
+    Tcg,
+    /// Hardware virtualisation, for real hosts.
+    Kvm,
+}
+
+impl Accel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Accel::Tcg => "tcg",
+            Accel::Kvm => "kvm",
+        }
+    }
+}
+
+impl std::str::FromStr for Accel {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "tcg" => Ok(Accel::Tcg),
+            "kvm" => Ok(Accel::Kvm),
+            _ => Err(format!("unknown accelerator '{s}' (expected tcg or kvm)")),
+        }
+    }
+}
+
+/// What to boot and run.
+#[derive(Debug, Clone)]
+pub struct VmSpec {
+    /// Number of qpip devices (one qpipd each).
+    pub devices: usize,
+    pub accel: Accel,
+    /// Limit for the whole guest run, boot to power-off.
+    pub timeout: Duration,
+    /// Guest RAM in MiB (shared memfd, so the devices can map it).
+    pub memory_mib: u32,
+    /// Extra qpipd arguments, by device index; devices past the end get none.
+    pub qpipd_args: Vec<Vec<String>>,
+    /// Shell command run by the guest's `sh` (written to `share/cmd.sh`).
+    pub cmd: String,
+}
+
+impl VmSpec {
+    /// One device, TCG, 512 MiB, 180 s.
+    pub fn new(cmd: impl Into<String>) -> VmSpec {
+        VmSpec {
+            devices: 1,
+            accel: Accel::Tcg,
+            timeout: Duration::from_secs(180),
+            memory_mib: 512,
+            qpipd_args: Vec::new(),
+            cmd: cmd.into(),
+        }
+    }
+}
+
+/// Which guest stream a chunk passed to the observer of [`run_vm_observed`] comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// The command's stdout and stderr (`share/output`).
+    Output,
+    /// The serial console (kernel messages, init's messages).
+    Console,
+}
+
+/// The result of a run in which the guest reported an exit status and no check failed.
+#[derive(Debug, Clone)]
+pub struct VmOutcome {
+    /// The guest command's exit status.
+    pub status: i32,
+    /// The guest command's stdout and stderr.
+    pub output: String,
+    /// The serial console log.
+    pub console: String,
+    /// The guest's `dmesg` after the command.
+    pub dmesg: String,
+    /// The run folder (logs, share/).
+    pub run_dir: PathBuf,
+    /// How long the guest ran, QEMU start to exit.
+    pub elapsed: Duration,
+}
+
+impl VmOutcome {
+    pub fn console_log(&self) -> PathBuf {
+        self.run_dir.join("console.log")
+    }
+
+    /// The log of device `i`'s qpipd.
+    pub fn qpipd_log(&self, i: usize) -> String {
+        fs::read_to_string(self.run_dir.join(format!("qpipd-{i}.log"))).unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Something the run needs is missing or unusable; nothing was started.
+    Setup,
+    /// The run went wrong, or a check failed.
+    Failed,
+    /// SIGINT or SIGTERM arrived; the run was stopped.
+    Interrupted,
+}
+
+/// A failed run: a one-line `message`, indented `details` (log excerpts, offending lines).
+#[derive(Debug, Clone)]
+pub struct LabError {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub details: String,
+    pub run_dir: Option<PathBuf>,
+}
+
+impl LabError {
+    fn setup(message: String) -> LabError {
+        LabError { kind: ErrorKind::Setup, message, details: String::new(), run_dir: None }
+    }
+
+    fn failed(message: String, details: String, run_dir: &Path) -> LabError {
+        LabError { kind: ErrorKind::Failed, message, details, run_dir: Some(run_dir.into()) }
+    }
+
+    pub fn is_interrupted(&self) -> bool {
+        self.kind == ErrorKind::Interrupted
+    }
+
+    pub fn console_log(&self) -> Option<PathBuf> {
+        self.run_dir.as_ref().map(|d| d.join("console.log"))
+    }
+
+    /// The first line of the error, with the console log path.
+    pub fn headline(&self) -> String {
+        match self.console_log() {
+            Some(c) => format!("{} (console log: {})", self.message, c.display()),
+            None => self.message.clone(),
+        }
+    }
+}
+
+impl fmt::Display for LabError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.headline())?;
+        if !self.details.is_empty() {
+            write!(f, "\n{}", self.details.trim_end())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for LabError {}
+
+/// Boots a guest as `spec` says, runs its command, checks the run. See [`run_vm_observed`].
+pub fn run_vm(spec: &VmSpec) -> Result<VmOutcome, LabError> {
+    run_vm_observed(spec, &mut |_, _| {})
+}
+
+/// Like [`run_vm`], and passes the guest's output and console to `observe` while the guest
+/// runs, as they grow.
+pub fn run_vm_observed(
+    spec: &VmSpec,
+    observe: &mut dyn FnMut(Stream, &[u8]),
+) -> Result<VmOutcome, LabError> {
+    crate::install_signal_handlers();
+    if crate::interrupted() {
+        return Err(LabError {
+            kind: ErrorKind::Interrupted,
+            message: "interrupted before the run started".into(),
+            details: String::new(),
+            run_dir: None,
+        });
+    }
+    check_prerequisites(spec)?;
+    let run_dir = make_run_dir()
+        .map_err(|e| LabError::setup(format!("cannot create a run folder in {}: {e}", paths::runs().display())))?;
+    log::info!("run folder: {}", run_dir.display());
+    Run { spec, dir: run_dir, devices: Vec::new(), qemu: None }.go(observe)
+}
+
+fn check_prerequisites(spec: &VmSpec) -> Result<(), LabError> {
+    let qemu = paths::runtime().join("usr/bin/qemu-system-x86_64");
+    let mut needed = vec![
+        ("the QEMU runtime", qemu),
+        ("the guest kernel", paths::guest_kernel()),
+        ("the guest initramfs", paths::guest_initramfs()),
+        ("images/qemu-env.sh", paths::qemu_env()),
+    ];
+    if spec.devices > 0 {
+        needed.push(("qpipd", paths::qpipd()));
+    }
+    for (what, path) in needed {
+        if !path.exists() {
+            return Err(LabError::setup(format!(
+                "{what} is missing ({}); run ./qpip setup",
+                path.display()
+            )));
+        }
+    }
+    if spec.accel == Accel::Kvm && !Path::new("/dev/kvm").exists() {
+        return Err(LabError::setup("--accel kvm needs /dev/kvm, which this host lacks".into()));
+    }
+    Ok(())
+}
+
+/// A fresh, uniquely named run folder with an empty `share/`.
+fn make_run_dir() -> io::Result<PathBuf> {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let runs = paths::runs();
+    fs::create_dir_all(&runs)?;
+    loop {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let dir = runs.join(format!("{}-{}-{n}", timestamp(), std::process::id()));
+        match fs::create_dir(&dir) {
+            Ok(()) => {
+                fs::create_dir(dir.join("share"))?;
+                return Ok(dir);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Local time as YYYYmmdd-HHMMSS.
+fn timestamp() -> String {
+    // SAFETY: localtime_r writes only into `tm`; time(NULL) has no preconditions.
+    unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            return format!("t{t}");
+        }
+        format!(
+            "{:04}{:02}{:02}-{:02}{:02}{:02}",
+            tm.tm_year + 1900,
+            tm.tm_mon + 1,
+            tm.tm_mday,
+            tm.tm_hour,
+            tm.tm_min,
+            tm.tm_sec
+        )
+    }
+}
+
+/// Follows a file that another process appends to.
+struct Tail {
+    path: PathBuf,
+    pos: u64,
+    stream: Stream,
+}
+
+impl Tail {
+    fn poll(&mut self, observe: &mut dyn FnMut(Stream, &[u8])) {
+        let Ok(mut f) = File::open(&self.path) else { return };
+        if f.seek(SeekFrom::Start(self.pos)).is_err() {
+            return;
+        }
+        let mut buf = Vec::new();
+        if let Ok(n) = f.read_to_end(&mut buf) {
+            if n > 0 {
+                self.pos += n as u64;
+                observe(self.stream, &buf);
+            }
+        }
+    }
+}
+
+/// A problem found while checking a run: a one-line headline and optional detail lines.
+struct Problem {
+    headline: String,
+    details: String,
+}
+
+struct Run<'a> {
+    spec: &'a VmSpec,
+    dir: PathBuf,
+    // Declared before `qemu` only for readability: teardown order is explicit in `stop_all`
+    // (QEMU first, so the devices see a disconnect, then the devices); Drop of `Proc` is the
+    // backstop on panics.
+    devices: Vec<Proc>,
+    qemu: Option<Proc>,
+}
+
+impl Run<'_> {
+    fn go(mut self, observe: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome, LabError> {
+        let result = self.go_inner(observe);
+        self.stop_all();
+        result
+    }
+
+    fn stop_all(&mut self) {
+        if let Some(q) = self.qemu.as_mut() {
+            q.kill();
+        }
+        for d in &mut self.devices {
+            d.kill();
+        }
+    }
+
+    fn fail(&self, message: String, details: String) -> LabError {
+        LabError::failed(message, details, &self.dir)
+    }
+
+    fn interrupted(&mut self) -> LabError {
+        self.stop_all();
+        LabError {
+            kind: ErrorKind::Interrupted,
+            message: format!(
+                "interrupted: stopped QEMU and {} qpipd; logs in {}",
+                self.devices.len(),
+                self.dir.display()
+            ),
+            details: String::new(),
+            run_dir: Some(self.dir.clone()),
+        }
+    }
+
+    fn go_inner(&mut self, observe: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome, LabError> {
+        let share = self.dir.join("share");
+        fs::write(share.join("cmd.sh"), format!("{}\n", self.spec.cmd))
+            .map_err(|e| self.fail(format!("cannot write {}/cmd.sh: {e}", share.display()), String::new()))?;
+
+        for i in 0..self.spec.devices {
+            self.start_device(i)?;
+        }
+        for i in 0..self.spec.devices {
+            self.wait_for_socket(i)?;
+        }
+
+        let console_log = self.dir.join("console.log");
+        let started = Instant::now();
+        self.start_qemu(&console_log)?;
+        let mut tails = [
+            Tail { path: share.join("output"), pos: 0, stream: Stream::Output },
+            Tail { path: console_log.clone(), pos: 0, stream: Stream::Console },
+        ];
+
+        let qemu_status = self.wait_for_qemu(&mut tails, observe, started)?;
+        let elapsed = started.elapsed();
+        log::info!("guest ran for {:.1} s", elapsed.as_secs_f64());
+        for t in &mut tails {
+            t.poll(observe);
+        }
+
+        let mut problems = Vec::new();
+        if !qemu_status.success() {
+            problems.push(Problem {
+                headline: format!("QEMU failed ({qemu_status})"),
+                details: log_tail(&self.dir.join("qemu.log"), 15),
+            });
+        }
+        self.check_devices_exit(&mut problems);
+
+        let read = |p: PathBuf| fs::read(p).map(|b| String::from_utf8_lossy(&b).into_owned());
+        let console = read(console_log.clone()).unwrap_or_default();
+        let dmesg = read(share.join("dmesg")).unwrap_or_default();
+        let output = read(share.join("output")).unwrap_or_default();
+        let status = match read(share.join("status")) {
+            Ok(s) => match s.trim().parse::<i32>() {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    problems.push(Problem {
+                        headline: format!("guest reported an unreadable exit status {s:?}"),
+                        details: String::new(),
+                    });
+                    None
+                }
+            },
+            Err(_) => {
+                problems.push(Problem {
+                    headline: "guest did not report an exit status".into(),
+                    details: format!("  last console lines:\n{}", log_tail(&console_log, 15)),
+                });
+                None
+            }
+        };
+
+        let in_console = console::scan(&console);
+        if !in_console.is_empty() {
+            problems.push(Problem {
+                headline: format!("kernel problem in the guest console ({})", in_console[0].marker),
+                details: console::format_problems(&in_console, 12),
+            });
+        } else {
+            // dmesg can hold messages above the console log level; the console is the
+            // better report when both have them (it also shows what came after).
+            let in_dmesg = console::scan(&dmesg);
+            if !in_dmesg.is_empty() {
+                problems.push(Problem {
+                    headline: format!("kernel problem in the guest dmesg ({})", in_dmesg[0].marker),
+                    details: console::format_problems(&in_dmesg, 12),
+                });
+            }
+        }
+
+        if problems.is_empty() {
+            let status = status.expect("a missing status is a problem");
+            return Ok(VmOutcome { status, output, console, dmesg, run_dir: self.dir.clone(), elapsed });
+        }
+        let mut message = problems[0].headline.clone();
+        if problems.len() > 1 {
+            message.push_str(&format!(" (and {} more problems)", problems.len() - 1));
+        }
+        let mut details = String::new();
+        for p in &problems {
+            details.push_str(&format!("  {}\n{}", p.headline, p.details));
+        }
+        Err(self.fail(message, details))
+    }
+
+    fn start_device(&mut self, i: usize) -> Result<(), LabError> {
+        let sock = self.dir.join(format!("qpip{i}.sock"));
+        if sock.as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(self.fail(
+                format!(
+                    "socket path {} is longer than {MAX_SOCKET_PATH} bytes; use a shorter QPIP_CACHE",
+                    sock.display()
+                ),
+                String::new(),
+            ));
+        }
+        let log = self.dir.join(format!("qpipd-{i}.log"));
+        let file = File::create(&log)
+            .map_err(|e| self.fail(format!("cannot create {}: {e}", log.display()), String::new()))?;
+        let file2 = file
+            .try_clone()
+            .map_err(|e| self.fail(format!("cannot dup {}: {e}", log.display()), String::new()))?;
+        let qpipd = paths::qpipd();
+        let mut cmd = Command::new(&qpipd);
+        cmd.arg("--socket").arg(&sock);
+        if let Some(extra) = self.spec.qpipd_args.get(i) {
+            cmd.args(extra);
+        }
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        cmd.stdin(Stdio::null()).stdout(file).stderr(file2);
+        let p = Proc::spawn(format!("qpipd {i}"), log, cmd)
+            .map_err(|e| self.fail(format!("cannot start {}: {e}", qpipd.display()), String::new()))?;
+        log::info!("device {i}: qpipd pid {}, socket {}", p.pid(), sock.display());
+        self.devices.push(p);
+        Ok(())
+    }
+
+    fn wait_for_socket(&mut self, i: usize) -> Result<(), LabError> {
+        let sock = self.dir.join(format!("qpip{i}.sock"));
+        let deadline = Instant::now() + SOCKET_WAIT;
+        loop {
+            if fs::metadata(&sock).is_ok_and(|m| m.file_type().is_socket()) {
+                return Ok(());
+            }
+            if crate::interrupted() {
+                return Err(self.interrupted());
+            }
+            let dev = &mut self.devices[i];
+            let exited = dev.try_wait().ok().flatten();
+            if let Some(st) = exited {
+                let (name, log) = (dev.name.clone(), dev.log.clone());
+                return Err(self.fail(
+                    format!("{name} exited ({st}) before listening on its socket; log: {}", log.display()),
+                    log_tail(&log, 15),
+                ));
+            }
+            if Instant::now() >= deadline {
+                let (name, log) = (dev.name.clone(), dev.log.clone());
+                return Err(self.fail(
+                    format!(
+                        "{name} did not create {} within {} s; log: {}",
+                        sock.display(),
+                        SOCKET_WAIT.as_secs(),
+                        log.display()
+                    ),
+                    log_tail(&log, 15),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn start_qemu(&mut self, console_log: &Path) -> Result<(), LabError> {
+        let share = self.dir.join("share");
+        for p in [&share, console_log] {
+            // QEMU's option syntax has no escape for a comma in these paths.
+            if p.to_string_lossy().contains(',') {
+                return Err(self.fail(
+                    format!("path {} contains a comma, which QEMU options cannot take", p.display()),
+                    String::new(),
+                ));
+            }
+        }
+        let mem = self.spec.memory_mib;
+        let mut args: Vec<String> = vec![
+            "-machine".into(),
+            "q35,memory-backend=mem0".into(),
+            // Guest RAM in a shared memfd: QEMU hands its fd to each device, which maps it
+            // to reach guest memory (DMA).
+            "-object".into(),
+            format!("memory-backend-memfd,id=mem0,size={mem}M,share=on"),
+            "-m".into(),
+            format!("{mem}M"),
+            "-cpu".into(),
+            "max".into(),
+            "-accel".into(),
+            self.spec.accel.as_str().into(),
+            "-nographic".into(),
+            "-no-reboot".into(),
+            "-nodefaults".into(),
+            "-serial".into(),
+            format!("file:{}", console_log.display()),
+            "-kernel".into(),
+            paths::guest_kernel().display().to_string(),
+            "-initrd".into(),
+            paths::guest_initramfs().display().to_string(),
+            "-append".into(),
+            KERNEL_CMDLINE.into(),
+            "-virtfs".into(),
+            format!("local,path={},mount_tag=host,security_model=none,id=h0", share.display()),
+        ];
+        for i in 0..self.spec.devices {
+            let sock = self.dir.join(format!("qpip{i}.sock"));
+            args.push("-device".into());
+            args.push(format!(
+                r#"{{"driver":"vfio-user-pci","id":"qpip{i}","socket":{{"path":{},"type":"unix"}}}}"#,
+                json_string(&sock.to_string_lossy())
+            ));
+        }
+        let log = self.dir.join("qemu.log");
+        fs::write(
+            self.dir.join("qemu.cmdline"),
+            format!("{} {}\n", paths::qemu_env().display(), args.join(" ")),
+        )
+        .ok();
+        let file = File::create(&log)
+            .map_err(|e| self.fail(format!("cannot create {}: {e}", log.display()), String::new()))?;
+        let file2 = file
+            .try_clone()
+            .map_err(|e| self.fail(format!("cannot dup {}: {e}", log.display()), String::new()))?;
+        let mut cmd = Command::new("bash");
+        // qemu-env.sh execs QEMU, so the child's pid is QEMU's.
+        cmd.arg(paths::qemu_env())
+            .args(&args)
+            .env("QPIP_CACHE", paths::cache())
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(file2);
+        let p = Proc::spawn("QEMU".into(), log, cmd)
+            .map_err(|e| self.fail(format!("cannot start QEMU: {e}"), String::new()))?;
+        log::info!("QEMU pid {} ({} device(s), {})", p.pid(), self.spec.devices, self.spec.accel.as_str());
+        self.qemu = Some(p);
+        Ok(())
+    }
+
+    /// Waits for QEMU to exit, streaming the guest's files, watching for signals, the
+    /// timeout, and devices that die under a running guest.
+    fn wait_for_qemu(
+        &mut self,
+        tails: &mut [Tail],
+        observe: &mut dyn FnMut(Stream, &[u8]),
+        started: Instant,
+    ) -> Result<ExitStatus, LabError> {
+        let deadline = started + self.spec.timeout;
+        let mut device_gone: Option<(usize, ExitStatus, Instant)> = None;
+        loop {
+            for t in tails.iter_mut() {
+                t.poll(observe);
+            }
+            if crate::interrupted() {
+                return Err(self.interrupted());
+            }
+            let qemu = self.qemu.as_mut().expect("QEMU started");
+            match qemu.try_wait() {
+                Ok(Some(st)) => return Ok(st),
+                Ok(None) => {}
+                Err(e) => return Err(self.fail(format!("cannot wait for QEMU: {e}"), String::new())),
+            }
+            if device_gone.is_none() {
+                for (i, d) in self.devices.iter_mut().enumerate() {
+                    if let Ok(Some(st)) = d.try_wait() {
+                        device_gone = Some((i, st, Instant::now()));
+                        break;
+                    }
+                }
+            }
+            if let Some((i, st, when)) = device_gone {
+                if when.elapsed() >= QEMU_GRACE {
+                    self.stop_all();
+                    let log = self.devices[i].log.clone();
+                    return Err(self.fail(
+                        format!(
+                            "qpipd {i} exited ({st}) while the guest was running; stopped QEMU; log: {}",
+                            log.display()
+                        ),
+                        log_tail(&log, 15),
+                    ));
+                }
+            }
+            if Instant::now() >= deadline {
+                self.stop_all();
+                let console = self.dir.join("console.log");
+                return Err(self.fail(
+                    format!("guest did not finish within {} s; killed QEMU", self.spec.timeout.as_secs()),
+                    format!("  last console lines:\n{}", log_tail(&console, 15)),
+                ));
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// After QEMU is gone, each qpipd should see the disconnect and exit 0 by itself.
+    fn check_devices_exit(&mut self, problems: &mut Vec<Problem>) {
+        for (i, d) in self.devices.iter_mut().enumerate() {
+            match d.wait_for(QPIPD_EXIT_WAIT) {
+                Ok(Some(st)) if st.success() => {}
+                Ok(Some(st)) => problems.push(Problem {
+                    headline: format!("qpipd {i} exited with {st}; log: {}", d.log.display()),
+                    details: log_tail(&d.log, 15),
+                }),
+                Ok(None) => {
+                    d.kill();
+                    problems.push(Problem {
+                        headline: format!(
+                            "qpipd {i} did not exit within {} s after QEMU disconnected; killed it; log: {}",
+                            QPIPD_EXIT_WAIT.as_secs(),
+                            d.log.display()
+                        ),
+                        details: log_tail(&d.log, 15),
+                    });
+                }
+                Err(e) => problems.push(Problem {
+                    headline: format!("cannot wait for qpipd {i}: {e}"),
+                    details: String::new(),
+                }),
+            }
+        }
+    }
+}
+
+/// A JSON string literal (QEMU's JSON -device syntax).
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(json_string(r#"/a "b"\c"#), r#""/a \"b\"\\c""#);
+        assert_eq!(json_string("x\ny"), r#""x\u000ay""#);
+    }
+
+    #[test]
+    fn timestamps_have_the_run_folder_shape() {
+        let t = timestamp();
+        assert_eq!(t.len(), 15, "{t}");
+        assert_eq!(&t[8..9], "-");
+        assert!(t.chars().filter(|c| *c != '-').all(|c| c.is_ascii_digit()), "{t}");
+    }
+
+    #[test]
+    fn accel_parses() {
+        assert_eq!("tcg".parse::<Accel>(), Ok(Accel::Tcg));
+        assert_eq!("kvm".parse::<Accel>(), Ok(Accel::Kvm));
+        assert!("hvf".parse::<Accel>().is_err());
+    }
+
+    #[test]
+    fn error_headline_names_the_console_log() {
+        let e = LabError::failed("guest did not report an exit status".into(), "  x\n".into(), Path::new("/r"));
+        assert_eq!(e.headline(), "guest did not report an exit status (console log: /r/console.log)");
+        assert_eq!(e.to_string(), "guest did not report an exit status (console log: /r/console.log)\n  x");
+    }
+}
