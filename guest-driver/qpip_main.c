@@ -42,6 +42,10 @@ static void __iomem *qpip_map_bar(struct pci_dev *pdev, int bar, resource_size_t
 	resource_size_t len = pci_resource_len(pdev, bar);
 	void __iomem *p;
 
+	if (!len) {
+		dev_err(&pdev->dev, "BAR%d (%s) is absent; not binding\n", bar, what);
+		return IOMEM_ERR_PTR(-ENODEV);
+	}
 	if (!(pci_resource_flags(pdev, bar) & IORESOURCE_MEM)) {
 		dev_err(&pdev->dev, "BAR%d (%s) is not a memory BAR; not binding\n", bar, what);
 		return IOMEM_ERR_PTR(-ENODEV);
