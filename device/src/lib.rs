@@ -1,0 +1,13 @@
+//! qpip-device: the qpip adapter as a vfio-user PCI function (`qpipd`).
+//!
+//! Layout, from the wire in: [`vfio`] is the vfio-user glue (regions, DMA maps, interrupt
+//! setup), [`pci`] the emulated configuration space, [`core`] what the registers mean and
+//! the device state behind them, [`dma`] guest memory as the device sees it, [`doorbell`]
+//! the shared doorbell BAR, [`irq`] MSI-X delivery through eventfds.
+
+pub mod core;
+pub mod dma;
+pub mod doorbell;
+pub mod irq;
+pub mod pci;
+pub mod vfio;

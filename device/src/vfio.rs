@@ -1,0 +1,273 @@
+//! vfio-user glue: presents the device core as a PCI function to one QEMU (or any vfio-user
+//! client). Routes region accesses to config space or the core, DMA maps to guest memory,
+//! and interrupt setup to the MSI-X eventfd table. Nothing here knows what a register means.
+//!
+//! The `vfio_user` crate's server is single-threaded and blocking (one client; `run` returns
+//! when the client disconnects), so this is the control thread. Engine threads, when they
+//! exist, must never wait on it.
+
+use std::fs::File;
+use std::io;
+use std::mem::size_of;
+use std::path::Path;
+
+use log::{debug, info, warn};
+use qpip_abi::pci as abi;
+use vfio_bindings::bindings::vfio::{
+    vfio_region_info, vfio_region_sparse_mmap_area, VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_NORESIZE,
+    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_TYPE_MASK, VFIO_IRQ_SET_DATA_EVENTFD,
+    VFIO_IRQ_SET_DATA_NONE, VFIO_IRQ_SET_DATA_TYPE_MASK, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_MMAP,
+    VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+};
+use vfio_user::{
+    DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion, SparseArea,
+};
+
+use crate::core::{CoreConfig, DeviceCore};
+use crate::pci::config::{ConfigSpace, CONFIG_SPACE_SIZE};
+
+/// One qpip PCI function as a vfio-user server backend.
+pub struct Function {
+    config: ConfigSpace,
+    pub core: DeviceCore,
+}
+
+impl Function {
+    pub fn new(core_config: CoreConfig) -> io::Result<Self> {
+        Ok(Function {
+            config: ConfigSpace::new(),
+            core: DeviceCore::new(core_config)?,
+        })
+    }
+
+    /// The regions (BARs, config space) as the client will see them.
+    pub fn regions(&self) -> Vec<ServerRegion> {
+        (0..VFIO_PCI_NUM_REGIONS)
+            .map(|index| {
+                let mut info = vfio_region_info {
+                    argsz: size_of::<vfio_region_info>() as u32,
+                    index,
+                    ..Default::default()
+                };
+                let rw = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
+                let mut sparse_areas = Vec::new();
+                let mut mmap_fd = None;
+                if index == VFIO_PCI_CONFIG_REGION_INDEX {
+                    info.size = CONFIG_SPACE_SIZE as u64;
+                    info.flags = rw;
+                } else if index == abi::CTRL_BAR {
+                    // Trapped: never mmappable, so every access reaches the core, and QEMU can
+                    // overlay its own MSI-X table emulation on this BAR.
+                    info.size = abi::CTRL_BAR_SIZE as u64;
+                    info.flags = rw;
+                } else if index == abi::DOORBELL_BAR {
+                    info.size = self.core.doorbells.size() as u64;
+                    info.flags = rw | VFIO_REGION_INFO_FLAG_MMAP;
+                    info.offset = 0; // offset of the BAR in the fd handed over for mmap
+                    sparse_areas.push(SparseArea {
+                        area: vfio_region_sparse_mmap_area {
+                            offset: 0,
+                            size: info.size,
+                        },
+                    });
+                    mmap_fd = Some(self.core.doorbells.fd());
+                }
+                ServerRegion {
+                    region_info: info,
+                    sparse_areas,
+                    mmap_fd,
+                }
+            })
+            .collect()
+    }
+
+    /// Interrupt types: MSI-X only (no INTx pin, no MSI).
+    pub fn irqs(&self) -> Vec<IrqInfo> {
+        (0..VFIO_PCI_NUM_IRQS)
+            .map(|index| {
+                if index == VFIO_PCI_MSIX_IRQ_INDEX {
+                    IrqInfo {
+                        index,
+                        count: abi::MSIX_VECTORS as u32,
+                        flags: VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE,
+                    }
+                } else {
+                    IrqInfo {
+                        index,
+                        count: 0,
+                        flags: 0,
+                    }
+                }
+            })
+            .collect()
+    }
+
+    fn function_reset(&mut self) {
+        self.config.reset();
+        self.core.reset();
+    }
+}
+
+fn refused(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+impl ServerBackend for Function {
+    fn region_read(&mut self, region: u32, offset: u64, data: &mut [u8]) -> io::Result<()> {
+        let result = match region {
+            VFIO_PCI_CONFIG_REGION_INDEX => self
+                .config
+                .read(offset, data)
+                .map_err(|e| refused(e.to_string())),
+            r if r == abi::CTRL_BAR => self.core.ctrl_read(offset, data),
+            r if r == abi::DOORBELL_BAR => self.core.doorbells.read(offset, data),
+            _ => Err(refused(format!(
+                "read from region {region}, which this function does not have"
+            ))),
+        };
+        if let Err(e) = &result {
+            warn!("refused region read: {e}");
+        }
+        result
+    }
+
+    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
+        let result = match region {
+            VFIO_PCI_CONFIG_REGION_INDEX => self
+                .config
+                .write(offset, data)
+                .map_err(|e| refused(e.to_string())),
+            r if r == abi::CTRL_BAR => self.core.ctrl_write(offset, data),
+            r if r == abi::DOORBELL_BAR => self.core.doorbells.write(offset, data),
+            _ => Err(refused(format!(
+                "write to region {region}, which this function does not have"
+            ))),
+        };
+        if let Err(e) = &result {
+            warn!("refused region write: {e}");
+        }
+        result
+    }
+
+    fn dma_map(
+        &mut self,
+        flags: DmaMapFlags,
+        offset: u64,
+        address: u64,
+        size: u64,
+        fd: Option<File>,
+    ) -> io::Result<()> {
+        debug!(
+            "DMA_MAP flags={flags:?} address={address:#x} size={size:#x} offset={offset:#x} fd={}",
+            fd.is_some()
+        );
+        self.core
+            .ram
+            .map(address, size, offset, fd)
+            .inspect_err(|e| warn!("{e}"))
+    }
+
+    fn dma_unmap(&mut self, _flags: DmaUnmapFlags, address: u64, size: u64) -> io::Result<()> {
+        self.core.ram.unmap(address, size)
+    }
+
+    fn reset(&mut self) -> io::Result<()> {
+        info!("function reset requested by the client");
+        self.function_reset();
+        Ok(())
+    }
+
+    fn set_irqs(
+        &mut self,
+        index: u32,
+        flags: u32,
+        start: u32,
+        count: u32,
+        fds: Vec<File>,
+    ) -> io::Result<()> {
+        if index != VFIO_PCI_MSIX_IRQ_INDEX {
+            return Err(refused(format!(
+                "interrupt index {index} is not supported (MSI-X only)"
+            )));
+        }
+        if flags & VFIO_IRQ_SET_ACTION_TYPE_MASK != VFIO_IRQ_SET_ACTION_TRIGGER {
+            // Mask/unmask actions are for INTx; MSI-X masking is done in the table by QEMU.
+            debug!("SET_IRQS action {flags:#x} ignored");
+            return Ok(());
+        }
+        match flags & VFIO_IRQ_SET_DATA_TYPE_MASK {
+            VFIO_IRQ_SET_DATA_EVENTFD if !fds.is_empty() => {
+                if fds.len() != count as usize {
+                    warn!(
+                        "SET_IRQS: {} eventfds for {count} vectors; installing those given",
+                        fds.len()
+                    );
+                }
+                self.core.irqs.set(start, fds)?;
+            }
+            VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_DATA_NONE => {
+                self.core.irqs.clear(start, count)
+            }
+            other => {
+                return Err(refused(format!(
+                    "SET_IRQS data type {other:#x} is not supported"
+                )))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Options for [`serve`].
+#[derive(Clone, Debug, Default)]
+pub struct ServeOptions {
+    pub core: CoreConfig,
+}
+
+/// Listens on `socket`, serves one client until it disconnects, then returns. The socket
+/// file is removed on return.
+pub fn serve(socket: &Path, options: ServeOptions) -> Result<(), String> {
+    let mut function =
+        Function::new(options.core).map_err(|e| format!("cannot create the device: {e}"))?;
+    remove_stale_socket(socket)?;
+    let server = Server::new(socket, true, function.irqs(), function.regions())
+        .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
+    info!("listening on {} (vfio-user)", socket.display());
+    server
+        .run(&mut function)
+        .map_err(|e| format!("vfio-user session failed: {e}"))?;
+    info!(
+        "client disconnected; {} interrupts raised, {} dropped, {} bad register accesses",
+        function.core.irqs.raised(),
+        function.core.irqs.dropped(),
+        function.core.counters.bad_register_accesses
+    );
+    Ok(())
+}
+
+/// A socket file left by a qpipd that was killed would make bind fail. Remove it only if
+/// nobody is listening on it; refuse to touch anything that is not a socket.
+fn remove_stale_socket(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        return Err(format!(
+            "{} exists and is not a socket; refusing to replace it",
+            path.display()
+        ));
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => Err(format!(
+            "{} is in use by another process (another qpipd?)",
+            path.display()
+        )),
+        Err(_) => {
+            info!("removing stale socket {}", path.display());
+            std::fs::remove_file(path)
+                .map_err(|e| format!("cannot remove stale socket {}: {e}", path.display()))
+        }
+    }
+}
