@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Builds the guest image: $QPIP_CACHE/guest/vmlinuz (the runtime's kernel) and
+# $QPIP_CACHE/guest/initramfs.cpio.gz holding
+#   /init                      images/guest/init (the boot protocol: see that file)
+#   /bin/busybox + applet links  from the runtime's busybox-static
+#   /lib/modules/...           the virtio/9p modules the kernel builds as modules, decompressed,
+#   /lib/modules/load-order      and the order /init loads them in (dependencies first)
+#   /lib/qpip/qpip.ko          the guest driver, built by images/driver.sh
+#   /usr/bin/qpip-*            the guest tools of guest-lib, linked statically
+# Rebuilds only when an input changed (a stamp holds the hash of all of them).
+#
+# Environment: QPIP_KO overrides the driver module to pack (default $QPIP_CACHE/guest/qpip.ko),
+# QPIP_GUEST_OUT the output directory (default $QPIP_CACHE/guest).
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+OUT=${QPIP_GUEST_OUT:-$QPIP_CACHE/guest}
+KO=${QPIP_KO:-$QPIP_CACHE/guest/qpip.ko}
+INIT=$QPIP_ROOT/images/guest/init
+BUSYBOX=$RUNTIME_DIR/usr/bin/busybox
+TARGET=x86_64-unknown-linux-gnu
+
+# Modules the guest needs, by name; their dependencies are added from modules.dep and any
+# that the kernel has built in are skipped:
+#   9p, 9pnet_virtio  the host share (/host) over virtio-9p (pulls in 9pnet, netfs)
+#   virtio_net        the virtio-net NIC the lab gives each guest for the sockets baseline
+# (No virtio-rng: with -cpu max the kernel seeds its RNG from RDRAND before init runs.)
+# The virtio core and virtio_pci are checked too: built in on the Debian kernel, but a
+# kernel that builds them as modules needs them loaded first.
+MODULES=(virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci
+         netfs 9pnet 9pnet_virtio 9p virtio_net)
+
+[ -x "$BUSYBOX" ] || die "no busybox in the runtime ($BUSYBOX); run images/runtime.sh first"
+[ -f "$KO" ] || die "no guest driver at $KO; run images/driver.sh first"
+kernel=$(ls "$RUNTIME_DIR"/boot/vmlinuz-* 2>/dev/null | sort -V | tail -1)
+[ -n "$kernel" ] || die "no guest kernel in $RUNTIME_DIR/boot; run images/runtime.sh first"
+KVER=${kernel##*/vmlinuz-}
+MODDIR=$RUNTIME_DIR/lib/modules/$KVER
+[ -f "$MODDIR/modules.dep" ] || die "no $MODDIR/modules.dep for kernel $KVER"
+for tool in cargo xz gzip readelf strip; do
+    command -v "$tool" >/dev/null || die "$tool is missing on this host"
+done
+
+# --- guest tools: static, so the image needs no libc ---------------------------------------
+bins=()
+for src in "$QPIP_ROOT"/guest-lib/src/bin/*.rs "$QPIP_ROOT"/guest-lib/src/bin/*/main.rs; do
+    [ -f "$src" ] || continue
+    case $src in */main.rs) name=${src%/main.rs}; name=${name##*/} ;; *) name=$(basename "$src" .rs) ;; esac
+    bins+=("$name")
+done
+[ ${#bins[@]} -gt 0 ] || die "guest-lib has no binaries in src/bin"
+step "guest image: build guest tools (${bins[*]}, static)" \
+    env RUSTFLAGS="-C target-feature=+crt-static" \
+    cargo build --manifest-path "$QPIP_ROOT/Cargo.toml" --release -p qpip --target $TARGET --bins
+BINDIR=${CARGO_TARGET_DIR:-$QPIP_ROOT/target}/$TARGET/release
+for b in "${bins[@]}"; do
+    [ -x "$BINDIR/$b" ] || die "cargo built no $BINDIR/$b"
+    # A dynamic binary would fail in the guest with a bare "not found" from the shell.
+    if readelf -l "$BINDIR/$b" | grep -q INTERP; then
+        die "$BINDIR/$b is dynamically linked (has an ELF interpreter); the guest has no libc"
+    fi
+done
+
+# --- kernel modules: resolve names to files and dependency order --------------------------
+# modules.dep lines are "kernel/path/name.ko.xz: dep.ko.xz ..."; module names treat - and _
+# alike, file names do not, so compare normalised names.
+modname() { local n=${1##*/}; n=${n%%.ko*}; printf '%s' "${n//-/_}"; }
+declare -A dep_of file_of builtin
+while IFS= read -r line; do
+    f=${line%%:*}
+    n=$(modname "$f")
+    file_of[$n]=$f
+    dep_of[$n]=${line#*:}
+done <"$MODDIR/modules.dep"
+if [ -f "$MODDIR/modules.builtin" ]; then
+    while IFS= read -r f; do builtin[$(modname "$f")]=1; done <"$MODDIR/modules.builtin"
+fi
+load_order=()
+declare -A seen
+# Depth first: every dependency is listed before the module that needs it.
+add_module() {
+    local n=$1 d
+    [ -z "${seen[$n]:-}" ] || return 0
+    seen[$n]=1
+    if [ -n "${builtin[$n]:-}" ]; then
+        return 0
+    fi
+    [ -n "${file_of[$n]:-}" ] || die "kernel $KVER has module $n neither built in nor in modules.dep"
+    for d in ${dep_of[$n]}; do add_module "$(modname "$d")"; done
+    load_order+=("${file_of[$n]}")
+}
+for m in "${MODULES[@]}"; do add_module "$(modname "$m")"; done
+builtins=()
+for m in "${MODULES[@]}"; do [ -z "${builtin[$(modname "$m")]:-}" ] || builtins+=("$(modname "$m")"); done
+say "guest image: kernel $KVER; built in: ${builtins[*]:-none}"
+say "guest image: modules to load: $(for f in "${load_order[@]}"; do printf '%s ' "$(modname "$f")"; done)"
+
+# --- up to date? ---------------------------------------------------------------------------
+hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$KO" "$BUSYBOX" "$kernel")
+for b in "${bins[@]}"; do hash_inputs+=("$BINDIR/$b"); done
+for f in "${load_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
+KEY=$(inputs_hash "${hash_inputs[@]}")
+STAMP=$OUT/.initramfs-$KEY
+if [ -f "$STAMP" ] && [ -f "$OUT/initramfs.cpio.gz" ] && cmp -s "$kernel" "$OUT/vmlinuz"; then
+    say "guest image: up to date ($OUT)"
+    exit 0
+fi
+
+# --- assemble the tree ---------------------------------------------------------------------
+mkdir -p "$OUT"
+STAGE=$(mktemp -d "$OUT/.stage.XXXXXX")
+trap 'rm -rf "$STAGE" "$OUT/.initramfs.tmp"' EXIT
+say "guest image: assembling in $STAGE"
+cd "$STAGE"
+mkdir -p bin sbin usr/bin usr/sbin lib/modules lib/qpip etc root dev proc sys host tmp run
+chmod 1777 tmp
+install -m 0755 "$INIT" init
+install -m 0755 "$BUSYBOX" bin/busybox
+# Applet links, except those that would make busybox act as a system init (linuxrc,
+# sbin/init): this image's init is /init, and busybox init would start shells nobody reads.
+while IFS= read -r applet; do
+    case $applet in linuxrc|sbin/init|bin/busybox) continue ;; esac
+    mkdir -p "$(dirname "$applet")"
+    ln -sf /bin/busybox "$applet"
+done < <("$BUSYBOX" --list-full)
+[ -L bin/sh ] || die "busybox provides no sh applet"
+# The console the kernel opens for /init before devtmpfs is mounted (needs root; /init
+# reopens it from devtmpfs either way).
+if [ "$(id -u)" = 0 ]; then
+    mknod -m 600 dev/console c 5 1
+    mknod -m 666 dev/null c 1 3
+fi
+printf 'root:x:0:0:root:/root:/bin/sh\n' >etc/passwd
+printf 'root:x:0:\n' >etc/group
+printf '127.0.0.1 localhost\n::1 localhost\n' >etc/hosts
+
+for f in "${load_order[@]}"; do
+    mkdir -p "lib/modules/$KVER/$(dirname "$f")"
+    dst=lib/modules/$KVER/${f%.ko*}.ko
+    # Debian compresses modules; busybox insmod wants the plain ELF.
+    case $f in
+        *.ko.xz)  xz -dc "$MODDIR/$f" >"$dst" ;;
+        *.ko.gz)  gzip -dc "$MODDIR/$f" >"$dst" ;;
+        *.ko.zst) zstd -qdc "$MODDIR/$f" >"$dst" ;;
+        *.ko)     cp "$MODDIR/$f" "$dst" ;;
+        *) die "unknown module format: $f" ;;
+    esac
+    printf '/%s\n' "$dst" >>lib/modules/load-order
+done
+touch lib/modules/load-order
+
+install -m 0644 "$KO" lib/qpip/qpip.ko
+for b in "${bins[@]}"; do
+    # The release profile keeps line tables for host backtraces; the guest copy needs none.
+    strip -o "usr/bin/$b" "$BINDIR/$b"
+done
+
+# --- pack ----------------------------------------------------------------------------------
+# Fixed timestamps and owners, sorted names: the same inputs give the same archive on one
+# host. (Not --ignore-devno: busybox then zeroes the device numbers of /dev/console too.)
+find . -exec touch -h -d @0 {} +
+find . | LC_ALL=C sort | "$BUSYBOX" cpio -o -H newc -R 0:0 --renumber-inodes \
+    | gzip -n -9 >"$OUT/.initramfs.tmp"
+[ -s "$OUT/.initramfs.tmp" ] || die "packing the initramfs produced nothing"
+mv -f "$OUT/.initramfs.tmp" "$OUT/initramfs.cpio.gz"
+cp "$kernel" "$OUT/vmlinuz.tmp" && mv -f "$OUT/vmlinuz.tmp" "$OUT/vmlinuz"
+rm -f "$OUT"/.initramfs-*
+touch "$STAMP"
+say "guest image: $OUT/initramfs.cpio.gz ($(du -k "$OUT/initramfs.cpio.gz" | cut -f1) KiB), $OUT/vmlinuz ($KVER)"
