@@ -34,13 +34,18 @@ fn main() -> ExitCode {
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) if e.use_stderr() => {
-            // One clear line, not clap's multi-line usage dump.
+            // One clear line, not clap's multi-line usage dump: the message may span a few
+            // lines (e.g. the list of missing arguments), so fold everything before the
+            // usage block into one.
             let msg = e.to_string();
-            let first = msg
+            let first: Vec<&str> = msg
                 .lines()
-                .next()
-                .unwrap_or("bad arguments")
-                .trim_start_matches("error: ");
+                .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            let first = first.join(" ");
+            let first = first.trim_start_matches("error: ");
             eprintln!("qpipd: {first} (see qpipd --help)");
             return ExitCode::from(2);
         }
