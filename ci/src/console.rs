@@ -52,11 +52,11 @@ fn contains_marker(line: &str, marker: &str) -> bool {
     while let Some(pos) = line[from..].find(marker) {
         let start = from + pos;
         let end = start + marker.len();
-        let before_ok = line[..start].chars().next_back().map_or(true, |c| !is_word_char(c));
+        let before_ok = !line[..start].chars().next_back().is_some_and(is_word_char);
         // Markers ending in punctuation or a space end the word themselves; bare words
         // ("Oops") must not continue ("Oopsie").
         let after_ok = !marker.ends_with(is_word_char)
-            || line[end..].chars().next().map_or(true, |c| !is_word_char(c));
+            || !line[end..].chars().next().is_some_and(is_word_char);
         if before_ok && after_ok {
             return true;
         }
@@ -65,16 +65,77 @@ fn contains_marker(line: &str, marker: &str) -> bool {
     false
 }
 
-/// Formats problems for an error message: at most `max` lines, then a count of the rest.
-pub fn format_problems(problems: &[KernelProblem], max: usize) -> String {
+/// Formats problems found in `text` for an error message: the first one with the lines
+/// around it (a marker line alone rarely says what happened: the location of a warning and
+/// the stack frames follow it), then the other marker lines, at most `max` of them.
+pub fn format_problems(text: &str, problems: &[KernelProblem], max: usize) -> String {
+    const BEFORE: usize = 2;
+    const AFTER: usize = 10;
+    let Some(first) = problems.first() else {
+        return String::new();
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let from = first.line_no.saturating_sub(1 + BEFORE);
+    let to = (first.line_no + AFTER).min(lines.len());
     let mut s = String::new();
-    for p in problems.iter().take(max) {
-        s.push_str(&format!("    {:>5}: {}\n", p.line_no, p.line));
+    for (i, line) in lines.iter().enumerate().take(to).skip(from) {
+        let mark = if i + 1 == first.line_no { '>' } else { ' ' };
+        s.push_str(&format!("  {mark}{:>5}: {}\n", i + 1, line.trim_end()));
     }
-    if problems.len() > max {
-        s.push_str(&format!("    ... and {} more\n", problems.len() - max));
+    let rest: Vec<_> = problems.iter().filter(|p| p.line_no > to).collect();
+    if !rest.is_empty() {
+        s.push_str("  other problem lines:\n");
+    }
+    for p in rest.iter().take(max) {
+        s.push_str(&format!("  >{:>5}: {}\n", p.line_no, p.line));
+    }
+    if rest.len() > max {
+        s.push_str(&format!("   ... and {} more\n", rest.len() - max));
     }
     s
+}
+
+/// Removes terminal control sequences from console bytes, so that streaming a guest
+/// console to a terminal does not reset or reconfigure it (SeaBIOS and the kernel's early
+/// console send "ESC c", "ESC [2J" and the like). Keeps text, newlines and tabs. Sequences
+/// may be split across chunks, so the filter keeps state between calls.
+#[derive(Debug, Default)]
+pub struct TerminalFilter {
+    state: FilterState,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum FilterState {
+    #[default]
+    Text,
+    Escape,
+    Csi,
+}
+
+impl TerminalFilter {
+    pub fn filter(&mut self, input: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(input.len());
+        for &b in input {
+            self.state = match (self.state, b) {
+                (FilterState::Text, 0x1b) => FilterState::Escape,
+                (FilterState::Text, b'\n' | b'\t') => {
+                    out.push(b);
+                    FilterState::Text
+                }
+                (FilterState::Text, b) if b < 0x20 || b == 0x7f => FilterState::Text,
+                (FilterState::Text, b) => {
+                    out.push(b);
+                    FilterState::Text
+                }
+                (FilterState::Escape, b'[') => FilterState::Csi,
+                (FilterState::Escape, _) => FilterState::Text,
+                // CSI parameters and intermediates run until a final byte in 0x40..=0x7e.
+                (FilterState::Csi, 0x40..=0x7e) => FilterState::Text,
+                (FilterState::Csi, _) => FilterState::Csi,
+            };
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -119,7 +180,10 @@ qpip-guest: exit status 0
     fn finds_bug_oops_and_panic() {
         let markers: Vec<_> = scan(OOPS).iter().map(|p| p.marker).collect();
         assert_eq!(markers, ["BUG:", "Oops", "Kernel panic"]);
-        assert_eq!(scan("[ 1.0] kernel BUG at mm/slub.c:435!")[0].marker, "kernel BUG at");
+        assert_eq!(
+            scan("[ 1.0] kernel BUG at mm/slub.c:435!")[0].marker,
+            "kernel BUG at"
+        );
     }
 
     #[test]
@@ -139,10 +203,24 @@ qpip-guest: exit status 0
     }
 
     #[test]
-    fn formatting_caps_the_line_count() {
-        let text = "WARNING: a\n".repeat(5);
-        let s = format_problems(&scan(&text), 3);
-        assert_eq!(s.lines().count(), 4);
-        assert!(s.ends_with("... and 2 more\n"), "{s}");
+    fn formatting_shows_context_and_caps_the_rest() {
+        let s = format_problems(WARN, &scan(WARN), 5);
+        assert!(s.contains(">    3: [    2.102001] WARNING: CPU: 0"), "{s}");
+        assert!(s.contains("     1: [    2.101234] qpip"), "{s}");
+        assert!(s.contains("     7: "), "{s}");
+        assert!(!s.contains("other problem lines"), "{s}");
+
+        let text = format!("{}{}", "x\n".repeat(20), "WARNING: a\n".repeat(20));
+        let s = format_problems(&text, &scan(&text), 3);
+        assert!(s.contains("other problem lines:"), "{s}");
+        assert!(s.ends_with("... and 6 more\n"), "{s}");
+    }
+
+    #[test]
+    fn terminal_filter_drops_control_sequences_across_chunks() {
+        let mut f = TerminalFilter::default();
+        let mut out = f.filter(b"\x1bc\x1b[?7l\x1b[2JSeaBIOS\r\n\x1b[");
+        out.extend(f.filter(b"0mLinux\tok\n"));
+        assert_eq!(String::from_utf8(out).unwrap(), "SeaBIOS\nLinux\tok\n");
     }
 }

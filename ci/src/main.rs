@@ -13,7 +13,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "qpip-lab", version, about = "Boots QEMU guests with qpip devices and runs commands in them")]
+#[command(
+    name = "qpip-lab",
+    version,
+    about = "Boots QEMU guests with qpip devices and runs commands in them"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -46,7 +50,12 @@ struct VmArgs {
     #[arg(short, long)]
     verbose: bool,
     /// The command to run in the guest.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
     cmd: Vec<String>,
 }
 
@@ -68,6 +77,7 @@ fn main() -> ExitCode {
         cmd: args.cmd.join(" "),
     };
     let verbose = args.verbose;
+    let mut console_filter = qpip_lab::console::TerminalFilter::default();
     let mut observe = |stream: Stream, bytes: &[u8]| match stream {
         Stream::Output => {
             let mut out = std::io::stdout().lock();
@@ -76,7 +86,7 @@ fn main() -> ExitCode {
         }
         Stream::Console if verbose => {
             let mut err = std::io::stderr().lock();
-            let _ = err.write_all(bytes);
+            let _ = err.write_all(&console_filter.filter(bytes));
             let _ = err.flush();
         }
         Stream::Console => {}

@@ -11,7 +11,11 @@ use std::path::PathBuf;
 pub fn root() -> PathBuf {
     match std::env::var_os("QPIP_ROOT") {
         Some(r) if !r.is_empty() => PathBuf::from(r),
-        _ => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/..")),
+        _ => {
+            let r = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+            // Resolve the "..", so paths in messages read plainly.
+            r.canonicalize().unwrap_or(r)
+        }
     }
 }
 

@@ -35,7 +35,12 @@ impl Proc {
         }
         let child = cmd.spawn()?;
         log::debug!("started {name} (pid {})", child.id());
-        Ok(Proc { name, log, child, status: None })
+        Ok(Proc {
+            name,
+            log,
+            child,
+            status: None,
+        })
     }
 
     pub fn pid(&self) -> u32 {

@@ -146,11 +146,21 @@ pub struct LabError {
 
 impl LabError {
     fn setup(message: String) -> LabError {
-        LabError { kind: ErrorKind::Setup, message, details: String::new(), run_dir: None }
+        LabError {
+            kind: ErrorKind::Setup,
+            message,
+            details: String::new(),
+            run_dir: None,
+        }
     }
 
     fn failed(message: String, details: String, run_dir: &Path) -> LabError {
-        LabError { kind: ErrorKind::Failed, message, details, run_dir: Some(run_dir.into()) }
+        LabError {
+            kind: ErrorKind::Failed,
+            message,
+            details,
+            run_dir: Some(run_dir.into()),
+        }
     }
 
     pub fn is_interrupted(&self) -> bool {
@@ -203,10 +213,20 @@ pub fn run_vm_observed(
         });
     }
     check_prerequisites(spec)?;
-    let run_dir = make_run_dir()
-        .map_err(|e| LabError::setup(format!("cannot create a run folder in {}: {e}", paths::runs().display())))?;
+    let run_dir = make_run_dir().map_err(|e| {
+        LabError::setup(format!(
+            "cannot create a run folder in {}: {e}",
+            paths::runs().display()
+        ))
+    })?;
     log::info!("run folder: {}", run_dir.display());
-    Run { spec, dir: run_dir, devices: Vec::new(), qemu: None }.go(observe)
+    Run {
+        spec,
+        dir: run_dir,
+        devices: Vec::new(),
+        qemu: None,
+    }
+    .go(observe)
 }
 
 fn check_prerequisites(spec: &VmSpec) -> Result<(), LabError> {
@@ -229,7 +249,9 @@ fn check_prerequisites(spec: &VmSpec) -> Result<(), LabError> {
         }
     }
     if spec.accel == Accel::Kvm && !Path::new("/dev/kvm").exists() {
-        return Err(LabError::setup("--accel kvm needs /dev/kvm, which this host lacks".into()));
+        return Err(LabError::setup(
+            "--accel kvm needs /dev/kvm, which this host lacks".into(),
+        ));
     }
     Ok(())
 }
@@ -283,7 +305,9 @@ struct Tail {
 
 impl Tail {
     fn poll(&mut self, observe: &mut dyn FnMut(Stream, &[u8])) {
-        let Ok(mut f) = File::open(&self.path) else { return };
+        let Ok(mut f) = File::open(&self.path) else {
+            return;
+        };
         if f.seek(SeekFrom::Start(self.pos)).is_err() {
             return;
         }
@@ -349,8 +373,12 @@ impl Run<'_> {
 
     fn go_inner(&mut self, observe: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome, LabError> {
         let share = self.dir.join("share");
-        fs::write(share.join("cmd.sh"), format!("{}\n", self.spec.cmd))
-            .map_err(|e| self.fail(format!("cannot write {}/cmd.sh: {e}", share.display()), String::new()))?;
+        fs::write(share.join("cmd.sh"), format!("{}\n", self.spec.cmd)).map_err(|e| {
+            self.fail(
+                format!("cannot write {}/cmd.sh: {e}", share.display()),
+                String::new(),
+            )
+        })?;
 
         for i in 0..self.spec.devices {
             self.start_device(i)?;
@@ -363,8 +391,16 @@ impl Run<'_> {
         let started = Instant::now();
         self.start_qemu(&console_log)?;
         let mut tails = [
-            Tail { path: share.join("output"), pos: 0, stream: Stream::Output },
-            Tail { path: console_log.clone(), pos: 0, stream: Stream::Console },
+            Tail {
+                path: share.join("output"),
+                pos: 0,
+                stream: Stream::Output,
+            },
+            Tail {
+                path: console_log.clone(),
+                pos: 0,
+                stream: Stream::Console,
+            },
         ];
 
         let qemu_status = self.wait_for_qemu(&mut tails, observe, started)?;
@@ -410,8 +446,11 @@ impl Run<'_> {
         let in_console = console::scan(&console);
         if !in_console.is_empty() {
             problems.push(Problem {
-                headline: format!("kernel problem in the guest console ({})", in_console[0].marker),
-                details: console::format_problems(&in_console, 12),
+                headline: format!(
+                    "kernel problem in the guest console ({})",
+                    in_console[0].marker
+                ),
+                details: console::format_problems(&console, &in_console, 12),
             });
         } else {
             // dmesg can hold messages above the console log level; the console is the
@@ -420,23 +459,34 @@ impl Run<'_> {
             if !in_dmesg.is_empty() {
                 problems.push(Problem {
                     headline: format!("kernel problem in the guest dmesg ({})", in_dmesg[0].marker),
-                    details: console::format_problems(&in_dmesg, 12),
+                    details: console::format_problems(&dmesg, &in_dmesg, 12),
                 });
             }
         }
 
         if problems.is_empty() {
             let status = status.expect("a missing status is a problem");
-            return Ok(VmOutcome { status, output, console, dmesg, run_dir: self.dir.clone(), elapsed });
+            return Ok(VmOutcome {
+                status,
+                output,
+                console,
+                dmesg,
+                run_dir: self.dir.clone(),
+                elapsed,
+            });
         }
         let mut message = problems[0].headline.clone();
         if problems.len() > 1 {
             message.push_str(&format!(" (and {} more problems)", problems.len() - 1));
         }
-        let mut details = String::new();
-        for p in &problems {
-            details.push_str(&format!("  {}\n{}", p.headline, p.details));
-        }
+        let details = if problems.len() == 1 {
+            problems.remove(0).details
+        } else {
+            problems
+                .iter()
+                .map(|p| format!("  {}\n{}", p.headline, p.details))
+                .collect()
+        };
         Err(self.fail(message, details))
     }
 
@@ -452,8 +502,12 @@ impl Run<'_> {
             ));
         }
         let log = self.dir.join(format!("qpipd-{i}.log"));
-        let file = File::create(&log)
-            .map_err(|e| self.fail(format!("cannot create {}: {e}", log.display()), String::new()))?;
+        let file = File::create(&log).map_err(|e| {
+            self.fail(
+                format!("cannot create {}: {e}", log.display()),
+                String::new(),
+            )
+        })?;
         let file2 = file
             .try_clone()
             .map_err(|e| self.fail(format!("cannot dup {}: {e}", log.display()), String::new()))?;
@@ -467,9 +521,17 @@ impl Run<'_> {
             cmd.env("RUST_LOG", "info");
         }
         cmd.stdin(Stdio::null()).stdout(file).stderr(file2);
-        let p = Proc::spawn(format!("qpipd {i}"), log, cmd)
-            .map_err(|e| self.fail(format!("cannot start {}: {e}", qpipd.display()), String::new()))?;
-        log::info!("device {i}: qpipd pid {}, socket {}", p.pid(), sock.display());
+        let p = Proc::spawn(format!("qpipd {i}"), log, cmd).map_err(|e| {
+            self.fail(
+                format!("cannot start {}: {e}", qpipd.display()),
+                String::new(),
+            )
+        })?;
+        log::info!(
+            "device {i}: qpipd pid {}, socket {}",
+            p.pid(),
+            sock.display()
+        );
         self.devices.push(p);
         Ok(())
     }
@@ -489,7 +551,10 @@ impl Run<'_> {
             if let Some(st) = exited {
                 let (name, log) = (dev.name.clone(), dev.log.clone());
                 return Err(self.fail(
-                    format!("{name} exited ({st}) before listening on its socket; log: {}", log.display()),
+                    format!(
+                        "{name} exited ({st}) before listening on its socket; log: {}",
+                        log.display()
+                    ),
                     log_tail(&log, 15),
                 ));
             }
@@ -515,7 +580,10 @@ impl Run<'_> {
             // QEMU's option syntax has no escape for a comma in these paths.
             if p.to_string_lossy().contains(',') {
                 return Err(self.fail(
-                    format!("path {} contains a comma, which QEMU options cannot take", p.display()),
+                    format!(
+                        "path {} contains a comma, which QEMU options cannot take",
+                        p.display()
+                    ),
                     String::new(),
                 ));
             }
@@ -546,7 +614,10 @@ impl Run<'_> {
             "-append".into(),
             KERNEL_CMDLINE.into(),
             "-virtfs".into(),
-            format!("local,path={},mount_tag=host,security_model=none,id=h0", share.display()),
+            format!(
+                "local,path={},mount_tag=host,security_model=none,id=h0",
+                share.display()
+            ),
         ];
         for i in 0..self.spec.devices {
             let sock = self.dir.join(format!("qpip{i}.sock"));
@@ -562,8 +633,12 @@ impl Run<'_> {
             format!("{} {}\n", paths::qemu_env().display(), args.join(" ")),
         )
         .ok();
-        let file = File::create(&log)
-            .map_err(|e| self.fail(format!("cannot create {}: {e}", log.display()), String::new()))?;
+        let file = File::create(&log).map_err(|e| {
+            self.fail(
+                format!("cannot create {}: {e}", log.display()),
+                String::new(),
+            )
+        })?;
         let file2 = file
             .try_clone()
             .map_err(|e| self.fail(format!("cannot dup {}: {e}", log.display()), String::new()))?;
@@ -577,7 +652,12 @@ impl Run<'_> {
             .stderr(file2);
         let p = Proc::spawn("QEMU".into(), log, cmd)
             .map_err(|e| self.fail(format!("cannot start QEMU: {e}"), String::new()))?;
-        log::info!("QEMU pid {} ({} device(s), {})", p.pid(), self.spec.devices, self.spec.accel.as_str());
+        log::info!(
+            "QEMU pid {} ({} device(s), {})",
+            p.pid(),
+            self.spec.devices,
+            self.spec.accel.as_str()
+        );
         self.qemu = Some(p);
         Ok(())
     }
@@ -603,7 +683,9 @@ impl Run<'_> {
             match qemu.try_wait() {
                 Ok(Some(st)) => return Ok(st),
                 Ok(None) => {}
-                Err(e) => return Err(self.fail(format!("cannot wait for QEMU: {e}"), String::new())),
+                Err(e) => {
+                    return Err(self.fail(format!("cannot wait for QEMU: {e}"), String::new()))
+                }
             }
             if device_gone.is_none() {
                 for (i, d) in self.devices.iter_mut().enumerate() {
@@ -630,7 +712,10 @@ impl Run<'_> {
                 self.stop_all();
                 let console = self.dir.join("console.log");
                 return Err(self.fail(
-                    format!("guest did not finish within {} s; killed QEMU", self.spec.timeout.as_secs()),
+                    format!(
+                        "guest did not finish within {} s; killed QEMU",
+                        self.spec.timeout.as_secs()
+                    ),
                     format!("  last console lines:\n{}", log_tail(&console, 15)),
                 ));
             }
@@ -697,7 +782,10 @@ mod tests {
         let t = timestamp();
         assert_eq!(t.len(), 15, "{t}");
         assert_eq!(&t[8..9], "-");
-        assert!(t.chars().filter(|c| *c != '-').all(|c| c.is_ascii_digit()), "{t}");
+        assert!(
+            t.chars().filter(|c| *c != '-').all(|c| c.is_ascii_digit()),
+            "{t}"
+        );
     }
 
     #[test]
@@ -709,8 +797,18 @@ mod tests {
 
     #[test]
     fn error_headline_names_the_console_log() {
-        let e = LabError::failed("guest did not report an exit status".into(), "  x\n".into(), Path::new("/r"));
-        assert_eq!(e.headline(), "guest did not report an exit status (console log: /r/console.log)");
-        assert_eq!(e.to_string(), "guest did not report an exit status (console log: /r/console.log)\n  x");
+        let e = LabError::failed(
+            "guest did not report an exit status".into(),
+            "  x\n".into(),
+            Path::new("/r"),
+        );
+        assert_eq!(
+            e.headline(),
+            "guest did not report an exit status (console log: /r/console.log)"
+        );
+        assert_eq!(
+            e.to_string(),
+            "guest did not report an exit status (console log: /r/console.log)\n  x"
+        );
     }
 }

@@ -37,7 +37,10 @@ qpip_state() {
 /// Runs a guest; an interrupted run ends the test process (the lab has already stopped
 /// its children), so a Ctrl-C does not fall through to the next test's boot.
 fn boot(spec: VmSpec) -> VmOutcome {
-    let spec = VmSpec { cmd: format!("{HELPERS}\n{}", spec.cmd), ..spec };
+    let spec = VmSpec {
+        cmd: format!("{HELPERS}\n{}", spec.cmd),
+        ..spec
+    };
     match run_vm(&spec) {
         Ok(outcome) => outcome,
         Err(e) if e.is_interrupted() => {
@@ -65,13 +68,20 @@ impl<'a> Report<'a> {
     }
 
     fn all(&self, key: &str) -> Vec<&'a str> {
-        self.pairs.iter().filter(|(k, _)| *k == key).map(|(_, v)| *v).collect()
+        self.pairs
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+            .collect()
     }
 
     fn get(&self, key: &str) -> &'a str {
         match self.all(key).as_slice() {
             [v] => v,
-            vs => panic!("expected one '{key}' in the guest report, found {vs:?}\n{}", self.context()),
+            vs => panic!(
+                "expected one '{key}' in the guest report, found {vs:?}\n{}",
+                self.context()
+            ),
         }
     }
 
@@ -82,9 +92,11 @@ impl<'a> Report<'a> {
         self.all(&format!("{tag}.pci"))
             .into_iter()
             .filter_map(|line| match line.split(' ').collect::<Vec<_>>()[..] {
-                [slot, v, d, class, driver] if v == vendor && d == device => {
-                    Some(PciFunction { slot, class, driver })
-                }
+                [slot, v, d, class, driver] if v == vendor && d == device => Some(PciFunction {
+                    slot,
+                    class,
+                    driver,
+                }),
                 _ => None,
             })
             .collect()
@@ -92,7 +104,12 @@ impl<'a> Report<'a> {
 
     /// Output, run folder and the driver's kernel messages, for failure messages.
     fn context(&self) -> String {
-        let qpip_dmesg: Vec<&str> = self.outcome.dmesg.lines().filter(|l| l.contains("qpip")).collect();
+        let qpip_dmesg: Vec<&str> = self
+            .outcome
+            .dmesg
+            .lines()
+            .filter(|l| l.contains("qpip"))
+            .collect();
         format!(
             "--- guest output:\n{}--- qpip lines of the guest dmesg:\n{}\n--- run folder: {}",
             self.outcome.output,
@@ -115,7 +132,7 @@ fn abi_version() -> String {
 
 /// The driver's probe line for `qpipN`, e.g.
 /// `qpip 0000:00:03.0: qpip0: qpip device interface 1.0, 64 doorbell pages, 16 MSI-X vectors`.
-fn probe_lines<'a>(dmesg: &'a str, n: usize) -> Vec<&'a str> {
+fn probe_lines(dmesg: &str, n: usize) -> Vec<&str> {
     let needle = format!("qpip{n}: qpip device interface {}", abi_version());
     dmesg.lines().filter(|l| l.contains(&needle)).collect()
 }
@@ -146,56 +163,136 @@ qpip-info; kv info.status $?
 
     // Enumeration: exactly one function with the qpip IDs, with the qpip class, bound.
     let funcs = rep.qpip_functions("boot");
-    assert_eq!(funcs.len(), 1, "qpip functions at boot: {funcs:?}\n{}", ctx());
+    assert_eq!(
+        funcs.len(),
+        1,
+        "qpip functions at boot: {funcs:?}\n{}",
+        ctx()
+    );
     let f = &funcs[0];
-    assert_eq!(f.class, format!("{PCI_CLASS_CODE:#08x}"), "class of {}\n{}", f.slot, ctx());
+    assert_eq!(
+        f.class,
+        format!("{PCI_CLASS_CODE:#08x}"),
+        "class of {}\n{}",
+        f.slot,
+        ctx()
+    );
     assert_eq!(f.driver, "qpip", "driver bound to {}\n{}", f.slot, ctx());
     let slot = f.slot;
 
     // What the driver publishes.
     assert_eq!(rep.get("boot.dev0"), "yes", "/dev/qpip0 at boot\n{}", ctx());
-    assert_eq!(rep.get("boot.qpip0.abi_version"), abi_version(), "{}", ctx());
-    assert_eq!(rep.get("boot.qpip0.ident"), format!("{IDENT_MAGIC:#010x}"), "{}", ctx());
-    assert_eq!(rep.get("boot.qpip0.doorbell_pages"), pci::DOORBELL_PAGES.to_string(), "{}", ctx());
-    assert_eq!(rep.get("boot.qpip0.msix_vectors"), pci::MSIX_VECTORS.to_string(), "{}", ctx());
-    let irqs: u64 = rep.get("boot.qpip0.irq_count").parse().expect("irq_count is a number");
-    assert!(irqs >= 1, "the probe's test interrupt was not counted (irq_count {irqs})\n{}", ctx());
+    assert_eq!(
+        rep.get("boot.qpip0.abi_version"),
+        abi_version(),
+        "{}",
+        ctx()
+    );
+    assert_eq!(
+        rep.get("boot.qpip0.ident"),
+        format!("{IDENT_MAGIC:#010x}"),
+        "{}",
+        ctx()
+    );
+    assert_eq!(
+        rep.get("boot.qpip0.doorbell_pages"),
+        pci::DOORBELL_PAGES.to_string(),
+        "{}",
+        ctx()
+    );
+    assert_eq!(
+        rep.get("boot.qpip0.msix_vectors"),
+        pci::MSIX_VECTORS.to_string(),
+        "{}",
+        ctx()
+    );
+    let irqs: u64 = rep
+        .get("boot.qpip0.irq_count")
+        .parse()
+        .expect("irq_count is a number");
+    assert!(
+        irqs >= 1,
+        "the probe's test interrupt was not counted (irq_count {irqs})\n{}",
+        ctx()
+    );
 
     // Unload and reload, twice: the node and the binding go away and come back, and each
     // probe resets the device again.
     let reset_count = |tag: &str| -> u64 {
         let v = rep.get(&format!("{tag}.qpip0.reset_count"));
-        v.parse().unwrap_or_else(|_| panic!("{tag}: reset_count {v:?} is not a number\n{}", ctx()))
+        v.parse()
+            .unwrap_or_else(|_| panic!("{tag}: reset_count {v:?} is not a number\n{}", ctx()))
     };
     let mut last_resets = reset_count("boot");
-    assert!(last_resets >= 1, "the probe did not reset the device\n{}", ctx());
+    assert!(
+        last_resets >= 1,
+        "the probe did not reset the device\n{}",
+        ctx()
+    );
     for r in ["r1", "r2"] {
-        assert_eq!(rep.get(&format!("{r}.rmmod")), "0", "{r}: rmmod qpip\n{}", ctx());
-        assert_eq!(rep.get(&format!("{r}.unloaded.dev0")), "no", "{r}: /dev/qpip0 after rmmod\n{}", ctx());
+        assert_eq!(
+            rep.get(&format!("{r}.rmmod")),
+            "0",
+            "{r}: rmmod qpip\n{}",
+            ctx()
+        );
+        assert_eq!(
+            rep.get(&format!("{r}.unloaded.dev0")),
+            "no",
+            "{r}: /dev/qpip0 after rmmod\n{}",
+            ctx()
+        );
         let unbound = rep.qpip_functions(&format!("{r}.unloaded"));
         assert!(
             unbound.len() == 1 && unbound[0].driver == "none",
             "{r}: the function after rmmod: {unbound:?}\n{}",
             ctx()
         );
-        assert_eq!(rep.get(&format!("{r}.insmod")), "0", "{r}: insmod\n{}", ctx());
+        assert_eq!(
+            rep.get(&format!("{r}.insmod")),
+            "0",
+            "{r}: insmod\n{}",
+            ctx()
+        );
         let funcs = rep.qpip_functions(r);
         assert!(
             funcs.len() == 1 && funcs[0].slot == slot && funcs[0].driver == "qpip",
             "{r}: the function after insmod: {funcs:?}\n{}",
             ctx()
         );
-        assert_eq!(rep.get(&format!("{r}.dev0")), "yes", "{r}: /dev/qpip0 after insmod\n{}", ctx());
-        assert_eq!(rep.get(&format!("{r}.qpip0.abi_version")), abi_version(), "{}", ctx());
+        assert_eq!(
+            rep.get(&format!("{r}.dev0")),
+            "yes",
+            "{r}: /dev/qpip0 after insmod\n{}",
+            ctx()
+        );
+        assert_eq!(
+            rep.get(&format!("{r}.qpip0.abi_version")),
+            abi_version(),
+            "{}",
+            ctx()
+        );
         let resets = reset_count(r);
-        assert!(resets > last_resets, "{r}: reset_count {resets}, was {last_resets}\n{}", ctx());
+        assert!(
+            resets > last_resets,
+            "{r}: reset_count {resets}, was {last_resets}\n{}",
+            ctx()
+        );
         last_resets = resets;
     }
 
     // The probe line, once per probe (boot and two reloads), names the interface version.
     let probes = probe_lines(&out.dmesg, 0);
-    assert_eq!(probes.len(), 3, "probe lines for qpip0 (boot + 2 reloads): {probes:?}\n{}", ctx());
-    assert!(probes.iter().all(|l| l.contains(slot)), "probe lines name {slot}: {probes:?}");
+    assert_eq!(
+        probes.len(),
+        3,
+        "probe lines for qpip0 (boot + 2 reloads): {probes:?}\n{}",
+        ctx()
+    );
+    assert!(
+        probes.iter().all(|l| l.contains(slot)),
+        "probe lines name {slot}: {probes:?}"
+    );
 
     // qpip-info finds the device through sysfs and opens its node.
     assert_eq!(rep.get("info.status"), "0", "qpip-info failed\n{}", ctx());
@@ -215,23 +312,51 @@ qpip-info; kv info.status $?
 fn two_devices_in_one_guest() {
     let out = boot(VmSpec {
         devices: 2,
-        ..VmSpec::new(r#"pci boot; qpip_state boot 0; qpip_state boot 1; qpip-info; kv info.status $?"#)
+        ..VmSpec::new(
+            r#"pci boot; qpip_state boot 0; qpip_state boot 1; qpip-info; kv info.status $?"#,
+        )
     });
     let rep = Report::new(&out);
     assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
     let funcs = rep.qpip_functions("boot");
-    assert_eq!(funcs.len(), 2, "qpip functions: {funcs:?}\n{}", rep.context());
-    assert!(funcs.iter().all(|f| f.driver == "qpip"), "bindings: {funcs:?}\n{}", rep.context());
+    assert_eq!(
+        funcs.len(),
+        2,
+        "qpip functions: {funcs:?}\n{}",
+        rep.context()
+    );
+    assert!(
+        funcs.iter().all(|f| f.driver == "qpip"),
+        "bindings: {funcs:?}\n{}",
+        rep.context()
+    );
     assert_ne!(funcs[0].slot, funcs[1].slot);
     for n in 0..2 {
-        assert_eq!(rep.get(&format!("boot.dev{n}")), "yes", "/dev/qpip{n}\n{}", rep.context());
-        assert_eq!(rep.get(&format!("boot.qpip{n}.abi_version")), abi_version(), "{}", rep.context());
-        assert_eq!(probe_lines(&out.dmesg, n).len(), 1, "probe line of qpip{n}\n{}", rep.context());
+        assert_eq!(
+            rep.get(&format!("boot.dev{n}")),
+            "yes",
+            "/dev/qpip{n}\n{}",
+            rep.context()
+        );
+        assert_eq!(
+            rep.get(&format!("boot.qpip{n}.abi_version")),
+            abi_version(),
+            "{}",
+            rep.context()
+        );
+        assert_eq!(
+            probe_lines(&out.dmesg, n).len(),
+            1,
+            "probe line of qpip{n}\n{}",
+            rep.context()
+        );
     }
     assert_eq!(rep.get("info.status"), "0", "qpip-info\n{}", rep.context());
     for n in 0..2 {
         assert!(
-            out.output.lines().any(|l| l.starts_with(&format!("/dev/qpip{n} "))),
+            out.output
+                .lines()
+                .any(|l| l.starts_with(&format!("/dev/qpip{n} "))),
             "qpip-info does not list /dev/qpip{n}\n{}",
             rep.context()
         );
@@ -261,16 +386,31 @@ fn driver_refuses_an_unknown_major_version() {
         "the function must enumerate and stay unbound: {funcs:?}\n{}",
         rep.context()
     );
-    assert_eq!(rep.get("boot.dev0"), "no", "/dev/qpip0 exists for a refused device\n{}", rep.context());
-    assert!(rep.all("class").is_empty(), "class devices: {:?}", rep.all("class"));
+    assert_eq!(
+        rep.get("boot.dev0"),
+        "no",
+        "/dev/qpip0 exists for a refused device\n{}",
+        rep.context()
+    );
+    assert!(
+        rep.all("class").is_empty(),
+        "class devices: {:?}",
+        rep.all("class")
+    );
     let refusal = format!("device interface version {MAJOR}.{ABI_VERSION_MINOR} is not supported");
     let needs = format!("needs {ABI_VERSION_MAJOR}.x");
     assert!(
-        out.dmesg.lines().any(|l| l.contains(&refusal) && l.contains(&needs) && l.contains(funcs[0].slot)),
+        out.dmesg
+            .lines()
+            .any(|l| l.contains(&refusal) && l.contains(&needs) && l.contains(funcs[0].slot)),
         "no refusal line ('{refusal}', '{needs}') in dmesg\n{}",
         rep.context()
     );
-    assert!(probe_lines(&out.dmesg, 0).is_empty(), "a refused device was probed\n{}", rep.context());
+    assert!(
+        probe_lines(&out.dmesg, 0).is_empty(),
+        "a refused device was probed\n{}",
+        rep.context()
+    );
 }
 
 /// Lab self-test: the `qpip-lab vm` command streams the guest command's output and exits
@@ -279,12 +419,25 @@ fn driver_refuses_an_unknown_major_version() {
 #[ignore = "boots VMs: run by ./qpip test"]
 fn lab_propagates_the_guest_exit_status() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_qpip-lab"))
-        .args(["vm", "--devices", "0", "--", "echo", "hello from the guest;", "exit", "7"])
+        .args([
+            "vm",
+            "--devices",
+            "0",
+            "--",
+            "echo",
+            "hello from the guest;",
+            "exit",
+            "7",
+        ])
         .output()
         .expect("run qpip-lab");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(7), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
     assert_eq!(stdout, "hello from the guest\n", "stderr:\n{stderr}");
 }
 
@@ -294,7 +447,10 @@ fn lab_propagates_the_guest_exit_status() {
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn lab_fails_a_run_with_a_kernel_trace() {
-    let spec = VmSpec { devices: 0, ..VmSpec::new("echo l > /proc/sysrq-trigger; sleep 1; exit 0") };
+    let spec = VmSpec {
+        devices: 0,
+        ..VmSpec::new("echo l > /proc/sysrq-trigger; sleep 1; exit 0")
+    };
     match run_vm(&spec) {
         Ok(out) => panic!(
             "a run with a kernel stack dump passed; console:\n{}\nrun folder: {}",
@@ -304,9 +460,18 @@ fn lab_fails_a_run_with_a_kernel_trace() {
         Err(e) if e.is_interrupted() => std::process::exit(130),
         Err(e) => {
             let text = e.to_string();
-            assert!(e.message.starts_with("kernel problem in the guest console"), "{text}");
-            assert!(text.contains("Call Trace:"), "the offending line is not shown: {text}");
-            assert!(text.contains("console.log"), "the console log is not named: {text}");
+            assert!(
+                e.message.starts_with("kernel problem in the guest console"),
+                "{text}"
+            );
+            assert!(
+                text.contains("Call Trace:"),
+                "the offending line is not shown: {text}"
+            );
+            assert!(
+                text.contains("console.log"),
+                "the console log is not named: {text}"
+            );
             assert!(e.console_log().is_some_and(|c| c.exists()), "{text}");
         }
     }
