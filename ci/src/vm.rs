@@ -330,11 +330,10 @@ struct Problem {
 struct Run<'a> {
     spec: &'a VmSpec,
     dir: PathBuf,
-    // Declared before `qemu` only for readability: teardown order is explicit in `stop_all`
-    // (QEMU first, so the devices see a disconnect, then the devices); Drop of `Proc` is the
-    // backstop on panics.
-    devices: Vec<Proc>,
+    // Teardown order is QEMU first (so the devices see a disconnect), then the devices:
+    // explicit in `stop_all`, and the field order makes Drop, the backstop on panics, agree.
     qemu: Option<Proc>,
+    devices: Vec<Proc>,
 }
 
 impl Run<'_> {

@@ -11,7 +11,7 @@
 use qpip_abi::pci::{PCI_CLASS_CODE, PCI_DEVICE_ID, PCI_VENDOR_ID};
 use qpip_abi::regs::IDENT_MAGIC;
 use qpip_abi::{pci, ABI_VERSION_MAJOR, ABI_VERSION_MINOR};
-use qpip_lab::{run_vm, VmOutcome, VmSpec};
+use qpip_lab::{run_vm, LabError, VmOutcome, VmSpec};
 
 /// Shell helpers prepended to every guest script.
 ///  kv KEY VALUE   one report line
@@ -43,12 +43,17 @@ fn boot(spec: VmSpec) -> VmOutcome {
     };
     match run_vm(&spec) {
         Ok(outcome) => outcome,
-        Err(e) if e.is_interrupted() => {
-            eprintln!("{e}");
-            std::process::exit(130);
-        }
+        Err(e) if e.is_interrupted() => interrupted(&e),
         Err(e) => panic!("VM run failed: {e}"),
     }
+}
+
+/// Ends the test process after a Ctrl-C or SIGTERM (the lab has stopped its children).
+/// Written to stderr directly: the harness captures `eprintln!` and would drop it on exit.
+fn interrupted(e: &LabError) -> ! {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{}", e.headline());
+    std::process::exit(130);
 }
 
 /// The guest's `@key=value` report lines.
@@ -457,7 +462,7 @@ fn lab_fails_a_run_with_a_kernel_trace() {
             out.console,
             out.run_dir.display()
         ),
-        Err(e) if e.is_interrupted() => std::process::exit(130),
+        Err(e) if e.is_interrupted() => interrupted(&e),
         Err(e) => {
             let text = e.to_string();
             assert!(
