@@ -171,11 +171,15 @@ impl LabError {
         self.run_dir.as_ref().map(|d| d.join("console.log"))
     }
 
-    /// The first line of the error, with the console log path.
+    /// The first line of the error, with the console log path (or, when the guest never
+    /// started, the run folder).
     pub fn headline(&self) -> String {
-        match self.console_log() {
-            Some(c) => format!("{} (console log: {})", self.message, c.display()),
-            None => self.message.clone(),
+        match (self.console_log(), &self.run_dir) {
+            (Some(c), _) if c.exists() => {
+                format!("{} (console log: {})", self.message, c.display())
+            }
+            (_, Some(d)) => format!("{} (run folder: {})", self.message, d.display()),
+            _ => self.message.clone(),
         }
     }
 }
@@ -795,19 +799,21 @@ mod tests {
     }
 
     #[test]
-    fn error_headline_names_the_console_log() {
-        let e = LabError::failed(
-            "guest did not report an exit status".into(),
-            "  x\n".into(),
-            Path::new("/r"),
-        );
+    fn error_headline_names_the_console_log_or_the_run_folder() {
+        let dir = std::env::temp_dir().join(format!("qpip-lab-headline-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let e = LabError::failed("qpipd 0 exited".into(), "  x\n".into(), &dir);
+        let d = dir.display();
+        assert_eq!(e.headline(), format!("qpipd 0 exited (run folder: {d})"));
+        fs::write(dir.join("console.log"), "").unwrap();
         assert_eq!(
             e.headline(),
-            "guest did not report an exit status (console log: /r/console.log)"
+            format!("qpipd 0 exited (console log: {d}/console.log)")
         );
         assert_eq!(
             e.to_string(),
-            "guest did not report an exit status (console log: /r/console.log)\n  x"
+            format!("qpipd 0 exited (console log: {d}/console.log)\n  x")
         );
+        fs::remove_dir_all(&dir).unwrap();
     }
 }
