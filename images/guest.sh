@@ -65,16 +65,18 @@ done
 # --- kernel modules: resolve names to files and dependency order --------------------------
 # modules.dep lines are "kernel/path/name.ko.xz: dep.ko.xz ..."; module names treat - and _
 # alike, file names do not, so compare normalised names.
-modname() { local n=${1##*/}; n=${n%%.ko*}; printf '%s' "${n//-/_}"; }
+# Sets REPLY instead of printing: modules.dep has thousands of lines, and a command
+# substitution per line (a subshell each) made an up-to-date check take seconds.
+modname() { local n=${1##*/}; n=${n%%.ko*}; REPLY=${n//-/_}; }
 declare -A dep_of file_of builtin
 while IFS= read -r line; do
     f=${line%%:*}
-    n=$(modname "$f")
+    modname "$f"; n=$REPLY
     file_of[$n]=$f
     dep_of[$n]=${line#*:}
 done <"$MODDIR/modules.dep"
 if [ -f "$MODDIR/modules.builtin" ]; then
-    while IFS= read -r f; do builtin[$(modname "$f")]=1; done <"$MODDIR/modules.builtin"
+    while IFS= read -r f; do modname "$f"; builtin[$REPLY]=1; done <"$MODDIR/modules.builtin"
 fi
 load_order=()
 declare -A seen
@@ -87,14 +89,16 @@ add_module() {
         return 0
     fi
     [ -n "${file_of[$n]:-}" ] || die "kernel $KVER has module $n neither built in nor in modules.dep"
-    for d in ${dep_of[$n]}; do add_module "$(modname "$d")"; done
+    for d in ${dep_of[$n]}; do modname "$d"; add_module "$REPLY"; done
     load_order+=("${file_of[$n]}")
 }
-for m in "${MODULES[@]}"; do add_module "$(modname "$m")"; done
+for m in "${MODULES[@]}"; do modname "$m"; add_module "$REPLY"; done
 builtins=()
-for m in "${MODULES[@]}"; do [ -z "${builtin[$(modname "$m")]:-}" ] || builtins+=("$(modname "$m")"); done
+for m in "${MODULES[@]}"; do modname "$m"; [ -z "${builtin[$REPLY]:-}" ] || builtins+=("$REPLY"); done
 say "guest image: kernel $KVER; built in: ${builtins[*]:-none}"
-say "guest image: modules to load: $(for f in "${load_order[@]}"; do printf '%s ' "$(modname "$f")"; done)"
+names=()
+for f in "${load_order[@]}"; do modname "$f"; names+=("$REPLY"); done
+say "guest image: modules to load: ${names[*]}"
 
 # --- uncompressed kernel for PVH boot ----------------------------------------------------
 # QEMU boots an ELF vmlinux that carries a PVH entry note directly (-kernel vmlinux): no

@@ -11,7 +11,8 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 MIRROR=${QPIP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-KEY=$(inputs_hash "${BASH_SOURCE[0]}" "$MIRROR")
+# Hash by repo-relative name, so the stamp does not depend on how the script was invoked.
+KEY=$(cd "$QPIP_ROOT" && inputs_hash images/runtime.sh "$MIRROR")
 STAMP=$RUNTIME_DIR/.qpip-runtime-$KEY
 
 if [ -f "$STAMP" ]; then
@@ -39,8 +40,16 @@ if [ -d "$NEW" ]; then
 fi
 mkdir -p "$QPIP_CACHE"
 
-step "runtime 1/4: debootstrap trixie (minbase) into $NEW" \
-    debootstrap --variant=minbase trixie "$NEW" "$MIRROR"
+# debootstrap prints several lines per package; show a count every 20 packages instead,
+# and every warning or error in full.
+debootstrap_progress() {
+    debootstrap --variant=minbase trixie "$NEW" "$MIRROR" 2>&1 | awk '
+        /^I: Retrieving [^ ]+ [^ ]/ { if (++got % 20 == 0) printf "  downloaded %d packages\n", got; next }
+        /^I: (Validating|Extracting|Unpacking|Configuring|Installing core|Unpacking the base|Configuring the base|Checking|Retrieving|Resolving|Found|Chosen)/ { next }
+        { print "  " $0 }
+        END { printf "  downloaded %d packages in all\n", got }'
+}
+step "runtime 1/4: debootstrap trixie (minbase) into $NEW" debootstrap_progress
 
 cat > "$NEW/etc/apt/sources.list.d/backports.list" <<SRC
 deb $MIRROR trixie-backports main
@@ -52,11 +61,13 @@ in_root() { chroot "$NEW" env DEBIAN_FRONTEND=noninteractive LC_ALL=C "$@"; }
 step "runtime 2/4: apt-get update (trixie + trixie-backports)" in_root apt-get update -q
 step "runtime 3/4: install QEMU from trixie-backports" \
     in_root apt-get install -y -q --no-install-recommends -t trixie-backports qemu-system-x86
+# perl (with its modules, not just perl-base): W=1 module builds run scripts/kernel-doc,
+# which needs Pod::Usage.
 # libdw1t64 must come from backports too: QEMU's backport pulled a newer one, and the
 # headers' tool dependencies would otherwise ask for an incompatible older version.
 step "runtime 4/4: install guest kernel, headers, compiler, busybox" \
     in_root apt-get install -y -q --no-install-recommends \
-        linux-image-amd64 linux-headers-amd64 gcc make libc6-dev busybox-static \
+        linux-image-amd64 linux-headers-amd64 gcc make libc6-dev perl busybox-static \
         libdw1t64/trixie-backports
 in_root apt-get clean
 cleanup; mounted=()
