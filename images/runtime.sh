@@ -44,9 +44,9 @@ mkdir -p "$QPIP_CACHE"
 # and every warning or error in full.
 debootstrap_progress() {
     debootstrap --variant=minbase trixie "$NEW" "$MIRROR" 2>&1 | awk '
-        /^I: Retrieving [^ ]+ [^ ]/ { if (++got % 20 == 0) printf "  downloaded %d packages\n", got; next }
+        /^I: Retrieving [^ ]+ [^ ]/ { if (++got % 20 == 0) printf "  downloaded %d packages\n", got; fflush(); next }
         /^I: (Validating|Extracting|Unpacking|Configuring|Installing core|Unpacking the base|Configuring the base|Checking|Retrieving|Resolving|Found|Chosen)/ { next }
-        { print "  " $0 }
+        { print "  " $0; fflush() }
         END { printf "  downloaded %d packages in all\n", got }'
 }
 step "runtime 1/4: debootstrap trixie (minbase) into $NEW" debootstrap_progress
