@@ -17,6 +17,480 @@
 #define QPIP_ABI_VERSION_MINOR 0
 
 /*
+ Largest admin queue depth.
+ */
+#define QPIP_ADMIN_MAX_DEPTH 4096
+
+/*
+ Write [`DeviceInfo`] to the guest buffer in [`QueryArgs`]. No results.
+ */
+#define QPIP_ADMIN_OP_QUERY_DEVICE 1
+
+/*
+ Set the device's MAC address ([`SetMacArgs`]). No results.
+ */
+#define QPIP_ADMIN_OP_SET_MAC 2
+
+/*
+ Add an IPv6 address ([`AddrArgs`]). No results.
+ */
+#define QPIP_ADMIN_OP_ADD_ADDR 3
+
+/*
+ Remove an IPv6 address ([`AddrArgs`]). No results.
+ */
+#define QPIP_ADMIN_OP_DEL_ADDR 4
+
+/*
+ Write [`Stats`] to the guest buffer in [`QueryArgs`]. No results.
+ */
+#define QPIP_ADMIN_OP_QUERY_STATS 5
+
+/*
+ Create a context. Result0: the context id, which is also the index of its doorbell page
+ (zeroed by the device). No arguments.
+ */
+#define QPIP_ADMIN_OP_CREATE_CTX 16
+
+/*
+ Destroy context `ctx` and every object in it. Pending commands on its objects complete
+ with [`ADMIN_STATUS_CANCELLED`]; outstanding work requests are dropped without CQEs (the
+ rings go away with the process).
+ */
+#define QPIP_ADMIN_OP_DESTROY_CTX 17
+
+/*
+ Create a completion queue in `ctx` ([`CreateCqArgs`]). Result0: CQ id. Result1: its CQ
+ doorbell slot in the context's page.
+ */
+#define QPIP_ADMIN_OP_CREATE_CQ 18
+
+/*
+ Destroy CQ `handle`. Fails with [`ADMIN_STATUS_BUSY`] while a QP uses it.
+ */
+#define QPIP_ADMIN_OP_DESTROY_CQ 19
+
+/*
+ Create a queue pair in `ctx` ([`CreateQpArgs`]). Result0: QP id. Result1: its QP doorbell
+ slot in the context's page.
+ */
+#define QPIP_ADMIN_OP_CREATE_QP 20
+
+/*
+ Destroy QP `handle`: outstanding work requests complete with
+ [`crate::cqe::CQE_STATUS_FLUSHED`]; a TCP connection is aborted (RST).
+ */
+#define QPIP_ADMIN_OP_DESTROY_QP 21
+
+/*
+ Register memory in `ctx` ([`RegMrArgs`]). Result0: lkey. Result1: rkey (0 without a
+ remote access right).
+ */
+#define QPIP_ADMIN_OP_REG_MR 22
+
+/*
+ Deregister the memory region whose lkey is `handle`.
+ */
+#define QPIP_ADMIN_OP_DEREG_MR 23
+
+/*
+ Bind QP `handle` to a local address and port ([`BindArgs`]). Result0: the port bound
+ (an ephemeral one if 0 was asked for).
+ */
+#define QPIP_ADMIN_OP_BIND 24
+
+/*
+ Create a TCP listener in `ctx` ([`ListenArgs`]). Result0: listener id.
+ */
+#define QPIP_ADMIN_OP_LISTEN 25
+
+/*
+ Destroy listener `handle`; pending accepts complete with [`ADMIN_STATUS_CANCELLED`].
+ */
+#define QPIP_ADMIN_OP_DESTROY_LISTENER 26
+
+/*
+ Offer idle TCP QP `AcceptArgs::qp` to listener `handle`. Completes when a connection has
+ been established on that QP. Result0/1: the peer's address (bytes 0-7, 8-15 in memory
+ order). Result2: the peer's port.
+ */
+#define QPIP_ADMIN_OP_ACCEPT 27
+
+/*
+ Connect TCP QP `handle` ([`ConnectArgs`]). Completes when established (results as for
+ accept) or failed ([`ADMIN_STATUS_REFUSED`], [`ADMIN_STATUS_TIMEOUT`]).
+ */
+#define QPIP_ADMIN_OP_CONNECT 28
+
+/*
+ Close TCP QP `handle` gracefully (FIN after all queued sends). Completes when the close
+ has been sent and acknowledged.
+ */
+#define QPIP_ADMIN_OP_CLOSE 29
+
+/*
+ Success.
+ */
+#define QPIP_ADMIN_STATUS_OK 0
+
+/*
+ Unknown opcode, or non-zero reserved fields.
+ */
+#define QPIP_ADMIN_STATUS_BAD_OPCODE 1
+
+/*
+ An argument is out of range (depth not a power of two, unknown QP type, ...).
+ */
+#define QPIP_ADMIN_STATUS_BAD_PARAM 2
+
+/*
+ No such object in this context (including objects of other contexts).
+ */
+#define QPIP_ADMIN_STATUS_BAD_HANDLE 3
+
+/*
+ A device limit was reached (contexts, QPs, CQs, MRs, listeners, addresses).
+ */
+#define QPIP_ADMIN_STATUS_NO_RESOURCES 4
+
+/*
+ A guest address (page list, ring page, query buffer) is not in guest RAM or misaligned.
+ */
+#define QPIP_ADMIN_STATUS_BAD_ADDRESS 5
+
+/*
+ The object is in use (a CQ with QPs attached).
+ */
+#define QPIP_ADMIN_STATUS_BUSY 6
+
+/*
+ The address or port is already bound by another QP or listener.
+ */
+#define QPIP_ADMIN_STATUS_ADDR_IN_USE 7
+
+/*
+ The command does not apply to the object in its current state (connect on a UDP QP,
+ accept on a connected QP, bind twice, ...).
+ */
+#define QPIP_ADMIN_STATUS_BAD_STATE 8
+
+/*
+ The object the pending command waited on was destroyed.
+ */
+#define QPIP_ADMIN_STATUS_CANCELLED 9
+
+/*
+ The peer refused the connection (RST in reply to SYN).
+ */
+#define QPIP_ADMIN_STATUS_REFUSED 10
+
+/*
+ The peer did not answer.
+ */
+#define QPIP_ADMIN_STATUS_TIMEOUT 11
+
+/*
+ A UDP queue pair: datagrams.
+ */
+#define QPIP_QP_TYPE_UDP 1
+
+/*
+ A TCP queue pair: a connection.
+ */
+#define QPIP_QP_TYPE_TCP 2
+
+/*
+ TCP framing for QP-to-QP: each message carries a small header in the byte stream, so
+ message boundaries and immediate data survive any segmentation.
+ */
+#define QPIP_FRAMING_MESSAGE 1
+
+/*
+ TCP framing for QP-to-socket: plain bytes; a receive WR completes when full or when a
+ pushed segment ends.
+ */
+#define QPIP_FRAMING_STREAM 2
+
+/*
+ The device may write the region (receive buffers need this).
+ */
+#define QPIP_MR_ACCESS_LOCAL_WRITE (1 << 0)
+
+/*
+ A peer may write the region with RDMA write (later steps).
+ */
+#define QPIP_MR_ACCESS_REMOTE_WRITE (1 << 1)
+
+/*
+ A peer may read the region with RDMA read (later steps).
+ */
+#define QPIP_MR_ACCESS_REMOTE_READ (1 << 2)
+
+/*
+ Deepest work or completion queue.
+ */
+#define QPIP_MAX_QUEUE_DEPTH 32768
+
+/*
+ Most pages in one memory region's page list (256 MiB).
+ */
+#define QPIP_MAX_MR_PAGES 65536
+
+/*
+ Most memory regions on the device.
+ */
+#define QPIP_MAX_MRS 4096
+
+/*
+ Most listeners on the device.
+ */
+#define QPIP_MAX_LISTENERS 256
+
+/*
+ Most IPv6 addresses configured on the device (besides the link-local one).
+ */
+#define QPIP_MAX_ADDRS 8
+
+/*
+ Number of counters in [`Stats`].
+ */
+#define QPIP_STATS_COUNT 64
+
+/*
+ Admin commands completed.
+ */
+#define QPIP_STAT_ADMIN_COMMANDS 0
+
+/*
+ Admin commands completed with an error status.
+ */
+#define QPIP_STAT_ADMIN_ERRORS 1
+
+/*
+ Doorbell pages found changed by the engine's scan.
+ */
+#define QPIP_STAT_DOORBELLS 2
+
+/*
+ Kick register writes.
+ */
+#define QPIP_STAT_KICKS 3
+
+/*
+ Times the engine went to sleep.
+ */
+#define QPIP_STAT_SLEEPS 4
+
+/*
+ Send WQEs processed.
+ */
+#define QPIP_STAT_SEND_WQES 5
+
+/*
+ Receive WQEs consumed.
+ */
+#define QPIP_STAT_RECV_WQES 6
+
+/*
+ CQEs written.
+ */
+#define QPIP_STAT_CQES 7
+
+/*
+ CQEs with an error status.
+ */
+#define QPIP_STAT_CQE_ERRORS 8
+
+/*
+ Times a CQ was full and completions had to wait.
+ */
+#define QPIP_STAT_CQ_FULL 9
+
+/*
+ CQ interrupts raised.
+ */
+#define QPIP_STAT_CQ_INTERRUPTS 10
+
+/*
+ Protection failures (bad lkey, wrong context, bounds, access rights).
+ */
+#define QPIP_STAT_PROTECTION_ERRORS 11
+
+/*
+ Doorbell values that were out of range (ring index more than depth ahead).
+ */
+#define QPIP_STAT_BAD_DOORBELLS 12
+
+/*
+ UDP datagrams sent.
+ */
+#define QPIP_STAT_UDP_TX 13
+
+/*
+ UDP datagrams delivered to a QP.
+ */
+#define QPIP_STAT_UDP_RX 14
+
+/*
+ UDP datagrams dropped because the bound QP had no receive WR posted.
+ */
+#define QPIP_STAT_UDP_RX_NO_WR 15
+
+/*
+ UDP datagrams dropped because no QP was bound to the destination port.
+ */
+#define QPIP_STAT_UDP_RX_NO_PORT 16
+
+/*
+ Size of one CQE slot.
+ */
+#define QPIP_CQE_SIZE 64
+
+/*
+ Completion of a send WR.
+ */
+#define QPIP_CQE_OP_SEND 1
+
+/*
+ Completion of a receive WR.
+ */
+#define QPIP_CQE_OP_RECV 2
+
+/*
+ The work request completed.
+ */
+#define QPIP_CQE_STATUS_SUCCESS 0
+
+/*
+ The data did not fit: a receive buffer too small (the datagram is dropped), or a send
+ larger than the QP allows.
+ */
+#define QPIP_CQE_STATUS_LOCAL_LENGTH 1
+
+/*
+ Protection: unknown lkey, a region of another context, an address outside the region,
+ or a missing access right. Nothing was read or written.
+ */
+#define QPIP_CQE_STATUS_LOCAL_PROTECTION 2
+
+/*
+ Unknown opcode, or an opcode that does not belong in this ring.
+ */
+#define QPIP_CQE_STATUS_BAD_OPCODE 3
+
+/*
+ A malformed WQE: too many SGEs, inline data too long, unknown flags, reserved bits set.
+ */
+#define QPIP_CQE_STATUS_BAD_WQE 4
+
+/*
+ The QP was destroyed or entered the error state before the WR was processed.
+ */
+#define QPIP_CQE_STATUS_FLUSHED 5
+
+/*
+ The destination is not usable (UDP: unspecified or multicast address, port 0;
+ a QP that is not bound or not connected).
+ */
+#define QPIP_CQE_STATUS_BAD_DEST 6
+
+/*
+ No detail.
+ */
+#define QPIP_CQE_DETAIL_NONE 0
+
+/*
+ No memory region has this lkey.
+ */
+#define QPIP_CQE_DETAIL_BAD_LKEY 1
+
+/*
+ The region belongs to another context.
+ */
+#define QPIP_CQE_DETAIL_OTHER_CONTEXT 2
+
+/*
+ The address range is not inside the region.
+ */
+#define QPIP_CQE_DETAIL_OUT_OF_BOUNDS 3
+
+/*
+ The region lacks the access right the operation needs.
+ */
+#define QPIP_CQE_DETAIL_ACCESS 4
+
+/*
+ The producer index ran more than the ring's depth ahead.
+ */
+#define QPIP_CQE_DETAIL_BAD_INDEX 5
+
+/*
+ Offset of the page's change counter (u32, producer-written).
+ */
+#define QPIP_DB_CHANGE_COUNT 0
+
+/*
+ Offset of the engine's sleeping flag (u32, device-written; non-zero = asleep, kick me).
+ */
+#define QPIP_DB_ENGINE_SLEEPING 4
+
+/*
+ Offset of the first QP doorbell slot. QP slot `s` is at `DB_QP_BASE + s * DB_QP_STRIDE`.
+ */
+#define QPIP_DB_QP_BASE 64
+
+/*
+ Size of one QP doorbell slot: `sq_tail` (u32) then `rq_tail` (u32).
+ */
+#define QPIP_DB_QP_STRIDE 8
+
+/*
+ Offset of `sq_tail` inside a QP slot: the send queue producer index.
+ */
+#define QPIP_DB_QP_SQ_TAIL 0
+
+/*
+ Offset of `rq_tail` inside a QP slot: the receive queue producer index.
+ */
+#define QPIP_DB_QP_RQ_TAIL 4
+
+/*
+ Number of QP slots in a page, and so the most QPs a context can have.
+ */
+#define QPIP_DB_QP_SLOTS 248
+
+/*
+ Offset of the first CQ doorbell slot. CQ slot `s` is at `DB_CQ_BASE + s * DB_CQ_STRIDE`.
+ */
+#define QPIP_DB_CQ_BASE 2048
+
+/*
+ Size of one CQ doorbell slot: `cq_head` (u32) then `arm_seq` (u32).
+ */
+#define QPIP_DB_CQ_STRIDE 8
+
+/*
+ Offset of `cq_head` inside a CQ slot: how many CQEs the consumer has consumed
+ (free-running). The device never overwrites an unconsumed CQE: when the ring is full it
+ stops completing to that CQ, and the QPs feeding it stall (it counts the event) until the
+ consumer makes room.
+ */
+#define QPIP_DB_CQ_HEAD 0
+
+/*
+ Offset of `arm_seq` inside a CQ slot. To arm a CQ the consumer increments `arm_seq` (any
+ change arms it). The device then raises the CQ's MSI-X vector exactly once: as soon as
+ there is a CQE beyond `cq_head` (immediately, if there already is one). Further CQEs do not
+ interrupt until the CQ is armed again.
+ */
+#define QPIP_DB_CQ_ARM_SEQ 4
+
+/*
+ Number of CQ slots in a page, and so the most CQs a context can have.
+ */
+#define QPIP_DB_CQ_SLOTS 256
+
+/*
  PCI vendor ID (config offset 0x00).
  */
 #define QPIP_PCI_VENDOR_ID 4660
@@ -188,9 +662,565 @@
 #define QPIP_REG_IRQ_TEST 32
 
 /*
- End of the register file: offsets from here up to [`crate::pci::MSIX_TABLE_OFFSET`] are
- reserved (read as 0, writes ignored).
+ Admin submission queue base, guest-physical, low 32 bits (RW). Must be 64-byte aligned.
+ Written while the admin queue is disabled ([`REG_ADMIN_DEPTH`] = 0); see [`REG_ADMIN_DEPTH`].
  */
-#define QPIP_REGS_END 36
+#define QPIP_REG_ADMIN_SQ_BASE_LO 64
+
+/*
+ Admin submission queue base, high 32 bits (RW).
+ */
+#define QPIP_REG_ADMIN_SQ_BASE_HI 68
+
+/*
+ Admin completion queue base, guest-physical, low 32 bits (RW). Must be 64-byte aligned.
+ */
+#define QPIP_REG_ADMIN_CQ_BASE_LO 72
+
+/*
+ Admin completion queue base, high 32 bits (RW).
+ */
+#define QPIP_REG_ADMIN_CQ_BASE_HI 76
+
+/*
+ Admin queue depth in entries (RW), the same for both rings: a power of two from 2 to
+ [`crate::admin::ADMIN_MAX_DEPTH`]. Writing a valid depth enables the admin queue with the
+ bases written before (both rings must lie in guest RAM, or [`STATUS_ADMIN_ERROR`] is set
+ and the queue stays disabled); writing 0 disables it. Enabling resets both indices to 0.
+ */
+#define QPIP_REG_ADMIN_DEPTH 80
+
+/*
+ Admin submission doorbell (WO): the driver writes its producer index (free-running,
+ wraps at 2^32) after writing the commands. Reads as 0.
+ */
+#define QPIP_REG_ADMIN_SQ_TAIL 84
+
+/*
+ Admin completion consumer index (RW): the driver writes how many completions it has
+ consumed (free-running). The device never overwrites a completion the driver has not
+ consumed: it stops taking commands while the completion ring is full.
+ */
+#define QPIP_REG_ADMIN_CQ_HEAD 88
+
+/*
+ [`REG_STATUS`] bit: the admin queue is enabled.
+ */
+#define QPIP_STATUS_ADMIN_ENABLED (1 << 1)
+
+/*
+ [`REG_STATUS`] bit: the last write to [`REG_ADMIN_DEPTH`] was refused (bad depth, or a
+ ring outside guest RAM or misaligned). Cleared by the next write of a valid setup.
+ */
+#define QPIP_STATUS_ADMIN_ERROR (1 << 2)
+
+/*
+ End of the register file: offsets from here up to [`KICK_PAGE_OFFSET`] are reserved
+ (read as 0, writes ignored).
+ */
+#define QPIP_REGS_END 96
+
+/*
+ Offset in [`crate::pci::CTRL_BAR`] of the kick page. Unlike the registers above it holds
+ nothing privileged, so a driver may map this one page into every process that owns a
+ context. Any 32-bit write to [`KICK_PAGE_OFFSET`] + [`KICK`] wakes a sleeping engine
+ (see [`crate::doorbell`] for when a producer must kick). The value written is ignored.
+ */
+#define QPIP_KICK_PAGE_OFFSET 4096
+
+/*
+ Offset of the kick register inside the kick page.
+ */
+#define QPIP_KICK 0
+
+/*
+ Size of one WQE slot in a send or receive ring.
+ */
+#define QPIP_WQE_SIZE 128
+
+/*
+ Most scatter/gather entries in one WQE.
+ */
+#define QPIP_MAX_SGE 5
+
+/*
+ Most bytes of inline data in one send WQE (the SGE area).
+ */
+#define QPIP_MAX_INLINE 80
+
+/*
+ Offset of the SGE array (or inline data) in a WQE slot.
+ */
+#define QPIP_WQE_SGE_OFFSET 48
+
+/*
+ Send the gathered bytes (a UDP datagram, or a TCP message/stream chunk).
+ */
+#define QPIP_WQE_OP_SEND 1
+
+/*
+ A receive buffer: the SGEs are filled with incoming data in order.
+ */
+#define QPIP_WQE_OP_RECV 2
+
+/*
+ The data is inline in the WQE, not in registered memory.
+ */
+#define QPIP_WQE_FLAG_INLINE (1 << 0)
+
+/*
+ An admin command (64 bytes). `body` holds the command's arguments, laid out as the
+ `*Args` structure named in the opcode's documentation; unused bytes must be 0.
+ */
+struct qpip_admin_cmd {
+  /*
+   One of the `ADMIN_OP_*` opcodes.
+   */
+  uint16_t opcode;
+  /*
+   Reserved, 0.
+   */
+  uint16_t flags;
+  /*
+   Chosen by the driver, echoed in the completion.
+   */
+  uint32_t cmd_id;
+  /*
+   The context the command acts in (object commands; 0 otherwise).
+   */
+  uint32_t ctx;
+  /*
+   The object the command acts on (destroy, accept, ...; 0 otherwise).
+   */
+  uint32_t handle;
+  /*
+   The command's arguments.
+   */
+  uint8_t body[48];
+};
+
+/*
+ An admin completion (32 bytes).
+ */
+struct qpip_admin_cqe {
+  /*
+   The `cmd_id` of the command this completes.
+   */
+  uint32_t cmd_id;
+  /*
+   One of the `ADMIN_STATUS_*` codes.
+   */
+  uint16_t status;
+  /*
+   The opcode of the command this completes.
+   */
+  uint16_t opcode;
+  /*
+   First result (see each opcode), 0 on error.
+   */
+  uint64_t result0;
+  /*
+   Second result (see each opcode), 0 on error.
+   */
+  uint64_t result1;
+  /*
+   Third result (see each opcode), 0 on error.
+   */
+  uint32_t result2;
+  /*
+   Reserved, 0.
+   */
+  uint8_t reserved[3];
+  /*
+   Phase bit (bit 0), written last. See the module documentation.
+   */
+  uint8_t phase;
+};
+
+/*
+ Arguments of `QUERY_DEVICE` and `QUERY_STATS`.
+ */
+struct qpip_query_args {
+  /*
+   Guest-physical address of the buffer the device writes (8-byte aligned, must not
+   cross a page boundary).
+   */
+  uint64_t buf;
+  /*
+   Size of the buffer; at least the size of the structure written.
+   */
+  uint32_t len;
+  uint8_t reserved[36];
+};
+
+/*
+ Arguments of `SET_MAC`.
+ */
+struct qpip_set_mac_args {
+  /*
+   A unicast MAC (the group bit must be clear).
+   */
+  uint8_t mac[6];
+  uint8_t reserved[42];
+};
+
+/*
+ Arguments of `ADD_ADDR` and `DEL_ADDR`.
+ */
+struct qpip_addr_args {
+  /*
+   A unicast IPv6 address, network byte order.
+   */
+  uint8_t addr[16];
+  /*
+   Prefix length, 1..=128 (ignored by `DEL_ADDR`).
+   */
+  uint8_t prefix_len;
+  uint8_t reserved[31];
+};
+
+/*
+ Arguments of `CREATE_CQ`.
+ */
+struct qpip_create_cq_args {
+  /*
+   Guest-physical address of the ring's page list: `npages` u64 page addresses, each
+   4 KiB aligned and in guest RAM. The list itself is contiguous and 8-byte aligned.
+   */
+  uint64_t page_list;
+  /*
+   Number of pages: exactly enough for `depth` CQEs of [`crate::cqe::CQE_SIZE`] bytes.
+   */
+  uint32_t npages;
+  /*
+   Ring depth in CQEs: a power of two, 2..=[`MAX_QUEUE_DEPTH`].
+   */
+  uint32_t depth;
+  /*
+   MSI-X vector raised when the armed CQ gets a completion (1..vectors; 0 is the admin
+   vector and is refused).
+   */
+  uint32_t vector;
+  uint8_t reserved[28];
+};
+
+/*
+ Arguments of `CREATE_QP`.
+ */
+struct qpip_create_qp_args {
+  /*
+   Page list of the send ring (as in [`CreateCqArgs`]), `sq_depth` WQEs of
+   [`crate::wqe::WQE_SIZE`] bytes.
+   */
+  uint64_t sq_page_list;
+  /*
+   Page list of the receive ring, `rq_depth` WQEs.
+   */
+  uint64_t rq_page_list;
+  /*
+   CQ (of the same context) for send completions.
+   */
+  uint32_t send_cq;
+  /*
+   CQ (of the same context) for receive completions; may be the same as `send_cq`.
+   */
+  uint32_t recv_cq;
+  /*
+   Send ring depth: a power of two, 2..=[`MAX_QUEUE_DEPTH`].
+   */
+  uint32_t sq_depth;
+  /*
+   Receive ring depth: a power of two, 2..=[`MAX_QUEUE_DEPTH`].
+   */
+  uint32_t rq_depth;
+  /*
+   Pages in `sq_page_list`.
+   */
+  uint16_t sq_npages;
+  /*
+   Pages in `rq_page_list`.
+   */
+  uint16_t rq_npages;
+  /*
+   [`QP_TYPE_UDP`] or [`QP_TYPE_TCP`].
+   */
+  uint8_t qp_type;
+  /*
+   [`FRAMING_MESSAGE`] or [`FRAMING_STREAM`] (TCP only; 0 for UDP).
+   */
+  uint8_t framing;
+  uint8_t reserved[10];
+};
+
+/*
+ Arguments of `REG_MR`.
+ */
+struct qpip_reg_mr_args {
+  /*
+   Guest-physical address of the page list (u64 page addresses, 4 KiB aligned).
+   */
+  uint64_t page_list;
+  /*
+   The virtual address the region starts at in the owning process: WQEs address the
+   region's bytes as `iova .. iova + length`.
+   */
+  uint64_t iova;
+  /*
+   Length in bytes, 1..=[`MAX_MR_PAGES`] pages' worth.
+   */
+  uint64_t length;
+  /*
+   Pages in the list: exactly those covering `first_page_offset .. + length`.
+   */
+  uint32_t npages;
+  /*
+   Offset of `iova` within the first page (`iova % 4096`).
+   */
+  uint32_t first_page_offset;
+  /*
+   `MR_ACCESS_*` bits. Local read (the device gathering send data) is always allowed.
+   */
+  uint32_t access;
+  uint8_t reserved[12];
+};
+
+/*
+ Arguments of `BIND`.
+ */
+struct qpip_bind_args {
+  /*
+   Local address (network order); all zeros binds every address of the device.
+   */
+  uint8_t addr[16];
+  /*
+   Local port (host order); 0 asks for an ephemeral port.
+   */
+  uint16_t port;
+  uint8_t reserved[30];
+};
+
+/*
+ Arguments of `LISTEN`.
+ */
+struct qpip_listen_args {
+  /*
+   Local address (network order); all zeros listens on every address.
+   */
+  uint8_t addr[16];
+  /*
+   Local port (host order), non-zero.
+   */
+  uint16_t port;
+  uint16_t reserved0;
+  /*
+   Connections the device completes the handshake for before an accept takes them.
+   */
+  uint32_t backlog;
+  uint8_t reserved[24];
+};
+
+/*
+ Arguments of `ACCEPT`.
+ */
+struct qpip_accept_args {
+  /*
+   An idle TCP QP of the same context, to carry the accepted connection.
+   */
+  uint32_t qp;
+  uint8_t reserved[44];
+};
+
+/*
+ Arguments of `CONNECT`.
+ */
+struct qpip_connect_args {
+  /*
+   Remote address, network order.
+   */
+  uint8_t addr[16];
+  /*
+   Remote port, host order.
+   */
+  uint16_t port;
+  uint8_t reserved[30];
+};
+
+/*
+ What `QUERY_DEVICE` writes (128 bytes).
+ */
+struct qpip_device_info {
+  /*
+   Interface version, as [`crate::regs::REG_VERSION`].
+   */
+  uint32_t version;
+  /*
+   Contexts (= doorbell pages).
+   */
+  uint32_t max_contexts;
+  /*
+   QPs per context.
+   */
+  uint32_t max_qps_per_context;
+  /*
+   CQs per context.
+   */
+  uint32_t max_cqs_per_context;
+  /*
+   Memory regions on the device.
+   */
+  uint32_t max_mrs;
+  /*
+   Pages per memory region.
+   */
+  uint32_t max_mr_pages;
+  /*
+   Deepest queue.
+   */
+  uint32_t max_queue_depth;
+  /*
+   Scatter/gather entries per WQE.
+   */
+  uint32_t max_sge;
+  /*
+   Bytes of inline data per send WQE.
+   */
+  uint32_t max_inline;
+  /*
+   Largest UDP payload in one send.
+   */
+  uint32_t max_udp_payload;
+  /*
+   Listeners on the device.
+   */
+  uint32_t max_listeners;
+  /*
+   MTU of the link.
+   */
+  uint32_t mtu;
+  /*
+   The current MAC.
+   */
+  uint8_t mac[6];
+  uint8_t reserved0[2];
+  /*
+   Reserved, 0.
+   */
+  uint8_t reserved1[72];
+};
+
+/*
+ What `QUERY_STATS` writes: [`STATS_COUNT`] u64 counters, each at the index named by a
+ `STAT_*` constant. Counters only grow (until reset).
+ */
+struct qpip_stats {
+  uint64_t counters[64];
+};
+
+/*
+ Header of a WQE (48 bytes).
+ */
+struct qpip_wqe {
+  /*
+   The caller's tag, returned unchanged in the CQE.
+   */
+  uint64_t wr_id;
+  /*
+   [`WQE_OP_SEND`] in send rings, [`WQE_OP_RECV`] in receive rings.
+   */
+  uint8_t opcode;
+  /*
+   `WQE_FLAG_*` bits.
+   */
+  uint8_t flags;
+  /*
+   SGEs that follow (0..=[`MAX_SGE`]); 0 for inline sends.
+   */
+  uint8_t num_sge;
+  uint8_t reserved0;
+  /*
+   Immediate data carried to the receiver's CQE (message framing and UDP: 0 for UDP).
+   */
+  uint32_t imm_data;
+  /*
+   Bytes of inline data (with [`WQE_FLAG_INLINE`]), at most [`MAX_INLINE`].
+   */
+  uint32_t inline_len;
+  uint32_t reserved1;
+  /*
+   UDP send: destination address, network order.
+   */
+  uint8_t dest_addr[16];
+  /*
+   UDP send: destination port, host order.
+   */
+  uint16_t dest_port;
+  uint8_t reserved2[6];
+};
+
+/*
+ A scatter/gather entry (16 bytes).
+ */
+struct qpip_sge {
+  /*
+   Virtual address inside the memory region.
+   */
+  uint64_t addr;
+  /*
+   Length in bytes (0 is allowed and moves nothing).
+   */
+  uint32_t length;
+  /*
+   The region's lkey.
+   */
+  uint32_t lkey;
+};
+
+/*
+ A completion (64 bytes).
+ */
+struct qpip_cqe {
+  /*
+   The `wr_id` of the completed work request.
+   */
+  uint64_t wr_id;
+  /*
+   Bytes sent, or bytes placed into the receive buffers. For a receive that did not fit
+   ([`CQE_STATUS_LOCAL_LENGTH`]), the size of what arrived.
+   */
+  uint32_t byte_len;
+  /*
+   The QP the work request was posted on.
+   */
+  uint32_t qp;
+  /*
+   Immediate data from the sender (receives).
+   */
+  uint32_t imm_data;
+  /*
+   Receives on UDP QPs: the sender's port, host order.
+   */
+  uint16_t src_port;
+  /*
+   [`CQE_OP_SEND`] or [`CQE_OP_RECV`].
+   */
+  uint8_t opcode;
+  /*
+   One of the `CQE_STATUS_*` codes.
+   */
+  uint8_t status;
+  /*
+   Receives on UDP QPs: the sender's address, network order.
+   */
+  uint8_t src_addr[16];
+  /*
+   For errors: which check failed (a `CQE_DETAIL_*` code), to make errors explainable.
+   */
+  uint32_t detail;
+  uint8_t reserved[19];
+  /*
+   Bit 0: phase. Written last.
+   */
+  uint8_t owner;
+};
 
 #endif  /* QPIP_ABI_H */

@@ -10,8 +10,12 @@
 //! [`ABI_VERSION_MINOR`] grows when something is only added.
 #![no_std]
 
+pub mod admin;
+pub mod cqe;
+pub mod doorbell;
 pub mod pci;
 pub mod regs;
+pub mod wqe;
 
 /// Major version of this interface. See the crate docs for the rule.
 pub const ABI_VERSION_MAJOR: u16 = 1;

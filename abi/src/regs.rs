@@ -53,6 +53,41 @@ pub const REG_RESET_COUNT: u32 = 0x01c;
 /// A write of a number >= the vector count is ignored and counted.
 pub const REG_IRQ_TEST: u32 = 0x020;
 
-/// End of the register file: offsets from here up to [`crate::pci::MSIX_TABLE_OFFSET`] are
-/// reserved (read as 0, writes ignored).
-pub const REGS_END: u32 = 0x024;
+/// Admin submission queue base, guest-physical, low 32 bits (RW). Must be 64-byte aligned.
+/// Written while the admin queue is disabled ([`REG_ADMIN_DEPTH`] = 0); see [`REG_ADMIN_DEPTH`].
+pub const REG_ADMIN_SQ_BASE_LO: u32 = 0x040;
+/// Admin submission queue base, high 32 bits (RW).
+pub const REG_ADMIN_SQ_BASE_HI: u32 = 0x044;
+/// Admin completion queue base, guest-physical, low 32 bits (RW). Must be 64-byte aligned.
+pub const REG_ADMIN_CQ_BASE_LO: u32 = 0x048;
+/// Admin completion queue base, high 32 bits (RW).
+pub const REG_ADMIN_CQ_BASE_HI: u32 = 0x04c;
+/// Admin queue depth in entries (RW), the same for both rings: a power of two from 2 to
+/// [`crate::admin::ADMIN_MAX_DEPTH`]. Writing a valid depth enables the admin queue with the
+/// bases written before (both rings must lie in guest RAM, or [`STATUS_ADMIN_ERROR`] is set
+/// and the queue stays disabled); writing 0 disables it. Enabling resets both indices to 0.
+pub const REG_ADMIN_DEPTH: u32 = 0x050;
+/// Admin submission doorbell (WO): the driver writes its producer index (free-running,
+/// wraps at 2^32) after writing the commands. Reads as 0.
+pub const REG_ADMIN_SQ_TAIL: u32 = 0x054;
+/// Admin completion consumer index (RW): the driver writes how many completions it has
+/// consumed (free-running). The device never overwrites a completion the driver has not
+/// consumed: it stops taking commands while the completion ring is full.
+pub const REG_ADMIN_CQ_HEAD: u32 = 0x058;
+/// [`REG_STATUS`] bit: the admin queue is enabled.
+pub const STATUS_ADMIN_ENABLED: u32 = 1 << 1;
+/// [`REG_STATUS`] bit: the last write to [`REG_ADMIN_DEPTH`] was refused (bad depth, or a
+/// ring outside guest RAM or misaligned). Cleared by the next write of a valid setup.
+pub const STATUS_ADMIN_ERROR: u32 = 1 << 2;
+
+/// End of the register file: offsets from here up to [`KICK_PAGE_OFFSET`] are reserved
+/// (read as 0, writes ignored).
+pub const REGS_END: u32 = 0x060;
+
+/// Offset in [`crate::pci::CTRL_BAR`] of the kick page. Unlike the registers above it holds
+/// nothing privileged, so a driver may map this one page into every process that owns a
+/// context. Any 32-bit write to [`KICK_PAGE_OFFSET`] + [`KICK`] wakes a sleeping engine
+/// (see [`crate::doorbell`] for when a producer must kick). The value written is ignored.
+pub const KICK_PAGE_OFFSET: u32 = 0x1000;
+/// Offset of the kick register inside the kick page.
+pub const KICK: u32 = 0x000;

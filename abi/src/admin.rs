@@ -1,0 +1,427 @@
+//! The admin queue: privileged commands from the driver (the management state machine).
+//!
+//! # Rings
+//!
+//! Two rings in guest memory, set up through the registers in [`crate::regs`]
+//! (`REG_ADMIN_*`): a submission ring of [`AdminCmd`] (64 bytes each) and a completion ring of
+//! [`AdminCqe`] (32 bytes each), both `depth` entries, each physically contiguous.
+//!
+//! Submitting: write the command into slot `tail % depth`, release barrier, then write the new
+//! `tail` (free-running) to [`crate::regs::REG_ADMIN_SQ_TAIL`]. The device reads each command
+//! once, in order, and never looks at a slot again before the tail passes it anew.
+//!
+//! Completing: the device writes an [`AdminCqe`] into slot `n % depth` of the completion ring,
+//! with its `phase` byte written last (after a release barrier). `phase` is 1 on the first pass
+//! through the ring, 0 on the second, and so on: the driver knows an entry is new when its
+//! phase matches the pass it expects, without reading any register. After consuming, the
+//! driver writes its consumer count to [`crate::regs::REG_ADMIN_CQ_HEAD`]; the device stops
+//! taking commands while the completion ring is full. Then it raises MSI-X vector 0.
+//!
+//! Completions may come **out of order**: most commands complete at once, but `ACCEPT`,
+//! `CONNECT` and `CLOSE` complete when their network work is done (or is cancelled by the
+//! destruction of the object, with [`ADMIN_STATUS_CANCELLED`]). `cmd_id` pairs a completion
+//! with its command.
+//!
+//! # Ownership
+//!
+//! Every object (CQ, QP, MR, listener) belongs to one context. A command naming an object of
+//! another context fails with [`ADMIN_STATUS_BAD_HANDLE`], exactly as if the object did not
+//! exist. Destroying a context destroys everything in it (what a driver does when a process
+//! exits). A driver fills `ctx` from its own records, never from what a process asks for.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Largest admin queue depth.
+pub const ADMIN_MAX_DEPTH: u32 = 4096;
+
+/// An admin command (64 bytes). `body` holds the command's arguments, laid out as the
+/// `*Args` structure named in the opcode's documentation; unused bytes must be 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct AdminCmd {
+    /// One of the `ADMIN_OP_*` opcodes.
+    pub opcode: u16,
+    /// Reserved, 0.
+    pub flags: u16,
+    /// Chosen by the driver, echoed in the completion.
+    pub cmd_id: u32,
+    /// The context the command acts in (object commands; 0 otherwise).
+    pub ctx: u32,
+    /// The object the command acts on (destroy, accept, ...; 0 otherwise).
+    pub handle: u32,
+    /// The command's arguments.
+    pub body: [u8; 48],
+}
+
+/// An admin completion (32 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct AdminCqe {
+    /// The `cmd_id` of the command this completes.
+    pub cmd_id: u32,
+    /// One of the `ADMIN_STATUS_*` codes.
+    pub status: u16,
+    /// The opcode of the command this completes.
+    pub opcode: u16,
+    /// First result (see each opcode), 0 on error.
+    pub result0: u64,
+    /// Second result (see each opcode), 0 on error.
+    pub result1: u64,
+    /// Third result (see each opcode), 0 on error.
+    pub result2: u32,
+    /// Reserved, 0.
+    pub reserved: [u8; 3],
+    /// Phase bit (bit 0), written last. See the module documentation.
+    pub phase: u8,
+}
+
+// ---- opcodes ------------------------------------------------------------------------------
+
+/// Write [`DeviceInfo`] to the guest buffer in [`QueryArgs`]. No results.
+pub const ADMIN_OP_QUERY_DEVICE: u16 = 0x01;
+/// Set the device's MAC address ([`SetMacArgs`]). No results.
+pub const ADMIN_OP_SET_MAC: u16 = 0x02;
+/// Add an IPv6 address ([`AddrArgs`]). No results.
+pub const ADMIN_OP_ADD_ADDR: u16 = 0x03;
+/// Remove an IPv6 address ([`AddrArgs`]). No results.
+pub const ADMIN_OP_DEL_ADDR: u16 = 0x04;
+/// Write [`Stats`] to the guest buffer in [`QueryArgs`]. No results.
+pub const ADMIN_OP_QUERY_STATS: u16 = 0x05;
+
+/// Create a context. Result0: the context id, which is also the index of its doorbell page
+/// (zeroed by the device). No arguments.
+pub const ADMIN_OP_CREATE_CTX: u16 = 0x10;
+/// Destroy context `ctx` and every object in it. Pending commands on its objects complete
+/// with [`ADMIN_STATUS_CANCELLED`]; outstanding work requests are dropped without CQEs (the
+/// rings go away with the process).
+pub const ADMIN_OP_DESTROY_CTX: u16 = 0x11;
+/// Create a completion queue in `ctx` ([`CreateCqArgs`]). Result0: CQ id. Result1: its CQ
+/// doorbell slot in the context's page.
+pub const ADMIN_OP_CREATE_CQ: u16 = 0x12;
+/// Destroy CQ `handle`. Fails with [`ADMIN_STATUS_BUSY`] while a QP uses it.
+pub const ADMIN_OP_DESTROY_CQ: u16 = 0x13;
+/// Create a queue pair in `ctx` ([`CreateQpArgs`]). Result0: QP id. Result1: its QP doorbell
+/// slot in the context's page.
+pub const ADMIN_OP_CREATE_QP: u16 = 0x14;
+/// Destroy QP `handle`: outstanding work requests complete with
+/// [`crate::cqe::CQE_STATUS_FLUSHED`]; a TCP connection is aborted (RST).
+pub const ADMIN_OP_DESTROY_QP: u16 = 0x15;
+/// Register memory in `ctx` ([`RegMrArgs`]). Result0: lkey. Result1: rkey (0 without a
+/// remote access right).
+pub const ADMIN_OP_REG_MR: u16 = 0x16;
+/// Deregister the memory region whose lkey is `handle`.
+pub const ADMIN_OP_DEREG_MR: u16 = 0x17;
+/// Bind QP `handle` to a local address and port ([`BindArgs`]). Result0: the port bound
+/// (an ephemeral one if 0 was asked for).
+pub const ADMIN_OP_BIND: u16 = 0x18;
+/// Create a TCP listener in `ctx` ([`ListenArgs`]). Result0: listener id.
+pub const ADMIN_OP_LISTEN: u16 = 0x19;
+/// Destroy listener `handle`; pending accepts complete with [`ADMIN_STATUS_CANCELLED`].
+pub const ADMIN_OP_DESTROY_LISTENER: u16 = 0x1a;
+/// Offer idle TCP QP `AcceptArgs::qp` to listener `handle`. Completes when a connection has
+/// been established on that QP. Result0/1: the peer's address (bytes 0-7, 8-15 in memory
+/// order). Result2: the peer's port.
+pub const ADMIN_OP_ACCEPT: u16 = 0x1b;
+/// Connect TCP QP `handle` ([`ConnectArgs`]). Completes when established (results as for
+/// accept) or failed ([`ADMIN_STATUS_REFUSED`], [`ADMIN_STATUS_TIMEOUT`]).
+pub const ADMIN_OP_CONNECT: u16 = 0x1c;
+/// Close TCP QP `handle` gracefully (FIN after all queued sends). Completes when the close
+/// has been sent and acknowledged.
+pub const ADMIN_OP_CLOSE: u16 = 0x1d;
+
+// ---- status codes -------------------------------------------------------------------------
+
+/// Success.
+pub const ADMIN_STATUS_OK: u16 = 0;
+/// Unknown opcode, or non-zero reserved fields.
+pub const ADMIN_STATUS_BAD_OPCODE: u16 = 1;
+/// An argument is out of range (depth not a power of two, unknown QP type, ...).
+pub const ADMIN_STATUS_BAD_PARAM: u16 = 2;
+/// No such object in this context (including objects of other contexts).
+pub const ADMIN_STATUS_BAD_HANDLE: u16 = 3;
+/// A device limit was reached (contexts, QPs, CQs, MRs, listeners, addresses).
+pub const ADMIN_STATUS_NO_RESOURCES: u16 = 4;
+/// A guest address (page list, ring page, query buffer) is not in guest RAM or misaligned.
+pub const ADMIN_STATUS_BAD_ADDRESS: u16 = 5;
+/// The object is in use (a CQ with QPs attached).
+pub const ADMIN_STATUS_BUSY: u16 = 6;
+/// The address or port is already bound by another QP or listener.
+pub const ADMIN_STATUS_ADDR_IN_USE: u16 = 7;
+/// The command does not apply to the object in its current state (connect on a UDP QP,
+/// accept on a connected QP, bind twice, ...).
+pub const ADMIN_STATUS_BAD_STATE: u16 = 8;
+/// The object the pending command waited on was destroyed.
+pub const ADMIN_STATUS_CANCELLED: u16 = 9;
+/// The peer refused the connection (RST in reply to SYN).
+pub const ADMIN_STATUS_REFUSED: u16 = 10;
+/// The peer did not answer.
+pub const ADMIN_STATUS_TIMEOUT: u16 = 11;
+
+// ---- argument bodies (each exactly 48 bytes) -----------------------------------------------
+
+/// Arguments of `QUERY_DEVICE` and `QUERY_STATS`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct QueryArgs {
+    /// Guest-physical address of the buffer the device writes (8-byte aligned, must not
+    /// cross a page boundary).
+    pub buf: u64,
+    /// Size of the buffer; at least the size of the structure written.
+    pub len: u32,
+    pub reserved: [u8; 36],
+}
+
+/// Arguments of `SET_MAC`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SetMacArgs {
+    /// A unicast MAC (the group bit must be clear).
+    pub mac: [u8; 6],
+    pub reserved: [u8; 42],
+}
+
+/// Arguments of `ADD_ADDR` and `DEL_ADDR`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct AddrArgs {
+    /// A unicast IPv6 address, network byte order.
+    pub addr: [u8; 16],
+    /// Prefix length, 1..=128 (ignored by `DEL_ADDR`).
+    pub prefix_len: u8,
+    pub reserved: [u8; 31],
+}
+
+/// Arguments of `CREATE_CQ`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct CreateCqArgs {
+    /// Guest-physical address of the ring's page list: `npages` u64 page addresses, each
+    /// 4 KiB aligned and in guest RAM. The list itself is contiguous and 8-byte aligned.
+    pub page_list: u64,
+    /// Number of pages: exactly enough for `depth` CQEs of [`crate::cqe::CQE_SIZE`] bytes.
+    pub npages: u32,
+    /// Ring depth in CQEs: a power of two, 2..=[`MAX_QUEUE_DEPTH`].
+    pub depth: u32,
+    /// MSI-X vector raised when the armed CQ gets a completion (1..vectors; 0 is the admin
+    /// vector and is refused).
+    pub vector: u32,
+    pub reserved: [u8; 28],
+}
+
+/// Arguments of `CREATE_QP`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct CreateQpArgs {
+    /// Page list of the send ring (as in [`CreateCqArgs`]), `sq_depth` WQEs of
+    /// [`crate::wqe::WQE_SIZE`] bytes.
+    pub sq_page_list: u64,
+    /// Page list of the receive ring, `rq_depth` WQEs.
+    pub rq_page_list: u64,
+    /// CQ (of the same context) for send completions.
+    pub send_cq: u32,
+    /// CQ (of the same context) for receive completions; may be the same as `send_cq`.
+    pub recv_cq: u32,
+    /// Send ring depth: a power of two, 2..=[`MAX_QUEUE_DEPTH`].
+    pub sq_depth: u32,
+    /// Receive ring depth: a power of two, 2..=[`MAX_QUEUE_DEPTH`].
+    pub rq_depth: u32,
+    /// Pages in `sq_page_list`.
+    pub sq_npages: u16,
+    /// Pages in `rq_page_list`.
+    pub rq_npages: u16,
+    /// [`QP_TYPE_UDP`] or [`QP_TYPE_TCP`].
+    pub qp_type: u8,
+    /// [`FRAMING_MESSAGE`] or [`FRAMING_STREAM`] (TCP only; 0 for UDP).
+    pub framing: u8,
+    pub reserved: [u8; 10],
+}
+
+/// A UDP queue pair: datagrams.
+pub const QP_TYPE_UDP: u8 = 1;
+/// A TCP queue pair: a connection.
+pub const QP_TYPE_TCP: u8 = 2;
+/// TCP framing for QP-to-QP: each message carries a small header in the byte stream, so
+/// message boundaries and immediate data survive any segmentation.
+pub const FRAMING_MESSAGE: u8 = 1;
+/// TCP framing for QP-to-socket: plain bytes; a receive WR completes when full or when a
+/// pushed segment ends.
+pub const FRAMING_STREAM: u8 = 2;
+
+/// Arguments of `REG_MR`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct RegMrArgs {
+    /// Guest-physical address of the page list (u64 page addresses, 4 KiB aligned).
+    pub page_list: u64,
+    /// The virtual address the region starts at in the owning process: WQEs address the
+    /// region's bytes as `iova .. iova + length`.
+    pub iova: u64,
+    /// Length in bytes, 1..=[`MAX_MR_PAGES`] pages' worth.
+    pub length: u64,
+    /// Pages in the list: exactly those covering `first_page_offset .. + length`.
+    pub npages: u32,
+    /// Offset of `iova` within the first page (`iova % 4096`).
+    pub first_page_offset: u32,
+    /// `MR_ACCESS_*` bits. Local read (the device gathering send data) is always allowed.
+    pub access: u32,
+    pub reserved: [u8; 12],
+}
+
+/// The device may write the region (receive buffers need this).
+pub const MR_ACCESS_LOCAL_WRITE: u32 = 1 << 0;
+/// A peer may write the region with RDMA write (later steps).
+pub const MR_ACCESS_REMOTE_WRITE: u32 = 1 << 1;
+/// A peer may read the region with RDMA read (later steps).
+pub const MR_ACCESS_REMOTE_READ: u32 = 1 << 2;
+
+/// Arguments of `BIND`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct BindArgs {
+    /// Local address (network order); all zeros binds every address of the device.
+    pub addr: [u8; 16],
+    /// Local port (host order); 0 asks for an ephemeral port.
+    pub port: u16,
+    pub reserved: [u8; 30],
+}
+
+/// Arguments of `LISTEN`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct ListenArgs {
+    /// Local address (network order); all zeros listens on every address.
+    pub addr: [u8; 16],
+    /// Local port (host order), non-zero.
+    pub port: u16,
+    pub reserved0: u16,
+    /// Connections the device completes the handshake for before an accept takes them.
+    pub backlog: u32,
+    pub reserved: [u8; 24],
+}
+
+/// Arguments of `ACCEPT`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct AcceptArgs {
+    /// An idle TCP QP of the same context, to carry the accepted connection.
+    pub qp: u32,
+    pub reserved: [u8; 44],
+}
+
+/// Arguments of `CONNECT`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct ConnectArgs {
+    /// Remote address, network order.
+    pub addr: [u8; 16],
+    /// Remote port, host order.
+    pub port: u16,
+    pub reserved: [u8; 30],
+}
+
+// ---- query results ------------------------------------------------------------------------
+
+/// Deepest work or completion queue.
+pub const MAX_QUEUE_DEPTH: u32 = 32768;
+/// Most pages in one memory region's page list (256 MiB).
+pub const MAX_MR_PAGES: u32 = 65536;
+/// Most memory regions on the device.
+pub const MAX_MRS: u32 = 4096;
+/// Most listeners on the device.
+pub const MAX_LISTENERS: u32 = 256;
+/// Most IPv6 addresses configured on the device (besides the link-local one).
+pub const MAX_ADDRS: u32 = 8;
+
+/// What `QUERY_DEVICE` writes (128 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct DeviceInfo {
+    /// Interface version, as [`crate::regs::REG_VERSION`].
+    pub version: u32,
+    /// Contexts (= doorbell pages).
+    pub max_contexts: u32,
+    /// QPs per context.
+    pub max_qps_per_context: u32,
+    /// CQs per context.
+    pub max_cqs_per_context: u32,
+    /// Memory regions on the device.
+    pub max_mrs: u32,
+    /// Pages per memory region.
+    pub max_mr_pages: u32,
+    /// Deepest queue.
+    pub max_queue_depth: u32,
+    /// Scatter/gather entries per WQE.
+    pub max_sge: u32,
+    /// Bytes of inline data per send WQE.
+    pub max_inline: u32,
+    /// Largest UDP payload in one send.
+    pub max_udp_payload: u32,
+    /// Listeners on the device.
+    pub max_listeners: u32,
+    /// MTU of the link.
+    pub mtu: u32,
+    /// The current MAC.
+    pub mac: [u8; 6],
+    pub reserved0: [u8; 2],
+    /// Reserved, 0.
+    pub reserved1: [u8; 72],
+}
+
+/// What `QUERY_STATS` writes: [`STATS_COUNT`] u64 counters, each at the index named by a
+/// `STAT_*` constant. Counters only grow (until reset).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Stats {
+    pub counters: [u64; 64],
+}
+
+/// Number of counters in [`Stats`].
+pub const STATS_COUNT: u32 = 64;
+/// Admin commands completed.
+pub const STAT_ADMIN_COMMANDS: u32 = 0;
+/// Admin commands completed with an error status.
+pub const STAT_ADMIN_ERRORS: u32 = 1;
+/// Doorbell pages found changed by the engine's scan.
+pub const STAT_DOORBELLS: u32 = 2;
+/// Kick register writes.
+pub const STAT_KICKS: u32 = 3;
+/// Times the engine went to sleep.
+pub const STAT_SLEEPS: u32 = 4;
+/// Send WQEs processed.
+pub const STAT_SEND_WQES: u32 = 5;
+/// Receive WQEs consumed.
+pub const STAT_RECV_WQES: u32 = 6;
+/// CQEs written.
+pub const STAT_CQES: u32 = 7;
+/// CQEs with an error status.
+pub const STAT_CQE_ERRORS: u32 = 8;
+/// Times a CQ was full and completions had to wait.
+pub const STAT_CQ_FULL: u32 = 9;
+/// CQ interrupts raised.
+pub const STAT_CQ_INTERRUPTS: u32 = 10;
+/// Protection failures (bad lkey, wrong context, bounds, access rights).
+pub const STAT_PROTECTION_ERRORS: u32 = 11;
+/// Doorbell values that were out of range (ring index more than depth ahead).
+pub const STAT_BAD_DOORBELLS: u32 = 12;
+/// UDP datagrams sent.
+pub const STAT_UDP_TX: u32 = 13;
+/// UDP datagrams delivered to a QP.
+pub const STAT_UDP_RX: u32 = 14;
+/// UDP datagrams dropped because the bound QP had no receive WR posted.
+pub const STAT_UDP_RX_NO_WR: u32 = 15;
+/// UDP datagrams dropped because no QP was bound to the destination port.
+pub const STAT_UDP_RX_NO_PORT: u32 = 16;

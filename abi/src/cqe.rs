@@ -1,0 +1,80 @@
+//! Completion queue entries: what the device writes into a CQ ring.
+//!
+//! Each entry is [`CQE_SIZE`] bytes. The device writes the whole entry, then a release
+//! barrier, then `owner` last, whose bit 0 is the phase: 1 on the first pass through the ring,
+//! 0 on the second, and so on. A consumer polls `owner` of the slot it expects next; when its
+//! phase bit matches the current pass, the entry is complete (read the rest after an acquire
+//! barrier). After consuming, the consumer advances `cq_head` in its doorbell page (see
+//! [`crate::doorbell`]); the device never writes a slot the consumer has not released.
+//!
+//! Every work request completes with exactly one CQE, success or error, in the order the
+//! WRs were posted on their queue.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Size of one CQE slot.
+pub const CQE_SIZE: u32 = 64;
+
+/// A completion (64 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Cqe {
+    /// The `wr_id` of the completed work request.
+    pub wr_id: u64,
+    /// Bytes sent, or bytes placed into the receive buffers. For a receive that did not fit
+    /// ([`CQE_STATUS_LOCAL_LENGTH`]), the size of what arrived.
+    pub byte_len: u32,
+    /// The QP the work request was posted on.
+    pub qp: u32,
+    /// Immediate data from the sender (receives).
+    pub imm_data: u32,
+    /// Receives on UDP QPs: the sender's port, host order.
+    pub src_port: u16,
+    /// [`CQE_OP_SEND`] or [`CQE_OP_RECV`].
+    pub opcode: u8,
+    /// One of the `CQE_STATUS_*` codes.
+    pub status: u8,
+    /// Receives on UDP QPs: the sender's address, network order.
+    pub src_addr: [u8; 16],
+    /// For errors: which check failed (a `CQE_DETAIL_*` code), to make errors explainable.
+    pub detail: u32,
+    pub reserved: [u8; 19],
+    /// Bit 0: phase. Written last.
+    pub owner: u8,
+}
+
+/// Completion of a send WR.
+pub const CQE_OP_SEND: u8 = 0x01;
+/// Completion of a receive WR.
+pub const CQE_OP_RECV: u8 = 0x02;
+
+/// The work request completed.
+pub const CQE_STATUS_SUCCESS: u8 = 0;
+/// The data did not fit: a receive buffer too small (the datagram is dropped), or a send
+/// larger than the QP allows.
+pub const CQE_STATUS_LOCAL_LENGTH: u8 = 1;
+/// Protection: unknown lkey, a region of another context, an address outside the region,
+/// or a missing access right. Nothing was read or written.
+pub const CQE_STATUS_LOCAL_PROTECTION: u8 = 2;
+/// Unknown opcode, or an opcode that does not belong in this ring.
+pub const CQE_STATUS_BAD_OPCODE: u8 = 3;
+/// A malformed WQE: too many SGEs, inline data too long, unknown flags, reserved bits set.
+pub const CQE_STATUS_BAD_WQE: u8 = 4;
+/// The QP was destroyed or entered the error state before the WR was processed.
+pub const CQE_STATUS_FLUSHED: u8 = 5;
+/// The destination is not usable (UDP: unspecified or multicast address, port 0;
+/// a QP that is not bound or not connected).
+pub const CQE_STATUS_BAD_DEST: u8 = 6;
+
+/// No detail.
+pub const CQE_DETAIL_NONE: u32 = 0;
+/// No memory region has this lkey.
+pub const CQE_DETAIL_BAD_LKEY: u32 = 1;
+/// The region belongs to another context.
+pub const CQE_DETAIL_OTHER_CONTEXT: u32 = 2;
+/// The address range is not inside the region.
+pub const CQE_DETAIL_OUT_OF_BOUNDS: u32 = 3;
+/// The region lacks the access right the operation needs.
+pub const CQE_DETAIL_ACCESS: u32 = 4;
+/// The producer index ran more than the ring's depth ahead.
+pub const CQE_DETAIL_BAD_INDEX: u32 = 5;

@@ -1,0 +1,69 @@
+//! Work queue entries: what the library writes into a QP's send and receive rings.
+//!
+//! Every entry is [`WQE_SIZE`] bytes: a [`Wqe`] header followed by up to [`MAX_SGE`]
+//! scatter/gather entries ([`Sge`]), or, for an inline send, up to [`MAX_INLINE`] bytes of
+//! data in place of the SGEs. Data is named by (lkey, virtual address, length) inside a
+//! registered memory region of the QP's own context; the device checks the lkey, the context,
+//! the bounds and the access right before moving a byte, and completes the WR with
+//! [`crate::cqe::CQE_STATUS_LOCAL_PROTECTION`] otherwise.
+//!
+//! The device reads an entry after it sees the producer index pass it (see
+//! [`crate::doorbell`]) and copies it before acting on it: changing an entry after ringing
+//! the doorbell has no defined effect but cannot hurt another QP.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Size of one WQE slot in a send or receive ring.
+pub const WQE_SIZE: u32 = 128;
+/// Most scatter/gather entries in one WQE.
+pub const MAX_SGE: u32 = 5;
+/// Most bytes of inline data in one send WQE (the SGE area).
+pub const MAX_INLINE: u32 = 80;
+
+/// Header of a WQE (48 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Wqe {
+    /// The caller's tag, returned unchanged in the CQE.
+    pub wr_id: u64,
+    /// [`WQE_OP_SEND`] in send rings, [`WQE_OP_RECV`] in receive rings.
+    pub opcode: u8,
+    /// `WQE_FLAG_*` bits.
+    pub flags: u8,
+    /// SGEs that follow (0..=[`MAX_SGE`]); 0 for inline sends.
+    pub num_sge: u8,
+    pub reserved0: u8,
+    /// Immediate data carried to the receiver's CQE (message framing and UDP: 0 for UDP).
+    pub imm_data: u32,
+    /// Bytes of inline data (with [`WQE_FLAG_INLINE`]), at most [`MAX_INLINE`].
+    pub inline_len: u32,
+    pub reserved1: u32,
+    /// UDP send: destination address, network order.
+    pub dest_addr: [u8; 16],
+    /// UDP send: destination port, host order.
+    pub dest_port: u16,
+    pub reserved2: [u8; 6],
+}
+
+/// A scatter/gather entry (16 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Sge {
+    /// Virtual address inside the memory region.
+    pub addr: u64,
+    /// Length in bytes (0 is allowed and moves nothing).
+    pub length: u32,
+    /// The region's lkey.
+    pub lkey: u32,
+}
+
+/// Offset of the SGE array (or inline data) in a WQE slot.
+pub const WQE_SGE_OFFSET: u32 = 48;
+
+/// Send the gathered bytes (a UDP datagram, or a TCP message/stream chunk).
+pub const WQE_OP_SEND: u8 = 0x01;
+/// A receive buffer: the SGEs are filled with incoming data in order.
+pub const WQE_OP_RECV: u8 = 0x02;
+
+/// The data is inline in the WQE, not in registered memory.
+pub const WQE_FLAG_INLINE: u8 = 1 << 0;
