@@ -61,7 +61,8 @@
 
 /*
  Create a completion queue in `ctx` ([`CreateCqArgs`]). Result0: CQ id. Result1: its CQ
- doorbell slot in the context's page.
+ doorbell slot in the context's page, which the device has zeroed (`cq_head` and
+ `arm_seq` start at 0).
  */
 #define QPIP_ADMIN_OP_CREATE_CQ 18
 
@@ -72,7 +73,7 @@
 
 /*
  Create a queue pair in `ctx` ([`CreateQpArgs`]). Result0: QP id. Result1: its QP doorbell
- slot in the context's page.
+ slot in the context's page, which the device has zeroed (both producer indices start at 0).
  */
 #define QPIP_ADMIN_OP_CREATE_QP 20
 
@@ -423,6 +424,22 @@
  The producer index ran more than the ring's depth ahead.
  */
 #define QPIP_CQE_DETAIL_BAD_INDEX 5
+
+/*
+ The destination is not reachable: not one of the device's own addresses, and the device
+ has no network link to send it on.
+ */
+#define QPIP_CQE_DETAIL_NO_ROUTE 6
+
+/*
+ The QP is not bound to a local port (UDP), or not connected (TCP).
+ */
+#define QPIP_CQE_DETAIL_NOT_BOUND 7
+
+/*
+ The destination address or port is not usable (unspecified, multicast, port 0).
+ */
+#define QPIP_CQE_DETAIL_BAD_ADDRESS 8
 
 /*
  Offset of the page's change counter (u32, producer-written).

@@ -98,12 +98,13 @@ pub const ADMIN_OP_CREATE_CTX: u16 = 0x10;
 /// rings go away with the process).
 pub const ADMIN_OP_DESTROY_CTX: u16 = 0x11;
 /// Create a completion queue in `ctx` ([`CreateCqArgs`]). Result0: CQ id. Result1: its CQ
-/// doorbell slot in the context's page.
+/// doorbell slot in the context's page, which the device has zeroed (`cq_head` and
+/// `arm_seq` start at 0).
 pub const ADMIN_OP_CREATE_CQ: u16 = 0x12;
 /// Destroy CQ `handle`. Fails with [`ADMIN_STATUS_BUSY`] while a QP uses it.
 pub const ADMIN_OP_DESTROY_CQ: u16 = 0x13;
 /// Create a queue pair in `ctx` ([`CreateQpArgs`]). Result0: QP id. Result1: its QP doorbell
-/// slot in the context's page.
+/// slot in the context's page, which the device has zeroed (both producer indices start at 0).
 pub const ADMIN_OP_CREATE_QP: u16 = 0x14;
 /// Destroy QP `handle`: outstanding work requests complete with
 /// [`crate::cqe::CQE_STATUS_FLUSHED`]; a TCP connection is aborted (RST).

@@ -78,3 +78,10 @@ pub const CQE_DETAIL_OUT_OF_BOUNDS: u32 = 3;
 pub const CQE_DETAIL_ACCESS: u32 = 4;
 /// The producer index ran more than the ring's depth ahead.
 pub const CQE_DETAIL_BAD_INDEX: u32 = 5;
+/// The destination is not reachable: not one of the device's own addresses, and the device
+/// has no network link to send it on.
+pub const CQE_DETAIL_NO_ROUTE: u32 = 6;
+/// The QP is not bound to a local port (UDP), or not connected (TCP).
+pub const CQE_DETAIL_NOT_BOUND: u32 = 7;
+/// The destination address or port is not usable (unspecified, multicast, port 0).
+pub const CQE_DETAIL_BAD_ADDRESS: u32 = 8;

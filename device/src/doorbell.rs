@@ -10,7 +10,9 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 
-use vm_memory::{FileOffset, MmapRegion, VolatileMemory};
+use std::sync::atomic::Ordering;
+
+use vm_memory::{Bytes, FileOffset, MmapRegion, VolatileMemory};
 
 /// Shared doorbell memory.
 pub struct DoorbellBar {
@@ -55,6 +57,31 @@ impl DoorbellBar {
         let slice = self.slice(offset, data.len())?;
         slice.copy_from(data);
         Ok(())
+    }
+
+    /// Atomic load of the u32 at `offset` (4-byte aligned, in bounds: offsets come from the
+    /// ABI's constants and validated slot numbers, never from the guest).
+    pub fn load_u32(&self, offset: usize) -> u32 {
+        self.map
+            .as_volatile_slice()
+            .load::<u32>(offset, Ordering::Acquire)
+            .expect("doorbell offset in bounds")
+    }
+
+    /// Atomic store of the u32 at `offset`.
+    pub fn store_u32(&self, offset: usize, value: u32) {
+        self.map
+            .as_volatile_slice()
+            .store(value, offset, Ordering::Release)
+            .expect("doorbell offset in bounds")
+    }
+
+    /// Zeroes one page (a new context starts with clean doorbells).
+    pub fn clear_page(&self, page: usize) {
+        let size = qpip_abi::pci::DOORBELL_PAGE_SIZE as usize;
+        if let Ok(s) = self.map.as_volatile_slice().subslice(page * size, size) {
+            s.copy_from(&vec![0u8; size]);
+        }
     }
 
     /// Zeroes every page (device reset: no stale producer index survives).

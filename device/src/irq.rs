@@ -1,48 +1,57 @@
 //! MSI-X interrupt delivery. QEMU emulates the MSI-X table itself and hands the device one
 //! eventfd per vector (VFIO_DEVICE_SET_IRQS); raising a vector is writing 1 to its eventfd.
+//!
+//! Shared between the control thread (which installs eventfds) and the engine thread (which
+//! raises vectors): raising takes a read lock only, so the engine never waits for anything
+//! but a concurrent SET_IRQS, which is rare and short.
 
 use std::fs::File;
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::RwLock;
 
 use log::{debug, warn};
 
 pub struct Interrupts {
-    vectors: Vec<Option<File>>,
-    raised: u64,
-    dropped: u64,
+    vectors: RwLock<Vec<Option<File>>>,
+    count: usize,
+    raised: AtomicU64,
+    dropped: AtomicU64,
 }
 
 impl Interrupts {
     pub fn new(count: usize) -> Self {
         Interrupts {
-            vectors: (0..count).map(|_| None).collect(),
-            raised: 0,
-            dropped: 0,
+            vectors: RwLock::new((0..count).map(|_| None).collect()),
+            count,
+            raised: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
         }
     }
 
     pub fn count(&self) -> usize {
-        self.vectors.len()
+        self.count
     }
 
     /// Installs eventfds for vectors `start..start + fds.len()` (trigger action with eventfd
     /// data). Out-of-range vectors are refused as a whole.
-    pub fn set(&mut self, start: u32, fds: Vec<File>) -> io::Result<()> {
+    pub fn set(&self, start: u32, fds: Vec<File>) -> io::Result<()> {
         let start = start as usize;
         let end = start
             .checked_add(fds.len())
-            .filter(|&e| e <= self.vectors.len())
+            .filter(|&e| e <= self.count)
             .ok_or_else(|| {
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
                     format!(
                         "MSI-X vectors {start}+{} exceed the {} vectors",
                         fds.len(),
-                        self.vectors.len()
+                        self.count
                     ),
                 )
             })?;
-        for (slot, fd) in self.vectors[start..end].iter_mut().zip(fds) {
+        let mut vectors = self.vectors.write().unwrap_or_else(|e| e.into_inner());
+        for (slot, fd) in vectors[start..end].iter_mut().zip(fds) {
             *slot = Some(fd);
         }
         debug!("MSI-X eventfds set for vectors {start}..{end}");
@@ -50,12 +59,13 @@ impl Interrupts {
     }
 
     /// Removes the eventfds of `start..start + count` (count 0 means all, as in VFIO).
-    pub fn clear(&mut self, start: u32, count: u32) {
+    pub fn clear(&self, start: u32, count: u32) {
         let (start, count) = (start as usize, count as usize);
+        let mut vectors = self.vectors.write().unwrap_or_else(|e| e.into_inner());
         if count == 0 {
-            self.vectors.iter_mut().for_each(|v| *v = None);
+            vectors.iter_mut().for_each(|v| *v = None);
         } else {
-            self.vectors
+            vectors
                 .iter_mut()
                 .skip(start)
                 .take(count)
@@ -65,32 +75,33 @@ impl Interrupts {
 
     /// Signals `vector`. Returns whether an interrupt was actually delivered; a vector
     /// without an eventfd (the guest has not enabled it) is counted as dropped.
-    pub fn raise(&mut self, vector: usize) -> bool {
-        match self.vectors.get_mut(vector).and_then(|v| v.as_mut()) {
-            Some(fd) => match fd.write_all(&1u64.to_ne_bytes()) {
+    pub fn raise(&self, vector: usize) -> bool {
+        let vectors = self.vectors.read().unwrap_or_else(|e| e.into_inner());
+        match vectors.get(vector).and_then(|v| v.as_ref()) {
+            Some(mut fd) => match fd.write_all(&1u64.to_ne_bytes()) {
                 Ok(()) => {
-                    self.raised += 1;
+                    self.raised.fetch_add(1, Ordering::Relaxed);
                     true
                 }
                 Err(e) => {
                     warn!("MSI-X vector {vector}: eventfd write failed: {e}");
-                    self.dropped += 1;
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
                     false
                 }
             },
             None => {
-                self.dropped += 1;
+                self.dropped.fetch_add(1, Ordering::Relaxed);
                 false
             }
         }
     }
 
     pub fn raised(&self) -> u64 {
-        self.raised
+        self.raised.load(Ordering::Relaxed)
     }
 
     pub fn dropped(&self) -> u64 {
-        self.dropped
+        self.dropped.load(Ordering::Relaxed)
     }
 }
 
@@ -109,7 +120,7 @@ mod tests {
 
     #[test]
     fn raise_writes_the_vectors_eventfd() {
-        let mut irqs = Interrupts::new(4);
+        let irqs = Interrupts::new(4);
         let fd = eventfd();
         irqs.set(2, vec![fd.try_clone().unwrap()]).unwrap();
         assert!(irqs.raise(2));
@@ -126,7 +137,7 @@ mod tests {
 
     #[test]
     fn out_of_range_set_is_refused() {
-        let mut irqs = Interrupts::new(2);
+        let irqs = Interrupts::new(2);
         assert!(irqs.set(1, vec![eventfd(), eventfd()]).is_err());
         assert!(irqs.set(u32::MAX, vec![eventfd()]).is_err());
     }

@@ -3,9 +3,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::net::Ipv6Addr;
+use std::time::Duration;
+
 use clap::Parser;
 use log::error;
 use qpip_device::core::CoreConfig;
+use qpip_device::engine::{EngineConfig, DEFAULT_MAC};
 use qpip_device::vfio::{serve, ServeOptions};
 
 /// The qpip adapter: a PCI network function for QEMU, attached over vfio-user.
@@ -19,6 +23,20 @@ struct Args {
     /// Path of the vfio-user socket to listen on (a stale socket file is replaced).
     #[arg(long, value_name = "PATH")]
     socket: PathBuf,
+
+    /// The device's MAC address (a unicast address; default 02:51:50:00:00:01).
+    #[arg(long, value_name = "MAC", value_parser = parse_mac)]
+    mac: Option<[u8; 6]>,
+
+    /// An IPv6 address of the device with its prefix length, e.g. fd51:5050::1:1/64
+    /// (repeatable). The link-local address from the MAC is always present.
+    #[arg(long = "ip", value_name = "ADDR/PLEN", value_parser = parse_addr)]
+    ips: Vec<(Ipv6Addr, u8)>,
+
+    /// How long the engine keeps polling doorbells after the last work before it sleeps,
+    /// in microseconds. Longer: lower latency, more CPU.
+    #[arg(long, value_name = "US", default_value_t = 200)]
+    idle_poll_us: u64,
 
     /// More log output (-v: debug, -vv: trace). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
@@ -68,6 +86,11 @@ fn main() -> ExitCode {
             advertised_abi_major: args
                 .advertise_abi_major
                 .unwrap_or(qpip_abi::ABI_VERSION_MAJOR),
+            engine: EngineConfig {
+                mac: args.mac.unwrap_or(DEFAULT_MAC),
+                addrs: args.ips.clone(),
+                idle_poll: Duration::from_micros(args.idle_poll_us),
+            },
         },
     };
     match serve(&socket, options) {
@@ -96,4 +119,41 @@ fn install_signal_cleanup(socket: PathBuf) {
             std::process::exit(128 + sig);
         }
     });
+}
+
+fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let bad = || format!("'{s}' is not a MAC address like 02:51:50:00:00:01");
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        return Err(bad());
+    }
+    let mut mac = [0u8; 6];
+    for (b, p) in mac.iter_mut().zip(parts) {
+        if p.len() != 2 {
+            return Err(bad());
+        }
+        *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+    }
+    if mac[0] & 1 != 0 || mac == [0; 6] {
+        return Err(format!("'{s}' is not a unicast MAC address"));
+    }
+    Ok(mac)
+}
+
+fn parse_addr(s: &str) -> Result<(Ipv6Addr, u8), String> {
+    let (a, p) = s
+        .split_once('/')
+        .ok_or_else(|| format!("'{s}' needs a prefix length, like fd51:5050::1:1/64"))?;
+    let addr: Ipv6Addr = a
+        .parse()
+        .map_err(|_| format!("'{a}' is not an IPv6 address"))?;
+    let plen: u8 = p
+        .parse()
+        .ok()
+        .filter(|n| (1..=128).contains(n))
+        .ok_or_else(|| format!("prefix length '{p}' is not 1..128"))?;
+    if addr.is_unspecified() || addr.is_multicast() || addr.is_loopback() {
+        return Err(format!("'{a}' is not a unicast address a device can have"));
+    }
+    Ok((addr, plen))
 }

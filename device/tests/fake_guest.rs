@@ -207,6 +207,7 @@ fn identity_registers_and_reset() {
 fn advertised_major_reaches_the_version_register() {
     let (dev, mut c) = start(CoreConfig {
         advertised_abi_major: 9,
+        ..CoreConfig::default()
     });
     assert_eq!(
         reg_read(&mut c, regs::REG_VERSION) >> regs::VERSION_MAJOR_SHIFT,

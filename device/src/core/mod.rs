@@ -5,12 +5,15 @@
 mod registers;
 
 use std::io;
+use std::sync::Arc;
 
 use log::{info, warn};
-use qpip_abi::{pci as abi_pci, regs};
+use qpip_abi::{admin as abi_admin, pci as abi_pci, regs};
+use vm_memory::GuestAddressSpace;
 
 use crate::dma::GuestRam;
 use crate::doorbell::DoorbellBar;
+use crate::engine::{Control, EngineConfig, EngineHandle, Shared};
 use crate::irq::Interrupts;
 
 pub use registers::RegisterFile;
@@ -21,12 +24,15 @@ pub struct CoreConfig {
     /// Interface major version reported in [`regs::REG_VERSION`]. Always
     /// [`qpip_abi::ABI_VERSION_MAJOR`] except in tests of a driver's version check.
     pub advertised_abi_major: u16,
+    /// The engine's settings (MAC, addresses, polling).
+    pub engine: EngineConfig,
 }
 
 impl Default for CoreConfig {
     fn default() -> Self {
         CoreConfig {
             advertised_abi_major: qpip_abi::ABI_VERSION_MAJOR,
+            engine: EngineConfig::default(),
         }
     }
 }
@@ -43,29 +49,44 @@ pub struct Counters {
 
 pub struct DeviceCore {
     regs: RegisterFile,
-    pub doorbells: DoorbellBar,
-    pub irqs: Interrupts,
+    pub doorbells: Arc<DoorbellBar>,
+    pub irqs: Arc<Interrupts>,
     pub ram: GuestRam,
     msix_table: Vec<u8>,
     pub counters: Counters,
+    engine: EngineHandle,
+    shared: Shared,
 }
 
 impl DeviceCore {
     pub fn new(config: CoreConfig) -> io::Result<Self> {
+        let doorbells = Arc::new(DoorbellBar::new(abi_pci::DOORBELL_BAR_SIZE as usize)?);
+        let irqs = Arc::new(Interrupts::new(abi_pci::MSIX_VECTORS as usize));
+        let ram = GuestRam::new();
+        let shared = Shared::new(ram.memory(), doorbells.clone(), irqs.clone());
+        let engine = EngineHandle::start(shared.clone(), config.engine)?;
         Ok(DeviceCore {
             regs: RegisterFile::new(config.advertised_abi_major),
-            doorbells: DoorbellBar::new(abi_pci::DOORBELL_BAR_SIZE as usize)?,
-            irqs: Interrupts::new(abi_pci::MSIX_VECTORS as usize),
-            ram: GuestRam::new(),
+            doorbells,
+            irqs,
+            ram,
             msix_table: vec![0; abi_pci::MSIX_VECTORS as usize * 16],
             counters: Counters::default(),
+            engine,
+            shared,
         })
     }
 
-    /// Function-level reset: every read-write register back to 0, doorbells cleared, all
-    /// device state built by the driver dropped. DMA maps and interrupt eventfds belong to
-    /// the VMM, not to the function, and survive.
+    /// The engine's counters (what QUERY_STATS reports).
+    pub fn stats(&self) -> &crate::engine::Stats {
+        &self.shared.stats
+    }
+
+    /// Function-level reset: the engine destroys every object (and this waits until it has),
+    /// every read-write register goes back to 0, doorbells are cleared. DMA maps and
+    /// interrupt eventfds belong to the VMM, not to the function, and survive.
     pub fn reset(&mut self) {
+        self.engine.reset();
         self.regs.reset();
         self.doorbells.clear();
         self.msix_table.iter_mut().for_each(|b| *b = 0);
@@ -104,6 +125,10 @@ impl DeviceCore {
         if start >= abi_pci::MSIX_PBA_OFFSET as usize {
             return Ok(());
         }
+        if start == (regs::KICK_PAGE_OFFSET + regs::KICK) as usize && data.len() == 4 {
+            self.engine.send(Control::Kick);
+            return Ok(());
+        }
         let Some(reg) = aligned_register(start, data.len()) else {
             self.bad_access("write", offset, data.len());
             return Ok(());
@@ -113,8 +138,35 @@ impl DeviceCore {
             regs::REG_CONTROL => {
                 if value & regs::CONTROL_RESET != 0 {
                     self.reset();
+                } else if self.regs.enabled() && value & regs::CONTROL_ENABLE == 0 {
+                    // Disabling quiesces the device: the driver is letting go of it.
+                    info!("device disabled: destroying all objects");
+                    self.engine.reset();
+                    self.regs.set_admin_state(0, false);
                 }
                 self.regs.set_control(value & regs::CONTROL_ENABLE);
+            }
+            regs::REG_ADMIN_SQ_BASE_LO
+            | regs::REG_ADMIN_SQ_BASE_HI
+            | regs::REG_ADMIN_CQ_BASE_LO
+            | regs::REG_ADMIN_CQ_BASE_HI => {
+                if self.regs.admin_enabled() {
+                    self.bad_access("write (admin queue enabled)", offset, data.len());
+                } else {
+                    self.regs.set_admin_base(reg, value);
+                }
+            }
+            regs::REG_ADMIN_DEPTH => self.set_admin_depth(value),
+            regs::REG_ADMIN_SQ_TAIL => {
+                if self.regs.admin_enabled() {
+                    self.engine.send(Control::AdminSqTail(value));
+                }
+            }
+            regs::REG_ADMIN_CQ_HEAD => {
+                self.regs.set_admin_cq_head(value);
+                if self.regs.admin_enabled() {
+                    self.engine.send(Control::AdminCqHead(value));
+                }
             }
             regs::REG_SCRATCH => self.regs.set_scratch(value),
             regs::REG_IRQ_TEST => {
@@ -136,6 +188,34 @@ impl DeviceCore {
             _ => self.bad_access("write", offset, data.len()),
         }
         Ok(())
+    }
+
+    /// A write to REG_ADMIN_DEPTH: 0 disables the admin queue; a valid depth enables it if
+    /// both rings lie, aligned, in guest RAM; anything else sets STATUS_ADMIN_ERROR.
+    fn set_admin_depth(&mut self, depth: u32) {
+        if depth == 0 {
+            self.regs.set_admin_state(0, false);
+            self.engine.send(Control::AdminDisable);
+            return;
+        }
+        let (sq, cq) = self.regs.admin_bases();
+        let mem = self.ram.memory().memory();
+        let fits = |base: u64, entry: u64| {
+            base % 64 == 0 && crate::engine::memory::in_ram(&mem, base, depth as u64 * entry)
+        };
+        let valid = self.regs.enabled()
+            && crate::engine::memory::valid_depth(depth, abi_admin::ADMIN_MAX_DEPTH)
+            && fits(sq, 64)
+            && fits(cq, 32);
+        if valid {
+            self.regs.set_admin_state(depth, false);
+            self.engine.send(Control::AdminEnable { sq, cq, depth });
+            info!("admin queue enabled: depth {depth}, submissions at {sq:#x}, completions at {cq:#x}");
+        } else {
+            warn!("admin queue setup refused: depth {depth}, submissions at {sq:#x}, completions at {cq:#x} (device enabled: {})", self.regs.enabled());
+            self.regs.set_admin_state(0, true);
+            self.engine.send(Control::AdminDisable);
+        }
     }
 
     pub fn registers(&self) -> &RegisterFile {

@@ -41,6 +41,7 @@ fn identity_and_version() {
 fn advertised_major_is_configurable_for_driver_tests() {
     let mut c = DeviceCore::new(CoreConfig {
         advertised_abi_major: 7,
+        ..CoreConfig::default()
     })
     .unwrap();
     assert_eq!(

@@ -1,0 +1,707 @@
+//! The admin queue: the management state machine. Fetches commands from the driver's
+//! submission ring, executes them against the object tables, writes completions with the
+//! phase protocol of `qpip_abi::admin`, and raises MSI-X vector 0.
+
+use std::collections::VecDeque;
+use std::net::Ipv6Addr;
+use std::sync::atomic::Ordering;
+
+use log::{debug, warn};
+use qpip_abi::admin::*;
+use qpip_abi::{cqe, doorbell, pci, wqe};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+use super::decode::{self, AdminRequest, QpRequest};
+use super::memory::{self, MemoryRegion, Ring};
+use super::objects::{Context, Cq, PendingCmd, Qp, QpState, TcpRole};
+use super::{Engine, Identity};
+
+/// The admin rings as the driver set them up.
+#[derive(Debug, Default)]
+pub struct AdminQueue {
+    rings: Option<(Ring, Ring)>,
+    /// Commands fetched (free-running).
+    pub sq_head: u32,
+    /// The driver's producer index.
+    pub sq_tail: u32,
+    /// Completions written (free-running).
+    cq_tail: u32,
+    /// Completions the driver consumed.
+    pub cq_head: u32,
+    /// Completions that could not be written yet for lack of room (async ones).
+    deferred: VecDeque<AdminCqe>,
+}
+
+/// Results of a successful command.
+type Results = (u64, u64, u32);
+
+impl AdminQueue {
+    pub fn enable(&mut self, sq: u64, cq: u64, depth: u32) {
+        *self = AdminQueue {
+            rings: Some((
+                Ring::contiguous(sq, 64, depth),
+                Ring::contiguous(cq, 32, depth),
+            )),
+            ..Default::default()
+        };
+        debug!("admin queue enabled: sq {sq:#x} cq {cq:#x} depth {depth}");
+    }
+
+    pub fn disable(&mut self) {
+        *self = AdminQueue::default();
+    }
+
+    fn room(&self) -> bool {
+        match &self.rings {
+            Some((_, cq)) => self.cq_tail.wrapping_sub(self.cq_head) < cq.depth(),
+            None => false,
+        }
+    }
+
+    /// Writes a completion (phase byte last). False if there is no room or no queue.
+    fn write(&mut self, mem: &GuestMemoryMmap, mut cqe: AdminCqe) -> bool {
+        if !self.room() {
+            return false;
+        }
+        let Some((_, ring)) = &self.rings else {
+            return false;
+        };
+        let addr = ring.entry_addr(self.cq_tail);
+        cqe.phase = ((self.cq_tail / ring.depth()) & 1 ^ 1) as u8;
+        let bytes = cqe.as_bytes();
+        let ok = mem.write_slice(&bytes[..31], addr).is_ok() && {
+            std::sync::atomic::fence(Ordering::Release);
+            mem.store(cqe.phase, GuestAddress(addr.0 + 31), Ordering::Release)
+                .is_ok()
+        };
+        if !ok {
+            warn!(
+                "admin completion ring at {:#x} is no longer in guest RAM",
+                addr.0
+            );
+        }
+        self.cq_tail = self.cq_tail.wrapping_add(1);
+        true
+    }
+}
+
+fn completion(cmd_id: u32, opcode: u16, status: u16, r: Results) -> AdminCqe {
+    let mut c = AdminCqe::new_zeroed();
+    c.cmd_id = cmd_id;
+    c.opcode = opcode;
+    c.status = status;
+    if status == ADMIN_STATUS_OK {
+        (c.result0, c.result1, c.result2) = r;
+    }
+    c
+}
+
+enum Outcome {
+    Done(Result<Results, u16>),
+    /// Completes later (accept, connect, close).
+    Pending,
+}
+
+impl Engine {
+    /// Fetches and executes admin commands while there are some and room for their
+    /// completions. Returns whether anything happened.
+    pub(super) fn process_admin(&mut self, mem: &GuestMemoryMmap) -> bool {
+        let mut did = false;
+        // Deferred asynchronous completions first: they are older.
+        while let Some(c) = self.admin.deferred.front().copied() {
+            if !self.admin.write(mem, c) {
+                break;
+            }
+            self.admin.deferred.pop_front();
+            did = true;
+        }
+        while self.admin.deferred.is_empty()
+            && self.admin.room()
+            && self.admin.sq_head != self.admin.sq_tail
+        {
+            let Some((sq, _)) = &self.admin.rings else {
+                break;
+            };
+            if self.admin.sq_tail.wrapping_sub(self.admin.sq_head) > sq.depth() {
+                warn!(
+                    "admin doorbell {} is more than the depth ahead of {}; ignored",
+                    self.admin.sq_tail, self.admin.sq_head
+                );
+                self.admin.sq_tail = self.admin.sq_head;
+                break;
+            }
+            let mut raw = [0u8; 64];
+            let addr = sq.entry_addr(self.admin.sq_head);
+            self.admin.sq_head = self.admin.sq_head.wrapping_add(1);
+            did = true;
+            if mem.read_slice(&mut raw, addr).is_err() {
+                warn!(
+                    "admin command at {:#x} is not in guest RAM; skipped",
+                    addr.0
+                );
+                continue;
+            }
+            let cmd = AdminCmd::read_from_bytes(&raw[..]).expect("64 bytes");
+            let outcome = match decode::admin(&cmd, pci::MSIX_VECTORS) {
+                Ok(req) => self.execute(mem, &cmd, req),
+                Err(status) => Outcome::Done(Err(status)),
+            };
+            if let Outcome::Done(result) = outcome {
+                let (status, r) = match result {
+                    Ok(r) => (ADMIN_STATUS_OK, r),
+                    Err(s) => (s, (0, 0, 0)),
+                };
+                debug!(
+                    "admin {:#04x} id {} -> status {status}",
+                    cmd.opcode, cmd.cmd_id
+                );
+                self.complete_admin(mem, completion(cmd.cmd_id, cmd.opcode, status, r));
+            }
+        }
+        if did {
+            self.shared.irqs.raise(0);
+        }
+        did
+    }
+
+    /// Writes (or defers) one completion and counts it.
+    fn complete_admin(&mut self, mem: &GuestMemoryMmap, c: AdminCqe) {
+        self.shared.stats.add(STAT_ADMIN_COMMANDS, 1);
+        if c.status != ADMIN_STATUS_OK {
+            self.shared.stats.add(STAT_ADMIN_ERRORS, 1);
+        }
+        if !self.admin.deferred.is_empty() || !self.admin.write(mem, c) {
+            self.admin.deferred.push_back(c);
+        }
+    }
+
+    /// Completes a pending command with CANCELLED (its object is going away).
+    fn cancel(&mut self, mem: &GuestMemoryMmap, cmd: PendingCmd) {
+        self.complete_admin(
+            mem,
+            completion(cmd.cmd_id, cmd.opcode, ADMIN_STATUS_CANCELLED, (0, 0, 0)),
+        );
+        self.shared.irqs.raise(0);
+    }
+
+    fn execute(&mut self, mem: &GuestMemoryMmap, cmd: &AdminCmd, req: AdminRequest) -> Outcome {
+        use AdminRequest as R;
+        let ctx = cmd.ctx;
+        let h = cmd.handle;
+        Outcome::Done(match req {
+            R::QueryDevice { buf, len } => {
+                self.write_query(mem, buf, len, self.device_info().as_bytes())
+            }
+            R::QueryStats { buf, len } => {
+                let stats = Stats {
+                    counters: self.shared.stats.snapshot(),
+                };
+                self.write_query(mem, buf, len, stats.as_bytes())
+            }
+            R::SetMac(mac) => {
+                self.identity.mac = mac;
+                Ok((0, 0, 0))
+            }
+            R::AddAddr { addr, prefix_len } => self.add_addr(addr, prefix_len),
+            R::DelAddr(addr) => {
+                let before = self.identity.addrs.len();
+                self.identity.addrs.retain(|(a, _)| *a != addr);
+                if self.identity.addrs.len() < before {
+                    Ok((0, 0, 0))
+                } else {
+                    Err(ADMIN_STATUS_BAD_HANDLE)
+                }
+            }
+            R::CreateCtx => self.create_ctx(),
+            R::DestroyCtx => self.destroy_ctx(mem, ctx),
+            R::CreateCq {
+                page_list,
+                npages,
+                depth,
+                vector,
+            } => self.create_cq(mem, ctx, page_list, npages, depth, vector),
+            R::DestroyCq => self.destroy_cq(ctx, h),
+            R::CreateQp(q) => self.create_qp(mem, ctx, q),
+            R::DestroyQp => self.destroy_qp(mem, ctx, h),
+            R::RegMr(args) => self.reg_mr(mem, ctx, &args),
+            R::DeregMr => match self.objects.mrs.get(&h) {
+                Some(mr) if mr.ctx == ctx && self.objects.contexts.contains_key(&ctx) => {
+                    self.objects.mrs.remove(&h);
+                    Ok((0, 0, 0))
+                }
+                _ => Err(ADMIN_STATUS_BAD_HANDLE),
+            },
+            R::Bind { addr, port } => self.bind(ctx, h, addr, port),
+            R::Listen {
+                addr,
+                port,
+                backlog,
+            } => self.listen(ctx, addr, port, backlog),
+            R::DestroyListener => self.destroy_listener(mem, ctx, h),
+            R::Accept { qp } => return self.accept(ctx, h, qp, cmd),
+            R::Connect { .. } => return self.connect(ctx, h, cmd),
+            R::Close => match self.objects.qp_in(ctx, h) {
+                None => Err(ADMIN_STATUS_BAD_HANDLE),
+                // Only an established connection can be closed; establishing one is the
+                // network's work (step 3), so no QP is in that state yet.
+                Some(_) => Err(ADMIN_STATUS_BAD_STATE),
+            },
+        })
+    }
+
+    fn write_query(
+        &self,
+        mem: &GuestMemoryMmap,
+        buf: u64,
+        len: u32,
+        data: &[u8],
+    ) -> Result<Results, u16> {
+        if (len as usize) < data.len() {
+            return Err(ADMIN_STATUS_BAD_PARAM);
+        }
+        let crosses_page =
+            buf / memory::PAGE_SIZE != (buf + data.len() as u64 - 1) / memory::PAGE_SIZE;
+        if buf % 8 != 0 || crosses_page || !memory::in_ram(mem, buf, data.len() as u64) {
+            return Err(ADMIN_STATUS_BAD_ADDRESS);
+        }
+        mem.write_slice(data, GuestAddress(buf))
+            .map_err(|_| ADMIN_STATUS_BAD_ADDRESS)?;
+        Ok((0, 0, 0))
+    }
+
+    fn device_info(&self) -> DeviceInfo {
+        let mut d = DeviceInfo::new_zeroed();
+        d.version = (qpip_abi::ABI_VERSION_MAJOR as u32) << qpip_abi::regs::VERSION_MAJOR_SHIFT
+            | qpip_abi::ABI_VERSION_MINOR as u32;
+        d.max_contexts = pci::DOORBELL_PAGES;
+        d.max_qps_per_context = doorbell::DB_QP_SLOTS;
+        d.max_cqs_per_context = doorbell::DB_CQ_SLOTS;
+        d.max_mrs = MAX_MRS;
+        d.max_mr_pages = MAX_MR_PAGES;
+        d.max_queue_depth = MAX_QUEUE_DEPTH;
+        d.max_sge = wqe::MAX_SGE;
+        d.max_inline = wqe::MAX_INLINE;
+        d.max_udp_payload = super::datapath::MAX_UDP_PAYLOAD as u32;
+        d.max_listeners = MAX_LISTENERS;
+        d.mtu = 1500;
+        d.mac = self.identity.mac;
+        d
+    }
+
+    fn add_addr(&mut self, addr: Ipv6Addr, prefix_len: u8) -> Result<Results, u16> {
+        let id: &Identity = &self.identity;
+        if id.is_local(&addr) {
+            return Err(ADMIN_STATUS_ADDR_IN_USE);
+        }
+        if id.addrs.len() >= MAX_ADDRS as usize {
+            return Err(ADMIN_STATUS_NO_RESOURCES);
+        }
+        self.identity.addrs.push((addr, prefix_len));
+        Ok((0, 0, 0))
+    }
+
+    fn create_ctx(&mut self) -> Result<Results, u16> {
+        let page = (0..pci::DOORBELL_PAGES).find(|p| !self.objects.contexts.contains_key(p));
+        let page = page.ok_or(ADMIN_STATUS_NO_RESOURCES)?;
+        self.shared.doorbells.clear_page(page as usize);
+        self.objects.contexts.insert(
+            page,
+            Context {
+                seen_change_count: 0,
+                qp_slots: vec![None; doorbell::DB_QP_SLOTS as usize],
+                cq_slots: vec![None; doorbell::DB_CQ_SLOTS as usize],
+            },
+        );
+        Ok((page as u64, 0, 0))
+    }
+
+    fn destroy_ctx(&mut self, mem: &GuestMemoryMmap, ctx: u32) -> Result<Results, u16> {
+        if !self.objects.contexts.contains_key(&ctx) {
+            return Err(ADMIN_STATUS_BAD_HANDLE);
+        }
+        // The process is gone: its rings go with it, so no flush CQEs, but pending admin
+        // commands still get their (cancelled) completions.
+        let qps: Vec<u32> = self
+            .objects
+            .qps
+            .iter()
+            .filter(|(_, q)| q.ctx == ctx)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in qps {
+            self.remove_qp(mem, id, false);
+        }
+        let listeners: Vec<u32> = self
+            .objects
+            .listeners
+            .iter()
+            .filter(|(_, l)| l.ctx == ctx)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in listeners {
+            self.remove_listener(mem, id);
+        }
+        self.objects.cqs.retain(|_, c| c.ctx != ctx);
+        self.objects.mrs.retain(|_, m| m.ctx != ctx);
+        self.objects.contexts.remove(&ctx);
+        self.shared.doorbells.clear_page(ctx as usize);
+        Ok((0, 0, 0))
+    }
+
+    fn create_cq(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        list: u64,
+        npages: u32,
+        depth: u32,
+        vector: u16,
+    ) -> Result<Results, u16> {
+        let c = self
+            .objects
+            .contexts
+            .get(&ctx)
+            .ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+        let slot = c
+            .cq_slots
+            .iter()
+            .position(|s| s.is_none())
+            .ok_or(ADMIN_STATUS_NO_RESOURCES)? as u32;
+        if npages as u64 != (depth as u64 * cqe::CQE_SIZE as u64).div_ceil(memory::PAGE_SIZE) {
+            return Err(ADMIN_STATUS_BAD_PARAM);
+        }
+        let pages = memory::read_page_list(mem, list, npages).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
+        let ring = Ring::paged(pages, cqe::CQE_SIZE, depth).ok_or(ADMIN_STATUS_BAD_PARAM)?;
+        let id = self.objects.new_id();
+        let db = self.cq_db(ctx, slot);
+        self.objects.cqs.insert(
+            id,
+            Cq {
+                ctx,
+                slot,
+                ring,
+                vector,
+                tail: 0,
+                head: 0,
+                armed: false,
+                arm_seen: 0,
+                users: 0,
+                stalled: false,
+            },
+        );
+        // A new CQ starts in a zeroed slot (a reused slot may hold old values).
+        self.shared
+            .doorbells
+            .store_u32(db + doorbell::DB_CQ_HEAD as usize, 0);
+        self.shared
+            .doorbells
+            .store_u32(db + doorbell::DB_CQ_ARM_SEQ as usize, 0);
+        self.objects
+            .contexts
+            .get_mut(&ctx)
+            .expect("checked")
+            .cq_slots[slot as usize] = Some(id);
+        Ok((id as u64, slot as u64, 0))
+    }
+
+    fn destroy_cq(&mut self, ctx: u32, id: u32) -> Result<Results, u16> {
+        let cq = self.objects.cq_in(ctx, id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+        if cq.users > 0 {
+            return Err(ADMIN_STATUS_BUSY);
+        }
+        let slot = cq.slot;
+        self.objects.cqs.remove(&id);
+        if let Some(c) = self.objects.contexts.get_mut(&ctx) {
+            c.cq_slots[slot as usize] = None;
+        }
+        Ok((0, 0, 0))
+    }
+
+    fn create_qp(&mut self, mem: &GuestMemoryMmap, ctx: u32, q: QpRequest) -> Result<Results, u16> {
+        let c = self
+            .objects
+            .contexts
+            .get(&ctx)
+            .ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+        let slot = c
+            .qp_slots
+            .iter()
+            .position(|s| s.is_none())
+            .ok_or(ADMIN_STATUS_NO_RESOURCES)? as u32;
+        if self.objects.cq_in(ctx, q.send_cq).is_none()
+            || self.objects.cq_in(ctx, q.recv_cq).is_none()
+        {
+            return Err(ADMIN_STATUS_BAD_HANDLE);
+        }
+        let ring = |mem, list, npages: u16, depth: u32| -> Result<Ring, u16> {
+            if npages as u64 != (depth as u64 * wqe::WQE_SIZE as u64).div_ceil(memory::PAGE_SIZE) {
+                return Err(ADMIN_STATUS_BAD_PARAM);
+            }
+            let pages =
+                memory::read_page_list(mem, list, npages as u32).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
+            Ring::paged(pages, wqe::WQE_SIZE, depth).ok_or(ADMIN_STATUS_BAD_PARAM)
+        };
+        let sq = ring(mem, q.sq_page_list, q.sq_npages, q.sq_depth)?;
+        let rq = ring(mem, q.rq_page_list, q.rq_npages, q.rq_depth)?;
+        let id = self.objects.new_id();
+        // A new QP starts at index 0 in a zeroed slot (a reused slot may hold old indices).
+        let db = self.qp_db(ctx, slot);
+        self.shared
+            .doorbells
+            .store_u32(db + doorbell::DB_QP_SQ_TAIL as usize, 0);
+        self.shared
+            .doorbells
+            .store_u32(db + doorbell::DB_QP_RQ_TAIL as usize, 0);
+        let (sq_tail, rq_tail) = (0, 0);
+        self.objects.qps.insert(
+            id,
+            Qp {
+                ctx,
+                slot,
+                tcp: q.tcp,
+                framing: q.framing,
+                send_cq: q.send_cq,
+                recv_cq: q.recv_cq,
+                sq,
+                rq,
+                sq_head: sq_tail,
+                sq_tail,
+                rq_head: rq_tail,
+                rq_tail,
+                state: QpState::Ready,
+                bound: None,
+                role: TcpRole::Idle,
+                queued: false,
+            },
+        );
+        for cq in [q.send_cq, q.recv_cq] {
+            self.objects.cqs.get_mut(&cq).expect("checked").users += 1;
+        }
+        self.objects
+            .contexts
+            .get_mut(&ctx)
+            .expect("checked")
+            .qp_slots[slot as usize] = Some(id);
+        Ok((id as u64, slot as u64, 0))
+    }
+
+    fn destroy_qp(&mut self, mem: &GuestMemoryMmap, ctx: u32, id: u32) -> Result<Results, u16> {
+        self.objects.qp_in(ctx, id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+        self.remove_qp(mem, id, true);
+        Ok((0, 0, 0))
+    }
+
+    /// Removes a QP: unbinds it, cancels its pending commands and (if `flush`) completes
+    /// its outstanding work requests with FLUSHED.
+    fn remove_qp(&mut self, mem: &GuestMemoryMmap, id: u32, flush: bool) {
+        if flush {
+            self.flush_qp(mem, id);
+        }
+        let Some(qp) = self.objects.qps.remove(&id) else {
+            return;
+        };
+        if let Some((_, port)) = qp.bound {
+            let ports = if qp.tcp {
+                &mut self.objects.tcp_ports
+            } else {
+                &mut self.objects.udp_ports
+            };
+            ports.remove(&port);
+        }
+        match qp.role {
+            TcpRole::Accepting { cmd, .. } | TcpRole::Connecting { cmd } => self.cancel(mem, cmd),
+            TcpRole::Idle => {}
+        }
+        for cq in [qp.send_cq, qp.recv_cq] {
+            if let Some(c) = self.objects.cqs.get_mut(&cq) {
+                c.users -= 1;
+            }
+        }
+        if let Some(c) = self.objects.contexts.get_mut(&qp.ctx) {
+            c.qp_slots[qp.slot as usize] = None;
+        }
+        self.objects.busy_qps.retain(|&q| q != id);
+    }
+
+    fn reg_mr(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        args: &RegMrArgs,
+    ) -> Result<Results, u16> {
+        if !self.objects.contexts.contains_key(&ctx) {
+            return Err(ADMIN_STATUS_BAD_HANDLE);
+        }
+        if self.objects.mrs.len() >= MAX_MRS as usize {
+            return Err(ADMIN_STATUS_NO_RESOURCES);
+        }
+        let mr = MemoryRegion::register(mem, ctx, args)?;
+        let remote = mr.access & (MR_ACCESS_REMOTE_READ | MR_ACCESS_REMOTE_WRITE) != 0;
+        let lkey = self.objects.new_key();
+        self.objects.mrs.insert(lkey, mr);
+        // One key serves both: the rkey is only handed out when remote access is allowed.
+        Ok((lkey as u64, if remote { lkey as u64 } else { 0 }, 0))
+    }
+
+    fn bind(&mut self, ctx: u32, id: u32, addr: Ipv6Addr, port: u16) -> Result<Results, u16> {
+        let qp = self.objects.qp_in(ctx, id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+        if qp.bound.is_some() {
+            return Err(ADMIN_STATUS_BAD_STATE);
+        }
+        if !addr.is_unspecified() && !self.identity.is_local(&addr) {
+            return Err(ADMIN_STATUS_BAD_PARAM);
+        }
+        let tcp = qp.tcp;
+        let taken = |objects: &super::objects::Objects, p: u16| {
+            if tcp {
+                objects.tcp_ports.contains_key(&p) || objects.listen_ports.contains_key(&p)
+            } else {
+                objects.udp_ports.contains_key(&p)
+            }
+        };
+        let port = if port == 0 {
+            (49152..=65535u16)
+                .find(|&p| !taken(&self.objects, p))
+                .ok_or(ADMIN_STATUS_NO_RESOURCES)?
+        } else if taken(&self.objects, port) {
+            return Err(ADMIN_STATUS_ADDR_IN_USE);
+        } else {
+            port
+        };
+        let ports = if tcp {
+            &mut self.objects.tcp_ports
+        } else {
+            &mut self.objects.udp_ports
+        };
+        ports.insert(port, id);
+        self.objects.qps.get_mut(&id).expect("checked").bound = Some((addr, port));
+        Ok((port as u64, 0, 0))
+    }
+
+    fn listen(
+        &mut self,
+        ctx: u32,
+        addr: Ipv6Addr,
+        port: u16,
+        backlog: u32,
+    ) -> Result<Results, u16> {
+        if !self.objects.contexts.contains_key(&ctx) {
+            return Err(ADMIN_STATUS_BAD_HANDLE);
+        }
+        if !addr.is_unspecified() && !self.identity.is_local(&addr) {
+            return Err(ADMIN_STATUS_BAD_PARAM);
+        }
+        if self.objects.listen_ports.contains_key(&port)
+            || self.objects.tcp_ports.contains_key(&port)
+        {
+            return Err(ADMIN_STATUS_ADDR_IN_USE);
+        }
+        if self.objects.listeners.len() >= MAX_LISTENERS as usize {
+            return Err(ADMIN_STATUS_NO_RESOURCES);
+        }
+        let id = self.objects.new_id();
+        self.objects.listeners.insert(
+            id,
+            super::objects::Listener {
+                ctx,
+                addr,
+                port,
+                backlog,
+            },
+        );
+        self.objects.listen_ports.insert(port, id);
+        Ok((id as u64, 0, 0))
+    }
+
+    fn destroy_listener(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        id: u32,
+    ) -> Result<Results, u16> {
+        match self.objects.listeners.get(&id) {
+            Some(l) if l.ctx == ctx => {
+                self.remove_listener(mem, id);
+                Ok((0, 0, 0))
+            }
+            _ => Err(ADMIN_STATUS_BAD_HANDLE),
+        }
+    }
+
+    fn remove_listener(&mut self, mem: &GuestMemoryMmap, id: u32) {
+        let Some(l) = self.objects.listeners.remove(&id) else {
+            return;
+        };
+        self.objects.listen_ports.remove(&l.port);
+        // QPs offered to it go back to idle; their accepts are cancelled.
+        let waiting: Vec<(u32, PendingCmd)> = self
+            .objects
+            .qps
+            .iter()
+            .filter_map(|(&q, qp)| match qp.role {
+                TcpRole::Accepting { listener, cmd } if listener == id => Some((q, cmd)),
+                _ => None,
+            })
+            .collect();
+        for (q, cmd) in waiting {
+            self.objects.qps.get_mut(&q).expect("listed").role = TcpRole::Idle;
+            self.cancel(mem, cmd);
+        }
+    }
+
+    fn accept(&mut self, ctx: u32, listener: u32, qp_id: u32, cmd: &AdminCmd) -> Outcome {
+        if !self
+            .objects
+            .listeners
+            .get(&listener)
+            .is_some_and(|l| l.ctx == ctx)
+        {
+            return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
+        }
+        let Some(qp) = self.objects.qps.get_mut(&qp_id).filter(|q| q.ctx == ctx) else {
+            return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
+        };
+        if !qp.tcp || qp.role != TcpRole::Idle || qp.bound.is_some() || qp.state != QpState::Ready {
+            return Outcome::Done(Err(ADMIN_STATUS_BAD_STATE));
+        }
+        qp.role = TcpRole::Accepting {
+            listener,
+            cmd: PendingCmd {
+                cmd_id: cmd.cmd_id,
+                opcode: cmd.opcode,
+            },
+        };
+        Outcome::Pending
+    }
+
+    fn connect(&mut self, ctx: u32, qp_id: u32, cmd: &AdminCmd) -> Outcome {
+        let Some(qp) = self.objects.qps.get_mut(&qp_id).filter(|q| q.ctx == ctx) else {
+            return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
+        };
+        if !qp.tcp || qp.role != TcpRole::Idle || qp.state != QpState::Ready {
+            return Outcome::Done(Err(ADMIN_STATUS_BAD_STATE));
+        }
+        // The handshake is the network's work (step 3): the command waits until then, or
+        // until the QP is destroyed (CANCELLED).
+        qp.role = TcpRole::Connecting {
+            cmd: PendingCmd {
+                cmd_id: cmd.cmd_id,
+                opcode: cmd.opcode,
+            },
+        };
+        Outcome::Pending
+    }
+
+    /// Byte offset of a QP's doorbell slot in the doorbell BAR.
+    pub(super) fn qp_db(&self, ctx: u32, slot: u32) -> usize {
+        (ctx * pci::DOORBELL_PAGE_SIZE + doorbell::DB_QP_BASE + slot * doorbell::DB_QP_STRIDE)
+            as usize
+    }
+
+    /// Byte offset of a CQ's doorbell slot in the doorbell BAR.
+    pub(super) fn cq_db(&self, ctx: u32, slot: u32) -> usize {
+        (ctx * pci::DOORBELL_PAGE_SIZE + doorbell::DB_CQ_BASE + slot * doorbell::DB_CQ_STRIDE)
+            as usize
+    }
+}

@@ -1,0 +1,460 @@
+//! Transmit and receive: executes send WQEs (gather the data through the QP's memory
+//! regions, frame it, hand it to its destination) and places received datagrams into posted
+//! receive buffers, completing both sides with CQEs.
+//!
+//! Until the network lands (step 3) the only destination is the device itself: a UDP
+//! datagram to one of the device's own addresses is delivered to the UDP QP bound to its
+//! port, through the same receive path the network will use.
+
+use std::net::Ipv6Addr;
+use std::sync::atomic::Ordering;
+
+use qpip_abi::admin::*;
+use qpip_abi::cqe::*;
+use qpip_abi::wqe::WQE_SIZE;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use zerocopy::{FromZeros, IntoBytes};
+
+use super::decode::{self, Payload, WqeError};
+use super::memory::{Fault, Span};
+use super::objects::QpState;
+use super::Engine;
+
+/// Largest UDP payload: the IPv6 payload length field (65535) less the UDP header.
+pub const MAX_UDP_PAYLOAD: usize = 65535 - 8;
+
+/// Send WQEs one QP may execute before the others get a turn.
+const QP_BUDGET: u32 = 32;
+
+/// A datagram on its way to a receive queue.
+pub struct Datagram<'a> {
+    pub src: Ipv6Addr,
+    pub src_port: u16,
+    pub dst: Ipv6Addr,
+    pub dst_port: u16,
+    pub imm: u32,
+    pub payload: &'a [u8],
+}
+
+fn cqe(wr_id: u64, qp: u32, opcode: u8, status: u8, detail: u32) -> Cqe {
+    let mut c = Cqe::new_zeroed();
+    c.wr_id = wr_id;
+    c.qp = qp;
+    c.opcode = opcode;
+    c.status = status;
+    c.detail = detail;
+    c
+}
+
+impl Engine {
+    /// Gives every QP with send work (or flushes) a turn. Returns whether anything moved.
+    pub(super) fn run_send_queues(&mut self, mem: &GuestMemoryMmap) -> bool {
+        let mut did = false;
+        for _ in 0..self.objects.busy_qps.len() {
+            let Some(id) = self.objects.busy_qps.pop_front() else {
+                break;
+            };
+            match self.objects.qps.get_mut(&id) {
+                Some(qp) => qp.queued = false,
+                None => continue,
+            }
+            let (progress, more) = self.process_qp(mem, id);
+            did |= progress;
+            if more {
+                self.objects.mark_busy(id);
+            }
+        }
+        did
+    }
+
+    /// Runs up to a budget of one QP's send work. Returns (made progress, has more work).
+    fn process_qp(&mut self, mem: &GuestMemoryMmap, id: u32) -> (bool, bool) {
+        let mut did = false;
+        for _ in 0..QP_BUDGET {
+            let Some(qp) = self.objects.qps.get(&id) else {
+                return (did, false);
+            };
+            let error = qp.state == QpState::Error;
+            let (ring_is_sq, cq) = if qp.sq_head != qp.sq_tail {
+                (true, qp.send_cq)
+            } else if error && qp.rq_head != qp.rq_tail {
+                (false, qp.recv_cq)
+            } else {
+                return (did, false);
+            };
+            if !self.cq_has_room(cq) {
+                return (did, false); // the CQ doorbell wakes us when there is room
+            }
+            did = true;
+            if error {
+                self.flush_one(mem, id, ring_is_sq);
+            } else {
+                self.send_one(mem, id);
+            }
+        }
+        (did, true)
+    }
+
+    fn cq_has_room(&mut self, id: u32) -> bool {
+        let Some(cq) = self.objects.cqs.get_mut(&id) else {
+            return false;
+        };
+        if cq.free() > 0 {
+            return true;
+        }
+        if !cq.stalled {
+            cq.stalled = true;
+            self.shared.stats.add(STAT_CQ_FULL, 1);
+        }
+        false
+    }
+
+    /// Reads the WQE slot at `index` of a QP ring; None if the ring's memory is gone.
+    fn read_slot(mem: &GuestMemoryMmap, addr: GuestAddress) -> Option<[u8; WQE_SIZE as usize]> {
+        let mut raw = [0u8; WQE_SIZE as usize];
+        mem.read_slice(&mut raw, addr).ok().map(|_| raw)
+    }
+
+    /// Completes the next WR of an errored QP's send (or receive) ring with FLUSHED.
+    fn flush_one(&mut self, mem: &GuestMemoryMmap, id: u32, sq: bool) {
+        let qp = self.objects.qps.get_mut(&id).expect("caller checked");
+        let (addr, cq, op) = if sq {
+            let a = qp.sq.entry_addr(qp.sq_head);
+            qp.sq_head = qp.sq_head.wrapping_add(1);
+            (a, qp.send_cq, CQE_OP_SEND)
+        } else {
+            let a = qp.rq.entry_addr(qp.rq_head);
+            qp.rq_head = qp.rq_head.wrapping_add(1);
+            (a, qp.recv_cq, CQE_OP_RECV)
+        };
+        let wr_id = Self::read_slot(mem, addr)
+            .map(|r| u64::from_le_bytes(r[..8].try_into().unwrap()))
+            .unwrap_or(0);
+        self.write_cqe(
+            mem,
+            cq,
+            cqe(wr_id, id, op, CQE_STATUS_FLUSHED, CQE_DETAIL_NONE),
+        );
+    }
+
+    /// Completes every outstanding WR of a QP with FLUSHED, as far as its CQs have room
+    /// (the QP is going away and cannot wait).
+    pub(super) fn flush_qp(&mut self, mem: &GuestMemoryMmap, id: u32) {
+        for sq in [true, false] {
+            loop {
+                let Some(qp) = self.objects.qps.get(&id) else {
+                    return;
+                };
+                let (pending, cq) = if sq {
+                    (qp.sq_head != qp.sq_tail, qp.send_cq)
+                } else {
+                    (qp.rq_head != qp.rq_tail, qp.recv_cq)
+                };
+                if !pending || !self.cq_has_room(cq) {
+                    break;
+                }
+                self.flush_one(mem, id, sq);
+            }
+        }
+    }
+
+    /// Executes the next send WQE of a ready QP (its send CQ has room).
+    fn send_one(&mut self, mem: &GuestMemoryMmap, id: u32) {
+        let qp = self.objects.qps.get_mut(&id).expect("caller checked");
+        let addr = qp.sq.entry_addr(qp.sq_head);
+        qp.sq_head = qp.sq_head.wrapping_add(1);
+        let (send_cq, ctx, tcp, bound) = (qp.send_cq, qp.ctx, qp.tcp, qp.bound);
+        self.shared.stats.add(STAT_SEND_WQES, 1);
+        let Some(raw) = Self::read_slot(mem, addr) else {
+            log::warn!("QP {id}: send ring no longer in guest RAM; QP moves to the error state");
+            self.objects.qps.get_mut(&id).expect("exists").state = QpState::Error;
+            self.write_cqe(
+                mem,
+                send_cq,
+                cqe(0, id, CQE_OP_SEND, CQE_STATUS_FLUSHED, CQE_DETAIL_NONE),
+            );
+            return;
+        };
+        let wr = match decode::send_wqe(&raw) {
+            Ok(wr) => wr,
+            Err(WqeError {
+                wr_id,
+                status,
+                detail,
+            }) => {
+                self.write_cqe(mem, send_cq, cqe(wr_id, id, CQE_OP_SEND, status, detail));
+                return;
+            }
+        };
+        let fail = |status, detail| cqe(wr.wr_id, id, CQE_OP_SEND, status, detail);
+        if tcp {
+            // TCP data moves once connections exist (step 3); no QP is connected yet.
+            self.write_cqe(
+                mem,
+                send_cq,
+                fail(CQE_STATUS_BAD_DEST, CQE_DETAIL_NOT_BOUND),
+            );
+            return;
+        }
+        let Some((bound_addr, src_port)) = bound else {
+            self.write_cqe(
+                mem,
+                send_cq,
+                fail(CQE_STATUS_BAD_DEST, CQE_DETAIL_NOT_BOUND),
+            );
+            return;
+        };
+        let payload = match self.gather(mem, ctx, &wr.payload) {
+            Ok(p) => p,
+            Err(f) => {
+                if f.status == CQE_STATUS_LOCAL_PROTECTION {
+                    self.shared.stats.add(STAT_PROTECTION_ERRORS, 1);
+                }
+                self.write_cqe(mem, send_cq, fail(f.status, f.detail));
+                return;
+            }
+        };
+        if wr.dest_port == 0 || !decode::is_unicast(&wr.dest_addr) {
+            self.write_cqe(
+                mem,
+                send_cq,
+                fail(CQE_STATUS_BAD_DEST, CQE_DETAIL_BAD_ADDRESS),
+            );
+            return;
+        }
+        if !self.identity.is_local(&wr.dest_addr) {
+            self.write_cqe(mem, send_cq, fail(CQE_STATUS_BAD_DEST, CQE_DETAIL_NO_ROUTE));
+            return;
+        }
+        let src = if bound_addr.is_unspecified() {
+            wr.dest_addr
+        } else {
+            bound_addr
+        };
+        self.shared.stats.add(STAT_UDP_TX, 1);
+        let mut done = cqe(
+            wr.wr_id,
+            id,
+            CQE_OP_SEND,
+            CQE_STATUS_SUCCESS,
+            CQE_DETAIL_NONE,
+        );
+        done.byte_len = payload.len() as u32;
+        // The send completes once the datagram is on its way, before it is received.
+        self.write_cqe(mem, send_cq, done);
+        self.deliver_udp(
+            mem,
+            &Datagram {
+                src,
+                src_port,
+                dst: wr.dest_addr,
+                dst_port: wr.dest_port,
+                imm: wr.imm_data,
+                payload: &payload,
+            },
+        );
+    }
+
+    /// Collects a send's bytes: inline, or through the context's memory regions (local
+    /// read is always allowed). Every SGE is checked before any byte is read.
+    fn gather(&self, mem: &GuestMemoryMmap, ctx: u32, payload: &Payload) -> Result<Vec<u8>, Fault> {
+        let sges = match payload {
+            Payload::Inline(bytes) => return Ok(bytes.clone()),
+            Payload::Gather(sges) => sges,
+        };
+        let total: u64 = sges.iter().map(|s| s.length as u64).sum();
+        if total > MAX_UDP_PAYLOAD as u64 {
+            return Err(Fault {
+                status: CQE_STATUS_LOCAL_LENGTH,
+                detail: CQE_DETAIL_NONE,
+            });
+        }
+        let spans = self.translate(ctx, sges, 0)?;
+        let mut out = vec![0u8; total as usize];
+        let mut at = 0;
+        for s in spans {
+            mem.read_slice(&mut out[at..at + s.len], GuestAddress(s.addr))
+                .map_err(|_| Fault::protection(CQE_DETAIL_OUT_OF_BOUNDS))?;
+            at += s.len;
+        }
+        Ok(out)
+    }
+
+    /// Translates SGEs into guest spans after checking key, context, bounds and `access`.
+    fn translate(
+        &self,
+        ctx: u32,
+        sges: &[qpip_abi::wqe::Sge],
+        access: u32,
+    ) -> Result<Vec<Span>, Fault> {
+        let mut spans = Vec::new();
+        for s in sges {
+            if s.length == 0 {
+                continue;
+            }
+            let mr = self
+                .objects
+                .mrs
+                .get(&s.lkey)
+                .ok_or(Fault::protection(CQE_DETAIL_BAD_LKEY))?;
+            if mr.ctx != ctx {
+                return Err(Fault::protection(CQE_DETAIL_OTHER_CONTEXT));
+            }
+            if mr.access & access != access {
+                return Err(Fault::protection(CQE_DETAIL_ACCESS));
+            }
+            mr.translate(s.addr, s.length as u64, &mut spans)?;
+        }
+        Ok(spans)
+    }
+
+    /// The receive path: demultiplex by port, take the next posted receive WR, check and
+    /// place the data, complete. Datagrams that cannot be placed are dropped and counted.
+    pub fn deliver_udp(&mut self, mem: &GuestMemoryMmap, d: &Datagram) {
+        let stats = self.shared.stats.clone();
+        let Some(&id) = self.objects.udp_ports.get(&d.dst_port) else {
+            stats.add(STAT_UDP_RX_NO_PORT, 1);
+            return;
+        };
+        let qp = self
+            .objects
+            .qps
+            .get(&id)
+            .expect("bound ports name live QPs");
+        let (bound_addr, _) = qp.bound.expect("bound");
+        if !bound_addr.is_unspecified() && bound_addr != d.dst {
+            stats.add(STAT_UDP_RX_NO_PORT, 1);
+            return;
+        }
+        if qp.state != QpState::Ready || qp.rq_head == qp.rq_tail {
+            stats.add(STAT_UDP_RX_NO_WR, 1);
+            return;
+        }
+        let (recv_cq, ctx) = (qp.recv_cq, qp.ctx);
+        if !self.cq_has_room(recv_cq) {
+            stats.add(STAT_UDP_RX_NO_WR, 1);
+            return;
+        }
+        let qp = self.objects.qps.get_mut(&id).expect("exists");
+        let addr = qp.rq.entry_addr(qp.rq_head);
+        qp.rq_head = qp.rq_head.wrapping_add(1);
+        stats.add(STAT_RECV_WQES, 1);
+        let Some(raw) = Self::read_slot(mem, addr) else {
+            qp.state = QpState::Error;
+            self.write_cqe(
+                mem,
+                recv_cq,
+                cqe(0, id, CQE_OP_RECV, CQE_STATUS_FLUSHED, CQE_DETAIL_NONE),
+            );
+            return;
+        };
+        let wr = match decode::recv_wqe(&raw) {
+            Ok(wr) => wr,
+            Err(WqeError {
+                wr_id,
+                status,
+                detail,
+            }) => {
+                self.write_cqe(mem, recv_cq, cqe(wr_id, id, CQE_OP_RECV, status, detail));
+                return;
+            }
+        };
+        let capacity: u64 = wr.sges.iter().map(|s| s.length as u64).sum();
+        if (d.payload.len() as u64) > capacity {
+            let mut c = cqe(
+                wr.wr_id,
+                id,
+                CQE_OP_RECV,
+                CQE_STATUS_LOCAL_LENGTH,
+                CQE_DETAIL_NONE,
+            );
+            c.byte_len = d.payload.len() as u32;
+            self.write_cqe(mem, recv_cq, c);
+            return;
+        }
+        let spans = match self.translate(ctx, &wr.sges, MR_ACCESS_LOCAL_WRITE) {
+            Ok(s) => s,
+            Err(f) => {
+                stats.add(STAT_PROTECTION_ERRORS, 1);
+                self.write_cqe(
+                    mem,
+                    recv_cq,
+                    cqe(wr.wr_id, id, CQE_OP_RECV, f.status, f.detail),
+                );
+                return;
+            }
+        };
+        let mut at = 0;
+        for s in spans {
+            if at == d.payload.len() {
+                break;
+            }
+            let n = s.len.min(d.payload.len() - at);
+            if mem
+                .write_slice(&d.payload[at..at + n], GuestAddress(s.addr))
+                .is_err()
+            {
+                self.write_cqe(
+                    mem,
+                    recv_cq,
+                    cqe(
+                        wr.wr_id,
+                        id,
+                        CQE_OP_RECV,
+                        CQE_STATUS_LOCAL_PROTECTION,
+                        CQE_DETAIL_OUT_OF_BOUNDS,
+                    ),
+                );
+                return;
+            }
+            at += n;
+        }
+        stats.add(STAT_UDP_RX, 1);
+        let mut c = cqe(
+            wr.wr_id,
+            id,
+            CQE_OP_RECV,
+            CQE_STATUS_SUCCESS,
+            CQE_DETAIL_NONE,
+        );
+        c.byte_len = d.payload.len() as u32;
+        c.imm_data = d.imm;
+        c.src_addr = d.src.octets();
+        c.src_port = d.src_port;
+        self.write_cqe(mem, recv_cq, c);
+    }
+
+    /// Writes a CQE (the caller made sure there is room), phase byte last, then raises the
+    /// CQ's vector if it is armed.
+    fn write_cqe(&mut self, mem: &GuestMemoryMmap, cq_id: u32, mut c: Cqe) {
+        let stats = &self.shared.stats;
+        let Some(cq) = self.objects.cqs.get_mut(&cq_id) else {
+            return;
+        };
+        debug_assert!(cq.free() > 0);
+        let addr = cq.ring.entry_addr(cq.tail);
+        c.owner = ((cq.tail / cq.ring.depth()) & 1 ^ 1) as u8;
+        let bytes = c.as_bytes();
+        let last = bytes.len() - 1;
+        if mem.write_slice(&bytes[..last], addr).is_err() {
+            log::warn!("CQ {cq_id}: ring no longer in guest RAM; completion lost");
+            return;
+        }
+        std::sync::atomic::fence(Ordering::Release);
+        let _ = mem.store(
+            c.owner,
+            GuestAddress(addr.0 + last as u64),
+            Ordering::Release,
+        );
+        cq.tail = cq.tail.wrapping_add(1);
+        stats.add(STAT_CQES, 1);
+        if c.status != CQE_STATUS_SUCCESS {
+            stats.add(STAT_CQE_ERRORS, 1);
+        }
+        if cq.armed {
+            cq.armed = false;
+            self.shared.irqs.raise(cq.vector as usize);
+            stats.add(STAT_CQ_INTERRUPTS, 1);
+        }
+    }
+}

@@ -1,0 +1,465 @@
+//! Parsing of what the guest writes: admin commands and work queue entries. Pure functions
+//! of the bytes (no device state), so they can be fuzzed on their own; every field is
+//! checked here before any other part of the engine sees it.
+
+use std::net::Ipv6Addr;
+
+use qpip_abi::admin::*;
+use qpip_abi::cqe::*;
+use qpip_abi::wqe::*;
+use zerocopy::FromBytes;
+
+use super::memory::valid_depth;
+
+/// A validated admin command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminRequest {
+    QueryDevice {
+        buf: u64,
+        len: u32,
+    },
+    QueryStats {
+        buf: u64,
+        len: u32,
+    },
+    SetMac([u8; 6]),
+    AddAddr {
+        addr: Ipv6Addr,
+        prefix_len: u8,
+    },
+    DelAddr(Ipv6Addr),
+    CreateCtx,
+    DestroyCtx,
+    CreateCq {
+        page_list: u64,
+        npages: u32,
+        depth: u32,
+        vector: u16,
+    },
+    DestroyCq,
+    CreateQp(QpRequest),
+    DestroyQp,
+    RegMr(RegMrArgs),
+    DeregMr,
+    Bind {
+        addr: Ipv6Addr,
+        port: u16,
+    },
+    Listen {
+        addr: Ipv6Addr,
+        port: u16,
+        backlog: u32,
+    },
+    DestroyListener,
+    Accept {
+        qp: u32,
+    },
+    Connect {
+        addr: Ipv6Addr,
+        port: u16,
+    },
+    Close,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QpRequest {
+    pub tcp: bool,
+    pub framing: u8,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub sq_page_list: u64,
+    pub sq_npages: u16,
+    pub sq_depth: u32,
+    pub rq_page_list: u64,
+    pub rq_npages: u16,
+    pub rq_depth: u32,
+}
+
+fn zero(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| b == 0)
+}
+
+fn args<T: FromBytes>(cmd: &AdminCmd) -> T {
+    T::read_from_prefix(&cmd.body)
+        .expect("every argument body is 48 bytes")
+        .0
+}
+
+/// Decodes and checks one admin command (statelessly: handles are looked up later).
+/// `msix_vectors` bounds the CQ vector.
+pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
+    use AdminRequest as R;
+    if cmd.flags != 0 {
+        return Err(ADMIN_STATUS_BAD_OPCODE);
+    }
+    let param = |ok: bool| {
+        if ok {
+            Ok(())
+        } else {
+            Err(ADMIN_STATUS_BAD_PARAM)
+        }
+    };
+    // Reserved fields must be zero: a command that uses them is one this device does not
+    // know (ADMIN_STATUS_BAD_OPCODE, as the interface documents).
+    let reserved = |ok: bool| {
+        if ok {
+            Ok(())
+        } else {
+            Err(ADMIN_STATUS_BAD_OPCODE)
+        }
+    };
+    Ok(match cmd.opcode {
+        ADMIN_OP_QUERY_DEVICE | ADMIN_OP_QUERY_STATS => {
+            let a: QueryArgs = args(cmd);
+            reserved(zero(&a.reserved))?;
+            if cmd.opcode == ADMIN_OP_QUERY_DEVICE {
+                R::QueryDevice {
+                    buf: a.buf,
+                    len: a.len,
+                }
+            } else {
+                R::QueryStats {
+                    buf: a.buf,
+                    len: a.len,
+                }
+            }
+        }
+        ADMIN_OP_SET_MAC => {
+            let a: SetMacArgs = args(cmd);
+            reserved(zero(&a.reserved))?;
+            param(a.mac[0] & 1 == 0 && a.mac != [0; 6])?;
+            R::SetMac(a.mac)
+        }
+        ADMIN_OP_ADD_ADDR | ADMIN_OP_DEL_ADDR => {
+            let a: AddrArgs = args(cmd);
+            let addr = Ipv6Addr::from(a.addr);
+            reserved(zero(&a.reserved))?;
+            param(is_unicast(&addr))?;
+            if cmd.opcode == ADMIN_OP_ADD_ADDR {
+                param((1..=128).contains(&a.prefix_len))?;
+                R::AddAddr {
+                    addr,
+                    prefix_len: a.prefix_len,
+                }
+            } else {
+                R::DelAddr(addr)
+            }
+        }
+        ADMIN_OP_CREATE_CTX => {
+            reserved(zero(&cmd.body))?;
+            R::CreateCtx
+        }
+        ADMIN_OP_DESTROY_CTX => R::DestroyCtx,
+        ADMIN_OP_CREATE_CQ => {
+            let a: CreateCqArgs = args(cmd);
+            reserved(zero(&a.reserved))?;
+            param(valid_depth(a.depth, MAX_QUEUE_DEPTH))?;
+            param(a.vector >= 1 && a.vector < msix_vectors as u32)?;
+            R::CreateCq {
+                page_list: a.page_list,
+                npages: a.npages,
+                depth: a.depth,
+                vector: a.vector as u16,
+            }
+        }
+        ADMIN_OP_DESTROY_CQ => R::DestroyCq,
+        ADMIN_OP_CREATE_QP => {
+            let a: CreateQpArgs = args(cmd);
+            reserved(zero(&a.reserved))?;
+            param(
+                valid_depth(a.sq_depth, MAX_QUEUE_DEPTH)
+                    && valid_depth(a.rq_depth, MAX_QUEUE_DEPTH),
+            )?;
+            let tcp = match (a.qp_type, a.framing) {
+                (QP_TYPE_UDP, 0) => false,
+                (QP_TYPE_TCP, FRAMING_MESSAGE | FRAMING_STREAM) => true,
+                _ => return Err(ADMIN_STATUS_BAD_PARAM),
+            };
+            R::CreateQp(QpRequest {
+                tcp,
+                framing: a.framing,
+                send_cq: a.send_cq,
+                recv_cq: a.recv_cq,
+                sq_page_list: a.sq_page_list,
+                sq_npages: a.sq_npages,
+                sq_depth: a.sq_depth,
+                rq_page_list: a.rq_page_list,
+                rq_npages: a.rq_npages,
+                rq_depth: a.rq_depth,
+            })
+        }
+        ADMIN_OP_DESTROY_QP => R::DestroyQp,
+        ADMIN_OP_REG_MR => {
+            let a: RegMrArgs = args(cmd);
+            reserved(zero(&a.reserved))?;
+            R::RegMr(a)
+        }
+        ADMIN_OP_DEREG_MR => R::DeregMr,
+        ADMIN_OP_BIND => {
+            let a: BindArgs = args(cmd);
+            let addr = Ipv6Addr::from(a.addr);
+            reserved(zero(&a.reserved))?;
+            param(addr.is_unspecified() || is_unicast(&addr))?;
+            R::Bind { addr, port: a.port }
+        }
+        ADMIN_OP_LISTEN => {
+            let a: ListenArgs = args(cmd);
+            let addr = Ipv6Addr::from(a.addr);
+            reserved(zero(&a.reserved) && a.reserved0 == 0)?;
+            param(a.port != 0)?;
+            param(addr.is_unspecified() || is_unicast(&addr))?;
+            param((1..=1024).contains(&a.backlog))?;
+            R::Listen {
+                addr,
+                port: a.port,
+                backlog: a.backlog,
+            }
+        }
+        ADMIN_OP_DESTROY_LISTENER => R::DestroyListener,
+        ADMIN_OP_ACCEPT => {
+            let a: AcceptArgs = args(cmd);
+            reserved(zero(&a.reserved))?;
+            R::Accept { qp: a.qp }
+        }
+        ADMIN_OP_CONNECT => {
+            let a: ConnectArgs = args(cmd);
+            let addr = Ipv6Addr::from(a.addr);
+            reserved(zero(&a.reserved))?;
+            param(is_unicast(&addr) && a.port != 0)?;
+            R::Connect { addr, port: a.port }
+        }
+        ADMIN_OP_CLOSE => R::Close,
+        _ => return Err(ADMIN_STATUS_BAD_OPCODE),
+    })
+}
+
+/// A unicast address a host can use (not unspecified, not multicast).
+pub fn is_unicast(a: &Ipv6Addr) -> bool {
+    !a.is_unspecified() && !a.is_multicast()
+}
+
+/// Where the data of a send comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    Inline(Vec<u8>),
+    Gather(Vec<Sge>),
+}
+
+/// A validated send WQE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendWr {
+    pub wr_id: u64,
+    pub imm_data: u32,
+    pub dest_addr: Ipv6Addr,
+    pub dest_port: u16,
+    pub payload: Payload,
+}
+
+/// A validated receive WQE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvWr {
+    pub wr_id: u64,
+    pub sges: Vec<Sge>,
+}
+
+/// Why a WQE was refused: the CQE status and detail, with the wr_id (always recoverable:
+/// it is the first 8 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WqeError {
+    pub wr_id: u64,
+    pub status: u8,
+    pub detail: u32,
+}
+
+fn header(bytes: &[u8; WQE_SIZE as usize]) -> Wqe {
+    Wqe::read_from_prefix(bytes)
+        .expect("a WQE slot holds a header")
+        .0
+}
+
+fn sges(bytes: &[u8; WQE_SIZE as usize], n: u8) -> Vec<Sge> {
+    let area = &bytes[WQE_SGE_OFFSET as usize..];
+    (0..n as usize)
+        .map(|i| {
+            Sge::read_from_prefix(&area[i * 16..])
+                .expect("SGE in slot")
+                .0
+        })
+        .collect()
+}
+
+fn bad(wr_id: u64, status: u8) -> WqeError {
+    WqeError {
+        wr_id,
+        status,
+        detail: CQE_DETAIL_NONE,
+    }
+}
+
+/// Decodes a send-ring WQE.
+pub fn send_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<SendWr, WqeError> {
+    let h = header(bytes);
+    if h.opcode != WQE_OP_SEND {
+        return Err(bad(h.wr_id, CQE_STATUS_BAD_OPCODE));
+    }
+    if h.flags & !WQE_FLAG_INLINE != 0
+        || h.reserved0 != 0
+        || h.reserved1 != 0
+        || h.reserved2 != [0; 6]
+    {
+        return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
+    }
+    let payload = if h.flags & WQE_FLAG_INLINE != 0 {
+        if h.num_sge != 0 || h.inline_len > MAX_INLINE {
+            return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
+        }
+        let start = WQE_SGE_OFFSET as usize;
+        Payload::Inline(bytes[start..start + h.inline_len as usize].to_vec())
+    } else {
+        if h.num_sge as u32 > MAX_SGE || h.inline_len != 0 {
+            return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
+        }
+        Payload::Gather(sges(bytes, h.num_sge))
+    };
+    Ok(SendWr {
+        wr_id: h.wr_id,
+        imm_data: h.imm_data,
+        dest_addr: Ipv6Addr::from(h.dest_addr),
+        dest_port: h.dest_port,
+        payload,
+    })
+}
+
+/// Decodes a receive-ring WQE.
+pub fn recv_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<RecvWr, WqeError> {
+    let h = header(bytes);
+    if h.opcode != WQE_OP_RECV {
+        return Err(bad(h.wr_id, CQE_STATUS_BAD_OPCODE));
+    }
+    if h.flags != 0
+        || h.num_sge as u32 > MAX_SGE
+        || h.inline_len != 0
+        || h.reserved0 != 0
+        || h.reserved1 != 0
+    {
+        return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
+    }
+    Ok(RecvWr {
+        wr_id: h.wr_id,
+        sges: sges(bytes, h.num_sge),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zerocopy::IntoBytes;
+
+    fn slot(h: Wqe, tail: &[u8]) -> [u8; 128] {
+        let mut b = [0u8; 128];
+        b[..48].copy_from_slice(h.as_bytes());
+        b[48..48 + tail.len()].copy_from_slice(tail);
+        b
+    }
+
+    fn hdr(opcode: u8) -> Wqe {
+        Wqe::read_from_bytes(&[0u8; 48][..])
+            .map(|mut w: Wqe| {
+                w.opcode = opcode;
+                w.wr_id = 42;
+                w
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn inline_send() {
+        let mut h = hdr(WQE_OP_SEND);
+        h.flags = WQE_FLAG_INLINE;
+        h.inline_len = 3;
+        h.dest_port = 7;
+        let wr = send_wqe(&slot(h, b"abc")).unwrap();
+        assert_eq!(wr.payload, Payload::Inline(b"abc".to_vec()));
+        assert_eq!(wr.dest_port, 7);
+        h.inline_len = MAX_INLINE + 1;
+        assert_eq!(
+            send_wqe(&slot(h, b"")).unwrap_err().status,
+            CQE_STATUS_BAD_WQE
+        );
+    }
+
+    #[test]
+    fn garbage_is_refused_with_the_wr_id() {
+        let h = hdr(0x77);
+        let e = send_wqe(&slot(h, b"")).unwrap_err();
+        assert_eq!((e.wr_id, e.status), (42, CQE_STATUS_BAD_OPCODE));
+        let mut h = hdr(WQE_OP_SEND);
+        h.num_sge = 6;
+        assert_eq!(
+            send_wqe(&slot(h, b"")).unwrap_err().status,
+            CQE_STATUS_BAD_WQE
+        );
+        let mut h = hdr(WQE_OP_RECV);
+        h.flags = WQE_FLAG_INLINE;
+        assert_eq!(
+            recv_wqe(&slot(h, b"")).unwrap_err().status,
+            CQE_STATUS_BAD_WQE
+        );
+        assert_eq!(
+            recv_wqe(&slot(hdr(WQE_OP_SEND), b"")).unwrap_err().status,
+            CQE_STATUS_BAD_OPCODE
+        );
+    }
+
+    #[test]
+    fn sges_are_read_in_order() {
+        let mut h = hdr(WQE_OP_RECV);
+        h.num_sge = 2;
+        let s = [
+            Sge {
+                addr: 1,
+                length: 2,
+                lkey: 3,
+            },
+            Sge {
+                addr: 4,
+                length: 5,
+                lkey: 6,
+            },
+        ];
+        let wr = recv_wqe(&slot(h, s.as_bytes())).unwrap();
+        assert_eq!(wr.sges, s);
+    }
+
+    #[test]
+    fn admin_parameters_are_checked() {
+        let mut cmd = AdminCmd::read_from_bytes(&[0u8; 64][..]).unwrap();
+        cmd.opcode = ADMIN_OP_CREATE_CQ;
+        let mut a = CreateCqArgs::read_from_bytes(&[0u8; 48][..]).unwrap();
+        a.depth = 64;
+        a.vector = 1;
+        a.npages = 1;
+        cmd.body.copy_from_slice(a.as_bytes());
+        assert!(matches!(
+            admin(&cmd, 16),
+            Ok(AdminRequest::CreateCq {
+                depth: 64,
+                vector: 1,
+                ..
+            })
+        ));
+        a.vector = 0;
+        cmd.body.copy_from_slice(a.as_bytes());
+        assert_eq!(
+            admin(&cmd, 16),
+            Err(ADMIN_STATUS_BAD_PARAM),
+            "vector 0 is the admin's"
+        );
+        a.vector = 1;
+        a.depth = 48;
+        cmd.body.copy_from_slice(a.as_bytes());
+        assert_eq!(admin(&cmd, 16), Err(ADMIN_STATUS_BAD_PARAM));
+        cmd.opcode = 0xffff;
+        assert_eq!(admin(&cmd, 16), Err(ADMIN_STATUS_BAD_OPCODE));
+    }
+}

@@ -1,0 +1,148 @@
+//! The doorbell state machine: notices producer indices, CQ consumer indices and CQ arm
+//! requests in the contexts' doorbell pages. A page's `change_count` tells whether any slot in
+//! it moved since the last scan, so an idle page costs one load.
+
+use qpip_abi::admin::{STAT_BAD_DOORBELLS, STAT_CQ_INTERRUPTS, STAT_DOORBELLS};
+use qpip_abi::{doorbell, pci};
+use vm_memory::GuestMemoryMmap;
+
+use super::objects::QpState;
+use super::Engine;
+
+impl Engine {
+    /// Scans the pages whose change count moved. Returns whether any did.
+    pub(super) fn scan_doorbells(&mut self, _mem: &GuestMemoryMmap) -> bool {
+        let mut changed = std::mem::take(&mut self.scratch_ctxs);
+        changed.clear();
+        for (&ctx, c) in self.objects.contexts.iter_mut() {
+            let page = (ctx * pci::DOORBELL_PAGE_SIZE) as usize;
+            let count = self
+                .shared
+                .doorbells
+                .load_u32(page + doorbell::DB_CHANGE_COUNT as usize);
+            if count != c.seen_change_count {
+                c.seen_change_count = count;
+                changed.push(ctx);
+            }
+        }
+        let any = !changed.is_empty();
+        for &ctx in &changed {
+            self.shared.stats.add(STAT_DOORBELLS, 1);
+            self.scan_context(ctx);
+        }
+        self.scratch_ctxs = changed;
+        any
+    }
+
+    fn scan_context(&mut self, ctx: u32) {
+        let Some(c) = self.objects.contexts.get(&ctx) else {
+            return;
+        };
+        let qps: Vec<u32> = c.qp_slots.iter().flatten().copied().collect();
+        let cqs: Vec<u32> = c.cq_slots.iter().flatten().copied().collect();
+        for id in qps {
+            self.read_qp_doorbell(id);
+        }
+        for id in cqs {
+            self.read_cq_doorbell(id);
+        }
+    }
+
+    fn read_qp_doorbell(&mut self, id: u32) {
+        let Some(qp) = self.objects.qps.get(&id) else {
+            return;
+        };
+        let db = self.qp_db(qp.ctx, qp.slot);
+        let sq_tail = self
+            .shared
+            .doorbells
+            .load_u32(db + doorbell::DB_QP_SQ_TAIL as usize);
+        let rq_tail = self
+            .shared
+            .doorbells
+            .load_u32(db + doorbell::DB_QP_RQ_TAIL as usize);
+        let qp = self.objects.qps.get_mut(&id).expect("looked up");
+        let mut work = false;
+        let mut bad = false;
+        if sq_tail != qp.sq_tail {
+            // Ahead of what we consumed by at most the depth, or the producer is broken.
+            if sq_tail.wrapping_sub(qp.sq_head) <= qp.sq.depth() {
+                qp.sq_tail = sq_tail;
+                work = true;
+            } else {
+                bad = true;
+            }
+        }
+        if rq_tail != qp.rq_tail {
+            if rq_tail.wrapping_sub(qp.rq_head) <= qp.rq.depth() {
+                qp.rq_tail = rq_tail;
+                // Receives are consumed when data arrives; an errored QP flushes them.
+                work |= qp.state == QpState::Error;
+            } else {
+                bad = true;
+            }
+        }
+        if bad {
+            self.shared.stats.add(STAT_BAD_DOORBELLS, 1);
+            if qp.state == QpState::Ready {
+                log::warn!("QP {id}: doorbell index beyond its ring; QP moves to the error state");
+                qp.state = QpState::Error;
+            }
+            work = true;
+        }
+        if work {
+            self.objects.mark_busy(id);
+        }
+    }
+
+    fn read_cq_doorbell(&mut self, id: u32) {
+        let Some(cq) = self.objects.cqs.get(&id) else {
+            return;
+        };
+        let db = self.cq_db(cq.ctx, cq.slot);
+        let head = self
+            .shared
+            .doorbells
+            .load_u32(db + doorbell::DB_CQ_HEAD as usize);
+        let arm = self
+            .shared
+            .doorbells
+            .load_u32(db + doorbell::DB_CQ_ARM_SEQ as usize);
+        let cq = self.objects.cqs.get_mut(&id).expect("looked up");
+        let mut freed = false;
+        if head != cq.head {
+            // The consumer cannot release more than has been written.
+            if head.wrapping_sub(cq.head) <= cq.tail.wrapping_sub(cq.head) {
+                cq.head = head;
+                freed = true;
+            } else {
+                self.shared.stats.add(STAT_BAD_DOORBELLS, 1);
+            }
+        }
+        if arm != cq.arm_seen {
+            cq.arm_seen = arm;
+            cq.armed = true;
+        }
+        if cq.armed && cq.tail != cq.head {
+            cq.armed = false;
+            let vector = cq.vector as usize;
+            self.shared.irqs.raise(vector);
+            self.shared.stats.add(STAT_CQ_INTERRUPTS, 1);
+        }
+        if freed && cq.stalled {
+            cq.stalled = false;
+            let ctx = cq.ctx;
+            // Wake the QPs that were waiting for room in this CQ.
+            let waiting: Vec<u32> = self
+                .objects
+                .qps
+                .iter()
+                .filter(|(_, q)| q.ctx == ctx && (q.send_cq == id || q.recv_cq == id))
+                .map(|(&q, _)| q)
+                .collect();
+            for q in waiting {
+                self.objects.mark_busy(q);
+            }
+        }
+    }
+}

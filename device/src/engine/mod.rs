@@ -1,0 +1,364 @@
+//! The QPIP engine: the paper's doorbell, management, transmit and receive state machines,
+//! on a thread of their own that owns every object.
+//!
+//! The vfio-user control thread talks to the engine only through [`Control`] messages (admin
+//! doorbells, kicks, reset) and shared memory it does not own (guest RAM, the doorbell BAR,
+//! the interrupt table). The engine never waits for the control thread: it polls while
+//! there is work, then sleeps with the protocol of `qpip_abi::doorbell`.
+//!
+//! Where things are: [`admin`] runs the admin queue (management), [`doorbells`] scans
+//! doorbell pages and implements sleeping (doorbell), [`datapath`] executes send WQEs and
+//! places received datagrams (transmit/receive), [`memory`] checks and translates every
+//! guest address, [`decode`] parses what the guest wrote, [`objects`] holds the tables.
+
+pub mod admin;
+pub mod datapath;
+pub mod decode;
+pub mod doorbells;
+pub mod memory;
+pub mod objects;
+
+use std::net::Ipv6Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use log::{debug, info, warn};
+use qpip_abi::admin::STATS_COUNT;
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+
+use crate::doorbell::DoorbellBar;
+use crate::irq::Interrupts;
+use admin::AdminQueue;
+use objects::Objects;
+
+/// Messages from the control thread.
+#[derive(Debug)]
+pub enum Control {
+    /// The driver enabled the admin queue (the control thread checked the rings' placement).
+    AdminEnable {
+        sq: u64,
+        cq: u64,
+        depth: u32,
+    },
+    AdminDisable,
+    AdminSqTail(u32),
+    AdminCqHead(u32),
+    /// A write to the kick register.
+    Kick,
+    /// Destroy everything and acknowledge.
+    Reset(Sender<()>),
+    Shutdown,
+}
+
+/// Engine settings fixed at start.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub mac: [u8; 6],
+    pub addrs: Vec<(Ipv6Addr, u8)>,
+    /// How long the engine keeps polling after the last piece of work before it sleeps.
+    pub idle_poll: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            mac: DEFAULT_MAC,
+            addrs: Vec::new(),
+            idle_poll: Duration::from_micros(200),
+        }
+    }
+}
+
+/// A locally administered unicast MAC ("QP" in the last bytes); `--mac` sets another.
+pub const DEFAULT_MAC: [u8; 6] = [0x02, 0x51, 0x50, 0x00, 0x00, 0x01];
+
+/// The device counters (`QUERY_STATS`), shared so the control thread can log them.
+pub struct Stats {
+    counters: [AtomicU64; STATS_COUNT as usize],
+}
+
+impl Stats {
+    fn new() -> Self {
+        Stats {
+            counters: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    pub fn add(&self, which: u32, n: u64) {
+        self.counters[which as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self, which: u32) -> u64 {
+        self.counters[which as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn snapshot(&self) -> [u64; STATS_COUNT as usize] {
+        std::array::from_fn(|i| self.counters[i].load(Ordering::Relaxed))
+    }
+
+    fn clear(&self) {
+        self.counters
+            .iter()
+            .for_each(|c| c.store(0, Ordering::Relaxed));
+    }
+}
+
+/// What the engine shares with the rest of the device.
+#[derive(Clone)]
+pub struct Shared {
+    pub ram: GuestMemoryAtomic<GuestMemoryMmap>,
+    pub doorbells: Arc<DoorbellBar>,
+    pub irqs: Arc<Interrupts>,
+    pub stats: Arc<Stats>,
+}
+
+impl Shared {
+    pub fn new(
+        ram: GuestMemoryAtomic<GuestMemoryMmap>,
+        doorbells: Arc<DoorbellBar>,
+        irqs: Arc<Interrupts>,
+    ) -> Self {
+        Shared {
+            ram,
+            doorbells,
+            irqs,
+            stats: Arc::new(Stats::new()),
+        }
+    }
+}
+
+/// The device's network identity: MAC and IPv6 addresses.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub mac: [u8; 6],
+    pub addrs: Vec<(Ipv6Addr, u8)>,
+}
+
+impl Identity {
+    /// The link-local address from the MAC (modified EUI-64, RFC 4291 appendix A).
+    pub fn link_local(&self) -> Ipv6Addr {
+        let m = self.mac;
+        Ipv6Addr::from([
+            0xfe,
+            0x80,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            m[0] ^ 0x02,
+            m[1],
+            m[2],
+            0xff,
+            0xfe,
+            m[3],
+            m[4],
+            m[5],
+        ])
+    }
+
+    /// Whether `a` is one of the device's own addresses (loopback included).
+    pub fn is_local(&self, a: &Ipv6Addr) -> bool {
+        a.is_loopback() || *a == self.link_local() || self.addrs.iter().any(|(x, _)| x == a)
+    }
+}
+
+pub struct Engine {
+    shared: Shared,
+    rx: Receiver<Control>,
+    pub(crate) objects: Objects,
+    pub(crate) admin: AdminQueue,
+    pub(crate) identity: Identity,
+    initial_identity: Identity,
+    idle_poll: Duration,
+    sleeping: bool,
+    /// Reused buffer of contexts with changed doorbell pages.
+    scratch_ctxs: Vec<u32>,
+}
+
+/// The control thread's handle on the engine thread.
+pub struct EngineHandle {
+    tx: Sender<Control>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EngineHandle {
+    /// Starts the engine thread.
+    pub fn start(shared: Shared, config: EngineConfig) -> std::io::Result<EngineHandle> {
+        let (tx, rx) = mpsc::channel();
+        let mut engine = Engine::new(shared, config, rx);
+        let thread = std::thread::Builder::new()
+            .name("qpip-engine".into())
+            .spawn(move || engine.run())?;
+        Ok(EngineHandle {
+            tx,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn send(&self, msg: Control) {
+        if self.tx.send(msg).is_err() {
+            warn!("the engine thread is gone; message dropped");
+        }
+    }
+
+    /// Resets the engine and waits until it has destroyed everything.
+    pub fn reset(&self) {
+        let (ack_tx, ack_rx) = mpsc::channel();
+        self.send(Control::Reset(ack_tx));
+        if ack_rx.recv_timeout(Duration::from_secs(10)).is_err() {
+            warn!("the engine did not acknowledge the reset within 10 s");
+        }
+    }
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Control::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Engine {
+    pub fn new(shared: Shared, config: EngineConfig, rx: Receiver<Control>) -> Engine {
+        let identity = Identity {
+            mac: config.mac,
+            addrs: config.addrs,
+        };
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0x5150)
+            ^ (std::process::id() as u64) << 32;
+        Engine {
+            shared,
+            rx,
+            objects: Objects::new(seed),
+            admin: AdminQueue::default(),
+            initial_identity: identity.clone(),
+            identity,
+            idle_poll: config.idle_poll,
+            sleeping: false,
+            scratch_ctxs: Vec::new(),
+        }
+    }
+
+    pub fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// The engine thread's loop: handle control messages, run the admin queue, scan
+    /// doorbells, move data; poll while busy, sleep when idle.
+    fn run(&mut self) {
+        info!("engine running (idle poll {:?})", self.idle_poll);
+        let mut last_work = Instant::now();
+        loop {
+            loop {
+                match self.rx.try_recv() {
+                    Ok(msg) => {
+                        if !self.handle(msg) {
+                            return;
+                        }
+                        last_work = Instant::now();
+                    }
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => return,
+                }
+            }
+            if self.poll_once() {
+                last_work = Instant::now();
+                continue;
+            }
+            if last_work.elapsed() < self.idle_poll {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Idle: publish "sleeping", then look once more (see qpip_abi::doorbell).
+            self.set_sleeping(true);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if self.poll_once() {
+                self.set_sleeping(false);
+                last_work = Instant::now();
+                continue;
+            }
+            self.shared.stats.add(qpip_abi::admin::STAT_SLEEPS, 1);
+            debug!("engine sleeping");
+            let msg = match self.rx.recv() {
+                Ok(m) => m,
+                Err(_) => return,
+            };
+            self.set_sleeping(false);
+            if !self.handle(msg) {
+                return;
+            }
+            last_work = Instant::now();
+        }
+    }
+
+    /// One pass over everything that may have work. Returns whether anything happened.
+    pub fn poll_once(&mut self) -> bool {
+        let mem = self.shared.ram.memory();
+        let mut did = self.process_admin(&mem);
+        did |= self.scan_doorbells(&mem);
+        did |= self.run_send_queues(&mem);
+        did
+    }
+
+    /// Handles one control message; false means stop.
+    fn handle(&mut self, msg: Control) -> bool {
+        match msg {
+            Control::AdminEnable { sq, cq, depth } => self.admin.enable(sq, cq, depth),
+            Control::AdminDisable => self.admin.disable(),
+            Control::AdminSqTail(t) => self.admin.sq_tail = t,
+            Control::AdminCqHead(h) => self.admin.cq_head = h,
+            Control::Kick => self.shared.stats.add(qpip_abi::admin::STAT_KICKS, 1),
+            Control::Reset(ack) => {
+                self.reset();
+                let _ = ack.send(());
+            }
+            Control::Shutdown => return false,
+        }
+        true
+    }
+
+    /// Destroys every object and forgets all state: the device is as after start.
+    pub fn reset(&mut self) {
+        let seed = self.objects.new_key() as u64;
+        self.objects = Objects::new(seed);
+        self.admin = AdminQueue::default();
+        self.identity = self.initial_identity.clone();
+        self.shared.stats.clear();
+        self.sleeping = false;
+        info!("engine reset: all objects destroyed");
+    }
+
+    fn set_sleeping(&mut self, asleep: bool) {
+        if self.sleeping == asleep {
+            return;
+        }
+        self.sleeping = asleep;
+        let v = asleep as u32;
+        for &ctx in self.objects.contexts.keys() {
+            let page = ctx as usize * qpip_abi::pci::DOORBELL_PAGE_SIZE as usize;
+            self.shared
+                .doorbells
+                .store_u32(page + qpip_abi::doorbell::DB_ENGINE_SLEEPING as usize, v);
+        }
+    }
+
+    /// Waits for a message for at most `timeout` and handles it (used by tests driving the
+    /// engine on their own thread). Returns false when told to stop.
+    pub fn wait_and_handle(&mut self, timeout: Duration) -> bool {
+        match self.rx.recv_timeout(timeout) {
+            Ok(m) => self.handle(m),
+            Err(RecvTimeoutError::Timeout) => true,
+            Err(RecvTimeoutError::Disconnected) => false,
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The objects a driver creates through the admin queue, and the tables that hold them.
+//! Every object records its context; lookups that name a context refuse objects of any
+//! other, so a process can never reach another process's objects through a handle.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv6Addr;
+
+use super::memory::{MemoryRegion, Ring};
+
+/// A context: one process's share of the device, with its own doorbell page.
+#[derive(Debug)]
+pub struct Context {
+    /// The last `change_count` the engine saw in the context's doorbell page.
+    pub seen_change_count: u32,
+    /// QP id per doorbell slot.
+    pub qp_slots: Vec<Option<u32>>,
+    /// CQ id per doorbell slot.
+    pub cq_slots: Vec<Option<u32>>,
+}
+
+#[derive(Debug)]
+pub struct Cq {
+    pub ctx: u32,
+    pub slot: u32,
+    pub ring: Ring,
+    pub vector: u16,
+    /// CQEs written (free-running).
+    pub tail: u32,
+    /// CQEs the consumer has released (from the doorbell page; trusted only as far as
+    /// `tail` allows).
+    pub head: u32,
+    pub armed: bool,
+    pub arm_seen: u32,
+    /// QPs completing to this CQ.
+    pub users: u32,
+    /// Whether a completion is waiting for room (counted once per episode).
+    pub stalled: bool,
+}
+
+impl Cq {
+    pub fn free(&self) -> u32 {
+        self.ring.depth() - self.tail.wrapping_sub(self.head)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpState {
+    /// Working normally.
+    Ready,
+    /// A protocol error (bad doorbell): every outstanding and future WR is flushed.
+    Error,
+}
+
+/// An asynchronous admin command waiting on a QP or listener (step 3 completes them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingCmd {
+    pub cmd_id: u32,
+    pub opcode: u16,
+}
+
+/// What a TCP QP is doing on the connection side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpRole {
+    Idle,
+    /// Offered to a listener by ACCEPT.
+    Accepting {
+        listener: u32,
+        cmd: PendingCmd,
+    },
+    Connecting {
+        cmd: PendingCmd,
+    },
+}
+
+#[derive(Debug)]
+pub struct Qp {
+    pub ctx: u32,
+    pub slot: u32,
+    pub tcp: bool,
+    pub framing: u8,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub sq: Ring,
+    pub rq: Ring,
+    /// Send WQEs consumed (free-running).
+    pub sq_head: u32,
+    /// Send producer index last read from the doorbell.
+    pub sq_tail: u32,
+    pub rq_head: u32,
+    pub rq_tail: u32,
+    pub state: QpState,
+    pub bound: Option<(Ipv6Addr, u16)>,
+    pub role: TcpRole,
+    /// Whether the QP is in `Objects::busy_qps`.
+    pub queued: bool,
+}
+
+#[derive(Debug)]
+pub struct Listener {
+    pub ctx: u32,
+    pub addr: Ipv6Addr,
+    pub port: u16,
+    pub backlog: u32,
+}
+
+/// All objects of the device. Ids are non-zero and never reused while the engine runs
+/// (a stale handle cannot name a newer object).
+#[derive(Default)]
+pub struct Objects {
+    pub contexts: HashMap<u32, Context>,
+    pub cqs: HashMap<u32, Cq>,
+    pub qps: HashMap<u32, Qp>,
+    pub mrs: HashMap<u32, MemoryRegion>,
+    pub listeners: HashMap<u32, Listener>,
+    pub udp_ports: HashMap<u16, u32>,
+    pub tcp_ports: HashMap<u16, u32>,
+    pub listen_ports: HashMap<u16, u32>,
+    /// QPs that may have send work (or flushes) to do.
+    pub busy_qps: VecDeque<u32>,
+    next_id: u32,
+    key_state: u64,
+}
+
+impl Objects {
+    pub fn new(seed: u64) -> Objects {
+        Objects {
+            next_id: 1,
+            key_state: seed | 1,
+            ..Default::default()
+        }
+    }
+
+    /// A fresh object id.
+    pub fn new_id(&mut self) -> u32 {
+        let id = self.next_id;
+        self.next_id = self.next_id.checked_add(1).unwrap_or(1).max(1);
+        id
+    }
+
+    /// A fresh memory key: unpredictable low bits, so a guessed or stale key is very unlikely
+    /// to name a live region (the lookup then also checks the context).
+    pub fn new_key(&mut self) -> u32 {
+        loop {
+            // xorshift64*
+            let mut x = self.key_state;
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            self.key_state = x;
+            let key = (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32;
+            if key != 0 && !self.mrs.contains_key(&key) {
+                return key;
+            }
+        }
+    }
+
+    pub fn cq_in(&self, ctx: u32, id: u32) -> Option<&Cq> {
+        self.cqs.get(&id).filter(|c| c.ctx == ctx)
+    }
+
+    pub fn qp_in(&self, ctx: u32, id: u32) -> Option<&Qp> {
+        self.qps.get(&id).filter(|q| q.ctx == ctx)
+    }
+
+    pub fn mark_busy(&mut self, id: u32) {
+        if let Some(qp) = self.qps.get_mut(&id) {
+            if !qp.queued {
+                qp.queued = true;
+                self.busy_qps.push_back(id);
+            }
+        }
+    }
+}
