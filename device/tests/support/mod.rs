@@ -167,7 +167,11 @@ pub struct Buf {
 impl Buf {
     /// Guest-physical address of byte `off` of the buffer.
     pub fn gpa(&self, off: u64) -> u64 {
-        assert!(off < self.len.max(1), "offset {off} outside a {}-byte buffer", self.len);
+        assert!(
+            off < self.len.max(1),
+            "offset {off} outside a {}-byte buffer",
+            self.len
+        );
         let o = self.offset as u64 + off;
         self.pages[(o / PAGE) as usize] + o % PAGE
     }
@@ -349,8 +353,9 @@ impl FakeGuest {
 
         // Guest RAM: a memfd, as QEMU's memory-backend-memfd.
         // SAFETY: memfd_create with a valid name; the fd is owned by the File from here on.
-        let ram_file =
-            unsafe { File::from_raw_fd(libc::memfd_create(c"guest-ram".as_ptr(), libc::MFD_CLOEXEC)) };
+        let ram_file = unsafe {
+            File::from_raw_fd(libc::memfd_create(c"guest-ram".as_ptr(), libc::MFD_CLOEXEC))
+        };
         ram_file.set_len(RAM_SIZE).unwrap();
         let ram = map_shared(&ram_file, 0, RAM_SIZE as usize);
         client
@@ -422,7 +427,11 @@ impl FakeGuest {
 
     pub fn enable(&mut self) {
         self.reg_write(REG_CONTROL, CONTROL_ENABLE);
-        assert_ne!(self.reg_read(REG_STATUS) & STATUS_READY, 0, "device not ready after ENABLE");
+        assert_ne!(
+            self.reg_read(REG_STATUS) & STATUS_READY,
+            0,
+            "device not ready after ENABLE"
+        );
     }
 
     /// Function-level reset as QEMU issues it. The admin queue is gone afterwards.
@@ -556,7 +565,10 @@ impl FakeGuest {
 
     /// Writes `data` at byte `off` of a buffer, following its page list.
     pub fn buf_write(&self, b: &Buf, off: u64, data: &[u8]) {
-        assert!(off + data.len() as u64 <= b.len, "test bug: write past the buffer");
+        assert!(
+            off + data.len() as u64 <= b.len,
+            "test bug: write past the buffer"
+        );
         let mut done = 0usize;
         while done < data.len() {
             let at = off + done as u64;
@@ -637,7 +649,8 @@ impl FakeGuest {
     pub fn ring(&mut self, ctx: u32, off: u32, value: u32) {
         fence(Ordering::Release);
         self.db(ctx, off).store(value, Ordering::Release);
-        self.db(ctx, DB_CHANGE_COUNT).fetch_add(1, Ordering::Release);
+        self.db(ctx, DB_CHANGE_COUNT)
+            .fetch_add(1, Ordering::Release);
         fence(Ordering::SeqCst);
         if self.db(ctx, DB_ENGINE_SLEEPING).load(Ordering::SeqCst) != 0 {
             self.kick();
@@ -765,7 +778,8 @@ impl FakeGuest {
         let mut a = QueryArgs::new_zeroed();
         a.buf = buf;
         a.len = len;
-        self.admin_result(cmd(ADMIN_OP_QUERY_DEVICE, 0, 0, &a)).map(|_| ())
+        self.admin_result(cmd(ADMIN_OP_QUERY_DEVICE, 0, 0, &a))
+            .map(|_| ())
     }
 
     pub fn query_device(&mut self) -> DeviceInfo {
@@ -779,7 +793,8 @@ impl FakeGuest {
         let mut a = QueryArgs::new_zeroed();
         a.buf = buf;
         a.len = len;
-        self.admin_result(cmd(ADMIN_OP_QUERY_STATS, 0, 0, &a)).map(|_| ())
+        self.admin_result(cmd(ADMIN_OP_QUERY_STATS, 0, 0, &a))
+            .map(|_| ())
     }
 
     pub fn query_stats(&mut self) -> Stats {
@@ -806,20 +821,23 @@ impl FakeGuest {
     pub fn set_mac(&mut self, mac: [u8; 6]) -> Result<(), u16> {
         let mut a = SetMacArgs::new_zeroed();
         a.mac = mac;
-        self.admin_result(cmd(ADMIN_OP_SET_MAC, 0, 0, &a)).map(|_| ())
+        self.admin_result(cmd(ADMIN_OP_SET_MAC, 0, 0, &a))
+            .map(|_| ())
     }
 
     pub fn add_addr(&mut self, addr: [u8; 16], prefix_len: u8) -> Result<(), u16> {
         let mut a = AddrArgs::new_zeroed();
         a.addr = addr;
         a.prefix_len = prefix_len;
-        self.admin_result(cmd(ADMIN_OP_ADD_ADDR, 0, 0, &a)).map(|_| ())
+        self.admin_result(cmd(ADMIN_OP_ADD_ADDR, 0, 0, &a))
+            .map(|_| ())
     }
 
     pub fn del_addr(&mut self, addr: [u8; 16]) -> Result<(), u16> {
         let mut a = AddrArgs::new_zeroed();
         a.addr = addr;
-        self.admin_result(cmd(ADMIN_OP_DEL_ADDR, 0, 0, &a)).map(|_| ())
+        self.admin_result(cmd(ADMIN_OP_DEL_ADDR, 0, 0, &a))
+            .map(|_| ())
     }
 
     pub fn create_ctx(&mut self) -> Result<u32, u16> {
@@ -991,7 +1009,13 @@ impl FakeGuest {
             .map(|c| c.result0 as u16)
     }
 
-    pub fn listen(&mut self, ctx: u32, addr: [u8; 16], port: u16, backlog: u32) -> Result<u32, u16> {
+    pub fn listen(
+        &mut self,
+        ctx: u32,
+        addr: [u8; 16],
+        port: u16,
+        backlog: u32,
+    ) -> Result<u32, u16> {
         let mut a = ListenArgs::new_zeroed();
         a.addr = addr;
         a.port = port;
@@ -1137,7 +1161,7 @@ impl FakeGuest {
             .create_qp(ctx, scq.id, rcq.id, depth, depth)
             .expect("create UDP QP");
         let port = self.bind(ctx, qp.id, addr, port).expect("bind");
-        let buf = self.alloc_buf(buf_len, 0);
+        let buf = self.alloc_buf(buf_len.max(64), 0);
         let mr = self
             .reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE)
             .expect("register buffer");
@@ -1202,7 +1226,12 @@ fn map_shared(file: &File, offset: i64, len: usize) -> *mut u8 {
             offset,
         )
     };
-    assert_ne!(p, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+    assert_ne!(
+        p,
+        libc::MAP_FAILED,
+        "mmap: {}",
+        std::io::Error::last_os_error()
+    );
     p.cast()
 }
 
