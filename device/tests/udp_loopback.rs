@@ -214,7 +214,12 @@ fn receive_completions_carry_wr_id_and_the_senders_address_and_port() {
     for (t, dst, want_src, wr_id) in cases {
         let tx = &mut txs[t];
         g.post_recv(&mut rx.qp, &[recv_wqe(!wr_id, &[rx.buf.sge(0, 4096, rx.mr.lkey)])]);
-        g.post_send(&mut tx.qp, &[inline_wqe(wr_id, dst, rx.port, b"hello")]);
+        // Immediate data travels with the datagram inside the device (loopback).
+        let mut w = inline_wqe(wr_id, dst, rx.port, b"hello");
+        let mut h = Wqe::read_from_bytes(&w[..WQE_SGE_OFFSET as usize]).unwrap();
+        h.imm_data = wr_id as u32 ^ 0x5a5a_0000;
+        w[..WQE_SGE_OFFSET as usize].copy_from_slice(h.as_bytes());
+        g.post_send(&mut tx.qp, &[w]);
         let sc = g.wait_cqe(&mut tx.scq);
         assert_cqe(&sc, CQE_STATUS_SUCCESS, 0, "send");
         assert_eq!(sc.wr_id, wr_id);
@@ -228,7 +233,7 @@ fn receive_completions_carry_wr_id_and_the_senders_address_and_port() {
             "source of a datagram to {}",
             Ipv6Addr::from(dst)
         );
-        assert_eq!(rc.imm_data, 0, "UDP carries no immediate data");
+        assert_eq!(rc.imm_data, wr_id as u32 ^ 0x5a5a_0000, "immediate data returned");
     }
 }
 
@@ -254,14 +259,20 @@ fn a_qp_bound_to_one_address_receives_only_datagrams_to_it() {
     assert_eq!(g.buf_read(&rx.buf, 0, 7), b"for you");
 }
 
-/// Waits until a stats counter reaches `want` (the receive side may lag the send CQE).
+/// Waits until a stats counter reaches `want` (the receive side may lag the send CQE), and
+/// checks it does not go beyond.
 fn wait_stat(g: &mut FakeGuest, index: u32, want: u64) {
+    let v = wait_stat_at_least(g, index, want);
+    assert_eq!(v, want, "counter {index} overshot");
+}
+
+/// Waits until a stats counter reaches at least `want`; returns its value.
+fn wait_stat_at_least(g: &mut FakeGuest, index: u32, want: u64) -> u64 {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let v = g.stat(index);
         if v >= want {
-            assert_eq!(v, want, "counter {index} overshot");
-            return;
+            return v;
         }
         assert!(Instant::now() < deadline, "counter {index} stuck at {v}, expected {want}");
         std::thread::sleep(Duration::from_millis(1));
@@ -461,7 +472,7 @@ fn a_full_cq_holds_completions_back_and_loses_none() {
         assert!(Instant::now() < deadline, "the first 4 send completions never arrived");
         std::thread::sleep(Duration::from_millis(1));
     }
-    wait_stat(&mut g, STAT_CQ_FULL, full_before + 1);
+    wait_stat_at_least(&mut g, STAT_CQ_FULL, full_before + 1);
     // Give an overwriting device every chance to do it.
     std::thread::sleep(Duration::from_millis(100));
     for i in 0..4u32 {
@@ -633,4 +644,95 @@ fn ten_thousand_datagrams_stream_through_ring_wrap_around() {
     let s1 = g.query_stats();
     let d = |i: u32| s1.counters[i as usize] - s0.counters[i as usize];
     assert_eq!((d(STAT_UDP_TX), d(STAT_UDP_RX), d(STAT_UDP_RX_NO_WR)), (N, N, 0));
+}
+
+#[test]
+fn a_full_receive_cq_is_never_overwritten() {
+    let mut g = FakeGuest::new();
+    let ctx = g.create_ctx().unwrap();
+    let mut a = g.udp_endpoint_in(ctx, UNSPECIFIED, 0, 16, 32, 64);
+    let mut rcq = g.create_cq(ctx, 4).unwrap();
+    let scq = g.create_cq(ctx, 16).unwrap();
+    let mut b = g.create_qp(ctx, scq.id, rcq.id, 2, 16).unwrap();
+    let port = g.bind(ctx, b.id, UNSPECIFIED, 0).unwrap();
+    let buf = g.alloc_buf(16 * 64, 0);
+    let mr = g.reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE).unwrap();
+    let full_before = g.stat(STAT_CQ_FULL);
+    let recvs: Vec<WqeBytes> = (0..12u64).map(|i| recv_wqe(i, &[buf.sge(i * 64, 64, mr.lkey)])).collect();
+    g.post_recv(&mut b, &recvs);
+    // Eight datagrams, one at a time, into a receive CQ with room for four.
+    for i in 0..8u64 {
+        g.post_send(&mut a.qp, &[inline_wqe(i, LOOPBACK, port, format!("dgram {i}").as_bytes())]);
+        assert_cqe(&g.wait_cqe(&mut a.scq), CQE_STATUS_SUCCESS, 0, "send");
+    }
+    let deadline = Instant::now() + TIMEOUT;
+    while !(0..4).all(|i| g.cqe_ready(&rcq, i)) {
+        assert!(Instant::now() < deadline, "the first four receive completions never arrived");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    wait_stat_at_least(&mut g, STAT_CQ_FULL, full_before + 1);
+    for i in 0..4u32 {
+        let c = g.cq_slot(&rcq, i);
+        assert_eq!((c.wr_id, c.owner & 1), (i as u64, 1), "receive CQ slot {i} overwritten: {c:?}");
+    }
+    // The completions that had room are right; whatever could not complete did not consume
+    // a receive WR without a CQE: every WR completes exactly once, in order.
+    for i in 0..4u64 {
+        let c = g.wait_cqe(&mut rcq);
+        assert_eq!((c.wr_id, c.status), (i, CQE_STATUS_SUCCESS));
+        assert_eq!(g.buf_read(&buf, i * 64, 7), format!("dgram {i}").as_bytes());
+    }
+    let mut next = 4u64;
+    while let Some(c) = g.try_wait_cqe(&mut rcq, Duration::from_millis(200)) {
+        assert_eq!(c.wr_id, next, "receive WRs complete in order, once each");
+        next += 1;
+    }
+    // The WRs left are still posted: fresh datagrams land in them in order.
+    for i in next..12 {
+        g.post_send(&mut a.qp, &[inline_wqe(100 + i, LOOPBACK, port, b"later")]);
+        assert_cqe(&g.wait_cqe(&mut a.scq), CQE_STATUS_SUCCESS, 0, "send");
+        let c = g.wait_cqe(&mut rcq);
+        assert_eq!((c.wr_id, c.status, c.byte_len), (i, CQE_STATUS_SUCCESS, 5));
+    }
+}
+
+#[test]
+fn destroying_a_qp_flushes_its_outstanding_work_requests() {
+    let mut g = FakeGuest::new();
+    let ctx = g.create_ctx().unwrap();
+    let mut cq = g.create_cq(ctx, 32).unwrap();
+    let mut qp = g.create_qp(ctx, cq.id, cq.id, 8, 8).unwrap();
+    g.bind(ctx, qp.id, UNSPECIFIED, 0).unwrap();
+    let buf = g.alloc_buf(4096, 0);
+    let mr = g.reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE).unwrap();
+    let recvs: Vec<WqeBytes> = (0..5u64).map(|i| recv_wqe(10 + i, &[buf.sge(i * 64, 64, mr.lkey)])).collect();
+    g.post_recv(&mut qp, &recvs);
+    g.buf_fill(&buf, 0x3c);
+    g.destroy_qp(ctx, qp.id).unwrap();
+    for i in 0..5u64 {
+        let c = g.wait_cqe(&mut cq);
+        assert_eq!((c.wr_id, c.opcode, c.qp), (10 + i, CQE_OP_RECV, qp.id), "{c:?}");
+        assert_cqe(&c, CQE_STATUS_FLUSHED, 0, "receive of a destroyed QP");
+    }
+    assert!(g.try_wait_cqe(&mut cq, Duration::from_millis(20)).is_none(), "one CQE per WR");
+    assert!(g.buf_read(&buf, 0, 4096).iter().all(|&x| x == 0x3c), "a flushed receive wrote its buffer");
+    g.destroy_cq(ctx, cq.id).expect("the CQ is free once its QP is gone");
+}
+
+#[test]
+fn destroying_a_context_drops_its_work_requests_without_completions() {
+    let mut g = FakeGuest::new();
+    let ctx = g.create_ctx().unwrap();
+    let mut ep = g.udp_endpoint_in(ctx, UNSPECIFIED, 0, 8, 16, 4096);
+    let recvs: Vec<WqeBytes> = (0..5u64).map(|i| recv_wqe(i, &[ep.buf.sge(i * 64, 64, ep.mr.lkey)])).collect();
+    g.post_recv(&mut ep.qp, &recvs);
+    // Let the device see them (a datagram to itself takes the first).
+    g.post_send(&mut ep.qp, &[inline_wqe(0, LOOPBACK, ep.port, b"me")]);
+    assert_cqe(&g.wait_cqe(&mut ep.scq), CQE_STATUS_SUCCESS, 0, "send");
+    assert_eq!(g.wait_cqe(&mut ep.rcq).wr_id, 0);
+    let ring: Vec<u8> = ep.rcq.pages.iter().flat_map(|&p| g.mem_read(p, PAGE as usize)).collect();
+    g.destroy_ctx(ctx).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let now: Vec<u8> = ep.rcq.pages.iter().flat_map(|&p| g.mem_read(p, PAGE as usize)).collect();
+    assert!(now == ring, "CQEs written for a destroyed context (its rings go away with it)");
 }
