@@ -41,21 +41,48 @@ fn an_idle_engine_sleeps_on_every_active_page_and_a_kick_wakes_it() {
         );
     }
     // An unused page is left alone.
-    assert_eq!(g.db(DOORBELL_PAGES - 1, DB_ENGINE_SLEEPING).load(Ordering::SeqCst), 0);
+    assert_eq!(
+        g.db(DOORBELL_PAGES - 1, DB_ENGINE_SLEEPING)
+            .load(Ordering::SeqCst),
+        0
+    );
 
     // A doorbell rung while it sleeps: the producer sees the flag and kicks.
     let kicks = g.kicks;
     g.post_recv(&mut ep.qp, &[recv_wqe(1, &[ep.buf.sge(0, 64, ep.mr.lkey)])]);
-    assert!(g.kicks > kicks, "posting to a sleeping engine did not kick (flag read as clear)");
+    assert!(
+        g.kicks > kicks,
+        "posting to a sleeping engine did not kick (flag read as clear)"
+    );
     g.post_send(&mut ep.qp, &[inline_wqe(2, LOOPBACK, ep.port, b"wake up")]);
-    assert_cqe(&g.wait_cqe(&mut ep.scq), CQE_STATUS_SUCCESS, 0, "send after a kick");
+    assert_cqe(
+        &g.wait_cqe(&mut ep.scq),
+        CQE_STATUS_SUCCESS,
+        0,
+        "send after a kick",
+    );
     assert_eq!(g.wait_cqe(&mut ep.rcq).byte_len, 7);
     // And it goes back to sleep.
-    assert!(wait_asleep(&g, c1, Duration::from_secs(1)), "engine did not sleep again");
+    assert!(
+        wait_asleep(&g, c1, Duration::from_secs(1)),
+        "engine did not sleep again"
+    );
     let s = g.query_stats().counters;
-    assert!(s[STAT_SLEEPS as usize] >= 2, "STAT_SLEEPS {}", s[STAT_SLEEPS as usize]);
-    assert!(s[STAT_KICKS as usize] >= 1, "STAT_KICKS {}", s[STAT_KICKS as usize]);
-    assert!(s[STAT_DOORBELLS as usize] >= 1, "STAT_DOORBELLS {}", s[STAT_DOORBELLS as usize]);
+    assert!(
+        s[STAT_SLEEPS as usize] >= 2,
+        "STAT_SLEEPS {}",
+        s[STAT_SLEEPS as usize]
+    );
+    assert!(
+        s[STAT_KICKS as usize] >= 1,
+        "STAT_KICKS {}",
+        s[STAT_KICKS as usize]
+    );
+    assert!(
+        s[STAT_DOORBELLS as usize] >= 1,
+        "STAT_DOORBELLS {}",
+        s[STAT_DOORBELLS as usize]
+    );
 }
 
 #[test]
@@ -69,7 +96,7 @@ fn no_doorbell_is_lost_around_the_engine_going_to_sleep() {
     let mut cq = g.create_cq(ctx, 8).unwrap();
     let mut qp = g.create_qp(ctx, cq.id, cq.id, SQ, 2).unwrap();
     g.bind(ctx, qp.id, UNSPECIFIED, 0).unwrap();
-    let mut rng = Rng::new(0xd00b_e11);
+    let mut rng = Rng::new(0x0d00_be11);
     let (mut posted, mut done) = (0u64, 0u64);
     let (mut saw_asleep, mut quiet_waits) = (0u64, 0u64);
 
@@ -100,7 +127,10 @@ fn no_doorbell_is_lost_around_the_engine_going_to_sleep() {
             70..=94 => spin(Duration::from_micros(rng.below(300))),
             95..=98 => spin(Duration::from_micros(rng.below(2000))),
             _ => {
-                assert!(wait_asleep(&g, ctx, Duration::from_secs(1)), "engine never slept");
+                assert!(
+                    wait_asleep(&g, ctx, Duration::from_secs(1)),
+                    "engine never slept"
+                );
             }
         }
         if g.engine_sleeping(ctx) {
@@ -110,7 +140,10 @@ fn no_doorbell_is_lost_around_the_engine_going_to_sleep() {
             reap(&mut g, &mut cq, &mut done, posted - SQ as u64 + 1, posted);
         }
         // To a port nobody bound: each send completes at once, and nothing else rings.
-        g.post_send(&mut qp, &[inline_wqe(posted, LOOPBACK, 9, &posted.to_le_bytes())]);
+        g.post_send(
+            &mut qp,
+            &[inline_wqe(posted, LOOPBACK, 9, &posted.to_le_bytes())],
+        );
         posted += 1;
         // Now and then go quiet until everything completed: a doorbell the engine missed
         // shows up here, as nothing else rings to cover for it.
@@ -131,8 +164,15 @@ fn no_doorbell_is_lost_around_the_engine_going_to_sleep() {
         s[STAT_KICKS as usize],
         s[STAT_CQ_FULL as usize]
     );
-    assert!(saw_asleep >= 100, "the engine was rarely asleep ({saw_asleep}): the race was not exercised");
-    assert!(g.kicks >= 100, "too few kicks ({}) to exercise the wake-up path", g.kicks);
+    assert!(
+        saw_asleep >= 100,
+        "the engine was rarely asleep ({saw_asleep}): the race was not exercised"
+    );
+    assert!(
+        g.kicks >= 100,
+        "too few kicks ({}) to exercise the wake-up path",
+        g.kicks
+    );
     assert_eq!(s[STAT_SEND_WQES as usize], N);
 }
 
@@ -156,8 +196,9 @@ fn build_and_start_traffic(g: &mut FakeGuest, port: u16, listen_port: u16) -> Be
     let mut a = g.udp_endpoint_in(c1, UNSPECIFIED, 0, 64, 128, 64 * 9000);
     let mut b = g.udp_endpoint_in(c2, UNSPECIFIED, port, 64, 128, 64 * 9000);
     let listener = g.listen(c2, UNSPECIFIED, listen_port, 4).unwrap();
-    let recvs: Vec<WqeBytes> =
-        (0..64u64).map(|i| recv_wqe(i, &[b.buf.sge(i * 9000, 9000, b.mr.lkey)])).collect();
+    let recvs: Vec<WqeBytes> = (0..64u64)
+        .map(|i| recv_wqe(i, &[b.buf.sge(i * 9000, 9000, b.mr.lkey)]))
+        .collect();
     g.post_recv(&mut b.qp, &recvs);
     let sends: Vec<WqeBytes> = (0..64u64)
         .map(|i| send_wqe(i, LOOPBACK, b.port, &[a.buf.sge(i * 9000, 9000, a.mr.lkey)]))
@@ -175,36 +216,84 @@ fn build_and_start_traffic(g: &mut FakeGuest, port: u16, listen_port: u16) -> Be
     }
 }
 
-fn check_clean_after_reset(g: &mut FakeGuest, mut before: Before, original_mac: [u8; 6], resets: u32) {
+fn check_clean_after_reset(
+    g: &mut FakeGuest,
+    mut before: Before,
+    original_mac: [u8; 6],
+    resets: u32,
+) {
     assert_eq!(g.reg_read(REG_RESET_COUNT), resets);
-    assert_eq!(g.reg_read(REG_STATUS), 0, "not ready, admin queue disabled after reset");
+    assert_eq!(
+        g.reg_read(REG_STATUS),
+        0,
+        "not ready, admin queue disabled after reset"
+    );
     // Nothing is written to the old rings once the reset is done.
     for (cq, snap) in &mut before.cq_rings {
-        *snap = cq.pages.iter().flat_map(|&p| g.mem_read(p, PAGE as usize)).collect();
+        *snap = cq
+            .pages
+            .iter()
+            .flat_map(|&p| g.mem_read(p, PAGE as usize))
+            .collect();
     }
     std::thread::sleep(Duration::from_millis(50));
     for (cq, snap) in &before.cq_rings {
-        let now: Vec<u8> = cq.pages.iter().flat_map(|&p| g.mem_read(p, PAGE as usize)).collect();
-        assert!(now == *snap, "CQ {} ring written after the reset returned", cq.id);
+        let now: Vec<u8> = cq
+            .pages
+            .iter()
+            .flat_map(|&p| g.mem_read(p, PAGE as usize))
+            .collect();
+        assert!(
+            now == *snap,
+            "CQ {} ring written after the reset returned",
+            cq.id
+        );
     }
     for page in 0..DOORBELL_PAGES {
         for off in (0..DOORBELL_PAGE_SIZE).step_by(4) {
-            assert_eq!(g.db(page, off).load(Ordering::SeqCst), 0, "doorbell page {page} +{off:#x} after reset");
+            assert_eq!(
+                g.db(page, off).load(Ordering::SeqCst),
+                0,
+                "doorbell page {page} +{off:#x} after reset"
+            );
         }
     }
     // The admin queue must be set up again before anything works.
     g.enable();
     g.setup_admin(ADMIN_DEPTH);
     for &ctx in &before.ctxs {
-        assert_admin_err(g.destroy_ctx(ctx), ADMIN_STATUS_BAD_HANDLE, "a context from before the reset");
+        assert_admin_err(
+            g.destroy_ctx(ctx),
+            ADMIN_STATUS_BAD_HANDLE,
+            "a context from before the reset",
+        );
     }
     let ctx = g.create_ctx().unwrap();
-    assert_admin_err(g.destroy_qp(ctx, before.qp), ADMIN_STATUS_BAD_HANDLE, "a QP from before the reset");
-    assert_admin_err(g.destroy_cq(ctx, before.cq), ADMIN_STATUS_BAD_HANDLE, "a CQ from before the reset");
-    assert_admin_err(g.dereg_mr(ctx, before.lkey), ADMIN_STATUS_BAD_HANDLE, "an MR from before the reset");
-    assert_admin_err(g.destroy_listener(ctx, before.listener), ADMIN_STATUS_BAD_HANDLE, "a listener from before");
+    assert_admin_err(
+        g.destroy_qp(ctx, before.qp),
+        ADMIN_STATUS_BAD_HANDLE,
+        "a QP from before the reset",
+    );
+    assert_admin_err(
+        g.destroy_cq(ctx, before.cq),
+        ADMIN_STATUS_BAD_HANDLE,
+        "a CQ from before the reset",
+    );
+    assert_admin_err(
+        g.dereg_mr(ctx, before.lkey),
+        ADMIN_STATUS_BAD_HANDLE,
+        "an MR from before the reset",
+    );
+    assert_admin_err(
+        g.destroy_listener(ctx, before.listener),
+        ADMIN_STATUS_BAD_HANDLE,
+        "a listener from before",
+    );
     let info = g.query_device();
-    assert_eq!(info.mac, original_mac, "the MAC set by the driver is dropped by reset");
+    assert_eq!(
+        info.mac, original_mac,
+        "the MAC set by the driver is dropped by reset"
+    );
     let s = g.query_stats().counters;
     assert_eq!(s[STAT_UDP_TX as usize], 0, "counters start again at reset");
 
@@ -212,21 +301,38 @@ fn check_clean_after_reset(g: &mut FakeGuest, mut before: Before, original_mac: 
     let mut a = g.udp_endpoint_in(ctx, UNSPECIFIED, 0, 16, 32, 2048);
     let mut b = g.udp_endpoint_in(ctx, UNSPECIFIED, before.port, 16, 32, 16 * 128);
     assert_eq!(b.port, before.port);
-    g.listen(ctx, UNSPECIFIED, before.listen_port, 4).expect("the old listening port is free");
+    g.listen(ctx, UNSPECIFIED, before.listen_port, 4)
+        .expect("the old listening port is free");
     g.post_send(&mut a.qp, &[inline_wqe(0, ip("2001:db8::9"), b.port, b"x")]);
     let c = g.wait_cqe(&mut a.scq);
-    assert_cqe(&c, CQE_STATUS_BAD_DEST, CQE_DETAIL_NO_ROUTE, "send to an address added before the reset");
+    assert_cqe(
+        &c,
+        CQE_STATUS_BAD_DEST,
+        CQE_DETAIL_NO_ROUTE,
+        "send to an address added before the reset",
+    );
     for round in 0..10u64 {
-        let r: Vec<WqeBytes> = (0..16u64).map(|i| recv_wqe(i, &[b.buf.sge(i * 128, 128, b.mr.lkey)])).collect();
+        let r: Vec<WqeBytes> = (0..16u64)
+            .map(|i| recv_wqe(i, &[b.buf.sge(i * 128, 128, b.mr.lkey)]))
+            .collect();
         g.post_recv(&mut b.qp, &r);
-        let s: Vec<WqeBytes> =
-            (0..16u64).map(|i| inline_wqe(i, LOOPBACK, b.port, &(round * 16 + i).to_le_bytes())).collect();
+        let s: Vec<WqeBytes> = (0..16u64)
+            .map(|i| inline_wqe(i, LOOPBACK, b.port, &(round * 16 + i).to_le_bytes()))
+            .collect();
         g.post_send(&mut a.qp, &s);
         for i in 0..16u64 {
-            assert_cqe(&g.wait_cqe(&mut a.scq), CQE_STATUS_SUCCESS, 0, "send after reset");
+            assert_cqe(
+                &g.wait_cqe(&mut a.scq),
+                CQE_STATUS_SUCCESS,
+                0,
+                "send after reset",
+            );
             let rc = g.wait_cqe(&mut b.rcq);
             assert_cqe(&rc, CQE_STATUS_SUCCESS, 0, "receive after reset");
-            assert_eq!(g.buf_read(&b.buf, i * 128, 8), (round * 16 + i).to_le_bytes());
+            assert_eq!(
+                g.buf_read(&b.buf, i * 128, 8),
+                (round * 16 + i).to_le_bytes()
+            );
         }
     }
 }

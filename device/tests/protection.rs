@@ -54,7 +54,10 @@ impl World {
     /// Nothing was written to any buffer the device could have been tricked into writing.
     #[track_caller]
     fn assert_canaries(&self, what: &str) {
-        for (name, b) in [("A's receive buffer", &self.rx.buf), ("B's buffer", &self.b_buf)] {
+        for (name, b) in [
+            ("A's receive buffer", &self.rx.buf),
+            ("B's buffer", &self.b_buf),
+        ] {
             let bytes = self.g.buf_read(b, 0, b.len as usize);
             if let Some(i) = bytes.iter().position(|&x| x != CANARY) {
                 panic!("{what}: byte {i} of {name} was written ({:#x})", bytes[i]);
@@ -66,9 +69,18 @@ impl World {
     #[track_caller]
     fn assert_healthy(&mut self, what: &str) {
         let g = &mut self.g;
-        for (tx, rx) in [(&mut self.ok_tx, &mut self.ok_rx), (&mut self.tx, &mut self.rx)] {
-            g.post_recv(&mut rx.qp, &[recv_wqe(0x600d, &[rx.buf.sge(0, 64, rx.mr.lkey)])]);
-            g.post_send(&mut tx.qp, &[inline_wqe(0x600d, LOOPBACK, rx.port, b"still fine")]);
+        for (tx, rx) in [
+            (&mut self.ok_tx, &mut self.ok_rx),
+            (&mut self.tx, &mut self.rx),
+        ] {
+            g.post_recv(
+                &mut rx.qp,
+                &[recv_wqe(0x600d, &[rx.buf.sge(0, 64, rx.mr.lkey)])],
+            );
+            g.post_send(
+                &mut tx.qp,
+                &[inline_wqe(0x600d, LOOPBACK, rx.port, b"still fine")],
+            );
             let s = g.wait_cqe(&mut tx.scq);
             assert_cqe(&s, CQE_STATUS_SUCCESS, 0, &format!("after {what}: send"));
             let r = g.wait_cqe(&mut rx.rcq);
@@ -92,9 +104,19 @@ impl World {
         g.post_recv(&mut self.rx.qp, &[w]);
         let data = vec![0x11u8; len];
         g.buf_write(&self.tx.buf, 0, &data);
-        let s = send_wqe(1, LOOPBACK, self.rx.port, &[self.tx.buf.sge(0, len as u32, self.tx.mr.lkey)]);
+        let s = send_wqe(
+            1,
+            LOOPBACK,
+            self.rx.port,
+            &[self.tx.buf.sge(0, len as u32, self.tx.mr.lkey)],
+        );
         g.post_send(&mut self.tx.qp, &[s]);
-        assert_cqe(&g.wait_cqe(&mut self.tx.scq), CQE_STATUS_SUCCESS, 0, "the datagram's send");
+        assert_cqe(
+            &g.wait_cqe(&mut self.tx.scq),
+            CQE_STATUS_SUCCESS,
+            0,
+            "the datagram's send",
+        );
         g.wait_cqe(&mut self.rx.rcq)
     }
 
@@ -108,31 +130,66 @@ fn unknown_and_deregistered_lkeys_are_refused() {
     let mut w = World::new();
     let errors = w.g.stat(STAT_PROTECTION_ERRORS);
     // A receive waits on A's receiver; a refused send must not consume it.
-    w.g.post_recv(&mut w.rx.qp, &[recv_wqe(77, &[w.rx.buf.sge(0, 4096, w.rx.mr.lkey)])]);
+    w.g.post_recv(
+        &mut w.rx.qp,
+        &[recv_wqe(77, &[w.rx.buf.sge(0, 4096, w.rx.mr.lkey)])],
+    );
     for lkey in [0u32, 0xdead_beef, w.tx.mr.lkey ^ 0x8000_0000] {
         let sge = w.tx.buf.sge(0, 100, lkey);
         let c = w.send(w.send_gather(5, &[sge]));
-        assert_cqe(&c, CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_BAD_LKEY, &format!("send with lkey {lkey:#x}"));
+        assert_cqe(
+            &c,
+            CQE_STATUS_LOCAL_PROTECTION,
+            CQE_DETAIL_BAD_LKEY,
+            &format!("send with lkey {lkey:#x}"),
+        );
         assert_eq!((c.wr_id, c.qp), (5, w.tx.qp.id));
     }
     // A bad lkey in the last of several SGEs fails the whole send.
-    let sges = [w.tx.buf.sge(0, 10, w.tx.mr.lkey), w.tx.buf.sge(10, 10, 0x1234_5678)];
+    let sges = [
+        w.tx.buf.sge(0, 10, w.tx.mr.lkey),
+        w.tx.buf.sge(10, 10, 0x1234_5678),
+    ];
     let c = w.send(w.send_gather(6, &sges));
-    assert_cqe(&c, CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_BAD_LKEY, "bad lkey in the second SGE");
+    assert_cqe(
+        &c,
+        CQE_STATUS_LOCAL_PROTECTION,
+        CQE_DETAIL_BAD_LKEY,
+        "bad lkey in the second SGE",
+    );
     // The waiting receive was not consumed by any of them: the next datagram lands in it.
     w.g.post_send(&mut w.tx.qp, &[inline_wqe(7, LOOPBACK, w.rx.port, b"ok")]);
-    assert_cqe(&w.g.wait_cqe(&mut w.tx.scq), CQE_STATUS_SUCCESS, 0, "valid send");
+    assert_cqe(
+        &w.g.wait_cqe(&mut w.tx.scq),
+        CQE_STATUS_SUCCESS,
+        0,
+        "valid send",
+    );
     let c = w.g.wait_cqe(&mut w.rx.rcq);
-    assert_eq!((c.wr_id, c.status, c.byte_len), (77, CQE_STATUS_SUCCESS, 2), "{c:?}");
+    assert_eq!(
+        (c.wr_id, c.status, c.byte_len),
+        (77, CQE_STATUS_SUCCESS, 2),
+        "{c:?}"
+    );
     w.fill_canaries();
     // A receive naming an unknown lkey.
     let c = w.recv_into(recv_wqe(8, &[w.rx.buf.sge(0, 4096, 0xdead_beef)]), 100);
     assert_eq!(c.wr_id, 8);
-    assert_cqe(&c, CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_BAD_LKEY, "receive with an unknown lkey");
+    assert_cqe(
+        &c,
+        CQE_STATUS_LOCAL_PROTECTION,
+        CQE_DETAIL_BAD_LKEY,
+        "receive with an unknown lkey",
+    );
     let sges = [w.rx.buf.sge(0, 64, w.rx.mr.lkey), w.rx.buf.sge(64, 64, 0)];
     let c = w.recv_into(recv_wqe(9, &sges), 100);
     assert_eq!(c.wr_id, 9);
-    assert_cqe(&c, CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_BAD_LKEY, "receive with lkey 0 in its second SGE");
+    assert_cqe(
+        &c,
+        CQE_STATUS_LOCAL_PROTECTION,
+        CQE_DETAIL_BAD_LKEY,
+        "receive with lkey 0 in its second SGE",
+    );
     w.assert_canaries("receives with unknown lkeys");
 
     // A deregistered region is as unknown as one never registered.
@@ -141,8 +198,16 @@ fn unknown_and_deregistered_lkeys_are_refused() {
     let mr = w.g.reg_mr(ctx, &gone, MR_ACCESS_LOCAL_WRITE).unwrap();
     w.g.dereg_mr(ctx, mr.lkey).unwrap();
     let c = w.send(w.send_gather(10, &[gone.sge(0, 10, mr.lkey)]));
-    assert_cqe(&c, CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_BAD_LKEY, "send from a deregistered region");
-    assert!(w.g.stat(STAT_PROTECTION_ERRORS) >= errors + 7, "STAT_PROTECTION_ERRORS counts them");
+    assert_cqe(
+        &c,
+        CQE_STATUS_LOCAL_PROTECTION,
+        CQE_DETAIL_BAD_LKEY,
+        "send from a deregistered region",
+    );
+    assert!(
+        w.g.stat(STAT_PROTECTION_ERRORS) >= errors + 7,
+        "STAT_PROTECTION_ERRORS counts them"
+    );
     w.assert_healthy("bad lkeys");
 }
 
@@ -152,15 +217,33 @@ fn another_contexts_region_is_refused_for_sends_and_receives() {
     let secret = b"context B's secret";
     w.g.buf_write(&w.b_buf, 0, secret);
     let c = w.send(w.send_gather(1, &[w.b_buf.sge(0, secret.len() as u32, w.b_mr.lkey)]));
-    assert_cqe(&c, CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_OTHER_CONTEXT, "send from B's region");
+    assert_cqe(
+        &c,
+        CQE_STATUS_LOCAL_PROTECTION,
+        CQE_DETAIL_OTHER_CONTEXT,
+        "send from B's region",
+    );
     w.g.buf_fill(&w.b_buf, CANARY);
     let c = w.recv_into(recv_wqe(2, &[w.b_buf.sge(0, 4096, w.b_mr.lkey)]), 200);
     assert_eq!(c.wr_id, 2);
-    assert_cqe(&c, CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_OTHER_CONTEXT, "receive into B's region");
+    assert_cqe(
+        &c,
+        CQE_STATUS_LOCAL_PROTECTION,
+        CQE_DETAIL_OTHER_CONTEXT,
+        "receive into B's region",
+    );
     // Mixed: first SGE A's own, second B's. Nothing at all may be written.
-    let sges = [w.rx.buf.sge(0, 100, w.rx.mr.lkey), w.b_buf.sge(0, 100, w.b_mr.lkey)];
+    let sges = [
+        w.rx.buf.sge(0, 100, w.rx.mr.lkey),
+        w.b_buf.sge(0, 100, w.b_mr.lkey),
+    ];
     let c = w.recv_into(recv_wqe(3, &sges), 150);
-    assert_cqe(&c, CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_OTHER_CONTEXT, "receive half into B's region");
+    assert_cqe(
+        &c,
+        CQE_STATUS_LOCAL_PROTECTION,
+        CQE_DETAIL_OTHER_CONTEXT,
+        "receive half into B's region",
+    );
     w.assert_canaries("receives into another context's region");
     w.assert_healthy("other-context regions");
 }
@@ -181,16 +264,44 @@ fn addresses_outside_the_region_are_refused_including_overflow() {
         ("longer than the region", b.iova, b.len as u32 + 1),
     ];
     for (i, (what, addr, length)) in cases.iter().enumerate() {
-        let sge = Sge { addr: *addr, length: *length, lkey: k };
+        let sge = Sge {
+            addr: *addr,
+            length: *length,
+            lkey: k,
+        };
         let c = w.send(w.send_gather(i as u64, &[sge]));
-        assert_cqe(&c, CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_OUT_OF_BOUNDS, &format!("send {what}"));
+        assert_cqe(
+            &c,
+            CQE_STATUS_LOCAL_PROTECTION,
+            CQE_DETAIL_OUT_OF_BOUNDS,
+            &format!("send {what}"),
+        );
     }
     // Just inside is fine.
-    w.g.post_recv(&mut w.rx.qp, &[recv_wqe(98, &[w.rx.buf.sge(0, 64, w.rx.mr.lkey)])]);
-    let c = w.send(w.send_gather(99, &[Sge { addr: end - 10, length: 10, lkey: k }]));
-    assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "send of the region's last 10 bytes");
+    w.g.post_recv(
+        &mut w.rx.qp,
+        &[recv_wqe(98, &[w.rx.buf.sge(0, 64, w.rx.mr.lkey)])],
+    );
+    let c = w.send(w.send_gather(
+        99,
+        &[Sge {
+            addr: end - 10,
+            length: 10,
+            lkey: k,
+        }],
+    ));
+    assert_cqe(
+        &c,
+        CQE_STATUS_SUCCESS,
+        0,
+        "send of the region's last 10 bytes",
+    );
     let c = w.g.wait_cqe(&mut w.rx.rcq);
-    assert_eq!((c.wr_id, c.status, c.byte_len), (98, CQE_STATUS_SUCCESS, 10), "{c:?}");
+    assert_eq!(
+        (c.wr_id, c.status, c.byte_len),
+        (98, CQE_STATUS_SUCCESS, 10),
+        "{c:?}"
+    );
     w.fill_canaries();
 
     // Receives: the valid first SGE must not be written either.
@@ -204,10 +315,22 @@ fn addresses_outside_the_region_are_refused_including_overflow() {
         ("a 4 GiB length", rb.iova + 200, u32::MAX),
     ];
     for (i, (what, addr, length)) in rcases.iter().enumerate() {
-        let sges = [rb.sge(0, 100, rk), Sge { addr: *addr, length: *length, lkey: rk }];
+        let sges = [
+            rb.sge(0, 100, rk),
+            Sge {
+                addr: *addr,
+                length: *length,
+                lkey: rk,
+            },
+        ];
         let c = w.recv_into(recv_wqe(100 + i as u64, &sges), 150);
         assert_eq!(c.wr_id, 100 + i as u64);
-        assert_cqe(&c, CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_OUT_OF_BOUNDS, &format!("receive {what}"));
+        assert_cqe(
+            &c,
+            CQE_STATUS_LOCAL_PROTECTION,
+            CQE_DETAIL_OUT_OF_BOUNDS,
+            &format!("receive {what}"),
+        );
         w.assert_canaries(&format!("receive {what}"));
     }
     w.assert_healthy("out-of-bounds SGEs");
@@ -221,16 +344,35 @@ fn receiving_needs_local_write_but_sending_does_not() {
     let ro_mr = w.g.reg_mr(ctx, &ro, 0).unwrap();
     w.g.buf_fill(&ro, CANARY);
     let c = w.recv_into(recv_wqe(1, &[ro.sge(0, 4096, ro_mr.lkey)]), 64);
-    assert_cqe(&c, CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_ACCESS, "receive into a read-only region");
-    assert!(w.g.buf_read(&ro, 0, 4096).iter().all(|&x| x == CANARY), "read-only region written");
+    assert_cqe(
+        &c,
+        CQE_STATUS_LOCAL_PROTECTION,
+        CQE_DETAIL_ACCESS,
+        "receive into a read-only region",
+    );
+    assert!(
+        w.g.buf_read(&ro, 0, 4096).iter().all(|&x| x == CANARY),
+        "read-only region written"
+    );
     // Remote rights do not imply local write.
     let rr = w.g.reg_mr(ctx, &ro, MR_ACCESS_REMOTE_READ).unwrap();
     let c = w.recv_into(recv_wqe(2, &[ro.sge(0, 4096, rr.lkey)]), 64);
-    assert_cqe(&c, CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_ACCESS, "receive into a remote-read-only region");
-    assert!(w.g.buf_read(&ro, 0, 4096).iter().all(|&x| x == CANARY), "read-only region written");
+    assert_cqe(
+        &c,
+        CQE_STATUS_LOCAL_PROTECTION,
+        CQE_DETAIL_ACCESS,
+        "receive into a remote-read-only region",
+    );
+    assert!(
+        w.g.buf_read(&ro, 0, 4096).iter().all(|&x| x == CANARY),
+        "read-only region written"
+    );
     // Sending from it is a local read, always allowed.
     w.g.buf_write(&ro, 0, b"read-only source");
-    w.g.post_recv(&mut w.rx.qp, &[recv_wqe(3, &[w.rx.buf.sge(0, 64, w.rx.mr.lkey)])]);
+    w.g.post_recv(
+        &mut w.rx.qp,
+        &[recv_wqe(3, &[w.rx.buf.sge(0, 64, w.rx.mr.lkey)])],
+    );
     let c = w.send(w.send_gather(4, &[ro.sge(0, 16, ro_mr.lkey)]));
     assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "send from a read-only region");
     let c = w.g.wait_cqe(&mut w.rx.rcq);
@@ -253,7 +395,11 @@ fn malformed_wqes_complete_with_errors_and_the_qp_carries_on() {
     let mut cases: Vec<(&str, Wqe, u8)> = Vec::new();
     cases.push(("opcode 0", base(0, 1), CQE_STATUS_BAD_OPCODE));
     cases.push(("opcode 0x7e", base(0x7e, 2), CQE_STATUS_BAD_OPCODE));
-    cases.push(("a receive in the send ring", base(WQE_OP_RECV, 3), CQE_STATUS_BAD_OPCODE));
+    cases.push((
+        "a receive in the send ring",
+        base(WQE_OP_RECV, 3),
+        CQE_STATUS_BAD_OPCODE,
+    ));
     let mut h = base(WQE_OP_SEND, 4);
     h.num_sge = MAX_SGE as u8 + 1;
     cases.push(("6 SGEs", h, CQE_STATUS_BAD_WQE));
@@ -293,7 +439,11 @@ fn malformed_wqes_complete_with_errors_and_the_qp_carries_on() {
     // The receive ring.
     let rsge = w.rx.buf.sge(0, 4096, w.rx.mr.lkey);
     let mut rcases: Vec<(&str, Wqe, u8)> = Vec::new();
-    rcases.push(("a send in the receive ring", wqe_hdr(WQE_OP_SEND, 20), CQE_STATUS_BAD_OPCODE));
+    rcases.push((
+        "a send in the receive ring",
+        wqe_hdr(WQE_OP_SEND, 20),
+        CQE_STATUS_BAD_OPCODE,
+    ));
     rcases.push(("opcode 0x55", wqe_hdr(0x55, 21), CQE_STATUS_BAD_OPCODE));
     let mut h = wqe_hdr(WQE_OP_RECV, 22);
     h.num_sge = 6;
@@ -338,7 +488,9 @@ fn a_producer_index_beyond_the_ring_errors_the_qp_and_flushes_its_work() {
     let mut w = World::new();
     let bad_before = w.g.stat(STAT_BAD_DOORBELLS);
     // Three receives; one datagram proves the device has seen all three (one doorbell).
-    let r: Vec<WqeBytes> = (0..3u64).map(|i| recv_wqe(30 + i, &[w.rx.buf.sge(i * 1024, 1024, w.rx.mr.lkey)])).collect();
+    let r: Vec<WqeBytes> = (0..3u64)
+        .map(|i| recv_wqe(30 + i, &[w.rx.buf.sge(i * 1024, 1024, w.rx.mr.lkey)]))
+        .collect();
     w.g.post_recv(&mut w.rx.qp, &r);
     w.g.post_send(&mut w.tx.qp, &[inline_wqe(1, LOOPBACK, w.rx.port, b"one")]);
     assert_cqe(&w.g.wait_cqe(&mut w.tx.scq), CQE_STATUS_SUCCESS, 0, "send");
@@ -352,21 +504,49 @@ fn a_producer_index_beyond_the_ring_errors_the_qp_and_flushes_its_work() {
     w.g.ring(w.rx.ctx, FakeGuest::qp_rq_tail_offset(w.rx.qp.slot), wild);
     for want in [31u64, 32] {
         let c = w.g.wait_cqe(&mut w.rx.rcq);
-        assert_eq!((c.wr_id, c.opcode, c.qp), (want, CQE_OP_RECV, w.rx.qp.id), "{c:?}");
-        assert_cqe(&c, CQE_STATUS_FLUSHED, 0, "outstanding receive of the errored QP");
+        assert_eq!(
+            (c.wr_id, c.opcode, c.qp),
+            (want, CQE_OP_RECV, w.rx.qp.id),
+            "{c:?}"
+        );
+        assert_cqe(
+            &c,
+            CQE_STATUS_FLUSHED,
+            0,
+            "outstanding receive of the errored QP",
+        );
     }
-    assert!(w.g.stat(STAT_BAD_DOORBELLS) > bad_before, "STAT_BAD_DOORBELLS counts it");
+    assert!(
+        w.g.stat(STAT_BAD_DOORBELLS) > bad_before,
+        "STAT_BAD_DOORBELLS counts it"
+    );
     // In the error state: a send on it is flushed, and datagrams to it are not placed.
     let mut qp = w.rx.qp.clone();
-    w.g.post_send(&mut qp, &[inline_wqe(40, LOOPBACK, w.ok_rx.port, b"from an errored QP")]);
+    w.g.post_send(
+        &mut qp,
+        &[inline_wqe(
+            40,
+            LOOPBACK,
+            w.ok_rx.port,
+            b"from an errored QP",
+        )],
+    );
     let c = w.g.wait_cqe(&mut w.rx.scq);
     assert_eq!(c.wr_id, 40);
     assert_cqe(&c, CQE_STATUS_FLUSHED, 0, "send on an errored QP");
     w.g.post_send(&mut w.tx.qp, &[inline_wqe(2, LOOPBACK, w.rx.port, b"two")]);
-    assert_cqe(&w.g.wait_cqe(&mut w.tx.scq), CQE_STATUS_SUCCESS, 0, "send to the errored QP");
+    assert_cqe(
+        &w.g.wait_cqe(&mut w.tx.scq),
+        CQE_STATUS_SUCCESS,
+        0,
+        "send to the errored QP",
+    );
     std::thread::sleep(std::time::Duration::from_millis(20));
     let c = w.g.poll_cq(&mut w.rx.rcq);
-    assert!(c.is_none() || c.unwrap().status == CQE_STATUS_FLUSHED, "errored QP received: {c:?}");
+    assert!(
+        c.is_none() || c.unwrap().status == CQE_STATUS_FLUSHED,
+        "errored QP received: {c:?}"
+    );
     w.assert_canaries("a wild receive index");
 
     // A wild send index on the healthy pair's sender: nothing in its ring is executed.
@@ -374,19 +554,39 @@ fn a_producer_index_beyond_the_ring_errors_the_qp_and_flushes_its_work() {
     let s = w.ok_tx.qp.clone();
     // Plant a valid-looking send in every slot; none may go out.
     let mut planted = s.clone();
-    let plant: Vec<WqeBytes> = (0..s.sq_depth).map(|i| inline_wqe(500 + i as u64, LOOPBACK, w.ok_rx.port, b"x")).collect();
+    let plant: Vec<WqeBytes> = (0..s.sq_depth)
+        .map(|i| inline_wqe(500 + i as u64, LOOPBACK, w.ok_rx.port, b"x"))
+        .collect();
     w.g.write_sq(&mut planted, &plant);
-    w.g.ring(s.ctx, FakeGuest::qp_sq_tail_offset(s.slot), s.sq_tail.wrapping_add(s.sq_depth + 1));
+    w.g.ring(
+        s.ctx,
+        FakeGuest::qp_sq_tail_offset(s.slot),
+        s.sq_tail.wrapping_add(s.sq_depth + 1),
+    );
     let deadline = std::time::Instant::now() + TIMEOUT;
     while w.g.stat(STAT_BAD_DOORBELLS) < bad_before + 2 {
-        assert!(std::time::Instant::now() < deadline, "a wild send index was not noticed");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a wild send index was not noticed"
+        );
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     assert_eq!(w.g.stat(STAT_UDP_TX), tx_before, "an errored QP sent");
     // Others carry on: A's sender to C's receiver.
-    w.g.post_recv(&mut w.ok_rx.qp, &[recv_wqe(1, &[w.ok_rx.buf.sge(0, 64, w.ok_rx.mr.lkey)])]);
-    w.g.post_send(&mut w.tx.qp, &[inline_wqe(3, LOOPBACK, w.ok_rx.port, b"across")]);
-    assert_cqe(&w.g.wait_cqe(&mut w.tx.scq), CQE_STATUS_SUCCESS, 0, "send after the wild indices");
+    w.g.post_recv(
+        &mut w.ok_rx.qp,
+        &[recv_wqe(1, &[w.ok_rx.buf.sge(0, 64, w.ok_rx.mr.lkey)])],
+    );
+    w.g.post_send(
+        &mut w.tx.qp,
+        &[inline_wqe(3, LOOPBACK, w.ok_rx.port, b"across")],
+    );
+    assert_cqe(
+        &w.g.wait_cqe(&mut w.tx.scq),
+        CQE_STATUS_SUCCESS,
+        0,
+        "send after the wild indices",
+    );
     let c = w.g.wait_cqe(&mut w.ok_rx.rcq);
     assert_eq!((c.wr_id, c.status, c.byte_len), (1, CQE_STATUS_SUCCESS, 6));
 }
@@ -397,7 +597,14 @@ fn page_lists_outside_guest_ram_are_refused() {
     let ctx = g.create_ctx().unwrap();
     let end = RAM_BASE + RAM_SIZE;
     let good = g.alloc_pages(1);
-    let outside = [0u64, 0x1000, RAM_BASE - PAGE, end, end + 0x10_0000, u64::MAX & !0xfff];
+    let outside = [
+        0u64,
+        0x1000,
+        RAM_BASE - PAGE,
+        end,
+        end + 0x10_0000,
+        !0xfffu64,
+    ];
 
     // REG_MR: a page outside RAM, anywhere in the list.
     for &bad in &outside {
@@ -408,7 +615,11 @@ fn page_lists_outside_guest_ram_are_refused() {
         a.length = 3 * PAGE;
         a.npages = 3;
         a.access = MR_ACCESS_LOCAL_WRITE;
-        assert_admin_err(g.reg_mr_args(ctx, &a), ADMIN_STATUS_BAD_ADDRESS, &format!("MR page {bad:#x}"));
+        assert_admin_err(
+            g.reg_mr_args(ctx, &a),
+            ADMIN_STATUS_BAD_ADDRESS,
+            &format!("MR page {bad:#x}"),
+        );
     }
     // The list itself outside RAM or running off its end.
     for list in [0x2000u64, end, end - 8] {
@@ -417,7 +628,11 @@ fn page_lists_outside_guest_ram_are_refused() {
         a.iova = 0x5000_0000;
         a.length = 2 * PAGE;
         a.npages = 2;
-        assert_admin_err(g.reg_mr_args(ctx, &a), ADMIN_STATUS_BAD_ADDRESS, &format!("MR page list at {list:#x}"));
+        assert_admin_err(
+            g.reg_mr_args(ctx, &a),
+            ADMIN_STATUS_BAD_ADDRESS,
+            &format!("MR page list at {list:#x}"),
+        );
     }
 
     // CREATE_CQ: ring pages and list.
@@ -428,14 +643,22 @@ fn page_lists_outside_guest_ram_are_refused() {
         a.npages = 2;
         a.depth = 128;
         a.vector = 1;
-        assert_admin_err(g.create_cq_args(ctx, &a), ADMIN_STATUS_BAD_ADDRESS, &format!("CQ ring page {bad:#x}"));
+        assert_admin_err(
+            g.create_cq_args(ctx, &a),
+            ADMIN_STATUS_BAD_ADDRESS,
+            &format!("CQ ring page {bad:#x}"),
+        );
     }
     let mut a = CreateCqArgs::new_zeroed();
     a.page_list = end - 8;
     a.npages = 2;
     a.depth = 128;
     a.vector = 1;
-    assert_admin_err(g.create_cq_args(ctx, &a), ADMIN_STATUS_BAD_ADDRESS, "CQ page list off the end of RAM");
+    assert_admin_err(
+        g.create_cq_args(ctx, &a),
+        ADMIN_STATUS_BAD_ADDRESS,
+        "CQ page list off the end of RAM",
+    );
 
     // CREATE_QP: either ring.
     let cq = g.create_cq(ctx, 16).unwrap();
@@ -457,11 +680,20 @@ fn page_lists_outside_guest_ram_are_refused() {
     }
     let (mut a, ..) = g.qp_args(cq.id, cq.id, 64, 64, QP_TYPE_UDP, 0);
     a.rq_page_list = end;
-    assert_admin_err(g.create_qp_args(ctx, &a), ADMIN_STATUS_BAD_ADDRESS, "RQ page list outside RAM");
+    assert_admin_err(
+        g.create_qp_args(ctx, &a),
+        ADMIN_STATUS_BAD_ADDRESS,
+        "RQ page list outside RAM",
+    );
     // None of it leaked a resource or broke the context.
     let mut ep = g.udp_endpoint_in(ctx, UNSPECIFIED, 0, 8, 16, 64);
     g.post_recv(&mut ep.qp, &[recv_wqe(1, &[ep.buf.sge(0, 64, ep.mr.lkey)])]);
     g.post_send(&mut ep.qp, &[inline_wqe(2, LOOPBACK, ep.port, b"self")]);
-    assert_cqe(&g.wait_cqe(&mut ep.scq), CQE_STATUS_SUCCESS, 0, "send to itself");
+    assert_cqe(
+        &g.wait_cqe(&mut ep.scq),
+        CQE_STATUS_SUCCESS,
+        0,
+        "send to itself",
+    );
     assert_eq!(g.wait_cqe(&mut ep.rcq).byte_len, 4);
 }

@@ -15,7 +15,11 @@ const MAX_UDP: u64 = 65527;
 /// Two bound endpoints, in one context or in two.
 fn pair(g: &mut FakeGuest, same_ctx: bool, buf_len: u64) -> (Udp, Udp) {
     let c1 = g.create_ctx().unwrap();
-    let c2 = if same_ctx { c1 } else { g.create_ctx().unwrap() };
+    let c2 = if same_ctx {
+        c1
+    } else {
+        g.create_ctx().unwrap()
+    };
     let a = g.udp_endpoint_in(c1, UNSPECIFIED, 0, 16, 32, buf_len);
     let b = g.udp_endpoint_in(c2, UNSPECIFIED, 0, 16, 32, buf_len);
     (a, b)
@@ -23,7 +27,14 @@ fn pair(g: &mut FakeGuest, same_ctx: bool, buf_len: u64) -> (Udp, Udp) {
 
 /// Sends `payload` from `a` (at offset 100 of its buffer) to `b` (received at offset 7),
 /// checks both completions, the bytes and the canary around them.
-fn round_trip(g: &mut FakeGuest, a: &mut Udp, b: &mut Udp, dst: [u8; 16], payload: &[u8], tag: u64) {
+fn round_trip(
+    g: &mut FakeGuest,
+    a: &mut Udp,
+    b: &mut Udp,
+    dst: [u8; 16],
+    payload: &[u8],
+    tag: u64,
+) {
     let n = payload.len() as u64;
     g.buf_fill(&b.buf, 0x5a);
     g.buf_write(&a.buf, 100, payload);
@@ -35,7 +46,11 @@ fn round_trip(g: &mut FakeGuest, a: &mut Udp, b: &mut Udp, dst: [u8; 16], payloa
 
     let sc = g.wait_cqe(&mut a.scq);
     assert_cqe(&sc, CQE_STATUS_SUCCESS, 0, &format!("send of {n} bytes"));
-    assert_eq!((sc.wr_id, sc.opcode, sc.qp, sc.byte_len), (tag, CQE_OP_SEND, a.qp.id, n as u32), "{sc:?}");
+    assert_eq!(
+        (sc.wr_id, sc.opcode, sc.qp, sc.byte_len),
+        (tag, CQE_OP_SEND, a.qp.id, n as u32),
+        "{sc:?}"
+    );
     let Some(rc) = g.try_wait_cqe(&mut b.rcq, TIMEOUT) else {
         let s = g.query_stats().counters;
         panic!(
@@ -55,7 +70,11 @@ fn round_trip(g: &mut FakeGuest, a: &mut Udp, b: &mut Udp, dst: [u8; 16], payloa
     if let Some(i) = got.iter().zip(payload).position(|(x, y)| x != y) {
         panic!("{n}-byte datagram differs at byte {i}");
     }
-    assert_eq!(g.buf_read(&b.buf, 0, 7), vec![0x5a; 7], "bytes before the receive buffer");
+    assert_eq!(
+        g.buf_read(&b.buf, 0, 7),
+        vec![0x5a; 7],
+        "bytes before the receive buffer"
+    );
     let after = (b.buf.len - 7 - n).min(256) as usize;
     assert!(
         g.buf_read(&b.buf, 7 + n, after).iter().all(|&x| x == 0x5a),
@@ -68,7 +87,10 @@ fn sizes_round_trip(same_ctx: bool) {
     let ll = g.link_local();
     let (mut a, mut b) = pair(&mut g, same_ctx, MAX_UDP + 200);
     let mut rng = Rng::new(0x5eed);
-    for (i, size) in [0usize, 1, 63, 64, 1500, 4096, 9000, MAX_UDP as usize].into_iter().enumerate() {
+    for (i, size) in [0usize, 1, 63, 64, 1500, 4096, 9000, MAX_UDP as usize]
+        .into_iter()
+        .enumerate()
+    {
         let payload = rng.bytes(size);
         let dst = if i % 2 == 0 { ll } else { LOOPBACK };
         round_trip(&mut g, &mut a, &mut b, dst, &payload, 1000 + i as u64);
@@ -101,7 +123,13 @@ fn five_uneven_sges_gather_and_scatter_across_page_boundaries() {
     g.buf_write(&sbuf, 0, &data);
 
     let gather: [(u64, u32); 5] = [(0, 1), (10, 4095), (4200, 3000), (8190, 17), (9000, 5000)];
-    let scatter: [(u64, u32); 5] = [(5, 700), (1000, 6000), (7100, 33), (8000, 4096), (13000, 5000)];
+    let scatter: [(u64, u32); 5] = [
+        (5, 700),
+        (1000, 6000),
+        (7100, 33),
+        (8000, 4096),
+        (13000, 5000),
+    ];
     let expected: Vec<u8> = gather
         .iter()
         .flat_map(|&(o, l)| data[o as usize..o as usize + l as usize].to_vec())
@@ -111,8 +139,14 @@ fn five_uneven_sges_gather_and_scatter_across_page_boundaries() {
     // Twice: once into five SGEs with room to spare, once with a zero-length SGE in each list.
     for round in 0..2 {
         g.buf_fill(&rbuf, 0xc3);
-        let mut gs: Vec<Sge> = gather.iter().map(|&(o, l)| sbuf.sge(o, l, smr.lkey)).collect();
-        let mut ss: Vec<Sge> = scatter.iter().map(|&(o, l)| rbuf.sge(o, l, rmr.lkey)).collect();
+        let mut gs: Vec<Sge> = gather
+            .iter()
+            .map(|&(o, l)| sbuf.sge(o, l, smr.lkey))
+            .collect();
+        let mut ss: Vec<Sge> = scatter
+            .iter()
+            .map(|&(o, l)| rbuf.sge(o, l, rmr.lkey))
+            .collect();
         if round == 1 {
             gs[2] = sbuf.sge(0, 0, smr.lkey);
             ss[1].length = 0;
@@ -144,14 +178,20 @@ fn five_uneven_sges_gather_and_scatter_across_page_boundaries() {
         for s in &ss {
             let o = (s.addr - rbuf.iova) as usize;
             let n = (s.length as usize).min(want.len() - at);
-            assert_eq!(g.buf_read(&rbuf, o as u64, n), want[at..at + n], "round {round}: SGE at {o}");
+            assert_eq!(
+                g.buf_read(&rbuf, o as u64, n),
+                want[at..at + n],
+                "round {round}: SGE at {o}"
+            );
             covered[o..o + n].iter_mut().for_each(|c| *c = true);
             at += n;
         }
         assert_eq!(at, want.len());
         let all = g.buf_read(&rbuf, 0, rbuf.len as usize);
         if let Some(i) = (0..all.len()).find(|&i| !covered[i] && all[i] != 0xc3) {
-            panic!("round {round}: byte {i} of the receive buffer outside the placed data was written");
+            panic!(
+                "round {round}: byte {i} of the receive buffer outside the placed data was written"
+            );
         }
     }
     assert!(total > 12_000);
@@ -167,8 +207,9 @@ fn inline_sends_of_0_to_80_bytes() {
         (a, b)
     };
     g.buf_fill(&b.buf, 0xee);
-    let recvs: Vec<WqeBytes> =
-        (0..=80u64).map(|i| recv_wqe(i, &[b.buf.sge(i * 128, 128, b.mr.lkey)])).collect();
+    let recvs: Vec<WqeBytes> = (0..=80u64)
+        .map(|i| recv_wqe(i, &[b.buf.sge(i * 128, 128, b.mr.lkey)]))
+        .collect();
     g.post_recv(&mut b.qp, &recvs);
     let mut rng = Rng::new(80);
     let payloads: Vec<Vec<u8>> = (0..=80).map(|n| rng.bytes(n)).collect();
@@ -180,13 +221,30 @@ fn inline_sends_of_0_to_80_bytes() {
     g.post_send(&mut a.qp, &sends);
     for (i, p) in payloads.iter().enumerate() {
         let sc = g.wait_cqe(&mut a.scq);
-        assert_cqe(&sc, CQE_STATUS_SUCCESS, 0, &format!("inline send of {i} bytes"));
+        assert_cqe(
+            &sc,
+            CQE_STATUS_SUCCESS,
+            0,
+            &format!("inline send of {i} bytes"),
+        );
         assert_eq!((sc.wr_id, sc.byte_len), (i as u64, i as u32));
         let rc = g.wait_cqe(&mut b.rcq);
-        assert_cqe(&rc, CQE_STATUS_SUCCESS, 0, &format!("receive of an inline {i}-byte send"));
+        assert_cqe(
+            &rc,
+            CQE_STATUS_SUCCESS,
+            0,
+            &format!("receive of an inline {i}-byte send"),
+        );
         assert_eq!((rc.wr_id, rc.byte_len), (i as u64, i as u32));
-        assert_eq!(&g.buf_read(&b.buf, i as u64 * 128, i), p, "inline payload of {i} bytes");
-        assert!(g.buf_read(&b.buf, i as u64 * 128 + i as u64, 128 - i).iter().all(|&x| x == 0xee));
+        assert_eq!(
+            &g.buf_read(&b.buf, i as u64 * 128, i),
+            p,
+            "inline payload of {i} bytes"
+        );
+        assert!(g
+            .buf_read(&b.buf, i as u64 * 128 + i as u64, 128 - i)
+            .iter()
+            .all(|&x| x == 0xee));
     }
 }
 
@@ -213,7 +271,10 @@ fn receive_completions_carry_wr_id_and_the_senders_address_and_port() {
     ];
     for (t, dst, want_src, wr_id) in cases {
         let tx = &mut txs[t];
-        g.post_recv(&mut rx.qp, &[recv_wqe(!wr_id, &[rx.buf.sge(0, 4096, rx.mr.lkey)])]);
+        g.post_recv(
+            &mut rx.qp,
+            &[recv_wqe(!wr_id, &[rx.buf.sge(0, 4096, rx.mr.lkey)])],
+        );
         // Immediate data travels with the datagram inside the device (loopback).
         let mut w = inline_wqe(wr_id, dst, rx.port, b"hello");
         let mut h = Wqe::read_from_bytes(&w[..WQE_SGE_OFFSET as usize]).unwrap();
@@ -233,7 +294,11 @@ fn receive_completions_carry_wr_id_and_the_senders_address_and_port() {
             "source of a datagram to {}",
             Ipv6Addr::from(dst)
         );
-        assert_eq!(rc.imm_data, wr_id as u32 ^ 0x5a5a_0000, "immediate data returned");
+        assert_eq!(
+            rc.imm_data,
+            wr_id as u32 ^ 0x5a5a_0000,
+            "immediate data returned"
+        );
     }
 }
 
@@ -247,13 +312,26 @@ fn a_qp_bound_to_one_address_receives_only_datagrams_to_it() {
     let ctx = g.create_ctx().unwrap();
     let mut rx = g.udp_endpoint_in(ctx, global, 9200, 8, 16, 4096);
     let mut tx = g.udp_endpoint_in(ctx, UNSPECIFIED, 0, 8, 16, 64);
-    g.post_recv(&mut rx.qp, &[recv_wqe(1, &[rx.buf.sge(0, 4096, rx.mr.lkey)])]);
+    g.post_recv(
+        &mut rx.qp,
+        &[recv_wqe(1, &[rx.buf.sge(0, 4096, rx.mr.lkey)])],
+    );
     let no_port = g.stat(STAT_UDP_RX_NO_PORT);
     g.post_send(&mut tx.qp, &[inline_wqe(1, LOOPBACK, 9200, b"not for you")]);
-    assert_cqe(&g.wait_cqe(&mut tx.scq), CQE_STATUS_SUCCESS, 0, "send to an unbound address");
+    assert_cqe(
+        &g.wait_cqe(&mut tx.scq),
+        CQE_STATUS_SUCCESS,
+        0,
+        "send to an unbound address",
+    );
     wait_stat(&mut g, STAT_UDP_RX_NO_PORT, no_port + 1);
     g.post_send(&mut tx.qp, &[inline_wqe(2, global, 9200, b"for you")]);
-    assert_cqe(&g.wait_cqe(&mut tx.scq), CQE_STATUS_SUCCESS, 0, "send to the bound address");
+    assert_cqe(
+        &g.wait_cqe(&mut tx.scq),
+        CQE_STATUS_SUCCESS,
+        0,
+        "send to the bound address",
+    );
     let rc = g.wait_cqe(&mut rx.rcq);
     assert_eq!((rc.status, rc.byte_len), (CQE_STATUS_SUCCESS, 7));
     assert_eq!(g.buf_read(&rx.buf, 0, 7), b"for you");
@@ -274,7 +352,10 @@ fn wait_stat_at_least(g: &mut FakeGuest, index: u32, want: u64) -> u64 {
         if v >= want {
             return v;
         }
-        assert!(Instant::now() < deadline, "counter {index} stuck at {v}, expected {want}");
+        assert!(
+            Instant::now() < deadline,
+            "counter {index} stuck at {v}, expected {want}"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -283,13 +364,22 @@ fn wait_stat_at_least(g: &mut FakeGuest, index: u32, want: u64) -> u64 {
 fn a_send_beyond_the_udp_maximum_fails_with_local_length() {
     let mut g = FakeGuest::new();
     let (mut a, mut b) = pair(&mut g, true, MAX_UDP + 1);
-    g.post_recv(&mut b.qp, &[recv_wqe(7, &[b.buf.sge(0, (MAX_UDP + 1) as u32, b.mr.lkey)])]);
+    g.post_recv(
+        &mut b.qp,
+        &[recv_wqe(
+            7,
+            &[b.buf.sge(0, (MAX_UDP + 1) as u32, b.mr.lkey)],
+        )],
+    );
     // One byte too many, in two SGEs so no single SGE is the problem.
     let s = send_wqe(
         1,
         LOOPBACK,
         b.port,
-        &[a.buf.sge(0, 60_000, a.mr.lkey), a.buf.sge(60_000, (MAX_UDP + 1 - 60_000) as u32, a.mr.lkey)],
+        &[
+            a.buf.sge(0, 60_000, a.mr.lkey),
+            a.buf.sge(60_000, (MAX_UDP + 1 - 60_000) as u32, a.mr.lkey),
+        ],
     );
     g.post_send(&mut a.qp, &[s]);
     let sc = g.wait_cqe(&mut a.scq);
@@ -297,9 +387,18 @@ fn a_send_beyond_the_udp_maximum_fails_with_local_length() {
     assert_eq!(sc.wr_id, 1);
     // Nothing was sent: the receive is still there for the next datagram.
     g.post_send(&mut a.qp, &[inline_wqe(2, LOOPBACK, b.port, b"next")]);
-    assert_cqe(&g.wait_cqe(&mut a.scq), CQE_STATUS_SUCCESS, 0, "the QP still works");
+    assert_cqe(
+        &g.wait_cqe(&mut a.scq),
+        CQE_STATUS_SUCCESS,
+        0,
+        "the QP still works",
+    );
     let rc = g.wait_cqe(&mut b.rcq);
-    assert_eq!((rc.wr_id, rc.status, rc.byte_len), (7, CQE_STATUS_SUCCESS, 4), "{rc:?}");
+    assert_eq!(
+        (rc.wr_id, rc.status, rc.byte_len),
+        (7, CQE_STATUS_SUCCESS, 4),
+        "{rc:?}"
+    );
 }
 
 #[test]
@@ -335,8 +434,17 @@ fn a_receive_buffer_too_small_completes_with_local_length() {
         let _ = i;
     }
     let r1 = g.wait_cqe(&mut b.rcq);
-    assert_cqe(&r1, CQE_STATUS_LOCAL_LENGTH, 0, "101 bytes into a 100-byte receive");
-    assert_eq!((r1.wr_id, r1.byte_len), (1, 101), "byte_len is the size of what arrived");
+    assert_cqe(
+        &r1,
+        CQE_STATUS_LOCAL_LENGTH,
+        0,
+        "101 bytes into a 100-byte receive",
+    );
+    assert_eq!(
+        (r1.wr_id, r1.byte_len),
+        (1, 101),
+        "byte_len is the size of what arrived"
+    );
     // The datagram was dropped whole: the next receive gets the next datagram from its start.
     let r2 = g.wait_cqe(&mut b.rcq);
     assert_cqe(&r2, CQE_STATUS_SUCCESS, 0, "the next datagram");
@@ -355,23 +463,46 @@ fn datagrams_without_a_posted_receive_are_dropped_and_counted() {
     let mut g = FakeGuest::new();
     let (mut a, mut b) = pair(&mut g, false, 4096);
     let s0 = g.query_stats();
-    let w: Vec<WqeBytes> = (0..3).map(|i| inline_wqe(i, LOOPBACK, b.port, b"stale")).collect();
+    let w: Vec<WqeBytes> = (0..3)
+        .map(|i| inline_wqe(i, LOOPBACK, b.port, b"stale"))
+        .collect();
     g.post_send(&mut a.qp, &w);
     for _ in 0..3 {
-        assert_cqe(&g.wait_cqe(&mut a.scq), CQE_STATUS_SUCCESS, 0, "a send nobody receives still succeeds");
+        assert_cqe(
+            &g.wait_cqe(&mut a.scq),
+            CQE_STATUS_SUCCESS,
+            0,
+            "a send nobody receives still succeeds",
+        );
     }
-    wait_stat(&mut g, STAT_UDP_RX_NO_WR, s0.counters[STAT_UDP_RX_NO_WR as usize] + 3);
+    wait_stat(
+        &mut g,
+        STAT_UDP_RX_NO_WR,
+        s0.counters[STAT_UDP_RX_NO_WR as usize] + 3,
+    );
     // A receive posted now gets only what is sent from now on.
     g.post_recv(&mut b.qp, &[recv_wqe(9, &[b.buf.sge(0, 4096, b.mr.lkey)])]);
     g.post_send(&mut a.qp, &[inline_wqe(4, LOOPBACK, b.port, b"fresh!")]);
     assert_cqe(&g.wait_cqe(&mut a.scq), CQE_STATUS_SUCCESS, 0, "send");
     let rc = g.wait_cqe(&mut b.rcq);
-    assert_eq!((rc.wr_id, rc.status, rc.byte_len), (9, CQE_STATUS_SUCCESS, 6));
+    assert_eq!(
+        (rc.wr_id, rc.status, rc.byte_len),
+        (9, CQE_STATUS_SUCCESS, 6)
+    );
     assert_eq!(g.buf_read(&b.buf, 0, 6), b"fresh!");
     // To a port nobody bound: counted separately.
     g.post_send(&mut a.qp, &[inline_wqe(5, LOOPBACK, 1, b"nobody")]);
-    assert_cqe(&g.wait_cqe(&mut a.scq), CQE_STATUS_SUCCESS, 0, "send to an unbound port");
-    wait_stat(&mut g, STAT_UDP_RX_NO_PORT, s0.counters[STAT_UDP_RX_NO_PORT as usize] + 1);
+    assert_cqe(
+        &g.wait_cqe(&mut a.scq),
+        CQE_STATUS_SUCCESS,
+        0,
+        "send to an unbound port",
+    );
+    wait_stat(
+        &mut g,
+        STAT_UDP_RX_NO_PORT,
+        s0.counters[STAT_UDP_RX_NO_PORT as usize] + 1,
+    );
     let s1 = g.query_stats();
     let d = |i: u32| s1.counters[i as usize] - s0.counters[i as usize];
     assert_eq!(d(STAT_UDP_TX), 5);
@@ -388,11 +519,31 @@ fn sends_to_unusable_destinations_fail_with_bad_dest() {
     let mut a = g.udp_endpoint_in(ctx, UNSPECIFIED, 0, 16, 32, 64);
     let rx = g.udp_endpoint_in(ctx, UNSPECIFIED, 9300, 16, 32, 64);
     for (i, (dst, port, detail, what)) in [
-        (ip("2001:db8::77"), rx.port, CQE_DETAIL_NO_ROUTE, "a non-local address"),
-        (ip("fe80::1"), rx.port, CQE_DETAIL_NO_ROUTE, "someone else's link-local address"),
+        (
+            ip("2001:db8::77"),
+            rx.port,
+            CQE_DETAIL_NO_ROUTE,
+            "a non-local address",
+        ),
+        (
+            ip("fe80::1"),
+            rx.port,
+            CQE_DETAIL_NO_ROUTE,
+            "someone else's link-local address",
+        ),
         (LOOPBACK, 0, CQE_DETAIL_BAD_ADDRESS, "port 0"),
-        (UNSPECIFIED, rx.port, CQE_DETAIL_BAD_ADDRESS, "the unspecified address"),
-        (ip("ff02::1"), rx.port, CQE_DETAIL_BAD_ADDRESS, "a multicast address"),
+        (
+            UNSPECIFIED,
+            rx.port,
+            CQE_DETAIL_BAD_ADDRESS,
+            "the unspecified address",
+        ),
+        (
+            ip("ff02::1"),
+            rx.port,
+            CQE_DETAIL_BAD_ADDRESS,
+            "a multicast address",
+        ),
     ]
     .into_iter()
     .enumerate()
@@ -408,10 +559,20 @@ fn sends_to_unusable_destinations_fail_with_bad_dest() {
     let mut cq = cq;
     g.post_send(&mut unbound, &[inline_wqe(9, LOOPBACK, rx.port, b"x")]);
     let c = g.wait_cqe(&mut cq);
-    assert_cqe(&c, CQE_STATUS_BAD_DEST, CQE_DETAIL_NOT_BOUND, "send from an unbound QP");
+    assert_cqe(
+        &c,
+        CQE_STATUS_BAD_DEST,
+        CQE_DETAIL_NOT_BOUND,
+        "send from an unbound QP",
+    );
     // The QP that got the errors still works.
     g.post_send(&mut a.qp, &[inline_wqe(10, LOOPBACK, rx.port, b"x")]);
-    assert_cqe(&g.wait_cqe(&mut a.scq), CQE_STATUS_SUCCESS, 0, "send after errors");
+    assert_cqe(
+        &g.wait_cqe(&mut a.scq),
+        CQE_STATUS_SUCCESS,
+        0,
+        "send after errors",
+    );
 }
 
 #[test]
@@ -431,22 +592,45 @@ fn the_link_local_address_follows_the_mac_and_added_addresses_are_local() {
     let new = link_local(mac);
     assert_ne!(old, new);
     let c = send(&mut g, &mut a, &mut b, old);
-    assert_cqe(&c, CQE_STATUS_BAD_DEST, CQE_DETAIL_NO_ROUTE, "send to the link-local address of the old MAC");
+    assert_cqe(
+        &c,
+        CQE_STATUS_BAD_DEST,
+        CQE_DETAIL_NO_ROUTE,
+        "send to the link-local address of the old MAC",
+    );
     let c = send(&mut g, &mut a, &mut b, new);
-    assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "send to the link-local address of the new MAC");
+    assert_cqe(
+        &c,
+        CQE_STATUS_SUCCESS,
+        0,
+        "send to the link-local address of the new MAC",
+    );
     let rc = g.wait_cqe(&mut b.rcq);
-    assert_eq!((rc.status, rc.byte_len, rc.src_addr), (CQE_STATUS_SUCCESS, 4, new));
+    assert_eq!(
+        (rc.status, rc.byte_len, rc.src_addr),
+        (CQE_STATUS_SUCCESS, 4, new)
+    );
 
     let global = ip("2001:db8:1::1");
     let c = send(&mut g, &mut a, &mut b, global);
-    assert_cqe(&c, CQE_STATUS_BAD_DEST, CQE_DETAIL_NO_ROUTE, "send to an address not yet added");
+    assert_cqe(
+        &c,
+        CQE_STATUS_BAD_DEST,
+        CQE_DETAIL_NO_ROUTE,
+        "send to an address not yet added",
+    );
     g.add_addr(global, 48).unwrap();
     let c = send(&mut g, &mut a, &mut b, global);
     assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "send to an added address");
     assert_eq!(g.wait_cqe(&mut b.rcq).status, CQE_STATUS_SUCCESS);
     g.del_addr(global).unwrap();
     let c = send(&mut g, &mut a, &mut b, global);
-    assert_cqe(&c, CQE_STATUS_BAD_DEST, CQE_DETAIL_NO_ROUTE, "send to a deleted address");
+    assert_cqe(
+        &c,
+        CQE_STATUS_BAD_DEST,
+        CQE_DETAIL_NO_ROUTE,
+        "send to a deleted address",
+    );
 }
 
 #[test]
@@ -459,7 +643,9 @@ fn a_full_cq_holds_completions_back_and_loses_none() {
     let mut b = g.udp_endpoint_in(ctx, UNSPECIFIED, 0, 16, 32, 16 * 64);
     let _ = a_port;
     let full_before = g.stat(STAT_CQ_FULL);
-    let recvs: Vec<WqeBytes> = (0..10u64).map(|i| recv_wqe(100 + i, &[b.buf.sge(i * 64, 64, b.mr.lkey)])).collect();
+    let recvs: Vec<WqeBytes> = (0..10u64)
+        .map(|i| recv_wqe(100 + i, &[b.buf.sge(i * 64, 64, b.mr.lkey)]))
+        .collect();
     g.post_recv(&mut b.qp, &recvs);
     let sends: Vec<WqeBytes> = (0..10u64)
         .map(|i| inline_wqe(i, LOOPBACK, b.port, format!("datagram {i}").as_bytes()))
@@ -469,7 +655,10 @@ fn a_full_cq_holds_completions_back_and_loses_none() {
     // The first four completions fill the ring; nothing is consumed yet.
     let deadline = Instant::now() + TIMEOUT;
     while !(0..4).all(|i| g.cqe_ready(&scq, i)) {
-        assert!(Instant::now() < deadline, "the first 4 send completions never arrived");
+        assert!(
+            Instant::now() < deadline,
+            "the first 4 send completions never arrived"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     wait_stat_at_least(&mut g, STAT_CQ_FULL, full_before + 1);
@@ -477,12 +666,21 @@ fn a_full_cq_holds_completions_back_and_loses_none() {
     std::thread::sleep(Duration::from_millis(100));
     for i in 0..4u32 {
         let c = g.cq_slot(&scq, i);
-        assert_eq!((c.wr_id, c.owner & 1), (i as u64, 1), "CQ slot {i} overwritten while unconsumed: {c:?}");
+        assert_eq!(
+            (c.wr_id, c.owner & 1),
+            (i as u64, 1),
+            "CQ slot {i} overwritten while unconsumed: {c:?}"
+        );
     }
     // Consuming makes room; the rest arrive in order, none lost.
     for i in 0..10u64 {
         let c = g.wait_cqe(&mut scq);
-        assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "send completion after the CQ had been full");
+        assert_cqe(
+            &c,
+            CQE_STATUS_SUCCESS,
+            0,
+            "send completion after the CQ had been full",
+        );
         assert_eq!(c.wr_id, i, "send completions in posting order");
     }
     assert!(g.poll_cq(&mut scq).is_none(), "exactly one CQE per WR");
@@ -506,7 +704,9 @@ fn an_armed_cq_interrupts_once_per_arm() {
     g.irq_take(v);
     let send = |g: &mut FakeGuest, a: &mut Qp, n: u64| {
         // To a port nobody bound: completes at once, nothing to receive.
-        let w: Vec<WqeBytes> = (0..n).map(|i| inline_wqe(i, LOOPBACK, 9, b"tick")).collect();
+        let w: Vec<WqeBytes> = (0..n)
+            .map(|i| inline_wqe(i, LOOPBACK, 9, b"tick"))
+            .collect();
         g.post_send(a, &w);
     };
     let wait_ready = |g: &FakeGuest, cq: &Cq, upto: u32| {
@@ -528,7 +728,11 @@ fn an_armed_cq_interrupts_once_per_arm() {
     // Armed: several completions, exactly one interrupt.
     g.arm_cq(&mut scq);
     std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(g.irq_take(v), 0, "armed with nothing pending, yet it interrupted");
+    assert_eq!(
+        g.irq_take(v),
+        0,
+        "armed with nothing pending, yet it interrupted"
+    );
     send(&mut g, &mut a, 3);
     assert_eq!(g.irq_wait(v, TIMEOUT), 1, "one interrupt after arming");
     wait_ready(&g, &scq, 5);
@@ -537,21 +741,33 @@ fn an_armed_cq_interrupts_once_per_arm() {
 
     // Re-armed with CQEs already pending beyond head: at once.
     g.arm_cq(&mut scq);
-    assert_eq!(g.irq_wait(v, TIMEOUT), 1, "arming with CQEs pending interrupts at once");
+    assert_eq!(
+        g.irq_wait(v, TIMEOUT),
+        1,
+        "arming with CQEs pending interrupts at once"
+    );
     for _ in 0..3 {
         g.wait_cqe(&mut scq);
     }
     // Another arm after consuming everything: the next CQE interrupts, once.
     g.arm_cq(&mut scq);
     send(&mut g, &mut a, 1);
-    assert_eq!(g.irq_wait(v, TIMEOUT), 1, "the next completion after a re-arm");
+    assert_eq!(
+        g.irq_wait(v, TIMEOUT),
+        1,
+        "the next completion after a re-arm"
+    );
     g.wait_cqe(&mut scq);
     send(&mut g, &mut a, 1);
     g.wait_cqe(&mut scq);
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(g.irq_take(v), 0, "a spent arm interrupted again");
     for other in (1..MSIX_VECTORS as u32).filter(|&x| x != v) {
-        assert_eq!(g.irq_take(other), 0, "vector {other} raised for a CQ on vector {v}");
+        assert_eq!(
+            g.irq_take(other),
+            0,
+            "vector {other} raised for a CQ on vector {v}"
+        );
     }
     assert_eq!(g.stat(STAT_CQ_INTERRUPTS) - irqs_before, 3);
 }
@@ -587,7 +803,10 @@ fn ten_thousand_datagrams_stream_through_ring_wrap_around() {
         let mut rw = Vec::new();
         while posted - received < DEPTH as u64 && posted < N {
             let slot = posted % DEPTH as u64;
-            rw.push(recv_wqe(posted, &[b.buf.sge(slot * SLOT, SLOT as u32, b.mr.lkey)]));
+            rw.push(recv_wqe(
+                posted,
+                &[b.buf.sge(slot * SLOT, SLOT as u32, b.mr.lkey)],
+            ));
             posted += 1;
         }
         if !rw.is_empty() {
@@ -599,7 +818,12 @@ fn ten_thousand_datagrams_stream_through_ring_wrap_around() {
             let slot = sent % DEPTH as u64;
             let p = payload(sent);
             g.buf_write(&a.buf, slot * SLOT, &p);
-            sw.push(send_wqe(sent, dst, b.port, &[a.buf.sge(slot * SLOT, p.len() as u32, a.mr.lkey)]));
+            sw.push(send_wqe(
+                sent,
+                dst,
+                b.port,
+                &[a.buf.sge(slot * SLOT, p.len() as u32, a.mr.lkey)],
+            ));
             sent += 1;
         }
         if !sw.is_empty() {
@@ -617,7 +841,10 @@ fn ten_thousand_datagrams_stream_through_ring_wrap_around() {
             let slot = c.wr_id % DEPTH as u64;
             let got = g.buf_read(&b.buf, slot * SLOT, c.byte_len as usize);
             let seq = u64::from_le_bytes(got[..8].try_into().unwrap());
-            assert!(seq < N && seen.insert(seq), "datagram {seq} delivered twice or invented");
+            assert!(
+                seq < N && seen.insert(seq),
+                "datagram {seq} delivered twice or invented"
+            );
             assert_eq!(got, payload(seq), "datagram {seq} corrupted");
             received += 1;
             progressed = true;
@@ -643,7 +870,10 @@ fn ten_thousand_datagrams_stream_through_ring_wrap_around() {
     }
     let s1 = g.query_stats();
     let d = |i: u32| s1.counters[i as usize] - s0.counters[i as usize];
-    assert_eq!((d(STAT_UDP_TX), d(STAT_UDP_RX), d(STAT_UDP_RX_NO_WR)), (N, N, 0));
+    assert_eq!(
+        (d(STAT_UDP_TX), d(STAT_UDP_RX), d(STAT_UDP_RX_NO_WR)),
+        (N, N, 0)
+    );
 }
 
 #[test]
@@ -658,22 +888,39 @@ fn a_full_receive_cq_is_never_overwritten() {
     let buf = g.alloc_buf(16 * 64, 0);
     let mr = g.reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE).unwrap();
     let full_before = g.stat(STAT_CQ_FULL);
-    let recvs: Vec<WqeBytes> = (0..12u64).map(|i| recv_wqe(i, &[buf.sge(i * 64, 64, mr.lkey)])).collect();
+    let recvs: Vec<WqeBytes> = (0..12u64)
+        .map(|i| recv_wqe(i, &[buf.sge(i * 64, 64, mr.lkey)]))
+        .collect();
     g.post_recv(&mut b, &recvs);
     // Eight datagrams, one at a time, into a receive CQ with room for four.
     for i in 0..8u64 {
-        g.post_send(&mut a.qp, &[inline_wqe(i, LOOPBACK, port, format!("dgram {i}").as_bytes())]);
+        g.post_send(
+            &mut a.qp,
+            &[inline_wqe(
+                i,
+                LOOPBACK,
+                port,
+                format!("dgram {i}").as_bytes(),
+            )],
+        );
         assert_cqe(&g.wait_cqe(&mut a.scq), CQE_STATUS_SUCCESS, 0, "send");
     }
     let deadline = Instant::now() + TIMEOUT;
     while !(0..4).all(|i| g.cqe_ready(&rcq, i)) {
-        assert!(Instant::now() < deadline, "the first four receive completions never arrived");
+        assert!(
+            Instant::now() < deadline,
+            "the first four receive completions never arrived"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     wait_stat_at_least(&mut g, STAT_CQ_FULL, full_before + 1);
     for i in 0..4u32 {
         let c = g.cq_slot(&rcq, i);
-        assert_eq!((c.wr_id, c.owner & 1), (i as u64, 1), "receive CQ slot {i} overwritten: {c:?}");
+        assert_eq!(
+            (c.wr_id, c.owner & 1),
+            (i as u64, 1),
+            "receive CQ slot {i} overwritten: {c:?}"
+        );
     }
     // The completions that had room are right; whatever could not complete did not consume
     // a receive WR without a CQE: every WR completes exactly once, in order.
@@ -705,18 +952,31 @@ fn destroying_a_qp_flushes_its_outstanding_work_requests() {
     g.bind(ctx, qp.id, UNSPECIFIED, 0).unwrap();
     let buf = g.alloc_buf(4096, 0);
     let mr = g.reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE).unwrap();
-    let recvs: Vec<WqeBytes> = (0..5u64).map(|i| recv_wqe(10 + i, &[buf.sge(i * 64, 64, mr.lkey)])).collect();
+    let recvs: Vec<WqeBytes> = (0..5u64)
+        .map(|i| recv_wqe(10 + i, &[buf.sge(i * 64, 64, mr.lkey)]))
+        .collect();
     g.post_recv(&mut qp, &recvs);
     g.buf_fill(&buf, 0x3c);
     g.destroy_qp(ctx, qp.id).unwrap();
     for i in 0..5u64 {
         let c = g.wait_cqe(&mut cq);
-        assert_eq!((c.wr_id, c.opcode, c.qp), (10 + i, CQE_OP_RECV, qp.id), "{c:?}");
+        assert_eq!(
+            (c.wr_id, c.opcode, c.qp),
+            (10 + i, CQE_OP_RECV, qp.id),
+            "{c:?}"
+        );
         assert_cqe(&c, CQE_STATUS_FLUSHED, 0, "receive of a destroyed QP");
     }
-    assert!(g.try_wait_cqe(&mut cq, Duration::from_millis(20)).is_none(), "one CQE per WR");
-    assert!(g.buf_read(&buf, 0, 4096).iter().all(|&x| x == 0x3c), "a flushed receive wrote its buffer");
-    g.destroy_cq(ctx, cq.id).expect("the CQ is free once its QP is gone");
+    assert!(
+        g.try_wait_cqe(&mut cq, Duration::from_millis(20)).is_none(),
+        "one CQE per WR"
+    );
+    assert!(
+        g.buf_read(&buf, 0, 4096).iter().all(|&x| x == 0x3c),
+        "a flushed receive wrote its buffer"
+    );
+    g.destroy_cq(ctx, cq.id)
+        .expect("the CQ is free once its QP is gone");
 }
 
 #[test]
@@ -724,15 +984,30 @@ fn destroying_a_context_drops_its_work_requests_without_completions() {
     let mut g = FakeGuest::new();
     let ctx = g.create_ctx().unwrap();
     let mut ep = g.udp_endpoint_in(ctx, UNSPECIFIED, 0, 8, 16, 4096);
-    let recvs: Vec<WqeBytes> = (0..5u64).map(|i| recv_wqe(i, &[ep.buf.sge(i * 64, 64, ep.mr.lkey)])).collect();
+    let recvs: Vec<WqeBytes> = (0..5u64)
+        .map(|i| recv_wqe(i, &[ep.buf.sge(i * 64, 64, ep.mr.lkey)]))
+        .collect();
     g.post_recv(&mut ep.qp, &recvs);
     // Let the device see them (a datagram to itself takes the first).
     g.post_send(&mut ep.qp, &[inline_wqe(0, LOOPBACK, ep.port, b"me")]);
     assert_cqe(&g.wait_cqe(&mut ep.scq), CQE_STATUS_SUCCESS, 0, "send");
     assert_eq!(g.wait_cqe(&mut ep.rcq).wr_id, 0);
-    let ring: Vec<u8> = ep.rcq.pages.iter().flat_map(|&p| g.mem_read(p, PAGE as usize)).collect();
+    let ring: Vec<u8> = ep
+        .rcq
+        .pages
+        .iter()
+        .flat_map(|&p| g.mem_read(p, PAGE as usize))
+        .collect();
     g.destroy_ctx(ctx).unwrap();
     std::thread::sleep(Duration::from_millis(20));
-    let now: Vec<u8> = ep.rcq.pages.iter().flat_map(|&p| g.mem_read(p, PAGE as usize)).collect();
-    assert!(now == ring, "CQEs written for a destroyed context (its rings go away with it)");
+    let now: Vec<u8> = ep
+        .rcq
+        .pages
+        .iter()
+        .flat_map(|&p| g.mem_read(p, PAGE as usize))
+        .collect();
+    assert!(
+        now == ring,
+        "CQEs written for a destroyed context (its rings go away with it)"
+    );
 }

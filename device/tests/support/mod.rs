@@ -630,7 +630,7 @@ impl FakeGuest {
 
     /// The u32 at `off` in context `ctx`'s doorbell page.
     pub fn db(&self, ctx: u32, off: u32) -> &AtomicU32 {
-        assert!(ctx < DOORBELL_PAGES && off + 4 <= DOORBELL_PAGE_SIZE && off % 4 == 0);
+        assert!(ctx < DOORBELL_PAGES && off + 4 <= DOORBELL_PAGE_SIZE && off & 3 == 0);
         // SAFETY: in bounds of the doorbell mapping and 4-byte aligned.
         unsafe {
             &*(self
@@ -926,6 +926,7 @@ impl FakeGuest {
         (a, sq_pages, rq_pages)
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub fn create_qp_typed(
         &mut self,
         ctx: u32,
