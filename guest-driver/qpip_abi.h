@@ -343,6 +343,11 @@
 #define QPIP_STAT_UDP_RX_NO_PORT 16
 
 /*
+ UDP datagrams dropped because the bound QP's receive CQ was full.
+ */
+#define QPIP_STAT_UDP_RX_CQ_FULL 17
+
+/*
  Size of one CQE slot.
  */
 #define QPIP_CQE_SIZE 64
@@ -1155,7 +1160,9 @@ struct qpip_wqe {
   uint8_t num_sge;
   uint8_t reserved0;
   /*
-   Immediate data carried to the receiver's CQE (message framing and UDP: 0 for UDP).
+   Immediate data carried to the receiver's CQE by TCP message framing. A UDP datagram
+   has no room for it on the wire, so on UDP QPs it must be 0 (else
+   [`crate::cqe::CQE_STATUS_BAD_WQE`]).
    */
   uint32_t imm_data;
   /*

@@ -426,3 +426,5 @@ pub const STAT_UDP_RX: u32 = 14;
 pub const STAT_UDP_RX_NO_WR: u32 = 15;
 /// UDP datagrams dropped because no QP was bound to the destination port.
 pub const STAT_UDP_RX_NO_PORT: u32 = 16;
+/// UDP datagrams dropped because the bound QP's receive CQ was full.
+pub const STAT_UDP_RX_CQ_FULL: u32 = 17;

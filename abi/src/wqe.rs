@@ -33,7 +33,9 @@ pub struct Wqe {
     /// SGEs that follow (0..=[`MAX_SGE`]); 0 for inline sends.
     pub num_sge: u8,
     pub reserved0: u8,
-    /// Immediate data carried to the receiver's CQE (message framing and UDP: 0 for UDP).
+    /// Immediate data carried to the receiver's CQE by TCP message framing. A UDP datagram
+    /// has no room for it on the wire, so on UDP QPs it must be 0 (else
+    /// [`crate::cqe::CQE_STATUS_BAD_WQE`]).
     pub imm_data: u32,
     /// Bytes of inline data (with [`WQE_FLAG_INLINE`]), at most [`MAX_INLINE`].
     pub inline_len: u32,

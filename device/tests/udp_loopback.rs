@@ -275,11 +275,7 @@ fn receive_completions_carry_wr_id_and_the_senders_address_and_port() {
             &mut rx.qp,
             &[recv_wqe(!wr_id, &[rx.buf.sge(0, 4096, rx.mr.lkey)])],
         );
-        // Immediate data travels with the datagram inside the device (loopback).
-        let mut w = inline_wqe(wr_id, dst, rx.port, b"hello");
-        let mut h = Wqe::read_from_bytes(&w[..WQE_SGE_OFFSET as usize]).unwrap();
-        h.imm_data = wr_id as u32 ^ 0x5a5a_0000;
-        w[..WQE_SGE_OFFSET as usize].copy_from_slice(h.as_bytes());
+        let w = inline_wqe(wr_id, dst, rx.port, b"hello");
         g.post_send(&mut tx.qp, &[w]);
         let sc = g.wait_cqe(&mut tx.scq);
         assert_cqe(&sc, CQE_STATUS_SUCCESS, 0, "send");
@@ -294,12 +290,30 @@ fn receive_completions_carry_wr_id_and_the_senders_address_and_port() {
             "source of a datagram to {}",
             Ipv6Addr::from(dst)
         );
-        assert_eq!(
-            rc.imm_data,
-            wr_id as u32 ^ 0x5a5a_0000,
-            "immediate data returned"
-        );
+        assert_eq!(rc.imm_data, 0, "UDP carries no immediate data");
     }
+}
+
+#[test]
+fn immediate_data_is_refused_on_udp() {
+    // A UDP datagram has no room for immediate data on the wire, so the device refuses it
+    // rather than deliver it inside the device only.
+    let mut g = FakeGuest::new();
+    let (mut tx, mut rx) = pair(&mut g, true, 4096);
+    g.post_recv(
+        &mut rx.qp,
+        &[recv_wqe(9, &[rx.buf.sge(0, 4096, rx.mr.lkey)])],
+    );
+    let mut w = inline_wqe(5, LOOPBACK, rx.port, b"imm");
+    let mut h = Wqe::read_from_bytes(&w[..WQE_SGE_OFFSET as usize]).unwrap();
+    h.imm_data = 0x1234;
+    w[..WQE_SGE_OFFSET as usize].copy_from_slice(h.as_bytes());
+    g.post_send(&mut tx.qp, &[w]);
+    let sc = g.wait_cqe(&mut tx.scq);
+    assert_eq!(sc.wr_id, 5);
+    assert_cqe(&sc, CQE_STATUS_BAD_WQE, 0, "imm_data on a UDP send");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(g.poll_cq(&mut rx.rcq).is_none(), "nothing was delivered");
 }
 
 use std::net::Ipv6Addr;

@@ -496,6 +496,9 @@ impl Engine {
     /// its outstanding work requests with FLUSHED.
     fn remove_qp(&mut self, mem: &GuestMemoryMmap, id: u32, flush: bool) {
         if flush {
+            // The producer may have posted after the last scan of its page (the admin queue
+            // runs before the doorbell scan): flush up to its latest indices.
+            self.read_qp_doorbell(id);
             self.flush_qp(mem, id);
         }
         let Some(qp) = self.objects.qps.remove(&id) else {

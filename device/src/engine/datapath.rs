@@ -32,7 +32,6 @@ pub struct Datagram<'a> {
     pub src_port: u16,
     pub dst: Ipv6Addr,
     pub dst_port: u16,
-    pub imm: u32,
     pub payload: &'a [u8],
 }
 
@@ -187,6 +186,11 @@ impl Engine {
             }
         };
         let fail = |status, detail| cqe(wr.wr_id, id, CQE_OP_SEND, status, detail);
+        if !tcp && wr.imm_data != 0 {
+            // A UDP datagram has no room for immediate data on the wire.
+            self.write_cqe(mem, send_cq, fail(CQE_STATUS_BAD_WQE, CQE_DETAIL_NONE));
+            return;
+        }
         if tcp {
             // TCP data moves once connections exist (step 3); no QP is connected yet.
             self.write_cqe(
@@ -249,7 +253,6 @@ impl Engine {
                 src_port,
                 dst: wr.dest_addr,
                 dst_port: wr.dest_port,
-                imm: wr.imm_data,
                 payload: &payload,
             },
         );
@@ -326,13 +329,29 @@ impl Engine {
             stats.add(STAT_UDP_RX_NO_PORT, 1);
             return;
         }
+        let recv_cq = qp.recv_cq;
+        // The receiver's doorbell page may have been scanned before its latest receive was
+        // posted (a producer may post a receive and then, elsewhere, the send that fills
+        // it): look at its slots again before deciding there is no buffer or no room.
+        if qp.rq_head == qp.rq_tail {
+            self.read_qp_doorbell(id);
+        }
+        if self
+            .objects
+            .cqs
+            .get(&recv_cq)
+            .is_some_and(|c| c.free() == 0)
+        {
+            self.read_cq_doorbell(recv_cq);
+        }
+        let qp = self.objects.qps.get(&id).expect("exists");
         if qp.state != QpState::Ready || qp.rq_head == qp.rq_tail {
             stats.add(STAT_UDP_RX_NO_WR, 1);
             return;
         }
-        let (recv_cq, ctx) = (qp.recv_cq, qp.ctx);
+        let ctx = qp.ctx;
         if !self.cq_has_room(recv_cq) {
-            stats.add(STAT_UDP_RX_NO_WR, 1);
+            stats.add(STAT_UDP_RX_CQ_FULL, 1);
             return;
         }
         let qp = self.objects.qps.get_mut(&id).expect("exists");
@@ -418,7 +437,6 @@ impl Engine {
             CQE_DETAIL_NONE,
         );
         c.byte_len = d.payload.len() as u32;
-        c.imm_data = d.imm;
         c.src_addr = d.src.octets();
         c.src_port = d.src_port;
         self.write_cqe(mem, recv_cq, c);

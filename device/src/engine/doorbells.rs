@@ -48,7 +48,7 @@ impl Engine {
         }
     }
 
-    fn read_qp_doorbell(&mut self, id: u32) {
+    pub(super) fn read_qp_doorbell(&mut self, id: u32) {
         let Some(qp) = self.objects.qps.get(&id) else {
             return;
         };
@@ -95,7 +95,7 @@ impl Engine {
         }
     }
 
-    fn read_cq_doorbell(&mut self, id: u32) {
+    pub(super) fn read_cq_doorbell(&mut self, id: u32) {
         let Some(cq) = self.objects.cqs.get(&id) else {
             return;
         };
