@@ -310,8 +310,11 @@ impl Engine {
         did
     }
 
-    /// Handles one control message; false means stop.
-    fn handle(&mut self, msg: Control) -> bool {
+    /// Handles one control message; false means stop. Public so that tests and fuzz
+    /// targets can drive an engine synchronously on their own thread: build it with
+    /// [`Engine::new`], feed it messages with `handle`, and let it work with
+    /// [`Engine::poll_once`].
+    pub fn handle(&mut self, msg: Control) -> bool {
         match msg {
             Control::AdminEnable { sq, cq, depth } => self.admin.enable(sq, cq, depth),
             Control::AdminDisable => self.admin.disable(),
