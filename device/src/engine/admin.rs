@@ -86,6 +86,15 @@ impl AdminQueue {
     }
 }
 
+/// The first free doorbell slot, or NO_RESOURCES.
+fn free_slot(slots: &[Option<u32>]) -> Result<u32, u16> {
+    slots
+        .iter()
+        .position(|s| s.is_none())
+        .map(|p| p as u32)
+        .ok_or(ADMIN_STATUS_NO_RESOURCES)
+}
+
 fn completion(cmd_id: u32, opcode: u16, status: u16, r: Results) -> AdminCqe {
     let mut c = AdminCqe::new_zeroed();
     c.cmd_id = cmd_id;
@@ -363,11 +372,7 @@ impl Engine {
             .contexts
             .get(&ctx)
             .ok_or(ADMIN_STATUS_BAD_HANDLE)?;
-        let slot = c
-            .cq_slots
-            .iter()
-            .position(|s| s.is_none())
-            .ok_or(ADMIN_STATUS_NO_RESOURCES)? as u32;
+        let slot = free_slot(&c.cq_slots)?;
         if npages as u64 != (depth as u64 * cqe::CQE_SIZE as u64).div_ceil(memory::PAGE_SIZE) {
             return Err(ADMIN_STATUS_BAD_PARAM);
         }
@@ -424,11 +429,7 @@ impl Engine {
             .contexts
             .get(&ctx)
             .ok_or(ADMIN_STATUS_BAD_HANDLE)?;
-        let slot = c
-            .qp_slots
-            .iter()
-            .position(|s| s.is_none())
-            .ok_or(ADMIN_STATUS_NO_RESOURCES)? as u32;
+        let slot = free_slot(&c.qp_slots)?;
         if self.objects.cq_in(ctx, q.send_cq).is_none()
             || self.objects.cq_in(ctx, q.recv_cq).is_none()
         {

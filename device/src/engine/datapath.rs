@@ -116,19 +116,16 @@ impl Engine {
 
     /// Completes the next WR of an errored QP's send (or receive) ring with FLUSHED.
     fn flush_one(&mut self, mem: &GuestMemoryMmap, id: u32, sq: bool) {
-        let qp = self.objects.qps.get_mut(&id).expect("caller checked");
-        let (addr, cq, op) = if sq {
-            let a = qp.sq.entry_addr(qp.sq_head);
-            qp.sq_head = qp.sq_head.wrapping_add(1);
-            (a, qp.send_cq, CQE_OP_SEND)
-        } else {
-            let a = qp.rq.entry_addr(qp.rq_head);
-            qp.rq_head = qp.rq_head.wrapping_add(1);
-            (a, qp.recv_cq, CQE_OP_RECV)
+        let Some(raw) = self.take_wqe(mem, id, sq) else {
+            return;
         };
-        let wr_id = Self::read_slot(mem, addr)
-            .map(|r| u64::from_le_bytes(r[..8].try_into().unwrap()))
-            .unwrap_or(0);
+        let wr_id = u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"));
+        let qp = &self.objects.qps[&id];
+        let (cq, op) = if sq {
+            (qp.send_cq, CQE_OP_SEND)
+        } else {
+            (qp.recv_cq, CQE_OP_RECV)
+        };
         self.write_cqe(
             mem,
             cq,
@@ -157,21 +154,38 @@ impl Engine {
         }
     }
 
+    /// Consumes the next WQE of a QP's send (`sq`) or receive ring and returns its bytes.
+    /// If the ring's memory is gone from guest RAM, the QP moves to the error state, the WR
+    /// completes FLUSHED, and None is returned.
+    fn take_wqe(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        id: u32,
+        sq: bool,
+    ) -> Option<[u8; WQE_SIZE as usize]> {
+        let qp = self.objects.qps.get_mut(&id).expect("caller checked");
+        let (ring, head, cq, op) = if sq {
+            (&qp.sq, &mut qp.sq_head, qp.send_cq, CQE_OP_SEND)
+        } else {
+            (&qp.rq, &mut qp.rq_head, qp.recv_cq, CQE_OP_RECV)
+        };
+        let addr = ring.entry_addr(*head);
+        *head = head.wrapping_add(1);
+        let raw = Self::read_slot(mem, addr);
+        if raw.is_none() {
+            log::warn!("QP {id}: ring no longer in guest RAM; QP moves to the error state");
+            qp.state = QpState::Error;
+            self.write_cqe(mem, cq, cqe(0, id, op, CQE_STATUS_FLUSHED, CQE_DETAIL_NONE));
+        }
+        raw
+    }
+
     /// Executes the next send WQE of a ready QP (its send CQ has room).
     fn send_one(&mut self, mem: &GuestMemoryMmap, id: u32) {
-        let qp = self.objects.qps.get_mut(&id).expect("caller checked");
-        let addr = qp.sq.entry_addr(qp.sq_head);
-        qp.sq_head = qp.sq_head.wrapping_add(1);
+        let qp = &self.objects.qps[&id];
         let (send_cq, ctx, tcp, bound) = (qp.send_cq, qp.ctx, qp.tcp, qp.bound);
         self.shared.stats.add(STAT_SEND_WQES, 1);
-        let Some(raw) = Self::read_slot(mem, addr) else {
-            log::warn!("QP {id}: send ring no longer in guest RAM; QP moves to the error state");
-            self.objects.qps.get_mut(&id).expect("exists").state = QpState::Error;
-            self.write_cqe(
-                mem,
-                send_cq,
-                cqe(0, id, CQE_OP_SEND, CQE_STATUS_FLUSHED, CQE_DETAIL_NONE),
-            );
+        let Some(raw) = self.take_wqe(mem, id, true) else {
             return;
         };
         let wr = match decode::send_wqe(&raw) {
@@ -354,17 +368,8 @@ impl Engine {
             stats.add(STAT_UDP_RX_CQ_FULL, 1);
             return;
         }
-        let qp = self.objects.qps.get_mut(&id).expect("exists");
-        let addr = qp.rq.entry_addr(qp.rq_head);
-        qp.rq_head = qp.rq_head.wrapping_add(1);
         stats.add(STAT_RECV_WQES, 1);
-        let Some(raw) = Self::read_slot(mem, addr) else {
-            qp.state = QpState::Error;
-            self.write_cqe(
-                mem,
-                recv_cq,
-                cqe(0, id, CQE_OP_RECV, CQE_STATUS_FLUSHED, CQE_DETAIL_NONE),
-            );
+        let Some(raw) = self.take_wqe(mem, id, false) else {
             return;
         };
         let wr = match decode::recv_wqe(&raw) {
