@@ -6,10 +6,12 @@
 //! the shared doorbell BAR, [`irq`] MSI-X delivery through eventfds, and [`engine`] the QPIP
 //! engine itself (its own thread, owning every object the driver creates).
 
+pub mod backend;
 pub mod core;
 pub mod dma;
 pub mod doorbell;
 pub mod engine;
 pub mod irq;
+pub mod net;
 pub mod pci;
 pub mod vfio;

@@ -1,0 +1,139 @@
+//! A backend with a capture and/or a bad link around it.
+//!
+//! Where the capture sits: it records each frame as its sender put it on the link — our
+//! frames before the impairment touches them, the peer's as they arrive from the backend,
+//! before the impairment touches them. So the capture shows what each end really sent
+//! (a checksum error in it is a real bug, never an injected fault), and a frame lost,
+//! duplicated, corrupted or delayed by `--impair` appears once, intact, at the time it was
+//! sent.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::path::Path;
+use std::time::Instant;
+
+use super::impair::{ImpairSpec, ImpairStats, Impairment};
+use super::pcap::PcapSink;
+use super::{Backend, MAX_FRAME};
+
+pub struct Link<B> {
+    inner: B,
+    pcap: Option<PcapSink>,
+    /// (outgoing, incoming)
+    impair: Option<(Impairment, Impairment)>,
+    buf: Vec<u8>,
+}
+
+impl<B: Backend> Link<B> {
+    pub fn new(inner: B, pcap: Option<&Path>, impair: Option<&ImpairSpec>) -> io::Result<Link<B>> {
+        let pcap = pcap.map(PcapSink::create).transpose()?;
+        let impair = impair.map(|spec| {
+            let seed = spec.seed.unwrap_or_else(|| {
+                let s = fastrand::u64(..);
+                log::info!("impairment {spec} on {}: seed={s}", inner.describe());
+                s
+            });
+            (Impairment::new(*spec, seed, 1), Impairment::new(*spec, seed, 2))
+        });
+        Ok(Link {
+            inner,
+            pcap,
+            impair,
+            buf: vec![0; MAX_FRAME],
+        })
+    }
+
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// What the impairment did: (outgoing, incoming).
+    pub fn impair_stats(&self) -> Option<(ImpairStats, ImpairStats)> {
+        self.impair.as_ref().map(|(o, i)| (o.stats, i.stats))
+    }
+
+    fn release_outgoing(&mut self, now: Instant) -> io::Result<()> {
+        if let Some((out, _)) = self.impair.as_mut() {
+            while let Some(f) = out.due(now) {
+                match self.inner.send(&f) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<B: Backend> Backend for Link<B> {
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        if let Some(p) = self.pcap.as_mut() {
+            p.record(frame);
+        }
+        match self.impair.as_mut() {
+            None => self.inner.send(frame),
+            Some((out, _)) => {
+                let now = Instant::now();
+                out.push(frame, now);
+                self.release_outgoing(now)
+            }
+        }
+    }
+
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        let now = Instant::now();
+        self.release_outgoing(now)?;
+        loop {
+            if let Some((_, inc)) = self.impair.as_mut() {
+                if let Some(f) = inc.due(now) {
+                    let n = f.len().min(buf.len());
+                    buf[..n].copy_from_slice(&f[..n]);
+                    return Ok(Some(n));
+                }
+            }
+            let Some(n) = self.inner.recv(&mut self.buf)? else {
+                return Ok(None);
+            };
+            let frame = &self.buf[..n];
+            if let Some(p) = self.pcap.as_mut() {
+                p.record(frame);
+            }
+            match self.impair.as_mut() {
+                None => {
+                    let n = n.min(buf.len());
+                    buf[..n].copy_from_slice(&frame[..n]);
+                    return Ok(Some(n));
+                }
+                Some((_, inc)) => inc.push(frame, now),
+            }
+        }
+    }
+
+    fn fd(&self) -> RawFd {
+        self.inner.fd()
+    }
+
+    fn poll(&mut self, now: Instant) -> io::Result<()> {
+        self.release_outgoing(now)?;
+        self.inner.poll(now)
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let own = self
+            .impair
+            .as_ref()
+            .and_then(|(o, i)| match (o.next_deadline(), i.next_deadline()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            });
+        match (own, self.inner.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}

@@ -1,0 +1,152 @@
+//! Network backends: where the device's Ethernet frames go and come from.
+//!
+//! - [`tap`]: a Linux TAP interface (`--net tap:IFNAME`), the way into a host's network.
+//! - [`cable`]: a unix datagram socket pair joining two `qpipd` directly
+//!   (`--net cable:PATH`), no privileges needed.
+//! - [`memory`]: an in-process pair, for tests.
+//!
+//! Any of them can be wrapped in a [`link::Link`], which writes a capture (`--pcap FILE`)
+//! and applies seeded faults (`--impair SPEC`, see [`impair`]).
+//!
+//! Every backend is non-blocking: `send` never waits (a frame the backend cannot take is
+//! refused with `WouldBlock` and is lost, as on a full NIC ring), `recv` returns `None`
+//! when nothing is there, and `fd` is readable when a frame may be waiting, so the engine
+//! can sleep in poll(2) on it (plus [`Backend::next_deadline`] for frames a [`link::Link`]
+//! holds back).
+
+pub mod cable;
+pub mod impair;
+pub mod link;
+pub mod memory;
+pub mod pcap;
+pub mod tap;
+
+use std::fmt;
+use std::io;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Instant;
+
+pub use impair::ImpairSpec;
+
+/// Receive buffers must hold this much: the largest IPv6 packet a link may carry (a TAP's
+/// MTU is set by its owner) with its Ethernet header.
+pub const MAX_FRAME: usize = 14 + 65535 + 40;
+
+pub trait Backend: Send {
+    /// Sends one frame without blocking. `WouldBlock` means it was dropped (full).
+    fn send(&mut self, frame: &[u8]) -> io::Result<()>;
+    /// Receives one frame into `buf` (at least [`MAX_FRAME`] bytes) without blocking.
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>>;
+    /// Readable when a frame may be waiting.
+    fn fd(&self) -> RawFd;
+    /// Releases frames held back until now (impairment delays). `recv` does this too.
+    fn poll(&mut self, _now: Instant) -> io::Result<()> {
+        Ok(())
+    }
+    /// When frames held back are due (the fd does not signal those).
+    fn next_deadline(&self) -> Option<Instant> {
+        None
+    }
+    /// For logs: `tap:qpip0`, `cable:/run/x` ...
+    fn describe(&self) -> String;
+}
+
+impl<B: Backend + ?Sized> Backend for Box<B> {
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        (**self).send(frame)
+    }
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        (**self).recv(buf)
+    }
+    fn fd(&self) -> RawFd {
+        (**self).fd()
+    }
+    fn poll(&mut self, now: Instant) -> io::Result<()> {
+        (**self).poll(now)
+    }
+    fn next_deadline(&self) -> Option<Instant> {
+        (**self).next_deadline()
+    }
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}
+
+/// `--net tap:IFNAME | cable:PATH`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetSpec {
+    Tap(String),
+    Cable(PathBuf),
+}
+
+impl FromStr for NetSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<NetSpec, String> {
+        if let Some(name) = s.strip_prefix("tap:") {
+            tap::check_name(name)?;
+            return Ok(NetSpec::Tap(name.to_string()));
+        }
+        if let Some(path) = s.strip_prefix("cable:") {
+            if path.is_empty() {
+                return Err("cable: needs a path (cable:PATH)".into());
+            }
+            return Ok(NetSpec::Cable(PathBuf::from(path)));
+        }
+        Err(format!(
+            "network '{s}' is neither tap:IFNAME nor cable:PATH"
+        ))
+    }
+}
+
+impl fmt::Display for NetSpec {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            NetSpec::Tap(n) => write!(f, "tap:{n}"),
+            NetSpec::Cable(p) => write!(f, "cable:{}", p.display()),
+        }
+    }
+}
+
+/// Opens the backend `spec` names.
+pub fn open(spec: &NetSpec) -> io::Result<Box<dyn Backend>> {
+    Ok(match spec {
+        NetSpec::Tap(name) => Box::new(tap::Tap::open(name)?),
+        NetSpec::Cable(path) => Box::new(cable::Cable::open(path)?),
+    })
+}
+
+/// Opens `spec`, with a capture and/or impairment around it when asked for. Errors carry
+/// a one-line explanation naming what failed.
+pub fn open_link(
+    spec: &NetSpec,
+    pcap: Option<&Path>,
+    impair: Option<&ImpairSpec>,
+) -> io::Result<Box<dyn Backend>> {
+    let inner = open(spec).map_err(|e| io::Error::new(e.kind(), format!("--net {spec}: {e}")))?;
+    if pcap.is_none() && impair.is_none() {
+        return Ok(inner);
+    }
+    Ok(Box::new(link::Link::new(inner, pcap, impair)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn net_specs() {
+        assert_eq!("tap:qpip0".parse(), Ok(NetSpec::Tap("qpip0".into())));
+        assert_eq!("cable:/tmp/c".parse(), Ok(NetSpec::Cable("/tmp/c".into())));
+        assert!("tap:".parse::<NetSpec>().is_err());
+        assert!("tap:0123456789abcdef".parse::<NetSpec>().is_err());
+        assert!("tap:a/b".parse::<NetSpec>().is_err());
+        assert!("cable:".parse::<NetSpec>().is_err());
+        assert_eq!(
+            "eth0".parse::<NetSpec>().unwrap_err(),
+            "network 'eth0' is neither tap:IFNAME nor cable:PATH"
+        );
+        assert_eq!(NetSpec::Tap("t".into()).to_string(), "tap:t");
+    }
+}

@@ -1,0 +1,29 @@
+//! The device's network: Ethernet, IPv6, NDP, ICMPv6 and UDP on the wire, beneath the
+//! engine (TCP joins later).
+//!
+//! As in smoltcp, packet formats are kept apart from protocol state:
+//! - [`wire`] builds and parses frames (Ethernet II, IPv6 with fragment header, ICMPv6,
+//!   NDP options, UDP) on top of `etherparse`; no state.
+//! - [`stack`] is the protocol state machine: addresses, neighbour discovery through
+//!   [`neighbor`], ICMPv6 echo and errors, path MTU, fragmentation and reassembly through
+//!   [`frag`], UDP checksums. It is driven with frames and a clock, and hands back frames.
+//! - [`interface`] joins a stack to a [`crate::backend::Backend`] (TAP, cable, memory).
+//! - [`config`] holds the settings and parses their command-line forms; [`stats`] the
+//!   counters, with every dropped frame under its reason.
+//!
+//! The engine keeps port demultiplexing and the placement of data into QPs: a UDP datagram
+//! that arrives comes up as a [`UdpIn`], and the engine says whether a QP had its port
+//! ([`Delivery`]), so the stack can answer "port unreachable" when none did.
+
+pub mod config;
+pub mod frag;
+pub mod interface;
+pub mod neighbor;
+pub mod stack;
+pub mod stats;
+pub mod wire;
+
+pub use config::{Mtu, NetConfig, StaticNeighbor};
+pub use interface::Interface;
+pub use stack::{Delivery, SendError, Stack, UdpIn, MAX_UDP_PAYLOAD};
+pub use stats::{DropReason, NetStats};

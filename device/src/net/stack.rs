@@ -1,0 +1,1027 @@
+//! The protocol state of the device's network: its identity on the link, neighbour
+//! discovery, ICMPv6, path MTU, fragmentation and reassembly, and UDP checksums. TCP plugs
+//! in beside UDP later.
+//!
+//! The stack is a pure state machine driven by the engine thread: frames in through
+//! [`Stack::receive`], datagrams out through [`Stack::send_udp`], timers through
+//! [`Stack::poll`] and [`Stack::next_deadline`], and every frame it wants on the wire is
+//! taken with [`Stack::pop_tx`]. It never blocks and never reads a clock: `now` is given.
+//!
+//! Routing is on-link only: a destination is reachable if it is link-local, inside the
+//! prefix of a configured address, or has a static neighbour entry. There is no default
+//! router (the device ignores router advertisements); other destinations are refused with
+//! [`SendError::NoRoute`].
+
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::net::Ipv6Addr;
+use std::time::{Duration, Instant};
+
+use log::{debug, warn};
+
+use super::config::{NetConfig, MIN_MTU};
+use super::frag::{self, Key, Outcome, Reassembler};
+use super::neighbor::{Action, NeighborCache};
+use super::stats::{DropReason, NetStats};
+use super::wire::{self, icmp, proto, Mac, MacDisplay, ParseError, ETH_LEN, IPV6_LEN};
+
+/// Largest UDP payload: the IPv6 payload length field (65535) less the UDP header.
+pub const MAX_UDP_PAYLOAD: usize = 65535 - wire::UDP_LEN;
+
+/// ICMPv6 error rate limit (RFC 4443 §2.4 (f)): a token bucket.
+pub const ICMP_ERROR_RATE: f64 = 100.0; // per second
+pub const ICMP_ERROR_BURST: f64 = 50.0;
+
+/// How long a path MTU learned from a packet too big lasts (RFC 8201 §4: at least 5
+/// minutes, 10 recommended), and how many destinations are remembered.
+pub const PMTU_TIMEOUT: Duration = Duration::from_secs(600);
+pub const MAX_PMTU_ENTRIES: usize = 1024;
+
+/// Frames produced and not yet taken by [`Stack::pop_tx`] (beyond this they are dropped
+/// and counted as transmit errors: the wire cannot take them anyway).
+pub const MAX_TX_QUEUE: usize = 8192;
+
+/// Why a datagram could not be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    /// The destination is not on-link (see the module documentation).
+    NoRoute,
+    /// The destination is the device itself (or loopback): deliver it locally.
+    Local,
+    /// Unspecified, or a multicast group beyond link-local scope.
+    BadDestination,
+    /// The source given is not one of the device's addresses.
+    BadSource,
+    /// The payload exceeds [`MAX_UDP_PAYLOAD`].
+    TooBig,
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            SendError::NoRoute => "no route to the destination (on-link only)",
+            SendError::Local => "the destination is the device itself",
+            SendError::BadDestination => "not a destination address",
+            SendError::BadSource => "the source is not one of the device's addresses",
+            SendError::TooBig => "datagram larger than 65527 bytes",
+        })
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// A UDP datagram that arrived for one of the device's addresses, checksum verified.
+/// It borrows the received frame, or owns the reassembled packet.
+#[derive(Debug)]
+pub struct UdpIn<'f> {
+    pub src: Ipv6Addr,
+    pub dst: Ipv6Addr,
+    pub sport: u16,
+    pub dport: u16,
+    /// The IPv6 packet (the fixed header, any extension headers, UDP): what an ICMPv6
+    /// error about it quotes.
+    packet: Cow<'f, [u8]>,
+    payload_at: usize,
+    payload_len: usize,
+}
+
+impl UdpIn<'_> {
+    pub fn payload(&self) -> &[u8] {
+        &self.packet[self.payload_at..self.payload_at + self.payload_len]
+    }
+
+    /// Whether it arrived in fragments.
+    pub fn reassembled(&self) -> bool {
+        matches!(self.packet, Cow::Owned(_))
+    }
+}
+
+/// What the engine did with a received datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// A QP is bound to the port (whether or not it had a buffer for it).
+    Delivered,
+    /// No QP is bound to the port: the stack answers "port unreachable".
+    NoPort,
+}
+
+pub struct Stack {
+    mac: Mac,
+    link_local: Ipv6Addr,
+    addrs: Vec<(Ipv6Addr, u8)>,
+    mtu: usize,
+    neighbors: NeighborCache,
+    /// Static neighbours are on-link whatever their address.
+    static_neighbors: Vec<Ipv6Addr>,
+    pmtu: HashMap<Ipv6Addr, (usize, Instant)>,
+    reasm: Reassembler,
+    tx: VecDeque<Vec<u8>>,
+    stats: NetStats,
+    icmp_tokens: f64,
+    icmp_refilled: Option<Instant>,
+    rng: fastrand::Rng,
+    actions: Vec<Action>,
+}
+
+impl Stack {
+    /// A stack with the given identity. Duplicate address detection probes for each
+    /// address are queued at once (see [`Stack::add_address`]).
+    pub fn new(config: &NetConfig, now: Instant) -> Stack {
+        let seed = config.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+                ^ (std::process::id() as u64) << 32
+        });
+        let mut neighbors = NeighborCache::new(seed ^ 0x6e65_6967);
+        for n in &config.neighbors {
+            neighbors.add_static(n.addr, n.mac, now);
+        }
+        let mut s = Stack {
+            mac: config.mac,
+            link_local: wire::link_local(&config.mac),
+            addrs: Vec::new(),
+            mtu: config.mtu.clamp(MIN_MTU, super::config::MAX_MTU),
+            neighbors,
+            static_neighbors: config.neighbors.iter().map(|n| n.addr).collect(),
+            pmtu: HashMap::new(),
+            reasm: Reassembler::new(),
+            tx: VecDeque::new(),
+            stats: NetStats::default(),
+            icmp_tokens: ICMP_ERROR_BURST,
+            icmp_refilled: None,
+            rng: fastrand::Rng::with_seed(seed),
+            actions: Vec::new(),
+        };
+        s.send_dad_probe(s.link_local);
+        for &(a, plen) in &config.addrs {
+            s.add_address(a, plen);
+        }
+        s
+    }
+
+    // ---- identity --------------------------------------------------------------------
+
+    pub fn mac(&self) -> Mac {
+        self.mac
+    }
+
+    pub fn link_local(&self) -> Ipv6Addr {
+        self.link_local
+    }
+
+    /// The configured addresses (the link-local one is not among them).
+    pub fn addresses(&self) -> &[(Ipv6Addr, u8)] {
+        &self.addrs
+    }
+
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// Adds an address. The device uses it at once (optimistically, in the spirit of RFC
+    /// 4429) and sends one duplicate address detection probe: if another station answers
+    /// for it, the conflict is logged and counted (`duplicate_address`).
+    pub fn add_address(&mut self, addr: Ipv6Addr, plen: u8) {
+        if addr == self.link_local || self.addrs.iter().any(|(a, _)| *a == addr) {
+            return;
+        }
+        self.addrs.push((addr, plen.min(128)));
+        self.send_dad_probe(addr);
+    }
+
+    pub fn remove_address(&mut self, addr: &Ipv6Addr) {
+        self.addrs.retain(|(a, _)| a != addr);
+    }
+
+    /// Whether `a` is one of the device's own unicast addresses (or loopback).
+    pub fn is_local(&self, a: &Ipv6Addr) -> bool {
+        a.is_loopback() || *a == self.link_local || self.addrs.iter().any(|(x, _)| x == a)
+    }
+
+    fn is_own_unicast(&self, a: &Ipv6Addr) -> bool {
+        *a == self.link_local || self.addrs.iter().any(|(x, _)| x == a)
+    }
+
+    /// Multicast groups the device listens to: all-nodes and its solicited-node groups.
+    fn is_member(&self, g: &Ipv6Addr) -> bool {
+        *g == wire::ALL_NODES
+            || *g == wire::solicited_node(&self.link_local)
+            || self.addrs.iter().any(|(a, _)| wire::solicited_node(a) == *g)
+    }
+
+    pub fn stats(&self) -> &NetStats {
+        &self.stats
+    }
+
+    pub(crate) fn stats_mut(&mut self) -> &mut NetStats {
+        &mut self.stats
+    }
+
+    /// The neighbour cache (for inspection).
+    pub fn neighbors(&self) -> &NeighborCache {
+        &self.neighbors
+    }
+
+    /// Reassemblies in progress.
+    pub fn reassemblies(&self) -> usize {
+        self.reasm.in_progress()
+    }
+
+    /// An upper layer saw forward progress with `addr` (RFC 4861 §7.3.1).
+    pub fn confirm_reachable(&mut self, addr: &Ipv6Addr, now: Instant) {
+        self.neighbors.confirm(addr, now);
+    }
+
+    // ---- routing ----------------------------------------------------------------------
+
+    /// Checks that `dst` can be sent to (on-link only, see the module documentation).
+    pub fn route(&self, dst: &Ipv6Addr) -> Result<(), SendError> {
+        if self.is_local(dst) {
+            return Err(SendError::Local);
+        }
+        if dst.is_unspecified() {
+            return Err(SendError::BadDestination);
+        }
+        if dst.is_multicast() {
+            // Link-local scope only: nothing routes further for us.
+            return match dst.segments()[0] & 0x000f {
+                1 | 2 => Ok(()),
+                _ => Err(SendError::BadDestination),
+            };
+        }
+        if wire::is_link_local(dst)
+            || self
+                .addrs
+                .iter()
+                .any(|(a, plen)| wire::in_prefix(dst, a, *plen))
+            || self.static_neighbors.contains(dst)
+        {
+            return Ok(());
+        }
+        Err(SendError::NoRoute)
+    }
+
+    /// The source address for packets to `dst` (RFC 6724, reduced to what an on-link host
+    /// needs): link-local for link-local and multicast destinations, otherwise a configured
+    /// address whose prefix holds `dst` (the longest), else the first configured address.
+    pub fn select_source(&self, dst: &Ipv6Addr) -> Ipv6Addr {
+        if wire::is_link_local(dst) || dst.is_multicast() {
+            return self.link_local;
+        }
+        self.addrs
+            .iter()
+            .filter(|(a, plen)| wire::in_prefix(dst, a, *plen))
+            .max_by_key(|(_, plen)| *plen)
+            .or(self.addrs.first())
+            .map(|(a, _)| *a)
+            .unwrap_or(self.link_local)
+    }
+
+    /// The MTU toward `dst`: the link's, or less if a packet too big said so.
+    pub fn path_mtu(&self, dst: &Ipv6Addr, now: Instant) -> usize {
+        match self.pmtu.get(dst) {
+            Some(&(mtu, until)) if now < until => mtu.min(self.mtu),
+            _ => self.mtu,
+        }
+    }
+
+    // ---- sending ----------------------------------------------------------------------
+
+    /// Sends a UDP datagram, in fragments if it does not fit the path MTU. `src` None picks
+    /// the source with [`Stack::select_source`]. A datagram waiting for its next hop's
+    /// address counts as sent (it may still be lost if resolution fails, as on any link).
+    /// Returns the source address used.
+    pub fn send_udp(
+        &mut self,
+        src: Option<Ipv6Addr>,
+        sport: u16,
+        dst: Ipv6Addr,
+        dport: u16,
+        payload: &[u8],
+        now: Instant,
+    ) -> Result<Ipv6Addr, SendError> {
+        if payload.len() > MAX_UDP_PAYLOAD {
+            return Err(SendError::TooBig);
+        }
+        self.route(&dst).inspect_err(|e| {
+            if *e == SendError::NoRoute {
+                self.stats.no_route += 1;
+            }
+        })?;
+        let src = match src {
+            Some(s) if s.is_unspecified() => self.select_source(&dst),
+            Some(s) if self.is_own_unicast(&s) => s,
+            Some(_) => return Err(SendError::BadSource),
+            None => self.select_source(&dst),
+        };
+        let dgram = wire::udp(&src, &dst, sport, dport, payload);
+        self.send_ip(src, dst, proto::UDP, wire::DEFAULT_HOP_LIMIT, &dgram, now)?;
+        self.stats.udp_tx += 1;
+        Ok(src)
+    }
+
+    /// Sends an upper-layer message (its checksum already computed over `src` and `dst`)
+    /// in an IPv6 packet, fragmented to the path MTU if needed. For the transports (UDP
+    /// here, TCP later).
+    pub fn send_ip(
+        &mut self,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        next_header: u8,
+        hop_limit: u8,
+        upper: &[u8],
+        now: Instant,
+    ) -> Result<(), SendError> {
+        self.route(&dst)?;
+        if upper.len() > u16::MAX as usize {
+            return Err(SendError::TooBig);
+        }
+        let mtu = self.path_mtu(&dst, now);
+        if IPV6_LEN + upper.len() <= mtu {
+            let frame = wire::ipv6_packet(&src, &dst, next_header, hop_limit, upper);
+            self.output(dst, frame, now);
+            return Ok(());
+        }
+        // Too big for the path: fragment at the source (RFC 8200 §4.5). Identifiers are
+        // random, so they cannot be predicted (RFC 7739).
+        let id = self.rng.u32(..);
+        let mut n = 0;
+        for (offset, more, data) in frag::split(upper, mtu) {
+            let frame =
+                wire::ipv6_fragment(&src, &dst, next_header, hop_limit, id, offset, more, data);
+            self.output(dst, frame, now);
+            n += 1;
+        }
+        self.stats.fragmented_tx += 1;
+        self.stats.fragments_tx += n;
+        Ok(())
+    }
+
+    /// Puts a frame (Ethernet header still blank) on its way to on-link `dst`.
+    fn output(&mut self, dst: Ipv6Addr, mut frame: Vec<u8>, now: Instant) {
+        if dst.is_multicast() {
+            wire::write_ethernet(&mut frame, &wire::multicast_mac(&dst), &self.mac);
+            self.push_tx(frame);
+            return;
+        }
+        self.neighbors.resolve(dst, frame, now, &mut self.actions);
+        self.run_actions();
+    }
+
+    fn push_tx(&mut self, frame: Vec<u8>) {
+        if self.tx.len() >= MAX_TX_QUEUE {
+            self.stats.tx_errors += 1;
+            return;
+        }
+        self.stats.tx_frames += 1;
+        self.stats.tx_bytes += frame.len() as u64;
+        self.tx.push_back(frame);
+    }
+
+    /// The next frame for the wire.
+    pub fn pop_tx(&mut self) -> Option<Vec<u8>> {
+        self.tx.pop_front()
+    }
+
+    pub fn tx_pending(&self) -> usize {
+        self.tx.len()
+    }
+
+    fn run_actions(&mut self) {
+        let mut actions = std::mem::take(&mut self.actions);
+        for a in actions.drain(..) {
+            match a {
+                Action::Send(mut f, mac) => {
+                    wire::write_ethernet(&mut f, &mac, &self.mac);
+                    self.push_tx(f);
+                }
+                Action::SolicitMulticast(target) => {
+                    let group = wire::solicited_node(&target);
+                    self.send_ns(target, group, wire::multicast_mac(&group));
+                }
+                Action::SolicitUnicast(target, mac) => self.send_ns(target, target, mac),
+                Action::Failed(ip, n) => {
+                    debug!("neighbour {ip} did not answer; {n} packets dropped");
+                    self.stats.resolution_failed += n as u64;
+                }
+                Action::Overflow => self.stats.neighbor_queue_overflow += 1,
+            }
+        }
+        self.actions = actions;
+    }
+
+    /// A neighbour solicitation for `target`, to `dst` (its solicited-node group, or itself
+    /// when probing reachability), with our link-layer address.
+    fn send_ns(&mut self, target: Ipv6Addr, dst: Ipv6Addr, dst_mac: Mac) {
+        let src = self.select_source(&target);
+        let body = wire::ns_body(&target, Some(&self.mac));
+        let msg = wire::icmpv6(&src, &dst, icmp::NEIGHBOR_SOLICIT, 0, &body);
+        let mut f = wire::ipv6_packet(&src, &dst, proto::ICMPV6, wire::NDP_HOP_LIMIT, &msg);
+        wire::write_ethernet(&mut f, &dst_mac, &self.mac);
+        self.stats.ns_tx += 1;
+        self.push_tx(f);
+    }
+
+    /// A duplicate address detection probe: from the unspecified address, no link-layer
+    /// option (RFC 4862 §5.4.2).
+    fn send_dad_probe(&mut self, addr: Ipv6Addr) {
+        let src = Ipv6Addr::UNSPECIFIED;
+        let group = wire::solicited_node(&addr);
+        let msg = wire::icmpv6(
+            &src,
+            &group,
+            icmp::NEIGHBOR_SOLICIT,
+            0,
+            &wire::ns_body(&addr, None),
+        );
+        let mut f = wire::ipv6_packet(&src, &group, proto::ICMPV6, wire::NDP_HOP_LIMIT, &msg);
+        wire::write_ethernet(&mut f, &wire::multicast_mac(&group), &self.mac);
+        self.stats.ns_tx += 1;
+        self.push_tx(f);
+    }
+
+    fn send_na(&mut self, target: Ipv6Addr, dst: Ipv6Addr, dst_mac: Mac, solicited: bool) {
+        let body = wire::na_body(&target, solicited, true, &self.mac);
+        let msg = wire::icmpv6(&target, &dst, icmp::NEIGHBOR_ADVERT, 0, &body);
+        let mut f = wire::ipv6_packet(&target, &dst, proto::ICMPV6, wire::NDP_HOP_LIMIT, &msg);
+        wire::write_ethernet(&mut f, &dst_mac, &self.mac);
+        self.stats.na_tx += 1;
+        self.push_tx(f);
+    }
+
+    /// Sends an ICMPv6 error about `invoking` (an IPv6 packet as received), within the
+    /// rules of RFC 4443 §2.4: never about an error message, about a packet from no unique
+    /// source, or (unless `multicast_ok`) about one sent to a group; rate limited.
+    fn icmp_error(
+        &mut self,
+        invoking: &[u8],
+        ty: u8,
+        code: u8,
+        word: u32,
+        multicast_ok: bool,
+        now: Instant,
+    ) {
+        let Ok(ip) = wire::parse_ipv6(invoking) else {
+            return;
+        };
+        if ip.src.is_unspecified() || ip.src.is_multicast() || self.is_local(&ip.src) {
+            return;
+        }
+        if ip.dst.is_multicast() && !multicast_ok {
+            return;
+        }
+        if ip.next_header == proto::ICMPV6 && ip.payload().first().is_some_and(|&t| t < 128) {
+            return; // an error message (the common case; deeper chains are not searched)
+        }
+        // Token bucket.
+        if let Some(last) = self.icmp_refilled {
+            let dt = now.saturating_duration_since(last).as_secs_f64();
+            self.icmp_tokens = (self.icmp_tokens + dt * ICMP_ERROR_RATE).min(ICMP_ERROR_BURST);
+        }
+        self.icmp_refilled = Some(now);
+        if self.icmp_tokens < 1.0 {
+            self.stats.icmp_errors_rate_limited += 1;
+            return;
+        }
+        let src = if self.is_own_unicast(&ip.dst) {
+            ip.dst
+        } else {
+            self.select_source(&ip.src)
+        };
+        // As much of the invoking packet as fits in the minimum MTU (RFC 4443 §2.4 (c)).
+        let quote = invoking.len().min(MIN_MTU - IPV6_LEN - 8);
+        let mut body = Vec::with_capacity(4 + quote);
+        body.extend_from_slice(&word.to_be_bytes());
+        body.extend_from_slice(&invoking[..quote]);
+        let msg = wire::icmpv6(&src, &ip.src, ty, code, &body);
+        if self
+            .send_ip(src, ip.src, proto::ICMPV6, wire::DEFAULT_HOP_LIMIT, &msg, now)
+            .is_ok()
+        {
+            self.icmp_tokens -= 1.0;
+            self.stats.icmp_errors_tx += 1;
+        }
+    }
+
+    /// The engine found no QP bound to the datagram's port: answer "port unreachable".
+    pub fn port_unreachable(&mut self, d: &UdpIn<'_>, now: Instant) {
+        self.icmp_error(&d.packet, icmp::DEST_UNREACHABLE, icmp::UNREACH_PORT, 0, false, now);
+    }
+
+    // ---- timers -----------------------------------------------------------------------
+
+    /// Runs the timers that are due: neighbour solicitation retransmissions and probes,
+    /// reassembly timeouts. Frames it produces wait in [`Stack::pop_tx`].
+    pub fn poll(&mut self, now: Instant) {
+        self.neighbors.poll(now, &mut self.actions);
+        self.run_actions();
+        let mut expired = Vec::new();
+        self.reasm.poll(now, &mut expired);
+        self.account_expired(expired, now);
+        self.pmtu.retain(|_, (_, until)| now < *until);
+    }
+
+    fn account_expired(&mut self, expired: Vec<frag::Expired>, now: Instant) {
+        for e in expired {
+            if !e.timed_out {
+                continue;
+            }
+            self.stats.reassembly_timeouts += 1;
+            self.stats.drops[DropReason::ReassemblyFailed as usize] += e.fragments as u64;
+            if let Some(first) = e.first {
+                self.icmp_error(
+                    &first,
+                    icmp::TIME_EXCEEDED,
+                    icmp::TIME_EXCEEDED_REASSEMBLY,
+                    0,
+                    false,
+                    now,
+                );
+            }
+        }
+    }
+
+    /// When [`Stack::poll`] next has work (None: only incoming frames can make work).
+    pub fn next_deadline(&mut self) -> Option<Instant> {
+        match (self.neighbors.next_deadline(), self.reasm.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    // ---- receiving --------------------------------------------------------------------
+
+    fn drop(&mut self, why: DropReason) -> Option<UdpIn<'static>> {
+        self.stats.drop(why);
+        None
+    }
+
+    /// Processes one received Ethernet frame. A UDP datagram for the device comes back for
+    /// the engine to place ([`Stack::port_unreachable`] if no QP has its port); everything
+    /// else (NDP, echo, errors, fragments) is handled here, replies queued for
+    /// [`Stack::pop_tx`], and every frame not used is counted under its [`DropReason`].
+    pub fn receive<'f>(&mut self, frame: &'f [u8], now: Instant) -> Option<UdpIn<'f>> {
+        self.stats.rx_frames += 1;
+        self.stats.rx_bytes += frame.len() as u64;
+        let Ok(eth) = wire::parse_ethernet(frame) else {
+            return self.drop(DropReason::Malformed);
+        };
+        if eth.src == self.mac {
+            return self.drop(DropReason::Looped);
+        }
+        if eth.ethertype != wire::ETHERTYPE_IPV6 {
+            return self.drop(DropReason::NotIpv6);
+        }
+        if eth.dst != self.mac && eth.dst[..2] != [0x33, 0x33] {
+            return self.drop(DropReason::NotForUs);
+        }
+        let ip = match wire::parse_ipv6(eth.payload) {
+            Ok(ip) => ip,
+            Err(_) => return self.drop(DropReason::Malformed),
+        };
+        if ip.src.is_multicast() {
+            return self.drop(DropReason::BadSource);
+        }
+        if !(self.is_own_unicast(&ip.dst) || self.is_member(&ip.dst)) {
+            return self.drop(DropReason::NotForUs);
+        }
+        let (src, dst, hop_limit) = (ip.src, ip.dst, ip.hop_limit);
+        self.walk(Cow::Borrowed(ip.packet), src, dst, hop_limit, eth.src, now)
+    }
+
+    /// Follows the header chain of a packet for us (RFC 8200 §4) to its upper layer.
+    fn walk<'f>(
+        &mut self,
+        pkt: Cow<'f, [u8]>,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        hop_limit: u8,
+        eth_src: Mac,
+        now: Instant,
+    ) -> Option<UdpIn<'f>> {
+        let reassembled = matches!(pkt, Cow::Owned(_));
+        let mut nh = pkt[6];
+        let mut nh_at = 6; // where the current next-header value sits, for parameter problems
+        let mut off = IPV6_LEN;
+        loop {
+            let b: &[u8] = &pkt;
+            match nh {
+                proto::HOP_BY_HOP | proto::DEST_OPTS | proto::ROUTING => {
+                    if nh == proto::HOP_BY_HOP && off != IPV6_LEN {
+                        // Hop-by-hop options only ever follow the fixed header (§4.3).
+                        self.icmp_error(b, icmp::PARAM_PROBLEM, icmp::PARAM_NEXT_HEADER, nh_at as u32, false, now);
+                        return self.drop(DropReason::UnsupportedNextHeader);
+                    }
+                    if b.len() < off + 8 {
+                        return self.drop(DropReason::Malformed);
+                    }
+                    let len = (b[off + 1] as usize + 1) * 8;
+                    if b.len() < off + len {
+                        return self.drop(DropReason::Malformed);
+                    }
+                    if nh == proto::ROUTING {
+                        if b[off + 3] != 0 {
+                            // Segments left: we are a host and route nothing (§4.4).
+                            self.icmp_error(b, icmp::PARAM_PROBLEM, icmp::PARAM_HEADER_FIELD, (off + 2) as u32, false, now);
+                            return self.drop(DropReason::RoutingHeader);
+                        }
+                    } else if let Err(why) = self.options(b, off, len, &dst, now) {
+                        return self.drop(why);
+                    }
+                    nh = b[off];
+                    nh_at = off;
+                    off += len;
+                }
+                proto::FRAGMENT => {
+                    let Ok(fh) = wire::parse_fragment_header(&b[off..]) else {
+                        return self.drop(DropReason::Malformed);
+                    };
+                    self.stats.fragments_rx += 1;
+                    if fh.offset == 0 && !fh.more {
+                        // An atomic fragment: processed as a whole packet (RFC 6946).
+                        nh = fh.next_header;
+                        nh_at = off;
+                        off += wire::FRAG_LEN;
+                        continue;
+                    }
+                    if reassembled {
+                        return self.drop(DropReason::BadFragment);
+                    }
+                    return self.fragment(b, off, fh, src, dst, hop_limit, eth_src, now);
+                }
+                proto::NO_NEXT => return self.drop(DropReason::NoNextHeader),
+                proto::ICMPV6 => {
+                    self.icmpv6(&b[off..], src, dst, hop_limit, eth_src, now);
+                    return None;
+                }
+                proto::UDP => {
+                    let d = match wire::parse_udp(&b[off..]) {
+                        Ok(d) => d,
+                        Err(_) => return self.drop(DropReason::Malformed),
+                    };
+                    // A zero checksum is not allowed over IPv6 (RFC 8200 §8.1).
+                    if d.checksum == 0 || !wire::checksum_ok(&src, &dst, proto::UDP, d.datagram) {
+                        return self.drop(DropReason::BadChecksum);
+                    }
+                    let (sport, dport, len) = (d.sport, d.dport, d.payload().len());
+                    self.stats.udp_rx += 1;
+                    return Some(UdpIn {
+                        src,
+                        dst,
+                        sport,
+                        dport,
+                        packet: pkt,
+                        payload_at: off + wire::UDP_LEN,
+                        payload_len: len,
+                    });
+                }
+                _ => {
+                    self.icmp_error(b, icmp::PARAM_PROBLEM, icmp::PARAM_NEXT_HEADER, nh_at as u32, false, now);
+                    return self.drop(DropReason::UnsupportedNextHeader);
+                }
+            }
+        }
+    }
+
+    /// Processes the options of a hop-by-hop or destination options header at `off`
+    /// (RFC 8200 §4.2): padding and router alert pass, unknown options act on the two
+    /// high bits of their type.
+    fn options(&mut self, pkt: &[u8], off: usize, len: usize, dst: &Ipv6Addr, now: Instant) -> Result<(), DropReason> {
+        let end = off + len;
+        let mut i = off + 2;
+        while i < end {
+            let t = pkt[i];
+            if t == 0 {
+                i += 1; // Pad1
+                continue;
+            }
+            if i + 2 > end || i + 2 + pkt[i + 1] as usize > end {
+                return Err(DropReason::Malformed);
+            }
+            match t {
+                1 | 5 => {} // PadN, router alert (RFC 2711)
+                _ => match t >> 6 {
+                    0 => {}
+                    1 => return Err(DropReason::UnknownOption),
+                    2 | 3 => {
+                        if t >> 6 == 2 || !dst.is_multicast() {
+                            self.icmp_error(pkt, icmp::PARAM_PROBLEM, icmp::PARAM_OPTION, i as u32, true, now);
+                        }
+                        return Err(DropReason::UnknownOption);
+                    }
+                    _ => unreachable!(),
+                },
+            }
+            i += 2 + pkt[i + 1] as usize;
+        }
+        Ok(())
+    }
+
+    /// A fragment of a packet for us: checked, then held until its packet is complete.
+    #[allow(clippy::too_many_arguments)]
+    fn fragment<'f>(
+        &mut self,
+        pkt: &[u8],
+        off: usize,
+        fh: wire::FragmentHeader,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        hop_limit: u8,
+        eth_src: Mac,
+        now: Instant,
+    ) -> Option<UdpIn<'f>> {
+        let data = &pkt[off + wire::FRAG_LEN..];
+        if fh.more && data.len() % 8 != 0 {
+            // Parameter problem pointing at the payload length (RFC 8200 §4.5).
+            self.icmp_error(pkt, icmp::PARAM_PROBLEM, icmp::PARAM_HEADER_FIELD, 4, false, now);
+            return self.drop(DropReason::BadFragment);
+        }
+        if fh.offset + data.len() > frag::MAX_PACKET {
+            self.icmp_error(pkt, icmp::PARAM_PROBLEM, icmp::PARAM_HEADER_FIELD, (off + 2) as u32, false, now);
+            return self.drop(DropReason::BadFragment);
+        }
+        if fh.offset == 0 && !header_chain_complete(fh.next_header, data) {
+            // The first fragment must hold the whole header chain (RFC 7112 §5).
+            self.icmp_error(pkt, icmp::PARAM_PROBLEM, icmp::PARAM_INCOMPLETE_CHAIN, 0, false, now);
+            return self.drop(DropReason::BadFragment);
+        }
+        if fh.more && data.is_empty() {
+            return self.drop(DropReason::BadFragment);
+        }
+        let key = Key { src, dst, id: fh.id };
+        let mut expired = Vec::new();
+        let outcome = self
+            .reasm
+            .insert(key, fh.offset, fh.more, fh.next_header, data, pkt, now, &mut expired);
+        self.account_expired(expired, now);
+        match outcome {
+            Outcome::Held => None,
+            Outcome::Duplicate => {
+                self.stats.duplicate_fragments += 1;
+                None
+            }
+            Outcome::Overlap(held) => {
+                self.stats.drops[DropReason::FragmentOverlap as usize] += 1 + held as u64;
+                None
+            }
+            Outcome::Inconsistent(held) => {
+                self.stats.drops[DropReason::BadFragment as usize] += 1 + held as u64;
+                None
+            }
+            Outcome::Complete(next, data) => {
+                self.stats.reassembled += 1;
+                // The reassembled packet: the fixed header (its extension headers before
+                // the fragment header were processed with each fragment) and the data.
+                let mut packet = Vec::with_capacity(IPV6_LEN + data.len());
+                packet.extend_from_slice(&wire::ipv6_packet(&src, &dst, next, hop_limit, &[])[ETH_LEN..]);
+                packet[4..6].copy_from_slice(&(data.len() as u16).to_be_bytes());
+                packet.extend_from_slice(&data);
+                self.walk(Cow::Owned(packet), src, dst, hop_limit, eth_src, now)
+            }
+        }
+    }
+
+    // ---- ICMPv6 -----------------------------------------------------------------------
+
+    #[allow(clippy::too_many_arguments)]
+    fn icmpv6(
+        &mut self,
+        upper: &[u8],
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        hop_limit: u8,
+        eth_src: Mac,
+        now: Instant,
+    ) {
+        let m = match wire::parse_icmpv6(upper) {
+            Ok(m) => m,
+            Err(_) => {
+                self.stats.drop(DropReason::Malformed);
+                return;
+            }
+        };
+        if !wire::checksum_ok(&src, &dst, proto::ICMPV6, upper) {
+            self.stats.drop(DropReason::BadChecksum);
+            return;
+        }
+        match m.ty {
+            icmp::ECHO_REQUEST => {
+                self.stats.echo_requests += 1;
+                if src.is_unspecified() {
+                    self.stats.drop(DropReason::BadSource);
+                    return;
+                }
+                let from = if self.is_own_unicast(&dst) { dst } else { self.select_source(&src) };
+                let mut body = Vec::with_capacity(4 + m.body.len());
+                body.extend_from_slice(&m.word);
+                body.extend_from_slice(m.body);
+                let reply = wire::icmpv6(&from, &src, icmp::ECHO_REPLY, 0, &body);
+                match self.send_ip(from, src, proto::ICMPV6, wire::DEFAULT_HOP_LIMIT, &reply, now) {
+                    Ok(()) => self.stats.echo_replies += 1,
+                    Err(e) => {
+                        debug!("echo request from {src}: no reply ({e})");
+                        self.stats.no_route += 1;
+                    }
+                }
+            }
+            icmp::NEIGHBOR_SOLICIT => self.neighbor_solicitation(&m, src, dst, hop_limit, eth_src, now),
+            icmp::NEIGHBOR_ADVERT => self.neighbor_advertisement(&m, src, dst, hop_limit, eth_src, now),
+            icmp::PACKET_TOO_BIG => self.packet_too_big(&m, now),
+            icmp::DEST_UNREACHABLE | icmp::TIME_EXCEEDED | icmp::PARAM_PROBLEM => {
+                // Nothing of ours reacts to these yet (TCP will); they are counted.
+                self.stats.icmp_errors_rx += 1;
+                debug!("{} from {src}", wire::icmp_type_name(m.ty, m.code));
+            }
+            _ => {
+                // Echo replies, router and multicast listener discovery, redirects, and
+                // unknown informational messages (RFC 4443 §2.4 (b)).
+                self.stats.drop(DropReason::Ignored);
+            }
+        }
+    }
+
+    /// RFC 4861 §7.1.1 validation and §7.2.3/§7.2.4 processing.
+    fn neighbor_solicitation(
+        &mut self,
+        m: &wire::Icmpv6Message,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        hop_limit: u8,
+        eth_src: Mac,
+        now: Instant,
+    ) {
+        if hop_limit != wire::NDP_HOP_LIMIT {
+            self.stats.drop(DropReason::HopLimit);
+            return;
+        }
+        if m.code != 0 || m.body.len() < 16 {
+            self.stats.drop(DropReason::BadNdp);
+            return;
+        }
+        let target = Ipv6Addr::from(<[u8; 16]>::try_from(&m.body[..16]).expect("16 bytes"));
+        let Ok(opts) = wire::parse_ndp_options(&m.body[16..]) else {
+            self.stats.drop(DropReason::BadNdp);
+            return;
+        };
+        if target.is_multicast()
+            || src.is_unspecified()
+                && (!is_solicited_node_group(&dst) || opts.source_ll.is_some())
+        {
+            self.stats.drop(DropReason::BadNdp);
+            return;
+        }
+        self.stats.ns_rx += 1;
+        if !self.is_own_unicast(&target) {
+            self.stats.drop(DropReason::NotForUs);
+            return;
+        }
+        if src.is_unspecified() {
+            // Another station's duplicate address detection for one of our addresses:
+            // defend it, to all nodes (RFC 4861 §7.2.4, RFC 4862 §5.4.3).
+            warn!(
+                "{} is probing for {target}, one of our addresses; defending it",
+                MacDisplay(&eth_src)
+            );
+            self.stats.dad_defended += 1;
+            self.send_na(target, wire::ALL_NODES, wire::multicast_mac(&wire::ALL_NODES), false);
+            return;
+        }
+        if self.is_own_unicast(&src) {
+            warn!("{} uses {src}, one of our addresses", MacDisplay(&eth_src));
+            self.stats.duplicate_address += 1;
+            return;
+        }
+        if let Some(mac) = opts.source_ll {
+            self.neighbors.on_solicitation(src, mac, now, &mut self.actions);
+            self.run_actions();
+        }
+        // Reply to the solicitation's sender. Without a source link-layer option (allowed
+        // for unicast solicitations) the frame's source address is where it came from.
+        let mac = opts.source_ll.unwrap_or(eth_src);
+        self.send_na(target, src, mac, true);
+    }
+
+    /// RFC 4861 §7.1.2 validation and §7.2.5 processing.
+    fn neighbor_advertisement(
+        &mut self,
+        m: &wire::Icmpv6Message,
+        _src: Ipv6Addr,
+        dst: Ipv6Addr,
+        hop_limit: u8,
+        eth_src: Mac,
+        now: Instant,
+    ) {
+        if hop_limit != wire::NDP_HOP_LIMIT {
+            self.stats.drop(DropReason::HopLimit);
+            return;
+        }
+        if m.code != 0 || m.body.len() < 16 {
+            self.stats.drop(DropReason::BadNdp);
+            return;
+        }
+        let (router, solicited, override_) =
+            (m.word[0] & 0x80 != 0, m.word[0] & 0x40 != 0, m.word[0] & 0x20 != 0);
+        let _ = router; // on-link only: router flags change nothing
+        let target = Ipv6Addr::from(<[u8; 16]>::try_from(&m.body[..16]).expect("16 bytes"));
+        let Ok(opts) = wire::parse_ndp_options(&m.body[16..]) else {
+            self.stats.drop(DropReason::BadNdp);
+            return;
+        };
+        if target.is_multicast() || dst.is_multicast() && solicited {
+            self.stats.drop(DropReason::BadNdp);
+            return;
+        }
+        self.stats.na_rx += 1;
+        if self.is_own_unicast(&target) {
+            warn!(
+                "{} claims {target}, one of our addresses: duplicate address",
+                MacDisplay(&opts.target_ll.unwrap_or(eth_src))
+            );
+            self.stats.duplicate_address += 1;
+            return;
+        }
+        self.neighbors
+            .on_advertisement(target, opts.target_ll, solicited, override_, now, &mut self.actions);
+        self.run_actions();
+    }
+
+    /// A packet too big about one of our packets lowers the path MTU toward its
+    /// destination, never below 1280 (RFC 8201 §4).
+    fn packet_too_big(&mut self, m: &wire::Icmpv6Message, now: Instant) {
+        let Ok(quoted) = parse_quoted(m.body) else {
+            self.stats.drop(DropReason::Malformed);
+            return;
+        };
+        if !self.is_own_unicast(&quoted.0) {
+            self.stats.drop(DropReason::NotForUs);
+            return;
+        }
+        self.stats.ptb_rx += 1;
+        let reported = u32::from_be_bytes(m.word) as usize;
+        let dst = quoted.1;
+        let mtu = reported.clamp(MIN_MTU, self.mtu);
+        if mtu < self.path_mtu(&dst, now) {
+            debug!("path MTU to {dst} is now {mtu} (packet too big said {reported})");
+            if self.pmtu.len() >= MAX_PMTU_ENTRIES {
+                self.pmtu.retain(|_, (_, until)| now < *until);
+                if self.pmtu.len() >= MAX_PMTU_ENTRIES {
+                    let oldest = self
+                        .pmtu
+                        .iter()
+                        .min_by_key(|(_, (_, until))| *until)
+                        .map(|(a, _)| *a);
+                    if let Some(a) = oldest {
+                        self.pmtu.remove(&a);
+                    }
+                }
+            }
+            self.pmtu.insert(dst, (mtu, now + PMTU_TIMEOUT));
+        }
+    }
+}
+
+fn is_solicited_node_group(a: &Ipv6Addr) -> bool {
+    let o = a.octets();
+    o[..13] == [0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff]
+}
+
+/// Source and destination of the packet an ICMPv6 error quotes (its fixed header must be
+/// there; the rest may be cut).
+fn parse_quoted(body: &[u8]) -> Result<(Ipv6Addr, Ipv6Addr), ParseError> {
+    if body.len() < IPV6_LEN {
+        return Err(ParseError::Truncated);
+    }
+    if body[0] >> 4 != 6 {
+        return Err(ParseError::Invalid);
+    }
+    let a = |at: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&body[at..at + 16]).expect("16"));
+    Ok((a(8), a(24)))
+}
+
+/// Whether the first fragment's data holds every extension header and the upper-layer
+/// header it announces (RFC 7112).
+fn header_chain_complete(mut nh: u8, data: &[u8]) -> bool {
+    let mut off = 0;
+    loop {
+        match nh {
+            proto::DEST_OPTS | proto::ROUTING | proto::HOP_BY_HOP => {
+                if data.len() < off + 2 {
+                    return false;
+                }
+                let len = (data[off + 1] as usize + 1) * 8;
+                if data.len() < off + len {
+                    return false;
+                }
+                nh = data[off];
+                off += len;
+            }
+            proto::UDP => return data.len() >= off + wire::UDP_LEN,
+            proto::ICMPV6 => return data.len() >= off + 8,
+            proto::TCP => return data.len() >= off + 20,
+            _ => return true, // no more headers we know of
+        }
+    }
+}
