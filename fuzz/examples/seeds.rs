@@ -1,0 +1,464 @@
+//! Writes the seed corpora (fuzz/corpus/<target>/seed-*): a few valid inputs per target, so
+//! the fuzzers start from a working bring-up, working commands and working traffic instead of
+//! having to discover them. Each seed is encoded with `qpip_fuzz::Seed` in the same order the
+//! target's decoder reads it (the comments name the decoder's choices).
+//!
+//!     cargo run --manifest-path fuzz/Cargo.toml --example seeds -- fuzz/corpus
+//!
+//! (`./qpip fuzz --seeds` does this.) Seeds are small and deterministic, and are committed.
+
+use std::path::{Path, PathBuf};
+
+use qpip_abi::admin::*;
+use qpip_abi::regs::*;
+use qpip_abi::wqe::*;
+use qpip_fuzz::{cmd, cmd0, Seed};
+use zerocopy::{FromZeros, IntoBytes};
+
+fn main() {
+    let out = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "fuzz/corpus".into()));
+    config_space(&out.join("config_space"));
+    control_bar(&out.join("control_bar"));
+    admin_command(&out.join("admin_command"));
+    wqe(&out.join("wqe"));
+    admin_queue(&out.join("admin_queue"));
+    doorbells(&out.join("doorbells"));
+}
+
+fn save(dir: &Path, name: &str, seed: &Seed) {
+    std::fs::create_dir_all(dir).expect("create corpus folder");
+    let path = dir.join(format!("seed-{name}"));
+    std::fs::write(&path, &seed.0).expect("write seed");
+    println!("{} ({} bytes)", path.display(), seed.0.len());
+}
+
+// ---- config_space: op = kind (0 read, 1 write, 2 aligned write, 3 reset) ------------------
+
+fn config_space(dir: &Path) {
+    let mut s = Seed::default();
+    // QEMU reads the whole space at attach: read, offset kind 0 (u8) = 0, 255 bytes.
+    s.u8(0).u8(0).u8(0).u8(255);
+    save(dir, "attach-read", &s);
+
+    let mut s = Seed::default();
+    // BAR sizing: all ones into each BAR, read back; width index 2 = 4 bytes.
+    for bar in 0..6u8 {
+        s.u8(2).u8(0x10 + 4 * bar).u8(2).u32(0xffff_ffff);
+        s.u8(0).u8(0).u8(0x10 + 4 * bar).u8(4);
+    }
+    save(dir, "bar-sizing", &s);
+
+    let mut s = Seed::default();
+    // Memory + bus master on, MSI-X enabled then masked, then a reset.
+    s.u8(2).u8(0x04).u8(1).u32(0x0006);
+    s.u8(2).u8(0x42).u8(1).u32(0x8000);
+    s.u8(2).u8(0x42).u8(1).u32(0xc000);
+    s.u8(1).u8(0).u8(0x3c).u8(1).u8(0x0b); // interrupt line, byte write
+    s.u8(3);
+    save(dir, "enable-and-reset", &s);
+}
+
+// ---- control_bar ----------------------------------------------------------------------------
+
+/// Region choice 1 = control BAR; offset kind 0 = register file.
+fn ctrl_write(s: &mut Seed, reg: u32, value: u32) {
+    s.u8(2).u8(1).u8(0).u8(reg as u8).u32(value);
+}
+
+fn ctrl_read(s: &mut Seed, reg: u32) {
+    s.u8(0).u8(1).u8(0).u8(reg as u8).u8(4);
+}
+
+fn control_bar(dir: &Path) {
+    let mut s = Seed::default();
+    // A driver's probe: identity, version, enable, scratch, reset through REG_CONTROL.
+    ctrl_read(&mut s, REG_IDENT);
+    ctrl_read(&mut s, REG_VERSION);
+    ctrl_write(&mut s, REG_CONTROL, CONTROL_ENABLE);
+    ctrl_write(&mut s, REG_SCRATCH, 0x5150);
+    ctrl_read(&mut s, REG_STATUS);
+    ctrl_write(&mut s, REG_CONTROL, CONTROL_RESET);
+    ctrl_read(&mut s, REG_RESET_COUNT);
+    save(dir, "probe", &s);
+
+    let mut s = Seed::default();
+    // Guest RAM mapped, an admin queue set up in it with one CREATE_CTX command, the
+    // doorbell rung, a kick, then a function reset.
+    ctrl_write(&mut s, REG_CONTROL, CONTROL_ENABLE);
+    s.u8(8); // map RAM at 0x1_0000_0000
+    let c = cmd0(ADMIN_OP_CREATE_CTX, 0, 0);
+    s.u8(9).u16(0).u8(64).bytes(c.as_bytes()); // RAM write at offset 0
+    ctrl_write(&mut s, REG_ADMIN_SQ_BASE_LO, 0);
+    ctrl_write(&mut s, REG_ADMIN_SQ_BASE_HI, 1);
+    ctrl_write(&mut s, REG_ADMIN_CQ_BASE_LO, 0x1000);
+    ctrl_write(&mut s, REG_ADMIN_CQ_BASE_HI, 1);
+    ctrl_write(&mut s, REG_ADMIN_DEPTH, 16);
+    ctrl_read(&mut s, REG_STATUS);
+    ctrl_write(&mut s, REG_ADMIN_SQ_TAIL, 1);
+    s.u8(2).u8(1).u8(1).u8(0).u32(1); // kick: offset kind 1 = kick page
+    ctrl_write(&mut s, REG_ADMIN_CQ_HEAD, 1);
+    s.u8(7); // reset
+    save(dir, "admin-queue", &s);
+
+    let mut s = Seed::default();
+    // MSI-X table entry written and read back, interrupt test, out-of-BAR and odd accesses.
+    s.u8(1).u8(1).u8(2).u16(8).u8(16).bytes(&[0x11; 16]); // table: offset kind 2
+    s.u8(0).u8(1).u8(2).u16(8).u8(16);
+    ctrl_write(&mut s, REG_IRQ_TEST, 3);
+    s.u8(0).u8(1).u8(3).u8(2).u8(8); // 8 bytes crossing the end of the BAR
+    s.u8(0).u8(2).u8(0).u8(0x40).u8(4); // doorbell BAR read
+    s.u8(4).u64(0xfe00_0000).u64(0x4000).u64(0).u32(3); // fd-less DMA map
+    s.u8(5).u64(0xfe00_0000).u64(0x4000).u32(0);
+    s.u8(6).u32(0).u32(0); // interrupt teardown
+    save(dir, "msix-and-odd-accesses", &s);
+}
+
+// ---- admin_command: a raw 64-byte command ---------------------------------------------------
+
+fn admin_command(dir: &Path) {
+    let mut q = QueryArgs::new_zeroed();
+    q.buf = 0x1000;
+    q.len = 128;
+    let mut cq = CreateCqArgs::new_zeroed();
+    cq.page_list = 0x2000;
+    cq.npages = 1;
+    cq.depth = 64;
+    cq.vector = 1;
+    let mut qp = CreateQpArgs::new_zeroed();
+    qp.sq_page_list = 0x3000;
+    qp.rq_page_list = 0x4000;
+    qp.send_cq = 2;
+    qp.recv_cq = 2;
+    qp.sq_depth = 32;
+    qp.rq_depth = 32;
+    qp.sq_npages = 1;
+    qp.rq_npages = 1;
+    qp.qp_type = QP_TYPE_TCP;
+    qp.framing = FRAMING_MESSAGE;
+    let mut mr = RegMrArgs::new_zeroed();
+    mr.page_list = 0x5000;
+    mr.iova = 0x7f00_0000_0080;
+    mr.length = 4096;
+    mr.npages = 2;
+    mr.first_page_offset = 0x80;
+    mr.access = MR_ACCESS_LOCAL_WRITE;
+    let mut bind = BindArgs::new_zeroed();
+    bind.port = 7;
+    let mut listen = ListenArgs::new_zeroed();
+    listen.port = 80;
+    listen.backlog = 16;
+    let mut connect = ConnectArgs::new_zeroed();
+    connect.addr[15] = 1;
+    connect.port = 80;
+    let mut addr = AddrArgs::new_zeroed();
+    addr.addr = [0xfd, 0x51, 0x50, 0x50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1];
+    addr.prefix_len = 64;
+    let mut mac = SetMacArgs::new_zeroed();
+    mac.mac = [0x02, 0, 0, 0, 0, 7];
+    let cmds = [
+        ("query-device", cmd(ADMIN_OP_QUERY_DEVICE, 0, 0, &q)),
+        ("set-mac", cmd(ADMIN_OP_SET_MAC, 0, 0, &mac)),
+        ("add-addr", cmd(ADMIN_OP_ADD_ADDR, 0, 0, &addr)),
+        ("create-ctx", cmd0(ADMIN_OP_CREATE_CTX, 0, 0)),
+        ("create-cq", cmd(ADMIN_OP_CREATE_CQ, 1, 0, &cq)),
+        ("create-qp", cmd(ADMIN_OP_CREATE_QP, 1, 0, &qp)),
+        ("reg-mr", cmd(ADMIN_OP_REG_MR, 1, 0, &mr)),
+        ("bind", cmd(ADMIN_OP_BIND, 1, 3, &bind)),
+        ("listen", cmd(ADMIN_OP_LISTEN, 1, 0, &listen)),
+        ("connect", cmd(ADMIN_OP_CONNECT, 1, 3, &connect)),
+    ];
+    for (name, c) in cmds {
+        let mut s = Seed::default();
+        s.bytes(c.as_bytes());
+        save(dir, name, &s);
+    }
+}
+
+// ---- wqe: a raw 128-byte slot ---------------------------------------------------------------
+
+fn wqe(dir: &Path) {
+    let slot = |h: Wqe, tail: &[u8]| {
+        let mut b = [0u8; 128];
+        b[..48].copy_from_slice(h.as_bytes());
+        b[48..48 + tail.len()].copy_from_slice(tail);
+        b
+    };
+    let mut h = Wqe::new_zeroed();
+    h.wr_id = 1;
+    h.opcode = WQE_OP_SEND;
+    h.flags = WQE_FLAG_INLINE;
+    h.inline_len = 5;
+    h.dest_addr[15] = 1;
+    h.dest_port = 7;
+    let mut s = Seed::default();
+    s.bytes(&slot(h, b"hello"));
+    save(dir, "inline-send", &s);
+
+    let sges = [
+        Sge { addr: 0x7f00_0000_0000, length: 100, lkey: 0x1234 },
+        Sge { addr: 0x7f00_0000_1000, length: 200, lkey: 0x1234 },
+    ];
+    let mut h = Wqe::new_zeroed();
+    h.wr_id = 2;
+    h.opcode = WQE_OP_SEND;
+    h.num_sge = 2;
+    h.dest_addr[15] = 1;
+    h.dest_port = 9;
+    let mut s = Seed::default();
+    s.bytes(&slot(h, sges.as_bytes()));
+    save(dir, "gather-send", &s);
+
+    let mut h = Wqe::new_zeroed();
+    h.wr_id = 3;
+    h.opcode = WQE_OP_RECV;
+    h.num_sge = 2;
+    let mut s = Seed::default();
+    s.bytes(&slot(h, sges.as_bytes()));
+    save(dir, "recv", &s);
+}
+
+// ---- admin_queue ------------------------------------------------------------------------------
+// top level: kind 0 = structured command; 6 = settle; 8 = run without taking completions.
+// structured: opcode index, ctx choice, body fields, handle choice (not for CREATE_CTX and
+// the queries), noise choice (2 = none).
+
+const OPS: [u16; 19] = [
+    ADMIN_OP_QUERY_DEVICE,
+    ADMIN_OP_SET_MAC,
+    ADMIN_OP_ADD_ADDR,
+    ADMIN_OP_DEL_ADDR,
+    ADMIN_OP_QUERY_STATS,
+    ADMIN_OP_CREATE_CTX,
+    ADMIN_OP_DESTROY_CTX,
+    ADMIN_OP_CREATE_CQ,
+    ADMIN_OP_DESTROY_CQ,
+    ADMIN_OP_CREATE_QP,
+    ADMIN_OP_DESTROY_QP,
+    ADMIN_OP_REG_MR,
+    ADMIN_OP_DEREG_MR,
+    ADMIN_OP_BIND,
+    ADMIN_OP_LISTEN,
+    ADMIN_OP_DESTROY_LISTENER,
+    ADMIN_OP_ACCEPT,
+    ADMIN_OP_CONNECT,
+    ADMIN_OP_CLOSE,
+];
+
+fn op(s: &mut Seed, opcode: u16) {
+    s.u8(0); // structured
+    s.u8(OPS.iter().position(|&o| o == opcode).unwrap() as u8);
+    s.u8(0).u8(0); // ctx: the newest context
+}
+
+/// Handle choice: 0 = the `back`-th newest object id; 2 = newest lkey.
+fn newest_id(s: &mut Seed, back: u8) {
+    s.u8(0).u8(back);
+}
+
+fn no_noise(s: &mut Seed) {
+    s.u8(2);
+}
+
+/// CREATE_CQ body: page list choice 0 (one page), depth 1 << 6 = 64 (one page of CQEs),
+/// npages choice 0 (= 1), vector 1.
+fn create_cq(s: &mut Seed) {
+    op(s, ADMIN_OP_CREATE_CQ);
+    s.u8(0); // page list
+    s.u8(0).u8(6); // depth
+    s.u8(0); // npages
+    s.u8(1); // vector
+    newest_id(s, 0); // handle (unused)
+    no_noise(s);
+}
+
+/// CREATE_QP body: both rings on page list 0, send and receive CQ = the `cq_back`-th newest
+/// id, depths 1 << 5 = 32 (one page of WQEs), one page each.
+fn create_qp(s: &mut Seed, cq_back: u8, qp_type: u8, framing: u8) {
+    op(s, ADMIN_OP_CREATE_QP);
+    s.u8(0).u8(0); // ring page lists
+    newest_id(s, cq_back); // send CQ
+    s.u8(1); // receive CQ: the same
+    s.u8(0).u8(5).u8(0).u8(5); // depths
+    s.u8(0).u8(0); // npages: 1 << 0
+    s.u8(qp_type).u8(framing);
+    newest_id(s, 0); // handle (unused)
+    no_noise(s);
+}
+
+fn settle(s: &mut Seed) {
+    s.u8(6);
+}
+
+fn admin_queue(dir: &Path) {
+    let mut s = Seed::default();
+    op(&mut s, ADMIN_OP_CREATE_CTX);
+    no_noise(&mut s);
+    create_cq(&mut s);
+    settle(&mut s);
+    create_qp(&mut s, 0, QP_TYPE_UDP, 0);
+    settle(&mut s);
+    // REG_MR: page list choice 1 (two pages), offset choice 2 (0x800), iova page 3, npages
+    // choice 1 (2), length choice 0 (the rest of the pages), access 1 (LOCAL_WRITE), iova
+    // kept (1).
+    op(&mut s, ADMIN_OP_REG_MR);
+    s.u8(1).u8(2).u8(3).u8(1).u8(0).u8(1).u8(1);
+    newest_id(&mut s, 0);
+    no_noise(&mut s);
+    // BIND the QP (newest id) to [::]:7: address choice 1 (::) with suffix 0, port choice 1.
+    op(&mut s, ADMIN_OP_BIND);
+    s.u8(1).u8(0).u8(1);
+    newest_id(&mut s, 0);
+    no_noise(&mut s);
+    // QUERY_DEVICE and QUERY_STATS into the query page (address choice 6), lengths 128, 512.
+    op(&mut s, ADMIN_OP_QUERY_DEVICE);
+    s.u8(6).u8(0).u8(0);
+    no_noise(&mut s);
+    op(&mut s, ADMIN_OP_QUERY_STATS);
+    s.u8(6).u8(16).u8(1);
+    no_noise(&mut s);
+    settle(&mut s);
+    // Destroy the QP, the CQ (one id further back), the context.
+    op(&mut s, ADMIN_OP_DESTROY_QP);
+    newest_id(&mut s, 0);
+    no_noise(&mut s);
+    op(&mut s, ADMIN_OP_DESTROY_CQ);
+    newest_id(&mut s, 1);
+    no_noise(&mut s);
+    op(&mut s, ADMIN_OP_DESTROY_CTX);
+    newest_id(&mut s, 0);
+    no_noise(&mut s);
+    settle(&mut s);
+    save(dir, "udp-objects", &s);
+
+    let mut s = Seed::default();
+    // Two TCP QPs: one offered to a listener (ACCEPT waits), one connecting (CONNECT waits);
+    // the listener destroyed (ACCEPT cancelled), the context destroyed (CONNECT cancelled).
+    op(&mut s, ADMIN_OP_CREATE_CTX);
+    no_noise(&mut s);
+    create_cq(&mut s);
+    settle(&mut s);
+    create_qp(&mut s, 0, QP_TYPE_TCP, FRAMING_MESSAGE); // ids: CQ
+    settle(&mut s);
+    create_qp(&mut s, 1, QP_TYPE_TCP, FRAMING_STREAM); // ids: CQ, QP
+    settle(&mut s);
+    // LISTEN on [::]:80 (port choice 3 = any, 80), backlog choice 1 (16).
+    op(&mut s, ADMIN_OP_LISTEN);
+    s.u8(1).u8(0).u8(3).u16(80).u8(1);
+    newest_id(&mut s, 0);
+    no_noise(&mut s);
+    settle(&mut s);
+    // ACCEPT: the QP one back from the listener (ids: CQ, QP, QP, listener) onto the
+    // listener (newest).
+    op(&mut s, ADMIN_OP_ACCEPT);
+    newest_id(&mut s, 1);
+    newest_id(&mut s, 0);
+    no_noise(&mut s);
+    // CONNECT the other QP to ::1 (address choice 0, suffix 0) port 80.
+    op(&mut s, ADMIN_OP_CONNECT);
+    s.u8(0).u8(0).u8(3).u16(80);
+    newest_id(&mut s, 2);
+    no_noise(&mut s);
+    settle(&mut s);
+    op(&mut s, ADMIN_OP_DESTROY_LISTENER);
+    newest_id(&mut s, 0);
+    no_noise(&mut s);
+    settle(&mut s);
+    op(&mut s, ADMIN_OP_DESTROY_CTX);
+    newest_id(&mut s, 0);
+    no_noise(&mut s);
+    settle(&mut s);
+    save(dir, "tcp-rendezvous", &s);
+
+    // The completion ring left full (runs without taking completions), then drained.
+    let mut s = Seed::default();
+    for _ in 0..20 {
+        op(&mut s, ADMIN_OP_CREATE_CTX);
+        no_noise(&mut s);
+        s.u8(8);
+    }
+    settle(&mut s);
+    save(dir, "full-completion-ring", &s);
+}
+
+// ---- doorbells --------------------------------------------------------------------------------
+// top level: 0 send, 2 recv, 3 ring QP, 4 ring CQ, 5 raw word, 6 page fill, 7 run,
+// 9 consume, 11 admin, 12 data. QPs: 0 = UDP :7 (ctx A), 1 = UDP ::1:9 (ctx A), 2 = TCP
+// (ctx A), 3 = UDP :11 (ctx B). MRs: 0 = A writable, 1 = A read-only, 2 = B writable.
+
+/// A receive WQE with one SGE of `len` bytes at offset 0 of MR `mr`, rung at once.
+fn post_recv(s: &mut Seed, qp: u8, mr: u8, len: u16) {
+    s.u8(2).u8(qp);
+    s.u8(1); // structured
+    s.u8(2); // opcode: the right one
+    s.u8(1); // one SGE
+    s.u8(mr).u8(0).u8(0).u16(0).u8(0).u16(len);
+    s.u8(1); // no noise
+    s.u8(1); // ring
+}
+
+/// A send WQE from QP `qp` to ::1 port choice `port`, one SGE from MR `mr`, rung at once.
+fn post_send(s: &mut Seed, qp: u8, port: u8, mr: u8, len: u16) {
+    s.u8(0).u8(qp);
+    s.u8(1).u8(2);
+    s.u8(0); // imm
+    s.u8(0); // ::1
+    s.u8(port);
+    s.u8(1); // not inline
+    s.u8(1); // one SGE
+    s.u8(mr).u8(0).u8(0).u16(0).u8(0).u16(len);
+    s.u8(1);
+    s.u8(1);
+}
+
+fn post_inline(s: &mut Seed, qp: u8, port: u8, data: &[u8]) {
+    s.u8(0).u8(qp);
+    s.u8(1).u8(2);
+    s.u8(0).u8(0).u8(port);
+    s.u8(0).u8(data.len() as u8).bytes(data); // inline
+    s.u8(1);
+    s.u8(1);
+}
+
+fn doorbells(dir: &Path) {
+    let mut s = Seed::default();
+    // Datagrams from QP 1 to QP 0 (port 7) and back (QP 1 is on ::1 port 9), gathered from
+    // the read-only region and inline, received into the writable one; CQs armed; all
+    // completions consumed.
+    s.u8(12).u8(1).u16(0).u8(32).bytes(&[0x5a; 32]); // data into the read-only MR
+    post_recv(&mut s, 0, 0, 512);
+    post_recv(&mut s, 1, 0, 512);
+    s.u8(4).u8(0).u8(0); // arm CQ 0
+    s.u8(4).u8(1).u8(0); // arm CQ 1
+    post_send(&mut s, 1, 0, 1, 32);
+    post_inline(&mut s, 0, 1, b"reply");
+    s.u8(7);
+    s.u8(9).u8(0).u8(8);
+    s.u8(9).u8(1).u8(8);
+    s.u8(7);
+    save(dir, "udp-loopback", &s);
+
+    let mut s = Seed::default();
+    // Protection: a send naming the other context's region, a receive into the read-only
+    // region, a send to a non-local address, a TCP QP sending unconnected.
+    post_recv(&mut s, 0, 1, 64);
+    post_send(&mut s, 1, 0, 2, 16);
+    post_send(&mut s, 1, 0, 0, 16);
+    post_send(&mut s, 2, 0, 0, 16);
+    s.u8(7);
+    s.u8(9).u8(0).u8(8);
+    s.u8(9).u8(1).u8(8);
+    save(dir, "protection", &s);
+
+    let mut s = Seed::default();
+    // A doorbell far beyond the ring (the QP goes to error and flushes), a stray word in the
+    // page, a whole page of 0xff, a destroyed QP.
+    post_recv(&mut s, 0, 0, 64);
+    s.u8(3).u8(0).u8(1).u8(2).u8(200); // SQ tail + 200
+    s.u8(7);
+    s.u8(5).u8(0).u16(0x7fc).u32(0xdead_beef).u8(1);
+    s.u8(6).u8(2).u16(4096).bytes(&[0xff; 4096]);
+    s.u8(7);
+    s.u8(11).u8(0).u8(1); // destroy QP 1
+    s.u8(7);
+    save(dir, "wild-doorbells", &s);
+}

@@ -1,0 +1,50 @@
+//! The admin command parser (`engine::decode::admin`) on any 64 bytes: it must never panic,
+//! and whatever it accepts must already satisfy the checks the ABI promises (so the engine
+//! behind it can rely on them).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use qpip_abi::admin::*;
+use qpip_abi::pci::MSIX_VECTORS;
+use qpip_device::engine::decode::{self, AdminRequest};
+use zerocopy::FromBytes;
+
+fuzz_target!(|data: &[u8]| {
+    let mut raw = [0u8; 64];
+    let n = data.len().min(64);
+    raw[..n].copy_from_slice(&data[..n]);
+    let cmd = AdminCmd::read_from_bytes(&raw[..]).expect("64 bytes");
+    // The device passes its vector count; other counts exercise the bound itself.
+    let vectors = if data.len() > 64 { data[64] as u16 } else { MSIX_VECTORS };
+    let Ok(req) = decode::admin(&cmd, vectors) else {
+        return;
+    };
+    assert_eq!(cmd.flags, 0, "reserved flags accepted");
+    let pow2 = |d: u32| d.is_power_of_two() && (2..=MAX_QUEUE_DEPTH).contains(&d);
+    match req {
+        AdminRequest::CreateCq { depth, vector, .. } => {
+            assert!(pow2(depth), "CQ depth {depth} accepted");
+            assert!(vector >= 1 && vector < vectors, "CQ vector {vector} accepted");
+        }
+        AdminRequest::CreateQp(q) => {
+            assert!(pow2(q.sq_depth) && pow2(q.rq_depth), "QP depths accepted: {q:?}");
+            assert!(
+                (!q.tcp && q.framing == 0)
+                    || (q.tcp && (q.framing == FRAMING_MESSAGE || q.framing == FRAMING_STREAM)),
+                "QP type/framing accepted: {q:?}"
+            );
+        }
+        AdminRequest::SetMac(mac) => {
+            assert_eq!(mac[0] & 1, 0, "group MAC accepted");
+        }
+        AdminRequest::AddAddr { addr, prefix_len } => {
+            assert!(!addr.is_multicast() && !addr.is_unspecified());
+            assert!((1..=128).contains(&prefix_len));
+        }
+        AdminRequest::Listen { port, .. } | AdminRequest::Connect { port, .. } => {
+            assert_ne!(port, 0, "port 0 accepted for listen/connect");
+        }
+        AdminRequest::CreateCtx => assert!(cmd.body.iter().all(|&b| b == 0)),
+        _ => {}
+    }
+});

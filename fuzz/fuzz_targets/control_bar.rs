@@ -1,0 +1,221 @@
+//! The whole PCI function as the vfio-user server sees it (`vfio::Function`, the
+//! `ServerBackend` QEMU's messages are dispatched to), under any sequence of region reads
+//! and writes (config space, control BAR, doorbell BAR, regions it does not have), DMA maps
+//! and unmaps (without files, and of one small real guest RAM the admin queue can be set up
+//! in), guest RAM contents, interrupt teardown and resets: the register side of the admin
+//! queue and the engine thread behind it run for real.
+//!
+//! Nothing may panic, an access outside a region must be refused rather than served, and
+//! the identity a driver checks first (REG_IDENT, REG_VERSION, the config-space IDs) must
+//! read back right after every step.
+#![no_main]
+
+use std::fs::File;
+use std::os::fd::FromRawFd;
+use std::os::unix::fs::FileExt;
+
+use libfuzzer_sys::fuzz_target;
+use qpip_abi::{pci as abi, regs};
+use qpip_device::core::CoreConfig;
+use qpip_device::vfio::Function;
+use qpip_fuzz::Input;
+use vfio_bindings::bindings::vfio::{
+    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_NONE, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX,
+};
+use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
+
+#[derive(Debug, Clone, Copy)]
+enum Region {
+    Config,
+    Control,
+    Doorbell,
+    Other(u32),
+}
+
+impl Region {
+    fn decode(input: &mut Input) -> Region {
+        match input.choose(6) {
+            0 => Region::Config,
+            1 | 4 => Region::Control,
+            2 => Region::Doorbell,
+            3 => Region::Other(input.u8() as u32 % 10),
+            _ => Region::Other(input.u32()),
+        }
+    }
+
+    fn index(self) -> u32 {
+        match self {
+            Region::Config => VFIO_PCI_CONFIG_REGION_INDEX,
+            Region::Control => abi::CTRL_BAR,
+            Region::Doorbell => abi::DOORBELL_BAR,
+            Region::Other(i) => i,
+        }
+    }
+
+    fn size(self) -> Option<u64> {
+        match self.index() {
+            i if i == VFIO_PCI_CONFIG_REGION_INDEX => Some(256),
+            i if i == abi::CTRL_BAR => Some(abi::CTRL_BAR_SIZE as u64),
+            i if i == abi::DOORBELL_BAR => Some(abi::DOORBELL_BAR_SIZE as u64),
+            _ => None,
+        }
+    }
+}
+
+/// Offsets: the register file, the kick page, the MSI-X table and PBA, the end of the
+/// region; or anything.
+fn offset(input: &mut Input, region: Region) -> u64 {
+    let size = region.size().unwrap_or(0x4000);
+    match input.choose(5) {
+        0 => input.u8() as u64 % (regs::REGS_END as u64 + 8),
+        1 => regs::KICK_PAGE_OFFSET as u64 + input.u8() as u64 % 16,
+        2 => abi::MSIX_TABLE_OFFSET as u64 - 8 + input.u16() as u64 % 0x1010,
+        3 => size.saturating_sub(input.u8() as u64 % 16),
+        _ => input.u64(),
+    }
+}
+
+#[derive(Debug)]
+enum Op {
+    Read { region: Region, offset: u64, len: usize },
+    Write { region: Region, offset: u64, data: Vec<u8> },
+    /// A driver's 32-bit register write, the common case.
+    WriteReg { region: Region, offset: u64, value: u32 },
+    Map { address: u64, size: u64, offset: u64, flags: u32 },
+    Unmap { address: u64, size: u64, flags: u32 },
+    IrqTeardown { start: u32, count: u32 },
+    Reset,
+    /// Maps a small real guest RAM (a memfd) at [`RAM_BASE`], so admin-queue registers can
+    /// point into it and the engine thread runs whatever commands it finds there.
+    MapRam,
+    /// Writes guest RAM (admin commands, rings) through the memfd, as guest stores would.
+    WriteRam { offset: u64, data: Vec<u8> },
+}
+
+const RAM_BASE: u64 = 0x1_0000_0000;
+const RAM_SIZE: u64 = 64 << 10;
+
+/// Input format (see `examples/seeds.rs`): per operation a kind byte, then its fields.
+fn next_op(input: &mut Input) -> Op {
+    match input.choose(10) {
+        0 => {
+            let region = Region::decode(input);
+            Op::Read { region, offset: offset(input, region), len: input.u8() as usize }
+        }
+        1 => {
+            let region = Region::decode(input);
+            let offset = offset(input, region);
+            let len = input.u8() as usize % 32;
+            Op::Write { region, offset, data: input.bytes(len) }
+        }
+        2 | 3 => {
+            let region = Region::decode(input);
+            Op::WriteReg { region, offset: offset(input, region) & !3, value: input.u32() }
+        }
+        4 => Op::Map { address: input.u64(), size: input.u64(), offset: input.u64(), flags: input.u32() },
+        5 => Op::Unmap { address: input.u64(), size: input.u64(), flags: input.u32() },
+        6 => Op::IrqTeardown { start: input.u32(), count: input.u32() },
+        7 => Op::Reset,
+        8 => Op::MapRam,
+        _ => {
+            let offset = input.u16() as u64 % RAM_SIZE;
+            let len = (input.u8() as u64).min(RAM_SIZE - offset) as usize;
+            Op::WriteRam { offset, data: input.bytes(len) }
+        }
+    }
+}
+
+fn memfd(len: u64) -> File {
+    // SAFETY: memfd_create with a valid name; the fd is owned by the File.
+    let fd = unsafe { libc::memfd_create(c"fuzz-ram".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0);
+    let f = unsafe { File::from_raw_fd(fd) };
+    f.set_len(len).unwrap();
+    f
+}
+
+fn reg(f: &mut Function, r: u32) -> u32 {
+    let mut b = [0u8; 4];
+    f.region_read(abi::CTRL_BAR, r as u64, &mut b).expect("register read");
+    u32::from_le_bytes(b)
+}
+
+fn inside(region: Region, offset: u64, len: usize) -> Option<bool> {
+    let size = region.size()?;
+    Some(offset.checked_add(len as u64).is_some_and(|e| e <= size))
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut input = Input::new(data);
+    let mut f = Function::new(CoreConfig::default()).expect("device");
+    let ram = memfd(RAM_SIZE);
+    let version = (qpip_abi::ABI_VERSION_MAJOR as u32) << regs::VERSION_MAJOR_SHIFT
+        | qpip_abi::ABI_VERSION_MINOR as u32;
+    for _ in 0..128 {
+        if input.is_empty() {
+            break;
+        }
+        let op = next_op(&mut input);
+        match op {
+            Op::Read { region, offset: off, len } => {
+                let mut buf = vec![0u8; len];
+                let r = f.region_read(region.index(), off, &mut buf);
+                if let Some(ok) = inside(region, off, buf.len()) {
+                    assert_eq!(r.is_ok(), ok, "{op:?}");
+                } else {
+                    assert!(r.is_err(), "read from a region the function lacks: {op:?}");
+                }
+            }
+            Op::Write { region, offset: off, ref data } => {
+                let r = f.region_write(region.index(), off, data);
+                if let Some(ok) = inside(region, off, data.len()) {
+                    assert_eq!(r.is_ok(), ok, "{op:?}");
+                } else {
+                    assert!(r.is_err(), "write to a region the function lacks: {op:?}");
+                }
+            }
+            Op::WriteReg { region, offset, value } => {
+                let _ = f.region_write(region.index(), offset, &value.to_le_bytes());
+            }
+            Op::Map { address, size, offset, flags } => {
+                // No file: what QEMU sends for its own BARs and ROMs. Must be accepted or
+                // refused, never crash, and never become memory the device uses.
+                let _ = f.dma_map(DmaMapFlags::from_bits_retain(flags), offset, address, size, None);
+            }
+            Op::Unmap { address, size, flags } => {
+                let _ = f.dma_unmap(DmaUnmapFlags::from_bits_retain(flags), address, size);
+            }
+            Op::IrqTeardown { start, count } => {
+                let _ = f.set_irqs(
+                    VFIO_PCI_MSIX_IRQ_INDEX,
+                    VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER,
+                    start,
+                    count,
+                    Vec::new(),
+                );
+            }
+            Op::MapRam => {
+                let _ = f.dma_map(DmaMapFlags::READ_WRITE, 0, RAM_BASE, RAM_SIZE, Some(ram.try_clone().unwrap()));
+            }
+            Op::WriteRam { offset, ref data } => {
+                ram.write_all_at(data, offset).unwrap();
+            }
+            Op::Reset => {
+                f.reset().expect("reset");
+                assert_eq!(reg(&mut f, regs::REG_CONTROL), 0, "reset clears REG_CONTROL");
+                assert_eq!(reg(&mut f, regs::REG_SCRATCH), 0, "reset clears REG_SCRATCH");
+            }
+        }
+        assert_eq!(reg(&mut f, regs::REG_IDENT), regs::IDENT_MAGIC, "after {op:?}");
+        assert_eq!(reg(&mut f, regs::REG_VERSION), version, "after {op:?}");
+        assert_eq!(reg(&mut f, regs::REG_DOORBELL_PAGES), abi::DOORBELL_PAGES);
+        assert_eq!(reg(&mut f, regs::REG_MSIX_VECTORS), abi::MSIX_VECTORS as u32);
+        let mut id = [0u8; 4];
+        f.region_read(VFIO_PCI_CONFIG_REGION_INDEX, 0, &mut id).unwrap();
+        assert_eq!(
+            u32::from_le_bytes(id),
+            (abi::PCI_DEVICE_ID as u32) << 16 | abi::PCI_VENDOR_ID as u32
+        );
+    }
+});

@@ -1,0 +1,577 @@
+//! Doorbell values and work queue entries against a set of live objects, through the real
+//! engine (driven synchronously): two contexts with CQs, UDP and TCP QPs and memory regions
+//! (one read-only, one in the other context), then any sequence of WQEs written into the
+//! rings, doorbells rung with sensible or wild producer indices, CQ consumer indices and arm
+//! requests, arbitrary words and whole arbitrary 4 KiB doorbell pages, engine runs, CQE
+//! consumption, object destruction and data writes.
+//!
+//! Checked after every engine run:
+//! * nothing panics;
+//! * the device writes guest RAM only in live CQ rings, the admin completion ring, the query
+//!   buffer and live regions registered with LOCAL_WRITE: never a read-only region, another
+//!   context's memory through a WQE, a ring page, a page list, or anything destroyed;
+//! * every CQE is well formed (known opcode, status and detail, reserved bytes zero, a QP that
+//!   completes to that CQ);
+//! * while doorbells follow the protocol: completions the consumer has not released are never
+//!   overwritten, and an armed CQ with a completion beyond the head has interrupted, at most
+//!   once per arm.
+#![no_main]
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::FromRawFd;
+
+use libfuzzer_sys::fuzz_target;
+use qpip_abi::admin::*;
+use qpip_abi::cqe::*;
+use qpip_abi::doorbell::*;
+use qpip_abi::pci::DOORBELL_PAGE_SIZE;
+use qpip_abi::wqe::*;
+use qpip_device::engine::DEFAULT_MAC;
+use qpip_fuzz::*;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+struct Qp {
+    id: u32,
+    ctx: u32,
+    slot: u32,
+    depth: u32,
+    sq: u64,
+    rq: u64,
+    sq_tail: u32,
+    rq_tail: u32,
+    send_cq: usize,
+    recv_cq: usize,
+}
+
+struct Cq {
+    id: u32,
+    ctx: u32,
+    slot: u32,
+    depth: u32,
+    ring: u64,
+    vector: u32,
+    alive: bool,
+    head: u32,
+    arm_seq: u32,
+    /// Armed by the consumer and not yet interrupted.
+    armed: bool,
+    interrupts: u64,
+    arms: u64,
+    /// Ready, unconsumed CQEs as first seen, by free-running index.
+    seen: HashMap<u32, [u8; 64]>,
+}
+
+struct Mr {
+    ctx: u32,
+    lkey: u32,
+    iova: u64,
+    base: u64,
+    len: u64,
+    pages: u64,
+    writable: bool,
+    alive: bool,
+}
+
+struct World {
+    d: SyncDevice,
+    ctxs: Vec<u32>,
+    ctx_alive: Vec<bool>,
+    qps: Vec<Qp>,
+    cqs: Vec<Cq>,
+    mrs: Vec<Mr>,
+    irqs: Vec<File>,
+    /// Set once a doorbell was written outside the protocol (raw words, whole pages, a CQ
+    /// head the consumer never reached): the device may then legitimately reuse CQ slots the
+    /// harness has not consumed, and arm requests are not the harness's own.
+    hostile: bool,
+    next_wr_id: u64,
+}
+
+fn eventfd() -> File {
+    // SAFETY: plain eventfd creation; the fd is owned by the File.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    assert!(fd >= 0);
+    unsafe { File::from_raw_fd(fd) }
+}
+
+fn world() -> World {
+    let mut d = SyncDevice::new();
+    let irqs: Vec<File> = (0..4).map(|_| eventfd()).collect();
+    d.irqs
+        .set(0, irqs.iter().map(|f| f.try_clone().unwrap()).collect())
+        .expect("install eventfds");
+    let a = d.create_ctx();
+    let b = d.create_ctx();
+    let mut cqs = Vec::new();
+    for (ctx, depth, vector) in [(a, 8, 1), (a, 4, 2), (b, 4, 3)] {
+        let (id, slot, ring) = d.create_cq(ctx, depth, vector);
+        cqs.push(Cq {
+            id,
+            ctx,
+            slot,
+            depth,
+            ring,
+            vector,
+            alive: true,
+            head: 0,
+            arm_seq: 0,
+            armed: false,
+            interrupts: 0,
+            arms: 0,
+            seen: HashMap::new(),
+        });
+    }
+    let mut qps = Vec::new();
+    // (ctx, send CQ, recv CQ, depth, type, bind)
+    let specs: [(u32, usize, usize, u32, u8, Option<([u8; 16], u16)>); 4] = [
+        (a, 0, 1, 8, QP_TYPE_UDP, Some(([0; 16], 7))),
+        (a, 0, 0, 8, QP_TYPE_UDP, Some((loopback(), 9))),
+        (a, 1, 1, 4, QP_TYPE_TCP, None),
+        (b, 2, 2, 4, QP_TYPE_UDP, Some(([0; 16], 11))),
+    ];
+    for (ctx, s, r, depth, ty, bind) in specs {
+        let (id, slot, sq, rq) = d.create_qp(ctx, cqs[s].id, cqs[r].id, depth, ty);
+        if let Some((addr, port)) = bind {
+            d.bind(ctx, id, addr, port);
+        }
+        qps.push(Qp { id, ctx, slot, depth, sq, rq, sq_tail: 0, rq_tail: 0, send_cq: s, recv_cq: r });
+    }
+    let mut mrs = Vec::new();
+    // (ctx, pages, offset, len, access)
+    for (ctx, pages, offset, len, access) in [
+        (a, 2u64, 0x80u32, 2 * PAGE - 0x80 - 0x40, MR_ACCESS_LOCAL_WRITE),
+        (a, 1, 0, PAGE, 0),
+        (b, 1, 0x10, PAGE - 0x10, MR_ACCESS_LOCAL_WRITE),
+    ] {
+        let (lkey, iova, base) = d.reg_mr(ctx, pages, offset, len, access);
+        mrs.push(Mr {
+            ctx,
+            lkey,
+            iova,
+            base,
+            len,
+            pages,
+            writable: access & MR_ACCESS_LOCAL_WRITE != 0,
+            alive: true,
+        });
+    }
+    let mut w = World {
+        d,
+        ctxs: vec![a, b],
+        ctx_alive: vec![true, true],
+        qps,
+        cqs,
+        mrs,
+        irqs,
+        hostile: false,
+        next_wr_id: 1,
+    };
+    w.check();
+    w
+}
+
+fn loopback() -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[15] = 1;
+    a
+}
+
+fn link_local() -> [u8; 16] {
+    let m = DEFAULT_MAC;
+    [0xfe, 0x80, 0, 0, 0, 0, 0, 0, m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]
+}
+
+impl World {
+    fn writable(&self) -> Writable {
+        let mut w = Writable::default();
+        w.add(ADMIN_CQ, ADMIN_DEPTH as u64 * 32);
+        w.add(QUERY_BUF, PAGE);
+        for c in self.cqs.iter().filter(|c| c.alive) {
+            w.add(c.ring, (c.depth as u64 * CQE_SIZE as u64).div_ceil(PAGE) * PAGE);
+        }
+        for m in self.mrs.iter().filter(|m| m.alive && m.writable) {
+            w.add(m.base, m.pages * PAGE);
+        }
+        w
+    }
+
+    fn run(&mut self) {
+        self.d.run();
+        self.check();
+    }
+
+    fn check(&mut self) {
+        let w = self.writable();
+        self.d.check_writes(&w);
+        for i in 0..self.cqs.len() {
+            self.check_cq(i);
+        }
+    }
+
+    fn slot_addr(c: &Cq, idx: u32) -> u64 {
+        c.ring + (idx % c.depth) as u64 * CQE_SIZE as u64
+    }
+
+    /// Whether CQE `idx` (free-running) is there for the consumer.
+    fn ready(&self, c: &Cq, idx: u32) -> Option<[u8; 64]> {
+        let raw: [u8; 64] = self.d.read(Self::slot_addr(c, idx), 64).try_into().unwrap();
+        let phase = ((idx / c.depth) & 1 ^ 1) as u8;
+        (raw[63] & 1 == phase).then_some(raw)
+    }
+
+    fn check_cq(&mut self, i: usize) {
+        let c = &self.cqs[i];
+        if !c.alive {
+            return;
+        }
+        // Interrupts since the last look.
+        let mut v = [0u8; 8];
+        let fired = match (&self.irqs[c.vector as usize]).read(&mut v) {
+            Ok(8) => u64::from_ne_bytes(v),
+            _ => 0,
+        };
+        let mut ready = Vec::new();
+        for k in 0..c.depth {
+            let idx = c.head.wrapping_add(k);
+            match self.ready(c, idx) {
+                Some(raw) => ready.push((idx, raw)),
+                None => break,
+            }
+        }
+        for (idx, raw) in &ready {
+            self.check_cqe(i, raw);
+            if !self.hostile {
+                if let Some(first) = self.cqs[i].seen.get(idx) {
+                    assert_eq!(first, raw, "CQ {}: unconsumed CQE {idx} was overwritten", self.cqs[i].id);
+                }
+            }
+        }
+        let c = &mut self.cqs[i];
+        if !self.hostile {
+            for (idx, _) in c.seen.iter() {
+                assert!(
+                    ready.iter().any(|(r, _)| r == idx),
+                    "CQ {}: unconsumed CQE {idx} disappeared",
+                    c.id
+                );
+            }
+        }
+        for (idx, raw) in ready.iter() {
+            c.seen.entry(*idx).or_insert_with(|| {
+                let e = Cqe::read_from_bytes(&raw[..]).unwrap();
+                qpip_fuzz::trace!(
+                    "  CQ {} CQE {idx}: qp {} op {} status {} detail {} len {} wr_id {}",
+                    c.id, e.qp, e.opcode, e.status, e.detail, e.byte_len, e.wr_id
+                );
+                *raw
+            });
+        }
+        c.interrupts += fired;
+        if fired > 0 {
+            c.armed = false;
+        }
+        if !self.hostile {
+            assert!(c.interrupts <= c.arms, "CQ {}: {} interrupts for {} arms", c.id, c.interrupts, c.arms);
+            assert!(
+                !(c.armed && !ready.is_empty()),
+                "CQ {}: armed with a completion beyond the head, but no interrupt",
+                c.id
+            );
+        }
+    }
+
+    fn check_cqe(&self, cq: usize, raw: &[u8; 64]) {
+        let c = Cqe::read_from_bytes(&raw[..]).unwrap();
+        assert!(c.opcode == CQE_OP_SEND || c.opcode == CQE_OP_RECV, "CQE opcode: {c:?}");
+        assert!(c.status <= CQE_STATUS_BAD_DEST, "CQE status: {c:?}");
+        assert!(c.detail <= CQE_DETAIL_BAD_ADDRESS, "CQE detail: {c:?}");
+        assert_eq!(c.reserved, [0; 19], "CQE reserved bytes: {c:?}");
+        assert_eq!(c.owner & !1, 0, "CQE owner has only the phase bit: {c:?}");
+        let owner_ok = self.qps.iter().any(|q| {
+            q.id == c.qp && if c.opcode == CQE_OP_SEND { q.send_cq == cq } else { q.recv_cq == cq }
+        });
+        assert!(owner_ok, "CQE on CQ {} names QP {} which does not complete there: {c:?}", self.cqs[cq].id, c.qp);
+        if c.status == CQE_STATUS_SUCCESS && c.opcode == CQE_OP_RECV {
+            assert!(c.byte_len as usize <= 65535 - 8, "received more than a datagram: {c:?}");
+        }
+        if c.status != CQE_STATUS_SUCCESS && c.status != CQE_STATUS_LOCAL_LENGTH {
+            assert_eq!(c.byte_len, 0, "error CQE with a length: {c:?}");
+        }
+    }
+
+    // -- what the input drives --
+
+    fn ip(&self, input: &mut Input) -> [u8; 16] {
+        match input.choose(7) {
+            0 | 1 => loopback(),
+            2 => link_local(),
+            3 => [0; 16],
+            4 => {
+                let mut a = [0u8; 16];
+                a[..4].copy_from_slice(&[0xfd, 0x51, 0x50, 0x50]);
+                a[15] = 1;
+                a
+            }
+            5 => {
+                let mut a = [0u8; 16];
+                a[0] = 0xff;
+                a[1] = 0x02;
+                a[15] = 1;
+                a
+            }
+            _ => input.array(),
+        }
+    }
+
+    fn sges(&self, input: &mut Input, n: usize) -> Vec<Sge> {
+        (0..n)
+            .map(|_| {
+                let m = &self.mrs[input.choose(self.mrs.len())];
+                let lkey = match input.choose(6) {
+                    0..=3 => m.lkey,
+                    4 => 0,
+                    _ => input.u32(),
+                };
+                let addr = match input.choose(5) {
+                    0..=2 => m.iova + input.u16() as u64 % (m.len + 16),
+                    3 => m.iova.wrapping_sub(input.u8() as u64),
+                    _ => input.u64(),
+                };
+                let length = match input.choose(5) {
+                    0..=2 => input.u16() as u32 % 600,
+                    3 => 0,
+                    _ => input.u32(),
+                };
+                Sge { addr, length, lkey }
+            })
+            .collect()
+    }
+
+    /// A WQE for a send or receive ring: structured (with noise) or raw.
+    fn wqe(&mut self, input: &mut Input, send: bool) -> [u8; 128] {
+        if input.choose(6) == 0 {
+            return input.array();
+        }
+        let mut h = Wqe::new_zeroed();
+        h.wr_id = self.next_wr_id;
+        self.next_wr_id += 1;
+        h.opcode = match input.choose(8) {
+            0 => input.u8(),
+            1 => if send { WQE_OP_RECV } else { WQE_OP_SEND },
+            _ => if send { WQE_OP_SEND } else { WQE_OP_RECV },
+        };
+        let mut slot = [0u8; 128];
+        if send {
+            h.imm_data = input.u8() as u32;
+            h.dest_addr = self.ip(input);
+            h.dest_port = [7, 9, 11, 0, 12][input.choose(5)];
+            if input.choose(3) == 0 {
+                h.flags = WQE_FLAG_INLINE;
+                h.inline_len = input.u8() as u32 % 96;
+                let n = h.inline_len.min(MAX_INLINE) as usize;
+                slot[48..48 + n].copy_from_slice(&input.bytes(n));
+            }
+        }
+        if h.flags == 0 {
+            let n = input.u8() as usize % 7;
+            h.num_sge = n as u8;
+            let sges = self.sges(input, n.min(5));
+            slot[48..48 + sges.as_bytes().len()].copy_from_slice(sges.as_bytes());
+        }
+        slot[..48].copy_from_slice(h.as_bytes());
+        if input.choose(10) == 0 {
+            let at = input.u8() as usize % 48;
+            slot[at] = input.u8();
+        }
+        slot
+    }
+
+    fn post(&mut self, input: &mut Input, send: bool) {
+        let q = input.choose(self.qps.len());
+        let slot = self.wqe(input, send);
+        let qp = &mut self.qps[q];
+        let (ring, tail) = if send { (qp.sq, &mut qp.sq_tail) } else { (qp.rq, &mut qp.rq_tail) };
+        let at = ring + (*tail % qp.depth) as u64 * WQE_SIZE as u64;
+        *tail = tail.wrapping_add(1);
+        let (ctx, off, value) = (qp.ctx, qp_db(qp.slot, send), *tail);
+        qpip_fuzz::trace!("  {} WQE on QP {} (index {}): {:02x?}", if send { "send" } else { "recv" }, qp.id, value - 1, &slot[..64]);
+        self.d.write(at, &slot);
+        if input.bool() {
+            self.d.ring(ctx, off, value);
+        }
+    }
+
+    fn ring_qp(&mut self, input: &mut Input) {
+        let qp = &self.qps[input.choose(self.qps.len())];
+        let send = input.bool();
+        let tail = if send { qp.sq_tail } else { qp.rq_tail };
+        let value = match input.choose(4) {
+            0 | 1 => tail,
+            2 => tail.wrapping_add(input.u8() as u32),
+            _ => input.u32(),
+        };
+        self.d.ring(qp.ctx, qp_db(qp.slot, send), value);
+    }
+
+    fn ring_cq(&mut self, input: &mut Input) {
+        let i = input.choose(self.cqs.len());
+        let c = &mut self.cqs[i];
+        match input.choose(3) {
+            0 => {
+                c.arm_seq = c.arm_seq.wrapping_add(1);
+                c.arms += 1;
+                c.armed = true;
+                let (ctx, off, v) = (c.ctx, cq_db(c.slot) + DB_CQ_ARM_SEQ, c.arm_seq);
+                self.d.ring(ctx, off, v);
+            }
+            1 => {
+                let (ctx, off, v) = (c.ctx, cq_db(c.slot) + DB_CQ_HEAD, c.head);
+                self.d.ring(ctx, off, v);
+            }
+            _ => {
+                self.hostile = true;
+                let (ctx, off) = (c.ctx, cq_db(c.slot) + DB_CQ_HEAD);
+                self.d.ring(ctx, off, input.u32());
+            }
+        }
+    }
+
+    fn consume(&mut self, input: &mut Input) {
+        let i = input.choose(self.cqs.len());
+        let n = input.u8() % 9;
+        let c = &self.cqs[i];
+        if !c.alive {
+            return;
+        }
+        let mut head = c.head;
+        for _ in 0..n {
+            if self.ready(&self.cqs[i], head).is_none() {
+                break;
+            }
+            head = head.wrapping_add(1);
+        }
+        let c = &mut self.cqs[i];
+        let old = c.head;
+        c.head = head;
+        c.seen.retain(|idx, _| idx.wrapping_sub(old) >= head.wrapping_sub(old));
+        let (ctx, off) = (c.ctx, cq_db(c.slot) + DB_CQ_HEAD);
+        self.d.ring(ctx, off, head);
+    }
+
+    fn page(&self, input: &mut Input) -> u32 {
+        match input.choose(4) {
+            0 | 1 => self.ctxs[0],
+            2 => self.ctxs[1],
+            _ => input.u8() as u32 % 64,
+        }
+    }
+
+    fn admin(&mut self, input: &mut Input) {
+        let c = match input.choose(5) {
+            0 => {
+                let q = &self.qps[input.choose(self.qps.len())];
+                cmd0(ADMIN_OP_DESTROY_QP, q.ctx, q.id)
+            }
+            1 => {
+                let c = &self.cqs[input.choose(self.cqs.len())];
+                cmd0(ADMIN_OP_DESTROY_CQ, c.ctx, c.id)
+            }
+            2 => {
+                let m = &self.mrs[input.choose(self.mrs.len())];
+                cmd0(ADMIN_OP_DEREG_MR, m.ctx, m.lkey)
+            }
+            3 => cmd0(ADMIN_OP_DESTROY_CTX, self.ctxs[1], 0),
+            _ => {
+                let mut a = QueryArgs::new_zeroed();
+                a.buf = QUERY_BUF;
+                a.len = PAGE as u32;
+                cmd(ADMIN_OP_QUERY_STATS, 0, 0, &a)
+            }
+        };
+        let done = self.d.call(c);
+        if done.status != ADMIN_STATUS_OK {
+            return;
+        }
+        match c.opcode {
+            ADMIN_OP_DESTROY_CQ => {
+                self.cqs.iter_mut().filter(|x| x.id == c.handle).for_each(|x| x.alive = false);
+            }
+            ADMIN_OP_DEREG_MR => {
+                self.mrs.iter_mut().filter(|m| m.lkey == c.handle).for_each(|m| m.alive = false);
+            }
+            ADMIN_OP_DESTROY_CTX => {
+                let ctx = c.ctx;
+                self.ctx_alive[1] = false;
+                self.cqs.iter_mut().filter(|x| x.ctx == ctx).for_each(|x| x.alive = false);
+                self.mrs.iter_mut().filter(|m| m.ctx == ctx).for_each(|m| m.alive = false);
+            }
+            _ => {}
+        }
+        self.check();
+    }
+}
+
+fn qp_db(slot: u32, send: bool) -> u32 {
+    DB_QP_BASE + slot * DB_QP_STRIDE + if send { DB_QP_SQ_TAIL } else { DB_QP_RQ_TAIL }
+}
+
+fn cq_db(slot: u32) -> u32 {
+    DB_CQ_BASE + slot * DB_CQ_STRIDE
+}
+
+fuzz_target!(|data: &[u8]| {
+    let mut input = Input::new(data);
+    let mut w = world();
+    for _ in 0..300 {
+        if input.is_empty() {
+            break;
+        }
+        let kind = input.choose(13);
+        qpip_fuzz::trace!("op {kind}");
+        match kind {
+            0 | 1 => w.post(&mut input, true),
+            2 => w.post(&mut input, false),
+            3 => w.ring_qp(&mut input),
+            4 => w.ring_cq(&mut input),
+            5 => {
+                // Any word of a doorbell page (change count, sleeping flag, slots of objects
+                // that do not exist), with or without a change-count bump.
+                w.hostile = true;
+                let page = w.page(&mut input);
+                let off = (input.u16() as u32 % DOORBELL_PAGE_SIZE) & !3;
+                let v = input.u32();
+                if input.bool() {
+                    w.d.ring(page, off, v);
+                } else {
+                    w.d.db_write(page, off, v);
+                }
+            }
+            6 => {
+                // A whole doorbell page of arbitrary bytes.
+                w.hostile = true;
+                let page = w.page(&mut input);
+                let len = input.u16() as usize % (DOORBELL_PAGE_SIZE as usize + 1);
+                let bytes = input.bytes(len);
+                let at = page as u64 * DOORBELL_PAGE_SIZE as u64;
+                w.d.doorbells.write(at, &bytes).expect("in the BAR");
+            }
+            7 | 8 => w.run(),
+            9 | 10 => w.consume(&mut input),
+            11 => w.admin(&mut input),
+            _ => {
+                // Data for sends: bytes into a region (through guest RAM, as the process
+                // would write its buffer).
+                let m = &w.mrs[input.choose(w.mrs.len())];
+                let off = input.u16() as u64 % m.len;
+                let n = (input.u8() as u64).min(m.len - off) as usize;
+                let first = m.iova % PAGE;
+                let gpa = m.base + first + off;
+                let bytes = input.bytes(n);
+                w.d.write(gpa, &bytes);
+            }
+        }
+    }
+    w.run();
+});

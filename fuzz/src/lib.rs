@@ -1,0 +1,561 @@
+//! Shared pieces of the qpip fuzz targets.
+//!
+//! * [`Input`] reads a fuzz input as a stream of little-endian numbers (zeros once it runs
+//!   out), and [`Seed`] writes the same stream: the targets decode their operations from an
+//!   `Input`, and `examples/seeds.rs` encodes the committed seed corpora with a `Seed`, so
+//!   seeds and decoders cannot drift apart silently.
+//! * [`SyncDevice`] is the real engine (`qpip_device::engine::Engine`) driven synchronously on
+//!   the fuzzer's thread, over a small memfd guest RAM and a real doorbell BAR: admin commands
+//!   go through the admin rings, doorbells through the doorbell page, and every step is
+//!   deterministic. What it cannot reach is the threaded run loop (sleeping and kicks), which
+//!   the device tests cover.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::FromRawFd;
+use std::sync::mpsc::{self, Sender};
+use std::sync::Arc;
+
+use qpip_abi::admin::*;
+use qpip_abi::cqe::CQE_SIZE;
+use qpip_abi::doorbell::*;
+use qpip_abi::pci::{DOORBELL_BAR_SIZE, DOORBELL_PAGE_SIZE, MSIX_VECTORS};
+use qpip_abi::wqe::WQE_SIZE;
+use qpip_device::dma::GuestRam;
+use qpip_device::doorbell::DoorbellBar;
+use qpip_device::engine::{Control, Engine, EngineConfig, Shared};
+use qpip_device::irq::Interrupts;
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes};
+
+/// Whether `QPIP_FUZZ_TRACE` is set: the targets then print what they do and what the device
+/// answers, which is what one wants when reproducing a crash from its input.
+pub fn trace() -> bool {
+    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("QPIP_FUZZ_TRACE").is_some())
+}
+
+/// Prints a trace line when tracing is on.
+#[macro_export]
+macro_rules! trace {
+    ($($arg:tt)*) => {
+        if $crate::trace() {
+            eprintln!($($arg)*);
+        }
+    };
+}
+
+// ---- input decoding and seed encoding -------------------------------------------------------
+
+/// A fuzz input read front to back. Reads past the end give zeros, so every input decodes.
+pub struct Input<'a> {
+    data: &'a [u8],
+}
+
+impl<'a> Input<'a> {
+    pub fn new(data: &'a [u8]) -> Self {
+        Input { data }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let take = n.min(self.data.len());
+        let mut v = self.data[..take].to_vec();
+        v.resize(n, 0);
+        self.data = &self.data[take..];
+        v
+    }
+
+    pub fn array<const N: usize>(&mut self) -> [u8; N] {
+        self.bytes(N).try_into().expect("N bytes")
+    }
+
+    pub fn u8(&mut self) -> u8 {
+        self.array::<1>()[0]
+    }
+
+    pub fn u16(&mut self) -> u16 {
+        u16::from_le_bytes(self.array())
+    }
+
+    pub fn u32(&mut self) -> u32 {
+        u32::from_le_bytes(self.array())
+    }
+
+    pub fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.array())
+    }
+
+    pub fn bool(&mut self) -> bool {
+        self.u8() & 1 != 0
+    }
+
+    /// A choice among `n` alternatives.
+    pub fn choose(&mut self, n: usize) -> usize {
+        self.u8() as usize % n
+    }
+
+    /// One of `values` (by a choice byte), or, for the choice after the last, any u32.
+    pub fn one_of(&mut self, values: &[u32]) -> u32 {
+        match self.choose(values.len() + 1) {
+            i if i < values.len() => values[i],
+            _ => self.u32(),
+        }
+    }
+}
+
+/// Writes what [`Input`] reads: the encoder of the seed corpora.
+#[derive(Default)]
+pub struct Seed(pub Vec<u8>);
+
+impl Seed {
+    pub fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    pub fn u16(&mut self, v: u16) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.0.extend_from_slice(v);
+        self
+    }
+}
+
+// ---- a synchronous device -------------------------------------------------------------------
+
+/// Guest-physical base of the fuzzers' guest RAM (above 4 GiB, like the device tests, so the
+/// high halves of addresses matter).
+pub const RAM_BASE: u64 = 0x1_0000_0000;
+/// Guest RAM size: small, so checking all of it after every step stays cheap.
+pub const RAM_SIZE: u64 = 256 << 10;
+pub const PAGE: u64 = 4096;
+/// Admin queue depth.
+pub const ADMIN_DEPTH: u32 = 16;
+/// Where the admin rings and the query buffer live (pages 0, 1, 2 of RAM).
+pub const ADMIN_SQ: u64 = RAM_BASE;
+pub const ADMIN_CQ: u64 = RAM_BASE + PAGE;
+pub const QUERY_BUF: u64 = RAM_BASE + 2 * PAGE;
+/// Pages from here on are handed out by [`SyncDevice::alloc_pages`].
+const FIRST_FREE_PAGE: u64 = 3;
+
+/// The engine on the caller's thread with its own guest RAM and doorbell BAR.
+pub struct SyncDevice {
+    pub engine: Engine,
+    /// The engine's control channel, unused: messages are handed to `Engine::handle`
+    /// directly. Kept so the engine's receiver stays connected.
+    _tx: Sender<Control>,
+    _ram: File,
+    /// The harness's own mapping of guest RAM (what the guest's CPU would see).
+    map: *mut u8,
+    pub doorbells: Arc<DoorbellBar>,
+    pub irqs: Arc<Interrupts>,
+    next_page: u64,
+    admin_tail: u32,
+    admin_head: u32,
+    next_cmd_id: u32,
+    /// Submitted commands not yet completed, by cmd_id.
+    pub outstanding: HashMap<u32, AdminCmd>,
+    /// Commands that were outstanding when the admin queue was set up again or the device
+    /// reset. A waiting command may still be answered later (with CANCELLED, when its object
+    /// goes), so such a completion is accepted, once.
+    forgotten: HashMap<u32, AdminCmd>,
+    /// Set when the harness lies to the device on purpose (admin indices out of line): the
+    /// device may then legitimately re-run old commands and overwrite completions, so the
+    /// completion bookkeeping only checks what still holds.
+    pub hostile: bool,
+    /// What guest RAM should hold if the device wrote nothing: RAM as of the last
+    /// [`Self::check_writes`], plus the harness's own writes since.
+    shadow: Vec<u8>,
+}
+
+fn memfd(name: &std::ffi::CStr, len: u64) -> File {
+    // SAFETY: memfd_create with a valid NUL-terminated name; the fd is owned by the File.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+    let f = unsafe { File::from_raw_fd(fd) };
+    f.set_len(len).expect("size the memfd");
+    f
+}
+
+impl SyncDevice {
+    /// A fresh device with its admin queue enabled (as the control thread does once the driver
+    /// has programmed valid rings).
+    pub fn new() -> SyncDevice {
+        let ram = memfd(c"fuzz-guest-ram", RAM_SIZE);
+        let mut guest_ram = GuestRam::new();
+        guest_ram
+            .map(RAM_BASE, RAM_SIZE, 0, Some(ram.try_clone().expect("dup memfd")))
+            .expect("map guest RAM");
+        let doorbells = Arc::new(DoorbellBar::new(DOORBELL_BAR_SIZE as usize).expect("doorbell BAR"));
+        let irqs = Arc::new(Interrupts::new(MSIX_VECTORS as usize));
+        let shared = Shared::new(guest_ram.memory(), doorbells.clone(), irqs.clone());
+        let (tx, rx) = mpsc::channel();
+        let engine = Engine::new(shared, EngineConfig::default(), rx);
+        // SAFETY: a fresh shared mapping of the memfd, checked for failure; unmapped in Drop.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                RAM_SIZE as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&ram),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED, "mmap guest RAM");
+        let mut d = SyncDevice {
+            engine,
+            _tx: tx,
+            _ram: ram,
+            map: map.cast(),
+            doorbells,
+            irqs,
+            next_page: FIRST_FREE_PAGE,
+            admin_tail: 0,
+            admin_head: 0,
+            next_cmd_id: 1,
+            outstanding: HashMap::new(),
+            forgotten: HashMap::new(),
+            hostile: false,
+            shadow: vec![0u8; RAM_SIZE as usize],
+        };
+        d.enable_admin();
+        d
+    }
+
+    /// Delivers one control message to the engine, as the control thread would.
+    pub fn control(&mut self, msg: Control) {
+        self.engine.handle(msg);
+    }
+
+    /// Enables the admin queue afresh (indices back to 0).
+    pub fn enable_admin(&mut self) {
+        self.control(Control::AdminEnable { sq: ADMIN_SQ, cq: ADMIN_CQ, depth: ADMIN_DEPTH });
+        self.admin_tail = 0;
+        self.admin_head = 0;
+        self.forgotten.extend(self.outstanding.drain());
+        // Old completions must not look new to the next pass.
+        self.write(ADMIN_CQ, &[0u8; (ADMIN_DEPTH * 32) as usize]);
+    }
+
+    /// Function reset through the engine (what REG_CONTROL.RESET and FLR do), then a new
+    /// admin queue.
+    pub fn reset(&mut self) {
+        let (ack, done) = mpsc::channel();
+        self.control(Control::Reset(ack));
+        done.try_recv().expect("reset acknowledged synchronously");
+        self.doorbells.clear();
+        self.enable_admin();
+    }
+
+    /// Runs the engine until it has nothing left to do (bounded: a hostile doorbell must not
+    /// make a step endless, and a correct engine settles in a few passes).
+    pub fn run(&mut self) {
+        for _ in 0..64 {
+            if !self.engine.poll_once() {
+                return;
+            }
+        }
+    }
+
+    /// Guest RAM as the harness sees it. The engine may write it only while the harness
+    /// calls into it (everything runs on this thread), so no access races with the device.
+    pub fn ram(&self) -> &[u8] {
+        // SAFETY: the mapping is RAM_SIZE bytes and lives as long as self.
+        unsafe { std::slice::from_raw_parts(self.map, RAM_SIZE as usize) }
+    }
+
+    fn ram_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in ram(); &mut self keeps the harness's own accesses exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.map, RAM_SIZE as usize) }
+    }
+
+    pub fn write(&mut self, gpa: u64, data: &[u8]) {
+        let at = (gpa - RAM_BASE) as usize;
+        self.ram_mut()[at..at + data.len()].copy_from_slice(data);
+        self.shadow[at..at + data.len()].copy_from_slice(data);
+    }
+
+    /// Asserts the device wrote guest RAM only inside `writable` since the last check.
+    pub fn check_writes(&mut self, writable: &Writable) {
+        let mut shadow = std::mem::take(&mut self.shadow);
+        writable.check(self.ram(), &mut shadow);
+        self.shadow = shadow;
+    }
+
+    pub fn read(&self, gpa: u64, len: usize) -> Vec<u8> {
+        let at = (gpa - RAM_BASE) as usize;
+        self.ram()[at..at + len].to_vec()
+    }
+
+    pub fn write_obj<T: IntoBytes + Immutable>(&mut self, gpa: u64, v: &T) {
+        self.write(gpa, v.as_bytes());
+    }
+
+    pub fn read_obj<T: FromBytes>(&self, gpa: u64) -> T {
+        T::read_from_bytes(&self.read(gpa, std::mem::size_of::<T>())).expect("sized")
+    }
+
+    /// `n` fresh zeroed pages, contiguous; their guest-physical address.
+    pub fn alloc_pages(&mut self, n: u64) -> u64 {
+        assert!((self.next_page + n) * PAGE <= RAM_SIZE, "fuzz guest RAM exhausted");
+        let at = RAM_BASE + self.next_page * PAGE;
+        self.next_page += n;
+        at
+    }
+
+    /// Writes a page list for `pages` and returns its address.
+    pub fn page_list(&mut self, pages: &[u64]) -> u64 {
+        let at = self.alloc_pages((pages.len() as u64 * 8).div_ceil(PAGE).max(1));
+        self.write(at, pages.as_bytes());
+        at
+    }
+
+    // -- doorbells --
+
+    pub fn db_write(&self, ctx: u32, off: u32, value: u32) {
+        let at = ctx as u64 * DOORBELL_PAGE_SIZE as u64 + off as u64;
+        self.doorbells.write(at, &value.to_le_bytes()).expect("doorbell offset in the BAR");
+    }
+
+    pub fn db_read(&self, ctx: u32, off: u32) -> u32 {
+        let mut b = [0u8; 4];
+        let at = ctx as u64 * DOORBELL_PAGE_SIZE as u64 + off as u64;
+        self.doorbells.read(at, &mut b).expect("doorbell offset in the BAR");
+        u32::from_le_bytes(b)
+    }
+
+    /// Rings a doorbell the way the ABI prescribes: the value, then the page's change count.
+    pub fn ring(&self, ctx: u32, off: u32, value: u32) {
+        self.db_write(ctx, off, value);
+        let c = self.db_read(ctx, DB_CHANGE_COUNT);
+        self.db_write(ctx, DB_CHANGE_COUNT, c.wrapping_add(1));
+    }
+
+    // -- admin queue --
+
+    /// Puts a command in the submission ring and tells the engine (REG_ADMIN_SQ_TAIL), without
+    /// running it. The harness assigns cmd_id.
+    pub fn submit(&mut self, mut cmd: AdminCmd) -> u32 {
+        let id = self.next_cmd_id;
+        self.next_cmd_id = self.next_cmd_id.wrapping_add(1).max(1);
+        cmd.cmd_id = id;
+        trace!("submit #{id}: opcode {:#04x} ctx {} handle {:#x} body {:02x?}", cmd.opcode, cmd.ctx, cmd.handle, &cmd.body[..24]);
+        let at = ADMIN_SQ + (self.admin_tail % ADMIN_DEPTH) as u64 * 64;
+        self.write_obj(at, &cmd);
+        self.admin_tail = self.admin_tail.wrapping_add(1);
+        self.outstanding.insert(id, cmd);
+        self.control(Control::AdminSqTail(self.admin_tail));
+        id
+    }
+
+    /// Takes every completion the device has written, releasing the slots
+    /// (REG_ADMIN_CQ_HEAD). Checks each against the command it completes.
+    pub fn completions(&mut self) -> Vec<(AdminCmd, AdminCqe)> {
+        let mut out = Vec::new();
+        let start = self.admin_head;
+        loop {
+            let at = ADMIN_CQ + (self.admin_head % ADMIN_DEPTH) as u64 * 32;
+            let c: AdminCqe = self.read_obj(at);
+            let phase = ((self.admin_head / ADMIN_DEPTH) & 1 ^ 1) as u8;
+            if c.phase & 1 != phase {
+                break;
+            }
+            self.admin_head = self.admin_head.wrapping_add(1);
+            trace!(
+                "  complete #{}: opcode {:#04x} status {} results {:#x} {:#x} {:#x}",
+                c.cmd_id, c.opcode, c.status, c.result0, c.result1, c.result2
+            );
+            match self.outstanding.remove(&c.cmd_id) {
+                Some(cmd) => {
+                    check_admin_cqe(&cmd, &c);
+                    out.push((cmd, c));
+                }
+                None if self.hostile => {}
+                None if self.forgotten.contains_key(&c.cmd_id) => {
+                    let cmd = self.forgotten.remove(&c.cmd_id).expect("present");
+                    check_admin_cqe(&cmd, &c);
+                }
+                None => panic!("completion for a command not outstanding: {c:?}"),
+            }
+            if out.len() > ADMIN_DEPTH as usize || self.admin_head.wrapping_sub(start) > ADMIN_DEPTH {
+                assert!(self.hostile, "more completions than ring slots");
+                break;
+            }
+        }
+        if !out.is_empty() {
+            self.control(Control::AdminCqHead(self.admin_head));
+        }
+        out
+    }
+
+    /// Submits, runs the engine and returns the command's completion (synchronous commands).
+    pub fn call(&mut self, cmd: AdminCmd) -> AdminCqe {
+        let id = self.submit(cmd);
+        self.run();
+        let done = self.completions();
+        done.into_iter()
+            .find(|(_, c)| c.cmd_id == id)
+            .map(|(_, c)| c)
+            .unwrap_or_else(|| panic!("admin command {:#x} did not complete at once", cmd.opcode))
+    }
+
+    /// As [`Self::call`], for commands the setup needs to succeed; returns result0/result1.
+    pub fn must(&mut self, cmd: AdminCmd) -> (u64, u64) {
+        let c = self.call(cmd);
+        assert_eq!(c.status, ADMIN_STATUS_OK, "setup command {:#x} failed: {c:?}", cmd.opcode);
+        (c.result0, c.result1)
+    }
+
+    // -- object set-up helpers (for the data-path target) --
+
+    pub fn create_ctx(&mut self) -> u32 {
+        self.must(cmd0(ADMIN_OP_CREATE_CTX, 0, 0)).0 as u32
+    }
+
+    /// A CQ of `depth` entries in fresh pages; (id, doorbell slot, ring base).
+    pub fn create_cq(&mut self, ctx: u32, depth: u32, vector: u32) -> (u32, u32, u64) {
+        let npages = (depth as u64 * CQE_SIZE as u64).div_ceil(PAGE);
+        let ring = self.alloc_pages(npages);
+        let pages: Vec<u64> = (0..npages).map(|i| ring + i * PAGE).collect();
+        let mut a = CreateCqArgs::new_zeroed();
+        a.page_list = self.page_list(&pages);
+        a.npages = npages as u32;
+        a.depth = depth;
+        a.vector = vector;
+        let (id, slot) = self.must(cmd(ADMIN_OP_CREATE_CQ, ctx, 0, &a));
+        (id as u32, slot as u32, ring)
+    }
+
+    /// A QP with rings of `depth` in fresh pages; (id, doorbell slot, sq base, rq base).
+    pub fn create_qp(&mut self, ctx: u32, scq: u32, rcq: u32, depth: u32, qp_type: u8) -> (u32, u32, u64, u64) {
+        let npages = (depth as u64 * WQE_SIZE as u64).div_ceil(PAGE);
+        let sq = self.alloc_pages(npages);
+        let rq = self.alloc_pages(npages);
+        let mut a = CreateQpArgs::new_zeroed();
+        a.sq_page_list = self.page_list(&(0..npages).map(|i| sq + i * PAGE).collect::<Vec<_>>());
+        a.rq_page_list = self.page_list(&(0..npages).map(|i| rq + i * PAGE).collect::<Vec<_>>());
+        a.send_cq = scq;
+        a.recv_cq = rcq;
+        a.sq_depth = depth;
+        a.rq_depth = depth;
+        a.sq_npages = npages as u16;
+        a.rq_npages = npages as u16;
+        a.qp_type = qp_type;
+        a.framing = if qp_type == QP_TYPE_TCP { FRAMING_MESSAGE } else { 0 };
+        let (id, slot) = self.must(cmd(ADMIN_OP_CREATE_QP, ctx, 0, &a));
+        (id as u32, slot as u32, sq, rq)
+    }
+
+    /// Registers `len` bytes at `offset` into `npages` fresh pages; (lkey, iova, first page).
+    pub fn reg_mr(&mut self, ctx: u32, npages: u64, offset: u32, len: u64, access: u32) -> (u32, u64, u64) {
+        let base = self.alloc_pages(npages);
+        let pages: Vec<u64> = (0..npages).map(|i| base + i * PAGE).collect();
+        let iova = 0x7f00_0000_0000 + base - RAM_BASE + offset as u64;
+        let mut a = RegMrArgs::new_zeroed();
+        a.page_list = self.page_list(&pages);
+        a.iova = iova;
+        a.length = len;
+        a.npages = npages as u32;
+        a.first_page_offset = offset;
+        a.access = access;
+        let (lkey, _) = self.must(cmd(ADMIN_OP_REG_MR, ctx, 0, &a));
+        (lkey as u32, iova, base)
+    }
+
+    pub fn bind(&mut self, ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> u16 {
+        let mut a = BindArgs::new_zeroed();
+        a.addr = addr;
+        a.port = port;
+        self.must(cmd(ADMIN_OP_BIND, ctx, qp, &a)).0 as u16
+    }
+}
+
+impl Drop for SyncDevice {
+    fn drop(&mut self) {
+        // SAFETY: mapped in new() with this size, not used after this.
+        unsafe { libc::munmap(self.map.cast(), RAM_SIZE as usize) };
+    }
+}
+
+impl Default for SyncDevice {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Whatever the command, its completion must echo it and follow the ABI's rules.
+pub fn check_admin_cqe(cmd: &AdminCmd, c: &AdminCqe) {
+    assert_eq!(c.opcode, cmd.opcode, "completion echoes the opcode: {c:?}");
+    assert!(c.status <= ADMIN_STATUS_TIMEOUT, "unknown admin status: {c:?}");
+    assert_eq!(c.reserved, [0; 3], "reserved bytes are zero: {c:?}");
+    if c.status != ADMIN_STATUS_OK {
+        assert!(c.result0 == 0 && c.result1 == 0 && c.result2 == 0, "results are 0 on error: {c:?}");
+    }
+    let asynchronous = matches!(cmd.opcode, ADMIN_OP_ACCEPT | ADMIN_OP_CONNECT | ADMIN_OP_CLOSE);
+    if c.status == ADMIN_STATUS_CANCELLED {
+        assert!(asynchronous, "only waiting commands are cancelled: {c:?}");
+    }
+}
+
+/// An admin command with an argument body.
+pub fn cmd<T: IntoBytes + Immutable>(opcode: u16, ctx: u32, handle: u32, body: &T) -> AdminCmd {
+    let mut c = cmd0(opcode, ctx, handle);
+    c.body.copy_from_slice(body.as_bytes());
+    c
+}
+
+/// An admin command without arguments.
+pub fn cmd0(opcode: u16, ctx: u32, handle: u32) -> AdminCmd {
+    let mut c = AdminCmd::new_zeroed();
+    c.opcode = opcode;
+    c.ctx = ctx;
+    c.handle = handle;
+    c
+}
+
+/// Byte ranges (guest-physical, half-open) the device may write.
+#[derive(Default, Clone)]
+pub struct Writable(pub Vec<(u64, u64)>);
+
+impl Writable {
+    pub fn add(&mut self, start: u64, len: u64) {
+        self.0.push((start, start.saturating_add(len)));
+    }
+
+    /// Asserts that RAM (`now`) differs from `shadow` only inside the writable ranges, then
+    /// brings `shadow` up to date.
+    fn check(&self, now: &[u8], shadow: &mut [u8]) {
+        // Page by page: almost every page is unchanged, and slice equality is fast.
+        let page = PAGE as usize;
+        for (p, (np, sp)) in now.chunks(page).zip(shadow.chunks_mut(page)).enumerate() {
+            if np == sp {
+                continue;
+            }
+            for (j, (a, b)) in np.iter().zip(sp.iter()).enumerate() {
+                if a == b {
+                    continue;
+                }
+                let gpa = RAM_BASE + (p * page + j) as u64;
+                assert!(
+                    self.0.iter().any(|&(s, e)| gpa >= s && gpa < e),
+                    "the device wrote guest RAM it had no right to write: byte {gpa:#x} \
+                     ({b:#04x} -> {a:#04x})"
+                );
+            }
+            sp.copy_from_slice(np);
+        }
+    }
+}
