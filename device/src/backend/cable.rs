@@ -6,9 +6,17 @@
 //! (nobody accepts a connection on it) and taken over. Either end may stop and start
 //! again; frames sent while the other end is absent are lost, as on an unplugged cable.
 //! No privileges are needed.
+//!
+//! A unix datagram socket refuses to queue more than `net.unix.max_dgram_qlen` (often 10)
+//! datagrams at the receiver, far fewer than the fragments of one large datagram. So
+//! frames the receiver has no room for yet wait here, in order, in a bounded backlog that
+//! is retried on every call (and [`Backend::next_deadline`] asks to be called soon while
+//! it is not empty), as a NIC's transmit ring would hold them.
 
+use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 
@@ -20,7 +28,13 @@ pub struct Cable {
     peer: PathBuf,
     /// Frames sent while nobody was at the other end.
     pub unplugged_drops: u64,
+    backlog: VecDeque<Vec<u8>>,
 }
+
+/// Frames the backlog holds at most (beyond, `send` refuses with `WouldBlock`).
+pub const BACKLOG: usize = 4096;
+/// How soon a non-empty backlog is retried.
+const RETRY: Duration = Duration::from_micros(200);
 
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
@@ -56,6 +70,7 @@ impl Cable {
                             own: own.clone(),
                             peer: peer.clone(),
                             unplugged_drops: 0,
+                            backlog: VecDeque::new(),
                         });
                     }
                     Err(e) if e.kind() == io::ErrorKind::AddrInUse && attempt == 0 => {
@@ -96,10 +111,12 @@ impl Drop for Cable {
     }
 }
 
-impl Backend for Cable {
-    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+impl Cable {
+    /// Sends one frame now: Ok(true) sent (or lost to an absent peer), Ok(false) no room.
+    fn try_send(&mut self, frame: &[u8]) -> io::Result<bool> {
         match self.sock.send_to(frame, &self.peer) {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
             Err(e)
                 if matches!(
                     e.kind(),
@@ -107,13 +124,47 @@ impl Backend for Cable {
                 ) =>
             {
                 self.unplugged_drops += 1;
-                Ok(())
+                Ok(true)
             }
             Err(e) => Err(e),
         }
     }
 
+    fn flush_backlog(&mut self) -> io::Result<()> {
+        while let Some(f) = self.backlog.front() {
+            let f = f.clone();
+            if !self.try_send(&f)? {
+                break;
+            }
+            self.backlog.pop_front();
+        }
+        Ok(())
+    }
+}
+
+impl Backend for Cable {
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.flush_backlog()?;
+        if self.backlog.is_empty() && self.try_send(frame)? {
+            return Ok(());
+        }
+        if self.backlog.len() >= BACKLOG {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        self.backlog.push_back(frame.to_vec());
+        Ok(())
+    }
+
+    fn poll(&mut self, _now: Instant) -> io::Result<()> {
+        self.flush_backlog()
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        (!self.backlog.is_empty()).then(|| Instant::now() + RETRY)
+    }
+
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        self.flush_backlog()?;
         loop {
             match self.sock.recv_from(buf) {
                 Ok((n, from)) => {

@@ -1,0 +1,278 @@
+//! Two stacks on one link: the in-memory pair (with and without a bad link between them)
+//! and the cable backend. Datagrams carry their own hash, so anything corrupt that got
+//! through would be seen; losses are accounted for, never hidden.
+
+mod net_oracle;
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::Ipv6Addr;
+use std::os::unix::net::UnixDatagram;
+use std::time::{Duration, Instant};
+
+use qpip_device::backend::{cable::Cable, link::Link, memory, Backend, ImpairSpec};
+use qpip_device::net::{Delivery, DropReason, Interface, NetConfig, Stack};
+
+const MAC_A: [u8; 6] = [0x02, 0x51, 0x50, 0, 0, 0x0a];
+const MAC_B: [u8; 6] = [0x02, 0x51, 0x50, 0, 0, 0x0b];
+const A: Ipv6Addr = Ipv6Addr::new(0xfd51, 0x5050, 0, 0, 0, 0, 1, 0xa);
+const B: Ipv6Addr = Ipv6Addr::new(0xfd51, 0x5050, 0, 0, 0, 0, 1, 0xb);
+
+fn config(mac: [u8; 6], addr: Ipv6Addr, seed: u64) -> NetConfig {
+    let mut c = NetConfig::new(mac);
+    c.addrs.push((addr, 64));
+    c.seed = Some(seed);
+    c
+}
+
+/// FNV-1a, enough to tell a damaged datagram from an intact one.
+fn fnv(b: &[u8]) -> u64 {
+    b.iter()
+        .fold(0xcbf2_9ce4_8422_2325, |h, &x| (h ^ x as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+/// `[seq u32][hash u64][body]`, the body a pattern of the seed and sequence.
+fn datagram(seq: u32, len: usize) -> Vec<u8> {
+    let body: Vec<u8> = (0..len).map(|i| (i as u32).wrapping_mul(seq | 1).wrapping_add(seq) as u8).collect();
+    let mut d = seq.to_be_bytes().to_vec();
+    d.extend_from_slice(&fnv(&body).to_be_bytes());
+    d.extend_from_slice(&body);
+    d
+}
+
+/// Checks a received datagram; returns its sequence number.
+fn verify(d: &[u8]) -> u32 {
+    assert!(d.len() >= 12, "short datagram {}", d.len());
+    let seq = u32::from_be_bytes(d[..4].try_into().unwrap());
+    let h = u64::from_be_bytes(d[4..12].try_into().unwrap());
+    assert_eq!(fnv(&d[12..]), h, "datagram {seq} arrived damaged");
+    assert_eq!(d, &datagram(seq, d.len() - 12)[..], "datagram {seq} is not what was sent");
+    seq
+}
+
+struct Received {
+    seqs: Vec<u32>,
+}
+
+/// Moves frames both ways and runs timers until nothing is pending for `quiet`.
+fn pump(a: &mut Interface, b: &mut Interface, ra: &mut Received, rb: &mut Received, quiet: Duration, limit: Duration) {
+    let start = Instant::now();
+    let mut idle_since = Instant::now();
+    while start.elapsed() < limit {
+        let now = Instant::now();
+        let n = a.poll_rx(now, 256, |d| {
+            ra.seqs.push(verify(d.payload()));
+            Delivery::Delivered
+        }) + b.poll_rx(now, 256, |d| {
+            rb.seqs.push(verify(d.payload()));
+            Delivery::Delivered
+        });
+        a.poll_timers(now);
+        b.poll_timers(now);
+        let held = a.backend().next_deadline().is_some() || b.backend().next_deadline().is_some();
+        if n > 0 || held {
+            idle_since = Instant::now();
+        } else if idle_since.elapsed() >= quiet {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+fn sizes(n: u32, max: usize, seed: u64) -> Vec<usize> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..n)
+        .map(|i| match i % 4 {
+            0 => rng.usize(0..64),
+            1 => rng.usize(64..1440),
+            2 => rng.usize(1440..4000),
+            _ => rng.usize(4000..=max),
+        })
+        .collect()
+}
+
+/// Both ways at once; returns the stacks' interfaces and what each received.
+fn exchange(
+    impair: Option<&str>,
+    pcap: Option<&std::path::Path>,
+    n: u32,
+    max: usize,
+) -> (Interface, Interface, Received, Received, Vec<usize>) {
+    let (la, lb) = memory::pair().unwrap();
+    let spec: Option<ImpairSpec> = impair.map(|s| s.parse().unwrap());
+    // Only A's side is impaired (both directions): B's frames reach A's capture intact.
+    let la: Box<dyn Backend> = if spec.is_some() || pcap.is_some() {
+        Box::new(Link::new(la, pcap, spec.as_ref()).unwrap())
+    } else {
+        Box::new(la)
+    };
+    let t = Instant::now();
+    let mut a = Interface::new(Stack::new(&config(MAC_A, A, 1), t), la);
+    let mut b = Interface::new(Stack::new(&config(MAC_B, B, 2), t), Box::new(lb));
+    let (mut ra, mut rb) = (Received { seqs: vec![] }, Received { seqs: vec![] });
+    let sz = sizes(n, max, 42);
+    for (i, &len) in sz.iter().enumerate() {
+        let now = Instant::now();
+        a.stack.send_udp(None, 1000, B, 9, &datagram(i as u32, len), now).unwrap();
+        b.stack.send_udp(None, 2000, A, 9, &datagram(i as u32, len), now).unwrap();
+        a.flush();
+        b.flush();
+        if i % 8 == 7 {
+            pump(&mut a, &mut b, &mut ra, &mut rb, Duration::ZERO, Duration::from_millis(50));
+        }
+    }
+    pump(&mut a, &mut b, &mut ra, &mut rb, Duration::from_millis(50), Duration::from_secs(10));
+    (a, b, ra, rb, sz)
+}
+
+#[test]
+fn clean_link_delivers_everything_exactly_once() {
+    let (a, b, ra, rb, sz) = exchange(None, None, 200, 65000);
+    for r in [&ra, &rb] {
+        let mut s = r.seqs.clone();
+        s.sort();
+        assert_eq!(s, (0..sz.len() as u32).collect::<Vec<_>>());
+    }
+    for s in [&a.stack, &b.stack] {
+        // Only the other's start-up probes for its own addresses.
+        assert_eq!(s.stats().total_dropped(), 2, "{:?}", s.stats());
+        assert_eq!(s.stats().dropped(DropReason::NotForUs), 2);
+        assert!(s.stats().fragmented_tx > 0 && s.stats().reassembled > 0);
+        assert_eq!(s.stats().udp_rx, 200);
+    }
+}
+
+#[test]
+fn bad_link_loses_but_never_corrupts() {
+    let dir = tempdir();
+    for seed in [1u64, 2, 3] {
+        let pcap = dir.join(format!("a-{seed}.pcap"));
+        let spec = format!("loss=3,reorder=25,dup=2,corrupt=1,delay=1,jitter=1,seed={seed}");
+        let (a, b, ra, rb, sz) = exchange(Some(&spec), Some(&pcap), 300, 20000);
+        for (who, r) in [("A", &ra), ("B", &rb)] {
+            let unique: HashSet<u32> = r.seqs.iter().copied().collect();
+            // Small datagrams: a frame each, ~6 % lost or damaged. Big ones: up to 14
+            // fragments, each of which must make it.
+            let (mut small_ok, mut small) = (0, 0);
+            for (i, &len) in sz.iter().enumerate() {
+                if len + 12 + 48 <= 1500 {
+                    small += 1;
+                    small_ok += unique.contains(&(i as u32)) as u32;
+                }
+            }
+            assert!(small_ok * 100 >= small * 85, "seed {seed} {who}: {small_ok} of {small} small datagrams");
+            assert!(unique.len() * 100 >= sz.len() * 50, "seed {seed} {who}: {} of {}", unique.len(), sz.len());
+            eprintln!(
+                "seed {seed}: {who} received {} datagrams ({} distinct) of {}",
+                r.seqs.len(),
+                unique.len(),
+                sz.len()
+            );
+        }
+        // The damage shows in the counters, not in the data.
+        let drops: BTreeMap<_, _> = a.stack.stats().iter().chain(b.stack.stats().iter()).filter(|(k, v)| *v > 0 && k.starts_with("drop_")).collect();
+        eprintln!("seed {seed}: drops {drops:?}");
+        assert!(a.stack.stats().dropped(DropReason::BadChecksum) + b.stack.stats().dropped(DropReason::BadChecksum) > 0);
+        drop(a);
+        drop(b);
+        // The capture holds every frame intact: ours before the impairment, the peer's
+        // as it sent them.
+        let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(&pcap).unwrap()).unwrap();
+        let mut n = 0;
+        while let Some(p) = r.next_packet() {
+            let p = p.unwrap();
+            net_oracle::check(&p.data);
+            n += 1;
+        }
+        assert!(n > 300, "{n} frames captured");
+    }
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("qpip-net-pair-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn memory_link_fd_is_readable_while_frames_wait() {
+    let (mut x, mut y) = memory::pair().unwrap();
+    let readable = |fd| {
+        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    };
+    assert!(!readable(y.fd()));
+    x.send(b"one").unwrap();
+    x.send(b"two").unwrap();
+    assert!(readable(y.fd()));
+    let mut buf = [0u8; 16];
+    assert_eq!(y.recv(&mut buf).unwrap(), Some(3));
+    assert!(readable(y.fd()));
+    assert_eq!(y.recv(&mut buf).unwrap(), Some(3));
+    assert!(!readable(y.fd()));
+    assert_eq!(y.recv(&mut buf).unwrap(), None);
+    for _ in 0..memory::QUEUE_LIMIT {
+        x.send(b"f").unwrap();
+    }
+    assert_eq!(x.send(b"f").unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
+}
+
+#[test]
+fn cable_joins_two_ends_and_survives_a_restart() {
+    let dir = tempdir();
+    let path = dir.join("cable");
+    let mut a = Cable::open(&path).unwrap();
+    let mut b = Cable::open(&path).unwrap();
+    assert_eq!(a.own_path(), dir.join("cable.a"));
+    assert_eq!(b.own_path(), dir.join("cable.b"));
+    let err = Cable::open(&path).err().expect("a third end is refused");
+    assert!(err.to_string().contains("already has both ends"), "{err}");
+    let mut buf = vec![0u8; 9100];
+    let big = vec![7u8; 9014];
+    a.send(&big).unwrap();
+    b.send(b"back").unwrap();
+    assert_eq!(b.recv(&mut buf).unwrap(), Some(9014));
+    assert_eq!(a.recv(&mut buf).unwrap(), Some(4));
+    assert_eq!(a.recv(&mut buf).unwrap(), None);
+    // Frames from anyone else are ignored.
+    let stranger = UnixDatagram::unbound().unwrap();
+    stranger.send_to(b"intruder", dir.join("cable.a")).unwrap();
+    assert_eq!(a.recv(&mut buf).unwrap(), None);
+    // B goes away: A's frames are lost, not an error. B comes back and takes its end again.
+    drop(b);
+    a.send(b"lost").unwrap();
+    assert_eq!(a.unplugged_drops, 1);
+    let mut b = Cable::open(&path).unwrap();
+    assert_eq!(b.own_path(), dir.join("cable.b"));
+    a.send(b"again").unwrap();
+    assert_eq!(b.recv(&mut buf).unwrap(), Some(5));
+    // An end that died without cleaning up leaves a socket file that is taken over.
+    drop(a);
+    let stale = UnixDatagram::bind(dir.join("cable.a")).unwrap();
+    drop(stale); // the file stays
+    assert!(dir.join("cable.a").exists());
+    let mut a = Cable::open(&path).unwrap();
+    assert_eq!(a.own_path(), dir.join("cable.a"));
+    b.send(b"hi").unwrap();
+    assert_eq!(a.recv(&mut buf).unwrap(), Some(2));
+    drop(a);
+    drop(b);
+    assert!(!dir.join("cable.a").exists() && !dir.join("cable.b").exists());
+}
+
+#[test]
+fn two_stacks_over_a_cable() {
+    let dir = tempdir();
+    let path = dir.join("stacks");
+    let t = Instant::now();
+    let mut a = Interface::new(Stack::new(&config(MAC_A, A, 1), t), Box::new(Cable::open(&path).unwrap()));
+    let mut b = Interface::new(Stack::new(&config(MAC_B, B, 2), t), Box::new(Cable::open(&path).unwrap()));
+    let (mut ra, mut rb) = (Received { seqs: vec![] }, Received { seqs: vec![] });
+    for (i, len) in [0usize, 1000, 8000, 30000, 65515].into_iter().enumerate() {
+        a.stack.send_udp(None, 1, B, 9, &datagram(i as u32, len), Instant::now()).unwrap();
+        a.flush();
+    }
+    pump(&mut a, &mut b, &mut ra, &mut rb, Duration::from_millis(50), Duration::from_secs(5));
+    assert_eq!(rb.seqs, vec![0, 1, 2, 3, 4]);
+    assert!(ra.seqs.is_empty());
+}
