@@ -143,7 +143,7 @@ fn clean_link_delivers_everything_exactly_once() {
 
 #[test]
 fn bad_link_loses_but_never_corrupts() {
-    let dir = tempdir();
+    let dir = tempdir("bad-link");
     for seed in [1u64, 2, 3] {
         let pcap = dir.join(format!("a-{seed}.pcap"));
         let spec = format!("loss=3,reorder=25,dup=2,corrupt=1,delay=1,jitter=1,seed={seed}");
@@ -185,10 +185,11 @@ fn bad_link_loses_but_never_corrupts() {
         }
         assert!(n > 300, "{n} frames captured");
     }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn tempdir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("qpip-net-pair-{}", std::process::id()));
+fn tempdir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("qpip-net-pair-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -219,7 +220,7 @@ fn memory_link_fd_is_readable_while_frames_wait() {
 
 #[test]
 fn cable_joins_two_ends_and_survives_a_restart() {
-    let dir = tempdir();
+    let dir = tempdir("cable");
     let path = dir.join("cable");
     let mut a = Cable::open(&path).unwrap();
     let mut b = Cable::open(&path).unwrap();
@@ -258,11 +259,12 @@ fn cable_joins_two_ends_and_survives_a_restart() {
     drop(a);
     drop(b);
     assert!(!dir.join("cable.a").exists() && !dir.join("cable.b").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn two_stacks_over_a_cable() {
-    let dir = tempdir();
+    let dir = tempdir("stacks");
     let path = dir.join("stacks");
     let t = Instant::now();
     let mut a = Interface::new(Stack::new(&config(MAC_A, A, 1), t), Box::new(Cable::open(&path).unwrap()));
@@ -275,4 +277,6 @@ fn two_stacks_over_a_cable() {
     pump(&mut a, &mut b, &mut ra, &mut rb, Duration::from_millis(50), Duration::from_secs(5));
     assert_eq!(rb.seqs, vec![0, 1, 2, 3, 4]);
     assert!(ra.seqs.is_empty());
+    drop((a, b));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

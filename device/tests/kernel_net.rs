@@ -1,0 +1,503 @@
+//! The device's network against the Linux kernel: a network namespace made for the test,
+//! a TAP in it with the lab's host address (fd51:5050::1/64), the stack on the TAP from
+//! this process, and in the namespace `ping -6`, kernel UDP sockets, nftables random loss,
+//! and `tshark` reading the device's capture.
+//!
+//! Needs root (CI runs as root); without it the tests say so and pass. Host packages:
+//! iproute2 (`ip`), iputils-ping, nftables, tshark — a missing one skips its part with a
+//! message naming the package.
+
+mod net_oracle;
+
+use std::collections::HashSet;
+use std::net::{Ipv6Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use qpip_device::backend::{link::Link, tap::Tap, Backend, ImpairSpec};
+use qpip_device::net::{Delivery, Interface, NetConfig, Stack};
+
+const DEV_MAC: [u8; 6] = [0x02, 0x51, 0x50, 0x00, 0x01, 0x01];
+const DEV: Ipv6Addr = Ipv6Addr::new(0xfd51, 0x5050, 0, 0, 0, 0, 1, 1);
+const HOST: Ipv6Addr = Ipv6Addr::new(0xfd51, 0x5050, 0, 0, 0, 0, 0, 1);
+const TAP: &str = "qtap0";
+/// Device ports: 7 echoes datagrams back, 9 hands them to the test; others are closed.
+const ECHO: u16 = 7;
+const SINK: u16 = 9;
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether this machine can run the tests; says why not.
+fn can_run() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("kernel interop tests SKIPPED: they need root (network namespaces, TAP); CI runs them as root");
+        return false;
+    }
+    if !have("ip") {
+        println!("kernel interop tests SKIPPED: no `ip` (install iproute2)");
+        return false;
+    }
+    if !Path::new("/dev/net/tun").exists() {
+        println!("kernel interop tests SKIPPED: no /dev/net/tun");
+        return false;
+    }
+    true
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A network namespace, removed (with everything in it) when dropped, also on failure.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn new() -> Netns {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!("qpipt-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+        run(Command::new("ip").args(["netns", "add", &name]));
+        let ns = Netns { name };
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    fn ip(&self, args: &[&str]) -> Output {
+        run(Command::new("ip").args(["-n", &self.name]).args(args))
+    }
+
+    fn exec(&self, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .output()
+            .expect("ip netns exec")
+    }
+
+    /// Runs `f` on a thread that has entered the namespace (sockets and TAPs opened there
+    /// belong to it, and can then be used from any thread).
+    fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        let path = format!("/run/netns/{}", self.name);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let fd = std::fs::File::open(&path).expect("namespace file");
+                // SAFETY: setns on a namespace fd, for this thread only.
+                let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+                f()
+            })
+            .join()
+            .expect("namespace thread")
+        })
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["-n", &self.name, "link", "del", TAP]).stderr(Stdio::null()).status();
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+enum Cmd {
+    Send { dst: SocketAddr, sport: u16, payload: Vec<u8> },
+}
+
+/// The device's network running on its own thread, the way the engine will run it:
+/// poll(2) on the backend's fd with the stack's next deadline as the timeout.
+struct Device {
+    stop: Arc<AtomicBool>,
+    cmds: Sender<Cmd>,
+    sink: Receiver<(SocketAddr, Vec<u8>)>,
+    thread: Option<JoinHandle<Interface>>,
+}
+
+impl Device {
+    fn start(backend: Box<dyn Backend>) -> Device {
+        let mut c = NetConfig::new(DEV_MAC);
+        c.addrs.push((DEV, 64));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (cmds, cmd_rx) = mpsc::channel::<Cmd>();
+        let (sink_tx, sink) = mpsc::channel();
+        let mut iface = Interface::new(Stack::new(&c, Instant::now()), backend);
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut echo = Vec::new();
+            while !stopping.load(Ordering::Relaxed) {
+                let now = Instant::now();
+                iface.poll_rx(now, 64, |d| match d.dport {
+                    ECHO => {
+                        echo.push((d.src, d.sport, d.payload().to_vec()));
+                        Delivery::Delivered
+                    }
+                    SINK => {
+                        let _ = sink_tx.send((SocketAddr::new(d.src.into(), d.sport), d.payload().to_vec()));
+                        Delivery::Delivered
+                    }
+                    _ => Delivery::NoPort,
+                });
+                for (src, sport, p) in echo.drain(..) {
+                    iface.stack.send_udp(None, ECHO, src, sport, &p, now).expect("echo");
+                }
+                while let Ok(Cmd::Send { dst, sport, payload }) = cmd_rx.try_recv() {
+                    let SocketAddr::V6(dst) = dst else { panic!() };
+                    iface.stack.send_udp(None, sport, *dst.ip(), dst.port(), &payload, now).expect("send");
+                }
+                iface.flush();
+                iface.poll_timers(now);
+                let wait = iface
+                    .next_deadline()
+                    .map_or(Duration::from_millis(5), |d| d.saturating_duration_since(Instant::now()))
+                    .min(Duration::from_millis(5));
+                let mut p = libc::pollfd { fd: iface.fd(), events: libc::POLLIN, revents: 0 };
+                // SAFETY: one valid pollfd.
+                unsafe { libc::poll(&mut p, 1, wait.as_millis() as i32) };
+            }
+            iface
+        });
+        Device { stop, cmds, sink, thread: Some(thread) }
+    }
+
+    fn send(&self, dst: SocketAddr, sport: u16, payload: Vec<u8>) {
+        self.cmds.send(Cmd::Send { dst, sport, payload }).unwrap();
+    }
+
+    /// Stops the thread; the interface comes back (its capture is complete once dropped).
+    fn stop(mut self) -> Interface {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().expect("device thread")
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| (h ^ x as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+/// `[seq][hash][body]`.
+fn datagram(seq: u32, len: usize) -> Vec<u8> {
+    let body: Vec<u8> = (0..len).map(|i| (i as u32 ^ seq).wrapping_mul(2654435761) as u8).collect();
+    let mut d = seq.to_be_bytes().to_vec();
+    d.extend_from_slice(&fnv(&body).to_be_bytes());
+    d.extend_from_slice(&body);
+    d
+}
+
+/// The 16-bit one's complement sum of `b` (the Internet checksum's arithmetic).
+fn ones_sum(b: &[u8]) -> u16 {
+    let mut s: u64 = b.chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u64).sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
+/// Checks a received datagram; returns its sequence number and whether it was damaged.
+///
+/// The impairment flips one bit per corrupted frame, which UDP's checksum always catches
+/// in a datagram of one frame. A datagram of several fragments can take two flips that
+/// cancel in the one's complement sum (same bit, opposite directions): no IPv6 host can
+/// detect those, so such a datagram is accepted here only if its damage is exactly of that
+/// kind — anything the checksum could have caught fails the test.
+fn verify(d: &[u8]) -> (u32, bool) {
+    assert!(d.len() >= 12, "short datagram");
+    let seq = u32::from_be_bytes(d[..4].try_into().unwrap());
+    let want = datagram(seq, d.len() - 12);
+    if d == &want[..] {
+        return (seq, false);
+    }
+    let diffs: Vec<usize> = (0..d.len()).filter(|&i| d[i] != want[i]).collect();
+    println!("datagram {seq} ({} bytes) arrived with {} damaged bytes at {diffs:?}", d.len(), diffs.len());
+    assert!(d.len() > 1440, "datagram {seq} of one frame arrived damaged");
+    assert_eq!(ones_sum(d), ones_sum(&want), "datagram {seq}: damage the UDP checksum would have caught");
+    (seq, true)
+}
+
+/// Sends from a kernel socket; a datagram the namespace's nftables rules drop on output
+/// is refused with EPERM, which is the loss we asked for.
+fn host_send(host: &UdpSocket, d: &[u8], to: SocketAddr) {
+    match host.send_to(d, to) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
+        Err(e) => panic!("send to {to}: {e}"),
+    }
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("qpip-kernel-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The namespace with a TAP the host side configured (`ip tuntap add`), opened by us.
+fn setup_existing_tap(ns: &Netns) -> Tap {
+    ns.ip(&["tuntap", "add", "dev", TAP, "mode", "tap"]);
+    ns.ip(&["link", "set", TAP, "up"]);
+    ns.ip(&["addr", "add", "fd51:5050::1/64", "dev", TAP, "nodad"]);
+    ns.enter(|| Tap::open(TAP)).expect("open the TAP")
+}
+
+fn ping(ns: &Netns, count: u32, size: usize) -> Option<(u32, String)> {
+    if !have("ping") {
+        println!("SKIPPED ping -6: not installed (install iputils-ping)");
+        return None;
+    }
+    let out = ns.exec(&[
+        "ping", "-6", "-n", "-c", &count.to_string(), "-i", "0.2", "-W", "2", "-s", &size.to_string(), &DEV.to_string(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let received = text
+        .split(',')
+        .find_map(|p| p.trim().strip_suffix(" received").and_then(|n| n.parse().ok()))
+        .unwrap_or(0);
+    Some((received, text))
+}
+
+/// tshark over the capture: no malformed packet, no error (bad checksums included).
+fn tshark_clean(pcap: &Path) {
+    if !have("tshark") {
+        println!("SKIPPED tshark check of {}: not installed (install tshark)", pcap.display());
+        return;
+    }
+    let run_tshark = |extra: &[&str]| {
+        let out = Command::new("tshark")
+            .args(["-r", pcap.to_str().unwrap(), "-n", "-o", "udp.check_checksum:TRUE"])
+            .args(extra)
+            .output()
+            .expect("tshark");
+        assert!(out.status.success(), "tshark: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let all = run_tshark(&[]);
+    assert!(all.lines().count() > 10, "capture has {} packets", all.lines().count());
+    assert!(all.contains("ICMPv6") && all.contains("UDP"), "capture:\n{all}");
+    let bad = run_tshark(&["-Y", "_ws.malformed || _ws.expert.severity == error"]);
+    assert!(bad.trim().is_empty(), "tshark finds problems in the capture:\n{bad}");
+    // Every frame passes the independent parser too.
+    let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(pcap).unwrap()).unwrap();
+    while let Some(p) = r.next_packet() {
+        let p = p.unwrap();
+        // The host's frames include MLD and router solicitations the oracle does not
+        // model; check ours.
+        if p.data[6..12] == DEV_MAC {
+            net_oracle::check(&p.data);
+        }
+    }
+}
+
+fn udp_echo_round_trips(host: &UdpSocket, sizes: &[usize]) {
+    host.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut buf = vec![0u8; 70000];
+    for (i, &len) in sizes.iter().enumerate() {
+        let d = datagram(i as u32, len);
+        host.send_to(&d, SocketAddr::new(DEV.into(), ECHO)).unwrap();
+        let (n, from) = host.recv_from(&mut buf).unwrap_or_else(|e| panic!("echo of {} bytes: {e}", d.len()));
+        assert_eq!(from, SocketAddr::new(DEV.into(), ECHO));
+        assert_eq!(&buf[..n], &d[..], "echo of {} bytes", d.len());
+    }
+}
+
+#[test]
+fn kernel_ping_udp_port_unreachable_and_nftables_loss() {
+    if !can_run() {
+        return;
+    }
+    let ns = Netns::new();
+    let tap = setup_existing_tap(&ns);
+    let dir = tempdir("plain");
+    let pcap = dir.join("device.pcap");
+    let dev = Device::start(Box::new(Link::new(tap, Some(&pcap), None).unwrap()));
+
+    // ping -6 to the device, small and fragmented.
+    if let Some((got, text)) = ping(&ns, 3, 56) {
+        assert_eq!(got, 3, "ping:\n{text}");
+        let (got, text) = ping(&ns, 2, 3000).unwrap();
+        assert_eq!(got, 2, "ping -s 3000:\n{text}");
+    }
+
+    // Kernel UDP socket ⇄ device, up to the largest datagram, fragmented both ways.
+    let host = ns.enter(|| UdpSocket::bind("[fd51:5050::1]:0")).unwrap();
+    udp_echo_round_trips(&host, &[0, 1, 100, 1440, 1441, 5000, 20000, 65507 - 12]);
+    let port = host.local_addr().unwrap().port();
+    let big = datagram(99, 20000);
+    dev.send(SocketAddr::new(HOST.into(), port), 4242, big.clone());
+    let mut buf = vec![0u8; 70000];
+    let (n, from) = host.recv_from(&mut buf).expect("20000 bytes from the device");
+    assert_eq!((&buf[..n], from), (&big[..], SocketAddr::new(DEV.into(), 4242)));
+
+    // A closed port answers "port unreachable", which a connected kernel socket reports.
+    let closed = ns.enter(|| UdpSocket::bind("[fd51:5050::1]:0")).unwrap();
+    closed.connect(SocketAddr::new(DEV.into(), 5)).unwrap();
+    closed.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    closed.send(b"anyone?").unwrap();
+    let e = closed.recv(&mut buf).expect_err("refused");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+
+    // Random loss from the real kernel (nftables), both directions, NDP spared: lost
+    // datagrams are lost, and nothing damaged arrives.
+    if !have("nft") {
+        println!("SKIPPED nftables loss: nft not installed (install nftables)");
+    } else {
+        let rules = "table inet qpiptest {
+            chain lossy_in {
+                type filter hook input priority 0; policy accept;
+                meta l4proto != ipv6-icmp numgen random mod 100 < 10 drop
+            }
+            chain lossy_out {
+                type filter hook output priority 0; policy accept;
+                meta l4proto != ipv6-icmp numgen random mod 100 < 10 drop
+            }
+        }\n";
+        let mut nft = Command::new("ip")
+            .args(["netns", "exec", &ns.name, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(nft.stdin.as_mut().unwrap(), rules.as_bytes()).unwrap();
+        drop(nft.stdin.take());
+        assert!(nft.wait().unwrap().success(), "nft rules");
+        let n = 300u32;
+        let sizes: Vec<usize> = (0..n).map(|i| [10, 500, 1400, 3000, 6000][i as usize % 5]).collect();
+        // Host → device, paced so no socket buffer overflows.
+        for (i, &len) in sizes.iter().enumerate() {
+            host_send(&host, &datagram(i as u32, len), SocketAddr::new(DEV.into(), SINK));
+            if i % 10 == 9 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let mut got = HashSet::new();
+        while let Ok((from, d)) = dev.sink.recv_timeout(Duration::from_secs(2)) {
+            assert_eq!(from, SocketAddr::new(HOST.into(), port));
+            let (seq, damaged) = verify(&d);
+            assert!(!damaged, "nothing corrupts frames on this path");
+            got.insert(seq);
+        }
+        println!("nftables loss, host → device: {} of {n} datagrams arrived", got.len());
+        assert!(got.len() < n as usize, "10% loss lost nothing: were the rules active?");
+        assert!(got.len() * 100 >= n as usize * 55, "{} of {n}", got.len());
+        // Device → host.
+        host.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let reader = std::thread::spawn({
+            let host = host.try_clone().unwrap();
+            move || {
+                let mut got = HashSet::new();
+                let mut buf = vec![0u8; 70000];
+                while let Ok(n) = host.recv(&mut buf) {
+                    let (seq, damaged) = verify(&buf[..n]);
+                    assert!(!damaged, "nothing corrupts frames on this path");
+                    got.insert(seq);
+                }
+                got
+            }
+        });
+        for (i, &len) in sizes.iter().enumerate() {
+            dev.send(SocketAddr::new(HOST.into(), port), 4242, datagram(i as u32, len));
+            if i % 10 == 9 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        let got = reader.join().unwrap();
+        println!("nftables loss, device → host: {} of {n} datagrams arrived", got.len());
+        assert!(got.len() < n as usize);
+        assert!(got.len() * 100 >= n as usize * 55, "{} of {n}", got.len());
+        ns.exec(&["nft", "delete", "table", "inet", "qpiptest"]);
+    }
+
+    let iface = dev.stop();
+    println!("device counters: {:?}", iface.stack.stats().iter().filter(|(_, v)| *v > 0).collect::<Vec<_>>());
+    assert!(iface.stack.stats().dropped(qpip_device::net::DropReason::BadChecksum) == 0);
+    drop(iface);
+    tshark_clean(&pcap);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn kernel_udp_and_ping_through_the_device_impairment() {
+    if !can_run() {
+        return;
+    }
+    let ns = Netns::new();
+    // This time the device creates the TAP (it lives as long as the device holds it).
+    let tap = ns.enter(|| Tap::open(TAP)).expect("create a TAP");
+    ns.ip(&["addr", "add", "fd51:5050::1/64", "dev", TAP, "nodad"]);
+    let dir = tempdir("impaired");
+    let pcap = dir.join("device.pcap");
+    let spec: ImpairSpec = "reorder=25,dup=2,corrupt=1,delay=2,jitter=1,seed=7".parse().unwrap();
+    let dev = Device::start(Box::new(Link::new(tap, Some(&pcap), Some(&spec)).unwrap()));
+
+    if let Some((got, text)) = ping(&ns, 5, 56) {
+        assert!(got >= 3, "ping through the impairment:\n{text}");
+    }
+    let host = ns.enter(|| UdpSocket::bind("[fd51:5050::1]:0")).unwrap();
+    let port = host.local_addr().unwrap().port();
+    let n = 200u32;
+    let sizes: Vec<usize> = (0..n).map(|i| [20, 700, 1440, 4000, 20000][i as usize % 5]).collect();
+    for (i, &len) in sizes.iter().enumerate() {
+        host_send(&host, &datagram(i as u32, len), SocketAddr::new(DEV.into(), SINK));
+        if i % 5 == 4 {
+            std::thread::sleep(Duration::from_millis(3));
+        }
+    }
+    let mut got = HashSet::new();
+    while let Ok((_, d)) = dev.sink.recv_timeout(Duration::from_secs(2)) {
+        got.insert(verify(&d).0);
+    }
+    println!("impaired, host → device: {} of {n} datagrams", got.len());
+    assert!(got.len() * 100 >= n as usize * 70, "{} of {n}", got.len());
+    host.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let reader = std::thread::spawn({
+        let host = host.try_clone().unwrap();
+        move || {
+            let (mut got, mut total) = (HashSet::new(), 0);
+            let mut buf = vec![0u8; 70000];
+            while let Ok(n) = host.recv(&mut buf) {
+                got.insert(verify(&buf[..n]).0);
+                total += 1;
+            }
+            (got, total)
+        }
+    });
+    for (i, &len) in sizes.iter().enumerate() {
+        dev.send(SocketAddr::new(HOST.into(), port), 4242, datagram(i as u32, len));
+        if i % 5 == 4 {
+            std::thread::sleep(Duration::from_millis(3));
+        }
+    }
+    let (got, total) = reader.join().unwrap();
+    println!("impaired, device → host: {} of {n} datagrams ({total} with duplicates)", got.len());
+    assert!(got.len() * 100 >= n as usize * 70, "{} of {n}", got.len());
+    let iface = dev.stop();
+    println!("device counters: {:?}", iface.stack.stats().iter().filter(|(_, v)| *v > 0).collect::<Vec<_>>());
+    drop(iface); // closes the TAP, which goes away
+    tshark_clean(&pcap);
+    let _ = std::fs::remove_dir_all(&dir);
+}
