@@ -76,7 +76,11 @@ struct Netns {
 impl Netns {
     fn new() -> Netns {
         static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!("qpipt-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+        let name = format!(
+            "qpipt-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
         run(Command::new("ip").args(["netns", "add", &name]));
         let ns = Netns { name };
         ns.ip(&["link", "set", "lo", "up"]);
@@ -115,13 +119,22 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["-n", &self.name, "link", "del", TAP]).stderr(Stdio::null()).status();
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = Command::new("ip")
+            .args(["-n", &self.name, "link", "del", TAP])
+            .stderr(Stdio::null())
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
     }
 }
 
 enum Cmd {
-    Send { dst: SocketAddr, sport: u16, payload: Vec<u8> },
+    Send {
+        dst: SocketAddr,
+        sport: u16,
+        payload: Vec<u8>,
+    },
 }
 
 /// The device's network running on its own thread, the way the engine will run it:
@@ -152,35 +165,64 @@ impl Device {
                         Delivery::Delivered
                     }
                     SINK => {
-                        let _ = sink_tx.send((SocketAddr::new(d.src.into(), d.sport), d.payload().to_vec()));
+                        let _ = sink_tx
+                            .send((SocketAddr::new(d.src.into(), d.sport), d.payload().to_vec()));
                         Delivery::Delivered
                     }
                     _ => Delivery::NoPort,
                 });
                 for (src, sport, p) in echo.drain(..) {
-                    iface.stack.send_udp(None, ECHO, src, sport, &p, now).expect("echo");
+                    iface
+                        .stack
+                        .send_udp(None, ECHO, src, sport, &p, now)
+                        .expect("echo");
                 }
-                while let Ok(Cmd::Send { dst, sport, payload }) = cmd_rx.try_recv() {
+                while let Ok(Cmd::Send {
+                    dst,
+                    sport,
+                    payload,
+                }) = cmd_rx.try_recv()
+                {
                     let SocketAddr::V6(dst) = dst else { panic!() };
-                    iface.stack.send_udp(None, sport, *dst.ip(), dst.port(), &payload, now).expect("send");
+                    iface
+                        .stack
+                        .send_udp(None, sport, *dst.ip(), dst.port(), &payload, now)
+                        .expect("send");
                 }
                 iface.flush();
                 iface.poll_timers(now);
                 let wait = iface
                     .next_deadline()
-                    .map_or(Duration::from_millis(5), |d| d.saturating_duration_since(Instant::now()))
+                    .map_or(Duration::from_millis(5), |d| {
+                        d.saturating_duration_since(Instant::now())
+                    })
                     .min(Duration::from_millis(5));
-                let mut p = libc::pollfd { fd: iface.fd(), events: libc::POLLIN, revents: 0 };
+                let mut p = libc::pollfd {
+                    fd: iface.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
                 // SAFETY: one valid pollfd.
                 unsafe { libc::poll(&mut p, 1, wait.as_millis() as i32) };
             }
             iface
         });
-        Device { stop, cmds, sink, thread: Some(thread) }
+        Device {
+            stop,
+            cmds,
+            sink,
+            thread: Some(thread),
+        }
     }
 
     fn send(&self, dst: SocketAddr, sport: u16, payload: Vec<u8>) {
-        self.cmds.send(Cmd::Send { dst, sport, payload }).unwrap();
+        self.cmds
+            .send(Cmd::Send {
+                dst,
+                sport,
+                payload,
+            })
+            .unwrap();
     }
 
     /// Stops the thread; the interface comes back (its capture is complete once dropped).
@@ -200,12 +242,16 @@ impl Drop for Device {
 }
 
 fn fnv(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| (h ^ x as u64).wrapping_mul(0x100_0000_01b3))
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
+        (h ^ x as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// `[seq][hash][body]`.
 fn datagram(seq: u32, len: usize) -> Vec<u8> {
-    let body: Vec<u8> = (0..len).map(|i| (i as u32 ^ seq).wrapping_mul(2654435761) as u8).collect();
+    let body: Vec<u8> = (0..len)
+        .map(|i| (i as u32 ^ seq).wrapping_mul(2654435761) as u8)
+        .collect();
     let mut d = seq.to_be_bytes().to_vec();
     d.extend_from_slice(&fnv(&body).to_be_bytes());
     d.extend_from_slice(&body);
@@ -214,7 +260,10 @@ fn datagram(seq: u32, len: usize) -> Vec<u8> {
 
 /// The 16-bit one's complement sum of `b` (the Internet checksum's arithmetic).
 fn ones_sum(b: &[u8]) -> u16 {
-    let mut s: u64 = b.chunks(2).map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u64).sum();
+    let mut s: u64 = b
+        .chunks(2)
+        .map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u64)
+        .sum();
     while s > 0xffff {
         s = (s & 0xffff) + (s >> 16);
     }
@@ -236,9 +285,20 @@ fn verify(d: &[u8]) -> (u32, bool) {
         return (seq, false);
     }
     let diffs: Vec<usize> = (0..d.len()).filter(|&i| d[i] != want[i]).collect();
-    println!("datagram {seq} ({} bytes) arrived with {} damaged bytes at {diffs:?}", d.len(), diffs.len());
-    assert!(d.len() > 1440, "datagram {seq} of one frame arrived damaged");
-    assert_eq!(ones_sum(d), ones_sum(&want), "datagram {seq}: damage the UDP checksum would have caught");
+    println!(
+        "datagram {seq} ({} bytes) arrived with {} damaged bytes at {diffs:?}",
+        d.len(),
+        diffs.len()
+    );
+    assert!(
+        d.len() > 1440,
+        "datagram {seq} of one frame arrived damaged"
+    );
+    assert_eq!(
+        ones_sum(d),
+        ones_sum(&want),
+        "datagram {seq}: damage the UDP checksum would have caught"
+    );
     (seq, true)
 }
 
@@ -272,12 +332,27 @@ fn ping(ns: &Netns, count: u32, size: usize) -> Option<(u32, String)> {
         return None;
     }
     let out = ns.exec(&[
-        "ping", "-6", "-n", "-c", &count.to_string(), "-i", "0.2", "-W", "2", "-s", &size.to_string(), &DEV.to_string(),
+        "ping",
+        "-6",
+        "-n",
+        "-c",
+        &count.to_string(),
+        "-i",
+        "0.2",
+        "-W",
+        "2",
+        "-s",
+        &size.to_string(),
+        &DEV.to_string(),
     ]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let received = text
         .split(',')
-        .find_map(|p| p.trim().strip_suffix(" received").and_then(|n| n.parse().ok()))
+        .find_map(|p| {
+            p.trim()
+                .strip_suffix(" received")
+                .and_then(|n| n.parse().ok())
+        })
         .unwrap_or(0);
     Some((received, text))
 }
@@ -285,23 +360,46 @@ fn ping(ns: &Netns, count: u32, size: usize) -> Option<(u32, String)> {
 /// tshark over the capture: no malformed packet, no error (bad checksums included).
 fn tshark_clean(pcap: &Path) {
     if !have("tshark") {
-        println!("SKIPPED tshark check of {}: not installed (install tshark)", pcap.display());
+        println!(
+            "SKIPPED tshark check of {}: not installed (install tshark)",
+            pcap.display()
+        );
         return;
     }
     let run_tshark = |extra: &[&str]| {
         let out = Command::new("tshark")
-            .args(["-r", pcap.to_str().unwrap(), "-n", "-o", "udp.check_checksum:TRUE"])
+            .args([
+                "-r",
+                pcap.to_str().unwrap(),
+                "-n",
+                "-o",
+                "udp.check_checksum:TRUE",
+            ])
             .args(extra)
             .output()
             .expect("tshark");
-        assert!(out.status.success(), "tshark: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "tshark: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).to_string()
     };
     let all = run_tshark(&[]);
-    assert!(all.lines().count() > 10, "capture has {} packets", all.lines().count());
-    assert!(all.contains("ICMPv6") && all.contains("UDP"), "capture:\n{all}");
+    assert!(
+        all.lines().count() > 10,
+        "capture has {} packets",
+        all.lines().count()
+    );
+    assert!(
+        all.contains("ICMPv6") && all.contains("UDP"),
+        "capture:\n{all}"
+    );
     let bad = run_tshark(&["-Y", "_ws.malformed || _ws.expert.severity == error"]);
-    assert!(bad.trim().is_empty(), "tshark finds problems in the capture:\n{bad}");
+    assert!(
+        bad.trim().is_empty(),
+        "tshark finds problems in the capture:\n{bad}"
+    );
     // Every frame passes the independent parser too.
     let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(pcap).unwrap()).unwrap();
     while let Some(p) = r.next_packet() {
@@ -320,7 +418,9 @@ fn udp_echo_round_trips(host: &UdpSocket, sizes: &[usize]) {
     for (i, &len) in sizes.iter().enumerate() {
         let d = datagram(i as u32, len);
         host.send_to(&d, SocketAddr::new(DEV.into(), ECHO)).unwrap();
-        let (n, from) = host.recv_from(&mut buf).unwrap_or_else(|e| panic!("echo of {} bytes: {e}", d.len()));
+        let (n, from) = host
+            .recv_from(&mut buf)
+            .unwrap_or_else(|e| panic!("echo of {} bytes: {e}", d.len()));
         assert_eq!(from, SocketAddr::new(DEV.into(), ECHO));
         assert_eq!(&buf[..n], &d[..], "echo of {} bytes", d.len());
     }
@@ -351,13 +451,20 @@ fn kernel_ping_udp_port_unreachable_and_nftables_loss() {
     let big = datagram(99, 20000);
     dev.send(SocketAddr::new(HOST.into(), port), 4242, big.clone());
     let mut buf = vec![0u8; 70000];
-    let (n, from) = host.recv_from(&mut buf).expect("20000 bytes from the device");
-    assert_eq!((&buf[..n], from), (&big[..], SocketAddr::new(DEV.into(), 4242)));
+    let (n, from) = host
+        .recv_from(&mut buf)
+        .expect("20000 bytes from the device");
+    assert_eq!(
+        (&buf[..n], from),
+        (&big[..], SocketAddr::new(DEV.into(), 4242))
+    );
 
     // A closed port answers "port unreachable", which a connected kernel socket reports.
     let closed = ns.enter(|| UdpSocket::bind("[fd51:5050::1]:0")).unwrap();
     closed.connect(SocketAddr::new(DEV.into(), 5)).unwrap();
-    closed.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    closed
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
     closed.send(b"anyone?").unwrap();
     let e = closed.recv(&mut buf).expect_err("refused");
     assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
@@ -386,10 +493,16 @@ fn kernel_ping_udp_port_unreachable_and_nftables_loss() {
         drop(nft.stdin.take());
         assert!(nft.wait().unwrap().success(), "nft rules");
         let n = 300u32;
-        let sizes: Vec<usize> = (0..n).map(|i| [10, 500, 1400, 3000, 6000][i as usize % 5]).collect();
+        let sizes: Vec<usize> = (0..n)
+            .map(|i| [10, 500, 1400, 3000, 6000][i as usize % 5])
+            .collect();
         // Host → device, paced so no socket buffer overflows.
         for (i, &len) in sizes.iter().enumerate() {
-            host_send(&host, &datagram(i as u32, len), SocketAddr::new(DEV.into(), SINK));
+            host_send(
+                &host,
+                &datagram(i as u32, len),
+                SocketAddr::new(DEV.into(), SINK),
+            );
             if i % 10 == 9 {
                 std::thread::sleep(Duration::from_millis(2));
             }
@@ -401,8 +514,14 @@ fn kernel_ping_udp_port_unreachable_and_nftables_loss() {
             assert!(!damaged, "nothing corrupts frames on this path");
             got.insert(seq);
         }
-        println!("nftables loss, host → device: {} of {n} datagrams arrived", got.len());
-        assert!(got.len() < n as usize, "10% loss lost nothing: were the rules active?");
+        println!(
+            "nftables loss, host → device: {} of {n} datagrams arrived",
+            got.len()
+        );
+        assert!(
+            got.len() < n as usize,
+            "10% loss lost nothing: were the rules active?"
+        );
         assert!(got.len() * 100 >= n as usize * 55, "{} of {n}", got.len());
         // Device → host.
         host.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
@@ -420,21 +539,42 @@ fn kernel_ping_udp_port_unreachable_and_nftables_loss() {
             }
         });
         for (i, &len) in sizes.iter().enumerate() {
-            dev.send(SocketAddr::new(HOST.into(), port), 4242, datagram(i as u32, len));
+            dev.send(
+                SocketAddr::new(HOST.into(), port),
+                4242,
+                datagram(i as u32, len),
+            );
             if i % 10 == 9 {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
         let got = reader.join().unwrap();
-        println!("nftables loss, device → host: {} of {n} datagrams arrived", got.len());
+        println!(
+            "nftables loss, device → host: {} of {n} datagrams arrived",
+            got.len()
+        );
         assert!(got.len() < n as usize);
         assert!(got.len() * 100 >= n as usize * 55, "{} of {n}", got.len());
         ns.exec(&["nft", "delete", "table", "inet", "qpiptest"]);
     }
 
     let iface = dev.stop();
-    println!("device counters: {:?}", iface.stack.stats().iter().filter(|(_, v)| *v > 0).collect::<Vec<_>>());
-    assert!(iface.stack.stats().dropped(qpip_device::net::DropReason::BadChecksum) == 0);
+    println!(
+        "device counters: {:?}",
+        iface
+            .stack
+            .stats()
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        iface
+            .stack
+            .stats()
+            .dropped(qpip_device::net::DropReason::BadChecksum)
+            == 0
+    );
     drop(iface);
     tshark_clean(&pcap);
     let _ = std::fs::remove_dir_all(&dir);
@@ -451,7 +591,9 @@ fn kernel_udp_and_ping_through_the_device_impairment() {
     ns.ip(&["addr", "add", "fd51:5050::1/64", "dev", TAP, "nodad"]);
     let dir = tempdir("impaired");
     let pcap = dir.join("device.pcap");
-    let spec: ImpairSpec = "reorder=25,dup=2,corrupt=1,delay=2,jitter=1,seed=7".parse().unwrap();
+    let spec: ImpairSpec = "reorder=25,dup=2,corrupt=1,delay=2,jitter=1,seed=7"
+        .parse()
+        .unwrap();
     let dev = Device::start(Box::new(Link::new(tap, Some(&pcap), Some(&spec)).unwrap()));
 
     if let Some((got, text)) = ping(&ns, 5, 56) {
@@ -460,9 +602,15 @@ fn kernel_udp_and_ping_through_the_device_impairment() {
     let host = ns.enter(|| UdpSocket::bind("[fd51:5050::1]:0")).unwrap();
     let port = host.local_addr().unwrap().port();
     let n = 200u32;
-    let sizes: Vec<usize> = (0..n).map(|i| [20, 700, 1440, 4000, 20000][i as usize % 5]).collect();
+    let sizes: Vec<usize> = (0..n)
+        .map(|i| [20, 700, 1440, 4000, 20000][i as usize % 5])
+        .collect();
     for (i, &len) in sizes.iter().enumerate() {
-        host_send(&host, &datagram(i as u32, len), SocketAddr::new(DEV.into(), SINK));
+        host_send(
+            &host,
+            &datagram(i as u32, len),
+            SocketAddr::new(DEV.into(), SINK),
+        );
         if i % 5 == 4 {
             std::thread::sleep(Duration::from_millis(3));
         }
@@ -487,16 +635,31 @@ fn kernel_udp_and_ping_through_the_device_impairment() {
         }
     });
     for (i, &len) in sizes.iter().enumerate() {
-        dev.send(SocketAddr::new(HOST.into(), port), 4242, datagram(i as u32, len));
+        dev.send(
+            SocketAddr::new(HOST.into(), port),
+            4242,
+            datagram(i as u32, len),
+        );
         if i % 5 == 4 {
             std::thread::sleep(Duration::from_millis(3));
         }
     }
     let (got, total) = reader.join().unwrap();
-    println!("impaired, device → host: {} of {n} datagrams ({total} with duplicates)", got.len());
+    println!(
+        "impaired, device → host: {} of {n} datagrams ({total} with duplicates)",
+        got.len()
+    );
     assert!(got.len() * 100 >= n as usize * 70, "{} of {n}", got.len());
     let iface = dev.stop();
-    println!("device counters: {:?}", iface.stack.stats().iter().filter(|(_, v)| *v > 0).collect::<Vec<_>>());
+    println!(
+        "device counters: {:?}",
+        iface
+            .stack
+            .stats()
+            .iter()
+            .filter(|(_, v)| *v > 0)
+            .collect::<Vec<_>>()
+    );
     drop(iface); // closes the TAP, which goes away
     tshark_clean(&pcap);
     let _ = std::fs::remove_dir_all(&dir);

@@ -26,13 +26,16 @@ fn config(mac: [u8; 6], addr: Ipv6Addr, seed: u64) -> NetConfig {
 
 /// FNV-1a, enough to tell a damaged datagram from an intact one.
 fn fnv(b: &[u8]) -> u64 {
-    b.iter()
-        .fold(0xcbf2_9ce4_8422_2325, |h, &x| (h ^ x as u64).wrapping_mul(0x100_0000_01b3))
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
+        (h ^ x as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 /// `[seq u32][hash u64][body]`, the body a pattern of the seed and sequence.
 fn datagram(seq: u32, len: usize) -> Vec<u8> {
-    let body: Vec<u8> = (0..len).map(|i| (i as u32).wrapping_mul(seq | 1).wrapping_add(seq) as u8).collect();
+    let body: Vec<u8> = (0..len)
+        .map(|i| (i as u32).wrapping_mul(seq | 1).wrapping_add(seq) as u8)
+        .collect();
     let mut d = seq.to_be_bytes().to_vec();
     d.extend_from_slice(&fnv(&body).to_be_bytes());
     d.extend_from_slice(&body);
@@ -45,7 +48,11 @@ fn verify(d: &[u8]) -> u32 {
     let seq = u32::from_be_bytes(d[..4].try_into().unwrap());
     let h = u64::from_be_bytes(d[4..12].try_into().unwrap());
     assert_eq!(fnv(&d[12..]), h, "datagram {seq} arrived damaged");
-    assert_eq!(d, &datagram(seq, d.len() - 12)[..], "datagram {seq} is not what was sent");
+    assert_eq!(
+        d,
+        &datagram(seq, d.len() - 12)[..],
+        "datagram {seq} is not what was sent"
+    );
     seq
 }
 
@@ -54,7 +61,14 @@ struct Received {
 }
 
 /// Moves frames both ways and runs timers until nothing is pending for `quiet`.
-fn pump(a: &mut Interface, b: &mut Interface, ra: &mut Received, rb: &mut Received, quiet: Duration, limit: Duration) {
+fn pump(
+    a: &mut Interface,
+    b: &mut Interface,
+    ra: &mut Received,
+    rb: &mut Received,
+    quiet: Duration,
+    limit: Duration,
+) {
     let start = Instant::now();
     let mut idle_since = Instant::now();
     while start.elapsed() < limit {
@@ -112,15 +126,33 @@ fn exchange(
     let sz = sizes(n, max, 42);
     for (i, &len) in sz.iter().enumerate() {
         let now = Instant::now();
-        a.stack.send_udp(None, 1000, B, 9, &datagram(i as u32, len), now).unwrap();
-        b.stack.send_udp(None, 2000, A, 9, &datagram(i as u32, len), now).unwrap();
+        a.stack
+            .send_udp(None, 1000, B, 9, &datagram(i as u32, len), now)
+            .unwrap();
+        b.stack
+            .send_udp(None, 2000, A, 9, &datagram(i as u32, len), now)
+            .unwrap();
         a.flush();
         b.flush();
         if i % 8 == 7 {
-            pump(&mut a, &mut b, &mut ra, &mut rb, Duration::ZERO, Duration::from_millis(50));
+            pump(
+                &mut a,
+                &mut b,
+                &mut ra,
+                &mut rb,
+                Duration::ZERO,
+                Duration::from_millis(50),
+            );
         }
     }
-    pump(&mut a, &mut b, &mut ra, &mut rb, Duration::from_millis(50), Duration::from_secs(10));
+    pump(
+        &mut a,
+        &mut b,
+        &mut ra,
+        &mut rb,
+        Duration::from_millis(50),
+        Duration::from_secs(10),
+    );
     (a, b, ra, rb, sz)
 }
 
@@ -159,8 +191,16 @@ fn bad_link_loses_but_never_corrupts() {
                     small_ok += unique.contains(&(i as u32)) as u32;
                 }
             }
-            assert!(small_ok * 100 >= small * 85, "seed {seed} {who}: {small_ok} of {small} small datagrams");
-            assert!(unique.len() * 100 >= sz.len() * 50, "seed {seed} {who}: {} of {}", unique.len(), sz.len());
+            assert!(
+                small_ok * 100 >= small * 85,
+                "seed {seed} {who}: {small_ok} of {small} small datagrams"
+            );
+            assert!(
+                unique.len() * 100 >= sz.len() * 50,
+                "seed {seed} {who}: {} of {}",
+                unique.len(),
+                sz.len()
+            );
             eprintln!(
                 "seed {seed}: {who} received {} datagrams ({} distinct) of {}",
                 r.seqs.len(),
@@ -169,9 +209,19 @@ fn bad_link_loses_but_never_corrupts() {
             );
         }
         // The damage shows in the counters, not in the data.
-        let drops: BTreeMap<_, _> = a.stack.stats().iter().chain(b.stack.stats().iter()).filter(|(k, v)| *v > 0 && k.starts_with("drop_")).collect();
+        let drops: BTreeMap<_, _> = a
+            .stack
+            .stats()
+            .iter()
+            .chain(b.stack.stats().iter())
+            .filter(|(k, v)| *v > 0 && k.starts_with("drop_"))
+            .collect();
         eprintln!("seed {seed}: drops {drops:?}");
-        assert!(a.stack.stats().dropped(DropReason::BadChecksum) + b.stack.stats().dropped(DropReason::BadChecksum) > 0);
+        assert!(
+            a.stack.stats().dropped(DropReason::BadChecksum)
+                + b.stack.stats().dropped(DropReason::BadChecksum)
+                > 0
+        );
         drop(a);
         drop(b);
         // The capture holds every frame intact: ours before the impairment, the peer's
@@ -198,7 +248,11 @@ fn tempdir(tag: &str) -> std::path::PathBuf {
 fn memory_link_fd_is_readable_while_frames_wait() {
     let (mut x, mut y) = memory::pair().unwrap();
     let readable = |fd| {
-        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd.
         unsafe { libc::poll(&mut p, 1, 0) == 1 }
     };
@@ -215,7 +269,10 @@ fn memory_link_fd_is_readable_while_frames_wait() {
     for _ in 0..memory::QUEUE_LIMIT {
         x.send(b"f").unwrap();
     }
-    assert_eq!(x.send(b"f").unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
+    assert_eq!(
+        x.send(b"f").unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
 }
 
 #[test]
@@ -267,14 +324,29 @@ fn two_stacks_over_a_cable() {
     let dir = tempdir("stacks");
     let path = dir.join("stacks");
     let t = Instant::now();
-    let mut a = Interface::new(Stack::new(&config(MAC_A, A, 1), t), Box::new(Cable::open(&path).unwrap()));
-    let mut b = Interface::new(Stack::new(&config(MAC_B, B, 2), t), Box::new(Cable::open(&path).unwrap()));
+    let mut a = Interface::new(
+        Stack::new(&config(MAC_A, A, 1), t),
+        Box::new(Cable::open(&path).unwrap()),
+    );
+    let mut b = Interface::new(
+        Stack::new(&config(MAC_B, B, 2), t),
+        Box::new(Cable::open(&path).unwrap()),
+    );
     let (mut ra, mut rb) = (Received { seqs: vec![] }, Received { seqs: vec![] });
     for (i, len) in [0usize, 1000, 8000, 30000, 65515].into_iter().enumerate() {
-        a.stack.send_udp(None, 1, B, 9, &datagram(i as u32, len), Instant::now()).unwrap();
+        a.stack
+            .send_udp(None, 1, B, 9, &datagram(i as u32, len), Instant::now())
+            .unwrap();
         a.flush();
     }
-    pump(&mut a, &mut b, &mut ra, &mut rb, Duration::from_millis(50), Duration::from_secs(5));
+    pump(
+        &mut a,
+        &mut b,
+        &mut ra,
+        &mut rb,
+        Duration::from_millis(50),
+        Duration::from_secs(5),
+    );
     assert_eq!(rb.seqs, vec![0, 1, 2, 3, 4]);
     assert!(ra.seqs.is_empty());
     drop((a, b));

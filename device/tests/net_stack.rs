@@ -29,7 +29,9 @@ fn config() -> NetConfig {
 }
 
 fn drain(s: &mut Stack) -> Vec<Frame> {
-    std::iter::from_fn(|| s.pop_tx()).map(|f| net_oracle::check(&f)).collect()
+    std::iter::from_fn(|| s.pop_tx())
+        .map(|f| net_oracle::check(&f))
+        .collect()
 }
 
 /// A stack past its start-up probes.
@@ -47,7 +49,14 @@ fn stack() -> (Stack, Instant) {
 /// The peer solicits our address, so the stack knows the peer's MAC.
 fn introduce_peer(s: &mut Stack, t: Instant) {
     let (g, gmac) = net_oracle::solicited(OUR);
-    let ns = net_oracle::icmp_frame(PEER_MAC, gmac, PEER, g, 255, &net_oracle::ns_repr(OUR, Some(PEER_MAC)));
+    let ns = net_oracle::icmp_frame(
+        PEER_MAC,
+        gmac,
+        PEER,
+        g,
+        255,
+        &net_oracle::ns_repr(OUR, Some(PEER_MAC)),
+    );
     assert!(s.receive(&ns, t).is_none());
     drain(s);
 }
@@ -66,14 +75,21 @@ fn start_up_probes_for_every_address() {
     let frames = drain(&mut s);
     assert_eq!(frames.len(), 2);
     for (f, target) in frames.iter().zip([OUR_LL, OUR]) {
-        let Parsed::Icmp { src, dst, ty, body, .. } = &f.parsed else {
+        let Parsed::Icmp {
+            src, dst, ty, body, ..
+        } = &f.parsed
+        else {
             panic!()
         };
         assert_eq!(*ty, 135);
         assert_eq!(*src, Ipv6Addr::UNSPECIFIED);
         assert_eq!((*dst, f.eth_dst), net_oracle::solicited(target));
         assert_eq!(&body[4..20], &target.octets());
-        assert_eq!(body.len(), 20, "no link-layer option from the unspecified address");
+        assert_eq!(
+            body.len(),
+            20,
+            "no link-layer option from the unspecified address"
+        );
     }
     assert_eq!(s.link_local(), OUR_LL);
 }
@@ -83,21 +99,38 @@ fn answers_solicitations_for_its_addresses() {
     let (mut s, t) = stack();
     for target in [OUR, OUR_LL] {
         let (g, gmac) = net_oracle::solicited(target);
-        let ns = net_oracle::icmp_frame(PEER_MAC, gmac, PEER, g, 255, &net_oracle::ns_repr(target, Some(PEER_MAC)));
+        let ns = net_oracle::icmp_frame(
+            PEER_MAC,
+            gmac,
+            PEER,
+            g,
+            255,
+            &net_oracle::ns_repr(target, Some(PEER_MAC)),
+        );
         assert!(s.receive(&ns, t).is_none());
         let out = drain(&mut s);
         assert_eq!(out.len(), 1);
         let f = &out[0];
         assert_eq!((f.eth_dst, f.eth_src), (PEER_MAC, OUR_MAC));
-        let Parsed::Icmp { src, dst, ty, body, .. } = &f.parsed else {
+        let Parsed::Icmp {
+            src, dst, ty, body, ..
+        } = &f.parsed
+        else {
             panic!()
         };
         assert_eq!((*ty, *src, *dst), (136, target, PEER));
         assert_eq!(body[0], 0x60, "solicited and override");
         assert_eq!(&body[4..20], &target.octets());
-        assert_eq!(&body[20..28], &[2, 1, 2, 0x51, 0x50, 0, 1, 1], "target link-layer option");
+        assert_eq!(
+            &body[20..28],
+            &[2, 1, 2, 0x51, 0x50, 0, 1, 1],
+            "target link-layer option"
+        );
     }
-    assert_eq!(s.neighbors().get(&PEER), Some((neighbor::State::Stale, Some(PEER_MAC))));
+    assert_eq!(
+        s.neighbors().get(&PEER),
+        Some((neighbor::State::Stale, Some(PEER_MAC)))
+    );
     assert_eq!(s.stats().ns_rx, 2);
     assert_eq!(s.stats().na_tx, 2);
 }
@@ -105,23 +138,43 @@ fn answers_solicitations_for_its_addresses() {
 #[test]
 fn unicast_solicitation_without_option_answered_to_frame_source() {
     let (mut s, t) = stack();
-    let ns = net_oracle::icmp_frame(PEER_MAC, OUR_MAC, PEER, OUR, 255, &net_oracle::ns_repr(OUR, None));
+    let ns = net_oracle::icmp_frame(
+        PEER_MAC,
+        OUR_MAC,
+        PEER,
+        OUR,
+        255,
+        &net_oracle::ns_repr(OUR, None),
+    );
     s.receive(&ns, t);
     let out = drain(&mut s);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].eth_dst, PEER_MAC);
-    assert!(s.neighbors().get(&PEER).is_none(), "no option, no cache entry");
+    assert!(
+        s.neighbors().get(&PEER).is_none(),
+        "no option, no cache entry"
+    );
 }
 
 #[test]
 fn defends_its_addresses_against_dad() {
     let (mut s, t) = stack();
     let (g, gmac) = net_oracle::solicited(OUR);
-    let ns = net_oracle::icmp_frame(PEER_MAC, gmac, Ipv6Addr::UNSPECIFIED, g, 255, &net_oracle::ns_repr(OUR, None));
+    let ns = net_oracle::icmp_frame(
+        PEER_MAC,
+        gmac,
+        Ipv6Addr::UNSPECIFIED,
+        g,
+        255,
+        &net_oracle::ns_repr(OUR, None),
+    );
     s.receive(&ns, t);
     let out = drain(&mut s);
     assert_eq!(out.len(), 1);
-    let Parsed::Icmp { src, dst, ty, body, .. } = &out[0].parsed else {
+    let Parsed::Icmp {
+        src, dst, ty, body, ..
+    } = &out[0].parsed
+    else {
         panic!()
     };
     assert_eq!((*ty, *src, *dst), (136, OUR, ALL_NODES));
@@ -129,7 +182,14 @@ fn defends_its_addresses_against_dad() {
     assert_eq!(body[0], 0x20, "override, not solicited (RFC 4861 §7.2.4)");
     assert_eq!(s.stats().dad_defended, 1);
     // Someone else advertising our address is a conflict, logged and counted.
-    let na = net_oracle::icmp_frame(PEER_MAC, [0x33, 0x33, 0, 0, 0, 1], PEER, ALL_NODES, 255, &net_oracle::na_repr(OUR, Some(PEER_MAC), false, true));
+    let na = net_oracle::icmp_frame(
+        PEER_MAC,
+        [0x33, 0x33, 0, 0, 0, 1],
+        PEER,
+        ALL_NODES,
+        255,
+        &net_oracle::na_repr(OUR, Some(PEER_MAC), false, true),
+    );
     s.receive(&na, t);
     assert_eq!(s.stats().duplicate_address, 1);
     assert!(drain(&mut s).is_empty());
@@ -141,17 +201,77 @@ fn invalid_ndp_is_dropped_by_reason() {
     let (g, gmac) = net_oracle::solicited(OUR);
     let cases: Vec<(Vec<u8>, DropReason)> = vec![
         // Crossed a router.
-        (net_oracle::icmp_frame(PEER_MAC, gmac, PEER, g, 254, &net_oracle::ns_repr(OUR, Some(PEER_MAC))), DropReason::HopLimit),
+        (
+            net_oracle::icmp_frame(
+                PEER_MAC,
+                gmac,
+                PEER,
+                g,
+                254,
+                &net_oracle::ns_repr(OUR, Some(PEER_MAC)),
+            ),
+            DropReason::HopLimit,
+        ),
         // DAD probes carry no link-layer option.
-        (net_oracle::icmp_frame(PEER_MAC, gmac, Ipv6Addr::UNSPECIFIED, g, 255, &net_oracle::ns_repr(OUR, Some(PEER_MAC))), DropReason::BadNdp),
+        (
+            net_oracle::icmp_frame(
+                PEER_MAC,
+                gmac,
+                Ipv6Addr::UNSPECIFIED,
+                g,
+                255,
+                &net_oracle::ns_repr(OUR, Some(PEER_MAC)),
+            ),
+            DropReason::BadNdp,
+        ),
         // DAD probes go to the solicited-node group.
-        (net_oracle::icmp_frame(PEER_MAC, OUR_MAC, Ipv6Addr::UNSPECIFIED, OUR, 255, &net_oracle::ns_repr(OUR, None)), DropReason::BadNdp),
+        (
+            net_oracle::icmp_frame(
+                PEER_MAC,
+                OUR_MAC,
+                Ipv6Addr::UNSPECIFIED,
+                OUR,
+                255,
+                &net_oracle::ns_repr(OUR, None),
+            ),
+            DropReason::BadNdp,
+        ),
         // A multicast target.
-        (net_oracle::icmp_frame(PEER_MAC, gmac, PEER, g, 255, &net_oracle::ns_repr(ALL_NODES, None)), DropReason::BadNdp),
+        (
+            net_oracle::icmp_frame(
+                PEER_MAC,
+                gmac,
+                PEER,
+                g,
+                255,
+                &net_oracle::ns_repr(ALL_NODES, None),
+            ),
+            DropReason::BadNdp,
+        ),
         // Someone else's address.
-        (net_oracle::icmp_frame(PEER_MAC, gmac, PEER, g, 255, &net_oracle::ns_repr(PEER, None)), DropReason::NotForUs),
+        (
+            net_oracle::icmp_frame(
+                PEER_MAC,
+                gmac,
+                PEER,
+                g,
+                255,
+                &net_oracle::ns_repr(PEER, None),
+            ),
+            DropReason::NotForUs,
+        ),
         // A solicited advertisement to a group.
-        (net_oracle::icmp_frame(PEER_MAC, [0x33, 0x33, 0, 0, 0, 1], PEER, ALL_NODES, 255, &net_oracle::na_repr(PEER, Some(PEER_MAC), true, true)), DropReason::BadNdp),
+        (
+            net_oracle::icmp_frame(
+                PEER_MAC,
+                [0x33, 0x33, 0, 0, 0, 1],
+                PEER,
+                ALL_NODES,
+                255,
+                &net_oracle::na_repr(PEER, Some(PEER_MAC), true, true),
+            ),
+            DropReason::BadNdp,
+        ),
     ];
     for (i, (f, why)) in cases.iter().enumerate() {
         let before = s.stats().dropped(*why);
@@ -160,10 +280,17 @@ fn invalid_ndp_is_dropped_by_reason() {
         assert!(drain(&mut s).is_empty(), "case {i}: no answer");
     }
     // An option of length zero.
-    let mut f = net_oracle::icmp_frame(PEER_MAC, gmac, PEER, g, 255, &net_oracle::ns_repr(OUR, Some(PEER_MAC)));
+    let mut f = net_oracle::icmp_frame(
+        PEER_MAC,
+        gmac,
+        PEER,
+        g,
+        255,
+        &net_oracle::ns_repr(OUR, Some(PEER_MAC)),
+    );
     let n = f.len();
     f[n - 7] = 0; // the option's length byte
-    // (the checksum no longer matches either; fix it so only the option is wrong)
+                  // (the checksum no longer matches either; fix it so only the option is wrong)
     let ip_payload = f[54..].to_vec();
     let fixed = fix_icmp_checksum(PEER, g, ip_payload);
     f[54..].copy_from_slice(&fixed);
@@ -201,12 +328,34 @@ fn resolves_next_hop_then_sends_queued_datagrams() {
     let out = drain(&mut s);
     assert_eq!(out.len(), 1, "one solicitation, datagrams wait");
     let (g, gmac) = net_oracle::solicited(PEER);
-    let Parsed::Icmp { src, dst, ty, hop_limit, body, .. } = &out[0].parsed else {
+    let Parsed::Icmp {
+        src,
+        dst,
+        ty,
+        hop_limit,
+        body,
+        ..
+    } = &out[0].parsed
+    else {
         panic!()
     };
-    assert_eq!((*ty, *src, *dst, *hop_limit, out[0].eth_dst), (135, OUR, g, 255, gmac));
-    assert_eq!(&body[20..28], &[1, 1, 2, 0x51, 0x50, 0, 1, 1], "source link-layer option");
-    let na = net_oracle::icmp_frame(PEER_MAC, OUR_MAC, PEER, OUR, 255, &net_oracle::na_repr(PEER, Some(PEER_MAC), true, true));
+    assert_eq!(
+        (*ty, *src, *dst, *hop_limit, out[0].eth_dst),
+        (135, OUR, g, 255, gmac)
+    );
+    assert_eq!(
+        &body[20..28],
+        &[1, 1, 2, 0x51, 0x50, 0, 1, 1],
+        "source link-layer option"
+    );
+    let na = net_oracle::icmp_frame(
+        PEER_MAC,
+        OUR_MAC,
+        PEER,
+        OUR,
+        255,
+        &net_oracle::na_repr(PEER, Some(PEER_MAC), true, true),
+    );
     s.receive(&na, t);
     let out = drain(&mut s);
     let got: Vec<_> = out
@@ -214,7 +363,13 @@ fn resolves_next_hop_then_sends_queued_datagrams() {
         .map(|f| {
             assert_eq!(f.eth_dst, PEER_MAC);
             match &f.parsed {
-                Parsed::Udp { src, dst, sport, dport, payload } => {
+                Parsed::Udp {
+                    src,
+                    dst,
+                    sport,
+                    dport,
+                    payload,
+                } => {
                     assert_eq!((*src, *dst, *sport, *dport), (OUR, PEER, 5000, 7));
                     payload.clone()
                 }
@@ -223,7 +378,10 @@ fn resolves_next_hop_then_sends_queued_datagrams() {
         })
         .collect();
     assert_eq!(got, vec![b"one".to_vec(), b"two".to_vec()]);
-    assert_eq!(s.neighbors().get(&PEER), Some((neighbor::State::Reachable, Some(PEER_MAC))));
+    assert_eq!(
+        s.neighbors().get(&PEER),
+        Some((neighbor::State::Reachable, Some(PEER_MAC)))
+    );
     // Now known: the next datagram goes at once.
     s.send_udp(None, 5000, PEER, 7, b"three", t).unwrap();
     assert_eq!(drain(&mut s).len(), 1);
@@ -256,17 +414,38 @@ fn routing_is_on_link_only() {
     let mut c = config();
     let far: Ipv6Addr = "2001:db8::7".parse().unwrap();
     let (mut s, t) = stack_with(c.clone());
-    assert_eq!(s.send_udp(None, 1, far, 7, b"x", t), Err(SendError::NoRoute));
+    assert_eq!(
+        s.send_udp(None, 1, far, 7, b"x", t),
+        Err(SendError::NoRoute)
+    );
     assert_eq!(s.send_udp(None, 1, OUR, 7, b"x", t), Err(SendError::Local));
-    assert_eq!(s.send_udp(None, 1, Ipv6Addr::LOCALHOST, 7, b"x", t), Err(SendError::Local));
-    assert_eq!(s.send_udp(None, 1, Ipv6Addr::UNSPECIFIED, 7, b"x", t), Err(SendError::BadDestination));
-    assert_eq!(s.send_udp(Some(far), 1, PEER, 7, b"x", t), Err(SendError::BadSource));
-    assert_eq!(s.send_udp(None, 1, PEER, 7, &vec![0; 65528], t), Err(SendError::TooBig));
+    assert_eq!(
+        s.send_udp(None, 1, Ipv6Addr::LOCALHOST, 7, b"x", t),
+        Err(SendError::Local)
+    );
+    assert_eq!(
+        s.send_udp(None, 1, Ipv6Addr::UNSPECIFIED, 7, b"x", t),
+        Err(SendError::BadDestination)
+    );
+    assert_eq!(
+        s.send_udp(Some(far), 1, PEER, 7, b"x", t),
+        Err(SendError::BadSource)
+    );
+    assert_eq!(
+        s.send_udp(None, 1, PEER, 7, &vec![0; 65528], t),
+        Err(SendError::TooBig)
+    );
     assert_eq!(s.stats().no_route, 1);
     // Link-local destinations use the link-local source.
-    assert_eq!(s.send_udp(None, 1, "fe80::9".parse().unwrap(), 7, b"x", t), Ok(OUR_LL));
+    assert_eq!(
+        s.send_udp(None, 1, "fe80::9".parse().unwrap(), 7, b"x", t),
+        Ok(OUR_LL)
+    );
     // A static neighbour is on-link whatever its prefix, and needs no solicitation.
-    c.neighbors.push(StaticNeighbor { addr: far, mac: PEER_MAC });
+    c.neighbors.push(StaticNeighbor {
+        addr: far,
+        mac: PEER_MAC,
+    });
     let (mut s, t) = stack_with(c);
     s.send_udp(None, 1, far, 7, b"x", t).unwrap();
     let out = drain(&mut s);
@@ -280,11 +459,26 @@ fn answers_echo_requests() {
     let (mut s, t) = stack();
     introduce_peer(&mut s, t);
     let data: Vec<u8> = (0..56).collect();
-    let req = Icmpv6Repr::EchoRequest { ident: 0x1234, seq_no: 7, data: &data };
-    s.receive(&net_oracle::icmp_frame(PEER_MAC, OUR_MAC, PEER, OUR, 64, &req), t);
+    let req = Icmpv6Repr::EchoRequest {
+        ident: 0x1234,
+        seq_no: 7,
+        data: &data,
+    };
+    s.receive(
+        &net_oracle::icmp_frame(PEER_MAC, OUR_MAC, PEER, OUR, 64, &req),
+        t,
+    );
     let out = drain(&mut s);
     assert_eq!(out.len(), 1);
-    let Parsed::Icmp { src, dst, ty, code, body, .. } = &out[0].parsed else {
+    let Parsed::Icmp {
+        src,
+        dst,
+        ty,
+        code,
+        body,
+        ..
+    } = &out[0].parsed
+    else {
         panic!()
     };
     assert_eq!((*ty, *code, *src, *dst), (129, 0, OUR, PEER));
@@ -292,20 +486,60 @@ fn answers_echo_requests() {
     assert_eq!(&body[4..], &data[..]);
     // To all nodes too (RFC 4443 §4.2), from the link-local address for a link-local asker.
     let peer_ll: Ipv6Addr = "fe80::99".parse().unwrap();
-    let ns = net_oracle::icmp_frame(PEER_MAC, OUR_MAC, peer_ll, OUR_LL, 255, &net_oracle::ns_repr(OUR_LL, Some(PEER_MAC)));
+    let ns = net_oracle::icmp_frame(
+        PEER_MAC,
+        OUR_MAC,
+        peer_ll,
+        OUR_LL,
+        255,
+        &net_oracle::ns_repr(OUR_LL, Some(PEER_MAC)),
+    );
     s.receive(&ns, t);
     drain(&mut s);
-    s.receive(&net_oracle::icmp_frame(PEER_MAC, [0x33, 0x33, 0, 0, 0, 1], peer_ll, ALL_NODES, 64, &req), t);
+    s.receive(
+        &net_oracle::icmp_frame(
+            PEER_MAC,
+            [0x33, 0x33, 0, 0, 0, 1],
+            peer_ll,
+            ALL_NODES,
+            64,
+            &req,
+        ),
+        t,
+    );
     let out = drain(&mut s);
     assert_eq!(out.len(), 1);
-    let Parsed::Icmp { src, ty, .. } = &out[0].parsed else { panic!() };
+    let Parsed::Icmp { src, ty, .. } = &out[0].parsed else {
+        panic!()
+    };
     assert_eq!((*ty, *src), (129, OUR_LL));
     // A big echo (fragmented both ways).
     let big: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
-    let msg = net_oracle::icmp_bytes(PEER, OUR, &Icmpv6Repr::EchoRequest { ident: 1, seq_no: 2, data: &big });
+    let msg = net_oracle::icmp_bytes(
+        PEER,
+        OUR,
+        &Icmpv6Repr::EchoRequest {
+            ident: 1,
+            seq_no: 2,
+            data: &big,
+        },
+    );
     for (off, chunk) in msg.chunks(1448).enumerate() {
         let more = (off + 1) * 1448 < msg.len();
-        s.receive(&net_oracle::fragment_frame(PEER_MAC, OUR_MAC, PEER, OUR, 58, off * 1448, more, 99, chunk), t);
+        s.receive(
+            &net_oracle::fragment_frame(
+                PEER_MAC,
+                OUR_MAC,
+                PEER,
+                OUR,
+                58,
+                off * 1448,
+                more,
+                99,
+                chunk,
+            ),
+            t,
+        );
     }
     let out = drain(&mut s);
     assert!(out.len() >= 4, "the reply is fragmented");
@@ -329,12 +563,23 @@ fn port_unreachable_is_sent_and_rate_limited() {
     introduce_peer(&mut s, t);
     let f = net_oracle::udp_frame(PEER_MAC, OUR_MAC, PEER, OUR, 4000, 9, b"anyone?");
     let d = s.receive(&f, t).expect("a datagram for us");
-    assert_eq!((d.src, d.dst, d.sport, d.dport, d.payload()), (PEER, OUR, 4000, 9, &b"anyone?"[..]));
+    assert_eq!(
+        (d.src, d.dst, d.sport, d.dport, d.payload()),
+        (PEER, OUR, 4000, 9, &b"anyone?"[..])
+    );
     assert!(!d.reassembled());
     s.port_unreachable(&d, t);
     let out = drain(&mut s);
     assert_eq!(out.len(), 1);
-    let Parsed::Icmp { src, dst, ty, code, body, .. } = &out[0].parsed else {
+    let Parsed::Icmp {
+        src,
+        dst,
+        ty,
+        code,
+        body,
+        ..
+    } = &out[0].parsed
+    else {
         panic!()
     };
     assert_eq!((*ty, *code, *src, *dst), (1, 4, OUR, PEER));
@@ -353,7 +598,15 @@ fn port_unreachable_is_sent_and_rate_limited() {
     }
     assert_eq!(drain(&mut s).len(), 10);
     // Never about a datagram sent to a group.
-    let m = net_oracle::udp_frame(PEER_MAC, [0x33, 0x33, 0, 0, 0, 1], PEER, ALL_NODES, 4000, 9, b"x");
+    let m = net_oracle::udp_frame(
+        PEER_MAC,
+        [0x33, 0x33, 0, 0, 0, 1],
+        PEER,
+        ALL_NODES,
+        4000,
+        9,
+        b"x",
+    );
     let d = s.receive(&m, t + Duration::from_secs(5)).unwrap();
     s.port_unreachable(&d, t + Duration::from_secs(5));
     assert!(drain(&mut s).is_empty());
@@ -369,7 +622,8 @@ fn packet_too_big_lowers_path_mtu() {
     assert!(matches!(sent[0].parsed, Parsed::Udp { .. }));
     // What we sent, as a router quotes it.
     let quoted = net_oracle::udp_bytes(OUR, PEER, 1, 7, &[7; 1400]);
-    let mut invoking = net_oracle::ip_frame(OUR_MAC, PEER_MAC, OUR, PEER, 17, 64, &quoted)[14..].to_vec();
+    let mut invoking =
+        net_oracle::ip_frame(OUR_MAC, PEER_MAC, OUR, PEER, 17, 64, &quoted)[14..].to_vec();
     invoking.truncate(1232);
     let router: Ipv6Addr = "fe80::1".parse().unwrap();
     let ptb = |mtu: u32| {
@@ -389,7 +643,9 @@ fn packet_too_big_lowers_path_mtu() {
     let mut d = net_oracle::Defrag::default();
     let mut whole = None;
     for f in &frags {
-        let Parsed::Fragment { ip_len, .. } = &f.parsed else { panic!("{f:?}") };
+        let Parsed::Fragment { ip_len, .. } = &f.parsed else {
+            panic!("{f:?}")
+        };
         assert!(*ip_len <= 1300);
         whole = whole.or(d.add(&f.parsed));
     }
@@ -409,7 +665,10 @@ fn packet_too_big_lowers_path_mtu() {
     msg.extend_from_slice(&1280u32.to_be_bytes());
     msg.extend_from_slice(&q);
     let msg = fix_icmp_checksum(router, OUR, msg);
-    s.receive(&net_oracle::ip_frame(PEER_MAC, OUR_MAC, router, OUR, 58, 64, &msg), t + Duration::from_secs(602));
+    s.receive(
+        &net_oracle::ip_frame(PEER_MAC, OUR_MAC, router, OUR, 58, 64, &msg),
+        t + Duration::from_secs(602),
+    );
     assert_eq!(s.path_mtu(&PEER, t + Duration::from_secs(602)), 1500);
 }
 
@@ -433,7 +692,13 @@ fn sends_large_datagrams_in_fragments() {
                     Parsed::Fragment { ip_len, id, .. } => {
                         assert!(*ip_len <= mtu, "fragment of {ip_len} bytes on a {mtu} link");
                         ids.insert(*id);
-                        if let Some(Parsed::Udp { payload: p, sport, dport, .. }) = d.add(&f.parsed) {
+                        if let Some(Parsed::Udp {
+                            payload: p,
+                            sport,
+                            dport,
+                            ..
+                        }) = d.add(&f.parsed)
+                        {
                             assert_eq!((sport, dport), (777, 888));
                             got = Some(p);
                         }
@@ -443,14 +708,30 @@ fn sends_large_datagrams_in_fragments() {
             }
             if got.as_deref() != Some(&payload[..]) {
                 for f in &frames {
-                    if let Parsed::Fragment { offset, more, id, data, ip_len, next_header, .. } = &f.parsed {
+                    if let Parsed::Fragment {
+                        offset,
+                        more,
+                        id,
+                        data,
+                        ip_len,
+                        next_header,
+                        ..
+                    } = &f.parsed
+                    {
                         eprintln!("frag off {offset} more {more} id {id} len {} ip_len {ip_len} nh {next_header}", data.len());
                     }
                 }
-                panic!("mtu {mtu} size {size}: got {:?} bytes", got.map(|g| g.len()));
+                panic!(
+                    "mtu {mtu} size {size}: got {:?} bytes",
+                    got.map(|g| g.len())
+                );
             }
             assert!(ids.len() <= 1);
-            let expect_frags = if size + 48 <= mtu { 1 } else { (size + 8).div_ceil((mtu - 48) & !7) };
+            let expect_frags = if size + 48 <= mtu {
+                1
+            } else {
+                (size + 8).div_ceil((mtu - 48) & !7)
+            };
             assert_eq!(frames.len(), expect_frags, "mtu {mtu} size {size}");
         }
     }
@@ -504,12 +785,28 @@ fn overlapping_fragments_abandon_the_packet() {
     assert!(s.receive(&frags[0], t).is_none());
     // A fragment that overlaps the first one by 8 bytes (RFC 5722).
     let u = net_oracle::udp_bytes(PEER, OUR, 4000, 9, &payload);
-    let evil = net_oracle::fragment_frame(PEER_MAC, OUR_MAC, PEER, OUR, 17, 1440, true, 5, &u[1440..2888]);
+    let evil = net_oracle::fragment_frame(
+        PEER_MAC,
+        OUR_MAC,
+        PEER,
+        OUR,
+        17,
+        1440,
+        true,
+        5,
+        &u[1440..2888],
+    );
     assert!(s.receive(&evil, t).is_none());
     for f in &frags[1..] {
-        assert!(s.receive(f, t).is_none(), "nothing of that packet is delivered");
+        assert!(
+            s.receive(f, t).is_none(),
+            "nothing of that packet is delivered"
+        );
     }
-    assert_eq!(s.stats().dropped(DropReason::FragmentOverlap), 2 + frags.len() as u64 - 1);
+    assert_eq!(
+        s.stats().dropped(DropReason::FragmentOverlap),
+        2 + frags.len() as u64 - 1
+    );
     assert!(drain(&mut s).is_empty(), "no ICMP about overlaps");
 }
 
@@ -529,13 +826,20 @@ fn incomplete_reassembly_times_out_with_time_exceeded() {
     assert_eq!(out.len(), 1);
     let (ty, code, body) = icmp(&out[0]);
     assert_eq!((ty, code), (3, 1));
-    assert_eq!(&body[4..], &frags[0][14..14 + 1232], "quotes the first fragment, cut to fit 1280");
+    assert_eq!(
+        &body[4..],
+        &frags[0][14..14 + 1232],
+        "quotes the first fragment, cut to fit 1280"
+    );
     assert_eq!(s.stats().reassembly_timeouts, 1);
     assert_eq!(s.stats().dropped(DropReason::ReassemblyFailed), 2);
     // Without the first fragment: no message.
     s.receive(&frags[1], t + Duration::from_secs(61));
     s.poll(t + Duration::from_secs(122));
-    assert!(drain(&mut s).iter().all(|f| icmp(f).0 != 3), "(only reachability probes)");
+    assert!(
+        drain(&mut s).iter().all(|f| icmp(f).0 != 3),
+        "(only reachability probes)"
+    );
     assert_eq!(s.stats().reassembly_timeouts, 2);
 }
 
@@ -573,7 +877,10 @@ fn unsupported_headers_and_options() {
     let (mut s, t) = stack();
     introduce_peer(&mut s, t);
     // No transport 253 here: parameter problem code 1 pointing at the next header field.
-    s.receive(&net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 253, 64, &[0; 20]), t);
+    s.receive(
+        &net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 253, 64, &[0; 20]),
+        t,
+    );
     let out = drain(&mut s);
     let (ty, code, body) = icmp(&out[0]);
     assert_eq!((ty, code, &body[..4]), (4, 1, &[0u8, 0, 0, 6][..]));
@@ -588,16 +895,29 @@ fn unsupported_headers_and_options() {
     // Hop-by-hop with router alert and padding: accepted.
     let mut hbh = vec![17, 0, 5, 2, 0, 0, 1, 0];
     hbh.extend_from_slice(&udp);
-    assert!(s.receive(&net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 0, 64, &hbh), t).is_some());
+    assert!(s
+        .receive(
+            &net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 0, 64, &hbh),
+            t
+        )
+        .is_some());
     // Unknown "discard" (01xxxxxx): silently dropped.
     let mut x = vec![17, 0, 0x5e, 4, 0, 0, 0, 0];
     x.extend_from_slice(&udp);
-    assert!(s.receive(&net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 60, 64, &x), t).is_none());
+    assert!(s
+        .receive(
+            &net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 60, 64, &x),
+            t
+        )
+        .is_none());
     assert!(drain(&mut s).is_empty());
     // Unknown "discard and report" (10xxxxxx): parameter problem code 2 at the option.
     let mut x = vec![17, 0, 0x9e, 4, 0, 0, 0, 0];
     x.extend_from_slice(&udp);
-    s.receive(&net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 60, 64, &x), t);
+    s.receive(
+        &net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 60, 64, &x),
+        t,
+    );
     let out = drain(&mut s);
     let (ty, code, body) = icmp(&out[0]);
     assert_eq!((ty, code, &body[..4]), (4, 2, &[0u8, 0, 0, 42][..]));
@@ -605,18 +925,29 @@ fn unsupported_headers_and_options() {
     // A routing header with segments left: pointer at its routing type.
     let mut rh = vec![17, 0, 4, 1, 0, 0, 0, 0];
     rh.extend_from_slice(&udp);
-    s.receive(&net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 43, 64, &rh), t);
+    s.receive(
+        &net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 43, 64, &rh),
+        t,
+    );
     let out = drain(&mut s);
     let (ty, code, body) = icmp(&out[0]);
     assert_eq!((ty, code, &body[..4]), (4, 0, &[0u8, 0, 0, 42][..]));
     // ... and with none left it is ignored.
     let mut rh = vec![17, 0, 4, 0, 0, 0, 0, 0];
     rh.extend_from_slice(&udp);
-    assert!(s.receive(&net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 43, 64, &rh), t).is_some());
+    assert!(s
+        .receive(
+            &net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 43, 64, &rh),
+            t
+        )
+        .is_some());
     // Hop-by-hop anywhere but first: parameter problem code 1.
     let mut late = vec![0, 0, 1, 4, 0, 0, 0, 0, 17, 0, 1, 4, 0, 0, 0, 0];
     late.extend_from_slice(&udp);
-    s.receive(&net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 60, 64, &late), t);
+    s.receive(
+        &net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 60, 64, &late),
+        t,
+    );
     let out = drain(&mut s);
     assert_eq!(icmp(&out[0]).1, 1);
 }
@@ -626,12 +957,54 @@ fn frames_not_for_us() {
     let (mut s, t) = stack();
     let other_mac = [2, 0, 0, 0, 0, 0x55];
     let cases: Vec<(Vec<u8>, DropReason)> = vec![
-        (net_oracle::udp_frame(PEER_MAC, other_mac, PEER, OUR, 1, 2, b"x"), DropReason::NotForUs),
-        (net_oracle::udp_frame(PEER_MAC, OUR_MAC, PEER, "fd51:5050::42".parse().unwrap(), 1, 2, b"x"), DropReason::NotForUs),
-        (net_oracle::udp_frame(PEER_MAC, [0x33, 0x33, 0, 0, 0, 2], PEER, "ff02::2".parse().unwrap(), 1, 2, b"x"), DropReason::NotForUs),
-        (net_oracle::udp_frame(OUR_MAC, OUR_MAC, PEER, OUR, 1, 2, b"x"), DropReason::Looped),
-        (net_oracle::udp_frame(PEER_MAC, OUR_MAC, "ff02::1".parse().unwrap(), OUR, 1, 2, b"x"), DropReason::BadSource),
-        (net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 59, 64, &[]), DropReason::NoNextHeader),
+        (
+            net_oracle::udp_frame(PEER_MAC, other_mac, PEER, OUR, 1, 2, b"x"),
+            DropReason::NotForUs,
+        ),
+        (
+            net_oracle::udp_frame(
+                PEER_MAC,
+                OUR_MAC,
+                PEER,
+                "fd51:5050::42".parse().unwrap(),
+                1,
+                2,
+                b"x",
+            ),
+            DropReason::NotForUs,
+        ),
+        (
+            net_oracle::udp_frame(
+                PEER_MAC,
+                [0x33, 0x33, 0, 0, 0, 2],
+                PEER,
+                "ff02::2".parse().unwrap(),
+                1,
+                2,
+                b"x",
+            ),
+            DropReason::NotForUs,
+        ),
+        (
+            net_oracle::udp_frame(OUR_MAC, OUR_MAC, PEER, OUR, 1, 2, b"x"),
+            DropReason::Looped,
+        ),
+        (
+            net_oracle::udp_frame(
+                PEER_MAC,
+                OUR_MAC,
+                "ff02::1".parse().unwrap(),
+                OUR,
+                1,
+                2,
+                b"x",
+            ),
+            DropReason::BadSource,
+        ),
+        (
+            net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 59, 64, &[]),
+            DropReason::NoNextHeader,
+        ),
     ];
     for (i, (f, why)) in cases.iter().enumerate() {
         let before = s.stats().dropped(*why);
@@ -655,7 +1028,15 @@ fn frames_not_for_us() {
 fn every_truncation_and_bit_flip_is_counted_once() {
     let (mut s, t) = stack();
     introduce_peer(&mut s, t);
-    let good = net_oracle::udp_frame(PEER_MAC, OUR_MAC, PEER, OUR, 4000, 9, b"a datagram of some length");
+    let good = net_oracle::udp_frame(
+        PEER_MAC,
+        OUR_MAC,
+        PEER,
+        OUR,
+        4000,
+        9,
+        b"a datagram of some length",
+    );
     for len in 0..good.len() {
         let before = s.stats().total_dropped();
         assert!(s.receive(&good[..len], t).is_none(), "truncated to {len}");
@@ -697,7 +1078,11 @@ fn random_bytes_never_panic() {
     let good = net_oracle::udp_frame(PEER_MAC, OUR_MAC, PEER, OUR, 4000, 9, &[5; 64]);
     let frag = net_oracle::fragment_frame(PEER_MAC, OUR_MAC, PEER, OUR, 17, 0, true, 1, &[5; 64]);
     for i in 0..20_000 {
-        let mut f = if i % 2 == 0 { good.clone() } else { frag.clone() };
+        let mut f = if i % 2 == 0 {
+            good.clone()
+        } else {
+            frag.clone()
+        };
         // Keep the addressing intact so the fuzz reaches the deeper layers.
         for _ in 0..(next() % 6) {
             let at = 14 + 40 + (next() as usize % (f.len() - 54));
@@ -713,7 +1098,14 @@ fn random_bytes_never_panic() {
         let before = s.stats().total_dropped() + s.stats().udp_rx + s.stats().fragments_rx;
         let _ = s.receive(&f, t);
         drain(&mut s);
-        assert!(s.stats().total_dropped() + s.stats().udp_rx + s.stats().fragments_rx > before || s.stats().echo_requests > 0 || s.stats().icmp_errors_rx > 0 || s.stats().ns_rx > 0 || s.stats().na_rx > 0 || s.stats().ptb_rx > 0);
+        assert!(
+            s.stats().total_dropped() + s.stats().udp_rx + s.stats().fragments_rx > before
+                || s.stats().echo_requests > 0
+                || s.stats().icmp_errors_rx > 0
+                || s.stats().ns_rx > 0
+                || s.stats().na_rx > 0
+                || s.stats().ptb_rx > 0
+        );
     }
     s.poll(t + Duration::from_secs(120));
     drain(&mut s);

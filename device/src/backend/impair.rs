@@ -37,7 +37,9 @@ impl FromStr for ImpairSpec {
         let mut spec = ImpairSpec::default();
         let mut seen: Vec<&str> = Vec::new();
         if s.trim().is_empty() {
-            return Err(format!("empty impairment (give some of {KEYS}, e.g. loss=1,delay=5)"));
+            return Err(format!(
+                "empty impairment (give some of {KEYS}, e.g. loss=1,delay=5)"
+            ));
         }
         for item in s.split(',') {
             let (k, v) = item

@@ -33,7 +33,10 @@ impl<B: Backend> Link<B> {
                 log::info!("impairment {spec} on {}: seed={s}", inner.describe());
                 s
             });
-            (Impairment::new(*spec, seed, 1), Impairment::new(*spec, seed, 2))
+            (
+                Impairment::new(*spec, seed, 1),
+                Impairment::new(*spec, seed, 2),
+            )
         });
         Ok(Link {
             inner,
@@ -120,13 +123,13 @@ impl<B: Backend> Backend for Link<B> {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let own = self
-            .impair
-            .as_ref()
-            .and_then(|(o, i)| match (o.next_deadline(), i.next_deadline()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            });
+        let own =
+            self.impair
+                .as_ref()
+                .and_then(|(o, i)| match (o.next_deadline(), i.next_deadline()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                });
         match (own, self.inner.next_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -37,7 +37,10 @@ pub struct PcapSink {
 impl PcapSink {
     pub fn create(path: &Path) -> io::Result<PcapSink> {
         let file = File::create(path).map_err(|e| {
-            io::Error::new(e.kind(), format!("cannot create capture {}: {e}", path.display()))
+            io::Error::new(
+                e.kind(),
+                format!("cannot create capture {}: {e}", path.display()),
+            )
         })?;
         let header = PcapHeader {
             datalink: DataLink::ETHERNET,

@@ -45,8 +45,13 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ {
         return Err(format!("interface name '{name}' must be 1 to 15 bytes"));
     }
-    if name.bytes().any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0) {
-        return Err(format!("interface name '{name}' has a character not allowed in one"));
+    if name
+        .bytes()
+        .any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0)
+    {
+        return Err(format!(
+            "interface name '{name}' has a character not allowed in one"
+        ));
     }
     Ok(())
 }
@@ -120,7 +125,10 @@ fn set_up(name: &str) -> io::Result<()> {
         req.flags |= libc::IFF_UP as libc::c_short;
         if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &mut req) < 0 {
             let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("cannot bring {name} up: {e}")));
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot bring {name} up: {e}"),
+            ));
         }
     }
     Ok(())
@@ -130,7 +138,10 @@ impl Backend for Tap {
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         match self.file.write(frame) {
             Ok(n) if n == frame.len() => Ok(()),
-            Ok(n) => Err(io::Error::other(format!("TAP took {n} of {} bytes", frame.len()))),
+            Ok(n) => Err(io::Error::other(format!(
+                "TAP took {n} of {} bytes",
+                frame.len()
+            ))),
             Err(e) => Err(e),
         }
     }

@@ -106,8 +106,12 @@ mod tests {
         assert_eq!(n.mac, [2, 0, 0, 0, 0, 5]);
         assert_eq!(n.to_string(), "fd51:5050::1=02:00:00:00:00:05");
         assert!("fd51:5050::1".parse::<StaticNeighbor>().is_err());
-        assert!("ff02::1=02:00:00:00:00:05".parse::<StaticNeighbor>().is_err());
-        assert!("fd51::1=01:00:00:00:00:05".parse::<StaticNeighbor>().is_err());
+        assert!("ff02::1=02:00:00:00:00:05"
+            .parse::<StaticNeighbor>()
+            .is_err());
+        assert!("fd51::1=01:00:00:00:00:05"
+            .parse::<StaticNeighbor>()
+            .is_err());
         assert!("nope=02:00:00:00:00:05".parse::<StaticNeighbor>().is_err());
     }
 }

@@ -272,7 +272,14 @@ mod tests {
         }
     }
 
-    fn ins(r: &mut Reassembler, id: u32, off: usize, more: bool, data: &[u8], now: Instant) -> Outcome {
+    fn ins(
+        r: &mut Reassembler,
+        id: u32,
+        off: usize,
+        more: bool,
+        data: &[u8],
+        now: Instant,
+    ) -> Outcome {
         let mut ex = Vec::new();
         r.insert(key(id), off, more, 17, data, data, now, &mut ex)
     }
@@ -320,7 +327,10 @@ mod tests {
         r.poll(t + REASSEMBLY_TIMEOUT, &mut ex);
         assert_eq!(ex.len(), 2);
         assert!(ex.iter().all(|e| !e.timed_out));
-        assert_eq!(ins(&mut r, 1, 0, false, &[5; 3], t + REASSEMBLY_TIMEOUT), Outcome::Complete(17, vec![5; 3]));
+        assert_eq!(
+            ins(&mut r, 1, 0, false, &[5; 3], t + REASSEMBLY_TIMEOUT),
+            Outcome::Complete(17, vec![5; 3])
+        );
     }
 
     #[test]
@@ -328,13 +338,22 @@ mod tests {
         let t = Instant::now();
         let mut r = Reassembler::new();
         assert_eq!(ins(&mut r, 1, 16, true, &[1; 16], t), Outcome::Held);
-        assert_eq!(ins(&mut r, 1, 8, false, &[1; 8], t), Outcome::Inconsistent(1));
+        assert_eq!(
+            ins(&mut r, 1, 8, false, &[1; 8], t),
+            Outcome::Inconsistent(1)
+        );
         let mut r = Reassembler::new();
         assert_eq!(ins(&mut r, 1, 16, false, &[1; 3], t), Outcome::Held);
-        assert_eq!(ins(&mut r, 1, 24, true, &[1; 8], t), Outcome::Inconsistent(1));
+        assert_eq!(
+            ins(&mut r, 1, 24, true, &[1; 8], t),
+            Outcome::Inconsistent(1)
+        );
         let mut r = Reassembler::new();
         assert_eq!(ins(&mut r, 1, 16, false, &[1; 3], t), Outcome::Held);
-        assert_eq!(ins(&mut r, 1, 32, false, &[1; 3], t), Outcome::Inconsistent(1));
+        assert_eq!(
+            ins(&mut r, 1, 32, false, &[1; 3], t),
+            Outcome::Inconsistent(1)
+        );
     }
 
     #[test]

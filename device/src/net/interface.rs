@@ -51,7 +51,10 @@ impl Interface {
                 Err(e) => {
                     self.stack.stats_mut().tx_errors += 1;
                     if !self.tx_error_logged && e.kind() != std::io::ErrorKind::WouldBlock {
-                        log::warn!("{}: cannot send: {e} (counted from now on)", self.backend.describe());
+                        log::warn!(
+                            "{}: cannot send: {e} (counted from now on)",
+                            self.backend.describe()
+                        );
                         self.tx_error_logged = true;
                     }
                 }

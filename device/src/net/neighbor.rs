@@ -393,7 +393,10 @@ mod tests {
     const M1: Mac = [2, 0, 0, 0, 0, 1];
     const M2: Mac = [2, 0, 0, 0, 0, 2];
 
-    fn run(c: &mut NeighborCache, f: impl FnOnce(&mut NeighborCache, &mut Vec<Action>)) -> Vec<Action> {
+    fn run(
+        c: &mut NeighborCache,
+        f: impl FnOnce(&mut NeighborCache, &mut Vec<Action>),
+    ) -> Vec<Action> {
         let mut out = Vec::new();
         f(c, &mut out);
         out
@@ -409,8 +412,13 @@ mod tests {
         assert!(out.is_empty());
         assert_eq!(c.queued(), 2);
         assert_eq!(c.next_deadline(), Some(t0 + RETRANS_TIMER));
-        let out = run(&mut c, |c, o| c.on_advertisement(A, Some(M1), true, true, t0, o));
-        assert_eq!(out, vec![Action::Send(vec![1], M1), Action::Send(vec![2], M1)]);
+        let out = run(&mut c, |c, o| {
+            c.on_advertisement(A, Some(M1), true, true, t0, o)
+        });
+        assert_eq!(
+            out,
+            vec![Action::Send(vec![1], M1), Action::Send(vec![2], M1)]
+        );
         assert_eq!(c.get(&A), Some((State::Reachable, Some(M1))));
         assert_eq!(c.next_deadline(), None);
     }
@@ -423,7 +431,10 @@ mod tests {
         let mut t = t0;
         for _ in 0..2 {
             t += RETRANS_TIMER;
-            assert_eq!(run(&mut c, |c, o| c.poll(t, o)), vec![Action::SolicitMulticast(A)]);
+            assert_eq!(
+                run(&mut c, |c, o| c.poll(t, o)),
+                vec![Action::SolicitMulticast(A)]
+            );
         }
         t += RETRANS_TIMER;
         assert_eq!(run(&mut c, |c, o| c.poll(t, o)), vec![Action::Failed(A, 1)]);
@@ -441,14 +452,26 @@ mod tests {
         assert_eq!(out, vec![Action::Send(vec![9], M1)]);
         assert_eq!(c.get(&A).unwrap().0, State::Delay);
         let t = t0 + DELAY_FIRST_PROBE_TIME;
-        assert_eq!(run(&mut c, |c, o| c.poll(t, o)), vec![Action::SolicitUnicast(A, M1)]);
+        assert_eq!(
+            run(&mut c, |c, o| c.poll(t, o)),
+            vec![Action::SolicitUnicast(A, M1)]
+        );
         assert_eq!(c.get(&A).unwrap().0, State::Probe);
         // While probing, packets still go to the known address.
-        assert_eq!(run(&mut c, |c, o| c.resolve(A, vec![3], t, o)), vec![Action::Send(vec![3], M1)]);
+        assert_eq!(
+            run(&mut c, |c, o| c.resolve(A, vec![3], t, o)),
+            vec![Action::Send(vec![3], M1)]
+        );
         let t2 = t + RETRANS_TIMER;
-        assert_eq!(run(&mut c, |c, o| c.poll(t2, o)), vec![Action::SolicitUnicast(A, M1)]);
+        assert_eq!(
+            run(&mut c, |c, o| c.poll(t2, o)),
+            vec![Action::SolicitUnicast(A, M1)]
+        );
         let t3 = t2 + RETRANS_TIMER;
-        assert_eq!(run(&mut c, |c, o| c.poll(t3, o)), vec![Action::SolicitUnicast(A, M1)]);
+        assert_eq!(
+            run(&mut c, |c, o| c.poll(t3, o)),
+            vec![Action::SolicitUnicast(A, M1)]
+        );
         let t4 = t3 + RETRANS_TIMER;
         run(&mut c, |c, o| c.poll(t4, o));
         assert!(c.get(&A).is_none());
@@ -462,7 +485,9 @@ mod tests {
         run(&mut c, |c, o| c.resolve(A, vec![], t0, o));
         let t = t0 + DELAY_FIRST_PROBE_TIME;
         run(&mut c, |c, o| c.poll(t, o));
-        run(&mut c, |c, o| c.on_advertisement(A, None, true, false, t, o));
+        run(&mut c, |c, o| {
+            c.on_advertisement(A, None, true, false, t, o)
+        });
         assert_eq!(c.get(&A).unwrap().0, State::Reachable);
         // ReachableTime is at most 45 s; after that a use finds it stale and delays.
         let later = t + Duration::from_secs(46);
@@ -479,22 +504,34 @@ mod tests {
         let t0 = Instant::now();
         let mut c = NeighborCache::new(1);
         run(&mut c, |c, o| c.resolve(A, vec![], t0, o));
-        run(&mut c, |c, o| c.on_advertisement(A, Some(M1), true, false, t0, o));
+        run(&mut c, |c, o| {
+            c.on_advertisement(A, Some(M1), true, false, t0, o)
+        });
         // Without override a different address only makes the entry stale.
-        run(&mut c, |c, o| c.on_advertisement(A, Some(M2), true, false, t0, o));
+        run(&mut c, |c, o| {
+            c.on_advertisement(A, Some(M2), true, false, t0, o)
+        });
         assert_eq!(c.get(&A), Some((State::Stale, Some(M1))));
         // With override it is taken.
-        run(&mut c, |c, o| c.on_advertisement(A, Some(M2), false, true, t0, o));
+        run(&mut c, |c, o| {
+            c.on_advertisement(A, Some(M2), false, true, t0, o)
+        });
         assert_eq!(c.get(&A), Some((State::Stale, Some(M2))));
-        run(&mut c, |c, o| c.on_advertisement(A, Some(M2), true, true, t0, o));
+        run(&mut c, |c, o| {
+            c.on_advertisement(A, Some(M2), true, true, t0, o)
+        });
         assert_eq!(c.get(&A), Some((State::Reachable, Some(M2))));
         // An advertisement for an unknown address creates nothing.
         let b: Ipv6Addr = "fd51:5050::9".parse().unwrap();
-        run(&mut c, |c, o| c.on_advertisement(b, Some(M2), false, true, t0, o));
+        run(&mut c, |c, o| {
+            c.on_advertisement(b, Some(M2), false, true, t0, o)
+        });
         assert!(c.get(&b).is_none());
         // An incomplete entry ignores an advertisement without an address.
         run(&mut c, |c, o| c.resolve(b, vec![], t0, o));
-        run(&mut c, |c, o| c.on_advertisement(b, None, true, true, t0, o));
+        run(&mut c, |c, o| {
+            c.on_advertisement(b, None, true, true, t0, o)
+        });
         assert_eq!(c.get(&b).unwrap().0, State::Incomplete);
     }
 
@@ -504,9 +541,13 @@ mod tests {
         let mut c = NeighborCache::new(1);
         c.add_static(A, M1, t0);
         run(&mut c, |c, o| c.on_solicitation(A, M2, t0, o));
-        run(&mut c, |c, o| c.on_advertisement(A, Some(M2), true, true, t0, o));
+        run(&mut c, |c, o| {
+            c.on_advertisement(A, Some(M2), true, true, t0, o)
+        });
         assert_eq!(c.get(&A), Some((State::Static, Some(M1))));
-        let out = run(&mut c, |c, o| c.resolve(A, vec![7], t0 + Duration::from_secs(3600), o));
+        let out = run(&mut c, |c, o| {
+            c.resolve(A, vec![7], t0 + Duration::from_secs(3600), o)
+        });
         assert_eq!(out, vec![Action::Send(vec![7], M1)]);
     }
 

@@ -209,7 +209,10 @@ impl Stack {
     fn is_member(&self, g: &Ipv6Addr) -> bool {
         *g == wire::ALL_NODES
             || *g == wire::solicited_node(&self.link_local)
-            || self.addrs.iter().any(|(a, _)| wire::solicited_node(a) == *g)
+            || self
+                .addrs
+                .iter()
+                .any(|(a, _)| wire::solicited_node(a) == *g)
     }
 
     pub fn stats(&self) -> &NetStats {
@@ -498,7 +501,14 @@ impl Stack {
         body.extend_from_slice(&invoking[..quote]);
         let msg = wire::icmpv6(&src, &ip.src, ty, code, &body);
         if self
-            .send_ip(src, ip.src, proto::ICMPV6, wire::DEFAULT_HOP_LIMIT, &msg, now)
+            .send_ip(
+                src,
+                ip.src,
+                proto::ICMPV6,
+                wire::DEFAULT_HOP_LIMIT,
+                &msg,
+                now,
+            )
             .is_ok()
         {
             self.icmp_tokens -= 1.0;
@@ -508,7 +518,14 @@ impl Stack {
 
     /// The engine found no QP bound to the datagram's port: answer "port unreachable".
     pub fn port_unreachable(&mut self, d: &UdpIn<'_>, now: Instant) {
-        self.icmp_error(&d.packet, icmp::DEST_UNREACHABLE, icmp::UNREACH_PORT, 0, false, now);
+        self.icmp_error(
+            &d.packet,
+            icmp::DEST_UNREACHABLE,
+            icmp::UNREACH_PORT,
+            0,
+            false,
+            now,
+        );
     }
 
     // ---- timers -----------------------------------------------------------------------
@@ -612,7 +629,14 @@ impl Stack {
                 proto::HOP_BY_HOP | proto::DEST_OPTS | proto::ROUTING => {
                     if nh == proto::HOP_BY_HOP && off != IPV6_LEN {
                         // Hop-by-hop options only ever follow the fixed header (§4.3).
-                        self.icmp_error(b, icmp::PARAM_PROBLEM, icmp::PARAM_NEXT_HEADER, nh_at as u32, false, now);
+                        self.icmp_error(
+                            b,
+                            icmp::PARAM_PROBLEM,
+                            icmp::PARAM_NEXT_HEADER,
+                            nh_at as u32,
+                            false,
+                            now,
+                        );
                         return self.drop(DropReason::UnsupportedNextHeader);
                     }
                     if b.len() < off + 8 {
@@ -625,7 +649,14 @@ impl Stack {
                     if nh == proto::ROUTING {
                         if b[off + 3] != 0 {
                             // Segments left: we are a host and route nothing (§4.4).
-                            self.icmp_error(b, icmp::PARAM_PROBLEM, icmp::PARAM_HEADER_FIELD, (off + 2) as u32, false, now);
+                            self.icmp_error(
+                                b,
+                                icmp::PARAM_PROBLEM,
+                                icmp::PARAM_HEADER_FIELD,
+                                (off + 2) as u32,
+                                false,
+                                now,
+                            );
                             return self.drop(DropReason::RoutingHeader);
                         }
                     } else if let Err(why) = self.options(b, off, len, &dst, now) {
@@ -679,7 +710,14 @@ impl Stack {
                     });
                 }
                 _ => {
-                    self.icmp_error(b, icmp::PARAM_PROBLEM, icmp::PARAM_NEXT_HEADER, nh_at as u32, false, now);
+                    self.icmp_error(
+                        b,
+                        icmp::PARAM_PROBLEM,
+                        icmp::PARAM_NEXT_HEADER,
+                        nh_at as u32,
+                        false,
+                        now,
+                    );
                     return self.drop(DropReason::UnsupportedNextHeader);
                 }
             }
@@ -689,7 +727,14 @@ impl Stack {
     /// Processes the options of a hop-by-hop or destination options header at `off`
     /// (RFC 8200 §4.2): padding and router alert pass, unknown options act on the two
     /// high bits of their type.
-    fn options(&mut self, pkt: &[u8], off: usize, len: usize, dst: &Ipv6Addr, now: Instant) -> Result<(), DropReason> {
+    fn options(
+        &mut self,
+        pkt: &[u8],
+        off: usize,
+        len: usize,
+        dst: &Ipv6Addr,
+        now: Instant,
+    ) -> Result<(), DropReason> {
         let end = off + len;
         let mut i = off + 2;
         while i < end {
@@ -708,7 +753,14 @@ impl Stack {
                     1 => return Err(DropReason::UnknownOption),
                     2 | 3 => {
                         if t >> 6 == 2 || !dst.is_multicast() {
-                            self.icmp_error(pkt, icmp::PARAM_PROBLEM, icmp::PARAM_OPTION, i as u32, true, now);
+                            self.icmp_error(
+                                pkt,
+                                icmp::PARAM_PROBLEM,
+                                icmp::PARAM_OPTION,
+                                i as u32,
+                                true,
+                                now,
+                            );
                         }
                         return Err(DropReason::UnknownOption);
                     }
@@ -734,28 +786,60 @@ impl Stack {
         now: Instant,
     ) -> Option<UdpIn<'f>> {
         let data = &pkt[off + wire::FRAG_LEN..];
-        if fh.more && data.len() % 8 != 0 {
+        if fh.more && !data.len().is_multiple_of(8) {
             // Parameter problem pointing at the payload length (RFC 8200 §4.5).
-            self.icmp_error(pkt, icmp::PARAM_PROBLEM, icmp::PARAM_HEADER_FIELD, 4, false, now);
+            self.icmp_error(
+                pkt,
+                icmp::PARAM_PROBLEM,
+                icmp::PARAM_HEADER_FIELD,
+                4,
+                false,
+                now,
+            );
             return self.drop(DropReason::BadFragment);
         }
         if fh.offset + data.len() > frag::MAX_PACKET {
-            self.icmp_error(pkt, icmp::PARAM_PROBLEM, icmp::PARAM_HEADER_FIELD, (off + 2) as u32, false, now);
+            self.icmp_error(
+                pkt,
+                icmp::PARAM_PROBLEM,
+                icmp::PARAM_HEADER_FIELD,
+                (off + 2) as u32,
+                false,
+                now,
+            );
             return self.drop(DropReason::BadFragment);
         }
         if fh.offset == 0 && !header_chain_complete(fh.next_header, data) {
             // The first fragment must hold the whole header chain (RFC 7112 §5).
-            self.icmp_error(pkt, icmp::PARAM_PROBLEM, icmp::PARAM_INCOMPLETE_CHAIN, 0, false, now);
+            self.icmp_error(
+                pkt,
+                icmp::PARAM_PROBLEM,
+                icmp::PARAM_INCOMPLETE_CHAIN,
+                0,
+                false,
+                now,
+            );
             return self.drop(DropReason::BadFragment);
         }
         if fh.more && data.is_empty() {
             return self.drop(DropReason::BadFragment);
         }
-        let key = Key { src, dst, id: fh.id };
+        let key = Key {
+            src,
+            dst,
+            id: fh.id,
+        };
         let mut expired = Vec::new();
-        let outcome = self
-            .reasm
-            .insert(key, fh.offset, fh.more, fh.next_header, data, pkt, now, &mut expired);
+        let outcome = self.reasm.insert(
+            key,
+            fh.offset,
+            fh.more,
+            fh.next_header,
+            data,
+            pkt,
+            now,
+            &mut expired,
+        );
         self.account_expired(expired, now);
         match outcome {
             Outcome::Held => None,
@@ -776,7 +860,9 @@ impl Stack {
                 // The reassembled packet: the fixed header (its extension headers before
                 // the fragment header were processed with each fragment) and the data.
                 let mut packet = Vec::with_capacity(IPV6_LEN + data.len());
-                packet.extend_from_slice(&wire::ipv6_packet(&src, &dst, next, hop_limit, &[])[ETH_LEN..]);
+                packet.extend_from_slice(
+                    &wire::ipv6_packet(&src, &dst, next, hop_limit, &[])[ETH_LEN..],
+                );
                 packet[4..6].copy_from_slice(&(data.len() as u16).to_be_bytes());
                 packet.extend_from_slice(&data);
                 self.walk(Cow::Owned(packet), src, dst, hop_limit, eth_src, now)
@@ -814,12 +900,23 @@ impl Stack {
                     self.stats.drop(DropReason::BadSource);
                     return;
                 }
-                let from = if self.is_own_unicast(&dst) { dst } else { self.select_source(&src) };
+                let from = if self.is_own_unicast(&dst) {
+                    dst
+                } else {
+                    self.select_source(&src)
+                };
                 let mut body = Vec::with_capacity(4 + m.body.len());
                 body.extend_from_slice(&m.word);
                 body.extend_from_slice(m.body);
                 let reply = wire::icmpv6(&from, &src, icmp::ECHO_REPLY, 0, &body);
-                match self.send_ip(from, src, proto::ICMPV6, wire::DEFAULT_HOP_LIMIT, &reply, now) {
+                match self.send_ip(
+                    from,
+                    src,
+                    proto::ICMPV6,
+                    wire::DEFAULT_HOP_LIMIT,
+                    &reply,
+                    now,
+                ) {
                     Ok(()) => self.stats.echo_replies += 1,
                     Err(e) => {
                         debug!("echo request from {src}: no reply ({e})");
@@ -827,8 +924,12 @@ impl Stack {
                     }
                 }
             }
-            icmp::NEIGHBOR_SOLICIT => self.neighbor_solicitation(&m, src, dst, hop_limit, eth_src, now),
-            icmp::NEIGHBOR_ADVERT => self.neighbor_advertisement(&m, src, dst, hop_limit, eth_src, now),
+            icmp::NEIGHBOR_SOLICIT => {
+                self.neighbor_solicitation(&m, src, dst, hop_limit, eth_src, now)
+            }
+            icmp::NEIGHBOR_ADVERT => {
+                self.neighbor_advertisement(&m, src, dst, hop_limit, eth_src, now)
+            }
             icmp::PACKET_TOO_BIG => self.packet_too_big(&m, now),
             icmp::DEST_UNREACHABLE | icmp::TIME_EXCEEDED | icmp::PARAM_PROBLEM => {
                 // Nothing of ours reacts to these yet (TCP will); they are counted.
@@ -867,8 +968,7 @@ impl Stack {
             return;
         };
         if target.is_multicast()
-            || src.is_unspecified()
-                && (!is_solicited_node_group(&dst) || opts.source_ll.is_some())
+            || src.is_unspecified() && (!is_solicited_node_group(&dst) || opts.source_ll.is_some())
         {
             self.stats.drop(DropReason::BadNdp);
             return;
@@ -886,7 +986,12 @@ impl Stack {
                 MacDisplay(&eth_src)
             );
             self.stats.dad_defended += 1;
-            self.send_na(target, wire::ALL_NODES, wire::multicast_mac(&wire::ALL_NODES), false);
+            self.send_na(
+                target,
+                wire::ALL_NODES,
+                wire::multicast_mac(&wire::ALL_NODES),
+                false,
+            );
             return;
         }
         if self.is_own_unicast(&src) {
@@ -895,7 +1000,8 @@ impl Stack {
             return;
         }
         if let Some(mac) = opts.source_ll {
-            self.neighbors.on_solicitation(src, mac, now, &mut self.actions);
+            self.neighbors
+                .on_solicitation(src, mac, now, &mut self.actions);
             self.run_actions();
         }
         // Reply to the solicitation's sender. Without a source link-layer option (allowed
@@ -922,8 +1028,11 @@ impl Stack {
             self.stats.drop(DropReason::BadNdp);
             return;
         }
-        let (router, solicited, override_) =
-            (m.word[0] & 0x80 != 0, m.word[0] & 0x40 != 0, m.word[0] & 0x20 != 0);
+        let (router, solicited, override_) = (
+            m.word[0] & 0x80 != 0,
+            m.word[0] & 0x40 != 0,
+            m.word[0] & 0x20 != 0,
+        );
         let _ = router; // on-link only: router flags change nothing
         let target = Ipv6Addr::from(<[u8; 16]>::try_from(&m.body[..16]).expect("16 bytes"));
         let Ok(opts) = wire::parse_ndp_options(&m.body[16..]) else {
@@ -943,8 +1052,14 @@ impl Stack {
             self.stats.duplicate_address += 1;
             return;
         }
-        self.neighbors
-            .on_advertisement(target, opts.target_ll, solicited, override_, now, &mut self.actions);
+        self.neighbors.on_advertisement(
+            target,
+            opts.target_ll,
+            solicited,
+            override_,
+            now,
+            &mut self.actions,
+        );
         self.run_actions();
     }
 

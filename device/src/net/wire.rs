@@ -13,8 +13,8 @@ use std::fmt;
 use std::net::Ipv6Addr;
 
 use etherparse::{
-    checksum::Sum16BitWords, Icmpv6Type, IpNumber, Ipv6FlowLabel, Ipv6FragmentHeader,
-    Ipv6Header, UdpHeader,
+    checksum::Sum16BitWords, Icmpv6Type, IpNumber, Ipv6FlowLabel, Ipv6FragmentHeader, Ipv6Header,
+    UdpHeader,
 };
 
 /// A MAC address (as the engine keeps it).
@@ -143,15 +143,20 @@ impl fmt::Display for MacDisplay<'_> {
 pub fn parse_mac(s: &str) -> Result<Mac, String> {
     let parts: Vec<&str> = s.split([':', '-']).collect();
     if parts.len() != 6 {
-        return Err(format!("'{s}' is not a MAC address (six hex bytes like 02:51:50:00:00:01)"));
+        return Err(format!(
+            "'{s}' is not a MAC address (six hex bytes like 02:51:50:00:00:01)"
+        ));
     }
     let mut mac = [0u8; 6];
     for (b, p) in mac.iter_mut().zip(parts) {
         if p.is_empty() || p.len() > 2 {
-            return Err(format!("'{s}' is not a MAC address (six hex bytes like 02:51:50:00:00:01)"));
+            return Err(format!(
+                "'{s}' is not a MAC address (six hex bytes like 02:51:50:00:00:01)"
+            ));
         }
-        *b = u8::from_str_radix(p, 16)
-            .map_err(|_| format!("'{s}' is not a MAC address (six hex bytes like 02:51:50:00:00:01)"))?;
+        *b = u8::from_str_radix(p, 16).map_err(|_| {
+            format!("'{s}' is not a MAC address (six hex bytes like 02:51:50:00:00:01)")
+        })?;
     }
     if mac[0] & 1 != 0 || mac == [0; 6] {
         return Err(format!("'{s}' is not a unicast MAC address"));
@@ -198,6 +203,7 @@ pub fn ipv6_packet(
 }
 
 /// One fragment frame: `[Ethernet][IPv6][Fragment header][data]` (RFC 8200 §4.5).
+#[allow(clippy::too_many_arguments)]
 pub fn ipv6_fragment(
     src: &Ipv6Addr,
     dst: &Ipv6Addr,
@@ -208,7 +214,7 @@ pub fn ipv6_fragment(
     more: bool,
     data: &[u8],
 ) -> Vec<u8> {
-    debug_assert!(offset % 8 == 0 && offset / 8 <= 0x1fff);
+    debug_assert!(offset.is_multiple_of(8) && offset / 8 <= 0x1fff);
     let mut f = Vec::with_capacity(ETH_LEN + IPV6_LEN + FRAG_LEN + data.len());
     f.extend_from_slice(&[0u8; ETH_LEN]);
     f.extend_from_slice(&ipv6_header(
@@ -348,7 +354,8 @@ pub struct EthernetFrame<'a> {
 }
 
 pub fn parse_ethernet(frame: &[u8]) -> Result<EthernetFrame<'_>, ParseError> {
-    let h = etherparse::Ethernet2HeaderSlice::from_slice(frame).map_err(|_| ParseError::Truncated)?;
+    let h =
+        etherparse::Ethernet2HeaderSlice::from_slice(frame).map_err(|_| ParseError::Truncated)?;
     Ok(EthernetFrame {
         dst: h.destination(),
         src: h.source(),
@@ -511,7 +518,10 @@ mod tests {
             "fe80::51:50ff:fe00:1".parse::<Ipv6Addr>().unwrap()
         );
         let a: Ipv6Addr = "fd51:5050::1:1".parse().unwrap();
-        assert_eq!(solicited_node(&a), "ff02::1:ff01:1".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(
+            solicited_node(&a),
+            "ff02::1:ff01:1".parse::<Ipv6Addr>().unwrap()
+        );
         assert_eq!(
             multicast_mac(&solicited_node(&a)),
             [0x33, 0x33, 0xff, 0x01, 0x00, 0x01]
@@ -530,11 +540,17 @@ mod tests {
 
     #[test]
     fn macs() {
-        assert_eq!(parse_mac("02:51:50:00:00:0a").unwrap(), [2, 0x51, 0x50, 0, 0, 10]);
+        assert_eq!(
+            parse_mac("02:51:50:00:00:0a").unwrap(),
+            [2, 0x51, 0x50, 0, 0, 10]
+        );
         assert!(parse_mac("03:00:00:00:00:01").is_err());
         assert!(parse_mac("02:00:00:00:00").is_err());
         assert!(parse_mac("02:00:00:00:00:001").is_err());
-        assert_eq!(MacDisplay(&[2, 0x51, 0x50, 0, 0, 10]).to_string(), "02:51:50:00:00:0a");
+        assert_eq!(
+            MacDisplay(&[2, 0x51, 0x50, 0, 0, 10]).to_string(),
+            "02:51:50:00:00:0a"
+        );
     }
 
     #[test]
@@ -555,8 +571,14 @@ mod tests {
         assert_eq!(parse_ndp_options(&[]).unwrap(), NdpOptions::default());
         let o = parse_ndp_options(&[1, 1, 1, 2, 3, 4, 5, 6, 9, 1, 0, 0, 0, 0, 0, 0]).unwrap();
         assert_eq!(o.source_ll, Some([1, 2, 3, 4, 5, 6]));
-        assert_eq!(parse_ndp_options(&[1, 0, 0, 0, 0, 0, 0, 0]), Err(ParseError::Invalid));
-        assert_eq!(parse_ndp_options(&[1, 2, 0, 0, 0, 0, 0, 0]), Err(ParseError::Truncated));
+        assert_eq!(
+            parse_ndp_options(&[1, 0, 0, 0, 0, 0, 0, 0]),
+            Err(ParseError::Invalid)
+        );
+        assert_eq!(
+            parse_ndp_options(&[1, 2, 0, 0, 0, 0, 0, 0]),
+            Err(ParseError::Truncated)
+        );
         assert_eq!(parse_ndp_options(&[1]), Err(ParseError::Truncated));
     }
 }

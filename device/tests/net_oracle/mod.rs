@@ -10,8 +10,8 @@ use std::net::Ipv6Addr;
 use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{
     EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, Icmpv6Packet, Icmpv6Repr,
-    IpAddress, IpProtocol, Ipv6FragmentHeader, Ipv6Packet, Ipv6Repr, NdiscNeighborFlags,
-    NdiscRepr, RawHardwareAddress, UdpPacket, UdpRepr,
+    IpAddress, IpProtocol, Ipv6FragmentHeader, Ipv6Packet, Ipv6Repr, NdiscNeighborFlags, NdiscRepr,
+    RawHardwareAddress, UdpPacket, UdpRepr,
 };
 
 pub type Mac = [u8; 6];
@@ -77,7 +77,11 @@ pub fn check(frame: &[u8]) -> Frame {
                 u.verify_checksum(&IpAddress::Ipv6(src), &IpAddress::Ipv6(dst)),
                 "oracle: UDP checksum"
             );
-            assert_ne!(u.checksum(), 0, "oracle: UDP checksum 0 is not allowed in IPv6");
+            assert_ne!(
+                u.checksum(),
+                0,
+                "oracle: UDP checksum 0 is not allowed in IPv6"
+            );
             assert_eq!(u.len() as usize, ip.payload().len(), "oracle: UDP length");
             Parsed::Udp {
                 src,
@@ -145,7 +149,17 @@ pub struct Defrag {
 impl Defrag {
     /// Takes a fragment; returns the datagram once complete.
     pub fn add(&mut self, p: &Parsed) -> Option<Parsed> {
-        let Parsed::Fragment { src, dst, next_header, offset, more, id, data, .. } = p else {
+        let Parsed::Fragment {
+            src,
+            dst,
+            next_header,
+            offset,
+            more,
+            id,
+            data,
+            ..
+        } = p
+        else {
             return None;
         };
         let v = self.parts.entry(*id).or_default();
@@ -302,7 +316,12 @@ pub fn ns_repr(target: Ipv6Addr, lladdr: Option<Mac>) -> Icmpv6Repr<'static> {
     })
 }
 
-pub fn na_repr(target: Ipv6Addr, lladdr: Option<Mac>, solicited: bool, override_: bool) -> Icmpv6Repr<'static> {
+pub fn na_repr(
+    target: Ipv6Addr,
+    lladdr: Option<Mac>,
+    solicited: bool,
+    override_: bool,
+) -> Icmpv6Repr<'static> {
     let mut flags = NdiscNeighborFlags::empty();
     if solicited {
         flags |= NdiscNeighborFlags::SOLICITED;
