@@ -8,8 +8,11 @@ use std::time::Duration;
 
 use clap::Parser;
 use log::error;
+use qpip_device::backend::{ImpairSpec, NetSpec};
 use qpip_device::core::CoreConfig;
+use qpip_device::engine::network::NetworkConfig;
 use qpip_device::engine::{EngineConfig, DEFAULT_MAC};
+use qpip_device::net::config::{Mtu, StaticNeighbor};
 use qpip_device::vfio::{serve, ServeOptions};
 
 /// The qpip adapter: a PCI network function for QEMU, attached over vfio-user.
@@ -32,6 +35,29 @@ struct Args {
     /// (repeatable). The link-local address from the MAC is always present.
     #[arg(long = "ip", value_name = "ADDR/PLEN", value_parser = parse_addr)]
     ips: Vec<(Ipv6Addr, u8)>,
+
+    /// The link beneath the device: tap:IFNAME (a TAP interface, created if missing and
+    /// permitted) or cable:PATH (a unix datagram link to one other qpipd given the same PATH).
+    /// Without it the device only reaches its own addresses.
+    #[arg(long, value_name = "tap:IFNAME|cable:PATH")]
+    net: Option<NetSpec>,
+
+    /// Link MTU, 1280..=9000.
+    #[arg(long, value_name = "N", default_value = "1500")]
+    mtu: Mtu,
+
+    /// Write every frame in and out to FILE (pcap, for Wireshark/tshark).
+    #[arg(long, value_name = "FILE", requires = "net")]
+    pcap: Option<PathBuf>,
+
+    /// Impair the link in both directions:
+    /// loss=P,reorder=P,dup=P,corrupt=P,delay=MS[,jitter=MS][,seed=N] (P in percent).
+    #[arg(long, value_name = "SPEC", requires = "net")]
+    impair: Option<ImpairSpec>,
+
+    /// A static neighbour entry ADDR=MAC (repeatable).
+    #[arg(long = "neighbor", value_name = "ADDR=MAC", requires = "net")]
+    neighbors: Vec<StaticNeighbor>,
 
     /// How long the engine keeps polling doorbells after the last work before it sleeps,
     /// in microseconds. Longer: lower latency, more CPU.
@@ -90,6 +116,13 @@ fn main() -> ExitCode {
                 mac: args.mac.unwrap_or(DEFAULT_MAC),
                 addrs: args.ips.clone(),
                 idle_poll: Duration::from_micros(args.idle_poll_us),
+                network: args.net.clone().map(|spec| NetworkConfig {
+                    spec,
+                    mtu: args.mtu.0,
+                    pcap: args.pcap.clone(),
+                    impair: args.impair.clone(),
+                    neighbors: args.neighbors.clone(),
+                }),
             },
         },
     };

@@ -209,13 +209,20 @@ impl Engine {
                 self.write_query(mem, buf, len, stats.as_bytes())
             }
             R::SetMac(mac) => {
+                let changed = self.identity.mac != mac;
                 self.identity.mac = mac;
+                self.identity_changed(changed);
                 Ok((0, 0, 0))
             }
-            R::AddAddr { addr, prefix_len } => self.add_addr(addr, prefix_len),
+            R::AddAddr { addr, prefix_len } => {
+                let r = self.add_addr(addr, prefix_len);
+                self.identity_changed(false);
+                r
+            }
             R::DelAddr(addr) => {
                 let before = self.identity.addrs.len();
                 self.identity.addrs.retain(|(a, _)| *a != addr);
+                self.identity_changed(false);
                 if self.identity.addrs.len() < before {
                     Ok((0, 0, 0))
                 } else {

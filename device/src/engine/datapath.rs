@@ -241,7 +241,22 @@ impl Engine {
             return;
         }
         if !self.identity.is_local(&wr.dest_addr) {
-            self.write_cqe(mem, send_cq, fail(CQE_STATUS_BAD_DEST, CQE_DETAIL_NO_ROUTE));
+            let src = (!bound_addr.is_unspecified()).then_some(bound_addr);
+            match self.send_to_network(src, src_port, wr.dest_addr, wr.dest_port, &payload) {
+                Ok(()) => {
+                    self.shared.stats.add(STAT_UDP_TX, 1);
+                    let mut done = cqe(
+                        wr.wr_id,
+                        id,
+                        CQE_OP_SEND,
+                        CQE_STATUS_SUCCESS,
+                        CQE_DETAIL_NONE,
+                    );
+                    done.byte_len = payload.len() as u32;
+                    self.write_cqe(mem, send_cq, done);
+                }
+                Err(detail) => self.write_cqe(mem, send_cq, fail(CQE_STATUS_BAD_DEST, detail)),
+            }
             return;
         }
         let src = if bound_addr.is_unspecified() {
@@ -327,11 +342,13 @@ impl Engine {
 
     /// The receive path: demultiplex by port, take the next posted receive WR, check and
     /// place the data, complete. Datagrams that cannot be placed are dropped and counted.
-    pub fn deliver_udp(&mut self, mem: &GuestMemoryMmap, d: &Datagram) {
+    /// Returns false when no QP is bound to the destination (the network then answers
+    /// "port unreachable").
+    pub fn deliver_udp(&mut self, mem: &GuestMemoryMmap, d: &Datagram) -> bool {
         let stats = self.shared.stats.clone();
         let Some(&id) = self.objects.udp_ports.get(&d.dst_port) else {
             stats.add(STAT_UDP_RX_NO_PORT, 1);
-            return;
+            return false;
         };
         let qp = self
             .objects
@@ -341,7 +358,7 @@ impl Engine {
         let (bound_addr, _) = qp.bound.expect("bound");
         if !bound_addr.is_unspecified() && bound_addr != d.dst {
             stats.add(STAT_UDP_RX_NO_PORT, 1);
-            return;
+            return false;
         }
         let recv_cq = qp.recv_cq;
         // The receiver's doorbell page may have been scanned before its latest receive was
@@ -361,16 +378,16 @@ impl Engine {
         let qp = self.objects.qps.get(&id).expect("exists");
         if qp.state != QpState::Ready || qp.rq_head == qp.rq_tail {
             stats.add(STAT_UDP_RX_NO_WR, 1);
-            return;
+            return true;
         }
         let ctx = qp.ctx;
         if !self.cq_has_room(recv_cq) {
             stats.add(STAT_UDP_RX_CQ_FULL, 1);
-            return;
+            return true;
         }
         stats.add(STAT_RECV_WQES, 1);
         let Some(raw) = self.take_wqe(mem, id, false) else {
-            return;
+            return true;
         };
         let wr = match decode::recv_wqe(&raw) {
             Ok(wr) => wr,
@@ -380,7 +397,7 @@ impl Engine {
                 detail,
             }) => {
                 self.write_cqe(mem, recv_cq, cqe(wr_id, id, CQE_OP_RECV, status, detail));
-                return;
+                return true;
             }
         };
         let capacity: u64 = wr.sges.iter().map(|s| s.length as u64).sum();
@@ -394,7 +411,7 @@ impl Engine {
             );
             c.byte_len = d.payload.len() as u32;
             self.write_cqe(mem, recv_cq, c);
-            return;
+            return true;
         }
         let spans = match self.translate(ctx, &wr.sges, MR_ACCESS_LOCAL_WRITE) {
             Ok(s) => s,
@@ -405,7 +422,7 @@ impl Engine {
                     recv_cq,
                     cqe(wr.wr_id, id, CQE_OP_RECV, f.status, f.detail),
                 );
-                return;
+                return true;
             }
         };
         let mut at = 0;
@@ -429,7 +446,7 @@ impl Engine {
                         CQE_DETAIL_OUT_OF_BOUNDS,
                     ),
                 );
-                return;
+                return true;
             }
             at += n;
         }
@@ -445,6 +462,7 @@ impl Engine {
         c.src_addr = d.src.octets();
         c.src_port = d.src_port;
         self.write_cqe(mem, recv_cq, c);
+        true
     }
 
     /// Writes a CQE (the caller made sure there is room), phase byte last, then raises the

@@ -16,6 +16,7 @@ pub mod datapath;
 pub mod decode;
 pub mod doorbells;
 pub mod memory;
+pub mod network;
 pub mod objects;
 
 use std::net::Ipv6Addr;
@@ -31,8 +32,11 @@ use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
 use crate::doorbell::DoorbellBar;
 use crate::irq::Interrupts;
+use crate::net::interface::Interface;
 use admin::AdminQueue;
 use objects::Objects;
+use std::os::fd::AsRawFd;
+use vmm_sys_util::eventfd::EventFd;
 
 /// Messages from the control thread.
 #[derive(Debug)]
@@ -60,6 +64,8 @@ pub struct EngineConfig {
     pub addrs: Vec<(Ipv6Addr, u8)>,
     /// How long the engine keeps polling after the last piece of work before it sleeps.
     pub idle_poll: Duration,
+    /// The link beneath the QPs, if any (`--net`).
+    pub network: Option<network::NetworkConfig>,
 }
 
 impl Default for EngineConfig {
@@ -68,6 +74,7 @@ impl Default for EngineConfig {
             mac: DEFAULT_MAC,
             addrs: Vec::new(),
             idle_poll: Duration::from_micros(200),
+            network: None,
         }
     }
 }
@@ -178,11 +185,21 @@ pub struct Engine {
     sleeping: bool,
     /// Reused buffer of contexts with changed doorbell pages.
     scratch_ctxs: Vec<u32>,
+    /// Set by [`EngineHandle::start`]: signalled after each control message.
+    wake: Option<Arc<EventFd>>,
+    /// Messages taken while sleeping without a wake fd (tests), handled next.
+    pending: Vec<Control>,
+    /// The network link, when qpipd has one (`--net`).
+    pub(crate) net: Option<Interface>,
+    net_config: Option<network::NetworkConfig>,
 }
 
 /// The control thread's handle on the engine thread.
 pub struct EngineHandle {
     tx: Sender<Control>,
+    /// Written after every message, so a sleeping engine wakes (it sleeps in poll(2) on
+    /// this and on its network's fd).
+    wake: Arc<EventFd>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -190,12 +207,19 @@ impl EngineHandle {
     /// Starts the engine thread.
     pub fn start(shared: Shared, config: EngineConfig) -> std::io::Result<EngineHandle> {
         let (tx, rx) = mpsc::channel();
+        let wake = Arc::new(EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?);
+        let net = config.network.clone();
         let mut engine = Engine::new(shared, config, rx);
+        engine.wake = Some(wake.clone());
+        if let Some(net) = net {
+            engine.attach_network(&net)?;
+        }
         let thread = std::thread::Builder::new()
             .name("qpip-engine".into())
             .spawn(move || engine.run())?;
         Ok(EngineHandle {
             tx,
+            wake,
             thread: Some(thread),
         })
     }
@@ -203,6 +227,11 @@ impl EngineHandle {
     pub fn send(&self, msg: Control) {
         if self.tx.send(msg).is_err() {
             warn!("the engine thread is gone; message dropped");
+            return;
+        }
+        // After the message is queued, so the engine that wakes finds it.
+        if let Err(e) = self.wake.write(1) {
+            warn!("cannot wake the engine: {e}");
         }
     }
 
@@ -218,7 +247,7 @@ impl EngineHandle {
 
 impl Drop for EngineHandle {
     fn drop(&mut self) {
-        let _ = self.tx.send(Control::Shutdown);
+        self.send(Control::Shutdown);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -246,6 +275,10 @@ impl Engine {
             idle_poll: config.idle_poll,
             sleeping: false,
             scratch_ctxs: Vec::new(),
+            wake: None,
+            pending: Vec::new(),
+            net: None,
+            net_config: None,
         }
     }
 
@@ -259,6 +292,11 @@ impl Engine {
         info!("engine running (idle poll {:?})", self.idle_poll);
         let mut last_work = Instant::now();
         loop {
+            for msg in std::mem::take(&mut self.pending) {
+                if !self.handle(msg) {
+                    return;
+                }
+            }
             loop {
                 match self.rx.try_recv() {
                     Ok(msg) => {
@@ -289,14 +327,8 @@ impl Engine {
             }
             self.shared.stats.add(qpip_abi::admin::STAT_SLEEPS, 1);
             debug!("engine sleeping");
-            let msg = match self.rx.recv() {
-                Ok(m) => m,
-                Err(_) => return,
-            };
+            self.sleep();
             self.set_sleeping(false);
-            if !self.handle(msg) {
-                return;
-            }
             last_work = Instant::now();
         }
     }
@@ -307,6 +339,7 @@ impl Engine {
         let mut did = self.process_admin(&mem);
         did |= self.scan_doorbells(&mem);
         did |= self.run_send_queues(&mem);
+        did |= self.poll_network(&mem);
         did
     }
 
@@ -335,7 +368,9 @@ impl Engine {
         let seed = self.objects.new_key() as u64;
         self.objects = Objects::new(seed);
         self.admin = AdminQueue::default();
+        let mac_changed = self.identity.mac != self.initial_identity.mac;
         self.identity = self.initial_identity.clone();
+        self.identity_changed(mac_changed);
         self.shared.stats.clear();
         self.sleeping = false;
         info!("engine reset: all objects destroyed");
@@ -353,6 +388,46 @@ impl Engine {
                 .doorbells
                 .store_u32(page + qpip_abi::doorbell::DB_ENGINE_SLEEPING as usize, v);
         }
+    }
+
+    /// Blocks until a control message is signalled, the network has a frame, or the next
+    /// network timer is due. Messages themselves are taken by the main loop.
+    fn sleep(&mut self) {
+        let Some(wake) = self.wake.clone() else {
+            // Driven without a handle (tests): nothing can wake us but a message.
+            if let Ok(msg) = self.rx.recv() {
+                self.pending.push(msg);
+            }
+            return;
+        };
+        let mut fds = vec![libc::pollfd {
+            fd: wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if let Some(net) = &self.net {
+            fds.push(libc::pollfd {
+                fd: net.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let timeout_ms = match self.net.as_mut().and_then(|n| n.next_deadline()) {
+            Some(t) => t
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(i32::MAX as u128) as i32,
+            None => -1,
+        };
+        // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                warn!("engine poll failed: {e}");
+            }
+        }
+        let _ = wake.read(); // reset the counter; the messages are in the channel
     }
 
     /// Waits for a message for at most `timeout` and handles it (used by tests driving the
