@@ -325,7 +325,12 @@ impl FakeGuest {
     /// A device that is enabled, with guest RAM mapped, every MSI-X vector wired to an
     /// eventfd and the admin queue set up.
     pub fn new() -> Self {
-        let mut g = Self::bare();
+        Self::with_options(ServeOptions::default())
+    }
+
+    /// As [`FakeGuest::new`], for a device started with `options` (network, MAC, ...).
+    pub fn with_options(options: ServeOptions) -> Self {
+        let mut g = Self::bare_with(options);
         g.enable();
         g.setup_admin(ADMIN_DEPTH);
         g
@@ -333,13 +338,17 @@ impl FakeGuest {
 
     /// A device with guest RAM mapped and interrupts wired, not yet enabled.
     pub fn bare() -> Self {
+        Self::bare_with(ServeOptions::default())
+    }
+
+    fn bare_with(options: ServeOptions) -> Self {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("qpip-hostif-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("qpip.sock");
         let path = socket.clone();
-        let server = std::thread::spawn(move || serve(&path, ServeOptions::default()));
+        let server = std::thread::spawn(move || serve(&path, options));
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut client = loop {
             if socket.exists() {
