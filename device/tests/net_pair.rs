@@ -24,7 +24,7 @@ fn config(mac: [u8; 6], addr: Ipv6Addr, seed: u64) -> NetConfig {
     c
 }
 
-/// FNV-1a, enough to tell a damaged datagram from an intact one.
+/// FNV-1a of the body, so a datagram carries its own check.
 fn fnv(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
         (h ^ x as u64).wrapping_mul(0x100_0000_01b3)
@@ -42,17 +42,43 @@ fn datagram(seq: u32, len: usize) -> Vec<u8> {
     d
 }
 
+/// The 16-bit one's complement sum of `b` (the Internet checksum's arithmetic).
+fn ones_sum(b: &[u8]) -> u16 {
+    let mut s: u64 = b
+        .chunks(2)
+        .map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u64)
+        .sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    s as u16
+}
+
 /// Checks a received datagram; returns its sequence number.
+///
+/// The impairment flips one bit per corrupted frame, which UDP's checksum always catches
+/// in a datagram of one frame. A datagram of several fragments can take two flips that
+/// cancel in the one's complement sum: no IPv6 host can detect those, so such damage is
+/// accepted (and printed), and any damage the checksum could have caught fails the test.
 fn verify(d: &[u8]) -> u32 {
     assert!(d.len() >= 12, "short datagram {}", d.len());
     let seq = u32::from_be_bytes(d[..4].try_into().unwrap());
-    let h = u64::from_be_bytes(d[4..12].try_into().unwrap());
-    assert_eq!(fnv(&d[12..]), h, "datagram {seq} arrived damaged");
-    assert_eq!(
-        d,
-        &datagram(seq, d.len() - 12)[..],
-        "datagram {seq} is not what was sent"
-    );
+    let want = datagram(seq, d.len() - 12);
+    if d != &want[..] {
+        println!(
+            "datagram {seq} ({} bytes) arrived damaged in a way its checksum cannot see",
+            d.len()
+        );
+        assert!(
+            d.len() + 48 > 1500,
+            "datagram {seq} of one frame arrived damaged"
+        );
+        assert_eq!(
+            ones_sum(d),
+            ones_sum(&want),
+            "datagram {seq}: damage the checksum would catch"
+        );
+    }
     seq
 }
 

@@ -1117,3 +1117,28 @@ fn delivery_enum_is_what_the_engine_answers() {
     // The seam the engine uses: NoPort makes the ICMP error, Delivered does not.
     assert_ne!(Delivery::Delivered, Delivery::NoPort);
 }
+
+#[test]
+fn addresses_change_at_run_time() {
+    let (mut s, t) = stack();
+    let second: Ipv6Addr = "fd51:6060::5".parse().unwrap();
+    s.set_addresses(&[(OUR, 64), (second, 64)]);
+    let out = drain(&mut s);
+    assert_eq!(out.len(), 1, "a probe for the new address only");
+    assert_eq!(s.addresses(), &[(OUR, 64), (second, 64)]);
+    assert!(s.is_local(&second));
+    assert_eq!(
+        s.send_udp(None, 1, "fd51:6060::9".parse().unwrap(), 2, b"x", t),
+        Ok(second)
+    );
+    s.set_addresses(&[(second, 64)]);
+    assert!(!s.is_local(&OUR));
+    assert_eq!(
+        s.send_udp(None, 1, PEER, 7, b"x", t),
+        Err(SendError::NoRoute)
+    );
+    // A datagram to the removed address is no longer ours.
+    let f = net_oracle::udp_frame(PEER_MAC, OUR_MAC, PEER, OUR, 1, 2, b"x");
+    assert!(s.receive(&f, t).is_none());
+    assert_eq!(s.stats().dropped(DropReason::NotForUs), 1);
+}

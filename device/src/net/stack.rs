@@ -196,6 +196,19 @@ impl Stack {
         self.addrs.retain(|(a, _)| a != addr);
     }
 
+    /// Makes the configured addresses exactly `addrs` (e.g. after an admin command or a
+    /// reset): new ones are added (and probed), missing ones removed.
+    pub fn set_addresses(&mut self, addrs: &[(Ipv6Addr, u8)]) {
+        self.addrs
+            .retain(|(a, _)| addrs.iter().any(|(b, _)| a == b));
+        for (a, p) in addrs {
+            match self.addrs.iter_mut().find(|(x, _)| x == a) {
+                Some(e) => e.1 = (*p).min(128),
+                None => self.add_address(*a, *p),
+            }
+        }
+    }
+
     /// Whether `a` is one of the device's own unicast addresses (or loopback).
     pub fn is_local(&self, a: &Ipv6Addr) -> bool {
         a.is_loopback() || *a == self.link_local || self.addrs.iter().any(|(x, _)| x == a)
