@@ -490,8 +490,12 @@ impl World {
                 cmd(ADMIN_OP_QUERY_STATS, 0, 0, &a)
             }
         };
+        // Let the engine finish what the doorbells gave it first (and check it), so that what
+        // happens in the command's own run is the command's doing.
+        self.run();
         let done = self.d.call(c);
         if done.status != ADMIN_STATUS_OK {
+            self.check();
             return;
         }
         match c.opcode {

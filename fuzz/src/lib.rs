@@ -193,6 +193,12 @@ impl SyncDevice {
     /// A fresh device with its admin queue enabled (as the control thread does once the driver
     /// has programmed valid rings).
     pub fn new() -> SyncDevice {
+        if trace() {
+            // The engine's own log (debug level, or RUST_LOG) beside the harness's trace.
+            let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("debug"))
+                .is_test(false)
+                .try_init();
+        }
         let ram = memfd(c"fuzz-guest-ram", RAM_SIZE);
         let mut guest_ram = GuestRam::new();
         guest_ram
@@ -549,11 +555,15 @@ impl Writable {
                     continue;
                 }
                 let gpa = RAM_BASE + (p * page + j) as u64;
-                assert!(
-                    self.0.iter().any(|&(s, e)| gpa >= s && gpa < e),
-                    "the device wrote guest RAM it had no right to write: byte {gpa:#x} \
-                     ({b:#04x} -> {a:#04x})"
-                );
+                if !self.0.iter().any(|&(s, e)| gpa >= s && gpa < e) {
+                    let line = (p * page + j) & !63;
+                    panic!(
+                        "the device wrote guest RAM it had no right to write: byte {gpa:#x} \
+                         ({b:#04x} -> {a:#04x}); the 64 bytes at {:#x} now: {:02x?}",
+                        RAM_BASE + line as u64,
+                        &now[line..line + 64]
+                    );
+                }
             }
             sp.copy_from_slice(np);
         }
