@@ -2,9 +2,10 @@
 //! regions, frame it, hand it to its destination) and places received datagrams into posted
 //! receive buffers, completing both sides with CQEs.
 //!
-//! Until the network lands (step 3) the only destination is the device itself: a UDP
-//! datagram to one of the device's own addresses is delivered to the UDP QP bound to its
-//! port, through the same receive path the network will use.
+//! A UDP datagram to one of the device's own addresses stays inside the device (delivered
+//! to the QP bound to its port through the receive path); any other destination goes to the
+//! network ([`super::network`]), whose received datagrams come back through the same
+//! receive path.
 
 use std::net::Ipv6Addr;
 use std::sync::atomic::Ordering;

@@ -8,8 +8,9 @@
 //!
 //! Where things are: [`admin`] runs the admin queue (management), [`doorbells`] scans
 //! doorbell pages and implements sleeping (doorbell), [`datapath`] executes send WQEs and
-//! places received datagrams (transmit/receive), [`memory`] checks and translates every
-//! guest address, [`decode`] parses what the guest wrote, [`objects`] holds the tables.
+//! places received datagrams (transmit/receive), [`network`] joins them to the link through
+//! the IPv6 stack, [`memory`] checks and translates every guest address, [`decode`] parses
+//! what the guest wrote, [`objects`] holds the tables.
 
 pub mod admin;
 pub mod datapath;
