@@ -348,6 +348,65 @@
 #define QPIP_STAT_UDP_RX_CQ_FULL 17
 
 /*
+ Frames received from the link.
+ */
+#define QPIP_STAT_NET_RX_FRAMES 18
+
+/*
+ Frames sent on the link.
+ */
+#define QPIP_STAT_NET_TX_FRAMES 19
+
+/*
+ Received frames dropped, for any reason (each reason is counted at
+ [`STAT_NET_DROP_BASE`] + its index).
+ */
+#define QPIP_STAT_NET_RX_DROPPED 20
+
+/*
+ ICMPv6 echo requests answered.
+ */
+#define QPIP_STAT_NET_ECHO_REQUESTS 21
+
+/*
+ ICMPv6 errors sent (port unreachable, parameter problem ...).
+ */
+#define QPIP_STAT_NET_ICMP_ERRORS_TX 22
+
+/*
+ Sends refused for want of a route (the destination is not on-link).
+ */
+#define QPIP_STAT_NET_NO_ROUTE 23
+
+/*
+ IPv6 fragments received.
+ */
+#define QPIP_STAT_NET_FRAGMENTS_RX 24
+
+/*
+ IPv6 packets reassembled from fragments.
+ */
+#define QPIP_STAT_NET_REASSEMBLED 25
+
+/*
+ Next-hop address resolutions (NDP) that failed.
+ */
+#define QPIP_STAT_NET_RESOLUTION_FAILED 26
+
+/*
+ First of the per-reason drop counters, in this order: malformed, bad checksum, not for
+ us, not IPv6, unsupported next header, unknown option, routing header, bad source, bad
+ NDP, hop limit, looped, fragment overlap, bad fragment, reassembly failed, ignored, no
+ next header.
+ */
+#define QPIP_STAT_NET_DROP_BASE 32
+
+/*
+ Number of per-reason drop counters.
+ */
+#define QPIP_STAT_NET_DROP_REASONS 16
+
+/*
  Size of one CQE slot.
  */
 #define QPIP_CQE_SIZE 64

@@ -428,3 +428,29 @@ pub const STAT_UDP_RX_NO_WR: u32 = 15;
 pub const STAT_UDP_RX_NO_PORT: u32 = 16;
 /// UDP datagrams dropped because the bound QP's receive CQ was full.
 pub const STAT_UDP_RX_CQ_FULL: u32 = 17;
+/// Frames received from the link.
+pub const STAT_NET_RX_FRAMES: u32 = 18;
+/// Frames sent on the link.
+pub const STAT_NET_TX_FRAMES: u32 = 19;
+/// Received frames dropped, for any reason (each reason is counted at
+/// [`STAT_NET_DROP_BASE`] + its index).
+pub const STAT_NET_RX_DROPPED: u32 = 20;
+/// ICMPv6 echo requests answered.
+pub const STAT_NET_ECHO_REQUESTS: u32 = 21;
+/// ICMPv6 errors sent (port unreachable, parameter problem ...).
+pub const STAT_NET_ICMP_ERRORS_TX: u32 = 22;
+/// Sends refused for want of a route (the destination is not on-link).
+pub const STAT_NET_NO_ROUTE: u32 = 23;
+/// IPv6 fragments received.
+pub const STAT_NET_FRAGMENTS_RX: u32 = 24;
+/// IPv6 packets reassembled from fragments.
+pub const STAT_NET_REASSEMBLED: u32 = 25;
+/// Next-hop address resolutions (NDP) that failed.
+pub const STAT_NET_RESOLUTION_FAILED: u32 = 26;
+/// First of the per-reason drop counters, in this order: malformed, bad checksum, not for
+/// us, not IPv6, unsupported next header, unknown option, routing header, bad source, bad
+/// NDP, hop limit, looped, fragment overlap, bad fragment, reassembly failed, ignored, no
+/// next header.
+pub const STAT_NET_DROP_BASE: u32 = 32;
+/// Number of per-reason drop counters.
+pub const STAT_NET_DROP_REASONS: u32 = 16;

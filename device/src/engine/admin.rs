@@ -86,6 +86,10 @@ impl AdminQueue {
     }
 }
 
+// Every drop reason of the network has its counter in QUERY_STATS.
+const _: () = assert!(crate::net::stats::DropReason::ALL.len() == STAT_NET_DROP_REASONS as usize);
+const _: () = assert!(STAT_NET_DROP_BASE + STAT_NET_DROP_REASONS <= STATS_COUNT);
+
 /// The first free doorbell slot, or NO_RESOURCES.
 fn free_slot(slots: &[Option<u32>]) -> Result<u32, u16> {
     slots
@@ -204,7 +208,7 @@ impl Engine {
             }
             R::QueryStats { buf, len } => {
                 let stats = Stats {
-                    counters: self.shared.stats.snapshot(),
+                    counters: self.counters(),
                 };
                 self.write_query(mem, buf, len, stats.as_bytes())
             }
@@ -286,6 +290,31 @@ impl Engine {
         Ok((0, 0, 0))
     }
 
+    /// The device counters, with the network's (if there is a link) in their places.
+    fn counters(&self) -> [u64; STATS_COUNT as usize] {
+        let mut c = self.shared.stats.snapshot();
+        if let Some(net) = &self.net {
+            let n = net.stack.stats();
+            for (i, v) in [
+                (STAT_NET_RX_FRAMES, n.rx_frames),
+                (STAT_NET_TX_FRAMES, n.tx_frames),
+                (STAT_NET_RX_DROPPED, n.total_dropped()),
+                (STAT_NET_ECHO_REQUESTS, n.echo_requests),
+                (STAT_NET_ICMP_ERRORS_TX, n.icmp_errors_tx),
+                (STAT_NET_NO_ROUTE, n.no_route),
+                (STAT_NET_FRAGMENTS_RX, n.fragments_rx),
+                (STAT_NET_REASSEMBLED, n.reassembled),
+                (STAT_NET_RESOLUTION_FAILED, n.resolution_failed),
+            ] {
+                c[i as usize] = v;
+            }
+            for (k, why) in crate::net::stats::DropReason::ALL.iter().enumerate() {
+                c[STAT_NET_DROP_BASE as usize + k] = n.dropped(*why);
+            }
+        }
+        c
+    }
+
     fn device_info(&self) -> DeviceInfo {
         let mut d = DeviceInfo::new_zeroed();
         d.version = (qpip_abi::ABI_VERSION_MAJOR as u32) << qpip_abi::regs::VERSION_MAJOR_SHIFT
@@ -300,7 +329,7 @@ impl Engine {
         d.max_inline = wqe::MAX_INLINE;
         d.max_udp_payload = super::datapath::MAX_UDP_PAYLOAD as u32;
         d.max_listeners = MAX_LISTENERS;
-        d.mtu = 1500;
+        d.mtu = self.net.as_ref().map_or(1500, |n| n.stack.mtu() as u32);
         d.mac = self.identity.mac;
         d
     }
