@@ -2,7 +2,8 @@
 # Builds the host runtime into $QPIP_CACHE/runtime: a Debian trixie root filesystem holding
 #  - QEMU (>= 10.1, from trixie-backports) with the vfio-user-pci client,
 #  - the guest kernel (trixie linux-image-amd64) with its headers, gcc and make, so the guest
-#    driver is built with the exact compiler and headers of the kernel it runs on,
+#    driver is built with the exact compiler and headers of the kernel it runs on, and sparse,
+#    which checks it against those headers (images/driver.sh runs make C=1),
 #  - busybox-static for the guest initramfs.
 # QEMU runs from this tree without chroot, through the tree's own dynamic loader (see
 # images/qemu-env.sh). Needs root (debootstrap, chroot). Idempotent: a stamp records the hash
@@ -65,9 +66,10 @@ step "runtime 3/4: install QEMU from trixie-backports" \
 # which needs Pod::Usage.
 # libdw1t64 must come from backports too: QEMU's backport pulled a newer one, and the
 # headers' tool dependencies would otherwise ask for an incompatible older version.
+# sparse: the driver's static check (address spaces, endianness, locking annotations).
 step "runtime 4/4: install guest kernel, headers, compiler, busybox" \
     in_root apt-get install -y -q --no-install-recommends \
-        linux-image-amd64 linux-headers-amd64 gcc make libc6-dev perl busybox-static \
+        linux-image-amd64 linux-headers-amd64 gcc make libc6-dev perl busybox-static sparse \
         libdw1t64/trixie-backports
 in_root apt-get clean
 cleanup; mounted=()

@@ -15,6 +15,9 @@ pub mod cqe;
 pub mod doorbell;
 pub mod pci;
 pub mod regs;
+// The uapi has a header of its own (include/uapi/qpip.h): keep it out of qpip_abi.h.
+/// cbindgen:ignore
+pub mod uapi;
 pub mod wqe;
 
 /// Major version of this interface. See the crate docs for the rule.

@@ -1,0 +1,467 @@
+//! The interface between the guest driver (`qpip.ko`) and the processes that use it: the
+//! ioctls of `/dev/qpipN`, their argument structures, the events a process reads from its
+//! file, and the `mmap` offsets. The verbs library uses these definitions directly; the driver
+//! includes `guest-driver/include/uapi/qpip.h`, which is generated from this file alone
+//! (`abi/tests/uapi_header.rs`, `abi/cbindgen-uapi.toml`) so both always agree.
+//!
+//! # The model
+//!
+//! Each `open` of `/dev/qpipN` is a *context* on the device, with a doorbell page of its own.
+//! Every object a process creates through the file (completion queues, queue pairs, memory
+//! regions, listeners) belongs to that context, and closing the file (or the process dying)
+//! destroys them all in the device, unpins the memory and frees the rings. Handles are the
+//! device's object numbers; a handle of another context is refused with `ENOENT`, exactly
+//! as if it did not exist.
+//!
+//! # Arguments
+//!
+//! Every ioctl takes a pointer to a structure whose first field, `size`, holds the size of
+//! the structure as the caller knows it. The driver accepts any `size` from the first
+//! version of the structure (the size in this file when it was introduced, listed by
+//! `*_SIZE_V1`) up to [`MAX_ARG_SIZE`]: bytes the driver does not know must be zero (else
+//! `E2BIG`), fields the caller does not know read as zero, and the driver writes back at
+//! most `size` bytes. So structures grow at the end without breaking old callers or old
+//! drivers. Reserved fields must be zero (else `EINVAL`). The driver matches an ioctl by its
+//! type and number only; the size bits of the number are those of the first version.
+//!
+//! # mmap
+//!
+//! A process maps only what its own context owns, at offsets the driver hands out:
+//! [`QueryDevice::doorbell_offset`] (the context's doorbell page, see [`crate::doorbell`]),
+//! [`QueryDevice::kick_offset`] (the kick register page, see [`crate::regs::KICK_PAGE_OFFSET`])
+//! and the ring offsets returned by [`IOCTL_CREATE_CQ`] and [`IOCTL_CREATE_QP`]. Any other
+//! offset, another context's offset, or a length other than the object's fails with `EINVAL`.
+//! The rings are ordinary memory shared with the device; the mapping stays valid until it
+//! is unmapped, even after the object is destroyed (the device no longer uses it then).
+//!
+//! # Events
+//!
+//! A completion queue created with an eventfd signals it each time the device raises the
+//! CQ's interrupt, which it does once per arming (see [`crate::doorbell::DB_CQ_ARM_SEQ`]), so
+//! a process blocks on many CQs and other files at once with `poll`/`epoll`. Connection
+//! events (accept and connect complete, a close is acknowledged) are [`Event`] records that
+//! the process `read`s from its `/dev/qpipN` file; the file polls readable while one is
+//! queued. After the device was removed or reset, every call on the file fails with
+//! `ENODEV` and `poll` reports `POLLERR`.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Version of this interface. Grows when something is added; existing structures only ever
+/// grow at the end.
+pub const UAPI_VERSION: u32 = 1;
+
+/// The `type` byte of every qpip ioctl number.
+pub const IOCTL_TYPE: u32 = 0xc4;
+
+/// Largest `size` the driver accepts in an argument structure.
+pub const MAX_ARG_SIZE: u32 = 4096;
+
+/// `_IOC` direction bits of a read-write ioctl (`_IOC_READ | _IOC_WRITE`).
+pub const IOC_READ_WRITE: u32 = 3;
+
+/// The Linux `_IOWR(IOCTL_TYPE, nr, size)` number, as the C macro computes it.
+pub const fn iowr(nr: u32, size: usize) -> u32 {
+    (IOC_READ_WRITE << 30) | ((size as u32) << 16) | (IOCTL_TYPE << 8) | nr
+}
+
+// ---- ioctl numbers ----------------------------------------------------------------------
+// Literal numbers so the C header holds plain constants; `checks` below proves each one is
+// `iowr(nr, size of the first version of its structure)`.
+
+/// Describe the device and this file's context ([`QueryDevice`]).
+pub const IOCTL_QUERY_DEVICE: u32 = 0xc058c400;
+/// Create a completion queue ([`CreateCq`]).
+pub const IOCTL_CREATE_CQ: u32 = 0xc030c401;
+/// Destroy a completion queue ([`Handle`]). `EBUSY` while a QP uses it.
+pub const IOCTL_DESTROY_CQ: u32 = 0xc008c402;
+/// Create a queue pair ([`CreateQp`]).
+pub const IOCTL_CREATE_QP: u32 = 0xc040c403;
+/// Destroy a queue pair ([`Handle`]): outstanding work completes as flushed.
+pub const IOCTL_DESTROY_QP: u32 = 0xc008c404;
+/// Register memory ([`RegMr`]): pins the pages (counted against `RLIMIT_MEMLOCK`).
+pub const IOCTL_REG_MR: u32 = 0xc020c405;
+/// Deregister memory ([`Handle`] holding the lkey): unpins the pages.
+pub const IOCTL_DEREG_MR: u32 = 0xc008c406;
+/// Bind a QP to a local address and port ([`Bind`]).
+pub const IOCTL_BIND: u32 = 0xc020c407;
+/// Create a TCP listener ([`Listen`]).
+pub const IOCTL_LISTEN: u32 = 0xc020c408;
+/// Destroy a listener ([`Handle`]); its pending accepts complete with `ECANCELED`.
+pub const IOCTL_DESTROY_LISTENER: u32 = 0xc008c409;
+/// Offer an idle TCP QP to a listener ([`Accept`]). Returns at once; the outcome is an
+/// [`EVENT_ACCEPT`] event.
+pub const IOCTL_ACCEPT: u32 = 0xc018c40a;
+/// Connect a TCP QP ([`Connect`]). Returns at once; the outcome is an [`EVENT_CONNECT`]
+/// event.
+pub const IOCTL_CONNECT: u32 = 0xc028c40b;
+/// Close a TCP connection gracefully ([`Close`]). Returns at once; the outcome is an
+/// [`EVENT_CLOSE`] event.
+pub const IOCTL_CLOSE: u32 = 0xc010c40c;
+/// Read the device's counters ([`QueryStats`]).
+pub const IOCTL_QUERY_STATS: u32 = 0xc208c40d;
+/// Add an IPv6 address to the device ([`Addr`]). Needs `CAP_NET_ADMIN`.
+pub const IOCTL_ADD_ADDR: u32 = 0xc018c40e;
+/// Remove an IPv6 address from the device ([`Addr`]). Needs `CAP_NET_ADMIN`.
+pub const IOCTL_DEL_ADDR: u32 = 0xc018c40f;
+/// Set the device's MAC address ([`SetMac`]). Needs `CAP_NET_ADMIN`.
+pub const IOCTL_SET_MAC: u32 = 0xc010c410;
+
+// ---- argument structures ----------------------------------------------------------------
+
+/// [`IOCTL_QUERY_DEVICE`]: everything is written by the driver.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct QueryDevice {
+    /// In: size of this structure as the caller knows it.
+    pub size: u32,
+    /// [`UAPI_VERSION`] of the driver.
+    pub uapi_version: u32,
+    /// The device interface version (major << 16 | minor).
+    pub abi_version: u32,
+    /// This file's context number (= the index of its doorbell page).
+    pub ctx: u32,
+    /// mmap offset of the context's doorbell page (one page, read-write).
+    pub doorbell_offset: u64,
+    /// mmap offset of the kick register page (one page, write the kick register only).
+    pub kick_offset: u64,
+    /// Contexts the device has (= open files at once).
+    pub max_contexts: u32,
+    /// QPs per context.
+    pub max_qps: u32,
+    /// CQs per context.
+    pub max_cqs: u32,
+    /// Memory regions on the device.
+    pub max_mrs: u32,
+    /// Pages in one memory region.
+    pub max_mr_pages: u32,
+    /// Deepest queue, in entries.
+    pub max_queue_depth: u32,
+    /// Scatter/gather entries per WQE.
+    pub max_sge: u32,
+    /// Bytes of inline data per send WQE.
+    pub max_inline: u32,
+    /// Largest UDP payload in one send.
+    pub max_udp_payload: u32,
+    /// Listeners on the device.
+    pub max_listeners: u32,
+    /// MTU of the link.
+    pub mtu: u32,
+    /// Completion vectors: CQ interrupts are spread over this many MSI-X vectors.
+    pub comp_vectors: u32,
+    /// The device's MAC address.
+    pub mac: [u8; 6],
+    pub reserved: [u8; 2],
+}
+/// Size of the first version of [`QueryDevice`].
+pub const QUERY_DEVICE_SIZE_V1: u32 = 88;
+
+/// [`IOCTL_CREATE_CQ`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct CreateCq {
+    pub size: u32,
+    /// In: entries, a power of two from 2 to the device's `max_queue_depth`.
+    pub depth: u32,
+    /// In: completion vector (0 .. `comp_vectors`), or [`ANY_VECTOR`] to let the driver
+    /// choose the least used one.
+    pub comp_vector: u32,
+    /// In: an eventfd to signal when the CQ's interrupt arrives, or -1 for none (the process
+    /// only polls the ring).
+    pub eventfd: i32,
+    /// Out: the CQ's handle.
+    pub handle: u32,
+    /// Out: the CQ's slot in the doorbell page (`cq_head` and `arm_seq`, see
+    /// [`crate::doorbell::DB_CQ_BASE`]).
+    pub db_slot: u32,
+    /// Out: mmap offset of the ring (`depth` CQEs of [`crate::cqe::CQE_SIZE`] bytes).
+    pub ring_offset: u64,
+    /// Out: bytes to map at `ring_offset` (whole pages).
+    pub ring_size: u64,
+    /// Out: the completion vector chosen.
+    pub comp_vector_out: u32,
+    pub reserved: u32,
+}
+/// Size of the first version of [`CreateCq`].
+pub const CREATE_CQ_SIZE_V1: u32 = 48;
+/// [`CreateCq::comp_vector`]: any vector.
+pub const ANY_VECTOR: u32 = 0xffff_ffff;
+
+/// [`IOCTL_DESTROY_CQ`], [`IOCTL_DESTROY_QP`], [`IOCTL_DEREG_MR`],
+/// [`IOCTL_DESTROY_LISTENER`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Handle {
+    pub size: u32,
+    /// In: the object's handle (the lkey for a memory region).
+    pub handle: u32,
+}
+/// Size of the first version of [`Handle`].
+pub const HANDLE_SIZE_V1: u32 = 8;
+
+/// [`IOCTL_CREATE_QP`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct CreateQp {
+    pub size: u32,
+    /// In: [`crate::admin::QP_TYPE_UDP`] or [`crate::admin::QP_TYPE_TCP`].
+    pub qp_type: u8,
+    /// In: TCP framing ([`crate::admin::FRAMING_MESSAGE`] or
+    /// [`crate::admin::FRAMING_STREAM`]); 0 for UDP.
+    pub framing: u8,
+    pub reserved0: u16,
+    /// In: CQ handle for send completions.
+    pub send_cq: u32,
+    /// In: CQ handle for receive completions (may be `send_cq`).
+    pub recv_cq: u32,
+    /// In: send ring entries, a power of two from 2 to `max_queue_depth`.
+    pub sq_depth: u32,
+    /// In: receive ring entries, a power of two from 2 to `max_queue_depth`.
+    pub rq_depth: u32,
+    /// Out: the QP's handle (also the `qp` of its CQEs).
+    pub handle: u32,
+    /// Out: the QP's slot in the doorbell page (`sq_tail`, `rq_tail`, see
+    /// [`crate::doorbell::DB_QP_BASE`]).
+    pub db_slot: u32,
+    /// Out: mmap offset of the send ring (`sq_depth` WQEs of [`crate::wqe::WQE_SIZE`]).
+    pub sq_offset: u64,
+    /// Out: bytes to map at `sq_offset`.
+    pub sq_size: u64,
+    /// Out: mmap offset of the receive ring.
+    pub rq_offset: u64,
+    /// Out: bytes to map at `rq_offset`.
+    pub rq_size: u64,
+}
+/// Size of the first version of [`CreateQp`].
+pub const CREATE_QP_SIZE_V1: u32 = 64;
+
+/// [`IOCTL_REG_MR`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct RegMr {
+    pub size: u32,
+    /// In: [`crate::admin::MR_ACCESS_LOCAL_WRITE`] and the other `MR_ACCESS_*` bits.
+    pub access: u32,
+    /// In: start of the region in the caller's address space (any alignment). WQEs name
+    /// its bytes by these virtual addresses.
+    pub addr: u64,
+    /// In: length in bytes, at least 1, at most `max_mr_pages` pages' worth.
+    pub length: u64,
+    /// Out: the local key WQEs use.
+    pub lkey: u32,
+    /// Out: the remote key (0 without a remote access right).
+    pub rkey: u32,
+}
+/// Size of the first version of [`RegMr`].
+pub const REG_MR_SIZE_V1: u32 = 32;
+
+/// [`IOCTL_BIND`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Bind {
+    pub size: u32,
+    /// In: the QP.
+    pub qp: u32,
+    /// In: local address, network order; all zeros binds every address of the device.
+    pub addr: [u8; 16],
+    /// In: local port (0: an ephemeral one). Out: the port bound.
+    pub port: u16,
+    pub reserved0: u16,
+    pub reserved1: u32,
+}
+/// Size of the first version of [`Bind`].
+pub const BIND_SIZE_V1: u32 = 32;
+
+/// [`IOCTL_LISTEN`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Listen {
+    pub size: u32,
+    /// In: connections the device completes the handshake for before an accept takes them.
+    pub backlog: u32,
+    /// In: local address, network order; all zeros listens on every address.
+    pub addr: [u8; 16],
+    /// In: local port, non-zero.
+    pub port: u16,
+    pub reserved0: u16,
+    /// Out: the listener's handle.
+    pub handle: u32,
+}
+/// Size of the first version of [`Listen`].
+pub const LISTEN_SIZE_V1: u32 = 32;
+
+/// [`IOCTL_ACCEPT`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Accept {
+    pub size: u32,
+    /// In: the listener.
+    pub listener: u32,
+    /// In: an idle TCP QP of the same context to carry the connection.
+    pub qp: u32,
+    pub reserved: u32,
+    /// In: returned unchanged in the [`Event`].
+    pub user_data: u64,
+}
+/// Size of the first version of [`Accept`].
+pub const ACCEPT_SIZE_V1: u32 = 24;
+
+/// [`IOCTL_CONNECT`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Connect {
+    pub size: u32,
+    /// In: the TCP QP.
+    pub qp: u32,
+    /// In: remote address, network order.
+    pub addr: [u8; 16],
+    /// In: remote port.
+    pub port: u16,
+    pub reserved0: u16,
+    pub reserved1: u32,
+    /// In: returned unchanged in the [`Event`].
+    pub user_data: u64,
+}
+/// Size of the first version of [`Connect`].
+pub const CONNECT_SIZE_V1: u32 = 40;
+
+/// [`IOCTL_CLOSE`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Close {
+    pub size: u32,
+    /// In: the TCP QP.
+    pub qp: u32,
+    /// In: returned unchanged in the [`Event`].
+    pub user_data: u64,
+}
+/// Size of the first version of [`Close`].
+pub const CLOSE_SIZE_V1: u32 = 16;
+
+/// [`IOCTL_QUERY_STATS`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct QueryStats {
+    pub size: u32,
+    /// Out: counters written ([`crate::admin::STATS_COUNT`]).
+    pub count: u32,
+    /// Out: the device's counters, indexed by the `crate::admin::STAT_*` constants.
+    pub counters: [u64; 64],
+}
+/// Size of the first version of [`QueryStats`].
+pub const QUERY_STATS_SIZE_V1: u32 = 520;
+
+/// [`IOCTL_ADD_ADDR`] and [`IOCTL_DEL_ADDR`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Addr {
+    pub size: u32,
+    /// In: prefix length, 1..=128 (ignored when removing).
+    pub prefix_len: u8,
+    pub reserved: [u8; 3],
+    /// In: a unicast IPv6 address, network order.
+    pub addr: [u8; 16],
+}
+/// Size of the first version of [`Addr`].
+pub const ADDR_SIZE_V1: u32 = 24;
+
+/// [`IOCTL_SET_MAC`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SetMac {
+    pub size: u32,
+    /// In: a unicast MAC address.
+    pub mac: [u8; 6],
+    pub reserved: [u8; 6],
+}
+/// Size of the first version of [`SetMac`].
+pub const SET_MAC_SIZE_V1: u32 = 16;
+
+// ---- events -------------------------------------------------------------------------------
+
+/// What `read` on a `/dev/qpipN` file returns: whole records, as many as fit in the buffer
+/// (a buffer smaller than one record is `EINVAL`). `read` blocks until one is queued unless
+/// the file is non-blocking (`EAGAIN`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Event {
+    /// One of the `EVENT_*` types.
+    pub kind: u32,
+    /// 0, or a negative errno: `ECANCELED` (the QP or listener was destroyed),
+    /// `ECONNREFUSED`, `ETIMEDOUT`, `EINVAL` (the QP was in the wrong state), ...
+    pub status: i32,
+    /// The QP the event is about.
+    pub qp: u32,
+    pub reserved0: u32,
+    /// The `user_data` of the ioctl that started the operation.
+    pub user_data: u64,
+    /// Accept and connect: the peer's address, network order.
+    pub peer_addr: [u8; 16],
+    /// Accept and connect: the peer's port.
+    pub peer_port: u16,
+    pub reserved1: [u8; 6],
+}
+/// Size of an [`Event`] record.
+pub const EVENT_SIZE: u32 = 48;
+
+/// An [`IOCTL_ACCEPT`] finished: a connection was established on the QP, or failed.
+pub const EVENT_ACCEPT: u32 = 1;
+/// An [`IOCTL_CONNECT`] finished.
+pub const EVENT_CONNECT: u32 = 2;
+/// An [`IOCTL_CLOSE`] finished.
+pub const EVENT_CLOSE: u32 = 3;
+
+// ---- mmap ---------------------------------------------------------------------------------
+
+/// Size of a page of every mapping (the ring pages are handed to the device in units of
+/// [`crate::pci::DOORBELL_PAGE_SIZE`], which is also the guest's page size).
+pub const MMAP_PAGE_SIZE: u32 = 4096;
+
+/// Proof that every ioctl number is `_IOWR(IOCTL_TYPE, nr, size)` with the size of the
+/// first version of its structure, and that those sizes are the structures' sizes.
+/// cbindgen:ignore
+mod checks {
+    use super::*;
+    use core::mem::size_of;
+
+    macro_rules! check {
+        ($num:ident, $nr:expr, $ty:ty, $v1:ident) => {
+            const _: () = assert!($num == iowr($nr, size_of::<$ty>()));
+            const _: () = assert!($v1 as usize == size_of::<$ty>());
+        };
+    }
+    check!(IOCTL_QUERY_DEVICE, 0x00, QueryDevice, QUERY_DEVICE_SIZE_V1);
+    check!(IOCTL_CREATE_CQ, 0x01, CreateCq, CREATE_CQ_SIZE_V1);
+    check!(IOCTL_DESTROY_CQ, 0x02, Handle, HANDLE_SIZE_V1);
+    check!(IOCTL_CREATE_QP, 0x03, CreateQp, CREATE_QP_SIZE_V1);
+    check!(IOCTL_DESTROY_QP, 0x04, Handle, HANDLE_SIZE_V1);
+    check!(IOCTL_REG_MR, 0x05, RegMr, REG_MR_SIZE_V1);
+    check!(IOCTL_DEREG_MR, 0x06, Handle, HANDLE_SIZE_V1);
+    check!(IOCTL_BIND, 0x07, Bind, BIND_SIZE_V1);
+    check!(IOCTL_LISTEN, 0x08, Listen, LISTEN_SIZE_V1);
+    check!(IOCTL_DESTROY_LISTENER, 0x09, Handle, HANDLE_SIZE_V1);
+    check!(IOCTL_ACCEPT, 0x0a, Accept, ACCEPT_SIZE_V1);
+    check!(IOCTL_CONNECT, 0x0b, Connect, CONNECT_SIZE_V1);
+    check!(IOCTL_CLOSE, 0x0c, Close, CLOSE_SIZE_V1);
+    check!(IOCTL_QUERY_STATS, 0x0d, QueryStats, QUERY_STATS_SIZE_V1);
+    check!(IOCTL_ADD_ADDR, 0x0e, Addr, ADDR_SIZE_V1);
+    check!(IOCTL_DEL_ADDR, 0x0f, Addr, ADDR_SIZE_V1);
+    check!(IOCTL_SET_MAC, 0x10, SetMac, SET_MAC_SIZE_V1);
+    const _: () = assert!(EVENT_SIZE as usize == size_of::<Event>());
+    // The largest structure must fit in the size bits of an ioctl number and in MAX_ARG_SIZE.
+    const _: () = assert!(size_of::<QueryStats>() < (1 << 14));
+    const _: () = assert!(size_of::<QueryStats>() <= MAX_ARG_SIZE as usize);
+}

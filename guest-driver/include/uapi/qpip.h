@@ -1,0 +1,621 @@
+#ifndef _UAPI_QPIP_H
+#define _UAPI_QPIP_H
+
+/* Generated from abi/src/uapi.rs by cbindgen. Do not edit: change abi/src/uapi.rs and run
+   QPIP_BLESS=1 cargo test -p qpip-abi --test uapi_header */
+
+#include <linux/types.h>
+
+/*
+ Version of this interface. Grows when something is added; existing structures only ever
+ grow at the end.
+ */
+#define QPIP_UAPI_VERSION 1
+
+/*
+ The `type` byte of every qpip ioctl number.
+ */
+#define QPIP_IOCTL_TYPE 196
+
+/*
+ Largest `size` the driver accepts in an argument structure.
+ */
+#define QPIP_MAX_ARG_SIZE 4096
+
+/*
+ `_IOC` direction bits of a read-write ioctl (`_IOC_READ | _IOC_WRITE`).
+ */
+#define QPIP_IOC_READ_WRITE 3
+
+/*
+ Describe the device and this file's context ([`QueryDevice`]).
+ */
+#define QPIP_IOCTL_QUERY_DEVICE 3227042816
+
+/*
+ Create a completion queue ([`CreateCq`]).
+ */
+#define QPIP_IOCTL_CREATE_CQ 3224421377
+
+/*
+ Destroy a completion queue ([`Handle`]). `EBUSY` while a QP uses it.
+ */
+#define QPIP_IOCTL_DESTROY_CQ 3221799938
+
+/*
+ Create a queue pair ([`CreateQp`]).
+ */
+#define QPIP_IOCTL_CREATE_QP 3225469955
+
+/*
+ Destroy a queue pair ([`Handle`]): outstanding work completes as flushed.
+ */
+#define QPIP_IOCTL_DESTROY_QP 3221799940
+
+/*
+ Register memory ([`RegMr`]): pins the pages (counted against `RLIMIT_MEMLOCK`).
+ */
+#define QPIP_IOCTL_REG_MR 3223372805
+
+/*
+ Deregister memory ([`Handle`] holding the lkey): unpins the pages.
+ */
+#define QPIP_IOCTL_DEREG_MR 3221799942
+
+/*
+ Bind a QP to a local address and port ([`Bind`]).
+ */
+#define QPIP_IOCTL_BIND 3223372807
+
+/*
+ Create a TCP listener ([`Listen`]).
+ */
+#define QPIP_IOCTL_LISTEN 3223372808
+
+/*
+ Destroy a listener ([`Handle`]); its pending accepts complete with `ECANCELED`.
+ */
+#define QPIP_IOCTL_DESTROY_LISTENER 3221799945
+
+/*
+ Offer an idle TCP QP to a listener ([`Accept`]). Returns at once; the outcome is an
+ [`EVENT_ACCEPT`] event.
+ */
+#define QPIP_IOCTL_ACCEPT 3222848522
+
+/*
+ Connect a TCP QP ([`Connect`]). Returns at once; the outcome is an [`EVENT_CONNECT`]
+ event.
+ */
+#define QPIP_IOCTL_CONNECT 3223897099
+
+/*
+ Close a TCP connection gracefully ([`Close`]). Returns at once; the outcome is an
+ [`EVENT_CLOSE`] event.
+ */
+#define QPIP_IOCTL_CLOSE 3222324236
+
+/*
+ Read the device's counters ([`QueryStats`]).
+ */
+#define QPIP_IOCTL_QUERY_STATS 3255354381
+
+/*
+ Add an IPv6 address to the device ([`Addr`]). Needs `CAP_NET_ADMIN`.
+ */
+#define QPIP_IOCTL_ADD_ADDR 3222848526
+
+/*
+ Remove an IPv6 address from the device ([`Addr`]). Needs `CAP_NET_ADMIN`.
+ */
+#define QPIP_IOCTL_DEL_ADDR 3222848527
+
+/*
+ Set the device's MAC address ([`SetMac`]). Needs `CAP_NET_ADMIN`.
+ */
+#define QPIP_IOCTL_SET_MAC 3222324240
+
+/*
+ Size of the first version of [`QueryDevice`].
+ */
+#define QPIP_QUERY_DEVICE_SIZE_V1 88
+
+/*
+ Size of the first version of [`CreateCq`].
+ */
+#define QPIP_CREATE_CQ_SIZE_V1 48
+
+/*
+ [`CreateCq::comp_vector`]: any vector.
+ */
+#define QPIP_ANY_VECTOR 4294967295
+
+/*
+ Size of the first version of [`Handle`].
+ */
+#define QPIP_HANDLE_SIZE_V1 8
+
+/*
+ Size of the first version of [`CreateQp`].
+ */
+#define QPIP_CREATE_QP_SIZE_V1 64
+
+/*
+ Size of the first version of [`RegMr`].
+ */
+#define QPIP_REG_MR_SIZE_V1 32
+
+/*
+ Size of the first version of [`Bind`].
+ */
+#define QPIP_BIND_SIZE_V1 32
+
+/*
+ Size of the first version of [`Listen`].
+ */
+#define QPIP_LISTEN_SIZE_V1 32
+
+/*
+ Size of the first version of [`Accept`].
+ */
+#define QPIP_ACCEPT_SIZE_V1 24
+
+/*
+ Size of the first version of [`Connect`].
+ */
+#define QPIP_CONNECT_SIZE_V1 40
+
+/*
+ Size of the first version of [`Close`].
+ */
+#define QPIP_CLOSE_SIZE_V1 16
+
+/*
+ Size of the first version of [`QueryStats`].
+ */
+#define QPIP_QUERY_STATS_SIZE_V1 520
+
+/*
+ Size of the first version of [`Addr`].
+ */
+#define QPIP_ADDR_SIZE_V1 24
+
+/*
+ Size of the first version of [`SetMac`].
+ */
+#define QPIP_SET_MAC_SIZE_V1 16
+
+/*
+ Size of an [`Event`] record.
+ */
+#define QPIP_EVENT_SIZE 48
+
+/*
+ An [`IOCTL_ACCEPT`] finished: a connection was established on the QP, or failed.
+ */
+#define QPIP_EVENT_ACCEPT 1
+
+/*
+ An [`IOCTL_CONNECT`] finished.
+ */
+#define QPIP_EVENT_CONNECT 2
+
+/*
+ An [`IOCTL_CLOSE`] finished.
+ */
+#define QPIP_EVENT_CLOSE 3
+
+/*
+ Size of a page of every mapping (the ring pages are handed to the device in units of
+ [`crate::pci::DOORBELL_PAGE_SIZE`], which is also the guest's page size).
+ */
+#define QPIP_MMAP_PAGE_SIZE 4096
+
+/*
+ [`IOCTL_QUERY_DEVICE`]: everything is written by the driver.
+ */
+struct qpip_query_device {
+  /*
+   In: size of this structure as the caller knows it.
+   */
+  __u32 size;
+  /*
+   [`UAPI_VERSION`] of the driver.
+   */
+  __u32 uapi_version;
+  /*
+   The device interface version (major << 16 | minor).
+   */
+  __u32 abi_version;
+  /*
+   This file's context number (= the index of its doorbell page).
+   */
+  __u32 ctx;
+  /*
+   mmap offset of the context's doorbell page (one page, read-write).
+   */
+  __u64 doorbell_offset;
+  /*
+   mmap offset of the kick register page (one page, write the kick register only).
+   */
+  __u64 kick_offset;
+  /*
+   Contexts the device has (= open files at once).
+   */
+  __u32 max_contexts;
+  /*
+   QPs per context.
+   */
+  __u32 max_qps;
+  /*
+   CQs per context.
+   */
+  __u32 max_cqs;
+  /*
+   Memory regions on the device.
+   */
+  __u32 max_mrs;
+  /*
+   Pages in one memory region.
+   */
+  __u32 max_mr_pages;
+  /*
+   Deepest queue, in entries.
+   */
+  __u32 max_queue_depth;
+  /*
+   Scatter/gather entries per WQE.
+   */
+  __u32 max_sge;
+  /*
+   Bytes of inline data per send WQE.
+   */
+  __u32 max_inline;
+  /*
+   Largest UDP payload in one send.
+   */
+  __u32 max_udp_payload;
+  /*
+   Listeners on the device.
+   */
+  __u32 max_listeners;
+  /*
+   MTU of the link.
+   */
+  __u32 mtu;
+  /*
+   Completion vectors: CQ interrupts are spread over this many MSI-X vectors.
+   */
+  __u32 comp_vectors;
+  /*
+   The device's MAC address.
+   */
+  __u8 mac[6];
+  __u8 reserved[2];
+};
+
+/*
+ [`IOCTL_CREATE_CQ`].
+ */
+struct qpip_create_cq {
+  __u32 size;
+  /*
+   In: entries, a power of two from 2 to the device's `max_queue_depth`.
+   */
+  __u32 depth;
+  /*
+   In: completion vector (0 .. `comp_vectors`), or [`ANY_VECTOR`] to let the driver
+   choose the least used one.
+   */
+  __u32 comp_vector;
+  /*
+   In: an eventfd to signal when the CQ's interrupt arrives, or -1 for none (the process
+   only polls the ring).
+   */
+  __s32 eventfd;
+  /*
+   Out: the CQ's handle.
+   */
+  __u32 handle;
+  /*
+   Out: the CQ's slot in the doorbell page (`cq_head` and `arm_seq`, see
+   [`crate::doorbell::DB_CQ_BASE`]).
+   */
+  __u32 db_slot;
+  /*
+   Out: mmap offset of the ring (`depth` CQEs of [`crate::cqe::CQE_SIZE`] bytes).
+   */
+  __u64 ring_offset;
+  /*
+   Out: bytes to map at `ring_offset` (whole pages).
+   */
+  __u64 ring_size;
+  /*
+   Out: the completion vector chosen.
+   */
+  __u32 comp_vector_out;
+  __u32 reserved;
+};
+
+/*
+ [`IOCTL_DESTROY_CQ`], [`IOCTL_DESTROY_QP`], [`IOCTL_DEREG_MR`],
+ [`IOCTL_DESTROY_LISTENER`].
+ */
+struct qpip_handle {
+  __u32 size;
+  /*
+   In: the object's handle (the lkey for a memory region).
+   */
+  __u32 handle;
+};
+
+/*
+ [`IOCTL_CREATE_QP`].
+ */
+struct qpip_create_qp {
+  __u32 size;
+  /*
+   In: [`crate::admin::QP_TYPE_UDP`] or [`crate::admin::QP_TYPE_TCP`].
+   */
+  __u8 qp_type;
+  /*
+   In: TCP framing ([`crate::admin::FRAMING_MESSAGE`] or
+   [`crate::admin::FRAMING_STREAM`]); 0 for UDP.
+   */
+  __u8 framing;
+  __u16 reserved0;
+  /*
+   In: CQ handle for send completions.
+   */
+  __u32 send_cq;
+  /*
+   In: CQ handle for receive completions (may be `send_cq`).
+   */
+  __u32 recv_cq;
+  /*
+   In: send ring entries, a power of two from 2 to `max_queue_depth`.
+   */
+  __u32 sq_depth;
+  /*
+   In: receive ring entries, a power of two from 2 to `max_queue_depth`.
+   */
+  __u32 rq_depth;
+  /*
+   Out: the QP's handle (also the `qp` of its CQEs).
+   */
+  __u32 handle;
+  /*
+   Out: the QP's slot in the doorbell page (`sq_tail`, `rq_tail`, see
+   [`crate::doorbell::DB_QP_BASE`]).
+   */
+  __u32 db_slot;
+  /*
+   Out: mmap offset of the send ring (`sq_depth` WQEs of [`crate::wqe::WQE_SIZE`]).
+   */
+  __u64 sq_offset;
+  /*
+   Out: bytes to map at `sq_offset`.
+   */
+  __u64 sq_size;
+  /*
+   Out: mmap offset of the receive ring.
+   */
+  __u64 rq_offset;
+  /*
+   Out: bytes to map at `rq_offset`.
+   */
+  __u64 rq_size;
+};
+
+/*
+ [`IOCTL_REG_MR`].
+ */
+struct qpip_reg_mr {
+  __u32 size;
+  /*
+   In: [`crate::admin::MR_ACCESS_LOCAL_WRITE`] and the other `MR_ACCESS_*` bits.
+   */
+  __u32 access;
+  /*
+   In: start of the region in the caller's address space (any alignment). WQEs name
+   its bytes by these virtual addresses.
+   */
+  __u64 addr;
+  /*
+   In: length in bytes, at least 1, at most `max_mr_pages` pages' worth.
+   */
+  __u64 length;
+  /*
+   Out: the local key WQEs use.
+   */
+  __u32 lkey;
+  /*
+   Out: the remote key (0 without a remote access right).
+   */
+  __u32 rkey;
+};
+
+/*
+ [`IOCTL_BIND`].
+ */
+struct qpip_bind {
+  __u32 size;
+  /*
+   In: the QP.
+   */
+  __u32 qp;
+  /*
+   In: local address, network order; all zeros binds every address of the device.
+   */
+  __u8 addr[16];
+  /*
+   In: local port (0: an ephemeral one). Out: the port bound.
+   */
+  __u16 port;
+  __u16 reserved0;
+  __u32 reserved1;
+};
+
+/*
+ [`IOCTL_LISTEN`].
+ */
+struct qpip_listen {
+  __u32 size;
+  /*
+   In: connections the device completes the handshake for before an accept takes them.
+   */
+  __u32 backlog;
+  /*
+   In: local address, network order; all zeros listens on every address.
+   */
+  __u8 addr[16];
+  /*
+   In: local port, non-zero.
+   */
+  __u16 port;
+  __u16 reserved0;
+  /*
+   Out: the listener's handle.
+   */
+  __u32 handle;
+};
+
+/*
+ [`IOCTL_ACCEPT`].
+ */
+struct qpip_accept {
+  __u32 size;
+  /*
+   In: the listener.
+   */
+  __u32 listener;
+  /*
+   In: an idle TCP QP of the same context to carry the connection.
+   */
+  __u32 qp;
+  __u32 reserved;
+  /*
+   In: returned unchanged in the [`Event`].
+   */
+  __u64 user_data;
+};
+
+/*
+ [`IOCTL_CONNECT`].
+ */
+struct qpip_connect {
+  __u32 size;
+  /*
+   In: the TCP QP.
+   */
+  __u32 qp;
+  /*
+   In: remote address, network order.
+   */
+  __u8 addr[16];
+  /*
+   In: remote port.
+   */
+  __u16 port;
+  __u16 reserved0;
+  __u32 reserved1;
+  /*
+   In: returned unchanged in the [`Event`].
+   */
+  __u64 user_data;
+};
+
+/*
+ [`IOCTL_CLOSE`].
+ */
+struct qpip_close {
+  __u32 size;
+  /*
+   In: the TCP QP.
+   */
+  __u32 qp;
+  /*
+   In: returned unchanged in the [`Event`].
+   */
+  __u64 user_data;
+};
+
+/*
+ [`IOCTL_QUERY_STATS`].
+ */
+struct qpip_query_stats {
+  __u32 size;
+  /*
+   Out: counters written ([`crate::admin::STATS_COUNT`]).
+   */
+  __u32 count;
+  /*
+   Out: the device's counters, indexed by the `crate::admin::STAT_*` constants.
+   */
+  __u64 counters[64];
+};
+
+/*
+ [`IOCTL_ADD_ADDR`] and [`IOCTL_DEL_ADDR`].
+ */
+struct qpip_addr {
+  __u32 size;
+  /*
+   In: prefix length, 1..=128 (ignored when removing).
+   */
+  __u8 prefix_len;
+  __u8 reserved[3];
+  /*
+   In: a unicast IPv6 address, network order.
+   */
+  __u8 addr[16];
+};
+
+/*
+ [`IOCTL_SET_MAC`].
+ */
+struct qpip_set_mac {
+  __u32 size;
+  /*
+   In: a unicast MAC address.
+   */
+  __u8 mac[6];
+  __u8 reserved[6];
+};
+
+/*
+ What `read` on a `/dev/qpipN` file returns: whole records, as many as fit in the buffer
+ (a buffer smaller than one record is `EINVAL`). `read` blocks until one is queued unless
+ the file is non-blocking (`EAGAIN`).
+ */
+struct qpip_event {
+  /*
+   One of the `EVENT_*` types.
+   */
+  __u32 kind;
+  /*
+   0, or a negative errno: `ECANCELED` (the QP or listener was destroyed),
+   `ECONNREFUSED`, `ETIMEDOUT`, `EINVAL` (the QP was in the wrong state), ...
+   */
+  __s32 status;
+  /*
+   The QP the event is about.
+   */
+  __u32 qp;
+  __u32 reserved0;
+  /*
+   The `user_data` of the ioctl that started the operation.
+   */
+  __u64 user_data;
+  /*
+   Accept and connect: the peer's address, network order.
+   */
+  __u8 peer_addr[16];
+  /*
+   Accept and connect: the peer's port.
+   */
+  __u16 peer_port;
+  __u8 reserved1[6];
+};
+
+#endif  /* _UAPI_QPIP_H */
