@@ -21,6 +21,7 @@ pub mod interface;
 pub mod neighbor;
 pub mod stack;
 pub mod stats;
+pub mod tcp;
 pub mod wire;
 
 pub use config::{Mtu, NetConfig, StaticNeighbor};

@@ -1,0 +1,97 @@
+//! Settings of a TCP connection. One `Config` is shared by the connections of a device
+//! (or a listener); tests shorten the timers.
+
+use std::time::Duration;
+
+/// Which congestion control a connection runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CongestionKind {
+    /// RFC 9438 (the default, as in Linux).
+    #[default]
+    Cubic,
+    /// RFC 5681 slow start and congestion avoidance.
+    Reno,
+}
+
+/// Keepalive probing (RFC 9293 §3.8.4; off unless asked for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Idle time before the first probe (at least two hours by default, MUST-27).
+    pub idle: Duration,
+    pub interval: Duration,
+    /// Unanswered probes before the connection is given up.
+    pub probes: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// The MSS we announce and the most payload we put in a segment before options: the
+    /// link (or path) MTU less the IPv6 and TCP headers.
+    pub mss: u16,
+    /// Our window shift (RFC 7323), None to not offer window scaling.
+    pub window_scale: Option<u8>,
+    pub timestamps: bool,
+    pub sack: bool,
+    pub congestion: CongestionKind,
+    /// Initial congestion window, in segments (RFC 6928).
+    pub initial_window: u32,
+    /// RFC 6298 initial RTO (1 s), floor and ceiling.
+    pub initial_rto: Duration,
+    pub min_rto: Duration,
+    pub max_rto: Duration,
+    /// Retransmissions of a SYN or SYN-ACK before the attempt fails.
+    pub syn_retries: u32,
+    /// Retransmissions of data (or unanswered zero-window probes) before the connection
+    /// times out (RFC 9293 R2).
+    pub max_retries: u32,
+    /// Delayed ACK timeout (RFC 9293 §3.8.6.3 allows up to 500 ms); None acknowledges
+    /// every segment at once.
+    pub delayed_ack: Option<Duration>,
+    /// Maximum segment lifetime: TIME_WAIT lasts twice this.
+    pub msl: Duration,
+    pub keepalive: Option<Keepalive>,
+    /// The staging allowance: how much more than the posted receive space the window
+    /// offers, held in the connection until receive buffers are posted. Also the window
+    /// offered before any buffer is posted.
+    pub staging: usize,
+    /// Bytes of out-of-order data the connection buffers itself (data that the receive
+    /// sink cannot place directly).
+    pub ooo_limit: usize,
+    /// Nagle's algorithm (RFC 9293 §3.7.4). Off by default: a QP's send WR is a message,
+    /// sent at once.
+    pub nagle: bool,
+    /// Challenge ACKs (RFC 5961 §7) per second per connection.
+    pub challenge_ack_limit: u32,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            mss: 1440,
+            window_scale: Some(7),
+            timestamps: true,
+            sack: true,
+            congestion: CongestionKind::Cubic,
+            initial_window: 10,
+            initial_rto: Duration::from_secs(1),
+            min_rto: Duration::from_millis(200),
+            max_rto: Duration::from_secs(60),
+            syn_retries: 6,
+            max_retries: 15,
+            delayed_ack: Some(Duration::from_millis(40)),
+            msl: Duration::from_secs(30),
+            keepalive: None,
+            staging: 64 * 1024,
+            ooo_limit: 256 * 1024,
+            nagle: false,
+            challenge_ack_limit: 10,
+        }
+    }
+}
+
+impl Config {
+    /// The MSS for a link MTU: less 40 bytes of IPv6 and 20 of TCP.
+    pub fn mss_for_mtu(mtu: usize) -> u16 {
+        mtu.saturating_sub(60).clamp(536, u16::MAX as usize) as u16
+    }
+}

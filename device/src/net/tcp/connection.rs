@@ -1,0 +1,1622 @@
+//! One TCP connection's state machine (RFC 9293 §3.10), with the extensions the device
+//! runs: window scaling and timestamps with PAWS (RFC 7323), SACK (RFC 2018) and
+//! SACK-based loss recovery (RFC 6675), NewReno when the peer has no SACK (RFC 6582),
+//! RTO (RFC 6298), CUBIC or Reno, delayed ACKs, persist and zero-window probes, challenge
+//! ACKs (RFC 5961), keepalive.
+//!
+//! The connection knows nothing of QPs. It is driven with received segments
+//! ([`Connection::on_segment`]), the clock ([`Connection::poll`] at
+//! [`Connection::next_deadline`]) and application calls ([`Connection::queue_send`],
+//! [`Connection::close`], [`Connection::abort`], [`Connection::recv_space_changed`]);
+//! it hands back segments to send ([`Connection::poll_transmit`], built with bytes read
+//! from a [`SendSource`]) and [`Event`]s ([`Connection::pop_event`]).
+//!
+//! Sequence numbers are kept as 64-bit offsets from the initial sequence numbers (the
+//! SYN is offset 0, stream byte k is offset k + 1, the FIN follows the data), so nothing
+//! but the wire ever compares modulo 2^32.
+
+use std::collections::VecDeque;
+use std::net::Ipv6Addr;
+use std::time::{Duration, Instant};
+
+use super::config::Config;
+use super::congestion::{Congestion, RttEstimator};
+use super::io::{RecvSink, SendSource};
+use super::ranges::{seq_lt, unwrap_seq, RangeSet};
+use super::recv::Receiver;
+use super::wire::{self, flags, Header, Options, SackBlocks, Segment};
+
+/// MSS assumed when the peer sends none: IPv6's minimum MTU less 60 (RFC 9293 §3.7.1).
+pub const DEFAULT_IPV6_MSS: u16 = 1220;
+/// Duplicate ACKs that signal a loss (RFC 5681).
+const DUP_THRESH: u32 = 3;
+/// PAWS: a TS.Recent idle this long is no longer trusted (RFC 7323 §5.5).
+const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
+
+/// The per-connection timestamp offset (RFC 7323 §7.1), derived from the ISN (itself a
+/// keyed hash of the 4-tuple), so a listener answering with a SYN cookie and the
+/// connection made from it later agree.
+pub fn ts_offset_for(iss: u32) -> u32 {
+    iss.wrapping_mul(0x9e37_79b9).rotate_left(7)
+}
+
+/// A connection's addresses and ports, from the device's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FourTuple {
+    pub local: Ipv6Addr,
+    pub local_port: u16,
+    pub remote: Ipv6Addr,
+    pub remote_port: u16,
+}
+
+impl FourTuple {
+    /// The connection an arriving segment belongs to.
+    pub fn of_incoming(seg: &Segment) -> FourTuple {
+        FourTuple {
+            local: seg.dst,
+            local_port: seg.header.dst_port,
+            remote: seg.src,
+            remote_port: seg.header.src_port,
+        }
+    }
+}
+
+/// RFC 9293 states (LISTEN lives in [`super::Listener`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Closed,
+    SynSent,
+    SynReceived,
+    Established,
+    FinWait1,
+    FinWait2,
+    CloseWait,
+    Closing,
+    LastAck,
+    TimeWait,
+}
+
+/// What the application learns. Stream offsets count data bytes from 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The handshake completed.
+    Established,
+    /// The peer acknowledged every byte below `upto`: sends covering them are complete.
+    Acked { upto: u64 },
+    /// The sink now holds every byte below `upto` in order. `push` is the highest
+    /// boundary of a segment with PSH at or below `upto` not reported before.
+    DataArrived { upto: u64, push: Option<u64> },
+    /// The peer sent FIN and every byte before it is in the sink.
+    PeerClosed,
+    /// The peer reset the connection (or refused it). The connection is closed.
+    Reset,
+    /// Retransmissions (or the handshake, or keepalive probes) went unanswered; the
+    /// connection is closed.
+    TimedOut,
+    /// The connection is closed (both FINs acknowledged and TIME_WAIT over, or aborted).
+    /// After `Reset` or `TimedOut` no `Closed` follows.
+    Closed,
+}
+
+/// A segment to send: the TCP bytes (checksum included) and the IPv6 addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    pub src: Ipv6Addr,
+    pub dst: Ipv6Addr,
+    pub segment: Vec<u8>,
+}
+
+/// Counters of one connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnStats {
+    pub segments_in: u64,
+    pub segments_out: u64,
+    pub bytes_out: u64,
+    pub retransmitted_segments: u64,
+    pub retransmitted_bytes: u64,
+    pub timeouts: u64,
+    pub fast_recoveries: u64,
+    pub dup_acks_in: u64,
+    pub challenge_acks: u64,
+    pub paws_rejected: u64,
+    pub unacceptable: u64,
+    pub out_of_order: u64,
+    pub dropped_bytes: u64,
+    pub window_probes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecoveryKind {
+    /// RFC 6675.
+    Sack,
+    /// RFC 6582, for peers without SACK.
+    NewReno,
+    /// After a retransmission timeout: everything outstanding is lost; slow start.
+    Timeout,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Recovery {
+    kind: RecoveryKind,
+    /// RecoveryPoint: HighData when recovery began.
+    point: u64,
+}
+
+pub struct Connection {
+    tuple: FourTuple,
+    state: State,
+    cfg: Config,
+    /// The timestamp clock's origin (TSval = offset + ms since then).
+    ts_base: Instant,
+    /// Completed by a SYN cookie: the first ACK's echo is no RTT sample.
+    cookie: bool,
+
+    // ---- send side (offsets from ISS) ----
+    iss: u32,
+    una: u64,
+    nxt: u64,
+    /// Data bytes queued by the application.
+    queued: u64,
+    fin_queued: bool,
+    snd_wnd: u64,
+    snd_wl1: u32,
+    snd_wl2: u64,
+    max_snd_wnd: u64,
+    /// Shift applied to the peer's window fields, and to ours.
+    snd_shift: u8,
+    rcv_shift: u8,
+    /// Window scaling agreed (both SYNs carried the option).
+    ws_ok: bool,
+    sack_ok: bool,
+    ts_ok: bool,
+    peer_mss: u16,
+    mss_limit: u16,
+    acked_reported: u64,
+
+    // ---- receive side ----
+    irs: u32,
+    rcv: Receiver,
+    /// The FIN was consumed in order.
+    fin_rcvd: bool,
+    peer_closed_reported: bool,
+    delivered_reported: u64,
+    /// Right edge of the window advertised (offset from IRS); never moves left.
+    adv_edge: u64,
+    /// The window offered in our SYN (before the peer's ISN is known).
+    syn_window: u64,
+    sink_space: usize,
+    /// In-order bytes received since the last ACK sent.
+    unacked_rcv: u64,
+
+    // ---- timestamps ----
+    ts_recent: u32,
+    ts_recent_at: Option<Instant>,
+    last_ack_sent: u64,
+    ts_offset: u32,
+
+    // ---- timers ----
+    rto_at: Option<Instant>,
+    persist_at: Option<Instant>,
+    persist_backoff: u32,
+    delack_at: Option<Instant>,
+    keepalive_at: Option<Instant>,
+    keepalive_sent: u32,
+    time_wait_at: Option<Instant>,
+    rtt: RttEstimator,
+    retries: u32,
+    /// Karn: one timed segment (offset its ACK must reach, when sent).
+    rtt_probe: Option<(u64, Instant)>,
+    syn_retransmitted: bool,
+
+    // ---- congestion and loss recovery ----
+    cc: Congestion,
+    recovery: Option<Recovery>,
+    /// HighRxt: retransmissions in this recovery reached here.
+    high_rxt: u64,
+    /// Everything unsacked below here is lost, whatever the scoreboard says.
+    lost_floor: u64,
+    /// Retransmit once in recovery regardless of the window (RFC 6675 §5 step 4.3,
+    /// RFC 6582 partial ACKs, the first segment after a timeout).
+    force_rtx: bool,
+    dupacks: u32,
+    /// The SACK scoreboard: what the peer holds above `una`.
+    sacked: RangeSet,
+
+    // ---- pending output ----
+    ack_now: bool,
+    rst_pending: bool,
+    /// A reset answering an unacceptable ACK in SYN-RECEIVED: its sequence number.
+    reply_rst: Option<u32>,
+    probe_pending: bool,
+    keepalive_pending: bool,
+    challenge_window: Option<Instant>,
+    challenges: u32,
+
+    events: VecDeque<Event>,
+    stats: ConnStats,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("tuple", &self.tuple)
+            .field("state", &self.state)
+            .field("una", &self.una)
+            .field("nxt", &self.nxt)
+            .field("queued", &self.queued)
+            .field("rcv_next", &self.rcv.next())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an application call was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallError {
+    /// The connection is closing or closed for this direction.
+    Closing,
+}
+
+impl Connection {
+    fn new(tuple: FourTuple, iss: u32, now: Instant, cfg: &Config, state: State) -> Connection {
+        let cfg = *cfg;
+        let mss = cfg.mss as usize;
+        Connection {
+            tuple,
+            state,
+            cfg,
+            ts_base: now,
+            cookie: false,
+            iss,
+            una: 0,
+            nxt: 0,
+            queued: 0,
+            fin_queued: false,
+            snd_wnd: 0,
+            snd_wl1: 0,
+            snd_wl2: 0,
+            max_snd_wnd: 0,
+            snd_shift: 0,
+            rcv_shift: 0,
+            ws_ok: false,
+            sack_ok: false,
+            ts_ok: false,
+            peer_mss: DEFAULT_IPV6_MSS,
+            mss_limit: cfg.mss,
+            acked_reported: 0,
+            irs: 0,
+            rcv: Receiver::new(
+                cfg.staging + (1 << cfg.window_scale.unwrap_or(0).min(wire::MAX_WINDOW_SHIFT)),
+                cfg.ooo_limit,
+            ),
+            fin_rcvd: false,
+            peer_closed_reported: false,
+            delivered_reported: 0,
+            adv_edge: 0,
+            syn_window: 0,
+            sink_space: 0,
+            unacked_rcv: 0,
+            ts_recent: 0,
+            ts_recent_at: None,
+            last_ack_sent: 0,
+            // RFC 7323 §7.1: a per-connection offset, derived here from the ISN (itself
+            // a keyed hash of the 4-tuple).
+            ts_offset: ts_offset_for(iss),
+            rto_at: None,
+            persist_at: None,
+            persist_backoff: 0,
+            delack_at: None,
+            keepalive_at: None,
+            keepalive_sent: 0,
+            time_wait_at: None,
+            rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
+            retries: 0,
+            rtt_probe: None,
+            syn_retransmitted: false,
+            cc: Congestion::new(cfg.congestion, mss, cfg.initial_window),
+            recovery: None,
+            high_rxt: 0,
+            lost_floor: 0,
+            force_rtx: false,
+            dupacks: 0,
+            sacked: RangeSet::new(),
+            ack_now: false,
+            rst_pending: false,
+            reply_rst: None,
+            probe_pending: false,
+            keepalive_pending: false,
+            challenge_window: None,
+            challenges: 0,
+            events: VecDeque::new(),
+            stats: ConnStats::default(),
+        }
+    }
+
+    /// An active open: the SYN goes out with the next [`Connection::poll_transmit`].
+    pub fn connect(tuple: FourTuple, iss: u32, now: Instant, cfg: &Config) -> Connection {
+        Connection::new(tuple, iss, now, cfg, State::SynSent)
+    }
+
+    /// A passive open answering `syn` (a listener's work): SYN-RECEIVED, the SYN-ACK
+    /// waits in [`Connection::poll_transmit`]. `sink_space` is the receive space already
+    /// posted (usually 0: the window offered is then the staging allowance).
+    pub fn accept_syn(
+        syn: &Segment,
+        iss: u32,
+        now: Instant,
+        cfg: &Config,
+        sink_space: usize,
+    ) -> Connection {
+        let mut c = Connection::new(
+            FourTuple::of_incoming(syn),
+            iss,
+            now,
+            cfg,
+            State::SynReceived,
+        );
+        c.sink_space = sink_space;
+        c.take_syn(syn, now);
+        c.stats.segments_in += 1;
+        c
+    }
+
+    /// A connection completed by a SYN cookie: ESTABLISHED at once, with the options the
+    /// cookie kept. `ack` is the segment that completed the handshake; the caller still
+    /// hands it to [`Connection::on_segment`] (it may carry data).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_cookie(
+        ack: &Segment,
+        iss: u32,
+        now: Instant,
+        ts_base: Instant,
+        cfg: &Config,
+        peer_mss: u16,
+        peer_shift: Option<u8>,
+        sack: bool,
+    ) -> Connection {
+        let mut c = Connection::new(
+            FourTuple::of_incoming(ack),
+            iss,
+            now,
+            cfg,
+            State::SynReceived,
+        );
+        let h = &ack.header;
+        c.ts_base = ts_base;
+        c.cookie = true;
+        c.irs = h.seq.wrapping_sub(1);
+        c.peer_mss = peer_mss;
+        if let (Some(p), Some(ours)) = (peer_shift, cfg.window_scale) {
+            c.snd_shift = p;
+            c.rcv_shift = ours.min(wire::MAX_WINDOW_SHIFT);
+            c.ws_ok = true;
+        }
+        c.sack_ok = sack && cfg.sack;
+        c.ts_ok = cfg.timestamps && h.options.timestamps.is_some();
+        if let Some((val, _)) = h.options.timestamps {
+            c.ts_recent = val;
+            c.ts_recent_at = Some(now);
+        }
+        c.nxt = 1;
+        c.last_ack_sent = 1;
+        // The SYN-ACK offered the staging allowance, unscaled.
+        c.adv_edge = 1 + (cfg.staging as u64).min(u16::MAX as u64);
+        c.snd_wl1 = c.irs;
+        c.reset_congestion();
+        c
+    }
+
+    // ---- inspection -----------------------------------------------------------------
+
+    pub fn tuple(&self) -> FourTuple {
+        self.tuple
+    }
+
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    pub fn stats(&self) -> &ConnStats {
+        &self.stats
+    }
+
+    pub fn iss(&self) -> u32 {
+        self.iss
+    }
+
+    /// Data bytes acknowledged by the peer.
+    pub fn acked(&self) -> u64 {
+        self.una.clamp(1, 1 + self.queued) - 1
+    }
+
+    /// Data bytes queued so far.
+    pub fn queued(&self) -> u64 {
+        self.queued
+    }
+
+    /// Data bytes received in order (in the sink or staged).
+    pub fn received(&self) -> u64 {
+        self.rcv.next()
+    }
+
+    /// Data bytes held by the sink.
+    pub fn delivered(&self) -> u64 {
+        self.rcv.delivered()
+    }
+
+    pub fn cwnd(&self) -> u64 {
+        self.cc.cwnd()
+    }
+
+    pub fn ssthresh(&self) -> u64 {
+        self.cc.ssthresh()
+    }
+
+    /// The peer's window in bytes.
+    pub fn send_window(&self) -> u64 {
+        self.snd_wnd
+    }
+
+    pub fn rto(&self) -> Duration {
+        self.rtt.rto()
+    }
+
+    pub fn srtt(&self) -> Option<Duration> {
+        self.rtt.srtt()
+    }
+
+    /// The send MSS: payload bytes in a full segment.
+    pub fn smss(&self) -> usize {
+        let m = self.peer_mss.min(self.mss_limit) as usize;
+        let opts = if self.ts_ok { 12 } else { 0 };
+        m.saturating_sub(opts).max(64)
+    }
+
+    /// Whether the options were agreed: (window scaling, SACK, timestamps).
+    pub fn negotiated(&self) -> (bool, bool, bool) {
+        (self.ws_ok, self.sack_ok, self.ts_ok)
+    }
+
+    /// Whether the connection is over (nothing more will happen; remove it).
+    pub fn is_closed(&self) -> bool {
+        self.state == State::Closed && !self.rst_pending && self.reply_rst.is_none()
+    }
+
+    pub fn pop_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    // ---- application calls ------------------------------------------------------------
+
+    /// Appends `len` bytes to the send stream (the [`SendSource`] must serve them at
+    /// their offsets until they are acknowledged).
+    pub fn queue_send(&mut self, len: u64) -> Result<(), CallError> {
+        if self.fin_queued || matches!(self.state, State::Closed | State::TimeWait) {
+            return Err(CallError::Closing);
+        }
+        self.queued += len;
+        Ok(())
+    }
+
+    /// Sends FIN after the queued data (RFC 9293 CLOSE).
+    pub fn close(&mut self) {
+        match self.state {
+            State::SynSent => self.finish(Event::Closed),
+            State::SynReceived | State::Established => {
+                self.fin_queued = true;
+                self.state = State::FinWait1;
+            }
+            State::CloseWait => {
+                self.fin_queued = true;
+                self.state = State::LastAck;
+            }
+            _ => {}
+        }
+    }
+
+    /// Aborts: a reset is sent if the peer knows of the connection (RFC 9293 ABORT).
+    pub fn abort(&mut self) {
+        match self.state {
+            State::SynSent | State::Closed => self.finish(Event::Closed),
+            State::TimeWait => self.finish(Event::Closed),
+            _ => {
+                self.rst_pending = true;
+                self.state = State::Closed;
+                self.stop_timers();
+                self.events.push_back(Event::Closed);
+            }
+        }
+    }
+
+    /// The sink's space changed (receive buffers were posted): staged bytes move into
+    /// it, and a window update is sent if the window opened usefully.
+    pub fn recv_space_changed(&mut self, now: Instant, sink: &mut dyn RecvSink) {
+        self.sink_space = sink.space();
+        self.deliver_staged(sink);
+        self.sink_space = sink.space();
+        if self.synchronized() && !self.fin_rcvd {
+            let rcv_nxt = self.rcv_nxt();
+            let edge = rcv_nxt + self.avail_window();
+            let threshold = self.sws_threshold();
+            if edge >= self.adv_edge + threshold
+                || (self.adv_edge <= rcv_nxt + threshold / 2
+                    && edge > self.adv_edge + threshold / 2)
+            {
+                self.ack_now = true;
+            }
+        }
+        let _ = now;
+    }
+
+    /// The path MTU toward the peer changed: segments are cut to fit.
+    pub fn set_path_mss(&mut self, mss: u16) {
+        self.mss_limit = mss.clamp(DEFAULT_IPV6_MSS.min(self.cfg.mss), self.cfg.mss);
+        self.cc.set_mss(self.smss());
+    }
+
+    // ---- helpers ------------------------------------------------------------------
+
+    fn synchronized(&self) -> bool {
+        !matches!(
+            self.state,
+            State::Closed | State::SynSent | State::SynReceived
+        )
+    }
+
+    fn snd_seq(&self, off: u64) -> u32 {
+        self.iss.wrapping_add(off as u32)
+    }
+
+    fn rcv_seq(&self, off: u64) -> u32 {
+        self.irs.wrapping_add(off as u32)
+    }
+
+    /// RCV.NXT as an offset from IRS.
+    fn rcv_nxt(&self) -> u64 {
+        1 + self.rcv.next() + self.fin_rcvd as u64
+    }
+
+    /// Where data (and FIN) end in our sequence space.
+    fn end_all(&self) -> u64 {
+        1 + self.queued + self.fin_queued as u64
+    }
+
+    fn ts_now(&self, now: Instant) -> u32 {
+        self.ts_offset
+            .wrapping_add(now.saturating_duration_since(self.ts_base).as_millis() as u32)
+    }
+
+    /// Receive space we can offer: the sink's plus what is left of the staging allowance.
+    fn avail_window(&self) -> u64 {
+        (self.sink_space + self.cfg.staging.saturating_sub(self.rcv.staged())) as u64
+    }
+
+    /// Receiver silly window avoidance (RFC 9293 §3.8.6.2.2): the right edge moves only
+    /// by at least min(MSS, half the buffer).
+    fn sws_threshold(&self) -> u64 {
+        (self.cfg.mss as u64)
+            .min((self.sink_space + self.cfg.staging) as u64 / 2)
+            .max(1)
+    }
+
+    /// The window field to send, moving the advertised right edge (never left).
+    fn take_window(&mut self) -> u16 {
+        let rcv_nxt = self.rcv_nxt();
+        let promised = self.adv_edge.saturating_sub(rcv_nxt);
+        let avail = self.avail_window();
+        let unit = 1u64 << self.rcv_shift;
+        let grown =
+            rcv_nxt + avail > self.adv_edge + self.sws_threshold() - 1 || self.adv_edge == 0;
+        let field = if grown && avail > promised {
+            (avail >> self.rcv_shift).max(promised.div_ceil(unit))
+        } else {
+            promised.div_ceil(unit)
+        };
+        let field = field.min(u16::MAX as u64);
+        self.adv_edge = self.adv_edge.max(rcv_nxt + (field << self.rcv_shift));
+        field as u16
+    }
+
+    fn options(&self, now: Instant) -> Options {
+        let mut o = Options::default();
+        if self.ts_ok {
+            o.timestamps = Some((self.ts_now(now), self.ts_recent));
+        }
+        if self.sack_ok && self.rcv.has_held() {
+            let mut b = SackBlocks::new();
+            for (s, e) in self.rcv.sack_blocks() {
+                b.push((self.rcv_seq(1 + s), self.rcv_seq(1 + e)));
+            }
+            o.sack = b;
+        }
+        o
+    }
+
+    fn emit(&mut self, h: &Header, len: usize, fill: impl FnOnce(&mut [u8])) -> Outgoing {
+        let segment = wire::emit(&self.tuple.local, &self.tuple.remote, h, len, fill);
+        self.stats.segments_out += 1;
+        self.stats.bytes_out += len as u64;
+        if h.ack_flag() {
+            self.ack_now = false;
+            self.unacked_rcv = 0;
+            self.delack_at = None;
+            self.last_ack_sent = self.rcv_nxt();
+        }
+        Outgoing {
+            src: self.tuple.local,
+            dst: self.tuple.remote,
+            segment,
+        }
+    }
+
+    fn header(&mut self, seq_off: u64, fl: u8, now: Instant) -> Header {
+        let ack_ok = fl & flags::ACK != 0;
+        Header {
+            src_port: self.tuple.local_port,
+            dst_port: self.tuple.remote_port,
+            seq: self.snd_seq(seq_off),
+            ack: if ack_ok {
+                self.rcv_seq(self.rcv_nxt())
+            } else {
+                0
+            },
+            flags: fl,
+            window: if ack_ok { self.take_window() } else { 0 },
+            urgent: 0,
+            options: self.options(now),
+        }
+    }
+
+    fn finish(&mut self, ev: Event) {
+        if self.state != State::Closed || !self.events.contains(&ev) {
+            self.events.push_back(ev);
+        }
+        self.state = State::Closed;
+        self.stop_timers();
+    }
+
+    fn stop_timers(&mut self) {
+        self.rto_at = None;
+        self.persist_at = None;
+        self.delack_at = None;
+        self.keepalive_at = None;
+        self.time_wait_at = None;
+        self.probe_pending = false;
+        self.keepalive_pending = false;
+    }
+
+    fn enter_time_wait(&mut self, now: Instant) {
+        self.state = State::TimeWait;
+        self.stop_timers();
+        self.time_wait_at = Some(now + self.cfg.msl * 2);
+    }
+
+    fn reset_congestion(&mut self) {
+        self.cc = Congestion::new(self.cfg.congestion, self.smss(), self.cfg.initial_window);
+        if self.syn_retransmitted {
+            self.cc.syn_lost();
+            self.rtt.reset_after_syn_timeout();
+        }
+    }
+
+    fn challenge_ack(&mut self, now: Instant) {
+        // RFC 5961 §7: a per-connection budget per second.
+        match self.challenge_window {
+            Some(t) if now.saturating_duration_since(t) < Duration::from_secs(1) => {}
+            _ => {
+                self.challenge_window = Some(now);
+                self.challenges = 0;
+            }
+        }
+        if self.challenges < self.cfg.challenge_ack_limit {
+            self.challenges += 1;
+            self.stats.challenge_acks += 1;
+            self.ack_now = true;
+        }
+    }
+
+    fn arm_keepalive(&mut self, now: Instant) {
+        if let Some(k) = self.cfg.keepalive {
+            if self.synchronized() && self.state != State::TimeWait {
+                self.keepalive_at = Some(now + k.idle);
+                self.keepalive_sent = 0;
+            }
+        }
+    }
+
+    /// Takes the options and sequence number of the peer's SYN.
+    fn take_syn(&mut self, syn: &Segment, now: Instant) {
+        let h = &syn.header;
+        self.irs = h.seq;
+        self.peer_mss = h.options.mss.unwrap_or(DEFAULT_IPV6_MSS).max(64);
+        if let (Some(ours), Some(theirs)) = (self.cfg.window_scale, h.options.window_scale) {
+            self.rcv_shift = ours.min(wire::MAX_WINDOW_SHIFT);
+            self.snd_shift = theirs;
+            self.ws_ok = true;
+        } else {
+            self.rcv_shift = 0;
+            self.snd_shift = 0;
+            self.ws_ok = false;
+        }
+        self.sack_ok = self.cfg.sack && h.options.sack_permitted;
+        self.ts_ok = self.cfg.timestamps && h.options.timestamps.is_some();
+        if let Some((val, _)) = h.options.timestamps {
+            self.ts_recent = val;
+            self.ts_recent_at = Some(now);
+        }
+        // The window in a SYN is never scaled (RFC 7323 §2.2).
+        self.snd_wnd = h.window as u64;
+        self.max_snd_wnd = self.snd_wnd;
+        self.snd_wl1 = h.seq;
+        self.snd_wl2 = 0;
+        self.last_ack_sent = 1;
+        self.arm_keepalive(now);
+    }
+
+    // ---- segment arrival ------------------------------------------------------------
+
+    /// Processes a segment of this connection (its checksum already verified by
+    /// [`wire::parse`]). `sink` receives in-order data.
+    pub fn on_segment(&mut self, seg: &Segment, now: Instant, sink: &mut dyn RecvSink) {
+        self.stats.segments_in += 1;
+        self.sink_space = sink.space();
+        match self.state {
+            State::Closed => {}
+            State::SynSent => self.on_syn_sent(seg, now),
+            _ => self.on_synchronized(seg, now, sink),
+        }
+        if self.synchronized() && self.keepalive_at.is_some() {
+            self.arm_keepalive(now);
+        }
+    }
+
+    /// RFC 9293 §3.10.7.3.
+    fn on_syn_sent(&mut self, seg: &Segment, now: Instant) {
+        let h = &seg.header;
+        let mut ack_ok = false;
+        if h.ack_flag() {
+            let a = h.ack.wrapping_sub(self.iss) as u64;
+            if a == 0 || a > self.nxt {
+                if !h.rst() {
+                    self.reply_rst = Some(h.ack);
+                }
+                return;
+            }
+            ack_ok = true;
+        }
+        if h.rst() {
+            if ack_ok {
+                self.finish(Event::Reset);
+            }
+            return;
+        }
+        if !h.syn() {
+            return;
+        }
+        self.take_syn(seg, now);
+        self.adv_edge = 1 + self.syn_window;
+        if ack_ok {
+            // The peer's SYN-ACK: established.
+            self.una = h.ack.wrapping_sub(self.iss) as u64;
+            if let Some((_, ecr)) = h.options.timestamps.filter(|_| self.ts_ok) {
+                self.rtt_sample_ts(ecr, now);
+            } else if let Some((_, t0)) = self.rtt_probe.take() {
+                self.rtt.sample(now.saturating_duration_since(t0));
+            }
+            self.rtt_probe = None;
+            self.snd_wl2 = self.una;
+            self.rto_at = None;
+            self.retries = 0;
+            self.state = State::Established;
+            self.reset_congestion();
+            self.events.push_back(Event::Established);
+            self.ack_now = true;
+            if self.una > 1 {
+                // Cannot happen (only the SYN was sent); keep offsets sane.
+                self.una = 1;
+            }
+        } else {
+            // Simultaneous open: our SYN is answered by a SYN; SYN-ACK it.
+            self.state = State::SynReceived;
+            self.nxt = 0;
+            self.rtt_probe = None;
+        }
+    }
+
+    fn rtt_sample_ts(&mut self, ecr: u32, now: Instant) {
+        let d = self.ts_now(now).wrapping_sub(ecr);
+        if ecr != 0 && d < 1 << 31 {
+            self.rtt.sample(Duration::from_millis(d as u64));
+        }
+    }
+
+    /// RFC 9293 §3.10.7.4, for every state from SYN-RECEIVED on.
+    fn on_synchronized(&mut self, seg: &Segment, now: Instant, sink: &mut dyn RecvSink) {
+        let h = seg.header;
+        // A retransmitted SYN while our SYN-ACK is outstanding: send it again.
+        if self.state == State::SynReceived
+            && h.syn()
+            && !h.ack_flag()
+            && !h.rst()
+            && h.seq == self.irs
+        {
+            if self.una == 0 {
+                self.nxt = 0;
+            }
+            return;
+        }
+        let rcv_nxt = self.rcv_nxt();
+        // PAWS (RFC 7323 §5.3).
+        if self.ts_ok && !h.rst() {
+            if let Some((val, _)) = h.options.timestamps {
+                let fresh = self
+                    .ts_recent_at
+                    .is_some_and(|t| now.saturating_duration_since(t) < PAWS_IDLE);
+                if fresh && seq_lt(val, self.ts_recent) {
+                    self.stats.paws_rejected += 1;
+                    self.ack_now = true;
+                    return;
+                }
+            }
+        }
+        // First: is the segment in the window?
+        let seg_off = unwrap_seq(h.seq, self.rcv_seq(rcv_nxt), rcv_nxt);
+        let seg_len = seg.seg_len() as i64;
+        let wnd = self.adv_edge.saturating_sub(rcv_nxt) as i64;
+        let (nxt, edge) = (rcv_nxt as i64, rcv_nxt as i64 + wnd);
+        let in_wnd = |x: i64| nxt <= x && x < edge;
+        let acceptable = match (seg_len == 0, wnd == 0) {
+            (true, true) => seg_off == nxt,
+            (true, false) => in_wnd(seg_off),
+            (false, true) => false,
+            (false, false) => in_wnd(seg_off) || in_wnd(seg_off + seg_len - 1),
+        };
+        if !acceptable {
+            self.stats.unacceptable += 1;
+            if h.rst() {
+                return;
+            }
+            self.ack_now = true;
+            // A zero window still takes valid ACKs (RFC 9293 §3.10.7.4): a window probe
+            // at RCV.NXT may carry news about our data.
+            if wnd == 0 && seg_off == nxt && h.ack_flag() && self.state != State::SynReceived {
+                self.on_ack(seg, now);
+            }
+            return;
+        }
+        // Second: RST (RFC 5961 §3.2).
+        if h.rst() {
+            if seg_off == nxt {
+                self.finish(Event::Reset);
+            } else {
+                self.challenge_ack(now);
+            }
+            return;
+        }
+        // Fourth: SYN in a synchronized state (RFC 5961 §4.2).
+        if h.syn() {
+            self.challenge_ack(now);
+            return;
+        }
+        // Fifth: ACK.
+        if !h.ack_flag() {
+            return;
+        }
+        if self.state == State::SynReceived {
+            let a = unwrap_seq(h.ack, self.snd_seq(self.una), self.una);
+            if a > self.una as i64 && a <= self.nxt as i64 {
+                self.state = State::Established;
+                self.reset_congestion();
+                self.events.push_back(Event::Established);
+                self.retries = 0;
+            } else {
+                self.reply_rst = Some(h.ack);
+                return;
+            }
+        }
+        // TS.Recent (RFC 7323 §4.3): from a segment at or below Last.ACK.sent.
+        if self.ts_ok {
+            if let Some((val, _)) = h.options.timestamps {
+                if seg_off <= self.last_ack_sent as i64 && !seq_lt(val, self.ts_recent) {
+                    self.ts_recent = val;
+                    self.ts_recent_at = Some(now);
+                }
+            }
+        }
+        if !self.on_ack(seg, now) {
+            return;
+        }
+        if self.state == State::Closed {
+            return;
+        }
+        // Seventh and eighth: data and FIN.
+        match self.state {
+            State::Established | State::FinWait1 | State::FinWait2 => {
+                self.on_data(seg, seg_off, now, sink);
+            }
+            State::TimeWait => {
+                if h.fin() {
+                    // The peer's FIN again: our ACK was lost. ACK, restart 2 MSL.
+                    self.ack_now = true;
+                    self.time_wait_at = Some(now + self.cfg.msl * 2);
+                }
+            }
+            _ => {
+                if seg_len > 0 {
+                    // Beyond the peer's FIN: nothing more can come; re-ACK.
+                    self.ack_now = true;
+                }
+            }
+        }
+    }
+
+    /// The ACK field (RFC 9293 fifth step, RFC 5961 §5). False if the segment must be
+    /// dropped.
+    fn on_ack(&mut self, seg: &Segment, now: Instant) -> bool {
+        let h = &seg.header;
+        let ack = unwrap_seq(h.ack, self.snd_seq(self.una), self.una);
+        if ack > self.nxt as i64 {
+            // Acknowledges what was never sent.
+            self.ack_now = true;
+            return false;
+        }
+        if ack < self.una as i64 - self.max_snd_wnd as i64 {
+            self.challenge_ack(now);
+            return false;
+        }
+        let old_wnd = self.snd_wnd;
+        let window = (h.window as u64) << self.snd_shift;
+        let mut window_changed = false;
+        if ack >= self.una as i64
+            && (seq_lt(self.snd_wl1, h.seq)
+                || (self.snd_wl1 == h.seq && self.snd_wl2 as i64 <= ack))
+        {
+            self.snd_wnd = window;
+            self.snd_wl1 = h.seq;
+            self.snd_wl2 = ack as u64;
+            self.max_snd_wnd = self.max_snd_wnd.max(window);
+            window_changed = window != old_wnd;
+            if window > 0 {
+                self.persist_at = None;
+                self.persist_backoff = 0;
+            }
+        }
+        let mut new_sack = false;
+        if self.sack_ok && !h.options.sack.is_empty() {
+            new_sack = self.take_sack(&h.options.sack, ack.max(self.una as i64) as u64);
+        }
+        if ack > self.una as i64 {
+            let ack = ack as u64;
+            self.on_new_ack(ack, h, now);
+        } else if ack == self.una as i64 && self.una < self.nxt {
+            if old_wnd == 0 && self.snd_wnd == 0 {
+                // An answer to a window probe: the peer is alive.
+                self.retries = 0;
+            }
+            let pure = seg.payload.is_empty() && !h.fin() && !h.syn();
+            if pure && (!window_changed || new_sack) {
+                self.dupacks += 1;
+                self.stats.dup_acks_in += 1;
+                self.on_dupack(now);
+            }
+        }
+        true
+    }
+
+    /// Adds SACK blocks to the scoreboard; true if anything new was learned.
+    fn take_sack(&mut self, blocks: &SackBlocks, una: u64) -> bool {
+        let mut new = false;
+        for &(l, r) in blocks.as_slice() {
+            let lo = unwrap_seq(l, self.snd_seq(self.una), self.una);
+            let hi = unwrap_seq(r, self.snd_seq(self.una), self.una);
+            // Blocks at or below the cumulative ACK (D-SACK) or beyond what was sent
+            // are ignored.
+            if hi <= lo || hi <= una as i64 || hi > self.nxt as i64 || lo < 0 {
+                continue;
+            }
+            let (lo, hi) = ((lo as u64).max(una), hi as u64);
+            if !self.sacked.contains_range(lo, hi) {
+                new = true;
+                self.sacked.insert(lo, hi);
+            }
+        }
+        new
+    }
+
+    fn on_new_ack(&mut self, ack: u64, h: &Header, now: Instant) {
+        let acked = ack - self.una;
+        // RTT: timestamps when both sides use them, else the timed segment (Karn).
+        if self.cookie && self.una == 0 {
+            // The SYN-ACK's timestamp came from the listener's cookie: no sample.
+        } else if let Some((_, ecr)) = h.options.timestamps.filter(|_| self.ts_ok) {
+            self.rtt_sample_ts(ecr, now);
+        } else if let Some((end, t0)) = self.rtt_probe {
+            if ack >= end {
+                self.rtt.sample(now.saturating_duration_since(t0));
+                self.rtt_probe = None;
+            }
+        }
+        self.una = ack;
+        if self.nxt < self.una {
+            self.nxt = self.una;
+        }
+        self.retries = 0;
+        self.sacked.remove_below(ack);
+        let upto = self.acked();
+        if upto > self.acked_reported {
+            self.acked_reported = upto;
+            self.events.push_back(Event::Acked { upto });
+        }
+        // Congestion control.
+        let smss = self.smss() as u64;
+        match self.recovery {
+            Some(r) if ack >= r.point => {
+                match r.kind {
+                    RecoveryKind::Sack | RecoveryKind::NewReno => {
+                        self.cc.end_recovery(self.nxt - self.una)
+                    }
+                    RecoveryKind::Timeout => self.cc.on_ack(acked, now, self.rtt.srtt()),
+                }
+                self.recovery = None;
+                self.force_rtx = false;
+            }
+            Some(r) => match r.kind {
+                RecoveryKind::NewReno => {
+                    // Partial ACK (RFC 6582 §3.2 step 5): retransmit the next hole,
+                    // deflate by what was acknowledged, add back one MSS.
+                    self.high_rxt = self.una;
+                    self.lost_floor = self.una + smss;
+                    self.force_rtx = true;
+                    let c = self.cc.cwnd().saturating_sub(acked);
+                    self.cc.set_cwnd(if acked >= smss { c + smss } else { c });
+                }
+                RecoveryKind::Sack => {}
+                RecoveryKind::Timeout => self.cc.on_ack(acked, now, self.rtt.srtt()),
+            },
+            None => self.cc.on_ack(acked, now, self.rtt.srtt()),
+        }
+        self.dupacks = 0;
+        // Retransmission timer (RFC 6298 §5.2-5.3).
+        self.rto_at = (self.una < self.nxt).then(|| now + self.rtt.rto());
+        if self.una >= self.nxt {
+            self.probe_pending = false;
+        }
+        // Our FIN acknowledged?
+        if self.fin_queued && self.una == self.end_all() {
+            match self.state {
+                State::FinWait1 => {
+                    self.state = State::FinWait2;
+                }
+                State::Closing => self.enter_time_wait(now),
+                State::LastAck => self.finish(Event::Closed),
+                _ => {}
+            }
+        }
+    }
+
+    fn on_dupack(&mut self, _now: Instant) {
+        match self.recovery {
+            None => {
+                let lost = self.sack_ok && self.scoreboard_lost_edge() > self.una;
+                if self.dupacks >= DUP_THRESH || lost {
+                    self.enter_fast_recovery();
+                }
+            }
+            Some(Recovery {
+                kind: RecoveryKind::NewReno,
+                ..
+            }) => {
+                // Each further duplicate means a segment left the network (RFC 6582).
+                let c = self.cc.cwnd() + self.smss() as u64;
+                self.cc.set_cwnd(c);
+            }
+            _ => {}
+        }
+    }
+
+    fn enter_fast_recovery(&mut self) {
+        let smss = self.smss() as u64;
+        let flight = self.nxt - self.una;
+        self.cc.on_loss(flight);
+        let kind = if self.sack_ok {
+            RecoveryKind::Sack
+        } else {
+            RecoveryKind::NewReno
+        };
+        self.recovery = Some(Recovery {
+            kind,
+            point: self.nxt,
+        });
+        self.high_rxt = self.una;
+        self.lost_floor = (self.una + smss).min(self.nxt);
+        self.force_rtx = true;
+        self.rtt_probe = None;
+        if kind == RecoveryKind::NewReno {
+            let c = self.cc.ssthresh() + DUP_THRESH as u64 * smss;
+            self.cc.set_cwnd(c);
+        }
+        self.stats.fast_recoveries += 1;
+    }
+
+    /// RFC 6675 IsLost boundary from the scoreboard: unsacked bytes below it are lost
+    /// (DupThresh SACKed blocks or more than (DupThresh - 1) * SMSS SACKed bytes above).
+    fn scoreboard_lost_edge(&self) -> u64 {
+        let smss = self.smss() as u64;
+        let need = (DUP_THRESH as u64 - 1) * smss + 1;
+        let mut acc = 0;
+        let mut edge = self.una;
+        for (n, (s, e)) in self.sacked.iter().rev().enumerate() {
+            if n + 1 >= DUP_THRESH as usize {
+                edge = edge.max(s);
+            }
+            if acc + (e - s) >= need {
+                edge = edge.max(e + acc - need);
+                break;
+            }
+            acc += e - s;
+        }
+        edge.max(self.una)
+    }
+
+    fn lost_edge(&self) -> u64 {
+        let mut edge = self.scoreboard_lost_edge().max(self.lost_floor);
+        if let Some(Recovery {
+            kind: RecoveryKind::Timeout,
+            point,
+        }) = self.recovery
+        {
+            edge = edge.max(point);
+        }
+        edge.min(self.nxt)
+    }
+
+    fn unsacked(&self, a: u64, b: u64) -> u64 {
+        if b <= a {
+            return 0;
+        }
+        (b - a) - self.sacked.covered(a, b)
+    }
+
+    /// RFC 6675 pipe: bytes believed in the network.
+    fn pipe(&self, lost_edge: u64) -> u64 {
+        let from = self.una.max(self.high_rxt);
+        self.unsacked(self.una, self.nxt) - self.unsacked(from, lost_edge)
+    }
+
+    /// The next lost range to retransmit: the first unsacked bytes at or past HighRxt
+    /// below the lost edge, at most one SMSS.
+    fn next_hole(&self, lost_edge: u64) -> Option<(u64, u64)> {
+        let from = self.una.max(self.high_rxt);
+        let smss = self.smss() as u64;
+        self.sacked
+            .gaps(from, lost_edge)
+            .first()
+            .map(|&(s, e)| (s, e.min(s + smss)))
+    }
+
+    // ---- timers -------------------------------------------------------------------
+
+    /// When [`Connection::poll`] has work next.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        [
+            self.rto_at,
+            self.persist_at,
+            self.delack_at,
+            self.keepalive_at,
+            self.time_wait_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Runs the timers due at `now`.
+    pub fn poll(&mut self, now: Instant) {
+        if self.time_wait_at.is_some_and(|t| t <= now) {
+            self.time_wait_at = None;
+            self.finish(Event::Closed);
+            return;
+        }
+        if self.delack_at.is_some_and(|t| t <= now) {
+            self.delack_at = None;
+            self.ack_now = true;
+        }
+        if self.rto_at.is_some_and(|t| t <= now) {
+            self.rto_at = None;
+            self.on_rto(now);
+        }
+        if self.persist_at.is_some_and(|t| t <= now) {
+            self.persist_at = None;
+            if self.snd_room() == 0 && self.una == self.nxt && self.nxt < self.end_all() {
+                self.probe_pending = true;
+                self.persist_backoff = (self.persist_backoff + 1).min(16);
+                self.stats.window_probes += 1;
+            }
+        }
+        if self.keepalive_at.is_some_and(|t| t <= now) {
+            self.keepalive_at = None;
+            if let Some(k) = self.cfg.keepalive {
+                if self.keepalive_sent >= k.probes {
+                    self.finish(Event::TimedOut);
+                    return;
+                }
+                self.keepalive_sent += 1;
+                self.keepalive_pending = true;
+                self.keepalive_at = Some(now + k.interval);
+            }
+        }
+    }
+
+    fn on_rto(&mut self, now: Instant) {
+        match self.state {
+            State::SynSent | State::SynReceived => {
+                self.retries += 1;
+                if self.retries > self.cfg.syn_retries {
+                    self.finish(Event::TimedOut);
+                    return;
+                }
+                self.rtt.back_off();
+                self.syn_retransmitted = true;
+                self.rtt_probe = None;
+                self.nxt = 0;
+                self.stats.timeouts += 1;
+            }
+            State::Closed | State::TimeWait => {}
+            _ if self.una < self.nxt => {
+                self.retries += 1;
+                if self.retries > self.cfg.max_retries {
+                    self.finish(Event::TimedOut);
+                    return;
+                }
+                self.rtt.back_off();
+                self.rtt_probe = None;
+                self.stats.timeouts += 1;
+                if self.snd_wnd > 0 {
+                    self.cc.on_timeout(self.nxt - self.una);
+                }
+                self.recovery = Some(Recovery {
+                    kind: RecoveryKind::Timeout,
+                    point: self.nxt,
+                });
+                self.high_rxt = self.una;
+                self.lost_floor = self.una;
+                self.force_rtx = true;
+                self.dupacks = 0;
+            }
+            _ => {}
+        }
+        let _ = now;
+    }
+
+    /// Window room for new data (offsets).
+    fn snd_room(&self) -> u64 {
+        (self.snd_wl2 + self.snd_wnd).saturating_sub(self.nxt)
+    }
+
+    // ---- output -------------------------------------------------------------------
+
+    /// The next segment to send, if any; call until None after every input, timer run
+    /// or application call. Data is read from `source` at its stream offsets.
+    pub fn poll_transmit(&mut self, now: Instant, source: &mut dyn SendSource) -> Option<Outgoing> {
+        if let Some(seq) = self.reply_rst.take() {
+            let h = Header {
+                src_port: self.tuple.local_port,
+                dst_port: self.tuple.remote_port,
+                seq,
+                flags: flags::RST,
+                ..Header::default()
+            };
+            return Some(self.emit(&h, 0, |_| {}));
+        }
+        if self.rst_pending {
+            self.rst_pending = false;
+            let h = Header {
+                src_port: self.tuple.local_port,
+                dst_port: self.tuple.remote_port,
+                seq: self.snd_seq(self.nxt),
+                flags: flags::RST,
+                ..Header::default()
+            };
+            return Some(self.emit(&h, 0, |_| {}));
+        }
+        match self.state {
+            State::Closed => None,
+            State::SynSent | State::SynReceived if self.nxt == 0 => Some(self.send_syn(now)),
+            State::SynSent => None,
+            _ => {
+                if self.state != State::TimeWait {
+                    if let Some(o) = self.send_data(now, source) {
+                        return Some(o);
+                    }
+                    if self.keepalive_pending {
+                        self.keepalive_pending = false;
+                        // <SEQ=SND.NXT-1>: the peer must answer with an ACK.
+                        let h = self.header(self.nxt - 1, flags::ACK, now);
+                        return Some(self.emit(&h, 0, |_| {}));
+                    }
+                }
+                if self.ack_now {
+                    let h = self.header(self.nxt, flags::ACK, now);
+                    return Some(self.emit(&h, 0, |_| {}));
+                }
+                None
+            }
+        }
+    }
+
+    /// Every segment due now.
+    pub fn transmit_all(&mut self, now: Instant, source: &mut dyn SendSource) -> Vec<Outgoing> {
+        let mut v = Vec::new();
+        while let Some(o) = self.poll_transmit(now, source) {
+            v.push(o);
+        }
+        v
+    }
+
+    fn send_syn(&mut self, now: Instant) -> Outgoing {
+        let synack = self.state == State::SynReceived;
+        let mut o = Options {
+            mss: Some(self.cfg.mss),
+            ..Options::default()
+        };
+        if synack {
+            if self.ws_ok {
+                o.window_scale = Some(self.rcv_shift);
+            }
+            o.sack_permitted = self.sack_ok;
+            if self.ts_ok {
+                o.timestamps = Some((self.ts_now(now), self.ts_recent));
+            }
+        } else {
+            o.window_scale = self.cfg.window_scale.map(|s| s.min(wire::MAX_WINDOW_SHIFT));
+            o.sack_permitted = self.cfg.sack;
+            if self.cfg.timestamps {
+                o.timestamps = Some((self.ts_now(now), 0));
+            }
+        }
+        // The window in a SYN is unscaled.
+        let wnd = self.avail_window().min(u16::MAX as u64);
+        let mut h = Header {
+            src_port: self.tuple.local_port,
+            dst_port: self.tuple.remote_port,
+            seq: self.iss,
+            ack: 0,
+            flags: flags::SYN,
+            window: wnd as u16,
+            urgent: 0,
+            options: o,
+        };
+        if synack {
+            h.flags |= flags::ACK;
+            h.ack = self.rcv_seq(1);
+            self.adv_edge = self.adv_edge.max(1 + wnd);
+        } else {
+            self.syn_window = wnd;
+        }
+        if self.syn_retransmitted {
+            self.stats.retransmitted_segments += 1;
+        } else {
+            self.rtt_probe = Some((1, now));
+        }
+        self.nxt = 1;
+        if self.rto_at.is_none() {
+            self.rto_at = Some(now + self.rtt.rto());
+        }
+        self.emit(&h, 0, |_| {})
+    }
+
+    /// Data (new or retransmitted) or FIN, if the windows allow.
+    fn send_data(&mut self, now: Instant, source: &mut dyn SendSource) -> Option<Outgoing> {
+        let end_all = self.end_all();
+        let smss = self.smss() as u64;
+        if self.probe_pending {
+            self.probe_pending = false;
+            if self.nxt < end_all && self.una == self.nxt {
+                let (s, e) = (self.nxt, self.nxt + 1);
+                self.nxt = e;
+                self.arm_rto(now);
+                return Some(self.send_range(s, e, now, source, false));
+            }
+        }
+        if let Some(r) = self.recovery {
+            let edge = self.lost_edge();
+            let pipe = self.pipe(edge);
+            let cwnd = self.cc.cwnd();
+            let room_ok = match r.kind {
+                RecoveryKind::NewReno => false,
+                _ => cwnd >= pipe + smss,
+            };
+            if self.force_rtx || room_ok {
+                if let Some((s, e)) = self.next_hole(edge) {
+                    self.force_rtx = false;
+                    self.high_rxt = e;
+                    self.arm_rto(now);
+                    return Some(self.send_range(s, e, now, source, true));
+                }
+            }
+        }
+        if self.nxt >= end_all {
+            return None;
+        }
+        // New data: within the peer's window and the congestion window.
+        let flight = match self.recovery {
+            Some(r) if r.kind != RecoveryKind::NewReno => self.pipe(self.lost_edge()),
+            _ => self.nxt - self.una,
+        };
+        let mut cwnd = self.cc.cwnd();
+        if self.recovery.is_none() {
+            // Limited transmit (RFC 3042).
+            cwnd += self.dupacks.min(2) as u64 * smss;
+        }
+        let cwnd_room = cwnd.saturating_sub(flight);
+        let wnd_room = self.snd_room();
+        let remaining = end_all - self.nxt;
+        let len = smss.min(remaining).min(wnd_room).min(cwnd_room);
+        if len == 0 {
+            if wnd_room == 0 && self.una == self.nxt && self.persist_at.is_none() {
+                // Zero window and nothing in flight to bring an update: probe later.
+                let t = self.rtt.rto() * (1 << self.persist_backoff.min(10));
+                self.persist_at = Some(now + t.clamp(self.cfg.min_rto, self.cfg.max_rto));
+            }
+            return None;
+        }
+        // Sender silly window avoidance and Nagle (RFC 9293 §3.8.6.2.1).
+        let idle = self.una == self.nxt;
+        let send = len == smss
+            || (len == remaining && (!self.cfg.nagle || idle))
+            || len >= self.max_snd_wnd / 2
+            || idle && wnd_room < smss && len == wnd_room;
+        if !send {
+            return None;
+        }
+        let (s, e) = (self.nxt, self.nxt + len);
+        self.nxt = e;
+        if self.rtt_probe.is_none() && !self.ts_ok && self.recovery.is_none() {
+            self.rtt_probe = Some((e, now));
+        }
+        self.arm_rto(now);
+        Some(self.send_range(s, e, now, source, false))
+    }
+
+    fn arm_rto(&mut self, now: Instant) {
+        if self.rto_at.is_none() {
+            self.rto_at = Some(now + self.rtt.rto());
+        }
+    }
+
+    /// Builds the segment for sequence offsets `[s, e)` (data, and FIN if `e` covers it).
+    fn send_range(
+        &mut self,
+        s: u64,
+        e: u64,
+        now: Instant,
+        source: &mut dyn SendSource,
+        retransmit: bool,
+    ) -> Outgoing {
+        let data_end = 1 + self.queued;
+        let ds = s.max(1);
+        let de = e.min(data_end);
+        let len = de.saturating_sub(ds) as usize;
+        let mut fl = flags::ACK;
+        if self.fin_queued && e > data_end {
+            fl |= flags::FIN;
+        }
+        if len > 0 && de == data_end {
+            fl |= flags::PSH;
+        }
+        if retransmit {
+            self.stats.retransmitted_segments += 1;
+            self.stats.retransmitted_bytes += len as u64;
+        }
+        let h = self.header(s, fl, now);
+        self.emit(&h, len, |buf| {
+            if !buf.is_empty() {
+                source.read(ds - 1, buf)
+            }
+        })
+    }
+
+    // ---- received data ------------------------------------------------------------
+
+    fn on_data(&mut self, seg: &Segment, seg_off: i64, now: Instant, sink: &mut dyn RecvSink) {
+        let h = &seg.header;
+        let rcv_nxt = self.rcv_nxt() as i64;
+        let mut payload = seg.payload;
+        let mut fin = h.fin();
+        // Trim what lies beyond the window we offered; a trimmed FIN is not seen.
+        let edge = self.adv_edge as i64;
+        let end = seg_off + payload.len() as i64;
+        if end > edge {
+            let keep = (edge - seg_off).clamp(0, payload.len() as i64) as usize;
+            self.stats.dropped_bytes += (payload.len() - keep) as u64;
+            payload = &payload[..keep];
+            fin = false;
+        }
+        if !self.fin_rcvd && !payload.is_empty() && end > rcv_nxt {
+            // Stream offset of the first byte (offset 1 is stream byte 0).
+            let (off, data) = if seg_off < 1 {
+                let skip = (1 - seg_off) as usize;
+                (0u64, &payload[skip.min(payload.len())..])
+            } else {
+                ((seg_off - 1) as u64, payload)
+            };
+            let out = self.rcv.on_data(off, data, h.has(flags::PSH), sink);
+            if out.out_of_order {
+                self.stats.out_of_order += 1;
+                self.ack_now = true;
+            }
+            if out.filled_hole {
+                self.ack_now = true;
+            }
+            if out.dropped {
+                self.stats.dropped_bytes += 1;
+                self.ack_now = true;
+            }
+            self.unacked_rcv += out.advanced;
+        } else if !payload.is_empty() {
+            // Entirely old: our ACK may have been lost.
+            self.ack_now = true;
+        }
+        if fin && !self.fin_rcvd {
+            let at = seg_off + seg.payload.len() as i64 - 1;
+            if at >= 0 {
+                self.rcv.set_fin(at as u64);
+            }
+            if self.rcv.fin() != Some(self.rcv.next()) {
+                // Out of order FIN: ACK what we have.
+                self.ack_now = true;
+            }
+        }
+        self.report_delivery();
+        if !self.fin_rcvd && self.rcv.fin() == Some(self.rcv.next()) {
+            self.fin_rcvd = true;
+            self.ack_now = true;
+            match self.state {
+                State::Established => self.state = State::CloseWait,
+                State::FinWait1 => {
+                    if self.fin_queued && self.una == self.end_all() {
+                        self.enter_time_wait(now);
+                    } else {
+                        self.state = State::Closing;
+                    }
+                }
+                State::FinWait2 => self.enter_time_wait(now),
+                _ => {}
+            }
+            self.report_peer_closed();
+        }
+        // Delayed ACK: at least every second full segment (RFC 9293 §3.8.6.3).
+        if !self.ack_now && self.unacked_rcv > 0 {
+            match self.cfg.delayed_ack {
+                Some(d) if self.unacked_rcv < 2 * self.cfg.mss as u64 => {
+                    if self.delack_at.is_none() {
+                        self.delack_at = Some(now + d);
+                    }
+                }
+                _ => self.ack_now = true,
+            }
+        }
+    }
+
+    fn report_delivery(&mut self) {
+        let upto = self.rcv.delivered();
+        if upto > self.delivered_reported {
+            self.delivered_reported = upto;
+            let push = self.rcv.take_push(upto);
+            self.events.push_back(Event::DataArrived { upto, push });
+        }
+    }
+
+    fn report_peer_closed(&mut self) {
+        if self.fin_rcvd && !self.peer_closed_reported && self.rcv.staged() == 0 {
+            self.peer_closed_reported = true;
+            self.events.push_back(Event::PeerClosed);
+        }
+    }
+
+    fn deliver_staged(&mut self, sink: &mut dyn RecvSink) {
+        if self.rcv.drain_staging(sink) > 0 {
+            self.report_delivery();
+        }
+        self.report_peer_closed();
+    }
+}

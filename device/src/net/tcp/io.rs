@@ -1,0 +1,93 @@
+//! Where a connection's bytes live. The connection never owns the application's data: on
+//! the send side it asks a [`SendSource`] for the bytes at a stream offset when it builds
+//! a segment (in the device they are read from guest memory by the send WRs that own
+//! them); on the receive side it hands in-order bytes to a [`RecvSink`] (the device
+//! places them into posted receive buffers), keeping only a small staging allowance and a
+//! bounded out-of-order buffer of its own.
+
+/// The bytes queued for sending, by stream offset (0 is the first byte after the SYN).
+pub trait SendSource {
+    /// Fills `buf` with the bytes at `offset..offset + buf.len()`. The connection asks only
+    /// for bytes it was given with `queue_send` and that are not yet acknowledged.
+    fn read(&mut self, offset: u64, buf: &mut [u8]);
+}
+
+/// The application's side of the receive stream.
+pub trait RecvSink {
+    /// Bytes the sink can take in order now: the posted receive space beyond what it
+    /// holds. The advertised window is this plus the staging allowance.
+    fn space(&self) -> usize;
+
+    /// The next in-order bytes, at stream `offset` (always where the previous delivery
+    /// ended). Never more than [`RecvSink::space`].
+    fn deliver(&mut self, offset: u64, data: &[u8]);
+
+    /// Out-of-order bytes at stream `offset`, ahead of the in-order point. A sink that
+    /// knows where they go (posted buffers cover them) may place them and return true; the
+    /// connection then keeps only their range, and they count as delivered when the
+    /// in-order point passes them. The connection only offers bytes inside the space the
+    /// sink reported. The default refuses (the connection buffers them itself).
+    fn place_at(&mut self, offset: u64, data: &[u8]) -> bool {
+        let _ = (offset, data);
+        false
+    }
+
+    /// The in-order point passed bytes placed earlier: the sink now holds everything below
+    /// `upto` in order (the next [`RecvSink::deliver`] is at `upto`).
+    fn placed_in_order(&mut self, upto: u64) {
+        let _ = upto;
+    }
+}
+
+/// A send source over a byte slice (tests, and data already in device memory).
+impl SendSource for &[u8] {
+    fn read(&mut self, offset: u64, buf: &mut [u8]) {
+        let o = offset as usize;
+        buf.copy_from_slice(&self[o..o + buf.len()]);
+    }
+}
+
+impl SendSource for Vec<u8> {
+    fn read(&mut self, offset: u64, buf: &mut [u8]) {
+        let o = offset as usize;
+        buf.copy_from_slice(&self[o..o + buf.len()]);
+    }
+}
+
+/// A sink that takes everything into a vector (tests and tools).
+#[derive(Debug, Default, Clone)]
+pub struct VecSink {
+    pub data: Vec<u8>,
+    /// Room it reports.
+    pub room: usize,
+}
+
+impl VecSink {
+    pub fn new(room: usize) -> VecSink {
+        VecSink {
+            data: Vec::new(),
+            room,
+        }
+    }
+}
+
+impl RecvSink for VecSink {
+    fn space(&self) -> usize {
+        self.room
+    }
+    fn deliver(&mut self, offset: u64, data: &[u8]) {
+        assert_eq!(offset as usize, self.data.len(), "in-order delivery");
+        assert!(data.len() <= self.room, "delivery within the space offered");
+        self.data.extend_from_slice(data);
+        self.room -= data.len();
+    }
+}
+
+/// A source with nothing in it (for connections that only receive).
+pub struct NoData;
+
+impl SendSource for NoData {
+    fn read(&mut self, _offset: u64, _buf: &mut [u8]) {
+        panic!("no data was queued");
+    }
+}

@@ -1,0 +1,318 @@
+//! The device's TCP connections and listeners: O(1) demultiplexing of a segment to its
+//! connection by the 4-tuple (a hash map), to a listener by local address and port, and
+//! the connections' timers in one heap (the engine sleeps until its top, never scans).
+//!
+//! Each connection carries a tag of the engine's choosing (its QP); half-open connections
+//! made by listeners have none until the engine gives them one (an accepted QP).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::fmt;
+use std::net::Ipv6Addr;
+use std::time::Instant;
+
+use super::config::Config;
+use super::connection::{Connection, FourTuple, Outgoing, State};
+use super::isn::IsnGenerator;
+use super::listener::{ListenOutcome, Listener};
+use super::wire::{self, Segment};
+
+/// A connection's handle: slot and generation (a removed connection's handle never
+/// finds its slot's next occupant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConnId {
+    index: u32,
+    gen: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableError {
+    /// The 4-tuple (or the listening address and port) is taken.
+    InUse,
+}
+
+impl fmt::Display for TableError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("address and port already in use")
+    }
+}
+
+impl std::error::Error for TableError {}
+
+/// Where a received segment went.
+#[derive(Debug)]
+pub enum Input {
+    /// To this connection: hand the segment to its [`Connection::on_segment`].
+    Connection(ConnId),
+    /// A SYN made a half-open connection (already processed; its SYN-ACK is due).
+    HalfOpen(ConnId),
+    /// Send this (a reset, or a SYN-ACK with a cookie).
+    Reply(Outgoing),
+    /// Nothing to do.
+    Dropped,
+}
+
+pub struct Entry<T> {
+    pub conn: Connection,
+    /// The engine's handle (its QP), if it gave one.
+    pub tag: Option<T>,
+    /// The listener that made it, while it is half-open.
+    listener: Option<(Ipv6Addr, u16)>,
+    /// The earliest live heap entry for it.
+    heap_at: Option<Instant>,
+}
+
+struct Slot<T> {
+    gen: u32,
+    entry: Option<Entry<T>>,
+}
+
+pub struct ConnectionTable<T> {
+    by_tuple: HashMap<FourTuple, ConnId>,
+    slots: Vec<Slot<T>>,
+    free: Vec<u32>,
+    listeners: HashMap<(Ipv6Addr, u16), Listener>,
+    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    isn: IsnGenerator,
+}
+
+impl<T> ConnectionTable<T> {
+    pub fn new(isn: IsnGenerator) -> ConnectionTable<T> {
+        ConnectionTable {
+            by_tuple: HashMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            listeners: HashMap::new(),
+            timers: BinaryHeap::new(),
+            isn,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_tuple.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_tuple.is_empty()
+    }
+
+    pub fn isn(&self) -> &IsnGenerator {
+        &self.isn
+    }
+
+    // ---- listeners ----------------------------------------------------------------
+
+    /// Listens on `port` at `local` (unspecified: every address of the device).
+    pub fn listen(
+        &mut self,
+        local: Ipv6Addr,
+        port: u16,
+        cfg: Config,
+        backlog: usize,
+        cookies: bool,
+        now: Instant,
+    ) -> Result<(), TableError> {
+        if self.listeners.contains_key(&(local, port)) {
+            return Err(TableError::InUse);
+        }
+        self.listeners.insert(
+            (local, port),
+            Listener::new(local, port, cfg, backlog, cookies, now),
+        );
+        Ok(())
+    }
+
+    /// Stops listening. Half-open connections it made stay (they finish or time out).
+    pub fn unlisten(&mut self, local: Ipv6Addr, port: u16) -> Option<Listener> {
+        self.listeners.remove(&(local, port))
+    }
+
+    pub fn listener(&self, local: Ipv6Addr, port: u16) -> Option<&Listener> {
+        self.listeners.get(&(local, port))
+    }
+
+    fn find_listener(&mut self, local: Ipv6Addr, port: u16) -> Option<&mut Listener> {
+        let key = if self.listeners.contains_key(&(local, port)) {
+            (local, port)
+        } else {
+            (Ipv6Addr::UNSPECIFIED, port)
+        };
+        self.listeners.get_mut(&key)
+    }
+
+    // ---- connections --------------------------------------------------------------
+
+    fn insert(
+        &mut self,
+        conn: Connection,
+        tag: Option<T>,
+        listener: Option<(Ipv6Addr, u16)>,
+    ) -> ConnId {
+        let tuple = conn.tuple();
+        let entry = Entry {
+            conn,
+            tag,
+            listener,
+            heap_at: None,
+        };
+        let index = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize].entry = Some(entry);
+                i
+            }
+            None => {
+                self.slots.push(Slot {
+                    gen: 0,
+                    entry: Some(entry),
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let id = ConnId {
+            index,
+            gen: self.slots[index as usize].gen,
+        };
+        self.by_tuple.insert(tuple, id);
+        self.update(id);
+        id
+    }
+
+    /// An active open with a fresh ISN (RFC 6528). Its SYN is due at once.
+    pub fn connect(
+        &mut self,
+        tuple: FourTuple,
+        now: Instant,
+        cfg: &Config,
+        tag: T,
+    ) -> Result<ConnId, TableError> {
+        if self.by_tuple.contains_key(&tuple) {
+            return Err(TableError::InUse);
+        }
+        let iss = self.isn.isn(&tuple, now);
+        Ok(self.insert(Connection::connect(tuple, iss, now, cfg), Some(tag), None))
+    }
+
+    pub fn lookup(&self, t: &FourTuple) -> Option<ConnId> {
+        self.by_tuple.get(t).copied()
+    }
+
+    pub fn get(&self, id: ConnId) -> Option<&Entry<T>> {
+        let s = self.slots.get(id.index as usize)?;
+        (s.gen == id.gen).then_some(s.entry.as_ref()).flatten()
+    }
+
+    pub fn get_mut(&mut self, id: ConnId) -> Option<&mut Entry<T>> {
+        let s = self.slots.get_mut(id.index as usize)?;
+        (s.gen == id.gen).then_some(s.entry.as_mut()).flatten()
+    }
+
+    /// Handles of every connection.
+    pub fn ids(&self) -> Vec<ConnId> {
+        self.by_tuple.values().copied().collect()
+    }
+
+    /// Removes a connection (closed, or its QP destroyed after [`Connection::abort`] and
+    /// the reset sent).
+    pub fn remove(&mut self, id: ConnId) -> Option<Entry<T>> {
+        let s = self.slots.get_mut(id.index as usize)?;
+        if s.gen != id.gen {
+            return None;
+        }
+        let e = s.entry.take()?;
+        s.gen = s.gen.wrapping_add(1);
+        self.free.push(id.index);
+        self.by_tuple.remove(&e.conn.tuple());
+        if let Some(l) = e.listener {
+            if let Some(l) = self.listeners.get_mut(&l) {
+                l.half_open_done();
+            }
+        }
+        Some(e)
+    }
+
+    /// Call after anything happened to a connection: its timer is (re)registered and a
+    /// half-open connection that completed leaves its listener's backlog.
+    pub fn update(&mut self, id: ConnId) {
+        let Some(e) = self.get_mut(id) else {
+            return;
+        };
+        let mut done_listener = None;
+        if e.listener.is_some() && e.conn.state() != State::SynReceived {
+            done_listener = e.listener.take();
+        }
+        let d = e.conn.next_deadline();
+        let push = match (d, e.heap_at) {
+            (Some(d), None) => Some(d),
+            (Some(d), Some(h)) if d < h => Some(d),
+            _ => None,
+        };
+        if let Some(d) = push {
+            e.heap_at = Some(d);
+            self.timers.push(Reverse((d, id.index, id.gen)));
+        }
+        if let Some(l) = done_listener {
+            if let Some(l) = self.listeners.get_mut(&l) {
+                l.half_open_done();
+            }
+        }
+    }
+
+    /// A connection whose timer is due at `now`, if any (call [`Connection::poll`], send
+    /// what it produces, then [`ConnectionTable::update`]). Call until None.
+    pub fn pop_expired(&mut self, now: Instant) -> Option<ConnId> {
+        while let Some(&Reverse((t, index, gen))) = self.timers.peek() {
+            if t > now {
+                return None;
+            }
+            self.timers.pop();
+            let id = ConnId { index, gen };
+            let Some(e) = self.get_mut(id) else {
+                continue;
+            };
+            if e.heap_at != Some(t) {
+                continue; // superseded by an earlier entry
+            }
+            e.heap_at = None;
+            match e.conn.next_deadline() {
+                Some(d) if d <= now => return Some(id),
+                Some(d) => {
+                    // The deadline moved later: wait again.
+                    e.heap_at = Some(d);
+                    self.timers.push(Reverse((d, index, gen)));
+                }
+                None => {}
+            }
+        }
+        None
+    }
+
+    /// When [`ConnectionTable::pop_expired`] may next return something (possibly early:
+    /// deadlines that moved later are found out then).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// Demultiplexes a received segment (parsed and checksum-verified): to its
+    /// connection, to a listener on its port, or answered with a reset (RFC 9293
+    /// §3.10.7.1). `sink_space` is the receive space a new connection would start with.
+    pub fn input(&mut self, seg: &Segment, now: Instant, sink_space: usize) -> Input {
+        let tuple = FourTuple::of_incoming(seg);
+        if let Some(&id) = self.by_tuple.get(&tuple) {
+            return Input::Connection(id);
+        }
+        let isn = self.isn.clone();
+        let Some(l) = self.find_listener(seg.dst, seg.header.dst_port) else {
+            return match wire::reset_for(seg) {
+                Some((src, dst, segment)) => Input::Reply(Outgoing { src, dst, segment }),
+                None => Input::Dropped,
+            };
+        };
+        let key = l.local();
+        match l.on_segment(seg, now, &isn, sink_space) {
+            ListenOutcome::Ignore => Input::Dropped,
+            ListenOutcome::Reply(o) => Input::Reply(o),
+            ListenOutcome::HalfOpen(c) => Input::HalfOpen(self.insert(c, None, Some(key))),
+            ListenOutcome::FromCookie(c) => Input::Connection(self.insert(c, None, None)),
+        }
+    }
+}
