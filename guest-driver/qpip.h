@@ -2,8 +2,9 @@
 /*
  * qpip: driver for the qpip Queue-Pair IP network adapter.
  *
- * Shared declarations of the driver's source files. The register map, BAR layout and PCI
- * identity come from qpip_abi.h, which is generated from the qpip-abi crate.
+ * Shared declarations of the driver's source files. The register map, BAR layout, admin
+ * commands and queue entry formats come from qpip_abi.h, the ioctls and their arguments
+ * from include/uapi/qpip.h; both are generated from the qpip-abi crate.
  */
 #ifndef QPIP_H
 #define QPIP_H
@@ -12,17 +13,94 @@
 #include <linux/cdev.h>
 #include <linux/completion.h>
 #include <linux/device.h>
+#include <linux/hashtable.h>
 #include <linux/io.h>
+#include <linux/list.h>
+#include <linux/mutex.h>
 #include <linux/pci.h>
 #include <linux/rwsem.h>
+#include <linux/spinlock.h>
 #include <linux/types.h>
+#include <linux/wait.h>
+#include <linux/xarray.h>
 
 #include "qpip_abi.h"
+#include "include/uapi/qpip.h"
 
 #define QPIP_DRV_NAME "qpip"
 
+struct qpip_ctx;
+
 /* Number of /dev/qpipN minors the driver reserves: one per PCI function. */
 #define QPIP_MAX_DEVICES 64
+
+/* Admin queue depth: commands in flight at once (asynchronous ones do not hold a slot). */
+#define QPIP_ADMIN_DEPTH 64
+/*
+ * How long a synchronous admin command may take. The device answers in microseconds; the
+ * bound is for a wedged device, and generous because a TCG guest on a busy host is slow.
+ */
+#define QPIP_ADMIN_TIMEOUT_MS 10000
+/* Asynchronous commands (accept, connect, close) a context may have outstanding. */
+#define QPIP_MAX_PENDING_PER_CTX 256
+/* mmap page offsets of the two fixed mappings; rings get offsets from here up. */
+#define QPIP_MMAP_DOORBELL 0
+#define QPIP_MMAP_KICK 1
+#define QPIP_MMAP_FIRST_RING 2
+
+/*
+ * One admin command in flight. Synchronous commands live on the waiter's stack; an
+ * asynchronous one is allocated, and becomes the event record of its context when it
+ * completes (so completing never allocates in the interrupt handler).
+ */
+struct qpip_cmd {
+	struct hlist_node node;		/* in qpip_admin.pending, by id */
+	u32 id;
+	u32 seq;			/* submission index: the device read up to here */
+	struct qpip_admin_cqe cqe;
+	bool done;			/* under the admin lock */
+	int err;			/* -ENODEV if the queue went away under it */
+	struct completion completion;	/* synchronous commands */
+	/* Asynchronous commands. @ctx is cleared when the context goes away first. */
+	bool async;
+	struct qpip_ctx *ctx;
+	struct list_head ev_node;	/* in ctx->events once completed */
+	struct qpip_event event;
+};
+
+struct qpip_admin {
+	spinlock_t lock;		/* everything below; taken in the interrupt handler */
+	struct qpip_admin_cmd *sq;
+	dma_addr_t sq_dma;
+	struct qpip_admin_cqe *cq;
+	dma_addr_t cq_dma;
+	u32 depth;
+	u32 tail;			/* commands written (free-running) */
+	u32 head;			/* completions consumed (free-running) */
+	u32 sq_read;			/* commands the device is known to have read */
+	u32 next_id;
+	bool running;
+	wait_queue_head_t space;	/* a submission slot became free */
+	DECLARE_HASHTABLE(pending, 6);
+};
+
+/* A completion MSI-X vector and the CQs whose interrupts it carries. */
+struct qpip_vector {
+	struct qpip_dev *qdev;
+	unsigned int index;		/* MSI-X vector number (1..) */
+	spinlock_t lock;		/* @cqs; taken in the interrupt handler */
+	struct list_head cqs;
+	unsigned int ncqs;
+	bool requested;
+	atomic64_t count;
+	char name[32];
+};
+
+/* IPv6 addresses configured through this driver (the device has no way to list them). */
+struct qpip_cfg_addr {
+	u8 addr[16];
+	u8 prefix_len;
+};
 
 /*
  * One qpip PCI function.
@@ -36,11 +114,12 @@
 struct qpip_dev {
 	struct device dev;
 	struct cdev cdev;
-	struct pci_dev *pdev;
+	struct pci_dev *pdev;		/* referenced until this structure is freed */
 	int id;				/* N in qpipN */
 
 	void __iomem *ctrl;		/* BAR0: control registers, MSI-X table and PBA */
-	void __iomem *doorbells;	/* BAR2: doorbell pages */
+	resource_size_t ctrl_phys;	/* for mapping the kick page into processes */
+	resource_size_t doorbell_phys;	/* BAR2, for mapping doorbell pages into processes */
 
 	u32 ident;			/* REG_IDENT as read at probe */
 	u32 version;			/* REG_VERSION as read at probe */
@@ -51,13 +130,43 @@ struct qpip_dev {
 	struct completion admin_irq;	/* completed by every vector 0 interrupt */
 	char admin_irq_name[32];	/* for /proc/interrupts; lives as long as the irq */
 
+	struct qpip_admin admin;
+	struct qpip_vector vectors[QPIP_MSIX_VECTORS];
+
 	/*
-	 * Taken for reading by file operations that reach the hardware, for writing by
-	 * remove when it sets @unbound: after that, the BARs are gone.
+	 * Taken for reading by everything that reaches the hardware (file operations, sysfs),
+	 * for writing by remove and reset. Remove sets @unbound: after that the BARs are gone.
+	 * A reset bumps @generation: contexts of older generations no longer exist in the
+	 * device, and every call on their files fails with -ENODEV.
 	 */
 	struct rw_semaphore lock;
 	bool unbound;
+	unsigned int generation;
+	/*
+	 * Serialises mmap of the doorbell and kick pages against their revocation on remove
+	 * and reset. Not @lock: mmap runs under the mm's mmap lock, which ioctls take (pinning,
+	 * copy_to_user) while holding @lock.
+	 */
+	struct mutex mmap_lock;
+	atomic_t next_cookie;		/* mmap offsets of rings, unique in the device */
+
+	/* What the device reported (QUERY_DEVICE) and what was configured through us. */
+	struct mutex cfg_lock;
+	struct qpip_device_info info;
+	bool mac_set;			/* SET_MAC was used: restore it after a reset */
+	struct qpip_cfg_addr addrs[QPIP_MAX_ADDRS];
+	unsigned int naddrs;
+
+	spinlock_t ctx_lock;		/* @contexts */
+	struct list_head contexts;
+	unsigned int ncontexts;
 };
+
+/* The completion vectors a CQ can use: MSI-X vectors 1 .. msix_vectors - 1. */
+static inline unsigned int qpip_comp_vectors(struct qpip_dev *qdev)
+{
+	return qdev->msix_vectors > 1 ? qdev->msix_vectors - 1 : 0;
+}
 
 static inline u32 qpip_rd(struct qpip_dev *qdev, u32 reg)
 {
@@ -78,6 +187,37 @@ static inline unsigned int qpip_version_minor(u32 v)
 {
 	return v & QPIP_VERSION_MINOR_MASK;
 }
+
+/* qpip_main.c */
+int qpip_reset(struct qpip_dev *qdev);
+
+/* qpip_admin.c */
+int qpip_admin_init(struct qpip_dev *qdev);
+int qpip_admin_start(struct qpip_dev *qdev);
+void qpip_admin_stop(struct qpip_dev *qdev);
+void qpip_admin_free(struct qpip_dev *qdev);
+void qpip_admin_process(struct qpip_dev *qdev);
+int qpip_admin_exec(struct qpip_dev *qdev, struct qpip_admin_cmd *cmd,
+		    struct qpip_admin_cqe *cqe);
+int qpip_admin_run(struct qpip_dev *qdev, struct qpip_admin_cmd *cmd,
+		   struct qpip_admin_cqe *cqe);
+int qpip_admin_submit_async(struct qpip_dev *qdev, struct qpip_cmd *c,
+			    struct qpip_admin_cmd *cmd);
+void qpip_admin_detach_ctx(struct qpip_dev *qdev, struct qpip_ctx *ctx);
+int qpip_status_errno(u16 status);
+void qpip_cmd_init(struct qpip_admin_cmd *cmd, u16 opcode, u32 ctx, u32 handle,
+		   const void *body, size_t len);
+int qpip_query_device(struct qpip_dev *qdev, struct qpip_device_info *info);
+int qpip_query_stats(struct qpip_dev *qdev, u64 *counters);
+int qpip_set_mac(struct qpip_dev *qdev, const u8 *mac);
+int qpip_change_addr(struct qpip_dev *qdev, bool add, const u8 *addr, u8 prefix_len);
+int qpip_restore_config(struct qpip_dev *qdev);
+
+/* qpip_ctx.c */
+extern const struct file_operations qpip_fops;
+void qpip_contexts_revoke(struct qpip_dev *qdev);
+void qpip_ctx_post_event(struct qpip_ctx *ctx, struct qpip_cmd *c);
+irqreturn_t qpip_cq_irq(int irq, void *data);
 
 /* qpip_cdev.c */
 int qpip_cdev_init(void);

@@ -3,15 +3,20 @@
  * qpip: the character device /dev/qpipN, its class "qpip" and the sysfs attributes of
  * /sys/class/qpip/qpipN.
  *
- * Applications reach the adapter through this node: later the object model (contexts,
- * queues, registered memory) hangs off an open file. For now the node exists, opens and
- * closes, and answers every ioctl with -ENOTTY.
+ * Applications reach the adapter through this node; what an open file is (a context of
+ * the device) is in qpip_ctx.c. The attributes here describe the device and configure it:
+ * its MAC and addresses (written with CAP_NET_ADMIN), its link state and its counters,
+ * which are read from the device at each read.
  */
+#include <linux/capability.h>
+#include <linux/etherdevice.h>
 #include <linux/fs.h>
 #include <linux/idr.h>
+#include <linux/inet.h>
 #include <linux/kdev_t.h>
 #include <linux/module.h>
 #include <linux/slab.h>
+#include <linux/string.h>
 #include <linux/sysfs.h>
 
 #include "qpip.h"
@@ -86,6 +91,174 @@ static ssize_t irq_count_show(struct device *dev, struct device_attribute *attr,
 }
 static DEVICE_ATTR_RO(irq_count);
 
+
+/*
+ * Attributes that talk to the device run with qdev->lock held for reading, like file
+ * operations, so a reset or removal waits for them and they never see a stopped queue.
+ */
+static int qpip_sysfs_enter(struct qpip_dev *qdev)
+{
+	down_read(&qdev->lock);
+	if (qdev->unbound) {
+		up_read(&qdev->lock);
+		return -ENODEV;
+	}
+	return 0;
+}
+
+static ssize_t mac_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct qpip_dev *qdev = to_qpip_dev(dev);
+	ssize_t ret;
+
+	mutex_lock(&qdev->cfg_lock);
+	ret = sysfs_emit(buf, "%pM\n", qdev->info.mac);
+	mutex_unlock(&qdev->cfg_lock);
+	return ret;
+}
+
+static ssize_t mac_store(struct device *dev, struct device_attribute *attr, const char *buf,
+			 size_t count)
+{
+	struct qpip_dev *qdev = to_qpip_dev(dev);
+	u8 mac[ETH_ALEN];
+	int ret;
+
+	if (!capable(CAP_NET_ADMIN))
+		return -EPERM;
+	if (!mac_pton(buf, mac) || (count > 17 && !isspace(buf[17])))
+		return -EINVAL;
+	ret = qpip_sysfs_enter(qdev);
+	if (ret)
+		return ret;
+	ret = qpip_set_mac(qdev, mac);
+	up_read(&qdev->lock);
+	return ret ? ret : count;
+}
+static DEVICE_ATTR_RW(mac);
+
+/* The link-local address the device derives from its MAC (modified EUI-64, RFC 4291). */
+static void qpip_link_local(const u8 *mac, u8 *addr)
+{
+	memset(addr, 0, 16);
+	addr[0] = 0xfe;
+	addr[1] = 0x80;
+	addr[8] = mac[0] ^ 0x02;
+	addr[9] = mac[1];
+	addr[10] = mac[2];
+	addr[11] = 0xff;
+	addr[12] = 0xfe;
+	addr[13] = mac[3];
+	addr[14] = mac[4];
+	addr[15] = mac[5];
+}
+
+/*
+ * One address per line, ADDR/PLEN: the link-local one, then those configured through this
+ * driver (the device offers no way to list addresses it was started with).
+ */
+static ssize_t addresses_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct qpip_dev *qdev = to_qpip_dev(dev);
+	unsigned int i;
+	u8 ll[16];
+	int len;
+
+	mutex_lock(&qdev->cfg_lock);
+	qpip_link_local(qdev->info.mac, ll);
+	len = sysfs_emit(buf, "%pI6c/64\n", ll);
+	for (i = 0; i < qdev->naddrs; i++)
+		len += sysfs_emit_at(buf, len, "%pI6c/%u\n", qdev->addrs[i].addr,
+				     qdev->addrs[i].prefix_len);
+	mutex_unlock(&qdev->cfg_lock);
+	return len;
+}
+
+/* "add ADDR/PLEN" or "del ADDR". */
+static ssize_t addresses_store(struct device *dev, struct device_attribute *attr,
+			       const char *buf, size_t count)
+{
+	struct qpip_dev *qdev = to_qpip_dev(dev);
+	unsigned int plen = 128;
+	const char *p, *end;
+	u8 addr[16];
+	bool add;
+	int ret;
+
+	if (!capable(CAP_NET_ADMIN))
+		return -EPERM;
+	if (!strncmp(buf, "add ", 4))
+		add = true;
+	else if (!strncmp(buf, "del ", 4))
+		add = false;
+	else
+		return -EINVAL;
+	p = skip_spaces(buf + 4);
+	if (!in6_pton(p, buf + count - p, addr, -1, &end))
+		return -EINVAL;
+	if (*end == '/') {
+		if (!add || kstrtouint(end + 1, 10, &plen) || plen < 1 || plen > 128) {
+			/* kstrtouint accepts one trailing newline, and nothing else. */
+			return -EINVAL;
+		}
+	} else if (*end && !isspace(*end)) {
+		return -EINVAL;
+	}
+	ret = qpip_sysfs_enter(qdev);
+	if (ret)
+		return ret;
+	ret = qpip_change_addr(qdev, add, addr, plen);
+	up_read(&qdev->lock);
+	return ret ? ret : count;
+}
+static DEVICE_ATTR_RW(addresses);
+
+/*
+ * "up" while the device is enabled and runs its admin queue, else "down". The device
+ * interface has no carrier signal of its own yet.
+ */
+static ssize_t link_state_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct qpip_dev *qdev = to_qpip_dev(dev);
+	bool up = false;
+	u32 status;
+
+	if (!qpip_sysfs_enter(qdev)) {
+		status = qpip_rd(qdev, QPIP_REG_STATUS);
+		up = (status & QPIP_STATUS_READY) && (status & QPIP_STATUS_ADMIN_ENABLED);
+		up_read(&qdev->lock);
+	}
+	return sysfs_emit(buf, "%s\n", up ? "up" : "down");
+}
+static DEVICE_ATTR_RO(link_state);
+
+static ssize_t mtu_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%u\n", to_qpip_dev(dev)->info.mtu);
+}
+static DEVICE_ATTR_RO(mtu);
+
+/* Open files of the node, i.e. contexts in the device. */
+static ssize_t contexts_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%u\n", READ_ONCE(to_qpip_dev(dev)->ncontexts));
+}
+static DEVICE_ATTR_RO(contexts);
+
+/* Write 1 to reset the device: every open context is closed under its owner. */
+static ssize_t reset_store(struct device *dev, struct device_attribute *attr, const char *buf,
+			   size_t count)
+{
+	bool yes;
+	int ret;
+
+	if (kstrtobool(buf, &yes) || !yes)
+		return -EINVAL;
+	ret = qpip_reset(to_qpip_dev(dev));
+	return ret ? ret : count;
+}
+static DEVICE_ATTR_WO(reset);
+
 static struct attribute *qpip_attrs[] = {
 	&dev_attr_abi_version.attr,
 	&dev_attr_ident.attr,
@@ -93,49 +266,121 @@ static struct attribute *qpip_attrs[] = {
 	&dev_attr_msix_vectors.attr,
 	&dev_attr_reset_count.attr,
 	&dev_attr_irq_count.attr,
+	&dev_attr_mac.attr,
+	&dev_attr_addresses.attr,
+	&dev_attr_link_state.attr,
+	&dev_attr_mtu.attr,
+	&dev_attr_contexts.attr,
+	&dev_attr_reset.attr,
 	NULL,
 };
-ATTRIBUTE_GROUPS(qpip);
 
-/* ---- file operations ---- */
+static const struct attribute_group qpip_group = {
+	.attrs = qpip_attrs,
+};
 
-static int qpip_open(struct inode *inode, struct file *filp)
+/* ---- counters/: one file per device counter, read with QUERY_STATS ---- */
+
+struct qpip_counter_attr {
+	struct device_attribute attr;
+	unsigned int index;
+};
+
+static ssize_t counter_show(struct device *dev, struct device_attribute *attr, char *buf)
 {
-	struct qpip_dev *qdev = container_of(inode->i_cdev, struct qpip_dev, cdev);
-	int ret = 0;
+	struct qpip_counter_attr *ca = container_of(attr, struct qpip_counter_attr, attr);
+	struct qpip_dev *qdev = to_qpip_dev(dev);
+	u64 *counters;
+	ssize_t ret;
 
-	/*
-	 * chrdev_open took a reference on the cdev, which pins qdev until release. An open
-	 * that raced with remove finds the function gone and says so.
-	 */
-	down_read(&qdev->lock);
-	if (qdev->unbound)
-		ret = -ENODEV;
-	up_read(&qdev->lock);
-	if (ret)
-		return ret;
-
-	filp->private_data = qdev;
-	return nonseekable_open(inode, filp);
+	counters = kmalloc(sizeof(struct qpip_stats), GFP_KERNEL);
+	if (!counters)
+		return -ENOMEM;
+	ret = qpip_sysfs_enter(qdev);
+	if (!ret) {
+		ret = qpip_query_stats(qdev, counters);
+		up_read(&qdev->lock);
+	}
+	if (!ret)
+		ret = sysfs_emit(buf, "%llu\n", (unsigned long long)counters[ca->index]);
+	kfree(counters);
+	return ret;
 }
 
-static int qpip_release(struct inode *inode, struct file *filp)
-{
-	return 0;
-}
+#define QPIP_COUNTER(_name, _index)						\
+	static struct qpip_counter_attr qpip_counter_##_name = {		\
+		.attr = __ATTR(_name, 0444, counter_show, NULL),		\
+		.index = (_index),						\
+	}
 
-static long qpip_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
-{
-	/* No ioctls are defined yet. */
-	return -ENOTTY;
-}
+QPIP_COUNTER(admin_commands, QPIP_STAT_ADMIN_COMMANDS);
+QPIP_COUNTER(admin_errors, QPIP_STAT_ADMIN_ERRORS);
+QPIP_COUNTER(doorbells, QPIP_STAT_DOORBELLS);
+QPIP_COUNTER(kicks, QPIP_STAT_KICKS);
+QPIP_COUNTER(sleeps, QPIP_STAT_SLEEPS);
+QPIP_COUNTER(send_wqes, QPIP_STAT_SEND_WQES);
+QPIP_COUNTER(recv_wqes, QPIP_STAT_RECV_WQES);
+QPIP_COUNTER(cqes, QPIP_STAT_CQES);
+QPIP_COUNTER(cqe_errors, QPIP_STAT_CQE_ERRORS);
+QPIP_COUNTER(cq_full, QPIP_STAT_CQ_FULL);
+QPIP_COUNTER(cq_interrupts, QPIP_STAT_CQ_INTERRUPTS);
+QPIP_COUNTER(protection_errors, QPIP_STAT_PROTECTION_ERRORS);
+QPIP_COUNTER(bad_doorbells, QPIP_STAT_BAD_DOORBELLS);
+QPIP_COUNTER(udp_tx, QPIP_STAT_UDP_TX);
+QPIP_COUNTER(udp_rx, QPIP_STAT_UDP_RX);
+QPIP_COUNTER(udp_rx_no_wr, QPIP_STAT_UDP_RX_NO_WR);
+QPIP_COUNTER(udp_rx_no_port, QPIP_STAT_UDP_RX_NO_PORT);
+QPIP_COUNTER(udp_rx_cq_full, QPIP_STAT_UDP_RX_CQ_FULL);
+QPIP_COUNTER(net_rx_frames, QPIP_STAT_NET_RX_FRAMES);
+QPIP_COUNTER(net_tx_frames, QPIP_STAT_NET_TX_FRAMES);
+QPIP_COUNTER(net_rx_dropped, QPIP_STAT_NET_RX_DROPPED);
+QPIP_COUNTER(net_echo_requests, QPIP_STAT_NET_ECHO_REQUESTS);
+QPIP_COUNTER(net_icmp_errors_tx, QPIP_STAT_NET_ICMP_ERRORS_TX);
+QPIP_COUNTER(net_no_route, QPIP_STAT_NET_NO_ROUTE);
+QPIP_COUNTER(net_fragments_rx, QPIP_STAT_NET_FRAGMENTS_RX);
+QPIP_COUNTER(net_reassembled, QPIP_STAT_NET_REASSEMBLED);
+QPIP_COUNTER(net_resolution_failed, QPIP_STAT_NET_RESOLUTION_FAILED);
 
-static const struct file_operations qpip_fops = {
-	.owner = THIS_MODULE,
-	.open = qpip_open,
-	.release = qpip_release,
-	.unlocked_ioctl = qpip_ioctl,
-	.compat_ioctl = compat_ptr_ioctl,
+static struct attribute *qpip_counter_attrs[] = {
+	&qpip_counter_admin_commands.attr.attr,
+	&qpip_counter_admin_errors.attr.attr,
+	&qpip_counter_doorbells.attr.attr,
+	&qpip_counter_kicks.attr.attr,
+	&qpip_counter_sleeps.attr.attr,
+	&qpip_counter_send_wqes.attr.attr,
+	&qpip_counter_recv_wqes.attr.attr,
+	&qpip_counter_cqes.attr.attr,
+	&qpip_counter_cqe_errors.attr.attr,
+	&qpip_counter_cq_full.attr.attr,
+	&qpip_counter_cq_interrupts.attr.attr,
+	&qpip_counter_protection_errors.attr.attr,
+	&qpip_counter_bad_doorbells.attr.attr,
+	&qpip_counter_udp_tx.attr.attr,
+	&qpip_counter_udp_rx.attr.attr,
+	&qpip_counter_udp_rx_no_wr.attr.attr,
+	&qpip_counter_udp_rx_no_port.attr.attr,
+	&qpip_counter_udp_rx_cq_full.attr.attr,
+	&qpip_counter_net_rx_frames.attr.attr,
+	&qpip_counter_net_tx_frames.attr.attr,
+	&qpip_counter_net_rx_dropped.attr.attr,
+	&qpip_counter_net_echo_requests.attr.attr,
+	&qpip_counter_net_icmp_errors_tx.attr.attr,
+	&qpip_counter_net_no_route.attr.attr,
+	&qpip_counter_net_fragments_rx.attr.attr,
+	&qpip_counter_net_reassembled.attr.attr,
+	&qpip_counter_net_resolution_failed.attr.attr,
+	NULL,
+};
+
+static const struct attribute_group qpip_counter_group = {
+	.name = "counters",
+	.attrs = qpip_counter_attrs,
+};
+
+static const struct attribute_group *qpip_groups[] = {
+	&qpip_group,
+	&qpip_counter_group,
+	NULL,
 };
 
 /* ---- device lifetime ---- */
@@ -147,6 +392,9 @@ static void qpip_dev_release(struct device *dev)
 
 	if (qdev->id >= 0)
 		ida_free(&qpip_ida, qdev->id);
+	mutex_destroy(&qdev->mmap_lock);
+	mutex_destroy(&qdev->cfg_lock);
+	pci_dev_put(qdev->pdev);
 	kfree(qdev);
 }
 
@@ -157,19 +405,33 @@ static void qpip_dev_release(struct device *dev)
 struct qpip_dev *qpip_dev_alloc(struct pci_dev *pdev)
 {
 	struct qpip_dev *qdev;
+	unsigned int i;
 	int ret;
 
 	qdev = kzalloc(sizeof(*qdev), GFP_KERNEL);
 	if (!qdev)
 		return ERR_PTR(-ENOMEM);
-	qdev->pdev = pdev;
+	qdev->pdev = pci_dev_get(pdev);
 	atomic64_set(&qdev->irq_count, 0);
 	init_completion(&qdev->admin_irq);
 	init_rwsem(&qdev->lock);
+	mutex_init(&qdev->mmap_lock);
+	mutex_init(&qdev->cfg_lock);
+	spin_lock_init(&qdev->ctx_lock);
+	INIT_LIST_HEAD(&qdev->contexts);
+	atomic_set(&qdev->next_cookie, QPIP_MMAP_FIRST_RING - 1);
+	for (i = 0; i < ARRAY_SIZE(qdev->vectors); i++) {
+		qdev->vectors[i].qdev = qdev;
+		qdev->vectors[i].index = i;
+		spin_lock_init(&qdev->vectors[i].lock);
+		INIT_LIST_HEAD(&qdev->vectors[i].cqs);
+		atomic64_set(&qdev->vectors[i].count, 0);
+	}
 
 	qdev->id = ida_alloc_max(&qpip_ida, QPIP_MAX_DEVICES - 1, GFP_KERNEL);
 	if (qdev->id < 0) {
 		ret = qdev->id;
+		pci_dev_put(qdev->pdev);
 		kfree(qdev);
 		if (ret == -ENOSPC)
 			dev_err(&pdev->dev, "more than %d qpip functions; not binding\n",
@@ -202,14 +464,12 @@ int qpip_cdev_add(struct qpip_dev *qdev)
 }
 
 /*
- * Removes the node and the sysfs directory and cuts off open files from the hardware.
- * Files stay open (and qdev allocated) until their holders close them.
+ * Removes the node and the sysfs directory (waiting for attribute readers to leave). Open
+ * files stay open (and qdev allocated) until their holders close them; remove has cut
+ * them off from the hardware before.
  */
 void qpip_cdev_del(struct qpip_dev *qdev)
 {
-	down_write(&qdev->lock);
-	qdev->unbound = true;
-	up_write(&qdev->lock);
 	cdev_device_del(&qdev->cdev, &qdev->dev);
 }
 

@@ -3,8 +3,10 @@
  * qpip: driver for the qpip Queue-Pair IP network adapter — PCI binding.
  *
  * Probe brings a function up in the order the device interface asks for: map the BARs,
- * check the identity and the interface version, reset, enable, then interrupts and the
- * /dev/qpipN node. Remove undoes it in reverse. The register map is in qpip_abi.h.
+ * check the identity and the interface version, reset, enable, interrupts, the admin
+ * queue, then the /dev/qpipN node. Remove undoes it in reverse. A reset (PCI function
+ * reset, or the driver's own through sysfs) kills every open context: their files fail
+ * with -ENODEV from then on. The register map is in qpip_abi.h.
  */
 #include <linux/dma-mapping.h>
 #include <linux/interrupt.h>
@@ -29,33 +31,46 @@ static irqreturn_t qpip_admin_irq(int irq, void *data)
 {
 	struct qpip_dev *qdev = data;
 
-	/* Vector 0 carries admin completions and async events; none are defined yet. */
+	/* Vector 0 carries admin completions (including those of accept, connect, close). */
 	atomic64_inc(&qdev->irq_count);
 	complete(&qdev->admin_irq);
+	qpip_admin_process(qdev);
 	return IRQ_HANDLED;
 }
 
-/* Maps @bar after checking it is a memory BAR of at least @min_len bytes. */
-static void __iomem *qpip_map_bar(struct pci_dev *pdev, int bar, resource_size_t min_len,
-				  const char *what)
+/* Checks @bar is a memory BAR of at least @min_len bytes. */
+static int qpip_check_bar(struct pci_dev *pdev, int bar, resource_size_t min_len,
+			  const char *what)
 {
 	resource_size_t len = pci_resource_len(pdev, bar);
-	void __iomem *p;
 
 	if (!len) {
 		dev_err(&pdev->dev, "BAR%d (%s) is absent; not binding\n", bar, what);
-		return IOMEM_ERR_PTR(-ENODEV);
+		return -ENODEV;
 	}
 	if (!(pci_resource_flags(pdev, bar) & IORESOURCE_MEM)) {
 		dev_err(&pdev->dev, "BAR%d (%s) is not a memory BAR; not binding\n", bar, what);
-		return IOMEM_ERR_PTR(-ENODEV);
+		return -ENODEV;
 	}
 	if (len < min_len) {
 		dev_err(&pdev->dev,
 			"BAR%d (%s) is %llu bytes, needs at least %llu; not binding\n",
 			bar, what, (unsigned long long)len, (unsigned long long)min_len);
-		return IOMEM_ERR_PTR(-ENODEV);
+		return -ENODEV;
 	}
+	return 0;
+}
+
+/* Maps @bar after checking it. */
+static void __iomem *qpip_map_bar(struct pci_dev *pdev, int bar, resource_size_t min_len,
+				  const char *what)
+{
+	void __iomem *p;
+	int ret;
+
+	ret = qpip_check_bar(pdev, bar, min_len, what);
+	if (ret)
+		return IOMEM_ERR_PTR(ret);
 	p = pcim_iomap_region(pdev, bar, QPIP_DRV_NAME);
 	if (IS_ERR(p))
 		dev_err(&pdev->dev, "cannot map BAR%d (%s): %pe\n", bar, what, p);
@@ -172,11 +187,110 @@ static int qpip_test_irq(struct qpip_dev *qdev)
 	return 0;
 }
 
+/* Completion vectors 1..n-1: each wakes the CQs that were given it at creation. */
+static int qpip_setup_cq_irqs(struct qpip_dev *qdev)
+{
+	struct qpip_vector *vec;
+	int i, ret;
+
+	for (i = 1; i < qdev->msix_vectors; i++) {
+		vec = &qdev->vectors[i];
+		snprintf(vec->name, sizeof(vec->name), "%s-cq%d", dev_name(&qdev->dev), i);
+		ret = request_irq(pci_irq_vector(qdev->pdev, i), qpip_cq_irq, 0, vec->name, vec);
+		if (ret) {
+			dev_err(&qdev->pdev->dev, "cannot request completion interrupt %d: %pe\n",
+				i, ERR_PTR(ret));
+			return ret;
+		}
+		vec->requested = true;
+	}
+	return 0;
+}
+
 static void qpip_teardown_irqs(struct qpip_dev *qdev)
 {
+	int i;
+
+	for (i = 1; i < qdev->msix_vectors; i++) {
+		if (qdev->vectors[i].requested)
+			free_irq(pci_irq_vector(qdev->pdev, i), &qdev->vectors[i]);
+		qdev->vectors[i].requested = false;
+	}
 	free_irq(pci_irq_vector(qdev->pdev, 0), qdev);
 	pci_free_irq_vectors(qdev->pdev);
 }
+
+/* ---- reset ---- */
+
+/*
+ * First half of a reset (qdev->lock held for writing): every context dies and loses its
+ * doorbell mapping, the admin queue stops and its pending commands fail.
+ */
+static void qpip_reset_prepare_locked(struct qpip_dev *qdev)
+{
+	WRITE_ONCE(qdev->generation, qdev->generation + 1);
+	qpip_contexts_revoke(qdev);
+	qpip_admin_stop(qdev);
+}
+
+/* Second half: the device is reset; enable it again and give it back its configuration. */
+static int qpip_reset_done_locked(struct qpip_dev *qdev)
+{
+	int ret;
+
+	ret = qpip_reset_and_enable(qdev);
+	if (!ret)
+		ret = qpip_admin_start(qdev);
+	if (!ret)
+		ret = qpip_restore_config(qdev);
+	if (ret)
+		dev_err(&qdev->pdev->dev, "device did not come back from reset: %pe\n",
+			ERR_PTR(ret));
+	else
+		dev_info(&qdev->pdev->dev, "%s: reset; open contexts were closed\n",
+			 dev_name(&qdev->dev));
+	return ret;
+}
+
+/* The driver's own reset (sysfs "reset"): the same as a PCI function reset. */
+int qpip_reset(struct qpip_dev *qdev)
+{
+	int ret;
+
+	down_write(&qdev->lock);
+	if (qdev->unbound) {
+		up_write(&qdev->lock);
+		return -ENODEV;
+	}
+	qpip_reset_prepare_locked(qdev);
+	ret = qpip_reset_done_locked(qdev);
+	up_write(&qdev->lock);
+	return ret;
+}
+
+/* PCI core resets (FLR through sysfs "reset", ...): prepare and done bracket the reset. */
+static void qpip_pci_reset_prepare(struct pci_dev *pdev)
+{
+	struct qpip_dev *qdev = pci_get_drvdata(pdev);
+
+	down_write(&qdev->lock);
+	qpip_reset_prepare_locked(qdev);
+}
+
+static void qpip_pci_reset_done(struct pci_dev *pdev)
+{
+	struct qpip_dev *qdev = pci_get_drvdata(pdev);
+
+	qpip_reset_done_locked(qdev);
+	up_write(&qdev->lock);
+}
+
+static const struct pci_error_handlers qpip_err_handlers = {
+	.reset_prepare = qpip_pci_reset_prepare,
+	.reset_done = qpip_pci_reset_done,
+};
+
+/* ---- probe and remove ---- */
 
 static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
@@ -200,12 +314,14 @@ static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		ret = PTR_ERR(qdev->ctrl);
 		goto err_put;
 	}
-	qdev->doorbells = qpip_map_bar(pdev, QPIP_DOORBELL_BAR, QPIP_DOORBELL_BAR_SIZE,
-				       "doorbells");
-	if (IS_ERR(qdev->doorbells)) {
-		ret = PTR_ERR(qdev->doorbells);
+	qdev->ctrl_phys = pci_resource_start(pdev, QPIP_CTRL_BAR);
+	/* Doorbell pages are only ever mapped into processes, never used by the kernel. */
+	ret = qpip_check_bar(pdev, QPIP_DOORBELL_BAR, QPIP_DOORBELL_BAR_SIZE, "doorbells");
+	if (!ret)
+		ret = pcim_request_region(pdev, QPIP_DOORBELL_BAR, QPIP_DRV_NAME);
+	if (ret)
 		goto err_put;
-	}
+	qdev->doorbell_phys = pci_resource_start(pdev, QPIP_DOORBELL_BAR);
 
 	ret = qpip_check_identity(qdev);
 	if (ret)
@@ -242,6 +358,18 @@ static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = qpip_test_irq(qdev);
 	if (ret)
 		goto err_irqs;
+	ret = qpip_setup_cq_irqs(qdev);
+	if (ret)
+		goto err_irqs;
+
+	ret = qpip_admin_init(qdev);
+	if (ret)
+		goto err_irqs;
+	ret = qpip_query_device(qdev, &qdev->info);
+	if (ret) {
+		dev_err(&pdev->dev, "QUERY_DEVICE failed: %pe\n", ERR_PTR(ret));
+		goto err_admin;
+	}
 
 	pci_set_drvdata(pdev, qdev);
 	ret = qpip_cdev_add(qdev);
@@ -249,14 +377,18 @@ static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		dev_err(&pdev->dev, "cannot create /dev/%s: %pe\n", dev_name(&qdev->dev),
 			ERR_PTR(ret));
 		pci_set_drvdata(pdev, NULL);
-		goto err_irqs;
+		goto err_admin;
 	}
 
-	dev_info(&pdev->dev, "%s: qpip device interface %u.%u, %u doorbell pages, %d MSI-X vectors\n",
+	dev_info(&pdev->dev, "%s: qpip device interface %u.%u, %u doorbell pages, %d MSI-X vectors, MAC %pM\n",
 		 dev_name(&qdev->dev), qpip_version_major(qdev->version),
-		 qpip_version_minor(qdev->version), qdev->doorbell_pages, qdev->msix_vectors);
+		 qpip_version_minor(qdev->version), qdev->doorbell_pages, qdev->msix_vectors,
+		 qdev->info.mac);
 	return 0;
 
+err_admin:
+	qpip_admin_stop(qdev);
+	qpip_admin_free(qdev);
 err_irqs:
 	qpip_teardown_irqs(qdev);
 err_disable:
@@ -271,11 +403,25 @@ static void qpip_remove(struct pci_dev *pdev)
 {
 	struct qpip_dev *qdev = pci_get_drvdata(pdev);
 
-	/* Node and sysfs first: after this no new user and no attribute reader is inside. */
+	/*
+	 * Cut off open files first (they fail with -ENODEV from now on and lose their doorbell
+	 * mappings), then the node and sysfs: after that no user is inside.
+	 */
+	down_write(&qdev->lock);
+	qdev->unbound = true;
+	qpip_contexts_revoke(qdev);
+	qpip_admin_stop(qdev);
+	up_write(&qdev->lock);
 	qpip_cdev_del(qdev);
+	/*
+	 * A reset makes the device forget every context, so it no longer touches their memory,
+	 * which open files free when they are closed.
+	 */
+	qpip_wr(qdev, QPIP_REG_CONTROL, QPIP_CONTROL_RESET);
 	qpip_disable(qdev);
 	qpip_teardown_irqs(qdev);
 	pci_clear_master(pdev);
+	qpip_admin_free(qdev);
 	dev_info(&pdev->dev, "%s: removed\n", dev_name(&qdev->dev));
 	pci_set_drvdata(pdev, NULL);
 	/* Frees qdev now, or when the last open file of it is closed. */
@@ -303,6 +449,7 @@ static struct pci_driver qpip_pci_driver = {
 	.probe = qpip_probe,
 	.remove = qpip_remove,
 	.shutdown = qpip_shutdown,
+	.err_handler = &qpip_err_handlers,
 };
 
 static int __init qpip_init(void)

@@ -5,7 +5,9 @@
 # exact guest kernel, so the module's vermagic and compiler match the kernel that loads it.
 # W=1 and -Werror: the driver must build without a single warning; any "warning:" line in
 # the output (including ones that -Werror does not turn into errors, e.g. from modpost)
-# fails the build too.
+# fails the build too. C=1 runs sparse on every source file in the same build (address
+# spaces such as __user and __iomem, locking and endianness annotations): its warnings are
+# "warning:" lines too, so the driver must be sparse-clean as well.
 #
 # Idempotent: a stamp records the hash of the driver sources, this script and the headers
 # directory name; when nothing changed the build is skipped. Needs root (chroot).
@@ -20,6 +22,7 @@ BUILD_REL=build/qpip-driver          # inside the runtime
 BUILD=$RUNTIME_DIR/$BUILD_REL
 
 [ -d "$RUNTIME_DIR/usr/src" ] || die "no runtime in $RUNTIME_DIR; run ./qpip setup (images/runtime.sh) first"
+[ -x "$RUNTIME_DIR/usr/bin/sparse" ] || die "the runtime in $RUNTIME_DIR has no sparse; rebuild it with ./qpip setup (images/runtime.sh)"
 
 # Exactly one headers tree: with two, which kernel the guest boots would be a guess.
 shopt -s nullglob
@@ -56,12 +59,12 @@ trap 'rm -f "$LOG"' EXIT
 build() {
     # env -i: nothing from the caller's environment (ARCH, CC, MAKEFLAGS...) leaks in.
     chroot "$RUNTIME_DIR" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C HOME=/root \
-        make -C "/usr/src/$HDRS_NAME" M="/$BUILD_REL" W=1 KCFLAGS=-Werror \
+        make -C "/usr/src/$HDRS_NAME" M="/$BUILD_REL" W=1 C=1 KCFLAGS=-Werror \
         modules 2>&1 | tee "$LOG"
 }
-step "driver: build qpip.ko for $KVER (W=1, warnings are errors)" build
+step "driver: build qpip.ko for $KVER (W=1 and sparse, warnings are errors)" build
 if grep -q 'warning:' "$LOG"; then
-    die "driver: the build printed warnings (see above); the driver must build warning-free"
+    die "driver: the build printed compiler or sparse warnings (see above); the driver must build warning-free"
 fi
 [ -f "$BUILD/qpip.ko" ] || die "driver: make succeeded but $BUILD/qpip.ko is missing"
 

@@ -1,0 +1,1720 @@
+//! `qpip-driver-test`: exercises the guest driver's whole interface from user space, the way
+//! the verbs library will use it: ioctls on `/dev/qpipN`, mmap of the doorbell page, the kick
+//! page and the rings, WQEs and CQEs written and read directly, doorbells rung with the
+//! sleep/kick protocol, eventfds for blocking waits, events read from the file.
+//!
+//! It reports facts as `@key=value` lines (the VM tests in `ci/tests/driver.rs` assert on
+//! them) and exits 1 when any check failed. Subcommands:
+//!
+//! * `ioctls`     every ioctl with good and bad arguments, mmap rules, events, limits
+//! * `isolation`  two processes: handles and offsets of one are nothing to the other, and
+//!   both move traffic at once, each in its own context
+//! * `udp [N]`    N datagrams between two UDP QPs through the rings, then a blocking wait
+//! * `traffic S`  UDP traffic in a loop for up to S seconds (to be killed in the middle)
+//! * `reset`      resets the device under an open context: its calls fail with ENODEV
+//! * `remove`     removes the PCI function under an open context, then rescans
+
+use std::ffi::CString;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::ptr;
+use std::sync::atomic::{fence, Ordering};
+use std::time::{Duration, Instant};
+
+use qpip_abi::admin::{
+    FRAMING_MESSAGE, MR_ACCESS_LOCAL_WRITE, QP_TYPE_TCP, QP_TYPE_UDP, STATS_COUNT,
+    STAT_ADMIN_COMMANDS,
+};
+use qpip_abi::cqe::{Cqe, CQE_OP_RECV, CQE_OP_SEND, CQE_SIZE, CQE_STATUS_SUCCESS};
+use qpip_abi::doorbell::{
+    DB_CHANGE_COUNT, DB_CQ_ARM_SEQ, DB_CQ_BASE, DB_CQ_HEAD, DB_CQ_STRIDE, DB_ENGINE_SLEEPING,
+    DB_QP_BASE, DB_QP_RQ_TAIL, DB_QP_SQ_TAIL, DB_QP_STRIDE,
+};
+use qpip_abi::regs::KICK;
+use qpip_abi::uapi::*;
+use qpip_abi::wqe::{Sge, Wqe, WQE_OP_RECV, WQE_OP_SEND, WQE_SGE_OFFSET, WQE_SIZE};
+use qpip_abi::ABI_VERSION_MAJOR;
+
+const DEV: &str = "/dev/qpip0";
+const SYSFS: &str = "/sys/class/qpip/qpip0";
+const PAGE: usize = 4096;
+const LOOPBACK: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+/// Longest any single wait may take (a TCG guest on a busy host is slow).
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+// ---- system calls -------------------------------------------------------------------------
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn errname(e: i32) -> String {
+    let name = match e {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EBADF => "EBADF",
+        libc::EAGAIN => "EAGAIN",
+        libc::ENOMEM => "ENOMEM",
+        libc::EFAULT => "EFAULT",
+        libc::EBUSY => "EBUSY",
+        libc::ENODEV => "ENODEV",
+        libc::EINVAL => "EINVAL",
+        libc::ENOSPC => "ENOSPC",
+        libc::ENOTTY => "ENOTTY",
+        libc::E2BIG => "E2BIG",
+        libc::EADDRINUSE => "EADDRINUSE",
+        libc::ECANCELED => "ECANCELED",
+        libc::EACCES => "EACCES",
+        _ => "",
+    };
+    format!("{name}({e})")
+}
+
+/// The ioctl argument structures: zeroed, with `size` (their first field) filled in.
+trait Arg: Sized + Copy {
+    fn new() -> Self {
+        // SAFETY: every uapi structure is plain integers and byte arrays: all zeros is valid.
+        let mut v: Self = unsafe { std::mem::zeroed() };
+        // SAFETY: each structure starts with its u32 `size` field (repr(C)).
+        unsafe { *(&mut v as *mut Self as *mut u32) = std::mem::size_of::<Self>() as u32 };
+        v
+    }
+}
+impl Arg for QueryDevice {}
+impl Arg for CreateCq {}
+impl Arg for Handle {}
+impl Arg for CreateQp {}
+impl Arg for RegMr {}
+impl Arg for Bind {}
+impl Arg for Listen {}
+impl Arg for Accept {}
+impl Arg for Connect {}
+impl Arg for Close {}
+impl Arg for QueryStats {}
+impl Arg for Addr {}
+impl Arg for SetMac {}
+
+fn ioctl_ptr(fd: i32, req: u32, arg: *mut libc::c_void) -> Result<(), i32> {
+    // SAFETY: the driver reads and writes at most the size the argument says it has; the
+    // callers pass buffers at least that large (or deliberately bad pointers it must reject).
+    let r = unsafe { libc::ioctl(fd, req as libc::Ioctl, arg) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+fn ioc<T>(fd: i32, req: u32, arg: &mut T) -> Result<(), i32> {
+    ioctl_ptr(fd, req, arg as *mut T as *mut libc::c_void)
+}
+
+fn open_dev(flags: i32) -> Result<i32, i32> {
+    let path = CString::new(DEV).unwrap();
+    // SAFETY: a valid path.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | flags) };
+    if fd < 0 {
+        Err(errno())
+    } else {
+        Ok(fd)
+    }
+}
+
+fn close(fd: i32) {
+    // SAFETY: closing a descriptor this program owns.
+    unsafe { libc::close(fd) };
+}
+
+fn mmap_flags(fd: i32, off: u64, len: usize, prot: i32, flags: i32) -> Result<*mut u8, i32> {
+    // SAFETY: a new mapping; the kernel validates everything.
+    let p = unsafe { libc::mmap(ptr::null_mut(), len, prot, flags, fd, off as libc::off_t) };
+    if p == libc::MAP_FAILED {
+        Err(errno())
+    } else {
+        Ok(p.cast())
+    }
+}
+
+fn map(fd: i32, off: u64, len: usize) -> Result<*mut u8, i32> {
+    mmap_flags(
+        fd,
+        off,
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_SHARED,
+    )
+}
+
+fn unmap(p: *mut u8, len: usize) {
+    // SAFETY: unmapping what map() returned with its length.
+    unsafe { libc::munmap(p.cast(), len) };
+}
+
+/// Anonymous memory for registered buffers.
+fn anon(len: usize) -> *mut u8 {
+    let p = mmap_flags(
+        -1,
+        0,
+        len,
+        libc::PROT_READ | libc::PROT_WRITE,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+    )
+    .expect("anonymous mmap");
+    // Touch it so it is populated (pinning would do that too).
+    // SAFETY: fresh mapping of len bytes.
+    unsafe { ptr::write_bytes(p, 0, len) };
+    p
+}
+
+fn eventfd() -> i32 {
+    // SAFETY: plain system call.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    assert!(fd >= 0, "eventfd: {}", errname(errno()));
+    fd
+}
+
+/// Waits until `fd` polls with any of `events` or `timeout`; returns revents (0 on timeout).
+fn poll1(fd: i32, events: i16, timeout: Duration) -> i16 {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) };
+    if n > 0 {
+        p.revents
+    } else {
+        0
+    }
+}
+
+fn read_eventfd(fd: i32) -> u64 {
+    let mut v = 0u64;
+    // SAFETY: reading 8 bytes into a u64.
+    let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+    if n == 8 {
+        v
+    } else {
+        0
+    }
+}
+
+fn sysfs(attr: &str) -> String {
+    std::fs::read_to_string(format!("{SYSFS}/{attr}"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|e| format!("<{e}>"))
+}
+
+fn flush() {
+    let _ = std::io::stdout().flush();
+}
+
+// ---- report ---------------------------------------------------------------------------------
+
+/// Named checks, each reported as `@check.NAME=ok` or `@check.NAME=FAIL: why`.
+#[derive(Default)]
+struct Checks {
+    failed: u32,
+}
+
+impl Checks {
+    fn check(&mut self, name: &str, r: Result<(), String>) {
+        match r {
+            Ok(()) => println!("@check.{name}=ok"),
+            Err(why) => {
+                self.failed += 1;
+                println!("@check.{name}=FAIL: {why}");
+            }
+        }
+    }
+}
+
+/// Ok when `r` failed with exactly `want`.
+fn fails_with<T: std::fmt::Debug>(r: Result<T, i32>, want: i32) -> Result<(), String> {
+    match r {
+        Err(e) if e == want => Ok(()),
+        Err(e) => Err(format!("expected {}, got {}", errname(want), errname(e))),
+        Ok(v) => Err(format!(
+            "expected {}, but it succeeded ({v:?})",
+            errname(want)
+        )),
+    }
+}
+
+fn ok<T>(r: Result<T, i32>, what: &str) -> Result<T, String> {
+    r.map_err(|e| format!("{what}: {}", errname(e)))
+}
+
+fn ensure(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
+    if cond {
+        Ok(())
+    } else {
+        Err(msg())
+    }
+}
+
+// ---- a context --------------------------------------------------------------------------------
+
+struct Cq {
+    handle: u32,
+    slot: u32,
+    depth: u32,
+    ring: *mut u8,
+    ring_len: usize,
+    ring_offset: u64,
+    head: u32,
+    arm_seq: u32,
+    vector: u32,
+}
+
+struct Qp {
+    handle: u32,
+    slot: u32,
+    sq: *mut u8,
+    rq: *mut u8,
+    sq_len: usize,
+    rq_len: usize,
+    sq_offset: u64,
+    sq_depth: u32,
+    rq_depth: u32,
+    sq_tail: u32,
+    rq_tail: u32,
+}
+
+/// An open `/dev/qpip0` with its doorbell and kick pages mapped.
+struct Ctx {
+    fd: i32,
+    info: QueryDevice,
+    db: *mut u8,
+    kick: *mut u8,
+    kicks: u64,
+}
+
+impl Ctx {
+    fn open() -> Result<Ctx, String> {
+        let fd = ok(open_dev(0), "open /dev/qpip0")?;
+        let mut info = QueryDevice::new();
+        ok(ioc(fd, IOCTL_QUERY_DEVICE, &mut info), "QUERY_DEVICE")?;
+        let db = ok(map(fd, info.doorbell_offset, PAGE), "mmap doorbell page")?;
+        let kick = ok(map(fd, info.kick_offset, PAGE), "mmap kick page")?;
+        Ok(Ctx {
+            fd,
+            info,
+            db,
+            kick,
+            kicks: 0,
+        })
+    }
+
+    fn ioc<T>(&self, req: u32, arg: &mut T) -> Result<(), i32> {
+        ioc(self.fd, req, arg)
+    }
+
+    fn create_cq(&self, depth: u32, efd: i32) -> Result<Cq, i32> {
+        let mut a = CreateCq::new();
+        a.depth = depth;
+        a.comp_vector = ANY_VECTOR;
+        a.eventfd = efd;
+        self.ioc(IOCTL_CREATE_CQ, &mut a)?;
+        let ring = map(self.fd, a.ring_offset, a.ring_size as usize)?;
+        Ok(Cq {
+            handle: a.handle,
+            slot: a.db_slot,
+            depth,
+            ring,
+            ring_len: a.ring_size as usize,
+            ring_offset: a.ring_offset,
+            head: 0,
+            arm_seq: 0,
+            vector: a.comp_vector_out,
+        })
+    }
+
+    fn create_qp(&self, qp_type: u8, scq: u32, rcq: u32, depth: u32) -> Result<Qp, i32> {
+        let mut a = CreateQp::new();
+        a.qp_type = qp_type;
+        a.framing = if qp_type == QP_TYPE_TCP {
+            FRAMING_MESSAGE
+        } else {
+            0
+        };
+        a.send_cq = scq;
+        a.recv_cq = rcq;
+        a.sq_depth = depth;
+        a.rq_depth = depth;
+        self.ioc(IOCTL_CREATE_QP, &mut a)?;
+        let sq = map(self.fd, a.sq_offset, a.sq_size as usize)?;
+        let rq = map(self.fd, a.rq_offset, a.rq_size as usize)?;
+        Ok(Qp {
+            handle: a.handle,
+            slot: a.db_slot,
+            sq,
+            rq,
+            sq_len: a.sq_size as usize,
+            rq_len: a.rq_size as usize,
+            sq_offset: a.sq_offset,
+            sq_depth: depth,
+            rq_depth: depth,
+            sq_tail: 0,
+            rq_tail: 0,
+        })
+    }
+
+    fn destroy(&self, req: u32, handle: u32) -> Result<(), i32> {
+        let mut a = Handle::new();
+        a.handle = handle;
+        self.ioc(req, &mut a)
+    }
+
+    fn reg_mr(&self, addr: u64, len: u64, access: u32) -> Result<u32, i32> {
+        let mut a = RegMr::new();
+        a.addr = addr;
+        a.length = len;
+        a.access = access;
+        self.ioc(IOCTL_REG_MR, &mut a)?;
+        Ok(a.lkey)
+    }
+
+    fn bind(&self, qp: u32, port: u16) -> Result<u16, i32> {
+        let mut a = Bind::new();
+        a.qp = qp;
+        a.port = port;
+        self.ioc(IOCTL_BIND, &mut a)?;
+        Ok(a.port)
+    }
+
+    fn listen(&self, port: u16) -> Result<u32, i32> {
+        let mut a = Listen::new();
+        a.port = port;
+        a.backlog = 4;
+        self.ioc(IOCTL_LISTEN, &mut a)?;
+        Ok(a.handle)
+    }
+
+    fn stats(&self) -> Result<QueryStats, i32> {
+        let mut a = QueryStats::new();
+        self.ioc(IOCTL_QUERY_STATS, &mut a)?;
+        Ok(a)
+    }
+
+    // ---- the data path, as the verbs library will do it ----
+
+    fn db_u32(&self, off: u32) -> *mut u32 {
+        // SAFETY: offsets inside the one mapped doorbell page.
+        unsafe { self.db.add(off as usize).cast() }
+    }
+
+    /// Rings a doorbell exactly as `qpip_abi::doorbell` prescribes.
+    fn ring(&mut self, off: u32, value: u32) {
+        fence(Ordering::Release);
+        // SAFETY: aligned u32s in the mapped doorbell page; volatile because the device
+        // reads them behind our back.
+        unsafe {
+            ptr::write_volatile(self.db_u32(off), value);
+            let cc = ptr::read_volatile(self.db_u32(DB_CHANGE_COUNT));
+            ptr::write_volatile(self.db_u32(DB_CHANGE_COUNT), cc.wrapping_add(1));
+        }
+        fence(Ordering::SeqCst);
+        // SAFETY: as above.
+        if unsafe { ptr::read_volatile(self.db_u32(DB_ENGINE_SLEEPING)) } != 0 {
+            // SAFETY: the kick register at the start of the mapped kick page.
+            unsafe { ptr::write_volatile(self.kick.add(KICK as usize).cast::<u32>(), 1) };
+            self.kicks += 1;
+        }
+    }
+
+    fn post(&mut self, qp: &mut Qp, send: bool, wqe: &[u8; WQE_SIZE as usize]) {
+        let (ring, tail, depth) = if send {
+            (qp.sq, &mut qp.sq_tail, qp.sq_depth)
+        } else {
+            (qp.rq, &mut qp.rq_tail, qp.rq_depth)
+        };
+        let at = (*tail % depth) as usize * WQE_SIZE as usize;
+        // SAFETY: a slot inside the mapped ring.
+        unsafe { ptr::copy_nonoverlapping(wqe.as_ptr(), ring.add(at), wqe.len()) };
+        *tail = tail.wrapping_add(1);
+        let tail = *tail;
+        let off =
+            DB_QP_BASE + qp.slot * DB_QP_STRIDE + if send { DB_QP_SQ_TAIL } else { DB_QP_RQ_TAIL };
+        self.ring(off, tail);
+    }
+
+    fn poll_cq(&mut self, cq: &mut Cq) -> Option<Cqe> {
+        let at = (cq.head % cq.depth) as usize * CQE_SIZE as usize;
+        let phase = ((cq.head / cq.depth) & 1 == 0) as u8;
+        // SAFETY: the owner byte, the last of a slot inside the mapped ring.
+        let owner = unsafe { ptr::read_volatile(cq.ring.add(at + CQE_SIZE as usize - 1)) };
+        if owner & 1 != phase {
+            return None;
+        }
+        fence(Ordering::Acquire);
+        // SAFETY: a whole CQE slot inside the mapped ring.
+        let c = unsafe { ptr::read_volatile(cq.ring.add(at).cast::<Cqe>()) };
+        cq.head = cq.head.wrapping_add(1);
+        let head = cq.head;
+        self.ring(DB_CQ_BASE + cq.slot * DB_CQ_STRIDE + DB_CQ_HEAD, head);
+        Some(c)
+    }
+
+    fn wait_cq(&mut self, cq: &mut Cq) -> Option<Cqe> {
+        let deadline = Instant::now() + TIMEOUT;
+        let mut spins = 0u32;
+        loop {
+            if let Some(c) = self.poll_cq(cq) {
+                return Some(c);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            spins += 1;
+            if spins > 100 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+
+    fn arm(&mut self, cq: &mut Cq) {
+        cq.arm_seq = cq.arm_seq.wrapping_add(1);
+        let seq = cq.arm_seq;
+        self.ring(DB_CQ_BASE + cq.slot * DB_CQ_STRIDE + DB_CQ_ARM_SEQ, seq);
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        unmap(self.db, PAGE);
+        unmap(self.kick, PAGE);
+        close(self.fd);
+    }
+}
+
+fn wqe_bytes(h: &Wqe, sges: &[Sge]) -> [u8; WQE_SIZE as usize] {
+    let mut b = [0u8; WQE_SIZE as usize];
+    // SAFETY: Wqe (48 bytes) and each Sge (16 bytes) fit in the 128-byte slot.
+    unsafe {
+        ptr::write_unaligned(b.as_mut_ptr().cast::<Wqe>(), *h);
+        for (i, s) in sges.iter().enumerate() {
+            let o = WQE_SGE_OFFSET as usize + i * std::mem::size_of::<Sge>();
+            ptr::write_unaligned(b.as_mut_ptr().add(o).cast::<Sge>(), *s);
+        }
+    }
+    b
+}
+
+fn zeroed<T>() -> T {
+    // SAFETY: only used for the ABI's plain-integer structures.
+    unsafe { std::mem::zeroed() }
+}
+
+fn send_wqe(wr_id: u64, port: u16, sge: Sge) -> [u8; WQE_SIZE as usize] {
+    let mut h: Wqe = zeroed();
+    h.wr_id = wr_id;
+    h.opcode = WQE_OP_SEND;
+    h.num_sge = 1;
+    h.dest_addr = LOOPBACK;
+    h.dest_port = port;
+    wqe_bytes(&h, &[sge])
+}
+
+fn recv_wqe(wr_id: u64, sge: Sge) -> [u8; WQE_SIZE as usize] {
+    let mut h: Wqe = zeroed();
+    h.wr_id = wr_id;
+    h.opcode = WQE_OP_RECV;
+    h.num_sge = 1;
+    wqe_bytes(&h, &[sge])
+}
+
+/// Deterministic payload byte `i` of datagram `n`.
+fn pattern(n: u64, i: usize) -> u8 {
+    (n.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8
+}
+
+/// Two UDP QPs in one context, a registered buffer, and the traffic between them.
+struct Pair {
+    scq: Cq,
+    rcq: Cq,
+    a: Qp,
+    b: Qp,
+    port_b: u16,
+    port_a: u16,
+    buf: *mut u8,
+    lkey: u32,
+    efd: i32,
+}
+
+const SLOT: usize = 2048;
+const SLOTS: usize = 16;
+const BUF_LEN: usize = 2 * SLOT * SLOTS;
+
+impl Pair {
+    fn new(ctx: &mut Ctx, port_b: u16) -> Result<Pair, String> {
+        let efd = eventfd();
+        let scq = ok(ctx.create_cq(64, -1), "create send CQ")?;
+        let rcq = ok(ctx.create_cq(64, efd), "create receive CQ")?;
+        let a = ok(
+            ctx.create_qp(QP_TYPE_UDP, scq.handle, scq.handle, 16),
+            "create QP a",
+        )?;
+        let b = ok(
+            ctx.create_qp(QP_TYPE_UDP, scq.handle, rcq.handle, 16),
+            "create QP b",
+        )?;
+        let port_a = ok(ctx.bind(a.handle, 0), "bind a")?;
+        let port_b = ok(ctx.bind(b.handle, port_b), "bind b")?;
+        let buf = anon(BUF_LEN);
+        let lkey = ok(
+            ctx.reg_mr(buf as u64, BUF_LEN as u64, MR_ACCESS_LOCAL_WRITE),
+            "register buffer",
+        )?;
+        Ok(Pair {
+            scq,
+            rcq,
+            a,
+            b,
+            port_b,
+            port_a,
+            buf,
+            lkey,
+            efd,
+        })
+    }
+
+    fn recv_slot(&self, i: usize) -> u64 {
+        self.buf as u64 + (i % SLOTS * SLOT) as u64
+    }
+
+    fn send_slot(&self, i: usize) -> u64 {
+        self.buf as u64 + ((SLOTS + i % SLOTS) * SLOT) as u64
+    }
+
+    fn post_recv(&mut self, ctx: &mut Ctx, n: u64) {
+        let sge = Sge {
+            addr: self.recv_slot(n as usize),
+            length: SLOT as u32,
+            lkey: self.lkey,
+        };
+        ctx.post(&mut self.b, false, &recv_wqe(n, sge));
+    }
+
+    /// Sends datagram `n` (of `len` bytes) from a to b and checks it arrived intact.
+    fn exchange_one(&mut self, ctx: &mut Ctx, n: u64, len: usize) -> Result<(), String> {
+        let src = self.send_slot(n as usize) as *mut u8;
+        for i in 0..len {
+            // SAFETY: inside the registered buffer.
+            unsafe { *src.add(i) = pattern(n, i) };
+        }
+        let sge = Sge {
+            addr: src as u64,
+            length: len as u32,
+            lkey: self.lkey,
+        };
+        ctx.post(&mut self.a, true, &send_wqe(n, self.port_b, sge));
+        let s = ctx
+            .wait_cq(&mut self.scq)
+            .ok_or_else(|| format!("datagram {n}: no send completion"))?;
+        ensure(
+            s.status == CQE_STATUS_SUCCESS && s.opcode == CQE_OP_SEND && s.wr_id == n,
+            || format!("datagram {n}: send CQE {s:?}"),
+        )?;
+        let r = ctx
+            .wait_cq(&mut self.rcq)
+            .ok_or_else(|| format!("datagram {n}: no receive completion"))?;
+        self.check_recv(&r, n, len)?;
+        Ok(())
+    }
+
+    fn check_recv(&self, r: &Cqe, n: u64, len: usize) -> Result<(), String> {
+        ensure(
+            r.status == CQE_STATUS_SUCCESS
+                && r.opcode == CQE_OP_RECV
+                && r.wr_id == n
+                && r.byte_len as usize == len
+                && r.src_port == self.port_a
+                && r.qp == self.b.handle,
+            || format!("datagram {n}: receive CQE {r:?}"),
+        )?;
+        let dst = self.recv_slot(n as usize) as *const u8;
+        for i in 0..len {
+            // SAFETY: inside the registered buffer.
+            let got = unsafe { *dst.add(i) };
+            if got != pattern(n, i) {
+                return Err(format!(
+                    "datagram {n}: byte {i} is {got}, sent {}",
+                    pattern(n, i)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `count` datagrams a -> b of sizes 1..1400, with receives posted ahead; then a blocking
+/// wait: arm the receive CQ, send, sleep in poll() on its eventfd.
+fn udp_exchange(ctx: &mut Ctx, port_b: u16, count: u64, tag: &str) -> Result<Pair, String> {
+    let mut p = Pair::new(ctx, port_b)?;
+    for n in 0..8 {
+        p.post_recv(ctx, n);
+    }
+    for n in 0..count {
+        let len = 1 + (n as usize * 97) % 1400;
+        p.exchange_one(ctx, n, len)?;
+        p.post_recv(ctx, n + 8);
+    }
+    println!("@{tag}.datagrams={count}");
+
+    // Blocking: nothing is pending on the receive CQ; arm it, send, and sleep in poll().
+    read_eventfd(p.efd);
+    ctx.arm(&mut p.rcq);
+    let n = count;
+    let len = 100;
+    let src = p.send_slot(n as usize) as *mut u8;
+    for i in 0..len {
+        // SAFETY: inside the registered buffer.
+        unsafe { *src.add(i) = pattern(n, i) };
+    }
+    let sge = Sge {
+        addr: src as u64,
+        length: len as u32,
+        lkey: p.lkey,
+    };
+    ctx.post(&mut p.a, true, &send_wqe(n, p.port_b, sge));
+    let t0 = Instant::now();
+    let rev = poll1(p.efd, libc::POLLIN, TIMEOUT);
+    ensure(rev & libc::POLLIN != 0, || {
+        format!("no eventfd wake-up within {TIMEOUT:?} after arming the receive CQ")
+    })?;
+    let wakes = read_eventfd(p.efd);
+    let r = ctx
+        .poll_cq(&mut p.rcq)
+        .ok_or("eventfd woke, but the receive CQ is empty")?;
+    p.check_recv(&r, n, len)?;
+    let s = ctx.wait_cq(&mut p.scq);
+    ensure(s.is_some(), || {
+        "no send completion for the blocking datagram".into()
+    })?;
+    println!(
+        "@{tag}.blocking_wakeup=ok ({} wake-up(s) after {} ms)",
+        wakes,
+        t0.elapsed().as_millis()
+    );
+    Ok(p)
+}
+
+// ---- subcommands ------------------------------------------------------------------------------
+
+fn cmd_udp(count: u64) -> u32 {
+    let mut checks = Checks::default();
+    let r = Ctx::open().and_then(|mut ctx| {
+        udp_exchange(&mut ctx, 7000, count, "udp")?;
+        println!("@udp.kicks={}", ctx.kicks);
+        Ok(())
+    });
+    checks.check("udp.exchange", r);
+    checks.failed
+}
+
+fn cmd_traffic(seconds: u64) -> u32 {
+    let mut checks = Checks::default();
+    let r = Ctx::open().and_then(|mut ctx| {
+        let mut p = Pair::new(&mut ctx, 7100)?;
+        for n in 0..8 {
+            p.post_recv(&mut ctx, n);
+        }
+        let end = Instant::now() + Duration::from_secs(seconds);
+        let mut n = 0u64;
+        while Instant::now() < end {
+            p.exchange_one(&mut ctx, n, 64 + (n as usize % 1000))?;
+            p.post_recv(&mut ctx, n + 8);
+            n += 1;
+            if n == 10 {
+                println!("@traffic.running=1");
+                flush();
+            }
+        }
+        println!("@traffic.datagrams={n}");
+        Ok(())
+    });
+    checks.check("traffic", r);
+    checks.failed
+}
+
+/// Every ioctl, good and bad.
+fn cmd_ioctls() -> u32 {
+    let mut c = Checks::default();
+    let mut ctx = match Ctx::open() {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            c.check("open", Err(e));
+            return c.failed;
+        }
+    };
+    let fd = ctx.fd;
+    let info = ctx.info;
+    println!("@ctx={}", info.ctx);
+    println!("@comp_vectors={}", info.comp_vectors);
+
+    // -- QUERY_DEVICE and the argument rules --
+    c.check(
+        "query_device",
+        ensure(
+            info.uapi_version == UAPI_VERSION
+                && info.abi_version >> 16 == ABI_VERSION_MAJOR as u32
+                && info.ctx < info.max_contexts
+                && info.max_queue_depth >= 2
+                && info.max_mr_pages > 0
+                && info.comp_vectors >= 1
+                && info.mac != [0; 6]
+                && info.size == QUERY_DEVICE_SIZE_V1,
+            || format!("{info:?}"),
+        ),
+    );
+    // A larger buffer: the driver writes only what it knows and leaves the rest.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Bigger {
+        q: QueryDevice,
+        extra: [u8; 16],
+    }
+    let mut big: Bigger = zeroed();
+    big.q.size = std::mem::size_of::<Bigger>() as u32;
+    c.check(
+        "size.larger_with_zero_tail",
+        ok(ioc(fd, IOCTL_QUERY_DEVICE, &mut big), "QUERY_DEVICE").and_then(|_| {
+            ensure(big.q.ctx == info.ctx && big.extra == [0; 16], || {
+                "larger argument not handled".into()
+            })
+        }),
+    );
+    big = zeroed();
+    big.q.size = std::mem::size_of::<Bigger>() as u32;
+    big.extra[3] = 1;
+    c.check(
+        "size.larger_with_nonzero_tail",
+        fails_with(ioc(fd, IOCTL_QUERY_DEVICE, &mut big), libc::E2BIG),
+    );
+    let mut q = QueryDevice::new();
+    q.size = 0;
+    c.check(
+        "size.zero",
+        fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), libc::EINVAL),
+    );
+    q.size = QUERY_DEVICE_SIZE_V1 - 8;
+    c.check(
+        "size.short",
+        fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), libc::EINVAL),
+    );
+    q.size = 1 << 20;
+    c.check(
+        "size.huge",
+        fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), libc::E2BIG),
+    );
+    c.check(
+        "arg.null_pointer",
+        fails_with(
+            ioctl_ptr(fd, IOCTL_QUERY_DEVICE, ptr::null_mut()),
+            libc::EFAULT,
+        ),
+    );
+    c.check(
+        "arg.kernel_pointer",
+        fails_with(
+            ioctl_ptr(fd, IOCTL_QUERY_DEVICE, 0xffff_8880_0000_0000usize as *mut _),
+            libc::EFAULT,
+        ),
+    );
+    let mut q = QueryDevice::new();
+    c.check(
+        "ioctl.unknown_number",
+        fails_with(ioc(fd, iowr(0x7f, 88), &mut q), libc::ENOTTY),
+    );
+    c.check(
+        "ioctl.wrong_type",
+        fails_with(ioc(fd, IOCTL_QUERY_DEVICE ^ (1 << 8), &mut q), libc::ENOTTY),
+    );
+
+    // -- CQs --
+    let efd = eventfd();
+    let cq = ctx.create_cq(64, efd);
+    c.check(
+        "cq.create",
+        ok(cq.as_ref().map(|_| ()).map_err(|e| *e), "CREATE_CQ"),
+    );
+    let Ok(cq) = cq else { return c.failed };
+    for (name, depth) in [
+        ("cq.depth_zero", 0),
+        ("cq.depth_not_power_of_two", 3),
+        ("cq.depth_huge", 1 << 20),
+    ] {
+        let mut a = CreateCq::new();
+        a.depth = depth;
+        a.comp_vector = ANY_VECTOR;
+        a.eventfd = -1;
+        c.check(
+            name,
+            fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EINVAL),
+        );
+    }
+    let mut a = CreateCq::new();
+    a.depth = 8;
+    a.comp_vector = info.comp_vectors;
+    a.eventfd = -1;
+    c.check(
+        "cq.bad_vector",
+        fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EINVAL),
+    );
+    a.comp_vector = ANY_VECTOR;
+    a.eventfd = fd; // not an eventfd
+    c.check(
+        "cq.not_an_eventfd",
+        fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EINVAL),
+    );
+    a.eventfd = 9999;
+    c.check(
+        "cq.bad_eventfd",
+        fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EBADF),
+    );
+    a.eventfd = -1;
+    a.reserved = 1;
+    c.check(
+        "cq.reserved_nonzero",
+        fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EINVAL),
+    );
+    c.check(
+        "cq.destroy_bad_handle",
+        fails_with(ctx.destroy(IOCTL_DESTROY_CQ, 0xdead_beef), libc::ENOENT),
+    );
+    c.check(
+        "cq.destroy_zero_handle",
+        fails_with(ctx.destroy(IOCTL_DESTROY_CQ, 0), libc::ENOENT),
+    );
+    // More CQs than completion vectors: vectors are shared, spread evenly.
+    let many: Vec<Result<Cq, i32>> = (0..(info.comp_vectors + 5))
+        .map(|_| ctx.create_cq(4, efd))
+        .collect();
+    let mut per_vector = vec![0u32; info.comp_vectors as usize];
+    for cqr in many.iter().flatten() {
+        per_vector[cqr.vector as usize] += 1;
+    }
+    c.check(
+        "cq.vectors_shared",
+        ensure(
+            many.iter().all(|r| r.is_ok())
+                && per_vector.iter().max().unwrap_or(&0) - per_vector.iter().min().unwrap_or(&0)
+                    <= 1,
+            || format!("CQs per vector {per_vector:?}"),
+        ),
+    );
+    for cqr in many.into_iter().flatten() {
+        let _ = ctx.destroy(IOCTL_DESTROY_CQ, cqr.handle);
+        unmap(cqr.ring, cqr.ring_len);
+    }
+    let cq2 = ctx.create_cq(8, -1).expect("second CQ");
+    c.check(
+        "cq.destroy",
+        ok(ctx.destroy(IOCTL_DESTROY_CQ, cq2.handle), "DESTROY_CQ"),
+    );
+    c.check(
+        "cq.double_destroy",
+        fails_with(ctx.destroy(IOCTL_DESTROY_CQ, cq2.handle), libc::ENOENT),
+    );
+    // The ring mapping outlives the CQ (the pages stay until unmapped).
+    // SAFETY: reading the still-mapped ring.
+    let _ = unsafe { ptr::read_volatile(cq2.ring) };
+    c.check(
+        "mmap.destroyed_ring_offset",
+        fails_with(map(fd, cq2.ring_offset, cq2.ring_len), libc::EINVAL),
+    );
+    unmap(cq2.ring, cq2.ring_len);
+
+    // -- QPs --
+    let qp = ctx.create_qp(QP_TYPE_UDP, cq.handle, cq.handle, 8);
+    c.check(
+        "qp.create",
+        ok(qp.as_ref().map(|_| ()).map_err(|e| *e), "CREATE_QP"),
+    );
+    let Ok(qp) = qp else { return c.failed };
+    c.check(
+        "qp.foreign_cq",
+        fails_with(
+            ctx.create_qp(QP_TYPE_UDP, 0xdead_beef, cq.handle, 8)
+                .map(|_| ()),
+            libc::ENOENT,
+        ),
+    );
+    c.check(
+        "qp.bad_type",
+        fails_with(
+            ctx.create_qp(9, cq.handle, cq.handle, 8).map(|_| ()),
+            libc::EINVAL,
+        ),
+    );
+    c.check(
+        "qp.bad_depth",
+        fails_with(
+            ctx.create_qp(QP_TYPE_UDP, cq.handle, cq.handle, 5)
+                .map(|_| ()),
+            libc::EINVAL,
+        ),
+    );
+    c.check(
+        "cq.destroy_while_used",
+        fails_with(ctx.destroy(IOCTL_DESTROY_CQ, cq.handle), libc::EBUSY),
+    );
+    let qp2 = ctx
+        .create_qp(QP_TYPE_UDP, cq.handle, cq.handle, 4)
+        .expect("second QP");
+    c.check(
+        "qp.destroy",
+        ok(ctx.destroy(IOCTL_DESTROY_QP, qp2.handle), "DESTROY_QP"),
+    );
+    c.check(
+        "qp.double_destroy",
+        fails_with(ctx.destroy(IOCTL_DESTROY_QP, qp2.handle), libc::ENOENT),
+    );
+    c.check(
+        "mmap.destroyed_qp_ring",
+        fails_with(map(fd, qp2.sq_offset, qp2.sq_len), libc::EINVAL),
+    );
+    unmap(qp2.sq, qp2.sq_len);
+    unmap(qp2.rq, qp2.rq_len);
+
+    // -- BIND --
+    let port = ctx.bind(qp.handle, 0);
+    c.check(
+        "bind.ephemeral",
+        ok(port.map(|p| ensure(p != 0, || "port 0".into())), "BIND").and_then(|r| r),
+    );
+    c.check(
+        "bind.twice",
+        fails_with(ctx.bind(qp.handle, 0), libc::EINVAL),
+    );
+    c.check(
+        "bind.bad_qp",
+        fails_with(ctx.bind(0xdead_beef, 0), libc::ENOENT),
+    );
+    let qp3 = ctx
+        .create_qp(QP_TYPE_UDP, cq.handle, cq.handle, 4)
+        .expect("third QP");
+    if let Ok(p) = port {
+        c.check(
+            "bind.port_in_use",
+            fails_with(ctx.bind(qp3.handle, p), libc::EADDRINUSE),
+        );
+    }
+    let mut b = Bind::new();
+    b.qp = qp3.handle;
+    b.reserved1 = 1;
+    c.check(
+        "bind.reserved_nonzero",
+        fails_with(ctx.ioc(IOCTL_BIND, &mut b), libc::EINVAL),
+    );
+
+    // -- memory regions --
+    let buf = anon(16 * PAGE);
+    let base = buf as u64;
+    c.check(
+        "mr.unaligned",
+        ok(
+            ctx.reg_mr(base + 123, 10_000, MR_ACCESS_LOCAL_WRITE),
+            "REG_MR",
+        )
+        .map(|_| ()),
+    );
+    let lkey = ctx.reg_mr(base, 4 * PAGE as u64, MR_ACCESS_LOCAL_WRITE);
+    c.check("mr.register", ok(lkey, "REG_MR").map(|_| ()));
+    c.check(
+        "mr.zero_length",
+        fails_with(ctx.reg_mr(base, 0, 0), libc::EINVAL),
+    );
+    let huge = (info.max_mr_pages as u64 + 1) * PAGE as u64;
+    c.check(
+        "mr.huge",
+        fails_with(ctx.reg_mr(base, huge, 0), libc::EINVAL),
+    );
+    c.check(
+        "mr.wrapping",
+        fails_with(ctx.reg_mr(u64::MAX - 100, 1000, 0), libc::EFAULT),
+    );
+    c.check(
+        "mr.kernel_address",
+        fails_with(ctx.reg_mr(0xffff_8880_0000_0000, 4096, 0), libc::EFAULT),
+    );
+    c.check(
+        "mr.bad_access",
+        fails_with(ctx.reg_mr(base, 4096, 0x80), libc::EINVAL),
+    );
+    let hole = anon(4 * PAGE);
+    unmap(hole, 4 * PAGE);
+    c.check(
+        "mr.unmapped",
+        fails_with(ctx.reg_mr(hole as u64, 4096, 0), libc::EFAULT),
+    );
+    let ro = mmap_flags(
+        -1,
+        0,
+        PAGE,
+        libc::PROT_READ,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+    )
+    .unwrap();
+    c.check(
+        "mr.read_only_memory_writable",
+        fails_with(
+            ctx.reg_mr(ro as u64, 64, MR_ACCESS_LOCAL_WRITE),
+            libc::EFAULT,
+        ),
+    );
+    c.check(
+        "mr.read_only_memory_readable",
+        ok(ctx.reg_mr(ro as u64, 64, 0), "REG_MR read-only").map(|_| ()),
+    );
+    if let Ok(l) = lkey {
+        c.check(
+            "mr.deregister",
+            ok(ctx.destroy(IOCTL_DEREG_MR, l), "DEREG_MR"),
+        );
+        c.check(
+            "mr.double_deregister",
+            fails_with(ctx.destroy(IOCTL_DEREG_MR, l), libc::ENOENT),
+        );
+    }
+    c.check(
+        "mr.bad_lkey",
+        fails_with(ctx.destroy(IOCTL_DEREG_MR, 0), libc::ENOENT),
+    );
+
+    // -- listeners, accept, connect, close: their errors and cancellation --
+    let l = ctx.listen(5000);
+    c.check("listen", ok(l, "LISTEN").map(|_| ()));
+    c.check(
+        "listen.port_in_use",
+        fails_with(ctx.listen(5000), libc::EADDRINUSE),
+    );
+    c.check("listen.port_zero", fails_with(ctx.listen(0), libc::EINVAL));
+    let tcp = ctx
+        .create_qp(QP_TYPE_TCP, cq.handle, cq.handle, 4)
+        .expect("TCP QP");
+    // SAFETY: fcntl on our own descriptor.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) };
+    let mut evbuf = [0u8; 2 * EVENT_SIZE as usize];
+    c.check(
+        "read.no_event_nonblocking",
+        fails_with(read_fd(fd, &mut evbuf), libc::EAGAIN),
+    );
+    c.check(
+        "read.buffer_too_small",
+        fails_with(read_fd(fd, &mut evbuf[..10]), libc::EINVAL),
+    );
+    if let Ok(l) = l {
+        let mut acc = Accept::new();
+        acc.listener = l;
+        acc.qp = tcp.handle;
+        acc.user_data = 0xacce;
+        c.check(
+            "accept.submit",
+            ok(ctx.ioc(IOCTL_ACCEPT, &mut acc), "ACCEPT"),
+        );
+        let mut bad = acc;
+        bad.listener = 0xdead_beef;
+        c.check(
+            "accept.bad_listener",
+            fails_with(ctx.ioc(IOCTL_ACCEPT, &mut bad), libc::ENOENT),
+        );
+        bad = acc;
+        bad.qp = 0xdead_beef;
+        c.check(
+            "accept.bad_qp",
+            fails_with(ctx.ioc(IOCTL_ACCEPT, &mut bad), libc::ENOENT),
+        );
+        c.check(
+            "accept.pending_no_event",
+            ensure(
+                poll1(fd, libc::POLLIN, Duration::from_millis(200)) == 0,
+                || "event before cancellation".into(),
+            ),
+        );
+        c.check(
+            "listener.destroy",
+            ok(ctx.destroy(IOCTL_DESTROY_LISTENER, l), "DESTROY_LISTENER"),
+        );
+        c.check(
+            "listener.double_destroy",
+            fails_with(ctx.destroy(IOCTL_DESTROY_LISTENER, l), libc::ENOENT),
+        );
+        c.check(
+            "accept.cancelled_event",
+            expect_event(fd, EVENT_ACCEPT, -libc::ECANCELED, tcp.handle, 0xacce),
+        );
+    }
+    let mut con = Connect::new();
+    con.qp = tcp.handle;
+    con.addr = LOOPBACK;
+    con.port = 5001;
+    con.user_data = 0xc0;
+    c.check(
+        "connect.submit",
+        ok(ctx.ioc(IOCTL_CONNECT, &mut con), "CONNECT"),
+    );
+    c.check(
+        "qp.destroy_with_pending_connect",
+        ok(ctx.destroy(IOCTL_DESTROY_QP, tcp.handle), "DESTROY_QP"),
+    );
+    c.check(
+        "connect.cancelled_event",
+        expect_event(fd, EVENT_CONNECT, -libc::ECANCELED, tcp.handle, 0xc0),
+    );
+    // Connect on a UDP QP is refused by the device: the event says so.
+    con.qp = qp3.handle;
+    con.user_data = 0xc1;
+    c.check(
+        "connect.udp_qp_submit",
+        ok(ctx.ioc(IOCTL_CONNECT, &mut con), "CONNECT"),
+    );
+    c.check(
+        "connect.udp_qp_event",
+        expect_event(fd, EVENT_CONNECT, -libc::EINVAL, qp3.handle, 0xc1),
+    );
+    con.qp = 0xdead_beef;
+    c.check(
+        "connect.bad_qp",
+        fails_with(ctx.ioc(IOCTL_CONNECT, &mut con), libc::ENOENT),
+    );
+    let mut cl = Close::new();
+    cl.qp = qp3.handle;
+    cl.user_data = 0xc105e;
+    c.check("close.submit", ok(ctx.ioc(IOCTL_CLOSE, &mut cl), "CLOSE"));
+    c.check(
+        "close.not_connected_event",
+        expect_event(fd, EVENT_CLOSE, -libc::EINVAL, qp3.handle, 0xc105e),
+    );
+    cl.qp = 0;
+    c.check(
+        "close.bad_qp",
+        fails_with(ctx.ioc(IOCTL_CLOSE, &mut cl), libc::ENOENT),
+    );
+
+    // -- counters --
+    c.check(
+        "stats",
+        ok(ctx.stats(), "QUERY_STATS").and_then(|s| {
+            ensure(
+                s.count == STATS_COUNT && s.counters[STAT_ADMIN_COMMANDS as usize] > 0,
+                || format!("count {} admin_commands {}", s.count, s.counters[0]),
+            )
+        }),
+    );
+
+    // -- addresses and MAC (root here) --
+    let addr: [u8; 16] = "fd51:5050::99"
+        .parse::<std::net::Ipv6Addr>()
+        .unwrap()
+        .octets();
+    let mut a = Addr::new();
+    a.addr = addr;
+    a.prefix_len = 64;
+    c.check("addr.add", ok(ctx.ioc(IOCTL_ADD_ADDR, &mut a), "ADD_ADDR"));
+    c.check(
+        "addr.sysfs_lists_it",
+        ensure(sysfs("addresses").contains("fd51:5050::99/64"), || {
+            sysfs("addresses")
+        }),
+    );
+    c.check(
+        "addr.add_twice",
+        fails_with(ctx.ioc(IOCTL_ADD_ADDR, &mut a), libc::EADDRINUSE),
+    );
+    c.check(
+        "addr.delete",
+        ok(ctx.ioc(IOCTL_DEL_ADDR, &mut a), "DEL_ADDR"),
+    );
+    c.check(
+        "addr.delete_missing",
+        fails_with(ctx.ioc(IOCTL_DEL_ADDR, &mut a), libc::ENOENT),
+    );
+    a.prefix_len = 0;
+    c.check(
+        "addr.bad_prefix",
+        fails_with(ctx.ioc(IOCTL_ADD_ADDR, &mut a), libc::EINVAL),
+    );
+    let old_mac = info.mac;
+    let mut m = SetMac::new();
+    m.mac = [0x02, 0x51, 0x50, 0x00, 0x00, 0x42];
+    c.check(
+        "mac.set",
+        ok(ctx.ioc(IOCTL_SET_MAC, &mut m), "SET_MAC").and_then(|_| {
+            let mut q = QueryDevice::new();
+            ok(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), "QUERY_DEVICE")?;
+            ensure(
+                q.mac == m.mac && sysfs("mac") == "02:51:50:00:00:42",
+                || format!("query {:02x?}, sysfs {}", q.mac, sysfs("mac")),
+            )
+        }),
+    );
+    m.mac = [0x01, 0, 0, 0, 0, 1];
+    c.check(
+        "mac.multicast",
+        fails_with(ctx.ioc(IOCTL_SET_MAC, &mut m), libc::EINVAL),
+    );
+    m.mac = old_mac;
+    c.check("mac.restore", ok(ctx.ioc(IOCTL_SET_MAC, &mut m), "SET_MAC"));
+
+    // -- mmap rules --
+    c.check(
+        "mmap.doorbell_two_pages",
+        fails_with(map(fd, info.doorbell_offset, 2 * PAGE), libc::EINVAL),
+    );
+    c.check(
+        "mmap.private",
+        fails_with(
+            mmap_flags(
+                fd,
+                info.doorbell_offset,
+                PAGE,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+            ),
+            libc::EINVAL,
+        ),
+    );
+    c.check(
+        "mmap.exec",
+        fails_with(
+            mmap_flags(
+                fd,
+                info.kick_offset,
+                PAGE,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_SHARED,
+            ),
+            libc::EPERM,
+        ),
+    );
+    c.check(
+        "mmap.unknown_offset",
+        fails_with(map(fd, 0x1234_5000, PAGE), libc::EINVAL),
+    );
+    c.check(
+        "mmap.ring_wrong_length",
+        fails_with(map(fd, cq.ring_offset, cq.ring_len + PAGE), libc::EINVAL),
+    );
+
+    // -- unprivileged: CAP_NET_ADMIN for configuration, RLIMIT_MEMLOCK for pinning --
+    flush();
+    // SAFETY: fork in a single-threaded program; the child only makes system calls and
+    // prints, then _exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let mut cc = Checks::default();
+        let lim = libc::rlimit {
+            rlim_cur: 64 << 10,
+            rlim_max: 64 << 10,
+        };
+        // SAFETY: plain system calls.
+        let dropped = unsafe {
+            libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) == 0
+                && libc::setgid(65534) == 0
+                && libc::setuid(65534) == 0
+        };
+        cc.check("unprivileged.drop", ensure(dropped, || errname(errno())));
+        match Ctx::open() {
+            Ok(uctx) => {
+                let mut a = Addr::new();
+                a.addr = addr;
+                a.prefix_len = 64;
+                cc.check(
+                    "unprivileged.add_addr",
+                    fails_with(uctx.ioc(IOCTL_ADD_ADDR, &mut a), libc::EPERM),
+                );
+                cc.check(
+                    "unprivileged.del_addr",
+                    fails_with(uctx.ioc(IOCTL_DEL_ADDR, &mut a), libc::EPERM),
+                );
+                let mut m = SetMac::new();
+                m.mac = [0x02, 0, 0, 0, 0, 7];
+                cc.check(
+                    "unprivileged.set_mac",
+                    fails_with(uctx.ioc(IOCTL_SET_MAC, &mut m), libc::EPERM),
+                );
+                let big = anon(1 << 20);
+                cc.check(
+                    "memlock.over_limit",
+                    fails_with(
+                        uctx.reg_mr(big as u64, 1 << 20, MR_ACCESS_LOCAL_WRITE),
+                        libc::ENOMEM,
+                    ),
+                );
+                let small = uctx.reg_mr(big as u64, 16 << 10, MR_ACCESS_LOCAL_WRITE);
+                cc.check(
+                    "memlock.within_limit",
+                    ok(small, "REG_MR 16 KiB").map(|_| ()),
+                );
+                cc.check(
+                    "memlock.limit_counts_registered",
+                    fails_with(
+                        uctx.reg_mr(big as u64 + (16 << 10), 60 << 10, 0),
+                        libc::ENOMEM,
+                    ),
+                );
+                if let Ok(l) = small {
+                    let _ = uctx.destroy(IOCTL_DEREG_MR, l);
+                    cc.check(
+                        "memlock.released_by_deregister",
+                        ok(
+                            uctx.reg_mr(big as u64, 60 << 10, 0),
+                            "REG_MR after deregister",
+                        )
+                        .map(|_| ()),
+                    );
+                }
+            }
+            Err(e) => cc.check("unprivileged.open", Err(e)),
+        }
+        flush();
+        // SAFETY: ending the child without running the parent's destructors.
+        unsafe { libc::_exit(cc.failed.min(1) as i32) };
+    }
+    c.check("unprivileged.child", wait_child(pid));
+
+    // -- the data path through everything above --
+    c.check(
+        "udp.exchange",
+        udp_exchange(&mut ctx, 7200, 20, "ioctls.udp").map(|_| ()),
+    );
+    println!("@ioctls.kicks={}", ctx.kicks);
+    c.failed
+}
+
+fn read_fd(fd: i32, buf: &mut [u8]) -> Result<usize, i32> {
+    // SAFETY: reading into a buffer of buf.len() bytes.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        Err(errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Waits for the context's next event and checks it.
+fn expect_event(fd: i32, kind: u32, status: i32, qp: u32, user_data: u64) -> Result<(), String> {
+    let rev = poll1(fd, libc::POLLIN, TIMEOUT);
+    ensure(rev & libc::POLLIN != 0, || {
+        format!("no event within {TIMEOUT:?} (revents {rev:#x})")
+    })?;
+    let mut buf = [0u8; EVENT_SIZE as usize];
+    let n = ok(read_fd(fd, &mut buf), "read event")?;
+    ensure(n == EVENT_SIZE as usize, || format!("read {n} bytes"))?;
+    // SAFETY: EVENT_SIZE bytes of a repr(C) plain-integer structure.
+    let ev: Event = unsafe { ptr::read_unaligned(buf.as_ptr().cast()) };
+    ensure(
+        ev.kind == kind && ev.status == status && ev.qp == qp && ev.user_data == user_data,
+        || {
+            format!("event {ev:?}, expected kind {kind} status {status} qp {qp} user_data {user_data:#x}")
+        },
+    )
+}
+
+fn wait_child(pid: i32) -> Result<(), String> {
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    ensure(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        || format!("child failed (wait status {status:#x})"),
+    )
+}
+
+/// Two processes: the child opens its own context and tries everything of the parent's.
+fn cmd_isolation() -> u32 {
+    let mut c = Checks::default();
+    let ctx = match Ctx::open() {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            c.check("open", Err(e));
+            return c.failed;
+        }
+    };
+    let cq = ctx.create_cq(16, -1).expect("CQ");
+    let qp = ctx
+        .create_qp(QP_TYPE_UDP, cq.handle, cq.handle, 8)
+        .expect("QP");
+    let buf = anon(4 * PAGE);
+    let lkey = ctx
+        .reg_mr(buf as u64, 4 * PAGE as u64, MR_ACCESS_LOCAL_WRITE)
+        .expect("MR");
+    let listener = ctx.listen(5100).expect("listener");
+    // SAFETY: reading our own doorbell page.
+    let my_change_count = unsafe { ptr::read_volatile(ctx.db_u32(DB_CHANGE_COUNT)) };
+
+    // The handles go to the other process by value, as a malicious one would pass them.
+    let mut fds = [0i32; 2];
+    // SAFETY: a pipe into a two-element array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let mut msg = String::new();
+    let _ = write!(
+        msg,
+        "{} {} {} {} {} {} {}",
+        info_ctx(&ctx),
+        cq.handle,
+        qp.handle,
+        lkey,
+        listener,
+        cq.ring_offset,
+        qp.sq_offset
+    );
+    flush();
+    // SAFETY: fork in a single-threaded program.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        close(fds[1]);
+        let mut line = vec![0u8; 256];
+        let n = read_fd(fds[0], &mut line).unwrap_or(0);
+        let v: Vec<u64> = String::from_utf8_lossy(&line[..n])
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let mut cc = Checks::default();
+        let r = (|| -> Result<(), String> {
+            ensure(v.len() == 7, || format!("bad message {v:?}"))?;
+            let (pctx, pcq, pqp, plkey, plist, pcq_off, psq_off) = (
+                v[0] as u32,
+                v[1] as u32,
+                v[2] as u32,
+                v[3] as u32,
+                v[4] as u32,
+                v[5],
+                v[6],
+            );
+            let mut mine = Ctx::open()?;
+            cc.check(
+                "isolation.own_context",
+                ensure(mine.info.ctx != pctx, || format!("both in context {pctx}")),
+            );
+            cc.check(
+                "isolation.destroy_cq",
+                fails_with(mine.destroy(IOCTL_DESTROY_CQ, pcq), libc::ENOENT),
+            );
+            cc.check(
+                "isolation.destroy_qp",
+                fails_with(mine.destroy(IOCTL_DESTROY_QP, pqp), libc::ENOENT),
+            );
+            cc.check(
+                "isolation.deregister_mr",
+                fails_with(mine.destroy(IOCTL_DEREG_MR, plkey), libc::ENOENT),
+            );
+            cc.check(
+                "isolation.destroy_listener",
+                fails_with(mine.destroy(IOCTL_DESTROY_LISTENER, plist), libc::ENOENT),
+            );
+            cc.check(
+                "isolation.bind_qp",
+                fails_with(mine.bind(pqp, 0), libc::ENOENT),
+            );
+            let mine_cq = mine.create_cq(8, -1).map_err(errname)?;
+            cc.check(
+                "isolation.qp_on_foreign_cq",
+                fails_with(
+                    mine.create_qp(QP_TYPE_UDP, pcq, mine_cq.handle, 4)
+                        .map(|_| ()),
+                    libc::ENOENT,
+                ),
+            );
+            let mut acc = Accept::new();
+            acc.listener = plist;
+            acc.qp = pqp;
+            cc.check(
+                "isolation.accept",
+                fails_with(mine.ioc(IOCTL_ACCEPT, &mut acc), libc::ENOENT),
+            );
+            cc.check(
+                "isolation.mmap_foreign_cq_ring",
+                fails_with(map(mine.fd, pcq_off, PAGE), libc::EINVAL),
+            );
+            cc.check(
+                "isolation.mmap_foreign_sq_ring",
+                fails_with(map(mine.fd, psq_off, PAGE), libc::EINVAL),
+            );
+            // Scribble over this context's whole doorbell page: the other's must not change.
+            for off in (0..PAGE as u32).step_by(4) {
+                if off != DB_ENGINE_SLEEPING {
+                    // SAFETY: inside our mapped doorbell page.
+                    unsafe { ptr::write_volatile(mine.db_u32(off), 0xffff_fff0) };
+                }
+            }
+            // Then both move traffic at once, each in its own context.
+            udp_exchange(&mut mine, 7301, 10, "isolation.child").map(|_| ())?;
+            Ok(())
+        })();
+        cc.check("isolation.child", r);
+        flush();
+        // SAFETY: ending the child.
+        unsafe { libc::_exit(cc.failed.min(1) as i32) };
+    }
+    close(fds[0]);
+    // SAFETY: writing the message into the pipe.
+    unsafe { libc::write(fds[1], msg.as_ptr().cast(), msg.len()) };
+    close(fds[1]);
+    let mut ctx = ctx;
+    c.check(
+        "isolation.parent_traffic",
+        udp_exchange(&mut ctx, 7302, 10, "isolation.parent").map(|_| ()),
+    );
+    c.check("isolation.child_exit", wait_child(pid));
+    // SAFETY: reading our own doorbell page.
+    let cc_now = unsafe { ptr::read_volatile(ctx.db_u32(DB_CHANGE_COUNT)) };
+    // Our own traffic moved our counter; the child's scribbles (0xfffffff0) must not be here.
+    let mut foreign = 0;
+    for off in (DB_QP_BASE..PAGE as u32).step_by(4) {
+        // SAFETY: inside our mapped doorbell page.
+        if unsafe { ptr::read_volatile(ctx.db_u32(off)) } == 0xffff_fff0 {
+            foreign += 1;
+        }
+    }
+    c.check(
+        "isolation.doorbell_page_untouched",
+        ensure(foreign == 0 && cc_now != 0xffff_fff0, || {
+            format!("{foreign} slots hold the other process's value (change count {my_change_count} -> {cc_now})")
+        }),
+    );
+    // The parent's objects are all still there.
+    c.check(
+        "isolation.parent_objects_intact",
+        ok(
+            ctx.destroy(IOCTL_DESTROY_LISTENER, listener),
+            "destroy own listener",
+        ),
+    );
+    c.failed
+}
+
+fn info_ctx(ctx: &Ctx) -> u32 {
+    ctx.info.ctx
+}
+
+/// Resets the device (the driver's sysfs reset) under an open context.
+fn cmd_reset() -> u32 {
+    let mut c = Checks::default();
+    let r = (|| -> Result<(), String> {
+        let mut ctx = Ctx::open()?;
+        let p = udp_exchange(&mut ctx, 7400, 3, "reset.before")?;
+        let resets = sysfs("reset_count");
+        std::fs::write(format!("{SYSFS}/reset"), "1").map_err(|e| format!("write reset: {e}"))?;
+        println!("@reset.count={resets}->{}", sysfs("reset_count"));
+        let mut q = QueryDevice::new();
+        c.check(
+            "reset.query_fails",
+            fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), libc::ENODEV),
+        );
+        c.check(
+            "reset.create_cq_fails",
+            fails_with(ctx.create_cq(8, -1).map(|_| ()), libc::ENODEV),
+        );
+        c.check(
+            "reset.destroy_fails",
+            fails_with(ctx.destroy(IOCTL_DESTROY_QP, p.a.handle), libc::ENODEV),
+        );
+        c.check(
+            "reset.mmap_fails",
+            fails_with(map(ctx.fd, ctx.info.doorbell_offset, PAGE), libc::ENODEV),
+        );
+        let rev = poll1(ctx.fd, libc::POLLIN, Duration::from_millis(100));
+        c.check(
+            "reset.poll_err",
+            ensure(rev & libc::POLLERR != 0, || format!("revents {rev:#x}")),
+        );
+        let mut evbuf = [0u8; EVENT_SIZE as usize];
+        c.check(
+            "reset.read_fails",
+            fails_with(read_fd(ctx.fd, &mut evbuf), libc::ENODEV),
+        );
+        // The rings stay readable (nothing freed under the process).
+        // SAFETY: the ring is still mapped.
+        let _ = unsafe { ptr::read_volatile(p.rcq.ring) };
+        drop(ctx);
+        let mut again = Ctx::open()?;
+        udp_exchange(&mut again, 7401, 3, "reset.after")?;
+        Ok(())
+    })();
+    c.check("reset.sequence", r);
+    c.failed
+}
+
+/// Removes the PCI function under an open context, closes, rescans.
+fn cmd_remove() -> u32 {
+    let mut c = Checks::default();
+    let r = (|| -> Result<(), String> {
+        let slot = std::fs::read_link(format!("{SYSFS}/device"))
+            .map_err(|e| format!("{SYSFS}/device: {e}"))?;
+        let slot = slot.file_name().unwrap().to_string_lossy().to_string();
+        println!("@remove.slot={slot}");
+        let mut ctx = Ctx::open()?;
+        let p = udp_exchange(&mut ctx, 7500, 3, "remove.before")?;
+        std::fs::write(format!("/sys/bus/pci/devices/{slot}/remove"), "1")
+            .map_err(|e| format!("remove: {e}"))?;
+        let mut q = QueryDevice::new();
+        c.check(
+            "remove.query_fails",
+            fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), libc::ENODEV),
+        );
+        c.check(
+            "remove.reg_mr_fails",
+            fails_with(ctx.reg_mr(p.buf as u64, 4096, 0), libc::ENODEV),
+        );
+        c.check(
+            "remove.mmap_fails",
+            fails_with(map(ctx.fd, ctx.info.kick_offset, PAGE), libc::ENODEV),
+        );
+        let rev = poll1(ctx.fd, libc::POLLIN, Duration::from_millis(100));
+        c.check(
+            "remove.poll_err",
+            ensure(rev & libc::POLLERR != 0, || format!("revents {rev:#x}")),
+        );
+        c.check(
+            "remove.node_gone",
+            ensure(open_dev(0) == Err(libc::ENOENT), || {
+                "open still works".into()
+            }),
+        );
+        // SAFETY: the ring is still mapped.
+        let _ = unsafe { ptr::read_volatile(p.rcq.ring) };
+        drop(ctx);
+        std::fs::write("/sys/bus/pci/rescan", "1").map_err(|e| format!("rescan: {e}"))?;
+        let deadline = Instant::now() + TIMEOUT;
+        while open_dev(0).map(close).is_err() {
+            if Instant::now() > deadline {
+                return Err("no /dev/qpip0 after rescan".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut again = Ctx::open()?;
+        udp_exchange(&mut again, 7501, 3, "remove.after")?;
+        Ok(())
+    })();
+    c.check("remove.sequence", r);
+    c.failed
+}
+
+const USAGE: &str =
+    "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset | remove";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let num = |i: usize, d: u64| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
+    let failed = match args.first().map(String::as_str) {
+        Some("ioctls") => cmd_ioctls(),
+        Some("isolation") => cmd_isolation(),
+        Some("udp") => cmd_udp(num(1, 20)),
+        Some("traffic") => cmd_traffic(num(1, 60)),
+        Some("reset") => cmd_reset(),
+        Some("remove") => cmd_remove(),
+        _ => {
+            eprintln!("{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    println!("@failed={failed}");
+    flush();
+    std::process::exit(if failed == 0 { 0 } else { 1 });
+}
