@@ -580,6 +580,19 @@ impl Pair {
         })
     }
 
+    /// Unmaps the rings and the buffer (the file stays referenced while they are mapped).
+    fn unmap(self) {
+        for cq in [&self.scq, &self.rcq] {
+            unmap(cq.ring, cq.ring_len);
+        }
+        for qp in [&self.a, &self.b] {
+            unmap(qp.sq, qp.sq_len);
+            unmap(qp.rq, qp.rq_len);
+        }
+        unmap(self.buf, BUF_LEN);
+        close(self.efd);
+    }
+
     fn recv_slot(&self, i: usize) -> u64 {
         self.buf as u64 + (i % SLOTS * SLOT) as u64
     }
@@ -1308,6 +1321,9 @@ fn cmd_ioctls() -> u32 {
     let pid = unsafe { libc::fork() };
     if pid == 0 {
         let mut cc = Checks::default();
+        // Opened before dropping privileges: the guest image's root directory is not
+        // searchable by other users. What is checked here is at ioctl time anyway.
+        let opened = Ctx::open();
         let lim = libc::rlimit {
             rlim_cur: 64 << 10,
             rlim_max: 64 << 10,
@@ -1319,7 +1335,7 @@ fn cmd_ioctls() -> u32 {
                 && libc::setuid(65534) == 0
         };
         cc.check("unprivileged.drop", ensure(dropped, || errname(errno())));
-        match Ctx::open() {
+        match opened {
             Ok(uctx) => {
                 let mut a = Addr::new();
                 a.addr = addr;
@@ -1679,7 +1695,10 @@ fn cmd_remove() -> u32 {
         );
         // SAFETY: the ring is still mapped.
         let _ = unsafe { ptr::read_volatile(p.rcq.ring) };
+        // Closing the file and unmapping everything frees the removed device's last
+        // memory, its number included: the rescanned function is qpip0 again.
         drop(ctx);
+        p.unmap();
         std::fs::write("/sys/bus/pci/rescan", "1").map_err(|e| format!("rescan: {e}"))?;
         let deadline = Instant::now() + TIMEOUT;
         while open_dev(0).map(close).is_err() {

@@ -1,0 +1,466 @@
+//! VM tests of the guest driver's device interface: real guests, real qpipd, the real
+//! qpip.ko, driven from user space by `qpip-driver-test` (guest-lib) exactly as the verbs
+//! library will drive it — ioctls, mmap of the doorbell page, the kick page and the rings,
+//! WQEs and CQEs through memory, doorbells with the sleep/kick protocol, eventfds.
+//!
+//! Like `tests/vm.rs`, each test boots a guest, so they are ignored by a plain `cargo test`
+//! and run with `-- --ignored`. The guest reports `@key=value` lines; the assertions are made
+//! here, so a failure shows the guest's whole report. The lab itself fails a run whose
+//! console shows an Oops, BUG, WARNING or call trace.
+
+use qpip_lab::{run_vm, LabError, VmOutcome, VmSpec};
+
+/// Shell helpers prepended to every guest script.
+///  kv KEY VALUE     one report line
+///  sysfs TAG        the driver's attributes of qpip0 as TAG.ATTR lines
+///  mem TAG          unreclaimable slab and available memory, in kB
+const HELPERS: &str = r#"
+kv() { printf '@%s=%s\n' "$1" "$2"; }
+Q=/sys/class/qpip/qpip0
+sysfs() {
+    for a in mac link_state mtu contexts; do kv "$1.$a" "$(cat $Q/$a 2>/dev/null || echo missing)"; done
+    kv "$1.addresses" "$(tr '\n' ' ' < $Q/addresses 2>/dev/null || echo missing)"
+    for a in admin_commands udp_tx udp_rx cq_interrupts protection_errors; do
+        kv "$1.counters.$a" "$(cat $Q/counters/$a 2>/dev/null || echo missing)"
+    done
+}
+mem() {
+    sync; echo 3 > /proc/sys/vm/drop_caches
+    kv "$1.sunreclaim_kb" "$(awk '/^SUnreclaim:/ {print $2}' /proc/meminfo)"
+    kv "$1.available_kb" "$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)"
+}
+"#;
+
+fn boot(script: &str) -> VmOutcome {
+    let spec = VmSpec::new(format!("{HELPERS}\n{script}"));
+    match run_vm(&spec) {
+        Ok(outcome) => outcome,
+        Err(e) if e.is_interrupted() => interrupted(&e),
+        Err(e) => panic!("VM run failed: {e}"),
+    }
+}
+
+/// Ends the test process after a Ctrl-C or SIGTERM (the lab has stopped its children).
+fn interrupted(e: &LabError) -> ! {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{}", e.headline());
+    std::process::exit(130);
+}
+
+/// The guest's `@key=value` report lines.
+struct Report<'a> {
+    outcome: &'a VmOutcome,
+    pairs: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Report<'a> {
+    fn new(outcome: &'a VmOutcome) -> Report<'a> {
+        let pairs = outcome
+            .output
+            .lines()
+            .filter_map(|l| l.strip_prefix('@')?.split_once('='))
+            .collect();
+        Report { outcome, pairs }
+    }
+
+    fn all(&self, key: &str) -> Vec<&'a str> {
+        self.pairs
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+            .collect()
+    }
+
+    fn get(&self, key: &str) -> &'a str {
+        match self.all(key).as_slice() {
+            [v] => v,
+            vs => panic!(
+                "expected one '{key}' in the guest report, found {vs:?}\n{}",
+                self.context()
+            ),
+        }
+    }
+
+    fn num(&self, key: &str) -> u64 {
+        let v = self.get(key);
+        v.parse()
+            .unwrap_or_else(|_| panic!("'{key}' is {v:?}, not a number\n{}", self.context()))
+    }
+
+    /// Every `check.NAME` the guest reported must be `ok`, and each of `required` must be
+    /// among them (so a check that silently stopped running fails the test too).
+    fn checks_pass(&self, required: &[&str]) {
+        let failed: Vec<String> = self
+            .pairs
+            .iter()
+            .filter(|(k, v)| k.starts_with("check.") && *v != "ok")
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "failed checks:\n  {}\n{}",
+            failed.join("\n  "),
+            self.context()
+        );
+        let missing: Vec<&&str> = required
+            .iter()
+            .filter(|name| self.all(&format!("check.{name}")).is_empty())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "checks that did not run: {missing:?}\n{}",
+            self.context()
+        );
+    }
+
+    fn context(&self) -> String {
+        let qpip_dmesg: Vec<&str> = self
+            .outcome
+            .dmesg
+            .lines()
+            .filter(|l| l.contains("qpip"))
+            .collect();
+        format!(
+            "--- guest output:\n{}--- qpip lines of the guest dmesg:\n{}\n--- run folder: {}",
+            self.outcome.output,
+            qpip_dmesg.join("\n"),
+            self.outcome.run_dir.display()
+        )
+    }
+}
+
+/// Every ioctl with good and bad arguments (sizes, handles, MRs, mmap offsets, privileges,
+/// RLIMIT_MEMLOCK), events of accept/connect/close, UDP between two QPs through the mapped
+/// rings and doorbells with a blocking wait on an eventfd, two processes isolated from each
+/// other, and the sysfs view afterwards.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn every_ioctl_and_two_isolated_processes() {
+    let out = boot(
+        r#"
+sysfs before
+qpip-driver-test ioctls; kv ioctls.status $?
+qpip-driver-test isolation; kv isolation.status $?
+qpip-driver-test udp 200; kv udp.status $?
+sysfs after
+"#,
+    );
+    let rep = Report::new(&out);
+    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    for t in ["ioctls", "isolation", "udp"] {
+        assert_eq!(
+            rep.get(&format!("{t}.status")),
+            "0",
+            "qpip-driver-test {t}\n{}",
+            rep.context()
+        );
+    }
+    rep.checks_pass(&[
+        // the argument rules
+        "query_device",
+        "size.larger_with_zero_tail",
+        "size.larger_with_nonzero_tail",
+        "size.zero",
+        "size.short",
+        "size.huge",
+        "arg.null_pointer",
+        "arg.kernel_pointer",
+        "ioctl.unknown_number",
+        "ioctl.wrong_type",
+        // CQs and their vectors
+        "cq.create",
+        "cq.depth_zero",
+        "cq.depth_not_power_of_two",
+        "cq.depth_huge",
+        "cq.bad_vector",
+        "cq.not_an_eventfd",
+        "cq.bad_eventfd",
+        "cq.reserved_nonzero",
+        "cq.destroy_bad_handle",
+        "cq.vectors_shared",
+        "cq.double_destroy",
+        "cq.destroy_while_used",
+        // QPs
+        "qp.create",
+        "qp.foreign_cq",
+        "qp.bad_type",
+        "qp.bad_depth",
+        "qp.double_destroy",
+        "bind.ephemeral",
+        "bind.twice",
+        "bind.bad_qp",
+        "bind.port_in_use",
+        // memory regions
+        "mr.unaligned",
+        "mr.zero_length",
+        "mr.huge",
+        "mr.wrapping",
+        "mr.kernel_address",
+        "mr.bad_access",
+        "mr.unmapped",
+        "mr.read_only_memory_writable",
+        "mr.read_only_memory_readable",
+        "mr.double_deregister",
+        "memlock.over_limit",
+        "memlock.within_limit",
+        "memlock.limit_counts_registered",
+        "memlock.released_by_deregister",
+        // connections: submission, errors, cancellation as events
+        "listen",
+        "listen.port_in_use",
+        "listen.port_zero",
+        "listener.double_destroy",
+        "accept.bad_listener",
+        "accept.cancelled_event",
+        "connect.cancelled_event",
+        "connect.udp_qp_event",
+        "close.not_connected_event",
+        "read.no_event_nonblocking",
+        "read.buffer_too_small",
+        // configuration and counters
+        "stats",
+        "addr.add",
+        "addr.sysfs_lists_it",
+        "addr.delete_missing",
+        "addr.bad_prefix",
+        "mac.set",
+        "mac.multicast",
+        "unprivileged.add_addr",
+        "unprivileged.set_mac",
+        // mmap
+        "mmap.doorbell_two_pages",
+        "mmap.private",
+        "mmap.exec",
+        "mmap.unknown_offset",
+        "mmap.ring_wrong_length",
+        "mmap.destroyed_ring_offset",
+        // the data path
+        "udp.exchange",
+        // two processes
+        "isolation.own_context",
+        "isolation.destroy_cq",
+        "isolation.destroy_qp",
+        "isolation.deregister_mr",
+        "isolation.destroy_listener",
+        "isolation.qp_on_foreign_cq",
+        "isolation.accept",
+        "isolation.mmap_foreign_cq_ring",
+        "isolation.mmap_foreign_sq_ring",
+        "isolation.parent_traffic",
+        "isolation.child",
+        "isolation.doorbell_page_untouched",
+    ]);
+    assert_eq!(rep.get("udp.datagrams"), "200", "{}", rep.context());
+    assert!(
+        rep.get("udp.blocking_wakeup").starts_with("ok"),
+        "{}",
+        rep.context()
+    );
+    assert_eq!(rep.get("isolation.child.datagrams"), "10");
+    assert_eq!(rep.get("isolation.parent.datagrams"), "10");
+
+    // sysfs: the device as the driver describes it, and counters that moved.
+    assert_eq!(rep.get("before.link_state"), "up", "{}", rep.context());
+    assert_eq!(rep.get("before.mtu"), "1500", "{}", rep.context());
+    let mac = rep.get("before.mac");
+    assert!(
+        mac.len() == 17 && mac.split(':').count() == 6,
+        "mac {mac:?}\n{}",
+        rep.context()
+    );
+    assert_eq!(rep.get("after.mac"), mac, "MAC restored\n{}", rep.context());
+    assert!(
+        rep.get("before.addresses").starts_with("fe80::"),
+        "addresses list the link-local one\n{}",
+        rep.context()
+    );
+    for when in ["before", "after"] {
+        assert_eq!(
+            rep.get(&format!("{when}.contexts")),
+            "0",
+            "no context left open\n{}",
+            rep.context()
+        );
+    }
+    let udp_rx = rep.num("after.counters.udp_rx") - rep.num("before.counters.udp_rx");
+    assert!(
+        udp_rx >= 200 + 21 + 2 * 11,
+        "udp_rx grew by {udp_rx}\n{}",
+        rep.context()
+    );
+    assert!(
+        rep.num("after.counters.cq_interrupts") > rep.num("before.counters.cq_interrupts"),
+        "{}",
+        rep.context()
+    );
+    assert!(
+        rep.num("after.counters.admin_commands") > rep.num("before.counters.admin_commands"),
+        "{}",
+        rep.context()
+    );
+}
+
+/// A process killed with SIGKILL in the middle of traffic: its context disappears from the
+/// device, and the device keeps working for the next process.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn a_process_killed_mid_traffic_leaves_nothing_behind() {
+    let out = boot(
+        r#"
+qpip-driver-test traffic 120 > /tmp/traffic.out 2>&1 &
+pid=$!
+i=0
+while ! grep -q '^@traffic.running=1' /tmp/traffic.out && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
+kv running "$(grep -c '^@traffic.running=1' /tmp/traffic.out)"
+kv during.contexts "$(cat $Q/contexts)"
+kill -9 $pid; wait $pid; kv killed.status $?
+kv after.contexts "$(cat $Q/contexts)"
+kv udp_rx.before "$(cat $Q/counters/udp_rx)"
+qpip-driver-test udp 20; kv udp.status $?
+kv udp_rx.after "$(cat $Q/counters/udp_rx)"
+kv final.contexts "$(cat $Q/contexts)"
+"#,
+    );
+    let rep = Report::new(&out);
+    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    assert_eq!(
+        rep.get("running"),
+        "1",
+        "traffic never started\n{}",
+        rep.context()
+    );
+    assert_eq!(rep.get("during.contexts"), "1", "{}", rep.context());
+    assert_eq!(
+        rep.get("killed.status"),
+        "137",
+        "the traffic process ended before it was killed\n{}",
+        rep.context()
+    );
+    assert_eq!(rep.get("after.contexts"), "0", "{}", rep.context());
+    assert_eq!(rep.get("udp.status"), "0", "{}", rep.context());
+    rep.checks_pass(&["udp.exchange"]);
+    assert!(rep.num("udp_rx.after") >= rep.num("udp_rx.before") + 21);
+    assert_eq!(rep.get("final.contexts"), "0", "{}", rep.context());
+}
+
+/// A reset and a removal of the device under an open file: the file's calls fail with
+/// ENODEV, poll reports POLLERR, its mappings of rings stay harmless, and the device works
+/// again afterwards. rmmod is refused while a file is open.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn reset_and_removal_with_open_files() {
+    let out = boot(
+        r#"
+qpip-driver-test reset; kv reset.status $?
+qpip-driver-test remove; kv remove.status $?
+exec 3</dev/qpip0
+rmmod qpip 2>/dev/null; kv rmmod_open.status $?
+exec 3<&-
+rmmod qpip; kv rmmod_closed.status $?
+insmod "$QPIP_KO"; kv insmod.status $?
+qpip-driver-test udp 5; kv udp.status $?
+"#,
+    );
+    let rep = Report::new(&out);
+    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    for t in ["reset", "remove", "udp"] {
+        assert_eq!(
+            rep.get(&format!("{t}.status")),
+            "0",
+            "qpip-driver-test {t}\n{}",
+            rep.context()
+        );
+    }
+    rep.checks_pass(&[
+        "reset.query_fails",
+        "reset.create_cq_fails",
+        "reset.destroy_fails",
+        "reset.mmap_fails",
+        "reset.poll_err",
+        "reset.read_fails",
+        "reset.sequence",
+        "remove.query_fails",
+        "remove.reg_mr_fails",
+        "remove.mmap_fails",
+        "remove.poll_err",
+        "remove.node_gone",
+        "remove.sequence",
+    ]);
+    let (before, after) = rep
+        .get("reset.count")
+        .split_once("->")
+        .unwrap_or_else(|| panic!("reset.count\n{}", rep.context()));
+    assert!(
+        after.parse::<u64>().unwrap() > before.parse::<u64>().unwrap(),
+        "the device was not reset\n{}",
+        rep.context()
+    );
+    assert_ne!(
+        rep.get("rmmod_open.status"),
+        "0",
+        "rmmod succeeded with /dev/qpip0 open\n{}",
+        rep.context()
+    );
+    assert_eq!(rep.get("rmmod_closed.status"), "0", "{}", rep.context());
+    assert_eq!(rep.get("insmod.status"), "0", "{}", rep.context());
+    assert!(
+        out.dmesg
+            .lines()
+            .any(|l| l.contains("qpip0: reset; open contexts were closed")),
+        "no reset line in dmesg\n{}",
+        rep.context()
+    );
+}
+
+/// rmmod/insmod ten times, with traffic each time: no Oops or WARN (the lab checks the
+/// console), and the kernel's unreclaimable slab and available memory end where they were.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn module_reload_loop_leaks_nothing() {
+    let out = boot(
+        r#"
+qpip-driver-test udp 5 > /dev/null; kv warmup.status $?
+mem start
+i=1
+while [ $i -le 10 ]; do
+    rmmod qpip || { kv rmmod.$i failed; break; }
+    insmod "$QPIP_KO" || { kv insmod.$i failed; break; }
+    qpip-driver-test udp 5 > /tmp/udp.out; s=$?
+    [ $s = 0 ] || { cat /tmp/udp.out; kv udp.$i $s; }
+    i=$((i+1))
+done
+kv cycles $((i-1))
+mem end
+"#,
+    );
+    let rep = Report::new(&out);
+    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    assert_eq!(rep.get("warmup.status"), "0", "{}", rep.context());
+    assert_eq!(rep.get("cycles"), "10", "{}", rep.context());
+    let failures: Vec<_> = rep
+        .pairs
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("udp.") || k.starts_with("rmmod.") || k.starts_with("insmod.")
+        })
+        .collect();
+    assert!(failures.is_empty(), "{failures:?}\n{}", rep.context());
+    let slab_growth = rep.num("end.sunreclaim_kb") as i64 - rep.num("start.sunreclaim_kb") as i64;
+    let avail_drop = rep.num("start.available_kb") as i64 - rep.num("end.available_kb") as i64;
+    eprintln!(
+        "reload loop: unreclaimable slab {slab_growth:+} kB, available memory {:+} kB",
+        -avail_drop
+    );
+    // Ten cycles of probe/remove, each with contexts, rings and pinned buffers: a leak of
+    // even one page per cycle shows; allocator noise stays well under these bounds.
+    assert!(
+        slab_growth < 512,
+        "unreclaimable slab grew by {slab_growth} kB over 10 reloads\n{}",
+        rep.context()
+    );
+    assert!(
+        avail_drop < 2048,
+        "available memory dropped by {avail_drop} kB over 10 reloads\n{}",
+        rep.context()
+    );
+}
