@@ -267,7 +267,9 @@ const KEEP_RUNS: usize = 40;
 /// Deletes all but the newest `keep - 1` run folders, making room for one more. Run folder
 /// names start with a timestamp, so name order is age order.
 fn prune_old_runs(runs: &Path, keep: usize) {
-    let Ok(entries) = fs::read_dir(runs) else { return };
+    let Ok(entries) = fs::read_dir(runs) else {
+        return;
+    };
     let mut dirs: Vec<PathBuf> = entries
         .filter_map(|e| e.ok())
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
@@ -806,7 +808,11 @@ mod tests {
     #[test]
     fn pruning_keeps_the_newest_run_folders() {
         let root = std::env::temp_dir().join(format!("qpip-prune-{}", std::process::id()));
-        for name in ["20260101-000003-1-0", "20260101-000001-1-0", "20260101-000002-1-0"] {
+        for name in [
+            "20260101-000003-1-0",
+            "20260101-000001-1-0",
+            "20260101-000002-1-0",
+        ] {
             fs::create_dir_all(root.join(name).join("share")).unwrap();
         }
         prune_old_runs(&root, 2);
@@ -816,7 +822,11 @@ mod tests {
             .collect();
         left.sort();
         fs::remove_dir_all(&root).unwrap();
-        assert_eq!(left, ["20260101-000003-1-0"], "room for one new run next to the newest");
+        assert_eq!(
+            left,
+            ["20260101-000003-1-0"],
+            "room for one new run next to the newest"
+        );
     }
 
     #[test]
