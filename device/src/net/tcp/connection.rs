@@ -285,7 +285,8 @@ impl Connection {
             acked_reported: 0,
             irs: 0,
             rcv: Receiver::new(
-                cfg.staging + (1 << cfg.window_scale.unwrap_or(0).min(wire::MAX_WINDOW_SHIFT)),
+                // The window is rounded up to the scale unit to keep its right edge.
+                cfg.staging + (1 << cfg.window_scale.unwrap_or(0).min(wire::MAX_WINDOW_SHIFT)) - 1,
                 cfg.ooo_limit,
             ),
             fin_rcvd: false,
@@ -764,7 +765,9 @@ impl Connection {
             State::SynSent => self.on_syn_sent(seg, now),
             _ => self.on_synchronized(seg, now, sink),
         }
-        if self.synchronized() && self.keepalive_at.is_some() {
+        // Deliveries used some of the sink's space.
+        self.sink_space = sink.space();
+        if self.synchronized() {
             self.arm_keepalive(now);
         }
     }
@@ -876,6 +879,11 @@ impl Connection {
                 return;
             }
             self.ack_now = true;
+            if self.state == State::TimeWait && h.fin() {
+                // The peer's FIN again: our last ACK was lost. Restart 2 MSL (RFC 9293
+                // §3.10.7.4, TIME-WAIT).
+                self.time_wait_at = Some(now + self.cfg.msl * 2);
+            }
             // A zero window still takes valid ACKs (RFC 9293 §3.10.7.4): a window probe
             // at RCV.NXT may carry news about our data.
             if wnd == 0 && seg_off == nxt && h.ack_flag() && self.state != State::SynReceived {
@@ -1235,6 +1243,11 @@ impl Connection {
         if self.keepalive_at.is_some_and(|t| t <= now) {
             self.keepalive_at = None;
             if let Some(k) = self.cfg.keepalive {
+                if self.una < self.nxt {
+                    // Data outstanding: retransmissions watch the peer, not keepalive.
+                    self.keepalive_at = Some(now + k.idle);
+                    return;
+                }
                 if self.keepalive_sent >= k.probes {
                     self.finish(Event::TimedOut);
                     return;
@@ -1547,8 +1560,8 @@ impl Connection {
             if out.filled_hole {
                 self.ack_now = true;
             }
-            if out.dropped {
-                self.stats.dropped_bytes += 1;
+            if out.dropped > 0 {
+                self.stats.dropped_bytes += out.dropped;
                 self.ack_now = true;
             }
             self.unacked_rcv += out.advanced;

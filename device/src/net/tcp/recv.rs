@@ -24,8 +24,8 @@ pub struct DataOutcome {
     pub out_of_order: bool,
     /// It moved the in-order point into data held out of order (a hole filled).
     pub filled_hole: bool,
-    /// Some of it could not be kept (buffers full).
-    pub dropped: bool,
+    /// Bytes of it that could not be kept (buffers full).
+    pub dropped: u64,
 }
 
 #[derive(Debug)]
@@ -134,8 +134,8 @@ impl Receiver {
         }
         if off > self.next {
             out.out_of_order = true;
-            out.dropped = !self.out_of_order(off, data, sink);
-            if push && !out.dropped {
+            out.dropped = self.out_of_order(off, data, sink);
+            if push && out.dropped == 0 {
                 self.add_push(end);
             }
             return out;
@@ -155,14 +155,14 @@ impl Receiver {
             let take = d.len().min(limit);
             let kept = self.store_in_order(&d[..take], sink);
             if kept < take {
-                out.dropped = true;
+                out.dropped = end - self.next - self.held.covered(self.next, end);
                 break;
             }
             if self.held.first().is_some_and(|(s, _)| s <= self.next) {
                 out.filled_hole |= self.absorb(sink);
             }
         }
-        if push && !out.dropped {
+        if push && out.dropped == 0 {
             self.add_push(end);
         }
         out.advanced = self.next - start;
@@ -219,10 +219,10 @@ impl Receiver {
     }
 
     /// Holds out-of-order bytes: the parts not already held are placed in the sink if it
-    /// takes them, else buffered. False if some could not be kept.
-    fn out_of_order(&mut self, off: u64, data: &[u8], sink: &mut dyn RecvSink) -> bool {
+    /// takes them, else buffered. Returns how many could not be kept.
+    fn out_of_order(&mut self, off: u64, data: &[u8], sink: &mut dyn RecvSink) -> u64 {
         let end = off + data.len() as u64;
-        let mut all = true;
+        let mut dropped = 0;
         let sink_end = if self.staging.is_empty() {
             self.delivered + sink.space() as u64
         } else {
@@ -239,7 +239,7 @@ impl Receiver {
                 self.ooo.insert(s, piece.to_vec());
                 self.ooo_bytes += piece.len();
             } else {
-                all = false;
+                dropped += e - s;
                 continue;
             }
             self.held.insert(s, e);
@@ -252,7 +252,7 @@ impl Receiver {
                 self.recent.truncate(MAX_SACK_MEMORY);
             }
         }
-        all
+        dropped
     }
 
     fn add_push(&mut self, at: u64) {
@@ -385,7 +385,7 @@ mod tests {
         // No room in the sink: staging takes up to 8.
         let o = r.on_data(10, b"0123456789", false, &mut sink);
         assert_eq!(o.advanced, 8);
-        assert!(o.dropped);
+        assert_eq!(o.dropped, 2);
         assert_eq!(r.staged(), 8);
         sink.room = 100;
         assert_eq!(r.drain_staging(&mut sink), 8);
@@ -401,14 +401,14 @@ mod tests {
             next: 0,
             cap: 20,
         };
-        assert!(!r.on_data(10, b"klmno", false, &mut sink).dropped);
-        assert!(!r.on_data(4, b"efgh", false, &mut sink).dropped);
+        assert_eq!(r.on_data(10, b"klmno", false, &mut sink).dropped, 0);
+        assert_eq!(r.on_data(4, b"efgh", false, &mut sink).dropped, 0);
         assert_eq!(r.sack_blocks(), vec![(4, 8), (10, 15)]);
         let o = r.on_data(0, b"abcdefghij", false, &mut sink);
         assert_eq!(o.advanced, 15);
         assert_eq!(&sink.buf[..15], b"abcdefghijklmno");
         assert_eq!(r.delivered(), 15);
         // Beyond the sink's space the buffer (limit 0) cannot take it.
-        assert!(r.on_data(17, b"xyz1", false, &mut sink).dropped);
+        assert_eq!(r.on_data(17, b"xyz1", false, &mut sink).dropped, 4);
     }
 }

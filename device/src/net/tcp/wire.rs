@@ -305,7 +305,7 @@ pub fn parse_options(mut b: &[u8]) -> Result<Options, ParseError> {
                 o.sack_permitted = true;
             }
             kind::SACK => {
-                if (len - 2) % 8 != 0 || len == 2 {
+                if !(len - 2).is_multiple_of(8) || len == 2 {
                     return Err(ParseError::Malformed);
                 }
                 for c in v.chunks_exact(8) {
