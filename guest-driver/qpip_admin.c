@@ -349,6 +349,7 @@ int qpip_admin_init(struct qpip_dev *qdev)
 {
 	struct qpip_admin *a = &qdev->admin;
 	struct device *dev = &qdev->pdev->dev;
+	int ret;
 
 	spin_lock_init(&a->lock);
 	init_waitqueue_head(&a->space);
@@ -362,7 +363,10 @@ int qpip_admin_init(struct qpip_dev *qdev)
 		qpip_admin_free(qdev);
 		return -ENOMEM;
 	}
-	return qpip_admin_start(qdev);
+	ret = qpip_admin_start(qdev);
+	if (ret)
+		qpip_admin_free(qdev);
+	return ret;
 }
 
 /* After qpip_admin_stop: the device no longer knows the rings. */

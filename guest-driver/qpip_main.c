@@ -411,14 +411,15 @@ static void qpip_remove(struct pci_dev *pdev)
 	qdev->unbound = true;
 	qpip_contexts_revoke(qdev);
 	qpip_admin_stop(qdev);
-	up_write(&qdev->lock);
-	qpip_cdev_del(qdev);
 	/*
 	 * A reset makes the device forget every context, so it no longer touches their memory,
-	 * which open files free when they are closed.
+	 * which open files free when they are closed — and they may be closed as soon as the
+	 * lock is dropped.
 	 */
 	qpip_wr(qdev, QPIP_REG_CONTROL, QPIP_CONTROL_RESET);
 	qpip_disable(qdev);
+	up_write(&qdev->lock);
+	qpip_cdev_del(qdev);
 	qpip_teardown_irqs(qdev);
 	pci_clear_master(pdev);
 	qpip_admin_free(qdev);

@@ -142,6 +142,16 @@ sysfs before
 qpip-driver-test ioctls; kv ioctls.status $?
 qpip-driver-test isolation; kv isolation.status $?
 qpip-driver-test udp 200; kv udp.status $?
+echo "add fd51:5050::77/64" > $Q/addresses; kv sysfs.add $?
+kv sysfs.addresses "$(tr '\n' ' ' < $Q/addresses)"
+echo "add fd51:5050::77/64" > $Q/addresses 2>/dev/null; kv sysfs.add_twice $?
+echo "del fd51:5050::77" > $Q/addresses; kv sysfs.del $?
+echo "bogus" > $Q/addresses 2>/dev/null; kv sysfs.add_bogus $?
+old=$(cat $Q/mac)
+echo 02:51:50:00:00:77 > $Q/mac; kv sysfs.mac_set $?
+kv sysfs.mac "$(cat $Q/mac)"
+echo 01:00:00:00:00:01 > $Q/mac 2>/dev/null; kv sysfs.mac_multicast $?
+echo "$old" > $Q/mac
 sysfs after
 "#,
     );
@@ -269,6 +279,29 @@ sysfs after
         rep.context()
     );
     assert_eq!(rep.get("after.mac"), mac, "MAC restored\n{}", rep.context());
+    // Configuration through sysfs (root in the guest has CAP_NET_ADMIN).
+    assert_eq!(rep.get("sysfs.add"), "0", "{}", rep.context());
+    assert!(
+        rep.get("sysfs.addresses").contains("fd51:5050::77/64"),
+        "{}",
+        rep.context()
+    );
+    assert_ne!(rep.get("sysfs.add_twice"), "0", "{}", rep.context());
+    assert_eq!(rep.get("sysfs.del"), "0", "{}", rep.context());
+    assert_ne!(rep.get("sysfs.add_bogus"), "0", "{}", rep.context());
+    assert_eq!(rep.get("sysfs.mac_set"), "0", "{}", rep.context());
+    assert_eq!(
+        rep.get("sysfs.mac"),
+        "02:51:50:00:00:77",
+        "{}",
+        rep.context()
+    );
+    assert_ne!(rep.get("sysfs.mac_multicast"), "0", "{}", rep.context());
+    assert!(
+        !rep.get("after.addresses").contains("fd51:5050::77"),
+        "{}",
+        rep.context()
+    );
     assert!(
         rep.get("before.addresses").starts_with("fe80::"),
         "addresses list the link-local one\n{}",
@@ -351,7 +384,11 @@ kv final.contexts "$(cat $Q/contexts)"
 fn reset_and_removal_with_open_files() {
     let out = boot(
         r#"
+echo 02:51:50:00:00:99 > $Q/mac
+echo "add fd51:5050::88/64" > $Q/addresses
 qpip-driver-test reset; kv reset.status $?
+kv reset.mac "$(cat $Q/mac)"
+echo "add fd51:5050::88/64" > $Q/addresses 2>/dev/null; kv reset.readd $?
 qpip-driver-test remove; kv remove.status $?
 exec 3</dev/qpip0
 rmmod qpip 2>/dev/null; kv rmmod_open.status $?
@@ -386,6 +423,19 @@ qpip-driver-test udp 5; kv udp.status $?
         "remove.node_gone",
         "remove.sequence",
     ]);
+    // The driver gave the device back what was configured through it.
+    assert_eq!(
+        rep.get("reset.mac"),
+        "02:51:50:00:00:99",
+        "{}",
+        rep.context()
+    );
+    assert_ne!(
+        rep.get("reset.readd"),
+        "0",
+        "the address configured before the reset is not in the device after it\n{}",
+        rep.context()
+    );
     let (before, after) = rep
         .get("reset.count")
         .split_once("->")
