@@ -502,7 +502,12 @@ impl Connection {
     pub fn close(&mut self) {
         match self.state {
             State::SynSent => self.finish(Event::Closed),
-            State::SynReceived | State::Established => {
+            State::SynReceived => {
+                // FIN-WAIT-1 once established (RFC 9293 CLOSE in SYN-RECEIVED: queued
+                // sends go first).
+                self.fin_queued = true;
+            }
+            State::Established => {
                 self.fin_queued = true;
                 self.state = State::FinWait1;
             }
@@ -912,7 +917,11 @@ impl Connection {
         if self.state == State::SynReceived {
             let a = unwrap_seq(h.ack, self.snd_seq(self.una), self.una);
             if a > self.una as i64 && a <= self.nxt as i64 {
-                self.state = State::Established;
+                self.state = if self.fin_queued {
+                    State::FinWait1
+                } else {
+                    State::Established
+                };
                 self.reset_congestion();
                 self.events.push_back(Event::Established);
                 self.retries = 0;
@@ -1031,7 +1040,8 @@ impl Connection {
     }
 
     fn on_new_ack(&mut self, ack: u64, h: &Header, now: Instant) {
-        let acked = ack - self.una;
+        // Bytes of data (and FIN) acknowledged; the SYN is no data for cwnd.
+        let acked = ack - self.una.max(1).min(ack);
         // RTT: timestamps when both sides use them, else the timed segment (Karn).
         if self.cookie && self.una == 0 {
             // The SYN-ACK's timestamp came from the listener's cookie: no sample.
@@ -1283,7 +1293,19 @@ impl Connection {
                 self.rtt.back_off();
                 self.rtt_probe = None;
                 self.stats.timeouts += 1;
-                if self.snd_wnd > 0 {
+                let again = matches!(
+                    self.recovery,
+                    Some(Recovery {
+                        kind: RecoveryKind::Timeout,
+                        ..
+                    })
+                );
+                if self.snd_wnd == 0 {
+                    // A window probe unanswered: not congestion.
+                } else if again {
+                    // The same data timed out again: ssthresh stays (RFC 5681 §3.1).
+                    self.cc.set_cwnd(self.smss() as u64);
+                } else {
                     self.cc.on_timeout(self.nxt - self.una);
                 }
                 self.recovery = Some(Recovery {
@@ -1335,6 +1357,15 @@ impl Connection {
             State::Closed => None,
             State::SynSent | State::SynReceived if self.nxt == 0 => Some(self.send_syn(now)),
             State::SynSent => None,
+            State::SynReceived => {
+                // Data waits for ESTABLISHED; only ACKs (answers to unacceptable
+                // segments) go out.
+                if self.ack_now {
+                    let h = self.header(self.nxt, flags::ACK, now);
+                    return Some(self.emit(&h, 0, |_| {}));
+                }
+                None
+            }
             _ => {
                 if self.state != State::TimeWait {
                     if let Some(o) = self.send_data(now, source) {
