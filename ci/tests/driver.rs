@@ -130,9 +130,9 @@ impl<'a> Report<'a> {
 }
 
 /// Every ioctl with good and bad arguments (sizes, handles, MRs, mmap offsets, privileges,
-/// RLIMIT_MEMLOCK), events of accept/connect/close, UDP between two QPs through the mapped
-/// rings and doorbells with a blocking wait on an eventfd, two processes isolated from each
-/// other, and the sysfs view afterwards.
+/// RLIMIT_MEMLOCK, the context limit), events of accept/connect/close, UDP between two QPs
+/// through the mapped rings and doorbells with a blocking wait on an eventfd, two processes
+/// isolated from each other, six processes churning objects at once, and sysfs afterwards.
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn every_ioctl_and_two_isolated_processes() {
@@ -141,6 +141,7 @@ fn every_ioctl_and_two_isolated_processes() {
 sysfs before
 qpip-driver-test ioctls; kv ioctls.status $?
 qpip-driver-test isolation; kv isolation.status $?
+qpip-driver-test churn 6 30; kv churn.status $?
 qpip-driver-test udp 200; kv udp.status $?
 echo "add fd51:5050::77/64" > $Q/addresses; kv sysfs.add $?
 kv sysfs.addresses "$(tr '\n' ' ' < $Q/addresses)"
@@ -157,7 +158,7 @@ sysfs after
     );
     let rep = Report::new(&out);
     assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
-    for t in ["ioctls", "isolation", "udp"] {
+    for t in ["ioctls", "isolation", "churn", "udp"] {
         assert_eq!(
             rep.get(&format!("{t}.status")),
             "0",
@@ -259,6 +260,13 @@ sysfs after
         "isolation.parent_traffic",
         "isolation.child",
         "isolation.doorbell_page_untouched",
+        // the device's context limit
+        "contexts.limit",
+        "contexts.reusable",
+        // six processes with commands in flight at once, and traffic beside them
+        "churn.traffic",
+        "churn.process0",
+        "churn.process5",
     ]);
     assert_eq!(rep.get("udp.datagrams"), "200", "{}", rep.context());
     assert!(

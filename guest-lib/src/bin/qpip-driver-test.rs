@@ -9,6 +9,7 @@
 //! * `ioctls`     every ioctl with good and bad arguments, mmap rules, events, limits
 //! * `isolation`  two processes: handles and offsets of one are nothing to the other, and
 //!   both move traffic at once, each in its own context
+//! * `churn [P [R]]` P processes creating and destroying objects R times each, at once
 //! * `udp [N]`    N datagrams between two UDP QPs through the rings, then a blocking wait
 //! * `traffic S`  UDP traffic in a loop for up to S seconds (to be killed in the middle)
 //! * `reset`      resets the device under an open context: its calls fail with ENODEV
@@ -1394,6 +1395,31 @@ fn cmd_ioctls() -> u32 {
     }
     c.check("unprivileged.child", wait_child(pid));
 
+    // -- as many contexts as the device has doorbell pages, then ENOSPC --
+    let mut extra = Vec::new();
+    let last = loop {
+        match open_dev(0) {
+            Ok(fd) => extra.push(fd),
+            Err(e) => break e,
+        }
+        if extra.len() > 1000 {
+            break 0;
+        }
+    };
+    println!("@contexts.opened={}", extra.len() + 1);
+    c.check(
+        "contexts.limit",
+        ensure(
+            last == libc::ENOSPC && extra.len() as u32 + 1 == info.max_contexts,
+            || format!("{} contexts, then {}", extra.len() + 1, errname(last)),
+        ),
+    );
+    extra.drain(..).for_each(close);
+    c.check(
+        "contexts.reusable",
+        ok(open_dev(0).map(close), "open after closing"),
+    );
+
     // -- the data path through everything above --
     c.check(
         "udp.exchange",
@@ -1715,6 +1741,80 @@ fn cmd_remove() -> u32 {
     c.failed
 }
 
+/// `procs` processes at once, each creating and destroying every kind of object `rounds`
+/// times with an accept cancelled each round: the admin queue wraps many times with
+/// commands of several contexts in flight and completions out of order.
+fn cmd_churn(procs: u64, rounds: u64) -> u32 {
+    let mut c = Checks::default();
+    let mut pids = Vec::new();
+    flush();
+    for k in 0..procs {
+        // SAFETY: fork in a single-threaded program; the child _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let r = (|| -> Result<(), String> {
+                let ctx = Ctx::open()?;
+                let buf = anon(8 * PAGE);
+                for i in 0..rounds {
+                    let what = |s: &str| format!("process {k} round {i}: {s}");
+                    let cq = ok(ctx.create_cq(16, -1), &what("CREATE_CQ"))?;
+                    let qp = ok(
+                        ctx.create_qp(QP_TYPE_TCP, cq.handle, cq.handle, 4),
+                        &what("CREATE_QP"),
+                    )?;
+                    let lkey = ok(
+                        ctx.reg_mr(buf as u64 + 100, 5 * PAGE as u64, MR_ACCESS_LOCAL_WRITE),
+                        &what("REG_MR"),
+                    )?;
+                    let port = 20000 + (k * 1000 + i) as u16;
+                    let l = ok(ctx.listen(port), &what("LISTEN"))?;
+                    let mut acc = Accept::new();
+                    acc.listener = l;
+                    acc.qp = qp.handle;
+                    acc.user_data = i;
+                    ok(ctx.ioc(IOCTL_ACCEPT, &mut acc), &what("ACCEPT"))?;
+                    ok(
+                        ctx.destroy(IOCTL_DESTROY_LISTENER, l),
+                        &what("DESTROY_LISTENER"),
+                    )?;
+                    expect_event(ctx.fd, EVENT_ACCEPT, -libc::ECANCELED, qp.handle, i)
+                        .map_err(|e| what(&e))?;
+                    ok(ctx.destroy(IOCTL_DEREG_MR, lkey), &what("DEREG_MR"))?;
+                    ok(
+                        ctx.destroy(IOCTL_DESTROY_QP, qp.handle),
+                        &what("DESTROY_QP"),
+                    )?;
+                    ok(
+                        ctx.destroy(IOCTL_DESTROY_CQ, cq.handle),
+                        &what("DESTROY_CQ"),
+                    )?;
+                    unmap(cq.ring, cq.ring_len);
+                    unmap(qp.sq, qp.sq_len);
+                    unmap(qp.rq, qp.rq_len);
+                }
+                Ok(())
+            })();
+            let failed = r.is_err();
+            if let Err(e) = r {
+                println!("@churn.error={e}");
+            }
+            flush();
+            // SAFETY: ending the child.
+            unsafe { libc::_exit(failed as i32) };
+        }
+        pids.push(pid);
+    }
+    // Meanwhile, traffic in a context of its own.
+    let traffic =
+        Ctx::open().and_then(|mut ctx| udp_exchange(&mut ctx, 7600, 50, "churn.udp").map(|_| ()));
+    c.check("churn.traffic", traffic);
+    for (k, pid) in pids.into_iter().enumerate() {
+        c.check(&format!("churn.process{k}"), wait_child(pid));
+    }
+    println!("@churn.commands={}", procs * rounds * 10);
+    c.failed
+}
+
 const USAGE: &str =
     "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset | remove";
 
@@ -1724,6 +1824,7 @@ fn main() {
     let failed = match args.first().map(String::as_str) {
         Some("ioctls") => cmd_ioctls(),
         Some("isolation") => cmd_isolation(),
+        Some("churn") => cmd_churn(num(1, 6), num(2, 30)),
         Some("udp") => cmd_udp(num(1, 20)),
         Some("traffic") => cmd_traffic(num(1, 60)),
         Some("reset") => cmd_reset(),
