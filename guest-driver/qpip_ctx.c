@@ -48,6 +48,7 @@ struct qpip_ring {
 	struct page **pages;
 	dma_addr_t *dma;
 	unsigned long cookie;		/* mmap page offset */
+	struct mm_struct *mm;		/* whose pinned_vm counts the pages */
 };
 
 struct qpip_cq {
@@ -103,6 +104,38 @@ static bool qpip_ctx_dead(struct qpip_ctx *ctx)
 	return READ_ONCE(qdev->unbound) || ctx->generation != READ_ONCE(qdev->generation);
 }
 
+/* ---- locked memory ---- */
+
+/*
+ * Memory the device may access at any time is locked memory: registered regions (pinned
+ * user pages) and rings (pages the driver allocates for the process) alike. Both count in
+ * the creating process's pinned_vm against RLIMIT_MEMLOCK, unless it has CAP_IPC_LOCK.
+ */
+static int qpip_lock_account(struct mm_struct **mmp, unsigned long npages)
+{
+	struct mm_struct *mm = current->mm;
+	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+
+	if (!mm)
+		return -EFAULT;
+	if (atomic64_add_return(npages, &mm->pinned_vm) > limit && !capable(CAP_IPC_LOCK)) {
+		atomic64_sub(npages, &mm->pinned_vm);
+		return -ENOMEM;
+	}
+	mmgrab(mm);
+	*mmp = mm;
+	return 0;
+}
+
+static void qpip_lock_unaccount(struct mm_struct **mmp, unsigned long npages)
+{
+	if (!*mmp)
+		return;
+	atomic64_sub(npages, &(*mmp)->pinned_vm);
+	mmdrop(*mmp);
+	*mmp = NULL;
+}
+
 /* ---- rings ---- */
 
 static void qpip_ring_release(struct kref *ref)
@@ -110,7 +143,7 @@ static void qpip_ring_release(struct kref *ref)
 	struct qpip_ring *r = container_of(ref, struct qpip_ring, ref);
 	unsigned int i;
 
-	for (i = 0; i < r->npages; i++)
+	for (i = 0; r->pages && i < r->npages; i++)
 		if (r->pages[i])
 			put_page(r->pages[i]);
 	kvfree(r->pages);
@@ -127,19 +160,24 @@ static struct qpip_ring *qpip_ring_alloc(struct qpip_dev *qdev, size_t bytes)
 {
 	struct qpip_ring *r;
 	unsigned int i;
+	int ret;
 
 	r = kzalloc(sizeof(*r), GFP_KERNEL);
 	if (!r)
-		return NULL;
+		return ERR_PTR(-ENOMEM);
 	kref_init(&r->ref);
 	r->dma_dev = &qdev->pdev->dev;
 	r->npages = DIV_ROUND_UP(bytes, PAGE_SIZE);
+	ret = qpip_lock_account(&r->mm, r->npages);
+	if (ret)
+		goto err;
+	ret = -ENOMEM;
 	r->pages = kvcalloc(r->npages, sizeof(*r->pages), GFP_KERNEL);
 	r->dma = kvcalloc(r->npages, sizeof(*r->dma), GFP_KERNEL);
 	if (!r->pages || !r->dma)
 		goto err;
 	for (i = 0; i < r->npages; i++) {
-		r->pages[i] = alloc_page(GFP_KERNEL | __GFP_ZERO);
+		r->pages[i] = alloc_page(GFP_KERNEL_ACCOUNT | __GFP_ZERO);
 		if (!r->pages[i])
 			goto err;
 		r->dma[i] = dma_map_page(r->dma_dev, r->pages[i], 0, PAGE_SIZE,
@@ -152,8 +190,9 @@ static struct qpip_ring *qpip_ring_alloc(struct qpip_dev *qdev, size_t bytes)
 err:
 	for (i = 0; i < r->mapped; i++)
 		dma_unmap_page(r->dma_dev, r->dma[i], PAGE_SIZE, DMA_BIDIRECTIONAL);
+	qpip_lock_unaccount(&r->mm, r->npages);
 	kref_put(&r->ref, qpip_ring_release);
-	return NULL;
+	return ERR_PTR(ret);
 }
 
 /*
@@ -193,6 +232,8 @@ static void qpip_ring_put(struct qpip_ctx *ctx, struct qpip_ring *r, bool leak)
 	for (i = 0; i < r->mapped; i++)
 		dma_unmap_page(r->dma_dev, r->dma[i], PAGE_SIZE, DMA_BIDIRECTIONAL);
 	r->mapped = 0;
+	/* Pages a process still maps are its own mapping's from here on. */
+	qpip_lock_unaccount(&r->mm, r->npages);
 	kref_put(&r->ref, qpip_ring_release);
 }
 
@@ -313,10 +354,7 @@ static void qpip_mr_free(struct qpip_dev *qdev, struct qpip_mr *mr, bool leak)
 		dma_unmap_page(&qdev->pdev->dev, mr->dma[i], PAGE_SIZE, dir);
 	if (mr->pinned)
 		unpin_user_pages_dirty_lock(mr->pages, mr->pinned, mr->writable);
-	if (mr->mm) {
-		atomic64_sub(mr->npages, &mr->mm->pinned_vm);
-		mmdrop(mr->mm);
-	}
+	qpip_lock_unaccount(&mr->mm, mr->npages);
 	kvfree(mr->pages);
 	kvfree(mr->dma);
 	kfree(mr);
@@ -441,10 +479,12 @@ static int qpip_ioctl_create_cq(struct qpip_ctx *ctx, void __user *uarg)
 			goto err_free;
 		}
 	}
-	ret = -ENOMEM;
 	cq->ring = qpip_ring_alloc(qdev, (size_t)a.depth * QPIP_CQE_SIZE);
-	if (!cq->ring)
+	if (IS_ERR(cq->ring)) {
+		ret = PTR_ERR(cq->ring);
+		cq->ring = NULL;
 		goto err_free;
+	}
 	ret = qpip_page_list_alloc(qdev, &pl, cq->ring->dma, cq->ring->npages);
 	if (ret)
 		goto err_free;
@@ -528,11 +568,18 @@ static int qpip_ioctl_create_qp(struct qpip_ctx *ctx, void __user *uarg)
 	qp = kzalloc(sizeof(*qp), GFP_KERNEL);
 	if (!qp)
 		return -ENOMEM;
-	ret = -ENOMEM;
 	qp->sq = qpip_ring_alloc(qdev, (size_t)a.sq_depth * QPIP_WQE_SIZE);
-	qp->rq = qpip_ring_alloc(qdev, (size_t)a.rq_depth * QPIP_WQE_SIZE);
-	if (!qp->sq || !qp->rq)
+	if (IS_ERR(qp->sq)) {
+		ret = PTR_ERR(qp->sq);
+		qp->sq = NULL;
 		goto err_free;
+	}
+	qp->rq = qpip_ring_alloc(qdev, (size_t)a.rq_depth * QPIP_WQE_SIZE);
+	if (IS_ERR(qp->rq)) {
+		ret = PTR_ERR(qp->rq);
+		qp->rq = NULL;
+		goto err_free;
+	}
 	ret = qpip_page_list_alloc(qdev, &sq_pl, qp->sq->dma, qp->sq->npages);
 	if (!ret)
 		ret = qpip_page_list_alloc(qdev, &rq_pl, qp->rq->dma, qp->rq->npages);
@@ -609,24 +656,17 @@ static int qpip_ioctl_destroy_qp(struct qpip_ctx *ctx, void __user *uarg)
 			    QPIP_MR_ACCESS_REMOTE_READ)
 
 /*
- * Pins the region long-term (the device may write it at any time until deregistration),
- * counted in the caller's pinned_vm against RLIMIT_MEMLOCK unless it has CAP_IPC_LOCK.
+ * Pins the region long-term: the device may write it at any time until deregistration.
  */
 static int qpip_mr_pin(struct qpip_mr *mr, unsigned long start)
 {
-	struct mm_struct *mm = current->mm;
-	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
 	unsigned int gup = FOLL_LONGTERM | (mr->writable ? FOLL_WRITE : 0);
 	long n;
+	int ret;
 
-	if (!mm)
-		return -EFAULT;
-	if (atomic64_add_return(mr->npages, &mm->pinned_vm) > limit && !capable(CAP_IPC_LOCK)) {
-		atomic64_sub(mr->npages, &mm->pinned_vm);
-		return -ENOMEM;
-	}
-	mmgrab(mm);
-	mr->mm = mm;
+	ret = qpip_lock_account(&mr->mm, mr->npages);
+	if (ret)
+		return ret;
 	while (mr->pinned < mr->npages) {
 		n = pin_user_pages_fast(start + (mr->pinned << PAGE_SHIFT),
 					min_t(unsigned long, mr->npages - mr->pinned, INT_MAX),
@@ -1059,8 +1099,8 @@ static ssize_t qpip_read(struct file *filp, char __user *buf, size_t count, loff
 				return -ENODEV;
 			if (filp->f_flags & O_NONBLOCK)
 				return -EAGAIN;
-			ret = wait_event_interruptible(ctx->ev_wait,
-						       qpip_ctx_has_event(ctx) || qpip_ctx_dead(ctx));
+			ret = wait_event_interruptible(ctx->ev_wait, qpip_ctx_has_event(ctx) ||
+							     qpip_ctx_dead(ctx));
 			if (ret)
 				return ret;
 			continue;
@@ -1104,7 +1144,7 @@ static int qpip_mmap_io(struct qpip_ctx *ctx, struct vm_area_struct *vma, bool d
 		return -EINVAL;
 	vm_flags_set(vma, VM_IO | VM_DONTCOPY);
 	if (doorbell) {
-		/* Only this context's page; prefetchable memory, ordered by the protocol's fences. */
+		/* Only this context's page: prefetchable, ordered by the protocol's fences. */
 		pfn = PHYS_PFN(qdev->doorbell_phys) + ctx->id;
 		prot = pgprot_writecombine(vma->vm_page_prot);
 	} else {

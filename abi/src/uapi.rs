@@ -34,6 +34,13 @@
 //! The rings are ordinary memory shared with the device; the mapping stays valid until it
 //! is unmapped, even after the object is destroyed (the device no longer uses it then).
 //!
+//! # Locked memory
+//!
+//! Registered regions (pinned pages of the process) and rings (pages the driver allocates
+//! for the process) are memory the device may access at any time: both count in the
+//! process's locked memory against `RLIMIT_MEMLOCK` (`ENOMEM` beyond it), unless it has
+//! `CAP_IPC_LOCK`.
+//!
 //! # Events
 //!
 //! A completion queue created with an eventfd signals it each time the device raises the
@@ -70,11 +77,11 @@ pub const fn iowr(nr: u32, size: usize) -> u32 {
 
 /// Describe the device and this file's context ([`QueryDevice`]).
 pub const IOCTL_QUERY_DEVICE: u32 = 0xc058c400;
-/// Create a completion queue ([`CreateCq`]).
+/// Create a completion queue ([`CreateCq`]). Its ring counts as locked memory.
 pub const IOCTL_CREATE_CQ: u32 = 0xc030c401;
 /// Destroy a completion queue ([`Handle`]). `EBUSY` while a QP uses it.
 pub const IOCTL_DESTROY_CQ: u32 = 0xc008c402;
-/// Create a queue pair ([`CreateQp`]).
+/// Create a queue pair ([`CreateQp`]). Its rings count as locked memory.
 pub const IOCTL_CREATE_QP: u32 = 0xc040c403;
 /// Destroy a queue pair ([`Handle`]): outstanding work completes as flushed.
 pub const IOCTL_DESTROY_QP: u32 = 0xc008c404;

@@ -216,6 +216,8 @@ sysfs after
         "memlock.within_limit",
         "memlock.limit_counts_registered",
         "memlock.released_by_deregister",
+        "memlock.ring_over_limit",
+        "memlock.ring_within_limit",
         // connections: submission, errors, cancellation as events
         "listen",
         "listen.port_in_use",

@@ -33,7 +33,7 @@
 #define QPIP_IOCTL_QUERY_DEVICE 3227042816
 
 /*
- Create a completion queue ([`CreateCq`]).
+ Create a completion queue ([`CreateCq`]). Its ring counts as locked memory.
  */
 #define QPIP_IOCTL_CREATE_CQ 3224421377
 
@@ -43,7 +43,7 @@
 #define QPIP_IOCTL_DESTROY_CQ 3221799938
 
 /*
- Create a queue pair ([`CreateQp`]).
+ Create a queue pair ([`CreateQp`]). Its rings count as locked memory.
  */
 #define QPIP_IOCTL_CREATE_QP 3225469955
 

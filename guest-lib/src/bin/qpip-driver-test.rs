@@ -1355,6 +1355,22 @@ fn cmd_ioctls() -> u32 {
                     "unprivileged.set_mac",
                     fails_with(uctx.ioc(IOCTL_SET_MAC, &mut m), libc::EPERM),
                 );
+                // Rings are locked memory too: a 128 KiB CQ ring is over 64 KiB.
+                cc.check(
+                    "memlock.ring_over_limit",
+                    fails_with(uctx.create_cq(2048, -1).map(|_| ()), libc::ENOMEM),
+                );
+                let small_cq = uctx.create_cq(64, -1);
+                cc.check(
+                    "memlock.ring_within_limit",
+                    ok(
+                        small_cq.as_ref().map(|_| ()).map_err(|e| *e),
+                        "CREATE_CQ 4 KiB",
+                    ),
+                );
+                if let Ok(cq) = small_cq {
+                    let _ = uctx.destroy(IOCTL_DESTROY_CQ, cq.handle);
+                }
                 let big = anon(1 << 20);
                 cc.check(
                     "memlock.over_limit",
