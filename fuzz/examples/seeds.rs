@@ -12,11 +12,15 @@ use std::path::{Path, PathBuf};
 use qpip_abi::admin::*;
 use qpip_abi::regs::*;
 use qpip_abi::wqe::*;
-use qpip_fuzz::{cmd, cmd0, Seed};
+use qpip_fuzz::{cmd, cmd0, Seed, ADMIN_OPCODES};
 use zerocopy::{FromZeros, IntoBytes};
 
 fn main() {
-    let out = PathBuf::from(std::env::args().nth(1).unwrap_or_else(|| "fuzz/corpus".into()));
+    let out = PathBuf::from(
+        std::env::args()
+            .nth(1)
+            .unwrap_or_else(|| "fuzz/corpus".into()),
+    );
     config_space(&out.join("config_space"));
     control_bar(&out.join("control_bar"));
     admin_command(&out.join("admin_command"));
@@ -195,8 +199,16 @@ fn wqe(dir: &Path) {
     save(dir, "inline-send", &s);
 
     let sges = [
-        Sge { addr: 0x7f00_0000_0000, length: 100, lkey: 0x1234 },
-        Sge { addr: 0x7f00_0000_1000, length: 200, lkey: 0x1234 },
+        Sge {
+            addr: 0x7f00_0000_0000,
+            length: 100,
+            lkey: 0x1234,
+        },
+        Sge {
+            addr: 0x7f00_0000_1000,
+            length: 200,
+            lkey: 0x1234,
+        },
     ];
     let mut h = Wqe::new_zeroed();
     h.wr_id = 2;
@@ -222,31 +234,9 @@ fn wqe(dir: &Path) {
 // structured: opcode index, ctx choice, body fields, handle choice (not for CREATE_CTX and
 // the queries), noise choice (2 = none).
 
-const OPS: [u16; 19] = [
-    ADMIN_OP_QUERY_DEVICE,
-    ADMIN_OP_SET_MAC,
-    ADMIN_OP_ADD_ADDR,
-    ADMIN_OP_DEL_ADDR,
-    ADMIN_OP_QUERY_STATS,
-    ADMIN_OP_CREATE_CTX,
-    ADMIN_OP_DESTROY_CTX,
-    ADMIN_OP_CREATE_CQ,
-    ADMIN_OP_DESTROY_CQ,
-    ADMIN_OP_CREATE_QP,
-    ADMIN_OP_DESTROY_QP,
-    ADMIN_OP_REG_MR,
-    ADMIN_OP_DEREG_MR,
-    ADMIN_OP_BIND,
-    ADMIN_OP_LISTEN,
-    ADMIN_OP_DESTROY_LISTENER,
-    ADMIN_OP_ACCEPT,
-    ADMIN_OP_CONNECT,
-    ADMIN_OP_CLOSE,
-];
-
 fn op(s: &mut Seed, opcode: u16) {
     s.u8(0); // structured
-    s.u8(OPS.iter().position(|&o| o == opcode).unwrap() as u8);
+    s.u8(ADMIN_OPCODES.iter().position(|&o| o == opcode).unwrap() as u8);
     s.u8(0).u8(0); // ctx: the newest context
 }
 

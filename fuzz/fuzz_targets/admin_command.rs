@@ -15,7 +15,11 @@ fuzz_target!(|data: &[u8]| {
     raw[..n].copy_from_slice(&data[..n]);
     let cmd = AdminCmd::read_from_bytes(&raw[..]).expect("64 bytes");
     // The device passes its vector count; other counts exercise the bound itself.
-    let vectors = if data.len() > 64 { data[64] as u16 } else { MSIX_VECTORS };
+    let vectors = if data.len() > 64 {
+        data[64] as u16
+    } else {
+        MSIX_VECTORS
+    };
     let Ok(req) = decode::admin(&cmd, vectors) else {
         return;
     };
@@ -24,10 +28,16 @@ fuzz_target!(|data: &[u8]| {
     match req {
         AdminRequest::CreateCq { depth, vector, .. } => {
             assert!(pow2(depth), "CQ depth {depth} accepted");
-            assert!(vector >= 1 && vector < vectors, "CQ vector {vector} accepted");
+            assert!(
+                vector >= 1 && vector < vectors,
+                "CQ vector {vector} accepted"
+            );
         }
         AdminRequest::CreateQp(q) => {
-            assert!(pow2(q.sq_depth) && pow2(q.rq_depth), "QP depths accepted: {q:?}");
+            assert!(
+                pow2(q.sq_depth) && pow2(q.rq_depth),
+                "QP depths accepted: {q:?}"
+            );
             assert!(
                 (!q.tcp && q.framing == 0)
                     || (q.tcp && (q.framing == FRAMING_MESSAGE || q.framing == FRAMING_STREAM)),

@@ -62,7 +62,9 @@ fn fixture(d: &mut SyncDevice) -> Fixture {
     let l8 = d.page_list(&(7..15).map(p).collect::<Vec<_>>());
     let bad = d.page_list(&[p(0) + 8]);
     let out = d.page_list(&[RAM_BASE + RAM_SIZE]);
-    Fixture { lists: [l1, l2, l4, l8, bad, out] }
+    Fixture {
+        lists: [l1, l2, l4, l8, bad, out],
+    }
 }
 
 /// A guest address: one of the page lists, the query page, the end of RAM, outside RAM, or
@@ -106,11 +108,11 @@ fn ctx(input: &mut Input, m: &Model) -> u32 {
 fn ip(input: &mut Input) -> [u8; 16] {
     let mut a = [0u8; 16];
     match input.choose(6) {
-        0 => a[15] = 1,                                      // ::1
-        1 => {}                                              // ::
+        0 => a[15] = 1,                                         // ::1
+        1 => {}                                                 // ::
         2 => a[..4].copy_from_slice(&[0xfd, 0x51, 0x50, 0x50]), // fd51:5050::x
-        3 => a[..2].copy_from_slice(&[0xff, 0x02]),          // multicast
-        4 => a[..2].copy_from_slice(&[0xfe, 0x80]),          // link-local prefix
+        3 => a[..2].copy_from_slice(&[0xff, 0x02]),             // multicast
+        4 => a[..2].copy_from_slice(&[0xfe, 0x80]),             // link-local prefix
         _ => return input.array(),
     }
     a[15] |= input.u8() & 3;
@@ -133,32 +135,14 @@ fn depth(input: &mut Input) -> u32 {
     }
 }
 
-const OPCODES: [u16; 19] = [
-    ADMIN_OP_QUERY_DEVICE,
-    ADMIN_OP_SET_MAC,
-    ADMIN_OP_ADD_ADDR,
-    ADMIN_OP_DEL_ADDR,
-    ADMIN_OP_QUERY_STATS,
-    ADMIN_OP_CREATE_CTX,
-    ADMIN_OP_DESTROY_CTX,
-    ADMIN_OP_CREATE_CQ,
-    ADMIN_OP_DESTROY_CQ,
-    ADMIN_OP_CREATE_QP,
-    ADMIN_OP_DESTROY_QP,
-    ADMIN_OP_REG_MR,
-    ADMIN_OP_DEREG_MR,
-    ADMIN_OP_BIND,
-    ADMIN_OP_LISTEN,
-    ADMIN_OP_DESTROY_LISTENER,
-    ADMIN_OP_ACCEPT,
-    ADMIN_OP_CONNECT,
-    ADMIN_OP_CLOSE,
-];
-
 /// A command with the structure its opcode expects, then maybe one byte of noise.
 fn structured(input: &mut Input, m: &Model, fx: &Fixture) -> AdminCmd {
-    let i = input.choose(OPCODES.len() + 1);
-    let opcode = if i < OPCODES.len() { OPCODES[i] } else { input.u16() };
+    let i = input.choose(ADMIN_OPCODES.len() + 1);
+    let opcode = if i < ADMIN_OPCODES.len() {
+        ADMIN_OPCODES[i]
+    } else {
+        input.u16()
+    };
     let mut c = cmd0(opcode, ctx(input, m), 0);
     let body: Vec<u8> = match opcode {
         ADMIN_OP_QUERY_DEVICE | ADMIN_OP_QUERY_STATS => {
@@ -191,7 +175,11 @@ fn structured(input: &mut Input, m: &Model, fx: &Fixture) -> AdminCmd {
             a.sq_page_list = addr(input, fx);
             a.rq_page_list = addr(input, fx);
             a.send_cq = handle(input, m);
-            a.recv_cq = if input.bool() { a.send_cq } else { handle(input, m) };
+            a.recv_cq = if input.bool() {
+                a.send_cq
+            } else {
+                handle(input, m)
+            };
             a.sq_depth = depth(input);
             a.rq_depth = depth(input);
             a.sq_npages = 1 << (input.u8() % 5);
@@ -213,7 +201,7 @@ fn structured(input: &mut Input, m: &Model, fx: &Fixture) -> AdminCmd {
                 _ => input.u64(),
             };
             a.access = input.u8() as u32 % 9;
-            if input.u8() % 8 == 0 {
+            if input.u8().is_multiple_of(8) {
                 a.iova = input.u64();
             }
             a.as_bytes().to_vec()
@@ -245,7 +233,10 @@ fn structured(input: &mut Input, m: &Model, fx: &Fixture) -> AdminCmd {
         _ => vec![0; 48],
     };
     c.body.copy_from_slice(&body);
-    if !matches!(opcode, ADMIN_OP_CREATE_CTX | ADMIN_OP_QUERY_DEVICE | ADMIN_OP_QUERY_STATS) {
+    if !matches!(
+        opcode,
+        ADMIN_OP_CREATE_CTX | ADMIN_OP_QUERY_DEVICE | ADMIN_OP_QUERY_STATS
+    ) {
         c.handle = handle(input, m);
     }
     // Noise: one byte anywhere in the body, or the reserved flags.
@@ -286,7 +277,9 @@ impl Harness {
             self.settle();
         }
         if matches!(c.opcode, ADMIN_OP_QUERY_DEVICE | ADMIN_OP_QUERY_STATS) {
-            self.m.query_bufs.insert(u64::from_le_bytes(c.body[..8].try_into().unwrap()));
+            self.m
+                .query_bufs
+                .insert(u64::from_le_bytes(c.body[..8].try_into().unwrap()));
         }
         self.d.submit(c);
         self.since_take += 1;
@@ -322,7 +315,11 @@ impl Harness {
             if let Some(kind) = handle_kind(cmd.opcode) {
                 if let Some(&owner) = self.m.owner.get(&(kind, cmd.handle)) {
                     if owner != cmd.ctx {
-                        assert!(!ok, "context {} used {kind:?} {} of context {owner}: {c:?}", cmd.ctx, cmd.handle);
+                        assert!(
+                            !ok,
+                            "context {} used {kind:?} {} of context {owner}: {c:?}",
+                            cmd.ctx, cmd.handle
+                        );
                     }
                 }
             }
@@ -353,9 +350,15 @@ impl Harness {
                         ADMIN_OP_CREATE_QP => (Kind::Qp, DB_QP_SLOTS as u64),
                         _ => (Kind::Listener, u64::MAX),
                     };
-                    assert!(c.result1 < slots || kind == Kind::Listener, "doorbell slot out of the page: {c:?}");
+                    assert!(
+                        c.result1 < slots || kind == Kind::Listener,
+                        "doorbell slot out of the page: {c:?}"
+                    );
                     let id = c.result0 as u32;
-                    assert!(self.m.owner.insert((kind, id), ctx).is_none(), "{kind:?} id {id} reused: {c:?}");
+                    assert!(
+                        self.m.owner.insert((kind, id), ctx).is_none(),
+                        "{kind:?} id {id} reused: {c:?}"
+                    );
                     self.m.ids.push(id);
                 }
                 ADMIN_OP_REG_MR => {
@@ -363,13 +366,19 @@ impl Harness {
                     self.m.owner.insert((Kind::Mr, lkey), ctx);
                     self.m.lkeys.push(lkey);
                 }
-                ADMIN_OP_DESTROY_CQ | ADMIN_OP_DESTROY_QP | ADMIN_OP_DEREG_MR | ADMIN_OP_DESTROY_LISTENER => {
+                ADMIN_OP_DESTROY_CQ
+                | ADMIN_OP_DESTROY_QP
+                | ADMIN_OP_DEREG_MR
+                | ADMIN_OP_DESTROY_LISTENER => {
                     let kind = handle_kind(cmd.opcode).unwrap();
                     self.m.owner.remove(&(kind, cmd.handle));
                 }
                 ADMIN_OP_BIND => {
                     let asked = u16::from_le_bytes(cmd.body[16..18].try_into().unwrap());
-                    assert!(c.result0 != 0 && (asked == 0 || c.result0 == asked as u64), "bind result: {c:?}");
+                    assert!(
+                        c.result0 != 0 && (asked == 0 || c.result0 == asked as u64),
+                        "bind result: {c:?}"
+                    );
                 }
                 _ => {}
             }
@@ -383,7 +392,12 @@ fuzz_target!(|data: &[u8]| {
     let mut d = SyncDevice::new();
     let fx = fixture(&mut d);
     d.check_writes(&Writable::default());
-    let mut h = Harness { d, m: Model::default(), fx, since_take: 0 };
+    let mut h = Harness {
+        d,
+        m: Model::default(),
+        fx,
+        since_take: 0,
+    };
     for _ in 0..200 {
         if input.is_empty() {
             break;
@@ -404,7 +418,10 @@ fuzz_target!(|data: &[u8]| {
             8 => h.run(),
             9 => {
                 h.d.reset();
-                h.m = Model { query_bufs: std::mem::take(&mut h.m.query_bufs), ..Model::default() };
+                h.m = Model {
+                    query_bufs: std::mem::take(&mut h.m.query_bufs),
+                    ..Model::default()
+                };
                 h.since_take = 0;
             }
             10 => {
@@ -434,7 +451,10 @@ fuzz_target!(|data: &[u8]| {
     }
     for (id, c) in &h.d.outstanding {
         assert!(
-            matches!(c.opcode, ADMIN_OP_ACCEPT | ADMIN_OP_CONNECT | ADMIN_OP_CLOSE),
+            matches!(
+                c.opcode,
+                ADMIN_OP_ACCEPT | ADMIN_OP_CONNECT | ADMIN_OP_CLOSE
+            ),
             "command {id} ({:#x}) never completed: {c:?}",
             c.opcode
         );
@@ -444,5 +464,9 @@ fuzz_target!(|data: &[u8]| {
         h.submit(cmd0(ADMIN_OP_DESTROY_CTX, ctx, 0));
     }
     h.settle();
-    assert!(h.d.outstanding.is_empty(), "commands still waiting after all contexts were destroyed: {:?}", h.d.outstanding);
+    assert!(
+        h.d.outstanding.is_empty(),
+        "commands still waiting after all contexts were destroyed: {:?}",
+        h.d.outstanding
+    );
 });

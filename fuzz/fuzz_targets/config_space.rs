@@ -21,26 +21,46 @@ fn offset(input: &mut Input) -> u64 {
 
 #[derive(Debug)]
 enum Op {
-    Read { offset: u64, len: usize },
-    Write { offset: u64, data: Vec<u8> },
+    Read {
+        offset: u64,
+        len: usize,
+    },
+    Write {
+        offset: u64,
+        data: Vec<u8>,
+    },
     /// The natural accesses a driver makes: 1, 2 or 4 bytes, naturally aligned.
-    WriteAligned { offset: u64, width: usize, value: u32 },
+    WriteAligned {
+        offset: u64,
+        width: usize,
+        value: u32,
+    },
     Reset,
 }
 
 /// Input format (see `examples/seeds.rs`): per operation a kind byte, then its fields.
 fn next_op(input: &mut Input) -> Op {
     match input.choose(4) {
-        0 => Op::Read { offset: offset(input), len: input.u8() as usize },
+        0 => Op::Read {
+            offset: offset(input),
+            len: input.u8() as usize,
+        },
         1 => {
             let offset = offset(input);
             let len = input.u8() as usize;
-            Op::Write { offset, data: input.bytes(len) }
+            Op::Write {
+                offset,
+                data: input.bytes(len),
+            }
         }
         2 => {
             let offset = input.u8() as u64;
             let width = [1usize, 2, 4][input.choose(3)];
-            Op::WriteAligned { offset: offset / width as u64 * width as u64, width, value: input.u32() }
+            Op::WriteAligned {
+                offset: offset / width as u64 * width as u64,
+                width,
+                value: input.u32(),
+            }
         }
         _ => Op::Reset,
     }
@@ -51,14 +71,26 @@ fn next_op(input: &mut Input) -> Op {
 /// and table/PBA locations.
 fn read_only_ranges() -> Vec<std::ops::Range<usize>> {
     let m = abi::PCI_CAP_MSIX_OFFSET as usize;
-    vec![0x00..0x04, 0x08..0x0c, 0x0e..0x0f, 0x2c..0x30, 0x34..0x35, m..m + 2, m + 4..m + 12]
+    vec![
+        0x00..0x04,
+        0x08..0x0c,
+        0x0e..0x0f,
+        0x2c..0x30,
+        0x34..0x35,
+        m..m + 2,
+        m + 4..m + 12,
+    ]
 }
 
 fn check_identity(c: &ConfigSpace, pristine: &[u8; CONFIG_SPACE_SIZE]) {
     let mut now = [0u8; CONFIG_SPACE_SIZE];
     c.read(0, &mut now).expect("the whole space is readable");
     for r in read_only_ranges() {
-        assert_eq!(now[r.clone()], pristine[r.clone()], "read-only bytes {r:x?} changed");
+        assert_eq!(
+            now[r.clone()],
+            pristine[r.clone()],
+            "read-only bytes {r:x?} changed"
+        );
     }
     // MSI-X table size (bits 10:0 of message control) is read-only too.
     let m = abi::PCI_CAP_MSIX_OFFSET as usize;
@@ -73,13 +105,18 @@ fn check_identity(c: &ConfigSpace, pristine: &[u8; CONFIG_SPACE_SIZE]) {
     }
     // BAR address bits below the BAR size stay zero (sizing reads back the size).
     assert_eq!(bar(abi::CTRL_BAR as usize) & (abi::CTRL_BAR_SIZE - 1), 0);
-    assert_eq!(bar(abi::DOORBELL_BAR as usize) & (abi::DOORBELL_BAR_SIZE - 1) & !0xf, 0);
+    assert_eq!(
+        bar(abi::DOORBELL_BAR as usize) & (abi::DOORBELL_BAR_SIZE - 1) & !0xf,
+        0
+    );
     assert_eq!(c.read16(0), abi::PCI_VENDOR_ID);
     assert_eq!(c.read16(2), abi::PCI_DEVICE_ID);
 }
 
 fn in_space(offset: u64, len: usize) -> bool {
-    offset.checked_add(len as u64).is_some_and(|end| end <= CONFIG_SPACE_SIZE as u64)
+    offset
+        .checked_add(len as u64)
+        .is_some_and(|end| end <= CONFIG_SPACE_SIZE as u64)
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -102,7 +139,11 @@ fuzz_target!(|data: &[u8]| {
                 let r = c.write(*offset, data);
                 assert_eq!(r.is_ok(), in_space(*offset, data.len()), "{op:?}");
             }
-            Op::WriteAligned { offset, width, value } => {
+            Op::WriteAligned {
+                offset,
+                width,
+                value,
+            } => {
                 c.write(*offset, &value.to_le_bytes()[..*width]).unwrap();
             }
             Op::Reset => {

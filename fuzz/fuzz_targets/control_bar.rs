@@ -78,19 +78,46 @@ fn offset(input: &mut Input, region: Region) -> u64 {
 
 #[derive(Debug)]
 enum Op {
-    Read { region: Region, offset: u64, len: usize },
-    Write { region: Region, offset: u64, data: Vec<u8> },
+    Read {
+        region: Region,
+        offset: u64,
+        len: usize,
+    },
+    Write {
+        region: Region,
+        offset: u64,
+        data: Vec<u8>,
+    },
     /// A driver's 32-bit register write, the common case.
-    WriteReg { region: Region, offset: u64, value: u32 },
-    Map { address: u64, size: u64, offset: u64, flags: u32 },
-    Unmap { address: u64, size: u64, flags: u32 },
-    IrqTeardown { start: u32, count: u32 },
+    WriteReg {
+        region: Region,
+        offset: u64,
+        value: u32,
+    },
+    Map {
+        address: u64,
+        size: u64,
+        offset: u64,
+        flags: u32,
+    },
+    Unmap {
+        address: u64,
+        size: u64,
+        flags: u32,
+    },
+    IrqTeardown {
+        start: u32,
+        count: u32,
+    },
     Reset,
     /// Maps a small real guest RAM (a memfd) at [`RAM_BASE`], so admin-queue registers can
     /// point into it and the engine thread runs whatever commands it finds there.
     MapRam,
     /// Writes guest RAM (admin commands, rings) through the memfd, as guest stores would.
-    WriteRam { offset: u64, data: Vec<u8> },
+    WriteRam {
+        offset: u64,
+        data: Vec<u8>,
+    },
 }
 
 const RAM_BASE: u64 = 0x1_0000_0000;
@@ -101,27 +128,54 @@ fn next_op(input: &mut Input) -> Op {
     match input.choose(10) {
         0 => {
             let region = Region::decode(input);
-            Op::Read { region, offset: offset(input, region), len: input.u8() as usize }
+            Op::Read {
+                region,
+                offset: offset(input, region),
+                len: input.u8() as usize,
+            }
         }
         1 => {
             let region = Region::decode(input);
             let offset = offset(input, region);
             let len = input.u8() as usize % 32;
-            Op::Write { region, offset, data: input.bytes(len) }
+            Op::Write {
+                region,
+                offset,
+                data: input.bytes(len),
+            }
         }
         2 | 3 => {
             let region = Region::decode(input);
-            Op::WriteReg { region, offset: offset(input, region) & !3, value: input.u32() }
+            Op::WriteReg {
+                region,
+                offset: offset(input, region) & !3,
+                value: input.u32(),
+            }
         }
-        4 => Op::Map { address: input.u64(), size: input.u64(), offset: input.u64(), flags: input.u32() },
-        5 => Op::Unmap { address: input.u64(), size: input.u64(), flags: input.u32() },
-        6 => Op::IrqTeardown { start: input.u32(), count: input.u32() },
+        4 => Op::Map {
+            address: input.u64(),
+            size: input.u64(),
+            offset: input.u64(),
+            flags: input.u32(),
+        },
+        5 => Op::Unmap {
+            address: input.u64(),
+            size: input.u64(),
+            flags: input.u32(),
+        },
+        6 => Op::IrqTeardown {
+            start: input.u32(),
+            count: input.u32(),
+        },
         7 => Op::Reset,
         8 => Op::MapRam,
         _ => {
             let offset = input.u16() as u64 % RAM_SIZE;
             let len = (input.u8() as u64).min(RAM_SIZE - offset) as usize;
-            Op::WriteRam { offset, data: input.bytes(len) }
+            Op::WriteRam {
+                offset,
+                data: input.bytes(len),
+            }
         }
     }
 }
@@ -137,7 +191,8 @@ fn memfd(len: u64) -> File {
 
 fn reg(f: &mut Function, r: u32) -> u32 {
     let mut b = [0u8; 4];
-    f.region_read(abi::CTRL_BAR, r as u64, &mut b).expect("register read");
+    f.region_read(abi::CTRL_BAR, r as u64, &mut b)
+        .expect("register read");
     u32::from_le_bytes(b)
 }
 
@@ -158,7 +213,11 @@ fuzz_target!(|data: &[u8]| {
         }
         let op = next_op(&mut input);
         match op {
-            Op::Read { region, offset: off, len } => {
+            Op::Read {
+                region,
+                offset: off,
+                len,
+            } => {
                 let mut buf = vec![0u8; len];
                 let r = f.region_read(region.index(), off, &mut buf);
                 if let Some(ok) = inside(region, off, buf.len()) {
@@ -167,7 +226,11 @@ fuzz_target!(|data: &[u8]| {
                     assert!(r.is_err(), "read from a region the function lacks: {op:?}");
                 }
             }
-            Op::Write { region, offset: off, ref data } => {
+            Op::Write {
+                region,
+                offset: off,
+                ref data,
+            } => {
                 let r = f.region_write(region.index(), off, data);
                 if let Some(ok) = inside(region, off, data.len()) {
                     assert_eq!(r.is_ok(), ok, "{op:?}");
@@ -175,15 +238,34 @@ fuzz_target!(|data: &[u8]| {
                     assert!(r.is_err(), "write to a region the function lacks: {op:?}");
                 }
             }
-            Op::WriteReg { region, offset, value } => {
+            Op::WriteReg {
+                region,
+                offset,
+                value,
+            } => {
                 let _ = f.region_write(region.index(), offset, &value.to_le_bytes());
             }
-            Op::Map { address, size, offset, flags } => {
+            Op::Map {
+                address,
+                size,
+                offset,
+                flags,
+            } => {
                 // No file: what QEMU sends for its own BARs and ROMs. Must be accepted or
                 // refused, never crash, and never become memory the device uses.
-                let _ = f.dma_map(DmaMapFlags::from_bits_retain(flags), offset, address, size, None);
+                let _ = f.dma_map(
+                    DmaMapFlags::from_bits_retain(flags),
+                    offset,
+                    address,
+                    size,
+                    None,
+                );
             }
-            Op::Unmap { address, size, flags } => {
+            Op::Unmap {
+                address,
+                size,
+                flags,
+            } => {
                 let _ = f.dma_unmap(DmaUnmapFlags::from_bits_retain(flags), address, size);
             }
             Op::IrqTeardown { start, count } => {
@@ -196,23 +278,45 @@ fuzz_target!(|data: &[u8]| {
                 );
             }
             Op::MapRam => {
-                let _ = f.dma_map(DmaMapFlags::READ_WRITE, 0, RAM_BASE, RAM_SIZE, Some(ram.try_clone().unwrap()));
+                let _ = f.dma_map(
+                    DmaMapFlags::READ_WRITE,
+                    0,
+                    RAM_BASE,
+                    RAM_SIZE,
+                    Some(ram.try_clone().unwrap()),
+                );
             }
             Op::WriteRam { offset, ref data } => {
                 ram.write_all_at(data, offset).unwrap();
             }
             Op::Reset => {
                 f.reset().expect("reset");
-                assert_eq!(reg(&mut f, regs::REG_CONTROL), 0, "reset clears REG_CONTROL");
-                assert_eq!(reg(&mut f, regs::REG_SCRATCH), 0, "reset clears REG_SCRATCH");
+                assert_eq!(
+                    reg(&mut f, regs::REG_CONTROL),
+                    0,
+                    "reset clears REG_CONTROL"
+                );
+                assert_eq!(
+                    reg(&mut f, regs::REG_SCRATCH),
+                    0,
+                    "reset clears REG_SCRATCH"
+                );
             }
         }
-        assert_eq!(reg(&mut f, regs::REG_IDENT), regs::IDENT_MAGIC, "after {op:?}");
+        assert_eq!(
+            reg(&mut f, regs::REG_IDENT),
+            regs::IDENT_MAGIC,
+            "after {op:?}"
+        );
         assert_eq!(reg(&mut f, regs::REG_VERSION), version, "after {op:?}");
         assert_eq!(reg(&mut f, regs::REG_DOORBELL_PAGES), abi::DOORBELL_PAGES);
-        assert_eq!(reg(&mut f, regs::REG_MSIX_VECTORS), abi::MSIX_VECTORS as u32);
+        assert_eq!(
+            reg(&mut f, regs::REG_MSIX_VECTORS),
+            abi::MSIX_VECTORS as u32
+        );
         let mut id = [0u8; 4];
-        f.region_read(VFIO_PCI_CONFIG_REGION_INDEX, 0, &mut id).unwrap();
+        f.region_read(VFIO_PCI_CONFIG_REGION_INDEX, 0, &mut id)
+            .unwrap();
         assert_eq!(
             u32::from_le_bytes(id),
             (abi::PCI_DEVICE_ID as u32) << 16 | abi::PCI_VENDOR_ID as u32

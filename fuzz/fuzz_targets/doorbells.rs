@@ -32,6 +32,9 @@ use qpip_device::engine::DEFAULT_MAC;
 use qpip_fuzz::*;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
+/// (context, send CQ, receive CQ, depth, type, address and port to bind).
+type QpSpec = (u32, usize, usize, u32, u8, Option<([u8; 16], u16)>);
+
 struct Qp {
     id: u32,
     ctx: u32,
@@ -125,7 +128,7 @@ fn world() -> World {
     }
     let mut qps = Vec::new();
     // (ctx, send CQ, recv CQ, depth, type, bind)
-    let specs: [(u32, usize, usize, u32, u8, Option<([u8; 16], u16)>); 4] = [
+    let specs: [QpSpec; 4] = [
         (a, 0, 1, 8, QP_TYPE_UDP, Some(([0; 16], 7))),
         (a, 0, 0, 8, QP_TYPE_UDP, Some((loopback(), 9))),
         (a, 1, 1, 4, QP_TYPE_TCP, None),
@@ -136,12 +139,29 @@ fn world() -> World {
         if let Some((addr, port)) = bind {
             d.bind(ctx, id, addr, port);
         }
-        qps.push(Qp { id, ctx, slot, depth, sq, rq, sq_tail: 0, rq_tail: 0, send_cq: s, recv_cq: r });
+        qps.push(Qp {
+            id,
+            ctx,
+            slot,
+            depth,
+            sq,
+            rq,
+            sq_tail: 0,
+            rq_tail: 0,
+            send_cq: s,
+            recv_cq: r,
+        });
     }
     let mut mrs = Vec::new();
     // (ctx, pages, offset, len, access)
     for (ctx, pages, offset, len, access) in [
-        (a, 2u64, 0x80u32, 2 * PAGE - 0x80 - 0x40, MR_ACCESS_LOCAL_WRITE),
+        (
+            a,
+            2u64,
+            0x80u32,
+            2 * PAGE - 0x80 - 0x40,
+            MR_ACCESS_LOCAL_WRITE,
+        ),
         (a, 1, 0, PAGE, 0),
         (b, 1, 0x10, PAGE - 0x10, MR_ACCESS_LOCAL_WRITE),
     ] {
@@ -180,7 +200,24 @@ fn loopback() -> [u8; 16] {
 
 fn link_local() -> [u8; 16] {
     let m = DEFAULT_MAC;
-    [0xfe, 0x80, 0, 0, 0, 0, 0, 0, m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]]
+    [
+        0xfe,
+        0x80,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        m[0] ^ 2,
+        m[1],
+        m[2],
+        0xff,
+        0xfe,
+        m[3],
+        m[4],
+        m[5],
+    ]
 }
 
 impl World {
@@ -189,7 +226,10 @@ impl World {
         w.add(ADMIN_CQ, ADMIN_DEPTH as u64 * 32);
         w.add(QUERY_BUF, PAGE);
         for c in self.cqs.iter().filter(|c| c.alive) {
-            w.add(c.ring, (c.depth as u64 * CQE_SIZE as u64).div_ceil(PAGE) * PAGE);
+            w.add(
+                c.ring,
+                (c.depth as u64 * CQE_SIZE as u64).div_ceil(PAGE) * PAGE,
+            );
         }
         for m in self.mrs.iter().filter(|m| m.alive && m.writable) {
             w.add(m.base, m.pages * PAGE);
@@ -244,7 +284,11 @@ impl World {
             self.check_cqe(i, raw);
             if !self.hostile {
                 if let Some(first) = self.cqs[i].seen.get(idx) {
-                    assert_eq!(first, raw, "CQ {}: unconsumed CQE {idx} was overwritten", self.cqs[i].id);
+                    assert_eq!(
+                        first, raw,
+                        "CQ {}: unconsumed CQE {idx} was overwritten",
+                        self.cqs[i].id
+                    );
                 }
             }
         }
@@ -263,7 +307,13 @@ impl World {
                 let e = Cqe::read_from_bytes(&raw[..]).unwrap();
                 qpip_fuzz::trace!(
                     "  CQ {} CQE {idx}: qp {} op {} status {} detail {} len {} wr_id {}",
-                    c.id, e.qp, e.opcode, e.status, e.detail, e.byte_len, e.wr_id
+                    c.id,
+                    e.qp,
+                    e.opcode,
+                    e.status,
+                    e.detail,
+                    e.byte_len,
+                    e.wr_id
                 );
                 *raw
             });
@@ -273,9 +323,15 @@ impl World {
             c.armed = false;
         }
         if !self.hostile {
-            assert!(c.interrupts <= c.arms, "CQ {}: {} interrupts for {} arms", c.id, c.interrupts, c.arms);
             assert!(
-                !(c.armed && !ready.is_empty()),
+                c.interrupts <= c.arms,
+                "CQ {}: {} interrupts for {} arms",
+                c.id,
+                c.interrupts,
+                c.arms
+            );
+            assert!(
+                !c.armed || ready.is_empty(),
                 "CQ {}: armed with a completion beyond the head, but no interrupt",
                 c.id
             );
@@ -284,17 +340,32 @@ impl World {
 
     fn check_cqe(&self, cq: usize, raw: &[u8; 64]) {
         let c = Cqe::read_from_bytes(&raw[..]).unwrap();
-        assert!(c.opcode == CQE_OP_SEND || c.opcode == CQE_OP_RECV, "CQE opcode: {c:?}");
+        assert!(
+            c.opcode == CQE_OP_SEND || c.opcode == CQE_OP_RECV,
+            "CQE opcode: {c:?}"
+        );
         assert!(c.status <= CQE_STATUS_BAD_DEST, "CQE status: {c:?}");
         assert!(c.detail <= CQE_DETAIL_BAD_ADDRESS, "CQE detail: {c:?}");
         assert_eq!(c.reserved, [0; 19], "CQE reserved bytes: {c:?}");
         assert_eq!(c.owner & !1, 0, "CQE owner has only the phase bit: {c:?}");
         let owner_ok = self.qps.iter().any(|q| {
-            q.id == c.qp && if c.opcode == CQE_OP_SEND { q.send_cq == cq } else { q.recv_cq == cq }
+            q.id == c.qp
+                && if c.opcode == CQE_OP_SEND {
+                    q.send_cq == cq
+                } else {
+                    q.recv_cq == cq
+                }
         });
-        assert!(owner_ok, "CQE on CQ {} names QP {} which does not complete there: {c:?}", self.cqs[cq].id, c.qp);
+        assert!(
+            owner_ok,
+            "CQE on CQ {} names QP {} which does not complete there: {c:?}",
+            self.cqs[cq].id, c.qp
+        );
         if c.status == CQE_STATUS_SUCCESS && c.opcode == CQE_OP_RECV {
-            assert!(c.byte_len as usize <= 65535 - 8, "received more than a datagram: {c:?}");
+            assert!(
+                c.byte_len as usize <= 65535 - 8,
+                "received more than a datagram: {c:?}"
+            );
         }
         if c.status != CQE_STATUS_SUCCESS && c.status != CQE_STATUS_LOCAL_LENGTH {
             assert_eq!(c.byte_len, 0, "error CQE with a length: {c:?}");
@@ -359,8 +430,20 @@ impl World {
         self.next_wr_id += 1;
         h.opcode = match input.choose(8) {
             0 => input.u8(),
-            1 => if send { WQE_OP_RECV } else { WQE_OP_SEND },
-            _ => if send { WQE_OP_SEND } else { WQE_OP_RECV },
+            1 => {
+                if send {
+                    WQE_OP_RECV
+                } else {
+                    WQE_OP_SEND
+                }
+            }
+            _ => {
+                if send {
+                    WQE_OP_SEND
+                } else {
+                    WQE_OP_RECV
+                }
+            }
         };
         let mut slot = [0u8; 128];
         if send {
@@ -392,11 +475,21 @@ impl World {
         let q = input.choose(self.qps.len());
         let slot = self.wqe(input, send);
         let qp = &mut self.qps[q];
-        let (ring, tail) = if send { (qp.sq, &mut qp.sq_tail) } else { (qp.rq, &mut qp.rq_tail) };
+        let (ring, tail) = if send {
+            (qp.sq, &mut qp.sq_tail)
+        } else {
+            (qp.rq, &mut qp.rq_tail)
+        };
         let at = ring + (*tail % qp.depth) as u64 * WQE_SIZE as u64;
         *tail = tail.wrapping_add(1);
         let (ctx, off, value) = (qp.ctx, qp_db(qp.slot, send), *tail);
-        qpip_fuzz::trace!("  {} WQE on QP {} (index {}): {:02x?}", if send { "send" } else { "recv" }, qp.id, value - 1, &slot[..64]);
+        qpip_fuzz::trace!(
+            "  {} WQE on QP {} (index {}): {:02x?}",
+            if send { "send" } else { "recv" },
+            qp.id,
+            value - 1,
+            &slot[..64]
+        );
         self.d.write(at, &slot);
         if input.bool() {
             self.d.ring(ctx, off, value);
@@ -455,7 +548,8 @@ impl World {
         let c = &mut self.cqs[i];
         let old = c.head;
         c.head = head;
-        c.seen.retain(|idx, _| idx.wrapping_sub(old) >= head.wrapping_sub(old));
+        c.seen
+            .retain(|idx, _| idx.wrapping_sub(old) >= head.wrapping_sub(old));
         let (ctx, off) = (c.ctx, cq_db(c.slot) + DB_CQ_HEAD);
         self.d.ring(ctx, off, head);
     }
@@ -500,16 +594,28 @@ impl World {
         }
         match c.opcode {
             ADMIN_OP_DESTROY_CQ => {
-                self.cqs.iter_mut().filter(|x| x.id == c.handle).for_each(|x| x.alive = false);
+                self.cqs
+                    .iter_mut()
+                    .filter(|x| x.id == c.handle)
+                    .for_each(|x| x.alive = false);
             }
             ADMIN_OP_DEREG_MR => {
-                self.mrs.iter_mut().filter(|m| m.lkey == c.handle).for_each(|m| m.alive = false);
+                self.mrs
+                    .iter_mut()
+                    .filter(|m| m.lkey == c.handle)
+                    .for_each(|m| m.alive = false);
             }
             ADMIN_OP_DESTROY_CTX => {
                 let ctx = c.ctx;
                 self.ctx_alive[1] = false;
-                self.cqs.iter_mut().filter(|x| x.ctx == ctx).for_each(|x| x.alive = false);
-                self.mrs.iter_mut().filter(|m| m.ctx == ctx).for_each(|m| m.alive = false);
+                self.cqs
+                    .iter_mut()
+                    .filter(|x| x.ctx == ctx)
+                    .for_each(|x| x.alive = false);
+                self.mrs
+                    .iter_mut()
+                    .filter(|m| m.ctx == ctx)
+                    .for_each(|m| m.alive = false);
             }
             _ => {}
         }

@@ -27,7 +27,11 @@ fuzz_target!(|data: &[u8]| {
                 Payload::Inline(d) => {
                     assert!(d.len() as u32 <= MAX_INLINE);
                     let at = WQE_SGE_OFFSET as usize;
-                    assert_eq!(&d[..], &slot[at..at + d.len()], "inline bytes are the slot's");
+                    assert_eq!(
+                        &d[..],
+                        &slot[at..at + d.len()],
+                        "inline bytes are the slot's"
+                    );
                 }
                 Payload::Gather(s) => assert!(s.len() as u32 <= MAX_SGE),
             }

@@ -27,6 +27,30 @@ use qpip_device::engine::{Control, Engine, EngineConfig, Shared};
 use qpip_device::irq::Interrupts;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes};
 
+/// Every admin opcode, in the order the `admin_queue` target's structured commands (and the
+/// seeds that encode them) number them.
+pub const ADMIN_OPCODES: [u16; 19] = [
+    ADMIN_OP_QUERY_DEVICE,
+    ADMIN_OP_SET_MAC,
+    ADMIN_OP_ADD_ADDR,
+    ADMIN_OP_DEL_ADDR,
+    ADMIN_OP_QUERY_STATS,
+    ADMIN_OP_CREATE_CTX,
+    ADMIN_OP_DESTROY_CTX,
+    ADMIN_OP_CREATE_CQ,
+    ADMIN_OP_DESTROY_CQ,
+    ADMIN_OP_CREATE_QP,
+    ADMIN_OP_DESTROY_QP,
+    ADMIN_OP_REG_MR,
+    ADMIN_OP_DEREG_MR,
+    ADMIN_OP_BIND,
+    ADMIN_OP_LISTEN,
+    ADMIN_OP_DESTROY_LISTENER,
+    ADMIN_OP_ACCEPT,
+    ADMIN_OP_CONNECT,
+    ADMIN_OP_CLOSE,
+];
+
 /// Whether `QPIP_FUZZ_TRACE` is set: the targets then print what they do and what the device
 /// answers, which is what one wants when reproducing a crash from its input.
 pub fn trace() -> bool {
@@ -195,16 +219,24 @@ impl SyncDevice {
     pub fn new() -> SyncDevice {
         if trace() {
             // The engine's own log (debug level, or RUST_LOG) beside the harness's trace.
-            let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("debug"))
-                .is_test(false)
-                .try_init();
+            let _ = env_logger::Builder::from_env(
+                env_logger::Env::default().default_filter_or("debug"),
+            )
+            .is_test(false)
+            .try_init();
         }
         let ram = memfd(c"fuzz-guest-ram", RAM_SIZE);
         let mut guest_ram = GuestRam::new();
         guest_ram
-            .map(RAM_BASE, RAM_SIZE, 0, Some(ram.try_clone().expect("dup memfd")))
+            .map(
+                RAM_BASE,
+                RAM_SIZE,
+                0,
+                Some(ram.try_clone().expect("dup memfd")),
+            )
             .expect("map guest RAM");
-        let doorbells = Arc::new(DoorbellBar::new(DOORBELL_BAR_SIZE as usize).expect("doorbell BAR"));
+        let doorbells =
+            Arc::new(DoorbellBar::new(DOORBELL_BAR_SIZE as usize).expect("doorbell BAR"));
         let irqs = Arc::new(Interrupts::new(MSIX_VECTORS as usize));
         let shared = Shared::new(guest_ram.memory(), doorbells.clone(), irqs.clone());
         let (tx, rx) = mpsc::channel();
@@ -248,7 +280,11 @@ impl SyncDevice {
 
     /// Enables the admin queue afresh (indices back to 0).
     pub fn enable_admin(&mut self) {
-        self.control(Control::AdminEnable { sq: ADMIN_SQ, cq: ADMIN_CQ, depth: ADMIN_DEPTH });
+        self.control(Control::AdminEnable {
+            sq: ADMIN_SQ,
+            cq: ADMIN_CQ,
+            depth: ADMIN_DEPTH,
+        });
         self.admin_tail = 0;
         self.admin_head = 0;
         self.forgotten.extend(self.outstanding.drain());
@@ -316,7 +352,10 @@ impl SyncDevice {
 
     /// `n` fresh zeroed pages, contiguous; their guest-physical address.
     pub fn alloc_pages(&mut self, n: u64) -> u64 {
-        assert!((self.next_page + n) * PAGE <= RAM_SIZE, "fuzz guest RAM exhausted");
+        assert!(
+            (self.next_page + n) * PAGE <= RAM_SIZE,
+            "fuzz guest RAM exhausted"
+        );
         let at = RAM_BASE + self.next_page * PAGE;
         self.next_page += n;
         at
@@ -333,13 +372,17 @@ impl SyncDevice {
 
     pub fn db_write(&self, ctx: u32, off: u32, value: u32) {
         let at = ctx as u64 * DOORBELL_PAGE_SIZE as u64 + off as u64;
-        self.doorbells.write(at, &value.to_le_bytes()).expect("doorbell offset in the BAR");
+        self.doorbells
+            .write(at, &value.to_le_bytes())
+            .expect("doorbell offset in the BAR");
     }
 
     pub fn db_read(&self, ctx: u32, off: u32) -> u32 {
         let mut b = [0u8; 4];
         let at = ctx as u64 * DOORBELL_PAGE_SIZE as u64 + off as u64;
-        self.doorbells.read(at, &mut b).expect("doorbell offset in the BAR");
+        self.doorbells
+            .read(at, &mut b)
+            .expect("doorbell offset in the BAR");
         u32::from_le_bytes(b)
     }
 
@@ -358,7 +401,13 @@ impl SyncDevice {
         let id = self.next_cmd_id;
         self.next_cmd_id = self.next_cmd_id.wrapping_add(1).max(1);
         cmd.cmd_id = id;
-        trace!("submit #{id}: opcode {:#04x} ctx {} handle {:#x} body {:02x?}", cmd.opcode, cmd.ctx, cmd.handle, &cmd.body[..24]);
+        trace!(
+            "submit #{id}: opcode {:#04x} ctx {} handle {:#x} body {:02x?}",
+            cmd.opcode,
+            cmd.ctx,
+            cmd.handle,
+            &cmd.body[..24]
+        );
         let at = ADMIN_SQ + (self.admin_tail % ADMIN_DEPTH) as u64 * 64;
         self.write_obj(at, &cmd);
         self.admin_tail = self.admin_tail.wrapping_add(1);
@@ -382,7 +431,12 @@ impl SyncDevice {
             self.admin_head = self.admin_head.wrapping_add(1);
             trace!(
                 "  complete #{}: opcode {:#04x} status {} results {:#x} {:#x} {:#x}",
-                c.cmd_id, c.opcode, c.status, c.result0, c.result1, c.result2
+                c.cmd_id,
+                c.opcode,
+                c.status,
+                c.result0,
+                c.result1,
+                c.result2
             );
             match self.outstanding.remove(&c.cmd_id) {
                 Some(cmd) => {
@@ -396,7 +450,8 @@ impl SyncDevice {
                 }
                 None => panic!("completion for a command not outstanding: {c:?}"),
             }
-            if out.len() > ADMIN_DEPTH as usize || self.admin_head.wrapping_sub(start) > ADMIN_DEPTH {
+            if out.len() > ADMIN_DEPTH as usize || self.admin_head.wrapping_sub(start) > ADMIN_DEPTH
+            {
                 assert!(self.hostile, "more completions than ring slots");
                 break;
             }
@@ -421,7 +476,11 @@ impl SyncDevice {
     /// As [`Self::call`], for commands the setup needs to succeed; returns result0/result1.
     pub fn must(&mut self, cmd: AdminCmd) -> (u64, u64) {
         let c = self.call(cmd);
-        assert_eq!(c.status, ADMIN_STATUS_OK, "setup command {:#x} failed: {c:?}", cmd.opcode);
+        assert_eq!(
+            c.status, ADMIN_STATUS_OK,
+            "setup command {:#x} failed: {c:?}",
+            cmd.opcode
+        );
         (c.result0, c.result1)
     }
 
@@ -446,7 +505,14 @@ impl SyncDevice {
     }
 
     /// A QP with rings of `depth` in fresh pages; (id, doorbell slot, sq base, rq base).
-    pub fn create_qp(&mut self, ctx: u32, scq: u32, rcq: u32, depth: u32, qp_type: u8) -> (u32, u32, u64, u64) {
+    pub fn create_qp(
+        &mut self,
+        ctx: u32,
+        scq: u32,
+        rcq: u32,
+        depth: u32,
+        qp_type: u8,
+    ) -> (u32, u32, u64, u64) {
         let npages = (depth as u64 * WQE_SIZE as u64).div_ceil(PAGE);
         let sq = self.alloc_pages(npages);
         let rq = self.alloc_pages(npages);
@@ -460,13 +526,24 @@ impl SyncDevice {
         a.sq_npages = npages as u16;
         a.rq_npages = npages as u16;
         a.qp_type = qp_type;
-        a.framing = if qp_type == QP_TYPE_TCP { FRAMING_MESSAGE } else { 0 };
+        a.framing = if qp_type == QP_TYPE_TCP {
+            FRAMING_MESSAGE
+        } else {
+            0
+        };
         let (id, slot) = self.must(cmd(ADMIN_OP_CREATE_QP, ctx, 0, &a));
         (id as u32, slot as u32, sq, rq)
     }
 
     /// Registers `len` bytes at `offset` into `npages` fresh pages; (lkey, iova, first page).
-    pub fn reg_mr(&mut self, ctx: u32, npages: u64, offset: u32, len: u64, access: u32) -> (u32, u64, u64) {
+    pub fn reg_mr(
+        &mut self,
+        ctx: u32,
+        npages: u64,
+        offset: u32,
+        len: u64,
+        access: u32,
+    ) -> (u32, u64, u64) {
         let base = self.alloc_pages(npages);
         let pages: Vec<u64> = (0..npages).map(|i| base + i * PAGE).collect();
         let iova = 0x7f00_0000_0000 + base - RAM_BASE + offset as u64;
@@ -505,12 +582,21 @@ impl Default for SyncDevice {
 /// Whatever the command, its completion must echo it and follow the ABI's rules.
 pub fn check_admin_cqe(cmd: &AdminCmd, c: &AdminCqe) {
     assert_eq!(c.opcode, cmd.opcode, "completion echoes the opcode: {c:?}");
-    assert!(c.status <= ADMIN_STATUS_TIMEOUT, "unknown admin status: {c:?}");
+    assert!(
+        c.status <= ADMIN_STATUS_TIMEOUT,
+        "unknown admin status: {c:?}"
+    );
     assert_eq!(c.reserved, [0; 3], "reserved bytes are zero: {c:?}");
     if c.status != ADMIN_STATUS_OK {
-        assert!(c.result0 == 0 && c.result1 == 0 && c.result2 == 0, "results are 0 on error: {c:?}");
+        assert!(
+            c.result0 == 0 && c.result1 == 0 && c.result2 == 0,
+            "results are 0 on error: {c:?}"
+        );
     }
-    let asynchronous = matches!(cmd.opcode, ADMIN_OP_ACCEPT | ADMIN_OP_CONNECT | ADMIN_OP_CLOSE);
+    let asynchronous = matches!(
+        cmd.opcode,
+        ADMIN_OP_ACCEPT | ADMIN_OP_CONNECT | ADMIN_OP_CLOSE
+    );
     if c.status == ADMIN_STATUS_CANCELLED {
         assert!(asynchronous, "only waiting commands are cancelled: {c:?}");
     }
