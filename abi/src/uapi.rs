@@ -117,8 +117,7 @@ pub const IOCTL_SET_MAC: u32 = 0xc010c410;
 
 /// [`IOCTL_QUERY_DEVICE`]: everything is written by the driver.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct QueryDevice {
     /// In: size of this structure as the caller knows it.
     pub size: u32,
@@ -165,8 +164,7 @@ pub const QUERY_DEVICE_SIZE_V1: u32 = 88;
 
 /// [`IOCTL_CREATE_CQ`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct CreateCq {
     pub size: u32,
     /// In: entries, a power of two from 2 to the device's `max_queue_depth`.
@@ -198,8 +196,7 @@ pub const ANY_VECTOR: u32 = 0xffff_ffff;
 /// [`IOCTL_DESTROY_CQ`], [`IOCTL_DESTROY_QP`], [`IOCTL_DEREG_MR`],
 /// [`IOCTL_DESTROY_LISTENER`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct Handle {
     pub size: u32,
     /// In: the object's handle (the lkey for a memory region).
@@ -210,8 +207,7 @@ pub const HANDLE_SIZE_V1: u32 = 8;
 
 /// [`IOCTL_CREATE_QP`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct CreateQp {
     pub size: u32,
     /// In: [`crate::admin::QP_TYPE_UDP`] or [`crate::admin::QP_TYPE_TCP`].
@@ -247,8 +243,7 @@ pub const CREATE_QP_SIZE_V1: u32 = 64;
 
 /// [`IOCTL_REG_MR`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct RegMr {
     pub size: u32,
     /// In: [`crate::admin::MR_ACCESS_LOCAL_WRITE`] and the other `MR_ACCESS_*` bits.
@@ -268,8 +263,7 @@ pub const REG_MR_SIZE_V1: u32 = 32;
 
 /// [`IOCTL_BIND`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct Bind {
     pub size: u32,
     /// In: the QP.
@@ -286,8 +280,7 @@ pub const BIND_SIZE_V1: u32 = 32;
 
 /// [`IOCTL_LISTEN`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct Listen {
     pub size: u32,
     /// In: connections the device completes the handshake for before an accept takes them.
@@ -305,8 +298,7 @@ pub const LISTEN_SIZE_V1: u32 = 32;
 
 /// [`IOCTL_ACCEPT`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct Accept {
     pub size: u32,
     /// In: the listener.
@@ -322,8 +314,7 @@ pub const ACCEPT_SIZE_V1: u32 = 24;
 
 /// [`IOCTL_CONNECT`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct Connect {
     pub size: u32,
     /// In: the TCP QP.
@@ -342,8 +333,7 @@ pub const CONNECT_SIZE_V1: u32 = 40;
 
 /// [`IOCTL_CLOSE`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct Close {
     pub size: u32,
     /// In: the TCP QP.
@@ -356,8 +346,7 @@ pub const CLOSE_SIZE_V1: u32 = 16;
 
 /// [`IOCTL_QUERY_STATS`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct QueryStats {
     pub size: u32,
     /// Out: counters written ([`crate::admin::STATS_COUNT`]).
@@ -370,8 +359,7 @@ pub const QUERY_STATS_SIZE_V1: u32 = 520;
 
 /// [`IOCTL_ADD_ADDR`] and [`IOCTL_DEL_ADDR`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct Addr {
     pub size: u32,
     /// In: prefix length, 1..=128 (ignored when removing).
@@ -385,8 +373,7 @@ pub const ADDR_SIZE_V1: u32 = 24;
 
 /// [`IOCTL_SET_MAC`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct SetMac {
     pub size: u32,
     /// In: a unicast MAC address.
@@ -402,8 +389,7 @@ pub const SET_MAC_SIZE_V1: u32 = 16;
 /// (a buffer smaller than one record is `EINVAL`). `read` blocks until one is queued unless
 /// the file is non-blocking (`EAGAIN`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct Event {
     /// One of the `EVENT_*` types.
     pub kind: u32,

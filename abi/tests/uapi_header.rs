@@ -46,7 +46,11 @@ fn replace_word(text: &str, from: &str, to: &str) -> String {
         let after = rest[i + from.len()..].chars().next();
         let is_word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
         out.push_str(&rest[..i]);
-        out.push_str(if is_word(before) || is_word(after) { from } else { to });
+        out.push_str(if is_word(before) || is_word(after) {
+            from
+        } else {
+            to
+        });
         rest = &rest[i + from.len()..];
     }
     out.push_str(rest);
