@@ -735,6 +735,8 @@ fn cmd_traffic(seconds: u64) -> u32 {
         for n in 0..8 {
             p.post_recv(&mut ctx, n);
         }
+        // Killed with an admin command outstanding too.
+        pending_accept(&ctx, 5100, 1)?;
         let end = Instant::now() + Duration::from_secs(seconds);
         let mut n = 0u64;
         while Instant::now() < end {
@@ -1651,12 +1653,33 @@ fn info_ctx(ctx: &Ctx) -> u32 {
     ctx.info.ctx
 }
 
+/// Leaves an accept pending in `ctx` (the TCP engine completes it only when cancelled).
+fn pending_accept(ctx: &Ctx, port: u16, user_data: u64) -> Result<u32, String> {
+    let cq = ok(ctx.create_cq(4, -1), "CREATE_CQ for accept")?;
+    let qp = ok(
+        ctx.create_qp(QP_TYPE_TCP, cq.handle, cq.handle, 4),
+        "CREATE_QP for accept",
+    )?;
+    let l = ok(ctx.listen(port), "LISTEN")?;
+    let mut acc = Accept::new();
+    acc.listener = l;
+    acc.qp = qp.handle;
+    acc.user_data = user_data;
+    ok(ctx.ioc(IOCTL_ACCEPT, &mut acc), "ACCEPT")?;
+    // The objects stay; their rings need not be mapped (a mapping keeps the file open).
+    unmap(cq.ring, cq.ring_len);
+    unmap(qp.sq, qp.sq_len);
+    unmap(qp.rq, qp.rq_len);
+    Ok(qp.handle)
+}
+
 /// Resets the device (the driver's sysfs reset) under an open context.
 fn cmd_reset() -> u32 {
     let mut c = Checks::default();
     let r = (|| -> Result<(), String> {
         let mut ctx = Ctx::open()?;
         let p = udp_exchange(&mut ctx, 7400, 3, "reset.before")?;
+        let qp = pending_accept(&ctx, 5400, 0x7e5e7)?;
         let resets = sysfs("reset_count");
         std::fs::write(format!("{SYSFS}/reset"), "1").map_err(|e| format!("write reset: {e}"))?;
         println!("@reset.count={resets}->{}", sysfs("reset_count"));
@@ -1681,6 +1704,11 @@ fn cmd_reset() -> u32 {
         c.check(
             "reset.poll_err",
             ensure(rev & libc::POLLERR != 0, || format!("revents {rev:#x}")),
+        );
+        // The accept that was pending ends with the device's reset, then the file is dead.
+        c.check(
+            "reset.pending_accept_event",
+            expect_event(ctx.fd, EVENT_ACCEPT, -libc::ENODEV, qp, 0x7e5e7),
         );
         let mut evbuf = [0u8; EVENT_SIZE as usize];
         c.check(
@@ -1709,6 +1737,7 @@ fn cmd_remove() -> u32 {
         println!("@remove.slot={slot}");
         let mut ctx = Ctx::open()?;
         let p = udp_exchange(&mut ctx, 7500, 3, "remove.before")?;
+        let qp = pending_accept(&ctx, 5500, 0x4e40)?;
         std::fs::write(format!("/sys/bus/pci/devices/{slot}/remove"), "1")
             .map_err(|e| format!("remove: {e}"))?;
         let mut q = QueryDevice::new();
@@ -1728,6 +1757,10 @@ fn cmd_remove() -> u32 {
         c.check(
             "remove.poll_err",
             ensure(rev & libc::POLLERR != 0, || format!("revents {rev:#x}")),
+        );
+        c.check(
+            "remove.pending_accept_event",
+            expect_event(ctx.fd, EVENT_ACCEPT, -libc::ENODEV, qp, 0x4e40),
         );
         c.check(
             "remove.node_gone",
