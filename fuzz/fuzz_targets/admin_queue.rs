@@ -277,9 +277,14 @@ impl Harness {
             self.settle();
         }
         if matches!(c.opcode, ADMIN_OP_QUERY_DEVICE | ADMIN_OP_QUERY_STATS) {
-            self.m
-                .query_bufs
-                .insert(u64::from_le_bytes(c.body[..8].try_into().unwrap()));
+            let buf = u64::from_le_bytes(c.body[..8].try_into().unwrap());
+            self.m.query_bufs.insert(buf);
+            // A query told to write over the admin rings overwrites commands and completions:
+            // the driver's doing, after which the bookkeeping cannot hold.
+            let len = std::mem::size_of::<Stats>() as u64;
+            if buf < ADMIN_CQ + PAGE && buf.saturating_add(len) > ADMIN_SQ {
+                self.d.hostile = true;
+            }
         }
         self.d.submit(c);
         self.since_take += 1;
