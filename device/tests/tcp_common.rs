@@ -340,6 +340,9 @@ pub struct Peer {
     pub recv_buffer: usize,
     /// Posts buffers only when this much is consumed (a slow reader), else at once.
     pub post_chunk: usize,
+    /// A stalling reader: posts buffers only every this long.
+    pub stall: Option<Duration>,
+    next_post: Option<Instant>,
     pub acked: u64,
     pub established: bool,
     pub peer_closed: bool,
@@ -360,6 +363,8 @@ impl Peer {
             app: App::new(recv_buffer, placing),
             recv_buffer,
             post_chunk: 1,
+            stall: None,
+            next_post: None,
             acked: 0,
             established: false,
             peer_closed: false,
@@ -386,7 +391,7 @@ impl Peer {
         }
     }
 
-    fn handle_events(&mut self, now: Instant) {
+    pub fn handle_events(&mut self, now: Instant) {
         while let Some(e) = self.conn.pop_event() {
             self.events.push(e);
             match e {
@@ -422,12 +427,30 @@ impl Peer {
         // The application reads and posts buffers again.
         let consumed_room = self.app.data.len() + self.app.room;
         let target = self.app.data.len() + self.recv_buffer;
-        if target >= consumed_room + self.post_chunk {
+        let mut may_post = true;
+        if let Some(s) = self.stall {
+            match self.next_post {
+                Some(t) if now < t => may_post = false,
+                _ => self.next_post = Some(now + s),
+            }
+        }
+        if may_post && target >= consumed_room + self.post_chunk {
             self.app.room += target - consumed_room;
             self.conn.recv_space_changed(now, &mut self.app);
             self.drain_events_only();
         }
         self.feed();
+    }
+
+    /// When a stalling reader will post buffers next, if it has any to post.
+    fn wants_to_post(&self) -> Option<Instant> {
+        let short = self.app.data.len() + self.recv_buffer
+            >= self.app.data.len() + self.app.room + self.post_chunk;
+        if short && !self.closed {
+            self.next_post
+        } else {
+            None
+        }
     }
 
     fn drain_events_only(&mut self) {
@@ -444,16 +467,32 @@ impl Peer {
     }
 }
 
+/// Called after each segment delivered to `peers[to]`: may inject more.
+pub type Hook<'a> = &'a mut dyn FnMut(&mut [Peer; 2], usize, &wire::Segment, Instant);
+
 /// Runs two peers over `wire` until both are closed (or `limit` of simulated time).
 /// Peer 0 talks to peer 1.
 pub fn run(peers: &mut [Peer; 2], wire: &mut Wire, start: Instant, limit: Duration) -> Instant {
+    run_hooked(peers, wire, start, limit, &mut |_, _, _, _| {})
+}
+
+pub fn run_hooked(
+    peers: &mut [Peer; 2],
+    wire: &mut Wire,
+    start: Instant,
+    limit: Duration,
+    hook: Hook,
+) -> Instant {
     let mut now = start;
     loop {
         for (i, p) in peers.iter_mut().enumerate() {
             p.handle_events(now);
             let mut src = Source(&p.out[..p.queued]);
+            let mut n = 0;
             while let Some(o) = p.conn.poll_transmit(now, &mut src) {
                 wire.send(1 - i, o, now);
+                n += 1;
+                assert!(n < 100_000, "a connection that never stops sending");
             }
         }
         if peers.iter().all(|p| p.closed) && wire.is_empty() {
@@ -463,6 +502,8 @@ pub fn run(peers: &mut [Peer; 2], wire: &mut Wire, start: Instant, limit: Durati
             wire.next_at(),
             peers[0].conn.next_deadline(),
             peers[1].conn.next_deadline(),
+            peers[0].wants_to_post(),
+            peers[1].wants_to_post(),
         ]
         .into_iter()
         .flatten()
@@ -485,12 +526,24 @@ pub fn run(peers: &mut [Peer; 2], wire: &mut Wire, start: Instant, limit: Durati
             peers[1].acked
         );
         now = now.max(next);
+        if std::env::var("TCP_TRACE").is_ok() {
+            eprintln!(
+                "{:?}: {:?} {:?} | {:?} {:?}",
+                now - start,
+                peers[0].conn,
+                peers[0].conn.next_deadline().map(|d| d - start),
+                peers[1].conn,
+                peers[1].conn.next_deadline().map(|d| d - start)
+            );
+        }
         while let Some((to, src, dst, bytes)) = wire.pop_due(now) {
             match wire::parse(src, dst, &bytes) {
                 Ok(seg) => {
                     let p = &mut peers[to];
                     p.conn.on_segment(&seg, now, &mut p.app);
+                    p.conn.check_invariants();
                     p.handle_events(now);
+                    hook(peers, to, &seg, now);
                 }
                 Err(_) => wire.stats.checksum_drops += 1,
             }

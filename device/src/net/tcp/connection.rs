@@ -482,6 +482,46 @@ impl Connection {
         self.state == State::Closed && !self.rst_pending && self.reply_rst.is_none()
     }
 
+    /// Checks the connection's internal invariants, panicking with the first broken one
+    /// (for tests and fuzz targets: no input from the network may break them).
+    pub fn check_invariants(&self) {
+        assert!(self.una <= self.nxt, "SND.UNA <= SND.NXT");
+        assert!(self.nxt <= self.end_all(), "nothing sent beyond the stream");
+        if let Some((s, e)) = self.sacked.first() {
+            assert!(s >= self.una && s < e, "scoreboard above SND.UNA");
+        }
+        if let Some((_, e)) = self.sacked.last() {
+            assert!(e <= self.nxt, "scoreboard within what was sent");
+        }
+        assert!(self.acked() <= self.queued, "acknowledged <= queued");
+        assert!(
+            self.acked_reported <= self.acked(),
+            "Acked events <= SND.UNA"
+        );
+        assert!(
+            self.rcv.delivered() <= self.rcv.next(),
+            "delivered <= received"
+        );
+        assert_eq!(
+            self.rcv.staged() as u64,
+            self.rcv.next() - self.rcv.delivered(),
+            "staging holds exactly what the sink lacks"
+        );
+        if self.synchronized() || self.state == State::SynReceived {
+            assert!(
+                self.adv_edge >= self.rcv_nxt() || self.fin_rcvd,
+                "edge >= RCV.NXT"
+            );
+        }
+        if let Some(fin) = self.rcv.fin() {
+            assert!(
+                fin >= self.rcv.next(),
+                "FIN at or beyond the in-order point"
+            );
+        }
+        assert!(self.cc.cwnd() > 0, "cwnd > 0");
+    }
+
     pub fn pop_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }
@@ -537,7 +577,7 @@ impl Connection {
     /// it, and a window update is sent if the window opened usefully.
     pub fn recv_space_changed(&mut self, now: Instant, sink: &mut dyn RecvSink) {
         self.sink_space = sink.space();
-        self.deliver_staged(sink);
+        self.deliver_staged(sink, now);
         self.sink_space = sink.space();
         if self.synchronized() && !self.fin_rcvd {
             let rcv_nxt = self.rcv_nxt();
@@ -550,7 +590,6 @@ impl Connection {
                 self.ack_now = true;
             }
         }
-        let _ = now;
     }
 
     /// The path MTU toward the peer changed: segments are cut to fit.
@@ -1010,7 +1049,8 @@ impl Connection {
                 self.retries = 0;
             }
             let pure = seg.payload.is_empty() && !h.fin() && !h.syn();
-            if pure && (!window_changed || new_sack) {
+            // With the window shut, repeated ACKs answer our probes: no loss signal.
+            if pure && self.snd_wnd > 0 && (!window_changed || new_sack) {
                 self.dupacks += 1;
                 self.stats.dup_acks_in += 1;
                 self.on_dupack(now);
@@ -1316,6 +1356,9 @@ impl Connection {
                 self.lost_floor = self.una;
                 self.force_rtx = true;
                 self.dupacks = 0;
+                // The receiver may have reneged on what it SACKed (RFC 2018 §8): after a
+                // timeout nothing is taken as held until it is SACKed again.
+                self.sacked.clear();
             }
             _ => {}
         }
@@ -1611,23 +1654,7 @@ impl Connection {
             }
         }
         self.report_delivery();
-        if !self.fin_rcvd && self.rcv.fin() == Some(self.rcv.next()) {
-            self.fin_rcvd = true;
-            self.ack_now = true;
-            match self.state {
-                State::Established => self.state = State::CloseWait,
-                State::FinWait1 => {
-                    if self.fin_queued && self.una == self.end_all() {
-                        self.enter_time_wait(now);
-                    } else {
-                        self.state = State::Closing;
-                    }
-                }
-                State::FinWait2 => self.enter_time_wait(now),
-                _ => {}
-            }
-            self.report_peer_closed();
-        }
+        self.check_fin(now);
         // Delayed ACK: at least every second full segment (RFC 9293 §3.8.6.3).
         if !self.ack_now && self.unacked_rcv > 0 {
             match self.cfg.delayed_ack {
@@ -1639,6 +1666,28 @@ impl Connection {
                 _ => self.ack_now = true,
             }
         }
+    }
+
+    /// The FIN is consumed once the in-order point reaches it.
+    fn check_fin(&mut self, now: Instant) {
+        if self.fin_rcvd || self.rcv.fin() != Some(self.rcv.next()) {
+            return;
+        }
+        self.fin_rcvd = true;
+        self.ack_now = true;
+        match self.state {
+            State::Established => self.state = State::CloseWait,
+            State::FinWait1 => {
+                if self.fin_queued && self.una == self.end_all() {
+                    self.enter_time_wait(now);
+                } else {
+                    self.state = State::Closing;
+                }
+            }
+            State::FinWait2 => self.enter_time_wait(now),
+            _ => {}
+        }
+        self.report_peer_closed();
     }
 
     fn report_delivery(&mut self) {
@@ -1657,9 +1706,20 @@ impl Connection {
         }
     }
 
-    fn deliver_staged(&mut self, sink: &mut dyn RecvSink) {
+    fn deliver_staged(&mut self, sink: &mut dyn RecvSink, now: Instant) {
+        let next = self.rcv.next();
         if self.rcv.drain_staging(sink) > 0 {
             self.report_delivery();
+        }
+        if self.rcv.next() > next {
+            // Held data moved up behind the staged bytes: acknowledge it.
+            self.ack_now = true;
+            if matches!(
+                self.state,
+                State::Established | State::FinWait1 | State::FinWait2
+            ) {
+                self.check_fin(now);
+            }
         }
         self.report_peer_closed();
     }

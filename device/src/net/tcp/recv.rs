@@ -94,7 +94,10 @@ impl Receiver {
 
     /// The FIN is at `at` (the end of the data).
     pub fn set_fin(&mut self, at: u64) {
-        if self.fin.is_none() && at >= self.next {
+        // A FIN before data already held would contradict it; a peer that sends that is
+        // broken or lying, and its FIN is not taken.
+        let held_end = self.held.last().map_or(0, |(_, e)| e);
+        if self.fin.is_none() && at >= self.next && at >= held_end {
             self.fin = Some(at);
         }
     }
@@ -128,6 +131,12 @@ impl Receiver {
         sink: &mut dyn RecvSink,
     ) -> DataOutcome {
         let mut out = DataOutcome::default();
+        // Nothing exists beyond the FIN.
+        let data = match self.fin {
+            Some(f) if off >= f => &[][..],
+            Some(f) => &data[..data.len().min((f - off) as usize)],
+            None => data,
+        };
         let end = off + data.len() as u64;
         if end <= self.next || data.is_empty() {
             return out;
@@ -145,6 +154,7 @@ impl Receiver {
             if self.next >= end {
                 break;
             }
+            let before = self.next;
             let d = &data[(self.next - off) as usize..];
             // Up to the first held range; what lies in it is held already.
             let limit = self
@@ -160,6 +170,12 @@ impl Receiver {
             }
             if self.held.first().is_some_and(|(s, _)| s <= self.next) {
                 out.filled_hole |= self.absorb(sink);
+            }
+            if self.next == before {
+                // Held data next in line could not move (staging full): the rest of
+                // this segment is held already or must wait.
+                out.dropped = end - self.next - self.held.covered(self.next, end);
+                break;
             }
         }
         if push && out.dropped == 0 {
@@ -319,22 +335,32 @@ impl Receiver {
         v
     }
 
-    /// Hands staged bytes to the sink as far as its space allows. Returns how many moved.
+    /// Hands staged bytes to the sink as far as its space allows, then lets held data
+    /// that waited behind a full staging move up. Returns how many bytes reached the sink.
     pub fn drain_staging(&mut self, sink: &mut dyn RecvSink) -> usize {
-        let mut moved = 0;
+        let start = self.delivered;
         loop {
-            let space = sink.space();
-            if space == 0 || self.staging.is_empty() {
+            loop {
+                let space = sink.space();
+                if space == 0 || self.staging.is_empty() {
+                    break;
+                }
+                let (a, _) = self.staging.as_slices();
+                let n = a.len().min(space);
+                sink.deliver(self.delivered, &a[..n]);
+                self.staging.drain(..n);
+                self.delivered += n as u64;
+            }
+            let before = self.next;
+            if self.held.first().is_some_and(|(s, _)| s <= self.next) {
+                self.absorb(sink);
+            }
+            if self.next == before {
                 break;
             }
-            let (a, _) = self.staging.as_slices();
-            let n = a.len().min(space);
-            sink.deliver(self.delivered, &a[..n]);
-            self.staging.drain(..n);
-            self.delivered += n as u64;
-            moved += n;
+            self.prune_recent();
         }
-        moved
+        (self.delivered - start) as usize
     }
 }
 
@@ -391,6 +417,27 @@ mod tests {
         assert_eq!(r.drain_staging(&mut sink), 8);
         assert_eq!(sink.data, b"abcdefghij01234567");
         assert_eq!(r.take_push(100), Some(5));
+    }
+
+    #[test]
+    fn full_staging_before_held_data_does_not_spin() {
+        let mut r = Receiver::new(4, 100);
+        let mut sink = VecSink::new(0);
+        r.on_data(4, b"efgh", false, &mut sink);
+        // Four bytes fill staging; the held range starts right after and cannot move.
+        let o = r.on_data(0, b"abcdefgh", false, &mut sink);
+        assert_eq!(o.advanced, 4);
+        assert_eq!(r.next(), 4);
+        let o = r.on_data(0, b"abcdefghij", false, &mut sink);
+        assert_eq!(o.advanced, 0);
+        assert_eq!(o.dropped, 2);
+        sink.room = 100;
+        // Draining lets the held bytes follow.
+        assert_eq!(r.drain_staging(&mut sink), 8);
+        assert_eq!(r.next(), 8);
+        let o = r.on_data(8, b"ij", false, &mut sink);
+        assert_eq!(o.advanced, 2);
+        assert_eq!(sink.data, b"abcdefghij");
     }
 
     #[test]
