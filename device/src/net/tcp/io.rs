@@ -83,6 +83,20 @@ impl RecvSink for VecSink {
     }
 }
 
+/// A sink with no space (a connection no QP owns yet, e.g. half-open from a listener):
+/// data that arrives waits in the staging allowance until a real sink is attached and
+/// [`super::Connection::recv_space_changed`] is called with it.
+pub struct NoSpace;
+
+impl RecvSink for NoSpace {
+    fn space(&self) -> usize {
+        0
+    }
+    fn deliver(&mut self, _offset: u64, data: &[u8]) {
+        assert!(data.is_empty(), "nothing is delivered into no space");
+    }
+}
+
 /// A source with nothing in it (for connections that only receive).
 pub struct NoData;
 

@@ -15,6 +15,34 @@
 //!
 //! Sending a segment is the IPv6 layer's job: `Stack::send_ip(out.src, out.dst,
 //! proto::TCP, hop_limit, &out.segment, now)`.
+//!
+//! # How the engine drives it
+//!
+//! - **Receive.** A TCP payload of an IPv6 packet for the device: [`wire::parse`] (checks
+//!   the checksum; count and drop on error), then [`ConnectionTable::input`]:
+//!   [`Input::Connection`] → `entry.conn.on_segment(&seg, now, &mut qp_sink)` (a
+//!   connection with no QP yet takes [`NoSpace`]); [`Input::HalfOpen`] → a listener made
+//!   a connection (its SYN-ACK is due); [`Input::Reply`] → send it (a reset or a cookie
+//!   SYN-ACK); [`Input::Dropped`].
+//! - **After anything happened to a connection** (a segment, a timer, a call): read its
+//!   events with [`Connection::pop_event`], send everything
+//!   [`Connection::poll_transmit`] gives (reading the bytes from the send WRs through a
+//!   [`SendSource`]), then [`ConnectionTable::update`] (re-arms its timer, releases the
+//!   listener's backlog slot once established) or [`ConnectionTable::remove`] if
+//!   [`Connection::is_closed`].
+//! - **Timers.** Sleep until [`ConnectionTable::next_deadline`]; then for each
+//!   [`ConnectionTable::pop_expired`] call [`Connection::poll`] and the step above.
+//! - **Events → completions.** [`Event::Established`]: connect completes, or an accepted
+//!   QP gets the connection (set [`Entry::tag`]). [`Event::Acked`]`{ upto }`: every send
+//!   WR whose bytes end at or below `upto` completes. [`Event::DataArrived`]`{ upto,
+//!   push }`: receive WRs filled below `upto` complete (stream mode also completes the
+//!   one holding `push`). [`Event::PeerClosed`], [`Event::Reset`], [`Event::TimedOut`],
+//!   [`Event::Closed`]: the QP's connection events.
+//! - **Application calls.** A send WR: [`Connection::queue_send`] with its length (its
+//!   bytes are stream offsets `queued()..queued()+len`). Receive WRs posted:
+//!   [`Connection::recv_space_changed`] (staged bytes move into them; the window opens).
+//!   Close: [`Connection::close`]. QP destroyed: [`Connection::abort`] (a reset goes out).
+//!   ICMPv6 packet too big: [`Connection::set_path_mss`].
 
 pub mod config;
 pub mod congestion;
@@ -29,7 +57,7 @@ pub mod wire;
 
 pub use config::{Config, CongestionKind, Keepalive};
 pub use connection::{CallError, ConnStats, Connection, Event, FourTuple, Outgoing, State};
-pub use io::{NoData, RecvSink, SendSource, VecSink};
+pub use io::{NoData, NoSpace, RecvSink, SendSource, VecSink};
 pub use isn::IsnGenerator;
 pub use listener::{ListenOutcome, Listener, ListenerStats};
 pub use table::{ConnId, ConnectionTable, Entry, Input, TableError};
