@@ -1182,3 +1182,96 @@ fn reset_for_segments_without_a_connection() {
     let bytes = wire::build(&REMOTE, &LOCAL, &h, &[]);
     assert!(wire::reset_for(&wire::parse(REMOTE, LOCAL, &bytes).unwrap()).is_none());
 }
+
+#[test]
+fn close_in_syn_received_sends_fin_once_established() {
+    let mut t = accept(&cfg(), Options::default());
+    let iss = t.c.iss();
+    t.recv1();
+    t.c.close();
+    assert_eq!(t.c.state(), State::SynReceived);
+    t.recv_none();
+    t.send(hdr(ACK, IRS + 1, iss + 1, 30_000), &[]);
+    assert_eq!(t.c.state(), State::FinWait1);
+    assert_eq!(t.take_events(), vec![Event::Established]);
+    let (h, _) = t.recv1();
+    assert_eq!((h.flags, h.seq), (ACK | FIN, iss + 1));
+}
+
+#[test]
+fn reset_in_syn_received() {
+    let mut t = accept(&cfg(), Options::default());
+    t.recv1();
+    // Off the exact sequence number: a challenge ACK, no reset.
+    t.send(hdr(RST, IRS + 5, 0, 0), &[]);
+    assert_eq!(t.c.state(), State::SynReceived);
+    assert_eq!(t.recv1().0.flags, ACK);
+    t.send(hdr(RST, IRS + 1, 0, 0), &[]);
+    assert_eq!(t.c.state(), State::Closed);
+    assert_eq!(t.take_events(), vec![Event::Reset]);
+}
+
+#[test]
+fn syn_ack_retransmitted_until_the_handshake_times_out() {
+    let c = Config {
+        syn_retries: 2,
+        ..cfg()
+    };
+    let mut t = accept(&c, Options::default());
+    let first = t.recv1().0;
+    for gap in [1000, 2000] {
+        assert_eq!(t.wait_deadline(), ms(gap));
+        assert_eq!(t.recv1().0, first);
+    }
+    t.wait_deadline();
+    assert_eq!(t.c.state(), State::Closed);
+    assert_eq!(t.take_events(), vec![Event::TimedOut]);
+}
+
+#[test]
+fn last_ack_retransmits_fin_and_close_wait_ignores_more_data() {
+    let mut t = T::established(&cfg());
+    let w = (ROOM + STAGING - 1) as u16;
+    t.send(hdr(ACK | FIN, IRS + 1, ISS + 1, 30_000), &[]);
+    t.recv1();
+    // Data after the FIN cannot exist: ACKed, not taken.
+    t.send(hdr(ACK, IRS + 2, ISS + 1, 30_000), b"ghost");
+    assert_eq!(t.recv1().0, out(ACK, ISS + 1, IRS + 2, w));
+    assert!(t.app.data.is_empty());
+    t.c.close();
+    let fin = t.recv1().0;
+    assert_eq!(fin, out(ACK | FIN, ISS + 1, IRS + 2, w));
+    assert_eq!(t.wait_deadline(), ms(200));
+    assert_eq!(t.recv1().0, fin);
+    t.send(hdr(ACK, IRS + 2, ISS + 2, 30_000), &[]);
+    assert_eq!(t.c.state(), State::Closed);
+    assert_eq!(t.take_events(), vec![Event::PeerClosed, Event::Closed]);
+}
+
+#[test]
+fn window_probe_from_the_peer_into_our_zero_window() {
+    let c = Config {
+        staging: 1000,
+        ..cfg()
+    };
+    let mut t = T::established(&c);
+    // 21000 promised: 20000 fill the sink, 1000 the staging. The window is zero.
+    let mut seq = IRS + 1;
+    for _ in 0..21 {
+        t.send(hdr(ACK, seq, ISS + 1, 30_000), &[1; 1000]);
+        seq += 1000;
+    }
+    let last = t.recv().pop().unwrap().0;
+    assert_eq!(last, out(ACK, ISS + 1, IRS + 21_001, 0));
+    // The peer's one-byte probe is not taken, but its ACK is processed and answered with
+    // the (still zero) window.
+    t.queue(100);
+    t.recv1();
+    t.send(hdr(ACK, seq, ISS + 101, 30_000), &[9]);
+    assert_eq!(t.take_events().last(), Some(&Event::Acked { upto: 100 }));
+    assert_eq!(t.recv1().0, out(ACK, ISS + 101, IRS + 21_001, 0));
+    // The application reads: the window opens, an update goes out at once.
+    t.app.room = 8_000;
+    t.c.recv_space_changed(t.now, &mut t.app);
+    assert_eq!(t.recv1().0, out(ACK, ISS + 101, IRS + 21_001, 8_000));
+}
