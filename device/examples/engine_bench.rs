@@ -374,7 +374,7 @@ impl Guest {
     }
 
     fn ptr(&self, gpa: u64) -> *mut u8 {
-        assert!(gpa >= RAM_BASE && gpa < RAM_BASE + RAM_SIZE);
+        assert!((RAM_BASE..RAM_BASE + RAM_SIZE).contains(&gpa));
         // SAFETY: inside the RAM mapping (checked).
         unsafe { self.ram.add((gpa - RAM_BASE) as usize) }
     }
@@ -862,7 +862,6 @@ fn main() {
     println!("(c) idle CPU of qpipd again, after the load");
     let idle_after = idle_cpu(&daemon, o.idle_seconds, "after the latency runs:");
 
-    drop(e);
     let _ = g.client.shutdown();
     drop(g);
     daemon.stop();
