@@ -220,7 +220,7 @@ fn many_connections_through_tables_over_a_bad_link() {
     }
     // Every flow, both ways, complete and intact.
     assert_eq!(hosts[1].flows.len(), N);
-    let mut seen = vec![false; N];
+    let mut seen = [false; N];
     for c in &hosts[0].flows {
         assert!(c.closed && !c.reset);
         assert_eq!(c.acked as usize, c.out.len());
