@@ -191,6 +191,7 @@ sysfs after
         "cq.vectors_shared",
         "cq.double_destroy",
         "cq.destroy_while_used",
+        "cq.epoll_shared_vector",
         // QPs
         "qp.create",
         "qp.foreign_cq",

@@ -1438,6 +1438,9 @@ fn cmd_ioctls() -> u32 {
         ok(open_dev(0).map(close), "open after closing"),
     );
 
+    // -- epoll over several CQs, one of them sharing the receive CQ's vector --
+    c.check("cq.epoll_shared_vector", epoll_shared_vector(&mut ctx));
+
     // -- the data path through everything above --
     c.check(
         "udp.exchange",
@@ -1484,6 +1487,70 @@ fn wait_child(pid: i32) -> Result<(), String> {
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         || format!("child failed (wait status {status:#x})"),
     )
+}
+
+/// A blocking wait in epoll on two CQ eventfds and the context's file, with another CQ
+/// created on the receive CQ's MSI-X vector: the interrupt wakes every CQ on its vector,
+/// and the one that has the completion is among them.
+fn epoll_shared_vector(ctx: &mut Ctx) -> Result<(), String> {
+    let mut p = Pair::new(ctx, 7250)?;
+    p.post_recv(ctx, 0);
+    let other_efd = eventfd();
+    let mut a = CreateCq::new();
+    a.depth = 4;
+    a.comp_vector = p.rcq.vector;
+    a.eventfd = other_efd;
+    ok(
+        ctx.ioc(IOCTL_CREATE_CQ, &mut a),
+        "CREATE_CQ on a shared vector",
+    )?;
+    ensure(a.comp_vector_out == p.rcq.vector, || {
+        format!(
+            "asked for vector {}, got {}",
+            p.rcq.vector, a.comp_vector_out
+        )
+    })?;
+    // SAFETY: plain system calls on descriptors this process owns.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    ensure(ep >= 0, || format!("epoll_create1: {}", errname(errno())))?;
+    for (fd, tag) in [(p.efd, 1u64), (other_efd, 2), (ctx.fd, 3)] {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: tag,
+        };
+        // SAFETY: as above.
+        let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        ensure(r == 0, || format!("epoll_ctl: {}", errname(errno())))?;
+    }
+    read_eventfd(p.efd);
+    ctx.arm(&mut p.rcq);
+    let src = p.send_slot(0) as *mut u8;
+    for i in 0..32 {
+        // SAFETY: inside the registered buffer.
+        unsafe { *src.add(i) = pattern(0, i) };
+    }
+    let sge = Sge {
+        addr: src as u64,
+        length: 32,
+        lkey: p.lkey,
+    };
+    ctx.post(&mut p.a, true, &send_wqe(0, p.port_b, sge));
+    let mut events = [libc::epoll_event { events: 0, u64: 0 }; 3];
+    // SAFETY: waiting into a three-element array.
+    let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), 3, TIMEOUT.as_millis() as i32) };
+    close(ep);
+    let ready: Vec<u64> = events[..n.max(0) as usize].iter().map(|e| e.u64).collect();
+    ensure(ready.contains(&1), || {
+        format!("epoll woke with {ready:?}, not the receive CQ's eventfd")
+    })?;
+    let r = ctx
+        .poll_cq(&mut p.rcq)
+        .ok_or("the receive CQ's eventfd fired, but its ring is empty")?;
+    p.check_recv(&r, 0, 32)?;
+    ctx.wait_cq(&mut p.scq).ok_or("no send completion")?;
+    let _ = ctx.destroy(IOCTL_DESTROY_CQ, a.handle);
+    close(other_efd);
+    Ok(())
 }
 
 /// Two processes: the child opens its own context and tries everything of the parent's.
