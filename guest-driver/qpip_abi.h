@@ -119,13 +119,20 @@
 
 /*
  Connect TCP QP `handle` ([`ConnectArgs`]). Completes when established (results as for
- accept) or failed ([`ADMIN_STATUS_REFUSED`], [`ADMIN_STATUS_TIMEOUT`]).
+ accept) or failed ([`ADMIN_STATUS_REFUSED`], [`ADMIN_STATUS_TIMEOUT`]; an unreachable
+ peer is a silent one). A QP not bound gets an ephemeral port. After a failure (and
+ after a connection is reset or times out) the QP is in the error state: its work
+ requests complete [`crate::cqe::CQE_STATUS_FLUSHED`].
  */
 #define QPIP_ADMIN_OP_CONNECT 28
 
 /*
  Close TCP QP `handle` gracefully (FIN after all queued sends). Completes when the close
- has been sent and acknowledged.
+ has been sent and acknowledged; if the connection is reset or times out first, with
+ [`ADMIN_STATUS_REFUSED`] or [`ADMIN_STATUS_TIMEOUT`]. [`ADMIN_STATUS_BAD_STATE`] if the QP
+ carries no connection (never connected, already closed, or in the error state).
+ Receiving continues until the peer closes: then, once every byte has been placed, each
+ receive WR completes with `byte_len` 0 (end of stream).
  */
 #define QPIP_ADMIN_OP_CLOSE 29
 
@@ -850,6 +857,11 @@
 #define QPIP_WQE_FLAG_INLINE (1 << 0)
 
 /*
+ Size of [`MsgHeader`] in the stream.
+ */
+#define QPIP_MSG_HEADER_SIZE 8
+
+/*
  An admin command (64 bytes). `body` holds the command's arguments, laid out as the
  `*Args` structure named in the opcode's documentation; unused bytes must be 0.
  */
@@ -1304,6 +1316,34 @@ struct qpip_cqe {
    Bit 0: phase. Written last.
    */
   uint8_t owner;
+};
+
+/*
+ The header of one message in a TCP byte stream with [`crate::admin::FRAMING_MESSAGE`]
+ (8 bytes, both fields **little-endian** on the wire whatever the hosts' byte order).
+
+ Each send WR on a message-framed QP becomes exactly one message: this header, then the
+ WR's `length` bytes. The receiving device (or the software provider) parses the headers
+ out of the stream, so message boundaries and `imm_data` survive any segmentation:
+ - each message completes exactly one receive WR, with `byte_len` = `length` and the
+   CQE's `imm_data` = `imm_data` (a zero-length message completes a WR with 0 bytes);
+ - a message longer than the receive WR it lands in completes that WR with
+   [`crate::cqe::CQE_STATUS_LOCAL_LENGTH`] (`byte_len` = the message's length) and the
+   message's bytes are discarded; the stream stays in step and the next message goes to
+   the next WR.
+
+ Stream framing ([`crate::admin::FRAMING_STREAM`]) has no header: the bytes are the
+ stream, for peers that are plain sockets.
+ */
+struct qpip_msg_header {
+  /*
+   Bytes of the message that follow the header (little-endian).
+   */
+  uint32_t length;
+  /*
+   The sender's `Wqe::imm_data` (little-endian).
+   */
+  uint32_t imm_data;
 };
 
 #endif  /* QPIP_ABI_H */

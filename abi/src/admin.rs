@@ -126,10 +126,17 @@ pub const ADMIN_OP_DESTROY_LISTENER: u16 = 0x1a;
 /// order). Result2: the peer's port.
 pub const ADMIN_OP_ACCEPT: u16 = 0x1b;
 /// Connect TCP QP `handle` ([`ConnectArgs`]). Completes when established (results as for
-/// accept) or failed ([`ADMIN_STATUS_REFUSED`], [`ADMIN_STATUS_TIMEOUT`]).
+/// accept) or failed ([`ADMIN_STATUS_REFUSED`], [`ADMIN_STATUS_TIMEOUT`]; an unreachable
+/// peer is a silent one). A QP not bound gets an ephemeral port. After a failure (and
+/// after a connection is reset or times out) the QP is in the error state: its work
+/// requests complete [`crate::cqe::CQE_STATUS_FLUSHED`].
 pub const ADMIN_OP_CONNECT: u16 = 0x1c;
 /// Close TCP QP `handle` gracefully (FIN after all queued sends). Completes when the close
-/// has been sent and acknowledged.
+/// has been sent and acknowledged; if the connection is reset or times out first, with
+/// [`ADMIN_STATUS_REFUSED`] or [`ADMIN_STATUS_TIMEOUT`]. [`ADMIN_STATUS_BAD_STATE`] if the QP
+/// carries no connection (never connected, already closed, or in the error state).
+/// Receiving continues until the peer closes: then, once every byte has been placed, each
+/// receive WR completes with `byte_len` 0 (end of stream).
 pub const ADMIN_OP_CLOSE: u16 = 0x1d;
 
 // ---- status codes -------------------------------------------------------------------------

@@ -69,3 +69,32 @@ pub const WQE_OP_RECV: u8 = 0x02;
 
 /// The data is inline in the WQE, not in registered memory.
 pub const WQE_FLAG_INLINE: u8 = 1 << 0;
+
+/// The header of one message in a TCP byte stream with [`crate::admin::FRAMING_MESSAGE`]
+/// (8 bytes, both fields **little-endian** on the wire whatever the hosts' byte order).
+///
+/// Each send WR on a message-framed QP becomes exactly one message: this header, then the
+/// WR's `length` bytes. The receiving device (or the software provider) parses the headers
+/// out of the stream, so message boundaries and `imm_data` survive any segmentation:
+/// - each message completes exactly one receive WR, with `byte_len` = `length` and the
+///   CQE's `imm_data` = `imm_data` (a zero-length message completes a WR with 0 bytes);
+/// - a message longer than the receive WR it lands in completes that WR with
+///   [`crate::cqe::CQE_STATUS_LOCAL_LENGTH`] (`byte_len` = the message's length) and the
+///   message's bytes are discarded; the stream stays in step and the next message goes to
+///   the next WR.
+///
+/// Stream framing ([`crate::admin::FRAMING_STREAM`]) has no header: the bytes are the
+/// stream, for peers that are plain sockets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct MsgHeader {
+    /// Bytes of the message that follow the header (little-endian).
+    pub length: u32,
+    /// The sender's `Wqe::imm_data` (little-endian).
+    pub imm_data: u32,
+}
+
+/// Size of [`MsgHeader`] in the stream.
+pub const MSG_HEADER_SIZE: u32 = 8;
+
+const _: () = assert!(core::mem::size_of::<MsgHeader>() == MSG_HEADER_SIZE as usize);

@@ -190,11 +190,23 @@ impl Engine {
     }
 
     /// Completes a pending command with CANCELLED (its object is going away).
-    fn cancel(&mut self, mem: &GuestMemoryMmap, cmd: PendingCmd) {
-        self.complete_admin(
-            mem,
-            completion(cmd.cmd_id, cmd.opcode, ADMIN_STATUS_CANCELLED, (0, 0, 0)),
+    pub(super) fn cancel(&mut self, mem: &GuestMemoryMmap, cmd: PendingCmd) {
+        self.complete_async(mem, cmd, ADMIN_STATUS_CANCELLED, (0, 0, 0));
+    }
+
+    /// Completes a pending (asynchronous) command.
+    pub(super) fn complete_async(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        cmd: PendingCmd,
+        status: u16,
+        r: Results,
+    ) {
+        debug!(
+            "admin {:#04x} id {} -> status {status} (asynchronous)",
+            cmd.opcode, cmd.cmd_id
         );
+        self.complete_admin(mem, completion(cmd.cmd_id, cmd.opcode, status, r));
         self.shared.irqs.raise(0);
     }
 
@@ -259,13 +271,21 @@ impl Engine {
                 backlog,
             } => self.listen(ctx, addr, port, backlog),
             R::DestroyListener => self.destroy_listener(mem, ctx, h),
-            R::Accept { qp } => return self.accept(ctx, h, qp, cmd),
-            R::Connect { .. } => return self.connect(ctx, h, cmd),
+            R::Accept { qp } => return self.accept(mem, ctx, h, qp, cmd),
+            R::Connect { addr, port } => return self.connect(mem, ctx, h, addr, port, cmd),
             R::Close => match self.objects.qp_in(ctx, h) {
                 None => Err(ADMIN_STATUS_BAD_HANDLE),
-                // Only an established connection can be closed; establishing one is the
-                // network's work (step 3), so no QP is in that state yet.
-                Some(_) => Err(ADMIN_STATUS_BAD_STATE),
+                Some(qp) if !qp.tcp || qp.state != QpState::Ready => Err(ADMIN_STATUS_BAD_STATE),
+                Some(_) => {
+                    let pending = PendingCmd {
+                        cmd_id: cmd.cmd_id,
+                        opcode: cmd.opcode,
+                    };
+                    return match self.tcp_close(mem, h, pending) {
+                        Ok(()) => Outcome::Pending,
+                        Err(s) => Outcome::Done(Err(s)),
+                    };
+                }
             },
         })
     }
@@ -515,6 +535,9 @@ impl Engine {
         for cq in [q.send_cq, q.recv_cq] {
             self.objects.cqs.get_mut(&cq).expect("checked").users += 1;
         }
+        if q.tcp {
+            self.tcp_qp_created(id, q.framing, q.send_cq, q.recv_cq);
+        }
         self.objects
             .contexts
             .get_mut(&ctx)
@@ -532,6 +555,11 @@ impl Engine {
     /// Removes a QP: unbinds it, cancels its pending commands and (if `flush`) completes
     /// its outstanding work requests with FLUSHED.
     fn remove_qp(&mut self, mem: &GuestMemoryMmap, id: u32, flush: bool) {
+        if self.objects.qps.get(&id).is_some_and(|q| q.tcp) {
+            // Abort (RST) and flush the WRs the connection had taken: they are older than
+            // what is still in the rings.
+            self.tcp_qp_removed(mem, id, flush);
+        }
         if flush {
             // The producer may have posted after the last scan of its page (the admin queue
             // runs before the doorbell scan): flush up to its latest indices.
@@ -551,7 +579,7 @@ impl Engine {
         }
         match qp.role {
             TcpRole::Accepting { cmd, .. } | TcpRole::Connecting { cmd } => self.cancel(mem, cmd),
-            TcpRole::Idle => {}
+            TcpRole::Idle | TcpRole::Connected => {}
         }
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.objects.cqs.get_mut(&cq) {
@@ -584,7 +612,13 @@ impl Engine {
         Ok((lkey as u64, if remote { lkey as u64 } else { 0 }, 0))
     }
 
-    fn bind(&mut self, ctx: u32, id: u32, addr: Ipv6Addr, port: u16) -> Result<Results, u16> {
+    pub(super) fn bind(
+        &mut self,
+        ctx: u32,
+        id: u32,
+        addr: Ipv6Addr,
+        port: u16,
+    ) -> Result<Results, u16> {
         let qp = self.objects.qp_in(ctx, id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
         if qp.bound.is_some() {
             return Err(ADMIN_STATUS_BAD_STATE);
@@ -641,6 +675,7 @@ impl Engine {
             return Err(ADMIN_STATUS_NO_RESOURCES);
         }
         let id = self.objects.new_id();
+        self.tcp_listen(id, addr, port, backlog)?;
         self.objects.listeners.insert(
             id,
             super::objects::Listener {
@@ -674,6 +709,7 @@ impl Engine {
             return;
         };
         self.objects.listen_ports.remove(&l.port);
+        self.tcp_unlisten(id);
         // QPs offered to it go back to idle; their accepts are cancelled.
         let waiting: Vec<(u32, PendingCmd)> = self
             .objects
@@ -690,7 +726,14 @@ impl Engine {
         }
     }
 
-    fn accept(&mut self, ctx: u32, listener: u32, qp_id: u32, cmd: &AdminCmd) -> Outcome {
+    fn accept(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        listener: u32,
+        qp_id: u32,
+        cmd: &AdminCmd,
+    ) -> Outcome {
         if !self
             .objects
             .listeners
@@ -712,25 +755,46 @@ impl Engine {
                 opcode: cmd.opcode,
             },
         };
-        Outcome::Pending
+        // A connection the device already accepted is taken at once; otherwise the QP
+        // waits for the next one.
+        match self.tcp_accept(mem, listener, qp_id) {
+            Some(r) => Outcome::Done(Ok(r)),
+            None => Outcome::Pending,
+        }
     }
 
-    fn connect(&mut self, ctx: u32, qp_id: u32, cmd: &AdminCmd) -> Outcome {
+    fn connect(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        qp_id: u32,
+        addr: Ipv6Addr,
+        port: u16,
+        cmd: &AdminCmd,
+    ) -> Outcome {
         let Some(qp) = self.objects.qps.get_mut(&qp_id).filter(|q| q.ctx == ctx) else {
             return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
         };
         if !qp.tcp || qp.role != TcpRole::Idle || qp.state != QpState::Ready {
             return Outcome::Done(Err(ADMIN_STATUS_BAD_STATE));
         }
-        // The handshake is the network's work (step 3): the command waits until then, or
-        // until the QP is destroyed (CANCELLED).
+        // The command waits for the handshake (or its failure), or until the QP is
+        // destroyed (CANCELLED).
         qp.role = TcpRole::Connecting {
             cmd: PendingCmd {
                 cmd_id: cmd.cmd_id,
                 opcode: cmd.opcode,
             },
         };
-        Outcome::Pending
+        match self.tcp_connect(mem, ctx, qp_id, addr, port) {
+            Ok(()) => Outcome::Pending,
+            Err(s) => {
+                if let Some(qp) = self.objects.qps.get_mut(&qp_id) {
+                    qp.role = TcpRole::Idle;
+                }
+                Outcome::Done(Err(s))
+            }
+        }
     }
 
     /// Byte offset of a QP's doorbell slot in the doorbell BAR.

@@ -75,6 +75,10 @@ impl Engine {
                 return (did, false);
             };
             let error = qp.state == QpState::Error;
+            if qp.tcp && !error {
+                // TCP sends complete when acknowledged, receives when data arrives.
+                return self.tcp_qp_work(mem, id);
+            }
             let (ring_is_sq, cq) = if qp.sq_head != qp.sq_tail {
                 (true, qp.send_cq)
             } else if error && qp.rq_head != qp.rq_tail {
@@ -96,10 +100,12 @@ impl Engine {
     }
 
     fn cq_has_room(&mut self, id: u32) -> bool {
+        // Completions waiting for room go first.
+        let deferred = self.cq_deferred(id);
         let Some(cq) = self.objects.cqs.get_mut(&id) else {
             return false;
         };
-        if cq.free() > 0 {
+        if cq.free() > 0 && !deferred {
             return true;
         }
         if !cq.stalled {
@@ -158,7 +164,7 @@ impl Engine {
     /// Consumes the next WQE of a QP's send (`sq`) or receive ring and returns its bytes.
     /// If the ring's memory is gone from guest RAM, the QP moves to the error state, the WR
     /// completes FLUSHED, and None is returned.
-    fn take_wqe(
+    pub(super) fn take_wqe(
         &mut self,
         mem: &GuestMemoryMmap,
         id: u32,
@@ -314,7 +320,7 @@ impl Engine {
     }
 
     /// Translates SGEs into guest spans after checking key, context, bounds and `access`.
-    fn translate(
+    pub(super) fn translate(
         &self,
         ctx: u32,
         sges: &[qpip_abi::wqe::Sge],
@@ -468,7 +474,7 @@ impl Engine {
 
     /// Writes a CQE (the caller made sure there is room), phase byte last, then raises the
     /// CQ's vector if it is armed.
-    fn write_cqe(&mut self, mem: &GuestMemoryMmap, cq_id: u32, mut c: Cqe) {
+    pub(super) fn write_cqe(&mut self, mem: &GuestMemoryMmap, cq_id: u32, mut c: Cqe) {
         let stats = &self.shared.stats;
         let Some(cq) = self.objects.cqs.get_mut(&cq_id) else {
             return;

@@ -76,8 +76,9 @@ impl Engine {
         if rq_tail != qp.rq_tail {
             if rq_tail.wrapping_sub(qp.rq_head) <= qp.rq.depth() {
                 qp.rq_tail = rq_tail;
-                // Receives are consumed when data arrives; an errored QP flushes them.
-                work |= qp.state == QpState::Error;
+                // Receives are consumed when data arrives (UDP) or become a connection's
+                // receive space (TCP); an errored QP flushes them.
+                work |= qp.state == QpState::Error || qp.tcp;
             } else {
                 bad = true;
             }

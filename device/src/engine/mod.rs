@@ -19,6 +19,7 @@ pub mod doorbells;
 pub mod memory;
 pub mod network;
 pub mod objects;
+pub mod tcp;
 
 use std::net::Ipv6Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -193,6 +194,8 @@ pub struct Engine {
     /// The network link, when qpipd has one (`--net`).
     pub(crate) net: Option<Interface>,
     net_config: Option<network::NetworkConfig>,
+    /// TCP connections and the TCP state of QPs.
+    pub(crate) tcp: tcp::Tcp,
 }
 
 /// The control thread's handle on the engine thread.
@@ -279,6 +282,10 @@ impl Engine {
             wake: None,
             pending: Vec::new(),
             net: None,
+            tcp: tcp::Tcp::new(
+                seed ^ 0x7463_7000,
+                config.network.as_ref().map_or(1500, |n| n.mtu),
+            ),
             net_config: None,
         }
     }
@@ -339,9 +346,12 @@ impl Engine {
         let mem = self.shared.ram.memory();
         let mut did = self.process_admin(&mem);
         did |= self.scan_doorbells(&mem);
+        did |= self.drain_deferred(&mem);
         did |= self.run_send_queues(&mem);
         did |= self.poll_network(&mem);
-        did
+        did |= self.poll_tcp(&mem);
+        did |= self.flush_tcp();
+        did | self.tcp.busy()
     }
 
     /// Handles one control message; false means stop. Public so that tests and fuzz
@@ -368,6 +378,8 @@ impl Engine {
     pub fn reset(&mut self) {
         let seed = self.objects.new_key() as u64;
         self.objects = Objects::new(seed);
+        let mtu = self.net_config.as_ref().map_or(1500, |n| n.mtu);
+        self.tcp = tcp::Tcp::new(seed.rotate_left(17), mtu);
         self.admin = AdminQueue::default();
         let mac_changed = self.identity.mac != self.initial_identity.mac;
         self.identity = self.initial_identity.clone();
@@ -413,7 +425,12 @@ impl Engine {
                 revents: 0,
             });
         }
-        let timeout_ms = match self.net.as_mut().and_then(|n| n.next_deadline()) {
+        let net_deadline = self.net.as_mut().and_then(|n| n.next_deadline());
+        let deadline = match (net_deadline, self.tcp.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let timeout_ms = match deadline {
             Some(t) => t
                 .saturating_duration_since(Instant::now())
                 .as_millis()

@@ -13,7 +13,7 @@ use vm_memory::GuestMemoryMmap;
 use crate::backend::{self, ImpairSpec, NetSpec};
 use crate::net::config::{NetConfig, StaticNeighbor};
 use crate::net::interface::Interface;
-use crate::net::stack::{Delivery, SendError, Stack};
+use crate::net::stack::{Delivery, SendError, Stack, Upper};
 
 use super::datapath::Datagram;
 use super::Engine;
@@ -52,7 +52,9 @@ impl Engine {
         c.addrs = self.identity.addrs.clone();
         c.mtu = cfg.mtu;
         c.neighbors = cfg.neighbors.clone();
-        Stack::new(&c, Instant::now())
+        let mut s = Stack::new(&c, Instant::now());
+        s.set_tcp(true);
+        s
     }
 
     /// The identity changed (SET_MAC, ADD_ADDR, DEL_ADDR, reset): the stack follows. A new
@@ -121,21 +123,29 @@ impl Engine {
         if net.next_deadline().is_some_and(|t| t <= now) {
             net.poll_timers(now);
         }
-        let n = net.poll_rx(now, RX_BUDGET, |d| {
-            let dgram = Datagram {
-                src: d.src,
-                src_port: d.sport,
-                dst: d.dst,
-                dst_port: d.dport,
-                payload: d.payload(),
-            };
-            if self.deliver_udp(mem, &dgram) {
+        let n = net.poll_rx_upper(now, RX_BUDGET, |u| match u {
+            Upper::Udp(d) => {
+                let dgram = Datagram {
+                    src: d.src,
+                    src_port: d.sport,
+                    dst: d.dst,
+                    dst_port: d.dport,
+                    payload: d.payload(),
+                };
+                if self.deliver_udp(mem, &dgram) {
+                    Delivery::Delivered
+                } else {
+                    Delivery::NoPort
+                }
+            }
+            Upper::Tcp(t) => {
+                self.tcp_segment_in(mem, t.src, t.dst, t.segment());
                 Delivery::Delivered
-            } else {
-                Delivery::NoPort
             }
         });
         self.net = Some(net);
+        // The segments TCP produced meanwhile go out now that the link is back.
+        self.flush_tcp();
         n > 0
     }
 }

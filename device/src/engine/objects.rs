@@ -70,6 +70,8 @@ pub enum TcpRole {
     Connecting {
         cmd: PendingCmd,
     },
+    /// Carries a connection (or carried one that has ended).
+    Connected,
 }
 
 #[derive(Debug)]

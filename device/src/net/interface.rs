@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::backend::{Backend, MAX_FRAME};
 
-use super::stack::{Delivery, Stack, UdpIn};
+use super::stack::{Delivery, Stack, UdpIn, Upper};
 
 pub struct Interface {
     pub stack: Stack,
@@ -73,6 +73,21 @@ impl Interface {
         budget: usize,
         mut deliver: impl FnMut(&UdpIn<'_>) -> Delivery,
     ) -> usize {
+        self.poll_rx_upper(now, budget, |u| match u {
+            Upper::Udp(d) => deliver(d),
+            Upper::Tcp(_) => Delivery::Delivered,
+        })
+    }
+
+    /// As [`Interface::poll_rx`], for every upper layer the stack delivers (TCP segments
+    /// too, once [`Stack::set_tcp`] is on). [`Delivery::NoPort`] only matters for UDP: TCP
+    /// answers a segment for no connection with a reset of its own.
+    pub fn poll_rx_upper(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        mut deliver: impl FnMut(&Upper<'_>) -> Delivery,
+    ) -> usize {
         let mut n = 0;
         while n < budget {
             let len = match self.backend.recv(&mut self.buf) {
@@ -84,9 +99,11 @@ impl Interface {
                 }
             };
             n += 1;
-            if let Some(d) = self.stack.receive(&self.buf[..len], now) {
-                if deliver(&d) == Delivery::NoPort {
-                    self.stack.port_unreachable(&d, now);
+            if let Some(u) = self.stack.receive_upper(&self.buf[..len], now) {
+                if deliver(&u) == Delivery::NoPort {
+                    if let Upper::Udp(d) = &u {
+                        self.stack.port_unreachable(d, now);
+                    }
                 }
             }
         }

@@ -97,6 +97,31 @@ impl UdpIn<'_> {
     }
 }
 
+/// A TCP segment that arrived for one of the device's addresses (its checksum is the TCP
+/// layer's to verify, with the segment parser). Only delivered when the stack was told
+/// there is a TCP layer above it ([`Stack::set_tcp`]).
+#[derive(Debug)]
+pub struct TcpIn<'f> {
+    pub src: Ipv6Addr,
+    pub dst: Ipv6Addr,
+    packet: Cow<'f, [u8]>,
+    segment_at: usize,
+}
+
+impl TcpIn<'_> {
+    /// The TCP header and payload.
+    pub fn segment(&self) -> &[u8] {
+        &self.packet[self.segment_at..]
+    }
+}
+
+/// An upper-layer message for the device.
+#[derive(Debug)]
+pub enum Upper<'f> {
+    Udp(UdpIn<'f>),
+    Tcp(TcpIn<'f>),
+}
+
 /// What the engine did with a received datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {
@@ -122,6 +147,9 @@ pub struct Stack {
     icmp_refilled: Option<Instant>,
     rng: fastrand::Rng,
     actions: Vec<Action>,
+    /// Whether TCP segments go up ([`Upper::Tcp`]) or are refused like any unsupported
+    /// next header.
+    tcp: bool,
 }
 
 impl Stack {
@@ -154,12 +182,18 @@ impl Stack {
             icmp_refilled: None,
             rng: fastrand::Rng::with_seed(seed),
             actions: Vec::new(),
+            tcp: false,
         };
         s.send_dad_probe(s.link_local);
         for &(a, plen) in &config.addrs {
             s.add_address(a, plen);
         }
         s
+    }
+
+    /// There is a TCP layer above: [`Stack::receive_upper`] delivers TCP segments.
+    pub fn set_tcp(&mut self, on: bool) {
+        self.tcp = on;
     }
 
     // ---- identity --------------------------------------------------------------------
@@ -584,7 +618,7 @@ impl Stack {
 
     // ---- receiving --------------------------------------------------------------------
 
-    fn drop(&mut self, why: DropReason) -> Option<UdpIn<'static>> {
+    fn drop<T>(&mut self, why: DropReason) -> Option<T> {
         self.stats.drop(why);
         None
     }
@@ -594,6 +628,15 @@ impl Stack {
     /// else (NDP, echo, errors, fragments) is handled here, replies queued for
     /// [`Stack::pop_tx`], and every frame not used is counted under its [`DropReason`].
     pub fn receive<'f>(&mut self, frame: &'f [u8], now: Instant) -> Option<UdpIn<'f>> {
+        match self.receive_upper(frame, now)? {
+            Upper::Udp(d) => Some(d),
+            Upper::Tcp(_) => None,
+        }
+    }
+
+    /// As [`Stack::receive`], with TCP segments for the device coming up too (when
+    /// [`Stack::set_tcp`] was called).
+    pub fn receive_upper<'f>(&mut self, frame: &'f [u8], now: Instant) -> Option<Upper<'f>> {
         self.stats.rx_frames += 1;
         self.stats.rx_bytes += frame.len() as u64;
         let Ok(eth) = wire::parse_ethernet(frame) else {
@@ -631,7 +674,7 @@ impl Stack {
         hop_limit: u8,
         eth_src: Mac,
         now: Instant,
-    ) -> Option<UdpIn<'f>> {
+    ) -> Option<Upper<'f>> {
         let reassembled = matches!(pkt, Cow::Owned(_));
         let mut nh = pkt[6];
         let mut nh_at = 6; // where the current next-header value sits, for parameter problems
@@ -712,7 +755,7 @@ impl Stack {
                     }
                     let (sport, dport, len) = (d.sport, d.dport, d.payload().len());
                     self.stats.udp_rx += 1;
-                    return Some(UdpIn {
+                    return Some(Upper::Udp(UdpIn {
                         src,
                         dst,
                         sport,
@@ -720,7 +763,15 @@ impl Stack {
                         packet: pkt,
                         payload_at: off + wire::UDP_LEN,
                         payload_len: len,
-                    });
+                    }));
+                }
+                proto::TCP if self.tcp => {
+                    return Some(Upper::Tcp(TcpIn {
+                        src,
+                        dst,
+                        packet: pkt,
+                        segment_at: off,
+                    }));
                 }
                 _ => {
                     self.icmp_error(
@@ -797,7 +848,7 @@ impl Stack {
         hop_limit: u8,
         eth_src: Mac,
         now: Instant,
-    ) -> Option<UdpIn<'f>> {
+    ) -> Option<Upper<'f>> {
         let data = &pkt[off + wire::FRAG_LEN..];
         if fh.more && !data.len().is_multiple_of(8) {
             // Parameter problem pointing at the payload length (RFC 8200 §4.5).

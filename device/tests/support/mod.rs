@@ -1276,3 +1276,72 @@ fn check_admin_cqe(c: &AdminCqe, opcode: u16) {
         );
     }
 }
+
+// ---- TCP queue pairs --------------------------------------------------------------------
+
+/// A TCP QP with its own send and receive CQs and a registered (LOCAL_WRITE) buffer.
+pub struct TcpEnd {
+    pub ctx: u32,
+    pub qp: Qp,
+    pub scq: Cq,
+    pub rcq: Cq,
+    pub buf: Buf,
+    pub mr: Mr,
+}
+
+/// A TCP send WQE gathering `sges`, with immediate data (message framing carries it).
+pub fn tcp_send_wqe(wr_id: u64, imm: u32, sges: &[Sge]) -> WqeBytes {
+    let mut h = wqe_hdr(WQE_OP_SEND, wr_id);
+    h.num_sge = sges.len() as u8;
+    h.imm_data = imm;
+    wqe_bytes(&h, sges)
+}
+
+/// A TCP send WQE with inline data.
+pub fn tcp_inline_wqe(wr_id: u64, imm: u32, data: &[u8]) -> WqeBytes {
+    let mut h = wqe_hdr(WQE_OP_SEND, wr_id);
+    h.flags = WQE_FLAG_INLINE;
+    h.inline_len = data.len() as u32;
+    h.imm_data = imm;
+    let mut b = wqe_bytes(&h, &[]);
+    let o = WQE_SGE_OFFSET as usize;
+    b[o..o + data.len()].copy_from_slice(data);
+    b
+}
+
+impl FakeGuest {
+    /// A TCP QP in `ctx` with `framing`, queues of `depth`, CQs of twice that, and a
+    /// registered buffer of `buf_len` bytes.
+    pub fn tcp_endpoint_in(&mut self, ctx: u32, framing: u8, depth: u32, buf_len: u64) -> TcpEnd {
+        let scq = self.create_cq(ctx, 2 * depth).expect("create send CQ");
+        let rcq = self.create_cq(ctx, 2 * depth).expect("create recv CQ");
+        let qp = self
+            .create_qp_typed(ctx, scq.id, rcq.id, depth, depth, QP_TYPE_TCP, framing)
+            .expect("create TCP QP");
+        let buf = self.alloc_buf(buf_len.max(64), 0);
+        let mr = self
+            .reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE)
+            .expect("register buffer");
+        TcpEnd {
+            ctx,
+            qp,
+            scq,
+            rcq,
+            buf,
+            mr,
+        }
+    }
+
+    /// Submits CLOSE (completes asynchronously); returns the cmd_id.
+    pub fn submit_close(&mut self, ctx: u32, qp: u32) -> u32 {
+        self.admin_submit(cmd0(ADMIN_OP_CLOSE, ctx, qp))
+    }
+}
+
+/// The peer address of an ACCEPT or CONNECT completion (result0/result1 in memory order).
+pub fn peer_addr(c: &AdminCqe) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[..8].copy_from_slice(&c.result0.to_ne_bytes());
+    a[8..].copy_from_slice(&c.result1.to_ne_bytes());
+    a
+}

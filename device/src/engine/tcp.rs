@@ -1,0 +1,1457 @@
+//! TCP queue pairs: the device's TCP ([`crate::net::tcp`]) joined to the QP engine.
+//!
+//! The engine owns one [`ConnectionTable`] tagged with QP ids. Segments come from the stack
+//! ([`super::network`]) or, for the device's own addresses, from a local queue inside the
+//! engine (so two TCP QPs of one device can connect to each other); segments out go to the
+//! stack's `send_ip` or back into that queue. The table's timer heap is folded into the
+//! engine's sleep deadline.
+//!
+//! Data never lives in the device beyond the connection's staging allowance:
+//! - **send**: a send WR is checked (protection) when the engine takes it from the ring;
+//!   its bytes are queued on the connection by length only and read from guest memory
+//!   through the WR's translated spans each time a segment is built ([`QpSource`]). The WR
+//!   completes (CQE `SEND`, `byte_len` = its payload) when the peer has acknowledged its
+//!   last byte. With message framing a [`MsgHeader`] precedes the WR's bytes in the stream.
+//! - **receive**: receive WRs are taken from the ring as soon as the doorbell shows them and
+//!   become the connection's receive space ([`QpSink`]): the advertised window is the
+//!   posted space plus the staging allowance, so posting buffers is flow control. Bytes
+//!   are scattered straight into the WRs' buffers.
+//!
+//! Receive completion rules:
+//! - stream framing: a WR completes when full, or when a segment with PSH has been placed
+//!   (the WR then holds everything received so far);
+//! - message framing: each message completes one WR with its length and `imm_data`; a
+//!   message longer than its WR completes the WR with `LOCAL_LENGTH` (`byte_len` = the
+//!   message's length) and the message is discarded (see [`qpip_abi::wqe::MsgHeader`]);
+//! - end of stream: once the peer's FIN has arrived and every byte before it has been
+//!   placed, a partly filled WR completes with what it holds and every receive WR after
+//!   it completes with `byte_len` 0 (as `read()` returns 0 at end of file);
+//! - a reset or a timeout moves the QP to the error state: every outstanding WR completes
+//!   `FLUSHED`, and a pending CONNECT or CLOSE completes with `REFUSED` or `TIMEOUT`.
+//!
+//! Completions keep the order of their queue; when a CQ is full they wait in order
+//! ([`Tcp::deferred`]) instead of being dropped, since the WRs are already consumed.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv6Addr;
+use std::time::Instant;
+
+use log::debug;
+use qpip_abi::admin::*;
+use qpip_abi::cqe::*;
+use qpip_abi::wqe::MSG_HEADER_SIZE;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use zerocopy::FromZeros;
+
+use crate::net::tcp::{
+    self, ConnId, ConnectionTable, Event, FourTuple, Input, IsnGenerator, Outgoing, RecvSink,
+    SendSource, State,
+};
+
+use super::decode::{self, Payload, WqeError};
+use super::memory::{Fault, Span};
+use super::objects::{PendingCmd, QpState, TcpRole};
+use super::Engine;
+
+/// The IPv6 next header of TCP.
+const PROTO_TCP: u8 = 6;
+/// Hop limit of the segments we send.
+const HOP_LIMIT: u8 = 64;
+/// Send WRs one QP may take per turn.
+const SEND_BUDGET: u32 = 64;
+/// Locally routed segments processed per pass before other work gets a turn.
+const LOCAL_BUDGET: usize = 256;
+/// Largest accept backlog (ListenArgs::backlog is clamped to it; 0 means this).
+const MAX_BACKLOG: usize = 1024;
+
+/// A send WR taken from the ring, in the stream at `start..end` (header included).
+struct TxEntry {
+    wr_id: u64,
+    start: u64,
+    end: u64,
+    header: Option<[u8; MSG_HEADER_SIZE as usize]>,
+    data: TxData,
+    /// Payload bytes (what the CQE reports).
+    len: u32,
+    /// A WR that failed its checks: it holds no bytes and completes with this status in
+    /// its turn (completions keep the order of the queue).
+    error: Option<(u8, u32)>,
+}
+
+enum TxData {
+    Inline(Vec<u8>),
+    Spans(Vec<Span>),
+}
+
+/// The QP's send WRs that are queued on the connection and not yet acknowledged.
+#[derive(Default)]
+struct TxQueue {
+    entries: VecDeque<TxEntry>,
+    /// Stream bytes queued so far.
+    queued: u64,
+}
+
+/// A receive WR taken from the ring.
+struct RecvWr {
+    wr_id: u64,
+    spans: Result<Vec<Span>, (u8, u32)>,
+    cap: u64,
+    filled: u64,
+}
+
+/// The receive side of a TCP QP.
+struct RxState {
+    qp: u32,
+    message: bool,
+    wrs: VecDeque<RecvWr>,
+    /// Bytes the connection delivered that no WR could take yet (message framing can use
+    /// less of a WR than reported; bounded by the space reported).
+    pending: VecDeque<u8>,
+    /// Free capacity of the posted WRs that have usable buffers.
+    room: u64,
+    // Message framing: the header being read and the message being placed.
+    hdr: [u8; MSG_HEADER_SIZE as usize],
+    hdr_have: usize,
+    in_msg: bool,
+    msg_decided: bool,
+    msg_left: u64,
+    msg_len: u32,
+    msg_imm: u32,
+    discard: bool,
+    /// Stream framing: a pushed segment was placed; complete the partly filled WR.
+    push: bool,
+    /// The peer's FIN arrived after every byte.
+    eof: bool,
+    /// Completions made, for the engine to write.
+    done: Vec<Cqe>,
+}
+
+fn cqe(wr_id: u64, qp: u32, opcode: u8, status: u8, detail: u32) -> Cqe {
+    let mut c = Cqe::new_zeroed();
+    c.wr_id = wr_id;
+    c.qp = qp;
+    c.opcode = opcode;
+    c.status = status;
+    c.detail = detail;
+    c
+}
+
+/// Writes `data` at byte `off` of the buffer described by `spans`.
+fn scatter(mem: &GuestMemoryMmap, spans: &[Span], mut off: u64, mut data: &[u8]) {
+    for s in spans {
+        if data.is_empty() {
+            return;
+        }
+        if off >= s.len as u64 {
+            off -= s.len as u64;
+            continue;
+        }
+        let n = (s.len as u64 - off).min(data.len() as u64) as usize;
+        // The spans were checked against the region and guest RAM when the WR was taken.
+        let _ = mem.write_slice(&data[..n], GuestAddress(s.addr + off));
+        data = &data[n..];
+        off = 0;
+    }
+}
+
+/// Reads `buf.len()` bytes at byte `off` of the buffer described by `spans`.
+fn gather(mem: &GuestMemoryMmap, spans: &[Span], mut off: u64, buf: &mut [u8]) {
+    let mut at = 0;
+    for s in spans {
+        if at == buf.len() {
+            return;
+        }
+        if off >= s.len as u64 {
+            off -= s.len as u64;
+            continue;
+        }
+        let n = (s.len as u64 - off).min((buf.len() - at) as u64) as usize;
+        if mem
+            .read_slice(&mut buf[at..at + n], GuestAddress(s.addr + off))
+            .is_err()
+        {
+            buf[at..at + n].fill(0);
+        }
+        at += n;
+        off = 0;
+    }
+}
+
+impl RxState {
+    fn new(qp: u32, message: bool) -> RxState {
+        RxState {
+            qp,
+            message,
+            wrs: VecDeque::new(),
+            pending: VecDeque::new(),
+            room: 0,
+            hdr: [0; MSG_HEADER_SIZE as usize],
+            hdr_have: 0,
+            in_msg: false,
+            msg_decided: false,
+            msg_left: 0,
+            msg_len: 0,
+            msg_imm: 0,
+            discard: false,
+            push: false,
+            eof: false,
+            done: Vec::new(),
+        }
+    }
+
+    fn space(&self) -> usize {
+        self.room.saturating_sub(self.pending.len() as u64) as usize
+    }
+
+    fn add(&mut self, wr: RecvWr) {
+        if wr.spans.is_ok() {
+            self.room += wr.cap;
+        }
+        self.wrs.push_back(wr);
+    }
+
+    /// Completes the front WR.
+    fn complete_front(&mut self, status: u8, detail: u32, byte_len: u32, imm: u32) {
+        let Some(wr) = self.wrs.pop_front() else {
+            return;
+        };
+        if wr.spans.is_ok() {
+            self.room -= wr.cap - wr.filled;
+        }
+        let mut c = cqe(wr.wr_id, self.qp, CQE_OP_RECV, status, detail);
+        c.byte_len = byte_len;
+        c.imm_data = imm;
+        self.done.push(c);
+    }
+
+    /// Completes a front WR that failed its checks. True if there was one.
+    fn fail_front(&mut self) -> bool {
+        match self.wrs.front().map(|w| w.spans.as_ref().err().copied()) {
+            Some(Some((status, detail))) => {
+                self.complete_front(status, detail, 0, 0);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Places bytes into the posted WRs; returns how many were taken (the rest wait for
+    /// more WRs).
+    fn consume(&mut self, mem: &GuestMemoryMmap, data: &[u8]) -> usize {
+        if self.message {
+            self.consume_messages(mem, data)
+        } else {
+            self.consume_stream(mem, data)
+        }
+    }
+
+    fn consume_stream(&mut self, mem: &GuestMemoryMmap, data: &[u8]) -> usize {
+        let mut i = 0;
+        while i < data.len() {
+            if self.fail_front() {
+                continue;
+            }
+            let Some(wr) = self.wrs.front_mut() else {
+                break;
+            };
+            let Ok(spans) = &wr.spans else { unreachable!() };
+            let n = (wr.cap - wr.filled).min((data.len() - i) as u64) as usize;
+            scatter(mem, spans, wr.filled, &data[i..i + n]);
+            wr.filled += n as u64;
+            self.room -= n as u64;
+            i += n;
+            if wr.filled == wr.cap {
+                let len = wr.filled as u32;
+                self.complete_front(CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, len, 0);
+            }
+        }
+        i
+    }
+
+    fn consume_messages(&mut self, mem: &GuestMemoryMmap, data: &[u8]) -> usize {
+        let mut i = 0;
+        loop {
+            if !self.in_msg {
+                if i == data.len() {
+                    break;
+                }
+                let n = (self.hdr.len() - self.hdr_have).min(data.len() - i);
+                self.hdr[self.hdr_have..self.hdr_have + n].copy_from_slice(&data[i..i + n]);
+                self.hdr_have += n;
+                i += n;
+                if self.hdr_have < self.hdr.len() {
+                    continue;
+                }
+                self.hdr_have = 0;
+                self.msg_len = u32::from_le_bytes(self.hdr[..4].try_into().expect("4"));
+                self.msg_imm = u32::from_le_bytes(self.hdr[4..].try_into().expect("4"));
+                self.msg_left = self.msg_len as u64;
+                self.in_msg = true;
+                self.msg_decided = false;
+                self.discard = false;
+            }
+            if !self.msg_decided {
+                if self.fail_front() {
+                    continue;
+                }
+                let Some(wr) = self.wrs.front() else {
+                    break; // the message waits for a WR
+                };
+                if self.msg_len as u64 > wr.cap {
+                    let (len, imm) = (self.msg_len, self.msg_imm);
+                    self.complete_front(CQE_STATUS_LOCAL_LENGTH, CQE_DETAIL_NONE, len, imm);
+                    self.discard = true;
+                }
+                self.msg_decided = true;
+            }
+            if self.msg_left > 0 {
+                if i == data.len() {
+                    break;
+                }
+                let n = self.msg_left.min((data.len() - i) as u64) as usize;
+                if !self.discard {
+                    let wr = self.wrs.front_mut().expect("decided");
+                    let Ok(spans) = &wr.spans else { unreachable!() };
+                    scatter(mem, spans, wr.filled, &data[i..i + n]);
+                    wr.filled += n as u64;
+                    self.room -= n as u64;
+                }
+                self.msg_left -= n as u64;
+                i += n;
+            }
+            if self.msg_left == 0 {
+                if !self.discard {
+                    let (len, imm) = (self.msg_len, self.msg_imm);
+                    self.complete_front(CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, len, imm);
+                }
+                self.in_msg = false;
+                self.msg_decided = false;
+                self.discard = false;
+            }
+        }
+        i
+    }
+
+    /// Bytes delivered by the connection: placed now, or kept until WRs are posted.
+    fn deliver(&mut self, mem: &GuestMemoryMmap, data: &[u8]) {
+        if self.pending.is_empty() {
+            let n = self.consume(mem, data);
+            self.pending.extend(&data[n..]);
+        } else {
+            self.pending.extend(data);
+            self.drain(mem);
+        }
+    }
+
+    /// Places pending bytes into WRs posted since, then applies push and end of stream.
+    fn drain(&mut self, mem: &GuestMemoryMmap) {
+        while !self.pending.is_empty() {
+            let (a, _) = self.pending.as_slices();
+            let chunk = a.to_vec();
+            let n = self.consume(mem, &chunk);
+            self.pending.drain(..n);
+            if n < chunk.len() {
+                break;
+            }
+        }
+        self.settle();
+    }
+
+    /// Push and end-of-stream completions, once every delivered byte is placed.
+    fn settle(&mut self) {
+        if !self.pending.is_empty() {
+            return;
+        }
+        if self.push && !self.message {
+            self.push = false;
+            if let Some(wr) = self.wrs.front() {
+                if wr.filled > 0 && wr.spans.is_ok() {
+                    let len = wr.filled as u32;
+                    self.complete_front(CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, len, 0);
+                }
+            }
+        }
+        if self.eof {
+            self.push = false;
+            while !self.wrs.is_empty() {
+                if self.fail_front() {
+                    continue;
+                }
+                let wr = self.wrs.front().expect("not empty");
+                let len = if self.message { 0 } else { wr.filled as u32 };
+                self.complete_front(CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, len, 0);
+            }
+            self.in_msg = false;
+            self.msg_decided = false;
+        }
+    }
+
+    /// Every WR taken completes FLUSHED (the QP went to the error state).
+    fn flush(&mut self) {
+        self.pending.clear();
+        while let Some(wr) = self.wrs.front() {
+            let id = wr.wr_id;
+            self.complete_front(CQE_STATUS_FLUSHED, CQE_DETAIL_NONE, 0, 0);
+            let _ = id;
+        }
+    }
+}
+
+/// A QP's receive WRs as the connection's [`RecvSink`].
+struct QpSink<'a> {
+    mem: &'a GuestMemoryMmap,
+    rx: &'a mut RxState,
+}
+
+impl RecvSink for QpSink<'_> {
+    fn space(&self) -> usize {
+        self.rx.space()
+    }
+    fn deliver(&mut self, _offset: u64, data: &[u8]) {
+        self.rx.deliver(self.mem, data);
+    }
+}
+
+/// The sink of a connection no QP has taken yet (accepted by the device, waiting for an
+/// ACCEPT): no posted space, so everything stays within the staging allowance.
+struct Unclaimed;
+
+impl RecvSink for Unclaimed {
+    fn space(&self) -> usize {
+        0
+    }
+    fn deliver(&mut self, _offset: u64, _data: &[u8]) {
+        debug_assert!(false, "no delivery beyond the space offered");
+    }
+}
+
+/// A QP's queued send WRs as the connection's [`SendSource`].
+struct QpSource<'a> {
+    mem: &'a GuestMemoryMmap,
+    tx: &'a TxQueue,
+}
+
+impl SendSource for QpSource<'_> {
+    fn read(&mut self, offset: u64, buf: &mut [u8]) {
+        let entries = &self.tx.entries;
+        let mut i = entries.partition_point(|e| e.end <= offset);
+        let mut at = 0;
+        let mut off = offset;
+        while at < buf.len() {
+            let Some(e) = entries.get(i) else {
+                buf[at..].fill(0);
+                debug_assert!(false, "read beyond the queued bytes");
+                return;
+            };
+            i += 1;
+            if e.end <= off {
+                continue;
+            }
+            let mut rel = off - e.start;
+            if let Some(h) = &e.header {
+                if rel < h.len() as u64 {
+                    let n = (h.len() - rel as usize).min(buf.len() - at);
+                    buf[at..at + n].copy_from_slice(&h[rel as usize..rel as usize + n]);
+                    at += n;
+                    off += n as u64;
+                    rel += n as u64;
+                }
+                rel -= h.len() as u64;
+                if at == buf.len() {
+                    return;
+                }
+            }
+            let left = (e.end - off) as usize;
+            let n = left.min(buf.len() - at);
+            match &e.data {
+                TxData::Inline(b) => {
+                    buf[at..at + n].copy_from_slice(&b[rel as usize..rel as usize + n])
+                }
+                TxData::Spans(s) => gather(self.mem, s, rel, &mut buf[at..at + n]),
+            }
+            at += n;
+            off += n as u64;
+        }
+    }
+}
+
+/// What a TCP QP holds beyond its rings.
+pub struct TcpQp {
+    conn: Option<ConnId>,
+    message: bool,
+    send_cq: u32,
+    recv_cq: u32,
+    tx: TxQueue,
+    rx: RxState,
+    close_cmd: Option<PendingCmd>,
+}
+
+/// A connection the device accepted for a listener, waiting for an ACCEPT.
+struct Ready {
+    conn: ConnId,
+    peer_closed: bool,
+}
+
+/// An engine listener's rendezvous: QPs offered by ACCEPT and connections waiting for one.
+struct ListenState {
+    addr: Ipv6Addr,
+    port: u16,
+    backlog: usize,
+    parked: VecDeque<u32>,
+    ready: VecDeque<Ready>,
+}
+
+/// The engine's TCP: connections, listeners' rendezvous, TCP QPs.
+pub struct Tcp {
+    table: ConnectionTable<u32>,
+    cfg: tcp::Config,
+    /// Segments for the device's own addresses, input on the next pass.
+    local: VecDeque<Outgoing>,
+    /// Segments produced and not yet sent.
+    outbox: Vec<Outgoing>,
+    listeners: HashMap<u32, ListenState>,
+    qps: HashMap<u32, TcpQp>,
+    /// Completions waiting for room in their CQ, per CQ, in order.
+    pub(super) deferred: HashMap<u32, VecDeque<Cqe>>,
+}
+
+impl Tcp {
+    pub fn new(seed: u64, mtu: usize) -> Tcp {
+        let mut key = [0u8; 16];
+        key[..8].copy_from_slice(&seed.to_le_bytes());
+        key[8..].copy_from_slice(
+            &seed
+                .rotate_left(29)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .to_le_bytes(),
+        );
+        let cfg = tcp::Config {
+            mss: tcp::Config::mss_for_mtu(mtu),
+            ..tcp::Config::default()
+        };
+        Tcp {
+            table: ConnectionTable::new(IsnGenerator::new(key, Instant::now())),
+            cfg,
+            local: VecDeque::new(),
+            outbox: Vec::new(),
+            listeners: HashMap::new(),
+            qps: HashMap::new(),
+            deferred: HashMap::new(),
+        }
+    }
+
+    /// When the table's next timer is due.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.table.next_deadline()
+    }
+
+    /// Whether work is waiting that needs no event to wake it.
+    pub fn busy(&self) -> bool {
+        !self.local.is_empty() || !self.outbox.is_empty()
+    }
+}
+
+/// Results of an admin command.
+type Results = (u64, u64, u32);
+
+fn peer_results(addr: Ipv6Addr, port: u16) -> Results {
+    let o = addr.octets();
+    (
+        u64::from_ne_bytes(o[..8].try_into().expect("8")),
+        u64::from_ne_bytes(o[8..].try_into().expect("8")),
+        port as u32,
+    )
+}
+
+impl Engine {
+    // ---- completions ----------------------------------------------------------------
+
+    /// Writes a completion now if its CQ has room and nothing is waiting before it, else
+    /// queues it (in order) until the consumer makes room.
+    pub(super) fn post_cqe(&mut self, mem: &GuestMemoryMmap, cq: u32, c: Cqe) {
+        if !self.objects.cqs.contains_key(&cq) {
+            return;
+        }
+        let waiting = self.tcp.deferred.get(&cq).is_some_and(|q| !q.is_empty());
+        if !waiting && self.objects.cqs[&cq].free() > 0 {
+            self.write_cqe(mem, cq, c);
+        } else {
+            if let Some(c) = self.objects.cqs.get_mut(&cq) {
+                if !c.stalled {
+                    c.stalled = true;
+                    self.shared.stats.add(STAT_CQ_FULL, 1);
+                }
+            }
+            self.tcp.deferred.entry(cq).or_default().push_back(c);
+        }
+    }
+
+    /// Writes the completions that waited for room. Returns whether any went.
+    pub(super) fn drain_deferred(&mut self, mem: &GuestMemoryMmap) -> bool {
+        if self.tcp.deferred.is_empty() {
+            return false;
+        }
+        let mut did = false;
+        let cqs: Vec<u32> = self.tcp.deferred.keys().copied().collect();
+        for cq in cqs {
+            loop {
+                let Some(c) = self.objects.cqs.get(&cq) else {
+                    self.tcp.deferred.remove(&cq);
+                    break;
+                };
+                if c.free() == 0 {
+                    break;
+                }
+                let Some(q) = self.tcp.deferred.get_mut(&cq) else {
+                    break;
+                };
+                let Some(e) = q.pop_front() else {
+                    self.tcp.deferred.remove(&cq);
+                    break;
+                };
+                self.write_cqe(mem, cq, e);
+                did = true;
+            }
+        }
+        did
+    }
+
+    /// Whether completions wait for room in `cq` (others must queue behind them).
+    pub(super) fn cq_deferred(&self, cq: u32) -> bool {
+        self.tcp.deferred.get(&cq).is_some_and(|q| !q.is_empty())
+    }
+
+    fn post_rx_done(&mut self, mem: &GuestMemoryMmap, qp: u32) {
+        let Some(t) = self.tcp.qps.get_mut(&qp) else {
+            return;
+        };
+        if t.rx.done.is_empty() {
+            return;
+        }
+        let done = std::mem::take(&mut t.rx.done);
+        let cq = t.recv_cq;
+        self.shared.stats.add(STAT_RECV_WQES, done.len() as u64);
+        for c in done {
+            self.post_cqe(mem, cq, c);
+        }
+    }
+
+    // ---- QP life ----------------------------------------------------------------------
+
+    /// A TCP QP was created.
+    pub(super) fn tcp_qp_created(&mut self, id: u32, framing: u8, send_cq: u32, recv_cq: u32) {
+        let message = framing == FRAMING_MESSAGE;
+        self.tcp.qps.insert(
+            id,
+            TcpQp {
+                conn: None,
+                message,
+                send_cq,
+                recv_cq,
+                tx: TxQueue::default(),
+                rx: RxState::new(id, message),
+                close_cmd: None,
+            },
+        );
+    }
+
+    /// A TCP QP is being destroyed: its connection is aborted (RST), the WRs it had
+    /// taken complete FLUSHED (if `flush`), a pending CLOSE is cancelled.
+    pub(super) fn tcp_qp_removed(&mut self, mem: &GuestMemoryMmap, id: u32, flush: bool) {
+        for l in self.tcp.listeners.values_mut() {
+            l.parked.retain(|&q| q != id);
+        }
+        let Some(mut t) = self.tcp.qps.remove(&id) else {
+            return;
+        };
+        if let Some(conn) = t.conn.take() {
+            if let Some(e) = self.tcp.table.get_mut(conn) {
+                e.conn.abort();
+                let now = Instant::now();
+                while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
+                    self.tcp.outbox.push(o);
+                }
+            }
+            self.tcp.table.remove(conn);
+        }
+        if let Some(cmd) = t.close_cmd.take() {
+            self.cancel(mem, cmd);
+        }
+        if flush {
+            for e in t.tx.entries.drain(..) {
+                self.post_cqe(
+                    mem,
+                    t.send_cq,
+                    cqe(
+                        e.wr_id,
+                        id,
+                        CQE_OP_SEND,
+                        CQE_STATUS_FLUSHED,
+                        CQE_DETAIL_NONE,
+                    ),
+                );
+            }
+            t.rx.flush();
+            for c in t.rx.done.drain(..) {
+                self.post_cqe(mem, t.recv_cq, c);
+            }
+        }
+    }
+
+    /// The QP's connection failed (reset, timeout): the QP moves to the error state, its
+    /// WRs are flushed, pending commands complete with `status`.
+    fn tcp_fail(&mut self, mem: &GuestMemoryMmap, id: u32, status: u16) {
+        if let Some(qp) = self.objects.qps.get_mut(&id) {
+            qp.state = QpState::Error;
+            if let TcpRole::Connecting { cmd } = qp.role {
+                qp.role = TcpRole::Idle;
+                self.finish_cmd(mem, cmd, status, (0, 0, 0));
+            }
+        }
+        let Some(t) = self.tcp.qps.get_mut(&id) else {
+            return;
+        };
+        t.conn = None;
+        let close = t.close_cmd.take();
+        let send_cq = t.send_cq;
+        let entries: Vec<TxEntry> = t.tx.entries.drain(..).collect();
+        t.rx.flush();
+        if let Some(cmd) = close {
+            self.finish_cmd(mem, cmd, status, (0, 0, 0));
+        }
+        for e in entries {
+            self.post_cqe(
+                mem,
+                send_cq,
+                cqe(
+                    e.wr_id,
+                    id,
+                    CQE_OP_SEND,
+                    CQE_STATUS_FLUSHED,
+                    CQE_DETAIL_NONE,
+                ),
+            );
+        }
+        self.post_rx_done(mem, id);
+        // What is still in the rings is flushed by the send queue turn.
+        self.objects.mark_busy(id);
+    }
+
+    // ---- admin commands ---------------------------------------------------------------
+
+    pub(super) fn tcp_listen(
+        &mut self,
+        id: u32,
+        addr: Ipv6Addr,
+        port: u16,
+        backlog: u32,
+    ) -> Result<(), u16> {
+        let backlog = match backlog as usize {
+            0 => MAX_BACKLOG,
+            b => b.min(MAX_BACKLOG),
+        };
+        let cfg = self.tcp.cfg;
+        self.tcp
+            .table
+            .listen(addr, port, cfg, backlog, true, Instant::now())
+            .map_err(|_| ADMIN_STATUS_ADDR_IN_USE)?;
+        self.tcp.listeners.insert(
+            id,
+            ListenState {
+                addr,
+                port,
+                backlog,
+                parked: VecDeque::new(),
+                ready: VecDeque::new(),
+            },
+        );
+        Ok(())
+    }
+
+    /// A listener goes away: connections waiting for an ACCEPT are reset.
+    pub(super) fn tcp_unlisten(&mut self, id: u32) {
+        let Some(l) = self.tcp.listeners.remove(&id) else {
+            return;
+        };
+        self.tcp.table.unlisten(l.addr, l.port);
+        let now = Instant::now();
+        for r in l.ready {
+            if let Some(e) = self.tcp.table.get_mut(r.conn) {
+                e.conn.abort();
+                while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
+                    self.tcp.outbox.push(o);
+                }
+            }
+            self.tcp.table.remove(r.conn);
+        }
+    }
+
+    /// ACCEPT: a connection already waiting is given to the QP at once; otherwise the QP
+    /// waits (oldest first) for the next one. None: pending.
+    pub(super) fn tcp_accept(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        listener: u32,
+        qp: u32,
+    ) -> Option<Results> {
+        let l = self.tcp.listeners.get_mut(&listener)?;
+        while let Some(r) = l.ready.pop_front() {
+            if self.tcp.table.get(r.conn).is_some() {
+                let res = self.tcp_claim(mem, r.conn, qp, r.peer_closed);
+                return Some(res);
+            }
+        }
+        l.parked.push_back(qp);
+        None
+    }
+
+    /// Gives connection `conn` to QP `qp`. Returns the ACCEPT results.
+    fn tcp_claim(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        conn: ConnId,
+        qp: u32,
+        peer_closed: bool,
+    ) -> Results {
+        let now = Instant::now();
+        let Tcp { table, qps, .. } = &mut self.tcp;
+        let e = table.get_mut(conn).expect("caller checked");
+        e.tag = Some(qp);
+        let tuple = e.conn.tuple();
+        let t = qps.get_mut(&qp).expect("TCP QPs have state");
+        t.conn = Some(conn);
+        t.rx.eof |= peer_closed;
+        e.conn
+            .recv_space_changed(now, &mut QpSink { mem, rx: &mut t.rx });
+        t.rx.settle();
+        if let Some(q) = self.objects.qps.get_mut(&qp) {
+            q.role = TcpRole::Connected;
+        }
+        self.post_rx_done(mem, qp);
+        self.tcp_service(mem, conn, now);
+        // Sends posted while the QP waited can go now.
+        self.objects.mark_busy(qp);
+        debug!(
+            "QP {qp}: accepted a connection from [{}]:{}",
+            tuple.remote, tuple.remote_port
+        );
+        peer_results(tuple.remote, tuple.remote_port)
+    }
+
+    /// CONNECT. Err: the command fails at once; Ok: pending until established.
+    pub(super) fn tcp_connect(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        qp: u32,
+        remote: Ipv6Addr,
+        remote_port: u16,
+    ) -> Result<(), u16> {
+        if remote_port == 0 || !decode::is_unicast(&remote) {
+            return Err(ADMIN_STATUS_BAD_PARAM);
+        }
+        let bound = self.objects.qps[&qp].bound;
+        let local = match bound {
+            Some((a, _)) if !a.is_unspecified() => a,
+            _ if self.identity.is_local(&remote) => remote,
+            // A destination the link cannot reach is treated as a silent peer: the SYN is
+            // dropped and the CONNECT ends in TIMEOUT (or CANCELLED if the QP goes first).
+            _ => match &self.net {
+                Some(net) => net.stack.select_source(&remote),
+                None => self
+                    .identity
+                    .addrs
+                    .first()
+                    .map_or(self.identity.link_local(), |(a, _)| *a),
+            },
+        };
+        let local_port = match bound {
+            Some((_, p)) => p,
+            None => self.bind(ctx, qp, Ipv6Addr::UNSPECIFIED, 0)?.0 as u16,
+        };
+        let tuple = FourTuple {
+            local,
+            local_port,
+            remote,
+            remote_port,
+        };
+        let now = Instant::now();
+        let cfg = self.tcp.cfg;
+        let conn = self
+            .tcp
+            .table
+            .connect(tuple, now, &cfg, qp)
+            .map_err(|_| ADMIN_STATUS_ADDR_IN_USE)?;
+        let Tcp { table, qps, .. } = &mut self.tcp;
+        let t = qps.get_mut(&qp).expect("TCP QPs have state");
+        t.conn = Some(conn);
+        let e = table.get_mut(conn).expect("just made");
+        e.conn
+            .recv_space_changed(now, &mut QpSink { mem, rx: &mut t.rx });
+        self.tcp_service(mem, conn, now);
+        Ok(())
+    }
+
+    /// CLOSE: FIN after the queued sends. Err: fails at once; Ok: pending.
+    pub(super) fn tcp_close(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        qp: u32,
+        cmd: PendingCmd,
+    ) -> Result<(), u16> {
+        let t = self.tcp.qps.get_mut(&qp).ok_or(ADMIN_STATUS_BAD_STATE)?;
+        let (Some(conn), None) = (t.conn, t.close_cmd) else {
+            return Err(ADMIN_STATUS_BAD_STATE);
+        };
+        if self.objects.qps[&qp].role != TcpRole::Connected {
+            return Err(ADMIN_STATUS_BAD_STATE);
+        }
+        // Sends posted before the CLOSE go first.
+        self.read_qp_doorbell(qp);
+        self.tcp_take_sends(mem, qp, u32::MAX);
+        let t = self.tcp.qps.get_mut(&qp).expect("checked");
+        t.close_cmd = Some(cmd);
+        if let Some(e) = self.tcp.table.get_mut(conn) {
+            e.conn.close();
+        }
+        self.tcp_service(mem, conn, Instant::now());
+        Ok(())
+    }
+
+    fn finish_cmd(&mut self, mem: &GuestMemoryMmap, cmd: PendingCmd, status: u16, r: Results) {
+        self.complete_async(mem, cmd, status, r);
+    }
+
+    // ---- send and receive work of a QP --------------------------------------------------
+
+    /// A TCP QP's turn in the send scheduler: new receive WRs become receive space, new
+    /// send WRs are queued on the connection. Returns (progress, more work).
+    pub(super) fn tcp_qp_work(&mut self, mem: &GuestMemoryMmap, id: u32) -> (bool, bool) {
+        let mut did = self.tcp_take_recvs(mem, id);
+        let qp = &self.objects.qps[&id];
+        if qp.sq_head == qp.sq_tail {
+            return (did, false);
+        }
+        match qp.role {
+            // Sends wait for the connection.
+            TcpRole::Accepting { .. } | TcpRole::Connecting { .. } => return (did, false),
+            TcpRole::Idle | TcpRole::Connected => {}
+        }
+        let (n, more) = self.tcp_take_sends(mem, id, SEND_BUDGET);
+        did |= n > 0;
+        (did, more)
+    }
+
+    /// Takes the receive WRs posted since the last look.
+    fn tcp_take_recvs(&mut self, mem: &GuestMemoryMmap, id: u32) -> bool {
+        let mut did = false;
+        loop {
+            let qp = &self.objects.qps[&id];
+            if qp.rq_head == qp.rq_tail || qp.state != QpState::Ready {
+                break;
+            }
+            let ctx = qp.ctx;
+            let Some(raw) = self.take_wqe(mem, id, false) else {
+                break;
+            };
+            did = true;
+            let wr = match decode::recv_wqe(&raw) {
+                Ok(wr) => wr,
+                Err(WqeError {
+                    wr_id,
+                    status,
+                    detail,
+                }) => {
+                    let t = self.tcp.qps.get_mut(&id).expect("TCP QP");
+                    t.rx.add(RecvWr {
+                        wr_id,
+                        spans: Err((status, detail)),
+                        cap: 0,
+                        filled: 0,
+                    });
+                    continue;
+                }
+            };
+            let cap: u64 = wr.sges.iter().map(|s| s.length as u64).sum();
+            let spans = match self.translate(ctx, &wr.sges, MR_ACCESS_LOCAL_WRITE) {
+                Ok(s) => Ok(s),
+                Err(Fault { status, detail }) => {
+                    self.shared.stats.add(STAT_PROTECTION_ERRORS, 1);
+                    Err((status, detail))
+                }
+            };
+            let t = self.tcp.qps.get_mut(&id).expect("TCP QP");
+            t.rx.add(RecvWr {
+                wr_id: wr.wr_id,
+                spans,
+                cap,
+                filled: 0,
+            });
+        }
+        if !did {
+            return false;
+        }
+        let now = Instant::now();
+        let Tcp { table, qps, .. } = &mut self.tcp;
+        let t = qps.get_mut(&id).expect("TCP QP");
+        t.rx.drain(mem);
+        let conn = t.conn;
+        if let Some(e) = conn.and_then(|c| table.get_mut(c)) {
+            e.conn
+                .recv_space_changed(now, &mut QpSink { mem, rx: &mut t.rx });
+            t.rx.settle();
+        } else {
+            // No connection: failed WRs and, after the end of the stream, every WR
+            // complete now.
+            t.rx.settle();
+            while t.rx.fail_front() {}
+        }
+        self.post_rx_done(mem, id);
+        if let Some(c) = conn {
+            self.tcp_service(mem, c, now);
+        }
+        true
+    }
+
+    /// Takes up to `budget` send WRs and queues their bytes on the connection. Returns
+    /// (taken, more waiting).
+    fn tcp_take_sends(&mut self, mem: &GuestMemoryMmap, id: u32, budget: u32) -> (u32, bool) {
+        let mut n = 0;
+        let mut conn_touched = None;
+        while n < budget {
+            let qp = &self.objects.qps[&id];
+            if qp.sq_head == qp.sq_tail || qp.state != QpState::Ready {
+                break;
+            }
+            let ctx = qp.ctx;
+            self.shared.stats.add(STAT_SEND_WQES, 1);
+            let Some(raw) = self.take_wqe(mem, id, true) else {
+                break;
+            };
+            n += 1;
+            let t = self.tcp.qps.get(&id).expect("TCP QP");
+            let conn = t.conn;
+            let live = conn.and_then(|c| self.tcp.table.get(c));
+            let (status, detail, wr) = match decode::send_wqe(&raw) {
+                Err(WqeError {
+                    wr_id,
+                    status,
+                    detail,
+                }) => {
+                    self.tcp_push_failed(mem, id, wr_id, status, detail);
+                    continue;
+                }
+                Ok(wr) if live.is_none() => (CQE_STATUS_BAD_DEST, CQE_DETAIL_NOT_BOUND, wr),
+                Ok(wr) => (CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, wr),
+            };
+            if status != CQE_STATUS_SUCCESS {
+                self.tcp_push_failed(mem, id, wr.wr_id, status, detail);
+                continue;
+            }
+            let (data, len) = match &wr.payload {
+                Payload::Inline(b) => (TxData::Inline(b.clone()), b.len() as u64),
+                Payload::Gather(sges) => {
+                    let len: u64 = sges.iter().map(|s| s.length as u64).sum();
+                    if len > u32::MAX as u64 {
+                        self.tcp_push_failed(mem, id, wr.wr_id, CQE_STATUS_LOCAL_LENGTH, 0);
+                        continue;
+                    }
+                    match self.translate(ctx, sges, 0) {
+                        Ok(s) => (TxData::Spans(s), len),
+                        Err(f) => {
+                            self.shared.stats.add(STAT_PROTECTION_ERRORS, 1);
+                            self.tcp_push_failed(mem, id, wr.wr_id, f.status, f.detail);
+                            continue;
+                        }
+                    }
+                }
+            };
+            let t = self.tcp.qps.get_mut(&id).expect("TCP QP");
+            let header = t.message.then(|| {
+                let mut h = [0u8; MSG_HEADER_SIZE as usize];
+                h[..4].copy_from_slice(&(len as u32).to_le_bytes());
+                h[4..].copy_from_slice(&wr.imm_data.to_le_bytes());
+                h
+            });
+            let stream_len = len + header.map_or(0, |h| h.len() as u64);
+            let c = conn.expect("live");
+            let e = self.tcp.table.get_mut(c).expect("live");
+            if e.conn.queue_send(stream_len).is_err() {
+                // Closing: nothing more may be sent.
+                self.tcp_push_failed(mem, id, wr.wr_id, CQE_STATUS_BAD_DEST, CQE_DETAIL_NOT_BOUND);
+                continue;
+            }
+            let start = t.tx.queued;
+            t.tx.queued += stream_len;
+            t.tx.entries.push_back(TxEntry {
+                wr_id: wr.wr_id,
+                start,
+                end: start + stream_len,
+                header,
+                data,
+                len: len as u32,
+                error: None,
+            });
+            conn_touched = Some(c);
+        }
+        if let Some(c) = conn_touched {
+            self.tcp_service(mem, c, Instant::now());
+        }
+        let qp = &self.objects.qps[&id];
+        (n, qp.sq_head != qp.sq_tail && qp.state == QpState::Ready)
+    }
+
+    /// A send WR that failed its checks: it completes in its turn, after the WRs before it.
+    fn tcp_push_failed(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        id: u32,
+        wr_id: u64,
+        status: u8,
+        detail: u32,
+    ) {
+        let t = self.tcp.qps.get_mut(&id).expect("TCP QP");
+        let at = t.tx.queued;
+        t.tx.entries.push_back(TxEntry {
+            wr_id,
+            start: at,
+            end: at,
+            header: None,
+            data: TxData::Inline(Vec::new()),
+            len: 0,
+            error: Some((status, detail)),
+        });
+        let acked = match t.conn.and_then(|c| self.tcp.table.get(c)) {
+            Some(e) => e.conn.acked(),
+            None => u64::MAX,
+        };
+        self.tcp_complete_sends(mem, id, acked);
+    }
+
+    /// Completes the send WRs whose last byte is below `upto`.
+    fn tcp_complete_sends(&mut self, mem: &GuestMemoryMmap, id: u32, upto: u64) {
+        let Some(t) = self.tcp.qps.get_mut(&id) else {
+            return;
+        };
+        let mut done = Vec::new();
+        while t.tx.entries.front().is_some_and(|e| e.end <= upto) {
+            let e = t.tx.entries.pop_front().expect("front");
+            let c = match e.error {
+                Some((status, detail)) => cqe(e.wr_id, id, CQE_OP_SEND, status, detail),
+                None => {
+                    let mut c = cqe(
+                        e.wr_id,
+                        id,
+                        CQE_OP_SEND,
+                        CQE_STATUS_SUCCESS,
+                        CQE_DETAIL_NONE,
+                    );
+                    c.byte_len = e.len;
+                    c
+                }
+            };
+            done.push(c);
+        }
+        let cq = t.send_cq;
+        for c in done {
+            self.post_cqe(mem, cq, c);
+        }
+    }
+
+    // ---- segments in and out ---------------------------------------------------------------
+
+    /// A TCP segment for one of the device's addresses.
+    pub(super) fn tcp_segment_in(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        bytes: &[u8],
+    ) {
+        let seg = match tcp::wire::parse(src, dst, bytes) {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(net) = self.net.as_mut() {
+                    let why = match e {
+                        tcp::ParseError::Checksum => crate::net::stats::DropReason::BadChecksum,
+                        _ => crate::net::stats::DropReason::Malformed,
+                    };
+                    net.stack.stats_mut().drop(why);
+                }
+                return;
+            }
+        };
+        let now = Instant::now();
+        match self.tcp.table.input(&seg, now, 0) {
+            Input::Connection(id) => {
+                let Tcp { table, qps, .. } = &mut self.tcp;
+                let e = table.get_mut(id).expect("demultiplexed");
+                match e.tag.and_then(|q| qps.get_mut(&q)) {
+                    Some(t) => {
+                        e.conn
+                            .on_segment(&seg, now, &mut QpSink { mem, rx: &mut t.rx });
+                        let qp = t.rx.qp;
+                        self.post_rx_done(mem, qp);
+                    }
+                    None => e.conn.on_segment(&seg, now, &mut Unclaimed),
+                }
+                self.tcp_service(mem, id, now);
+            }
+            Input::HalfOpen(id) => self.tcp_service(mem, id, now),
+            Input::Reply(o) => self.tcp.outbox.push(o),
+            Input::Dropped => {}
+        }
+    }
+
+    /// After anything happened to a connection: its events, its segments, its timer.
+    fn tcp_service(&mut self, mem: &GuestMemoryMmap, id: ConnId, now: Instant) {
+        let Some(e) = self.tcp.table.get_mut(id) else {
+            return;
+        };
+        let mut events = Vec::new();
+        while let Some(ev) = e.conn.pop_event() {
+            events.push(ev);
+        }
+        match e.tag {
+            None => self.tcp_unclaimed_events(mem, id, &events),
+            Some(qp) => {
+                for ev in events {
+                    self.tcp_event(mem, qp, id, ev);
+                }
+            }
+        }
+        // Segments due (the QP may be gone after the events; then nothing is sent).
+        let Tcp {
+            table, qps, outbox, ..
+        } = &mut self.tcp;
+        let Some(e) = table.get_mut(id) else {
+            return;
+        };
+        match e.tag.and_then(|q| qps.get(&q)) {
+            Some(t) => {
+                let mut src = QpSource { mem, tx: &t.tx };
+                while let Some(o) = e.conn.poll_transmit(now, &mut src) {
+                    outbox.push(o);
+                }
+            }
+            None => {
+                while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
+                    outbox.push(o);
+                }
+            }
+        }
+        // Events that transmitting produced (a reset sent ends it) are seen next time; a
+        // closed connection leaves the table.
+        if e.conn.is_closed() && e.conn.pop_event().is_none() {
+            let tag = e.tag;
+            table.remove(id);
+            if let Some(t) = tag.and_then(|q| qps.get_mut(&q)) {
+                if t.conn == Some(id) {
+                    t.conn = None;
+                }
+            }
+            for l in self.tcp.listeners.values_mut() {
+                l.ready.retain(|r| r.conn != id);
+            }
+        } else {
+            table.update(id);
+        }
+        if let Some(qp) = self.tcp.table.get(id).and_then(|e| e.tag) {
+            self.tcp_check_close(mem, qp, id);
+        }
+    }
+
+    /// A pending CLOSE completes once our FIN is acknowledged.
+    fn tcp_check_close(&mut self, mem: &GuestMemoryMmap, qp: u32, id: ConnId) {
+        let Some(t) = self.tcp.qps.get_mut(&qp) else {
+            return;
+        };
+        if t.close_cmd.is_none() {
+            return;
+        }
+        let done = match self.tcp.table.get(id) {
+            Some(e) => matches!(
+                e.conn.state(),
+                State::FinWait2 | State::TimeWait | State::Closed
+            ),
+            None => true,
+        };
+        if done {
+            let cmd = t.close_cmd.take().expect("checked");
+            self.finish_cmd(mem, cmd, ADMIN_STATUS_OK, (0, 0, 0));
+        }
+    }
+
+    fn tcp_event(&mut self, mem: &GuestMemoryMmap, qp: u32, id: ConnId, ev: Event) {
+        match ev {
+            Event::Established => {
+                let tuple = match self.tcp.table.get(id) {
+                    Some(e) => e.conn.tuple(),
+                    None => return,
+                };
+                if let Some(q) = self.objects.qps.get_mut(&qp) {
+                    if let TcpRole::Connecting { cmd } = q.role {
+                        q.role = TcpRole::Connected;
+                        self.finish_cmd(
+                            mem,
+                            cmd,
+                            ADMIN_STATUS_OK,
+                            peer_results(tuple.remote, tuple.remote_port),
+                        );
+                    }
+                }
+                self.objects.mark_busy(qp);
+            }
+            Event::Acked { upto } => self.tcp_complete_sends(mem, qp, upto),
+            Event::DataArrived { push, .. } => {
+                if let Some(t) = self.tcp.qps.get_mut(&qp) {
+                    if push.is_some() {
+                        t.rx.push = true;
+                        t.rx.settle();
+                    }
+                }
+                self.post_rx_done(mem, qp);
+            }
+            Event::PeerClosed => {
+                if let Some(t) = self.tcp.qps.get_mut(&qp) {
+                    t.rx.eof = true;
+                    t.rx.settle();
+                }
+                self.post_rx_done(mem, qp);
+            }
+            Event::Reset => {
+                debug!("QP {qp}: connection reset");
+                self.tcp_fail(mem, qp, ADMIN_STATUS_REFUSED);
+            }
+            Event::TimedOut => {
+                debug!("QP {qp}: connection timed out");
+                self.tcp_fail(mem, qp, ADMIN_STATUS_TIMEOUT);
+            }
+            Event::Closed => {
+                if let Some(q) = self.objects.qps.get_mut(&qp) {
+                    if let TcpRole::Connecting { cmd } = q.role {
+                        q.role = TcpRole::Idle;
+                        self.finish_cmd(mem, cmd, ADMIN_STATUS_CANCELLED, (0, 0, 0));
+                    }
+                }
+                if let Some(t) = self.tcp.qps.get_mut(&qp) {
+                    if let Some(cmd) = t.close_cmd.take() {
+                        self.finish_cmd(mem, cmd, ADMIN_STATUS_OK, (0, 0, 0));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Events of a connection the device accepted and no QP has taken yet.
+    fn tcp_unclaimed_events(&mut self, mem: &GuestMemoryMmap, id: ConnId, events: &[Event]) {
+        for ev in events {
+            match ev {
+                Event::Established => {
+                    let Some(e) = self.tcp.table.get(id) else {
+                        return;
+                    };
+                    let port = e.conn.tuple().local_port;
+                    let Some(&lid) = self.objects.listen_ports.get(&port) else {
+                        self.tcp_abort_unclaimed(id);
+                        continue;
+                    };
+                    let Some(l) = self.tcp.listeners.get_mut(&lid) else {
+                        self.tcp_abort_unclaimed(id);
+                        continue;
+                    };
+                    if let Some(qp) = l.parked.pop_front() {
+                        let cmd = match self.objects.qps.get(&qp).map(|q| q.role) {
+                            Some(TcpRole::Accepting { cmd, .. }) => cmd,
+                            _ => continue,
+                        };
+                        let r = self.tcp_claim(mem, id, qp, false);
+                        self.finish_cmd(mem, cmd, ADMIN_STATUS_OK, r);
+                        return; // the QP's service took over
+                    } else if l.ready.len() < l.backlog {
+                        l.ready.push_back(Ready {
+                            conn: id,
+                            peer_closed: false,
+                        });
+                    } else {
+                        self.tcp_abort_unclaimed(id);
+                    }
+                }
+                Event::PeerClosed => {
+                    for l in self.tcp.listeners.values_mut() {
+                        if let Some(r) = l.ready.iter_mut().find(|r| r.conn == id) {
+                            r.peer_closed = true;
+                        }
+                    }
+                }
+                Event::Reset | Event::TimedOut | Event::Closed => {
+                    for l in self.tcp.listeners.values_mut() {
+                        l.ready.retain(|r| r.conn != id);
+                    }
+                }
+                Event::Acked { .. } | Event::DataArrived { .. } => {}
+            }
+        }
+    }
+
+    fn tcp_abort_unclaimed(&mut self, id: ConnId) {
+        if let Some(e) = self.tcp.table.get_mut(id) {
+            e.conn.abort();
+        }
+    }
+
+    /// Locally routed segments, due timers, and the segments they produce. Returns
+    /// whether anything happened.
+    pub(super) fn poll_tcp(&mut self, mem: &GuestMemoryMmap) -> bool {
+        let mut did = false;
+        for _ in 0..LOCAL_BUDGET {
+            let Some(o) = self.tcp.local.pop_front() else {
+                break;
+            };
+            did = true;
+            self.tcp_segment_in(mem, o.src, o.dst, &o.segment);
+        }
+        let now = Instant::now();
+        if self.tcp.table.next_deadline().is_some_and(|t| t <= now) {
+            while let Some(id) = self.tcp.table.pop_expired(now) {
+                did = true;
+                if let Some(e) = self.tcp.table.get_mut(id) {
+                    e.conn.poll(now);
+                }
+                self.tcp_service(mem, id, now);
+            }
+        }
+        did |= self.flush_tcp();
+        did
+    }
+
+    /// Sends the segments produced: to the local queue for the device's own addresses,
+    /// else onto the link. Returns whether there were any.
+    pub(super) fn flush_tcp(&mut self) -> bool {
+        if self.tcp.outbox.is_empty() {
+            return false;
+        }
+        let now = Instant::now();
+        let out = std::mem::take(&mut self.tcp.outbox);
+        let mut sent = false;
+        for o in out {
+            if self.identity.is_local(&o.dst) {
+                self.tcp.local.push_back(o);
+            } else if let Some(net) = self.net.as_mut() {
+                if let Err(e) = net
+                    .stack
+                    .send_ip(o.src, o.dst, PROTO_TCP, HOP_LIMIT, &o.segment, now)
+                {
+                    debug!("TCP segment to {} not sent: {e}", o.dst);
+                }
+                sent = true;
+            }
+        }
+        if sent {
+            if let Some(net) = self.net.as_mut() {
+                net.flush();
+            }
+        }
+        true
+    }
+}

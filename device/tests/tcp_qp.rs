@@ -1,0 +1,617 @@
+//! TCP queue pairs driven by fake guests: connect/accept, stream and message framing,
+//! flow control by posted receive space, close, destroy, over the device's own loopback
+//! and between two devices joined by a cable (optionally impaired).
+
+mod support;
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use qpip_device::backend::NetSpec;
+use qpip_device::core::CoreConfig;
+use qpip_device::engine::network::NetworkConfig;
+use qpip_device::engine::EngineConfig;
+use qpip_device::vfio::ServeOptions;
+use sha2::{Digest, Sha256};
+use support::*;
+
+const A_ADDR: &str = "fd51:5050::3:1";
+const B_ADDR: &str = "fd51:5050::3:2";
+
+fn device(mac: [u8; 6], addr: &str, cable: &std::path::Path, impair: Option<&str>) -> FakeGuest {
+    let network = NetworkConfig {
+        spec: NetSpec::Cable(cable.to_path_buf()),
+        mtu: 1500,
+        pcap: None,
+        impair: impair.map(|s| s.parse().expect("impairment")),
+        neighbors: Vec::new(),
+    };
+    let engine = EngineConfig {
+        mac,
+        addrs: vec![(addr.parse().unwrap(), 64)],
+        network: Some(network),
+        ..EngineConfig::default()
+    };
+    FakeGuest::with_options(ServeOptions {
+        core: CoreConfig {
+            engine,
+            ..CoreConfig::default()
+        },
+    })
+}
+
+struct Cable {
+    dir: std::path::PathBuf,
+}
+
+impl Cable {
+    fn new(name: &str) -> Cable {
+        let dir = std::env::temp_dir().join(format!("qpip-tcpqp-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Cable { dir }
+    }
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.join("cable")
+    }
+}
+
+impl Drop for Cable {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn sha(b: &[u8]) -> [u8; 32] {
+    Sha256::digest(b).into()
+}
+
+/// Listens on `port` in `sctx`, accepts on a new QP there, connects a new QP of `cctx` to
+/// `addr`. Returns (server end, client end).
+#[allow(clippy::too_many_arguments)]
+fn connect_pair(
+    sg: &mut FakeGuest,
+    sctx: u32,
+    cg: &mut FakeGuest,
+    cctx: u32,
+    addr: [u8; 16],
+    port: u16,
+    framing: u8,
+    depth: u32,
+    buf_len: u64,
+) -> (TcpEnd, TcpEnd) {
+    let server = sg.tcp_endpoint_in(sctx, framing, depth, buf_len);
+    let client = cg.tcp_endpoint_in(cctx, framing, depth, buf_len);
+    let l = sg.listen(sctx, UNSPECIFIED, port, 8).expect("listen");
+    let acc = sg.submit_accept(sctx, l, server.qp.id);
+    let con = cg.submit_connect(cctx, client.qp.id, addr, port);
+    // Either guest's engine may need the other's turn: wait for both completions.
+    let deadline = Instant::now() + TIMEOUT;
+    let (mut a, mut c) = (None, None);
+    while a.is_none() || c.is_none() {
+        assert!(Instant::now() < deadline, "connect/accept did not complete");
+        if a.is_none() {
+            a = sg.admin_wait(acc, Duration::from_millis(5));
+        }
+        if c.is_none() {
+            c = cg.admin_wait(con, Duration::from_millis(5));
+        }
+    }
+    let (a, c) = (a.unwrap(), c.unwrap());
+    assert_eq!(
+        a.status,
+        ADMIN_STATUS_OK,
+        "accept: {}",
+        admin_status_name(a.status)
+    );
+    assert_eq!(
+        c.status,
+        ADMIN_STATUS_OK,
+        "connect: {}",
+        admin_status_name(c.status)
+    );
+    assert_eq!(peer_addr(&c), addr, "connect reports the peer");
+    assert_eq!(c.result2, port as u32);
+    assert_ne!(a.result2, 0, "accept reports the peer's port");
+    (server, client)
+}
+
+/// One direction-pair of a bulk stream transfer from the point of view of one QP: it
+/// sends `out` in WRs of assorted sizes and SGE counts, keeps receive WRs of assorted
+/// sizes posted, and collects what arrives.
+struct Flow {
+    out: Vec<u8>,
+    posted: usize,
+    send_sizes: VecDeque<u32>,
+    sent: usize,
+    slot: u64,
+    rx_base: u64,
+    rq_posted: u32,
+    rq_done: u32,
+    got: Vec<u8>,
+    eof: bool,
+    rng: Rng,
+    /// Receives are posted only while this is true (flow control tests).
+    post_recvs: bool,
+}
+
+const SIZES: [usize; 8] = [1, 100, 1000, 1440, 4096, 20_000, 65_536, 200_000];
+
+impl Flow {
+    /// `e.buf` holds `out` at 0 and the receive slots after it.
+    fn new(g: &mut FakeGuest, e: &TcpEnd, out: Vec<u8>, seed: u64) -> Flow {
+        g.buf_write(&e.buf, 0, &out);
+        let rx_base = (out.len() as u64).div_ceil(4096) * 4096;
+        let slot = 65_536;
+        assert!(
+            rx_base + slot * e.qp.rq_depth as u64 <= e.buf.len,
+            "buffer too small"
+        );
+        Flow {
+            out,
+            posted: 0,
+            send_sizes: VecDeque::new(),
+            sent: 0,
+            slot,
+            rx_base,
+            rq_posted: 0,
+            rq_done: 0,
+            got: Vec::new(),
+            eof: false,
+            rng: Rng::new(seed),
+            post_recvs: true,
+        }
+    }
+
+    fn buf_len(out: usize, depth: u32) -> u64 {
+        (out as u64).div_ceil(4096) * 4096 + 65_536 * depth as u64
+    }
+
+    /// Posts what it can and takes completions. Returns whether anything happened.
+    fn pump(&mut self, g: &mut FakeGuest, e: &mut TcpEnd) -> bool {
+        let mut did = false;
+        let mut wqes = Vec::new();
+        while self.send_sizes.len() + wqes.len() < e.qp.sq_depth as usize - 1
+            && self.posted < self.out.len()
+        {
+            let n = SIZES[self.rng.below(SIZES.len() as u64) as usize]
+                .min(self.out.len() - self.posted);
+            let k = (1 + self.rng.below(3) as usize).min(n);
+            let mut sges = Vec::new();
+            let mut at = self.posted;
+            for i in 0..k {
+                let len = if i == k - 1 {
+                    self.posted + n - at
+                } else {
+                    n / k
+                };
+                sges.push(e.buf.sge(at as u64, len as u32, e.mr.lkey));
+                at += len;
+            }
+            wqes.push(tcp_send_wqe(self.posted as u64, 0, &sges));
+            self.send_sizes.push_back(n as u32);
+            self.posted += n;
+        }
+        if !wqes.is_empty() {
+            g.post_send(&mut e.qp, &wqes);
+            did = true;
+        }
+        let mut rwqes = Vec::new();
+        while self.post_recvs && self.rq_posted - self.rq_done < e.qp.rq_depth {
+            let slot = (self.rq_posted % e.qp.rq_depth) as u64;
+            let size = [self.slot, 1000, 4096, 30_000][self.rng.below(4) as usize];
+            let base = self.rx_base + slot * self.slot;
+            let half = size / 2;
+            rwqes.push(recv_wqe(
+                self.rq_posted as u64,
+                &[
+                    e.buf.sge(base, half as u32, e.mr.lkey),
+                    e.buf.sge(base + half, (size - half) as u32, e.mr.lkey),
+                ],
+            ));
+            self.rq_posted += 1;
+        }
+        if !rwqes.is_empty() {
+            g.post_recv(&mut e.qp, &rwqes);
+            did = true;
+        }
+        while let Some(c) = g.poll_cq(&mut e.scq) {
+            assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "send");
+            let want = self.send_sizes.pop_front().expect("a send outstanding");
+            assert_eq!(c.byte_len, want, "send byte_len");
+            self.sent += want as usize;
+            did = true;
+        }
+        while let Some(c) = g.poll_cq(&mut e.rcq) {
+            assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "receive");
+            assert_eq!(c.wr_id, self.rq_done as u64, "receives complete in order");
+            let slot = (self.rq_done % e.qp.rq_depth) as u64;
+            if c.byte_len == 0 {
+                self.eof = true;
+            } else {
+                let data = g.buf_read(&e.buf, self.rx_base + slot * self.slot, c.byte_len as usize);
+                self.got.extend_from_slice(&data);
+            }
+            self.rq_done += 1;
+            did = true;
+        }
+        did
+    }
+}
+
+/// Runs two flows until each has sent everything and received `expect` bytes.
+fn run_pair(
+    ga: &mut FakeGuest,
+    ea: &mut TcpEnd,
+    fa: &mut Flow,
+    gb: &mut FakeGuest,
+    eb: &mut TcpEnd,
+    fb: &mut Flow,
+    limit: Duration,
+) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let a = fa.pump(ga, ea);
+        let b = fb.pump(gb, eb);
+        if fa.sent == fa.out.len()
+            && fb.sent == fb.out.len()
+            && fa.got.len() >= fb.out.len()
+            && fb.got.len() >= fa.out.len()
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "transfer stalled: a sent {}/{} got {}/{}, b sent {}/{} got {}/{}",
+            fa.sent,
+            fa.out.len(),
+            fa.got.len(),
+            fb.out.len(),
+            fb.sent,
+            fb.out.len(),
+            fb.got.len(),
+            fa.out.len()
+        );
+        if !a && !b {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    assert_eq!(sha(&fb.got), sha(&fa.out), "a -> b intact");
+    assert_eq!(sha(&fa.got), sha(&fb.out), "b -> a intact");
+}
+
+fn bulk(
+    ga: &mut FakeGuest,
+    ea: &mut TcpEnd,
+    gb: &mut FakeGuest,
+    eb: &mut TcpEnd,
+    n: usize,
+    seed: u64,
+    limit: Duration,
+) {
+    let mut rng = Rng::new(seed);
+    let mut fa = Flow::new(ga, ea, rng.bytes(n), seed + 1);
+    let mut fb = Flow::new(gb, eb, rng.bytes(n), seed + 2);
+    run_pair(ga, ea, &mut fa, gb, eb, &mut fb, limit);
+}
+
+#[test]
+fn loopback_tcp_between_two_qps_of_one_device() {
+    let mut g = FakeGuest::new();
+    let sctx = g.create_ctx().unwrap();
+    let cctx = g.create_ctx().unwrap();
+    let n = 1 << 20;
+    let len = Flow::buf_len(n, 16);
+    // Both ends live in one guest: connect_pair needs two handles, so do it by hand.
+    let mut server = g.tcp_endpoint_in(sctx, FRAMING_STREAM, 16, len);
+    let mut client = g.tcp_endpoint_in(cctx, FRAMING_STREAM, 16, len);
+    let l = g.listen(sctx, UNSPECIFIED, 5000, 4).unwrap();
+    let acc = g.submit_accept(sctx, l, server.qp.id);
+    let con = g.submit_connect(cctx, client.qp.id, LOOPBACK, 5000);
+    let c = g.admin_wait_done(con);
+    assert_eq!(
+        c.status,
+        ADMIN_STATUS_OK,
+        "connect: {}",
+        admin_status_name(c.status)
+    );
+    assert_eq!((peer_addr(&c), c.result2), (LOOPBACK, 5000));
+    let a = g.admin_wait_done(acc);
+    assert_eq!(
+        a.status,
+        ADMIN_STATUS_OK,
+        "accept: {}",
+        admin_status_name(a.status)
+    );
+    assert_eq!(peer_addr(&a), LOOPBACK);
+    assert!(
+        a.result2 >= 49152,
+        "the client's ephemeral port: {}",
+        a.result2
+    );
+
+    let mut rng = Rng::new(7);
+    let mut fs = Flow::new(&mut g, &server, rng.bytes(n), 11);
+    let mut fc = Flow::new(&mut g, &client, rng.bytes(n), 12);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(fs.sent == n && fc.sent == n && fs.got.len() == n && fc.got.len() == n) {
+        let a = fs.pump(&mut g, &mut server);
+        let b = fc.pump(&mut g, &mut client);
+        assert!(
+            Instant::now() < deadline,
+            "loopback transfer stalled: {} {} {} {}",
+            fs.sent,
+            fc.sent,
+            fs.got.len(),
+            fc.got.len()
+        );
+        if !a && !b {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    assert_eq!(sha(&fs.got), sha(&fc.out));
+    assert_eq!(sha(&fc.got), sha(&fs.out));
+
+    // Close from the client: its CLOSE completes when the FIN is acknowledged, and the
+    // server's next receive completes with 0 bytes (end of stream).
+    let cl = g.submit_close(cctx, client.qp.id);
+    let c = g.admin_wait_done(cl);
+    assert_eq!(
+        c.status,
+        ADMIN_STATUS_OK,
+        "close: {}",
+        admin_status_name(c.status)
+    );
+    let deadline = Instant::now() + TIMEOUT;
+    while !fs.eof {
+        fs.pump(&mut g, &mut server);
+        assert!(Instant::now() < deadline, "no end of stream at the server");
+    }
+    let cl = g.submit_close(sctx, server.qp.id);
+    assert_eq!(g.admin_wait_done(cl).status, ADMIN_STATUS_OK);
+    let deadline = Instant::now() + TIMEOUT;
+    while !fc.eof {
+        fc.pump(&mut g, &mut client);
+        assert!(Instant::now() < deadline, "no end of stream at the client");
+    }
+}
+
+#[test]
+fn connect_to_a_port_nobody_listens_on_is_refused() {
+    let mut g = FakeGuest::new();
+    let ctx = g.create_ctx().unwrap();
+    let e = g.tcp_endpoint_in(ctx, FRAMING_STREAM, 4, 4096);
+    let con = g.submit_connect(ctx, e.qp.id, LOOPBACK, 5999);
+    let c = g.admin_wait_done(con);
+    assert_eq!(
+        c.status,
+        ADMIN_STATUS_REFUSED,
+        "{}",
+        admin_status_name(c.status)
+    );
+}
+
+#[test]
+fn stream_of_one_mib_both_ways_across_a_cable() {
+    let cable = Cable::new("bulk");
+    let mut a = device([0x02, 0, 0, 0, 3, 0xa1], A_ADDR, &cable.path(), None);
+    let mut b = device([0x02, 0, 0, 0, 3, 0xb2], B_ADDR, &cable.path(), None);
+    let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
+    let n = 1 << 20;
+    let (mut sa, mut cb_end) = connect_pair(
+        &mut a,
+        ca,
+        &mut b,
+        cb,
+        ip(A_ADDR),
+        6000,
+        FRAMING_STREAM,
+        16,
+        Flow::buf_len(n, 16),
+    );
+    bulk(
+        &mut a,
+        &mut sa,
+        &mut b,
+        &mut cb_end,
+        n,
+        100,
+        Duration::from_secs(60),
+    );
+}
+
+#[test]
+fn impaired_cable_still_delivers_intact() {
+    let cable = Cable::new("impair");
+    let imp = "loss=3,reorder=10,dup=2,corrupt=1,seed=42";
+    let mut a = device([0x02, 0, 0, 0, 4, 0xa1], A_ADDR, &cable.path(), Some(imp));
+    let mut b = device([0x02, 0, 0, 0, 4, 0xb2], B_ADDR, &cable.path(), Some(imp));
+    let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
+    let n = 256 << 10;
+    let (mut sa, mut cb_end) = connect_pair(
+        &mut a,
+        ca,
+        &mut b,
+        cb,
+        ip(A_ADDR),
+        6001,
+        FRAMING_STREAM,
+        16,
+        Flow::buf_len(n, 16),
+    );
+    bulk(
+        &mut a,
+        &mut sa,
+        &mut b,
+        &mut cb_end,
+        n,
+        200,
+        Duration::from_secs(90),
+    );
+}
+
+#[test]
+fn message_framing_keeps_boundaries_and_immediate_data() {
+    let cable = Cable::new("msg");
+    let mut a = device([0x02, 0, 0, 0, 5, 0xa1], A_ADDR, &cable.path(), None);
+    let mut b = device([0x02, 0, 0, 0, 5, 0xb2], B_ADDR, &cable.path(), None);
+    let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
+    let (mut s, mut c) = connect_pair(
+        &mut a,
+        ca,
+        &mut b,
+        cb,
+        ip(A_ADDR),
+        6002,
+        FRAMING_MESSAGE,
+        16,
+        1 << 20,
+    );
+    // Messages from the client (b) to the server (a): assorted sizes, one too big for
+    // its 64 KiB receive WR, and an empty one.
+    let sizes = [1usize, 0, 7, 1440, 1441, 3000, 65_536, 100_000, 5, 50_000];
+    let mut rng = Rng::new(9);
+    let data: Vec<Vec<u8>> = sizes.iter().map(|&n| rng.bytes(n)).collect();
+    let mut at = 0u64;
+    let mut wqes = Vec::new();
+    for (i, d) in data.iter().enumerate() {
+        if d.len() <= 80 && i % 2 == 0 {
+            wqes.push(tcp_inline_wqe(i as u64, 0x1000 + i as u32, d));
+        } else {
+            b.buf_write(&c.buf, at, d);
+            let half = d.len() as u32 / 2;
+            wqes.push(tcp_send_wqe(
+                i as u64,
+                0x1000 + i as u32,
+                &[
+                    c.buf.sge(at, half, c.mr.lkey),
+                    c.buf
+                        .sge(at + half as u64, d.len() as u32 - half, c.mr.lkey),
+                ],
+            ));
+        }
+        at += d.len() as u64 + 64;
+    }
+    b.post_send(&mut c.qp, &wqes);
+    let rwqes: Vec<_> = (0..sizes.len())
+        .map(|i| {
+            recv_wqe(
+                100 + i as u64,
+                &[s.buf.sge(i as u64 * 65_536, 65_536, s.mr.lkey)],
+            )
+        })
+        .collect();
+    a.post_recv(&mut s.qp, &rwqes);
+    for (i, d) in data.iter().enumerate() {
+        let r = a
+            .try_wait_cqe(&mut s.rcq, Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("message {i} did not arrive"));
+        assert_eq!(r.wr_id, 100 + i as u64);
+        assert_eq!(r.imm_data, 0x1000 + i as u32, "imm_data of message {i}");
+        assert_eq!(r.byte_len, d.len() as u32, "length of message {i}");
+        if d.len() > 65_536 {
+            assert_cqe(
+                &r,
+                CQE_STATUS_LOCAL_LENGTH,
+                0,
+                "a message larger than its WR",
+            );
+        } else {
+            assert_cqe(&r, CQE_STATUS_SUCCESS, 0, "message");
+            assert_eq!(
+                &a.buf_read(&s.buf, i as u64 * 65_536, d.len()),
+                d,
+                "message {i} intact"
+            );
+        }
+    }
+    for (i, d) in data.iter().enumerate() {
+        let sc = b.wait_cqe(&mut c.scq);
+        assert_cqe(&sc, CQE_STATUS_SUCCESS, 0, "send");
+        assert_eq!((sc.wr_id, sc.byte_len), (i as u64, d.len() as u32));
+    }
+}
+
+#[test]
+fn sends_complete_only_when_the_peer_has_room_and_acknowledged() {
+    let cable = Cable::new("window");
+    let mut a = device([0x02, 0, 0, 0, 6, 0xa1], A_ADDR, &cable.path(), None);
+    let mut b = device([0x02, 0, 0, 0, 6, 0xb2], B_ADDR, &cable.path(), None);
+    let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
+    let n = 1 << 20;
+    let (mut s, mut c) = connect_pair(
+        &mut a,
+        ca,
+        &mut b,
+        cb,
+        ip(A_ADDR),
+        6003,
+        FRAMING_STREAM,
+        16,
+        Flow::buf_len(n, 16),
+    );
+    let mut rng = Rng::new(3);
+    let mut fs = Flow::new(&mut a, &s, Vec::new(), 1);
+    let mut fc = Flow::new(&mut b, &c, rng.bytes(n), 2);
+    fs.post_recvs = false;
+    // The server posts nothing: only the staging allowance (64 KiB) can be acknowledged.
+    let until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < until {
+        fs.pump(&mut a, &mut s);
+        fc.pump(&mut b, &mut c);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        fc.sent <= 128 * 1024,
+        "{} bytes completed with no receive space posted",
+        fc.sent
+    );
+    assert!(fc.sent < n);
+    fs.post_recvs = true;
+    run_pair(
+        &mut a,
+        &mut s,
+        &mut fs,
+        &mut b,
+        &mut c,
+        &mut fc,
+        Duration::from_secs(60),
+    );
+}
+
+#[test]
+fn destroying_a_qp_resets_the_peer() {
+    let cable = Cable::new("destroy");
+    let mut a = device([0x02, 0, 0, 0, 7, 0xa1], A_ADDR, &cable.path(), None);
+    let mut b = device([0x02, 0, 0, 0, 7, 0xb2], B_ADDR, &cable.path(), None);
+    let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
+    let (mut s, c) = connect_pair(
+        &mut a,
+        ca,
+        &mut b,
+        cb,
+        ip(A_ADDR),
+        6004,
+        FRAMING_STREAM,
+        8,
+        1 << 16,
+    );
+    a.post_recv(&mut s.qp, &[recv_wqe(1, &[s.buf.sge(0, 4096, s.mr.lkey)])]);
+    // A send on the server that the client will never acknowledge... it does, but the
+    // receive stays outstanding until the reset flushes it.
+    b.destroy_qp(cb, c.qp.id).unwrap();
+    let r = a
+        .try_wait_cqe(&mut s.rcq, Duration::from_secs(10))
+        .expect("the receive is flushed by the reset");
+    assert_cqe(&r, CQE_STATUS_FLUSHED, 0, "receive after the peer's reset");
+    // The QP is in the error state: new sends are flushed too.
+    a.post_send(&mut s.qp, &[tcp_inline_wqe(2, 0, b"late")]);
+    assert_cqe(
+        &a.wait_cqe(&mut s.scq),
+        CQE_STATUS_FLUSHED,
+        0,
+        "send after reset",
+    );
+    // CLOSE on it is refused.
+    let cl = a.submit_close(ca, s.qp.id);
+    assert_eq!(a.admin_wait_done(cl).status, ADMIN_STATUS_BAD_STATE);
+}
