@@ -148,6 +148,12 @@ struct qpip_dev {
 	 * copy_to_user) while holding @lock.
 	 */
 	struct mutex mmap_lock;
+	/*
+	 * What a revoked doorbell or kick mapping faults in: a page that goes nowhere, so a
+	 * process still ringing doorbells after a reset or removal carries on until its next
+	 * call fails with -ENODEV instead of dying of SIGBUS.
+	 */
+	struct page *dead_page;
 	atomic_t next_cookie;		/* mmap offsets of rings, unique in the device */
 
 	/* What the device reported (QUERY_DEVICE) and what was configured through us. */

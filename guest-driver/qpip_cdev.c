@@ -11,6 +11,7 @@
 #include <linux/capability.h>
 #include <linux/etherdevice.h>
 #include <linux/fs.h>
+#include <linux/gfp.h>
 #include <linux/idr.h>
 #include <linux/inet.h>
 #include <linux/kdev_t.h>
@@ -395,6 +396,7 @@ static void qpip_dev_release(struct device *dev)
 	mutex_destroy(&qdev->mmap_lock);
 	mutex_destroy(&qdev->cfg_lock);
 	pci_dev_put(qdev->pdev);
+	__free_page(qdev->dead_page);
 	kfree(qdev);
 }
 
@@ -411,6 +413,11 @@ struct qpip_dev *qpip_dev_alloc(struct pci_dev *pdev)
 	qdev = kzalloc(sizeof(*qdev), GFP_KERNEL);
 	if (!qdev)
 		return ERR_PTR(-ENOMEM);
+	qdev->dead_page = alloc_page(GFP_KERNEL | __GFP_ZERO);
+	if (!qdev->dead_page) {
+		kfree(qdev);
+		return ERR_PTR(-ENOMEM);
+	}
 	qdev->pdev = pci_dev_get(pdev);
 	atomic64_set(&qdev->irq_count, 0);
 	init_completion(&qdev->admin_irq);
@@ -432,6 +439,7 @@ struct qpip_dev *qpip_dev_alloc(struct pci_dev *pdev)
 	if (qdev->id < 0) {
 		ret = qdev->id;
 		pci_dev_put(qdev->pdev);
+		__free_page(qdev->dead_page);
 		kfree(qdev);
 		if (ret == -ENOSPC)
 			dev_err(&pdev->dev, "more than %d qpip functions; not binding\n",

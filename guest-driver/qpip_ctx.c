@@ -16,8 +16,9 @@
  * its object keeps harmless memory, never freed memory.
  *
  * After a reset or removal of the device, the doorbell and kick mappings of every context
- * are revoked (the device may give the doorbell page to a new context) and every call fails
- * with -ENODEV; release then frees what the device has forgotten already.
+ * are revoked (the device may give the doorbell page to a new context; touching them then
+ * finds a page that goes nowhere) and every call fails with -ENODEV; release then frees
+ * what the device has forgotten already.
  */
 #include <linux/capability.h>
 #include <linux/dma-mapping.h>
@@ -1133,6 +1134,21 @@ static __poll_t qpip_poll(struct file *filp, struct poll_table_struct *wait)
 
 /* ---- mmap ---- */
 
+/*
+ * Only a revoked doorbell or kick mapping faults (mmap maps the page at once): give it the
+ * device's dead page. The file holds qdev, and the mapping holds the file.
+ */
+static vm_fault_t qpip_io_fault(struct vm_fault *vmf)
+{
+	struct qpip_ctx *ctx = vmf->vma->vm_file->private_data;
+
+	return vmf_insert_pfn(vmf->vma, vmf->address, page_to_pfn(ctx->qdev->dead_page));
+}
+
+static const struct vm_operations_struct qpip_io_vm_ops = {
+	.fault = qpip_io_fault,
+};
+
 static int qpip_mmap_io(struct qpip_ctx *ctx, struct vm_area_struct *vma, bool doorbell)
 {
 	struct qpip_dev *qdev = ctx->qdev;
@@ -1143,6 +1159,7 @@ static int qpip_mmap_io(struct qpip_ctx *ctx, struct vm_area_struct *vma, bool d
 	if (vma_pages(vma) != 1)
 		return -EINVAL;
 	vm_flags_set(vma, VM_IO | VM_DONTCOPY);
+	vma->vm_ops = &qpip_io_vm_ops;
 	if (doorbell) {
 		/* Only this context's page: prefetchable, ordered by the protocol's fences. */
 		pfn = PHYS_PFN(qdev->doorbell_phys) + ctx->id;

@@ -425,6 +425,7 @@ qpip-driver-test udp 5; kv udp.status $?
         "reset.destroy_fails",
         "reset.mmap_fails",
         "reset.poll_err",
+        "reset.revoked_doorbells_harmless",
         "reset.pending_accept_event",
         "reset.read_fails",
         "reset.sequence",

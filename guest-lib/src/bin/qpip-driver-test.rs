@@ -1796,6 +1796,13 @@ fn cmd_reset() -> u32 {
             "reset.poll_err",
             ensure(rev & libc::POLLERR != 0, || format!("revents {rev:#x}")),
         );
+        // A process still on the data path rings doorbells into a revoked mapping: it
+        // carries on (until its next call), and nothing reaches another context.
+        for n in 0..3 {
+            let head = p.rcq.head.wrapping_add(n);
+            ctx.ring(DB_CQ_BASE + p.rcq.slot * DB_CQ_STRIDE + DB_CQ_HEAD, head);
+        }
+        c.check("reset.revoked_doorbells_harmless", Ok(()));
         // The accept that was pending ends with the device's reset, then the file is dead.
         c.check(
             "reset.pending_accept_event",
