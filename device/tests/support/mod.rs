@@ -1345,3 +1345,126 @@ pub fn peer_addr(c: &AdminCqe) -> [u8; 16] {
     a[8..].copy_from_slice(&c.result1.to_ne_bytes());
     a
 }
+
+/// One direction-pair of a bulk stream transfer from the point of view of one QP: it
+/// sends `out` in WRs of assorted sizes and SGE counts, keeps receive WRs of assorted
+/// sizes posted, and collects what arrives.
+pub struct Flow {
+    pub out: Vec<u8>,
+    pub posted: usize,
+    pub send_sizes: VecDeque<u32>,
+    pub sent: usize,
+    pub slot: u64,
+    pub rx_base: u64,
+    pub rq_posted: u32,
+    pub rq_done: u32,
+    pub got: Vec<u8>,
+    pub eof: bool,
+    pub rng: Rng,
+    /// Receives are posted only while this is true (flow control tests).
+    pub post_recvs: bool,
+}
+
+pub const SIZES: [usize; 8] = [1, 100, 1000, 1440, 4096, 20_000, 65_536, 200_000];
+
+impl Flow {
+    /// `e.buf` holds `out` at 0 and the receive slots after it.
+    pub fn new(g: &mut FakeGuest, e: &TcpEnd, out: Vec<u8>, seed: u64) -> Flow {
+        g.buf_write(&e.buf, 0, &out);
+        let rx_base = (out.len() as u64).div_ceil(4096) * 4096;
+        let slot = 65_536;
+        assert!(
+            rx_base + slot * e.qp.rq_depth as u64 <= e.buf.len,
+            "buffer too small"
+        );
+        Flow {
+            out,
+            posted: 0,
+            send_sizes: VecDeque::new(),
+            sent: 0,
+            slot,
+            rx_base,
+            rq_posted: 0,
+            rq_done: 0,
+            got: Vec::new(),
+            eof: false,
+            rng: Rng::new(seed),
+            post_recvs: true,
+        }
+    }
+
+    pub fn buf_len(out: usize, depth: u32) -> u64 {
+        (out as u64).div_ceil(4096) * 4096 + 65_536 * depth as u64
+    }
+
+    /// Posts what it can and takes completions. Returns whether anything happened.
+    pub fn pump(&mut self, g: &mut FakeGuest, e: &mut TcpEnd) -> bool {
+        let mut did = false;
+        let mut wqes = Vec::new();
+        while self.send_sizes.len() + wqes.len() < e.qp.sq_depth as usize - 1
+            && self.posted < self.out.len()
+        {
+            let n = SIZES[self.rng.below(SIZES.len() as u64) as usize]
+                .min(self.out.len() - self.posted);
+            let k = (1 + self.rng.below(3) as usize).min(n);
+            let mut sges = Vec::new();
+            let mut at = self.posted;
+            for i in 0..k {
+                let len = if i == k - 1 {
+                    self.posted + n - at
+                } else {
+                    n / k
+                };
+                sges.push(e.buf.sge(at as u64, len as u32, e.mr.lkey));
+                at += len;
+            }
+            wqes.push(tcp_send_wqe(self.posted as u64, 0, &sges));
+            self.send_sizes.push_back(n as u32);
+            self.posted += n;
+        }
+        if !wqes.is_empty() {
+            g.post_send(&mut e.qp, &wqes);
+            did = true;
+        }
+        let mut rwqes = Vec::new();
+        while self.post_recvs && self.rq_posted - self.rq_done < e.qp.rq_depth {
+            let slot = (self.rq_posted % e.qp.rq_depth) as u64;
+            let size = [self.slot, 1000, 4096, 30_000][self.rng.below(4) as usize];
+            let base = self.rx_base + slot * self.slot;
+            let half = size / 2;
+            rwqes.push(recv_wqe(
+                self.rq_posted as u64,
+                &[
+                    e.buf.sge(base, half as u32, e.mr.lkey),
+                    e.buf.sge(base + half, (size - half) as u32, e.mr.lkey),
+                ],
+            ));
+            self.rq_posted += 1;
+        }
+        if !rwqes.is_empty() {
+            g.post_recv(&mut e.qp, &rwqes);
+            did = true;
+        }
+        while let Some(c) = g.poll_cq(&mut e.scq) {
+            assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "send");
+            let want = self.send_sizes.pop_front().expect("a send outstanding");
+            assert_eq!(c.byte_len, want, "send byte_len");
+            self.sent += want as usize;
+            did = true;
+        }
+        while let Some(c) = g.poll_cq(&mut e.rcq) {
+            assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "receive");
+            assert_eq!(c.wr_id, self.rq_done as u64, "receives complete in order");
+            let slot = (self.rq_done % e.qp.rq_depth) as u64;
+            if c.byte_len == 0 {
+                self.eof = true;
+            } else {
+                let data = g.buf_read(&e.buf, self.rx_base + slot * self.slot, c.byte_len as usize);
+                self.got.extend_from_slice(&data);
+            }
+            self.rq_done += 1;
+            did = true;
+        }
+        did
+    }
+}
