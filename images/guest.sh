@@ -146,6 +146,8 @@ fi
 # --- assemble the tree ---------------------------------------------------------------------
 mkdir -p "$OUT"
 STAGE=$(mktemp -d "$OUT/.stage.XXXXXX")
+# mktemp makes it 0700; it becomes the guest's /, which every user must be able to enter.
+chmod 755 "$STAGE"
 trap 'rm -rf "$STAGE" "$OUT/.initramfs.tmp" "$OUT/vmlinux.tmp" "$OUT/vmlinuz.tmp"' EXIT
 say "guest image: assembling in $STAGE"
 cd "$STAGE"
