@@ -472,8 +472,7 @@ fn destroying_a_qp_resets_the_peer() {
         1 << 16,
     );
     a.post_recv(&mut s.qp, &[recv_wqe(1, &[s.buf.sge(0, 4096, s.mr.lkey)])]);
-    // A send on the server that the client will never acknowledge... it does, but the
-    // receive stays outstanding until the reset flushes it.
+    // The receive stays outstanding until the peer's reset flushes it.
     b.destroy_qp(cb, c.qp.id).unwrap();
     let r = a
         .try_wait_cqe(&mut s.rcq, Duration::from_secs(10))

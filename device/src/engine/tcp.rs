@@ -1205,59 +1205,74 @@ impl Engine {
 
     /// After anything happened to a connection: its events, its segments, its timer.
     fn tcp_service(&mut self, mem: &GuestMemoryMmap, id: ConnId, now: Instant) {
-        let Some(e) = self.tcp.table.get_mut(id) else {
+        loop {
+            let Some(e) = self.tcp.table.get_mut(id) else {
+                return;
+            };
+            let mut events = Vec::new();
+            while let Some(ev) = e.conn.pop_event() {
+                events.push(ev);
+            }
+            match e.tag {
+                None => self.tcp_unclaimed_events(mem, id, &events),
+                Some(qp) => {
+                    for ev in events {
+                        self.tcp_event(mem, qp, id, ev);
+                    }
+                }
+            }
+            // Segments due (the QP may be gone after the events; then nothing is sent).
+            let table = &mut self.tcp.table;
+            let qps = &mut self.tcp.qps;
+            let outbox = &mut self.tcp.outbox;
+            let Some(e) = table.get_mut(id) else {
+                return;
+            };
+            match e.tag.and_then(|q| qps.get(&q)) {
+                Some(t) => {
+                    let mut src = QpSource { mem, tx: &t.tx };
+                    while let Some(o) = e.conn.poll_transmit(now, &mut src) {
+                        outbox.push(o);
+                    }
+                }
+                None => {
+                    while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
+                        outbox.push(o);
+                    }
+                }
+            }
+            if let Some(qp) = e.tag {
+                self.tcp_check_close(mem, qp, id);
+            }
+            // Events that sending produced are handled before the connection may leave.
+            let Some(e) = self.tcp.table.get_mut(id) else {
+                return;
+            };
+            let closed = e.conn.is_closed();
+            match e.conn.pop_event() {
+                Some(ev) => {
+                    // Put it back in order by handling it now, then go round again.
+                    match e.tag {
+                        None => self.tcp_unclaimed_events(mem, id, &[ev]),
+                        Some(qp) => self.tcp_event(mem, qp, id, ev),
+                    }
+                    continue;
+                }
+                None if closed => {
+                    let tag = e.tag;
+                    self.tcp.table.remove(id);
+                    if let Some(t) = tag.and_then(|q| self.tcp.qps.get_mut(&q)) {
+                        if t.conn == Some(id) {
+                            t.conn = None;
+                        }
+                    }
+                    for l in self.tcp.listeners.values_mut() {
+                        l.ready.retain(|r| r.conn != id);
+                    }
+                }
+                None => self.tcp.table.update(id),
+            }
             return;
-        };
-        let mut events = Vec::new();
-        while let Some(ev) = e.conn.pop_event() {
-            events.push(ev);
-        }
-        match e.tag {
-            None => self.tcp_unclaimed_events(mem, id, &events),
-            Some(qp) => {
-                for ev in events {
-                    self.tcp_event(mem, qp, id, ev);
-                }
-            }
-        }
-        // Segments due (the QP may be gone after the events; then nothing is sent).
-        let Tcp {
-            table, qps, outbox, ..
-        } = &mut self.tcp;
-        let Some(e) = table.get_mut(id) else {
-            return;
-        };
-        match e.tag.and_then(|q| qps.get(&q)) {
-            Some(t) => {
-                let mut src = QpSource { mem, tx: &t.tx };
-                while let Some(o) = e.conn.poll_transmit(now, &mut src) {
-                    outbox.push(o);
-                }
-            }
-            None => {
-                while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
-                    outbox.push(o);
-                }
-            }
-        }
-        // Events that transmitting produced (a reset sent ends it) are seen next time; a
-        // closed connection leaves the table.
-        if e.conn.is_closed() && e.conn.pop_event().is_none() {
-            let tag = e.tag;
-            table.remove(id);
-            if let Some(t) = tag.and_then(|q| qps.get_mut(&q)) {
-                if t.conn == Some(id) {
-                    t.conn = None;
-                }
-            }
-            for l in self.tcp.listeners.values_mut() {
-                l.ready.retain(|r| r.conn != id);
-            }
-        } else {
-            table.update(id);
-        }
-        if let Some(qp) = self.tcp.table.get(id).and_then(|e| e.tag) {
-            self.tcp_check_close(mem, qp, id);
         }
     }
 
