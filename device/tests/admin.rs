@@ -47,6 +47,7 @@ fn query_buffers_must_be_in_ram_aligned_within_a_page_and_big_enough() {
         ("below RAM", 0x1000),
         ("crossing a page boundary", page + PAGE - 64),
         ("misaligned", page + 4),
+        ("at the top of the address space", u64::MAX - 7),
     ] {
         assert_admin_err(
             g.query_device_at(buf, info_len),

@@ -300,8 +300,11 @@ impl Engine {
         if (len as usize) < data.len() {
             return Err(ADMIN_STATUS_BAD_PARAM);
         }
-        let crosses_page =
-            buf / memory::PAGE_SIZE != (buf + data.len() as u64 - 1) / memory::PAGE_SIZE;
+        // A buffer at the very top of the address space must not wrap the arithmetic.
+        let Some(last) = buf.checked_add(data.len() as u64 - 1) else {
+            return Err(ADMIN_STATUS_BAD_ADDRESS);
+        };
+        let crosses_page = buf / memory::PAGE_SIZE != last / memory::PAGE_SIZE;
         if buf % 8 != 0 || crosses_page || !memory::in_ram(mem, buf, data.len() as u64) {
             return Err(ADMIN_STATUS_BAD_ADDRESS);
         }
