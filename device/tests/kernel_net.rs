@@ -8,18 +8,19 @@
 //! message naming the package.
 
 mod net_oracle;
+mod netns;
 
 use std::collections::HashSet;
 use std::net::{Ipv6Addr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use netns::{have, root_and_tools, Netns};
 use qpip_device::backend::{link::Link, tap::Tap, Backend, ImpairSpec};
 use qpip_device::net::{Delivery, Interface, NetConfig, Stack};
 
@@ -31,102 +32,9 @@ const TAP: &str = "qtap0";
 const ECHO: u16 = 7;
 const SINK: u16 = 9;
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// Whether this machine can run the tests; says why not.
 fn can_run() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("kernel interop tests SKIPPED: they need root (network namespaces, TAP); CI runs them as root");
-        return false;
-    }
-    if !have("ip") {
-        println!("kernel interop tests SKIPPED: no `ip` (install iproute2)");
-        return false;
-    }
-    if !Path::new("/dev/net/tun").exists() {
-        println!("kernel interop tests SKIPPED: no /dev/net/tun");
-        return false;
-    }
-    true
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// A network namespace, removed (with everything in it) when dropped, also on failure.
-struct Netns {
-    name: String,
-}
-
-impl Netns {
-    fn new() -> Netns {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "qpipt-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        run(Command::new("ip").args(["netns", "add", &name]));
-        let ns = Netns { name };
-        ns.ip(&["link", "set", "lo", "up"]);
-        ns
-    }
-
-    fn ip(&self, args: &[&str]) -> Output {
-        run(Command::new("ip").args(["-n", &self.name]).args(args))
-    }
-
-    fn exec(&self, args: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.name])
-            .args(args)
-            .output()
-            .expect("ip netns exec")
-    }
-
-    /// Runs `f` on a thread that has entered the namespace (sockets and TAPs opened there
-    /// belong to it, and can then be used from any thread).
-    fn enter<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        let path = format!("/run/netns/{}", self.name);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let fd = std::fs::File::open(&path).expect("namespace file");
-                // SAFETY: setns on a namespace fd, for this thread only.
-                let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-                assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
-                f()
-            })
-            .join()
-            .expect("namespace thread")
-        })
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["-n", &self.name, "link", "del", TAP])
-            .stderr(Stdio::null())
-            .status();
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
+    root_and_tools("kernel interop tests")
 }
 
 enum Cmd {
@@ -320,9 +228,7 @@ fn tempdir(tag: &str) -> PathBuf {
 
 /// The namespace with a TAP the host side configured (`ip tuntap add`), opened by us.
 fn setup_existing_tap(ns: &Netns) -> Tap {
-    ns.ip(&["tuntap", "add", "dev", TAP, "mode", "tap"]);
-    ns.ip(&["link", "set", TAP, "up"]);
-    ns.ip(&["addr", "add", "fd51:5050::1/64", "dev", TAP, "nodad"]);
+    ns.add_tap(TAP, "fd51:5050::1");
     ns.enter(|| Tap::open(TAP)).expect("open the TAP")
 }
 
@@ -431,7 +337,7 @@ fn kernel_ping_udp_port_unreachable_and_nftables_loss() {
     if !can_run() {
         return;
     }
-    let ns = Netns::new();
+    let ns = Netns::new("qpipt");
     let tap = setup_existing_tap(&ns);
     let dir = tempdir("plain");
     let pcap = dir.join("device.pcap");
@@ -585,8 +491,9 @@ fn kernel_udp_and_ping_through_the_device_impairment() {
     if !can_run() {
         return;
     }
-    let ns = Netns::new();
+    let ns = Netns::new("qpipt");
     // This time the device creates the TAP (it lives as long as the device holds it).
+    ns.owns_link(TAP);
     let tap = ns.enter(|| Tap::open(TAP)).expect("create a TAP");
     ns.ip(&["addr", "add", "fd51:5050::1/64", "dev", TAP, "nodad"]);
     let dir = tempdir("impaired");

@@ -7,16 +7,15 @@
 //! Needs root (CI runs as root); without it, or without `ip`/`nft`, the tests say so and
 //! pass.
 
+mod netns;
 mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use netns::{have, root_and_tools, Netns};
 use qpip_device::backend::NetSpec;
 use qpip_device::core::CoreConfig;
 use qpip_device::engine::network::NetworkConfig;
@@ -29,22 +28,8 @@ const DEV: &str = "fd51:5050::1:1";
 const HOST: &str = "fd51:5050::1";
 const TAP: &str = "qtcp0";
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn can_run(nft: bool) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("TCP QP kernel interop SKIPPED: needs root (network namespace, TAP); CI runs it as root");
-        return false;
-    }
-    if !have("ip") || !Path::new("/dev/net/tun").exists() {
-        println!("TCP QP kernel interop SKIPPED: needs `ip` (iproute2) and /dev/net/tun");
+    if !root_and_tools("TCP QP kernel interop") {
         return false;
     }
     if nft && !have("nft") {
@@ -54,62 +39,12 @@ fn can_run(nft: bool) -> bool {
     true
 }
 
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+/// The namespace's own part of these tests: random loss of TCP in both directions.
+trait Lossy {
+    fn loss(&self, percent: u32);
 }
 
-/// A network namespace with a TAP (host side fd51:5050::1/64), removed when dropped.
-struct Netns {
-    name: String,
-}
-
-impl Netns {
-    fn new() -> Netns {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "qpiptcp-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        run(Command::new("ip").args(["netns", "add", &name]));
-        let ns = Netns { name };
-        ns.ip(&["link", "set", "lo", "up"]);
-        ns.ip(&["tuntap", "add", "dev", TAP, "mode", "tap"]);
-        ns.ip(&["link", "set", TAP, "up"]);
-        ns.ip(&["addr", "add", &format!("{HOST}/64"), "dev", TAP, "nodad"]);
-        ns
-    }
-
-    fn ip(&self, args: &[&str]) -> Output {
-        run(Command::new("ip").args(["-n", &self.name]).args(args))
-    }
-
-    /// Runs `f` on this thread inside the namespace, then returns to the thread's own.
-    /// Threads started meanwhile (the device's) stay in the namespace.
-    fn within<T>(&self, f: impl FnOnce() -> T) -> T {
-        let own = std::fs::File::open("/proc/thread-self/ns/net").expect("own namespace");
-        let ns = std::fs::File::open(format!("/run/netns/{}", self.name)).expect("namespace");
-        // SAFETY: setns on namespace fds, for this thread only.
-        assert_eq!(
-            unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) },
-            0
-        );
-        let r = f();
-        // SAFETY: as above.
-        assert_eq!(
-            unsafe { libc::setns(own.as_raw_fd(), libc::CLONE_NEWNET) },
-            0
-        );
-        r
-    }
-
+impl Lossy for Netns {
     fn loss(&self, percent: u32) {
         let rules = format!(
             "table inet qpiptcp {{
@@ -135,18 +70,6 @@ impl Netns {
             .unwrap();
         drop(nft.stdin.take());
         assert!(nft.wait().unwrap().success(), "nft rules");
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["-n", &self.name, "link", "del", TAP])
-            .stderr(Stdio::null())
-            .status();
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
     }
 }
 
@@ -212,7 +135,8 @@ fn device_side(g: &mut FakeGuest, e: &mut TcpEnd, f: &mut Flow, n: usize, limit:
 }
 
 fn exchange(loss: u32) {
-    let ns = Netns::new();
+    let ns = Netns::new("qpiptcp");
+    ns.add_tap(TAP, HOST);
     if loss > 0 {
         ns.loss(loss);
     }
