@@ -8,7 +8,10 @@
 //! here, so a failure shows the guest's whole report. The lab itself fails a run whose
 //! console shows an Oops, BUG, WARNING or call trace.
 
-use qpip_lab::{run_vm, LabError, VmOutcome, VmSpec};
+mod common;
+
+use common::Report;
+use qpip_lab::{VmOutcome, VmSpec};
 
 /// Shell helpers prepended to every guest script.
 ///  kv KEY VALUE     one report line
@@ -32,101 +35,7 @@ mem() {
 "#;
 
 fn boot(script: &str) -> VmOutcome {
-    let spec = VmSpec::new(format!("{HELPERS}\n{script}"));
-    match run_vm(&spec) {
-        Ok(outcome) => outcome,
-        Err(e) if e.is_interrupted() => interrupted(&e),
-        Err(e) => panic!("VM run failed: {e}"),
-    }
-}
-
-/// Ends the test process after a Ctrl-C or SIGTERM (the lab has stopped its children).
-fn interrupted(e: &LabError) -> ! {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{}", e.headline());
-    std::process::exit(130);
-}
-
-/// The guest's `@key=value` report lines.
-struct Report<'a> {
-    outcome: &'a VmOutcome,
-    pairs: Vec<(&'a str, &'a str)>,
-}
-
-impl<'a> Report<'a> {
-    fn new(outcome: &'a VmOutcome) -> Report<'a> {
-        let pairs = outcome
-            .output
-            .lines()
-            .filter_map(|l| l.strip_prefix('@')?.split_once('='))
-            .collect();
-        Report { outcome, pairs }
-    }
-
-    fn all(&self, key: &str) -> Vec<&'a str> {
-        self.pairs
-            .iter()
-            .filter(|(k, _)| *k == key)
-            .map(|(_, v)| *v)
-            .collect()
-    }
-
-    fn get(&self, key: &str) -> &'a str {
-        match self.all(key).as_slice() {
-            [v] => v,
-            vs => panic!(
-                "expected one '{key}' in the guest report, found {vs:?}\n{}",
-                self.context()
-            ),
-        }
-    }
-
-    fn num(&self, key: &str) -> u64 {
-        let v = self.get(key);
-        v.parse()
-            .unwrap_or_else(|_| panic!("'{key}' is {v:?}, not a number\n{}", self.context()))
-    }
-
-    /// Every `check.NAME` the guest reported must be `ok`, and each of `required` must be
-    /// among them (so a check that silently stopped running fails the test too).
-    fn checks_pass(&self, required: &[&str]) {
-        let failed: Vec<String> = self
-            .pairs
-            .iter()
-            .filter(|(k, v)| k.starts_with("check.") && *v != "ok")
-            .map(|(k, v)| format!("{k}: {v}"))
-            .collect();
-        assert!(
-            failed.is_empty(),
-            "failed checks:\n  {}\n{}",
-            failed.join("\n  "),
-            self.context()
-        );
-        let missing: Vec<&&str> = required
-            .iter()
-            .filter(|name| self.all(&format!("check.{name}")).is_empty())
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "checks that did not run: {missing:?}\n{}",
-            self.context()
-        );
-    }
-
-    fn context(&self) -> String {
-        let qpip_dmesg: Vec<&str> = self
-            .outcome
-            .dmesg
-            .lines()
-            .filter(|l| l.contains("qpip"))
-            .collect();
-        format!(
-            "--- guest output:\n{}--- qpip lines of the guest dmesg:\n{}\n--- run folder: {}",
-            self.outcome.output,
-            qpip_dmesg.join("\n"),
-            self.outcome.run_dir.display()
-        )
-    }
+    common::boot(&VmSpec::new(format!("{HELPERS}\n{script}")))
 }
 
 /// Every ioctl with good and bad arguments (sizes, handles, MRs, mmap offsets, privileges,

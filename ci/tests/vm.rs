@@ -11,7 +11,10 @@
 use qpip_abi::pci::{PCI_CLASS_CODE, PCI_DEVICE_ID, PCI_VENDOR_ID};
 use qpip_abi::regs::IDENT_MAGIC;
 use qpip_abi::{pci, ABI_VERSION_MAJOR, ABI_VERSION_MINOR};
-use qpip_lab::{run_vm, LabError, VmOutcome, VmSpec};
+mod common;
+
+use common::Report;
+use qpip_lab::{run_vm, VmOutcome, VmSpec};
 
 /// Shell helpers prepended to every guest script.
 ///  kv KEY VALUE   one report line
@@ -41,87 +44,24 @@ fn boot(spec: VmSpec) -> VmOutcome {
         cmd: format!("{HELPERS}\n{}", spec.cmd),
         ..spec
     };
-    match run_vm(&spec) {
-        Ok(outcome) => outcome,
-        Err(e) if e.is_interrupted() => interrupted(&e),
-        Err(e) => panic!("VM run failed: {e}"),
-    }
+    common::boot(&spec)
 }
 
-/// Ends the test process after a Ctrl-C or SIGTERM (the lab has stopped its children).
-/// Written to stderr directly: the harness captures `eprintln!` and would drop it on exit.
-fn interrupted(e: &LabError) -> ! {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{}", e.headline());
-    std::process::exit(130);
-}
-
-/// The guest's `@key=value` report lines.
-struct Report<'a> {
-    outcome: &'a VmOutcome,
-    pairs: Vec<(&'a str, &'a str)>,
-}
-
-impl<'a> Report<'a> {
-    fn new(outcome: &'a VmOutcome) -> Report<'a> {
-        let pairs = outcome
-            .output
-            .lines()
-            .filter_map(|l| l.strip_prefix('@')?.split_once('='))
-            .collect();
-        Report { outcome, pairs }
-    }
-
-    fn all(&self, key: &str) -> Vec<&'a str> {
-        self.pairs
-            .iter()
-            .filter(|(k, _)| *k == key)
-            .map(|(_, v)| *v)
-            .collect()
-    }
-
-    fn get(&self, key: &str) -> &'a str {
-        match self.all(key).as_slice() {
-            [v] => v,
-            vs => panic!(
-                "expected one '{key}' in the guest report, found {vs:?}\n{}",
-                self.context()
-            ),
-        }
-    }
-
-    /// The PCI functions with the qpip vendor and device ID, as (slot, class, driver).
-    fn qpip_functions(&self, tag: &str) -> Vec<PciFunction<'a>> {
-        let vendor = format!("{PCI_VENDOR_ID:#06x}");
-        let device = format!("{PCI_DEVICE_ID:#06x}");
-        self.all(&format!("{tag}.pci"))
-            .into_iter()
-            .filter_map(|line| match line.split(' ').collect::<Vec<_>>()[..] {
-                [slot, v, d, class, driver] if v == vendor && d == device => Some(PciFunction {
-                    slot,
-                    class,
-                    driver,
-                }),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Output, run folder and the driver's kernel messages, for failure messages.
-    fn context(&self) -> String {
-        let qpip_dmesg: Vec<&str> = self
-            .outcome
-            .dmesg
-            .lines()
-            .filter(|l| l.contains("qpip"))
-            .collect();
-        format!(
-            "--- guest output:\n{}--- qpip lines of the guest dmesg:\n{}\n--- run folder: {}",
-            self.outcome.output,
-            qpip_dmesg.join("\n"),
-            self.outcome.run_dir.display()
-        )
-    }
+/// The PCI functions with the qpip vendor and device ID, as (slot, class, driver).
+fn qpip_functions<'a>(rep: &Report<'a>, tag: &str) -> Vec<PciFunction<'a>> {
+    let vendor = format!("{PCI_VENDOR_ID:#06x}");
+    let device = format!("{PCI_DEVICE_ID:#06x}");
+    rep.all(&format!("{tag}.pci"))
+        .into_iter()
+        .filter_map(|line| match line.split(' ').collect::<Vec<_>>()[..] {
+            [slot, v, d, class, driver] if v == vendor && d == device => Some(PciFunction {
+                slot,
+                class,
+                driver,
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 #[derive(Debug)]
@@ -167,7 +107,7 @@ qpip-info; kv info.status $?
     assert_eq!(out.status, 0, "guest script failed\n{}", ctx());
 
     // Enumeration: exactly one function with the qpip IDs, with the qpip class, bound.
-    let funcs = rep.qpip_functions("boot");
+    let funcs = qpip_functions(&rep, "boot");
     assert_eq!(
         funcs.len(),
         1,
@@ -247,7 +187,7 @@ qpip-info; kv info.status $?
             "{r}: /dev/qpip0 after rmmod\n{}",
             ctx()
         );
-        let unbound = rep.qpip_functions(&format!("{r}.unloaded"));
+        let unbound = qpip_functions(&rep, &format!("{r}.unloaded"));
         assert!(
             unbound.len() == 1 && unbound[0].driver == "none",
             "{r}: the function after rmmod: {unbound:?}\n{}",
@@ -259,7 +199,7 @@ qpip-info; kv info.status $?
             "{r}: insmod\n{}",
             ctx()
         );
-        let funcs = rep.qpip_functions(r);
+        let funcs = qpip_functions(&rep, r);
         assert!(
             funcs.len() == 1 && funcs[0].slot == slot && funcs[0].driver == "qpip",
             "{r}: the function after insmod: {funcs:?}\n{}",
@@ -323,7 +263,7 @@ fn two_devices_in_one_guest() {
     });
     let rep = Report::new(&out);
     assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
-    let funcs = rep.qpip_functions("boot");
+    let funcs = qpip_functions(&rep, "boot");
     assert_eq!(
         funcs.len(),
         2,
@@ -385,7 +325,7 @@ fn driver_refuses_an_unknown_major_version() {
     });
     let rep = Report::new(&out);
     assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
-    let funcs = rep.qpip_functions("boot");
+    let funcs = qpip_functions(&rep, "boot");
     assert!(
         funcs.len() == 1 && funcs[0].driver == "none",
         "the function must enumerate and stay unbound: {funcs:?}\n{}",
@@ -462,7 +402,7 @@ fn lab_fails_a_run_with_a_kernel_trace() {
             out.console,
             out.run_dir.display()
         ),
-        Err(e) if e.is_interrupted() => interrupted(&e),
+        Err(e) if e.is_interrupted() => common::interrupted(&e),
         Err(e) => {
             let text = e.to_string();
             assert!(

@@ -1,0 +1,105 @@
+//! What the VM test files share: running a guest (an interrupted run ends the test
+//! process, the lab having stopped its children) and reading the `@key=value` report lines
+//! guest scripts print. Assertions are made in Rust, and failures show the guest's whole
+//! report, its qpip kernel messages and the run folder.
+#![allow(dead_code)] // each test file uses its own part
+
+use qpip_lab::{run_vm, LabError, VmOutcome, VmSpec};
+
+/// Boots a guest as `spec` says and returns what happened; panics if the lab failed.
+pub fn boot(spec: &VmSpec) -> VmOutcome {
+    match run_vm(spec) {
+        Ok(outcome) => outcome,
+        Err(e) if e.is_interrupted() => interrupted(&e),
+        Err(e) => panic!("VM run failed: {e}"),
+    }
+}
+
+/// Ends the test process after a Ctrl-C or SIGTERM (the lab has stopped its children).
+pub fn interrupted(e: &LabError) -> ! {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{}", e.headline());
+    std::process::exit(130);
+}
+
+/// The guest's `@key=value` report lines.
+pub struct Report<'a> {
+    pub outcome: &'a VmOutcome,
+    pub pairs: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> Report<'a> {
+    pub fn new(outcome: &'a VmOutcome) -> Report<'a> {
+        let pairs = outcome
+            .output
+            .lines()
+            .filter_map(|l| l.strip_prefix('@')?.split_once('='))
+            .collect();
+        Report { outcome, pairs }
+    }
+
+    pub fn all(&self, key: &str) -> Vec<&'a str> {
+        self.pairs
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| *v)
+            .collect()
+    }
+
+    pub fn get(&self, key: &str) -> &'a str {
+        match self.all(key).as_slice() {
+            [v] => v,
+            vs => panic!(
+                "expected one '{key}' in the guest report, found {vs:?}\n{}",
+                self.context()
+            ),
+        }
+    }
+
+    pub fn num(&self, key: &str) -> u64 {
+        let v = self.get(key);
+        v.parse()
+            .unwrap_or_else(|_| panic!("'{key}' is {v:?}, not a number\n{}", self.context()))
+    }
+
+    /// Every `check.NAME` the guest reported must be `ok`, and each of `required` must be
+    /// among them (so a check that silently stopped running fails the test too).
+    pub fn checks_pass(&self, required: &[&str]) {
+        let failed: Vec<String> = self
+            .pairs
+            .iter()
+            .filter(|(k, v)| k.starts_with("check.") && *v != "ok")
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "failed checks:\n  {}\n{}",
+            failed.join("\n  "),
+            self.context()
+        );
+        let missing: Vec<&&str> = required
+            .iter()
+            .filter(|name| self.all(&format!("check.{name}")).is_empty())
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "checks that did not run: {missing:?}\n{}",
+            self.context()
+        );
+    }
+
+    pub fn context(&self) -> String {
+        let qpip_dmesg: Vec<&str> = self
+            .outcome
+            .dmesg
+            .lines()
+            .filter(|l| l.contains("qpip"))
+            .collect();
+        format!(
+            "--- guest output:\n{}--- qpip lines of the guest dmesg:\n{}\n--- run folder: {}",
+            self.outcome.output,
+            qpip_dmesg.join("\n"),
+            self.outcome.run_dir.display()
+        )
+    }
+}
