@@ -147,27 +147,10 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// The link-local address from the MAC (modified EUI-64, RFC 4291 appendix A).
+    /// The link-local address from the MAC (the network's own derivation, so the engine and
+    /// the stack always agree on it).
     pub fn link_local(&self) -> Ipv6Addr {
-        let m = self.mac;
-        Ipv6Addr::from([
-            0xfe,
-            0x80,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            m[0] ^ 0x02,
-            m[1],
-            m[2],
-            0xff,
-            0xfe,
-            m[3],
-            m[4],
-            m[5],
-        ])
+        crate::net::wire::link_local(&self.mac)
     }
 
     /// Whether `a` is one of the device's own addresses (loopback included).
