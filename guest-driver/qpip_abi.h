@@ -14,7 +14,7 @@
 /*
  Minor version of this interface.
  */
-#define QPIP_ABI_VERSION_MINOR 0
+#define QPIP_ABI_VERSION_MINOR 1
 
 /*
  Largest admin queue depth.
@@ -45,6 +45,27 @@
  Write [`Stats`] to the guest buffer in [`QueryArgs`]. No results.
  */
 #define QPIP_ADMIN_OP_QUERY_STATS 5
+
+/*
+ Write [`AddrList`] (the link-local address and every configured address) to the guest
+ buffer in [`QueryArgs`]. Result0: the number of addresses written.
+ */
+#define QPIP_ADMIN_OP_LIST_ADDRS 6
+
+/*
+ Ask for the next asynchronous event (the NVMe "asynchronous event request" model: events
+ need a command to complete, so they can never overrun the completion ring). No arguments;
+ `ctx` and `handle` 0. The command stays pending until the device has an event, then
+ completes with: result0 the context the event belongs to, result1 the object (a QP id),
+ result2 `ASYNC_EVENT_*` in bits 0-15, an `ASYNC_REASON_*` in bits 16-23, and
+ [`ASYNC_FLAG_LOST`] in bit 31 when events were dropped before this one. At most
+ [`MAX_ASYNC_REQUESTS`] may be pending ([`ADMIN_STATUS_NO_RESOURCES`] beyond). The device
+ queues at most [`ASYNC_EVENT_QUEUE`] events while no request is pending and drops (and
+ counts, [`STAT_ASYNC_EVENTS_LOST`]) the rest. Destroying a context discards its queued
+ events; pending requests belong to the device, not to a context, and complete with
+ [`ADMIN_STATUS_CANCELLED`] only at reset.
+ */
+#define QPIP_ADMIN_OP_ASYNC_EVENT 7
 
 /*
  Create a context. Result0: the context id, which is also the index of its doorbell page
@@ -135,6 +156,45 @@
  receive WR completes with `byte_len` 0 (end of stream).
  */
 #define QPIP_ADMIN_OP_CLOSE 29
+
+/*
+ Most `ASYNC_EVENT` requests pending at once.
+ */
+#define QPIP_MAX_ASYNC_REQUESTS 16
+
+/*
+ Most events the device holds while no `ASYNC_EVENT` request is pending.
+ */
+#define QPIP_ASYNC_EVENT_QUEUE 256
+
+/*
+ A TCP QP entered the error state on its own (not by a command): the connection was reset
+ by the peer or timed out. Its outstanding work requests complete
+ [`crate::cqe::CQE_STATUS_FLUSHED`]. Reason: [`ASYNC_REASON_PEER_RESET`] or
+ [`ASYNC_REASON_TIMEOUT`].
+ */
+#define QPIP_ASYNC_EVENT_QP_ERROR 1
+
+/*
+ The peer of a TCP QP closed its direction (a FIN arrived and every byte before it has
+ been placed). Reason 0.
+ */
+#define QPIP_ASYNC_EVENT_PEER_CLOSED 2
+
+/*
+ The peer sent a reset.
+ */
+#define QPIP_ASYNC_REASON_PEER_RESET 1
+
+/*
+ Retransmissions (or keepalives) went unanswered.
+ */
+#define QPIP_ASYNC_REASON_TIMEOUT 2
+
+/*
+ Bit 31 of result2: events were dropped (queue full) before this one.
+ */
+#define QPIP_ASYNC_FLAG_LOST (1 << 31)
 
 /*
  Success.
@@ -258,6 +318,11 @@
  Most IPv6 addresses configured on the device (besides the link-local one).
  */
 #define QPIP_MAX_ADDRS 8
+
+/*
+ The address is the link-local one derived from the MAC.
+ */
+#define QPIP_ADDR_FLAG_LINK_LOCAL (1 << 0)
 
 /*
  Number of counters in [`Stats`].
@@ -401,6 +466,16 @@
 #define QPIP_STAT_NET_RESOLUTION_FAILED 26
 
 /*
+ Asynchronous events delivered (completed `ASYNC_EVENT` requests).
+ */
+#define QPIP_STAT_ASYNC_EVENTS 27
+
+/*
+ Asynchronous events dropped because the device's event queue was full.
+ */
+#define QPIP_STAT_ASYNC_EVENTS_LOST 28
+
+/*
  First of the per-reason drop counters, in this order: malformed, bad checksum, not for
  us, not IPv6, unsupported next header, unknown option, routing header, bad source, bad
  NDP, hop limit, looped, fragment overlap, bad fragment, reassembly failed, ignored, no
@@ -412,6 +487,86 @@
  Number of per-reason drop counters.
  */
 #define QPIP_STAT_NET_DROP_REASONS 16
+
+/*
+ Connections opened by CONNECT (SYN sent).
+ */
+#define QPIP_STAT_TCP_ACTIVE_OPENS 48
+
+/*
+ Connections opened by a listener (SYN received and answered).
+ */
+#define QPIP_STAT_TCP_PASSIVE_OPENS 49
+
+/*
+ Connection attempts that failed (refused, timed out, reset before established).
+ */
+#define QPIP_STAT_TCP_ATTEMPT_FAILS 50
+
+/*
+ Established (or closing) connections reset by the peer.
+ */
+#define QPIP_STAT_TCP_ESTAB_RESETS 51
+
+/*
+ Segments received (valid checksum, for a local address).
+ */
+#define QPIP_STAT_TCP_SEGS_IN 52
+
+/*
+ Segments sent, retransmissions included.
+ */
+#define QPIP_STAT_TCP_SEGS_OUT 53
+
+/*
+ Segments retransmitted.
+ */
+#define QPIP_STAT_TCP_RETRANS_SEGS 54
+
+/*
+ Resets sent.
+ */
+#define QPIP_STAT_TCP_RSTS_OUT 55
+
+/*
+ Fast retransmits / recovery episodes entered (duplicate ACKs or SACK).
+ */
+#define QPIP_STAT_TCP_FAST_RETRANSMITS 56
+
+/*
+ Retransmission timeouts that fired.
+ */
+#define QPIP_STAT_TCP_RTO_TIMEOUTS 57
+
+/*
+ Segments that arrived out of order (placed or buffered ahead of the next expected byte).
+ */
+#define QPIP_STAT_TCP_OOO_SEGS 58
+
+/*
+ Segments that carried only data already received.
+ */
+#define QPIP_STAT_TCP_DUP_SEGS 59
+
+/*
+ Challenge ACKs sent (RFC 5961).
+ */
+#define QPIP_STAT_TCP_CHALLENGE_ACKS 60
+
+/*
+ SYN cookies sent (the SYN backlog was full).
+ */
+#define QPIP_STAT_TCP_SYN_COOKIES 61
+
+/*
+ SYNs or completed handshakes dropped by a listener (backlog full, bad cookie).
+ */
+#define QPIP_STAT_TCP_LISTEN_DROPS 62
+
+/*
+ Connections dropped because retransmissions or keepalives went unanswered.
+ */
+#define QPIP_STAT_TCP_TIMEOUTS 63
 
 /*
  Size of one CQE slot.

@@ -89,6 +89,21 @@ pub const ADMIN_OP_ADD_ADDR: u16 = 0x03;
 pub const ADMIN_OP_DEL_ADDR: u16 = 0x04;
 /// Write [`Stats`] to the guest buffer in [`QueryArgs`]. No results.
 pub const ADMIN_OP_QUERY_STATS: u16 = 0x05;
+/// Write [`AddrList`] (the link-local address and every configured address) to the guest
+/// buffer in [`QueryArgs`]. Result0: the number of addresses written.
+pub const ADMIN_OP_LIST_ADDRS: u16 = 0x06;
+/// Ask for the next asynchronous event (the NVMe "asynchronous event request" model: events
+/// need a command to complete, so they can never overrun the completion ring). No arguments;
+/// `ctx` and `handle` 0. The command stays pending until the device has an event, then
+/// completes with: result0 the context the event belongs to, result1 the object (a QP id),
+/// result2 `ASYNC_EVENT_*` in bits 0-15, an `ASYNC_REASON_*` in bits 16-23, and
+/// [`ASYNC_FLAG_LOST`] in bit 31 when events were dropped before this one. At most
+/// [`MAX_ASYNC_REQUESTS`] may be pending ([`ADMIN_STATUS_NO_RESOURCES`] beyond). The device
+/// queues at most [`ASYNC_EVENT_QUEUE`] events while no request is pending and drops (and
+/// counts, [`STAT_ASYNC_EVENTS_LOST`]) the rest. Destroying a context discards its queued
+/// events; pending requests belong to the device, not to a context, and complete with
+/// [`ADMIN_STATUS_CANCELLED`] only at reset.
+pub const ADMIN_OP_ASYNC_EVENT: u16 = 0x07;
 
 /// Create a context. Result0: the context id, which is also the index of its doorbell page
 /// (zeroed by the device). No arguments.
@@ -138,6 +153,27 @@ pub const ADMIN_OP_CONNECT: u16 = 0x1c;
 /// Receiving continues until the peer closes: then, once every byte has been placed, each
 /// receive WR completes with `byte_len` 0 (end of stream).
 pub const ADMIN_OP_CLOSE: u16 = 0x1d;
+
+// ---- asynchronous events ------------------------------------------------------------------
+
+/// Most `ASYNC_EVENT` requests pending at once.
+pub const MAX_ASYNC_REQUESTS: u32 = 16;
+/// Most events the device holds while no `ASYNC_EVENT` request is pending.
+pub const ASYNC_EVENT_QUEUE: u32 = 256;
+/// A TCP QP entered the error state on its own (not by a command): the connection was reset
+/// by the peer or timed out. Its outstanding work requests complete
+/// [`crate::cqe::CQE_STATUS_FLUSHED`]. Reason: [`ASYNC_REASON_PEER_RESET`] or
+/// [`ASYNC_REASON_TIMEOUT`].
+pub const ASYNC_EVENT_QP_ERROR: u16 = 1;
+/// The peer of a TCP QP closed its direction (a FIN arrived and every byte before it has
+/// been placed). Reason 0.
+pub const ASYNC_EVENT_PEER_CLOSED: u16 = 2;
+/// The peer sent a reset.
+pub const ASYNC_REASON_PEER_RESET: u8 = 1;
+/// Retransmissions (or keepalives) went unanswered.
+pub const ASYNC_REASON_TIMEOUT: u8 = 2;
+/// Bit 31 of result2: events were dropped (queue full) before this one.
+pub const ASYNC_FLAG_LOST: u32 = 1 << 31;
 
 // ---- status codes -------------------------------------------------------------------------
 
@@ -352,6 +388,34 @@ pub const MAX_LISTENERS: u32 = 256;
 /// Most IPv6 addresses configured on the device (besides the link-local one).
 pub const MAX_ADDRS: u32 = 8;
 
+/// One address in [`AddrList`] (24 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct AddrEntry {
+    /// The address, network order.
+    pub addr: [u8; 16],
+    /// Its prefix length.
+    pub prefix_len: u8,
+    /// `ADDR_FLAG_*` bits.
+    pub flags: u8,
+    pub reserved: [u8; 6],
+}
+
+/// The address is the link-local one derived from the MAC.
+pub const ADDR_FLAG_LINK_LOCAL: u8 = 1 << 0;
+
+/// What `LIST_ADDRS` writes (8 + 24 × ([`MAX_ADDRS`] + 1) = 224 bytes): `count` entries
+/// are valid, the link-local address first; the rest are zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct AddrList {
+    pub count: u32,
+    pub reserved: u32,
+    pub entries: [AddrEntry; 9],
+}
+
 /// What `QUERY_DEVICE` writes (128 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -454,6 +518,10 @@ pub const STAT_NET_FRAGMENTS_RX: u32 = 24;
 pub const STAT_NET_REASSEMBLED: u32 = 25;
 /// Next-hop address resolutions (NDP) that failed.
 pub const STAT_NET_RESOLUTION_FAILED: u32 = 26;
+/// Asynchronous events delivered (completed `ASYNC_EVENT` requests).
+pub const STAT_ASYNC_EVENTS: u32 = 27;
+/// Asynchronous events dropped because the device's event queue was full.
+pub const STAT_ASYNC_EVENTS_LOST: u32 = 28;
 /// First of the per-reason drop counters, in this order: malformed, bad checksum, not for
 /// us, not IPv6, unsupported next header, unknown option, routing header, bad source, bad
 /// NDP, hop limit, looped, fragment overlap, bad fragment, reassembly failed, ignored, no
@@ -461,3 +529,37 @@ pub const STAT_NET_RESOLUTION_FAILED: u32 = 26;
 pub const STAT_NET_DROP_BASE: u32 = 32;
 /// Number of per-reason drop counters.
 pub const STAT_NET_DROP_REASONS: u32 = 16;
+
+// TCP counters (the names follow RFC 4022's tcp group where one exists).
+/// Connections opened by CONNECT (SYN sent).
+pub const STAT_TCP_ACTIVE_OPENS: u32 = 48;
+/// Connections opened by a listener (SYN received and answered).
+pub const STAT_TCP_PASSIVE_OPENS: u32 = 49;
+/// Connection attempts that failed (refused, timed out, reset before established).
+pub const STAT_TCP_ATTEMPT_FAILS: u32 = 50;
+/// Established (or closing) connections reset by the peer.
+pub const STAT_TCP_ESTAB_RESETS: u32 = 51;
+/// Segments received (valid checksum, for a local address).
+pub const STAT_TCP_SEGS_IN: u32 = 52;
+/// Segments sent, retransmissions included.
+pub const STAT_TCP_SEGS_OUT: u32 = 53;
+/// Segments retransmitted.
+pub const STAT_TCP_RETRANS_SEGS: u32 = 54;
+/// Resets sent.
+pub const STAT_TCP_RSTS_OUT: u32 = 55;
+/// Fast retransmits / recovery episodes entered (duplicate ACKs or SACK).
+pub const STAT_TCP_FAST_RETRANSMITS: u32 = 56;
+/// Retransmission timeouts that fired.
+pub const STAT_TCP_RTO_TIMEOUTS: u32 = 57;
+/// Segments that arrived out of order (placed or buffered ahead of the next expected byte).
+pub const STAT_TCP_OOO_SEGS: u32 = 58;
+/// Segments that carried only data already received.
+pub const STAT_TCP_DUP_SEGS: u32 = 59;
+/// Challenge ACKs sent (RFC 5961).
+pub const STAT_TCP_CHALLENGE_ACKS: u32 = 60;
+/// SYN cookies sent (the SYN backlog was full).
+pub const STAT_TCP_SYN_COOKIES: u32 = 61;
+/// SYNs or completed handshakes dropped by a listener (backlog full, bad cookie).
+pub const STAT_TCP_LISTEN_DROPS: u32 = 62;
+/// Connections dropped because retransmissions or keepalives went unanswered.
+pub const STAT_TCP_TIMEOUTS: u32 = 63;

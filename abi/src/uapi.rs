@@ -416,6 +416,16 @@ pub const EVENT_ACCEPT: u32 = 1;
 pub const EVENT_CONNECT: u32 = 2;
 /// An [`IOCTL_CLOSE`] finished.
 pub const EVENT_CLOSE: u32 = 3;
+/// A TCP QP entered the error state on its own: `status` is `-ECONNRESET` (the peer reset
+/// the connection) or `-ETIMEDOUT` (it stopped answering). Its outstanding work requests
+/// complete [`crate::cqe::CQE_STATUS_FLUSHED`]. `user_data` is 0.
+pub const EVENT_QP_ERROR: u32 = 4;
+/// The peer of a TCP QP closed its direction: every byte it sent has been placed, and
+/// receive WRs now complete with `byte_len` 0. `status` 0, `user_data` 0.
+pub const EVENT_PEER_CLOSED: u32 = 5;
+/// Events were dropped because a queue was full (the device's or this file's): `user_data`
+/// holds how many, when known (else 0); `qp` is 0.
+pub const EVENT_LOST: u32 = 6;
 
 // ---- mmap ---------------------------------------------------------------------------------
 

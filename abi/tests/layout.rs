@@ -51,6 +51,8 @@ fn query_results() {
     assert_eq!(size_of::<DeviceInfo>(), 128);
     assert_eq!(offset_of!(DeviceInfo, mac), 48);
     assert_eq!(size_of::<Stats>(), STATS_COUNT as usize * 8);
+    assert_eq!(size_of::<AddrEntry>(), 24);
+    assert_eq!(size_of::<AddrList>(), 8 + 24 * (MAX_ADDRS as usize + 1));
 }
 
 #[test]

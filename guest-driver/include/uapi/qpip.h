@@ -206,6 +206,25 @@
 #define QPIP_EVENT_CLOSE 3
 
 /*
+ A TCP QP entered the error state on its own: `status` is `-ECONNRESET` (the peer reset
+ the connection) or `-ETIMEDOUT` (it stopped answering). Its outstanding work requests
+ complete [`crate::cqe::CQE_STATUS_FLUSHED`]. `user_data` is 0.
+ */
+#define QPIP_EVENT_QP_ERROR 4
+
+/*
+ The peer of a TCP QP closed its direction: every byte it sent has been placed, and
+ receive WRs now complete with `byte_len` 0. `status` 0, `user_data` 0.
+ */
+#define QPIP_EVENT_PEER_CLOSED 5
+
+/*
+ Events were dropped because a queue was full (the device's or this file's): `user_data`
+ holds how many, when known (else 0); `qp` is 0.
+ */
+#define QPIP_EVENT_LOST 6
+
+/*
  Size of a page of every mapping (the ring pages are handed to the device in units of
  [`crate::pci::DOORBELL_PAGE_SIZE`], which is also the guest's page size).
  */
