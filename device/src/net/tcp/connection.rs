@@ -123,6 +123,16 @@ pub struct ConnStats {
     pub out_of_order: u64,
     pub dropped_bytes: u64,
     pub window_probes: u64,
+    /// Resets sent.
+    pub resets_out: u64,
+    /// Segments whose data had all been received before.
+    pub dup_segments: u64,
+    /// 1 if the connection went from SYN-SENT or SYN-RECEIVED straight to CLOSED.
+    pub attempt_fails: u64,
+    /// 1 if the peer reset it while synchronized (ESTABLISHED through LAST-ACK).
+    pub estab_resets: u64,
+    /// 1 if it was dropped because retransmissions or keepalives went unanswered.
+    pub gave_up: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -566,6 +576,7 @@ impl Connection {
             State::TimeWait => self.finish(Event::Closed),
             _ => {
                 self.rst_pending = true;
+                self.count_close(Event::Closed);
                 self.state = State::Closed;
                 self.stop_timers();
                 self.events.push_back(Event::Closed);
@@ -715,8 +726,29 @@ impl Connection {
         if self.state != State::Closed || !self.events.contains(&ev) {
             self.events.push_back(ev);
         }
+        self.count_close(ev);
         self.state = State::Closed;
         self.stop_timers();
+    }
+
+    /// Counts how the connection leaves its state for CLOSED (call before it does).
+    fn count_close(&mut self, ev: Event) {
+        match (self.state, ev) {
+            (State::SynSent | State::SynReceived, _) => self.stats.attempt_fails += 1,
+            (
+                State::Established
+                | State::FinWait1
+                | State::FinWait2
+                | State::CloseWait
+                | State::Closing
+                | State::LastAck,
+                Event::Reset,
+            ) => self.stats.estab_resets += 1,
+            _ => {}
+        }
+        if ev == Event::TimedOut && self.state != State::Closed {
+            self.stats.gave_up += 1;
+        }
     }
 
     fn stop_timers(&mut self) {
@@ -921,6 +953,9 @@ impl Connection {
             self.stats.unacceptable += 1;
             if h.rst() {
                 return;
+            }
+            if !seg.payload.is_empty() && seg_off + seg.payload.len() as i64 <= nxt {
+                self.stats.dup_segments += 1;
             }
             self.ack_now = true;
             if self.state == State::TimeWait && h.fin() {
@@ -1383,6 +1418,7 @@ impl Connection {
                 flags: flags::RST,
                 ..Header::default()
             };
+            self.stats.resets_out += 1;
             return Some(self.emit(&h, 0, |_| {}));
         }
         if self.rst_pending {
@@ -1394,6 +1430,7 @@ impl Connection {
                 flags: flags::RST,
                 ..Header::default()
             };
+            self.stats.resets_out += 1;
             return Some(self.emit(&h, 0, |_| {}));
         }
         match self.state {
@@ -1641,6 +1678,7 @@ impl Connection {
             self.unacked_rcv += out.advanced;
         } else if !payload.is_empty() {
             // Entirely old: our ACK may have been lost.
+            self.stats.dup_segments += 1;
             self.ack_now = true;
         }
         if fin && !self.fin_rcvd {

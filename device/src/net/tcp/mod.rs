@@ -52,6 +52,7 @@ pub mod isn;
 pub mod listener;
 pub mod ranges;
 pub mod recv;
+pub mod stats;
 pub mod table;
 pub mod wire;
 
@@ -60,5 +61,6 @@ pub use connection::{CallError, ConnStats, Connection, Event, FourTuple, Outgoin
 pub use io::{NoData, NoSpace, RecvSink, SendSource, VecSink};
 pub use isn::IsnGenerator;
 pub use listener::{ListenOutcome, Listener, ListenerStats};
+pub use stats::TcpStats;
 pub use table::{ConnId, ConnectionTable, Entry, Input, TableError};
 pub use wire::{Header, Options, ParseError, SackBlocks, Segment};

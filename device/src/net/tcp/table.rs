@@ -12,9 +12,10 @@ use std::net::Ipv6Addr;
 use std::time::Instant;
 
 use super::config::Config;
-use super::connection::{Connection, FourTuple, Outgoing, State};
+use super::connection::{ConnStats, Connection, FourTuple, Outgoing, State};
 use super::isn::IsnGenerator;
-use super::listener::{ListenOutcome, Listener};
+use super::listener::{ListenOutcome, Listener, ListenerStats};
+use super::stats::TcpStats;
 use super::wire::{self, Segment};
 
 /// A connection's handle: slot and generation (a removed connection's handle never
@@ -60,6 +61,8 @@ pub struct Entry<T> {
     listener: Option<(Ipv6Addr, u16)>,
     /// The earliest live heap entry for it.
     heap_at: Option<Instant>,
+    /// Its counters as last added to the table's.
+    counted: ConnStats,
 }
 
 struct Slot<T> {
@@ -74,6 +77,7 @@ pub struct ConnectionTable<T> {
     listeners: HashMap<(Ipv6Addr, u16), Listener>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     isn: IsnGenerator,
+    stats: TcpStats,
 }
 
 impl<T> ConnectionTable<T> {
@@ -85,6 +89,22 @@ impl<T> ConnectionTable<T> {
             listeners: HashMap::new(),
             timers: BinaryHeap::new(),
             isn,
+            stats: TcpStats::default(),
+        }
+    }
+
+    /// The device's TCP counters: exact for every connection as of its last
+    /// [`ConnectionTable::update`] or [`ConnectionTable::remove`].
+    pub fn stats(&self) -> &TcpStats {
+        &self.stats
+    }
+
+    /// Adds a connection's counters since they were last added.
+    fn count(stats: &mut TcpStats, e: &mut Entry<T>) {
+        let now = e.conn.stats();
+        if *now != e.counted {
+            stats.add_delta(now, &e.counted);
+            e.counted = now.clone();
         }
     }
 
@@ -154,6 +174,7 @@ impl<T> ConnectionTable<T> {
             tag,
             listener,
             heap_at: None,
+            counted: ConnStats::default(),
         };
         let index = match self.free.pop() {
             Some(i) => {
@@ -189,6 +210,7 @@ impl<T> ConnectionTable<T> {
             return Err(TableError::InUse);
         }
         let iss = self.isn.isn(&tuple, now);
+        self.stats.active_opens += 1;
         Ok(self.insert(Connection::connect(tuple, iss, now, cfg), Some(tag), None))
     }
 
@@ -218,8 +240,9 @@ impl<T> ConnectionTable<T> {
         if s.gen != id.gen {
             return None;
         }
-        let e = s.entry.take()?;
+        let mut e = s.entry.take()?;
         s.gen = s.gen.wrapping_add(1);
+        Self::count(&mut self.stats, &mut e);
         self.free.push(id.index);
         self.by_tuple.remove(&e.conn.tuple());
         if let Some(l) = e.listener {
@@ -233,9 +256,13 @@ impl<T> ConnectionTable<T> {
     /// Call after anything happened to a connection: its timer is (re)registered and a
     /// half-open connection that completed leaves its listener's backlog.
     pub fn update(&mut self, id: ConnId) {
-        let Some(e) = self.get_mut(id) else {
+        let Some(s) = self.slots.get_mut(id.index as usize) else {
             return;
         };
+        let Some(e) = s.entry.as_mut().filter(|_| s.gen == id.gen) else {
+            return;
+        };
+        Self::count(&mut self.stats, e);
         let mut done_listener = None;
         if e.listener.is_some() && e.conn.state() != State::SynReceived {
             done_listener = e.listener.take();
@@ -296,6 +323,18 @@ impl<T> ConnectionTable<T> {
     /// connection, to a listener on its port, or answered with a reset (RFC 9293
     /// §3.10.7.1). `sink_space` is the receive space a new connection would start with.
     pub fn input(&mut self, seg: &Segment, now: Instant, sink_space: usize) -> Input {
+        self.stats.segs_in += 1;
+        let input = self.demultiplex(seg, now, sink_space);
+        if let Input::Reply(o) = &input {
+            self.stats.segs_out += 1;
+            if wire::is_reset(&o.segment) {
+                self.stats.rsts_out += 1;
+            }
+        }
+        input
+    }
+
+    fn demultiplex(&mut self, seg: &Segment, now: Instant, sink_space: usize) -> Input {
         let tuple = FourTuple::of_incoming(seg);
         if let Some(&id) = self.by_tuple.get(&tuple) {
             return Input::Connection(id);
@@ -308,11 +347,27 @@ impl<T> ConnectionTable<T> {
             };
         };
         let key = l.local();
-        match l.on_segment(seg, now, &isn, sink_space) {
+        let before = l.stats().clone();
+        let outcome = l.on_segment(seg, now, &isn, sink_space);
+        let after = l.stats().clone();
+        self.count_listener(&before, &after);
+        match outcome {
             ListenOutcome::Ignore => Input::Dropped,
             ListenOutcome::Reply(o) => Input::Reply(o),
-            ListenOutcome::HalfOpen(c) => Input::HalfOpen(self.insert(c, None, Some(key))),
-            ListenOutcome::FromCookie(c) => Input::Connection(self.insert(c, None, None)),
+            ListenOutcome::HalfOpen(c) => {
+                self.stats.passive_opens += 1;
+                Input::HalfOpen(self.insert(c, None, Some(key)))
+            }
+            ListenOutcome::FromCookie(c) => {
+                self.stats.passive_opens += 1;
+                Input::Connection(self.insert(c, None, None))
+            }
         }
+    }
+
+    fn count_listener(&mut self, before: &ListenerStats, after: &ListenerStats) {
+        self.stats.syn_cookies += after.cookies_sent - before.cookies_sent;
+        self.stats.listen_drops += (after.backlog_drops - before.backlog_drops)
+            + (after.cookies_rejected - before.cookies_rejected);
     }
 }

@@ -402,6 +402,11 @@ pub fn build(src: &Ipv6Addr, dst: &Ipv6Addr, h: &Header, payload: &[u8]) -> Vec<
     emit(src, dst, h, payload.len(), |b| b.copy_from_slice(payload))
 }
 
+/// Whether a segment we built (at least a header long) carries RST.
+pub fn is_reset(segment: &[u8]) -> bool {
+    segment.get(13).is_some_and(|f| f & flags::RST != 0)
+}
+
 /// The reset answering a segment that belongs to no connection (RFC 9293 §3.10.7.1):
 /// `<SEQ=SEG.ACK><CTL=RST>` if it carried an ACK, else `<SEQ=0><ACK=SEG.SEQ+SEG.LEN>
 /// <CTL=RST,ACK>`. None for a reset (never answered).
