@@ -62,8 +62,9 @@
  [`MAX_ASYNC_REQUESTS`] may be pending ([`ADMIN_STATUS_NO_RESOURCES`] beyond). The device
  queues at most [`ASYNC_EVENT_QUEUE`] events while no request is pending and drops (and
  counts, [`STAT_ASYNC_EVENTS_LOST`]) the rest. Destroying a context discards its queued
- events; pending requests belong to the device, not to a context, and complete with
- [`ADMIN_STATUS_CANCELLED`] only at reset.
+ events; pending requests belong to the device, not to a context: they never complete
+ without an event, and a reset (or setting up or disabling the admin queue) forgets them
+ without a completion, like every command still pending then.
  */
 #define QPIP_ADMIN_OP_ASYNC_EVENT 7
 

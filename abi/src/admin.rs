@@ -101,8 +101,9 @@ pub const ADMIN_OP_LIST_ADDRS: u16 = 0x06;
 /// [`MAX_ASYNC_REQUESTS`] may be pending ([`ADMIN_STATUS_NO_RESOURCES`] beyond). The device
 /// queues at most [`ASYNC_EVENT_QUEUE`] events while no request is pending and drops (and
 /// counts, [`STAT_ASYNC_EVENTS_LOST`]) the rest. Destroying a context discards its queued
-/// events; pending requests belong to the device, not to a context, and complete with
-/// [`ADMIN_STATUS_CANCELLED`] only at reset.
+/// events; pending requests belong to the device, not to a context: they never complete
+/// without an event, and a reset (or setting up or disabling the admin queue) forgets them
+/// without a completion, like every command still pending then.
 pub const ADMIN_OP_ASYNC_EVENT: u16 = 0x07;
 
 /// Create a context. Result0: the context id, which is also the index of its doorbell page

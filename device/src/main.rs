@@ -98,6 +98,15 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
+    // The device holds (and LIST_ADDRS reports) at most MAX_ADDRS configured addresses.
+    if args.ips.len() > qpip_abi::admin::MAX_ADDRS as usize {
+        eprintln!(
+            "qpipd: at most {} --ip addresses (the device's limit); {} given",
+            qpip_abi::admin::MAX_ADDRS,
+            args.ips.len()
+        );
+        return ExitCode::from(2);
+    }
     let level = match args.verbose {
         0 => "info",
         1 => "debug",

@@ -89,7 +89,7 @@ fn unknown_opcodes_and_non_zero_reserved_fields_are_refused() {
     let mut g = FakeGuest::new();
     let errors_before = g.stat(STAT_ADMIN_ERRORS);
     let mut refused = 0;
-    for op in [0x00u16, 0x06, 0x0f, 0x1e, 0x7f, 0x100, 0xffff] {
+    for op in [0x00u16, 0x08, 0x0f, 0x1e, 0x7f, 0x100, 0xffff] {
         let c = g.admin(cmd0(op, 0, 0));
         assert_eq!(c.status, ADMIN_STATUS_BAD_OPCODE, "opcode {op:#x}: {c:?}");
         refused += 1;
@@ -204,6 +204,107 @@ fn addresses_are_added_and_deleted_within_the_limit() {
     );
     g.add_addr(ip("2001:db8::ff"), 128)
         .expect("room again after DEL_ADDR");
+}
+
+#[test]
+fn list_addrs_reports_the_link_local_address_first_then_the_configured_ones() {
+    use qpip_device::core::CoreConfig;
+    use qpip_device::engine::EngineConfig;
+    use qpip_device::vfio::ServeOptions;
+    let mac = [0x02, 0x51, 0x50, 0x00, 0x0a, 0x0b];
+    let mut g = FakeGuest::with_options(ServeOptions {
+        core: CoreConfig {
+            engine: EngineConfig {
+                mac,
+                addrs: vec![
+                    ("fd51:5050::1:1".parse().unwrap(), 64),
+                    ("2001:db8::7".parse().unwrap(), 128),
+                ],
+                ..EngineConfig::default()
+            },
+            ..CoreConfig::default()
+        },
+    });
+    // What qpipd was started with (--mac, --ip) shows.
+    assert_eq!(
+        g.list_addrs(),
+        vec![
+            (link_local(mac), 64, ADDR_FLAG_LINK_LOCAL),
+            (ip("fd51:5050::1:1"), 64, 0),
+            (ip("2001:db8::7"), 128, 0),
+        ]
+    );
+    // Changes through the admin queue show in their order; a new MAC is a new link-local.
+    g.del_addr(ip("fd51:5050::1:1")).unwrap();
+    g.add_addr(ip("2001:db8::8"), 48).unwrap();
+    let mac2 = [0x02, 0, 0, 0, 0, 0x42];
+    g.set_mac(mac2).unwrap();
+    assert_eq!(
+        g.list_addrs(),
+        vec![
+            (link_local(mac2), 64, ADDR_FLAG_LINK_LOCAL),
+            (ip("2001:db8::7"), 128, 0),
+            (ip("2001:db8::8"), 48, 0),
+        ]
+    );
+    // A full list: every entry used.
+    for i in 0..MAX_ADDRS - 2 {
+        g.add_addr(ip(&format!("2001:db8:1::{:x}", i + 1)), 64)
+            .unwrap();
+    }
+    let all = g.list_addrs();
+    assert_eq!(all.len(), MAX_ADDRS as usize + 1);
+    assert_eq!(
+        all[MAX_ADDRS as usize].0,
+        ip(&format!("2001:db8:1::{:x}", MAX_ADDRS - 2))
+    );
+    // A reset gives back the identity qpipd was started with.
+    g.reset();
+    g.enable();
+    g.setup_admin(ADMIN_DEPTH);
+    assert_eq!(g.list_addrs().len(), 3);
+}
+
+#[test]
+fn list_addrs_buffers_must_be_in_ram_aligned_within_a_page_and_big_enough() {
+    let mut g = FakeGuest::new();
+    let len = std::mem::size_of::<AddrList>() as u32;
+    assert_eq!(len, 224);
+    let page = g.alloc_pages(2);
+    g.mem_fill(page, 2 * PAGE as usize, 0xee);
+    for (what, buf) in [
+        ("beyond the end of RAM", RAM_BASE + RAM_SIZE),
+        ("below RAM", 0x1000),
+        ("crossing a page boundary", page + PAGE - 64),
+        ("misaligned", page + 4),
+        ("at the top of the address space", u64::MAX - 7),
+    ] {
+        assert_admin_err(
+            g.list_addrs_at(buf, len),
+            ADMIN_STATUS_BAD_ADDRESS,
+            &format!("LIST_ADDRS into a buffer {what}"),
+        );
+    }
+    assert_admin_err(
+        g.list_addrs_at(page, len - 1),
+        ADMIN_STATUS_BAD_PARAM,
+        "LIST_ADDRS into a buffer one byte short",
+    );
+    assert!(
+        g.mem_read(page, 2 * PAGE as usize)
+            .iter()
+            .all(|&b| b == 0xee),
+        "a refused LIST_ADDRS wrote guest memory"
+    );
+    // Without --ip: the link-local address alone, and only the structure is written.
+    assert_eq!(g.list_addrs_at(page, 4096), Ok(1));
+    assert!(g
+        .mem_read(page + len as u64, 4096 - len as usize)
+        .iter()
+        .all(|&b| b == 0xee));
+    let l: AddrList = g.read_obj(page);
+    assert_eq!(l.entries[0].flags, ADDR_FLAG_LINK_LOCAL);
+    assert_eq!(l.entries[0].addr, g.link_local());
 }
 
 #[test]

@@ -57,3 +57,16 @@ fn a_path_that_is_not_a_socket_is_refused_clearly() {
     assert_eq!(code, 1);
     assert!(err.contains("is not a socket"), "{err}");
 }
+
+#[test]
+fn more_addresses_than_the_device_holds_are_refused_clearly() {
+    let ips: Vec<String> = (1..=9).map(|i| format!("fd51:5050::{i}/64")).collect();
+    let mut args = vec!["--socket", "/tmp/x.sock"];
+    for ip in &ips {
+        args.extend(["--ip", ip.as_str()]);
+    }
+    let (code, _, err) = qpipd(&args);
+    assert_eq!(code, 2);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("at most 8 --ip addresses"), "{err}");
+}

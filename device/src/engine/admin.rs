@@ -13,6 +13,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use super::decode::{self, AdminRequest, QpRequest};
+use super::events::Raised;
 use super::memory::{self, MemoryRegion, Ring};
 use super::objects::{Context, Cq, PendingCmd, Qp, QpState, TcpRole};
 use super::{Engine, Identity};
@@ -189,6 +190,27 @@ impl Engine {
         }
     }
 
+    /// Offers the events raised during this pass to the pending `ASYNC_EVENT` requests.
+    /// Returns whether there were any.
+    pub(super) fn deliver_events(&mut self, mem: &GuestMemoryMmap) -> bool {
+        let staged = self.events.take_staged();
+        let any = !staged.is_empty();
+        for ev in staged {
+            match self.events.raise(ev) {
+                Raised::Delivered(cmd, r) => {
+                    self.shared.stats.add(STAT_ASYNC_EVENTS, 1);
+                    self.complete_async(mem, cmd, ADMIN_STATUS_OK, r);
+                }
+                Raised::Queued => {}
+                Raised::Lost => {
+                    warn!("asynchronous event {ev:?} dropped: the event queue is full");
+                    self.shared.stats.add(STAT_ASYNC_EVENTS_LOST, 1);
+                }
+            }
+        }
+        any
+    }
+
     /// Completes a pending command with CANCELLED (its object is going away).
     pub(super) fn cancel(&mut self, mem: &GuestMemoryMmap, cmd: PendingCmd) {
         self.complete_async(mem, cmd, ADMIN_STATUS_CANCELLED, (0, 0, 0));
@@ -223,6 +245,25 @@ impl Engine {
                     counters: self.counters(),
                 };
                 self.write_query(mem, buf, len, stats.as_bytes())
+            }
+            R::ListAddrs { buf, len } => {
+                let list = self.addr_list();
+                self.write_query(mem, buf, len, list.as_bytes())
+                    .map(|_| (list.count as u64, 0, 0))
+            }
+            R::AsyncEvent => {
+                let pending = PendingCmd {
+                    cmd_id: cmd.cmd_id,
+                    opcode: cmd.opcode,
+                };
+                match self.events.request(pending) {
+                    Ok(Some(r)) => {
+                        self.shared.stats.add(STAT_ASYNC_EVENTS, 1);
+                        Ok(r)
+                    }
+                    Ok(None) => return Outcome::Pending,
+                    Err(s) => Err(s),
+                }
             }
             R::SetMac(mac) => {
                 let changed = self.identity.mac != mac;
@@ -357,6 +398,24 @@ impl Engine {
         d
     }
 
+    /// The device's addresses as LIST_ADDRS reports them: the link-local one first.
+    fn addr_list(&self) -> AddrList {
+        let mut l = AddrList::new_zeroed();
+        let ll = (self.identity.link_local(), 64u8, ADDR_FLAG_LINK_LOCAL);
+        let configured = self.identity.addrs.iter().map(|&(a, p)| (a, p, 0));
+        for (e, (addr, prefix_len, flags)) in l
+            .entries
+            .iter_mut()
+            .zip(std::iter::once(ll).chain(configured))
+        {
+            e.addr = addr.octets();
+            e.prefix_len = prefix_len;
+            e.flags = flags;
+            l.count += 1;
+        }
+        l
+    }
+
     fn add_addr(&mut self, addr: Ipv6Addr, prefix_len: u8) -> Result<Results, u16> {
         let id: &Identity = &self.identity;
         if id.is_local(&addr) {
@@ -413,6 +472,7 @@ impl Engine {
         self.objects.cqs.retain(|_, c| c.ctx != ctx);
         self.objects.mrs.retain(|_, m| m.ctx != ctx);
         self.objects.contexts.remove(&ctx);
+        self.events.forget_context(ctx);
         self.shared.doorbells.clear_page(ctx as usize);
         Ok((0, 0, 0))
     }

@@ -22,6 +22,12 @@ pub enum AdminRequest {
         buf: u64,
         len: u32,
     },
+    ListAddrs {
+        buf: u64,
+        len: u32,
+    },
+    /// A request for the next asynchronous event.
+    AsyncEvent,
     SetMac([u8; 6]),
     AddAddr {
         addr: Ipv6Addr,
@@ -109,20 +115,21 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
         }
     };
     Ok(match cmd.opcode {
-        ADMIN_OP_QUERY_DEVICE | ADMIN_OP_QUERY_STATS => {
+        ADMIN_OP_QUERY_DEVICE | ADMIN_OP_QUERY_STATS | ADMIN_OP_LIST_ADDRS => {
             let a: QueryArgs = args(cmd);
             reserved(zero(&a.reserved))?;
-            if cmd.opcode == ADMIN_OP_QUERY_DEVICE {
-                R::QueryDevice {
-                    buf: a.buf,
-                    len: a.len,
-                }
-            } else {
-                R::QueryStats {
-                    buf: a.buf,
-                    len: a.len,
-                }
+            let (buf, len) = (a.buf, a.len);
+            match cmd.opcode {
+                ADMIN_OP_QUERY_DEVICE => R::QueryDevice { buf, len },
+                ADMIN_OP_QUERY_STATS => R::QueryStats { buf, len },
+                _ => R::ListAddrs { buf, len },
             }
+        }
+        ADMIN_OP_ASYNC_EVENT => {
+            // No arguments: a request that names a context or an object, or carries a
+            // body, is one this device does not know.
+            reserved(zero(&cmd.body) && cmd.ctx == 0 && cmd.handle == 0)?;
+            R::AsyncEvent
         }
         ADMIN_OP_SET_MAC => {
             let a: SetMacArgs = args(cmd);

@@ -8,7 +8,8 @@
 //!
 //! Where things are: [`admin`] runs the admin queue (management), [`doorbells`] scans
 //! doorbell pages and implements sleeping (doorbell), [`datapath`] executes send WQEs and
-//! places received datagrams (transmit/receive), [`network`] joins them to the link through
+//! places received datagrams (transmit/receive), [`events`] holds the asynchronous events
+//! waiting for the driver's requests, [`network`] joins them to the link through
 //! the IPv6 stack, [`memory`] checks and translates every guest address, [`decode`] parses
 //! what the guest wrote, [`objects`] holds the tables.
 
@@ -16,6 +17,7 @@ pub mod admin;
 pub mod datapath;
 pub mod decode;
 pub mod doorbells;
+pub mod events;
 pub mod memory;
 pub mod network;
 pub mod objects;
@@ -179,6 +181,8 @@ pub struct Engine {
     net_config: Option<network::NetworkConfig>,
     /// TCP connections and the TCP state of QPs.
     pub(crate) tcp: tcp::Tcp,
+    /// Asynchronous events and the requests waiting for them.
+    pub(crate) events: events::AsyncEvents,
 }
 
 /// The control thread's handle on the engine thread.
@@ -270,6 +274,7 @@ impl Engine {
                 config.network.as_ref().map_or(1500, |n| n.mtu),
             ),
             net_config: None,
+            events: events::AsyncEvents::default(),
         }
     }
 
@@ -334,6 +339,7 @@ impl Engine {
         did |= self.poll_network(&mem);
         did |= self.poll_tcp(&mem);
         did |= self.flush_tcp();
+        did |= self.deliver_events(&mem);
         did | self.tcp.busy()
     }
 
@@ -343,8 +349,14 @@ impl Engine {
     /// [`Engine::poll_once`].
     pub fn handle(&mut self, msg: Control) -> bool {
         match msg {
-            Control::AdminEnable { sq, cq, depth } => self.admin.enable(sq, cq, depth),
-            Control::AdminDisable => self.admin.disable(),
+            Control::AdminEnable { sq, cq, depth } => {
+                self.admin.enable(sq, cq, depth);
+                self.events.forget_requests();
+            }
+            Control::AdminDisable => {
+                self.admin.disable();
+                self.events.forget_requests();
+            }
             Control::AdminSqTail(t) => self.admin.sq_tail = t,
             Control::AdminCqHead(h) => self.admin.cq_head = h,
             Control::Kick => self.shared.stats.add(qpip_abi::admin::STAT_KICKS, 1),
@@ -364,6 +376,7 @@ impl Engine {
         let mtu = self.net_config.as_ref().map_or(1500, |n| n.mtu);
         self.tcp = tcp::Tcp::new(seed.rotate_left(17), mtu);
         self.admin = AdminQueue::default();
+        self.events = events::AsyncEvents::default();
         let mac_changed = self.identity.mac != self.initial_identity.mac;
         self.identity = self.initial_identity.clone();
         self.identity_changed(mac_changed);

@@ -122,6 +122,8 @@ struct RxState {
     push: bool,
     /// The peer's FIN arrived after every byte.
     eof: bool,
+    /// The end of the stream was announced (`ASYNC_EVENT_PEER_CLOSED`).
+    eof_announced: bool,
     /// Completions made, for the engine to write.
     done: Vec<Cqe>,
 }
@@ -195,6 +197,7 @@ impl RxState {
             discard: false,
             push: false,
             eof: false,
+            eof_announced: false,
             done: Vec::new(),
         }
     }
@@ -621,19 +624,44 @@ impl Engine {
         self.tcp.deferred.get(&cq).is_some_and(|q| !q.is_empty())
     }
 
+    /// Writes the receive completions made, and announces the end of the stream once
+    /// every byte before the peer's FIN has been placed.
     fn post_rx_done(&mut self, mem: &GuestMemoryMmap, qp: u32) {
         let Some(t) = self.tcp.qps.get_mut(&qp) else {
             return;
         };
-        if t.rx.done.is_empty() {
-            return;
-        }
+        let eof = t.rx.eof && t.rx.pending.is_empty() && !t.rx.eof_announced;
+        t.rx.eof_announced |= eof;
         let done = std::mem::take(&mut t.rx.done);
         let cq = t.recv_cq;
-        self.shared.stats.add(STAT_RECV_WQES, done.len() as u64);
-        for c in done {
-            self.post_cqe(mem, cq, c);
+        if !done.is_empty() {
+            self.shared.stats.add(STAT_RECV_WQES, done.len() as u64);
+            for c in done {
+                self.post_cqe(mem, cq, c);
+            }
         }
+        if eof {
+            // Not for a QP in the error state: its bytes were flushed, not placed.
+            self.tcp_async_event(qp, ASYNC_EVENT_PEER_CLOSED, 0);
+        }
+    }
+
+    /// Raises an asynchronous event about a TCP QP that carries a connection (an event
+    /// about a connection the owner is still waiting for is its CONNECT's completion).
+    fn tcp_async_event(&mut self, qp: u32, kind: u16, reason: u8) {
+        let Some(q) = self.objects.qps.get(&qp) else {
+            return;
+        };
+        if q.role != TcpRole::Connected || q.state != QpState::Ready {
+            return;
+        }
+        debug!("QP {qp}: asynchronous event {kind} (reason {reason})");
+        self.events.stage(super::events::AsyncEvent {
+            ctx: q.ctx,
+            object: qp,
+            kind,
+            reason,
+        });
     }
 
     // ---- QP life ----------------------------------------------------------------------
@@ -1334,12 +1362,16 @@ impl Engine {
                 }
                 self.post_rx_done(mem, qp);
             }
+            // Raised before the QP leaves the ready state; delivered after the flush
+            // completions (at the end of the engine's pass).
             Event::Reset => {
                 debug!("QP {qp}: connection reset");
+                self.tcp_async_event(qp, ASYNC_EVENT_QP_ERROR, ASYNC_REASON_PEER_RESET);
                 self.tcp_fail(mem, qp, ADMIN_STATUS_REFUSED);
             }
             Event::TimedOut => {
                 debug!("QP {qp}: connection timed out");
+                self.tcp_async_event(qp, ASYNC_EVENT_QP_ERROR, ASYNC_REASON_TIMEOUT);
                 self.tcp_fail(mem, qp, ADMIN_STATUS_TIMEOUT);
             }
             Event::Closed => {

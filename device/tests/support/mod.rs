@@ -813,6 +813,40 @@ impl FakeGuest {
         self.read_obj(buf)
     }
 
+    pub fn list_addrs_at(&mut self, buf: u64, len: u32) -> Result<u64, u16> {
+        let mut a = QueryArgs::new_zeroed();
+        a.buf = buf;
+        a.len = len;
+        self.admin_result(cmd(ADMIN_OP_LIST_ADDRS, 0, 0, &a))
+            .map(|c| c.result0)
+    }
+
+    /// LIST_ADDRS: (address, prefix length, flags) of each valid entry; checks the count
+    /// result matches the list and the entries past it are zero.
+    pub fn list_addrs(&mut self) -> Vec<([u8; 16], u8, u8)> {
+        let buf = self.alloc_pages(1);
+        let n = self
+            .list_addrs_at(buf, std::mem::size_of::<AddrList>() as u32)
+            .unwrap_or_else(|s| panic!("LIST_ADDRS failed: {}", admin_status_name(s)));
+        let l: AddrList = self.read_obj(buf);
+        assert_eq!(l.count as u64, n, "LIST_ADDRS result0 is the count written");
+        assert_eq!(l.reserved, 0);
+        for e in &l.entries[l.count as usize..] {
+            assert_eq!(
+                *e,
+                AddrEntry::new_zeroed(),
+                "entries past the count are zero"
+            );
+        }
+        l.entries[..l.count as usize]
+            .iter()
+            .map(|e| {
+                assert_eq!(e.reserved, [0; 6]);
+                (e.addr, e.prefix_len, e.flags)
+            })
+            .collect()
+    }
+
     /// One counter of QUERY_STATS.
     pub fn stat(&mut self, index: u32) -> u64 {
         self.query_stats().counters[index as usize]
@@ -1336,6 +1370,55 @@ impl FakeGuest {
     pub fn submit_close(&mut self, ctx: u32, qp: u32) -> u32 {
         self.admin_submit(cmd0(ADMIN_OP_CLOSE, ctx, qp))
     }
+
+    /// Submits an ASYNC_EVENT request (completes when the device has an event).
+    pub fn submit_async_event(&mut self) -> u32 {
+        self.admin_submit(cmd0(ADMIN_OP_ASYNC_EVENT, 0, 0))
+    }
+
+    /// Listens on `port` in `sctx`, accepts on a new QP there and connects a new QP of
+    /// `cctx` to it over the device's own loopback. Returns (server end, client end).
+    pub fn loopback_pair(
+        &mut self,
+        sctx: u32,
+        cctx: u32,
+        port: u16,
+        framing: u8,
+    ) -> (TcpEnd, TcpEnd) {
+        let server = self.tcp_endpoint_in(sctx, framing, 8, 1 << 16);
+        let client = self.tcp_endpoint_in(cctx, framing, 8, 1 << 16);
+        let l = self.listen(sctx, UNSPECIFIED, port, 4).expect("listen");
+        let acc = self.submit_accept(sctx, l, server.qp.id);
+        let con = self.submit_connect(cctx, client.qp.id, LOOPBACK, port);
+        for (what, id) in [("connect", con), ("accept", acc)] {
+            let c = self.admin_wait_done(id);
+            assert_eq!(
+                c.status,
+                ADMIN_STATUS_OK,
+                "{what}: {}",
+                admin_status_name(c.status)
+            );
+        }
+        (server, client)
+    }
+}
+
+/// An ASYNC_EVENT completion decoded: (ctx, object, kind, reason, lost).
+pub fn async_event(c: &AdminCqe) -> (u32, u32, u16, u8, bool) {
+    assert_eq!(c.opcode, ADMIN_OP_ASYNC_EVENT, "{c:?}");
+    assert_eq!(c.status, ADMIN_STATUS_OK, "{}", admin_status_name(c.status));
+    assert_eq!(
+        c.result2 & 0x7f00_0000,
+        0,
+        "bits 24-30 of result2 are 0: {c:?}"
+    );
+    (
+        c.result0 as u32,
+        c.result1 as u32,
+        c.result2 as u16,
+        (c.result2 >> 16) as u8,
+        c.result2 & ASYNC_FLAG_LOST != 0,
+    )
 }
 
 /// The peer address of an ACCEPT or CONNECT completion (result0/result1 in memory order).
