@@ -634,9 +634,13 @@ fn packet_too_big_lowers_path_mtu() {
         let msg = fix_icmp_checksum(router, OUR, msg);
         net_oracle::ip_frame(PEER_MAC, OUR_MAC, router, OUR, 58, 64, &msg)
     };
+    assert!(s.take_path_mtu_changes().is_empty());
     s.receive(&ptb(1300), t);
     assert_eq!(s.path_mtu(&PEER, t), 1300);
     assert_eq!(s.stats().ptb_rx, 1);
+    // TCP hears of it once.
+    assert_eq!(s.take_path_mtu_changes(), vec![(PEER, 1300)]);
+    assert!(s.take_path_mtu_changes().is_empty());
     s.send_udp(None, 1, PEER, 7, &[7; 1400], t).unwrap();
     let frags = drain(&mut s);
     assert_eq!(frags.len(), 2);
@@ -655,6 +659,11 @@ fn packet_too_big_lowers_path_mtu() {
     assert_eq!(s.path_mtu(&PEER, t), 1280);
     s.receive(&ptb(1400), t);
     assert_eq!(s.path_mtu(&PEER, t), 1280);
+    assert_eq!(
+        s.take_path_mtu_changes(),
+        vec![(PEER, 1280)],
+        "the lowering only, once"
+    );
     // It expires (RFC 8201: after 10 minutes the link MTU is tried again).
     s.poll(t + Duration::from_secs(601));
     assert_eq!(s.path_mtu(&PEER, t + Duration::from_secs(601)), 1500);
@@ -670,6 +679,7 @@ fn packet_too_big_lowers_path_mtu() {
         t + Duration::from_secs(602),
     );
     assert_eq!(s.path_mtu(&PEER, t + Duration::from_secs(602)), 1500);
+    assert!(s.take_path_mtu_changes().is_empty());
 }
 
 #[test]

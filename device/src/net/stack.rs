@@ -140,6 +140,8 @@ pub struct Stack {
     /// Static neighbours are on-link whatever their address.
     static_neighbors: Vec<Ipv6Addr>,
     pmtu: HashMap<Ipv6Addr, (usize, Instant)>,
+    /// Path MTUs lowered since [`Stack::take_path_mtu_changes`] (one entry a destination).
+    pmtu_changes: Vec<(Ipv6Addr, usize)>,
     reasm: Reassembler,
     tx: VecDeque<Vec<u8>>,
     stats: NetStats,
@@ -175,6 +177,7 @@ impl Stack {
             neighbors,
             static_neighbors: config.neighbors.iter().map(|n| n.addr).collect(),
             pmtu: HashMap::new(),
+            pmtu_changes: Vec::new(),
             reasm: Reassembler::new(),
             tx: VecDeque::new(),
             stats: NetStats::default(),
@@ -339,6 +342,13 @@ impl Stack {
     }
 
     // ---- sending ----------------------------------------------------------------------
+
+    /// Each destination whose path MTU a packet too big lowered since the last call, with
+    /// its new path MTU (the lowest, if several came), for the transports: TCP cuts its
+    /// segments to fit (`ConnectionTable::path_mtu_changed`).
+    pub fn take_path_mtu_changes(&mut self) -> Vec<(Ipv6Addr, usize)> {
+        std::mem::take(&mut self.pmtu_changes)
+    }
 
     /// Sends a UDP datagram, in fragments if it does not fit the path MTU. `src` None picks
     /// the source with [`Stack::select_source`]. A datagram waiting for its next hop's
@@ -1158,6 +1168,17 @@ impl Stack {
                 }
             }
             self.pmtu.insert(dst, (mtu, now + PMTU_TIMEOUT));
+            match self.pmtu_changes.iter_mut().find(|(a, _)| *a == dst) {
+                Some(c) => c.1 = c.1.min(mtu),
+                // Bounded like the path MTU cache: beyond, the oldest news goes (its
+                // destination's packets are still cut to fit by the IPv6 layer).
+                None => {
+                    if self.pmtu_changes.len() >= MAX_PMTU_ENTRIES {
+                        self.pmtu_changes.remove(0);
+                    }
+                    self.pmtu_changes.push((dst, mtu));
+                }
+            }
         }
     }
 }

@@ -143,6 +143,9 @@ enum RecoveryKind {
     NewReno,
     /// After a retransmission timeout: everything outstanding is lost; slow start.
     Timeout,
+    /// The path MTU dropped: everything outstanding was cut to the new size and sent
+    /// again; no congestion signal, so cwnd stays (RFC 8201 §5.4, RFC 9293 §3.7.3).
+    PathMtu,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -212,6 +215,9 @@ pub struct Connection {
     keepalive_at: Option<Instant>,
     keepalive_sent: u32,
     time_wait_at: Option<Instant>,
+    /// Output is due without a segment, timer or call having come (the path MTU
+    /// dropped): the engine finds the connection among the expired timers.
+    kick_at: Option<Instant>,
     rtt: RttEstimator,
     retries: u32,
     /// Karn: one timed segment (offset its ACK must reach, when sent).
@@ -319,6 +325,7 @@ impl Connection {
             keepalive_at: None,
             keepalive_sent: 0,
             time_wait_at: None,
+            kick_at: None,
             rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
             retries: 0,
             rtt_probe: None,
@@ -609,6 +616,38 @@ impl Connection {
         self.cc.set_mss(self.smss());
     }
 
+    /// A packet too big lowered the path MTU toward the peer to `mtu` (RFC 8201, RFC 9293
+    /// §3.7.3). Segments are cut to fit from now on; if that made them smaller, what is
+    /// in flight and not SACKed was too big to arrive (the PTB said so for one segment;
+    /// the others were no smaller), so it is retransmitted at once, re-segmented to the
+    /// new size, as far as cwnd allows; cwnd is not reduced (no congestion). The output
+    /// is due at `now` ([`Connection::next_deadline`]).
+    pub fn path_mtu_changed(&mut self, mtu: usize, now: Instant) {
+        // 40 bytes of IPv6 header, 20 of TCP header; options come off in smss().
+        let mss = mtu.saturating_sub(60).min(u16::MAX as usize) as u16;
+        let before = self.smss();
+        self.set_path_mss(mss);
+        if self.smss() >= before || !self.synchronized() || self.una >= self.nxt {
+            return;
+        }
+        match &mut self.recovery {
+            Some(r) => r.point = r.point.max(self.nxt),
+            None => {
+                self.recovery = Some(Recovery {
+                    kind: RecoveryKind::PathMtu,
+                    point: self.nxt,
+                })
+            }
+        }
+        self.high_rxt = self.una;
+        self.lost_floor = self.nxt;
+        self.force_rtx = true;
+        // Karn: no RTT sample from what is sent again.
+        self.rtt_probe = None;
+        self.dupacks = 0;
+        self.kick_at = Some(now);
+    }
+
     // ---- helpers ------------------------------------------------------------------
 
     fn synchronized(&self) -> bool {
@@ -757,6 +796,7 @@ impl Connection {
         self.delack_at = None;
         self.keepalive_at = None;
         self.time_wait_at = None;
+        self.kick_at = None;
         self.probe_pending = false;
         self.keepalive_pending = false;
     }
@@ -1147,7 +1187,9 @@ impl Connection {
                     RecoveryKind::Sack | RecoveryKind::NewReno => {
                         self.cc.end_recovery(self.nxt - self.una)
                     }
-                    RecoveryKind::Timeout => self.cc.on_ack(acked, now, self.rtt.srtt()),
+                    RecoveryKind::Timeout | RecoveryKind::PathMtu => {
+                        self.cc.on_ack(acked, now, self.rtt.srtt())
+                    }
                 }
                 self.recovery = None;
                 self.force_rtx = false;
@@ -1163,7 +1205,9 @@ impl Connection {
                     self.cc.set_cwnd(if acked >= smss { c + smss } else { c });
                 }
                 RecoveryKind::Sack => {}
-                RecoveryKind::Timeout => self.cc.on_ack(acked, now, self.rtt.srtt()),
+                RecoveryKind::Timeout | RecoveryKind::PathMtu => {
+                    self.cc.on_ack(acked, now, self.rtt.srtt())
+                }
             },
             None => self.cc.on_ack(acked, now, self.rtt.srtt()),
         }
@@ -1253,7 +1297,7 @@ impl Connection {
     fn lost_edge(&self) -> u64 {
         let mut edge = self.scoreboard_lost_edge().max(self.lost_floor);
         if let Some(Recovery {
-            kind: RecoveryKind::Timeout,
+            kind: RecoveryKind::Timeout | RecoveryKind::PathMtu,
             point,
         }) = self.recovery
         {
@@ -1296,6 +1340,7 @@ impl Connection {
             self.delack_at,
             self.keepalive_at,
             self.time_wait_at,
+            self.kick_at,
         ]
         .into_iter()
         .flatten()
@@ -1304,6 +1349,9 @@ impl Connection {
 
     /// Runs the timers due at `now`.
     pub fn poll(&mut self, now: Instant) {
+        if self.kick_at.is_some_and(|t| t <= now) {
+            self.kick_at = None;
+        }
         if self.time_wait_at.is_some_and(|t| t <= now) {
             self.time_wait_at = None;
             self.finish(Event::Closed);

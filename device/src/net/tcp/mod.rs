@@ -42,7 +42,12 @@
 //!   bytes are stream offsets `queued()..queued()+len`). Receive WRs posted:
 //!   [`Connection::recv_space_changed`] (staged bytes move into them; the window opens).
 //!   Close: [`Connection::close`]. QP destroyed: [`Connection::abort`] (a reset goes out).
-//!   ICMPv6 packet too big: [`Connection::set_path_mss`].
+//! - **Path MTU.** After received frames, each `(dst, mtu)` of
+//!   `Stack::take_path_mtu_changes` goes to [`ConnectionTable::path_mtu_changed`]; the
+//!   connections it concerns are then due in the timer heap (retransmissions at the new
+//!   size go out through the timer step above).
+//! - **Counters.** [`ConnectionTable::stats`] (QUERY_STATS' `STAT_TCP_*`): exact once
+//!   every connection touched was handed back with `update` or `remove`.
 
 pub mod config;
 pub mod congestion;

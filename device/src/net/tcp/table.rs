@@ -284,6 +284,28 @@ impl<T> ConnectionTable<T> {
         }
     }
 
+    /// A packet too big lowered the path MTU toward `dst` to `mtu`
+    /// (`Stack::take_path_mtu_changes`): every connection to `dst` cuts its segments to
+    /// fit, and those with data in flight that was now too big are due at once in the
+    /// timer heap — the next [`ConnectionTable::pop_expired`] at `now` or later returns
+    /// them, and their [`Connection::poll`] and `poll_transmit` send it again.
+    pub fn path_mtu_changed(&mut self, dst: Ipv6Addr, mtu: usize, now: Instant) {
+        // A scan of the connections: packets too big are rare, and rate-limited by
+        // the routers that send them.
+        let ids: Vec<ConnId> = self
+            .by_tuple
+            .iter()
+            .filter(|(t, _)| t.remote == dst)
+            .map(|(_, id)| *id)
+            .collect();
+        for id in ids {
+            if let Some(e) = self.get_mut(id) {
+                e.conn.path_mtu_changed(mtu, now);
+            }
+            self.update(id);
+        }
+    }
+
     /// A connection whose timer is due at `now`, if any (call [`Connection::poll`], send
     /// what it produces, then [`ConnectionTable::update`]). Call until None.
     pub fn pop_expired(&mut self, now: Instant) -> Option<ConnId> {
