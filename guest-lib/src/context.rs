@@ -1,0 +1,329 @@
+//! `Context`: an open device (or the software provider), the owner of every other object,
+//! and the source of connection events.
+
+use std::collections::VecDeque;
+use std::net::SocketAddrV6;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::cq::{Cq, CqImpl, CqInner};
+use crate::device;
+use crate::error::{Error, Result};
+use crate::mr::{MemoryRegion, MrInner};
+use crate::qp::{Listener, ListenerImpl, ListenerInner, Qp, QpImpl, QpInit, QpInner};
+use crate::soft;
+use crate::sys;
+use crate::types::{Event, EventKind, Limits, ProviderKind};
+
+/// Environment variable that picks the provider: `soft` or `device`.
+pub const PROVIDER_ENV: &str = "QPIP_PROVIDER";
+
+/// An open qpip context: the device's `/dev/qpipN` (one context of the adapter, with its
+/// own doorbell page) or the software provider over kernel sockets. Every CQ, QP, memory
+/// region and listener belongs to one context; the context stays open while any of them
+/// exists. Cheap to clone (a shared handle).
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<CtxInner>,
+}
+
+pub(crate) struct CtxInner {
+    pub(crate) imp: CtxImpl,
+    pub(crate) limits: Limits,
+    /// Events read while a blocking helper looked for another one.
+    stash: Mutex<VecDeque<Event>>,
+}
+
+pub(crate) enum CtxImpl {
+    Device(device::Ctx),
+    Soft(soft::Ctx),
+}
+
+impl Context {
+    /// Opens the provider `QPIP_PROVIDER` names (`soft` or `device`); without it, the first
+    /// device (`/dev/qpip0`, ...) if one exists, else the software provider.
+    pub fn open() -> Result<Context> {
+        match std::env::var(PROVIDER_ENV) {
+            Ok(v) if v == "soft" => Context::open_soft(),
+            Ok(v) if v == "device" => Context::open_device(&first_device()?.ok_or(Error::NoDevice)?),
+            Ok(v) if !v.is_empty() => Err(Error::BadProviderName(v)),
+            _ => match first_device()? {
+                Some(path) => Context::open_device(&path),
+                None => Context::open_soft(),
+            },
+        }
+    }
+
+    /// Opens a context on the device behind `path` (`/dev/qpipN`).
+    pub fn open_device(path: &Path) -> Result<Context> {
+        let (dev, limits) = device::Ctx::open(path)?;
+        Ok(Context::new(CtxImpl::Device(dev), limits))
+    }
+
+    /// Opens a context of the software provider (kernel sockets, no device needed).
+    pub fn open_soft() -> Result<Context> {
+        let (soft, limits) = soft::Ctx::open()?;
+        Ok(Context::new(CtxImpl::Soft(soft), limits))
+    }
+
+    fn new(imp: CtxImpl, limits: Limits) -> Context {
+        Context {
+            inner: Arc::new(CtxInner {
+                imp,
+                limits,
+                stash: Mutex::new(VecDeque::new()),
+            }),
+        }
+    }
+
+    /// Which provider this context runs on.
+    pub fn provider(&self) -> ProviderKind {
+        match self.inner.imp {
+            CtxImpl::Device(_) => ProviderKind::Device,
+            CtxImpl::Soft(_) => ProviderKind::Soft,
+        }
+    }
+
+    /// The device file, for a device context.
+    pub fn device_path(&self) -> Option<&Path> {
+        match &self.inner.imp {
+            CtxImpl::Device(d) => Some(d.path()),
+            CtxImpl::Soft(_) => None,
+        }
+    }
+
+    /// Doorbells that found the device asleep and kicked it (0 for the soft provider).
+    pub fn kicks(&self) -> u64 {
+        match &self.inner.imp {
+            CtxImpl::Device(d) => d.kicks.load(std::sync::atomic::Ordering::Relaxed),
+            CtxImpl::Soft(_) => 0,
+        }
+    }
+
+    /// What the context can do.
+    pub fn limits(&self) -> Limits {
+        self.inner.limits
+    }
+
+    /// Registers `buf` (taking it over) for receives and sends.
+    pub fn register(&self, buf: Vec<u8>) -> Result<MemoryRegion> {
+        let mut mr = MrInner::new(self.inner.clone(), buf)?;
+        mr.lkey = match &self.inner.imp {
+            CtxImpl::Device(d) => d.reg_mr(mr.addr(), mr.len())?,
+            CtxImpl::Soft(s) => s.reg_mr(),
+        };
+        Ok(MemoryRegion {
+            inner: Arc::new(mr),
+        })
+    }
+
+    /// Allocates and registers `len` zeroed bytes.
+    pub fn alloc(&self, len: usize) -> Result<MemoryRegion> {
+        self.register(vec![0; len])
+    }
+
+    /// Creates a completion queue of `depth` entries (a power of two, 2 ..=
+    /// [`Limits::max_queue_depth`]).
+    pub fn create_cq(&self, depth: u32) -> Result<Cq> {
+        check_depth("CQ", depth, self.inner.limits.max_queue_depth)?;
+        let efd = sys::eventfd()?;
+        let imp = match &self.inner.imp {
+            CtxImpl::Device(d) => CqImpl::Device(d.create_cq(depth, efd.as_raw_fd())?),
+            CtxImpl::Soft(s) => CqImpl::Soft(s.create_cq(depth, efd.as_raw_fd())?),
+        };
+        Ok(Cq {
+            inner: Arc::new(CqInner {
+                ctx: self.inner.clone(),
+                imp,
+                efd,
+                depth,
+            }),
+        })
+    }
+
+    /// Creates a queue pair.
+    pub fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
+        let lim = self.inner.limits.max_queue_depth;
+        check_depth("send queue", init.sq_depth, lim)?;
+        check_depth("receive queue", init.rq_depth, lim)?;
+        for cq in [init.send_cq, init.recv_cq] {
+            if !Arc::ptr_eq(&cq.inner.ctx, &self.inner) {
+                return Err(Error::ForeignObject("the completion queue"));
+            }
+        }
+        let imp = match &self.inner.imp {
+            CtxImpl::Device(d) => QpImpl::Device(d.create_qp(init)?),
+            CtxImpl::Soft(s) => QpImpl::Soft(s.create_qp(init)?),
+        };
+        Ok(Qp {
+            inner: Arc::new(QpInner {
+                ctx: self.inner.clone(),
+                kind: init.kind,
+                imp,
+                send_cq: init.send_cq.inner.clone(),
+                recv_cq: init.recv_cq.inner.clone(),
+            }),
+        })
+    }
+
+    /// Listens for TCP connections on `addr` (port non-zero; the unspecified address
+    /// listens on every address). Connections wait in the listener, up to `backlog`, until
+    /// [`Listener::accept`] gives each a QP.
+    pub fn listen(&self, addr: SocketAddrV6, backlog: u32) -> Result<Listener> {
+        if addr.port() == 0 {
+            return Err(Error::InvalidArgument("a listener needs a port".into()));
+        }
+        if backlog == 0 || backlog > 1024 {
+            return Err(Error::InvalidArgument(format!(
+                "backlog {backlog}: expected 1..=1024"
+            )));
+        }
+        let imp = match &self.inner.imp {
+            CtxImpl::Device(d) => ListenerImpl::Device(d.listen(&addr, backlog)?),
+            CtxImpl::Soft(s) => ListenerImpl::Soft(s.listen(&addr, backlog)?),
+        };
+        Ok(Listener {
+            inner: Arc::new(ListenerInner {
+                ctx: self.inner.clone(),
+                imp,
+                addr,
+            }),
+        })
+    }
+
+    /// The next connection event, if one is queued (never blocks).
+    pub fn poll_event(&self) -> Result<Option<Event>> {
+        if let Some(e) = self.inner.stash.lock().unwrap().pop_front() {
+            return Ok(Some(e));
+        }
+        self.inner.read_event()
+    }
+
+    /// Waits for the next connection event, at most `timeout` (`None`: for ever).
+    /// `Ok(None)` when the time ran out.
+    pub fn wait_event(&self, timeout: Option<Duration>) -> Result<Option<Event>> {
+        self.wait_event_matching(timeout, |_| true)
+    }
+
+    /// Waits for the event of `kind` about QP `qp`; other events met meanwhile stay queued
+    /// for [`Context::poll_event`] in their order.
+    pub fn wait_event_for(
+        &self,
+        qp: u32,
+        kind: EventKind,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Event>> {
+        self.wait_event_matching(timeout, |e| e.qp == qp && e.kind == kind)
+    }
+
+    fn wait_event_matching(
+        &self,
+        timeout: Option<Duration>,
+        want: impl Fn(&Event) -> bool,
+    ) -> Result<Option<Event>> {
+        {
+            let mut stash = self.inner.stash.lock().unwrap();
+            if let Some(i) = stash.iter().position(&want) {
+                return Ok(stash.remove(i));
+            }
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            while let Some(e) = self.inner.read_event()? {
+                if want(&e) {
+                    return Ok(Some(e));
+                }
+                self.inner.stash.lock().unwrap().push_back(e);
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Ok(None);
+            }
+            sys::wait_readable(self.events_fd(), left)?;
+        }
+    }
+
+    /// The descriptor that polls readable while a connection event is queued, for
+    /// `poll`/`epoll` (then call [`Context::poll_event`]). Events kept back by
+    /// [`Context::wait_event_for`] do not make it readable.
+    pub fn events_fd(&self) -> BorrowedFd<'_> {
+        match &self.inner.imp {
+            CtxImpl::Device(d) => d.fd.as_fd(),
+            CtxImpl::Soft(s) => s.events_fd(),
+        }
+    }
+
+    /// The device's counters (`qpip_abi::admin::STAT_*`), or `None` for the software
+    /// provider.
+    pub fn device_counters(&self) -> Result<Option<Vec<u64>>> {
+        match &self.inner.imp {
+            CtxImpl::Device(d) => d.stats().map(Some),
+            CtxImpl::Soft(_) => Ok(None),
+        }
+    }
+}
+
+impl AsRawFd for Context {
+    fn as_raw_fd(&self) -> RawFd {
+        self.events_fd().as_raw_fd()
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("provider", &self.provider())
+            .finish()
+    }
+}
+
+impl CtxInner {
+    /// The device context; only called on objects of a device context.
+    pub(crate) fn dev(&self) -> &device::Ctx {
+        match &self.imp {
+            CtxImpl::Device(d) => d,
+            CtxImpl::Soft(_) => unreachable!("a device object in a soft context"),
+        }
+    }
+
+    fn read_event(&self) -> Result<Option<Event>> {
+        match &self.imp {
+            CtxImpl::Device(d) => d.read_event(),
+            CtxImpl::Soft(s) => Ok(s.read_event()),
+        }
+    }
+}
+
+fn check_depth(what: &str, depth: u32, max: u32) -> Result<()> {
+    if depth < 2 || depth > max || !depth.is_power_of_two() {
+        return Err(Error::InvalidArgument(format!(
+            "{what} depth {depth}: expected a power of two from 2 to {max}"
+        )));
+    }
+    Ok(())
+}
+
+/// The first `/dev/qpipN` by number, if any.
+fn first_device() -> Result<Option<PathBuf>> {
+    let entries = match std::fs::read_dir(crate::DEV_DIR) {
+        Ok(e) => e,
+        Err(_) => return Ok(None),
+    };
+    let mut best: Option<(u32, PathBuf)> = None;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(n) = name
+            .to_str()
+            .and_then(|s| s.strip_prefix(crate::CLASS))
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if best.as_ref().map_or(true, |(b, _)| n < *b) {
+            best = Some((n, e.path()));
+        }
+    }
+    Ok(best.map(|(_, p)| p))
+}

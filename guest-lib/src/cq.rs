@@ -1,0 +1,153 @@
+//! `Cq`: a completion queue. Polling reads completions without a system call (device: the
+//! mapped ring; soft: memory the provider's thread fills); waiting blocks on the CQ's
+//! eventfd, which `poll`/`epoll` can watch too.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::context::CtxInner;
+use crate::device;
+use crate::error::Result;
+use crate::soft;
+use crate::sys;
+use crate::types::Completion;
+
+/// A completion queue: every work request of the QPs that report to it completes here
+/// with one [`Completion`], in the order the requests were posted on their queue.
+///
+/// Size it for every request that can be outstanding on the queues that share it: when it
+/// is full the device stops completing to it (nothing is lost; the QPs stall) until
+/// completions are polled.
+pub struct Cq {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+pub(crate) struct CqInner {
+    pub(crate) ctx: Arc<CtxInner>,
+    pub(crate) imp: CqImpl,
+    /// Signalled once per arming when a completion is there (see [`Cq::arm`]).
+    pub(crate) efd: OwnedFd,
+    pub(crate) depth: u32,
+}
+
+pub(crate) enum CqImpl {
+    Device(device::Cq),
+    Soft(soft::Cq),
+}
+
+impl Cq {
+    /// The CQ's number in its context.
+    pub fn id(&self) -> u32 {
+        match &self.inner.imp {
+            CqImpl::Device(c) => c.handle,
+            CqImpl::Soft(c) => c.id,
+        }
+    }
+
+    /// Entries in the queue.
+    pub fn depth(&self) -> u32 {
+        self.inner.depth
+    }
+
+    /// Moves up to `out.len()` completions into `out`; returns how many. Never blocks and
+    /// makes no system call on the device except, when it took completions, a doorbell
+    /// that may kick a sleeping device.
+    pub fn poll(&self, out: &mut [Completion]) -> usize {
+        match &self.inner.imp {
+            CqImpl::Device(c) => c.poll(self.inner.ctx.dev(), out),
+            CqImpl::Soft(c) => c.poll(out),
+        }
+    }
+
+    /// One completion, if there is one.
+    pub fn poll_one(&self) -> Option<Completion> {
+        let mut c = [Completion::default()];
+        (self.poll(&mut c) == 1).then(|| c[0])
+    }
+
+    /// Asks for one wake-up: the CQ's descriptor becomes readable as soon as there is a
+    /// completion to poll (at once, if there is one already). One arming gives at most one
+    /// wake-up. The usual loop: poll until empty, arm, poll once more, then wait.
+    pub fn arm(&self) -> Result<()> {
+        match &self.inner.imp {
+            CqImpl::Device(c) => {
+                c.arm(self.inner.ctx.dev());
+                Ok(())
+            }
+            CqImpl::Soft(c) => {
+                c.arm();
+                Ok(())
+            }
+        }
+    }
+
+    /// Clears the descriptor's readiness after a wake-up; returns how many wake-ups it
+    /// had gathered (0 if none).
+    pub fn ack(&self) -> u64 {
+        sys::eventfd_drain(self.inner.efd.as_raw_fd())
+    }
+
+    /// Waits until at least one completion is there or `timeout` passed (`None`: no
+    /// limit), then polls into `out`. Returns 0 only when the time ran out.
+    pub fn wait(&self, out: &mut [Completion], timeout: Option<Duration>) -> Result<usize> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let n = self.poll(out);
+            if n > 0 {
+                return Ok(n);
+            }
+            self.arm()?;
+            let n = self.poll(out);
+            if n > 0 {
+                return Ok(n);
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Ok(0);
+            }
+            if sys::wait_readable(self.inner.efd.as_fd(), left)? {
+                self.ack();
+            }
+        }
+    }
+
+    /// [`Cq::wait`] for one completion. `Ok(None)` when the time ran out.
+    pub fn wait_one(&self, timeout: Option<Duration>) -> Result<Option<Completion>> {
+        let mut c = [Completion::default()];
+        Ok((self.wait(&mut c, timeout)? == 1).then(|| c[0]))
+    }
+}
+
+/// The CQ's eventfd, for `poll`/`epoll`: readable after [`Cq::arm`] once a completion is
+/// there. Clear it with [`Cq::ack`].
+impl AsFd for Cq {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.inner.efd.as_fd()
+    }
+}
+
+impl AsRawFd for Cq {
+    fn as_raw_fd(&self) -> RawFd {
+        self.inner.efd.as_raw_fd()
+    }
+}
+
+impl std::fmt::Debug for Cq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cq")
+            .field("id", &self.id())
+            .field("depth", &self.depth())
+            .finish()
+    }
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        // The provider forgets the CQ before its eventfd (a field of self) is closed.
+        match &self.imp {
+            CqImpl::Device(c) => c.destroy(self.ctx.dev()),
+            CqImpl::Soft(c) => c.destroy(),
+        }
+    }
+}

@@ -1,0 +1,496 @@
+//! The device provider: `/dev/qpipN` through the driver's ioctls (control path) and, on the
+//! data path, the rings and the doorbell page mapped into the process — no system call per
+//! work request or completion (`abi/src/uapi.rs`, `abi/src/doorbell.rs`, `docs/device.md`).
+
+mod sys;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{Ipv6Addr, SocketAddrV6};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::ptr;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use qpip_abi::admin::{FRAMING_MESSAGE, FRAMING_STREAM, MR_ACCESS_LOCAL_WRITE, QP_TYPE_TCP, QP_TYPE_UDP};
+use qpip_abi::cqe::{Cqe, CQE_OP_SEND, CQE_SIZE};
+use qpip_abi::doorbell::{
+    DB_CHANGE_COUNT, DB_CQ_ARM_SEQ, DB_CQ_BASE, DB_CQ_HEAD, DB_CQ_STRIDE, DB_ENGINE_SLEEPING,
+    DB_QP_BASE, DB_QP_RQ_TAIL, DB_QP_SQ_TAIL, DB_QP_STRIDE,
+};
+use qpip_abi::regs::KICK;
+use qpip_abi::uapi::{self, *};
+use qpip_abi::wqe::{
+    Sge as WqeSge, Wqe, WQE_FLAG_INLINE, WQE_OP_RECV, WQE_OP_SEND, WQE_SGE_OFFSET, WQE_SIZE,
+};
+use zerocopy::{FromZeros, IntoBytes};
+
+use crate::cq::{CqImpl, CqInner};
+use crate::error::{Error, Result};
+use crate::mr::{Gather, MrInner};
+use crate::qp::{QpInit, RecvReq, SendReq};
+use crate::types::{Completion, Event, Framing, Limits, QpKind};
+use sys::{ioctl, Mapping};
+
+const PAGE: usize = uapi::MMAP_PAGE_SIZE as usize;
+
+/// An open device file: one context of the adapter, its doorbell page and kick page.
+pub(crate) struct Ctx {
+    pub(crate) fd: OwnedFd,
+    path: PathBuf,
+    db: Mapping,
+    kick: Mapping,
+    /// Doorbell writes are a read-modify-write of the page's change counter followed by the
+    /// sleeping check: one thread at a time, so no increment is lost.
+    db_lock: Mutex<()>,
+    /// Kicks written (the device was asleep when a doorbell rang).
+    pub(crate) kicks: AtomicU64,
+}
+
+macro_rules! arg {
+    ($t:ty) => {{
+        let mut a = <$t>::new_zeroed();
+        a.size = std::mem::size_of::<$t>() as u32;
+        a
+    }};
+}
+
+impl Ctx {
+    pub(crate) fn open(path: &Path) -> Result<(Ctx, Limits)> {
+        let cpath = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::InvalidArgument(format!("{}: NUL in path", path.display())))?;
+        // SAFETY: a valid NUL-terminated path; the result is checked before it is owned.
+        let fd = unsafe {
+            libc::open(
+                cpath.as_ptr(),
+                libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK,
+            )
+        };
+        if fd < 0 {
+            return Err(Error::Open {
+                path: path.to_path_buf(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut q = arg!(QueryDevice);
+        ioctl(&fd, IOCTL_QUERY_DEVICE, &mut q, "QUERY_DEVICE")?;
+        let major = (q.abi_version >> 16) as u16;
+        if major != qpip_abi::ABI_VERSION_MAJOR {
+            return Err(Error::AbiMismatch {
+                path: path.to_path_buf(),
+                major,
+                minor: q.abi_version as u16,
+                known: qpip_abi::ABI_VERSION_MAJOR,
+            });
+        }
+        let db = Mapping::new(&fd, q.doorbell_offset, PAGE, "mmap of the doorbell page")?;
+        let kick = Mapping::new(&fd, q.kick_offset, PAGE, "mmap of the kick page")?;
+        let limits = Limits {
+            max_queue_depth: q.max_queue_depth,
+            max_sge: q.max_sge.min(qpip_abi::wqe::MAX_SGE),
+            max_inline: q.max_inline.min(qpip_abi::wqe::MAX_INLINE),
+            max_udp_payload: q.max_udp_payload,
+            max_qps: q.max_qps,
+            max_cqs: q.max_cqs,
+            mtu: q.mtu,
+        };
+        let ctx = Ctx {
+            fd,
+            path: path.to_path_buf(),
+            db,
+            kick,
+            db_lock: Mutex::new(()),
+            kicks: AtomicU64::new(0),
+        };
+        Ok((ctx, limits))
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Rings a doorbell as `qpip_abi::doorbell` prescribes: entries before it are visible
+    /// (release), then the producer field, the change counter, a full barrier, and a kick
+    /// if the engine said it sleeps.
+    fn ring(&self, off: u32, value: u32) {
+        let _g = self.db_lock.lock().unwrap();
+        fence(Ordering::Release);
+        let slot = self.db.at(off as usize).cast::<u32>();
+        let cc = self.db.at(DB_CHANGE_COUNT as usize).cast::<u32>();
+        // SAFETY: aligned u32 fields inside the mapped doorbell page (offsets from the ABI);
+        // volatile because the device reads them behind the compiler's back.
+        unsafe {
+            ptr::write_volatile(slot, value);
+            ptr::write_volatile(cc, ptr::read_volatile(cc).wrapping_add(1));
+        }
+        fence(Ordering::SeqCst);
+        let sleeping = self.db.at(DB_ENGINE_SLEEPING as usize).cast::<u32>();
+        // SAFETY: as above; the device writes this field.
+        if unsafe { ptr::read_volatile(sleeping) } != 0 {
+            // SAFETY: the kick register inside the mapped kick page.
+            unsafe { ptr::write_volatile(self.kick.at(KICK as usize).cast::<u32>(), 1) };
+            self.kicks.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn reg_mr(&self, addr: *mut u8, len: usize) -> Result<u32> {
+        let mut a = arg!(RegMr);
+        a.addr = addr as u64;
+        a.length = len as u64;
+        a.access = MR_ACCESS_LOCAL_WRITE;
+        ioctl(&self.fd, IOCTL_REG_MR, &mut a, "register memory (REG_MR)")?;
+        Ok(a.lkey)
+    }
+
+    pub(crate) fn dereg_mr(&self, lkey: u32) {
+        self.destroy(IOCTL_DEREG_MR, lkey);
+    }
+
+    /// Destroys an object; a failure can only mean the device is gone (which destroyed it).
+    fn destroy(&self, req: u32, handle: u32) {
+        let mut a = arg!(Handle);
+        a.handle = handle;
+        let _ = ioctl(&self.fd, req, &mut a, "destroy");
+    }
+
+    pub(crate) fn create_cq(&self, depth: u32, efd: i32) -> Result<Cq> {
+        let mut a = arg!(CreateCq);
+        a.depth = depth;
+        a.comp_vector = ANY_VECTOR;
+        a.eventfd = efd;
+        ioctl(&self.fd, IOCTL_CREATE_CQ, &mut a, "create CQ (CREATE_CQ)")?;
+        let ring = match Mapping::new(&self.fd, a.ring_offset, a.ring_size as usize, "mmap of a CQ ring") {
+            Ok(r) => r,
+            Err(e) => {
+                self.destroy(IOCTL_DESTROY_CQ, a.handle);
+                return Err(e);
+            }
+        };
+        Ok(Cq {
+            handle: a.handle,
+            slot: a.db_slot,
+            depth,
+            ring,
+            st: Mutex::new(CqState { head: 0, arm_seq: 0 }),
+            qps: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub(crate) fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
+        let scq = dev_cq(&init.send_cq.inner);
+        let rcq = dev_cq(&init.recv_cq.inner);
+        let mut a = arg!(CreateQp);
+        (a.qp_type, a.framing) = match init.kind {
+            QpKind::Udp => (QP_TYPE_UDP, 0),
+            QpKind::Tcp(Framing::Message) => (QP_TYPE_TCP, FRAMING_MESSAGE),
+            QpKind::Tcp(Framing::Stream) => (QP_TYPE_TCP, FRAMING_STREAM),
+        };
+        a.send_cq = scq.handle;
+        a.recv_cq = rcq.handle;
+        a.sq_depth = init.sq_depth;
+        a.rq_depth = init.rq_depth;
+        ioctl(&self.fd, IOCTL_CREATE_QP, &mut a, "create QP (CREATE_QP)")?;
+        let maps = Mapping::new(&self.fd, a.sq_offset, a.sq_size as usize, "mmap of a send ring")
+            .and_then(|sq| {
+                Mapping::new(&self.fd, a.rq_offset, a.rq_size as usize, "mmap of a receive ring")
+                    .map(|rq| (sq, rq))
+            });
+        let (sq, rq) = match maps {
+            Ok(m) => m,
+            Err(e) => {
+                self.destroy(IOCTL_DESTROY_QP, a.handle);
+                return Err(e);
+            }
+        };
+        let post = Arc::new(Mutex::new(QpPost {
+            udp: init.kind == QpKind::Udp,
+            sq_tail: 0,
+            rq_tail: 0,
+            sq_depth: init.sq_depth,
+            rq_depth: init.rq_depth,
+            sq_out: VecDeque::new(),
+            rq_out: VecDeque::new(),
+        }));
+        for cq in [scq, rcq] {
+            cq.qps.lock().unwrap().insert(a.handle, post.clone());
+        }
+        Ok(Qp {
+            handle: a.handle,
+            slot: a.db_slot,
+            sq,
+            rq,
+            post,
+        })
+    }
+
+    pub(crate) fn listen(&self, addr: &SocketAddrV6, backlog: u32) -> Result<Listener> {
+        let mut a = arg!(Listen);
+        a.addr = addr.ip().octets();
+        a.port = addr.port();
+        a.backlog = backlog;
+        ioctl(&self.fd, IOCTL_LISTEN, &mut a, "listen (LISTEN)")?;
+        Ok(Listener { handle: a.handle })
+    }
+
+    pub(crate) fn read_event(&self) -> Result<Option<Event>> {
+        let mut e = uapi::Event::new_zeroed();
+        let buf = e.as_mut_bytes();
+        // SAFETY: reads at most buf.len() bytes into the event structure's own bytes.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::WouldBlock {
+                return Ok(None);
+            }
+            return Err(Error::os("read of a connection event", err));
+        }
+        if n as usize != buf.len() {
+            return Err(Error::InvalidArgument(format!(
+                "the driver returned a {n}-byte event, expected {}",
+                buf.len()
+            )));
+        }
+        Ok(Some(Event::from_raw(&e)))
+    }
+
+    pub(crate) fn stats(&self) -> Result<Vec<u64>> {
+        let mut a = arg!(QueryStats);
+        ioctl(&self.fd, IOCTL_QUERY_STATS, &mut a, "QUERY_STATS")?;
+        let n = (a.count as usize).min(a.counters.len());
+        Ok(a.counters[..n].to_vec())
+    }
+}
+
+fn dev_cq(cq: &CqInner) -> &Cq {
+    match &cq.imp {
+        CqImpl::Device(c) => c,
+        // Context::create_qp checked that the CQ is of this (device) context.
+        CqImpl::Soft(_) => unreachable!("a soft CQ in a device context"),
+    }
+}
+
+/// What the library tracks of a QP's outstanding work: producer indices, and per request
+/// the memory regions it keeps alive until its completion is polled.
+struct QpPost {
+    udp: bool,
+    sq_tail: u32,
+    rq_tail: u32,
+    sq_depth: u32,
+    rq_depth: u32,
+    sq_out: VecDeque<Vec<Arc<MrInner>>>,
+    rq_out: VecDeque<Vec<Arc<MrInner>>>,
+}
+
+struct CqState {
+    head: u32,
+    arm_seq: u32,
+}
+
+pub(crate) struct Cq {
+    pub(crate) handle: u32,
+    slot: u32,
+    depth: u32,
+    ring: Mapping,
+    st: Mutex<CqState>,
+    /// The QPs reporting here, to release their requests' regions as completions arrive.
+    qps: Mutex<HashMap<u32, Arc<Mutex<QpPost>>>>,
+}
+
+impl Cq {
+    pub(crate) fn poll(&self, dev: &Ctx, out: &mut [Completion]) -> usize {
+        let mut st = self.st.lock().unwrap();
+        let mut n = 0;
+        while n < out.len() {
+            let at = (st.head % self.depth) as usize * CQE_SIZE as usize;
+            let phase = ((st.head / self.depth) & 1 == 0) as u8;
+            // SAFETY: the owner byte, the last of a CQE slot inside the mapped ring.
+            let owner = unsafe { ptr::read_volatile(self.ring.at(at + CQE_SIZE as usize - 1)) };
+            if owner & 1 != phase {
+                break;
+            }
+            fence(Ordering::Acquire);
+            // SAFETY: a whole 64-byte slot inside the ring, 64-byte aligned in a page-aligned
+            // mapping; the device finished writing it (owner seen after the acquire fence).
+            let cqe = unsafe { ptr::read_volatile(self.ring.at(at).cast::<Cqe>()) };
+            st.head = st.head.wrapping_add(1);
+            let udp = self.release(&cqe);
+            out[n] = Completion::from_cqe(&cqe, udp);
+            n += 1;
+        }
+        if n > 0 {
+            // Give the slots back to the device (it never overwrites an unconsumed CQE).
+            dev.ring(DB_CQ_BASE + self.slot * DB_CQ_STRIDE + DB_CQ_HEAD, st.head);
+        }
+        n
+    }
+
+    /// Drops the regions the completed request kept alive; true if the QP is UDP.
+    fn release(&self, cqe: &Cqe) -> bool {
+        let qps = self.qps.lock().unwrap();
+        let Some(post) = qps.get(&cqe.qp) else {
+            return false; // a flush of a destroyed QP: its requests were released then
+        };
+        let mut p = post.lock().unwrap();
+        if cqe.opcode == CQE_OP_SEND {
+            p.sq_out.pop_front();
+        } else {
+            p.rq_out.pop_front();
+        }
+        p.udp
+    }
+
+    pub(crate) fn arm(&self, dev: &Ctx) {
+        let mut st = self.st.lock().unwrap();
+        st.arm_seq = st.arm_seq.wrapping_add(1);
+        dev.ring(DB_CQ_BASE + self.slot * DB_CQ_STRIDE + DB_CQ_ARM_SEQ, st.arm_seq);
+    }
+
+    pub(crate) fn destroy(&self, dev: &Ctx) {
+        dev.destroy(IOCTL_DESTROY_CQ, self.handle);
+    }
+}
+
+pub(crate) struct Qp {
+    pub(crate) handle: u32,
+    slot: u32,
+    sq: Mapping,
+    rq: Mapping,
+    post: Arc<Mutex<QpPost>>,
+}
+
+impl Qp {
+    pub(crate) fn bind(&self, dev: &Ctx, addr: &SocketAddrV6) -> Result<SocketAddrV6> {
+        let mut a = arg!(Bind);
+        a.qp = self.handle;
+        a.addr = addr.ip().octets();
+        a.port = addr.port();
+        ioctl(&dev.fd, IOCTL_BIND, &mut a, "bind (BIND)")?;
+        Ok(SocketAddrV6::new(Ipv6Addr::from(a.addr), a.port, 0, 0))
+    }
+
+    pub(crate) fn connect(&self, dev: &Ctx, peer: &SocketAddrV6, user_data: u64) -> Result<()> {
+        let mut a = arg!(Connect);
+        a.qp = self.handle;
+        a.addr = peer.ip().octets();
+        a.port = peer.port();
+        a.user_data = user_data;
+        ioctl(&dev.fd, IOCTL_CONNECT, &mut a, "connect (CONNECT)")
+    }
+
+    pub(crate) fn close(&self, dev: &Ctx, user_data: u64) -> Result<()> {
+        let mut a = arg!(Close);
+        a.qp = self.handle;
+        a.user_data = user_data;
+        ioctl(&dev.fd, IOCTL_CLOSE, &mut a, "close (CLOSE)")
+    }
+
+    pub(crate) fn post_send(&self, dev: &Ctx, req: SendReq) -> Result<()> {
+        let mut h = Wqe::new_zeroed();
+        h.wr_id = req.wr_id;
+        h.opcode = WQE_OP_SEND;
+        h.imm_data = req.imm;
+        if let Some(d) = req.dest {
+            h.dest_addr = d.ip().octets();
+            h.dest_port = d.port();
+        }
+        let mut slot = [0u8; WQE_SIZE as usize];
+        match &req.inline {
+            Some(data) => {
+                h.flags = WQE_FLAG_INLINE;
+                h.inline_len = data.len() as u32;
+                let o = WQE_SGE_OFFSET as usize;
+                slot[o..o + data.len()].copy_from_slice(data);
+            }
+            None => put_sges(&mut h, &mut slot, &req.gather),
+        }
+        slot[..std::mem::size_of::<Wqe>()].copy_from_slice(h.as_bytes());
+        let mut p = self.post.lock().unwrap();
+        if p.sq_out.len() >= p.sq_depth as usize {
+            return Err(Error::QueueFull {
+                qp: self.handle,
+                queue: "send",
+                depth: p.sq_depth,
+            });
+        }
+        let at = (p.sq_tail % p.sq_depth) as usize * WQE_SIZE as usize;
+        write_slot(&self.sq, at, &slot);
+        p.sq_tail = p.sq_tail.wrapping_add(1);
+        p.sq_out.push_back(req.gather.keep);
+        dev.ring(DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_SQ_TAIL, p.sq_tail);
+        Ok(())
+    }
+
+    pub(crate) fn post_recv(&self, dev: &Ctx, req: RecvReq) -> Result<()> {
+        let mut h = Wqe::new_zeroed();
+        h.wr_id = req.wr_id;
+        h.opcode = WQE_OP_RECV;
+        let mut slot = [0u8; WQE_SIZE as usize];
+        put_sges(&mut h, &mut slot, &req.gather);
+        slot[..std::mem::size_of::<Wqe>()].copy_from_slice(h.as_bytes());
+        let mut p = self.post.lock().unwrap();
+        if p.rq_out.len() >= p.rq_depth as usize {
+            return Err(Error::QueueFull {
+                qp: self.handle,
+                queue: "receive",
+                depth: p.rq_depth,
+            });
+        }
+        let at = (p.rq_tail % p.rq_depth) as usize * WQE_SIZE as usize;
+        write_slot(&self.rq, at, &slot);
+        p.rq_tail = p.rq_tail.wrapping_add(1);
+        p.rq_out.push_back(req.gather.keep);
+        dev.ring(DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_RQ_TAIL, p.rq_tail);
+        Ok(())
+    }
+
+    pub(crate) fn destroy(&self, dev: &Ctx, scq: &CqInner, rcq: &CqInner) {
+        // After DESTROY_QP returns the device no longer touches the QP's requests, so the
+        // regions they kept alive may go (they do when `post` is dropped with this QP).
+        dev.destroy(IOCTL_DESTROY_QP, self.handle);
+        for cq in [scq, rcq] {
+            dev_cq(cq).qps.lock().unwrap().remove(&self.handle);
+        }
+    }
+}
+
+fn put_sges(h: &mut Wqe, slot: &mut [u8; WQE_SIZE as usize], g: &Gather) {
+    h.num_sge = g.segs.len() as u8;
+    for (i, s) in g.segs.iter().enumerate() {
+        let e = WqeSge {
+            addr: s.addr as u64,
+            length: s.len as u32,
+            lkey: s.lkey,
+        };
+        let o = WQE_SGE_OFFSET as usize + i * std::mem::size_of::<WqeSge>();
+        slot[o..o + std::mem::size_of::<WqeSge>()].copy_from_slice(e.as_bytes());
+    }
+}
+
+fn write_slot(ring: &Mapping, at: usize, slot: &[u8; WQE_SIZE as usize]) {
+    let dst = ring.at(at);
+    // The last byte must be inside the ring too.
+    let _ = ring.at(at + slot.len() - 1);
+    // SAFETY: a whole WQE slot inside the mapped ring (both ends checked); the device reads
+    // it only after the doorbell that follows (release fence in Ctx::ring).
+    unsafe { ptr::copy_nonoverlapping(slot.as_ptr(), dst, slot.len()) };
+}
+
+pub(crate) struct Listener {
+    handle: u32,
+}
+
+impl Listener {
+    pub(crate) fn accept(&self, dev: &Ctx, qp: &Qp, user_data: u64) -> Result<()> {
+        let mut a = arg!(Accept);
+        a.listener = self.handle;
+        a.qp = qp.handle;
+        a.user_data = user_data;
+        ioctl(&dev.fd, IOCTL_ACCEPT, &mut a, "accept (ACCEPT)")
+    }
+
+    pub(crate) fn destroy(&self, dev: &Ctx) {
+        dev.destroy(IOCTL_DESTROY_LISTENER, self.handle);
+    }
+}

@@ -1,0 +1,228 @@
+//! Registered memory: a buffer owned by its registration, so it cannot be freed while the
+//! device may use it, and scatter/gather entries that name ranges of it.
+
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::context::{CtxImpl, CtxInner};
+use crate::error::{Error, Result};
+
+/// A buffer registered with a context: the device (or the software provider) reads the
+/// bytes of sends from it and writes received bytes into it.
+///
+/// The region owns its memory, and every work request that names it keeps that memory
+/// alive until the request completes, so dropping the region early is safe: it is
+/// deregistered when the last outstanding request referring to it has completed.
+///
+/// The memory is shared with the device, like a shared file mapping with another process:
+/// while a work request naming a range is outstanding, the device may read (send) or write
+/// (receive) those bytes at any moment. Fill a send buffer before posting it and leave it
+/// unchanged until its completion; read a receive buffer after its completion.
+pub struct MemoryRegion {
+    pub(crate) inner: Arc<MrInner>,
+}
+
+pub(crate) struct MrInner {
+    ptr: NonNull<u8>,
+    len: usize,
+    cap: usize,
+    pub(crate) lkey: u32,
+    pub(crate) ctx: Arc<CtxInner>,
+}
+
+// SAFETY: the region is a heap buffer with no thread affinity; the raw pointer is only
+// turned into references by `MemoryRegion` under Rust's borrow rules, and by the providers
+// as the device-shared memory the type's documentation describes.
+unsafe impl Send for MrInner {}
+// SAFETY: as above; `MrInner` itself is never mutated after construction.
+unsafe impl Sync for MrInner {}
+
+impl MrInner {
+    /// Takes over `buf`'s allocation; `lkey` is filled in by the provider afterwards.
+    pub(crate) fn new(ctx: Arc<CtxInner>, buf: Vec<u8>) -> Result<MrInner> {
+        if buf.is_empty() {
+            return Err(Error::InvalidArgument(
+                "cannot register an empty buffer".into(),
+            ));
+        }
+        let mut buf = std::mem::ManuallyDrop::new(buf);
+        let (ptr, len, cap) = (buf.as_mut_ptr(), buf.len(), buf.capacity());
+        Ok(MrInner {
+            // A non-empty Vec's pointer is never null.
+            ptr: NonNull::new(ptr).expect("Vec pointer"),
+            len,
+            cap,
+            lkey: 0,
+            ctx,
+        })
+    }
+
+    pub(crate) fn addr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        // Deregister first: after it the device no longer accepts the lkey, so no access
+        // can follow the free below.
+        if let CtxImpl::Device(dev) = &self.ctx.imp {
+            dev.dereg_mr(self.lkey);
+        }
+        // SAFETY: ptr/len/cap came from a Vec<u8> this region took over and never handed
+        // back; no work request refers to it any more (each holds an Arc of this region).
+        drop(unsafe { Vec::from_raw_parts(self.ptr.as_ptr(), self.len, self.cap) });
+    }
+}
+
+impl MemoryRegion {
+    /// Its local key (what the device's work queue entries name it by).
+    pub fn lkey(&self) -> u32 {
+        self.inner.lkey
+    }
+
+    /// Its size in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+
+    /// Never true: empty buffers cannot be registered.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The bytes (see the type's documentation about outstanding requests).
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr is a live allocation of len initialised bytes owned by this region;
+        // the shared borrow of self keeps Rust code from writing it meanwhile.
+        unsafe { std::slice::from_raw_parts(self.inner.ptr.as_ptr(), self.inner.len) }
+    }
+
+    /// The bytes, to fill (see the type's documentation about outstanding requests).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in as_slice; the exclusive borrow of self keeps other Rust references
+        // to the bytes away for the slice's life.
+        unsafe { std::slice::from_raw_parts_mut(self.inner.ptr.as_ptr(), self.inner.len) }
+    }
+
+    /// A scatter/gather entry for `len` bytes at `offset`. The range is checked when the
+    /// work request is posted ([`Error::OutOfBounds`]).
+    pub fn sge(&self, offset: usize, len: usize) -> Sge<'_> {
+        Sge {
+            mr: self,
+            offset,
+            len,
+        }
+    }
+
+    /// A scatter/gather entry for the whole region.
+    pub fn sge_all(&self) -> Sge<'_> {
+        self.sge(0, self.len())
+    }
+}
+
+impl Deref for MemoryRegion {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl DerefMut for MemoryRegion {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
+    }
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("lkey", &self.inner.lkey)
+            .field("len", &self.inner.len)
+            .finish()
+    }
+}
+
+/// `len` bytes at `offset` in a memory region: one piece of a work request's data.
+#[derive(Clone, Copy, Debug)]
+pub struct Sge<'a> {
+    pub(crate) mr: &'a MemoryRegion,
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+}
+
+/// A checked scatter/gather entry, as providers use it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seg {
+    pub addr: *mut u8,
+    pub len: usize,
+    pub lkey: u32,
+}
+
+// SAFETY: a Seg names memory of a region kept alive by the `keep` list of the request that
+// holds it; moving that description between threads is what a device does too.
+unsafe impl Send for Seg {}
+
+/// The checked data of a work request and the regions it keeps alive.
+#[derive(Default)]
+pub(crate) struct Gather {
+    pub segs: Vec<Seg>,
+    pub keep: Vec<Arc<MrInner>>,
+    pub total: usize,
+}
+
+impl Gather {
+    /// Checks `sges` against `ctx` and `max_sge` and resolves them.
+    pub(crate) fn resolve(ctx: &Arc<CtxInner>, sges: &[Sge<'_>], max_sge: u32) -> Result<Gather> {
+        if sges.len() > max_sge as usize {
+            return Err(Error::TooManySges {
+                given: sges.len(),
+                max: max_sge,
+            });
+        }
+        let mut g = Gather {
+            segs: Vec::with_capacity(sges.len()),
+            keep: Vec::with_capacity(sges.len()),
+            total: 0,
+        };
+        for s in sges {
+            let mr = &s.mr.inner;
+            if !Arc::ptr_eq(&mr.ctx, ctx) {
+                return Err(Error::ForeignObject("the memory region"));
+            }
+            let end = s.offset.checked_add(s.len).filter(|&e| e <= mr.len);
+            let Some(_) = end else {
+                return Err(Error::OutOfBounds {
+                    lkey: mr.lkey,
+                    offset: s.offset,
+                    end: s.offset.saturating_add(s.len),
+                    size: mr.len,
+                });
+            };
+            // A length beyond u32 cannot be described in a WQE.
+            if s.len > u32::MAX as usize {
+                return Err(Error::InvalidArgument(format!(
+                    "a scatter/gather entry of {} bytes (at most 4 GiB - 1)",
+                    s.len
+                )));
+            }
+            g.segs.push(Seg {
+                // SAFETY: offset <= len was checked just above, so the pointer stays inside
+                // (or one past the end of) the allocation.
+                addr: unsafe { mr.addr().add(s.offset) },
+                len: s.len,
+                lkey: mr.lkey,
+            });
+            g.total += s.len;
+            if !g.keep.iter().any(|k| Arc::ptr_eq(k, mr)) {
+                g.keep.push(mr.clone());
+            }
+        }
+        Ok(g)
+    }
+}

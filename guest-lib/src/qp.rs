@@ -1,0 +1,376 @@
+//! `Qp`: a queue pair (UDP socket or TCP connection) with its send and receive queues,
+//! `Listener`: a TCP listener that hands connections to idle QPs, and the work requests.
+
+use std::net::{Ipv6Addr, SocketAddrV6};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::context::CtxInner;
+use crate::cq::{Cq, CqInner};
+use crate::device;
+use crate::error::{Error, Result};
+use crate::mr::{Gather, Sge};
+use crate::soft;
+use crate::types::{EventKind, QpKind};
+use crate::Context;
+
+/// How to create a QP ([`Context::create_qp`]).
+#[derive(Clone, Copy, Debug)]
+pub struct QpInit<'a> {
+    pub kind: QpKind,
+    /// Where send requests complete.
+    pub send_cq: &'a Cq,
+    /// Where receive requests complete (may be `send_cq`).
+    pub recv_cq: &'a Cq,
+    /// Send queue entries (a power of two): the most send requests outstanding at once.
+    pub sq_depth: u32,
+    /// Receive queue entries (a power of two).
+    pub rq_depth: u32,
+}
+
+impl<'a> QpInit<'a> {
+    /// A QP of `kind` whose sends and receives complete on `cq`, 64 entries per queue.
+    pub fn new(kind: QpKind, cq: &'a Cq) -> QpInit<'a> {
+        QpInit {
+            kind,
+            send_cq: cq,
+            recv_cq: cq,
+            sq_depth: 64,
+            rq_depth: 64,
+        }
+    }
+
+    /// Sets both queue depths.
+    pub fn depth(mut self, sq_depth: u32, rq_depth: u32) -> QpInit<'a> {
+        self.sq_depth = sq_depth;
+        self.rq_depth = rq_depth;
+        self
+    }
+
+    /// Receives complete on `cq` instead.
+    pub fn recv_cq(mut self, cq: &'a Cq) -> QpInit<'a> {
+        self.recv_cq = cq;
+        self
+    }
+}
+
+/// The data of a send: ranges of registered memory, or bytes copied into the request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum SendData<'a> {
+    Gather(&'a [Sge<'a>]),
+    Inline(&'a [u8]),
+}
+
+/// A send work request: what to send, the caller's tag, and for UDP where to.
+#[derive(Clone, Copy, Debug)]
+pub struct SendWr<'a> {
+    pub(crate) wr_id: u64,
+    pub(crate) data: SendData<'a>,
+    pub(crate) imm: u32,
+    pub(crate) dest: Option<SocketAddrV6>,
+}
+
+impl<'a> SendWr<'a> {
+    /// Sends the bytes of `sges` (gathered in order), tagged `wr_id`.
+    pub fn new(wr_id: u64, sges: &'a [Sge<'a>]) -> SendWr<'a> {
+        SendWr {
+            wr_id,
+            data: SendData::Gather(sges),
+            imm: 0,
+            dest: None,
+        }
+    }
+
+    /// Sends `data`, copied into the request at post time (at most
+    /// [`crate::Limits::max_inline`] bytes; needs no registered memory).
+    pub fn inline(wr_id: u64, data: &'a [u8]) -> SendWr<'a> {
+        SendWr {
+            wr_id,
+            data: SendData::Inline(data),
+            imm: 0,
+            dest: None,
+        }
+    }
+
+    /// Immediate data for the receiver's completion (TCP message framing only; UDP has no
+    /// room for it on the wire, so a UDP send with immediate data fails `BadWqe`).
+    pub fn imm(mut self, imm: u32) -> SendWr<'a> {
+        self.imm = imm;
+        self
+    }
+
+    /// The destination of a UDP datagram.
+    pub fn to(mut self, dest: SocketAddrV6) -> SendWr<'a> {
+        self.dest = Some(dest);
+        self
+    }
+}
+
+/// The checked form of a send the providers execute.
+pub(crate) struct SendReq {
+    pub wr_id: u64,
+    pub gather: Gather,
+    pub inline: Option<Vec<u8>>,
+    pub imm: u32,
+    pub dest: Option<SocketAddrV6>,
+}
+
+impl SendReq {
+    pub(crate) fn len(&self) -> usize {
+        match &self.inline {
+            Some(d) => d.len(),
+            None => self.gather.total,
+        }
+    }
+}
+
+/// The checked form of a receive.
+pub(crate) struct RecvReq {
+    pub wr_id: u64,
+    pub gather: Gather,
+}
+
+/// A queue pair: a UDP endpoint or one TCP connection, with a send and a receive queue.
+/// Posting never blocks; every request completes on the QP's CQs. Dropping the QP
+/// destroys it: outstanding requests complete flushed, a connection is reset.
+pub struct Qp {
+    pub(crate) inner: Arc<QpInner>,
+}
+
+pub(crate) struct QpInner {
+    pub(crate) ctx: Arc<CtxInner>,
+    pub(crate) kind: QpKind,
+    pub(crate) imp: QpImpl,
+    // The CQs outlive the QPs that report to them.
+    pub(crate) send_cq: Arc<CqInner>,
+    pub(crate) recv_cq: Arc<CqInner>,
+}
+
+pub(crate) enum QpImpl {
+    Device(device::Qp),
+    Soft(soft::Qp),
+}
+
+impl Qp {
+    /// The QP's number (the `qp` of its completions and events).
+    pub fn id(&self) -> u32 {
+        match &self.inner.imp {
+            QpImpl::Device(q) => q.handle,
+            QpImpl::Soft(q) => q.id,
+        }
+    }
+
+    /// UDP or TCP, and the framing.
+    pub fn kind(&self) -> QpKind {
+        self.inner.kind
+    }
+
+    /// Binds to a local address and port (port 0: an ephemeral one; the unspecified
+    /// address: every address). Returns the address bound. A UDP QP must be bound to send
+    /// or receive; a TCP QP may be bound before [`Qp::connect`].
+    pub fn bind(&self, addr: SocketAddrV6) -> Result<SocketAddrV6> {
+        match &self.inner.imp {
+            QpImpl::Device(q) => q.bind(self.inner.ctx.dev(), &addr),
+            QpImpl::Soft(q) => q.bind(&addr),
+        }
+    }
+
+    /// Starts connecting a TCP QP to `peer`. Returns at once; the outcome is an
+    /// [`EventKind::Connect`] event carrying `user_data`. Sends posted meanwhile wait for
+    /// the connection.
+    pub fn connect(&self, peer: SocketAddrV6, user_data: u64) -> Result<()> {
+        self.need_tcp("connect needs a TCP QP")?;
+        match &self.inner.imp {
+            QpImpl::Device(q) => q.connect(self.inner.ctx.dev(), &peer, user_data),
+            QpImpl::Soft(q) => q.connect(&peer, user_data),
+        }
+    }
+
+    /// Connects and waits for the outcome (at most `timeout`); returns the peer.
+    pub fn connect_wait(&self, peer: SocketAddrV6, timeout: Duration) -> Result<SocketAddrV6> {
+        self.connect(peer, 0)?;
+        self.wait_outcome(EventKind::Connect, "connect", timeout)
+            .map(|p| p.unwrap_or(peer))
+    }
+
+    /// Closes the sending direction of a TCP connection gracefully, after every send posted
+    /// before. Returns at once; the outcome is an [`EventKind::Close`] event. Receiving
+    /// goes on until the peer closes too (receives then complete with 0 bytes).
+    pub fn close(&self, user_data: u64) -> Result<()> {
+        self.need_tcp("close needs a TCP QP")?;
+        match &self.inner.imp {
+            QpImpl::Device(q) => q.close(self.inner.ctx.dev(), user_data),
+            QpImpl::Soft(q) => q.close(user_data),
+        }
+    }
+
+    /// [`Qp::close`] and wait for its outcome (at most `timeout`).
+    pub fn close_wait(&self, timeout: Duration) -> Result<()> {
+        self.close(0)?;
+        self.wait_outcome(EventKind::Close, "close", timeout)
+            .map(|_| ())
+    }
+
+    fn wait_outcome(
+        &self,
+        kind: EventKind,
+        what: &'static str,
+        timeout: Duration,
+    ) -> Result<Option<SocketAddrV6>> {
+        let ctx = Context {
+            inner: self.inner.ctx.clone(),
+        };
+        match ctx.wait_event_for(self.id(), kind, Some(timeout))? {
+            None => Err(Error::TimedOut {
+                what,
+                after: timeout,
+            }),
+            Some(e) => match e.error() {
+                Some(source) => Err(Error::Connection { what, source }),
+                None => Ok(e.peer),
+            },
+        }
+    }
+
+    /// Posts a send. Fails without posting when the request is malformed (too many SGEs,
+    /// inline data too long, a range outside its region, a destination missing on UDP or
+    /// given on TCP) or the send queue is full; errors the device finds complete the
+    /// request with an error status instead.
+    pub fn post_send(&self, wr: &SendWr<'_>) -> Result<()> {
+        let lim = &self.inner.ctx.limits;
+        match (self.inner.kind, wr.dest) {
+            (QpKind::Udp, None) => {
+                return Err(Error::Destination("a UDP send needs a destination (SendWr::to)"))
+            }
+            (QpKind::Tcp(_), Some(_)) => {
+                return Err(Error::Destination(
+                    "a TCP send goes to the connected peer: no destination (SendWr::to)",
+                ))
+            }
+            _ => {}
+        }
+        let req = match wr.data {
+            SendData::Gather(sges) => SendReq {
+                wr_id: wr.wr_id,
+                gather: Gather::resolve(&self.inner.ctx, sges, lim.max_sge)?,
+                inline: None,
+                imm: wr.imm,
+                dest: wr.dest,
+            },
+            SendData::Inline(data) => {
+                if data.len() > lim.max_inline as usize {
+                    return Err(Error::InlineTooLong {
+                        len: data.len(),
+                        max: lim.max_inline,
+                    });
+                }
+                SendReq {
+                    wr_id: wr.wr_id,
+                    gather: Gather::default(),
+                    inline: Some(data.to_vec()),
+                    imm: wr.imm,
+                    dest: wr.dest,
+                }
+            }
+        };
+        match &self.inner.imp {
+            QpImpl::Device(q) => q.post_send(self.inner.ctx.dev(), req),
+            QpImpl::Soft(q) => q.post_send(req),
+        }
+    }
+
+    /// Posts a receive buffer made of `sges` (filled in order), tagged `wr_id`.
+    pub fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
+        let req = RecvReq {
+            wr_id,
+            gather: Gather::resolve(&self.inner.ctx, sges, self.inner.ctx.limits.max_sge)?,
+        };
+        match &self.inner.imp {
+            QpImpl::Device(q) => q.post_recv(self.inner.ctx.dev(), req),
+            QpImpl::Soft(q) => q.post_recv(req),
+        }
+    }
+
+    fn need_tcp(&self, what: &'static str) -> Result<()> {
+        match self.inner.kind {
+            QpKind::Tcp(_) => Ok(()),
+            k => Err(Error::WrongQpKind {
+                qp: self.id(),
+                kind: k.name(),
+                what,
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp")
+            .field("id", &self.id())
+            .field("kind", &self.kind())
+            .finish()
+    }
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        match &self.imp {
+            QpImpl::Device(q) => q.destroy(self.ctx.dev(), &self.send_cq, &self.recv_cq),
+            QpImpl::Soft(q) => q.destroy(),
+        }
+    }
+}
+
+/// A TCP listener. Dropping it cancels the accepts still pending
+/// ([`EventKind::Accept`] with `-ECANCELED`).
+pub struct Listener {
+    pub(crate) inner: Arc<ListenerInner>,
+}
+
+pub(crate) struct ListenerInner {
+    pub(crate) ctx: Arc<CtxInner>,
+    pub(crate) imp: ListenerImpl,
+    pub(crate) addr: SocketAddrV6,
+}
+
+pub(crate) enum ListenerImpl {
+    Device(device::Listener),
+    Soft(soft::Listener),
+}
+
+impl Listener {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddrV6 {
+        self.inner.addr
+    }
+
+    /// Offers the idle TCP QP `qp` for the next connection. Returns at once; the outcome
+    /// is an [`EventKind::Accept`] event about `qp`, carrying `user_data` and the peer.
+    pub fn accept(&self, qp: &Qp, user_data: u64) -> Result<()> {
+        qp.need_tcp("accept needs a TCP QP")?;
+        if !Arc::ptr_eq(&qp.inner.ctx, &self.inner.ctx) {
+            return Err(Error::ForeignObject("the QP"));
+        }
+        match (&self.inner.imp, &qp.inner.imp) {
+            (ListenerImpl::Device(l), QpImpl::Device(q)) => l.accept(self.inner.ctx.dev(), q, user_data),
+            (ListenerImpl::Soft(l), QpImpl::Soft(q)) => l.accept(q, user_data),
+            _ => Err(Error::ForeignObject("the QP")),
+        }
+    }
+
+    /// Accepts a connection on `qp` and waits for it (at most `timeout`); returns the peer.
+    pub fn accept_wait(&self, qp: &Qp, timeout: Duration) -> Result<SocketAddrV6> {
+        self.accept(qp, 0)?;
+        qp.wait_outcome(EventKind::Accept, "accept", timeout)
+            .map(|p| p.unwrap_or(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0)))
+    }
+}
+
+impl Drop for ListenerInner {
+    fn drop(&mut self) {
+        match &self.imp {
+            ListenerImpl::Device(l) => l.destroy(self.ctx.dev()),
+            ListenerImpl::Soft(l) => l.destroy(),
+        }
+    }
+}
