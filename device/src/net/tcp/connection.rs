@@ -543,6 +543,36 @@ impl Connection {
         self.events.pop_front()
     }
 
+    /// Whether `syn` may open a new incarnation of this connection while it is in
+    /// TIME-WAIT (RFC 6191; RFC 9293 §3.10.7.4 and RFC 1122 §4.2.2.13 without
+    /// timestamps). `timestamps` is whether the new incarnation would use them (the
+    /// listener's configuration). If the old incarnation used timestamps and the new one
+    /// would too, the SYN's TSval must be newer than the last seen (or equal with a
+    /// sequence number beyond the old one); otherwise its sequence number must be beyond
+    /// the last one seen. Anything else is no reopening: the SYN is handled in TIME-WAIT
+    /// as usual.
+    pub fn reopens(&self, syn: &Segment, timestamps: bool) -> bool {
+        let h = &syn.header;
+        if self.state != State::TimeWait || !h.syn() || h.ack_flag() || h.rst() {
+            return false;
+        }
+        // The last sequence number seen from the peer: its FIN.
+        let last = self.rcv_seq(self.rcv_nxt()).wrapping_sub(1);
+        let seq_beyond = seq_lt(last, h.seq);
+        match h.options.timestamps {
+            Some((val, _)) if self.ts_ok && timestamps => {
+                seq_lt(self.ts_recent, val) || (val == self.ts_recent && seq_beyond)
+            }
+            _ => seq_beyond,
+        }
+    }
+
+    /// The highest sequence number this connection sent (its SND.NXT), for the ISS of a
+    /// new incarnation of it, which must lie beyond (RFC 1122 §4.2.2.13).
+    pub fn snd_nxt_seq(&self) -> u32 {
+        self.snd_seq(self.nxt)
+    }
+
     // ---- application calls ------------------------------------------------------------
 
     /// Appends `len` bytes to the send stream (the [`SendSource`] must serve them at

@@ -111,6 +111,20 @@ impl Listener {
         isn: &IsnGenerator,
         sink_space: usize,
     ) -> ListenOutcome {
+        self.on_segment_with_iss(seg, now, isn, sink_space, None)
+    }
+
+    /// [`Listener::on_segment`] where a half-open connection takes `iss` (if given) for
+    /// its ISN instead of the generator's: a SYN that reopens a connection from
+    /// TIME-WAIT. (A SYN answered with a cookie keeps the cookie as ISN.)
+    pub fn on_segment_with_iss(
+        &mut self,
+        seg: &Segment,
+        now: Instant,
+        isn: &IsnGenerator,
+        sink_space: usize,
+        iss: Option<u32>,
+    ) -> ListenOutcome {
         let h = &seg.header;
         if h.rst() {
             return ListenOutcome::Ignore;
@@ -138,7 +152,7 @@ impl Listener {
         if self.half_open < self.backlog {
             self.half_open += 1;
             self.stats.half_open_created += 1;
-            let iss = isn.isn(&tuple, now);
+            let iss = iss.unwrap_or_else(|| isn.isn(&tuple, now));
             return ListenOutcome::HalfOpen(Connection::accept_syn(
                 seg, iss, now, &self.cfg, sink_space,
             ));

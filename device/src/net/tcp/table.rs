@@ -344,6 +344,8 @@ impl<T> ConnectionTable<T> {
     /// Demultiplexes a received segment (parsed and checksum-verified): to its
     /// connection, to a listener on its port, or answered with a reset (RFC 9293
     /// §3.10.7.1). `sink_space` is the receive space a new connection would start with.
+    /// A SYN that may reopen a connection in TIME-WAIT (RFC 6191) while a listener is on
+    /// its port ends that connection and goes to the listener ([`Input::HalfOpen`]).
     pub fn input(&mut self, seg: &Segment, now: Instant, sink_space: usize) -> Input {
         self.stats.segs_in += 1;
         let input = self.demultiplex(seg, now, sink_space);
@@ -358,8 +360,17 @@ impl<T> ConnectionTable<T> {
 
     fn demultiplex(&mut self, seg: &Segment, now: Instant, sink_space: usize) -> Input {
         let tuple = FourTuple::of_incoming(seg);
+        let mut iss = None;
         if let Some(&id) = self.by_tuple.get(&tuple) {
-            return Input::Connection(id);
+            match self.reopening(id, seg) {
+                Some(i) => {
+                    // The old incarnation ends here (its handle no longer resolves, as
+                    // after `remove`); the SYN goes to the listener.
+                    self.remove(id);
+                    iss = Some(i);
+                }
+                None => return Input::Connection(id),
+            }
         }
         let isn = self.isn.clone();
         let Some(l) = self.find_listener(seg.dst, seg.header.dst_port) else {
@@ -370,7 +381,7 @@ impl<T> ConnectionTable<T> {
         };
         let key = l.local();
         let before = l.stats().clone();
-        let outcome = l.on_segment(seg, now, &isn, sink_space);
+        let outcome = l.on_segment_with_iss(seg, now, &isn, sink_space, iss);
         let after = l.stats().clone();
         self.count_listener(&before, &after);
         match outcome {
@@ -385,6 +396,21 @@ impl<T> ConnectionTable<T> {
                 Input::Connection(self.insert(c, None, None))
             }
         }
+    }
+
+    /// A SYN for a connection in TIME-WAIT that a listener on its port would take as a
+    /// new incarnation ([`Connection::reopens`]): the new ISS, beyond everything the
+    /// old incarnation sent (its SND.NXT plus a maximum unscaled window, as Linux does),
+    /// so the peer cannot take old segments of ours for new ones.
+    fn reopening(&mut self, id: ConnId, seg: &Segment) -> Option<u32> {
+        let timestamps = self
+            .find_listener(seg.dst, seg.header.dst_port)?
+            .config()
+            .timestamps;
+        let e = self.get(id)?;
+        e.conn
+            .reopens(seg, timestamps)
+            .then(|| e.conn.snd_nxt_seq().wrapping_add(65535 + 2))
     }
 
     fn count_listener(&mut self, before: &ListenerStats, after: &ListenerStats) {

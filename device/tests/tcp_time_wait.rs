@@ -1,0 +1,172 @@
+//! A new SYN for a connection in TIME-WAIT, segment by segment: taken as a new incarnation
+//! when acceptable (RFC 6191 with timestamps: a newer TSval; without: a sequence number
+//! beyond the old connection's, RFC 9293 §3.10.7.4 / RFC 1122 §4.2.2.13) and a listener
+//! is on the port; otherwise answered as TIME-WAIT answers any segment (an ACK), the old
+//! connection left as it was.
+
+#[path = "tcp_common.rs"]
+mod common;
+#[path = "tcp_harness/mod.rs"]
+mod harness;
+
+use common::tuple;
+use harness::*;
+use qpip_device::net::tcp::wire::flags::*;
+use qpip_device::net::tcp::wire::{Header, Options};
+use qpip_device::net::tcp::{Config, ConnId, Event, State};
+
+/// The peer's TSval on the old connection.
+const PEER_TS: u32 = 1000;
+
+fn ts_cfg() -> Config {
+    Config {
+        timestamps: true,
+        ..cfg()
+    }
+}
+
+/// A header from the peer with its timestamp when `ts`.
+fn phdr(ts: Option<u32>, fl: u8, seq: u32, ack: u32) -> Header {
+    let mut h = hdr(LPORT, fl, seq, ack, 30_000);
+    h.options.timestamps = ts.map(|v| (v, 0));
+    h
+}
+
+/// The device accepted a connection, exchanged 100 bytes each way and closed first: it
+/// is in TIME-WAIT. Returns the handle, the ISS, and the old connection's SND.NXT.
+fn in_time_wait(d: &mut Dev, c: &Config) -> (ConnId, u32, u32) {
+    let ts = c.timestamps.then_some(PEER_TS);
+    let mut syn = phdr(ts, SYN, IRS, 0);
+    syn.options = Options {
+        mss: Some(MSS),
+        sack_permitted: true,
+        timestamps: ts.map(|v| (v, 0)),
+        ..Options::default()
+    };
+    let out = d.send(syn, &[]);
+    let id = d
+        .table
+        .lookup(&tuple(LOCAL, LPORT, REMOTE, RPORT))
+        .unwrap();
+    let iss = d.iss(id);
+    assert_eq!(shape(&out), vec![(SYN | ACK, iss, IRS + 1, 0)]);
+    let out = d.send(phdr(ts, ACK | PSH, IRS + 1, iss + 1), &[5; 100]);
+    assert_eq!(shape(&out), vec![(ACK, iss + 1, IRS + 101, 0)]);
+    let out = d.queue(id, 100);
+    assert_eq!(shape(&out), vec![(ACK | PSH, iss + 1, IRS + 101, 100)]);
+    d.table.get_mut(id).unwrap().conn.close();
+    let mut out = Vec::new();
+    d.service(id, &mut out);
+    assert_eq!(shape(&out), vec![(ACK | FIN, iss + 101, IRS + 101, 0)]);
+    let out = d.send(phdr(ts, ACK | FIN, IRS + 101, iss + 102), &[]);
+    assert_eq!(shape(&out), vec![(ACK, iss + 102, IRS + 102, 0)]);
+    assert_eq!(d.table.get(id).unwrap().conn.state(), State::TimeWait);
+    d.take_events();
+    (id, iss, iss + 102)
+}
+
+/// The new SYN's options.
+fn new_syn(ts: Option<u32>, seq: u32) -> Header {
+    let mut h = phdr(ts, SYN, seq, 0);
+    h.options.mss = Some(MSS);
+    h.options.sack_permitted = true;
+    h
+}
+
+#[test]
+fn without_timestamps_a_syn_beyond_the_old_sequence_reopens() {
+    let mut d = Dev::new();
+    d.listen(&cfg(), 4, false);
+    let (old, _, snd_nxt) = in_time_wait(&mut d, &cfg());
+    // Beyond the old connection's last sequence number (its FIN at IRS + 101).
+    let out = d.send(new_syn(None, IRS + 102), &[]);
+    let new_iss = snd_nxt.wrapping_add(65537);
+    assert_eq!(shape(&out), vec![(SYN | ACK, new_iss, IRS + 103, 0)]);
+    assert!(d.table.get(old).is_none(), "the old incarnation is over");
+    let id = d
+        .table
+        .lookup(&tuple(LOCAL, LPORT, REMOTE, RPORT))
+        .unwrap();
+    assert_eq!(d.table.get(id).unwrap().conn.state(), State::SynReceived);
+    assert_eq!(d.iss(id), new_iss);
+    assert_eq!(d.table.stats().passive_opens, 2);
+    // And it completes like any other.
+    assert!(d
+        .send(phdr(None, ACK, IRS + 103, new_iss + 1), &[])
+        .is_empty());
+    assert_eq!(d.table.get(id).unwrap().conn.state(), State::Established);
+    assert_eq!(d.take_events(), vec![Event::Established]);
+}
+
+#[test]
+fn without_timestamps_an_old_sequence_number_is_answered_in_time_wait() {
+    let mut d = Dev::new();
+    d.listen(&cfg(), 4, false);
+    let (old, _, snd_nxt) = in_time_wait(&mut d, &cfg());
+    // At or below the last sequence number seen: an old duplicate, perhaps.
+    for seq in [IRS + 101, IRS, IRS.wrapping_sub(50_000)] {
+        let out = d.send(new_syn(None, seq), &[]);
+        assert_eq!(shape(&out), vec![(ACK, snd_nxt, IRS + 102, 0)], "{seq}");
+        assert_eq!(d.table.get(old).unwrap().conn.state(), State::TimeWait);
+    }
+    assert_eq!(d.table.stats().passive_opens, 1);
+}
+
+#[test]
+fn with_timestamps_a_newer_tsval_reopens_whatever_the_sequence_number() {
+    let mut d = Dev::new();
+    d.listen(&ts_cfg(), 4, false);
+    let (old, _, snd_nxt) = in_time_wait(&mut d, &ts_cfg());
+    // An older TSval: refused even with a sequence number beyond (PAWS answers).
+    let out = d.send(new_syn(Some(PEER_TS - 1), IRS + 5000), &[]);
+    assert_eq!(shape(&out), vec![(ACK, snd_nxt, IRS + 102, 0)]);
+    assert_eq!(d.table.get(old).unwrap().conn.state(), State::TimeWait);
+    // The same TSval with an old sequence number: refused.
+    let out = d.send(new_syn(Some(PEER_TS), IRS), &[]);
+    assert_eq!(shape(&out), vec![(ACK, snd_nxt, IRS + 102, 0)]);
+    assert_eq!(d.table.get(old).unwrap().conn.state(), State::TimeWait);
+    // A newer TSval with an old sequence number: a new incarnation.
+    let out = d.send(new_syn(Some(PEER_TS + 1), IRS - 7), &[]);
+    let new_iss = snd_nxt.wrapping_add(65537);
+    assert_eq!(shape(&out), vec![(SYN | ACK, new_iss, IRS - 6, 0)]);
+    assert_eq!(out[0].0.options.timestamps.map(|t| t.1), Some(PEER_TS + 1));
+    assert!(d.table.get(old).is_none());
+}
+
+#[test]
+fn with_timestamps_an_equal_tsval_needs_a_sequence_number_beyond() {
+    let mut d = Dev::new();
+    d.listen(&ts_cfg(), 4, false);
+    let (old, _, snd_nxt) = in_time_wait(&mut d, &ts_cfg());
+    let out = d.send(new_syn(Some(PEER_TS), IRS + 200), &[]);
+    assert_eq!(
+        shape(&out),
+        vec![(SYN | ACK, snd_nxt.wrapping_add(65537), IRS + 201, 0)]
+    );
+    assert!(d.table.get(old).is_none());
+}
+
+#[test]
+fn with_no_listener_time_wait_answers_as_before() {
+    // The device opened the connection (no listener on its port) and closed first.
+    let mut d = Dev::new();
+    let (id, out) = d.connect(&cfg());
+    let iss = d.iss(id);
+    assert_eq!(shape(&out), vec![(SYN, iss, 0, 0)]);
+    let mut sa = hdr(CPORT, SYN | ACK, IRS, iss + 1, 30_000);
+    sa.options.mss = Some(MSS);
+    d.send(sa, &[]);
+    d.table.get_mut(id).unwrap().conn.close();
+    let mut out = Vec::new();
+    d.service(id, &mut out);
+    assert_eq!(shape(&out), vec![(ACK | FIN, iss + 1, IRS + 1, 0)]);
+    let out = d.send(hdr(CPORT, ACK | FIN, IRS + 1, iss + 2, 30_000), &[]);
+    assert_eq!(shape(&out), vec![(ACK, iss + 2, IRS + 2, 0)]);
+    assert_eq!(d.table.get(id).unwrap().conn.state(), State::TimeWait);
+    let out = d.send(hdr(CPORT, SYN, IRS + 1000, 0, 30_000), &[]);
+    assert_eq!(shape(&out), vec![(ACK, iss + 2, IRS + 2, 0)]);
+    assert_eq!(d.table.get(id).unwrap().conn.state(), State::TimeWait);
+    // TIME-WAIT still ends after 2 MSL.
+    d.wait(ms(1000));
+    assert!(d.table.get(id).is_none());
+}
