@@ -89,7 +89,8 @@ impl Cq {
     }
 
     /// Waits until at least one completion is there or `timeout` passed (`None`: no
-    /// limit), then polls into `out`. Returns 0 only when the time ran out.
+    /// limit), then polls into `out`. Returns 0 only when the time ran out; the CQ then
+    /// stays armed (its descriptor becomes readable at the next completion).
     pub fn wait(&self, out: &mut [Completion], timeout: Option<Duration>) -> Result<usize> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
