@@ -22,6 +22,7 @@
 #include <linux/spinlock.h>
 #include <linux/types.h>
 #include <linux/wait.h>
+#include <linux/workqueue.h>
 #include <linux/xarray.h>
 
 #include "qpip_abi.h"
@@ -43,6 +44,13 @@ struct qpip_ctx;
 #define QPIP_ADMIN_TIMEOUT_MS 10000
 /* Asynchronous commands (accept, connect, close) a context may have outstanding. */
 #define QPIP_MAX_PENDING_PER_CTX 256
+/*
+ * ASYNC_EVENT requests kept pending in the device: several, so events that come in a burst
+ * complete one each while the driver re-posts the ones already used.
+ */
+#define QPIP_ASYNC_REQUESTS 4
+/* Asynchronous events (QP error, peer closed) a context holds unread; beyond: EVENT_LOST. */
+#define QPIP_MAX_ASYNC_EVENTS_PER_CTX 128
 /* mmap page offsets of the two fixed mappings; rings get offsets from here up. */
 #define QPIP_MMAP_DOORBELL 0
 #define QPIP_MMAP_KICK 1
@@ -63,6 +71,9 @@ struct qpip_cmd {
 	struct completion completion;	/* synchronous commands */
 	/* Asynchronous commands. @ctx is cleared when the context goes away first. */
 	bool async;
+	bool async_event;		/* an ASYNC_EVENT request of qpip_admin.aer[] */
+	bool posted;			/* that request is in the device (admin lock) */
+	bool notice;			/* an event record made from an asynchronous event */
 	struct qpip_ctx *ctx;
 	struct list_head ev_node;	/* in ctx->events once completed */
 	struct qpip_event event;
@@ -82,6 +93,10 @@ struct qpip_admin {
 	bool running;
 	wait_queue_head_t space;	/* a submission slot became free */
 	DECLARE_HASHTABLE(pending, 6);
+	/* The ASYNC_EVENT requests, re-posted by @aer_work as they complete. */
+	struct qpip_cmd aer[QPIP_ASYNC_REQUESTS];
+	bool aer_enabled;		/* the device knows ASYNC_EVENT (interface 1.1) */
+	struct work_struct aer_work;
 };
 
 /* A completion MSI-X vector and the CQs whose interrupts it carries. */
@@ -96,7 +111,7 @@ struct qpip_vector {
 	char name[32];
 };
 
-/* IPv6 addresses configured through this driver (the device has no way to list them). */
+/* IPv6 addresses configured through this driver, given back to the device after a reset. */
 struct qpip_cfg_addr {
 	u8 addr[16];
 	u8 prefix_len;
@@ -163,9 +178,16 @@ struct qpip_dev {
 	struct qpip_cfg_addr addrs[QPIP_MAX_ADDRS];
 	unsigned int naddrs;
 
-	spinlock_t ctx_lock;		/* @contexts */
+	/*
+	 * @contexts, and @live: the context of each device context id that asynchronous events
+	 * may reach — set once CREATE_CTX returned, cleared before DESTROY_CTX and at reset or
+	 * removal, so an event never reaches a context that does not own the id. Taken in the
+	 * admin interrupt (inside the admin lock).
+	 */
+	spinlock_t ctx_lock;
 	struct list_head contexts;
 	unsigned int ncontexts;
+	struct qpip_ctx *live[QPIP_DOORBELL_PAGES];
 };
 
 /* The completion vectors a CQ can use: MSI-X vectors 1 .. msix_vectors - 1. */
@@ -215,6 +237,9 @@ void qpip_cmd_init(struct qpip_admin_cmd *cmd, u16 opcode, u32 ctx, u32 handle,
 		   const void *body, size_t len);
 int qpip_query_device(struct qpip_dev *qdev, struct qpip_device_info *info);
 int qpip_query_stats(struct qpip_dev *qdev, u64 *counters);
+int qpip_list_addrs(struct qpip_dev *qdev, struct qpip_addr_list *list);
+void qpip_admin_start_events(struct qpip_dev *qdev);
+void qpip_admin_stop_events(struct qpip_dev *qdev);
 int qpip_set_mac(struct qpip_dev *qdev, const u8 *mac);
 int qpip_change_addr(struct qpip_dev *qdev, bool add, const u8 *addr, u8 prefix_len);
 int qpip_restore_config(struct qpip_dev *qdev);
@@ -223,6 +248,7 @@ int qpip_restore_config(struct qpip_dev *qdev);
 extern const struct file_operations qpip_fops;
 void qpip_contexts_revoke(struct qpip_dev *qdev);
 void qpip_ctx_post_event(struct qpip_ctx *ctx, struct qpip_cmd *c);
+void qpip_ctx_async_event(struct qpip_dev *qdev, const struct qpip_admin_cqe *cqe);
 irqreturn_t qpip_cq_irq(int irq, void *data);
 
 /* qpip_cdev.c */

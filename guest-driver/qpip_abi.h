@@ -1366,6 +1366,35 @@ struct qpip_stats {
 };
 
 /*
+ One address in [`AddrList`] (24 bytes).
+ */
+struct qpip_addr_entry {
+  /*
+   The address, network order.
+   */
+  uint8_t addr[16];
+  /*
+   Its prefix length.
+   */
+  uint8_t prefix_len;
+  /*
+   `ADDR_FLAG_*` bits.
+   */
+  uint8_t flags;
+  uint8_t reserved[6];
+};
+
+/*
+ What `LIST_ADDRS` writes (8 + 24 × ([`MAX_ADDRS`] + 1) = 224 bytes): `count` entries
+ are valid, the link-local address first; the rest are zero.
+ */
+struct qpip_addr_list {
+  uint32_t count;
+  uint32_t reserved;
+  struct qpip_addr_entry entries[9];
+};
+
+/*
  Header of a WQE (48 bytes).
  */
 struct qpip_wqe {

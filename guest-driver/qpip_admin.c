@@ -10,6 +10,11 @@
  * work is done, so a synchronous waiter sleeps on its own completion and an asynchronous
  * command turns into an event of its context.
  *
+ * Asynchronous events (a QP reset by its peer, a peer that closed) arrive the NVMe way: the
+ * driver keeps QPIP_ASYNC_REQUESTS ASYNC_EVENT commands pending, each event completes one,
+ * the completion is routed to the context that owns the device context id it names, and
+ * a work item posts the request again.
+ *
  * The device exposes no "commands read" register, but it reads commands in order, so a
  * completion of the command written at index i proves that everything up to i was read:
  * that is how the driver knows which submission slots it may reuse.
@@ -100,6 +105,29 @@ static void qpip_async_done(struct qpip_cmd *c)
 	qpip_ctx_post_event(ctx, c);
 }
 
+/*
+ * An ASYNC_EVENT request completed (admin lock held): hand its event to its context and
+ * have the request posted again — unless the queue stopped under it, or the device does
+ * not know the command (then asking again would only repeat the error).
+ */
+static void qpip_aer_done(struct qpip_dev *qdev, struct qpip_cmd *c)
+{
+	struct qpip_admin *a = &qdev->admin;
+
+	c->posted = false;
+	if (c->err)
+		return;
+	if (c->cqe.status != QPIP_ADMIN_STATUS_OK) {
+		dev_warn_ratelimited(&qdev->pdev->dev,
+				     "ASYNC_EVENT request failed with status %u; no more asynchronous events\n",
+				     c->cqe.status);
+		a->aer_enabled = false;
+		return;
+	}
+	qpip_ctx_async_event(qdev, &c->cqe);
+	schedule_work(&a->aer_work);
+}
+
 /* Takes every new completion off the ring. Admin lock held. */
 static void qpip_admin_reap(struct qpip_dev *qdev)
 {
@@ -132,7 +160,9 @@ static void qpip_admin_reap(struct qpip_dev *qdev)
 			a->sq_read = c->seq + 1;
 		c->cqe = cqe;
 		c->done = true;
-		if (c->async)
+		if (c->async_event)
+			qpip_aer_done(qdev, c);
+		else if (c->async)
 			qpip_async_done(c);
 		else
 			complete(&c->completion);
@@ -307,7 +337,9 @@ void qpip_admin_stop(struct qpip_dev *qdev)
 		hash_del(&c->node);
 		c->err = -ENODEV;
 		c->done = true;
-		if (c->async)
+		if (c->async_event)
+			qpip_aer_done(qdev, c);
+		else if (c->async)
 			qpip_async_done(c);
 		else
 			complete(&c->completion);
@@ -345,13 +377,69 @@ int qpip_admin_start(struct qpip_dev *qdev)
 	return 0;
 }
 
+/* Posts every ASYNC_EVENT request that is not in the device; sleeps while the ring is full. */
+static void qpip_aer_work(struct work_struct *work)
+{
+	struct qpip_admin *a = container_of(work, struct qpip_admin, aer_work);
+	struct qpip_dev *qdev = container_of(a, struct qpip_dev, admin);
+	struct qpip_admin_cmd cmd;
+	unsigned long flags;
+	unsigned int i;
+	bool post;
+
+	for (i = 0; i < ARRAY_SIZE(a->aer); i++) {
+		struct qpip_cmd *c = &a->aer[i];
+
+		spin_lock_irqsave(&a->lock, flags);
+		post = a->running && a->aer_enabled && !c->posted;
+		c->posted |= post;
+		spin_unlock_irqrestore(&a->lock, flags);
+		if (!post)
+			continue;
+		qpip_cmd_init(&cmd, QPIP_ADMIN_OP_ASYNC_EVENT, 0, 0, NULL, 0);
+		if (qpip_admin_post(qdev, c, &cmd)) {
+			spin_lock_irqsave(&a->lock, flags);
+			c->posted = false;
+			spin_unlock_irqrestore(&a->lock, flags);
+			return;
+		}
+	}
+}
+
+/*
+ * Starts asking for asynchronous events (after probe and after each reset), if the device
+ * knows the command (interface 1.1 on).
+ */
+void qpip_admin_start_events(struct qpip_dev *qdev)
+{
+	struct qpip_admin *a = &qdev->admin;
+	unsigned long flags;
+
+	spin_lock_irqsave(&a->lock, flags);
+	a->aer_enabled = qpip_version_minor(qdev->version) >= 1;
+	spin_unlock_irqrestore(&a->lock, flags);
+	schedule_work(&a->aer_work);
+}
+
+/* After qpip_admin_stop: no request is posted again. */
+void qpip_admin_stop_events(struct qpip_dev *qdev)
+{
+	cancel_work_sync(&qdev->admin.aer_work);
+}
+
 int qpip_admin_init(struct qpip_dev *qdev)
 {
 	struct qpip_admin *a = &qdev->admin;
 	struct device *dev = &qdev->pdev->dev;
+	unsigned int i;
 	int ret;
 
 	spin_lock_init(&a->lock);
+	INIT_WORK(&a->aer_work, qpip_aer_work);
+	for (i = 0; i < ARRAY_SIZE(a->aer); i++) {
+		a->aer[i].async_event = true;
+		init_completion(&a->aer[i].completion);
+	}
 	init_waitqueue_head(&a->space);
 	hash_init(a->pending);
 	a->depth = QPIP_ADMIN_DEPTH;
@@ -418,6 +506,17 @@ int qpip_query_stats(struct qpip_dev *qdev, u64 *counters)
 {
 	return qpip_query(qdev, QPIP_ADMIN_OP_QUERY_STATS, counters,
 			  sizeof(struct qpip_stats));
+}
+
+/* The device's addresses: the link-local one first, then the configured ones. */
+int qpip_list_addrs(struct qpip_dev *qdev, struct qpip_addr_list *list)
+{
+	int ret;
+
+	ret = qpip_query(qdev, QPIP_ADMIN_OP_LIST_ADDRS, list, sizeof(*list));
+	if (!ret && list->count > ARRAY_SIZE(list->entries))
+		ret = -EIO;
+	return ret;
 }
 
 /* Caller holds qdev->lock for reading (or writing, during a reset). */

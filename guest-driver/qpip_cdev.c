@@ -155,12 +155,11 @@ static void qpip_link_local(const u8 *mac, u8 *addr)
 }
 
 /*
- * One address per line, ADDR/PLEN: the link-local one, then those configured through this
- * driver (the device offers no way to list addresses it was started with).
+ * What a device of interface 1.0 cannot list: the link-local address, then those
+ * configured through this driver.
  */
-static ssize_t addresses_show(struct device *dev, struct device_attribute *attr, char *buf)
+static ssize_t qpip_addresses_known(struct qpip_dev *qdev, char *buf)
 {
-	struct qpip_dev *qdev = to_qpip_dev(dev);
 	unsigned int i;
 	u8 ll[16];
 	int len;
@@ -173,6 +172,35 @@ static ssize_t addresses_show(struct device *dev, struct device_attribute *attr,
 				     qdev->addrs[i].prefix_len);
 	mutex_unlock(&qdev->cfg_lock);
 	return len;
+}
+
+/*
+ * One address per line, ADDR/PLEN, as the device lists them (LIST_ADDRS): the link-local
+ * one first, then every configured one — also those qpipd was started with.
+ */
+static ssize_t addresses_show(struct device *dev, struct device_attribute *attr, char *buf)
+{
+	struct qpip_dev *qdev = to_qpip_dev(dev);
+	struct qpip_addr_list *list;
+	unsigned int i;
+	int len = 0;
+	int ret;
+
+	if (qpip_version_minor(qdev->version) < 1)
+		return qpip_addresses_known(qdev, buf);
+	list = kmalloc(sizeof(*list), GFP_KERNEL);
+	if (!list)
+		return -ENOMEM;
+	ret = qpip_sysfs_enter(qdev);
+	if (!ret) {
+		ret = qpip_list_addrs(qdev, list);
+		up_read(&qdev->lock);
+	}
+	for (i = 0; !ret && i < list->count; i++)
+		len += sysfs_emit_at(buf, len, "%pI6c/%u\n", list->entries[i].addr,
+				     list->entries[i].prefix_len);
+	kfree(list);
+	return ret ? ret : len;
 }
 
 /* "add ADDR/PLEN" or "del ADDR". */
@@ -341,6 +369,42 @@ QPIP_COUNTER(net_no_route, QPIP_STAT_NET_NO_ROUTE);
 QPIP_COUNTER(net_fragments_rx, QPIP_STAT_NET_FRAGMENTS_RX);
 QPIP_COUNTER(net_reassembled, QPIP_STAT_NET_REASSEMBLED);
 QPIP_COUNTER(net_resolution_failed, QPIP_STAT_NET_RESOLUTION_FAILED);
+QPIP_COUNTER(async_events, QPIP_STAT_ASYNC_EVENTS);
+QPIP_COUNTER(async_events_lost, QPIP_STAT_ASYNC_EVENTS_LOST);
+/* One file per drop reason, named in the order abi/src/admin.rs lists them. */
+static_assert(QPIP_STAT_NET_DROP_REASONS == 16);
+QPIP_COUNTER(net_drop_malformed, QPIP_STAT_NET_DROP_BASE + 0);
+QPIP_COUNTER(net_drop_bad_checksum, QPIP_STAT_NET_DROP_BASE + 1);
+QPIP_COUNTER(net_drop_not_for_us, QPIP_STAT_NET_DROP_BASE + 2);
+QPIP_COUNTER(net_drop_not_ipv6, QPIP_STAT_NET_DROP_BASE + 3);
+QPIP_COUNTER(net_drop_unsupported_next_header, QPIP_STAT_NET_DROP_BASE + 4);
+QPIP_COUNTER(net_drop_unknown_option, QPIP_STAT_NET_DROP_BASE + 5);
+QPIP_COUNTER(net_drop_routing_header, QPIP_STAT_NET_DROP_BASE + 6);
+QPIP_COUNTER(net_drop_bad_source, QPIP_STAT_NET_DROP_BASE + 7);
+QPIP_COUNTER(net_drop_bad_ndp, QPIP_STAT_NET_DROP_BASE + 8);
+QPIP_COUNTER(net_drop_hop_limit, QPIP_STAT_NET_DROP_BASE + 9);
+QPIP_COUNTER(net_drop_looped, QPIP_STAT_NET_DROP_BASE + 10);
+QPIP_COUNTER(net_drop_fragment_overlap, QPIP_STAT_NET_DROP_BASE + 11);
+QPIP_COUNTER(net_drop_bad_fragment, QPIP_STAT_NET_DROP_BASE + 12);
+QPIP_COUNTER(net_drop_reassembly_failed, QPIP_STAT_NET_DROP_BASE + 13);
+QPIP_COUNTER(net_drop_ignored, QPIP_STAT_NET_DROP_BASE + 14);
+QPIP_COUNTER(net_drop_no_next_header, QPIP_STAT_NET_DROP_BASE + 15);
+QPIP_COUNTER(tcp_active_opens, QPIP_STAT_TCP_ACTIVE_OPENS);
+QPIP_COUNTER(tcp_passive_opens, QPIP_STAT_TCP_PASSIVE_OPENS);
+QPIP_COUNTER(tcp_attempt_fails, QPIP_STAT_TCP_ATTEMPT_FAILS);
+QPIP_COUNTER(tcp_estab_resets, QPIP_STAT_TCP_ESTAB_RESETS);
+QPIP_COUNTER(tcp_segs_in, QPIP_STAT_TCP_SEGS_IN);
+QPIP_COUNTER(tcp_segs_out, QPIP_STAT_TCP_SEGS_OUT);
+QPIP_COUNTER(tcp_retrans_segs, QPIP_STAT_TCP_RETRANS_SEGS);
+QPIP_COUNTER(tcp_rsts_out, QPIP_STAT_TCP_RSTS_OUT);
+QPIP_COUNTER(tcp_fast_retransmits, QPIP_STAT_TCP_FAST_RETRANSMITS);
+QPIP_COUNTER(tcp_rto_timeouts, QPIP_STAT_TCP_RTO_TIMEOUTS);
+QPIP_COUNTER(tcp_ooo_segs, QPIP_STAT_TCP_OOO_SEGS);
+QPIP_COUNTER(tcp_dup_segs, QPIP_STAT_TCP_DUP_SEGS);
+QPIP_COUNTER(tcp_challenge_acks, QPIP_STAT_TCP_CHALLENGE_ACKS);
+QPIP_COUNTER(tcp_syn_cookies, QPIP_STAT_TCP_SYN_COOKIES);
+QPIP_COUNTER(tcp_listen_drops, QPIP_STAT_TCP_LISTEN_DROPS);
+QPIP_COUNTER(tcp_timeouts, QPIP_STAT_TCP_TIMEOUTS);
 
 static struct attribute *qpip_counter_attrs[] = {
 	&qpip_counter_admin_commands.attr.attr,
@@ -370,6 +434,40 @@ static struct attribute *qpip_counter_attrs[] = {
 	&qpip_counter_net_fragments_rx.attr.attr,
 	&qpip_counter_net_reassembled.attr.attr,
 	&qpip_counter_net_resolution_failed.attr.attr,
+	&qpip_counter_async_events.attr.attr,
+	&qpip_counter_async_events_lost.attr.attr,
+	&qpip_counter_net_drop_malformed.attr.attr,
+	&qpip_counter_net_drop_bad_checksum.attr.attr,
+	&qpip_counter_net_drop_not_for_us.attr.attr,
+	&qpip_counter_net_drop_not_ipv6.attr.attr,
+	&qpip_counter_net_drop_unsupported_next_header.attr.attr,
+	&qpip_counter_net_drop_unknown_option.attr.attr,
+	&qpip_counter_net_drop_routing_header.attr.attr,
+	&qpip_counter_net_drop_bad_source.attr.attr,
+	&qpip_counter_net_drop_bad_ndp.attr.attr,
+	&qpip_counter_net_drop_hop_limit.attr.attr,
+	&qpip_counter_net_drop_looped.attr.attr,
+	&qpip_counter_net_drop_fragment_overlap.attr.attr,
+	&qpip_counter_net_drop_bad_fragment.attr.attr,
+	&qpip_counter_net_drop_reassembly_failed.attr.attr,
+	&qpip_counter_net_drop_ignored.attr.attr,
+	&qpip_counter_net_drop_no_next_header.attr.attr,
+	&qpip_counter_tcp_active_opens.attr.attr,
+	&qpip_counter_tcp_passive_opens.attr.attr,
+	&qpip_counter_tcp_attempt_fails.attr.attr,
+	&qpip_counter_tcp_estab_resets.attr.attr,
+	&qpip_counter_tcp_segs_in.attr.attr,
+	&qpip_counter_tcp_segs_out.attr.attr,
+	&qpip_counter_tcp_retrans_segs.attr.attr,
+	&qpip_counter_tcp_rsts_out.attr.attr,
+	&qpip_counter_tcp_fast_retransmits.attr.attr,
+	&qpip_counter_tcp_rto_timeouts.attr.attr,
+	&qpip_counter_tcp_ooo_segs.attr.attr,
+	&qpip_counter_tcp_dup_segs.attr.attr,
+	&qpip_counter_tcp_challenge_acks.attr.attr,
+	&qpip_counter_tcp_syn_cookies.attr.attr,
+	&qpip_counter_tcp_listen_drops.attr.attr,
+	&qpip_counter_tcp_timeouts.attr.attr,
 	NULL,
 };
 

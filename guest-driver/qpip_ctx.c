@@ -92,8 +92,17 @@ struct qpip_ctx {
 	struct xarray listeners;	/* handle -> value entry */
 	struct xarray rings;		/* mmap page offset -> qpip_ring */
 
-	spinlock_t ev_lock;		/* @events; taken in the admin interrupt */
+	spinlock_t ev_lock;		/* @events to @lost_unknown; taken in the admin interrupt */
 	struct list_head events;	/* completed qpip_cmds */
+	unsigned int notices;		/* records in @events made from asynchronous events */
+	/*
+	 * Events dropped (this file's queue full, or the device said it dropped some): @lost
+	 * is queued in @events where the loss happened and read as one EVENT_LOST.
+	 */
+	struct qpip_cmd lost;
+	bool lost_queued;
+	u64 lost_count;
+	bool lost_unknown;		/* the device dropped some: how many is not known */
 	wait_queue_head_t ev_wait;
 	atomic_t pending;		/* asynchronous commands outstanding */
 };
@@ -1060,16 +1069,130 @@ void qpip_ctx_post_event(struct qpip_ctx *ctx, struct qpip_cmd *c)
 	wake_up_interruptible_poll(&ctx->ev_wait, EPOLLIN | EPOLLRDNORM);
 }
 
-static struct qpip_cmd *qpip_ctx_take_event(struct qpip_ctx *ctx)
+/* Notes lost events in @ctx (ev_lock held): one EVENT_LOST where the loss happened. */
+static void qpip_ctx_lost(struct qpip_ctx *ctx, bool unknown)
+{
+	if (unknown)
+		ctx->lost_unknown = true;
+	else
+		ctx->lost_count++;
+	if (!ctx->lost_queued) {
+		ctx->lost_queued = true;
+		list_add_tail(&ctx->lost.ev_node, &ctx->events);
+	}
+}
+
+/*
+ * An ASYNC_EVENT request completed (admin lock held, maybe in the interrupt handler): the
+ * event goes to the context that owns the device context id it names, and to no other.
+ * When the device dropped events before this one, which contexts they were for is not
+ * known: every context is told.
+ */
+void qpip_ctx_async_event(struct qpip_dev *qdev, const struct qpip_admin_cqe *cqe)
+{
+	u16 kind = cqe->result2 & 0xffff;
+	u8 reason = (cqe->result2 >> 16) & 0xff;
+	struct qpip_ctx *ctx = NULL;
+	struct qpip_event ev = {};
+	struct qpip_cmd *c;
+	unsigned int i;
+
+	spin_lock(&qdev->ctx_lock);
+	if (cqe->result2 & QPIP_ASYNC_FLAG_LOST) {
+		for (i = 0; i < ARRAY_SIZE(qdev->live); i++) {
+			if (!qdev->live[i])
+				continue;
+			spin_lock(&qdev->live[i]->ev_lock);
+			qpip_ctx_lost(qdev->live[i], true);
+			spin_unlock(&qdev->live[i]->ev_lock);
+			wake_up_interruptible_poll(&qdev->live[i]->ev_wait, EPOLLIN | EPOLLRDNORM);
+		}
+	}
+	switch (kind) {
+	case QPIP_ASYNC_EVENT_QP_ERROR:
+		ev.kind = QPIP_EVENT_QP_ERROR;
+		ev.status = reason == QPIP_ASYNC_REASON_PEER_RESET ? -ECONNRESET :
+			    reason == QPIP_ASYNC_REASON_TIMEOUT ? -ETIMEDOUT : -EIO;
+		break;
+	case QPIP_ASYNC_EVENT_PEER_CLOSED:
+		ev.kind = QPIP_EVENT_PEER_CLOSED;
+		break;
+	default:
+		dev_warn_ratelimited(&qdev->pdev->dev,
+				     "unknown asynchronous event %u (reason %u) ignored\n",
+				     kind, reason);
+		goto out;
+	}
+	ev.qp = cqe->result1;
+	if (cqe->result0 < ARRAY_SIZE(qdev->live))
+		ctx = qdev->live[cqe->result0];
+	if (!ctx)
+		goto out;	/* the context is gone (closed, or reset away) */
+
+	spin_lock(&ctx->ev_lock);
+	c = ctx->notices < QPIP_MAX_ASYNC_EVENTS_PER_CTX ? kzalloc(sizeof(*c), GFP_ATOMIC) : NULL;
+	if (c) {
+		c->notice = true;
+		c->event = ev;
+		ctx->notices++;
+		list_add_tail(&c->ev_node, &ctx->events);
+	} else {
+		qpip_ctx_lost(ctx, false);
+	}
+	spin_unlock(&ctx->ev_lock);
+	wake_up_interruptible_poll(&ctx->ev_wait, EPOLLIN | EPOLLRDNORM);
+out:
+	spin_unlock(&qdev->ctx_lock);
+}
+
+/*
+ * The next event record, copied into @ev (ev_lock held while taking it). The EVENT_LOST
+ * record stays queued until it has been read (qpip_ctx_event_read).
+ */
+static struct qpip_cmd *qpip_ctx_take_event(struct qpip_ctx *ctx, struct qpip_event *ev)
 {
 	struct qpip_cmd *c;
 
 	spin_lock_irq(&ctx->ev_lock);
 	c = list_first_entry_or_null(&ctx->events, struct qpip_cmd, ev_node);
-	if (c)
+	if (c == &ctx->lost) {
+		memset(ev, 0, sizeof(*ev));
+		ev->kind = QPIP_EVENT_LOST;
+		ev->user_data = ctx->lost_unknown ? 0 : ctx->lost_count;
+	} else if (c) {
 		list_del(&c->ev_node);
+		*ev = c->event;
+	}
 	spin_unlock_irq(&ctx->ev_lock);
 	return c;
+}
+
+/* @c (taken by qpip_ctx_take_event) was read: free it, or reset the loss count. */
+static void qpip_ctx_event_read(struct qpip_ctx *ctx, struct qpip_cmd *c,
+				const struct qpip_event *ev)
+{
+	spin_lock_irq(&ctx->ev_lock);
+	if (c == &ctx->lost) {
+		list_del(&c->ev_node);
+		ctx->lost_queued = false;
+		if (ev->user_data) {
+			ctx->lost_count -= ev->user_data;
+		} else {
+			/* Reported as "unknown": that covers every loss noted until then. */
+			ctx->lost_unknown = false;
+			ctx->lost_count = 0;
+		}
+		/* Losses noted while it was being read are reported by the next one. */
+		if (ctx->lost_count || ctx->lost_unknown) {
+			ctx->lost_queued = true;
+			list_add_tail(&c->ev_node, &ctx->events);
+		}
+		c = NULL;
+	} else if (c->notice) {
+		ctx->notices--;
+	}
+	spin_unlock_irq(&ctx->ev_lock);
+	kfree(c);
 }
 
 static bool qpip_ctx_has_event(struct qpip_ctx *ctx)
@@ -1085,6 +1208,7 @@ static bool qpip_ctx_has_event(struct qpip_ctx *ctx)
 static ssize_t qpip_read(struct file *filp, char __user *buf, size_t count, loff_t *ppos)
 {
 	struct qpip_ctx *ctx = filp->private_data;
+	struct qpip_event ev;
 	struct qpip_cmd *c;
 	size_t done = 0;
 	int ret;
@@ -1092,7 +1216,7 @@ static ssize_t qpip_read(struct file *filp, char __user *buf, size_t count, loff
 	if (count < sizeof(struct qpip_event))
 		return -EINVAL;
 	while (done + sizeof(struct qpip_event) <= count) {
-		c = qpip_ctx_take_event(ctx);
+		c = qpip_ctx_take_event(ctx, &ev);
 		if (!c) {
 			if (done)
 				break;
@@ -1106,14 +1230,16 @@ static ssize_t qpip_read(struct file *filp, char __user *buf, size_t count, loff
 				return ret;
 			continue;
 		}
-		if (copy_to_user(buf + done, &c->event, sizeof(c->event))) {
+		if (copy_to_user(buf + done, &ev, sizeof(ev))) {
 			/* Put it back: the event is not lost to a bad buffer. */
-			spin_lock_irq(&ctx->ev_lock);
-			list_add(&c->ev_node, &ctx->events);
-			spin_unlock_irq(&ctx->ev_lock);
+			if (c != &ctx->lost) {
+				spin_lock_irq(&ctx->ev_lock);
+				list_add(&c->ev_node, &ctx->events);
+				spin_unlock_irq(&ctx->ev_lock);
+			}
 			return done ? done : -EFAULT;
 		}
-		kfree(c);
+		qpip_ctx_event_read(ctx, c, &ev);
 		done += sizeof(struct qpip_event);
 	}
 	return done;
@@ -1241,6 +1367,7 @@ static int qpip_open(struct inode *inode, struct file *filp)
 	xa_init(&ctx->rings);
 	spin_lock_init(&ctx->ev_lock);
 	INIT_LIST_HEAD(&ctx->events);
+	INIT_LIST_HEAD(&ctx->lost.ev_node);
 	init_waitqueue_head(&ctx->ev_wait);
 	atomic_set(&ctx->pending, 0);
 
@@ -1259,10 +1386,12 @@ static int qpip_open(struct inode *inode, struct file *filp)
 		goto out;
 	ctx->id = cqe.result0;
 	ctx->generation = qdev->generation;
-	spin_lock(&qdev->ctx_lock);
+	spin_lock_irq(&qdev->ctx_lock);
 	list_add_tail(&ctx->node, &qdev->contexts);
 	qdev->ncontexts++;
-	spin_unlock(&qdev->ctx_lock);
+	if (ctx->id < ARRAY_SIZE(qdev->live))
+		qdev->live[ctx->id] = ctx;
+	spin_unlock_irq(&qdev->ctx_lock);
 	filp->private_data = ctx;
 out:
 	up_read(&qdev->lock);
@@ -1276,7 +1405,7 @@ static int qpip_release(struct inode *inode, struct file *filp)
 	struct qpip_ctx *ctx = filp->private_data;
 	struct qpip_dev *qdev = ctx->qdev;
 	struct qpip_admin_cmd cmd;
-	struct qpip_cmd *c;
+	struct qpip_cmd *c, *tmp;
 	unsigned long idx;
 	struct qpip_cq *cq;
 	struct qpip_qp *qp;
@@ -1285,6 +1414,11 @@ static int qpip_release(struct inode *inode, struct file *filp)
 	int ret;
 
 	down_read(&qdev->lock);
+	/* No asynchronous event reaches it any more: the id is about to be free for others. */
+	spin_lock_irq(&qdev->ctx_lock);
+	if (ctx->id < ARRAY_SIZE(qdev->live) && qdev->live[ctx->id] == ctx)
+		qdev->live[ctx->id] = NULL;
+	spin_unlock_irq(&qdev->ctx_lock);
 	if (!qpip_ctx_dead(ctx)) {
 		/* Everything of the context goes in one command; the device stops using it all. */
 		qpip_cmd_init(&cmd, QPIP_ADMIN_OP_DESTROY_CTX, ctx->id, 0, NULL, 0);
@@ -1297,10 +1431,10 @@ static int qpip_release(struct inode *inode, struct file *filp)
 			leak = true;
 		}
 	}
-	spin_lock(&qdev->ctx_lock);
+	spin_lock_irq(&qdev->ctx_lock);
 	list_del(&ctx->node);
 	qdev->ncontexts--;
-	spin_unlock(&qdev->ctx_lock);
+	spin_unlock_irq(&qdev->ctx_lock);
 	up_read(&qdev->lock);
 
 	qpip_admin_detach_ctx(qdev, ctx);
@@ -1316,8 +1450,9 @@ static int qpip_release(struct inode *inode, struct file *filp)
 	xa_destroy(&ctx->mrs);
 	xa_destroy(&ctx->listeners);
 	xa_destroy(&ctx->rings);
-	while ((c = qpip_ctx_take_event(ctx)))
-		kfree(c);
+	list_for_each_entry_safe(c, tmp, &ctx->events, ev_node)
+		if (c != &ctx->lost)
+			kfree(c);
 	mutex_destroy(&ctx->lock);
 	kfree(ctx);
 	return 0;
@@ -1331,6 +1466,11 @@ static int qpip_release(struct inode *inode, struct file *filp)
 void qpip_contexts_revoke(struct qpip_dev *qdev)
 {
 	struct qpip_ctx *ctx;
+
+	/* Context ids of the device start afresh: no event may reach the old contexts. */
+	spin_lock_irq(&qdev->ctx_lock);
+	memset(qdev->live, 0, sizeof(qdev->live));
+	spin_unlock_irq(&qdev->ctx_lock);
 
 	mutex_lock(&qdev->mmap_lock);
 	list_for_each_entry(ctx, &qdev->contexts, node)

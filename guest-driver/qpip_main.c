@@ -31,7 +31,10 @@ static irqreturn_t qpip_admin_irq(int irq, void *data)
 {
 	struct qpip_dev *qdev = data;
 
-	/* Vector 0 carries admin completions (including those of accept, connect, close). */
+	/*
+	 * Vector 0 carries admin completions (including those of accept, connect, close, and
+	 * the asynchronous events).
+	 */
 	atomic64_inc(&qdev->irq_count);
 	complete(&qdev->admin_irq);
 	qpip_admin_process(qdev);
@@ -243,6 +246,8 @@ static int qpip_reset_done_locked(struct qpip_dev *qdev)
 		ret = qpip_admin_start(qdev);
 	if (!ret)
 		ret = qpip_restore_config(qdev);
+	if (!ret)
+		qpip_admin_start_events(qdev);
 	if (ret)
 		dev_err(&qdev->pdev->dev, "device did not come back from reset: %pe\n",
 			ERR_PTR(ret));
@@ -379,6 +384,7 @@ static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		pci_set_drvdata(pdev, NULL);
 		goto err_admin;
 	}
+	qpip_admin_start_events(qdev);
 
 	dev_info(&pdev->dev, "%s: qpip device interface %u.%u, %u doorbell pages, %d MSI-X vectors, MAC %pM\n",
 		 dev_name(&qdev->dev), qpip_version_major(qdev->version),
@@ -388,6 +394,7 @@ static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 
 err_admin:
 	qpip_admin_stop(qdev);
+	qpip_admin_stop_events(qdev);
 	qpip_admin_free(qdev);
 err_irqs:
 	qpip_teardown_irqs(qdev);
@@ -422,6 +429,7 @@ static void qpip_remove(struct pci_dev *pdev)
 	qpip_cdev_del(qdev);
 	qpip_teardown_irqs(qdev);
 	pci_clear_master(pdev);
+	qpip_admin_stop_events(qdev);
 	qpip_admin_free(qdev);
 	dev_info(&pdev->dev, "%s: removed\n", dev_name(&qdev->dev));
 	pci_set_drvdata(pdev, NULL);

@@ -437,3 +437,87 @@ mem end
         rep.context()
     );
 }
+
+/// What the device itself reports reaches the guest: the addresses qpipd was started with
+/// (`--ip`) are in sysfs `addresses`, the counters have names, and asynchronous events
+/// reach the context that owns the QP: a TCP QP pair over the device's own address, the
+/// peer destroyed (EVENT_QP_ERROR, -ECONNRESET) and a graceful close (EVENT_PEER_CLOSED),
+/// while another process's context hears nothing.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn device_addresses_and_asynchronous_events() {
+    let mut spec = VmSpec::new(format!(
+        "{HELPERS}\n{}",
+        r#"
+kv addresses "$(tr '\n' ' ' < $Q/addresses)"
+kv abi "$(cat $Q/abi_version)"
+for a in async_events async_events_lost tcp_active_opens tcp_segs_in net_drop_malformed; do
+    kv "counter.$a" "$(cat $Q/counters/$a 2>/dev/null || echo missing)"
+done
+qpip-driver-test events; kv events.status $?
+kv after.async_events "$(cat $Q/counters/async_events)"
+echo "add fd51:5050::9:2/64" > $Q/addresses; kv add.status $?
+kv added.addresses "$(tr '\n' ' ' < $Q/addresses)"
+"#
+    ));
+    spec.qpipd_args = vec![vec![
+        "--mac".into(),
+        "02:51:50:00:09:01".into(),
+        "--ip".into(),
+        "fd51:5050::9:1/64".into(),
+    ]];
+    let out = common::boot(&spec);
+    let rep = Report::new(&out);
+    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    assert_eq!(rep.get("abi"), "1.1", "{}", rep.context());
+    assert_eq!(
+        rep.get("addresses"),
+        "fe80::51:50ff:fe00:901/64 fd51:5050::9:1/64 ",
+        "sysfs lists the device's addresses, --ip included\n{}",
+        rep.context()
+    );
+    assert_eq!(
+        rep.get("added.addresses"),
+        "fe80::51:50ff:fe00:901/64 fd51:5050::9:1/64 fd51:5050::9:2/64 ",
+        "{}",
+        rep.context()
+    );
+    for a in [
+        "async_events",
+        "async_events_lost",
+        "tcp_active_opens",
+        "tcp_segs_in",
+        "net_drop_malformed",
+    ] {
+        let v = rep.get(&format!("counter.{a}"));
+        assert!(
+            v.parse::<u64>().is_ok(),
+            "counters/{a} is {v:?}\n{}",
+            rep.context()
+        );
+    }
+    assert_eq!(rep.get("events.status"), "0", "{}", rep.context());
+    assert_eq!(
+        rep.get("events.addr"),
+        "fd51:5050::9:1",
+        "{}",
+        rep.context()
+    );
+    rep.checks_pass(&[
+        "events.qp_error_reset",
+        "events.destroyer_hears_nothing",
+        "events.close_completes",
+        "events.peer_closed",
+        "events.closer_hears_no_peer_close",
+        "events.second_close_completes",
+        "events.peer_closed_both_ways",
+        "events.sequence",
+        "events.other_process_sees_nothing",
+        "events.child",
+    ]);
+    assert!(
+        rep.num("after.async_events") >= 3,
+        "the device counted the events it delivered\n{}",
+        rep.context()
+    );
+}

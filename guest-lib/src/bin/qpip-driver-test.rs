@@ -14,6 +14,9 @@
 //! * `traffic S`  UDP traffic in a loop for up to S seconds (to be killed in the middle)
 //! * `reset`      resets the device under an open context: its calls fail with ENODEV
 //! * `remove`     removes the PCI function under an open context, then rescans
+//! * `events`     asynchronous events: a TCP QP pair over the device's own address; the
+//!   peer destroyed (QP error, connection reset) and a graceful close (peer closed) reach
+//!   the survivor's context and no other process's
 
 use std::ffi::CString;
 use std::fmt::Write as _;
@@ -24,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use qpip_abi::admin::{
     FRAMING_MESSAGE, MR_ACCESS_LOCAL_WRITE, QP_TYPE_TCP, QP_TYPE_UDP, STATS_COUNT,
-    STAT_ADMIN_COMMANDS,
+    STAT_ADMIN_COMMANDS, STAT_ASYNC_EVENTS, STAT_ASYNC_EVENTS_LOST,
 };
 use qpip_abi::cqe::{Cqe, CQE_OP_RECV, CQE_OP_SEND, CQE_SIZE, CQE_STATUS_SUCCESS};
 use qpip_abi::doorbell::{
@@ -1962,8 +1965,169 @@ fn cmd_churn(procs: u64, rounds: u64) -> u32 {
     c.failed
 }
 
+/// The first address of the device that is not link-local (sysfs `addresses`), else ::1.
+fn device_addr() -> ([u8; 16], String) {
+    for line in sysfs("addresses").lines() {
+        let a = line.split('/').next().unwrap_or("");
+        if let Ok(ip) = a.parse::<std::net::Ipv6Addr>() {
+            if ip.segments()[0] & 0xffc0 != 0xfe80 {
+                return (ip.octets(), a.to_string());
+            }
+        }
+    }
+    (LOOPBACK, "::1".into())
+}
+
+/// A TCP connection between a QP of `server` and a QP of `client` through `addr`.
+fn tcp_pair(server: &Ctx, client: &Ctx, addr: [u8; 16], port: u16) -> Result<(u32, u32), String> {
+    let qp_of = |ctx: &Ctx, what: &str| -> Result<u32, String> {
+        let cq = ok(ctx.create_cq(4, -1), &format!("CREATE_CQ ({what})"))?;
+        let qp = ok(
+            ctx.create_qp(QP_TYPE_TCP, cq.handle, cq.handle, 4),
+            &format!("CREATE_QP ({what})"),
+        )?;
+        unmap(cq.ring, cq.ring_len);
+        unmap(qp.sq, qp.sq_len);
+        unmap(qp.rq, qp.rq_len);
+        Ok(qp.handle)
+    };
+    let (sqp, cqp) = (qp_of(server, "server")?, qp_of(client, "client")?);
+    let l = ok(server.listen(port), "LISTEN")?;
+    let mut acc = Accept::new();
+    acc.listener = l;
+    acc.qp = sqp;
+    acc.user_data = 0xacc;
+    ok(server.ioc(IOCTL_ACCEPT, &mut acc), "ACCEPT")?;
+    let mut con = Connect::new();
+    con.qp = cqp;
+    con.addr = addr;
+    con.port = port;
+    con.user_data = 0xc0;
+    ok(client.ioc(IOCTL_CONNECT, &mut con), "CONNECT")?;
+    expect_event(client.fd, EVENT_CONNECT, 0, cqp, 0xc0).map_err(|e| format!("connect: {e}"))?;
+    expect_event(server.fd, EVENT_ACCEPT, 0, sqp, 0xacc).map_err(|e| format!("accept: {e}"))?;
+    ok(
+        server.destroy(IOCTL_DESTROY_LISTENER, l),
+        "DESTROY_LISTENER",
+    )?;
+    Ok((sqp, cqp))
+}
+
+/// No event queued on `fd` (non-blocking read: EAGAIN).
+fn no_event(fd: i32) -> Result<(), String> {
+    let rev = poll1(fd, libc::POLLIN, Duration::from_millis(500));
+    ensure(rev & libc::POLLIN == 0, || {
+        let mut buf = [0u8; EVENT_SIZE as usize];
+        let _ = read_fd(fd, &mut buf);
+        // SAFETY: EVENT_SIZE bytes of a repr(C) plain-integer structure.
+        let ev: Event = unsafe { ptr::read_unaligned(buf.as_ptr().cast()) };
+        format!("an unexpected event: {ev:?}")
+    })
+}
+
+/// Asynchronous events reach the owning context, and only it.
+fn cmd_events() -> u32 {
+    let mut c = Checks::default();
+    let (addr, text) = device_addr();
+    println!("@events.addr={text}");
+    // Another process with a context of its own watches its file the whole time.
+    let mut go = [0i32; 2];
+    let mut done = [0i32; 2];
+    // SAFETY: pipe(2) into arrays of two fds.
+    unsafe {
+        libc::pipe(go.as_mut_ptr());
+        libc::pipe(done.as_mut_ptr());
+    }
+    // SAFETY: fork in a single-threaded program.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let r = (|| -> Result<(), String> {
+            let other = Ctx::open()?;
+            // SAFETY: writing one byte to our pipe.
+            unsafe { libc::write(go[1], b"r".as_ptr().cast(), 1) };
+            let mut fds = [
+                libc::pollfd {
+                    fd: other.fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: done[0],
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfds; wait until the parent is done (or 2 minutes).
+            unsafe { libc::poll(fds.as_mut_ptr(), 2, 120_000) };
+            ensure(fds[1].revents & libc::POLLIN != 0, || {
+                "parent never finished".into()
+            })?;
+            no_event(other.fd)
+        })();
+        let mut ch = Checks::default();
+        ch.check("events.other_process_sees_nothing", r);
+        flush();
+        std::process::exit(if ch.failed == 0 { 0 } else { 1 });
+    }
+    let mut b = [0u8; 1];
+    // SAFETY: reading one byte from our pipe: the child's context exists.
+    unsafe { libc::read(go[0], b.as_mut_ptr().cast(), 1) };
+
+    let r = (|| -> Result<(), String> {
+        let server = Ctx::open()?;
+        let client = Ctx::open()?;
+        // The peer goes away abruptly: the survivor's QP is reset.
+        let (sqp, cqp) = tcp_pair(&server, &client, addr, 5600)?;
+        ok(client.destroy(IOCTL_DESTROY_QP, cqp), "DESTROY_QP (client)")?;
+        c.check(
+            "events.qp_error_reset",
+            expect_event(server.fd, EVENT_QP_ERROR, -libc::ECONNRESET, sqp, 0),
+        );
+        c.check("events.destroyer_hears_nothing", no_event(client.fd));
+        // A graceful close: the other side hears the peer closed, the closer its CLOSE.
+        let (sqp, cqp) = tcp_pair(&server, &client, addr, 5601)?;
+        let mut cl = Close::new();
+        cl.qp = cqp;
+        cl.user_data = 0xc105e;
+        ok(client.ioc(IOCTL_CLOSE, &mut cl), "CLOSE")?;
+        c.check(
+            "events.close_completes",
+            expect_event(client.fd, EVENT_CLOSE, 0, cqp, 0xc105e),
+        );
+        c.check(
+            "events.peer_closed",
+            expect_event(server.fd, EVENT_PEER_CLOSED, 0, sqp, 0),
+        );
+        c.check("events.closer_hears_no_peer_close", no_event(client.fd));
+        // Now the server closes too: the client hears of it.
+        let mut cl = Close::new();
+        cl.qp = sqp;
+        cl.user_data = 0x5c;
+        ok(server.ioc(IOCTL_CLOSE, &mut cl), "CLOSE (server)")?;
+        c.check(
+            "events.second_close_completes",
+            expect_event(server.fd, EVENT_CLOSE, 0, sqp, 0x5c),
+        );
+        c.check(
+            "events.peer_closed_both_ways",
+            expect_event(client.fd, EVENT_PEER_CLOSED, 0, cqp, 0),
+        );
+        let st = ok(server.stats(), "QUERY_STATS")?;
+        println!(
+            "@events.device_events={} lost={}",
+            st.counters[STAT_ASYNC_EVENTS as usize], st.counters[STAT_ASYNC_EVENTS_LOST as usize]
+        );
+        Ok(())
+    })();
+    c.check("events.sequence", r);
+    // SAFETY: one byte to the child: we are done.
+    unsafe { libc::write(done[1], b"d".as_ptr().cast(), 1) };
+    c.check("events.child", wait_child(pid));
+    c.failed
+}
+
 const USAGE: &str =
-    "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset | remove";
+    "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset | remove | events";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -1976,6 +2140,7 @@ fn main() {
         Some("traffic") => cmd_traffic(num(1, 60)),
         Some("reset") => cmd_reset(),
         Some("remove") => cmd_remove(),
+        Some("events") => cmd_events(),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);
