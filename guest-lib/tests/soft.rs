@@ -478,3 +478,17 @@ fn provider_choice() {
     assert_eq!(Context::open().unwrap().provider(), qpip::ProviderKind::Soft);
     std::env::remove_var(qpip::PROVIDER_ENV);
 }
+
+/// The device test program's checks hold on the software provider too (the same API, the
+/// same expectations), so the program itself is tested before it runs in a guest.
+#[test]
+fn the_device_test_program_passes_on_the_soft_provider() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_qpip-verbs-test"))
+        .arg("--soft")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "qpip-verbs-test --soft failed:\n{text}");
+    assert!(!text.contains("FAIL"), "{text}");
+    assert!(text.contains("@check.epoll=ok"), "{text}");
+}

@@ -1,0 +1,55 @@
+//! VM tests of the verbs library (`qpip`, guest-lib) on the device: a real guest, real
+//! qpipd, the real qpip.ko, and `qpip-verbs-test` calling the library's API over
+//! `/dev/qpip0` — UDP and TCP between QPs over the device's own loopback, every error the
+//! API reports, many QPs on one CQ, CQ overflow, blocking waits and epoll.
+//!
+//! Like the other VM tests they boot a guest, so they are ignored by a plain `cargo test`
+//! and run with `-- --ignored`. The guest reports `@key=value` lines; the assertions are
+//! made here, so a failure shows the guest's whole report.
+
+mod common;
+
+use common::Report;
+use qpip_lab::VmSpec;
+
+/// Every check of `qpip-verbs-test` on the device; then twice at once, in two processes
+/// (two contexts sharing the device).
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn the_verbs_api_on_the_device() {
+    let out = common::boot(&VmSpec::new(
+        r#"
+kv() { printf '@%s=%s\n' "$1" "$2"; }
+qpip-verbs-test; kv verbs.status $?
+qpip-verbs-test > /tmp/p1.out 2>&1 & p1=$!
+qpip-verbs-test > /tmp/p2.out 2>&1; kv parallel.second.status $?
+wait $p1; kv parallel.first.status $?
+kv parallel.failures "$(cat /tmp/p1.out /tmp/p2.out | grep FAIL | tr '\n' ' ')"
+"#,
+    ));
+    let rep = Report::new(&out);
+    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    assert_eq!(rep.get("verbs.status"), "0", "qpip-verbs-test\n{}", rep.context());
+    assert_eq!(rep.get("provider"), "Device", "{}", rep.context());
+    rep.checks_pass(&[
+        "open",
+        "udp.scatter_gather",
+        "udp.errors",
+        "post.errors",
+        "tcp.messages",
+        "tcp.stream",
+        "tcp.refused_and_cancelled",
+        "cq.many_qps",
+        "cq.overflow",
+        "cq.wait_wakeups",
+        "epoll",
+        "device.counters",
+    ]);
+    assert_eq!(rep.get("tcp_stream.bytes"), "262144");
+    assert_eq!(rep.get("many_qps.qps"), "16");
+    assert_eq!(rep.get("wait.wakeups"), "5");
+    assert!(rep.num("cq_overflow.cq_full") > 0, "{}", rep.context());
+    // Two processes at once, each in its own context.
+    assert_eq!(rep.get("parallel.first.status"), "0", "{}", rep.context());
+    assert_eq!(rep.get("parallel.second.status"), "0", "{}", rep.context());
+}
