@@ -456,6 +456,8 @@ for a in async_events async_events_lost tcp_active_opens tcp_segs_in net_drop_ma
 done
 qpip-driver-test events; kv events.status $?
 kv after.async_events "$(cat $Q/counters/async_events)"
+kv after.tcp_active_opens "$(cat $Q/counters/tcp_active_opens)"
+kv after.tcp_estab_resets "$(cat $Q/counters/tcp_estab_resets)"
 echo "add fd51:5050::9:2/64" > $Q/addresses; kv add.status $?
 kv added.addresses "$(tr '\n' ' ' < $Q/addresses)"
 "#
@@ -515,6 +517,8 @@ kv added.addresses "$(tr '\n' ' ' < $Q/addresses)"
         "events.other_process_sees_nothing",
         "events.child",
     ]);
+    assert_eq!(rep.num("after.tcp_active_opens"), 2, "{}", rep.context());
+    assert_eq!(rep.num("after.tcp_estab_resets"), 1, "{}", rep.context());
     assert!(
         rep.num("after.async_events") >= 3,
         "the device counted the events it delivered\n{}",

@@ -526,6 +526,22 @@ fn a_peer_reset_raises_qp_error_for_the_survivor_only() {
     );
     assert_eq!(g.stat(STAT_ASYNC_EVENTS), 1);
     assert_eq!(g.stat(STAT_ASYNC_EVENTS_LOST), 0);
+    // The TCP counters of QUERY_STATS: one connection each way, reset once (the abort's
+    // RST; a segment of the survivor that met no connection any more is answered by one
+    // more).
+    let st = g.query_stats().counters;
+    let tcp = |i: u32| st[i as usize];
+    assert_eq!(tcp(STAT_TCP_ACTIVE_OPENS), 1);
+    assert_eq!(tcp(STAT_TCP_PASSIVE_OPENS), 1);
+    assert_eq!(tcp(STAT_TCP_ESTAB_RESETS), 1);
+    assert!((1..=2).contains(&tcp(STAT_TCP_RSTS_OUT)), "{st:?}");
+    assert_eq!(tcp(STAT_TCP_ATTEMPT_FAILS), 0);
+    assert!(
+        tcp(STAT_TCP_SEGS_OUT) >= 4,
+        "SYN, SYN-ACK, ACK, RST: {st:?}"
+    );
+    // Over loopback every segment sent is received (one may still be on its way).
+    assert!(tcp(STAT_TCP_SEGS_IN) >= 4 && tcp(STAT_TCP_SEGS_IN) <= tcp(STAT_TCP_SEGS_OUT));
     // A QP already in the error state raises nothing more when destroyed.
     g.destroy_qp(sctx, s.qp.id).unwrap();
     assert!(g.admin_wait(reqs[1], QUIET).is_none());

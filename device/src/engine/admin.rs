@@ -354,9 +354,31 @@ impl Engine {
         Ok((0, 0, 0))
     }
 
-    /// The device counters, with the network's (if there is a link) in their places.
+    /// The device counters, with the network's (if there is a link) and TCP's in their
+    /// places.
     fn counters(&self) -> [u64; STATS_COUNT as usize] {
         let mut c = self.shared.stats.snapshot();
+        let t = self.tcp.stats();
+        for (i, v) in [
+            (STAT_TCP_ACTIVE_OPENS, t.active_opens),
+            (STAT_TCP_PASSIVE_OPENS, t.passive_opens),
+            (STAT_TCP_ATTEMPT_FAILS, t.attempt_fails),
+            (STAT_TCP_ESTAB_RESETS, t.estab_resets),
+            (STAT_TCP_SEGS_IN, t.segs_in),
+            (STAT_TCP_SEGS_OUT, t.segs_out),
+            (STAT_TCP_RETRANS_SEGS, t.retrans_segs),
+            (STAT_TCP_RSTS_OUT, t.rsts_out),
+            (STAT_TCP_FAST_RETRANSMITS, t.fast_retransmits),
+            (STAT_TCP_RTO_TIMEOUTS, t.rto_timeouts),
+            (STAT_TCP_OOO_SEGS, t.ooo_segs),
+            (STAT_TCP_DUP_SEGS, t.dup_segs),
+            (STAT_TCP_CHALLENGE_ACKS, t.challenge_acks),
+            (STAT_TCP_SYN_COOKIES, t.syn_cookies),
+            (STAT_TCP_LISTEN_DROPS, t.listen_drops),
+            (STAT_TCP_TIMEOUTS, t.timeouts),
+        ] {
+            c[i as usize] = v;
+        }
         if let Some(net) = &self.net {
             let n = net.stack.stats();
             for (i, v) in [

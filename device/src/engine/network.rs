@@ -7,7 +7,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use log::info;
+use log::{debug, info};
 use vm_memory::GuestMemoryMmap;
 
 use crate::backend::{self, ImpairSpec, NetSpec};
@@ -143,9 +143,16 @@ impl Engine {
                 Delivery::Delivered
             }
         });
+        // Packets too big that lowered a path MTU: the connections to that destination
+        // resend at the new size on the next TCP pass.
+        let pmtu = net.stack.take_path_mtu_changes();
         self.net = Some(net);
+        for &(dst, mtu) in &pmtu {
+            debug!("path MTU to {dst} is now {mtu}");
+            self.tcp.path_mtu_changed(dst, mtu, now);
+        }
         // The segments TCP produced meanwhile go out now that the link is back.
         self.flush_tcp();
-        n > 0
+        n > 0 || !pmtu.is_empty()
     }
 }

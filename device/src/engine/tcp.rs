@@ -548,6 +548,18 @@ impl Tcp {
         self.table.next_deadline()
     }
 
+    /// The TCP counters (QUERY_STATS' `STAT_TCP_*`).
+    pub fn stats(&self) -> &tcp::TcpStats {
+        self.table.stats()
+    }
+
+    /// A packet too big lowered the path MTU toward `dst`: its connections cut their
+    /// segments, and what must go again is due in the timer heap at once
+    /// ([`Engine::poll_tcp`] sends it).
+    pub fn path_mtu_changed(&mut self, dst: Ipv6Addr, mtu: usize, now: Instant) {
+        self.table.path_mtu_changed(dst, mtu, now);
+    }
+
     /// Whether work is waiting that needs no event to wake it.
     pub fn busy(&self) -> bool {
         !self.local.is_empty() || !self.outbox.is_empty()
