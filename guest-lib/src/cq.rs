@@ -68,7 +68,9 @@ impl Cq {
 
     /// Asks for one wake-up: the CQ's descriptor becomes readable as soon as there is a
     /// completion to poll (at once, if there is one already). One arming gives at most one
-    /// wake-up. The usual loop: poll until empty, arm, poll once more, then wait.
+    /// wake-up. The usual loop: poll until empty, arm, poll once more, then wait. On the
+    /// device the descriptor may also wake without a completion (CQs share interrupt
+    /// vectors), so after a wake-up poll and, if empty, arm again.
     pub fn arm(&self) -> Result<()> {
         match &self.inner.imp {
             CqImpl::Device(c) => {

@@ -430,7 +430,10 @@ fn epoll(ctx: &Context, port: u16) -> R {
     let result = (|| -> R {
         // Events left by earlier checks (resets of their connections) go first.
         while e(ctx.poll_event(), "poll_event")?.is_some() {}
-        ensure(wait(0).is_empty(), || "readable before anything happened".into())?;
+        // On the device, CQs share interrupt vectors (with other processes' CQs too), so a
+        // descriptor may wake spuriously: "no wake-up" is checked where it is promised.
+        let exact = ctx.provider() == ProviderKind::Soft;
+        ensure(!exact || wait(0).is_empty(), || "readable before anything happened".into())?;
         e(cq1.arm(), "arm")?;
         e(cq2.arm(), "arm")?;
         e(c.post_recv(9, &[buf.sge_all()]), "post_recv")?;
@@ -446,12 +449,12 @@ fn epoll(ctx: &Context, port: u16) -> R {
         cq2.ack();
         ensure(cq1.poll_one().is_some_and(|c| c.wr_id == 1), || "no send completion".into())?;
         ensure(cq2.poll_one().is_some_and(|c| c.wr_id == 9), || "no receive completion".into())?;
-        ensure(wait(0).is_empty(), || "readable after ack with nothing armed".into())?;
+        ensure(!exact || wait(0).is_empty(), || "readable after ack with nothing armed".into())?;
         // Not armed: a completion does not wake.
         e(b.post_recv(3, &[buf.sge_all()]), "post_recv")?;
         e(a.post_send(&SendWr::inline(2, b"to b").to(pb)), "post_send")?;
         take(&cq1, 2, "unarmed")?;
-        ensure(!wait(300).contains(&1), || "woke without arming".into())?;
+        ensure(!exact || !wait(300).contains(&1), || "woke without arming".into())?;
         // A connection event makes the context descriptor readable.
         let qp = e(ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq2)), "create QP")?;
         let l = e(ctx.listen(lo(port), 1), "listen")?;
