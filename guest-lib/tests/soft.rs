@@ -133,7 +133,7 @@ fn udp_error_completions() {
     let small = ctx.alloc(4).unwrap();
     b.post_recv(4, &[small.sge_all()]).unwrap();
     a.post_send(&SendWr::inline(5, b"too long").to(pb)).unwrap();
-    let mut got = vec![next(&cq, "long send"), next(&cq, "long receive")];
+    let mut got = [next(&cq, "long send"), next(&cq, "long receive")];
     got.sort_by_key(|c| c.wr_id);
     assert_eq!((got[0].status, got[0].byte_len), (Status::LocalLength, 8));
     assert_eq!(&small[..], &[0, 0, 0, 0]);
@@ -491,4 +491,14 @@ fn the_device_test_program_passes_on_the_soft_provider() {
     assert!(out.status.success(), "qpip-verbs-test --soft failed:\n{text}");
     assert!(!text.contains("FAIL"), "{text}");
     assert!(text.contains("@check.epoll=ok"), "{text}");
+}
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn both<T: Send + Sync>() {}
+    both::<Context>();
+    both::<Cq>();
+    both::<Qp>();
+    both::<qpip::Listener>();
+    both::<qpip::MemoryRegion>();
 }
