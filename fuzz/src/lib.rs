@@ -10,6 +10,8 @@
 //!   deterministic. What it cannot reach is the threaded run loop (sleeping and kicks), which
 //!   the device tests cover.
 
+pub mod frames;
+
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::FromRawFd;

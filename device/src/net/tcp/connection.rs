@@ -441,6 +441,11 @@ impl Connection {
         self.iss
     }
 
+    /// The peer's initial sequence number (0 until its SYN came).
+    pub fn irs(&self) -> u32 {
+        self.irs
+    }
+
     /// Data bytes acknowledged by the peer.
     pub fn acked(&self) -> u64 {
         self.una.clamp(1, 1 + self.queued) - 1
