@@ -29,7 +29,12 @@ kv parallel.failures "$(cat /tmp/p1.out /tmp/p2.out | grep FAIL | tr '\n' ' ')"
     ));
     let rep = Report::new(&out);
     assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
-    assert_eq!(rep.get("verbs.status"), "0", "qpip-verbs-test\n{}", rep.context());
+    assert_eq!(
+        rep.get("verbs.status"),
+        "0",
+        "qpip-verbs-test\n{}",
+        rep.context()
+    );
     assert_eq!(rep.get("provider"), "Device", "{}", rep.context());
     rep.checks_pass(&[
         "open",

@@ -47,7 +47,9 @@ impl Context {
     pub fn open() -> Result<Context> {
         match std::env::var(PROVIDER_ENV) {
             Ok(v) if v == "soft" => Context::open_soft(),
-            Ok(v) if v == "device" => Context::open_device(&first_device()?.ok_or(Error::NoDevice)?),
+            Ok(v) if v == "device" => {
+                Context::open_device(&first_device()?.ok_or(Error::NoDevice)?)
+            }
             Ok(v) if !v.is_empty() => Err(Error::BadProviderName(v)),
             _ => match first_device()? {
                 Some(path) => Context::open_device(&path),

@@ -33,10 +33,7 @@ pub enum Error {
     DeviceGone,
     /// A system call failed.
     #[error("{op}: {source}")]
-    Os {
-        op: &'static str,
-        source: io::Error,
-    },
+    Os { op: &'static str, source: io::Error },
     /// An argument is out of range or inconsistent.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -103,7 +100,9 @@ impl Error {
     /// The errno of a failed system call, if that is what this is.
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
-            Error::Os { source, .. } | Error::Open { source, .. } | Error::Connection { source, .. } => source.raw_os_error(),
+            Error::Os { source, .. }
+            | Error::Open { source, .. }
+            | Error::Connection { source, .. } => source.raw_os_error(),
             Error::DeviceGone => Some(libc::ENODEV),
             _ => None,
         }
@@ -112,7 +111,9 @@ impl Error {
     /// The `io::ErrorKind` of a failed system call (`Other` for the library's own errors).
     pub fn kind(&self) -> io::ErrorKind {
         match self {
-            Error::Os { source, .. } | Error::Open { source, .. } | Error::Connection { source, .. } => source.kind(),
+            Error::Os { source, .. }
+            | Error::Open { source, .. }
+            | Error::Connection { source, .. } => source.kind(),
             Error::InvalidArgument(_)
             | Error::TooManySges { .. }
             | Error::InlineTooLong { .. }

@@ -240,7 +240,9 @@ impl Qp {
         let lim = &self.inner.ctx.limits;
         match (self.inner.kind, wr.dest) {
             (QpKind::Udp, None) => {
-                return Err(Error::Destination("a UDP send needs a destination (SendWr::to)"))
+                return Err(Error::Destination(
+                    "a UDP send needs a destination (SendWr::to)",
+                ))
             }
             (QpKind::Tcp(_), Some(_)) => {
                 return Err(Error::Destination(
@@ -352,7 +354,9 @@ impl Listener {
             return Err(Error::ForeignObject("the QP"));
         }
         match (&self.inner.imp, &qp.inner.imp) {
-            (ListenerImpl::Device(l), QpImpl::Device(q)) => l.accept(self.inner.ctx.dev(), q, user_data),
+            (ListenerImpl::Device(l), QpImpl::Device(q)) => {
+                l.accept(self.inner.ctx.dev(), q, user_data)
+            }
             (ListenerImpl::Soft(l), QpImpl::Soft(q)) => l.accept(q, user_data),
             _ => Err(Error::ForeignObject("the QP")),
         }

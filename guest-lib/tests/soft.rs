@@ -9,8 +9,8 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use qpip::{
-    Completion, Context, Cq, Detail, Error, EventKind, Framing, Opcode, Qp, QpInit, QpKind,
-    SendWr, Status,
+    Completion, Context, Cq, Detail, Error, EventKind, Framing, Opcode, Qp, QpInit, QpKind, SendWr,
+    Status,
 };
 
 const T: Duration = Duration::from_secs(10);
@@ -40,22 +40,36 @@ fn udp_pair(ctx: &Context, cq: &Cq) -> (Qp, Qp, SocketAddrV6, SocketAddrV6) {
 
 /// A connected pair of TCP QPs with `framing`, through a listener of the same context.
 fn tcp_pair(ctx: &Context, cq: &Cq, framing: Framing) -> (Qp, Qp) {
-    let server = ctx.create_qp(&QpInit::new(QpKind::Tcp(framing), cq)).unwrap();
-    let client = ctx.create_qp(&QpInit::new(QpKind::Tcp(framing), cq)).unwrap();
+    let server = ctx
+        .create_qp(&QpInit::new(QpKind::Tcp(framing), cq))
+        .unwrap();
+    let client = ctx
+        .create_qp(&QpInit::new(QpKind::Tcp(framing), cq))
+        .unwrap();
     let port = free_tcp_port();
     let l = ctx.listen(lo(port), 4).unwrap();
     l.accept(&server, 0xacce).unwrap();
     client.connect(lo(port), 0xc0).unwrap();
-    let c = ctx.wait_event_for(client.id(), EventKind::Connect, Some(T)).unwrap().unwrap();
+    let c = ctx
+        .wait_event_for(client.id(), EventKind::Connect, Some(T))
+        .unwrap()
+        .unwrap();
     assert_eq!((c.status, c.user_data), (0, 0xc0), "{c:?}");
-    let a = ctx.wait_event_for(server.id(), EventKind::Accept, Some(T)).unwrap().unwrap();
+    let a = ctx
+        .wait_event_for(server.id(), EventKind::Accept, Some(T))
+        .unwrap()
+        .unwrap();
     assert_eq!((a.status, a.user_data), (0, 0xacce), "{a:?}");
     assert_eq!(a.peer.unwrap().ip(), &Ipv6Addr::LOCALHOST);
     (server, client)
 }
 
 fn free_tcp_port() -> u16 {
-    TcpListener::bind("[::1]:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("[::1]:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 #[test]
@@ -79,8 +93,14 @@ fn udp_scatter_gather_tags_and_source() {
     }
     let s = seen.iter().find(|c| c.opcode == Opcode::Send).unwrap();
     let r = seen.iter().find(|c| c.opcode == Opcode::Recv).unwrap();
-    assert_eq!((s.wr_id, s.qp, s.status, s.byte_len), (55, a.id(), Status::Success, 15));
-    assert_eq!((r.wr_id, r.qp, r.status, r.byte_len), (77, b.id(), Status::Success, 15));
+    assert_eq!(
+        (s.wr_id, s.qp, s.status, s.byte_len),
+        (55, a.id(), Status::Success, 15)
+    );
+    assert_eq!(
+        (r.wr_id, r.qp, r.status, r.byte_len),
+        (77, b.id(), Status::Success, 15)
+    );
     assert_eq!(r.src, Some(pa));
     let want: Vec<u8> = (0..5).chain(30..37).chain(60..63).collect();
     assert_eq!(&dst[40..50], &want[..10]);
@@ -101,9 +121,12 @@ fn udp_from_and_to_plain_sockets() {
     let r = next(&cq, "datagram from a socket");
     assert_eq!((r.status, r.byte_len), (Status::Success, 13));
     assert_eq!(&buf[..13], b"from a socket");
-    let std::net::SocketAddr::V6(peer) = sock.local_addr().unwrap() else { panic!() };
+    let std::net::SocketAddr::V6(peer) = sock.local_addr().unwrap() else {
+        panic!()
+    };
     assert_eq!(r.src, Some(peer));
-    qp.post_send(&SendWr::inline(2, b"to a socket").to(peer)).unwrap();
+    qp.post_send(&SendWr::inline(2, b"to a socket").to(peer))
+        .unwrap();
     assert!(next(&cq, "inline send").is_ok());
     let mut got = [0u8; 64];
     let (n, from) = sock.recv_from(&mut got).unwrap();
@@ -124,11 +147,17 @@ fn udp_error_completions() {
     // Port 0 and the unspecified address are no destinations.
     a.post_send(&SendWr::inline(2, b"x").to(lo(0))).unwrap();
     let c = next(&cq, "port 0");
-    assert_eq!((c.wr_id, c.status, c.detail), (2, Status::BadDest, Detail::BadAddress));
+    assert_eq!(
+        (c.wr_id, c.status, c.detail),
+        (2, Status::BadDest, Detail::BadAddress)
+    );
     // A QP that is not bound cannot send.
     unbound.post_send(&SendWr::inline(3, b"x").to(pb)).unwrap();
     let c = next(&cq, "unbound");
-    assert_eq!((c.wr_id, c.status, c.detail), (3, Status::BadDest, Detail::NotBound));
+    assert_eq!(
+        (c.wr_id, c.status, c.detail),
+        (3, Status::BadDest, Detail::NotBound)
+    );
     // A datagram bigger than the receive buffer: consumed, nothing placed, its size told.
     let small = ctx.alloc(4).unwrap();
     b.post_recv(4, &[small.sge_all()]).unwrap();
@@ -153,15 +182,26 @@ fn post_errors_are_typed() {
     let to = lo(9);
     assert!(matches!(
         qp.post_recv(1, &[buf.sge(10, 7)]),
-        Err(Error::OutOfBounds { offset: 10, end: 17, size: 16, .. })
+        Err(Error::OutOfBounds {
+            offset: 10,
+            end: 17,
+            size: 16,
+            ..
+        })
     ));
     let six = [buf.sge(0, 1); 6];
-    assert!(matches!(qp.post_recv(1, &six), Err(Error::TooManySges { given: 6, max: 5 })));
+    assert!(matches!(
+        qp.post_recv(1, &six),
+        Err(Error::TooManySges { given: 6, max: 5 })
+    ));
     assert!(matches!(
         qp.post_send(&SendWr::inline(1, &[0; 81]).to(to)),
         Err(Error::InlineTooLong { len: 81, max: 80 })
     ));
-    assert!(matches!(qp.post_send(&SendWr::inline(1, b"x")), Err(Error::Destination(_))));
+    assert!(matches!(
+        qp.post_send(&SendWr::inline(1, b"x")),
+        Err(Error::Destination(_))
+    ));
     assert!(matches!(
         qp.post_recv(1, &[foreign.sge_all()]),
         Err(Error::ForeignObject(_))
@@ -195,29 +235,49 @@ fn tcp_messages_keep_boundaries_immediates_and_tags() {
     let (server, client) = tcp_pair(&ctx, &cq, Framing::Message);
     let rbuf = ctx.alloc(8 * 4096).unwrap();
     for i in 0..8 {
-        server.post_recv(100 + i, &[rbuf.sge(i as usize * 4096, 4096)]).unwrap();
+        server
+            .post_recv(100 + i, &[rbuf.sge(i as usize * 4096, 4096)])
+            .unwrap();
     }
     let mut sbuf = ctx.alloc(3 * 4096).unwrap();
     for (i, x) in sbuf.iter_mut().enumerate() {
         *x = (i % 251) as u8;
     }
     // Sizes: one byte, nothing, a gather of two pieces, inline, one too big for 4096.
-    client.post_send(&SendWr::new(1, &[sbuf.sge(0, 1)]).imm(11)).unwrap();
+    client
+        .post_send(&SendWr::new(1, &[sbuf.sge(0, 1)]).imm(11))
+        .unwrap();
     client.post_send(&SendWr::new(2, &[]).imm(22)).unwrap();
     client
         .post_send(&SendWr::new(3, &[sbuf.sge(100, 1000), sbuf.sge(2000, 2000)]).imm(33))
         .unwrap();
-    client.post_send(&SendWr::inline(4, b"inline").imm(44)).unwrap();
-    client.post_send(&SendWr::new(5, &[sbuf.sge(0, 5000)]).imm(55)).unwrap();
-    client.post_send(&SendWr::inline(6, b"after").imm(66)).unwrap();
+    client
+        .post_send(&SendWr::inline(4, b"inline").imm(44))
+        .unwrap();
+    client
+        .post_send(&SendWr::new(5, &[sbuf.sge(0, 5000)]).imm(55))
+        .unwrap();
+    client
+        .post_send(&SendWr::inline(6, b"after").imm(66))
+        .unwrap();
     let (mut sends, mut recvs) = (Vec::new(), Vec::new());
     while sends.len() < 6 || recvs.len() < 6 {
         let c = next(&cq, "messages");
-        if c.opcode == Opcode::Send { sends.push(c) } else { recvs.push(c) }
+        if c.opcode == Opcode::Send {
+            sends.push(c)
+        } else {
+            recvs.push(c)
+        }
     }
-    assert_eq!(sends.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [1, 2, 3, 4, 5, 6]);
+    assert_eq!(
+        sends.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6]
+    );
     assert!(sends.iter().all(|c| c.is_ok() && c.qp == client.id()));
-    let got: Vec<_> = recvs.iter().map(|c| (c.wr_id, c.status, c.byte_len, c.imm)).collect();
+    let got: Vec<_> = recvs
+        .iter()
+        .map(|c| (c.wr_id, c.status, c.byte_len, c.imm))
+        .collect();
     assert_eq!(
         got,
         [
@@ -230,7 +290,11 @@ fn tcp_messages_keep_boundaries_immediates_and_tags() {
         ]
     );
     assert_eq!(rbuf[0], 0);
-    let want: Vec<u8> = sbuf[100..1100].iter().chain(&sbuf[2000..4000]).copied().collect();
+    let want: Vec<u8> = sbuf[100..1100]
+        .iter()
+        .chain(&sbuf[2000..4000])
+        .copied()
+        .collect();
     assert_eq!(&rbuf[2 * 4096..2 * 4096 + 3000], &want[..]);
     assert_eq!(&rbuf[3 * 4096..3 * 4096 + 6], b"inline");
     assert_eq!(&rbuf[5 * 4096..5 * 4096 + 5], b"after");
@@ -241,12 +305,17 @@ fn tcp_message_framing_on_the_wire_is_msg_header() {
     let ctx = soft();
     let cq = ctx.create_cq(8).unwrap();
     let l = TcpListener::bind("[::1]:0").unwrap();
-    let std::net::SocketAddr::V6(addr) = l.local_addr().unwrap() else { panic!() };
-    let qp = ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq)).unwrap();
+    let std::net::SocketAddr::V6(addr) = l.local_addr().unwrap() else {
+        panic!()
+    };
+    let qp = ctx
+        .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
+        .unwrap();
     qp.connect_wait(addr, T).unwrap();
     let (mut s, _) = l.accept().unwrap();
     s.set_read_timeout(Some(T)).unwrap();
-    qp.post_send(&SendWr::inline(1, b"abc").imm(0x0102_0304)).unwrap();
+    qp.post_send(&SendWr::inline(1, b"abc").imm(0x0102_0304))
+        .unwrap();
     let mut got = [0u8; 11];
     s.read_exact(&mut got).unwrap();
     assert_eq!(got, [3, 0, 0, 0, 4, 3, 2, 1, b'a', b'b', b'c']);
@@ -260,7 +329,10 @@ fn tcp_message_framing_on_the_wire_is_msg_header() {
     if c.opcode == Opcode::Send {
         c = next(&cq, "message from a socket");
     }
-    assert_eq!((c.wr_id, c.status, c.byte_len, c.imm), (9, Status::Success, 2, 7));
+    assert_eq!(
+        (c.wr_id, c.status, c.byte_len, c.imm),
+        (9, Status::Success, 2, 7)
+    );
     assert_eq!(&buf[..2], b"hi");
 }
 
@@ -269,8 +341,12 @@ fn tcp_stream_with_a_plain_socket_and_end_of_stream() {
     let ctx = soft();
     let cq = ctx.create_cq(16).unwrap();
     let l = TcpListener::bind("[::1]:0").unwrap();
-    let std::net::SocketAddr::V6(addr) = l.local_addr().unwrap() else { panic!() };
-    let qp = ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Stream), &cq)).unwrap();
+    let std::net::SocketAddr::V6(addr) = l.local_addr().unwrap() else {
+        panic!()
+    };
+    let qp = ctx
+        .create_qp(&QpInit::new(QpKind::Tcp(Framing::Stream), &cq))
+        .unwrap();
     let peer = qp.connect_wait(addr, T).unwrap();
     assert_eq!(peer, addr);
     let (mut s, _) = l.accept().unwrap();
@@ -281,7 +357,8 @@ fn tcp_stream_with_a_plain_socket_and_end_of_stream() {
         *x = (i * 7 % 253) as u8;
     }
     for i in 0..16 {
-        qp.post_send(&SendWr::new(i, &[big.sge(i as usize * 65536, 65536)])).unwrap();
+        qp.post_send(&SendWr::new(i, &[big.sge(i as usize * 65536, 65536)]))
+            .unwrap();
     }
     let reader = std::thread::spawn(move || {
         let mut all = vec![0u8; 1 << 20];
@@ -308,7 +385,10 @@ fn tcp_stream_with_a_plain_socket_and_end_of_stream() {
         let c = next(&cq, "end of stream");
         assert_eq!((c.wr_id, c.status, c.byte_len), (id, Status::Success, 0));
     }
-    let e = ctx.wait_event_for(qp.id(), EventKind::PeerClosed, Some(T)).unwrap().unwrap();
+    let e = ctx
+        .wait_event_for(qp.id(), EventKind::PeerClosed, Some(T))
+        .unwrap()
+        .unwrap();
     assert_eq!(e.status, 0);
 }
 
@@ -320,9 +400,14 @@ fn tcp_close_is_a_fin_after_the_sends() {
     let rbuf = ctx.alloc(64).unwrap();
     server.post_recv(1, &[rbuf.sge(0, 32)]).unwrap();
     server.post_recv(2, &[rbuf.sge(32, 32)]).unwrap();
-    client.post_send(&SendWr::inline(10, b"last words")).unwrap();
+    client
+        .post_send(&SendWr::inline(10, b"last words"))
+        .unwrap();
     client.close(0xc105e).unwrap();
-    let e = ctx.wait_event_for(client.id(), EventKind::Close, Some(T)).unwrap().unwrap();
+    let e = ctx
+        .wait_event_for(client.id(), EventKind::Close, Some(T))
+        .unwrap()
+        .unwrap();
     assert_eq!((e.status, e.user_data), (0, 0xc105e));
     let mut got = Vec::new();
     while got.len() < 3 {
@@ -332,14 +417,23 @@ fn tcp_close_is_a_fin_after_the_sends() {
     assert_eq!((got[0].wr_id, got[0].byte_len), (1, 10));
     assert_eq!((got[1].wr_id, got[1].byte_len), (2, 0), "end of stream");
     assert_eq!(got[2].wr_id, 10);
-    assert!(ctx.wait_event_for(server.id(), EventKind::PeerClosed, Some(T)).unwrap().is_some());
+    assert!(ctx
+        .wait_event_for(server.id(), EventKind::PeerClosed, Some(T))
+        .unwrap()
+        .is_some());
     // A send after the close has no connection to go on.
     client.post_send(&SendWr::inline(11, b"late")).unwrap();
     let c = next(&cq, "send after close");
-    assert_eq!((c.wr_id, c.status, c.detail), (11, Status::BadDest, Detail::NotBound));
+    assert_eq!(
+        (c.wr_id, c.status, c.detail),
+        (11, Status::BadDest, Detail::NotBound)
+    );
     // A second close is refused in its event.
     client.close(7).unwrap();
-    let e = ctx.wait_event_for(client.id(), EventKind::Close, Some(T)).unwrap().unwrap();
+    let e = ctx
+        .wait_event_for(client.id(), EventKind::Close, Some(T))
+        .unwrap()
+        .unwrap();
     assert_eq!(e.status, -libc::EINVAL);
 }
 
@@ -347,7 +441,9 @@ fn tcp_close_is_a_fin_after_the_sends() {
 fn refused_connect_and_cancelled_accept() {
     let ctx = soft();
     let cq = ctx.create_cq(8).unwrap();
-    let qp = ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq)).unwrap();
+    let qp = ctx
+        .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
+        .unwrap();
     let buf = ctx.alloc(16).unwrap();
     qp.post_recv(1, &[buf.sge_all()]).unwrap();
     let e = qp.connect_wait(lo(free_tcp_port()), T).unwrap_err();
@@ -355,11 +451,16 @@ fn refused_connect_and_cancelled_accept() {
     // The failed connection flushed what was posted.
     let c = next(&cq, "flush after refusal");
     assert_eq!((c.wr_id, c.status), (1, Status::Flushed));
-    let idle = ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Stream), &cq)).unwrap();
+    let idle = ctx
+        .create_qp(&QpInit::new(QpKind::Tcp(Framing::Stream), &cq))
+        .unwrap();
     let l = ctx.listen(lo(free_tcp_port()), 1).unwrap();
     l.accept(&idle, 42).unwrap();
     drop(l);
-    let e = ctx.wait_event_for(idle.id(), EventKind::Accept, Some(T)).unwrap().unwrap();
+    let e = ctx
+        .wait_event_for(idle.id(), EventKind::Accept, Some(T))
+        .unwrap()
+        .unwrap();
     assert_eq!((e.status, e.user_data), (-libc::ECANCELED, 42));
 }
 
@@ -369,16 +470,21 @@ fn many_qps_share_one_cq() {
     let cq = ctx.create_cq(256).unwrap();
     let n = 16;
     let qps: Vec<Qp> = (0..n)
-        .map(|_| ctx.create_qp(&QpInit::new(QpKind::Udp, &cq).depth(8, 8)).unwrap())
+        .map(|_| {
+            ctx.create_qp(&QpInit::new(QpKind::Udp, &cq).depth(8, 8))
+                .unwrap()
+        })
         .collect();
     let addrs: Vec<_> = qps.iter().map(|q| q.bind(lo(0)).unwrap()).collect();
     let buf = ctx.alloc(n * 64).unwrap();
     for (i, q) in qps.iter().enumerate() {
-        q.post_recv(1000 + i as u64, &[buf.sge(i * 64, 64)]).unwrap();
+        q.post_recv(1000 + i as u64, &[buf.sge(i * 64, 64)])
+            .unwrap();
     }
     for (i, q) in qps.iter().enumerate() {
         let msg = format!("from {i}");
-        q.post_send(&SendWr::inline(i as u64, msg.as_bytes()).to(addrs[(i + 1) % n])).unwrap();
+        q.post_send(&SendWr::inline(i as u64, msg.as_bytes()).to(addrs[(i + 1) % n]))
+            .unwrap();
     }
     let mut out = [Completion::default(); 7];
     let mut all = Vec::new();
@@ -406,7 +512,10 @@ fn wait_times_out_and_epoll_wakes_on_arm() {
     let ctx = soft();
     // A wait that times out leaves its CQ armed: use a CQ of its own.
     let idle = ctx.create_cq(2).unwrap();
-    assert_eq!(idle.wait_one(Some(Duration::from_millis(50))).unwrap(), None);
+    assert_eq!(
+        idle.wait_one(Some(Duration::from_millis(50))).unwrap(),
+        None
+    );
     let cq = ctx.create_cq(8).unwrap();
     let (a, b, _, pb) = udp_pair(&ctx, &cq);
     let buf = ctx.alloc(16).unwrap();
@@ -415,9 +524,15 @@ fn wait_times_out_and_epoll_wakes_on_arm() {
     // SAFETY: plain system calls on descriptors this test owns.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     assert!(ep >= 0);
-    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: 7 };
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: 7,
+    };
     // SAFETY: as above.
-    assert_eq!(unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, cq.as_raw_fd(), &mut ev) }, 0);
+    assert_eq!(
+        unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, cq.as_raw_fd(), &mut ev) },
+        0
+    );
     let wait = |ms| {
         let mut out = [libc::epoll_event { events: 0, u64: 0 }; 2];
         // SAFETY: as above.
@@ -453,10 +568,16 @@ fn wait_times_out_and_epoll_wakes_on_arm() {
 fn context_events_fd_polls_readable() {
     let ctx = soft();
     let cq = ctx.create_cq(8).unwrap();
-    let qp = ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq)).unwrap();
+    let qp = ctx
+        .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
+        .unwrap();
     let l = ctx.listen(lo(free_tcp_port()), 1).unwrap();
     l.accept(&qp, 5).unwrap();
-    let mut p = libc::pollfd { fd: ctx.events_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    let mut p = libc::pollfd {
+        fd: ctx.events_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
     // SAFETY: one valid pollfd.
     assert_eq!(unsafe { libc::poll(&mut p, 1, 0) }, 0);
     drop(l);
@@ -466,7 +587,11 @@ fn context_events_fd_polls_readable() {
     assert_eq!((e.kind, e.status), (EventKind::Accept, -libc::ECANCELED));
     assert_eq!(ctx.poll_event().unwrap(), None);
     // SAFETY: as above.
-    assert_eq!(unsafe { libc::poll(&mut p, 1, 0) }, 0, "readable with no event queued");
+    assert_eq!(
+        unsafe { libc::poll(&mut p, 1, 0) },
+        0,
+        "readable with no event queued"
+    );
 }
 
 #[test]
@@ -475,7 +600,10 @@ fn provider_choice() {
     let e = Context::open().unwrap_err();
     assert!(matches!(e, Error::BadProviderName(_)), "{e}");
     std::env::set_var(qpip::PROVIDER_ENV, "soft");
-    assert_eq!(Context::open().unwrap().provider(), qpip::ProviderKind::Soft);
+    assert_eq!(
+        Context::open().unwrap().provider(),
+        qpip::ProviderKind::Soft
+    );
     std::env::remove_var(qpip::PROVIDER_ENV);
 }
 
@@ -488,7 +616,10 @@ fn the_device_test_program_passes_on_the_soft_provider() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "qpip-verbs-test --soft failed:\n{text}");
+    assert!(
+        out.status.success(),
+        "qpip-verbs-test --soft failed:\n{text}"
+    );
     assert!(!text.contains("FAIL"), "{text}");
     assert!(text.contains("@check.epoll=ok"), "{text}");
 }

@@ -52,27 +52,48 @@ fn take(cq: &Cq, n: usize, what: &str) -> Result<Vec<Completion>, String> {
 }
 
 fn udp_pair(ctx: &Context, cq: &Cq) -> Result<(Qp, Qp, SocketAddrV6, SocketAddrV6), String> {
-    let a = e(ctx.create_qp(&QpInit::new(QpKind::Udp, cq)), "create UDP QP a")?;
-    let b = e(ctx.create_qp(&QpInit::new(QpKind::Udp, cq)), "create UDP QP b")?;
+    let a = e(
+        ctx.create_qp(&QpInit::new(QpKind::Udp, cq)),
+        "create UDP QP a",
+    )?;
+    let b = e(
+        ctx.create_qp(&QpInit::new(QpKind::Udp, cq)),
+        "create UDP QP b",
+    )?;
     let pa = e(a.bind(lo(0)), "bind a")?;
     let pb = e(b.bind(lo(0)), "bind b")?;
     Ok((a, b, lo(pa.port()), lo(pb.port())))
 }
 
 fn tcp_pair(ctx: &Context, cq: &Cq, framing: Framing, port: u16) -> Result<(Qp, Qp), String> {
-    let server = e(ctx.create_qp(&QpInit::new(QpKind::Tcp(framing), cq)), "create server QP")?;
-    let client = e(ctx.create_qp(&QpInit::new(QpKind::Tcp(framing), cq)), "create client QP")?;
+    let server = e(
+        ctx.create_qp(&QpInit::new(QpKind::Tcp(framing), cq)),
+        "create server QP",
+    )?;
+    let client = e(
+        ctx.create_qp(&QpInit::new(QpKind::Tcp(framing), cq)),
+        "create client QP",
+    )?;
     let l = e(ctx.listen(lo(port), 4), "listen")?;
     e(l.accept(&server, 0xacce), "accept")?;
     e(client.connect(lo(port), 0xc0), "connect")?;
-    let c = e(ctx.wait_event_for(client.id(), EventKind::Connect, Some(T)), "connect event")?
-        .ok_or("no connect event")?;
-    ensure(c.status == 0 && c.user_data == 0xc0, || format!("connect event {c:?}"))?;
-    let a = e(ctx.wait_event_for(server.id(), EventKind::Accept, Some(T)), "accept event")?
-        .ok_or("no accept event")?;
-    ensure(a.status == 0 && a.user_data == 0xacce && a.peer.is_some(), || {
-        format!("accept event {a:?}")
+    let c = e(
+        ctx.wait_event_for(client.id(), EventKind::Connect, Some(T)),
+        "connect event",
+    )?
+    .ok_or("no connect event")?;
+    ensure(c.status == 0 && c.user_data == 0xc0, || {
+        format!("connect event {c:?}")
     })?;
+    let a = e(
+        ctx.wait_event_for(server.id(), EventKind::Accept, Some(T)),
+        "accept event",
+    )?
+    .ok_or("no accept event")?;
+    ensure(
+        a.status == 0 && a.user_data == 0xacce && a.peer.is_some(),
+        || format!("accept event {a:?}"),
+    )?;
     Ok((server, client))
 }
 
@@ -86,15 +107,32 @@ fn udp_scatter_gather(ctx: &Context) -> R {
         *x = i as u8;
     }
     let dst = e(ctx.alloc(64), "register")?;
-    e(b.post_recv(77, &[dst.sge(40, 10), dst.sge(0, 20)]), "post_recv")?;
+    e(
+        b.post_recv(77, &[dst.sge(40, 10), dst.sge(0, 20)]),
+        "post_recv",
+    )?;
     let sges = [src.sge(0, 5), src.sge(30, 7), src.sge(60, 3)];
     e(a.post_send(&SendWr::new(55, &sges).to(pb)), "post_send")?;
     let got = take(&cq, 2, "gathered datagram")?;
-    let s = got.iter().find(|c| c.opcode == Opcode::Send).ok_or("no send completion")?;
-    let r = got.iter().find(|c| c.opcode == Opcode::Recv).ok_or("no receive completion")?;
-    ensure(s.wr_id == 55 && s.is_ok() && s.byte_len == 15 && s.qp == a.id(), || format!("{s:?}"))?;
-    ensure(r.wr_id == 77 && r.is_ok() && r.byte_len == 15 && r.qp == b.id(), || format!("{r:?}"))?;
-    ensure(r.src.map(|s| s.port()) == Some(pa.port()), || format!("source {:?}, sent from {pa}", r.src))?;
+    let s = got
+        .iter()
+        .find(|c| c.opcode == Opcode::Send)
+        .ok_or("no send completion")?;
+    let r = got
+        .iter()
+        .find(|c| c.opcode == Opcode::Recv)
+        .ok_or("no receive completion")?;
+    ensure(
+        s.wr_id == 55 && s.is_ok() && s.byte_len == 15 && s.qp == a.id(),
+        || format!("{s:?}"),
+    )?;
+    ensure(
+        r.wr_id == 77 && r.is_ok() && r.byte_len == 15 && r.qp == b.id(),
+        || format!("{r:?}"),
+    )?;
+    ensure(r.src.map(|s| s.port()) == Some(pa.port()), || {
+        format!("source {:?}, sent from {pa}", r.src)
+    })?;
     let want: Vec<u8> = (0..5).chain(30..37).chain(60..63).collect();
     ensure(dst[40..50] == want[..10] && dst[0..5] == want[10..], || {
         format!("scattered bytes {:?}", &dst[..])
@@ -105,69 +143,128 @@ fn udp_scatter_gather(ctx: &Context) -> R {
     }
     for i in 0..8u64 {
         let msg = [i as u8; 40];
-        e(a.post_send(&SendWr::inline(100 + i, &msg).to(pb)), "inline post_send")?;
+        e(
+            a.post_send(&SendWr::inline(100 + i, &msg).to(pb)),
+            "inline post_send",
+        )?;
     }
     let got = take(&cq, 16, "inline datagrams")?;
-    let sends: Vec<u64> = got.iter().filter(|c| c.opcode == Opcode::Send).map(|c| c.wr_id).collect();
-    let recvs: Vec<u64> = got.iter().filter(|c| c.opcode == Opcode::Recv).map(|c| c.wr_id).collect();
-    ensure(sends == (100..108).collect::<Vec<_>>(), || format!("send tags {sends:?}"))?;
-    ensure(recvs == (200..208).collect::<Vec<_>>(), || format!("receive tags {recvs:?}"))?;
-    ensure(got.iter().all(|c| c.is_ok() && c.byte_len == 40), || format!("{got:?}"))
+    let sends: Vec<u64> = got
+        .iter()
+        .filter(|c| c.opcode == Opcode::Send)
+        .map(|c| c.wr_id)
+        .collect();
+    let recvs: Vec<u64> = got
+        .iter()
+        .filter(|c| c.opcode == Opcode::Recv)
+        .map(|c| c.wr_id)
+        .collect();
+    ensure(sends == (100..108).collect::<Vec<_>>(), || {
+        format!("send tags {sends:?}")
+    })?;
+    ensure(recvs == (200..208).collect::<Vec<_>>(), || {
+        format!("receive tags {recvs:?}")
+    })?;
+    ensure(got.iter().all(|c| c.is_ok() && c.byte_len == 40), || {
+        format!("{got:?}")
+    })
 }
 
 fn udp_errors(ctx: &Context) -> R {
     let cq = e(ctx.create_cq(16), "create CQ")?;
     let (a, b, _, pb) = udp_pair(ctx, &cq)?;
     let unbound = e(ctx.create_qp(&QpInit::new(QpKind::Udp, &cq)), "create QP")?;
-    e(a.post_send(&SendWr::inline(1, b"x").imm(5).to(pb)), "post imm")?;
+    e(
+        a.post_send(&SendWr::inline(1, b"x").imm(5).to(pb)),
+        "post imm",
+    )?;
     let c = next(&cq, "imm on UDP")?;
-    ensure(c.wr_id == 1 && c.status == Status::BadWqe, || format!("imm on UDP: {c:?}"))?;
-    e(a.post_send(&SendWr::inline(2, b"x").to(lo(0))), "post port 0")?;
+    ensure(c.wr_id == 1 && c.status == Status::BadWqe, || {
+        format!("imm on UDP: {c:?}")
+    })?;
+    e(
+        a.post_send(&SendWr::inline(2, b"x").to(lo(0))),
+        "post port 0",
+    )?;
     let c = next(&cq, "port 0")?;
-    ensure(c.status == Status::BadDest && c.detail == Detail::BadAddress, || format!("port 0: {c:?}"))?;
-    e(unbound.post_send(&SendWr::inline(3, b"x").to(pb)), "post unbound")?;
+    ensure(
+        c.status == Status::BadDest && c.detail == Detail::BadAddress,
+        || format!("port 0: {c:?}"),
+    )?;
+    e(
+        unbound.post_send(&SendWr::inline(3, b"x").to(pb)),
+        "post unbound",
+    )?;
     let c = next(&cq, "unbound")?;
-    ensure(c.status == Status::BadDest && c.detail == Detail::NotBound, || format!("unbound: {c:?}"))?;
+    ensure(
+        c.status == Status::BadDest && c.detail == Detail::NotBound,
+        || format!("unbound: {c:?}"),
+    )?;
     let small = e(ctx.alloc(4), "register")?;
     e(b.post_recv(4, &[small.sge_all()]), "post_recv")?;
     e(a.post_send(&SendWr::inline(5, b"too long").to(pb)), "post")?;
     let mut got = take(&cq, 2, "datagram too long")?;
     got.sort_by_key(|c| c.wr_id);
-    ensure(got[0].status == Status::LocalLength && got[0].byte_len == 8, || format!("{:?}", got[0]))?;
-    ensure(small[..] == [0, 0, 0, 0], || "a datagram too long was placed".into())?;
+    ensure(
+        got[0].status == Status::LocalLength && got[0].byte_len == 8,
+        || format!("{:?}", got[0]),
+    )?;
+    ensure(small[..] == [0, 0, 0, 0], || {
+        "a datagram too long was placed".into()
+    })?;
     ensure(got[1].is_ok(), || format!("{:?}", got[1]))
 }
 
 fn post_errors(ctx: &Context) -> R {
     let other = e(Context::open_soft(), "a second context")?;
     let cq = e(ctx.create_cq(4), "create CQ")?;
-    let qp = e(ctx.create_qp(&QpInit::new(QpKind::Udp, &cq).depth(2, 2)), "create QP")?;
+    let qp = e(
+        ctx.create_qp(&QpInit::new(QpKind::Udp, &cq).depth(2, 2)),
+        "create QP",
+    )?;
     e(qp.bind(lo(0)), "bind")?;
     let buf = e(ctx.alloc(16), "register")?;
     let foreign = e(other.alloc(16), "register elsewhere")?;
     let r = qp.post_recv(1, &[buf.sge(10, 7)]);
-    ensure(matches!(r, Err(Error::OutOfBounds { .. })), || format!("out of bounds: {r:?}"))?;
+    ensure(matches!(r, Err(Error::OutOfBounds { .. })), || {
+        format!("out of bounds: {r:?}")
+    })?;
     let six = [buf.sge(0, 1); 6];
     let r = qp.post_recv(1, &six);
-    ensure(matches!(r, Err(Error::TooManySges { .. })), || format!("6 SGEs: {r:?}"))?;
-    let r = qp.post_send(&SendWr::inline(1, &[0; 81]).to(lo(9)));
-    ensure(matches!(r, Err(Error::InlineTooLong { .. })), || format!("81 inline: {r:?}"))?;
-    let r = qp.post_send(&SendWr::inline(1, b"x"));
-    ensure(matches!(r, Err(Error::Destination(_))), || format!("no destination: {r:?}"))?;
-    let r = qp.post_recv(1, &[foreign.sge_all()]);
-    ensure(matches!(r, Err(Error::ForeignObject(_))), || format!("foreign region: {r:?}"))?;
-    let r = qp.connect(lo(9), 0);
-    ensure(matches!(r, Err(Error::WrongQpKind { .. })), || format!("connect UDP: {r:?}"))?;
-    let r = ctx.create_cq(3);
-    ensure(matches!(r, Err(Error::InvalidArgument(_))), || format!("CQ depth 3: {r:?}"))?;
-    let r = qp.bind(lo(0));
-    ensure(matches!(&r, Err(err) if err.raw_os_error() == Some(libc::EINVAL)), || {
-        format!("bind twice: {r:?}")
+    ensure(matches!(r, Err(Error::TooManySges { .. })), || {
+        format!("6 SGEs: {r:?}")
     })?;
+    let r = qp.post_send(&SendWr::inline(1, &[0; 81]).to(lo(9)));
+    ensure(matches!(r, Err(Error::InlineTooLong { .. })), || {
+        format!("81 inline: {r:?}")
+    })?;
+    let r = qp.post_send(&SendWr::inline(1, b"x"));
+    ensure(matches!(r, Err(Error::Destination(_))), || {
+        format!("no destination: {r:?}")
+    })?;
+    let r = qp.post_recv(1, &[foreign.sge_all()]);
+    ensure(matches!(r, Err(Error::ForeignObject(_))), || {
+        format!("foreign region: {r:?}")
+    })?;
+    let r = qp.connect(lo(9), 0);
+    ensure(matches!(r, Err(Error::WrongQpKind { .. })), || {
+        format!("connect UDP: {r:?}")
+    })?;
+    let r = ctx.create_cq(3);
+    ensure(matches!(r, Err(Error::InvalidArgument(_))), || {
+        format!("CQ depth 3: {r:?}")
+    })?;
+    let r = qp.bind(lo(0));
+    ensure(
+        matches!(&r, Err(err) if err.raw_os_error() == Some(libc::EINVAL)),
+        || format!("bind twice: {r:?}"),
+    )?;
     e(qp.post_recv(1, &[buf.sge(0, 8)]), "post_recv 1")?;
     e(qp.post_recv(2, &[buf.sge(8, 8)]), "post_recv 2")?;
     let r = qp.post_recv(3, &[buf.sge(0, 8)]);
-    ensure(matches!(r, Err(Error::QueueFull { depth: 2, .. })), || format!("third receive: {r:?}"))?;
+    ensure(matches!(r, Err(Error::QueueFull { depth: 2, .. })), || {
+        format!("third receive: {r:?}")
+    })?;
     drop(qp);
     let got = take(&cq, 2, "flush on destroy")?;
     ensure(
@@ -181,18 +278,36 @@ fn tcp_messages(ctx: &Context, port: u16) -> R {
     let (server, client) = tcp_pair(ctx, &cq, Framing::Message, port)?;
     let rbuf = e(ctx.alloc(8 * 4096), "register")?;
     for i in 0..8u64 {
-        e(server.post_recv(100 + i, &[rbuf.sge(i as usize * 4096, 4096)]), "post_recv")?;
+        e(
+            server.post_recv(100 + i, &[rbuf.sge(i as usize * 4096, 4096)]),
+            "post_recv",
+        )?;
     }
     let mut sbuf = e(ctx.alloc(3 * 4096), "register")?;
     for (i, x) in sbuf.iter_mut().enumerate() {
         *x = (i % 251) as u8;
     }
-    e(client.post_send(&SendWr::new(1, &[sbuf.sge(0, 1)]).imm(11)), "send 1")?;
+    e(
+        client.post_send(&SendWr::new(1, &[sbuf.sge(0, 1)]).imm(11)),
+        "send 1",
+    )?;
     e(client.post_send(&SendWr::new(2, &[]).imm(22)), "send 2")?;
-    e(client.post_send(&SendWr::new(3, &[sbuf.sge(100, 1000), sbuf.sge(2000, 2000)]).imm(33)), "send 3")?;
-    e(client.post_send(&SendWr::inline(4, b"inline").imm(44)), "send 4")?;
-    e(client.post_send(&SendWr::new(5, &[sbuf.sge(0, 5000)]).imm(55)), "send 5")?;
-    e(client.post_send(&SendWr::inline(6, b"after").imm(66)), "send 6")?;
+    e(
+        client.post_send(&SendWr::new(3, &[sbuf.sge(100, 1000), sbuf.sge(2000, 2000)]).imm(33)),
+        "send 3",
+    )?;
+    e(
+        client.post_send(&SendWr::inline(4, b"inline").imm(44)),
+        "send 4",
+    )?;
+    e(
+        client.post_send(&SendWr::new(5, &[sbuf.sge(0, 5000)]).imm(55)),
+        "send 5",
+    )?;
+    e(
+        client.post_send(&SendWr::inline(6, b"after").imm(66)),
+        "send 6",
+    )?;
     let got = take(&cq, 12, "messages")?;
     let sends: Vec<_> = got.iter().filter(|c| c.opcode == Opcode::Send).collect();
     let recvs: Vec<_> = got
@@ -214,23 +329,41 @@ fn tcp_messages(ctx: &Context, port: u16) -> R {
         (105, Status::Success, 5, 66),
     ];
     ensure(recvs == want, || format!("receives {recvs:?}"))?;
-    let joined: Vec<u8> = sbuf[100..1100].iter().chain(&sbuf[2000..4000]).copied().collect();
-    ensure(rbuf[2 * 4096..2 * 4096 + 3000] == joined[..], || "message 3 arrived changed".into())?;
-    ensure(&rbuf[3 * 4096..3 * 4096 + 6] == b"inline", || "message 4 arrived changed".into())?;
+    let joined: Vec<u8> = sbuf[100..1100]
+        .iter()
+        .chain(&sbuf[2000..4000])
+        .copied()
+        .collect();
+    ensure(rbuf[2 * 4096..2 * 4096 + 3000] == joined[..], || {
+        "message 3 arrived changed".into()
+    })?;
+    ensure(&rbuf[3 * 4096..3 * 4096 + 6] == b"inline", || {
+        "message 4 arrived changed".into()
+    })?;
     // Close: the peer's receives end with 0 bytes, after the last message.
     e(client.post_send(&SendWr::inline(7, b"bye")), "send 7")?;
     e(client.close(0xc105e), "close")?;
-    let ev = e(ctx.wait_event_for(client.id(), EventKind::Close, Some(T)), "close event")?
-        .ok_or("no close event")?;
-    ensure(ev.status == 0 && ev.user_data == 0xc105e, || format!("close event {ev:?}"))?;
+    let ev = e(
+        ctx.wait_event_for(client.id(), EventKind::Close, Some(T)),
+        "close event",
+    )?
+    .ok_or("no close event")?;
+    ensure(ev.status == 0 && ev.user_data == 0xc105e, || {
+        format!("close event {ev:?}")
+    })?;
     let got = take(&cq, 3, "close")?;
     let r: Vec<_> = got
         .iter()
         .filter(|c| c.opcode == Opcode::Recv)
         .map(|c| (c.wr_id, c.byte_len))
         .collect();
-    ensure(r == [(106, 3), (107, 0)], || format!("receives around the close: {got:?}"))?;
-    let pc = e(ctx.wait_event_for(server.id(), EventKind::PeerClosed, Some(T)), "peer closed")?;
+    ensure(r == [(106, 3), (107, 0)], || {
+        format!("receives around the close: {got:?}")
+    })?;
+    let pc = e(
+        ctx.wait_event_for(server.id(), EventKind::PeerClosed, Some(T)),
+        "peer closed",
+    )?;
     ensure(pc.is_some(), || "no peer-closed event".into())
 }
 
@@ -248,11 +381,17 @@ fn tcp_stream(ctx: &Context, port: u16) -> R {
     // holds, so the stream is what the completions held, in their order.
     let rbuf = e(ctx.alloc(slots * chunk), "register")?;
     for s in 0..slots {
-        e(server.post_recv(s as u64, &[rbuf.sge(s * chunk, chunk)]), "post_recv")?;
+        e(
+            server.post_recv(s as u64, &[rbuf.sge(s * chunk, chunk)]),
+            "post_recv",
+        )?;
     }
     for i in 0..(total / chunk) {
         let sge = [sbuf.sge(i * chunk, chunk)];
-        e(client.post_send(&SendWr::new(1_000_000 + i as u64, &sge)), "post_send")?;
+        e(
+            client.post_send(&SendWr::new(1_000_000 + i as u64, &sge)),
+            "post_send",
+        )?;
     }
     let mut stream = Vec::with_capacity(total);
     let mut sends = 0;
@@ -260,16 +399,24 @@ fn tcp_stream(ctx: &Context, port: u16) -> R {
         let c = next(&cq, "stream")?;
         ensure(c.is_ok(), || format!("stream completion {c:?}"))?;
         if c.opcode == Opcode::Send {
-            ensure(c.wr_id == 1_000_000 + sends as u64, || format!("send out of order: {c:?}"))?;
+            ensure(c.wr_id == 1_000_000 + sends as u64, || {
+                format!("send out of order: {c:?}")
+            })?;
             sends += 1;
             continue;
         }
         let s = c.wr_id as usize;
         stream.extend_from_slice(&rbuf[s * chunk..s * chunk + c.byte_len as usize]);
-        e(server.post_recv(s as u64, &[rbuf.sge(s * chunk, chunk)]), "post_recv")?;
+        e(
+            server.post_recv(s as u64, &[rbuf.sge(s * chunk, chunk)]),
+            "post_recv",
+        )?;
     }
     ensure(stream.len() == total && stream[..] == sbuf[..], || {
-        format!("the stream arrived changed ({} of {total} bytes)", stream.len())
+        format!(
+            "the stream arrived changed ({} of {total} bytes)",
+            stream.len()
+        )
     })?;
     println!("@tcp_stream.bytes={total}");
     Ok(())
@@ -277,22 +424,36 @@ fn tcp_stream(ctx: &Context, port: u16) -> R {
 
 fn tcp_refused_and_cancelled(ctx: &Context, port: u16) -> R {
     let cq = e(ctx.create_cq(8), "create CQ")?;
-    let qp = e(ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq)), "create QP")?;
+    let qp = e(
+        ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq)),
+        "create QP",
+    )?;
     let buf = e(ctx.alloc(16), "register")?;
     e(qp.post_recv(1, &[buf.sge_all()]), "post_recv")?;
     let r = qp.connect_wait(lo(port), T);
-    ensure(matches!(&r, Err(err) if err.raw_os_error() == Some(libc::ECONNREFUSED)), || {
-        format!("connect to a closed port: {r:?}")
-    })?;
+    ensure(
+        matches!(&r, Err(err) if err.raw_os_error() == Some(libc::ECONNREFUSED)),
+        || format!("connect to a closed port: {r:?}"),
+    )?;
     let c = next(&cq, "flush after refusal")?;
-    ensure(c.wr_id == 1 && c.status == Status::Flushed, || format!("after refusal: {c:?}"))?;
-    let idle = e(ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Stream), &cq)), "create QP")?;
+    ensure(c.wr_id == 1 && c.status == Status::Flushed, || {
+        format!("after refusal: {c:?}")
+    })?;
+    let idle = e(
+        ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Stream), &cq)),
+        "create QP",
+    )?;
     let l = e(ctx.listen(lo(port), 1), "listen")?;
     e(l.accept(&idle, 42), "accept")?;
     drop(l);
-    let ev = e(ctx.wait_event_for(idle.id(), EventKind::Accept, Some(T)), "accept event")?
-        .ok_or("no accept event")?;
-    ensure(ev.status == -libc::ECANCELED && ev.user_data == 42, || format!("cancelled accept {ev:?}"))
+    let ev = e(
+        ctx.wait_event_for(idle.id(), EventKind::Accept, Some(T)),
+        "accept event",
+    )?
+    .ok_or("no accept event")?;
+    ensure(ev.status == -libc::ECANCELED && ev.user_data == 42, || {
+        format!("cancelled accept {ev:?}")
+    })
 }
 
 fn many_qps_one_cq(ctx: &Context) -> R {
@@ -301,17 +462,26 @@ fn many_qps_one_cq(ctx: &Context) -> R {
     let mut qps = Vec::new();
     let mut addrs = Vec::new();
     for _ in 0..n {
-        let q = e(ctx.create_qp(&QpInit::new(QpKind::Udp, &cq).depth(4, 4)), "create QP")?;
+        let q = e(
+            ctx.create_qp(&QpInit::new(QpKind::Udp, &cq).depth(4, 4)),
+            "create QP",
+        )?;
         addrs.push(lo(e(q.bind(lo(0)), "bind")?.port()));
         qps.push(q);
     }
     let buf = e(ctx.alloc(n * 64), "register")?;
     for (i, q) in qps.iter().enumerate() {
-        e(q.post_recv(1000 + i as u64, &[buf.sge(i * 64, 64)]), "post_recv")?;
+        e(
+            q.post_recv(1000 + i as u64, &[buf.sge(i * 64, 64)]),
+            "post_recv",
+        )?;
     }
     for (i, q) in qps.iter().enumerate() {
         let msg = format!("from {i}");
-        e(q.post_send(&SendWr::inline(i as u64, msg.as_bytes()).to(addrs[(i + 1) % n])), "post_send")?;
+        e(
+            q.post_send(&SendWr::inline(i as u64, msg.as_bytes()).to(addrs[(i + 1) % n])),
+            "post_send",
+        )?;
     }
     let mut all = Vec::new();
     let mut out = [Completion::default(); 5];
@@ -328,7 +498,8 @@ fn many_qps_one_cq(ctx: &Context) -> R {
         let from = (i + n - 1) % n;
         let text = format!("from {from}");
         ensure(
-            r.is_ok() && r.src.map(|s| s.port()) == Some(addrs[from].port())
+            r.is_ok()
+                && r.src.map(|s| s.port()) == Some(addrs[from].port())
                 && buf[i * 64..i * 64 + text.len()] == *text.as_bytes(),
             || format!("QP {i}: {r:?}"),
         )?;
@@ -343,20 +514,27 @@ fn cq_overflow(ctx: &Context) -> R {
     let full_before = counter(ctx, qpip_abi::admin::STAT_CQ_FULL)?;
     let cq = e(ctx.create_cq(4), "create CQ")?;
     let rcq = e(ctx.create_cq(4), "create CQ")?;
-    let a = e(ctx.create_qp(&QpInit::new(QpKind::Udp, &cq).recv_cq(&rcq).depth(16, 4)), "create QP")?;
+    let a = e(
+        ctx.create_qp(&QpInit::new(QpKind::Udp, &cq).recv_cq(&rcq).depth(16, 4)),
+        "create QP",
+    )?;
     let sink = e(ctx.create_qp(&QpInit::new(QpKind::Udp, &rcq)), "create QP")?;
     e(a.bind(lo(0)), "bind")?;
     let to = lo(e(sink.bind(lo(0)), "bind")?.port());
     for i in 0..12u64 {
-        e(a.post_send(&SendWr::inline(i, b"overflow").to(to)), "post_send")?;
+        e(
+            a.post_send(&SendWr::inline(i, b"overflow").to(to)),
+            "post_send",
+        )?;
     }
     // Give the device time to fill the CQ and stall.
     std::thread::sleep(Duration::from_millis(300));
     let got = take(&cq, 12, "completions beyond the CQ's depth")?;
     let ids: Vec<u64> = got.iter().map(|c| c.wr_id).collect();
-    ensure(ids == (0..12).collect::<Vec<_>>() && got.iter().all(|c| c.is_ok()), || {
-        format!("completions {got:?}")
-    })?;
+    ensure(
+        ids == (0..12).collect::<Vec<_>>() && got.iter().all(|c| c.is_ok()),
+        || format!("completions {got:?}"),
+    )?;
     let full_after = counter(ctx, qpip_abi::admin::STAT_CQ_FULL)?;
     if let (Some(b), Some(a)) = (full_before, full_after) {
         println!("@cq_overflow.cq_full={}", a - b);
@@ -376,9 +554,14 @@ fn wait_wakeups(ctx: &Context) -> R {
     let t0 = Instant::now();
     let r = e(cq.wait_one(Some(Duration::from_millis(200))), "wait")?;
     ensure(r.is_none(), || format!("completion from nowhere: {r:?}"))?;
-    ensure(t0.elapsed() >= Duration::from_millis(200), || "returned before the timeout".into())?;
+    ensure(t0.elapsed() >= Duration::from_millis(200), || {
+        "returned before the timeout".into()
+    })?;
     let scq = e(ctx.create_cq(8), "create CQ")?;
-    let a = std::sync::Arc::new(e(ctx.create_qp(&QpInit::new(QpKind::Udp, &scq)), "create QP")?);
+    let a = std::sync::Arc::new(e(
+        ctx.create_qp(&QpInit::new(QpKind::Udp, &scq)),
+        "create QP",
+    )?);
     let b = e(ctx.create_qp(&QpInit::new(QpKind::Udp, &cq)), "create QP")?;
     e(a.bind(lo(0)), "bind")?;
     let to = lo(e(b.bind(lo(0)), "bind")?.port());
@@ -394,8 +577,13 @@ fn wait_wakeups(ctx: &Context) -> R {
             }
         });
         let c = next(&cq, "wake-up")?;
-        sender.join().map_err(|_| "sender panicked")?.map_err(|e| e.to_string())?;
-        ensure(c.wr_id == round && c.is_ok() && c.byte_len == 7, || format!("{c:?}"))?;
+        sender
+            .join()
+            .map_err(|_| "sender panicked")?
+            .map_err(|e| e.to_string())?;
+        ensure(c.wr_id == round && c.is_ok() && c.byte_len == 7, || {
+            format!("{c:?}")
+        })?;
         next(&scq, "send")?;
         wakes += 1;
     }
@@ -415,8 +603,15 @@ fn epoll(ctx: &Context, port: u16) -> R {
     // SAFETY: plain system calls on descriptors this program owns.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     ensure(ep >= 0, || "epoll_create1 failed".into())?;
-    for (fd, tag) in [(cq1.as_raw_fd(), 1u64), (cq2.as_raw_fd(), 2), (ctx.events_fd().as_raw_fd(), 3)] {
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: tag };
+    for (fd, tag) in [
+        (cq1.as_raw_fd(), 1u64),
+        (cq2.as_raw_fd(), 2),
+        (ctx.events_fd().as_raw_fd(), 3),
+    ] {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: tag,
+        };
         // SAFETY: as above.
         let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
         ensure(r == 0, || format!("epoll_ctl of {tag}"))?;
@@ -433,7 +628,9 @@ fn epoll(ctx: &Context, port: u16) -> R {
         // On the device, CQs share interrupt vectors (with other processes' CQs too), so a
         // descriptor may wake spuriously: "no wake-up" is checked where it is promised.
         let exact = ctx.provider() == ProviderKind::Soft;
-        ensure(!exact || wait(0).is_empty(), || "readable before anything happened".into())?;
+        ensure(!exact || wait(0).is_empty(), || {
+            "readable before anything happened".into()
+        })?;
         e(cq1.arm(), "arm")?;
         e(cq2.arm(), "arm")?;
         e(c.post_recv(9, &[buf.sge_all()]), "post_recv")?;
@@ -444,19 +641,32 @@ fn epoll(ctx: &Context, port: u16) -> R {
         while !(seen.contains(&1) && seen.contains(&2)) && Instant::now() < deadline {
             seen.extend(wait(1000));
         }
-        ensure(seen.contains(&1) && seen.contains(&2), || format!("epoll woke for {seen:?}"))?;
+        ensure(seen.contains(&1) && seen.contains(&2), || {
+            format!("epoll woke for {seen:?}")
+        })?;
         cq1.ack();
         cq2.ack();
-        ensure(cq1.poll_one().is_some_and(|c| c.wr_id == 1), || "no send completion".into())?;
-        ensure(cq2.poll_one().is_some_and(|c| c.wr_id == 9), || "no receive completion".into())?;
-        ensure(!exact || wait(0).is_empty(), || "readable after ack with nothing armed".into())?;
+        ensure(cq1.poll_one().is_some_and(|c| c.wr_id == 1), || {
+            "no send completion".into()
+        })?;
+        ensure(cq2.poll_one().is_some_and(|c| c.wr_id == 9), || {
+            "no receive completion".into()
+        })?;
+        ensure(!exact || wait(0).is_empty(), || {
+            "readable after ack with nothing armed".into()
+        })?;
         // Not armed: a completion does not wake.
         e(b.post_recv(3, &[buf.sge_all()]), "post_recv")?;
         e(a.post_send(&SendWr::inline(2, b"to b").to(pb)), "post_send")?;
         take(&cq1, 2, "unarmed")?;
-        ensure(!exact || !wait(300).contains(&1), || "woke without arming".into())?;
+        ensure(!exact || !wait(300).contains(&1), || {
+            "woke without arming".into()
+        })?;
         // A connection event makes the context descriptor readable.
-        let qp = e(ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq2)), "create QP")?;
+        let qp = e(
+            ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq2)),
+            "create QP",
+        )?;
         let l = e(ctx.listen(lo(port), 1), "listen")?;
         e(l.accept(&qp, 5), "accept")?;
         drop(l);
@@ -465,13 +675,18 @@ fn epoll(ctx: &Context, port: u16) -> R {
         while !seen.contains(&3) && Instant::now() < deadline {
             seen.extend(wait(1000));
         }
-        ensure(seen.contains(&3), || "no epoll wake-up for a connection event".into())?;
+        ensure(seen.contains(&3), || {
+            "no epoll wake-up for a connection event".into()
+        })?;
         // Events of the QPs earlier checks destroyed (their peers' resets) may come first.
         let mut ev = e(ctx.poll_event(), "poll_event")?.ok_or("readable, but no event")?;
         while ev.qp != qp.id() {
             ev = e(ctx.poll_event(), "poll_event")?.ok_or("no event about the accepting QP")?;
         }
-        ensure(ev.kind == EventKind::Accept && ev.status == -libc::ECANCELED, || format!("{ev:?}"))
+        ensure(
+            ev.kind == EventKind::Accept && ev.status == -libc::ECANCELED,
+            || format!("{ev:?}"),
+        )
     })();
     // SAFETY: closing the epoll descriptor opened above.
     unsafe { libc::close(ep) };
@@ -522,7 +737,10 @@ fn main() {
     check("post.errors", post_errors(&ctx));
     check("tcp.messages", tcp_messages(&ctx, base));
     check("tcp.stream", tcp_stream(&ctx, base + 1));
-    check("tcp.refused_and_cancelled", tcp_refused_and_cancelled(&ctx, base + 2));
+    check(
+        "tcp.refused_and_cancelled",
+        tcp_refused_and_cancelled(&ctx, base + 2),
+    );
     check("cq.many_qps", many_qps_one_cq(&ctx));
     check("cq.overflow", cq_overflow(&ctx));
     check("cq.wait_wakeups", wait_wakeups(&ctx));

@@ -12,7 +12,9 @@ use std::ptr;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use qpip_abi::admin::{FRAMING_MESSAGE, FRAMING_STREAM, MR_ACCESS_LOCAL_WRITE, QP_TYPE_TCP, QP_TYPE_UDP};
+use qpip_abi::admin::{
+    FRAMING_MESSAGE, FRAMING_STREAM, MR_ACCESS_LOCAL_WRITE, QP_TYPE_TCP, QP_TYPE_UDP,
+};
 use qpip_abi::cqe::{Cqe, CQE_OP_SEND, CQE_SIZE};
 use qpip_abi::doorbell::{
     DB_CHANGE_COUNT, DB_CQ_ARM_SEQ, DB_CQ_BASE, DB_CQ_HEAD, DB_CQ_STRIDE, DB_ENGINE_SLEEPING,
@@ -161,7 +163,12 @@ impl Ctx {
         a.comp_vector = ANY_VECTOR;
         a.eventfd = efd;
         ioctl(&self.fd, IOCTL_CREATE_CQ, &mut a, "create CQ (CREATE_CQ)")?;
-        let ring = match Mapping::new(&self.fd, a.ring_offset, a.ring_size as usize, "mmap of a CQ ring") {
+        let ring = match Mapping::new(
+            &self.fd,
+            a.ring_offset,
+            a.ring_size as usize,
+            "mmap of a CQ ring",
+        ) {
             Ok(r) => r,
             Err(e) => {
                 self.destroy(IOCTL_DESTROY_CQ, a.handle);
@@ -173,7 +180,10 @@ impl Ctx {
             slot: a.db_slot,
             depth,
             ring,
-            st: Mutex::new(CqState { head: 0, arm_seq: 0 }),
+            st: Mutex::new(CqState {
+                head: 0,
+                arm_seq: 0,
+            }),
             qps: Mutex::new(HashMap::new()),
         })
     }
@@ -192,11 +202,21 @@ impl Ctx {
         a.sq_depth = init.sq_depth;
         a.rq_depth = init.rq_depth;
         ioctl(&self.fd, IOCTL_CREATE_QP, &mut a, "create QP (CREATE_QP)")?;
-        let maps = Mapping::new(&self.fd, a.sq_offset, a.sq_size as usize, "mmap of a send ring")
-            .and_then(|sq| {
-                Mapping::new(&self.fd, a.rq_offset, a.rq_size as usize, "mmap of a receive ring")
-                    .map(|rq| (sq, rq))
-            });
+        let maps = Mapping::new(
+            &self.fd,
+            a.sq_offset,
+            a.sq_size as usize,
+            "mmap of a send ring",
+        )
+        .and_then(|sq| {
+            Mapping::new(
+                &self.fd,
+                a.rq_offset,
+                a.rq_size as usize,
+                "mmap of a receive ring",
+            )
+            .map(|rq| (sq, rq))
+        });
         let (sq, rq) = match maps {
             Ok(m) => m,
             Err(e) => {
@@ -344,7 +364,10 @@ impl Cq {
     pub(crate) fn arm(&self, dev: &Ctx) {
         let mut st = self.st.lock().unwrap();
         st.arm_seq = st.arm_seq.wrapping_add(1);
-        dev.ring(DB_CQ_BASE + self.slot * DB_CQ_STRIDE + DB_CQ_ARM_SEQ, st.arm_seq);
+        dev.ring(
+            DB_CQ_BASE + self.slot * DB_CQ_STRIDE + DB_CQ_ARM_SEQ,
+            st.arm_seq,
+        );
     }
 
     pub(crate) fn destroy(&self, dev: &Ctx) {
@@ -418,7 +441,10 @@ impl Qp {
         write_slot(&self.sq, at, &slot);
         p.sq_tail = p.sq_tail.wrapping_add(1);
         p.sq_out.push_back(req.gather.keep);
-        dev.ring(DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_SQ_TAIL, p.sq_tail);
+        dev.ring(
+            DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_SQ_TAIL,
+            p.sq_tail,
+        );
         Ok(())
     }
 
@@ -441,7 +467,10 @@ impl Qp {
         write_slot(&self.rq, at, &slot);
         p.rq_tail = p.rq_tail.wrapping_add(1);
         p.rq_out.push_back(req.gather.keep);
-        dev.ring(DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_RQ_TAIL, p.rq_tail);
+        dev.ring(
+            DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_RQ_TAIL,
+            p.rq_tail,
+        );
         Ok(())
     }
 

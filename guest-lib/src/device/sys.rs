@@ -38,7 +38,12 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    pub(crate) fn new(fd: &OwnedFd, offset: u64, len: usize, what: &'static str) -> Result<Mapping> {
+    pub(crate) fn new(
+        fd: &OwnedFd,
+        offset: u64,
+        len: usize,
+        what: &'static str,
+    ) -> Result<Mapping> {
         // SAFETY: a new shared mapping chosen by the kernel; the driver validates offset and
         // length against what this context owns.
         let p = unsafe {
@@ -62,7 +67,11 @@ impl Mapping {
 
     /// Pointer to byte `off`; panics if it is outside (a library bug, not a user error).
     pub(crate) fn at(&self, off: usize) -> *mut u8 {
-        assert!(off < self.len, "offset {off} outside a {}-byte mapping", self.len);
+        assert!(
+            off < self.len,
+            "offset {off} outside a {}-byte mapping",
+            self.len
+        );
         // SAFETY: inside the mapping, checked just above.
         unsafe { self.ptr.as_ptr().add(off) }
     }

@@ -115,7 +115,10 @@ impl Ctx {
     pub(crate) fn create_cq(&self, _depth: u32, efd: RawFd) -> Result<Cq> {
         let mut st = self.lock();
         if st.cqs.len() >= qpip_abi::doorbell::DB_CQ_SLOTS as usize {
-            return Err(Error::os("create CQ", std::io::Error::from_raw_os_error(libc::ENOSPC)));
+            return Err(Error::os(
+                "create CQ",
+                std::io::Error::from_raw_os_error(libc::ENOSPC),
+            ));
         }
         let id = st.new_id();
         st.cqs.insert(
@@ -136,7 +139,10 @@ impl Ctx {
         let (scq, rcq) = (init.send_cq.id(), init.recv_cq.id());
         let mut st = self.lock();
         if st.qps.len() >= qpip_abi::doorbell::DB_QP_SLOTS as usize {
-            return Err(Error::os("create QP", std::io::Error::from_raw_os_error(libc::ENOSPC)));
+            return Err(Error::os(
+                "create QP",
+                std::io::Error::from_raw_os_error(libc::ENOSPC),
+            ));
         }
         let id = st.new_id();
         st.qps.insert(id, QpState::new(init, scq, rcq));
@@ -191,7 +197,12 @@ fn engine(shared: &Shared) {
     loop {
         // SAFETY: a live array of epoll_events and its length.
         let n = unsafe {
-            libc::epoll_wait(shared.epoll.as_raw_fd(), evs.as_mut_ptr(), evs.len() as i32, -1)
+            libc::epoll_wait(
+                shared.epoll.as_raw_fd(),
+                evs.as_mut_ptr(),
+                evs.len() as i32,
+                -1,
+            )
         };
         if n < 0 {
             if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
@@ -229,8 +240,12 @@ enum Conn {
     Idle,
     /// UDP, or TCP bound before connecting.
     Bound,
-    Connecting { user_data: u64 },
-    Accepting { listener: u32 },
+    Connecting {
+        user_data: u64,
+    },
+    Accepting {
+        listener: u32,
+    },
     Connected,
     /// Reset, timed out or refused: every request completes flushed.
     Error,
@@ -321,7 +336,14 @@ impl Out {
         self.completions.push((false, c));
     }
 
-    fn event(&mut self, kind: EventKind, status: i32, qp: u32, user_data: u64, peer: Option<SocketAddrV6>) {
+    fn event(
+        &mut self,
+        kind: EventKind,
+        status: i32,
+        qp: u32,
+        user_data: u64,
+        peer: Option<SocketAddrV6>,
+    ) {
         self.events.push(Event {
             kind,
             status,
@@ -441,8 +463,18 @@ impl State {
             }
             let want = !l.offers.is_empty();
             if want != l.registered {
-                let op = if want { libc::EPOLL_CTL_ADD } else { libc::EPOLL_CTL_DEL };
-                net::epoll_set(epfd, op, l.fd.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_LISTENER | id as u64);
+                let op = if want {
+                    libc::EPOLL_CTL_ADD
+                } else {
+                    libc::EPOLL_CTL_DEL
+                };
+                net::epoll_set(
+                    epfd,
+                    op,
+                    l.fd.as_raw_fd(),
+                    libc::EPOLLIN as u32,
+                    TOKEN_LISTENER | id as u64,
+                );
                 l.registered = want;
             }
         }
@@ -471,14 +503,28 @@ fn update_interest(epfd: RawFd, id: u32, qp: &mut QpState) {
     let want = match (&qp.sock, qp.kind) {
         (None, _) => 0,
         (Some(_), QpKind::Udp) => {
-            (if qp.rq.is_empty() { 0 } else { libc::EPOLLIN as u32 })
-                | (if qp.sq.is_empty() { 0 } else { libc::EPOLLOUT as u32 })
+            (if qp.rq.is_empty() {
+                0
+            } else {
+                libc::EPOLLIN as u32
+            }) | (if qp.sq.is_empty() {
+                0
+            } else {
+                libc::EPOLLOUT as u32
+            })
         }
         (Some(_), QpKind::Tcp(_)) => match qp.conn {
             Conn::Connecting { .. } => libc::EPOLLOUT as u32,
             Conn::Connected => {
-                (if qp.rq.is_empty() || qp.rx.eof { 0 } else { libc::EPOLLIN as u32 })
-                    | (if qp.sq.is_empty() || qp.wr_shut { 0 } else { libc::EPOLLOUT as u32 })
+                (if qp.rq.is_empty() || qp.rx.eof {
+                    0
+                } else {
+                    libc::EPOLLIN as u32
+                }) | (if qp.sq.is_empty() || qp.wr_shut {
+                    0
+                } else {
+                    libc::EPOLLOUT as u32
+                })
             }
             _ => 0,
         },
@@ -654,14 +700,24 @@ impl Qp {
         };
         let mut out = Out::default();
         match qp.conn {
-            Conn::Connecting { user_data } => {
-                out.event(EventKind::Connect, -libc::ECANCELED, self.id, user_data, None)
-            }
+            Conn::Connecting { user_data } => out.event(
+                EventKind::Connect,
+                -libc::ECANCELED,
+                self.id,
+                user_data,
+                None,
+            ),
             Conn::Accepting { listener } => {
                 if let Some(l) = st.listeners.get_mut(&listener) {
                     l.offers.retain(|&(q, _)| q != self.id);
                 }
-                out.event(EventKind::Accept, -libc::ECANCELED, self.id, qp.accept_user_data, None);
+                out.event(
+                    EventKind::Accept,
+                    -libc::ECANCELED,
+                    self.id,
+                    qp.accept_user_data,
+                    None,
+                );
             }
             _ => {}
         }

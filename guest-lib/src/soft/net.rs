@@ -43,7 +43,11 @@ fn setsockopt<T>(fd: RawFd, level: i32, name: i32, v: T) -> io::Result<()> {
 pub(crate) fn socket(ty: i32) -> io::Result<OwnedFd> {
     // SAFETY: plain system call; the result is checked before it is owned.
     let fd = check(unsafe {
-        libc::socket(libc::AF_INET6, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
+        libc::socket(
+            libc::AF_INET6,
+            ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
     })?;
     // SAFETY: a fresh descriptor nobody else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -76,14 +80,21 @@ pub(crate) fn peer_addr(fd: &OwnedFd) -> io::Result<SocketAddrV6> {
     name_of(fd, libc::getpeername)
 }
 
-type NameFn = unsafe extern "C" fn(libc::c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> libc::c_int;
+type NameFn =
+    unsafe extern "C" fn(libc::c_int, *mut libc::sockaddr, *mut libc::socklen_t) -> libc::c_int;
 
 fn name_of(fd: &OwnedFd, f: NameFn) -> io::Result<SocketAddrV6> {
     // SAFETY: plain integers and arrays: all zeros is valid.
     let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t;
     // SAFETY: a live sockaddr_in6 and its length.
-    check(unsafe { f(fd.as_raw_fd(), (&mut sa as *mut libc::sockaddr_in6).cast(), &mut len) })?;
+    check(unsafe {
+        f(
+            fd.as_raw_fd(),
+            (&mut sa as *mut libc::sockaddr_in6).cast(),
+            &mut len,
+        )
+    })?;
     from_sockaddr(&sa, len).ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))
 }
 
@@ -122,8 +133,8 @@ pub(crate) fn accept(fd: &OwnedFd) -> io::Result<(OwnedFd, SocketAddrV6)> {
     // SAFETY: a fresh descriptor nobody else owns.
     let c = unsafe { OwnedFd::from_raw_fd(c) };
     setsockopt(c.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1i32)?;
-    let peer = from_sockaddr(&sa, len)
-        .ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?;
+    let peer =
+        from_sockaddr(&sa, len).ok_or_else(|| io::Error::from_raw_os_error(libc::EAFNOSUPPORT))?;
     Ok((c, peer))
 }
 
@@ -142,7 +153,9 @@ pub(crate) fn so_error(fd: &OwnedFd) -> i32 {
         )
     };
     if r < 0 {
-        io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+        io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
     } else {
         v
     }
@@ -175,7 +188,11 @@ pub(crate) fn shutdown_write(fd: &OwnedFd) -> io::Result<()> {
 }
 
 /// `sendmsg` of `iov` (to `dest` for datagrams), never blocking, never raising SIGPIPE.
-pub(crate) fn send(fd: &OwnedFd, iov: &[libc::iovec], dest: Option<&SocketAddrV6>) -> io::Result<usize> {
+pub(crate) fn send(
+    fd: &OwnedFd,
+    iov: &[libc::iovec],
+    dest: Option<&SocketAddrV6>,
+) -> io::Result<usize> {
     let mut sa = dest.map(sockaddr);
     // SAFETY: plain integers and pointers: all zeros is a valid empty msghdr.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -188,7 +205,11 @@ pub(crate) fn send(fd: &OwnedFd, iov: &[libc::iovec], dest: Option<&SocketAddrV6
     // SAFETY: msghdr points at live iovecs and address; each iovec names bytes of a
     // registered region (or inline data) kept alive by its request.
     checkn(unsafe {
-        libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+        libc::sendmsg(
+            fd.as_raw_fd(),
+            &msg,
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
     })
 }
 

@@ -41,7 +41,13 @@ struct Body {
     done: usize,
 }
 
-pub(super) fn connect(id: u32, qp: &mut QpState, peer: &SocketAddrV6, user_data: u64, out: &mut Out) {
+pub(super) fn connect(
+    id: u32,
+    qp: &mut QpState,
+    peer: &SocketAddrV6,
+    user_data: u64,
+    out: &mut Out,
+) {
     if !matches!(qp.conn, super::Conn::Idle | super::Conn::Bound) {
         out.event(EventKind::Connect, -libc::EINVAL, id, user_data, None);
         return;
@@ -51,7 +57,13 @@ pub(super) fn connect(id: u32, qp: &mut QpState, peer: &SocketAddrV6, user_data:
         None => match net::socket(libc::SOCK_STREAM) {
             Ok(s) => s,
             Err(e) => {
-                out.event(EventKind::Connect, -e.raw_os_error().unwrap_or(libc::EIO), id, user_data, None);
+                out.event(
+                    EventKind::Connect,
+                    -e.raw_os_error().unwrap_or(libc::EIO),
+                    id,
+                    user_data,
+                    None,
+                );
                 return;
             }
         },
@@ -64,7 +76,13 @@ pub(super) fn connect(id: u32, qp: &mut QpState, peer: &SocketAddrV6, user_data:
             qp.conn = Conn::Connecting { user_data }
         }
         Err(e) => {
-            out.event(EventKind::Connect, -e.raw_os_error().unwrap_or(libc::EIO), id, user_data, None);
+            out.event(
+                EventKind::Connect,
+                -e.raw_os_error().unwrap_or(libc::EIO),
+                id,
+                user_data,
+                None,
+            );
             fail(id, qp, out, None);
         }
     }
@@ -240,7 +258,12 @@ fn receive_stream(id: u32, qp: &mut QpState, out: &mut Out) -> Result<(), i32> {
             }
             Ok((n, _)) => {
                 let r = qp.rq.pop_front().unwrap();
-                out.recv(recv_completion(id, r.wr_id, Status::Success, qp.rx.filled + n));
+                out.recv(recv_completion(
+                    id,
+                    r.wr_id,
+                    Status::Success,
+                    qp.rx.filled + n,
+                ));
                 qp.rx.filled = 0;
             }
             Err(e) => match e.raw_os_error().unwrap_or(libc::EIO) {
@@ -323,7 +346,11 @@ fn parse(id: u32, qp: &mut QpState, out: &mut Out) {
         let fits = body.len <= req.gather.total;
         let take = (body.len - body.done).min(avail);
         if fits {
-            scatter(&req.gather.segs, body.done, &rx.staging[rx.start..rx.start + take]);
+            scatter(
+                &req.gather.segs,
+                body.done,
+                &rx.staging[rx.start..rx.start + take],
+            );
         }
         rx.start += take;
         body.done += take;

@@ -46,7 +46,9 @@ pub(super) fn progress(id: u32, qp: &mut QpState, out: &mut Out) {
                     Err(e) => match e.raw_os_error().unwrap_or(0) {
                         libc::EAGAIN | libc::ENOBUFS => None,
                         libc::EMSGSIZE => Some((Status::LocalLength, Detail::None)),
-                        libc::ENETUNREACH | libc::EHOSTUNREACH | libc::EADDRNOTAVAIL
+                        libc::ENETUNREACH
+                        | libc::EHOSTUNREACH
+                        | libc::EADDRNOTAVAIL
                         | libc::ENETDOWN => Some((Status::BadDest, Detail::NoRoute)),
                         // ICMP errors of earlier datagrams reported on this one: the
                         // datagram itself was not sent; try it again.
