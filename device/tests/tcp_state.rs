@@ -1095,6 +1095,19 @@ fn table_demultiplexes_listens_and_runs_timers_from_a_heap() {
     assert!(table
         .connect(tuple(LOCAL, 2000, REMOTE, 443), t0, &cfg(), 8)
         .is_err());
+    // Nothing can be sent to port 0 or from it, nor to a group (found by the frames
+    // fuzz target: the SYN to port 0 was a segment no parser takes).
+    for t in [
+        tuple(LOCAL, 2001, REMOTE, 0),
+        tuple(LOCAL, 0, REMOTE, 443),
+        tuple(LOCAL, 2001, "ff02::1".parse().unwrap(), 443),
+        tuple(LOCAL, 2001, Ipv6Addr::UNSPECIFIED, 443),
+    ] {
+        assert_eq!(
+            table.connect(t, t0, &cfg(), 9).err(),
+            Some(tcp::TableError::BadAddress)
+        );
+    }
     // A segment for no connection and no listener: reset.
     let h = Header {
         src_port: 5555,

@@ -30,11 +30,17 @@ pub struct ConnId {
 pub enum TableError {
     /// The 4-tuple (or the listening address and port) is taken.
     InUse,
+    /// Port 0, or a remote address no connection can have (unspecified, multicast): no
+    /// segment to it could be sent (or parsed by the peer).
+    BadAddress,
 }
 
 impl fmt::Display for TableError {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("address and port already in use")
+        f.write_str(match self {
+            TableError::InUse => "address and port already in use",
+            TableError::BadAddress => "port 0 or not a unicast address",
+        })
     }
 }
 
@@ -206,6 +212,13 @@ impl<T> ConnectionTable<T> {
         cfg: &Config,
         tag: T,
     ) -> Result<ConnId, TableError> {
+        if tuple.local_port == 0
+            || tuple.remote_port == 0
+            || tuple.remote.is_unspecified()
+            || tuple.remote.is_multicast()
+        {
+            return Err(TableError::BadAddress);
+        }
         if self.by_tuple.contains_key(&tuple) {
             return Err(TableError::InUse);
         }
