@@ -1,0 +1,297 @@
+//! `qpip-cat` on the host with the software provider: qpip-cat ⇄ qpip-cat and qpip-cat ⇄
+//! plain kernel sockets, TCP (stream and message framing) and UDP, both directions, every
+//! byte compared; exit statuses and error lines.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(30);
+
+/// A running qpip-cat: its stdin, its whole stdout (collected by a thread) and the stderr
+/// lines as they come.
+struct Cat {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: Option<JoinHandle<Vec<u8>>>,
+    stderr: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+fn cat(args: &[&str]) -> Cat {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_qpip-cat"))
+        .args(["--provider", "soft", "-v"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start qpip-cat");
+    let mut out = child.stdout.take().unwrap();
+    let stdout = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        out.read_to_end(&mut v).unwrap();
+        v
+    });
+    let (tx, stderr) = mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    Cat { stdin: child.stdin.take(), child, stdout: Some(stdout), stderr, seen: Vec::new() }
+}
+
+impl Cat {
+    /// Waits for a stderr line containing `what` (qpip-cat -v says when it listens).
+    fn wait_for(&mut self, what: &str) {
+        loop {
+            match self.stderr.recv_timeout(T) {
+                Ok(l) if l.contains(what) => return self.seen.push(l),
+                Ok(l) => self.seen.push(l),
+                Err(_) => panic!("qpip-cat never said {what:?}; stderr: {:?}", self.seen),
+            }
+        }
+    }
+
+    /// Writes `data` to its stdin from a thread; `close` ends stdin afterwards.
+    fn feed(&mut self, data: Vec<u8>, close: bool) -> JoinHandle<()> {
+        let mut stdin = if close { self.stdin.take().unwrap() } else { self.stdin.as_ref().unwrap().try_clone_fd() };
+        std::thread::spawn(move || {
+            // A peer that ended early closes the pipe; the exit status tells.
+            let _ = stdin.write_all(&data);
+        })
+    }
+
+    /// Waits for the exit (at most `T`): status code, stdout, stderr.
+    fn finish(mut self) -> (i32, Vec<u8>, String) {
+        let deadline = std::time::Instant::now() + T;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("qpip-cat did not exit within {T:?}; stderr: {:?}", self.seen);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        drop(self.stdin.take());
+        let out = self.stdout.take().unwrap().join().unwrap();
+        self.seen.extend(self.stderr.try_iter());
+        (status.code().unwrap_or(-1), out, self.seen.join("\n"))
+    }
+}
+
+impl Drop for Cat {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Duplicates a pipe end so a writer thread can use it while the test keeps the original
+/// (keeping the peer's stdin open until the test lets go).
+trait TryCloneFd {
+    fn try_clone_fd(&self) -> ChildStdin;
+}
+
+impl TryCloneFd for ChildStdin {
+    fn try_clone_fd(&self) -> ChildStdin {
+        use std::os::fd::{AsFd, OwnedFd};
+        let fd: OwnedFd = self.as_fd().try_clone_to_owned().unwrap();
+        ChildStdin::from(fd)
+    }
+}
+
+fn data(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("[::1]:0").unwrap().local_addr().unwrap().port()
+}
+
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("[::1]:0").unwrap().local_addr().unwrap().port()
+}
+
+fn same(got: &[u8], want: &[u8], what: &str) {
+    assert!(
+        got == want,
+        "{what}: {} bytes arrived, {} sent, first difference at {:?}",
+        got.len(),
+        want.len(),
+        got.iter().zip(want).position(|(a, b)| a != b)
+    );
+}
+
+/// The listener's stdin stays open (it sends nothing); the connector sends `input` and
+/// closes; both exit 0 and the listener printed `input`.
+fn tcp_connector_to_listener(framing: &str, input: &[u8]) {
+    let port = free_port().to_string();
+    let mut server = cat(&[framing, "-l", &port]);
+    server.wait_for("listening on");
+    let mut client = cat(&[framing, "::1", &port]);
+    client.feed(input.to_vec(), true);
+    let (c_rc, c_out, c_err) = client.finish();
+    let (s_rc, s_out, s_err) = server.finish();
+    assert_eq!((c_rc, s_rc), (0, 0), "client: {c_err}\nserver: {s_err}");
+    assert!(c_out.is_empty());
+    same(&s_out, input, "connector → listener");
+}
+
+/// The other way: the listener sends `input` and closes; the connector prints it.
+fn tcp_listener_to_connector(framing: &str, input: &[u8]) {
+    let port = free_port().to_string();
+    let mut server = cat(&[framing, "-l", &port]);
+    server.wait_for("listening on");
+    server.feed(input.to_vec(), true);
+    let client = cat(&[framing, "::1", &port]);
+    let (c_rc, c_out, c_err) = client.finish();
+    let (s_rc, _, s_err) = server.finish();
+    assert_eq!((c_rc, s_rc), (0, 0), "client: {c_err}\nserver: {s_err}");
+    same(&c_out, input, "listener → connector");
+}
+
+#[test]
+fn tcp_stream_cat_to_cat_both_directions() {
+    tcp_connector_to_listener("--stream", &data(3 << 20, 1));
+    tcp_listener_to_connector("--stream", &data(1 << 20, 2));
+}
+
+#[test]
+fn tcp_message_cat_to_cat_both_directions() {
+    tcp_connector_to_listener("--message", &data(2 << 20, 3));
+    tcp_listener_to_connector("--message", &data(300_000, 4));
+}
+
+#[test]
+fn tcp_stream_with_plain_sockets_both_directions() {
+    // qpip-cat connects to a kernel listener: sends, then receives.
+    let l = TcpListener::bind("[::1]:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let up = data(1 << 20, 5);
+    let mut client = cat(&["::1", &port]);
+    client.feed(up.clone(), true);
+    let (mut s, _) = l.accept().unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    same(&got, &up, "qpip-cat → kernel socket");
+    let (rc, _, err) = {
+        drop(s); // our close ends qpip-cat's stream, and so the program
+        client.finish()
+    };
+    assert_eq!(rc, 0, "{err}");
+
+    // A kernel socket connects to qpip-cat -l: qpip-cat prints what the socket sends.
+    let port = free_port();
+    let mut server = cat(&["-l", &port.to_string()]);
+    server.wait_for("listening on");
+    let down = data(1 << 20, 6);
+    let mut s = TcpStream::connect(("::1", port)).unwrap();
+    s.write_all(&down).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    let mut back = Vec::new();
+    s.read_to_end(&mut back).unwrap();
+    assert!(back.is_empty(), "qpip-cat sent {} bytes without stdin", back.len());
+    let (rc, out, err) = server.finish();
+    assert_eq!(rc, 0, "{err}");
+    same(&out, &down, "kernel socket → qpip-cat -l");
+
+    // And qpip-cat -l sending to the kernel socket.
+    let mut server = cat(&["-l", &port.to_string()]);
+    server.wait_for("listening on");
+    let s = TcpStream::connect(("::1", port)).unwrap();
+    server.feed(down.clone(), true);
+    let mut s = s;
+    s.set_read_timeout(Some(T)).unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    same(&got, &down, "qpip-cat -l → kernel socket");
+    drop(s);
+    let (rc, _, err) = server.finish();
+    assert_eq!(rc, 0, "{err}");
+}
+
+#[test]
+fn udp_cat_to_cat_and_plain_sockets() {
+    // UDP has no flow control: stay within the receiver's 16 posted buffers (each read
+    // of stdin is one datagram of at most 8192 bytes).
+    let input = data(60_000, 7);
+    let port = free_udp_port().to_string();
+    let mut server = cat(&["-u", "-w", "2", "-l", &port]);
+    server.wait_for("UDP bound");
+    let mut client = cat(&["-u", "::1", &port]);
+    client.feed(input.clone(), true);
+    let (c_rc, _, c_err) = client.finish();
+    let (s_rc, s_out, s_err) = server.finish();
+    assert_eq!((c_rc, s_rc), (0, 0), "client: {c_err}\nserver: {s_err}");
+    same(&s_out, &input, "UDP qpip-cat → qpip-cat");
+
+    // A kernel socket sends to qpip-cat -u -l, which answers to the first sender.
+    let port = free_udp_port();
+    let mut server = cat(&["-u", "-w", "2", "-l", &port.to_string()]);
+    server.wait_for("UDP bound");
+    let sock = UdpSocket::bind("[::1]:0").unwrap();
+    sock.set_read_timeout(Some(T)).unwrap();
+    sock.send_to(b"hello from a socket\n", ("::1", port)).unwrap();
+    server.wait_for("datagram from");
+    server.feed(b"hello back".to_vec(), false);
+    let mut buf = [0u8; 100];
+    let (n, _) = sock.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"hello back");
+    let (rc, out, err) = server.finish();
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(out, b"hello from a socket\n");
+
+    // qpip-cat -u sends to a kernel socket and prints its answer.
+    let sock = UdpSocket::bind("[::1]:0").unwrap();
+    sock.set_read_timeout(Some(T)).unwrap();
+    let port = sock.local_addr().unwrap().port().to_string();
+    let mut client = cat(&["-u", "-w", "2", "::1", &port]);
+    client.feed(b"datagram to a socket".to_vec(), true);
+    let (n, from) = sock.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"datagram to a socket");
+    sock.send_to(b"answer", from).unwrap();
+    let (rc, out, err) = client.finish();
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(out, b"answer");
+}
+
+#[test]
+fn errors_are_one_line_with_exit_codes() {
+    let port = free_port().to_string();
+    let (rc, _, err) = cat(&["::1", &port]).finish();
+    assert_eq!(rc, 1, "{err}");
+    assert!(err.contains("connect to [::1]:") && err.contains("refused"), "{err}");
+    for (args, what) in [
+        (&["-x"][..], "unknown option -x"),
+        (&["::1", "0"][..], "not a port number"),
+        (&["::1"][..], "expected ADDR PORT"),
+        (&["--provider", "bogus", "::1", "5"][..], "expected soft or device"),
+    ] {
+        let (rc, _, err) = cat(args).finish();
+        assert_eq!(rc, 2, "{args:?}: {err}");
+        assert!(err.contains(what), "{args:?}: {err}");
+    }
+    let (rc, _, err) = cat(&["no-such-host.invalid", "5"]).finish();
+    assert_eq!(rc, 1, "{err}");
+}
