@@ -762,8 +762,9 @@
 /*
  Revision ID (config offset 0x08). Bumped with hardware-visible changes of the function
  itself; the interface version is in the [`crate::regs::REG_VERSION`] register.
+ Revision 2 added the Advanced Features capability ([`PCI_CAP_AF_OFFSET`]).
  */
-#define QPIP_PCI_REVISION_ID 1
+#define QPIP_PCI_REVISION_ID 2
 
 /*
  BAR holding the control registers and the MSI-X table and PBA. Every access to it traps
@@ -820,6 +821,15 @@
  Offset of the MSI-X capability in PCI config space.
  */
 #define QPIP_PCI_CAP_MSIX_OFFSET 64
+
+/*
+ Offset of the PCI Advanced Features capability (ID 0x13) in config space: the
+ function-level reset of conventional PCI. Its capabilities byte advertises FLR and
+ "transactions pending"; writing 1 to the initiate-FLR bit of its control byte resets the
+ function (as `regs::CONTROL_RESET` does, and config space too) before the write
+ completes. The MSI-X capability's next pointer leads here; this is the last one.
+ */
+#define QPIP_PCI_CAP_AF_OFFSET 80
 
 /*
  Identity (RO): [`IDENT_MAGIC`]. The first thing a driver reads: anything else means this

@@ -18,7 +18,8 @@ pub const PCI_SUBSYSTEM_ID: u16 = 0x0001;
 pub const PCI_CLASS_CODE: u32 = 0x02_80_00;
 /// Revision ID (config offset 0x08). Bumped with hardware-visible changes of the function
 /// itself; the interface version is in the [`crate::regs::REG_VERSION`] register.
-pub const PCI_REVISION_ID: u8 = 0x01;
+/// Revision 2 added the Advanced Features capability ([`PCI_CAP_AF_OFFSET`]).
+pub const PCI_REVISION_ID: u8 = 0x02;
 
 /// BAR holding the control registers and the MSI-X table and PBA. Every access to it traps
 /// to the device (it is never mmapped), so writes here are synchronous but slow: use it for
@@ -48,3 +49,9 @@ pub const MSIX_TABLE_OFFSET: u32 = 0x2000;
 pub const MSIX_PBA_OFFSET: u32 = 0x3000;
 /// Offset of the MSI-X capability in PCI config space.
 pub const PCI_CAP_MSIX_OFFSET: u8 = 0x40;
+/// Offset of the PCI Advanced Features capability (ID 0x13) in config space: the
+/// function-level reset of conventional PCI. Its capabilities byte advertises FLR and
+/// "transactions pending"; writing 1 to the initiate-FLR bit of its control byte resets the
+/// function (as `regs::CONTROL_RESET` does, and config space too) before the write
+/// completes. The MSI-X capability's next pointer leads here; this is the last one.
+pub const PCI_CAP_AF_OFFSET: u8 = 0x50;

@@ -525,3 +525,59 @@ kv added.addresses "$(tr '\n' ' ' < $Q/addresses)"
         rep.context()
     );
 }
+
+/// The PCI core's function reset (`/sys/bus/pci/devices/ADDR/reset`) under an open file:
+/// the function offers FLR through its Advanced Features capability, QEMU passes the guest's
+/// write through to qpipd, which resets the function; the driver's reset_prepare and
+/// reset_done make open files fail with ENODEV, as after its own reset, and the device
+/// works again for new files.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn pci_function_level_reset_with_open_files() {
+    let out = boot(
+        r#"
+kv reset_method "$(cat $Q/device/reset_method 2>/dev/null || echo missing)"
+kv before.resets "$(cat $Q/reset_count)"
+qpip-driver-test reset pci; kv reset.status $?
+kv after.contexts "$(cat $Q/contexts)"
+qpip-driver-test udp 5; kv udp.status $?
+qpip-driver-test events > /tmp/events.out; kv events.status $?
+"#,
+    );
+    let rep = Report::new(&out);
+    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    assert_eq!(
+        rep.get("reset_method"),
+        "af_flr",
+        "the PCI core resets the function by FLR (Advanced Features)\n{}",
+        rep.context()
+    );
+    for t in ["reset", "udp", "events"] {
+        assert_eq!(
+            rep.get(&format!("{t}.status")),
+            "0",
+            "qpip-driver-test {t}\n{}",
+            rep.context()
+        );
+    }
+    rep.checks_pass(&[
+        "reset.query_fails",
+        "reset.create_cq_fails",
+        "reset.destroy_fails",
+        "reset.mmap_fails",
+        "reset.poll_err",
+        "reset.revoked_doorbells_harmless",
+        "reset.pending_accept_event",
+        "reset.read_fails",
+        "reset.sequence",
+        "udp.exchange",
+    ]);
+    assert_eq!(rep.get("after.contexts"), "0", "{}", rep.context());
+    assert!(
+        out.dmesg
+            .lines()
+            .any(|l| l.contains("qpip0: reset; open contexts were closed")),
+        "the driver's reset_done did not run\n{}",
+        rep.context()
+    );
+}

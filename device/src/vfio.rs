@@ -25,7 +25,7 @@ use vfio_user::{
 };
 
 use crate::core::{CoreConfig, DeviceCore};
-use crate::pci::config::{ConfigSpace, CONFIG_SPACE_SIZE};
+use crate::pci::config::{ConfigSpace, WriteEffect, CONFIG_SPACE_SIZE};
 
 /// One qpip PCI function as a vfio-user server backend.
 pub struct Function {
@@ -134,10 +134,17 @@ impl ServerBackend for Function {
 
     fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> io::Result<()> {
         let result = match region {
-            VFIO_PCI_CONFIG_REGION_INDEX => self
-                .config
-                .write(offset, data)
-                .map_err(|e| refused(e.to_string())),
+            VFIO_PCI_CONFIG_REGION_INDEX => match self.config.write(offset, data) {
+                Ok(WriteEffect::None) => Ok(()),
+                Ok(WriteEffect::FunctionReset) => {
+                    // Done before the write completes: the guest's PCI core waits 100 ms
+                    // after it anyway, then restores config space.
+                    info!("function-level reset initiated by the guest (AF FLR)");
+                    self.function_reset();
+                    Ok(())
+                }
+                Err(e) => Err(refused(e.to_string())),
+            },
             r if r == abi::CTRL_BAR => self.core.ctrl_write(offset, data),
             r if r == abi::DOORBELL_BAR => self.core.doorbells.write(offset, data),
             _ => Err(refused(format!(

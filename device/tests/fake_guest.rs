@@ -204,6 +204,48 @@ fn identity_registers_and_reset() {
 }
 
 #[test]
+fn a_function_level_reset_through_the_advanced_features_capability() {
+    let (dev, mut c) = start(CoreConfig::default());
+    // The capability list: MSI-X, then AF with FLR and TP capable (what Linux checks).
+    let msix = cfg_read32(&mut c, 0x34) as usize & 0xff;
+    let af = (cfg_read32(&mut c, msix as u64) >> 8) & 0xff;
+    assert_eq!(af, abi::PCI_CAP_AF_OFFSET as u32);
+    assert_eq!(cfg_read32(&mut c, af as u64) & 0xffff_00ff, 0x0306_0013);
+    reg_write(&mut c, regs::REG_SCRATCH, 0xfeed);
+    reg_write(&mut c, regs::REG_CONTROL, regs::CONTROL_ENABLE);
+    // Bus master and a BAR address, as a driver leaves them.
+    c.region_write(VFIO_PCI_CONFIG_REGION_INDEX, 4, &[0x06, 0])
+        .unwrap();
+    c.region_write(
+        VFIO_PCI_CONFIG_REGION_INDEX,
+        0x10,
+        &0xfe00_0000u32.to_le_bytes(),
+    )
+    .unwrap();
+    // Linux's pci_af_flr: one byte, the FLR bit of the control byte. The reset is done
+    // when the write returns.
+    c.region_write(VFIO_PCI_CONFIG_REGION_INDEX, af as u64 + 4, &[1])
+        .unwrap();
+    assert_eq!(reg_read(&mut c, regs::REG_RESET_COUNT), 1);
+    assert_eq!(reg_read(&mut c, regs::REG_SCRATCH), 0);
+    assert_eq!(reg_read(&mut c, regs::REG_STATUS), 0);
+    assert_eq!(
+        cfg_read32(&mut c, 4) & 0x7,
+        0,
+        "command register back to power-on"
+    );
+    assert_eq!(cfg_read32(&mut c, 0x10), 0, "BAR address forgotten");
+    assert_eq!(cfg_read32(&mut c, af as u64 + 4) & 0xff, 0, "FLR reads 0");
+    // Other writes to the capability reset nothing.
+    c.region_write(VFIO_PCI_CONFIG_REGION_INDEX, af as u64, &[0xff; 4])
+        .unwrap();
+    c.region_write(VFIO_PCI_CONFIG_REGION_INDEX, af as u64 + 4, &[0xfe])
+        .unwrap();
+    assert_eq!(reg_read(&mut c, regs::REG_RESET_COUNT), 1);
+    dev.stop(c);
+}
+
+#[test]
 fn advertised_major_reaches_the_version_register() {
     let (dev, mut c) = start(CoreConfig {
         advertised_abi_major: 9,

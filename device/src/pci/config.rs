@@ -4,7 +4,9 @@
 //! write-1-to-clear bits. A write of any width at any offset is applied byte by byte through
 //! those masks, so BAR sizing (write all ones, read back the size mask), the command register
 //! and the MSI-X control bits behave like hardware without special cases, and no guest write
-//! can change a read-only field (IDs, class, capability list, BAR type bits).
+//! can change a read-only field (IDs, class, capability list, BAR type bits). The one write
+//! with an effect beyond its bytes is the Advanced Features capability's initiate-FLR bit,
+//! which [`ConfigSpace::write`] reports so the function resets itself.
 
 use qpip_abi::pci as abi;
 
@@ -40,6 +42,15 @@ const BAR_MEM_TYPE_64: u32 = 0b10 << 1;
 const BAR_MEM_PREFETCHABLE: u32 = 1 << 3;
 
 const CAP_ID_MSIX: u8 = 0x11;
+/// PCI Advanced Features (conventional PCI's function-level reset, PCI Code and ID
+/// Assignment spec; Linux's `pci_af_flr`).
+const CAP_ID_AF: u8 = 0x13;
+/// Length of the AF capability in bytes (its own length field says so).
+const AF_LENGTH: u8 = 6;
+/// AF capabilities: bit 0 transactions pending (TP) reported, bit 1 FLR supported.
+const AF_CAP_TP_FLR: u8 = 0b11;
+/// AF control (capability + 4): bit 0 initiates an FLR (reads as 0).
+const AF_CONTROL_FLR: u8 = 1 << 0;
 /// MSI-X message control: bit 15 enable, bit 14 function mask (RW); bits 10:0 table size - 1.
 const MSIX_CONTROL_ENABLE: u16 = 1 << 15;
 const MSIX_CONTROL_MASK_ALL: u16 = 1 << 14;
@@ -51,6 +62,15 @@ pub struct ConfigSpace {
     writable: [u8; CONFIG_SPACE_SIZE],
     write_one_to_clear: [u8; CONFIG_SPACE_SIZE],
     initial: [u8; CONFIG_SPACE_SIZE],
+}
+
+/// What a config write asks of the function besides changing bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteEffect {
+    None,
+    /// The guest initiated a function-level reset (AF capability): reset the whole
+    /// function, this space included, before the write completes.
+    FunctionReset,
 }
 
 /// Why a config access was refused. The caller logs it and counts it; nothing panics.
@@ -112,11 +132,21 @@ impl ConfigSpace {
         // itself, which is why it must be in a BAR that is not mmapped).
         let m = abi::PCI_CAP_MSIX_OFFSET as usize;
         c.bytes[m] = CAP_ID_MSIX;
-        c.bytes[m + 1] = 0; // end of the capability list
+        c.bytes[m + 1] = abi::PCI_CAP_AF_OFFSET;
         c.put16(m + 2, abi::MSIX_VECTORS - 1);
         c.mask16(m + 2, MSIX_CONTROL_ENABLE | MSIX_CONTROL_MASK_ALL);
         c.put32(m + 4, abi::MSIX_TABLE_OFFSET | abi::CTRL_BAR);
         c.put32(m + 8, abi::MSIX_PBA_OFFSET | abi::CTRL_BAR);
+
+        // Advanced Features: FLR for a conventional PCI function, which is what lets the
+        // guest's PCI core reset it (/sys/bus/pci/devices/*/reset). The control byte stays
+        // 0 in the space (the FLR bit reads 0); `write` reports the request. Transactions
+        // pending (status, +5) is always 0: a reset waits for nothing.
+        let a = abi::PCI_CAP_AF_OFFSET as usize;
+        c.bytes[a] = CAP_ID_AF;
+        c.bytes[a + 1] = 0; // end of the capability list
+        c.bytes[a + 2] = AF_LENGTH;
+        c.bytes[a + 3] = AF_CAP_TP_FLR;
 
         c.initial = c.bytes;
         c
@@ -136,15 +166,21 @@ impl ConfigSpace {
         Ok(())
     }
 
-    /// Applies a write through the writable and write-1-to-clear masks.
-    pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<(), OutOfRange> {
+    /// Applies a write through the writable and write-1-to-clear masks, and says whether it
+    /// initiated a function-level reset (which the caller performs).
+    pub fn write(&mut self, offset: u64, data: &[u8]) -> Result<WriteEffect, OutOfRange> {
         let range = self.range(offset, data.len())?;
+        let flr_at = abi::PCI_CAP_AF_OFFSET as usize + 4;
+        let mut effect = WriteEffect::None;
         for (i, &value) in range.zip(data) {
             let keep = self.bytes[i] & !self.writable[i];
             let cleared = value & self.write_one_to_clear[i];
             self.bytes[i] = (keep | (value & self.writable[i])) & !cleared;
+            if i == flr_at && value & AF_CONTROL_FLR != 0 {
+                effect = WriteEffect::FunctionReset;
+            }
         }
-        Ok(())
+        Ok(effect)
     }
 
     /// Reads a little-endian 16-bit field (for the device's own use, e.g. MSI-X enable).
@@ -283,15 +319,45 @@ mod tests {
     }
 
     #[test]
-    fn capability_list_leads_to_msix() {
+    fn capability_list_leads_to_msix_then_advanced_features() {
         let c = ConfigSpace::new();
         assert_ne!(c.read16(STATUS) & STATUS_CAPABILITIES_LIST, 0);
         let cap = c.bytes[CAPABILITIES_POINTER] as usize;
         assert_eq!(c.bytes[cap], CAP_ID_MSIX);
-        assert_eq!(c.bytes[cap + 1], 0);
+        let af = c.bytes[cap + 1] as usize;
+        assert_eq!(af, abi::PCI_CAP_AF_OFFSET as usize);
+        assert_eq!(af % 4, 0, "capabilities are dword aligned");
+        assert!(af >= cap + 12, "AF does not overlap MSI-X");
+        assert_eq!(
+            c.bytes[af..af + 6],
+            [CAP_ID_AF, 0, AF_LENGTH, 0b11, 0, 0],
+            "AF: end of list, length 6, TP and FLR capable, control and status 0"
+        );
         assert_eq!((c.read16(cap + 2) & 0x7ff) + 1, abi::MSIX_VECTORS);
         assert_eq!(c.read32(cap + 4), abi::MSIX_TABLE_OFFSET | abi::CTRL_BAR);
         assert_eq!(c.read32(cap + 8), abi::MSIX_PBA_OFFSET | abi::CTRL_BAR);
+    }
+
+    #[test]
+    fn writing_the_af_flr_bit_asks_for_a_function_reset() {
+        let mut c = ConfigSpace::new();
+        let af = abi::PCI_CAP_AF_OFFSET as u64;
+        // Linux's pci_af_flr: a byte write of the FLR bit to the control byte.
+        assert_eq!(c.write(af + 4, &[1]).unwrap(), WriteEffect::FunctionReset);
+        assert_eq!(c.bytes[af as usize + 4], 0, "the FLR bit reads as 0");
+        // Also as part of a wider write; other bits and other bytes ask nothing.
+        assert_eq!(
+            c.write(af + 4, &[1, 0]).unwrap(),
+            WriteEffect::FunctionReset
+        );
+        assert_eq!(c.write(af, &[0xff; 4]).unwrap(), WriteEffect::None);
+        assert_eq!(c.write(af + 4, &[0xfe]).unwrap(), WriteEffect::None);
+        assert_eq!(c.write(af + 5, &[0xff]).unwrap(), WriteEffect::None);
+        assert_eq!(
+            c.read32(af as usize),
+            0x0306_0013,
+            "the capability is read-only"
+        );
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //! * `churn [P [R]]` P processes creating and destroying objects R times each, at once
 //! * `udp [N]`    N datagrams between two UDP QPs through the rings, then a blocking wait
 //! * `traffic S`  UDP traffic in a loop for up to S seconds (to be killed in the middle)
-//! * `reset`      resets the device under an open context: its calls fail with ENODEV
+//! * `reset [pci]` resets the device under an open context (the driver's sysfs reset, or
+//!   with `pci` the PCI core's function reset): its calls fail with ENODEV
 //! * `remove`     removes the PCI function under an open context, then rescans
 //! * `events`     asynchronous events: a TCP QP pair over the device's own address; the
 //!   peer destroyed (QP error, connection reset) and a graceful close (peer closed) reach
@@ -1767,15 +1768,21 @@ fn pending_accept(ctx: &Ctx, port: u16, user_data: u64) -> Result<u32, String> {
     Ok(qp.handle)
 }
 
-/// Resets the device (the driver's sysfs reset) under an open context.
-fn cmd_reset() -> u32 {
+/// Resets the device under an open context: through the driver's sysfs `reset`, or (`pci`)
+/// through the PCI core's (`/sys/bus/pci/devices/ADDR/reset`, a function-level reset).
+fn cmd_reset(pci: bool) -> u32 {
     let mut c = Checks::default();
     let r = (|| -> Result<(), String> {
         let mut ctx = Ctx::open()?;
         let p = udp_exchange(&mut ctx, 7400, 3, "reset.before")?;
         let qp = pending_accept(&ctx, 5400, 0x7e5e7)?;
         let resets = sysfs("reset_count");
-        std::fs::write(format!("{SYSFS}/reset"), "1").map_err(|e| format!("write reset: {e}"))?;
+        let path = if pci {
+            format!("{SYSFS}/device/reset")
+        } else {
+            format!("{SYSFS}/reset")
+        };
+        std::fs::write(&path, "1").map_err(|e| format!("write {path}: {e}"))?;
         println!("@reset.count={resets}->{}", sysfs("reset_count"));
         let mut q = QueryDevice::new();
         c.check(
@@ -2127,7 +2134,7 @@ fn cmd_events() -> u32 {
 }
 
 const USAGE: &str =
-    "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset | remove | events";
+    "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -2138,7 +2145,7 @@ fn main() {
         Some("churn") => cmd_churn(num(1, 6), num(2, 30)),
         Some("udp") => cmd_udp(num(1, 20)),
         Some("traffic") => cmd_traffic(num(1, 60)),
-        Some("reset") => cmd_reset(),
+        Some("reset") => cmd_reset(args.get(1).is_some_and(|a| a == "pci")),
         Some("remove") => cmd_remove(),
         Some("events") => cmd_events(),
         _ => {
