@@ -2,21 +2,35 @@
 //! TAP in a network namespace the test creates, with kernel sockets in that namespace. A
 //! qpip QP connects to a `TcpListener` and accepts a `TcpStream`; 1 MiB goes each way at
 //! once, verified by SHA-256; then again with nftables dropping 5% of the kernel's packets
-//! in both directions.
+//! in both directions; then again through the device's own impairment (`--impair`:
+//! reordering 25%, duplication 2%, corruption 1%, delay with jitter, fixed seed) with a
+//! capture (`--pcap`) that tshark reads.
+//!
+//! What the capture can prove: it sits between the device and its impairment (see
+//! `backend::link`), so it holds every frame as the device built it — before a bit is
+//! flipped, a copy made or an order changed — and the kernel's frames as the kernel sent
+//! them. tshark finding no malformed packet and no bad TCP/IPv6 checksum among the device's
+//! frames therefore says the device built every segment right; it cannot see (and does not
+//! claim to see) the corrupted copies. That those were injected and refused is checked
+//! apart: both transfers must still arrive intact by SHA-256 (a corrupted segment that got
+//! through would break them), and the device's TCP counters must show the reordering and
+//! duplication it met.
 //!
 //! Needs root (CI runs as root); without it, or without `ip`/`nft`, the tests say so and
-//! pass.
+//! pass (and the tshark check says it is skipped when tshark is missing).
 
 mod netns;
 mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use netns::{have, root_and_tools, Netns};
-use qpip_device::backend::NetSpec;
+use qpip_device::backend::{ImpairSpec, NetSpec};
+use qpip_device::net::DropReason;
 use qpip_device::core::CoreConfig;
 use qpip_device::engine::network::NetworkConfig;
 use qpip_device::engine::EngineConfig;
@@ -27,6 +41,7 @@ use support::*;
 const DEV: &str = "fd51:5050::1:1";
 const HOST: &str = "fd51:5050::1";
 const TAP: &str = "qtcp0";
+const DEV_MAC: [u8; 6] = [0x02, 0x51, 0x50, 0x00, 0x07, 0x01];
 
 fn can_run(nft: bool) -> bool {
     if !root_and_tools("TCP QP kernel interop") {
@@ -73,16 +88,22 @@ impl Lossy for Netns {
     }
 }
 
-fn device(ns: &Netns) -> FakeGuest {
+/// A bad link in the device's backend, and a capture of what crosses it.
+struct Bad {
+    impair: ImpairSpec,
+    pcap: PathBuf,
+}
+
+fn device(ns: &Netns, bad: Option<&Bad>) -> FakeGuest {
     let network = NetworkConfig {
         spec: NetSpec::Tap(TAP.into()),
         mtu: 1500,
-        pcap: None,
-        impair: None,
+        pcap: bad.map(|b| b.pcap.clone()),
+        impair: bad.map(|b| b.impair),
         neighbors: Vec::new(),
     };
     let engine = EngineConfig {
-        mac: [0x02, 0x51, 0x50, 0x00, 0x07, 0x01],
+        mac: DEV_MAC,
         addrs: vec![(DEV.parse().unwrap(), 64)],
         network: Some(network),
         ..EngineConfig::default()
@@ -134,16 +155,16 @@ fn device_side(g: &mut FakeGuest, e: &mut TcpEnd, f: &mut Flow, n: usize, limit:
     }
 }
 
-fn exchange(loss: u32) {
+fn exchange(loss: u32, bad: Option<&Bad>) -> FakeGuest {
     let ns = Netns::new("qpiptcp");
     ns.add_tap(TAP, HOST);
     if loss > 0 {
         ns.loss(loss);
     }
-    let mut g = device(&ns);
+    let mut g = device(&ns, bad);
     let ctx = g.create_ctx().unwrap();
     let n = 1 << 20;
-    let limit = Duration::from_secs(if loss > 0 { 120 } else { 60 });
+    let limit = Duration::from_secs(if loss > 0 || bad.is_some() { 120 } else { 60 });
     let mut rng = Rng::new(77 + loss as u64);
 
     // 1. A qpip QP connects to a Linux listener.
@@ -196,19 +217,99 @@ fn exchange(loss: u32) {
     let kgot = kernel.join().expect("kernel side");
     assert_eq!(sha(&kgot), sha(&f.out), "qpip server -> Linux intact");
     assert_eq!(sha(&f.got), sha(&kout), "Linux -> qpip server intact");
-    drop(g);
+    // The namespace (and the TAP in it) goes now; the device lives on for its counters.
+    drop(ns);
+    g
 }
 
 #[test]
 fn qpip_tcp_qps_with_linux_sockets() {
     if can_run(false) {
-        exchange(0);
+        drop(exchange(0, None));
     }
 }
 
 #[test]
 fn qpip_tcp_qps_with_linux_sockets_under_nftables_loss() {
     if can_run(true) {
-        exchange(5);
+        drop(exchange(5, None));
     }
+}
+
+#[test]
+fn qpip_tcp_qps_with_linux_sockets_under_the_device_impairment() {
+    if !can_run(false) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("qpip-tcp-impaired-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = Bad {
+        impair: "reorder=25,dup=2,corrupt=1,delay=2,jitter=3,seed=4242"
+            .parse()
+            .expect("impairment spec"),
+        pcap: dir.join("device.pcap"),
+    };
+    let mut g = exchange(0, Some(&bad));
+    let drops: Vec<(&str, u64)> = DropReason::ALL
+        .iter()
+        .map(|&r| (r.name(), g.stat(STAT_NET_DROP_BASE + r as u32)))
+        .filter(|&(_, v)| v > 0)
+        .collect();
+    println!("device drops: {drops:?}");
+    let tcp: Vec<u64> = (STAT_TCP_ACTIVE_OPENS..=STAT_TCP_TIMEOUTS)
+        .map(|i| g.stat(i))
+        .collect();
+    println!("device TCP counters (STAT_TCP_ACTIVE_OPENS..): {tcp:?}");
+    // The impairment was at work on the device's side: segments arrived out of order
+    // and twice. (Corrupted segments are refused by their checksum — the SHA-256 checks
+    // above hold — but the engine does not count those refusals yet: see the report of
+    // this test's commit.)
+    assert!(g.stat(STAT_TCP_OOO_SEGS) > 0, "reordered segments arrived");
+    assert!(g.stat(STAT_TCP_DUP_SEGS) > 0, "duplicated segments arrived");
+    drop(g);
+    tshark_tcp_clean(&bad.pcap);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// tshark over a TCP capture: the device's frames are well formed with right checksums
+/// (see the module documentation for why the capture shows them as built), and there are
+/// TCP segments both ways.
+fn tshark_tcp_clean(pcap: &Path) {
+    if !have("tshark") {
+        println!(
+            "SKIPPED tshark check of {}: not installed (install tshark)",
+            pcap.display()
+        );
+        return;
+    }
+    let mac = DEV_MAC
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":");
+    let tshark = |filter: &str| {
+        let out = Command::new("tshark")
+            .args(["-r", pcap.to_str().unwrap(), "-n"])
+            .args(["-o", "tcp.check_checksum:TRUE"])
+            .args(["-Y", filter])
+            .output()
+            .expect("tshark");
+        assert!(
+            out.status.success(),
+            "tshark: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let ours = tshark(&format!("eth.src == {mac} && tcp")).lines().count();
+    let theirs = tshark(&format!("eth.src != {mac} && tcp")).lines().count();
+    println!("capture: {ours} TCP frames from the device, {theirs} from the kernel");
+    assert!(ours > 500 && theirs > 500, "{ours} / {theirs} TCP frames");
+    let bad = tshark(&format!(
+        "eth.src == {mac} && (_ws.malformed || _ws.expert.severity == error)"
+    ));
+    assert!(
+        bad.trim().is_empty(),
+        "tshark finds problems in the device's frames:\n{bad}"
+    );
 }
