@@ -490,11 +490,7 @@ impl<'a> Cat<'a> {
                 }
                 self.closed = true;
             }
-            EventKind::PeerClosed => {
-                if self.verbose {
-                    eprintln!("qpip-cat: the peer closed");
-                }
-            }
+            EventKind::PeerClosed if self.verbose => eprintln!("qpip-cat: the peer closed"),
             EventKind::QpError => {
                 let why = ev.error().map(|e| e.to_string()).unwrap_or_else(|| "failed".into());
                 return Err(Fail(1, format!("connection lost: {why}")));

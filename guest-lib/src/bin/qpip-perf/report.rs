@@ -1,0 +1,153 @@
+//! The results: a table that says what was measured, or one JSON object.
+
+use crate::proto::Row;
+use crate::Args;
+
+/// The `q`-quantile of sorted `v` (nearest rank), in microseconds.
+fn pct(v: &[u64], q: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    Some(v[i] as f64 / 1000.0)
+}
+
+/// Per-row figures derived from the raw measurements.
+struct Figures {
+    p50: Option<f64>,
+    p90: Option<f64>,
+    p99: Option<f64>,
+    max: Option<f64>,
+    /// Megabytes (10^6) per second received by the server.
+    mb_s: f64,
+    msgs_s: f64,
+    client_cpu_us: Option<f64>,
+    server_cpu_us: Option<f64>,
+    loss: f64,
+}
+
+fn figures(r: &Row) -> Figures {
+    let secs = r.elapsed.as_secs_f64().max(1e-9);
+    let per = |ns: u64, n: u64| (n > 0).then(|| ns as f64 / n as f64 / 1000.0);
+    let sent_msgs = r.msgs + r.lost;
+    Figures {
+        p50: pct(&r.rtt_ns, 0.50),
+        p90: pct(&r.rtt_ns, 0.90),
+        p99: pct(&r.rtt_ns, 0.99),
+        max: r.rtt_ns.last().map(|x| *x as f64 / 1000.0),
+        mb_s: r.bytes_received as f64 / secs / 1e6,
+        msgs_s: r.msgs_received as f64 / secs,
+        client_cpu_us: per(r.client_cpu_ns, r.msgs),
+        server_cpu_us: per(r.server_cpu_ns, r.server_msgs),
+        loss: if r.test == "bandwidth" && sent_msgs > 0 {
+            1.0 - (r.msgs_received as f64 / sent_msgs as f64).min(1.0)
+        } else if sent_msgs > 0 {
+            r.lost as f64 / sent_msgs as f64
+        } else {
+            0.0
+        },
+    }
+}
+
+pub fn print(a: &Args, rows: &[Row]) {
+    if a.json {
+        println!("{}", json(a, rows));
+    } else {
+        print!("{}", table(rows));
+    }
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map(|x| format!("{x:.prec$}")).unwrap_or_else(|| "-".into())
+}
+
+fn table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    s += "latency: round-trip time of one message echoed by the server (µs, percentiles of the measured round trips)\n";
+    s += "bandwidth: messages sent back to back; MB/s (10^6 bytes) and msg/s the server received, over the time until its report\n";
+    s += "cpu: process CPU time (user+system, getrusage) per message (latency: per round trip), client and server\n";
+    s += &format!(
+        "{:<9} {:<4} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10}\n",
+        "test", "net", "size", "msgs", "p50 µs", "p90 µs", "p99 µs", "max µs", "MB/s", "msg/s", "loss%", "cpu µs cl", "cpu µs sv"
+    );
+    for r in rows {
+        let f = figures(r);
+        let lat = r.test == "latency";
+        s += &format!(
+            "{:<9} {:<4} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6.2} {:>10} {:>10}\n",
+            r.test,
+            r.transport,
+            r.size,
+            r.msgs,
+            opt(f.p50, 1),
+            opt(f.p90, 1),
+            opt(f.p99, 1),
+            opt(f.max, 1),
+            if lat { "-".into() } else { format!("{:.2}", f.mb_s) },
+            if lat { format!("{:.0}", r.msgs as f64 / r.elapsed.as_secs_f64().max(1e-9)) } else { format!("{:.0}", f.msgs_s) },
+            f.loss * 100.0,
+            opt(f.client_cpu_us, 2),
+            opt(f.server_cpu_us, 2),
+        );
+    }
+    s
+}
+
+fn jnum(v: Option<f64>) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.3}"),
+        _ => "null".into(),
+    }
+}
+
+fn json(a: &Args, rows: &[Row]) -> String {
+    let items: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let f = figures(r);
+            format!(
+                concat!(
+                    "{{\"test\":\"{}\",\"transport\":\"{}\",\"size\":{},\"msgs\":{},\"lost\":{},",
+                    "\"elapsed_s\":{:.6},\"bytes_sent\":{},\"bytes_received\":{},\"msgs_received\":{},",
+                    "\"rtt_us\":{{\"p50\":{},\"p90\":{},\"p99\":{},\"max\":{}}},",
+                    "\"mb_per_s\":{},\"msgs_per_s\":{},\"loss\":{:.6},",
+                    "\"cpu_us_per_msg\":{{\"client\":{},\"server\":{}}},",
+                    "\"cpu_ns\":{{\"client\":{},\"server\":{}}},\"server_msgs\":{}}}"
+                ),
+                r.test,
+                r.transport,
+                r.size,
+                r.msgs,
+                r.lost,
+                r.elapsed.as_secs_f64(),
+                r.bytes_sent,
+                r.bytes_received,
+                r.msgs_received,
+                jnum(f.p50),
+                jnum(f.p90),
+                jnum(f.p99),
+                jnum(f.max),
+                jnum((r.test == "bandwidth").then_some(f.mb_s)),
+                jnum(Some(if r.test == "latency" {
+                    r.msgs as f64 / r.elapsed.as_secs_f64().max(1e-9)
+                } else {
+                    f.msgs_s
+                })),
+                f.loss,
+                jnum(f.client_cpu_us),
+                jnum(f.server_cpu_us),
+                r.client_cpu_ns,
+                r.server_cpu_ns,
+                r.server_msgs,
+            )
+        })
+        .collect();
+    format!(
+        "{{\"tool\":\"qpip-perf\",\"net\":\"{}\",\"server\":\"{}\",\"port\":{},\"iters\":{},\"results\":[{}]}}",
+        if a.sockets { "sockets" } else { "qpip" },
+        a.addr.as_deref().unwrap_or_default().replace(['"', '\\'], ""),
+        a.port,
+        a.iters,
+        items.join(",")
+    )
+}
