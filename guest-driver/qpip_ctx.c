@@ -534,24 +534,40 @@ err_free:
 	return ret;
 }
 
-static int qpip_ioctl_destroy_cq(struct qpip_ctx *ctx, void __user *uarg)
+/*
+ * What the destroy ioctls (DESTROY_CQ, DESTROY_QP, DEREG_MR, DESTROY_LISTENER) share: the
+ * handle must be one of this context's (in @xa); the device forgets the object first — so
+ * it no longer touches the object's memory — and only then is it taken out of @xa for the
+ * caller to free. Returns the object, or an ERR_PTR.
+ */
+static void *qpip_destroy_handle(struct qpip_ctx *ctx, void __user *uarg, struct xarray *xa,
+				 u16 opcode)
 {
 	struct qpip_admin_cmd cmd;
 	struct qpip_handle a;
-	struct qpip_cq *cq;
+	void *obj;
 	int usize, ret;
 
 	usize = QPIP_GET_ARG(a, uarg, QPIP_HANDLE_SIZE_V1);
 	if (usize < 0)
-		return usize;
-	cq = xa_load(&ctx->cqs, a.handle);
-	if (!cq)
-		return -ENOENT;
-	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_DESTROY_CQ, ctx->id, a.handle, NULL, 0);
+		return ERR_PTR(usize);
+	obj = xa_load(xa, a.handle);
+	if (!obj)
+		return ERR_PTR(-ENOENT);
+	qpip_cmd_init(&cmd, opcode, ctx->id, a.handle, NULL, 0);
 	ret = qpip_admin_run(ctx->qdev, &cmd, NULL);
 	if (ret)
-		return ret;
-	xa_erase(&ctx->cqs, a.handle);
+		return ERR_PTR(ret);
+	xa_erase(xa, a.handle);
+	return obj;
+}
+
+static int qpip_ioctl_destroy_cq(struct qpip_ctx *ctx, void __user *uarg)
+{
+	struct qpip_cq *cq = qpip_destroy_handle(ctx, uarg, &ctx->cqs, QPIP_ADMIN_OP_DESTROY_CQ);
+
+	if (IS_ERR(cq))
+		return PTR_ERR(cq);
 	qpip_cq_free(ctx, cq, false);
 	return 0;
 }
@@ -642,22 +658,10 @@ err_free:
 
 static int qpip_ioctl_destroy_qp(struct qpip_ctx *ctx, void __user *uarg)
 {
-	struct qpip_admin_cmd cmd;
-	struct qpip_handle a;
-	struct qpip_qp *qp;
-	int usize, ret;
+	struct qpip_qp *qp = qpip_destroy_handle(ctx, uarg, &ctx->qps, QPIP_ADMIN_OP_DESTROY_QP);
 
-	usize = QPIP_GET_ARG(a, uarg, QPIP_HANDLE_SIZE_V1);
-	if (usize < 0)
-		return usize;
-	qp = xa_load(&ctx->qps, a.handle);
-	if (!qp)
-		return -ENOENT;
-	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_DESTROY_QP, ctx->id, a.handle, NULL, 0);
-	ret = qpip_admin_run(ctx->qdev, &cmd, NULL);
-	if (ret)
-		return ret;
-	xa_erase(&ctx->qps, a.handle);
+	if (IS_ERR(qp))
+		return PTR_ERR(qp);
 	qpip_qp_free(ctx, qp, false);
 	return 0;
 }
@@ -770,22 +774,10 @@ err:
 
 static int qpip_ioctl_dereg_mr(struct qpip_ctx *ctx, void __user *uarg)
 {
-	struct qpip_admin_cmd cmd;
-	struct qpip_handle a;
-	struct qpip_mr *mr;
-	int usize, ret;
+	struct qpip_mr *mr = qpip_destroy_handle(ctx, uarg, &ctx->mrs, QPIP_ADMIN_OP_DEREG_MR);
 
-	usize = QPIP_GET_ARG(a, uarg, QPIP_HANDLE_SIZE_V1);
-	if (usize < 0)
-		return usize;
-	mr = xa_load(&ctx->mrs, a.handle);
-	if (!mr)
-		return -ENOENT;
-	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_DEREG_MR, ctx->id, a.handle, NULL, 0);
-	ret = qpip_admin_run(ctx->qdev, &cmd, NULL);
-	if (ret)
-		return ret;
-	xa_erase(&ctx->mrs, a.handle);
+	if (IS_ERR(mr))
+		return PTR_ERR(mr);
 	qpip_mr_free(ctx->qdev, mr, false);
 	return 0;
 }
@@ -844,23 +836,11 @@ static int qpip_ioctl_listen(struct qpip_ctx *ctx, void __user *uarg)
 	return qpip_put_arg(uarg, &a, sizeof(a), usize);
 }
 
+/* A listener is only a value entry: nothing to free. */
 static int qpip_ioctl_destroy_listener(struct qpip_ctx *ctx, void __user *uarg)
 {
-	struct qpip_admin_cmd cmd;
-	struct qpip_handle a;
-	int usize, ret;
-
-	usize = QPIP_GET_ARG(a, uarg, QPIP_HANDLE_SIZE_V1);
-	if (usize < 0)
-		return usize;
-	if (!xa_load(&ctx->listeners, a.handle))
-		return -ENOENT;
-	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_DESTROY_LISTENER, ctx->id, a.handle, NULL, 0);
-	ret = qpip_admin_run(ctx->qdev, &cmd, NULL);
-	if (ret)
-		return ret;
-	xa_erase(&ctx->listeners, a.handle);
-	return 0;
+	return PTR_ERR_OR_ZERO(qpip_destroy_handle(ctx, uarg, &ctx->listeners,
+						   QPIP_ADMIN_OP_DESTROY_LISTENER));
 }
 
 /* Accept, connect and close complete later: their completion becomes an event. */
