@@ -722,7 +722,10 @@ impl Qp {
             _ => {}
         }
         flush(self.id, &mut qp, &mut out);
-        let reset = matches!(qp.kind, QpKind::Tcp(_));
+        // After a graceful close the socket closes like close(2), so the bytes its sends
+        // handed to the kernel still go out (on the device those sends completed only once
+        // acknowledged); otherwise destroying resets the connection, as on the device.
+        let reset = matches!(qp.kind, QpKind::Tcp(_)) && !qp.wr_shut;
         drop_socket(&mut qp, reset);
         st.apply(qp.scq, qp.rcq, out);
     }
