@@ -34,6 +34,10 @@ pub(crate) struct CtxInner {
     pub(crate) limits: Limits,
     /// Events read while a blocking helper looked for another one.
     stash: Mutex<VecDeque<Event>>,
+    /// Wakes the async waiters for events (`crate::aio`) when an event is put in the stash:
+    /// the event was read from the descriptor, which then no longer wakes them for it.
+    #[cfg(feature = "tokio")]
+    pub(crate) stashed: tokio::sync::Notify,
 }
 
 pub(crate) enum CtxImpl {
@@ -76,6 +80,8 @@ impl Context {
                 imp,
                 limits,
                 stash: Mutex::new(VecDeque::new()),
+                #[cfg(feature = "tokio")]
+                stashed: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -225,11 +231,8 @@ impl Context {
         timeout: Option<Duration>,
         want: impl Fn(&Event) -> bool,
     ) -> Result<Option<Event>> {
-        {
-            let mut stash = self.inner.stash.lock().unwrap();
-            if let Some(i) = stash.iter().position(&want) {
-                return Ok(stash.remove(i));
-            }
+        if let Some(e) = self.inner.take_stashed(&want) {
+            return Ok(Some(e));
         }
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
@@ -237,7 +240,7 @@ impl Context {
                 if want(&e) {
                     return Ok(Some(e));
                 }
-                self.inner.stash.lock().unwrap().push_back(e);
+                self.inner.stash(e);
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left == Some(Duration::ZERO) {
@@ -290,7 +293,21 @@ impl CtxInner {
         }
     }
 
-    fn read_event(&self) -> Result<Option<Event>> {
+    /// The first kept-back event `want` accepts, taken out of the stash.
+    pub(crate) fn take_stashed(&self, want: impl Fn(&Event) -> bool) -> Option<Event> {
+        let mut stash = self.stash.lock().unwrap();
+        let i = stash.iter().position(want)?;
+        stash.remove(i)
+    }
+
+    /// Keeps back an event read while looking for another one.
+    pub(crate) fn stash(&self, e: Event) {
+        self.stash.lock().unwrap().push_back(e);
+        #[cfg(feature = "tokio")]
+        self.stashed.notify_waiters();
+    }
+
+    pub(crate) fn read_event(&self) -> Result<Option<Event>> {
         match &self.imp {
             CtxImpl::Device(d) => d.read_event(),
             CtxImpl::Soft(s) => Ok(s.read_event()),

@@ -50,10 +50,18 @@
 //!   outcomes are [`Event`]s of the context ([`Context::poll_event`], or the blocking
 //!   [`Qp::connect_wait`] and [`Listener::accept_wait`]).
 //!
+//! With the Cargo feature `tokio`, [`aio`] adds futures for the waits: [`AsyncCq::next`]
+//! and [`AsyncCq::poll_batch`] complete from the CQ's descriptor, [`AsyncContext`]'s
+//! `connect`, `accept`, `close` and `event_for` from the context's event descriptor. They
+//! are cancel-safe and any number of tasks may share one CQ or context. The default build
+//! does not depend on tokio.
+//!
 //! Device discovery ([`list_devices`]) reads what the guest driver publishes under
 //! `/sys/class/qpip/qpipN`. The guest tools live in `src/bin/` and are built as static
 //! binaries for the guest image (see `images/guest.sh`).
 
+#[cfg(feature = "tokio")]
+pub mod aio;
 mod context;
 mod cq;
 mod device;
@@ -65,6 +73,8 @@ mod soft;
 mod sys;
 mod types;
 
+#[cfg(feature = "tokio")]
+pub use aio::{AsyncContext, AsyncCq};
 pub use context::{Context, PROVIDER_ENV};
 pub use cq::Cq;
 pub use discovery::{

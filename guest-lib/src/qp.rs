@@ -11,7 +11,7 @@ use crate::device;
 use crate::error::{Error, Result};
 use crate::mr::{Gather, Sge};
 use crate::soft;
-use crate::types::{EventKind, QpKind};
+use crate::types::{Event, EventKind, QpKind};
 use crate::Context;
 
 /// How to create a QP ([`Context::create_qp`]).
@@ -225,10 +225,7 @@ impl Qp {
                 what,
                 after: timeout,
             }),
-            Some(e) => match e.error() {
-                Some(source) => Err(Error::Connection { what, source }),
-                None => Ok(e.peer),
-            },
+            Some(e) => outcome(&e, what),
         }
     }
 
@@ -293,7 +290,7 @@ impl Qp {
         }
     }
 
-    fn need_tcp(&self, what: &'static str) -> Result<()> {
+    pub(crate) fn need_tcp(&self, what: &'static str) -> Result<()> {
         match self.inner.kind {
             QpKind::Tcp(_) => Ok(()),
             k => Err(Error::WrongQpKind {
@@ -320,6 +317,14 @@ impl Drop for QpInner {
             QpImpl::Device(q) => q.destroy(self.ctx.dev(), &self.send_cq, &self.recv_cq),
             QpImpl::Soft(q) => q.destroy(),
         }
+    }
+}
+
+/// The result an accept, connect or close event reports: the peer, or the failure.
+pub(crate) fn outcome(e: &Event, what: &'static str) -> Result<Option<SocketAddrV6>> {
+    match e.error() {
+        Some(source) => Err(Error::Connection { what, source }),
+        None => Ok(e.peer),
     }
 }
 
