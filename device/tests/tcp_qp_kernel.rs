@@ -260,12 +260,15 @@ fn qpip_tcp_qps_with_linux_sockets_under_the_device_impairment() {
         .map(|i| g.stat(i))
         .collect();
     println!("device TCP counters (STAT_TCP_ACTIVE_OPENS..): {tcp:?}");
-    // The impairment was at work on the device's side: segments arrived out of order
-    // and twice. (Corrupted segments are refused by their checksum — the SHA-256 checks
-    // above hold — but the engine does not count those refusals yet: see the report of
-    // this test's commit.)
+    // The impairment was at work on the device's side: segments arrived out of order,
+    // twice, and corrupted — refused by their checksum and counted (the SHA-256 checks
+    // above show none got through).
     assert!(g.stat(STAT_TCP_OOO_SEGS) > 0, "reordered segments arrived");
     assert!(g.stat(STAT_TCP_DUP_SEGS) > 0, "duplicated segments arrived");
+    assert!(
+        g.stat(STAT_NET_DROP_BASE + DropReason::BadChecksum as u32) > 0,
+        "corrupted segments were dropped and counted: {drops:?}"
+    );
     drop(g);
     tshark_tcp_clean(&bad.pcap);
     let _ = std::fs::remove_dir_all(&dir);

@@ -138,10 +138,10 @@ impl Engine {
                     Delivery::NoPort
                 }
             }
-            Upper::Tcp(t) => {
-                self.tcp_segment_in(mem, t.src, t.dst, t.segment());
-                Delivery::Delivered
-            }
+            Upper::Tcp(t) => match self.tcp_segment_in(mem, t.src, t.dst, t.segment()) {
+                None => Delivery::Delivered,
+                Some(why) => Delivery::Dropped(why),
+            },
         });
         // Packets too big that lowered a path MTU: the connections to that destination
         // resend at the new size on the next TCP pass.

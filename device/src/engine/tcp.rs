@@ -43,6 +43,7 @@ use qpip_abi::wqe::MSG_HEADER_SIZE;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use zerocopy::FromZeros;
 
+use crate::net::stats::DropReason;
 use crate::net::tcp::{
     self, ConnId, ConnectionTable, Event, FourTuple, Input, IsnGenerator, Outgoing, RecvSink,
     SendSource, State,
@@ -1201,25 +1202,20 @@ impl Engine {
     // ---- segments in and out ---------------------------------------------------------------
 
     /// A TCP segment for one of the device's addresses.
+    /// A TCP segment for one of the device's addresses. Returns why it was dropped when it
+    /// does not parse (the caller counts it: the link is taken out of `self` while frames
+    /// are delivered, so this cannot reach the stack's counters itself).
     pub(super) fn tcp_segment_in(
         &mut self,
         mem: &GuestMemoryMmap,
         src: Ipv6Addr,
         dst: Ipv6Addr,
         bytes: &[u8],
-    ) {
+    ) -> Option<DropReason> {
         let seg = match tcp::wire::parse(src, dst, bytes) {
             Ok(s) => s,
-            Err(e) => {
-                if let Some(net) = self.net.as_mut() {
-                    let why = match e {
-                        tcp::ParseError::Checksum => crate::net::stats::DropReason::BadChecksum,
-                        _ => crate::net::stats::DropReason::Malformed,
-                    };
-                    net.stack.stats_mut().drop(why);
-                }
-                return;
-            }
+            Err(tcp::ParseError::Checksum) => return Some(DropReason::BadChecksum),
+            Err(_) => return Some(DropReason::Malformed),
         };
         let now = Instant::now();
         match self.tcp.table.input(&seg, now, 0) {
@@ -1241,6 +1237,7 @@ impl Engine {
             Input::Reply(o) => self.tcp.outbox.push(o),
             Input::Dropped => {}
         }
+        None
     }
 
     /// After anything happened to a connection: its events, its segments, its timer.
@@ -1468,7 +1465,12 @@ impl Engine {
                 break;
             };
             did = true;
-            self.tcp_segment_in(mem, o.src, o.dst, &o.segment);
+            if let Some(why) = self.tcp_segment_in(mem, o.src, o.dst, &o.segment) {
+                // Segments of the device's own connections to itself; count them like any.
+                if let Some(net) = self.net.as_mut() {
+                    net.stack.stats_mut().drop(why);
+                }
+            }
         }
         let now = Instant::now();
         if self.tcp.table.next_deadline().is_some_and(|t| t <= now) {

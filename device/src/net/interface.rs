@@ -100,10 +100,14 @@ impl Interface {
             };
             n += 1;
             if let Some(u) = self.stack.receive_upper(&self.buf[..len], now) {
-                if deliver(&u) == Delivery::NoPort {
-                    if let Upper::Udp(d) = &u {
-                        self.stack.port_unreachable(d, now);
+                match deliver(&u) {
+                    Delivery::Delivered => {}
+                    Delivery::NoPort => {
+                        if let Upper::Udp(d) = &u {
+                            self.stack.port_unreachable(d, now);
+                        }
                     }
+                    Delivery::Dropped(why) => self.stack.stats_mut().drop(why),
                 }
             }
         }

@@ -129,6 +129,9 @@ pub enum Delivery {
     Delivered,
     /// No QP is bound to the port: the stack answers "port unreachable".
     NoPort,
+    /// The upper layer refused the packet (a TCP segment that does not parse, a bad
+    /// checksum): the stack counts the drop under this reason.
+    Dropped(DropReason),
 }
 
 pub struct Stack {
