@@ -1201,7 +1201,6 @@ impl Engine {
 
     // ---- segments in and out ---------------------------------------------------------------
 
-    /// A TCP segment for one of the device's addresses.
     /// A TCP segment for one of the device's addresses. Returns why it was dropped when it
     /// does not parse (the caller counts it: the link is taken out of `self` while frames
     /// are delivered, so this cannot reach the stack's counters itself).
