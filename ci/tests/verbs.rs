@@ -1,7 +1,8 @@
 //! VM tests of the verbs library (`qpip`, guest-lib) on the device: a real guest, real
 //! qpipd, the real qpip.ko, and `qpip-verbs-test` calling the library's API over
 //! `/dev/qpip0` — UDP and TCP between QPs over the device's own loopback, every error the
-//! API reports, many QPs on one CQ, CQ overflow, blocking waits and epoll.
+//! API reports, many QPs on one CQ, CQ overflow, blocking waits, epoll, and the async
+//! adapter (tokio) woken by the device's interrupts.
 //!
 //! Like the other VM tests they boot a guest, so they are ignored by a plain `cargo test`
 //! and run with `-- --ignored`. The guest reports `@key=value` lines; the assertions are
@@ -48,11 +49,16 @@ kv parallel.failures "$(cat /tmp/p1.out /tmp/p2.out | grep FAIL | tr '\n' ' ')"
         "cq.overflow",
         "cq.wait_wakeups",
         "epoll",
+        "aio.tasks_share_a_cq",
+        "aio.timed_out_waits",
+        "aio.connections",
         "device.counters",
     ]);
     assert_eq!(rep.get("tcp_stream.bytes"), "262144");
     assert_eq!(rep.get("many_qps.qps"), "16");
     assert_eq!(rep.get("wait.wakeups"), "5");
+    assert_eq!(rep.get("aio.cq_completions"), "96");
+    assert_eq!(rep.get("aio.connections"), "4");
     assert!(rep.num("cq_overflow.cq_full") > 0, "{}", rep.context());
     // Two processes at once, each in its own context.
     assert_eq!(rep.get("parallel.first.status"), "0", "{}", rep.context());
