@@ -50,9 +50,10 @@ for src in "$QPIP_ROOT"/guest-lib/src/bin/*.rs "$QPIP_ROOT"/guest-lib/src/bin/*/
     bins+=("$name")
 done
 [ ${#bins[@]} -gt 0 ] || die "guest-lib has no binaries in src/bin"
+# With the async adapter (feature tokio): qpip-verbs-test checks it on the device.
 step "guest image: build guest tools (${bins[*]}, static)" \
     env RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --manifest-path "$QPIP_ROOT/Cargo.toml" --release -p qpip --target $TARGET --bins
+    cargo build --manifest-path "$QPIP_ROOT/Cargo.toml" --release -p qpip --target $TARGET --bins --features tokio
 BINDIR=${CARGO_TARGET_DIR:-$QPIP_ROOT/target}/$TARGET/release
 for b in "${bins[@]}"; do
     [ -x "$BINDIR/$b" ] || die "cargo built no $BINDIR/$b"
