@@ -141,12 +141,14 @@ fn same(got: &[u8], want: &[u8], what: &str) {
     );
 }
 
-/// The listener's stdin stays open (it sends nothing); the connector sends `input` and
-/// closes; both exit 0 and the listener printed `input`.
+/// The listener's stdin is empty (it closes its direction at once, like `qpip-cat -l P
+/// > file &` in a script); the connector sends `input` and closes; both exit 0 and the
+/// listener printed `input`.
 fn tcp_connector_to_listener(framing: &str, input: &[u8]) {
     let port = free_port().to_string();
     let mut server = cat(&[framing, "-l", &port]);
     server.wait_for("listening on");
+    server.feed(Vec::new(), true);
     let mut client = cat(&[framing, "::1", &port]);
     client.feed(input.to_vec(), true);
     let (c_rc, c_out, c_err) = client.finish();
@@ -162,7 +164,8 @@ fn tcp_listener_to_connector(framing: &str, input: &[u8]) {
     let mut server = cat(&[framing, "-l", &port]);
     server.wait_for("listening on");
     server.feed(input.to_vec(), true);
-    let client = cat(&[framing, "::1", &port]);
+    let mut client = cat(&[framing, "::1", &port]);
+    client.feed(Vec::new(), true);
     let (c_rc, c_out, c_err) = client.finish();
     let (s_rc, _, s_err) = server.finish();
     assert_eq!((c_rc, s_rc), (0, 0), "client: {c_err}\nserver: {s_err}");
@@ -204,6 +207,7 @@ fn tcp_stream_with_plain_sockets_both_directions() {
     let port = free_port();
     let mut server = cat(&["-l", &port.to_string()]);
     server.wait_for("listening on");
+    server.feed(Vec::new(), true);
     let down = data(1 << 20, 6);
     let mut s = TcpStream::connect(("::1", port)).unwrap();
     s.write_all(&down).unwrap();

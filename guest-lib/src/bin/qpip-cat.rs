@@ -15,8 +15,9 @@
 //! ```
 //!
 //! TCP: end of stdin closes the sending direction gracefully (a FIN after every byte);
-//! when the peer closes, what arrived is written out, our direction is closed too, and
-//! the program exits. UDP: each read from stdin is one datagram (at most 8192 bytes);
+//! the peer's close ends its direction. The program exits once both directions are
+//! closed and what arrived is written out; when stdin is a terminal, the peer's close
+//! ends the session at once. UDP: each read from stdin is one datagram (at most 8192 bytes);
 //! each datagram's payload is written to stdout. Exit status: 0 on a clean end, 1 when
 //! the connection or the device failed (a one-line message on stderr), 2 for bad usage.
 
@@ -458,9 +459,16 @@ impl<'a> Cat<'a> {
                         return self.repost(slot);
                     }
                 } else if c.byte_len == 0 {
-                    // End of stream: every later receive completes empty too.
+                    // End of stream: every later receive completes empty too. A
+                    // terminal session ends here; otherwise the rest of stdin still goes
+                    // out (half-close), so `qpip-cat -l P > file &` — stdin at its end
+                    // at once — still receives everything the other side sends.
                     self.peer_done = true;
-                    return self.start_close();
+                    // SAFETY: isatty only inspects descriptor 0.
+                    if self.stdin_done || unsafe { libc::isatty(0) } == 1 {
+                        return self.start_close();
+                    }
+                    return Ok(());
                 }
                 let data = &self.recv_bufs[slot][..c.byte_len as usize];
                 self.out.write_all(data).map_err(|e| ("write to stdout", e))?;
