@@ -1,0 +1,439 @@
+/*
+ * qpip: queue pairs over the qpip adapter (/dev/qpipN) or kernel sockets.
+ *
+ * Every function returns QPIP_OK (0) or a negative QPIP_E_* code unless it says
+ * otherwise; qpip_strerror() names a code and qpip_last_error() gives the message of the
+ * calling thread's last failure. Handles are freed with their *_free function; objects
+ * keep what they were created from alive, so the order of freeing does not matter.
+ * Link with -lqpip.
+ */
+
+#ifndef QPIP_H
+#define QPIP_H
+
+/* Generated from guest-lib/capi by cbindgen; do not edit. Regenerate: QPIP_BLESS=1 cargo test -p qpip-capi --test c_header */
+
+#include <stdint.h>
+#include <stddef.h>
+
+// Success.
+#define QPIP_OK 0
+
+// A required pointer was NULL.
+#define QPIP_E_NULL -1
+
+// A handle of another type (or a corrupted one) was passed.
+#define QPIP_E_BAD_HANDLE -2
+
+// An argument is out of range or inconsistent.
+#define QPIP_E_INVALID -3
+
+// No qpip device (and QPIP_PROVIDER=device), or QPIP_PROVIDER holds a bad name.
+#define QPIP_E_NO_DEVICE -4
+
+// The device was reset or removed: open a new context.
+#define QPIP_E_DEVICE_GONE -5
+
+// A system call failed (qpip_last_error() says which and why).
+#define QPIP_E_OS -6
+
+// The work queue is full: poll the completion queue first.
+#define QPIP_E_QUEUE_FULL -7
+
+// Too many scatter/gather entries, inline data too long, or a range outside its region.
+#define QPIP_E_LENGTH -8
+
+// An object of another context was used.
+#define QPIP_E_FOREIGN -9
+
+// The operation does not apply to this kind of QP.
+#define QPIP_E_WRONG_KIND -10
+
+// A UDP send without a destination, or a TCP send with one.
+#define QPIP_E_DESTINATION -11
+
+// A blocking call gave up waiting.
+#define QPIP_E_TIMEDOUT -12
+
+// An accept, connect or close failed (refused, reset, cancelled ...).
+#define QPIP_E_CONNECTION -13
+
+// The device speaks an interface version this library does not know.
+#define QPIP_E_ABI -14
+
+// QP kinds for qpip_qp_create().
+#define QPIP_QP_UDP 0
+
+// TCP, QP ⇄ QP: each send is one message.
+#define QPIP_QP_TCP_MESSAGE 1
+
+// TCP, QP ⇄ plain socket: the bytes are the stream.
+#define QPIP_QP_TCP_STREAM 2
+
+// Providers (qpip_provider()).
+#define QPIP_PROVIDER_DEVICE 0
+
+#define QPIP_PROVIDER_SOFT 1
+
+// Completion opcodes.
+#define QPIP_OP_SEND 0
+
+#define QPIP_OP_RECV 1
+
+// Completion statuses (qpip_completion.status).
+#define QPIP_WC_SUCCESS 0
+
+#define QPIP_WC_LOCAL_LENGTH 1
+
+#define QPIP_WC_LOCAL_PROTECTION 2
+
+#define QPIP_WC_BAD_OPCODE 3
+
+#define QPIP_WC_BAD_WQE 4
+
+#define QPIP_WC_FLUSHED 5
+
+#define QPIP_WC_BAD_DEST 6
+
+#define QPIP_WC_OTHER 255
+
+// Event kinds (qpip_event.kind).
+#define QPIP_EVENT_ACCEPT 1
+
+#define QPIP_EVENT_CONNECT 2
+
+#define QPIP_EVENT_CLOSE 3
+
+#define QPIP_EVENT_QP_ERROR 4
+
+#define QPIP_EVENT_PEER_CLOSED 5
+
+#define QPIP_EVENT_LOST 6
+
+#define QPIP_EVENT_OTHER 255
+
+// qpip_post_send() flags: carry `imm` (TCP message framing only).
+#define QPIP_SEND_IMM 1
+
+// Opaque handles.
+typedef struct qpip_context qpip_context;
+
+typedef struct qpip_cq qpip_cq;
+
+typedef struct qpip_listener qpip_listener;
+
+typedef struct qpip_mr qpip_mr;
+
+typedef struct qpip_qp qpip_qp;
+
+// An IPv6 address and port (host byte order).
+typedef struct qpip_addr {
+  uint8_t addr[16];
+  uint16_t port;
+} qpip_addr;
+
+// One completed work request.
+typedef struct qpip_completion {
+  uint64_t wr_id;
+  // The QP (qpip_qp_id()).
+  uint32_t qp;
+  // QPIP_OP_*.
+  uint32_t opcode;
+  // QPIP_WC_*.
+  uint32_t status;
+  // Which check failed, for error completions (the device's detail code).
+  uint32_t detail;
+  uint32_t byte_len;
+  // TCP message framing: the sender's immediate data.
+  uint32_t imm;
+  // UDP receives: 1 and the sender in `src`.
+  uint32_t has_src;
+  struct qpip_addr src;
+} qpip_completion;
+
+// `len` bytes at `offset` in a memory region.
+typedef struct qpip_sge {
+  const struct qpip_mr *mr;
+  size_t offset;
+  size_t len;
+} qpip_sge;
+
+// A connection event.
+typedef struct qpip_event {
+  // QPIP_EVENT_*.
+  uint32_t kind;
+  // 0 or a negative errno.
+  int32_t status;
+  uint32_t qp;
+  // 1 and the peer in `peer` for a successful accept or connect.
+  uint32_t has_peer;
+  uint64_t user_data;
+  struct qpip_addr peer;
+} qpip_event;
+
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+
+// A short description of a QPIP_E_* code (a static string).
+const char *qpip_strerror(int code);
+
+// The message of the calling thread's last failure ("" if none); valid until the
+// thread's next failing call.
+const char *qpip_last_error(void);
+
+// Fills `out` from a textual IPv6 address (IPv4 becomes IPv4-mapped) and `port`.
+//
+// # Safety
+// `ip` is null or a NUL-terminated string; `out` is null or writable.
+int qpip_addr_parse(const char *ip, uint16_t port, struct qpip_addr *out);
+
+// Opens the provider QPIP_PROVIDER names (soft or device); unset: the first device if
+// there is one, else the software provider.
+//
+// # Safety
+// `out` is null or writable.
+int qpip_open(struct qpip_context **out);
+
+// Opens the software provider (kernel sockets).
+//
+// # Safety
+// `out` is null or writable.
+int qpip_open_soft(struct qpip_context **out);
+
+// Opens the device at `path` (/dev/qpipN).
+//
+// # Safety
+// `path` is null or NUL-terminated; `out` is null or writable.
+int qpip_open_device(const char *path, struct qpip_context **out);
+
+// Frees a context (its objects keep it open while they exist). NULL is allowed.
+//
+// # Safety
+// `ctx` is null or a live context handle.
+int qpip_context_free(struct qpip_context *ctx);
+
+// QPIP_PROVIDER_DEVICE or QPIP_PROVIDER_SOFT, or an error code.
+//
+// # Safety
+// `ctx` is null or a live handle.
+int qpip_provider(const struct qpip_context *ctx);
+
+// Largest inline send, in bytes, or an error code.
+//
+// # Safety
+// `ctx` is null or a live handle.
+int qpip_max_inline(const struct qpip_context *ctx);
+
+// Allocates and registers `len` zeroed bytes; qpip_mr_data() is where they are.
+//
+// # Safety
+// `ctx` is null or a live handle; `out` is null or writable.
+int qpip_mr_alloc(const struct qpip_context *ctx, size_t len, struct qpip_mr **out);
+
+// The region's bytes (NULL for a bad handle). Fill a send buffer before posting it and
+// leave it until its completion; read a receive buffer after its completion. The
+// pointer is valid until qpip_mr_free().
+//
+// # Safety
+// `mr` is null or a live handle.
+uint8_t *qpip_mr_data(struct qpip_mr *mr);
+
+// The region's size in bytes (0 for a bad handle).
+//
+// # Safety
+// `mr` is null or a live handle.
+size_t qpip_mr_len(const struct qpip_mr *mr);
+
+// Frees a region: it stays registered until the work requests naming it completed, but
+// qpip_mr_data()'s pointer must not be used any more. NULL is allowed.
+//
+// # Safety
+// `mr` is null or a live handle.
+int qpip_mr_free(struct qpip_mr *mr);
+
+// Creates a CQ of `depth` entries (a power of two).
+//
+// # Safety
+// `ctx` is null or a live handle; `out` is null or writable.
+int qpip_cq_create(const struct qpip_context *ctx, uint32_t depth, struct qpip_cq **out);
+
+// Frees a CQ (after the QPs that use it). NULL is allowed.
+//
+// # Safety
+// `cq` is null or a live handle.
+int qpip_cq_free(struct qpip_cq *cq);
+
+// Moves up to `n` completions to `out` (never blocks); returns how many, or an error.
+//
+// # Safety
+// `cq` is null or a live handle; `out` is null or valid for `n` writes.
+int qpip_cq_poll(const struct qpip_cq *cq, struct qpip_completion *out, size_t n);
+
+// Waits up to `timeout_ms` (negative: for ever) for a completion, then as qpip_cq_poll;
+// returns 0 when the time ran out.
+//
+// # Safety
+// As qpip_cq_poll.
+int qpip_cq_wait(const struct qpip_cq *cq, struct qpip_completion *out, size_t n, int timeout_ms);
+
+// Asks for one wake-up of qpip_cq_fd() at the next completion.
+//
+// # Safety
+// `cq` is null or a live handle.
+int qpip_cq_arm(const struct qpip_cq *cq);
+
+// Clears the descriptor's readiness after a wake-up; returns how many it gathered.
+//
+// # Safety
+// `cq` is null or a live handle.
+int qpip_cq_ack(const struct qpip_cq *cq);
+
+// The CQ's descriptor for poll/epoll (readable after qpip_cq_arm once a completion is
+// there), or an error code.
+//
+// # Safety
+// `cq` is null or a live handle.
+int qpip_cq_fd(const struct qpip_cq *cq);
+
+// Creates a QP of `kind` (QPIP_QP_*); sends complete on `send_cq`, receives on
+// `recv_cq` (may be the same); queue depths are powers of two (0: 64).
+//
+// # Safety
+// Handles are null or live; `out` is null or writable.
+int qpip_qp_create(const struct qpip_context *ctx,
+                   int kind,
+                   const struct qpip_cq *send_cq,
+                   const struct qpip_cq *recv_cq,
+                   uint32_t sq_depth,
+                   uint32_t rq_depth,
+                   struct qpip_qp **out);
+
+// Destroys a QP: outstanding requests complete flushed, a connection is reset (unless
+// it was closed gracefully). NULL is allowed.
+//
+// # Safety
+// `qp` is null or a live handle.
+int qpip_qp_free(struct qpip_qp *qp);
+
+// The QP's number (the `qp` of its completions and events), or an error code.
+//
+// # Safety
+// `qp` is null or a live handle.
+int qpip_qp_id(const struct qpip_qp *qp);
+
+// Binds to `addr` (port 0: an ephemeral one); the bound address goes to `bound` if not
+// NULL.
+//
+// # Safety
+// `qp` is null or live; `addr` null or readable; `bound` null or writable.
+int qpip_qp_bind(const struct qpip_qp *qp, const struct qpip_addr *addr, struct qpip_addr *bound);
+
+// Starts connecting a TCP QP; the outcome is a QPIP_EVENT_CONNECT event with `user_data`.
+//
+// # Safety
+// `qp` is null or live; `peer` null or readable.
+int qpip_qp_connect(const struct qpip_qp *qp, const struct qpip_addr *peer, uint64_t user_data);
+
+// Connects and waits up to `timeout_ms` (negative: for ever).
+//
+// # Safety
+// `qp` is null or live; `peer` null or readable.
+int qpip_qp_connect_wait(const struct qpip_qp *qp, const struct qpip_addr *peer, int timeout_ms);
+
+// Closes the sending direction gracefully after the sends posted before; the outcome is
+// a QPIP_EVENT_CLOSE event.
+//
+// # Safety
+// `qp` is null or a live handle.
+int qpip_qp_close(const struct qpip_qp *qp, uint64_t user_data);
+
+// qpip_qp_close and wait up to `timeout_ms` (negative: for ever).
+//
+// # Safety
+// `qp` is null or a live handle.
+int qpip_qp_close_wait(const struct qpip_qp *qp, int timeout_ms);
+
+// Posts a send of the bytes named by `sges` (gathered in order), tagged `wr_id`; `dest`
+// for UDP (NULL for TCP); `imm` goes with it when `flags` has QPIP_SEND_IMM.
+//
+// # Safety
+// `qp` null or live; `sg` null or valid for `n` reads; `dest` null or readable.
+int qpip_post_send(const struct qpip_qp *qp,
+                   uint64_t wr_id,
+                   const struct qpip_sge *sg,
+                   size_t n,
+                   const struct qpip_addr *dest,
+                   uint32_t imm,
+                   uint32_t flags);
+
+// Posts a send of `len` bytes at `data`, copied now (at most qpip_max_inline() bytes;
+// no registered memory needed).
+//
+// # Safety
+// `qp` null or live; `data` null (then `len` 0) or valid for `len` reads; `dest` null or
+// readable.
+int qpip_post_send_inline(const struct qpip_qp *qp,
+                          uint64_t wr_id,
+                          const void *data,
+                          size_t len,
+                          const struct qpip_addr *dest,
+                          uint32_t imm,
+                          uint32_t flags);
+
+// Posts a receive buffer made of `sges` (filled in order), tagged `wr_id`.
+//
+// # Safety
+// `qp` null or live; `sg` null or valid for `n` reads.
+int qpip_post_recv(const struct qpip_qp *qp, uint64_t wr_id, const struct qpip_sge *sg, size_t n);
+
+// Listens for TCP connections on `addr` (port non-zero).
+//
+// # Safety
+// `ctx` null or live; `addr` null or readable; `out` null or writable.
+int qpip_listen(const struct qpip_context *ctx,
+                const struct qpip_addr *addr,
+                uint32_t backlog,
+                struct qpip_listener **out);
+
+// Frees a listener (pending accepts end with -ECANCELED). NULL is allowed.
+//
+// # Safety
+// `l` is null or a live handle.
+int qpip_listener_free(struct qpip_listener *l);
+
+// Offers the idle TCP QP `qp` for the next connection; the outcome is a
+// QPIP_EVENT_ACCEPT event with `user_data`.
+//
+// # Safety
+// Handles null or live.
+int qpip_accept(const struct qpip_listener *l, const struct qpip_qp *qp, uint64_t user_data);
+
+// Accepts a connection on `qp`, waiting up to `timeout_ms` (negative: for ever); the peer
+// goes to `peer` if not NULL.
+//
+// # Safety
+// Handles null or live; `peer` null or writable.
+int qpip_accept_wait(const struct qpip_listener *l,
+                     const struct qpip_qp *qp,
+                     int timeout_ms,
+                     struct qpip_addr *peer);
+
+// The next connection event, waiting up to `timeout_ms` (0: just look; negative: for
+// ever). Returns 1 with `*out` filled, 0 if none came, or an error code.
+//
+// # Safety
+// `ctx` null or live; `out` null or writable.
+int qpip_wait_event(const struct qpip_context *ctx, struct qpip_event *out, int timeout_ms);
+
+// The descriptor that polls readable while a connection event is queued.
+//
+// # Safety
+// `ctx` is null or a live handle.
+int qpip_events_fd(const struct qpip_context *ctx);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
+
+#endif  /* QPIP_H */
