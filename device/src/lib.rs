@@ -14,4 +14,5 @@ pub mod engine;
 pub mod irq;
 pub mod net;
 pub mod pci;
+pub mod stages;
 pub mod vfio;
