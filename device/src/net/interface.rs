@@ -44,6 +44,7 @@ impl Interface {
 
     /// Puts the frames the stack produced on the wire. Returns how many went.
     pub fn flush(&mut self) -> usize {
+        let _stage = crate::stages::span(crate::stages::Stage::Send);
         let mut n = 0;
         while let Some(f) = self.stack.pop_tx() {
             match self.backend.send(&f) {
@@ -90,7 +91,11 @@ impl Interface {
     ) -> usize {
         let mut n = 0;
         while n < budget {
-            let len = match self.backend.recv(&mut self.buf) {
+            let received = {
+                let _stage = crate::stages::span(crate::stages::Stage::Receive);
+                self.backend.recv(&mut self.buf)
+            };
+            let len = match received {
                 Ok(Some(len)) => len,
                 Ok(None) => break,
                 Err(e) => {

@@ -398,6 +398,7 @@ impl Stack {
         upper: &[u8],
         now: Instant,
     ) -> Result<(), SendError> {
+        let _stage = crate::stages::span(crate::stages::Stage::BuildHeaders);
         self.route(&dst)?;
         if upper.len() > u16::MAX as usize {
             return Err(SendError::TooBig);
@@ -650,6 +651,7 @@ impl Stack {
     /// As [`Stack::receive`], with TCP segments for the device coming up too (when
     /// [`Stack::set_tcp`] was called).
     pub fn receive_upper<'f>(&mut self, frame: &'f [u8], now: Instant) -> Option<Upper<'f>> {
+        let _stage = crate::stages::span(crate::stages::Stage::Parse);
         self.stats.rx_frames += 1;
         self.stats.rx_bytes += frame.len() as u64;
         let Ok(eth) = wire::parse_ethernet(frame) else {

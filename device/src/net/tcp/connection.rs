@@ -909,6 +909,7 @@ impl Connection {
     /// Processes a segment of this connection (its checksum already verified by
     /// [`wire::parse`]). `sink` receives in-order data.
     pub fn on_segment(&mut self, seg: &Segment, now: Instant, sink: &mut dyn RecvSink) {
+        let _stage = crate::stages::span(crate::stages::Stage::Protocol);
         self.stats.segments_in += 1;
         self.sink_space = sink.space();
         match self.state {
@@ -1493,6 +1494,7 @@ impl Connection {
     /// The next segment to send, if any; call until None after every input, timer run
     /// or application call. Data is read from `source` at its stream offsets.
     pub fn poll_transmit(&mut self, now: Instant, source: &mut dyn SendSource) -> Option<Outgoing> {
+        let _stage = crate::stages::span(crate::stages::Stage::BuildHeaders);
         if let Some(seq) = self.reply_rst.take() {
             let h = Header {
                 src_port: self.tuple.local_port,

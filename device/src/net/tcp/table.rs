@@ -360,6 +360,7 @@ impl<T> ConnectionTable<T> {
     /// A SYN that may reopen a connection in TIME-WAIT (RFC 6191) while a listener is on
     /// its port ends that connection and goes to the listener ([`Input::HalfOpen`]).
     pub fn input(&mut self, seg: &Segment, now: Instant, sink_space: usize) -> Input {
+        let _stage = crate::stages::span(crate::stages::Stage::Parse);
         self.stats.segs_in += 1;
         let input = self.demultiplex(seg, now, sink_space);
         if let Input::Reply(o) = &input {

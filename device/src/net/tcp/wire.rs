@@ -231,6 +231,7 @@ pub fn checksum_ok(src: &Ipv6Addr, dst: &Ipv6Addr, segment: &[u8]) -> bool {
 /// Parses and verifies a TCP segment that arrived in an IPv6 packet from `src` to `dst`
 /// (`bytes` is the upper-layer payload, exactly as long as the packet says).
 pub fn parse<'a>(src: Ipv6Addr, dst: Ipv6Addr, bytes: &'a [u8]) -> Result<Segment<'a>, ParseError> {
+    let _stage = crate::stages::span(crate::stages::Stage::Parse);
     let h = match etherparse::TcpHeaderSlice::from_slice(bytes) {
         Ok(h) => h,
         Err(etherparse::err::tcp::HeaderSliceError::Len(_)) => return Err(ParseError::Truncated),
