@@ -12,6 +12,7 @@ use super::Engine;
 impl Engine {
     /// Scans the pages whose change count moved. Returns whether any did.
     pub(super) fn scan_doorbells(&mut self, _mem: &GuestMemoryMmap) -> bool {
+        let _stage = crate::stages::span(crate::stages::Stage::Doorbell);
         let mut changed = std::mem::take(&mut self.scratch_ctxs);
         changed.clear();
         for (&ctx, c) in self.objects.contexts.iter_mut() {
