@@ -49,6 +49,7 @@ fn cqe(wr_id: u64, qp: u32, opcode: u8, status: u8, detail: u32) -> Cqe {
 impl Engine {
     /// Gives every QP with send work (or flushes) a turn. Returns whether anything moved.
     pub(super) fn run_send_queues(&mut self, mem: &GuestMemoryMmap) -> bool {
+        let _stage = crate::stages::span(crate::stages::Stage::Schedule);
         let mut did = false;
         for _ in 0..self.objects.busy_qps.len() {
             let Some(id) = self.objects.busy_qps.pop_front() else {
@@ -170,6 +171,7 @@ impl Engine {
         id: u32,
         sq: bool,
     ) -> Option<[u8; WQE_SIZE as usize]> {
+        let _stage = crate::stages::span(crate::stages::Stage::GetWr);
         let qp = self.objects.qps.get_mut(&id).expect("caller checked");
         let (ring, head, cq, op) = if sq {
             (&qp.sq, &mut qp.sq_head, qp.send_cq, CQE_OP_SEND)
@@ -297,6 +299,7 @@ impl Engine {
     /// Collects a send's bytes: inline, or through the context's memory regions (local
     /// read is always allowed). Every SGE is checked before any byte is read.
     fn gather(&self, mem: &GuestMemoryMmap, ctx: u32, payload: &Payload) -> Result<Vec<u8>, Fault> {
+        let _stage = crate::stages::span(crate::stages::Stage::GetData);
         let sges = match payload {
             Payload::Inline(bytes) => return Ok(bytes.clone()),
             Payload::Gather(sges) => sges,
@@ -326,6 +329,7 @@ impl Engine {
         sges: &[qpip_abi::wqe::Sge],
         access: u32,
     ) -> Result<Vec<Span>, Fault> {
+        let _stage = crate::stages::span(crate::stages::Stage::GetWr);
         let mut spans = Vec::new();
         for s in sges {
             if s.length == 0 {
@@ -475,6 +479,7 @@ impl Engine {
     /// Writes a CQE (the caller made sure there is room), phase byte last, then raises the
     /// CQ's vector if it is armed.
     pub(super) fn write_cqe(&mut self, mem: &GuestMemoryMmap, cq_id: u32, mut c: Cqe) {
+        let _stage = crate::stages::span(crate::stages::Stage::Complete);
         let stats = &self.shared.stats;
         let Some(cq) = self.objects.cqs.get_mut(&cq_id) else {
             return;
