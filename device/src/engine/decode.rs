@@ -305,6 +305,7 @@ fn bad(wr_id: u64, status: u8) -> WqeError {
 
 /// Decodes a send-ring WQE.
 pub fn send_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<SendWr, WqeError> {
+    let _stage = crate::stages::span(crate::stages::Stage::GetWr);
     let h = header(bytes);
     if h.opcode != WQE_OP_SEND {
         return Err(bad(h.wr_id, CQE_STATUS_BAD_OPCODE));
@@ -339,6 +340,7 @@ pub fn send_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<SendWr, WqeError> {
 
 /// Decodes a receive-ring WQE.
 pub fn recv_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<RecvWr, WqeError> {
+    let _stage = crate::stages::span(crate::stages::Stage::GetWr);
     let h = header(bytes);
     if h.opcode != WQE_OP_RECV {
         return Err(bad(h.wr_id, CQE_STATUS_BAD_OPCODE));
