@@ -412,6 +412,7 @@ impl RecvSink for QpSink<'_> {
         self.rx.space()
     }
     fn deliver(&mut self, _offset: u64, data: &[u8]) {
+        let _stage = crate::stages::span(crate::stages::Stage::Place);
         self.rx.deliver(self.mem, data);
     }
 }
@@ -437,6 +438,7 @@ struct QpSource<'a> {
 
 impl SendSource for QpSource<'_> {
     fn read(&mut self, offset: u64, buf: &mut [u8]) {
+        let _stage = crate::stages::span(crate::stages::Stage::GetData);
         let entries = &self.tx.entries;
         let mut i = entries.partition_point(|e| e.end <= offset);
         let mut at = 0;
