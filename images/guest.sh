@@ -8,6 +8,8 @@
 #   /lib/modules/load-order      and the order /init loads them in (dependencies first)
 #   /lib/qpip/qpip.ko          the guest driver, built by images/driver.sh
 #   /usr/bin/qpip-*            the guest tools of guest-lib, linked statically
+#   /usr/bin/lab-wait          waits for a file in /lab, the folder a lab's guests share
+#   /usr/bin/lab-udp           UDP over kernel sockets (busybox nc is TCP only), static C
 # Rebuilds only when an input changed (a stamp holds the hash of all of them).
 #
 # Environment: QPIP_KO overrides the driver module to pack (default $QPIP_CACHE/guest/qpip.ko),
@@ -18,6 +20,8 @@ set -euo pipefail
 OUT=${QPIP_GUEST_OUT:-$QPIP_CACHE/guest}
 KO=${QPIP_KO:-$QPIP_CACHE/guest/qpip.ko}
 INIT=$QPIP_ROOT/images/guest/init
+LAB_WAIT=$QPIP_ROOT/images/guest/lab-wait
+LAB_UDP_SRC=$QPIP_ROOT/images/guest/lab-udp.c
 BUSYBOX=$RUNTIME_DIR/usr/bin/busybox
 TARGET=x86_64-unknown-linux-gnu
 
@@ -38,7 +42,7 @@ kernel=$(ls "$RUNTIME_DIR"/boot/vmlinuz-* 2>/dev/null | sort -V | tail -1)
 KVER=${kernel##*/vmlinuz-}
 MODDIR=$RUNTIME_DIR/lib/modules/$KVER
 [ -f "$MODDIR/modules.dep" ] || die "no $MODDIR/modules.dep for kernel $KVER"
-for tool in cargo xz gzip readelf strip; do
+for tool in cargo cc xz gzip readelf strip; do
     command -v "$tool" >/dev/null || die "$tool is missing on this host"
 done
 
@@ -133,7 +137,7 @@ extract_vmlinux() {
 }
 
 # --- up to date? ---------------------------------------------------------------------------
-hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$KO" "$BUSYBOX" "$kernel")
+hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$LAB_UDP_SRC" "$KO" "$BUSYBOX" "$kernel")
 for b in "${bins[@]}"; do hash_inputs+=("$BINDIR/$b"); done
 for f in "${load_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
 KEY=$(inputs_hash "${hash_inputs[@]}")
@@ -194,6 +198,11 @@ for b in "${bins[@]}"; do
     # The release profile keeps line tables for host backtraces; the guest copy needs none.
     strip -o "usr/bin/$b" "$BINDIR/$b"
 done
+install -m 0755 "$LAB_WAIT" usr/bin/lab-wait
+# Static, like the Rust tools: the guest has no libc. Numeric addresses only (no resolver,
+# so static glibc needs no NSS modules).
+cc -static -O2 -Wall -Wextra -Werror -s -o usr/bin/lab-udp "$LAB_UDP_SRC" \
+    || die "cannot build lab-udp from $LAB_UDP_SRC"
 
 # --- pack ----------------------------------------------------------------------------------
 # Fixed timestamps and owners, sorted names: the same inputs give the same archive on one
