@@ -13,14 +13,24 @@
 //! 5. the lab checks everything: QEMU's exit, each `qpipd`'s exit, that the guest reported a
 //!    status, and that neither the console nor dmesg shows a kernel warning, oops or trace.
 //!
-//! Every process the lab starts is killed and reaped on every path out of [`run_vm`]:
-//! success, error, panic, and Ctrl-C/SIGTERM (see [`interrupted`]).
+//! [`run_lab`] runs several guests at once, on the lab network (a network namespace with a
+//! bridge, see [`netns`]), with host-side work done in that namespace while they are up.
+//!
+//! Every process the lab starts is killed and reaped on every path out of [`run_vm`] and
+//! [`run_lab`]: success, error, panic, and Ctrl-C/SIGTERM (see [`interrupted`]); the lab
+//! network is removed likewise.
 
 pub mod console;
+mod lab;
+pub mod netns;
 pub mod paths;
 mod procs;
 mod vm;
 
+pub use lab::{
+    exit_status, guest_name, run_lab, unique_netns, GuestSpec, LabHost, LabOutcome, LabSpec,
+    Network,
+};
 pub use vm::{run_vm, run_vm_observed, Accel, LabError, Stream, VmOutcome, VmSpec};
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,13 +1,17 @@
 //! `qpip-lab`: the command-line face of the lab.
 //!
-//! `qpip-lab vm [--devices N] [--accel tcg|kvm] [--timeout SECS] [--memory MIB] [-v] -- CMD...`
-//! boots a guest with N qpip devices, runs CMD in it (its words joined with spaces and run
-//! by the guest's sh, like ssh), prints CMD's output as it comes and exits with CMD's exit
-//! status. A failure of the lab itself (a device or QEMU failing, no exit status, a kernel
-//! warning or oops in the guest) exits 1 with a one-line error naming the console log.
+//! `qpip-lab vm [--guests N] [--devices N] [--netns NAME | --no-net] [--accel tcg|kvm]
+//! [--timeout SECS] [--memory MIB] [-v] -- CMD...` boots N guests (`a`, `b`, ...), each
+//! with its qpip devices, on the lab network when the host allows it (root), runs CMD in
+//! every guest (its words joined with spaces and run by the guest's sh, like ssh; the
+//! guest's number is in `QPIP_GUEST`), prints CMD's output as it comes (prefixed with the
+//! guest's name when there are several) and exits with the first non-zero status of a
+//! guest, in guest order, or 0. A failure of the lab itself (a device or QEMU failing, no
+//! exit status, a kernel warning or oops in a guest) exits 1 with a one-line error naming
+//! the console log.
 
 use clap::{Parser, Subcommand};
-use qpip_lab::{run_vm_observed, Accel, Stream, VmSpec};
+use qpip_lab::{guest_name, run_lab, Accel, GuestSpec, LabSpec, Network, Stream, VmSpec};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -25,19 +29,28 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Boot a guest, run CMD in it, exit with CMD's exit status.
+    /// Boot guests, run CMD in each, exit with the first non-zero exit status (or 0).
     Vm(VmArgs),
 }
 
 #[derive(clap::Args)]
 struct VmArgs {
-    /// Number of qpip devices (one qpipd each).
+    /// Number of guests (a, b, ...), all running CMD, with $QPIP_GUEST = 1, 2, ...
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=26))]
+    guests: u16,
+    /// Number of qpip devices per guest (one qpipd each; device 0 is on the lab network).
     #[arg(long, default_value_t = 1)]
     devices: usize,
+    /// Name of the lab's network namespace (ip netns exec NAME ... reaches the guests).
+    #[arg(long, default_value = qpip_lab::netns::DEFAULT_NETNS)]
+    netns: String,
+    /// No lab network: the devices reach only themselves (the behaviour without root).
+    #[arg(long)]
+    no_net: bool,
     /// CPU accelerator: tcg (works everywhere) or kvm (real hosts).
     #[arg(long, default_value = "tcg")]
     accel: Accel,
-    /// Limit for the whole run, boot to power-off, in seconds.
+    /// Limit for each guest's run, boot to power-off, in seconds.
     #[arg(long, default_value_t = 180, value_name = "SECS")]
     timeout: u64,
     /// Guest RAM in MiB.
@@ -59,6 +72,32 @@ struct VmArgs {
     cmd: Vec<String>,
 }
 
+/// Writes a stream of chunks line by line with a prefix, keeping partial lines until
+/// their end arrives (several guests write at once).
+#[derive(Default)]
+struct Prefixer {
+    partial: Vec<u8>,
+}
+
+impl Prefixer {
+    fn feed(&mut self, prefix: &str, bytes: &[u8], out: &mut dyn Write) {
+        self.partial.extend_from_slice(bytes);
+        while let Some(pos) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=pos).collect();
+            let _ = out.write_all(prefix.as_bytes());
+            let _ = out.write_all(&line);
+        }
+        let _ = out.flush();
+    }
+
+    fn flush(&mut self, prefix: &str, out: &mut dyn Write) {
+        if !self.partial.is_empty() {
+            self.partial.push(b'\n');
+            self.feed(prefix, &[], out);
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let Cmd::Vm(args) = cli.command;
@@ -68,7 +107,8 @@ fn main() -> ExitCode {
     .format_timestamp(None)
     .init();
 
-    let spec = VmSpec {
+    let guests = usize::from(args.guests);
+    let vm = VmSpec {
         devices: args.devices,
         accel: args.accel,
         timeout: Duration::from_secs(args.timeout),
@@ -76,31 +116,59 @@ fn main() -> ExitCode {
         qpipd_args: vec![args.qpipd_args.clone(); args.devices],
         cmd: args.cmd.join(" "),
     };
+    let spec = LabSpec {
+        guests: (1..=guests)
+            .map(|n| GuestSpec::new(guest_name(n), vm.clone()))
+            .collect(),
+        network: if args.no_net {
+            Network::Off
+        } else {
+            Network::LabIfAvailable(args.netns.clone())
+        },
+    };
     let verbose = args.verbose;
-    let mut console_filter = qpip_lab::console::TerminalFilter::default();
-    let mut observe = |stream: Stream, bytes: &[u8]| match stream {
-        Stream::Output => {
+    let names: Vec<String> = spec.guests.iter().map(|g| g.name.clone()).collect();
+    let prefix = |i: usize| {
+        if guests > 1 {
+            format!("[{}] ", names[i])
+        } else {
+            String::new()
+        }
+    };
+    let mut outputs: Vec<Prefixer> = (0..guests).map(|_| Prefixer::default()).collect();
+    let mut consoles: Vec<Prefixer> = (0..guests).map(|_| Prefixer::default()).collect();
+    let mut filters: Vec<_> = (0..guests)
+        .map(|_| qpip_lab::console::TerminalFilter::default())
+        .collect();
+    let mut observe = |i: usize, stream: Stream, bytes: &[u8]| match stream {
+        Stream::Output if guests == 1 => {
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(bytes);
             let _ = out.flush();
         }
+        Stream::Output => outputs[i].feed(&prefix(i), bytes, &mut std::io::stdout().lock()),
         Stream::Console if verbose => {
-            let mut err = std::io::stderr().lock();
-            let _ = err.write_all(&console_filter.filter(bytes));
-            let _ = err.flush();
+            let text = filters[i].filter(bytes);
+            consoles[i].feed(&prefix(i), &text, &mut std::io::stderr().lock());
         }
         Stream::Console => {}
     };
-    match run_vm_observed(&spec, &mut observe) {
+    let result = run_lab(&spec, &mut observe, |_| ());
+    for (i, o) in outputs.iter_mut().enumerate() {
+        o.flush(&prefix(i), &mut std::io::stdout().lock());
+    }
+    match result {
         Ok(outcome) => {
-            log::info!(
-                "guest command exited with status {} after {:.1} s; run folder {}",
-                outcome.status,
-                outcome.elapsed.as_secs_f64(),
-                outcome.run_dir.display()
-            );
+            for o in &outcome.guests {
+                log::info!(
+                    "guest command exited with status {} after {:.1} s; run folder {}",
+                    o.status,
+                    o.elapsed.as_secs_f64(),
+                    o.run_dir.display()
+                );
+            }
             // A shell status is 0..=255; anything else would be the guest's init's bug.
-            ExitCode::from(u8::try_from(outcome.status).unwrap_or(1))
+            ExitCode::from(u8::try_from(qpip_lab::exit_status(&outcome.guests)).unwrap_or(1))
         }
         Err(e) if e.is_interrupted() => {
             eprintln!("qpip-lab: {}", e.headline());
@@ -110,5 +178,21 @@ fn main() -> ExitCode {
             eprintln!("qpip-lab: error: {e}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Prefixer;
+
+    #[test]
+    fn prefixer_prefixes_whole_lines_across_chunks() {
+        let mut p = Prefixer::default();
+        let mut out = Vec::new();
+        p.feed("[a] ", b"one\ntw", &mut out);
+        p.feed("[a] ", b"o\nthree", &mut out);
+        assert_eq!(out, b"[a] one\n[a] two\n");
+        p.flush("[a] ", &mut out);
+        assert_eq!(out, b"[a] one\n[a] two\n[a] three\n");
     }
 }

@@ -1,6 +1,7 @@
 //! One VM run: devices, QEMU, guest command, checks. See the crate docs for the sequence.
 
 use crate::console;
+use crate::netns::{self, LabNet};
 use crate::paths;
 use crate::procs::{log_tail, Proc};
 use std::fmt;
@@ -20,7 +21,7 @@ const QPIPD_EXIT_WAIT: Duration = Duration::from_secs(5);
 /// while shutting down, so a device can exit a moment before QEMU is reaped).
 const QEMU_GRACE: Duration = Duration::from_secs(3);
 /// Poll interval of the wait loop (streams output, checks signals and children).
-const POLL: Duration = Duration::from_millis(50);
+pub(crate) const POLL: Duration = Duration::from_millis(50);
 /// Kernel command line. `panic=-1` reboots at once on a panic and QEMU's `-no-reboot`
 /// turns that reboot into an exit, so a panicking guest ends the run instead of hanging.
 const KERNEL_CMDLINE: &str = "console=ttyS0 loglevel=7 panic=-1 rdinit=/init";
@@ -145,7 +146,16 @@ pub struct LabError {
 }
 
 impl LabError {
-    fn setup(message: String) -> LabError {
+    pub(crate) fn interrupted_before_start() -> LabError {
+        LabError {
+            kind: ErrorKind::Interrupted,
+            message: "interrupted before the run started".into(),
+            details: String::new(),
+            run_dir: None,
+        }
+    }
+
+    pub(crate) fn setup(message: String) -> LabError {
         LabError {
             kind: ErrorKind::Setup,
             message,
@@ -154,7 +164,7 @@ impl LabError {
         }
     }
 
-    fn failed(message: String, details: String, run_dir: &Path) -> LabError {
+    pub(crate) fn failed(message: String, details: String, run_dir: &Path) -> LabError {
         LabError {
             kind: ErrorKind::Failed,
             message,
@@ -202,19 +212,15 @@ pub fn run_vm(spec: &VmSpec) -> Result<VmOutcome, LabError> {
 }
 
 /// Like [`run_vm`], and passes the guest's output and console to `observe` while the guest
-/// runs, as they grow.
+/// runs, as they grow. The guest is guest 1 (`a`) of a lab of one, without the lab network
+/// (see [`crate::run_lab`] for networked and several guests).
 pub fn run_vm_observed(
     spec: &VmSpec,
     observe: &mut dyn FnMut(Stream, &[u8]),
 ) -> Result<VmOutcome, LabError> {
     crate::install_signal_handlers();
     if crate::interrupted() {
-        return Err(LabError {
-            kind: ErrorKind::Interrupted,
-            message: "interrupted before the run started".into(),
-            details: String::new(),
-            run_dir: None,
-        });
+        return Err(LabError::interrupted_before_start());
     }
     check_prerequisites(spec)?;
     let run_dir = make_run_dir().map_err(|e| {
@@ -224,16 +230,18 @@ pub fn run_vm_observed(
         ))
     })?;
     log::info!("run folder: {}", run_dir.display());
-    Run {
-        spec,
-        dir: run_dir,
-        devices: Vec::new(),
-        qemu: None,
-    }
-    .go(observe)
+    let mut run = Run::new(spec, run_dir, Wiring::alone());
+    let result = run.start().and_then(|()| loop {
+        if let Some(st) = run.poll(observe)? {
+            break run.finish(st, observe);
+        }
+        std::thread::sleep(POLL);
+    });
+    run.stop_all();
+    result
 }
 
-fn check_prerequisites(spec: &VmSpec) -> Result<(), LabError> {
+pub(crate) fn check_prerequisites(spec: &VmSpec) -> Result<(), LabError> {
     let qemu = paths::runtime().join("usr/bin/qemu-system-x86_64");
     let mut needed = vec![
         ("the QEMU runtime", qemu),
@@ -284,8 +292,8 @@ fn prune_old_runs(runs: &Path, keep: usize) {
     }
 }
 
-/// A fresh, uniquely named run folder with an empty `share/`.
-fn make_run_dir() -> io::Result<PathBuf> {
+/// A fresh, uniquely named, empty run folder.
+pub(crate) fn make_run_dir() -> io::Result<PathBuf> {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let runs = paths::runs();
     fs::create_dir_all(&runs)?;
@@ -294,10 +302,7 @@ fn make_run_dir() -> io::Result<PathBuf> {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let dir = runs.join(format!("{}-{}-{n}", timestamp(), std::process::id()));
         match fs::create_dir(&dir) {
-            Ok(()) => {
-                fs::create_dir(dir.join("share"))?;
-                return Ok(dir);
-            }
+            Ok(()) => return Ok(dir),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
         }
@@ -356,23 +361,77 @@ struct Problem {
     details: String,
 }
 
-struct Run<'a> {
+/// Where a guest stands in a lab: its number and name, how many guests there are, and the
+/// lab network and shared folder when the lab has them.
+pub(crate) struct Wiring<'n> {
+    /// Guest number, from 1 (addresses, TAP names and `QPIP_GUEST` use it).
+    pub n: usize,
+    /// Guest name (`a`, `b`, ...): its hostname and its run folder in a lab.
+    pub name: String,
+    pub guests: usize,
+    pub net: Option<&'n LabNet>,
+    /// The folder every guest of the lab sees at `/lab`.
+    pub shared: Option<PathBuf>,
+}
+
+impl Wiring<'_> {
+    /// A guest on its own: guest 1, `a`, no network, no shared folder.
+    pub fn alone() -> Wiring<'static> {
+        Wiring {
+            n: 1,
+            name: "a".into(),
+            guests: 1,
+            net: None,
+            shared: None,
+        }
+    }
+}
+
+/// One guest's run, in steps: [`Run::start`], [`Run::poll`] until QEMU exits,
+/// [`Run::finish`]. A lab steps several at once.
+pub(crate) struct Run<'a> {
     spec: &'a VmSpec,
-    dir: PathBuf,
+    pub dir: PathBuf,
+    wiring: Wiring<'a>,
     // Teardown order is QEMU first (so the devices see a disconnect), then the devices:
     // explicit in `stop_all`, and the field order makes Drop, the backstop on panics, agree.
     qemu: Option<Proc>,
     devices: Vec<Proc>,
+    started: Option<Instant>,
+    tails: Vec<Tail>,
+    device_gone: Option<(usize, ExitStatus, Instant)>,
 }
 
-impl Run<'_> {
-    fn go(mut self, observe: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome, LabError> {
-        let result = self.go_inner(observe);
-        self.stop_all();
-        result
+impl<'a> Run<'a> {
+    pub fn new(spec: &'a VmSpec, dir: PathBuf, wiring: Wiring<'a>) -> Run<'a> {
+        Run {
+            spec,
+            dir,
+            wiring,
+            qemu: None,
+            devices: Vec::new(),
+            started: None,
+            tails: Vec::new(),
+            device_gone: None,
+        }
     }
 
-    fn stop_all(&mut self) {
+    /// The pids of the processes this run started (QEMU, then its devices).
+    pub fn pids(&self) -> Vec<u32> {
+        self.qemu
+            .iter()
+            .chain(&self.devices)
+            .map(Proc::pid)
+            .collect()
+    }
+
+    /// True once the guest's init has reported it is about to run the command (the
+    /// guest is up: modules loaded, network configured, share mounted).
+    pub fn is_ready(&self) -> bool {
+        self.dir.join("share/ready").exists()
+    }
+
+    pub fn stop_all(&mut self) {
         if let Some(q) = self.qemu.as_mut() {
             q.kill();
         }
@@ -385,7 +444,7 @@ impl Run<'_> {
         LabError::failed(message, details, &self.dir)
     }
 
-    fn interrupted(&mut self) -> LabError {
+    pub fn interrupted(&mut self) -> LabError {
         self.stop_all();
         LabError {
             kind: ErrorKind::Interrupted,
@@ -399,8 +458,15 @@ impl Run<'_> {
         }
     }
 
-    fn go_inner(&mut self, observe: &mut dyn FnMut(Stream, &[u8])) -> Result<VmOutcome, LabError> {
+    /// Writes the command, starts the devices, waits for their sockets, starts QEMU.
+    pub fn start(&mut self) -> Result<(), LabError> {
         let share = self.dir.join("share");
+        fs::create_dir_all(&share).map_err(|e| {
+            self.fail(
+                format!("cannot create {}: {e}", share.display()),
+                String::new(),
+            )
+        })?;
         fs::write(share.join("cmd.sh"), format!("{}\n", self.spec.cmd)).map_err(|e| {
             self.fail(
                 format!("cannot write {}/cmd.sh: {e}", share.display()),
@@ -416,27 +482,96 @@ impl Run<'_> {
         }
 
         let console_log = self.dir.join("console.log");
-        let started = Instant::now();
+        self.started = Some(Instant::now());
         self.start_qemu(&console_log)?;
-        let mut tails = [
+        self.tails = vec![
             Tail {
                 path: share.join("output"),
                 pos: 0,
                 stream: Stream::Output,
             },
             Tail {
-                path: console_log.clone(),
+                path: console_log,
                 pos: 0,
                 stream: Stream::Console,
             },
         ];
+        Ok(())
+    }
 
-        let qemu_status = self.wait_for_qemu(&mut tails, observe, started)?;
-        let elapsed = started.elapsed();
-        log::info!("guest ran for {:.1} s", elapsed.as_secs_f64());
-        for t in &mut tails {
+    /// Does not block: streams what the guest wrote since the last call, and returns
+    /// QEMU's exit status once it has exited. Fails on a signal, the timeout, or a device
+    /// that died under a running guest (stopping this run's processes).
+    pub fn poll(
+        &mut self,
+        observe: &mut dyn FnMut(Stream, &[u8]),
+    ) -> Result<Option<ExitStatus>, LabError> {
+        for t in self.tails.iter_mut() {
             t.poll(observe);
         }
+        if crate::interrupted() {
+            return Err(self.interrupted());
+        }
+        let qemu = self.qemu.as_mut().expect("QEMU started");
+        match qemu.try_wait() {
+            Ok(Some(st)) => return Ok(Some(st)),
+            Ok(None) => {}
+            Err(e) => return Err(self.fail(format!("cannot wait for QEMU: {e}"), String::new())),
+        }
+        if self.device_gone.is_none() {
+            for (i, d) in self.devices.iter_mut().enumerate() {
+                if let Ok(Some(st)) = d.try_wait() {
+                    self.device_gone = Some((i, st, Instant::now()));
+                    break;
+                }
+            }
+        }
+        if let Some((i, st, when)) = self.device_gone {
+            if when.elapsed() >= QEMU_GRACE {
+                self.stop_all();
+                let log = self.devices[i].log.clone();
+                return Err(self.fail(
+                    format!(
+                        "qpipd {i} exited ({st}) while the guest was running; stopped QEMU; log: {}",
+                        log.display()
+                    ),
+                    log_tail(&log, 15),
+                ));
+            }
+        }
+        let started = self.started.expect("QEMU started");
+        if started.elapsed() >= self.spec.timeout {
+            self.stop_all();
+            let console = self.dir.join("console.log");
+            return Err(self.fail(
+                format!(
+                    "guest did not finish within {} s; killed QEMU",
+                    self.spec.timeout.as_secs()
+                ),
+                format!("  last console lines:\n{}", log_tail(&console, 15)),
+            ));
+        }
+        Ok(None)
+    }
+
+    /// After QEMU exited with `qemu_status`: checks the devices' exits, the reported
+    /// status and the kernel logs.
+    pub fn finish(
+        &mut self,
+        qemu_status: ExitStatus,
+        observe: &mut dyn FnMut(Stream, &[u8]),
+    ) -> Result<VmOutcome, LabError> {
+        let elapsed = self.started.expect("QEMU started").elapsed();
+        log::info!(
+            "guest {} ran for {:.1} s",
+            self.wiring.name,
+            elapsed.as_secs_f64()
+        );
+        for t in self.tails.iter_mut() {
+            t.poll(observe);
+        }
+        let share = self.dir.join("share");
+        let console_log = self.dir.join("console.log");
 
         let mut problems = Vec::new();
         if !qemu_status.success() {
@@ -518,6 +653,25 @@ impl Run<'_> {
         Err(self.fail(message, details))
     }
 
+    /// The extra qpipd arguments of device `i`: the spec's, and for device 0 of a guest on
+    /// the lab network its link, address and MAC there (unless the spec gives a link).
+    fn device_args(&self, i: usize) -> Vec<String> {
+        let mut args = self.spec.qpipd_args.get(i).cloned().unwrap_or_default();
+        let has_net = args.iter().any(|a| a == "--net" || a.starts_with("--net="));
+        if let (0, Some(_), false) = (i, self.wiring.net, has_net) {
+            let n = self.wiring.n;
+            args.extend([
+                "--net".into(),
+                format!("tap:{}", netns::device_tap(n)),
+                "--ip".into(),
+                format!("{}/64", netns::device_addr(n)),
+                "--mac".into(),
+                netns::device_mac(n),
+            ]);
+        }
+        args
+    }
+
     fn start_device(&mut self, i: usize) -> Result<(), LabError> {
         let sock = self.dir.join(format!("qpip{i}.sock"));
         if sock.as_os_str().len() > MAX_SOCKET_PATH {
@@ -541,12 +695,13 @@ impl Run<'_> {
             .map_err(|e| self.fail(format!("cannot dup {}: {e}", log.display()), String::new()))?;
         let qpipd = paths::qpipd();
         let mut cmd = Command::new(&qpipd);
-        cmd.arg("--socket").arg(&sock);
-        if let Some(extra) = self.spec.qpipd_args.get(i) {
-            cmd.args(extra);
-        }
+        cmd.arg("--socket").arg(&sock).args(self.device_args(i));
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
+        }
+        if let Some(net) = self.wiring.net {
+            // qpipd opens its TAP by name, in the namespace it runs in.
+            net.enter(&mut cmd);
         }
         cmd.stdin(Stdio::null()).stdout(file).stderr(file2);
         let p = Proc::spawn(format!("qpipd {i}"), log, cmd).map_err(|e| {
@@ -556,7 +711,8 @@ impl Run<'_> {
             )
         })?;
         log::info!(
-            "device {i}: qpipd pid {}, socket {}",
+            "guest {} device {i}: qpipd pid {}, socket {}",
+            self.wiring.name,
             p.pid(),
             sock.display()
         );
@@ -602,9 +758,34 @@ impl Run<'_> {
         }
     }
 
+    /// The kernel command line: the fixed part, then what the guest's init reads about
+    /// its place in the lab (`qpip_lab.*`; a dotted name the kernel leaves alone).
+    fn kernel_cmdline(&self) -> String {
+        let w = &self.wiring;
+        let mut s = format!(
+            "{KERNEL_CMDLINE} qpip_lab.guest={} qpip_lab.name={} qpip_lab.guests={}",
+            w.n, w.name, w.guests
+        );
+        if w.net.is_some() {
+            s.push_str(&format!(
+                " qpip_lab.addr={}/64 qpip_lab.mac={}",
+                netns::virtio_addr(w.n),
+                netns::virtio_mac(w.n)
+            ));
+        }
+        if w.shared.is_some() {
+            s.push_str(" qpip_lab.shared=1");
+        }
+        s
+    }
+
     fn start_qemu(&mut self, console_log: &Path) -> Result<(), LabError> {
         let share = self.dir.join("share");
-        for p in [&share, console_log] {
+        let mut folders = vec![&share, console_log];
+        if let Some(shared) = &self.wiring.shared {
+            folders.push(shared);
+        }
+        for p in folders {
             // QEMU's option syntax has no escape for a comma in these paths.
             if p.to_string_lossy().contains(',') {
                 return Err(self.fail(
@@ -640,13 +821,36 @@ impl Run<'_> {
             "-initrd".into(),
             paths::guest_initramfs().display().to_string(),
             "-append".into(),
-            KERNEL_CMDLINE.into(),
+            self.kernel_cmdline(),
             "-virtfs".into(),
             format!(
                 "local,path={},mount_tag=host,security_model=none,id=h0",
                 share.display()
             ),
         ];
+        if let Some(shared) = &self.wiring.shared {
+            args.push("-virtfs".into());
+            args.push(format!(
+                "local,path={},mount_tag=lab,security_model=none,id=h1",
+                shared.display()
+            ));
+        }
+        if self.wiring.net.is_some() {
+            let n = self.wiring.n;
+            // The TAP exists on the bridge already; QEMU attaches to it by name (it runs
+            // in the namespace). No option ROM: the guest boots by -kernel, not from the
+            // network, and the runtime need not carry iPXE.
+            args.push("-netdev".into());
+            args.push(format!(
+                "tap,id=lan,ifname={},script=no,downscript=no",
+                netns::virtio_tap(n)
+            ));
+            args.push("-device".into());
+            args.push(format!(
+                "virtio-net-pci,netdev=lan,mac={},romfile=",
+                netns::virtio_mac(n)
+            ));
+        }
         for i in 0..self.spec.devices {
             let sock = self.dir.join(format!("qpip{i}.sock"));
             args.push("-device".into());
@@ -678,77 +882,26 @@ impl Run<'_> {
             .stdin(Stdio::null())
             .stdout(file)
             .stderr(file2);
+        if let Some(net) = self.wiring.net {
+            // QEMU opens the virtio-net TAP by name, in the namespace it runs in.
+            net.enter(&mut cmd);
+        }
         let p = Proc::spawn("QEMU".into(), log, cmd)
             .map_err(|e| self.fail(format!("cannot start QEMU: {e}"), String::new()))?;
         log::info!(
-            "QEMU pid {} ({} device(s), {})",
+            "guest {}: QEMU pid {} ({} device(s), {}{})",
+            self.wiring.name,
             p.pid(),
             self.spec.devices,
-            self.spec.accel.as_str()
+            self.spec.accel.as_str(),
+            if self.wiring.net.is_some() {
+                ", lab network"
+            } else {
+                ""
+            }
         );
         self.qemu = Some(p);
         Ok(())
-    }
-
-    /// Waits for QEMU to exit, streaming the guest's files, watching for signals, the
-    /// timeout, and devices that die under a running guest.
-    fn wait_for_qemu(
-        &mut self,
-        tails: &mut [Tail],
-        observe: &mut dyn FnMut(Stream, &[u8]),
-        started: Instant,
-    ) -> Result<ExitStatus, LabError> {
-        let deadline = started + self.spec.timeout;
-        let mut device_gone: Option<(usize, ExitStatus, Instant)> = None;
-        loop {
-            for t in tails.iter_mut() {
-                t.poll(observe);
-            }
-            if crate::interrupted() {
-                return Err(self.interrupted());
-            }
-            let qemu = self.qemu.as_mut().expect("QEMU started");
-            match qemu.try_wait() {
-                Ok(Some(st)) => return Ok(st),
-                Ok(None) => {}
-                Err(e) => {
-                    return Err(self.fail(format!("cannot wait for QEMU: {e}"), String::new()))
-                }
-            }
-            if device_gone.is_none() {
-                for (i, d) in self.devices.iter_mut().enumerate() {
-                    if let Ok(Some(st)) = d.try_wait() {
-                        device_gone = Some((i, st, Instant::now()));
-                        break;
-                    }
-                }
-            }
-            if let Some((i, st, when)) = device_gone {
-                if when.elapsed() >= QEMU_GRACE {
-                    self.stop_all();
-                    let log = self.devices[i].log.clone();
-                    return Err(self.fail(
-                        format!(
-                            "qpipd {i} exited ({st}) while the guest was running; stopped QEMU; log: {}",
-                            log.display()
-                        ),
-                        log_tail(&log, 15),
-                    ));
-                }
-            }
-            if Instant::now() >= deadline {
-                self.stop_all();
-                let console = self.dir.join("console.log");
-                return Err(self.fail(
-                    format!(
-                        "guest did not finish within {} s; killed QEMU",
-                        self.spec.timeout.as_secs()
-                    ),
-                    format!("  last console lines:\n{}", log_tail(&console, 15)),
-                ));
-            }
-            std::thread::sleep(POLL);
-        }
     }
 
     /// After QEMU is gone, each qpipd should see the disconnect and exit 0 by itself.

@@ -1,0 +1,520 @@
+//! A lab: several guests at once, on the lab network, with host-side work done in the
+//! lab's namespace while they are up.
+//!
+//! ```no_run
+//! use qpip_lab::{run_lab, GuestSpec, LabSpec, Network, VmSpec};
+//! let spec = LabSpec {
+//!     guests: vec![
+//!         GuestSpec::new("a", VmSpec::new("ping -c 1 $QPIP_HOST_ADDR")),
+//!         GuestSpec::new("b", VmSpec::new("lab-wait host-done 60")),
+//!     ],
+//!     network: Network::Lab("qpip-lab-example".into()),
+//! };
+//! let out = run_lab(&spec, &mut |_, _, _| {}, |host| {
+//!     // Runs once every guest is up; guest b waits for it to return.
+//!     host.sh("ping -6 -c 1 fd51:5050::1:2")
+//! })
+//! .unwrap();
+//! assert_eq!(out.guest("a").status, 0);
+//! ```
+//!
+//! A lab run is: a run folder `runs/<time>-<pid>-<n>/` with `shared/` (seen by every guest
+//! at `/lab`) and one folder per guest named after it (as a single run's folder); the lab
+//! network when asked for (see [`crate::netns`]); every guest started (its devices, then
+//! QEMU); the host closure started on its own thread once every guest has reported ready
+//! (its init is about to run the command); when the closure returns, the lab writes
+//! `shared/host-done`, so guest commands can wait for it (`lab-wait host-done`). The run
+//! ends when every guest has powered off and the closure has returned.
+//!
+//! A guest that fails (a lab failure, not a non-zero exit status of its command) stops the
+//! others at once, as does a panic in the closure (re-raised once everything is stopped)
+//! and Ctrl-C. Whatever the way out, every process is stopped and the namespace removed
+//! before `run_lab` returns.
+
+use crate::netns::{self, LabNet, NetError};
+use crate::vm::{
+    check_prerequisites, make_run_dir, LabError, Run, VmOutcome, VmSpec, Wiring, POLL,
+};
+use crate::Stream;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// One guest of a lab: its name (hostname, run folder, output prefix) and what to run.
+#[derive(Debug, Clone)]
+pub struct GuestSpec {
+    pub name: String,
+    pub vm: VmSpec,
+}
+
+impl GuestSpec {
+    pub fn new(name: impl Into<String>, vm: VmSpec) -> GuestSpec {
+        GuestSpec {
+            name: name.into(),
+            vm,
+        }
+    }
+}
+
+/// The link between the guests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Network {
+    /// None: each device reaches only itself (unless its qpipd arguments give it a link).
+    Off,
+    /// The lab network in the namespace of this name; a run fails if it cannot be made.
+    Lab(String),
+    /// The lab network if this host allows it (root); else, with a note on stderr, none.
+    LabIfAvailable(String),
+}
+
+/// What a lab runs.
+#[derive(Debug, Clone)]
+pub struct LabSpec {
+    /// The guests, numbered from 1 in this order (guest n has the lab addresses
+    /// `fd51:5050::1:n` and `::2:n`).
+    pub guests: Vec<GuestSpec>,
+    pub network: Network,
+}
+
+/// The name of guest `n` (from 1): `a`, `b`, ... `z`, then `g27`, ...
+pub fn guest_name(n: usize) -> String {
+    if (1..=26).contains(&n) {
+        char::from(b'a' + (n - 1) as u8).to_string()
+    } else {
+        format!("g{n}")
+    }
+}
+
+/// A namespace name no other lab of this machine uses at the same time (for tests, which
+/// run in parallel): `PREFIX-<pid>-<counter>`.
+pub fn unique_netns(prefix: &str) -> String {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// What the host closure of [`run_lab`] gets: the namespace and the shared folder.
+pub struct LabHost<'a> {
+    net: Option<&'a LabNet>,
+    shared: &'a Path,
+    guests: Vec<String>,
+    /// Set when the lab is ending early (a guest failed, Ctrl-C): waits give up.
+    ending: &'a AtomicBool,
+}
+
+impl LabHost<'_> {
+    /// The lab's namespace, if it has the lab network.
+    pub fn netns(&self) -> Option<&str> {
+        self.net.map(LabNet::name)
+    }
+
+    /// The guests' names, in order (guest n is `guests()[n - 1]`).
+    pub fn guests(&self) -> &[String] {
+        &self.guests
+    }
+
+    /// A command that runs in the lab's namespace (or plainly, without a lab network).
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        match self.net {
+            Some(net) => net.command(program),
+            None => Command::new(program),
+        }
+    }
+
+    /// Runs `script` with `sh -c` in the lab's namespace; Ok holds stdout and stderr,
+    /// Err also says how it failed.
+    pub fn sh(&self, script: &str) -> Result<String, String> {
+        let out = self
+            .command("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run sh: {e}"))?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() {
+            Ok(text)
+        } else {
+            Err(format!("`{script}` failed ({}):\n{text}", out.status))
+        }
+    }
+
+    /// Runs `f` on a thread inside the lab's namespace (or plainly, without a lab
+    /// network): Rust sockets opened there talk to the guests.
+    pub fn in_netns<T: Send>(&self, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+        match self.net {
+            Some(net) => net.run_in(f),
+            None => Ok(f()),
+        }
+    }
+
+    /// The folder every guest sees at `/lab`.
+    pub fn shared_dir(&self) -> &Path {
+        self.shared
+    }
+
+    /// Creates `/lab/NAME` for the guests (`lab-wait NAME` in a guest waits for it).
+    pub fn signal(&self, name: &str) -> std::io::Result<()> {
+        fs::write(self.shared.join(name), b"")
+    }
+
+    /// Waits until a guest has created `/lab/NAME` (`touch /lab/NAME`), up to `limit`;
+    /// gives up early when the lab is ending.
+    pub fn wait_for(&self, name: &str, limit: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.shared.join(name).exists() {
+                return Ok(());
+            }
+            if self.ending.load(Ordering::SeqCst) {
+                return Err(format!("the lab ended before a guest created /lab/{name}"));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "no guest created /lab/{name} within {} s",
+                    limit.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A lab run in which every guest reported an exit status and no check failed.
+#[derive(Debug)]
+pub struct LabOutcome<R> {
+    /// By guest, in the order of the spec.
+    pub guests: Vec<VmOutcome>,
+    /// What the host closure returned.
+    pub host: R,
+    /// The lab network's namespace, if there was one (removed by now).
+    pub netns: Option<String>,
+    /// The interfaces the lab made in it (removed by now).
+    pub links: Vec<String>,
+    /// Every process the lab started (QEMU and qpipd of each guest; all stopped by now).
+    pub pids: Vec<u32>,
+    /// The lab's run folder.
+    pub dir: PathBuf,
+}
+
+impl<R> LabOutcome<R> {
+    /// The outcome of the guest called `name`.
+    pub fn guest(&self, name: &str) -> &VmOutcome {
+        self.guests
+            .iter()
+            .find(|g| g.run_dir.file_name().is_some_and(|f| f == name))
+            .unwrap_or_else(|| panic!("no guest {name} in this lab"))
+    }
+}
+
+/// Boots the guests of `spec` at once and runs `host` while they are up. See the module
+/// documentation. `observe` gets each guest's output and console as they grow, with the
+/// guest's index in `spec.guests`.
+pub fn run_lab<R: Send>(
+    spec: &LabSpec,
+    observe: &mut dyn FnMut(usize, Stream, &[u8]),
+    host: impl FnOnce(&LabHost) -> R + Send,
+) -> Result<LabOutcome<R>, LabError> {
+    crate::install_signal_handlers();
+    if crate::interrupted() {
+        return Err(LabError::interrupted_before_start());
+    }
+    if spec.guests.is_empty() {
+        return Err(LabError::setup("a lab needs at least one guest".into()));
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for g in &spec.guests {
+        check_guest_name(&g.name).map_err(LabError::setup)?;
+        if names.contains(&g.name.as_str()) {
+            return Err(LabError::setup(format!("two guests are called {}", g.name)));
+        }
+        names.push(&g.name);
+        check_prerequisites(&g.vm)?;
+    }
+    let dir = make_run_dir().map_err(|e| {
+        LabError::setup(format!(
+            "cannot create a run folder in {}: {e}",
+            crate::paths::runs().display()
+        ))
+    })?;
+    let shared = dir.join("shared");
+    fs::create_dir(&shared)
+        .map_err(|e| LabError::setup(format!("cannot create {}: {e}", shared.display())))?;
+    log::info!("lab folder: {}", dir.display());
+
+    let mut net =
+        match &spec.network {
+            Network::Off => None,
+            Network::Lab(name) => Some(make_net(name, spec.guests.len()).map_err(|e| {
+                LabError::failed(format!("no lab network: {e}"), String::new(), &dir)
+            })?),
+            Network::LabIfAvailable(name) => match make_net(name, spec.guests.len()) {
+                Ok(net) => Some(net),
+                Err(NetError::Unavailable(why)) => {
+                    eprintln!("qpip-lab: no lab network: {why}; the guests run without it");
+                    None
+                }
+                Err(e) => {
+                    return Err(LabError::failed(
+                        format!("no lab network: {e}"),
+                        String::new(),
+                        &dir,
+                    ))
+                }
+            },
+        };
+    let netns = net.as_ref().map(|n| n.name().to_string());
+    let links = net.as_ref().map(|n| n.links().to_vec()).unwrap_or_default();
+
+    let result = run_guests(spec, &dir, &shared, net.as_ref(), observe, host);
+    // Every process is stopped by now (run_guests stops them on every way out).
+    if let Some(mut n) = net.take() {
+        if let Err(e) = n.remove() {
+            log::warn!("removing the lab network: {e}");
+        }
+    }
+    let (guests, host, pids) = result?;
+    Ok(LabOutcome {
+        guests,
+        host,
+        netns,
+        links,
+        pids,
+        dir,
+    })
+}
+
+fn check_guest_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && !name.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "guest name '{name}' must be 1 to 32 letters, digits or '-' (it is a hostname and a folder)"
+        ))
+    }
+}
+
+fn make_net(name: &str, guests: usize) -> Result<LabNet, NetError> {
+    let mut net = LabNet::create(name)?;
+    for n in 1..=guests {
+        for tap in [netns::device_tap(n), netns::virtio_tap(n)] {
+            net.add_tap(&tap).map_err(NetError::Failed)?;
+        }
+    }
+    Ok(net)
+}
+
+type GuestsResult<R> = Result<(Vec<VmOutcome>, R, Vec<u32>), LabError>;
+
+fn run_guests<R: Send>(
+    spec: &LabSpec,
+    dir: &Path,
+    shared: &Path,
+    net: Option<&LabNet>,
+    observe: &mut dyn FnMut(usize, Stream, &[u8]),
+    host: impl FnOnce(&LabHost) -> R + Send,
+) -> GuestsResult<R> {
+    let count = spec.guests.len();
+    let mut runs: Vec<Run> = spec
+        .guests
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let wiring = Wiring {
+                n: i + 1,
+                name: g.name.clone(),
+                guests: count,
+                net,
+                shared: Some(shared.to_path_buf()),
+            };
+            Run::new(&g.vm, dir.join(&g.name), wiring)
+        })
+        .collect();
+    let mut pids = Vec::new();
+    let stop_all = |runs: &mut Vec<Run>| runs.iter_mut().for_each(Run::stop_all);
+
+    for run in runs.iter_mut() {
+        let started = run.start();
+        pids.extend(run.pids());
+        if let Err(e) = started {
+            stop_all(&mut runs);
+            return Err(name_error(&runs_name(spec, &e), e));
+        }
+    }
+
+    let ending = AtomicBool::new(false);
+    let lab_host = LabHost {
+        net,
+        shared,
+        guests: spec.guests.iter().map(|g| g.name.clone()).collect(),
+        ending: &ending,
+    };
+    // Per guest: None while running, then its outcome or error.
+    let mut results: Vec<Option<Result<VmOutcome, LabError>>> = (0..count).map(|_| None).collect();
+    let mut failed: Option<usize> = None;
+    let mut host = Some(host);
+    let mut host_result: Option<std::thread::Result<R>> = None;
+
+    std::thread::scope(|scope| {
+        let mut host_thread = None;
+        loop {
+            for (i, run) in runs.iter_mut().enumerate() {
+                if results[i].is_some() {
+                    continue;
+                }
+                let mut obs = |s: Stream, b: &[u8]| observe(i, s, b);
+                let r = match run.poll(&mut obs) {
+                    Ok(None) => continue,
+                    Ok(Some(st)) => run.finish(st, &mut obs),
+                    Err(e) => Err(e),
+                };
+                if r.is_err() && failed.is_none() {
+                    failed = Some(i);
+                }
+                results[i] = Some(r);
+            }
+            if failed.is_some() || crate::interrupted() {
+                break;
+            }
+            if host.is_some() && runs.iter().all(Run::is_ready) {
+                let f = host.take().expect("checked");
+                let h = &lab_host;
+                log::info!("every guest is up; running the host side");
+                host_thread = Some(scope.spawn(move || {
+                    let r = f(h);
+                    if let Err(e) = h.signal("host-done") {
+                        log::warn!("cannot write {}/host-done: {e}", h.shared.display());
+                    }
+                    r
+                }));
+            }
+            if host_thread.as_ref().is_some_and(|t| t.is_finished()) {
+                let r = host_thread.take().expect("checked").join();
+                let panicked = r.is_err();
+                host_result = Some(r);
+                if panicked {
+                    break;
+                }
+            }
+            if results.iter().all(Option::is_some) && host_thread.is_none() {
+                break;
+            }
+            std::thread::sleep(POLL);
+        }
+        // Whatever ended the loop, nothing of the guests outlives it; a host closure still
+        // running is told to give up its waits (its commands fail once the namespace goes).
+        stop_all(&mut runs);
+        ending.store(true, Ordering::SeqCst);
+        if let Some(t) = host_thread.take() {
+            host_result = Some(t.join());
+        }
+    });
+
+    if let Some(Err(panic)) = host_result {
+        std::panic::resume_unwind(panic);
+    }
+    if crate::interrupted() {
+        let first = runs.iter_mut().next().expect("a lab has a guest");
+        let mut e = first.interrupted();
+        e.message = format!(
+            "interrupted: stopped {count} guest(s) and their devices; logs in {}",
+            dir.display()
+        );
+        e.run_dir = Some(dir.to_path_buf());
+        return Err(e);
+    }
+    if let Some(i) = failed {
+        let mut e = results[i]
+            .take()
+            .expect("failed guest has a result")
+            .unwrap_err();
+        let others: Vec<String> = results
+            .iter()
+            .enumerate()
+            .filter(|(j, r)| *j != i && matches!(r, Some(Err(_))))
+            .map(|(j, r)| match r {
+                Some(Err(e)) => {
+                    format!("  guest {} also failed: {}", spec.guests[j].name, e.message)
+                }
+                _ => unreachable!(),
+            })
+            .collect();
+        if !others.is_empty() {
+            e.details = format!("{}\n{}", e.details.trim_end(), others.join("\n"));
+        }
+        return Err(name_error(&spec.guests[i].name, e));
+    }
+    let outcomes = results
+        .into_iter()
+        .map(|r| r.expect("every guest finished").expect("no guest failed"))
+        .collect();
+    let host = match host_result {
+        Some(Ok(r)) => r,
+        _ => unreachable!("every guest ran and was ready, so the host closure ran"),
+    };
+    Ok((outcomes, host, pids))
+}
+
+/// The name of the guest a start error is about (its run folder's name).
+fn runs_name(spec: &LabSpec, e: &LabError) -> String {
+    e.run_dir
+        .as_ref()
+        .and_then(|d| d.file_name())
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| spec.guests[0].name.clone())
+}
+
+fn name_error(guest: &str, mut e: LabError) -> LabError {
+    e.message = format!("guest {guest}: {}", e.message);
+    e
+}
+
+/// The status a lab exits with on the command line: the first guest's non-zero status, or 0.
+pub fn exit_status(outcomes: &[VmOutcome]) -> i32 {
+    outcomes
+        .iter()
+        .map(|o| o.status)
+        .find(|s| *s != 0)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guests_are_named_by_letter() {
+        assert_eq!(guest_name(1), "a");
+        assert_eq!(guest_name(26), "z");
+        assert_eq!(guest_name(27), "g27");
+    }
+
+    #[test]
+    fn guest_names_are_checked() {
+        assert!(check_guest_name("a").is_ok());
+        assert!(check_guest_name("server-1").is_ok());
+        for bad in ["", "-a", "a b", "a/b", "a,b", &"x".repeat(33)] {
+            assert!(check_guest_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn unique_namespace_names_differ_and_are_valid() {
+        let (a, b) = (unique_netns("qpip-test"), unique_netns("qpip-test"));
+        assert_ne!(a, b);
+        assert!(netns::check_name(&a).is_ok());
+    }
+}

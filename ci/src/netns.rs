@@ -1,0 +1,448 @@
+//! The lab network: a network namespace with a bridge, the lab host's address on it, and a
+//! TAP per guest port (each qpip device's link and each guest's virtio-net NIC).
+//!
+//! ```text
+//!  namespace NAME (default qpip-lab)
+//!  ┌─────────────────────────────────────────────────────────────┐
+//!  │ bridge lab0  fd51:5050::1/64  (the lab host: ping, sockets)  │
+//!  │   ├── TAP qpipd1 ◀── qpipd of guest 1 (fd51:5050::1:1)       │
+//!  │   ├── TAP vnet1  ◀── QEMU of guest 1, virtio-net (::2:1)     │
+//!  │   ├── TAP qpipd2 ...                                          │
+//!  └─────────────────────────────────────────────────────────────┘
+//! ```
+//!
+//! Every `qpipd` and QEMU of a networked run is started *inside* the namespace (setns in
+//! the child before exec), so each opens its TAP by name there: qpipd attaches to the TAP
+//! the lab created (its tap backend attaches to an existing interface), and QEMU's
+//! `-netdev tap,ifname=...` likewise. Starting QEMU in the namespace is simpler than
+//! opening the TAP in the lab and passing QEMU a descriptor: QEMU's other links (the
+//! vfio-user sockets, the 9p folders) are files, which a network namespace does not affect.
+//!
+//! The TAPs are created by the lab (not by qpipd), so they can be put on the bridge before
+//! the devices start, and so they have names the lab knows when it removes them.
+//!
+//! Interface names live in the namespace, so they are the same in every lab; namespaces
+//! with different names never collide, which is how parallel test runs stay apart.
+//!
+//! **Ownership and stale namespaces.** The lab holds an exclusive `flock` on the
+//! namespace's file (`/run/netns/NAME`) for as long as it uses the namespace; the kernel
+//! drops it when the lab process ends, however it ends. A namespace that exists while
+//! nobody holds its lock was left by a lab that was killed (SIGKILL gives it no chance to
+//! clean up; its QEMU and qpipd die with it through PR_SET_PDEATHSIG): it is removed, with a
+//! message. A namespace whose lock is held belongs to a running lab, and is left alone.
+//! A short global lock (`/run/qpip-lab.lock`) makes "check, remove, create, lock" one step
+//! among labs starting at the same time.
+//!
+//! **Addresses at once.** Duplicate address detection is off in the namespace (and in the
+//! guests, see images/guest/init), and the bridge floods multicast (no MLD snooping: qpip
+//! devices send no MLD reports), so neighbour discovery reaches every port and a new
+//! address answers at once.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The lab's prefix (DESIGN §8): host `::1`, guest n's qpip device `::1:n`, its virtio-net
+/// `::2:n`.
+pub const PREFIX: &str = "fd51:5050::";
+/// The lab host's address on the bridge.
+pub const HOST_ADDR: &str = "fd51:5050::1";
+/// The default namespace name (what users type after `ip netns exec`).
+pub const DEFAULT_NETNS: &str = "qpip-lab";
+/// The bridge inside the namespace.
+pub const BRIDGE: &str = "lab0";
+
+const NETNS_DIR: &str = "/run/netns";
+const GLOBAL_LOCK: &str = "/run/qpip-lab.lock";
+
+/// Guest `n`'s qpip device address (n from 1; IPv6 writes the group in hex).
+pub fn device_addr(n: usize) -> String {
+    format!("{PREFIX}1:{n:x}")
+}
+
+/// Guest `n`'s virtio-net address.
+pub fn virtio_addr(n: usize) -> String {
+    format!("{PREFIX}2:{n:x}")
+}
+
+/// The MAC of guest `n`'s qpip device on the lab bridge.
+pub fn device_mac(n: usize) -> String {
+    format!("02:51:50:01:{:02x}:{:02x}", n >> 8, n & 0xff)
+}
+
+/// The MAC of guest `n`'s virtio-net NIC.
+pub fn virtio_mac(n: usize) -> String {
+    format!("02:51:50:02:{:02x}:{:02x}", n >> 8, n & 0xff)
+}
+
+/// The TAP that carries guest `n`'s qpip device.
+pub fn device_tap(n: usize) -> String {
+    format!("qpipd{n}")
+}
+
+/// The TAP behind guest `n`'s virtio-net NIC.
+pub fn virtio_tap(n: usize) -> String {
+    format!("vnet{n}")
+}
+
+/// Why a lab network could not be made.
+#[derive(Debug)]
+pub enum NetError {
+    /// This host or user cannot have one (not root, no `ip`): a fact, not a fault.
+    Unavailable(String),
+    /// Making it failed.
+    Failed(String),
+}
+
+impl std::fmt::Display for NetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NetError::Unavailable(m) | NetError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Checks a namespace name: it becomes a file name under /run/netns and an argument of ip.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with(['.', '-'])
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "namespace name '{name}' must be 1 to 64 letters, digits, '-', '_' or '.', not starting with '.' or '-'"
+        ))
+    }
+}
+
+/// A lab network namespace, removed (with all its interfaces) on [`LabNet::remove`] or drop.
+pub struct LabNet {
+    name: String,
+    /// `/run/netns/NAME`, opened: the lock that says "in use", and the handle children
+    /// enter the namespace with.
+    ns: Option<File>,
+    /// Interfaces created in the namespace, removed in reverse order.
+    links: Vec<String>,
+}
+
+impl LabNet {
+    /// Creates namespace `name` with the bridge and the lab host's address. A stale
+    /// namespace of that name (left by a killed lab) is removed first, with a message on
+    /// the log; one in use by a running lab is an error.
+    pub fn create(name: &str) -> Result<LabNet, NetError> {
+        check_name(name).map_err(NetError::Failed)?;
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(NetError::Unavailable(
+                "the lab network needs root (it makes a network namespace, a bridge and TAP interfaces)".into(),
+            ));
+        }
+        if !ip_available() {
+            return Err(NetError::Unavailable(
+                "the lab network needs the 'ip' command (iproute2); ./qpip setup installs it"
+                    .into(),
+            ));
+        }
+        let global = lock_global().map_err(|e| {
+            NetError::Failed(format!("cannot take the lab lock {GLOBAL_LOCK}: {e}"))
+        })?;
+        let path = ns_path(name);
+        if path.exists() {
+            remove_stale(name, &path)?;
+        }
+        ip(&["netns", "add", name]).map_err(NetError::Failed)?;
+        let ns = File::open(&path).map_err(|e| {
+            let _ = ip(&["netns", "del", name]);
+            NetError::Failed(format!("cannot open {}: {e}", path.display()))
+        })?;
+        // Nobody else can hold it: the global lock is ours and the namespace is new.
+        if let Err(e) = flock(&ns, libc::LOCK_EX | libc::LOCK_NB) {
+            let _ = ip(&["netns", "del", name]);
+            return Err(NetError::Failed(format!(
+                "cannot lock {}: {e}",
+                path.display()
+            )));
+        }
+        drop(global);
+        let mut net = LabNet {
+            name: name.to_string(),
+            ns: Some(ns),
+            links: Vec::new(),
+        };
+        net.build().map_err(NetError::Failed)?;
+        log::info!(
+            "lab network: namespace {name}, bridge {BRIDGE}, host {HOST_ADDR}/64 (ip netns exec {name} ...)"
+        );
+        Ok(net)
+    }
+
+    fn build(&mut self) -> Result<(), String> {
+        // DAD off before any interface exists, so the bridge inherits it from "default".
+        self.sh("echo 0 >/proc/sys/net/ipv6/conf/all/accept_dad && \
+             echo 0 >/proc/sys/net/ipv6/conf/default/accept_dad")?;
+        let n = self.name.clone();
+        ip(&["-n", &n, "link", "set", "lo", "up"])?;
+        // No STP (ports forward at once) and no multicast snooping (neighbour
+        // solicitations go to every port, whoever sent MLD reports).
+        ip(&[
+            "-n",
+            &n,
+            "link",
+            "add",
+            BRIDGE,
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+            "mcast_snooping",
+            "0",
+        ])?;
+        self.links.push(BRIDGE.into());
+        ip(&[
+            "-n",
+            &n,
+            "-6",
+            "addr",
+            "add",
+            &format!("{HOST_ADDR}/64"),
+            "dev",
+            BRIDGE,
+            "nodad",
+        ])?;
+        ip(&["-n", &n, "link", "set", BRIDGE, "up"])?;
+        Ok(())
+    }
+
+    /// Creates TAP `tap` in the namespace, on the bridge, up. It has no carrier until a
+    /// process (qpipd, QEMU) attaches to it.
+    pub fn add_tap(&mut self, tap: &str) -> Result<(), String> {
+        let n = self.name.clone();
+        ip(&["-n", &n, "tuntap", "add", "dev", tap, "mode", "tap"])?;
+        self.links.push(tap.into());
+        ip(&["-n", &n, "link", "set", tap, "master", BRIDGE, "up"])?;
+        Ok(())
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The interfaces the lab made in the namespace (the bridge, then the TAPs).
+    pub fn links(&self) -> &[String] {
+        &self.links
+    }
+
+    /// Makes `cmd` run inside the namespace: the child enters it before exec.
+    pub fn enter(&self, cmd: &mut Command) {
+        let fd = self.ns.as_ref().expect("namespace is open").as_raw_fd();
+        // SAFETY: setns is async-signal-safe; `fd` stays open in the parent (which owns
+        // it) until after the child has exec'd, and is inherited across fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+
+    /// A command that runs inside the namespace.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        self.enter(&mut cmd);
+        cmd
+    }
+
+    /// Runs `f` on a thread of its own that has entered the namespace (sockets it opens
+    /// are in the namespace), and returns what it returns.
+    pub fn run_in<T: Send>(&self, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+        let fd = self.ns.as_ref().expect("namespace is open").as_raw_fd();
+        std::thread::scope(|s| {
+            let t = s.spawn(move || {
+                // SAFETY: setns on a descriptor this LabNet keeps open; a network namespace
+                // can be entered by one thread of a multithreaded process.
+                if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(f())
+            });
+            t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    }
+
+    /// Runs `script` with `sh -c` in the namespace; an error holds its output.
+    pub fn sh(&self, script: &str) -> Result<String, String> {
+        let out = self
+            .command("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run sh in namespace {}: {e}", self.name))?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.status.success() {
+            Ok(text)
+        } else {
+            Err(format!(
+                "in namespace {}: `{script}` failed ({}): {}",
+                self.name,
+                out.status,
+                text.trim()
+            ))
+        }
+    }
+
+    /// Removes the interfaces and the namespace. Every process started in it must have
+    /// been stopped first (a process in the namespace keeps it alive, unnamed).
+    pub fn remove(&mut self) -> Result<(), String> {
+        let Some(ns) = self.ns.take() else {
+            return Ok(());
+        };
+        let mut errors = Vec::new();
+        for link in self.links.drain(..).rev() {
+            if let Err(e) = ip(&["-n", &self.name, "link", "del", &link]) {
+                errors.push(e);
+            }
+        }
+        if let Err(e) = ip(&["netns", "del", &self.name]) {
+            errors.push(e);
+        }
+        // Closing the file drops the lock; the namespace is already gone.
+        drop(ns);
+        if errors.is_empty() {
+            log::info!("lab network: namespace {} removed", self.name);
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
+impl Drop for LabNet {
+    fn drop(&mut self) {
+        if let Err(e) = self.remove() {
+            log::warn!("removing the lab network {}: {e}", self.name);
+        }
+    }
+}
+
+/// `/run/netns/NAME`.
+pub fn ns_path(name: &str) -> PathBuf {
+    Path::new(NETNS_DIR).join(name)
+}
+
+fn remove_stale(name: &str, path: &Path) -> Result<(), NetError> {
+    let f = File::open(path)
+        .map_err(|e| NetError::Failed(format!("cannot open {}: {e}", path.display())))?;
+    if flock(&f, libc::LOCK_EX | libc::LOCK_NB).is_err() {
+        return Err(NetError::Failed(format!(
+            "network namespace {name} is in use by another running lab; give this one another name (--netns NAME)"
+        )));
+    }
+    let pids = Command::new("ip")
+        .args(["netns", "pids", name])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    if !pids.is_empty() {
+        return Err(NetError::Failed(format!(
+            "network namespace {name} exists without a lab using it, but processes {} run in it; \
+             stop them or remove it (ip netns del {name}), or give the lab another name (--netns NAME)",
+            pids.join(" ")
+        )));
+    }
+    eprintln!(
+        "qpip-lab: removing network namespace {name}, left behind by a lab run that was killed"
+    );
+    // Its interfaces go with it: TAPs and bridges are deleted when their namespace is.
+    ip(&["netns", "del", name]).map_err(NetError::Failed)?;
+    Ok(())
+}
+
+fn lock_global() -> io::Result<File> {
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(GLOBAL_LOCK)?;
+    flock(&f, libc::LOCK_EX)?;
+    Ok(f)
+}
+
+fn flock(f: &File, how: libc::c_int) -> io::Result<()> {
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), how) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn ip_available() -> bool {
+    Command::new("ip")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Runs `ip ARGS`; an error names the command and holds ip's message.
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`ip {}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_follow_the_lab_plan() {
+        assert_eq!(device_addr(1), "fd51:5050::1:1");
+        assert_eq!(virtio_addr(2), "fd51:5050::2:2");
+        assert_eq!(device_addr(10), "fd51:5050::1:a");
+        assert_eq!(device_mac(1), "02:51:50:01:00:01");
+        assert_eq!(virtio_mac(300), "02:51:50:02:01:2c");
+        assert!(device_tap(99).len() < 16 && virtio_tap(99).len() < 16);
+    }
+
+    #[test]
+    fn namespace_names_are_checked() {
+        assert!(check_name("qpip-lab").is_ok());
+        assert!(check_name("qpip-lab-1234-0").is_ok());
+        for bad in ["", "a/b", "-x", ".x", "a b", &"x".repeat(65)] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}
