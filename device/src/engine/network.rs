@@ -35,6 +35,13 @@ impl Engine {
     /// Opens the link and starts the stack with the device's identity.
     pub fn attach_network(&mut self, cfg: &NetworkConfig) -> io::Result<()> {
         let link = backend::open_link(&cfg.spec, cfg.pcap.as_deref(), cfg.impair.as_ref())?;
+        self.attach_link(cfg, link);
+        Ok(())
+    }
+
+    /// As [`Engine::attach_network`], onto a link already open (`cfg.spec` only names it):
+    /// an in-process [`backend::memory`] pair for benches and tests.
+    pub fn attach_link(&mut self, cfg: &NetworkConfig, link: Box<dyn backend::Backend>) {
         self.net_config = Some(cfg.clone());
         let stack = self.new_stack(cfg);
         info!(
@@ -44,7 +51,6 @@ impl Engine {
             stack.link_local()
         );
         self.net = Some(Interface::new(stack, link));
-        Ok(())
     }
 
     fn new_stack(&self, cfg: &NetworkConfig) -> Stack {
