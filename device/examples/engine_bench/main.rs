@@ -23,8 +23,23 @@
 //!
 //! Guest time is not in these figures (no VM): they are the device's share of a round trip.
 //!
-//!     cargo run --release -p qpip-device --example engine_bench -- [--qpipd PATH]
-//!         [--iterations N] [--sleeping-iterations N] [--idle-seconds S] [--idle-poll-us US]
+//! (d) engine-to-engine TCP throughput with 64 KiB messages on one core, beside the host
+//!     kernel's TCP over loopback and a memcpy of the same bytes ([`throughput`]);
+//! (e) the per-stage cost of the data path, the QPIP paper's Tables 2 and 3, for 64 B and
+//!     64 KiB messages, counted inside the running engines (built with the feature
+//!     `stage-timing`; without it the section says so and is skipped).
+//!
+//! (d) and (e) run in this process, pinned to one CPU; the results of all sections are also
+//! written as JSON and Markdown to `$QPIP_CACHE/bench/` (else `target/bench/`).
+//!
+//!     cargo run --release -p qpip-device --features stage-timing --example engine_bench --
+//!         [--qpipd PATH] [--iterations N] [--sleeping-iterations N] [--idle-seconds S]
+//!         [--idle-poll-us US] [--only latency,throughput,stages] [--mib N] [--runs N]
+//!         [--cpu N] [--out DIR]
+
+mod report;
+mod sync_guest;
+mod throughput;
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -63,6 +78,11 @@ struct Options {
     sleeping_iterations: usize,
     idle_seconds: u64,
     idle_poll_us: Option<u64>,
+    only: Vec<String>,
+    mib: u64,
+    runs: usize,
+    cpu: Option<usize>,
+    out: Option<PathBuf>,
 }
 
 fn fail(msg: impl std::fmt::Display) -> ! {
@@ -82,6 +102,11 @@ fn options() -> Options {
         sleeping_iterations: 500,
         idle_seconds: 10,
         idle_poll_us: None,
+        only: vec!["latency".into(), "throughput".into(), "stages".into()],
+        mib: 256,
+        runs: 3,
+        cpu: None,
+        out: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -104,17 +129,32 @@ fn options() -> Options {
             "--idle-poll-us" => {
                 o.idle_poll_us = Some(num("--idle-poll-us", value("--idle-poll-us")))
             }
+            "--only" => {
+                o.only = value("--only").split(',').map(str::to_string).collect();
+                if let Some(x) = o
+                    .only
+                    .iter()
+                    .find(|x| !["latency", "throughput", "stages"].contains(&x.as_str()))
+                {
+                    fail(format!("--only: '{x}' is not latency, throughput or stages"));
+                }
+            }
+            "--mib" => o.mib = num("--mib", value("--mib")).max(1),
+            "--runs" => o.runs = num("--runs", value("--runs")).max(1) as usize,
+            "--cpu" => o.cpu = Some(num("--cpu", value("--cpu")) as usize),
+            "--out" => o.out = Some(PathBuf::from(value("--out"))),
             "-h" | "--help" => {
                 println!(
                     "usage: engine_bench [--qpipd PATH] [--iterations N] [--sleeping-iterations N] \
-                     [--idle-seconds S] [--idle-poll-us US]"
+                     [--idle-seconds S] [--idle-poll-us US] [--only latency,throughput,stages] \
+                     [--mib N] [--runs N] [--cpu N] [--out DIR]"
                 );
                 std::process::exit(0);
             }
             other => fail(format!("unknown argument '{other}' (see --help)")),
         }
     }
-    if !o.qpipd.is_file() {
+    if o.only.iter().any(|x| x == "latency") && !o.qpipd.is_file() {
         fail(format!(
             "no qpipd at {} (build it: cargo build --release -p qpip-device)",
             o.qpipd.display()
@@ -765,8 +805,7 @@ fn stats(g: &mut Guest) -> Stats {
     g.read(buf)
 }
 
-fn main() {
-    let o = options();
+fn latency_section(o: &Options, r: &mut report::Report) {
     let (mut daemon, client) = Daemon::start(&o);
     let mut g = Guest::new(client);
     let mut e = endpoint(&mut g);
@@ -777,15 +816,6 @@ fn main() {
         "qpipd {} (pid {}), idle poll {idle_poll}",
         o.qpipd.display(),
         daemon.pid()
-    );
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!(
-        "host: {} CPUs, load average {} (other processes' load shows in the tails)",
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        load.split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
     );
     println!(
         "each round: post a receive, then a {PAYLOAD}-byte inline UDP send from a QP to ::1 port {PORT}, \
@@ -804,14 +834,10 @@ fn main() {
     let all = latency(&mut g, &mut e, o.iterations, false, &mut seq);
     // Rounds where the engine had fallen asleep after all (preempted client) belong to (b).
     let awake: Vec<&Sample> = all.iter().filter(|s| !s.kicked).collect();
-    print_row(
-        "doorbell -> send CQE",
-        &summary(awake.iter().map(|s| s.send).collect()),
-    );
-    print_row(
-        "doorbell -> receive CQE",
-        &summary(awake.iter().map(|s| s.recv).collect()),
-    );
+    let polled_send = summary(awake.iter().map(|s| s.send).collect());
+    let polled_recv = summary(awake.iter().map(|s| s.recv).collect());
+    print_row("doorbell -> send CQE", &polled_send);
+    print_row("doorbell -> receive CQE", &polled_recv);
     if awake.len() != all.len() {
         println!(
             "    ({} of {} rounds found the engine asleep and are left out)",
@@ -825,14 +851,10 @@ fn main() {
     // The engine may wake between the check and the doorbell (a kick by an earlier round's
     // doorbell, a spurious wake-up); only rounds that really kicked count.
     let asleep: Vec<&Sample> = all.iter().filter(|s| s.kicked).collect();
-    print_row(
-        "doorbell + kick -> send CQE",
-        &summary(asleep.iter().map(|s| s.send).collect()),
-    );
-    print_row(
-        "doorbell + kick -> receive CQE",
-        &summary(asleep.iter().map(|s| s.recv).collect()),
-    );
+    let kicked_send = summary(asleep.iter().map(|s| s.send).collect());
+    let kicked_recv = summary(asleep.iter().map(|s| s.recv).collect());
+    print_row("doorbell + kick -> send CQE", &kicked_send);
+    print_row("doorbell + kick -> receive CQE", &kicked_recv);
     print_row(
         "  the kick register write alone",
         &summary(asleep.iter().map(|s| s.kick).collect()),
@@ -868,4 +890,51 @@ fn main() {
     if idle_before > 1.0 || idle_after > 1.0 {
         println!("idle CPU goal (<= 1 % of a core) NOT met");
     }
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    r.latency(&[
+        ("polling_send_cqe_median_us", us(polled_send.median)),
+        ("polling_send_cqe_p99_us", us(polled_send.p99)),
+        ("polling_recv_cqe_median_us", us(polled_recv.median)),
+        ("polling_recv_cqe_p99_us", us(polled_recv.p99)),
+        ("asleep_send_cqe_median_us", us(kicked_send.median)),
+        ("asleep_recv_cqe_median_us", us(kicked_recv.median)),
+        ("idle_cpu_percent_after_setup", idle_before),
+        ("idle_cpu_percent_after_load", idle_after),
+    ]);
+}
+
+fn main() {
+    let o = options();
+    let mut r = report::Report::new();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: String = load.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+    println!(
+        "host: {} CPUs, load average {load} at the start (other processes' load shows in the tails)",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    );
+    r.host(&load);
+    if o.only.iter().any(|x| x == "latency") {
+        latency_section(&o, &mut r);
+    }
+    let run_tp = o.only.iter().any(|x| x == "throughput");
+    let run_stages = o.only.iter().any(|x| x == "stages");
+    if run_tp || run_stages {
+        let before = throughput::affinity();
+        let cpu = o.cpu.or_else(|| before.last().copied());
+        if let Some(c) = cpu {
+            throughput::pin(c);
+        }
+        if run_tp {
+            report::throughput_section(&o, cpu, &mut r);
+        }
+        if run_stages {
+            report::stages_section(&mut r);
+        }
+        throughput::restore(&before);
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: String = load.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+    println!("load average {load} at the end");
+    r.host_end(&load);
+    r.write(o.out.clone());
 }
