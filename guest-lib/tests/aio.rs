@@ -441,3 +441,10 @@ fn outside_a_runtime_is_an_error() {
     });
     assert!(cq.poll_one().is_none());
 }
+
+#[test]
+fn async_handles_are_send_and_sync() {
+    fn both<T: Send + Sync>() {}
+    both::<AsyncCq>();
+    both::<AsyncContext>();
+}
