@@ -429,10 +429,7 @@ fn run_guests<R: Send>(
     if crate::interrupted() {
         let first = runs.iter_mut().next().expect("a lab has a guest");
         let mut e = first.interrupted();
-        e.message = format!(
-            "interrupted: stopped {count} guest(s) and their devices; logs in {}",
-            dir.display()
-        );
+        e.message = format!("interrupted: stopped {count} guest(s) and their devices");
         e.run_dir = Some(dir.to_path_buf());
         return Err(e);
     }

@@ -6,7 +6,8 @@
 //! every guest (its words joined with spaces and run by the guest's sh, like ssh; the
 //! guest's number is in `QPIP_GUEST`), prints CMD's output as it comes (prefixed with the
 //! guest's name when there are several) and exits with the first non-zero status of a
-//! guest, in guest order, or 0. A failure of the lab itself (a device or QEMU failing, no
+//! guest, in guest order, else that of the `--host` command (run in the lab's namespace
+//! once every guest is up), or 0. A failure of the lab itself (a device or QEMU failing, no
 //! exit status, a kernel warning or oops in a guest) exits 1 with a one-line error naming
 //! the console log.
 
@@ -56,6 +57,11 @@ struct VmArgs {
     /// Guest RAM in MiB.
     #[arg(long, default_value_t = 512, value_name = "MIB")]
     memory: u32,
+    /// A shell command run on the host, in the lab's namespace, once every guest is up
+    /// (its output is shown prefixed with [host]); guests can wait for its end with
+    /// `lab-wait host-done`.
+    #[arg(long, value_name = "CMD")]
+    host: Option<String>,
     /// Extra argument for every qpipd (repeat for several).
     #[arg(long = "qpipd-arg", value_name = "ARG", allow_hyphen_values = true)]
     qpipd_args: Vec<String>,
@@ -153,7 +159,30 @@ fn main() -> ExitCode {
         }
         Stream::Console => {}
     };
-    let result = run_lab(&spec, &mut observe, |_| ());
+    let host_cmd = args.host.clone();
+    let result = run_lab(&spec, &mut observe, |host| {
+        let cmd = host_cmd?;
+        let out = host
+            .command("sh")
+            .arg("-c")
+            .arg(&cmd)
+            .stdin(std::process::Stdio::null())
+            .output();
+        let mut stdout = std::io::stdout().lock();
+        let mut p = Prefixer::default();
+        match out {
+            Ok(o) => {
+                p.feed("[host] ", &o.stdout, &mut stdout);
+                p.feed("[host] ", &o.stderr, &mut stdout);
+                p.flush("[host] ", &mut stdout);
+                Some(o.status.code().unwrap_or(1))
+            }
+            Err(e) => {
+                eprintln!("qpip-lab: cannot run the host command: {e}");
+                Some(1)
+            }
+        }
+    });
     for (i, o) in outputs.iter_mut().enumerate() {
         o.flush(&prefix(i), &mut std::io::stdout().lock());
     }
@@ -168,7 +197,11 @@ fn main() -> ExitCode {
                 );
             }
             // A shell status is 0..=255; anything else would be the guest's init's bug.
-            ExitCode::from(u8::try_from(qpip_lab::exit_status(&outcome.guests)).unwrap_or(1))
+            let status = match qpip_lab::exit_status(&outcome.guests) {
+                0 => outcome.host.unwrap_or(0),
+                s => s,
+            };
+            ExitCode::from(u8::try_from(status).unwrap_or(1))
         }
         Err(e) if e.is_interrupted() => {
             eprintln!("qpip-lab: {}", e.headline());

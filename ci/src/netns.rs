@@ -55,6 +55,9 @@ pub const DEFAULT_NETNS: &str = "qpip-lab";
 /// The bridge inside the namespace.
 pub const BRIDGE: &str = "lab0";
 
+/// The lab host's MAC (the bridge's).
+pub const BRIDGE_MAC: &str = "02:51:50:00:00:fe";
+
 const NETNS_DIR: &str = "/run/netns";
 const GLOBAL_LOCK: &str = "/run/qpip-lab.lock";
 
@@ -190,13 +193,16 @@ impl LabNet {
         let n = self.name.clone();
         ip(&["-n", &n, "link", "set", "lo", "up"])?;
         // No STP (ports forward at once) and no multicast snooping (neighbour
-        // solicitations go to every port, whoever sent MLD reports).
+        // solicitations go to every port, whoever sent MLD reports). A fixed MAC: a bridge
+        // without one takes its ports' lowest, which changes as TAPs come and go.
         ip(&[
             "-n",
             &n,
             "link",
             "add",
             BRIDGE,
+            "address",
+            BRIDGE_MAC,
             "type",
             "bridge",
             "stp_state",
