@@ -11,6 +11,7 @@ use log::error;
 use qpip_device::backend::{ImpairSpec, NetSpec};
 use qpip_device::core::CoreConfig;
 use qpip_device::engine::network::NetworkConfig;
+use qpip_device::engine::tcp::TcpLimits;
 use qpip_device::engine::{EngineConfig, DEFAULT_MAC};
 use qpip_device::net::config::{Mtu, StaticNeighbor};
 use qpip_device::vfio::{serve, ServeOptions};
@@ -58,6 +59,15 @@ struct Args {
     /// A static neighbour entry ADDR=MAC (repeatable).
     #[arg(long = "neighbor", value_name = "ADDR=MAC", requires = "net")]
     neighbors: Vec<StaticNeighbor>,
+
+    /// Retransmissions of unacknowledged data before a TCP connection to a silent peer
+    /// times out and its QP fails with a timeout (RFC 9293 §3.8.3's R2; like Linux's
+    /// net.ipv4.tcp_retries2). The default, 15, gives up after about 9 minutes; RFC 9293
+    /// asks for at least 100 seconds. Fewer give up sooner: N retries on a fast link take
+    /// about 0.2 x (2^(N+1) - 1) seconds (3: 3 s, 8: 100 s).
+    #[arg(long, value_name = "N", default_value_t = EngineConfig::default().tcp_limits.max_retries,
+          value_parser = clap::value_parser!(u32).range(1..=30))]
+    tcp_retries: u32,
 
     /// How long the engine keeps polling doorbells after the last work before it sleeps,
     /// in microseconds. Longer: lower latency, more CPU.
@@ -132,6 +142,9 @@ fn main() -> ExitCode {
                     impair: args.impair.clone(),
                     neighbors: args.neighbors.clone(),
                 }),
+                tcp_limits: TcpLimits {
+                    max_retries: args.tcp_retries,
+                },
             },
         },
     };

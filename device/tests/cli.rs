@@ -70,3 +70,17 @@ fn more_addresses_than_the_device_holds_are_refused_clearly() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("at most 8 --ip addresses"), "{err}");
 }
+
+#[test]
+fn tcp_retries_is_documented_and_bounded() {
+    let (code, out, _) = qpipd(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("--tcp-retries"), "{out}");
+    assert!(out.contains("RFC 9293"), "help says what the limit is: {out}");
+    for bad in ["0", "31", "many"] {
+        let (code, _, err) = qpipd(&["--socket", "/tmp/x.sock", "--tcp-retries", bad]);
+        assert_eq!(code, 2, "--tcp-retries {bad}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("--tcp-retries"), "{err}");
+    }
+}

@@ -70,6 +70,8 @@ pub struct EngineConfig {
     pub idle_poll: Duration,
     /// The link beneath the QPs, if any (`--net`).
     pub network: Option<network::NetworkConfig>,
+    /// How long TCP connections keep retransmitting to a silent peer (`--tcp-retries`).
+    pub tcp_limits: tcp::TcpLimits,
 }
 
 impl Default for EngineConfig {
@@ -79,6 +81,7 @@ impl Default for EngineConfig {
             addrs: Vec::new(),
             idle_poll: Duration::from_micros(200),
             network: None,
+            tcp_limits: tcp::TcpLimits::default(),
         }
     }
 }
@@ -179,6 +182,7 @@ pub struct Engine {
     /// The network link, when qpipd has one (`--net`).
     pub(crate) net: Option<Interface>,
     net_config: Option<network::NetworkConfig>,
+    tcp_limits: tcp::TcpLimits,
     /// TCP connections and the TCP state of QPs.
     pub(crate) tcp: tcp::Tcp,
     /// Asynchronous events and the requests waiting for them.
@@ -272,7 +276,9 @@ impl Engine {
             tcp: tcp::Tcp::new(
                 seed ^ 0x7463_7000,
                 config.network.as_ref().map_or(1500, |n| n.mtu),
+                config.tcp_limits,
             ),
+            tcp_limits: config.tcp_limits,
             net_config: None,
             events: events::AsyncEvents::default(),
         }
@@ -374,7 +380,7 @@ impl Engine {
         let seed = self.objects.new_key() as u64;
         self.objects = Objects::new(seed);
         let mtu = self.net_config.as_ref().map_or(1500, |n| n.mtu);
-        self.tcp = tcp::Tcp::new(seed.rotate_left(17), mtu);
+        self.tcp = tcp::Tcp::new(seed.rotate_left(17), mtu, self.tcp_limits);
         self.admin = AdminQueue::default();
         self.events = events::AsyncEvents::default();
         let mac_changed = self.identity.mac != self.initial_identity.mac;
