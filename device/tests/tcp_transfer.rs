@@ -241,9 +241,12 @@ fn slow_reader_closes_the_window() {
 }
 
 #[test]
-fn stalling_reader_gets_zero_windows_and_persist_probes() {
-    // The reader takes up to 32 KiB only every 300 ms: the window closes, the sender
-    // probes it, staging holds what was in flight, transfers still complete.
+fn stalling_reader_gets_zero_windows() {
+    // The reader takes up to 32 KiB only every 300 ms: the window closes and reopens,
+    // staging holds what was in flight, transfers still complete. Whether a persist probe
+    // is sent depends on the run (under loss the window mostly closes while a
+    // retransmission is pending, and its timer runs instead): the persist timer is checked
+    // segment by segment in tcp_state (zero_window_persist_probes_back_off_...).
     let cfg = tcp::Config {
         staging: 4 * 1024,
         ..test_config()
@@ -274,7 +277,6 @@ fn stalling_reader_gets_zero_windows_and_persist_probes() {
     assert_eq!(Sha256::digest(&peers[0].app.data), Sha256::digest(&out_b));
     let s = peers[0].conn.stats();
     eprintln!("{s:?}");
-    assert!(s.window_probes > 0, "persist probes were sent: {s:?}");
     for p in &peers {
         assert_eq!(p.acked as usize, p.out.len());
         assert!(p.closed && !p.reset && !p.timed_out);

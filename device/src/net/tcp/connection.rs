@@ -494,6 +494,16 @@ impl Connection {
         m.saturating_sub(opts).max(64)
     }
 
+    /// Payload bytes a data segment sent now may carry: the send MSS less the SACK blocks
+    /// the segment will carry. The MSS counts a bare TCP header (RFC 6691 §2; the
+    /// timestamps already come off in [`Connection::smss`]), so when the options grow the
+    /// payload shrinks, as Linux's tcp_current_mss() does, instead of the packet outgrowing
+    /// the path MTU and being fragmented at the source.
+    fn seg_room(&self, now: Instant) -> u64 {
+        let m = self.peer_mss.min(self.mss_limit) as usize;
+        m.saturating_sub(self.options(now).wire_len()).max(64) as u64
+    }
+
     /// Whether the options were agreed: (window scaling, SACK, timestamps).
     pub fn negotiated(&self) -> (bool, bool, bool) {
         (self.ws_ok, self.sack_ok, self.ts_ok)
@@ -651,8 +661,9 @@ impl Connection {
         self.cc.set_mss(self.smss());
     }
 
-    /// A packet too big lowered the path MTU toward the peer to `mtu` (RFC 8201, RFC 9293
-    /// §3.7.3). Segments are cut to fit from now on; if that made them smaller, what is
+    /// The path MTU toward the peer is now `mtu`: lowered by a packet too big (RFC 8201,
+    /// RFC 9293 §3.7.3), or back up when that expired (RFC 8201 §4; segments then grow,
+    /// nothing else happens). Segments are cut to fit from now on; if that made them smaller, what is
     /// in flight and not SACKed was too big to arrive (the PTB said so for one segment;
     /// the others were no smaller), so it is retransmitted at once, re-segmented to the
     /// new size, as far as cwnd allows; cwnd is not reduced (no congestion). The output
@@ -1356,14 +1367,13 @@ impl Connection {
     }
 
     /// The next lost range to retransmit: the first unsacked bytes at or past HighRxt
-    /// below the lost edge, at most one SMSS.
-    fn next_hole(&self, lost_edge: u64) -> Option<(u64, u64)> {
+    /// below the lost edge, at most `room` bytes (one segment's payload).
+    fn next_hole(&self, lost_edge: u64, room: u64) -> Option<(u64, u64)> {
         let from = self.una.max(self.high_rxt);
-        let smss = self.smss() as u64;
         self.sacked
             .gaps(from, lost_edge)
             .first()
-            .map(|&(s, e)| (s, e.min(s + smss)))
+            .map(|&(s, e)| (s, e.min(s + room)))
     }
 
     // ---- timers -------------------------------------------------------------------
@@ -1617,6 +1627,7 @@ impl Connection {
     fn send_data(&mut self, now: Instant, source: &mut dyn SendSource) -> Option<Outgoing> {
         let end_all = self.end_all();
         let smss = self.smss() as u64;
+        let room = self.seg_room(now);
         if self.probe_pending {
             self.probe_pending = false;
             if self.nxt < end_all && self.una == self.nxt {
@@ -1635,7 +1646,7 @@ impl Connection {
                 _ => cwnd >= pipe + smss,
             };
             if self.force_rtx || room_ok {
-                if let Some((s, e)) = self.next_hole(edge) {
+                if let Some((s, e)) = self.next_hole(edge, room) {
                     self.force_rtx = false;
                     self.high_rxt = e;
                     self.arm_rto(now);
@@ -1659,7 +1670,7 @@ impl Connection {
         let cwnd_room = cwnd.saturating_sub(flight);
         let wnd_room = self.snd_room();
         let remaining = end_all - self.nxt;
-        let len = smss.min(remaining).min(wnd_room).min(cwnd_room);
+        let len = room.min(remaining).min(wnd_room).min(cwnd_room);
         if len == 0 {
             if wnd_room == 0 && self.una == self.nxt && self.persist_at.is_none() {
                 // Zero window and nothing in flight to bring an update: probe later.
@@ -1670,10 +1681,10 @@ impl Connection {
         }
         // Sender silly window avoidance and Nagle (RFC 9293 §3.8.6.2.1).
         let idle = self.una == self.nxt;
-        let send = len == smss
+        let send = len == room
             || (len == remaining && (!self.cfg.nagle || idle))
             || len >= self.max_snd_wnd / 2
-            || idle && wnd_room < smss && len == wnd_room;
+            || idle && wnd_room < room && len == wnd_room;
         if !send {
             return None;
         }
