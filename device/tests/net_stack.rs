@@ -664,9 +664,21 @@ fn packet_too_big_lowers_path_mtu() {
         vec![(PEER, 1280)],
         "the lowering only, once"
     );
-    // It expires (RFC 8201: after 10 minutes the link MTU is tried again).
+    // It expires (RFC 8201: after 10 minutes the link MTU is tried again): the stack
+    // wants a poll by then, and TCP hears that the path is back to the link's MTU.
+    assert!(s
+        .next_deadline()
+        .is_some_and(|d| d <= t + Duration::from_secs(600)));
+    s.poll(t + Duration::from_secs(599));
+    assert!(s.take_path_mtu_changes().is_empty(), "not before its time");
     s.poll(t + Duration::from_secs(601));
     assert_eq!(s.path_mtu(&PEER, t + Duration::from_secs(601)), 1500);
+    assert_eq!(
+        s.take_path_mtu_changes(),
+        vec![(PEER, 1500)],
+        "the raise, once"
+    );
+    assert!(s.take_path_mtu_changes().is_empty());
     // A PTB about a packet we did not send changes nothing.
     let other: Ipv6Addr = "fd51:5050::77".parse().unwrap();
     let q = net_oracle::ip_frame(PEER_MAC, OUR_MAC, other, PEER, 17, 64, &[0; 100])[14..].to_vec();

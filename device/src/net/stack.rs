@@ -143,7 +143,8 @@ pub struct Stack {
     /// Static neighbours are on-link whatever their address.
     static_neighbors: Vec<Ipv6Addr>,
     pmtu: HashMap<Ipv6Addr, (usize, Instant)>,
-    /// Path MTUs lowered since [`Stack::take_path_mtu_changes`] (one entry a destination).
+    /// Path MTUs changed since [`Stack::take_path_mtu_changes`] (one entry a destination):
+    /// lowered by a packet too big, or back to the link's when that news expired.
     pmtu_changes: Vec<(Ipv6Addr, usize)>,
     reasm: Reassembler,
     tx: VecDeque<Vec<u8>>,
@@ -346,9 +347,12 @@ impl Stack {
 
     // ---- sending ----------------------------------------------------------------------
 
-    /// Each destination whose path MTU a packet too big lowered since the last call, with
-    /// its new path MTU (the lowest, if several came), for the transports: TCP cuts its
-    /// segments to fit (`ConnectionTable::path_mtu_changed`).
+    /// Each destination whose path MTU changed since the last call, with its path MTU now,
+    /// for the transports (`ConnectionTable::path_mtu_changed`): lowered by a packet too
+    /// big, TCP cuts its segments to fit; back to the link's MTU when the lowered value
+    /// expired ([`PMTU_TIMEOUT`] after the last packet too big: RFC 8201 §4 and §5.3 — a
+    /// larger path MTU is tried no sooner than 5 minutes later), TCP's segments grow again
+    /// (and a packet too big lowers them once more if the path still needs it).
     pub fn take_path_mtu_changes(&mut self) -> Vec<(Ipv6Addr, usize)> {
         std::mem::take(&mut self.pmtu_changes)
     }
@@ -599,7 +603,38 @@ impl Stack {
         let mut expired = Vec::new();
         self.reasm.poll(now, &mut expired);
         self.account_expired(expired, now);
-        self.pmtu.retain(|_, (_, until)| now < *until);
+        self.expire_path_mtus(now);
+    }
+
+    /// Forgets the path MTUs whose time is up; their destinations are back to the link's.
+    fn expire_path_mtus(&mut self, now: Instant) {
+        let gone: Vec<Ipv6Addr> = self
+            .pmtu
+            .iter()
+            .filter(|(_, (_, until))| now >= *until)
+            .map(|(a, _)| *a)
+            .collect();
+        for a in gone {
+            self.pmtu.remove(&a);
+            debug!("path MTU to {a} is back to the link's {}", self.mtu);
+            self.path_mtu_news(a, self.mtu);
+        }
+    }
+
+    /// Records that `dst`'s path MTU is now `mtu`, for [`Stack::take_path_mtu_changes`].
+    fn path_mtu_news(&mut self, dst: Ipv6Addr, mtu: usize) {
+        match self.pmtu_changes.iter_mut().find(|(a, _)| *a == dst) {
+            // The latest news is the truth (a packet too big only ever lowers it).
+            Some(c) => c.1 = mtu,
+            // Bounded like the path MTU cache: beyond, the oldest news goes (its
+            // destination's packets are still cut to fit by the IPv6 layer).
+            None => {
+                if self.pmtu_changes.len() >= MAX_PMTU_ENTRIES {
+                    self.pmtu_changes.remove(0);
+                }
+                self.pmtu_changes.push((dst, mtu));
+            }
+        }
     }
 
     fn account_expired(&mut self, expired: Vec<frag::Expired>, now: Instant) {
@@ -624,10 +659,16 @@ impl Stack {
 
     /// When [`Stack::poll`] next has work (None: only incoming frames can make work).
     pub fn next_deadline(&mut self) -> Option<Instant> {
-        match (self.neighbors.next_deadline(), self.reasm.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        // A lowered path MTU's expiry is due too: connections grow their segments then.
+        let pmtu = self.pmtu.values().map(|&(_, until)| until).min();
+        [
+            self.neighbors.next_deadline(),
+            self.reasm.next_deadline(),
+            pmtu,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     // ---- receiving --------------------------------------------------------------------
@@ -1160,7 +1201,7 @@ impl Stack {
         if mtu < self.path_mtu(&dst, now) {
             debug!("path MTU to {dst} is now {mtu} (packet too big said {reported})");
             if self.pmtu.len() >= MAX_PMTU_ENTRIES {
-                self.pmtu.retain(|_, (_, until)| now < *until);
+                self.expire_path_mtus(now);
                 if self.pmtu.len() >= MAX_PMTU_ENTRIES {
                     let oldest = self
                         .pmtu
@@ -1168,22 +1209,15 @@ impl Stack {
                         .min_by_key(|(_, (_, until))| *until)
                         .map(|(a, _)| *a);
                     if let Some(a) = oldest {
+                        // Forgotten early: its connections may grow again (a packet
+                        // too big cuts them back if the path still needs it).
                         self.pmtu.remove(&a);
+                        self.path_mtu_news(a, self.mtu);
                     }
                 }
             }
             self.pmtu.insert(dst, (mtu, now + PMTU_TIMEOUT));
-            match self.pmtu_changes.iter_mut().find(|(a, _)| *a == dst) {
-                Some(c) => c.1 = c.1.min(mtu),
-                // Bounded like the path MTU cache: beyond, the oldest news goes (its
-                // destination's packets are still cut to fit by the IPv6 layer).
-                None => {
-                    if self.pmtu_changes.len() >= MAX_PMTU_ENTRIES {
-                        self.pmtu_changes.remove(0);
-                    }
-                    self.pmtu_changes.push((dst, mtu));
-                }
-            }
+            self.path_mtu_news(dst, mtu);
         }
     }
 }

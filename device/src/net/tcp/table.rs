@@ -297,11 +297,12 @@ impl<T> ConnectionTable<T> {
         }
     }
 
-    /// A packet too big lowered the path MTU toward `dst` to `mtu`
-    /// (`Stack::take_path_mtu_changes`): every connection to `dst` cuts its segments to
-    /// fit, and those with data in flight that was now too big are due at once in the
-    /// timer heap — the next [`ConnectionTable::pop_expired`] at `now` or later returns
-    /// them, and their [`Connection::poll`] and `poll_transmit` send it again.
+    /// The path MTU toward `dst` is now `mtu` (`Stack::take_path_mtu_changes`). Lowered
+    /// by a packet too big: every connection to `dst` cuts its segments to fit, and those
+    /// with data in flight that was now too big are due at once in the timer heap — the
+    /// next [`ConnectionTable::pop_expired`] at `now` or later returns them, and their
+    /// [`Connection::poll`] and `poll_transmit` send it again. Raised (the lowered value
+    /// expired): their segments grow back, up to what the peer and the link allow.
     pub fn path_mtu_changed(&mut self, dst: Ipv6Addr, mtu: usize, now: Instant) {
         // A scan of the connections: packets too big are rare, and rate-limited by
         // the routers that send them.
