@@ -136,7 +136,9 @@ fn options() -> Options {
                     .iter()
                     .find(|x| !["latency", "throughput", "stages"].contains(&x.as_str()))
                 {
-                    fail(format!("--only: '{x}' is not latency, throughput or stages"));
+                    fail(format!(
+                        "--only: '{x}' is not latency, throughput or stages"
+                    ));
                 }
             }
             "--mib" => o.mib = num("--mib", value("--mib")).max(1),
@@ -907,7 +909,11 @@ fn main() {
     let o = options();
     let mut r = report::Report::new();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: String = load.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+    let load: String = load
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
     println!(
         "host: {} CPUs, load average {load} at the start (other processes' load shows in the tails)",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -933,7 +939,11 @@ fn main() {
         throughput::restore(&before);
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: String = load.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+    let load: String = load
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
     println!("load average {load} at the end");
     r.host_end(&load);
     r.write(o.out.clone());

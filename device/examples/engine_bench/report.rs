@@ -66,9 +66,14 @@ impl Report {
     }
 
     pub fn latency(&mut self, v: &[(&str, f64)]) {
-        let body: Vec<String> = v.iter().map(|(k, x)| format!("\"{k}\": {}", num(*x))).collect();
-        self.json
-            .push(("doorbell_latency".into(), format!("{{{}}}", body.join(", "))));
+        let body: Vec<String> = v
+            .iter()
+            .map(|(k, x)| format!("\"{k}\": {}", num(*x)))
+            .collect();
+        self.json.push((
+            "doorbell_latency".into(),
+            format!("{{{}}}", body.join(", ")),
+        ));
         let _ = writeln!(
             self.md,
             "## Doorbell to completion (qpipd over vfio-user, 32-byte UDP to itself)\n"
@@ -91,7 +96,10 @@ impl Report {
                 .unwrap_or_else(|| PathBuf::from("target/bench")),
         });
         if let Err(e) = std::fs::create_dir_all(&dir) {
-            eprintln!("engine_bench: cannot write results to {}: {e}", dir.display());
+            eprintln!(
+                "engine_bench: cannot write results to {}: {e}",
+                dir.display()
+            );
             return;
         }
         let json = format!(
@@ -155,9 +163,7 @@ pub fn throughput_section(o: &Options, cpu: Option<usize>, r: &mut Report) {
             mt
         );
         qc.push(c.gbps());
-        engine_share.push(
-            (a.engine_a + a.engine_b).as_secs_f64() / a.wall.as_secs_f64() * 100.0,
-        );
+        engine_share.push((a.engine_a + a.engine_b).as_secs_f64() / a.wall.as_secs_f64() * 100.0);
         q1500.push(a.gbps());
         q9000.push(b.gbps());
         k.push(kt);
@@ -170,7 +176,10 @@ pub fn throughput_section(o: &Options, cpu: Option<usize>, r: &mut Report) {
         ("host kernel TCP, loopback", &k),
         ("memcpy (copy limit)", &m),
     ];
-    println!("    {:<34} {:>10} {:>22}", "", "median", "spread (min .. max)");
+    println!(
+        "    {:<34} {:>10} {:>22}",
+        "", "median", "spread (min .. max)"
+    );
     for (name, v) in rows {
         let (lo, hi) = spread(v);
         println!(
@@ -191,7 +200,12 @@ pub fn throughput_section(o: &Options, cpu: Option<usize>, r: &mut Report) {
          posting and polling): median {:.0} %",
         median(&engine_share)
     );
-    let arr = |v: &Vec<f64>| format!("[{}]", v.iter().map(|x| num(*x)).collect::<Vec<_>>().join(", "));
+    let arr = |v: &Vec<f64>| {
+        format!(
+            "[{}]",
+            v.iter().map(|x| num(*x)).collect::<Vec<_>>().join(", ")
+        )
+    };
     r.json.push((
         "throughput".into(),
         format!(
@@ -245,7 +259,10 @@ pub fn stages_section(r: &mut Report) {
             "(e) per-stage cost: not measured — this build lacks the stage hooks (build the bench \
              with --features stage-timing)"
         );
-        let _ = writeln!(r.md, "## Per-stage cost\n\nNot measured (built without stage-timing).\n");
+        let _ = writeln!(
+            r.md,
+            "## Per-stage cost\n\nNot measured (built without stage-timing).\n"
+        );
         return;
     }
     println!(
@@ -321,7 +338,8 @@ pub fn stages_section(r: &mut Report) {
         ));
     }
     r.md.push_str(&md);
-    r.json.push(("stages".into(), format!("[{}]", json.join(", "))));
+    r.json
+        .push(("stages".into(), format!("[{}]", json.join(", "))));
 }
 
 fn other(t: &StageTable) -> (f64, f64) {

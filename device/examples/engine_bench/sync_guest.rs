@@ -97,12 +97,20 @@ impl SyncGuest {
         ram_file.set_len(ram_size).unwrap_or_else(|e| fail(e));
         let mut guest_ram = GuestRam::new();
         guest_ram
-            .map(RAM_BASE, ram_size, 0, Some(ram_file.try_clone().unwrap_or_else(|e| fail(e))))
+            .map(
+                RAM_BASE,
+                ram_size,
+                0,
+                Some(ram_file.try_clone().unwrap_or_else(|e| fail(e))),
+            )
             .unwrap_or_else(|e| fail(format!("map guest RAM: {e}")));
-        let ram = super::map_shared(std::os::fd::AsRawFd::as_raw_fd(&ram_file), 0, ram_size as usize);
-        let doorbells = Arc::new(
-            DoorbellBar::new(DOORBELL_BAR_SIZE as usize).unwrap_or_else(|e| fail(e)),
+        let ram = super::map_shared(
+            std::os::fd::AsRawFd::as_raw_fd(&ram_file),
+            0,
+            ram_size as usize,
         );
+        let doorbells =
+            Arc::new(DoorbellBar::new(DOORBELL_BAR_SIZE as usize).unwrap_or_else(|e| fail(e)));
         let irqs = Arc::new(Interrupts::new(MSIX_VECTORS as usize));
         let shared = Shared::new(guest_ram.memory(), doorbells.clone(), irqs);
         let (tx, rx) = mpsc::channel();
@@ -163,7 +171,9 @@ impl SyncGuest {
     pub fn write(&self, gpa: u64, data: &[u8]) {
         // SAFETY: in bounds (ptr checks); the engine touches guest RAM only inside poll(),
         // on this same thread.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr(gpa, data.len()), data.len()) }
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr(gpa, data.len()), data.len())
+        }
     }
 
     pub fn slice(&self, gpa: u64, len: usize) -> &[u8] {
@@ -204,7 +214,9 @@ impl SyncGuest {
         let cc = page + DB_CHANGE_COUNT as u64;
         self.doorbells.read(cc, &mut b).unwrap_or_else(|e| fail(e));
         let c = u32::from_le_bytes(b).wrapping_add(1);
-        self.doorbells.write(cc, &c.to_le_bytes()).unwrap_or_else(|e| fail(e));
+        self.doorbells
+            .write(cc, &c.to_le_bytes())
+            .unwrap_or_else(|e| fail(e));
     }
 
     /// Submits an admin command; returns its cmd_id.
@@ -318,7 +330,6 @@ impl SyncGuest {
             rcq,
             lkey,
             buf,
-
         }
     }
 
@@ -343,7 +354,11 @@ impl SyncGuest {
     pub fn post_sends(&mut self, e: &mut End, sends: &[(u64, u32, u64)]) {
         for &(off, len, wr_id) in sends {
             let at = Self::wqe_at(&e.qp.sq, e.qp.depth, e.qp.sq_tail);
-            let sge = Sge { addr: off, length: len, lkey: e.lkey };
+            let sge = Sge {
+                addr: off,
+                length: len,
+                lkey: e.lkey,
+            };
             self.wqe(at, WQE_OP_SEND, wr_id, sge);
             e.qp.sq_tail = e.qp.sq_tail.wrapping_add(1);
         }
@@ -355,7 +370,11 @@ impl SyncGuest {
     pub fn post_recvs(&mut self, e: &mut End, recvs: &[(u64, u32, u64)]) {
         for &(off, len, wr_id) in recvs {
             let at = Self::wqe_at(&e.qp.rq, e.qp.depth, e.qp.rq_tail);
-            let sge = Sge { addr: off, length: len, lkey: e.lkey };
+            let sge = Sge {
+                addr: off,
+                length: len,
+                lkey: e.lkey,
+            };
             self.wqe(at, WQE_OP_RECV, wr_id, sge);
             e.qp.rq_tail = e.qp.rq_tail.wrapping_add(1);
         }
@@ -393,16 +412,28 @@ impl Drop for SyncGuest {
 
 /// Connects `client` (on `cg`) to a listener for `server` (on `sg`) at `addr` port `port`,
 /// driving both engines until both sides completed.
-pub fn connect(sg: &mut SyncGuest, server: &End, cg: &mut SyncGuest, client: &End, addr: &str, port: u16) {
+pub fn connect(
+    sg: &mut SyncGuest,
+    server: &End,
+    cg: &mut SyncGuest,
+    client: &End,
+    addr: &str,
+    port: u16,
+) {
     let mut l = ListenArgs::new_zeroed();
     l.port = port;
     l.backlog = 4;
-    let listener = sg.admin(ADMIN_OP_LISTEN, server.ctx, 0, l.as_bytes()).result0 as u32;
+    let listener = sg
+        .admin(ADMIN_OP_LISTEN, server.ctx, 0, l.as_bytes())
+        .result0 as u32;
     let mut a = AcceptArgs::new_zeroed();
     a.qp = server.qp.id;
     sg.submit(ADMIN_OP_ACCEPT, server.ctx, listener, a.as_bytes());
     let mut c = ConnectArgs::new_zeroed();
-    c.addr = addr.parse::<std::net::Ipv6Addr>().expect("address").octets();
+    c.addr = addr
+        .parse::<std::net::Ipv6Addr>()
+        .expect("address")
+        .octets();
     c.port = port;
     cg.submit(ADMIN_OP_CONNECT, client.ctx, client.qp.id, c.as_bytes());
     let (mut accepted, mut connected) = (false, false);

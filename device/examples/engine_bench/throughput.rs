@@ -137,7 +137,9 @@ pub fn qpip(msg: usize, total: u64, mtu: usize, wire: Wire, timing: bool) -> Qpi
             if received % 64 == 0 {
                 let want = &src[((received % DEPTH as u64) * slot) as usize..][..msg];
                 if b.slice(eb.buf + at, msg) != want {
-                    fail(format!("message {received}: the bytes differ from those sent"));
+                    fail(format!(
+                        "message {received}: the bytes differ from those sent"
+                    ));
                 }
             }
             received += 1;
@@ -183,7 +185,8 @@ pub fn qpip(msg: usize, total: u64, mtu: usize, wire: Wire, timing: bool) -> Qpi
 /// The host kernel's TCP over [::1]: `total` bytes written `msg` at a time; the time from
 /// the first write until the reader has the last byte. Both threads are pinned to `cpu`.
 pub fn kernel(msg: usize, total: u64, cpu: Option<usize>) -> Duration {
-    let listener = TcpListener::bind("[::1]:0").unwrap_or_else(|e| fail(format!("bind [::1]: {e}")));
+    let listener =
+        TcpListener::bind("[::1]:0").unwrap_or_else(|e| fail(format!("bind [::1]: {e}")));
     let port = listener.local_addr().expect("bound").port();
     let reader = std::thread::spawn(move || {
         if let Some(c) = cpu {
@@ -206,10 +209,13 @@ pub fn kernel(msg: usize, total: u64, cpu: Option<usize>) -> Duration {
     let t0 = Instant::now();
     let mut sent = 0u64;
     while sent < total {
-        s.write_all(&data).unwrap_or_else(|e| fail(format!("kernel TCP write: {e}")));
+        s.write_all(&data)
+            .unwrap_or_else(|e| fail(format!("kernel TCP write: {e}")));
         sent += msg as u64;
     }
-    let done = reader.join().unwrap_or_else(|_| fail("kernel TCP reader failed"));
+    let done = reader
+        .join()
+        .unwrap_or_else(|_| fail("kernel TCP reader failed"));
     done - t0
 }
 
@@ -238,7 +244,10 @@ pub fn pin(cpu: usize) {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            fail(format!("sched_setaffinity(CPU {cpu}): {}", std::io::Error::last_os_error()));
+            fail(format!(
+                "sched_setaffinity(CPU {cpu}): {}",
+                std::io::Error::last_os_error()
+            ));
         }
     }
 }
