@@ -76,7 +76,10 @@ fn tcp_retries_is_documented_and_bounded() {
     let (code, out, _) = qpipd(&["--help"]);
     assert_eq!(code, 0);
     assert!(out.contains("--tcp-retries"), "{out}");
-    assert!(out.contains("RFC 9293"), "help says what the limit is: {out}");
+    assert!(
+        out.contains("RFC 9293"),
+        "help says what the limit is: {out}"
+    );
     for bad in ["0", "31", "many"] {
         let (code, _, err) = qpipd(&["--socket", "/tmp/x.sock", "--tcp-retries", bad]);
         assert_eq!(code, 2, "--tcp-retries {bad}");

@@ -9,15 +9,28 @@ use std::time::{Duration, Instant};
 use qpip_device::backend::NetSpec;
 use qpip_device::core::CoreConfig;
 use qpip_device::engine::network::NetworkConfig;
+use qpip_device::engine::tcp::TcpLimits;
 use qpip_device::engine::EngineConfig;
+use qpip_device::net::tcp::Config;
 use qpip_device::vfio::ServeOptions;
 use sha2::{Digest, Sha256};
+use support::relay::{PtbPlan, Relay};
 use support::*;
 
 const A_ADDR: &str = "fd51:5050::3:1";
 const B_ADDR: &str = "fd51:5050::3:2";
 
 fn device(mac: [u8; 6], addr: &str, cable: &std::path::Path, impair: Option<&str>) -> FakeGuest {
+    device_with(mac, addr, cable, impair, TcpLimits::default())
+}
+
+fn device_with(
+    mac: [u8; 6],
+    addr: &str,
+    cable: &std::path::Path,
+    impair: Option<&str>,
+    tcp_limits: TcpLimits,
+) -> FakeGuest {
     let network = NetworkConfig {
         spec: NetSpec::Cable(cable.to_path_buf()),
         mtu: 1500,
@@ -29,6 +42,7 @@ fn device(mac: [u8; 6], addr: &str, cable: &std::path::Path, impair: Option<&str
         mac,
         addrs: vec![(addr.parse().unwrap(), 64)],
         network: Some(network),
+        tcp_limits,
         ..EngineConfig::default()
     };
     FakeGuest::with_options(ServeOptions {
@@ -654,4 +668,188 @@ fn async_event_requests_are_bounded_checked_and_forgotten_at_reset() {
         "requests after a reset are pending again"
     );
     let _ = reqs;
+}
+
+// ---- a silent peer, a narrower path: two devices with a relay between them ----------------
+
+/// Two devices whose cables end at a relay (started first, so it takes one end of each).
+fn relayed(
+    name: &str,
+    a_mac: [u8; 6],
+    b_mac: [u8; 6],
+    a_limits: TcpLimits,
+) -> (Cable, Relay, FakeGuest, FakeGuest) {
+    let cable = Cable::new(name);
+    let (pa, pb) = (cable.dir.join("a"), cable.dir.join("b"));
+    let relay = Relay::new(&pa, &pb);
+    let a = device_with(a_mac, A_ADDR, &pa, None, a_limits);
+    let b = device(b_mac, B_ADDR, &pb, None);
+    (cable, relay, a, b)
+}
+
+/// RFC 9293 §3.8.3: a connection whose peer stops answering gives up after R2
+/// retransmissions (`--tcp-retries`): the QP fails with ASYNC_EVENT_QP_ERROR, reason
+/// TIMEOUT, its work requests are flushed, and STAT_TCP_TIMEOUTS counts it.
+#[test]
+fn a_peer_that_vanishes_times_the_connection_out() {
+    const RETRIES: u32 = 3;
+    let (a_mac, b_mac) = ([0x02, 0, 0, 0, 8, 0xa1], [0x02, 0, 0, 0, 8, 0xb2]);
+    let (_cable, relay, mut a, mut b) = relayed(
+        "vanish",
+        a_mac,
+        b_mac,
+        TcpLimits {
+            max_retries: RETRIES,
+        },
+    );
+    let (actx, bctx) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
+    let req = a.submit_async_event();
+    let (_s, mut c) = connect_pair(
+        &mut b,
+        bctx,
+        &mut a,
+        actx,
+        ip(B_ADDR),
+        6200,
+        FRAMING_STREAM,
+        4,
+        1 << 16,
+    );
+    // The connection works: one message goes through and is acknowledged.
+    a.post_send(&mut c.qp, &[tcp_inline_wqe(1, 0, b"hello")]);
+    assert_cqe(&a.wait_cqe(&mut c.scq), CQE_STATUS_SUCCESS, 0, "first send");
+    let rto_before = a.stat(STAT_TCP_RTO_TIMEOUTS);
+    assert_eq!(a.stat(STAT_TCP_TIMEOUTS), 0);
+
+    // The peer vanishes: from now on nothing gets through, either way.
+    relay.set_drop_all(true);
+    a.post_recv(&mut c.qp, &[recv_wqe(7, &[c.buf.sge(0, 4096, c.mr.lkey)])]);
+    let w = send_wqe_tcp(&c, 2, 8192);
+    a.post_send(&mut c.qp, &[w]);
+    // About 0.2 * (2^(R+1) - 1) s; generous for a loaded machine.
+    let e = a
+        .admin_wait(req, Duration::from_secs(120))
+        .expect("the connection timed out");
+    assert_eq!(
+        async_event(&e),
+        (
+            actx,
+            c.qp.id,
+            ASYNC_EVENT_QP_ERROR,
+            ASYNC_REASON_TIMEOUT,
+            false
+        )
+    );
+    let s = a.wait_cqe(&mut c.scq);
+    assert_cqe(&s, CQE_STATUS_FLUSHED, 0, "the unacknowledged send");
+    assert_eq!(s.wr_id, 2);
+    let r = a.wait_cqe(&mut c.rcq);
+    assert_cqe(&r, CQE_STATUS_FLUSHED, 0, "the posted receive");
+    assert_eq!(r.wr_id, 7);
+    assert_eq!(a.stat(STAT_TCP_TIMEOUTS), 1, "STAT_TCP_TIMEOUTS counts it");
+    assert_eq!(
+        a.stat(STAT_TCP_RTO_TIMEOUTS) - rto_before,
+        RETRIES as u64,
+        "it retransmitted --tcp-retries times, then gave up"
+    );
+    assert!(relay.dropped() > 0);
+    // The QP is in the error state: a new send is flushed at once.
+    a.post_send(&mut c.qp, &[tcp_inline_wqe(3, 0, b"late")]);
+    assert_cqe(
+        &a.wait_cqe(&mut c.scq),
+        CQE_STATUS_FLUSHED,
+        0,
+        "send after the timeout",
+    );
+}
+
+/// A send WQE of `len` bytes from the start of the endpoint's buffer.
+fn send_wqe_tcp(e: &TcpEnd, wr_id: u64, len: u32) -> WqeBytes {
+    tcp_send_wqe(wr_id, 0, &[e.buf.sge(0, len, e.mr.lkey)])
+}
+
+/// RFC 8201 and RFC 9293 §3.7.3 through the engine: an ICMPv6 packet too big from a router
+/// on the path, arriving at a device in the middle of a bulk transfer, lowers the MSS of
+/// the live connection — every packet the device sends afterwards fits the new MTU, and
+/// full-sized segments of the new MSS go unfragmented — and the transfer completes intact.
+#[test]
+fn a_packet_too_big_narrows_a_live_connection() {
+    const PATH_MTU: usize = 1280;
+    let (a_mac, b_mac) = ([0x02, 0, 0, 0, 9, 0xa1], [0x02, 0, 0, 0, 9, 0xb2]);
+    let (_cable, relay, mut a, mut b) = relayed("pmtu", a_mac, b_mac, TcpLimits::default());
+    let (actx, bctx) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
+    let n = 3 << 20;
+    let depth = 8;
+    let (mut s, mut c) = connect_pair(
+        &mut b,
+        bctx,
+        &mut a,
+        actx,
+        ip(B_ADDR),
+        6201,
+        FRAMING_STREAM,
+        depth,
+        Flow::buf_len(n, depth),
+    );
+    relay.plan_packet_too_big(PtbPlan {
+        after: 300,
+        mtu: PATH_MTU as u32,
+        router: "fd51:5050::3:fe".parse().unwrap(),
+        a_mac,
+        a_addr: A_ADDR.parse().unwrap(),
+        b_mac,
+        b_addr: B_ADDR.parse().unwrap(),
+    });
+    let mut rng = Rng::new(81);
+    let mut fa = Flow::new(&mut a, &c, rng.bytes(n), 82);
+    let mut fb = Flow::new(&mut b, &s, Vec::new(), 83);
+    run_pair(
+        &mut a,
+        &mut c,
+        &mut fa,
+        &mut b,
+        &mut s,
+        &mut fb,
+        Duration::from_secs(120),
+    );
+    let sent = relay.sent_by_a();
+    let (before, after): (Vec<_>, Vec<_>) = sent.iter().partition(|p| p.after_marks == 0);
+    assert!(
+        !after.is_empty(),
+        "the device answered the relay's echo request after the packet too big"
+    );
+    let full = Config::mss_for_mtu(1500) as usize;
+    assert!(
+        before.iter().any(|p| p.ip_len > PATH_MTU),
+        "before the packet too big, segments used the link MTU"
+    );
+    let too_big: Vec<_> = after.iter().filter(|p| p.ip_len > PATH_MTU).collect();
+    assert!(
+        too_big.is_empty(),
+        "{} packets larger than the path MTU after it: {:?}",
+        too_big.len(),
+        too_big.first()
+    );
+    let data: Vec<_> = after
+        .iter()
+        .filter(|p| p.tcp_payload.is_some_and(|l| l > 0))
+        .collect();
+    let largest = data.iter().map(|p| p.ip_len).max().unwrap_or(0);
+    assert!(
+        data.len() >= 100,
+        "only {} unfragmented data segments after the packet too big ({} fragments)",
+        data.len(),
+        after.iter().filter(|p| p.fragment).count()
+    );
+    assert!(
+        largest > PATH_MTU - 100 && data.iter().all(|p| p.tcp_payload.unwrap() < full),
+        "segments of the new MSS fill the new MTU (largest packet {largest})"
+    );
+    let frags = after.iter().filter(|p| p.fragment).count();
+    println!(
+        "{} packets before the packet too big, {} after: {} data segments, {frags} fragments, largest {largest}",
+        before.len(),
+        after.len(),
+        data.len()
+    );
 }

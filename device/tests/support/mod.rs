@@ -10,6 +10,8 @@
 
 #![allow(dead_code)]
 
+pub mod relay;
+
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Read;
