@@ -49,6 +49,11 @@ struct qpip_ctx;
  * complete one each while the driver re-posts the ones already used.
  */
 #define QPIP_ASYNC_REQUESTS 4
+/*
+ * How soon an ASYNC_EVENT request is posted again after the admin ring stayed full for
+ * QPIP_ADMIN_TIMEOUT_MS: the request is not given up, only postponed.
+ */
+#define QPIP_AER_RETRY_MS 1000
 /* Asynchronous events (QP error, peer closed) a context holds unread; beyond: EVENT_LOST. */
 #define QPIP_MAX_ASYNC_EVENTS_PER_CTX 128
 /* mmap page offsets of the two fixed mappings; rings get offsets from here up. */
@@ -93,10 +98,13 @@ struct qpip_admin {
 	bool running;
 	wait_queue_head_t space;	/* a submission slot became free */
 	DECLARE_HASHTABLE(pending, 6);
-	/* The ASYNC_EVENT requests, re-posted by @aer_work as they complete. */
+	/*
+	 * The ASYNC_EVENT requests, re-posted by @aer_work as they complete (and retried by it
+	 * every QPIP_AER_RETRY_MS while the admin ring stays full).
+	 */
 	struct qpip_cmd aer[QPIP_ASYNC_REQUESTS];
 	bool aer_enabled;		/* the device knows ASYNC_EVENT (interface 1.1) */
-	struct work_struct aer_work;
+	struct delayed_work aer_work;
 };
 
 /* A completion MSI-X vector and the CQs whose interrupts it carries. */

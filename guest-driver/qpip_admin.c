@@ -125,7 +125,8 @@ static void qpip_aer_done(struct qpip_dev *qdev, struct qpip_cmd *c)
 		return;
 	}
 	qpip_ctx_async_event(qdev, &c->cqe);
-	schedule_work(&a->aer_work);
+	/* At once, even if a retry after a full ring was planned for later. */
+	mod_delayed_work(system_wq, &a->aer_work, 0);
 }
 
 /* Takes every new completion off the ring. Admin lock held. */
@@ -377,15 +378,20 @@ int qpip_admin_start(struct qpip_dev *qdev)
 	return 0;
 }
 
-/* Posts every ASYNC_EVENT request that is not in the device; sleeps while the ring is full. */
+/*
+ * Posts every ASYNC_EVENT request that is not in the device; sleeps while the ring is full.
+ * If it stayed full (a device slow to answer), the requests not posted are tried again
+ * later rather than lost until the next reset: without them no event would arrive.
+ */
 static void qpip_aer_work(struct work_struct *work)
 {
-	struct qpip_admin *a = container_of(work, struct qpip_admin, aer_work);
+	struct qpip_admin *a = container_of(to_delayed_work(work), struct qpip_admin, aer_work);
 	struct qpip_dev *qdev = container_of(a, struct qpip_dev, admin);
 	struct qpip_admin_cmd cmd;
 	unsigned long flags;
 	unsigned int i;
 	bool post;
+	int ret;
 
 	for (i = 0; i < ARRAY_SIZE(a->aer); i++) {
 		struct qpip_cmd *c = &a->aer[i];
@@ -397,10 +403,19 @@ static void qpip_aer_work(struct work_struct *work)
 		if (!post)
 			continue;
 		qpip_cmd_init(&cmd, QPIP_ADMIN_OP_ASYNC_EVENT, 0, 0, NULL, 0);
-		if (qpip_admin_post(qdev, c, &cmd)) {
+		ret = qpip_admin_post(qdev, c, &cmd);
+		if (ret) {
 			spin_lock_irqsave(&a->lock, flags);
 			c->posted = false;
 			spin_unlock_irqrestore(&a->lock, flags);
+			/* -ENODEV: the queue stopped; qpip_admin_start_events starts again. */
+			if (ret == -ETIMEDOUT) {
+				dev_warn_ratelimited(&qdev->pdev->dev,
+						     "ASYNC_EVENT request not posted (admin queue full); trying again in %d ms\n",
+						     QPIP_AER_RETRY_MS);
+				schedule_delayed_work(&a->aer_work,
+						      msecs_to_jiffies(QPIP_AER_RETRY_MS));
+			}
 			return;
 		}
 	}
@@ -418,13 +433,13 @@ void qpip_admin_start_events(struct qpip_dev *qdev)
 	spin_lock_irqsave(&a->lock, flags);
 	a->aer_enabled = qpip_version_minor(qdev->version) >= 1;
 	spin_unlock_irqrestore(&a->lock, flags);
-	schedule_work(&a->aer_work);
+	mod_delayed_work(system_wq, &a->aer_work, 0);
 }
 
 /* After qpip_admin_stop: no request is posted again. */
 void qpip_admin_stop_events(struct qpip_dev *qdev)
 {
-	cancel_work_sync(&qdev->admin.aer_work);
+	cancel_delayed_work_sync(&qdev->admin.aer_work);
 }
 
 int qpip_admin_init(struct qpip_dev *qdev)
@@ -435,7 +450,7 @@ int qpip_admin_init(struct qpip_dev *qdev)
 	int ret;
 
 	spin_lock_init(&a->lock);
-	INIT_WORK(&a->aer_work, qpip_aer_work);
+	INIT_DELAYED_WORK(&a->aer_work, qpip_aer_work);
 	for (i = 0; i < ARRAY_SIZE(a->aer); i++) {
 		a->aer[i].async_event = true;
 		init_completion(&a->aer[i].completion);
