@@ -240,12 +240,12 @@ mod imp {
 /// Whether this build counts anything (the `stage-timing` feature).
 pub const BUILT_IN: bool = cfg!(feature = "stage-timing");
 
-/// Begins `stage` on this thread; it ends when the guard is dropped.
-pub use imp::span;
 /// Switches timing on or off for this thread (off at start).
 pub use imp::enable;
 /// Chooses the table ([`TABLES`]) this thread counts into.
 pub use imp::select;
+/// Begins `stage` on this thread; it ends when the guard is dropped.
+pub use imp::span;
 /// Takes (and clears) a table of this thread.
 pub use imp::take;
 pub use imp::Span;
@@ -278,7 +278,10 @@ mod tests {
         assert_eq!(c.entries[Stage::BuildHeaders as usize], 1);
         assert_eq!(c.entries[Stage::GetData as usize], 1);
         assert!(inner >= 19e6, "the inner stage slept 20 ms: {c:?}");
-        assert!(outer + inner <= wall * 1.05 + 1e6, "counted twice: {c:?}, wall {wall} ns");
+        assert!(
+            outer + inner <= wall * 1.05 + 1e6,
+            "counted twice: {c:?}, wall {wall} ns"
+        );
         assert_eq!(take(1).entries, [0; STAGES.len()], "take clears");
         enable(false);
     }
