@@ -15,17 +15,6 @@ use qpip_device::net::tcp::wire::flags::*;
 use qpip_device::net::tcp::wire::{Header, Options, SackBlocks};
 use qpip_device::net::tcp::{Config, ConnId};
 
-/// The device's MSS on a 1500-byte link.
-const LINK_MSS: u16 = 1440;
-
-fn link_cfg(timestamps: bool) -> Config {
-    Config {
-        mss: LINK_MSS,
-        timestamps,
-        ..cfg()
-    }
-}
-
 /// An established active open whose peer offered `LINK_MSS`, with four full segments
 /// in flight. Returns the handle and the ISS.
 fn four_in_flight(d: &mut Dev, c: &Config) -> (ConnId, u32) {

@@ -11,18 +11,7 @@ mod harness;
 use harness::*;
 use qpip_device::net::tcp::wire::flags::*;
 use qpip_device::net::tcp::wire::{Header, Options};
-use qpip_device::net::tcp::{Config, ConnId};
-
-/// The device's MSS on a 1500-byte link.
-const LINK_MSS: u16 = 1440;
-
-fn link_cfg(timestamps: bool) -> Config {
-    Config {
-        mss: LINK_MSS,
-        timestamps,
-        ..cfg()
-    }
-}
+use qpip_device::net::tcp::ConnId;
 
 /// Every segment fits an IPv6 packet of `mtu` bytes.
 fn fits(out: &[(Header, Vec<u8>)], mtu: usize) {

@@ -45,6 +45,18 @@ pub fn cfg() -> Config {
     }
 }
 
+/// The device's MSS on a 1500-byte link.
+pub const LINK_MSS: u16 = 1440;
+
+/// [`cfg`] with the MSS of a 1500-byte link, timestamps on or off.
+pub fn link_cfg(timestamps: bool) -> Config {
+    Config {
+        mss: LINK_MSS,
+        timestamps,
+        ..cfg()
+    }
+}
+
 /// A header from the remote end (its port `RPORT`) to `dport`.
 pub fn hdr(dport: u16, fl: u8, seq: u32, ack: u32, window: u16) -> Header {
     Header {
