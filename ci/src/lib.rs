@@ -10,6 +10,8 @@
 //!    per socket, console to `RUN/console.log`;
 //! 4. the guest's init runs `sh /host/cmd.sh`, writes `share/output`, `share/status` and
 //!    `share/dmesg`, and powers off; QEMU exits; each `qpipd` exits when QEMU disconnects;
+//!    a command that writes `/host/reboot` and reboots (`reboot -f`) gets a power cycle
+//!    instead: the devices and QEMU start again, and init runs the command again;
 //! 5. the lab checks everything: QEMU's exit, each `qpipd`'s exit, that the guest reported a
 //!    status, and that neither the console nor dmesg shows a kernel warning, oops or trace.
 //!

@@ -514,6 +514,10 @@ impl<'a> Run<'a> {
         }
         let qemu = self.qemu.as_mut().expect("QEMU started");
         match qemu.try_wait() {
+            Ok(Some(st)) if st.success() && self.reboot_requested() => {
+                self.power_cycle()?;
+                return Ok(None);
+            }
             Ok(Some(st)) => return Ok(Some(st)),
             Ok(None) => {}
             Err(e) => return Err(self.fail(format!("cannot wait for QEMU: {e}"), String::new())),
@@ -552,6 +556,83 @@ impl<'a> Run<'a> {
             ));
         }
         Ok(None)
+    }
+
+    /// True when the guest asked to be power-cycled: it wrote `/host/reboot` and rebooted
+    /// (with `-no-reboot` a guest reboot ends QEMU) without reporting a status.
+    fn reboot_requested(&self) -> bool {
+        let share = self.dir.join("share");
+        share.join("reboot").exists() && !share.join("status").exists()
+    }
+
+    /// A guest reboot as the lab offers it: a power cycle. The devices saw QEMU disconnect
+    /// and exit (checked, like at the end of a run), the console of the boot that ended is
+    /// checked for kernel problems and kept as `console-<k>.log` (qpipd and QEMU logs
+    /// likewise), then fresh devices and QEMU start on the same sockets, TAPs and share:
+    /// the same machine with the same addresses, its device state gone. The guest's init
+    /// runs `/host/cmd.sh` again; the command tells the boots apart by files it leaves in
+    /// `/host`. The run's timeout still counts from the first boot.
+    fn power_cycle(&mut self) -> Result<(), LabError> {
+        let mut problems = Vec::new();
+        self.check_devices_exit(&mut problems);
+        let console_log = self.dir.join("console.log");
+        let console = fs::read(&console_log)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        let found = console::scan(&console);
+        if !found.is_empty() {
+            problems.push(Problem {
+                headline: format!(
+                    "kernel problem in the guest console before its reboot ({})",
+                    found[0].marker
+                ),
+                details: console::format_problems(&console, &found, 12),
+            });
+        }
+        if let Some(p) = problems.into_iter().next() {
+            return Err(self.fail(p.headline, p.details));
+        }
+        let k = (1..)
+            .find(|k| !self.dir.join(format!("console-{k}.log")).exists())
+            .expect("a free name");
+        let mut keep = vec![("console.log".to_string(), format!("console-{k}.log"))];
+        keep.push(("qemu.log".into(), format!("qemu-{k}.log")));
+        for i in 0..self.spec.devices {
+            keep.push((format!("qpipd-{i}.log"), format!("qpipd-{i}-{k}.log")));
+        }
+        for (from, to) in keep {
+            let _ = fs::rename(self.dir.join(from), self.dir.join(to));
+        }
+        let share = self.dir.join("share");
+        let _ = fs::remove_file(share.join("ready"));
+        fs::remove_file(share.join("reboot")).map_err(|e| {
+            self.fail(
+                format!("cannot remove {}/reboot: {e}", share.display()),
+                String::new(),
+            )
+        })?;
+        log::info!(
+            "guest {}: power cycle {k} (the guest rebooted)",
+            self.wiring.name
+        );
+        self.qemu = None;
+        self.devices.clear();
+        self.device_gone = None;
+        for i in 0..self.spec.devices {
+            self.start_device(i)?;
+        }
+        for i in 0..self.spec.devices {
+            self.wait_for_socket(i)?;
+        }
+        self.start_qemu(&console_log)?;
+        for t in self
+            .tails
+            .iter_mut()
+            .filter(|t| t.stream == Stream::Console)
+        {
+            t.pos = 0;
+        }
+        Ok(())
     }
 
     /// After QEMU exited with `qemu_status`: checks the devices' exits, the reported
