@@ -526,6 +526,70 @@ kv added.addresses "$(tr '\n' ' ' < $Q/addresses)"
     );
 }
 
+/// The bounds of asynchronous events, and a QP error by timeout, in the guest. First 140
+/// TCP QP pairs over the device's own address whose peers are all destroyed while nobody
+/// reads: the survivors' file holds the driver's bound of 128 unread events and counts the
+/// other 12 in one EVENT_LOST; the destroying file and a third one hear nothing, and the
+/// file takes events again once read. Then a connection whose peer vanishes (the address
+/// it runs over is deleted from the device; qpipd gives up after 3 retransmissions): the
+/// sender's file reads EVENT_QP_ERROR with -ETIMEDOUT and its send is flushed.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn unread_events_beyond_the_bound_and_a_qp_timeout() {
+    let mut spec = VmSpec::new(format!(
+        "{HELPERS}\n{}",
+        r#"
+qpip-driver-test events-lost 140; kv lost.status $?
+qpip-driver-test timeout; kv timeout.status $?
+kv after.tcp_timeouts "$(cat $Q/counters/tcp_timeouts)"
+kv after.addresses "$(tr '\n' ' ' < $Q/addresses)"
+"#
+    ));
+    spec.qpipd_args = vec![vec![
+        "--mac".into(),
+        "02:51:50:00:09:02".into(),
+        "--ip".into(),
+        "fd51:5050::9:3/64".into(),
+        "--tcp-retries".into(),
+        "3".into(),
+    ]];
+    let out = common::boot(&spec);
+    let rep = Report::new(&out);
+    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    assert_eq!(rep.get("lost.status"), "0", "{}", rep.context());
+    assert_eq!(rep.get("lost.read"), "128", "{}", rep.context());
+    rep.checks_pass(&[
+        "lost.bound_kept",
+        "lost.events_are_the_resets",
+        "lost.one_record_with_the_count",
+        "lost.destroyer_hears_nothing",
+        "lost.bystander_hears_nothing",
+        "lost.not_the_device",
+        "lost.events_again_after_reading",
+        "lost.sequence",
+    ]);
+    assert_eq!(rep.get("timeout.status"), "0", "{}", rep.context());
+    assert_eq!(
+        rep.get("timeout.addr"),
+        "fd51:5050::9:3",
+        "{}",
+        rep.context()
+    );
+    rep.checks_pass(&[
+        "timeout.qp_error_etimedout",
+        "timeout.send_flushed",
+        "timeout.counted",
+        "timeout.server_hears_nothing",
+        "timeout.sequence",
+    ]);
+    assert_eq!(rep.num("after.tcp_timeouts"), 1, "{}", rep.context());
+    assert!(
+        rep.get("after.addresses").contains("fd51:5050::9:3/64"),
+        "the address is back\n{}",
+        rep.context()
+    );
+}
+
 /// The PCI core's function reset (`/sys/bus/pci/devices/ADDR/reset`) under an open file:
 /// the function offers FLR through its Advanced Features capability, QEMU passes the guest's
 /// write through to qpipd, which resets the function; the driver's reset_prepare and

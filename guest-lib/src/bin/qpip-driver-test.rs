@@ -18,6 +18,11 @@
 //! * `events`     asynchronous events: a TCP QP pair over the device's own address; the
 //!   peer destroyed (QP error, connection reset) and a graceful close (peer closed) reach
 //!   the survivor's context and no other process's
+//! * `events-lost [N]` N (more than the driver's 128) QP errors queued unread on one file:
+//!   it reads 128 of them and one EVENT_LOST with the rest's count; other files hear nothing
+//! * `timeout`    a TCP QP whose peer vanishes (the device address it uses is deleted under
+//!   it, qpipd started with a small `--tcp-retries`): EVENT_QP_ERROR with -ETIMEDOUT, its
+//!   send flushed
 
 use std::ffi::CString;
 use std::fmt::Write as _;
@@ -28,16 +33,21 @@ use std::time::{Duration, Instant};
 
 use qpip_abi::admin::{
     FRAMING_MESSAGE, MR_ACCESS_LOCAL_WRITE, QP_TYPE_TCP, QP_TYPE_UDP, STATS_COUNT,
-    STAT_ADMIN_COMMANDS, STAT_ASYNC_EVENTS, STAT_ASYNC_EVENTS_LOST,
+    STAT_ADMIN_COMMANDS, STAT_ASYNC_EVENTS, STAT_ASYNC_EVENTS_LOST, STAT_TCP_RTO_TIMEOUTS,
+    STAT_TCP_TIMEOUTS,
 };
-use qpip_abi::cqe::{Cqe, CQE_OP_RECV, CQE_OP_SEND, CQE_SIZE, CQE_STATUS_SUCCESS};
+use qpip_abi::cqe::{
+    Cqe, CQE_OP_RECV, CQE_OP_SEND, CQE_SIZE, CQE_STATUS_FLUSHED, CQE_STATUS_SUCCESS,
+};
 use qpip_abi::doorbell::{
     DB_CHANGE_COUNT, DB_CQ_ARM_SEQ, DB_CQ_BASE, DB_CQ_HEAD, DB_CQ_STRIDE, DB_ENGINE_SLEEPING,
     DB_QP_BASE, DB_QP_RQ_TAIL, DB_QP_SQ_TAIL, DB_QP_STRIDE,
 };
 use qpip_abi::regs::KICK;
 use qpip_abi::uapi::*;
-use qpip_abi::wqe::{Sge, Wqe, WQE_OP_RECV, WQE_OP_SEND, WQE_SGE_OFFSET, WQE_SIZE};
+use qpip_abi::wqe::{
+    Sge, Wqe, WQE_FLAG_INLINE, WQE_OP_RECV, WQE_OP_SEND, WQE_SGE_OFFSET, WQE_SIZE,
+};
 use qpip_abi::ABI_VERSION_MAJOR;
 
 const DEV: &str = "/dev/qpip0";
@@ -1985,20 +1995,32 @@ fn device_addr() -> ([u8; 16], String) {
     (LOOPBACK, "::1".into())
 }
 
-/// A TCP connection between a QP of `server` and a QP of `client` through `addr`.
-fn tcp_pair(server: &Ctx, client: &Ctx, addr: [u8; 16], port: u16) -> Result<(u32, u32), String> {
-    let qp_of = |ctx: &Ctx, what: &str| -> Result<u32, String> {
-        let cq = ok(ctx.create_cq(4, -1), &format!("CREATE_CQ ({what})"))?;
-        let qp = ok(
-            ctx.create_qp(QP_TYPE_TCP, cq.handle, cq.handle, 4),
-            &format!("CREATE_QP ({what})"),
-        )?;
-        unmap(cq.ring, cq.ring_len);
-        unmap(qp.sq, qp.sq_len);
-        unmap(qp.rq, qp.rq_len);
-        Ok(qp.handle)
-    };
-    let (sqp, cqp) = (qp_of(server, "server")?, qp_of(client, "client")?);
+/// A TCP QP of `ctx` with one CQ for both directions, its rings mapped.
+fn tcp_qp(ctx: &Ctx, what: &str) -> Result<(Qp, Cq), String> {
+    let cq = ok(ctx.create_cq(8, -1), &format!("CREATE_CQ ({what})"))?;
+    let qp = ok(
+        ctx.create_qp(QP_TYPE_TCP, cq.handle, cq.handle, 4),
+        &format!("CREATE_QP ({what})"),
+    )?;
+    Ok((qp, cq))
+}
+
+fn unmap_tcp_qp(qp: &Qp, cq: &Cq) {
+    unmap(cq.ring, cq.ring_len);
+    unmap(qp.sq, qp.sq_len);
+    unmap(qp.rq, qp.rq_len);
+}
+
+/// Connects QP `cqp` of `client` through `addr` to QP `sqp` of `server`, accepted on a
+/// listener on `port` that is gone again afterwards.
+fn tcp_connect(
+    server: &Ctx,
+    client: &Ctx,
+    sqp: u32,
+    cqp: u32,
+    addr: [u8; 16],
+    port: u16,
+) -> Result<(), String> {
     let l = ok(server.listen(port), "LISTEN")?;
     let mut acc = Accept::new();
     acc.listener = l;
@@ -2016,8 +2038,17 @@ fn tcp_pair(server: &Ctx, client: &Ctx, addr: [u8; 16], port: u16) -> Result<(u3
     ok(
         server.destroy(IOCTL_DESTROY_LISTENER, l),
         "DESTROY_LISTENER",
-    )?;
-    Ok((sqp, cqp))
+    )
+}
+
+/// A TCP connection between a QP of `server` and a QP of `client` through `addr`.
+fn tcp_pair(server: &Ctx, client: &Ctx, addr: [u8; 16], port: u16) -> Result<(u32, u32), String> {
+    let (sqp, scq) = tcp_qp(server, "server")?;
+    unmap_tcp_qp(&sqp, &scq);
+    let (cqp, ccq) = tcp_qp(client, "client")?;
+    unmap_tcp_qp(&cqp, &ccq);
+    tcp_connect(server, client, sqp.handle, cqp.handle, addr, port)?;
+    Ok((sqp.handle, cqp.handle))
 }
 
 /// No event queued on `fd` (non-blocking read: EAGAIN).
@@ -2133,8 +2164,249 @@ fn cmd_events() -> u32 {
     c.failed
 }
 
-const USAGE: &str =
-    "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events";
+/// Reads one event without waiting.
+fn read_event_now(fd: i32) -> Result<Event, String> {
+    let mut buf = [0u8; EVENT_SIZE as usize];
+    let n = ok(read_fd(fd, &mut buf), "read event")?;
+    ensure(n == EVENT_SIZE as usize, || format!("read {n} bytes"))?;
+    // SAFETY: EVENT_SIZE bytes of a repr(C) plain-integer structure.
+    Ok(unsafe { ptr::read_unaligned(buf.as_ptr().cast()) })
+}
+
+/// Waits until the device has delivered `n` asynchronous events in all, then a little for
+/// the driver to route the last ones.
+fn wait_device_events(ctx: &Ctx, n: u64) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let st = ok(ctx.stats(), "QUERY_STATS")?;
+        if st.counters[STAT_ASYNC_EVENTS as usize] >= n {
+            break;
+        }
+        ensure(Instant::now() < deadline, || {
+            format!(
+                "the device delivered {} of {n} events",
+                st.counters[STAT_ASYNC_EVENTS as usize]
+            )
+        })?;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    Ok(())
+}
+
+/// More asynchronous events than a file holds unread: the first 128 are kept, the rest are
+/// counted in one EVENT_LOST; other files are not touched; the file takes events again
+/// once read.
+fn cmd_events_lost(pairs: u64) -> u32 {
+    const BOUND: u64 = 128;
+    let mut c = Checks::default();
+    let (addr, text) = device_addr();
+    println!("@lost.addr={text}");
+    println!("@lost.pairs={pairs}");
+    let r = (|| -> Result<(), String> {
+        let server = Ctx::open()?;
+        let client = Ctx::open()?;
+        let bystander = Ctx::open()?;
+        let base = ok(server.stats(), "QUERY_STATS")?.counters[STAT_ASYNC_EVENTS as usize];
+        let mut qps = Vec::new();
+        for i in 0..pairs {
+            qps.push(tcp_pair(&server, &client, addr, 5700 + i as u16)?);
+        }
+        // Every peer goes away: each survivor's QP is reset, and nobody reads yet.
+        for &(_, cqp) in &qps {
+            ok(client.destroy(IOCTL_DESTROY_QP, cqp), "DESTROY_QP (client)")?;
+        }
+        wait_device_events(&server, base + pairs)?;
+        let mut got = Vec::new();
+        let mut lost = Vec::new();
+        // Read in batches of up to 16 records a call, without blocking.
+        // SAFETY: fcntl on our own fd.
+        unsafe { libc::fcntl(server.fd, libc::F_SETFL, libc::O_NONBLOCK) };
+        let mut buf = vec![0u8; 16 * EVENT_SIZE as usize];
+        loop {
+            match read_fd(server.fd, &mut buf) {
+                Ok(n) => {
+                    ensure(n > 0 && n % EVENT_SIZE as usize == 0, || {
+                        format!("read {n} bytes")
+                    })?;
+                    for rec in buf[..n].chunks(EVENT_SIZE as usize) {
+                        // SAFETY: EVENT_SIZE bytes of a repr(C) plain-integer structure.
+                        let ev: Event = unsafe { ptr::read_unaligned(rec.as_ptr().cast()) };
+                        if ev.kind == EVENT_LOST {
+                            lost.push(ev);
+                        } else {
+                            ensure(lost.is_empty(), || {
+                                format!("an event after EVENT_LOST: {ev:?}")
+                            })?;
+                            got.push(ev);
+                        }
+                    }
+                }
+                Err(e) if e == libc::EAGAIN => break,
+                Err(e) => return Err(format!("read: {}", errname(e))),
+            }
+        }
+        println!("@lost.read={}", got.len());
+        println!("@lost.lost_records={}", lost.len());
+        c.check(
+            "lost.bound_kept",
+            ensure(got.len() as u64 == BOUND, || {
+                format!(
+                    "{} events read before EVENT_LOST, expected {BOUND}",
+                    got.len()
+                )
+            }),
+        );
+        c.check(
+            "lost.events_are_the_resets",
+            ensure(
+                got.iter().all(|e| {
+                    e.kind == EVENT_QP_ERROR
+                        && e.status == -libc::ECONNRESET
+                        && qps.iter().any(|&(s, _)| s == e.qp)
+                }) && {
+                    let mut q: Vec<u32> = got.iter().map(|e| e.qp).collect();
+                    q.sort();
+                    q.dedup();
+                    q.len() == got.len()
+                },
+                || {
+                    format!(
+                        "not 128 distinct resets of the server's QPs: {:?}",
+                        got.first()
+                    )
+                },
+            ),
+        );
+        c.check(
+            "lost.one_record_with_the_count",
+            ensure(
+                lost.len() == 1 && lost[0].user_data == pairs - BOUND && lost[0].status == 0,
+                || {
+                    format!(
+                        "EVENT_LOST records {lost:?}, expected one counting {}",
+                        pairs - BOUND
+                    )
+                },
+            ),
+        );
+        c.check("lost.destroyer_hears_nothing", no_event(client.fd));
+        c.check("lost.bystander_hears_nothing", no_event(bystander.fd));
+        let st = ok(server.stats(), "QUERY_STATS")?;
+        println!(
+            "@lost.device_events={} device_lost={}",
+            st.counters[STAT_ASYNC_EVENTS as usize] - base,
+            st.counters[STAT_ASYNC_EVENTS_LOST as usize]
+        );
+        c.check(
+            "lost.not_the_device",
+            ensure(st.counters[STAT_ASYNC_EVENTS_LOST as usize] == 0, || {
+                "the device dropped events: the loss was to be the file's".into()
+            }),
+        );
+        // Read: the file takes events again.
+        // SAFETY: fcntl on our own fd.
+        unsafe { libc::fcntl(server.fd, libc::F_SETFL, 0) };
+        let (sqp, cqp) = tcp_pair(&server, &client, addr, 5699)?;
+        ok(client.destroy(IOCTL_DESTROY_QP, cqp), "DESTROY_QP (client)")?;
+        c.check(
+            "lost.events_again_after_reading",
+            expect_event(server.fd, EVENT_QP_ERROR, -libc::ECONNRESET, sqp, 0),
+        );
+        Ok(())
+    })();
+    c.check("lost.sequence", r);
+    c.failed
+}
+
+/// Deletes (`del`) or adds back (`add`) a device address through sysfs.
+fn sysfs_addr(op: &str, addr: &str) -> Result<(), String> {
+    let line = if op == "add" {
+        format!("add {addr}/64")
+    } else {
+        format!("del {addr}")
+    };
+    std::fs::write(format!("{SYSFS}/addresses"), line)
+        .map_err(|e| format!("{op} {addr} in sysfs addresses: {e}"))
+}
+
+/// A connection whose peer vanishes: the address both ends use is deleted from the device,
+/// so the client's data goes out to a network where nobody has it and is never
+/// acknowledged; after `--tcp-retries` retransmissions the QP fails with a timeout.
+fn cmd_timeout() -> u32 {
+    let mut c = Checks::default();
+    let (addr, text) = device_addr();
+    println!("@timeout.addr={text}");
+    let r = (|| -> Result<(), String> {
+        ensure(addr != LOOPBACK, || {
+            "the device has no address but ::1".into()
+        })?;
+        let server = Ctx::open()?;
+        let mut client = Ctx::open()?;
+        let (sqp, scq) = tcp_qp(&server, "server")?;
+        let (mut cqp, mut ccq) = tcp_qp(&client, "client")?;
+        tcp_connect(&server, &client, sqp.handle, cqp.handle, addr, 5800)?;
+        let before = ok(client.stats(), "QUERY_STATS")?.counters;
+        sysfs_addr("del", &text)?;
+        let mut h: Wqe = zeroed();
+        h.wr_id = 0x5e4d;
+        h.opcode = WQE_OP_SEND;
+        h.flags = WQE_FLAG_INLINE;
+        let msg = b"is anybody there?";
+        h.inline_len = msg.len() as u32;
+        let mut w = wqe_bytes(&h, &[]);
+        w[WQE_SGE_OFFSET as usize..WQE_SGE_OFFSET as usize + msg.len()].copy_from_slice(msg);
+        client.post(&mut cqp, true, &w);
+        let started = Instant::now();
+        let rev = poll1(client.fd, libc::POLLIN, Duration::from_secs(120));
+        println!("@timeout.after_ms={}", started.elapsed().as_millis());
+        let r = (|| {
+            ensure(rev & libc::POLLIN != 0, || "no event within 120 s".into())?;
+            let ev = read_event_now(client.fd)?;
+            ensure(
+                ev.kind == EVENT_QP_ERROR && ev.status == -libc::ETIMEDOUT && ev.qp == cqp.handle,
+                || {
+                    format!(
+                        "event {ev:?}, expected QP_ERROR -ETIMEDOUT on {}",
+                        cqp.handle
+                    )
+                },
+            )
+        })();
+        c.check("timeout.qp_error_etimedout", r);
+        c.check(
+            "timeout.send_flushed",
+            match client.wait_cq(&mut ccq) {
+                Some(e) => ensure(e.status == CQE_STATUS_FLUSHED && e.wr_id == 0x5e4d, || {
+                    format!("completion {e:?}, expected the send flushed")
+                }),
+                None => Err("no completion for the send".into()),
+            },
+        );
+        let after = ok(client.stats(), "QUERY_STATS")?.counters;
+        let d = |i: u32| after[i as usize] - before[i as usize];
+        println!(
+            "@timeout.tcp_timeouts={} rto_timeouts={}",
+            d(STAT_TCP_TIMEOUTS),
+            d(STAT_TCP_RTO_TIMEOUTS)
+        );
+        c.check(
+            "timeout.counted",
+            ensure(d(STAT_TCP_TIMEOUTS) == 1, || {
+                format!("STAT_TCP_TIMEOUTS grew by {}", d(STAT_TCP_TIMEOUTS))
+            }),
+        );
+        c.check("timeout.server_hears_nothing", no_event(server.fd));
+        sysfs_addr("add", &text)?;
+        unmap_tcp_qp(&sqp, &scq);
+        unmap_tcp_qp(&cqp, &ccq);
+        Ok(())
+    })();
+    c.check("timeout.sequence", r);
+    c.failed
+}
+
+const USAGE: &str = "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events | events-lost [N] | timeout";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -2148,6 +2420,8 @@ fn main() {
         Some("reset") => cmd_reset(args.get(1).is_some_and(|a| a == "pci")),
         Some("remove") => cmd_remove(),
         Some("events") => cmd_events(),
+        Some("events-lost") => cmd_events_lost(num(1, 140)),
+        Some("timeout") => cmd_timeout(),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);
