@@ -9,6 +9,10 @@
 
 #[cfg(feature = "tokio")]
 mod aio;
+mod post_cost;
+
+#[global_allocator]
+static ALLOC: post_cost::Counting = post_cost::Counting;
 
 use std::net::{Ipv6Addr, SocketAddrV6};
 use std::os::fd::AsRawFd;
@@ -748,6 +752,7 @@ fn main() {
     check("cq.overflow", cq_overflow(&ctx));
     check("cq.wait_wakeups", wait_wakeups(&ctx));
     check("epoll", epoll(&ctx, base + 3));
+    check("post.cost", post_cost::post_cost(&ctx));
     #[cfg(feature = "tokio")]
     aio::checks(&ctx, base + 4, &mut check);
     #[cfg(not(feature = "tokio"))]
