@@ -168,28 +168,81 @@ pub(crate) struct Seg {
 // holds it; moving that description between threads is what a device does too.
 unsafe impl Send for Seg {}
 
+/// Most scatter/gather entries of a work request (the WQE's room).
+const MAX_SGE: usize = qpip_abi::wqe::MAX_SGE as usize;
+
+/// A work request's checked entries, held in place: posting allocates nothing.
+#[derive(Clone, Copy)]
+pub(crate) struct Segs {
+    items: [Seg; MAX_SGE],
+    len: usize,
+}
+
+impl Default for Segs {
+    fn default() -> Segs {
+        let none = Seg {
+            addr: std::ptr::null_mut(),
+            len: 0,
+            lkey: 0,
+        };
+        Segs {
+            items: [none; MAX_SGE],
+            len: 0,
+        }
+    }
+}
+
+impl Deref for Segs {
+    type Target = [Seg];
+    fn deref(&self) -> &[Seg] {
+        &self.items[..self.len]
+    }
+}
+
+/// The regions a work request keeps alive until it completes (each once), held in place
+/// like its entries.
+#[derive(Default)]
+pub(crate) struct Keep {
+    regions: [Option<Arc<MrInner>>; MAX_SGE],
+}
+
+impl Keep {
+    fn add(&mut self, mr: &Arc<MrInner>) {
+        for slot in &mut self.regions {
+            match slot {
+                Some(k) if Arc::ptr_eq(k, mr) => return,
+                Some(_) => {}
+                None => {
+                    *slot = Some(mr.clone());
+                    return;
+                }
+            }
+        }
+        // Not reached: a request has at most MAX_SGE entries (checked by resolve), so at
+        // most as many regions.
+        unreachable!("more regions than scatter/gather entries");
+    }
+}
+
 /// The checked data of a work request and the regions it keeps alive.
 #[derive(Default)]
 pub(crate) struct Gather {
-    pub segs: Vec<Seg>,
-    pub keep: Vec<Arc<MrInner>>,
+    pub segs: Segs,
+    pub keep: Keep,
     pub total: usize,
 }
 
 impl Gather {
     /// Checks `sges` against `ctx` and `max_sge` and resolves them.
     pub(crate) fn resolve(ctx: &Arc<CtxInner>, sges: &[Sge<'_>], max_sge: u32) -> Result<Gather> {
+        let max_sge = max_sge.min(MAX_SGE as u32);
         if sges.len() > max_sge as usize {
             return Err(Error::TooManySges {
                 given: sges.len(),
                 max: max_sge,
             });
         }
-        let mut g = Gather {
-            segs: Vec::with_capacity(sges.len()),
-            keep: Vec::with_capacity(sges.len()),
-            total: 0,
-        };
+        let mut g = Gather::default();
         for s in sges {
             let mr = &s.mr.inner;
             if !Arc::ptr_eq(&mr.ctx, ctx) {
@@ -211,17 +264,16 @@ impl Gather {
                     s.len
                 )));
             }
-            g.segs.push(Seg {
+            g.segs.items[g.segs.len] = Seg {
                 // SAFETY: offset <= len was checked just above, so the pointer stays inside
                 // (or one past the end of) the allocation.
                 addr: unsafe { mr.addr().add(s.offset) },
                 len: s.len,
                 lkey: mr.lkey,
-            });
+            };
+            g.segs.len += 1;
             g.total += s.len;
-            if !g.keep.iter().any(|k| Arc::ptr_eq(k, mr)) {
-                g.keep.push(mr.clone());
-            }
+            g.keep.add(mr);
         }
         Ok(g)
     }

@@ -106,13 +106,36 @@ impl<'a> SendWr<'a> {
     }
 }
 
-/// The checked form of a send the providers execute.
+/// The checked form of a send. The device provider copies inline data into the WQE at
+/// once, so it takes the caller's bytes as they are; the software provider queues the
+/// request and so owns a copy ([`SendReq`]).
+pub(crate) struct SendRef<'a> {
+    pub wr_id: u64,
+    pub gather: Gather,
+    pub inline: Option<&'a [u8]>,
+    pub imm: u32,
+    pub dest: Option<SocketAddrV6>,
+}
+
+/// A send the software provider keeps until its bytes are written.
 pub(crate) struct SendReq {
     pub wr_id: u64,
     pub gather: Gather,
     pub inline: Option<Vec<u8>>,
     pub imm: u32,
     pub dest: Option<SocketAddrV6>,
+}
+
+impl SendRef<'_> {
+    pub(crate) fn into_owned(self) -> SendReq {
+        SendReq {
+            wr_id: self.wr_id,
+            gather: self.gather,
+            inline: self.inline.map(<[u8]>::to_vec),
+            imm: self.imm,
+            dest: self.dest,
+        }
+    }
 }
 
 impl SendReq {
@@ -249,7 +272,7 @@ impl Qp {
             _ => {}
         }
         let req = match wr.data {
-            SendData::Gather(sges) => SendReq {
+            SendData::Gather(sges) => SendRef {
                 wr_id: wr.wr_id,
                 gather: Gather::resolve(&self.inner.ctx, sges, lim.max_sge)?,
                 inline: None,
@@ -263,10 +286,10 @@ impl Qp {
                         max: lim.max_inline,
                     });
                 }
-                SendReq {
+                SendRef {
                     wr_id: wr.wr_id,
                     gather: Gather::default(),
-                    inline: Some(data.to_vec()),
+                    inline: Some(data),
                     imm: wr.imm,
                     dest: wr.dest,
                 }
@@ -274,7 +297,7 @@ impl Qp {
         };
         match &self.inner.imp {
             QpImpl::Device(q) => q.post_send(self.inner.ctx.dev(), req),
-            QpImpl::Soft(q) => q.post_send(req),
+            QpImpl::Soft(q) => q.post_send(req.into_owned()),
         }
     }
 

@@ -29,8 +29,8 @@ use zerocopy::{FromZeros, IntoBytes};
 
 use crate::cq::{CqImpl, CqInner};
 use crate::error::{Error, Result};
-use crate::mr::{Gather, MrInner};
-use crate::qp::{QpInit, RecvReq, SendReq};
+use crate::mr::{Gather, Keep};
+use crate::qp::{QpInit, RecvReq, SendRef};
 use crate::types::{Completion, Event, Framing, Limits, QpKind};
 use sys::{ioctl, Mapping};
 
@@ -230,8 +230,9 @@ impl Ctx {
             rq_tail: 0,
             sq_depth: init.sq_depth,
             rq_depth: init.rq_depth,
-            sq_out: VecDeque::new(),
-            rq_out: VecDeque::new(),
+            // Sized for a full queue now, so posting never grows them.
+            sq_out: VecDeque::with_capacity(init.sq_depth as usize),
+            rq_out: VecDeque::with_capacity(init.rq_depth as usize),
         }));
         for cq in [scq, rcq] {
             cq.qps.lock().unwrap().insert(a.handle, post.clone());
@@ -299,8 +300,8 @@ struct QpPost {
     rq_tail: u32,
     sq_depth: u32,
     rq_depth: u32,
-    sq_out: VecDeque<Vec<Arc<MrInner>>>,
-    rq_out: VecDeque<Vec<Arc<MrInner>>>,
+    sq_out: VecDeque<Keep>,
+    rq_out: VecDeque<Keep>,
 }
 
 struct CqState {
@@ -409,7 +410,7 @@ impl Qp {
         ioctl(&dev.fd, IOCTL_CLOSE, &mut a, "close (CLOSE)")
     }
 
-    pub(crate) fn post_send(&self, dev: &Ctx, req: SendReq) -> Result<()> {
+    pub(crate) fn post_send(&self, dev: &Ctx, req: SendRef<'_>) -> Result<()> {
         let mut h = Wqe::new_zeroed();
         h.wr_id = req.wr_id;
         h.opcode = WQE_OP_SEND;
@@ -419,7 +420,7 @@ impl Qp {
             h.dest_port = d.port();
         }
         let mut slot = [0u8; WQE_SIZE as usize];
-        match &req.inline {
+        match req.inline {
             Some(data) => {
                 h.flags = WQE_FLAG_INLINE;
                 h.inline_len = data.len() as u32;
