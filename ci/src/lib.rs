@@ -23,6 +23,7 @@
 //! network is removed likewise.
 
 pub mod console;
+pub mod demo;
 mod lab;
 pub mod netns;
 pub mod paths;

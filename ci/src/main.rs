@@ -11,6 +11,8 @@
 //! exit status, a kernel warning or oops in a guest) exits 1 with a one-line error naming
 //! the console log.
 
+mod show;
+
 use clap::{Parser, Subcommand};
 use qpip_lab::{guest_name, run_lab, Accel, GuestSpec, LabSpec, Network, Stream, VmSpec};
 use std::io::Write;
@@ -32,6 +34,41 @@ struct Cli {
 enum Cmd {
     /// Boot guests, run CMD in each, exit with the first non-zero exit status (or 0).
     Vm(VmArgs),
+    /// Guests a and b on the lab network: QPs a⇄b, with the lab host's sockets, and
+    /// kernel sockets through virtio-net; one table, QPs and sockets side by side.
+    Demo(DemoArgs),
+    /// The demo's QP-versus-sockets comparison with more round trips and message sizes;
+    /// results as JSON and Markdown in $QPIP_CACHE/bench (or --out).
+    Bench(BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct DemoArgs {
+    /// Name of the lab's network namespace.
+    #[arg(long, default_value = "qpip-demo")]
+    netns: String,
+    /// Also show every line the guests print.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// Name of the lab's network namespace.
+    #[arg(long, default_value = "qpip-bench")]
+    netns: String,
+    /// Round trips of each ping-pong.
+    #[arg(long, value_name = "N")]
+    iters: Option<u64>,
+    /// Bytes per bandwidth test and message size.
+    #[arg(long, value_name = "BYTES")]
+    bytes: Option<u64>,
+    /// Where the results go (default: $QPIP_CACHE/bench).
+    #[arg(long, value_name = "DIR")]
+    out: Option<std::path::PathBuf>,
+    /// Also show every line the guests print.
+    #[arg(short, long)]
+    verbose: bool,
 }
 
 #[derive(clap::Args)]
@@ -106,7 +143,24 @@ impl Prefixer {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let Cmd::Vm(args) = cli.command;
+    let args = match cli.command {
+        Cmd::Vm(args) => args,
+        Cmd::Demo(d) => {
+            init_log(d.verbose);
+            return show::demo(&d.netns, d.verbose);
+        }
+        Cmd::Bench(b) => {
+            init_log(b.verbose);
+            let mut plan = qpip_lab::demo::Plan::bench();
+            if let Some(n) = b.iters {
+                plan.latency_iters = n.max(1);
+            }
+            if let Some(n) = b.bytes {
+                plan.bw_bytes = n.max(1);
+            }
+            return show::bench(&plan, &b.netns, b.out, b.verbose);
+        }
+    };
     env_logger::Builder::from_env(
         env_logger::Env::default().default_filter_or(if args.verbose { "info" } else { "warn" }),
     )
@@ -212,6 +266,14 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+fn init_log(verbose: bool) {
+    env_logger::Builder::from_env(
+        env_logger::Env::default().default_filter_or(if verbose { "info" } else { "warn" }),
+    )
+    .format_timestamp(None)
+    .init();
 }
 
 #[cfg(test)]

@@ -1,0 +1,519 @@
+//! The demo and the QP-versus-sockets bench: guests `a` and `b` on the lab network, guest
+//! a running each step against guest b (and the lab host), the results side by side.
+//!
+//! Steps, in order (guest a is the client, guest b serves; see [`scripts`]):
+//! 1. `ready`: guest b starts `qpip-perf -s` (QPs, and `--sockets`), a `qpip-cat` and a
+//!    `nc` listener for the bulk transfers, and says when each listens;
+//! 2. over QPs between the qpip devices: UDP ping-pong, TCP message ping-pong, TCP
+//!    bandwidth (`qpip-perf`), then a bulk transfer a→b with `qpip-cat` whose SHA-256 guest
+//!    b checks;
+//! 3. (demo) guest a's QPs with a plain Linux socket of the lab host (Python, in the lab's
+//!    namespace): a QP connects to a TCP echo server, a host client connects to a QP
+//!    listener and both send, and UDP datagrams go out and are echoed back;
+//! 4. the same ping-pong, bandwidth and bulk over the guests' kernel sockets through their
+//!    virtio-net NICs (`qpip-perf --sockets`, busybox `nc`).
+//!
+//! Progress is reported step by step; the first failing step ends the run and is named.
+//! Guest CPU per message is `qpip-perf`'s process CPU time (client in a + server in b): with
+//! QPs the transport runs in the device (qpipd, on the host), with sockets in the guest
+//! kernel. Guests run under TCG here, so guest-side times are inflated (DESIGN §9): judge
+//! by the ratios.
+
+pub mod results;
+pub mod scripts;
+
+use crate::netns;
+use crate::{run_lab, GuestSpec, LabError, LabSpec, Network, Stream, VmSpec};
+use results::{Line, Measurements};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How much the run measures.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Round trips of each ping-pong.
+    pub latency_iters: u64,
+    /// TCP bandwidth message sizes.
+    pub tcp_sizes: Vec<usize>,
+    /// UDP bandwidth datagram sizes (none: no UDP bandwidth test).
+    pub udp_sizes: Vec<usize>,
+    /// Bytes per bandwidth test and size.
+    pub bw_bytes: u64,
+    /// Bytes of each bulk transfer a→b.
+    pub bulk_bytes: u64,
+    /// Bytes each way between guest a and the lab host (0: no host steps).
+    pub host_bytes: u64,
+    /// Limit for the whole run, boot to power-off.
+    pub timeout: Duration,
+}
+
+impl Plan {
+    /// The demo: modest counts (TCG guests), everything once, in about a minute.
+    pub fn demo() -> Plan {
+        Plan {
+            latency_iters: 300,
+            tcp_sizes: vec![65536],
+            udp_sizes: Vec::new(),
+            bw_bytes: 4 << 20,
+            bulk_bytes: 8 << 20,
+            host_bytes: 1 << 20,
+            timeout: Duration::from_secs(280),
+        }
+    }
+
+    /// The bench: more round trips, every message size, UDP bandwidth; no host steps.
+    pub fn bench() -> Plan {
+        Plan {
+            latency_iters: 2000,
+            tcp_sizes: vec![1024, 8192, 65536, 262144],
+            udp_sizes: vec![1024, 8192],
+            bw_bytes: 16 << 20,
+            bulk_bytes: 32 << 20,
+            host_bytes: 0,
+            timeout: Duration::from_secs(1500),
+        }
+    }
+
+    /// The steps guest a runs, in order, with what each does.
+    pub fn steps(&self) -> Vec<(&'static str, String)> {
+        let iters = self.latency_iters;
+        let sizes = |v: &[usize]| {
+            v.iter()
+                .map(|s| human(*s as u64))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let bw = format!(
+            "{} per size, messages of {}",
+            human(self.bw_bytes),
+            sizes(&self.tcp_sizes)
+        );
+        let udp_bw = format!(
+            "{} per size, datagrams of {}",
+            human(self.bw_bytes),
+            sizes(&self.udp_sizes)
+        );
+        let mut s = vec![
+            (
+                "ready",
+                "guest b starts its servers (qpip-perf, qpip-cat, nc); guest a makes the test data"
+                    .to_string(),
+            ),
+            ("udp-qp", format!("UDP ping-pong a⇄b over QPs ({iters} round trips)")),
+            (
+                "tcp-qp",
+                format!("TCP message ping-pong a⇄b over QPs ({iters} round trips)"),
+            ),
+            ("bw-qp", format!("TCP bandwidth a→b over QPs ({bw})")),
+        ];
+        if !self.udp_sizes.is_empty() {
+            s.push(("udpbw-qp", format!("UDP bandwidth a→b over QPs ({udp_bw})")));
+        }
+        s.push((
+            "bulk-qp",
+            format!(
+                "TCP bulk transfer a→b over QPs (qpip-cat, {}, SHA-256 compared)",
+                human(self.bulk_bytes)
+            ),
+        ));
+        if self.host_bytes > 0 {
+            let hb = human(self.host_bytes);
+            let host = netns::HOST_ADDR;
+            s.extend([
+                (
+                    "host-out",
+                    format!("guest a's TCP QP to a Python echo server on the lab host {host} ({hb} out and back)"),
+                ),
+                (
+                    "host-in",
+                    format!("a Python client on the lab host to a TCP QP listener in guest a ({hb} each way)"),
+                ),
+                (
+                    "host-udp",
+                    "UDP datagrams from a QP in guest a, echoed by a Python socket on the lab host"
+                        .to_string(),
+                ),
+            ]);
+        }
+        s.extend([
+            (
+                "udp-sk",
+                format!("UDP ping-pong a⇄b over kernel sockets, virtio-net ({iters} round trips)"),
+            ),
+            (
+                "tcp-sk",
+                format!("TCP ping-pong a⇄b over kernel sockets, virtio-net ({iters} round trips)"),
+            ),
+            ("bw-sk", format!("TCP bandwidth a→b over kernel sockets ({bw})")),
+        ]);
+        if !self.udp_sizes.is_empty() {
+            s.push((
+                "udpbw-sk",
+                format!("UDP bandwidth a→b over kernel sockets ({udp_bw})"),
+            ));
+        }
+        s.push((
+            "bulk-sk",
+            format!(
+                "TCP bulk transfer a→b over kernel sockets (busybox nc, {}, SHA-256 compared)",
+                human(self.bulk_bytes)
+            ),
+        ));
+        s
+    }
+}
+
+/// A byte count as people write it (binary units when exact).
+pub fn human(bytes: u64) -> String {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1024 && bytes.is_multiple_of(1024) {
+        format!("{} KiB", bytes >> 10)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// What a run that passed every step produced.
+#[derive(Debug)]
+pub struct Report {
+    pub measurements: Measurements,
+    pub lines: Vec<Line>,
+    /// The lab's run folder (each guest's logs, the shared folder).
+    pub dir: PathBuf,
+    /// Wall time of the lab run, boot to power-off.
+    pub elapsed: Duration,
+}
+
+/// Why a run failed.
+#[derive(Debug)]
+pub struct DemoError {
+    /// The step that failed (its description), if a step did.
+    pub step: Option<String>,
+    pub message: String,
+    /// The run folder, if the lab made one.
+    pub dir: Option<PathBuf>,
+    /// Ctrl-C or SIGTERM ended the run.
+    pub interrupted: bool,
+}
+
+impl std::fmt::Display for DemoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.step {
+            Some(s) => write!(f, "step failed: {s}: {}", self.message)?,
+            None => write!(f, "{}", self.message)?,
+        }
+        if let Some(d) = &self.dir {
+            write!(f, " (logs: {})", d.display())?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads the guests' output line by line as it comes: progress, failures, measurements.
+struct Watcher<'a> {
+    steps: Vec<(&'static str, String)>,
+    partial: [Vec<u8>; 2],
+    current: Option<(usize, Instant)>,
+    /// (step id, message) of the first failure a guest reported.
+    failure: Option<(String, String)>,
+    measurements: Measurements,
+    /// A measurement line that could not be read.
+    bad_line: Option<String>,
+    progress: &'a mut dyn FnMut(&str),
+    verbose: bool,
+}
+
+impl Watcher<'_> {
+    fn feed(&mut self, guest: usize, bytes: &[u8]) {
+        let i = guest.min(1);
+        self.partial[i].extend_from_slice(bytes);
+        while let Some(pos) = self.partial[i].iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial[i].drain(..=pos).collect();
+            let line = String::from_utf8_lossy(&line).trim_end().to_string();
+            self.line(guest, &line);
+        }
+    }
+
+    fn line(&mut self, guest: usize, line: &str) {
+        let name = if guest == 0 { "a" } else { "b" };
+        if self.verbose && !line.starts_with("@perf.") {
+            (self.progress)(&format!("  [{name}] {line}"));
+        }
+        if let Some(rest) = line.strip_prefix("@fail=") {
+            let (id, why) = rest.split_once(": ").unwrap_or((rest, ""));
+            if self.failure.is_none() {
+                self.failure = Some((id.to_string(), format!("guest {name}: {why}")));
+            }
+            return;
+        }
+        if guest != 0 {
+            return;
+        }
+        if let Some(id) = line.strip_prefix("@step=") {
+            let i = self.steps.iter().position(|(s, _)| *s == id);
+            let Some(i) = i else {
+                return;
+            };
+            let n = self.steps.len();
+            (self.progress)(&format!("[{}/{n}] {} ...", i + 1, self.steps[i].1));
+            self.current = Some((i, Instant::now()));
+        } else if line.starts_with("@ok=") {
+            if let Some((_, t0)) = self.current.take() {
+                (self.progress)(&format!("      ok ({:.1} s)", t0.elapsed().as_secs_f64()));
+            }
+        } else if let Err(e) = self.measurements.take_line(line) {
+            self.bad_line.get_or_insert(e);
+        }
+    }
+
+    fn describe(&self, id: &str) -> String {
+        self.steps
+            .iter()
+            .find(|(s, _)| *s == id)
+            .map(|(_, d)| d.clone())
+            .unwrap_or_else(|| id.to_string())
+    }
+}
+
+/// What the lab host's side did.
+#[derive(Debug, Default)]
+struct HostSide {
+    ok: bool,
+    output: String,
+}
+
+/// Boots guests a and b in namespace `netns` and runs `plan`. `progress` gets one line per
+/// event (guests up, each step and its end); `verbose` also passes every guest output line.
+pub fn run(
+    plan: &Plan,
+    netns: &str,
+    verbose: bool,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Report, DemoError> {
+    let vm = |cmd: String| VmSpec {
+        timeout: plan.timeout,
+        memory_mib: 512,
+        ..VmSpec::new(cmd)
+    };
+    let spec = LabSpec {
+        guests: vec![
+            GuestSpec::new("a", vm(scripts::guest_a(plan))),
+            GuestSpec::new("b", vm(scripts::guest_b(plan))),
+        ],
+        network: Network::Lab(netns.to_string()),
+    };
+    let started = Instant::now();
+    progress(&format!(
+        "booting guests a and b (QEMU, TCG) with a qpip device each, on the lab network (namespace {netns}) ..."
+    ));
+    let mut watcher = Watcher {
+        steps: plan.steps(),
+        partial: [Vec::new(), Vec::new()],
+        current: None,
+        failure: None,
+        measurements: Measurements::default(),
+        bad_line: None,
+        progress,
+        verbose,
+    };
+    let host_bytes = plan.host_bytes;
+    let limit = plan.timeout;
+    let result = {
+        let watcher = &mut watcher;
+        let mut observe = |i: usize, s: Stream, b: &[u8]| {
+            if s == Stream::Output {
+                watcher.feed(i, b);
+            }
+        };
+        run_lab(&spec, &mut observe, |host| {
+            if host_bytes == 0 {
+                return HostSide {
+                    ok: true,
+                    output: String::new(),
+                };
+            }
+            run_host_side(host, host_bytes, limit)
+        })
+    };
+    let outcome = match result {
+        Ok(o) => o,
+        Err(e) => return Err(lab_error(e, &watcher)),
+    };
+    let dir = outcome.dir.clone();
+    let fail = |step: Option<String>, message: String| DemoError {
+        step,
+        message,
+        dir: Some(dir.clone()),
+        interrupted: false,
+    };
+    if let Some((id, why)) = &watcher.failure {
+        let mut why = why.clone();
+        if !outcome.host.ok && !outcome.host.output.is_empty() {
+            why = format!("{why}\nthe lab host's side said:\n{}", outcome.host.output.trim_end());
+        }
+        return Err(fail(Some(watcher.describe(id)), why));
+    }
+    for g in &outcome.guests {
+        if g.status != 0 {
+            return Err(fail(
+                None,
+                format!(
+                    "the script of guest {} exited with status {} without naming a failed step; its output:\n{}",
+                    g.run_dir.file_name().unwrap_or_default().to_string_lossy(),
+                    g.status,
+                    g.output.trim_end()
+                ),
+            ));
+        }
+    }
+    if !outcome.host.ok {
+        return Err(fail(
+            Some("the lab host's side (Python sockets in the namespace)".into()),
+            outcome.host.output.trim_end().to_string(),
+        ));
+    }
+    if let Some(e) = &watcher.bad_line {
+        return Err(fail(None, e.clone()));
+    }
+    let done: Vec<&str> = watcher.steps.iter().map(|(s, _)| *s).collect();
+    let lines = results::lines(&watcher.measurements, plan.tcp_sizes.len() > 1);
+    if lines.iter().any(|l| l.qp.is_none() || l.sockets.is_none()) {
+        return Err(fail(
+            None,
+            format!(
+                "the guests passed every step ({}) but some figures are missing: {:?}",
+                done.join(", "),
+                watcher.measurements
+            ),
+        ));
+    }
+    Ok(Report {
+        measurements: watcher.measurements,
+        lines,
+        dir: outcome.dir,
+        elapsed: started.elapsed(),
+    })
+}
+
+fn lab_error(e: LabError, w: &Watcher) -> DemoError {
+    let step = w.current.map(|(i, _)| w.steps[i].1.clone());
+    DemoError {
+        step,
+        interrupted: e.is_interrupted(),
+        dir: e.run_dir.clone(),
+        message: if e.is_interrupted() {
+            e.headline()
+        } else {
+            format!("the lab failed: {e}")
+        },
+    }
+}
+
+/// The lab host's side: `host.py` in the namespace, stopped if it outlives `limit`.
+fn run_host_side(host: &crate::LabHost, bytes: u64, limit: Duration) -> HostSide {
+    let shared = host.shared_dir().to_string_lossy().into_owned();
+    let mut cmd = host.command("python3");
+    cmd.arg("-c")
+        .arg(include_str!("host.py"))
+        .args([
+            shared.as_str(),
+            netns::HOST_ADDR,
+            &netns::device_addr(1),
+            &bytes.to_string(),
+            &scripts::HOST_TCP_PORT.to_string(),
+            &scripts::HOST_UDP_PORT.to_string(),
+            &scripts::GUEST_LISTEN_PORT.to_string(),
+        ])
+        .stdin(Stdio::null());
+    let dir = host.shared_dir().to_path_buf();
+    let out = dir.join(".host.out");
+    match run_limited(cmd, &out, limit) {
+        Ok((ok, output)) => HostSide { ok, output },
+        Err(e) => HostSide {
+            ok: false,
+            output: format!("cannot run python3 in the lab's namespace: {e} (./qpip setup installs it)"),
+        },
+    }
+}
+
+/// Runs `cmd` with stdout and stderr to `out`, killing it after `limit`; (success, output).
+fn run_limited(mut cmd: Command, out: &Path, limit: Duration) -> std::io::Result<(bool, String)> {
+    let f = std::fs::File::create(out)?;
+    cmd.stdout(f.try_clone()?).stderr(f);
+    let mut child: Child = cmd.spawn()?;
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break Some(st);
+        }
+        if Instant::now() >= deadline || crate::interrupted() {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut text = std::fs::read_to_string(out).unwrap_or_default();
+    if status.is_none() {
+        text.push_str(&format!("(stopped after {} s)\n", limit.as_secs()));
+    }
+    Ok((status.is_some_and(|s| s.success()), text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_step_of_the_plan_is_in_guest_a_script_in_order() {
+        for plan in [Plan::demo(), Plan::bench()] {
+            let script = scripts::guest_a(&plan);
+            let mut at = 0;
+            for (id, _) in plan.steps() {
+                let pos = script[at..]
+                    .find(&format!("\nstep {id}\n"))
+                    .unwrap_or_else(|| panic!("step {id} missing or out of order"));
+                at += pos + 1;
+            }
+            assert_eq!(
+                script.matches("\nstep ").count(),
+                plan.steps().len(),
+                "the script has steps the plan does not describe"
+            );
+        }
+        assert!(scripts::guest_a(&Plan::demo()).contains("host-out"));
+        assert!(!scripts::guest_a(&Plan::bench()).contains("host-out"));
+    }
+
+    #[test]
+    fn watcher_reports_progress_failures_and_measurements() {
+        let mut said = Vec::new();
+        let mut progress = |s: &str| said.push(s.to_string());
+        let plan = Plan::demo();
+        let mut w = Watcher {
+            steps: plan.steps(),
+            partial: [Vec::new(), Vec::new()],
+            current: None,
+            failure: None,
+            measurements: Measurements::default(),
+            bad_line: None,
+            progress: &mut progress,
+            verbose: false,
+        };
+        w.feed(0, b"@step=udp-qp\n@perf.udp-qp={\"results\":[]}\n@o");
+        w.feed(0, b"k=udp-qp\n@step=bulk-qp\n");
+        w.feed(1, b"@fail=ready: nothing listens\n");
+        w.feed(0, b"@fail=bulk-qp: sha differs\n");
+        let (id, why) = w.failure.clone().unwrap();
+        assert_eq!(id, "ready");
+        assert_eq!(why, "guest b: nothing listens");
+        assert!(w.measurements.perf.contains_key("udp-qp"));
+        assert!(w.current.is_some());
+        drop(w);
+        assert!(said[0].starts_with("[2/"), "{said:?}");
+        assert!(said[1].starts_with("      ok ("), "{said:?}");
+        assert!(said[2].contains("bulk transfer"), "{said:?}");
+    }
+}

@@ -1,0 +1,184 @@
+//! `qpip-lab demo` and `qpip-lab bench` on the terminal and in files.
+
+use qpip_lab::demo::{self, results, Plan, Report};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Why guest-side figures are what they are; printed under every table.
+const TCG_NOTE: &str = "\
+Guests run under TCG (QEMU emulates their CPUs, many times slower than native), so guest-side
+times are inflated: judge by the ratios (QP gain: how many times better QPs do, > 1 is
+better). With sockets the guest kernel's TCP/IP and virtio-net run emulated; with QPs the
+transport runs in qpipd, natively on the host, and its CPU is not in the guest's: under TCG
+that widens the gap beyond what the same guests would show under KVM.";
+
+fn say(what: &str, msg: &str) {
+    if std::io::stderr().is_terminal() {
+        eprintln!("\x1b[1m[qpip]\x1b[0m {what}: {msg}");
+    } else {
+        eprintln!("[qpip] {what}: {msg}");
+    }
+}
+
+fn fail(what: &str, e: &demo::DemoError) -> ExitCode {
+    let msg = e.to_string();
+    if std::io::stderr().is_terminal() {
+        eprintln!("\x1b[1;31m[qpip] {what} failed:\x1b[0m {msg}");
+    } else {
+        eprintln!("[qpip] {what} failed: {msg}");
+    }
+    ExitCode::from(if e.interrupted { 130 } else { 1 })
+}
+
+fn print_table(r: &Report) {
+    println!();
+    println!("QPs between the guests' qpip devices vs kernel sockets through their virtio-net NICs,");
+    println!("guest a ⇄ guest b:");
+    print!("{}", results::text_table(&r.lines));
+    println!();
+    println!("{TCG_NOTE}");
+    println!();
+}
+
+pub fn demo(netns: &str, verbose: bool) -> ExitCode {
+    let plan = Plan::demo();
+    let steps = plan.steps().len();
+    let mut progress = |m: &str| say("demo", m);
+    let r = match demo::run(&plan, netns, verbose, &mut progress) {
+        Ok(r) => r,
+        Err(e) => return fail("demo", &e),
+    };
+    print_table(&r);
+    let (json, md) = documents(&plan, &r, "demo", None);
+    let written = write_pair(&r.dir, "results", &json, &md);
+    say(
+        "demo",
+        &format!(
+            "all {steps} steps passed; the guests ran {:.0} s and are stopped, the lab network removed",
+            r.elapsed.as_secs_f64()
+        ),
+    );
+    match written {
+        Ok(p) => say("demo", &format!("results: {} (and .md); logs: {}", p.display(), r.dir.display())),
+        Err(e) => say("demo", &format!("cannot write the results into {}: {e}", r.dir.display())),
+    }
+    ExitCode::SUCCESS
+}
+
+pub fn bench(plan: &Plan, netns: &str, out: Option<PathBuf>, verbose: bool) -> ExitCode {
+    let load_start = loadavg();
+    let mut progress = |m: &str| say("bench", m);
+    let r = match demo::run(plan, netns, verbose, &mut progress) {
+        Ok(r) => r,
+        Err(e) => return fail("bench", &e),
+    };
+    print_table(&r);
+    let dir = out.unwrap_or_else(|| qpip_lab::paths::cache().join("bench"));
+    let (stamp, _) = now();
+    let (json, md) = documents(plan, &r, "bench", Some(load_start));
+    let r1 = std::fs::create_dir_all(&dir)
+        .and_then(|()| write_pair(&dir, &format!("qp-sockets-{stamp}"), &json, &md))
+        .and_then(|p| write_pair(&dir, "qp-sockets-latest", &json, &md).map(|_| p));
+    match r1 {
+        Ok(p) => {
+            say("bench", &format!("results: {} and .md (also qp-sockets-latest.*)", p.display()));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            say("bench", &format!("cannot write the results into {}: {e}", dir.display()));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Writes NAME.json and NAME.md into `dir`; the path of the JSON.
+fn write_pair(dir: &std::path::Path, name: &str, json: &str, md: &str) -> std::io::Result<PathBuf> {
+    let j = dir.join(format!("{name}.json"));
+    std::fs::write(&j, json)?;
+    std::fs::write(dir.join(format!("{name}.md")), md)?;
+    Ok(j)
+}
+
+/// The results as JSON and as Markdown.
+fn documents(plan: &Plan, r: &Report, what: &str, load_start: Option<String>) -> (String, String) {
+    let (_, date) = now();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load_end = loadavg();
+    let mut j = results::json_value(&r.measurements, &r.lines);
+    let meta = serde_json::json!({
+        "tool": format!("qpip-lab {what}"),
+        "date": date,
+        "unix_time": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        "accel": "tcg",
+        "host_cpus": cpus,
+        "load_start": load_start,
+        "load_end": load_end,
+        "wall_s": r.elapsed.as_secs_f64(),
+        "plan": {
+            "latency_iters": plan.latency_iters,
+            "tcp_sizes": plan.tcp_sizes,
+            "udp_sizes": plan.udp_sizes,
+            "bw_bytes": plan.bw_bytes,
+            "bulk_bytes": plan.bulk_bytes,
+        },
+    });
+    if let (Some(o), serde_json::Value::Object(m)) = (j.as_object_mut(), meta) {
+        for (k, v) in m {
+            o.insert(k, v);
+        }
+    }
+    let mut md = String::from("# qpip: QPs vs kernel sockets between two guests\n\n");
+    md += &format!(
+        "{date}, `./qpip {what}`: guests a and b (QEMU, TCG, 512 MiB) on the lab network; \
+         QPs between their qpip devices vs kernel sockets through their virtio-net NICs. \
+         Ping-pong: {} round trips of 1 byte; bandwidth: {} per message size; bulk: {} \
+         with `qpip-cat` / busybox `nc`, SHA-256 compared. Guest CPU: `qpip-perf`'s process \
+         CPU time per message, client in a + server in b. Host: {cpus} CPUs, load average {} \
+         at the start, {load_end} at the end.\n\n",
+        plan.latency_iters,
+        demo::human(plan.bw_bytes),
+        demo::human(plan.bulk_bytes),
+        load_start.as_deref().unwrap_or("-"),
+    );
+    md += &results::markdown_table(&r.lines);
+    md += "\n";
+    md += &TCG_NOTE.replace('\n', " ");
+    md += "\n";
+    (
+        serde_json::to_string_pretty(&j).unwrap_or_default() + "\n",
+        md,
+    )
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Local time as (YYYYmmdd-HHMMSS, YYYY-MM-DD HH:MM).
+fn now() -> (String, String) {
+    // SAFETY: localtime_r writes only into `tm`; time(NULL) has no preconditions.
+    unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            return (format!("t{t}"), format!("t{t}"));
+        }
+        let (y, mo, d, h, mi, s) = (
+            tm.tm_year + 1900,
+            tm.tm_mon + 1,
+            tm.tm_mday,
+            tm.tm_hour,
+            tm.tm_min,
+            tm.tm_sec,
+        );
+        (
+            format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}"),
+            format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}"),
+        )
+    }
+}
