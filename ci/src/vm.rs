@@ -24,7 +24,11 @@ const QEMU_GRACE: Duration = Duration::from_secs(3);
 pub(crate) const POLL: Duration = Duration::from_millis(50);
 /// Kernel command line. `panic=-1` reboots at once on a panic and QEMU's `-no-reboot`
 /// turns that reboot into an exit, so a panicking guest ends the run instead of hanging.
-const KERNEL_CMDLINE: &str = "console=ttyS0 loglevel=7 panic=-1 rdinit=/init";
+/// `no_timer_check`: at boot the kernel checks that the IO-APIC timer ticks within a few
+/// busy-wait loops; a TCG vCPU that the host starves for a moment fails it and the kernel
+/// panics ("IO-APIC + timer doesn't work!"), seen on a loaded 2-CPU host. The check is
+/// for broken hardware; virtual machines skip it.
+const KERNEL_CMDLINE: &str = "console=ttyS0 loglevel=7 panic=-1 no_timer_check rdinit=/init";
 /// Longest unix socket path (sun_path is 108 bytes with the terminating NUL).
 const MAX_SOCKET_PATH: usize = 107;
 
