@@ -3,9 +3,9 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddrV6;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::cq::{Cq, CqImpl, CqInner};
@@ -34,6 +34,17 @@ pub(crate) struct CtxInner {
     pub(crate) limits: Limits,
     /// Events read while a blocking helper looked for another one.
     stash: Mutex<VecDeque<Event>>,
+    /// Blocking event waits take turns: one thread at a time (the reader) sleeps on the
+    /// event descriptor and keeps back what it reads for others; the rest sleep on `turn`.
+    /// (Were they all on the descriptor, one could drain the event another wants and leave
+    /// that one asleep on a descriptor that no longer becomes readable.) True while a
+    /// reader is out.
+    reading: Mutex<bool>,
+    /// Signalled when the reader leaves or an event is kept back.
+    turn: Condvar,
+    /// Made readable when an event is kept back, so a reader asleep on the descriptor
+    /// looks at the stash (an async waiter may have kept its event).
+    kept: OwnedFd,
     /// Wakes the async waiters for events (`crate::aio`) when an event is put in the stash:
     /// the event was read from the descriptor, which then no longer wakes them for it.
     #[cfg(feature = "tokio")]
@@ -65,25 +76,28 @@ impl Context {
     /// Opens a context on the device behind `path` (`/dev/qpipN`).
     pub fn open_device(path: &Path) -> Result<Context> {
         let (dev, limits) = device::Ctx::open(path)?;
-        Ok(Context::new(CtxImpl::Device(dev), limits))
+        Context::new(CtxImpl::Device(dev), limits)
     }
 
     /// Opens a context of the software provider (kernel sockets, no device needed).
     pub fn open_soft() -> Result<Context> {
         let (soft, limits) = soft::Ctx::open()?;
-        Ok(Context::new(CtxImpl::Soft(soft), limits))
+        Context::new(CtxImpl::Soft(soft), limits)
     }
 
-    fn new(imp: CtxImpl, limits: Limits) -> Context {
-        Context {
+    fn new(imp: CtxImpl, limits: Limits) -> Result<Context> {
+        Ok(Context {
             inner: Arc::new(CtxInner {
                 imp,
                 limits,
                 stash: Mutex::new(VecDeque::new()),
+                reading: Mutex::new(false),
+                turn: Condvar::new(),
+                kept: sys::eventfd()?,
                 #[cfg(feature = "tokio")]
                 stashed: tokio::sync::Notify::new(),
             }),
-        }
+        })
     }
 
     /// Which provider this context runs on.
@@ -216,7 +230,8 @@ impl Context {
     }
 
     /// Waits for the event of `kind` about QP `qp`; other events met meanwhile stay queued
-    /// for [`Context::poll_event`] in their order.
+    /// for [`Context::poll_event`] in their order. Threads may wait at once, each for its
+    /// own event: whichever reads another's keeps it back and wakes the other.
     pub fn wait_event_for(
         &self,
         qp: u32,
@@ -231,23 +246,63 @@ impl Context {
         timeout: Option<Duration>,
         want: impl Fn(&Event) -> bool,
     ) -> Result<Option<Event>> {
-        if let Some(e) = self.inner.take_stashed(&want) {
-            return Ok(Some(e));
-        }
+        let inner = &self.inner;
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
-            while let Some(e) = self.inner.read_event()? {
-                if want(&e) {
-                    return Ok(Some(e));
-                }
-                self.inner.stash(e);
-            }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if left == Some(Duration::ZERO) {
-                return Ok(None);
+            let mut reading = inner.reading.lock().unwrap();
+            // Under the turn lock: an event kept back after this look signals `turn` only
+            // once this thread waits on it.
+            if let Some(e) = inner.take_stashed(&want) {
+                return Ok(Some(e));
             }
-            sys::wait_readable(self.events_fd(), left)?;
+            if *reading {
+                if left == Some(Duration::ZERO) {
+                    return Ok(None);
+                }
+                let _g = match left {
+                    None => inner.turn.wait(reading).unwrap(),
+                    Some(t) => inner.turn.wait_timeout(reading, t).unwrap().0,
+                };
+                continue;
+            }
+            *reading = true;
+            drop(reading);
+            let got = self.read_for(&want, left);
+            *inner.reading.lock().unwrap() = false;
+            inner.turn.notify_all();
+            match got? {
+                Some(e) => return Ok(Some(e)),
+                None if left == Some(Duration::ZERO) => return Ok(None),
+                None => {}
+            }
         }
+    }
+
+    /// The reader's part of a blocking wait: reads the queued events, keeping back those
+    /// `want` refuses, and if none was wanted sleeps (at most `left`) until the descriptor
+    /// is readable or another waiter kept an event back.
+    fn read_for(
+        &self,
+        want: impl Fn(&Event) -> bool,
+        left: Option<Duration>,
+    ) -> Result<Option<Event>> {
+        let inner = &self.inner;
+        while let Some(e) = inner.read_event()? {
+            if want(&e) {
+                return Ok(Some(e));
+            }
+            inner.stash(e);
+        }
+        sys::eventfd_drain(inner.kept.as_raw_fd());
+        // Kept back by an async waiter since the caller's look.
+        if let Some(e) = inner.take_stashed(&want) {
+            return Ok(Some(e));
+        }
+        if left != Some(Duration::ZERO) {
+            sys::wait_any_readable(&[self.events_fd(), inner.kept.as_fd()], left)?;
+        }
+        Ok(None)
     }
 
     /// The descriptor that polls readable while a connection event is queued, for
@@ -300,9 +355,15 @@ impl CtxInner {
         stash.remove(i)
     }
 
-    /// Keeps back an event read while looking for another one.
+    /// Keeps back an event read while looking for another one, and wakes the waiters
+    /// that may want it: blocking ones (on `turn`, or the reader on `kept`) and async ones.
     pub(crate) fn stash(&self, e: Event) {
         self.stash.lock().unwrap().push_back(e);
+        {
+            let _g = self.reading.lock().unwrap();
+            self.turn.notify_all();
+        }
+        sys::eventfd_signal(self.kept.as_raw_fd());
         #[cfg(feature = "tokio")]
         self.stashed.notify_waiters();
     }
@@ -345,4 +406,42 @@ fn first_device() -> Result<Option<PathBuf>> {
         }
     }
     Ok(best.map(|(_, p)| p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A blocking reader asleep on the event descriptor wakes when another waiter keeps
+    /// back the event it wants (an async waiter can read it from the descriptor first, and
+    /// the descriptor then never becomes readable for it). The keeping back is done here
+    /// directly, so the race it stands for is not left to chance.
+    #[test]
+    fn a_reader_asleep_on_the_descriptor_wakes_for_a_kept_event() {
+        let ctx = Context::open_soft().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn({
+            let ctx = ctx.clone();
+            move || {
+                let r = ctx.wait_event_for(42, EventKind::Close, Some(Duration::from_secs(60)));
+                let _ = tx.send(r.map_err(|e| e.to_string()));
+            }
+        });
+        // Let it become the reader and fall asleep (if it has not yet, it finds the event
+        // in the stash instead: the test then passes without exercising the wake-up).
+        std::thread::sleep(Duration::from_millis(100));
+        let e = Event {
+            kind: EventKind::Close,
+            status: 0,
+            qp: 42,
+            user_data: 7,
+            peer: None,
+        };
+        ctx.inner.stash(e);
+        let got = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the reader woke for the kept event");
+        assert_eq!(got.unwrap(), Some(e));
+        waiter.join().unwrap();
+    }
 }

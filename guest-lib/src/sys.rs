@@ -43,7 +43,25 @@ pub(crate) fn eventfd_drain(fd: RawFd) -> u64 {
 /// Waits until `fd` is readable, at most `timeout` (`None`: for ever). True if readable.
 /// Interrupted waits are restarted with the time that is left.
 pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> Result<bool> {
+    wait_any_readable(&[fd], timeout)
+}
+
+/// [`wait_readable`] for one or two descriptors: true when one of them is readable.
+pub(crate) fn wait_any_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> Result<bool> {
     let deadline = timeout.map(|t| Instant::now() + t);
+    // On the stack: CQ waits are on the data path.
+    let none = libc::pollfd {
+        fd: -1,
+        events: 0,
+        revents: 0,
+    };
+    let mut all = [none; 2];
+    assert!(fds.len() <= all.len(), "at most two descriptors");
+    let ps = &mut all[..fds.len()];
+    for (p, fd) in ps.iter_mut().zip(fds) {
+        p.fd = fd.as_raw_fd();
+        p.events = libc::POLLIN;
+    }
     loop {
         let ms = match deadline {
             None => -1,
@@ -53,13 +71,8 @@ pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> Re
                 left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
             }
         };
-        let mut p = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        // SAFETY: a live array of valid pollfds and its length.
+        let n = unsafe { libc::poll(ps.as_mut_ptr(), ps.len() as libc::nfds_t, ms) };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -68,7 +81,10 @@ pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> Re
             return Err(Error::os("poll", e));
         }
         if n > 0 {
-            if p.revents & (libc::POLLERR | libc::POLLNVAL) != 0 && p.revents & libc::POLLIN == 0 {
+            let bad = libc::POLLERR | libc::POLLNVAL;
+            if ps.iter().all(|p| p.revents & libc::POLLIN == 0)
+                && ps.iter().any(|p| p.revents & bad != 0)
+            {
                 return Err(Error::DeviceGone);
             }
             return Ok(true);

@@ -448,3 +448,44 @@ fn async_handles_are_send_and_sync() {
     both::<AsyncCq>();
     both::<AsyncContext>();
 }
+
+/// A blocking wait in a thread and an async wait in a task on one context, each for its
+/// own event, the events coming together: whichever reads the other's event keeps it back
+/// and wakes the other (the blocking reader through the context's own signal, the task
+/// through its notification).
+#[test]
+fn blocking_and_async_waits_share_the_events() {
+    run(async {
+        let ctx = Context::open_soft().unwrap();
+        let actx = AsyncContext::new(&ctx).unwrap();
+        let cq = ctx.create_cq(64).unwrap();
+        for round in 0..20 {
+            let server = ctx
+                .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
+                .unwrap();
+            let client = ctx
+                .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
+                .unwrap();
+            let port = free_tcp_port();
+            let l = ctx.listen(lo(port), 1).unwrap();
+            l.accept(&server, round).unwrap();
+            let (sid, cid) = (server.id(), client.id());
+            let blocking = std::thread::spawn({
+                let ctx = ctx.clone();
+                move || ctx.wait_event_for(cid, EventKind::Connect, Some(T))
+            });
+            let task = tokio::spawn({
+                let actx = actx.clone();
+                async move { timeout(T, actx.event_for(sid, EventKind::Accept)).await }
+            });
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            client.connect(lo(port), round).unwrap();
+            let b = tokio::task::spawn_blocking(move || blocking.join().unwrap())
+                .await
+                .unwrap();
+            assert!(b.unwrap().is_some(), "round {round}: connect event lost");
+            let a = task.await.unwrap();
+            assert!(a.is_ok(), "round {round}: accept event lost");
+        }
+    });
+}

@@ -635,3 +635,35 @@ fn handles_are_send_and_sync() {
     both::<qpip::Listener>();
     both::<qpip::MemoryRegion>();
 }
+
+/// Two threads wait on one context, each for its own event, and the events come together:
+/// whichever thread reads the other's event keeps it back and the other still gets it
+/// (it must not sleep on the descriptor the first one drained).
+#[test]
+fn blocking_event_waits_in_two_threads_each_get_theirs() {
+    let ctx = soft();
+    let cq = ctx.create_cq(64).unwrap();
+    for round in 0..30 {
+        let server = ctx
+            .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
+            .unwrap();
+        let client = ctx
+            .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
+            .unwrap();
+        let port = free_tcp_port();
+        let l = ctx.listen(lo(port), 1).unwrap();
+        l.accept(&server, round).unwrap();
+        let (sid, cid) = (server.id(), client.id());
+        std::thread::scope(|s| {
+            let a = s.spawn(|| ctx.wait_event_for(sid, EventKind::Accept, Some(T)));
+            let b = s.spawn(|| ctx.wait_event_for(cid, EventKind::Connect, Some(T)));
+            // Both threads are (most likely) asleep on the descriptor by now.
+            std::thread::sleep(Duration::from_millis(5));
+            client.connect(lo(port), round).unwrap();
+            let a = a.join().unwrap().unwrap();
+            let b = b.join().unwrap().unwrap();
+            assert!(a.is_some(), "round {round}: the accept's event never came");
+            assert!(b.is_some(), "round {round}: the connect's event never came");
+        });
+    }
+}
