@@ -136,7 +136,10 @@ impl AsyncCq {
             // so the next wait does not sleep through it. The wake-up may be spurious (a
             // shared interrupt vector, or another task took the completion): poll and arm
             // again.
-            cq.ack();
+            // Blocking waiters on the same CQ sleep in poll(2), which rechecks the
+            // descriptor: arm again for them if this took the signal.
+            let blocked = cq.inner.blocked.load(std::sync::atomic::Ordering::SeqCst);
+            cq.inner.took_wakeup(cq, blocked)?;
             ready.clear_ready();
         }
     }

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddrV6;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -161,6 +162,7 @@ impl Context {
                 imp,
                 efd,
                 depth,
+                blocked: AtomicU32::new(0),
             }),
         })
     }

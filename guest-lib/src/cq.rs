@@ -3,6 +3,7 @@
 //! eventfd, which `poll`/`epoll` can watch too.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,22 @@ pub(crate) struct CqInner {
     /// Signalled once per arming when a completion is there (see [`Cq::arm`]).
     pub(crate) efd: OwnedFd,
     pub(crate) depth: u32,
+    /// Threads in [`Cq::wait`]. One signal wakes them all, but the first to clear it may
+    /// leave the others asleep on a descriptor no longer readable, with the arming their
+    /// wake-up needed spent: whoever clears a signal while others wait arms again for them.
+    pub(crate) blocked: AtomicU32,
+}
+
+impl CqInner {
+    /// Clears the descriptor after a wake-up and, if it held a signal and `others` blocking
+    /// waiters may still sleep on it, arms again so the next completion (or one already
+    /// there) wakes them.
+    pub(crate) fn took_wakeup(&self, cq: &Cq, others: u32) -> Result<()> {
+        if sys::eventfd_drain(self.efd.as_raw_fd()) > 0 && others > 0 {
+            cq.arm()?;
+        }
+        Ok(())
+    }
 }
 
 pub(crate) enum CqImpl {
@@ -95,7 +112,10 @@ impl Cq {
     /// stays armed (its descriptor becomes readable at the next completion).
     pub fn wait(&self, out: &mut [Completion], timeout: Option<Duration>) -> Result<usize> {
         let deadline = timeout.map(|t| Instant::now() + t);
-        loop {
+        // Counted before arming, so a thread that clears the signal this arming brings
+        // knows to arm again.
+        self.inner.blocked.fetch_add(1, Ordering::SeqCst);
+        let r = (|| loop {
             let n = self.poll(out);
             if n > 0 {
                 return Ok(n);
@@ -110,9 +130,12 @@ impl Cq {
                 return Ok(0);
             }
             if sys::wait_readable(self.inner.efd.as_fd(), left)? {
-                self.ack();
+                let others = self.inner.blocked.load(Ordering::SeqCst) - 1;
+                self.inner.took_wakeup(self, others)?;
             }
-        }
+        })();
+        self.inner.blocked.fetch_sub(1, Ordering::SeqCst);
+        r
     }
 
     /// [`Cq::wait`] for one completion. `Ok(None)` when the time ran out.

@@ -667,3 +667,43 @@ fn blocking_event_waits_in_two_threads_each_get_theirs() {
         });
     }
 }
+
+/// Two threads in `Cq::wait` on one CQ, datagrams arriving one at a time: the wake-up of
+/// the first arrival goes to one of them, and the other (whose arming that one interrupt
+/// spent) must still wake for the next.
+#[test]
+fn blocking_cq_waits_in_two_threads_each_wake() {
+    let ctx = soft();
+    let scq = ctx.create_cq(64).unwrap();
+    let rcq = ctx.create_cq(64).unwrap();
+    let a = ctx.create_qp(&QpInit::new(QpKind::Udp, &scq)).unwrap();
+    let b = ctx.create_qp(&QpInit::new(QpKind::Udp, &rcq)).unwrap();
+    a.bind(lo(0)).unwrap();
+    let to = lo(b.bind(lo(0)).unwrap().port());
+    let buf = ctx.alloc(64).unwrap();
+    for round in 0..20u64 {
+        b.post_recv(2 * round, &[buf.sge_all()]).unwrap();
+        b.post_recv(2 * round + 1, &[buf.sge_all()]).unwrap();
+        // A wait that missed its wake-up still polls when its own time runs out, so the
+        // waits are given much longer than the test waits for them.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                let tx = tx.clone();
+                let rcq = &rcq;
+                s.spawn(move || tx.send(rcq.wait_one(Some(6 * T)).unwrap()));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            a.post_send(&SendWr::inline(1, b"one").to(to)).unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+            a.post_send(&SendWr::inline(2, b"two").to(to)).unwrap();
+            for _ in 0..2 {
+                let c = rx.recv_timeout(T).unwrap_or_else(|_| {
+                    panic!("round {round}: a waiter slept through a completion")
+                });
+                assert!(c.is_some_and(|c| c.is_ok()), "round {round}: {c:?}");
+            }
+        });
+        while scq.poll_one().is_some() {}
+    }
+}
