@@ -109,7 +109,8 @@ impl Cq {
 
     /// Waits until at least one completion is there or `timeout` passed (`None`: no
     /// limit), then polls into `out`. Returns 0 only when the time ran out; the CQ then
-    /// stays armed (its descriptor becomes readable at the next completion).
+    /// stays armed (its descriptor becomes readable at the next completion). Threads may
+    /// wait on one CQ at once; each completion goes to one of them.
     pub fn wait(&self, out: &mut [Completion], timeout: Option<Duration>) -> Result<usize> {
         let deadline = timeout.map(|t| Instant::now() + t);
         // Counted before arming, so a thread that clears the signal this arming brings
