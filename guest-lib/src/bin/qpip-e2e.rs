@@ -595,6 +595,10 @@ struct SendConn {
     acked: u64,
     connected: bool,
     closing: bool,
+    closed: bool,
+    peer_closed: bool,
+    /// Receives the peer's end of stream.
+    eof: MemoryRegion,
     done: bool,
     error: Option<String>,
 }
@@ -639,6 +643,9 @@ fn send(ctx: &Context, a: &Args) -> Result<bool, Fail> {
             acked: 0,
             connected: false,
             closing: false,
+            closed: false,
+            peer_closed: false,
+            eof: ctx.alloc(64).map_err(|e| fail("register memory", e))?,
             done: false,
             error: None,
         });
@@ -680,6 +687,10 @@ fn send(ctx: &Context, a: &Args) -> Result<bool, Fail> {
             };
             let c = &mut conns[i];
             if comp.opcode != Opcode::Send {
+                if comp.is_ok() && comp.byte_len == 0 {
+                    c.peer_closed = true;
+                    c.done = c.closed;
+                }
                 continue;
             }
             if !comp.is_ok() {
@@ -704,8 +715,23 @@ fn send(ctx: &Context, a: &Args) -> Result<bool, Fail> {
             };
             let c = &mut conns[i];
             match ev.kind {
-                EventKind::Connect if ev.status == 0 => c.connected = true,
-                EventKind::Close if ev.status == 0 => c.done = true,
+                EventKind::Connect if ev.status == 0 => {
+                    c.connected = true;
+                    // A receive, so the peer's end of stream is read (it completes empty).
+                    let sge = [c.eof.sge_all()];
+                    c.qp.post_recv(u64::MAX, &sge)
+                        .map_err(|e| fail("post receive", e))?;
+                }
+                // Done once our FIN is acknowledged and the peer's came: destroying the QP
+                // earlier would abort the connection (RST) before the peer saw our end.
+                EventKind::Close if ev.status == 0 => {
+                    c.closed = true;
+                    c.done = c.peer_closed;
+                }
+                EventKind::PeerClosed => {
+                    c.peer_closed = true;
+                    c.done = c.closed;
+                }
                 EventKind::Connect | EventKind::Close | EventKind::QpError => {
                     c.error
                         .get_or_insert_with(|| format!("{:?} {}", ev.kind, errno_name(ev.status)));
@@ -970,6 +996,13 @@ fn ping(ctx: &Context, a: &Args) -> Result<bool, Fail> {
     if !a.udp {
         qp.close_wait(Duration::from_secs(60))
             .map_err(|e| fail("close", e))?;
+        // The echo side closes once it saw our FIN; destroying the QP before its FIN came
+        // would abort the connection (RST) under it.
+        let _ = ctx.wait_event_for(
+            qp.id(),
+            EventKind::PeerClosed,
+            Some(Duration::from_secs(60)),
+        );
     }
     rtts.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
