@@ -1,0 +1,906 @@
+//! The VM integration suite: two guests on the lab network exchanging data over their qpip
+//! devices, over kernel sockets through virtio-net, and with the lab host's plain sockets
+//! and the library's software provider — then the same under faults (loss on the bridge,
+//! reordering, duplication and corruption in a device), a peer killed mid-transfer, a guest
+//! rebooted under a listener, and the driver reloaded.
+//!
+//! Scenarios are grouped so the suite boots few guests (each boot costs seconds under TCG);
+//! within a lab the guests run them in sequence and meet through `/lab` (the server side
+//! touches `/lab/PHASE` once it listens). The traffic comes from the guest tool `qpip-e2e`:
+//! every byte is hashed on both ends (SHA-256 of the bytes, plus message lengths with
+//! message framing) and the assertions compare the digests here. What was measured (round
+//! trips, rates, counters) is printed; nothing is asserted about time.
+//!
+//! Ignored by a plain `cargo test`; `./qpip test` runs them with `-- --ignored`. They need
+//! root (namespace, bridge, TAPs).
+
+mod common;
+
+use common::Report;
+use qpip_lab::netns;
+use qpip_lab::{run_lab, unique_netns, GuestSpec, LabHost, LabOutcome, LabSpec, Network, VmSpec};
+use std::io::{Read, Write};
+use std::net::{Ipv6Addr, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Shell helpers prepended to every guest script.
+///  kv KEY VALUE        one report line
+///  run TAG CMD...      runs CMD; its `@` lines come out as `@TAG.…`, then `@TAG.status`
+///  serve TAG CMD...    starts a server CMD in the background, waits until it says it
+///                      listens, then touches /lab/TAG (the client side waits for that)
+///  finish TAG          waits for TAG's server, reports like `run`
+///  await TAG           lab-wait TAG (300 s), reporting a timeout as `@wait.TAG=failed`
+///  cat_listen TAG CMD  starts a `qpip-cat -v ... -l` in the background (stdout to
+///                      /tmp/TAG.out), waits until it listens, touches /lab/TAG
+///  digest TAG FILE     `@TAG.sha` and `@TAG.bytes` of FILE
+///  counters TAG        `@TAG.NAME` for the TCP and drop counters of /sys/class/qpip/qpip0
+const HELPERS: &str = r#"
+kv() { printf '@%s=%s\n' "$1" "$2"; }
+run() { t=$1; shift; "$@" >/tmp/run.$t 2>&1; st=$?; sed "s/^@/@$t./" /tmp/run.$t; kv $t.status $st; }
+serve() {
+    t=$1; shift
+    "$@" >/tmp/srv.$t 2>&1 &
+    echo $! >/tmp/srv.$t.pid
+    i=0; until grep -q listening /tmp/srv.$t; do i=$((i+1)); [ $i -lt 1200 ] || break; sleep 0.1; done
+    touch /lab/$t
+}
+finish() { t=$1; wait "$(cat /tmp/srv.$t.pid)"; st=$?; sed "s/^@/@$t./" /tmp/srv.$t; kv $t.status $st; }
+await() { lab-wait "$1" 300 || kv "wait.$1" failed; }
+cat_listen() {
+    t=$1; shift
+    "$@" >/tmp/$t.out 2>/tmp/$t.err &
+    echo $! >/tmp/$t.pid
+    i=0; until grep -q listening /tmp/$t.err; do i=$((i+1)); [ $i -lt 1200 ] || break; sleep 0.1; done
+    touch /lab/$t
+}
+digest() { kv "$1.sha" "$(sha256sum < "$2" | cut -d' ' -f1)"; kv "$1.bytes" "$(wc -c < "$2")"; }
+counters() {
+    for c in tcp_retrans_segs tcp_fast_retransmits tcp_rto_timeouts tcp_ooo_segs tcp_dup_segs \
+             tcp_estab_resets net_drop_bad_checksum net_drop_malformed net_rx_dropped; do
+        kv "$1.$c" "$(cat /sys/class/qpip/qpip0/counters/$c 2>/dev/null || echo missing)"
+    done
+}
+"#;
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+macro_rules! needs_root {
+    () => {
+        if !root() {
+            eprintln!("skipped: the lab network needs root (network namespace, bridge, TAPs)");
+            return;
+        }
+    };
+}
+
+fn guest(name: &str, script: &str, timeout_s: u64, qpipd_args: &[&str]) -> GuestSpec {
+    let mut vm = VmSpec::new(format!("{HELPERS}\n{script}"));
+    vm.timeout = Duration::from_secs(timeout_s);
+    vm.memory_mib = 512;
+    vm.qpipd_args = vec![qpipd_args.iter().map(|s| s.to_string()).collect()];
+    GuestSpec::new(name, vm)
+}
+
+fn lab<R: Send>(guests: Vec<GuestSpec>, host: impl FnOnce(&LabHost) -> R + Send) -> LabOutcome<R> {
+    let spec = LabSpec {
+        guests,
+        network: Network::Lab(unique_netns("qpip-e2e")),
+    };
+    let t0 = Instant::now();
+    let out = match run_lab(&spec, &mut |_, _, _| {}, host) {
+        Ok(out) => out,
+        Err(e) if e.is_interrupted() => common::interrupted(&e),
+        Err(e) => panic!("lab run failed: {e}"),
+    };
+    eprintln!(
+        "lab of {} guests: {:.0} s (run folder {})",
+        spec.guests.len(),
+        t0.elapsed().as_secs_f64(),
+        out.dir.display()
+    );
+    out
+}
+
+/// `bytes=N msgs=M sha=H` of a report value, as (bytes, msgs, sha).
+fn tally(v: &str) -> (u64, u64, String) {
+    let field = |k: &str| {
+        v.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .unwrap_or_else(|| panic!("no {k} in {v:?}"))
+            .to_string()
+    };
+    (
+        field("bytes=").parse().unwrap(),
+        field("msgs=").parse().unwrap(),
+        field("sha="),
+    )
+}
+
+/// The per-connection (bytes, msgs, sha) of a sink or sender report, with its state, sorted.
+fn conns(rep: &Report, key: &str) -> Vec<(String, (u64, u64, String))> {
+    let mut v: Vec<_> = rep
+        .all(key)
+        .into_iter()
+        .map(|l| (l.split(' ').next().unwrap().to_string(), tally(l)))
+        .collect();
+    v.sort_by(|a, b| a.1.cmp(&b.1));
+    v
+}
+
+/// Asserts that sender `tx` (tag in report `a`) and sink `rx` (in report `b`) ended
+/// cleanly with the same bytes on every connection. `msgs`: message framing, where the
+/// message counts must match too (a stream's receives are cut anywhere).
+fn assert_same_bytes(a: &Report, tx: &str, b: &Report, rx: &str, n: usize, msgs: bool) {
+    let ctx = || format!("{}\n=== receiver:\n{}", a.context(), b.context());
+    assert_eq!(
+        a.get(&format!("{tx}.status")),
+        "0",
+        "{tx}: sender failed\n{}",
+        ctx()
+    );
+    assert_eq!(
+        b.get(&format!("{rx}.status")),
+        "0",
+        "{rx}: receiver failed\n{}",
+        ctx()
+    );
+    let sent = conns(a, &format!("{tx}.send.conn"));
+    let got = conns(b, &format!("{rx}.sink.conn"));
+    assert_eq!(sent.len(), n, "{tx}: connections sent\n{}", ctx());
+    assert_eq!(got.len(), n, "{rx}: connections received\n{}", ctx());
+    let strip = |v: &[(String, (u64, u64, String))]| -> Vec<(String, u64, u64, String)> {
+        let mut v: Vec<_> = v
+            .iter()
+            .map(|(st, (b, m, s))| (st.clone(), *b, if msgs { *m } else { 0 }, s.clone()))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        strip(&sent),
+        strip(&got),
+        "{tx} → {rx}: the bytes differ\n{}",
+        ctx()
+    );
+    assert!(sent.iter().all(|(st, _)| st == "clean"), "{}", ctx());
+}
+
+/// Asserts a ping run compared every echo and got each back intact.
+fn assert_ping(a: &Report, tag: &str, iters: u64) {
+    assert_eq!(
+        a.get(&format!("{tag}.status")),
+        "0",
+        "{tag}\n{}",
+        a.context()
+    );
+    assert_eq!(
+        a.num(&format!("{tag}.ping.count")),
+        iters,
+        "{tag}\n{}",
+        a.context()
+    );
+    assert_eq!(
+        a.num(&format!("{tag}.ping.mismatch")),
+        0,
+        "{tag}\n{}",
+        a.context()
+    );
+    let (sent, got) = (
+        tally(a.get(&format!("{tag}.ping.sent"))),
+        tally(a.get(&format!("{tag}.ping.got"))),
+    );
+    assert_eq!(
+        sent,
+        got,
+        "{tag}: echoes differ from what was sent\n{}",
+        a.context()
+    );
+}
+
+fn ping_line(a: &Report, tag: &str) -> String {
+    format!(
+        "{} B, rtt µs {}, lost {}",
+        a.get(&format!("{tag}.ping.size")),
+        a.get(&format!("{tag}.ping.rtt_us")),
+        a.get(&format!("{tag}.ping.lost"))
+    )
+}
+
+/// Bytes that differ from run to run of no test: a seeded xorshift.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// SHA-256 by the host's `sha256sum`, an implementation independent of the guest tool's.
+fn sha256(data: &[u8]) -> String {
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run sha256sum");
+    let mut stdin = child.stdin.take().unwrap();
+    let data = data.to_vec();
+    let w = std::thread::spawn(move || stdin.write_all(&data));
+    let out = child.wait_with_output().expect("sha256sum");
+    w.join().unwrap().expect("feed sha256sum");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn addr(s: &str, port: u16) -> SocketAddrV6 {
+    SocketAddrV6::new(s.parse::<Ipv6Addr>().unwrap(), port, 0, 0)
+}
+
+/// `qpip-cat` as built for the guest image: a static x86-64 binary, so it runs on the lab
+/// host as well, where there is no device and it uses the software provider.
+fn host_qpip_cat() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| qpip_lab::paths::root().join("target"));
+    let p = target.join("x86_64-unknown-linux-gnu/release/qpip-cat");
+    assert!(
+        p.exists(),
+        "{} is missing: images/guest.sh builds it (./qpip setup)",
+        p.display()
+    );
+    p
+}
+
+// ---- the demo's scenarios, 64 connections, message sizes, host interop --------------------
+
+/// What the lab host did in the first lab.
+#[derive(Debug)]
+struct InteropView {
+    /// Plain sockets ⇄ guest a's QPs.
+    h2g_sha: String,
+    g2h: Result<(usize, String), String>,
+    h2g: Result<(), String>,
+    udp: Result<(u32, u32), String>,
+    /// The software provider's qpip-cat on the host ⇄ guest b's device, by framing:
+    /// host → guest (exit status, output) and guest → host (status, bytes' sha and length).
+    soft_h2g: Vec<(String, Result<String, String>)>,
+    soft_g2h: Vec<(String, Result<(usize, String), String>)>,
+    soft_sha: String,
+}
+
+const SIZES: &str =
+    "1,2,7,100,1447,1448,1449,4096,9000,65535,65536,65537,262144,1048576,1048577,4194304";
+
+/// Guest a drives, guest b serves: UDP and TCP message ping-pong a⇄b over QPs; a TCP bulk
+/// stream a→b; 64 concurrent TCP QPs a→b; messages from 1 B to 4 MiB a→b; the same
+/// ping-pongs and bulk over kernel sockets through virtio-net (the software provider); the
+/// lab host's plain sockets ⇄ a's QPs in both directions (TCP stream, UDP echo); the
+/// software provider's qpip-cat on the lab host ⇄ b's device in both directions with
+/// message and stream framing.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn guests_exchange_data_over_qps_sockets_and_with_the_lab_host() {
+    needs_root!();
+    let a_script = format!(
+        r#"
+B=fd51:5050::1:2; BK=fd51:5050::2:2
+await udp; run udp qpip-e2e ping -u $B --port 7401 --iters 100 --size 1000
+await tcp; run tcp qpip-e2e ping $B --port 7402 --iters 100 --size 1000
+await bulk; run bulk qpip-e2e send --stream $B --port 7403 --bytes 4000000 --chunk 65536
+await many; run many qpip-e2e send $B --port 7404 --conns 64 --bytes 131072 --chunk 16384
+await sizes; run sizes qpip-e2e send $B --port 7405 --sizes {SIZES}
+await kudp; run kudp qpip-e2e ping --provider soft -u $BK --port 7406 --iters 100 --size 1000
+await ktcp; run ktcp qpip-e2e ping --provider soft $BK --port 7407 --iters 100 --size 1000
+await kbulk; run kbulk qpip-e2e send --provider soft --stream $BK --port 7408 --bytes 4000000 --chunk 65536
+# The lab host's plain sockets.
+cat_listen h2g qpip-cat -v --stream -w 300 -l 7410
+wait "$(cat /tmp/h2g.pid)"; kv h2g.status $?; digest h2g /tmp/h2g.out
+head -c 1500000 /dev/urandom > /tmp/g2h; digest g2h.in /tmp/g2h
+await g2h; qpip-cat --stream -w 60 $QPIP_HOST_ADDR 7411 < /tmp/g2h; kv g2h.status $?
+serve hudp qpip-e2e echo -u --port 7412 -w 300; finish hudp
+counters end
+"#
+    );
+    let b_script = r#"
+serve udp qpip-e2e echo -u --port 7401 -w 300; finish udp
+serve tcp qpip-e2e echo --port 7402 -w 300; finish tcp
+serve bulk qpip-e2e sink --stream --port 7403 -w 300; finish bulk
+serve many qpip-e2e sink --port 7404 --conns 64 --max-msg 16384 -w 300; finish many
+serve sizes qpip-e2e sink --port 7405 --max-msg 4194304 -w 300; finish sizes
+serve kudp qpip-e2e echo --provider soft -u --port 7406 -w 300; finish kudp
+serve ktcp qpip-e2e echo --provider soft --port 7407 -w 300; finish ktcp
+serve kbulk qpip-e2e sink --provider soft --stream --port 7408 -w 300; finish kbulk
+# The software provider on the lab host, both framings, both directions.
+head -c 1000000 /dev/urandom > /tmp/sdata; digest soft.in /tmp/sdata
+p=7420
+for f in message stream; do
+    cat_listen soft-h2g-$f qpip-cat -v --$f -w 300 -l $p
+    wait "$(cat /tmp/soft-h2g-$f.pid)"; kv soft-h2g-$f.status $?; digest soft-h2g-$f /tmp/soft-h2g-$f.out
+    await soft-g2h-$f; qpip-cat --$f -w 60 $QPIP_HOST_ADDR $((p+1)) < /tmp/sdata; kv soft-g2h-$f.status $?
+    p=$((p+2))
+done
+lab-wait host-done 600
+counters end
+"#;
+    let out = lab(
+        vec![
+            guest("a", &a_script, 1200, &[]),
+            guest("b", b_script, 1200, &[]),
+        ],
+        |host| interop(host),
+    );
+    let (ga, gb) = (out.guest("a"), out.guest("b"));
+    let (a, b) = (Report::new(ga), Report::new(gb));
+    assert_eq!(ga.status, 0, "{}", a.context());
+    assert_eq!(gb.status, 0, "{}", b.context());
+
+    // Over the devices.
+    assert_ping(&a, "udp", 100);
+    assert_ping(&a, "tcp", 100);
+    assert_same_bytes(&a, "bulk", &b, "bulk", 1, false);
+    assert_same_bytes(&a, "many", &b, "many", 64, true);
+    assert_same_bytes(&a, "sizes", &b, "sizes", 1, true);
+    assert_eq!(
+        a.get("sizes.send.conn").split_whitespace().nth(2),
+        Some(format!("msgs={}", SIZES.split(',').count()).as_str())
+    );
+    // Over kernel sockets through virtio-net.
+    for tag in ["kudp", "ktcp"] {
+        assert_ping(&a, tag, 100);
+        assert_eq!(a.get(&format!("{tag}.provider")), "Soft", "{}", a.context());
+    }
+    assert_same_bytes(&a, "kbulk", &b, "kbulk", 1, false);
+
+    // The lab host's plain sockets ⇄ guest a's QPs.
+    let v = &out.host;
+    assert_eq!(v.h2g, Ok(()), "host → a\n{}", a.context());
+    assert_eq!(a.get("h2g.status"), "0", "{}", a.context());
+    assert_eq!(
+        a.get("h2g.sha"),
+        v.h2g_sha,
+        "host → a: bytes differ\n{}",
+        a.context()
+    );
+    assert_eq!(a.get("g2h.status"), "0", "{}", a.context());
+    match &v.g2h {
+        Ok((n, sha)) => {
+            assert_eq!(n.to_string(), a.get("g2h.in.bytes"), "{}", a.context());
+            assert_eq!(
+                sha,
+                a.get("g2h.in.sha"),
+                "a → host: bytes differ\n{}",
+                a.context()
+            );
+        }
+        Err(e) => panic!("a → host: {e}\n{}", a.context()),
+    }
+    match &v.udp {
+        Ok((ok, lost)) => assert!(
+            *ok >= 45 && *ok + *lost == 50,
+            "UDP host ⇄ a: {ok} echoed, {lost} lost"
+        ),
+        Err(e) => panic!("UDP host ⇄ a: {e}\n{}", a.context()),
+    }
+    // The software provider on the host ⇄ guest b's device.
+    for f in ["message", "stream"] {
+        let h2g = v.soft_h2g.iter().find(|(k, _)| k == f).map(|(_, r)| r);
+        assert!(
+            matches!(h2g, Some(Ok(_))),
+            "soft host → b ({f}): {h2g:?}\n{}",
+            b.context()
+        );
+        assert_eq!(
+            b.get(&format!("soft-h2g-{f}.status")),
+            "0",
+            "{}",
+            b.context()
+        );
+        assert_eq!(
+            b.get(&format!("soft-h2g-{f}.sha")),
+            v.soft_sha,
+            "soft host → b ({f})\n{}",
+            b.context()
+        );
+        assert_eq!(
+            b.get(&format!("soft-g2h-{f}.status")),
+            "0",
+            "{}",
+            b.context()
+        );
+        match v.soft_g2h.iter().find(|(k, _)| k == f).map(|(_, r)| r) {
+            Some(Ok((n, sha))) => {
+                assert_eq!(n.to_string(), b.get("soft.in.bytes"), "{}", b.context());
+                assert_eq!(
+                    sha,
+                    b.get("soft.in.sha"),
+                    "b → soft host ({f}): bytes differ\n{}",
+                    b.context()
+                );
+            }
+            other => panic!("b → soft host ({f}): {other:?}\n{}", b.context()),
+        }
+    }
+
+    println!("measured (guests under TCG; guest-side times are inflated):");
+    for (tag, what) in [
+        ("udp", "UDP ping-pong a⇄b, QPs"),
+        ("tcp", "TCP message ping-pong a⇄b, QPs"),
+        ("kudp", "UDP ping-pong a⇄b, kernel sockets"),
+        ("ktcp", "TCP ping-pong a⇄b, kernel sockets"),
+    ] {
+        println!("  {what:40} {}", ping_line(&a, tag));
+    }
+    for (tag, what) in [
+        ("bulk", "TCP bulk a→b, QP stream"),
+        ("many", "64 TCP QPs a→b at once"),
+        ("sizes", "TCP messages 1 B .. 4 MiB a→b"),
+        ("kbulk", "TCP bulk a→b, kernel sockets"),
+    ] {
+        println!(
+            "  {what:40} {} bytes in {} s, {} MB/s",
+            a.get(&format!("{tag}.send.bytes")),
+            a.get(&format!("{tag}.send.seconds")),
+            a.get(&format!("{tag}.send.mb_per_s"))
+        );
+    }
+}
+
+/// The lab host's side of the first lab.
+fn interop(host: &LabHost) -> InteropView {
+    let mut v = InteropView {
+        h2g_sha: String::new(),
+        g2h: Err("not run".into()),
+        h2g: Err("not run".into()),
+        udp: Err("not run".into()),
+        soft_h2g: Vec::new(),
+        soft_g2h: Vec::new(),
+        soft_sha: String::new(),
+    };
+    let long = Duration::from_secs(600);
+    let a_dev = netns::device_addr(1);
+    let b_dev = netns::device_addr(2);
+
+    // Plain TCP socket → a's QP (stream framing).
+    let data = pattern(1_200_000, 1);
+    v.h2g_sha = sha256(&data);
+    v.h2g = host.wait_for("h2g", long).and_then(|_| {
+        host.in_netns(|| -> std::io::Result<()> {
+            let mut s = TcpStream::connect(addr(&a_dev, 7410))?;
+            s.set_read_timeout(Some(Duration::from_secs(300)))?;
+            s.write_all(&data)?;
+            s.shutdown(std::net::Shutdown::Write)?;
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest)?;
+            Ok(())
+        })
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("to {a_dev} port 7410: {e}"))
+    });
+
+    // a's QP → plain TCP socket.
+    v.g2h = host
+        .in_netns(|| -> Result<(usize, String), String> {
+            let l = TcpListener::bind("[::]:7411").map_err(|e| e.to_string())?;
+            host.signal("g2h").map_err(|e| e.to_string())?;
+            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let deadline = Instant::now() + Duration::from_secs(300);
+            let mut s = loop {
+                match l.accept() {
+                    Ok((s, _)) => break s,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if Instant::now() > deadline {
+                            return Err("guest a never connected".into());
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    Err(e) => return Err(e.to_string()),
+                }
+            };
+            s.set_nonblocking(false).map_err(|e| e.to_string())?;
+            s.set_read_timeout(Some(Duration::from_secs(300)))
+                .map_err(|e| e.to_string())?;
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).map_err(|e| e.to_string())?;
+            Ok((got.len(), sha256(&got)))
+        })
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+
+    // Plain UDP socket ⇄ a's UDP QP (echo).
+    v.udp = host.wait_for("hudp", long).and_then(|_| {
+        host.in_netns(|| -> Result<(u32, u32), String> {
+            let s = UdpSocket::bind("[::]:0").map_err(|e| e.to_string())?;
+            s.set_read_timeout(Some(Duration::from_secs(2)))
+                .map_err(|e| e.to_string())?;
+            let (mut ok, mut lost) = (0, 0);
+            let mut buf = vec![0u8; 2048];
+            for i in 0..50u64 {
+                let msg = pattern(1000, 100 + i);
+                s.send_to(&msg, addr(&a_dev, 7412))
+                    .map_err(|e| e.to_string())?;
+                match s.recv_from(&mut buf) {
+                    Ok((n, _)) if buf[..n] == msg[..] => ok += 1,
+                    Ok((n, from)) => {
+                        return Err(format!("datagram {i}: {n} bytes from {from} differ"))
+                    }
+                    Err(_) => lost += 1,
+                }
+            }
+            Ok((ok, lost))
+        })
+        .map_err(|e| e.to_string())?
+    });
+
+    // The software provider (qpip-cat on the host) ⇄ b's device.
+    let cat = host_qpip_cat();
+    let sdata_wait = host.wait_for("soft-h2g-message", long);
+    let data = pattern(800_000, 2);
+    v.soft_sha = sha256(&data);
+    let mut p = 7420;
+    for f in ["message", "stream"] {
+        let r = (if f == "message" {
+            sdata_wait.clone()
+        } else {
+            host.wait_for(&format!("soft-h2g-{f}"), long)
+        })
+        .and_then(|_| {
+            let mut child = host
+                .command(&cat)
+                .args([
+                    "--provider",
+                    "soft",
+                    &format!("--{f}"),
+                    "-w",
+                    "60",
+                    &b_dev,
+                    &p.to_string(),
+                ])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("{}: {e}", cat.display()))?;
+            let mut stdin = child.stdin.take().unwrap();
+            let d = data.clone();
+            let w = std::thread::spawn(move || stdin.write_all(&d));
+            let out = child.wait_with_output().map_err(|e| e.to_string())?;
+            let _ = w.join();
+            let text = String::from_utf8_lossy(&out.stderr).into_owned();
+            if out.status.success() {
+                Ok(text)
+            } else {
+                Err(format!("{}: {text}", out.status))
+            }
+        });
+        v.soft_h2g.push((f.to_string(), r));
+        // Guest b → qpip-cat listening on the host.
+        let err_log = host.shared_dir().join(format!("soft-g2h-{f}.err"));
+        let r = (|| -> Result<(usize, String), String> {
+            let child = host
+                .command(&cat)
+                .args([
+                    "--provider",
+                    "soft",
+                    &format!("--{f}"),
+                    "-v",
+                    "-w",
+                    "120",
+                    "-l",
+                    &(p + 1).to_string(),
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(std::fs::File::create(&err_log).map_err(|e| e.to_string())?)
+                .spawn()
+                .map_err(|e| e.to_string())?;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !std::fs::read_to_string(&err_log)
+                .unwrap_or_default()
+                .contains("listening")
+            {
+                if Instant::now() > deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            host.signal(&format!("soft-g2h-{f}"))
+                .map_err(|e| e.to_string())?;
+            let out = child.wait_with_output().map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                return Err(format!(
+                    "{}: {}",
+                    out.status,
+                    std::fs::read_to_string(&err_log).unwrap_or_default()
+                ));
+            }
+            Ok((out.stdout.len(), sha256(&out.stdout)))
+        })();
+        v.soft_g2h.push((f.to_string(), r));
+        p += 2;
+    }
+    v
+}
+
+// ---- faults: loss on the bridge, a device that reorders, duplicates and corrupts ----------
+
+/// Guest a's device impairs its link both ways (seeded): reordering, duplication and
+/// corruption; the lab host drops 3 % of the frames the bridge forwards (nftables). Under
+/// both: UDP ping-pong (losses counted, every echo compared), TCP bulk a→b with message
+/// framing, 8 stream connections a→b at once, a stream b→a, messages up to 1 MiB — every
+/// byte checked by hash. The loss and the TCP recovery are counted, not timed.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn every_byte_arrives_under_loss_reordering_duplication_and_corruption() {
+    needs_root!();
+    let a_script = r#"
+B=fd51:5050::1:2
+await loss-on
+await udp; run udp qpip-e2e ping -u $B --port 7501 --iters 100 --size 1000
+await bulk; run bulk qpip-e2e send $B --port 7502 --bytes 2000000 --chunk 65536 -w 900
+await many; run many qpip-e2e send --stream $B --port 7503 --conns 8 --bytes 200000 --chunk 16384 -w 900
+serve back qpip-e2e sink --stream --port 7504 -w 900; finish back
+await sizes; run sizes qpip-e2e send $B --port 7505 --sizes 1,1448,65536,1048577 -w 900
+counters end
+touch /lab/a-done
+"#;
+    let b_script = r#"
+A=fd51:5050::1:1
+await loss-on
+serve udp qpip-e2e echo -u --port 7501 -w 600; finish udp
+serve bulk qpip-e2e sink --port 7502 -w 900; finish bulk
+serve many qpip-e2e sink --stream --port 7503 --conns 8 -w 900; finish many
+await back; run back qpip-e2e send --stream $A --port 7504 --bytes 2000000 --chunk 65536 -w 900
+serve sizes qpip-e2e sink --port 7505 --max-msg 1048577 -w 900; finish sizes
+counters end
+lab-wait a-done 900
+"#;
+    let impair = "reorder=5,dup=3,corrupt=2,seed=11";
+    let out = lab(
+        vec![
+            guest("a", a_script, 1500, &["--impair", impair]),
+            guest("b", b_script, 1500, &[]),
+        ],
+        |host| -> Result<String, String> {
+            // Random loss in the kernel's bridge (DESIGN §3: tc netem is missing here).
+            host.sh("nft add table bridge e2e && \
+                 nft add chain bridge e2e lossy '{ type filter hook forward priority 0; }' && \
+                 nft add rule bridge e2e lossy numgen random mod 100 '<' 3 counter drop")?;
+            host.signal("loss-on").map_err(|e| e.to_string())?;
+            let waited = host.wait_for("a-done", Duration::from_secs(1400));
+            let rules = host.sh("nft list chain bridge e2e lossy")?;
+            waited.map(|_| rules)
+        },
+    );
+    let (ga, gb) = (out.guest("a"), out.guest("b"));
+    let (a, b) = (Report::new(ga), Report::new(gb));
+    assert_eq!(ga.status, 0, "{}", a.context());
+    assert_eq!(gb.status, 0, "{}", b.context());
+    let rules = match &out.host {
+        Ok(r) => r.clone(),
+        Err(e) => panic!("lab host: {e}\n{}", a.context()),
+    };
+    // "counter packets N bytes M drop"
+    let dropped: u64 = rules
+        .split_whitespace()
+        .skip_while(|w| *w != "packets")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no drop counter in {rules}"));
+
+    assert_eq!(a.get("udp.status"), "0", "{}", a.context());
+    assert_eq!(a.num("udp.ping.count"), 100, "{}", a.context());
+    assert_eq!(a.num("udp.ping.mismatch"), 0, "{}", a.context());
+    assert_same_bytes(&a, "bulk", &b, "bulk", 1, true);
+    assert_same_bytes(&a, "many", &b, "many", 8, false);
+    assert_same_bytes(&b, "back", &a, "back", 1, false);
+    assert_same_bytes(&a, "sizes", &b, "sizes", 1, true);
+
+    let sum = |key: &str| a.num(&format!("end.{key}")) + b.num(&format!("end.{key}"));
+    // The loss was real: frames were dropped, and TCP had to send segments again.
+    assert!(dropped > 0, "the bridge dropped nothing:\n{rules}");
+    assert!(
+        sum("tcp_retrans_segs") > 0,
+        "no retransmissions\n{}\n{}",
+        a.context(),
+        b.context()
+    );
+    println!("measured under loss 3 % on the bridge and a's device impaired ({impair}):");
+    println!("  bridge drops: {dropped}");
+    println!(
+        "  UDP ping-pong a⇄b: {}, stale echoes {}",
+        ping_line(&a, "udp"),
+        a.get("udp.ping.stale")
+    );
+    for (r, tag, what) in [
+        (&a, "bulk", "TCP bulk a→b, message framing"),
+        (&a, "many", "8 TCP stream QPs a→b at once"),
+        (&b, "back", "TCP bulk b→a, stream framing"),
+        (&a, "sizes", "TCP messages 1 B .. 1 MiB a→b"),
+    ] {
+        println!(
+            "  {what:34} {} bytes in {} s",
+            r.get(&format!("{tag}.send.bytes")),
+            r.get(&format!("{tag}.send.seconds"))
+        );
+    }
+    for key in [
+        "tcp_retrans_segs",
+        "tcp_fast_retransmits",
+        "tcp_rto_timeouts",
+        "tcp_ooo_segs",
+        "tcp_dup_segs",
+        "net_drop_bad_checksum",
+        "net_drop_malformed",
+    ] {
+        println!(
+            "  {key:24} a {:>6}  b {:>6}",
+            a.get(&format!("end.{key}")),
+            b.get(&format!("end.{key}"))
+        );
+    }
+}
+
+// ---- a peer killed, a guest rebooted, the driver reloaded ---------------------------------
+
+/// In sequence, two guests:
+/// 1. a process on a sending to b is killed (SIGKILL) mid-transfer: b's receiver gets an
+///    error completion and the QP error event; on both guests the driver's open contexts
+///    return to zero once the processes are gone (nothing leaks), and no kernel problem
+///    shows (the lab checks every console);
+/// 2. a keeps a listener while b, in the middle of sending to it, reboots (the lab power-
+///    cycles it: fresh QEMU and qpipd, same addresses): after the reboot b connects to the
+///    same listener again and its bytes arrive intact;
+/// 3. a reloads qpip.ko while idle (rmmod, insmod) and talks to b over the new instance.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn a_killed_peer_a_rebooted_guest_and_a_reloaded_driver() {
+    needs_root!();
+    let a_script = r#"
+B=fd51:5050::1:2
+contexts() { cat /sys/class/qpip/qpip0/contexts 2>/dev/null || echo missing; }
+# 1. killed sender
+await kill
+qpip-e2e send $B --port 7601 --bytes 1000000000 --mark 300000:/tmp/mark -w 600 > /tmp/killed 2>&1 &
+s=$!
+i=0; until [ -e /tmp/mark ]; do i=$((i+1)); [ $i -lt 3000 ] || break; sleep 0.1; done
+kv kill.marked "$([ -e /tmp/mark ] && echo yes || echo no)"
+kill -9 $s; wait $s; kv kill.sender.status $?
+i=0; while [ "$(contexts)" != 0 ] && [ $i -lt 200 ]; do i=$((i+1)); sleep 0.1; done
+kv kill.a.contexts "$(contexts)"
+touch /lab/killed
+# 2. listener kept while b reboots
+serve reboot qpip-e2e sink --port 7602 --conns 2 --clean 1 -w 900; finish reboot
+kv reboot.a.contexts "$(contexts)"
+# 3. reload while idle
+kv reload.before "$(contexts)"
+rmmod qpip; kv reload.rmmod $?
+kv reload.gone "$([ -e /dev/qpip0 ] && echo no || echo yes)"
+insmod /lib/qpip/qpip.ko; kv reload.insmod $?
+i=0; until [ -c /dev/qpip0 ] || [ $i -ge 100 ]; do i=$((i+1)); sleep 0.1; done
+kv reload.dev "$([ -c /dev/qpip0 ] && echo yes || echo no)"
+await echo; run reload qpip-e2e ping $B --port 7603 --iters 50 --size 1000
+kv end.contexts "$(contexts)"
+touch /lab/a-done
+"#;
+    let b_script = r#"
+A=fd51:5050::1:1
+contexts() { cat /sys/class/qpip/qpip0/contexts 2>/dev/null || echo missing; }
+if [ ! -e /host/first-boot ]; then
+    : > /host/first-boot
+    kv boot 1
+    serve kill qpip-e2e sink --port 7601 -w 600; finish kill
+    i=0; while [ "$(contexts)" != 0 ] && [ $i -lt 200 ]; do i=$((i+1)); sleep 0.1; done
+    kv kill.b.contexts "$(contexts)"
+    await killed
+    await reboot
+    qpip-e2e send $A --port 7602 --bytes 1000000000 --mark 300000:/tmp/mark -w 600 > /tmp/first 2>&1 &
+    i=0; until [ -e /tmp/mark ]; do i=$((i+1)); [ $i -lt 3000 ] || break; sleep 0.1; done
+    kv reboot.marked "$([ -e /tmp/mark ] && echo yes || echo no)"
+    # The lab power-cycles a guest that asks by /host/reboot.
+    : > /host/reboot
+    sync
+    reboot -f
+    sleep 600
+fi
+kv boot 2
+run reboot qpip-e2e send $A --port 7602 --bytes 1000000 --chunk 65536 -w 600
+serve echo qpip-e2e echo --port 7603 -w 600; finish echo
+lab-wait a-done 900
+"#;
+    let out = lab(
+        vec![
+            guest("a", a_script, 1500, &[]),
+            guest("b", b_script, 1500, &[]),
+        ],
+        |_| (),
+    );
+    let (ga, gb) = (out.guest("a"), out.guest("b"));
+    let (a, b) = (Report::new(ga), Report::new(gb));
+    let ctx = || format!("{}\n=== b:\n{}", a.context(), b.context());
+    assert_eq!(ga.status, 0, "{}", ctx());
+    assert_eq!(gb.status, 0, "{}", ctx());
+    assert_eq!(b.all("boot"), ["1", "2"], "b did not boot twice\n{}", ctx());
+
+    // 1. The killed sender.
+    assert_eq!(a.get("kill.marked"), "yes", "{}", ctx());
+    assert_eq!(a.get("kill.sender.status"), "137", "{}", ctx());
+    let line = b.get("kill.sink.conn");
+    assert!(
+        line.starts_with("failed "),
+        "b's receiver did not fail: {line}\n{}",
+        ctx()
+    );
+    assert!(
+        line.contains("event=QpError") && !line.contains("cqe=-"),
+        "b's receiver got no QP error event or no error completion: {line}\n{}",
+        ctx()
+    );
+    assert_eq!(b.get("kill.status"), "1", "{}", ctx());
+    assert_eq!(
+        a.get("kill.a.contexts"),
+        "0",
+        "a context leaked on a\n{}",
+        ctx()
+    );
+    assert_eq!(
+        b.get("kill.b.contexts"),
+        "0",
+        "a context leaked on b\n{}",
+        ctx()
+    );
+
+    // 2. The reboot under a's listener.
+    assert_eq!(b.get("reboot.marked"), "yes", "{}", ctx());
+    assert_eq!(b.get("reboot.status"), "0", "{}", ctx());
+    assert_eq!(a.get("reboot.status"), "0", "{}", ctx());
+    let sent = tally(b.get("reboot.send.conn"));
+    let got: Vec<_> = a
+        .all("reboot.sink.conn")
+        .into_iter()
+        .filter(|l| l.starts_with("clean "))
+        .map(tally)
+        .collect();
+    assert_eq!(
+        got,
+        [sent.clone()],
+        "after its reboot b's bytes did not arrive intact\n{}",
+        ctx()
+    );
+    assert_eq!(sent.0, 1_000_000, "{}", ctx());
+    let before = a
+        .all("reboot.sink.conn")
+        .into_iter()
+        .find(|l| !l.starts_with("clean "))
+        .unwrap_or("none")
+        .to_string();
+
+    // 3. The reload.
+    assert_eq!(a.get("reload.before"), "0", "{}", ctx());
+    assert_eq!(a.get("reload.rmmod"), "0", "{}", ctx());
+    assert_eq!(a.get("reload.gone"), "yes", "{}", ctx());
+    assert_eq!(a.get("reload.insmod"), "0", "{}", ctx());
+    assert_eq!(a.get("reload.dev"), "yes", "{}", ctx());
+    assert_ping(&a, "reload", 50);
+    assert_eq!(a.get("end.contexts"), "0", "{}", ctx());
+
+    println!("measured:");
+    println!("  killed sender: b's receiver saw {line}");
+    println!("  b's connection from before its reboot, on a: {before}");
+    println!(
+        "  after the reboot: {} bytes b→a in {} s",
+        sent.0,
+        b.get("reboot.send.seconds")
+    );
+    println!("  after the reload: {}", ping_line(&a, "reload"));
+}
