@@ -556,6 +556,18 @@ fn sink(ctx: &Context, a: &Args) -> Result<bool, Fail> {
             }
         }
     }
+    // Our FINs acknowledged before the QPs go (destroying one aborts its connection, and
+    // under loss the peer may still be waiting for the acknowledgement of its own FIN).
+    let clean_qps: Vec<u32> = conns
+        .iter()
+        .filter(|c| c.state == State::Clean)
+        .map(|c| c.qp.id())
+        .collect();
+    let until = Instant::now() + Duration::from_secs(30);
+    for id in clean_qps {
+        let left = until.saturating_duration_since(Instant::now());
+        let _ = ctx.wait_event_for(id, EventKind::Close, Some(left));
+    }
     let mut ok = true;
     for c in &conns {
         let st = match c.state {
