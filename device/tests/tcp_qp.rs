@@ -853,3 +853,101 @@ fn a_packet_too_big_narrows_a_live_connection() {
         data.len()
     );
 }
+
+// ---- message framing: receive buffers just larger than the message -----------------------
+
+/// Every message completes its receive WR whatever the WR's size: exactly the message,
+/// a few bytes more (the message's header takes no room in the WR, so the stream carries
+/// more bytes than the WR holds), a page, or less (LOCAL_LENGTH). One message at a time,
+/// then many back to back into WRs one byte larger than each.
+#[test]
+fn messages_complete_receive_wrs_of_any_size() {
+    let mut g = FakeGuest::new();
+    let (sctx, cctx) = (g.create_ctx().unwrap(), g.create_ctx().unwrap());
+    let (mut s, mut c) = g.loopback_pair(sctx, cctx, 6320, FRAMING_MESSAGE);
+    let sizes = [
+        0usize, 1, 7, 8, 9, 100, 1000, 1001, 1400, 1431, 1432, 1440, 1500, 2000, 2880, 3000, 4088,
+        4095, 4096, 4097, 10_000, 30_000, 60_000,
+    ];
+    let mut rng = Rng::new(31);
+    let mut wr = 0u64;
+    for &size in &sizes {
+        let data = rng.bytes(size);
+        g.buf_write(&c.buf, 0, &data);
+        for buf in [size, size + 1, size + 7, size + 8, size + 9, 4096] {
+            let buf = buf.min(1 << 16);
+            wr += 1;
+            g.post_recv(
+                &mut s.qp,
+                &[recv_wqe(wr, &[s.buf.sge(0, buf as u32, s.mr.lkey)])],
+            );
+            g.post_send(
+                &mut c.qp,
+                &[tcp_send_wqe(
+                    wr,
+                    wr as u32,
+                    &[c.buf.sge(0, size as u32, c.mr.lkey)],
+                )],
+            );
+            let what = format!("{size} B message into a {buf} B receive");
+            let sc = g.wait_cqe(&mut c.scq);
+            assert_cqe(&sc, CQE_STATUS_SUCCESS, 0, &format!("send of a {what}"));
+            let r = g
+                .try_wait_cqe(&mut s.rcq, TIMEOUT)
+                .unwrap_or_else(|| panic!("{what}: the receive did not complete"));
+            assert_eq!((r.wr_id, r.imm_data), (wr, wr as u32), "{what}");
+            assert_eq!(r.byte_len as usize, size, "{what}");
+            if size <= buf {
+                assert_cqe(&r, CQE_STATUS_SUCCESS, 0, &what);
+                assert_eq!(g.buf_read(&s.buf, 0, size), data, "{what}: intact");
+            } else {
+                assert_cqe(&r, CQE_STATUS_LOCAL_LENGTH, 0, &what);
+            }
+        }
+    }
+    // Back to back: a queue of WRs, each one byte larger than its message.
+    let burst = [100usize, 1000, 1, 0, 1431, 3000, 7, 2000]; // the rings hold 8
+    let mut off = 0u64;
+    let mut recvs = Vec::new();
+    let mut sends = Vec::new();
+    let mut datas = Vec::new();
+    for (i, &size) in burst.iter().enumerate() {
+        let data = rng.bytes(size);
+        g.buf_write(&c.buf, off, &data);
+        recvs.push(recv_wqe(
+            500 + i as u64,
+            &[s.buf.sge(off, size as u32 + 1, s.mr.lkey)],
+        ));
+        sends.push(tcp_send_wqe(
+            500 + i as u64,
+            i as u32,
+            &[c.buf.sge(off, size as u32, c.mr.lkey)],
+        ));
+        datas.push((off, data));
+        off += size as u64 + 1;
+    }
+    g.post_recv(&mut s.qp, &recvs);
+    g.post_send(&mut c.qp, &sends);
+    for (i, (off, data)) in datas.iter().enumerate() {
+        let what = format!("burst message {i} ({} B)", data.len());
+        let r = g
+            .try_wait_cqe(&mut s.rcq, TIMEOUT)
+            .unwrap_or_else(|| panic!("{what}: the receive did not complete"));
+        assert_cqe(&r, CQE_STATUS_SUCCESS, 0, &what);
+        assert_eq!(
+            (r.wr_id, r.byte_len as usize),
+            (500 + i as u64, data.len()),
+            "{what}"
+        );
+        assert_eq!(
+            &g.buf_read(&s.buf, *off, data.len()),
+            data,
+            "{what}: intact"
+        );
+    }
+    for i in 0..burst.len() {
+        let sc = g.wait_cqe(&mut c.scq);
+        assert_cqe(&sc, CQE_STATUS_SUCCESS, 0, "burst send");
+        assert_eq!(sc.wr_id, 500 + i as u64);
+    }
+}

@@ -203,8 +203,24 @@ impl RxState {
         }
     }
 
+    /// Bytes of the stream the WRs can take now: the free room of the posted WRs, and with
+    /// message framing the bytes that need none — the rest of the next message's header,
+    /// or the rest of a message being discarded. Re-asked after every delivery (message
+    /// headers make it shrink by less than the bytes delivered).
     fn space(&self) -> usize {
-        self.room.saturating_sub(self.pending.len() as u64) as usize
+        if !self.pending.is_empty() {
+            return self.room.saturating_sub(self.pending.len() as u64) as usize;
+        }
+        let free = if !self.message {
+            0
+        } else if !self.in_msg {
+            (self.hdr.len() - self.hdr_have) as u64
+        } else if self.msg_decided && self.discard {
+            self.msg_left
+        } else {
+            0
+        };
+        self.room.saturating_add(free).min(usize::MAX as u64) as usize
     }
 
     fn add(&mut self, wr: RecvWr) {
@@ -357,6 +373,11 @@ impl RxState {
             if n < chunk.len() {
                 break;
             }
+        }
+        if self.pending.is_empty() && self.message {
+            // A message whose header waited for a WR and has no bytes (or none yet)
+            // completes or takes the WR now.
+            self.consume(mem, &[]);
         }
         self.settle();
     }
@@ -1248,8 +1269,15 @@ impl Engine {
                 let e = table.get_mut(id).expect("demultiplexed");
                 match e.tag.and_then(|q| qps.get_mut(&q)) {
                     Some(t) => {
-                        e.conn
-                            .on_segment(&seg, now, &mut QpSink { mem, rx: &mut t.rx });
+                        let mut sink = QpSink { mem, rx: &mut t.rx };
+                        e.conn.on_segment(&seg, now, &mut sink);
+                        // The connection gives the sink at most the space it had before the
+                        // segment and stages the rest; with message framing the headers
+                        // took no room, so the space left may take staged bytes now (else
+                        // a message just smaller than its WR waits for another WR).
+                        if e.conn.received() > e.conn.delivered() && sink.space() > 0 {
+                            e.conn.recv_space_changed(now, &mut sink);
+                        }
                         let qp = t.rx.qp;
                         self.post_rx_done(mem, qp);
                     }
