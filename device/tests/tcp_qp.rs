@@ -854,6 +854,97 @@ fn a_packet_too_big_narrows_a_live_connection() {
     );
 }
 
+// ---- receives posted before the connection exists -----------------------------------------
+
+/// Receive WRs posted on an idle QP (before ACCEPT or CONNECT, or while either is pending)
+/// become the connection's receive space: they are kept, not flushed, and the peer's data
+/// completes them in order.
+#[test]
+fn receives_posted_before_accept_or_connect_are_kept_and_filled() {
+    // The ACCEPT waits for the connection, or the device has accepted it before the ACCEPT
+    // comes (then the client's CONNECT completes first).
+    for (framing, accept_first) in [
+        (FRAMING_STREAM, true),
+        (FRAMING_MESSAGE, true),
+        (FRAMING_STREAM, false),
+        (FRAMING_MESSAGE, false),
+    ] {
+        let mut g = FakeGuest::new();
+        let (sctx, cctx) = (g.create_ctx().unwrap(), g.create_ctx().unwrap());
+        let port = 6300 + 2 * framing as u16 + accept_first as u16;
+        let mut s = g.tcp_endpoint_in(sctx, framing, 8, 1 << 16);
+        let mut c = g.tcp_endpoint_in(cctx, framing, 8, 1 << 16);
+        // Each QP: one receive while idle, one while its ACCEPT or CONNECT is pending.
+        g.post_recv(&mut s.qp, &[recv_wqe(1, &[s.buf.sge(0, 4096, s.mr.lkey)])]);
+        g.post_recv(&mut c.qp, &[recv_wqe(3, &[c.buf.sge(0, 4096, c.mr.lkey)])]);
+        let l = g.listen(sctx, UNSPECIFIED, port, 4).expect("listen");
+        let mut accept = |g: &mut FakeGuest, s: &mut TcpEnd| {
+            let acc = g.submit_accept(sctx, l, s.qp.id);
+            g.post_recv(
+                &mut s.qp,
+                &[recv_wqe(2, &[s.buf.sge(4096, 4096, s.mr.lkey)])],
+            );
+            acc
+        };
+        let acc = accept_first.then(|| accept(&mut g, &mut s));
+        let con = g.submit_connect(cctx, c.qp.id, LOOPBACK, port);
+        g.post_recv(
+            &mut c.qp,
+            &[recv_wqe(4, &[c.buf.sge(4096, 4096, c.mr.lkey)])],
+        );
+        let r = g.admin_wait_done(con);
+        assert_eq!(
+            r.status,
+            ADMIN_STATUS_OK,
+            "connect: {}",
+            admin_status_name(r.status)
+        );
+        let acc = acc.unwrap_or_else(|| accept(&mut g, &mut s));
+        let r = g.admin_wait_done(acc);
+        assert_eq!(
+            r.status,
+            ADMIN_STATUS_OK,
+            "accept: {}",
+            admin_status_name(r.status)
+        );
+        let how = format!("framing {framing}, accept first {accept_first}");
+        send_into_posted(
+            &mut g,
+            &mut c,
+            &mut s,
+            &format!("client -> server, {how}"),
+            [b"first", b"second!"],
+        );
+        send_into_posted(
+            &mut g,
+            &mut s,
+            &mut c,
+            &format!("server -> client, {how}"),
+            [b"third", b"fourth!"],
+        );
+    }
+}
+
+/// Sends two messages from `from`; the two receives `to` posted (4 KiB each, at offsets 0
+/// and 4096) complete with them in order.
+fn send_into_posted(
+    g: &mut FakeGuest,
+    from: &mut TcpEnd,
+    to: &mut TcpEnd,
+    what: &str,
+    words: [&[u8]; 2],
+) {
+    for (i, w) in words.iter().enumerate() {
+        g.post_send(&mut from.qp, &[tcp_inline_wqe(10 + i as u64, 0, w)]);
+        assert_cqe(&g.wait_cqe(&mut from.scq), CQE_STATUS_SUCCESS, 0, "send");
+        let r = g
+            .try_wait_cqe(&mut to.rcq, TIMEOUT)
+            .unwrap_or_else(|| panic!("{what}: receive {i} did not complete"));
+        assert_cqe(&r, CQE_STATUS_SUCCESS, 0, &format!("{what}: receive {i}"));
+        assert_eq!(r.byte_len as usize, w.len(), "{what}: receive {i}");
+        assert_eq!(g.buf_read(&to.buf, 4096 * i as u64, w.len()), *w, "{what}");
+    }
+}
 // ---- message framing: receive buffers just larger than the message -----------------------
 
 /// Every message completes its receive WR whatever the WR's size: exactly the message,
