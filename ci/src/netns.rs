@@ -37,6 +37,12 @@
 //! guests, see images/guest/init), and the bridge floods multicast (no MLD snooping: qpip
 //! devices send no MLD reports), so neighbour discovery reaches every port and a new
 //! address answers at once.
+//!
+//! **Stalled guests.** Under TCG on a loaded host a guest can get no CPU for many seconds.
+//! Linux resolves a neighbour with 3 multicast solicitations 1 s apart, then drops the
+//! packets that waited: a ping to a guest that stalled just then went unanswered (shown by
+//! stopping a guest's QEMU for 8 s while the other pinged it). The namespace and the
+//! guests send up to 30 solicitations instead, so resolution outlasts such a stall.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -224,6 +230,13 @@ impl LabNet {
             BRIDGE,
             "nodad",
         ])?;
+        // Neighbour discovery that outlasts a stalled guest (as in the guests' init): a TCG
+        // guest can get no CPU for many seconds on a loaded host, longer than Linux's 3
+        // solicitations 1 s apart, after which what waited is dropped. (A namespace other
+        // than the first has no neigh/default to set beforehand.)
+        self.sh(&format!(
+            "echo 30 >/proc/sys/net/ipv6/neigh/{BRIDGE}/mcast_solicit"
+        ))?;
         ip(&["-n", &n, "link", "set", BRIDGE, "up"])?;
         Ok(())
     }

@@ -97,8 +97,6 @@ struct HostView {
     pings: Vec<(String, Result<String, String>)>,
     /// `ip -br link` in the namespace while the guests ran.
     links: String,
-    /// How many datagrams were sent before guest b reported one.
-    udp_sends: usize,
     udp_error: Option<String>,
 }
 
@@ -128,16 +126,10 @@ if [ "$me" = b ]; then
 fi
 touch "/lab/up-$me"
 lab-wait "up-$other" 120; kv wait.other $?
-# Up to 3 tries each: under load the first echo can be lost while neighbour discovery
-# settles; the tries used are reported.
-ping3() {
-    for t in 1 2 3; do
-        if ping -c 1 -W 5 "$2" >/dev/null 2>&1; then kv "$1" ok; kv "$1.tries" $t; return; fi
-    done
-    try "$1" ping -c 1 -W 5 "$2"
-}
-ping3 ping.virtio "fd51:5050::2:$on"
-ping3 ping.device "fd51:5050::1:$on"
+# One echo each, answered even if the other guest stalls for a while under load (the lab's
+# neighbour discovery outlasts such stalls, see ci/src/netns.rs): a long wait, no retries.
+try ping.virtio ping -c 1 -W 60 "fd51:5050::2:$on"
+try ping.device ping -c 1 -W 60 "fd51:5050::1:$on"
 lab-wait host-done 200; kv wait.host $?
 if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
 "#;
@@ -152,7 +144,7 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
         };
         for n in 1..=2 {
             for addr in [netns::device_addr(n), netns::virtio_addr(n)] {
-                let r = host.sh(&format!("ping -6 -c 1 -W 10 {addr}"));
+                let r = host.sh(&format!("ping -6 -c 1 -W 60 {addr}"));
                 view.pings.push((addr, r));
             }
         }
@@ -160,32 +152,28 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
             view.udp_error = Some(e);
             return view;
         }
-        // A datagram can only be lost before the neighbour entry settles, so a few tries
-        // are allowed; the guest reports the first that arrives.
+        // One datagram: nothing on the bridge loses it (the namespace's neighbour entry
+        // for guest b is fresh from the ping above).
         let dest = SocketAddrV6::new(
             netns::virtio_addr(2).parse::<Ipv6Addr>().unwrap(),
             UDP_PORT,
             0,
             0,
         );
-        for _ in 0..5 {
-            view.udp_sends += 1;
-            let sent = host.in_netns(|| {
-                let sock = UdpSocket::bind("[::]:0")?;
-                sock.send_to(UDP_TEXT.as_bytes(), dest)
-            });
-            match sent {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) | Err(e) => {
-                    view.udp_error = Some(format!("cannot send from the namespace: {e}"));
-                    return view;
-                }
-            }
-            if host.wait_for("udp-got", Duration::from_secs(5)).is_ok() {
+        let sent = host.in_netns(|| {
+            let sock = UdpSocket::bind("[::]:0")?;
+            sock.send_to(UDP_TEXT.as_bytes(), dest)
+        });
+        match sent {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) | Err(e) => {
+                view.udp_error = Some(format!("cannot send from the namespace: {e}"));
                 return view;
             }
         }
-        view.udp_error = Some("guest b received none of 5 datagrams".into());
+        if let Err(e) = host.wait_for("udp-got", Duration::from_secs(120)) {
+            view.udp_error = Some(format!("guest b did not receive the datagram: {e}"));
+        }
         view
     });
     let out = match result {
@@ -254,11 +242,110 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
     assert!(
         got.starts_with(&format!("from {} port ", netns::HOST_ADDR))
             && got.ends_with(&format!("len {}: {UDP_TEXT}", UDP_TEXT.len())),
-        "guest b received {got:?} (after {} send(s))\n{}",
-        view.udp_sends,
+        "guest b received {got:?}\n{}",
         Report::new(b).context()
     );
 
+    assert_nothing_left(&out);
+}
+
+/// The QEMU process of guest `name` in namespace `ns` (QEMU runs inside the lab's
+/// namespace; its kernel command line names the guest).
+fn qemu_pid(ns: &str, name: &str) -> Option<u32> {
+    let mark = format!("qpip_lab.name={name} ");
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if !(cmdline.contains("qemu-system") && cmdline.contains(&mark)) {
+            continue;
+        }
+        let here = Command::new("ip")
+            .args(["netns", "identify", &pid.to_string()])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim() == ns)
+            .unwrap_or(false);
+        if here {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// Guest a's QEMU is stopped (SIGSTOP) for 8 s, as a host under load can starve a TCG
+/// guest. Meanwhile guest b and the lab host each send guest a's virtio-net address one
+/// echo request: both are answered once guest a runs again. Neighbour discovery with
+/// Linux's defaults (3 solicitations 1 s apart) gives up during the stall and drops the
+/// request, so this fails without the lab's longer resolution.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn an_echo_to_a_stalled_guest_is_answered_once_it_runs_again() {
+    needs_root!();
+    let a = "lab-wait host-done 300; kv a.done 0";
+    let b = r#"
+touch /lab/b-up
+lab-wait a-stopped 200; kv wait $?
+up() { cut -d' ' -f1 /proc/uptime; }
+t0=$(up)
+try ping.a ping -c 1 -W 60 fd51:5050::2:1
+kv ping.secs "$t0 $(up)"
+lab-wait host-done 200
+"#;
+    let ns = unique_netns("qpip-test");
+    let spec = LabSpec {
+        guests: vec![guest("a", a), guest("b", b)],
+        network: Network::Lab(ns.clone()),
+    };
+    const STALL: Duration = Duration::from_secs(8);
+    let result = run_lab(&spec, &mut |_, _, _| {}, |host| -> Result<String, String> {
+        host.wait_for("b-up", Duration::from_secs(200))?;
+        let pid = qemu_pid(&ns, "a").ok_or("no QEMU process of guest a in the namespace")?;
+        // SAFETY: kill on a process of this lab, found by its command line and namespace.
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        let ping = host
+            .command("ping")
+            .args(["-6", "-c", "1", "-W", "60", &netns::virtio_addr(1)])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn();
+        let signalled = host.signal("a-stopped");
+        std::thread::sleep(STALL);
+        // SAFETY: as above.
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        signalled.map_err(|e| e.to_string())?;
+        let out = ping
+            .and_then(|c| c.wait_with_output())
+            .map_err(|e| format!("ping from the namespace: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            Ok(text)
+        } else {
+            Err(format!(
+                "ping from the namespace to the stalled guest a: {text}"
+            ))
+        }
+    });
+    let out = match result {
+        Ok(out) => out,
+        Err(e) if e.is_interrupted() => common::interrupted(&e),
+        Err(e) => panic!("lab run failed: {e}"),
+    };
+    let rep = Report::new(out.guest("b"));
+    assert_eq!(out.guest("b").status, 0, "{}", rep.context());
+    assert_eq!(rep.get("wait"), "0", "{}", rep.context());
+    assert_eq!(
+        rep.get("ping.a"),
+        "ok",
+        "guest b's echo to the stalled guest a\n{}",
+        rep.context()
+    );
+    match &out.host {
+        Ok(text) => assert!(text.contains("1 received"), "{text}"),
+        Err(e) => panic!("{e}"),
+    }
     assert_nothing_left(&out);
 }
 
