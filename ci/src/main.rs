@@ -269,9 +269,11 @@ fn main() -> ExitCode {
 }
 
 fn init_log(verbose: bool) {
-    env_logger::Builder::from_env(
-        env_logger::Env::default().default_filter_or(if verbose { "info" } else { "warn" }),
-    )
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(if verbose {
+        "info"
+    } else {
+        "warn"
+    }))
     .format_timestamp(None)
     .init();
 }

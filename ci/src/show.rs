@@ -33,7 +33,9 @@ fn fail(what: &str, e: &demo::DemoError) -> ExitCode {
 
 fn print_table(r: &Report) {
     println!();
-    println!("QPs between the guests' qpip devices vs kernel sockets through their virtio-net NICs,");
+    println!(
+        "QPs between the guests' qpip devices vs kernel sockets through their virtio-net NICs,"
+    );
     println!("guest a ⇄ guest b:");
     print!("{}", results::text_table(&r.lines));
     println!();
@@ -60,8 +62,18 @@ pub fn demo(netns: &str, verbose: bool) -> ExitCode {
         ),
     );
     match written {
-        Ok(p) => say("demo", &format!("results: {} (and .md); logs: {}", p.display(), r.dir.display())),
-        Err(e) => say("demo", &format!("cannot write the results into {}: {e}", r.dir.display())),
+        Ok(p) => say(
+            "demo",
+            &format!(
+                "results: {} (and .md); logs: {}",
+                p.display(),
+                r.dir.display()
+            ),
+        ),
+        Err(e) => say(
+            "demo",
+            &format!("cannot write the results into {}: {e}", r.dir.display()),
+        ),
     }
     ExitCode::SUCCESS
 }
@@ -82,11 +94,20 @@ pub fn bench(plan: &Plan, netns: &str, out: Option<PathBuf>, verbose: bool) -> E
         .and_then(|p| write_pair(&dir, "qp-sockets-latest", &json, &md).map(|_| p));
     match r1 {
         Ok(p) => {
-            say("bench", &format!("results: {} and .md (also qp-sockets-latest.*)", p.display()));
+            say(
+                "bench",
+                &format!(
+                    "results: {} and .md (also qp-sockets-latest.*)",
+                    p.display()
+                ),
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {
-            say("bench", &format!("cannot write the results into {}: {e}", dir.display()));
+            say(
+                "bench",
+                &format!("cannot write the results into {}: {e}", dir.display()),
+            );
             ExitCode::from(1)
         }
     }

@@ -94,7 +94,8 @@ impl Plan {
             human(self.bw_bytes),
             sizes(&self.udp_sizes)
         );
-        let mut s = vec![
+        let mut s =
+            vec![
             (
                 "ready",
                 "guest b starts its servers (qpip-perf, qpip-cat, nc); guest a makes the test data"
@@ -145,7 +146,10 @@ impl Plan {
                 "tcp-sk",
                 format!("TCP ping-pong a⇄b over kernel sockets, virtio-net ({iters} round trips)"),
             ),
-            ("bw-sk", format!("TCP bandwidth a→b over kernel sockets ({bw})")),
+            (
+                "bw-sk",
+                format!("TCP bandwidth a→b over kernel sockets ({bw})"),
+            ),
         ]);
         if !self.udp_sizes.is_empty() {
             s.push((
@@ -351,7 +355,10 @@ pub fn run(
     if let Some((id, why)) = &watcher.failure {
         let mut why = why.clone();
         if !outcome.host.ok && !outcome.host.output.is_empty() {
-            why = format!("{why}\nthe lab host's side said:\n{}", outcome.host.output.trim_end());
+            why = format!(
+                "{why}\nthe lab host's side said:\n{}",
+                outcome.host.output.trim_end()
+            );
         }
         return Err(fail(Some(watcher.describe(id)), why));
     }
@@ -433,7 +440,9 @@ fn run_host_side(host: &crate::LabHost, bytes: u64, limit: Duration) -> HostSide
         Ok((ok, output)) => HostSide { ok, output },
         Err(e) => HostSide {
             ok: false,
-            output: format!("cannot run python3 in the lab's namespace: {e} (./qpip setup installs it)"),
+            output: format!(
+                "cannot run python3 in the lab's namespace: {e} (./qpip setup installs it)"
+            ),
         },
     }
 }

@@ -39,7 +39,8 @@ impl Measurements {
             let t0: f64 = t0.parse().map_err(|_| bad())?;
             let t1: f64 = t1.parse().map_err(|_| bad())?;
             // /proc/uptime has 10 ms steps: never divide by zero.
-            self.bulk.insert(name.to_string(), (bytes, (t1 - t0).max(0.01)));
+            self.bulk
+                .insert(name.to_string(), (bytes, (t1 - t0).max(0.01)));
         }
         Ok(())
     }
@@ -131,7 +132,11 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             better,
         });
     };
-    let pcts: &[&str] = if detail { &["p50", "p90", "p99"] } else { &["p50"] };
+    let pcts: &[&str] = if detail {
+        &["p50", "p90", "p99"]
+    } else {
+        &["p50"]
+    };
     for (t, name) in [("UDP", "udp"), ("TCP", "tcp")] {
         for p in pcts {
             both(
@@ -260,7 +265,9 @@ pub fn text_table(lines: &[Line]) -> String {
 
 /// The comparison as a Markdown table.
 pub fn markdown_table(lines: &[Line]) -> String {
-    let mut t = String::from("| | QP (qpip device) | sockets (virtio-net) | QP gain |\n| --- | ---: | ---: | ---: |\n");
+    let mut t = String::from(
+        "| | QP (qpip device) | sockets (virtio-net) | QP gain |\n| --- | ---: | ---: | ---: |\n",
+    );
     for l in lines {
         t += &format!(
             "| {} | {} | {} | {} |\n",
@@ -316,8 +323,14 @@ mod tests {
             format!("@perf.udp-sk={}", perf(&lat(200.0, 30.0, 20.0))),
             format!("@perf.tcp-qp={}", perf(&lat(150.0, 3.0, 2.0))),
             format!("@perf.tcp-sk={}", perf(&lat(300.0, 30.0, 20.0))),
-            format!("@perf.bw-qp={}", perf(&[bw(1024, 5.0), bw(65536, 40.0)].join(","))),
-            format!("@perf.bw-sk={}", perf(&[bw(1024, 10.0), bw(65536, 20.0)].join(","))),
+            format!(
+                "@perf.bw-qp={}",
+                perf(&[bw(1024, 5.0), bw(65536, 40.0)].join(","))
+            ),
+            format!(
+                "@perf.bw-sk={}",
+                perf(&[bw(1024, 10.0), bw(65536, 20.0)].join(","))
+            ),
             "@bulk.qp=8388608 10.00 11.00".into(),
             "@bulk.sk=8388608 20.00 22.00".into(),
             "other output".into(),
