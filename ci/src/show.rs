@@ -8,10 +8,10 @@ use std::process::ExitCode;
 /// Why guest-side figures are what they are; printed under every table.
 const TCG_NOTE: &str = "\
 Guests run under TCG (QEMU emulates their CPUs, many times slower than native), so guest-side
-times are inflated: judge by the ratios (QP gain: how many times better QPs do, > 1 is
-better). With sockets the guest kernel's TCP/IP and virtio-net run emulated; with QPs the
-transport runs in qpipd, natively on the host, and its CPU is not in the guest's: under TCG
-that widens the gap beyond what the same guests would show under KVM.";
+times are inflated: judge by the ratios (QP gain: how many times better QPs do; > 1 favours
+QPs). TCG inflates the two sides differently: with sockets the guest kernel's TCP/IP and
+virtio-net driver run emulated; with QPs the transport runs natively in qpipd on the host
+(its CPU is not the guest's) and the guest runs the library and its waits for completions.";
 
 fn say(what: &str, msg: &str) {
     if std::io::stderr().is_terminal() {
