@@ -878,7 +878,7 @@ fn receives_posted_before_accept_or_connect_are_kept_and_filled() {
         g.post_recv(&mut s.qp, &[recv_wqe(1, &[s.buf.sge(0, 4096, s.mr.lkey)])]);
         g.post_recv(&mut c.qp, &[recv_wqe(3, &[c.buf.sge(0, 4096, c.mr.lkey)])]);
         let l = g.listen(sctx, UNSPECIFIED, port, 4).expect("listen");
-        let mut accept = |g: &mut FakeGuest, s: &mut TcpEnd| {
+        let accept = |g: &mut FakeGuest, s: &mut TcpEnd| {
             let acc = g.submit_accept(sctx, l, s.qp.id);
             g.post_recv(
                 &mut s.qp,
