@@ -167,6 +167,14 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             &|n| m.num(n, Some(*s), &["mb_per_s"]),
             Better::Higher,
         );
+        // What was sent back to back and never arrived (the bandwidth counts what did).
+        both(
+            format!("UDP loss at that rate, {} datagrams", human(*s)),
+            "%",
+            "udpbw",
+            &|n| m.num(n, Some(*s), &["loss"]).map(|l| l * 100.0),
+            Better::Lower,
+        );
     }
     if let Some((bytes, _)) = m.bulk.get("qp") {
         both(
