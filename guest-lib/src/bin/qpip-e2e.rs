@@ -440,6 +440,8 @@ struct SinkConn {
     error_cqe: Option<String>,
     error_event: Option<String>,
     flushed: u32,
+    /// Our close completed (our FIN was acknowledged).
+    close_done: bool,
 }
 
 fn sink(ctx: &Context, a: &Args) -> Result<bool, Fail> {
@@ -469,6 +471,7 @@ fn sink(ctx: &Context, a: &Args) -> Result<bool, Fail> {
             error_cqe: None,
             error_event: None,
             flushed: 0,
+            close_done: false,
         });
     }
     println!("@sink.listening={}", a.port);
@@ -552,6 +555,8 @@ fn sink(ctx: &Context, a: &Args) -> Result<bool, Fail> {
                         conn.state = State::Failed;
                     }
                 }
+                // Read here, a close's event is not there for the wait below.
+                EventKind::Close => conn.close_done = true,
                 _ => {}
             }
         }
@@ -560,7 +565,7 @@ fn sink(ctx: &Context, a: &Args) -> Result<bool, Fail> {
     // under loss the peer may still be waiting for the acknowledgement of its own FIN).
     let clean_qps: Vec<u32> = conns
         .iter()
-        .filter(|c| c.state == State::Clean)
+        .filter(|c| c.state == State::Clean && !c.close_done)
         .map(|c| c.qp.id())
         .collect();
     let until = Instant::now() + Duration::from_secs(30);
