@@ -122,7 +122,7 @@ fn main() -> ExitCode {
         1 => "debug",
         _ => "trace",
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).init();
+    init_log(level);
 
     let socket = args.socket.clone();
     install_signal_cleanup(socket.clone());
@@ -211,4 +211,27 @@ fn parse_addr(s: &str) -> Result<(Ipv6Addr, u8), String> {
         return Err(format!("'{a}' is not a unicast address a device can have"));
     }
     Ok((addr, plen))
+}
+
+/// Logs as `[  seconds LEVEL target] message`, the seconds counted from qpipd's start: the
+/// lab keeps one log per device next to the guest's console log, and an offset from start
+/// lines them up with the boot better than a calendar date would.
+fn init_log(default_level: &str) {
+    use std::io::Write;
+    let start = std::time::Instant::now();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
+        .format(move |buf, record| {
+            let t = start.elapsed();
+            let level = record.level();
+            let style = buf.default_level_style(level);
+            writeln!(
+                buf,
+                "[{:>5}.{:06} {style}{level:<5}{style:#} {}] {}",
+                t.as_secs(),
+                t.subsec_micros(),
+                record.target(),
+                record.args()
+            )
+        })
+        .init();
 }
