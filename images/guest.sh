@@ -23,7 +23,6 @@ INIT=$QPIP_ROOT/images/guest/init
 LAB_WAIT=$QPIP_ROOT/images/guest/lab-wait
 LAB_UDP_SRC=$QPIP_ROOT/images/guest/lab-udp.c
 BUSYBOX=$RUNTIME_DIR/usr/bin/busybox
-TARGET=x86_64-unknown-linux-gnu
 
 # Modules the guest needs, by name; their dependencies are added from modules.dep and any
 # that the kernel has built in are skipped:
@@ -47,18 +46,10 @@ for tool in cargo cc xz gzip readelf strip; do
 done
 
 # --- guest tools: static, so the image needs no libc ---------------------------------------
-bins=()
-for src in "$QPIP_ROOT"/guest-lib/src/bin/*.rs "$QPIP_ROOT"/guest-lib/src/bin/*/main.rs; do
-    [ -f "$src" ] || continue
-    case $src in */main.rs) name=${src%/main.rs}; name=${name##*/} ;; *) name=$(basename "$src" .rs) ;; esac
-    bins+=("$name")
-done
+mapfile -t bins < <(guest_tool_names)
 [ ${#bins[@]} -gt 0 ] || die "guest-lib has no binaries in src/bin"
-# With the async adapter (feature tokio): qpip-verbs-test checks it on the device.
-step "guest image: build guest tools (${bins[*]}, static)" \
-    env RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --manifest-path "$QPIP_ROOT/Cargo.toml" --release -p qpip --target $TARGET --bins --features tokio
-BINDIR=${CARGO_TARGET_DIR:-$QPIP_ROOT/target}/$TARGET/release
+step "guest image: build guest tools (${bins[*]}, static)" build_guest_tools
+BINDIR=$GUEST_BINDIR
 for b in "${bins[@]}"; do
     [ -x "$BINDIR/$b" ] || die "cargo built no $BINDIR/$b"
     # A dynamic binary would fail in the guest with a bare "not found" from the shell.

@@ -23,3 +23,27 @@ inputs_hash() {
         if [ -f "$f" ]; then printf '%s\n' "$f"; cat "$f"; else printf '%s\n' "$f"; fi
       done; } | sha256sum | cut -c1-16
 }
+
+# The guest tools (guest-lib's binaries), linked statically: the guest image has no libc.
+# Built by images/guest.sh, and early by ./qpip setup (while the runtime downloads), with
+# the same command, so the second build is a no-op.
+GUEST_TARGET=x86_64-unknown-linux-gnu
+GUEST_BINDIR=${CARGO_TARGET_DIR:-$QPIP_ROOT/target}/$GUEST_TARGET/release
+
+# guest_tool_names: prints the names of guest-lib's binaries, one per line.
+guest_tool_names() {
+    local src name
+    for src in "$QPIP_ROOT"/guest-lib/src/bin/*.rs "$QPIP_ROOT"/guest-lib/src/bin/*/main.rs; do
+        [ -f "$src" ] || continue
+        case $src in */main.rs) name=${src%/main.rs}; name=${name##*/} ;; *) name=$(basename "$src" .rs) ;; esac
+        printf '%s\n' "$name"
+    done
+}
+
+# build_guest_tools: builds them into $GUEST_BINDIR. With the async adapter (feature tokio):
+# qpip-verbs-test checks it on the device.
+build_guest_tools() {
+    env RUSTFLAGS="-C target-feature=+crt-static" \
+        cargo build --manifest-path "$QPIP_ROOT/Cargo.toml" --release -p qpip \
+        --target "$GUEST_TARGET" --bins --features tokio
+}

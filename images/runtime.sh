@@ -8,6 +8,7 @@
 # QEMU runs from this tree without chroot, through the tree's own dynamic loader (see
 # images/qemu-env.sh). Needs root (debootstrap, chroot). Idempotent: a stamp records the hash
 # of this script; when the script changes, the runtime is rebuilt.
+# `runtime.sh --check` builds nothing: exit status 0 when the runtime is up to date, 1 if not.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -16,6 +17,10 @@ MIRROR=${QPIP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 KEY=$(cd "$QPIP_ROOT" && inputs_hash images/runtime.sh "$MIRROR")
 STAMP=$RUNTIME_DIR/.qpip-runtime-$KEY
 
+if [ "${1:-}" = --check ]; then
+    [ -f "$STAMP" ]
+    exit
+fi
 if [ -f "$STAMP" ]; then
     say "runtime: up to date ($RUNTIME_DIR)"
     exit 0
@@ -33,6 +38,9 @@ cleanup() {
     done
 }
 trap cleanup EXIT
+# Stopped by a signal (Ctrl-C, or ./qpip setup ending its background build): exit through
+# the EXIT trap, so the bind mounts of the half-built tree are undone.
+trap 'exit 130' INT TERM
 
 NEW=$RUNTIME_DIR.new
 if [ -d "$NEW" ]; then
