@@ -144,6 +144,7 @@ fn main() -> ExitCode {
                 }),
                 tcp_limits: TcpLimits {
                     max_retries: args.tcp_retries,
+                    ..TcpLimits::default()
                 },
             },
         },

@@ -700,6 +700,7 @@ fn a_peer_that_vanishes_times_the_connection_out() {
         b_mac,
         TcpLimits {
             max_retries: RETRIES,
+            ..TcpLimits::default()
         },
     );
     let (actx, bctx) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());

@@ -641,8 +641,9 @@ impl Engine {
     /// its outstanding work requests with FLUSHED.
     fn remove_qp(&mut self, mem: &GuestMemoryMmap, id: u32, flush: bool) {
         if self.objects.qps.get(&id).is_some_and(|q| q.tcp) {
-            // Abort (RST) and flush the WRs the connection had taken: they are older than
-            // what is still in the rings.
+            // Abort (RST) the connection, or leave it to finish a graceful close as an
+            // orphan; flush the WRs it had taken: they are older than what is still in the
+            // rings.
             self.tcp_qp_removed(mem, id, flush);
         }
         if flush {
@@ -719,9 +720,12 @@ impl Engine {
                 objects.udp_ports.contains_key(&p)
             }
         };
+        // An ephemeral port is not one an orphan (a destroyed QP's connection finishing
+        // its close) still uses: a connection from it to the same peer would clash.
+        let held = |p| taken(&self.objects, p) || (tcp && self.tcp.orphan_holds_port(p));
         let port = if port == 0 {
             (49152..=65535u16)
-                .find(|&p| !taken(&self.objects, p))
+                .find(|&p| !held(p))
                 .ok_or(ADMIN_STATUS_NO_RESOURCES)?
         } else if taken(&self.objects, port) {
             return Err(ADMIN_STATUS_ADDR_IN_USE);

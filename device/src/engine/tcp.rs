@@ -31,10 +31,22 @@
 //!
 //! Completions keep the order of their queue; when a CQ is full they wait in order
 //! ([`Tcp::deferred`]) instead of being dropped, since the WRs are already consumed.
+//!
+//! Destroying a TCP QP (DESTROY_QP, or its context going away) aborts its connection with
+//! a reset, unless the application had closed it gracefully and nothing would be lost —
+//! every byte of data acknowledged (only our FIN may be outstanding: the bytes live in
+//! guest memory the owner may free, so data is never sent after the destroy) and every
+//! byte received handed to the application. Then the connection becomes an orphan
+//! ([`ConnectionTable::orphan`]): it has no QP and finishes its close by itself in the
+//! table (FIN retransmitted, FIN-WAIT-2 bounded by [`TcpLimits::fin_timeout`], TIME-WAIT,
+//! a reset for new data), with no completion, event or DMA ever, up to
+//! [`TcpLimits::max_orphans`] of them (beyond, the reset as before). Its local port is not
+//! handed out as an ephemeral port again while it lives. A device reset drops orphans
+//! with everything else.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv6Addr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use log::debug;
 use qpip_abi::admin::*;
@@ -411,6 +423,16 @@ impl RxState {
         }
     }
 
+    /// Whether bytes the connection delivered never reached the application: waiting for a
+    /// WR, in a partly filled WR (no completion told of them), or a message begun and not
+    /// completed (one being discarded for want of room was already reported).
+    fn holds_unread(&self) -> bool {
+        !self.pending.is_empty()
+            || self.hdr_have > 0
+            || (self.in_msg && !(self.msg_decided && self.discard))
+            || self.wrs.iter().any(|w| w.filled > 0)
+    }
+
     /// Every WR taken completes FLUSHED (the QP went to the error state).
     fn flush(&mut self) {
         self.pending.clear();
@@ -542,24 +564,38 @@ pub struct Tcp {
     pub(super) deferred: HashMap<u32, VecDeque<Cqe>>,
 }
 
-/// How persistent the device's TCP is with a peer that stopped answering: the number of
-/// retransmissions of unacknowledged data (or unanswered zero-window probes) before the
-/// connection times out — RFC 9293 §3.8.3's threshold R2, counted in retransmissions as
-/// that section allows (Linux: `net.ipv4.tcp_retries2`). The default, 15, is Linux's too;
-/// with the RTO doubling each time from the 200 ms floor up to the 60 s ceiling, that is
-/// about 9 minutes. RFC 9293 asks for at least 100 seconds (SHOULD-10);
-/// fewer retries give up on a vanished peer sooner (N retries on a fast link take about
-/// 0.2 × (2^(N+1) − 1) seconds), for applications — and tests — that want to hear
-/// of it quickly.
+/// How long the device's TCP holds on: to a peer that stopped answering, and to
+/// connections whose QP is gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TcpLimits {
+    /// Retransmissions of unacknowledged data (or unanswered zero-window probes) before
+    /// the connection times out — RFC 9293 §3.8.3's threshold R2, counted in
+    /// retransmissions as that section allows (Linux: `net.ipv4.tcp_retries2`). The
+    /// default, 15, is Linux's too; with the RTO doubling each time from the 200 ms floor
+    /// up to the 60 s ceiling, that is about 9 minutes. RFC 9293 asks for at least 100
+    /// seconds (SHOULD-10); fewer retries give up on a vanished peer sooner (N retries on
+    /// a fast link take about 0.2 × (2^(N+1) − 1) seconds), for applications — and tests
+    /// — that want to hear of it quickly.
     pub max_retries: u32,
+    /// Maximum segment lifetime: TIME-WAIT lasts twice this (30 s, as Linux's 60 s
+    /// TIME-WAIT).
+    pub msl: Duration,
+    /// How long an orphan waits in FIN-WAIT-2 for the peer's FIN ([`tcp::Config::fin_timeout`],
+    /// 60 s as Linux's `tcp_fin_timeout`).
+    pub fin_timeout: Duration,
+    /// Orphans the device holds at most ([`tcp::MAX_ORPHANS`]); beyond, a destroyed QP's
+    /// connection is reset even after a graceful close.
+    pub max_orphans: usize,
 }
 
 impl Default for TcpLimits {
     fn default() -> Self {
+        let c = tcp::Config::default();
         TcpLimits {
-            max_retries: tcp::Config::default().max_retries,
+            max_retries: c.max_retries,
+            msl: c.msl,
+            fin_timeout: c.fin_timeout,
+            max_orphans: tcp::MAX_ORPHANS,
         }
     }
 }
@@ -577,10 +613,14 @@ impl Tcp {
         let cfg = tcp::Config {
             mss: tcp::Config::mss_for_mtu(mtu),
             max_retries: limits.max_retries,
+            msl: limits.msl,
+            fin_timeout: limits.fin_timeout,
             ..tcp::Config::default()
         };
+        let mut table = ConnectionTable::new(IsnGenerator::new(key, Instant::now()));
+        table.set_max_orphans(limits.max_orphans);
         Tcp {
-            table: ConnectionTable::new(IsnGenerator::new(key, Instant::now())),
+            table,
             cfg,
             local: VecDeque::new(),
             outbox: Vec::new(),
@@ -605,6 +645,12 @@ impl Tcp {
     /// ([`Engine::poll_tcp`] sends it).
     pub fn path_mtu_changed(&mut self, dst: Ipv6Addr, mtu: usize, now: Instant) {
         self.table.path_mtu_changed(dst, mtu, now);
+    }
+
+    /// Whether an orphan holds `port` as its local port (not to be chosen as an
+    /// ephemeral port: a new connection from it to the same peer would meet the orphan).
+    pub(super) fn orphan_holds_port(&self, port: u16) -> bool {
+        self.table.orphan_holds_port(port)
     }
 
     /// Whether work is waiting that needs no event to wake it.
@@ -742,7 +788,8 @@ impl Engine {
         );
     }
 
-    /// A TCP QP is being destroyed: its connection is aborted (RST), the WRs it had
+    /// A TCP QP is being destroyed: its connection becomes an orphan if it was closed
+    /// gracefully and nothing would be lost, else it is aborted (RST); the WRs the QP had
     /// taken complete FLUSHED (if `flush`), a pending CLOSE is cancelled.
     pub(super) fn tcp_qp_removed(&mut self, mem: &GuestMemoryMmap, id: u32, flush: bool) {
         for l in self.tcp.listeners.values_mut() {
@@ -752,14 +799,23 @@ impl Engine {
             return;
         };
         if let Some(conn) = t.conn.take() {
-            if let Some(e) = self.tcp.table.get_mut(conn) {
-                e.conn.abort();
-                let now = Instant::now();
-                while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
-                    self.tcp.outbox.push(o);
+            let now = Instant::now();
+            // Bytes received and never read would be lost without a word: a reset tells
+            // the peer (as Linux's close() does with unread data).
+            let orphaned = !t.rx.holds_unread() && self.tcp.table.orphan(conn, now).is_ok();
+            if orphaned {
+                debug!("QP {id}: its closed connection finishes without it");
+                // Whatever is due goes out; its events from now on concern nobody.
+                self.tcp_service(mem, conn, now);
+            } else {
+                if let Some(e) = self.tcp.table.get_mut(conn) {
+                    e.conn.abort();
+                    while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
+                        self.tcp.outbox.push(o);
+                    }
                 }
+                self.tcp.table.remove(conn);
             }
-            self.tcp.table.remove(conn);
         }
         if let Some(cmd) = t.close_cmd.take() {
             self.cancel(mem, cmd);
@@ -1302,14 +1358,8 @@ impl Engine {
             while let Some(ev) = e.conn.pop_event() {
                 events.push(ev);
             }
-            match e.tag {
-                None => self.tcp_unclaimed_events(mem, id, &events),
-                Some(qp) => {
-                    for ev in events {
-                        self.tcp_event(mem, qp, id, ev);
-                    }
-                }
-            }
+            let (tag, orphan) = (e.tag, e.conn.is_orphan());
+            self.tcp_dispatch(mem, id, tag, orphan, &events);
             // Segments due (the QP may be gone after the events; then nothing is sent).
             let table = &mut self.tcp.table;
             let qps = &mut self.tcp.qps;
@@ -1341,10 +1391,8 @@ impl Engine {
             match e.conn.pop_event() {
                 Some(ev) => {
                     // Put it back in order by handling it now, then go round again.
-                    match e.tag {
-                        None => self.tcp_unclaimed_events(mem, id, &[ev]),
-                        Some(qp) => self.tcp_event(mem, qp, id, ev),
-                    }
+                    let (tag, orphan) = (e.tag, e.conn.is_orphan());
+                    self.tcp_dispatch(mem, id, tag, orphan, &[ev]);
                     continue;
                 }
                 None if closed => {
@@ -1362,6 +1410,28 @@ impl Engine {
                 None => self.tcp.table.update(id),
             }
             return;
+        }
+    }
+
+    /// A connection's events to whom they concern: its QP, the listener rendezvous of a
+    /// connection no QP has taken yet, or nobody for an orphan (its QP, CQs and memory
+    /// may be gone).
+    fn tcp_dispatch(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        id: ConnId,
+        tag: Option<u32>,
+        orphan: bool,
+        events: &[Event],
+    ) {
+        match tag {
+            None if orphan => {}
+            None => self.tcp_unclaimed_events(mem, id, events),
+            Some(qp) => {
+                for &ev in events {
+                    self.tcp_event(mem, qp, id, ev);
+                }
+            }
         }
     }
 

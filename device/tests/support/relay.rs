@@ -1,6 +1,7 @@
 //! A man in the middle of two devices: each device's cable ends at the relay, which
 //! forwards every frame to the other side — or drops everything (a peer that vanished
-//! without a word), records what device A sends, and injects frames of its own toward A
+//! without a word), or A's next FINs (a lost FIN), records what device A sends, and
+//! injects frames of its own toward A
 //! (an ICMPv6 packet too big from a router on the path, an echo request whose reply marks
 //! the point from which A has read everything injected before it).
 
@@ -23,6 +24,8 @@ const PROTO_FRAGMENT: u8 = 44;
 const ICMP_PACKET_TOO_BIG: u8 = 2;
 const ICMP_ECHO_REQUEST: u8 = 128;
 const ICMP_ECHO_REPLY: u8 = 129;
+/// The FIN bit of the TCP flags byte (offset 13 of the header).
+const TCP_FIN: u8 = 0x01;
 /// The identifier of the relay's echo requests.
 const ECHO_ID: u16 = 0x5150;
 
@@ -62,6 +65,9 @@ struct State {
     last_data_from_a: Option<Vec<u8>>,
     marks: u32,
     dropped: u64,
+    /// Whether A's TCP segments with FIN are dropped, and how many were.
+    drop_fins: bool,
+    fins_dropped: u32,
     data_from_a: usize,
     plan: Option<PtbPlan>,
 }
@@ -147,6 +153,14 @@ impl Relay {
                             fragment: next == PROTO_FRAGMENT,
                             after_marks,
                         });
+                        if next == PROTO_TCP
+                            && ip.len() >= IPV6 + 20
+                            && ip[IPV6 + 13] & TCP_FIN != 0
+                            && s.drop_fins
+                        {
+                            s.fins_dropped += 1;
+                            continue;
+                        }
                         if tcp_payload.is_some_and(|p| p > 0) {
                             s.last_data_from_a = Some(f.to_vec());
                             s.data_from_a += 1;
@@ -194,6 +208,17 @@ impl Relay {
     /// Frames dropped so far.
     pub fn dropped(&self) -> u64 {
         self.state.lock().unwrap().dropped
+    }
+
+    /// From now on every TCP segment A sends with FIN set is dropped (with any data it
+    /// carries), or none again; the rest of the traffic goes through.
+    pub fn set_drop_fins_from_a(&self, on: bool) {
+        self.state.lock().unwrap().drop_fins = on;
+    }
+
+    /// A's FIN segments dropped so far.
+    pub fn fins_dropped(&self) -> u32 {
+        self.state.lock().unwrap().fins_dropped
     }
 
     /// What A has sent toward B so far.

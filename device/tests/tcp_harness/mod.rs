@@ -123,14 +123,18 @@ impl Dev {
         let mut out = Vec::new();
         match self.table.input(&seg, self.now, 0) {
             Input::Connection(id) => {
-                if self.table.get(id).expect("demultiplexed").tag.is_none() {
+                let e = self.table.get(id).expect("demultiplexed");
+                if e.tag.is_none() && !e.conn.is_orphan() {
                     // From a cookie: the application takes it at once.
                     let tag = self.new_app();
                     self.table.get_mut(id).expect("there").tag = Some(tag);
                 }
                 let e = self.table.get_mut(id).expect("demultiplexed");
-                let tag = e.tag.expect("tagged");
-                e.conn.on_segment(&seg, self.now, &mut self.apps[tag]);
+                match e.tag {
+                    Some(tag) => e.conn.on_segment(&seg, self.now, &mut self.apps[tag]),
+                    // An orphan: its application is gone.
+                    None => e.conn.on_segment(&seg, self.now, &mut tcp::NoSpace),
+                }
                 self.service(id, &mut out);
             }
             Input::HalfOpen(id) => {
@@ -159,10 +163,17 @@ impl Dev {
         while let Some(ev) = e.conn.pop_event() {
             self.events.push((id, ev));
         }
-        let queued = e.conn.queued() as usize;
-        let mut src = Source(&self.data[..queued]);
-        while let Some(o) = e.conn.poll_transmit(self.now, &mut src) {
-            out.push(Self::check(o));
+        if e.conn.is_orphan() {
+            // Its data is gone with its application: reading it would panic.
+            while let Some(o) = e.conn.poll_transmit(self.now, &mut tcp::NoData) {
+                out.push(Self::check(o));
+            }
+        } else {
+            let queued = e.conn.queued() as usize;
+            let mut src = Source(&self.data[..queued]);
+            while let Some(o) = e.conn.poll_transmit(self.now, &mut src) {
+                out.push(Self::check(o));
+            }
         }
         while let Some(ev) = e.conn.pop_event() {
             self.events.push((id, ev));

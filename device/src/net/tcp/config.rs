@@ -49,6 +49,11 @@ pub struct Config {
     pub delayed_ack: Option<Duration>,
     /// Maximum segment lifetime: TIME_WAIT lasts twice this.
     pub msl: Duration,
+    /// How long an orphaned connection (its owner closed it and went away) waits in
+    /// FIN-WAIT-2 for the peer's FIN before it is dropped without a word: a peer that
+    /// never closes must not hold the connection forever (Linux: `net.ipv4.tcp_fin_timeout`,
+    /// 60 s). Connections with an owner wait as long as the owner does.
+    pub fin_timeout: Duration,
     pub keepalive: Option<Keepalive>,
     /// The staging allowance: how much more than the posted receive space the window
     /// offers, held in the connection until receive buffers are posted. Also the window
@@ -80,6 +85,7 @@ impl Default for Config {
             max_retries: 15,
             delayed_ack: Some(Duration::from_millis(40)),
             msl: Duration::from_secs(30),
+            fin_timeout: Duration::from_secs(60),
             keepalive: None,
             staging: 64 * 1024,
             ooo_limit: 256 * 1024,

@@ -133,6 +133,9 @@ pub struct ConnStats {
     pub estab_resets: u64,
     /// 1 if it was dropped because retransmissions or keepalives went unanswered.
     pub gave_up: u64,
+    /// 1 if it was orphaned ([`Connection::orphan`]) and then reset because new data
+    /// arrived that nobody would read.
+    pub orphan_resets: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,6 +218,8 @@ pub struct Connection {
     keepalive_at: Option<Instant>,
     keepalive_sent: u32,
     time_wait_at: Option<Instant>,
+    /// An orphan's bound on FIN-WAIT-2 ([`Config::fin_timeout`]).
+    fin_wait2_at: Option<Instant>,
     /// Output is due without a segment, timer or call having come (the path MTU
     /// dropped): the engine finds the connection among the expired timers.
     kick_at: Option<Instant>,
@@ -250,6 +255,8 @@ pub struct Connection {
 
     events: VecDeque<Event>,
     stats: ConnStats,
+    /// Its owner closed it and went away ([`Connection::orphan`]).
+    orphaned: bool,
 }
 
 impl std::fmt::Debug for Connection {
@@ -325,6 +332,7 @@ impl Connection {
             keepalive_at: None,
             keepalive_sent: 0,
             time_wait_at: None,
+            fin_wait2_at: None,
             kick_at: None,
             rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
             retries: 0,
@@ -346,6 +354,7 @@ impl Connection {
             challenges: 0,
             events: VecDeque::new(),
             stats: ConnStats::default(),
+            orphaned: false,
         }
     }
 
@@ -514,6 +523,24 @@ impl Connection {
         self.state == State::Closed && !self.rst_pending && self.reply_rst.is_none()
     }
 
+    /// Whether the application closed its direction ([`Connection::close`]) and the peer
+    /// acknowledged every byte of data (only our FIN may still be outstanding), with no
+    /// received byte left that the sink has not taken: then nothing of the application's
+    /// is lost if it goes away, and the connection can finish its close as an orphan.
+    pub fn may_orphan(&self) -> bool {
+        matches!(
+            self.state,
+            State::FinWait1 | State::FinWait2 | State::Closing | State::LastAck | State::TimeWait
+        ) && self.fin_queued
+            && self.acked() == self.queued
+            && self.rcv.staged() == 0
+    }
+
+    /// Whether the connection was orphaned.
+    pub fn is_orphan(&self) -> bool {
+        self.orphaned
+    }
+
     /// Checks the connection's internal invariants, panicking with the first broken one
     /// (for tests and fuzz targets: no input from the network may break them).
     pub fn check_invariants(&self) {
@@ -633,6 +660,21 @@ impl Connection {
                 self.stop_timers();
                 self.events.push_back(Event::Closed);
             }
+        }
+    }
+
+    /// Its owner went away after closing it gracefully ([`Connection::may_orphan`]; the
+    /// caller checks): the connection finishes its close by itself, as Linux finishes an
+    /// orphaned socket. Its FIN is retransmitted until acknowledged; FIN-WAIT-2 lasts at
+    /// most [`Config::fin_timeout`] (then it closes without a word); TIME-WAIT as usual;
+    /// new data from the peer, which nobody would read, is answered with a reset and ends
+    /// it (RFC 9293 §3.10.7.4 and RFC 1122 §4.2.2.13, as Linux does). From now on it never
+    /// reads its [`SendSource`] (every byte of data was acknowledged) and never delivers
+    /// to its [`RecvSink`].
+    pub fn orphan(&mut self, now: Instant) {
+        self.orphaned = true;
+        if self.state == State::FinWait2 {
+            self.fin_wait2_at = Some(now + self.cfg.fin_timeout);
         }
     }
 
@@ -842,6 +884,7 @@ impl Connection {
         self.delack_at = None;
         self.keepalive_at = None;
         self.time_wait_at = None;
+        self.fin_wait2_at = None;
         self.kick_at = None;
         self.probe_pending = false;
         self.keepalive_pending = false;
@@ -1106,6 +1149,19 @@ impl Connection {
         if self.state == State::Closed {
             return;
         }
+        if self.orphaned
+            && matches!(self.state, State::FinWait1 | State::FinWait2)
+            && !seg.payload.is_empty()
+            && seg_off + seg.payload.len() as i64 > rcv_nxt as i64
+        {
+            // New data for an orphan: nobody will read it. RFC 1122 §4.2.2.13 and Linux
+            // (TCPAbortOnData) answer with a reset, taking its sequence number from the
+            // segment's ACK field (RFC 9293 §3.10.7.1), and drop the connection.
+            self.reply_rst = Some(h.ack);
+            self.stats.orphan_resets += 1;
+            self.finish(Event::Closed);
+            return;
+        }
         // Seventh and eighth: data and FIN.
         match self.state {
             State::Established | State::FinWait1 | State::FinWait2 => {
@@ -1269,6 +1325,9 @@ impl Connection {
             match self.state {
                 State::FinWait1 => {
                     self.state = State::FinWait2;
+                    if self.orphaned {
+                        self.fin_wait2_at = Some(now + self.cfg.fin_timeout);
+                    }
                 }
                 State::Closing => self.enter_time_wait(now),
                 State::LastAck => self.finish(Event::Closed),
@@ -1386,6 +1445,7 @@ impl Connection {
             self.delack_at,
             self.keepalive_at,
             self.time_wait_at,
+            self.fin_wait2_at,
             self.kick_at,
         ]
         .into_iter()
@@ -1400,6 +1460,14 @@ impl Connection {
         }
         if self.time_wait_at.is_some_and(|t| t <= now) {
             self.time_wait_at = None;
+            self.finish(Event::Closed);
+            return;
+        }
+        if self.fin_wait2_at.is_some_and(|t| t <= now) {
+            // An orphan's peer never closed: drop the connection silently, as Linux does
+            // when tcp_fin_timeout runs out (a late segment from the peer then meets no
+            // connection and is answered with a reset).
+            self.fin_wait2_at = None;
             self.finish(Event::Closed);
             return;
         }

@@ -41,7 +41,9 @@
 //! - **Application calls.** A send WR: [`Connection::queue_send`] with its length (its
 //!   bytes are stream offsets `queued()..queued()+len`). Receive WRs posted:
 //!   [`Connection::recv_space_changed`] (staged bytes move into them; the window opens).
-//!   Close: [`Connection::close`]. QP destroyed: [`Connection::abort`] (a reset goes out).
+//!   Close: [`Connection::close`]. QP destroyed: [`ConnectionTable::orphan`] if the
+//!   application had closed it and nothing would be lost (it then finishes its close by
+//!   itself, with no owner), else [`Connection::abort`] (a reset goes out).
 //! - **Path MTU.** After received frames, each `(dst, mtu)` of
 //!   `Stack::take_path_mtu_changes` goes to [`ConnectionTable::path_mtu_changed`]; the
 //!   connections it concerns are then due in the timer heap (retransmissions at the new
@@ -67,5 +69,5 @@ pub use io::{NoData, NoSpace, RecvSink, SendSource, VecSink};
 pub use isn::IsnGenerator;
 pub use listener::{ListenOutcome, Listener, ListenerStats};
 pub use stats::TcpStats;
-pub use table::{ConnId, ConnectionTable, Entry, Input, TableError};
+pub use table::{ConnId, ConnectionTable, Entry, Input, OrphanRefused, TableError, MAX_ORPHANS};
 pub use wire::{Header, Options, ParseError, SackBlocks, Segment};

@@ -46,6 +46,13 @@ pub struct TcpStats {
     pub listen_drops: u64,
     /// Connections dropped because retransmissions or keepalive probes went unanswered.
     pub timeouts: u64,
+    /// Connections orphaned: their owner closed them gracefully and went away, and they
+    /// finished the close by themselves ([`super::ConnectionTable::orphan`]).
+    pub orphans: u64,
+    /// Connections that were to be orphaned, or were, and were reset instead: the table
+    /// held its maximum of orphans already (Linux: TCPAbortOnMemory), or new data arrived
+    /// for an orphan (TCPAbortOnData).
+    pub orphan_aborts: u64,
 }
 
 impl TcpStats {
@@ -65,5 +72,6 @@ impl TcpStats {
         self.attempt_fails += d(now.attempt_fails, before.attempt_fails);
         self.estab_resets += d(now.estab_resets, before.estab_resets);
         self.timeouts += d(now.gave_up, before.gave_up);
+        self.orphan_aborts += d(now.orphan_resets, before.orphan_resets);
     }
 }

@@ -3,7 +3,9 @@
 //! the connections' timers in one heap (the engine sleeps until its top, never scans).
 //!
 //! Each connection carries a tag of the engine's choosing (its QP); half-open connections
-//! made by listeners have none until the engine gives them one (an accepted QP).
+//! made by listeners have none until the engine gives them one (an accepted QP). An
+//! orphan — a connection whose owner closed it gracefully and went away
+//! ([`ConnectionTable::orphan`]) — has none either and stays until its close is done.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -17,6 +19,12 @@ use super::isn::IsnGenerator;
 use super::listener::{ListenOutcome, Listener, ListenerStats};
 use super::stats::TcpStats;
 use super::wire::{self, Segment};
+
+/// How many orphans the table holds at most by default (Linux bounds its orphans too,
+/// `net.ipv4.tcp_max_orphans`): each costs a slot and a timer, and a peer that never
+/// acknowledges our FIN keeps one for the whole retransmission budget. Beyond it a
+/// connection is reset instead of orphaned.
+pub const MAX_ORPHANS: usize = 4096;
 
 /// A connection's handle: slot and generation (a removed connection's handle never
 /// finds its slot's next occupant).
@@ -45,6 +53,18 @@ impl fmt::Display for TableError {
 }
 
 impl std::error::Error for TableError {}
+
+/// Why a connection was not orphaned (its owner then aborts it, as before).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrphanRefused {
+    /// Not closed gracefully, or data (ours unacknowledged, or the peer's unread) would be
+    /// lost: [`Connection::may_orphan`] is false.
+    NotClosed,
+    /// The table holds its maximum of orphans ([`ConnectionTable::set_max_orphans`]).
+    Full,
+    /// No such connection.
+    Gone,
+}
 
 /// Where a received segment went.
 #[derive(Debug)]
@@ -84,6 +104,12 @@ pub struct ConnectionTable<T> {
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
     isn: IsnGenerator,
     stats: TcpStats,
+    /// Orphans held now, and the most allowed.
+    orphans: usize,
+    max_orphans: usize,
+    /// Orphans by local port (for ephemeral port choice: a port an orphan holds is not
+    /// handed out again while it lives).
+    orphan_ports: HashMap<u16, u32>,
 }
 
 impl<T> ConnectionTable<T> {
@@ -96,7 +122,25 @@ impl<T> ConnectionTable<T> {
             timers: BinaryHeap::new(),
             isn,
             stats: TcpStats::default(),
+            orphans: 0,
+            max_orphans: MAX_ORPHANS,
+            orphan_ports: HashMap::new(),
         }
+    }
+
+    /// Sets the most orphans the table holds ([`MAX_ORPHANS`] unless set; 0: none).
+    pub fn set_max_orphans(&mut self, n: usize) {
+        self.max_orphans = n;
+    }
+
+    /// Orphans held now.
+    pub fn orphans(&self) -> usize {
+        self.orphans
+    }
+
+    /// Whether an orphan has `port` as its local port.
+    pub fn orphan_holds_port(&self, port: u16) -> bool {
+        self.orphan_ports.contains_key(&port)
     }
 
     /// The device's TCP counters: exact for every connection as of its last
@@ -256,6 +300,16 @@ impl<T> ConnectionTable<T> {
         let mut e = s.entry.take()?;
         s.gen = s.gen.wrapping_add(1);
         Self::count(&mut self.stats, &mut e);
+        if e.conn.is_orphan() {
+            self.orphans -= 1;
+            let port = e.conn.tuple().local_port;
+            if let Some(n) = self.orphan_ports.get_mut(&port) {
+                *n -= 1;
+                if *n == 0 {
+                    self.orphan_ports.remove(&port);
+                }
+            }
+        }
         self.free.push(id.index);
         self.by_tuple.remove(&e.conn.tuple());
         if let Some(l) = e.listener {
@@ -264,6 +318,34 @@ impl<T> ConnectionTable<T> {
             }
         }
         Some(e)
+    }
+
+    /// The connection's owner went away after closing it gracefully: unless that would
+    /// lose data or the table is full of orphans, it loses its tag and finishes its close
+    /// by itself ([`Connection::orphan`]) — the caller keeps servicing it like any other
+    /// (its events concern nobody; it never reads a [`super::SendSource`] nor delivers to
+    /// a [`super::RecvSink`]) until it is closed and removed. Refused: nothing changed (the
+    /// caller aborts it); [`OrphanRefused::Full`] counts as an orphan abort.
+    pub fn orphan(&mut self, id: ConnId, now: Instant) -> Result<(), OrphanRefused> {
+        let full = self.orphans >= self.max_orphans;
+        let Some(e) = self.get_mut(id) else {
+            return Err(OrphanRefused::Gone);
+        };
+        if !e.conn.may_orphan() {
+            return Err(OrphanRefused::NotClosed);
+        }
+        if full {
+            self.stats.orphan_aborts += 1;
+            return Err(OrphanRefused::Full);
+        }
+        e.tag = None;
+        e.conn.orphan(now);
+        let port = e.conn.tuple().local_port;
+        self.orphans += 1;
+        *self.orphan_ports.entry(port).or_default() += 1;
+        self.stats.orphans += 1;
+        self.update(id);
+        Ok(())
     }
 
     /// Call after anything happened to a connection: its timer is (re)registered and a
