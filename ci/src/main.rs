@@ -37,8 +37,9 @@ enum Cmd {
     /// Guests a and b on the lab network: QPs a⇄b, with the lab host's sockets, and
     /// kernel sockets through virtio-net; one table, QPs and sockets side by side.
     Demo(DemoArgs),
-    /// The demo's QP-versus-sockets comparison with more round trips and message sizes;
-    /// results as JSON and Markdown in $QPIP_CACHE/bench (or --out).
+    /// The demo's QP-versus-sockets comparison with more round trips and message sizes,
+    /// every measurement in several rounds (QPs and sockets interleaved; medians, spreads,
+    /// ratios); results as JSON and Markdown in $QPIP_CACHE/bench (or --out).
     Bench(BenchArgs),
 }
 
@@ -63,6 +64,12 @@ struct BenchArgs {
     /// Bytes per bandwidth test and message size.
     #[arg(long, value_name = "BYTES")]
     bytes: Option<u64>,
+    /// How many times every measurement runs; the table shows each figure's median and
+    /// spread. Each round takes about a minute under TCG, plus 40 s to boot and get ready
+    /// (default: 3).
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(qpip_lab::demo::results::MAX_ROUNDS)))]
+    rounds: Option<u32>,
     /// Where the results go (default: $QPIP_CACHE/bench).
     #[arg(long, value_name = "DIR")]
     out: Option<std::path::PathBuf>,
@@ -157,6 +164,9 @@ fn main() -> ExitCode {
             }
             if let Some(n) = b.bytes {
                 plan.bw_bytes = n.max(1);
+            }
+            if let Some(n) = b.rounds {
+                plan.rounds = n;
             }
             return show::bench(&plan, &b.netns, b.out, b.verbose);
         }

@@ -97,7 +97,10 @@ pub fn bench(plan: &Plan, netns: &str, out: Option<PathBuf>, verbose: bool) -> E
             say(
                 "bench",
                 &format!(
-                    "results: {} and .md (also qp-sockets-latest.*)",
+                    "{} round{} in {:.0} s (boot to power-off); results: {} and .md (also qp-sockets-latest.*)",
+                    plan.rounds,
+                    if plan.rounds == 1 { "" } else { "s" },
+                    r.elapsed.as_secs_f64(),
                     p.display()
                 ),
             );
@@ -144,6 +147,8 @@ fn documents(plan: &Plan, r: &Report, what: &str, load_start: Option<String>) ->
             "udp_sizes": plan.udp_sizes,
             "bw_bytes": plan.bw_bytes,
             "bulk_bytes": plan.bulk_bytes,
+            "rounds": plan.rounds,
+            "interleave": plan.interleave,
         },
     });
     if let (Some(o), serde_json::Value::Object(m)) = (j.as_object_mut(), meta) {
@@ -164,6 +169,14 @@ fn documents(plan: &Plan, r: &Report, what: &str, load_start: Option<String>) ->
         demo::human(plan.bulk_bytes),
         load_start.as_deref().unwrap_or("-"),
     );
+    if plan.rounds > 1 {
+        md += &format!(
+            "Every measurement ran {} times (rounds), QPs and sockets next to each other in \
+             each round, taking turns to go first; wall time {:.0} s.\n\n",
+            plan.rounds,
+            r.elapsed.as_secs_f64()
+        );
+    }
     md += &results::markdown_table(&r.lines);
     md += "\n";
     md += &TCG_NOTE.replace('\n', " ");

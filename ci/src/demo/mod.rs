@@ -13,6 +13,11 @@
 //! 4. the same ping-pong, bandwidth and bulk over the guests' kernel sockets through their
 //!    virtio-net NICs (`qpip-perf --sockets`, busybox `nc`).
 //!
+//! The bench runs steps 2 and 4 in several rounds ([`Plan::rounds`]), each measurement over
+//! QPs right next to the same over sockets, the two taking turns to go first: on a loaded
+//! host the load drifts, and this way the drift hits both sides alike. The table shows each
+//! figure's median and spread, and the QP gain per round beside the gain of the medians.
+//!
 //! Progress is reported step by step; the first failing step ends the run and is named.
 //! Guest CPU per message is `qpip-perf`'s process CPU time (client in a + server in b): with
 //! QPs the transport runs in the device (qpipd, on the host), with sockets in the guest
@@ -29,6 +34,79 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A measurement the run makes on both nets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Test {
+    /// UDP ping-pong (`qpip-perf --udp --test latency`).
+    UdpPing,
+    /// TCP ping-pong.
+    TcpPing,
+    /// TCP bandwidth by message size.
+    TcpBw,
+    /// UDP bandwidth by datagram size, with its loss.
+    UdpBw,
+    /// A bulk transfer a→b checked by SHA-256.
+    Bulk,
+}
+
+impl Test {
+    /// The first half of its step id and `@perf` name (`udp` in `udp-qp`).
+    pub fn id(self) -> &'static str {
+        match self {
+            Test::UdpPing => "udp",
+            Test::TcpPing => "tcp",
+            Test::TcpBw => "bw",
+            Test::UdpBw => "udpbw",
+            Test::Bulk => "bulk",
+        }
+    }
+}
+
+/// Which net a measurement uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Net {
+    /// QPs between the guests' qpip devices.
+    Qp,
+    /// Kernel sockets through the guests' virtio-net NICs.
+    Sockets,
+}
+
+impl Net {
+    /// The second half of a step id (`qp` in `udp-qp`), and the name of a bulk report.
+    pub fn id(self) -> &'static str {
+        match self {
+            Net::Qp => "qp",
+            Net::Sockets => "sk",
+        }
+    }
+}
+
+/// What a step does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Guest b starts its servers, guest a makes the test data.
+    Ready,
+    /// One measurement in one round (from 1).
+    Measure { test: Test, net: Net, round: u32 },
+    /// Guest a's TCP QP to the lab host's echo server.
+    HostOut,
+    /// The lab host's client to a TCP QP listener in guest a.
+    HostIn,
+    /// UDP datagrams from a QP in guest a, echoed by the lab host.
+    HostUdp,
+}
+
+/// One step of guest a's script.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// What guest a reports it by (`@step=ID`), unique in the run: `udp-qp`, or `udp-qp.2`
+    /// for round 2 of a run of several rounds.
+    pub id: String,
+    /// What it does, for the progress lines.
+    pub what: String,
+    pub action: Action,
+}
+
 /// How much the run measures.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -44,8 +122,17 @@ pub struct Plan {
     pub bulk_bytes: u64,
     /// Bytes each way between guest a and the lab host (0: no host steps).
     pub host_bytes: u64,
-    /// Limit for the whole run, boot to power-off.
-    pub timeout: Duration,
+    /// How many times every measurement runs (1..=[`results::MAX_ROUNDS`]); the table
+    /// shows each figure's median and spread.
+    pub rounds: u32,
+    /// Each measurement over QPs right next to the same over sockets, the two taking turns
+    /// to go first round by round, so a change in the host's load hits both sides alike
+    /// (the bench). Else every QP step, then the host steps, then every sockets step (the
+    /// demo: it reads as a story).
+    pub interleave: bool,
+    /// Limit for one round (the first includes the boot); the run's limit is
+    /// [`Plan::limit`].
+    pub round_timeout: Duration,
 }
 
 impl Plan {
@@ -58,11 +145,14 @@ impl Plan {
             bw_bytes: 4 << 20,
             bulk_bytes: 8 << 20,
             host_bytes: 1 << 20,
-            timeout: Duration::from_secs(280),
+            rounds: 1,
+            interleave: false,
+            round_timeout: Duration::from_secs(280),
         }
     }
 
-    /// The bench: more round trips, every message size, UDP bandwidth; no host steps.
+    /// The bench: more round trips, every message size, UDP bandwidth, three rounds with
+    /// QPs and sockets interleaved; no host steps.
     pub fn bench() -> Plan {
         Plan {
             latency_iters: 2000,
@@ -71,12 +161,38 @@ impl Plan {
             bw_bytes: 16 << 20,
             bulk_bytes: 32 << 20,
             host_bytes: 0,
-            timeout: Duration::from_secs(1500),
+            rounds: 3,
+            interleave: true,
+            round_timeout: Duration::from_secs(1200),
         }
     }
 
-    /// The steps guest a runs, in order, with what each does.
-    pub fn steps(&self) -> Vec<(&'static str, String)> {
+    /// Limit for the whole run, boot to power-off.
+    pub fn limit(&self) -> Duration {
+        self.round_timeout * self.rounds.max(1)
+    }
+
+    /// The measurements of one round on one net, in order.
+    fn tests(&self) -> Vec<Test> {
+        let mut t = vec![Test::UdpPing, Test::TcpPing, Test::TcpBw];
+        if !self.udp_sizes.is_empty() {
+            t.push(Test::UdpBw);
+        }
+        t.push(Test::Bulk);
+        t
+    }
+
+    /// The name round `round`'s measurement `base` is reported by: `base` itself in a run
+    /// of one round, else `base.ROUND` (see [`results::Measurements::take_line`]).
+    pub fn tag(&self, base: &str, round: u32) -> String {
+        if self.rounds > 1 {
+            format!("{base}.{round}")
+        } else {
+            base.to_string()
+        }
+    }
+
+    fn measure(&self, test: Test, net: Net, round: u32) -> Step {
         let iters = self.latency_iters;
         let sizes = |v: &[usize]| {
             v.iter()
@@ -84,86 +200,109 @@ impl Plan {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let bw = format!(
-            "{} per size, messages of {}",
-            human(self.bw_bytes),
-            sizes(&self.tcp_sizes)
-        );
-        let udp_bw = format!(
-            "{} per size, datagrams of {}",
-            human(self.bw_bytes),
-            sizes(&self.udp_sizes)
-        );
-        let mut s =
-            vec![
-            (
-                "ready",
-                "guest b starts its servers (qpip-perf, qpip-cat, nc); guest a makes the test data"
-                    .to_string(),
-            ),
-            ("udp-qp", format!("UDP ping-pong a⇄b over QPs ({iters} round trips)")),
-            (
-                "tcp-qp",
-                format!("TCP message ping-pong a⇄b over QPs ({iters} round trips)"),
-            ),
-            ("bw-qp", format!("TCP bandwidth a→b over QPs ({bw})")),
-        ];
-        if !self.udp_sizes.is_empty() {
-            s.push(("udpbw-qp", format!("UDP bandwidth a→b over QPs ({udp_bw})")));
+        let over = match net {
+            Net::Qp => "over QPs",
+            Net::Sockets => "over kernel sockets",
+        };
+        let bytes = human(self.bw_bytes);
+        let mut what = match test {
+            Test::UdpPing => format!("UDP ping-pong a⇄b {over}"),
+            Test::TcpPing if net == Net::Qp => format!("TCP message ping-pong a⇄b {over}"),
+            Test::TcpPing => format!("TCP ping-pong a⇄b {over}"),
+            Test::TcpBw => format!("TCP bandwidth a→b {over}"),
+            Test::UdpBw => format!("UDP bandwidth a→b {over}"),
+            Test::Bulk => format!("TCP bulk transfer a→b {over}"),
+        };
+        if net == Net::Sockets && matches!(test, Test::UdpPing | Test::TcpPing) {
+            what += ", virtio-net";
         }
-        s.push((
-            "bulk-qp",
-            format!(
-                "TCP bulk transfer a→b over QPs (qpip-cat, {}, SHA-256 compared)",
+        let detail = match test {
+            Test::UdpPing | Test::TcpPing => format!("{iters} round trips"),
+            Test::TcpBw => format!("{bytes} per size, messages of {}", sizes(&self.tcp_sizes)),
+            Test::UdpBw => format!("{bytes} per size, datagrams of {}", sizes(&self.udp_sizes)),
+            Test::Bulk => format!(
+                "{}, {}, SHA-256 compared",
+                if net == Net::Qp {
+                    "qpip-cat"
+                } else {
+                    "busybox nc"
+                },
                 human(self.bulk_bytes)
             ),
-        ));
-        if self.host_bytes > 0 {
+        };
+        let round_note = if self.rounds > 1 {
+            format!("round {round}/{}: ", self.rounds)
+        } else {
+            String::new()
+        };
+        Step {
+            id: self.tag(&format!("{}-{}", test.id(), net.id()), round),
+            what: format!("{round_note}{what} ({detail})"),
+            action: Action::Measure { test, net, round },
+        }
+    }
+
+    /// The steps guest a runs, in order, with what each does.
+    pub fn steps(&self) -> Vec<Step> {
+        let step = |id: &str, what: String, action| Step {
+            id: id.to_string(),
+            what,
+            action,
+        };
+        let mut s = vec![step(
+            "ready",
+            "guest b starts its servers (qpip-perf, qpip-cat, nc); guest a makes the test data"
+                .to_string(),
+            Action::Ready,
+        )];
+        let tests = self.tests();
+        let host_steps = || {
+            if self.host_bytes == 0 {
+                return Vec::new();
+            }
             let hb = human(self.host_bytes);
             let host = netns::HOST_ADDR;
-            s.extend([
-                (
+            vec![
+                step(
                     "host-out",
                     format!("guest a's TCP QP to a Python echo server on the lab host {host} ({hb} out and back)"),
+                    Action::HostOut,
                 ),
-                (
+                step(
                     "host-in",
                     format!("a Python client on the lab host to a TCP QP listener in guest a ({hb} each way)"),
+                    Action::HostIn,
                 ),
-                (
+                step(
                     "host-udp",
                     "UDP datagrams from a QP in guest a, echoed by a Python socket on the lab host"
                         .to_string(),
+                    Action::HostUdp,
                 ),
-            ]);
+            ]
+        };
+        for round in 1..=self.rounds.max(1) {
+            if self.interleave {
+                // Odd rounds: QPs first; even rounds: sockets first.
+                let order = if round % 2 == 1 {
+                    [Net::Qp, Net::Sockets]
+                } else {
+                    [Net::Sockets, Net::Qp]
+                };
+                for t in &tests {
+                    s.extend(order.map(|net| self.measure(*t, net, round)));
+                }
+                if round == 1 {
+                    s.extend(host_steps());
+                }
+            } else {
+                s.extend(tests.iter().map(|t| self.measure(*t, Net::Qp, round)));
+                if round == 1 {
+                    s.extend(host_steps());
+                }
+                s.extend(tests.iter().map(|t| self.measure(*t, Net::Sockets, round)));
+            }
         }
-        s.extend([
-            (
-                "udp-sk",
-                format!("UDP ping-pong a⇄b over kernel sockets, virtio-net ({iters} round trips)"),
-            ),
-            (
-                "tcp-sk",
-                format!("TCP ping-pong a⇄b over kernel sockets, virtio-net ({iters} round trips)"),
-            ),
-            (
-                "bw-sk",
-                format!("TCP bandwidth a→b over kernel sockets ({bw})"),
-            ),
-        ]);
-        if !self.udp_sizes.is_empty() {
-            s.push((
-                "udpbw-sk",
-                format!("UDP bandwidth a→b over kernel sockets ({udp_bw})"),
-            ));
-        }
-        s.push((
-            "bulk-sk",
-            format!(
-                "TCP bulk transfer a→b over kernel sockets (busybox nc, {}, SHA-256 compared)",
-                human(self.bulk_bytes)
-            ),
-        ));
         s
     }
 }
@@ -217,7 +356,7 @@ impl std::fmt::Display for DemoError {
 
 /// Reads the guests' output line by line as it comes: progress, failures, measurements.
 struct Watcher<'a> {
-    steps: Vec<(&'static str, String)>,
+    steps: Vec<Step>,
     partial: [Vec<u8>; 2],
     current: Option<(usize, Instant)>,
     /// (step id, message) of the first failure a guest reported.
@@ -256,12 +395,12 @@ impl Watcher<'_> {
             return;
         }
         if let Some(id) = line.strip_prefix("@step=") {
-            let i = self.steps.iter().position(|(s, _)| *s == id);
+            let i = self.steps.iter().position(|s| s.id == id);
             let Some(i) = i else {
                 return;
             };
             let n = self.steps.len();
-            (self.progress)(&format!("[{}/{n}] {} ...", i + 1, self.steps[i].1));
+            (self.progress)(&format!("[{}/{n}] {} ...", i + 1, self.steps[i].what));
             self.current = Some((i, Instant::now()));
         } else if line.starts_with("@ok=") {
             if let Some((_, t0)) = self.current.take() {
@@ -275,8 +414,8 @@ impl Watcher<'_> {
     fn describe(&self, id: &str) -> String {
         self.steps
             .iter()
-            .find(|(s, _)| *s == id)
-            .map(|(_, d)| d.clone())
+            .find(|s| s.id == id)
+            .map(|s| s.what.clone())
             .unwrap_or_else(|| id.to_string())
     }
 }
@@ -297,7 +436,7 @@ pub fn run(
     progress: &mut dyn FnMut(&str),
 ) -> Result<Report, DemoError> {
     let vm = |cmd: String| VmSpec {
-        timeout: plan.timeout,
+        timeout: plan.limit(),
         memory_mib: 512,
         ..VmSpec::new(cmd)
     };
@@ -317,13 +456,13 @@ pub fn run(
         partial: [Vec::new(), Vec::new()],
         current: None,
         failure: None,
-        measurements: Measurements::default(),
+        measurements: Measurements::with_rounds(plan.rounds as usize),
         bad_line: None,
         progress,
         verbose,
     };
     let host_bytes = plan.host_bytes;
-    let limit = plan.timeout;
+    let limit = plan.limit();
     let result = {
         let watcher = &mut watcher;
         let mut observe = |i: usize, s: Stream, b: &[u8]| {
@@ -384,9 +523,14 @@ pub fn run(
     if let Some(e) = &watcher.bad_line {
         return Err(fail(None, e.clone()));
     }
-    let done: Vec<&str> = watcher.steps.iter().map(|(s, _)| *s).collect();
+    let done: Vec<&str> = watcher.steps.iter().map(|s| s.id.as_str()).collect();
     let lines = results::lines(&watcher.measurements, plan.tcp_sizes.len() > 1);
-    if lines.iter().any(|l| l.qp.is_none() || l.sockets.is_none()) {
+    // A round that lacks a figure still leaves the others' median; a figure no round has
+    // means the guests' reports and this reader disagree.
+    if lines
+        .iter()
+        .any(|l| l.qp().is_none() || l.sockets().is_none())
+    {
         return Err(fail(
             None,
             format!(
@@ -405,7 +549,7 @@ pub fn run(
 }
 
 fn lab_error(e: LabError, w: &Watcher) -> DemoError {
-    let step = w.current.map(|(i, _)| w.steps[i].1.clone());
+    let step = w.current.map(|(i, _)| w.steps[i].what.clone());
     DemoError {
         step,
         interrupted: e.is_interrupted(),
@@ -475,12 +619,26 @@ fn run_limited(mut cmd: Command, out: &Path, limit: Duration) -> std::io::Result
 mod tests {
     use super::*;
 
+    /// The step ids of `plan` with their `Measure` actions only.
+    fn measures(plan: &Plan) -> Vec<(String, Test, Net, u32)> {
+        plan.steps()
+            .into_iter()
+            .filter_map(|s| match s.action {
+                Action::Measure { test, net, round } => Some((s.id, test, net, round)),
+                _ => None,
+            })
+            .collect()
+    }
+
     #[test]
     fn every_step_of_the_plan_is_in_guest_a_script_in_order() {
-        for plan in [Plan::demo(), Plan::bench()] {
+        let mut five = Plan::bench();
+        five.rounds = 5;
+        for plan in [Plan::demo(), Plan::bench(), five] {
             let script = scripts::guest_a(&plan);
             let mut at = 0;
-            for (id, _) in plan.steps() {
+            for step in plan.steps() {
+                let id = &step.id;
                 let pos = script[at..]
                     .find(&format!("\nstep {id}\n"))
                     .unwrap_or_else(|| panic!("step {id} missing or out of order"));
@@ -491,38 +649,125 @@ mod tests {
                 plan.steps().len(),
                 "the script has steps the plan does not describe"
             );
+            let ids: Vec<String> = plan.steps().into_iter().map(|s| s.id).collect();
+            let mut unique = ids.clone();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), ids.len(), "step ids repeat: {ids:?}");
         }
         assert!(scripts::guest_a(&Plan::demo()).contains("host-out"));
         assert!(!scripts::guest_a(&Plan::bench()).contains("host-out"));
     }
 
     #[test]
+    fn the_demo_is_one_round_in_its_story_order() {
+        let plan = Plan::demo();
+        assert_eq!(plan.rounds, 1);
+        let ids: Vec<String> = plan.steps().into_iter().map(|s| s.id).collect();
+        assert_eq!(
+            ids,
+            [
+                "ready", "udp-qp", "tcp-qp", "bw-qp", "bulk-qp", "host-out", "host-in", "host-udp",
+                "udp-sk", "tcp-sk", "bw-sk", "bulk-sk"
+            ]
+        );
+        assert_eq!(plan.limit(), plan.round_timeout);
+        assert!(plan.steps()[1].what.starts_with("UDP ping-pong"));
+    }
+
+    #[test]
+    fn the_bench_runs_each_measurement_in_every_round_taking_turns() {
+        let plan = Plan::bench();
+        assert_eq!(plan.rounds, 3);
+        let m = measures(&plan);
+        // Five tests on two nets, three rounds.
+        assert_eq!(m.len(), 5 * 2 * 3);
+        for pair in m.chunks(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            assert_eq!(
+                (a.1, a.3),
+                (b.1, b.3),
+                "QPs and sockets are next to each other"
+            );
+            let first = if a.3 % 2 == 1 { Net::Qp } else { Net::Sockets };
+            assert_eq!(a.2, first, "round {}: {} goes first", a.3, a.0);
+            assert_ne!(a.2, b.2);
+        }
+        assert_eq!(m[0].0, "udp-qp.1");
+        assert_eq!(m[10].0, "udp-sk.2");
+        assert!(plan.steps()[1].what.starts_with("round 1/3: UDP ping-pong"));
+        assert_eq!(plan.limit(), plan.round_timeout * 3);
+        // Each round's bulk transfers have their own ports, clear of the lab host's.
+        let mut ports: Vec<u16> = (1..=results::MAX_ROUNDS)
+            .flat_map(|r| {
+                [
+                    scripts::bulk_port(Net::Qp, r),
+                    scripts::bulk_port(Net::Sockets, r),
+                ]
+            })
+            .collect();
+        let n = ports.len();
+        ports.sort();
+        ports.dedup();
+        assert_eq!(ports.len(), n);
+        assert!(*ports.last().unwrap() < scripts::HOST_TCP_PORT);
+        let a = scripts::guest_a(&plan);
+        assert!(a.contains("bulk qp.2 2 qpip-cat --message -w 60"), "{a}");
+        assert!(a.contains(&format!(" {}\n", scripts::bulk_port(Net::Sockets, 3))));
+        let b = scripts::guest_b(&plan);
+        assert!(b.contains("receivers 1 qp.1 sk.1 7000 7001 ready\n"), "{b}");
+        // A later round's receivers fail as that round's first bulk step (sockets go
+        // first in even rounds).
+        assert!(
+            b.contains("receivers 2 qp.2 sk.2 7002 7003 bulk-sk.2\n"),
+            "{b}"
+        );
+        assert!(
+            b.contains("receivers 3 qp.3 sk.3 7004 7005 bulk-qp.3\n"),
+            "{b}"
+        );
+        // One round: names without round numbers, as the demo reports them.
+        let one = scripts::guest_b(&Plan::demo());
+        assert!(one.contains("receivers 1 qp sk 7000 7001 ready\n"), "{one}");
+    }
+
+    #[test]
     fn watcher_reports_progress_failures_and_measurements() {
         let mut said = Vec::new();
         let mut progress = |s: &str| said.push(s.to_string());
-        let plan = Plan::demo();
+        let plan = Plan::bench();
         let mut w = Watcher {
             steps: plan.steps(),
             partial: [Vec::new(), Vec::new()],
             current: None,
             failure: None,
-            measurements: Measurements::default(),
+            measurements: Measurements::with_rounds(3),
             bad_line: None,
             progress: &mut progress,
             verbose: false,
         };
-        w.feed(0, b"@step=udp-qp\n@perf.udp-qp={\"results\":[]}\n@o");
-        w.feed(0, b"k=udp-qp\n@step=bulk-qp\n");
+        w.feed(0, b"@step=udp-qp.1\n@perf.udp-qp.1={\"results\":[]}\n@o");
+        w.feed(
+            0,
+            b"k=udp-qp.1\n@step=udp-sk.2\n@perf.udp-sk.2={\"results\":[]}\n",
+        );
         w.feed(1, b"@fail=ready: nothing listens\n");
-        w.feed(0, b"@fail=bulk-qp: sha differs\n");
+        w.feed(0, b"@fail=udp-sk.2: timeout\n");
         let (id, why) = w.failure.clone().unwrap();
         assert_eq!(id, "ready");
         assert_eq!(why, "guest b: nothing listens");
-        assert!(w.measurements.perf.contains_key("udp-qp"));
+        assert!(w.measurements.rounds[0].perf.contains_key("udp-qp"));
+        assert!(w.measurements.rounds[1].perf.contains_key("udp-sk"));
         assert!(w.current.is_some());
+        assert!(w
+            .describe("udp-sk.2")
+            .starts_with("round 2/3: UDP ping-pong"));
         drop(w);
-        assert!(said[0].starts_with("[2/"), "{said:?}");
+        assert!(said[0].starts_with("[2/31] round 1/3: UDP"), "{said:?}");
         assert!(said[1].starts_with("      ok ("), "{said:?}");
-        assert!(said[2].contains("bulk transfer"), "{said:?}");
+        assert!(
+            said[2].starts_with("[12/31] round 2/3: UDP ping-pong a⇄b over kernel"),
+            "{said:?}"
+        );
     }
 }

@@ -1,20 +1,64 @@
-//! What the demo measured: read from guest a's report lines, put side by side (QPs vs
-//! kernel sockets) as a table, and written as JSON and Markdown.
+//! What the demo and the bench measured: read from guest a's report lines round by round,
+//! put side by side (QPs vs kernel sockets) as a table, and written as JSON and Markdown.
+//!
+//! With several rounds each figure is the median of its rounds, shown with its spread
+//! (min–max); the QP gain is the ratio of the two medians, shown with the range of the
+//! ratios of each round (QPs and sockets ran next to each other in a round, so a round's
+//! ratio saw the same host load on both sides).
 
 use super::human;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-/// Everything guest a reported: `@perf.NAME=JSON` and `@bulk.NAME=BYTES START END`.
+/// The most rounds a run may have (guest b's bulk ports are numbered by round).
+pub const MAX_ROUNDS: u32 = 20;
+
+/// What guest a reported in one round: `@perf.NAME=JSON` and `@bulk.NAME=BYTES START END`.
 #[derive(Debug, Default, Clone)]
-pub struct Measurements {
-    /// By name (`udp-qp`, `bw-sk`, ...): the `results` rows qpip-perf printed.
+pub struct Round {
+    /// By test (`udp-qp`, `bw-sk`, ...): the `results` rows qpip-perf printed.
     pub perf: BTreeMap<String, Vec<Value>>,
-    /// By name (`qp`, `sk`): bytes and seconds of a verified bulk transfer.
+    /// By net (`qp`, `sk`): bytes and seconds of a verified bulk transfer.
     pub bulk: BTreeMap<String, (u64, f64)>,
 }
 
+/// Everything guest a reported, by round (index 0 is round 1).
+#[derive(Debug, Default, Clone)]
+pub struct Measurements {
+    pub rounds: Vec<Round>,
+}
+
+/// Splits a reported name into its test and round: `udp-qp.2` is round 2 of `udp-qp`, a
+/// name without a round number is round 1 (a run of one round reports no numbers).
+fn split_round(name: &str) -> Result<(&str, usize), String> {
+    match name.rsplit_once('.') {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+            match n.parse::<u32>() {
+                Ok(r) if (1..=MAX_ROUNDS).contains(&r) => Ok((base, r as usize)),
+                _ => Err(format!(
+                    "round {n} of {base} is not between 1 and {MAX_ROUNDS}"
+                )),
+            }
+        }
+        _ => Ok((name, 1)),
+    }
+}
+
 impl Measurements {
+    /// Room for `n` rounds, so that a round that reported nothing still counts as one.
+    pub fn with_rounds(n: usize) -> Measurements {
+        Measurements {
+            rounds: vec![Round::default(); n],
+        }
+    }
+
+    fn round_mut(&mut self, r: usize) -> &mut Round {
+        if self.rounds.len() < r {
+            self.rounds.resize_with(r, Round::default);
+        }
+        &mut self.rounds[r - 1]
+    }
+
     /// Takes one report line of guest a (without its end of line); other lines are ignored.
     /// An unreadable measurement is an error naming the line.
     pub fn take_line(&mut self, line: &str) -> Result<(), String> {
@@ -22,15 +66,19 @@ impl Measurements {
             let (name, text) = rest
                 .split_once('=')
                 .ok_or_else(|| format!("no '=' in {line:?}"))?;
+            let (test, round) = split_round(name)?;
             let v: Value = serde_json::from_str(text)
                 .map_err(|e| format!("qpip-perf's JSON for {name} is unreadable ({e}): {text}"))?;
             let rows = v["results"]
                 .as_array()
                 .ok_or_else(|| format!("qpip-perf's JSON for {name} has no results: {text}"))?;
-            self.perf.insert(name.to_string(), rows.clone());
+            self.round_mut(round)
+                .perf
+                .insert(test.to_string(), rows.clone());
         } else if let Some(rest) = line.strip_prefix("@bulk.") {
             let bad = || format!("unreadable bulk report {line:?}");
             let (name, text) = rest.split_once('=').ok_or_else(bad)?;
+            let (net, round) = split_round(name)?;
             let w: Vec<&str> = text.split_whitespace().collect();
             let [bytes, t0, t1] = w[..] else {
                 return Err(bad());
@@ -39,13 +87,39 @@ impl Measurements {
             let t0: f64 = t0.parse().map_err(|_| bad())?;
             let t1: f64 = t1.parse().map_err(|_| bad())?;
             // /proc/uptime has 10 ms steps: never divide by zero.
-            self.bulk
-                .insert(name.to_string(), (bytes, (t1 - t0).max(0.01)));
+            self.round_mut(round)
+                .bulk
+                .insert(net.to_string(), (bytes, (t1 - t0).max(0.01)));
         }
         Ok(())
     }
 
-    /// The row of test NAME with this transport/test/size, if measured.
+    /// The message sizes of `test` (`bw`, `udpbw`) that QPs and sockets both measured in
+    /// some round, in the order QPs reported them.
+    fn sizes(&self, test: &str) -> Vec<u64> {
+        let of = |name: String| -> Vec<u64> {
+            let mut v = Vec::new();
+            for r in &self.rounds {
+                for row in r.perf.get(&name).into_iter().flatten() {
+                    if let Some(s) = row["size"].as_u64() {
+                        if !v.contains(&s) {
+                            v.push(s);
+                        }
+                    }
+                }
+            }
+            v
+        };
+        let sk = of(format!("{test}-sk"));
+        of(format!("{test}-qp"))
+            .into_iter()
+            .filter(|s| sk.contains(s))
+            .collect()
+    }
+}
+
+impl Round {
+    /// The row of test NAME with this message size, if measured.
     fn row(&self, name: &str, size: Option<u64>) -> Option<&Value> {
         self.perf
             .get(name)?
@@ -68,24 +142,43 @@ impl Measurements {
         Some(c + s)
     }
 
-    fn bulk_mb_s(&self, name: &str) -> Option<f64> {
+    fn bulk_mb_s(&self, net: &str) -> Option<f64> {
         self.bulk
-            .get(name)
+            .get(net)
             .map(|(bytes, secs)| *bytes as f64 / secs / 1e6)
     }
+}
 
-    /// The sizes of the TCP bandwidth test that both nets measured.
-    fn sizes(&self, test: &str) -> Vec<u64> {
-        let of = |name: String| -> Vec<u64> {
-            self.perf
-                .get(&name)
-                .map(|rows| rows.iter().filter_map(|r| r["size"].as_u64()).collect())
-                .unwrap_or_default()
-        };
-        let qp = of(format!("{test}-qp"));
-        let sk = of(format!("{test}-sk"));
-        qp.into_iter().filter(|s| sk.contains(s)).collect()
+/// The median and the extremes of the figures one side measured over the rounds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// How many rounds had the figure.
+    pub n: usize,
+}
+
+/// The median (of an even count: the mean of the middle two) and min and max of the
+/// figures that are there; None when no round has one.
+pub fn spread(values: &[Option<f64>]) -> Option<Spread> {
+    let mut v: Vec<f64> = values.iter().flatten().copied().collect();
+    if v.is_empty() {
+        return None;
     }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    Some(Spread {
+        median,
+        min: v[0],
+        max: v[n - 1],
+        n,
+    })
 }
 
 /// Whether a larger figure is the better one.
@@ -95,27 +188,68 @@ pub enum Better {
     Higher,
 }
 
-/// One line of the comparison.
+impl Better {
+    /// How many times better QPs did than sockets (> 1: QPs better); None unless both
+    /// figures are positive.
+    fn gain(self, qp: f64, sockets: f64) -> Option<f64> {
+        if qp <= 0.0 || sockets <= 0.0 {
+            return None;
+        }
+        Some(match self {
+            Better::Lower => sockets / qp,
+            Better::Higher => qp / sockets,
+        })
+    }
+}
+
+/// One line of the comparison: each side's figure in every round (None: not measured).
 #[derive(Debug, Clone)]
 pub struct Line {
     pub what: String,
     pub unit: &'static str,
-    pub qp: Option<f64>,
-    pub sockets: Option<f64>,
+    pub qp: Vec<Option<f64>>,
+    pub sockets: Vec<Option<f64>>,
     pub better: Better,
 }
 
 impl Line {
-    /// How many times better QPs do than sockets (> 1: QPs better).
+    pub fn qp(&self) -> Option<Spread> {
+        spread(&self.qp)
+    }
+
+    pub fn sockets(&self) -> Option<Spread> {
+        spread(&self.sockets)
+    }
+
+    /// The rounds of the run this line covers.
+    pub fn rounds(&self) -> usize {
+        self.qp.len().max(self.sockets.len())
+    }
+
+    /// How many times better QPs do than sockets, from the two medians (> 1: QPs better).
     pub fn gain(&self) -> Option<f64> {
-        let (q, s) = (self.qp?, self.sockets?);
-        if q <= 0.0 || s <= 0.0 {
-            return None;
-        }
-        Some(match self.better {
-            Better::Lower => s / q,
-            Better::Higher => q / s,
-        })
+        self.better.gain(self.qp()?.median, self.sockets()?.median)
+    }
+
+    /// The gain of each round that measured both sides.
+    pub fn round_gains(&self) -> Vec<Option<f64>> {
+        (0..self.rounds())
+            .map(|i| {
+                let q = self.qp.get(i).copied().flatten()?;
+                let s = self.sockets.get(i).copied().flatten()?;
+                self.better.gain(q, s)
+            })
+            .collect()
+    }
+
+    /// The median and range of the per-round gains.
+    pub fn gain_spread(&self) -> Option<Spread> {
+        spread(&self.round_gains())
+    }
+
+    /// Every round has a gain (both sides measured).
+    pub fn complete(&self) -> bool {
+        self.round_gains().iter().all(Option::is_some)
     }
 }
 
@@ -123,15 +257,20 @@ impl Line {
 /// else the demo's short table.
 pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
     let mut out = Vec::new();
-    let mut both = |what: String, unit, name: &str, f: &dyn Fn(&str) -> Option<f64>, better| {
-        out.push(Line {
-            what,
-            unit,
-            qp: f(&format!("{name}-qp")),
-            sockets: f(&format!("{name}-sk")),
-            better,
-        });
-    };
+    let mut both =
+        |what: String, unit, name: &str, f: &dyn Fn(&Round, &str) -> Option<f64>, better| {
+            let side = |net: &str| -> Vec<Option<f64>> {
+                let n = format!("{name}-{net}");
+                m.rounds.iter().map(|r| f(r, &n)).collect()
+            };
+            out.push(Line {
+                what,
+                unit,
+                qp: side("qp"),
+                sockets: side("sk"),
+                better,
+            });
+        };
     let pcts: &[&str] = if detail {
         &["p50", "p90", "p99"]
     } else {
@@ -143,7 +282,7 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
                 format!("{t} ping-pong, round trip {p}"),
                 "µs",
                 name,
-                &|n| m.num(n, None, &["rtt_us", p]),
+                &|r, n| r.num(n, None, &["rtt_us", p]),
                 Better::Lower,
             );
         }
@@ -154,7 +293,7 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             format!("TCP bandwidth, {} messages", human(*s)),
             "MB/s",
             "bw",
-            &|n| m.num(n, Some(*s), &["mb_per_s"]),
+            &|r, n| r.num(n, Some(*s), &["mb_per_s"]),
             Better::Higher,
         );
     }
@@ -164,7 +303,7 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             format!("UDP bandwidth, {} datagrams", human(*s)),
             "MB/s",
             "udpbw",
-            &|n| m.num(n, Some(*s), &["mb_per_s"]),
+            &|r, n| r.num(n, Some(*s), &["mb_per_s"]),
             Better::Higher,
         );
         // What was sent back to back and never arrived (the bandwidth counts what did).
@@ -172,16 +311,17 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             format!("UDP loss at that rate, {} datagrams", human(*s)),
             "%",
             "udpbw",
-            &|n| m.num(n, Some(*s), &["loss"]).map(|l| l * 100.0),
+            &|r, n| r.num(n, Some(*s), &["loss"]).map(|l| l * 100.0),
             Better::Lower,
         );
     }
-    if let Some((bytes, _)) = m.bulk.get("qp") {
+    let bulk_bytes = m.rounds.iter().find_map(|r| r.bulk.get("qp").map(|b| b.0));
+    if let Some(bytes) = bulk_bytes {
         both(
-            format!("bulk a→b, {}, SHA-256 checked", human(*bytes)),
+            format!("bulk a→b, {}, SHA-256 checked", human(bytes)),
             "MB/s",
             "bulk",
-            &|n| m.bulk_mb_s(if n.ends_with("-qp") { "qp" } else { "sk" }),
+            &|r, n| r.bulk_mb_s(if n.ends_with("-qp") { "qp" } else { "sk" }),
             Better::Higher,
         );
     }
@@ -190,7 +330,7 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             format!("guest CPU per {t} round trip (a+b)"),
             "µs",
             name,
-            &|n| m.cpu(n, None),
+            &|r, n| r.cpu(n, None),
             Better::Lower,
         );
     }
@@ -204,36 +344,166 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             format!("guest CPU per TCP {} message (a+b)", human(s)),
             "µs",
             "bw",
-            &|n| m.cpu(n, Some(s)),
+            &|r, n| r.cpu(n, Some(s)),
             Better::Lower,
         );
     }
     out
 }
 
+/// Decimals for a figure of this size: three or so significant digits.
+fn decimals(x: f64) -> usize {
+    if x >= 100.0 {
+        0
+    } else if x >= 10.0 {
+        1
+    } else {
+        2
+    }
+}
+
 fn fmt(v: Option<f64>, unit: &str) -> String {
     match v {
         None => "-".into(),
-        Some(x) if x >= 100.0 => format!("{x:.0} {unit}"),
-        Some(x) if x >= 10.0 => format!("{x:.1} {unit}"),
-        Some(x) => format!("{x:.2} {unit}"),
+        Some(x) => format!("{x:.0$} {unit}", decimals(x)),
+    }
+}
+
+/// Decimals for a gain: two below 10 (1.23x), fewer above (12.3x, 123x).
+fn gain_decimals(g: f64) -> usize {
+    if g >= 100.0 {
+        0
+    } else if g >= 10.0 {
+        1
+    } else {
+        2
     }
 }
 
 fn fmt_gain(g: Option<f64>) -> String {
-    g.map(|g| format!("{g:.2}x")).unwrap_or_else(|| "-".into())
+    g.map(|g| format!("{g:.0$}x", gain_decimals(g)))
+        .unwrap_or_else(|| "-".into())
 }
 
-/// The comparison as a plain-text table for the terminal.
+/// A median without its unit (the label carries it).
+fn fmt_median(s: Option<Spread>) -> String {
+    s.map_or("-".into(), |s| {
+        format!("{:.1$}", s.median, decimals(s.median))
+    })
+}
+
+/// min–max, both with the median's decimals so the three read alike.
+fn fmt_range(s: Option<Spread>) -> String {
+    s.map_or("-".into(), |s| {
+        let d = decimals(s.median);
+        format!("{:.d$}–{:.d$}", s.min, s.max)
+    })
+}
+
+/// The range of the per-round gains; `*` marks a line missing a figure in some round.
+fn fmt_gain_range(l: &Line) -> String {
+    let mark = if l.complete() { "" } else { "*" };
+    match l.gain_spread() {
+        Some(g) => {
+            let d = gain_decimals(g.max);
+            format!("{:.d$}–{:.d$}{mark}", g.min, g.max)
+        }
+        None => format!("-{mark}"),
+    }
+}
+
+/// The rounds of the run (the longest line's).
+fn rounds_of(lines: &[Line]) -> usize {
+    lines.iter().map(Line::rounds).max().unwrap_or(0)
+}
+
+/// The cells of a line in a table of several rounds: label with unit, QP median and
+/// min–max, sockets median and min–max, gain of the medians, range of the round gains.
+fn round_cells(l: &Line) -> [String; 7] {
+    let (q, s) = (l.qp(), l.sockets());
+    [
+        format!("{}, {}", l.what, l.unit),
+        fmt_median(q),
+        fmt_range(q),
+        fmt_median(s),
+        fmt_range(s),
+        fmt_gain(l.gain()),
+        fmt_gain_range(l),
+    ]
+}
+
+/// What the columns of a table of several rounds mean, and the `*` if any line has it.
+fn legend(lines: &[Line]) -> Vec<String> {
+    let n = rounds_of(lines);
+    let mut v = vec![
+        format!(
+            "Median and min–max of {n} rounds; in each round QPs and sockets ran next to each other, \
+             taking turns to go first."
+        ),
+        "QP gain: how many times better QPs do (> 1 favours QPs): the ratio of the two \
+         medians, and min–max of the rounds' own ratios."
+            .to_string(),
+    ];
+    if lines.iter().any(|l| !l.complete()) {
+        v.push(
+            "* a round lacks this figure on one side: its medians and ranges are of the rounds \
+             that have it."
+                .to_string(),
+        );
+    }
+    v
+}
+
+/// Wraps `text` into lines of at most `width` characters (at spaces).
+fn wrap(text: &str, width: usize) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            out += &line;
+            out.push('\n');
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line += word;
+    }
+    if !line.is_empty() {
+        out += &line;
+        out.push('\n');
+    }
+    out
+}
+
+fn pad(s: &str, w: usize, right: bool) -> String {
+    let fill = " ".repeat(w.saturating_sub(s.chars().count()));
+    if right {
+        format!("{fill}{s}")
+    } else {
+        format!("{s}{fill}")
+    }
+}
+
+fn centre(s: &str, w: usize) -> String {
+    let free = w.saturating_sub(s.chars().count());
+    format!("{}{s}{}", " ".repeat(free / 2), " ".repeat(free - free / 2))
+}
+
+/// The comparison as a plain-text table for the terminal: one column per side for a
+/// single round (the demo), median and min–max per side and the gains for several.
 pub fn text_table(lines: &[Line]) -> String {
+    if rounds_of(lines) > 1 {
+        return text_table_rounds(lines);
+    }
     let head = ["", "QP (qpip device)", "sockets (virtio-net)", "QP gain"];
     let rows: Vec<[String; 4]> = lines
         .iter()
         .map(|l| {
             [
                 l.what.clone(),
-                fmt(l.qp, l.unit),
-                fmt(l.sockets, l.unit),
+                fmt(l.qp().map(|s| s.median), l.unit),
+                fmt(l.sockets().map(|s| s.median), l.unit),
                 fmt_gain(l.gain()),
             ]
         })
@@ -246,14 +516,6 @@ pub fn text_table(lines: &[Line]) -> String {
             .unwrap_or(0)
     };
     let w: Vec<usize> = (0..4).map(width).collect();
-    let pad = |s: &str, w: usize, right: bool| {
-        let fill = " ".repeat(w.saturating_sub(s.chars().count()));
-        if right {
-            format!("{fill}{s}")
-        } else {
-            format!("{s}{fill}")
-        }
-    };
     let mut t = String::new();
     let line = |cells: [&str; 4]| {
         format!(
@@ -271,8 +533,79 @@ pub fn text_table(lines: &[Line]) -> String {
     t
 }
 
-/// The comparison as a Markdown table.
+/// The table of several rounds, kept within 100 columns for the bench's rows: units in
+/// the labels, a two-line head (the side, then median and min–max; for the gain the ratio
+/// of the medians and min–max of the rounds' ratios).
+fn text_table_rounds(lines: &[Line]) -> String {
+    let groups = ["QPs", "sockets", "QP gain"];
+    let head = [
+        "",
+        "median",
+        "min–max",
+        "median",
+        "min–max",
+        "ratio",
+        "min–max",
+    ];
+    let rows: Vec<[String; 7]> = lines.iter().map(round_cells).collect();
+    let mut w: Vec<usize> = (0..7)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([head[i].chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    // A group's title may be wider than its two columns: widen the second.
+    for (g, title) in groups.iter().enumerate() {
+        let (a, b) = (1 + 2 * g, 2 + 2 * g);
+        let need = title.chars().count();
+        if w[a] + 1 + w[b] < need {
+            w[b] = need - 1 - w[a];
+        }
+    }
+    let line = |c: [&str; 7]| {
+        let mut s = pad(c[0], w[0], false);
+        for g in 0..3 {
+            let (a, b) = (1 + 2 * g, 2 + 2 * g);
+            s += &format!("  {} {}", pad(c[a], w[a], true), pad(c[b], w[b], true));
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut t = " ".repeat(w[0]);
+    for (g, title) in groups.iter().enumerate() {
+        let span = w[1 + 2 * g] + 1 + w[2 + 2 * g];
+        t += &format!("  {}", centre(title, span));
+    }
+    t = t.trim_end().to_string() + "\n";
+    t += &line(head);
+    for r in &rows {
+        t += &line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]]);
+    }
+    let width = t.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    for l in legend(lines) {
+        t += &wrap(&l, width.max(60));
+    }
+    t
+}
+
+/// The comparison as a Markdown table: the same columns as the terminal's.
 pub fn markdown_table(lines: &[Line]) -> String {
+    if rounds_of(lines) > 1 {
+        let mut t = String::from(
+            "| | QPs: median | QPs: min–max | sockets: median | sockets: min–max \
+             | QP gain: ratio | QP gain: min–max |\n\
+             | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        );
+        for l in lines {
+            t += &format!("| {} |\n", round_cells(l).join(" | "));
+        }
+        t += "\n";
+        t += &legend(lines).join(" ");
+        t += "\n";
+        return t;
+    }
     let mut t = String::from(
         "| | QP (qpip device) | sockets (virtio-net) | QP gain |\n| --- | ---: | ---: | ---: |\n",
     );
@@ -280,29 +613,47 @@ pub fn markdown_table(lines: &[Line]) -> String {
         t += &format!(
             "| {} | {} | {} | {} |\n",
             l.what,
-            fmt(l.qp, l.unit),
-            fmt(l.sockets, l.unit),
+            fmt(l.qp().map(|s| s.median), l.unit),
+            fmt(l.sockets().map(|s| s.median), l.unit),
             fmt_gain(l.gain())
         );
     }
     t
 }
 
-/// The comparison and the raw measurements as one JSON value.
+fn spread_json(values: &[Option<f64>]) -> Value {
+    let s = spread(values);
+    json!({
+        "median": s.map(|s| s.median),
+        "min": s.map(|s| s.min),
+        "max": s.map(|s| s.max),
+        "rounds": values,
+    })
+}
+
+/// The comparison (each side's figure of every round, median and spread, the gains) and
+/// the raw measurements of every round as one JSON value.
 pub fn json_value(m: &Measurements, lines: &[Line]) -> Value {
+    let round = |(i, r): (usize, &Round)| {
+        json!({
+            "round": i + 1,
+            "qpip_perf": r.perf,
+            "bulk": r.bulk.iter().map(|(k, (bytes, secs))| (k.clone(), json!({
+                "bytes": bytes, "seconds": secs,
+            }))).collect::<serde_json::Map<String, Value>>(),
+        })
+    };
     json!({
         "comparison": lines.iter().map(|l| json!({
             "what": l.what,
             "unit": l.unit,
-            "qp": l.qp,
-            "sockets": l.sockets,
             "better": match l.better { Better::Lower => "lower", Better::Higher => "higher" },
+            "qp": spread_json(&l.qp),
+            "sockets": spread_json(&l.sockets),
             "qp_gain": l.gain(),
+            "qp_gain_per_round": spread_json(&l.round_gains()),
         })).collect::<Vec<_>>(),
-        "qpip_perf": m.perf,
-        "bulk": m.bulk.iter().map(|(k, (bytes, secs))| (k.clone(), json!({
-            "bytes": bytes, "seconds": secs,
-        }))).collect::<serde_json::Map<String, Value>>(),
+        "rounds": m.rounds.iter().enumerate().map(round).collect::<Vec<_>>(),
     })
 }
 
@@ -314,38 +665,61 @@ mod tests {
         format!("{{\"tool\":\"qpip-perf\",\"results\":[{rows}]}}")
     }
 
-    fn sample() -> Measurements {
-        let lat = |p50: f64, cl: f64, sv: f64| {
+    fn lat(p50: f64, cl: f64, sv: f64) -> String {
+        format!(
+            "{{\"test\":\"latency\",\"size\":1,\"rtt_us\":{{\"p50\":{p50},\"p90\":1,\"p99\":2}},\"cpu_us_per_msg\":{{\"client\":{cl},\"server\":{sv}}}}}"
+        )
+    }
+
+    fn bw(size: u64, mbs: f64) -> String {
+        format!(
+            "{{\"test\":\"bandwidth\",\"size\":{size},\"mb_per_s\":{mbs},\"cpu_us_per_msg\":{{\"client\":10,\"server\":5}}}}"
+        )
+    }
+
+    /// One round's report lines, names suffixed `sfx` (`""` or `.N`), figures scaled by
+    /// `k` on the QP side.
+    fn round_lines(sfx: &str, k: f64) -> Vec<String> {
+        vec![
+            format!("@perf.udp-qp{sfx}={}", perf(&lat(100.0 * k, 3.0, 2.0))),
+            format!("@perf.udp-sk{sfx}={}", perf(&lat(200.0, 30.0, 20.0))),
+            format!("@perf.tcp-qp{sfx}={}", perf(&lat(150.0 * k, 3.0, 2.0))),
+            format!("@perf.tcp-sk{sfx}={}", perf(&lat(300.0, 30.0, 20.0))),
             format!(
-                "{{\"test\":\"latency\",\"size\":1,\"rtt_us\":{{\"p50\":{p50},\"p90\":1,\"p99\":2}},\"cpu_us_per_msg\":{{\"client\":{cl},\"server\":{sv}}}}}"
-            )
-        };
-        let bw = |size: u64, mbs: f64| {
-            format!(
-                "{{\"test\":\"bandwidth\",\"size\":{size},\"mb_per_s\":{mbs},\"cpu_us_per_msg\":{{\"client\":10,\"server\":5}}}}"
-            )
-        };
-        let mut m = Measurements::default();
-        for line in [
-            format!("@perf.udp-qp={}", perf(&lat(100.0, 3.0, 2.0))),
-            format!("@perf.udp-sk={}", perf(&lat(200.0, 30.0, 20.0))),
-            format!("@perf.tcp-qp={}", perf(&lat(150.0, 3.0, 2.0))),
-            format!("@perf.tcp-sk={}", perf(&lat(300.0, 30.0, 20.0))),
-            format!(
-                "@perf.bw-qp={}",
-                perf(&[bw(1024, 5.0), bw(65536, 40.0)].join(","))
+                "@perf.bw-qp{sfx}={}",
+                perf(&[bw(1024, 5.0 * k), bw(65536, 40.0 * k)].join(","))
             ),
             format!(
-                "@perf.bw-sk={}",
+                "@perf.bw-sk{sfx}={}",
                 perf(&[bw(1024, 10.0), bw(65536, 20.0)].join(","))
             ),
-            "@bulk.qp=8388608 10.00 11.00".into(),
-            "@bulk.sk=8388608 20.00 22.00".into(),
+            format!("@bulk.qp{sfx}=8388608 10.00 11.00"),
+            format!("@bulk.sk{sfx}=8388608 20.00 22.00"),
             "other output".into(),
-        ] {
+        ]
+    }
+
+    fn sample() -> Measurements {
+        let mut m = Measurements::default();
+        for line in round_lines("", 1.0) {
             m.take_line(&line).unwrap();
         }
         m
+    }
+
+    /// `n` rounds; round r's QP figures are scaled by `scale[r-1]`.
+    fn rounds(scale: &[f64]) -> Measurements {
+        let mut m = Measurements::with_rounds(scale.len());
+        for (i, k) in scale.iter().enumerate() {
+            for line in round_lines(&format!(".{}", i + 1), *k) {
+                m.take_line(&line).unwrap();
+            }
+        }
+        m
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
     }
 
     #[test]
@@ -370,29 +744,215 @@ mod tests {
         assert_eq!(short[2].gain(), Some(0.5));
         assert_eq!(short[3].gain(), Some(2.0));
         let bulk = &short[4];
-        assert!((bulk.qp.unwrap() - 8.388608).abs() < 1e-9);
+        assert!(close(bulk.qp().unwrap().median, 8.388608));
         assert_eq!(bulk.gain(), Some(2.0));
-        assert_eq!(short[5].qp, Some(5.0));
+        assert_eq!(short[5].qp, [Some(5.0)]);
         assert_eq!(short[5].gain(), Some(10.0));
         assert_eq!(lines(&m, true).len(), short.len() + 4 + 1);
         let t = text_table(&short);
         assert!(t.contains("2.00x"), "{t}");
-        assert!(markdown_table(&short).starts_with("| | QP"));
+        assert!(
+            !t.contains("min–max"),
+            "one round keeps the short table: {t}"
+        );
+        assert!(markdown_table(&short).starts_with("| | QP (qpip device)"));
         let j = json_value(&m, &short);
-        assert_eq!(j["bulk"]["sk"]["seconds"], 2.0);
+        assert_eq!(j["rounds"][0]["bulk"]["sk"]["seconds"], 2.0);
         assert_eq!(j["comparison"][0]["qp_gain"], 2.0);
+        assert_eq!(j["comparison"][0]["qp"]["median"], 100.0);
     }
 
     #[test]
     fn a_missing_side_has_no_gain_and_bad_lines_are_errors() {
         let mut m = sample();
-        m.perf.remove("tcp-sk");
+        m.rounds[0].perf.remove("tcp-sk");
         let l = lines(&m, false);
-        assert_eq!(l[1].sockets, None);
+        assert_eq!(l[1].sockets, [None]);
         assert_eq!(l[1].gain(), None);
         assert!(text_table(&l).contains(" -"));
         assert!(m.take_line("@perf.x={not json").is_err());
         assert!(m.take_line("@perf.x={\"results\":1}").is_err());
         assert!(m.take_line("@bulk.qp=12 a b").is_err());
+        assert!(m.take_line("@bulk.qp.0=12 1 2").is_err());
+        assert!(m
+            .take_line(&format!("@bulk.qp.{}=12 1 2", MAX_ROUNDS + 1))
+            .is_err());
+    }
+
+    #[test]
+    fn spread_is_the_median_and_extremes_of_what_was_measured() {
+        let odd = spread(&[Some(3.0), Some(1.0), Some(2.0)]).unwrap();
+        assert_eq!((odd.median, odd.min, odd.max, odd.n), (2.0, 1.0, 3.0, 3));
+        let even = spread(&[Some(4.0), Some(1.0), Some(2.0), Some(10.0)]).unwrap();
+        assert_eq!(
+            (even.median, even.min, even.max, even.n),
+            (3.0, 1.0, 10.0, 4)
+        );
+        let gap = spread(&[Some(5.0), None, Some(7.0)]).unwrap();
+        assert_eq!((gap.median, gap.min, gap.max, gap.n), (6.0, 5.0, 7.0, 2));
+        assert_eq!(spread(&[None, None]), None);
+        assert_eq!(spread(&[]), None);
+    }
+
+    #[test]
+    fn report_lines_go_to_their_round() {
+        let mut m = Measurements::with_rounds(2);
+        m.take_line(&format!("@perf.udp-qp.2={}", perf(&lat(1.0, 1.0, 1.0))))
+            .unwrap();
+        m.take_line("@bulk.sk.2=100 1.00 2.00").unwrap();
+        m.take_line(&format!("@perf.bw-qp={}", perf(&bw(1024, 1.0))))
+            .unwrap();
+        assert!(m.rounds[1].perf.contains_key("udp-qp"));
+        assert!(m.rounds[1].bulk.contains_key("sk"));
+        assert!(m.rounds[0].perf.contains_key("bw-qp"));
+        // A later round than announced makes room for itself.
+        m.take_line("@bulk.qp.4=100 1.00 2.00").unwrap();
+        assert_eq!(m.rounds.len(), 4);
+    }
+
+    #[test]
+    fn odd_rounds_give_medians_spreads_and_the_gain_of_the_medians() {
+        // QP UDP round trips 100, 300, 200 µs against 200 µs of sockets each round.
+        let m = rounds(&[1.0, 3.0, 2.0]);
+        let l = lines(&m, true);
+        let udp = &l[0];
+        assert_eq!(udp.what, "UDP ping-pong, round trip p50");
+        let q = udp.qp().unwrap();
+        assert_eq!((q.median, q.min, q.max, q.n), (200.0, 100.0, 300.0, 3));
+        assert_eq!(udp.sockets().unwrap().median, 200.0);
+        // The gain of the medians is not the median of the round gains (2, 2/3, 1).
+        assert_eq!(udp.gain(), Some(1.0));
+        let g = udp.gain_spread().unwrap();
+        assert!(close(g.min, 200.0 / 300.0) && close(g.max, 2.0), "{g:?}");
+        assert!(udp.complete());
+        // Bandwidth: higher is better, QP 40·k against 20 MB/s.
+        let bw64 = l
+            .iter()
+            .find(|l| l.what == "TCP bandwidth, 64 KiB messages")
+            .unwrap();
+        assert_eq!(bw64.gain(), Some(4.0));
+        let g = bw64.gain_spread().unwrap();
+        assert_eq!((g.min, g.max), (2.0, 6.0));
+    }
+
+    #[test]
+    fn even_rounds_take_the_mean_of_the_middle_two() {
+        let m = rounds(&[1.0, 4.0, 2.0, 3.0]);
+        let l = lines(&m, false);
+        let udp = l[0].qp().unwrap();
+        assert_eq!((udp.median, udp.min, udp.max), (250.0, 100.0, 400.0));
+        assert_eq!(l[0].gain(), Some(200.0 / 250.0));
+        let t = text_table(&l);
+        assert!(t.contains(" 250 "), "{t}");
+        assert!(t.contains(" 100–400 "), "{t}");
+        assert!(t.contains("0.80x"), "{t}");
+        assert!(t.contains("0.50–2.00"), "{t}");
+        assert!(t.contains("of 4 rounds"), "{t}");
+    }
+
+    #[test]
+    fn a_figure_missing_in_one_round_leaves_the_others_and_is_marked() {
+        let mut m = rounds(&[1.0, 3.0, 2.0]);
+        m.rounds[1].perf.remove("udp-sk");
+        m.rounds[2].bulk.remove("qp");
+        let l = lines(&m, false);
+        let udp = &l[0];
+        assert_eq!(udp.sockets, [Some(200.0), None, Some(200.0)]);
+        assert_eq!(udp.round_gains(), [Some(2.0), None, Some(1.0)]);
+        assert!(!udp.complete());
+        let g = udp.gain_spread().unwrap();
+        assert_eq!((g.min, g.max, g.n), (1.0, 2.0, 2));
+        let bulk = l.iter().find(|l| l.what.starts_with("bulk")).unwrap();
+        assert_eq!(bulk.qp().unwrap().n, 2);
+        assert!(l[1].complete());
+        let t = text_table(&l);
+        assert!(t.contains("1.00–2.00*"), "{t}");
+        assert!(t.contains("\n* a round lacks"), "{t}");
+        let md = markdown_table(&l);
+        assert!(md.contains("| 1.00–2.00* |"), "{md}");
+        let j = json_value(&m, &l);
+        let c = &j["comparison"][0];
+        assert_eq!(c["sockets"]["rounds"], json!([200.0, null, 200.0]));
+        assert_eq!(c["qp_gain_per_round"]["rounds"], json!([2.0, null, 1.0]));
+        assert_eq!(c["qp_gain_per_round"]["min"], 1.0);
+        // A side missing in every round has no median and no gain at all.
+        m.rounds.iter_mut().for_each(|r| {
+            r.perf.remove("tcp-sk");
+        });
+        let l = lines(&m, false);
+        assert_eq!(l[1].sockets(), None);
+        assert_eq!(l[1].gain(), None);
+        assert!(text_table(&l).contains("  -"));
+    }
+
+    #[test]
+    fn the_table_of_several_rounds_fits_100_columns_and_markdown_matches() {
+        // The widest figures the bench has shown: five-digit µs on both sides.
+        let mut m = rounds(&[1.0, 1.5, 2.0]);
+        for (i, r) in m.rounds.iter_mut().enumerate() {
+            let k = i as f64;
+            r.perf.insert(
+                "bw-qp".into(),
+                serde_json::from_str::<Value>(&format!(
+                    "[{{\"size\":262144,\"mb_per_s\":30.8,\"cpu_us_per_msg\":{{\"client\":{},\"server\":1}}}}]",
+                    10864.0 + 1000.0 * k
+                ))
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .clone(),
+            );
+            r.perf.insert(
+                "bw-sk".into(),
+                serde_json::from_str::<Value>(&format!(
+                    "[{{\"size\":262144,\"mb_per_s\":37.8,\"cpu_us_per_msg\":{{\"client\":{},\"server\":1}}}}]",
+                    14268.0 + 1000.0 * k
+                ))
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .clone(),
+            );
+        }
+        let l = lines(&m, true);
+        let t = text_table(&l);
+        for row in t.lines() {
+            assert!(
+                row.chars().count() <= 100,
+                "{} columns: {row}",
+                row.chars().count()
+            );
+        }
+        let cpu = l
+            .iter()
+            .find(|l| l.what == "guest CPU per TCP 256 KiB message (a+b)")
+            .unwrap();
+        let row = t
+            .lines()
+            .find(|r| r.starts_with("guest CPU per TCP 256 KiB message (a+b), µs"))
+            .unwrap();
+        assert!(row.contains(" 11865 10865–12865 "), "{row}");
+        assert!(row.contains(&fmt_gain(cpu.gain())), "{row}");
+        let head: Vec<&str> = t.lines().take(2).collect();
+        assert!(
+            head[0].contains("QPs") && head[0].contains("sockets"),
+            "{t}"
+        );
+        assert!(
+            head[1].contains("median") && head[1].contains("min–max"),
+            "{t}"
+        );
+        // Markdown: the same cells, row by row.
+        let md = markdown_table(&l);
+        let md_rows: Vec<&str> = md
+            .lines()
+            .filter(|r| r.starts_with("| ") && !r.starts_with("| |") && !r.starts_with("| ---"))
+            .collect();
+        assert_eq!(md_rows.len(), l.len());
+        for (r, line) in md_rows.iter().zip(&l) {
+            for cell in round_cells(line) {
+                assert!(r.contains(&format!("| {cell} |")), "{r}: {cell}");
+            }
+        }
     }
 }

@@ -8,18 +8,23 @@
 //! - `@bulk.NAME=BYTES START END`: a verified bulk transfer and its guest uptime at start
 //!   and end (seconds, 10 ms resolution).
 //!
-//! Guest b starts everything it serves, checks each is listening, then creates
-//! `/lab/b-ready` (or reports `@fail=ready: ...` and creates `/lab/b-failed`). After each
-//! bulk transfer it writes `/lab/bulk-NAME.b`: its receiver's exit status and the SHA-256 of
-//! what it received. It stays up until guest a creates `/lab/a-done` (a does on every way
-//! out).
+//! Guest b starts its `qpip-perf` servers, then the bulk receivers of round 1 (a `qpip-cat`
+//! and an `nc` listener), checks each is listening, then creates `/lab/b-ready` (or reports
+//! `@fail=ready: ...` and creates `/lab/b-failed`). After each bulk transfer it writes
+//! `/lab/bulk-NAME.b`: its receiver's exit status and the SHA-256 of what it received. Once
+//! both receivers of a round are done it starts those of the next round, on their own ports,
+//! and creates `/lab/bulk-ready.ROUND` when they listen (guest a waits for it before a
+//! round's bulk transfers). It stays up until guest a creates `/lab/a-done` (a does on every
+//! way out).
 
-use super::Plan;
+use super::{Action, Net, Plan, Test};
 use crate::netns;
 
 /// TCP/UDP ports guest b serves on, and the lab host's.
 pub const PERF_QP_PORT: u16 = 5201;
 pub const PERF_SOCKETS_PORT: u16 = 5202;
+/// Round 1's bulk ports; round r's are 2·(r-1) above (below the lab host's ports for
+/// every round up to [`super::results::MAX_ROUNDS`]).
 pub const BULK_QP_PORT: u16 = 7000;
 pub const BULK_SOCKETS_PORT: u16 = 7001;
 pub const HOST_TCP_PORT: u16 = 7100;
@@ -45,44 +50,90 @@ until_true() {
 has() { grep -q "$2" "$1" 2>/dev/null; }
 "#;
 
-/// Guest b: the servers, the bulk receivers; waits for guest a to finish.
-pub fn guest_b(_plan: &Plan) -> String {
+/// The port guest b receives round `round`'s bulk transfer over `net` on.
+pub fn bulk_port(net: Net, round: u32) -> u16 {
+    let base = match net {
+        Net::Qp => BULK_QP_PORT,
+        Net::Sockets => BULK_SOCKETS_PORT,
+    };
+    base + 2 * (round.max(1) - 1) as u16
+}
+
+/// Guest b: the servers, the bulk receivers round by round; waits for guest a to finish.
+pub fn guest_b(plan: &Plan) -> String {
+    // Which of guest a's steps a receiver's failure in a round belongs to: round 1's are
+    // part of getting ready, a later round's to its first bulk transfer.
+    let steps = plan.steps();
+    let first_bulk = |round: u32| {
+        steps
+            .iter()
+            .find(|s| {
+                matches!(s.action, Action::Measure { test: Test::Bulk, round: r, .. } if r == round)
+            })
+            .map_or_else(|| "ready".to_string(), |s| s.id.clone())
+    };
+    let mut rounds = String::new();
+    for r in 1..=plan.rounds.max(1) {
+        let fail_as = if r == 1 {
+            "ready".to_string()
+        } else {
+            first_bulk(r)
+        };
+        rounds += &format!(
+            "    receivers {r} {} {} {} {} {fail_as}\n",
+            plan.tag("qp", r),
+            plan.tag("sk", r),
+            bulk_port(Net::Qp, r),
+            bulk_port(Net::Sockets, r),
+        );
+    }
+    // Past the lab's own limit: the lab ends the run, never this wait.
+    let wait_secs = plan.limit().as_secs() + 60;
     format!(
         r#"{COMMON}
-bfail() {{ echo "@fail=ready: $*"; touch /lab/b-failed; exit 1; }}
+# bfail STEP WHY: reports a failure as guest a's step STEP and tells guest a.
+bfail() {{ s=$1; shift; echo "@fail=$s: $*"; touch /lab/b-failed; exit 1; }}
 qpip-perf -s --port {PERF_QP_PORT} > /tmp/perf-qp 2>&1 &
 qpip-perf -s --sockets --port {PERF_SOCKETS_PORT} > /tmp/perf-sk 2>&1 &
 # Each receiver reports its exit status and the SHA-256 of what it got, written under
-# another name first so guest a never reads half a report.
+# another name first so guest a never reads half a report; what it got is then dropped
+# (the guest's files are in RAM).
 receive() {{
     name=$1; shift
     "$@" > /tmp/bulk-$name 2> /tmp/bulk-$name.err
     echo "$? $(sha /tmp/bulk-$name) $(oneline /tmp/bulk-$name.err)" > /lab/.bulk-$name.b
+    rm -f /tmp/bulk-$name
     mv /lab/.bulk-$name.b /lab/bulk-$name.b
 }}
-receive qp qpip-cat -v --message -w 600 -l {BULK_QP_PORT} &
 # busybox nc ends its sending direction when its stdin ends, and the client nc exits when
 # it sees that: stdin is a FIFO opened read-write, which never ends.
 mkfifo /tmp/never
-receive sk nc -l -p {BULK_SOCKETS_PORT} <> /tmp/never &
-until_true 60 has /tmp/perf-qp serving || bfail "qpip-perf -s (QPs) is not serving: $(oneline /tmp/perf-qp)"
-until_true 60 has /tmp/perf-sk serving || bfail "qpip-perf -s --sockets is not serving: $(oneline /tmp/perf-sk)"
-until_true 60 has /tmp/bulk-qp.err "listening on" || bfail "qpip-cat -l {BULK_QP_PORT} is not listening: $(oneline /tmp/bulk-qp.err)"
-until_true 60 listening {BULK_SOCKETS_PORT} || bfail "nc -l -p {BULK_SOCKETS_PORT} is not listening"
+# receivers ROUND QP_NAME SK_NAME QP_PORT SK_PORT STEP: one round's two bulk receivers;
+# says when both listen (/lab/bulk-ready.ROUND) and returns when both are done.
+receivers() {{
+    receive $2 qpip-cat -v --message -w 600 -l $4 &
+    q=$!
+    receive $3 nc -l -p $5 <> /tmp/never &
+    k=$!
+    until_true 60 has /tmp/bulk-$2.err "listening on" || bfail $6 "qpip-cat -l $4 is not listening: $(oneline /tmp/bulk-$2.err)"
+    until_true 60 listening $5 || bfail $6 "nc -l -p $5 is not listening"
+    touch /lab/bulk-ready.$1
+    wait $q $k
+}}
+(
+{rounds}) &
+until_true 60 has /tmp/perf-qp serving || bfail ready "qpip-perf -s (QPs) is not serving: $(oneline /tmp/perf-qp)"
+until_true 60 has /tmp/perf-sk serving || bfail ready "qpip-perf -s --sockets is not serving: $(oneline /tmp/perf-sk)"
+until_true 130 test -e /lab/bulk-ready.1 -o -e /lab/b-failed || bfail ready "the bulk receivers did not start"
+[ ! -e /lab/b-failed ] || exit 1
 touch /lab/b-ready
-lab-wait a-done 3600
+lab-wait a-done {wait_secs}
 "#
     )
 }
 
-/// Guest a: every step in order.
+/// Guest a: every step of the plan in order.
 pub fn guest_a(plan: &Plan) -> String {
-    let b_dev = netns::device_addr(2);
-    let b_net = netns::virtio_addr(2);
-    let host = netns::HOST_ADDR;
-    let iters = plan.latency_iters;
-    let tcp_sizes = join(&plan.tcp_sizes);
-    let bw_bytes = plan.bw_bytes;
     let bulk = plan.bulk_bytes;
     let mut s = format!(
         r#"{COMMON}
@@ -107,9 +158,11 @@ perf() {{
         || fail "qpip-perf $* failed: $(oneline /tmp/perf.err)"
     echo "@perf.$name=$(cat /tmp/perf.json)"
 }}
-# bulk NAME CMD...: sends /tmp/bulk with CMD, then checks guest b's SHA-256 of it.
+# bulk NAME ROUND CMD...: once guest b's receivers of ROUND listen, sends /tmp/bulk with
+# CMD, then checks guest b's SHA-256 of it.
 bulk() {{
-    name=$1; shift
+    name=$1; round=$2; shift 2
+    await bulk-ready.$round 180
     t0=$(now)
     "$@" < /tmp/bulk > /dev/null 2> /tmp/bulk.err || fail "$* failed: $(oneline /tmp/bulk.err)"
     t1=$(now)
@@ -119,52 +172,70 @@ bulk() {{
     [ "$got" = "$BULK_SHA" ] || fail "guest b received other bytes: SHA-256 $got, sent $BULK_SHA"
     echo "@bulk.$name={bulk} $t0 $t1"
 }}
-
-step ready
-await b-ready 180
-head -c {bulk} /dev/urandom > /tmp/bulk
-BULK_SHA=$(sha /tmp/bulk)
-ok
-
-step udp-qp
-perf udp-qp {b_dev} --port {PERF_QP_PORT} --udp --test latency --iters {iters}
-ok
-step tcp-qp
-perf tcp-qp {b_dev} --port {PERF_QP_PORT} --tcp --test latency --iters {iters}
-ok
-step bw-qp
-perf bw-qp {b_dev} --port {PERF_QP_PORT} --tcp --test bandwidth --sizes {tcp_sizes} --bytes {bw_bytes}
-ok
 "#
     );
-    if !plan.udp_sizes.is_empty() {
-        s += &format!(
-            "step udpbw-qp\nperf udpbw-qp {b_dev} --port {PERF_QP_PORT} --udp --test bandwidth --sizes {} --bytes {bw_bytes}\nok\n",
-            join(&plan.udp_sizes)
-        );
+    for step in plan.steps() {
+        let body = match step.action {
+            Action::Ready => format!(
+                "await b-ready 180\nhead -c {bulk} /dev/urandom > /tmp/bulk\nBULK_SHA=$(sha /tmp/bulk)\n"
+            ),
+            Action::Measure { test, net, round } => measure(plan, &step.id, test, net, round),
+            Action::HostOut => host_out(plan.host_bytes),
+            Action::HostIn => host_in(plan.host_bytes),
+            Action::HostUdp => host_udp(),
+        };
+        s += &format!("\nstep {}\n{body}ok\n", step.id);
     }
-    s += &format!(
-        r#"
-step bulk-qp
-bulk qp qpip-cat --message -w 60 {b_dev} {BULK_QP_PORT}
-ok
-"#
-    );
-    if plan.host_bytes > 0 {
-        let hb = plan.host_bytes;
-        s += &format!(
-            r#"
-step host-out
-await host-listening 60
+    s
+}
+
+/// The command of one measurement; `id` is the step's id, which its report carries.
+fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
+    let (addr, port, sockets) = match net {
+        Net::Qp => (netns::device_addr(2), PERF_QP_PORT, ""),
+        Net::Sockets => (netns::virtio_addr(2), PERF_SOCKETS_PORT, " --sockets"),
+    };
+    let perf = format!("perf {id} {addr} --port {port}{sockets}");
+    let iters = plan.latency_iters;
+    let bw_bytes = plan.bw_bytes;
+    match test {
+        Test::UdpPing => format!("{perf} --udp --test latency --iters {iters}\n"),
+        Test::TcpPing => format!("{perf} --tcp --test latency --iters {iters}\n"),
+        Test::TcpBw => format!(
+            "{perf} --tcp --test bandwidth --sizes {} --bytes {bw_bytes}\n",
+            join(&plan.tcp_sizes)
+        ),
+        Test::UdpBw => format!(
+            "{perf} --udp --test bandwidth --sizes {} --bytes {bw_bytes}\n",
+            join(&plan.udp_sizes)
+        ),
+        Test::Bulk => {
+            let name = plan.tag(net.id(), round);
+            let port = bulk_port(net, round);
+            match net {
+                Net::Qp => format!("bulk {name} {round} qpip-cat --message -w 60 {addr} {port}\n"),
+                Net::Sockets => format!("bulk {name} {round} nc {addr} {port}\n"),
+            }
+        }
+    }
+}
+
+fn host_out(hb: u64) -> String {
+    let host = netns::HOST_ADDR;
+    format!(
+        r#"await host-listening 60
 head -c {hb} /dev/urandom > /tmp/hin
 qpip-cat --stream -w 60 {host} {HOST_TCP_PORT} < /tmp/hin > /tmp/hout 2> /tmp/herr \
     || fail "qpip-cat {host} {HOST_TCP_PORT} failed: $(oneline /tmp/herr)"
 [ "$(sha /tmp/hout)" = "$(sha /tmp/hin)" ] \
     || fail "the echo from the host differs: $(wc -c < /tmp/hout) bytes back of {hb}"
-ok
+"#
+    )
+}
 
-step host-in
-head -c {hb} /dev/urandom > /tmp/hreply
+fn host_in(hb: u64) -> String {
+    format!(
+        r#"head -c {hb} /dev/urandom > /tmp/hreply
 qpip-cat -v --stream -w 120 -l {GUEST_LISTEN_PORT} < /tmp/hreply > /tmp/hgot 2> /tmp/herr &
 l=$!
 until_true 60 has /tmp/herr "listening on" || fail "qpip-cat -l {GUEST_LISTEN_PORT} is not listening: $(oneline /tmp/herr)"
@@ -174,44 +245,19 @@ await host-in.done 60
 read -r sent got < /lab/host-in.done
 [ "$(sha /tmp/hgot)" = "$sent" ] || fail "received other bytes than the host sent ($(wc -c < /tmp/hgot) bytes)"
 [ "$got" = "$(sha /tmp/hreply)" ] || fail "the host received other bytes than guest a sent"
-ok
+"#
+    )
+}
 
-step host-udp
-head -c 20000 /dev/urandom > /tmp/uin
+fn host_udp() -> String {
+    let host = netns::HOST_ADDR;
+    format!(
+        r#"head -c 20000 /dev/urandom > /tmp/uin
 qpip-cat -u -w 3 {host} {HOST_UDP_PORT} < /tmp/uin > /tmp/uout 2> /tmp/uerr \
     || fail "qpip-cat -u {host} {HOST_UDP_PORT} failed: $(oneline /tmp/uerr)"
 cmp -s /tmp/uin /tmp/uout || fail "the datagrams echoed by the host differ: $(wc -c < /tmp/uout) bytes back of 20000"
-ok
 "#
-        );
-    }
-    s += &format!(
-        r#"
-step udp-sk
-perf udp-sk {b_net} --port {PERF_SOCKETS_PORT} --sockets --udp --test latency --iters {iters}
-ok
-step tcp-sk
-perf tcp-sk {b_net} --port {PERF_SOCKETS_PORT} --sockets --tcp --test latency --iters {iters}
-ok
-step bw-sk
-perf bw-sk {b_net} --port {PERF_SOCKETS_PORT} --sockets --tcp --test bandwidth --sizes {tcp_sizes} --bytes {bw_bytes}
-ok
-"#
-    );
-    if !plan.udp_sizes.is_empty() {
-        s += &format!(
-            "step udpbw-sk\nperf udpbw-sk {b_net} --port {PERF_SOCKETS_PORT} --sockets --udp --test bandwidth --sizes {} --bytes {bw_bytes}\nok\n",
-            join(&plan.udp_sizes)
-        );
-    }
-    s += &format!(
-        r#"
-step bulk-sk
-bulk sk nc {b_net} {BULK_SOCKETS_PORT}
-ok
-"#
-    );
-    s
+    )
 }
 
 fn join(v: &[usize]) -> String {
