@@ -796,16 +796,16 @@ fn echo(ctx: &Context, a: &Args) -> Result<bool, Fail> {
     } else {
         Some(ctx.listen(any(a.port), 1).map_err(|e| fail("listen", e))?)
     };
+    // Receives go up before the peer can connect, so its first bytes have somewhere to go:
+    // on a TCP QP, receives posted before ACCEPT become the connection's receive space.
+    for s in 0..DEPTH {
+        qp.post_recv(s as u64, &[mr.sge(s * a.max_msg, a.max_msg)])
+            .map_err(|e| fail("post receive", e))?;
+    }
     println!("@echo.listening={}", a.port);
     if let Some(l) = &listener {
         let peer = l.accept_wait(&qp, a.wait).map_err(|e| fail("accept", e))?;
         println!("@echo.peer={peer}");
-    }
-    // Receives are posted once the QP is connected: on the device, receives posted on an
-    // idle TCP QP complete FLUSHED when the accept completes.
-    for s in 0..DEPTH {
-        qp.post_recv(s as u64, &[mr.sge(s * a.max_msg, a.max_msg)])
-            .map_err(|e| fail("post receive", e))?;
     }
     const UDP_QUIET: Duration = Duration::from_secs(30);
     let mut echoed = 0u64;
