@@ -53,6 +53,12 @@ use std::process::{Command, Stdio};
 
 /// The lab's prefix (DESIGN §8): host `::1`, guest n's qpip device `::1:n`, its virtio-net
 /// `::2:n`.
+/// Multicast neighbour solicitations before an address counts as unreachable, on every
+/// side of the lab network: the bridge (Linux), the guests' virtio-net (images/guest/init)
+/// and the qpip devices (`qpipd --ndp-solicit`). A TCG guest can get no CPU for many
+/// seconds on a loaded host, longer than the default 3 solicitations 1 s apart.
+pub const NDP_SOLICITS: u32 = 30;
+
 pub const PREFIX: &str = "fd51:5050::";
 /// The lab host's address on the bridge.
 pub const HOST_ADDR: &str = "fd51:5050::1";
@@ -235,7 +241,7 @@ impl LabNet {
         // solicitations 1 s apart, after which what waited is dropped. (A namespace other
         // than the first has no neigh/default to set beforehand.)
         self.sh(&format!(
-            "echo 30 >/proc/sys/net/ipv6/neigh/{BRIDGE}/mcast_solicit"
+            "echo {NDP_SOLICITS} >/proc/sys/net/ipv6/neigh/{BRIDGE}/mcast_solicit"
         ))?;
         ip(&["-n", &n, "link", "set", BRIDGE, "up"])?;
         Ok(())

@@ -756,6 +756,8 @@ impl<'a> Run<'a> {
                 format!("{}/64", netns::device_addr(n)),
                 "--mac".into(),
                 netns::device_mac(n),
+                "--ndp-solicit".into(),
+                netns::NDP_SOLICITS.to_string(),
             ]);
         }
         args

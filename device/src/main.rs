@@ -60,6 +60,14 @@ struct Args {
     #[arg(long = "neighbor", value_name = "ADDR=MAC", requires = "net")]
     neighbors: Vec<StaticNeighbor>,
 
+    /// Multicast neighbour solicitations (one a second) before the device gives up
+    /// resolving an on-link address and drops what waits for it (RFC 4861's
+    /// MAX_MULTICAST_SOLICIT, 3; like Linux's mcast_solicit). More ride out a peer that is
+    /// slow to answer, such as a virtual machine starved of CPU.
+    #[arg(long, value_name = "N", default_value_t = qpip_device::net::neighbor::MAX_MULTICAST_SOLICIT,
+          value_parser = clap::value_parser!(u8).range(1..=100), requires = "net")]
+    ndp_solicit: u8,
+
     /// Retransmissions of unacknowledged data before a TCP connection to a silent peer
     /// times out and its QP fails with a timeout (RFC 9293 §3.8.3's R2; like Linux's
     /// net.ipv4.tcp_retries2). The default, 15, gives up after about 9 minutes; RFC 9293
@@ -141,6 +149,7 @@ fn main() -> ExitCode {
                     pcap: args.pcap.clone(),
                     impair: args.impair.clone(),
                     neighbors: args.neighbors.clone(),
+                    ndp_solicits: args.ndp_solicit,
                 }),
                 tcp_limits: TcpLimits {
                     max_retries: args.tcp_retries,

@@ -37,6 +37,7 @@ fn device_with(
         pcap: None,
         impair: impair.map(|s| s.parse().expect("impairment")),
         neighbors: Vec::new(),
+        ndp_solicits: qpip_device::net::neighbor::MAX_MULTICAST_SOLICIT,
     };
     let engine = EngineConfig {
         mac,

@@ -101,6 +101,7 @@ fn device(ns: &Netns, bad: Option<&Bad>) -> FakeGuest {
         pcap: bad.map(|b| b.pcap.clone()),
         impair: bad.map(|b| b.impair),
         neighbors: Vec::new(),
+        ndp_solicits: qpip_device::net::neighbor::MAX_MULTICAST_SOLICIT,
     };
     let engine = EngineConfig {
         mac: DEV_MAC,

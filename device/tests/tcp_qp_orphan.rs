@@ -31,6 +31,7 @@ fn device(mac: [u8; 6], addr: &str, cable: &Path, tcp_limits: TcpLimits) -> Fake
         pcap: None,
         impair: None,
         neighbors: Vec::new(),
+        ndp_solicits: qpip_device::net::neighbor::MAX_MULTICAST_SOLICIT,
     };
     let engine = EngineConfig {
         mac,

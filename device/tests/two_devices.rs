@@ -21,6 +21,7 @@ fn device(mac: [u8; 6], addr: &str, cable: &std::path::Path) -> FakeGuest {
         pcap: None,
         impair: None,
         neighbors: Vec::new(),
+        ndp_solicits: qpip_device::net::neighbor::MAX_MULTICAST_SOLICIT,
     };
     let engine = EngineConfig {
         mac,

@@ -120,6 +120,7 @@ impl SyncGuest {
             pcap: None,
             impair: None,
             neighbors: Vec::new(),
+            ndp_solicits: qpip_device::net::neighbor::MAX_MULTICAST_SOLICIT,
         };
         let config = EngineConfig {
             mac,

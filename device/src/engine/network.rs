@@ -29,6 +29,8 @@ pub struct NetworkConfig {
     pub pcap: Option<PathBuf>,
     pub impair: Option<ImpairSpec>,
     pub neighbors: Vec<StaticNeighbor>,
+    /// Multicast neighbour solicitations before an address counts as unreachable.
+    pub ndp_solicits: u8,
 }
 
 impl Engine {
@@ -58,6 +60,7 @@ impl Engine {
         c.addrs = self.identity.addrs.clone();
         c.mtu = cfg.mtu;
         c.neighbors = cfg.neighbors.clone();
+        c.ndp_solicits = cfg.ndp_solicits;
         let mut s = Stack::new(&c, Instant::now());
         s.set_tcp(true);
         s

@@ -22,6 +22,9 @@ pub struct NetConfig {
     /// Seed for fragment identifiers and reachability jitter; None takes one from the
     /// clock (tests fix it).
     pub seed: Option<u64>,
+    /// Multicast neighbour solicitations before resolving an address fails
+    /// (`--ndp-solicit`; RFC 4861's MAX_MULTICAST_SOLICIT, 3, by default).
+    pub ndp_solicits: u8,
 }
 
 impl NetConfig {
@@ -32,6 +35,7 @@ impl NetConfig {
             mtu: DEFAULT_MTU,
             neighbors: Vec::new(),
             seed: None,
+            ndp_solicits: super::neighbor::MAX_MULTICAST_SOLICIT,
         }
     }
 }

@@ -17,7 +17,10 @@ use std::time::{Duration, Instant};
 
 use super::wire::Mac;
 
-/// RFC 4861 §10 protocol constants.
+/// RFC 4861 §10 protocol constants. MAX_MULTICAST_SOLICIT is the default of a setting
+/// (`qpipd --ndp-solicit`, [`NeighborCache::set_max_multicast_solicit`]), as in Linux
+/// (`mcast_solicit`): a peer that is slow to answer, like a virtual machine starved of CPU,
+/// needs more patience than the RFC's three seconds.
 pub const MAX_MULTICAST_SOLICIT: u8 = 3;
 pub const MAX_UNICAST_SOLICIT: u8 = 3;
 pub const RETRANS_TIMER: Duration = Duration::from_secs(1);
@@ -70,6 +73,8 @@ pub struct NeighborCache {
     timers: BinaryHeap<Reverse<(Instant, Ipv6Addr)>>,
     queued_bytes: usize,
     rng: fastrand::Rng,
+    /// Multicast solicitations for an address before resolution fails.
+    max_multicast_solicit: u8,
 }
 
 impl NeighborCache {
@@ -79,7 +84,14 @@ impl NeighborCache {
             timers: BinaryHeap::new(),
             queued_bytes: 0,
             rng: fastrand::Rng::with_seed(seed),
+            max_multicast_solicit: MAX_MULTICAST_SOLICIT,
         }
+    }
+
+    /// Multicast solicitations for an address before its resolution fails (at least 1;
+    /// RFC 4861's MAX_MULTICAST_SOLICIT by default).
+    pub fn set_max_multicast_solicit(&mut self, n: u8) {
+        self.max_multicast_solicit = n.max(1);
     }
 
     pub fn add_static(&mut self, ip: Ipv6Addr, mac: Mac, now: Instant) {
@@ -344,7 +356,7 @@ impl NeighborCache {
                 continue; // re-armed or disarmed since
             }
             match e.state {
-                State::Incomplete if e.probes < MAX_MULTICAST_SOLICIT => {
+                State::Incomplete if e.probes < self.max_multicast_solicit => {
                     e.probes += 1;
                     self.arm(ip, now + RETRANS_TIMER);
                     out.push(Action::SolicitMulticast(ip));
@@ -440,6 +452,44 @@ mod tests {
         assert_eq!(run(&mut c, |c, o| c.poll(t, o)), vec![Action::Failed(A, 1)]);
         assert!(c.get(&A).is_none());
         assert_eq!(c.queued_bytes, 0);
+    }
+
+    #[test]
+    fn resolution_solicits_as_often_as_set() {
+        let t0 = Instant::now();
+        let mut c = NeighborCache::new(1);
+        c.set_max_multicast_solicit(30);
+        run(&mut c, |c, o| c.resolve(A, vec![1], t0, o));
+        let mut t = t0;
+        for _ in 0..29 {
+            t += RETRANS_TIMER;
+            assert_eq!(
+                run(&mut c, |c, o| c.poll(t, o)),
+                vec![Action::SolicitMulticast(A)]
+            );
+        }
+        // Answered late, after 30 s: the waiting packet goes out.
+        t += RETRANS_TIMER / 2;
+        assert_eq!(
+            run(&mut c, |c, o| c.on_advertisement(A, Some(M1), true, false, t, o)),
+            vec![Action::Send(vec![1], M1)]
+        );
+        assert_eq!(c.get(&A), Some((State::Reachable, Some(M1))));
+        // Unanswered, it still gives up, after the last solicitation's timer.
+        let mut c = NeighborCache::new(1);
+        c.set_max_multicast_solicit(5);
+        run(&mut c, |c, o| c.resolve(A, vec![1], t0, o));
+        let mut sent = 1;
+        let mut t = t0;
+        loop {
+            t += RETRANS_TIMER;
+            match run(&mut c, |c, o| c.poll(t, o)).as_slice() {
+                [Action::SolicitMulticast(a)] if *a == A => sent += 1,
+                [Action::Failed(a, 1)] if *a == A => break,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(sent, 5);
     }
 
     #[test]

@@ -170,6 +170,7 @@ impl Stack {
                 ^ (std::process::id() as u64) << 32
         });
         let mut neighbors = NeighborCache::new(seed ^ 0x6e65_6967);
+        neighbors.set_max_multicast_solicit(config.ndp_solicits);
         for n in &config.neighbors {
             neighbors.add_static(n.addr, n.mac, now);
         }
