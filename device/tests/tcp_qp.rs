@@ -6,13 +6,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use qpip_device::backend::NetSpec;
-use qpip_device::core::CoreConfig;
-use qpip_device::engine::network::NetworkConfig;
 use qpip_device::engine::tcp::TcpLimits;
-use qpip_device::engine::EngineConfig;
 use qpip_device::net::tcp::Config;
-use qpip_device::vfio::ServeOptions;
 use sha2::{Digest, Sha256};
 use support::relay::{PtbPlan, Relay};
 use support::*;
@@ -31,27 +26,7 @@ fn device_with(
     impair: Option<&str>,
     tcp_limits: TcpLimits,
 ) -> FakeGuest {
-    let network = NetworkConfig {
-        spec: NetSpec::Cable(cable.to_path_buf()),
-        mtu: 1500,
-        pcap: None,
-        impair: impair.map(|s| s.parse().expect("impairment")),
-        neighbors: Vec::new(),
-        ndp_solicits: qpip_device::net::neighbor::MAX_MULTICAST_SOLICIT,
-    };
-    let engine = EngineConfig {
-        mac,
-        addrs: vec![(addr.parse().unwrap(), 64)],
-        network: Some(network),
-        tcp_limits,
-        ..EngineConfig::default()
-    };
-    FakeGuest::with_options(ServeOptions {
-        core: CoreConfig {
-            engine,
-            ..CoreConfig::default()
-        },
-    })
+    cabled_device(mac, addr, cable, impair, tcp_limits)
 }
 
 struct Cable {

@@ -96,12 +96,9 @@ struct Bad {
 
 fn device(ns: &Netns, bad: Option<&Bad>) -> FakeGuest {
     let network = NetworkConfig {
-        spec: NetSpec::Tap(TAP.into()),
-        mtu: 1500,
         pcap: bad.map(|b| b.pcap.clone()),
         impair: bad.map(|b| b.impair),
-        neighbors: Vec::new(),
-        ndp_solicits: qpip_device::net::neighbor::MAX_MULTICAST_SOLICIT,
+        ..NetworkConfig::new(NetSpec::Tap(TAP.into()))
     };
     let engine = EngineConfig {
         mac: DEV_MAC,

@@ -10,12 +10,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use qpip_device::backend::NetSpec;
-use qpip_device::core::CoreConfig;
-use qpip_device::engine::network::NetworkConfig;
 use qpip_device::engine::tcp::TcpLimits;
-use qpip_device::engine::EngineConfig;
-use qpip_device::vfio::ServeOptions;
 use support::relay::Relay;
 use support::*;
 
@@ -25,27 +20,7 @@ const B_ADDR: &str = "fd51:5050::5:2";
 const MSL: Duration = Duration::from_millis(250);
 
 fn device(mac: [u8; 6], addr: &str, cable: &Path, tcp_limits: TcpLimits) -> FakeGuest {
-    let network = NetworkConfig {
-        spec: NetSpec::Cable(cable.to_path_buf()),
-        mtu: 1500,
-        pcap: None,
-        impair: None,
-        neighbors: Vec::new(),
-        ndp_solicits: qpip_device::net::neighbor::MAX_MULTICAST_SOLICIT,
-    };
-    let engine = EngineConfig {
-        mac,
-        addrs: vec![(addr.parse().unwrap(), 64)],
-        network: Some(network),
-        tcp_limits,
-        ..EngineConfig::default()
-    };
-    FakeGuest::with_options(ServeOptions {
-        core: CoreConfig {
-            engine,
-            ..CoreConfig::default()
-        },
-    })
+    cabled_device(mac, addr, cable, None, tcp_limits)
 }
 
 struct Dir(PathBuf);

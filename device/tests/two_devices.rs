@@ -7,34 +7,10 @@ mod support;
 
 use std::time::Duration;
 
-use qpip_device::backend::NetSpec;
-use qpip_device::core::CoreConfig;
-use qpip_device::engine::network::NetworkConfig;
-use qpip_device::engine::EngineConfig;
-use qpip_device::vfio::ServeOptions;
 use support::*;
 
 fn device(mac: [u8; 6], addr: &str, cable: &std::path::Path) -> FakeGuest {
-    let network = NetworkConfig {
-        spec: NetSpec::Cable(cable.to_path_buf()),
-        mtu: 1500,
-        pcap: None,
-        impair: None,
-        neighbors: Vec::new(),
-        ndp_solicits: qpip_device::net::neighbor::MAX_MULTICAST_SOLICIT,
-    };
-    let engine = EngineConfig {
-        mac,
-        addrs: vec![(addr.parse().unwrap(), 64)],
-        network: Some(network),
-        ..EngineConfig::default()
-    };
-    FakeGuest::with_options(ServeOptions {
-        core: CoreConfig {
-            engine,
-            ..CoreConfig::default()
-        },
-    })
+    cabled_device(mac, addr, cable, None, Default::default())
 }
 
 #[test]

@@ -115,12 +115,8 @@ impl SyncGuest {
         let shared = Shared::new(guest_ram.memory(), doorbells.clone(), irqs);
         let (tx, rx) = mpsc::channel();
         let network = NetworkConfig {
-            spec: NetSpec::Cable(cable.to_path_buf()),
             mtu,
-            pcap: None,
-            impair: None,
-            neighbors: Vec::new(),
-            ndp_solicits: qpip_device::net::neighbor::MAX_MULTICAST_SOLICIT,
+            ..NetworkConfig::new(NetSpec::Cable(cable.to_path_buf()))
         };
         let config = EngineConfig {
             mac,

@@ -33,6 +33,21 @@ pub struct NetworkConfig {
     pub ndp_solicits: u8,
 }
 
+impl NetworkConfig {
+    /// The link `spec` with the defaults of `qpipd`'s options: MTU 1500, no capture, no
+    /// impairment, no static neighbours, RFC 4861's solicitations.
+    pub fn new(spec: NetSpec) -> NetworkConfig {
+        NetworkConfig {
+            spec,
+            mtu: crate::net::config::DEFAULT_MTU,
+            pcap: None,
+            impair: None,
+            neighbors: Vec::new(),
+            ndp_solicits: crate::net::neighbor::MAX_MULTICAST_SOLICIT,
+        }
+    }
+}
+
 impl Engine {
     /// Opens the link and starts the stack with the device's identity.
     pub fn attach_network(&mut self, cfg: &NetworkConfig) -> io::Result<()> {

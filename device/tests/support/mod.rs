@@ -1553,3 +1553,32 @@ impl Flow {
         did
     }
 }
+
+/// A device whose link is a cable at `cable` (the other end is another device or a relay),
+/// with address `addr`/64, the link impaired by `impair` (qpipd's `--impair` form) and the
+/// TCP limits given.
+pub fn cabled_device(
+    mac: [u8; 6],
+    addr: &str,
+    cable: &std::path::Path,
+    impair: Option<&str>,
+    tcp_limits: qpip_device::engine::tcp::TcpLimits,
+) -> FakeGuest {
+    use qpip_device::engine::network::NetworkConfig;
+    use qpip_device::engine::EngineConfig;
+    let mut network = NetworkConfig::new(qpip_device::backend::NetSpec::Cable(cable.to_path_buf()));
+    network.impair = impair.map(|s| s.parse().expect("impairment"));
+    let engine = EngineConfig {
+        mac,
+        addrs: vec![(addr.parse().expect("address"), 64)],
+        network: Some(network),
+        tcp_limits,
+        ..EngineConfig::default()
+    };
+    FakeGuest::with_options(ServeOptions {
+        core: qpip_device::core::CoreConfig {
+            engine,
+            ..Default::default()
+        },
+    })
+}
