@@ -170,3 +170,59 @@ fn with_no_listener_time_wait_answers_as_before() {
     d.wait(ms(1000));
     assert!(d.table.get(id).is_none());
 }
+
+// ---- resets after both sides closed ---------------------------------------------------------
+
+/// A reset in TIME-WAIT is ignored (RFC 1337 §3): no event, no reply, and TIME-WAIT ends
+/// after 2 MSL as always with Closed. (A peer that left LAST-ACK on our final ACK answers a
+/// duplicate of that ACK with exactly this reset; reporting it as "connection reset" would
+/// turn a clean close into an error.)
+#[test]
+fn a_reset_in_time_wait_is_ignored() {
+    let mut d = Dev::new();
+    d.listen(&cfg(), 4, false);
+    let (id, _, snd_nxt) = in_time_wait(&mut d, &cfg());
+    let out = d.send(phdr(None, RST, IRS + 102, 0), &[]);
+    assert!(out.is_empty(), "answered a reset: {:?}", shape(&out));
+    assert_eq!(d.take_events(), vec![]);
+    assert_eq!(d.table.get(id).unwrap().conn.state(), State::TimeWait);
+    // A reset with ACK (the form an answer to our ACK takes) likewise.
+    let out = d.send(phdr(None, RST | ACK, IRS + 102, snd_nxt), &[]);
+    assert!(out.is_empty(), "answered a reset: {:?}", shape(&out));
+    assert_eq!(d.take_events(), vec![]);
+    d.wait(cfg().msl * 2);
+    assert_eq!(d.take_events(), vec![Event::Closed]);
+}
+
+/// In LAST-ACK with only our FIN unacknowledged, a reset closes the connection without the
+/// "connection reset" signal (RFC 9293 §3.10.7.4): Closed, not Reset. With data still
+/// unacknowledged it is a reset: bytes may be lost.
+#[test]
+fn a_reset_in_last_ack_closes_quietly_only_when_no_data_is_lost() {
+    for unacked in [false, true] {
+        let mut d = Dev::new();
+        d.listen(&cfg(), 4, false);
+        let out = d.send(new_syn(None, IRS), &[]);
+        let id = d
+            .table
+            .lookup(&tuple(LOCAL, LPORT, REMOTE, RPORT))
+            .unwrap();
+        let iss = d.iss(id);
+        assert_eq!(shape(&out)[0].0, SYN | ACK);
+        d.send(phdr(None, ACK, IRS + 1, iss + 1), &[]);
+        // 100 bytes out; acknowledged unless `unacked`.
+        let out = d.queue(id, 100);
+        assert_eq!(shape(&out), vec![(ACK | PSH, iss + 1, IRS + 1, 100)]);
+        let ack = if unacked { iss + 1 } else { iss + 101 };
+        // The peer closes first (CLOSE-WAIT), then we do (LAST-ACK).
+        d.send(phdr(None, ACK | FIN, IRS + 1, ack), &[]);
+        d.table.get_mut(id).unwrap().conn.close();
+        let mut out = Vec::new();
+        d.service(id, &mut out);
+        assert_eq!(d.table.get(id).unwrap().conn.state(), State::LastAck);
+        d.take_events();
+        d.send(phdr(None, RST, IRS + 2, 0), &[]);
+        let want = if unacked { Event::Reset } else { Event::Closed };
+        assert_eq!(d.take_events(), vec![want], "unacked data: {unacked}");
+    }
+}

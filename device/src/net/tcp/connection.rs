@@ -1102,10 +1102,24 @@ impl Connection {
         }
         // Second: RST (RFC 5961 §3.2).
         if h.rst() {
-            if seg_off == nxt {
-                self.finish(Event::Reset);
-            } else {
+            if seg_off != nxt {
                 self.challenge_ack(now);
+                return;
+            }
+            match self.state {
+                // Both sides have closed and every byte is acknowledged: TIME-WAIT runs its
+                // course (RFC 1337 §3, against TIME-WAIT assassination). Such a reset is
+                // common and harmless: the peer closed the connection when our last ACK
+                // arrived and answers a duplicate of it (or of an older segment) with RST.
+                State::TimeWait => {}
+                // RFC 9293 §3.10.7.4: in CLOSING and LAST-ACK the user has closed and the
+                // peer's FIN has come; a reset ends the connection without the "connection
+                // reset" signal — provided no data of ours is lost (only our FIN was
+                // unacknowledged).
+                State::Closing | State::LastAck if self.acked() == self.queued => {
+                    self.finish(Event::Closed)
+                }
+                _ => self.finish(Event::Reset),
             }
             return;
         }
