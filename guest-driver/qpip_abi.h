@@ -477,6 +477,18 @@
 #define QPIP_STAT_ASYNC_EVENTS_LOST 28
 
 /*
+ TCP connections orphaned: their QP was destroyed after a graceful close and nothing
+ was left to lose, so they finish the close without it.
+ */
+#define QPIP_STAT_TCP_ORPHANS 29
+
+/*
+ TCP connections that were to be orphaned, or were, and were reset instead: the device
+ held its maximum of orphans already, or new data arrived for an orphan.
+ */
+#define QPIP_STAT_TCP_ORPHAN_ABORTS 30
+
+/*
  First of the per-reason drop counters, in this order: malformed, bad checksum, not for
  us, not IPv6, unsupported next header, unknown option, routing header, bad source, bad
  NDP, hop limit, looped, fragment overlap, bad fragment, reassembly failed, ignored, no

@@ -371,6 +371,8 @@ QPIP_COUNTER(net_reassembled, QPIP_STAT_NET_REASSEMBLED);
 QPIP_COUNTER(net_resolution_failed, QPIP_STAT_NET_RESOLUTION_FAILED);
 QPIP_COUNTER(async_events, QPIP_STAT_ASYNC_EVENTS);
 QPIP_COUNTER(async_events_lost, QPIP_STAT_ASYNC_EVENTS_LOST);
+QPIP_COUNTER(tcp_orphans, QPIP_STAT_TCP_ORPHANS);
+QPIP_COUNTER(tcp_orphan_aborts, QPIP_STAT_TCP_ORPHAN_ABORTS);
 /* One file per drop reason, named in the order abi/src/admin.rs lists them. */
 static_assert(QPIP_STAT_NET_DROP_REASONS == 16);
 QPIP_COUNTER(net_drop_malformed, QPIP_STAT_NET_DROP_BASE + 0);
@@ -436,6 +438,8 @@ static struct attribute *qpip_counter_attrs[] = {
 	&qpip_counter_net_resolution_failed.attr.attr,
 	&qpip_counter_async_events.attr.attr,
 	&qpip_counter_async_events_lost.attr.attr,
+	&qpip_counter_tcp_orphans.attr.attr,
+	&qpip_counter_tcp_orphan_aborts.attr.attr,
 	&qpip_counter_net_drop_malformed.attr.attr,
 	&qpip_counter_net_drop_bad_checksum.attr.attr,
 	&qpip_counter_net_drop_not_for_us.attr.attr,

@@ -523,6 +523,13 @@ pub const STAT_NET_RESOLUTION_FAILED: u32 = 26;
 pub const STAT_ASYNC_EVENTS: u32 = 27;
 /// Asynchronous events dropped because the device's event queue was full.
 pub const STAT_ASYNC_EVENTS_LOST: u32 = 28;
+// TCP counters outside 48..63 (that range is full).
+/// TCP connections orphaned: their QP was destroyed after a graceful close and nothing
+/// was left to lose, so they finish the close without it.
+pub const STAT_TCP_ORPHANS: u32 = 29;
+/// TCP connections that were to be orphaned, or were, and were reset instead: the device
+/// held its maximum of orphans already, or new data arrived for an orphan.
+pub const STAT_TCP_ORPHAN_ABORTS: u32 = 30;
 /// First of the per-reason drop counters, in this order: malformed, bad checksum, not for
 /// us, not IPv6, unsupported next header, unknown option, routing header, bad source, bad
 /// NDP, hop limit, looped, fragment overlap, bad fragment, reassembly failed, ignored, no

@@ -3,7 +3,9 @@
 //! retransmitted, TIME-WAIT, a reset for new data), so the peer sees every byte and a
 //! clean end of stream — never a reset — even when the FIN was lost at the moment of the
 //! destroy. Without a close, with data not yet acknowledged, or beyond the device's bound
-//! on orphans, a destroy still resets the peer.
+//! on orphans, a destroy still resets the peer. QUERY_STATS counts each orphan
+//! (`STAT_TCP_ORPHANS`) and each one refused at the bound or reset for new data
+//! (`STAT_TCP_ORPHAN_ABORTS`).
 
 mod support;
 
@@ -154,6 +156,16 @@ fn rsts(g: &mut FakeGuest) -> u64 {
     g.stat(STAT_TCP_RSTS_OUT)
 }
 
+/// (`STAT_TCP_ORPHANS`, `STAT_TCP_ORPHAN_ABORTS`) as QUERY_STATS reads them: an orphan is
+/// counted when its QP's destroy completes, an orphan's reset before the reset is sent.
+fn orphan_stats(g: &mut FakeGuest) -> (u64, u64) {
+    let s = g.query_stats();
+    (
+        s.counters[STAT_TCP_ORPHANS as usize],
+        s.counters[STAT_TCP_ORPHAN_ABORTS as usize],
+    )
+}
+
 #[test]
 fn a_qp_destroyed_while_its_fin_is_lost_still_ends_the_stream_cleanly() {
     let (_dir, relay, mut a, mut b) = relayed("fin", 1, TcpLimits::default());
@@ -182,6 +194,7 @@ fn a_qp_destroyed_while_its_fin_is_lost_still_ends_the_stream_cleanly() {
         "the CLOSE goes with its QP (its FIN was not acknowledged)"
     );
     assert_eq!(rsts(&mut a), 0, "the destroy sent no reset");
+    assert_eq!(orphan_stats(&mut a), (1, 0), "one orphan, not aborted");
     until("A sent its FIN", || relay.fins_dropped() >= 1);
     relay.set_drop_fins_from_a(false);
     // B reads every byte, then the end of the stream: the orphan sent its FIN again.
@@ -224,6 +237,8 @@ fn a_qp_destroyed_while_its_fin_is_lost_still_ends_the_stream_cleanly() {
     }
     assert_eq!(b.admin_wait_done(acc).result2, 40100, "the same port again");
     assert_eq!(rsts(&mut a), 0);
+    assert_eq!(orphan_stats(&mut a), (1, 0), "it ended without an abort");
+    assert_eq!(orphan_stats(&mut b), (0, 0), "B destroyed nothing");
 }
 
 #[test]
@@ -255,6 +270,11 @@ fn destroying_a_qp_that_was_not_closed_resets_the_peer() {
         next_error(&mut b),
         (s2.qp.id, ASYNC_EVENT_QP_ERROR, ASYNC_REASON_PEER_RESET)
     );
+    assert_eq!(
+        orphan_stats(&mut a),
+        (0, 0),
+        "not closed: never to be orphaned, so no orphan abort either"
+    );
 }
 
 #[test]
@@ -273,6 +293,7 @@ fn destroying_a_closed_qp_with_data_unacknowledged_resets_the_peer() {
     a.destroy_qp(actx, c.qp.id).unwrap();
     assert_eq!(a.admin_wait_done(cl).status, ADMIN_STATUS_CANCELLED);
     assert!(rsts(&mut a) >= 1, "the data would be lost: a reset says so");
+    assert_eq!(orphan_stats(&mut a), (0, 0), "no orphan, no orphan abort");
     assert_eq!(
         next_error(&mut b),
         (s.qp.id, ASYNC_EVENT_QP_ERROR, ASYNC_REASON_PEER_RESET)
@@ -292,6 +313,7 @@ fn data_for_an_orphan_in_fin_wait_2_is_answered_with_a_reset() {
         0,
         "closed and acknowledged: no reset at the destroy"
     );
+    assert_eq!(orphan_stats(&mut a), (1, 0), "an orphan");
     // B, half-closed, still sends: nobody at A will read it.
     b.post_send(&mut s.qp, &[tcp_inline_wqe(1, 0, b"anyone there?")]);
     assert_eq!(
@@ -305,6 +327,11 @@ fn data_for_an_orphan_in_fin_wait_2_is_answered_with_a_reset() {
         "the send the orphan refused",
     );
     assert!(rsts(&mut a) >= 1, "the orphan's reset");
+    assert_eq!(
+        orphan_stats(&mut a),
+        (1, 1),
+        "the orphan reset for new data is an orphan abort"
+    );
 }
 
 #[test]
@@ -322,14 +349,21 @@ fn beyond_the_bound_on_orphans_a_destroy_resets() {
     close(&mut a, actx, &c2);
     a.destroy_qp(actx, c1.qp.id).unwrap();
     assert_eq!(rsts(&mut a), 0, "the first is orphaned");
+    assert_eq!(orphan_stats(&mut a), (1, 0));
     a.destroy_qp(actx, c2.qp.id).unwrap();
     assert!(rsts(&mut a) >= 1, "the second is one too many: reset");
+    assert_eq!(
+        orphan_stats(&mut a),
+        (1, 1),
+        "the one refused at the bound is an orphan abort"
+    );
     assert_eq!(
         next_error(&mut b),
         (s2.qp.id, ASYNC_EVENT_QP_ERROR, ASYNC_REASON_PEER_RESET)
     );
     // The orphan is alive: it acknowledges the FIN of B's first QP.
     close(&mut b, bctx, &s1);
+    assert_eq!(orphan_stats(&mut a), (1, 1));
 }
 
 #[test]
@@ -342,6 +376,11 @@ fn a_process_that_exits_after_closing_leaves_its_connections_to_finish() {
     // The process exits: its context goes, and with it QP, CQs and memory.
     a.destroy_ctx(actx).unwrap();
     assert_eq!(rsts(&mut a), 0);
+    assert_eq!(
+        orphan_stats(&mut a),
+        (1, 0),
+        "the context's QP left an orphan"
+    );
     assert_eq!(next_event(&mut b), (s.qp.id, ASYNC_EVENT_PEER_CLOSED, 0));
     close(&mut b, bctx, &s);
     assert_eq!(rsts(&mut a), 0);
@@ -362,4 +401,5 @@ fn an_orphans_port_is_not_handed_out_as_an_ephemeral_port() {
     let (_s2, _c2, next) = pair_port(&mut a, actx, &mut b, bctx, l, 7700, None);
     assert_ne!(next, port);
     assert_eq!(rsts(&mut a), 0);
+    assert_eq!(orphan_stats(&mut a), (1, 0));
 }

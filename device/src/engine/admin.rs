@@ -376,6 +376,8 @@ impl Engine {
             (STAT_TCP_SYN_COOKIES, t.syn_cookies),
             (STAT_TCP_LISTEN_DROPS, t.listen_drops),
             (STAT_TCP_TIMEOUTS, t.timeouts),
+            (STAT_TCP_ORPHANS, t.orphans),
+            (STAT_TCP_ORPHAN_ABORTS, t.orphan_aborts),
         ] {
             c[i as usize] = v;
         }
