@@ -1019,3 +1019,62 @@ fn messages_complete_receive_wrs_of_any_size() {
         assert_eq!(sc.wr_id, 500 + i as u64);
     }
 }
+
+// ---- the same port again after a graceful close --------------------------------------------
+
+/// Both ends close gracefully and are destroyed (the side that closed first is left in
+/// TIME-WAIT without its QP), then a new listener on the same port takes a new connection
+/// over the loopback at once — whichever side closed first, so whichever end's 4-tuple
+/// lingers: the new SYN meets that TIME-WAIT and must be taken as a new incarnation.
+/// (Like `qpip-cat -l PORT` run twice in a row.)
+#[test]
+fn a_port_is_usable_again_at_once_after_a_graceful_close_and_destroy() {
+    // Four rounds each: a new incarnation is told from the old by its timestamps (RFC
+    // 6191), and a clock that restarted per connection passed by luck half the time.
+    for (i, server_first) in [true, false].repeat(4).into_iter().enumerate() {
+        let mut g = FakeGuest::new();
+        let (sctx, cctx) = (g.create_ctx().unwrap(), g.create_ctx().unwrap());
+        let port = 6130 + i as u16;
+        let connect = |g: &mut FakeGuest, round: &str| {
+            let s = g.tcp_endpoint_in(sctx, FRAMING_STREAM, 8, 1 << 16);
+            let c = g.tcp_endpoint_in(cctx, FRAMING_STREAM, 8, 1 << 16);
+            let l = g.listen(sctx, UNSPECIFIED, port, 4).expect("listen");
+            let acc = g.submit_accept(sctx, l, s.qp.id);
+            let con = g.submit_connect(cctx, c.qp.id, LOOPBACK, port);
+            for (what, id) in [("connect", con), ("accept", acc)] {
+                let r = g.admin_wait(id, TIMEOUT).unwrap_or_else(|| {
+                    panic!("{round}, server closed first {server_first}: no {what}")
+                });
+                assert_eq!(
+                    r.status,
+                    ADMIN_STATUS_OK,
+                    "{round}, server closed first {server_first}: {what}: {}",
+                    admin_status_name(r.status)
+                );
+            }
+            (l, s, c)
+        };
+        let (l, mut s, mut c) = connect(&mut g, "first connection");
+        // The first connection lives a while, so its last timestamps are well past its
+        // first.
+        std::thread::sleep(Duration::from_millis(30));
+        g.post_recv(&mut s.qp, &[recv_wqe(1, &[s.buf.sge(0, 4096, s.mr.lkey)])]);
+        g.post_recv(&mut c.qp, &[recv_wqe(1, &[c.buf.sge(0, 4096, c.mr.lkey)])]);
+        let order = if server_first {
+            [(sctx, s.qp.id), (cctx, c.qp.id)]
+        } else {
+            [(cctx, c.qp.id), (sctx, s.qp.id)]
+        };
+        for (ctx, qp) in order {
+            let cl = g.submit_close(ctx, qp);
+            assert_eq!(g.admin_wait_done(cl).status, ADMIN_STATUS_OK, "close");
+        }
+        // Both saw the other's end of stream.
+        assert_eq!(g.wait_cqe(&mut s.rcq).byte_len, 0);
+        assert_eq!(g.wait_cqe(&mut c.rcq).byte_len, 0);
+        g.destroy_qp(sctx, s.qp.id).unwrap();
+        g.destroy_qp(cctx, c.qp.id).unwrap();
+        g.destroy_listener(sctx, l).unwrap();
+        connect(&mut g, "second connection");
+    }
+}

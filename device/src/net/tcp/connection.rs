@@ -33,9 +33,9 @@ const DUP_THRESH: u32 = 3;
 /// PAWS: a TS.Recent idle this long is no longer trusted (RFC 7323 §5.5).
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 
-/// The per-connection timestamp offset (RFC 7323 §7.1), derived from the ISN (itself a
-/// keyed hash of the 4-tuple), so a listener answering with a SYN cookie and the
-/// connection made from it later agree.
+/// A connection's timestamp offset until [`Connection::set_ts_clock`] gives it its
+/// 4-tuple's clock ([`super::IsnGenerator::ts_clock`], as the connection table and
+/// listeners do): derived from the ISS, for connections made on their own (tests).
 pub fn ts_offset_for(iss: u32) -> u32 {
     iss.wrapping_mul(0x9e37_79b9).rotate_left(7)
 }
@@ -356,6 +356,14 @@ impl Connection {
             stats: ConnStats::default(),
             orphaned: false,
         }
+    }
+
+    /// Sets the clock of the timestamps this connection sends (RFC 7323 §7.1): TSval =
+    /// `offset` + milliseconds since `base` ([`super::IsnGenerator::ts_clock`]). Before
+    /// it sends anything.
+    pub fn set_ts_clock(&mut self, (offset, base): (u32, Instant)) {
+        self.ts_offset = offset;
+        self.ts_base = base;
     }
 
     /// An active open: the SYN goes out with the next [`Connection::poll_transmit`].

@@ -80,6 +80,18 @@ impl IsnGenerator {
         &self.secret
     }
 
+    /// The timestamp clock of a 4-tuple's connections (RFC 7323 §7.1): an offset that is
+    /// a keyed hash of the 4-tuple, and milliseconds from this generator's base. Every
+    /// incarnation of one 4-tuple counts on from where the last left off, so a new SYN
+    /// meeting the old incarnation in TIME-WAIT carries a newer TSval and opens the new
+    /// one (RFC 6191); a clock that restarted with each incarnation made that a coin toss.
+    pub fn ts_clock(&self, t: &FourTuple) -> (u32, Instant) {
+        let mut b = [0u8; 37];
+        b[..36].copy_from_slice(&tuple_bytes(t));
+        b[36] = b'T'; // apart from the ISN's hash of the same tuple
+        ((siphash24(&self.secret, &b) >> 32) as u32, self.base)
+    }
+
     /// M: the 4 µs clock.
     pub fn clock(&self, now: Instant) -> u32 {
         (now.saturating_duration_since(self.base).as_micros() / 4) as u32

@@ -12,7 +12,7 @@ use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
 use super::config::Config;
-use super::connection::{ts_offset_for, Connection, FourTuple, Outgoing};
+use super::connection::{Connection, FourTuple, Outgoing};
 use super::isn::{siphash24, tuple_bytes, IsnGenerator};
 use super::wire::{self, flags, Header, Options, Segment};
 
@@ -153,9 +153,9 @@ impl Listener {
             self.half_open += 1;
             self.stats.half_open_created += 1;
             let iss = iss.unwrap_or_else(|| isn.isn(&tuple, now));
-            return ListenOutcome::HalfOpen(Connection::accept_syn(
-                seg, iss, now, &self.cfg, sink_space,
-            ));
+            let mut c = Connection::accept_syn(seg, iss, now, &self.cfg, sink_space);
+            c.set_ts_clock(isn.ts_clock(&tuple));
+            return ListenOutcome::HalfOpen(c);
         }
         if !self.cookies {
             self.stats.backlog_drops += 1;
@@ -187,8 +187,10 @@ impl Listener {
         (siphash24(isn.secret(), &b) >> 8) as u32 & 0x00ff_ffff
     }
 
-    fn ts_now(&self, iss: u32, now: Instant) -> u32 {
-        ts_offset_for(iss).wrapping_add(now.saturating_duration_since(self.base).as_millis() as u32)
+    /// The TSval a connection of `t` made now from a cookie would send.
+    fn ts_now(&self, isn: &IsnGenerator, t: &FourTuple, now: Instant) -> u32 {
+        let (offset, base) = isn.ts_clock(t);
+        offset.wrapping_add(now.saturating_duration_since(base).as_millis() as u32)
     }
 
     fn cookie_syn_ack(&self, syn: &Segment, now: Instant, isn: &IsnGenerator) -> Outgoing {
@@ -213,7 +215,7 @@ impl Listener {
             };
             let sack = (h.options.sack_permitted && self.cfg.sack) as u32;
             o.sack_permitted = sack == 1;
-            let real = self.ts_now(iss, now);
+            let real = self.ts_now(isn, &t, now);
             let mut val = (real & !0x1f) | sack << 4 | ws;
             if seq_gt(val, real) {
                 val = val.wrapping_sub(32);
@@ -258,9 +260,10 @@ impl Listener {
             }
             _ => (None, false),
         };
-        Some(Connection::from_cookie(
-            seg, cookie, now, self.base, &self.cfg, mss, shift, sack,
-        ))
+        let mut c =
+            Connection::from_cookie(seg, cookie, now, self.base, &self.cfg, mss, shift, sack);
+        c.set_ts_clock(isn.ts_clock(&t));
+        Some(c)
     }
 }
 

@@ -268,7 +268,9 @@ impl<T> ConnectionTable<T> {
         }
         let iss = self.isn.isn(&tuple, now);
         self.stats.active_opens += 1;
-        Ok(self.insert(Connection::connect(tuple, iss, now, cfg), Some(tag), None))
+        let mut c = Connection::connect(tuple, iss, now, cfg);
+        c.set_ts_clock(self.isn.ts_clock(&tuple));
+        Ok(self.insert(c, Some(tag), None))
     }
 
     pub fn lookup(&self, t: &FourTuple) -> Option<ConnId> {
