@@ -46,7 +46,9 @@ fn passive_open_out_of_order_duplicates_challenge_and_reset_by_the_peer() {
     assert_eq!(*d.table.stats(), want);
 
     // The handshake completes: nothing to send.
-    assert!(d.send(hdr(LPORT, ACK, IRS + 1, iss + 1, 30_000), &[]).is_empty());
+    assert!(d
+        .send(hdr(LPORT, ACK, IRS + 1, iss + 1, 30_000), &[])
+        .is_empty());
     assert_eq!(d.take_events(), vec![Event::Established]);
     want.segs_in += 1;
     assert_eq!(*d.table.stats(), want);
@@ -213,9 +215,7 @@ fn active_opens_retransmissions_fast_retransmit_and_timeouts() {
     want.retrans_segs += 1;
     want.rto_timeouts += 1;
     assert_eq!(*d.table.stats(), want);
-    assert!(d
-        .send(hdr(CPORT, RST | ACK, 0, iss + 1, 0), &[])
-        .is_empty());
+    assert!(d.send(hdr(CPORT, RST | ACK, 0, iss + 1, 0), &[]).is_empty());
     assert_eq!(d.take_events(), vec![Event::Reset]);
     assert!(d.table.is_empty());
     want.segs_in += 1;
@@ -246,8 +246,12 @@ fn active_opens_retransmissions_fast_retransmit_and_timeouts() {
     assert_eq!(*d.table.stats(), want);
 
     // Three duplicate ACKs: one fast retransmit of the first segment.
-    assert!(d.send(hdr(CPORT, ACK, IRS + 1, iss + 1, 30_000), &[]).is_empty());
-    assert!(d.send(hdr(CPORT, ACK, IRS + 1, iss + 1, 30_000), &[]).is_empty());
+    assert!(d
+        .send(hdr(CPORT, ACK, IRS + 1, iss + 1, 30_000), &[])
+        .is_empty());
+    assert!(d
+        .send(hdr(CPORT, ACK, IRS + 1, iss + 1, 30_000), &[])
+        .is_empty());
     let out = d.send(hdr(CPORT, ACK, IRS + 1, iss + 1, 30_000), &[]);
     assert_eq!(shape(&out), vec![(ACK, iss + 1, IRS + 1, 1000)]);
     want.segs_in += 3;
@@ -266,10 +270,7 @@ fn active_opens_retransmissions_fast_retransmit_and_timeouts() {
         assert_eq!(*d.table.stats(), want);
     }
     assert!(d.wait_deadline().is_empty());
-    assert_eq!(
-        d.take_events(),
-        vec![Event::Established, Event::TimedOut]
-    );
+    assert_eq!(d.take_events(), vec![Event::Established, Event::TimedOut]);
     assert!(d.table.is_empty());
     want.timeouts += 1;
     assert_eq!(*d.table.stats(), want);

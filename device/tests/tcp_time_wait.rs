@@ -44,10 +44,7 @@ fn in_time_wait(d: &mut Dev, c: &Config) -> (ConnId, u32, u32) {
         ..Options::default()
     };
     let out = d.send(syn, &[]);
-    let id = d
-        .table
-        .lookup(&tuple(LOCAL, LPORT, REMOTE, RPORT))
-        .unwrap();
+    let id = d.table.lookup(&tuple(LOCAL, LPORT, REMOTE, RPORT)).unwrap();
     let iss = d.iss(id);
     assert_eq!(shape(&out), vec![(SYN | ACK, iss, IRS + 1, 0)]);
     let out = d.send(phdr(ts, ACK | PSH, IRS + 1, iss + 1), &[5; 100]);
@@ -83,10 +80,7 @@ fn without_timestamps_a_syn_beyond_the_old_sequence_reopens() {
     let new_iss = snd_nxt.wrapping_add(65537);
     assert_eq!(shape(&out), vec![(SYN | ACK, new_iss, IRS + 103, 0)]);
     assert!(d.table.get(old).is_none(), "the old incarnation is over");
-    let id = d
-        .table
-        .lookup(&tuple(LOCAL, LPORT, REMOTE, RPORT))
-        .unwrap();
+    let id = d.table.lookup(&tuple(LOCAL, LPORT, REMOTE, RPORT)).unwrap();
     assert_eq!(d.table.get(id).unwrap().conn.state(), State::SynReceived);
     assert_eq!(d.iss(id), new_iss);
     assert_eq!(d.table.stats().passive_opens, 2);
@@ -203,10 +197,7 @@ fn a_reset_in_last_ack_closes_quietly_only_when_no_data_is_lost() {
         let mut d = Dev::new();
         d.listen(&cfg(), 4, false);
         let out = d.send(new_syn(None, IRS), &[]);
-        let id = d
-            .table
-            .lookup(&tuple(LOCAL, LPORT, REMOTE, RPORT))
-            .unwrap();
+        let id = d.table.lookup(&tuple(LOCAL, LPORT, REMOTE, RPORT)).unwrap();
         let iss = d.iss(id);
         assert_eq!(shape(&out)[0].0, SYN | ACK);
         d.send(phdr(None, ACK, IRS + 1, iss + 1), &[]);

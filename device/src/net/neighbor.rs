@@ -471,7 +471,14 @@ mod tests {
         // Answered late, after 30 s: the waiting packet goes out.
         t += RETRANS_TIMER / 2;
         assert_eq!(
-            run(&mut c, |c, o| c.on_advertisement(A, Some(M1), true, false, t, o)),
+            run(&mut c, |c, o| c.on_advertisement(
+                A,
+                Some(M1),
+                true,
+                false,
+                t,
+                o
+            )),
             vec![Action::Send(vec![1], M1)]
         );
         assert_eq!(c.get(&A), Some((State::Reachable, Some(M1))));
