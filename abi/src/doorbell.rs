@@ -19,6 +19,12 @@
 //! 4. Full barrier (`smp_mb`/`SeqCst` fence), then read `engine_sleeping`. If it is non-zero,
 //!    write the kick register ([`crate::regs::KICK_PAGE_OFFSET`] + [`crate::regs::KICK`]).
 //!
+//! Arming a CQ (its `arm_seq`) may skip step 4's kick: only an awake engine writes
+//! completions, and an awake engine scans the doorbells before it takes work that completes
+//! (admin commands aside, which have their own queue), so it sees the arm in time to raise
+//! the interrupt for the completion it is about to write. The consumer polls once more after
+//! arming for a completion written before the arm was seen.
+//!
 //! # Going to sleep (engine side)
 //!
 //! The engine polls while there is work and for a short while after. To sleep it stores 1 in

@@ -339,6 +339,8 @@ impl Engine {
     pub fn poll_once(&mut self) -> bool {
         let mem = self.shared.ram.memory();
         let mut did = self.process_admin(&mem);
+        // Doorbells before anything that completes work: a CQ armed without a kick while
+        // the engine slept (abi::doorbell) is seen before the completion it waits for.
         did |= self.scan_doorbells(&mem);
         did |= self.drain_deferred(&mem);
         did |= self.run_send_queues(&mem);

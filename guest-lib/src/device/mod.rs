@@ -117,6 +117,25 @@ impl Ctx {
     /// (release), then the producer field, the change counter, a full barrier, and a kick
     /// if the engine said it sleeps.
     fn ring(&self, off: u32, value: u32) {
+        if self.ring_quietly(off, value) {
+            // SAFETY: the kick register inside the mapped kick page.
+            unsafe { ptr::write_volatile(self.kick.at(KICK as usize).cast::<u32>(), 1) };
+            self.kicks.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// [`Ctx::ring`] without the kick: for a doorbell the engine needs only once it is
+    /// awake anyway. Returns whether the engine said it sleeps (a kick would have gone).
+    ///
+    /// Arming a CQ is such a doorbell: a completion, the only thing an arm is for, is
+    /// written by an engine that is awake (woken by a frame, a timer or another doorbell's
+    /// kick), and every pass of an awake engine scans the doorbells before it takes frames,
+    /// so it sees the arm before (or right after) it writes that completion and raises the
+    /// interrupt then. A completion already there when the CQ is armed is found by the
+    /// poll after the arm ([`crate::Cq::wait`]). Under TCG a kick is a trapped MMIO write,
+    /// a round trip to the device process that the guest's CPU waits out; a blocking wait
+    /// skips one per call this way.
+    fn ring_quietly(&self, off: u32, value: u32) -> bool {
         let _g = self.db_lock.lock().unwrap();
         fence(Ordering::Release);
         let slot = self.db.at(off as usize).cast::<u32>();
@@ -130,11 +149,7 @@ impl Ctx {
         fence(Ordering::SeqCst);
         let sleeping = self.db.at(DB_ENGINE_SLEEPING as usize).cast::<u32>();
         // SAFETY: as above; the device writes this field.
-        if unsafe { ptr::read_volatile(sleeping) } != 0 {
-            // SAFETY: the kick register inside the mapped kick page.
-            unsafe { ptr::write_volatile(self.kick.at(KICK as usize).cast::<u32>(), 1) };
-            self.kicks.fetch_add(1, Ordering::Relaxed);
-        }
+        unsafe { ptr::read_volatile(sleeping) != 0 }
     }
 
     pub(crate) fn reg_mr(&self, addr: *mut u8, len: usize) -> Result<u32> {
@@ -365,7 +380,7 @@ impl Cq {
     pub(crate) fn arm(&self, dev: &Ctx) {
         let mut st = self.st.lock().unwrap();
         st.arm_seq = st.arm_seq.wrapping_add(1);
-        dev.ring(
+        dev.ring_quietly(
             DB_CQ_BASE + self.slot * DB_CQ_STRIDE + DB_CQ_ARM_SEQ,
             st.arm_seq,
         );
