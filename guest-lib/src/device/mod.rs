@@ -241,13 +241,8 @@ impl Ctx {
         };
         let post = Arc::new(Mutex::new(QpPost {
             udp: init.kind == QpKind::Udp,
-            sq_tail: 0,
-            rq_tail: 0,
-            sq_depth: init.sq_depth,
-            rq_depth: init.rq_depth,
-            // Sized for a full queue now, so posting never grows them.
-            sq_out: VecDeque::with_capacity(init.sq_depth as usize),
-            rq_out: VecDeque::with_capacity(init.rq_depth as usize),
+            sq: WorkQueue::new("send", init.sq_depth),
+            rq: WorkQueue::new("receive", init.rq_depth),
         }));
         for cq in [scq, rcq] {
             cq.qps.lock().unwrap().insert(a.handle, post.clone());
@@ -307,16 +302,59 @@ fn dev_cq(cq: &CqInner) -> &Cq {
     }
 }
 
-/// What the library tracks of a QP's outstanding work: producer indices, and per request
-/// the memory regions it keeps alive until its completion is polled.
+/// What the library tracks of a QP's outstanding work, per queue.
 struct QpPost {
     udp: bool,
-    sq_tail: u32,
-    rq_tail: u32,
-    sq_depth: u32,
-    rq_depth: u32,
-    sq_out: VecDeque<Keep>,
-    rq_out: VecDeque<Keep>,
+    sq: WorkQueue,
+    rq: WorkQueue,
+}
+
+/// One work queue of a QP: its producer index, and per outstanding request the memory
+/// regions it keeps alive until its completion is polled (oldest first, the order in which
+/// the device completes them).
+struct WorkQueue {
+    name: &'static str,
+    tail: u32,
+    depth: u32,
+    out: VecDeque<Keep>,
+}
+
+impl WorkQueue {
+    fn new(name: &'static str, depth: u32) -> WorkQueue {
+        WorkQueue {
+            name,
+            tail: 0,
+            depth,
+            // Sized for a full queue now, so posting never grows it.
+            out: VecDeque::with_capacity(depth as usize),
+        }
+    }
+
+    /// Writes the request's WQE into the next slot of `ring` and keeps its regions;
+    /// returns the new producer index for the doorbell, or QueueFull.
+    fn push(
+        &mut self,
+        qp: u32,
+        ring: &Mapping,
+        slot: &[u8; WQE_SIZE as usize],
+        keep: Keep,
+    ) -> Result<u32> {
+        if self.out.len() >= self.depth as usize {
+            return Err(Error::QueueFull {
+                qp,
+                queue: self.name,
+                depth: self.depth,
+            });
+        }
+        write_slot(
+            ring,
+            (self.tail % self.depth) as usize * WQE_SIZE as usize,
+            slot,
+        );
+        self.tail = self.tail.wrapping_add(1);
+        self.out.push_back(keep);
+        Ok(self.tail)
+    }
 }
 
 struct CqState {
@@ -370,9 +408,9 @@ impl Cq {
         };
         let mut p = post.lock().unwrap();
         if cqe.opcode == CQE_OP_SEND {
-            p.sq_out.pop_front();
+            p.sq.out.pop_front();
         } else {
-            p.rq_out.pop_front();
+            p.rq.out.pop_front();
         }
         p.udp
     }
@@ -446,21 +484,8 @@ impl Qp {
         }
         slot[..std::mem::size_of::<Wqe>()].copy_from_slice(h.as_bytes());
         let mut p = self.post.lock().unwrap();
-        if p.sq_out.len() >= p.sq_depth as usize {
-            return Err(Error::QueueFull {
-                qp: self.handle,
-                queue: "send",
-                depth: p.sq_depth,
-            });
-        }
-        let at = (p.sq_tail % p.sq_depth) as usize * WQE_SIZE as usize;
-        write_slot(&self.sq, at, &slot);
-        p.sq_tail = p.sq_tail.wrapping_add(1);
-        p.sq_out.push_back(req.gather.keep);
-        dev.ring(
-            DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_SQ_TAIL,
-            p.sq_tail,
-        );
+        let tail = p.sq.push(self.handle, &self.sq, &slot, req.gather.keep)?;
+        dev.ring(DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_SQ_TAIL, tail);
         Ok(())
     }
 
@@ -472,21 +497,8 @@ impl Qp {
         put_sges(&mut h, &mut slot, &req.gather);
         slot[..std::mem::size_of::<Wqe>()].copy_from_slice(h.as_bytes());
         let mut p = self.post.lock().unwrap();
-        if p.rq_out.len() >= p.rq_depth as usize {
-            return Err(Error::QueueFull {
-                qp: self.handle,
-                queue: "receive",
-                depth: p.rq_depth,
-            });
-        }
-        let at = (p.rq_tail % p.rq_depth) as usize * WQE_SIZE as usize;
-        write_slot(&self.rq, at, &slot);
-        p.rq_tail = p.rq_tail.wrapping_add(1);
-        p.rq_out.push_back(req.gather.keep);
-        dev.ring(
-            DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_RQ_TAIL,
-            p.rq_tail,
-        );
+        let tail = p.rq.push(self.handle, &self.rq, &slot, req.gather.keep)?;
+        dev.ring(DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_RQ_TAIL, tail);
         Ok(())
     }
 
