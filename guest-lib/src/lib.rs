@@ -60,6 +60,7 @@
 //! `/sys/class/qpip/qpipN`. The guest tools live in `src/bin/` and are built as static
 //! binaries for the guest image (see `images/guest.sh`).
 
+mod addr;
 #[cfg(feature = "tokio")]
 pub mod aio;
 mod context;
@@ -73,6 +74,7 @@ mod soft;
 mod sys;
 mod types;
 
+pub use addr::resolve_addr;
 #[cfg(feature = "tokio")]
 pub use aio::{AsyncContext, AsyncCq};
 pub use context::{Context, PROVIDER_ENV};

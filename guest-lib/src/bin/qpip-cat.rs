@@ -22,14 +22,14 @@
 //! the connection or the device failed (a one-line message on stderr), 2 for bad usage.
 
 use std::io::{Read, Write};
-use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, ToSocketAddrs};
+use std::net::{Ipv6Addr, SocketAddrV6};
 use std::os::fd::AsRawFd;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use qpip::{
-    Completion, Context, Cq, EventKind, Framing, MemoryRegion, Opcode, Qp, QpInit, QpKind,
-    SendWr, Status,
+    Completion, Context, Cq, EventKind, Framing, MemoryRegion, Opcode, Qp, QpInit, QpKind, SendWr,
+    Status,
 };
 
 const USAGE: &str = "usage: qpip-cat [-u] [--stream|--message] [--provider soft|device] [-w SECS] [-v] (-l [ADDR] PORT | ADDR PORT)";
@@ -86,14 +86,18 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
             "--stream" => a.framing = Framing::Stream,
             "--message" => a.framing = Framing::Message,
             "--provider" => {
-                let p = it.next().ok_or_else(|| usage("--provider needs soft or device"))?;
+                let p = it
+                    .next()
+                    .ok_or_else(|| usage("--provider needs soft or device"))?;
                 if p != "soft" && p != "device" {
                     return Err(usage(format!("--provider {p}: expected soft or device")));
                 }
                 a.provider = Some(p);
             }
             "-w" | "--wait" => {
-                let s = it.next().ok_or_else(|| usage("-w needs a number of seconds"))?;
+                let s = it
+                    .next()
+                    .ok_or_else(|| usage("-w needs a number of seconds"))?;
                 let secs: f64 = s
                     .parse()
                     .ok()
@@ -129,22 +133,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
 /// `addr` (an IPv6 address, optionally in brackets, or a name) and `port` as an IPv6
 /// socket address; IPv4 addresses become IPv4-mapped ones.
 fn resolve(addr: &str, port: u16) -> Result<SocketAddrV6, Fail> {
-    let bare = addr.trim_start_matches('[').trim_end_matches(']');
-    if let Ok(ip) = bare.parse::<Ipv6Addr>() {
-        return Ok(SocketAddrV6::new(ip, port, 0, 0));
-    }
-    let addrs = (bare, port)
-        .to_socket_addrs()
-        .map_err(|e| Fail(1, format!("{addr}: {e}")))?;
-    let mut v4 = None;
-    for sa in addrs {
-        match sa {
-            SocketAddr::V6(v6) => return Ok(v6),
-            SocketAddr::V4(v) => v4 = v4.or(Some(v)),
-        }
-    }
-    v4.map(|v| SocketAddrV6::new(v.ip().to_ipv6_mapped(), port, 0, 0))
-        .ok_or_else(|| Fail(1, format!("{addr}: no address")))
+    qpip::resolve_addr(addr, port).map_err(|e| Fail(1, format!("{addr}: {e}")))
 }
 
 fn main() -> ExitCode {
@@ -168,8 +157,14 @@ fn run(args: Args) -> Result<(), Fail> {
         std::env::set_var(qpip::PROVIDER_ENV, p);
     }
     let ctx = Context::open().map_err(|e| Fail(1, e.to_string()))?;
-    let cq = ctx.create_cq(4 * SLOTS as u32).map_err(|e| ("create CQ", e))?;
-    let kind = if args.udp { QpKind::Udp } else { QpKind::Tcp(args.framing) };
+    let cq = ctx
+        .create_cq(4 * SLOTS as u32)
+        .map_err(|e| ("create CQ", e))?;
+    let kind = if args.udp {
+        QpKind::Udp
+    } else {
+        QpKind::Tcp(args.framing)
+    };
     let init = QpInit::new(kind, &cq).depth(SLOTS as u32, SLOTS as u32);
     let qp = ctx.create_qp(&init).map_err(|e| ("create QP", e))?;
     let say = |msg: String| {
@@ -185,7 +180,9 @@ fn run(args: Args) -> Result<(), Fail> {
             (None, true) => SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, args.port, 0, 0),
             (_, false) => any,
         };
-        let bound = qp.bind(local).map_err(|e| Fail(1, format!("bind {local}: {e}")))?;
+        let bound = qp
+            .bind(local)
+            .map_err(|e| Fail(1, format!("bind {local}: {e}")))?;
         say(format!("UDP bound to {bound}"));
         if args.listen {
             None
@@ -197,13 +194,23 @@ fn run(args: Args) -> Result<(), Fail> {
             Some(a) => resolve(a, args.port)?,
             None => SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, args.port, 0, 0),
         };
-        let l = ctx.listen(local, 1).map_err(|e| Fail(1, format!("listen on {local}: {e}")))?;
+        let l = ctx
+            .listen(local, 1)
+            .map_err(|e| Fail(1, format!("listen on {local}: {e}")))?;
         say(format!("listening on {local}"));
         l.accept(&qp, 0).map_err(|e| ("accept", e))?;
         let ev = ctx
             .wait_event_for(qp.id(), EventKind::Accept, args.wait)
             .map_err(|e| ("accept", e))?
-            .ok_or_else(|| Fail(1, format!("accept on {local}: nobody connected within {:?}", args.wait.unwrap_or_default())))?;
+            .ok_or_else(|| {
+                Fail(
+                    1,
+                    format!(
+                        "accept on {local}: nobody connected within {:?}",
+                        args.wait.unwrap_or_default()
+                    ),
+                )
+            })?;
         if let Some(e) = ev.error() {
             return Err(Fail(1, format!("accept on {local}: {e}")));
         }
@@ -214,7 +221,8 @@ fn run(args: Args) -> Result<(), Fail> {
     } else {
         let to = resolve(args.addr.as_deref().unwrap_or_default(), args.port)?;
         let t = args.wait.unwrap_or(Duration::from_secs(3600 * 24 * 365));
-        qp.connect_wait(to, t).map_err(|e| Fail(1, format!("connect to {to}: {}", short(&e))))?;
+        qp.connect_wait(to, t)
+            .map_err(|e| Fail(1, format!("connect to {to}: {}", short(&e))))?;
         say(format!("connected to {to}"));
         Some(to)
     };
@@ -283,7 +291,8 @@ impl<'a> Cat<'a> {
             recv_bufs.push(ctx.alloc(rlen).map_err(|e| ("register memory", e))?);
         }
         for (i, b) in recv_bufs.iter().enumerate() {
-            qp.post_recv(i as u64, &[b.sge_all()]).map_err(|e| ("post receive", e))?;
+            qp.post_recv(i as u64, &[b.sge_all()])
+                .map_err(|e| ("post receive", e))?;
         }
         Ok(Cat {
             ctx,
@@ -356,11 +365,23 @@ impl<'a> Cat<'a> {
                 && !self.free_sends.is_empty()
                 && (!self.udp || self.peer.is_some());
             let mut fds = vec![
-                libc::pollfd { fd: self.cq.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: self.ctx.events_fd().as_raw_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd {
+                    fd: self.cq.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.ctx.events_fd().as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
             ];
             if want_stdin {
-                fds.push(libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 });
+                fds.push(libc::pollfd {
+                    fd: 0,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
             }
             let timeout_ms = match self.wait {
                 Some(w) if self.udp => {
@@ -440,7 +461,10 @@ impl<'a> Cat<'a> {
                 }
                 if !c.is_ok() {
                     let what = if c.status == Status::LocalLength {
-                        format!("a message of {} bytes is larger than the receive buffers", c.byte_len)
+                        format!(
+                            "a message of {} bytes is larger than the receive buffers",
+                            c.byte_len
+                        )
                     } else {
                         format!("receive failed: {}", c.status)
                     };
@@ -471,7 +495,9 @@ impl<'a> Cat<'a> {
                     return Ok(());
                 }
                 let data = &self.recv_bufs[slot][..c.byte_len as usize];
-                self.out.write_all(data).map_err(|e| ("write to stdout", e))?;
+                self.out
+                    .write_all(data)
+                    .map_err(|e| ("write to stdout", e))?;
                 self.repost(slot)?;
             }
         }
@@ -483,7 +509,9 @@ impl<'a> Cat<'a> {
             return Ok(());
         }
         let sge = [self.recv_bufs[slot].sge_all()];
-        self.qp.post_recv(slot as u64, &sge).map_err(|e| ("post receive", e))?;
+        self.qp
+            .post_recv(slot as u64, &sge)
+            .map_err(|e| ("post receive", e))?;
         Ok(())
     }
 
@@ -500,7 +528,10 @@ impl<'a> Cat<'a> {
             }
             EventKind::PeerClosed if self.verbose => eprintln!("qpip-cat: the peer closed"),
             EventKind::QpError => {
-                let why = ev.error().map(|e| e.to_string()).unwrap_or_else(|| "failed".into());
+                let why = ev
+                    .error()
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| "failed".into());
                 return Err(Fail(1, format!("connection lost: {why}")));
             }
             _ => {}

@@ -25,7 +25,7 @@ mod link;
 mod proto;
 mod report;
 
-use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream, ToSocketAddrs, UdpSocket};
+use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -73,7 +73,8 @@ fn usage(msg: impl std::fmt::Display) -> Fail {
 
 fn num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, Fail> {
     let v = v.ok_or_else(|| usage(format!("{flag} needs a value")))?;
-    v.parse().map_err(|_| usage(format!("{flag} {v}: not a valid number")))
+    v.parse()
+        .map_err(|_| usage(format!("{flag} {v}: not a valid number")))
 }
 
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
@@ -123,7 +124,11 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
                 Some("latency") => (a.latency, a.bandwidth) = (true, false),
                 Some("bandwidth") => (a.latency, a.bandwidth) = (false, true),
                 Some("all") => (a.latency, a.bandwidth) = (true, true),
-                other => return Err(usage(format!("--test {other:?}: expected latency, bandwidth or all"))),
+                other => {
+                    return Err(usage(format!(
+                        "--test {other:?}: expected latency, bandwidth or all"
+                    )))
+                }
             },
             "-n" | "--iters" => a.iters = num("--iters", it.next())?,
             "-d" | "--duration" => {
@@ -137,9 +142,18 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
                 let v = it.next().ok_or_else(|| usage("--sizes needs a list"))?;
                 let sizes = v
                     .split(',')
-                    .map(|s| s.trim().parse::<usize>().ok().filter(|n| (1..=MAX_TCP).contains(n)))
+                    .map(|s| {
+                        s.trim()
+                            .parse::<usize>()
+                            .ok()
+                            .filter(|n| (1..=MAX_TCP).contains(n))
+                    })
                     .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| usage(format!("--sizes {v}: sizes from 1 to {MAX_TCP}, comma-separated")))?;
+                    .ok_or_else(|| {
+                        usage(format!(
+                            "--sizes {v}: sizes from 1 to {MAX_TCP}, comma-separated"
+                        ))
+                    })?;
                 a.sizes = Some(sizes);
             }
             "--bytes" => a.bytes = num("--bytes", it.next())?,
@@ -161,19 +175,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
 
 /// `addr` as an IPv6 socket address (names resolved; IPv4 becomes IPv4-mapped).
 pub fn resolve(addr: &str, port: u16) -> Result<SocketAddrV6, Fail> {
-    let bare = addr.trim_start_matches('[').trim_end_matches(']');
-    if let Ok(ip) = bare.parse::<Ipv6Addr>() {
-        return Ok(SocketAddrV6::new(ip, port, 0, 0));
-    }
-    let mut v4 = None;
-    for sa in (bare, port).to_socket_addrs().map_err(|e| Fail(1, format!("{addr}: {e}")))? {
-        match sa {
-            SocketAddr::V6(v6) => return Ok(v6),
-            SocketAddr::V4(v) => v4 = v4.or(Some(v)),
-        }
-    }
-    v4.map(|v| SocketAddrV6::new(v.ip().to_ipv6_mapped(), port, 0, 0))
-        .ok_or_else(|| Fail(1, format!("{addr}: no address")))
+    qpip::resolve_addr(addr, port).map_err(|e| Fail(1, format!("{addr}: {e}")))
 }
 
 fn main() -> ExitCode {
@@ -205,7 +207,11 @@ fn main() -> ExitCode {
 
 /// How the two ends are made: a qpip context, or kernel sockets.
 pub enum Net {
-    Qp { ctx: Context, framing: Framing, spin: bool },
+    Qp {
+        ctx: Context,
+        framing: Framing,
+        spin: bool,
+    },
     Sockets,
 }
 
@@ -215,7 +221,11 @@ impl Net {
             return Ok(Net::Sockets);
         }
         let ctx = Context::open().map_err(|e| Fail(1, e.to_string()))?;
-        Ok(Net::Qp { ctx, framing: a.framing, spin: a.spin })
+        Ok(Net::Qp {
+            ctx,
+            framing: a.framing,
+            spin: a.spin,
+        })
     }
 
     pub fn describe(&self) -> String {
@@ -227,7 +237,9 @@ impl Net {
                     qpip::ProviderKind::Device => "device",
                     qpip::ProviderKind::Soft => "software",
                 },
-                ctx.device_path().map(|p| format!(" {}", p.display())).unwrap_or_default(),
+                ctx.device_path()
+                    .map(|p| format!(" {}", p.display()))
+                    .unwrap_or_default(),
                 match framing {
                     Framing::Message => "message",
                     Framing::Stream => "stream",
@@ -240,17 +252,22 @@ impl Net {
     pub fn udp(&self, local: SocketAddrV6) -> Result<Box<dyn Link + Send>, Fail> {
         match self {
             Net::Sockets => {
-                let s = UdpSocket::bind(local).map_err(|e| Fail(1, format!("bind UDP {local}: {e}")))?;
+                let s = UdpSocket::bind(local)
+                    .map_err(|e| Fail(1, format!("bind UDP {local}: {e}")))?;
                 Ok(Box::new(SockLink::udp(s)))
             }
             Net::Qp { ctx, spin, .. } => {
-                let cq = ctx.create_cq(4 * SLOTS as u32).map_err(|e| Fail(1, format!("create CQ: {e}")))?;
+                let cq = ctx
+                    .create_cq(4 * SLOTS as u32)
+                    .map_err(|e| Fail(1, format!("create CQ: {e}")))?;
                 let qp = ctx
                     .create_qp(&QpInit::new(QpKind::Udp, &cq).depth(SLOTS as u32, SLOTS as u32))
                     .map_err(|e| Fail(1, format!("create QP: {e}")))?;
-                qp.bind(local).map_err(|e| Fail(1, format!("bind UDP {local}: {e}")))?;
+                qp.bind(local)
+                    .map_err(|e| Fail(1, format!("bind UDP {local}: {e}")))?;
                 let size = MAX_UDP.min(ctx.limits().max_udp_payload as usize);
-                let l = QpLink::new(ctx, cq, qp, size, *spin).map_err(|e| Fail(1, e.to_string()))?;
+                let l =
+                    QpLink::new(ctx, cq, qp, size, *spin).map_err(|e| Fail(1, e.to_string()))?;
                 Ok(Box::new(l))
             }
         }
@@ -261,20 +278,25 @@ impl Net {
         let fail = |e: String| Fail(1, format!("connect to {peer}: {e}"));
         match self {
             Net::Sockets => {
-                let s = TcpStream::connect_timeout(&SocketAddr::V6(peer), T).map_err(|e| fail(e.to_string()))?;
+                let s = TcpStream::connect_timeout(&SocketAddr::V6(peer), T)
+                    .map_err(|e| fail(e.to_string()))?;
                 Ok(Box::new(SockLink::tcp(s).map_err(|e| fail(e.to_string()))?))
             }
             Net::Qp { ctx, framing, spin } => {
                 let (cq, qp) = tcp_qp(ctx, *framing)?;
                 qp.connect_wait(peer, T).map_err(|e| fail(e.to_string()))?;
-                Ok(Box::new(QpLink::new(ctx, cq, qp, MAX_TCP, *spin).map_err(|e| fail(e.to_string()))?))
+                Ok(Box::new(
+                    QpLink::new(ctx, cq, qp, MAX_TCP, *spin).map_err(|e| fail(e.to_string()))?,
+                ))
             }
         }
     }
 }
 
 fn tcp_qp(ctx: &Context, framing: Framing) -> Result<(qpip::Cq, qpip::Qp), Fail> {
-    let cq = ctx.create_cq(4 * SLOTS as u32).map_err(|e| Fail(1, format!("create CQ: {e}")))?;
+    let cq = ctx
+        .create_cq(4 * SLOTS as u32)
+        .map_err(|e| Fail(1, format!("create CQ: {e}")))?;
     let qp = ctx
         .create_qp(&QpInit::new(QpKind::Tcp(framing), &cq).depth(SLOTS as u32, SLOTS as u32))
         .map_err(|e| Fail(1, format!("create QP: {e}")))?;
@@ -283,7 +305,12 @@ fn tcp_qp(ctx: &Context, framing: Framing) -> Result<(qpip::Cq, qpip::Qp), Fail>
 
 /// A TCP listener of either kind, handing out one connection after another.
 pub enum Acceptor {
-    Qp { ctx: Context, listener: qpip::Listener, framing: Framing, spin: bool },
+    Qp {
+        ctx: Context,
+        listener: qpip::Listener,
+        framing: Framing,
+        spin: bool,
+    },
     Sockets(TcpListener),
 }
 
@@ -291,7 +318,9 @@ impl Acceptor {
     pub fn new(net: &Net, local: SocketAddrV6) -> Result<Acceptor, Fail> {
         let fail = |e: String| Fail(1, format!("listen on TCP {local}: {e}"));
         match net {
-            Net::Sockets => Ok(Acceptor::Sockets(TcpListener::bind(local).map_err(|e| fail(e.to_string()))?)),
+            Net::Sockets => Ok(Acceptor::Sockets(
+                TcpListener::bind(local).map_err(|e| fail(e.to_string()))?,
+            )),
             Net::Qp { ctx, framing, spin } => Ok(Acceptor::Qp {
                 ctx: ctx.clone(),
                 listener: ctx.listen(local, 8).map_err(|e| fail(e.to_string()))?,
@@ -311,9 +340,17 @@ impl Acceptor {
                     SocketAddr::V6(a) => a,
                     SocketAddr::V4(a) => SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
                 };
-                Ok((Box::new(SockLink::tcp(s).map_err(|e| fail(e.to_string()))?), from))
+                Ok((
+                    Box::new(SockLink::tcp(s).map_err(|e| fail(e.to_string()))?),
+                    from,
+                ))
             }
-            Acceptor::Qp { ctx, listener, framing, spin } => {
+            Acceptor::Qp {
+                ctx,
+                listener,
+                framing,
+                spin,
+            } => {
                 let (cq, qp) = tcp_qp(ctx, *framing)?;
                 listener.accept(&qp, 0).map_err(|e| fail(e.to_string()))?;
                 let ev = ctx
@@ -323,7 +360,8 @@ impl Acceptor {
                 if let Some(e) = ev.error() {
                     return Err(fail(e.to_string()));
                 }
-                let link = QpLink::new(ctx, cq, qp, MAX_TCP, *spin).map_err(|e| fail(e.to_string()))?;
+                let link =
+                    QpLink::new(ctx, cq, qp, MAX_TCP, *spin).map_err(|e| fail(e.to_string()))?;
                 link.drain_events().map_err(|e| fail(e.to_string()))?;
                 let any = SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0);
                 Ok((Box::new(link), ev.peer.unwrap_or(any)))
