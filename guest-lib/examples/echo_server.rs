@@ -16,7 +16,10 @@ const BUF_LEN: usize = 16 * 1024;
 
 fn main() -> Result<(), qpip::Error> {
     let mut args = std::env::args().skip(1);
-    let port: u16 = args.next().map(|p| p.parse().expect("PORT")).unwrap_or(7007);
+    let port: u16 = args
+        .next()
+        .map(|p| p.parse().expect("PORT"))
+        .unwrap_or(7007);
     let conns: Option<usize> = args.next().map(|n| n.parse().expect("CONNECTIONS"));
     let ctx = Context::open()?;
     let listener = ctx.listen(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0), 4)?;
@@ -37,13 +40,22 @@ pub fn serve(ctx: &Context, listener: &Listener, conns: Option<usize>) -> Result
 /// Accepts one connection and echoes until the client closes; returns the bytes echoed.
 pub fn echo_one(ctx: &Context, listener: &Listener) -> Result<u64, qpip::Error> {
     let cq = ctx.create_cq(2 * BUFS as u32)?;
-    let qp = ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Stream), &cq).depth(BUFS as u32, BUFS as u32))?;
+    let qp = ctx.create_qp(
+        &QpInit::new(QpKind::Tcp(Framing::Stream), &cq).depth(BUFS as u32, BUFS as u32),
+    )?;
     listener.accept(&qp, 0)?;
-    let ev = ctx.wait_event_for(qp.id(), EventKind::Accept, None)?.expect("no timeout");
+    let ev = ctx
+        .wait_event_for(qp.id(), EventKind::Accept, None)?
+        .expect("no timeout");
     if let Some(e) = ev.error() {
-        return Err(qpip::Error::Connection { what: "accept", source: e });
+        return Err(qpip::Error::Connection {
+            what: "accept",
+            source: e,
+        });
     }
-    let bufs: Vec<_> = (0..BUFS).map(|_| ctx.alloc(BUF_LEN)).collect::<Result<_, _>>()?;
+    let bufs: Vec<_> = (0..BUFS)
+        .map(|_| ctx.alloc(BUF_LEN))
+        .collect::<Result<_, _>>()?;
     for (i, b) in bufs.iter().enumerate() {
         qp.post_recv(i as u64, &[b.sge_all()])?;
     }
@@ -60,7 +72,10 @@ pub fn echo_one(ctx: &Context, listener: &Listener) -> Result<u64, qpip::Error> 
                 Opcode::Recv if c.is_ok() => {
                     // Send the bytes back from where they landed; the buffer is reposted
                     // when this send completes.
-                    qp.post_send(&SendWr::new(i as u64, &[bufs[i].sge(0, c.byte_len as usize)]))?;
+                    qp.post_send(&SendWr::new(
+                        i as u64,
+                        &[bufs[i].sge(0, c.byte_len as usize)],
+                    ))?;
                     in_flight += 1;
                     echoed += c.byte_len as u64;
                 }

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use qpip::{Context, Opcode, QpInit, QpKind, SendWr};
 
 fn main() -> Result<(), qpip::Error> {
-    let rounds = std::env::args().nth(1).map(|n| n.parse().expect("ROUNDS")).unwrap_or(1000);
+    let rounds = std::env::args()
+        .nth(1)
+        .map(|n| n.parse().expect("ROUNDS"))
+        .unwrap_or(1000);
     let ctx = Context::open()?;
     let mut rtts = ping_pong(&ctx, rounds)?;
     rtts.sort();
@@ -55,7 +58,10 @@ pub fn ping_pong(ctx: &Context, rounds: usize) -> Result<Vec<Duration>, qpip::Er
 
 /// The next completion of `cq`, which must be a successful `op`.
 fn wait_for(cq: &qpip::Cq, op: Opcode, t: Option<Duration>) -> Result<(), qpip::Error> {
-    let c = cq.wait_one(t)?.ok_or(qpip::Error::TimedOut { what: "ping-pong", after: t.unwrap() })?;
+    let c = cq.wait_one(t)?.ok_or(qpip::Error::TimedOut {
+        what: "ping-pong",
+        after: t.unwrap(),
+    })?;
     assert!(c.is_ok() && c.opcode == op, "expected a {op:?}, got {c:?}");
     Ok(())
 }

@@ -10,8 +10,14 @@ use qpip::{Completion, Context, Opcode, QpInit, QpKind, SendWr};
 
 fn main() -> Result<(), qpip::Error> {
     let mut args = std::env::args().skip(1);
-    let receivers = args.next().map(|n| n.parse().expect("RECEIVERS")).unwrap_or(8);
-    let messages = args.next().map(|n| n.parse().expect("MESSAGES")).unwrap_or(16);
+    let receivers = args
+        .next()
+        .map(|n| n.parse().expect("RECEIVERS"))
+        .unwrap_or(8);
+    let messages = args
+        .next()
+        .map(|n| n.parse().expect("MESSAGES"))
+        .unwrap_or(16);
     let ctx = Context::open()?;
     let got = fan_out(&ctx, receivers, messages)?;
     for (i, n) in got.iter().enumerate() {
@@ -22,7 +28,11 @@ fn main() -> Result<(), qpip::Error> {
 
 /// Sends `messages` datagrams to each of `receivers` QPs; returns how many each received
 /// (every one checked byte for byte).
-pub fn fan_out(ctx: &Context, receivers: usize, messages: usize) -> Result<Vec<usize>, qpip::Error> {
+pub fn fan_out(
+    ctx: &Context,
+    receivers: usize,
+    messages: usize,
+) -> Result<Vec<usize>, qpip::Error> {
     let lo = |port| SocketAddrV6::new(Ipv6Addr::LOCALHOST, port, 0, 0);
     let depth = (messages as u32).next_power_of_two().max(2);
     // One CQ for all receivers: completions say which QP by `qp`.
@@ -66,10 +76,16 @@ pub fn fan_out(ctx: &Context, receivers: usize, messages: usize) -> Result<Vec<u
         }
         for c in &comps[..n] {
             assert!(c.is_ok() && c.opcode == Opcode::Recv, "{c:?}");
-            let r = rx.iter().position(|(qp, _, _)| qp.id() == c.qp).expect("one of ours");
+            let r = rx
+                .iter()
+                .position(|(qp, _, _)| qp.id() == c.qp)
+                .expect("one of ours");
             let m = c.wr_id as usize;
             let want = format!("message {m} to receiver {r}");
-            assert_eq!(&rx[r].2[m * 64..m * 64 + c.byte_len as usize], want.as_bytes());
+            assert_eq!(
+                &rx[r].2[m * 64..m * 64 + c.byte_len as usize],
+                want.as_bytes()
+            );
             got[r] += 1;
         }
         seen += n;

@@ -19,8 +19,14 @@ use qpip::Context;
 #[test]
 fn echo_server_echoes_a_plain_socket() {
     let ctx = Context::open_soft().unwrap();
-    let port = TcpListener::bind("[::1]:0").unwrap().local_addr().unwrap().port();
-    let listener = ctx.listen(SocketAddrV6::new(Ipv6Addr::LOCALHOST, port, 0, 0), 2).unwrap();
+    let port = TcpListener::bind("[::1]:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listener = ctx
+        .listen(SocketAddrV6::new(Ipv6Addr::LOCALHOST, port, 0, 0), 2)
+        .unwrap();
     let server = std::thread::spawn(move || {
         let a = echo_server::echo_one(&ctx, &listener).unwrap();
         let b = echo_server::echo_one(&ctx, &listener).unwrap();
@@ -29,7 +35,8 @@ fn echo_server_echoes_a_plain_socket() {
     let data: Vec<u8> = (0..500_000u32).map(|i| (i * 31 % 251) as u8).collect();
     for _ in 0..2 {
         let mut s = TcpStream::connect(("::1", port)).unwrap();
-        s.set_read_timeout(Some(std::time::Duration::from_secs(30))).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
         let mut r = s.try_clone().unwrap();
         let reader = std::thread::spawn(move || {
             let mut back = Vec::new();
@@ -39,7 +46,12 @@ fn echo_server_echoes_a_plain_socket() {
         s.write_all(&data).unwrap();
         s.shutdown(std::net::Shutdown::Write).unwrap();
         let back = reader.join().unwrap();
-        assert!(back == data, "{} bytes came back of {}", back.len(), data.len());
+        assert!(
+            back == data,
+            "{} bytes came back of {}",
+            back.len(),
+            data.len()
+        );
     }
     assert_eq!(server.join().unwrap(), (500_000, 500_000));
 }

@@ -43,7 +43,13 @@ fn cat(args: &[&str]) -> Cat {
             let _ = tx.send(line);
         }
     });
-    Cat { stdin: child.stdin.take(), child, stdout: Some(stdout), stderr, seen: Vec::new() }
+    Cat {
+        stdin: child.stdin.take(),
+        child,
+        stdout: Some(stdout),
+        stderr,
+        seen: Vec::new(),
+    }
 }
 
 impl Cat {
@@ -60,7 +66,11 @@ impl Cat {
 
     /// Writes `data` to its stdin from a thread; `close` ends stdin afterwards.
     fn feed(&mut self, data: Vec<u8>, close: bool) -> JoinHandle<()> {
-        let mut stdin = if close { self.stdin.take().unwrap() } else { self.stdin.as_ref().unwrap().try_clone_fd() };
+        let mut stdin = if close {
+            self.stdin.take().unwrap()
+        } else {
+            self.stdin.as_ref().unwrap().try_clone_fd()
+        };
         std::thread::spawn(move || {
             // A peer that ended early closes the pipe; the exit status tells.
             let _ = stdin.write_all(&data);
@@ -77,7 +87,10 @@ impl Cat {
             if std::time::Instant::now() > deadline {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
-                panic!("qpip-cat did not exit within {T:?}; stderr: {:?}", self.seen);
+                panic!(
+                    "qpip-cat did not exit within {T:?}; stderr: {:?}",
+                    self.seen
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         };
@@ -124,11 +137,19 @@ fn data(len: usize, seed: u64) -> Vec<u8> {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("[::1]:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("[::1]:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn free_udp_port() -> u16 {
-    UdpSocket::bind("[::1]:0").unwrap().local_addr().unwrap().port()
+    UdpSocket::bind("[::1]:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn same(got: &[u8], want: &[u8], what: &str) {
@@ -215,7 +236,11 @@ fn tcp_stream_with_plain_sockets_both_directions() {
     s.set_read_timeout(Some(T)).unwrap();
     let mut back = Vec::new();
     s.read_to_end(&mut back).unwrap();
-    assert!(back.is_empty(), "qpip-cat sent {} bytes without stdin", back.len());
+    assert!(
+        back.is_empty(),
+        "qpip-cat sent {} bytes without stdin",
+        back.len()
+    );
     let (rc, out, err) = server.finish();
     assert_eq!(rc, 0, "{err}");
     same(&out, &down, "kernel socket → qpip-cat -l");
@@ -256,7 +281,8 @@ fn udp_cat_to_cat_and_plain_sockets() {
     server.wait_for("UDP bound");
     let sock = UdpSocket::bind("[::1]:0").unwrap();
     sock.set_read_timeout(Some(T)).unwrap();
-    sock.send_to(b"hello from a socket\n", ("::1", port)).unwrap();
+    sock.send_to(b"hello from a socket\n", ("::1", port))
+        .unwrap();
     server.wait_for("datagram from");
     server.feed(b"hello back".to_vec(), false);
     let mut buf = [0u8; 100];
@@ -285,12 +311,18 @@ fn errors_are_one_line_with_exit_codes() {
     let port = free_port().to_string();
     let (rc, _, err) = cat(&["::1", &port]).finish();
     assert_eq!(rc, 1, "{err}");
-    assert!(err.contains("connect to [::1]:") && err.contains("refused"), "{err}");
+    assert!(
+        err.contains("connect to [::1]:") && err.contains("refused"),
+        "{err}"
+    );
     for (args, what) in [
         (&["-x"][..], "unknown option -x"),
         (&["::1", "0"][..], "not a port number"),
         (&["::1"][..], "expected ADDR PORT"),
-        (&["--provider", "bogus", "::1", "5"][..], "expected soft or device"),
+        (
+            &["--provider", "bogus", "::1", "5"][..],
+            "expected soft or device",
+        ),
     ] {
         let (rc, _, err) = cat(args).finish();
         assert_eq!(rc, 2, "{args:?}: {err}");

@@ -38,14 +38,26 @@ fn server(extra: &[&str]) -> (Server, String) {
         .expect("start qpip-perf -s");
     // It says so once it listens.
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     assert!(line.contains("serving"), "server said {line:?}");
     (Server(child), port)
 }
 
 fn client(port: &str, extra: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_qpip-perf"))
-        .args(["::1", "--provider", "soft", "--port", port, "--iters", "200", "--bytes", "200000"])
+        .args([
+            "::1",
+            "--provider",
+            "soft",
+            "--port",
+            port,
+            "--iters",
+            "200",
+            "--bytes",
+            "200000",
+        ])
         .args(["--sizes", "64,1024,8192"])
         .args(extra)
         .output()
@@ -74,7 +86,9 @@ enum J {
 impl J {
     fn get(&self, k: &str) -> &J {
         match self {
-            J::Obj(m) => m.get(k).unwrap_or_else(|| panic!("no key {k:?} in {self:?}")),
+            J::Obj(m) => m
+                .get(k)
+                .unwrap_or_else(|| panic!("no key {k:?} in {self:?}")),
             _ => panic!("not an object: {self:?}"),
         }
     }
@@ -95,7 +109,11 @@ impl J {
 fn parse_json(s: &str) -> J {
     let b = s.trim().as_bytes();
     let (v, rest) = value(b);
-    assert!(rest.is_empty(), "trailing text after JSON: {:?}", String::from_utf8_lossy(rest));
+    assert!(
+        rest.is_empty(),
+        "trailing text after JSON: {:?}",
+        String::from_utf8_lossy(rest)
+    );
     v
 }
 
@@ -145,7 +163,11 @@ fn value(b: &[u8]) -> (J, &[u8]) {
             }
         }
         Some(b'"') => {
-            let end = b[1..].iter().position(|c| *c == b'"').expect("unterminated string") + 1;
+            let end = b[1..]
+                .iter()
+                .position(|c| *c == b'"')
+                .expect("unterminated string")
+                + 1;
             let s = std::str::from_utf8(&b[1..end]).unwrap();
             assert!(!s.contains('\\'), "escapes are not expected here");
             (J::Str(s.to_string()), &b[end + 1..])
@@ -158,9 +180,15 @@ fn value(b: &[u8]) -> (J, &[u8]) {
                 .iter()
                 .take_while(|c| c.is_ascii_digit() || b"+-.eE".contains(c))
                 .count();
-            let x: f64 = std::str::from_utf8(&b[..n]).unwrap().parse().unwrap_or_else(|_| {
-                panic!("not JSON at {:?}", String::from_utf8_lossy(&b[..b.len().min(40)]))
-            });
+            let x: f64 = std::str::from_utf8(&b[..n])
+                .unwrap()
+                .parse()
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "not JSON at {:?}",
+                        String::from_utf8_lossy(&b[..b.len().min(40)])
+                    )
+                });
             (J::Num(x), &b[n..])
         }
     }
@@ -173,25 +201,42 @@ fn check_json(out: &Output, net: &str) {
     let j = parse_json(&text);
     assert_eq!(j.get("tool").str(), "qpip-perf");
     assert_eq!(j.get("net").str(), net);
-    let J::Arr(rows) = j.get("results") else { panic!("results is not an array") };
+    let J::Arr(rows) = j.get("results") else {
+        panic!("results is not an array")
+    };
     let mut seen = Vec::new();
     for r in rows {
-        let (test, transport, size) = (r.get("test").str(), r.get("transport").str(), r.get("size").num());
+        let (test, transport, size) = (
+            r.get("test").str(),
+            r.get("transport").str(),
+            r.get("size").num(),
+        );
         seen.push(format!("{test}/{transport}/{size}"));
         assert!(r.get("msgs").num() > 0.0, "{r:?}");
         assert!(r.get("elapsed_s").num() > 0.0, "{r:?}");
         let cpu = r.get("cpu_us_per_msg");
-        assert!(cpu.get("client").num() >= 0.0 && cpu.get("server").num() >= 0.0, "{r:?}");
+        assert!(
+            cpu.get("client").num() >= 0.0 && cpu.get("server").num() >= 0.0,
+            "{r:?}"
+        );
         if test == "latency" {
             let rtt = r.get("rtt_us");
-            let (p50, p90, p99, max) =
-                (rtt.get("p50").num(), rtt.get("p90").num(), rtt.get("p99").num(), rtt.get("max").num());
+            let (p50, p90, p99, max) = (
+                rtt.get("p50").num(),
+                rtt.get("p90").num(),
+                rtt.get("p99").num(),
+                rtt.get("max").num(),
+            );
             assert!(0.0 < p50 && p50 <= p90 && p90 <= p99 && p99 <= max, "{r:?}");
             assert_eq!(size, 1.0);
         } else {
             assert!(r.get("mb_per_s").num() > 0.0, "{r:?}");
             if transport == "tcp" {
-                assert_eq!(r.get("bytes_received").num(), r.get("bytes_sent").num(), "{r:?}");
+                assert_eq!(
+                    r.get("bytes_received").num(),
+                    r.get("bytes_sent").num(),
+                    "{r:?}"
+                );
                 assert_eq!(r.get("loss").num(), 0.0, "{r:?}");
             }
         }
@@ -199,8 +244,11 @@ fn check_json(out: &Output, net: &str) {
     let want: Vec<String> = ["udp", "tcp"]
         .iter()
         .flat_map(|t| {
-            std::iter::once(format!("latency/{t}/1"))
-                .chain([64, 1024, 8192].iter().map(move |s| format!("bandwidth/{t}/{s}")))
+            std::iter::once(format!("latency/{t}/1")).chain(
+                [64, 1024, 8192]
+                    .iter()
+                    .map(move |s| format!("bandwidth/{t}/{s}")),
+            )
         })
         .collect();
     assert_eq!(seen, want);
@@ -222,11 +270,15 @@ fn sockets_baseline_json_and_table() {
     let out = client(&port, &["--sockets", "--tcp", "--test", "latency"]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("kernel sockets"), "{text}");
-    let row = text.lines().find(|l| l.starts_with("latency ")).unwrap_or_else(|| panic!("{text}"));
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("latency "))
+        .unwrap_or_else(|| panic!("{text}"));
     let cols: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(cols[1], "tcp", "{row}");
     for c in &cols[4..8] {
-        c.parse::<f64>().unwrap_or_else(|_| panic!("{c:?} in {row}"));
+        c.parse::<f64>()
+            .unwrap_or_else(|_| panic!("{c:?} in {row}"));
     }
 }
 
@@ -236,11 +288,26 @@ fn table_and_usage_errors() {
     let out = client(&port, &["--udp"]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("software provider"), "{text}");
-    assert_eq!(text.lines().filter(|l| l.starts_with("bandwidth udp")).count(), 3, "{text}");
-    assert_eq!(text.lines().filter(|l| l.starts_with("latency ")).count(), 1, "{text}");
-    let bad = Command::new(env!("CARGO_BIN_EXE_qpip-perf")).args(["::1", "--sizes", "0"]).output().unwrap();
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("bandwidth udp"))
+            .count(),
+        3,
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("latency ")).count(),
+        1,
+        "{text}"
+    );
+    let bad = Command::new(env!("CARGO_BIN_EXE_qpip-perf"))
+        .args(["::1", "--sizes", "0"])
+        .output()
+        .unwrap();
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--sizes 0"));
-    let bad = Command::new(env!("CARGO_BIN_EXE_qpip-perf")).output().unwrap();
+    let bad = Command::new(env!("CARGO_BIN_EXE_qpip-perf"))
+        .output()
+        .unwrap();
     assert_eq!(bad.status.code(), Some(2));
 }

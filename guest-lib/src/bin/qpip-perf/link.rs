@@ -72,7 +72,8 @@ impl QpLink {
             recv_bufs.push(ctx.alloc(size).map_err(|e| qerr("register memory", e))?);
         }
         for (i, b) in recv_bufs.iter().enumerate() {
-            qp.post_recv(i as u64, &[b.sge_all()]).map_err(|e| qerr("post receive", e))?;
+            qp.post_recv(i as u64, &[b.sge_all()])
+                .map_err(|e| qerr("post receive", e))?;
         }
         Ok(QpLink {
             ctx: ctx.clone(),
@@ -104,7 +105,9 @@ impl QpLink {
                 std::hint::spin_loop();
             }
         } else {
-            self.cq.wait(&mut comps, timeout).map_err(|e| qerr("wait for completions", e))?
+            self.cq
+                .wait(&mut comps, timeout)
+                .map_err(|e| qerr("wait for completions", e))?
         };
         for c in &comps[..n] {
             let slot = c.wr_id as usize;
@@ -168,7 +171,10 @@ impl Link for QpLink {
             data.chunks(size).collect()
         };
         if pieces.len() > 1 && !matches!(self.qp.kind(), QpKind::Tcp(qpip::Framing::Stream)) {
-            return Err(other(format!("{} bytes do not fit a {size}-byte buffer", data.len())));
+            return Err(other(format!(
+                "{} bytes do not fit a {size}-byte buffer",
+                data.len()
+            )));
         }
         for piece in pieces {
             while self.free.is_empty() {
@@ -184,7 +190,9 @@ impl Link for QpLink {
                 SendWr::new(slot as u64, &sge)
             };
             if !self.tcp {
-                wr = wr.to(self.peer.ok_or_else(|| other("UDP send without a peer".into()))?);
+                wr = wr.to(self
+                    .peer
+                    .ok_or_else(|| other("UDP send without a peer".into()))?);
             }
             self.qp.post_send(&wr).map_err(|e| qerr("post send", e))?;
         }
@@ -217,7 +225,9 @@ impl Link for QpLink {
             let slot = *slot;
             self.ready.pop_front();
             let sge = [self.recv_bufs[slot].sge_all()];
-            self.qp.post_recv(slot as u64, &sge).map_err(|e| qerr("post receive", e))?;
+            self.qp
+                .post_recv(slot as u64, &sge)
+                .map_err(|e| qerr("post receive", e))?;
         }
         Ok(Some((n, src)))
     }
@@ -246,25 +256,42 @@ impl Link for QpLink {
         match ev.and_then(|e| e.error().map(Err).or(Some(Ok(())))) {
             Some(Ok(())) => self.drain_events(),
             Some(Err(e)) => Err(other(format!("close: {e}"))),
-            None => Err(other(format!("close did not complete within {:?}", crate::T))),
+            None => Err(other(format!(
+                "close did not complete within {:?}",
+                crate::T
+            ))),
         }
     }
 }
 
 /// A kernel socket: a UDP socket or a TCP connection.
 pub enum SockLink {
-    Udp { sock: UdpSocket, peer: Option<SocketAddrV6>, timeout: Option<Duration> },
-    Tcp { stream: TcpStream, timeout: Option<Duration> },
+    Udp {
+        sock: UdpSocket,
+        peer: Option<SocketAddrV6>,
+        timeout: Option<Duration>,
+    },
+    Tcp {
+        stream: TcpStream,
+        timeout: Option<Duration>,
+    },
 }
 
 impl SockLink {
     pub fn tcp(stream: TcpStream) -> io::Result<SockLink> {
         stream.set_nodelay(true)?;
-        Ok(SockLink::Tcp { stream, timeout: None })
+        Ok(SockLink::Tcp {
+            stream,
+            timeout: None,
+        })
     }
 
     pub fn udp(sock: UdpSocket) -> SockLink {
-        SockLink::Udp { sock, peer: None, timeout: None }
+        SockLink::Udp {
+            sock,
+            peer: None,
+            timeout: None,
+        }
     }
 }
 
@@ -283,7 +310,10 @@ fn timeout_to(
 }
 
 fn timed_out(e: &io::Error) -> bool {
-    matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
 }
 
 impl Link for SockLink {
@@ -303,17 +333,24 @@ impl Link for SockLink {
         timeout: Option<Duration>,
     ) -> io::Result<Option<(usize, Option<SocketAddrV6>)>> {
         let r = match self {
-            SockLink::Udp { sock, timeout: cur, .. } => {
+            SockLink::Udp {
+                sock, timeout: cur, ..
+            } => {
                 timeout_to(cur, timeout, |t| sock.set_read_timeout(t))?;
                 sock.recv_from(buf).map(|(n, from)| {
                     let src = match from {
                         SocketAddr::V6(a) => a,
-                        SocketAddr::V4(a) => SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
+                        SocketAddr::V4(a) => {
+                            SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0)
+                        }
                     };
                     (n, Some(src))
                 })
             }
-            SockLink::Tcp { stream, timeout: cur } => {
+            SockLink::Tcp {
+                stream,
+                timeout: cur,
+            } => {
                 timeout_to(cur, timeout, |t| stream.set_read_timeout(t))?;
                 stream.read(buf).map(|n| (n, None))
             }

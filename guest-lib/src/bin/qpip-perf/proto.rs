@@ -89,7 +89,10 @@ fn parse_hello(s: &str) -> Option<(bool, usize)> {
 }
 
 fn parse_done(s: &str) -> Option<(u64, u64, u64)> {
-    let mut w = s.strip_prefix("QPIPPERF DONE ")?.split_whitespace().map(|x| x.parse::<u64>());
+    let mut w = s
+        .strip_prefix("QPIPPERF DONE ")?
+        .split_whitespace()
+        .map(|x| x.parse::<u64>());
     Some((w.next()?.ok()?, w.next()?.ok()?, w.next()?.ok()?))
 }
 
@@ -103,7 +106,10 @@ pub fn serve(a: &Args) -> Result<(), Fail> {
     };
     let acceptor = Acceptor::new(&net, local)?;
     let udp = net.udp(local)?;
-    println!("qpip-perf: serving {} on UDP and TCP {local}", net.describe());
+    println!(
+        "qpip-perf: serving {} on UDP and TCP {local}",
+        net.describe()
+    );
     use std::io::Write;
     let _ = std::io::stdout().flush();
     std::thread::spawn(move || serve_udp(udp));
@@ -116,7 +122,9 @@ pub fn serve(a: &Args) -> Result<(), Fail> {
 }
 
 fn serve_tcp(link: &mut dyn Link) -> io::Result<()> {
-    let Some(hello) = read_line(link)? else { return Ok(()) };
+    let Some(hello) = read_line(link)? else {
+        return Ok(());
+    };
     let (lat, size) = parse_hello(&hello)
         .filter(|(_, s)| (1..=MAX_TCP).contains(s))
         .ok_or_else(|| io::Error::other(format!("bad hello {hello:?}")))?;
@@ -183,7 +191,11 @@ fn serve_udp(mut link: Box<dyn Link + Send>) {
         };
         if let Some(r) = reply {
             link.set_peer(src);
-            let data: Vec<u8> = if r.is_empty() { buf[..n].to_vec() } else { r.into_bytes() };
+            let data: Vec<u8> = if r.is_empty() {
+                buf[..n].to_vec()
+            } else {
+                r.into_bytes()
+            };
             if let Err(e) = link.send(&data) {
                 eprintln!("qpip-perf: UDP send to {src}: {e}");
             }
@@ -201,7 +213,10 @@ pub fn client(a: &Args) -> Result<Vec<Row>, Fail> {
         println!("qpip-perf: {} to {server}", net.describe());
     }
     let default_sizes = |max: usize| -> Vec<usize> {
-        [64, 1024, 8192, 65536, MAX_TCP].into_iter().filter(|s| *s <= max).collect()
+        [64, 1024, 8192, 65536, MAX_TCP]
+            .into_iter()
+            .filter(|s| *s <= max)
+            .collect()
     };
     if a.udp {
         let max_udp = match &net {
@@ -218,9 +233,15 @@ pub fn client(a: &Args) -> Result<Vec<Row>, Fail> {
             let sizes = a.sizes.clone().unwrap_or_else(|| default_sizes(8192));
             for size in sizes {
                 if size > max_udp {
-                    return Err(Fail(2, format!("--sizes: {size} is more than the largest UDP payload {max_udp}")));
+                    return Err(Fail(
+                        2,
+                        format!("--sizes: {size} is more than the largest UDP payload {max_udp}"),
+                    ));
                 }
-                rows.push(udp_test(&mut *link, a, false, size).map_err(|e| io_fail("UDP bandwidth", e))?);
+                rows.push(
+                    udp_test(&mut *link, a, false, size)
+                        .map_err(|e| io_fail("UDP bandwidth", e))?,
+                );
             }
         }
     }
@@ -232,7 +253,10 @@ pub fn client(a: &Args) -> Result<Vec<Row>, Fail> {
         if a.bandwidth {
             for size in a.sizes.clone().unwrap_or_else(|| default_sizes(MAX_TCP)) {
                 let mut link = net.connect(server)?;
-                rows.push(tcp_test(&mut *link, a, false, size).map_err(|e| io_fail("TCP bandwidth", e))?);
+                rows.push(
+                    tcp_test(&mut *link, a, false, size)
+                        .map_err(|e| io_fail("TCP bandwidth", e))?,
+                );
             }
         }
     }
@@ -257,7 +281,12 @@ fn tcp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
         return Err(io::Error::other(format!("server answered {ok:?}")));
     }
     let payload = vec![0xa5u8; size];
-    let mut row = Row { transport: "tcp", test: if lat { "latency" } else { "bandwidth" }, size, ..Row::default() };
+    let mut row = Row {
+        transport: "tcp",
+        test: if lat { "latency" } else { "bandwidth" },
+        size,
+        ..Row::default()
+    };
     let mut buf = vec![0u8; size.max(256)];
     let (cpu0, t0);
     if lat {
@@ -294,7 +323,10 @@ fn tcp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
     // Per message sent, whatever the server's reads were (a stream has no messages).
     row.server_msgs = row.msgs_received;
     if !lat && bytes != row.bytes_sent {
-        return Err(io::Error::other(format!("server received {bytes} bytes, {} sent", row.bytes_sent)));
+        return Err(io::Error::other(format!(
+            "server received {bytes} bytes, {} sent",
+            row.bytes_sent
+        )));
     }
     // The server closes after its answer.
     while let Some((n, _)) = link.recv(&mut buf, Some(T))? {
@@ -312,7 +344,12 @@ fn recv_exact(link: &mut dyn Link, buf: &mut [u8]) -> io::Result<()> {
     while got < buf.len() {
         match link.recv(&mut buf[got..], Some(T))? {
             None => return Err(io::Error::new(io::ErrorKind::TimedOut, "no echo")),
-            Some((0, _)) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "server closed")),
+            Some((0, _)) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "server closed",
+                ))
+            }
             Some((n, _)) => got += n,
         }
     }
@@ -335,7 +372,10 @@ fn udp_ask(link: &mut dyn Link, req: &str, want: &str) -> io::Result<String> {
             }
         }
     }
-    Err(io::Error::new(io::ErrorKind::TimedOut, format!("no answer to {req:?} within {T:?}")))
+    Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("no answer to {req:?} within {T:?}"),
+    ))
 }
 
 fn udp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result<Row> {
@@ -343,7 +383,12 @@ fn udp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
     udp_ask(link, &format!("QPIPPERF v1 {kind} {size}"), "QPIPPERF OK")?;
     let payload = vec![0xa5u8; size];
     let mut buf = vec![0u8; 65536];
-    let mut row = Row { transport: "udp", test: if lat { "latency" } else { "bandwidth" }, size, ..Row::default() };
+    let mut row = Row {
+        transport: "udp",
+        test: if lat { "latency" } else { "bandwidth" },
+        size,
+        ..Row::default()
+    };
     let (cpu0, t0);
     if lat {
         // One ping: true if its echo came within a second (control datagrams are skipped).
@@ -386,7 +431,12 @@ fn udp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
     row.client_cpu_ns = cpu_ns() - cpu0;
     let (bytes, msgs, cpu) =
         parse_done(&done).ok_or_else(|| io::Error::other(format!("server answered {done:?}")))?;
-    (row.bytes_received, row.msgs_received, row.server_cpu_ns, row.server_msgs) = (bytes, msgs, cpu, msgs);
+    (
+        row.bytes_received,
+        row.msgs_received,
+        row.server_cpu_ns,
+        row.server_msgs,
+    ) = (bytes, msgs, cpu, msgs);
     row.rtt_ns.sort_unstable();
     Ok(row)
 }

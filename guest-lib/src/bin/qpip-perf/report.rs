@@ -58,7 +58,8 @@ pub fn print(a: &Args, rows: &[Row]) {
 }
 
 fn opt(v: Option<f64>, prec: usize) -> String {
-    v.map(|x| format!("{x:.prec$}")).unwrap_or_else(|| "-".into())
+    v.map(|x| format!("{x:.prec$}"))
+        .unwrap_or_else(|| "-".into())
 }
 
 fn table(rows: &[Row]) -> String {
@@ -68,7 +69,19 @@ fn table(rows: &[Row]) -> String {
     s += "cpu: process CPU time (user+system, getrusage) per message (latency: per round trip), client and server\n";
     s += &format!(
         "{:<9} {:<4} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10}\n",
-        "test", "net", "size", "msgs", "p50 µs", "p90 µs", "p99 µs", "max µs", "MB/s", "msg/s", "loss%", "cpu µs cl", "cpu µs sv"
+        "test",
+        "net",
+        "size",
+        "msgs",
+        "p50 µs",
+        "p90 µs",
+        "p99 µs",
+        "max µs",
+        "MB/s",
+        "msg/s",
+        "loss%",
+        "cpu µs cl",
+        "cpu µs sv"
     );
     for r in rows {
         let f = figures(r);
@@ -83,8 +96,16 @@ fn table(rows: &[Row]) -> String {
             opt(f.p90, 1),
             opt(f.p99, 1),
             opt(f.max, 1),
-            if lat { "-".into() } else { format!("{:.2}", f.mb_s) },
-            if lat { format!("{:.0}", r.msgs as f64 / r.elapsed.as_secs_f64().max(1e-9)) } else { format!("{:.0}", f.msgs_s) },
+            if lat {
+                "-".into()
+            } else {
+                format!("{:.2}", f.mb_s)
+            },
+            if lat {
+                format!("{:.0}", r.msgs as f64 / r.elapsed.as_secs_f64().max(1e-9))
+            } else {
+                format!("{:.0}", f.msgs_s)
+            },
             f.loss * 100.0,
             opt(f.client_cpu_us, 2),
             opt(f.server_cpu_us, 2),

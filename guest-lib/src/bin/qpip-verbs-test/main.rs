@@ -447,42 +447,63 @@ fn tcp_receives_before_connect(ctx: &Context, port: u16) -> R {
         )?;
         let sbuf = e(ctx.alloc(2 * 4096), "register")?;
         let cbuf = e(ctx.alloc(2 * 4096), "register")?;
-        e(server.post_recv(1, &[sbuf.sge(0, 4096)]), "post_recv idle server")?;
-        e(client.post_recv(3, &[cbuf.sge(0, 4096)]), "post_recv idle client")?;
+        e(
+            server.post_recv(1, &[sbuf.sge(0, 4096)]),
+            "post_recv idle server",
+        )?;
+        e(
+            client.post_recv(3, &[cbuf.sge(0, 4096)]),
+            "post_recv idle client",
+        )?;
         let l = e(ctx.listen(lo(port), 1), "listen")?;
         e(l.accept(&server, 0xacce), "accept")?;
-        e(server.post_recv(2, &[sbuf.sge(4096, 4096)]), "post_recv accepting")?;
+        e(
+            server.post_recv(2, &[sbuf.sge(4096, 4096)]),
+            "post_recv accepting",
+        )?;
         e(client.connect(lo(port), 0xc0), "connect")?;
-        e(client.post_recv(4, &[cbuf.sge(4096, 4096)]), "post_recv connecting")?;
+        e(
+            client.post_recv(4, &[cbuf.sge(4096, 4096)]),
+            "post_recv connecting",
+        )?;
         for (qp, kind) in [(&client, EventKind::Connect), (&server, EventKind::Accept)] {
             let ev = e(ctx.wait_event_for(qp.id(), kind, Some(T)), "event")?
                 .ok_or_else(|| format!("{framing:?}: no {kind:?} event"))?;
-            ensure(ev.status == 0, || format!("{framing:?}: {kind:?} event {ev:?}"))?;
+            ensure(ev.status == 0, || {
+                format!("{framing:?}: {kind:?} event {ev:?}")
+            })?;
         }
-        let exchange = |from: &Qp, to_buf: &qpip::MemoryRegion, words: [&[u8]; 2], ids: [u64; 2]| {
-            for (k, w) in words.iter().enumerate() {
-                e(from.post_send(&SendWr::inline(10 + k as u64, w)), "post_send")?;
-                let mut got_send = false;
-                let mut got_recv = None;
-                while !got_send || got_recv.is_none() {
-                    let c = next(&cq, "exchange")?;
-                    ensure(c.is_ok(), || format!("{framing:?}: completion {c:?}"))?;
-                    match c.opcode {
-                        Opcode::Send => got_send = true,
-                        _ => got_recv = Some(c),
+        let exchange =
+            |from: &Qp, to_buf: &qpip::MemoryRegion, words: [&[u8]; 2], ids: [u64; 2]| {
+                for (k, w) in words.iter().enumerate() {
+                    e(
+                        from.post_send(&SendWr::inline(10 + k as u64, w)),
+                        "post_send",
+                    )?;
+                    let mut got_send = false;
+                    let mut got_recv = None;
+                    while !got_send || got_recv.is_none() {
+                        let c = next(&cq, "exchange")?;
+                        ensure(c.is_ok(), || format!("{framing:?}: completion {c:?}"))?;
+                        match c.opcode {
+                            Opcode::Send => got_send = true,
+                            _ => got_recv = Some(c),
+                        }
                     }
+                    let c = got_recv.expect("loop ends with it");
+                    ensure(c.wr_id == ids[k] && c.byte_len as usize == w.len(), || {
+                        format!(
+                            "{framing:?}: word {k} completed {c:?}, wanted WR {}",
+                            ids[k]
+                        )
+                    })?;
+                    let at = k * 4096;
+                    ensure(&to_buf[at..at + w.len()] == *w, || {
+                        format!("{framing:?}: word {k} arrived changed")
+                    })?;
                 }
-                let c = got_recv.expect("loop ends with it");
-                ensure(c.wr_id == ids[k] && c.byte_len as usize == w.len(), || {
-                    format!("{framing:?}: word {k} completed {c:?}, wanted WR {}", ids[k])
-                })?;
-                let at = k * 4096;
-                ensure(&to_buf[at..at + w.len()] == *w, || {
-                    format!("{framing:?}: word {k} arrived changed")
-                })?;
-            }
-            Ok::<(), String>(())
-        };
+                Ok::<(), String>(())
+            };
         exchange(&client, &sbuf, [b"first", b"second!"], [1, 2])?;
         exchange(&server, &cbuf, [b"third", b"fourth!"], [3, 4])?;
     }
