@@ -357,12 +357,16 @@ fn any(port: u16) -> SocketAddrV6 {
     SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0)
 }
 
-fn kind(a: &Args) -> QpKind {
-    if a.udp {
+/// A QP of the kind the arguments ask for (UDP, or TCP with their framing), both queues
+/// DEPTH deep, on `cq`.
+fn new_qp(ctx: &Context, a: &Args, cq: &Cq) -> Result<Qp, Fail> {
+    let kind = if a.udp {
         QpKind::Udp
     } else {
         QpKind::Tcp(a.framing)
-    }
+    };
+    ctx.create_qp(&QpInit::new(kind, cq).depth(DEPTH as u32, DEPTH as u32))
+        .map_err(|e| fail("create QP", e))
 }
 
 /// A completion queue's depth for `n` requests: a power of two within the device's limit.
@@ -453,9 +457,7 @@ fn sink(ctx: &Context, a: &Args) -> Result<bool, Fail> {
         .map_err(|e| fail("listen", e))?;
     let mut conns = Vec::new();
     for i in 0..a.conns {
-        let qp = ctx
-            .create_qp(&QpInit::new(kind(a), &cq).depth(DEPTH as u32, DEPTH as u32))
-            .map_err(|e| fail("create QP", e))?;
+        let qp = new_qp(ctx, a, &cq)?;
         let mr = ctx
             .alloc(a.max_msg * DEPTH)
             .map_err(|e| fail("register memory", e))?;
@@ -642,9 +644,7 @@ fn send(ctx: &Context, a: &Args) -> Result<bool, Fail> {
         .map_err(|e| fail("create CQ", e))?;
     let mut conns = Vec::new();
     for i in 0..a.conns {
-        let qp = ctx
-            .create_qp(&QpInit::new(kind(a), &cq).depth(DEPTH as u32, DEPTH as u32))
-            .map_err(|e| fail("create QP", e))?;
+        let qp = new_qp(ctx, a, &cq)?;
         let mr = ctx
             .alloc(slot * DEPTH)
             .map_err(|e| fail("register memory", e))?;
@@ -784,9 +784,7 @@ fn echo(ctx: &Context, a: &Args) -> Result<bool, Fail> {
     let cq = ctx
         .create_cq(cq_depth(ctx, DEPTH * 2))
         .map_err(|e| fail("create CQ", e))?;
-    let qp = ctx
-        .create_qp(&QpInit::new(kind(a), &cq).depth(DEPTH as u32, DEPTH as u32))
-        .map_err(|e| fail("create QP", e))?;
+    let qp = new_qp(ctx, a, &cq)?;
     let mr = ctx
         .alloc(a.max_msg * DEPTH)
         .map_err(|e| fail("register memory", e))?;
@@ -887,9 +885,7 @@ fn ping(ctx: &Context, a: &Args) -> Result<bool, Fail> {
     let cq = ctx
         .create_cq(cq_depth(ctx, DEPTH * 2))
         .map_err(|e| fail("create CQ", e))?;
-    let qp = ctx
-        .create_qp(&QpInit::new(kind(a), &cq).depth(DEPTH as u32, DEPTH as u32))
-        .map_err(|e| fail("create QP", e))?;
+    let qp = new_qp(ctx, a, &cq)?;
     if a.udp {
         qp.bind(any(0)).map_err(|e| fail("bind", e))?;
     } else {
