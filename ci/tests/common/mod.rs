@@ -62,6 +62,18 @@ impl<'a> Report<'a> {
             .unwrap_or_else(|_| panic!("'{key}' is {v:?}, not a number\n{}", self.context()))
     }
 
+    /// Each `NAME.status` of `names` (a run of `tool NAME` in the guest) must be 0.
+    pub fn statuses_zero(&self, tool: &str, names: &[&str]) {
+        for t in names {
+            assert_eq!(
+                self.get(&format!("{t}.status")),
+                "0",
+                "{tool} {t}\n{}",
+                self.context()
+            );
+        }
+    }
+
     /// Every `check.NAME` the guest reported must be `ok`, and each of `required` must be
     /// among them (so a check that silently stopped running fails the test too).
     pub fn checks_pass(&self, required: &[&str]) {
