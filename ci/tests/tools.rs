@@ -58,25 +58,56 @@ kv perf.json "$(cat /tmp/perf.json)"
     let rep = Report::new(&out);
     assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
     let addr = rep.get("addr");
-    assert!(addr == "::1" || addr.starts_with("fd51:5050::1:"), "{}", rep.context());
+    assert!(
+        addr == "::1" || addr.starts_with("fd51:5050::1:"),
+        "{}",
+        rep.context()
+    );
     let sha = rep.get("in.sha");
     for f in ["stream", "message"] {
-        assert_eq!(rep.get(&format!("cat.{f}.client")), "0", "{f}\n{}", rep.context());
-        assert_eq!(rep.get(&format!("cat.{f}.server")), "0", "{f}\n{}", rep.context());
-        assert_eq!(rep.get(&format!("cat.{f}.sha")), sha, "{f}: bytes changed\n{}", rep.context());
+        assert_eq!(
+            rep.get(&format!("cat.{f}.client")),
+            "0",
+            "{f}\n{}",
+            rep.context()
+        );
+        assert_eq!(
+            rep.get(&format!("cat.{f}.server")),
+            "0",
+            "{f}\n{}",
+            rep.context()
+        );
+        assert_eq!(
+            rep.get(&format!("cat.{f}.sha")),
+            sha,
+            "{f}: bytes changed\n{}",
+            rep.context()
+        );
     }
     assert_eq!(rep.get("cat.udp.client"), "0", "{}", rep.context());
     assert_eq!(rep.get("cat.udp.server"), "0", "{}", rep.context());
     assert_eq!(rep.get("cat.udp.ok"), "yes", "{}", rep.context());
     assert_eq!(rep.get("cat.refused"), "1", "{}", rep.context());
-    assert!(rep.get("cat.refused.msg").starts_with("qpip-cat: connect to"), "{}", rep.context());
+    assert!(
+        rep.get("cat.refused.msg")
+            .starts_with("qpip-cat: connect to"),
+        "{}",
+        rep.context()
+    );
     assert_eq!(rep.get("perf.status"), "0", "{}", rep.context());
     let json = rep.get("perf.json");
     assert!(json.contains("\"net\":\"qpip\""), "{json}");
-    for row in ["\"test\":\"latency\",\"transport\":\"udp\"", "\"test\":\"latency\",\"transport\":\"tcp\""] {
+    for row in [
+        "\"test\":\"latency\",\"transport\":\"udp\"",
+        "\"test\":\"latency\",\"transport\":\"tcp\"",
+    ] {
         assert!(json.contains(row), "no {row} in {json}");
     }
     assert_eq!(json.matches("\"test\":\"bandwidth\"").count(), 4, "{json}");
     // Only the four bandwidth rows have no round-trip times.
-    assert_eq!(json.matches("\"p50\":null").count(), 4, "a latency without round trips: {json}");
+    assert_eq!(
+        json.matches("\"p50\":null").count(),
+        4,
+        "a latency without round trips: {json}"
+    );
 }
