@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::Report;
+use common::{needs_root, Report};
 use qpip_lab::netns;
 use qpip_lab::{run_lab, unique_netns, GuestSpec, LabHost, LabOutcome, LabSpec, Network, VmSpec};
 use std::io::{Read, Write};
@@ -63,20 +63,6 @@ counters() {
     done
 }
 "#;
-
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-macro_rules! needs_root {
-    () => {
-        if !root() {
-            eprintln!("skipped: the lab network needs root (network namespace, bridge, TAPs)");
-            return;
-        }
-    };
-}
 
 fn guest(name: &str, script: &str, timeout_s: u64, qpipd_args: &[&str]) -> GuestSpec {
     let mut vm = VmSpec::new(format!("{HELPERS}\n{script}"));

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::Report;
+use common::{needs_root, Report};
 use qpip_lab::netns::{self, LabNet};
 use qpip_lab::{run_lab, unique_netns, GuestSpec, LabOutcome, LabSpec, Network, VmSpec};
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
@@ -25,20 +25,6 @@ try() {
     if out=$("$@" 2>&1); then kv "$k" ok; else kv "$k" "failed($?): $(echo "$out" | tr '\n' ' ')"; fi
 }
 "#;
-
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-macro_rules! needs_root {
-    () => {
-        if !root() {
-            eprintln!("skipped: the lab network needs root (network namespace, bridge, TAPs)");
-            return;
-        }
-    };
-}
 
 fn guest(name: &str, script: &str) -> GuestSpec {
     GuestSpec::new(

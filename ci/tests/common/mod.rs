@@ -6,6 +6,25 @@
 
 use qpip_lab::{run_vm, LabError, VmOutcome, VmSpec};
 
+/// Whether the tests run as root, which the lab network needs.
+pub fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Ends a test that needs the lab network, saying why, when it does not run as root.
+#[allow(unused_macros)] // each test file uses its own part
+macro_rules! needs_root {
+    () => {
+        if !$crate::common::root() {
+            eprintln!("skipped: the lab network needs root (network namespace, bridge, TAPs)");
+            return;
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use needs_root;
+
 /// Boots a guest as `spec` says and returns what happened; panics if the lab failed.
 pub fn boot(spec: &VmSpec) -> VmOutcome {
     match run_vm(spec) {
