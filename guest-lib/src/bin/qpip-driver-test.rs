@@ -326,6 +326,14 @@ impl Ctx {
         ioc(self.fd, req, arg)
     }
 
+    /// Submits CLOSE of `qp` (its completion is an EVENT_CLOSE carrying `user_data`).
+    fn close(&self, qp: u32, user_data: u64) -> Result<(), i32> {
+        let mut cl = Close::new();
+        cl.qp = qp;
+        cl.user_data = user_data;
+        self.ioc(IOCTL_CLOSE, &mut cl)
+    }
+
     fn create_cq(&self, depth: u32, efd: i32) -> Result<Cq, i32> {
         let mut a = CreateCq::new();
         a.depth = depth;
@@ -1220,18 +1228,14 @@ fn cmd_ioctls() -> u32 {
         "connect.bad_qp",
         fails_with(ctx.ioc(IOCTL_CONNECT, &mut con), libc::ENOENT),
     );
-    let mut cl = Close::new();
-    cl.qp = qp3.handle;
-    cl.user_data = 0xc105e;
-    c.check("close.submit", ok(ctx.ioc(IOCTL_CLOSE, &mut cl), "CLOSE"));
+    c.check("close.submit", ok(ctx.close(qp3.handle, 0xc105e), "CLOSE"));
     c.check(
         "close.not_connected_event",
         expect_event(fd, EVENT_CLOSE, -libc::EINVAL, qp3.handle, 0xc105e),
     );
-    cl.qp = 0;
     c.check(
         "close.bad_qp",
-        fails_with(ctx.ioc(IOCTL_CLOSE, &mut cl), libc::ENOENT),
+        fails_with(ctx.close(0, 0xc105e), libc::ENOENT),
     );
 
     // -- counters --
@@ -2124,10 +2128,7 @@ fn cmd_events() -> u32 {
         c.check("events.destroyer_hears_nothing", no_event(client.fd));
         // A graceful close: the other side hears the peer closed, the closer its CLOSE.
         let (sqp, cqp) = tcp_pair(&server, &client, addr, 5601)?;
-        let mut cl = Close::new();
-        cl.qp = cqp;
-        cl.user_data = 0xc105e;
-        ok(client.ioc(IOCTL_CLOSE, &mut cl), "CLOSE")?;
+        ok(client.close(cqp, 0xc105e), "CLOSE")?;
         c.check(
             "events.close_completes",
             expect_event(client.fd, EVENT_CLOSE, 0, cqp, 0xc105e),
@@ -2138,10 +2139,7 @@ fn cmd_events() -> u32 {
         );
         c.check("events.closer_hears_no_peer_close", no_event(client.fd));
         // Now the server closes too: the client hears of it.
-        let mut cl = Close::new();
-        cl.qp = sqp;
-        cl.user_data = 0x5c;
-        ok(server.ioc(IOCTL_CLOSE, &mut cl), "CLOSE (server)")?;
+        ok(server.close(sqp, 0x5c), "CLOSE (server)")?;
         c.check(
             "events.second_close_completes",
             expect_event(server.fd, EVENT_CLOSE, 0, sqp, 0x5c),
