@@ -37,8 +37,7 @@ pub const ADMIN_MAX_DEPTH: u32 = 4096;
 /// An admin command (64 bytes). `body` holds the command's arguments, laid out as the
 /// `*Args` structure named in the opcode's documentation; unused bytes must be 0.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct AdminCmd {
     /// One of the `ADMIN_OP_*` opcodes.
     pub opcode: u16,
@@ -56,8 +55,7 @@ pub struct AdminCmd {
 
 /// An admin completion (32 bytes).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct AdminCqe {
     /// The `cmd_id` of the command this completes.
     pub cmd_id: u32,
@@ -208,8 +206,7 @@ pub const ADMIN_STATUS_TIMEOUT: u16 = 11;
 
 /// Arguments of `QUERY_DEVICE` and `QUERY_STATS`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct QueryArgs {
     /// Guest-physical address of the buffer the device writes (8-byte aligned, must not
     /// cross a page boundary).
@@ -221,8 +218,7 @@ pub struct QueryArgs {
 
 /// Arguments of `SET_MAC`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct SetMacArgs {
     /// A unicast MAC (the group bit must be clear).
     pub mac: [u8; 6],
@@ -231,8 +227,7 @@ pub struct SetMacArgs {
 
 /// Arguments of `ADD_ADDR` and `DEL_ADDR`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct AddrArgs {
     /// A unicast IPv6 address, network byte order.
     pub addr: [u8; 16],
@@ -243,8 +238,7 @@ pub struct AddrArgs {
 
 /// Arguments of `CREATE_CQ`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct CreateCqArgs {
     /// Guest-physical address of the ring's page list: `npages` u64 page addresses, each
     /// 4 KiB aligned and in guest RAM. The list itself is contiguous and 8-byte aligned.
@@ -261,8 +255,7 @@ pub struct CreateCqArgs {
 
 /// Arguments of `CREATE_QP`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct CreateQpArgs {
     /// Page list of the send ring (as in [`CreateCqArgs`]), `sq_depth` WQEs of
     /// [`crate::wqe::WQE_SIZE`] bytes.
@@ -301,8 +294,7 @@ pub const FRAMING_STREAM: u8 = 2;
 
 /// Arguments of `REG_MR`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct RegMrArgs {
     /// Guest-physical address of the page list (u64 page addresses, 4 KiB aligned).
     pub page_list: u64,
@@ -329,8 +321,7 @@ pub const MR_ACCESS_REMOTE_READ: u32 = 1 << 2;
 
 /// Arguments of `BIND`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct BindArgs {
     /// Local address (network order); all zeros binds every address of the device.
     pub addr: [u8; 16],
@@ -341,8 +332,7 @@ pub struct BindArgs {
 
 /// Arguments of `LISTEN`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct ListenArgs {
     /// Local address (network order); all zeros listens on every address.
     pub addr: [u8; 16],
@@ -356,8 +346,7 @@ pub struct ListenArgs {
 
 /// Arguments of `ACCEPT`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct AcceptArgs {
     /// An idle TCP QP of the same context, to carry the accepted connection.
     pub qp: u32,
@@ -366,8 +355,7 @@ pub struct AcceptArgs {
 
 /// Arguments of `CONNECT`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct ConnectArgs {
     /// Remote address, network order.
     pub addr: [u8; 16],
@@ -391,8 +379,7 @@ pub const MAX_ADDRS: u32 = 8;
 
 /// One address in [`AddrList`] (24 bytes).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct AddrEntry {
     /// The address, network order.
     pub addr: [u8; 16],
@@ -409,8 +396,7 @@ pub const ADDR_FLAG_LINK_LOCAL: u8 = 1 << 0;
 /// What `LIST_ADDRS` writes (8 + 24 × ([`MAX_ADDRS`] + 1) = 224 bytes): `count` entries
 /// are valid, the link-local address first; the rest are zero.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct AddrList {
     pub count: u32,
     pub reserved: u32,
@@ -419,8 +405,7 @@ pub struct AddrList {
 
 /// What `QUERY_DEVICE` writes (128 bytes).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct DeviceInfo {
     /// Interface version, as [`crate::regs::REG_VERSION`].
     pub version: u32,
@@ -456,8 +441,7 @@ pub struct DeviceInfo {
 /// What `QUERY_STATS` writes: [`STATS_COUNT`] u64 counters, each at the index named by a
 /// `STAT_*` constant. Counters only grow (until reset).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[derive(FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct Stats {
     pub counters: [u64; 64],
 }

@@ -64,7 +64,10 @@ fn wqe_and_cqe() {
     assert_eq!(offset_of!(Wqe, dest_addr), 24);
     assert_eq!(offset_of!(Wqe, dest_port), 40);
     assert_eq!(size_of::<Sge>(), 16);
-    assert_eq!(WQE_SGE_OFFSET as usize + MAX_SGE as usize * size_of::<Sge>(), WQE_SIZE as usize);
+    assert_eq!(
+        WQE_SGE_OFFSET as usize + MAX_SGE as usize * size_of::<Sge>(),
+        WQE_SIZE as usize
+    );
     assert_eq!(MAX_INLINE, MAX_SGE * 16);
     assert_eq!(size_of::<Cqe>(), CQE_SIZE as usize);
     assert_eq!(offset_of!(Cqe, byte_len), 8);
@@ -75,7 +78,10 @@ fn wqe_and_cqe() {
     assert_eq!(offset_of!(Cqe, src_addr), 24);
     assert_eq!(offset_of!(Cqe, detail), 40);
     assert_eq!(offset_of!(Cqe, owner), 63, "owner is the last byte");
-    assert!((4096 / CQE_SIZE).is_power_of_two() && (4096 / WQE_SIZE).is_power_of_two(), "entries never straddle pages");
+    assert!(
+        (4096 / CQE_SIZE).is_power_of_two() && (4096 / WQE_SIZE).is_power_of_two(),
+        "entries never straddle pages"
+    );
 }
 
 #[test]
@@ -93,5 +99,9 @@ fn control_bar_regions_do_not_overlap() {
     assert!(regs::KICK_PAGE_OFFSET + 4096 <= pci::MSIX_TABLE_OFFSET);
     assert!(pci::MSIX_TABLE_OFFSET + pci::MSIX_VECTORS as u32 * 16 <= pci::MSIX_PBA_OFFSET);
     assert!(pci::MSIX_PBA_OFFSET + 8 <= pci::CTRL_BAR_SIZE);
-    assert_eq!(regs::KICK_PAGE_OFFSET % 4096, 0, "the kick page can be mapped on its own");
+    assert_eq!(
+        regs::KICK_PAGE_OFFSET % 4096,
+        0,
+        "the kick page can be mapped on its own"
+    );
 }

@@ -15,8 +15,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use verbs::{
-    Completion, Context, Cq, Error, Event, EventKind, Framing, Listener, MemoryRegion, Opcode,
-    Qp, QpInit, QpKind, SendWr, Status,
+    Completion, Context, Cq, Error, Event, EventKind, Framing, Listener, MemoryRegion, Opcode, Qp,
+    QpInit, QpKind, SendWr, Status,
 };
 
 // ---- error codes -----------------------------------------------------------------------
@@ -226,7 +226,10 @@ unsafe fn get<'a, T>(p: *const c_void, magic: u32, what: &str) -> Result<&'a T, 
     // type; only once it matches is `p` taken as a Handle<T>.
     let h = unsafe {
         if *(p as *const u32) != magic {
-            return Err(fail(QPIP_E_BAD_HANDLE, format!("{what} is not a {what} handle")));
+            return Err(fail(
+                QPIP_E_BAD_HANDLE,
+                format!("{what} is not a {what} handle"),
+            ));
         }
         &*(p as *const Handle<T>)
     };
@@ -274,7 +277,10 @@ fn to_sock(a: &qpip_addr) -> SocketAddrV6 {
 }
 
 fn from_sock(a: SocketAddrV6) -> qpip_addr {
-    qpip_addr { addr: a.ip().octets(), port: a.port() }
+    qpip_addr {
+        addr: a.ip().octets(),
+        port: a.port(),
+    }
 }
 
 /// A negative timeout waits for ever.
@@ -350,7 +356,11 @@ pub extern "C" fn qpip_last_error() -> *const c_char {
 /// # Safety
 /// `ip` is null or a NUL-terminated string; `out` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn qpip_addr_parse(ip: *const c_char, port: u16, out: *mut qpip_addr) -> c_int {
+pub unsafe extern "C" fn qpip_addr_parse(
+    ip: *const c_char,
+    port: u16,
+    out: *mut qpip_addr,
+) -> c_int {
     if ip.is_null() || out.is_null() {
         return fail(QPIP_E_NULL, "ip or out is NULL");
     }
@@ -363,7 +373,15 @@ pub unsafe extern "C" fn qpip_addr_parse(ip: *const c_char, port: u16, out: *mut
         _ => return fail(QPIP_E_INVALID, format!("{s:?} is not an IP address")),
     };
     // SAFETY: checked non-null; the caller's promise that it is writable.
-    unsafe { put(out, qpip_addr { addr: a.octets(), port }) };
+    unsafe {
+        put(
+            out,
+            qpip_addr {
+                addr: a.octets(),
+                port,
+            },
+        )
+    };
     QPIP_OK
 }
 
@@ -403,12 +421,17 @@ pub unsafe extern "C" fn qpip_open_soft(out: *mut *mut qpip_context) -> c_int {
 /// # Safety
 /// `path` is null or NUL-terminated; `out` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn qpip_open_device(path: *const c_char, out: *mut *mut qpip_context) -> c_int {
+pub unsafe extern "C" fn qpip_open_device(
+    path: *const c_char,
+    out: *mut *mut qpip_context,
+) -> c_int {
     if path.is_null() {
         return fail(QPIP_E_NULL, "path is NULL");
     }
     // SAFETY: the caller's promise: a NUL-terminated string.
-    let p = unsafe { CStr::from_ptr(path) }.to_string_lossy().into_owned();
+    let p = unsafe { CStr::from_ptr(path) }
+        .to_string_lossy()
+        .into_owned();
     open_with(out, Context::open_device(Path::new(&p)))
 }
 
@@ -454,7 +477,11 @@ pub unsafe extern "C" fn qpip_max_inline(ctx: *const qpip_context) -> c_int {
 /// # Safety
 /// `ctx` is null or a live handle; `out` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn qpip_mr_alloc(ctx: *const qpip_context, len: usize, out: *mut *mut qpip_mr) -> c_int {
+pub unsafe extern "C" fn qpip_mr_alloc(
+    ctx: *const qpip_context,
+    len: usize,
+    out: *mut *mut qpip_mr,
+) -> c_int {
     // SAFETY: the caller's promise.
     let c = tri!(unsafe { get::<Context>(ctx.cast(), MAGIC_CTX, "context") });
     if out.is_null() {
@@ -481,7 +508,10 @@ pub unsafe extern "C" fn qpip_mr_data(mr: *mut qpip_mr) -> *mut u8 {
     // MemoryRegion::as_mut_slice's.
     unsafe {
         match get::<MemoryRegion>(mr.cast(), MAGIC_MR, "memory region") {
-            Ok(_) => (*(mr as *mut Handle<MemoryRegion>)).value.as_mut_slice().as_mut_ptr(),
+            Ok(_) => (*(mr as *mut Handle<MemoryRegion>))
+                .value
+                .as_mut_slice()
+                .as_mut_ptr(),
             Err(_) => std::ptr::null_mut(),
         }
     }
@@ -515,7 +545,11 @@ pub unsafe extern "C" fn qpip_mr_free(mr: *mut qpip_mr) -> c_int {
 /// # Safety
 /// `ctx` is null or a live handle; `out` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn qpip_cq_create(ctx: *const qpip_context, depth: u32, out: *mut *mut qpip_cq) -> c_int {
+pub unsafe extern "C" fn qpip_cq_create(
+    ctx: *const qpip_context,
+    depth: u32,
+    out: *mut *mut qpip_cq,
+) -> c_int {
     // SAFETY: the caller's promise.
     let c = tri!(unsafe { get::<Context>(ctx.cast(), MAGIC_CTX, "context") });
     if out.is_null() {
@@ -563,7 +597,11 @@ fn to_c(c: &Completion) -> qpip_completion {
     qpip_completion {
         wr_id: c.wr_id,
         qp: c.qp,
-        opcode: if c.opcode == Opcode::Recv { QPIP_OP_RECV } else { QPIP_OP_SEND },
+        opcode: if c.opcode == Opcode::Recv {
+            QPIP_OP_RECV
+        } else {
+            QPIP_OP_SEND
+        },
         status,
         detail,
         byte_len: c.byte_len,
@@ -578,7 +616,11 @@ fn to_c(c: &Completion) -> qpip_completion {
 /// # Safety
 /// `cq` is null or a live handle; `out` is null or valid for `n` writes.
 #[no_mangle]
-pub unsafe extern "C" fn qpip_cq_poll(cq: *const qpip_cq, out: *mut qpip_completion, n: usize) -> c_int {
+pub unsafe extern "C" fn qpip_cq_poll(
+    cq: *const qpip_cq,
+    out: *mut qpip_completion,
+    n: usize,
+) -> c_int {
     // SAFETY: the caller's promise.
     unsafe { cq_take(cq, out, n, None) }
 }
@@ -692,10 +734,17 @@ pub unsafe extern "C" fn qpip_qp_create(
         QPIP_QP_UDP => QpKind::Udp,
         QPIP_QP_TCP_MESSAGE => QpKind::Tcp(Framing::Message),
         QPIP_QP_TCP_STREAM => QpKind::Tcp(Framing::Stream),
-        k => return fail(QPIP_E_INVALID, format!("QP kind {k}: expected QPIP_QP_UDP, _TCP_MESSAGE or _TCP_STREAM")),
+        k => {
+            return fail(
+                QPIP_E_INVALID,
+                format!("QP kind {k}: expected QPIP_QP_UDP, _TCP_MESSAGE or _TCP_STREAM"),
+            )
+        }
     };
     let or64 = |d: u32| if d == 0 { 64 } else { d };
-    let init = QpInit::new(kind, scq).recv_cq(rcq).depth(or64(sq_depth), or64(rq_depth));
+    let init = QpInit::new(kind, scq)
+        .recv_cq(rcq)
+        .depth(or64(sq_depth), or64(rq_depth));
     let qp = q!(c.create_qp(&init));
     // SAFETY: checked non-null; the caller's promise that it is writable.
     unsafe { put(out, new_handle(MAGIC_QP, qp)) };
@@ -730,9 +779,18 @@ pub unsafe extern "C" fn qpip_qp_id(qp: *const qpip_qp) -> c_int {
 /// # Safety
 /// `qp` is null or live; `addr` null or readable; `bound` null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn qpip_qp_bind(qp: *const qpip_qp, addr: *const qpip_addr, bound: *mut qpip_addr) -> c_int {
+pub unsafe extern "C" fn qpip_qp_bind(
+    qp: *const qpip_qp,
+    addr: *const qpip_addr,
+    bound: *mut qpip_addr,
+) -> c_int {
     // SAFETY: the caller's promise, for each pointer.
-    let (qp, a) = unsafe { (tri!(get::<Qp>(qp.cast(), MAGIC_QP, "QP")), tri!(addr_arg(addr, "addr"))) };
+    let (qp, a) = unsafe {
+        (
+            tri!(get::<Qp>(qp.cast(), MAGIC_QP, "QP")),
+            tri!(addr_arg(addr, "addr")),
+        )
+    };
     let b = q!(qp.bind(a));
     // SAFETY: the caller's promise.
     unsafe { put(bound, from_sock(b)) };
@@ -744,9 +802,18 @@ pub unsafe extern "C" fn qpip_qp_bind(qp: *const qpip_qp, addr: *const qpip_addr
 /// # Safety
 /// `qp` is null or live; `peer` null or readable.
 #[no_mangle]
-pub unsafe extern "C" fn qpip_qp_connect(qp: *const qpip_qp, peer: *const qpip_addr, user_data: u64) -> c_int {
+pub unsafe extern "C" fn qpip_qp_connect(
+    qp: *const qpip_qp,
+    peer: *const qpip_addr,
+    user_data: u64,
+) -> c_int {
     // SAFETY: the caller's promise.
-    let (qp, p) = unsafe { (tri!(get::<Qp>(qp.cast(), MAGIC_QP, "QP")), tri!(addr_arg(peer, "peer"))) };
+    let (qp, p) = unsafe {
+        (
+            tri!(get::<Qp>(qp.cast(), MAGIC_QP, "QP")),
+            tri!(addr_arg(peer, "peer")),
+        )
+    };
     q!(qp.connect(p, user_data));
     QPIP_OK
 }
@@ -756,9 +823,18 @@ pub unsafe extern "C" fn qpip_qp_connect(qp: *const qpip_qp, peer: *const qpip_a
 /// # Safety
 /// `qp` is null or live; `peer` null or readable.
 #[no_mangle]
-pub unsafe extern "C" fn qpip_qp_connect_wait(qp: *const qpip_qp, peer: *const qpip_addr, timeout_ms: c_int) -> c_int {
+pub unsafe extern "C" fn qpip_qp_connect_wait(
+    qp: *const qpip_qp,
+    peer: *const qpip_addr,
+    timeout_ms: c_int,
+) -> c_int {
     // SAFETY: the caller's promise.
-    let (qp, p) = unsafe { (tri!(get::<Qp>(qp.cast(), MAGIC_QP, "QP")), tri!(addr_arg(peer, "peer"))) };
+    let (qp, p) = unsafe {
+        (
+            tri!(get::<Qp>(qp.cast(), MAGIC_QP, "QP")),
+            tri!(addr_arg(peer, "peer")),
+        )
+    };
     let t = timeout(timeout_ms).unwrap_or(Duration::from_secs(u32::MAX as u64));
     q!(qp.connect_wait(p, t));
     QPIP_OK
@@ -830,7 +906,12 @@ pub unsafe extern "C" fn qpip_post_send(
     flags: u32,
 ) -> c_int {
     // SAFETY: the caller's promise, for each pointer.
-    let (qp, list) = unsafe { (tri!(get::<Qp>(qp.cast(), MAGIC_QP, "QP")), tri!(sges(sg, n))) };
+    let (qp, list) = unsafe {
+        (
+            tri!(get::<Qp>(qp.cast(), MAGIC_QP, "QP")),
+            tri!(sges(sg, n)),
+        )
+    };
     // SAFETY: dest is null or readable.
     let dest = (!dest.is_null()).then(|| to_sock(unsafe { &*dest }));
     post(qp, SendWr::new(wr_id, &list), dest, imm, flags)
@@ -887,9 +968,19 @@ fn post(qp: &Qp, mut wr: SendWr<'_>, dest: Option<SocketAddrV6>, imm: u32, flags
 /// # Safety
 /// `qp` null or live; `sg` null or valid for `n` reads.
 #[no_mangle]
-pub unsafe extern "C" fn qpip_post_recv(qp: *const qpip_qp, wr_id: u64, sg: *const qpip_sge, n: usize) -> c_int {
+pub unsafe extern "C" fn qpip_post_recv(
+    qp: *const qpip_qp,
+    wr_id: u64,
+    sg: *const qpip_sge,
+    n: usize,
+) -> c_int {
     // SAFETY: the caller's promise, for each pointer.
-    let (qp, list) = unsafe { (tri!(get::<Qp>(qp.cast(), MAGIC_QP, "QP")), tri!(sges(sg, n))) };
+    let (qp, list) = unsafe {
+        (
+            tri!(get::<Qp>(qp.cast(), MAGIC_QP, "QP")),
+            tri!(sges(sg, n)),
+        )
+    };
     q!(qp.post_recv(wr_id, &list));
     QPIP_OK
 }
@@ -908,7 +999,12 @@ pub unsafe extern "C" fn qpip_listen(
     out: *mut *mut qpip_listener,
 ) -> c_int {
     // SAFETY: the caller's promise.
-    let (c, a) = unsafe { (tri!(get::<Context>(ctx.cast(), MAGIC_CTX, "context")), tri!(addr_arg(addr, "addr"))) };
+    let (c, a) = unsafe {
+        (
+            tri!(get::<Context>(ctx.cast(), MAGIC_CTX, "context")),
+            tri!(addr_arg(addr, "addr")),
+        )
+    };
     if out.is_null() {
         return fail(QPIP_E_NULL, "out is NULL");
     }
@@ -934,10 +1030,17 @@ pub unsafe extern "C" fn qpip_listener_free(l: *mut qpip_listener) -> c_int {
 /// # Safety
 /// Handles null or live.
 #[no_mangle]
-pub unsafe extern "C" fn qpip_accept(l: *const qpip_listener, qp: *const qpip_qp, user_data: u64) -> c_int {
+pub unsafe extern "C" fn qpip_accept(
+    l: *const qpip_listener,
+    qp: *const qpip_qp,
+    user_data: u64,
+) -> c_int {
     // SAFETY: the caller's promise.
     let (l, qp) = unsafe {
-        (tri!(get::<Listener>(l.cast(), MAGIC_LISTENER, "listener")), tri!(get::<Qp>(qp.cast(), MAGIC_QP, "QP")))
+        (
+            tri!(get::<Listener>(l.cast(), MAGIC_LISTENER, "listener")),
+            tri!(get::<Qp>(qp.cast(), MAGIC_QP, "QP")),
+        )
     };
     q!(l.accept(qp, user_data));
     QPIP_OK
@@ -957,9 +1060,15 @@ pub unsafe extern "C" fn qpip_accept_wait(
 ) -> c_int {
     // SAFETY: the caller's promise.
     let (l, qp) = unsafe {
-        (tri!(get::<Listener>(l.cast(), MAGIC_LISTENER, "listener")), tri!(get::<Qp>(qp.cast(), MAGIC_QP, "QP")))
+        (
+            tri!(get::<Listener>(l.cast(), MAGIC_LISTENER, "listener")),
+            tri!(get::<Qp>(qp.cast(), MAGIC_QP, "QP")),
+        )
     };
-    let p = q!(l.accept_wait(qp, timeout(timeout_ms).unwrap_or(Duration::from_secs(u32::MAX as u64))));
+    let p = q!(l.accept_wait(
+        qp,
+        timeout(timeout_ms).unwrap_or(Duration::from_secs(u32::MAX as u64))
+    ));
     // SAFETY: the caller's promise.
     unsafe { put(peer, from_sock(p)) };
     QPIP_OK
@@ -990,13 +1099,21 @@ fn event_to_c(e: &Event) -> qpip_event {
 /// # Safety
 /// `ctx` null or live; `out` null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn qpip_wait_event(ctx: *const qpip_context, out: *mut qpip_event, timeout_ms: c_int) -> c_int {
+pub unsafe extern "C" fn qpip_wait_event(
+    ctx: *const qpip_context,
+    out: *mut qpip_event,
+    timeout_ms: c_int,
+) -> c_int {
     // SAFETY: the caller's promise.
     let c = tri!(unsafe { get::<Context>(ctx.cast(), MAGIC_CTX, "context") });
     if out.is_null() {
         return fail(QPIP_E_NULL, "out is NULL");
     }
-    let e = if timeout_ms == 0 { q!(c.poll_event()) } else { q!(c.wait_event(timeout(timeout_ms))) };
+    let e = if timeout_ms == 0 {
+        q!(c.poll_event())
+    } else {
+        q!(c.wait_event(timeout(timeout_ms)))
+    };
     match e {
         Some(e) => {
             // SAFETY: checked non-null; the caller's promise that it is writable.

@@ -36,9 +36,17 @@ fn c_pingpong_builds_and_runs_on_the_soft_provider() {
         .arg(&exe)
         .output()
         .expect("run the C compiler");
-    assert!(build.status.success(), "{cc} failed:\n{}", String::from_utf8_lossy(&build.stderr));
+    assert!(
+        build.status.success(),
+        "{cc} failed:\n{}",
+        String::from_utf8_lossy(&build.stderr)
+    );
 
-    let port = std::net::TcpListener::bind("[::1]:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("[::1]:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let run = Command::new(&exe)
         .args(["200", &port.to_string()])
         .env("QPIP_PROVIDER", "soft")
@@ -50,7 +58,13 @@ fn c_pingpong_builds_and_runs_on_the_soft_provider() {
         "pingpong failed:\n{text}{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    for line in ["provider soft", "udp ping-pong: 200 round trips ok", "tcp ping-pong: 200 round trips ok", "errors ok", "pingpong: all ok"] {
+    for line in [
+        "provider soft",
+        "udp ping-pong: 200 round trips ok",
+        "tcp ping-pong: 200 round trips ok",
+        "errors ok",
+        "pingpong: all ok",
+    ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }
 }

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 fn checked_in_c_header_is_current() {
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let header_path = crate_dir.join("include/qpip.h");
-    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml");
+    let config =
+        cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml");
     let mut generated = Vec::new();
     cbindgen::Builder::new()
         .with_crate(&crate_dir)

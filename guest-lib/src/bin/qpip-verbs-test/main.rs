@@ -723,22 +723,29 @@ fn epoll(ctx: &Context, port: u16) -> R {
         e(cq2.arm(), "arm")?;
         e(c.post_recv(9, &[buf.sge_all()]), "post_recv")?;
         e(a.post_send(&SendWr::inline(1, b"to c").to(pc)), "post_send")?;
-        // cq1 gets the send completion, cq2 the receive.
-        let mut seen = Vec::new();
+        // cq1 gets the send completion, cq2 the receive; each is polled only after its
+        // descriptor woke. A wake-up that finds its CQ empty (a shared vector, possibly
+        // another process's CQ) re-arms, as the usual loop does.
+        let mut got: [Option<u64>; 2] = [None, None];
+        let mut woke = Vec::new();
         let deadline = Instant::now() + T;
-        while !(seen.contains(&1) && seen.contains(&2)) && Instant::now() < deadline {
-            seen.extend(wait(1000));
+        while got.iter().any(Option::is_none) && Instant::now() < deadline {
+            for tag in wait(1000) {
+                woke.push(tag);
+                let (cq, slot) = match tag {
+                    1 => (&cq1, 0),
+                    2 => (&cq2, 1),
+                    _ => continue,
+                };
+                cq.ack();
+                match cq.poll_one() {
+                    Some(c) => got[slot] = Some(c.wr_id),
+                    None => e(cq.arm(), "re-arm")?,
+                }
+            }
         }
-        ensure(seen.contains(&1) && seen.contains(&2), || {
-            format!("epoll woke for {seen:?}")
-        })?;
-        cq1.ack();
-        cq2.ack();
-        ensure(cq1.poll_one().is_some_and(|c| c.wr_id == 1), || {
-            "no send completion".into()
-        })?;
-        ensure(cq2.poll_one().is_some_and(|c| c.wr_id == 9), || {
-            "no receive completion".into()
+        ensure(got == [Some(1), Some(9)], || {
+            format!("completions {got:?} (send 1 on cq1, receive 9 on cq2) after wake-ups {woke:?}")
         })?;
         ensure(!exact || wait(0).is_empty(), || {
             "readable after ack with nothing armed".into()
