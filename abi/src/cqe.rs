@@ -15,6 +15,13 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 /// Size of one CQE slot.
 pub const CQE_SIZE: u32 = 64;
 
+/// The phase (bit 0 of `owner`) that marks the CQE of free-running index `index` as
+/// written, in a ring of `depth` entries (a power of two): 1 on even passes through the
+/// ring, 0 on odd ones. The device writes it; a consumer compares it.
+pub const fn phase(index: u32, depth: u32) -> u8 {
+    ((index / depth) & 1 ^ 1) as u8
+}
+
 /// A completion (64 bytes).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]

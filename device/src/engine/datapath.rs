@@ -486,7 +486,7 @@ impl Engine {
         };
         debug_assert!(cq.free() > 0);
         let addr = cq.ring.entry_addr(cq.tail);
-        c.owner = ((cq.tail / cq.ring.depth()) & 1 ^ 1) as u8;
+        c.owner = qpip_abi::cqe::phase(cq.tail, cq.ring.depth());
         let bytes = c.as_bytes();
         let last = bytes.len() - 1;
         if mem.write_slice(&bytes[..last], addr).is_err() {

@@ -465,10 +465,9 @@ impl Ctx {
 
     fn poll_cq(&mut self, cq: &mut Cq) -> Option<Cqe> {
         let at = (cq.head % cq.depth) as usize * CQE_SIZE as usize;
-        let phase = ((cq.head / cq.depth) & 1 == 0) as u8;
         // SAFETY: the owner byte, the last of a slot inside the mapped ring.
         let owner = unsafe { ptr::read_volatile(cq.ring.add(at + CQE_SIZE as usize - 1)) };
-        if owner & 1 != phase {
+        if owner & 1 != qpip_abi::cqe::phase(cq.head, cq.depth) {
             return None;
         }
         fence(Ordering::Acquire);
