@@ -25,6 +25,15 @@
 //! the interrupt for the completion it is about to write. The consumer polls once more after
 //! arming for a completion written before the arm was seen.
 //!
+//! Moving a CQ's `head` may skip the kick too, unless the ring was full before the move
+//! (the slot of index `old head + depth - 1` held a completion): the engine waits for a
+//! CQ's head only when the ring is full (it never overwrites an unconsumed completion), an
+//! awake engine reads the heads at every scan, and its last scan before sleeping sees every
+//! head stored before then — so a sleeping engine can be waiting for room only in a ring
+//! that the next head move finds full, and that move kicks. A consumer stores `head`
+//! before it arms, and the engine reads `arm_seq` before `head`, so an arm never meets a
+//! stale head.
+//!
 //! # Going to sleep (engine side)
 //!
 //! The engine polls while there is work and for a short while after. To sleep it stores 1 in

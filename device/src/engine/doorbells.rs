@@ -102,14 +102,18 @@ impl Engine {
             return;
         };
         let db = self.cq_db(cq.ctx, cq.slot);
-        let head = self
-            .shared
-            .doorbells
-            .load_u32(db + doorbell::DB_CQ_HEAD as usize);
+        // The arm first (acquire), then the head: a consumer stores its head before it
+        // arms, so a new arm comes with the head that went before it. Read the other way
+        // round, an arm could meet a stale head that still counts consumed completions and
+        // raise an interrupt for nothing.
         let arm = self
             .shared
             .doorbells
             .load_u32(db + doorbell::DB_CQ_ARM_SEQ as usize);
+        let head = self
+            .shared
+            .doorbells
+            .load_u32(db + doorbell::DB_CQ_HEAD as usize);
         let cq = self.objects.cqs.get_mut(&id).expect("looked up");
         let mut freed = false;
         if head != cq.head {

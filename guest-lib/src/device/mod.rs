@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use qpip_abi::admin::{
     FRAMING_MESSAGE, FRAMING_STREAM, MR_ACCESS_LOCAL_WRITE, QP_TYPE_TCP, QP_TYPE_UDP,
 };
-use qpip_abi::cqe::{Cqe, CQE_OP_SEND, CQE_SIZE};
+use qpip_abi::cqe::{self, Cqe, CQE_OP_SEND, CQE_SIZE};
 use qpip_abi::doorbell::{
     DB_CHANGE_COUNT, DB_CQ_ARM_SEQ, DB_CQ_BASE, DB_CQ_HEAD, DB_CQ_STRIDE, DB_ENGINE_SLEEPING,
     DB_QP_BASE, DB_QP_RQ_TAIL, DB_QP_SQ_TAIL, DB_QP_STRIDE,
@@ -377,13 +377,10 @@ impl Cq {
         let mut st = self.st.lock().unwrap();
         let mut n = 0;
         while n < out.len() {
-            let at = (st.head % self.depth) as usize * CQE_SIZE as usize;
-            let phase = ((st.head / self.depth) & 1 == 0) as u8;
-            // SAFETY: the owner byte, the last of a CQE slot inside the mapped ring.
-            let owner = unsafe { ptr::read_volatile(self.ring.at(at + CQE_SIZE as usize - 1)) };
-            if owner & 1 != phase {
+            if !self.written(st.head) {
                 break;
             }
+            let at = (st.head % self.depth) as usize * CQE_SIZE as usize;
             fence(Ordering::Acquire);
             // SAFETY: a whole 64-byte slot inside the ring, 64-byte aligned in a page-aligned
             // mapping; the device finished writing it (owner seen after the acquire fence).
@@ -395,9 +392,28 @@ impl Cq {
         }
         if n > 0 {
             // Give the slots back to the device (it never overwrites an unconsumed CQE).
-            dev.ring(DB_CQ_BASE + self.slot * DB_CQ_STRIDE + DB_CQ_HEAD, st.head);
+            // The engine waits for this only when the ring is full (abi::doorbell), so a
+            // sleeping engine is kicked only then: the last slot before the old head holds
+            // a completion exactly when the device filled the ring.
+            let old_head = st.head.wrapping_sub(n as u32);
+            let db = DB_CQ_BASE + self.slot * DB_CQ_STRIDE + DB_CQ_HEAD;
+            if was_full(old_head, self.depth, |i| self.written(i)) {
+                dev.ring(db, st.head);
+            } else {
+                dev.ring_quietly(db, st.head);
+            }
         }
         n
+    }
+
+    /// Whether the device has written the completion of index `i` (its owner byte carries
+    /// the phase of `i`'s pass around the ring), for an index less than a ring ahead of the
+    /// consumer's head.
+    fn written(&self, i: u32) -> bool {
+        let at = (i % self.depth) as usize * CQE_SIZE as usize;
+        // SAFETY: the owner byte, the last of a CQE slot inside the mapped ring.
+        let owner = unsafe { ptr::read_volatile(self.ring.at(at + CQE_SIZE as usize - 1)) };
+        owner & 1 == cqe::phase(i, self.depth)
     }
 
     /// Drops the regions the completed request kept alive; true if the QP is UDP.
@@ -549,5 +565,82 @@ impl Listener {
 
     pub(crate) fn destroy(&self, dev: &Ctx) {
         dev.destroy(IOCTL_DESTROY_LISTENER, self.handle);
+    }
+}
+
+/// Whether a CQ ring of `depth` entries was full while its consumer's head was at `head`:
+/// the last slot before the head, that of index `head + depth - 1`, held a completion
+/// (`written` reads a slot's owner byte). Then the engine may be waiting for this head
+/// move, so it is rung with a kick (abi::doorbell).
+fn was_full(head: u32, depth: u32, written: impl Fn(u32) -> bool) -> bool {
+    written(head.wrapping_add(depth - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring the way the engine fills it: owner bytes only, written with
+    /// [`cqe::phase`] of the engine's tail.
+    struct Ring {
+        owners: Vec<u8>,
+        tail: u32,
+    }
+
+    impl Ring {
+        fn new(depth: u32, start: u32) -> Ring {
+            // Never written: the phase of the pass before the first.
+            let owners = (0..depth)
+                .map(|s| cqe::phase(start.wrapping_sub(depth).wrapping_add(s), depth))
+                .collect();
+            Ring {
+                owners,
+                tail: start,
+            }
+        }
+        fn write(&mut self) {
+            let depth = self.owners.len() as u32;
+            self.owners[(self.tail % depth) as usize] = cqe::phase(self.tail, depth);
+            self.tail = self.tail.wrapping_add(1);
+        }
+        fn written(&self, i: u32) -> bool {
+            let depth = self.owners.len() as u32;
+            self.owners[(i % depth) as usize] == cqe::phase(i, depth)
+        }
+    }
+
+    /// Full exactly when the engine wrote `depth` completions past the head, on every
+    /// pass through the ring and across the wrap of the 32-bit indices.
+    #[test]
+    fn a_ring_is_full_exactly_when_depth_completions_wait() {
+        for depth in [2u32, 4, 64] {
+            for start in [
+                0u32,
+                5 * depth,
+                u32::MAX - depth - 1,
+                u32::MAX - 2 * depth + 1,
+            ] {
+                // `start` in whole rings, as indices run from 0 in whole passes.
+                let start = start - start % depth;
+                let mut ring = Ring::new(depth, start);
+                let mut head = start;
+                for _ in 0..3 * depth {
+                    for k in 0..=depth {
+                        let waiting = ring.tail.wrapping_sub(head);
+                        assert_eq!(
+                            was_full(head, depth, |i| ring.written(i)),
+                            waiting == depth,
+                            "depth {depth}, head {head}, {waiting} waiting (step {k})"
+                        );
+                        if waiting == depth {
+                            break;
+                        }
+                        ring.write();
+                    }
+                    // The consumer takes one to three of the `depth` waiting.
+                    head = head.wrapping_add(1 + head % depth.min(3));
+                }
+            }
+        }
     }
 }
