@@ -43,7 +43,7 @@ fn qerr(what: &str, e: qpip::Error) -> io::Error {
 /// posted in advance, reposted once read.
 pub struct QpLink {
     ctx: Context,
-    cq: Cq,
+    cqs: Cqs,
     qp: Qp,
     tcp: bool,
     /// Busy-poll the CQ instead of sleeping on its descriptor.
@@ -62,9 +62,23 @@ pub struct QpLink {
 /// Send and receive buffers per QP.
 pub const SLOTS: usize = 16;
 
+/// A QP's two CQs: sends complete on one, receives on the other, so waiting for a
+/// receive is never woken by a send's completion.
+pub struct Cqs {
+    pub send: Cq,
+    pub recv: Cq,
+}
+
+/// Which of a QP's CQs to take completions from.
+#[derive(Clone, Copy)]
+enum Side {
+    Send,
+    Recv,
+}
+
 impl QpLink {
     /// Wraps `qp` (already connected, or bound for UDP) with buffers of `size` bytes.
-    pub fn new(ctx: &Context, cq: Cq, qp: Qp, size: usize, spin: bool) -> io::Result<QpLink> {
+    pub fn new(ctx: &Context, cqs: Cqs, qp: Qp, size: usize, spin: bool) -> io::Result<QpLink> {
         let mut send_bufs = Vec::new();
         let mut recv_bufs = Vec::new();
         for _ in 0..SLOTS {
@@ -78,7 +92,7 @@ impl QpLink {
         Ok(QpLink {
             ctx: ctx.clone(),
             tcp: matches!(qp.kind(), QpKind::Tcp(_)),
-            cq,
+            cqs,
             qp,
             spin,
             send_bufs,
@@ -92,21 +106,25 @@ impl QpLink {
         })
     }
 
-    /// Takes completions (at most `timeout` waiting for the first); false if none came.
-    fn pump(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+    /// Takes completions of one side (at most `timeout` waiting for the first); false if
+    /// none came.
+    fn pump(&mut self, side: Side, timeout: Option<Duration>) -> io::Result<bool> {
         let mut comps = [Completion::default(); 32];
+        let cq = match side {
+            Side::Send => &self.cqs.send,
+            Side::Recv => &self.cqs.recv,
+        };
         let n = if self.spin {
             let deadline = timeout.map(|t| Instant::now() + t);
             loop {
-                let n = self.cq.poll(&mut comps);
+                let n = cq.poll(&mut comps);
                 if n > 0 || deadline.is_some_and(|d| Instant::now() >= d) {
                     break n;
                 }
                 std::hint::spin_loop();
             }
         } else {
-            self.cq
-                .wait(&mut comps, timeout)
+            cq.wait(&mut comps, timeout)
                 .map_err(|e| qerr("wait for completions", e))?
         };
         for c in &comps[..n] {
@@ -141,7 +159,7 @@ impl QpLink {
             if Instant::now() >= deadline {
                 return Err(other(format!("sends did not complete within {timeout:?}")));
             }
-            self.pump(Some(Duration::from_millis(100)))?;
+            self.pump(Side::Send, Some(Duration::from_millis(100)))?;
         }
         Ok(())
     }
@@ -178,7 +196,7 @@ impl Link for QpLink {
         }
         for piece in pieces {
             while self.free.is_empty() {
-                self.pump(None)?;
+                self.pump(Side::Send, None)?;
             }
             let slot = self.free.pop().unwrap();
             let sge;
@@ -213,7 +231,7 @@ impl Link for QpLink {
             if left == Some(Duration::ZERO) {
                 return Ok(None);
             }
-            self.pump(left)?;
+            self.pump(Side::Recv, left)?;
         }
         let (slot, len, done, src) = self.ready.front_mut().unwrap();
         let n = (*len - *done).min(buf.len());

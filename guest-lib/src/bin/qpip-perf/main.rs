@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use qpip::{Context, EventKind, Framing, QpInit, QpKind};
 
-use link::{Link, QpLink, SockLink, SLOTS};
+use link::{Cqs, Link, QpLink, SockLink, SLOTS};
 
 const USAGE: &str = "usage: qpip-perf -s [--port P] [--bind ADDR] [--sockets] [--stream] [--provider soft|device] [--spin]
        qpip-perf ADDR [--port P] [--udp|--tcp] [--test latency|bandwidth|all] [--iters N] [--duration SECS]
@@ -257,17 +257,12 @@ impl Net {
                 Ok(Box::new(SockLink::udp(s)))
             }
             Net::Qp { ctx, spin, .. } => {
-                let cq = ctx
-                    .create_cq(4 * SLOTS as u32)
-                    .map_err(|e| Fail(1, format!("create CQ: {e}")))?;
-                let qp = ctx
-                    .create_qp(&QpInit::new(QpKind::Udp, &cq).depth(SLOTS as u32, SLOTS as u32))
-                    .map_err(|e| Fail(1, format!("create QP: {e}")))?;
+                let (cqs, qp) = new_qp(ctx, QpKind::Udp)?;
                 qp.bind(local)
                     .map_err(|e| Fail(1, format!("bind UDP {local}: {e}")))?;
                 let size = MAX_UDP.min(ctx.limits().max_udp_payload as usize);
                 let l =
-                    QpLink::new(ctx, cq, qp, size, *spin).map_err(|e| Fail(1, e.to_string()))?;
+                    QpLink::new(ctx, cqs, qp, size, *spin).map_err(|e| Fail(1, e.to_string()))?;
                 Ok(Box::new(l))
             }
         }
@@ -283,24 +278,36 @@ impl Net {
                 Ok(Box::new(SockLink::tcp(s).map_err(|e| fail(e.to_string()))?))
             }
             Net::Qp { ctx, framing, spin } => {
-                let (cq, qp) = tcp_qp(ctx, *framing)?;
+                let (cqs, qp) = new_qp(ctx, QpKind::Tcp(*framing))?;
                 qp.connect_wait(peer, T).map_err(|e| fail(e.to_string()))?;
                 Ok(Box::new(
-                    QpLink::new(ctx, cq, qp, MAX_TCP, *spin).map_err(|e| fail(e.to_string()))?,
+                    QpLink::new(ctx, cqs, qp, MAX_TCP, *spin).map_err(|e| fail(e.to_string()))?,
                 ))
             }
         }
     }
 }
 
-fn tcp_qp(ctx: &Context, framing: Framing) -> Result<(qpip::Cq, qpip::Qp), Fail> {
-    let cq = ctx
-        .create_cq(4 * SLOTS as u32)
-        .map_err(|e| Fail(1, format!("create CQ: {e}")))?;
+/// A QP of `kind` with a CQ for its sends and one for its receives: a receiver waits only
+/// for what it reads (a send's completion never wakes it; sends are reaped by polling, and
+/// waited for only when every send buffer is in flight), as with a socket.
+fn new_qp(ctx: &Context, kind: QpKind) -> Result<(Cqs, qpip::Qp), Fail> {
+    let cq = || {
+        ctx.create_cq(2 * SLOTS as u32)
+            .map_err(|e| Fail(1, format!("create CQ: {e}")))
+    };
+    let cqs = Cqs {
+        send: cq()?,
+        recv: cq()?,
+    };
     let qp = ctx
-        .create_qp(&QpInit::new(QpKind::Tcp(framing), &cq).depth(SLOTS as u32, SLOTS as u32))
+        .create_qp(
+            &QpInit::new(kind, &cqs.send)
+                .recv_cq(&cqs.recv)
+                .depth(SLOTS as u32, SLOTS as u32),
+        )
         .map_err(|e| Fail(1, format!("create QP: {e}")))?;
-    Ok((cq, qp))
+    Ok((cqs, qp))
 }
 
 /// A TCP listener of either kind, handing out one connection after another.
@@ -351,7 +358,7 @@ impl Acceptor {
                 framing,
                 spin,
             } => {
-                let (cq, qp) = tcp_qp(ctx, *framing)?;
+                let (cqs, qp) = new_qp(ctx, QpKind::Tcp(*framing))?;
                 listener.accept(&qp, 0).map_err(|e| fail(e.to_string()))?;
                 let ev = ctx
                     .wait_event_for(qp.id(), EventKind::Accept, None)
@@ -361,7 +368,7 @@ impl Acceptor {
                     return Err(fail(e.to_string()));
                 }
                 let link =
-                    QpLink::new(ctx, cq, qp, MAX_TCP, *spin).map_err(|e| fail(e.to_string()))?;
+                    QpLink::new(ctx, cqs, qp, MAX_TCP, *spin).map_err(|e| fail(e.to_string()))?;
                 link.drain_events().map_err(|e| fail(e.to_string()))?;
                 let any = SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0);
                 Ok((Box::new(link), ev.peer.unwrap_or(any)))
