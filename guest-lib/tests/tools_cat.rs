@@ -96,7 +96,11 @@ impl Cat {
         };
         drop(self.stdin.take());
         let out = self.stdout.take().unwrap().join().unwrap();
-        self.seen.extend(self.stderr.try_iter());
+        // All it wrote: the reader thread may still be behind the exit, and ends (dropping
+        // the channel) at the pipe's end of file.
+        while let Ok(l) = self.stderr.recv_timeout(T) {
+            self.seen.push(l);
+        }
         (status.code().unwrap_or(-1), out, self.seen.join("\n"))
     }
 }
