@@ -255,15 +255,18 @@ fn host_qpip_cat() -> PathBuf {
 struct InteropView {
     /// Plain sockets ⇄ guest a's QPs.
     h2g_sha: String,
-    g2h: Result<(usize, String), String>,
+    g2h: SentOrWhy,
     h2g: Result<(), String>,
     udp: Result<(u32, u32), String>,
     /// The software provider's qpip-cat on the host ⇄ guest b's device, by framing:
     /// host → guest (exit status, output) and guest → host (status, bytes' sha and length).
     soft_h2g: Vec<(String, Result<String, String>)>,
-    soft_g2h: Vec<(String, Result<(usize, String), String>)>,
+    soft_g2h: Vec<(String, SentOrWhy)>,
     soft_sha: String,
 }
+
+/// Bytes sent and their SHA-256, or why not.
+type SentOrWhy = Result<(usize, String), String>;
 
 const SIZES: &str =
     "1,2,7,100,1447,1448,1449,4096,9000,65535,65536,65537,262144,1048576,1048577,4194304";
@@ -324,7 +327,7 @@ counters end
             guest("a", &a_script, 1200, &[]),
             guest("b", b_script, 1200, &[]),
         ],
-        |host| interop(host),
+        interop,
     );
     let (ga, gb) = (out.guest("a"), out.guest("b"));
     let (a, b) = (Report::new(ga), Report::new(gb));
@@ -859,7 +862,7 @@ lab-wait a-done 900
         .collect();
     assert_eq!(
         got,
-        [sent.clone()],
+        std::slice::from_ref(&sent),
         "after its reboot b's bytes did not arrive intact\n{}",
         ctx()
     );

@@ -147,7 +147,7 @@ fn main() -> ExitCode {
                     spec,
                     mtu: args.mtu.0,
                     pcap: args.pcap.clone(),
-                    impair: args.impair.clone(),
+                    impair: args.impair,
                     neighbors: args.neighbors.clone(),
                     ndp_solicits: args.ndp_solicit,
                 }),

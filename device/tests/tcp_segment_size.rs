@@ -45,14 +45,13 @@ fn peer(ts: bool, off: u32, ack: u32, len: usize) -> (Header, Vec<u8>) {
     (h, vec![0x5a; len])
 }
 
+/// Segments the device sent: header and payload.
+type Segments = Vec<(Header, Vec<u8>)>;
+
 /// The peer's data arrives with holes: 100 bytes at 100, 300, 500 and 700 (four SACK
 /// blocks held). Then `queued` bytes are sent while they are held, and then after the
 /// holes are filled. Returns (segments with SACK blocks, segments after).
-fn send_around_holes(
-    ts: bool,
-    queued: u64,
-    more: u64,
-) -> (u32, Vec<(Header, Vec<u8>)>, Vec<(Header, Vec<u8>)>) {
+fn send_around_holes(ts: bool, queued: u64, more: u64) -> (u32, Segments, Segments) {
     let mut d = Dev::new();
     let (id, iss) = established(&mut d, ts);
     for (i, off) in [100u32, 300, 500, 700].into_iter().enumerate() {

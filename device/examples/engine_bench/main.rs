@@ -808,7 +808,7 @@ fn stats(g: &mut Guest) -> Stats {
 }
 
 fn latency_section(o: &Options, r: &mut report::Report) {
-    let (mut daemon, client) = Daemon::start(&o);
+    let (mut daemon, client) = Daemon::start(o);
     let mut g = Guest::new(client);
     let mut e = endpoint(&mut g);
     let idle_poll = o

@@ -75,7 +75,7 @@ pub fn qpip(msg: usize, total: u64, mtu: usize, wire: Wire, timing: bool) -> Qpi
     let cable = dir.join("cable");
     let slot = (msg as u64).div_ceil(4096) * 4096;
     let buf_len = slot * DEPTH as u64;
-    let ram_mib = (2 * buf_len >> 20) + 8;
+    let ram_mib = ((2 * buf_len) >> 20) + 8;
     let (la, lb) = match wire {
         Wire::Memory => {
             let (x, y) = qpip_device::backend::memory::pair().unwrap_or_else(|e| fail(e));

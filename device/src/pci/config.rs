@@ -292,7 +292,7 @@ mod tests {
         assert_eq!(c.bytes[0x34], before[0x34]);
         // Only the enable and mask bits of the MSI-X control word moved.
         let m = abi::PCI_CAP_MSIX_OFFSET as usize;
-        assert_eq!(c.read16(m + 2), abi::MSIX_VECTORS - 1 | 0xc000);
+        assert_eq!(c.read16(m + 2), (abi::MSIX_VECTORS - 1) | 0xc000);
         assert_eq!(c.read32(m + 4), before_u32(&before, m + 4));
     }
 
