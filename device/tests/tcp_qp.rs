@@ -1035,26 +1035,11 @@ fn a_port_is_usable_again_at_once_after_a_graceful_close_and_destroy() {
         let mut g = FakeGuest::new();
         let (sctx, cctx) = (g.create_ctx().unwrap(), g.create_ctx().unwrap());
         let port = 6130 + i as u16;
-        let connect = |g: &mut FakeGuest, round: &str| {
-            let s = g.tcp_endpoint_in(sctx, FRAMING_STREAM, 8, 1 << 16);
-            let c = g.tcp_endpoint_in(cctx, FRAMING_STREAM, 8, 1 << 16);
-            let l = g.listen(sctx, UNSPECIFIED, port, 4).expect("listen");
-            let acc = g.submit_accept(sctx, l, s.qp.id);
-            let con = g.submit_connect(cctx, c.qp.id, LOOPBACK, port);
-            for (what, id) in [("connect", con), ("accept", acc)] {
-                let r = g.admin_wait(id, TIMEOUT).unwrap_or_else(|| {
-                    panic!("{round}, server closed first {server_first}: no {what}")
-                });
-                assert_eq!(
-                    r.status,
-                    ADMIN_STATUS_OK,
-                    "{round}, server closed first {server_first}: {what}: {}",
-                    admin_status_name(r.status)
-                );
-            }
-            (l, s, c)
-        };
-        let (l, mut s, mut c) = connect(&mut g, "first connection");
+        // Which round a failed connection below belongs to.
+        eprintln!("round {i}: server closed first {server_first}");
+        let connect =
+            |g: &mut FakeGuest| g.loopback_pair_listening(sctx, cctx, port, FRAMING_STREAM);
+        let (l, mut s, mut c) = connect(&mut g);
         // The first connection lives a while, so its last timestamps are well past its
         // first.
         std::thread::sleep(Duration::from_millis(30));
@@ -1075,6 +1060,7 @@ fn a_port_is_usable_again_at_once_after_a_graceful_close_and_destroy() {
         g.destroy_qp(sctx, s.qp.id).unwrap();
         g.destroy_qp(cctx, c.qp.id).unwrap();
         g.destroy_listener(sctx, l).unwrap();
-        connect(&mut g, "second connection");
+        // The same port again at once, meeting the lingering TIME-WAIT.
+        connect(&mut g);
     }
 }

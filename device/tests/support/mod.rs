@@ -1387,6 +1387,19 @@ impl FakeGuest {
         port: u16,
         framing: u8,
     ) -> (TcpEnd, TcpEnd) {
+        let (_, server, client) = self.loopback_pair_listening(sctx, cctx, port, framing);
+        (server, client)
+    }
+
+    /// [`FakeGuest::loopback_pair`], also returning the listener (to destroy it, so
+    /// that the port can be listened on again).
+    pub fn loopback_pair_listening(
+        &mut self,
+        sctx: u32,
+        cctx: u32,
+        port: u16,
+        framing: u8,
+    ) -> (u32, TcpEnd, TcpEnd) {
         let server = self.tcp_endpoint_in(sctx, framing, 8, 1 << 16);
         let client = self.tcp_endpoint_in(cctx, framing, 8, 1 << 16);
         let l = self.listen(sctx, UNSPECIFIED, port, 4).expect("listen");
@@ -1401,7 +1414,7 @@ impl FakeGuest {
                 admin_status_name(c.status)
             );
         }
-        (server, client)
+        (l, server, client)
     }
 }
 
