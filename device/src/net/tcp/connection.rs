@@ -307,11 +307,7 @@ impl Connection {
             mss_limit: cfg.mss,
             acked_reported: 0,
             irs: 0,
-            rcv: Receiver::new(
-                // The window is rounded up to the scale unit to keep its right edge.
-                cfg.staging + (1 << cfg.window_scale.unwrap_or(0).min(wire::MAX_WINDOW_SHIFT)) - 1,
-                cfg.ooo_limit,
-            ),
+            rcv: Receiver::new(cfg.staging, cfg.ooo_limit),
             fin_rcvd: false,
             peer_closed_reported: false,
             delivered_reported: 0,
@@ -692,16 +688,8 @@ impl Connection {
         self.sink_space = sink.space();
         self.deliver_staged(sink, now);
         self.sink_space = sink.space();
-        if self.synchronized() && !self.fin_rcvd {
-            let rcv_nxt = self.rcv_nxt();
-            let edge = rcv_nxt + self.avail_window();
-            let threshold = self.sws_threshold();
-            if edge >= self.adv_edge + threshold
-                || (self.adv_edge <= rcv_nxt + threshold / 2
-                    && edge > self.adv_edge + threshold / 2)
-            {
-                self.ack_now = true;
-            }
+        if self.synchronized() && !self.fin_rcvd && self.window_grows() {
+            self.ack_now = true;
         }
     }
 
@@ -776,9 +764,16 @@ impl Connection {
             .wrapping_add(now.saturating_duration_since(self.ts_base).as_millis() as u32)
     }
 
-    /// Receive space we can offer: the sink's plus what is left of the staging allowance.
+    /// Receive space we can offer: the in-order bytes beyond RCV.NXT that the receiver
+    /// takes now — the sink's space and what is left of the staging allowance (the sink
+    /// takes nothing while bytes wait in staging ahead of it).
     fn avail_window(&self) -> u64 {
-        (self.sink_space + self.cfg.staging.saturating_sub(self.rcv.staged())) as u64
+        let sink = if self.rcv.staged() == 0 {
+            self.sink_space
+        } else {
+            0
+        };
+        (sink + self.rcv.staging_room()) as u64
     }
 
     /// Receiver silly window avoidance (RFC 9293 §3.8.6.2.2): the right edge moves only
@@ -789,19 +784,40 @@ impl Connection {
             .max(1)
     }
 
-    /// The window field to send, moving the advertised right edge (never left).
+    /// Whether the receive space reaches far enough beyond the advertised right edge to
+    /// move it (receiver SWS avoidance): by the threshold, or by half of it when the
+    /// window offered is nearly closed.
+    fn window_grows(&self) -> bool {
+        let rcv_nxt = self.rcv_nxt();
+        let edge = rcv_nxt + self.avail_window();
+        let threshold = self.sws_threshold();
+        self.adv_edge == 0
+            || edge >= self.adv_edge + threshold
+            || (self.adv_edge <= rcv_nxt + threshold / 2 && edge > self.adv_edge + threshold / 2)
+    }
+
+    /// The window field to send (RFC 9293 §3.8.6, RFC 7323 §2.4). What it advertises is
+    /// accepted: a new right edge never passes what the receiver can take
+    /// ([`Connection::avail_window`]), so with staging full and nothing posted the window
+    /// is zero. The edge moves right only as receiver SWS avoidance allows, and never
+    /// left (RFC 9293 SHLD-14) but for the rounding of a scaled window: the field is the
+    /// edge rounded up to the scale unit when the receiver can take those bytes, else
+    /// rounded down — the edge then appears to retreat by less than one unit (RFC 7323
+    /// appendix F), and segments up to the old edge are still taken. (Posted receive
+    /// space is never taken back, so the space beyond RCV.NXT only grows as data fills
+    /// it; were a sink to report less than it had offered, the edge would stay where it
+    /// was and what does not fit would be dropped.)
     fn take_window(&mut self) -> u16 {
         let rcv_nxt = self.rcv_nxt();
-        let promised = self.adv_edge.saturating_sub(rcv_nxt);
-        let avail = self.avail_window();
+        let room = self.avail_window();
         let unit = 1u64 << self.rcv_shift;
-        let grown =
-            rcv_nxt + avail > self.adv_edge + self.sws_threshold() - 1 || self.adv_edge == 0;
-        let field = if grown && avail > promised {
-            (avail >> self.rcv_shift).max(promised.div_ceil(unit))
+        let want = if self.window_grows() {
+            room
         } else {
-            promised.div_ceil(unit)
+            self.adv_edge.saturating_sub(rcv_nxt)
         };
+        let up = want.div_ceil(unit);
+        let field = if up * unit <= room { up } else { want / unit };
         let field = field.min(u16::MAX as u64);
         self.adv_edge = self.adv_edge.max(rcv_nxt + (field << self.rcv_shift));
         field as u16

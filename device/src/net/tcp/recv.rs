@@ -80,6 +80,11 @@ impl Receiver {
         self.staging.len()
     }
 
+    /// Bytes staging can still take.
+    pub fn staging_room(&self) -> usize {
+        self.staging_cap.saturating_sub(self.staging.len())
+    }
+
     pub fn ooo_bytes(&self) -> usize {
         self.ooo_bytes
     }
