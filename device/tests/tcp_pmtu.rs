@@ -168,3 +168,87 @@ fn only_the_destination_concerned_and_only_when_smaller() {
     d.table.path_mtu_changed(REMOTE, 600, d.now);
     assert_eq!(d.table.get(id).unwrap().conn.smss(), 1220);
 }
+
+/// Establishes an active open (the peer offers `LINK_MSS`) and returns the segments of a
+/// 3000-byte send, after checking the SYN still announces the link's MSS.
+fn active_send(d: &mut Dev, c: &Config) -> (u32, Vec<(Header, Vec<u8>)>) {
+    let (id, syn) = d.connect(c);
+    assert_eq!(syn.len(), 1);
+    assert_eq!(
+        syn[0].0.options.mss,
+        Some(LINK_MSS),
+        "the MSS announced is what the link receives (RFC 9293 §3.7.1)"
+    );
+    let iss = d.iss(id);
+    let mut sa = hdr(CPORT, SYN | ACK, IRS, iss + 1, 60_000);
+    sa.options.mss = Some(LINK_MSS);
+    d.send(sa, &[]);
+    (iss, d.queue(id, 3000))
+}
+
+#[test]
+fn new_connections_start_at_the_path_mtu_learned_before() {
+    // RFC 8201 §5.2: a packet too big for a destination lowers the segments of the
+    // connections opened to it afterwards, active and passive, from their first
+    // segment (rather than leaving them to IPv6 fragmentation).
+    let mut d = Dev::new();
+    let c = link_cfg(false);
+    d.table.path_mtu_changed(REMOTE, 1280, d.now);
+    let (iss, out) = active_send(&mut d, &c);
+    assert_eq!(
+        shape(&out),
+        vec![
+            (ACK, iss + 1, IRS + 1, 1220),
+            (ACK, iss + 1221, IRS + 1, 1220),
+            (ACK | PSH, iss + 2441, IRS + 1, 560),
+        ]
+    );
+    fits(&out, 1280);
+
+    // A passive open from the same destination: the same.
+    d.listen(&c, 4, false);
+    let mut syn = hdr(LPORT, SYN, IRS, 0, 60_000);
+    syn.options.mss = Some(LINK_MSS);
+    let sa = d.send(syn, &[]);
+    assert_eq!(sa.len(), 1);
+    assert_eq!(sa[0].0.options.mss, Some(LINK_MSS));
+    let liss = sa[0].0.seq;
+    d.send(hdr(LPORT, ACK, IRS + 1, liss + 1, 60_000), &[]);
+    let id = d
+        .table
+        .ids()
+        .into_iter()
+        .find(|&id| d.table.get(id).unwrap().conn.tuple().local_port == LPORT)
+        .expect("accepted");
+    assert_eq!(d.table.get(id).unwrap().conn.smss(), 1220);
+    let out = d.queue(id, 1500);
+    assert_eq!(
+        shape(&out),
+        vec![
+            (ACK, liss + 1, IRS + 1, 1220),
+            (ACK | PSH, liss + 1221, IRS + 1, 280),
+        ]
+    );
+}
+
+#[test]
+fn new_connections_grow_again_once_the_path_mtu_is_raised() {
+    let mut d = Dev::new();
+    let c = link_cfg(false);
+    // Another destination's packet too big concerns only it.
+    d.table
+        .path_mtu_changed("fd51:5050::99".parse().unwrap(), 1280, d.now);
+    d.table.path_mtu_changed(REMOTE, 1280, d.now);
+    // The lowered value expired: back to the link's MTU.
+    d.table.path_mtu_changed(REMOTE, 1500, d.now);
+    assert_eq!(d.table.path_mtu(&REMOTE), None);
+    let (iss, out) = active_send(&mut d, &c);
+    assert_eq!(
+        shape(&out),
+        vec![
+            (ACK, iss + 1, IRS + 1, 1440),
+            (ACK, iss + 1441, IRS + 1, 1440),
+            (ACK | PSH, iss + 2881, IRS + 1, 120),
+        ]
+    );
+}

@@ -26,6 +26,10 @@ use super::wire::{self, Segment};
 /// connection is reset instead of orphaned.
 pub const MAX_ORPHANS: usize = 4096;
 
+/// Destinations whose lowered path MTU the table remembers at most (as many as the IPv6
+/// layer keeps; beyond, one is forgotten and its new connections start at the link's).
+pub const MAX_PATH_MTUS: usize = 1024;
+
 /// A connection's handle: slot and generation (a removed connection's handle never
 /// finds its slot's next occupant).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -110,6 +114,15 @@ pub struct ConnectionTable<T> {
     /// Orphans by local port (for ephemeral port choice: a port an orphan holds is not
     /// handed out again while it lives).
     orphan_ports: HashMap<u16, u32>,
+    /// The lowered path MTUs by destination, as [`ConnectionTable::path_mtu_changed`]
+    /// reported them: new connections to those destinations start with segments that fit.
+    path_mtus: HashMap<Ipv6Addr, usize>,
+}
+
+/// The largest segment (the MSS's measure: payload with a bare TCP header) that fits a
+/// path MTU: less 40 bytes of IPv6 header and 20 of TCP header.
+fn path_mss(mtu: usize) -> u16 {
+    mtu.saturating_sub(60).min(u16::MAX as usize) as u16
 }
 
 impl<T> ConnectionTable<T> {
@@ -125,6 +138,7 @@ impl<T> ConnectionTable<T> {
             orphans: 0,
             max_orphans: MAX_ORPHANS,
             orphan_ports: HashMap::new(),
+            path_mtus: HashMap::new(),
         }
     }
 
@@ -219,6 +233,14 @@ impl<T> ConnectionTable<T> {
         listener: Option<(Ipv6Addr, u16)>,
     ) -> ConnId {
         let tuple = conn.tuple();
+        let mut conn = conn;
+        if let Some(&mtu) = self.path_mtus.get(&tuple.remote) {
+            // RFC 8201 §5.2: the path MTU learned for the destination sets the segment
+            // size of a new connection from its first segment on (TCP does not rely on
+            // IPv6 fragmentation). The MSS it announces stays the link's (RFC 9293
+            // §3.7.1: what it can receive).
+            conn.set_path_mss(path_mss(mtu));
+        }
         let entry = Entry {
             conn,
             tag,
@@ -387,7 +409,23 @@ impl<T> ConnectionTable<T> {
     /// next [`ConnectionTable::pop_expired`] at `now` or later returns them, and their
     /// [`Connection::poll`] and `poll_transmit` send it again. Raised (the lowered value
     /// expired): their segments grow back, up to what the peer and the link allow.
+    /// Connections made later to `dst` start at the lowered size until it is raised again.
     pub fn path_mtu_changed(&mut self, dst: Ipv6Addr, mtu: usize, now: Instant) {
+        match self.path_mtus.get(&dst) {
+            // Raised: the lowered value expired (a packet too big never raises it, RFC
+            // 8201 §4), new connections go back to the link's MTU.
+            Some(&old) if mtu > old => {
+                self.path_mtus.remove(&dst);
+            }
+            _ => {
+                if self.path_mtus.len() >= MAX_PATH_MTUS && !self.path_mtus.contains_key(&dst) {
+                    if let Some(&a) = self.path_mtus.keys().next() {
+                        self.path_mtus.remove(&a);
+                    }
+                }
+                self.path_mtus.insert(dst, mtu);
+            }
+        }
         // A scan of the connections: packets too big are rare, and rate-limited by
         // the routers that send them.
         let ids: Vec<ConnId> = self
@@ -402,6 +440,11 @@ impl<T> ConnectionTable<T> {
             }
             self.update(id);
         }
+    }
+
+    /// The path MTU toward `dst` that new connections start with, if one was lowered.
+    pub fn path_mtu(&self, dst: &Ipv6Addr) -> Option<usize> {
+        self.path_mtus.get(dst).copied()
     }
 
     /// A connection whose timer is due at `now`, if any (call [`Connection::poll`], send
