@@ -103,7 +103,7 @@ struct qpip_admin {
 	 * every QPIP_AER_RETRY_MS while the admin ring stays full).
 	 */
 	struct qpip_cmd aer[QPIP_ASYNC_REQUESTS];
-	bool aer_enabled;		/* the device knows ASYNC_EVENT (interface 1.1) */
+	bool aer_enabled;		/* ASYNC_EVENT requests may be posted */
 	struct delayed_work aer_work;
 };
 
@@ -142,7 +142,6 @@ struct qpip_dev {
 
 	void __iomem *ctrl;		/* BAR0: control registers, MSI-X table and PBA */
 	resource_size_t ctrl_phys;	/* for mapping the kick page into processes */
-	resource_size_t doorbell_phys;	/* BAR2, for mapping doorbell pages into processes */
 
 	u32 ident;			/* REG_IDENT as read at probe */
 	u32 version;			/* REG_VERSION as read at probe */

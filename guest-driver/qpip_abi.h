@@ -9,12 +9,12 @@
 /*
  Major version of this interface. See the crate docs for the rule.
  */
-#define QPIP_ABI_VERSION_MAJOR 1
+#define QPIP_ABI_VERSION_MAJOR 2
 
 /*
  Minor version of this interface.
  */
-#define QPIP_ABI_VERSION_MINOR 1
+#define QPIP_ABI_VERSION_MINOR 0
 
 /*
  Largest admin queue depth.
@@ -69,8 +69,8 @@
 #define QPIP_ADMIN_OP_ASYNC_EVENT 7
 
 /*
- Create a context. Result0: the context id, which is also the index of its doorbell page
- (zeroed by the device). No arguments.
+ Create a context ([`CreateCtxArgs`]): the driver names the page of guest RAM that is to be
+ the context's doorbell page (see [`crate::doorbell`]). Result0: the context id.
  */
 #define QPIP_ADMIN_OP_CREATE_CTX 16
 
@@ -774,9 +774,10 @@
 /*
  Revision ID (config offset 0x08). Bumped with hardware-visible changes of the function
  itself; the interface version is in the [`crate::regs::REG_VERSION`] register.
- Revision 2 added the Advanced Features capability ([`PCI_CAP_AF_OFFSET`]).
+ Revision 2 added the Advanced Features capability ([`PCI_CAP_AF_OFFSET`]); revision 3
+ dropped the doorbell BAR (BAR2/3): the function has one BAR, [`CTRL_BAR`].
  */
-#define QPIP_PCI_REVISION_ID 2
+#define QPIP_PCI_REVISION_ID 3
 
 /*
  BAR holding the control registers and the MSI-X table and PBA. Every access to it traps
@@ -791,27 +792,22 @@
 #define QPIP_CTRL_BAR_SIZE 16384
 
 /*
- BAR holding the doorbell pages: one 4 KiB page per user context, shared memory that the
- guest writes and the engine polls (no trap, no exit). 64-bit prefetchable memory BAR,
- so it occupies BAR slots 2 and 3.
- */
-#define QPIP_DOORBELL_BAR 2
+ Size of one doorbell page. A context's doorbell page is a page of guest RAM that the
+ driver allocates and names when it creates the context (see [`crate::doorbell`]), so a
+ process can be mapped its own page and nothing else.
 
-/*
- Size of one doorbell page. A context is given exactly one page, so a process can be
- mapped its own page and nothing else.
+ Why not a BAR: QEMU's vfio-user client sends BAR writes as posted messages (the vCPU
+ does not wait for the device) only while no region of the device is mmappable; one
+ mmappable BAR makes every trapped write, the kick among them, a synchronous round trip
+ with the vCPU held. With the doorbells in guest RAM the function has no mmappable
+ region at all, and a kick costs the guest one posted write.
  */
 #define QPIP_DOORBELL_PAGE_SIZE 4096
 
 /*
- Number of doorbell pages, and so the maximum number of contexts.
+ The most contexts (and so doorbell pages) the device serves at once.
  */
 #define QPIP_DOORBELL_PAGES 64
-
-/*
- Size of [`DOORBELL_BAR`] in bytes.
- */
-#define QPIP_DOORBELL_BAR_SIZE (QPIP_DOORBELL_PAGE_SIZE * QPIP_DOORBELL_PAGES)
 
 /*
  Number of MSI-X vectors. Vector 0 is for the admin queue and asynchronous events; the
@@ -871,7 +867,7 @@
 #define QPIP_VERSION_MINOR_MASK 65535
 
 /*
- Number of doorbell pages in [`crate::pci::DOORBELL_BAR`] (RO).
+ The most contexts the device serves at once ([`crate::pci::DOORBELL_PAGES`]) (RO).
  */
 #define QPIP_REG_DOORBELL_PAGES 8
 
@@ -1122,6 +1118,22 @@ struct qpip_query_args {
    */
   uint32_t len;
   uint8_t reserved[36];
+};
+
+/*
+ Arguments of `CREATE_CTX`.
+ */
+struct qpip_create_ctx_args {
+  /*
+   Guest-physical address of the context's doorbell page: 4 KiB, 4 KiB aligned, in
+   guest RAM, zeroed by the driver, and the context's alone (the driver maps it into the
+   owning process and nowhere else). The device polls it and writes only its
+   `engine_sleeping` word, until the context is destroyed or the device reset; the
+   driver must not free the page before then. A page that is not aligned or not in RAM
+   fails the command with [`ADMIN_STATUS_BAD_ADDRESS`].
+   */
+  uint64_t doorbell_page;
+  uint8_t reserved[40];
 };
 
 /*

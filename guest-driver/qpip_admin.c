@@ -422,8 +422,8 @@ static void qpip_aer_work(struct work_struct *work)
 }
 
 /*
- * Starts asking for asynchronous events (after probe and after each reset), if the device
- * knows the command (interface 1.1 on).
+ * Starts asking for asynchronous events (after probe and after each reset). Every device
+ * of the interface's major version knows the command.
  */
 void qpip_admin_start_events(struct qpip_dev *qdev)
 {
@@ -431,7 +431,7 @@ void qpip_admin_start_events(struct qpip_dev *qdev)
 	unsigned long flags;
 
 	spin_lock_irqsave(&a->lock, flags);
-	a->aer_enabled = qpip_version_minor(qdev->version) >= 1;
+	a->aer_enabled = true;
 	spin_unlock_irqrestore(&a->lock, flags);
 	mod_delayed_work(system_wq, &a->aer_work, 0);
 }

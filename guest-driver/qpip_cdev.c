@@ -138,42 +138,6 @@ static ssize_t mac_store(struct device *dev, struct device_attribute *attr, cons
 }
 static DEVICE_ATTR_RW(mac);
 
-/* The link-local address the device derives from its MAC (modified EUI-64, RFC 4291). */
-static void qpip_link_local(const u8 *mac, u8 *addr)
-{
-	memset(addr, 0, 16);
-	addr[0] = 0xfe;
-	addr[1] = 0x80;
-	addr[8] = mac[0] ^ 0x02;
-	addr[9] = mac[1];
-	addr[10] = mac[2];
-	addr[11] = 0xff;
-	addr[12] = 0xfe;
-	addr[13] = mac[3];
-	addr[14] = mac[4];
-	addr[15] = mac[5];
-}
-
-/*
- * What a device of interface 1.0 cannot list: the link-local address, then those
- * configured through this driver.
- */
-static ssize_t qpip_addresses_known(struct qpip_dev *qdev, char *buf)
-{
-	unsigned int i;
-	u8 ll[16];
-	int len;
-
-	mutex_lock(&qdev->cfg_lock);
-	qpip_link_local(qdev->info.mac, ll);
-	len = sysfs_emit(buf, "%pI6c/64\n", ll);
-	for (i = 0; i < qdev->naddrs; i++)
-		len += sysfs_emit_at(buf, len, "%pI6c/%u\n", qdev->addrs[i].addr,
-				     qdev->addrs[i].prefix_len);
-	mutex_unlock(&qdev->cfg_lock);
-	return len;
-}
-
 /*
  * One address per line, ADDR/PLEN, as the device lists them (LIST_ADDRS): the link-local
  * one first, then every configured one — also those qpipd was started with.
@@ -186,8 +150,6 @@ static ssize_t addresses_show(struct device *dev, struct device_attribute *attr,
 	int len = 0;
 	int ret;
 
-	if (qpip_version_minor(qdev->version) < 1)
-		return qpip_addresses_known(qdev, buf);
 	list = kmalloc(sizeof(*list), GFP_KERNEL);
 	if (!list)
 		return -ENOMEM;

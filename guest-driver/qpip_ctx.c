@@ -2,7 +2,8 @@
 /*
  * qpip: contexts — what one open file of /dev/qpipN is.
  *
- * open creates a context in the device (its own doorbell page); the ioctls create the
+ * open creates a context in the device with its own doorbell page (a page of RAM the driver
+ * allocates, names to the device and maps into this process only); the ioctls create the
  * context's objects (CQs, QPs, memory regions, listeners) through the admin queue and keep a
  * record of each, so that closing the file — or the process dying — destroys the context
  * in the device first (which stops every DMA into its memory) and then frees the rings and
@@ -15,10 +16,10 @@
  * which takes a reference on each page: a process that keeps a ring mapped after destroying
  * its object keeps harmless memory, never freed memory.
  *
- * After a reset or removal of the device, the doorbell and kick mappings of every context
- * are revoked (the device may give the doorbell page to a new context; touching them then
- * finds a page that goes nowhere) and every call fails with -ENODEV; release then frees
- * what the device has forgotten already.
+ * After a reset or removal of the device, the kick mapping of every context is revoked
+ * (touching it then finds a page that goes nowhere; the doorbell page is the context's own
+ * RAM, which the device has forgotten, so it stays) and every call fails with -ENODEV;
+ * release then frees what the device has forgotten already.
  */
 #include <linux/capability.h>
 #include <linux/dma-mapping.h>
@@ -80,7 +81,8 @@ struct qpip_mr {
 
 struct qpip_ctx {
 	struct qpip_dev *qdev;
-	u32 id;				/* device context = doorbell page index */
+	u32 id;				/* device context id */
+	struct qpip_ring *db;		/* the doorbell page (one page of RAM) */
 	unsigned int generation;	/* qdev->generation it was created in */
 	struct address_space *mapping;	/* of the file: where its mmaps are */
 	struct list_head node;		/* in qdev->contexts, under qdev->lock */
@@ -1241,8 +1243,8 @@ static __poll_t qpip_poll(struct file *filp, struct poll_table_struct *wait)
 /* ---- mmap ---- */
 
 /*
- * Only a revoked doorbell or kick mapping faults (mmap maps the page at once): give it the
- * device's dead page. The file holds qdev, and the mapping holds the file.
+ * Only a revoked kick mapping faults (mmap maps the page at once): give it the device's
+ * dead page. The file holds qdev, and the mapping holds the file.
  */
 static vm_fault_t qpip_io_fault(struct vm_fault *vmf)
 {
@@ -1255,32 +1257,25 @@ static const struct vm_operations_struct qpip_io_vm_ops = {
 	.fault = qpip_io_fault,
 };
 
-static int qpip_mmap_io(struct qpip_ctx *ctx, struct vm_area_struct *vma, bool doorbell)
+/* The kick register's page of the control BAR: a trapped register, mapped uncached. */
+static int qpip_mmap_kick(struct qpip_ctx *ctx, struct vm_area_struct *vma)
 {
 	struct qpip_dev *qdev = ctx->qdev;
 	unsigned long pfn;
-	pgprot_t prot;
 	int ret;
 
 	if (vma_pages(vma) != 1)
 		return -EINVAL;
 	vm_flags_set(vma, VM_IO | VM_DONTCOPY);
 	vma->vm_ops = &qpip_io_vm_ops;
-	if (doorbell) {
-		/* Only this context's page: prefetchable, ordered by the protocol's fences. */
-		pfn = PHYS_PFN(qdev->doorbell_phys) + ctx->id;
-		prot = pgprot_writecombine(vma->vm_page_prot);
-	} else {
-		/* A trapped register: every write must reach the device, uncached. */
-		pfn = PHYS_PFN(qdev->ctrl_phys + QPIP_KICK_PAGE_OFFSET);
-		prot = pgprot_noncached(vma->vm_page_prot);
-	}
-	/* Against revocation: a reset or removal zaps these mappings after marking us dead. */
+	pfn = PHYS_PFN(qdev->ctrl_phys + QPIP_KICK_PAGE_OFFSET);
+	/* Against revocation: a reset or removal zaps this mapping after marking us dead. */
 	mutex_lock(&qdev->mmap_lock);
 	if (qpip_ctx_dead(ctx))
 		ret = -ENODEV;
 	else
-		ret = io_remap_pfn_range(vma, vma->vm_start, pfn, PAGE_SIZE, prot);
+		ret = io_remap_pfn_range(vma, vma->vm_start, pfn, PAGE_SIZE,
+					 pgprot_noncached(vma->vm_page_prot));
 	mutex_unlock(&qdev->mmap_lock);
 	return ret;
 }
@@ -1299,14 +1294,22 @@ static int qpip_mmap(struct file *filp, struct vm_area_struct *vma)
 	vm_flags_clear(vma, VM_MAYEXEC);
 	vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
 
-	if (vma->vm_pgoff == QPIP_MMAP_DOORBELL)
-		return qpip_mmap_io(ctx, vma, true);
 	if (vma->vm_pgoff == QPIP_MMAP_KICK)
-		return qpip_mmap_io(ctx, vma, false);
+		return qpip_mmap_kick(ctx, vma);
 
-	/* A ring: only one of this context's, whole. */
+	/*
+	 * The doorbell page (RAM, like a ring, and not copied into a child: a forked process
+	 * must not ring its parent's queues), or a ring: only one of this context's, whole.
+	 */
+	if (vma->vm_pgoff == QPIP_MMAP_DOORBELL && qpip_ctx_dead(ctx))
+		return -ENODEV;		/* the device has forgotten this context's page */
 	xa_lock(&ctx->rings);
-	r = vma->vm_pgoff <= UINT_MAX ? xa_load(&ctx->rings, vma->vm_pgoff) : NULL;
+	if (vma->vm_pgoff == QPIP_MMAP_DOORBELL) {
+		r = ctx->db;
+		vm_flags_set(vma, VM_DONTCOPY);
+	} else {
+		r = vma->vm_pgoff <= UINT_MAX ? xa_load(&ctx->rings, vma->vm_pgoff) : NULL;
+	}
 	if (r)
 		kref_get(&r->ref);
 	xa_unlock(&ctx->rings);
@@ -1326,6 +1329,7 @@ static int qpip_mmap(struct file *filp, struct vm_area_struct *vma)
 static int qpip_open(struct inode *inode, struct file *filp)
 {
 	struct qpip_dev *qdev = container_of(inode->i_cdev, struct qpip_dev, cdev);
+	struct qpip_create_ctx_args args = {};
 	struct qpip_admin_cqe cqe;
 	struct qpip_admin_cmd cmd;
 	struct qpip_ctx *ctx;
@@ -1350,6 +1354,12 @@ static int qpip_open(struct inode *inode, struct file *filp)
 	INIT_LIST_HEAD(&ctx->lost.ev_node);
 	init_waitqueue_head(&ctx->ev_wait);
 	atomic_set(&ctx->pending, 0);
+	ctx->db = qpip_ring_alloc(qdev, PAGE_SIZE);
+	if (IS_ERR(ctx->db)) {
+		ret = PTR_ERR(ctx->db);
+		kfree(ctx);
+		return ret;
+	}
 
 	/*
 	 * chrdev_open took a reference on the cdev, which pins qdev until release. An open
@@ -1360,7 +1370,8 @@ static int qpip_open(struct inode *inode, struct file *filp)
 		ret = -ENODEV;
 		goto out;
 	}
-	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_CREATE_CTX, 0, 0, NULL, 0);
+	args.doorbell_page = ctx->db->dma[0];
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_CREATE_CTX, 0, 0, &args, sizeof(args));
 	ret = qpip_admin_run(qdev, &cmd, &cqe);
 	if (ret)
 		goto out;
@@ -1375,8 +1386,11 @@ static int qpip_open(struct inode *inode, struct file *filp)
 	filp->private_data = ctx;
 out:
 	up_read(&qdev->lock);
-	if (ret)
+	if (ret) {
+		/* A timed-out CREATE_CTX may still be carried out: keep the page then. */
+		qpip_ring_put(ctx, ctx->db, ret == -ETIMEDOUT);
 		kfree(ctx);
+	}
 	return ret;
 }
 
@@ -1425,6 +1439,7 @@ static int qpip_release(struct inode *inode, struct file *filp)
 		qpip_cq_free(ctx, cq, leak);
 	xa_for_each(&ctx->mrs, idx, mr)
 		qpip_mr_free(qdev, mr, leak);
+	qpip_ring_put(ctx, ctx->db, leak);
 	xa_destroy(&ctx->qps);
 	xa_destroy(&ctx->cqs);
 	xa_destroy(&ctx->mrs);
@@ -1440,8 +1455,9 @@ static int qpip_release(struct inode *inode, struct file *filp)
 
 /*
  * The device was reset or is being removed (qdev->lock held for writing, the generation
- * bumped or unbound set): every context is dead. Revoke their doorbell and kick mappings —
- * a doorbell page may go to a new context — and wake their event readers.
+ * bumped or unbound set): every context is dead. Revoke their kick mappings (the BAR may
+ * be gone) and wake their event readers. Doorbell pages are the contexts' own RAM, which
+ * the device has forgotten: they stay mapped, and stores into them reach nobody.
  */
 void qpip_contexts_revoke(struct qpip_dev *qdev)
 {
@@ -1454,8 +1470,8 @@ void qpip_contexts_revoke(struct qpip_dev *qdev)
 
 	mutex_lock(&qdev->mmap_lock);
 	list_for_each_entry(ctx, &qdev->contexts, node)
-		unmap_mapping_range(ctx->mapping, 0,
-				    (loff_t)QPIP_MMAP_FIRST_RING << PAGE_SHIFT, 1);
+		unmap_mapping_range(ctx->mapping, (loff_t)QPIP_MMAP_KICK << PAGE_SHIFT,
+				    PAGE_SIZE, 1);
 	mutex_unlock(&qdev->mmap_lock);
 	list_for_each_entry(ctx, &qdev->contexts, node)
 		wake_up_interruptible_all(&ctx->ev_wait);

@@ -320,25 +320,17 @@ static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_put;
 	}
 	qdev->ctrl_phys = pci_resource_start(pdev, QPIP_CTRL_BAR);
-	/* Doorbell pages are only ever mapped into processes, never used by the kernel. */
-	ret = qpip_check_bar(pdev, QPIP_DOORBELL_BAR, QPIP_DOORBELL_BAR_SIZE, "doorbells");
-	if (!ret)
-		ret = pcim_request_region(pdev, QPIP_DOORBELL_BAR, QPIP_DRV_NAME);
-	if (ret)
-		goto err_put;
-	qdev->doorbell_phys = pci_resource_start(pdev, QPIP_DOORBELL_BAR);
 
 	ret = qpip_check_identity(qdev);
 	if (ret)
 		goto err_put;
 
+	/* The most contexts the device serves; each gets a doorbell page of our RAM. */
 	pages = qpip_rd(qdev, QPIP_REG_DOORBELL_PAGES);
-	if (pages < 1 || (u64)pages * QPIP_DOORBELL_PAGE_SIZE >
-			 pci_resource_len(pdev, QPIP_DOORBELL_BAR)) {
+	if (pages < 1 || pages > QPIP_DOORBELL_PAGES) {
 		dev_err(&pdev->dev,
-			"device advertises %u doorbell pages, BAR%d holds %llu bytes; not binding\n",
-			pages, QPIP_DOORBELL_BAR,
-			(unsigned long long)pci_resource_len(pdev, QPIP_DOORBELL_BAR));
+			"device advertises %u contexts, this driver handles 1 to %u; not binding\n",
+			pages, QPIP_DOORBELL_PAGES);
 		ret = -ENODEV;
 		goto err_put;
 	}

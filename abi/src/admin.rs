@@ -104,8 +104,8 @@ pub const ADMIN_OP_LIST_ADDRS: u16 = 0x06;
 /// without a completion, like every command still pending then.
 pub const ADMIN_OP_ASYNC_EVENT: u16 = 0x07;
 
-/// Create a context. Result0: the context id, which is also the index of its doorbell page
-/// (zeroed by the device). No arguments.
+/// Create a context ([`CreateCtxArgs`]): the driver names the page of guest RAM that is to be
+/// the context's doorbell page (see [`crate::doorbell`]). Result0: the context id.
 pub const ADMIN_OP_CREATE_CTX: u16 = 0x10;
 /// Destroy context `ctx` and every object in it. Pending commands on its objects complete
 /// with [`ADMIN_STATUS_CANCELLED`]; outstanding work requests are dropped without CQEs (the
@@ -214,6 +214,20 @@ pub struct QueryArgs {
     /// Size of the buffer; at least the size of the structure written.
     pub len: u32,
     pub reserved: [u8; 36],
+}
+
+/// Arguments of `CREATE_CTX`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct CreateCtxArgs {
+    /// Guest-physical address of the context's doorbell page: 4 KiB, 4 KiB aligned, in
+    /// guest RAM, zeroed by the driver, and the context's alone (the driver maps it into the
+    /// owning process and nowhere else). The device polls it and writes only its
+    /// `engine_sleeping` word, until the context is destroyed or the device reset; the
+    /// driver must not free the page before then. A page that is not aligned or not in RAM
+    /// fails the command with [`ADMIN_STATUS_BAD_ADDRESS`].
+    pub doorbell_page: u64,
+    pub reserved: [u8; 40],
 }
 
 /// Arguments of `SET_MAC`.

@@ -1,12 +1,15 @@
-//! Layout of one doorbell page in [`crate::pci::DOORBELL_BAR`]. Context `n` owns page `n`
-//! (offset `n * DOORBELL_PAGE_SIZE`); the page is ordinary shared memory: guest stores land
-//! in it without a trap, and the engine polls it.
+//! Layout of a context's doorbell page: a 4 KiB page of guest RAM that the driver allocates,
+//! zeroes and names in [`crate::admin::CreateCtxArgs`], and maps into the owning process
+//! only. Guest stores land in it as in any memory (no trap, no exit); the engine polls it
+//! through its DMA mapping of guest RAM, as it reads the rings. The kick register is the
+//! one doorbell that traps, and since the function has no mmappable region, QEMU sends it
+//! as a posted write: the vCPU does not wait for the device.
 //!
 //! # Who writes what
 //!
 //! * `change_count`, the QP doorbells and the CQ doorbells: the producer (the library, or
-//!   whoever owns the context). The device never writes them, except that reset and context
-//!   creation zero the whole page.
+//!   whoever owns the context). The device never writes them, except that context creation
+//!   zeroes the whole page and QP and CQ creation zero their slot.
 //! * `engine_sleeping`: the device only.
 //!
 //! # Ringing a doorbell (producer side)

@@ -18,8 +18,9 @@ pub const PCI_SUBSYSTEM_ID: u16 = 0x0001;
 pub const PCI_CLASS_CODE: u32 = 0x02_80_00;
 /// Revision ID (config offset 0x08). Bumped with hardware-visible changes of the function
 /// itself; the interface version is in the [`crate::regs::REG_VERSION`] register.
-/// Revision 2 added the Advanced Features capability ([`PCI_CAP_AF_OFFSET`]).
-pub const PCI_REVISION_ID: u8 = 0x02;
+/// Revision 2 added the Advanced Features capability ([`PCI_CAP_AF_OFFSET`]); revision 3
+/// dropped the doorbell BAR (BAR2/3): the function has one BAR, [`CTRL_BAR`].
+pub const PCI_REVISION_ID: u8 = 0x03;
 
 /// BAR holding the control registers and the MSI-X table and PBA. Every access to it traps
 /// to the device (it is never mmapped), so writes here are synchronous but slow: use it for
@@ -28,17 +29,18 @@ pub const CTRL_BAR: u32 = 0;
 /// Size of [`CTRL_BAR`] in bytes (32-bit, non-prefetchable memory BAR).
 pub const CTRL_BAR_SIZE: u32 = 0x4000;
 
-/// BAR holding the doorbell pages: one 4 KiB page per user context, shared memory that the
-/// guest writes and the engine polls (no trap, no exit). 64-bit prefetchable memory BAR,
-/// so it occupies BAR slots 2 and 3.
-pub const DOORBELL_BAR: u32 = 2;
-/// Size of one doorbell page. A context is given exactly one page, so a process can be
-/// mapped its own page and nothing else.
+/// Size of one doorbell page. A context's doorbell page is a page of guest RAM that the
+/// driver allocates and names when it creates the context (see [`crate::doorbell`]), so a
+/// process can be mapped its own page and nothing else.
+///
+/// Why not a BAR: QEMU's vfio-user client sends BAR writes as posted messages (the vCPU
+/// does not wait for the device) only while no region of the device is mmappable; one
+/// mmappable BAR makes every trapped write, the kick among them, a synchronous round trip
+/// with the vCPU held. With the doorbells in guest RAM the function has no mmappable
+/// region at all, and a kick costs the guest one posted write.
 pub const DOORBELL_PAGE_SIZE: u32 = 4096;
-/// Number of doorbell pages, and so the maximum number of contexts.
+/// The most contexts (and so doorbell pages) the device serves at once.
 pub const DOORBELL_PAGES: u32 = 64;
-/// Size of [`DOORBELL_BAR`] in bytes.
-pub const DOORBELL_BAR_SIZE: u32 = DOORBELL_PAGE_SIZE * DOORBELL_PAGES;
 
 /// Number of MSI-X vectors. Vector 0 is for the admin queue and asynchronous events; the
 /// others are for completion queues.

@@ -20,7 +20,7 @@ pub const VERSION_MAJOR_SHIFT: u32 = 16;
 /// Mask of the minor number in [`REG_VERSION`].
 pub const VERSION_MINOR_MASK: u32 = 0xffff;
 
-/// Number of doorbell pages in [`crate::pci::DOORBELL_BAR`] (RO).
+/// The most contexts the device serves at once ([`crate::pci::DOORBELL_PAGES`]) (RO).
 pub const REG_DOORBELL_PAGES: u32 = 0x008;
 /// Number of MSI-X vectors (RO).
 pub const REG_MSIX_VECTORS: u32 = 0x00c;

@@ -27,6 +27,7 @@ fn admin_command_and_completion() {
 fn every_argument_body_fills_the_command_body() {
     for (name, size) in [
         ("QueryArgs", size_of::<QueryArgs>()),
+        ("CreateCtxArgs", size_of::<CreateCtxArgs>()),
         ("SetMacArgs", size_of::<SetMacArgs>()),
         ("AddrArgs", size_of::<AddrArgs>()),
         ("CreateCqArgs", size_of::<CreateCqArgs>()),

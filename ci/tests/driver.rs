@@ -11,6 +11,7 @@
 mod common;
 
 use common::Report;
+use qpip_abi::{ABI_VERSION_MAJOR, ABI_VERSION_MINOR};
 use qpip_lab::{VmOutcome, VmSpec};
 
 /// Shell helpers prepended to every guest script.
@@ -468,7 +469,12 @@ kv added.addresses "$(tr '\n' ' ' < $Q/addresses)"
     let out = common::boot(&spec);
     let rep = Report::new(&out);
     assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
-    assert_eq!(rep.get("abi"), "1.1", "{}", rep.context());
+    assert_eq!(
+        rep.get("abi"),
+        format!("{ABI_VERSION_MAJOR}.{ABI_VERSION_MINOR}"),
+        "{}",
+        rep.context()
+    );
     assert_eq!(
         rep.get("addresses"),
         "fe80::51:50ff:fe00:901/64 fd51:5050::9:1/64 ",

@@ -14,15 +14,13 @@ use std::path::Path;
 use log::{debug, info, warn};
 use qpip_abi::pci as abi;
 use vfio_bindings::bindings::vfio::{
-    vfio_region_info, vfio_region_sparse_mmap_area, VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_NORESIZE,
-    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_TYPE_MASK, VFIO_IRQ_SET_DATA_EVENTFD,
-    VFIO_IRQ_SET_DATA_NONE, VFIO_IRQ_SET_DATA_TYPE_MASK, VFIO_PCI_CONFIG_REGION_INDEX,
-    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_MMAP,
-    VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+    vfio_region_info, VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_NORESIZE, VFIO_IRQ_SET_ACTION_TRIGGER,
+    VFIO_IRQ_SET_ACTION_TYPE_MASK, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
+    VFIO_IRQ_SET_DATA_TYPE_MASK, VFIO_PCI_CONFIG_REGION_INDEX, VFIO_PCI_MSIX_IRQ_INDEX,
+    VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_READ,
+    VFIO_REGION_INFO_FLAG_WRITE,
 };
-use vfio_user::{
-    DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion, SparseArea,
-};
+use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion};
 
 use crate::core::{CoreConfig, DeviceCore};
 use crate::pci::config::{ConfigSpace, WriteEffect, CONFIG_SPACE_SIZE};
@@ -51,8 +49,6 @@ impl Function {
                     ..Default::default()
                 };
                 let rw = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE;
-                let mut sparse_areas = Vec::new();
-                let mut mmap_fd = None;
                 if index == VFIO_PCI_CONFIG_REGION_INDEX {
                     info.size = CONFIG_SPACE_SIZE as u64;
                     info.flags = rw;
@@ -61,22 +57,15 @@ impl Function {
                     // overlay its own MSI-X table emulation on this BAR.
                     info.size = abi::CTRL_BAR_SIZE as u64;
                     info.flags = rw;
-                } else if index == abi::DOORBELL_BAR {
-                    info.size = self.core.doorbells.size() as u64;
-                    info.flags = rw | VFIO_REGION_INFO_FLAG_MMAP;
-                    info.offset = 0; // offset of the BAR in the fd handed over for mmap
-                    sparse_areas.push(SparseArea {
-                        area: vfio_region_sparse_mmap_area {
-                            offset: 0,
-                            size: info.size,
-                        },
-                    });
-                    mmap_fd = Some(self.core.doorbells.fd());
                 }
+                // No region is mmappable, on purpose: QEMU's client posts BAR writes (the
+                // vCPU does not wait for a reply) only for a device with no mmappable region,
+                // and the kick register must be a posted write. The doorbells that need no
+                // trap live in guest RAM instead (qpip_abi::doorbell).
                 ServerRegion {
                     region_info: info,
-                    sparse_areas,
-                    mmap_fd,
+                    sparse_areas: Vec::new(),
+                    mmap_fd: None,
                 }
             })
             .collect()
@@ -121,7 +110,6 @@ impl ServerBackend for Function {
                 .read(offset, data)
                 .map_err(|e| refused(e.to_string())),
             r if r == abi::CTRL_BAR => self.core.ctrl_read(offset, data),
-            r if r == abi::DOORBELL_BAR => self.core.doorbells.read(offset, data),
             _ => Err(refused(format!(
                 "read from region {region}, which this function does not have"
             ))),
@@ -146,7 +134,6 @@ impl ServerBackend for Function {
                 Err(e) => Err(refused(e.to_string())),
             },
             r if r == abi::CTRL_BAR => self.core.ctrl_write(offset, data),
-            r if r == abi::DOORBELL_BAR => self.core.doorbells.write(offset, data),
             _ => Err(refused(format!(
                 "write to region {region}, which this function does not have"
             ))),

@@ -102,13 +102,22 @@ fn unknown_opcodes_and_non_zero_reserved_fields_are_refused() {
         ADMIN_STATUS_BAD_OPCODE,
         "CREATE_CTX with flags set",
     );
+    // A reserved byte of CREATE_CTX's arguments.
+    let mut a = CreateCtxArgs::new_zeroed();
+    a.doorbell_page = g.alloc_pages(1);
+    a.reserved[39] = 1;
+    assert_admin_err(
+        g.admin_result(cmd(ADMIN_OP_CREATE_CTX, 0, 0, &a)),
+        ADMIN_STATUS_BAD_OPCODE,
+        "CREATE_CTX with a reserved byte set",
+    );
     // A body on a command that takes none.
-    let mut c = cmd0(ADMIN_OP_CREATE_CTX, 0, 0);
+    let mut c = cmd0(ADMIN_OP_ASYNC_EVENT, 0, 0);
     c.body[47] = 1;
     assert_admin_err(
         g.admin_result(c),
         ADMIN_STATUS_BAD_OPCODE,
-        "CREATE_CTX with a body",
+        "ASYNC_EVENT with a body",
     );
     // Reserved bytes of an argument structure.
     let buf = g.alloc_pages(1);
@@ -134,7 +143,7 @@ fn unknown_opcodes_and_non_zero_reserved_fields_are_refused() {
         ADMIN_STATUS_BAD_OPCODE,
         "CREATE_CQ with a reserved byte set",
     );
-    refused += 4;
+    refused += 5;
     assert_eq!(
         g.stat(STAT_ADMIN_ERRORS) - errors_before,
         refused,
@@ -307,27 +316,47 @@ fn list_addrs_buffers_must_be_in_ram_aligned_within_a_page_and_big_enough() {
     assert_eq!(l.entries[0].addr, g.link_local());
 }
 
+/// CREATE_CTX takes only a page of guest RAM, page aligned, that no live context uses: a
+/// page shared by two contexts would let one process ring the other's queues.
+#[test]
+fn a_doorbell_page_must_be_an_aligned_unshared_page_of_guest_ram() {
+    let mut g = FakeGuest::new();
+    let page = g.alloc_pages(1);
+    for (bad, why) in [
+        (page + 8, "an unaligned page"),
+        (page + 0x800, "half a page"),
+        (RAM_BASE - PAGE, "a page below RAM"),
+        (RAM_BASE + RAM_SIZE, "a page past RAM"),
+        (u64::MAX & !(PAGE - 1), "the last page of the address space"),
+        (0, "address 0"),
+    ] {
+        assert_admin_err(g.create_ctx_at(bad), ADMIN_STATUS_BAD_ADDRESS, why);
+    }
+    let ctx = g.create_ctx_at(page).expect("a good page");
+    assert_admin_err(
+        g.create_ctx_at(page),
+        ADMIN_STATUS_BAD_ADDRESS,
+        "the page of a live context",
+    );
+    g.destroy_ctx(ctx).unwrap();
+    let again = g.create_ctx_at(page).expect("a page whose context is gone");
+    g.destroy_ctx(again).unwrap();
+}
+
 #[test]
 fn sixty_four_contexts_with_zeroed_doorbell_pages() {
     let mut g = FakeGuest::new();
-    // Scribble on every page first: creation must zero the context's page.
-    for ctx in 0..DOORBELL_PAGES {
-        for off in (0..DOORBELL_PAGE_SIZE)
-            .step_by(4)
-            .filter(|&o| o != DB_ENGINE_SLEEPING)
-        {
-            g.db(ctx, off)
-                .store(0xdead_beef, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
     let mut ids = Vec::new();
     for i in 0..DOORBELL_PAGES {
+        // Each page handed over dirty: creation must zero it.
+        let page = g.alloc_pages(1);
+        g.mem_fill(page, DOORBELL_PAGE_SIZE as usize, 0xa5);
         let ctx = g
-            .create_ctx()
+            .create_ctx_at(page)
             .unwrap_or_else(|s| panic!("context #{i}: {}", admin_status_name(s)));
         assert!(
             ctx < DOORBELL_PAGES,
-            "context id {ctx} is not a doorbell page index"
+            "context id {ctx} beyond the most contexts"
         );
         assert!(!ids.contains(&ctx), "context id {ctx} given twice");
         for off in (0..DOORBELL_PAGE_SIZE)
@@ -1078,9 +1107,15 @@ fn the_admin_ring_wraps_around_many_times() {
             g.destroy_ctx(ctx).unwrap();
         }
         // Full batches: `depth` commands in flight at once.
+        let pages: Vec<u64> = (0..depth).map(|_| g.alloc_pages(1)).collect();
         for _ in 0..10 {
-            let ids: Vec<u32> = (0..depth)
-                .map(|_| g.admin_submit(cmd0(ADMIN_OP_CREATE_CTX, 0, 0)))
+            let ids: Vec<u32> = pages
+                .iter()
+                .map(|&p| {
+                    let mut a = CreateCtxArgs::new_zeroed();
+                    a.doorbell_page = p;
+                    g.admin_submit(cmd(ADMIN_OP_CREATE_CTX, 0, 0, &a))
+                })
                 .collect();
             let mut ctxs = Vec::new();
             for id in ids {
@@ -1106,7 +1141,11 @@ fn a_full_admin_completion_ring_is_never_overwritten() {
     assert_ne!(g.program_admin(sq, cq, depth) & STATUS_ADMIN_ENABLED, 0);
     let cqe_size = std::mem::size_of::<AdminCqe>() as u64;
     let first: Vec<u32> = (0..depth)
-        .map(|_| g.admin_submit(cmd0(ADMIN_OP_CREATE_CTX, 0, 0)))
+        .map(|_| {
+            let mut a = CreateCtxArgs::new_zeroed();
+            a.doorbell_page = g.alloc_pages(1);
+            g.admin_submit(cmd(ADMIN_OP_CREATE_CTX, 0, 0, &a))
+        })
         .collect();
     // Wait until all four completions are in the ring, without releasing any.
     let deadline = std::time::Instant::now() + TIMEOUT;

@@ -55,7 +55,6 @@ fn offset() -> impl Strategy<Value = u64> {
         0u64..0x40,
         (abi::MSIX_TABLE_OFFSET as u64 - 8)..(abi::MSIX_TABLE_OFFSET as u64 + 0x110),
         (abi::CTRL_BAR_SIZE as u64 - 8)..(abi::CTRL_BAR_SIZE as u64 + 8),
-        (abi::DOORBELL_BAR_SIZE as u64 - 8)..(abi::DOORBELL_BAR_SIZE as u64 + 8),
         any::<u64>(),
     ]
 }
@@ -64,7 +63,7 @@ fn region() -> impl Strategy<Value = u32> {
     prop_oneof![
         Just(VFIO_PCI_CONFIG_REGION_INDEX),
         Just(abi::CTRL_BAR),
-        Just(abi::DOORBELL_BAR),
+        Just(2u32),
         0u32..16,
         any::<u32>(),
     ]

@@ -296,7 +296,8 @@ struct Guest {
     client: Client,
     _ram_file: File,
     ram: *mut u8,
-    db: *mut u8,
+    /// Guest-physical address of each context's doorbell page, by context id.
+    db_pages: Vec<u64>,
     _irqs: Vec<File>,
     next_page: u64,
     admin_tail: u32,
@@ -333,15 +334,6 @@ impl Guest {
         client
             .dma_map(0, RAM_BASE, RAM_SIZE, ram_file.as_raw_fd())
             .unwrap_or_else(|e| fail(format!("DMA_MAP: {e:?}")));
-        let fo = client
-            .region(DOORBELL_BAR)
-            .and_then(|r| r.file_offset.clone())
-            .unwrap_or_else(|| fail("the doorbell BAR offers no mmappable file"));
-        let db = map_shared(
-            fo.file().as_raw_fd(),
-            fo.start() as i64,
-            DOORBELL_BAR_SIZE as usize,
-        );
         // Interrupts wired as QEMU does when the guest enables MSI-X, so raising a vector
         // costs what it costs with a VM (an eventfd write).
         let irqs: Vec<File> = (0..MSIX_VECTORS)
@@ -366,7 +358,7 @@ impl Guest {
             client,
             _ram_file: ram_file,
             ram,
-            db,
+            db_pages: vec![0; DOORBELL_PAGES as usize],
             _irqs: irqs,
             next_page: RAM_BASE,
             admin_tail: 0,
@@ -442,8 +434,18 @@ impl Guest {
     }
 
     fn db(&self, ctx: u32, off: u32) -> &AtomicU32 {
-        // SAFETY: inside the doorbell mapping and 4-byte aligned (offsets from the ABI).
-        unsafe { &*(self.db.add((ctx * DOORBELL_PAGE_SIZE + off) as usize) as *const AtomicU32) }
+        // SAFETY: inside the RAM mapping (ptr checks) and 4-byte aligned (offsets from the
+        // ABI, pages page-aligned).
+        unsafe { &*(self.ptr(self.db_pages[ctx as usize] + off as u64) as *const AtomicU32) }
+    }
+
+    /// CREATE_CTX with a fresh page of guest RAM as the context's doorbell page.
+    fn create_ctx(&mut self) -> u32 {
+        let mut a = CreateCtxArgs::new_zeroed();
+        a.doorbell_page = self.alloc_pages(1);
+        let ctx = self.admin(cmd(ADMIN_OP_CREATE_CTX, 0, 0, &a)).result0 as u32;
+        self.db_pages[ctx as usize] = a.doorbell_page;
+        ctx
     }
 
     fn engine_sleeping(&self, ctx: u32) -> bool {
@@ -559,10 +561,9 @@ impl Guest {
 
 impl Drop for Guest {
     fn drop(&mut self) {
-        // SAFETY: both mappings were made in new() with these sizes and are not used after.
+        // SAFETY: the mapping was made in new() with this size and is not used after.
         unsafe {
             libc::munmap(self.ram.cast(), RAM_SIZE as usize);
-            libc::munmap(self.db.cast(), DOORBELL_BAR_SIZE as usize);
         }
     }
 }
@@ -596,7 +597,7 @@ struct Endpoint {
 }
 
 fn endpoint(g: &mut Guest) -> Endpoint {
-    let ctx = g.admin(cmd(ADMIN_OP_CREATE_CTX, 0, 0, &[0u8; 48])).result0 as u32;
+    let ctx = g.create_ctx();
     let scq = g.create_cq(ctx);
     let rcq = g.create_cq(ctx);
     let npages = (DEPTH as u64 * WQE_SIZE as u64).div_ceil(PAGE);

@@ -12,7 +12,6 @@ use qpip_abi::{admin as abi_admin, pci as abi_pci, regs};
 use vm_memory::GuestAddressSpace;
 
 use crate::dma::GuestRam;
-use crate::doorbell::DoorbellBar;
 use crate::engine::{Control, EngineConfig, EngineHandle, Shared};
 use crate::irq::Interrupts;
 
@@ -49,7 +48,6 @@ pub struct Counters {
 
 pub struct DeviceCore {
     regs: RegisterFile,
-    pub doorbells: Arc<DoorbellBar>,
     pub irqs: Arc<Interrupts>,
     pub ram: GuestRam,
     msix_table: Vec<u8>,
@@ -60,14 +58,12 @@ pub struct DeviceCore {
 
 impl DeviceCore {
     pub fn new(config: CoreConfig) -> io::Result<Self> {
-        let doorbells = Arc::new(DoorbellBar::new(abi_pci::DOORBELL_BAR_SIZE as usize)?);
         let irqs = Arc::new(Interrupts::new(abi_pci::MSIX_VECTORS as usize));
         let ram = GuestRam::new();
-        let shared = Shared::new(ram.memory(), doorbells.clone(), irqs.clone());
+        let shared = Shared::new(ram.memory(), irqs.clone());
         let engine = EngineHandle::start(shared.clone(), config.engine)?;
         Ok(DeviceCore {
             regs: RegisterFile::new(config.advertised_abi_major),
-            doorbells,
             irqs,
             ram,
             msix_table: vec![0; abi_pci::MSIX_VECTORS as usize * 16],
@@ -83,12 +79,12 @@ impl DeviceCore {
     }
 
     /// Function-level reset: the engine destroys every object (and this waits until it has),
-    /// every read-write register goes back to 0, doorbells are cleared. DMA maps and
+    /// every read-write register goes back to 0, and the doorbell pages (guest RAM) are
+    /// forgotten with their contexts. DMA maps and
     /// interrupt eventfds belong to the VMM, not to the function, and survive.
     pub fn reset(&mut self) {
         self.engine.reset();
         self.regs.reset();
-        self.doorbells.clear();
         self.msix_table.iter_mut().for_each(|b| *b = 0);
         info!("device reset (reset #{})", self.regs.reset_count());
     }

@@ -17,6 +17,7 @@ use super::events::Raised;
 use super::memory::{self, MemoryRegion, Ring};
 use super::objects::{Context, Cq, PendingCmd, Qp, QpState, TcpRole};
 use super::{Engine, Identity};
+use crate::doorbell::DoorbellPage;
 
 /// The admin rings as the driver set them up.
 #[derive(Debug, Default)]
@@ -286,7 +287,7 @@ impl Engine {
                     Err(ADMIN_STATUS_BAD_HANDLE)
                 }
             }
-            R::CreateCtx => self.create_ctx(),
+            R::CreateCtx(page) => self.create_ctx(mem, page),
             R::DestroyCtx => self.destroy_ctx(mem, ctx),
             R::CreateCq {
                 page_list,
@@ -452,19 +453,31 @@ impl Engine {
         Ok((0, 0, 0))
     }
 
-    fn create_ctx(&mut self) -> Result<Results, u16> {
-        let page = (0..pci::DOORBELL_PAGES).find(|p| !self.objects.contexts.contains_key(p));
-        let page = page.ok_or(ADMIN_STATUS_NO_RESOURCES)?;
-        self.shared.doorbells.clear_page(page as usize);
+    fn create_ctx(&mut self, mem: &GuestMemoryMmap, gpa: u64) -> Result<Results, u16> {
+        let id = (0..pci::DOORBELL_PAGES).find(|p| !self.objects.contexts.contains_key(p));
+        let id = id.ok_or(ADMIN_STATUS_NO_RESOURCES)?;
+        let doorbell = DoorbellPage::new(mem, gpa).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
+        // Two live contexts on one page would let one process ring the other's QPs.
+        if self
+            .objects
+            .contexts
+            .values()
+            .any(|c| c.doorbell == doorbell)
+        {
+            return Err(ADMIN_STATUS_BAD_ADDRESS);
+        }
+        doorbell.clear(mem);
+        doorbell.store(mem, doorbell::DB_ENGINE_SLEEPING, self.sleeping as u32);
         self.objects.contexts.insert(
-            page,
+            id,
             Context {
+                doorbell,
                 seen_change_count: 0,
                 qp_slots: vec![None; doorbell::DB_QP_SLOTS as usize],
                 cq_slots: vec![None; doorbell::DB_CQ_SLOTS as usize],
             },
         );
-        Ok((page as u64, 0, 0))
+        Ok((id as u64, 0, 0))
     }
 
     fn destroy_ctx(&mut self, mem: &GuestMemoryMmap, ctx: u32) -> Result<Results, u16> {
@@ -497,7 +510,6 @@ impl Engine {
         self.objects.mrs.retain(|_, m| m.ctx != ctx);
         self.objects.contexts.remove(&ctx);
         self.events.forget_context(ctx);
-        self.shared.doorbells.clear_page(ctx as usize);
         Ok((0, 0, 0))
     }
 
@@ -522,7 +534,8 @@ impl Engine {
         let pages = memory::read_page_list(mem, list, npages).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
         let ring = Ring::paged(pages, cqe::CQE_SIZE, depth).ok_or(ADMIN_STATUS_BAD_PARAM)?;
         let id = self.objects.new_id();
-        let db = self.cq_db(ctx, slot);
+        let db = Self::cq_db(slot);
+        let page = self.objects.contexts[&ctx].doorbell;
         self.objects.cqs.insert(
             id,
             Cq {
@@ -539,12 +552,8 @@ impl Engine {
             },
         );
         // A new CQ starts in a zeroed slot (a reused slot may hold old values).
-        self.shared
-            .doorbells
-            .store_u32(db + doorbell::DB_CQ_HEAD as usize, 0);
-        self.shared
-            .doorbells
-            .store_u32(db + doorbell::DB_CQ_ARM_SEQ as usize, 0);
+        page.store(mem, db + doorbell::DB_CQ_HEAD, 0);
+        page.store(mem, db + doorbell::DB_CQ_ARM_SEQ, 0);
         self.objects
             .contexts
             .get_mut(&ctx)
@@ -590,13 +599,10 @@ impl Engine {
         let rq = ring(mem, q.rq_page_list, q.rq_npages, q.rq_depth)?;
         let id = self.objects.new_id();
         // A new QP starts at index 0 in a zeroed slot (a reused slot may hold old indices).
-        let db = self.qp_db(ctx, slot);
-        self.shared
-            .doorbells
-            .store_u32(db + doorbell::DB_QP_SQ_TAIL as usize, 0);
-        self.shared
-            .doorbells
-            .store_u32(db + doorbell::DB_QP_RQ_TAIL as usize, 0);
+        let db = Self::qp_db(slot);
+        let page = self.objects.contexts[&ctx].doorbell;
+        page.store(mem, db + doorbell::DB_QP_SQ_TAIL, 0);
+        page.store(mem, db + doorbell::DB_QP_RQ_TAIL, 0);
         let (sq_tail, rq_tail) = (0, 0);
         self.objects.qps.insert(
             id,
@@ -888,15 +894,13 @@ impl Engine {
         }
     }
 
-    /// Byte offset of a QP's doorbell slot in the doorbell BAR.
-    pub(super) fn qp_db(&self, ctx: u32, slot: u32) -> usize {
-        (ctx * pci::DOORBELL_PAGE_SIZE + doorbell::DB_QP_BASE + slot * doorbell::DB_QP_STRIDE)
-            as usize
+    /// Byte offset of a QP's doorbell slot in its context's doorbell page.
+    pub(super) fn qp_db(slot: u32) -> u32 {
+        doorbell::DB_QP_BASE + slot * doorbell::DB_QP_STRIDE
     }
 
-    /// Byte offset of a CQ's doorbell slot in the doorbell BAR.
-    pub(super) fn cq_db(&self, ctx: u32, slot: u32) -> usize {
-        (ctx * pci::DOORBELL_PAGE_SIZE + doorbell::DB_CQ_BASE + slot * doorbell::DB_CQ_STRIDE)
-            as usize
+    /// Byte offset of a CQ's doorbell slot in its context's doorbell page.
+    pub(super) fn cq_db(slot: u32) -> u32 {
+        doorbell::DB_CQ_BASE + slot * doorbell::DB_CQ_STRIDE
     }
 }

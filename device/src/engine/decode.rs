@@ -34,7 +34,8 @@ pub enum AdminRequest {
         prefix_len: u8,
     },
     DelAddr(Ipv6Addr),
-    CreateCtx,
+    /// The guest-physical address of the context's doorbell page.
+    CreateCtx(u64),
     DestroyCtx,
     CreateCq {
         page_list: u64,
@@ -153,8 +154,9 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
             }
         }
         ADMIN_OP_CREATE_CTX => {
-            reserved(zero(&cmd.body))?;
-            R::CreateCtx
+            let a: CreateCtxArgs = args(cmd);
+            reserved(zero(&a.reserved))?;
+            R::CreateCtx(a.doorbell_page)
         }
         ADMIN_OP_DESTROY_CTX => R::DestroyCtx,
         ADMIN_OP_CREATE_CQ => {

@@ -3,24 +3,22 @@
 //! it moved since the last scan, so an idle page costs one load.
 
 use qpip_abi::admin::{STAT_BAD_DOORBELLS, STAT_CQ_INTERRUPTS, STAT_DOORBELLS};
-use qpip_abi::{doorbell, pci};
-use vm_memory::GuestMemoryMmap;
+use qpip_abi::doorbell;
+use vm_memory::{GuestAddressSpace, GuestMemoryMmap};
 
 use super::objects::QpState;
 use super::Engine;
 
 impl Engine {
     /// Scans the pages whose change count moved. Returns whether any did.
-    pub(super) fn scan_doorbells(&mut self, _mem: &GuestMemoryMmap) -> bool {
+    pub(super) fn scan_doorbells(&mut self, mem: &GuestMemoryMmap) -> bool {
         let _stage = crate::stages::span(crate::stages::Stage::Doorbell);
         let mut changed = std::mem::take(&mut self.scratch_ctxs);
         changed.clear();
         for (&ctx, c) in self.objects.contexts.iter_mut() {
-            let page = (ctx * pci::DOORBELL_PAGE_SIZE) as usize;
-            let count = self
-                .shared
-                .doorbells
-                .load_u32(page + doorbell::DB_CHANGE_COUNT as usize);
+            let Some(count) = c.doorbell.load(mem, doorbell::DB_CHANGE_COUNT) else {
+                continue;
+            };
             if count != c.seen_change_count {
                 c.seen_change_count = count;
                 changed.push(ctx);
@@ -53,15 +51,17 @@ impl Engine {
         let Some(qp) = self.objects.qps.get(&id) else {
             return;
         };
-        let db = self.qp_db(qp.ctx, qp.slot);
-        let sq_tail = self
-            .shared
-            .doorbells
-            .load_u32(db + doorbell::DB_QP_SQ_TAIL as usize);
-        let rq_tail = self
-            .shared
-            .doorbells
-            .load_u32(db + doorbell::DB_QP_RQ_TAIL as usize);
+        let Some(page) = self.objects.contexts.get(&qp.ctx).map(|c| c.doorbell) else {
+            return;
+        };
+        let db = Self::qp_db(qp.slot);
+        let mem = self.shared.ram.memory();
+        let (Some(sq_tail), Some(rq_tail)) = (
+            page.load(&mem, db + doorbell::DB_QP_SQ_TAIL),
+            page.load(&mem, db + doorbell::DB_QP_RQ_TAIL),
+        ) else {
+            return;
+        };
         let qp = self.objects.qps.get_mut(&id).expect("looked up");
         let mut work = false;
         let mut bad = false;
@@ -101,19 +101,21 @@ impl Engine {
         let Some(cq) = self.objects.cqs.get(&id) else {
             return;
         };
-        let db = self.cq_db(cq.ctx, cq.slot);
+        let Some(page) = self.objects.contexts.get(&cq.ctx).map(|c| c.doorbell) else {
+            return;
+        };
+        let db = Self::cq_db(cq.slot);
+        let mem = self.shared.ram.memory();
         // The arm first (acquire), then the head: a consumer stores its head before it
         // arms, so a new arm comes with the head that went before it. Read the other way
         // round, an arm could meet a stale head that still counts consumed completions and
         // raise an interrupt for nothing.
-        let arm = self
-            .shared
-            .doorbells
-            .load_u32(db + doorbell::DB_CQ_ARM_SEQ as usize);
-        let head = self
-            .shared
-            .doorbells
-            .load_u32(db + doorbell::DB_CQ_HEAD as usize);
+        let Some(arm) = page.load(&mem, db + doorbell::DB_CQ_ARM_SEQ) else {
+            return;
+        };
+        let Some(head) = page.load(&mem, db + doorbell::DB_CQ_HEAD) else {
+            return;
+        };
         let cq = self.objects.cqs.get_mut(&id).expect("looked up");
         let mut freed = false;
         if head != cq.head {

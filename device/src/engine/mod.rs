@@ -34,7 +34,6 @@ use log::{debug, info, warn};
 use qpip_abi::admin::STATS_COUNT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
-use crate::doorbell::DoorbellBar;
 use crate::irq::Interrupts;
 use crate::net::interface::Interface;
 use admin::AdminQueue;
@@ -124,20 +123,14 @@ impl Stats {
 #[derive(Clone)]
 pub struct Shared {
     pub ram: GuestMemoryAtomic<GuestMemoryMmap>,
-    pub doorbells: Arc<DoorbellBar>,
     pub irqs: Arc<Interrupts>,
     pub stats: Arc<Stats>,
 }
 
 impl Shared {
-    pub fn new(
-        ram: GuestMemoryAtomic<GuestMemoryMmap>,
-        doorbells: Arc<DoorbellBar>,
-        irqs: Arc<Interrupts>,
-    ) -> Self {
+    pub fn new(ram: GuestMemoryAtomic<GuestMemoryMmap>, irqs: Arc<Interrupts>) -> Self {
         Shared {
             ram,
-            doorbells,
             irqs,
             stats: Arc::new(Stats::new()),
         }
@@ -399,11 +392,10 @@ impl Engine {
         }
         self.sleeping = asleep;
         let v = asleep as u32;
-        for &ctx in self.objects.contexts.keys() {
-            let page = ctx as usize * qpip_abi::pci::DOORBELL_PAGE_SIZE as usize;
-            self.shared
-                .doorbells
-                .store_u32(page + qpip_abi::doorbell::DB_ENGINE_SLEEPING as usize, v);
+        let mem = self.shared.ram.memory();
+        for c in self.objects.contexts.values() {
+            c.doorbell
+                .store(&mem, qpip_abi::doorbell::DB_ENGINE_SLEEPING, v);
         }
     }
 

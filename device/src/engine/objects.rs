@@ -10,6 +10,8 @@ use super::memory::{MemoryRegion, Ring};
 /// A context: one process's share of the device, with its own doorbell page.
 #[derive(Debug)]
 pub struct Context {
+    /// The context's doorbell page, in guest RAM.
+    pub doorbell: crate::doorbell::DoorbellPage,
     /// The last `change_count` the engine saw in the context's doorbell page.
     pub seen_change_count: u32,
     /// QP id per doorbell slot.

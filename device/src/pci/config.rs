@@ -38,9 +38,6 @@ const STATUS_CAPABILITIES_LIST: u16 = 1 << 4;
 /// the masks make them behave correctly if a later step does.
 const STATUS_ERROR_BITS: u16 = 0xf900;
 
-const BAR_MEM_TYPE_64: u32 = 0b10 << 1;
-const BAR_MEM_PREFETCHABLE: u32 = 1 << 3;
-
 const CAP_ID_MSIX: u8 = 0x11;
 /// PCI Advanced Features (conventional PCI's function-level reset, PCI Code and ID
 /// Assignment spec; Linux's `pci_af_flr`).
@@ -121,12 +118,6 @@ impl ConfigSpace {
 
         // BAR0: control registers, 32-bit non-prefetchable memory.
         c.bar32(abi::CTRL_BAR as usize, abi::CTRL_BAR_SIZE, 0);
-        // BAR2/3: doorbell pages, 64-bit prefetchable memory.
-        c.bar64(
-            abi::DOORBELL_BAR as usize,
-            abi::DOORBELL_BAR_SIZE as u64,
-            BAR_MEM_PREFETCHABLE,
-        );
 
         // MSI-X capability: table and PBA both in the control BAR (QEMU emulates the table
         // itself, which is why it must be in a BAR that is not mmapped).
@@ -234,16 +225,6 @@ impl ConfigSpace {
         self.put32(off, flags);
         self.writable[off..off + 4].copy_from_slice(&(!(size - 1)).to_le_bytes());
     }
-
-    /// A 64-bit memory BAR occupying slots `index` and `index + 1`.
-    fn bar64(&mut self, index: usize, size: u64, flags: u32) {
-        debug_assert!(size.is_power_of_two() && size >= 16);
-        let off = BAR0 + 4 * index;
-        self.put32(off, flags | BAR_MEM_TYPE_64);
-        let mask = !(size - 1);
-        self.writable[off..off + 4].copy_from_slice(&(mask as u32).to_le_bytes());
-        self.writable[off + 4..off + 8].copy_from_slice(&((mask >> 32) as u32).to_le_bytes());
-    }
 }
 
 impl Default for ConfigSpace {
@@ -307,13 +288,8 @@ mod tests {
             c.write(0x10 + 4 * bar, &[0xff; 4]).unwrap();
         }
         assert_eq!(r32(&c, 0x10), !(abi::CTRL_BAR_SIZE - 1));
-        let lo = r32(&c, 0x18);
-        let hi = r32(&c, 0x1c);
-        assert_eq!(lo & 0xf, BAR_MEM_TYPE_64 | BAR_MEM_PREFETCHABLE);
-        let size = !((hi as u64) << 32 | (lo & !0xf) as u64) + 1;
-        assert_eq!(size, abi::DOORBELL_BAR_SIZE as u64);
-        // Unused BARs stay zero: the function has exactly two.
-        for bar in [1u64, 4, 5] {
+        // Unused BARs stay zero: the function has exactly one.
+        for bar in 1..6u64 {
             assert_eq!(r32(&c, 0x10 + 4 * bar), 0);
         }
     }

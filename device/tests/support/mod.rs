@@ -311,7 +311,9 @@ pub struct FakeGuest {
     _dir: TempDir,
     _ram_file: File,
     ram: *mut u8,
-    db: *mut u8,
+    /// Guest-physical address of each context's doorbell page (guest RAM the guest names
+    /// in CREATE_CTX); indices of contexts not created point at pages the device never saw.
+    db_pages: Vec<u64>,
     next_page: u64,
     next_iova: u64,
     irqs: Vec<File>,
@@ -373,15 +375,6 @@ impl FakeGuest {
             .dma_map(0, RAM_BASE, RAM_SIZE, ram_file.as_raw_fd())
             .unwrap();
 
-        // The doorbell BAR, mapped from the fd the device offers, as QEMU maps it.
-        let fo = client
-            .region(DOORBELL_BAR)
-            .expect("doorbell BAR")
-            .file_offset
-            .clone()
-            .expect("doorbell BAR is mmappable");
-        let db = map_shared(fo.file(), fo.start() as i64, DOORBELL_BAR_SIZE as usize);
-
         // One eventfd per MSI-X vector, as QEMU installs them when the guest enables MSI-X.
         let irqs: Vec<File> = (0..MSIX_VECTORS)
             .map(|_| {
@@ -408,8 +401,10 @@ impl FakeGuest {
             _dir: TempDir(dir),
             _ram_file: ram_file,
             ram,
-            db,
-            next_page: RAM_BASE,
+            db_pages: (0..DOORBELL_PAGES as u64)
+                .map(|i| RAM_BASE + i * PAGE)
+                .collect(),
+            next_page: RAM_BASE + DOORBELL_PAGES as u64 * PAGE,
             next_iova: 0x7f00_0000_0000,
             irqs,
             admin: None,
@@ -639,16 +634,17 @@ impl FakeGuest {
 
     // ---- doorbells ------------------------------------------------------------------------
 
-    /// The u32 at `off` in context `ctx`'s doorbell page.
+    /// The u32 at `off` in context `ctx`'s doorbell page (guest RAM).
     pub fn db(&self, ctx: u32, off: u32) -> &AtomicU32 {
         assert!(ctx < DOORBELL_PAGES && off + 4 <= DOORBELL_PAGE_SIZE && off & 3 == 0);
-        // SAFETY: in bounds of the doorbell mapping and 4-byte aligned.
-        unsafe {
-            &*(self
-                .db
-                .add((ctx * DOORBELL_PAGE_SIZE + off) as usize)
-                .cast::<AtomicU32>())
-        }
+        let p = self.ram_ptr(self.db_pages[ctx as usize] + off as u64, 4);
+        // SAFETY: in bounds of the RAM mapping (ram_ptr checks) and 4-byte aligned.
+        unsafe { &*p.cast::<AtomicU32>() }
+    }
+
+    /// Guest-physical address of context `ctx`'s doorbell page.
+    pub fn db_page(&self, ctx: u32) -> u64 {
+        self.db_pages[ctx as usize]
     }
 
     pub fn engine_sleeping(&self, ctx: u32) -> bool {
@@ -885,9 +881,21 @@ impl FakeGuest {
             .map(|_| ())
     }
 
+    /// CREATE_CTX with a fresh page of guest RAM as its doorbell page.
     pub fn create_ctx(&mut self) -> Result<u32, u16> {
-        self.admin_result(cmd0(ADMIN_OP_CREATE_CTX, 0, 0))
-            .map(|c| c.result0 as u32)
+        let page = self.alloc_pages(1);
+        self.create_ctx_at(page)
+    }
+
+    /// CREATE_CTX naming `doorbell_page` (any address: tests of the device's checks).
+    pub fn create_ctx_at(&mut self, doorbell_page: u64) -> Result<u32, u16> {
+        let mut a = CreateCtxArgs::new_zeroed();
+        a.doorbell_page = doorbell_page;
+        let ctx = self
+            .admin_result(cmd(ADMIN_OP_CREATE_CTX, 0, 0, &a))
+            .map(|c| c.result0 as u32)?;
+        self.db_pages[ctx as usize] = doorbell_page;
+        Ok(ctx)
     }
 
     pub fn destroy_ctx(&mut self, ctx: u32) -> Result<(), u16> {
@@ -1251,11 +1259,10 @@ impl Drop for FakeGuest {
                 panic!("qpipd did not return from serve within 5 s of the client disconnecting");
             }
         }
-        // SAFETY: both mappings were made by map_shared with these sizes and are not used
-        // after this point.
+        // SAFETY: the mapping was made by map_shared with this size and is not used after
+        // this point.
         unsafe {
             libc::munmap(self.ram.cast(), RAM_SIZE as usize);
-            libc::munmap(self.db.cast(), DOORBELL_BAR_SIZE as usize);
         }
     }
 }
