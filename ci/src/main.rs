@@ -184,6 +184,7 @@ fn main() -> ExitCode {
         timeout: Duration::from_secs(args.timeout),
         memory_mib: args.memory,
         qpipd_args: vec![args.qpipd_args.clone(); args.devices],
+        device_props: Vec::new(),
         cmd: args.cmd.join(" "),
     };
     let spec = LabSpec {

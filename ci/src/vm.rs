@@ -79,6 +79,9 @@ pub struct VmSpec {
     pub memory_mib: u32,
     /// Extra qpipd arguments, by device index; devices past the end get none.
     pub qpipd_args: Vec<Vec<String>>,
+    /// Extra properties of every qpip device in QEMU (`vfio-user-pci`), as `NAME=JSON`
+    /// (e.g. `x-no-posted-writes=true`, which makes every BAR write wait for the device).
+    pub device_props: Vec<String>,
     /// Shell command run by the guest's `sh` (written to `share/cmd.sh`).
     pub cmd: String,
 }
@@ -92,6 +95,7 @@ impl VmSpec {
             timeout: Duration::from_secs(180),
             memory_mib: 512,
             qpipd_args: Vec::new(),
+            device_props: Vec::new(),
             cmd: cmd.into(),
         }
     }
@@ -945,8 +949,17 @@ impl<'a> Run<'a> {
         for i in 0..self.spec.devices {
             let sock = self.dir.join(format!("qpip{i}.sock"));
             args.push("-device".into());
+            let props: String = self
+                .spec
+                .device_props
+                .iter()
+                .map(|p| {
+                    let (k, v) = p.split_once('=').unwrap_or((p, "true"));
+                    format!(",{}:{v}", json_string(k))
+                })
+                .collect();
             args.push(format!(
-                r#"{{"driver":"vfio-user-pci","id":"qpip{i}","socket":{{"path":{},"type":"unix"}}}}"#,
+                r#"{{"driver":"vfio-user-pci","id":"qpip{i}","socket":{{"path":{},"type":"unix"}}{props}}}"#,
                 json_string(&sock.to_string_lossy())
             ));
         }

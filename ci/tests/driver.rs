@@ -630,3 +630,124 @@ qpip-driver-test events > /tmp/events.out; kv events.status $?
         rep.context()
     );
 }
+
+/// The process of this lab run (`run`, its folder, appears in its command line) whose
+/// command line has an argument ending in `program`.
+fn process_of_run(run: &std::path::Path, program: &str) -> Result<u32, String> {
+    let run = run.to_string_lossy().into_owned();
+    for entry in std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))? {
+        let Some(pid) = entry
+            .ok()
+            .and_then(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a.ends_with(program)) && args.iter().any(|a| a.contains(&run)) {
+            return Ok(pid);
+        }
+    }
+    Err(format!("no {program} of the run in {run}"))
+}
+
+/// How often QEMU's vCPU thread (`CPU 0/...`) of process `pid` went to sleep of its own
+/// accord (`voluntary_ctxt_switches`): a vCPU waiting for a device's reply sleeps.
+fn vcpu_sleeps(pid: u32) -> Result<u64, String> {
+    let tasks = format!("/proc/{pid}/task");
+    for entry in std::fs::read_dir(&tasks).map_err(|e| format!("{tasks}: {e}"))? {
+        let dir = entry.map_err(|e| e.to_string())?.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if !comm.starts_with("CPU 0/") {
+            continue;
+        }
+        let status = std::fs::read_to_string(dir.join("status")).map_err(|e| e.to_string())?;
+        return status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| format!("{} has no voluntary_ctxt_switches", dir.display()));
+    }
+    Err(format!("QEMU {pid} has no thread named CPU 0/..."))
+}
+
+const KICKS: u64 = 2000;
+
+/// Boots a guest whose qpip device has the QEMU properties `props`, lets it write the kick
+/// register KICKS times, and returns (the guest's report, how often its vCPU slept
+/// meanwhile).
+fn kick_sleeps(props: &[&str]) -> (VmOutcome, Result<u64, String>) {
+    use qpip_lab::{run_lab, GuestSpec, LabSpec, Network};
+    let mut vm = VmSpec::new(format!(
+        "{HELPERS}\nqpip-driver-test kicks {KICKS} --wait; kv kicks.status $?; lab-wait host-done 120"
+    ));
+    vm.device_props = props.iter().map(|p| p.to_string()).collect();
+    let spec = LabSpec {
+        guests: vec![GuestSpec::new("a", vm)],
+        network: Network::Off,
+    };
+    let out = run_lab(&spec, &mut |_, _, _| {}, |host| -> Result<u64, String> {
+        let run = host
+            .shared_dir()
+            .parent()
+            .ok_or("the shared folder has no parent")?;
+        let pid = process_of_run(run, "qemu-system-x86_64")?;
+        let before = vcpu_sleeps(pid)?;
+        host.signal("go").map_err(|e| format!("signal go: {e}"))?;
+        host.wait_for("kicked", std::time::Duration::from_secs(180))?;
+        Ok(vcpu_sleeps(pid)? - before)
+    });
+    match out {
+        Ok(o) => (o.guests.into_iter().next().expect("one guest"), o.host),
+        Err(e) if e.is_interrupted() => common::interrupted(&e),
+        Err(e) => panic!("lab run failed: {e}"),
+    }
+}
+
+/// A kick is a posted write: QEMU's vfio-user client sends BAR writes without waiting for
+/// the device's reply only while no region of the device is mmappable (the doorbells live
+/// in guest RAM for that reason). Seen from the host: a vCPU that waits for qpipd's reply
+/// sleeps once per kick; one that posts its kicks goes on, and its thread hardly sleeps
+/// while the guest kicks in a loop. The same guest with `x-no-posted-writes` (every BAR
+/// write waits) shows a sleep per kick, so the check can fail. Guest time per kick is
+/// reported for both.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn kicks_reach_the_device_as_posted_writes() {
+    let (posted, posted_sleeps) = kick_sleeps(&[]);
+    let rep = Report::new(&posted);
+    assert_eq!(posted.status, 0, "guest script failed\n{}", rep.context());
+    assert_eq!(
+        rep.get("kicks.count"),
+        KICKS.to_string(),
+        "{}",
+        rep.context()
+    );
+    let posted_sleeps = posted_sleeps.unwrap_or_else(|e| panic!("{e}\n{}", rep.context()));
+
+    let (forced, forced_sleeps) = kick_sleeps(&["x-no-posted-writes=true"]);
+    let frep = Report::new(&forced);
+    assert_eq!(forced.status, 0, "guest script failed\n{}", frep.context());
+    let forced_sleeps = forced_sleeps.unwrap_or_else(|e| panic!("{e}\n{}", frep.context()));
+    println!(
+        "{KICKS} kicks: posted {} ns each in the guest, the vCPU slept {posted_sleeps} \
+         times; synchronous {} ns each, {forced_sleeps} sleeps",
+        rep.get("kicks.ns_per_kick"),
+        frep.get("kicks.ns_per_kick")
+    );
+    assert!(
+        forced_sleeps >= KICKS * 9 / 10,
+        "with x-no-posted-writes the vCPU should wait for every kick: {forced_sleeps} sleeps"
+    );
+    assert!(
+        posted_sleeps < KICKS / 4,
+        "the vCPU slept {posted_sleeps} times for {KICKS} kicks: QEMU did not post them, \
+         so some region of the device must be mmappable\n{}",
+        rep.context()
+    );
+}

@@ -2421,7 +2421,42 @@ fn cmd_timeout() -> u32 {
     c.failed
 }
 
-const USAGE: &str = "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events | events-lost [N] | timeout";
+/// Writes the kick register `n` times (after `/lab/go` appears, if `wait` says so) and
+/// reports the guest time per write. Under TCG every write is a trapped MMIO access; whether
+/// the vCPU also waits for the device (a synchronous vfio-user message) is what the VM test
+/// looks at from the host, by counting the replies qpipd's control thread sends.
+fn cmd_kicks(n: u64, wait: bool) -> u32 {
+    let mut c = Checks::default();
+    let r = (|| -> Result<(), String> {
+        let ctx = Ctx::open()?;
+        if wait {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while !std::path::Path::new("/lab/go").exists() {
+                ensure(Instant::now() < deadline, || {
+                    "no /lab/go within 120 s".into()
+                })?;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        let t0 = Instant::now();
+        for _ in 0..n {
+            // SAFETY: the kick register at the start of the mapped kick page.
+            unsafe { ptr::write_volatile(ctx.kick.add(KICK as usize).cast::<u32>(), 1) };
+        }
+        let t = t0.elapsed();
+        println!("@kicks.count={n}");
+        println!("@kicks.ns_per_kick={}", t.as_nanos() / n.max(1) as u128);
+        flush();
+        if wait {
+            std::fs::write("/lab/kicked", b"").map_err(|e| format!("/lab/kicked: {e}"))?;
+        }
+        Ok(())
+    })();
+    c.check("kicks", r);
+    c.failed
+}
+
+const USAGE: &str = "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events | events-lost [N] | timeout | kicks N [--wait]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -2437,6 +2472,7 @@ fn main() {
         Some("events") => cmd_events(),
         Some("events-lost") => cmd_events_lost(num(1, 140)),
         Some("timeout") => cmd_timeout(),
+        Some("kicks") => cmd_kicks(num(1, 1000), args.iter().any(|a| a == "--wait")),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);
