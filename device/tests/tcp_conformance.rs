@@ -3,9 +3,9 @@
 //! and checking every answer, with sequence numbers relative to the ISNs (the script
 //! format is described in `tcp_script/mod.rs`). Each case names the RFC section it checks.
 
-mod support;
 #[path = "tcp_script/mod.rs"]
 mod script;
+mod support;
 
 use script::*;
 use support::*;
@@ -127,5 +127,444 @@ fn malformed_options_drop_the_segment() {
         < S. 0:0(0) ack 1 win 65535 <mss 1440>
         ",
     );
-    assert!(p.stat(STAT_NET_RX_DROPPED) >= dropped + 3, "the drops are counted");
+    assert!(
+        p.stat(STAT_NET_RX_DROPPED) >= dropped + 3,
+        "the drops are counted"
+    );
+}
+
+/// RFC 7323 §5.3 (PAWS): a segment whose TSval is older than TS.Recent is dropped and
+/// answered with an ACK echoing TS.Recent; its data is not taken.
+#[test]
+fn paws_drops_an_old_timestamp() {
+    let mut p = Peer::listening("paws");
+    p.run(
+        "
+        > S 0:0(0) win 65535 <mss 1440,sackOK,TS val 1000 ecr 0,nop,wscale 7>
+        < S. 0:0(0) ack 1 win 65535 <mss 1440,sackOK,TS val * ecr 1000,wscale 7>
+        > . 1:1(0) ack 1 win 1024 <nop,nop,TS val 2000 ecr $>
+        @accepted
+        @post 10000
+        < . 1:1(0) ack 1 win * <TS val * ecr 2000>
+        > P. 1:101(100) ack 1 win 1024 <nop,nop,TS val 2001 ecr $>
+        < . 1:1(0) ack 101 win * <TS val * ecr 2001>
+        @post 10000
+        > P. 101:201(100) ack 1 win 1024 <nop,nop,TS val 1500 ecr $>   # older: PAWS
+        < . 1:1(0) ack 101 win * <TS val * ecr 2001>
+        > P. 101:201(100) ack 1 win 1024 <nop,nop,TS val 2002 ecr $>
+        < . 1:1(0) ack 201 win * <TS val * ecr 2002>
+        ",
+    );
+    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
+    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
+    p.check_received(200);
+}
+
+// ---- RFC 5961 -------------------------------------------------------------------------------
+
+/// RFC 5961 §3.2: a RST inside the window but not at RCV.NXT gets a challenge ACK and
+/// the connection lives on.
+#[test]
+fn rst_in_window_not_exact_gets_a_challenge_ack() {
+    let mut p = Peer::established("rst-inwin");
+    let challenges = p.stat(STAT_TCP_CHALLENGE_ACKS);
+    p.run(
+        "
+        > R 1001:1001(0) win 0
+        < . 1:1(0) ack 1 win 512
+        @post 10000
+        < . 1:1(0) ack 1 win *
+        > P. 1:11(10) ack 1 win 1024
+        < . 1:1(0) ack 11 win *
+        ",
+    );
+    assert_eq!(p.stat(STAT_TCP_CHALLENGE_ACKS), challenges + 1);
+    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
+    p.check_received(10);
+}
+
+/// RFC 5961 §3.2 and RFC 9293 §3.10.7.4: a RST exactly at RCV.NXT resets the connection:
+/// the guest's receive is flushed, the QP reports the peer's reset, and a later segment
+/// of the old connection meets no connection (a RST answers it).
+#[test]
+fn rst_at_rcv_nxt_resets_the_connection() {
+    let mut p = Peer::established("rst-exact");
+    let req = p.g.submit_async_event();
+    p.run(
+        "
+        @post 10000
+        < . 1:1(0) ack 1 win *
+        > R 1:1(0) win 0
+        ",
+    );
+    let e = p.g.admin_wait_done(req);
+    let (_, qp, kind, reason, _) = async_event(&e);
+    assert_eq!(
+        (qp, kind, reason),
+        (p.end.qp.id, ASYNC_EVENT_QP_ERROR, ASYNC_REASON_PEER_RESET)
+    );
+    assert_eq!(p.recv_done(), CQE_STATUS_FLUSHED);
+    p.run(
+        "
+        > . 1:1(0) ack 1 win 1024
+        < R 1:1(0)
+        ",
+    );
+}
+
+/// RFC 5961 §3.2 and RFC 9293 §3.10.7.4: a RST outside the window is dropped without a
+/// word.
+#[test]
+fn rst_out_of_window_is_ignored() {
+    let mut p = Peer::established("rst-outwin");
+    p.run(
+        "
+        > R 200000:200000(0) win 0
+        < nothing
+        @post 10000
+        < . 1:1(0) ack 1 win *
+        > P. 1:11(10) ack 1 win 1024
+        < . 1:1(0) ack 11 win *
+        ",
+    );
+}
+
+/// RFC 5961 §4.2: a SYN on a synchronized connection, in window or not, gets a
+/// challenge ACK; the connection is not reset.
+#[test]
+fn syn_on_an_established_connection_gets_a_challenge_ack() {
+    let mut p = Peer::established("syn-estab");
+    p.run(
+        "
+        > S 0:0(0) win 65535 <mss 1440>      # a SYN again (the peer restarted?)
+        < . 1:1(0) ack 1 win 512
+        > S 500:500(0) win 65535 <mss 1440>  # in the window
+        < . 1:1(0) ack 1 win 512
+        @post 10000
+        < . 1:1(0) ack 1 win *
+        > P. 1:11(10) ack 1 win 1024
+        < . 1:1(0) ack 11 win *
+        ",
+    );
+}
+
+/// RFC 5961 §5.2 and RFC 9293 §3.10.7.4 (fifth step): an ACK of data never sent is
+/// answered with an ACK and dropped, its data with it; an ACK far below SND.UNA (beyond
+/// MAX.SND.WND back) likewise.
+#[test]
+fn ack_outside_the_acceptable_range_is_answered_and_dropped() {
+    let mut p = Peer::established("ack-range");
+    p.run(
+        "
+        @post 10000
+        < . 1:1(0) ack 1 win *
+        > P. 1:11(10) ack 5000 win 1024     # acknowledges 4999 bytes never sent
+        < . 1:1(0) ack 1 win *
+        > P. 1:11(10) ack 4000000000 win 1024
+        < . 1:1(0) ack 1 win *
+        > P. 1:11(10) ack 1 win 1024        # the same data, acceptable now
+        < . 1:1(0) ack 11 win *
+        ",
+    );
+    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
+    p.check_received(10);
+}
+
+// ---- the window ------------------------------------------------------------------------------
+
+/// RFC 9293 §3.10.7.4: a segment entirely beyond the right edge of the window is not
+/// taken and is answered with an ACK of RCV.NXT; one crossing the edge is trimmed to it.
+#[test]
+fn data_beyond_the_window_is_not_taken() {
+    let mut p = Peer::established("outwin");
+    // Nothing posted: the window is the staging allowance, 65536 bytes (512 << 7).
+    p.run(
+        "
+        > . 70001:71001(1000) ack 1 win 1024
+        < . 1:1(0) ack 1 win 512
+        > . 65000:66440(1440) ack 1 win 1024   # 537 bytes past the edge
+        < . 1:1(0) ack 1 win 512 <sack 65000:65537>
+        ",
+    );
+}
+
+/// RFC 9293 §3.8.6 and §3.8.6.1: with no receive posted the window offered is what
+/// staging takes; every byte advertised is accepted, the right edge never moves left (by
+/// more than the rounding to the scale unit, RFC 7323 §2.4), the window closes to zero
+/// when staging is full, a window probe is answered with the zero window, and posting a
+/// receive sends a window update (RFC 9293 §3.8.6.2.2); the bytes arrive intact.
+#[test]
+fn zero_window_when_staging_is_full_then_a_window_update() {
+    let mut p = Peer::established("zerownd");
+    let (mut nxt, mut right) = (1u32, 1 + 65536u32);
+    let mut last_win = None;
+    while nxt < right {
+        // Two segments at a time (a full pair is acknowledged at once).
+        let mut sent = 0;
+        while sent < 2 && nxt < right {
+            let n = (right - nxt).min(1440);
+            p.run(&format!("> . {nxt}:{}({n}) ack 1 win 1024", nxt + n));
+            nxt += n;
+            sent += 1;
+        }
+        loop {
+            let s = p.next_seg();
+            assert!(s.h.ack && s.payload.is_empty(), "an ACK: {s:?}");
+            let ack = s.h.acknowledgment_number.wrapping_sub(PEER_ISN);
+            let edge = ack + ((s.h.window_size as u32) << 7);
+            assert!(
+                edge + 128 > right,
+                "the window shrank: edge {edge} < {right}"
+            );
+            right = right.max(edge);
+            last_win = Some(s.h.window_size);
+            if ack == nxt {
+                break;
+            }
+            assert!(ack < nxt, "ack {ack} beyond {nxt}");
+        }
+    }
+    assert_eq!(last_win, Some(0), "staging full: the window is zero");
+    let staged = nxt - 1;
+    assert!(
+        staged > 65536 - 128 && staged <= 65536,
+        "{staged} bytes staged"
+    );
+    p.run(&format!(
+        "
+        > . {nxt}:{}(1) ack 1 win 1024    # a window probe
+        < . 1:1(0) ack {nxt} win 0
+        ",
+        nxt + 1
+    ));
+    // The guest posts 100 KB: staging moves into it, the window opens.
+    p.post_recv(100_000);
+    let s = p.next_seg();
+    assert_eq!(s.h.acknowledgment_number.wrapping_sub(PEER_ISN), nxt);
+    let w = (s.h.window_size as u32) << 7;
+    assert!(w >= 100_000 - staged, "window update of {w} bytes");
+    p.run(&format!(
+        "
+        > P. {nxt}:{}(1000) ack 1 win 1024
+        < . 1:1(0) ack {} win *
+        ",
+        nxt + 1000,
+        nxt + 1000
+    ));
+    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
+    p.check_received(staged as usize + 1000);
+}
+
+/// RFC 9293 §3.8.6.1: when the peer's window is zero the device probes it on its persist
+/// timer with one byte, again (backing off) while the window stays shut, and sends the
+/// rest once it opens.
+#[test]
+fn persist_timer_probes_a_zero_window() {
+    let mut p = Peer::listening("persist");
+    p.run(
+        "
+        > S 0:0(0) win 65535 <mss 1440,sackOK,nop,wscale 7>
+        < S. 0:0(0) ack 1 win 65535 <mss 1440,sackOK,wscale 7>
+        > . 1:1(0) ack 1 win 0
+        @accepted
+        @send 100
+        < . 1:2(1) ack 1 win 512     # the first probe
+        > . 1:1(0) ack 1 win 0        # still shut (the byte not taken)
+        < . 1:2(1) ack 1 win 512     # the next probe
+        > . 1:1(0) ack 2 win 1024     # the probe's byte taken, the window open
+        < P. 2:101(99) ack 1 win 512
+        > . 1:1(0) ack 101 win 1024
+        ",
+    );
+    assert_eq!(p.send_done(), CQE_STATUS_SUCCESS);
+}
+
+// ---- data ------------------------------------------------------------------------------------
+
+/// RFC 2018 §4 and RFC 9293 §3.10.7.4: out-of-order data is held and acknowledged at once
+/// with SACK blocks (the most recent first); filling the holes acknowledges everything,
+/// and the guest receives the bytes in order.
+#[test]
+fn out_of_order_data_is_sacked_then_delivered_in_order() {
+    let mut p = Peer::established("ooo");
+    p.run(
+        "
+        @post 10000
+        < . 1:1(0) ack 1 win *
+        > . 1001:2001(1000) ack 1 win 1024
+        < . 1:1(0) ack 1 win * <sack 1001:2001>
+        > . 3001:4001(1000) ack 1 win 1024
+        < . 1:1(0) ack 1 win * <sack 3001:4001 1001:2001>
+        > . 1:1001(1000) ack 1 win 1024
+        < . 1:1(0) ack 2001 win * <sack 3001:4001>
+        > P. 2001:3001(1000) ack 1 win 1024
+        < . 1:1(0) ack 4001 win * <>
+        ",
+    );
+    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
+    p.check_received(4000);
+}
+
+/// RFC 9293 §3.10.7.4 (and §3.4): a retransmission entirely below RCV.NXT is answered with
+/// an ACK; one overlapping old and new bytes has its old part trimmed and the new part
+/// taken; the guest sees each byte once.
+#[test]
+fn overlapping_retransmissions_are_trimmed() {
+    let mut p = Peer::established("overlap");
+    p.run(
+        "
+        @post 10000
+        < . 1:1(0) ack 1 win *
+        > . 1:1001(1000) ack 1 win 1024
+        > . 1001:2001(1000) ack 1 win 1024
+        < . 1:1(0) ack 2001 win *
+        > . 501:1501(1000) ack 1 win 1024      # all old
+        < . 1:1(0) ack 2001 win *
+        > P. 1501:2941(1440) ack 1 win 1024    # 500 old, 940 new
+        < . 1:1(0) ack 2941 win *
+        ",
+    );
+    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
+    p.check_received(2940);
+}
+
+/// RFC 9293 §3.10.7.4 (eighth step): a FIN carrying data: the data is taken, the FIN
+/// acknowledged at once (CLOSE-WAIT), the guest reads the data then the end of the
+/// stream; its close sends our FIN (LAST-ACK), and the peer's ACK of it ends the
+/// connection.
+#[test]
+fn fin_with_data_then_passive_close() {
+    let mut p = Peer::established("findata");
+    p.run(
+        "
+        @post 10000
+        < . 1:1(0) ack 1 win *
+        > FP. 1:101(100) ack 1 win 1024
+        < . 1:1(0) ack 102 win *
+        ",
+    );
+    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
+    p.check_received(100);
+    p.post_recv(1000);
+    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
+    assert!(p.eof, "the end of the stream: a receive of 0 bytes");
+    p.run(
+        "
+        @close
+        < F. 1:1(0) ack 102 win *
+        > . 102:102(0) ack 2 win 1024
+        ",
+    );
+    assert_eq!(p.cmd_done(), ADMIN_STATUS_OK);
+    // The connection is gone: a segment for it meets a reset.
+    p.run(
+        "
+        > . 102:102(0) ack 2 win 1024
+        < R 2:2(0)
+        ",
+    );
+}
+
+// ---- resets ----------------------------------------------------------------------------------
+
+/// RFC 9293 §3.10.7.1: a segment for a port nobody listens on is answered with a reset —
+/// a SYN with RST|ACK acknowledging it, an ACK with a RST at its ack number — and a
+/// reset with nothing.
+#[test]
+fn closed_port_answers_with_resets() {
+    let mut p = Peer::listening("closedport");
+    p.dev_port = 9;
+    // Sequence numbers of resets are absolute here.
+    p.iss = Some(0);
+    p.run(
+        "
+        > S 0:0(0) win 65535 <mss 1440>
+        < R. 0:0(0) ack 1 win 0
+        > P. 1:101(100) ack 77 win 1024
+        < R 77:77(0)
+        > R 1:1(0) win 0
+        < nothing
+        ",
+    );
+}
+
+/// RFC 9293 §3.10.7.3: in SYN-SENT a RST is taken only with an acceptable ACK (the
+/// connection is refused: CONNECT fails); without ACK it is dropped.
+#[test]
+fn rst_in_syn_sent() {
+    let mut p = Peer::connecting("rst-synsent");
+    p.run(
+        "
+        < S 0:0(0) win 65535 <mss 1440,sackOK,TS val * ecr 0,wscale 7>
+        > R 0:0(0) win 0          # no ACK: dropped
+        < nothing
+        > R. 0:0(0) ack 1 win 0
+        ",
+    );
+    assert_eq!(p.cmd_done(), ADMIN_STATUS_REFUSED);
+}
+
+/// RFC 9293 §3.10.7.4 (first step, SYN-RECEIVED): a reset of a passive open in
+/// SYN-RECEIVED drops it and the listener goes on: the guest's ACCEPT waits and is
+/// given the next connection.
+#[test]
+fn rst_in_syn_received_returns_to_listen() {
+    let mut p = Peer::listening("rst-synrcvd");
+    p.run(
+        "
+        > S 0:0(0) win 65535 <mss 1440>
+        < S. 0:0(0) ack 1 win 65535 <mss 1440>
+        > R 1:1(0) win 0
+        ",
+    );
+    p.iss = None;
+    p.port = PEER_PORT + 1;
+    p.run(
+        "
+        > S 0:0(0) win 65535 <mss 1440>
+        < S. 0:0(0) ack 1 win 65535 <mss 1440>
+        > . 1:1(0) ack 1 win 65535
+        @accepted
+        ",
+    );
+}
+
+// ---- closing ---------------------------------------------------------------------------------
+
+/// RFC 9293 §3.6 and §3.10.7.4: an active close goes FIN-WAIT-1, FIN-WAIT-2, TIME-WAIT;
+/// a retransmitted FIN in TIME-WAIT is acknowledged again; after 2 MSL the connection is
+/// gone and its segments meet a reset.
+#[test]
+fn active_close_through_time_wait() {
+    let mut p = Peer::established("timewait");
+    p.run(
+        "
+        @close
+        < F. 1:1(0) ack 1 win 512
+        > . 1:1(0) ack 2 win 1024
+        > F. 1:1(0) ack 2 win 1024
+        < . 2:2(0) ack 2 win *
+        > F. 1:1(0) ack 2 win 1024     # our ACK was lost: the FIN again
+        < . 2:2(0) ack 2 win *
+        ",
+    );
+    assert_eq!(p.cmd_done(), ADMIN_STATUS_OK);
+    // TIME-WAIT answers an old segment with an ACK until 2 MSL have passed; then the
+    // connection is gone and a reset answers (from the listener's port: RFC 9293
+    // §3.10.7.2, <SEQ=SEG.ACK><CTL=RST>).
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        p.run("> . 1:2(1) ack 2 win 1024");
+        let s = p.next_seg();
+        if s.h.rst {
+            assert_eq!(s.h.sequence_number, p.iss.unwrap().wrapping_add(2));
+            break;
+        }
+        assert!(s.h.ack && s.payload.is_empty(), "TIME-WAIT's answer: {s:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "TIME-WAIT never ended"
+        );
+        std::thread::sleep(MSL / 4);
+    }
 }

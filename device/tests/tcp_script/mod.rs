@@ -299,10 +299,7 @@ fn parse_line(s: &str) -> Line {
     };
     let w: Vec<&str> = head.split_whitespace().collect();
     let flags = w[0].to_string();
-    assert!(
-        flags.chars().all(|c| "SFRP.".contains(c)),
-        "flags: {flags}"
-    );
+    assert!(flags.chars().all(|c| "SFRP.".contains(c)), "flags: {flags}");
     let (seq, len) = match w[1].split_once(':') {
         None => (num(w[1]), 0),
         Some((a, rest)) => {
@@ -377,6 +374,8 @@ pub struct Peer {
     /// The last TCP segment the device sent with payload (what a packet too big quotes).
     last_data_frame: Option<Vec<u8>>,
     last_ts: u32,
+    /// The script line being run (for messages).
+    line: String,
     /// TCP segments received from the device in all.
     tcp_seen: u64,
     /// The highest sequence (relative, plus length) the test has sent, and its last ack.
@@ -401,10 +400,8 @@ impl Peer {
     fn new(name: &str) -> Peer {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "qpip-script-{name}-{}-{n}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("qpip-script-{name}-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("cable");
         let link = Cable::open(&path).expect("the test's end of the cable");
@@ -454,6 +451,7 @@ impl Peer {
             last_data_frame: None,
             last_ts: 0,
             tcp_seen: 0,
+            line: String::new(),
             peer_end: 0,
             last_ack: 0,
             posted: VecDeque::new(),
@@ -469,10 +467,7 @@ impl Peer {
     /// receive posted.
     pub fn listening(name: &str) -> Peer {
         let mut p = Peer::new(name);
-        let l = p
-            .g
-            .listen(p.ctx, UNSPECIFIED, DEV_PORT, 8)
-            .expect("listen");
+        let l = p.g.listen(p.ctx, UNSPECIFIED, DEV_PORT, 8).expect("listen");
         p.listener = Some(l);
         p.pending_cmd = Some(p.g.submit_accept(p.ctx, l, p.end.qp.id));
         p
@@ -483,6 +478,26 @@ impl Peer {
         let mut p = Peer::new(name);
         p.pending_cmd = Some(p.connect());
         p
+    }
+
+    /// A second connection from the guest, on a new QP, to the test's port `port`: the
+    /// script's state starts afresh (the device's ISN is learned from the new SYN).
+    pub fn new_connection(&mut self, port: u16) {
+        self.end = self
+            .g
+            .tcp_endpoint_in(self.ctx, FRAMING_STREAM, DEPTH, BUF_LEN);
+        let data: Vec<u8> = (0..SEND_AREA).map(dev_byte).collect();
+        self.g.buf_write(&self.end.buf, 0, &data);
+        self.port = port;
+        self.iss = None;
+        self.peer_end = 0;
+        self.last_ack = 0;
+        self.posted.clear();
+        self.next_rx = SEND_AREA;
+        self.received.clear();
+        self.eof = false;
+        self.sent = 0;
+        self.pending_cmd = Some(self.connect());
     }
 
     /// The guest submits CONNECT to the test (returns the command id).
@@ -589,7 +604,10 @@ impl Peer {
         }
         let ip = &f[14..];
         let plen = u16::from_be_bytes([ip[4], ip[5]]) as usize;
-        assert!(ip.len() >= 40 + plen, "IPv6 payload length beyond the frame");
+        assert!(
+            ip.len() >= 40 + plen,
+            "IPv6 payload length beyond the frame"
+        );
         let (next, upper) = (ip[6], &ip[40..40 + plen]);
         let src = Ipv6Addr::from(<[u8; 16]>::try_from(&ip[8..24]).unwrap());
         let dst = Ipv6Addr::from(<[u8; 16]>::try_from(&ip[24..40]).unwrap());
@@ -631,7 +649,8 @@ impl Peer {
             }
             assert!(
                 Instant::now() < deadline,
-                "the device sent nothing within {WAIT:?}"
+                "the device sent nothing within {WAIT:?} (after `{}`)",
+                self.line
             );
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -663,6 +682,7 @@ impl Peer {
             if line.is_empty() {
                 continue;
             }
+            self.line = line.to_string();
             if let Some(cmd) = line.strip_prefix('@') {
                 self.command(cmd);
             } else if let Some(rest) = line.strip_prefix('>') {
@@ -716,6 +736,17 @@ impl Peer {
     }
 
     fn inject_line(&mut self, l: &Line) {
+        let b = self.build_line(l);
+        self.inject_ip(TCP, &b);
+    }
+
+    /// The bytes of the TCP segment a `>` line describes (header, checksum, payload),
+    /// for the caller to wrap (fragments, extension headers). It counts as sent.
+    pub fn tcp(&mut self, line: &str) -> Vec<u8> {
+        self.build_line(&parse_line(line.trim().trim_start_matches('>').trim()))
+    }
+
+    fn build_line(&mut self, l: &Line) -> Vec<u8> {
         let Num::N(seq) = l.seq else {
             panic!("an injected segment needs its seq")
         };
@@ -724,7 +755,12 @@ impl Peer {
             None => 65535,
             _ => panic!("win of an injected segment"),
         };
-        let mut h = TcpHeader::new(self.port, self.dev_port, PEER_ISN.wrapping_add(seq as u32), win);
+        let mut h = TcpHeader::new(
+            self.port,
+            self.dev_port,
+            PEER_ISN.wrapping_add(seq as u32),
+            win,
+        );
         for c in l.flags.chars() {
             match c {
                 'S' => h.syn = true,
@@ -736,7 +772,9 @@ impl Peer {
             }
         }
         if let Some(a) = l.ack {
-            let Num::N(a) = a else { panic!("ack of an injected segment") };
+            let Num::N(a) = a else {
+                panic!("ack of an injected segment")
+            };
             h.acknowledgment_number = self.abs_ack(a);
             self.last_ack = a as u32;
         }
@@ -773,7 +811,7 @@ impl Peer {
         self.peer_end = self
             .peer_end
             .max(seq + l.len as u64 + h.syn as u64 + h.fin as u64);
-        self.inject_tcp(&h, &payload);
+        self.tcp_bytes(&h, &payload)
     }
 
     fn show(&self, s: &Seg) -> String {
@@ -803,6 +841,8 @@ impl Peer {
                 return Err("a SYN's seq must be given".into());
             };
             self.iss = Some(s.h.sequence_number.wrapping_sub(rel as u32));
+            // An active open's port is the device's choice.
+            self.dev_port = s.h.source_port;
         }
         let iss = self.iss.ok_or("the device's ISN is not known yet")?;
         let cmp = |what: &str, want: Num, got: u64| -> Result<(), String> {
@@ -888,7 +928,11 @@ impl Peer {
         } else {
             s.h.ack && !s.h.syn && !s.h.fin && s.payload.is_empty()
         };
-        assert!(answer, "the device sent {} before answering the barrier", self.show(&s));
+        assert!(
+            answer,
+            "the device sent {} before answering the barrier",
+            self.show(&s)
+        );
         let n = self.stat(STAT_TCP_SEGS_OUT);
         let deadline = Instant::now() + WAIT;
         while self.tcp_seen < n {
@@ -941,7 +985,10 @@ impl Peer {
         assert!(self.next_rx + n <= BUF_LEN, "receive area used up");
         let id = self.next_wr;
         self.next_wr += 1;
-        let w = recv_wqe(id, &[self.end.buf.sge(self.next_rx, n as u32, self.end.mr.lkey)]);
+        let w = recv_wqe(
+            id,
+            &[self.end.buf.sge(self.next_rx, n as u32, self.end.mr.lkey)],
+        );
         self.posted.push_back(Posted {
             wr_id: id,
             at: self.next_rx,
@@ -956,7 +1003,11 @@ impl Peer {
         assert!(self.sent + n <= SEND_AREA, "send area used up");
         let id = self.next_wr;
         self.next_wr += 1;
-        let w = tcp_send_wqe(id, 0, &[self.end.buf.sge(self.sent, n as u32, self.end.mr.lkey)]);
+        let w = tcp_send_wqe(
+            id,
+            0,
+            &[self.end.buf.sge(self.sent, n as u32, self.end.mr.lkey)],
+        );
         self.sent += n;
         let (g, qp) = (&mut self.g, &mut self.end.qp);
         g.post_send(qp, &[w]);
