@@ -288,18 +288,15 @@ fn data_beyond_the_window_is_not_taken() {
     );
 }
 
-/// RFC 9293 §3.8.6 and §3.8.6.1: with no receive posted the window offered is what
-/// staging takes; every byte advertised is accepted, the right edge never moves left (by
-/// more than the rounding to the scale unit, RFC 7323 §2.4), the window closes to zero
-/// when staging is full, a window probe is answered with the zero window, and posting a
-/// receive sends a window update (RFC 9293 §3.8.6.2.2); the bytes arrive intact.
-#[test]
-fn zero_window_when_staging_is_full_then_a_window_update() {
-    let mut p = Peer::established("zerownd");
-    let (mut nxt, mut right) = (1u32, 1 + 65536u32);
+/// The test sends full segments from relative sequence `nxt` as far as the device's
+/// window lets it (its right edge starting at `right`, then as each ACK moves it), two at
+/// a time (a full pair is acknowledged at once), until the window is used up. Every byte
+/// sent must be acknowledged, and the right edge must never move left by more than the
+/// rounding to the scale unit (RFC 7323 §2.4). Returns where the data ends and the last
+/// window field.
+fn fill_window(p: &mut Peer, mut nxt: u32, mut right: u32) -> (u32, Option<u16>) {
     let mut last_win = None;
     while nxt < right {
-        // Two segments at a time (a full pair is acknowledged at once).
         let mut sent = 0;
         while sent < 2 && nxt < right {
             let n = (right - nxt).min(1440);
@@ -324,6 +321,18 @@ fn zero_window_when_staging_is_full_then_a_window_update() {
             assert!(ack < nxt, "ack {ack} beyond {nxt}");
         }
     }
+    (nxt, last_win)
+}
+
+/// RFC 9293 §3.8.6 and §3.8.6.1: with no receive posted the window offered is what
+/// staging takes; every byte advertised is accepted, the right edge never moves left (by
+/// more than the rounding to the scale unit, RFC 7323 §2.4), the window closes to zero
+/// when staging is full, a window probe is answered with the zero window, and posting a
+/// receive sends a window update (RFC 9293 §3.8.6.2.2); the bytes arrive intact.
+#[test]
+fn zero_window_when_staging_is_full_then_a_window_update() {
+    let mut p = Peer::established("zerownd");
+    let (nxt, last_win) = fill_window(&mut p, 1, 1 + 65536);
     assert_eq!(last_win, Some(0), "staging full: the window is zero");
     let staged = nxt - 1;
     assert!(
@@ -353,6 +362,34 @@ fn zero_window_when_staging_is_full_then_a_window_update() {
     ));
     assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
     p.check_received(staged as usize + 1000);
+}
+
+/// RFC 9293 §3.8.6: a stream receive completed early (PSH) gives up the rest of its
+/// buffer, which the window had already offered: the offer is still kept — every byte up
+/// to the advertised right edge is taken (staging holds them) and the window closes to
+/// zero, with no data dropped.
+#[test]
+fn window_offered_by_a_receive_completed_early_is_kept() {
+    let mut p = Peer::established("promise");
+    p.run(
+        "
+        @post 20000
+        < . 1:1(0) ack 1 win 668        # (20000 + 65536) >> 7
+        > P. 1:101(100) ack 1 win 1024   # completes the receive with 100 bytes
+        < . 1:1(0) ack 101 win *
+        ",
+    );
+    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
+    let (nxt, last_win) = fill_window(&mut p, 101, 1 + 668 * 128);
+    assert_eq!(last_win, Some(0));
+    assert!(
+        nxt >= 1 + 668 * 128 - 128,
+        "data up to the edge offered: {nxt}"
+    );
+    // A receive of exactly what is staged completes full.
+    p.post_recv(nxt as u64 - 101);
+    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
+    p.check_received(nxt as usize - 1);
 }
 
 /// RFC 9293 §3.8.6.1: when the peer's window is zero the device probes it on its persist

@@ -557,50 +557,62 @@ fn out_of_order_is_sacked_and_hole_fill_acked_at_once() {
 }
 
 #[test]
-fn window_edge_never_moves_left_and_staging_holds_the_excess() {
+fn window_edge_never_moves_left_and_staging_keeps_the_promise() {
     let mut t = T::established(&cfg());
-    t.app.room = 0; // the application posts nothing more
-                    // 30000 promised; 20000 in the sink after the first two segments... here the sink
-                    // has no room: the staging allowance (10000) takes what fits of the promise, and
-                    // segments beyond the staging capacity are not taken (nor acknowledged).
+    // 30000 promised (20000 posted, 10000 of staging); then the posted space is given up
+    // (as a stream receive completed early gives up the rest of its buffer). Staging
+    // grows to take what was promised (RFC 9293 §3.8.6: what is advertised is taken),
+    // and nothing beyond.
+    t.app.room = 0;
     let mut seq = IRS + 1;
     for _ in 0..10 {
         t.send(hdr(ACK, seq, ISS + 1, 30_000), &[5; 1000]);
         seq += 1000;
     }
-    let acks = t.recv();
-    let last = acks.last().unwrap().0;
+    let last = t.recv().last().unwrap().0;
     assert_eq!(last.ack, IRS + 1 + 10_000);
     // The edge stays at IRS + 1 + 30000: the window field is what is left of it.
     assert_eq!(last.window, 20_000);
     assert!(t.app.data.is_empty());
-    // More data than the staging can hold is dropped and not acknowledged.
+    for _ in 0..20 {
+        t.send(hdr(ACK, seq, ISS + 1, 30_000), &[5; 1000]);
+        seq += 1000;
+    }
+    let last = t.recv().last().unwrap().0;
+    assert_eq!((last.ack, last.window), (IRS + 1 + 30_000, 0), "all taken");
+    assert_eq!(t.c.stats().dropped_bytes, 0);
+    // Beyond the promise (the window is zero): not acceptable, not acknowledged.
     t.send(hdr(ACK, seq, ISS + 1, 30_000), &[6; 1000]);
     let a = t.recv1().0;
-    assert_eq!(a.ack, IRS + 1 + 10_000);
-    assert_eq!(a.window, 20_000, "never shrinks");
-    assert_eq!(t.c.stats().dropped_bytes, 1000);
-    // Posting buffers moves the staged bytes and opens the window.
-    // Room for what is staged and a little more: the right edge would not move, so no
-    // window update.
+    assert_eq!((a.ack, a.window), (IRS + 1 + 30_000, 0));
+    assert_eq!(t.c.received(), 30_000);
+    // Posting buffers moves the staged bytes; while more than the allowance is staged
+    // the window stays shut.
     t.app.room = 15_000;
     t.c.recv_space_changed(t.now, &mut t.app);
     t.recv_none();
-    // More room: the edge moves right by more than an MSS, the update goes out.
+    // More room: everything staged moves, the window opens by more than an MSS, the
+    // update goes out.
     t.app.room += 25_000;
     t.c.recv_space_changed(t.now, &mut t.app);
-    assert_eq!(t.app.data.len(), 10_000);
+    assert_eq!(t.app.data.len(), 30_000);
     assert_eq!(
         t.take_events(),
-        vec![Event::DataArrived {
-            upto: 10_000,
-            push: None
-        }]
+        vec![
+            Event::DataArrived {
+                upto: 15_000,
+                push: None
+            },
+            Event::DataArrived {
+                upto: 30_000,
+                push: None
+            }
+        ]
     );
     let a = t.recv1().0;
     assert_eq!(
         a,
-        out(ACK, ISS + 1, IRS + 10_001, (30_000 + STAGING) as u16)
+        out(ACK, ISS + 1, IRS + 30_001, (10_000 + STAGING) as u16)
     );
 }
 
@@ -611,22 +623,25 @@ fn zero_window_offered_then_reopened() {
         ..cfg()
     };
     let mut t = T::established(&c);
-    // The window offered after the handshake: 20000 + 2000.
+    // The window offered after the handshake: 20000 + 2000, then the posted space is
+    // given up: staging takes what was promised, up to four times its allowance.
     t.app.room = 0;
-    // The sink closed, staging (2000) takes two segments; the third is dropped.
-    t.send(hdr(ACK, IRS + 1, ISS + 1, 30_000), &[5; 1000]);
-    t.send(hdr(ACK, IRS + 1001, ISS + 1, 30_000), &[5; 1000]);
+    let mut seq = IRS + 1;
+    for _ in 0..8 {
+        t.send(hdr(ACK, seq, ISS + 1, 30_000), &[5; 1000]);
+        seq += 1000;
+    }
     let a = t.recv();
-    assert_eq!(a.last().unwrap().0.ack, IRS + 2001);
-    // The advertised window is what remains of the promise (20000), never less.
-    assert_eq!(a.last().unwrap().0.window, 20_000);
-    t.send(hdr(ACK, IRS + 2001, ISS + 1, 30_000), &[5; 1000]);
-    assert_eq!(t.recv1().0, out(ACK, ISS + 1, IRS + 2001, 20_000));
+    assert_eq!(a.last().unwrap().0, out(ACK, ISS + 1, IRS + 8001, 14_000));
+    // Beyond four times the allowance what was promised cannot be kept: dropped.
+    t.send(hdr(ACK, seq, ISS + 1, 30_000), &[5; 1000]);
+    assert_eq!(t.recv1().0, out(ACK, ISS + 1, IRS + 8001, 14_000));
+    assert_eq!(t.c.stats().dropped_bytes, 1000);
     t.app.room = 50_000;
     t.c.recv_space_changed(t.now, &mut t.app);
     let a = t.recv1().0;
-    // Staging drained: 50000 - 2000 in the sink + 2000 staging.
-    assert_eq!(a, out(ACK, ISS + 1, IRS + 2001, 50_000));
+    // Staging drained: 50000 - 8000 in the sink + 2000 staging.
+    assert_eq!(a, out(ACK, ISS + 1, IRS + 8001, 44_000));
 }
 
 // ---- sending --------------------------------------------------------------------------------

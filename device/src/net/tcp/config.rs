@@ -57,7 +57,9 @@ pub struct Config {
     pub keepalive: Option<Keepalive>,
     /// The staging allowance: how much more than the posted receive space the window
     /// offers, held in the connection until receive buffers are posted. Also the window
-    /// offered before any buffer is posted.
+    /// offered before any buffer is posted. When posted space is given up after the
+    /// window offered it (a stream receive completed early), staging grows to take what
+    /// was offered, up to `connection::STAGING_OVERCOMMIT` times this.
     pub staging: usize,
     /// Bytes of out-of-order data the connection buffers itself (data that the receive
     /// sink cannot place directly).

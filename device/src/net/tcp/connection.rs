@@ -28,6 +28,9 @@ use super::wire::{self, flags, Header, Options, SackBlocks, Segment};
 
 /// MSS assumed when the peer sends none: IPv6's minimum MTU less 60 (RFC 9293 §3.7.1).
 pub const DEFAULT_IPV6_MSS: u16 = 1220;
+/// How far staging may grow beyond its allowance, as a multiple of it, to take what the
+/// window already promised when the sink's space shrank ([`Connection::keep_promise`]).
+pub const STAGING_OVERCOMMIT: usize = 4;
 /// Duplicate ACKs that signal a loss (RFC 5681).
 const DUP_THRESH: u32 = 3;
 /// PAWS: a TS.Recent idle this long is no longer trusted (RFC 7323 §5.5).
@@ -688,6 +691,7 @@ impl Connection {
         self.sink_space = sink.space();
         self.deliver_staged(sink, now);
         self.sink_space = sink.space();
+        self.keep_promise();
         if self.synchronized() && !self.fin_rcvd && self.window_grows() {
             self.ack_now = true;
         }
@@ -776,6 +780,25 @@ impl Connection {
         (sink + self.rcv.staging_room()) as u64
     }
 
+    /// What the window advertised stays accepted when the sink's space shrinks by more
+    /// than the bytes it took — a stream receive completed early (PSH) gives up the rest
+    /// of its buffer: staging grows to take every byte up to the advertised right edge
+    /// (up to [`STAGING_OVERCOMMIT`] times its allowance), and back to the allowance as
+    /// the promise is used up or the sink grows again.
+    fn keep_promise(&mut self) {
+        if self.adv_edge == 0 {
+            return;
+        }
+        let promised = self.adv_edge.saturating_sub(self.rcv_nxt()) as usize;
+        let staged = self.rcv.staged();
+        let sink = if staged == 0 { self.sink_space } else { 0 };
+        let need = staged + promised.saturating_sub(sink);
+        let cap = need
+            .max(self.cfg.staging)
+            .min(self.cfg.staging.saturating_mul(STAGING_OVERCOMMIT));
+        self.rcv.set_staging_cap(cap);
+    }
+
     /// Receiver silly window avoidance (RFC 9293 §3.8.6.2.2): the right edge moves only
     /// by at least min(MSS, half the buffer).
     fn sws_threshold(&self) -> u64 {
@@ -803,10 +826,8 @@ impl Connection {
     /// left (RFC 9293 SHLD-14) but for the rounding of a scaled window: the field is the
     /// edge rounded up to the scale unit when the receiver can take those bytes, else
     /// rounded down — the edge then appears to retreat by less than one unit (RFC 7323
-    /// appendix F), and segments up to the old edge are still taken. (Posted receive
-    /// space is never taken back, so the space beyond RCV.NXT only grows as data fills
-    /// it; were a sink to report less than it had offered, the edge would stay where it
-    /// was and what does not fit would be dropped.)
+    /// appendix F), and segments up to the old edge are still taken — also when the
+    /// sink's space shrank meanwhile ([`Connection::keep_promise`]).
     fn take_window(&mut self) -> u16 {
         let rcv_nxt = self.rcv_nxt();
         let room = self.avail_window();
@@ -990,6 +1011,7 @@ impl Connection {
         let _stage = crate::stages::span(crate::stages::Stage::Protocol);
         self.stats.segments_in += 1;
         self.sink_space = sink.space();
+        self.keep_promise();
         match self.state {
             State::Closed => {}
             State::SynSent => self.on_syn_sent(seg, now),
@@ -997,6 +1019,7 @@ impl Connection {
         }
         // Deliveries used some of the sink's space.
         self.sink_space = sink.space();
+        self.keep_promise();
         if self.synchronized() {
             self.arm_keepalive(now);
         }

@@ -80,6 +80,11 @@ impl Receiver {
         self.staging.len()
     }
 
+    /// Sets how many bytes staging holds at most (never dropping what it holds).
+    pub fn set_staging_cap(&mut self, cap: usize) {
+        self.staging_cap = cap;
+    }
+
     /// Bytes staging can still take.
     pub fn staging_room(&self) -> usize {
         self.staging_cap.saturating_sub(self.staging.len())
