@@ -133,6 +133,25 @@ fn malformed_options_drop_the_segment() {
     );
 }
 
+/// RFC 9293 §3.5 and §3.10.7.3: the device's active open offers every option; a SYN-ACK
+/// acknowledging what was never sent is answered with <SEQ=SEG.ACK><CTL=RST> and does not
+/// complete the open; the right SYN-ACK does (CONNECT completes), and the device's ACK
+/// echoes the peer's timestamp (RFC 7323 §4.3) with its window scaled from then on.
+#[test]
+fn active_open_with_a_bad_then_a_good_syn_ack() {
+    let mut p = Peer::connecting("activeopen");
+    p.run(
+        "
+        < S 0:0(0) win 65535 <mss 1440,sackOK,TS val * ecr 0,nop,wscale 7>
+        > S. 0:0(0) ack 5 win 65535 <mss 1440>
+        < R 5:5(0)
+        > S. 0:0(0) ack 1 win 65535 <mss 1440,sackOK,TS val 500 ecr $,nop,wscale 7>
+        < . 1:1(0) ack 1 win 512 <TS val * ecr 500>
+        @connected
+        ",
+    );
+}
+
 /// RFC 7323 §5.3 (PAWS): a segment whose TSval is older than TS.Recent is dropped and
 /// answered with an ACK echoing TS.Recent; its data is not taken.
 #[test]
