@@ -169,7 +169,7 @@ fn parse_opts(mut b: &[u8]) -> Vec<Opt> {
             (3, 3) => Opt::Wscale(d[0]),
             (4, 2) => Opt::SackOk,
             (8, 10) => Opt::Ts(be32(&d[0..4]), be32(&d[4..8])),
-            (5, _) if (len - 2).is_multiple_of(8) => Opt::Sack(
+            (5, _) if (len - 2) & 7 == 0 => Opt::Sack(
                 d.chunks(8)
                     .map(|c| (be32(&c[0..4]), be32(&c[4..8])))
                     .collect(),
