@@ -67,7 +67,7 @@ pub const PEER_ISN: u32 = 0xa000_0000;
 /// shared; a correct device answers in microseconds, or when its timer runs).
 pub const WAIT: Duration = Duration::from_secs(10);
 /// Maximum segment lifetime of the device in these tests: TIME-WAIT is 2 × this.
-pub const MSL: Duration = Duration::from_millis(100);
+pub const MSL: Duration = Duration::from_millis(500);
 
 const TCP: u8 = 6;
 const ICMPV6: u8 = 58;
