@@ -10,10 +10,11 @@
 use std::path::{Path, PathBuf};
 
 use qpip_abi::admin::*;
+use qpip_abi::pci::DOORBELL_PAGES;
 use qpip_abi::regs::*;
 use qpip_abi::wqe::*;
 use qpip_fuzz::frames::{self as fr, AppCall, IcmpOp, Num, Op, TcpOp};
-use qpip_fuzz::{cmd, cmd0, Seed, ADMIN_OPCODES};
+use qpip_fuzz::{cmd, create_ctx_cmd, Seed, ADMIN_OPCODES};
 use zerocopy::{FromZeros, IntoBytes};
 
 fn main() {
@@ -88,11 +89,11 @@ fn control_bar(dir: &Path) {
     save(dir, "probe", &s);
 
     let mut s = Seed::default();
-    // Guest RAM mapped, an admin queue set up in it with one CREATE_CTX command, the
-    // doorbell rung, a kick, then a function reset.
+    // Guest RAM mapped, an admin queue set up in it with one CREATE_CTX command (doorbell
+    // page: the third page of RAM), the admin doorbell rung, a kick, then a function reset.
     ctrl_write(&mut s, REG_CONTROL, CONTROL_ENABLE);
     s.u8(8); // map RAM at 0x1_0000_0000
-    let c = cmd0(ADMIN_OP_CREATE_CTX, 0, 0);
+    let c = create_ctx_cmd(0x1_0000_2000);
     s.u8(9).u16(0).u8(64).bytes(c.as_bytes()); // RAM write at offset 0
     ctrl_write(&mut s, REG_ADMIN_SQ_BASE_LO, 0);
     ctrl_write(&mut s, REG_ADMIN_SQ_BASE_HI, 1);
@@ -112,11 +113,21 @@ fn control_bar(dir: &Path) {
     s.u8(0).u8(1).u8(2).u16(8).u8(16);
     ctrl_write(&mut s, REG_IRQ_TEST, 3);
     s.u8(0).u8(1).u8(3).u8(2).u8(8); // 8 bytes crossing the end of the BAR
-    s.u8(0).u8(2).u8(0).u8(0x40).u8(4); // doorbell BAR read
+    s.u8(0).u8(2).u8(0).u8(0x40).u8(4); // BAR2 read (a region the function lacks)
+    s.u8(2).u8(2).u8(0).u8(0x40).u32(1); // BAR2 write
     s.u8(4).u64(0xfe00_0000).u64(0x4000).u64(0).u32(3); // fd-less DMA map
     s.u8(5).u64(0xfe00_0000).u64(0x4000).u32(0);
     s.u8(6).u32(0).u32(0); // interrupt teardown
     save(dir, "msix-and-odd-accesses", &s);
+
+    let mut s = Seed::default();
+    // BAR sizing through config space (region choice 0, offset kind 0): all ones into each
+    // BAR, read back (BAR0 answers its size, the others stay 0).
+    for bar in 0..6u8 {
+        s.u8(2).u8(0).u8(0).u8(0x10 + 4 * bar).u32(0xffff_ffff);
+        s.u8(0).u8(0).u8(0).u8(0x10 + 4 * bar).u8(4);
+    }
+    save(dir, "bar-sizing", &s);
 }
 
 // ---- admin_command: a raw 64-byte command ---------------------------------------------------
@@ -165,7 +176,7 @@ fn admin_command(dir: &Path) {
         ("query-device", cmd(ADMIN_OP_QUERY_DEVICE, 0, 0, &q)),
         ("set-mac", cmd(ADMIN_OP_SET_MAC, 0, 0, &mac)),
         ("add-addr", cmd(ADMIN_OP_ADD_ADDR, 0, 0, &addr)),
-        ("create-ctx", cmd0(ADMIN_OP_CREATE_CTX, 0, 0)),
+        ("create-ctx", create_ctx_cmd(0x6000)),
         ("create-cq", cmd(ADMIN_OP_CREATE_CQ, 1, 0, &cq)),
         ("create-qp", cmd(ADMIN_OP_CREATE_QP, 1, 0, &qp)),
         ("reg-mr", cmd(ADMIN_OP_REG_MR, 1, 0, &mr)),
@@ -251,6 +262,18 @@ fn no_noise(s: &mut Seed) {
     s.u8(2);
 }
 
+/// CREATE_CTX with doorbell page choice `choice` and its fields, no noise (no handle).
+fn create_ctx_with(s: &mut Seed, choice: u8, fields: &[u8]) {
+    op(s, ADMIN_OP_CREATE_CTX);
+    s.u8(choice).bytes(fields);
+    no_noise(s);
+}
+
+/// CREATE_CTX on the first pool page no live context uses (page choice 0, index 0).
+fn create_ctx(s: &mut Seed) {
+    create_ctx_with(s, 0, &[0]);
+}
+
 /// CREATE_CQ body: page list choice 0 (one page), depth 1 << 6 = 64 (one page of CQEs),
 /// npages choice 0 (= 1), vector 1.
 fn create_cq(s: &mut Seed) {
@@ -283,8 +306,7 @@ fn settle(s: &mut Seed) {
 
 fn admin_queue(dir: &Path) {
     let mut s = Seed::default();
-    op(&mut s, ADMIN_OP_CREATE_CTX);
-    no_noise(&mut s);
+    create_ctx(&mut s);
     create_cq(&mut s);
     settle(&mut s);
     create_qp(&mut s, 0, QP_TYPE_UDP, 0);
@@ -325,8 +347,7 @@ fn admin_queue(dir: &Path) {
     let mut s = Seed::default();
     // Two TCP QPs: one offered to a listener (ACCEPT waits), one connecting (CONNECT waits);
     // the listener destroyed (ACCEPT cancelled), the context destroyed (CONNECT cancelled).
-    op(&mut s, ADMIN_OP_CREATE_CTX);
-    no_noise(&mut s);
+    create_ctx(&mut s);
     create_cq(&mut s);
     settle(&mut s);
     create_qp(&mut s, 0, QP_TYPE_TCP, FRAMING_MESSAGE); // ids: CQ
@@ -364,12 +385,49 @@ fn admin_queue(dir: &Path) {
     // The completion ring left full (runs without taking completions), then drained.
     let mut s = Seed::default();
     for _ in 0..20 {
-        op(&mut s, ADMIN_OP_CREATE_CTX);
-        no_noise(&mut s);
+        create_ctx(&mut s);
         s.u8(8);
     }
     settle(&mut s);
     save(dir, "full-completion-ring", &s);
+
+    // Doorbell pages: a good one, then another live context's (choice 7), unaligned (8),
+    // each address outside RAM or across its end (9), a page of RAM outside the pool (10:
+    // page 2, the query page); the first context destroyed, its page taken again.
+    let mut s = Seed::default();
+    create_ctx(&mut s);
+    settle(&mut s);
+    create_ctx_with(&mut s, 7, &[0]);
+    create_ctx_with(&mut s, 8, &[1, 0x08, 0x00]);
+    for alt in 0..6 {
+        create_ctx_with(&mut s, 9, &[alt]);
+    }
+    create_ctx_with(&mut s, 10, &[2]);
+    settle(&mut s);
+    // DESTROY_CTX: the context choice picks the second newest (the first context).
+    s.u8(0);
+    s.u8(ADMIN_OPCODES
+        .iter()
+        .position(|&o| o == ADMIN_OP_DESTROY_CTX)
+        .unwrap() as u8);
+    s.u8(0).u8(1);
+    newest_id(&mut s, 0);
+    no_noise(&mut s);
+    settle(&mut s);
+    create_ctx(&mut s);
+    settle(&mut s);
+    save(dir, "doorbell-pages", &s);
+
+    // Every context in use (one doorbell page each), then one more: NO_RESOURCES, with a
+    // good page and with a bad one.
+    let mut s = Seed::default();
+    for _ in 0..DOORBELL_PAGES {
+        create_ctx(&mut s);
+    }
+    create_ctx(&mut s);
+    create_ctx_with(&mut s, 8, &[0, 0x10, 0x00]);
+    settle(&mut s);
+    save(dir, "all-contexts", &s);
 }
 
 // ---- doorbells --------------------------------------------------------------------------------

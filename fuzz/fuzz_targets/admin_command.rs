@@ -54,7 +54,11 @@ fuzz_target!(|data: &[u8]| {
         AdminRequest::Listen { port, .. } | AdminRequest::Connect { port, .. } => {
             assert_ne!(port, 0, "port 0 accepted for listen/connect");
         }
-        AdminRequest::CreateCtx => assert!(cmd.body.iter().all(|&b| b == 0)),
+        AdminRequest::CreateCtx(page) => {
+            let a = CreateCtxArgs::read_from_prefix(&cmd.body[..]).unwrap().0;
+            assert_eq!(page, a.doorbell_page, "the doorbell page is the command's");
+            assert_eq!(a.reserved, [0; 40], "reserved CREATE_CTX bytes accepted");
+        }
         _ => {}
     }
 });

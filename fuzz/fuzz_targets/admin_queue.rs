@@ -5,21 +5,25 @@
 //!
 //! Commands are built from the input with the structure the device expects (known opcodes,
 //! handles of objects created earlier, page lists that exist, queue depths that are powers of
-//! two) plus noise in any byte, and raw 64-byte commands; interleaved with engine runs,
-//! resets, a completion ring left full, and (marking the run "hostile") out-of-line ring
-//! indices. Checked:
+//! two, doorbell pages no live context uses) plus noise in any byte, and raw 64-byte
+//! commands; interleaved with engine runs, resets, a completion ring left full, and (marking
+//! the run "hostile") out-of-line ring indices. Checked:
 //!
 //! * nothing panics;
-//! * the device writes guest RAM only in the admin completion ring and the query buffers
-//!   commands named;
+//! * the device writes guest RAM only in the admin completion ring, the query buffers
+//!   commands named and the doorbell pages of live contexts (never the page of a
+//!   `CREATE_CTX` that failed);
 //! * every completion answers a command that was submitted and not yet completed, echoes its
 //!   opcode, has a known status, zero results on error, CANCELLED only for waiting commands;
+//! * `CREATE_CTX` succeeds exactly when its doorbell page is aligned, in RAM and no live
+//!   context's (else BAD_ADDRESS; NO_RESOURCES once every context is in use), and a new
+//!   context's page reads zero (the device clears what the driver left there);
 //! * a command naming an object of another context never succeeds (ownership);
 //! * at the end every synchronous command has completed, and once all contexts are destroyed
 //!   nothing is left waiting.
 #![no_main]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use libfuzzer_sys::fuzz_target;
 use qpip_abi::admin::*;
@@ -27,7 +31,11 @@ use qpip_abi::doorbell::{DB_CQ_SLOTS, DB_QP_SLOTS};
 use qpip_abi::pci::DOORBELL_PAGES;
 use qpip_device::engine::Control;
 use qpip_fuzz::*;
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+/// Guest RAM: larger than the default, to hold a doorbell page for every context the
+/// device can have besides the admin rings and page lists.
+const RAM: u64 = 512 << 10;
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 enum Kind {
@@ -41,6 +49,9 @@ enum Kind {
 #[derive(Default)]
 struct Model {
     ctxs: Vec<u32>,
+    /// Doorbell page of each live context (ordered: choices made from it must not depend on
+    /// hashing).
+    ctx_pages: BTreeMap<u32, u64>,
     ids: Vec<u32>,
     lkeys: Vec<u32>,
     owner: HashMap<(Kind, u32), u32>,
@@ -51,6 +62,19 @@ struct Model {
 struct Fixture {
     /// Page lists: 1, 2, 4 and 8 good pages; an unaligned entry; an entry outside RAM.
     lists: [u64; 6],
+    /// [`DOORBELL_PAGES`] pages set aside as doorbell pages: one for every context the
+    /// device can have.
+    db_pool: u64,
+    /// First guest-physical address past RAM.
+    ram_end: u64,
+}
+
+impl Fixture {
+    fn in_pool(&self, page: u64) -> bool {
+        page & (PAGE - 1) == 0
+            && page >= self.db_pool
+            && page < self.db_pool + DOORBELL_PAGES as u64 * PAGE
+    }
 }
 
 fn fixture(d: &mut SyncDevice) -> Fixture {
@@ -61,9 +85,12 @@ fn fixture(d: &mut SyncDevice) -> Fixture {
     let l4 = d.page_list(&[p(3), p(4), p(5), p(6)]);
     let l8 = d.page_list(&(7..15).map(p).collect::<Vec<_>>());
     let bad = d.page_list(&[p(0) + 8]);
-    let out = d.page_list(&[RAM_BASE + RAM_SIZE]);
+    let out = d.page_list(&[RAM_BASE + d.ram_size()]);
+    let db_pool = d.alloc_pages(DOORBELL_PAGES as u64);
     Fixture {
         lists: [l1, l2, l4, l8, bad, out],
+        db_pool,
+        ram_end: RAM_BASE + d.ram_size(),
     }
 }
 
@@ -73,8 +100,48 @@ fn addr(input: &mut Input, fx: &Fixture) -> u64 {
     match input.choose(10) {
         i @ 0..=5 => fx.lists[i],
         6 => QUERY_BUF + (input.u8() as u64 % 64) * 8,
-        7 => RAM_BASE + RAM_SIZE - (input.u8() as u64 % 64) * 8,
+        7 => fx.ram_end - (input.u8() as u64 % 64) * 8,
         8 => [0, u64::MAX - 7, RAM_BASE - 8][input.choose(3)],
+        _ => input.u64(),
+    }
+}
+
+/// A doorbell page for CREATE_CTX: mostly a page of the pool that is not `claimed` (so later
+/// commands reach live contexts); else a live context's page, an unaligned address, an
+/// address outside RAM or across its end, any page of RAM (the admin rings among them), or
+/// anything.
+fn doorbell_page(input: &mut Input, m: &Model, fx: &Fixture, claimed: &HashSet<u64>) -> u64 {
+    let pool = |i: u64| fx.db_pool + (i % DOORBELL_PAGES as u64) * PAGE;
+    match input.choose(12) {
+        0..=6 => {
+            let free: Vec<u64> = (0..DOORBELL_PAGES as u64)
+                .map(pool)
+                .filter(|p| !claimed.contains(p))
+                .collect();
+            let k = input.u8() as usize;
+            if free.is_empty() {
+                pool(k as u64)
+            } else {
+                free[k % free.len()]
+            }
+        }
+        7 => {
+            let k = input.u8() as usize;
+            match m.ctx_pages.values().nth(k % m.ctx_pages.len().max(1)) {
+                Some(&p) => p,
+                None => pool(k as u64),
+            }
+        }
+        8 => pool(input.u8() as u64) + 1 + input.u16() as u64 % (PAGE - 1),
+        9 => [
+            0,
+            RAM_BASE - PAGE,
+            fx.ram_end,
+            fx.ram_end - PAGE / 2,
+            !(PAGE - 1),
+            1 << 63,
+        ][input.choose(6)],
+        10 => RAM_BASE + (input.u8() as u64 % ((fx.ram_end - RAM_BASE) / PAGE)) * PAGE,
         _ => input.u64(),
     }
 }
@@ -135,8 +202,9 @@ fn depth(input: &mut Input) -> u32 {
     }
 }
 
-/// A command with the structure its opcode expects, then maybe one byte of noise.
-fn structured(input: &mut Input, m: &Model, fx: &Fixture) -> AdminCmd {
+/// A command with the structure its opcode expects, then maybe one byte of noise. `claimed`:
+/// the doorbell pages of live contexts and of CREATE_CTX commands not yet completed.
+fn structured(input: &mut Input, m: &Model, fx: &Fixture, claimed: &HashSet<u64>) -> AdminCmd {
     let i = input.choose(ADMIN_OPCODES.len() + 1);
     let opcode = if i < ADMIN_OPCODES.len() {
         ADMIN_OPCODES[i]
@@ -145,6 +213,11 @@ fn structured(input: &mut Input, m: &Model, fx: &Fixture) -> AdminCmd {
     };
     let mut c = cmd0(opcode, ctx(input, m), 0);
     let body: Vec<u8> = match opcode {
+        ADMIN_OP_CREATE_CTX => {
+            let mut a = CreateCtxArgs::new_zeroed();
+            a.doorbell_page = doorbell_page(input, m, fx, claimed);
+            a.as_bytes().to_vec()
+        }
         ADMIN_OP_QUERY_DEVICE | ADMIN_OP_QUERY_STATS => {
             let mut a = QueryArgs::new_zeroed();
             a.buf = addr(input, fx);
@@ -201,7 +274,7 @@ fn structured(input: &mut Input, m: &Model, fx: &Fixture) -> AdminCmd {
                 _ => input.u64(),
             };
             a.access = input.u8() as u32 % 9;
-            if input.u8().is_multiple_of(8) {
+            if input.u8() & 7 == 0 {
                 a.iova = input.u64();
             }
             a.as_bytes().to_vec()
@@ -271,6 +344,12 @@ struct Harness {
 }
 
 impl Harness {
+    /// Doorbell pages that are live contexts' or that CREATE_CTX commands in flight name.
+    fn claimed_pages(&self) -> HashSet<u64> {
+        let pending = self.d.outstanding.values().filter_map(create_ctx_page);
+        self.m.ctx_pages.values().copied().chain(pending).collect()
+    }
+
     fn submit(&mut self, c: AdminCmd) {
         // A correct driver never has more commands in the ring than it has room for.
         if self.since_take >= ADMIN_DEPTH / 2 {
@@ -286,8 +365,62 @@ impl Harness {
                 self.d.hostile = true;
             }
         }
+        if let Some(page) = create_ctx_page(&c) {
+            // A doorbell page over the admin rings: the device zeroes commands and completions
+            // in flight when it takes the page, as the driver asked.
+            if page == ADMIN_SQ || page == ADMIN_CQ {
+                self.d.hostile = true;
+            }
+            // A pool page no context uses or is about to use: leave junk in it, as a driver
+            // reusing a page might, so the device's clearing shows.
+            if self.fx.in_pool(page) && !self.claimed_pages().contains(&page) {
+                self.d.write(page, &[0xa5; PAGE as usize]);
+            }
+        }
         self.d.submit(c);
         self.since_take += 1;
+    }
+
+    /// Checks a CREATE_CTX outcome against the contexts live before it ran.
+    fn check_create_ctx(&self, cmd: &AdminCmd, c: &AdminCqe) {
+        let a = CreateCtxArgs::read_from_prefix(&cmd.body[..]).unwrap().0;
+        let page = a.doorbell_page;
+        let expected: &[u16] = if cmd.flags != 0 || a.reserved != [0; 40] {
+            &[ADMIN_STATUS_BAD_OPCODE]
+        } else {
+            let good = page & (PAGE - 1) == 0
+                && page >= RAM_BASE
+                && page.checked_add(PAGE).is_some_and(|e| e <= self.fx.ram_end)
+                && !self.m.ctx_pages.values().any(|&p| p == page);
+            match (self.m.ctx_pages.len() >= DOORBELL_PAGES as usize, good) {
+                (true, true) => &[ADMIN_STATUS_NO_RESOURCES],
+                (true, false) => &[ADMIN_STATUS_NO_RESOURCES, ADMIN_STATUS_BAD_ADDRESS],
+                (false, true) => &[ADMIN_STATUS_OK],
+                (false, false) => &[ADMIN_STATUS_BAD_ADDRESS],
+            }
+        };
+        assert!(
+            expected.contains(&c.status),
+            "CREATE_CTX with doorbell page {page:#x} ({} contexts live: {:x?}): status {}, \
+             expected one of {expected:?}: {c:?}",
+            self.m.ctx_pages.len(),
+            self.m.ctx_pages,
+            c.status
+        );
+        let len = std::mem::size_of::<Stats>() as u64;
+        let queried = self
+            .m
+            .query_bufs
+            .iter()
+            .any(|&b| b < page.saturating_add(PAGE) && b.saturating_add(len) > page);
+        if c.status == ADMIN_STATUS_OK && self.fx.in_pool(page) && !queried {
+            assert!(
+                self.d.read(page, PAGE as usize).iter().all(|&b| b == 0),
+                "context {}'s doorbell page {page:#x} was not cleared: {:02x?}",
+                c.result0,
+                &self.d.read(page, 64)
+            );
+        }
     }
 
     /// Runs the engine and takes completions until neither moves.
@@ -334,6 +467,9 @@ impl Harness {
                     assert_eq!(owner, cmd.ctx, "accept onto another context's QP: {c:?}");
                 }
             }
+            if cmd.opcode == ADMIN_OP_CREATE_CTX && !self.d.hostile {
+                self.check_create_ctx(&cmd, &c);
+            }
             if !ok || self.d.hostile {
                 continue;
             }
@@ -341,12 +477,17 @@ impl Harness {
             match cmd.opcode {
                 ADMIN_OP_CREATE_CTX => {
                     let id = c.result0 as u32;
-                    assert!(id < DOORBELL_PAGES, "context id {id} has no doorbell page");
+                    assert!(
+                        id < DOORBELL_PAGES,
+                        "context id {id} beyond the device's contexts"
+                    );
                     assert!(!self.m.ctxs.contains(&id), "context {id} handed out twice");
                     self.m.ctxs.push(id);
+                    self.m.ctx_pages.insert(id, create_ctx_page(&cmd).unwrap());
                 }
                 ADMIN_OP_DESTROY_CTX => {
                     self.m.ctxs.retain(|&x| x != ctx);
+                    self.m.ctx_pages.remove(&ctx);
                     self.m.owner.retain(|_, o| *o != ctx);
                 }
                 ADMIN_OP_CREATE_CQ | ADMIN_OP_CREATE_QP | ADMIN_OP_LISTEN => {
@@ -394,7 +535,7 @@ impl Harness {
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
-    let mut d = SyncDevice::new();
+    let mut d = SyncDevice::with_ram(RAM);
     let fx = fixture(&mut d);
     d.check_writes(&Writable::default());
     let mut h = Harness {
@@ -409,7 +550,8 @@ fuzz_target!(|data: &[u8]| {
         }
         match input.choose(12) {
             0..=4 => {
-                let c = structured(&mut input, &h.m, &h.fx);
+                let claimed = h.claimed_pages();
+                let c = structured(&mut input, &h.m, &h.fx, &claimed);
                 h.submit(c);
             }
             5 => {

@@ -1,13 +1,16 @@
 //! The whole PCI function as the vfio-user server sees it (`vfio::Function`, the
 //! `ServerBackend` QEMU's messages are dispatched to), under any sequence of region reads
-//! and writes (config space, control BAR, doorbell BAR, regions it does not have), DMA maps
-//! and unmaps (without files, and of one small real guest RAM the admin queue can be set up
-//! in), guest RAM contents, interrupt teardown and resets: the register side of the admin
-//! queue and the engine thread behind it run for real.
+//! and writes (config space, control BAR, regions it does not have — BAR2 among them, where
+//! a doorbell BAR used to be), DMA maps and unmaps (without files, and of one small real
+//! guest RAM the admin queue and doorbell pages can be set up in), guest RAM contents,
+//! interrupt teardown and resets: the register side of the admin queue and the engine thread
+//! behind it run for real.
 //!
-//! Nothing may panic, an access outside a region must be refused rather than served, and
-//! the identity a driver checks first (REG_IDENT, REG_VERSION, the config-space IDs) must
-//! read back right after every step.
+//! Nothing may panic, an access outside a region (or to a region the function lacks) must be
+//! refused rather than served, no region may be offered for mmap (the kick must stay a
+//! posted write), and after every step the identity a driver checks first (REG_IDENT,
+//! REG_VERSION, the config-space IDs) must read back right and the BARs other than BAR0 must
+//! read 0, sizing or not.
 #![no_main]
 
 use std::fs::File;
@@ -21,7 +24,7 @@ use qpip_device::vfio::Function;
 use qpip_fuzz::Input;
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_NONE, VFIO_PCI_CONFIG_REGION_INDEX,
-    VFIO_PCI_MSIX_IRQ_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_MMAP,
 };
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
@@ -29,16 +32,19 @@ use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 enum Region {
     Config,
     Control,
-    Doorbell,
     Other(u32),
 }
+
+/// BAR2: where the doorbell BAR was before the doorbell pages moved into guest RAM; a guest
+/// or client that still reaches for it must be refused like any region the function lacks.
+const FORMER_DOORBELL_BAR: u32 = 2;
 
 impl Region {
     fn decode(input: &mut Input) -> Region {
         match input.choose(6) {
             0 => Region::Config,
             1 | 4 => Region::Control,
-            2 => Region::Doorbell,
+            2 => Region::Other(FORMER_DOORBELL_BAR),
             3 => Region::Other(input.u8() as u32 % 10),
             _ => Region::Other(input.u32()),
         }
@@ -48,7 +54,6 @@ impl Region {
         match self {
             Region::Config => VFIO_PCI_CONFIG_REGION_INDEX,
             Region::Control => abi::CTRL_BAR,
-            Region::Doorbell => abi::DOORBELL_BAR,
             Region::Other(i) => i,
         }
     }
@@ -57,7 +62,6 @@ impl Region {
         match self.index() {
             i if i == VFIO_PCI_CONFIG_REGION_INDEX => Some(256),
             i if i == abi::CTRL_BAR => Some(abi::CTRL_BAR_SIZE as u64),
-            i if i == abi::DOORBELL_BAR => Some(abi::DOORBELL_BAR_SIZE as u64),
             _ => None,
         }
     }
@@ -201,9 +205,28 @@ fn inside(region: Region, offset: u64, len: usize) -> Option<bool> {
     Some(offset.checked_add(len as u64).is_some_and(|e| e <= size))
 }
 
+/// The regions the client is offered: config space and BAR0 only, none mmappable.
+fn check_regions(f: &Function) {
+    let regions = f.regions();
+    assert_eq!(regions.len(), VFIO_PCI_NUM_REGIONS as usize);
+    for r in &regions {
+        let info = &r.region_info;
+        assert_eq!(
+            info.flags & VFIO_REGION_INFO_FLAG_MMAP,
+            0,
+            "region {} offered for mmap",
+            info.index
+        );
+        assert!(r.mmap_fd.is_none() && r.sparse_areas.is_empty());
+        let size = Region::Other(info.index).size().unwrap_or(0);
+        assert_eq!(info.size, size, "size of region {}", info.index);
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
     let mut f = Function::new(CoreConfig::default()).expect("device");
+    check_regions(&f);
     let ram = memfd(RAM_SIZE);
     let version = (qpip_abi::ABI_VERSION_MAJOR as u32) << regs::VERSION_MAJOR_SHIFT
         | qpip_abi::ABI_VERSION_MINOR as u32;
@@ -321,5 +344,12 @@ fuzz_target!(|data: &[u8]| {
             u32::from_le_bytes(id),
             (abi::PCI_DEVICE_ID as u32) << 16 | abi::PCI_VENDOR_ID as u32
         );
+        let mut bars = [0u8; 24];
+        f.region_read(VFIO_PCI_CONFIG_REGION_INDEX, 0x10, &mut bars)
+            .unwrap();
+        for (i, b) in bars.chunks(4).enumerate().skip(1) {
+            assert_eq!(b, [0; 4], "BAR{i} must stay absent, after {op:?}");
+        }
     }
+    check_regions(&f);
 });

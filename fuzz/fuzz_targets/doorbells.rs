@@ -2,14 +2,15 @@
 //! engine (driven synchronously): two contexts with CQs, UDP and TCP QPs and memory regions
 //! (one read-only, one in the other context), then any sequence of WQEs written into the
 //! rings, doorbells rung with sensible or wild producer indices, CQ consumer indices and arm
-//! requests, arbitrary words and whole arbitrary 4 KiB doorbell pages, engine runs, CQE
-//! consumption, object destruction and data writes.
+//! requests, arbitrary words and whole arbitrary 4 KiB doorbell pages (each context's page is
+//! a page of guest RAM), engine runs, CQE consumption, object destruction and data writes.
 //!
 //! Checked after every engine run:
 //! * nothing panics;
 //! * the device writes guest RAM only in live CQ rings, the admin completion ring, the query
-//!   buffer and live regions registered with LOCAL_WRITE: never a read-only region, another
-//!   context's memory through a WQE, a ring page, a page list, or anything destroyed;
+//!   buffer, live regions registered with LOCAL_WRITE and live contexts' doorbell pages:
+//!   never a read-only region, another context's memory through a WQE, a ring page, a page
+//!   list, or anything destroyed (a destroyed context's doorbell page included);
 //! * every CQE is well formed (known opcode, status and detail, reserved bytes zero, a QP that
 //!   completes to that CQ);
 //! * while doorbells follow the protocol: completions the consumer has not released are never
@@ -554,11 +555,11 @@ impl World {
         self.d.ring(ctx, off, head);
     }
 
+    /// Whose doorbell page (context A's or B's, live or destroyed) a raw write goes to.
     fn page(&self, input: &mut Input) -> u32 {
-        match input.choose(4) {
+        match input.choose(3) {
             0 | 1 => self.ctxs[0],
-            2 => self.ctxs[1],
-            _ => input.u8() as u32 % 64,
+            _ => self.ctxs[1],
         }
     }
 
@@ -659,13 +660,13 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
             6 => {
-                // A whole doorbell page of arbitrary bytes.
+                // A whole doorbell page of arbitrary bytes (guest RAM: the process's stores).
                 w.hostile = true;
                 let page = w.page(&mut input);
                 let len = input.u16() as usize % (DOORBELL_PAGE_SIZE as usize + 1);
                 let bytes = input.bytes(len);
-                let at = page as u64 * DOORBELL_PAGE_SIZE as u64;
-                w.d.doorbells.write(at, &bytes).expect("in the BAR");
+                let at = w.d.db_page(page);
+                w.d.write(at, &bytes);
             }
             7 | 8 => w.run(),
             9 | 10 => w.consume(&mut input),
