@@ -77,8 +77,9 @@ struct Args {
           value_parser = clap::value_parser!(u32).range(1..=30))]
     tcp_retries: u32,
 
-    /// How long the engine keeps polling doorbells after the last work before it sleeps,
-    /// in microseconds. Longer: lower latency, more CPU.
+    /// The longest the engine keeps polling doorbells and the link after its last work
+    /// before it sleeps, in microseconds: the budget adapts below this to the gaps in the
+    /// traffic (0: never poll). Longer: lower latency for steady traffic, more CPU.
     #[arg(long, value_name = "US", default_value_t = 200)]
     idle_poll_us: u64,
 

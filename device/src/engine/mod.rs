@@ -18,6 +18,7 @@ pub mod datapath;
 pub mod decode;
 pub mod doorbells;
 pub mod events;
+pub mod idle;
 pub mod memory;
 pub mod network;
 pub mod objects;
@@ -165,6 +166,11 @@ pub struct Engine {
     pub(crate) identity: Identity,
     initial_identity: Identity,
     idle_poll: Duration,
+    /// How long to poll after the last work, adapted to the traffic (at most `idle_poll`).
+    spin: idle::SpinBudget,
+    /// Passes without work since the last work (0 while busy, and for callers that drive
+    /// the engine themselves): idle passes look at the link only now and then.
+    pub(crate) idle_passes: u32,
     sleeping: bool,
     /// Reused buffer of contexts with changed doorbell pages.
     scratch_ctxs: Vec<u32>,
@@ -261,6 +267,8 @@ impl Engine {
             initial_identity: identity.clone(),
             identity,
             idle_poll: config.idle_poll,
+            spin: idle::SpinBudget::new(config.idle_poll),
+            idle_passes: 0,
             sleeping: false,
             scratch_ctxs: Vec::new(),
             wake: None,
@@ -284,7 +292,7 @@ impl Engine {
     /// The engine thread's loop: handle control messages, run the admin queue, scan
     /// doorbells, move data; poll while busy, sleep when idle.
     fn run(&mut self) {
-        info!("engine running (idle poll {:?})", self.idle_poll);
+        info!("engine running (idle poll up to {:?}, adaptive)", self.idle_poll);
         let mut last_work = Instant::now();
         loop {
             for msg in std::mem::take(&mut self.pending) {
@@ -299,6 +307,7 @@ impl Engine {
                             return;
                         }
                         last_work = Instant::now();
+                        self.idle_passes = 0;
                     }
                     Err(mpsc::TryRecvError::Empty) => break,
                     Err(mpsc::TryRecvError::Disconnected) => return,
@@ -306,13 +315,21 @@ impl Engine {
             }
             if self.poll_once() {
                 last_work = Instant::now();
+                self.idle_passes = 0;
                 continue;
             }
-            if last_work.elapsed() < self.idle_poll {
-                std::hint::spin_loop();
+            self.idle_passes = self.idle_passes.wrapping_add(1);
+            if last_work.elapsed() < self.spin.budget() {
+                if self.idle_passes % idle::YIELD_EVERY == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
-            // Idle: publish "sleeping", then look once more (see qpip_abi::doorbell).
+            // Idle: publish "sleeping", then look once more (see qpip_abi::doorbell), the
+            // link included.
+            self.idle_passes = 0;
             self.set_sleeping(true);
             std::sync::atomic::fence(Ordering::SeqCst);
             if self.poll_once() {
@@ -322,7 +339,9 @@ impl Engine {
             }
             self.shared.stats.add(qpip_abi::admin::STAT_SLEEPS, 1);
             debug!("engine sleeping");
-            self.sleep();
+            let slept = Instant::now();
+            let by_work = self.sleep();
+            self.spin.after_sleep(slept.elapsed(), by_work);
             self.set_sleeping(false);
             last_work = Instant::now();
         }
@@ -400,14 +419,15 @@ impl Engine {
     }
 
     /// Blocks until a control message is signalled, the network has a frame, or the next
-    /// network timer is due. Messages themselves are taken by the main loop.
-    fn sleep(&mut self) {
+    /// network timer is due. Messages themselves are taken by the main loop. Returns
+    /// whether work (a message, a frame) ended the sleep rather than a timer.
+    fn sleep(&mut self) -> bool {
         let Some(wake) = self.wake.clone() else {
             // Driven without a handle (tests): nothing can wake us but a message.
             if let Ok(msg) = self.rx.recv() {
                 self.pending.push(msg);
             }
-            return;
+            return true;
         };
         let mut fds = vec![libc::pollfd {
             fd: wake.as_raw_fd(),
@@ -442,6 +462,7 @@ impl Engine {
             }
         }
         let _ = wake.read(); // reset the counter; the messages are in the channel
+        r > 0 && fds.iter().any(|f| f.revents != 0)
     }
 
     /// Waits for a message for at most `timeout` and handles it (used by tests driving the

@@ -1,0 +1,108 @@
+//! How long the engine polls after its last work before it sleeps: a budget that adapts
+//! to the traffic, in the manner of KVM's halt polling. Polling catches the next doorbell
+//! or frame without a wake-up (no kick for the guest to send, no scheduler latency), but
+//! it burns a CPU that, on a small host, a guest's vCPU may need.
+//!
+//! After every sleep the engine says how long it slept and whether work (a kick, a frame,
+//! a control message) woke it. Work that came within the longest budget would have been
+//! caught by polling that long: the budget grows. A sleep longer than the longest budget
+//! (or one only a timer ended) shows polling would have been wasted: the budget shrinks,
+//! down to not polling at all, so an engine whose traffic comes in gaps longer than the
+//! budget sleeps at once instead of burning CPU beside the guests' vCPUs.
+
+use std::time::Duration;
+
+/// Smallest budget the engine grows to from 0 (below this, polling is not worth a pass).
+pub const MIN_BUDGET: Duration = Duration::from_micros(10);
+
+/// While polling idle, the engine looks at its link (a system call) only on every
+/// `LINK_EVERY`-th pass; doorbells, the admin queue and timers are memory reads.
+pub const LINK_EVERY: u32 = 8;
+
+/// While polling idle, the engine yields its CPU every `YIELD_EVERY` passes, so a runnable
+/// vCPU thread on the same CPU is not held off for the whole budget.
+pub const YIELD_EVERY: u32 = 64;
+
+/// The adaptive polling budget.
+#[derive(Debug, Clone)]
+pub struct SpinBudget {
+    max: Duration,
+    now: Duration,
+}
+
+impl SpinBudget {
+    /// A budget of at most `max` (`--idle-poll-us`), starting there.
+    pub fn new(max: Duration) -> SpinBudget {
+        SpinBudget { max, now: max }
+    }
+
+    /// How long to poll after the last work.
+    pub fn budget(&self) -> Duration {
+        self.now
+    }
+
+    /// The engine slept `slept` and was woken by work (`by_work`) or only by a timer.
+    pub fn after_sleep(&mut self, slept: Duration, by_work: bool) {
+        if by_work && slept <= self.max {
+            self.now = (self.now * 2).max(MIN_BUDGET).min(self.max);
+        } else if slept > self.max {
+            self.now /= 2;
+            if self.now < MIN_BUDGET {
+                self.now = Duration::ZERO;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: Duration = Duration::from_micros(200);
+
+    #[test]
+    fn long_gaps_shrink_the_budget_to_nothing() {
+        let mut b = SpinBudget::new(MAX);
+        let mut seen = vec![b.budget()];
+        for _ in 0..6 {
+            b.after_sleep(Duration::from_millis(1), true);
+            seen.push(b.budget());
+        }
+        assert_eq!(seen[1], Duration::from_micros(100));
+        assert_eq!(seen[2], Duration::from_micros(50));
+        assert_eq!(*seen.last().unwrap(), Duration::ZERO, "{seen:?}");
+    }
+
+    #[test]
+    fn work_that_polling_would_have_caught_grows_it_back_to_the_maximum() {
+        let mut b = SpinBudget::new(MAX);
+        for _ in 0..10 {
+            b.after_sleep(Duration::from_millis(5), true);
+        }
+        assert_eq!(b.budget(), Duration::ZERO);
+        b.after_sleep(Duration::from_micros(30), true);
+        assert_eq!(b.budget(), MIN_BUDGET, "from nothing to the smallest budget");
+        for _ in 0..10 {
+            b.after_sleep(Duration::from_micros(30), true);
+        }
+        assert_eq!(b.budget(), MAX, "never beyond --idle-poll-us");
+    }
+
+    #[test]
+    fn a_timer_does_not_grow_it_and_a_short_timer_sleep_does_not_shrink_it() {
+        let mut b = SpinBudget::new(MAX);
+        b.after_sleep(Duration::from_millis(1), true);
+        let before = b.budget();
+        b.after_sleep(Duration::from_micros(20), false);
+        assert_eq!(b.budget(), before);
+        b.after_sleep(Duration::from_millis(3), false);
+        assert_eq!(b.budget(), before / 2);
+    }
+
+    #[test]
+    fn a_zero_maximum_never_polls() {
+        let mut b = SpinBudget::new(Duration::ZERO);
+        b.after_sleep(Duration::ZERO, true);
+        assert_eq!(b.budget(), Duration::ZERO);
+    }
+}
