@@ -163,6 +163,7 @@ impl Context {
                 efd,
                 depth,
                 blocked: AtomicU32::new(0),
+                busy_poll_us: AtomicU32::new(crate::cq::default_busy_poll_us()),
             }),
         })
     }

@@ -78,7 +78,7 @@ pub use addr::resolve_addr;
 #[cfg(feature = "tokio")]
 pub use aio::{AsyncContext, AsyncCq};
 pub use context::{Context, PROVIDER_ENV};
-pub use cq::Cq;
+pub use cq::{Cq, BUSY_POLL_ENV, DEFAULT_BUSY_POLL_US};
 pub use discovery::{
     driver_loaded, list_devices, AbiVersion, DeviceInfo, DiscoveryError, CLASS, DEV_DIR,
 };

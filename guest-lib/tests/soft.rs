@@ -508,6 +508,33 @@ fn many_qps_share_one_cq() {
 }
 
 #[test]
+fn a_busy_polling_wait_takes_completions_and_keeps_to_its_timeout() {
+    let ctx = soft();
+    let cq = ctx.create_cq(8).unwrap();
+    assert_eq!(
+        cq.busy_poll(),
+        Duration::ZERO,
+        "new CQs sleep at once by default"
+    );
+    cq.set_busy_poll(Duration::from_secs(3600));
+    assert_eq!(cq.busy_poll(), Duration::from_secs(3600));
+    // A spin of an hour still ends with the wait's timeout.
+    assert_eq!(cq.wait_one(Some(Duration::from_millis(50))).unwrap(), None);
+    let (a, b, _, pb) = udp_pair(&ctx, &cq);
+    let buf = ctx.alloc(16).unwrap();
+    b.post_recv(1, &[buf.sge_all()]).unwrap();
+    a.post_send(&SendWr::inline(2, b"spun").to(pb)).unwrap();
+    let mut ids = Vec::new();
+    while ids.len() < 2 {
+        let c = cq.wait_one(None).unwrap().expect("no timeout given");
+        ids.push(c.wr_id);
+    }
+    ids.sort();
+    assert_eq!(ids, [1, 2]);
+    assert_eq!(&buf.as_slice()[..4], b"spun");
+}
+
+#[test]
 fn wait_times_out_and_epoll_wakes_on_arm() {
     let ctx = soft();
     // A wait that times out leaves its CQ armed: use a CQ of its own.
