@@ -80,7 +80,7 @@ enum J {
     Str(String),
     Arr(Vec<J>),
     Obj(BTreeMap<String, J>),
-    Bool(#[allow(dead_code)] bool),
+    Bool(bool),
 }
 
 impl J {
@@ -201,6 +201,9 @@ fn check_json(out: &Output, net: &str) {
     let j = parse_json(&text);
     assert_eq!(j.get("tool").str(), "qpip-perf");
     assert_eq!(j.get("net").str(), net);
+    if net == "qpip" {
+        assert!(j.get("depth").num() >= 1.0);
+    }
     let J::Arr(rows) = j.get("results") else {
         panic!("results is not an array")
     };
@@ -219,6 +222,19 @@ fn check_json(out: &Output, net: &str) {
             cpu.get("client").num() >= 0.0 && cpu.get("server").num() >= 0.0,
             "{r:?}"
         );
+        // Counters per message on both sides over QPs (the software provider has only
+        // the library's), none over sockets.
+        for side in ["client", "server"] {
+            let per = r.get("per_msg").get(side);
+            let raw = r.get("counters").get(side);
+            if net == "qpip" {
+                for k in ["kicks", "waits"] {
+                    assert!(per.get(k).num() >= 0.0 && raw.get(k).num() >= 0.0, "{r:?}");
+                }
+            } else {
+                assert!(matches!(per, J::Null) && matches!(raw, J::Null), "{r:?}");
+            }
+        }
         if test == "latency" {
             let rtt = r.get("rtt_us");
             let (p50, p90, p99, max) = (
@@ -261,6 +277,13 @@ fn qp_server_and_client_json() {
     // Stream framing, both ends.
     let (_s, port) = server(&["--stream"]);
     check_json(&client(&port, &["--json", "--stream"]), "qpip");
+    // Copying through shallow queues, both ends: messages wait for free buffers.
+    let (_s, port) = server(&["--copy", "--depth", "3"]);
+    let out = client(&port, &["--json", "--copy", "--depth", "3"]);
+    check_json(&out, "qpip");
+    let j = parse_json(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(j.get("depth").num(), 3.0);
+    assert!(matches!(j.get("copy"), J::Bool(true)));
 }
 
 #[test]
@@ -288,9 +311,19 @@ fn table_and_usage_errors() {
     let out = client(&port, &["--udp"]);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("software provider"), "{text}");
+    assert!(text.contains("depth 64, zero-copy"), "{text}");
     assert_eq!(
         text.lines()
             .filter(|l| l.starts_with("bandwidth udp"))
+            .count(),
+        3,
+        "{text}"
+    );
+    // The counters per message, a row for each test.
+    assert!(text.contains("\nper message"), "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("  bandwidth udp"))
             .count(),
         3,
         "{text}"
@@ -310,4 +343,10 @@ fn table_and_usage_errors() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
+    let bad = Command::new(env!("CARGO_BIN_EXE_qpip-perf"))
+        .args(["::1", "--depth", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--depth 0"));
 }

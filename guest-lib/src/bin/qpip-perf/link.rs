@@ -1,6 +1,23 @@
 //! The two ways a test moves bytes, behind one interface: a qpip queue pair ([`QpLink`],
 //! device or software provider) and a kernel socket ([`SockLink`], plain `std::net`, for
 //! the baseline on the same path).
+//!
+//! Test data is the byte [`PATTERN`] repeated. A sender prepares it once
+//! ([`Link::prepare`]) and sends it message after message ([`Link::send_pattern`]); a
+//! receiver takes each piece as it arrived ([`Link::hold`], [`Link::held`]) and gives it
+//! back ([`Link::release`]) or echoes it ([`Link::echo`]). What that costs is each side's
+//! own way of moving bytes:
+//!
+//! - a socket writes from the test's buffer (the kernel copies it) and reads into its own
+//!   buffer (the kernel copies into it);
+//! - a zero-copy QP (the default) sends from registered buffers filled with the pattern
+//!   once, and hands over received bytes where the device placed them, in its registered
+//!   receive buffers; an echo is sent from the receive buffer itself;
+//! - a copying QP (`--copy`) copies every message into a registered send buffer first and
+//!   every received piece out into a buffer of its own, as a socket's caller would.
+//!
+//! Sends of at most `max_inline` bytes (control lines, 1-byte pings) go inline in the work
+//! request either way: the library copies them into the request, as QP users do.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -9,18 +26,41 @@ use std::time::{Duration, Instant};
 
 use qpip::{Completion, Context, Cq, EventKind, MemoryRegion, Opcode, Qp, QpKind, SendWr, Status};
 
+use crate::counters::{self, Counters};
+
+/// The byte every test message is made of.
+pub const PATTERN: u8 = 0xa5;
+
 /// One endpoint of a test.
 pub trait Link {
-    /// Sends `data`: one datagram (UDP), one message (TCP message framing) or bytes of the
-    /// stream. Returns once it is posted/handed over, not once it arrived.
+    /// Sends `data`, copied: one datagram (UDP), one message (TCP message framing) or bytes
+    /// of the stream. Returns once it is posted/handed over, not once it arrived.
     fn send(&mut self, data: &[u8]) -> io::Result<()>;
-    /// Receives into `buf`: a datagram or message, or some bytes of a stream.
+    /// Gets `len` bytes of [`PATTERN`] ready to send (outside a timed loop).
+    fn prepare(&mut self, len: usize) -> io::Result<()>;
+    /// Sends `len` bytes of [`PATTERN`] as one datagram or message ([`Link::send`]), the
+    /// link's own way (see the module's documentation).
+    fn send_pattern(&mut self, len: usize) -> io::Result<()>;
+    /// Receives into `buf`, copied: a datagram or message, or some bytes of a stream.
     /// `Ok(None)`: nothing within `timeout`; `Ok(Some((0, _)))` on TCP: the peer closed.
     fn recv(
         &mut self,
         buf: &mut [u8],
         timeout: Option<Duration>,
     ) -> io::Result<Option<(usize, Option<SocketAddrV6>)>>;
+    /// Receives the next datagram, message or piece of a stream and holds it for
+    /// [`Link::held`] until [`Link::release`] or [`Link::echo`]; answers as
+    /// [`Link::recv`] does. A piece still held is released first.
+    fn hold(
+        &mut self,
+        timeout: Option<Duration>,
+    ) -> io::Result<Option<(usize, Option<SocketAddrV6>)>>;
+    /// The bytes [`Link::hold`] took (empty if none).
+    fn held(&self) -> &[u8];
+    /// Done with the held bytes.
+    fn release(&mut self) -> io::Result<()>;
+    /// Sends the held bytes back (UDP: to the peer set) and releases them.
+    fn echo(&mut self) -> io::Result<()>;
     /// UDP: where sends go.
     fn set_peer(&mut self, peer: SocketAddrV6);
     /// TCP: ends our direction after what was sent.
@@ -28,6 +68,9 @@ pub trait Link {
     /// Before the endpoint goes away: every send completed, our direction closed
     /// (so dropping it loses nothing).
     fn finish(&mut self) -> io::Result<()>;
+    /// The counters a test reports per message: the library's and the device's (QPs), or
+    /// `None` (sockets).
+    fn counters(&self) -> Option<Counters>;
 }
 
 fn other(msg: String) -> io::Error {
@@ -38,29 +81,59 @@ fn qerr(what: &str, e: qpip::Error) -> io::Error {
     other(format!("{what}: {e}"))
 }
 
-/// A queue pair with registered send and receive buffers: a send copies into a free send
-/// buffer (or inline, when small) and posts it; receives are completions of buffers
-/// posted in advance, reposted once read.
+/// How a QP's buffers are laid out and used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bufs {
+    /// Sends and receives in flight at once (send and receive buffers each).
+    pub depth: usize,
+    /// Bytes per send buffer (data longer than this is a stream's several sends).
+    pub send_size: usize,
+    /// Bytes per receive buffer (a datagram or message must fit).
+    pub recv_size: usize,
+    /// Register the send buffers only when a send needs one (a server, whose sends are
+    /// mostly inline), rather than at once (a client, before its timed loop).
+    pub lazy_send: bool,
+    /// Copy data into and out of the registered buffers (`--copy`).
+    pub copy: bool,
+}
+
+/// In the tag of an echo sent from a receive buffer: that buffer's number is in bits
+/// 32..63 (it is reposted once the send completed), the send slot's in bits 0..32 (the
+/// slot only counts the send against the queue's depth).
+const ECHO: u64 = 1 << 63;
+
+/// A queue pair with registered send and receive buffers (one registered region each,
+/// cut into `depth` slots): receives are completions of buffers posted in advance,
+/// reposted once read.
 pub struct QpLink {
     ctx: Context,
     cqs: Cqs,
     qp: Qp,
     tcp: bool,
+    stream: bool,
     /// Busy-poll the CQ instead of sleeping on its descriptor.
     spin: bool,
-    send_bufs: Vec<MemoryRegion>,
+    bufs: Bufs,
+    send_mr: Option<MemoryRegion>,
     free: Vec<usize>,
-    recv_bufs: Vec<MemoryRegion>,
+    /// Bytes of [`PATTERN`] at the start of each send slot.
+    pattern_len: Vec<usize>,
+    recv_mr: MemoryRegion,
     /// Completed receives not read yet: buffer, bytes, read so far, source.
     ready: VecDeque<(usize, usize, usize, Option<SocketAddrV6>)>,
+    /// What `hold` took: `Some(len)`, from the front of `ready` (zero-copy) or in `stage`
+    /// (copying).
+    held: Option<usize>,
+    stage: Vec<u8>,
+    /// Copying sends: the test data, copied into a send buffer for every message.
+    pattern: Vec<u8>,
     peer: Option<SocketAddrV6>,
     eof: bool,
     closed: bool,
     max_inline: usize,
+    /// Times a wait for completions found the CQ empty and blocked.
+    waits: u64,
 }
-
-/// Send and receive buffers per QP.
-pub const SLOTS: usize = 16;
 
 /// A QP's two CQs: sends complete on one, receives on the other, so waiting for a
 /// receive is never woken by a send's completion.
@@ -76,34 +149,60 @@ enum Side {
     Recv,
 }
 
+/// Ring entries for `depth` requests: a power of two, at least 2.
+pub fn ring(depth: usize) -> u32 {
+    (depth.max(2) as u32).next_power_of_two()
+}
+
 impl QpLink {
-    /// Wraps `qp` (already connected, or bound for UDP) with buffers of `size` bytes.
-    pub fn new(ctx: &Context, cqs: Cqs, qp: Qp, size: usize, spin: bool) -> io::Result<QpLink> {
-        let mut send_bufs = Vec::new();
-        let mut recv_bufs = Vec::new();
-        for _ in 0..SLOTS {
-            send_bufs.push(ctx.alloc(size).map_err(|e| qerr("register memory", e))?);
-            recv_bufs.push(ctx.alloc(size).map_err(|e| qerr("register memory", e))?);
-        }
-        for (i, b) in recv_bufs.iter().enumerate() {
-            qp.post_recv(i as u64, &[b.sge_all()])
+    /// Wraps `qp` (already connected, or bound for UDP) with buffers laid out as `bufs`.
+    pub fn new(ctx: &Context, cqs: Cqs, qp: Qp, bufs: Bufs, spin: bool) -> io::Result<QpLink> {
+        let recv_mr = ctx
+            .alloc(bufs.depth * bufs.recv_size)
+            .map_err(|e| qerr("register memory", e))?;
+        for i in 0..bufs.depth {
+            qp.post_recv(i as u64, &[recv_mr.sge(i * bufs.recv_size, bufs.recv_size)])
                 .map_err(|e| qerr("post receive", e))?;
         }
-        Ok(QpLink {
+        let kind = qp.kind();
+        let mut l = QpLink {
             ctx: ctx.clone(),
-            tcp: matches!(qp.kind(), QpKind::Tcp(_)),
+            tcp: matches!(kind, QpKind::Tcp(_)),
+            stream: matches!(kind, QpKind::Tcp(qpip::Framing::Stream)),
             cqs,
             qp,
             spin,
-            send_bufs,
-            free: (0..SLOTS).collect(),
-            recv_bufs,
+            bufs,
+            send_mr: None,
+            free: (0..bufs.depth).collect(),
+            pattern_len: vec![0; bufs.depth],
+            recv_mr,
             ready: VecDeque::new(),
+            held: None,
+            stage: Vec::new(),
+            pattern: Vec::new(),
             peer: None,
             eof: false,
             closed: false,
             max_inline: ctx.limits().max_inline as usize,
-        })
+            waits: 0,
+        };
+        if !bufs.lazy_send {
+            l.send_bufs()?;
+        }
+        Ok(l)
+    }
+
+    /// The registered send buffers, registered now if they are not yet.
+    fn send_bufs(&mut self) -> io::Result<&mut MemoryRegion> {
+        if self.send_mr.is_none() {
+            let mr = self
+                .ctx
+                .alloc(self.bufs.depth * self.bufs.send_size)
+                .map_err(|e| qerr("register memory", e))?;
+            self.send_mr = Some(mr);
+        }
+        Ok(self.send_mr.as_mut().unwrap())
     }
 
     /// Takes completions of one side (at most `timeout` waiting for the first); false if
@@ -114,28 +213,37 @@ impl QpLink {
             Side::Send => &self.cqs.send,
             Side::Recv => &self.cqs.recv,
         };
-        let n = if self.spin {
-            let deadline = timeout.map(|t| Instant::now() + t);
-            loop {
-                let n = cq.poll(&mut comps);
-                if n > 0 || deadline.is_some_and(|d| Instant::now() >= d) {
-                    break n;
+        let mut n = cq.poll(&mut comps);
+        if n == 0 && timeout != Some(Duration::ZERO) {
+            if self.spin {
+                let deadline = timeout.map(|t| Instant::now() + t);
+                loop {
+                    n = cq.poll(&mut comps);
+                    if n > 0 || deadline.is_some_and(|d| Instant::now() >= d) {
+                        break;
+                    }
+                    std::hint::spin_loop();
                 }
-                std::hint::spin_loop();
+            } else {
+                self.waits += 1;
+                n = cq
+                    .wait(&mut comps, timeout)
+                    .map_err(|e| qerr("wait for completions", e))?;
             }
-        } else {
-            cq.wait(&mut comps, timeout)
-                .map_err(|e| qerr("wait for completions", e))?
-        };
+        }
         for c in &comps[..n] {
-            let slot = c.wr_id as usize;
             match c.opcode {
-                Opcode::Send if c.is_ok() => self.free.push(slot),
+                Opcode::Send if c.is_ok() && c.wr_id & ECHO != 0 => {
+                    self.free.push(c.wr_id as u32 as usize);
+                    self.post_recv(((c.wr_id & !ECHO) >> 32) as usize)?;
+                }
+                Opcode::Send if c.is_ok() => self.free.push(c.wr_id as usize),
                 Opcode::Send => return Err(other(format!("send failed: {}", c.status))),
                 Opcode::Recv if c.is_ok() => {
                     if self.tcp && c.byte_len == 0 {
                         self.eof = true;
                     } else {
+                        let slot = c.wr_id as usize;
                         self.ready.push_back((slot, c.byte_len as usize, 0, c.src));
                     }
                 }
@@ -152,10 +260,17 @@ impl QpLink {
         Ok(n > 0)
     }
 
+    fn post_recv(&self, slot: usize) -> io::Result<()> {
+        let size = self.bufs.recv_size;
+        self.qp
+            .post_recv(slot as u64, &[self.recv_mr.sge(slot * size, size)])
+            .map_err(|e| qerr("post receive", e))
+    }
+
     /// Waits until every send completed (TCP on the device: acknowledged).
     pub fn drain_sends(&mut self, timeout: Duration) -> io::Result<()> {
         let deadline = Instant::now() + timeout;
-        while self.free.len() < SLOTS {
+        while self.free.len() < self.bufs.depth {
             if Instant::now() >= deadline {
                 return Err(other(format!("sends did not complete within {timeout:?}")));
             }
@@ -177,42 +292,153 @@ impl QpLink {
         }
         Ok(())
     }
+
+    /// A free send slot, waiting for a send to complete if there is none.
+    fn free_slot(&mut self) -> io::Result<usize> {
+        while self.free.is_empty() {
+            self.pump(Side::Send, None)?;
+        }
+        Ok(self.free.pop().unwrap())
+    }
+
+    /// Posts `wr` (UDP: to the peer).
+    fn post(&self, wr: SendWr<'_>) -> io::Result<()> {
+        let wr = if self.tcp {
+            wr
+        } else {
+            wr.to(self
+                .peer
+                .ok_or_else(|| other("UDP send without a peer".into()))?)
+        };
+        self.qp.post_send(&wr).map_err(|e| qerr("post send", e))
+    }
+
+    /// Posts `len` bytes of send slot `slot`.
+    fn post_slot(&self, slot: usize, len: usize) -> io::Result<()> {
+        let mr = self.send_mr.as_ref().expect("send buffers");
+        let sge = [mr.sge(slot * self.bufs.send_size, len)];
+        self.post(SendWr::new(slot as u64, &sge))
+    }
+
+    /// The pieces `len` bytes go out in: one, or a stream's buffer-sized pieces.
+    fn pieces(&self, len: usize) -> io::Result<Vec<usize>> {
+        let size = self.bufs.send_size;
+        if len <= size.max(self.max_inline) {
+            return Ok(vec![len]);
+        }
+        if !self.stream {
+            return Err(other(format!(
+                "{len} bytes do not fit a {size}-byte buffer"
+            )));
+        }
+        let mut v = vec![size; len / size];
+        if !len.is_multiple_of(size) {
+            v.push(len % size);
+        }
+        Ok(v)
+    }
+
+    /// Waits until there is a received piece (or the end); false if `timeout` passed.
+    fn await_ready(&mut self, timeout: Option<Duration>) -> io::Result<bool> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        while self.ready.is_empty() && !self.eof {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Ok(false);
+            }
+            self.pump(Side::Recv, left)?;
+        }
+        Ok(true)
+    }
+
+    /// Bytes `[from, to)` of receive slot `slot`.
+    fn recv_bytes(&self, slot: usize, from: usize, to: usize) -> &[u8] {
+        let base = slot * self.bufs.recv_size;
+        &self.recv_mr[base + from..base + to]
+    }
+
+    /// Drops the front received piece and reposts its buffer.
+    fn pop_ready(&mut self) -> io::Result<()> {
+        if let Some((slot, ..)) = self.ready.pop_front() {
+            self.post_recv(slot)?;
+        }
+        Ok(())
+    }
 }
 
 impl Link for QpLink {
     fn send(&mut self, data: &[u8]) -> io::Result<()> {
-        let size = self.send_bufs[0].len();
-        // Stream framing may split; messages and datagrams must fit one buffer.
-        let pieces: Vec<&[u8]> = if data.is_empty() {
-            vec![data]
-        } else {
-            data.chunks(size).collect()
-        };
-        if pieces.len() > 1 && !matches!(self.qp.kind(), QpKind::Tcp(qpip::Framing::Stream)) {
-            return Err(other(format!(
-                "{} bytes do not fit a {size}-byte buffer",
-                data.len()
-            )));
+        let mut at = 0;
+        for len in self.pieces(data.len())? {
+            let piece = &data[at..at + len];
+            at += len;
+            if len <= self.max_inline {
+                // It takes a slot too: slots count the sends in flight against the depth.
+                let slot = self.free_slot()?;
+                self.post(SendWr::inline(slot as u64, piece))?;
+                continue;
+            }
+            self.send_bufs()?;
+            let slot = self.free_slot()?;
+            let size = self.bufs.send_size;
+            let mr = self.send_mr.as_mut().unwrap();
+            mr[slot * size..slot * size + len].copy_from_slice(piece);
+            self.pattern_len[slot] = 0;
+            self.post_slot(slot, len)?;
         }
-        for piece in pieces {
-            while self.free.is_empty() {
-                self.pump(Side::Send, None)?;
+        Ok(())
+    }
+
+    fn prepare(&mut self, len: usize) -> io::Result<()> {
+        if len <= self.max_inline {
+            return Ok(());
+        }
+        if self.bufs.copy {
+            if self.pattern.len() < len {
+                self.pattern = vec![PATTERN; len];
             }
-            let slot = self.free.pop().unwrap();
-            let sge;
-            let mut wr = if piece.len() <= self.max_inline {
-                SendWr::inline(slot as u64, piece)
-            } else {
-                self.send_bufs[slot].as_mut_slice()[..piece.len()].copy_from_slice(piece);
-                sge = [self.send_bufs[slot].sge(0, piece.len())];
-                SendWr::new(slot as u64, &sge)
-            };
-            if !self.tcp {
-                wr = wr.to(self
-                    .peer
-                    .ok_or_else(|| other("UDP send without a peer".into()))?);
+            return Ok(());
+        }
+        let size = self.bufs.send_size;
+        let fill = len.min(size);
+        self.send_bufs()?;
+        // Only free buffers: one in flight is the device's to read until it completes.
+        let free = self.free.clone();
+        let mr = self.send_mr.as_mut().unwrap();
+        for slot in free {
+            if self.pattern_len[slot] < fill {
+                mr[slot * size..slot * size + fill].fill(PATTERN);
+                self.pattern_len[slot] = fill;
             }
-            self.qp.post_send(&wr).map_err(|e| qerr("post send", e))?;
+        }
+        Ok(())
+    }
+
+    fn send_pattern(&mut self, len: usize) -> io::Result<()> {
+        if len <= self.max_inline {
+            const INLINE: [u8; 256] = [PATTERN; 256];
+            if len <= INLINE.len() {
+                return self.send(&INLINE[..len]);
+            }
+        }
+        if self.bufs.copy {
+            self.prepare(len)?;
+            let pattern = std::mem::take(&mut self.pattern);
+            let r = self.send(&pattern[..len]);
+            self.pattern = pattern;
+            return r;
+        }
+        self.send_bufs()?;
+        for piece in self.pieces(len)? {
+            let slot = self.free_slot()?;
+            if self.pattern_len[slot] < piece {
+                // Not prepared (or overwritten by a copied send): fill it now.
+                let size = self.bufs.send_size;
+                let mr = self.send_mr.as_mut().unwrap();
+                mr[slot * size..slot * size + piece].fill(PATTERN);
+                self.pattern_len[slot] = piece;
+            }
+            self.post_slot(slot, piece)?;
         }
         Ok(())
     }
@@ -222,32 +448,97 @@ impl Link for QpLink {
         buf: &mut [u8],
         timeout: Option<Duration>,
     ) -> io::Result<Option<(usize, Option<SocketAddrV6>)>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        while self.ready.is_empty() {
-            if self.eof {
-                return Ok(Some((0, None)));
-            }
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if left == Some(Duration::ZERO) {
-                return Ok(None);
-            }
-            self.pump(Side::Recv, left)?;
+        self.release()?;
+        if !self.await_ready(timeout)? {
+            return Ok(None);
         }
-        let (slot, len, done, src) = self.ready.front_mut().unwrap();
-        let n = (*len - *done).min(buf.len());
-        buf[..n].copy_from_slice(&self.recv_bufs[*slot][*done..*done + n]);
-        *done += n;
-        let src = *src;
+        let Some((slot, len, done, src)) = self.ready.front().copied() else {
+            return Ok(Some((0, None)));
+        };
+        let n = (len - done).min(buf.len());
+        buf[..n].copy_from_slice(self.recv_bytes(slot, done, done + n));
+        self.ready.front_mut().unwrap().2 += n;
         // A datagram or message is one read (the rest of it is cut, like a socket's).
-        if *done == *len || !matches!(self.qp.kind(), QpKind::Tcp(qpip::Framing::Stream)) {
-            let slot = *slot;
-            self.ready.pop_front();
-            let sge = [self.recv_bufs[slot].sge_all()];
-            self.qp
-                .post_recv(slot as u64, &sge)
-                .map_err(|e| qerr("post receive", e))?;
+        if done + n == len || !self.stream {
+            self.pop_ready()?;
         }
         Ok(Some((n, src)))
+    }
+
+    fn hold(
+        &mut self,
+        timeout: Option<Duration>,
+    ) -> io::Result<Option<(usize, Option<SocketAddrV6>)>> {
+        self.release()?;
+        if !self.await_ready(timeout)? {
+            return Ok(None);
+        }
+        let Some((slot, len, done, src)) = self.ready.front().copied() else {
+            return Ok(Some((0, None)));
+        };
+        let n = len - done;
+        if self.bufs.copy {
+            let mut stage = std::mem::take(&mut self.stage);
+            if stage.len() < n {
+                stage.resize(n, 0);
+            }
+            stage[..n].copy_from_slice(self.recv_bytes(slot, done, len));
+            self.stage = stage;
+            self.pop_ready()?;
+        }
+        self.held = Some(n);
+        Ok(Some((n, src)))
+    }
+
+    fn held(&self) -> &[u8] {
+        match self.held {
+            None => &[],
+            Some(n) if self.bufs.copy => &self.stage[..n],
+            Some(_) => {
+                let (slot, len, done, _) = *self.ready.front().expect("a held piece");
+                self.recv_bytes(slot, done, len)
+            }
+        }
+    }
+
+    fn release(&mut self) -> io::Result<()> {
+        if self.held.take().is_some() && !self.bufs.copy {
+            self.pop_ready()?;
+        }
+        Ok(())
+    }
+
+    fn echo(&mut self) -> io::Result<()> {
+        let Some(n) = self.held else {
+            return Ok(());
+        };
+        if self.bufs.copy {
+            let stage = std::mem::take(&mut self.stage);
+            let r = self.send(&stage[..n]);
+            self.stage = stage;
+            r?;
+            return self.release();
+        }
+        let send_slot = self.free_slot()?;
+        let (slot, len, done, _) = *self.ready.front().expect("a held piece");
+        if n <= self.max_inline {
+            // Copied into the request at once: the receive buffer is free again.
+            self.post(SendWr::inline(
+                send_slot as u64,
+                self.recv_bytes(slot, done, len),
+            ))?;
+            return self.release();
+        }
+        // From the receive buffer itself, which is reposted when the send completed.
+        self.held = None;
+        self.ready.pop_front();
+        let base = slot * self.bufs.recv_size;
+        let sge = [self.recv_mr.sge(base + done, len - done)];
+        self.post(SendWr::new(
+            ECHO | (slot as u64) << 32 | send_slot as u64,
+            &sge,
+        ))?;
+        Ok(())
     }
 
     fn set_peer(&mut self, peer: SocketAddrV6) {
@@ -260,6 +551,7 @@ impl Link for QpLink {
     }
 
     fn finish(&mut self) -> io::Result<()> {
+        self.release()?;
         self.drain_sends(crate::T)?;
         if !self.tcp {
             return Ok(());
@@ -280,51 +572,93 @@ impl Link for QpLink {
             ))),
         }
     }
+
+    fn counters(&self) -> Option<Counters> {
+        Some(counters::take(&self.ctx, self.waits))
+    }
 }
 
 /// A kernel socket: a UDP socket or a TCP connection.
-pub enum SockLink {
+pub struct SockLink {
+    sock: Sock,
+    /// The read timeout set on the socket.
+    timeout: Option<Duration>,
+    /// What [`Link::hold`] reads into, and how much of it is held.
+    buf: Vec<u8>,
+    held: usize,
+    /// The test data [`Link::send_pattern`] writes.
+    pattern: Vec<u8>,
+}
+
+enum Sock {
     Udp {
         sock: UdpSocket,
         peer: Option<SocketAddrV6>,
-        timeout: Option<Duration>,
     },
-    Tcp {
-        stream: TcpStream,
-        timeout: Option<Duration>,
-    },
+    Tcp(TcpStream),
 }
 
 impl SockLink {
-    pub fn tcp(stream: TcpStream) -> io::Result<SockLink> {
+    /// A TCP connection; [`Link::hold`] reads up to `buf` bytes at a time.
+    pub fn tcp(stream: TcpStream, buf: usize) -> io::Result<SockLink> {
         stream.set_nodelay(true)?;
-        Ok(SockLink::Tcp {
-            stream,
-            timeout: None,
-        })
+        Ok(SockLink::new(Sock::Tcp(stream), buf))
     }
 
-    pub fn udp(sock: UdpSocket) -> SockLink {
-        SockLink::Udp {
+    /// A UDP socket; [`Link::hold`] takes datagrams of up to `buf` bytes.
+    pub fn udp(sock: UdpSocket, buf: usize) -> SockLink {
+        SockLink::new(Sock::Udp { sock, peer: None }, buf)
+    }
+
+    fn new(sock: Sock, buf: usize) -> SockLink {
+        SockLink {
             sock,
-            peer: None,
             timeout: None,
+            buf: vec![0; buf],
+            held: 0,
+            pattern: Vec::new(),
         }
     }
-}
 
-/// Sets a socket's read timeout only when it changes (a system call each time).
-fn timeout_to(
-    cur: &mut Option<Duration>,
-    want: Option<Duration>,
-    set: impl FnOnce(Option<Duration>) -> io::Result<()>,
-) -> io::Result<()> {
-    let want = want.map(|t| t.max(Duration::from_micros(1)));
-    if *cur != want {
-        set(want)?;
-        *cur = want;
+    /// Sets the socket's read timeout only when it changes (a system call each time).
+    fn timeout_to(&mut self, want: Option<Duration>) -> io::Result<()> {
+        let want = want.map(|t| t.max(Duration::from_micros(1)));
+        if self.timeout != want {
+            match &self.sock {
+                Sock::Udp { sock, .. } => sock.set_read_timeout(want)?,
+                Sock::Tcp(s) => s.set_read_timeout(want)?,
+            }
+            self.timeout = want;
+        }
+        Ok(())
     }
-    Ok(())
+
+    fn read(
+        &mut self,
+        into: Option<&mut [u8]>,
+        timeout: Option<Duration>,
+    ) -> io::Result<Option<(usize, Option<SocketAddrV6>)>> {
+        self.timeout_to(timeout)?;
+        let buf = match into {
+            Some(b) => b,
+            None => &mut self.buf[..],
+        };
+        let r = match &mut self.sock {
+            Sock::Udp { sock, .. } => sock.recv_from(buf).map(|(n, from)| {
+                let src = match from {
+                    SocketAddr::V6(a) => a,
+                    SocketAddr::V4(a) => SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
+                };
+                (n, Some(src))
+            }),
+            Sock::Tcp(s) => s.read(buf).map(|n| (n, None)),
+        };
+        match r {
+            Ok(x) => Ok(Some(x)),
+            Err(e) if timed_out(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 fn timed_out(e: &io::Error) -> bool {
@@ -336,13 +670,28 @@ fn timed_out(e: &io::Error) -> bool {
 
 impl Link for SockLink {
     fn send(&mut self, data: &[u8]) -> io::Result<()> {
-        match self {
-            SockLink::Udp { sock, peer, .. } => {
+        match &mut self.sock {
+            Sock::Udp { sock, peer } => {
                 let to = peer.ok_or_else(|| other("UDP send without a peer".into()))?;
                 sock.send_to(data, to).map(|_| ())
             }
-            SockLink::Tcp { stream, .. } => stream.write_all(data),
+            Sock::Tcp(s) => s.write_all(data),
         }
+    }
+
+    fn prepare(&mut self, len: usize) -> io::Result<()> {
+        if self.pattern.len() < len {
+            self.pattern = vec![PATTERN; len];
+        }
+        Ok(())
+    }
+
+    fn send_pattern(&mut self, len: usize) -> io::Result<()> {
+        self.prepare(len)?;
+        let pattern = std::mem::take(&mut self.pattern);
+        let r = self.send(&pattern[..len]);
+        self.pattern = pattern;
+        r
     }
 
     fn recv(
@@ -350,46 +699,49 @@ impl Link for SockLink {
         buf: &mut [u8],
         timeout: Option<Duration>,
     ) -> io::Result<Option<(usize, Option<SocketAddrV6>)>> {
-        let r = match self {
-            SockLink::Udp {
-                sock, timeout: cur, ..
-            } => {
-                timeout_to(cur, timeout, |t| sock.set_read_timeout(t))?;
-                sock.recv_from(buf).map(|(n, from)| {
-                    let src = match from {
-                        SocketAddr::V6(a) => a,
-                        SocketAddr::V4(a) => {
-                            SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0)
-                        }
-                    };
-                    (n, Some(src))
-                })
-            }
-            SockLink::Tcp {
-                stream,
-                timeout: cur,
-            } => {
-                timeout_to(cur, timeout, |t| stream.set_read_timeout(t))?;
-                stream.read(buf).map(|n| (n, None))
-            }
-        };
-        match r {
-            Ok(x) => Ok(Some(x)),
-            Err(e) if timed_out(&e) => Ok(None),
-            Err(e) => Err(e),
+        self.held = 0;
+        self.read(Some(buf), timeout)
+    }
+
+    fn hold(
+        &mut self,
+        timeout: Option<Duration>,
+    ) -> io::Result<Option<(usize, Option<SocketAddrV6>)>> {
+        self.held = 0;
+        let r = self.read(None, timeout)?;
+        if let Some((n, _)) = r {
+            self.held = n;
         }
+        Ok(r)
+    }
+
+    fn held(&self) -> &[u8] {
+        &self.buf[..self.held]
+    }
+
+    fn release(&mut self) -> io::Result<()> {
+        self.held = 0;
+        Ok(())
+    }
+
+    fn echo(&mut self) -> io::Result<()> {
+        let buf = std::mem::take(&mut self.buf);
+        let r = self.send(&buf[..self.held]);
+        self.buf = buf;
+        self.held = 0;
+        r
     }
 
     fn set_peer(&mut self, to: SocketAddrV6) {
-        if let SockLink::Udp { peer, .. } = self {
+        if let Sock::Udp { peer, .. } = &mut self.sock {
             *peer = Some(to);
         }
     }
 
     fn close_write(&mut self) -> io::Result<()> {
-        match self {
-            SockLink::Tcp { stream, .. } => stream.shutdown(Shutdown::Write),
-            SockLink::Udp { .. } => Ok(()),
+        match &self.sock {
+            Sock::Tcp(s) => s.shutdown(Shutdown::Write),
+            Sock::Udp { .. } => Ok(()),
         }
     }
 
@@ -398,5 +750,9 @@ impl Link for SockLink {
             Err(e) if e.kind() != io::ErrorKind::NotConnected => Err(e),
             _ => Ok(()),
         }
+    }
+
+    fn counters(&self) -> Option<Counters> {
+        None
     }
 }

@@ -3,9 +3,10 @@
 //!
 //! ```text
 //! qpip-perf -s [--port P] [--bind ADDR] [--sockets] [--stream] [--provider soft|device] [--spin]
+//!              [--depth N] [--copy]
 //! qpip-perf ADDR [--port P] [--udp|--tcp] [--test latency|bandwidth|all] [--iters N]
 //!           [--duration SECS] [--sizes 64,1024,...] [--bytes N] [--sockets] [--stream]
-//!           [--provider soft|device] [--spin] [--json]
+//!           [--provider soft|device] [--spin] [--depth N] [--copy] [--json]
 //! ```
 //!
 //! The server answers UDP and TCP on one port (default 5201), one test at a time:
@@ -18,9 +19,18 @@
 //! `getrusage`, so the software provider's engine thread counts) over a test, per
 //! message (latency: per round trip), on the client and as the server reports it.
 //!
+//! QPs are used as QPs are meant to be: each keeps `--depth` sends and as many receives in
+//! flight (default [`DEFAULT_DEPTH`]), sends straight from registered buffers that hold the
+//! test data and takes received bytes where the device placed them (zero-copy; `--copy`
+//! copies every message into and out of the registered buffers instead, as a socket's
+//! caller does — see `link.rs`). Each side also reports counters per message: the
+//! library's kicks and blocking waits, and the device's interrupts, engine sleeps and TCP
+//! segments (`counters.rs`).
+//!
 //! TCP QPs use message framing (QP ⇄ QP) unless `--stream`; both ends must agree.
 //! A table by default, `--json` for one JSON object.
 
+mod counters;
 mod link;
 mod proto;
 mod report;
@@ -31,16 +41,25 @@ use std::time::Duration;
 
 use qpip::{Context, EventKind, Framing, QpInit, QpKind};
 
-use link::{Cqs, Link, QpLink, SockLink, SLOTS};
+use link::{ring, Bufs, Cqs, Link, QpLink, SockLink};
 
 const USAGE: &str = "usage: qpip-perf -s [--port P] [--bind ADDR] [--sockets] [--stream] [--provider soft|device] [--spin]
+                    [--depth N] [--copy]
        qpip-perf ADDR [--port P] [--udp|--tcp] [--test latency|bandwidth|all] [--iters N] [--duration SECS]
-                 [--sizes N,N,...] [--bytes N] [--sockets] [--stream] [--provider soft|device] [--spin] [--json]";
+                 [--sizes N,N,...] [--bytes N] [--sockets] [--stream] [--provider soft|device] [--spin]
+                 [--depth N] [--copy] [--json]";
 
 /// Largest TCP message (and buffer) a test uses.
 pub const MAX_TCP: usize = 256 << 10;
 /// Largest UDP datagram a test sends; receive buffers take any datagram.
 pub const MAX_UDP: usize = 65507;
+/// Sends and receives each QP keeps in flight unless `--depth` says otherwise.
+pub const DEFAULT_DEPTH: usize = 64;
+/// The deepest `--depth` (a server's TCP receive buffers take `depth` × [`MAX_TCP`]).
+pub const MAX_DEPTH: usize = 256;
+/// Bytes of a receive buffer that takes only control lines.
+const CONTROL: usize = 256;
+
 /// How long one wait may take before the test is called failed (TCG guests are slow).
 pub const T: Duration = Duration::from_secs(60);
 
@@ -54,6 +73,10 @@ pub struct Args {
     pub framing: Framing,
     pub provider: Option<String>,
     pub spin: bool,
+    /// Sends and receives in flight per QP.
+    pub depth: usize,
+    /// Copy data into and out of the registered buffers.
+    pub copy: bool,
     pub udp: bool,
     pub tcp: bool,
     pub latency: bool,
@@ -87,6 +110,8 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
         framing: Framing::Message,
         provider: None,
         spin: false,
+        depth: DEFAULT_DEPTH,
+        copy: false,
         udp: true,
         tcp: true,
         latency: true,
@@ -118,6 +143,13 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
                 a.provider = Some(p);
             }
             "--spin" => a.spin = true,
+            "--depth" => {
+                a.depth = num("--depth", it.next())?;
+                if !(1..=MAX_DEPTH).contains(&a.depth) {
+                    return Err(usage(format!("--depth {}: from 1 to {MAX_DEPTH}", a.depth)));
+                }
+            }
+            "--copy" => a.copy = true,
             "-u" | "--udp" => (a.udp, a.tcp) = (true, false),
             "-t" | "--tcp" => (a.udp, a.tcp) = (false, true),
             "--test" => match it.next().as_deref() {
@@ -211,6 +243,8 @@ pub enum Net {
         ctx: Context,
         framing: Framing,
         spin: bool,
+        depth: usize,
+        copy: bool,
     },
     Sockets,
 }
@@ -225,14 +259,22 @@ impl Net {
             ctx,
             framing: a.framing,
             spin: a.spin,
+            depth: a.depth,
+            copy: a.copy,
         })
     }
 
     pub fn describe(&self) -> String {
         match self {
             Net::Sockets => "kernel sockets".into(),
-            Net::Qp { ctx, framing, .. } => format!(
-                "qpip QPs ({} provider{}, TCP {} framing)",
+            Net::Qp {
+                ctx,
+                framing,
+                depth,
+                copy,
+                ..
+            } => format!(
+                "qpip QPs ({} provider{}, TCP {} framing, depth {depth}, {})",
                 match ctx.provider() {
                     qpip::ProviderKind::Device => "device",
                     qpip::ProviderKind::Soft => "software",
@@ -243,57 +285,107 @@ impl Net {
                 match framing {
                     Framing::Message => "message",
                     Framing::Stream => "stream",
-                }
+                },
+                if *copy { "copying" } else { "zero-copy" }
             ),
         }
     }
 
-    /// A UDP endpoint bound to `local`.
-    pub fn udp(&self, local: SocketAddrV6) -> Result<Box<dyn Link + Send>, Fail> {
+    /// The largest UDP payload on this net.
+    pub fn max_udp(&self) -> usize {
+        match self {
+            Net::Qp { ctx, .. } => MAX_UDP.min(ctx.limits().max_udp_payload as usize),
+            Net::Sockets => MAX_UDP,
+        }
+    }
+
+    /// A UDP endpoint bound to `local` that sends datagrams of up to `send` bytes (QPs: a
+    /// server registers its send buffers only when an echo needs them).
+    pub fn udp(
+        &self,
+        local: SocketAddrV6,
+        send: usize,
+        server: bool,
+    ) -> Result<Box<dyn Link + Send>, Fail> {
+        let max = self.max_udp();
         match self {
             Net::Sockets => {
                 let s = UdpSocket::bind(local)
                     .map_err(|e| Fail(1, format!("bind UDP {local}: {e}")))?;
-                Ok(Box::new(SockLink::udp(s)))
+                Ok(Box::new(SockLink::udp(s, max)))
             }
-            Net::Qp { ctx, spin, .. } => {
-                let (cqs, qp) = new_qp(ctx, QpKind::Udp)?;
+            Net::Qp {
+                ctx,
+                spin,
+                depth,
+                copy,
+                ..
+            } => {
+                let (cqs, qp) = new_qp(ctx, QpKind::Udp, *depth)?;
                 qp.bind(local)
                     .map_err(|e| Fail(1, format!("bind UDP {local}: {e}")))?;
-                let size = MAX_UDP.min(ctx.limits().max_udp_payload as usize);
+                let bufs = Bufs {
+                    depth: *depth,
+                    send_size: send.clamp(1, max),
+                    recv_size: max,
+                    lazy_send: server,
+                    copy: *copy,
+                };
                 let l =
-                    QpLink::new(ctx, cqs, qp, size, *spin).map_err(|e| Fail(1, e.to_string()))?;
+                    QpLink::new(ctx, cqs, qp, bufs, *spin).map_err(|e| Fail(1, e.to_string()))?;
                 Ok(Box::new(l))
             }
         }
     }
 
-    /// A TCP connection to `peer`.
-    pub fn connect(&self, peer: SocketAddrV6) -> Result<Box<dyn Link + Send>, Fail> {
+    /// A TCP connection to `peer` for a test with messages of `size` bytes.
+    pub fn connect(
+        &self,
+        peer: SocketAddrV6,
+        size: usize,
+        lat: bool,
+    ) -> Result<Box<dyn Link + Send>, Fail> {
         let fail = |e: String| Fail(1, format!("connect to {peer}: {e}"));
         match self {
             Net::Sockets => {
                 let s = TcpStream::connect_timeout(&SocketAddr::V6(peer), T)
                     .map_err(|e| fail(e.to_string()))?;
-                Ok(Box::new(SockLink::tcp(s).map_err(|e| fail(e.to_string()))?))
-            }
-            Net::Qp { ctx, framing, spin } => {
-                let (cqs, qp) = new_qp(ctx, QpKind::Tcp(*framing))?;
-                qp.connect_wait(peer, T).map_err(|e| fail(e.to_string()))?;
                 Ok(Box::new(
-                    QpLink::new(ctx, cqs, qp, MAX_TCP, *spin).map_err(|e| fail(e.to_string()))?,
+                    SockLink::tcp(s, size.max(CONTROL)).map_err(|e| fail(e.to_string()))?,
+                ))
+            }
+            Net::Qp {
+                ctx,
+                framing,
+                spin,
+                depth,
+                copy,
+            } => {
+                let (cqs, qp) = new_qp(ctx, QpKind::Tcp(*framing), *depth)?;
+                qp.connect_wait(peer, T).map_err(|e| fail(e.to_string()))?;
+                // Receives: the server's control lines, and in a latency test its echoes.
+                let bufs = Bufs {
+                    depth: *depth,
+                    send_size: size,
+                    recv_size: if lat { size.max(CONTROL) } else { CONTROL },
+                    lazy_send: false,
+                    copy: *copy,
+                };
+                Ok(Box::new(
+                    QpLink::new(ctx, cqs, qp, bufs, *spin).map_err(|e| fail(e.to_string()))?,
                 ))
             }
         }
     }
 }
 
-/// A QP of `kind` with a CQ for its sends and one for its receives: a receiver waits only
-/// for what it reads (a send's completion never wakes it; sends are reaped by polling, and
-/// waited for only when every send buffer is in flight), as with a socket.
-fn new_qp(ctx: &Context, kind: QpKind) -> Result<(Cqs, qpip::Qp), Fail> {
+/// A QP of `kind` with `depth` sends and receives, and a CQ for its sends and one for its
+/// receives: a receiver waits only for what it reads (a send's completion never wakes it;
+/// sends are reaped by polling, and waited for only when every send buffer is in flight),
+/// as with a socket.
+fn new_qp(ctx: &Context, kind: QpKind, depth: usize) -> Result<(Cqs, qpip::Qp), Fail> {
     let cq = || {
-        ctx.create_cq(2 * SLOTS as u32)
+        ctx.create_cq(ring(depth))
             .map_err(|e| Fail(1, format!("create CQ: {e}")))
     };
     let cqs = Cqs {
@@ -304,7 +396,7 @@ fn new_qp(ctx: &Context, kind: QpKind) -> Result<(Cqs, qpip::Qp), Fail> {
         .create_qp(
             &QpInit::new(kind, &cqs.send)
                 .recv_cq(&cqs.recv)
-                .depth(SLOTS as u32, SLOTS as u32),
+                .depth(ring(depth), ring(depth)),
         )
         .map_err(|e| Fail(1, format!("create QP: {e}")))?;
     Ok((cqs, qp))
@@ -317,6 +409,8 @@ pub enum Acceptor {
         listener: qpip::Listener,
         framing: Framing,
         spin: bool,
+        depth: usize,
+        copy: bool,
     },
     Sockets(TcpListener),
 }
@@ -328,16 +422,26 @@ impl Acceptor {
             Net::Sockets => Ok(Acceptor::Sockets(
                 TcpListener::bind(local).map_err(|e| fail(e.to_string()))?,
             )),
-            Net::Qp { ctx, framing, spin } => Ok(Acceptor::Qp {
+            Net::Qp {
+                ctx,
+                framing,
+                spin,
+                depth,
+                copy,
+            } => Ok(Acceptor::Qp {
                 ctx: ctx.clone(),
                 listener: ctx.listen(local, 8).map_err(|e| fail(e.to_string()))?,
                 framing: *framing,
                 spin: *spin,
+                depth: *depth,
+                copy: *copy,
             }),
         }
     }
 
-    /// The next connection and its peer.
+    /// The next connection and its peer. Its receive buffers take the largest message a
+    /// client may send ([`MAX_TCP`]); its send buffers (for echoes longer than an inline
+    /// send) are registered when first needed.
     pub fn accept(&self) -> Result<(Box<dyn Link + Send>, SocketAddrV6), Fail> {
         let fail = |e: String| Fail(1, format!("accept: {e}"));
         match self {
@@ -348,7 +452,7 @@ impl Acceptor {
                     SocketAddr::V4(a) => SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
                 };
                 Ok((
-                    Box::new(SockLink::tcp(s).map_err(|e| fail(e.to_string()))?),
+                    Box::new(SockLink::tcp(s, MAX_TCP).map_err(|e| fail(e.to_string()))?),
                     from,
                 ))
             }
@@ -357,8 +461,10 @@ impl Acceptor {
                 listener,
                 framing,
                 spin,
+                depth,
+                copy,
             } => {
-                let (cqs, qp) = new_qp(ctx, QpKind::Tcp(*framing))?;
+                let (cqs, qp) = new_qp(ctx, QpKind::Tcp(*framing), *depth)?;
                 listener.accept(&qp, 0).map_err(|e| fail(e.to_string()))?;
                 let ev = ctx
                     .wait_event_for(qp.id(), EventKind::Accept, None)
@@ -367,12 +473,46 @@ impl Acceptor {
                 if let Some(e) = ev.error() {
                     return Err(fail(e.to_string()));
                 }
+                let bufs = Bufs {
+                    depth: *depth,
+                    send_size: MAX_TCP,
+                    recv_size: MAX_TCP,
+                    lazy_send: true,
+                    copy: *copy,
+                };
                 let link =
-                    QpLink::new(ctx, cqs, qp, MAX_TCP, *spin).map_err(|e| fail(e.to_string()))?;
+                    QpLink::new(ctx, cqs, qp, bufs, *spin).map_err(|e| fail(e.to_string()))?;
                 link.drain_events().map_err(|e| fail(e.to_string()))?;
                 let any = SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0);
                 Ok((Box::new(link), ev.peer.unwrap_or(any)))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, Fail> {
+        parse_args(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn depth_and_copy() {
+        let a = parse(&["::1"]).ok().unwrap();
+        assert_eq!((a.depth, a.copy), (DEFAULT_DEPTH, false));
+        let a = parse(&["-s", "--depth", "3", "--copy"]).ok().unwrap();
+        assert_eq!((a.depth, a.copy), (3, true));
+        for bad in ["0", "257", "x"] {
+            let Err(Fail(code, msg)) = parse(&["::1", "--depth", bad]) else {
+                panic!("--depth {bad} accepted");
+            };
+            assert_eq!(code, 2);
+            assert!(msg.contains("--depth"), "{msg}");
+        }
+        assert!(parse(&["::1", "--depth"]).is_err());
+        // Rings are powers of two, at least 2, for any depth.
+        assert_eq!([1, 2, 3, 64, 100].map(ring), [2, 2, 4, 64, 128]);
     }
 }

@@ -1,5 +1,6 @@
 //! The results: a table that says what was measured, or one JSON object.
 
+use crate::counters::Counters;
 use crate::proto::Row;
 use crate::Args;
 
@@ -111,6 +112,56 @@ fn table(rows: &[Row]) -> String {
             opt(f.server_cpu_us, 2),
         );
     }
+    if rows.iter().any(|r| r.client_counters.is_some()) {
+        s += &counter_table(rows);
+    }
+    s
+}
+
+/// The counters the table shows per message, as (column, counter).
+const PER_MSG: [(&str, &str); 6] = [
+    ("kicks", "kicks"),
+    ("waits", "waits"),
+    ("intr", "interrupts"),
+    ("sleeps", "sleeps"),
+    ("segs out", "tcp_segs_out"),
+    ("dgrams out", "udp_tx"),
+];
+
+/// `x` per message, or `-` if not counted.
+fn per(c: Option<&Counters>, name: &str, msgs: u64) -> String {
+    match c.and_then(|c| c.get(name)) {
+        Some(v) if msgs > 0 => {
+            let x = v as f64 / msgs as f64;
+            format!("{x:.0$}", if x >= 100.0 { 0 } else { 2 })
+        }
+        _ => "-".into(),
+    }
+}
+
+/// The QP rows' counters per message (latency: per round trip), client/server.
+fn counter_table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    s += "per message (latency: per round trip), client/server: kicks (doorbells that woke the device),\n";
+    s += "waits (blocking CQ waits), intr (the device's CQ interrupts), sleeps (its engine's), segments/datagrams sent\n";
+    // Indented, so that a row is not taken for one of the table above.
+    s += &format!("  {:<9} {:<4} {:>7}", "test", "net", "size");
+    for (col, _) in PER_MSG {
+        s += &format!(" {col:>13}");
+    }
+    s += "\n";
+    for r in rows.iter().filter(|r| r.client_counters.is_some()) {
+        s += &format!("  {:<9} {:<4} {:>7}", r.test, r.transport, r.size);
+        for (_, name) in PER_MSG {
+            let pair = format!(
+                "{}/{}",
+                per(r.client_counters.as_ref(), name, r.msgs),
+                per(r.server_counters.as_ref(), name, r.msgs)
+            );
+            s += &format!(" {pair:>13}");
+        }
+        s += "\n";
+    }
     s
 }
 
@@ -119,6 +170,15 @@ fn jnum(v: Option<f64>) -> String {
         Some(x) if x.is_finite() => format!("{x:.3}"),
         _ => "null".into(),
     }
+}
+
+fn counters_json(c: &Option<Counters>) -> String {
+    c.as_ref().map_or("null".into(), Counters::json)
+}
+
+/// Per message sent (latency: per round trip), the same divisor for both sides.
+fn per_msg_json(c: &Option<Counters>, msgs: u64) -> String {
+    c.as_ref().map_or("null".into(), |c| c.json_per(msgs))
 }
 
 fn json(a: &Args, rows: &[Row]) -> String {
@@ -133,7 +193,9 @@ fn json(a: &Args, rows: &[Row]) -> String {
                     "\"rtt_us\":{{\"p50\":{},\"p90\":{},\"p99\":{},\"max\":{}}},",
                     "\"mb_per_s\":{},\"msgs_per_s\":{},\"loss\":{:.6},",
                     "\"cpu_us_per_msg\":{{\"client\":{},\"server\":{}}},",
-                    "\"cpu_ns\":{{\"client\":{},\"server\":{}}},\"server_msgs\":{}}}"
+                    "\"cpu_ns\":{{\"client\":{},\"server\":{}}},\"server_msgs\":{},",
+                    "\"counters\":{{\"client\":{},\"server\":{}}},",
+                    "\"per_msg\":{{\"client\":{},\"server\":{}}}}}"
                 ),
                 r.test,
                 r.transport,
@@ -160,15 +222,21 @@ fn json(a: &Args, rows: &[Row]) -> String {
                 r.client_cpu_ns,
                 r.server_cpu_ns,
                 r.server_msgs,
+                counters_json(&r.client_counters),
+                counters_json(&r.server_counters),
+                per_msg_json(&r.client_counters, r.msgs),
+                per_msg_json(&r.server_counters, r.msgs),
             )
         })
         .collect();
     format!(
-        "{{\"tool\":\"qpip-perf\",\"net\":\"{}\",\"server\":\"{}\",\"port\":{},\"iters\":{},\"results\":[{}]}}",
+        "{{\"tool\":\"qpip-perf\",\"net\":\"{}\",\"server\":\"{}\",\"port\":{},\"iters\":{},\"depth\":{},\"copy\":{},\"results\":[{}]}}",
         if a.sockets { "sockets" } else { "qpip" },
         a.addr.as_deref().unwrap_or_default().replace(['"', '\\'], ""),
         a.port,
         a.iters,
+        if a.sockets { "null".into() } else { a.depth.to_string() },
+        !a.sockets && a.copy,
         items.join(",")
     )
 }
