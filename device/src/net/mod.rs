@@ -15,6 +15,7 @@
 //! that arrives comes up as a [`UdpIn`], and the engine says whether a QP had its port
 //! ([`Delivery`]), so the stack can answer "port unreachable" when none did.
 
+pub mod checksum;
 pub mod config;
 pub mod frag;
 pub mod interface;

@@ -281,10 +281,10 @@ fn pseudo_sum(src: &Ipv6Addr, dst: &Ipv6Addr, next: u8, len: usize) -> Sum16BitW
 /// Whether an upper-layer message (checksum field included) sums to zero with its
 /// pseudo-header, i.e. its checksum is right.
 pub fn checksum_ok(src: &Ipv6Addr, dst: &Ipv6Addr, next: u8, upper: &[u8]) -> bool {
-    pseudo_sum(src, dst, next, upper.len())
-        .add_slice(upper)
-        .ones_complement()
-        == 0
+    super::checksum::sum(
+        super::checksum::pseudo_header(src, dst, next, upper.len() as u32),
+        upper,
+    ) == 0xffff
 }
 
 /// Body of an echo reply/request: identifier, sequence, data.

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::net::Ipv6Addr;
 
-use etherparse::checksum::Sum16BitWords;
+use crate::net::checksum;
 
 use crate::net::wire::proto;
 
@@ -212,20 +212,13 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
-fn pseudo_sum(src: &Ipv6Addr, dst: &Ipv6Addr, len: usize) -> Sum16BitWords {
-    Sum16BitWords::new()
-        .add_16bytes(src.octets())
-        .add_16bytes(dst.octets())
-        .add_4bytes((len as u32).to_be_bytes())
-        .add_2bytes([0, proto::TCP])
+fn pseudo_sum(src: &Ipv6Addr, dst: &Ipv6Addr, len: usize) -> u16 {
+    checksum::pseudo_header(src, dst, proto::TCP, len as u32)
 }
 
 /// Whether a whole TCP segment (checksum field included) verifies.
 pub fn checksum_ok(src: &Ipv6Addr, dst: &Ipv6Addr, segment: &[u8]) -> bool {
-    pseudo_sum(src, dst, segment.len())
-        .add_slice(segment)
-        .ones_complement()
-        == 0
+    checksum::sum(pseudo_sum(src, dst, segment.len()), segment) == 0xffff
 }
 
 /// Parses and verifies a TCP segment that arrived in an IPv6 packet from `src` to `dst`
@@ -390,10 +383,7 @@ pub fn emit(
     out[18..20].copy_from_slice(&h.urgent.to_be_bytes());
     out.resize(hl + payload_len, 0);
     fill(&mut out[hl..]);
-    let sum = pseudo_sum(src, dst, out.len())
-        .add_slice(&out)
-        .ones_complement()
-        .to_be();
+    let sum = !checksum::sum(pseudo_sum(src, dst, out.len()), &out);
     out[16..18].copy_from_slice(&sum.to_be_bytes());
     out
 }
