@@ -94,6 +94,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    qpip_device::tune_allocator();
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) if e.use_stderr() => {

@@ -218,6 +218,8 @@ pub struct WireStats {
     pub corrupted: u64,
     pub queue_drops: u64,
     pub checksum_drops: u64,
+    /// Super-segments (`Outgoing::gso`) handed to the wire.
+    pub super_segments: u64,
 }
 
 pub struct Wire {
@@ -228,6 +230,9 @@ pub struct Wire {
     /// When each direction's bottleneck is next free.
     busy_until: [Option<Instant>; 2],
     pub stats: WireStats,
+    /// Whether super-segments are cut into their segments (a link without offloads)
+    /// rather than carried whole (as GRO would hand them over).
+    pub cut_gso: bool,
 }
 
 impl Wire {
@@ -239,12 +244,33 @@ impl Wire {
             imp,
             busy_until: [None, None],
             stats: WireStats::default(),
+            cut_gso: false,
         }
     }
 
     /// A segment from endpoint `1 - to` to endpoint `to`.
     pub fn send(&mut self, to: usize, o: tcp::Outgoing, now: Instant) {
         oracle(o.src, o.dst, &o.segment);
+        if o.gso > 0 {
+            self.stats.super_segments += 1;
+            if self.cut_gso {
+                let mut pieces = Vec::new();
+                qpip_device::net::gso::split_tcp(&o.src, &o.dst, &o.segment, o.gso as usize, |p| {
+                    pieces.push(p)
+                })
+                .expect("a well-formed super-segment");
+                for segment in pieces {
+                    assert!(segment.len() <= o.gso as usize + 60, "a piece of one MSS");
+                    let piece = tcp::Outgoing {
+                        segment,
+                        gso: 0,
+                        ..o
+                    };
+                    self.send(to, piece, now);
+                }
+                return;
+            }
+        }
         self.stats.sent += 1;
         let mut at = now;
         if self.imp.rate > 0 {

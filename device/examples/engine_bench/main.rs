@@ -907,6 +907,8 @@ fn latency_section(o: &Options, r: &mut report::Report) {
 }
 
 fn main() {
+    // As qpipd does (the engines run in this process).
+    qpip_device::tune_allocator();
     let o = options();
     let mut r = report::Report::new();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();

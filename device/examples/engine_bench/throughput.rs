@@ -66,6 +66,8 @@ pub enum Wire {
     Memory,
     /// Unix datagram sockets (`--net cable:PATH`), as between two qpipd.
     Cable,
+    /// In-process frame queues that carry TCP super-frames whole (`memory::pair_gso`).
+    MemoryGso,
 }
 
 /// Sends `total` bytes in messages of `msg` bytes from engine A to engine B.
@@ -79,6 +81,10 @@ pub fn qpip(msg: usize, total: u64, mtu: usize, wire: Wire, timing: bool) -> Qpi
     let (la, lb) = match wire {
         Wire::Memory => {
             let (x, y) = qpip_device::backend::memory::pair().unwrap_or_else(|e| fail(e));
+            (Some(x), Some(y))
+        }
+        Wire::MemoryGso => {
+            let (x, y) = qpip_device::backend::memory::pair_gso().unwrap_or_else(|e| fail(e));
             (Some(x), Some(y))
         }
         Wire::Cable => (None, None),

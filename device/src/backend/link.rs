@@ -84,6 +84,24 @@ impl<B: Backend> Backend for Link<B> {
         }
     }
 
+    /// Super-frames go whole to a link that takes them, unless the impairment is on (it
+    /// works on the frames of the wire).
+    fn gso(&self) -> bool {
+        self.impair.is_none() && self.inner.gso()
+    }
+
+    /// The capture records the segments the super-frame stands for, as they will be on
+    /// the wire (or would be, had the kernel behind a TAP not kept them whole).
+    fn send_gso(&mut self, frame: &[u8], mss: u16) -> io::Result<()> {
+        if !self.gso() {
+            return super::send_segments(self, frame, mss);
+        }
+        if let Some(p) = self.pcap.as_mut() {
+            let _ = crate::net::gso::split_frame(frame, mss as usize, |f| p.record(&f));
+        }
+        self.inner.send_gso(frame, mss)
+    }
+
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         let now = Instant::now();
         self.release_outgoing(now)?;
@@ -111,6 +129,10 @@ impl<B: Backend> Backend for Link<B> {
                 Some((_, inc)) => inc.push(frame, now),
             }
         }
+    }
+
+    fn rx_dropped(&self) -> u64 {
+        self.inner.rx_dropped()
     }
 
     fn fd(&self) -> RawFd {

@@ -20,6 +20,7 @@ pub mod link;
 pub mod memory;
 pub mod pcap;
 pub mod tap;
+pub mod vnet;
 
 use std::fmt;
 use std::io;
@@ -37,8 +38,24 @@ pub const MAX_FRAME: usize = 14 + 65535 + 40;
 pub trait Backend: Send {
     /// Sends one frame without blocking. `WouldBlock` means it was dropped (full).
     fn send(&mut self, frame: &[u8]) -> io::Result<()>;
+    /// Whether [`Backend::send_gso`] takes TCP super-frames whole (the link, or the
+    /// kernel behind it, cuts them into segments, or the peer takes them as they are).
+    fn gso(&self) -> bool {
+        false
+    }
+    /// Sends an Ethernet + IPv6 + TCP super-frame whose payload is to go as segments of
+    /// `mss` bytes. A backend without offloads ([`Backend::gso`] false) sends the segments,
+    /// cut here ([`crate::net::gso`]).
+    fn send_gso(&mut self, frame: &[u8], mss: u16) -> io::Result<()> {
+        send_segments(self, frame, mss)
+    }
     /// Receives one frame into `buf` (at least [`MAX_FRAME`] bytes) without blocking.
+    /// Frames may be larger than the MTU when the link coalesces segments (GRO).
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>>;
+    /// Received frames the backend itself refused (a malformed offload header ...), so far.
+    fn rx_dropped(&self) -> u64 {
+        0
+    }
     /// Readable when a frame may be waiting.
     fn fd(&self) -> RawFd;
     /// Releases frames held back until now (impairment delays). `recv` does this too.
@@ -57,8 +74,17 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         (**self).send(frame)
     }
+    fn gso(&self) -> bool {
+        (**self).gso()
+    }
+    fn send_gso(&mut self, frame: &[u8], mss: u16) -> io::Result<()> {
+        (**self).send_gso(frame, mss)
+    }
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         (**self).recv(buf)
+    }
+    fn rx_dropped(&self) -> u64 {
+        (**self).rx_dropped()
     }
     fn fd(&self) -> RawFd {
         (**self).fd()
@@ -72,6 +98,19 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     fn describe(&self) -> String {
         (**self).describe()
     }
+}
+
+/// Cuts a TCP super-frame into segments of `mss` payload bytes and sends each with
+/// [`Backend::send`] (what a link without offloads does with [`Backend::send_gso`]).
+pub fn send_segments<B: Backend + ?Sized>(b: &mut B, frame: &[u8], mss: u16) -> io::Result<()> {
+    let mut r = Ok(());
+    crate::net::gso::split_frame(frame, mss as usize, |f| {
+        if r.is_ok() {
+            r = b.send(&f);
+        }
+    })
+    .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("GSO frame: {e:?}")))?;
+    r
 }
 
 /// `--net tap:IFNAME | cable:PATH`.

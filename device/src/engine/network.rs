@@ -67,6 +67,9 @@ impl Engine {
             cfg.mtu,
             stack.link_local()
         );
+        // Super-segments only pay where the link takes them whole; elsewhere each would be
+        // cut again in software.
+        self.tcp.set_gso(link.gso());
         self.net = Some(Interface::new(stack, link));
     }
 
@@ -89,6 +92,8 @@ impl Engine {
             return;
         };
         let Some(net) = self.net.as_mut() else { return };
+        // A reset made TCP afresh: it builds super-segments again if the link takes them.
+        self.tcp.set_gso(net.backend().gso());
         if mac_changed {
             let stack = self.new_stack(&cfg);
             let net = self.net.as_mut().expect("checked");

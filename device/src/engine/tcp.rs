@@ -66,8 +66,6 @@ use super::memory::{Fault, Span};
 use super::objects::{PendingCmd, QpState, TcpRole};
 use super::Engine;
 
-/// The IPv6 next header of TCP.
-const PROTO_TCP: u8 = 6;
 /// Hop limit of the segments we send.
 const HOP_LIMIT: u8 = 64;
 /// Send WRs one QP may take per turn.
@@ -628,6 +626,12 @@ impl Tcp {
             qps: HashMap::new(),
             deferred: HashMap::new(),
         }
+    }
+
+    /// Whether connections build super-segments (the link cuts them or takes them whole:
+    /// [`crate::backend::Backend::gso`]). Connections made from now on follow.
+    pub fn set_gso(&mut self, on: bool) {
+        self.cfg.gso = on;
     }
 
     /// When the table's next timer is due.
@@ -1623,7 +1627,7 @@ impl Engine {
             } else if let Some(net) = self.net.as_mut() {
                 if let Err(e) = net
                     .stack
-                    .send_ip(o.src, o.dst, PROTO_TCP, HOP_LIMIT, &o.segment, now)
+                    .send_tcp(o.src, o.dst, HOP_LIMIT, &o.segment, o.gso, now)
                 {
                     debug!("TCP segment to {} not sent: {e}", o.dst);
                 }

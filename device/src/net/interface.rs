@@ -46,8 +46,13 @@ impl Interface {
     pub fn flush(&mut self) -> usize {
         let _stage = crate::stages::span(crate::stages::Stage::Send);
         let mut n = 0;
-        while let Some(f) = self.stack.pop_tx() {
-            match self.backend.send(&f) {
+        while let Some((f, gso)) = self.stack.pop_tx_gso() {
+            let sent = if gso == 0 {
+                self.backend.send(&f)
+            } else {
+                self.backend.send_gso(&f, gso)
+            };
+            match sent {
                 Ok(()) => n += 1,
                 Err(e) => {
                     self.stack.stats_mut().tx_errors += 1;
@@ -90,6 +95,7 @@ impl Interface {
         mut deliver: impl FnMut(&Upper<'_>) -> Delivery,
     ) -> usize {
         let mut n = 0;
+        let refused = self.backend.rx_dropped();
         while n < budget {
             let received = {
                 let _stage = crate::stages::span(crate::stages::Stage::Receive);
@@ -115,6 +121,12 @@ impl Interface {
                     Delivery::Dropped(why) => self.stack.stats_mut().drop(why),
                 }
             }
+        }
+        // Frames the backend refused count as malformed, like those the stack refuses.
+        for _ in refused..self.backend.rx_dropped() {
+            self.stack
+                .stats_mut()
+                .drop(super::stats::DropReason::Malformed);
         }
         self.flush();
         n

@@ -18,6 +18,7 @@
 pub mod checksum;
 pub mod config;
 pub mod frag;
+pub mod gso;
 pub mod interface;
 pub mod neighbor;
 pub mod stack;

@@ -22,7 +22,8 @@ use log::{debug, warn};
 
 use super::config::{NetConfig, MIN_MTU};
 use super::frag::{self, Key, Outcome, Reassembler};
-use super::neighbor::{Action, NeighborCache};
+use super::gso;
+use super::neighbor::{self, Action, NeighborCache};
 use super::stats::{DropReason, NetStats};
 use super::wire::{self, icmp, proto, Mac, MacDisplay, ParseError, ETH_LEN, IPV6_LEN};
 
@@ -147,7 +148,8 @@ pub struct Stack {
     /// lowered by a packet too big, or back to the link's when that news expired.
     pmtu_changes: Vec<(Ipv6Addr, usize)>,
     reasm: Reassembler,
-    tx: VecDeque<Vec<u8>>,
+    /// Frames for the wire, each with 0 or the segment size of a TCP super-frame.
+    tx: VecDeque<(Vec<u8>, u16)>,
     stats: NetStats,
     icmp_tokens: f64,
     icmp_refilled: Option<Instant>,
@@ -429,6 +431,57 @@ impl Stack {
         Ok(())
     }
 
+    /// Sends a TCP segment (checksum computed over `src` and `dst`) that may be a
+    /// super-segment: `mss` not 0 and more payload than one segment of `mss` bytes. It
+    /// goes as one frame, to be cut by the link ([`Stack::pop_tx_gso`]), when the
+    /// neighbour's address is known; otherwise it is cut here and each segment goes
+    /// through [`Stack::send_ip`] (which resolves the address).
+    pub fn send_tcp(
+        &mut self,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        hop_limit: u8,
+        segment: &[u8],
+        mss: u16,
+        now: Instant,
+    ) -> Result<(), SendError> {
+        let mtu = self.path_mtu(&dst, now);
+        if mss == 0 || IPV6_LEN + segment.len() <= mtu {
+            return self.send_ip(src, dst, proto::TCP, hop_limit, segment, now);
+        }
+        let _stage = crate::stages::span(crate::stages::Stage::BuildHeaders);
+        self.route(&dst)?;
+        if segment.len() > u16::MAX as usize || segment.len() < 20 {
+            return Err(SendError::TooBig);
+        }
+        // The pieces must fit the path (it may have shrunk since the segment was built).
+        let thl = (segment[12] >> 4) as usize * 4;
+        let room = mtu.saturating_sub(IPV6_LEN + thl).max(1);
+        let mss = (mss as usize).min(room) as u16;
+        let mac = match self.neighbors.get(&dst) {
+            Some((
+                neighbor::State::Reachable
+                | neighbor::State::Static
+                | neighbor::State::Delay
+                | neighbor::State::Probe,
+                Some(mac),
+            )) if !dst.is_multicast() => mac,
+            _ => {
+                let mut pieces = Vec::new();
+                gso::split_tcp(&src, &dst, segment, mss as usize, |p| pieces.push(p))
+                    .map_err(|_| SendError::TooBig)?;
+                for p in pieces {
+                    self.send_ip(src, dst, proto::TCP, hop_limit, &p, now)?;
+                }
+                return Ok(());
+            }
+        };
+        let mut frame = wire::ipv6_packet(&src, &dst, proto::TCP, hop_limit, segment);
+        wire::write_ethernet(&mut frame, &mac, &self.mac);
+        self.push_tx_gso(frame, mss);
+        Ok(())
+    }
+
     /// Puts a frame (Ethernet header still blank) on its way to on-link `dst`.
     fn output(&mut self, dst: Ipv6Addr, mut frame: Vec<u8>, now: Instant) {
         if dst.is_multicast() {
@@ -441,17 +494,37 @@ impl Stack {
     }
 
     fn push_tx(&mut self, frame: Vec<u8>) {
+        self.push_tx_gso(frame, 0);
+    }
+
+    fn push_tx_gso(&mut self, frame: Vec<u8>, gso: u16) {
         if self.tx.len() >= MAX_TX_QUEUE {
             self.stats.tx_errors += 1;
             return;
         }
         self.stats.tx_frames += 1;
         self.stats.tx_bytes += frame.len() as u64;
-        self.tx.push_back(frame);
+        self.tx.push_back((frame, gso));
     }
 
-    /// The next frame for the wire.
+    /// The next frame for the wire (a TCP super-frame is cut into its segments first).
     pub fn pop_tx(&mut self) -> Option<Vec<u8>> {
+        let (f, gso) = self.tx.pop_front()?;
+        if gso == 0 {
+            return Some(f);
+        }
+        let mut pieces = Vec::new();
+        let _ = gso::split_frame(&f, gso as usize, |p| pieces.push(p));
+        for p in pieces.into_iter().rev() {
+            self.tx.push_front((p, 0));
+        }
+        self.tx.pop_front().map(|(f, _)| f)
+    }
+
+    /// The next frame for the wire and, for a TCP super-frame, the size of the segments
+    /// to cut it into (else 0): for a link that may take it whole
+    /// ([`crate::backend::Backend::send_gso`]).
+    pub fn pop_tx_gso(&mut self) -> Option<(Vec<u8>, u16)> {
         self.tx.pop_front()
     }
 

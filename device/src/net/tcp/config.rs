@@ -69,6 +69,13 @@ pub struct Config {
     pub nagle: bool,
     /// Challenge ACKs (RFC 5961 §7) per second per connection.
     pub challenge_ack_limit: u32,
+    /// Segmentation offload: with this much new data to send (and the windows open), a
+    /// connection builds one super-segment of up to 64 KiB of payload, headers built once,
+    /// for the link to cut into segments of the MSS (or to carry whole: [`Outgoing::gso`]).
+    /// Retransmissions stay one MSS. For a link that takes super-frames.
+    ///
+    /// [`Outgoing::gso`]: super::Outgoing::gso
+    pub gso: bool,
 }
 
 impl Default for Config {
@@ -93,6 +100,7 @@ impl Default for Config {
             ooo_limit: 256 * 1024,
             nagle: false,
             challenge_ack_limit: 10,
+            gso: false,
         }
     }
 }

@@ -107,7 +107,14 @@ pub struct Outgoing {
     pub src: Ipv6Addr,
     pub dst: Ipv6Addr,
     pub segment: Vec<u8>,
+    /// 0, or the payload size of the segments this super-segment stands for (its payload
+    /// is longer: [`Config::gso`]); the link or [`crate::net::gso`] cuts it.
+    pub gso: u16,
 }
+
+/// The most payload a super-segment carries: the IPv6 payload length (16 bits) less the
+/// largest TCP header.
+pub const GSO_MAX_PAYLOAD: u64 = 65535 - 60;
 
 /// Counters of one connection.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -873,6 +880,7 @@ impl Connection {
             src: self.tuple.local,
             dst: self.tuple.remote,
             segment,
+            gso: 0,
         }
     }
 
@@ -1799,7 +1807,13 @@ impl Connection {
         let cwnd_room = cwnd.saturating_sub(flight);
         let wnd_room = self.snd_room();
         let remaining = end_all - self.nxt;
-        let len = room.min(remaining).min(wnd_room).min(cwnd_room);
+        // With segmentation offload, as many whole segments as fit in one super-segment.
+        let most = if self.cfg.gso {
+            (GSO_MAX_PAYLOAD / room).max(1) * room
+        } else {
+            room
+        };
+        let mut len = most.min(remaining).min(wnd_room).min(cwnd_room);
         if len == 0 {
             if wnd_room == 0 && self.una == self.nxt && self.persist_at.is_none() {
                 // Zero window and nothing in flight to bring an update: probe later.
@@ -1810,12 +1824,16 @@ impl Connection {
         }
         // Sender silly window avoidance and Nagle (RFC 9293 §3.8.6.2.1).
         let idle = self.una == self.nxt;
-        let send = len == room
+        let send = len >= room
             || (len == remaining && (!self.cfg.nagle || idle))
             || len >= self.max_snd_wnd / 2
             || idle && wnd_room < room && len == wnd_room;
         if !send {
             return None;
+        }
+        if len > room && len < remaining {
+            // A super-segment is whole segments, but for the end of the data.
+            len -= len % room;
         }
         let (s, e) = (self.nxt, self.nxt + len);
         self.nxt = e;
@@ -1857,11 +1875,17 @@ impl Connection {
             self.stats.retransmitted_bytes += len as u64;
         }
         let h = self.header(s, fl, now);
-        self.emit(&h, len, |buf| {
+        let piece = self.seg_room(now);
+        let mut o = self.emit(&h, len, |buf| {
             if !buf.is_empty() {
                 source.read(ds - 1, buf)
             }
-        })
+        });
+        if len as u64 > piece {
+            o.gso = piece as u16;
+            self.stats.segments_out += (len as u64).div_ceil(piece) - 1;
+        }
+        o
     }
 
     // ---- received data ------------------------------------------------------------

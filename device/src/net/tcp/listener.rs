@@ -169,7 +169,12 @@ impl Listener {
         match wire::reset_for(seg) {
             Some((src, dst, segment)) => {
                 self.stats.resets_sent += 1;
-                ListenOutcome::Reply(Outgoing { src, dst, segment })
+                ListenOutcome::Reply(Outgoing {
+                    src,
+                    dst,
+                    segment,
+                    gso: 0,
+                })
             }
             None => ListenOutcome::Ignore,
         }
@@ -236,6 +241,7 @@ impl Listener {
             src: syn.dst,
             dst: syn.src,
             segment: wire::build(&syn.dst, &syn.src, &out, &[]),
+            gso: 0,
         }
     }
 

@@ -517,7 +517,12 @@ impl<T> ConnectionTable<T> {
         let isn = self.isn.clone();
         let Some(l) = self.find_listener(seg.dst, seg.header.dst_port) else {
             return match wire::reset_for(seg) {
-                Some((src, dst, segment)) => Input::Reply(Outgoing { src, dst, segment }),
+                Some((src, dst, segment)) => Input::Reply(Outgoing {
+                    src,
+                    dst,
+                    segment,
+                    gso: 0,
+                }),
                 None => Input::Dropped,
             };
         };
