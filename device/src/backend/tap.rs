@@ -6,18 +6,33 @@
 //! process and brought up. Frames are read and written whole, without the packet
 //! information header (IFF_NO_PI). The interface is opened in the network namespace of
 //! the calling thread.
+//!
+//! Offloads: the TAP is opened with a virtio-net header on every frame (IFF_VNET_HDR, see
+//! [`super::vnet`]) and told the device handles partial checksums and IPv6 TCP
+//! segmentation (TUNSETOFFLOAD with TUN_F_CSUM | TUN_F_TSO6). So the device hands the
+//! kernel TCP super-frames of up to 64 KiB in one write (the kernel cuts them, or a local
+//! socket takes them whole), and the kernel hands the device segments GRO merged and
+//! frames whose checksum it left partial, which are completed here. A kernel that refuses
+//! the offloads gets plain frames. Frames whose header does not fit the frame are dropped
+//! and counted ([`Backend::rx_dropped`]).
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
-use super::Backend;
+use super::{vnet, Backend};
+use crate::net::gso;
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
+const IFF_VNET_HDR: libc::c_short = 0x4000;
+/// `_IOW('T', 208, unsigned int)`
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+const TUN_F_CSUM: libc::c_ulong = 0x01;
+const TUN_F_TSO6: libc::c_ulong = 0x04;
 
 /// `struct ifreq` as TUNSETIFF and SIOC[GS]IFFLAGS use it: the name, then the flags in
 /// the union (the union is 24 bytes; the struct 40).
@@ -59,6 +74,11 @@ pub fn check_name(name: &str) -> Result<(), String> {
 pub struct Tap {
     file: File,
     name: String,
+    /// Whether the kernel took TUNSETOFFLOAD (super-frames may be written).
+    offloads: bool,
+    /// Received frames refused for their virtio-net header.
+    rx_dropped: u64,
+    bad_header_logged: bool,
 }
 
 impl Tap {
@@ -74,7 +94,7 @@ impl Tap {
             .open("/dev/net/tun")
             .map_err(|e| io::Error::new(e.kind(), format!("cannot open /dev/net/tun: {e}")))?;
         let mut req = IfReq::new(name);
-        req.flags = IFF_TAP | IFF_NO_PI;
+        req.flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
         // SAFETY: TUNSETIFF reads and writes a struct ifreq, which `req` is.
         if unsafe { libc::ioctl(file.as_raw_fd(), TUNSETIFF, &mut req) } < 0 {
             let e = io::Error::last_os_error();
@@ -96,10 +116,48 @@ impl Tap {
             set_up(name)?;
             log::info!("created TAP {name} (it goes away when qpipd stops)");
         }
+        // SAFETY: TUNSETOFFLOAD takes the offload flags as its argument.
+        let offloads =
+            unsafe { libc::ioctl(file.as_raw_fd(), TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO6) } == 0;
+        if !offloads {
+            log::info!(
+                "TAP {name}: no offloads ({}); frames go one segment at a time",
+                io::Error::last_os_error()
+            );
+        }
         Ok(Tap {
             file,
             name: name.to_string(),
+            offloads,
+            rx_dropped: 0,
+            bad_header_logged: false,
         })
+    }
+
+    /// Whether the kernel took the offloads (TUNSETOFFLOAD).
+    pub fn offloads(&self) -> bool {
+        self.offloads
+    }
+
+    /// Writes a virtio-net header and the frame in `parts` as one frame.
+    fn write_parts(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        let iov: Vec<libc::iovec> = parts
+            .iter()
+            .map(|p| libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            })
+            .collect();
+        let want: usize = parts.iter().map(|p| p.len()).sum();
+        // SAFETY: every iovec points into a live slice of its length.
+        let n = unsafe { libc::writev(self.file.as_raw_fd(), iov.as_ptr(), iov.len() as i32) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n as usize != want {
+            return Err(io::Error::other(format!("TAP took {n} of {want} bytes")));
+        }
+        Ok(())
     }
 
     pub fn name(&self) -> &str {
@@ -136,22 +194,69 @@ fn set_up(name: &str) -> io::Result<()> {
 
 impl Backend for Tap {
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        match self.file.write(frame) {
-            Ok(n) if n == frame.len() => Ok(()),
-            Ok(n) => Err(io::Error::other(format!(
-                "TAP took {n} of {} bytes",
-                frame.len()
-            ))),
-            Err(e) => Err(e),
-        }
+        self.write_parts(&[&[0u8; vnet::LEN], frame])
+    }
+
+    fn gso(&self) -> bool {
+        self.offloads
+    }
+
+    /// One write of the whole super-frame: the kernel cuts it (TSO6), its TCP checksum
+    /// left partial as a NIC with checksum offload would get it.
+    fn send_gso(&mut self, frame: &[u8], mss: u16) -> io::Result<()> {
+        let Some(headers) = gso::frame_headers_len(frame).filter(|_| self.offloads) else {
+            return super::send_segments(self, frame, mss);
+        };
+        let h = vnet::VnetHdr::tcp6_gso(headers, mss);
+        let at = (h.csum_start + h.csum_offset) as usize;
+        let src = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&frame[22..38]).expect("16"));
+        let dst = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&frame[38..54]).expect("16"));
+        let partial = vnet::partial_tcp6_checksum(&src, &dst, frame.len() - 54);
+        self.write_parts(&[&h.to_bytes(), &frame[..at], &partial, &frame[at + 2..]])
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        match self.file.read(buf) {
-            Ok(n) => Ok(Some(n)),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-            Err(e) => Err(e),
+        let mut hdr = [0u8; vnet::LEN];
+        loop {
+            let iov = [
+                libc::iovec {
+                    iov_base: hdr.as_mut_ptr() as *mut libc::c_void,
+                    iov_len: hdr.len(),
+                },
+                libc::iovec {
+                    iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+                    iov_len: buf.len(),
+                },
+            ];
+            // SAFETY: both iovecs point into live, writable buffers of their lengths.
+            let n = unsafe { libc::readv(self.file.as_raw_fd(), iov.as_ptr(), 2) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    return Ok(None);
+                }
+                return Err(e);
+            }
+            let n = n as usize;
+            let verdict = match vnet::VnetHdr::parse(&hdr[..n.min(vnet::LEN)]) {
+                None => Err(vnet::RxError::Short),
+                Some(h) => vnet::finish_rx(&h, &mut buf[..n - vnet::LEN]).map(|_| h),
+            };
+            match verdict {
+                Ok(_) => return Ok(Some(n - vnet::LEN)),
+                Err(e) => {
+                    self.rx_dropped += 1;
+                    if !self.bad_header_logged {
+                        self.bad_header_logged = true;
+                        log::warn!("{}: frame dropped: {e:?} (counted from now on)", self.name);
+                    }
+                }
+            }
         }
+    }
+
+    fn rx_dropped(&self) -> u64 {
+        self.rx_dropped
     }
 
     fn fd(&self) -> RawFd {
