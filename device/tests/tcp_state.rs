@@ -530,6 +530,22 @@ fn delayed_ack_then_every_second_segment() {
     assert_eq!(t.app.data.len(), 2500);
 }
 
+/// A delivery that completed something the peer waits on (the engine calls `ack_delivery`
+/// when a receive WR completes) is acknowledged at once, not after the timer.
+#[test]
+fn a_completed_delivery_is_acknowledged_at_once() {
+    let mut t = T::established(&cfg());
+    t.send(hdr(ACK | PSH, IRS + 1, ISS + 1, 30_000), &[7; 100]);
+    t.recv_none();
+    t.c.ack_delivery();
+    let w = (ROOM + STAGING - 100) as u16;
+    assert_eq!(t.recv1().0, out(ACK, ISS + 1, IRS + 101, w));
+    // The timer is off, and with nothing unacknowledged the call sends nothing.
+    assert_eq!(t.c.next_deadline(), None);
+    t.c.ack_delivery();
+    t.recv_none();
+}
+
 #[test]
 fn out_of_order_is_sacked_and_hole_fill_acked_at_once() {
     let mut t = T::established(&cfg());

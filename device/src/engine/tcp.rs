@@ -744,6 +744,11 @@ impl Engine {
         let done = std::mem::take(&mut t.rx.done);
         let cq = t.recv_cq;
         if !done.is_empty() {
+            // A receive WR completed: its sender may be waiting for the ACK (its send WR
+            // completes then), so the ACK goes with the next transmit, not the timer.
+            if let Some(e) = t.conn.and_then(|c| self.tcp.table.get_mut(c)) {
+                e.conn.ack_delivery();
+            }
             self.shared.stats.add(STAT_RECV_WQES, done.len() as u64);
             for c in done {
                 self.post_cqe(mem, cq, c);

@@ -704,6 +704,16 @@ impl Connection {
         }
     }
 
+    /// The application was handed something its peer may be waiting on (in the device: a
+    /// receive WR completed): what arrived is acknowledged at once instead of after the
+    /// delayed-ACK timer, so a peer whose sends complete when acknowledged (a QP's send
+    /// WRs) does not wait for the timer.
+    pub fn ack_delivery(&mut self) {
+        if self.unacked_rcv > 0 || self.delack_at.is_some() {
+            self.ack_now = true;
+        }
+    }
+
     /// The path MTU toward the peer changed: segments are cut to fit.
     pub fn set_path_mss(&mut self, mss: u16) {
         self.mss_limit = mss.clamp(DEFAULT_IPV6_MSS.min(self.cfg.mss), self.cfg.mss);
