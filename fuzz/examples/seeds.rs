@@ -30,6 +30,7 @@ fn main() {
     admin_queue(&out.join("admin_queue"));
     doorbells(&out.join("doorbells"));
     frames(&out.join("frames"));
+    vnet_frames(&out.join("vnet_frames"));
 }
 
 fn save(dir: &Path, name: &str, seed: &Seed) {
@@ -686,3 +687,44 @@ fn frames(dir: &Path) {
     flood.push(Op::Wait { ms: 60000, long: true });
     ops(dir, "flood-and-long-waits", &flood);
 }
+
+// ---- vnet_frames: steps of (bool: an Op of `frames`, else header, length, frame, size) -----
+
+fn vnet_frames(dir: &Path) {
+    use qpip_device::backend::vnet::{VnetHdr, F_NEEDS_CSUM, GSO_TCPV6};
+    use qpip_device::net::tcp::wire as tw;
+    // A segment of 3000 bytes to the listener's port as GRO hands it over: larger than the
+    // MTU, its checksum partial (the field holds the pseudo-header's sum).
+    let h = tw::Header {
+        src_port: 40000,
+        dst_port: fr::LISTEN_PORT,
+        seq: 1,
+        flags: tw::flags::ACK,
+        window: 1000,
+        ..tw::Header::default()
+    };
+    let seg = tw::build(&fr::PEER, &fr::OUR, &h, &[0x5a; 3000]);
+    let mut frame = fr::frame_from(fr::PEER_MAC, fr::PEER, fr::OUR, 6, &seg);
+    let partial = qpip_device::backend::vnet::partial_tcp6_checksum(&fr::PEER, &fr::OUR, seg.len());
+    frame[54 + 16..54 + 18].copy_from_slice(&partial);
+    let vh = VnetHdr {
+        flags: F_NEEDS_CSUM,
+        gso_type: GSO_TCPV6,
+        hdr_len: 74,
+        gso_size: 1428,
+        csum_start: 54,
+        csum_offset: 16,
+    };
+    let mut s = Seed::default();
+    s.u8(0).bytes(&vh.to_bytes()).u16(frame.len() as u16).bytes(&frame).u16(1428);
+    save(dir, "gro-partial-checksum", &s);
+    // The same with a header that points outside the frame.
+    let bad = VnetHdr {
+        csum_start: 0xfff0,
+        ..vh
+    };
+    let mut s = Seed::default();
+    s.u8(0).bytes(&bad.to_bytes()).u16(frame.len() as u16).bytes(&frame).u16(0);
+    save(dir, "bad-checksum-position", &s);
+}
+

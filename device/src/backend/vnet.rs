@@ -84,7 +84,8 @@ impl VnetHdr {
 pub enum RxError {
     /// Shorter than a virtio-net header.
     Short,
-    /// `NEEDS_CSUM` with a checksum position outside the frame.
+    /// `NEEDS_CSUM` with a checksum position outside the frame (or not on a 16-bit word
+    /// of the summed range).
     BadChecksumPosition,
     /// A GSO type the device did not ask for (TUNSETOFFLOAD) or does not know.
     BadGsoType,
@@ -102,7 +103,7 @@ pub fn finish_rx(h: &VnetHdr, frame: &mut [u8]) -> Result<(), RxError> {
     if h.flags & F_NEEDS_CSUM != 0 {
         let start = h.csum_start as usize;
         let at = start + h.csum_offset as usize;
-        if start < 14 || at + 2 > frame.len() {
+        if start < 14 || h.csum_offset % 2 != 0 || at + 2 > frame.len() {
             return Err(RxError::BadChecksumPosition);
         }
         // The field holds the pseudo-header's sum: summing from csum_start over the rest,
@@ -177,6 +178,9 @@ mod tests {
         assert_eq!(finish_rx(&h, &mut f), Ok(()));
         h.csum_start = 0xffff;
         h.csum_offset = 0xffff;
+        assert_eq!(finish_rx(&h, &mut f), Err(RxError::BadChecksumPosition));
+        h.csum_start = 20;
+        h.csum_offset = 7;
         assert_eq!(finish_rx(&h, &mut f), Err(RxError::BadChecksumPosition));
         h.csum_start = 2;
         h.csum_offset = 0;
