@@ -5,6 +5,10 @@
 //! (min–max); the QP gain is the ratio of the two medians, shown with the range of the
 //! ratios of each round (QPs and sockets ran next to each other in a round, so a round's
 //! ratio saw the same host load on both sides).
+//!
+//! The bench's table is followed by the QP side's counters per message of each
+//! measurement (what `qpip-perf` reports for guest a, the client, and guest b, the
+//! server): the kicks, interrupts, engine sleeps and segments behind each figure.
 
 use super::human;
 use serde_json::{json, Value};
@@ -210,6 +214,55 @@ pub struct Line {
     pub qp: Vec<Option<f64>>,
     pub sockets: Vec<Option<f64>>,
     pub better: Better,
+    /// The QP side's counters per message of the measurement this line is the first
+    /// figure of (the bench's ping-pong and bandwidth lines).
+    pub counted: Option<Counted>,
+}
+
+/// The counters shown per message of a QP measurement: (column, what it counts, the
+/// name in `qpip-perf`'s `per_msg` of a TCP row, of a UDP row).
+pub const COUNTERS: [(&str, &str, &str, &str); 4] = [
+    (
+        "kicks",
+        "doorbells that found the device's engine asleep and woke it",
+        "kicks",
+        "kicks",
+    ),
+    (
+        "interrupts",
+        "completion interrupts the device raised",
+        "interrupts",
+        "interrupts",
+    ),
+    (
+        "sleeps",
+        "times the device's engine went to sleep",
+        "sleeps",
+        "sleeps",
+    ),
+    (
+        "segs out",
+        "TCP segments (UDP: datagrams) sent; in a bandwidth test b's are its ACKs",
+        "tcp_segs_out",
+        "udp_tx",
+    ),
+];
+
+/// One counter per message in every round, on guest a (the client) and guest b (the
+/// server).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counter {
+    pub name: &'static str,
+    pub a: Vec<Option<f64>>,
+    pub b: Vec<Option<f64>>,
+}
+
+/// The QP side's [`COUNTERS`] per message of one measurement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counted {
+    /// The measurement (`TCP bandwidth, 1 KiB messages`).
+    pub what: String,
+    pub counters: Vec<Counter>,
 }
 
 impl Line {
@@ -257,6 +310,8 @@ impl Line {
 /// else the demo's short table.
 pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
     let mut out = Vec::new();
+    // (line, measurement, test, size, UDP?) of the lines the bench shows counters for.
+    let mut counted: Vec<(usize, String, &str, Option<u64>, bool)> = Vec::new();
     let mut both =
         |what: String, unit, name: &str, f: &dyn Fn(&Round, &str) -> Option<f64>, better| {
             let side = |net: &str| -> Vec<Option<f64>> {
@@ -269,7 +324,9 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
                 qp: side("qp"),
                 sockets: side("sk"),
                 better,
+                counted: None,
             });
+            out.len() - 1
         };
     let pcts: &[&str] = if detail {
         &["p50", "p90", "p99"]
@@ -277,35 +334,42 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
         &["p50"]
     };
     for (t, name) in [("UDP", "udp"), ("TCP", "tcp")] {
-        for p in pcts {
-            both(
+        for (i, p) in pcts.iter().enumerate() {
+            let at = both(
                 format!("{t} ping-pong, round trip {p}"),
                 "µs",
                 name,
                 &|r, n| r.num(n, None, &["rtt_us", p]),
                 Better::Lower,
             );
+            if i == 0 {
+                counted.push((at, format!("{t} ping-pong"), name, None, name == "udp"));
+            }
         }
     }
     let tcp_sizes = m.sizes("bw");
     for s in &tcp_sizes {
-        both(
-            format!("TCP bandwidth, {} messages", human(*s)),
+        let what = format!("TCP bandwidth, {} messages", human(*s));
+        let at = both(
+            what.clone(),
             "MB/s",
             "bw",
             &|r, n| r.num(n, Some(*s), &["mb_per_s"]),
             Better::Higher,
         );
+        counted.push((at, what, "bw", Some(*s), false));
     }
     let udp_sizes = m.sizes("udpbw");
     for s in &udp_sizes {
-        both(
-            format!("UDP bandwidth, {} datagrams", human(*s)),
+        let what = format!("UDP bandwidth, {} datagrams", human(*s));
+        let at = both(
+            what.clone(),
             "MB/s",
             "udpbw",
             &|r, n| r.num(n, Some(*s), &["mb_per_s"]),
             Better::Higher,
         );
+        counted.push((at, what, "udpbw", Some(*s), true));
         // What was sent back to back and never arrived (the bandwidth counts what did).
         both(
             format!("UDP loss at that rate, {} datagrams", human(*s)),
@@ -348,7 +412,40 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             Better::Lower,
         );
     }
+    if detail {
+        for (at, what, test, size, udp) in counted {
+            let c = counted_of(m, what, test, size, udp);
+            if c.counters.iter().any(|c| spread(&c.a).is_some()) {
+                out[at].counted = Some(c);
+            }
+        }
+    }
     out
+}
+
+/// The QP side's [`COUNTERS`] of measurement `test` (`udp`, `bw` ...) with this size.
+fn counted_of(m: &Measurements, what: String, test: &str, size: Option<u64>, udp: bool) -> Counted {
+    let name = format!("{test}-qp");
+    let side = |side: &str, key: &str| -> Vec<Option<f64>> {
+        m.rounds
+            .iter()
+            .map(|r| r.num(&name, size, &["per_msg", side, key]))
+            .collect()
+    };
+    Counted {
+        what,
+        counters: COUNTERS
+            .iter()
+            .map(|(col, _, tcp_key, udp_key)| {
+                let key = if udp { udp_key } else { tcp_key };
+                Counter {
+                    name: col,
+                    a: side("client", key),
+                    b: side("server", key),
+                }
+            })
+            .collect(),
+    }
 }
 
 /// Decimals for a figure of this size: three or so significant digits.
@@ -491,11 +588,137 @@ fn centre(s: &str, w: usize) -> String {
 }
 
 /// The comparison as a plain-text table for the terminal: one column per side for a
-/// single round (the demo), median and min–max per side and the gains for several.
+/// single round (the demo), median and min–max per side and the gains for several; then
+/// the QP side's counters per message, if the lines have them (the bench).
 pub fn text_table(lines: &[Line]) -> String {
-    if rounds_of(lines) > 1 {
-        return text_table_rounds(lines);
+    let mut t = if rounds_of(lines) > 1 {
+        text_table_rounds(lines)
+    } else {
+        text_table_one(lines)
+    };
+    t += &counter_text(lines);
+    t
+}
+
+/// A counter per message: about three significant digits, `-` if not counted.
+fn fmt_count(v: Option<f64>) -> String {
+    v.map_or("-".into(), |x| format!("{x:.0$}", decimals(x)))
+}
+
+/// The cells of a counter: the medians of a and b over the rounds, `a/b`.
+fn counter_cell(c: &Counter) -> String {
+    let m = |v: &[Option<f64>]| spread(v).map(|s| s.median);
+    format!("{}/{}", fmt_count(m(&c.a)), fmt_count(m(&c.b)))
+}
+
+/// What the counter block's numbers are.
+fn counter_title(lines: &[Line]) -> String {
+    let n = rounds_of(lines);
+    let of = if n > 1 {
+        format!("medians of {n} rounds")
+    } else {
+        "one round".to_string()
+    };
+    format!(
+        "The QP side per message (ping-pong: per round trip), guest a (the client) / guest b \
+         (the server), {of}; each guest's device counts all it did meanwhile:"
+    )
+}
+
+/// What each counter counts.
+fn counter_legend() -> Vec<String> {
+    COUNTERS
+        .iter()
+        .map(|(col, what, ..)| format!("{col}: {what}."))
+        .collect()
+}
+
+/// The block of QP counters per message under the table (empty if no line has them).
+fn counter_text(lines: &[Line]) -> String {
+    let counted: Vec<&Counted> = lines.iter().filter_map(|l| l.counted.as_ref()).collect();
+    if counted.is_empty() {
+        return String::new();
     }
+    let rows: Vec<Vec<String>> = counted
+        .iter()
+        .map(|c| {
+            std::iter::once(c.what.clone())
+                .chain(c.counters.iter().map(counter_cell))
+                .collect()
+        })
+        .collect();
+    let head: Vec<String> = std::iter::once(String::new())
+        .chain(COUNTERS.iter().map(|c| c.0.to_string()))
+        .collect();
+    let sub: Vec<String> = std::iter::once(String::new())
+        .chain(COUNTERS.iter().map(|_| "a/b".to_string()))
+        .collect();
+    let w: Vec<usize> = (0..head.len())
+        .map(|i| {
+            rows.iter()
+                .chain([&head, &sub])
+                .map(|r| r[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    // Indented as the table above it is.
+    let indent = if rounds_of(lines) > 1 { "" } else { "  " };
+    let line = |r: &[String]| {
+        let mut s = format!("{indent}{}", pad(&r[0], w[0], false));
+        for i in 1..r.len() {
+            s += &format!("  {}", pad(&r[i], w[i], true));
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut block = line(&head);
+    block += &line(&sub);
+    for r in &rows {
+        block += &line(r);
+    }
+    let width = block
+        .lines()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(80);
+    let mut t = String::from("\n");
+    t += &wrap(&counter_title(lines), width);
+    t += &block;
+    for l in counter_legend() {
+        t += &wrap(&l, width);
+    }
+    t
+}
+
+/// The same block as a Markdown table.
+fn counter_markdown(lines: &[Line]) -> String {
+    let counted: Vec<&Counted> = lines.iter().filter_map(|l| l.counted.as_ref()).collect();
+    if counted.is_empty() {
+        return String::new();
+    }
+    let mut t = format!("\n{}\n\n| QPs, per message: a / b |", counter_title(lines));
+    for c in COUNTERS {
+        t += &format!(" {} |", c.0);
+    }
+    t += "\n| --- |";
+    t += &" ---: |".repeat(COUNTERS.len());
+    t += "\n";
+    for c in counted {
+        t += &format!("| {} |", c.what);
+        for x in &c.counters {
+            t += &format!(" {} |", counter_cell(x));
+        }
+        t += "\n";
+    }
+    t += "\n";
+    t += &counter_legend().join(" ");
+    t += "\n";
+    t
+}
+
+/// The table of one round: each side's figure with its unit, and the gain.
+fn text_table_one(lines: &[Line]) -> String {
     let head = ["", "QP (qpip device)", "sockets (virtio-net)", "QP gain"];
     let rows: Vec<[String; 4]> = lines
         .iter()
@@ -604,6 +827,7 @@ pub fn markdown_table(lines: &[Line]) -> String {
         t += "\n";
         t += &legend(lines).join(" ");
         t += "\n";
+        t += &counter_markdown(lines);
         return t;
     }
     let mut t = String::from(
@@ -618,6 +842,7 @@ pub fn markdown_table(lines: &[Line]) -> String {
             fmt_gain(l.gain())
         );
     }
+    t += &counter_markdown(lines);
     t
 }
 
@@ -652,6 +877,10 @@ pub fn json_value(m: &Measurements, lines: &[Line]) -> Value {
             "sockets": spread_json(&l.sockets),
             "qp_gain": l.gain(),
             "qp_gain_per_round": spread_json(&l.round_gains()),
+            "qp_per_msg": l.counted.as_ref().map(|c| c.counters.iter().map(|x| (
+                x.name.to_string(),
+                json!({ "a": spread_json(&x.a), "b": spread_json(&x.b) }),
+            )).collect::<serde_json::Map<String, Value>>()),
         })).collect::<Vec<_>>(),
         "rounds": m.rounds.iter().enumerate().map(round).collect::<Vec<_>>(),
     })
@@ -677,17 +906,40 @@ mod tests {
         )
     }
 
+    /// A QP row: `row` with counters per message, client and server (`k` kicks on the
+    /// client, half as many on the server; segments: `k` TCP, `10·k` UDP).
+    fn qp(row: String, k: f64) -> String {
+        let side = |x: f64| {
+            format!(
+                "{{\"kicks\":{x},\"waits\":9,\"interrupts\":0.5,\"sleeps\":0.25,\"tcp_segs_out\":{x},\"udp_tx\":{}}}",
+                10.0 * x
+            )
+        };
+        format!(
+            "{},\"per_msg\":{{\"client\":{},\"server\":{}}}}}",
+            row.strip_suffix('}').unwrap(),
+            side(k),
+            side(k / 2.0)
+        )
+    }
+
     /// One round's report lines, names suffixed `sfx` (`""` or `.N`), figures scaled by
     /// `k` on the QP side.
     fn round_lines(sfx: &str, k: f64) -> Vec<String> {
         vec![
-            format!("@perf.udp-qp{sfx}={}", perf(&lat(100.0 * k, 3.0, 2.0))),
+            format!(
+                "@perf.udp-qp{sfx}={}",
+                perf(&qp(lat(100.0 * k, 3.0, 2.0), k))
+            ),
             format!("@perf.udp-sk{sfx}={}", perf(&lat(200.0, 30.0, 20.0))),
-            format!("@perf.tcp-qp{sfx}={}", perf(&lat(150.0 * k, 3.0, 2.0))),
+            format!(
+                "@perf.tcp-qp{sfx}={}",
+                perf(&qp(lat(150.0 * k, 3.0, 2.0), k))
+            ),
             format!("@perf.tcp-sk{sfx}={}", perf(&lat(300.0, 30.0, 20.0))),
             format!(
                 "@perf.bw-qp{sfx}={}",
-                perf(&[bw(1024, 5.0 * k), bw(65536, 40.0 * k)].join(","))
+                perf(&[qp(bw(1024, 5.0 * k), k), qp(bw(65536, 40.0 * k), k)].join(","))
             ),
             format!(
                 "@perf.bw-sk{sfx}={}",
@@ -760,6 +1012,72 @@ mod tests {
         assert_eq!(j["rounds"][0]["bulk"]["sk"]["seconds"], 2.0);
         assert_eq!(j["comparison"][0]["qp_gain"], 2.0);
         assert_eq!(j["comparison"][0]["qp"]["median"], 100.0);
+    }
+
+    #[test]
+    fn the_bench_shows_the_qp_counters_per_message_under_its_table() {
+        // Round k's QP client kicked k times per message: medians over 1, 3, 2 are 2.
+        let m = rounds(&[1.0, 3.0, 2.0]);
+        let l = lines(&m, true);
+        let counted: Vec<&Counted> = l.iter().filter_map(|l| l.counted.as_ref()).collect();
+        let names: Vec<&str> = counted.iter().map(|c| c.what.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "UDP ping-pong",
+                "TCP ping-pong",
+                "TCP bandwidth, 1 KiB messages",
+                "TCP bandwidth, 64 KiB messages"
+            ]
+        );
+        // On the first figure of each measurement.
+        let first = l.iter().find(|l| l.counted.is_some()).unwrap();
+        assert_eq!(first.what, "UDP ping-pong, round trip p50");
+        let kicks = &counted[2].counters[0];
+        assert_eq!(kicks.name, "kicks");
+        assert_eq!(kicks.a, [Some(1.0), Some(3.0), Some(2.0)]);
+        assert_eq!(kicks.b, [Some(0.5), Some(1.5), Some(1.0)]);
+        // Segments out: TCP segments on TCP rows, datagrams on UDP rows.
+        assert_eq!(counted[0].counters[3].a[0], Some(10.0));
+        assert_eq!(counted[1].counters[3].a[0], Some(1.0));
+        let t = text_table(&l);
+        let row = t
+            .lines()
+            .find(|r| r.starts_with("TCP bandwidth, 1 KiB messages  "))
+            .unwrap_or_else(|| panic!("{t}"));
+        let cells: Vec<&str> = row.split("  ").filter(|c| !c.is_empty()).collect();
+        assert_eq!(
+            cells[1..].iter().map(|c| c.trim()).collect::<Vec<_>>(),
+            ["2.00/1.00", "0.50/0.50", "0.25/0.25", "2.00/1.00"],
+            "{row}"
+        );
+        assert!(t.contains("medians of 3 rounds"), "{t}");
+        assert!(t.contains("segs out: TCP segments"), "{t}");
+        let md = markdown_table(&l);
+        assert!(
+            md.contains("| TCP ping-pong | 2.00/1.00 | 0.50/0.50 | 0.25/0.25 | 2.00/1.00 |"),
+            "{md}"
+        );
+        let j = json_value(&m, &l);
+        assert_eq!(
+            j["comparison"][0]["qp_per_msg"]["kicks"]["a"]["median"],
+            2.0
+        );
+        assert_eq!(j["comparison"][1]["qp_per_msg"], Value::Null);
+        // One round of the bench has them too; the demo's short table has none.
+        let one = lines(&sample(), true);
+        assert!(text_table(&one).contains("one round"));
+        let short = lines(&sample(), false);
+        assert!(short.iter().all(|l| l.counted.is_none()));
+        assert!(!text_table(&short).contains("kicks"));
+        // Sockets-only figures (no counters on any QP row): no block.
+        let mut bare = sample();
+        for rows in bare.rounds[0].perf.values_mut() {
+            for r in rows {
+                r.as_object_mut().unwrap().remove("per_msg");
+            }
+        }
+        assert!(lines(&bare, true).iter().all(|l| l.counted.is_none()));
     }
 
     #[test]
@@ -944,7 +1262,11 @@ mod tests {
         );
         // Markdown: the same cells, row by row.
         let md = markdown_table(&l);
+        // The comparison is the first table (the QP counters follow it).
         let md_rows: Vec<&str> = md
+            .split("\n\n")
+            .next()
+            .unwrap()
             .lines()
             .filter(|r| r.starts_with("| ") && !r.starts_with("| |") && !r.starts_with("| ---"))
             .collect();
