@@ -24,7 +24,10 @@
 //! Guest time is not in these figures (no VM): they are the device's share of a round trip.
 //!
 //! (d) engine-to-engine TCP throughput with 64 KiB messages on one core, beside the host
-//!     kernel's TCP over loopback and a memcpy of the same bytes ([`throughput`]);
+//!     kernel's TCP over loopback and a memcpy of the same bytes ([`throughput`]): over the
+//!     in-memory wire at MTU 1500 and 9000, over a cable, over a memory wire with offloads
+//!     (TCP super-frames carried whole), and (as root) over two TAPs with offloads on a
+//!     Linux bridge in a network namespace the bench makes and removes;
 //! (e) the per-stage cost of the data path, the QPIP paper's Tables 2 and 3, for 64 B and
 //!     64 KiB messages, counted inside the running engines (built with the feature
 //!     `stage-timing`; without it the section says so and is skipped).

@@ -25,6 +25,9 @@ fn num(v: f64) -> String {
 }
 
 fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
     let mut s = v.to_vec();
     s.sort_by(|a, b| a.total_cmp(b));
     s[s.len() / 2]
@@ -148,30 +151,41 @@ pub fn throughput_section(o: &Options, cpu: Option<usize>, r: &mut Report) {
          MTU-1500 MSS built 64 KiB at a time and taken as one, as veth does between namespaces \
          with TSO/GRO)"
     );
+    println!(
+        "    qpip over TAPs: two TAPs with offloads (TSO6 out, GRO'd frames in) on a Linux bridge \
+         in a network namespace the bench makes and removes (root only)"
+    );
     println!("    kernel: std TcpStream over [::1] (loopback MTU, GSO/GRO as the host has them)");
+    let bridge = throughput::Bridge::new();
     println!("    memcpy: the same bytes, message by message, between buffers of qpip's sizes");
     let (mut q1500, mut q9000, mut qc, mut k, mut m) = (vec![], vec![], vec![], vec![], vec![]);
     let mut qg = vec![];
+    let mut qt = vec![];
     let mut engine_share = vec![];
     for i in 0..o.runs {
         let a = throughput::qpip(KIB64, total, 1500, Wire::Memory, false);
         let b = throughput::qpip(KIB64, total, 9000, Wire::Memory, false);
         let c = throughput::qpip(KIB64, total, 1500, Wire::Cable, false);
         let g = throughput::qpip(KIB64, total, 1500, Wire::MemoryGso, false);
+        let t = bridge
+            .as_ref()
+            .map(|br| throughput::qpip_on(KIB64, total, 1500, Wire::Taps, false, Some(br)).gbps());
         let kt = gbps(total, throughput::kernel(KIB64, total, cpu));
         let mt = gbps(total, throughput::memcpy(KIB64, total));
         println!(
-            "    run {}: qpip MTU 1500 {:.2} Gbit/s, qpip MTU 9000 {:.2} Gbit/s, qpip over a cable {:.2} Gbit/s, qpip MTU 1500 with offloads {:.2} Gbit/s, kernel {:.2} Gbit/s, memcpy {:.2} Gbit/s",
+            "    run {}: qpip MTU 1500 {:.2} Gbit/s, qpip MTU 9000 {:.2} Gbit/s, qpip over a cable {:.2} Gbit/s, qpip MTU 1500 with offloads {:.2} Gbit/s, qpip over TAPs {}, kernel {:.2} Gbit/s, memcpy {:.2} Gbit/s",
             i + 1,
             a.gbps(),
             b.gbps(),
             c.gbps(),
             g.gbps(),
+            t.map_or("skipped".into(), |t| format!("{t:.2} Gbit/s")),
             kt,
             mt
         );
         qc.push(c.gbps());
         qg.push(g.gbps());
+        qt.extend(t);
         engine_share.push((a.engine_a + a.engine_b).as_secs_f64() / a.wall.as_secs_f64() * 100.0);
         q1500.push(a.gbps());
         q9000.push(b.gbps());
@@ -183,6 +197,7 @@ pub fn throughput_section(o: &Options, cpu: Option<usize>, r: &mut Report) {
         ("qpip engine to engine, MTU 9000", &q9000),
         ("qpip over a cable, MTU 1500", &qc),
         ("qpip MTU 1500 with offloads", &qg),
+        ("qpip over TAPs + bridge, MTU 1500", &qt),
         ("host kernel TCP, loopback", &k),
         ("memcpy (copy limit)", &m),
     ];
@@ -190,7 +205,7 @@ pub fn throughput_section(o: &Options, cpu: Option<usize>, r: &mut Report) {
         "    {:<34} {:>10} {:>22}",
         "", "median", "spread (min .. max)"
     );
-    for (name, v) in rows {
+    for (name, v) in rows.iter().filter(|(_, v)| !v.is_empty()) {
         let (lo, hi) = spread(v);
         println!(
             "    {name:<34} {:>6.2} Gbit/s   {lo:>6.2} .. {hi:.2} Gbit/s",
@@ -199,11 +214,13 @@ pub fn throughput_section(o: &Options, cpu: Option<usize>, r: &mut Report) {
     }
     let (mq, mq9, mk, mm) = (median(&q1500), median(&q9000), median(&k), median(&m));
     let mg = median(&qg);
+    let mt = median(&qt);
     println!(
-        "    ratios of medians: qpip/kernel {:.3} (MTU 9000: {:.3}, with offloads: {:.3}), qpip/memcpy {:.3} (MTU 9000: {:.3})",
+        "    ratios of medians: qpip/kernel {:.3} (MTU 9000: {:.3}, with offloads: {:.3}, over TAPs: {:.3}), qpip/memcpy {:.3} (MTU 9000: {:.3})",
         mq / mk,
         mq9 / mk,
         mg / mk,
+        mt / mk,
         mq / mm,
         mq9 / mm
     );
@@ -225,19 +242,21 @@ pub fn throughput_section(o: &Options, cpu: Option<usize>, r: &mut Report) {
              \"method\": \"one thread runs two qpip engines (in-process frame queues between them, or a cable) and both guests; \
              kernel: std TcpStream over [::1], writer and reader pinned to the same CPU; memcpy of \
              the same bytes between buffers of qpip's sizes\", \
-             \"qpip_mtu1500_gbps\": {}, \"qpip_mtu9000_gbps\": {}, \"qpip_cable_mtu1500_gbps\": {}, \"qpip_mtu1500_offloads_gbps\": {}, \"kernel_loopback_gbps\": {}, \
-             \"memcpy_gbps\": {}, \"ratio_qpip_kernel\": {}, \"ratio_qpip9000_kernel\": {}, \"ratio_qpip_offloads_kernel\": {}, \
+             \"qpip_mtu1500_gbps\": {}, \"qpip_mtu9000_gbps\": {}, \"qpip_cable_mtu1500_gbps\": {}, \"qpip_mtu1500_offloads_gbps\": {}, \"qpip_taps_bridge_gbps\": {}, \"kernel_loopback_gbps\": {}, \
+             \"memcpy_gbps\": {}, \"ratio_qpip_kernel\": {}, \"ratio_qpip9000_kernel\": {}, \"ratio_qpip_offloads_kernel\": {}, \"ratio_qpip_taps_kernel\": {}, \
              \"ratio_qpip_memcpy\": {}, \"ratio_qpip9000_memcpy\": {}}}",
             cpu.map_or("null".into(), |c| c.to_string()),
             arr(&q1500),
             arr(&q9000),
             arr(&qc),
             arr(&qg),
+            arr(&qt),
             arr(&k),
             arr(&m),
             num(mq / mk),
             num(mq9 / mk),
             num(mg / mk),
+            num(mt / mk),
             num(mq / mm),
             num(mq9 / mm)
         ),
@@ -251,17 +270,18 @@ pub fn throughput_section(o: &Options, cpu: Option<usize>, r: &mut Report) {
          | what | median Gbit/s | min .. max |\n| --- | --- | --- |",
         o.mib, o.runs
     );
-    for (name, v) in rows {
+    for (name, v) in rows.iter().filter(|(_, v)| !v.is_empty()) {
         let (lo, hi) = spread(v);
         let _ = writeln!(r.md, "| {name} | {:.2} | {lo:.2} .. {hi:.2} |", median(v));
     }
     let _ = writeln!(
         r.md,
         "\nRatios of medians: qpip/kernel **{:.3}** (MTU 9000: {:.3}, MTU 1500 with offloads: \
-         **{:.3}**), qpip/memcpy **{:.3}** (MTU 9000: {:.3}).\n",
+         **{:.3}**, over two TAPs on a bridge: **{:.3}**), qpip/memcpy **{:.3}** (MTU 9000: {:.3}).\n",
         mq / mk,
         mq9 / mk,
         mg / mk,
+        mt / mk,
         mq / mm,
         mq9 / mm
     );

@@ -6,7 +6,6 @@
 
 use std::fs::File;
 use std::os::fd::FromRawFd;
-use std::path::Path;
 use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
 
@@ -76,12 +75,12 @@ pub struct End {
 }
 
 impl SyncGuest {
-    /// An engine with `ram_mib` MiB of guest RAM, on `link` (else the link `cable`) with
+    /// An engine with `ram_mib` MiB of guest RAM, on `link` (else the link `spec` names) with
     /// `mtu`.
     pub fn new(
         mac: [u8; 6],
         addr: &str,
-        cable: &Path,
+        spec: NetSpec,
         link: Option<MemoryLink>,
         mtu: usize,
         ram_mib: u64,
@@ -114,7 +113,7 @@ impl SyncGuest {
         let (tx, rx) = mpsc::channel();
         let network = NetworkConfig {
             mtu,
-            ..NetworkConfig::new(NetSpec::Cable(cable.to_path_buf()))
+            ..NetworkConfig::new(spec)
         };
         let config = EngineConfig {
             mac,

@@ -2,8 +2,11 @@
 //! and a memcpy of the same bytes; and the per-stage cost of the data path.
 //!
 //! qpip: two engines in this process, each with its guest ([`SyncGuest`]), joined by the
-//! in-process frame queues of `backend::memory` (the engines' own cost), or by a `cable`
-//! (unix datagram sockets: the backend two qpipd use without a TAP). One thread
+//! in-process frame queues of `backend::memory` (the engines' own cost), by the same
+//! queues carrying TCP super-frames whole (`memory::pair_gso`, as veth with TSO/GRO), by a
+//! `cable` (unix datagram sockets: the backend two qpipd use without a TAP), or by two
+//! TAPs with offloads on a Linux bridge ([`Bridge`]: root only, else skipped; the kernel's
+//! bridging runs on the same CPU, inside the engines' writes). One thread
 //! runs everything in turn — engine A's pass, engine B's pass, then both guests post
 //! work and take completions — so the figure is what one core does for both ends of the
 //! connection, the guests' share included. A message-framed TCP QP sends messages from a
@@ -22,6 +25,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use qpip_abi::cqe::*;
+use qpip_device::backend::NetSpec;
 use qpip_device::stages::{self, Counts, Stage, STAGES};
 
 use super::fail;
@@ -68,10 +72,101 @@ pub enum Wire {
     Cable,
     /// In-process frame queues that carry TCP super-frames whole (`memory::pair_gso`).
     MemoryGso,
+    /// Two TAPs (with offloads) on a Linux bridge in a network namespace of the bench's.
+    Taps,
+}
+
+/// A network namespace with a bridge and two TAPs on it, removed when dropped.
+pub struct Bridge {
+    ns: String,
+}
+
+pub const TAP_A: &str = "qbench-a";
+pub const TAP_B: &str = "qbench-b";
+
+impl Bridge {
+    /// None (with the reason printed) unless running as root with `ip`.
+    pub fn new() -> Option<Bridge> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("    (two TAPs on a bridge: skipped, needs root for a network namespace)");
+            return None;
+        }
+        let ns = format!("qpip-bench-{}", std::process::id());
+        let b = Bridge { ns };
+        let ok = b.ip(&["netns", "add", &b.ns])
+            && b.nsip(&["link", "set", "lo", "up"])
+            && b.nsip(&["link", "add", "qbench-br", "type", "bridge"])
+            && b.nsip(&["link", "set", "qbench-br", "up"])
+            && [TAP_A, TAP_B].iter().all(|t| {
+                b.nsip(&["tuntap", "add", "dev", t, "mode", "tap"])
+                    && b.nsip(&["link", "set", t, "master", "qbench-br"])
+                    && b.nsip(&["link", "set", t, "up"])
+            });
+        if !ok {
+            println!(
+                "    (two TAPs on a bridge: skipped, could not set up namespace {})",
+                b.ns
+            );
+            return None;
+        }
+        Some(b)
+    }
+
+    fn ip(&self, args: &[&str]) -> bool {
+        std::process::Command::new("ip")
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    fn nsip(&self, args: &[&str]) -> bool {
+        let mut v = vec!["-n", self.ns.as_str()];
+        v.extend_from_slice(args);
+        self.ip(&v)
+    }
+
+    /// Runs `f` on this thread inside the namespace (TAPs opened there belong to it).
+    pub fn within<T>(&self, f: impl FnOnce() -> T) -> T {
+        let own = std::fs::File::open("/proc/thread-self/ns/net")
+            .unwrap_or_else(|e| fail(format!("own namespace: {e}")));
+        let theirs = std::fs::File::open(format!("/run/netns/{}", self.ns))
+            .unwrap_or_else(|e| fail(format!("namespace {}: {e}", self.ns)));
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns with namespace fds we hold open.
+        if unsafe { libc::setns(theirs.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            fail(format!("setns: {}", std::io::Error::last_os_error()));
+        }
+        let r = f();
+        // SAFETY: as above, back to the thread's own namespace.
+        if unsafe { libc::setns(own.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            fail(format!("setns back: {}", std::io::Error::last_os_error()));
+        }
+        r
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = self.ip(&["netns", "del", &self.ns]);
+    }
 }
 
 /// Sends `total` bytes in messages of `msg` bytes from engine A to engine B.
 pub fn qpip(msg: usize, total: u64, mtu: usize, wire: Wire, timing: bool) -> QpipRun {
+    qpip_on(msg, total, mtu, wire, timing, None)
+}
+
+/// As [`qpip`]; `bridge` is where the TAPs are for [`Wire::Taps`].
+pub fn qpip_on(
+    msg: usize,
+    total: u64,
+    mtu: usize,
+    wire: Wire,
+    timing: bool,
+    bridge: Option<&Bridge>,
+) -> QpipRun {
     let dir = std::env::temp_dir().join(format!("qpip-bench-tp-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| fail(format!("{}: {e}", dir.display())));
     let cable = dir.join("cable");
@@ -87,10 +182,23 @@ pub fn qpip(msg: usize, total: u64, mtu: usize, wire: Wire, timing: bool) -> Qpi
             let (x, y) = qpip_device::backend::memory::pair_gso().unwrap_or_else(|e| fail(e));
             (Some(x), Some(y))
         }
-        Wire::Cable => (None, None),
+        Wire::Cable | Wire::Taps => (None, None),
     };
-    let mut a = SyncGuest::new([2, 0, 0, 0, 0, 0xa1], ADDR_A, &cable, la, mtu, ram_mib);
-    let mut b = SyncGuest::new([2, 0, 0, 0, 0, 0xb2], ADDR_B, &cable, lb, mtu, ram_mib);
+    let (spec_a, spec_b) = match wire {
+        Wire::Taps => (NetSpec::Tap(TAP_A.into()), NetSpec::Tap(TAP_B.into())),
+        _ => (NetSpec::Cable(cable.clone()), NetSpec::Cable(cable.clone())),
+    };
+    let make = || {
+        (
+            SyncGuest::new([2, 0, 0, 0, 0, 0xa1], ADDR_A, spec_a, la, mtu, ram_mib),
+            SyncGuest::new([2, 0, 0, 0, 0, 0xb2], ADDR_B, spec_b, lb, mtu, ram_mib),
+        )
+    };
+    let (mut a, mut b) = match (wire, bridge) {
+        (Wire::Taps, Some(br)) => br.within(make),
+        (Wire::Taps, None) => fail("two TAPs need their bridge"),
+        _ => make(),
+    };
     let mut ea = a.tcp_end(DEPTH, buf_len);
     let mut eb = b.tcp_end(DEPTH, buf_len);
     // The payload: a pattern, so received bytes can be checked.
