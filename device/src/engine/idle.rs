@@ -81,7 +81,11 @@ mod tests {
         }
         assert_eq!(b.budget(), Duration::ZERO);
         b.after_sleep(Duration::from_micros(30), true);
-        assert_eq!(b.budget(), MIN_BUDGET, "from nothing to the smallest budget");
+        assert_eq!(
+            b.budget(),
+            MIN_BUDGET,
+            "from nothing to the smallest budget"
+        );
         for _ in 0..10 {
             b.after_sleep(Duration::from_micros(30), true);
         }

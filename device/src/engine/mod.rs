@@ -292,7 +292,10 @@ impl Engine {
     /// The engine thread's loop: handle control messages, run the admin queue, scan
     /// doorbells, move data; poll while busy, sleep when idle.
     fn run(&mut self) {
-        info!("engine running (idle poll up to {:?}, adaptive)", self.idle_poll);
+        info!(
+            "engine running (idle poll up to {:?}, adaptive)",
+            self.idle_poll
+        );
         let mut last_work = Instant::now();
         loop {
             for msg in std::mem::take(&mut self.pending) {

@@ -2422,10 +2422,11 @@ fn cmd_timeout() -> u32 {
 }
 
 /// Writes the kick register `n` times (after `/lab/go` appears, if `wait` says so) and
-/// reports the guest time per write. Under TCG every write is a trapped MMIO access; whether
-/// the vCPU also waits for the device (a synchronous vfio-user message) is what the VM test
-/// looks at from the host, by counting the replies qpipd's control thread sends.
-fn cmd_kicks(n: u64, wait: bool) -> u32 {
+/// reports the guest time per write: over the whole loop, and the median of single writes
+/// made `gap_us` apart (`--gap-us`, default 0: back to back). Under TCG every write is a
+/// trapped MMIO access; whether the vCPU also waits for the device (a synchronous vfio-user
+/// message) is what the VM test looks at from the host.
+fn cmd_kicks(n: u64, wait: bool, gap_us: u64) -> u32 {
     let mut c = Checks::default();
     let r = (|| -> Result<(), String> {
         let ctx = Ctx::open()?;
@@ -2438,14 +2439,25 @@ fn cmd_kicks(n: u64, wait: bool) -> u32 {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
+        let mut each = Vec::with_capacity(n as usize);
         let t0 = Instant::now();
         for _ in 0..n {
+            if gap_us > 0 {
+                std::thread::sleep(Duration::from_micros(gap_us));
+            }
+            let t = Instant::now();
             // SAFETY: the kick register at the start of the mapped kick page.
             unsafe { ptr::write_volatile(ctx.kick.add(KICK as usize).cast::<u32>(), 1) };
+            each.push(t.elapsed().as_nanos());
         }
         let t = t0.elapsed();
+        each.sort_unstable();
         println!("@kicks.count={n}");
         println!("@kicks.ns_per_kick={}", t.as_nanos() / n.max(1) as u128);
+        println!(
+            "@kicks.median_ns={}",
+            each.get(each.len() / 2).copied().unwrap_or(0)
+        );
         flush();
         if wait {
             std::fs::write("/lab/kicked", b"").map_err(|e| format!("/lab/kicked: {e}"))?;
@@ -2456,7 +2468,7 @@ fn cmd_kicks(n: u64, wait: bool) -> u32 {
     c.failed
 }
 
-const USAGE: &str = "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events | events-lost [N] | timeout | kicks N [--wait]";
+const USAGE: &str = "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events | events-lost [N] | timeout | kicks N [--wait] [--gap-us US]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -2472,7 +2484,13 @@ fn main() {
         Some("events") => cmd_events(),
         Some("events-lost") => cmd_events_lost(num(1, 140)),
         Some("timeout") => cmd_timeout(),
-        Some("kicks") => cmd_kicks(num(1, 1000), args.iter().any(|a| a == "--wait")),
+        Some("kicks") => cmd_kicks(
+            num(1, 1000),
+            args.iter().any(|a| a == "--wait"),
+            args.iter()
+                .position(|a| a == "--gap-us")
+                .map_or(0, |i| num(i + 1, 0)),
+        ),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);

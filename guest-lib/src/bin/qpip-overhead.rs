@@ -1,0 +1,383 @@
+//! `qpip-overhead`: the host overhead of one message, as the QPIP paper's Table 1 measures
+//! it: the application's time inside the calls that send and receive a message, with the
+//! transport's own work left out.
+//!
+//! ```text
+//! qpip-overhead [--messages N] [--size BYTES] [--json]
+//! ```
+//!
+//! - **QPs** (UDP and TCP over the device's loopback): `post_recv` (replenishing the
+//!   receive), `post_send`, then — after the device has done its part — the `poll` of the
+//!   sender's CQ and the `poll` of the receiver's CQ, each reaping a completion that is
+//!   already there. Posts that had to kick a sleeping device (a trapped write) are counted
+//!   apart from quiet ones, so both costs show.
+//! - **Kernel sockets** (UDP and TCP over the guest's loopback): `send()`, then — after the
+//!   kernel has delivered it — `recv(MSG_DONTWAIT)` of the data already queued. The kernel's
+//!   TCP/IP work for the send runs inside `send()`, as it does on a real host; on the receive
+//!   side much of it has already run in softirq, which this does not count (the bench's
+//!   guest-wide CPU figure does).
+//!
+//! Between the timed calls the program sleeps (1 ms), untimed, so the device or the kernel
+//! finishes; a completion not yet there after it is waited for untimed and the message is
+//! left out (and counted). Times are medians per message of `--messages` (default 2000)
+//! messages of `--size` bytes (default 64). Under TCG the absolute times are inflated;
+//! the ratio of the two is the figure.
+
+use std::io::{Read, Write};
+use std::net::{Ipv6Addr, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use qpip::{Completion, Context, Cq, Framing, QpInit, QpKind, SendWr};
+
+const USAGE: &str = "usage: qpip-overhead [--messages N] [--size BYTES] [--json]";
+const T: Duration = Duration::from_secs(60);
+const SETTLE: Duration = Duration::from_millis(1);
+
+fn lo(port: u16) -> SocketAddrV6 {
+    SocketAddrV6::new(Ipv6Addr::LOCALHOST, port, 0, 0)
+}
+
+/// Per-message samples of one transport.
+#[derive(Default)]
+struct Samples {
+    /// Send + receive side calls, per message.
+    total: Vec<Duration>,
+    send: Vec<Duration>,
+    recv: Vec<Duration>,
+    /// Messages whose send side kicked the device (QPs only).
+    kicked: Vec<Duration>,
+    quiet: Vec<Duration>,
+    /// Messages left out: a completion or the data was not there after the settle time.
+    late: u64,
+}
+
+fn median(v: &[Duration]) -> Option<u128> {
+    let mut v: Vec<u128> = v.iter().map(|d| d.as_nanos()).collect();
+    v.sort_unstable();
+    v.get(v.len() / 2).copied()
+}
+
+impl Samples {
+    fn json(&self, name: &str) -> String {
+        let m = |v: &[Duration]| median(v).map_or("null".into(), |n| n.to_string());
+        format!(
+            "{{\"test\":\"{name}\",\"messages\":{},\"ns_per_message\":{},\"send_ns\":{},\"recv_ns\":{},\
+             \"kicked_messages\":{},\"kicked_ns\":{},\"quiet_messages\":{},\"quiet_ns\":{},\"late\":{}}}",
+            self.total.len(),
+            m(&self.total),
+            m(&self.send),
+            m(&self.recv),
+            self.kicked.len(),
+            m(&self.kicked),
+            self.quiet.len(),
+            m(&self.quiet),
+            self.late
+        )
+    }
+
+    fn row(&self, name: &str) -> String {
+        let m = |v: &[Duration]| median(v).map_or("-".into(), |n| format!("{:.2}", n as f64 / 1e3));
+        format!(
+            "{name:<12} {:>8} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8} {:>10} {:>6}",
+            self.total.len(),
+            m(&self.total),
+            m(&self.send),
+            m(&self.recv),
+            self.kicked.len(),
+            m(&self.kicked),
+            self.quiet.len(),
+            m(&self.quiet),
+            self.late
+        )
+    }
+}
+
+type R<T> = Result<T, String>;
+
+fn q<T>(r: qpip::Result<T>, what: &str) -> R<T> {
+    r.map_err(|e| format!("{what}: {e}"))
+}
+
+/// Takes exactly one completion, timing only a poll that finds it there: after the settle
+/// time it usually is; if not, it is waited for untimed and `None` says so.
+fn reap(cq: &Cq, what: &str) -> R<Option<Duration>> {
+    let mut c = [Completion::default()];
+    let t0 = Instant::now();
+    let n = cq.poll(&mut c);
+    let t = t0.elapsed();
+    if n == 1 {
+        return c[0]
+            .is_ok()
+            .then_some(Some(t))
+            .ok_or(format!("{what}: {:?}", c[0]));
+    }
+    let n = q(cq.wait(&mut c, Some(T)), what)?;
+    if n != 1 || !c[0].is_ok() {
+        return Err(format!("{what}: no completion within {T:?} ({:?})", c[0]));
+    }
+    Ok(None)
+}
+
+/// A sending QP `a` and a receiving QP `b` (with the CQs that matter here), and where `a`
+/// sends to (UDP) or nothing (connected TCP).
+struct Pair<'a> {
+    a: &'a qpip::Qp,
+    b: &'a qpip::Qp,
+    a_scq: &'a Cq,
+    b_rcq: &'a Cq,
+    to: Option<SocketAddrV6>,
+}
+
+fn qp_messages(ctx: &Context, p: Pair<'_>, n: usize, size: usize) -> R<Samples> {
+    let Pair {
+        a,
+        b,
+        a_scq,
+        b_rcq,
+        to,
+    } = p;
+    let sbuf = q(ctx.alloc(size), "register")?;
+    let rbuf = q(ctx.alloc(size), "register")?;
+    let mut s = Samples::default();
+    for i in 0..n as u64 + 10 {
+        let k0 = ctx.kicks();
+        let t0 = Instant::now();
+        q(b.post_recv(i, &[rbuf.sge_all()]), "post_recv")?;
+        let sges = [sbuf.sge_all()];
+        let wr = SendWr::new(i, &sges);
+        let wr = match to {
+            Some(to) => wr.to(to),
+            None => wr,
+        };
+        q(a.post_send(&wr), "post_send")?;
+        let send = t0.elapsed();
+        let kicked = ctx.kicks() != k0;
+        std::thread::sleep(SETTLE);
+        let sent = reap(a_scq, "send completion")?;
+        let got = reap(b_rcq, "receive completion")?;
+        if i < 10 {
+            continue; // warm-up: queues and caches reach their steady state
+        }
+        match (sent, got) {
+            (Some(p1), Some(p2)) => {
+                let total = send + p1 + p2;
+                s.total.push(total);
+                s.send.push(send + p1);
+                s.recv.push(p2);
+                if kicked {
+                    s.kicked.push(total);
+                } else {
+                    s.quiet.push(total);
+                }
+            }
+            _ => s.late += 1,
+        }
+    }
+    Ok(s)
+}
+
+fn qp_udp(ctx: &Context, n: usize, size: usize) -> R<Samples> {
+    let (a_scq, a_rcq) = (q(ctx.create_cq(64), "CQ")?, q(ctx.create_cq(64), "CQ")?);
+    let (b_scq, b_rcq) = (q(ctx.create_cq(64), "CQ")?, q(ctx.create_cq(64), "CQ")?);
+    let a = q(
+        ctx.create_qp(&QpInit::new(QpKind::Udp, &a_scq).recv_cq(&a_rcq)),
+        "QP",
+    )?;
+    let b = q(
+        ctx.create_qp(&QpInit::new(QpKind::Udp, &b_scq).recv_cq(&b_rcq)),
+        "QP",
+    )?;
+    q(a.bind(lo(0)), "bind")?;
+    let to = lo(q(b.bind(lo(0)), "bind")?.port());
+    let pair = Pair {
+        a: &a,
+        b: &b,
+        a_scq: &a_scq,
+        b_rcq: &b_rcq,
+        to: Some(to),
+    };
+    qp_messages(ctx, pair, n, size)
+}
+
+fn qp_tcp(ctx: &Context, n: usize, size: usize) -> R<Samples> {
+    let (a_scq, a_rcq) = (q(ctx.create_cq(64), "CQ")?, q(ctx.create_cq(64), "CQ")?);
+    let (b_scq, b_rcq) = (q(ctx.create_cq(64), "CQ")?, q(ctx.create_cq(64), "CQ")?);
+    let kind = QpKind::Tcp(Framing::Message);
+    let a = q(
+        ctx.create_qp(&QpInit::new(kind, &a_scq).recv_cq(&a_rcq)),
+        "QP",
+    )?;
+    let b = q(
+        ctx.create_qp(&QpInit::new(kind, &b_scq).recv_cq(&b_rcq)),
+        "QP",
+    )?;
+    // A listener needs a port of its own choosing.
+    let port = 7391;
+    let listener = q(ctx.listen(lo(port), 1), "listen")?;
+    q(listener.accept(&b, 1), "accept")?;
+    q(a.connect_wait(lo(port), T), "connect")?;
+    q(
+        ctx.wait_event_for(b.id(), qpip::EventKind::Accept, Some(T)),
+        "accept event",
+    )?;
+    let pair = Pair {
+        a: &a,
+        b: &b,
+        a_scq: &a_scq,
+        b_rcq: &b_rcq,
+        to: None,
+    };
+    qp_messages(ctx, pair, n, size)
+}
+
+/// `send()` on one socket, then `recv(MSG_DONTWAIT)` of the data already queued on the other.
+fn socket_messages(
+    send: &mut dyn FnMut(&[u8]) -> std::io::Result<usize>,
+    recv_fd: i32,
+    n: usize,
+    size: usize,
+) -> R<Samples> {
+    let data = vec![0x5au8; size];
+    let mut buf = vec![0u8; size.max(1) * 2];
+    let mut s = Samples::default();
+    for i in 0..n + 10 {
+        let t0 = Instant::now();
+        let sent = send(&data).map_err(|e| format!("send: {e}"))?;
+        let send_t = t0.elapsed();
+        if sent != size {
+            return Err(format!("send: {sent} of {size} bytes"));
+        }
+        std::thread::sleep(SETTLE);
+        let mut got = 0;
+        let mut timed = None;
+        while got < size {
+            let t1 = Instant::now();
+            // SAFETY: a plain recv into a buffer of the length given.
+            let r = unsafe {
+                libc::recv(
+                    recv_fd,
+                    buf.as_mut_ptr().cast(),
+                    size - got,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            let t = t1.elapsed();
+            if r > 0 {
+                got += r as usize;
+                timed = Some(timed.map_or(t, |x: Duration| x + t));
+            } else {
+                timed = None; // not all there: left out, waited for untimed
+                std::thread::sleep(SETTLE);
+            }
+        }
+        if i < 10 {
+            continue;
+        }
+        match timed {
+            Some(r) => {
+                s.total.push(send_t + r);
+                s.send.push(send_t);
+                s.recv.push(r);
+            }
+            None => s.late += 1,
+        }
+    }
+    Ok(s)
+}
+
+fn sockets_udp(n: usize, size: usize) -> R<Samples> {
+    let a = UdpSocket::bind(lo(0)).map_err(|e| format!("bind: {e}"))?;
+    let b = UdpSocket::bind(lo(0)).map_err(|e| format!("bind: {e}"))?;
+    a.connect(b.local_addr().map_err(|e| e.to_string())?)
+        .map_err(|e| format!("connect: {e}"))?;
+    socket_messages(&mut |d| a.send(d), b.as_raw_fd(), n, size)
+}
+
+fn sockets_tcp(n: usize, size: usize) -> R<Samples> {
+    let l = TcpListener::bind(lo(0)).map_err(|e| format!("listen: {e}"))?;
+    let mut a = TcpStream::connect(l.local_addr().map_err(|e| e.to_string())?)
+        .map_err(|e| format!("connect: {e}"))?;
+    let (b, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+    a.set_nodelay(true).map_err(|e| e.to_string())?;
+    let r = socket_messages(&mut |d| a.write(d), b.as_raw_fd(), n, size);
+    drop(b);
+    let _ = a.read(&mut [0u8; 1]);
+    r
+}
+
+fn run(n: usize, size: usize, json: bool) -> R<()> {
+    let ctx = q(Context::open(), "open the device")?;
+    let rows = [
+        ("qp-udp", qp_udp(&ctx, n, size)?),
+        ("sockets-udp", sockets_udp(n, size)?),
+        ("qp-tcp", qp_tcp(&ctx, n, size)?),
+        ("sockets-tcp", sockets_tcp(n, size)?),
+    ];
+    if json {
+        let body: Vec<String> = rows.iter().map(|(name, s)| s.json(name)).collect();
+        println!(
+            "{{\"tool\":\"qpip-overhead\",\"size\":{size},\"results\":[{}]}}",
+            body.join(",")
+        );
+    } else {
+        println!(
+            "host overhead per message of {size} bytes (median, µs): the calls only, the transport's work left out"
+        );
+        println!(
+            "{:<12} {:>8} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8} {:>10} {:>6}",
+            "test",
+            "msgs",
+            "total",
+            "send",
+            "recv",
+            "kicked",
+            "kicked µs",
+            "quiet",
+            "quiet µs",
+            "late"
+        );
+        for (name, s) in &rows {
+            println!("{}", s.row(name));
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (mut n, mut size, mut json) = (2000usize, 64usize, false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut num = |what: &str| -> Option<usize> {
+            let v = it.next().and_then(|v| v.parse().ok());
+            if v.is_none() {
+                eprintln!("qpip-overhead: {what} needs a number\n{USAGE}");
+            }
+            v
+        };
+        match a.as_str() {
+            "--messages" => match num("--messages") {
+                Some(v) if v > 0 => n = v,
+                _ => return ExitCode::from(2),
+            },
+            "--size" => match num("--size") {
+                Some(v) if (1..=65000).contains(&v) => size = v,
+                _ => return ExitCode::from(2),
+            },
+            "--json" => json = true,
+            _ => {
+                eprintln!("qpip-overhead: unknown argument {a:?}\n{USAGE}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    match run(n, size, json) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("qpip-overhead: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
