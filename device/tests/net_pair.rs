@@ -318,9 +318,12 @@ fn cable_joins_two_ends_and_survives_a_restart() {
     assert_eq!(b.recv(&mut buf).unwrap(), Some(9014));
     assert_eq!(a.recv(&mut buf).unwrap(), Some(4));
     assert_eq!(a.recv(&mut buf).unwrap(), None);
-    // Frames from anyone else are ignored.
+    // The ends are connected to each other now (no queue limit between them, see
+    // backend::cable), so the kernel refuses frames from anyone else.
+    assert!(a.is_connected() && b.is_connected());
     let stranger = UnixDatagram::unbound().unwrap();
-    stranger.send_to(b"intruder", dir.join("cable.a")).unwrap();
+    let sent = stranger.send_to(b"intruder", dir.join("cable.a"));
+    assert_eq!(sent.unwrap_err().raw_os_error(), Some(libc::EPERM));
     assert_eq!(a.recv(&mut buf).unwrap(), None);
     // B goes away: A's frames are lost, not an error. B comes back and takes its end again.
     drop(b);
@@ -342,6 +345,44 @@ fn cable_joins_two_ends_and_survives_a_restart() {
     drop(a);
     drop(b);
     assert!(!dir.join("cable.a").exists() && !dir.join("cable.b").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Connected to each other, the ends are not held to `net.unix.max_dgram_qlen` (often 10):
+/// a window of frames goes at once while the receiver has not read yet. And an end that
+/// only listens takes the frames of an end that restarted once it connects again.
+#[test]
+fn cable_ends_queue_a_window_and_follow_a_restart() {
+    let dir = tempdir("cable-window");
+    let path = dir.join("cable");
+    let mut a = Cable::open(&path).unwrap();
+    let mut b = Cable::open(&path).unwrap();
+    let mut buf = vec![0u8; 2000];
+    a.send(b"hello").unwrap();
+    assert_eq!(b.recv(&mut buf).unwrap(), Some(5));
+    let frame = vec![0x42u8; 1514];
+    // 60 frames: six times the usual queue limit, within the sender's buffer.
+    for _ in 0..60 {
+        a.send(&frame).unwrap();
+    }
+    assert_eq!(a.backlogged(), 0, "no frame waits for the receiver");
+    for _ in 0..60 {
+        assert_eq!(b.recv(&mut buf).unwrap(), Some(1514));
+    }
+    assert_eq!(b.recv(&mut buf).unwrap(), None);
+    // B restarts while A (connected to the old B) sends nothing.
+    drop(b);
+    let mut b = Cable::open(&path).unwrap();
+    b.send(b"refused").unwrap(); // A is still connected to the old B: lost, counted
+    assert_eq!(b.unplugged_drops, 1);
+    assert_eq!(a.recv(&mut buf).unwrap(), None);
+    // A connects again when its recheck is due, and takes the new B's frames.
+    let due = a.next_deadline().expect("a recheck while connected");
+    a.poll(due).unwrap();
+    b.send(b"new b").unwrap();
+    assert_eq!(a.recv(&mut buf).unwrap(), Some(5));
+    assert_eq!(&buf[..5], b"new b");
+    drop((a, b));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

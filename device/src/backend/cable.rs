@@ -7,11 +7,21 @@
 //! again; frames sent while the other end is absent are lost, as on an unplugged cable.
 //! No privileges are needed.
 //!
-//! A unix datagram socket refuses to queue more than `net.unix.max_dgram_qlen` (often 10)
-//! datagrams at the receiver, far fewer than the fragments of one large datagram. So
-//! frames the receiver has no room for yet wait here, in order, in a bounded backlog that
-//! is retried on every call (and [`Backend::next_deadline`] asks to be called soon while
-//! it is not empty), as a NIC's transmit ring would hold them.
+//! Each end connects its socket to the other's once that exists (and again after the other
+//! end came back): datagrams then go without a path lookup each, and between two sockets
+//! connected to each other Linux does not apply `net.unix.max_dgram_qlen` (often 10
+//! datagrams queued at the receiver, far fewer than the segments of one TCP window or the
+//! fragments of one large datagram); only the sender's buffer bounds what is in flight.
+//! Until then (and whenever the kernel refuses for room), frames the receiver has no room
+//! for yet wait here, in order, in a bounded backlog that is retried on every call (and
+//! [`Backend::next_deadline`] asks to be called soon while it is not empty), as a NIC's
+//! transmit ring would hold them.
+//!
+//! An end that restarts binds a new socket at its path; the other end, still connected to
+//! the old one, learns it when a send is refused (and sends by path again at once), and
+//! connects afresh at least every second while connected ([`Backend::next_deadline`]),
+//! so an end that only listens also takes the new one's frames (until then the kernel
+//! refuses them at the sender, which counts them as lost).
 
 use std::collections::VecDeque;
 use std::io;
@@ -29,12 +39,18 @@ pub struct Cable {
     /// Frames sent while nobody was at the other end.
     pub unplugged_drops: u64,
     backlog: VecDeque<Vec<u8>>,
+    /// The socket is connected to the other end's.
+    connected: bool,
+    /// While connected: when to connect again (the other end may have been replaced).
+    recheck_at: Option<Instant>,
 }
 
 /// Frames the backlog holds at most (beyond, `send` refuses with `WouldBlock`).
 pub const BACKLOG: usize = 4096;
 /// How soon a non-empty backlog is retried.
 const RETRY: Duration = Duration::from_micros(200);
+/// How often a connected end connects again (see the module text).
+const RECHECK: Duration = Duration::from_secs(1);
 
 fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
@@ -59,19 +75,36 @@ impl Cable {
                 match UnixDatagram::bind(own) {
                     Ok(sock) => {
                         sock.set_nonblocking(true)?;
+                        // What is in flight is bounded by the send buffer: as large as
+                        // the system allows (net.core.wmem_max).
+                        let size: libc::c_int = 4 << 20;
+                        // SAFETY: setsockopt with a c_int option value of its size.
+                        unsafe {
+                            libc::setsockopt(
+                                sock.as_raw_fd(),
+                                libc::SOL_SOCKET,
+                                libc::SO_SNDBUF,
+                                &size as *const libc::c_int as *const libc::c_void,
+                                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                            );
+                        }
                         log::info!(
                             "cable {}: this end is {}, the other {}",
                             path.display(),
                             own.display(),
                             peer.display()
                         );
-                        return Ok(Cable {
+                        let mut c = Cable {
                             sock,
                             own: own.clone(),
                             peer: peer.clone(),
                             unplugged_drops: 0,
                             backlog: VecDeque::new(),
-                        });
+                            connected: false,
+                            recheck_at: None,
+                        };
+                        c.connect();
+                        return Ok(c);
                     }
                     Err(e) if e.kind() == io::ErrorKind::AddrInUse && attempt == 0 => {
                         if !is_stale(own) {
@@ -112,10 +145,66 @@ impl Drop for Cable {
 }
 
 impl Cable {
+    /// Frames waiting in the backlog for room at the receiver.
+    pub fn backlogged(&self) -> usize {
+        self.backlog.len()
+    }
+
+    /// Whether the socket is connected to the other end's (see the module text).
+    pub fn is_connected(&self) -> bool {
+        self.connected
+    }
+
+    /// Connects to the other end's socket if it is there.
+    fn connect(&mut self) {
+        self.connected = self.sock.connect(&self.peer).is_ok();
+        self.recheck_at = self.connected.then(|| Instant::now() + RECHECK);
+    }
+
+    /// Undoes a connection to an end that went away (connect to AF_UNSPEC), so frames go
+    /// by path again and reach the end that takes its place.
+    fn disconnect(&mut self) {
+        if !self.connected {
+            return;
+        }
+        self.connected = false;
+        self.recheck_at = None;
+        let addr = libc::sockaddr {
+            sa_family: libc::AF_UNSPEC as libc::sa_family_t,
+            sa_data: [0; 14],
+        };
+        // SAFETY: connect(2) with a valid sockaddr of its size on our own socket.
+        unsafe {
+            libc::connect(
+                self.sock.as_raw_fd(),
+                &addr,
+                std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+            );
+        }
+    }
+
     /// Sends one frame now: Ok(true) sent (or lost to an absent peer), Ok(false) no room.
     fn try_send(&mut self, frame: &[u8]) -> io::Result<bool> {
-        match self.sock.send_to(frame, &self.peer) {
-            Ok(_) => Ok(true),
+        let mut r = if self.connected {
+            self.sock.send(frame)
+        } else {
+            self.sock.send_to(frame, &self.peer)
+        };
+        if self.connected
+            && r.as_ref()
+                .is_err_and(|e| e.kind() == io::ErrorKind::ConnectionRefused)
+        {
+            // The end we were connected to is gone; another may be at its path already.
+            self.disconnect();
+            r = self.sock.send_to(frame, &self.peer);
+        }
+        match r {
+            Ok(_) => {
+                if !self.connected {
+                    self.connect();
+                }
+                Ok(true)
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
             Err(e)
                 if matches!(
@@ -123,6 +212,14 @@ impl Cable {
                     io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
                 ) =>
             {
+                // Nobody there (any more): lost, as on an unplugged cable.
+                self.disconnect();
+                self.unplugged_drops += 1;
+                Ok(true)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                // The other end is new and still connected to the end we replaced; it
+                // connects to us when it next sends. Lost meanwhile.
                 self.unplugged_drops += 1;
                 Ok(true)
             }
@@ -155,12 +252,19 @@ impl Backend for Cable {
         Ok(())
     }
 
-    fn poll(&mut self, _now: Instant) -> io::Result<()> {
+    fn poll(&mut self, now: Instant) -> io::Result<()> {
+        if self.recheck_at.is_some_and(|t| t <= now) {
+            self.connect();
+        }
         self.flush_backlog()
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        (!self.backlog.is_empty()).then(|| Instant::now() + RETRY)
+        let retry = (!self.backlog.is_empty()).then(|| Instant::now() + RETRY);
+        match (retry, self.recheck_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
@@ -170,6 +274,9 @@ impl Backend for Cable {
                 Ok((n, from)) => {
                     // Only the other end may send on this cable.
                     if from.as_pathname() == Some(self.peer.as_path()) {
+                        if !self.connected {
+                            self.connect();
+                        }
                         return Ok(Some(n));
                     }
                 }

@@ -103,7 +103,7 @@ pub fn finish_rx(h: &VnetHdr, frame: &mut [u8]) -> Result<(), RxError> {
     if h.flags & F_NEEDS_CSUM != 0 {
         let start = h.csum_start as usize;
         let at = start + h.csum_offset as usize;
-        if start < 14 || h.csum_offset % 2 != 0 || at + 2 > frame.len() {
+        if start < 14 || h.csum_offset & 1 != 0 || at + 2 > frame.len() {
             return Err(RxError::BadChecksumPosition);
         }
         // The field holds the pseudo-header's sum: summing from csum_start over the rest,
