@@ -313,6 +313,49 @@ impl Qp {
         }
     }
 
+    /// Posts several receive buffers, each `(wr_id, sges)`, in order, as
+    /// [`Qp::post_recv`] would one by one — but on the device with one doorbell for them
+    /// all (one barrier, one check whether the device sleeps, at most one kick), which is
+    /// what a receiver that reposts many buffers at a time wants. Stops at the first
+    /// request that cannot be posted (its error is returned; the ones before it are
+    /// posted); returns how many were posted.
+    pub fn post_recvs<'s, I>(&self, wrs: I) -> Result<usize>
+    where
+        I: IntoIterator<Item = (u64, &'s [Sge<'s>])>,
+    {
+        let max_sge = self.inner.ctx.limits.max_sge;
+        let mut posted = 0;
+        let mut failed = None;
+        let reqs = wrs.into_iter().map_while(|(wr_id, sges)| {
+            match Gather::resolve(&self.inner.ctx, sges, max_sge) {
+                Ok(gather) => Some(RecvReq { wr_id, gather }),
+                Err(e) => {
+                    failed = Some(e);
+                    None
+                }
+            }
+        });
+        let r = match &self.inner.imp {
+            QpImpl::Device(q) => q.post_recvs(self.inner.ctx.dev(), reqs, &mut posted),
+            QpImpl::Soft(q) => reqs.into_iter().try_for_each(|req| {
+                q.post_recv(req)?;
+                posted += 1;
+                Ok(())
+            }),
+        };
+        match (r, failed) {
+            (Err(e), _) | (Ok(()), Some(e)) => {
+                if posted == 0 {
+                    Err(e)
+                } else {
+                    // Some went: say how many; the caller posts the rest again later.
+                    Ok(posted)
+                }
+            }
+            (Ok(()), None) => Ok(posted),
+        }
+    }
+
     pub(crate) fn need_tcp(&self, what: &'static str) -> Result<()> {
         match self.inner.kind {
             QpKind::Tcp(_) => Ok(()),

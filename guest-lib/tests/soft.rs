@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use qpip::{
     Completion, Context, Cq, Detail, Error, EventKind, Framing, Opcode, Qp, QpInit, QpKind, SendWr,
-    Status,
+    Sge, Status,
 };
 
 const T: Duration = Duration::from_secs(10);
@@ -505,6 +505,39 @@ fn many_qps_share_one_cq() {
         let text = format!("from {from}");
         assert_eq!(&buf[i * 64..i * 64 + text.len()], text.as_bytes());
     }
+}
+
+#[test]
+fn receives_posted_as_a_batch_fill_in_order_and_a_full_queue_stops_the_batch() {
+    let ctx = soft();
+    let cq = ctx.create_cq(16).unwrap();
+    let scq = ctx.create_cq(16).unwrap();
+    let a = ctx
+        .create_qp(&QpInit::new(QpKind::Udp, &scq).depth(8, 4))
+        .unwrap();
+    let b = ctx
+        .create_qp(&QpInit::new(QpKind::Udp, &cq).depth(8, 4))
+        .unwrap();
+    a.bind(lo(0)).unwrap();
+    let pb = lo(b.bind(lo(0)).unwrap().port());
+    let buf = ctx.alloc(6 * 16).unwrap();
+    let sges: Vec<[Sge<'_>; 1]> = (0..6).map(|i| [buf.sge(i * 16, 16)]).collect();
+    // Six for a queue of four: four go, the count says so.
+    let n = b
+        .post_recvs(sges.iter().enumerate().map(|(i, s)| (i as u64, &s[..])))
+        .unwrap();
+    assert_eq!(n, 4);
+    for i in 0..4u8 {
+        a.post_send(&SendWr::inline(100 + i as u64, &[i; 3]).to(pb))
+            .unwrap();
+    }
+    for i in 0..4u64 {
+        let c = next(&cq, "receive");
+        assert_eq!((c.wr_id, c.byte_len), (i, 3), "in posting order");
+        assert_eq!(&buf.as_slice()[i as usize * 16..][..3], &[i as u8; 3]);
+    }
+    // An empty batch posts nothing.
+    assert_eq!(b.post_recvs(std::iter::empty()).unwrap(), 0);
 }
 
 #[test]

@@ -506,16 +506,44 @@ impl Qp {
     }
 
     pub(crate) fn post_recv(&self, dev: &Ctx, req: RecvReq) -> Result<()> {
-        let mut h = Wqe::new_zeroed();
-        h.wr_id = req.wr_id;
-        h.opcode = WQE_OP_RECV;
-        let mut slot = [0u8; WQE_SIZE as usize];
-        put_sges(&mut h, &mut slot, &req.gather);
-        slot[..std::mem::size_of::<Wqe>()].copy_from_slice(h.as_bytes());
+        let mut posted = 0;
+        self.post_recvs(dev, std::iter::once(req), &mut posted)
+    }
+
+    /// Writes every request's WQE, then rings the receive doorbell once for them all.
+    /// `posted` counts those written; the first that does not fit ends the batch with its
+    /// error (the ones before it are rung).
+    pub(crate) fn post_recvs(
+        &self,
+        dev: &Ctx,
+        reqs: impl IntoIterator<Item = RecvReq>,
+        posted: &mut usize,
+    ) -> Result<()> {
         let mut p = self.post.lock().unwrap();
-        let tail = p.rq.push(self.handle, &self.rq, &slot, req.gather.keep)?;
-        dev.ring(DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_RQ_TAIL, tail);
-        Ok(())
+        let mut tail = None;
+        let mut result = Ok(());
+        for req in reqs {
+            let mut h = Wqe::new_zeroed();
+            h.wr_id = req.wr_id;
+            h.opcode = WQE_OP_RECV;
+            let mut slot = [0u8; WQE_SIZE as usize];
+            put_sges(&mut h, &mut slot, &req.gather);
+            slot[..std::mem::size_of::<Wqe>()].copy_from_slice(h.as_bytes());
+            match p.rq.push(self.handle, &self.rq, &slot, req.gather.keep) {
+                Ok(t) => {
+                    tail = Some(t);
+                    *posted += 1;
+                }
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if let Some(tail) = tail {
+            dev.ring(DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_RQ_TAIL, tail);
+        }
+        result
     }
 
     pub(crate) fn destroy(&self, dev: &Ctx, scq: &CqInner, rcq: &CqInner) {

@@ -133,7 +133,14 @@ pub struct QpLink {
     max_inline: usize,
     /// Times a wait for completions found the CQ empty and blocked.
     waits: u64,
+    /// Receive buffers read and waiting to be posted again, a batch at a time (one
+    /// doorbell for all: `Qp::post_recvs`).
+    repost: Vec<usize>,
 }
+
+/// Receive buffers reposted together; the batch goes earlier when the link is about to
+/// wait for completions, so the device never waits for buffers the program holds back.
+const REPOST_BATCH: usize = 16;
 
 /// A QP's two CQs: sends complete on one, receives on the other, so waiting for a
 /// receive is never woken by a send's completion.
@@ -186,6 +193,7 @@ impl QpLink {
             closed: false,
             max_inline: ctx.limits().max_inline as usize,
             waits: 0,
+            repost: Vec::with_capacity(REPOST_BATCH),
         };
         if !bufs.lazy_send {
             l.send_bufs()?;
@@ -209,11 +217,17 @@ impl QpLink {
     /// none came.
     fn pump(&mut self, side: Side, timeout: Option<Duration>) -> io::Result<bool> {
         let mut comps = [Completion::default(); 32];
+        let mut n = match side {
+            Side::Send => self.cqs.send.poll(&mut comps),
+            Side::Recv => self.cqs.recv.poll(&mut comps),
+        };
+        if n == 0 && timeout != Some(Duration::ZERO) {
+            self.flush_reposts()?;
+        }
         let cq = match side {
             Side::Send => &self.cqs.send,
             Side::Recv => &self.cqs.recv,
         };
-        let mut n = cq.poll(&mut comps);
         if n == 0 && timeout != Some(Duration::ZERO) {
             if self.spin {
                 let deadline = timeout.map(|t| Instant::now() + t);
@@ -258,6 +272,30 @@ impl QpLink {
             }
         }
         Ok(n > 0)
+    }
+
+    /// Posts the receive buffers read since the last batch, with one doorbell.
+    fn flush_reposts(&mut self) -> io::Result<()> {
+        let size = self.bufs.recv_size;
+        while !self.repost.is_empty() {
+            let sges: Vec<[qpip::Sge<'_>; 1]> = self
+                .repost
+                .iter()
+                .map(|&slot| [self.recv_mr.sge(slot * size, size)])
+                .collect();
+            let n = self
+                .qp
+                .post_recvs(
+                    self.repost
+                        .iter()
+                        .zip(&sges)
+                        .map(|(&slot, sge)| (slot as u64, &sge[..])),
+                )
+                .map_err(|e| qerr("post receives", e))?;
+            drop(sges);
+            self.repost.drain(..n);
+        }
+        Ok(())
     }
 
     fn post_recv(&self, slot: usize) -> io::Result<()> {
@@ -357,10 +395,13 @@ impl QpLink {
         &self.recv_mr[base + from..base + to]
     }
 
-    /// Drops the front received piece and reposts its buffer.
+    /// Drops the front received piece; its buffer is reposted with the next batch.
     fn pop_ready(&mut self) -> io::Result<()> {
         if let Some((slot, ..)) = self.ready.pop_front() {
-            self.post_recv(slot)?;
+            self.repost.push(slot);
+            if self.repost.len() >= REPOST_BATCH {
+                self.flush_reposts()?;
+            }
         }
         Ok(())
     }
