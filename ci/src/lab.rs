@@ -103,6 +103,8 @@ pub struct LabHost<'a> {
     net: Option<&'a LabNet>,
     shared: &'a Path,
     guests: Vec<String>,
+    /// By guest: the pids of its QEMU, then of its devices' qpipd.
+    pids: Vec<Vec<u32>>,
     /// Set when the lab is ending early (a guest failed, Ctrl-C): waits give up.
     ending: &'a AtomicBool,
 }
@@ -116,6 +118,18 @@ impl LabHost<'_> {
     /// The guests' names, in order (guest n is `guests()[n - 1]`).
     pub fn guests(&self) -> &[String] {
         &self.guests
+    }
+
+    /// The pids of guest `i`'s processes (`i` indexes [`LabHost::guests`]): its QEMU, then
+    /// each of its devices' qpipd.
+    pub fn pids(&self, i: usize) -> &[u32] {
+        self.pids.get(i).map_or(&[], Vec::as_slice)
+    }
+
+    /// True once the lab is ending early (a guest failed, Ctrl-C): a host side that waits
+    /// for the guests should give up.
+    pub fn ending(&self) -> bool {
+        self.ending.load(Ordering::SeqCst)
     }
 
     /// A command that runs in the lab's namespace (or plainly, without a lab network).
@@ -360,6 +374,7 @@ fn run_guests<R: Send>(
         net,
         shared,
         guests: spec.guests.iter().map(|g| g.name.clone()).collect(),
+        pids: runs.iter().map(Run::pids).collect(),
         ending: &ending,
     };
     // Per guest: None while running, then its outcome or error.
