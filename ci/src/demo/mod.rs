@@ -18,11 +18,19 @@
 //! host the load drifts, and this way the drift hits both sides alike. The table shows each
 //! figure's median and spread, and the QP gain per round beside the gain of the medians.
 //!
+//! The bench also measures what the QPIP paper measured: at the end of each round guest a
+//! runs `qpip-overhead` (the host overhead of one message, the paper's Table 1, QPs against
+//! kernel sockets), and every ping-pong and TCP bandwidth test (each message size on its
+//! own) is a CPU window: just before and just after it, guest a reads both guests'
+//! `/proc/stat` and the lab host the CPU time of the run's QEMU and qpipd processes
+//! ([`serve_cpu_marks`]), so the table has the guests' whole busy time per message and,
+//! beside it, where the rest of the work went on the host.
+//!
 //! Progress is reported step by step; the first failing step ends the run and is named.
 //! Guest CPU per message is `qpip-perf`'s process CPU time (client in a + server in b): with
 //! QPs the transport runs in the device (qpipd, on the host), with sockets in the guest
-//! kernel. Guests run under TCG here, so guest-side times are inflated (DESIGN §9): judge
-//! by the ratios.
+//! kernel. Guests run under TCG here, so guest-side times are inflated: judge by the
+//! ratios.
 
 pub mod results;
 pub mod scripts;
@@ -94,6 +102,8 @@ pub enum Action {
     HostIn,
     /// UDP datagrams from a QP in guest a, echoed by the lab host.
     HostUdp,
+    /// `qpip-overhead` in guest a, in one round (from 1).
+    Overhead { round: u32 },
 }
 
 /// One step of guest a's script.
@@ -133,6 +143,11 @@ pub struct Plan {
     /// Limit for one round (the first includes the boot); the run's limit is
     /// [`Plan::limit`].
     pub round_timeout: Duration,
+    /// Messages of each `qpip-overhead` transport at the end of every round (0: none).
+    pub overhead_messages: u64,
+    /// Each ping-pong and TCP bandwidth test (one message size at a time) is a CPU window:
+    /// both guests' `/proc/stat` and the host's CPU of QEMU and qpipd at its edges.
+    pub cpu_marks: bool,
 }
 
 impl Plan {
@@ -148,11 +163,14 @@ impl Plan {
             rounds: 1,
             interleave: false,
             round_timeout: Duration::from_secs(280),
+            overhead_messages: 0,
+            cpu_marks: false,
         }
     }
 
     /// The bench: more round trips, every message size, UDP bandwidth, three rounds with
-    /// QPs and sockets interleaved; no host steps.
+    /// QPs and sockets interleaved, each ending with `qpip-overhead`; CPU windows; no host
+    /// steps.
     pub fn bench() -> Plan {
         Plan {
             latency_iters: 2000,
@@ -164,6 +182,8 @@ impl Plan {
             rounds: 3,
             interleave: true,
             round_timeout: Duration::from_secs(1200),
+            overhead_messages: 1000,
+            cpu_marks: true,
         }
     }
 
@@ -301,6 +321,23 @@ impl Plan {
                     s.extend(host_steps());
                 }
                 s.extend(tests.iter().map(|t| self.measure(*t, Net::Sockets, round)));
+            }
+            if self.overhead_messages > 0 {
+                let round_note = if self.rounds > 1 {
+                    format!("round {round}/{}: ", self.rounds)
+                } else {
+                    String::new()
+                };
+                s.push(step(
+                    &self.tag("overhead", round),
+                    format!(
+                        "{round_note}host overhead per message in guest a, QPs vs kernel sockets on \
+                         loopback (qpip-overhead, {} messages each, 1 ms apart, then {} µs)",
+                        self.overhead_messages,
+                        scripts::OVERHEAD_SPIN_US
+                    ),
+                    Action::Overhead { round },
+                ));
             }
         }
         s
@@ -462,6 +499,7 @@ pub fn run(
         verbose,
     };
     let host_bytes = plan.host_bytes;
+    let cpu_marks = plan.cpu_marks;
     let limit = plan.limit();
     let result = {
         let watcher = &mut watcher;
@@ -471,13 +509,21 @@ pub fn run(
             }
         };
         run_lab(&spec, &mut observe, |host| {
-            if host_bytes == 0 {
-                return HostSide {
-                    ok: true,
-                    output: String::new(),
+            std::thread::scope(|scope| {
+                let marks = cpu_marks.then(|| scope.spawn(|| serve_cpu_marks(host, limit)));
+                let side = if host_bytes == 0 {
+                    HostSide {
+                        ok: true,
+                        output: String::new(),
+                    }
+                } else {
+                    run_host_side(host, host_bytes, limit)
                 };
-            }
-            run_host_side(host, host_bytes, limit)
+                if let Some(t) = marks {
+                    let _ = t.join();
+                }
+                side
+            })
         })
     };
     let outcome = match result {
@@ -589,6 +635,71 @@ fn run_host_side(host: &crate::LabHost, bytes: u64, limit: Duration) -> HostSide
             ),
         },
     }
+}
+
+/// The lab host's side of the CPU windows: for each `/lab/cpu-mark.N` guest a creates (N
+/// from 1, in order) it writes `/lab/cpu-mark.N.host`, one line of the CPU seconds so far of
+/// each guest's QEMU and of its qpipd (`qemu-a=12.3 qpipd-a=4.56 qemu-b=...`), until guest
+/// a is done (`/lab/a-done`), the lab ends early or `limit` has passed.
+fn serve_cpu_marks(host: &crate::LabHost, limit: Duration) {
+    let dir = host.shared_dir();
+    let deadline = Instant::now() + limit;
+    let mut n = 1u64;
+    loop {
+        if dir.join(format!("cpu-mark.{n}")).exists() {
+            let tmp = dir.join(format!(".cpu-mark.{n}.host"));
+            let done = dir.join(format!("cpu-mark.{n}.host"));
+            let line = host_cpu_line(host);
+            if let Err(e) =
+                std::fs::write(&tmp, line + "\n").and_then(|()| std::fs::rename(&tmp, &done))
+            {
+                log::warn!("cannot write {}: {e}", done.display());
+            }
+            n += 1;
+            continue;
+        }
+        if dir.join("a-done").exists()
+            || host.ending()
+            || crate::interrupted()
+            || Instant::now() >= deadline
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `qemu-NAME=SECS qpipd-NAME=SECS` for each guest: the CPU time (user + system, all
+/// threads) of its QEMU and of all its qpipd; a process that cannot be read is left out.
+fn host_cpu_line(host: &crate::LabHost) -> String {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let secs = |pid: &u32| -> Option<f64> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some(proc_cpu_ticks(&text)? as f64 / hz)
+    };
+    let mut parts = Vec::new();
+    for (i, name) in host.guests().iter().enumerate() {
+        let Some((qemu, devices)) = host.pids(i).split_first() else {
+            continue;
+        };
+        if let Some(s) = secs(qemu) {
+            parts.push(format!("qemu-{name}={s}"));
+        }
+        if let Some(s) = devices.iter().map(secs).sum::<Option<f64>>() {
+            parts.push(format!("qpipd-{name}={s}"));
+        }
+    }
+    parts.join(" ")
+}
+
+/// utime + stime (ticks) from the text of `/proc/PID/stat`.
+fn proc_cpu_ticks(stat: &str) -> Option<u64> {
+    // The command name in parentheses may hold spaces; the figures follow its last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Field 3 (state) is f[0]: utime is field 14, stime field 15.
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
 /// Runs `cmd` with stdout and stderr to `out`, killing it after `limit`; (success, output).
@@ -732,6 +843,64 @@ mod tests {
     }
 
     #[test]
+    fn the_bench_ends_each_round_with_qpip_overhead_and_marks_cpu_windows() {
+        let plan = Plan::bench();
+        let steps = plan.steps();
+        let overhead: Vec<(usize, &str)> = steps
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| matches!(s.action, Action::Overhead { .. }))
+            .map(|(i, s)| (i, s.id.as_str()))
+            .collect();
+        // 1 + (10 + 1) per round: the last step of each round.
+        assert_eq!(
+            overhead,
+            [(11, "overhead.1"), (22, "overhead.2"), (33, "overhead.3")]
+        );
+        let a = scripts::guest_a(&plan);
+        assert!(a.contains("\nstep overhead.2\nqpip-overhead --messages 1000 --json"));
+        assert!(
+            a.contains("echo \"@overhead.2=$(cat /tmp/overhead.json)\""),
+            "{a}"
+        );
+        assert!(
+            a.contains("qpip-overhead --messages 1000 --spin-us 400 --json"),
+            "{a}"
+        );
+        // Ping-pongs are windows named as their step; TCP bandwidth one per size.
+        assert!(a.contains("perf udp-sk.2 udp-sk.2 "), "{a}");
+        for size in &plan.tcp_sizes {
+            let line = format!("perf bw-qp.3 bw-qp:{size}.3 ");
+            assert!(a.contains(&line), "{line}: {a}");
+            assert!(a.contains(&format!("--sizes {size} --bytes")), "{a}");
+        }
+        assert!(a.contains("perf udpbw-qp.1 - "), "{a}");
+        let b = scripts::guest_b(&plan);
+        assert!(b.contains("cpu-mark.$n.b"), "{b}");
+        assert!(!b.contains("lab-wait a-done"), "{b}");
+        // The demo: none of it.
+        let demo = Plan::demo();
+        let a = scripts::guest_a(&demo);
+        assert!(!a.contains("qpip-overhead --messages"));
+        assert!(a.contains("perf udp-qp - "), "{a}");
+        assert!(scripts::guest_b(&demo).contains("lab-wait a-done"));
+        assert!(demo
+            .steps()
+            .iter()
+            .all(|s| !matches!(s.action, Action::Overhead { .. })));
+    }
+
+    #[test]
+    fn host_cpu_is_read_from_proc_stat() {
+        // A command name with spaces and a ')' of its own.
+        let stat = "4242 (qemu (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 567 0 0 20 0 9";
+        assert_eq!(proc_cpu_ticks(stat), Some(1234 + 567));
+        assert_eq!(proc_cpu_ticks("4242 (qpipd) S 1 2"), None);
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+        assert!(proc_cpu_ticks(&own).is_some());
+    }
+
+    #[test]
     fn watcher_reports_progress_failures_and_measurements() {
         let mut said = Vec::new();
         let mut progress = |s: &str| said.push(s.to_string());
@@ -763,10 +932,10 @@ mod tests {
             .describe("udp-sk.2")
             .starts_with("round 2/3: UDP ping-pong"));
         drop(w);
-        assert!(said[0].starts_with("[2/31] round 1/3: UDP"), "{said:?}");
+        assert!(said[0].starts_with("[2/34] round 1/3: UDP"), "{said:?}");
         assert!(said[1].starts_with("      ok ("), "{said:?}");
         assert!(
-            said[2].starts_with("[12/31] round 2/3: UDP ping-pong a⇄b over kernel"),
+            said[2].starts_with("[13/34] round 2/3: UDP ping-pong a⇄b over kernel"),
             "{said:?}"
         );
     }

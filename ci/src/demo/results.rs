@@ -9,6 +9,19 @@
 //! The bench's table is followed by the QP side's counters per message of each
 //! measurement (what `qpip-perf` reports for guest a, the client, and guest b, the
 //! server): the kicks, interrupts, engine sleeps and segments behind each figure.
+//!
+//! Two more kinds of figure, when the guests report them (the bench):
+//! - **host overhead per message**, the QPIP paper's Table 1: `qpip-overhead` in guest a,
+//!   the time inside the calls that post and reap one message (QPs) against `send()` and
+//!   `recv(MSG_DONTWAIT)` of data already queued (kernel sockets), reported as
+//!   `@overhead[.ROUND]=JSON`, once sleeping between messages and once with `--spin-us`
+//!   (`spin_us` in the JSON: the device's engine stays awake, the posts are quiet);
+//! - **whole-system CPU per message**: CPU marks at both edges of a measurement window,
+//!   `@cpu.NAME=PHASE|A|B|HOST` (PHASE `start` or `end`; A and B the first line of guest a's
+//!   and guest b's `/proc/stat`; HOST the lab host's `qemu-a=SECS qpipd-a=SECS ...`, the CPU
+//!   time of each guest's QEMU and qpipd processes). The table has each guest's busy time
+//!   (all of `/proc/stat` but idle, iowait and steal), a+b, per message; a block under it
+//!   the host's CPU of QEMU and qpipd per message over the same windows.
 
 use super::human;
 use serde_json::{json, Value};
@@ -17,13 +30,92 @@ use std::collections::BTreeMap;
 /// The most rounds a run may have (guest b's bulk ports are numbered by round).
 pub const MAX_ROUNDS: u32 = 20;
 
-/// What guest a reported in one round: `@perf.NAME=JSON` and `@bulk.NAME=BYTES START END`.
+/// Ticks per second of a guest's `/proc/stat` (Linux's USER_HZ).
+pub const GUEST_HZ: f64 = 100.0;
+
+/// What guest a reported in one round: `@perf.NAME=JSON`, `@bulk.NAME=BYTES START END`,
+/// `@overhead=JSON` and `@cpu.NAME=PHASE|A|B|HOST`.
 #[derive(Debug, Default, Clone)]
 pub struct Round {
-    /// By test (`udp-qp`, `bw-sk`, ...): the `results` rows qpip-perf printed.
+    /// By test (`udp-qp`, `bw-sk`, ...): the `results` rows qpip-perf printed (a test run
+    /// in several parts, one message size each, has the rows of every part).
     pub perf: BTreeMap<String, Vec<Value>>,
     /// By net (`qp`, `sk`): bytes and seconds of a verified bulk transfer.
     pub bulk: BTreeMap<String, (u64, f64)>,
+    /// The `results` rows of `qpip-overhead` (`qp-udp`, `sockets-udp`, `qp-tcp`,
+    /// `sockets-tcp`), settling by sleeping between messages (most posts kick the device).
+    pub overhead: Vec<Value>,
+    /// The same with `--spin-us` (most posts find the device's engine awake).
+    pub overhead_spin: Vec<Value>,
+    /// By measurement (`udp-qp`, `bw-sk:1024` for one message size): the CPU marks at the
+    /// edges of its window.
+    pub cpu: BTreeMap<String, CpuWindow>,
+}
+
+/// CPU time at one edge of a measurement window.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct CpuMark {
+    /// The figures of the first line of guest a's `/proc/stat`, in [`GUEST_HZ`] ticks:
+    /// user, nice, system, idle, iowait, irq, softirq, steal, ...
+    pub a: Vec<u64>,
+    /// The same of guest b.
+    pub b: Vec<u64>,
+    /// CPU seconds (user + system, every thread) of the lab's processes on the host, by
+    /// name: `qemu-a`, `qpipd-a` (all of guest a's qpipd), `qemu-b`, ...
+    pub host: BTreeMap<String, f64>,
+}
+
+/// The CPU marks of one measurement.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct CpuWindow {
+    pub start: Option<CpuMark>,
+    pub end: Option<CpuMark>,
+}
+
+/// A guest's busy ticks in the figures of its `/proc/stat` line: user, nice, system, irq
+/// and softirq (all but idle, iowait and steal; guest time is part of user).
+fn busy_ticks(stat: &[u64]) -> Option<u64> {
+    if stat.len() < 7 {
+        return None;
+    }
+    Some(stat[0] + stat[1] + stat[2] + stat[5] + stat[6])
+}
+
+/// The figures of a `/proc/stat` CPU line (`cpu  1 2 3 ...`).
+fn parse_stat_line(text: &str) -> Option<Vec<u64>> {
+    let mut w = text.split_whitespace();
+    if w.next()? != "cpu" {
+        return None;
+    }
+    let v: Vec<u64> = w.map(str::parse).collect::<Result<_, _>>().ok()?;
+    (v.len() >= 7).then_some(v)
+}
+
+impl CpuWindow {
+    /// Busy seconds of guests a and b together over the window.
+    fn guests_busy_s(&self) -> Option<f64> {
+        let (s, e) = (self.start.as_ref()?, self.end.as_ref()?);
+        let mut ticks = 0;
+        for (s, e) in [(&s.a, &e.a), (&s.b, &e.b)] {
+            ticks += busy_ticks(e)?.checked_sub(busy_ticks(s)?)?;
+        }
+        Some(ticks as f64 / GUEST_HZ)
+    }
+
+    /// Host CPU seconds over the window of the processes named `CLASS-GUEST` (`qemu`,
+    /// `qpipd`), summed over the guests; None unless both edges have some.
+    fn host_s(&self, class: &str) -> Option<f64> {
+        let (s, e) = (self.start.as_ref()?, self.end.as_ref()?);
+        let prefix = format!("{class}-");
+        let mut found = false;
+        let mut sum = 0.0;
+        for (name, end) in e.host.iter().filter(|(k, _)| k.starts_with(&prefix)) {
+            let start = s.host.get(name)?;
+            sum += (end - start).max(0.0);
+            found = true;
+        }
+        found.then_some(sum)
+    }
 }
 
 /// Everything guest a reported, by round (index 0 is round 1).
@@ -78,7 +170,57 @@ impl Measurements {
                 .ok_or_else(|| format!("qpip-perf's JSON for {name} has no results: {text}"))?;
             self.round_mut(round)
                 .perf
-                .insert(test.to_string(), rows.clone());
+                .entry(test.to_string())
+                .or_default()
+                .extend(rows.iter().cloned());
+        } else if let Some(rest) = line.strip_prefix("@overhead") {
+            let (suffix, text) = rest
+                .split_once('=')
+                .ok_or_else(|| format!("no '=' in {line:?}"))?;
+            let (base, round) =
+                split_round(&format!("overhead{suffix}")).map(|(b, r)| (b.to_string(), r))?;
+            if base != "overhead" {
+                return Err(format!("unreadable overhead report {line:?}"));
+            }
+            let v: Value = serde_json::from_str(text)
+                .map_err(|e| format!("qpip-overhead's JSON is unreadable ({e}): {text}"))?;
+            let rows = v["results"]
+                .as_array()
+                .ok_or_else(|| format!("qpip-overhead's JSON has no results: {text}"))?;
+            let r = self.round_mut(round);
+            if v["spin_us"].as_u64().unwrap_or(0) > 0 {
+                r.overhead_spin = rows.clone();
+            } else {
+                r.overhead = rows.clone();
+            }
+        } else if let Some(rest) = line.strip_prefix("@cpu.") {
+            let bad = || format!("unreadable CPU mark {line:?}");
+            let (name, text) = rest.split_once('=').ok_or_else(bad)?;
+            let (test, round) = split_round(name)?;
+            let parts: Vec<&str> = text.split('|').collect();
+            let [phase, a, b, host] = parts[..] else {
+                return Err(bad());
+            };
+            let mut h = BTreeMap::new();
+            for kv in host.split_whitespace() {
+                let (k, v) = kv.split_once('=').ok_or_else(bad)?;
+                h.insert(k.to_string(), v.parse::<f64>().map_err(|_| bad())?);
+            }
+            let mark = CpuMark {
+                a: parse_stat_line(a).ok_or_else(bad)?,
+                b: parse_stat_line(b).ok_or_else(bad)?,
+                host: h,
+            };
+            let w = self
+                .round_mut(round)
+                .cpu
+                .entry(test.to_string())
+                .or_default();
+            match phase {
+                "start" => w.start = Some(mark),
+                "end" => w.end = Some(mark),
+                _ => return Err(bad()),
+            }
         } else if let Some(rest) = line.strip_prefix("@bulk.") {
             let bad = || format!("unreadable bulk report {line:?}");
             let (name, text) = rest.split_once('=').ok_or_else(bad)?;
@@ -144,6 +286,61 @@ impl Round {
         let c = self.num(name, size, &["cpu_us_per_msg", "client"])?;
         let s = self.num(name, size, &["cpu_us_per_msg", "server"])?;
         Some(c + s)
+    }
+
+    /// The CPU window of test NAME (`udp-qp`, `bw-sk`) with this message size.
+    fn window(&self, name: &str, size: Option<u64>) -> Option<&CpuWindow> {
+        match size {
+            Some(s) => self.cpu.get(&format!("{name}:{s}")),
+            None => self.cpu.get(name),
+        }
+    }
+
+    /// Messages (round trips of a ping-pong) of test NAME with this size.
+    fn msgs(&self, name: &str, size: Option<u64>) -> Option<f64> {
+        self.num(name, size, &["msgs"]).filter(|n| *n > 0.0)
+    }
+
+    /// Busy time of both guests (their `/proc/stat`) per message over the test's window, µs.
+    fn guest_wide(&self, name: &str, size: Option<u64>) -> Option<f64> {
+        let s = self.window(name, size)?.guests_busy_s()?;
+        Some(s * 1e6 / self.msgs(name, size)?)
+    }
+
+    /// Host CPU of the processes of `class` (`qemu`, `qpipd`) of both guests per message
+    /// over the test's window, µs.
+    fn host_cpu(&self, name: &str, size: Option<u64>, class: &str) -> Option<f64> {
+        let s = self.window(name, size)?.host_s(class)?;
+        Some(s * 1e6 / self.msgs(name, size)?)
+    }
+
+    /// A figure of `qpip-overhead`'s row `test` (`qp-udp`, ...) given in ns, in µs, from
+    /// the run that slept between messages (`spin` false) or the one that spun.
+    fn overhead_us(&self, spin: bool, test: &str, key: &str) -> Option<f64> {
+        let rows = if spin {
+            &self.overhead_spin
+        } else {
+            &self.overhead
+        };
+        let row = rows.iter().find(|r| r["test"] == test)?;
+        row[key].as_f64().map(|ns| ns / 1e3)
+    }
+
+    /// QP figure `key` of transport `p` (`udp`, `tcp`) and the sockets' time per message
+    /// of the same `qpip-overhead` run: from the run `spin` says if it has the QP figure,
+    /// else from the other.
+    fn overhead_pair(&self, spin: bool, p: &str, key: &str) -> (Option<f64>, Option<f64>) {
+        let of = |spin| {
+            let qp = self.overhead_us(spin, &format!("qp-{p}"), key)?;
+            Some((
+                qp,
+                self.overhead_us(spin, &format!("sockets-{p}"), "ns_per_message"),
+            ))
+        };
+        match of(spin).or_else(|| of(!spin)) {
+            Some((qp, sk)) => (Some(qp), sk),
+            None => (None, None),
+        }
     }
 
     fn bulk_mb_s(&self, net: &str) -> Option<f64> {
@@ -217,6 +414,36 @@ pub struct Line {
     /// The QP side's counters per message of the measurement this line is the first
     /// figure of (the bench's ping-pong and bandwidth lines).
     pub counted: Option<Counted>,
+    /// The host's CPU per message over the same windows (guest-wide CPU lines).
+    pub host_cpu: Option<HostCpu>,
+}
+
+/// The host's CPU per message of one measurement over its CPU windows, in every round, µs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostCpu {
+    /// The measurement (`UDP ping-pong`).
+    pub what: String,
+    /// QEMU of guests a and b: over QPs, over sockets.
+    pub qemu: [Vec<Option<f64>>; 2],
+    /// qpipd of guests a and b: over QPs, over sockets (there: what an idle qpipd burns).
+    pub qpipd: [Vec<Option<f64>>; 2],
+}
+
+impl HostCpu {
+    /// QEMU + qpipd of each round, over QPs (`side` 0) or sockets (1).
+    pub fn sum(&self, side: usize) -> Vec<Option<f64>> {
+        self.qemu[side]
+            .iter()
+            .zip(&self.qpipd[side])
+            .map(|(q, d)| Some((*q)? + (*d)?))
+            .collect()
+    }
+
+    /// How many times less host CPU QPs took than sockets, from the medians of the sums.
+    pub fn gain(&self) -> Option<f64> {
+        let m = |side| spread(&self.sum(side)).map(|s| s.median);
+        Better::Lower.gain(m(0)?, m(1)?)
+    }
 }
 
 /// The counters shown per message of a QP measurement: (column, what it counts, the
@@ -325,6 +552,7 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
                 sockets: side("sk"),
                 better,
                 counted: None,
+                host_cpu: None,
             });
             out.len() - 1
         };
@@ -412,6 +640,100 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             Better::Lower,
         );
     }
+    // Whole-system CPU, where the run marked the tests' windows (the bench): both guests'
+    // busy time, and beside it (under the table) the host's QEMU and qpipd.
+    let marked = |name: &str, size: Option<u64>| {
+        m.rounds.iter().any(|r| {
+            ["qp", "sk"]
+                .iter()
+                .any(|n| r.window(&format!("{name}-{n}"), size).is_some())
+        })
+    };
+    let mut wide: Vec<(String, String, &str, Option<u64>)> = vec![
+        ("UDP round trip".into(), "UDP ping-pong".into(), "udp", None),
+        ("TCP round trip".into(), "TCP ping-pong".into(), "tcp", None),
+    ];
+    for s in &tcp_sizes {
+        let h = human(*s);
+        wide.push((
+            format!("TCP {h} message"),
+            format!("TCP bandwidth, {h} messages"),
+            "bw",
+            Some(*s),
+        ));
+    }
+    let mut hosted = Vec::new();
+    for (per, what, name, size) in wide {
+        if !marked(name, size) {
+            continue;
+        }
+        let at = both(
+            format!("guest-wide CPU per {per}"),
+            "µs",
+            name,
+            &|r, n| r.guest_wide(n, size),
+            Better::Lower,
+        );
+        hosted.push((at, host_cpu_of(m, what, name, size)));
+    }
+    for (at, h) in hosted {
+        if h.sum(0).iter().chain(&h.sum(1)).any(Option::is_some) {
+            out[at].host_cpu = Some(h);
+        }
+    }
+    // Host overhead per message (Table 1), where guest a ran qpip-overhead (the bench).
+    // The per-message figure is the run that slept between messages (as qpip-overhead
+    // measures by default); quiet posts are taken from the run that spun (the engine stays
+    // awake), kicks from the one that slept, each against the sockets of the same run.
+    if m.rounds.iter().any(|r| !r.overhead.is_empty()) {
+        for (t, p) in [("UDP", "udp"), ("TCP", "tcp")] {
+            for (what, spin, key) in [
+                (
+                    format!("host overhead per {t} message (Table 1)"),
+                    false,
+                    "ns_per_message",
+                ),
+                (
+                    format!("{t} overhead, QP: device awake (quiet)"),
+                    true,
+                    "quiet_ns",
+                ),
+                (
+                    format!("{t} overhead, QP: device woken (kick)"),
+                    false,
+                    "kicked_ns",
+                ),
+            ] {
+                let (qp, sockets): (Vec<_>, Vec<_>) = m
+                    .rounds
+                    .iter()
+                    .map(|r| {
+                        if key == "ns_per_message" {
+                            (
+                                r.overhead_us(false, &format!("qp-{p}"), key),
+                                r.overhead_us(false, &format!("sockets-{p}"), key),
+                            )
+                        } else {
+                            r.overhead_pair(spin, p, key)
+                        }
+                    })
+                    .unzip();
+                // A kind of post no round saw (no kick at all, say) has no line.
+                if key != "ns_per_message" && qp.iter().all(Option::is_none) {
+                    continue;
+                }
+                out.push(Line {
+                    what,
+                    unit: "µs",
+                    qp,
+                    sockets,
+                    better: Better::Lower,
+                    counted: None,
+                    host_cpu: None,
+                });
+            }
+        }
+    }
     if detail {
         for (at, what, test, size, udp) in counted {
             let c = counted_of(m, what, test, size, udp);
@@ -421,6 +743,22 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
         }
     }
     out
+}
+
+/// The host's CPU per message of measurement `test` (`udp`, `bw` ...) with this size.
+fn host_cpu_of(m: &Measurements, what: String, test: &str, size: Option<u64>) -> HostCpu {
+    let of = |net: &str, class: &str| -> Vec<Option<f64>> {
+        let name = format!("{test}-{net}");
+        m.rounds
+            .iter()
+            .map(|r| r.host_cpu(&name, size, class))
+            .collect()
+    };
+    HostCpu {
+        what,
+        qemu: [of("qp", "qemu"), of("sk", "qemu")],
+        qpipd: [of("qp", "qpipd"), of("sk", "qpipd")],
+    }
 }
 
 /// The QP side's [`COUNTERS`] of measurement `test` (`udp`, `bw` ...) with this size.
@@ -596,7 +934,165 @@ pub fn text_table(lines: &[Line]) -> String {
     } else {
         text_table_one(lines)
     };
+    let width = t.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    for n in notes(lines) {
+        t += &wrap(&n, width.clamp(60, 100));
+    }
     t += &counter_text(lines);
+    t += &host_text(lines);
+    t
+}
+
+/// What the whole-system and host overhead lines are, if the table has them.
+fn notes(lines: &[Line]) -> Vec<String> {
+    let mut v = Vec::new();
+    if lines.iter().any(|l| l.what.starts_with("guest-wide CPU")) {
+        v.push(
+            "guest-wide CPU: the busy time of guests a and b together from their /proc/stat \
+             (user, nice, system, irq, softirq: the sockets' receive work in softirq too), from \
+             just before a test to just after it, per message (ping-pong: per round trip); the \
+             host's CPU over the same windows is under the table."
+                .to_string(),
+        );
+    }
+    if lines.iter().any(|l| l.what.starts_with("host overhead")) {
+        v.push(
+            "host overhead (the QPIP paper's Table 1): guest a's time inside the calls, per \
+             message of 64 bytes (qpip-overhead, each over its own loopback): QP post_send and \
+             the polls that reap completions already there, against send() and \
+             recv(MSG_DONTWAIT) of data already queued, 1 ms apart. device awake: the QP's \
+             posts that found the device's engine awake, from a second run that busy-waits a \
+             fraction of a millisecond between messages (--spin-us); device woken: those that kicked it; each \
+             against the sockets of the same run."
+                .to_string(),
+        );
+    }
+    v
+}
+
+/// The columns of the host CPU block: (side, column).
+const HOST_COLUMNS: [(&str, &str); 6] = [
+    ("QPs", "QEMU"),
+    ("QPs", "qpipd"),
+    ("QPs", "sum"),
+    ("sockets", "QEMU"),
+    ("sockets", "qpipd"),
+    ("sockets", "sum"),
+];
+
+/// The cells of a measurement in the host CPU block: QEMU, qpipd and their sum over QPs,
+/// the same over sockets (medians of the rounds), and the gain of the sums.
+fn host_cells(h: &HostCpu) -> Vec<String> {
+    let m = |v: &[Option<f64>]| fmt_count(spread(v).map(|s| s.median));
+    let mut c = vec![h.what.clone()];
+    for side in 0..2 {
+        c.push(m(&h.qemu[side]));
+        c.push(m(&h.qpipd[side]));
+        c.push(m(&h.sum(side)));
+    }
+    c.push(fmt_gain(h.gain()));
+    c
+}
+
+fn host_title(lines: &[Line]) -> String {
+    let n = rounds_of(lines);
+    let of = if n > 1 {
+        format!("medians of {n} rounds")
+    } else {
+        "one round".to_string()
+    };
+    format!(
+        "Host CPU per message (ping-pong: per round trip), µs, {of}: the QEMU and qpipd \
+         processes of guests a and b together, over the windows of guest-wide CPU. QEMU's \
+         includes the guests' emulated CPUs; over sockets qpipd only idles. host gain: the \
+         sockets' sum over the QPs'."
+    )
+}
+
+/// The host CPU block under the table (empty if no line has it).
+fn host_text(lines: &[Line]) -> String {
+    let hosted: Vec<&HostCpu> = lines.iter().filter_map(|l| l.host_cpu.as_ref()).collect();
+    if hosted.is_empty() {
+        return String::new();
+    }
+    let rows: Vec<Vec<String>> = hosted.iter().map(|h| host_cells(h)).collect();
+    let sub: Vec<String> = std::iter::once(String::new())
+        .chain(HOST_COLUMNS.iter().map(|c| c.1.to_string()))
+        .chain(["gain".to_string()])
+        .collect();
+    let mut w: Vec<usize> = (0..sub.len())
+        .map(|i| {
+            rows.iter()
+                .chain([&sub])
+                .map(|r| r[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    // Each side's three columns under one title.
+    let groups = ["QPs (a+b)", "sockets (a+b)", "host"];
+    for (g, title) in groups.iter().enumerate() {
+        let cols: Vec<usize> = if g < 2 {
+            (1 + 3 * g..4 + 3 * g).collect()
+        } else {
+            vec![7]
+        };
+        let span: usize = cols.iter().map(|i| w[*i]).sum::<usize>() + 2 * (cols.len() - 1);
+        let need = title.chars().count();
+        if span < need {
+            w[*cols.last().expect("a column")] += need - span;
+        }
+    }
+    let indent = if rounds_of(lines) > 1 { "" } else { "  " };
+    let line = |r: &[String]| {
+        let mut s = format!("{indent}{}", pad(&r[0], w[0], false));
+        for i in 1..r.len() {
+            s += &format!("  {}", pad(&r[i], w[i], true));
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut head = format!("{indent}{}", " ".repeat(w[0]));
+    for (g, title) in groups.iter().enumerate() {
+        let span = if g < 2 {
+            w[1 + 3 * g] + w[2 + 3 * g] + w[3 + 3 * g] + 4
+        } else {
+            w[7]
+        };
+        head += &format!("  {}", centre(title, span));
+    }
+    let mut block = head.trim_end().to_string() + "\n";
+    block += &line(&sub);
+    for r in &rows {
+        block += &line(r);
+    }
+    let width = block
+        .lines()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(80);
+    let mut t = String::from("\n");
+    t += &wrap(&host_title(lines), width);
+    t += &block;
+    t
+}
+
+/// The same block as a Markdown table.
+fn host_markdown(lines: &[Line]) -> String {
+    let hosted: Vec<&HostCpu> = lines.iter().filter_map(|l| l.host_cpu.as_ref()).collect();
+    if hosted.is_empty() {
+        return String::new();
+    }
+    let mut t = format!("\n{}\n\n| host CPU per message, µs |", host_title(lines));
+    for (side, col) in HOST_COLUMNS {
+        t += &format!(" {side}: {col} a+b |");
+    }
+    t += " host gain |\n| --- |";
+    t += &" ---: |".repeat(HOST_COLUMNS.len() + 1);
+    t += "\n";
+    for h in hosted {
+        t += &format!("| {} |\n", host_cells(h).join(" | "));
+    }
     t
 }
 
@@ -827,7 +1323,11 @@ pub fn markdown_table(lines: &[Line]) -> String {
         t += "\n";
         t += &legend(lines).join(" ");
         t += "\n";
+        for n in notes(lines) {
+            t += &format!("\n{n}\n");
+        }
         t += &counter_markdown(lines);
+        t += &host_markdown(lines);
         return t;
     }
     let mut t = String::from(
@@ -842,7 +1342,11 @@ pub fn markdown_table(lines: &[Line]) -> String {
             fmt_gain(l.gain())
         );
     }
+    for n in notes(lines) {
+        t += &format!("\n{n}\n");
+    }
     t += &counter_markdown(lines);
+    t += &host_markdown(lines);
     t
 }
 
@@ -856,6 +1360,11 @@ fn spread_json(values: &[Option<f64>]) -> Value {
     })
 }
 
+/// A CPU mark as reported: each guest's `/proc/stat` figures (ticks), the host's seconds.
+fn mark_json(m: &CpuMark) -> Value {
+    json!({ "a_proc_stat": m.a, "b_proc_stat": m.b, "host_cpu_s": m.host })
+}
+
 /// The comparison (each side's figure of every round, median and spread, the gains) and
 /// the raw measurements of every round as one JSON value.
 pub fn json_value(m: &Measurements, lines: &[Line]) -> Value {
@@ -865,6 +1374,12 @@ pub fn json_value(m: &Measurements, lines: &[Line]) -> Value {
             "qpip_perf": r.perf,
             "bulk": r.bulk.iter().map(|(k, (bytes, secs))| (k.clone(), json!({
                 "bytes": bytes, "seconds": secs,
+            }))).collect::<serde_json::Map<String, Value>>(),
+            "qpip_overhead": r.overhead,
+            "qpip_overhead_spin": r.overhead_spin,
+            "cpu_windows": r.cpu.iter().map(|(k, w)| (k.clone(), json!({
+                "start": w.start.as_ref().map(mark_json),
+                "end": w.end.as_ref().map(mark_json),
             }))).collect::<serde_json::Map<String, Value>>(),
         })
     };
@@ -881,6 +1396,14 @@ pub fn json_value(m: &Measurements, lines: &[Line]) -> Value {
                 x.name.to_string(),
                 json!({ "a": spread_json(&x.a), "b": spread_json(&x.b) }),
             )).collect::<serde_json::Map<String, Value>>()),
+            "host_cpu_per_msg": l.host_cpu.as_ref().map(|h| {
+                let side = |i: usize| json!({
+                    "qemu": spread_json(&h.qemu[i]),
+                    "qpipd": spread_json(&h.qpipd[i]),
+                    "sum": spread_json(&h.sum(i)),
+                });
+                json!({ "qp": side(0), "sockets": side(1), "gain": h.gain() })
+            }),
         })).collect::<Vec<_>>(),
         "rounds": m.rounds.iter().enumerate().map(round).collect::<Vec<_>>(),
     })
@@ -896,13 +1419,13 @@ mod tests {
 
     fn lat(p50: f64, cl: f64, sv: f64) -> String {
         format!(
-            "{{\"test\":\"latency\",\"size\":1,\"rtt_us\":{{\"p50\":{p50},\"p90\":1,\"p99\":2}},\"cpu_us_per_msg\":{{\"client\":{cl},\"server\":{sv}}}}}"
+            "{{\"test\":\"latency\",\"size\":1,\"msgs\":100,\"rtt_us\":{{\"p50\":{p50},\"p90\":1,\"p99\":2}},\"cpu_us_per_msg\":{{\"client\":{cl},\"server\":{sv}}}}}"
         )
     }
 
     fn bw(size: u64, mbs: f64) -> String {
         format!(
-            "{{\"test\":\"bandwidth\",\"size\":{size},\"mb_per_s\":{mbs},\"cpu_us_per_msg\":{{\"client\":10,\"server\":5}}}}"
+            "{{\"test\":\"bandwidth\",\"size\":{size},\"msgs\":1000,\"mb_per_s\":{mbs},\"cpu_us_per_msg\":{{\"client\":10,\"server\":5}}}}"
         )
     }
 
@@ -951,6 +1474,70 @@ mod tests {
         ]
     }
 
+    /// The CPU marks of window `name`: guests a and b busy `ta` and `tb` ticks (user, nice,
+    /// irq and softirq; idle, iowait and steal grow too), QEMU of a and b `qemu` seconds
+    /// together, their qpipd `qpipd`.
+    fn cpu_lines(name: &str, ta: u64, tb: u64, qemu: f64, qpipd: f64) -> [String; 2] {
+        let stat0 = "cpu  100 1 50 1000 7 5 5 2 0 0";
+        let stat1 = |t: u64| format!("cpu  {} 2 50 1050 17 6 6 9 0 0", 100 + t - 3);
+        let (q, d) = (qemu / 2.0, qpipd / 2.0);
+        [
+            format!("@cpu.{name}=start|{stat0}|{stat0}|qemu-a=10 qpipd-a=1 qemu-b=20 qpipd-b=2"),
+            format!(
+                "@cpu.{name}=end|{}|{}|qemu-a={} qpipd-a={} qemu-b={} qpipd-b={}",
+                stat1(ta),
+                stat1(tb),
+                10.0 + q,
+                1.0 + d,
+                20.0 + q,
+                2.0 + d
+            ),
+        ]
+    }
+
+    /// `qpip-overhead`'s report, sleeping between messages: QP UDP 2 µs per message (1.5
+    /// quiet, 20 kicked), sockets 30; QP TCP 3 µs (never kicked), sockets 45.
+    fn overhead_line(sfx: &str) -> String {
+        let row = |t: &str, ns: u64, kicked: &str, quiet: &str| {
+            format!(
+                "{{\"test\":\"{t}\",\"messages\":1000,\"ns_per_message\":{ns},\"send_ns\":1,\"recv_ns\":1,\
+                 \"kicked_messages\":10,\"kicked_ns\":{kicked},\"quiet_messages\":990,\"quiet_ns\":{quiet},\"late\":0}}"
+            )
+        };
+        format!(
+            "@overhead{sfx}={{\"tool\":\"qpip-overhead\",\"size\":64,\"results\":[{},{},{},{}]}}",
+            row("qp-udp", 2000, "20000", "1500"),
+            row("sockets-udp", 30000, "null", "null"),
+            row("qp-tcp", 3000, "null", "3000"),
+            row("sockets-tcp", 45000, "null", "null"),
+        )
+    }
+
+    /// The same with `--spin-us`: QP UDP 1 µs quiet, sockets 25; TCP 2, sockets 40.
+    fn overhead_spin_line(sfx: &str) -> String {
+        overhead_line(sfx)
+            .replace("\"size\":64,", "\"size\":64,\"spin_us\":50,")
+            .replace("\"quiet_ns\":1500", "\"quiet_ns\":1000")
+            .replace(":30000,", ":25000,")
+            .replace("\"quiet_ns\":3000", "\"quiet_ns\":2000")
+            .replace(":45000,", ":40000,")
+    }
+
+    /// The bench's extra reports of one round: CPU windows of the ping-pongs and of the
+    /// 1 KiB bandwidth test, and qpip-overhead.
+    fn whole_system_lines(sfx: &str) -> Vec<String> {
+        let mut v = Vec::new();
+        v.extend(cpu_lines(&format!("udp-qp{sfx}"), 12, 8, 0.8, 0.2));
+        v.extend(cpu_lines(&format!("udp-sk{sfx}"), 30, 10, 1.6, 0.5));
+        v.extend(cpu_lines(&format!("tcp-qp{sfx}"), 10, 10, 1.0, 0.4));
+        v.extend(cpu_lines(&format!("tcp-sk{sfx}"), 50, 50, 2.0, 0.02));
+        v.extend(cpu_lines(&format!("bw-qp:1024{sfx}"), 50, 50, 5.0, 3.0));
+        v.extend(cpu_lines(&format!("bw-sk:1024{sfx}"), 100, 100, 10.0, 0.1));
+        v.push(overhead_line(sfx));
+        v.push(overhead_spin_line(sfx));
+        v
+    }
+
     fn sample() -> Measurements {
         let mut m = Measurements::default();
         for line in round_lines("", 1.0) {
@@ -971,7 +1558,7 @@ mod tests {
     }
 
     fn close(a: f64, b: f64) -> bool {
-        (a - b).abs() < 1e-9
+        (a - b).abs() < 1e-9 * b.abs().max(1.0)
     }
 
     #[test]
@@ -1078,6 +1665,196 @@ mod tests {
             }
         }
         assert!(lines(&bare, true).iter().all(|l| l.counted.is_none()));
+    }
+
+    #[test]
+    fn whole_system_cpu_and_host_overhead_have_their_lines() {
+        let mut m = sample();
+        for line in whole_system_lines("") {
+            m.take_line(&line).unwrap();
+        }
+        let w = &m.rounds[0].cpu["udp-qp"];
+        assert_eq!(w.start.as_ref().unwrap().a.len(), 10);
+        assert_eq!(w.end.as_ref().unwrap().host["qpipd-b"], 2.1);
+        assert_eq!(m.rounds[0].overhead.len(), 4);
+        let l = lines(&m, true);
+        let at = |what: &str| {
+            l.iter()
+                .find(|x| x.what == what)
+                .unwrap_or_else(|| panic!("no line {what}: {l:?}"))
+        };
+        // 20 busy ticks of a and b (idle, iowait and steal left out) over 100 round trips.
+        let udp = at("guest-wide CPU per UDP round trip");
+        assert!(close(udp.qp[0].unwrap(), 2000.0), "{udp:?}");
+        assert!(close(udp.sockets[0].unwrap(), 4000.0));
+        assert!(close(udp.gain().unwrap(), 2.0));
+        let tcp = at("guest-wide CPU per TCP round trip");
+        assert!(close(tcp.gain().unwrap(), 5.0));
+        // Bandwidth: only the size that had windows, per message of 1000.
+        let bw = at("guest-wide CPU per TCP 1 KiB message");
+        assert!(close(bw.qp[0].unwrap(), 1000.0));
+        assert!(!l
+            .iter()
+            .any(|x| x.what == "guest-wide CPU per TCP 64 KiB message"));
+        // The host's QEMU and qpipd over the same windows.
+        let h = udp.host_cpu.as_ref().unwrap();
+        assert_eq!(h.what, "UDP ping-pong");
+        assert!(close(h.qemu[0][0].unwrap(), 8000.0));
+        assert!(close(h.qpipd[0][0].unwrap(), 2000.0));
+        assert!(close(h.qpipd[1][0].unwrap(), 5000.0));
+        assert!(close(h.gain().unwrap(), 2.1));
+        // Table 1: per message, and the QP's quiet and kicked posts against the same
+        // sockets figure; TCP never kicked, so it has no such line.
+        let names: Vec<&str> = l
+            .iter()
+            .map(|x| x.what.as_str())
+            .skip_while(|w| !w.starts_with("host overhead"))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "host overhead per UDP message (Table 1)",
+                "UDP overhead, QP: device awake (quiet)",
+                "UDP overhead, QP: device woken (kick)",
+                "host overhead per TCP message (Table 1)",
+                "TCP overhead, QP: device awake (quiet)",
+            ]
+        );
+        // Quiet posts from the run that spun, kicks from the one that slept, each against
+        // the sockets of its run.
+        let gains: Vec<f64> = l[l.len() - 5..].iter().map(|x| x.gain().unwrap()).collect();
+        for (g, want) in gains.iter().zip([15.0, 25.0, 1.5, 15.0, 20.0]) {
+            assert!(close(*g, want), "{gains:?}");
+        }
+        let quiet = at("UDP overhead, QP: device awake (quiet)");
+        assert_eq!((quiet.qp[0], quiet.sockets[0]), (Some(1.0), Some(25.0)));
+        let kick = at("UDP overhead, QP: device woken (kick)");
+        assert_eq!((kick.qp[0], kick.sockets[0]), (Some(20.0), Some(30.0)));
+        // The one-round table: the lines, what they are, and the host block.
+        let t = text_table(&l);
+        assert!(t.contains("  guest-wide CPU per UDP round trip  "), "{t}");
+        assert!(t.contains("2000 µs"), "{t}");
+        assert!(
+            t.contains("guest-wide CPU: the busy time of guests a and b"),
+            "{t}"
+        );
+        assert!(t.contains("QPIP paper's Table 1"), "{t}");
+        assert!(t.contains("Host CPU per message"), "{t}");
+        let block = t.split("Host CPU per message").nth(1).unwrap();
+        let row = block
+            .lines()
+            .find(|r| r.starts_with("  UDP ping-pong  "))
+            .unwrap_or_else(|| panic!("{t}"));
+        let cells: Vec<&str> = row.split_whitespace().skip(2).collect();
+        assert_eq!(
+            cells,
+            ["8000", "2000", "10000", "16000", "5000", "21000", "2.10x"],
+            "{row}"
+        );
+        for r in t.lines() {
+            assert!(r.chars().count() <= 100, "{r}");
+        }
+        let md = markdown_table(&l);
+        assert!(
+            md.contains("| UDP ping-pong | 8000 | 2000 | 10000 | 16000 | 5000 | 21000 | 2.10x |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| host overhead per UDP message (Table 1) | 2.00 µs | 30.0 µs | 15.0x |"),
+            "{md}"
+        );
+        // JSON: the figures with the host's beside them, and every raw report.
+        let j = json_value(&m, &l);
+        let c = j["comparison"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["what"] == "guest-wide CPU per UDP round trip")
+            .unwrap();
+        assert_eq!(c["host_cpu_per_msg"]["sockets"]["qpipd"]["median"], 5000.0);
+        let sum = c["host_cpu_per_msg"]["qp"]["sum"]["rounds"][0]
+            .as_f64()
+            .unwrap();
+        assert!(close(sum, 10000.0), "{sum}");
+        let r = &j["rounds"][0];
+        assert_eq!(r["qpip_overhead"][0]["kicked_ns"], 20000);
+        assert_eq!(r["qpip_overhead_spin"][0]["quiet_ns"], 1000);
+        assert_eq!(
+            r["cpu_windows"]["bw-qp:1024"]["start"]["a_proc_stat"][0],
+            100
+        );
+        assert_eq!(
+            r["cpu_windows"]["udp-sk"]["end"]["host_cpu_s"]["qemu-b"],
+            20.8
+        );
+        // Without the reports (the demo): none of these lines.
+        let plain = lines(&sample(), true);
+        assert!(plain
+            .iter()
+            .all(|x| !x.what.contains("overhead") && !x.what.starts_with("guest-wide")));
+        assert!(!text_table(&plain).contains("Host CPU"));
+    }
+
+    #[test]
+    fn cpu_windows_and_overhead_reports_are_read_by_round() {
+        let mut m = Measurements::with_rounds(2);
+        for line in cpu_lines("bw-sk:8192.2", 4, 4, 1.0, 1.0) {
+            m.take_line(&line).unwrap();
+        }
+        m.take_line(&overhead_line(".2")).unwrap();
+        assert!(m.rounds[0].cpu.is_empty() && m.rounds[0].overhead.is_empty());
+        let w = &m.rounds[1].cpu["bw-sk:8192"];
+        assert!(close(w.guests_busy_s().unwrap(), 0.08));
+        assert!(close(w.host_s("qemu").unwrap(), 1.0));
+        assert_eq!(m.rounds[1].overhead[1]["test"], "sockets-udp");
+        assert!(m.rounds[1].overhead_spin.is_empty());
+        // Without a run that spun, quiet posts come from the one that slept (if any).
+        let l = lines(&m, false);
+        let quiet = l
+            .iter()
+            .find(|x| x.what == "UDP overhead, QP: device awake (quiet)")
+            .unwrap();
+        assert_eq!(quiet.qp, [None, Some(1.5)]);
+        assert_eq!(quiet.sockets, [None, Some(30.0)]);
+        m.take_line(&overhead_spin_line(".2")).unwrap();
+        assert_eq!(m.rounds[1].overhead_spin.len(), 4);
+        assert_eq!(m.rounds[1].overhead[0]["quiet_ns"], 1500);
+        // A window missing an edge, or a process, has no figure.
+        let mut half = Measurements::default();
+        half.take_line(&cpu_lines("udp-qp", 1, 1, 1.0, 1.0)[0])
+            .unwrap();
+        assert_eq!(half.rounds[0].cpu["udp-qp"].guests_busy_s(), None);
+        let mut gone = Measurements::default();
+        let [s0, e0] = cpu_lines("udp-qp", 3, 3, 1.0, 1.0);
+        gone.take_line(&s0.replace(" qpipd-b=2", "")).unwrap();
+        gone.take_line(&e0).unwrap();
+        assert_eq!(gone.rounds[0].cpu["udp-qp"].host_s("qpipd"), None);
+        assert!(close(
+            gone.rounds[0].cpu["udp-qp"].host_s("qemu").unwrap(),
+            1.0
+        ));
+        // A test run in parts (one message size each) keeps every part's rows.
+        m.take_line(&format!("@perf.bw-qp.2={}", perf(&bw(1024, 1.0))))
+            .unwrap();
+        m.take_line(&format!("@perf.bw-qp.2={}", perf(&bw(8192, 2.0))))
+            .unwrap();
+        assert_eq!(m.rounds[1].perf["bw-qp"].len(), 2);
+        let stat = "cpu  1 2 3 4 5 6 7";
+        for bad in [
+            format!("@cpu.udp-qp=middle|{stat}|{stat}|"),
+            format!("@cpu.udp-qp=start|cpu 1 2|{stat}|"),
+            format!("@cpu.udp-qp=start|{stat}|{stat}|qemu-a=x"),
+            format!("@cpu.udp-qp=start|{stat}|{stat}"),
+            format!("@cpu.udp-qp=start|cpu0 1 2 3 4 5 6 7|{stat}|"),
+            "@overhead.0={\"results\":[]}".to_string(),
+            "@overheads={\"results\":[]}".to_string(),
+            "@overhead={\"results\":1}".to_string(),
+            "@overhead={".to_string(),
+        ] {
+            assert!(m.take_line(&bad).is_err(), "{bad}");
+        }
+        m.take_line(&format!("@cpu.udp-qp=start|{stat}|{stat}|"))
+            .unwrap();
     }
 
     #[test]
@@ -1232,8 +2009,35 @@ mod tests {
                 .clone(),
             );
         }
+        // With the whole-system lines and host overhead, five-digit figures there too.
+        for (i, r) in ["1", "2", "3"].iter().enumerate() {
+            let k = 1 + i as u64;
+            let mut v = whole_system_lines(&format!(".{r}"));
+            v.extend(cpu_lines(
+                &format!("bw-qp:262144.{r}"),
+                900 * k,
+                900,
+                90.0,
+                30.0,
+            ));
+            v.extend(cpu_lines(
+                &format!("bw-sk:262144.{r}"),
+                1900,
+                1900 * k,
+                190.0,
+                1.0,
+            ));
+            for line in v {
+                m.take_line(&line).unwrap();
+            }
+        }
         let l = lines(&m, true);
+        assert!(l
+            .iter()
+            .any(|x| x.what == "guest-wide CPU per TCP 256 KiB message"));
+        assert!(l.iter().any(|x| x.what.starts_with("host overhead")));
         let t = text_table(&l);
+        assert!(t.contains("Host CPU per message"), "{t}");
         for row in t.lines() {
             assert!(
                 row.chars().count() <= 100,

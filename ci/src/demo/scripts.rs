@@ -6,7 +6,18 @@
 //!   failed (the script then exits 1);
 //! - `@perf.NAME=JSON`: what `qpip-perf --json` printed;
 //! - `@bulk.NAME=BYTES START END`: a verified bulk transfer and its guest uptime at start
-//!   and end (seconds, 10 ms resolution).
+//!   and end (seconds, 10 ms resolution);
+//! - `@overhead[.ROUND]=JSON`: what `qpip-overhead --json` printed (the bench);
+//! - `@cpu.NAME=start|A|B|HOST` and `@cpu.NAME=end|A|B|HOST`: the edges of the CPU window
+//!   of measurement NAME (the bench; see [`super::results`]).
+//!
+//! A CPU window (the bench's [`Plan::cpu_marks`]): at each edge guest a creates
+//! `/lab/cpu-mark.N` (N counts from 1); guest b answers with the first line of its
+//! `/proc/stat` in `/lab/cpu-mark.N.b`, the lab host with its line in
+//! `/lab/cpu-mark.N.host` (see [`super::serve_cpu_marks`]). Guest a reads its own
+//! `/proc/stat` last at the start and first at the end, so its waits for the answers stay
+//! outside the window; the window holds the test whole, and about 0.1 s more of guest b's
+//! and the host's time (the answers' polling).
 //!
 //! Guest b starts its `qpip-perf` servers, then the bulk receivers of round 1 (a `qpip-cat`
 //! and an `nc` listener), checks each is listening, then creates `/lab/b-ready` (or reports
@@ -127,7 +138,34 @@ until_true 60 has /tmp/perf-sk serving || bfail ready "qpip-perf -s --sockets is
 until_true 130 test -e /lab/bulk-ready.1 -o -e /lab/b-failed || bfail ready "the bulk receivers did not start"
 [ ! -e /lab/b-failed ] || exit 1
 touch /lab/b-ready
-lab-wait a-done {wait_secs}
+{wait}"#,
+        wait = if plan.cpu_marks {
+            serve_marks(wait_secs)
+        } else {
+            format!("lab-wait a-done {wait_secs}\n")
+        }
+    )
+}
+
+/// Guest b's end: answers guest a's CPU marks until guest a is done (polling as
+/// `lab-wait` does, every 0.1 s).
+fn serve_marks(wait_secs: u64) -> String {
+    format!(
+        r#"# Answers each /lab/cpu-mark.N with the first line of /proc/stat in /lab/cpu-mark.N.b
+# (read first, then written under another name and renamed) until guest a is done.
+n=1
+t=$(({wait_secs} * 10))
+until [ -e /lab/a-done ]; do
+    if [ -e /lab/cpu-mark.$n ]; then
+        read -r l < /proc/stat
+        echo "$l" > /lab/.cpu-mark.$n.b
+        mv /lab/.cpu-mark.$n.b /lab/cpu-mark.$n.b
+        n=$((n + 1))
+        continue
+    fi
+    t=$((t - 1)); [ "$t" -gt 0 ] || exit 1
+    sleep 0.1
+done
 "#
     )
 }
@@ -151,11 +189,37 @@ await() {{
         sleep 0.1
     done
 }}
-# perf NAME ARGS...: qpip-perf ARGS with --json; its JSON is reported as @perf.NAME.
+# cpu_ask: a CPU mark's answers from guest b (CPU_B) and the lab host (CPU_H).
+MARK=0
+cpu_ask() {{
+    MARK=$((MARK + 1))
+    touch /lab/cpu-mark.$MARK
+    await cpu-mark.$MARK.b 60
+    await cpu-mark.$MARK.host 60
+    read -r CPU_B < /lab/cpu-mark.$MARK.b
+    read -r CPU_H < /lab/cpu-mark.$MARK.host
+}}
+# cpu_start, then cpu_end NAME: the edges of the CPU window of measurement NAME, both
+# reported by cpu_end (after the window) as @cpu.NAME=start|... and @cpu.NAME=end|...
+cpu_start() {{
+    cpu_ask
+    START_B=$CPU_B; START_H=$CPU_H
+    read -r START_A < /proc/stat
+}}
+cpu_end() {{
+    read -r end_a < /proc/stat
+    cpu_ask
+    echo "@cpu.$1=start|$START_A|$START_B|$START_H"
+    echo "@cpu.$1=end|$end_a|$CPU_B|$CPU_H"
+}}
+# perf NAME MARK ARGS...: qpip-perf ARGS with --json; its JSON is reported as @perf.NAME.
+# Unless MARK is -, the run is the CPU window MARK.
 perf() {{
-    name=$1; shift
+    name=$1; mark=$2; shift 2
+    [ "$mark" = - ] || cpu_start
     qpip-perf "$@" --json > /tmp/perf.json 2> /tmp/perf.err \
         || fail "qpip-perf $* failed: $(oneline /tmp/perf.err)"
+    [ "$mark" = - ] || cpu_end "$mark"
     echo "@perf.$name=$(cat /tmp/perf.json)"
 }}
 # bulk NAME ROUND CMD...: once guest b's receivers of ROUND listen, sends /tmp/bulk with
@@ -183,6 +247,7 @@ bulk() {{
             Action::HostOut => host_out(plan.host_bytes),
             Action::HostIn => host_in(plan.host_bytes),
             Action::HostUdp => host_udp(),
+            Action::Overhead { round } => overhead(plan, round),
         };
         s += &format!("\nstep {}\n{body}ok\n", step.id);
     }
@@ -195,18 +260,41 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
         Net::Qp => (netns::device_addr(2), PERF_QP_PORT, ""),
         Net::Sockets => (netns::virtio_addr(2), PERF_SOCKETS_PORT, " --sockets"),
     };
-    let perf = format!("perf {id} {addr} --port {port}{sockets}");
+    // The CPU window of a ping-pong is named as its step; of a bandwidth test, one per size.
+    let mark = |name: String| {
+        if plan.cpu_marks {
+            plan.tag(&name, round)
+        } else {
+            "-".to_string()
+        }
+    };
+    let base = format!("{}-{}", test.id(), net.id());
+    let perf = |mark: String| format!("perf {id} {mark} {addr} --port {port}{sockets}");
     let iters = plan.latency_iters;
     let bw_bytes = plan.bw_bytes;
     match test {
-        Test::UdpPing => format!("{perf} --udp --test latency --iters {iters}\n"),
-        Test::TcpPing => format!("{perf} --tcp --test latency --iters {iters}\n"),
-        Test::TcpBw => format!(
-            "{perf} --tcp --test bandwidth --sizes {} --bytes {bw_bytes}\n",
-            join(&plan.tcp_sizes)
+        Test::UdpPing => format!(
+            "{} --udp --test latency --iters {iters}\n",
+            perf(mark(base))
         ),
+        Test::TcpPing => format!(
+            "{} --tcp --test latency --iters {iters}\n",
+            perf(mark(base))
+        ),
+        // One message size at a time, each its own CPU window.
+        Test::TcpBw => plan
+            .tcp_sizes
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} --tcp --test bandwidth --sizes {s} --bytes {bw_bytes}\n",
+                    perf(mark(format!("{base}:{s}")))
+                )
+            })
+            .collect(),
         Test::UdpBw => format!(
-            "{perf} --udp --test bandwidth --sizes {} --bytes {bw_bytes}\n",
+            "{} --udp --test bandwidth --sizes {} --bytes {bw_bytes}\n",
+            perf("-".to_string()),
             join(&plan.udp_sizes)
         ),
         Test::Bulk => {
@@ -218,6 +306,35 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
             }
         }
     }
+}
+
+/// How long `qpip-overhead --spin-us` busy-waits between messages, µs: short enough for the
+/// device's engine to stay awake (at 800 µs it sometimes slept; at 200 or less most
+/// completions were not there yet under TCG on a loaded 2-CPU host, and such messages are
+/// left out).
+pub const OVERHEAD_SPIN_US: u32 = 400;
+
+/// `qpip-overhead` in guest a: QPs and kernel sockets, UDP and TCP, each on its loopback;
+/// once sleeping between messages (most posts kick the device), once busy-waiting
+/// [`OVERHEAD_SPIN_US`] (most find it awake).
+fn overhead(plan: &Plan, round: u32) -> String {
+    let n = plan.overhead_messages;
+    let sfx = if plan.rounds > 1 {
+        format!(".{round}")
+    } else {
+        String::new()
+    };
+    ["", &format!(" --spin-us {OVERHEAD_SPIN_US}")]
+        .iter()
+        .map(|extra| {
+            format!(
+                r#"qpip-overhead --messages {n}{extra} --json > /tmp/overhead.json 2> /tmp/overhead.err \
+    || fail "qpip-overhead --messages {n}{extra} failed: $(oneline /tmp/overhead.err)"
+echo "@overhead{sfx}=$(cat /tmp/overhead.json)"
+"#
+            )
+        })
+        .collect()
 }
 
 fn host_out(hb: u64) -> String {
