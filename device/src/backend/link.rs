@@ -102,6 +102,35 @@ impl<B: Backend> Backend for Link<B> {
         self.inner.send_gso(frame, mss)
     }
 
+    fn send_owned(&mut self, frame: Vec<u8>, gso: u16) -> io::Result<()> {
+        if self.impair.is_some() || (gso != 0 && !self.inner.gso()) {
+            // Frame by frame: the impairment and the capture see the wire's frames.
+            return if gso == 0 {
+                self.send(&frame)
+            } else {
+                self.send_gso(&frame, gso)
+            };
+        }
+        if let Some(p) = self.pcap.as_mut() {
+            if gso == 0 {
+                p.record(&frame);
+            } else {
+                let _ = crate::net::gso::split_frame(&frame, gso as usize, |f| p.record(&f));
+            }
+        }
+        self.inner.send_owned(frame, gso)
+    }
+
+    fn recv_owned(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<usize>> {
+        if self.impair.is_some() || self.pcap.is_some() {
+            if buf.len() < MAX_FRAME {
+                buf.resize(MAX_FRAME, 0);
+            }
+            return self.recv(buf);
+        }
+        self.inner.recv_owned(buf)
+    }
+
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         let now = Instant::now();
         self.release_outgoing(now)?;

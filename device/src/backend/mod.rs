@@ -49,6 +49,23 @@ pub trait Backend: Send {
     fn send_gso(&mut self, frame: &[u8], mss: u16) -> io::Result<()> {
         send_segments(self, frame, mss)
     }
+    /// As [`Backend::send`] (`gso` 0) or [`Backend::send_gso`], with a frame the caller
+    /// gives up: a backend that queues frames keeps the buffer instead of copying it.
+    fn send_owned(&mut self, frame: Vec<u8>, gso: u16) -> io::Result<()> {
+        if gso == 0 {
+            self.send(&frame)
+        } else {
+            self.send_gso(&frame, gso)
+        }
+    }
+    /// As [`Backend::recv`], into `buf`, which a backend that queues frames may replace
+    /// with the frame's own buffer (no copy). The frame is `buf[..n]`.
+    fn recv_owned(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<usize>> {
+        if buf.len() < MAX_FRAME {
+            buf.resize(MAX_FRAME, 0);
+        }
+        self.recv(buf)
+    }
     /// Receives one frame into `buf` (at least [`MAX_FRAME`] bytes) without blocking.
     /// Frames may be larger than the MTU when the link coalesces segments (GRO).
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>>;
@@ -79,6 +96,12 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn send_gso(&mut self, frame: &[u8], mss: u16) -> io::Result<()> {
         (**self).send_gso(frame, mss)
+    }
+    fn send_owned(&mut self, frame: Vec<u8>, gso: u16) -> io::Result<()> {
+        (**self).send_owned(frame, gso)
+    }
+    fn recv_owned(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<usize>> {
+        (**self).recv_owned(buf)
     }
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
         (**self).recv(buf)

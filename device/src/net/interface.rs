@@ -47,12 +47,7 @@ impl Interface {
         let _stage = crate::stages::span(crate::stages::Stage::Send);
         let mut n = 0;
         while let Some((f, gso)) = self.stack.pop_tx_gso() {
-            let sent = if gso == 0 {
-                self.backend.send(&f)
-            } else {
-                self.backend.send_gso(&f, gso)
-            };
-            match sent {
+            match self.backend.send_owned(f, gso) {
                 Ok(()) => n += 1,
                 Err(e) => {
                     self.stack.stats_mut().tx_errors += 1;
@@ -99,7 +94,7 @@ impl Interface {
         while n < budget {
             let received = {
                 let _stage = crate::stages::span(crate::stages::Stage::Receive);
-                self.backend.recv(&mut self.buf)
+                self.backend.recv_owned(&mut self.buf)
             };
             let len = match received {
                 Ok(Some(len)) => len,
