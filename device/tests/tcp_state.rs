@@ -531,18 +531,37 @@ fn delayed_ack_then_every_second_segment() {
 }
 
 /// A delivery that completed something the peer waits on (the engine calls `ack_delivery`
-/// when a receive WR completes) is acknowledged at once, not after the timer.
+/// when a receive WR completes) is acknowledged within QUICK_ACK, not after the timer; an
+/// answer sent before then carries the ACK (one segment each way for a request/response).
 #[test]
-fn a_completed_delivery_is_acknowledged_at_once() {
+fn a_completed_delivery_is_acknowledged_soon_or_with_the_answer() {
     let mut t = T::established(&cfg());
     t.send(hdr(ACK | PSH, IRS + 1, ISS + 1, 30_000), &[7; 100]);
     t.recv_none();
-    t.c.ack_delivery();
+    t.c.ack_delivery(t.now);
+    assert_eq!(
+        t.c.next_deadline(),
+        Some(t.now + tcp::connection::QUICK_ACK),
+        "a quick ACK, far sooner than the delayed-ACK timer"
+    );
+    t.recv_none();
+    t.wait(tcp::connection::QUICK_ACK);
     let w = (ROOM + STAGING - 100) as u16;
     assert_eq!(t.recv1().0, out(ACK, ISS + 1, IRS + 101, w));
     // The timer is off, and with nothing unacknowledged the call sends nothing.
     assert_eq!(t.c.next_deadline(), None);
-    t.c.ack_delivery();
+    t.c.ack_delivery(t.now);
+    t.recv_none();
+
+    // The next request is answered in time: the answer carries the ACK, nothing else goes.
+    t.send(hdr(ACK | PSH, IRS + 101, ISS + 1, 30_000), &[8; 100]);
+    t.c.ack_delivery(t.now);
+    t.wait(tcp::connection::QUICK_ACK / 2);
+    t.recv_none();
+    t.queue(50);
+    let (h, data) = t.recv1();
+    assert_eq!((h.ack, data.len()), (IRS + 201, 50), "{h:?}");
+    t.wait(tcp::connection::QUICK_ACK);
     t.recv_none();
 }
 
@@ -655,6 +674,10 @@ fn zero_window_offered_then_reopened() {
     assert_eq!(t.c.stats().dropped_bytes, 1000);
     t.app.room = 50_000;
     t.c.recv_space_changed(t.now, &mut t.app);
+    // The peer still has 14000 bytes of window: the update waits for a segment to ride
+    // on, or the quick ACK's timer.
+    t.recv_none();
+    t.wait(tcp::connection::QUICK_ACK);
     let a = t.recv1().0;
     // Staging drained: 50000 - 8000 in the sink + 2000 staging.
     assert_eq!(a, out(ACK, ISS + 1, IRS + 8001, 44_000));

@@ -745,9 +745,10 @@ impl Engine {
         let cq = t.recv_cq;
         if !done.is_empty() {
             // A receive WR completed: its sender may be waiting for the ACK (its send WR
-            // completes then), so the ACK goes with the next transmit, not the timer.
+            // completes then), so it goes soon (with the answer, if one comes in time),
+            // not after the delayed-ACK timer.
             if let Some(e) = t.conn.and_then(|c| self.tcp.table.get_mut(c)) {
-                e.conn.ack_delivery();
+                e.conn.ack_delivery(std::time::Instant::now());
             }
             self.shared.stats.add(STAT_RECV_WQES, done.len() as u64);
             for c in done {

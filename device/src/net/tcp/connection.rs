@@ -33,6 +33,11 @@ pub const DEFAULT_IPV6_MSS: u16 = 1220;
 pub const STAGING_OVERCOMMIT: usize = 4;
 /// Duplicate ACKs that signal a loss (RFC 5681).
 const DUP_THRESH: u32 = 3;
+/// How soon a delivery the application took, or a window it opened, is acknowledged when
+/// no segment carries the ACK first ([`Connection::ack_delivery`]): long enough for an
+/// answer to carry it (a guest under emulation answers in a few hundred microseconds),
+/// short against the delayed-ACK timer a waiting sender would otherwise sit out.
+pub const QUICK_ACK: Duration = Duration::from_millis(1);
 /// PAWS: a TS.Recent idle this long is no longer trusted (RFC 7323 §5.5).
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
 
@@ -693,24 +698,41 @@ impl Connection {
     }
 
     /// The sink's space changed (receive buffers were posted): staged bytes move into
-    /// it, and a window update is sent if the window opened usefully.
+    /// it, and the window opened is announced. At once when the peer may be held back
+    /// (the window it knows of is under two segments); otherwise with the next segment
+    /// that goes anyway, or the quick ACK's timer at the latest — a receiver that reposts
+    /// a buffer per message would else send a window update per message beside its data.
     pub fn recv_space_changed(&mut self, now: Instant, sink: &mut dyn RecvSink) {
         self.sink_space = sink.space();
         self.deliver_staged(sink, now);
         self.sink_space = sink.space();
         self.keep_promise();
         if self.synchronized() && !self.fin_rcvd && self.window_grows() {
-            self.ack_now = true;
+            let known = self.adv_edge.saturating_sub(self.rcv_nxt());
+            if known < 2 * self.cfg.mss as u64 {
+                self.ack_now = true;
+            } else {
+                self.ack_soon(now);
+            }
         }
     }
 
     /// The application was handed something its peer may be waiting on (in the device: a
-    /// receive WR completed): what arrived is acknowledged at once instead of after the
-    /// delayed-ACK timer, so a peer whose sends complete when acknowledged (a QP's send
-    /// WRs) does not wait for the timer.
-    pub fn ack_delivery(&mut self) {
+    /// receive WR completed): what arrived is acknowledged within [`QUICK_ACK`] instead of
+    /// the delayed-ACK timer, so a peer whose sends complete when acknowledged (a QP's
+    /// send WRs) does not wait for the timer — and an answer the application sends within
+    /// that time carries the ACK (a request/response exchange sends one segment each way).
+    pub fn ack_delivery(&mut self, now: Instant) {
         if self.unacked_rcv > 0 || self.delack_at.is_some() {
-            self.ack_now = true;
+            self.ack_soon(now);
+        }
+    }
+
+    /// Acknowledges within [`QUICK_ACK`] (sooner if the delayed ACK is due sooner).
+    fn ack_soon(&mut self, now: Instant) {
+        let at = now + QUICK_ACK;
+        if !matches!(self.delack_at, Some(t) if t <= at) {
+            self.delack_at = Some(at);
         }
     }
 
