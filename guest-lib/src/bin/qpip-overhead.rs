@@ -233,9 +233,11 @@ fn qp_tcp(ctx: &Context, n: usize, size: usize) -> R<Samples> {
         ctx.create_qp(&QpInit::new(kind, &b_scq).recv_cq(&b_rcq)),
         "QP",
     )?;
-    // A listener needs a port of its own choosing.
-    let port = 7391;
-    let listener = q(ctx.listen(lo(port), 1), "listen")?;
+    // A listener needs a port of its own choosing: the first free one from 7391 (a run
+    // just before may still hold one, its connection finishing its close).
+    let (port, listener) = (7391..7391 + 64)
+        .find_map(|p| ctx.listen(lo(p), 1).ok().map(|l| (p, l)))
+        .ok_or("listen: no free port in 7391..7455")?;
     q(listener.accept(&b, 1), "accept")?;
     q(a.connect_wait(lo(port), T), "connect")?;
     q(
