@@ -1,8 +1,9 @@
 //! `qpip-cat` on the host with the software provider: qpip-cat ⇄ qpip-cat and qpip-cat ⇄
 //! plain kernel sockets, TCP (stream and message framing) and UDP, both directions, every
-//! byte compared; exit statuses and error lines.
+//! byte compared; exit statuses and error lines; a regular file on stdin (sent from its
+//! mapped pages) against the same bytes through a pipe.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
@@ -22,10 +23,15 @@ struct Cat {
 }
 
 fn cat(args: &[&str]) -> Cat {
+    cat_in(args, Stdio::piped())
+}
+
+/// A qpip-cat whose stdin is `stdin` (a pipe the test feeds, or a file).
+fn cat_in(args: &[&str], stdin: Stdio) -> Cat {
     let mut child = Command::new(env!("CARGO_BIN_EXE_qpip-cat"))
         .args(["--provider", "soft", "-v"])
         .args(args)
-        .stdin(Stdio::piped())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -334,4 +340,113 @@ fn errors_are_one_line_with_exit_codes() {
     }
     let (rc, _, err) = cat(&["no-such-host.invalid", "5"]).finish();
     assert_eq!(rc, 1, "{err}");
+}
+
+/// A file of `input` in the temporary folder, removed when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(tag: &str, input: &[u8]) -> TempFile {
+        let path = std::env::temp_dir().join(format!(
+            "qpip-cat-test-{}-{tag}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::write(&path, input).unwrap();
+        TempFile(path)
+    }
+
+    /// Opened for reading, its offset at `at`.
+    fn open_at(&self, at: u64) -> std::fs::File {
+        let mut f = std::fs::File::open(&self.0).unwrap();
+        f.seek(SeekFrom::Start(at)).unwrap();
+        f
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `qpip-cat FRAMING ::1 PORT < file` (the file's offset at `at`) to `qpip-cat -l`: what
+/// the listener printed, and what the sender said on stderr. Afterwards the file's offset is
+/// at its end, as reading it would have left it.
+fn send_file(framing: &str, file: &TempFile, at: u64) -> (Vec<u8>, String) {
+    let port = free_port().to_string();
+    let mut server = cat(&[framing, "-l", &port]);
+    server.wait_for("listening on");
+    server.feed(Vec::new(), true);
+    let f = file.open_at(at);
+    let mut shared = f.try_clone().unwrap();
+    let client = cat_in(&[framing, "::1", &port], Stdio::from(f));
+    let (c_rc, c_out, c_err) = client.finish();
+    let (s_rc, s_out, s_err) = server.finish();
+    assert_eq!((c_rc, s_rc), (0, 0), "client: {c_err}\nserver: {s_err}");
+    assert!(c_out.is_empty());
+    let len = std::fs::metadata(&file.0).unwrap().len();
+    assert_eq!(
+        shared.stream_position().unwrap(),
+        len,
+        "stdin's offset afterwards"
+    );
+    (s_out, c_err)
+}
+
+#[test]
+fn regular_file_stdin_sent_from_its_pages_gives_the_bytes_of_a_pipe() {
+    // Larger than one 16 MiB mapped window, not a whole number of pages.
+    let input = data((20 << 20) + 12_345, 8);
+    let file = TempFile::new("big", &input);
+    for framing in ["--message", "--stream"] {
+        let (out, err) = send_file(framing, &file, 0);
+        assert!(err.contains("zero-copy"), "{framing}: {err}");
+        same(&out, &input, &format!("{framing}: file stdin"));
+        // The same bytes through a pipe (read into buffers).
+        tcp_connector_to_listener(framing, &input);
+        // A file whose offset is not at its start (nor at a page boundary): the rest.
+        let (out, _) = send_file(framing, &file, 70_001);
+        same(
+            &out,
+            &input[70_001..],
+            &format!("{framing}: file stdin from 70001"),
+        );
+    }
+    // The other direction: qpip-cat -l with a file on stdin sends it to the connector.
+    let port = free_port().to_string();
+    let mut server = cat_in(&["--message", "-l", &port], Stdio::from(file.open_at(0)));
+    server.wait_for("listening on");
+    let mut client = cat(&["--message", "::1", &port]);
+    client.feed(Vec::new(), true);
+    let (c_rc, c_out, c_err) = client.finish();
+    let (s_rc, _, s_err) = server.finish();
+    assert_eq!((c_rc, s_rc), (0, 0), "client: {c_err}\nserver: {s_err}");
+    assert!(s_err.contains("zero-copy"), "{s_err}");
+    same(&c_out, &input, "file stdin of qpip-cat -l → connector");
+}
+
+#[test]
+fn small_empty_and_finished_file_stdins() {
+    let small = data(1000, 9);
+    let file = TempFile::new("small", &small);
+    let (out, _) = send_file("--message", &file, 0);
+    same(&out, &small, "1000-byte file");
+    // At its end already, or empty: nothing is sent, both ends exit 0.
+    let (out, _) = send_file("--message", &file, 1000);
+    assert!(out.is_empty(), "{} bytes from a file at its end", out.len());
+    let empty = TempFile::new("empty", &[]);
+    let (out, _) = send_file("--stream", &empty, 0);
+    assert!(out.is_empty(), "{} bytes from an empty file", out.len());
+    // UDP reads a file like a pipe: one datagram per read (at most 8192 bytes).
+    let input = data(60_000, 10);
+    let file = TempFile::new("udp", &input);
+    let port = free_udp_port().to_string();
+    let mut server = cat(&["-u", "-w", "2", "-l", &port]);
+    server.wait_for("UDP bound");
+    let client = cat_in(&["-u", "::1", &port], Stdio::from(file.open_at(0)));
+    let (c_rc, _, c_err) = client.finish();
+    let (s_rc, s_out, s_err) = server.finish();
+    assert_eq!((c_rc, s_rc), (0, 0), "client: {c_err}\nserver: {s_err}");
+    same(&s_out, &input, "UDP file stdin");
 }
