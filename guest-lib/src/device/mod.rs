@@ -376,6 +376,10 @@ impl Cq {
     pub(crate) fn poll(&self, dev: &Ctx, out: &mut [Completion]) -> usize {
         let mut st = self.st.lock().unwrap();
         let mut n = 0;
+        // The QPs' table is looked at once per call, and a run of completions of one QP
+        // takes its state once: a poll that reaps a batch pays the locks once.
+        let mut qps = None;
+        let mut last: Option<(u32, Arc<Mutex<QpPost>>)> = None;
         while n < out.len() {
             if !self.written(st.head) {
                 break;
@@ -386,10 +390,19 @@ impl Cq {
             // mapping; the device finished writing it (owner seen after the acquire fence).
             let cqe = unsafe { ptr::read_volatile(self.ring.at(at).cast::<Cqe>()) };
             st.head = st.head.wrapping_add(1);
-            let udp = self.release(&cqe);
+            if !matches!(&last, Some((q, _)) if *q == cqe.qp) {
+                let table = qps.get_or_insert_with(|| self.qps.lock().unwrap());
+                last = table.get(&cqe.qp).map(|p| (cqe.qp, p.clone()));
+            }
+            let udp = match &last {
+                Some((q, post)) if *q == cqe.qp => Self::release(post, &cqe),
+                // A flush of a destroyed QP: its requests were released then.
+                _ => false,
+            };
             out[n] = Completion::from_cqe(&cqe, udp);
             n += 1;
         }
+        drop(qps);
         if n > 0 {
             // Give the slots back to the device (it never overwrites an unconsumed CQE).
             // The engine waits for this only when the ring is full (abi::doorbell), so a
@@ -417,11 +430,7 @@ impl Cq {
     }
 
     /// Drops the regions the completed request kept alive; true if the QP is UDP.
-    fn release(&self, cqe: &Cqe) -> bool {
-        let qps = self.qps.lock().unwrap();
-        let Some(post) = qps.get(&cqe.qp) else {
-            return false; // a flush of a destroyed QP: its requests were released then
-        };
+    fn release(post: &Mutex<QpPost>, cqe: &Cqe) -> bool {
         let mut p = post.lock().unwrap();
         if cqe.opcode == CQE_OP_SEND {
             p.sq.out.pop_front();
