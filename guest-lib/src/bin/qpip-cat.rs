@@ -24,13 +24,14 @@
 //! Bulk data moves as queue pairs are meant to be used: up to 32 TCP sends of up to
 //! 256 KiB in flight (a message carries at most 256 KiB, so a receiver takes any message
 //! a sender makes), the next stdin reads overlapping the sends in flight, and 32 receive
-//! buffers of 256 KiB posted before the connection exists, whose completed data goes to
-//! stdout with one `writev` per batch of completions. When stdin is a regular file (TCP)
-//! the file is not read at all: its pages are mapped, registered as memory regions (16 MiB
-//! windows) and sent from in place, so no byte is copied on the way out — on the device
-//! for a file in tmpfs (the only files whose shared pages may be pinned for the device;
-//! the file is reopened read-write for that, and never written), with the software
-//! provider for any regular file. Pipes, terminals and other files are read into
+//! buffers of 256 KiB (8 posted before the connection exists, the rest once data comes),
+//! whose completed data goes to stdout with one `writev` per batch of completions. When
+//! stdin is a regular file (TCP) the file is not read at all: its pages are mapped,
+//! registered as memory regions (windows of 2 MiB growing to 16 MiB) and sent from in
+//! place, so no byte is copied on the way out — on the device for a file in tmpfs (the
+//! only files whose shared pages may be pinned for the device; the file is reopened
+//! read-write for that, and never written), with the software provider for any regular
+//! file. Pipes, terminals and other files are read into
 //! registered buffers; the file offset of stdin ends where `read` would have left it.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -59,8 +60,14 @@ const UDP_CHUNK: usize = 8192;
 const UDP_RECV: usize = 65536;
 /// UDP: send and receive buffers in flight.
 const UDP_SLOTS: usize = 16;
-/// Bytes of a regular-file stdin mapped and registered at a time.
+/// TCP: receive buffers posted before any data arrives (2 MiB of window); the rest are
+/// registered and posted with the first data, so a sender does not pay for them.
+const TCP_FIRST_RECVS: usize = 8;
+/// Bytes of a regular-file stdin mapped and registered at a time: 2 MiB first, so the
+/// first send goes out soon, then twice the window before, up to 16 MiB; each window is
+/// registered while the sends of the one before are in flight.
 const WINDOW: usize = 16 << 20;
+const FIRST_WINDOW: usize = 2 << 20;
 /// Completions taken per poll of the CQ.
 const BATCH: usize = 64;
 /// Most buffers one `writev` takes (IOV_MAX on Linux).
@@ -295,6 +302,8 @@ struct Mapped {
     shared: bool,
     pos: u64,
     end: u64,
+    /// Windows mapped so far.
+    windows: usize,
     /// The window being sent: its region and the file offset of the region's first byte.
     win: Option<(MemoryRegion, u64)>,
 }
@@ -328,8 +337,10 @@ struct Cat<'a> {
     /// Sends posted and not completed.
     in_flight: usize,
     slots: usize,
-    /// One region holding every receive buffer, `rlen` bytes each.
-    recv: MemoryRegion,
+    /// The receive buffers, `rlen` bytes each: the first `first_recvs` in one region, the
+    /// rest (once data came) in a second.
+    recv: Vec<MemoryRegion>,
+    first_recvs: usize,
     rlen: usize,
     /// Receives completed with data, in order, to write out and post again.
     ready: Vec<(usize, usize)>,
@@ -345,14 +356,19 @@ struct Cat<'a> {
 
 impl<'a> Cat<'a> {
     fn new(ctx: &'a Context, cq: &'a Cq, qp: &'a Qp, args: &Args) -> Result<Cat<'a>, Fail> {
-        let (chunk, rlen, slots) = if args.udp {
+        let (chunk, rlen, slots, first_recvs) = if args.udp {
             let max = ctx.limits().max_udp_payload as usize;
-            (UDP_CHUNK.min(max), UDP_RECV.min(max.max(1)), UDP_SLOTS)
+            (
+                UDP_CHUNK.min(max),
+                UDP_RECV.min(max.max(1)),
+                UDP_SLOTS,
+                UDP_SLOTS,
+            )
         } else {
-            (TCP_CHUNK, TCP_CHUNK, TCP_SLOTS)
+            (TCP_CHUNK, TCP_CHUNK, TCP_SLOTS, TCP_FIRST_RECVS)
         };
         let recv = ctx
-            .alloc(rlen * slots)
+            .alloc(rlen * first_recvs)
             .map_err(|e| ("register memory", e))?;
         Ok(Cat {
             ctx,
@@ -369,7 +385,8 @@ impl<'a> Cat<'a> {
             free_sends: Vec::new(),
             in_flight: 0,
             slots,
-            recv,
+            recv: vec![recv],
+            first_recvs,
             rlen,
             ready: Vec::with_capacity(slots),
             chunk,
@@ -388,14 +405,37 @@ impl<'a> Cat<'a> {
     }
 
     fn post_receives(&mut self) -> Result<(), Fail> {
-        for slot in 0..self.slots {
+        for slot in 0..self.first_recvs {
             self.post_recv(slot)?;
         }
         Ok(())
     }
 
+    /// The rest of the receive buffers, once data arrives.
+    fn more_receives(&mut self) -> Result<(), Fail> {
+        let more = self.slots - self.first_recvs;
+        let mr = self
+            .ctx
+            .alloc(self.rlen * more)
+            .map_err(|e| ("register memory", e))?;
+        self.recv.push(mr);
+        for slot in self.first_recvs..self.slots {
+            self.post_recv(slot)?;
+        }
+        Ok(())
+    }
+
+    /// Receive buffer `slot`: its region and offset.
+    fn recv_buf(&self, slot: usize) -> (&MemoryRegion, usize) {
+        match slot.checked_sub(self.first_recvs) {
+            None => (&self.recv[0], slot * self.rlen),
+            Some(i) => (&self.recv[1], i * self.rlen),
+        }
+    }
+
     fn post_recv(&self, slot: usize) -> Result<(), Fail> {
-        let sge = [self.recv.sge(slot * self.rlen, self.rlen)];
+        let (mr, off) = self.recv_buf(slot);
+        let sge = [mr.sge(off, self.rlen)];
         self.qp
             .post_recv(slot as u64, &sge)
             .map_err(|e| ("post receive", e))?;
@@ -471,6 +511,7 @@ impl<'a> Cat<'a> {
             shared: !soft,
             pos,
             end,
+            windows: 0,
             win: None,
         };
         self.next_window(&mut m)?;
@@ -482,7 +523,8 @@ impl<'a> Cat<'a> {
         m.win = None;
         let page = page_size() as u64;
         let base = m.pos / page * page;
-        let len = (m.end - base).min(WINDOW as u64) as usize;
+        let most = (FIRST_WINDOW << m.windows.min(8)).min(WINDOW);
+        let len = (m.end - base).min(most as u64) as usize;
         let (prot, flags) = if m.shared {
             (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED)
         } else {
@@ -509,6 +551,7 @@ impl<'a> Cat<'a> {
             .register(buf)
             .map_err(|e| format!("cannot register its mapping: {e}"))?;
         m.win = Some((mr, base));
+        m.windows += 1;
         Ok(())
     }
 
@@ -768,6 +811,9 @@ impl<'a> Cat<'a> {
                     return Ok(());
                 }
                 self.ready.push((slot, c.byte_len as usize));
+                if self.recv.len() == 1 && self.first_recvs < self.slots && !self.peer_done {
+                    self.more_receives()?;
+                }
             }
         }
         Ok(())
@@ -779,14 +825,15 @@ impl<'a> Cat<'a> {
         if self.ready.is_empty() {
             return Ok(());
         }
-        let base = self.recv.as_slice().as_ptr();
         let mut iov: Vec<libc::iovec> = self
             .ready
             .iter()
-            .map(|&(slot, len)| libc::iovec {
-                // SAFETY: slot * rlen + len is within the receive region (len <= rlen).
-                iov_base: unsafe { base.add(slot * self.rlen) } as *mut libc::c_void,
-                iov_len: len,
+            .map(|&(slot, len)| {
+                let (mr, off) = self.recv_buf(slot);
+                libc::iovec {
+                    iov_base: mr[off..off + len].as_ptr() as *mut libc::c_void,
+                    iov_len: len,
+                }
             })
             .collect();
         let mut first = 0;
