@@ -5,6 +5,11 @@
 //! (every context on it), so they are exact only while the test is all it carries.
 //!
 //! On the wire the server appends its side to its `DONE` line as `name=value` words.
+//!
+//! Beside them each side measures its guest's whole busy time over the test
+//! ([`guest_busy_us`]): the first line of `/proc/stat`, user, nice, system, irq and softirq
+//! (all but idle, iowait and steal) of every CPU, so the kernel's work for the test (a
+//! socket's receive work in softirq, interrupts) counts as well as every other process's.
 
 use qpip::Context;
 use qpip_abi::admin::{
@@ -111,6 +116,31 @@ impl Counters {
     }
 }
 
+/// The guest's busy time so far, µs, from `/proc/stat` (see the module's documentation);
+/// `None` if it cannot be read.
+pub fn guest_busy_us() -> Option<u64> {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    busy_us(&text, u64::try_from(hz).ok().filter(|h| *h > 0)?)
+}
+
+/// The busy time in the text of `/proc/stat` whose ticks are `1/hz` s, µs: user, nice,
+/// system, irq and softirq of its first line (`cpu  USER NICE SYSTEM IDLE IOWAIT IRQ
+/// SOFTIRQ STEAL ...`, every CPU together; guest time is part of user).
+pub fn busy_us(stat: &str, hz: u64) -> Option<u64> {
+    let mut w = stat.lines().next()?.split_whitespace();
+    if w.next()? != "cpu" {
+        return None;
+    }
+    let f: Vec<u64> = w.take(7).map(str::parse).collect::<Result<_, _>>().ok()?;
+    if f.len() < 7 || hz == 0 {
+        return None;
+    }
+    let ticks = f[0] + f[1] + f[2] + f[5] + f[6];
+    Some(ticks.checked_mul(1_000_000)? / hz)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +165,23 @@ mod tests {
         let line = "QPIPPERF DONE 1 2 3 kicks=3 tcp_segs_out=120 Bad=1 x=y junk";
         assert_eq!(Counters::from_words(line.split_whitespace()), Some(x));
         assert_eq!(Counters::from_words("QPIPPERF DONE 1 2 3".split(' ')), None);
+    }
+
+    #[test]
+    fn guest_busy_time_is_user_nice_system_irq_and_softirq() {
+        let stat = "cpu  100 2 30 5000 40 5 7 9 0 0\ncpu0 50 1 15 2500 20 2 3 4 0 0\nintr 1\n";
+        // 144 ticks of 10 ms; idle, iowait and steal left out.
+        assert_eq!(busy_us(stat, 100), Some(1_440_000));
+        assert_eq!(busy_us(stat, 1000), Some(144_000));
+        // Kernels before irq and softirq were counted, other lines first, no clock.
+        assert_eq!(busy_us("cpu  1 2 3 4 5\n", 100), None);
+        assert_eq!(busy_us("cpu0 1 2 3 4 5 6 7\n", 100), None);
+        assert_eq!(busy_us("cpu  1 2 3 4 5 6 x\n", 100), None);
+        assert_eq!(busy_us(stat, 0), None);
+        assert_eq!(busy_us("", 100), None);
+        // This machine's own (Linux).
+        let now = guest_busy_us().expect("/proc/stat");
+        assert!(guest_busy_us().unwrap() >= now);
     }
 
     #[test]

@@ -1,13 +1,22 @@
 //! The test protocol, the same over QPs and sockets. Control messages are text starting
 //! with `QPIPPERF `; everything else is test data.
 //!
-//! TCP, one connection per test: the client sends `QPIPPERF v1 lat|bw SIZE\n`, the server
+//! TCP, one connection per test: the client sends `QPIPPERF v1 lat|bw SIZE [WARMUP]\n`
+//! (WARMUP: how many messages of a latency test come before the measured ones), the server
 //! answers `QPIPPERF OK\n`; then (latency) the client's SIZE bytes are echoed piece by
 //! piece as they arrive, or (bandwidth) the server counts what arrives (without reading
 //! it, over QPs and sockets alike); the client closes its direction, the server
-//! answers `QPIPPERF DONE BYTES MSGS CPU_NS [NAME=VALUE ...]\n` (what it received, its
-//! process CPU time over the test, and how much its counters grew over it: see
-//! `counters.rs`; none over sockets) and closes.
+//! answers `QPIPPERF DONE BYTES MSGS CPU_NS [guest_busy_us=US] [NAME=VALUE ...]\n` (what it
+//! received, its process CPU time over the test, its guest's whole busy time from the
+//! first measured message to this answer, and how much its counters grew over the test:
+//! see `counters.rs`; no counters over sockets) and closes.
+//!
+//! The guest-wide busy time (`/proc/stat`, see [`counters::guest_busy_us`]) covers exactly
+//! the measured interval on each side: the client's from just before the first measured
+//! round trip to just after the last (latency) or from just before its first send to the
+//! server's `DONE` (bandwidth); the server's from the arrival of the first measured
+//! message (after WARMUP messages) to its `DONE`. Start-up, connection, registering
+//! buffers and the warm-up stay outside.
 //!
 //! UDP, one socket/QP: the same hello as a datagram (repeated until `QPIPPERF OK`), data
 //! datagrams (echoed in a latency test), and `QPIPPERF end` (repeated until the `DONE`
@@ -17,7 +26,7 @@ use std::io;
 use std::net::{Ipv6Addr, SocketAddrV6};
 use std::time::{Duration, Instant};
 
-use crate::counters::Counters;
+use crate::counters::{self, Counters};
 use crate::link::Link;
 use crate::{resolve, Acceptor, Args, Fail, Net, MAX_TCP, T};
 
@@ -43,6 +52,10 @@ pub struct Row {
     pub client_cpu_ns: u64,
     pub server_cpu_ns: u64,
     pub server_msgs: u64,
+    /// The client's guest's whole busy time over the measured interval, µs.
+    pub client_busy_us: Option<u64>,
+    /// The server's guest's, as it reported it.
+    pub server_busy_us: Option<u64>,
     /// How much the client's counters grew over the test (QPs).
     pub client_counters: Option<Counters>,
     /// The same of the server, as it reported them.
@@ -83,8 +96,22 @@ fn read_line(link: &mut dyn Link) -> io::Result<Option<String>> {
     Ok(Some(String::from_utf8_lossy(&line).trim().to_string()))
 }
 
-/// `v1 lat|bw SIZE` → (latency?, size).
-fn parse_hello(s: &str) -> Option<(bool, usize)> {
+/// What a client's hello asks for.
+#[derive(Debug, PartialEq)]
+struct Hello {
+    lat: bool,
+    size: usize,
+    /// Messages before the measured ones (0 if the hello does not say).
+    warmup: u64,
+}
+
+fn hello_line(lat: bool, size: usize, warmup: u64) -> String {
+    let kind = if lat { "lat" } else { "bw" };
+    format!("QPIPPERF v1 {kind} {size} {warmup}")
+}
+
+/// `v1 lat|bw SIZE [WARMUP]`.
+fn parse_hello(s: &str) -> Option<Hello> {
     let mut w = s.strip_prefix("QPIPPERF v1 ")?.split_whitespace();
     let lat = match w.next()? {
         "lat" => true,
@@ -92,7 +119,41 @@ fn parse_hello(s: &str) -> Option<(bool, usize)> {
         _ => return None,
     };
     let size = w.next()?.parse().ok()?;
-    Some((lat, size))
+    let warmup = match w.next() {
+        Some(n) => n.parse().ok()?,
+        None => 0,
+    };
+    Some(Hello { lat, size, warmup })
+}
+
+/// Where the server's guest-wide busy time starts: at the first message after the
+/// warm-up's.
+struct BusyMark {
+    warmup: u64,
+    start: Option<Option<u64>>,
+}
+
+impl BusyMark {
+    fn new(warmup: u64) -> BusyMark {
+        BusyMark {
+            warmup,
+            start: None,
+        }
+    }
+
+    /// Message number `msgs` (from 0) is arriving: marks the start at the first measured.
+    fn arriving(&mut self, msgs: u64) {
+        if self.start.is_none() && msgs >= self.warmup {
+            self.start = Some(counters::guest_busy_us());
+        }
+    }
+
+    /// The busy time since the start (`None` if no measured message came, or
+    /// `/proc/stat` could not be read).
+    fn since(&self) -> Option<u64> {
+        let start = self.start??;
+        Some(counters::guest_busy_us()?.saturating_sub(start))
+    }
 }
 
 /// What the server's `DONE` says.
@@ -101,23 +162,42 @@ struct Done {
     bytes: u64,
     msgs: u64,
     cpu_ns: u64,
+    /// Its guest's whole busy time over the measured interval, µs.
+    busy_us: Option<u64>,
     counters: Option<Counters>,
 }
+
+/// The word of a `DONE` line that carries the server's guest-wide busy time.
+const BUSY_WORD: &str = "guest_busy_us=";
 
 fn parse_done(s: &str) -> Option<Done> {
     let mut w = s.strip_prefix("QPIPPERF DONE ")?.split_whitespace();
     let mut num = || w.next()?.parse::<u64>().ok();
     let (bytes, msgs, cpu_ns) = (num()?, num()?, num()?);
+    let rest: Vec<&str> = w.collect();
+    let busy_us = rest
+        .iter()
+        .find_map(|x| x.strip_prefix(BUSY_WORD)?.parse().ok());
     Some(Done {
         bytes,
         msgs,
         cpu_ns,
-        counters: Counters::from_words(w),
+        busy_us,
+        counters: Counters::from_words(rest.into_iter().filter(|x| !x.starts_with(BUSY_WORD))),
     })
 }
 
-fn done_line(bytes: u64, msgs: u64, cpu_ns: u64, counters: Option<Counters>) -> String {
+fn done_line(
+    bytes: u64,
+    msgs: u64,
+    cpu_ns: u64,
+    busy_us: Option<u64>,
+    counters: Option<Counters>,
+) -> String {
     let mut s = format!("QPIPPERF DONE {bytes} {msgs} {cpu_ns}");
+    if let Some(b) = busy_us {
+        s += &format!(" {BUSY_WORD}{b}");
+    }
     if let Some(c) = counters {
         s += " ";
         s += &c.to_words();
@@ -159,13 +239,14 @@ fn serve_tcp(link: &mut dyn Link) -> io::Result<()> {
     let Some(hello) = read_line(link)? else {
         return Ok(());
     };
-    let (lat, size) = parse_hello(&hello)
-        .filter(|(_, s)| (1..=MAX_TCP).contains(s))
+    let Hello { lat, size, warmup } = parse_hello(&hello)
+        .filter(|h| (1..=MAX_TCP).contains(&h.size))
         .ok_or_else(|| io::Error::other(format!("bad hello {hello:?}")))?;
     link.send(b"QPIPPERF OK\n")?;
     let before = link.counters();
     let cpu0 = cpu_ns();
     let (mut bytes, mut msgs) = (0u64, 0u64);
+    let mut busy = BusyMark::new(if lat { warmup } else { 0 });
     // Each piece that arrives is counted (and in a latency test echoed) where it is, not
     // read: the same over sockets and QPs (see link.rs for what each costs).
     'test: loop {
@@ -175,6 +256,7 @@ fn serve_tcp(link: &mut dyn Link) -> io::Result<()> {
                 None => return Err(io::Error::new(io::ErrorKind::TimedOut, "client silent")),
                 Some((0, _)) => break 'test,
                 Some((n, _)) => {
+                    busy.arriving(msgs);
                     got += n;
                     if lat {
                         link.echo()?;
@@ -191,15 +273,17 @@ fn serve_tcp(link: &mut dyn Link) -> io::Result<()> {
             msgs += 1;
         }
     }
+    let busy_us = busy.since();
     let cpu = cpu_ns() - cpu0;
     let grew = grown(link, &before);
-    link.send(format!("{}\n", done_line(bytes, msgs, cpu, grew)).as_bytes())?;
+    link.send(format!("{}\n", done_line(bytes, msgs, cpu, busy_us, grew)).as_bytes())?;
     link.finish()
 }
 
 fn serve_udp(mut link: Box<dyn Link + Send>) {
     let (mut lat, mut bytes, mut msgs, mut cpu0) = (false, 0u64, 0u64, cpu_ns());
     let mut before = None;
+    let mut busy = BusyMark::new(0);
     loop {
         let (n, src) = match link.hold(None) {
             Ok(Some((n, Some(src)))) => (n, src),
@@ -212,19 +296,22 @@ fn serve_udp(mut link: Box<dyn Link + Send>) {
         let r = if link.held().starts_with(MAGIC) {
             let text = String::from_utf8_lossy(link.held()).to_string();
             let _ = link.release();
-            let reply = if let Some((l, _)) = parse_hello(&text) {
+            let reply = if let Some(h) = parse_hello(&text) {
                 before = link.counters();
-                (lat, bytes, msgs, cpu0) = (l, 0, 0, cpu_ns());
+                (lat, bytes, msgs, cpu0) = (h.lat, 0, 0, cpu_ns());
+                busy = BusyMark::new(if h.lat { h.warmup } else { 0 });
                 Some("QPIPPERF OK".to_string())
             } else if text == "QPIPPERF end" {
+                let busy_us = busy.since();
                 let cpu = cpu_ns() - cpu0;
-                Some(done_line(bytes, msgs, cpu, grown(&*link, &before)))
+                Some(done_line(bytes, msgs, cpu, busy_us, grown(&*link, &before)))
             } else {
                 None
             };
             link.set_peer(src);
             reply.map_or(Ok(()), |r| link.send(r.as_bytes()))
         } else {
+            busy.arriving(msgs);
             bytes += n as u64;
             msgs += 1;
             if lat {
@@ -313,8 +400,8 @@ fn bw_count(a: &Args, size: usize) -> u64 {
 }
 
 fn tcp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result<Row> {
-    let kind = if lat { "lat" } else { "bw" };
-    link.send(format!("QPIPPERF v1 {kind} {size}\n").as_bytes())?;
+    let warm = if lat { warmup(a) } else { 0 };
+    link.send(format!("{}\n", hello_line(lat, size, warm)).as_bytes())?;
     let ok = read_line(link)?;
     if ok.as_deref() != Some("QPIPPERF OK") {
         return Err(io::Error::other(format!("server answered {ok:?}")));
@@ -326,14 +413,15 @@ fn tcp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
         size,
         ..Row::default()
     };
-    let (before, cpu0, t0);
+    let (before, cpu0, busy0, t0);
+    let mut busy = None;
     if lat {
-        for _ in 0..warmup(a) {
+        for _ in 0..warm {
             link.send_pattern(size)?;
             take_echo(link, size)?;
         }
         before = link.counters();
-        (cpu0, t0) = (cpu_ns(), Instant::now());
+        (cpu0, busy0, t0) = (cpu_ns(), counters::guest_busy_us(), Instant::now());
         while row.msgs < a.iters && t0.elapsed() < a.duration {
             let t = Instant::now();
             link.send_pattern(size)?;
@@ -341,10 +429,11 @@ fn tcp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
             row.rtt_ns.push(t.elapsed().as_nanos() as u64);
             row.msgs += 1;
         }
+        busy = Some(counters::guest_busy_us());
         row.bytes_sent = row.msgs * size as u64;
     } else {
         before = link.counters();
-        (cpu0, t0) = (cpu_ns(), Instant::now());
+        (cpu0, busy0, t0) = (cpu_ns(), counters::guest_busy_us(), Instant::now());
         let count = bw_count(a, size);
         while row.msgs < count && t0.elapsed() < a.duration {
             link.send_pattern(size)?;
@@ -355,11 +444,15 @@ fn tcp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
     link.close_write()?;
     let done = read_line(link)?.unwrap_or_default();
     row.elapsed = t0.elapsed();
+    // Bandwidth: until the server's report, as the rate.
+    let busy1 = busy.unwrap_or_else(counters::guest_busy_us);
+    row.client_busy_us = busy_since(busy0, busy1);
     row.client_cpu_ns = cpu_ns() - cpu0;
     row.client_counters = grown(link, &before);
     let d = parse_done(&done)
         .ok_or_else(|| io::Error::other(format!("server answered {done:?} at the end")))?;
     (row.bytes_received, row.server_cpu_ns) = (d.bytes, d.cpu_ns);
+    row.server_busy_us = d.busy_us;
     row.server_counters = d.counters;
     row.msgs_received = if lat { d.msgs } else { d.bytes / size as u64 };
     // Per message sent, whatever the server's reads were (a stream has no messages).
@@ -380,6 +473,11 @@ fn tcp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
     link.finish()?;
     row.rtt_ns.sort_unstable();
     Ok(row)
+}
+
+/// The busy time between two readings of [`counters::guest_busy_us`], µs.
+fn busy_since(start: Option<u64>, end: Option<u64>) -> Option<u64> {
+    Some(end?.saturating_sub(start?))
 }
 
 /// Takes the `size` bytes of an echo as they arrive (counted where they are, not read).
@@ -424,8 +522,8 @@ fn udp_ask(link: &mut dyn Link, req: &str, want: &str) -> io::Result<String> {
 }
 
 fn udp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result<Row> {
-    let kind = if lat { "lat" } else { "bw" };
-    udp_ask(link, &format!("QPIPPERF v1 {kind} {size}"), "QPIPPERF OK")?;
+    let warm = if lat { warmup(a) } else { 0 };
+    udp_ask(link, &hello_line(lat, size, warm), "QPIPPERF OK")?;
     link.prepare(size)?;
     let mut row = Row {
         transport: "udp",
@@ -433,7 +531,8 @@ fn udp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
         size,
         ..Row::default()
     };
-    let (before, cpu0, t0);
+    let (before, cpu0, busy0, t0);
+    let mut busy = None;
     if lat {
         // One ping: true if its echo came within a second (control datagrams are skipped).
         let ping = |link: &mut dyn Link| -> io::Result<bool> {
@@ -450,11 +549,11 @@ fn udp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
             }
             Ok(false)
         };
-        for _ in 0..warmup(a) {
+        for _ in 0..warm {
             ping(link)?;
         }
         before = link.counters();
-        (cpu0, t0) = (cpu_ns(), Instant::now());
+        (cpu0, busy0, t0) = (cpu_ns(), counters::guest_busy_us(), Instant::now());
         while row.msgs + row.lost < a.iters && t0.elapsed() < a.duration {
             let t = Instant::now();
             if ping(link)? {
@@ -464,10 +563,11 @@ fn udp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
                 row.lost += 1;
             }
         }
+        busy = Some(counters::guest_busy_us());
         row.bytes_sent = (row.msgs + row.lost) * size as u64;
     } else {
         before = link.counters();
-        (cpu0, t0) = (cpu_ns(), Instant::now());
+        (cpu0, busy0, t0) = (cpu_ns(), counters::guest_busy_us(), Instant::now());
         let count = bw_count(a, size);
         while row.msgs < count && t0.elapsed() < a.duration {
             link.send_pattern(size)?;
@@ -477,6 +577,8 @@ fn udp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
     }
     let done = udp_ask(link, "QPIPPERF end", "QPIPPERF DONE ")?;
     row.elapsed = t0.elapsed();
+    let busy1 = busy.unwrap_or_else(counters::guest_busy_us);
+    row.client_busy_us = busy_since(busy0, busy1);
     row.client_cpu_ns = cpu_ns() - cpu0;
     row.client_counters = grown(link, &before);
     let d =
@@ -487,6 +589,7 @@ fn udp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
         row.server_cpu_ns,
         row.server_msgs,
     ) = (d.bytes, d.msgs, d.cpu_ns, d.msgs);
+    row.server_busy_us = d.busy_us;
     row.server_counters = d.counters;
     row.rtt_ns.sort_unstable();
     Ok(row)
@@ -498,18 +601,57 @@ mod tests {
 
     #[test]
     fn hello_and_done_lines_parse() {
-        assert_eq!(parse_hello("QPIPPERF v1 lat 1"), Some((true, 1)));
-        assert_eq!(parse_hello("QPIPPERF v1 bw 65536"), Some((false, 65536)));
+        let hello = |lat, size, warmup| Some(Hello { lat, size, warmup });
+        assert_eq!(parse_hello(&hello_line(true, 1, 200)), hello(true, 1, 200));
+        assert_eq!(hello_line(false, 65536, 0), "QPIPPERF v1 bw 65536 0");
+        // A client of an older version says nothing of its warm-up.
+        assert_eq!(parse_hello("QPIPPERF v1 lat 1"), hello(true, 1, 0));
+        assert_eq!(parse_hello("QPIPPERF v1 bw 65536"), hello(false, 65536, 0));
         assert_eq!(parse_hello("QPIPPERF v1 echo 1"), None);
+        assert_eq!(parse_hello("QPIPPERF v1 lat 1 x"), None);
         let c = Counters(vec![("kicks".into(), 2), ("tcp_segs_out".into(), 9)]);
-        let line = done_line(100, 4, 5000, Some(c.clone()));
-        assert_eq!(line, "QPIPPERF DONE 100 4 5000 kicks=2 tcp_segs_out=9");
+        let line = done_line(100, 4, 5000, Some(70000), Some(c.clone()));
+        assert_eq!(
+            line,
+            "QPIPPERF DONE 100 4 5000 guest_busy_us=70000 kicks=2 tcp_segs_out=9"
+        );
         let d = parse_done(&line).unwrap();
         assert_eq!((d.bytes, d.msgs, d.cpu_ns), (100, 4, 5000));
+        assert_eq!(d.busy_us, Some(70000));
+        // The busy time is not one of the counters.
         assert_eq!(d.counters, Some(c));
-        // A server without counters (sockets), or of an older version.
-        let d = parse_done(&done_line(1, 2, 3, None)).unwrap();
-        assert_eq!(d.counters, None);
+        // A server without counters (sockets): its busy time only.
+        let d = parse_done(&done_line(1, 2, 3, Some(40), None)).unwrap();
+        assert_eq!((d.busy_us, d.counters), (Some(40), None));
+        // Without /proc/stat, or of an older version.
+        let d = parse_done(&done_line(1, 2, 3, None, None)).unwrap();
+        assert_eq!((d.busy_us, d.counters), (None, None));
+        assert_eq!(
+            parse_done("QPIPPERF DONE 1 2 3 kicks=1").unwrap().busy_us,
+            None
+        );
         assert_eq!(parse_done("QPIPPERF DONE 1 2"), None);
+    }
+
+    #[test]
+    fn the_server_busy_time_starts_at_the_first_measured_message() {
+        let mut m = BusyMark::new(3);
+        assert_eq!(m.since(), None, "no measured message yet");
+        for msgs in 0..3 {
+            m.arriving(msgs);
+            assert!(m.start.is_none(), "warm-up message {msgs}");
+        }
+        m.arriving(3);
+        let start = m.start.unwrap().expect("/proc/stat");
+        // Later messages keep the start.
+        m.arriving(4);
+        assert_eq!(m.start, Some(Some(start)));
+        assert!(m.since().is_some());
+        let mut bw = BusyMark::new(0);
+        bw.arriving(0);
+        assert!(bw.start.is_some());
+        assert_eq!(busy_since(Some(5), Some(12)), Some(7));
+        assert_eq!(busy_since(None, Some(12)), None);
+        assert_eq!(busy_since(Some(12), Some(5)), Some(0));
     }
 }

@@ -24,6 +24,11 @@ struct Figures {
     msgs_s: f64,
     client_cpu_us: Option<f64>,
     server_cpu_us: Option<f64>,
+    /// Each guest's whole busy time over the measured interval per message (latency: per
+    /// round trip), both divided by the client's count, and their sum.
+    guest_cpu_us: Option<f64>,
+    server_guest_cpu_us: Option<f64>,
+    both_guests_cpu_us: Option<f64>,
     loss: f64,
 }
 
@@ -31,6 +36,8 @@ fn figures(r: &Row) -> Figures {
     let secs = r.elapsed.as_secs_f64().max(1e-9);
     let per = |ns: u64, n: u64| (n > 0).then(|| ns as f64 / n as f64 / 1000.0);
     let sent_msgs = r.msgs + r.lost;
+    let guest = |us: Option<u64>| per(us? * 1000, r.msgs);
+    let (gc, gs) = (guest(r.client_busy_us), guest(r.server_busy_us));
     Figures {
         p50: pct(&r.rtt_ns, 0.50),
         p90: pct(&r.rtt_ns, 0.90),
@@ -40,6 +47,9 @@ fn figures(r: &Row) -> Figures {
         msgs_s: r.msgs_received as f64 / secs,
         client_cpu_us: per(r.client_cpu_ns, r.msgs),
         server_cpu_us: per(r.server_cpu_ns, r.server_msgs),
+        guest_cpu_us: gc,
+        server_guest_cpu_us: gs,
+        both_guests_cpu_us: gc.zip(gs).map(|(c, s)| c + s),
         loss: if r.test == "bandwidth" && sent_msgs > 0 {
             1.0 - (r.msgs_received as f64 / sent_msgs as f64).min(1.0)
         } else if sent_msgs > 0 {
@@ -68,8 +78,9 @@ fn table(rows: &[Row]) -> String {
     s += "latency: round-trip time of one message echoed by the server (µs, percentiles of the measured round trips)\n";
     s += "bandwidth: messages sent back to back; MB/s (10^6 bytes) and msg/s the server received, over the time until its report\n";
     s += "cpu: process CPU time (user+system, getrusage) per message (latency: per round trip), client and server\n";
+    s += "guest: each guest's whole busy time (/proc/stat: user, nice, system, irq, softirq) over the measured interval, per message\n";
     s += &format!(
-        "{:<9} {:<4} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10}\n",
+        "{:<9} {:<4} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>10} {:>10}\n",
         "test",
         "net",
         "size",
@@ -82,13 +93,15 @@ fn table(rows: &[Row]) -> String {
         "msg/s",
         "loss%",
         "cpu µs cl",
-        "cpu µs sv"
+        "cpu µs sv",
+        "guest µs cl",
+        "guest µs sv"
     );
     for r in rows {
         let f = figures(r);
         let lat = r.test == "latency";
         s += &format!(
-            "{:<9} {:<4} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6.2} {:>10} {:>10}\n",
+            "{:<9} {:<4} {:>7} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>6.2} {:>10} {:>10} {:>10} {:>10}\n",
             r.test,
             r.transport,
             r.size,
@@ -110,6 +123,8 @@ fn table(rows: &[Row]) -> String {
             f.loss * 100.0,
             opt(f.client_cpu_us, 2),
             opt(f.server_cpu_us, 2),
+            opt(f.guest_cpu_us, 1),
+            opt(f.server_guest_cpu_us, 1),
         );
     }
     if rows.iter().any(|r| r.client_counters.is_some()) {
@@ -172,6 +187,10 @@ fn jnum(v: Option<f64>) -> String {
     }
 }
 
+fn juint(v: Option<u64>) -> String {
+    v.map_or("null".into(), |x| x.to_string())
+}
+
 fn counters_json(c: &Option<Counters>) -> String {
     c.as_ref().map_or("null".into(), Counters::json)
 }
@@ -194,6 +213,8 @@ fn json(a: &Args, rows: &[Row]) -> String {
                     "\"mb_per_s\":{},\"msgs_per_s\":{},\"loss\":{:.6},",
                     "\"cpu_us_per_msg\":{{\"client\":{},\"server\":{}}},",
                     "\"cpu_ns\":{{\"client\":{},\"server\":{}}},\"server_msgs\":{},",
+                    "\"guest_cpu_us\":{},\"server_guest_cpu_us\":{},\"both_guests_cpu_us\":{},",
+                    "\"guest_busy_us\":{{\"client\":{},\"server\":{}}},",
                     "\"counters\":{{\"client\":{},\"server\":{}}},",
                     "\"per_msg\":{{\"client\":{},\"server\":{}}}}}"
                 ),
@@ -222,6 +243,11 @@ fn json(a: &Args, rows: &[Row]) -> String {
                 r.client_cpu_ns,
                 r.server_cpu_ns,
                 r.server_msgs,
+                jnum(f.guest_cpu_us),
+                jnum(f.server_guest_cpu_us),
+                jnum(f.both_guests_cpu_us),
+                juint(r.client_busy_us),
+                juint(r.server_busy_us),
                 counters_json(&r.client_counters),
                 counters_json(&r.server_counters),
                 per_msg_json(&r.client_counters, r.msgs),
@@ -239,4 +265,59 @@ fn json(a: &Args, rows: &[Row]) -> String {
         !a.sockets && a.copy,
         items.join(",")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn guest_wide_cpu_is_per_message_of_the_client_on_both_sides() {
+        let r = Row {
+            transport: "tcp",
+            test: "bandwidth",
+            size: 65536,
+            msgs: 400,
+            elapsed: Duration::from_secs(2),
+            client_busy_us: Some(1_000_000),
+            server_busy_us: Some(600_000),
+            // The server's own count of reads does not divide its busy time.
+            server_msgs: 1000,
+            ..Row::default()
+        };
+        let f = figures(&r);
+        assert_eq!(f.guest_cpu_us, Some(2500.0));
+        assert_eq!(f.server_guest_cpu_us, Some(1500.0));
+        assert_eq!(f.both_guests_cpu_us, Some(4000.0));
+        let a = crate::parse_args(["::1".to_string()].into_iter())
+            .ok()
+            .unwrap();
+        let j = json(&a, std::slice::from_ref(&r));
+        assert!(
+            j.contains(concat!(
+                "\"guest_cpu_us\":2500.000,\"server_guest_cpu_us\":1500.000,",
+                "\"both_guests_cpu_us\":4000.000,",
+                "\"guest_busy_us\":{\"client\":1000000,\"server\":600000}"
+            )),
+            "{j}"
+        );
+        // A server that did not report it (older, or without /proc/stat): no sum.
+        let old = Row {
+            server_busy_us: None,
+            ..r
+        };
+        let f = figures(&old);
+        assert_eq!((f.server_guest_cpu_us, f.both_guests_cpu_us), (None, None));
+        let j = json(&a, &[old]);
+        assert!(
+            j.contains("\"server_guest_cpu_us\":null,\"both_guests_cpu_us\":null"),
+            "{j}"
+        );
+        assert!(
+            j.contains("\"guest_busy_us\":{\"client\":1000000,\"server\":null}"),
+            "{j}"
+        );
+        assert!(table(&[]).contains("guest µs cl"));
+    }
 }
