@@ -20,11 +20,12 @@
 //!
 //! The bench also measures what the QPIP paper measured: at the end of each round guest a
 //! runs `qpip-overhead` (the host overhead of one message, the paper's Table 1, QPs against
-//! kernel sockets), and every ping-pong and TCP bandwidth test (each message size on its
-//! own) is a CPU window: just before and just after it, guest a reads both guests'
-//! `/proc/stat` and the lab host the CPU time of the run's QEMU and qpipd processes
-//! ([`serve_cpu_marks`]), so the table has the guests' whole busy time per message and,
-//! beside it, where the rest of the work went on the host.
+//! kernel sockets); the table has both guests' whole busy time per message (`/proc/stat`),
+//! which `qpip-perf` measures on each end over exactly its measured interval, and every
+//! ping-pong and TCP bandwidth run (each message size on its own) is a CPU window: just
+//! before and just after it, guest a reads both guests' `/proc/stat` and the lab host the
+//! CPU time of the run's QEMU and qpipd processes ([`serve_cpu_marks`]), so a block under
+//! the table shows where the rest of the work went on the host.
 //!
 //! Progress is reported step by step; the first failing step ends the run and is named.
 //! Guest CPU per message is `qpip-perf`'s process CPU time (client in a + server in b): with
@@ -41,6 +42,10 @@ use results::{Line, Measurements};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The smallest TCP bandwidth message whose test moves [`Plan::bw_large_factor`] times
+/// [`Plan::bw_bytes`].
+pub const LARGE_MSG: usize = 64 << 10;
 
 /// A measurement the run makes on both nets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,8 +131,12 @@ pub struct Plan {
     pub tcp_sizes: Vec<usize>,
     /// UDP bandwidth datagram sizes (none: no UDP bandwidth test).
     pub udp_sizes: Vec<usize>,
-    /// Bytes per bandwidth test and size.
+    /// Bytes per bandwidth test and size (TCP messages from [`LARGE_MSG`] on: times
+    /// [`Plan::bw_large_factor`]).
     pub bw_bytes: u64,
+    /// How many times [`Plan::bw_bytes`] a TCP bandwidth test with messages of
+    /// [`LARGE_MSG`] or more moves, so that it has enough messages for a steady state.
+    pub bw_large_factor: u64,
     /// Bytes of each bulk transfer a→b.
     pub bulk_bytes: u64,
     /// Bytes each way between guest a and the lab host (0: no host steps).
@@ -158,6 +167,7 @@ impl Plan {
             tcp_sizes: vec![65536],
             udp_sizes: Vec::new(),
             bw_bytes: 4 << 20,
+            bw_large_factor: 1,
             bulk_bytes: 8 << 20,
             host_bytes: 1 << 20,
             rounds: 1,
@@ -170,13 +180,16 @@ impl Plan {
 
     /// The bench: more round trips, every message size, UDP bandwidth, three rounds with
     /// QPs and sockets interleaved, each ending with `qpip-overhead`; CPU windows; no host
-    /// steps.
+    /// steps. TCP bandwidth moves 16 MiB of 1 KiB and 8 KiB messages and 64 MiB of 64 KiB
+    /// and 256 KiB messages (1024 and 256 messages: with 16 MiB, 256 and 64 were over in a
+    /// fraction of a second, too few for a steady state or for `/proc/stat`'s 10 ms ticks).
     pub fn bench() -> Plan {
         Plan {
             latency_iters: 2000,
             tcp_sizes: vec![1024, 8192, 65536, 262144],
             udp_sizes: vec![1024, 8192],
             bw_bytes: 16 << 20,
+            bw_large_factor: 4,
             bulk_bytes: 32 << 20,
             host_bytes: 0,
             rounds: 3,
@@ -184,6 +197,15 @@ impl Plan {
             round_timeout: Duration::from_secs(1200),
             overhead_messages: 1000,
             cpu_marks: true,
+        }
+    }
+
+    /// Bytes of a TCP bandwidth test with messages of `size`.
+    pub fn tcp_bw_bytes(&self, size: usize) -> u64 {
+        if size >= LARGE_MSG {
+            self.bw_bytes.saturating_mul(self.bw_large_factor.max(1))
+        } else {
+            self.bw_bytes
         }
     }
 
@@ -225,6 +247,21 @@ impl Plan {
             Net::Sockets => "over kernel sockets",
         };
         let bytes = human(self.bw_bytes);
+        // TCP: the sizes grouped by the bytes each moves, "16 MiB per size, messages of
+        // 1 KiB, 8 KiB; 64 MiB per size, messages of 64 KiB, 256 KiB".
+        let mut groups: Vec<(u64, Vec<usize>)> = Vec::new();
+        for s in &self.tcp_sizes {
+            let b = self.tcp_bw_bytes(*s);
+            match groups.iter_mut().find(|g| g.0 == b) {
+                Some(g) => g.1.push(*s),
+                None => groups.push((b, vec![*s])),
+            }
+        }
+        let tcp_detail = groups
+            .iter()
+            .map(|(b, v)| format!("{} per size, messages of {}", human(*b), sizes(v)))
+            .collect::<Vec<_>>()
+            .join("; ");
         let mut what = match test {
             Test::UdpPing => format!("UDP ping-pong a⇄b {over}"),
             Test::TcpPing if net == Net::Qp => format!("TCP message ping-pong a⇄b {over}"),
@@ -238,7 +275,7 @@ impl Plan {
         }
         let detail = match test {
             Test::UdpPing | Test::TcpPing => format!("{iters} round trips"),
-            Test::TcpBw => format!("{bytes} per size, messages of {}", sizes(&self.tcp_sizes)),
+            Test::TcpBw => tcp_detail,
             Test::UdpBw => format!("{bytes} per size, datagrams of {}", sizes(&self.udp_sizes)),
             Test::Bulk => format!(
                 "{}, {}, SHA-256 compared",
@@ -875,6 +912,35 @@ mod tests {
             assert!(a.contains(&format!("--sizes {size} --bytes")), "{a}");
         }
         assert!(a.contains("perf udpbw-qp.1 - "), "{a}");
+        // TCP bandwidth: 16 MiB of small messages, 64 MiB from 64 KiB on; UDP 16 MiB.
+        for (size, bytes) in [
+            (1024, 16 << 20),
+            (8192, 16 << 20),
+            (65536, 64 << 20),
+            (262144, 64 << 20),
+        ] {
+            assert_eq!(plan.tcp_bw_bytes(size), bytes);
+            assert!(
+                a.contains(&format!("--sizes {size} --bytes {bytes}\n")),
+                "{a}"
+            );
+        }
+        assert!(
+            a.contains("--udp --test bandwidth --sizes 1024,8192 --bytes 16777216\n"),
+            "{a}"
+        );
+        let bw = plan
+            .steps()
+            .into_iter()
+            .find(|s| s.id == "bw-qp.1")
+            .unwrap();
+        assert!(
+            bw.what.ends_with(
+                "(16 MiB per size, messages of 1 KiB, 8 KiB; 64 MiB per size, messages of 64 KiB, 256 KiB)"
+            ),
+            "{}",
+            bw.what
+        );
         let b = scripts::guest_b(&plan);
         assert!(b.contains("cpu-mark.$n.b"), "{b}");
         assert!(!b.contains("lab-wait a-done"), "{b}");
@@ -883,6 +949,7 @@ mod tests {
         let a = scripts::guest_a(&demo);
         assert!(!a.contains("qpip-overhead --messages"));
         assert!(a.contains("perf udp-qp - "), "{a}");
+        assert!(a.contains("--sizes 65536 --bytes 4194304\n"), "{a}");
         assert!(scripts::guest_b(&demo).contains("lab-wait a-done"));
         assert!(demo
             .steps()

@@ -16,12 +16,17 @@
 //!   `recv(MSG_DONTWAIT)` of data already queued (kernel sockets), reported as
 //!   `@overhead[.ROUND]=JSON`, once sleeping between messages and once with `--spin-us`
 //!   (`spin_us` in the JSON: the device's engine stays awake, the posts are quiet);
-//! - **whole-system CPU per message**: CPU marks at both edges of a measurement window,
-//!   `@cpu.NAME=PHASE|A|B|HOST` (PHASE `start` or `end`; A and B the first line of guest a's
-//!   and guest b's `/proc/stat`; HOST the lab host's `qemu-a=SECS qpipd-a=SECS ...`, the CPU
-//!   time of each guest's QEMU and qpipd processes). The table has each guest's busy time
-//!   (all of `/proc/stat` but idle, iowait and steal), a+b, per message; a block under it
-//!   the host's CPU of QEMU and qpipd per message over the same windows.
+//! - **whole-system CPU per message**: the table's `guest-wide CPU` is both guests' busy
+//!   time (all of `/proc/stat` but idle, iowait and steal) per message as `qpip-perf`
+//!   measures it on each end over exactly its measured interval (its row's
+//!   `both_guests_cpu_us`: `guest_cpu_us` of guest a, the client, plus
+//!   `server_guest_cpu_us` of guest b, the server). The host's side comes from CPU marks at
+//!   both edges of each whole `qpip-perf` run, `@cpu.NAME=PHASE|A|B|HOST` (PHASE `start` or
+//!   `end`; A and B the first line of guest a's and guest b's `/proc/stat`; HOST the lab
+//!   host's `qemu-a=SECS qpipd-a=SECS ...`, the CPU time of each guest's QEMU and qpipd
+//!   processes): a block under the table has the host's CPU of QEMU and qpipd per message
+//!   over those windows, which hold the run's start-up, connection and buffer
+//!   registration too.
 
 use super::human;
 use serde_json::{json, Value};
@@ -301,8 +306,15 @@ impl Round {
         self.num(name, size, &["msgs"]).filter(|n| *n > 0.0)
     }
 
-    /// Busy time of both guests (their `/proc/stat`) per message over the test's window, µs.
+    /// Busy time of both guests (their `/proc/stat`) per message over the test's measured
+    /// interval, as `qpip-perf` reports it (client in a + server in b), µs.
     fn guest_wide(&self, name: &str, size: Option<u64>) -> Option<f64> {
+        self.num(name, size, &["both_guests_cpu_us"])
+    }
+
+    /// Busy time of both guests per message over the test's CPU window (the whole
+    /// `qpip-perf` run), µs.
+    fn guest_window(&self, name: &str, size: Option<u64>) -> Option<f64> {
         let s = self.window(name, size)?.guests_busy_s()?;
         Some(s * 1e6 / self.msgs(name, size)?)
     }
@@ -427,6 +439,8 @@ pub struct HostCpu {
     pub qemu: [Vec<Option<f64>>; 2],
     /// qpipd of guests a and b: over QPs, over sockets (there: what an idle qpipd burns).
     pub qpipd: [Vec<Option<f64>>; 2],
+    /// Both guests' busy time over the same windows (whole runs): over QPs, over sockets.
+    pub guests: [Vec<Option<f64>>; 2],
 }
 
 impl HostCpu {
@@ -640,14 +654,16 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             Better::Lower,
         );
     }
-    // Whole-system CPU, where the run marked the tests' windows (the bench): both guests'
-    // busy time, and beside it (under the table) the host's QEMU and qpipd.
-    let marked = |name: &str, size: Option<u64>| {
-        m.rounds.iter().any(|r| {
-            ["qp", "sk"]
-                .iter()
-                .any(|n| r.window(&format!("{name}-{n}"), size).is_some())
-        })
+    // Whole-system CPU, where qpip-perf measured it (the bench): both guests' busy time over
+    // each test's measured interval, and beside it (under the table) the host's QEMU and
+    // qpipd over the windows the run marked around each whole qpip-perf run.
+    let measured = |name: &str, size: Option<u64>| {
+        detail
+            && m.rounds.iter().any(|r| {
+                ["qp", "sk"]
+                    .iter()
+                    .any(|n| r.guest_wide(&format!("{name}-{n}"), size).is_some())
+            })
     };
     let mut wide: Vec<(String, String, &str, Option<u64>)> = vec![
         ("UDP round trip".into(), "UDP ping-pong".into(), "udp", None),
@@ -664,7 +680,7 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
     }
     let mut hosted = Vec::new();
     for (per, what, name, size) in wide {
-        if !marked(name, size) {
+        if !measured(name, size) {
             continue;
         }
         let at = both(
@@ -754,10 +770,18 @@ fn host_cpu_of(m: &Measurements, what: String, test: &str, size: Option<u64>) ->
             .map(|r| r.host_cpu(&name, size, class))
             .collect()
     };
+    let guests = |net: &str| -> Vec<Option<f64>> {
+        let name = format!("{test}-{net}");
+        m.rounds
+            .iter()
+            .map(|r| r.guest_window(&name, size))
+            .collect()
+    };
     HostCpu {
         what,
         qemu: [of("qp", "qemu"), of("sk", "qemu")],
         qpipd: [of("qp", "qpipd"), of("sk", "qpipd")],
+        guests: [guests("qp"), guests("sk")],
     }
 }
 
@@ -949,9 +973,13 @@ fn notes(lines: &[Line]) -> Vec<String> {
     if lines.iter().any(|l| l.what.starts_with("guest-wide CPU")) {
         v.push(
             "guest-wide CPU: the busy time of guests a and b together from their /proc/stat \
-             (user, nice, system, irq, softirq: the sockets' receive work in softirq too), from \
-             just before a test to just after it, per message (ping-pong: per round trip); the \
-             host's CPU over the same windows is under the table."
+             (user, nice, system, irq, softirq: the sockets' receive work in softirq too) per \
+             message (ping-pong: per round trip), as qpip-perf reads it on each end over \
+             exactly its measured interval: guest a (the client) over the measured round trips, \
+             or from its first send to the server's report (bandwidth); guest b (the server) \
+             from the first measured message to its report. Start-up, connection and buffer \
+             registration stay outside; the host's CPU under the table covers each whole \
+             qpip-perf run."
                 .to_string(),
         );
     }
@@ -1003,7 +1031,8 @@ fn host_title(lines: &[Line]) -> String {
     };
     format!(
         "Host CPU per message (ping-pong: per round trip), µs, {of}: the QEMU and qpipd \
-         processes of guests a and b together, over the windows of guest-wide CPU. QEMU's \
+         processes of guests a and b together, from just before each qpip-perf run to just \
+         after it (its start-up, connection and buffer registration included). QEMU's \
          includes the guests' emulated CPUs; over sockets qpipd only idles. host gain: the \
          sockets' sum over the QPs'."
     )
@@ -1402,7 +1431,14 @@ pub fn json_value(m: &Measurements, lines: &[Line]) -> Value {
                     "qpipd": spread_json(&h.qpipd[i]),
                     "sum": spread_json(&h.sum(i)),
                 });
-                json!({ "qp": side(0), "sockets": side(1), "gain": h.gain() })
+                json!({
+                    "qp": side(0),
+                    "sockets": side(1),
+                    "gain": h.gain(),
+                    // Both guests' busy time over the same windows, beside the table's
+                    // figure over the measured interval only.
+                    "guests_whole_run": { "qp": spread_json(&h.guests[0]), "sockets": spread_json(&h.guests[1]) },
+                })
             }),
         })).collect::<Vec<_>>(),
         "rounds": m.rounds.iter().enumerate().map(round).collect::<Vec<_>>(),
@@ -1536,6 +1572,27 @@ mod tests {
         v.push(overhead_line(sfx));
         v.push(overhead_spin_line(sfx));
         v
+    }
+
+    /// `qpip-perf`'s guest-wide figures in every row whose test has a CPU window: half the
+    /// window's (a window holds the whole run, set-up included), three quarters of it from
+    /// the client's guest, one from the server's.
+    fn measure_guests(m: &mut Measurements) {
+        for r in &mut m.rounds {
+            let marked = r.clone();
+            for (name, rows) in r.perf.iter_mut() {
+                for row in rows.iter_mut() {
+                    let size = row["size"].as_u64().filter(|_| name.starts_with("bw"));
+                    let Some(w) = marked.guest_window(name, size) else {
+                        continue;
+                    };
+                    let o = row.as_object_mut().unwrap();
+                    o.insert("guest_cpu_us".into(), json!(w * 0.375));
+                    o.insert("server_guest_cpu_us".into(), json!(w * 0.125));
+                    o.insert("both_guests_cpu_us".into(), json!(w * 0.5));
+                }
+            }
+        }
     }
 
     fn sample() -> Measurements {
@@ -1673,6 +1730,11 @@ mod tests {
         for line in whole_system_lines("") {
             m.take_line(&line).unwrap();
         }
+        // CPU windows alone (qpip-perf without guest-wide figures): no guest-wide lines.
+        assert!(lines(&m, true)
+            .iter()
+            .all(|x| !x.what.starts_with("guest-wide")));
+        measure_guests(&mut m);
         let w = &m.rounds[0].cpu["udp-qp"];
         assert_eq!(w.start.as_ref().unwrap().a.len(), 10);
         assert_eq!(w.end.as_ref().unwrap().host["qpipd-b"], 2.1);
@@ -1683,16 +1745,17 @@ mod tests {
                 .find(|x| x.what == what)
                 .unwrap_or_else(|| panic!("no line {what}: {l:?}"))
         };
-        // 20 busy ticks of a and b (idle, iowait and steal left out) over 100 round trips.
+        // qpip-perf's figure (half the window's 20 busy ticks of a and b over 100 round
+        // trips), not the window's.
         let udp = at("guest-wide CPU per UDP round trip");
-        assert!(close(udp.qp[0].unwrap(), 2000.0), "{udp:?}");
-        assert!(close(udp.sockets[0].unwrap(), 4000.0));
+        assert!(close(udp.qp[0].unwrap(), 1000.0), "{udp:?}");
+        assert!(close(udp.sockets[0].unwrap(), 2000.0));
         assert!(close(udp.gain().unwrap(), 2.0));
         let tcp = at("guest-wide CPU per TCP round trip");
         assert!(close(tcp.gain().unwrap(), 5.0));
-        // Bandwidth: only the size that had windows, per message of 1000.
+        // Bandwidth: only the size qpip-perf measured it for, per message of 1000.
         let bw = at("guest-wide CPU per TCP 1 KiB message");
-        assert!(close(bw.qp[0].unwrap(), 1000.0));
+        assert!(close(bw.qp[0].unwrap(), 500.0));
         assert!(!l
             .iter()
             .any(|x| x.what == "guest-wide CPU per TCP 64 KiB message"));
@@ -1703,6 +1766,9 @@ mod tests {
         assert!(close(h.qpipd[0][0].unwrap(), 2000.0));
         assert!(close(h.qpipd[1][0].unwrap(), 5000.0));
         assert!(close(h.gain().unwrap(), 2.1));
+        // Both guests over the whole run's window, beside the measured interval's.
+        assert!(close(h.guests[0][0].unwrap(), 2000.0));
+        assert!(close(h.guests[1][0].unwrap(), 4000.0));
         // Table 1: per message, and the QP's quiet and kicked posts against the same
         // sockets figure; TCP never kicked, so it has no such line.
         let names: Vec<&str> = l
@@ -1733,10 +1799,20 @@ mod tests {
         // The one-round table: the lines, what they are, and the host block.
         let t = text_table(&l);
         assert!(t.contains("  guest-wide CPU per UDP round trip  "), "{t}");
-        assert!(t.contains("2000 µs"), "{t}");
+        assert!(t.contains("1000 µs"), "{t}");
         assert!(
             t.contains("guest-wide CPU: the busy time of guests a and b"),
             "{t}"
+        );
+        // The notes say which window each figure covers.
+        let said = notes(&l).join(" ") + &host_title(&l);
+        assert!(
+            said.contains("over exactly its measured interval"),
+            "{said}"
+        );
+        assert!(
+            said.contains("from just before each qpip-perf run"),
+            "{said}"
         );
         assert!(t.contains("QPIP paper's Table 1"), "{t}");
         assert!(t.contains("Host CPU per message"), "{t}");
@@ -1776,6 +1852,9 @@ mod tests {
             .as_f64()
             .unwrap();
         assert!(close(sum, 10000.0), "{sum}");
+        let whole = &c["host_cpu_per_msg"]["guests_whole_run"];
+        assert!(close(whole["qp"]["median"].as_f64().unwrap(), 2000.0));
+        assert!(close(c["qp"]["median"].as_f64().unwrap(), 1000.0));
         let r = &j["rounds"][0];
         assert_eq!(r["qpip_overhead"][0]["kicked_ns"], 20000);
         assert_eq!(r["qpip_overhead_spin"][0]["quiet_ns"], 1000);
@@ -1989,7 +2068,7 @@ mod tests {
             r.perf.insert(
                 "bw-qp".into(),
                 serde_json::from_str::<Value>(&format!(
-                    "[{{\"size\":262144,\"mb_per_s\":30.8,\"cpu_us_per_msg\":{{\"client\":{},\"server\":1}}}}]",
+                    "[{{\"size\":262144,\"msgs\":640,\"mb_per_s\":30.8,\"cpu_us_per_msg\":{{\"client\":{},\"server\":1}}}}]",
                     10864.0 + 1000.0 * k
                 ))
                 .unwrap()
@@ -2000,7 +2079,7 @@ mod tests {
             r.perf.insert(
                 "bw-sk".into(),
                 serde_json::from_str::<Value>(&format!(
-                    "[{{\"size\":262144,\"mb_per_s\":37.8,\"cpu_us_per_msg\":{{\"client\":{},\"server\":1}}}}]",
+                    "[{{\"size\":262144,\"msgs\":640,\"mb_per_s\":37.8,\"cpu_us_per_msg\":{{\"client\":{},\"server\":1}}}}]",
                     14268.0 + 1000.0 * k
                 ))
                 .unwrap()
@@ -2031,6 +2110,7 @@ mod tests {
                 m.take_line(&line).unwrap();
             }
         }
+        measure_guests(&mut m);
         let l = lines(&m, true);
         assert!(l
             .iter()
@@ -2041,7 +2121,7 @@ mod tests {
         for row in t.lines() {
             assert!(
                 row.chars().count() <= 100,
-                "{} columns: {row}",
+                "{} columns: {row}\n{t}",
                 row.chars().count()
             );
         }

@@ -17,7 +17,9 @@
 //! `/lab/cpu-mark.N.host` (see [`super::serve_cpu_marks`]). Guest a reads its own
 //! `/proc/stat` last at the start and first at the end, so its waits for the answers stay
 //! outside the window; the window holds the test whole, and about 0.1 s more of guest b's
-//! and the host's time (the answers' polling).
+//! and the host's time (the answers' polling). The bench takes the host's CPU from these
+//! windows; the guests' busy time over the measured interval alone comes from `qpip-perf`
+//! itself (see [`super::results`]).
 //!
 //! Guest b starts its `qpip-perf` servers, then the bulk receivers of round 1 (a `qpip-cat`
 //! and an `nc` listener), checks each is listening, then creates `/lab/b-ready` (or reports
@@ -287,8 +289,9 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
             .iter()
             .map(|s| {
                 format!(
-                    "{} --tcp --test bandwidth --sizes {s} --bytes {bw_bytes}\n",
-                    perf(mark(format!("{base}:{s}")))
+                    "{} --tcp --test bandwidth --sizes {s} --bytes {}\n",
+                    perf(mark(format!("{base}:{s}"))),
+                    plan.tcp_bw_bytes(*s)
                 )
             })
             .collect(),
