@@ -1164,3 +1164,38 @@ fn addresses_change_at_run_time() {
     assert!(s.receive(&f, t).is_none());
     assert_eq!(s.stats().dropped(DropReason::NotForUs), 1);
 }
+
+/// A TCP super-segment is cut at its piece size (the peer's MSS), even when it would fit
+/// the MTU whole: queued as one super-frame toward a known neighbour, and cut into frames
+/// for a caller that takes plain frames.
+#[test]
+fn tcp_super_segments_are_cut_at_the_piece_size() {
+    use qpip_device::net::tcp::wire as tw;
+    let h = tw::Header {
+        src_port: 80,
+        dst_port: 5000,
+        seq: 1,
+        ack: 1,
+        flags: tw::flags::ACK | tw::flags::PSH,
+        window: 100,
+        ..tw::Header::default()
+    };
+    let seg = tw::build(&OUR, &PEER, &h, &[9u8; 1200]);
+    let mut c = config();
+    c.neighbors.push(StaticNeighbor {
+        addr: PEER,
+        mac: PEER_MAC,
+    });
+    let (mut s, t) = stack_with(c);
+    s.send_tcp(OUR, PEER, 64, &seg, 536, t).unwrap();
+    let (frame, gso) = s.pop_tx_gso().expect("one super-frame");
+    assert_eq!((frame.len(), gso), (14 + 40 + 20 + 1200, 536));
+    assert!(s.pop_tx_gso().is_none());
+    s.send_tcp(OUR, PEER, 64, &seg, 536, t).unwrap();
+    let pieces: Vec<Vec<u8>> = std::iter::from_fn(|| s.pop_tx()).collect();
+    let lens: Vec<usize> = pieces.iter().map(|p| p.len() - 74).collect();
+    assert_eq!(lens, [536, 536, 128]);
+    for p in &pieces {
+        assert!(tw::parse(OUR, PEER, &p[54..]).is_ok(), "a valid segment");
+    }
+}

@@ -446,18 +446,19 @@ impl Stack {
         now: Instant,
     ) -> Result<(), SendError> {
         let mtu = self.path_mtu(&dst, now);
-        if mss == 0 || IPV6_LEN + segment.len() <= mtu {
+        // The pieces must fit the path (it may have shrunk since the segment was built).
+        let thl = segment.get(12).map_or(0, |b| (b >> 4) as usize * 4);
+        let mss = (mss as usize).min(mtu.saturating_sub(IPV6_LEN + thl).max(1));
+        if mss == 0 || thl < 20 || segment.len() <= thl + mss {
+            // One segment (the peer's MSS, not only the MTU, sets the piece size).
             return self.send_ip(src, dst, proto::TCP, hop_limit, segment, now);
         }
+        let mss = mss as u16;
         let _stage = crate::stages::span(crate::stages::Stage::BuildHeaders);
         self.route(&dst)?;
-        if segment.len() > u16::MAX as usize || segment.len() < 20 {
+        if segment.len() > u16::MAX as usize {
             return Err(SendError::TooBig);
         }
-        // The pieces must fit the path (it may have shrunk since the segment was built).
-        let thl = (segment[12] >> 4) as usize * 4;
-        let room = mtu.saturating_sub(IPV6_LEN + thl).max(1);
-        let mss = (mss as usize).min(room) as u16;
         let mac = match self.neighbors.get(&dst) {
             Some((
                 neighbor::State::Reachable
