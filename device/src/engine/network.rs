@@ -67,9 +67,10 @@ impl Engine {
             cfg.mtu,
             stack.link_local()
         );
-        // Super-segments only pay where the link takes them whole; elsewhere each would be
-        // cut again in software.
-        self.tcp.set_gso(link.gso());
+        // Super-segments: headers built once per large send. A link that takes them whole
+        // carries them; another cuts them (backend::send_segments), which still costs less
+        // than building every segment.
+        self.tcp.set_gso(true);
         self.net = Some(Interface::new(stack, link));
     }
 
@@ -92,8 +93,8 @@ impl Engine {
             return;
         };
         let Some(net) = self.net.as_mut() else { return };
-        // A reset made TCP afresh: it builds super-segments again if the link takes them.
-        self.tcp.set_gso(net.backend().gso());
+        // A reset made TCP afresh: it builds super-segments again.
+        self.tcp.set_gso(true);
         if mac_changed {
             let stack = self.new_stack(&cfg);
             let net = self.net.as_mut().expect("checked");
