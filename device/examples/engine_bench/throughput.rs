@@ -94,6 +94,7 @@ impl Bridge {
         }
         let ns = format!("qpip-bench-{}", std::process::id());
         let b = Bridge { ns };
+        b.remove_stale();
         let ok = b.ip(&["netns", "add", &b.ns])
             && b.nsip(&["link", "set", "lo", "up"])
             && b.nsip(&["link", "add", "qbench-br", "type", "bridge"])
@@ -111,6 +112,27 @@ impl Bridge {
             return None;
         }
         Some(b)
+    }
+
+    /// Removes the namespaces of bench processes that are gone (one that failed exits
+    /// without running its destructors).
+    fn remove_stale(&self) {
+        let Ok(out) = std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+        else {
+            return;
+        };
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let name = line.split_whitespace().next().unwrap_or("");
+            let Some(pid) = name.strip_prefix("qpip-bench-") else {
+                continue;
+            };
+            if pid.parse::<u32>().is_ok() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            {
+                let _ = self.ip(&["netns", "del", name]);
+            }
+        }
     }
 
     fn ip(&self, args: &[&str]) -> bool {
