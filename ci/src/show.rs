@@ -149,6 +149,8 @@ fn documents(plan: &Plan, r: &Report, what: &str, load_start: Option<String>) ->
             "bulk_bytes": plan.bulk_bytes,
             "rounds": plan.rounds,
             "interleave": plan.interleave,
+            "tcp_large_message": demo::LARGE_MSG,
+            "tcp_large_message_bytes": plan.tcp_bw_bytes(demo::LARGE_MSG),
         },
     });
     if let (Some(o), serde_json::Value::Object(m)) = (j.as_object_mut(), meta) {
@@ -160,12 +162,15 @@ fn documents(plan: &Plan, r: &Report, what: &str, load_start: Option<String>) ->
     md += &format!(
         "{date}, `./qpip {what}`: guests a and b (QEMU, TCG, 512 MiB) on the lab network; \
          QPs between their qpip devices vs kernel sockets through their virtio-net NICs. \
-         Ping-pong: {} round trips of 1 byte; bandwidth: {} per message size; bulk: {} \
+         Ping-pong: {} round trips of 1 byte; bandwidth: {} per message size ({} for TCP \
+         messages of {} and more); bulk: {} \
          with `qpip-cat` / busybox `nc`, SHA-256 compared. Guest CPU: `qpip-perf`'s process \
          CPU time per message, client in a + server in b. Host: {cpus} CPUs, load average {} \
          at the start, {load_end} at the end.\n\n",
         plan.latency_iters,
         demo::human(plan.bw_bytes),
+        demo::human(plan.tcp_bw_bytes(demo::LARGE_MSG)),
+        demo::human(demo::LARGE_MSG as u64),
         demo::human(plan.bulk_bytes),
         load_start.as_deref().unwrap_or("-"),
     );
