@@ -1064,3 +1064,69 @@ fn a_port_is_usable_again_at_once_after_a_graceful_close_and_destroy() {
         connect(&mut g);
     }
 }
+
+/// A receive WR whose guest memory the VMM unmaps after it was posted: the bytes cannot be
+/// placed, and the WR completes in error — never as a success with its data missing.
+#[test]
+fn a_receive_whose_memory_went_away_completes_in_error() {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut g = FakeGuest::new();
+    let (sctx, cctx) = (g.create_ctx().unwrap(), g.create_ctx().unwrap());
+    let (mut s, mut c) = g.loopback_pair(sctx, cctx, 6111, FRAMING_MESSAGE);
+
+    // A second stretch of guest RAM, as a hot-plugged DIMM would be, holding the buffer.
+    const EXTRA: u64 = 0x40_0000_0000;
+    const EXTRA_SIZE: u64 = 1 << 20;
+    // SAFETY: memfd creation; the fd is owned by the File from here on.
+    let file = unsafe {
+        std::fs::File::from_raw_fd(libc::memfd_create(c"extra-ram".as_ptr(), libc::MFD_CLOEXEC))
+    };
+    file.set_len(EXTRA_SIZE).unwrap();
+    g.client
+        .dma_map(0, EXTRA, EXTRA_SIZE, file.as_raw_fd())
+        .unwrap();
+    let buf = Buf {
+        pages: vec![EXTRA, EXTRA + PAGE],
+        offset: 0,
+        len: 2 * PAGE,
+        iova: 0x6000_0000_0000,
+    };
+    let mr = g.reg_mr(sctx, &buf, MR_ACCESS_LOCAL_WRITE).unwrap();
+    g.post_recv(
+        &mut s.qp,
+        &[recv_wqe(7, &[buf.sge(0, 2 * PAGE as u32, mr.lkey)])],
+    );
+    // The device takes the WR (its send of a first message proves the engine ran past the
+    // doorbell), then the memory goes.
+    g.post_send(&mut c.qp, &[tcp_inline_wqe(1, 0, b"first")]);
+    assert_eq!(g.wait_cqe(&mut c.scq).status, CQE_STATUS_SUCCESS);
+    let got = g.wait_cqe(&mut s.rcq);
+    assert_eq!((got.wr_id, got.status), (7, CQE_STATUS_SUCCESS), "{got:?}");
+    g.post_recv(
+        &mut s.qp,
+        &[recv_wqe(8, &[buf.sge(0, 2 * PAGE as u32, mr.lkey)])],
+    );
+    // A message to make sure the device took WR 8 before the unmap.
+    g.post_send(&mut c.qp, &[tcp_inline_wqe(2, 0, b"")]);
+    assert_eq!(g.wait_cqe(&mut c.scq).status, CQE_STATUS_SUCCESS);
+    let empty = g.wait_cqe(&mut s.rcq);
+    assert_eq!((empty.wr_id, empty.byte_len), (8, 0), "{empty:?}");
+    g.post_recv(
+        &mut s.qp,
+        &[recv_wqe(9, &[buf.sge(0, 2 * PAGE as u32, mr.lkey)])],
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    g.client.dma_unmap(EXTRA, EXTRA_SIZE).unwrap();
+    g.post_send(
+        &mut c.qp,
+        &[tcp_inline_wqe(3, 0, b"lost in unmapped memory")],
+    );
+    assert_eq!(g.wait_cqe(&mut c.scq).status, CQE_STATUS_SUCCESS);
+    let lost = g.wait_cqe(&mut s.rcq);
+    assert_eq!(lost.wr_id, 9);
+    assert_eq!(
+        (lost.status, lost.detail),
+        (CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_OUT_OF_BOUNDS),
+        "a placement that failed must not complete as a success: {lost:?}"
+    );
+}

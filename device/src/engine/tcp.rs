@@ -108,6 +108,9 @@ struct RecvWr {
     spans: Result<Vec<Span>, (u8, u32)>,
     cap: u64,
     filled: u64,
+    /// A placement into it failed (its guest memory went away under the device, unmapped
+    /// by the VMM): it completes in error, never as a success with bytes missing.
+    fault: bool,
 }
 
 /// The receive side of a TCP QP.
@@ -149,22 +152,28 @@ fn cqe(wr_id: u64, qp: u32, opcode: u8, status: u8, detail: u32) -> Cqe {
     c
 }
 
-/// Writes `data` at byte `off` of the buffer described by `spans`.
-fn scatter(mem: &GuestMemoryMmap, spans: &[Span], mut off: u64, mut data: &[u8]) {
+/// Writes `data` at byte `off` of the buffer described by `spans`. False if some of it
+/// could not be written: the spans were checked against the region and guest RAM when the
+/// WR was taken, but the VMM may have unmapped that memory since.
+#[must_use]
+fn scatter(mem: &GuestMemoryMmap, spans: &[Span], mut off: u64, mut data: &[u8]) -> bool {
+    let mut ok = true;
     for s in spans {
         if data.is_empty() {
-            return;
+            break;
         }
         if off >= s.len as u64 {
             off -= s.len as u64;
             continue;
         }
         let n = (s.len as u64 - off).min(data.len() as u64) as usize;
-        // The spans were checked against the region and guest RAM when the WR was taken.
-        let _ = mem.write_slice(&data[..n], GuestAddress(s.addr + off));
+        ok &= mem
+            .write_slice(&data[..n], GuestAddress(s.addr + off))
+            .is_ok();
         data = &data[n..];
         off = 0;
     }
+    ok
 }
 
 /// Reads `buf.len()` bytes at byte `off` of the buffer described by `spans`.
@@ -240,7 +249,8 @@ impl RxState {
         self.wrs.push_back(wr);
     }
 
-    /// Completes the front WR.
+    /// Completes the front WR (in error, whatever `status` says, if a placement into it
+    /// failed).
     fn complete_front(&mut self, status: u8, detail: u32, byte_len: u32, imm: u32) {
         let Some(wr) = self.wrs.pop_front() else {
             return;
@@ -248,6 +258,12 @@ impl RxState {
         if wr.spans.is_ok() {
             self.room -= wr.cap - wr.filled;
         }
+        let (status, detail) = if wr.fault && status == CQE_STATUS_SUCCESS {
+            // As a UDP datagram whose buffer cannot be written (engine/datapath.rs).
+            (CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_OUT_OF_BOUNDS)
+        } else {
+            (status, detail)
+        };
         let mut c = cqe(wr.wr_id, self.qp, CQE_OP_RECV, status, detail);
         c.byte_len = byte_len;
         c.imm_data = imm;
@@ -286,7 +302,7 @@ impl RxState {
             };
             let Ok(spans) = &wr.spans else { unreachable!() };
             let n = (wr.cap - wr.filled).min((data.len() - i) as u64) as usize;
-            scatter(mem, spans, wr.filled, &data[i..i + n]);
+            wr.fault |= !scatter(mem, spans, wr.filled, &data[i..i + n]);
             wr.filled += n as u64;
             self.room -= n as u64;
             i += n;
@@ -342,7 +358,7 @@ impl RxState {
                 if !self.discard {
                     let wr = self.wrs.front_mut().expect("decided");
                     let Ok(spans) = &wr.spans else { unreachable!() };
-                    scatter(mem, spans, wr.filled, &data[i..i + n]);
+                    wr.fault |= !scatter(mem, spans, wr.filled, &data[i..i + n]);
                     wr.filled += n as u64;
                     self.room -= n as u64;
                 }
@@ -1121,6 +1137,7 @@ impl Engine {
                         spans: Err((status, detail)),
                         cap: 0,
                         filled: 0,
+                        fault: false,
                     });
                     continue;
                 }
@@ -1139,6 +1156,7 @@ impl Engine {
                 spans,
                 cap,
                 filled: 0,
+                fault: false,
             });
         }
         if !did {
