@@ -31,8 +31,8 @@
 //! place, so no byte is copied on the way out — on the device for a file in tmpfs (the
 //! only files whose shared pages may be pinned for the device; the file is reopened
 //! read-write for that, and never written), with the software provider for any regular
-//! file. Pipes, terminals and other files are read into
-//! registered buffers; the file offset of stdin ends where `read` would have left it.
+//! file. Pipes, terminals and other files are read into registered buffers; the file
+//! offset of stdin ends where `read` would have left it.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -207,7 +207,7 @@ fn run(args: Args) -> Result<(), Fail> {
     say(format!("provider {:?}", ctx.provider()));
     let mut cat = Cat::new(&ctx, &cq, &qp, &args)?;
     if !args.udp {
-        // Receive buffers before the connection: its first window is all of them.
+        // Receive buffers before the connection, so its first window is open.
         cat.post_receives()?;
     }
     let any = SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0);
