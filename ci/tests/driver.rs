@@ -712,10 +712,10 @@ fn kick_sleeps(props: &[&str]) -> (VmOutcome, Result<u64, String>) {
 /// A kick is a posted write: QEMU's vfio-user client sends BAR writes without waiting for
 /// the device's reply only while no region of the device is mmappable (the doorbells live
 /// in guest RAM for that reason). Seen from the host: a vCPU that waits for qpipd's reply
-/// sleeps once per kick; one that posts its kicks goes on, and its thread hardly sleeps
+/// sleeps for most kicks; one that posts its kicks goes on, and its thread hardly sleeps
 /// while the guest kicks in a loop. The same guest with `x-no-posted-writes` (every BAR
-/// write waits) shows a sleep per kick, so the check can fail. Guest time per kick is
-/// reported for both.
+/// write waits) shows the sleeps, so the check can fail. Guest time per kick is reported
+/// for both.
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn kicks_reach_the_device_as_posted_writes() {
@@ -740,12 +740,15 @@ fn kicks_reach_the_device_as_posted_writes() {
         rep.get("kicks.ns_per_kick"),
         frep.get("kicks.ns_per_kick")
     );
+    // A vCPU that waits for a reply sleeps unless the reply beat it to the wait: seen from
+    // 1330 to 3421 sleeps for 2000 synchronous kicks (fewer on an idle host), against 4 to
+    // 38 for posted ones.
     assert!(
-        forced_sleeps >= KICKS * 9 / 10,
-        "with x-no-posted-writes the vCPU should wait for every kick: {forced_sleeps} sleeps"
+        forced_sleeps >= KICKS / 4,
+        "with x-no-posted-writes the vCPU should wait for most kicks: {forced_sleeps} sleeps"
     );
     assert!(
-        posted_sleeps < KICKS / 4,
+        posted_sleeps < KICKS / 10 && posted_sleeps * 5 < forced_sleeps,
         "the vCPU slept {posted_sleeps} times for {KICKS} kicks: QEMU did not post them, \
          so some region of the device must be mmappable\n{}",
         rep.context()
