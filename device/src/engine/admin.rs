@@ -657,7 +657,7 @@ impl Engine {
         if flush {
             // The producer may have posted after the last scan of its page (the admin queue
             // runs before the doorbell scan): flush up to its latest indices.
-            self.read_qp_doorbell(id);
+            self.read_qp_doorbell(mem, id);
             self.flush_qp(mem, id);
         }
         let Some(qp) = self.objects.qps.remove(&id) else {

@@ -376,7 +376,7 @@ impl Engine {
         // posted (a producer may post a receive and then, elsewhere, the send that fills
         // it): look at its slots again before deciding there is no buffer or no room.
         if qp.rq_head == qp.rq_tail {
-            self.read_qp_doorbell(id);
+            self.read_qp_doorbell(mem, id);
         }
         if self
             .objects
@@ -384,7 +384,7 @@ impl Engine {
             .get(&recv_cq)
             .is_some_and(|c| c.free() == 0)
         {
-            self.read_cq_doorbell(recv_cq);
+            self.read_cq_doorbell(mem, recv_cq);
         }
         let qp = self.objects.qps.get(&id).expect("exists");
         if qp.state != QpState::Ready || qp.rq_head == qp.rq_tail {

@@ -4,7 +4,7 @@
 
 use qpip_abi::admin::{STAT_BAD_DOORBELLS, STAT_CQ_INTERRUPTS, STAT_DOORBELLS};
 use qpip_abi::doorbell;
-use vm_memory::{GuestAddressSpace, GuestMemoryMmap};
+use vm_memory::GuestMemoryMmap;
 
 use super::objects::QpState;
 use super::Engine;
@@ -27,27 +27,27 @@ impl Engine {
         let any = !changed.is_empty();
         for &ctx in &changed {
             self.shared.stats.add(STAT_DOORBELLS, 1);
-            self.scan_context(ctx);
+            self.scan_context(mem, ctx);
         }
         self.scratch_ctxs = changed;
         any
     }
 
-    fn scan_context(&mut self, ctx: u32) {
+    fn scan_context(&mut self, mem: &GuestMemoryMmap, ctx: u32) {
         let Some(c) = self.objects.contexts.get(&ctx) else {
             return;
         };
         let qps: Vec<u32> = c.qp_slots.iter().flatten().copied().collect();
         let cqs: Vec<u32> = c.cq_slots.iter().flatten().copied().collect();
         for id in qps {
-            self.read_qp_doorbell(id);
+            self.read_qp_doorbell(mem, id);
         }
         for id in cqs {
-            self.read_cq_doorbell(id);
+            self.read_cq_doorbell(mem, id);
         }
     }
 
-    pub(super) fn read_qp_doorbell(&mut self, id: u32) {
+    pub(super) fn read_qp_doorbell(&mut self, mem: &GuestMemoryMmap, id: u32) {
         let Some(qp) = self.objects.qps.get(&id) else {
             return;
         };
@@ -55,10 +55,9 @@ impl Engine {
             return;
         };
         let db = Self::qp_db(qp.slot);
-        let mem = self.shared.ram.memory();
         let (Some(sq_tail), Some(rq_tail)) = (
-            page.load(&mem, db + doorbell::DB_QP_SQ_TAIL),
-            page.load(&mem, db + doorbell::DB_QP_RQ_TAIL),
+            page.load(mem, db + doorbell::DB_QP_SQ_TAIL),
+            page.load(mem, db + doorbell::DB_QP_RQ_TAIL),
         ) else {
             return;
         };
@@ -97,7 +96,7 @@ impl Engine {
         }
     }
 
-    pub(super) fn read_cq_doorbell(&mut self, id: u32) {
+    pub(super) fn read_cq_doorbell(&mut self, mem: &GuestMemoryMmap, id: u32) {
         let Some(cq) = self.objects.cqs.get(&id) else {
             return;
         };
@@ -105,15 +104,14 @@ impl Engine {
             return;
         };
         let db = Self::cq_db(cq.slot);
-        let mem = self.shared.ram.memory();
         // The arm first (acquire), then the head: a consumer stores its head before it
         // arms, so a new arm comes with the head that went before it. Read the other way
         // round, an arm could meet a stale head that still counts consumed completions and
         // raise an interrupt for nothing.
-        let Some(arm) = page.load(&mem, db + doorbell::DB_CQ_ARM_SEQ) else {
+        let Some(arm) = page.load(mem, db + doorbell::DB_CQ_ARM_SEQ) else {
             return;
         };
-        let Some(head) = page.load(&mem, db + doorbell::DB_CQ_HEAD) else {
+        let Some(head) = page.load(mem, db + doorbell::DB_CQ_HEAD) else {
             return;
         };
         let cq = self.objects.cqs.get_mut(&id).expect("looked up");

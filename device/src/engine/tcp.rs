@@ -1076,7 +1076,7 @@ impl Engine {
             return Err(ADMIN_STATUS_BAD_STATE);
         }
         // Sends posted before the CLOSE go first.
-        self.read_qp_doorbell(qp);
+        self.read_qp_doorbell(mem, qp);
         self.tcp_take_sends(mem, qp, u32::MAX);
         let t = self.tcp.qps.get_mut(&qp).expect("checked");
         t.close_cmd = Some(cmd);
