@@ -303,14 +303,7 @@ impl Qp {
 
     /// Posts a receive buffer made of `sges` (filled in order), tagged `wr_id`.
     pub fn post_recv(&self, wr_id: u64, sges: &[Sge<'_>]) -> Result<()> {
-        let req = RecvReq {
-            wr_id,
-            gather: Gather::resolve(&self.inner.ctx, sges, self.inner.ctx.limits.max_sge)?,
-        };
-        match &self.inner.imp {
-            QpImpl::Device(q) => q.post_recv(self.inner.ctx.dev(), req),
-            QpImpl::Soft(q) => q.post_recv(req),
-        }
+        self.post_recvs(std::iter::once((wr_id, sges))).map(|_| ())
     }
 
     /// Posts several receive buffers, each `(wr_id, sges)`, in order, as
@@ -343,16 +336,10 @@ impl Qp {
                 Ok(())
             }),
         };
-        match (r, failed) {
-            (Err(e), _) | (Ok(()), Some(e)) => {
-                if posted == 0 {
-                    Err(e)
-                } else {
-                    // Some went: say how many; the caller posts the rest again later.
-                    Ok(posted)
-                }
-            }
-            (Ok(()), None) => Ok(posted),
+        match r.err().or(failed) {
+            Some(e) if posted == 0 => Err(e),
+            // Some went: say how many; the caller posts the rest again later.
+            _ => Ok(posted),
         }
     }
 

@@ -514,11 +514,6 @@ impl Qp {
         Ok(())
     }
 
-    pub(crate) fn post_recv(&self, dev: &Ctx, req: RecvReq) -> Result<()> {
-        let mut posted = 0;
-        self.post_recvs(dev, std::iter::once(req), &mut posted)
-    }
-
     /// Writes every request's WQE, then rings the receive doorbell once for them all.
     /// `posted` counts those written; the first that does not fit ends the batch with its
     /// error (the ones before it are rung).
