@@ -80,39 +80,57 @@ fn median(v: &[Duration]) -> Option<u128> {
 }
 
 impl Samples {
+    /// Names of the figures of a row, in the order [`Samples::figures`] gives them.
+    const NAMES: [&'static str; 9] = [
+        "messages",
+        "ns_per_message",
+        "send_ns",
+        "recv_ns",
+        "kicked_messages",
+        "kicked_ns",
+        "quiet_messages",
+        "quiet_ns",
+        "late",
+    ];
+
+    /// The row's figures: counts as they are, medians (ns) through `median`.
+    fn figures(&self, median_of: impl Fn(&[Duration]) -> String) -> [String; 9] {
+        [
+            self.total.len().to_string(),
+            median_of(&self.total),
+            median_of(&self.send),
+            median_of(&self.recv),
+            self.kicked.len().to_string(),
+            median_of(&self.kicked),
+            self.quiet.len().to_string(),
+            median_of(&self.quiet),
+            self.late.to_string(),
+        ]
+    }
+
     fn json(&self, name: &str) -> String {
-        let m = |v: &[Duration]| median(v).map_or("null".into(), |n| n.to_string());
-        format!(
-            "{{\"test\":\"{name}\",\"messages\":{},\"ns_per_message\":{},\"send_ns\":{},\"recv_ns\":{},\
-             \"kicked_messages\":{},\"kicked_ns\":{},\"quiet_messages\":{},\"quiet_ns\":{},\"late\":{}}}",
-            self.total.len(),
-            m(&self.total),
-            m(&self.send),
-            m(&self.recv),
-            self.kicked.len(),
-            m(&self.kicked),
-            self.quiet.len(),
-            m(&self.quiet),
-            self.late
-        )
+        let f = self.figures(|v| median(v).map_or("null".into(), |n| n.to_string()));
+        let fields: Vec<String> = Self::NAMES
+            .iter()
+            .zip(&f)
+            .map(|(k, v)| format!("\"{k}\":{v}"))
+            .collect();
+        format!("{{\"test\":\"{name}\",{}}}", fields.join(","))
     }
 
     fn row(&self, name: &str) -> String {
-        let m = |v: &[Duration]| median(v).map_or("-".into(), |n| format!("{:.2}", n as f64 / 1e3));
-        format!(
-            "{name:<12} {:>8} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8} {:>10} {:>6}",
-            self.total.len(),
-            m(&self.total),
-            m(&self.send),
-            m(&self.recv),
-            self.kicked.len(),
-            m(&self.kicked),
-            self.quiet.len(),
-            m(&self.quiet),
-            self.late
-        )
+        let f =
+            self.figures(|v| median(v).map_or("-".into(), |n| format!("{:.2}", n as f64 / 1e3)));
+        let mut line = format!("{name:<12}");
+        for (v, w) in f.iter().zip(WIDTHS) {
+            line += &format!(" {v:>w$}");
+        }
+        line
     }
 }
+
+/// Column widths of the table (after the test's name), in the order of [`Samples::NAMES`].
+const WIDTHS: [usize; 9] = [8, 10, 10, 10, 8, 10, 8, 10, 6];
 
 type R<T> = Result<T, String>;
 
@@ -348,9 +366,7 @@ fn run(n: usize, size: usize, json: bool) -> R<()> {
         println!(
             "host overhead per message of {size} bytes (median, µs): the calls only, the transport's work left out"
         );
-        println!(
-            "{:<12} {:>8} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8} {:>10} {:>6}",
-            "test",
+        let heads = [
             "msgs",
             "total",
             "send",
@@ -359,8 +375,13 @@ fn run(n: usize, size: usize, json: bool) -> R<()> {
             "kicked µs",
             "quiet",
             "quiet µs",
-            "late"
-        );
+            "late",
+        ];
+        let mut head = format!("{:<12}", "test");
+        for (h, w) in heads.iter().zip(WIDTHS) {
+            head += &format!(" {h:>w$}");
+        }
+        println!("{head}");
         for (name, s) in &rows {
             println!("{}", s.row(name));
         }
@@ -408,5 +429,39 @@ fn main() -> ExitCode {
             eprintln!("qpip-overhead: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Samples {
+        let us = Duration::from_micros;
+        Samples {
+            total: vec![us(3), us(1), us(2)],
+            send: vec![us(2), us(1), us(1)],
+            recv: vec![us(1), us(0), us(1)],
+            kicked: vec![us(3)],
+            quiet: vec![us(1), us(2)],
+            late: 4,
+        }
+    }
+
+    #[test]
+    fn a_row_as_json_and_as_a_line_of_the_table() {
+        assert_eq!(
+            sample().json("qp-udp"),
+            "{\"test\":\"qp-udp\",\"messages\":3,\"ns_per_message\":2000,\"send_ns\":1000,\
+             \"recv_ns\":1000,\"kicked_messages\":1,\"kicked_ns\":3000,\"quiet_messages\":2,\
+             \"quiet_ns\":2000,\"late\":4}"
+        );
+        assert_eq!(
+            sample().row("qp-udp"),
+            "qp-udp              3       2.00       1.00       1.00        1       3.00        2       2.00      4"
+        );
+        let none = Samples::default();
+        assert!(none.json("x").contains("\"quiet_ns\":null"));
+        assert!(none.row("x").ends_with("         -      0"));
     }
 }
