@@ -913,6 +913,24 @@ fn legend(lines: &[Line]) -> Vec<String> {
     v
 }
 
+/// A block of the terminal's output under the table: a blank line, `title`, the table
+/// `block`, then `legend`, the text wrapped to the block's width (at least 80 columns).
+fn framed(title: &str, block: &str, legend: &[String]) -> String {
+    let width = block
+        .lines()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(80);
+    let mut t = String::from("\n");
+    t += &wrap(title, width);
+    t += block;
+    for l in legend {
+        t += &wrap(l, width);
+    }
+    t
+}
+
 /// Wraps `text` into lines of at most `width` characters (at spaces).
 fn wrap(text: &str, width: usize) -> String {
     let mut out = String::new();
@@ -1094,16 +1112,7 @@ fn host_text(lines: &[Line]) -> String {
     for r in &rows {
         block += &line(r);
     }
-    let width = block
-        .lines()
-        .map(|l| l.chars().count())
-        .max()
-        .unwrap_or(0)
-        .max(80);
-    let mut t = String::from("\n");
-    t += &wrap(&host_title(lines), width);
-    t += &block;
-    t
+    framed(&host_title(lines), &block, &[])
 }
 
 /// The same block as a Markdown table.
@@ -1201,19 +1210,7 @@ fn counter_text(lines: &[Line]) -> String {
     for r in &rows {
         block += &line(r);
     }
-    let width = block
-        .lines()
-        .map(|l| l.chars().count())
-        .max()
-        .unwrap_or(0)
-        .max(80);
-    let mut t = String::from("\n");
-    t += &wrap(&counter_title(lines), width);
-    t += &block;
-    for l in counter_legend() {
-        t += &wrap(&l, width);
-    }
-    t
+    framed(&counter_title(lines), &block, &counter_legend())
 }
 
 /// The same block as a Markdown table.
