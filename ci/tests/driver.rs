@@ -631,31 +631,6 @@ qpip-driver-test events > /tmp/events.out; kv events.status $?
     );
 }
 
-/// The process of this lab run (`run`, its folder, appears in its command line) whose
-/// command line has an argument ending in `program`.
-fn process_of_run(run: &std::path::Path, program: &str) -> Result<u32, String> {
-    let run = run.to_string_lossy().into_owned();
-    for entry in std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))? {
-        let Some(pid) = entry
-            .ok()
-            .and_then(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmdline
-            .split(|&b| b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.iter().any(|a| a.ends_with(program)) && args.iter().any(|a| a.contains(&run)) {
-            return Ok(pid);
-        }
-    }
-    Err(format!("no {program} of the run in {run}"))
-}
-
 /// How often QEMU's vCPU thread (`CPU 0/...`) of process `pid` went to sleep of its own
 /// accord (`voluntary_ctxt_switches`): a vCPU waiting for a device's reply sleeps.
 fn vcpu_sleeps(pid: u32) -> Result<u64, String> {
@@ -692,11 +667,8 @@ fn kick_sleeps(props: &[&str]) -> (VmOutcome, Result<u64, String>) {
         network: Network::Off,
     };
     let out = run_lab(&spec, &mut |_, _, _| {}, |host| -> Result<u64, String> {
-        let run = host
-            .shared_dir()
-            .parent()
-            .ok_or("the shared folder has no parent")?;
-        let pid = process_of_run(run, "qemu-system-x86_64")?;
+        // The lab's first process of the guest is its QEMU.
+        let pid = *host.pids(0).first().ok_or("the lab started no QEMU")?;
         let before = vcpu_sleeps(pid)?;
         host.signal("go").map_err(|e| format!("signal go: {e}"))?;
         host.wait_for("kicked", std::time::Duration::from_secs(180))?;

@@ -205,11 +205,8 @@ impl SyncGuest {
         let page = self.db_pages[ctx as usize];
         self.write(page + off as u64, &value.to_le_bytes());
         let cc = page + DB_CHANGE_COUNT as u64;
-        let mut b = [0u8; 4];
-        // SAFETY: ptr checks the range; the engine runs on this thread, so nothing else
-        // touches the bytes meanwhile.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr(cc, 4), b.as_mut_ptr(), 4) };
-        self.write(cc, &u32::from_le_bytes(b).wrapping_add(1).to_le_bytes());
+        let count: u32 = self.read_obj(cc);
+        self.write(cc, &count.wrapping_add(1).to_le_bytes());
     }
 
     /// CREATE_CTX with a fresh page of guest RAM as the context's doorbell page.
