@@ -661,7 +661,7 @@ lab-wait a-done 900
             guest("b", b_script, 1500, &[]),
         ],
         |host| -> Result<String, String> {
-            // Random loss in the kernel's bridge (DESIGN §3: tc netem is missing here).
+            // Random loss in the kernel's bridge (tc netem is missing from these hosts' kernels).
             host.sh("nft add table bridge e2e && \
                  nft add chain bridge e2e lossy '{ type filter hook forward priority 0; }' && \
                  nft add rule bridge e2e lossy numgen random mod 100 '<' 3 counter drop")?;
