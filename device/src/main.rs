@@ -80,7 +80,8 @@ struct Args {
     /// The longest the engine keeps polling doorbells and the link after its last work
     /// before it sleeps, in microseconds: the budget adapts below this to the gaps in the
     /// traffic (0: never poll). Longer: lower latency for steady traffic, more CPU.
-    #[arg(long, value_name = "US", default_value_t = 200)]
+    #[arg(long, value_name = "US",
+          default_value_t = EngineConfig::default().idle_poll.as_micros() as u64)]
     idle_poll_us: u64,
 
     /// More log output (-v: debug, -vv: trace). RUST_LOG overrides.

@@ -1228,6 +1228,42 @@ fn table_demultiplexes_listens_and_runs_timers_from_a_heap() {
 }
 
 #[test]
+fn the_tables_next_deadline_is_exact_when_timers_are_cancelled() {
+    // An engine sleeps until the table's next deadline: an entry left in the heap by a
+    // connection that went away or whose timer was cancelled must not wake it.
+    let t0 = Instant::now();
+    let mut table: ConnectionTable<u32> = ConnectionTable::new(IsnGenerator::new([1; 16], t0));
+    let a = table
+        .connect(tuple(LOCAL, 2000, REMOTE, 443), t0, &cfg(), 1)
+        .unwrap();
+    let b = table
+        .connect(tuple(LOCAL, 2001, REMOTE, 443), t0 + ms(10), &cfg(), 2)
+        .unwrap();
+    for (i, t) in [(a, t0), (b, t0 + ms(10))] {
+        let e = table.get_mut(i).unwrap();
+        assert_eq!(e.conn.transmit_all(t, &mut tcp::NoData).len(), 1);
+        table.update(i);
+    }
+    assert_eq!(table.next_deadline(), Some(t0 + Duration::from_secs(1)));
+    // a goes away: b's retransmission is next.
+    table.remove(a).unwrap();
+    assert_eq!(
+        table.next_deadline(),
+        Some(t0 + ms(10) + Duration::from_secs(1))
+    );
+    // b aborts: its timers are cancelled, nothing is due.
+    table.get_mut(b).unwrap().conn.abort();
+    let _ = table
+        .get_mut(b)
+        .unwrap()
+        .conn
+        .transmit_all(t0, &mut tcp::NoData);
+    table.update(b);
+    assert_eq!(table.next_deadline(), None);
+    assert_eq!(table.pop_expired(t0 + Duration::from_secs(5)), None);
+}
+
+#[test]
 fn reset_for_segments_without_a_connection() {
     // RFC 9293 §3.10.7.1: with ACK, <SEQ=SEG.ACK><CTL=RST>; without, <SEQ=0>
     // <ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>; never for a reset.

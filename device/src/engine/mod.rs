@@ -79,7 +79,7 @@ impl Default for EngineConfig {
         EngineConfig {
             mac: DEFAULT_MAC,
             addrs: Vec::new(),
-            idle_poll: Duration::from_micros(200),
+            idle_poll: Duration::from_micros(500),
             network: None,
             tcp_limits: tcp::TcpLimits::default(),
         }
@@ -449,15 +449,29 @@ impl Engine {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let timeout_ms = match deadline {
-            Some(t) => t
-                .saturating_duration_since(Instant::now())
-                .as_millis()
-                .min(i32::MAX as u128) as i32,
-            None => -1,
+        // To the microsecond, not poll(2)'s millisecond: a timer due in 0.9 ms would
+        // otherwise be a zero timeout, and the engine would spin in and out of "sleep"
+        // (flag stores, a system call) until it came due.
+        let timeout = deadline.map(|t| {
+            let d = t.saturating_duration_since(Instant::now());
+            libc::timespec {
+                tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
+                tv_nsec: d.subsec_nanos() as libc::c_long,
+            }
+        });
+        let timeout_ptr = timeout
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: `fds` is a valid array of pollfd and `timeout_ptr` null or a valid
+        // timespec for the duration of the call; no signal mask is given.
+        let r = unsafe {
+            libc::ppoll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                timeout_ptr,
+                std::ptr::null(),
+            )
         };
-        // SAFETY: `fds` is a valid array of pollfd for the duration of the call.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
         if r < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() != std::io::ErrorKind::Interrupted {

@@ -651,7 +651,7 @@ impl Tcp {
     }
 
     /// When the table's next timer is due.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub fn next_deadline(&mut self) -> Option<Instant> {
         self.table.next_deadline()
     }
 

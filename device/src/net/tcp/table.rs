@@ -476,10 +476,33 @@ impl<T> ConnectionTable<T> {
         None
     }
 
-    /// When [`ConnectionTable::pop_expired`] may next return something (possibly early:
-    /// deadlines that moved later are found out then).
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.timers.peek().map(|Reverse((t, _, _))| *t)
+    /// When [`ConnectionTable::pop_expired`] next returns something. Entries a connection
+    /// has moved later (a delayed ACK sent early with data, an RTO re-armed by an ACK) or
+    /// left behind (closed) are settled first, so the answer is exact: an engine that
+    /// sleeps until it is not woken for a timer that has nothing to do. Amortised
+    /// O(log n): every entry settled was pushed once.
+    pub fn next_deadline(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((t, index, gen))) = self.timers.peek() {
+            let id = ConnId { index, gen };
+            // Where this connection's entry belongs now, if anywhere.
+            let settled = match self.get_mut(id) {
+                // Gone, or superseded by an earlier entry: drop it.
+                None => None,
+                Some(e) if e.heap_at != Some(t) => None,
+                Some(e) => match e.conn.next_deadline() {
+                    Some(d) if d <= t => return Some(t),
+                    d => {
+                        e.heap_at = d;
+                        d
+                    }
+                },
+            };
+            self.timers.pop();
+            if let Some(d) = settled {
+                self.timers.push(Reverse((d, index, gen)));
+            }
+        }
+        None
     }
 
     /// Demultiplexes a received segment (parsed and checksum-verified): to its
