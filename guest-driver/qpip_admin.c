@@ -129,6 +129,21 @@ static void qpip_aer_done(struct qpip_dev *qdev, struct qpip_cmd *c)
 	mod_delayed_work(system_wq, &a->aer_work, 0);
 }
 
+/*
+ * @c completed (its completion or error recorded, the admin lock held): wake its waiter,
+ * or turn it into its context's event, or hand on the asynchronous event it brought.
+ */
+static void qpip_cmd_done(struct qpip_dev *qdev, struct qpip_cmd *c)
+{
+	c->done = true;
+	if (c->async_event)
+		qpip_aer_done(qdev, c);
+	else if (c->async)
+		qpip_async_done(c);
+	else
+		complete(&c->completion);
+}
+
 /* Takes every new completion off the ring. Admin lock held. */
 static void qpip_admin_reap(struct qpip_dev *qdev)
 {
@@ -160,13 +175,7 @@ static void qpip_admin_reap(struct qpip_dev *qdev)
 		if ((s32)(c->seq + 1 - a->sq_read) > 0)
 			a->sq_read = c->seq + 1;
 		c->cqe = cqe;
-		c->done = true;
-		if (c->async_event)
-			qpip_aer_done(qdev, c);
-		else if (c->async)
-			qpip_async_done(c);
-		else
-			complete(&c->completion);
+		qpip_cmd_done(qdev, c);
 	}
 	if (a->head != start) {
 		/* Release the slots: the device stops taking commands while the ring is full. */
@@ -337,13 +346,7 @@ void qpip_admin_stop(struct qpip_dev *qdev)
 	hash_for_each_safe(a->pending, bkt, tmp, c, node) {
 		hash_del(&c->node);
 		c->err = -ENODEV;
-		c->done = true;
-		if (c->async_event)
-			qpip_aer_done(qdev, c);
-		else if (c->async)
-			qpip_async_done(c);
-		else
-			complete(&c->completion);
+		qpip_cmd_done(qdev, c);
 	}
 	spin_unlock_irqrestore(&a->lock, flags);
 	wake_up_all(&a->space);
