@@ -242,16 +242,85 @@ void qpip_admin_detach_ctx(struct qpip_dev *qdev, struct qpip_ctx *ctx);
 int qpip_status_errno(u16 status);
 void qpip_cmd_init(struct qpip_admin_cmd *cmd, u16 opcode, u32 ctx, u32 handle,
 		   const void *body, size_t len);
+void qpip_admin_start_events(struct qpip_dev *qdev);
+void qpip_admin_stop_events(struct qpip_dev *qdev);
+
+/* qpip_cmd.c: the admin commands, typed */
+
+/* CREATE_CQ: a ring of @depth CQEs in @npages pages, interrupting on MSI-X @vector. */
+struct qpip_cq_params {
+	const dma_addr_t *pages;	/* DMA address of each page of the ring */
+	unsigned int npages;
+	u32 depth;
+	u32 vector;
+};
+
+struct qpip_cq_result {
+	u32 handle;
+	u32 db_slot;			/* its slot in the context's doorbell page */
+};
+
+/* CREATE_QP: a send and a receive ring, the CQs their completions go to. */
+struct qpip_qp_params {
+	const dma_addr_t *sq_pages;
+	unsigned int sq_npages;
+	u32 sq_depth;
+	const dma_addr_t *rq_pages;
+	unsigned int rq_npages;
+	u32 rq_depth;
+	u32 send_cq;
+	u32 recv_cq;
+	u8 qp_type;
+	u8 framing;
+};
+
+struct qpip_qp_result {
+	u32 handle;
+	u32 db_slot;
+};
+
+/* REG_MR: the pages of @length bytes at @iova of the process, @first_page_offset in. */
+struct qpip_mr_params {
+	const dma_addr_t *pages;
+	unsigned long npages;
+	u64 iova;
+	u64 length;
+	u32 first_page_offset;
+	u32 access;			/* QPIP_MR_ACCESS_* */
+};
+
+struct qpip_mr_result {
+	u32 lkey;
+	u32 rkey;
+};
+
+int qpip_cmd_create_ctx(struct qpip_dev *qdev, dma_addr_t doorbell_page, u32 *ctx);
+int qpip_cmd_destroy_ctx(struct qpip_dev *qdev, u32 ctx);
+int qpip_cmd_create_cq(struct qpip_dev *qdev, u32 ctx, const struct qpip_cq_params *p,
+		       struct qpip_cq_result *res);
+int qpip_cmd_destroy_cq(struct qpip_dev *qdev, u32 ctx, u32 handle);
+int qpip_cmd_create_qp(struct qpip_dev *qdev, u32 ctx, const struct qpip_qp_params *p,
+		       struct qpip_qp_result *res);
+int qpip_cmd_destroy_qp(struct qpip_dev *qdev, u32 ctx, u32 handle);
+int qpip_cmd_reg_mr(struct qpip_dev *qdev, u32 ctx, const struct qpip_mr_params *p,
+		    struct qpip_mr_result *res);
+int qpip_cmd_dereg_mr(struct qpip_dev *qdev, u32 ctx, u32 lkey);
+int qpip_cmd_bind(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 *port);
+int qpip_cmd_listen(struct qpip_dev *qdev, u32 ctx, const u8 *addr, u16 port, u32 backlog,
+		    u32 *handle);
+int qpip_cmd_destroy_listener(struct qpip_dev *qdev, u32 ctx, u32 handle);
+int qpip_cmd_accept(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 listener, u32 qp);
+int qpip_cmd_connect(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp,
+		     const u8 *addr, u16 port);
+int qpip_cmd_close(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp);
 int qpip_query_device(struct qpip_dev *qdev, struct qpip_device_info *info);
 int qpip_query_stats(struct qpip_dev *qdev, u64 *counters);
 int qpip_list_addrs(struct qpip_dev *qdev, struct qpip_addr_list *list);
-void qpip_admin_start_events(struct qpip_dev *qdev);
-void qpip_admin_stop_events(struct qpip_dev *qdev);
 int qpip_set_mac(struct qpip_dev *qdev, const u8 *mac);
 int qpip_change_addr(struct qpip_dev *qdev, bool add, const u8 *addr, u8 prefix_len);
 int qpip_restore_config(struct qpip_dev *qdev);
 
-/* qpip_ctx.c */
+/* Contexts: qpip_ctx.c, qpip_event.c, qpip_mem.c (their own declarations: qpip_ctx.h) */
 extern const struct file_operations qpip_fops;
 void qpip_contexts_revoke(struct qpip_dev *qdev);
 void qpip_ctx_post_event(struct qpip_ctx *ctx, struct qpip_cmd *c);

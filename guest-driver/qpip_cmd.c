@@ -1,0 +1,433 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * qpip: the admin commands, one function each — typed arguments in, typed results out,
+ * the device's status as an errno — so that no other part of the driver builds a raw
+ * command or reads a completion's result words.
+ *
+ * Object commands act in a device context (@ctx, its id) and name their object by its
+ * handle. Commands that complete later (accept, connect, close) are submitted with the
+ * qpip_cmd whose completion becomes the context's event. Every command here runs with
+ * qdev->lock held for reading (or for writing, during a reset).
+ */
+#include <linux/dma-mapping.h>
+#include <linux/errno.h>
+#include <linux/etherdevice.h>
+#include <linux/string.h>
+
+#include "qpip.h"
+
+/* A command without arguments or results: the destroys. */
+static int qpip_cmd_simple(struct qpip_dev *qdev, u16 opcode, u32 ctx, u32 handle)
+{
+	struct qpip_admin_cmd cmd;
+
+	qpip_cmd_init(&cmd, opcode, ctx, handle, NULL, 0);
+	return qpip_admin_run(qdev, &cmd, NULL);
+}
+
+/* A page list the device reads during one command: u64 page addresses, contiguous. */
+struct qpip_page_list {
+	u64 *entries;
+	dma_addr_t dma;
+	size_t size;
+};
+
+static int qpip_page_list_alloc(struct qpip_dev *qdev, struct qpip_page_list *pl,
+				const dma_addr_t *pages, unsigned long n)
+{
+	unsigned long i;
+
+	pl->size = n * sizeof(u64);
+	pl->entries = dma_alloc_coherent(&qdev->pdev->dev, pl->size, &pl->dma, GFP_KERNEL);
+	if (!pl->entries)
+		return -ENOMEM;
+	for (i = 0; i < n; i++)
+		pl->entries[i] = pages[i];
+	return 0;
+}
+
+static void qpip_page_list_free(struct qpip_dev *qdev, struct qpip_page_list *pl)
+{
+	if (pl->entries)
+		dma_free_coherent(&qdev->pdev->dev, pl->size, pl->entries, pl->dma);
+	pl->entries = NULL;
+}
+
+/* A page list argument: the pages it lists, and the field of the arguments that names it. */
+struct qpip_list_arg {
+	u64 *field;
+	const dma_addr_t *pages;
+	unsigned long npages;
+};
+
+#define QPIP_MAX_LIST_ARGS 2
+
+/*
+ * Runs a command that takes page lists (CREATE_CQ, CREATE_QP, REG_MR): the lists exist
+ * only while the device reads them, during the command. The completion in @cqe.
+ */
+static int qpip_run_with_lists(struct qpip_dev *qdev, u16 opcode, u32 ctx, void *args,
+			       size_t len, const struct qpip_list_arg *lists, unsigned int n,
+			       struct qpip_admin_cqe *cqe)
+{
+	struct qpip_page_list pl[QPIP_MAX_LIST_ARGS] = {};
+	struct qpip_admin_cmd cmd;
+	unsigned int i;
+	int ret = 0;
+
+	if (WARN_ON(n > ARRAY_SIZE(pl)))
+		return -EINVAL;
+	for (i = 0; !ret && i < n; i++) {
+		ret = qpip_page_list_alloc(qdev, &pl[i], lists[i].pages, lists[i].npages);
+		if (!ret)
+			*lists[i].field = pl[i].dma;
+	}
+	if (!ret) {
+		qpip_cmd_init(&cmd, opcode, ctx, 0, args, len);
+		ret = qpip_admin_run(qdev, &cmd, cqe);
+	}
+	for (i = 0; i < n; i++)
+		qpip_page_list_free(qdev, &pl[i]);
+	return ret;
+}
+
+/* ---- contexts ---- */
+
+/* A context whose doorbell page is @doorbell_page; its id in @ctx. */
+int qpip_cmd_create_ctx(struct qpip_dev *qdev, dma_addr_t doorbell_page, u32 *ctx)
+{
+	struct qpip_create_ctx_args args = {};
+	struct qpip_admin_cqe cqe;
+	struct qpip_admin_cmd cmd;
+	int ret;
+
+	args.doorbell_page = doorbell_page;
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_CREATE_CTX, 0, 0, &args, sizeof(args));
+	ret = qpip_admin_run(qdev, &cmd, &cqe);
+	if (!ret)
+		*ctx = cqe.result0;
+	return ret;
+}
+
+/* The context and every object in it: the device stops using all of its memory. */
+int qpip_cmd_destroy_ctx(struct qpip_dev *qdev, u32 ctx)
+{
+	return qpip_cmd_simple(qdev, QPIP_ADMIN_OP_DESTROY_CTX, ctx, 0);
+}
+
+/* ---- completion queues ---- */
+
+int qpip_cmd_create_cq(struct qpip_dev *qdev, u32 ctx, const struct qpip_cq_params *p,
+		       struct qpip_cq_result *res)
+{
+	struct qpip_create_cq_args args = {};
+	const struct qpip_list_arg list = { &args.page_list, p->pages, p->npages };
+	struct qpip_admin_cqe cqe;
+	int ret;
+
+	args.npages = p->npages;
+	args.depth = p->depth;
+	args.vector = p->vector;
+	ret = qpip_run_with_lists(qdev, QPIP_ADMIN_OP_CREATE_CQ, ctx, &args, sizeof(args),
+				  &list, 1, &cqe);
+	if (ret)
+		return ret;
+	res->handle = cqe.result0;
+	res->db_slot = cqe.result1;
+	return 0;
+}
+
+int qpip_cmd_destroy_cq(struct qpip_dev *qdev, u32 ctx, u32 handle)
+{
+	return qpip_cmd_simple(qdev, QPIP_ADMIN_OP_DESTROY_CQ, ctx, handle);
+}
+
+/* ---- queue pairs ---- */
+
+int qpip_cmd_create_qp(struct qpip_dev *qdev, u32 ctx, const struct qpip_qp_params *p,
+		       struct qpip_qp_result *res)
+{
+	struct qpip_create_qp_args args = {};
+	const struct qpip_list_arg lists[] = {
+		{ &args.sq_page_list, p->sq_pages, p->sq_npages },
+		{ &args.rq_page_list, p->rq_pages, p->rq_npages },
+	};
+	struct qpip_admin_cqe cqe;
+	int ret;
+
+	args.send_cq = p->send_cq;
+	args.recv_cq = p->recv_cq;
+	args.sq_depth = p->sq_depth;
+	args.rq_depth = p->rq_depth;
+	args.sq_npages = p->sq_npages;
+	args.rq_npages = p->rq_npages;
+	args.qp_type = p->qp_type;
+	args.framing = p->framing;
+	ret = qpip_run_with_lists(qdev, QPIP_ADMIN_OP_CREATE_QP, ctx, &args, sizeof(args),
+				  lists, ARRAY_SIZE(lists), &cqe);
+	if (ret)
+		return ret;
+	res->handle = cqe.result0;
+	res->db_slot = cqe.result1;
+	return 0;
+}
+
+int qpip_cmd_destroy_qp(struct qpip_dev *qdev, u32 ctx, u32 handle)
+{
+	return qpip_cmd_simple(qdev, QPIP_ADMIN_OP_DESTROY_QP, ctx, handle);
+}
+
+/* ---- memory regions ---- */
+
+int qpip_cmd_reg_mr(struct qpip_dev *qdev, u32 ctx, const struct qpip_mr_params *p,
+		    struct qpip_mr_result *res)
+{
+	struct qpip_reg_mr_args args = {};
+	const struct qpip_list_arg list = { &args.page_list, p->pages, p->npages };
+	struct qpip_admin_cqe cqe;
+	int ret;
+
+	args.iova = p->iova;
+	args.length = p->length;
+	args.npages = p->npages;
+	args.first_page_offset = p->first_page_offset;
+	args.access = p->access;
+	ret = qpip_run_with_lists(qdev, QPIP_ADMIN_OP_REG_MR, ctx, &args, sizeof(args),
+				  &list, 1, &cqe);
+	if (ret)
+		return ret;
+	res->lkey = cqe.result0;
+	res->rkey = cqe.result1;
+	return 0;
+}
+
+int qpip_cmd_dereg_mr(struct qpip_dev *qdev, u32 ctx, u32 lkey)
+{
+	return qpip_cmd_simple(qdev, QPIP_ADMIN_OP_DEREG_MR, ctx, lkey);
+}
+
+/* ---- connections ---- */
+
+/* Binds @qp to @addr and *@port (0: an ephemeral one); the port bound in *@port. */
+int qpip_cmd_bind(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 *port)
+{
+	struct qpip_bind_args args = {};
+	struct qpip_admin_cqe cqe;
+	struct qpip_admin_cmd cmd;
+	int ret;
+
+	memcpy(args.addr, addr, sizeof(args.addr));
+	args.port = *port;
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_BIND, ctx, qp, &args, sizeof(args));
+	ret = qpip_admin_run(qdev, &cmd, &cqe);
+	if (!ret)
+		*port = cqe.result0;
+	return ret;
+}
+
+/* A listener on @addr and @port; its handle in @handle. */
+int qpip_cmd_listen(struct qpip_dev *qdev, u32 ctx, const u8 *addr, u16 port, u32 backlog,
+		    u32 *handle)
+{
+	struct qpip_listen_args args = {};
+	struct qpip_admin_cqe cqe;
+	struct qpip_admin_cmd cmd;
+	int ret;
+
+	memcpy(args.addr, addr, sizeof(args.addr));
+	args.port = port;
+	args.backlog = backlog;
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_LISTEN, ctx, 0, &args, sizeof(args));
+	ret = qpip_admin_run(qdev, &cmd, &cqe);
+	if (!ret)
+		*handle = cqe.result0;
+	return ret;
+}
+
+int qpip_cmd_destroy_listener(struct qpip_dev *qdev, u32 ctx, u32 handle)
+{
+	return qpip_cmd_simple(qdev, QPIP_ADMIN_OP_DESTROY_LISTENER, ctx, handle);
+}
+
+/*
+ * Accept, connect and close complete when their network work is done: @c (see
+ * qpip_admin_submit_async) becomes the context's event then. On success @c belongs to the
+ * admin queue.
+ */
+int qpip_cmd_accept(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 listener, u32 qp)
+{
+	struct qpip_accept_args args = {};
+	struct qpip_admin_cmd cmd;
+
+	args.qp = qp;
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_ACCEPT, ctx, listener, &args, sizeof(args));
+	return qpip_admin_submit_async(qdev, c, &cmd);
+}
+
+int qpip_cmd_connect(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp,
+		     const u8 *addr, u16 port)
+{
+	struct qpip_connect_args args = {};
+	struct qpip_admin_cmd cmd;
+
+	memcpy(args.addr, addr, sizeof(args.addr));
+	args.port = port;
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_CONNECT, ctx, qp, &args, sizeof(args));
+	return qpip_admin_submit_async(qdev, c, &cmd);
+}
+
+int qpip_cmd_close(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp)
+{
+	struct qpip_admin_cmd cmd;
+
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_CLOSE, ctx, qp, NULL, 0);
+	return qpip_admin_submit_async(qdev, c, &cmd);
+}
+
+/* ---- the device as a whole ---- */
+
+/* QUERY_DEVICE, QUERY_STATS and LIST_ADDRS write into a DMA buffer of ours. */
+static int qpip_query(struct qpip_dev *qdev, u16 opcode, void *out, size_t len)
+{
+	struct device *dev = &qdev->pdev->dev;
+	struct qpip_query_args args = {};
+	struct qpip_admin_cmd cmd;
+	dma_addr_t dma;
+	void *buf;
+	int ret;
+
+	/* A coherent buffer is page aligned, so it is 8-byte aligned and crosses no page. */
+	buf = dma_alloc_coherent(dev, len, &dma, GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	args.buf = dma;
+	args.len = len;
+	qpip_cmd_init(&cmd, opcode, 0, 0, &args, sizeof(args));
+	ret = qpip_admin_run(qdev, &cmd, NULL);
+	if (!ret)
+		memcpy(out, buf, len);
+	dma_free_coherent(dev, len, buf, dma);
+	return ret;
+}
+
+int qpip_query_device(struct qpip_dev *qdev, struct qpip_device_info *info)
+{
+	return qpip_query(qdev, QPIP_ADMIN_OP_QUERY_DEVICE, info, sizeof(*info));
+}
+
+int qpip_query_stats(struct qpip_dev *qdev, u64 *counters)
+{
+	return qpip_query(qdev, QPIP_ADMIN_OP_QUERY_STATS, counters,
+			  sizeof(struct qpip_stats));
+}
+
+/* The device's addresses: the link-local one first, then the configured ones. */
+int qpip_list_addrs(struct qpip_dev *qdev, struct qpip_addr_list *list)
+{
+	int ret;
+
+	ret = qpip_query(qdev, QPIP_ADMIN_OP_LIST_ADDRS, list, sizeof(*list));
+	if (!ret && list->count > ARRAY_SIZE(list->entries))
+		ret = -EIO;
+	return ret;
+}
+
+static int qpip_cmd_set_mac(struct qpip_dev *qdev, const u8 *mac)
+{
+	struct qpip_set_mac_args args = {};
+	struct qpip_admin_cmd cmd;
+
+	memcpy(args.mac, mac, ETH_ALEN);
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_SET_MAC, 0, 0, &args, sizeof(args));
+	return qpip_admin_run(qdev, &cmd, NULL);
+}
+
+/* ADD_ADDR, or DEL_ADDR (which takes no prefix length). */
+static int qpip_cmd_addr(struct qpip_dev *qdev, bool add, const u8 *addr, u8 prefix_len)
+{
+	struct qpip_addr_args args = {};
+	struct qpip_admin_cmd cmd;
+
+	memcpy(args.addr, addr, 16);
+	args.prefix_len = add ? prefix_len : 0;
+	qpip_cmd_init(&cmd, add ? QPIP_ADMIN_OP_ADD_ADDR : QPIP_ADMIN_OP_DEL_ADDR, 0, 0,
+		      &args, sizeof(args));
+	return qpip_admin_run(qdev, &cmd, NULL);
+}
+
+/* Caller holds qdev->lock for reading (or writing, during a reset). */
+int qpip_set_mac(struct qpip_dev *qdev, const u8 *mac)
+{
+	int ret;
+
+	if (!is_valid_ether_addr(mac))
+		return -EINVAL;
+	mutex_lock(&qdev->cfg_lock);
+	ret = qpip_cmd_set_mac(qdev, mac);
+	if (!ret) {
+		memcpy(qdev->info.mac, mac, ETH_ALEN);
+		qdev->mac_set = true;
+	}
+	mutex_unlock(&qdev->cfg_lock);
+	return ret;
+}
+
+static int qpip_find_addr(struct qpip_dev *qdev, const u8 *addr)
+{
+	unsigned int i;
+
+	for (i = 0; i < qdev->naddrs; i++)
+		if (!memcmp(qdev->addrs[i].addr, addr, 16))
+			return i;
+	return -1;
+}
+
+/* ADD_ADDR / DEL_ADDR, keeping the driver's list of addresses (for sysfs and resets). */
+int qpip_change_addr(struct qpip_dev *qdev, bool add, const u8 *addr, u8 prefix_len)
+{
+	int ret, i;
+
+	if (add && (prefix_len < 1 || prefix_len > 128))
+		return -EINVAL;
+	mutex_lock(&qdev->cfg_lock);
+	ret = qpip_cmd_addr(qdev, add, addr, prefix_len);
+	if (!ret) {
+		i = qpip_find_addr(qdev, addr);
+		if (add && i < 0 && qdev->naddrs < ARRAY_SIZE(qdev->addrs)) {
+			memcpy(qdev->addrs[qdev->naddrs].addr, addr, 16);
+			qdev->addrs[qdev->naddrs].prefix_len = prefix_len;
+			qdev->naddrs++;
+		} else if (!add && i >= 0) {
+			qdev->addrs[i] = qdev->addrs[--qdev->naddrs];
+		}
+	}
+	mutex_unlock(&qdev->cfg_lock);
+	return ret;
+}
+
+/*
+ * After a reset the device has forgotten what was configured through the driver: give it
+ * back the MAC and the addresses, and read what it reports now.
+ */
+int qpip_restore_config(struct qpip_dev *qdev)
+{
+	struct qpip_device_info info;
+	unsigned int i;
+	int ret = 0;
+
+	mutex_lock(&qdev->cfg_lock);
+	if (qdev->mac_set)
+		ret = qpip_cmd_set_mac(qdev, qdev->info.mac);
+	for (i = 0; !ret && i < qdev->naddrs; i++) {
+		ret = qpip_cmd_addr(qdev, true, qdev->addrs[i].addr, qdev->addrs[i].prefix_len);
+		/* Addresses the device was started with are there again already. */
+		if (ret == -EADDRINUSE)
+			ret = 0;
+	}
+	if (!ret)
+		ret = qpip_query_device(qdev, &info);
+	if (!ret)
+		qdev->info = info;
+	mutex_unlock(&qdev->cfg_lock);
+	return ret;
+}

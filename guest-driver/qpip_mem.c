@@ -1,0 +1,321 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * qpip: memory the device reaches on its own — rings, registered regions — and the
+ * completion vectors the CQ rings interrupt on.
+ *
+ * Ring memory is ordinary pages, mapped for the device one page at a time (the device takes
+ * page lists, so nothing needs to be contiguous) and into the process with vm_insert_pages,
+ * which takes a reference on each page: a process that keeps a ring mapped after destroying
+ * its object keeps harmless memory, never freed memory. Registered regions are the
+ * process's own pages, pinned long-term. What the driver frees of each object once the
+ * device no longer uses it (on destroy, or at release) is here too.
+ */
+#include <linux/capability.h>
+#include <linux/dma-mapping.h>
+#include <linux/eventfd.h>
+#include <linux/mm.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/signal.h>
+#include <linux/slab.h>
+
+#include "qpip_ctx.h"
+
+/* The device's pages are 4 KiB; so must ours be, for rings and page lists alike. */
+static_assert(PAGE_SIZE == QPIP_DOORBELL_PAGE_SIZE);
+
+/* ---- locked memory ---- */
+
+/*
+ * Memory the device may access at any time is locked memory: registered regions (pinned
+ * user pages) and rings (pages the driver allocates for the process) alike. Both count in
+ * the creating process's pinned_vm against RLIMIT_MEMLOCK, unless it has CAP_IPC_LOCK.
+ */
+static int qpip_lock_account(struct mm_struct **mmp, unsigned long npages)
+{
+	struct mm_struct *mm = current->mm;
+	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+
+	if (!mm)
+		return -EFAULT;
+	if (atomic64_add_return(npages, &mm->pinned_vm) > limit && !capable(CAP_IPC_LOCK)) {
+		atomic64_sub(npages, &mm->pinned_vm);
+		return -ENOMEM;
+	}
+	mmgrab(mm);
+	*mmp = mm;
+	return 0;
+}
+
+static void qpip_lock_unaccount(struct mm_struct **mmp, unsigned long npages)
+{
+	if (!*mmp)
+		return;
+	atomic64_sub(npages, &(*mmp)->pinned_vm);
+	mmdrop(*mmp);
+	*mmp = NULL;
+}
+
+/* ---- rings ---- */
+
+void qpip_ring_release(struct kref *ref)
+{
+	struct qpip_ring *r = container_of(ref, struct qpip_ring, ref);
+	unsigned int i;
+
+	for (i = 0; r->pages && i < r->npages; i++)
+		if (r->pages[i])
+			put_page(r->pages[i]);
+	kvfree(r->pages);
+	kvfree(r->dma);
+	kfree(r);
+}
+
+/*
+ * Zeroed pages for @bytes of ring, mapped for the device. No IOMMU and x86 caches are
+ * coherent with DMA, so the streaming mapping is the page's physical address and the
+ * device and the process share the page directly.
+ */
+struct qpip_ring *qpip_ring_alloc(struct qpip_dev *qdev, size_t bytes)
+{
+	struct qpip_ring *r;
+	unsigned int i;
+	int ret;
+
+	r = kzalloc(sizeof(*r), GFP_KERNEL);
+	if (!r)
+		return ERR_PTR(-ENOMEM);
+	kref_init(&r->ref);
+	r->dma_dev = &qdev->pdev->dev;
+	r->npages = DIV_ROUND_UP(bytes, PAGE_SIZE);
+	ret = qpip_lock_account(&r->mm, r->npages);
+	if (ret)
+		goto err;
+	ret = -ENOMEM;
+	r->pages = kvcalloc(r->npages, sizeof(*r->pages), GFP_KERNEL);
+	r->dma = kvcalloc(r->npages, sizeof(*r->dma), GFP_KERNEL);
+	if (!r->pages || !r->dma)
+		goto err;
+	for (i = 0; i < r->npages; i++) {
+		r->pages[i] = alloc_page(GFP_KERNEL_ACCOUNT | __GFP_ZERO);
+		if (!r->pages[i])
+			goto err;
+		r->dma[i] = dma_map_page(r->dma_dev, r->pages[i], 0, PAGE_SIZE,
+					 DMA_BIDIRECTIONAL);
+		if (dma_mapping_error(r->dma_dev, r->dma[i]))
+			goto err;
+		r->mapped++;
+	}
+	return r;
+err:
+	for (i = 0; i < r->mapped; i++)
+		dma_unmap_page(r->dma_dev, r->dma[i], PAGE_SIZE, DMA_BIDIRECTIONAL);
+	qpip_lock_unaccount(&r->mm, r->npages);
+	kref_put(&r->ref, qpip_ring_release);
+	return ERR_PTR(ret);
+}
+
+/*
+ * Gives @r an mmap offset in @ctx. Offsets come from one counter of the device, so an
+ * offset seen in another context names nothing in this one.
+ */
+int qpip_ring_publish(struct qpip_ctx *ctx, struct qpip_ring *r)
+{
+	int ret = 0;
+	u32 id;
+
+	do {
+		id = atomic_inc_return(&ctx->qdev->next_cookie);
+		if (id < QPIP_MMAP_FIRST_RING)
+			continue;
+		ret = xa_insert(&ctx->rings, id, r, GFP_KERNEL);
+		if (!ret)
+			r->cookie = id;
+	} while (id < QPIP_MMAP_FIRST_RING || ret == -EBUSY);
+	return ret;
+}
+
+/*
+ * The device no longer uses @r (its object was destroyed, or the context): unmap it for DMA
+ * and drop the object's reference. With @leak the device may still write it: keep it all.
+ */
+void qpip_ring_put(struct qpip_ctx *ctx, struct qpip_ring *r, bool leak)
+{
+	unsigned int i;
+
+	if (!r)
+		return;
+	if (r->cookie)
+		xa_erase(&ctx->rings, r->cookie);
+	if (leak)
+		return;
+	for (i = 0; i < r->mapped; i++)
+		dma_unmap_page(r->dma_dev, r->dma[i], PAGE_SIZE, DMA_BIDIRECTIONAL);
+	r->mapped = 0;
+	/* Pages a process still maps are its own mapping's from here on. */
+	qpip_lock_unaccount(&r->mm, r->npages);
+	kref_put(&r->ref, qpip_ring_release);
+}
+
+/* ---- registered regions ---- */
+
+/*
+ * Pins the region long-term: the device may write it at any time until deregistration.
+ */
+static int qpip_mr_pin(struct qpip_mr *mr, unsigned long start)
+{
+	unsigned int gup = FOLL_LONGTERM | (mr->writable ? FOLL_WRITE : 0);
+	long n;
+	int ret;
+
+	ret = qpip_lock_account(&mr->mm, mr->npages);
+	if (ret)
+		return ret;
+	while (mr->pinned < mr->npages) {
+		n = pin_user_pages_fast(start + (mr->pinned << PAGE_SHIFT),
+					min_t(unsigned long, mr->npages - mr->pinned, INT_MAX),
+					gup, mr->pages + mr->pinned);
+		if (n <= 0)
+			return n ? n : -EFAULT;
+		mr->pinned += n;
+	}
+	return 0;
+}
+
+/*
+ * The pages of @length bytes of the caller's memory from @addr (checked by the caller to
+ * be user addresses of at most max_mr_pages pages' worth), pinned and mapped for the
+ * device. An ERR_PTR on failure.
+ */
+struct qpip_mr *qpip_mr_alloc(struct qpip_dev *qdev, u64 addr, u64 length, bool writable)
+{
+	struct device *dev = &qdev->pdev->dev;
+	unsigned long offset = addr & ~PAGE_MASK, i;
+	struct qpip_mr *mr;
+	int ret;
+
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	mr->npages = DIV_ROUND_UP(offset + length, PAGE_SIZE);
+	ret = -EINVAL;
+	if (mr->npages > qdev->info.max_mr_pages)
+		goto err;
+	mr->writable = writable;
+	ret = -ENOMEM;
+	mr->pages = kvcalloc(mr->npages, sizeof(*mr->pages), GFP_KERNEL);
+	mr->dma = kvcalloc(mr->npages, sizeof(*mr->dma), GFP_KERNEL);
+	if (!mr->pages || !mr->dma)
+		goto err;
+	ret = qpip_mr_pin(mr, addr & PAGE_MASK);
+	if (ret)
+		goto err;
+	for (i = 0; i < mr->npages; i++) {
+		mr->dma[i] = dma_map_page(dev, mr->pages[i], 0, PAGE_SIZE,
+					  mr->writable ? DMA_BIDIRECTIONAL : DMA_TO_DEVICE);
+		if (dma_mapping_error(dev, mr->dma[i])) {
+			ret = -ENOMEM;
+			goto err;
+		}
+		mr->mapped++;
+	}
+	return mr;
+err:
+	qpip_mr_free(qdev, mr, false);
+	return ERR_PTR(ret);
+}
+
+/* The device no longer uses @mr: unpin it. With @leak the device may still write it. */
+void qpip_mr_free(struct qpip_dev *qdev, struct qpip_mr *mr, bool leak)
+{
+	enum dma_data_direction dir = mr->writable ? DMA_BIDIRECTIONAL : DMA_TO_DEVICE;
+	unsigned long i;
+
+	if (leak)
+		return;
+	for (i = 0; i < mr->mapped; i++)
+		dma_unmap_page(&qdev->pdev->dev, mr->dma[i], PAGE_SIZE, dir);
+	if (mr->pinned)
+		unpin_user_pages_dirty_lock(mr->pages, mr->pinned, mr->writable);
+	qpip_lock_unaccount(&mr->mm, mr->npages);
+	kvfree(mr->pages);
+	kvfree(mr->dma);
+	kfree(mr);
+}
+
+/* ---- completion vectors ---- */
+
+struct qpip_vector *qpip_pick_vector(struct qpip_dev *qdev, u32 want)
+{
+	unsigned int n = qpip_comp_vectors(qdev), i, best = 0;
+
+	if (!n)
+		return ERR_PTR(-EOPNOTSUPP);
+	if (want != QPIP_ANY_VECTOR)
+		return want < n ? &qdev->vectors[want + 1] : ERR_PTR(-EINVAL);
+	/* More CQs than vectors: vectors are shared, each CQ on the least used one. */
+	for (i = 1; i < n; i++)
+		if (READ_ONCE(qdev->vectors[i + 1].ncqs) < READ_ONCE(qdev->vectors[best + 1].ncqs))
+			best = i;
+	return &qdev->vectors[best + 1];
+}
+
+void qpip_vector_add(struct qpip_vector *vec, struct qpip_cq *cq)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&vec->lock, flags);
+	list_add_tail(&cq->vec_node, &vec->cqs);
+	WRITE_ONCE(vec->ncqs, vec->ncqs + 1);
+	cq->vec = vec;
+	spin_unlock_irqrestore(&vec->lock, flags);
+}
+
+void qpip_vector_del(struct qpip_cq *cq)
+{
+	struct qpip_vector *vec = cq->vec;
+	unsigned long flags;
+
+	if (!vec)
+		return;
+	spin_lock_irqsave(&vec->lock, flags);
+	list_del(&cq->vec_node);
+	WRITE_ONCE(vec->ncqs, vec->ncqs - 1);
+	spin_unlock_irqrestore(&vec->lock, flags);
+	cq->vec = NULL;
+}
+
+/*
+ * A completion vector fired: the device raised it for an armed CQ. Which one it does not
+ * say, so every CQ on the vector wakes its waiters; they find out by polling their rings.
+ */
+irqreturn_t qpip_cq_irq(int irq, void *data)
+{
+	struct qpip_vector *vec = data;
+	struct qpip_cq *cq;
+
+	atomic64_inc(&vec->count);
+	spin_lock(&vec->lock);
+	list_for_each_entry(cq, &vec->cqs, vec_node)
+		if (cq->eventfd)
+			eventfd_signal(cq->eventfd);
+	spin_unlock(&vec->lock);
+	return IRQ_HANDLED;
+}
+
+/* ---- objects: what the driver frees once the device no longer uses them ---- */
+
+void qpip_cq_free(struct qpip_ctx *ctx, struct qpip_cq *cq, bool leak)
+{
+	qpip_vector_del(cq);
+	if (cq->eventfd)
+		eventfd_ctx_put(cq->eventfd);
+	qpip_ring_put(ctx, cq->ring, leak);
+	kfree(cq);
+}
+
+void qpip_qp_free(struct qpip_ctx *ctx, struct qpip_qp *qp, bool leak)
+{
+	qpip_ring_put(ctx, qp->sq, leak);
+	qpip_ring_put(ctx, qp->rq, leak);
+	kfree(qp);
+}
