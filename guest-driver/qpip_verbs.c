@@ -193,42 +193,6 @@ err_free:
 	return ret;
 }
 
-/*
- * What the destroy ioctls (DESTROY_CQ, DESTROY_QP, DEREG_MR, DESTROY_LISTENER) share: the
- * handle must be one of this context's (in @xa); the device forgets the object first — so
- * it no longer touches the object's memory — and only then is it taken out of @xa for the
- * caller to free. Returns the object, or an ERR_PTR.
- */
-static void *qpip_destroy_handle(struct qpip_ctx *ctx, void __user *uarg, struct xarray *xa,
-				 int (*destroy)(struct qpip_dev *qdev, u32 ctx, u32 handle))
-{
-	struct qpip_handle a;
-	void *obj;
-	int usize, ret;
-
-	usize = QPIP_GET_ARG(a, uarg, QPIP_HANDLE_SIZE_V1);
-	if (usize < 0)
-		return ERR_PTR(usize);
-	obj = xa_load(xa, a.handle);
-	if (!obj)
-		return ERR_PTR(-ENOENT);
-	ret = destroy(ctx->qdev, ctx->id, a.handle);
-	if (ret)
-		return ERR_PTR(ret);
-	xa_erase(xa, a.handle);
-	return obj;
-}
-
-static int qpip_ioctl_destroy_cq(struct qpip_ctx *ctx, void __user *uarg)
-{
-	struct qpip_cq *cq = qpip_destroy_handle(ctx, uarg, &ctx->cqs, qpip_cmd_destroy_cq);
-
-	if (IS_ERR(cq))
-		return PTR_ERR(cq);
-	qpip_cq_free(ctx, cq, false);
-	return 0;
-}
-
 static int qpip_ioctl_create_qp(struct qpip_ctx *ctx, void __user *uarg)
 {
 	struct qpip_dev *qdev = ctx->qdev;
@@ -286,16 +250,6 @@ err_free:
 	return ret;
 }
 
-static int qpip_ioctl_destroy_qp(struct qpip_ctx *ctx, void __user *uarg)
-{
-	struct qpip_qp *qp = qpip_destroy_handle(ctx, uarg, &ctx->qps, qpip_cmd_destroy_qp);
-
-	if (IS_ERR(qp))
-		return PTR_ERR(qp);
-	qpip_qp_free(ctx, qp, false);
-	return 0;
-}
-
 #define QPIP_MR_ACCESS_ALL (QPIP_MR_ACCESS_LOCAL_WRITE | QPIP_MR_ACCESS_REMOTE_WRITE | \
 			    QPIP_MR_ACCESS_REMOTE_READ)
 
@@ -347,6 +301,52 @@ err_free:
 	return ret;
 }
 
+/*
+ * What the destroy ioctls (DESTROY_CQ, DESTROY_QP, DEREG_MR, DESTROY_LISTENER) share: the
+ * handle must be one of this context's (in @xa); the device forgets the object first — so
+ * it no longer touches the object's memory — and only then is it taken out of @xa for the
+ * caller to free. Returns the object, or an ERR_PTR.
+ */
+static void *qpip_destroy_handle(struct qpip_ctx *ctx, void __user *uarg, struct xarray *xa,
+				 int (*destroy)(struct qpip_dev *qdev, u32 ctx, u32 handle))
+{
+	struct qpip_handle a;
+	void *obj;
+	int usize, ret;
+
+	usize = QPIP_GET_ARG(a, uarg, QPIP_HANDLE_SIZE_V1);
+	if (usize < 0)
+		return ERR_PTR(usize);
+	obj = xa_load(xa, a.handle);
+	if (!obj)
+		return ERR_PTR(-ENOENT);
+	ret = destroy(ctx->qdev, ctx->id, a.handle);
+	if (ret)
+		return ERR_PTR(ret);
+	xa_erase(xa, a.handle);
+	return obj;
+}
+
+static int qpip_ioctl_destroy_cq(struct qpip_ctx *ctx, void __user *uarg)
+{
+	struct qpip_cq *cq = qpip_destroy_handle(ctx, uarg, &ctx->cqs, qpip_cmd_destroy_cq);
+
+	if (IS_ERR(cq))
+		return PTR_ERR(cq);
+	qpip_cq_free(ctx, cq, false);
+	return 0;
+}
+
+static int qpip_ioctl_destroy_qp(struct qpip_ctx *ctx, void __user *uarg)
+{
+	struct qpip_qp *qp = qpip_destroy_handle(ctx, uarg, &ctx->qps, qpip_cmd_destroy_qp);
+
+	if (IS_ERR(qp))
+		return PTR_ERR(qp);
+	qpip_qp_free(ctx, qp, false);
+	return 0;
+}
+
 static int qpip_ioctl_dereg_mr(struct qpip_ctx *ctx, void __user *uarg)
 {
 	struct qpip_mr *mr = qpip_destroy_handle(ctx, uarg, &ctx->mrs, qpip_cmd_dereg_mr);
@@ -355,6 +355,13 @@ static int qpip_ioctl_dereg_mr(struct qpip_ctx *ctx, void __user *uarg)
 		return PTR_ERR(mr);
 	qpip_mr_free(ctx->qdev, mr, false);
 	return 0;
+}
+
+/* A listener is only a value entry: nothing to free. */
+static int qpip_ioctl_destroy_listener(struct qpip_ctx *ctx, void __user *uarg)
+{
+	return PTR_ERR_OR_ZERO(qpip_destroy_handle(ctx, uarg, &ctx->listeners,
+						   qpip_cmd_destroy_listener));
 }
 
 /* ---- connections ---- */
@@ -395,13 +402,6 @@ static int qpip_ioctl_listen(struct qpip_ctx *ctx, void __user *uarg)
 	if (ret)
 		return ret;
 	return qpip_put_arg(uarg, &a, sizeof(a), usize);
-}
-
-/* A listener is only a value entry: nothing to free. */
-static int qpip_ioctl_destroy_listener(struct qpip_ctx *ctx, void __user *uarg)
-{
-	return PTR_ERR_OR_ZERO(qpip_destroy_handle(ctx, uarg, &ctx->listeners,
-						   qpip_cmd_destroy_listener));
 }
 
 /*
