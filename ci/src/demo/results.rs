@@ -1615,6 +1615,116 @@ mod tests {
         (a - b).abs() < 1e-9 * b.abs().max(1.0)
     }
 
+    /// The report lines guest a printed for the rounds of a saved bench result (its
+    /// `rounds`), named by round unless `one` (the names of a run of one round).
+    fn replayed(saved: &Value, one: bool) -> Vec<String> {
+        let rounds = saved["rounds"].as_array().unwrap();
+        let mut v = Vec::new();
+        for (i, r) in rounds.iter().enumerate() {
+            let sfx = if one {
+                String::new()
+            } else {
+                format!(".{}", i + 1)
+            };
+            for (test, rows) in r["qpip_perf"].as_object().unwrap() {
+                v.push(format!("@perf.{test}{sfx}={}", json!({ "results": rows })));
+            }
+            for (net, b) in r["bulk"].as_object().unwrap() {
+                let secs = b["seconds"].as_f64().unwrap();
+                v.push(format!("@bulk.{net}{sfx}={} 0 {secs}", b["bytes"]));
+            }
+            for (key, spin) in [("qpip_overhead", 0), ("qpip_overhead_spin", 400)] {
+                let rows = &r[key];
+                if rows.as_array().is_some_and(|a| !a.is_empty()) {
+                    let j = json!({ "spin_us": spin, "results": rows });
+                    v.push(format!("@overhead{sfx}={j}"));
+                }
+            }
+            for (name, w) in r["cpu_windows"].as_object().unwrap() {
+                for phase in ["start", "end"] {
+                    let m = &w[phase];
+                    let stat = |k: &str| {
+                        let f: Vec<String> = m[k]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|x| x.to_string())
+                            .collect();
+                        format!("cpu  {}", f.join(" "))
+                    };
+                    let host: Vec<String> = m["host_cpu_s"]
+                        .as_object()
+                        .unwrap()
+                        .iter()
+                        .map(|(k, s)| format!("{k}={}", s.as_f64().unwrap()))
+                        .collect();
+                    v.push(format!(
+                        "@cpu.{name}{sfx}={phase}|{}|{}|{}",
+                        stat("a_proc_stat"),
+                        stat("b_proc_stat"),
+                        host.join(" ")
+                    ));
+                }
+            }
+            if one {
+                break;
+            }
+        }
+        v
+    }
+
+    /// Compares `got` with the file `testdata/NAME`; with `QPIP_BLESS=1` in the
+    /// environment, writes it instead (when the output is meant to change).
+    fn same_as_saved(name: &str, got: &str) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/demo/results/testdata")
+            .join(name);
+        if std::env::var_os("QPIP_BLESS").is_some() {
+            std::fs::write(&path, got).unwrap();
+            return;
+        }
+        let want =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(
+            got == want,
+            "{} differs; what it renders now:\n{got}",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn a_saved_bench_result_renders_as_it_did() {
+        let saved: Value =
+            serde_json::from_str(include_str!("results/testdata/bench-rounds.json")).unwrap();
+        // The bench: three rounds with every figure, counters and the host's CPU.
+        let mut m = Measurements::with_rounds(3);
+        for line in replayed(&saved, false) {
+            m.take_line(&line).unwrap();
+        }
+        let l = lines(&m, true);
+        assert!(l
+            .iter()
+            .any(|x| x.counted.is_some() && x.host_cpu.is_none()));
+        assert!(l.iter().any(|x| x.host_cpu.is_some()));
+        same_as_saved("bench.txt", &text_table(&l));
+        same_as_saved("bench.md", &markdown_table(&l));
+        let j = json_value(&m, &l);
+        let comparison = serde_json::to_string_pretty(&j["comparison"]).unwrap() + "\n";
+        same_as_saved("bench-comparison.json", &comparison);
+        assert_eq!(j["rounds"], saved["rounds"]);
+        // Its first round as one round of the demo's short table, and of the bench's.
+        let mut one = Measurements::with_rounds(1);
+        for line in replayed(&saved, true) {
+            one.take_line(&line).unwrap();
+        }
+        let short = lines(&one, false);
+        same_as_saved("demo.txt", &text_table(&short));
+        same_as_saved("demo.md", &markdown_table(&short));
+        let detail = lines(&one, true);
+        same_as_saved("one-round.txt", &text_table(&detail));
+        same_as_saved("one-round.md", &markdown_table(&detail));
+    }
+
     #[test]
     fn lines_put_qps_and_sockets_side_by_side() {
         let m = sample();
