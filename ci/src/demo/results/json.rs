@@ -1,0 +1,72 @@
+//! The comparison and the raw measurements as one JSON value (the results' `.json`).
+
+use super::lines::Line;
+use super::report::{CpuMark, Measurements, Round};
+use super::spread::{spread, Better};
+use serde_json::{json, Value};
+
+fn spread_json(values: &[Option<f64>]) -> Value {
+    let s = spread(values);
+    json!({
+        "median": s.map(|s| s.median),
+        "min": s.map(|s| s.min),
+        "max": s.map(|s| s.max),
+        "rounds": values,
+    })
+}
+
+/// A CPU mark as reported: each guest's `/proc/stat` figures (ticks), the host's seconds.
+fn mark_json(m: &CpuMark) -> Value {
+    json!({ "a_proc_stat": m.a, "b_proc_stat": m.b, "host_cpu_s": m.host })
+}
+
+/// The comparison (each side's figure of every round, median and spread, the gains) and
+/// the raw measurements of every round as one JSON value.
+pub fn json_value(m: &Measurements, lines: &[Line]) -> Value {
+    let round = |(i, r): (usize, &Round)| {
+        json!({
+            "round": i + 1,
+            "qpip_perf": r.perf,
+            "bulk": r.bulk.iter().map(|(k, (bytes, secs))| (k.clone(), json!({
+                "bytes": bytes, "seconds": secs,
+            }))).collect::<serde_json::Map<String, Value>>(),
+            "qpip_overhead": r.overhead,
+            "qpip_overhead_spin": r.overhead_spin,
+            "cpu_windows": r.cpu.iter().map(|(k, w)| (k.clone(), json!({
+                "start": w.start.as_ref().map(mark_json),
+                "end": w.end.as_ref().map(mark_json),
+            }))).collect::<serde_json::Map<String, Value>>(),
+        })
+    };
+    json!({
+        "comparison": lines.iter().map(|l| json!({
+            "what": l.what,
+            "unit": l.unit,
+            "better": match l.better { Better::Lower => "lower", Better::Higher => "higher" },
+            "qp": spread_json(&l.qp),
+            "sockets": spread_json(&l.sockets),
+            "qp_gain": l.gain(),
+            "qp_gain_per_round": spread_json(&l.round_gains()),
+            "qp_per_msg": l.counted.as_ref().map(|c| c.counters.iter().map(|x| (
+                x.name.to_string(),
+                json!({ "a": spread_json(&x.a), "b": spread_json(&x.b) }),
+            )).collect::<serde_json::Map<String, Value>>()),
+            "host_cpu_per_msg": l.host_cpu.as_ref().map(|h| {
+                let side = |i: usize| json!({
+                    "qemu": spread_json(&h.qemu[i]),
+                    "qpipd": spread_json(&h.qpipd[i]),
+                    "sum": spread_json(&h.sum(i)),
+                });
+                json!({
+                    "qp": side(0),
+                    "sockets": side(1),
+                    "gain": h.gain(),
+                    // Both guests' busy time over the same windows, beside the table's
+                    // figure over the measured interval only.
+                    "guests_whole_run": { "qp": spread_json(&h.guests[0]), "sockets": spread_json(&h.guests[1]) },
+                })
+            }),
+        })).collect::<Vec<_>>(),
+        "rounds": m.rounds.iter().enumerate().map(round).collect::<Vec<_>>(),
+    })
+}

@@ -1,0 +1,437 @@
+//! Guest a's report lines read into [`Measurements`], round by round, and the figures
+//! each comparison line takes from a round.
+
+use super::{GUEST_HZ, MAX_ROUNDS};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// What guest a reported in one round: `@perf.NAME=JSON`, `@bulk.NAME=BYTES START END`,
+/// `@overhead=JSON` and `@cpu.NAME=PHASE|A|B|HOST`.
+#[derive(Debug, Default, Clone)]
+pub struct Round {
+    /// By test (`udp-qp`, `bw-sk`, ...): the `results` rows qpip-perf printed (a test run
+    /// in several parts, one message size each, has the rows of every part).
+    pub perf: BTreeMap<String, Vec<Value>>,
+    /// By net (`qp`, `sk`): bytes and seconds of a verified bulk transfer.
+    pub bulk: BTreeMap<String, (u64, f64)>,
+    /// The `results` rows of `qpip-overhead` (`qp-udp`, `sockets-udp`, `qp-tcp`,
+    /// `sockets-tcp`), settling by sleeping between messages (most posts kick the device).
+    pub overhead: Vec<Value>,
+    /// The same with `--spin-us` (most posts find the device's engine awake).
+    pub overhead_spin: Vec<Value>,
+    /// By measurement (`udp-qp`, `bw-sk:1024` for one message size): the CPU marks at the
+    /// edges of its window.
+    pub cpu: BTreeMap<String, CpuWindow>,
+}
+
+/// CPU time at one edge of a measurement window.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct CpuMark {
+    /// The figures of the first line of guest a's `/proc/stat`, in [`GUEST_HZ`] ticks:
+    /// user, nice, system, idle, iowait, irq, softirq, steal, ...
+    pub a: Vec<u64>,
+    /// The same of guest b.
+    pub b: Vec<u64>,
+    /// CPU seconds (user + system, every thread) of the lab's processes on the host, by
+    /// name: `qemu-a`, `qpipd-a` (all of guest a's qpipd), `qemu-b`, ...
+    pub host: BTreeMap<String, f64>,
+}
+
+/// The CPU marks of one measurement.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct CpuWindow {
+    pub start: Option<CpuMark>,
+    pub end: Option<CpuMark>,
+}
+
+/// A guest's busy ticks in the figures of its `/proc/stat` line: user, nice, system, irq
+/// and softirq (all but idle, iowait and steal; guest time is part of user).
+fn busy_ticks(stat: &[u64]) -> Option<u64> {
+    if stat.len() < 7 {
+        return None;
+    }
+    Some(stat[0] + stat[1] + stat[2] + stat[5] + stat[6])
+}
+
+/// The figures of a `/proc/stat` CPU line (`cpu  1 2 3 ...`).
+fn parse_stat_line(text: &str) -> Option<Vec<u64>> {
+    let mut w = text.split_whitespace();
+    if w.next()? != "cpu" {
+        return None;
+    }
+    let v: Vec<u64> = w.map(str::parse).collect::<Result<_, _>>().ok()?;
+    (v.len() >= 7).then_some(v)
+}
+
+impl CpuWindow {
+    /// Busy seconds of guests a and b together over the window.
+    pub(super) fn guests_busy_s(&self) -> Option<f64> {
+        let (s, e) = (self.start.as_ref()?, self.end.as_ref()?);
+        let mut ticks = 0;
+        for (s, e) in [(&s.a, &e.a), (&s.b, &e.b)] {
+            ticks += busy_ticks(e)?.checked_sub(busy_ticks(s)?)?;
+        }
+        Some(ticks as f64 / GUEST_HZ)
+    }
+
+    /// Host CPU seconds over the window of the processes named `CLASS-GUEST` (`qemu`,
+    /// `qpipd`), summed over the guests; None unless both edges have some.
+    pub(super) fn host_s(&self, class: &str) -> Option<f64> {
+        let (s, e) = (self.start.as_ref()?, self.end.as_ref()?);
+        let prefix = format!("{class}-");
+        let mut found = false;
+        let mut sum = 0.0;
+        for (name, end) in e.host.iter().filter(|(k, _)| k.starts_with(&prefix)) {
+            let start = s.host.get(name)?;
+            sum += (end - start).max(0.0);
+            found = true;
+        }
+        found.then_some(sum)
+    }
+}
+
+/// Everything guest a reported, by round (index 0 is round 1).
+#[derive(Debug, Default, Clone)]
+pub struct Measurements {
+    pub rounds: Vec<Round>,
+}
+
+/// Splits a reported name into its test and round: `udp-qp.2` is round 2 of `udp-qp`, a
+/// name without a round number is round 1 (a run of one round reports no numbers).
+fn split_round(name: &str) -> Result<(&str, usize), String> {
+    match name.rsplit_once('.') {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+            match n.parse::<u32>() {
+                Ok(r) if (1..=MAX_ROUNDS).contains(&r) => Ok((base, r as usize)),
+                _ => Err(format!(
+                    "round {n} of {base} is not between 1 and {MAX_ROUNDS}"
+                )),
+            }
+        }
+        _ => Ok((name, 1)),
+    }
+}
+
+impl Measurements {
+    /// Room for `n` rounds, so that a round that reported nothing still counts as one.
+    pub fn with_rounds(n: usize) -> Measurements {
+        Measurements {
+            rounds: vec![Round::default(); n],
+        }
+    }
+
+    fn round_mut(&mut self, r: usize) -> &mut Round {
+        if self.rounds.len() < r {
+            self.rounds.resize_with(r, Round::default);
+        }
+        &mut self.rounds[r - 1]
+    }
+
+    /// Takes one report line of guest a (without its end of line); other lines are ignored.
+    /// An unreadable measurement is an error naming the line.
+    pub fn take_line(&mut self, line: &str) -> Result<(), String> {
+        if let Some(rest) = line.strip_prefix("@perf.") {
+            let (name, text) = rest
+                .split_once('=')
+                .ok_or_else(|| format!("no '=' in {line:?}"))?;
+            let (test, round) = split_round(name)?;
+            let v: Value = serde_json::from_str(text)
+                .map_err(|e| format!("qpip-perf's JSON for {name} is unreadable ({e}): {text}"))?;
+            let rows = v["results"]
+                .as_array()
+                .ok_or_else(|| format!("qpip-perf's JSON for {name} has no results: {text}"))?;
+            self.round_mut(round)
+                .perf
+                .entry(test.to_string())
+                .or_default()
+                .extend(rows.iter().cloned());
+        } else if let Some(rest) = line.strip_prefix("@overhead") {
+            let (suffix, text) = rest
+                .split_once('=')
+                .ok_or_else(|| format!("no '=' in {line:?}"))?;
+            let (base, round) =
+                split_round(&format!("overhead{suffix}")).map(|(b, r)| (b.to_string(), r))?;
+            if base != "overhead" {
+                return Err(format!("unreadable overhead report {line:?}"));
+            }
+            let v: Value = serde_json::from_str(text)
+                .map_err(|e| format!("qpip-overhead's JSON is unreadable ({e}): {text}"))?;
+            let rows = v["results"]
+                .as_array()
+                .ok_or_else(|| format!("qpip-overhead's JSON has no results: {text}"))?;
+            let r = self.round_mut(round);
+            if v["spin_us"].as_u64().unwrap_or(0) > 0 {
+                r.overhead_spin = rows.clone();
+            } else {
+                r.overhead = rows.clone();
+            }
+        } else if let Some(rest) = line.strip_prefix("@cpu.") {
+            let bad = || format!("unreadable CPU mark {line:?}");
+            let (name, text) = rest.split_once('=').ok_or_else(bad)?;
+            let (test, round) = split_round(name)?;
+            let parts: Vec<&str> = text.split('|').collect();
+            let [phase, a, b, host] = parts[..] else {
+                return Err(bad());
+            };
+            let mut h = BTreeMap::new();
+            for kv in host.split_whitespace() {
+                let (k, v) = kv.split_once('=').ok_or_else(bad)?;
+                h.insert(k.to_string(), v.parse::<f64>().map_err(|_| bad())?);
+            }
+            let mark = CpuMark {
+                a: parse_stat_line(a).ok_or_else(bad)?,
+                b: parse_stat_line(b).ok_or_else(bad)?,
+                host: h,
+            };
+            let w = self
+                .round_mut(round)
+                .cpu
+                .entry(test.to_string())
+                .or_default();
+            match phase {
+                "start" => w.start = Some(mark),
+                "end" => w.end = Some(mark),
+                _ => return Err(bad()),
+            }
+        } else if let Some(rest) = line.strip_prefix("@bulk.") {
+            let bad = || format!("unreadable bulk report {line:?}");
+            let (name, text) = rest.split_once('=').ok_or_else(bad)?;
+            let (net, round) = split_round(name)?;
+            let w: Vec<&str> = text.split_whitespace().collect();
+            let [bytes, t0, t1] = w[..] else {
+                return Err(bad());
+            };
+            let bytes: u64 = bytes.parse().map_err(|_| bad())?;
+            let t0: f64 = t0.parse().map_err(|_| bad())?;
+            let t1: f64 = t1.parse().map_err(|_| bad())?;
+            // /proc/uptime has 10 ms steps: never divide by zero.
+            self.round_mut(round)
+                .bulk
+                .insert(net.to_string(), (bytes, (t1 - t0).max(0.01)));
+        }
+        Ok(())
+    }
+
+    /// The message sizes of `test` (`bw`, `udpbw`) that QPs and sockets both measured in
+    /// some round, in the order QPs reported them.
+    pub(super) fn sizes(&self, test: &str) -> Vec<u64> {
+        let of = |name: String| -> Vec<u64> {
+            let mut v = Vec::new();
+            for r in &self.rounds {
+                for row in r.perf.get(&name).into_iter().flatten() {
+                    if let Some(s) = row["size"].as_u64() {
+                        if !v.contains(&s) {
+                            v.push(s);
+                        }
+                    }
+                }
+            }
+            v
+        };
+        let sk = of(format!("{test}-sk"));
+        of(format!("{test}-qp"))
+            .into_iter()
+            .filter(|s| sk.contains(s))
+            .collect()
+    }
+}
+
+impl Round {
+    /// The row of test NAME with this message size, if measured.
+    pub(super) fn row(&self, name: &str, size: Option<u64>) -> Option<&Value> {
+        self.perf
+            .get(name)?
+            .iter()
+            .find(|r| size.is_none() || r["size"].as_u64() == size)
+    }
+
+    pub(super) fn num(&self, name: &str, size: Option<u64>, path: &[&str]) -> Option<f64> {
+        let mut v = self.row(name, size)?;
+        for p in path {
+            v = &v[*p];
+        }
+        v.as_f64()
+    }
+
+    /// Guest CPU (client in a + server in b) per message, µs.
+    pub(super) fn cpu(&self, name: &str, size: Option<u64>) -> Option<f64> {
+        let c = self.num(name, size, &["cpu_us_per_msg", "client"])?;
+        let s = self.num(name, size, &["cpu_us_per_msg", "server"])?;
+        Some(c + s)
+    }
+
+    /// The CPU window of test NAME (`udp-qp`, `bw-sk`) with this message size.
+    pub(super) fn window(&self, name: &str, size: Option<u64>) -> Option<&CpuWindow> {
+        match size {
+            Some(s) => self.cpu.get(&format!("{name}:{s}")),
+            None => self.cpu.get(name),
+        }
+    }
+
+    /// Messages (round trips of a ping-pong) of test NAME with this size.
+    pub(super) fn msgs(&self, name: &str, size: Option<u64>) -> Option<f64> {
+        self.num(name, size, &["msgs"]).filter(|n| *n > 0.0)
+    }
+
+    /// Busy time of both guests (their `/proc/stat`) per message over the test's measured
+    /// interval, as `qpip-perf` reports it (client in a + server in b), µs.
+    pub(super) fn guest_wide(&self, name: &str, size: Option<u64>) -> Option<f64> {
+        self.num(name, size, &["both_guests_cpu_us"])
+    }
+
+    /// Busy time of both guests per message over the test's CPU window (the whole
+    /// `qpip-perf` run), µs.
+    pub(super) fn guest_window(&self, name: &str, size: Option<u64>) -> Option<f64> {
+        let s = self.window(name, size)?.guests_busy_s()?;
+        Some(s * 1e6 / self.msgs(name, size)?)
+    }
+
+    /// Host CPU of the processes of `class` (`qemu`, `qpipd`) of both guests per message
+    /// over the test's window, µs.
+    pub(super) fn host_cpu(&self, name: &str, size: Option<u64>, class: &str) -> Option<f64> {
+        let s = self.window(name, size)?.host_s(class)?;
+        Some(s * 1e6 / self.msgs(name, size)?)
+    }
+
+    /// A figure of `qpip-overhead`'s row `test` (`qp-udp`, ...) given in ns, in µs, from
+    /// the run that slept between messages (`spin` false) or the one that spun.
+    pub(super) fn overhead_us(&self, spin: bool, test: &str, key: &str) -> Option<f64> {
+        let rows = if spin {
+            &self.overhead_spin
+        } else {
+            &self.overhead
+        };
+        let row = rows.iter().find(|r| r["test"] == test)?;
+        row[key].as_f64().map(|ns| ns / 1e3)
+    }
+
+    /// QP figure `key` of transport `p` (`udp`, `tcp`) and the sockets' time per message
+    /// of the same `qpip-overhead` run: from the run `spin` says if it has the QP figure,
+    /// else from the other.
+    pub(super) fn overhead_pair(
+        &self,
+        spin: bool,
+        p: &str,
+        key: &str,
+    ) -> (Option<f64>, Option<f64>) {
+        let of = |spin| {
+            let qp = self.overhead_us(spin, &format!("qp-{p}"), key)?;
+            Some((
+                qp,
+                self.overhead_us(spin, &format!("sockets-{p}"), "ns_per_message"),
+            ))
+        };
+        match of(spin).or_else(|| of(!spin)) {
+            Some((qp, sk)) => (Some(qp), sk),
+            None => (None, None),
+        }
+    }
+
+    pub(super) fn bulk_mb_s(&self, net: &str) -> Option<f64> {
+        self.bulk
+            .get(net)
+            .map(|(bytes, secs)| *bytes as f64 / secs / 1e6)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::*;
+    use crate::demo::results::{lines, text_table};
+
+    #[test]
+    fn cpu_windows_and_overhead_reports_are_read_by_round() {
+        let mut m = Measurements::with_rounds(2);
+        for line in cpu_lines("bw-sk:8192.2", 4, 4, 1.0, 1.0) {
+            m.take_line(&line).unwrap();
+        }
+        m.take_line(&overhead_line(".2")).unwrap();
+        assert!(m.rounds[0].cpu.is_empty() && m.rounds[0].overhead.is_empty());
+        let w = &m.rounds[1].cpu["bw-sk:8192"];
+        assert!(close(w.guests_busy_s().unwrap(), 0.08));
+        assert!(close(w.host_s("qemu").unwrap(), 1.0));
+        assert_eq!(m.rounds[1].overhead[1]["test"], "sockets-udp");
+        assert!(m.rounds[1].overhead_spin.is_empty());
+        // Without a run that spun, quiet posts come from the one that slept (if any).
+        let l = lines(&m, false);
+        let quiet = l
+            .iter()
+            .find(|x| x.what == "UDP overhead, QP: device awake (quiet)")
+            .unwrap();
+        assert_eq!(quiet.qp, [None, Some(1.5)]);
+        assert_eq!(quiet.sockets, [None, Some(30.0)]);
+        m.take_line(&overhead_spin_line(".2")).unwrap();
+        assert_eq!(m.rounds[1].overhead_spin.len(), 4);
+        assert_eq!(m.rounds[1].overhead[0]["quiet_ns"], 1500);
+        // A window missing an edge, or a process, has no figure.
+        let mut half = Measurements::default();
+        half.take_line(&cpu_lines("udp-qp", 1, 1, 1.0, 1.0)[0])
+            .unwrap();
+        assert_eq!(half.rounds[0].cpu["udp-qp"].guests_busy_s(), None);
+        let mut gone = Measurements::default();
+        let [s0, e0] = cpu_lines("udp-qp", 3, 3, 1.0, 1.0);
+        gone.take_line(&s0.replace(" qpipd-b=2", "")).unwrap();
+        gone.take_line(&e0).unwrap();
+        assert_eq!(gone.rounds[0].cpu["udp-qp"].host_s("qpipd"), None);
+        assert!(close(
+            gone.rounds[0].cpu["udp-qp"].host_s("qemu").unwrap(),
+            1.0
+        ));
+        // A test run in parts (one message size each) keeps every part's rows.
+        m.take_line(&format!("@perf.bw-qp.2={}", perf(&bw(1024, 1.0))))
+            .unwrap();
+        m.take_line(&format!("@perf.bw-qp.2={}", perf(&bw(8192, 2.0))))
+            .unwrap();
+        assert_eq!(m.rounds[1].perf["bw-qp"].len(), 2);
+        let stat = "cpu  1 2 3 4 5 6 7";
+        for bad in [
+            format!("@cpu.udp-qp=middle|{stat}|{stat}|"),
+            format!("@cpu.udp-qp=start|cpu 1 2|{stat}|"),
+            format!("@cpu.udp-qp=start|{stat}|{stat}|qemu-a=x"),
+            format!("@cpu.udp-qp=start|{stat}|{stat}"),
+            format!("@cpu.udp-qp=start|cpu0 1 2 3 4 5 6 7|{stat}|"),
+            "@overhead.0={\"results\":[]}".to_string(),
+            "@overheads={\"results\":[]}".to_string(),
+            "@overhead={\"results\":1}".to_string(),
+            "@overhead={".to_string(),
+        ] {
+            assert!(m.take_line(&bad).is_err(), "{bad}");
+        }
+        m.take_line(&format!("@cpu.udp-qp=start|{stat}|{stat}|"))
+            .unwrap();
+    }
+
+    #[test]
+    fn a_missing_side_has_no_gain_and_bad_lines_are_errors() {
+        let mut m = sample();
+        m.rounds[0].perf.remove("tcp-sk");
+        let l = lines(&m, false);
+        assert_eq!(l[1].sockets, [None]);
+        assert_eq!(l[1].gain(), None);
+        assert!(text_table(&l).contains(" -"));
+        assert!(m.take_line("@perf.x={not json").is_err());
+        assert!(m.take_line("@perf.x={\"results\":1}").is_err());
+        assert!(m.take_line("@bulk.qp=12 a b").is_err());
+        assert!(m.take_line("@bulk.qp.0=12 1 2").is_err());
+        assert!(m
+            .take_line(&format!("@bulk.qp.{}=12 1 2", MAX_ROUNDS + 1))
+            .is_err());
+    }
+
+    #[test]
+    fn report_lines_go_to_their_round() {
+        let mut m = Measurements::with_rounds(2);
+        m.take_line(&format!("@perf.udp-qp.2={}", perf(&lat(1.0, 1.0, 1.0))))
+            .unwrap();
+        m.take_line("@bulk.sk.2=100 1.00 2.00").unwrap();
+        m.take_line(&format!("@perf.bw-qp={}", perf(&bw(1024, 1.0))))
+            .unwrap();
+        assert!(m.rounds[1].perf.contains_key("udp-qp"));
+        assert!(m.rounds[1].bulk.contains_key("sk"));
+        assert!(m.rounds[0].perf.contains_key("bw-qp"));
+        // A later round than announced makes room for itself.
+        m.take_line("@bulk.qp.4=100 1.00 2.00").unwrap();
+        assert_eq!(m.rounds.len(), 4);
+    }
+}

@@ -1,0 +1,411 @@
+//! The comparison as a table: plain text for the terminal, Markdown for the files.
+
+use super::counters::{counter_markdown, counter_text};
+use super::format::{centre, fmt, fmt_gain, fmt_gain_range, fmt_median, fmt_range, pad, wrap};
+use super::host_cpu::{host_markdown, host_text};
+use super::lines::{rounds_of, Line};
+
+/// The cells of a line in a table of one round: label, each side's figure with its unit,
+/// the gain.
+fn one_round_cells(l: &Line) -> [String; 4] {
+    [
+        l.what.clone(),
+        fmt(l.qp().map(|s| s.median), l.unit),
+        fmt(l.sockets().map(|s| s.median), l.unit),
+        fmt_gain(l.gain()),
+    ]
+}
+
+/// The cells of a line in a table of several rounds: label with unit, QP median and
+/// min–max, sockets median and min–max, gain of the medians, range of the round gains.
+pub(super) fn round_cells(l: &Line) -> [String; 7] {
+    let (q, s) = (l.qp(), l.sockets());
+    [
+        format!("{}, {}", l.what, l.unit),
+        fmt_median(q),
+        fmt_range(q),
+        fmt_median(s),
+        fmt_range(s),
+        fmt_gain(l.gain()),
+        fmt_gain_range(l),
+    ]
+}
+
+/// What the columns of a table of several rounds mean, and the `*` if any line has it.
+fn legend(lines: &[Line]) -> Vec<String> {
+    let n = rounds_of(lines);
+    let mut v = vec![
+        format!(
+            "Median and min–max of {n} rounds; in each round QPs and sockets ran next to each other, \
+             taking turns to go first."
+        ),
+        "QP gain: how many times better QPs do (> 1 favours QPs): the ratio of the two \
+         medians, and min–max of the rounds' own ratios."
+            .to_string(),
+    ];
+    if lines.iter().any(|l| !l.complete()) {
+        v.push(
+            "* a round lacks this figure on one side: its medians and ranges are of the rounds \
+             that have it."
+                .to_string(),
+        );
+    }
+    v
+}
+
+/// The comparison as a plain-text table for the terminal: one column per side for a
+/// single round (the demo), median and min–max per side and the gains for several; then
+/// the QP side's counters per message, if the lines have them (the bench).
+pub fn text_table(lines: &[Line]) -> String {
+    let mut t = if rounds_of(lines) > 1 {
+        text_table_rounds(lines)
+    } else {
+        text_table_one(lines)
+    };
+    let width = t.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    for n in notes(lines) {
+        t += &wrap(&n, width.clamp(60, 100));
+    }
+    t += &counter_text(lines);
+    t += &host_text(lines);
+    t
+}
+
+/// What the whole-system and host overhead lines are, if the table has them.
+pub(super) fn notes(lines: &[Line]) -> Vec<String> {
+    let mut v = Vec::new();
+    if lines.iter().any(|l| l.what.starts_with("guest-wide CPU")) {
+        v.push(
+            "guest-wide CPU: the busy time of guests a and b together from their /proc/stat \
+             (user, nice, system, irq, softirq: the sockets' receive work in softirq too) per \
+             message (ping-pong: per round trip), as qpip-perf reads it on each end over \
+             exactly its measured interval: guest a (the client) over the measured round trips, \
+             or from its first send to the server's report (bandwidth); guest b (the server) \
+             from the first measured message to its report. Start-up, connection and buffer \
+             registration stay outside; the host's CPU under the table covers each whole \
+             qpip-perf run."
+                .to_string(),
+        );
+    }
+    if lines.iter().any(|l| l.what.starts_with("host overhead")) {
+        v.push(
+            "host overhead (the QPIP paper's Table 1): guest a's time inside the calls, per \
+             message of 64 bytes (qpip-overhead, each over its own loopback): QP post_send and \
+             the polls that reap completions already there, against send() and \
+             recv(MSG_DONTWAIT) of data already queued, 1 ms apart. device awake: the QP's \
+             posts that found the device's engine awake, from a second run that busy-waits a \
+             fraction of a millisecond between messages (--spin-us); device woken: those that kicked it; each \
+             against the sockets of the same run."
+                .to_string(),
+        );
+    }
+    v
+}
+
+/// The table of one round: each side's figure with its unit, and the gain.
+fn text_table_one(lines: &[Line]) -> String {
+    let head = ["", "QP (qpip device)", "sockets (virtio-net)", "QP gain"];
+    let rows: Vec<[String; 4]> = lines.iter().map(one_round_cells).collect();
+    let width = |i: usize| {
+        rows.iter()
+            .map(|r| r[i].chars().count())
+            .chain([head[i].chars().count()])
+            .max()
+            .unwrap_or(0)
+    };
+    let w: Vec<usize> = (0..4).map(width).collect();
+    let mut t = String::new();
+    let line = |cells: [&str; 4]| {
+        format!(
+            "  {}  {}  {}  {}\n",
+            pad(cells[0], w[0], false),
+            pad(cells[1], w[1], true),
+            pad(cells[2], w[2], true),
+            pad(cells[3], w[3], true)
+        )
+    };
+    t += &line(head);
+    for r in &rows {
+        t += &line([&r[0], &r[1], &r[2], &r[3]]);
+    }
+    t
+}
+
+/// The table of several rounds, kept within 100 columns for the bench's rows: units in
+/// the labels, a two-line head (the side, then median and min–max; for the gain the ratio
+/// of the medians and min–max of the rounds' ratios).
+fn text_table_rounds(lines: &[Line]) -> String {
+    let groups = ["QPs", "sockets", "QP gain"];
+    let head = [
+        "",
+        "median",
+        "min–max",
+        "median",
+        "min–max",
+        "ratio",
+        "min–max",
+    ];
+    let rows: Vec<[String; 7]> = lines.iter().map(round_cells).collect();
+    let mut w: Vec<usize> = (0..7)
+        .map(|i| {
+            rows.iter()
+                .map(|r| r[i].chars().count())
+                .chain([head[i].chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    // A group's title may be wider than its two columns: widen the second.
+    for (g, title) in groups.iter().enumerate() {
+        let (a, b) = (1 + 2 * g, 2 + 2 * g);
+        let need = title.chars().count();
+        if w[a] + 1 + w[b] < need {
+            w[b] = need - 1 - w[a];
+        }
+    }
+    let line = |c: [&str; 7]| {
+        let mut s = pad(c[0], w[0], false);
+        for g in 0..3 {
+            let (a, b) = (1 + 2 * g, 2 + 2 * g);
+            s += &format!("  {} {}", pad(c[a], w[a], true), pad(c[b], w[b], true));
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut t = " ".repeat(w[0]);
+    for (g, title) in groups.iter().enumerate() {
+        let span = w[1 + 2 * g] + 1 + w[2 + 2 * g];
+        t += &format!("  {}", centre(title, span));
+    }
+    t = t.trim_end().to_string() + "\n";
+    t += &line(head);
+    for r in &rows {
+        t += &line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]]);
+    }
+    let width = t.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    for l in legend(lines) {
+        t += &wrap(&l, width.max(60));
+    }
+    t
+}
+
+/// The comparison as a Markdown table: the same columns as the terminal's.
+pub fn markdown_table(lines: &[Line]) -> String {
+    let mut t = String::new();
+    if rounds_of(lines) > 1 {
+        t += "| | QPs: median | QPs: min–max | sockets: median | sockets: min–max \
+              | QP gain: ratio | QP gain: min–max |\n\
+              | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        for l in lines {
+            t += &format!("| {} |\n", round_cells(l).join(" | "));
+        }
+        t += "\n";
+        t += &legend(lines).join(" ");
+        t += "\n";
+    } else {
+        t += "| | QP (qpip device) | sockets (virtio-net) | QP gain |\n| --- | ---: | ---: | ---: |\n";
+        for l in lines {
+            t += &format!("| {} |\n", one_round_cells(l).join(" | "));
+        }
+    }
+    for n in notes(lines) {
+        t += &format!("\n{n}\n");
+    }
+    t += &counter_markdown(lines);
+    t += &host_markdown(lines);
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::*;
+    use super::super::format::fmt_gain;
+    use super::super::{json_value, lines, Measurements};
+    use super::*;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn a_saved_bench_result_renders_as_it_did() {
+        let saved: Value =
+            serde_json::from_str(include_str!("testdata/bench-rounds.json")).unwrap();
+        // The bench: three rounds with every figure, counters and the host's CPU.
+        let mut m = Measurements::with_rounds(3);
+        for line in replayed(&saved, false) {
+            m.take_line(&line).unwrap();
+        }
+        let l = lines(&m, true);
+        assert!(l
+            .iter()
+            .any(|x| x.counted.is_some() && x.host_cpu.is_none()));
+        assert!(l.iter().any(|x| x.host_cpu.is_some()));
+        same_as_saved("bench.txt", &text_table(&l));
+        same_as_saved("bench.md", &markdown_table(&l));
+        let j = json_value(&m, &l);
+        let comparison = serde_json::to_string_pretty(&j["comparison"]).unwrap() + "\n";
+        same_as_saved("bench-comparison.json", &comparison);
+        assert_eq!(j["rounds"], saved["rounds"]);
+        // Its first round as one round of the demo's short table, and of the bench's.
+        let mut one = Measurements::with_rounds(1);
+        for line in replayed(&saved, true) {
+            one.take_line(&line).unwrap();
+        }
+        let short = lines(&one, false);
+        same_as_saved("demo.txt", &text_table(&short));
+        same_as_saved("demo.md", &markdown_table(&short));
+        let detail = lines(&one, true);
+        same_as_saved("one-round.txt", &text_table(&detail));
+        same_as_saved("one-round.md", &markdown_table(&detail));
+    }
+
+    #[test]
+    fn even_rounds_take_the_mean_of_the_middle_two() {
+        let m = rounds(&[1.0, 4.0, 2.0, 3.0]);
+        let l = lines(&m, false);
+        let udp = l[0].qp().unwrap();
+        assert_eq!((udp.median, udp.min, udp.max), (250.0, 100.0, 400.0));
+        assert_eq!(l[0].gain(), Some(200.0 / 250.0));
+        let t = text_table(&l);
+        assert!(t.contains(" 250 "), "{t}");
+        assert!(t.contains(" 100–400 "), "{t}");
+        assert!(t.contains("0.80x"), "{t}");
+        assert!(t.contains("0.50–2.00"), "{t}");
+        assert!(t.contains("of 4 rounds"), "{t}");
+    }
+
+    #[test]
+    fn a_figure_missing_in_one_round_leaves_the_others_and_is_marked() {
+        let mut m = rounds(&[1.0, 3.0, 2.0]);
+        m.rounds[1].perf.remove("udp-sk");
+        m.rounds[2].bulk.remove("qp");
+        let l = lines(&m, false);
+        let udp = &l[0];
+        assert_eq!(udp.sockets, [Some(200.0), None, Some(200.0)]);
+        assert_eq!(udp.round_gains(), [Some(2.0), None, Some(1.0)]);
+        assert!(!udp.complete());
+        let g = udp.gain_spread().unwrap();
+        assert_eq!((g.min, g.max, g.n), (1.0, 2.0, 2));
+        let bulk = l.iter().find(|l| l.what.starts_with("bulk")).unwrap();
+        assert_eq!(bulk.qp().unwrap().n, 2);
+        assert!(l[1].complete());
+        let t = text_table(&l);
+        assert!(t.contains("1.00–2.00*"), "{t}");
+        assert!(t.contains("\n* a round lacks"), "{t}");
+        let md = markdown_table(&l);
+        assert!(md.contains("| 1.00–2.00* |"), "{md}");
+        let j = json_value(&m, &l);
+        let c = &j["comparison"][0];
+        assert_eq!(c["sockets"]["rounds"], json!([200.0, null, 200.0]));
+        assert_eq!(c["qp_gain_per_round"]["rounds"], json!([2.0, null, 1.0]));
+        assert_eq!(c["qp_gain_per_round"]["min"], 1.0);
+        // A side missing in every round has no median and no gain at all.
+        m.rounds.iter_mut().for_each(|r| {
+            r.perf.remove("tcp-sk");
+        });
+        let l = lines(&m, false);
+        assert_eq!(l[1].sockets(), None);
+        assert_eq!(l[1].gain(), None);
+        assert!(text_table(&l).contains("  -"));
+    }
+
+    #[test]
+    fn the_table_of_several_rounds_fits_100_columns_and_markdown_matches() {
+        // The widest figures the bench has shown: five-digit µs on both sides.
+        let mut m = rounds(&[1.0, 1.5, 2.0]);
+        for (i, r) in m.rounds.iter_mut().enumerate() {
+            let k = i as f64;
+            r.perf.insert(
+                "bw-qp".into(),
+                serde_json::from_str::<Value>(&format!(
+                    "[{{\"size\":262144,\"msgs\":640,\"mb_per_s\":30.8,\"cpu_us_per_msg\":{{\"client\":{},\"server\":1}}}}]",
+                    10864.0 + 1000.0 * k
+                ))
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .clone(),
+            );
+            r.perf.insert(
+                "bw-sk".into(),
+                serde_json::from_str::<Value>(&format!(
+                    "[{{\"size\":262144,\"msgs\":640,\"mb_per_s\":37.8,\"cpu_us_per_msg\":{{\"client\":{},\"server\":1}}}}]",
+                    14268.0 + 1000.0 * k
+                ))
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .clone(),
+            );
+        }
+        // With the whole-system lines and host overhead, five-digit figures there too.
+        for (i, r) in ["1", "2", "3"].iter().enumerate() {
+            let k = 1 + i as u64;
+            let mut v = whole_system_lines(&format!(".{r}"));
+            v.extend(cpu_lines(
+                &format!("bw-qp:262144.{r}"),
+                900 * k,
+                900,
+                90.0,
+                30.0,
+            ));
+            v.extend(cpu_lines(
+                &format!("bw-sk:262144.{r}"),
+                1900,
+                1900 * k,
+                190.0,
+                1.0,
+            ));
+            for line in v {
+                m.take_line(&line).unwrap();
+            }
+        }
+        measure_guests(&mut m);
+        let l = lines(&m, true);
+        assert!(l
+            .iter()
+            .any(|x| x.what == "guest-wide CPU per TCP 256 KiB message"));
+        assert!(l.iter().any(|x| x.what.starts_with("host overhead")));
+        let t = text_table(&l);
+        assert!(t.contains("Host CPU per message"), "{t}");
+        for row in t.lines() {
+            assert!(
+                row.chars().count() <= 100,
+                "{} columns: {row}\n{t}",
+                row.chars().count()
+            );
+        }
+        let cpu = l
+            .iter()
+            .find(|l| l.what == "guest CPU per TCP 256 KiB message (a+b)")
+            .unwrap();
+        let row = t
+            .lines()
+            .find(|r| r.starts_with("guest CPU per TCP 256 KiB message (a+b), µs"))
+            .unwrap();
+        assert!(row.contains(" 11865 10865–12865 "), "{row}");
+        assert!(row.contains(&fmt_gain(cpu.gain())), "{row}");
+        let head: Vec<&str> = t.lines().take(2).collect();
+        assert!(
+            head[0].contains("QPs") && head[0].contains("sockets"),
+            "{t}"
+        );
+        assert!(
+            head[1].contains("median") && head[1].contains("min–max"),
+            "{t}"
+        );
+        // Markdown: the same cells, row by row.
+        let md = markdown_table(&l);
+        // The comparison is the first table (the QP counters follow it).
+        let md_rows: Vec<&str> = md
+            .split("\n\n")
+            .next()
+            .unwrap()
+            .lines()
+            .filter(|r| r.starts_with("| ") && !r.starts_with("| |") && !r.starts_with("| ---"))
+            .collect();
+        assert_eq!(md_rows.len(), l.len());
+        for (r, line) in md_rows.iter().zip(&l) {
+            for cell in round_cells(line) {
+                assert!(r.contains(&format!("| {cell} |")), "{r}: {cell}");
+            }
+        }
+    }
+}
