@@ -1,0 +1,109 @@
+//! The run folders: one fresh folder per run under the cache, the oldest pruned.
+
+use crate::paths;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// How many run folders are kept; older ones are deleted when a new run starts, so the
+/// cache does not grow without bound (each holds logs and the guest's share).
+const KEEP_RUNS: usize = 40;
+
+/// Deletes all but the newest `keep - 1` run folders, making room for one more. Run folder
+/// names start with a timestamp, so name order is age order.
+fn prune_old_runs(runs: &Path, keep: usize) {
+    let Ok(entries) = fs::read_dir(runs) else {
+        return;
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    let excess = dirs.len().saturating_sub(keep.saturating_sub(1));
+    for old in &dirs[..excess] {
+        if let Err(e) = fs::remove_dir_all(old) {
+            log::warn!("cannot remove old run folder {}: {e}", old.display());
+        }
+    }
+}
+
+/// A fresh, uniquely named, empty run folder.
+pub(crate) fn make_run_dir() -> io::Result<PathBuf> {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let runs = paths::runs();
+    fs::create_dir_all(&runs)?;
+    prune_old_runs(&runs, KEEP_RUNS);
+    loop {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let dir = runs.join(format!("{}-{}-{n}", timestamp(), std::process::id()));
+        match fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Local time as YYYYmmdd-HHMMSS.
+fn timestamp() -> String {
+    // SAFETY: localtime_r writes only into `tm`; time(NULL) has no preconditions.
+    unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            return format!("t{t}");
+        }
+        format!(
+            "{:04}{:02}{:02}-{:02}{:02}{:02}",
+            tm.tm_year + 1900,
+            tm.tm_mon + 1,
+            tm.tm_mday,
+            tm.tm_hour,
+            tm.tm_min,
+            tm.tm_sec
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruning_keeps_the_newest_run_folders() {
+        let root = std::env::temp_dir().join(format!("qpip-prune-{}", std::process::id()));
+        for name in [
+            "20260101-000003-1-0",
+            "20260101-000001-1-0",
+            "20260101-000002-1-0",
+        ] {
+            fs::create_dir_all(root.join(name).join("share")).unwrap();
+        }
+        prune_old_runs(&root, 2);
+        let mut left: Vec<String> = fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        fs::remove_dir_all(&root).unwrap();
+        assert_eq!(
+            left,
+            ["20260101-000003-1-0"],
+            "room for one new run next to the newest"
+        );
+    }
+
+    #[test]
+    fn timestamps_have_the_run_folder_shape() {
+        let t = timestamp();
+        assert_eq!(t.len(), 15, "{t}");
+        assert_eq!(&t[8..9], "-");
+        assert!(
+            t.chars().filter(|c| *c != '-').all(|c| c.is_ascii_digit()),
+            "{t}"
+        );
+    }
+}
