@@ -1,0 +1,541 @@
+//! What the demo and the bench run: the plan (counts, sizes, rounds) and the steps of
+//! guest a's script it makes.
+
+use super::{human, scripts};
+use crate::netns;
+use std::time::Duration;
+
+/// The smallest TCP bandwidth message whose test moves [`Plan::bw_large_factor`] times
+/// [`Plan::bw_bytes`].
+pub const LARGE_MSG: usize = 64 << 10;
+
+/// A measurement the run makes on both nets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Test {
+    /// UDP ping-pong (`qpip-perf --udp --test latency`).
+    UdpPing,
+    /// TCP ping-pong.
+    TcpPing,
+    /// TCP bandwidth by message size.
+    TcpBw,
+    /// UDP bandwidth by datagram size, with its loss.
+    UdpBw,
+    /// A bulk transfer a→b checked by SHA-256.
+    Bulk,
+}
+
+impl Test {
+    /// The first half of its step id and `@perf` name (`udp` in `udp-qp`).
+    pub fn id(self) -> &'static str {
+        match self {
+            Test::UdpPing => "udp",
+            Test::TcpPing => "tcp",
+            Test::TcpBw => "bw",
+            Test::UdpBw => "udpbw",
+            Test::Bulk => "bulk",
+        }
+    }
+}
+
+/// Which net a measurement uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Net {
+    /// QPs between the guests' qpip devices.
+    Qp,
+    /// Kernel sockets through the guests' virtio-net NICs.
+    Sockets,
+}
+
+impl Net {
+    /// The second half of a step id (`qp` in `udp-qp`), and the name of a bulk report.
+    pub fn id(self) -> &'static str {
+        match self {
+            Net::Qp => "qp",
+            Net::Sockets => "sk",
+        }
+    }
+}
+
+/// What a step does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Guest b starts its servers, guest a makes the test data.
+    Ready,
+    /// One measurement in one round (from 1).
+    Measure { test: Test, net: Net, round: u32 },
+    /// Guest a's TCP QP to the lab host's echo server.
+    HostOut,
+    /// The lab host's client to a TCP QP listener in guest a.
+    HostIn,
+    /// UDP datagrams from a QP in guest a, echoed by the lab host.
+    HostUdp,
+    /// `qpip-overhead` in guest a, in one round (from 1).
+    Overhead { round: u32 },
+}
+
+/// One step of guest a's script.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// What guest a reports it by (`@step=ID`), unique in the run: `udp-qp`, or `udp-qp.2`
+    /// for round 2 of a run of several rounds.
+    pub id: String,
+    /// What it does, for the progress lines.
+    pub what: String,
+    pub action: Action,
+}
+
+/// How much the run measures.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Round trips of each ping-pong.
+    pub latency_iters: u64,
+    /// TCP bandwidth message sizes.
+    pub tcp_sizes: Vec<usize>,
+    /// UDP bandwidth datagram sizes (none: no UDP bandwidth test).
+    pub udp_sizes: Vec<usize>,
+    /// Bytes per bandwidth test and size (TCP messages from [`LARGE_MSG`] on: times
+    /// [`Plan::bw_large_factor`]).
+    pub bw_bytes: u64,
+    /// How many times [`Plan::bw_bytes`] a TCP bandwidth test with messages of
+    /// [`LARGE_MSG`] or more moves, so that it has enough messages for a steady state.
+    pub bw_large_factor: u64,
+    /// Bytes of each bulk transfer a→b.
+    pub bulk_bytes: u64,
+    /// Bytes each way between guest a and the lab host (0: no host steps).
+    pub host_bytes: u64,
+    /// How many times every measurement runs (1..=[`super::results::MAX_ROUNDS`]); the table
+    /// shows each figure's median and spread.
+    pub rounds: u32,
+    /// Each measurement over QPs right next to the same over sockets, the two taking turns
+    /// to go first round by round, so a change in the host's load hits both sides alike
+    /// (the bench). Else every QP step, then the host steps, then every sockets step (the
+    /// demo: it reads as a story).
+    pub interleave: bool,
+    /// Limit for one round (the first includes the boot); the run's limit is
+    /// [`Plan::limit`].
+    pub round_timeout: Duration,
+    /// Messages of each `qpip-overhead` transport at the end of every round (0: none).
+    pub overhead_messages: u64,
+    /// Each ping-pong and TCP bandwidth test (one message size at a time) is a CPU window:
+    /// both guests' `/proc/stat` and the host's CPU of QEMU and qpipd at its edges.
+    pub cpu_marks: bool,
+}
+
+impl Plan {
+    /// The demo: modest counts (TCG guests), everything once, in about a minute.
+    pub fn demo() -> Plan {
+        Plan {
+            latency_iters: 300,
+            tcp_sizes: vec![65536],
+            udp_sizes: Vec::new(),
+            bw_bytes: 4 << 20,
+            bw_large_factor: 1,
+            bulk_bytes: 8 << 20,
+            host_bytes: 1 << 20,
+            rounds: 1,
+            interleave: false,
+            round_timeout: Duration::from_secs(280),
+            overhead_messages: 0,
+            cpu_marks: false,
+        }
+    }
+
+    /// The bench: more round trips, every message size, UDP bandwidth, three rounds with
+    /// QPs and sockets interleaved, each ending with `qpip-overhead`; CPU windows; no host
+    /// steps. TCP bandwidth moves 16 MiB of 1 KiB and 8 KiB messages and 64 MiB of 64 KiB
+    /// and 256 KiB messages (1024 and 256 messages: with 16 MiB, 256 and 64 were over in a
+    /// fraction of a second, too few for a steady state or for `/proc/stat`'s 10 ms ticks).
+    pub fn bench() -> Plan {
+        Plan {
+            latency_iters: 2000,
+            tcp_sizes: vec![1024, 8192, 65536, 262144],
+            udp_sizes: vec![1024, 8192],
+            bw_bytes: 16 << 20,
+            bw_large_factor: 4,
+            bulk_bytes: 32 << 20,
+            host_bytes: 0,
+            rounds: 3,
+            interleave: true,
+            round_timeout: Duration::from_secs(1200),
+            overhead_messages: 1000,
+            cpu_marks: true,
+        }
+    }
+
+    /// Bytes of a TCP bandwidth test with messages of `size`.
+    pub fn tcp_bw_bytes(&self, size: usize) -> u64 {
+        if size >= LARGE_MSG {
+            self.bw_bytes.saturating_mul(self.bw_large_factor.max(1))
+        } else {
+            self.bw_bytes
+        }
+    }
+
+    /// Limit for the whole run, boot to power-off.
+    pub fn limit(&self) -> Duration {
+        self.round_timeout * self.rounds.max(1)
+    }
+
+    /// The measurements of one round on one net, in order.
+    fn tests(&self) -> Vec<Test> {
+        let mut t = vec![Test::UdpPing, Test::TcpPing, Test::TcpBw];
+        if !self.udp_sizes.is_empty() {
+            t.push(Test::UdpBw);
+        }
+        t.push(Test::Bulk);
+        t
+    }
+
+    /// The name round `round`'s measurement `base` is reported by: `base` itself in a run
+    /// of one round, else `base.ROUND` (see [`super::results::Measurements::take_line`]).
+    pub fn tag(&self, base: &str, round: u32) -> String {
+        if self.rounds > 1 {
+            format!("{base}.{round}")
+        } else {
+            base.to_string()
+        }
+    }
+
+    /// What a step's description starts with in a run of several rounds: `round 2/3: `.
+    fn round_note(&self, round: u32) -> String {
+        if self.rounds > 1 {
+            format!("round {round}/{}: ", self.rounds)
+        } else {
+            String::new()
+        }
+    }
+
+    fn measure(&self, test: Test, net: Net, round: u32) -> Step {
+        let iters = self.latency_iters;
+        let sizes = |v: &[usize]| {
+            v.iter()
+                .map(|s| human(*s as u64))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let over = match net {
+            Net::Qp => "over QPs",
+            Net::Sockets => "over kernel sockets",
+        };
+        let bytes = human(self.bw_bytes);
+        // TCP: the sizes grouped by the bytes each moves, "16 MiB per size, messages of
+        // 1 KiB, 8 KiB; 64 MiB per size, messages of 64 KiB, 256 KiB".
+        let mut groups: Vec<(u64, Vec<usize>)> = Vec::new();
+        for s in &self.tcp_sizes {
+            let b = self.tcp_bw_bytes(*s);
+            match groups.iter_mut().find(|g| g.0 == b) {
+                Some(g) => g.1.push(*s),
+                None => groups.push((b, vec![*s])),
+            }
+        }
+        let tcp_detail = groups
+            .iter()
+            .map(|(b, v)| format!("{} per size, messages of {}", human(*b), sizes(v)))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut what = match test {
+            Test::UdpPing => format!("UDP ping-pong a⇄b {over}"),
+            Test::TcpPing if net == Net::Qp => format!("TCP message ping-pong a⇄b {over}"),
+            Test::TcpPing => format!("TCP ping-pong a⇄b {over}"),
+            Test::TcpBw => format!("TCP bandwidth a→b {over}"),
+            Test::UdpBw => format!("UDP bandwidth a→b {over}"),
+            Test::Bulk => format!("TCP bulk transfer a→b {over}"),
+        };
+        if net == Net::Sockets && matches!(test, Test::UdpPing | Test::TcpPing) {
+            what += ", virtio-net";
+        }
+        let detail = match test {
+            Test::UdpPing | Test::TcpPing => format!("{iters} round trips"),
+            Test::TcpBw => tcp_detail,
+            Test::UdpBw => format!("{bytes} per size, datagrams of {}", sizes(&self.udp_sizes)),
+            Test::Bulk => format!(
+                "{}, {}, SHA-256 compared",
+                if net == Net::Qp {
+                    "qpip-cat"
+                } else {
+                    "busybox nc"
+                },
+                human(self.bulk_bytes)
+            ),
+        };
+        let round_note = self.round_note(round);
+        Step {
+            id: self.tag(&format!("{}-{}", test.id(), net.id()), round),
+            what: format!("{round_note}{what} ({detail})"),
+            action: Action::Measure { test, net, round },
+        }
+    }
+
+    /// The steps guest a runs, in order, with what each does.
+    pub fn steps(&self) -> Vec<Step> {
+        let step = |id: &str, what: String, action| Step {
+            id: id.to_string(),
+            what,
+            action,
+        };
+        let mut s = vec![step(
+            "ready",
+            "guest b starts its servers (qpip-perf, qpip-cat, nc); guest a makes the test data"
+                .to_string(),
+            Action::Ready,
+        )];
+        let tests = self.tests();
+        let host_steps = || {
+            if self.host_bytes == 0 {
+                return Vec::new();
+            }
+            let hb = human(self.host_bytes);
+            let host = netns::HOST_ADDR;
+            vec![
+                step(
+                    "host-out",
+                    format!("guest a's TCP QP to a Python echo server on the lab host {host} ({hb} out and back)"),
+                    Action::HostOut,
+                ),
+                step(
+                    "host-in",
+                    format!("a Python client on the lab host to a TCP QP listener in guest a ({hb} each way)"),
+                    Action::HostIn,
+                ),
+                step(
+                    "host-udp",
+                    "UDP datagrams from a QP in guest a, echoed by a Python socket on the lab host"
+                        .to_string(),
+                    Action::HostUdp,
+                ),
+            ]
+        };
+        for round in 1..=self.rounds.max(1) {
+            if self.interleave {
+                // Odd rounds: QPs first; even rounds: sockets first.
+                let order = if round % 2 == 1 {
+                    [Net::Qp, Net::Sockets]
+                } else {
+                    [Net::Sockets, Net::Qp]
+                };
+                for t in &tests {
+                    s.extend(order.map(|net| self.measure(*t, net, round)));
+                }
+                if round == 1 {
+                    s.extend(host_steps());
+                }
+            } else {
+                s.extend(tests.iter().map(|t| self.measure(*t, Net::Qp, round)));
+                if round == 1 {
+                    s.extend(host_steps());
+                }
+                s.extend(tests.iter().map(|t| self.measure(*t, Net::Sockets, round)));
+            }
+            if self.overhead_messages > 0 {
+                let round_note = self.round_note(round);
+                s.push(step(
+                    &self.tag("overhead", round),
+                    format!(
+                        "{round_note}host overhead per message in guest a, QPs vs kernel sockets on \
+                         loopback (qpip-overhead, {} messages each, 1 ms apart, then {} µs)",
+                        self.overhead_messages,
+                        scripts::OVERHEAD_SPIN_US
+                    ),
+                    Action::Overhead { round },
+                ));
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::results;
+
+    /// The step ids of `plan` with their `Measure` actions only.
+    fn measures(plan: &Plan) -> Vec<(String, Test, Net, u32)> {
+        plan.steps()
+            .into_iter()
+            .filter_map(|s| match s.action {
+                Action::Measure { test, net, round } => Some((s.id, test, net, round)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_step_of_the_plan_is_in_guest_a_script_in_order() {
+        let mut five = Plan::bench();
+        five.rounds = 5;
+        for plan in [Plan::demo(), Plan::bench(), five] {
+            let script = scripts::guest_a(&plan);
+            let mut at = 0;
+            for step in plan.steps() {
+                let id = &step.id;
+                let pos = script[at..]
+                    .find(&format!("\nstep {id}\n"))
+                    .unwrap_or_else(|| panic!("step {id} missing or out of order"));
+                at += pos + 1;
+            }
+            assert_eq!(
+                script.matches("\nstep ").count(),
+                plan.steps().len(),
+                "the script has steps the plan does not describe"
+            );
+            let ids: Vec<String> = plan.steps().into_iter().map(|s| s.id).collect();
+            let mut unique = ids.clone();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), ids.len(), "step ids repeat: {ids:?}");
+        }
+        assert!(scripts::guest_a(&Plan::demo()).contains("host-out"));
+        assert!(!scripts::guest_a(&Plan::bench()).contains("host-out"));
+    }
+
+    #[test]
+    fn the_demo_is_one_round_in_its_story_order() {
+        let plan = Plan::demo();
+        assert_eq!(plan.rounds, 1);
+        let ids: Vec<String> = plan.steps().into_iter().map(|s| s.id).collect();
+        assert_eq!(
+            ids,
+            [
+                "ready", "udp-qp", "tcp-qp", "bw-qp", "bulk-qp", "host-out", "host-in", "host-udp",
+                "udp-sk", "tcp-sk", "bw-sk", "bulk-sk"
+            ]
+        );
+        assert_eq!(plan.limit(), plan.round_timeout);
+        assert!(plan.steps()[1].what.starts_with("UDP ping-pong"));
+    }
+
+    #[test]
+    fn the_bench_runs_each_measurement_in_every_round_taking_turns() {
+        let plan = Plan::bench();
+        assert_eq!(plan.rounds, 3);
+        let m = measures(&plan);
+        // Five tests on two nets, three rounds.
+        assert_eq!(m.len(), 5 * 2 * 3);
+        for pair in m.chunks(2) {
+            let (a, b) = (&pair[0], &pair[1]);
+            assert_eq!(
+                (a.1, a.3),
+                (b.1, b.3),
+                "QPs and sockets are next to each other"
+            );
+            let first = if a.3 % 2 == 1 { Net::Qp } else { Net::Sockets };
+            assert_eq!(a.2, first, "round {}: {} goes first", a.3, a.0);
+            assert_ne!(a.2, b.2);
+        }
+        assert_eq!(m[0].0, "udp-qp.1");
+        assert_eq!(m[10].0, "udp-sk.2");
+        assert!(plan.steps()[1].what.starts_with("round 1/3: UDP ping-pong"));
+        assert_eq!(plan.limit(), plan.round_timeout * 3);
+        // Each round's bulk transfers have their own ports, clear of the lab host's.
+        let mut ports: Vec<u16> = (1..=results::MAX_ROUNDS)
+            .flat_map(|r| {
+                [
+                    scripts::bulk_port(Net::Qp, r),
+                    scripts::bulk_port(Net::Sockets, r),
+                ]
+            })
+            .collect();
+        let n = ports.len();
+        ports.sort();
+        ports.dedup();
+        assert_eq!(ports.len(), n);
+        assert!(*ports.last().unwrap() < scripts::HOST_TCP_PORT);
+        let a = scripts::guest_a(&plan);
+        assert!(a.contains("bulk qp.2 2 qpip-cat --message -w 60"), "{a}");
+        assert!(a.contains(&format!(" {}\n", scripts::bulk_port(Net::Sockets, 3))));
+        let b = scripts::guest_b(&plan);
+        assert!(b.contains("receivers 1 qp.1 sk.1 7000 7001 ready\n"), "{b}");
+        // A later round's receivers fail as that round's first bulk step (sockets go
+        // first in even rounds).
+        assert!(
+            b.contains("receivers 2 qp.2 sk.2 7002 7003 bulk-sk.2\n"),
+            "{b}"
+        );
+        assert!(
+            b.contains("receivers 3 qp.3 sk.3 7004 7005 bulk-qp.3\n"),
+            "{b}"
+        );
+        // One round: names without round numbers, as the demo reports them.
+        let one = scripts::guest_b(&Plan::demo());
+        assert!(one.contains("receivers 1 qp sk 7000 7001 ready\n"), "{one}");
+    }
+
+    #[test]
+    fn the_bench_ends_each_round_with_qpip_overhead_and_marks_cpu_windows() {
+        let plan = Plan::bench();
+        let steps = plan.steps();
+        let overhead: Vec<(usize, &str)> = steps
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| matches!(s.action, Action::Overhead { .. }))
+            .map(|(i, s)| (i, s.id.as_str()))
+            .collect();
+        // 1 + (10 + 1) per round: the last step of each round.
+        assert_eq!(
+            overhead,
+            [(11, "overhead.1"), (22, "overhead.2"), (33, "overhead.3")]
+        );
+        let a = scripts::guest_a(&plan);
+        assert!(a.contains("\nstep overhead.2\nqpip-overhead --messages 1000 --json"));
+        assert!(
+            a.contains("echo \"@overhead.2=$(cat /tmp/overhead.json)\""),
+            "{a}"
+        );
+        assert!(
+            a.contains("qpip-overhead --messages 1000 --spin-us 400 --json"),
+            "{a}"
+        );
+        // Ping-pongs are windows named as their step; TCP bandwidth one per size.
+        assert!(a.contains("perf udp-sk.2 udp-sk.2 "), "{a}");
+        for size in &plan.tcp_sizes {
+            let line = format!("perf bw-qp.3 bw-qp:{size}.3 ");
+            assert!(a.contains(&line), "{line}: {a}");
+            assert!(a.contains(&format!("--sizes {size} --bytes")), "{a}");
+        }
+        assert!(a.contains("perf udpbw-qp.1 - "), "{a}");
+        // TCP bandwidth: 16 MiB of small messages, 64 MiB from 64 KiB on; UDP 16 MiB.
+        for (size, bytes) in [
+            (1024, 16 << 20),
+            (8192, 16 << 20),
+            (65536, 64 << 20),
+            (262144, 64 << 20),
+        ] {
+            assert_eq!(plan.tcp_bw_bytes(size), bytes);
+            assert!(
+                a.contains(&format!("--sizes {size} --bytes {bytes}\n")),
+                "{a}"
+            );
+        }
+        assert!(
+            a.contains("--udp --test bandwidth --sizes 1024,8192 --bytes 16777216\n"),
+            "{a}"
+        );
+        let bw = plan
+            .steps()
+            .into_iter()
+            .find(|s| s.id == "bw-qp.1")
+            .unwrap();
+        assert!(
+            bw.what.ends_with(
+                "(16 MiB per size, messages of 1 KiB, 8 KiB; 64 MiB per size, messages of 64 KiB, 256 KiB)"
+            ),
+            "{}",
+            bw.what
+        );
+        let b = scripts::guest_b(&plan);
+        assert!(b.contains("cpu-mark.$n.b"), "{b}");
+        assert!(!b.contains("lab-wait a-done"), "{b}");
+        // The demo: none of it.
+        let demo = Plan::demo();
+        let a = scripts::guest_a(&demo);
+        assert!(!a.contains("qpip-overhead --messages"));
+        assert!(a.contains("perf udp-qp - "), "{a}");
+        assert!(a.contains("--sizes 65536 --bytes 4194304\n"), "{a}");
+        assert!(scripts::guest_b(&demo).contains("lab-wait a-done"));
+        assert!(demo
+            .steps()
+            .iter()
+            .all(|s| !matches!(s.action, Action::Overhead { .. })));
+    }
+}
