@@ -50,9 +50,9 @@ use watch::Watcher;
 
 /// A byte count as people write it (binary units when exact).
 pub fn human(bytes: u64) -> String {
-    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+    if bytes >= 1 << 20 && bytes % (1 << 20) == 0 {
         format!("{} MiB", bytes >> 20)
-    } else if bytes >= 1024 && bytes.is_multiple_of(1024) {
+    } else if bytes >= 1024 && bytes % 1024 == 0 {
         format!("{} KiB", bytes >> 10)
     } else {
         format!("{bytes} B")
