@@ -32,13 +32,14 @@
 //! before `run_lab` returns.
 
 use crate::netns::{self, LabNet, NetError};
+use crate::procs::run_sh;
 use crate::vm::{
     check_prerequisites, make_run_dir, LabError, Run, VmOutcome, VmSpec, Wiring, POLL,
 };
 use crate::Stream;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -143,22 +144,12 @@ impl LabHost<'_> {
     /// Runs `script` with `sh -c` in the lab's namespace; Ok holds stdout and stderr,
     /// Err also says how it failed.
     pub fn sh(&self, script: &str) -> Result<String, String> {
-        let out = self
-            .command("sh")
-            .arg("-c")
-            .arg(script)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run sh: {e}"))?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if out.status.success() {
+        let (status, text) =
+            run_sh(self.command("sh"), script).map_err(|e| format!("cannot run sh: {e}"))?;
+        if status.success() {
             Ok(text)
         } else {
-            Err(format!("`{script}` failed ({}):\n{text}", out.status))
+            Err(format!("`{script}` failed ({status}):\n{text}"))
         }
     }
 

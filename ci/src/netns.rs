@@ -44,6 +44,7 @@
 //! stopping a guest's QEMU for 8 s while the other pinged it). The namespace and the
 //! guests send up to 30 solicitations instead, so resolution outlasts such a stall.
 
+use crate::procs::run_sh;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
@@ -307,25 +308,14 @@ impl LabNet {
 
     /// Runs `script` with `sh -c` in the namespace; an error holds its output.
     pub fn sh(&self, script: &str) -> Result<String, String> {
-        let out = self
-            .command("sh")
-            .arg("-c")
-            .arg(script)
-            .stdin(Stdio::null())
-            .output()
+        let (status, text) = run_sh(self.command("sh"), script)
             .map_err(|e| format!("cannot run sh in namespace {}: {e}", self.name))?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if out.status.success() {
+        if status.success() {
             Ok(text)
         } else {
             Err(format!(
-                "in namespace {}: `{script}` failed ({}): {}",
+                "in namespace {}: `{script}` failed ({status}): {}",
                 self.name,
-                out.status,
                 text.trim()
             ))
         }

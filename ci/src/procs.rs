@@ -3,7 +3,7 @@
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// A started child: what it is (for messages), and where its log goes.
@@ -110,4 +110,17 @@ pub(crate) fn log_tail(path: &std::path::Path, max_lines: usize) -> String {
         }
         Err(e) => format!("    (cannot read {}: {e})\n", path.display()),
     }
+}
+
+/// Runs `script` with `sh -c` (`sh` is the command of the shell, e.g. one that enters the
+/// lab's namespace), stdin from /dev/null, and waits for it: how it ended, and what it
+/// printed (stdout, then stderr).
+pub(crate) fn run_sh(mut sh: Command, script: &str) -> io::Result<(ExitStatus, String)> {
+    let out = sh.arg("-c").arg(script).stdin(Stdio::null()).output()?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((out.status, text))
 }
