@@ -27,6 +27,7 @@ pub mod demo;
 mod lab;
 pub mod netns;
 pub mod paths;
+pub mod payload;
 mod procs;
 mod vm;
 

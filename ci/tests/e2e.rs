@@ -18,6 +18,7 @@ mod common;
 
 use common::{needs_root, Report};
 use qpip_lab::netns;
+use qpip_lab::payload::pattern;
 use qpip_lab::{run_lab, unique_netns, GuestSpec, LabHost, LabOutcome, LabSpec, Network, VmSpec};
 use std::io::{Read, Write};
 use std::net::{Ipv6Addr, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
@@ -195,19 +196,6 @@ fn ping_line(a: &Report, tag: &str) -> String {
         a.get(&format!("{tag}.ping.rtt_us")),
         a.get(&format!("{tag}.ping.lost"))
     )
-}
-
-/// Bytes that differ from run to run of no test: a seeded xorshift.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// SHA-256 by the host's `sha256sum`, an implementation independent of the guest tool's.
