@@ -80,8 +80,7 @@ echo "$old" > $Q/mac
 sysfs after
 "#,
     );
-    let rep = Report::new(&out);
-    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    let rep = Report::succeeded(&out);
     rep.statuses_zero("qpip-driver-test", &["ioctls", "isolation", "churn", "udp"]);
     rep.checks_pass(&[
         // the argument rules
@@ -282,8 +281,7 @@ kv udp_rx.after "$(cat $Q/counters/udp_rx)"
 kv final.contexts "$(cat $Q/contexts)"
 "#,
     );
-    let rep = Report::new(&out);
-    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    let rep = Report::succeeded(&out);
     assert_eq!(
         rep.get("running"),
         "1",
@@ -326,8 +324,7 @@ insmod "$QPIP_KO"; kv insmod.status $?
 qpip-driver-test udp 5; kv udp.status $?
 "#,
     );
-    let rep = Report::new(&out);
-    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    let rep = Report::succeeded(&out);
     rep.statuses_zero("qpip-driver-test", &["reset", "remove", "udp"]);
     rep.checks_pass(
         &[
@@ -404,8 +401,7 @@ kv cycles $((i-1))
 mem end
 "#,
     );
-    let rep = Report::new(&out);
-    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    let rep = Report::succeeded(&out);
     assert_eq!(rep.get("warmup.status"), "0", "{}", rep.context());
     assert_eq!(rep.get("cycles"), "10", "{}", rep.context());
     let failures: Vec<_> = rep
@@ -467,8 +463,7 @@ kv added.addresses "$(tr '\n' ' ' < $Q/addresses)"
         "fd51:5050::9:1/64".into(),
     ]];
     let out = common::boot(&spec);
-    let rep = Report::new(&out);
-    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    let rep = Report::succeeded(&out);
     assert_eq!(
         rep.get("abi"),
         format!("{ABI_VERSION_MAJOR}.{ABI_VERSION_MINOR}"),
@@ -557,8 +552,7 @@ kv after.addresses "$(tr '\n' ' ' < $Q/addresses)"
         "3".into(),
     ]];
     let out = common::boot(&spec);
-    let rep = Report::new(&out);
-    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    let rep = Report::succeeded(&out);
     assert_eq!(rep.get("lost.status"), "0", "{}", rep.context());
     assert_eq!(rep.get("lost.read"), "128", "{}", rep.context());
     rep.checks_pass(&[
@@ -611,8 +605,7 @@ qpip-driver-test udp 5; kv udp.status $?
 qpip-driver-test events > /tmp/events.out; kv events.status $?
 "#,
     );
-    let rep = Report::new(&out);
-    assert_eq!(out.status, 0, "guest script failed\n{}", rep.context());
+    let rep = Report::succeeded(&out);
     assert_eq!(
         rep.get("reset_method"),
         "af_flr",
@@ -692,8 +685,7 @@ fn kick_sleeps(props: &[&str]) -> (VmOutcome, Result<u64, String>) {
 #[ignore = "boots VMs: run by ./qpip test"]
 fn kicks_reach_the_device_as_posted_writes() {
     let (posted, posted_sleeps) = kick_sleeps(&[]);
-    let rep = Report::new(&posted);
-    assert_eq!(posted.status, 0, "guest script failed\n{}", rep.context());
+    let rep = Report::succeeded(&posted);
     assert_eq!(
         rep.get("kicks.count"),
         KICKS.to_string(),
@@ -703,8 +695,7 @@ fn kicks_reach_the_device_as_posted_writes() {
     let posted_sleeps = posted_sleeps.unwrap_or_else(|e| panic!("{e}\n{}", rep.context()));
 
     let (forced, forced_sleeps) = kick_sleeps(&["x-no-posted-writes=true"]);
-    let frep = Report::new(&forced);
-    assert_eq!(forced.status, 0, "guest script failed\n{}", frep.context());
+    let frep = Report::succeeded(&forced);
     let forced_sleeps = forced_sleeps.unwrap_or_else(|e| panic!("{e}\n{}", frep.context()));
     println!(
         "{KICKS} kicks: posted {} ns each in the guest, the vCPU slept {posted_sleeps} \

@@ -57,6 +57,15 @@ impl<'a> Report<'a> {
         Report { outcome, pairs }
     }
 
+    /// The report of a guest whose script exited 0; the test fails, showing the report,
+    /// if it did not.
+    #[track_caller]
+    pub fn succeeded(outcome: &'a VmOutcome) -> Report<'a> {
+        let rep = Report::new(outcome);
+        assert_eq!(outcome.status, 0, "guest script failed\n{}", rep.context());
+        rep
+    }
+
     pub fn all(&self, key: &str) -> Vec<&'a str> {
         self.pairs
             .iter()
