@@ -35,7 +35,9 @@ pub use lab::{
     exit_status, guest_name, run_lab, unique_netns, GuestSpec, LabHost, LabOutcome, LabSpec,
     Network,
 };
-pub use vm::{run_vm, run_vm_observed, Accel, LabError, Stream, VmOutcome, VmSpec};
+pub use vm::{
+    local_time, run_vm, run_vm_observed, timestamp_of, Accel, LabError, Stream, VmOutcome, VmSpec,
+};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};

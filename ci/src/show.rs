@@ -200,24 +200,10 @@ fn loadavg() -> String {
 
 /// Local time as (YYYYmmdd-HHMMSS, YYYY-MM-DD HH:MM).
 fn now() -> (String, String) {
-    // SAFETY: localtime_r writes only into `tm`; time(NULL) has no preconditions.
-    unsafe {
-        let t = libc::time(std::ptr::null_mut());
-        let mut tm: libc::tm = std::mem::zeroed();
-        if libc::localtime_r(&t, &mut tm).is_null() {
-            return (format!("t{t}"), format!("t{t}"));
-        }
-        let (y, mo, d, h, mi, s) = (
-            tm.tm_year + 1900,
-            tm.tm_mon + 1,
-            tm.tm_mday,
-            tm.tm_hour,
-            tm.tm_min,
-            tm.tm_sec,
-        );
-        (
-            format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}"),
-            format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}"),
-        )
-    }
+    let time = qpip_lab::local_time();
+    let date = match time {
+        Ok([y, mo, d, h, mi, _]) => format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}"),
+        Err(t) => format!("t{t}"),
+    };
+    (qpip_lab::timestamp_of(time), date)
 }

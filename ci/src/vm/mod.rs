@@ -13,6 +13,7 @@ mod run_dir;
 pub use error::{ErrorKind, LabError};
 pub(crate) use run::{Run, Wiring};
 pub(crate) use run_dir::make_run_dir;
+pub use run_dir::{local_time, timestamp_of};
 
 use crate::paths;
 use std::fs;

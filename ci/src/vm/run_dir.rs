@@ -47,25 +47,39 @@ pub(crate) fn make_run_dir() -> io::Result<PathBuf> {
     }
 }
 
-/// Local time as YYYYmmdd-HHMMSS.
-fn timestamp() -> String {
+/// The local time now as `[year, month, day, hour, minute, second]` (month and day from
+/// 1); Err holds the Unix time when the C library cannot break it down.
+pub fn local_time() -> Result<[i32; 6], i64> {
     // SAFETY: localtime_r writes only into `tm`; time(NULL) has no preconditions.
     unsafe {
         let t = libc::time(std::ptr::null_mut());
         let mut tm: libc::tm = std::mem::zeroed();
         if libc::localtime_r(&t, &mut tm).is_null() {
-            return format!("t{t}");
+            return Err(t);
         }
-        format!(
-            "{:04}{:02}{:02}-{:02}{:02}{:02}",
+        Ok([
             tm.tm_year + 1900,
             tm.tm_mon + 1,
             tm.tm_mday,
             tm.tm_hour,
             tm.tm_min,
-            tm.tm_sec
-        )
+            tm.tm_sec,
+        ])
     }
+}
+
+/// Local time as YYYYmmdd-HHMMSS (`t<Unix time>` if it cannot be had): the names of run
+/// folders and of the bench's results.
+pub fn timestamp_of(time: Result<[i32; 6], i64>) -> String {
+    match time {
+        Ok([y, mo, d, h, mi, s]) => format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}"),
+        Err(t) => format!("t{t}"),
+    }
+}
+
+/// Local time now as YYYYmmdd-HHMMSS.
+fn timestamp() -> String {
+    timestamp_of(local_time())
 }
 
 #[cfg(test)]
@@ -105,5 +119,7 @@ mod tests {
             t.chars().filter(|c| *c != '-').all(|c| c.is_ascii_digit()),
             "{t}"
         );
+        assert_eq!(timestamp_of(Ok([2026, 1, 2, 3, 4, 5])), "20260102-030405");
+        assert_eq!(timestamp_of(Err(1234)), "t1234");
     }
 }
