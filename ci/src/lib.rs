@@ -46,7 +46,8 @@ static INTERRUPT: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
 /// Installs the SIGINT/SIGTERM handlers (once per process). From then on, those signals
 /// no longer kill the process: they set a flag that the VM wait loop checks, so the lab
-/// stops its children, says where the logs are, and returns [`LabError::Interrupted`].
+/// stops its children, says where the logs are, and returns a [`LabError`] for which
+/// [`LabError::is_interrupted`] holds.
 pub fn install_signal_handlers() {
     INTERRUPT.get_or_init(|| {
         let flag = Arc::new(AtomicBool::new(false));

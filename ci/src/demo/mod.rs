@@ -24,7 +24,7 @@
 //! which `qpip-perf` measures on each end over exactly its measured interval, and every
 //! ping-pong and TCP bandwidth run (each message size on its own) is a CPU window: just
 //! before and just after it, guest a reads both guests' `/proc/stat` and the lab host the
-//! CPU time of the run's QEMU and qpipd processes ([`host_side::serve_cpu_marks`]), so a
+//! CPU time of the run's QEMU and qpipd processes (`host_side::serve_cpu_marks`), so a
 //! block under the table shows where the rest of the work went on the host.
 //!
 //! Progress is reported step by step; the first failing step ends the run and is named.

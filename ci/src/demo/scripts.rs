@@ -14,7 +14,7 @@
 //! A CPU window (the bench's [`Plan::cpu_marks`]): at each edge guest a creates
 //! `/lab/cpu-mark.N` (N counts from 1); guest b answers with the first line of its
 //! `/proc/stat` in `/lab/cpu-mark.N.b`, the lab host with its line in
-//! `/lab/cpu-mark.N.host` (see [`super::host_side::serve_cpu_marks`]). Guest a reads its own
+//! `/lab/cpu-mark.N.host` (see `host_side::serve_cpu_marks`). Guest a reads its own
 //! `/proc/stat` last at the start and first at the end, so its waits for the answers stay
 //! outside the window; the window holds the test whole, and about 0.1 s more of guest b's
 //! and the host's time (the answers' polling). The bench takes the host's CPU from these
