@@ -9,7 +9,7 @@ use std::net::{Ipv6Addr, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use qpip_abi::admin::{
@@ -42,9 +42,6 @@ pub(crate) struct Ctx {
     path: PathBuf,
     db: Mapping,
     kick: Mapping,
-    /// Doorbell writes are a read-modify-write of the page's change counter followed by the
-    /// sleeping check: one thread at a time, so no increment is lost.
-    db_lock: Mutex<()>,
     /// Kicks written (the device was asleep when a doorbell rang).
     pub(crate) kicks: AtomicU64,
 }
@@ -103,7 +100,6 @@ impl Ctx {
             path: path.to_path_buf(),
             db,
             kick,
-            db_lock: Mutex::new(()),
             kicks: AtomicU64::new(0),
         };
         Ok((ctx, limits))
@@ -136,20 +132,28 @@ impl Ctx {
     /// a round trip to the device process that the guest's CPU waits out; a blocking wait
     /// skips one per call this way.
     fn ring_quietly(&self, off: u32, value: u32) -> bool {
-        let _g = self.db_lock.lock().unwrap();
         fence(Ordering::Release);
         let slot = self.db.at(off as usize).cast::<u32>();
-        let cc = self.db.at(DB_CHANGE_COUNT as usize).cast::<u32>();
-        // SAFETY: aligned u32 fields inside the mapped doorbell page (offsets from the ABI);
-        // volatile because the device reads them behind the compiler's back.
-        unsafe {
-            ptr::write_volatile(slot, value);
-            ptr::write_volatile(cc, ptr::read_volatile(cc).wrapping_add(1));
-        }
-        fence(Ordering::SeqCst);
-        let sleeping = self.db.at(DB_ENGINE_SLEEPING as usize).cast::<u32>();
-        // SAFETY: as above; the device writes this field.
-        unsafe { ptr::read_volatile(sleeping) != 0 }
+        // SAFETY: an aligned u32 field inside the mapped doorbell page (offset from the ABI);
+        // volatile because the device reads it behind the compiler's back.
+        unsafe { ptr::write_volatile(slot, value) };
+        // SAFETY: the change counter and the sleeping flag are aligned u32 fields of the
+        // doorbell page, mapped for the life of `self`; in this process they are only ever
+        // accessed as atomics (the device, another process, reads and writes them as the
+        // hardware's plain loads and stores).
+        let (cc, sleeping) = unsafe {
+            (
+                AtomicU32::from_ptr(self.db.at(DB_CHANGE_COUNT as usize).cast::<u32>()),
+                AtomicU32::from_ptr(self.db.at(DB_ENGINE_SLEEPING as usize).cast::<u32>()),
+            )
+        };
+        // Threads of one process share the page, so the counter is bumped atomically (no
+        // increment lost, no lock). A sequentially consistent read-modify-write followed by a
+        // sequentially consistent load is the full barrier the protocol asks for between the
+        // doorbell and the sleeping flag: on x86 the locked add drains the store buffer, so
+        // no separate fence is needed.
+        cc.fetch_add(1, Ordering::SeqCst);
+        sleeping.load(Ordering::SeqCst) != 0
     }
 
     pub(crate) fn reg_mr(&self, addr: *mut u8, len: usize) -> Result<u32> {
@@ -198,6 +202,7 @@ impl Ctx {
             st: Mutex::new(CqState {
                 head: 0,
                 arm_seq: 0,
+                last: None,
             }),
             qps: Mutex::new(HashMap::new()),
         })
@@ -360,6 +365,10 @@ impl WorkQueue {
 struct CqState {
     head: u32,
     arm_seq: u32,
+    /// The QP of the last completion polled, so that a run of completions of one QP —
+    /// across polls too, the common case — finds its state without the table's lock and
+    /// lookup. Cleared when that QP is destroyed.
+    last: Option<(u32, Arc<Mutex<QpPost>>)>,
 }
 
 pub(crate) struct Cq {
@@ -375,11 +384,10 @@ pub(crate) struct Cq {
 impl Cq {
     pub(crate) fn poll(&self, dev: &Ctx, out: &mut [Completion]) -> usize {
         let mut st = self.st.lock().unwrap();
+        let st = &mut *st;
         let mut n = 0;
-        // The QPs' table is looked at once per call, and a run of completions of one QP
-        // takes its state once: a poll that reaps a batch pays the locks once.
-        let mut qps = None;
-        let mut last: Option<(u32, Arc<Mutex<QpPost>>)> = None;
+        // The QPs' table is looked at only when a completion is of another QP than the last
+        // one polled (kept across calls), so a poll pays no lock for it in the common case.
         while n < out.len() {
             if !self.written(st.head) {
                 break;
@@ -390,11 +398,11 @@ impl Cq {
             // mapping; the device finished writing it (owner seen after the acquire fence).
             let cqe = unsafe { ptr::read_volatile(self.ring.at(at).cast::<Cqe>()) };
             st.head = st.head.wrapping_add(1);
-            if !matches!(&last, Some((q, _)) if *q == cqe.qp) {
-                let table = qps.get_or_insert_with(|| self.qps.lock().unwrap());
-                last = table.get(&cqe.qp).map(|p| (cqe.qp, p.clone()));
+            if !matches!(&st.last, Some((q, _)) if *q == cqe.qp) {
+                let table = self.qps.lock().unwrap();
+                st.last = table.get(&cqe.qp).map(|p| (cqe.qp, p.clone()));
             }
-            let udp = match &last {
+            let udp = match &st.last {
                 Some((q, post)) if *q == cqe.qp => Self::release(post, &cqe),
                 // A flush of a destroyed QP: its requests were released then.
                 _ => false,
@@ -402,7 +410,6 @@ impl Cq {
             out[n] = Completion::from_cqe(&cqe, udp);
             n += 1;
         }
-        drop(qps);
         if n > 0 {
             // Give the slots back to the device (it never overwrites an unconsumed CQE).
             // The engine waits for this only when the ring is full (abi::doorbell), so a
@@ -545,7 +552,15 @@ impl Qp {
             }
         }
         if let Some(tail) = tail {
-            dev.ring(DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_RQ_TAIL, tail);
+            let db = DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_RQ_TAIL;
+            if p.udp {
+                // A UDP QP's receives are needed only when a datagram comes, and whatever
+                // brings one wakes a sleeping engine first (a frame on the link, or a send
+                // that kicked): no kick (qpip_abi::doorbell).
+                dev.ring_quietly(db, tail);
+            } else {
+                dev.ring(db, tail);
+            }
         }
         result
     }
@@ -555,7 +570,12 @@ impl Qp {
         // regions they kept alive may go (they do when `post` is dropped with this QP).
         dev.destroy(IOCTL_DESTROY_QP, self.handle);
         for cq in [scq, rcq] {
-            dev_cq(cq).qps.lock().unwrap().remove(&self.handle);
+            let cq = dev_cq(cq);
+            let mut st = cq.st.lock().unwrap();
+            if matches!(&st.last, Some((q, _)) if *q == self.handle) {
+                st.last = None;
+            }
+            cq.qps.lock().unwrap().remove(&self.handle);
         }
     }
 }
