@@ -28,6 +28,13 @@
 //! the interrupt for the completion it is about to write. The consumer polls once more after
 //! arming for a completion written before the arm was seen.
 //!
+//! A UDP QP's `rq_tail` may skip the kick as well: receive WQEs of a UDP QP are used only
+//! when a datagram arrives, a datagram is never held for a receive posted later (one that
+//! finds none is dropped and counted), and whatever brings a datagram wakes a sleeping
+//! engine before it is taken — a frame on the link, or a local send that rang (and kicked)
+//! its own doorbell — and that pass scans the doorbells first. (A TCP QP's receives are
+//! different: they open the window a peer may be waiting for, so they kick.)
+//!
 //! Moving a CQ's `head` may skip the kick too, unless the ring was full before the move
 //! (the slot of index `old head + depth - 1` held a completion): the engine waits for a
 //! CQ's head only when the ring is full (it never overwrites an unconsumed completion), an

@@ -48,6 +48,7 @@ kv parallel.failures "$(cat /tmp/p1.out /tmp/p2.out | grep FAIL | tr '\n' ' ')"
         "cq.overflow",
         "cq.wait_wakeups",
         "epoll",
+        "doorbell.quiet_receives",
         "post.cost",
         "aio.tasks_share_a_cq",
         "aio.timed_out_waits",

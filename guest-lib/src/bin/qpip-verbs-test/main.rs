@@ -680,6 +680,68 @@ fn wait_wakeups(ctx: &Context) -> R {
     Ok(())
 }
 
+/// Which posts kick a sleeping device (`qpip_abi::doorbell`): a UDP QP's receives never do
+/// (a datagram wakes the device before it needs one), its sends and a TCP QP's receives do.
+/// An attempt lets the device fall asleep, posts a receive on UDP QP `b`, then a send from
+/// `a` to `b`: the send kicking proves the device slept through the receive post, which
+/// must not have kicked, and the datagram must land in that receive. Then a receive on a
+/// connected TCP QP after the device fell asleep must kick. Attempts are repeated (a TCP
+/// timer may have the device awake at the wrong moment); kicks are counted, not timed.
+fn quiet_receives(ctx: &Context, port: u16) -> R {
+    if ctx.provider() != ProviderKind::Device {
+        return Ok(()); // the software provider has no doorbells
+    }
+    let scq = e(ctx.create_cq(16), "create CQ")?;
+    let rcq = e(ctx.create_cq(16), "create CQ")?;
+    let a = e(ctx.create_qp(&QpInit::new(QpKind::Udp, &scq)), "create QP")?;
+    let b = e(
+        ctx.create_qp(&QpInit::new(QpKind::Udp, &scq).recv_cq(&rcq)),
+        "create QP",
+    )?;
+    e(a.bind(lo(0)), "bind")?;
+    let to = lo(e(b.bind(lo(0)), "bind")?.port());
+    let buf = e(ctx.alloc(64), "register")?;
+    let asleep = Duration::from_millis(50);
+    let mut proven = 0;
+    for i in 0..5u64 {
+        std::thread::sleep(asleep);
+        let k0 = ctx.kicks();
+        e(b.post_recv(i, &[buf.sge_all()]), "post_recv")?;
+        let k1 = ctx.kicks();
+        e(
+            a.post_send(&SendWr::inline(i, b"quiet receive").to(to)),
+            "post_send",
+        )?;
+        let k2 = ctx.kicks();
+        ensure(k1 == k0, || {
+            format!("a UDP receive post kicked the device (attempt {i})")
+        })?;
+        let c = next(&rcq, "receive")?;
+        ensure(c.wr_id == i && c.is_ok() && c.byte_len == 13, || {
+            format!("receive {c:?}")
+        })?;
+        next(&scq, "send")?;
+        proven += (k2 == k1 + 1) as u32;
+    }
+    println!("@quiet_receives.udp_proven={proven}");
+    ensure(proven > 0, || {
+        "the device never slept before a send: nothing proven".into()
+    })?;
+    let cq = e(ctx.create_cq(16), "create CQ")?;
+    let (server, _client) = tcp_pair(ctx, &cq, Framing::Message, port)?;
+    let mut tcp_kicked = 0;
+    for i in 0..5u64 {
+        std::thread::sleep(asleep);
+        let k0 = ctx.kicks();
+        e(server.post_recv(i, &[buf.sge_all()]), "post_recv")?;
+        tcp_kicked += (ctx.kicks() == k0 + 1) as u32;
+    }
+    println!("@quiet_receives.tcp_kicked={tcp_kicked}");
+    ensure(tcp_kicked > 0, || {
+        "a TCP receive post never kicked the sleeping device".into()
+    })
+}
+
 /// epoll over two CQ descriptors and the context's event descriptor.
 fn epoll(ctx: &Context, port: u16) -> R {
     let cq1 = e(ctx.create_cq(8), "create CQ")?;
@@ -844,6 +906,7 @@ fn main() {
     check("cq.overflow", cq_overflow(&ctx));
     check("cq.wait_wakeups", wait_wakeups(&ctx));
     check("epoll", epoll(&ctx, base + 3));
+    check("doorbell.quiet_receives", quiet_receives(&ctx, base + 6));
     check("post.cost", post_cost::post_cost(&ctx));
     #[cfg(feature = "tokio")]
     aio::checks(&ctx, base + 4, &mut check);
