@@ -17,6 +17,12 @@
 //!   side much of it has already run in softirq, which this does not count (the bench's
 //!   guest-wide CPU figure does).
 //!
+//! Every timed interval is the clock read before and after the calls, less what reading the
+//! clock twice costs by itself (the median of 2000 empty intervals measured at the start,
+//! `clock_ns` in the JSON): QPs time three intervals per message (the posts and two polls),
+//! sockets two or more (the send and each `recv`), so the clock's own cost would otherwise
+//! weigh on the two sides differently.
+//!
 //! Between the timed calls the program sleeps (1 ms), untimed, so the device or the kernel
 //! finishes; a completion not yet there after it is waited for untimed and the message is
 //! left out (and counted). The device's engine usually falls asleep in that time, so most
@@ -53,6 +59,29 @@ fn settle() {
     while t0.elapsed() < Duration::from_micros(us) {
         std::hint::spin_loop();
     }
+}
+
+/// What two clock reads cost by themselves, ns (see the module's documentation).
+static CLOCK_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Measures [`CLOCK_NS`]: the median of empty timed intervals.
+fn calibrate_clock() -> u64 {
+    let mut v: Vec<Duration> = (0..2000)
+        .map(|_| {
+            let t0 = Instant::now();
+            t0.elapsed()
+        })
+        .collect();
+    v.sort_unstable();
+    let ns = v[v.len() / 2].as_nanos() as u64;
+    CLOCK_NS.store(ns, Ordering::Relaxed);
+    ns
+}
+
+/// The time since `t0`, less the clock's own cost.
+fn since(t0: Instant) -> Duration {
+    t0.elapsed()
+        .saturating_sub(Duration::from_nanos(CLOCK_NS.load(Ordering::Relaxed)))
 }
 
 fn lo(port: u16) -> SocketAddrV6 {
@@ -144,7 +173,7 @@ fn reap(cq: &Cq, what: &str) -> R<Option<Duration>> {
     let mut c = [Completion::default()];
     let t0 = Instant::now();
     let n = cq.poll(&mut c);
-    let t = t0.elapsed();
+    let t = since(t0);
     if n == 1 {
         return c[0]
             .is_ok()
@@ -190,7 +219,7 @@ fn qp_messages(ctx: &Context, p: Pair<'_>, n: usize, size: usize) -> R<Samples> 
             None => wr,
         };
         q(a.post_send(&wr), "post_send")?;
-        let send = t0.elapsed();
+        let send = since(t0);
         let kicked = ctx.kicks() != k0;
         settle();
         let sent = reap(a_scq, "send completion")?;
@@ -285,7 +314,7 @@ fn socket_messages(
     for i in 0..n + 10 {
         let t0 = Instant::now();
         let sent = send(&data).map_err(|e| format!("send: {e}"))?;
-        let send_t = t0.elapsed();
+        let send_t = since(t0);
         if sent != size {
             return Err(format!("send: {sent} of {size} bytes"));
         }
@@ -303,7 +332,7 @@ fn socket_messages(
                     libc::MSG_DONTWAIT,
                 )
             };
-            let t = t1.elapsed();
+            let t = since(t1);
             if r > 0 {
                 got += r as usize;
                 timed = Some(timed.map_or(t, |x: Duration| x + t));
@@ -349,6 +378,7 @@ fn sockets_tcp(n: usize, size: usize) -> R<Samples> {
 
 fn run(n: usize, size: usize, json: bool) -> R<()> {
     let ctx = q(Context::open(), "open the device")?;
+    let clock_ns = calibrate_clock();
     let rows = [
         ("qp-udp", qp_udp(&ctx, n, size)?),
         ("sockets-udp", sockets_udp(n, size)?),
@@ -358,13 +388,15 @@ fn run(n: usize, size: usize, json: bool) -> R<()> {
     if json {
         let body: Vec<String> = rows.iter().map(|(name, s)| s.json(name)).collect();
         println!(
-            "{{\"tool\":\"qpip-overhead\",\"size\":{size},\"spin_us\":{},\"results\":[{}]}}",
+            "{{\"tool\":\"qpip-overhead\",\"size\":{size},\"spin_us\":{},\"clock_ns\":{clock_ns},\"results\":[{}]}}",
             SPIN_US.load(Ordering::Relaxed),
             body.join(",")
         );
     } else {
         println!(
-            "host overhead per message of {size} bytes (median, µs): the calls only, the transport's work left out"
+            "host overhead per message of {size} bytes (median, µs): the calls only, the transport's work left out;\n\
+             each timed interval less the clock's own cost ({:.2} µs)",
+            clock_ns as f64 / 1e3
         );
         let heads = [
             "msgs",
