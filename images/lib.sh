@@ -28,7 +28,7 @@ inputs_hash() {
 # Built by images/guest.sh, and early by ./qpip setup (while the runtime downloads), with
 # the same command, so the second build is a no-op.
 GUEST_TARGET=x86_64-unknown-linux-gnu
-GUEST_BINDIR=${CARGO_TARGET_DIR:-$QPIP_ROOT/target}/$GUEST_TARGET/release
+GUEST_BINDIR=${CARGO_TARGET_DIR:-$QPIP_ROOT/target}/$GUEST_TARGET/guest
 
 # guest_tool_names: prints the names of guest-lib's binaries, one per line.
 guest_tool_names() {
@@ -40,10 +40,11 @@ guest_tool_names() {
     done
 }
 
-# build_guest_tools: builds them into $GUEST_BINDIR. With the async adapter (feature tokio):
-# qpip-verbs-test checks it on the device.
+# build_guest_tools: builds them into $GUEST_BINDIR, with the workspace's `guest` profile
+# (release with the library inlined into each tool, see Cargo.toml). With the async adapter
+# (feature tokio): qpip-verbs-test checks it on the device.
 build_guest_tools() {
     env RUSTFLAGS="-C target-feature=+crt-static" \
-        cargo build --manifest-path "$QPIP_ROOT/Cargo.toml" --release -p qpip \
+        cargo build --manifest-path "$QPIP_ROOT/Cargo.toml" --profile guest -p qpip \
         --target "$GUEST_TARGET" --bins --features tokio
 }

@@ -227,7 +227,7 @@ fn host_qpip_cat() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| qpip_lab::paths::root().join("target"));
-    let p = target.join("x86_64-unknown-linux-gnu/release/qpip-cat");
+    let p = target.join("x86_64-unknown-linux-gnu/guest/qpip-cat");
     assert!(
         p.exists(),
         "{} is missing: images/guest.sh builds it (./qpip setup)",
