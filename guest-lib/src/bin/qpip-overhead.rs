@@ -9,7 +9,9 @@
 //! - **QPs** (UDP and TCP over the device's loopback): `post_recv` (replenishing the
 //!   receive), `post_send`, then — after the device has done its part — the `poll` of the
 //!   sender's CQ and the `poll` of the receiver's CQ, each reaping a completion that is
-//!   already there. Posts that had to kick a sleeping device (a trapped write) are counted
+//!   already there (on TCP the sender's is often that of an earlier message: a send
+//!   completes when acknowledged, and the receiver may hold its ACK up to a millisecond
+//!   for an answer to carry it). Posts that had to kick a sleeping device (a trapped write) are counted
 //!   apart from quiet ones, so both costs show.
 //! - **Kernel sockets** (UDP and TCP over the guest's loopback): `send()`, then — after the
 //!   kernel has delivered it — `recv(MSG_DONTWAIT)` of the data already queued. The kernel's
@@ -170,21 +172,37 @@ fn q<T>(r: qpip::Result<T>, what: &str) -> R<T> {
 /// Takes exactly one completion, timing only a poll that finds it there: after the settle
 /// time it usually is; if not, it is waited for untimed and `None` says so.
 fn reap(cq: &Cq, what: &str) -> R<Option<Duration>> {
+    match reap_present(cq, what)? {
+        Some(t) => Ok(Some(t)),
+        None => {
+            wait_one(cq, what)?;
+            Ok(None)
+        }
+    }
+}
+
+/// One poll, timed, that takes a completion if one is there (`None`: there was none).
+fn reap_present(cq: &Cq, what: &str) -> R<Option<Duration>> {
     let mut c = [Completion::default()];
     let t0 = Instant::now();
     let n = cq.poll(&mut c);
     let t = since(t0);
-    if n == 1 {
-        return c[0]
-            .is_ok()
-            .then_some(Some(t))
-            .ok_or(format!("{what}: {:?}", c[0]));
+    if n == 0 {
+        return Ok(None);
     }
+    c[0].is_ok()
+        .then_some(Some(t))
+        .ok_or(format!("{what}: {:?}", c[0]))
+}
+
+/// Waits, untimed, for one completion.
+fn wait_one(cq: &Cq, what: &str) -> R<()> {
+    let mut c = [Completion::default()];
     let n = q(cq.wait(&mut c, Some(T)), what)?;
     if n != 1 || !c[0].is_ok() {
         return Err(format!("{what}: no completion within {T:?} ({:?})", c[0]));
     }
-    Ok(None)
+    Ok(())
 }
 
 /// A sending QP `a` and a receiving QP `b` (with the CQs that matter here), and where `a`
@@ -208,6 +226,8 @@ fn qp_messages(ctx: &Context, p: Pair<'_>, n: usize, size: usize) -> R<Samples> 
     let sbuf = q(ctx.alloc(size), "register")?;
     let rbuf = q(ctx.alloc(size), "register")?;
     let mut s = Samples::default();
+    // Sends posted whose completion no poll has taken yet.
+    let mut unreaped = 0u32;
     for i in 0..n as u64 + 10 {
         let k0 = ctx.kicks();
         let t0 = Instant::now();
@@ -221,8 +241,17 @@ fn qp_messages(ctx: &Context, p: Pair<'_>, n: usize, size: usize) -> R<Samples> 
         q(a.post_send(&wr), "post_send")?;
         let send = since(t0);
         let kicked = ctx.kicks() != k0;
+        unreaped += 1;
         settle();
-        let sent = reap(a_scq, "send completion")?;
+        // The poll of the send CQ takes the oldest send completion there: on UDP this
+        // message's (a datagram completes once sent); on TCP often an earlier one's, since
+        // a send completes when acknowledged and the receiver may hold its ACK up to a
+        // millisecond for an answer to carry it. Either way it is the cost of a poll that
+        // reaps a completion already there; a poll that finds none leaves the message out.
+        let sent = reap_present(a_scq, "send completion")?;
+        if sent.is_some() {
+            unreaped -= 1;
+        }
         let got = reap(b_rcq, "receive completion")?;
         if i < 10 {
             continue; // warm-up: queues and caches reach their steady state
@@ -241,6 +270,9 @@ fn qp_messages(ctx: &Context, p: Pair<'_>, n: usize, size: usize) -> R<Samples> 
             }
             _ => s.late += 1,
         }
+    }
+    for _ in 0..unreaped {
+        wait_one(a_scq, "send completion")?;
     }
     Ok(s)
 }
