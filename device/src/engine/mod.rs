@@ -7,11 +7,15 @@
 //! there is work, then sleeps with the protocol of `qpip_abi::doorbell`.
 //!
 //! Where things are: [`admin`] runs the admin queue (management), [`doorbells`] scans
-//! doorbell pages and implements sleeping (doorbell), [`datapath`] executes send WQEs and
-//! places received datagrams (transmit/receive), [`events`] holds the asynchronous events
-//! waiting for the driver's requests, [`network`] joins them to the link through
-//! the IPv6 stack, [`memory`] checks and translates every guest address, [`decode`] parses
-//! what the guest wrote, [`objects`] holds the tables.
+//! doorbell pages (doorbell), [`idle`] decides how long to poll before sleeping,
+//! [`datapath`] executes UDP send WQEs, places received datagrams and writes CQEs
+//! (transmit/receive), [`tcp`] joins the device's TCP connections to TCP QPs (taking send
+//! WRs into a connection's stream, placing received bytes into receive WRs, connection
+//! management and its completions), [`events`] holds the asynchronous events waiting for the
+//! driver's requests, [`network`] joins the engine to the link through the IPv6 stack,
+//! [`memory`] checks and translates every guest address, [`decode`] parses what the guest
+//! wrote, [`objects`] holds the tables. `docs/architecture.md` in the repository follows a
+//! message through them.
 
 pub mod admin;
 pub mod datapath;

@@ -1,5 +1,5 @@
-//! The device's network: Ethernet, IPv6, NDP, ICMPv6 and UDP on the wire, beneath the
-//! engine (TCP joins later).
+//! The device's network: Ethernet, IPv6, NDP, ICMPv6, UDP and TCP on the wire, beneath the
+//! engine.
 //!
 //! As in smoltcp, packet formats are kept apart from protocol state:
 //! - [`wire`] builds and parses frames (Ethernet II, IPv6 with fragment header, ICMPv6,
@@ -8,6 +8,10 @@
 //!   [`neighbor`], ICMPv6 echo and errors, path MTU, fragmentation and reassembly through
 //!   [`frag`], UDP checksums. It is driven with frames and a clock, and hands back frames.
 //! - [`interface`] joins a stack to a [`crate::backend::Backend`] (TAP, cable, memory).
+//! - [`tcp`] is TCP (RFC 9293 and its extensions): connections, listeners and their table,
+//!   with its own wire format beside its state, driven by the engine beside the stack
+//!   (segments go out through [`stack::Stack::send_tcp`]); [`gso`] cuts its
+//!   super-segments for links that cannot carry them whole; [`checksum`] sums them.
 //! - [`config`] holds the settings and parses their command-line forms; [`stats`] the
 //!   counters, with every dropped frame under its reason.
 //!

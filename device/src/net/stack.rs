@@ -1,6 +1,7 @@
 //! The protocol state of the device's network: its identity on the link, neighbour
-//! discovery, ICMPv6, path MTU, fragmentation and reassembly, and UDP checksums. TCP plugs
-//! in beside UDP later.
+//! discovery, ICMPv6, path MTU, fragmentation and reassembly, and UDP checksums; TCP
+//! segments (built by [`crate::net::tcp`]) go out through [`Stack::send_tcp`] and come in
+//! beside datagrams.
 //!
 //! The stack is a pure state machine driven by the engine thread: frames in through
 //! [`Stack::receive`], datagrams out through [`Stack::send_udp`], timers through
