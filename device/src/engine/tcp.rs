@@ -74,6 +74,13 @@ const SEND_BUDGET: u32 = 64;
 const LOCAL_BUDGET: usize = 256;
 /// Largest accept backlog (ListenArgs::backlog is clamped to it; 0 means this).
 const MAX_BACKLOG: usize = 1024;
+/// What a message-framed QP buffers in the device for messages that no receive WR can take
+/// yet, once its application has posted a receive: the receive window such a QP offers
+/// (beyond the message in progress and the connection's staging). Posted bytes cannot be
+/// the window here, as they are in stream framing: a WR holds one message whatever its
+/// size, so a WR of 64 KiB may take only 1 KiB of the stream, and a window of posted bytes
+/// would promise what the receiver then drops.
+const MESSAGE_BUFFER: usize = 256 * 1024;
 
 /// A send WR taken from the ring, in the stream at `start..end` (header included).
 struct TxEntry {
@@ -118,9 +125,13 @@ struct RxState {
     qp: u32,
     message: bool,
     wrs: VecDeque<RecvWr>,
-    /// Bytes the connection delivered that no WR could take yet (message framing can use
-    /// less of a WR than reported; bounded by the space reported).
+    /// Bytes the connection delivered that no WR could take yet (bounded by the space
+    /// reported: with message framing up to [`MESSAGE_BUFFER`]).
     pending: VecDeque<u8>,
+    /// Message framing: a receive was ever posted, so the application receives and the
+    /// QP's [`MESSAGE_BUFFER`] is offered (once offered, never taken back: a window once
+    /// promised must stay kept).
+    buffering: bool,
     /// Free capacity of the posted WRs that have usable buffers.
     room: u64,
     // Message framing: the header being read and the message being placed.
@@ -206,6 +217,7 @@ impl RxState {
             message,
             wrs: VecDeque::new(),
             pending: VecDeque::new(),
+            buffering: false,
             room: 0,
             hdr: [0; MSG_HEADER_SIZE as usize],
             hdr_have: 0,
@@ -222,30 +234,42 @@ impl RxState {
         }
     }
 
-    /// Bytes of the stream the WRs can take now: the free room of the posted WRs, and with
-    /// message framing the bytes that need none — the rest of the next message's header,
-    /// or the rest of a message being discarded. Re-asked after every delivery (message
-    /// headers make it shrink by less than the bytes delivered).
+    /// Bytes of the stream the QP can take now. Stream framing: the free room of the posted
+    /// WRs (every byte of it is usable). Message framing: the bytes that certainly fit —
+    /// the rest of the next message's header, or the rest of the message in progress (it
+    /// fits its WR, or is being discarded) — and the free part of the QP's
+    /// [`MESSAGE_BUFFER`], which takes what no WR can. Re-asked after every delivery; in
+    /// message framing it never shrinks by more than the bytes delivered, so a window
+    /// offered from it is always kept.
     fn space(&self) -> usize {
-        if !self.pending.is_empty() {
+        if !self.message {
             return self.room.saturating_sub(self.pending.len() as u64) as usize;
         }
-        let free = if !self.message {
+        let buffer = if self.buffering {
+            MESSAGE_BUFFER.saturating_sub(self.pending.len())
+        } else {
             0
-        } else if !self.in_msg {
+        };
+        if !self.pending.is_empty() {
+            // Everything goes through the buffer, in order, until it is drained.
+            return buffer;
+        }
+        let current = if !self.in_msg {
             (self.hdr.len() - self.hdr_have) as u64
-        } else if self.msg_decided && self.discard {
+        } else if self.msg_decided {
+            // Placed into the front WR (it fits, checked when decided) or discarded.
             self.msg_left
         } else {
             0
         };
-        self.room.saturating_add(free).min(usize::MAX as u64) as usize
+        (current as usize).saturating_add(buffer)
     }
 
     fn add(&mut self, wr: RecvWr) {
         if wr.spans.is_ok() {
             self.room += wr.cap;
         }
+        self.buffering = true;
         self.wrs.push_back(wr);
     }
 
