@@ -1140,7 +1140,7 @@ fn a_receive_whose_memory_went_away_completes_in_error() {
 #[test]
 fn small_messages_into_large_receives_lose_nothing() {
     const MSG: usize = 1024;
-    const MSGS: usize = 3000;
+    const MSGS: usize = 1000;
     const WRS: u64 = 8;
     const WR_LEN: u32 = 64 * 1024;
     const IN_FLIGHT: usize = 64;
