@@ -6,7 +6,7 @@
 //! panics when read). Only connections that lose nothing by it are orphaned, and at most
 //! `MAX_ORPHANS` of them.
 
-#[path = "tcp_common.rs"]
+#[path = "tcp_common/mod.rs"]
 mod common;
 #[path = "tcp_harness/mod.rs"]
 mod harness;

@@ -4,7 +4,7 @@
 //! with that zero, accepts every byte it advertised, and opens again with a window update
 //! once receives are posted.
 
-#[path = "tcp_common.rs"]
+#[path = "tcp_common/mod.rs"]
 mod common;
 #[path = "tcp_harness/mod.rs"]
 mod harness;

@@ -5,7 +5,7 @@
 //! connection to refuse (resets and SYNs off the exact sequence number, data outside
 //! the window, stale ACKs) must leave the transfer intact.
 
-#[path = "tcp_common.rs"]
+#[path = "tcp_common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! room from the payload, as in Linux's tcp_current_mss()), and a path MTU that a packet
 //! too big lowered grows back when that expires (RFC 8201 §4).
 
-#[path = "tcp_common.rs"]
+#[path = "tcp_common/mod.rs"]
 mod common;
 #[path = "tcp_harness/mod.rs"]
 mod harness;

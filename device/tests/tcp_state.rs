@@ -2,7 +2,7 @@
 //! given this segment (or this much time), exactly these segments come out. Every
 //! segment the connection builds also goes through smoltcp's parser.
 
-#[path = "tcp_common.rs"]
+#[path = "tcp_common/mod.rs"]
 mod common;
 
 use std::net::Ipv6Addr;

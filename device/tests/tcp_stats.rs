@@ -3,7 +3,7 @@
 //! drives it and compares the whole counter set after each step, so a counter that moves
 //! when it should not fails as surely as one that does not move.
 
-#[path = "tcp_common.rs"]
+#[path = "tcp_common/mod.rs"]
 mod common;
 #[path = "tcp_harness/mod.rs"]
 mod harness;

@@ -4,7 +4,7 @@
 //! removed. Many transfers at once over a bad link; a SYN flood against a small backlog
 //! with SYN cookies.
 
-#[path = "tcp_common.rs"]
+#[path = "tcp_common/mod.rs"]
 mod common;
 
 use std::net::Ipv6Addr;

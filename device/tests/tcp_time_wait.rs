@@ -4,7 +4,7 @@
 //! is on the port; otherwise answered as TIME-WAIT answers any segment (an ACK), the old
 //! connection left as it was.
 
-#[path = "tcp_common.rs"]
+#[path = "tcp_common/mod.rs"]
 mod common;
 #[path = "tcp_harness/mod.rs"]
 mod harness;

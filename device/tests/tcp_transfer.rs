@@ -4,7 +4,7 @@
 //! SHA-256, and the sender's `Acked` events must end exactly at its byte count. Every
 //! segment sent is checked by smoltcp's parser on the way.
 
-#[path = "tcp_common.rs"]
+#[path = "tcp_common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! (every segment demultiplexed by the table, connections serviced after anything happened
 //! to them, timers from the table's heap, closed connections removed), with the test
 //! playing the remote end segment by segment. Included with `#[path]` (with
-//! `tcp_common.rs` as `common`) by the segment-exact tests of the table.
+//! `tcp_common/mod.rs` as `common`) by the segment-exact tests of the table.
 
 #![allow(dead_code)]
 
