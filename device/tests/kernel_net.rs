@@ -272,8 +272,10 @@ fn tshark_clean(pcap: &Path) {
         );
         return;
     }
+    let plain = netns::tshark_plain_payloads();
     let run_tshark = |extra: &[&str]| {
         let out = Command::new("tshark")
+            .args(&plain)
             .args([
                 "-r",
                 pcap.to_str().unwrap(),

@@ -306,9 +306,11 @@ fn tshark_tcp_clean(pcap: &Path) {
         .map(|b| format!("{b:02x}"))
         .collect::<Vec<_>>()
         .join(":");
+    let plain = netns::tshark_plain_payloads();
     let tshark = |filter: &str| {
         let out = Command::new("tshark")
             .args(["-r", pcap.to_str().unwrap(), "-n"])
+            .args(&plain)
             .args(["-o", "tcp.check_checksum:TRUE"])
             .args(["-Y", filter])
             .output()
