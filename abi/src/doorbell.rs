@@ -60,6 +60,8 @@
 //! the device's consumer index is a protocol error: the QP goes to the error state and its
 //! outstanding work requests complete with [`crate::cqe::CQE_STATUS_FLUSHED`].
 
+use core::sync::atomic::{fence, AtomicU32, Ordering};
+
 /// Offset of the page's change counter (u32, producer-written).
 pub const DB_CHANGE_COUNT: u32 = 0x000;
 /// Offset of the engine's sleeping flag (u32, device-written; non-zero = asleep, kick me).
@@ -92,3 +94,80 @@ pub const DB_CQ_HEAD: u32 = 0;
 pub const DB_CQ_ARM_SEQ: u32 = 4;
 /// Number of CQ slots in a page, and so the most CQs a context can have.
 pub const DB_CQ_SLOTS: u32 = 256;
+
+/// Offset of QP slot `slot`'s `sq_tail` in the page.
+pub const fn qp_sq_tail(slot: u32) -> u32 {
+    DB_QP_BASE + slot * DB_QP_STRIDE + DB_QP_SQ_TAIL
+}
+
+/// Offset of QP slot `slot`'s `rq_tail` in the page.
+pub const fn qp_rq_tail(slot: u32) -> u32 {
+    DB_QP_BASE + slot * DB_QP_STRIDE + DB_QP_RQ_TAIL
+}
+
+/// Offset of CQ slot `slot`'s `cq_head` in the page.
+pub const fn cq_head(slot: u32) -> u32 {
+    DB_CQ_BASE + slot * DB_CQ_STRIDE + DB_CQ_HEAD
+}
+
+/// Offset of CQ slot `slot`'s `arm_seq` in the page.
+pub const fn cq_arm_seq(slot: u32) -> u32 {
+    DB_CQ_BASE + slot * DB_CQ_STRIDE + DB_CQ_ARM_SEQ
+}
+
+/// A context's doorbell page as its producer uses it: the producer side of the protocol
+/// above, written once for the library, the tools and the tests. Every field is accessed
+/// as an atomic, so the threads of one process may share a page without a lock.
+#[derive(Clone, Copy)]
+pub struct Producer<'a> {
+    words: &'a [AtomicU32],
+}
+
+impl<'a> Producer<'a> {
+    /// The page at `page`.
+    ///
+    /// # Safety
+    ///
+    /// `page` points to [`crate::pci::DOORBELL_PAGE_SIZE`] bytes, 4-byte aligned, that stay
+    /// mapped for `'a` and that this process accesses only through atomics while they are
+    /// (the device, another process, reads and writes them as the hardware's loads and
+    /// stores).
+    pub unsafe fn from_ptr(page: *mut u8) -> Producer<'a> {
+        let n = crate::pci::DOORBELL_PAGE_SIZE as usize / 4;
+        // SAFETY: the caller's promise; AtomicU32 has the size and alignment of u32.
+        Producer {
+            words: unsafe { core::slice::from_raw_parts(page.cast::<AtomicU32>(), n) },
+        }
+    }
+
+    fn word(&self, off: u32) -> &AtomicU32 {
+        assert!(off & 3 == 0, "doorbell offset {off:#x} is not a u32 field");
+        &self.words[off as usize / 4]
+    }
+
+    /// Rings a doorbell: stores `value` at `off` (a producer index, a CQ head or arm
+    /// sequence), after everything the caller wrote before (release), bumps the change
+    /// counter, and — after a full barrier — reads the sleeping flag. Returns whether the
+    /// engine said it sleeps: then the caller writes the kick register, unless the doorbell
+    /// is one of those that need no kick (see above).
+    ///
+    /// The counter is bumped with one atomic read-modify-write (no increment lost between
+    /// threads); sequentially consistent, it is also the full barrier step 4 asks for (on
+    /// x86 a locked add drains the store buffer), so no separate fence follows it.
+    pub fn ring(&self, off: u32, value: u32) -> bool {
+        fence(Ordering::Release);
+        self.word(off).store(value, Ordering::Release);
+        self.word(DB_CHANGE_COUNT).fetch_add(1, Ordering::SeqCst);
+        self.engine_sleeping()
+    }
+
+    /// Whether the engine said it sleeps (a doorbell rung now would have to kick).
+    pub fn engine_sleeping(&self) -> bool {
+        self.word(DB_ENGINE_SLEEPING).load(Ordering::SeqCst) != 0
+    }
+
+    /// The field at `off` as it is now.
+    pub fn load(&self, off: u32) -> u32 {
+        self.word(off).load(Ordering::SeqCst)
+    }
+}

@@ -1,5 +1,8 @@
 //! The qpip "datasheet" as code: everything the device, the guest driver and the library
-//! must agree on. `no_std`, plain constants and `#[repr(C)]` types only.
+//! must agree on, and the behaviour of its formats written once for all of them: the
+//! message header's encoding and a reader for it ([`wqe::MsgHeader`],
+//! [`wqe::HeaderReader`]), a CQE's phase ([`cqe::phase`]), the producer side of the
+//! doorbell protocol ([`doorbell::Producer`]). `no_std`, no allocation.
 //!
 //! The C header the guest driver includes (`guest-driver/qpip_abi.h`) is generated from this
 //! crate by cbindgen; `tests/c_header.rs` fails when the checked-in header is stale

@@ -98,3 +98,66 @@ pub struct MsgHeader {
 pub const MSG_HEADER_SIZE: u32 = 8;
 
 const _: () = assert!(core::mem::size_of::<MsgHeader>() == MSG_HEADER_SIZE as usize);
+
+impl MsgHeader {
+    /// The header of a message of `length` bytes carrying `imm_data`.
+    pub const fn new(length: u32, imm_data: u32) -> MsgHeader {
+        MsgHeader { length, imm_data }
+    }
+
+    /// The header's bytes in the stream (little-endian, whatever this host's order).
+    pub fn encode(&self) -> [u8; MSG_HEADER_SIZE as usize] {
+        let mut b = [0u8; MSG_HEADER_SIZE as usize];
+        b[..4].copy_from_slice(&self.length.to_le_bytes());
+        b[4..].copy_from_slice(&self.imm_data.to_le_bytes());
+        b
+    }
+
+    /// The header these stream bytes hold.
+    pub fn decode(b: &[u8; MSG_HEADER_SIZE as usize]) -> MsgHeader {
+        let [l0, l1, l2, l3, i0, i1, i2, i3] = *b;
+        MsgHeader {
+            length: u32::from_le_bytes([l0, l1, l2, l3]),
+            imm_data: u32::from_le_bytes([i0, i1, i2, i3]),
+        }
+    }
+}
+
+/// Gathers a message header from a byte stream that arrives in pieces of any size (a
+/// segment may end inside a header): the one deframing step every receiver of message
+/// framing shares.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeaderReader {
+    bytes: [u8; MSG_HEADER_SIZE as usize],
+    have: usize,
+}
+
+impl HeaderReader {
+    /// Takes header bytes from the front of `data`: returns how many it took and, once the
+    /// header is whole, the header (the reader is then empty again, ready for the next).
+    pub fn take(&mut self, data: &[u8]) -> (usize, Option<MsgHeader>) {
+        let n = (self.bytes.len() - self.have).min(data.len());
+        self.bytes[self.have..self.have + n].copy_from_slice(&data[..n]);
+        self.have += n;
+        if self.have < self.bytes.len() {
+            return (n, None);
+        }
+        self.have = 0;
+        (n, Some(MsgHeader::decode(&self.bytes)))
+    }
+
+    /// Bytes still missing from the header being read (all of it when none has begun).
+    pub fn missing(&self) -> usize {
+        self.bytes.len() - self.have
+    }
+
+    /// Whether part of a header has been read.
+    pub fn partial(&self) -> bool {
+        self.have > 0
+    }
+
+    /// Forgets a partly read header.
+    pub fn reset(&mut self) {
+        self.have = 0;
+    }
+}

@@ -470,12 +470,12 @@ fn doorbells_for_slots_without_objects_do_nothing() {
     let ctx = w.tx.ctx;
     let g = &mut w.g;
     // Empty QP and CQ slots of a live context, and slots of a page no context owns.
-    g.ring(ctx, FakeGuest::qp_sq_tail_offset(DB_QP_SLOTS - 1), 5);
-    g.ring(ctx, FakeGuest::qp_rq_tail_offset(200), 0xffff_ffff);
-    g.ring(ctx, FakeGuest::cq_head_offset(DB_CQ_SLOTS - 1), 77);
-    g.ring(ctx, FakeGuest::cq_arm_offset(100), 1);
-    g.ring(DOORBELL_PAGES - 1, FakeGuest::qp_sq_tail_offset(0), 3);
-    g.ring(DOORBELL_PAGES - 1, FakeGuest::cq_arm_offset(0), 1);
+    g.ring(ctx, qp_sq_tail(DB_QP_SLOTS - 1), 5);
+    g.ring(ctx, qp_rq_tail(200), 0xffff_ffff);
+    g.ring(ctx, cq_head(DB_CQ_SLOTS - 1), 77);
+    g.ring(ctx, cq_arm_seq(100), 1);
+    g.ring(DOORBELL_PAGES - 1, qp_sq_tail(0), 3);
+    g.ring(DOORBELL_PAGES - 1, cq_arm_seq(0), 1);
     // And the reserved words between the header and the first QP slot.
     g.ring(ctx, 8, 0xdead_beef);
     g.ring(ctx, 0x3c, 0xdead_beef);
@@ -501,7 +501,7 @@ fn a_producer_index_beyond_the_ring_errors_the_qp_and_flushes_its_work() {
     // The receive producer index jumps more than the depth (16) past what was consumed (1).
     let rq_depth = w.rx.qp.rq_depth;
     let wild = w.rx.qp.rq_tail + rq_depth + 1;
-    w.g.ring(w.rx.ctx, FakeGuest::qp_rq_tail_offset(w.rx.qp.slot), wild);
+    w.g.ring(w.rx.ctx, qp_rq_tail(w.rx.qp.slot), wild);
     for want in [31u64, 32] {
         let c = w.g.wait_cqe(&mut w.rx.rcq);
         assert_eq!(
@@ -560,7 +560,7 @@ fn a_producer_index_beyond_the_ring_errors_the_qp_and_flushes_its_work() {
     w.g.write_sq(&mut planted, &plant);
     w.g.ring(
         s.ctx,
-        FakeGuest::qp_sq_tail_offset(s.slot),
+        qp_sq_tail(s.slot),
         s.sq_tail.wrapping_add(s.sq_depth + 1),
     );
     let deadline = std::time::Instant::now() + TIMEOUT;

@@ -3,7 +3,7 @@
 //! fit; what was in flight (and not SACKed) is sent again at once at the new size, without
 //! waiting for the retransmission timer and without reducing cwnd.
 
-#[path = "tcp_common.rs"]
+#[path = "tcp_common/mod.rs"]
 mod common;
 #[path = "tcp_harness/mod.rs"]
 mod harness;

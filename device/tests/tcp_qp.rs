@@ -1216,5 +1216,9 @@ fn small_messages_into_large_receives_lose_nothing() {
         "a segment was sent twice over a lossless cable: the receiver dropped data inside \
          the window it offered"
     );
-    assert_eq!(a.stat(STAT_TCP_OOO_SEGS), 0, "out-of-order segments at the receiver");
+    assert_eq!(
+        a.stat(STAT_TCP_OOO_SEGS),
+        0,
+        "out-of-order segments at the receiver"
+    );
 }

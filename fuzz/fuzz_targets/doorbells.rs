@@ -625,7 +625,11 @@ impl World {
 }
 
 fn qp_db(slot: u32, send: bool) -> u32 {
-    DB_QP_BASE + slot * DB_QP_STRIDE + if send { DB_QP_SQ_TAIL } else { DB_QP_RQ_TAIL }
+    if send {
+        qp_sq_tail(slot)
+    } else {
+        qp_rq_tail(slot)
+    }
 }
 
 fn cq_db(slot: u32) -> u32 {

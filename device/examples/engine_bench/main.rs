@@ -455,15 +455,14 @@ impl Guest {
         self.db(ctx, DB_ENGINE_SLEEPING).load(Ordering::SeqCst) != 0
     }
 
-    /// The producer side of `qpip_abi::doorbell`: index, change count, full barrier, and a
-    /// kick if the engine said it sleeps. Returns whether it kicked.
+    /// The producer side of `qpip_abi::doorbell` (its `Producer`), and a kick if the engine
+    /// said it sleeps. Returns whether it kicked.
     fn ring(&mut self, ctx: u32, off: u32, value: u32) -> bool {
-        fence(Ordering::Release);
-        self.db(ctx, off).store(value, Ordering::Release);
-        self.db(ctx, DB_CHANGE_COUNT)
-            .fetch_add(1, Ordering::Release);
-        fence(Ordering::SeqCst);
-        if self.engine_sleeping(ctx) {
+        // SAFETY: the context's doorbell page inside the RAM mapping (ptr checks its start;
+        // pages are allocated whole), page-aligned, mapped as long as `self`; this program
+        // touches doorbell pages only through atomics.
+        let page = unsafe { Producer::from_ptr(self.ptr(self.db_pages[ctx as usize])) };
+        if page.ring(off, value) {
             self.kicks += 1;
             self.reg_write(KICK_PAGE_OFFSET + KICK, 1);
             return true;
@@ -541,24 +540,20 @@ impl Guest {
 
     /// Publishes a CQ's consumer index (doorbell).
     fn release(&mut self, cq: &Cq) {
-        self.ring(
-            cq.ctx,
-            DB_CQ_BASE + cq.slot * DB_CQ_STRIDE + DB_CQ_HEAD,
-            cq.head,
-        );
+        self.ring(cq.ctx, cq_head(cq.slot), cq.head);
     }
 
     fn post(&mut self, qp: &mut Qp, send: bool, wqe: &[u8; 128]) -> bool {
         let (ring, tail, off) = if send {
-            (qp.sq, &mut qp.sq_tail, DB_QP_SQ_TAIL)
+            (qp.sq, &mut qp.sq_tail, qp_sq_tail(qp.slot))
         } else {
-            (qp.rq, &mut qp.rq_tail, DB_QP_RQ_TAIL)
+            (qp.rq, &mut qp.rq_tail, qp_rq_tail(qp.slot))
         };
         let at = ring + (*tail % DEPTH) as u64 * WQE_SIZE as u64;
         *tail = tail.wrapping_add(1);
         let value = *tail;
         self.write(at, wqe);
-        self.ring(qp.ctx, DB_QP_BASE + qp.slot * DB_QP_STRIDE + off, value)
+        self.ring(qp.ctx, off, value)
     }
 }
 

@@ -199,14 +199,13 @@ impl SyncGuest {
         at
     }
 
-    /// Rings a doorbell in the context's page (guest RAM). The engine runs on this thread,
-    /// so it never sleeps under us: no fence and no kick are needed.
+    /// Rings a doorbell in the context's page (guest RAM) with the ABI's producer. The
+    /// engine runs on this thread, so it never sleeps under us: no kick is needed.
     fn ring(&self, ctx: u32, off: u32, value: u32) {
-        let page = self.db_pages[ctx as usize];
-        self.write(page + off as u64, &value.to_le_bytes());
-        let cc = page + DB_CHANGE_COUNT as u64;
-        let count: u32 = self.read_obj(cc);
-        self.write(cc, &count.wrapping_add(1).to_le_bytes());
+        let page = self.ptr(self.db_pages[ctx as usize], DOORBELL_PAGE_SIZE as usize);
+        // SAFETY: a whole page inside the RAM mapping (ptr checks), page-aligned, mapped as
+        // long as `self`; doorbell pages are touched only through the producer's atomics.
+        let _ = unsafe { Producer::from_ptr(page) }.ring(off, value);
     }
 
     /// CREATE_CTX with a fresh page of guest RAM as the context's doorbell page.
@@ -362,7 +361,7 @@ impl SyncGuest {
             self.wqe(at, WQE_OP_SEND, wr_id, sge);
             e.qp.sq_tail = e.qp.sq_tail.wrapping_add(1);
         }
-        let off = DB_QP_BASE + e.qp.slot * DB_QP_STRIDE + DB_QP_SQ_TAIL;
+        let off = qp_sq_tail(e.qp.slot);
         self.ring(e.qp.ctx, off, e.qp.sq_tail);
     }
 
@@ -378,7 +377,7 @@ impl SyncGuest {
             self.wqe(at, WQE_OP_RECV, wr_id, sge);
             e.qp.rq_tail = e.qp.rq_tail.wrapping_add(1);
         }
-        let off = DB_QP_BASE + e.qp.slot * DB_QP_STRIDE + DB_QP_RQ_TAIL;
+        let off = qp_rq_tail(e.qp.slot);
         self.ring(e.qp.ctx, off, e.qp.rq_tail);
     }
 
@@ -387,7 +386,7 @@ impl SyncGuest {
         let start = cq.head;
         loop {
             let at = cq.ring + (cq.head % cq.depth) as u64 * CQE_SIZE as u64;
-            let phase = ((cq.head / cq.depth) & 1 ^ 1) as u8;
+            let phase = qpip_abi::cqe::phase(cq.head, cq.depth);
             if self.slice(at + CQE_SIZE as u64 - 1, 1)[0] & 1 != phase {
                 break;
             }
@@ -396,7 +395,7 @@ impl SyncGuest {
             cq.head = cq.head.wrapping_add(1);
         }
         if cq.head != start {
-            let off = DB_CQ_BASE + cq.slot * DB_CQ_STRIDE + DB_CQ_HEAD;
+            let off = cq_head(cq.slot);
             self.ring(cq.ctx, off, cq.head);
         }
     }

@@ -8,14 +8,13 @@
 //! receive path.
 
 use std::net::Ipv6Addr;
-use std::sync::atomic::Ordering;
 
 use qpip_abi::admin::*;
 use qpip_abi::cqe::*;
 use qpip_abi::wqe::WQE_SIZE;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
-use zerocopy::{FromZeros, IntoBytes};
 
+use super::completion::cqe;
 use super::decode::{self, Payload, WqeError};
 use super::memory::{Fault, Span};
 use super::objects::QpState;
@@ -34,16 +33,6 @@ pub struct Datagram<'a> {
     pub dst: Ipv6Addr,
     pub dst_port: u16,
     pub payload: &'a [u8],
-}
-
-fn cqe(wr_id: u64, qp: u32, opcode: u8, status: u8, detail: u32) -> Cqe {
-    let mut c = Cqe::new_zeroed();
-    c.wr_id = wr_id;
-    c.qp = qp;
-    c.opcode = opcode;
-    c.status = status;
-    c.detail = detail;
-    c
 }
 
 impl Engine {
@@ -98,22 +87,6 @@ impl Engine {
             }
         }
         (did, true)
-    }
-
-    fn cq_has_room(&mut self, id: u32) -> bool {
-        // Completions waiting for room go first.
-        let deferred = self.cq_deferred(id);
-        let Some(cq) = self.objects.cqs.get_mut(&id) else {
-            return false;
-        };
-        if cq.free() > 0 && !deferred {
-            return true;
-        }
-        if !cq.stalled {
-            cq.stalled = true;
-            self.shared.stats.add(STAT_CQ_FULL, 1);
-        }
-        false
     }
 
     /// Reads the WQE slot at `index` of a QP ring; None if the ring's memory is gone.
@@ -474,40 +447,5 @@ impl Engine {
         c.src_port = d.src_port;
         self.write_cqe(mem, recv_cq, c);
         true
-    }
-
-    /// Writes a CQE (the caller made sure there is room), phase byte last, then raises the
-    /// CQ's vector if it is armed.
-    pub(super) fn write_cqe(&mut self, mem: &GuestMemoryMmap, cq_id: u32, mut c: Cqe) {
-        let _stage = crate::stages::span(crate::stages::Stage::Complete);
-        let stats = &self.shared.stats;
-        let Some(cq) = self.objects.cqs.get_mut(&cq_id) else {
-            return;
-        };
-        debug_assert!(cq.free() > 0);
-        let addr = cq.ring.entry_addr(cq.tail);
-        c.owner = qpip_abi::cqe::phase(cq.tail, cq.ring.depth());
-        let bytes = c.as_bytes();
-        let last = bytes.len() - 1;
-        if mem.write_slice(&bytes[..last], addr).is_err() {
-            log::warn!("CQ {cq_id}: ring no longer in guest RAM; completion lost");
-            return;
-        }
-        std::sync::atomic::fence(Ordering::Release);
-        let _ = mem.store(
-            c.owner,
-            GuestAddress(addr.0 + last as u64),
-            Ordering::Release,
-        );
-        cq.tail = cq.tail.wrapping_add(1);
-        stats.add(STAT_CQES, 1);
-        if c.status != CQE_STATUS_SUCCESS {
-            stats.add(STAT_CQE_ERRORS, 1);
-        }
-        if cq.armed {
-            cq.armed = false;
-            self.shared.irqs.raise(cq.vector as usize);
-            stats.add(STAT_CQ_INTERRUPTS, 1);
-        }
     }
 }

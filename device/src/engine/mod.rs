@@ -8,16 +8,17 @@
 //!
 //! Where things are: [`admin`] runs the admin queue (management), [`doorbells`] scans
 //! doorbell pages (doorbell), [`idle`] decides how long to poll before sleeping,
-//! [`datapath`] executes UDP send WQEs, places received datagrams and writes CQEs
-//! (transmit/receive), [`tcp`] joins the device's TCP connections to TCP QPs (taking send
-//! WRs into a connection's stream, placing received bytes into receive WRs, connection
-//! management and its completions), [`events`] holds the asynchronous events waiting for the
+//! [`datapath`] executes UDP send WQEs and places received datagrams (transmit/receive),
+//! [`tcp`] joins the device's TCP connections to TCP QPs in three units — `tcp::tx` takes
+//! send WRs into a connection's stream, `tcp::rx` places received bytes into receive WRs,
+//! `tcp::cm` manages connections —, [`completion`] writes every CQE, [`events`] holds the asynchronous events waiting for the
 //! driver's requests, [`network`] joins the engine to the link through the IPv6 stack,
 //! [`memory`] checks and translates every guest address, [`decode`] parses what the guest
 //! wrote, [`objects`] holds the tables. `docs/architecture.md` in the repository follows a
 //! message through them.
 
 pub mod admin;
+pub mod completion;
 pub mod datapath;
 pub mod decode;
 pub mod doorbells;
@@ -28,6 +29,7 @@ pub mod network;
 pub mod objects;
 pub mod tcp;
 
+use std::collections::{HashMap, VecDeque};
 use std::net::Ipv6Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -190,6 +192,8 @@ pub struct Engine {
     pub(crate) tcp: tcp::Tcp,
     /// Asynchronous events and the requests waiting for them.
     pub(crate) events: events::AsyncEvents,
+    /// Completions waiting for room in their CQ, per CQ, in order ([`completion`]).
+    deferred: HashMap<u32, VecDeque<qpip_abi::cqe::Cqe>>,
 }
 
 /// The control thread's handle on the engine thread.
@@ -286,6 +290,7 @@ impl Engine {
             tcp_limits: config.tcp_limits,
             net_config: None,
             events: events::AsyncEvents::default(),
+            deferred: HashMap::new(),
         }
     }
 
@@ -404,6 +409,7 @@ impl Engine {
         self.tcp = tcp::Tcp::new(seed.rotate_left(17), mtu, self.tcp_limits);
         self.admin = AdminQueue::default();
         self.events = events::AsyncEvents::default();
+        self.deferred.clear();
         let mac_changed = self.identity.mac != self.initial_identity.mac;
         self.identity = self.initial_identity.clone();
         self.identity_changed(mac_changed);

@@ -651,15 +651,19 @@ impl FakeGuest {
         self.db(ctx, DB_ENGINE_SLEEPING).load(Ordering::SeqCst) != 0
     }
 
-    /// Rings a doorbell exactly as `abi::doorbell` prescribes: store the value, bump the
-    /// page's change counter, full fence, and kick if the engine published that it sleeps.
+    /// Context `ctx`'s doorbell page as its producer uses it (`abi::doorbell::Producer`).
+    pub fn producer(&self, ctx: u32) -> Producer<'_> {
+        assert!(ctx < DOORBELL_PAGES);
+        let p = self.ram_ptr(self.db_pages[ctx as usize], DOORBELL_PAGE_SIZE as usize);
+        // SAFETY: a whole page inside the RAM mapping (ram_ptr checks), page-aligned, mapped
+        // as long as `self`; the test touches doorbell pages only through atomics.
+        unsafe { Producer::from_ptr(p) }
+    }
+
+    /// Rings a doorbell exactly as `abi::doorbell` prescribes, and kicks if the engine
+    /// published that it sleeps.
     pub fn ring(&mut self, ctx: u32, off: u32, value: u32) {
-        fence(Ordering::Release);
-        self.db(ctx, off).store(value, Ordering::Release);
-        self.db(ctx, DB_CHANGE_COUNT)
-            .fetch_add(1, Ordering::Release);
-        fence(Ordering::SeqCst);
-        if self.db(ctx, DB_ENGINE_SLEEPING).load(Ordering::SeqCst) != 0 {
+        if self.producer(ctx).ring(off, value) {
             self.kick();
         }
     }
@@ -668,19 +672,6 @@ impl FakeGuest {
     pub fn kick(&mut self) {
         self.kicks += 1;
         self.reg_write(KICK_PAGE_OFFSET + KICK, 1);
-    }
-
-    pub fn qp_sq_tail_offset(slot: u32) -> u32 {
-        DB_QP_BASE + slot * DB_QP_STRIDE + DB_QP_SQ_TAIL
-    }
-    pub fn qp_rq_tail_offset(slot: u32) -> u32 {
-        DB_QP_BASE + slot * DB_QP_STRIDE + DB_QP_RQ_TAIL
-    }
-    pub fn cq_head_offset(slot: u32) -> u32 {
-        DB_CQ_BASE + slot * DB_CQ_STRIDE + DB_CQ_HEAD
-    }
-    pub fn cq_arm_offset(slot: u32) -> u32 {
-        DB_CQ_BASE + slot * DB_CQ_STRIDE + DB_CQ_ARM_SEQ
     }
 
     // ---- admin queue ----------------------------------------------------------------------
@@ -1131,13 +1122,13 @@ impl FakeGuest {
     /// Posts send WQEs and rings the SQ doorbell once.
     pub fn post_send(&mut self, qp: &mut Qp, wqes: &[WqeBytes]) {
         self.write_sq(qp, wqes);
-        self.ring(qp.ctx, Self::qp_sq_tail_offset(qp.slot), qp.sq_tail);
+        self.ring(qp.ctx, qp_sq_tail(qp.slot), qp.sq_tail);
     }
 
     /// Posts receive WQEs and rings the RQ doorbell once.
     pub fn post_recv(&mut self, qp: &mut Qp, wqes: &[WqeBytes]) {
         self.write_rq(qp, wqes);
-        self.ring(qp.ctx, Self::qp_rq_tail_offset(qp.slot), qp.rq_tail);
+        self.ring(qp.ctx, qp_rq_tail(qp.slot), qp.rq_tail);
     }
 
     /// The CQE in ring slot `idx % depth`, whatever its phase.
@@ -1160,7 +1151,7 @@ impl FakeGuest {
         }
         let c = self.cq_slot(cq, cq.head);
         cq.head = cq.head.wrapping_add(1);
-        self.ring(cq.ctx, Self::cq_head_offset(cq.slot), cq.head);
+        self.ring(cq.ctx, cq_head(cq.slot), cq.head);
         Some(c)
     }
 
@@ -1193,7 +1184,7 @@ impl FakeGuest {
     /// Arms a CQ (one interrupt at the next CQE beyond head).
     pub fn arm_cq(&mut self, cq: &mut Cq) {
         cq.arm_seq = cq.arm_seq.wrapping_add(1);
-        self.ring(cq.ctx, Self::cq_arm_offset(cq.slot), cq.arm_seq);
+        self.ring(cq.ctx, cq_arm_seq(cq.slot), cq.arm_seq);
     }
 
     // ---- composite set-ups ----------------------------------------------------------------
@@ -1602,3 +1593,4 @@ pub fn cabled_device(
         },
     })
 }
+

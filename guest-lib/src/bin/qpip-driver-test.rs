@@ -39,10 +39,7 @@ use qpip_abi::admin::{
 use qpip_abi::cqe::{
     Cqe, CQE_OP_RECV, CQE_OP_SEND, CQE_SIZE, CQE_STATUS_FLUSHED, CQE_STATUS_SUCCESS,
 };
-use qpip_abi::doorbell::{
-    DB_CHANGE_COUNT, DB_CQ_ARM_SEQ, DB_CQ_BASE, DB_CQ_HEAD, DB_CQ_STRIDE, DB_ENGINE_SLEEPING,
-    DB_QP_BASE, DB_QP_RQ_TAIL, DB_QP_SQ_TAIL, DB_QP_STRIDE,
-};
+use qpip_abi::doorbell::{self, DB_CHANGE_COUNT, DB_ENGINE_SLEEPING, DB_QP_BASE};
 use qpip_abi::regs::KICK;
 use qpip_abi::uapi::*;
 use qpip_abi::wqe::{
@@ -428,19 +425,12 @@ impl Ctx {
         unsafe { self.db.add(off as usize).cast() }
     }
 
-    /// Rings a doorbell exactly as `qpip_abi::doorbell` prescribes.
+    /// Rings a doorbell exactly as `qpip_abi::doorbell` prescribes (its `Producer`), and
+    /// kicks if the engine said it sleeps.
     fn ring(&mut self, off: u32, value: u32) {
-        fence(Ordering::Release);
-        // SAFETY: aligned u32s in the mapped doorbell page; volatile because the device
-        // reads them behind our back.
-        unsafe {
-            ptr::write_volatile(self.db_u32(off), value);
-            let cc = ptr::read_volatile(self.db_u32(DB_CHANGE_COUNT));
-            ptr::write_volatile(self.db_u32(DB_CHANGE_COUNT), cc.wrapping_add(1));
-        }
-        fence(Ordering::SeqCst);
-        // SAFETY: as above.
-        if unsafe { ptr::read_volatile(self.db_u32(DB_ENGINE_SLEEPING)) } != 0 {
+        // SAFETY: the mapped doorbell page, page-aligned, mapped as long as `self`.
+        let page = unsafe { doorbell::Producer::from_ptr(self.db) };
+        if page.ring(off, value) {
             // SAFETY: the kick register at the start of the mapped kick page.
             unsafe { ptr::write_volatile(self.kick.add(KICK as usize).cast::<u32>(), 1) };
             self.kicks += 1;
@@ -458,8 +448,11 @@ impl Ctx {
         unsafe { ptr::copy_nonoverlapping(wqe.as_ptr(), ring.add(at), wqe.len()) };
         *tail = tail.wrapping_add(1);
         let tail = *tail;
-        let off =
-            DB_QP_BASE + qp.slot * DB_QP_STRIDE + if send { DB_QP_SQ_TAIL } else { DB_QP_RQ_TAIL };
+        let off = if send {
+            doorbell::qp_sq_tail(qp.slot)
+        } else {
+            doorbell::qp_rq_tail(qp.slot)
+        };
         self.ring(off, tail);
     }
 
@@ -475,7 +468,7 @@ impl Ctx {
         let c = unsafe { ptr::read_volatile(cq.ring.add(at).cast::<Cqe>()) };
         cq.head = cq.head.wrapping_add(1);
         let head = cq.head;
-        self.ring(DB_CQ_BASE + cq.slot * DB_CQ_STRIDE + DB_CQ_HEAD, head);
+        self.ring(doorbell::cq_head(cq.slot), head);
         Some(c)
     }
 
@@ -499,7 +492,7 @@ impl Ctx {
     fn arm(&mut self, cq: &mut Cq) {
         cq.arm_seq = cq.arm_seq.wrapping_add(1);
         let seq = cq.arm_seq;
-        self.ring(DB_CQ_BASE + cq.slot * DB_CQ_STRIDE + DB_CQ_ARM_SEQ, seq);
+        self.ring(doorbell::cq_arm_seq(cq.slot), seq);
     }
 }
 
@@ -1841,7 +1834,7 @@ fn cmd_reset(pci: bool) -> u32 {
         // carries on (until its next call), and nothing reaches another context.
         for n in 0..3 {
             let head = p.rcq.head.wrapping_add(n);
-            ctx.ring(DB_CQ_BASE + p.rcq.slot * DB_CQ_STRIDE + DB_CQ_HEAD, head);
+            ctx.ring(doorbell::cq_head(p.rcq.slot), head);
         }
         c.check("reset.revoked_doorbells_harmless", Ok(()));
         // The accept that was pending ends with the device's reset, then the file is dead.

@@ -9,17 +9,14 @@ use std::net::{Ipv6Addr, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use qpip_abi::admin::{
     FRAMING_MESSAGE, FRAMING_STREAM, MR_ACCESS_LOCAL_WRITE, QP_TYPE_TCP, QP_TYPE_UDP,
 };
 use qpip_abi::cqe::{self, Cqe, CQE_OP_SEND, CQE_SIZE};
-use qpip_abi::doorbell::{
-    DB_CHANGE_COUNT, DB_CQ_ARM_SEQ, DB_CQ_BASE, DB_CQ_HEAD, DB_CQ_STRIDE, DB_ENGINE_SLEEPING,
-    DB_QP_BASE, DB_QP_RQ_TAIL, DB_QP_SQ_TAIL, DB_QP_STRIDE,
-};
+use qpip_abi::doorbell::{self, Producer};
 use qpip_abi::regs::KICK;
 use qpip_abi::uapi::{self, *};
 use qpip_abi::wqe::{
@@ -132,28 +129,14 @@ impl Ctx {
     /// a round trip to the device process that the guest's CPU waits out; a blocking wait
     /// skips one per call this way.
     fn ring_quietly(&self, off: u32, value: u32) -> bool {
-        fence(Ordering::Release);
-        let slot = self.db.at(off as usize).cast::<u32>();
-        // SAFETY: an aligned u32 field inside the mapped doorbell page (offset from the ABI);
-        // volatile because the device reads it behind the compiler's back.
-        unsafe { ptr::write_volatile(slot, value) };
-        // SAFETY: the change counter and the sleeping flag are aligned u32 fields of the
-        // doorbell page, mapped for the life of `self`; in this process they are only ever
-        // accessed as atomics (the device, another process, reads and writes them as the
-        // hardware's plain loads and stores).
-        let (cc, sleeping) = unsafe {
-            (
-                AtomicU32::from_ptr(self.db.at(DB_CHANGE_COUNT as usize).cast::<u32>()),
-                AtomicU32::from_ptr(self.db.at(DB_ENGINE_SLEEPING as usize).cast::<u32>()),
-            )
-        };
-        // Threads of one process share the page, so the counter is bumped atomically (no
-        // increment lost, no lock). A sequentially consistent read-modify-write followed by a
-        // sequentially consistent load is the full barrier the protocol asks for between the
-        // doorbell and the sleeping flag: on x86 the locked add drains the store buffer, so
-        // no separate fence is needed.
-        cc.fetch_add(1, Ordering::SeqCst);
-        sleeping.load(Ordering::SeqCst) != 0
+        self.doorbells().ring(off, value)
+    }
+
+    /// The doorbell page, for the producer side of its protocol.
+    fn doorbells(&self) -> Producer<'_> {
+        // SAFETY: the page is mapped, page-aligned, for the life of `self`, and this
+        // library touches it only through the Producer's atomics.
+        unsafe { Producer::from_ptr(self.db.at(0)) }
     }
 
     pub(crate) fn reg_mr(&self, addr: *mut u8, len: usize) -> Result<u32> {
@@ -427,7 +410,7 @@ impl Cq {
             // sleeping engine is kicked only then: the last slot before the old head holds
             // a completion exactly when the device filled the ring.
             let old_head = st.head.wrapping_sub(n as u32);
-            let db = DB_CQ_BASE + self.slot * DB_CQ_STRIDE + DB_CQ_HEAD;
+            let db = doorbell::cq_head(self.slot);
             if was_full(old_head, self.depth, |i| self.written(i)) {
                 dev.ring(db, st.head);
             } else {
@@ -461,10 +444,7 @@ impl Cq {
     pub(crate) fn arm(&self, dev: &Ctx) {
         let mut st = self.st.lock().unwrap();
         st.arm_seq = st.arm_seq.wrapping_add(1);
-        dev.ring_quietly(
-            DB_CQ_BASE + self.slot * DB_CQ_STRIDE + DB_CQ_ARM_SEQ,
-            st.arm_seq,
-        );
+        dev.ring_quietly(doorbell::cq_arm_seq(self.slot), st.arm_seq);
     }
 
     pub(crate) fn destroy(&self, dev: &Ctx) {
@@ -527,8 +507,9 @@ impl Qp {
             }
         };
         let mut p = self.post.lock().unwrap();
-        let tail = p.sq.push(self.handle, &self.sq, &h, body, req.gather.keep)?;
-        dev.ring(DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_SQ_TAIL, tail);
+        let tail =
+            p.sq.push(self.handle, &self.sq, &h, body, req.gather.keep)?;
+        dev.ring(doorbell::qp_sq_tail(self.slot), tail);
         Ok(())
     }
 
@@ -562,7 +543,7 @@ impl Qp {
             }
         }
         if let Some(tail) = tail {
-            let db = DB_QP_BASE + self.slot * DB_QP_STRIDE + DB_QP_RQ_TAIL;
+            let db = doorbell::qp_rq_tail(self.slot);
             if p.udp {
                 // A UDP QP's receives are needed only when a datagram comes, and whatever
                 // brings one wakes a sleeping engine first (a frame on the link, or a send

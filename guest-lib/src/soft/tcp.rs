@@ -5,7 +5,7 @@
 
 use std::net::SocketAddrV6;
 
-use qpip_abi::wqe::MSG_HEADER_SIZE;
+use qpip_abi::wqe::{HeaderReader, MsgHeader, MSG_HEADER_SIZE};
 
 use crate::mr::Seg;
 use crate::types::{Completion, Detail, EventKind, Framing, Opcode, Status};
@@ -28,8 +28,7 @@ pub(super) struct Rx {
     staging: Vec<u8>,
     start: usize,
     end: usize,
-    hdr: [u8; HDR],
-    hdr_have: usize,
+    hdr: HeaderReader,
     body: Option<Body>,
 }
 
@@ -148,7 +147,7 @@ fn send(id: u32, qp: &mut QpState, out: &mut Out) -> Result<(), i32> {
     let framing = qp.framing();
     while let Some(req) = qp.sq.front() {
         let len = req.len();
-        let hdr = header(len as u32, req.imm);
+        let hdr = MsgHeader::new(len as u32, req.imm).encode();
         let hdr_len = if framing == Framing::Message { HDR } else { 0 };
         let total = hdr_len + len;
         if qp.sent < total {
@@ -193,13 +192,6 @@ fn send(id: u32, qp: &mut QpState, out: &mut Out) -> Result<(), i32> {
         }
     }
     Ok(())
-}
-
-fn header(len: u32, imm: u32) -> [u8; HDR] {
-    let mut h = [0u8; HDR];
-    h[..4].copy_from_slice(&len.to_le_bytes());
-    h[4..].copy_from_slice(&imm.to_le_bytes());
-    h
 }
 
 /// The iovecs less their first `n` bytes.
@@ -324,18 +316,14 @@ fn parse(id: u32, qp: &mut QpState, out: &mut Out) {
     loop {
         let avail = rx.end - rx.start;
         let Some(mut body) = rx.body else {
-            let take = (HDR - rx.hdr_have).min(avail);
-            rx.hdr[rx.hdr_have..rx.hdr_have + take]
-                .copy_from_slice(&rx.staging[rx.start..rx.start + take]);
-            rx.hdr_have += take;
+            let (take, header) = rx.hdr.take(&rx.staging[rx.start..rx.start + avail]);
             rx.start += take;
-            if rx.hdr_have < HDR {
+            let Some(h) = header else {
                 return;
-            }
-            rx.hdr_have = 0;
+            };
             rx.body = Some(Body {
-                len: u32::from_le_bytes(rx.hdr[..4].try_into().unwrap()) as usize,
-                imm: u32::from_le_bytes(rx.hdr[4..].try_into().unwrap()),
+                len: h.length as usize,
+                imm: h.imm_data,
                 done: 0,
             });
             continue;

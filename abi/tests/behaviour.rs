@@ -1,0 +1,106 @@
+//! The behaviour `qpip-abi` owns beside its layouts: the message header's encoding and
+//! reader, and the producer side of the doorbell protocol.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use qpip_abi::doorbell::{self, Producer, DB_CHANGE_COUNT, DB_ENGINE_SLEEPING};
+use qpip_abi::pci::DOORBELL_PAGE_SIZE;
+use qpip_abi::wqe::{HeaderReader, MsgHeader, MSG_HEADER_SIZE};
+
+#[test]
+fn a_message_header_is_little_endian_on_the_wire() {
+    let h = MsgHeader::new(0x0102_0304, 0xa0b0_c0d0);
+    let b = h.encode();
+    assert_eq!(b, [4, 3, 2, 1, 0xd0, 0xc0, 0xb0, 0xa0]);
+    assert_eq!(MsgHeader::decode(&b), h);
+    assert_eq!(b.len(), MSG_HEADER_SIZE as usize);
+}
+
+/// Headers cut at every point (a segment may end anywhere inside one) come out whole, and
+/// the reader takes no byte beyond a header.
+#[test]
+fn a_header_reader_takes_headers_in_pieces_of_any_size() {
+    let headers = [
+        MsgHeader::new(7, 1),
+        MsgHeader::new(0, 0),
+        MsgHeader::new(u32::MAX, 9),
+    ];
+    let stream: Vec<u8> = headers.iter().flat_map(|h| h.encode()).collect();
+    for piece in 1..=stream.len() {
+        let mut r = HeaderReader::default();
+        let mut got = Vec::new();
+        for chunk in stream.chunks(piece) {
+            let mut at = 0;
+            while at < chunk.len() {
+                let (n, h) = r.take(&chunk[at..]);
+                assert!(n > 0 && n <= r.missing().max(n));
+                at += n;
+                got.extend(h);
+            }
+        }
+        assert_eq!(got, headers, "pieces of {piece}");
+        assert!(!r.partial());
+        assert_eq!(r.missing(), MSG_HEADER_SIZE as usize);
+    }
+    let mut r = HeaderReader::default();
+    assert_eq!(r.take(&[1, 2, 3]), (3, None));
+    assert!(r.partial());
+    assert_eq!(r.missing(), 5);
+    // Only the header's own bytes are taken.
+    assert_eq!(r.take(&[0; 20]).0, 5);
+    r.take(&[1]);
+    r.reset();
+    assert!(!r.partial());
+}
+
+/// A page of atomics standing in for the doorbell page.
+fn page() -> Vec<AtomicU32> {
+    (0..DOORBELL_PAGE_SIZE / 4)
+        .map(|_| AtomicU32::new(0))
+        .collect()
+}
+
+#[test]
+fn ringing_stores_the_value_counts_the_change_and_says_when_to_kick() {
+    let words = page();
+    // SAFETY: a live, aligned page of atomics, as long as `words`.
+    let p = unsafe { Producer::from_ptr(words.as_ptr() as *mut u8) };
+    let at = |off: u32| words[off as usize / 4].load(Ordering::SeqCst);
+    assert!(
+        !p.ring(doorbell::qp_sq_tail(3), 17),
+        "an awake engine needs no kick"
+    );
+    assert_eq!(at(doorbell::qp_sq_tail(3)), 17);
+    assert_eq!(at(DB_CHANGE_COUNT), 1);
+    words[DB_ENGINE_SLEEPING as usize / 4].store(1, Ordering::SeqCst);
+    assert!(
+        p.ring(doorbell::cq_head(5), 2),
+        "a sleeping engine is kicked"
+    );
+    assert_eq!(p.load(doorbell::cq_head(5)), 2);
+    assert_eq!(at(DB_CHANGE_COUNT), 2);
+    assert!(p.engine_sleeping());
+    // The slots' offsets as the ABI lays them out.
+    assert_eq!(doorbell::qp_sq_tail(3), 0x040 + 3 * 8);
+    assert_eq!(doorbell::qp_rq_tail(3), 0x040 + 3 * 8 + 4);
+    assert_eq!(doorbell::cq_head(5), 0x800 + 5 * 8);
+    assert_eq!(doorbell::cq_arm_seq(5), 0x800 + 5 * 8 + 4);
+}
+
+/// Threads of one process share a page without a lock: no change is lost.
+#[test]
+fn threads_ringing_one_page_lose_no_change() {
+    let words = page();
+    // SAFETY: as above.
+    let p = unsafe { Producer::from_ptr(words.as_ptr() as *mut u8) };
+    std::thread::scope(|s| {
+        for t in 0..4u32 {
+            s.spawn(move || {
+                for i in 0..10_000 {
+                    p.ring(doorbell::qp_sq_tail(t), i);
+                }
+            });
+        }
+    });
+    assert_eq!(p.load(DB_CHANGE_COUNT), 40_000);
+}

@@ -1,0 +1,133 @@
+//! The completion queues' one owner: every CQE the engine makes — UDP and TCP, successes,
+//! errors and flushes — is written here, in order, phase byte last, with the CQ's interrupt
+//! when it is armed. A completion whose CQ is full waits in order (`Engine::post_cqe`)
+//! until the consumer makes room, since its WR is already consumed.
+
+use std::sync::atomic::Ordering;
+
+use qpip_abi::admin::*;
+use qpip_abi::cqe::*;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use zerocopy::{FromZeros, IntoBytes};
+
+use super::Engine;
+
+pub(super) fn cqe(wr_id: u64, qp: u32, opcode: u8, status: u8, detail: u32) -> Cqe {
+    let mut c = Cqe::new_zeroed();
+    c.wr_id = wr_id;
+    c.qp = qp;
+    c.opcode = opcode;
+    c.status = status;
+    c.detail = detail;
+    c
+}
+
+impl Engine {
+    /// Writes a completion now if its CQ has room and nothing is waiting before it, else
+    /// queues it (in order) until the consumer makes room.
+    pub(super) fn post_cqe(&mut self, mem: &GuestMemoryMmap, cq: u32, c: Cqe) {
+        if !self.objects.cqs.contains_key(&cq) {
+            return;
+        }
+        let waiting = self.deferred.get(&cq).is_some_and(|q| !q.is_empty());
+        if !waiting && self.objects.cqs[&cq].free() > 0 {
+            self.write_cqe(mem, cq, c);
+        } else {
+            if let Some(c) = self.objects.cqs.get_mut(&cq) {
+                if !c.stalled {
+                    c.stalled = true;
+                    self.shared.stats.add(STAT_CQ_FULL, 1);
+                }
+            }
+            self.deferred.entry(cq).or_default().push_back(c);
+        }
+    }
+
+    /// Writes the completions that waited for room. Returns whether any went.
+    pub(super) fn drain_deferred(&mut self, mem: &GuestMemoryMmap) -> bool {
+        if self.deferred.is_empty() {
+            return false;
+        }
+        let mut did = false;
+        let cqs: Vec<u32> = self.deferred.keys().copied().collect();
+        for cq in cqs {
+            loop {
+                let Some(c) = self.objects.cqs.get(&cq) else {
+                    self.deferred.remove(&cq);
+                    break;
+                };
+                if c.free() == 0 {
+                    break;
+                }
+                let Some(q) = self.deferred.get_mut(&cq) else {
+                    break;
+                };
+                let Some(e) = q.pop_front() else {
+                    self.deferred.remove(&cq);
+                    break;
+                };
+                self.write_cqe(mem, cq, e);
+                did = true;
+            }
+        }
+        did
+    }
+
+    /// Whether completions wait for room in `cq` (others must queue behind them).
+    pub(super) fn cq_deferred(&self, cq: u32) -> bool {
+        self.deferred.get(&cq).is_some_and(|q| !q.is_empty())
+    }
+
+    /// Whether a completion for CQ `id` can be written now (room, and nothing waiting
+    /// before it); if not, the CQ is marked stalled (and that counted once).
+    pub(super) fn cq_has_room(&mut self, id: u32) -> bool {
+        // Completions waiting for room go first.
+        let deferred = self.cq_deferred(id);
+        let Some(cq) = self.objects.cqs.get_mut(&id) else {
+            return false;
+        };
+        if cq.free() > 0 && !deferred {
+            return true;
+        }
+        if !cq.stalled {
+            cq.stalled = true;
+            self.shared.stats.add(STAT_CQ_FULL, 1);
+        }
+        false
+    }
+
+    /// Writes a CQE (the caller made sure there is room), phase byte last, then raises the
+    /// CQ's vector if it is armed.
+    pub(super) fn write_cqe(&mut self, mem: &GuestMemoryMmap, cq_id: u32, mut c: Cqe) {
+        let _stage = crate::stages::span(crate::stages::Stage::Complete);
+        let stats = &self.shared.stats;
+        let Some(cq) = self.objects.cqs.get_mut(&cq_id) else {
+            return;
+        };
+        debug_assert!(cq.free() > 0);
+        let addr = cq.ring.entry_addr(cq.tail);
+        c.owner = qpip_abi::cqe::phase(cq.tail, cq.ring.depth());
+        let bytes = c.as_bytes();
+        let last = bytes.len() - 1;
+        if mem.write_slice(&bytes[..last], addr).is_err() {
+            log::warn!("CQ {cq_id}: ring no longer in guest RAM; completion lost");
+            return;
+        }
+        std::sync::atomic::fence(Ordering::Release);
+        let _ = mem.store(
+            c.owner,
+            GuestAddress(addr.0 + last as u64),
+            Ordering::Release,
+        );
+        cq.tail = cq.tail.wrapping_add(1);
+        stats.add(STAT_CQES, 1);
+        if c.status != CQE_STATUS_SUCCESS {
+            stats.add(STAT_CQE_ERRORS, 1);
+        }
+        if cq.armed {
+            cq.armed = false;
+            self.shared.irqs.raise(cq.vector as usize);
+            stats.add(STAT_CQ_INTERRUPTS, 1);
+        }
+    }
+}

@@ -1,0 +1,498 @@
+//! The connection-management unit of TCP QPs: QPs created and destroyed, LISTEN, ACCEPT,
+//! CONNECT and CLOSE, the connection events (established, closed, reset, timed out) turned
+//! into command completions, asynchronous events and flushed WRs, and the connections a
+//! listener accepted before any QP claimed them.
+
+use std::collections::VecDeque;
+use std::net::Ipv6Addr;
+use std::time::Instant;
+
+use log::debug;
+use qpip_abi::admin::*;
+use qpip_abi::cqe::*;
+use vm_memory::GuestMemoryMmap;
+
+use crate::net::tcp::{self, ConnId, Event, FourTuple, State};
+
+use super::*;
+use crate::engine::completion::cqe;
+use crate::engine::decode;
+use crate::engine::objects::{PendingCmd, QpState, TcpRole};
+use crate::engine::Engine;
+
+impl Engine {
+    /// Raises an asynchronous event about a TCP QP that carries a connection (an event
+    /// about a connection the owner is still waiting for is its CONNECT's completion).
+    pub(super) fn tcp_async_event(&mut self, qp: u32, kind: u16, reason: u8) {
+        let Some(q) = self.objects.qps.get(&qp) else {
+            return;
+        };
+        if q.role != TcpRole::Connected || q.state != QpState::Ready {
+            return;
+        }
+        debug!("QP {qp}: asynchronous event {kind} (reason {reason})");
+        self.events.stage(crate::engine::events::AsyncEvent {
+            ctx: q.ctx,
+            object: qp,
+            kind,
+            reason,
+        });
+    }
+
+    /// A TCP QP was created.
+    pub(in crate::engine) fn tcp_qp_created(
+        &mut self,
+        id: u32,
+        framing: u8,
+        send_cq: u32,
+        recv_cq: u32,
+    ) {
+        let message = framing == FRAMING_MESSAGE;
+        self.tcp.qps.insert(
+            id,
+            TcpQp {
+                conn: None,
+                message,
+                send_cq,
+                recv_cq,
+                tx: TxQueue::default(),
+                rx: RxState::new(id, message),
+                close_cmd: None,
+            },
+        );
+    }
+
+    /// A TCP QP is being destroyed: its connection becomes an orphan if it was closed
+    /// gracefully and nothing would be lost, else it is aborted (RST); the WRs the QP had
+    /// taken complete FLUSHED (if `flush`), a pending CLOSE is cancelled.
+    pub(in crate::engine) fn tcp_qp_removed(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        id: u32,
+        flush: bool,
+    ) {
+        for l in self.tcp.listeners.values_mut() {
+            l.parked.retain(|&q| q != id);
+        }
+        let Some(mut t) = self.tcp.qps.remove(&id) else {
+            return;
+        };
+        if let Some(conn) = t.conn.take() {
+            let now = Instant::now();
+            // Bytes received and never read would be lost without a word: a reset tells
+            // the peer (as Linux's close() does with unread data).
+            let orphaned = !t.rx.holds_unread() && self.tcp.table.orphan(conn, now).is_ok();
+            if orphaned {
+                debug!("QP {id}: its closed connection finishes without it");
+                // Whatever is due goes out; its events from now on concern nobody.
+                self.tcp_service(mem, conn, now);
+            } else {
+                if let Some(e) = self.tcp.table.get_mut(conn) {
+                    e.conn.abort();
+                    while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
+                        self.tcp.outbox.push(o);
+                    }
+                }
+                self.tcp.table.remove(conn);
+            }
+        }
+        if let Some(cmd) = t.close_cmd.take() {
+            self.cancel(mem, cmd);
+        }
+        if flush {
+            for e in t.tx.entries.drain(..) {
+                self.post_cqe(
+                    mem,
+                    t.send_cq,
+                    cqe(
+                        e.wr_id,
+                        id,
+                        CQE_OP_SEND,
+                        CQE_STATUS_FLUSHED,
+                        CQE_DETAIL_NONE,
+                    ),
+                );
+            }
+            t.rx.flush();
+            for c in t.rx.done.drain(..) {
+                self.post_cqe(mem, t.recv_cq, c);
+            }
+        }
+    }
+
+    /// The QP's connection failed (reset, timeout): the QP moves to the error state, its
+    /// WRs are flushed, pending commands complete with `status`.
+    pub(super) fn tcp_fail(&mut self, mem: &GuestMemoryMmap, id: u32, status: u16) {
+        if let Some(qp) = self.objects.qps.get_mut(&id) {
+            qp.state = QpState::Error;
+            if let TcpRole::Connecting { cmd } = qp.role {
+                qp.role = TcpRole::Idle;
+                self.finish_cmd(mem, cmd, status, (0, 0, 0));
+            }
+        }
+        let Some(t) = self.tcp.qps.get_mut(&id) else {
+            return;
+        };
+        t.conn = None;
+        let close = t.close_cmd.take();
+        let send_cq = t.send_cq;
+        let entries: Vec<TxEntry> = t.tx.entries.drain(..).collect();
+        t.rx.flush();
+        if let Some(cmd) = close {
+            self.finish_cmd(mem, cmd, status, (0, 0, 0));
+        }
+        for e in entries {
+            self.post_cqe(
+                mem,
+                send_cq,
+                cqe(
+                    e.wr_id,
+                    id,
+                    CQE_OP_SEND,
+                    CQE_STATUS_FLUSHED,
+                    CQE_DETAIL_NONE,
+                ),
+            );
+        }
+        self.post_rx_done(mem, id);
+        // What is still in the rings is flushed by the send queue turn.
+        self.objects.mark_busy(id);
+    }
+
+    pub(in crate::engine) fn tcp_listen(
+        &mut self,
+        id: u32,
+        addr: Ipv6Addr,
+        port: u16,
+        backlog: u32,
+    ) -> Result<(), u16> {
+        let backlog = match backlog as usize {
+            0 => MAX_BACKLOG,
+            b => b.min(MAX_BACKLOG),
+        };
+        let cfg = self.tcp.cfg;
+        self.tcp
+            .table
+            .listen(addr, port, cfg, backlog, true, Instant::now())
+            .map_err(|_| ADMIN_STATUS_ADDR_IN_USE)?;
+        self.tcp.listeners.insert(
+            id,
+            ListenState {
+                addr,
+                port,
+                backlog,
+                parked: VecDeque::new(),
+                ready: VecDeque::new(),
+            },
+        );
+        Ok(())
+    }
+
+    /// A listener goes away: connections waiting for an ACCEPT are reset.
+    pub(in crate::engine) fn tcp_unlisten(&mut self, id: u32) {
+        let Some(l) = self.tcp.listeners.remove(&id) else {
+            return;
+        };
+        self.tcp.table.unlisten(l.addr, l.port);
+        let now = Instant::now();
+        for r in l.ready {
+            if let Some(e) = self.tcp.table.get_mut(r.conn) {
+                e.conn.abort();
+                while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
+                    self.tcp.outbox.push(o);
+                }
+            }
+            self.tcp.table.remove(r.conn);
+        }
+    }
+
+    /// ACCEPT: a connection already waiting is given to the QP at once; otherwise the QP
+    /// waits (oldest first) for the next one. None: pending.
+    pub(in crate::engine) fn tcp_accept(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        listener: u32,
+        qp: u32,
+    ) -> Option<Results> {
+        let l = self.tcp.listeners.get_mut(&listener)?;
+        while let Some(r) = l.ready.pop_front() {
+            if self.tcp.table.get(r.conn).is_some() {
+                let res = self.tcp_claim(mem, r.conn, qp, r.peer_closed);
+                return Some(res);
+            }
+        }
+        l.parked.push_back(qp);
+        None
+    }
+
+    /// Gives connection `conn` to QP `qp`. Returns the ACCEPT results.
+    pub(super) fn tcp_claim(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        conn: ConnId,
+        qp: u32,
+        peer_closed: bool,
+    ) -> Results {
+        let now = Instant::now();
+        let Tcp { table, qps, .. } = &mut self.tcp;
+        let e = table.get_mut(conn).expect("caller checked");
+        e.tag = Some(qp);
+        let tuple = e.conn.tuple();
+        let t = qps.get_mut(&qp).expect("TCP QPs have state");
+        t.conn = Some(conn);
+        t.rx.eof |= peer_closed;
+        e.conn
+            .recv_space_changed(now, &mut QpSink { mem, rx: &mut t.rx });
+        t.rx.settle();
+        if let Some(q) = self.objects.qps.get_mut(&qp) {
+            q.role = TcpRole::Connected;
+        }
+        self.post_rx_done(mem, qp);
+        self.tcp_service(mem, conn, now);
+        // Sends posted while the QP waited can go now.
+        self.objects.mark_busy(qp);
+        debug!(
+            "QP {qp}: accepted a connection from [{}]:{}",
+            tuple.remote, tuple.remote_port
+        );
+        peer_results(tuple.remote, tuple.remote_port)
+    }
+
+    /// CONNECT. Err: the command fails at once; Ok: pending until established.
+    pub(in crate::engine) fn tcp_connect(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        qp: u32,
+        remote: Ipv6Addr,
+        remote_port: u16,
+    ) -> Result<(), u16> {
+        if remote_port == 0 || !decode::is_unicast(&remote) {
+            return Err(ADMIN_STATUS_BAD_PARAM);
+        }
+        let bound = self.objects.qps[&qp].bound;
+        let local = match bound {
+            Some((a, _)) if !a.is_unspecified() => a,
+            _ if self.identity.is_local(&remote) => remote,
+            // A destination the link cannot reach is treated as a silent peer: the SYN is
+            // dropped and the CONNECT ends in TIMEOUT (or CANCELLED if the QP goes first).
+            _ => match &self.net {
+                Some(net) => net.stack.select_source(&remote),
+                None => self
+                    .identity
+                    .addrs
+                    .first()
+                    .map_or(self.identity.link_local(), |(a, _)| *a),
+            },
+        };
+        let local_port = match bound {
+            Some((_, p)) => p,
+            None => self.bind(ctx, qp, Ipv6Addr::UNSPECIFIED, 0)?.0 as u16,
+        };
+        let tuple = FourTuple {
+            local,
+            local_port,
+            remote,
+            remote_port,
+        };
+        let now = Instant::now();
+        let cfg = self.tcp.cfg;
+        let conn = self
+            .tcp
+            .table
+            .connect(tuple, now, &cfg, qp)
+            .map_err(|_| ADMIN_STATUS_ADDR_IN_USE)?;
+        let Tcp { table, qps, .. } = &mut self.tcp;
+        let t = qps.get_mut(&qp).expect("TCP QPs have state");
+        t.conn = Some(conn);
+        let e = table.get_mut(conn).expect("just made");
+        e.conn
+            .recv_space_changed(now, &mut QpSink { mem, rx: &mut t.rx });
+        self.tcp_service(mem, conn, now);
+        Ok(())
+    }
+
+    /// CLOSE: FIN after the queued sends. Err: fails at once; Ok: pending.
+    pub(in crate::engine) fn tcp_close(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        qp: u32,
+        cmd: PendingCmd,
+    ) -> Result<(), u16> {
+        let t = self.tcp.qps.get_mut(&qp).ok_or(ADMIN_STATUS_BAD_STATE)?;
+        let (Some(conn), None) = (t.conn, t.close_cmd) else {
+            return Err(ADMIN_STATUS_BAD_STATE);
+        };
+        if self.objects.qps[&qp].role != TcpRole::Connected {
+            return Err(ADMIN_STATUS_BAD_STATE);
+        }
+        // Sends posted before the CLOSE go first.
+        self.read_qp_doorbell(mem, qp);
+        self.tcp_take_sends(mem, qp, u32::MAX);
+        let t = self.tcp.qps.get_mut(&qp).expect("checked");
+        t.close_cmd = Some(cmd);
+        if let Some(e) = self.tcp.table.get_mut(conn) {
+            e.conn.close();
+        }
+        self.tcp_service(mem, conn, Instant::now());
+        Ok(())
+    }
+
+    pub(super) fn finish_cmd(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        cmd: PendingCmd,
+        status: u16,
+        r: Results,
+    ) {
+        self.complete_async(mem, cmd, status, r);
+    }
+
+    /// A pending CLOSE completes once our FIN is acknowledged.
+    pub(super) fn tcp_check_close(&mut self, mem: &GuestMemoryMmap, qp: u32, id: ConnId) {
+        let Some(t) = self.tcp.qps.get_mut(&qp) else {
+            return;
+        };
+        if t.close_cmd.is_none() {
+            return;
+        }
+        let done = match self.tcp.table.get(id) {
+            Some(e) => matches!(
+                e.conn.state(),
+                State::FinWait2 | State::TimeWait | State::Closed
+            ),
+            None => true,
+        };
+        if done {
+            let cmd = t.close_cmd.take().expect("checked");
+            self.finish_cmd(mem, cmd, ADMIN_STATUS_OK, (0, 0, 0));
+        }
+    }
+
+    pub(super) fn tcp_event(&mut self, mem: &GuestMemoryMmap, qp: u32, id: ConnId, ev: Event) {
+        match ev {
+            Event::Established => {
+                let tuple = match self.tcp.table.get(id) {
+                    Some(e) => e.conn.tuple(),
+                    None => return,
+                };
+                if let Some(q) = self.objects.qps.get_mut(&qp) {
+                    if let TcpRole::Connecting { cmd } = q.role {
+                        q.role = TcpRole::Connected;
+                        self.finish_cmd(
+                            mem,
+                            cmd,
+                            ADMIN_STATUS_OK,
+                            peer_results(tuple.remote, tuple.remote_port),
+                        );
+                    }
+                }
+                self.objects.mark_busy(qp);
+            }
+            Event::Acked { upto } => self.tcp_complete_sends(mem, qp, upto),
+            Event::DataArrived { push, .. } => {
+                if let Some(t) = self.tcp.qps.get_mut(&qp) {
+                    if push.is_some() {
+                        t.rx.push = true;
+                        t.rx.settle();
+                    }
+                }
+                self.post_rx_done(mem, qp);
+            }
+            Event::PeerClosed => {
+                if let Some(t) = self.tcp.qps.get_mut(&qp) {
+                    t.rx.eof = true;
+                    t.rx.settle();
+                }
+                self.post_rx_done(mem, qp);
+            }
+            // Raised before the QP leaves the ready state; delivered after the flush
+            // completions (at the end of the engine's pass).
+            Event::Reset => {
+                debug!("QP {qp}: connection reset");
+                self.tcp_async_event(qp, ASYNC_EVENT_QP_ERROR, ASYNC_REASON_PEER_RESET);
+                self.tcp_fail(mem, qp, ADMIN_STATUS_REFUSED);
+            }
+            Event::TimedOut => {
+                debug!("QP {qp}: connection timed out");
+                self.tcp_async_event(qp, ASYNC_EVENT_QP_ERROR, ASYNC_REASON_TIMEOUT);
+                self.tcp_fail(mem, qp, ADMIN_STATUS_TIMEOUT);
+            }
+            Event::Closed => {
+                if let Some(q) = self.objects.qps.get_mut(&qp) {
+                    if let TcpRole::Connecting { cmd } = q.role {
+                        q.role = TcpRole::Idle;
+                        self.finish_cmd(mem, cmd, ADMIN_STATUS_CANCELLED, (0, 0, 0));
+                    }
+                }
+                if let Some(t) = self.tcp.qps.get_mut(&qp) {
+                    if let Some(cmd) = t.close_cmd.take() {
+                        self.finish_cmd(mem, cmd, ADMIN_STATUS_OK, (0, 0, 0));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Events of a connection the device accepted and no QP has taken yet.
+    pub(super) fn tcp_unclaimed_events(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        id: ConnId,
+        events: &[Event],
+    ) {
+        for ev in events {
+            match ev {
+                Event::Established => {
+                    let Some(e) = self.tcp.table.get(id) else {
+                        return;
+                    };
+                    let port = e.conn.tuple().local_port;
+                    let Some(&lid) = self.objects.listen_ports.get(&port) else {
+                        self.tcp_abort_unclaimed(id);
+                        continue;
+                    };
+                    let Some(l) = self.tcp.listeners.get_mut(&lid) else {
+                        self.tcp_abort_unclaimed(id);
+                        continue;
+                    };
+                    if let Some(qp) = l.parked.pop_front() {
+                        let cmd = match self.objects.qps.get(&qp).map(|q| q.role) {
+                            Some(TcpRole::Accepting { cmd, .. }) => cmd,
+                            _ => continue,
+                        };
+                        let r = self.tcp_claim(mem, id, qp, false);
+                        self.finish_cmd(mem, cmd, ADMIN_STATUS_OK, r);
+                        return; // the QP's service took over
+                    } else if l.ready.len() < l.backlog {
+                        l.ready.push_back(Ready {
+                            conn: id,
+                            peer_closed: false,
+                        });
+                    } else {
+                        self.tcp_abort_unclaimed(id);
+                    }
+                }
+                Event::PeerClosed => {
+                    for l in self.tcp.listeners.values_mut() {
+                        if let Some(r) = l.ready.iter_mut().find(|r| r.conn == id) {
+                            r.peer_closed = true;
+                        }
+                    }
+                }
+                Event::Reset | Event::TimedOut | Event::Closed => {
+                    for l in self.tcp.listeners.values_mut() {
+                        l.ready.retain(|r| r.conn != id);
+                    }
+                }
+                Event::Acked { .. } | Event::DataArrived { .. } => {}
+            }
+        }
+    }
+
+    pub(super) fn tcp_abort_unclaimed(&mut self, id: ConnId) {
+        if let Some(e) = self.tcp.table.get_mut(id) {
+            e.conn.abort();
+        }
+    }
+}

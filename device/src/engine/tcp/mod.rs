@@ -1,0 +1,444 @@
+//! TCP queue pairs: the device's TCP ([`crate::net::tcp`]) joined to the QP engine.
+//!
+//! The engine owns one [`ConnectionTable`] tagged with QP ids. Segments come from the stack
+//! ([`super::network`]) or, for the device's own addresses, from a local queue inside the
+//! engine (so two TCP QPs of one device can connect to each other); segments out go to the
+//! stack's `send_ip` or back into that queue. The table's timer heap is folded into the
+//! engine's sleep deadline.
+//!
+//! Data never lives in the device beyond the connection's staging allowance:
+//! - **send**: a send WR is checked (protection) when the engine takes it from the ring;
+//!   its bytes are queued on the connection by length only and read from guest memory
+//!   through the WR's translated spans each time a segment is built (`QpSource`). The WR
+//!   completes (CQE `SEND`, `byte_len` = its payload) when the peer has acknowledged its
+//!   last byte. With message framing a `MsgHeader` precedes the WR's bytes in the stream.
+//! - **receive**: receive WRs are taken from the ring as soon as the doorbell shows them and
+//!   become the connection's receive space (`QpSink`). With stream framing the advertised
+//!   window is the posted space plus the staging allowance, so posting buffers is flow
+//!   control; with message framing a WR holds one message whatever its size, so the window
+//!   is the QP's message buffer (`MESSAGE_BUFFER`, offered once a receive was posted)
+//!   plus the message in progress and the staging allowance. Bytes are scattered straight
+//!   into the WRs' buffers; only bytes no posted WR can take wait in the device.
+//!
+//! Receive completion rules:
+//! - stream framing: a WR completes when full, or when a segment with PSH has been placed
+//!   (the WR then holds everything received so far);
+//! - message framing: each message completes one WR with its length and `imm_data`; a
+//!   message longer than its WR completes the WR with `LOCAL_LENGTH` (`byte_len` = the
+//!   message's length) and the message is discarded (see [`qpip_abi::wqe::MsgHeader`]);
+//! - end of stream: once the peer's FIN has arrived and every byte before it has been
+//!   placed, a partly filled WR completes with what it holds and every receive WR after
+//!   it completes with `byte_len` 0 (as `read()` returns 0 at end of file);
+//! - a reset or a timeout moves the QP to the error state: every outstanding WR completes
+//!   `FLUSHED`, and a pending CONNECT or CLOSE completes with `REFUSED` or `TIMEOUT`.
+//!
+//! Completions keep the order of their queue; when a CQ is full they wait in order
+//! (`super::completion`) instead of being dropped, since the WRs are already consumed.
+//!
+//! Destroying a TCP QP (DESTROY_QP, or its context going away) aborts its connection with
+//! a reset, unless the application had closed it gracefully and nothing would be lost —
+//! every byte of data acknowledged (only our FIN may be outstanding: the bytes live in
+//! guest memory the owner may free, so data is never sent after the destroy) and every
+//! byte received handed to the application. Then the connection becomes an orphan
+//! ([`ConnectionTable::orphan`]): it has no QP and finishes its close by itself in the
+//! table (FIN retransmitted, FIN-WAIT-2 bounded by [`TcpLimits::fin_timeout`], TIME-WAIT,
+//! a reset for new data), with no completion, event or DMA ever, up to
+//! [`TcpLimits::max_orphans`] of them (beyond, the reset as before). Its local port is not
+//! handed out as an ephemeral port again while it lives. A device reset drops orphans
+//! with everything else.
+
+mod cm;
+mod rx;
+mod tx;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv6Addr;
+use std::time::{Duration, Instant};
+
+use log::debug;
+use vm_memory::GuestMemoryMmap;
+
+use crate::net::stats::DropReason;
+use crate::net::tcp::{
+    self, ConnId, ConnectionTable, Event, Input, IsnGenerator, Outgoing, RecvSink,
+};
+
+use super::objects::{PendingCmd, TcpRole};
+use super::Engine;
+use rx::{QpSink, RxState, Unclaimed};
+use tx::{QpSource, TxEntry, TxQueue};
+
+/// Hop limit of the segments we send.
+const HOP_LIMIT: u8 = 64;
+/// Send WRs one QP may take per turn.
+const SEND_BUDGET: u32 = 64;
+/// Locally routed segments processed per pass before other work gets a turn.
+const LOCAL_BUDGET: usize = 256;
+/// Largest accept backlog (ListenArgs::backlog is clamped to it; 0 means this).
+const MAX_BACKLOG: usize = 1024;
+
+/// What a TCP QP holds beyond its rings.
+pub struct TcpQp {
+    conn: Option<ConnId>,
+    message: bool,
+    send_cq: u32,
+    recv_cq: u32,
+    tx: TxQueue,
+    rx: RxState,
+    close_cmd: Option<PendingCmd>,
+}
+
+/// A connection the device accepted for a listener, waiting for an ACCEPT.
+struct Ready {
+    conn: ConnId,
+    peer_closed: bool,
+}
+
+/// An engine listener's rendezvous: QPs offered by ACCEPT and connections waiting for one.
+struct ListenState {
+    addr: Ipv6Addr,
+    port: u16,
+    backlog: usize,
+    parked: VecDeque<u32>,
+    ready: VecDeque<Ready>,
+}
+
+/// The engine's TCP: connections, listeners' rendezvous, TCP QPs.
+pub struct Tcp {
+    table: ConnectionTable<u32>,
+    cfg: tcp::Config,
+    /// Segments for the device's own addresses, input on the next pass.
+    local: VecDeque<Outgoing>,
+    /// Segments produced and not yet sent.
+    outbox: Vec<Outgoing>,
+    listeners: HashMap<u32, ListenState>,
+    qps: HashMap<u32, TcpQp>,
+}
+
+/// How long the device's TCP holds on: to a peer that stopped answering, and to
+/// connections whose QP is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpLimits {
+    /// Retransmissions of unacknowledged data (or unanswered zero-window probes) before
+    /// the connection times out — RFC 9293 §3.8.3's threshold R2, counted in
+    /// retransmissions as that section allows (Linux: `net.ipv4.tcp_retries2`). The
+    /// default, 15, is Linux's too; with the RTO doubling each time from the 200 ms floor
+    /// up to the 60 s ceiling, that is about 9 minutes. RFC 9293 asks for at least 100
+    /// seconds (SHOULD-10); fewer retries give up on a vanished peer sooner (N retries on
+    /// a fast link take about 0.2 × (2^(N+1) − 1) seconds), for applications — and tests
+    /// — that want to hear of it quickly.
+    pub max_retries: u32,
+    /// Maximum segment lifetime: TIME-WAIT lasts twice this (30 s, as Linux's 60 s
+    /// TIME-WAIT).
+    pub msl: Duration,
+    /// How long an orphan waits in FIN-WAIT-2 for the peer's FIN ([`tcp::Config::fin_timeout`],
+    /// 60 s as Linux's `tcp_fin_timeout`).
+    pub fin_timeout: Duration,
+    /// Orphans the device holds at most ([`tcp::MAX_ORPHANS`]); beyond, a destroyed QP's
+    /// connection is reset even after a graceful close.
+    pub max_orphans: usize,
+}
+
+impl Default for TcpLimits {
+    fn default() -> Self {
+        let c = tcp::Config::default();
+        TcpLimits {
+            max_retries: c.max_retries,
+            msl: c.msl,
+            fin_timeout: c.fin_timeout,
+            max_orphans: tcp::MAX_ORPHANS,
+        }
+    }
+}
+
+impl Tcp {
+    pub fn new(seed: u64, mtu: usize, limits: TcpLimits) -> Tcp {
+        let mut key = [0u8; 16];
+        key[..8].copy_from_slice(&seed.to_le_bytes());
+        key[8..].copy_from_slice(
+            &seed
+                .rotate_left(29)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .to_le_bytes(),
+        );
+        let cfg = tcp::Config {
+            mss: tcp::Config::mss_for_mtu(mtu),
+            max_retries: limits.max_retries,
+            msl: limits.msl,
+            fin_timeout: limits.fin_timeout,
+            ..tcp::Config::default()
+        };
+        let mut table = ConnectionTable::new(IsnGenerator::new(key, Instant::now()));
+        table.set_max_orphans(limits.max_orphans);
+        Tcp {
+            table,
+            cfg,
+            local: VecDeque::new(),
+            outbox: Vec::new(),
+            listeners: HashMap::new(),
+            qps: HashMap::new(),
+        }
+    }
+
+    /// Whether connections build super-segments (the link cuts them or takes them whole:
+    /// [`crate::backend::Backend::gso`]). Connections made from now on follow.
+    pub fn set_gso(&mut self, on: bool) {
+        self.cfg.gso = on;
+    }
+
+    /// When the table's next timer is due.
+    pub fn next_deadline(&mut self) -> Option<Instant> {
+        self.table.next_deadline()
+    }
+
+    /// The TCP counters (QUERY_STATS' `STAT_TCP_*`).
+    pub fn stats(&self) -> &tcp::TcpStats {
+        self.table.stats()
+    }
+
+    /// A packet too big lowered the path MTU toward `dst`: its connections cut their
+    /// segments, and what must go again is due in the timer heap at once
+    /// ([`Engine::poll_tcp`] sends it).
+    pub fn path_mtu_changed(&mut self, dst: Ipv6Addr, mtu: usize, now: Instant) {
+        self.table.path_mtu_changed(dst, mtu, now);
+    }
+
+    /// Whether an orphan holds `port` as its local port (not to be chosen as an
+    /// ephemeral port: a new connection from it to the same peer would meet the orphan).
+    pub(super) fn orphan_holds_port(&self, port: u16) -> bool {
+        self.table.orphan_holds_port(port)
+    }
+
+    /// Whether work is waiting that needs no event to wake it.
+    pub fn busy(&self) -> bool {
+        !self.local.is_empty() || !self.outbox.is_empty()
+    }
+}
+
+/// Results of an admin command.
+type Results = (u64, u64, u32);
+
+fn peer_results(addr: Ipv6Addr, port: u16) -> Results {
+    let o = addr.octets();
+    (
+        u64::from_ne_bytes(o[..8].try_into().expect("8")),
+        u64::from_ne_bytes(o[8..].try_into().expect("8")),
+        port as u32,
+    )
+}
+
+impl Engine {
+    /// A TCP QP's turn in the send scheduler: new receive WRs become receive space, new
+    /// send WRs are queued on the connection. Returns (progress, more work).
+    pub(in crate::engine) fn tcp_qp_work(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        id: u32,
+    ) -> (bool, bool) {
+        let mut did = self.tcp_take_recvs(mem, id);
+        let qp = &self.objects.qps[&id];
+        if qp.sq_head == qp.sq_tail {
+            return (did, false);
+        }
+        match qp.role {
+            // Sends wait for the connection.
+            TcpRole::Accepting { .. } | TcpRole::Connecting { .. } => return (did, false),
+            TcpRole::Idle | TcpRole::Connected => {}
+        }
+        let (n, more) = self.tcp_take_sends(mem, id, SEND_BUDGET);
+        did |= n > 0;
+        (did, more)
+    }
+
+    /// A TCP segment for one of the device's addresses. Returns why it was dropped when it
+    /// does not parse (the caller counts it: the link is taken out of `self` while frames
+    /// are delivered, so this cannot reach the stack's counters itself).
+    pub(in crate::engine) fn tcp_segment_in(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        bytes: &[u8],
+    ) -> Option<DropReason> {
+        let seg = match tcp::wire::parse(src, dst, bytes) {
+            Ok(s) => s,
+            Err(tcp::ParseError::Checksum) => return Some(DropReason::BadChecksum),
+            Err(_) => return Some(DropReason::Malformed),
+        };
+        let now = Instant::now();
+        match self.tcp.table.input(&seg, now, 0) {
+            Input::Connection(id) => {
+                let Tcp { table, qps, .. } = &mut self.tcp;
+                let e = table.get_mut(id).expect("demultiplexed");
+                match e.tag.and_then(|q| qps.get_mut(&q)) {
+                    Some(t) => {
+                        let mut sink = QpSink { mem, rx: &mut t.rx };
+                        e.conn.on_segment(&seg, now, &mut sink);
+                        // The connection gives the sink at most the space it had before the
+                        // segment and stages the rest; with message framing the headers
+                        // took no room, so the space left may take staged bytes now (else
+                        // a message just smaller than its WR waits for another WR).
+                        if e.conn.received() > e.conn.delivered() && sink.space() > 0 {
+                            e.conn.recv_space_changed(now, &mut sink);
+                        }
+                        let qp = t.rx.qp;
+                        self.post_rx_done(mem, qp);
+                    }
+                    None => e.conn.on_segment(&seg, now, &mut Unclaimed),
+                }
+                self.tcp_service(mem, id, now);
+            }
+            Input::HalfOpen(id) => self.tcp_service(mem, id, now),
+            Input::Reply(o) => self.tcp.outbox.push(o),
+            Input::Dropped => {}
+        }
+        None
+    }
+
+    /// After anything happened to a connection: its events, its segments, its timer.
+    pub(super) fn tcp_service(&mut self, mem: &GuestMemoryMmap, id: ConnId, now: Instant) {
+        loop {
+            let Some(e) = self.tcp.table.get_mut(id) else {
+                return;
+            };
+            let mut events = Vec::new();
+            while let Some(ev) = e.conn.pop_event() {
+                events.push(ev);
+            }
+            let (tag, orphan) = (e.tag, e.conn.is_orphan());
+            self.tcp_dispatch(mem, id, tag, orphan, &events);
+            // Segments due (the QP may be gone after the events; then nothing is sent).
+            let table = &mut self.tcp.table;
+            let qps = &mut self.tcp.qps;
+            let outbox = &mut self.tcp.outbox;
+            let Some(e) = table.get_mut(id) else {
+                return;
+            };
+            match e.tag.and_then(|q| qps.get(&q)) {
+                Some(t) => {
+                    let mut src = QpSource { mem, tx: &t.tx };
+                    while let Some(o) = e.conn.poll_transmit(now, &mut src) {
+                        outbox.push(o);
+                    }
+                }
+                None => {
+                    while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
+                        outbox.push(o);
+                    }
+                }
+            }
+            if let Some(qp) = e.tag {
+                self.tcp_check_close(mem, qp, id);
+            }
+            // Events that sending produced are handled before the connection may leave.
+            let Some(e) = self.tcp.table.get_mut(id) else {
+                return;
+            };
+            let closed = e.conn.is_closed();
+            match e.conn.pop_event() {
+                Some(ev) => {
+                    // Put it back in order by handling it now, then go round again.
+                    let (tag, orphan) = (e.tag, e.conn.is_orphan());
+                    self.tcp_dispatch(mem, id, tag, orphan, &[ev]);
+                    continue;
+                }
+                None if closed => {
+                    let tag = e.tag;
+                    self.tcp.table.remove(id);
+                    if let Some(t) = tag.and_then(|q| self.tcp.qps.get_mut(&q)) {
+                        if t.conn == Some(id) {
+                            t.conn = None;
+                        }
+                    }
+                    for l in self.tcp.listeners.values_mut() {
+                        l.ready.retain(|r| r.conn != id);
+                    }
+                }
+                None => self.tcp.table.update(id),
+            }
+            return;
+        }
+    }
+
+    /// A connection's events to whom they concern: its QP, the listener rendezvous of a
+    /// connection no QP has taken yet, or nobody for an orphan (its QP, CQs and memory
+    /// may be gone).
+    pub(super) fn tcp_dispatch(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        id: ConnId,
+        tag: Option<u32>,
+        orphan: bool,
+        events: &[Event],
+    ) {
+        match tag {
+            None if orphan => {}
+            None => self.tcp_unclaimed_events(mem, id, events),
+            Some(qp) => {
+                for &ev in events {
+                    self.tcp_event(mem, qp, id, ev);
+                }
+            }
+        }
+    }
+
+    /// Locally routed segments, due timers, and the segments they produce. Returns
+    /// whether anything happened.
+    pub(in crate::engine) fn poll_tcp(&mut self, mem: &GuestMemoryMmap) -> bool {
+        let mut did = false;
+        for _ in 0..LOCAL_BUDGET {
+            let Some(o) = self.tcp.local.pop_front() else {
+                break;
+            };
+            did = true;
+            if let Some(why) = self.tcp_segment_in(mem, o.src, o.dst, &o.segment) {
+                // Segments of the device's own connections to itself; count them like any.
+                if let Some(net) = self.net.as_mut() {
+                    net.stack.stats_mut().drop(why);
+                }
+            }
+        }
+        let now = Instant::now();
+        if self.tcp.table.next_deadline().is_some_and(|t| t <= now) {
+            while let Some(id) = self.tcp.table.pop_expired(now) {
+                did = true;
+                if let Some(e) = self.tcp.table.get_mut(id) {
+                    e.conn.poll(now);
+                }
+                self.tcp_service(mem, id, now);
+            }
+        }
+        did |= self.flush_tcp();
+        did
+    }
+
+    /// Sends the segments produced: to the local queue for the device's own addresses,
+    /// else onto the link. Returns whether there were any.
+    pub(in crate::engine) fn flush_tcp(&mut self) -> bool {
+        if self.tcp.outbox.is_empty() {
+            return false;
+        }
+        let now = Instant::now();
+        let out = std::mem::take(&mut self.tcp.outbox);
+        let mut sent = false;
+        for o in out {
+            if self.identity.is_local(&o.dst) {
+                self.tcp.local.push_back(o);
+            } else if let Some(net) = self.net.as_mut() {
+                if let Err(e) = net
+                    .stack
+                    .send_tcp(o.src, o.dst, HOP_LIMIT, &o.segment, o.gso, now)
+                {
+                    debug!("TCP segment to {} not sent: {e}", o.dst);
+                }
+                sent = true;
+            }
+        }
+        if sent {
+            if let Some(net) = self.net.as_mut() {
+                net.flush();
+            }
+        }
+        true
+    }
+}

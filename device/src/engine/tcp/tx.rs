@@ -1,0 +1,270 @@
+//! The transmit unit of TCP QPs: send WRs taken from the ring (`Engine::tcp_take_sends`)
+//! are checked, queued on the connection by length only (`TxQueue`), read from guest
+//! memory each time a segment is built (`QpSource` → `gather`), and completed when the
+//! peer has acknowledged their last byte (`Engine::tcp_complete_sends`).
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use qpip_abi::admin::*;
+use qpip_abi::cqe::*;
+use qpip_abi::wqe::{MsgHeader, MSG_HEADER_SIZE};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use crate::net::tcp::SendSource;
+
+use crate::engine::completion::cqe;
+use crate::engine::decode::{self, Payload, WqeError};
+use crate::engine::memory::Span;
+use crate::engine::objects::QpState;
+use crate::engine::Engine;
+
+/// A send WR taken from the ring, in the stream at `start..end` (header included).
+pub(super) struct TxEntry {
+    pub(super) wr_id: u64,
+    pub(super) start: u64,
+    pub(super) end: u64,
+    pub(super) header: Option<[u8; MSG_HEADER_SIZE as usize]>,
+    pub(super) data: TxData,
+    /// Payload bytes (what the CQE reports).
+    pub(super) len: u32,
+    /// A WR that failed its checks: it holds no bytes and completes with this status in
+    /// its turn (completions keep the order of the queue).
+    pub(super) error: Option<(u8, u32)>,
+}
+
+pub(super) enum TxData {
+    Inline(Vec<u8>),
+    Spans(Vec<Span>),
+}
+
+/// The QP's send WRs that are queued on the connection and not yet acknowledged.
+#[derive(Default)]
+pub(super) struct TxQueue {
+    pub(super) entries: VecDeque<TxEntry>,
+    /// Stream bytes queued so far.
+    pub(super) queued: u64,
+}
+
+/// Reads `buf.len()` bytes at byte `off` of the buffer described by `spans`.
+pub(super) fn gather(mem: &GuestMemoryMmap, spans: &[Span], mut off: u64, buf: &mut [u8]) {
+    let mut at = 0;
+    for s in spans {
+        if at == buf.len() {
+            return;
+        }
+        if off >= s.len as u64 {
+            off -= s.len as u64;
+            continue;
+        }
+        let n = (s.len as u64 - off).min((buf.len() - at) as u64) as usize;
+        if mem
+            .read_slice(&mut buf[at..at + n], GuestAddress(s.addr + off))
+            .is_err()
+        {
+            buf[at..at + n].fill(0);
+        }
+        at += n;
+        off = 0;
+    }
+}
+
+/// A QP's queued send WRs as the connection's [`SendSource`].
+pub(super) struct QpSource<'a> {
+    pub(super) mem: &'a GuestMemoryMmap,
+    pub(super) tx: &'a TxQueue,
+}
+
+impl SendSource for QpSource<'_> {
+    fn read(&mut self, offset: u64, buf: &mut [u8]) {
+        let _stage = crate::stages::span(crate::stages::Stage::GetData);
+        let entries = &self.tx.entries;
+        let mut i = entries.partition_point(|e| e.end <= offset);
+        let mut at = 0;
+        let mut off = offset;
+        while at < buf.len() {
+            let Some(e) = entries.get(i) else {
+                buf[at..].fill(0);
+                debug_assert!(false, "read beyond the queued bytes");
+                return;
+            };
+            i += 1;
+            if e.end <= off {
+                continue;
+            }
+            let mut rel = off - e.start;
+            if let Some(h) = &e.header {
+                if rel < h.len() as u64 {
+                    let n = (h.len() - rel as usize).min(buf.len() - at);
+                    buf[at..at + n].copy_from_slice(&h[rel as usize..rel as usize + n]);
+                    at += n;
+                    off += n as u64;
+                    rel += n as u64;
+                }
+                rel -= h.len() as u64;
+                if at == buf.len() {
+                    return;
+                }
+            }
+            let left = (e.end - off) as usize;
+            let n = left.min(buf.len() - at);
+            match &e.data {
+                TxData::Inline(b) => {
+                    buf[at..at + n].copy_from_slice(&b[rel as usize..rel as usize + n])
+                }
+                TxData::Spans(s) => gather(self.mem, s, rel, &mut buf[at..at + n]),
+            }
+            at += n;
+            off += n as u64;
+        }
+    }
+}
+
+impl Engine {
+    /// Takes up to `budget` send WRs and queues their bytes on the connection. Returns
+    /// (taken, more waiting).
+    pub(super) fn tcp_take_sends(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        id: u32,
+        budget: u32,
+    ) -> (u32, bool) {
+        let mut n = 0;
+        let mut conn_touched = None;
+        while n < budget {
+            let qp = &self.objects.qps[&id];
+            if qp.sq_head == qp.sq_tail || qp.state != QpState::Ready {
+                break;
+            }
+            let ctx = qp.ctx;
+            self.shared.stats.add(STAT_SEND_WQES, 1);
+            let Some(raw) = self.take_wqe(mem, id, true) else {
+                break;
+            };
+            n += 1;
+            let t = self.tcp.qps.get(&id).expect("TCP QP");
+            let conn = t.conn;
+            let live = conn.and_then(|c| self.tcp.table.get(c));
+            let (status, detail, wr) = match decode::send_wqe(&raw) {
+                Err(WqeError {
+                    wr_id,
+                    status,
+                    detail,
+                }) => {
+                    self.tcp_push_failed(mem, id, wr_id, status, detail);
+                    continue;
+                }
+                Ok(wr) if live.is_none() => (CQE_STATUS_BAD_DEST, CQE_DETAIL_NOT_BOUND, wr),
+                Ok(wr) => (CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, wr),
+            };
+            if status != CQE_STATUS_SUCCESS {
+                self.tcp_push_failed(mem, id, wr.wr_id, status, detail);
+                continue;
+            }
+            let (data, len) = match &wr.payload {
+                Payload::Inline(b) => (TxData::Inline(b.clone()), b.len() as u64),
+                Payload::Gather(sges) => {
+                    let len: u64 = sges.iter().map(|s| s.length as u64).sum();
+                    if len > u32::MAX as u64 {
+                        self.tcp_push_failed(mem, id, wr.wr_id, CQE_STATUS_LOCAL_LENGTH, 0);
+                        continue;
+                    }
+                    match self.translate(ctx, sges, 0) {
+                        Ok(s) => (TxData::Spans(s), len),
+                        Err(f) => {
+                            self.shared.stats.add(STAT_PROTECTION_ERRORS, 1);
+                            self.tcp_push_failed(mem, id, wr.wr_id, f.status, f.detail);
+                            continue;
+                        }
+                    }
+                }
+            };
+            let t = self.tcp.qps.get_mut(&id).expect("TCP QP");
+            let header = t
+                .message
+                .then(|| MsgHeader::new(len as u32, wr.imm_data).encode());
+            let stream_len = len + header.map_or(0, |h| h.len() as u64);
+            let c = conn.expect("live");
+            let e = self.tcp.table.get_mut(c).expect("live");
+            if e.conn.queue_send(stream_len).is_err() {
+                // Closing: nothing more may be sent.
+                self.tcp_push_failed(mem, id, wr.wr_id, CQE_STATUS_BAD_DEST, CQE_DETAIL_NOT_BOUND);
+                continue;
+            }
+            let start = t.tx.queued;
+            t.tx.queued += stream_len;
+            t.tx.entries.push_back(TxEntry {
+                wr_id: wr.wr_id,
+                start,
+                end: start + stream_len,
+                header,
+                data,
+                len: len as u32,
+                error: None,
+            });
+            conn_touched = Some(c);
+        }
+        if let Some(c) = conn_touched {
+            self.tcp_service(mem, c, Instant::now());
+        }
+        let qp = &self.objects.qps[&id];
+        (n, qp.sq_head != qp.sq_tail && qp.state == QpState::Ready)
+    }
+
+    /// A send WR that failed its checks: it completes in its turn, after the WRs before it.
+    pub(super) fn tcp_push_failed(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        id: u32,
+        wr_id: u64,
+        status: u8,
+        detail: u32,
+    ) {
+        let t = self.tcp.qps.get_mut(&id).expect("TCP QP");
+        let at = t.tx.queued;
+        t.tx.entries.push_back(TxEntry {
+            wr_id,
+            start: at,
+            end: at,
+            header: None,
+            data: TxData::Inline(Vec::new()),
+            len: 0,
+            error: Some((status, detail)),
+        });
+        let acked = match t.conn.and_then(|c| self.tcp.table.get(c)) {
+            Some(e) => e.conn.acked(),
+            None => u64::MAX,
+        };
+        self.tcp_complete_sends(mem, id, acked);
+    }
+
+    /// Completes the send WRs whose last byte is below `upto`.
+    pub(super) fn tcp_complete_sends(&mut self, mem: &GuestMemoryMmap, id: u32, upto: u64) {
+        let Some(t) = self.tcp.qps.get_mut(&id) else {
+            return;
+        };
+        let mut done = Vec::new();
+        while t.tx.entries.front().is_some_and(|e| e.end <= upto) {
+            let e = t.tx.entries.pop_front().expect("front");
+            let c = match e.error {
+                Some((status, detail)) => cqe(e.wr_id, id, CQE_OP_SEND, status, detail),
+                None => {
+                    let mut c = cqe(
+                        e.wr_id,
+                        id,
+                        CQE_OP_SEND,
+                        CQE_STATUS_SUCCESS,
+                        CQE_DETAIL_NONE,
+                    );
+                    c.byte_len = e.len;
+                    c
+                }
+            };
+            done.push(c);
+        }
+        let cq = t.send_cq;
+        for c in done {
+            self.post_cqe(mem, cq, c);
+        }
+    }
+}
