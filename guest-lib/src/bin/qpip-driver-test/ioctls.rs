@@ -1,0 +1,835 @@
+//! `ioctls`: every ioctl with good and bad arguments, the mmap rules, events, limits.
+
+use crate::*;
+
+/// Every ioctl, good and bad.
+pub(crate) fn cmd_ioctls() -> u32 {
+    let mut c = Checks::default();
+    let mut ctx = match Ctx::open() {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            c.check("open", Err(e));
+            return c.failed;
+        }
+    };
+    let fd = ctx.fd;
+    let info = ctx.info;
+    println!("@ctx={}", info.ctx);
+    println!("@comp_vectors={}", info.comp_vectors);
+
+    // -- QUERY_DEVICE and the argument rules --
+    c.check(
+        "query_device",
+        ensure(
+            info.uapi_version == UAPI_VERSION
+                && info.abi_version >> 16 == ABI_VERSION_MAJOR as u32
+                && info.ctx < info.max_contexts
+                && info.max_queue_depth >= 2
+                && info.max_mr_pages > 0
+                && info.comp_vectors >= 1
+                && info.mac != [0; 6]
+                && info.size == QUERY_DEVICE_SIZE_V1,
+            || format!("{info:?}"),
+        ),
+    );
+    // A larger buffer: the driver writes only what it knows and leaves the rest.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Bigger {
+        q: QueryDevice,
+        extra: [u8; 16],
+    }
+    let mut big: Bigger = zeroed();
+    big.q.size = std::mem::size_of::<Bigger>() as u32;
+    c.check(
+        "size.larger_with_zero_tail",
+        ok(ioc(fd, IOCTL_QUERY_DEVICE, &mut big), "QUERY_DEVICE").and_then(|_| {
+            ensure(big.q.ctx == info.ctx && big.extra == [0; 16], || {
+                "larger argument not handled".into()
+            })
+        }),
+    );
+    big = zeroed();
+    big.q.size = std::mem::size_of::<Bigger>() as u32;
+    big.extra[3] = 1;
+    c.check(
+        "size.larger_with_nonzero_tail",
+        fails_with(ioc(fd, IOCTL_QUERY_DEVICE, &mut big), libc::E2BIG),
+    );
+    let mut q = QueryDevice::new();
+    q.size = 0;
+    c.check(
+        "size.zero",
+        fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), libc::EINVAL),
+    );
+    q.size = QUERY_DEVICE_SIZE_V1 - 8;
+    c.check(
+        "size.short",
+        fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), libc::EINVAL),
+    );
+    q.size = 1 << 20;
+    c.check(
+        "size.huge",
+        fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), libc::E2BIG),
+    );
+    c.check(
+        "arg.null_pointer",
+        fails_with(
+            ioctl_ptr(fd, IOCTL_QUERY_DEVICE, ptr::null_mut()),
+            libc::EFAULT,
+        ),
+    );
+    c.check(
+        "arg.kernel_pointer",
+        fails_with(
+            ioctl_ptr(fd, IOCTL_QUERY_DEVICE, 0xffff_8880_0000_0000usize as *mut _),
+            libc::EFAULT,
+        ),
+    );
+    let mut q = QueryDevice::new();
+    c.check(
+        "ioctl.unknown_number",
+        fails_with(ioc(fd, iowr(0x7f, 88), &mut q), libc::ENOTTY),
+    );
+    c.check(
+        "ioctl.wrong_type",
+        fails_with(ioc(fd, IOCTL_QUERY_DEVICE ^ (1 << 8), &mut q), libc::ENOTTY),
+    );
+
+    // -- CQs --
+    let efd = eventfd();
+    let cq = ctx.create_cq(64, efd);
+    c.check(
+        "cq.create",
+        ok(cq.as_ref().map(|_| ()).map_err(|e| *e), "CREATE_CQ"),
+    );
+    let Ok(cq) = cq else { return c.failed };
+    for (name, depth) in [
+        ("cq.depth_zero", 0),
+        ("cq.depth_not_power_of_two", 3),
+        ("cq.depth_huge", 1 << 20),
+    ] {
+        let mut a = CreateCq::new();
+        a.depth = depth;
+        a.comp_vector = ANY_VECTOR;
+        a.eventfd = -1;
+        c.check(
+            name,
+            fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EINVAL),
+        );
+    }
+    let mut a = CreateCq::new();
+    a.depth = 8;
+    a.comp_vector = info.comp_vectors;
+    a.eventfd = -1;
+    c.check(
+        "cq.bad_vector",
+        fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EINVAL),
+    );
+    a.comp_vector = ANY_VECTOR;
+    a.eventfd = fd; // not an eventfd
+    c.check(
+        "cq.not_an_eventfd",
+        fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EINVAL),
+    );
+    a.eventfd = 9999;
+    c.check(
+        "cq.bad_eventfd",
+        fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EBADF),
+    );
+    a.eventfd = -1;
+    a.reserved = 1;
+    c.check(
+        "cq.reserved_nonzero",
+        fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EINVAL),
+    );
+    c.check(
+        "cq.destroy_bad_handle",
+        fails_with(ctx.destroy(IOCTL_DESTROY_CQ, 0xdead_beef), libc::ENOENT),
+    );
+    c.check(
+        "cq.destroy_zero_handle",
+        fails_with(ctx.destroy(IOCTL_DESTROY_CQ, 0), libc::ENOENT),
+    );
+    // More CQs than completion vectors: vectors are shared, spread evenly.
+    let many: Vec<Result<Cq, i32>> = (0..(info.comp_vectors + 5))
+        .map(|_| ctx.create_cq(4, efd))
+        .collect();
+    let mut per_vector = vec![0u32; info.comp_vectors as usize];
+    for cqr in many.iter().flatten() {
+        per_vector[cqr.vector as usize] += 1;
+    }
+    c.check(
+        "cq.vectors_shared",
+        ensure(
+            many.iter().all(|r| r.is_ok())
+                && per_vector.iter().max().unwrap_or(&0) - per_vector.iter().min().unwrap_or(&0)
+                    <= 1,
+            || format!("CQs per vector {per_vector:?}"),
+        ),
+    );
+    for cqr in many.into_iter().flatten() {
+        let _ = ctx.destroy(IOCTL_DESTROY_CQ, cqr.handle);
+        unmap(cqr.ring, cqr.ring_len);
+    }
+    let cq2 = ctx.create_cq(8, -1).expect("second CQ");
+    c.check(
+        "cq.destroy",
+        ok(ctx.destroy(IOCTL_DESTROY_CQ, cq2.handle), "DESTROY_CQ"),
+    );
+    c.check(
+        "cq.double_destroy",
+        fails_with(ctx.destroy(IOCTL_DESTROY_CQ, cq2.handle), libc::ENOENT),
+    );
+    // The ring mapping outlives the CQ (the pages stay until unmapped).
+    // SAFETY: reading the still-mapped ring.
+    let _ = unsafe { ptr::read_volatile(cq2.ring) };
+    c.check(
+        "mmap.destroyed_ring_offset",
+        fails_with(map(fd, cq2.ring_offset, cq2.ring_len), libc::EINVAL),
+    );
+    unmap(cq2.ring, cq2.ring_len);
+
+    // -- QPs --
+    let qp = ctx.create_qp(QP_TYPE_UDP, cq.handle, cq.handle, 8);
+    c.check(
+        "qp.create",
+        ok(qp.as_ref().map(|_| ()).map_err(|e| *e), "CREATE_QP"),
+    );
+    let Ok(qp) = qp else { return c.failed };
+    c.check(
+        "qp.foreign_cq",
+        fails_with(
+            ctx.create_qp(QP_TYPE_UDP, 0xdead_beef, cq.handle, 8)
+                .map(|_| ()),
+            libc::ENOENT,
+        ),
+    );
+    c.check(
+        "qp.bad_type",
+        fails_with(
+            ctx.create_qp(9, cq.handle, cq.handle, 8).map(|_| ()),
+            libc::EINVAL,
+        ),
+    );
+    c.check(
+        "qp.bad_depth",
+        fails_with(
+            ctx.create_qp(QP_TYPE_UDP, cq.handle, cq.handle, 5)
+                .map(|_| ()),
+            libc::EINVAL,
+        ),
+    );
+    c.check(
+        "cq.destroy_while_used",
+        fails_with(ctx.destroy(IOCTL_DESTROY_CQ, cq.handle), libc::EBUSY),
+    );
+    let qp2 = ctx
+        .create_qp(QP_TYPE_UDP, cq.handle, cq.handle, 4)
+        .expect("second QP");
+    c.check(
+        "qp.destroy",
+        ok(ctx.destroy(IOCTL_DESTROY_QP, qp2.handle), "DESTROY_QP"),
+    );
+    c.check(
+        "qp.double_destroy",
+        fails_with(ctx.destroy(IOCTL_DESTROY_QP, qp2.handle), libc::ENOENT),
+    );
+    c.check(
+        "mmap.destroyed_qp_ring",
+        fails_with(map(fd, qp2.sq_offset, qp2.sq_len), libc::EINVAL),
+    );
+    unmap(qp2.sq, qp2.sq_len);
+    unmap(qp2.rq, qp2.rq_len);
+
+    // -- BIND --
+    let port = ctx.bind(qp.handle, 0);
+    c.check(
+        "bind.ephemeral",
+        ok(port.map(|p| ensure(p != 0, || "port 0".into())), "BIND").and_then(|r| r),
+    );
+    c.check(
+        "bind.twice",
+        fails_with(ctx.bind(qp.handle, 0), libc::EINVAL),
+    );
+    c.check(
+        "bind.bad_qp",
+        fails_with(ctx.bind(0xdead_beef, 0), libc::ENOENT),
+    );
+    let qp3 = ctx
+        .create_qp(QP_TYPE_UDP, cq.handle, cq.handle, 4)
+        .expect("third QP");
+    if let Ok(p) = port {
+        c.check(
+            "bind.port_in_use",
+            fails_with(ctx.bind(qp3.handle, p), libc::EADDRINUSE),
+        );
+    }
+    let mut b = Bind::new();
+    b.qp = qp3.handle;
+    b.reserved1 = 1;
+    c.check(
+        "bind.reserved_nonzero",
+        fails_with(ctx.ioc(IOCTL_BIND, &mut b), libc::EINVAL),
+    );
+
+    // -- memory regions --
+    let buf = anon(16 * PAGE);
+    let base = buf as u64;
+    c.check(
+        "mr.unaligned",
+        ok(
+            ctx.reg_mr(base + 123, 10_000, MR_ACCESS_LOCAL_WRITE),
+            "REG_MR",
+        )
+        .map(|_| ()),
+    );
+    let lkey = ctx.reg_mr(base, 4 * PAGE as u64, MR_ACCESS_LOCAL_WRITE);
+    c.check("mr.register", ok(lkey, "REG_MR").map(|_| ()));
+    c.check(
+        "mr.zero_length",
+        fails_with(ctx.reg_mr(base, 0, 0), libc::EINVAL),
+    );
+    let huge = (info.max_mr_pages as u64 + 1) * PAGE as u64;
+    c.check(
+        "mr.huge",
+        fails_with(ctx.reg_mr(base, huge, 0), libc::EINVAL),
+    );
+    c.check(
+        "mr.wrapping",
+        fails_with(ctx.reg_mr(u64::MAX - 100, 1000, 0), libc::EFAULT),
+    );
+    c.check(
+        "mr.kernel_address",
+        fails_with(ctx.reg_mr(0xffff_8880_0000_0000, 4096, 0), libc::EFAULT),
+    );
+    c.check(
+        "mr.bad_access",
+        fails_with(ctx.reg_mr(base, 4096, 0x80), libc::EINVAL),
+    );
+    let hole = anon(4 * PAGE);
+    unmap(hole, 4 * PAGE);
+    c.check(
+        "mr.unmapped",
+        fails_with(ctx.reg_mr(hole as u64, 4096, 0), libc::EFAULT),
+    );
+    let ro = mmap_flags(
+        -1,
+        0,
+        PAGE,
+        libc::PROT_READ,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+    )
+    .unwrap();
+    c.check(
+        "mr.read_only_memory_writable",
+        fails_with(
+            ctx.reg_mr(ro as u64, 64, MR_ACCESS_LOCAL_WRITE),
+            libc::EFAULT,
+        ),
+    );
+    c.check(
+        "mr.read_only_memory_readable",
+        ok(ctx.reg_mr(ro as u64, 64, 0), "REG_MR read-only").map(|_| ()),
+    );
+    if let Ok(l) = lkey {
+        c.check(
+            "mr.deregister",
+            ok(ctx.destroy(IOCTL_DEREG_MR, l), "DEREG_MR"),
+        );
+        c.check(
+            "mr.double_deregister",
+            fails_with(ctx.destroy(IOCTL_DEREG_MR, l), libc::ENOENT),
+        );
+    }
+    c.check(
+        "mr.bad_lkey",
+        fails_with(ctx.destroy(IOCTL_DEREG_MR, 0), libc::ENOENT),
+    );
+
+    // -- listeners, accept, connect, close: their errors and cancellation --
+    let l = ctx.listen(5000);
+    c.check("listen", ok(l, "LISTEN").map(|_| ()));
+    c.check(
+        "listen.port_in_use",
+        fails_with(ctx.listen(5000), libc::EADDRINUSE),
+    );
+    c.check("listen.port_zero", fails_with(ctx.listen(0), libc::EINVAL));
+    let tcp = ctx
+        .create_qp(QP_TYPE_TCP, cq.handle, cq.handle, 4)
+        .expect("TCP QP");
+    // SAFETY: fcntl on our own descriptor.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    unsafe { libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) };
+    let mut evbuf = [0u8; 2 * EVENT_SIZE as usize];
+    c.check(
+        "read.no_event_nonblocking",
+        fails_with(read_fd(fd, &mut evbuf), libc::EAGAIN),
+    );
+    c.check(
+        "read.buffer_too_small",
+        fails_with(read_fd(fd, &mut evbuf[..10]), libc::EINVAL),
+    );
+    if let Ok(l) = l {
+        let mut acc = Accept::new();
+        acc.listener = l;
+        acc.qp = tcp.handle;
+        acc.user_data = 0xacce;
+        c.check(
+            "accept.submit",
+            ok(ctx.ioc(IOCTL_ACCEPT, &mut acc), "ACCEPT"),
+        );
+        let mut bad = acc;
+        bad.listener = 0xdead_beef;
+        c.check(
+            "accept.bad_listener",
+            fails_with(ctx.ioc(IOCTL_ACCEPT, &mut bad), libc::ENOENT),
+        );
+        bad = acc;
+        bad.qp = 0xdead_beef;
+        c.check(
+            "accept.bad_qp",
+            fails_with(ctx.ioc(IOCTL_ACCEPT, &mut bad), libc::ENOENT),
+        );
+        c.check(
+            "accept.pending_no_event",
+            ensure(
+                poll1(fd, libc::POLLIN, Duration::from_millis(200)) == 0,
+                || "event before cancellation".into(),
+            ),
+        );
+        c.check(
+            "listener.destroy",
+            ok(ctx.destroy(IOCTL_DESTROY_LISTENER, l), "DESTROY_LISTENER"),
+        );
+        c.check(
+            "listener.double_destroy",
+            fails_with(ctx.destroy(IOCTL_DESTROY_LISTENER, l), libc::ENOENT),
+        );
+        c.check(
+            "accept.cancelled_event",
+            expect_event(fd, EVENT_ACCEPT, -libc::ECANCELED, tcp.handle, 0xacce),
+        );
+    }
+    let mut con = Connect::new();
+    con.qp = tcp.handle;
+    con.addr = LOOPBACK;
+    con.port = 5001;
+    con.user_data = 0xc0;
+    c.check(
+        "connect.submit",
+        ok(ctx.ioc(IOCTL_CONNECT, &mut con), "CONNECT"),
+    );
+    c.check(
+        "qp.destroy_with_pending_connect",
+        ok(ctx.destroy(IOCTL_DESTROY_QP, tcp.handle), "DESTROY_QP"),
+    );
+    // Nothing listens on that port: the connect waits until the QP goes (no TCP engine yet)
+    // or is refused (with one).
+    c.check(
+        "connect.cancelled_event",
+        expect_event_of(
+            fd,
+            EVENT_CONNECT,
+            &[-libc::ECANCELED, -libc::ECONNREFUSED],
+            tcp.handle,
+            0xc0,
+        ),
+    );
+    // Connect on a UDP QP is refused by the device: the event says so.
+    con.qp = qp3.handle;
+    con.user_data = 0xc1;
+    c.check(
+        "connect.udp_qp_submit",
+        ok(ctx.ioc(IOCTL_CONNECT, &mut con), "CONNECT"),
+    );
+    c.check(
+        "connect.udp_qp_event",
+        expect_event(fd, EVENT_CONNECT, -libc::EINVAL, qp3.handle, 0xc1),
+    );
+    con.qp = 0xdead_beef;
+    c.check(
+        "connect.bad_qp",
+        fails_with(ctx.ioc(IOCTL_CONNECT, &mut con), libc::ENOENT),
+    );
+    c.check("close.submit", ok(ctx.close(qp3.handle, 0xc105e), "CLOSE"));
+    c.check(
+        "close.not_connected_event",
+        expect_event(fd, EVENT_CLOSE, -libc::EINVAL, qp3.handle, 0xc105e),
+    );
+    c.check(
+        "close.bad_qp",
+        fails_with(ctx.close(0, 0xc105e), libc::ENOENT),
+    );
+
+    // -- counters --
+    c.check(
+        "stats",
+        ok(ctx.stats(), "QUERY_STATS").and_then(|s| {
+            ensure(
+                s.count == STATS_COUNT && s.counters[STAT_ADMIN_COMMANDS as usize] > 0,
+                || format!("count {} admin_commands {}", s.count, s.counters[0]),
+            )
+        }),
+    );
+
+    // -- addresses and MAC (root here) --
+    let addr: [u8; 16] = "fd51:5050::99"
+        .parse::<std::net::Ipv6Addr>()
+        .unwrap()
+        .octets();
+    let mut a = Addr::new();
+    a.addr = addr;
+    a.prefix_len = 64;
+    c.check("addr.add", ok(ctx.ioc(IOCTL_ADD_ADDR, &mut a), "ADD_ADDR"));
+    c.check(
+        "addr.sysfs_lists_it",
+        ensure(sysfs("addresses").contains("fd51:5050::99/64"), || {
+            sysfs("addresses")
+        }),
+    );
+    c.check(
+        "addr.add_twice",
+        fails_with(ctx.ioc(IOCTL_ADD_ADDR, &mut a), libc::EADDRINUSE),
+    );
+    c.check(
+        "addr.delete",
+        ok(ctx.ioc(IOCTL_DEL_ADDR, &mut a), "DEL_ADDR"),
+    );
+    c.check(
+        "addr.delete_missing",
+        fails_with(ctx.ioc(IOCTL_DEL_ADDR, &mut a), libc::ENOENT),
+    );
+    a.prefix_len = 0;
+    c.check(
+        "addr.bad_prefix",
+        fails_with(ctx.ioc(IOCTL_ADD_ADDR, &mut a), libc::EINVAL),
+    );
+    let old_mac = info.mac;
+    let mut m = SetMac::new();
+    m.mac = [0x02, 0x51, 0x50, 0x00, 0x00, 0x42];
+    c.check(
+        "mac.set",
+        ok(ctx.ioc(IOCTL_SET_MAC, &mut m), "SET_MAC").and_then(|_| {
+            let mut q = QueryDevice::new();
+            ok(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), "QUERY_DEVICE")?;
+            ensure(
+                q.mac == m.mac && sysfs("mac") == "02:51:50:00:00:42",
+                || format!("query {:02x?}, sysfs {}", q.mac, sysfs("mac")),
+            )
+        }),
+    );
+    m.mac = [0x01, 0, 0, 0, 0, 1];
+    c.check(
+        "mac.multicast",
+        fails_with(ctx.ioc(IOCTL_SET_MAC, &mut m), libc::EINVAL),
+    );
+    m.mac = old_mac;
+    c.check("mac.restore", ok(ctx.ioc(IOCTL_SET_MAC, &mut m), "SET_MAC"));
+
+    // -- mmap rules --
+    c.check(
+        "mmap.doorbell_two_pages",
+        fails_with(map(fd, info.doorbell_offset, 2 * PAGE), libc::EINVAL),
+    );
+    c.check(
+        "mmap.private",
+        fails_with(
+            mmap_flags(
+                fd,
+                info.doorbell_offset,
+                PAGE,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+            ),
+            libc::EINVAL,
+        ),
+    );
+    c.check(
+        "mmap.exec",
+        fails_with(
+            mmap_flags(
+                fd,
+                info.kick_offset,
+                PAGE,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_SHARED,
+            ),
+            libc::EPERM,
+        ),
+    );
+    c.check(
+        "mmap.unknown_offset",
+        fails_with(map(fd, 0x1234_5000, PAGE), libc::EINVAL),
+    );
+    c.check(
+        "mmap.ring_wrong_length",
+        fails_with(map(fd, cq.ring_offset, cq.ring_len + PAGE), libc::EINVAL),
+    );
+
+    // -- unprivileged: CAP_NET_ADMIN for configuration, RLIMIT_MEMLOCK for pinning --
+    flush();
+    // SAFETY: fork in a single-threaded program; the child only makes system calls and
+    // prints, then _exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let mut cc = Checks::default();
+        // Opened before dropping privileges: the guest image's root directory is not
+        // searchable by other users. What is checked here is at ioctl time anyway.
+        let opened = Ctx::open();
+        let lim = libc::rlimit {
+            rlim_cur: 64 << 10,
+            rlim_max: 64 << 10,
+        };
+        // SAFETY: plain system calls.
+        let dropped = unsafe {
+            libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) == 0
+                && libc::setgid(65534) == 0
+                && libc::setuid(65534) == 0
+        };
+        cc.check("unprivileged.drop", ensure(dropped, || errname(errno())));
+        match opened {
+            Ok(uctx) => {
+                let mut a = Addr::new();
+                a.addr = addr;
+                a.prefix_len = 64;
+                cc.check(
+                    "unprivileged.add_addr",
+                    fails_with(uctx.ioc(IOCTL_ADD_ADDR, &mut a), libc::EPERM),
+                );
+                cc.check(
+                    "unprivileged.del_addr",
+                    fails_with(uctx.ioc(IOCTL_DEL_ADDR, &mut a), libc::EPERM),
+                );
+                let mut m = SetMac::new();
+                m.mac = [0x02, 0, 0, 0, 0, 7];
+                cc.check(
+                    "unprivileged.set_mac",
+                    fails_with(uctx.ioc(IOCTL_SET_MAC, &mut m), libc::EPERM),
+                );
+                // Rings are locked memory too: a 128 KiB CQ ring is over 64 KiB.
+                cc.check(
+                    "memlock.ring_over_limit",
+                    fails_with(uctx.create_cq(2048, -1).map(|_| ()), libc::ENOMEM),
+                );
+                let small_cq = uctx.create_cq(64, -1);
+                cc.check(
+                    "memlock.ring_within_limit",
+                    ok(
+                        small_cq.as_ref().map(|_| ()).map_err(|e| *e),
+                        "CREATE_CQ 4 KiB",
+                    ),
+                );
+                if let Ok(cq) = small_cq {
+                    let _ = uctx.destroy(IOCTL_DESTROY_CQ, cq.handle);
+                }
+                let big = anon(1 << 20);
+                cc.check(
+                    "memlock.over_limit",
+                    fails_with(
+                        uctx.reg_mr(big as u64, 1 << 20, MR_ACCESS_LOCAL_WRITE),
+                        libc::ENOMEM,
+                    ),
+                );
+                let small = uctx.reg_mr(big as u64, 16 << 10, MR_ACCESS_LOCAL_WRITE);
+                cc.check(
+                    "memlock.within_limit",
+                    ok(small, "REG_MR 16 KiB").map(|_| ()),
+                );
+                cc.check(
+                    "memlock.limit_counts_registered",
+                    fails_with(
+                        uctx.reg_mr(big as u64 + (16 << 10), 60 << 10, 0),
+                        libc::ENOMEM,
+                    ),
+                );
+                if let Ok(l) = small {
+                    let _ = uctx.destroy(IOCTL_DEREG_MR, l);
+                    cc.check(
+                        "memlock.released_by_deregister",
+                        ok(
+                            uctx.reg_mr(big as u64, 60 << 10, 0),
+                            "REG_MR after deregister",
+                        )
+                        .map(|_| ()),
+                    );
+                }
+            }
+            Err(e) => cc.check("unprivileged.open", Err(e)),
+        }
+        flush();
+        // SAFETY: ending the child without running the parent's destructors.
+        unsafe { libc::_exit(cc.failed.min(1) as i32) };
+    }
+    c.check("unprivileged.child", wait_child(pid));
+
+    // -- as many contexts as the device has doorbell pages, then ENOSPC --
+    let mut extra = Vec::new();
+    let last = loop {
+        match open_dev(0) {
+            Ok(fd) => extra.push(fd),
+            Err(e) => break e,
+        }
+        if extra.len() > 1000 {
+            break 0;
+        }
+    };
+    println!("@contexts.opened={}", extra.len() + 1);
+    c.check(
+        "contexts.limit",
+        ensure(
+            last == libc::ENOSPC && extra.len() as u32 + 1 == info.max_contexts,
+            || format!("{} contexts, then {}", extra.len() + 1, errname(last)),
+        ),
+    );
+    extra.drain(..).for_each(close);
+    c.check(
+        "contexts.reusable",
+        ok(open_dev(0).map(close), "open after closing"),
+    );
+
+    // -- epoll over several CQs, one of them sharing the receive CQ's vector --
+    c.check("cq.epoll_shared_vector", epoll_shared_vector(&mut ctx));
+
+    // -- the data path through everything above --
+    c.check(
+        "udp.exchange",
+        udp_exchange(&mut ctx, 7200, 20, "ioctls.udp").map(|_| ()),
+    );
+    println!("@ioctls.kicks={}", ctx.kicks);
+    c.failed
+}
+
+/// Waits for the context's next event and checks it.
+pub(crate) fn expect_event(
+    fd: i32,
+    kind: u32,
+    status: i32,
+    qp: u32,
+    user_data: u64,
+) -> Result<(), String> {
+    expect_event_of(fd, kind, &[status], qp, user_data)
+}
+
+/// As [`expect_event`], with any of `statuses`.
+pub(crate) fn expect_event_of(
+    fd: i32,
+    kind: u32,
+    statuses: &[i32],
+    qp: u32,
+    user_data: u64,
+) -> Result<(), String> {
+    let rev = poll1(fd, libc::POLLIN, TIMEOUT);
+    ensure(rev & libc::POLLIN != 0, || {
+        format!("no event within {TIMEOUT:?} (revents {rev:#x})")
+    })?;
+    let mut buf = [0u8; EVENT_SIZE as usize];
+    let n = ok(read_fd(fd, &mut buf), "read event")?;
+    ensure(n == EVENT_SIZE as usize, || format!("read {n} bytes"))?;
+    // SAFETY: EVENT_SIZE bytes of a repr(C) plain-integer structure.
+    let ev: Event = unsafe { ptr::read_unaligned(buf.as_ptr().cast()) };
+    ensure(
+        ev.kind == kind
+            && statuses.contains(&ev.status)
+            && ev.qp == qp
+            && ev.user_data == user_data,
+        || {
+            format!(
+                "event {ev:?}, expected kind {kind} status {statuses:?} qp {qp} user_data {user_data:#x}"
+            )
+        },
+    )
+}
+
+pub(crate) fn wait_child(pid: i32) -> Result<(), String> {
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    ensure(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        || format!("child failed (wait status {status:#x})"),
+    )
+}
+
+/// A blocking wait in epoll on two CQ eventfds and the context's file, with another CQ
+/// created on the receive CQ's MSI-X vector: the interrupt wakes every CQ on its vector,
+/// and the one that has the completion is among them.
+pub(crate) fn epoll_shared_vector(ctx: &mut Ctx) -> Result<(), String> {
+    let mut p = Pair::new(ctx, 7250)?;
+    p.post_recv(ctx, 0);
+    let other_efd = eventfd();
+    let mut a = CreateCq::new();
+    a.depth = 4;
+    a.comp_vector = p.rcq.vector;
+    a.eventfd = other_efd;
+    ok(
+        ctx.ioc(IOCTL_CREATE_CQ, &mut a),
+        "CREATE_CQ on a shared vector",
+    )?;
+    ensure(a.comp_vector_out == p.rcq.vector, || {
+        format!(
+            "asked for vector {}, got {}",
+            p.rcq.vector, a.comp_vector_out
+        )
+    })?;
+    // SAFETY: plain system calls on descriptors this process owns.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    ensure(ep >= 0, || format!("epoll_create1: {}", errname(errno())))?;
+    for (fd, tag) in [(p.efd, 1u64), (other_efd, 2), (ctx.fd, 3)] {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: tag,
+        };
+        // SAFETY: as above.
+        let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        ensure(r == 0, || format!("epoll_ctl: {}", errname(errno())))?;
+    }
+    read_eventfd(p.efd);
+    ctx.arm(&mut p.rcq);
+    let src = p.send_slot(0) as *mut u8;
+    for i in 0..32 {
+        // SAFETY: inside the registered buffer.
+        unsafe { *src.add(i) = pattern(0, i) };
+    }
+    let sge = Sge {
+        addr: src as u64,
+        length: 32,
+        lkey: p.lkey,
+    };
+    ctx.post(&mut p.a, true, &send_wqe(0, p.port_b, sge));
+    // A wake-up of the receive CQ's eventfd that finds its ring empty (an interrupt the
+    // vector raised for some other CQ) arms again and goes on waiting, as a real consumer
+    // does; the receive must come through a wake-up of its own eventfd.
+    let deadline = Instant::now() + TIMEOUT;
+    let mut woke: Vec<u64> = Vec::new();
+    let received = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 3];
+        // SAFETY: waiting into a three-element array.
+        let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), 3, left.as_millis() as i32) };
+        let ready: Vec<u64> = events[..n.max(0) as usize].iter().map(|e| e.u64).collect();
+        woke.extend(&ready);
+        if n <= 0 {
+            break None;
+        }
+        if ready.contains(&1) {
+            read_eventfd(p.efd);
+            match ctx.poll_cq(&mut p.rcq) {
+                Some(r) => break Some(r),
+                None => ctx.arm(&mut p.rcq),
+            }
+        }
+        // The other CQ on the vector wakes too; clear it so epoll does not spin on it.
+        read_eventfd(other_efd);
+    };
+    close(ep);
+    let r = received.ok_or_else(|| {
+        format!("no receive completion after wake-ups {woke:?} (1: the receive CQ's eventfd)")
+    })?;
+    p.check_recv(&r, 0, 32)?;
+    ctx.wait_cq(&mut p.scq).ok_or("no send completion")?;
+    let _ = ctx.destroy(IOCTL_DESTROY_CQ, a.handle);
+    close(other_efd);
+    Ok(())
+}
