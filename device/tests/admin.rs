@@ -2,7 +2,7 @@
 //! the ring mechanics (phases, wrap-around, a full completion ring, disable/re-enable, bad
 //! set-ups) and the admin interrupt.
 
-mod support;
+use qpip_testkit as support;
 
 use std::time::Duration;
 

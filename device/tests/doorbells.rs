@@ -2,7 +2,7 @@
 //! its going to sleep is still noticed (the eventidx protocol of `abi::doorbell` loses no
 //! wake-up), and a reset in the middle of traffic leaves nothing behind.
 
-mod support;
+use qpip_testkit as support;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! buffer the device could write is filled with a canary first and checked afterwards, and
 //! the QPs around keep working.
 
-mod support;
+use qpip_testkit as support;
 
 use support::*;
 

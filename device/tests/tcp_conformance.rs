@@ -5,7 +5,7 @@
 
 #[path = "tcp_script/mod.rs"]
 mod script;
-mod support;
+use qpip_testkit as support;
 
 use script::*;
 use support::*;

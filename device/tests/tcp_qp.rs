@@ -2,7 +2,7 @@
 //! flow control by posted receive space, close, destroy, over the device's own loopback
 //! and between two devices joined by a cable (optionally impaired).
 
-mod support;
+use qpip_testkit as support;
 
 use std::time::{Duration, Instant};
 

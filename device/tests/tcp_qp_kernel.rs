@@ -20,7 +20,7 @@
 //! pass (and the tshark check says it is skipped when tshark is missing).
 
 mod netns;
-mod support;
+use qpip_testkit as support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

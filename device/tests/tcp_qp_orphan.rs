@@ -7,7 +7,7 @@
 //! (`STAT_TCP_ORPHANS`) and each one refused at the bound or reset for new data
 //! (`STAT_TCP_ORPHAN_ABORTS`).
 
-mod support;
+use qpip_testkit as support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! (neighbour discovery first, fragmentation for the large ones), through the engine's
 //! network seam.
 
-mod support;
+use qpip_testkit as support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! scatter/gather and inline data, what a receive CQE reports, length errors, drops, a full
 //! CQ, interrupt arming and a long stream through ring wrap-around.
 
-mod support;
+use qpip_testkit as support;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

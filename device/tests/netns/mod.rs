@@ -154,5 +154,10 @@ impl Drop for Netns {
 /// application protocol (seen: Thrift) and then call malformed — a finding about tshark's
 /// guess, not about the frame. The checks that matter (IPv6, TCP, UDP, checksums) stay on.
 pub fn tshark_plain_payloads() -> [&'static str; 4] {
-    ["-d", "tcp.port==1-65535,data", "-d", "udp.port==1-65535,data"]
+    [
+        "-d",
+        "tcp.port==1-65535,data",
+        "-d",
+        "udp.port==1-65535,data",
+    ]
 }

@@ -1,14 +1,14 @@
-//! The fake guest shared by the host-interface tests: qpipd's `serve` runs in a thread on a
-//! temporary socket and the `vfio_user` crate's client plays QEMU (like QEMU's qtest), so
-//! every register access, DMA map and interrupt goes through the same path as with a real VM.
+//! `qpip-testkit`: the fake guest of the device tests (as QEMU's libqos is every qtest's
+//! driver), one crate compiled once for all of them: qpipd's `serve` runs in a thread on a
+//! temporary socket and the `vfio_user` crate's client plays QEMU, so every register access,
+//! DMA map and interrupt goes through the same path as with a real VM.
 //!
 //! Guest RAM is a memfd mapped both into the device (by DMA_MAP) and into the test, so tests
-//! build rings, page lists and buffers in it and read what the device wrote. The doorbell BAR
-//! is mmapped from the fd the device hands over, exactly as QEMU maps it into the guest.
-//! Everything the tests put in guest memory is an `abi` structure serialized with zerocopy:
-//! no offsets are written by hand here.
-
-#![allow(dead_code)]
+//! build rings, page lists and buffers in it and read what the device wrote; each context's
+//! doorbell page is a page of it, rung with the ABI's own producer
+//! (`qpip_abi::doorbell::Producer`). Everything the tests put in guest memory is an `abi`
+//! structure serialized with zerocopy: no offsets are written by hand here. [`relay`] sits
+//! between two devices on a cable to drop, delay or answer frames.
 
 pub mod relay;
 
@@ -1593,4 +1593,3 @@ pub fn cabled_device(
         },
     })
 }
-
