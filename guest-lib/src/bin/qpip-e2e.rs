@@ -563,6 +563,22 @@ fn sink(ctx: &Context, a: &Args) -> Result<bool, Fail> {
             }
         }
     }
+    // A connection that failed by its completions has its QP error event still to come:
+    // the device delivers the event after the flushed completions, and a loop that ends on
+    // the completions may not have read it yet.
+    let until = Instant::now() + Duration::from_secs(10);
+    for c in conns
+        .iter_mut()
+        .filter(|c| c.state == State::Failed && c.error_event.is_none())
+    {
+        let left = until.saturating_duration_since(Instant::now());
+        if let Some(ev) = ctx
+            .wait_event_for(c.qp.id(), EventKind::QpError, Some(left))
+            .map_err(|e| fail("events", e))?
+        {
+            c.error_event = Some(format!("QpError {}", errno_name(ev.status)));
+        }
+    }
     // Our FINs acknowledged before the QPs go (destroying one aborts its connection, and
     // under loss the peer may still be waiting for the acknowledgement of its own FIN).
     let clean_qps: Vec<u32> = conns
