@@ -629,7 +629,7 @@ impl Engine {
             self.objects.cqs.get_mut(&cq).expect("checked").users += 1;
         }
         if q.tcp {
-            self.tcp_qp_created(id, q.framing, q.send_cq, q.recv_cq);
+            self.tcp_qp_created(id, q.framing);
         }
         self.objects
             .contexts

@@ -99,6 +99,13 @@ pub struct Qp {
     pub queued: bool,
 }
 
+impl Qp {
+    /// Whether the QP uses message framing (TCP QPs: `FRAMING_MESSAGE`).
+    pub fn message(&self) -> bool {
+        self.framing == qpip_abi::admin::FRAMING_MESSAGE
+    }
+}
+
 #[derive(Debug)]
 pub struct Listener {
     pub ctx: u32,

@@ -40,21 +40,12 @@ impl Engine {
     }
 
     /// A TCP QP was created.
-    pub(in crate::engine) fn tcp_qp_created(
-        &mut self,
-        id: u32,
-        framing: u8,
-        send_cq: u32,
-        recv_cq: u32,
-    ) {
+    pub(in crate::engine) fn tcp_qp_created(&mut self, id: u32, framing: u8) {
         let message = framing == FRAMING_MESSAGE;
         self.tcp.qps.insert(
             id,
             TcpQp {
                 conn: None,
-                message,
-                send_cq,
-                recv_cq,
                 tx: TxQueue::default(),
                 rx: RxState::new(id, message),
                 close_cmd: None,
@@ -74,6 +65,11 @@ impl Engine {
         for l in self.tcp.listeners.values_mut() {
             l.parked.retain(|&q| q != id);
         }
+        // The QP itself goes after this (admin's remove_qp): its CQs are still named.
+        let Some((send_cq, recv_cq)) = self.objects.qps.get(&id).map(|q| (q.send_cq, q.recv_cq))
+        else {
+            return;
+        };
         let Some(mut t) = self.tcp.qps.remove(&id) else {
             return;
         };
@@ -103,7 +99,7 @@ impl Engine {
             for e in t.tx.entries.drain(..) {
                 self.post_cqe(
                     mem,
-                    t.send_cq,
+                    send_cq,
                     cqe(
                         e.wr_id,
                         id,
@@ -115,7 +111,7 @@ impl Engine {
             }
             t.rx.flush();
             for c in t.rx.done.drain(..) {
-                self.post_cqe(mem, t.recv_cq, c);
+                self.post_cqe(mem, recv_cq, c);
             }
         }
     }
@@ -123,19 +119,20 @@ impl Engine {
     /// The QP's connection failed (reset, timeout): the QP moves to the error state, its
     /// WRs are flushed, pending commands complete with `status`.
     pub(super) fn tcp_fail(&mut self, mem: &GuestMemoryMmap, id: u32, status: u16) {
+        let mut send_cq = None;
         if let Some(qp) = self.objects.qps.get_mut(&id) {
+            send_cq = Some(qp.send_cq);
             qp.state = QpState::Error;
             if let TcpRole::Connecting { cmd } = qp.role {
                 qp.role = TcpRole::Idle;
                 self.finish_cmd(mem, cmd, status, (0, 0, 0));
             }
         }
-        let Some(t) = self.tcp.qps.get_mut(&id) else {
+        let (Some(t), Some(send_cq)) = (self.tcp.qps.get_mut(&id), send_cq) else {
             return;
         };
         t.conn = None;
         let close = t.close_cmd.take();
-        let send_cq = t.send_cq;
         let entries: Vec<TxEntry> = t.tx.entries.drain(..).collect();
         t.rx.flush();
         if let Some(cmd) = close {

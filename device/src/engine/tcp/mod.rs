@@ -78,11 +78,11 @@ const LOCAL_BUDGET: usize = 256;
 const MAX_BACKLOG: usize = 1024;
 
 /// What a TCP QP holds beyond its rings.
+///
+/// Its CQs, framing and role are the QP's own ([`super::objects::Qp`]); this is only what
+/// TCP adds.
 pub struct TcpQp {
     conn: Option<ConnId>,
-    message: bool,
-    send_cq: u32,
-    recv_cq: u32,
     tx: TxQueue,
     rx: RxState,
     close_cmd: Option<PendingCmd>,

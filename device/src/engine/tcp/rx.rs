@@ -402,13 +402,15 @@ impl Engine {
     /// Writes the receive completions made, and announces the end of the stream once
     /// every byte before the peer's FIN has been placed.
     pub(super) fn post_rx_done(&mut self, mem: &GuestMemoryMmap, qp: u32) {
+        let Some(cq) = self.objects.qps.get(&qp).map(|q| q.recv_cq) else {
+            return;
+        };
         let Some(t) = self.tcp.qps.get_mut(&qp) else {
             return;
         };
         let eof = t.rx.eof && t.rx.pending.is_empty() && !t.rx.eof_announced;
         t.rx.eof_announced |= eof;
         let done = std::mem::take(&mut t.rx.done);
-        let cq = t.recv_cq;
         if !done.is_empty() {
             // A receive WR completed: its sender may be waiting for the ACK (its send WR
             // completes then), so it goes soon (with the answer, if one comes in time),

@@ -136,7 +136,7 @@ impl Engine {
             if qp.sq_head == qp.sq_tail || qp.state != QpState::Ready {
                 break;
             }
-            let ctx = qp.ctx;
+            let (ctx, message) = (qp.ctx, qp.message());
             self.shared.stats.add(STAT_SEND_WQES, 1);
             let Some(raw) = self.take_wqe(mem, id, true) else {
                 break;
@@ -180,9 +180,7 @@ impl Engine {
                 }
             };
             let t = self.tcp.qps.get_mut(&id).expect("TCP QP");
-            let header = t
-                .message
-                .then(|| MsgHeader::new(len as u32, wr.imm_data).encode());
+            let header = message.then(|| MsgHeader::new(len as u32, wr.imm_data).encode());
             let stream_len = len + header.map_or(0, |h| h.len() as u64);
             let c = conn.expect("live");
             let e = self.tcp.table.get_mut(c).expect("live");
@@ -240,6 +238,9 @@ impl Engine {
 
     /// Completes the send WRs whose last byte is below `upto`.
     pub(super) fn tcp_complete_sends(&mut self, mem: &GuestMemoryMmap, id: u32, upto: u64) {
+        let Some(cq) = self.objects.qps.get(&id).map(|q| q.send_cq) else {
+            return;
+        };
         let Some(t) = self.tcp.qps.get_mut(&id) else {
             return;
         };
@@ -262,7 +263,6 @@ impl Engine {
             };
             done.push(c);
         }
-        let cq = t.send_cq;
         for c in done {
             self.post_cqe(mem, cq, c);
         }
