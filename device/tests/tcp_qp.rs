@@ -104,6 +104,37 @@ fn connect_pair(
     (server, client)
 }
 
+/// Two devices joined by a cable (impaired with `impair`), a context on each, and a TCP
+/// connection between a QP of each on `port` (which also names the cable): returns (the
+/// cable, device a, device b, the end `s` on a — accepted on A_ADDR:`port` —, the end `c`
+/// on b, which connected). Bind the cable first so that it goes last: its folder holds the
+/// sockets.
+fn cabled_pair(
+    port: u16,
+    impair: Option<&str>,
+    framing: u8,
+    depth: u32,
+    buf_len: u64,
+) -> (Cable, FakeGuest, FakeGuest, TcpEnd, TcpEnd) {
+    let cable = Cable::new(&format!("port{port}"));
+    let tag = port as u8;
+    let mut a = device([0x02, 0, 0, 0, tag, 0xa1], A_ADDR, &cable.path(), impair);
+    let mut b = device([0x02, 0, 0, 0, tag, 0xb2], B_ADDR, &cable.path(), impair);
+    let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
+    let (s, c) = connect_pair(
+        &mut a,
+        ca,
+        &mut b,
+        cb,
+        ip(A_ADDR),
+        port,
+        framing,
+        depth,
+        buf_len,
+    );
+    (cable, a, b, s, c)
+}
+
 /// Runs two flows until each has sent everything and received `expect` bytes.
 fn run_pair(
     ga: &mut FakeGuest,
@@ -258,22 +289,9 @@ fn connect_to_a_port_nobody_listens_on_is_refused() {
 
 #[test]
 fn stream_of_one_mib_both_ways_across_a_cable() {
-    let cable = Cable::new("bulk");
-    let mut a = device([0x02, 0, 0, 0, 3, 0xa1], A_ADDR, &cable.path(), None);
-    let mut b = device([0x02, 0, 0, 0, 3, 0xb2], B_ADDR, &cable.path(), None);
-    let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
     let n = 1 << 20;
-    let (mut sa, mut cb_end) = connect_pair(
-        &mut a,
-        ca,
-        &mut b,
-        cb,
-        ip(A_ADDR),
-        6000,
-        FRAMING_STREAM,
-        16,
-        Flow::buf_len(n, 16),
-    );
+    let (_cable, mut a, mut b, mut sa, mut cb_end) =
+        cabled_pair(6000, None, FRAMING_STREAM, 16, Flow::buf_len(n, 16));
     bulk(
         &mut a,
         &mut sa,
@@ -287,23 +305,10 @@ fn stream_of_one_mib_both_ways_across_a_cable() {
 
 #[test]
 fn impaired_cable_still_delivers_intact() {
-    let cable = Cable::new("impair");
     let imp = "loss=3,reorder=10,dup=2,corrupt=1,seed=42";
-    let mut a = device([0x02, 0, 0, 0, 4, 0xa1], A_ADDR, &cable.path(), Some(imp));
-    let mut b = device([0x02, 0, 0, 0, 4, 0xb2], B_ADDR, &cable.path(), Some(imp));
-    let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
     let n = 256 << 10;
-    let (mut sa, mut cb_end) = connect_pair(
-        &mut a,
-        ca,
-        &mut b,
-        cb,
-        ip(A_ADDR),
-        6001,
-        FRAMING_STREAM,
-        16,
-        Flow::buf_len(n, 16),
-    );
+    let (_cable, mut a, mut b, mut sa, mut cb_end) =
+        cabled_pair(6001, Some(imp), FRAMING_STREAM, 16, Flow::buf_len(n, 16));
     bulk(
         &mut a,
         &mut sa,
@@ -317,21 +322,8 @@ fn impaired_cable_still_delivers_intact() {
 
 #[test]
 fn message_framing_keeps_boundaries_and_immediate_data() {
-    let cable = Cable::new("msg");
-    let mut a = device([0x02, 0, 0, 0, 5, 0xa1], A_ADDR, &cable.path(), None);
-    let mut b = device([0x02, 0, 0, 0, 5, 0xb2], B_ADDR, &cable.path(), None);
-    let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
-    let (mut s, mut c) = connect_pair(
-        &mut a,
-        ca,
-        &mut b,
-        cb,
-        ip(A_ADDR),
-        6002,
-        FRAMING_MESSAGE,
-        16,
-        1 << 20,
-    );
+    let (_cable, mut a, mut b, mut s, mut c) =
+        cabled_pair(6002, None, FRAMING_MESSAGE, 16, 1 << 20);
     // Messages from the client (b) to the server (a): assorted sizes, one too big for
     // its 64 KiB receive WR, and an empty one.
     let sizes = [1usize, 0, 7, 1440, 1441, 3000, 65_536, 100_000, 5, 50_000];
@@ -399,22 +391,9 @@ fn message_framing_keeps_boundaries_and_immediate_data() {
 
 #[test]
 fn sends_complete_only_when_the_peer_has_room_and_acknowledged() {
-    let cable = Cable::new("window");
-    let mut a = device([0x02, 0, 0, 0, 6, 0xa1], A_ADDR, &cable.path(), None);
-    let mut b = device([0x02, 0, 0, 0, 6, 0xb2], B_ADDR, &cable.path(), None);
-    let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
     let n = 1 << 20;
-    let (mut s, mut c) = connect_pair(
-        &mut a,
-        ca,
-        &mut b,
-        cb,
-        ip(A_ADDR),
-        6003,
-        FRAMING_STREAM,
-        16,
-        Flow::buf_len(n, 16),
-    );
+    let (_cable, mut a, mut b, mut s, mut c) =
+        cabled_pair(6003, None, FRAMING_STREAM, 16, Flow::buf_len(n, 16));
     let mut rng = Rng::new(3);
     let mut fs = Flow::new(&mut a, &s, Vec::new(), 1);
     let mut fc = Flow::new(&mut b, &c, rng.bytes(n), 2);
@@ -446,24 +425,10 @@ fn sends_complete_only_when_the_peer_has_room_and_acknowledged() {
 
 #[test]
 fn destroying_a_qp_resets_the_peer() {
-    let cable = Cable::new("destroy");
-    let mut a = device([0x02, 0, 0, 0, 7, 0xa1], A_ADDR, &cable.path(), None);
-    let mut b = device([0x02, 0, 0, 0, 7, 0xb2], B_ADDR, &cable.path(), None);
-    let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
-    let (mut s, c) = connect_pair(
-        &mut a,
-        ca,
-        &mut b,
-        cb,
-        ip(A_ADDR),
-        6004,
-        FRAMING_STREAM,
-        8,
-        1 << 16,
-    );
+    let (_cable, mut a, mut b, mut s, c) = cabled_pair(6004, None, FRAMING_STREAM, 8, 1 << 16);
     a.post_recv(&mut s.qp, &[recv_wqe(1, &[s.buf.sge(0, 4096, s.mr.lkey)])]);
     // The receive stays outstanding until the peer's reset flushes it.
-    b.destroy_qp(cb, c.qp.id).unwrap();
+    b.destroy_qp(c.ctx, c.qp.id).unwrap();
     let r = a
         .try_wait_cqe(&mut s.rcq, Duration::from_secs(10))
         .expect("the receive is flushed by the reset");
@@ -477,7 +442,7 @@ fn destroying_a_qp_resets_the_peer() {
         "send after reset",
     );
     // CLOSE on it is refused.
-    let cl = a.submit_close(ca, s.qp.id);
+    let cl = a.submit_close(s.ctx, s.qp.id);
     assert_eq!(a.admin_wait_done(cl).status, ADMIN_STATUS_BAD_STATE);
 }
 
@@ -1144,17 +1109,9 @@ fn small_messages_into_large_receives_lose_nothing() {
     const WRS: u64 = 8;
     const WR_LEN: u32 = 64 * 1024;
     const IN_FLIGHT: usize = 64;
-    let cable = Cable::new("smallmsg");
-    let mut a = device([0x02, 0, 0, 0, 7, 0xa1], A_ADDR, &cable.path(), None);
-    let mut b = device([0x02, 0, 0, 0, 7, 0xb2], B_ADDR, &cable.path(), None);
-    let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
-    let (mut s, mut c) = connect_pair(
-        &mut a,
-        ca,
-        &mut b,
-        cb,
-        ip(A_ADDR),
+    let (_cable, mut a, mut b, mut s, mut c) = cabled_pair(
         6011,
+        None,
         FRAMING_MESSAGE,
         64,
         WRS * WR_LEN as u64 + (IN_FLIGHT * MSG) as u64,

@@ -22,6 +22,13 @@ pub(super) fn cqe(wr_id: u64, qp: u32, opcode: u8, status: u8, detail: u32) -> C
     c
 }
 
+/// A successful completion of `byte_len` bytes.
+pub(super) fn cqe_ok(wr_id: u64, qp: u32, opcode: u8, byte_len: u32) -> Cqe {
+    let mut c = cqe(wr_id, qp, opcode, CQE_STATUS_SUCCESS, CQE_DETAIL_NONE);
+    c.byte_len = byte_len;
+    c
+}
+
 impl Engine {
     /// Writes a completion now if its CQ has room and nothing is waiting before it, else
     /// queues it (in order) until the consumer makes room.

@@ -14,7 +14,7 @@ use qpip_abi::cqe::*;
 use qpip_abi::wqe::WQE_SIZE;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use super::completion::cqe;
+use super::completion::{cqe, cqe_ok};
 use super::decode::{self, Payload, WqeError};
 use super::memory::{Fault, Span};
 use super::objects::QpState;
@@ -227,14 +227,7 @@ impl Engine {
             match self.send_to_network(src, src_port, wr.dest_addr, wr.dest_port, &payload) {
                 Ok(()) => {
                     self.shared.stats.add(STAT_UDP_TX, 1);
-                    let mut done = cqe(
-                        wr.wr_id,
-                        id,
-                        CQE_OP_SEND,
-                        CQE_STATUS_SUCCESS,
-                        CQE_DETAIL_NONE,
-                    );
-                    done.byte_len = payload.len() as u32;
+                    let done = cqe_ok(wr.wr_id, id, CQE_OP_SEND, payload.len() as u32);
                     self.write_cqe(mem, send_cq, done);
                 }
                 Err(detail) => self.write_cqe(mem, send_cq, fail(CQE_STATUS_BAD_DEST, detail)),
@@ -247,14 +240,7 @@ impl Engine {
             bound_addr
         };
         self.shared.stats.add(STAT_UDP_TX, 1);
-        let mut done = cqe(
-            wr.wr_id,
-            id,
-            CQE_OP_SEND,
-            CQE_STATUS_SUCCESS,
-            CQE_DETAIL_NONE,
-        );
-        done.byte_len = payload.len() as u32;
+        let done = cqe_ok(wr.wr_id, id, CQE_OP_SEND, payload.len() as u32);
         // The send completes once the datagram is on its way, before it is received.
         self.write_cqe(mem, send_cq, done);
         self.deliver_udp(
@@ -435,14 +421,7 @@ impl Engine {
             at += n;
         }
         stats.add(STAT_UDP_RX, 1);
-        let mut c = cqe(
-            wr.wr_id,
-            id,
-            CQE_OP_RECV,
-            CQE_STATUS_SUCCESS,
-            CQE_DETAIL_NONE,
-        );
-        c.byte_len = d.payload.len() as u32;
+        let mut c = cqe_ok(wr.wr_id, id, CQE_OP_RECV, d.payload.len() as u32);
         c.src_addr = d.src.octets();
         c.src_port = d.src_port;
         self.write_cqe(mem, recv_cq, c);

@@ -1141,6 +1141,21 @@ impl Stack {
     }
 
     /// RFC 4861 §7.1.1 validation and §7.2.3/§7.2.4 processing.
+    /// The checks every neighbour solicitation and advertisement must pass (RFC 4861
+    /// §7.1.1, §7.1.2): hop limit 255 (it came from the link), code 0, a target address.
+    /// Counts the drop when one fails.
+    fn ndp_acceptable(&mut self, m: &wire::Icmpv6Message, hop_limit: u8) -> bool {
+        if hop_limit != wire::NDP_HOP_LIMIT {
+            self.stats.drop(DropReason::HopLimit);
+            return false;
+        }
+        if m.code != 0 || m.body.len() < 16 {
+            self.stats.drop(DropReason::BadNdp);
+            return false;
+        }
+        true
+    }
+
     fn neighbor_solicitation(
         &mut self,
         m: &wire::Icmpv6Message,
@@ -1150,12 +1165,7 @@ impl Stack {
         eth_src: Mac,
         now: Instant,
     ) {
-        if hop_limit != wire::NDP_HOP_LIMIT {
-            self.stats.drop(DropReason::HopLimit);
-            return;
-        }
-        if m.code != 0 || m.body.len() < 16 {
-            self.stats.drop(DropReason::BadNdp);
+        if !self.ndp_acceptable(m, hop_limit) {
             return;
         }
         let target = Ipv6Addr::from(<[u8; 16]>::try_from(&m.body[..16]).expect("16 bytes"));
@@ -1216,12 +1226,7 @@ impl Stack {
         eth_src: Mac,
         now: Instant,
     ) {
-        if hop_limit != wire::NDP_HOP_LIMIT {
-            self.stats.drop(DropReason::HopLimit);
-            return;
-        }
-        if m.code != 0 || m.body.len() < 16 {
-            self.stats.drop(DropReason::BadNdp);
+        if !self.ndp_acceptable(m, hop_limit) {
             return;
         }
         let (router, solicited, override_) = (

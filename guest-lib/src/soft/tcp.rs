@@ -56,13 +56,7 @@ pub(super) fn connect(
         None => match net::socket(libc::SOCK_STREAM) {
             Ok(s) => s,
             Err(e) => {
-                out.event(
-                    EventKind::Connect,
-                    -e.raw_os_error().unwrap_or(libc::EIO),
-                    id,
-                    user_data,
-                    None,
-                );
+                connect_failed(out, id, user_data, &e);
                 return;
             }
         },
@@ -75,16 +69,16 @@ pub(super) fn connect(
             qp.conn = Conn::Connecting { user_data }
         }
         Err(e) => {
-            out.event(
-                EventKind::Connect,
-                -e.raw_os_error().unwrap_or(libc::EIO),
-                id,
-                user_data,
-                None,
-            );
+            connect_failed(out, id, user_data, &e);
             fail(id, qp, out, None);
         }
     }
+}
+
+/// A CONNECT that failed at once: its event carries the error.
+fn connect_failed(out: &mut Out, id: u32, user_data: u64, e: &std::io::Error) {
+    let errno = e.raw_os_error().unwrap_or(libc::EIO);
+    out.event(EventKind::Connect, -errno, id, user_data, None);
 }
 
 /// The QP enters the error state: every request flushed, the socket gone. `event`: the

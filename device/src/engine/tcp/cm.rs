@@ -9,13 +9,11 @@ use std::time::Instant;
 
 use log::debug;
 use qpip_abi::admin::*;
-use qpip_abi::cqe::*;
 use vm_memory::GuestMemoryMmap;
 
 use crate::net::tcp::{self, ConnId, Event, FourTuple, State};
 
 use super::*;
-use crate::engine::completion::cqe;
 use crate::engine::decode;
 use crate::engine::objects::{PendingCmd, QpState, TcpRole};
 use crate::engine::Engine;
@@ -96,19 +94,8 @@ impl Engine {
             self.cancel(mem, cmd);
         }
         if flush {
-            for e in t.tx.entries.drain(..) {
-                self.post_cqe(
-                    mem,
-                    send_cq,
-                    cqe(
-                        e.wr_id,
-                        id,
-                        CQE_OP_SEND,
-                        CQE_STATUS_FLUSHED,
-                        CQE_DETAIL_NONE,
-                    ),
-                );
-            }
+            let entries: Vec<TxEntry> = t.tx.entries.drain(..).collect();
+            self.flush_sends(mem, id, send_cq, entries);
             t.rx.flush();
             for c in t.rx.done.drain(..) {
                 self.post_cqe(mem, recv_cq, c);
@@ -138,19 +125,7 @@ impl Engine {
         if let Some(cmd) = close {
             self.finish_cmd(mem, cmd, status, (0, 0, 0));
         }
-        for e in entries {
-            self.post_cqe(
-                mem,
-                send_cq,
-                cqe(
-                    e.wr_id,
-                    id,
-                    CQE_OP_SEND,
-                    CQE_STATUS_FLUSHED,
-                    CQE_DETAIL_NONE,
-                ),
-            );
-        }
+        self.flush_sends(mem, id, send_cq, entries);
         self.post_rx_done(mem, id);
         // What is still in the rings is flushed by the send queue turn.
         self.objects.mark_busy(id);

@@ -13,7 +13,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::net::tcp::SendSource;
 
-use crate::engine::completion::cqe;
+use crate::engine::completion::{cqe, cqe_ok};
 use crate::engine::decode::{self, Payload, WqeError};
 use crate::engine::memory::Span;
 use crate::engine::objects::QpState;
@@ -249,22 +249,32 @@ impl Engine {
             let e = t.tx.entries.pop_front().expect("front");
             let c = match e.error {
                 Some((status, detail)) => cqe(e.wr_id, id, CQE_OP_SEND, status, detail),
-                None => {
-                    let mut c = cqe(
-                        e.wr_id,
-                        id,
-                        CQE_OP_SEND,
-                        CQE_STATUS_SUCCESS,
-                        CQE_DETAIL_NONE,
-                    );
-                    c.byte_len = e.len;
-                    c
-                }
+                None => cqe_ok(e.wr_id, id, CQE_OP_SEND, e.len),
             };
             done.push(c);
         }
         for c in done {
             self.post_cqe(mem, cq, c);
+        }
+    }
+
+    /// Completes the send WRs a QP had taken (`entries`) as FLUSHED, in order.
+    pub(super) fn flush_sends(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        id: u32,
+        send_cq: u32,
+        entries: Vec<TxEntry>,
+    ) {
+        for e in entries {
+            let c = cqe(
+                e.wr_id,
+                id,
+                CQE_OP_SEND,
+                CQE_STATUS_FLUSHED,
+                CQE_DETAIL_NONE,
+            );
+            self.post_cqe(mem, send_cq, c);
         }
     }
 }

@@ -62,6 +62,19 @@ pub struct Row {
     pub server_counters: Option<Counters>,
 }
 
+impl Row {
+    /// An empty row of a `transport` latency (`lat`) or bandwidth test with messages of
+    /// `size` bytes.
+    fn new(transport: &'static str, lat: bool, size: usize) -> Row {
+        Row {
+            transport,
+            test: if lat { "latency" } else { "bandwidth" },
+            size,
+            ..Row::default()
+        }
+    }
+}
+
 /// Process CPU time so far (user + system), in nanoseconds.
 pub fn cpu_ns() -> u64 {
     // SAFETY: getrusage only writes the rusage it is given; a zeroed rusage is a valid
@@ -407,12 +420,7 @@ fn tcp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
         return Err(io::Error::other(format!("server answered {ok:?}")));
     }
     link.prepare(size)?;
-    let mut row = Row {
-        transport: "tcp",
-        test: if lat { "latency" } else { "bandwidth" },
-        size,
-        ..Row::default()
-    };
+    let mut row = Row::new("tcp", lat, size);
     let (before, cpu0, busy0, t0);
     let mut busy = None;
     if lat {
@@ -525,12 +533,7 @@ fn udp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
     let warm = if lat { warmup(a) } else { 0 };
     udp_ask(link, &hello_line(lat, size, warm), "QPIPPERF OK")?;
     link.prepare(size)?;
-    let mut row = Row {
-        transport: "udp",
-        test: if lat { "latency" } else { "bandwidth" },
-        size,
-        ..Row::default()
-    };
+    let mut row = Row::new("udp", lat, size);
     let (before, cpu0, busy0, t0);
     let mut busy = None;
     if lat {
