@@ -1,0 +1,191 @@
+//! Work queues as the library drives them: WQEs built from `abi` structures, posted with
+//! a doorbell, completions polled and waited for; UDP endpoints set up in one call.
+
+use crate::*;
+
+/// One 128-byte WQE slot.
+pub type WqeBytes = [u8; WQE_SIZE as usize];
+
+/// A WQE header with everything zero.
+pub fn wqe_hdr(opcode: u8, wr_id: u64) -> Wqe {
+    let mut w = Wqe::new_zeroed();
+    w.opcode = opcode;
+    w.wr_id = wr_id;
+    w
+}
+
+/// Serializes a header and its SGEs into a slot (`num_sge` is taken from the header as
+/// given, so malformed WQEs can be built).
+pub fn wqe_bytes(hdr: &Wqe, sges: &[Sge]) -> WqeBytes {
+    let mut b = [0u8; WQE_SIZE as usize];
+    let h = hdr.as_bytes();
+    b[..h.len()].copy_from_slice(h);
+    for (i, s) in sges.iter().enumerate() {
+        let o = WQE_SGE_OFFSET as usize + i * std::mem::size_of::<Sge>();
+        b[o..o + std::mem::size_of::<Sge>()].copy_from_slice(s.as_bytes());
+    }
+    b
+}
+
+/// A UDP send WQE gathering `sges`.
+pub fn send_wqe(wr_id: u64, dest: [u8; 16], port: u16, sges: &[Sge]) -> WqeBytes {
+    let mut h = wqe_hdr(WQE_OP_SEND, wr_id);
+    h.num_sge = sges.len() as u8;
+    h.dest_addr = dest;
+    h.dest_port = port;
+    wqe_bytes(&h, sges)
+}
+
+/// A UDP send WQE with inline data.
+pub fn inline_wqe(wr_id: u64, dest: [u8; 16], port: u16, data: &[u8]) -> WqeBytes {
+    let mut h = wqe_hdr(WQE_OP_SEND, wr_id);
+    h.flags = WQE_FLAG_INLINE;
+    h.inline_len = data.len() as u32;
+    h.dest_addr = dest;
+    h.dest_port = port;
+    let mut b = wqe_bytes(&h, &[]);
+    let o = WQE_SGE_OFFSET as usize;
+    b[o..o + data.len()].copy_from_slice(data);
+    b
+}
+
+/// A receive WQE scattering into `sges`.
+pub fn recv_wqe(wr_id: u64, sges: &[Sge]) -> WqeBytes {
+    let mut h = wqe_hdr(WQE_OP_RECV, wr_id);
+    h.num_sge = sges.len() as u8;
+    wqe_bytes(&h, sges)
+}
+
+impl FakeGuest {
+    // ---- work queues ----------------------------------------------------------------------
+
+    pub(crate) fn slot_gpa(pages: &[u64], entry: u64, idx: u32, depth: u32) -> u64 {
+        let off = (idx % depth) as u64 * entry;
+        pages[(off / PAGE) as usize] + off % PAGE
+    }
+
+    /// Writes WQEs into the send ring without ringing.
+    pub fn write_sq(&mut self, qp: &mut Qp, wqes: &[WqeBytes]) {
+        for w in wqes {
+            let at = Self::slot_gpa(&qp.sq_pages, WQE_SIZE as u64, qp.sq_tail, qp.sq_depth);
+            self.mem_write(at, w);
+            qp.sq_tail = qp.sq_tail.wrapping_add(1);
+        }
+    }
+
+    pub fn write_rq(&mut self, qp: &mut Qp, wqes: &[WqeBytes]) {
+        for w in wqes {
+            let at = Self::slot_gpa(&qp.rq_pages, WQE_SIZE as u64, qp.rq_tail, qp.rq_depth);
+            self.mem_write(at, w);
+            qp.rq_tail = qp.rq_tail.wrapping_add(1);
+        }
+    }
+
+    /// Posts send WQEs and rings the SQ doorbell once.
+    pub fn post_send(&mut self, qp: &mut Qp, wqes: &[WqeBytes]) {
+        self.write_sq(qp, wqes);
+        self.ring(qp.ctx, qp_sq_tail(qp.slot), qp.sq_tail);
+    }
+
+    /// Posts receive WQEs and rings the RQ doorbell once.
+    pub fn post_recv(&mut self, qp: &mut Qp, wqes: &[WqeBytes]) {
+        self.write_rq(qp, wqes);
+        self.ring(qp.ctx, qp_rq_tail(qp.slot), qp.rq_tail);
+    }
+
+    /// The CQE in ring slot `idx % depth`, whatever its phase.
+    pub fn cq_slot(&self, cq: &Cq, idx: u32) -> Cqe {
+        self.read_obj(Self::slot_gpa(&cq.pages, CQE_SIZE as u64, idx, cq.depth))
+    }
+
+    /// Whether CQE number `idx` (free-running) has been written in the current pass.
+    pub fn cqe_ready(&self, cq: &Cq, idx: u32) -> bool {
+        let at = Self::slot_gpa(&cq.pages, CQE_SIZE as u64, idx, cq.depth)
+            + std::mem::offset_of!(Cqe, owner) as u64;
+        let phase = ((idx / cq.depth) & 1 == 0) as u8;
+        self.atomic_u8(at).load(Ordering::Acquire) & 1 == phase
+    }
+
+    /// Takes the next CQE if there is one and publishes the new head.
+    pub fn poll_cq(&mut self, cq: &mut Cq) -> Option<Cqe> {
+        if !self.cqe_ready(cq, cq.head) {
+            return None;
+        }
+        let c = self.cq_slot(cq, cq.head);
+        cq.head = cq.head.wrapping_add(1);
+        self.ring(cq.ctx, cq_head(cq.slot), cq.head);
+        Some(c)
+    }
+
+    /// Waits up to `timeout` for the next CQE.
+    pub fn try_wait_cqe(&mut self, cq: &mut Cq, timeout: Duration) -> Option<Cqe> {
+        let at = Self::slot_gpa(&cq.pages, CQE_SIZE as u64, cq.head, cq.depth)
+            + std::mem::offset_of!(Cqe, owner) as u64;
+        let phase = ((cq.head / cq.depth) & 1 == 0) as u8;
+        if !self.wait_phase(at, phase, timeout) {
+            return None;
+        }
+        self.poll_cq(cq)
+    }
+
+    /// Waits for the next CQE; panics after [`TIMEOUT`].
+    #[track_caller]
+    pub fn wait_cqe(&mut self, cq: &mut Cq) -> Cqe {
+        match self.try_wait_cqe(cq, TIMEOUT) {
+            Some(c) => c,
+            None => panic!(
+                "no CQE on CQ {} (ctx {}) within {TIMEOUT:?}; head {}, engine_sleeping {}",
+                cq.id,
+                cq.ctx,
+                cq.head,
+                self.engine_sleeping(cq.ctx)
+            ),
+        }
+    }
+
+    /// Arms a CQ (one interrupt at the next CQE beyond head).
+    pub fn arm_cq(&mut self, cq: &mut Cq) {
+        cq.arm_seq = cq.arm_seq.wrapping_add(1);
+        self.ring(cq.ctx, cq_arm_seq(cq.slot), cq.arm_seq);
+    }
+
+    // ---- composite set-ups ----------------------------------------------------------------
+
+    /// A context with a UDP QP bound to `addr`/`port`, its own send and receive CQs of
+    /// `cq_depth`, queues of `depth`, and a registered (LOCAL_WRITE) buffer of `buf_len`.
+    pub fn udp_endpoint_in(
+        &mut self,
+        ctx: u32,
+        addr: [u8; 16],
+        port: u16,
+        depth: u32,
+        cq_depth: u32,
+        buf_len: u64,
+    ) -> Udp {
+        let scq = self.create_cq(ctx, cq_depth).expect("create send CQ");
+        let rcq = self.create_cq(ctx, cq_depth).expect("create recv CQ");
+        let qp = self
+            .create_qp(ctx, scq.id, rcq.id, depth, depth)
+            .expect("create UDP QP");
+        let port = self.bind(ctx, qp.id, addr, port).expect("bind");
+        let buf = self.alloc_buf(buf_len.max(64), 0);
+        let mr = self
+            .reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE)
+            .expect("register buffer");
+        Udp {
+            ctx,
+            qp,
+            scq,
+            rcq,
+            buf,
+            mr,
+            port,
+        }
+    }
+
+    /// As [`Self::udp_endpoint_in`], in a new context, bound to every address.
+    pub fn udp_endpoint(&mut self, port: u16, depth: u32, buf_len: u64) -> Udp {
+        let ctx = self.create_ctx().expect("create context");
+        self.udp_endpoint_in(ctx, UNSPECIFIED, port, depth, 2 * depth, buf_len)
+    }
+}
