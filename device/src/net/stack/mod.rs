@@ -1,0 +1,640 @@
+//! The protocol state of the device's network: its identity on the link, neighbour
+//! discovery, ICMPv6, path MTU, fragmentation and reassembly, and UDP checksums; TCP
+//! segments (built by [`crate::net::tcp`]) go out through [`Stack::send_tcp`] and come in
+//! beside datagrams.
+//!
+//! The stack is a pure state machine driven by the engine thread: frames in through
+//! [`Stack::receive`], datagrams out through [`Stack::send_udp`], timers through
+//! [`Stack::poll`] and [`Stack::next_deadline`], and every frame it wants on the wire is
+//! taken with [`Stack::pop_tx`]. It never blocks and never reads a clock: `now` is given.
+//!
+//! Routing is on-link only: a destination is reachable if it is link-local, inside the
+//! prefix of a configured address, or has a static neighbour entry. There is no default
+//! router (the device ignores router advertisements); other destinations are refused with
+//! [`SendError::NoRoute`].
+
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::net::Ipv6Addr;
+use std::time::{Duration, Instant};
+
+use log::debug;
+
+use super::config::{NetConfig, MIN_MTU};
+use super::frag::{self, Reassembler};
+use super::gso;
+use super::neighbor::{self, Action, NeighborCache};
+use super::stats::{DropReason, NetStats};
+use super::wire::{self, icmp, proto, Mac, IPV6_LEN};
+
+mod icmpv6;
+mod rx;
+
+/// Largest UDP payload: the IPv6 payload length field (65535) less the UDP header.
+pub const MAX_UDP_PAYLOAD: usize = 65535 - wire::UDP_LEN;
+
+/// ICMPv6 error rate limit (RFC 4443 §2.4 (f)): a token bucket.
+pub const ICMP_ERROR_RATE: f64 = 100.0; // per second
+pub const ICMP_ERROR_BURST: f64 = 50.0;
+
+/// How long a path MTU learned from a packet too big lasts (RFC 8201 §4: at least 5
+/// minutes, 10 recommended), and how many destinations are remembered.
+pub const PMTU_TIMEOUT: Duration = Duration::from_secs(600);
+pub const MAX_PMTU_ENTRIES: usize = 1024;
+
+/// Frames produced and not yet taken by [`Stack::pop_tx`] (beyond this they are dropped
+/// and counted as transmit errors: the wire cannot take them anyway).
+pub const MAX_TX_QUEUE: usize = 8192;
+
+/// Why a datagram could not be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    /// The destination is not on-link (see the module documentation).
+    NoRoute,
+    /// The destination is the device itself (or loopback): deliver it locally.
+    Local,
+    /// Unspecified, or a multicast group beyond link-local scope.
+    BadDestination,
+    /// The source given is not one of the device's addresses.
+    BadSource,
+    /// The payload exceeds [`MAX_UDP_PAYLOAD`].
+    TooBig,
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(match self {
+            SendError::NoRoute => "no route to the destination (on-link only)",
+            SendError::Local => "the destination is the device itself",
+            SendError::BadDestination => "not a destination address",
+            SendError::BadSource => "the source is not one of the device's addresses",
+            SendError::TooBig => "datagram larger than 65527 bytes",
+        })
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// A UDP datagram that arrived for one of the device's addresses, checksum verified.
+/// It borrows the received frame, or owns the reassembled packet.
+#[derive(Debug)]
+pub struct UdpIn<'f> {
+    pub src: Ipv6Addr,
+    pub dst: Ipv6Addr,
+    pub sport: u16,
+    pub dport: u16,
+    /// The IPv6 packet (the fixed header, any extension headers, UDP): what an ICMPv6
+    /// error about it quotes.
+    packet: Cow<'f, [u8]>,
+    payload_at: usize,
+    payload_len: usize,
+}
+
+impl UdpIn<'_> {
+    pub fn payload(&self) -> &[u8] {
+        &self.packet[self.payload_at..self.payload_at + self.payload_len]
+    }
+
+    /// Whether it arrived in fragments.
+    pub fn reassembled(&self) -> bool {
+        matches!(self.packet, Cow::Owned(_))
+    }
+}
+
+/// A TCP segment that arrived for one of the device's addresses (its checksum is the TCP
+/// layer's to verify, with the segment parser). Only delivered when the stack was told
+/// there is a TCP layer above it ([`Stack::set_tcp`]).
+#[derive(Debug)]
+pub struct TcpIn<'f> {
+    pub src: Ipv6Addr,
+    pub dst: Ipv6Addr,
+    packet: Cow<'f, [u8]>,
+    segment_at: usize,
+}
+
+impl TcpIn<'_> {
+    /// The TCP header and payload.
+    pub fn segment(&self) -> &[u8] {
+        &self.packet[self.segment_at..]
+    }
+}
+
+/// An upper-layer message for the device.
+#[derive(Debug)]
+pub enum Upper<'f> {
+    Udp(UdpIn<'f>),
+    Tcp(TcpIn<'f>),
+}
+
+/// What the engine did with a received datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// A QP is bound to the port (whether or not it had a buffer for it).
+    Delivered,
+    /// No QP is bound to the port: the stack answers "port unreachable".
+    NoPort,
+    /// The upper layer refused the packet (a TCP segment that does not parse, a bad
+    /// checksum): the stack counts the drop under this reason.
+    Dropped(DropReason),
+}
+
+pub struct Stack {
+    mac: Mac,
+    link_local: Ipv6Addr,
+    addrs: Vec<(Ipv6Addr, u8)>,
+    mtu: usize,
+    neighbors: NeighborCache,
+    /// Static neighbours are on-link whatever their address.
+    static_neighbors: Vec<Ipv6Addr>,
+    pmtu: HashMap<Ipv6Addr, (usize, Instant)>,
+    /// Path MTUs changed since [`Stack::take_path_mtu_changes`] (one entry a destination):
+    /// lowered by a packet too big, or back to the link's when that news expired.
+    pmtu_changes: Vec<(Ipv6Addr, usize)>,
+    reasm: Reassembler,
+    /// Frames for the wire, each with 0 or the segment size of a TCP super-frame.
+    tx: VecDeque<(Vec<u8>, u16)>,
+    stats: NetStats,
+    icmp_tokens: f64,
+    icmp_refilled: Option<Instant>,
+    rng: fastrand::Rng,
+    actions: Vec<Action>,
+    /// Whether TCP segments go up ([`Upper::Tcp`]) or are refused like any unsupported
+    /// next header.
+    tcp: bool,
+}
+
+impl Stack {
+    /// A stack with the given identity. Duplicate address detection probes for each
+    /// address are queued at once (see [`Stack::add_address`]).
+    pub fn new(config: &NetConfig, now: Instant) -> Stack {
+        let seed = config.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+                ^ (std::process::id() as u64) << 32
+        });
+        let mut neighbors = NeighborCache::new(seed ^ 0x6e65_6967);
+        neighbors.set_max_multicast_solicit(config.ndp_solicits);
+        for n in &config.neighbors {
+            neighbors.add_static(n.addr, n.mac, now);
+        }
+        let mut s = Stack {
+            mac: config.mac,
+            link_local: wire::link_local(&config.mac),
+            addrs: Vec::new(),
+            mtu: config.mtu.clamp(MIN_MTU, super::config::MAX_MTU),
+            neighbors,
+            static_neighbors: config.neighbors.iter().map(|n| n.addr).collect(),
+            pmtu: HashMap::new(),
+            pmtu_changes: Vec::new(),
+            reasm: Reassembler::new(),
+            tx: VecDeque::new(),
+            stats: NetStats::default(),
+            icmp_tokens: ICMP_ERROR_BURST,
+            icmp_refilled: None,
+            rng: fastrand::Rng::with_seed(seed),
+            actions: Vec::new(),
+            tcp: false,
+        };
+        s.send_dad_probe(s.link_local);
+        for &(a, plen) in &config.addrs {
+            s.add_address(a, plen);
+        }
+        s
+    }
+
+    /// There is a TCP layer above: [`Stack::receive_upper`] delivers TCP segments.
+    pub fn set_tcp(&mut self, on: bool) {
+        self.tcp = on;
+    }
+
+    // ---- identity --------------------------------------------------------------------
+
+    pub fn mac(&self) -> Mac {
+        self.mac
+    }
+
+    pub fn link_local(&self) -> Ipv6Addr {
+        self.link_local
+    }
+
+    /// The configured addresses (the link-local one is not among them).
+    pub fn addresses(&self) -> &[(Ipv6Addr, u8)] {
+        &self.addrs
+    }
+
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// Adds an address. The device uses it at once (optimistically, in the spirit of RFC
+    /// 4429) and sends one duplicate address detection probe: if another station answers
+    /// for it, the conflict is logged and counted (`duplicate_address`).
+    pub fn add_address(&mut self, addr: Ipv6Addr, plen: u8) {
+        if addr == self.link_local || self.addrs.iter().any(|(a, _)| *a == addr) {
+            return;
+        }
+        self.addrs.push((addr, plen.min(128)));
+        self.send_dad_probe(addr);
+    }
+
+    pub fn remove_address(&mut self, addr: &Ipv6Addr) {
+        self.addrs.retain(|(a, _)| a != addr);
+    }
+
+    /// Makes the configured addresses exactly `addrs` (e.g. after an admin command or a
+    /// reset): new ones are added (and probed), missing ones removed.
+    pub fn set_addresses(&mut self, addrs: &[(Ipv6Addr, u8)]) {
+        self.addrs
+            .retain(|(a, _)| addrs.iter().any(|(b, _)| a == b));
+        for (a, p) in addrs {
+            match self.addrs.iter_mut().find(|(x, _)| x == a) {
+                Some(e) => e.1 = (*p).min(128),
+                None => self.add_address(*a, *p),
+            }
+        }
+    }
+
+    /// Whether `a` is one of the device's own unicast addresses (or loopback).
+    pub fn is_local(&self, a: &Ipv6Addr) -> bool {
+        a.is_loopback() || *a == self.link_local || self.addrs.iter().any(|(x, _)| x == a)
+    }
+
+    fn is_own_unicast(&self, a: &Ipv6Addr) -> bool {
+        *a == self.link_local || self.addrs.iter().any(|(x, _)| x == a)
+    }
+
+    /// Multicast groups the device listens to: all-nodes and its solicited-node groups.
+    fn is_member(&self, g: &Ipv6Addr) -> bool {
+        *g == wire::ALL_NODES
+            || *g == wire::solicited_node(&self.link_local)
+            || self
+                .addrs
+                .iter()
+                .any(|(a, _)| wire::solicited_node(a) == *g)
+    }
+
+    pub fn stats(&self) -> &NetStats {
+        &self.stats
+    }
+
+    pub(crate) fn stats_mut(&mut self) -> &mut NetStats {
+        &mut self.stats
+    }
+
+    /// The neighbour cache (for inspection).
+    pub fn neighbors(&self) -> &NeighborCache {
+        &self.neighbors
+    }
+
+    /// Reassemblies in progress.
+    pub fn reassemblies(&self) -> usize {
+        self.reasm.in_progress()
+    }
+
+    /// An upper layer saw forward progress with `addr` (RFC 4861 §7.3.1).
+    pub fn confirm_reachable(&mut self, addr: &Ipv6Addr, now: Instant) {
+        self.neighbors.confirm(addr, now);
+    }
+
+    // ---- routing ----------------------------------------------------------------------
+
+    /// Checks that `dst` can be sent to (on-link only, see the module documentation).
+    pub fn route(&self, dst: &Ipv6Addr) -> Result<(), SendError> {
+        if self.is_local(dst) {
+            return Err(SendError::Local);
+        }
+        if dst.is_unspecified() {
+            return Err(SendError::BadDestination);
+        }
+        if dst.is_multicast() {
+            // Link-local scope only: nothing routes further for us.
+            return match dst.segments()[0] & 0x000f {
+                1 | 2 => Ok(()),
+                _ => Err(SendError::BadDestination),
+            };
+        }
+        if wire::is_link_local(dst)
+            || self
+                .addrs
+                .iter()
+                .any(|(a, plen)| wire::in_prefix(dst, a, *plen))
+            || self.static_neighbors.contains(dst)
+        {
+            return Ok(());
+        }
+        Err(SendError::NoRoute)
+    }
+
+    /// The source address for packets to `dst` (RFC 6724, reduced to what an on-link host
+    /// needs): link-local for link-local and multicast destinations, otherwise a configured
+    /// address whose prefix holds `dst` (the longest), else the first configured address.
+    pub fn select_source(&self, dst: &Ipv6Addr) -> Ipv6Addr {
+        if wire::is_link_local(dst) || dst.is_multicast() {
+            return self.link_local;
+        }
+        self.addrs
+            .iter()
+            .filter(|(a, plen)| wire::in_prefix(dst, a, *plen))
+            .max_by_key(|(_, plen)| *plen)
+            .or(self.addrs.first())
+            .map(|(a, _)| *a)
+            .unwrap_or(self.link_local)
+    }
+
+    /// The MTU toward `dst`: the link's, or less if a packet too big said so.
+    pub fn path_mtu(&self, dst: &Ipv6Addr, now: Instant) -> usize {
+        match self.pmtu.get(dst) {
+            Some(&(mtu, until)) if now < until => mtu.min(self.mtu),
+            _ => self.mtu,
+        }
+    }
+
+    // ---- sending ----------------------------------------------------------------------
+
+    /// Each destination whose path MTU changed since the last call, with its path MTU now,
+    /// for the transports (`ConnectionTable::path_mtu_changed`): lowered by a packet too
+    /// big, TCP cuts its segments to fit; back to the link's MTU when the lowered value
+    /// expired ([`PMTU_TIMEOUT`] after the last packet too big: RFC 8201 §4 and §5.3 — a
+    /// larger path MTU is tried no sooner than 5 minutes later), TCP's segments grow again
+    /// (and a packet too big lowers them once more if the path still needs it).
+    pub fn take_path_mtu_changes(&mut self) -> Vec<(Ipv6Addr, usize)> {
+        std::mem::take(&mut self.pmtu_changes)
+    }
+
+    /// Sends a UDP datagram, in fragments if it does not fit the path MTU. `src` None picks
+    /// the source with [`Stack::select_source`]. A datagram waiting for its next hop's
+    /// address counts as sent (it may still be lost if resolution fails, as on any link).
+    /// Returns the source address used.
+    pub fn send_udp(
+        &mut self,
+        src: Option<Ipv6Addr>,
+        sport: u16,
+        dst: Ipv6Addr,
+        dport: u16,
+        payload: &[u8],
+        now: Instant,
+    ) -> Result<Ipv6Addr, SendError> {
+        if payload.len() > MAX_UDP_PAYLOAD {
+            return Err(SendError::TooBig);
+        }
+        self.route(&dst).inspect_err(|e| {
+            if *e == SendError::NoRoute {
+                self.stats.no_route += 1;
+            }
+        })?;
+        let src = match src {
+            Some(s) if s.is_unspecified() => self.select_source(&dst),
+            Some(s) if self.is_own_unicast(&s) => s,
+            Some(_) => return Err(SendError::BadSource),
+            None => self.select_source(&dst),
+        };
+        let dgram = wire::udp(&src, &dst, sport, dport, payload);
+        self.send_ip(src, dst, proto::UDP, wire::DEFAULT_HOP_LIMIT, &dgram, now)?;
+        self.stats.udp_tx += 1;
+        Ok(src)
+    }
+
+    /// Sends an upper-layer message (its checksum already computed over `src` and `dst`)
+    /// in an IPv6 packet, fragmented to the path MTU if needed. For the transports (UDP
+    /// here, TCP later).
+    pub fn send_ip(
+        &mut self,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        next_header: u8,
+        hop_limit: u8,
+        upper: &[u8],
+        now: Instant,
+    ) -> Result<(), SendError> {
+        let _stage = crate::stages::span(crate::stages::Stage::BuildHeaders);
+        self.route(&dst)?;
+        if upper.len() > u16::MAX as usize {
+            return Err(SendError::TooBig);
+        }
+        let mtu = self.path_mtu(&dst, now);
+        if IPV6_LEN + upper.len() <= mtu {
+            let frame = wire::ipv6_packet(&src, &dst, next_header, hop_limit, upper);
+            self.output(dst, frame, now);
+            return Ok(());
+        }
+        // Too big for the path: fragment at the source (RFC 8200 §4.5). Identifiers are
+        // random, so they cannot be predicted (RFC 7739).
+        let id = self.rng.u32(..);
+        let mut n = 0;
+        for (offset, more, data) in frag::split(upper, mtu) {
+            let frame =
+                wire::ipv6_fragment(&src, &dst, next_header, hop_limit, id, offset, more, data);
+            self.output(dst, frame, now);
+            n += 1;
+        }
+        self.stats.fragmented_tx += 1;
+        self.stats.fragments_tx += n;
+        Ok(())
+    }
+
+    /// Sends a TCP segment (checksum computed over `src` and `dst`) that may be a
+    /// super-segment: `mss` not 0 and more payload than one segment of `mss` bytes. It
+    /// goes as one frame, to be cut by the link ([`Stack::pop_tx_gso`]), when the
+    /// neighbour's address is known; otherwise it is cut here and each segment goes
+    /// through [`Stack::send_ip`] (which resolves the address).
+    pub fn send_tcp(
+        &mut self,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        hop_limit: u8,
+        segment: &[u8],
+        mss: u16,
+        now: Instant,
+    ) -> Result<(), SendError> {
+        let mtu = self.path_mtu(&dst, now);
+        // The pieces must fit the path (it may have shrunk since the segment was built).
+        let thl = segment.get(12).map_or(0, |b| (b >> 4) as usize * 4);
+        let mss = (mss as usize).min(mtu.saturating_sub(IPV6_LEN + thl).max(1));
+        if mss == 0 || thl < 20 || segment.len() <= thl + mss {
+            // One segment (the peer's MSS, not only the MTU, sets the piece size).
+            return self.send_ip(src, dst, proto::TCP, hop_limit, segment, now);
+        }
+        let mss = mss as u16;
+        let _stage = crate::stages::span(crate::stages::Stage::BuildHeaders);
+        self.route(&dst)?;
+        if segment.len() > u16::MAX as usize {
+            return Err(SendError::TooBig);
+        }
+        let mac = match self.neighbors.get(&dst) {
+            Some((
+                neighbor::State::Reachable
+                | neighbor::State::Static
+                | neighbor::State::Delay
+                | neighbor::State::Probe,
+                Some(mac),
+            )) if !dst.is_multicast() => mac,
+            _ => {
+                let mut pieces = Vec::new();
+                gso::split_tcp(&src, &dst, segment, mss as usize, |p| pieces.push(p))
+                    .map_err(|_| SendError::TooBig)?;
+                for p in pieces {
+                    self.send_ip(src, dst, proto::TCP, hop_limit, &p, now)?;
+                }
+                return Ok(());
+            }
+        };
+        let mut frame = wire::ipv6_packet(&src, &dst, proto::TCP, hop_limit, segment);
+        wire::write_ethernet(&mut frame, &mac, &self.mac);
+        self.push_tx_gso(frame, mss);
+        Ok(())
+    }
+
+    /// Puts a frame (Ethernet header still blank) on its way to on-link `dst`.
+    fn output(&mut self, dst: Ipv6Addr, mut frame: Vec<u8>, now: Instant) {
+        if dst.is_multicast() {
+            wire::write_ethernet(&mut frame, &wire::multicast_mac(&dst), &self.mac);
+            self.push_tx(frame);
+            return;
+        }
+        self.neighbors.resolve(dst, frame, now, &mut self.actions);
+        self.run_actions();
+    }
+
+    fn push_tx(&mut self, frame: Vec<u8>) {
+        self.push_tx_gso(frame, 0);
+    }
+
+    fn push_tx_gso(&mut self, frame: Vec<u8>, gso: u16) {
+        if self.tx.len() >= MAX_TX_QUEUE {
+            self.stats.tx_errors += 1;
+            return;
+        }
+        self.stats.tx_frames += 1;
+        self.stats.tx_bytes += frame.len() as u64;
+        self.tx.push_back((frame, gso));
+    }
+
+    /// The next frame for the wire (a TCP super-frame is cut into its segments first).
+    pub fn pop_tx(&mut self) -> Option<Vec<u8>> {
+        let (f, gso) = self.tx.pop_front()?;
+        if gso == 0 {
+            return Some(f);
+        }
+        let mut pieces = Vec::new();
+        let _ = gso::split_frame(&f, gso as usize, |p| pieces.push(p));
+        for p in pieces.into_iter().rev() {
+            self.tx.push_front((p, 0));
+        }
+        self.tx.pop_front().map(|(f, _)| f)
+    }
+
+    /// The next frame for the wire and, for a TCP super-frame, the size of the segments
+    /// to cut it into (else 0): for a link that may take it whole
+    /// ([`crate::backend::Backend::send_gso`]).
+    pub fn pop_tx_gso(&mut self) -> Option<(Vec<u8>, u16)> {
+        self.tx.pop_front()
+    }
+
+    pub fn tx_pending(&self) -> usize {
+        self.tx.len()
+    }
+
+    fn run_actions(&mut self) {
+        let mut actions = std::mem::take(&mut self.actions);
+        for a in actions.drain(..) {
+            match a {
+                Action::Send(mut f, mac) => {
+                    wire::write_ethernet(&mut f, &mac, &self.mac);
+                    self.push_tx(f);
+                }
+                Action::SolicitMulticast(target) => {
+                    let group = wire::solicited_node(&target);
+                    self.send_ns(target, group, wire::multicast_mac(&group));
+                }
+                Action::SolicitUnicast(target, mac) => self.send_ns(target, target, mac),
+                Action::Failed(ip, n) => {
+                    debug!("neighbour {ip} did not answer; {n} packets dropped");
+                    self.stats.resolution_failed += n as u64;
+                }
+                Action::Overflow => self.stats.neighbor_queue_overflow += 1,
+            }
+        }
+        self.actions = actions;
+    }
+
+    // ---- timers -----------------------------------------------------------------------
+
+    /// Runs the timers that are due: neighbour solicitation retransmissions and probes,
+    /// reassembly timeouts. Frames it produces wait in [`Stack::pop_tx`].
+    pub fn poll(&mut self, now: Instant) {
+        self.neighbors.poll(now, &mut self.actions);
+        self.run_actions();
+        let mut expired = Vec::new();
+        self.reasm.poll(now, &mut expired);
+        self.account_expired(expired, now);
+        self.expire_path_mtus(now);
+    }
+
+    /// Forgets the path MTUs whose time is up; their destinations are back to the link's.
+    fn expire_path_mtus(&mut self, now: Instant) {
+        let gone: Vec<Ipv6Addr> = self
+            .pmtu
+            .iter()
+            .filter(|(_, (_, until))| now >= *until)
+            .map(|(a, _)| *a)
+            .collect();
+        for a in gone {
+            self.pmtu.remove(&a);
+            debug!("path MTU to {a} is back to the link's {}", self.mtu);
+            self.path_mtu_news(a, self.mtu);
+        }
+    }
+
+    /// Records that `dst`'s path MTU is now `mtu`, for [`Stack::take_path_mtu_changes`].
+    fn path_mtu_news(&mut self, dst: Ipv6Addr, mtu: usize) {
+        match self.pmtu_changes.iter_mut().find(|(a, _)| *a == dst) {
+            // The latest news is the truth (a packet too big only ever lowers it).
+            Some(c) => c.1 = mtu,
+            // Bounded like the path MTU cache: beyond, the oldest news goes (its
+            // destination's packets are still cut to fit by the IPv6 layer).
+            None => {
+                if self.pmtu_changes.len() >= MAX_PMTU_ENTRIES {
+                    self.pmtu_changes.remove(0);
+                }
+                self.pmtu_changes.push((dst, mtu));
+            }
+        }
+    }
+
+    fn account_expired(&mut self, expired: Vec<frag::Expired>, now: Instant) {
+        for e in expired {
+            if !e.timed_out {
+                continue;
+            }
+            self.stats.reassembly_timeouts += 1;
+            self.stats.drops[DropReason::ReassemblyFailed as usize] += e.fragments as u64;
+            if let Some(first) = e.first {
+                self.icmp_error(
+                    &first,
+                    icmp::TIME_EXCEEDED,
+                    icmp::TIME_EXCEEDED_REASSEMBLY,
+                    0,
+                    false,
+                    now,
+                );
+            }
+        }
+    }
+
+    /// When [`Stack::poll`] next has work (None: only incoming frames can make work).
+    pub fn next_deadline(&mut self) -> Option<Instant> {
+        // A lowered path MTU's expiry is due too: connections grow their segments then.
+        let pmtu = self.pmtu.values().map(|&(_, until)| until).min();
+        [
+            self.neighbors.next_deadline(),
+            self.reasm.next_deadline(),
+            pmtu,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}

@@ -1,0 +1,358 @@
+//! Receiving: a frame from the link walked through Ethernet, IPv6 and its extension
+//! headers, reassembled when fragmented, checked, and handed up (UDP, TCP) or to ICMPv6.
+
+use std::borrow::Cow;
+use std::net::Ipv6Addr;
+use std::time::Instant;
+
+use crate::net::frag::{self, Key, Outcome};
+use crate::net::stats::DropReason;
+use crate::net::wire::{self, icmp, proto, Mac, ETH_LEN, IPV6_LEN};
+
+use super::*;
+
+impl Stack {
+    // ---- receiving --------------------------------------------------------------------
+
+    pub(super) fn drop<T>(&mut self, why: DropReason) -> Option<T> {
+        self.stats.drop(why);
+        None
+    }
+
+    /// Processes one received Ethernet frame. A UDP datagram for the device comes back for
+    /// the engine to place ([`Stack::port_unreachable`] if no QP has its port); everything
+    /// else (NDP, echo, errors, fragments) is handled here, replies queued for
+    /// [`Stack::pop_tx`], and every frame not used is counted under its [`DropReason`].
+    pub fn receive<'f>(&mut self, frame: &'f [u8], now: Instant) -> Option<UdpIn<'f>> {
+        match self.receive_upper(frame, now)? {
+            Upper::Udp(d) => Some(d),
+            Upper::Tcp(_) => None,
+        }
+    }
+
+    /// As [`Stack::receive`], with TCP segments for the device coming up too (when
+    /// [`Stack::set_tcp`] was called).
+    pub fn receive_upper<'f>(&mut self, frame: &'f [u8], now: Instant) -> Option<Upper<'f>> {
+        let _stage = crate::stages::span(crate::stages::Stage::Parse);
+        self.stats.rx_frames += 1;
+        self.stats.rx_bytes += frame.len() as u64;
+        let Ok(eth) = wire::parse_ethernet(frame) else {
+            return self.drop(DropReason::Malformed);
+        };
+        if eth.src == self.mac {
+            return self.drop(DropReason::Looped);
+        }
+        if eth.ethertype != wire::ETHERTYPE_IPV6 {
+            return self.drop(DropReason::NotIpv6);
+        }
+        if eth.dst != self.mac && eth.dst[..2] != [0x33, 0x33] {
+            return self.drop(DropReason::NotForUs);
+        }
+        let ip = match wire::parse_ipv6(eth.payload) {
+            Ok(ip) => ip,
+            Err(_) => return self.drop(DropReason::Malformed),
+        };
+        if ip.src.is_multicast() {
+            return self.drop(DropReason::BadSource);
+        }
+        if !(self.is_own_unicast(&ip.dst) || self.is_member(&ip.dst)) {
+            return self.drop(DropReason::NotForUs);
+        }
+        let (src, dst, hop_limit) = (ip.src, ip.dst, ip.hop_limit);
+        self.walk(Cow::Borrowed(ip.packet), src, dst, hop_limit, eth.src, now)
+    }
+
+    /// Follows the header chain of a packet for us (RFC 8200 §4) to its upper layer.
+    pub(super) fn walk<'f>(
+        &mut self,
+        pkt: Cow<'f, [u8]>,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        hop_limit: u8,
+        eth_src: Mac,
+        now: Instant,
+    ) -> Option<Upper<'f>> {
+        let reassembled = matches!(pkt, Cow::Owned(_));
+        let mut nh = pkt[6];
+        let mut nh_at = 6; // where the current next-header value sits, for parameter problems
+        let mut off = IPV6_LEN;
+        loop {
+            let b: &[u8] = &pkt;
+            match nh {
+                proto::HOP_BY_HOP | proto::DEST_OPTS | proto::ROUTING => {
+                    if nh == proto::HOP_BY_HOP && off != IPV6_LEN {
+                        // Hop-by-hop options only ever follow the fixed header (§4.3).
+                        self.icmp_error(
+                            b,
+                            icmp::PARAM_PROBLEM,
+                            icmp::PARAM_NEXT_HEADER,
+                            nh_at as u32,
+                            false,
+                            now,
+                        );
+                        return self.drop(DropReason::UnsupportedNextHeader);
+                    }
+                    if b.len() < off + 8 {
+                        return self.drop(DropReason::Malformed);
+                    }
+                    let len = (b[off + 1] as usize + 1) * 8;
+                    if b.len() < off + len {
+                        return self.drop(DropReason::Malformed);
+                    }
+                    if nh == proto::ROUTING {
+                        if b[off + 3] != 0 {
+                            // Segments left: we are a host and route nothing (§4.4).
+                            self.icmp_error(
+                                b,
+                                icmp::PARAM_PROBLEM,
+                                icmp::PARAM_HEADER_FIELD,
+                                (off + 2) as u32,
+                                false,
+                                now,
+                            );
+                            return self.drop(DropReason::RoutingHeader);
+                        }
+                    } else if let Err(why) = self.options(b, off, len, &dst, now) {
+                        return self.drop(why);
+                    }
+                    nh = b[off];
+                    nh_at = off;
+                    off += len;
+                }
+                proto::FRAGMENT => {
+                    let Ok(fh) = wire::parse_fragment_header(&b[off..]) else {
+                        return self.drop(DropReason::Malformed);
+                    };
+                    self.stats.fragments_rx += 1;
+                    if fh.offset == 0 && !fh.more {
+                        // An atomic fragment: processed as a whole packet (RFC 6946).
+                        nh = fh.next_header;
+                        nh_at = off;
+                        off += wire::FRAG_LEN;
+                        continue;
+                    }
+                    if reassembled {
+                        return self.drop(DropReason::BadFragment);
+                    }
+                    return self.fragment(b, off, fh, src, dst, hop_limit, eth_src, now);
+                }
+                proto::NO_NEXT => return self.drop(DropReason::NoNextHeader),
+                proto::ICMPV6 => {
+                    self.icmpv6(&b[off..], src, dst, hop_limit, eth_src, now);
+                    return None;
+                }
+                proto::UDP => {
+                    let d = match wire::parse_udp(&b[off..]) {
+                        Ok(d) => d,
+                        Err(_) => return self.drop(DropReason::Malformed),
+                    };
+                    // A zero checksum is not allowed over IPv6 (RFC 8200 §8.1).
+                    if d.checksum == 0 || !wire::checksum_ok(&src, &dst, proto::UDP, d.datagram) {
+                        return self.drop(DropReason::BadChecksum);
+                    }
+                    let (sport, dport, len) = (d.sport, d.dport, d.payload().len());
+                    self.stats.udp_rx += 1;
+                    return Some(Upper::Udp(UdpIn {
+                        src,
+                        dst,
+                        sport,
+                        dport,
+                        packet: pkt,
+                        payload_at: off + wire::UDP_LEN,
+                        payload_len: len,
+                    }));
+                }
+                proto::TCP if self.tcp => {
+                    return Some(Upper::Tcp(TcpIn {
+                        src,
+                        dst,
+                        packet: pkt,
+                        segment_at: off,
+                    }));
+                }
+                _ => {
+                    self.icmp_error(
+                        b,
+                        icmp::PARAM_PROBLEM,
+                        icmp::PARAM_NEXT_HEADER,
+                        nh_at as u32,
+                        false,
+                        now,
+                    );
+                    return self.drop(DropReason::UnsupportedNextHeader);
+                }
+            }
+        }
+    }
+
+    /// Processes the options of a hop-by-hop or destination options header at `off`
+    /// (RFC 8200 §4.2): padding and router alert pass, unknown options act on the two
+    /// high bits of their type.
+    pub(super) fn options(
+        &mut self,
+        pkt: &[u8],
+        off: usize,
+        len: usize,
+        dst: &Ipv6Addr,
+        now: Instant,
+    ) -> Result<(), DropReason> {
+        let end = off + len;
+        let mut i = off + 2;
+        while i < end {
+            let t = pkt[i];
+            if t == 0 {
+                i += 1; // Pad1
+                continue;
+            }
+            if i + 2 > end || i + 2 + pkt[i + 1] as usize > end {
+                return Err(DropReason::Malformed);
+            }
+            match t {
+                1 | 5 => {} // PadN, router alert (RFC 2711)
+                _ => match t >> 6 {
+                    0 => {}
+                    1 => return Err(DropReason::UnknownOption),
+                    2 | 3 => {
+                        if t >> 6 == 2 || !dst.is_multicast() {
+                            self.icmp_error(
+                                pkt,
+                                icmp::PARAM_PROBLEM,
+                                icmp::PARAM_OPTION,
+                                i as u32,
+                                true,
+                                now,
+                            );
+                        }
+                        return Err(DropReason::UnknownOption);
+                    }
+                    _ => unreachable!(),
+                },
+            }
+            i += 2 + pkt[i + 1] as usize;
+        }
+        Ok(())
+    }
+
+    /// A fragment of a packet for us: checked, then held until its packet is complete.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fragment<'f>(
+        &mut self,
+        pkt: &[u8],
+        off: usize,
+        fh: wire::FragmentHeader,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        hop_limit: u8,
+        eth_src: Mac,
+        now: Instant,
+    ) -> Option<Upper<'f>> {
+        let data = &pkt[off + wire::FRAG_LEN..];
+        if fh.more && !data.len().is_multiple_of(8) {
+            // Parameter problem pointing at the payload length (RFC 8200 §4.5).
+            self.icmp_error(
+                pkt,
+                icmp::PARAM_PROBLEM,
+                icmp::PARAM_HEADER_FIELD,
+                4,
+                false,
+                now,
+            );
+            return self.drop(DropReason::BadFragment);
+        }
+        if fh.offset + data.len() > frag::MAX_PACKET {
+            self.icmp_error(
+                pkt,
+                icmp::PARAM_PROBLEM,
+                icmp::PARAM_HEADER_FIELD,
+                (off + 2) as u32,
+                false,
+                now,
+            );
+            return self.drop(DropReason::BadFragment);
+        }
+        if fh.offset == 0 && !header_chain_complete(fh.next_header, data) {
+            // The first fragment must hold the whole header chain (RFC 7112 §5).
+            self.icmp_error(
+                pkt,
+                icmp::PARAM_PROBLEM,
+                icmp::PARAM_INCOMPLETE_CHAIN,
+                0,
+                false,
+                now,
+            );
+            return self.drop(DropReason::BadFragment);
+        }
+        if fh.more && data.is_empty() {
+            return self.drop(DropReason::BadFragment);
+        }
+        let key = Key {
+            src,
+            dst,
+            id: fh.id,
+        };
+        let mut expired = Vec::new();
+        let outcome = self.reasm.insert(
+            key,
+            fh.offset,
+            fh.more,
+            fh.next_header,
+            data,
+            pkt,
+            now,
+            &mut expired,
+        );
+        self.account_expired(expired, now);
+        match outcome {
+            Outcome::Held => None,
+            Outcome::Duplicate => {
+                self.stats.duplicate_fragments += 1;
+                None
+            }
+            Outcome::Overlap(held) => {
+                self.stats.drops[DropReason::FragmentOverlap as usize] += 1 + held as u64;
+                None
+            }
+            Outcome::Inconsistent(held) => {
+                self.stats.drops[DropReason::BadFragment as usize] += 1 + held as u64;
+                None
+            }
+            Outcome::Complete(next, data) => {
+                self.stats.reassembled += 1;
+                // The reassembled packet: the fixed header (its extension headers before
+                // the fragment header were processed with each fragment) and the data.
+                let mut packet = Vec::with_capacity(IPV6_LEN + data.len());
+                packet.extend_from_slice(
+                    &wire::ipv6_packet(&src, &dst, next, hop_limit, &[])[ETH_LEN..],
+                );
+                packet[4..6].copy_from_slice(&(data.len() as u16).to_be_bytes());
+                packet.extend_from_slice(&data);
+                self.walk(Cow::Owned(packet), src, dst, hop_limit, eth_src, now)
+            }
+        }
+    }
+}
+
+/// Whether the first fragment's data holds every extension header and the upper-layer
+/// header it announces (RFC 7112).
+pub(super) fn header_chain_complete(mut nh: u8, data: &[u8]) -> bool {
+    let mut off = 0;
+    loop {
+        match nh {
+            proto::DEST_OPTS | proto::ROUTING | proto::HOP_BY_HOP => {
+                if data.len() < off + 2 {
+                    return false;
+                }
+                let len = (data[off + 1] as usize + 1) * 8;
+                if data.len() < off + len {
+                    return false;
+                }
+                nh = data[off];
+                off += len;
+            }
+            proto::UDP => return data.len() >= off + wire::UDP_LEN,
+            proto::ICMPV6 => return data.len() >= off + 8,
+            proto::TCP => return data.len() >= off + 20,
+            _ => return true, // no more headers we know of
+        }
+    }
+}
