@@ -275,7 +275,7 @@ fn tshark_clean(pcap: &Path) {
     let plain = netns::tshark_plain_payloads();
     let run_tshark = |extra: &[&str]| {
         let out = Command::new("tshark")
-            .args(&plain)
+            .args(plain)
             .args([
                 "-r",
                 pcap.to_str().unwrap(),

@@ -310,7 +310,7 @@ fn tshark_tcp_clean(pcap: &Path) {
     let tshark = |filter: &str| {
         let out = Command::new("tshark")
             .args(["-r", pcap.to_str().unwrap(), "-n"])
-            .args(&plain)
+            .args(plain)
             .args(["-o", "tcp.check_checksum:TRUE"])
             .args(["-Y", filter])
             .output()

@@ -629,6 +629,13 @@ impl FakeGuest {
     }
 }
 
+impl Default for FakeGuest {
+    /// [`FakeGuest::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Drop for FakeGuest {
     fn drop(&mut self) {
         // Disconnect like QEMU quitting; the device must return from serve promptly.
