@@ -29,6 +29,9 @@ use crate::engine::Engine;
 /// would promise what the receiver then drops.
 pub(super) const MESSAGE_BUFFER: usize = 256 * 1024;
 
+/// The capacity an emptied buffer of pending bytes may keep (more is given back).
+const PENDING_KEPT: usize = 16 * 1024;
+
 /// A receive WR taken from the ring.
 pub(super) struct RecvWr {
     pub(super) wr_id: u64,
@@ -315,6 +318,11 @@ impl RxState {
             // A message whose header waited for a WR and has no bytes (or none yet)
             // completes or takes the WR now.
             self.consume(mem, &[]);
+        }
+        if self.pending.is_empty() && self.pending.capacity() > PENDING_KEPT {
+            // A QP that once buffered up to its whole message buffer does not keep that
+            // memory while idle: thousands of connections may each have done so.
+            self.pending = VecDeque::new();
         }
         self.settle();
     }
