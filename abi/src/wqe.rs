@@ -155,9 +155,4 @@ impl HeaderReader {
     pub fn partial(&self) -> bool {
         self.have > 0
     }
-
-    /// Forgets a partly read header.
-    pub fn reset(&mut self) {
-        self.have = 0;
-    }
 }

@@ -36,16 +36,9 @@ impl Engine {
         if !self.objects.cqs.contains_key(&cq) {
             return;
         }
-        let waiting = self.deferred.get(&cq).is_some_and(|q| !q.is_empty());
-        if !waiting && self.objects.cqs[&cq].free() > 0 {
+        if self.cq_has_room(cq) {
             self.write_cqe(mem, cq, c);
         } else {
-            if let Some(c) = self.objects.cqs.get_mut(&cq) {
-                if !c.stalled {
-                    c.stalled = true;
-                    self.shared.stats.add(STAT_CQ_FULL, 1);
-                }
-            }
             self.deferred.entry(cq).or_default().push_back(c);
         }
     }

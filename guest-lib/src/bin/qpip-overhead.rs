@@ -11,8 +11,8 @@
 //!   sender's CQ and the `poll` of the receiver's CQ, each reaping a completion that is
 //!   already there (on TCP the sender's is often that of an earlier message: a send
 //!   completes when acknowledged, and the receiver may hold its ACK up to a millisecond
-//!   for an answer to carry it). Posts that had to kick a sleeping device (a trapped write) are counted
-//!   apart from quiet ones, so both costs show.
+//!   for an answer to carry it). Posts that had to kick a sleeping device (a trapped
+//!   write) are counted apart from quiet ones, so both costs show.
 //! - **Kernel sockets** (UDP and TCP over the guest's loopback): `send()`, then — after the
 //!   kernel has delivered it — `recv(MSG_DONTWAIT)` of the data already queued. The kernel's
 //!   TCP/IP work for the send runs inside `send()`, as it does on a real host; on the receive

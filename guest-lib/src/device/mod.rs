@@ -496,15 +496,8 @@ impl Qp {
             h.dest_port = d.port();
         }
         let body = match req.inline {
-            Some(data) => {
-                h.flags = WQE_FLAG_INLINE;
-                h.inline_len = data.len() as u32;
-                WqeBody::Inline(data)
-            }
-            None => {
-                h.num_sge = req.gather.segs.len() as u8;
-                WqeBody::Sges(&req.gather.segs)
-            }
+            Some(data) => WqeBody::Inline(data),
+            None => WqeBody::Sges(&req.gather.segs),
         };
         let mut p = self.post.lock().unwrap();
         let tail =
@@ -529,7 +522,6 @@ impl Qp {
             let mut h = Wqe::new_zeroed();
             h.wr_id = req.wr_id;
             h.opcode = WQE_OP_RECV;
-            h.num_sge = req.gather.segs.len() as u8;
             let body = WqeBody::Sges(&req.gather.segs);
             match p.rq.push(self.handle, &self.rq, &h, body, req.gather.keep) {
                 Ok(t) => {
@@ -571,9 +563,18 @@ impl Qp {
     }
 }
 
-/// Writes a WQE into the slot at byte `at` of `ring`: the header, then the entries or the
-/// inline bytes (what the header says follows; the rest of the slot is not read).
+/// Writes a WQE into the slot at byte `at` of `ring`: the header, completed with what the
+/// body is (`num_sge`, or the inline flag and length), then the entries or the inline bytes
+/// (the rest of the slot is not read).
 fn write_wqe(ring: &Mapping, at: usize, h: &Wqe, body: WqeBody<'_>) {
+    let mut h = *h;
+    match body {
+        WqeBody::Sges(segs) => h.num_sge = segs.len() as u8,
+        WqeBody::Inline(data) => {
+            h.flags |= WQE_FLAG_INLINE;
+            h.inline_len = data.len() as u32;
+        }
+    }
     let dst = ring.at(at);
     // The last byte of the slot must be inside the ring too.
     let _ = ring.at(at + WQE_SIZE as usize - 1);
@@ -584,7 +585,7 @@ fn write_wqe(ring: &Mapping, at: usize, h: &Wqe, body: WqeBody<'_>) {
     // device reads the slot only after the doorbell that follows (release fence in
     // Ctx::ring).
     unsafe {
-        ptr::write(dst.cast::<Wqe>(), *h);
+        ptr::write(dst.cast::<Wqe>(), h);
         match body {
             WqeBody::Sges(segs) => {
                 for (i, s) in segs.iter().enumerate() {
@@ -641,7 +642,6 @@ mod tests {
         ctx: Ctx,
         cq: Cq,
         qp: Qp,
-        mem: OwnedFd,
         cq_tail: u32,
     }
 
@@ -660,19 +660,24 @@ mod tests {
             // SAFETY: sizing the memfd this test owns.
             assert_eq!(unsafe { libc::ftruncate(fd, total as libc::off_t) }, 0);
             let map = |off: usize, len: usize| Mapping::new(&mem, off as u64, len, "map").unwrap();
-            let dup = |f: &OwnedFd| f.try_clone().unwrap();
+            let (db, kick) = (map(0, PAGE), map(PAGE, PAGE));
+            let cq_ring_map = map(2 * PAGE, cq_ring);
+            let (sq, rq) = (
+                map(2 * PAGE + cq_ring, ring),
+                map(2 * PAGE + cq_ring + ring, ring),
+            );
             let ctx = Ctx {
-                fd: dup(&mem),
+                fd: mem,
                 path: PathBuf::from("memfd"),
-                db: map(0, PAGE),
-                kick: map(PAGE, PAGE),
+                db,
+                kick,
                 kicks: AtomicU64::new(0),
             };
             let cq = Cq {
                 handle: 3,
                 slot: 0,
                 depth: DEPTH,
-                ring: map(2 * PAGE, cq_ring),
+                ring: cq_ring_map,
                 st: Mutex::new(CqState {
                     head: 0,
                     arm_seq: 0,
@@ -689,15 +694,14 @@ mod tests {
             let qp = Qp {
                 handle: 7,
                 slot: 0,
-                sq: map(2 * PAGE + cq_ring, ring),
-                rq: map(2 * PAGE + cq_ring + ring, ring),
+                sq,
+                rq,
                 post,
             };
             Bench {
                 ctx,
                 cq,
                 qp,
-                mem,
                 cq_tail: 0,
             }
         }
@@ -742,7 +746,6 @@ mod tests {
             assert_eq!(b.cq.poll(&b.ctx, &mut out), 1, "round {i}");
             assert_eq!(out[0].wr_id, i);
         }
-        let _ = &b.mem;
     }
 
     /// A ring the way the engine fills it: owner bytes only, written with
