@@ -325,7 +325,7 @@ impl WorkQueue {
         &mut self,
         qp: u32,
         ring: &Mapping,
-        wqe: &Wqe,
+        wqe: Wqe,
         body: WqeBody<'_>,
         keep: Keep,
     ) -> Result<u32> {
@@ -500,8 +500,7 @@ impl Qp {
             None => WqeBody::Sges(&req.gather.segs),
         };
         let mut p = self.post.lock().unwrap();
-        let tail =
-            p.sq.push(self.handle, &self.sq, &h, body, req.gather.keep)?;
+        let tail = p.sq.push(self.handle, &self.sq, h, body, req.gather.keep)?;
         dev.ring(doorbell::qp_sq_tail(self.slot), tail);
         Ok(())
     }
@@ -523,7 +522,7 @@ impl Qp {
             h.wr_id = req.wr_id;
             h.opcode = WQE_OP_RECV;
             let body = WqeBody::Sges(&req.gather.segs);
-            match p.rq.push(self.handle, &self.rq, &h, body, req.gather.keep) {
+            match p.rq.push(self.handle, &self.rq, h, body, req.gather.keep) {
                 Ok(t) => {
                     tail = Some(t);
                     *posted += 1;
@@ -566,8 +565,7 @@ impl Qp {
 /// Writes a WQE into the slot at byte `at` of `ring`: the header, completed with what the
 /// body is (`num_sge`, or the inline flag and length), then the entries or the inline bytes
 /// (the rest of the slot is not read).
-fn write_wqe(ring: &Mapping, at: usize, h: &Wqe, body: WqeBody<'_>) {
-    let mut h = *h;
+fn write_wqe(ring: &Mapping, at: usize, mut h: Wqe, body: WqeBody<'_>) {
     match body {
         WqeBody::Sges(segs) => h.num_sge = segs.len() as u8,
         WqeBody::Inline(data) => {
