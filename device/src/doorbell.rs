@@ -22,7 +22,7 @@ impl DoorbellPage {
     /// The page at guest-physical `gpa`, if it is page aligned and wholly in guest RAM.
     pub fn new(mem: &GuestMemoryMmap, gpa: u64) -> Option<DoorbellPage> {
         let size = DOORBELL_PAGE_SIZE as u64;
-        let aligned = gpa % size == 0 && gpa.checked_add(size).is_some();
+        let aligned = gpa.is_multiple_of(size) && gpa.checked_add(size).is_some();
         (aligned && crate::engine::memory::in_ram(mem, gpa, size)).then_some(DoorbellPage { gpa })
     }
 
@@ -34,14 +34,14 @@ impl DoorbellPage {
     /// Atomic load (acquire) of the u32 at `offset`, a constant of the layout or a slot
     /// offset the engine computed from a validated slot number.
     pub fn load(&self, mem: &GuestMemoryMmap, offset: u32) -> Option<u32> {
-        debug_assert!(offset % 4 == 0 && offset < DOORBELL_PAGE_SIZE);
+        debug_assert!(offset.is_multiple_of(4) && offset < DOORBELL_PAGE_SIZE);
         mem.load::<u32>(GuestAddress(self.gpa + offset as u64), Ordering::Acquire)
             .ok()
     }
 
     /// Atomic store (release) of the u32 at `offset`.
     pub fn store(&self, mem: &GuestMemoryMmap, offset: u32, value: u32) {
-        debug_assert!(offset % 4 == 0 && offset < DOORBELL_PAGE_SIZE);
+        debug_assert!(offset.is_multiple_of(4) && offset < DOORBELL_PAGE_SIZE);
         let _ = mem.store(
             value,
             GuestAddress(self.gpa + offset as u64),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use net_oracle::{Frame, Parsed};
 use qpip_device::net::{
-    neighbor, Delivery, DropReason, NetConfig, SendError, Stack, StaticNeighbor,
+    neighbor, Delivery, DropReason, NetConfig, SendError, Stack, StaticNeighbor, Upper,
 };
 use smoltcp::wire::Icmpv6Repr;
 
@@ -418,10 +418,12 @@ fn routing_is_on_link_only() {
         s.send_udp(None, 1, far, 7, b"x", t),
         Err(SendError::NoRoute)
     );
-    assert_eq!(s.send_udp(None, 1, OUR, 7, b"x", t), Err(SendError::Local));
+    // The device's own addresses are reached through the loopback (see
+    // the_device_reaches_itself_through_the_loopback).
+    assert_eq!(s.send_udp(None, 1, OUR, 7, b"x", t), Ok(OUR));
     assert_eq!(
         s.send_udp(None, 1, Ipv6Addr::LOCALHOST, 7, b"x", t),
-        Err(SendError::Local)
+        Ok(Ipv6Addr::LOCALHOST)
     );
     assert_eq!(
         s.send_udp(None, 1, Ipv6Addr::UNSPECIFIED, 7, b"x", t),
@@ -1198,4 +1200,59 @@ fn tcp_super_segments_are_cut_at_the_piece_size() {
     for p in &pieces {
         assert!(tw::parse(OUR, PEER, &p[54..]).is_ok(), "a valid segment");
     }
+}
+
+#[test]
+fn the_device_reaches_itself_through_the_loopback() {
+    let (mut s, t) = stack();
+    let frames = s.stats().tx_frames; // the start-up probes
+    // Bound to no address, the source is the destination (RFC 6724 rule 1).
+    for (src, dst) in [
+        (None, OUR),
+        (None, OUR_LL),
+        (None, Ipv6Addr::LOCALHOST),
+        (Some(Ipv6Addr::LOCALHOST), Ipv6Addr::LOCALHOST),
+    ] {
+        assert_eq!(s.send_udp(src, 40000, dst, 7, b"to myself", t), Ok(dst));
+        assert!(drain(&mut s).is_empty(), "nothing reaches the link");
+        let p = s.pop_loopback().expect("looped");
+        assert!(s.pop_loopback().is_none());
+        match s.receive_looped(&p, t) {
+            Some(Upper::Udp(d)) => {
+                assert_eq!((d.src, d.dst, d.sport, d.dport), (dst, dst, 40000, 7));
+                assert_eq!(d.payload(), b"to myself");
+            }
+            other => panic!("{dst}: {other:?}"),
+        }
+    }
+    assert_eq!(s.stats().looped, 4);
+    assert_eq!(s.stats().tx_frames, frames, "not counted as frames on the link");
+    // `::1` never goes to the link as a source.
+    introduce_peer(&mut s, t);
+    assert_eq!(
+        s.send_udp(Some(Ipv6Addr::LOCALHOST), 1, PEER, 7, b"x", t),
+        Err(SendError::BadSource)
+    );
+}
+
+#[test]
+fn a_stack_without_a_link_reaches_only_itself() {
+    let mut c = config();
+    c.link = false;
+    let t = Instant::now();
+    let mut s = Stack::new(&c, t);
+    assert!(
+        drain(&mut s).is_empty(),
+        "no address detection without a link"
+    );
+    for dst in [PEER, "fe80::99".parse().unwrap(), ALL_NODES] {
+        assert_eq!(
+            s.send_udp(None, 1, dst, 7, b"x", t),
+            Err(SendError::NoRoute),
+            "{dst}"
+        );
+    }
+    assert!(drain(&mut s).is_empty());
+    assert_eq!(s.send_udp(None, 1, OUR, 7, b"x", t), Ok(OUR));
+    assert!(s.pop_loopback().is_some());
 }

@@ -4,6 +4,7 @@
 //! - [`cable`]: a unix datagram socket pair joining two `qpipd` directly
 //!   (`--net cable:PATH`), no privileges needed.
 //! - [`memory`]: an in-process pair, for tests.
+//! - [`none`]: no link (a device without `--net`: only its loopback).
 //!
 //! Any of them can be wrapped in a [`link::Link`], which writes a capture (`--pcap FILE`)
 //! and applies seeded faults (`--impair SPEC`, see [`impair`]).
@@ -18,6 +19,7 @@ pub mod cable;
 pub mod impair;
 pub mod link;
 pub mod memory;
+pub mod none;
 pub mod pcap;
 pub mod tap;
 pub mod vnet;

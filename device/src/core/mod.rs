@@ -197,7 +197,7 @@ impl DeviceCore {
         let (sq, cq) = self.regs.admin_bases();
         let mem = self.ram.memory().memory();
         let fits = |base: u64, entry: u64| {
-            base % 64 == 0 && crate::engine::memory::in_ram(&mem, base, depth as u64 * entry)
+            base.is_multiple_of(64) && crate::engine::memory::in_ram(&mem, base, depth as u64 * entry)
         };
         let valid = self.regs.enabled()
             && crate::engine::memory::valid_depth(depth, abi_admin::ADMIN_MAX_DEPTH)
@@ -244,7 +244,7 @@ fn msix_table_range(start: usize, len: usize) -> Option<std::ops::Range<usize>> 
 
 /// The register offset of a naturally aligned 32-bit access inside the register file.
 fn aligned_register(start: usize, len: usize) -> Option<u32> {
-    (len == 4 && start % 4 == 0 && start < regs::REGS_END as usize).then_some(start as u32)
+    (len == 4 && start.is_multiple_of(4) && start < regs::REGS_END as usize).then_some(start as u32)
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use super::decode::{self, AdminRequest, QpRequest};
 use super::events::Raised;
 use super::memory::{self, MemoryRegion, Ring};
 use super::objects::{Context, Cq, PendingCmd, Qp, QpState, TcpRole};
-use super::{Engine, Identity};
+use super::Engine;
 use crate::doorbell::DoorbellPage;
 
 /// The admin rings as the driver set them up.
@@ -267,21 +267,14 @@ impl Engine {
                 }
             }
             R::SetMac(mac) => {
-                let changed = self.identity.mac != mac;
-                self.identity.mac = mac;
-                self.identity_changed(changed);
+                self.set_mac(mac);
                 Ok((0, 0, 0))
             }
-            R::AddAddr { addr, prefix_len } => {
-                let r = self.add_addr(addr, prefix_len);
-                self.identity_changed(false);
-                r
-            }
+            R::AddAddr { addr, prefix_len } => self.add_addr(addr, prefix_len),
             R::DelAddr(addr) => {
-                let before = self.identity.addrs.len();
-                self.identity.addrs.retain(|(a, _)| *a != addr);
-                self.identity_changed(false);
-                if self.identity.addrs.len() < before {
+                let stack = &mut self.net.stack;
+                if stack.addresses().iter().any(|(a, _)| *a == addr) {
+                    stack.remove_address(&addr);
                     Ok((0, 0, 0))
                 } else {
                     Err(ADMIN_STATUS_BAD_HANDLE)
@@ -347,7 +340,7 @@ impl Engine {
             return Err(ADMIN_STATUS_BAD_ADDRESS);
         };
         let crosses_page = buf / memory::PAGE_SIZE != last / memory::PAGE_SIZE;
-        if buf % 8 != 0 || crosses_page || !memory::in_ram(mem, buf, data.len() as u64) {
+        if !buf.is_multiple_of(8) || crosses_page || !memory::in_ram(mem, buf, data.len() as u64) {
             return Err(ADMIN_STATUS_BAD_ADDRESS);
         }
         mem.write_slice(data, GuestAddress(buf))
@@ -382,8 +375,8 @@ impl Engine {
         ] {
             c[i as usize] = v;
         }
-        if let Some(net) = &self.net {
-            let n = net.stack.stats();
+        {
+            let n = self.net.stack.stats();
             for (i, v) in [
                 (STAT_NET_RX_FRAMES, n.rx_frames),
                 (STAT_NET_TX_FRAMES, n.tx_frames),
@@ -418,16 +411,17 @@ impl Engine {
         d.max_inline = wqe::MAX_INLINE;
         d.max_udp_payload = super::datapath::MAX_UDP_PAYLOAD as u32;
         d.max_listeners = MAX_LISTENERS;
-        d.mtu = self.net.as_ref().map_or(1500, |n| n.stack.mtu() as u32);
-        d.mac = self.identity.mac;
+        d.mtu = self.net.stack.mtu() as u32;
+        d.mac = self.net.stack.mac();
         d
     }
 
     /// The device's addresses as LIST_ADDRS reports them: the link-local one first.
     fn addr_list(&self) -> AddrList {
         let mut l = AddrList::new_zeroed();
-        let ll = (self.identity.link_local(), 64u8, ADDR_FLAG_LINK_LOCAL);
-        let configured = self.identity.addrs.iter().map(|&(a, p)| (a, p, 0));
+        let stack = &self.net.stack;
+        let ll = (stack.link_local(), 64u8, ADDR_FLAG_LINK_LOCAL);
+        let configured = stack.addresses().iter().map(|&(a, p)| (a, p, 0));
         for (e, (addr, prefix_len, flags)) in l
             .entries
             .iter_mut()
@@ -442,14 +436,15 @@ impl Engine {
     }
 
     fn add_addr(&mut self, addr: Ipv6Addr, prefix_len: u8) -> Result<Results, u16> {
-        let id: &Identity = &self.identity;
-        if id.is_local(&addr) {
+        let net = &mut self.net;
+        if net.stack.is_local(&addr) {
             return Err(ADMIN_STATUS_ADDR_IN_USE);
         }
-        if id.addrs.len() >= MAX_ADDRS as usize {
+        if net.stack.addresses().len() >= MAX_ADDRS as usize {
             return Err(ADMIN_STATUS_NO_RESOURCES);
         }
-        self.identity.addrs.push((addr, prefix_len));
+        net.stack.add_address(addr, prefix_len);
+        net.flush(); // its duplicate address detection probe
         Ok((0, 0, 0))
     }
 
@@ -717,7 +712,7 @@ impl Engine {
         if qp.bound.is_some() {
             return Err(ADMIN_STATUS_BAD_STATE);
         }
-        if !addr.is_unspecified() && !self.identity.is_local(&addr) {
+        if !addr.is_unspecified() && !self.net.stack.is_local(&addr) {
             return Err(ADMIN_STATUS_BAD_PARAM);
         }
         let tcp = qp.tcp;
@@ -760,7 +755,7 @@ impl Engine {
         if !self.objects.contexts.contains_key(&ctx) {
             return Err(ADMIN_STATUS_BAD_HANDLE);
         }
-        if !addr.is_unspecified() && !self.identity.is_local(&addr) {
+        if !addr.is_unspecified() && !self.net.stack.is_local(&addr) {
             return Err(ADMIN_STATUS_BAD_PARAM);
         }
         if self.objects.listen_ports.contains_key(&port)
@@ -831,11 +826,10 @@ impl Engine {
         qp_id: u32,
         cmd: &AdminCmd,
     ) -> Outcome {
-        if !self
+        if self
             .objects
             .listeners
-            .get(&listener)
-            .is_some_and(|l| l.ctx == ctx)
+            .get(&listener).is_none_or(|l| l.ctx != ctx)
         {
             return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
         }

@@ -222,37 +222,17 @@ impl Engine {
             );
             return;
         }
-        if !self.identity.is_local(&wr.dest_addr) {
-            let src = (!bound_addr.is_unspecified()).then_some(bound_addr);
-            match self.send_to_network(src, src_port, wr.dest_addr, wr.dest_port, &payload) {
-                Ok(()) => {
-                    self.shared.stats.add(STAT_UDP_TX, 1);
-                    let done = cqe_ok(wr.wr_id, id, CQE_OP_SEND, payload.len() as u32);
-                    self.write_cqe(mem, send_cq, done);
-                }
-                Err(detail) => self.write_cqe(mem, send_cq, fail(CQE_STATUS_BAD_DEST, detail)),
+        let src = (!bound_addr.is_unspecified()).then_some(bound_addr);
+        // The send completes once the datagram is on its way: to the link, or on the
+        // stack's loopback for the device itself (delivered on the next pass).
+        match self.send_udp(src, src_port, wr.dest_addr, wr.dest_port, &payload) {
+            Ok(()) => {
+                self.shared.stats.add(STAT_UDP_TX, 1);
+                let done = cqe_ok(wr.wr_id, id, CQE_OP_SEND, payload.len() as u32);
+                self.write_cqe(mem, send_cq, done);
             }
-            return;
+            Err(detail) => self.write_cqe(mem, send_cq, fail(CQE_STATUS_BAD_DEST, detail)),
         }
-        let src = if bound_addr.is_unspecified() {
-            wr.dest_addr
-        } else {
-            bound_addr
-        };
-        self.shared.stats.add(STAT_UDP_TX, 1);
-        let done = cqe_ok(wr.wr_id, id, CQE_OP_SEND, payload.len() as u32);
-        // The send completes once the datagram is on its way, before it is received.
-        self.write_cqe(mem, send_cq, done);
-        self.deliver_udp(
-            mem,
-            &Datagram {
-                src,
-                src_port,
-                dst: wr.dest_addr,
-                dst_port: wr.dest_port,
-                payload: &payload,
-            },
-        );
     }
 
     /// Collects a send's bytes: inline, or through the context's memory regions (local

@@ -30,7 +30,7 @@ impl Fault {
 /// Reads a page list of `npages` u64 entries at `list` and checks every page is 4 KiB
 /// aligned and inside guest RAM. Returns None (BAD_ADDRESS) otherwise.
 pub fn read_page_list(mem: &GuestMemoryMmap, list: u64, npages: u32) -> Option<Vec<u64>> {
-    if list % 8 != 0 || npages == 0 {
+    if !list.is_multiple_of(8) || npages == 0 {
         return None;
     }
     let bytes = (npages as usize).checked_mul(8)?;

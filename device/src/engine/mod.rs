@@ -41,7 +41,9 @@ use log::{debug, info, warn};
 use qpip_abi::admin::STATS_COUNT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
+use crate::backend::none::NoLink;
 use crate::irq::Interrupts;
+use crate::net::config::NetConfig;
 use crate::net::interface::Interface;
 use admin::AdminQueue;
 use objects::Objects;
@@ -144,33 +146,11 @@ impl Shared {
     }
 }
 
-/// The device's network identity: MAC and IPv6 addresses.
-#[derive(Debug, Clone)]
-pub struct Identity {
-    pub mac: [u8; 6],
-    pub addrs: Vec<(Ipv6Addr, u8)>,
-}
-
-impl Identity {
-    /// The link-local address from the MAC (the network's own derivation, so the engine and
-    /// the stack always agree on it).
-    pub fn link_local(&self) -> Ipv6Addr {
-        crate::net::wire::link_local(&self.mac)
-    }
-
-    /// Whether `a` is one of the device's own addresses (loopback included).
-    pub fn is_local(&self, a: &Ipv6Addr) -> bool {
-        a.is_loopback() || *a == self.link_local() || self.addrs.iter().any(|(x, _)| x == a)
-    }
-}
-
 pub struct Engine {
     shared: Shared,
     rx: Receiver<Control>,
     pub(crate) objects: Objects,
     pub(crate) admin: AdminQueue,
-    pub(crate) identity: Identity,
-    initial_identity: Identity,
     idle_poll: Duration,
     /// How long to poll after the last work, adapted to the traffic (at most `idle_poll`).
     spin: idle::SpinBudget,
@@ -184,9 +164,12 @@ pub struct Engine {
     wake: Option<Arc<EventFd>>,
     /// Messages taken while sleeping without a wake fd (tests), handled next.
     pending: Vec<Control>,
-    /// The network link, when qpipd has one (`--net`).
-    pub(crate) net: Option<Interface>,
-    net_config: Option<network::NetworkConfig>,
+    /// The network stack on its link: it owns the device's MAC and addresses, and its
+    /// loopback carries what the device sends to itself. Without `--net` the link is
+    /// [`crate::backend::none`] and the loopback is all there is.
+    pub(crate) net: Interface,
+    /// The stack's configuration at start: what a reset returns to.
+    net_start: NetConfig,
     tcp_limits: tcp::TcpLimits,
     /// TCP connections and the TCP state of QPs.
     pub(crate) tcp: tcp::Tcp,
@@ -258,10 +241,9 @@ impl Drop for EngineHandle {
 
 impl Engine {
     pub fn new(shared: Shared, config: EngineConfig, rx: Receiver<Control>) -> Engine {
-        let identity = Identity {
-            mac: config.mac,
-            addrs: config.addrs,
-        };
+        let mut net_start = NetConfig::new(config.mac);
+        net_start.addrs = config.addrs.clone();
+        net_start.link = false; // until attach_link
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
@@ -272,8 +254,6 @@ impl Engine {
             rx,
             objects: Objects::new(seed),
             admin: AdminQueue::default(),
-            initial_identity: identity.clone(),
-            identity,
             idle_poll: config.idle_poll,
             spin: idle::SpinBudget::new(config.idle_poll),
             idle_passes: 0,
@@ -281,14 +261,14 @@ impl Engine {
             scratch_ctxs: Vec::new(),
             wake: None,
             pending: Vec::new(),
-            net: None,
+            net: Interface::new(network::new_stack(&net_start), Box::new(NoLink)),
+            net_start,
             tcp: tcp::Tcp::new(
                 seed ^ 0x7463_7000,
                 config.network.as_ref().map_or(1500, |n| n.mtu),
                 config.tcp_limits,
             ),
             tcp_limits: config.tcp_limits,
-            net_config: None,
             events: events::AsyncEvents::default(),
             deferred: HashMap::new(),
         }
@@ -332,7 +312,7 @@ impl Engine {
             }
             self.idle_passes = self.idle_passes.wrapping_add(1);
             if last_work.elapsed() < self.spin.budget() {
-                if self.idle_passes % idle::YIELD_EVERY == 0 {
+                if self.idle_passes.is_multiple_of(idle::YIELD_EVERY) {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
@@ -372,7 +352,7 @@ impl Engine {
         did |= self.poll_tcp(&mem);
         did |= self.flush_tcp();
         did |= self.deliver_events(&mem);
-        did | self.tcp.busy()
+        did | self.tcp.busy() | self.net.stack.loopback_pending()
     }
 
     /// Handles one control message; false means stop. Public so that tests and fuzz
@@ -405,14 +385,13 @@ impl Engine {
     pub fn reset(&mut self) {
         let seed = self.objects.new_key() as u64;
         self.objects = Objects::new(seed);
-        let mtu = self.net_config.as_ref().map_or(1500, |n| n.mtu);
-        self.tcp = tcp::Tcp::new(seed.rotate_left(17), mtu, self.tcp_limits);
+        self.tcp = tcp::Tcp::new(seed.rotate_left(17), self.net_start.mtu, self.tcp_limits);
+        // Super-segments where there is a link (as attach_link set them).
+        self.tcp.set_gso(self.net_start.link);
         self.admin = AdminQueue::default();
         self.events = events::AsyncEvents::default();
         self.deferred.clear();
-        let mac_changed = self.identity.mac != self.initial_identity.mac;
-        self.identity = self.initial_identity.clone();
-        self.identity_changed(mac_changed);
+        self.restore_identity();
         self.shared.stats.clear();
         self.sleeping = false;
         info!("engine reset: all objects destroyed");
@@ -447,14 +426,14 @@ impl Engine {
             events: libc::POLLIN,
             revents: 0,
         }];
-        if let Some(net) = &self.net {
+        if self.net.fd() >= 0 {
             fds.push(libc::pollfd {
-                fd: net.fd(),
+                fd: self.net.fd(),
                 events: libc::POLLIN,
                 revents: 0,
             });
         }
-        let net_deadline = self.net.as_mut().and_then(|n| n.next_deadline());
+        let net_deadline = self.net.next_deadline();
         let deadline = match (net_deadline, self.tcp.next_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

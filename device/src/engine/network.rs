@@ -1,7 +1,8 @@
-//! The engine's network side: the link beneath the QPs (`--net`). Datagrams to the device's
-//! own addresses stay inside the engine (the loopback in [`super::datapath`]); everything
-//! else goes through the [`crate::net`] stack onto the backend, and what the stack receives
-//! for the device comes back up through the same receive path.
+//! The engine's network side: the [`crate::net`] stack and the link beneath the QPs
+//! (`--net`; without it, no link). The stack owns the device's identity (MAC, addresses);
+//! every datagram and segment goes down through it — to the link, or back up through its
+//! loopback when the destination is the device itself — and what the stack receives for
+//! the device comes up through one receive path.
 
 use std::io;
 use std::path::PathBuf;
@@ -48,8 +49,15 @@ impl NetworkConfig {
     }
 }
 
+/// A stack as the engine runs it (TCP above it on).
+pub(super) fn new_stack(config: &NetConfig) -> Stack {
+    let mut s = Stack::new(config, Instant::now());
+    s.set_tcp(true);
+    s
+}
+
 impl Engine {
-    /// Opens the link and starts the stack with the device's identity.
+    /// Opens the link and starts the stack on it with the device's identity.
     pub fn attach_network(&mut self, cfg: &NetworkConfig) -> io::Result<()> {
         let link = backend::open_link(&cfg.spec, cfg.pcap.as_deref(), cfg.impair.as_ref())?;
         self.attach_link(cfg, link);
@@ -59,8 +67,12 @@ impl Engine {
     /// As [`Engine::attach_network`], onto a link already open (`cfg.spec` only names it):
     /// an in-process [`backend::memory`] pair for benches and tests.
     pub fn attach_link(&mut self, cfg: &NetworkConfig, link: Box<dyn backend::Backend>) {
-        self.net_config = Some(cfg.clone());
-        let stack = self.new_stack(cfg);
+        let c = &mut self.net_start;
+        c.mtu = cfg.mtu;
+        c.neighbors = cfg.neighbors.clone();
+        c.ndp_solicits = cfg.ndp_solicits;
+        c.link = true;
+        let stack = new_stack(&self.identity_now());
         info!(
             "network: {} (MTU {}), link-local {}",
             link.describe(),
@@ -71,55 +83,44 @@ impl Engine {
         // carries them; another cuts them (backend::send_segments), which still costs less
         // than building every segment.
         self.tcp.set_gso(true);
-        self.net = Some(Interface::new(stack, link));
+        self.net = Interface::new(stack, link);
     }
 
-    fn new_stack(&self, cfg: &NetworkConfig) -> Stack {
-        let mut c = NetConfig::new(self.identity.mac);
-        c.addrs = self.identity.addrs.clone();
-        c.mtu = cfg.mtu;
-        c.neighbors = cfg.neighbors.clone();
-        c.ndp_solicits = cfg.ndp_solicits;
-        let mut s = Stack::new(&c, Instant::now());
-        s.set_tcp(true);
-        s
+    /// The start configuration with the identity the device has now.
+    fn identity_now(&self) -> NetConfig {
+        let mut c = self.net_start.clone();
+        c.mac = self.net.stack.mac();
+        c.addrs = self.net.stack.addresses().to_vec();
+        c
     }
 
-    /// The identity changed (SET_MAC, ADD_ADDR, DEL_ADDR, reset): the stack follows. A new
-    /// MAC means a new link-local address and new neighbours' view of us, so the stack
-    /// starts afresh, as an interface does after `ip link set address`.
-    pub(super) fn identity_changed(&mut self, mac_changed: bool) {
-        let Some(cfg) = self.net_config.clone() else {
-            return;
-        };
-        let Some(net) = self.net.as_mut() else { return };
-        // A reset made TCP afresh: it builds super-segments again.
-        self.tcp.set_gso(true);
-        if mac_changed {
-            let stack = self.new_stack(&cfg);
-            let net = self.net.as_mut().expect("checked");
-            net.stack = stack;
-            net.flush();
+    /// SET_MAC. A new MAC means a new link-local address and a new view of us for the
+    /// neighbours, so the stack starts afresh, as an interface does after `ip link set
+    /// address`.
+    pub(super) fn set_mac(&mut self, mac: [u8; 6]) {
+        if self.net.stack.mac() == mac {
             return;
         }
-        let want = &self.identity.addrs;
-        let have: Vec<_> = net.stack.addresses().to_vec();
-        for (a, _) in &have {
-            if !want.iter().any(|(w, _)| w == a) {
-                net.stack.remove_address(a);
-            }
-        }
-        for (a, p) in want {
-            if !have.iter().any(|(h, _)| h == a) {
-                net.stack.add_address(*a, *p);
-            }
-        }
-        net.flush();
+        let mut c = self.identity_now();
+        c.mac = mac;
+        self.net.stack = new_stack(&c);
+        self.net.flush();
     }
 
-    /// Sends a datagram to a destination that is not the device itself. Err(detail) when it
-    /// cannot go (no network, no route, a source the stack refuses).
-    pub(super) fn send_to_network(
+    /// After a reset: the identity the device started with.
+    pub(super) fn restore_identity(&mut self) {
+        if self.net.stack.mac() != self.net_start.mac {
+            self.net.stack = new_stack(&self.net_start);
+        } else {
+            let addrs = self.net_start.addrs.clone();
+            self.net.stack.set_addresses(&addrs);
+        }
+        self.net.flush();
+    }
+
+    /// Sends a UDP datagram through the stack (to the link, or to the device itself).
+    /// Err(detail) when it cannot go (no route, a source the stack refuses).
+    pub(super) fn send_udp(
         &mut self,
         src: Option<std::net::Ipv6Addr>,
         sport: u16,
@@ -128,65 +129,66 @@ impl Engine {
         payload: &[u8],
     ) -> Result<(), u32> {
         use qpip_abi::cqe::*;
-        let Some(net) = self.net.as_mut() else {
-            return Err(CQE_DETAIL_NO_ROUTE);
-        };
+        let net = &mut self.net;
         let r = net
             .stack
             .send_udp(src, sport, dst, dport, payload, Instant::now());
         net.flush();
         match r {
             Ok(_) => Ok(()),
-            Err(SendError::NoRoute | SendError::Local) => Err(CQE_DETAIL_NO_ROUTE),
+            Err(SendError::NoRoute) => Err(CQE_DETAIL_NO_ROUTE),
             Err(SendError::BadDestination | SendError::BadSource) => Err(CQE_DETAIL_BAD_ADDRESS),
             Err(SendError::TooBig) => Err(CQE_DETAIL_NONE),
         }
     }
 
-    /// Takes frames from the link and runs the network's timers. Returns whether anything
-    /// happened.
+    /// Takes packets from the loopback and frames from the link, and runs the network's
+    /// timers. Returns whether anything happened.
     pub(super) fn poll_network(&mut self, mem: &GuestMemoryMmap) -> bool {
         // An idle engine that polls looks at its link (a system call) only now and then;
-        // the pass before it sleeps always looks (its idle count is reset then).
-        if self.idle_passes % super::idle::LINK_EVERY != 0 {
+        // the pass before it sleeps always looks (its idle count is reset then). What the
+        // device sent itself is taken at once.
+        if !self.idle_passes.is_multiple_of(super::idle::LINK_EVERY) && !self.net.stack.loopback_pending() {
             return false;
         }
-        let Some(mut net) = self.net.take() else {
-            return false;
-        };
         let now = Instant::now();
-        if net.next_deadline().is_some_and(|t| t <= now) {
-            net.poll_timers(now);
+        if self.net.next_deadline().is_some_and(|t| t <= now) {
+            self.net.poll_timers(now);
         }
-        let n = net.poll_rx_upper(now, RX_BUDGET, |u| match u {
-            Upper::Udp(d) => {
-                let dgram = Datagram {
-                    src: d.src,
-                    src_port: d.sport,
-                    dst: d.dst,
-                    dst_port: d.dport,
-                    payload: d.payload(),
-                };
-                if self.deliver_udp(mem, &dgram) {
-                    Delivery::Delivered
-                } else {
-                    Delivery::NoPort
+        let n = Interface::poll_rx_in(
+            self,
+            |e| &mut e.net,
+            now,
+            RX_BUDGET,
+            |e, u| match u {
+                Upper::Udp(d) => {
+                    let dgram = Datagram {
+                        src: d.src,
+                        src_port: d.sport,
+                        dst: d.dst,
+                        dst_port: d.dport,
+                        payload: d.payload(),
+                    };
+                    if e.deliver_udp(mem, &dgram) {
+                        Delivery::Delivered
+                    } else {
+                        Delivery::NoPort
+                    }
                 }
-            }
-            Upper::Tcp(t) => match self.tcp_segment_in(mem, t.src, t.dst, t.segment()) {
-                None => Delivery::Delivered,
-                Some(why) => Delivery::Dropped(why),
+                Upper::Tcp(t) => match e.tcp_segment_in(mem, t.src, t.dst, t.segment()) {
+                    None => Delivery::Delivered,
+                    Some(why) => Delivery::Dropped(why),
+                },
             },
-        });
+        );
         // Packets too big that lowered a path MTU: the connections to that destination
         // resend at the new size on the next TCP pass.
-        let pmtu = net.stack.take_path_mtu_changes();
-        self.net = Some(net);
+        let pmtu = self.net.stack.take_path_mtu_changes();
         for &(dst, mtu) in &pmtu {
             debug!("path MTU to {dst} is now {mtu}");
             self.tcp.path_mtu_changed(dst, mtu, now);
         }
-        // The segments TCP produced meanwhile go out now that the link is back.
+        // The segments TCP produced meanwhile go down now.
         self.flush_tcp();
         n > 0 || !pmtu.is_empty()
     }

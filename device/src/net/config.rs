@@ -25,6 +25,10 @@ pub struct NetConfig {
     /// Multicast neighbour solicitations before resolving an address fails
     /// (`--ndp-solicit`; RFC 4861's MAX_MULTICAST_SOLICIT, 3, by default).
     pub ndp_solicits: u8,
+    /// Whether there is a link (`--net`). Without one the stack reaches only the device's
+    /// own addresses, through its loopback: every other destination has no route, and
+    /// nothing is sent for address detection.
+    pub link: bool,
 }
 
 impl NetConfig {
@@ -36,6 +40,7 @@ impl NetConfig {
             neighbors: Vec::new(),
             seed: None,
             ndp_solicits: super::neighbor::MAX_MULTICAST_SOLICIT,
+            link: true,
         }
     }
 }

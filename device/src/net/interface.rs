@@ -89,42 +89,76 @@ impl Interface {
         budget: usize,
         mut deliver: impl FnMut(&Upper<'_>) -> Delivery,
     ) -> usize {
+        Interface::poll_rx_in(self, |i| i, now, budget, |_, u| deliver(u))
+    }
+
+    /// As [`Interface::poll_rx_upper`] for an interface that lives inside `owner`, whom
+    /// `deliver` may change while a packet goes up (the engine: its QPs take the data).
+    /// `net` finds the interface in `owner`. Packets the device sent to itself come
+    /// first (they are already here), then frames from the link.
+    pub fn poll_rx_in<C>(
+        owner: &mut C,
+        net: impl Fn(&mut C) -> &mut Interface,
+        now: Instant,
+        budget: usize,
+        mut deliver: impl FnMut(&mut C, &Upper<'_>) -> Delivery,
+    ) -> usize {
+        let refused = net(owner).backend.rx_dropped();
         let mut n = 0;
-        let refused = self.backend.rx_dropped();
         while n < budget {
-            let received = {
-                let _stage = crate::stages::span(crate::stages::Stage::Receive);
-                self.backend.recv_owned(&mut self.buf)
-            };
-            let len = match received {
-                Ok(Some(len)) => len,
-                Ok(None) => break,
-                Err(e) => {
-                    log::warn!("{}: receive failed: {e}", self.backend.describe());
-                    break;
-                }
+            let Some((packet, len, looped)) = net(owner).next_packet() else {
+                break;
             };
             n += 1;
-            if let Some(u) = self.stack.receive_upper(&self.buf[..len], now) {
-                match deliver(&u) {
-                    Delivery::Delivered => {}
-                    Delivery::NoPort => {
-                        if let Upper::Udp(d) = &u {
-                            self.stack.port_unreachable(d, now);
-                        }
-                    }
-                    Delivery::Dropped(why) => self.stack.stats_mut().drop(why),
-                }
+            let up = if looped {
+                net(owner).stack.receive_looped(&packet[..len], now)
+            } else {
+                net(owner).stack.receive_upper(&packet[..len], now)
+            };
+            if let Some(u) = up {
+                let d = deliver(owner, &u);
+                net(owner).stack.delivered(&u, d, now);
+            }
+            if !looped {
+                net(owner).buf = packet; // the receive buffer, for the next frame
             }
         }
+        let i = net(owner);
         // Frames the backend refused count as malformed, like those the stack refuses.
-        for _ in refused..self.backend.rx_dropped() {
-            self.stack
+        for _ in refused..i.backend.rx_dropped() {
+            i.stack
                 .stats_mut()
                 .drop(super::stats::DropReason::Malformed);
         }
-        self.flush();
+        i.flush();
         n
+    }
+
+    /// The next packet for the device, and whether it is one it sent itself: from the
+    /// loopback, else a frame from the link (in the interface's receive buffer, which the
+    /// caller gives back). The packet is the buffer's first `len` bytes.
+    fn next_packet(&mut self) -> Option<(Vec<u8>, usize, bool)> {
+        if let Some(p) = self.stack.pop_loopback() {
+            let len = p.len();
+            return Some((p, len, true));
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        let received = {
+            let _stage = crate::stages::span(crate::stages::Stage::Receive);
+            self.backend.recv_owned(&mut buf)
+        };
+        match received {
+            Ok(Some(len)) => Some((buf, len, false)),
+            Ok(None) => {
+                self.buf = buf;
+                None
+            }
+            Err(e) => {
+                self.buf = buf;
+                log::warn!("{}: receive failed: {e}", self.backend.describe());
+                None
+            }
+        }
     }
 
     /// Runs the stack's and the backend's timers.

@@ -32,5 +32,5 @@ pub mod wire;
 
 pub use config::{Mtu, NetConfig, StaticNeighbor};
 pub use interface::Interface;
-pub use stack::{Delivery, SendError, Stack, UdpIn, MAX_UDP_PAYLOAD};
+pub use stack::{Delivery, SendError, Stack, UdpIn, Upper, MAX_UDP_PAYLOAD};
 pub use stats::{DropReason, NetStats};

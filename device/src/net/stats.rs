@@ -93,6 +93,9 @@ pub struct NetStats {
     pub rx_bytes: u64,
     pub tx_frames: u64,
     pub tx_bytes: u64,
+    /// Packets sent to the device's own addresses (they never reach the link: not in the
+    /// frame counts).
+    pub looped: u64,
     /// UDP datagrams handed up / sent (a fragmented datagram counts once).
     pub udp_rx: u64,
     pub udp_tx: u64,

@@ -245,17 +245,10 @@ impl Engine {
         let bound = self.objects.qps[&qp].bound;
         let local = match bound {
             Some((a, _)) if !a.is_unspecified() => a,
-            _ if self.identity.is_local(&remote) => remote,
-            // A destination the link cannot reach is treated as a silent peer: the SYN is
-            // dropped and the CONNECT ends in TIMEOUT (or CANCELLED if the QP goes first).
-            _ => match &self.net {
-                Some(net) => net.stack.select_source(&remote),
-                None => self
-                    .identity
-                    .addrs
-                    .first()
-                    .map_or(self.identity.link_local(), |(a, _)| *a),
-            },
+            // The device itself, or a destination the link cannot reach (treated as a
+            // silent peer: the SYN is dropped and the CONNECT ends in TIMEOUT, or
+            // CANCELLED if the QP goes first).
+            _ => self.net.stack.select_source(&remote),
         };
         let local_port = match bound {
             Some((_, p)) => p,

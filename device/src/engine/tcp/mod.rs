@@ -72,8 +72,6 @@ use tx::{QpSource, TxEntry, TxQueue};
 const HOP_LIMIT: u8 = 64;
 /// Send WRs one QP may take per turn.
 const SEND_BUDGET: u32 = 64;
-/// Locally routed segments processed per pass before other work gets a turn.
-const LOCAL_BUDGET: usize = 256;
 /// Largest accept backlog (ListenArgs::backlog is clamped to it; 0 means this).
 const MAX_BACKLOG: usize = 1024;
 
@@ -107,8 +105,6 @@ struct ListenState {
 pub struct Tcp {
     table: ConnectionTable<u32>,
     cfg: tcp::Config,
-    /// Segments for the device's own addresses, input on the next pass.
-    local: VecDeque<Outgoing>,
     /// Segments produced and not yet sent.
     outbox: Vec<Outgoing>,
     listeners: HashMap<u32, ListenState>,
@@ -173,7 +169,6 @@ impl Tcp {
         Tcp {
             table,
             cfg,
-            local: VecDeque::new(),
             outbox: Vec::new(),
             listeners: HashMap::new(),
             qps: HashMap::new(),
@@ -211,7 +206,7 @@ impl Tcp {
 
     /// Whether work is waiting that needs no event to wake it.
     pub fn busy(&self) -> bool {
-        !self.local.is_empty() || !self.outbox.is_empty()
+        !self.outbox.is_empty()
     }
 }
 
@@ -382,22 +377,9 @@ impl Engine {
         }
     }
 
-    /// Locally routed segments, due timers, and the segments they produce. Returns
-    /// whether anything happened.
+    /// Due timers, and the segments they produce. Returns whether anything happened.
     pub(in crate::engine) fn poll_tcp(&mut self, mem: &GuestMemoryMmap) -> bool {
         let mut did = false;
-        for _ in 0..LOCAL_BUDGET {
-            let Some(o) = self.tcp.local.pop_front() else {
-                break;
-            };
-            did = true;
-            if let Some(why) = self.tcp_segment_in(mem, o.src, o.dst, &o.segment) {
-                // Segments of the device's own connections to itself; count them like any.
-                if let Some(net) = self.net.as_mut() {
-                    net.stack.stats_mut().drop(why);
-                }
-            }
-        }
         let now = Instant::now();
         if self.tcp.table.next_deadline().is_some_and(|t| t <= now) {
             while let Some(id) = self.tcp.table.pop_expired(now) {
@@ -412,33 +394,24 @@ impl Engine {
         did
     }
 
-    /// Sends the segments produced: to the local queue for the device's own addresses,
-    /// else onto the link. Returns whether there were any.
+    /// Sends the segments produced through the stack (those for the device itself come
+    /// back up through its loopback). Returns whether there were any.
     pub(in crate::engine) fn flush_tcp(&mut self) -> bool {
         if self.tcp.outbox.is_empty() {
             return false;
         }
         let now = Instant::now();
         let out = std::mem::take(&mut self.tcp.outbox);
-        let mut sent = false;
+        let net = &mut self.net;
         for o in out {
-            if self.identity.is_local(&o.dst) {
-                self.tcp.local.push_back(o);
-            } else if let Some(net) = self.net.as_mut() {
-                if let Err(e) = net
-                    .stack
-                    .send_tcp(o.src, o.dst, HOP_LIMIT, &o.segment, o.gso, now)
-                {
-                    debug!("TCP segment to {} not sent: {e}", o.dst);
-                }
-                sent = true;
+            if let Err(e) = net
+                .stack
+                .send_tcp(o.src, o.dst, HOP_LIMIT, &o.segment, o.gso, now)
+            {
+                debug!("TCP segment to {} not sent: {e}", o.dst);
             }
         }
-        if sent {
-            if let Some(net) = self.net.as_mut() {
-                net.flush();
-            }
-        }
+        net.flush();
         true
     }
 }

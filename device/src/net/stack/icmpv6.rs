@@ -29,6 +29,9 @@ impl Stack {
     /// A duplicate address detection probe: from the unspecified address, no link-layer
     /// option (RFC 4862 §5.4.2).
     pub(super) fn send_dad_probe(&mut self, addr: Ipv6Addr) {
+        if !self.link {
+            return; // nobody to ask
+        }
         let src = Ipv6Addr::UNSPECIFIED;
         let group = wire::solicited_node(&addr);
         let msg = wire::icmpv6(

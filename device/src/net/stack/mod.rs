@@ -11,7 +11,11 @@
 //! Routing is on-link only: a destination is reachable if it is link-local, inside the
 //! prefix of a configured address, or has a static neighbour entry. There is no default
 //! router (the device ignores router advertisements); other destinations are refused with
-//! [`SendError::NoRoute`].
+//! [`SendError::NoRoute`]. Packets to the device's own addresses (and `::1`) take the
+//! loopback: they wait in the stack ([`Stack::pop_loopback`]) and come back up through
+//! [`Stack::receive_looped`] as if received, so the layers above have one path for both.
+//! A stack without a link ([`NetConfig::link`] false: a device without `--net`) has only
+//! the loopback.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
@@ -52,8 +56,6 @@ pub const MAX_TX_QUEUE: usize = 8192;
 pub enum SendError {
     /// The destination is not on-link (see the module documentation).
     NoRoute,
-    /// The destination is the device itself (or loopback): deliver it locally.
-    Local,
     /// Unspecified, or a multicast group beyond link-local scope.
     BadDestination,
     /// The source given is not one of the device's addresses.
@@ -66,7 +68,6 @@ impl fmt::Display for SendError {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str(match self {
             SendError::NoRoute => "no route to the destination (on-link only)",
-            SendError::Local => "the destination is the device itself",
             SendError::BadDestination => "not a destination address",
             SendError::BadSource => "the source is not one of the device's addresses",
             SendError::TooBig => "datagram larger than 65527 bytes",
@@ -154,6 +155,11 @@ pub struct Stack {
     reasm: Reassembler,
     /// Frames for the wire, each with 0 or the segment size of a TCP super-frame.
     tx: VecDeque<(Vec<u8>, u16)>,
+    /// Packets to the device's own addresses, waiting to come back up (Ethernet header
+    /// blank, as built).
+    loopback: VecDeque<Vec<u8>>,
+    /// Whether there is a link beneath ([`NetConfig::link`]).
+    link: bool,
     stats: NetStats,
     icmp_tokens: f64,
     icmp_refilled: Option<Instant>,
@@ -191,6 +197,8 @@ impl Stack {
             pmtu_changes: Vec::new(),
             reasm: Reassembler::new(),
             tx: VecDeque::new(),
+            loopback: VecDeque::new(),
+            link: config.link,
             stats: NetStats::default(),
             icmp_tokens: ICMP_ERROR_BURST,
             icmp_refilled: None,
@@ -301,13 +309,17 @@ impl Stack {
 
     // ---- routing ----------------------------------------------------------------------
 
-    /// Checks that `dst` can be sent to (on-link only, see the module documentation).
+    /// Checks that `dst` can be sent to: the device itself (loopback), or on-link (see the
+    /// module documentation).
     pub fn route(&self, dst: &Ipv6Addr) -> Result<(), SendError> {
         if self.is_local(dst) {
-            return Err(SendError::Local);
+            return Ok(());
         }
         if dst.is_unspecified() {
             return Err(SendError::BadDestination);
+        }
+        if !self.link {
+            return Err(SendError::NoRoute);
         }
         if dst.is_multicast() {
             // Link-local scope only: nothing routes further for us.
@@ -329,9 +341,13 @@ impl Stack {
     }
 
     /// The source address for packets to `dst` (RFC 6724, reduced to what an on-link host
-    /// needs): link-local for link-local and multicast destinations, otherwise a configured
-    /// address whose prefix holds `dst` (the longest), else the first configured address.
+    /// needs): `dst` itself when it is the device's own (rule 1, same address), link-local
+    /// for link-local and multicast destinations, otherwise a configured address whose
+    /// prefix holds `dst` (the longest), else the first configured address.
     pub fn select_source(&self, dst: &Ipv6Addr) -> Ipv6Addr {
+        if self.is_local(dst) {
+            return *dst;
+        }
         if wire::is_link_local(dst) || dst.is_multicast() {
             return self.link_local;
         }
@@ -388,6 +404,8 @@ impl Stack {
         let src = match src {
             Some(s) if s.is_unspecified() => self.select_source(&dst),
             Some(s) if self.is_own_unicast(&s) => s,
+            // `::1` only toward the device itself: it must never reach a link.
+            Some(s) if s.is_loopback() && self.is_local(&dst) => s,
             Some(_) => return Err(SendError::BadSource),
             None => self.select_source(&dst),
         };
@@ -413,6 +431,10 @@ impl Stack {
         self.route(&dst)?;
         if upper.len() > u16::MAX as usize {
             return Err(SendError::TooBig);
+        }
+        if self.is_local(&dst) {
+            self.loop_back(wire::ipv6_packet(&src, &dst, next_header, hop_limit, upper));
+            return Ok(());
         }
         let mtu = self.path_mtu(&dst, now);
         if IPV6_LEN + upper.len() <= mtu {
@@ -449,6 +471,10 @@ impl Stack {
         mss: u16,
         now: Instant,
     ) -> Result<(), SendError> {
+        if self.is_local(&dst) {
+            // The loopback takes a super-segment whole: nothing on the way cuts it.
+            return self.send_ip(src, dst, proto::TCP, hop_limit, segment, now);
+        }
         let mtu = self.path_mtu(&dst, now);
         // The pieces must fit the path (it may have shrunk since the segment was built).
         let thl = segment.get(12).map_or(0, |b| (b >> 4) as usize * 4);
@@ -535,6 +561,40 @@ impl Stack {
 
     pub fn tx_pending(&self) -> usize {
         self.tx.len()
+    }
+
+    /// Queues a packet for the device itself; bounded like the transmit queue.
+    fn loop_back(&mut self, packet: Vec<u8>) {
+        if self.loopback.len() >= MAX_TX_QUEUE {
+            self.stats.tx_errors += 1;
+            return;
+        }
+        self.stats.looped += 1;
+        self.loopback.push_back(packet);
+    }
+
+    /// The next packet sent to the device's own addresses, for [`Stack::receive_looped`].
+    pub fn pop_loopback(&mut self) -> Option<Vec<u8>> {
+        self.loopback.pop_front()
+    }
+
+    /// What the layer above did with a packet: a UDP datagram for no port is answered
+    /// "port unreachable"; a drop is counted.
+    pub fn delivered(&mut self, u: &Upper<'_>, d: Delivery, now: Instant) {
+        match d {
+            Delivery::Delivered => {}
+            Delivery::NoPort => {
+                if let Upper::Udp(d) = u {
+                    self.port_unreachable(d, now);
+                }
+            }
+            Delivery::Dropped(why) => self.stats.drop(why),
+        }
+    }
+
+    /// Whether packets wait on the loopback.
+    pub fn loopback_pending(&self) -> bool {
+        !self.loopback.is_empty()
     }
 
     fn run_actions(&mut self) {

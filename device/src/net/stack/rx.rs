@@ -62,6 +62,17 @@ impl Stack {
         self.walk(Cow::Borrowed(ip.packet), src, dst, hop_limit, eth.src, now)
     }
 
+    /// Processes a packet the device sent to itself ([`Stack::pop_loopback`]): as
+    /// [`Stack::receive_upper`] from the IPv6 header on (the stack built it, for one of its
+    /// own addresses).
+    pub fn receive_looped<'f>(&mut self, frame: &'f [u8], now: Instant) -> Option<Upper<'f>> {
+        let Ok(ip) = wire::parse_ipv6(&frame[wire::ETH_LEN..]) else {
+            return self.drop(DropReason::Malformed);
+        };
+        let (src, dst, hop_limit, mac) = (ip.src, ip.dst, ip.hop_limit, self.mac);
+        self.walk(Cow::Borrowed(ip.packet), src, dst, hop_limit, mac, now)
+    }
+
     /// Follows the header chain of a packet for us (RFC 8200 §4) to its upper layer.
     pub(super) fn walk<'f>(
         &mut self,
