@@ -1025,6 +1025,16 @@ fn frames_not_for_us() {
             ),
             DropReason::BadSource,
         ),
+        // Our own address (or ::1) as the source of a frame from the link: a spoof or a
+        // loop; answered, it would reach us through our own loopback.
+        (
+            net_oracle::udp_frame(PEER_MAC, OUR_MAC, OUR, OUR, 1, 2, b"x"),
+            DropReason::BadSource,
+        ),
+        (
+            net_oracle::udp_frame(PEER_MAC, OUR_MAC, Ipv6Addr::LOCALHOST, OUR, 1, 2, b"x"),
+            DropReason::BadSource,
+        ),
         (
             net_oracle::ip_frame(PEER_MAC, OUR_MAC, PEER, OUR, 59, 64, &[]),
             DropReason::NoNextHeader,
@@ -1206,7 +1216,7 @@ fn tcp_super_segments_are_cut_at_the_piece_size() {
 fn the_device_reaches_itself_through_the_loopback() {
     let (mut s, t) = stack();
     let frames = s.stats().tx_frames; // the start-up probes
-    // Bound to no address, the source is the destination (RFC 6724 rule 1).
+                                      // Bound to no address, the source is the destination (RFC 6724 rule 1).
     for (src, dst) in [
         (None, OUR),
         (None, OUR_LL),
@@ -1226,7 +1236,11 @@ fn the_device_reaches_itself_through_the_loopback() {
         }
     }
     assert_eq!(s.stats().looped, 4);
-    assert_eq!(s.stats().tx_frames, frames, "not counted as frames on the link");
+    assert_eq!(
+        s.stats().tx_frames,
+        frames,
+        "not counted as frames on the link"
+    );
     // `::1` never goes to the link as a source.
     introduce_peer(&mut s, t);
     assert_eq!(

@@ -197,7 +197,8 @@ impl DeviceCore {
         let (sq, cq) = self.regs.admin_bases();
         let mem = self.ram.memory().memory();
         let fits = |base: u64, entry: u64| {
-            base.is_multiple_of(64) && crate::engine::memory::in_ram(&mem, base, depth as u64 * entry)
+            base.is_multiple_of(64)
+                && crate::engine::memory::in_ram(&mem, base, depth as u64 * entry)
         };
         let valid = self.regs.enabled()
             && crate::engine::memory::valid_depth(depth, abi_admin::ADMIN_MAX_DEPTH)

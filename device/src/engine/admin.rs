@@ -829,7 +829,8 @@ impl Engine {
         if self
             .objects
             .listeners
-            .get(&listener).is_none_or(|l| l.ctx != ctx)
+            .get(&listener)
+            .is_none_or(|l| l.ctx != ctx)
         {
             return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
         }

@@ -148,7 +148,9 @@ impl Engine {
         // An idle engine that polls looks at its link (a system call) only now and then;
         // the pass before it sleeps always looks (its idle count is reset then). What the
         // device sent itself is taken at once.
-        if !self.idle_passes.is_multiple_of(super::idle::LINK_EVERY) && !self.net.stack.loopback_pending() {
+        if !self.idle_passes.is_multiple_of(super::idle::LINK_EVERY)
+            && !self.net.stack.loopback_pending()
+        {
             return false;
         }
         let now = Instant::now();

@@ -52,7 +52,9 @@ impl Stack {
             Ok(ip) => ip,
             Err(_) => return self.drop(DropReason::Malformed),
         };
-        if ip.src.is_multicast() {
+        // A multicast source is invalid; one of our own addresses (or ::1) from the link
+        // is a spoof or a loop: answering it would talk to ourselves.
+        if ip.src.is_multicast() || self.is_local(&ip.src) {
             return self.drop(DropReason::BadSource);
         }
         if !(self.is_own_unicast(&ip.dst) || self.is_member(&ip.dst)) {
