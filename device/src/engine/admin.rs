@@ -15,7 +15,8 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 use super::decode::{self, AdminRequest, QpRequest};
 use super::events::Raised;
 use super::memory::{self, MemoryRegion, Ring};
-use super::objects::{Context, Cq, PendingCmd, Qp, QpState, TcpRole};
+use super::objects::{Context, Cq, PendingCmd, Qp, QpKind, QpState, TcpRole};
+use super::tcp::TcpQp;
 use super::Engine;
 use crate::doorbell::DoorbellPage;
 
@@ -310,7 +311,9 @@ impl Engine {
             R::Connect { addr, port } => return self.connect(mem, ctx, h, addr, port, cmd),
             R::Close => match self.objects.qp_in(ctx, h) {
                 None => Err(ADMIN_STATUS_BAD_HANDLE),
-                Some(qp) if !qp.tcp || qp.state != QpState::Ready => Err(ADMIN_STATUS_BAD_STATE),
+                Some(qp) if !qp.is_tcp() || qp.state != QpState::Ready => {
+                    Err(ADMIN_STATUS_BAD_STATE)
+                }
                 Some(_) => {
                     let pending = PendingCmd {
                         cmd_id: cmd.cmd_id,
@@ -604,8 +607,6 @@ impl Engine {
             Qp {
                 ctx,
                 slot,
-                tcp: q.tcp,
-                framing: q.framing,
                 send_cq: q.send_cq,
                 recv_cq: q.recv_cq,
                 sq,
@@ -616,15 +617,16 @@ impl Engine {
                 rq_tail,
                 state: QpState::Ready,
                 bound: None,
-                role: TcpRole::Idle,
                 queued: false,
+                kind: if q.tcp {
+                    QpKind::Tcp(TcpQp::new(id, q.framing))
+                } else {
+                    QpKind::Udp
+                },
             },
         );
         for cq in [q.send_cq, q.recv_cq] {
             self.objects.cqs.get_mut(&cq).expect("checked").users += 1;
-        }
-        if q.tcp {
-            self.tcp_qp_created(id, q.framing);
         }
         self.objects
             .contexts
@@ -643,7 +645,7 @@ impl Engine {
     /// Removes a QP: unbinds it, cancels its pending commands and (if `flush`) completes
     /// its outstanding work requests with FLUSHED.
     fn remove_qp(&mut self, mem: &GuestMemoryMmap, id: u32, flush: bool) {
-        if self.objects.qps.get(&id).is_some_and(|q| q.tcp) {
+        if self.objects.qps.get(&id).is_some_and(Qp::is_tcp) {
             // Abort (RST) the connection, or leave it to finish a graceful close as an
             // orphan; flush the WRs it had taken: they are older than what is still in the
             // rings.
@@ -659,16 +661,18 @@ impl Engine {
             return;
         };
         if let Some((_, port)) = qp.bound {
-            let ports = if qp.tcp {
+            let ports = if qp.is_tcp() {
                 &mut self.objects.tcp_ports
             } else {
                 &mut self.objects.udp_ports
             };
             ports.remove(&port);
         }
-        match qp.role {
-            TcpRole::Accepting { cmd, .. } | TcpRole::Connecting { cmd } => self.cancel(mem, cmd),
-            TcpRole::Idle | TcpRole::Connected => {}
+        // A pending ACCEPT or CONNECT ends with its QP.
+        if let Some(TcpRole::Accepting { cmd, .. } | TcpRole::Connecting { cmd }) =
+            qp.tcp().map(|t| t.role)
+        {
+            self.cancel(mem, cmd)
         }
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.objects.cqs.get_mut(&cq) {
@@ -715,7 +719,7 @@ impl Engine {
         if !addr.is_unspecified() && !self.net.stack.is_local(&addr) {
             return Err(ADMIN_STATUS_BAD_PARAM);
         }
-        let tcp = qp.tcp;
+        let tcp = qp.is_tcp();
         let taken = |objects: &super::objects::Objects, p: u16| {
             if tcp {
                 objects.tcp_ports.contains_key(&p) || objects.listen_ports.contains_key(&p)
@@ -766,15 +770,15 @@ impl Engine {
         if self.objects.listeners.len() >= MAX_LISTENERS as usize {
             return Err(ADMIN_STATUS_NO_RESOURCES);
         }
+        let accept = self.tcp_listen(addr, port, backlog)?;
         let id = self.objects.new_id();
-        self.tcp_listen(id, addr, port, backlog)?;
         self.objects.listeners.insert(
             id,
             super::objects::Listener {
                 ctx,
                 addr,
                 port,
-                backlog,
+                accept,
             },
         );
         self.objects.listen_ports.insert(port, id);
@@ -801,19 +805,19 @@ impl Engine {
             return;
         };
         self.objects.listen_ports.remove(&l.port);
-        self.tcp_unlisten(id);
+        self.tcp_unlisten(l);
         // QPs offered to it go back to idle; their accepts are cancelled.
         let waiting: Vec<(u32, PendingCmd)> = self
             .objects
             .qps
             .iter()
-            .filter_map(|(&q, qp)| match qp.role {
+            .filter_map(|(&q, qp)| match qp.tcp()?.role {
                 TcpRole::Accepting { listener, cmd } if listener == id => Some((q, cmd)),
                 _ => None,
             })
             .collect();
         for (q, cmd) in waiting {
-            self.objects.qps.get_mut(&q).expect("listed").role = TcpRole::Idle;
+            self.objects.tcp_qp_mut(q).expect("listed").role = TcpRole::Idle;
             self.cancel(mem, cmd);
         }
     }
@@ -837,10 +841,14 @@ impl Engine {
         let Some(qp) = self.objects.qps.get_mut(&qp_id).filter(|q| q.ctx == ctx) else {
             return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
         };
-        if !qp.tcp || qp.role != TcpRole::Idle || qp.bound.is_some() || qp.state != QpState::Ready {
+        let (bound, ready) = (qp.bound.is_some(), qp.state == QpState::Ready);
+        let Some(t) = qp
+            .tcp_mut()
+            .filter(|t| t.role == TcpRole::Idle && !bound && ready)
+        else {
             return Outcome::Done(Err(ADMIN_STATUS_BAD_STATE));
-        }
-        qp.role = TcpRole::Accepting {
+        };
+        t.role = TcpRole::Accepting {
             listener,
             cmd: PendingCmd {
                 cmd_id: cmd.cmd_id,
@@ -867,12 +875,13 @@ impl Engine {
         let Some(qp) = self.objects.qps.get_mut(&qp_id).filter(|q| q.ctx == ctx) else {
             return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
         };
-        if !qp.tcp || qp.role != TcpRole::Idle || qp.state != QpState::Ready {
+        let ready = qp.state == QpState::Ready;
+        let Some(t) = qp.tcp_mut().filter(|t| t.role == TcpRole::Idle && ready) else {
             return Outcome::Done(Err(ADMIN_STATUS_BAD_STATE));
-        }
+        };
         // The command waits for the handshake (or its failure), or until the QP is
         // destroyed (CANCELLED).
-        qp.role = TcpRole::Connecting {
+        t.role = TcpRole::Connecting {
             cmd: PendingCmd {
                 cmd_id: cmd.cmd_id,
                 opcode: cmd.opcode,
@@ -881,8 +890,8 @@ impl Engine {
         match self.tcp_connect(mem, ctx, qp_id, addr, port) {
             Ok(()) => Outcome::Pending,
             Err(s) => {
-                if let Some(qp) = self.objects.qps.get_mut(&qp_id) {
-                    qp.role = TcpRole::Idle;
+                if let Some(t) = self.objects.tcp_qp_mut(qp_id) {
+                    t.role = TcpRole::Idle;
                 }
                 Outcome::Done(Err(s))
             }

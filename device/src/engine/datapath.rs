@@ -65,7 +65,7 @@ impl Engine {
                 return (did, false);
             };
             let error = qp.state == QpState::Error;
-            if qp.tcp && !error {
+            if qp.is_tcp() && !error {
                 // TCP sends complete when acknowledged, receives when data arrives.
                 return self.tcp_qp_work(mem, id);
             }
@@ -165,7 +165,7 @@ impl Engine {
     /// Executes the next send WQE of a ready QP (its send CQ has room).
     fn send_one(&mut self, mem: &GuestMemoryMmap, id: u32) {
         let qp = &self.objects.qps[&id];
-        let (send_cq, ctx, tcp, bound) = (qp.send_cq, qp.ctx, qp.tcp, qp.bound);
+        let (send_cq, ctx, tcp, bound) = (qp.send_cq, qp.ctx, qp.is_tcp(), qp.bound);
         self.shared.stats.add(STAT_SEND_WQES, 1);
         let Some(raw) = self.take_wqe(mem, id, true) else {
             return;

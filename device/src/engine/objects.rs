@@ -6,6 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::Ipv6Addr;
 
 use super::memory::{MemoryRegion, Ring};
+use super::tcp::{AcceptQueue, TcpQp};
 
 /// A context: one process's share of the device, with its own doorbell page.
 #[derive(Debug)]
@@ -76,12 +77,11 @@ pub enum TcpRole {
     Connected,
 }
 
-#[derive(Debug)]
+/// A queue pair: its rings, CQs and indices, whatever its transport; what the transport
+/// adds is its [`QpKind`].
 pub struct Qp {
     pub ctx: u32,
     pub slot: u32,
-    pub tcp: bool,
-    pub framing: u8,
     pub send_cq: u32,
     pub recv_cq: u32,
     pub sq: Ring,
@@ -94,24 +94,47 @@ pub struct Qp {
     pub rq_tail: u32,
     pub state: QpState,
     pub bound: Option<(Ipv6Addr, u16)>,
-    pub role: TcpRole,
     /// Whether the QP is in `Objects::busy_qps`.
     pub queued: bool,
+    pub kind: QpKind,
+}
+
+/// What a QP's transport holds beyond the rings.
+pub enum QpKind {
+    /// Datagrams: nothing beyond the rings (each WR is one datagram).
+    Udp,
+    /// A byte stream: its connection, framing and the WRs it has taken
+    /// ([`super::tcp::TcpQp`]).
+    Tcp(Box<TcpQp>),
 }
 
 impl Qp {
-    /// Whether the QP uses message framing (TCP QPs: `FRAMING_MESSAGE`).
-    pub fn message(&self) -> bool {
-        self.framing == qpip_abi::admin::FRAMING_MESSAGE
+    pub fn is_tcp(&self) -> bool {
+        matches!(self.kind, QpKind::Tcp(_))
+    }
+
+    pub fn tcp(&self) -> Option<&TcpQp> {
+        match &self.kind {
+            QpKind::Tcp(t) => Some(t),
+            QpKind::Udp => None,
+        }
+    }
+
+    pub fn tcp_mut(&mut self) -> Option<&mut TcpQp> {
+        match &mut self.kind {
+            QpKind::Tcp(t) => Some(t),
+            QpKind::Udp => None,
+        }
     }
 }
 
-#[derive(Debug)]
+/// A TCP listener: its address and port, and the rendezvous of accepted connections with
+/// the QPs offered by ACCEPT ([`super::tcp::AcceptQueue`]).
 pub struct Listener {
     pub ctx: u32,
     pub addr: Ipv6Addr,
     pub port: u16,
-    pub backlog: u32,
+    pub accept: AcceptQueue,
 }
 
 /// All objects of the device. Ids are non-zero and never reused while the engine runs
@@ -171,6 +194,15 @@ impl Objects {
 
     pub fn qp_in(&self, ctx: u32, id: u32) -> Option<&Qp> {
         self.qps.get(&id).filter(|q| q.ctx == ctx)
+    }
+
+    /// The TCP side of QP `id` (None: no such QP, or not TCP).
+    pub fn tcp_qp(&self, id: u32) -> Option<&TcpQp> {
+        self.qps.get(&id).and_then(Qp::tcp)
+    }
+
+    pub fn tcp_qp_mut(&mut self, id: u32) -> Option<&mut TcpQp> {
+        self.qps.get_mut(&id).and_then(Qp::tcp_mut)
     }
 
     pub fn mark_busy(&mut self, id: u32) {

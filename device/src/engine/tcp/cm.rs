@@ -15,7 +15,7 @@ use crate::net::tcp::{self, ConnId, Event, FourTuple, State};
 
 use super::*;
 use crate::engine::decode;
-use crate::engine::objects::{PendingCmd, QpState, TcpRole};
+use crate::engine::objects::{Listener, PendingCmd, QpState, TcpRole};
 use crate::engine::Engine;
 
 impl Engine {
@@ -25,7 +25,7 @@ impl Engine {
         let Some(q) = self.objects.qps.get(&qp) else {
             return;
         };
-        if q.role != TcpRole::Connected || q.state != QpState::Ready {
+        if q.tcp().map(|t| t.role) != Some(TcpRole::Connected) || q.state != QpState::Ready {
             return;
         }
         debug!("QP {qp}: asynchronous event {kind} (reason {reason})");
@@ -37,20 +37,6 @@ impl Engine {
         });
     }
 
-    /// A TCP QP was created.
-    pub(in crate::engine) fn tcp_qp_created(&mut self, id: u32, framing: u8) {
-        let message = framing == FRAMING_MESSAGE;
-        self.tcp.qps.insert(
-            id,
-            TcpQp {
-                conn: None,
-                tx: TxQueue::default(),
-                rx: RxState::new(id, message),
-                close_cmd: None,
-            },
-        );
-    }
-
     /// A TCP QP is being destroyed: its connection becomes an orphan if it was closed
     /// gracefully and nothing would be lost, else it is aborted (RST); the WRs the QP had
     /// taken complete FLUSHED (if `flush`), a pending CLOSE is cancelled.
@@ -60,22 +46,23 @@ impl Engine {
         id: u32,
         flush: bool,
     ) {
-        for l in self.tcp.listeners.values_mut() {
-            l.parked.retain(|&q| q != id);
+        for l in self.objects.listeners.values_mut() {
+            l.accept.parked.retain(|&q| q != id);
         }
         // The QP itself goes after this (admin's remove_qp): its CQs are still named.
-        let Some((send_cq, recv_cq)) = self.objects.qps.get(&id).map(|q| (q.send_cq, q.recv_cq))
-        else {
+        let Some(q) = self.objects.qps.get_mut(&id) else {
             return;
         };
-        let Some(mut t) = self.tcp.qps.remove(&id) else {
+        let (send_cq, recv_cq) = (q.send_cq, q.recv_cq);
+        let Some(t) = q.tcp_mut() else {
             return;
         };
-        if let Some(conn) = t.conn.take() {
+        let (conn, unread, close_cmd) = (t.conn.take(), t.rx.holds_unread(), t.close_cmd.take());
+        if let Some(conn) = conn {
             let now = Instant::now();
             // Bytes received and never read would be lost without a word: a reset tells
             // the peer (as Linux's close() does with unread data).
-            let orphaned = !t.rx.holds_unread() && self.tcp.table.orphan(conn, now).is_ok();
+            let orphaned = !unread && self.tcp.table.orphan(conn, now).is_ok();
             if orphaned {
                 debug!("QP {id}: its closed connection finishes without it");
                 // Whatever is due goes out; its events from now on concern nobody.
@@ -90,14 +77,16 @@ impl Engine {
                 self.tcp.table.remove(conn);
             }
         }
-        if let Some(cmd) = t.close_cmd.take() {
+        if let Some(cmd) = close_cmd {
             self.cancel(mem, cmd);
         }
         if flush {
+            let t = self.objects.tcp_qp_mut(id).expect("still there");
             let entries: Vec<TxEntry> = t.tx.entries.drain(..).collect();
-            self.flush_sends(mem, id, send_cq, entries);
             t.rx.flush();
-            for c in t.rx.done.drain(..) {
+            let done = std::mem::take(&mut t.rx.done);
+            self.flush_sends(mem, id, send_cq, entries);
+            for c in done {
                 self.post_cqe(mem, recv_cq, c);
             }
         }
@@ -106,18 +95,19 @@ impl Engine {
     /// The QP's connection failed (reset, timeout): the QP moves to the error state, its
     /// WRs are flushed, pending commands complete with `status`.
     pub(super) fn tcp_fail(&mut self, mem: &GuestMemoryMmap, id: u32, status: u16) {
-        let mut send_cq = None;
-        if let Some(qp) = self.objects.qps.get_mut(&id) {
-            send_cq = Some(qp.send_cq);
-            qp.state = QpState::Error;
-            if let TcpRole::Connecting { cmd } = qp.role {
-                qp.role = TcpRole::Idle;
-                self.finish_cmd(mem, cmd, status, (0, 0, 0));
-            }
-        }
-        let (Some(t), Some(send_cq)) = (self.tcp.qps.get_mut(&id), send_cq) else {
+        let Some(qp) = self.objects.qps.get_mut(&id) else {
             return;
         };
+        let send_cq = qp.send_cq;
+        qp.state = QpState::Error;
+        let Some(t) = qp.tcp_mut() else {
+            return;
+        };
+        if let TcpRole::Connecting { cmd } = t.role {
+            t.role = TcpRole::Idle;
+            self.finish_cmd(mem, cmd, status, (0, 0, 0));
+        }
+        let t = self.objects.tcp_qp_mut(id).expect("looked up");
         t.conn = None;
         let close = t.close_cmd.take();
         let entries: Vec<TxEntry> = t.tx.entries.drain(..).collect();
@@ -131,13 +121,14 @@ impl Engine {
         self.objects.mark_busy(id);
     }
 
+    /// LISTEN: the port is listened to in the connection table; the listener keeps the
+    /// rendezvous returned.
     pub(in crate::engine) fn tcp_listen(
         &mut self,
-        id: u32,
         addr: Ipv6Addr,
         port: u16,
         backlog: u32,
-    ) -> Result<(), u16> {
+    ) -> Result<AcceptQueue, u16> {
         let backlog = match backlog as usize {
             0 => MAX_BACKLOG,
             b => b.min(MAX_BACKLOG),
@@ -147,27 +138,18 @@ impl Engine {
             .table
             .listen(addr, port, cfg, backlog, true, Instant::now())
             .map_err(|_| ADMIN_STATUS_ADDR_IN_USE)?;
-        self.tcp.listeners.insert(
-            id,
-            ListenState {
-                addr,
-                port,
-                backlog,
-                parked: VecDeque::new(),
-                ready: VecDeque::new(),
-            },
-        );
-        Ok(())
+        Ok(AcceptQueue {
+            backlog,
+            parked: VecDeque::new(),
+            ready: VecDeque::new(),
+        })
     }
 
     /// A listener goes away: connections waiting for an ACCEPT are reset.
-    pub(in crate::engine) fn tcp_unlisten(&mut self, id: u32) {
-        let Some(l) = self.tcp.listeners.remove(&id) else {
-            return;
-        };
+    pub(in crate::engine) fn tcp_unlisten(&mut self, l: Listener) {
         self.tcp.table.unlisten(l.addr, l.port);
         let now = Instant::now();
-        for r in l.ready {
+        for r in l.accept.ready {
             if let Some(e) = self.tcp.table.get_mut(r.conn) {
                 e.conn.abort();
                 while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
@@ -186,7 +168,7 @@ impl Engine {
         listener: u32,
         qp: u32,
     ) -> Option<Results> {
-        let l = self.tcp.listeners.get_mut(&listener)?;
+        let l = &mut self.objects.listeners.get_mut(&listener)?.accept;
         while let Some(r) = l.ready.pop_front() {
             if self.tcp.table.get(r.conn).is_some() {
                 let res = self.tcp_claim(mem, r.conn, qp, r.peer_closed);
@@ -206,19 +188,16 @@ impl Engine {
         peer_closed: bool,
     ) -> Results {
         let now = Instant::now();
-        let Tcp { table, qps, .. } = &mut self.tcp;
-        let e = table.get_mut(conn).expect("caller checked");
+        let e = self.tcp.table.get_mut(conn).expect("caller checked");
         e.tag = Some(qp);
         let tuple = e.conn.tuple();
-        let t = qps.get_mut(&qp).expect("TCP QPs have state");
+        let t = self.objects.tcp_qp_mut(qp).expect("TCP QP");
         t.conn = Some(conn);
         t.rx.eof |= peer_closed;
         e.conn
             .recv_space_changed(now, &mut QpSink { mem, rx: &mut t.rx });
         t.rx.settle();
-        if let Some(q) = self.objects.qps.get_mut(&qp) {
-            q.role = TcpRole::Connected;
-        }
+        t.role = TcpRole::Connected;
         self.post_rx_done(mem, qp);
         self.tcp_service(mem, conn, now);
         // Sends posted while the QP waited can go now.
@@ -267,10 +246,9 @@ impl Engine {
             .table
             .connect(tuple, now, &cfg, qp)
             .map_err(|_| ADMIN_STATUS_ADDR_IN_USE)?;
-        let Tcp { table, qps, .. } = &mut self.tcp;
-        let t = qps.get_mut(&qp).expect("TCP QPs have state");
+        let t = self.objects.tcp_qp_mut(qp).expect("TCP QP");
         t.conn = Some(conn);
-        let e = table.get_mut(conn).expect("just made");
+        let e = self.tcp.table.get_mut(conn).expect("just made");
         e.conn
             .recv_space_changed(now, &mut QpSink { mem, rx: &mut t.rx });
         self.tcp_service(mem, conn, now);
@@ -284,17 +262,14 @@ impl Engine {
         qp: u32,
         cmd: PendingCmd,
     ) -> Result<(), u16> {
-        let t = self.tcp.qps.get_mut(&qp).ok_or(ADMIN_STATUS_BAD_STATE)?;
-        let (Some(conn), None) = (t.conn, t.close_cmd) else {
+        let t = self.objects.tcp_qp(qp).ok_or(ADMIN_STATUS_BAD_STATE)?;
+        let (Some(conn), None, TcpRole::Connected) = (t.conn, t.close_cmd, t.role) else {
             return Err(ADMIN_STATUS_BAD_STATE);
         };
-        if self.objects.qps[&qp].role != TcpRole::Connected {
-            return Err(ADMIN_STATUS_BAD_STATE);
-        }
         // Sends posted before the CLOSE go first.
         self.read_qp_doorbell(mem, qp);
         self.tcp_take_sends(mem, qp, u32::MAX);
-        let t = self.tcp.qps.get_mut(&qp).expect("checked");
+        let t = self.objects.tcp_qp_mut(qp).expect("checked");
         t.close_cmd = Some(cmd);
         if let Some(e) = self.tcp.table.get_mut(conn) {
             e.conn.close();
@@ -315,7 +290,7 @@ impl Engine {
 
     /// A pending CLOSE completes once our FIN is acknowledged.
     pub(super) fn tcp_check_close(&mut self, mem: &GuestMemoryMmap, qp: u32, id: ConnId) {
-        let Some(t) = self.tcp.qps.get_mut(&qp) else {
+        let Some(t) = self.objects.tcp_qp_mut(qp) else {
             return;
         };
         if t.close_cmd.is_none() {
@@ -341,9 +316,9 @@ impl Engine {
                     Some(e) => e.conn.tuple(),
                     None => return,
                 };
-                if let Some(q) = self.objects.qps.get_mut(&qp) {
-                    if let TcpRole::Connecting { cmd } = q.role {
-                        q.role = TcpRole::Connected;
+                if let Some(t) = self.objects.tcp_qp_mut(qp) {
+                    if let TcpRole::Connecting { cmd } = t.role {
+                        t.role = TcpRole::Connected;
                         self.finish_cmd(
                             mem,
                             cmd,
@@ -356,7 +331,7 @@ impl Engine {
             }
             Event::Acked { upto } => self.tcp_complete_sends(mem, qp, upto),
             Event::DataArrived { push, .. } => {
-                if let Some(t) = self.tcp.qps.get_mut(&qp) {
+                if let Some(t) = self.objects.tcp_qp_mut(qp) {
                     if push.is_some() {
                         t.rx.push = true;
                         t.rx.settle();
@@ -365,7 +340,7 @@ impl Engine {
                 self.post_rx_done(mem, qp);
             }
             Event::PeerClosed => {
-                if let Some(t) = self.tcp.qps.get_mut(&qp) {
+                if let Some(t) = self.objects.tcp_qp_mut(qp) {
                     t.rx.eof = true;
                     t.rx.settle();
                 }
@@ -384,13 +359,13 @@ impl Engine {
                 self.tcp_fail(mem, qp, ADMIN_STATUS_TIMEOUT);
             }
             Event::Closed => {
-                if let Some(q) = self.objects.qps.get_mut(&qp) {
-                    if let TcpRole::Connecting { cmd } = q.role {
-                        q.role = TcpRole::Idle;
+                if let Some(t) = self.objects.tcp_qp_mut(qp) {
+                    if let TcpRole::Connecting { cmd } = t.role {
+                        t.role = TcpRole::Idle;
                         self.finish_cmd(mem, cmd, ADMIN_STATUS_CANCELLED, (0, 0, 0));
                     }
                 }
-                if let Some(t) = self.tcp.qps.get_mut(&qp) {
+                if let Some(t) = self.objects.tcp_qp_mut(qp) {
                     if let Some(cmd) = t.close_cmd.take() {
                         self.finish_cmd(mem, cmd, ADMIN_STATUS_OK, (0, 0, 0));
                     }
@@ -417,12 +392,13 @@ impl Engine {
                         self.tcp_abort_unclaimed(id);
                         continue;
                     };
-                    let Some(l) = self.tcp.listeners.get_mut(&lid) else {
+                    let Some(l) = self.objects.listeners.get_mut(&lid) else {
                         self.tcp_abort_unclaimed(id);
                         continue;
                     };
+                    let l = &mut l.accept;
                     if let Some(qp) = l.parked.pop_front() {
-                        let cmd = match self.objects.qps.get(&qp).map(|q| q.role) {
+                        let cmd = match self.objects.tcp_qp(qp).map(|t| t.role) {
                             Some(TcpRole::Accepting { cmd, .. }) => cmd,
                             _ => continue,
                         };
@@ -439,19 +415,22 @@ impl Engine {
                     }
                 }
                 Event::PeerClosed => {
-                    for l in self.tcp.listeners.values_mut() {
-                        if let Some(r) = l.ready.iter_mut().find(|r| r.conn == id) {
+                    for l in self.objects.listeners.values_mut() {
+                        if let Some(r) = l.accept.ready.iter_mut().find(|r| r.conn == id) {
                             r.peer_closed = true;
                         }
                     }
                 }
-                Event::Reset | Event::TimedOut | Event::Closed => {
-                    for l in self.tcp.listeners.values_mut() {
-                        l.ready.retain(|r| r.conn != id);
-                    }
-                }
+                Event::Reset | Event::TimedOut | Event::Closed => self.forget_ready(id),
                 Event::Acked { .. } | Event::DataArrived { .. } => {}
             }
+        }
+    }
+
+    /// Connection `id` is gone: no listener offers it any more.
+    pub(super) fn forget_ready(&mut self, id: ConnId) {
+        for l in self.objects.listeners.values_mut() {
+            l.accept.ready.retain(|r| r.conn != id);
         }
     }
 

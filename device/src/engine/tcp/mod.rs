@@ -51,7 +51,7 @@ mod cm;
 mod rx;
 mod tx;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
@@ -75,15 +75,31 @@ const SEND_BUDGET: u32 = 64;
 /// Largest accept backlog (ListenArgs::backlog is clamped to it; 0 means this).
 const MAX_BACKLOG: usize = 1024;
 
-/// What a TCP QP holds beyond its rings.
-///
-/// Its CQs, framing and role are the QP's own ([`super::objects::Qp`]); this is only what
-/// TCP adds.
+/// What a TCP QP holds beyond its rings ([`super::objects::QpKind::Tcp`]).
 pub struct TcpQp {
+    /// What the QP is doing on the connection side.
+    pub(in crate::engine) role: TcpRole,
+    /// Message framing (else stream framing).
+    message: bool,
     conn: Option<ConnId>,
     tx: TxQueue,
     rx: RxState,
     close_cmd: Option<PendingCmd>,
+}
+
+impl TcpQp {
+    /// The TCP side of new QP `id` with `framing` (`FRAMING_*`).
+    pub fn new(id: u32, framing: u8) -> Box<TcpQp> {
+        let message = framing == qpip_abi::admin::FRAMING_MESSAGE;
+        Box::new(TcpQp {
+            role: TcpRole::Idle,
+            message,
+            conn: None,
+            tx: TxQueue::default(),
+            rx: RxState::new(id, message),
+            close_cmd: None,
+        })
+    }
 }
 
 /// A connection the device accepted for a listener, waiting for an ACCEPT.
@@ -92,23 +108,21 @@ struct Ready {
     peer_closed: bool,
 }
 
-/// An engine listener's rendezvous: QPs offered by ACCEPT and connections waiting for one.
-struct ListenState {
-    addr: Ipv6Addr,
-    port: u16,
+/// A listener's rendezvous: QPs offered by ACCEPT and connections waiting for one
+/// ([`super::objects::Listener`]).
+pub struct AcceptQueue {
     backlog: usize,
     parked: VecDeque<u32>,
     ready: VecDeque<Ready>,
 }
 
-/// The engine's TCP: connections, listeners' rendezvous, TCP QPs.
+/// The engine's TCP: its connections (TCP QPs and listeners are objects, with their TCP
+/// state in them).
 pub struct Tcp {
     table: ConnectionTable<u32>,
     cfg: tcp::Config,
     /// Segments produced and not yet sent.
     outbox: Vec<Outgoing>,
-    listeners: HashMap<u32, ListenState>,
-    qps: HashMap<u32, TcpQp>,
 }
 
 /// How long the device's TCP holds on: to a peer that stopped answering, and to
@@ -170,8 +184,6 @@ impl Tcp {
             table,
             cfg,
             outbox: Vec::new(),
-            listeners: HashMap::new(),
-            qps: HashMap::new(),
         }
     }
 
@@ -235,7 +247,7 @@ impl Engine {
         if qp.sq_head == qp.sq_tail {
             return (did, false);
         }
-        match qp.role {
+        match qp.tcp().expect("TCP QP").role {
             // Sends wait for the connection.
             TcpRole::Accepting { .. } | TcpRole::Connecting { .. } => return (did, false),
             TcpRole::Idle | TcpRole::Connected => {}
@@ -263,9 +275,9 @@ impl Engine {
         let now = Instant::now();
         match self.tcp.table.input(&seg, now, 0) {
             Input::Connection(id) => {
-                let Tcp { table, qps, .. } = &mut self.tcp;
+                let (table, objects) = (&mut self.tcp.table, &mut self.objects);
                 let e = table.get_mut(id).expect("demultiplexed");
-                match e.tag.and_then(|q| qps.get_mut(&q)) {
+                match e.tag.and_then(|q| objects.tcp_qp_mut(q)) {
                     Some(t) => {
                         let mut sink = QpSink { mem, rx: &mut t.rx };
                         e.conn.on_segment(&seg, now, &mut sink);
@@ -303,13 +315,11 @@ impl Engine {
             let (tag, orphan) = (e.tag, e.conn.is_orphan());
             self.tcp_dispatch(mem, id, tag, orphan, &events);
             // Segments due (the QP may be gone after the events; then nothing is sent).
-            let table = &mut self.tcp.table;
-            let qps = &mut self.tcp.qps;
-            let outbox = &mut self.tcp.outbox;
+            let (table, outbox) = (&mut self.tcp.table, &mut self.tcp.outbox);
             let Some(e) = table.get_mut(id) else {
                 return;
             };
-            match e.tag.and_then(|q| qps.get(&q)) {
+            match e.tag.and_then(|q| self.objects.tcp_qp(q)) {
                 Some(t) => {
                     let mut src = QpSource { mem, tx: &t.tx };
                     while let Some(o) = e.conn.poll_transmit(now, &mut src) {
@@ -340,14 +350,12 @@ impl Engine {
                 None if closed => {
                     let tag = e.tag;
                     self.tcp.table.remove(id);
-                    if let Some(t) = tag.and_then(|q| self.tcp.qps.get_mut(&q)) {
+                    if let Some(t) = tag.and_then(|q| self.objects.tcp_qp_mut(q)) {
                         if t.conn == Some(id) {
                             t.conn = None;
                         }
                     }
-                    for l in self.tcp.listeners.values_mut() {
-                        l.ready.retain(|r| r.conn != id);
-                    }
+                    self.forget_ready(id);
                 }
                 None => self.tcp.table.update(id),
             }

@@ -14,7 +14,6 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::net::tcp::RecvSink;
 
-use super::*;
 use crate::engine::completion::cqe;
 use crate::engine::decode::{self, WqeError};
 use crate::engine::memory::{Fault, Span};
@@ -410,10 +409,11 @@ impl Engine {
     /// Writes the receive completions made, and announces the end of the stream once
     /// every byte before the peer's FIN has been placed.
     pub(super) fn post_rx_done(&mut self, mem: &GuestMemoryMmap, qp: u32) {
-        let Some(cq) = self.objects.qps.get(&qp).map(|q| q.recv_cq) else {
+        let Some(q) = self.objects.qps.get_mut(&qp) else {
             return;
         };
-        let Some(t) = self.tcp.qps.get_mut(&qp) else {
+        let cq = q.recv_cq;
+        let Some(t) = q.tcp_mut() else {
             return;
         };
         let eof = t.rx.eof && t.rx.pending.is_empty() && !t.rx.eof_announced;
@@ -457,7 +457,7 @@ impl Engine {
                     status,
                     detail,
                 }) => {
-                    let t = self.tcp.qps.get_mut(&id).expect("TCP QP");
+                    let t = self.objects.tcp_qp_mut(id).expect("TCP QP");
                     t.rx.add(RecvWr {
                         wr_id,
                         spans: Err((status, detail)),
@@ -476,7 +476,7 @@ impl Engine {
                     Err((status, detail))
                 }
             };
-            let t = self.tcp.qps.get_mut(&id).expect("TCP QP");
+            let t = self.objects.tcp_qp_mut(id).expect("TCP QP");
             t.rx.add(RecvWr {
                 wr_id: wr.wr_id,
                 spans,
@@ -489,8 +489,8 @@ impl Engine {
             return false;
         }
         let now = Instant::now();
-        let Tcp { table, qps, .. } = &mut self.tcp;
-        let t = qps.get_mut(&id).expect("TCP QP");
+        let table = &mut self.tcp.table;
+        let t = self.objects.tcp_qp_mut(id).expect("TCP QP");
         t.rx.drain(mem);
         let conn = t.conn;
         if let Some(e) = conn.and_then(|c| table.get_mut(c)) {

@@ -138,13 +138,13 @@ impl Engine {
             if qp.sq_head == qp.sq_tail || qp.state != QpState::Ready {
                 break;
             }
-            let (ctx, message) = (qp.ctx, qp.message());
+            let (ctx, message) = (qp.ctx, qp.tcp().expect("TCP QP").message);
             self.shared.stats.add(STAT_SEND_WQES, 1);
             let Some(raw) = self.take_wqe(mem, id, true) else {
                 break;
             };
             n += 1;
-            let t = self.tcp.qps.get(&id).expect("TCP QP");
+            let t = self.objects.tcp_qp(id).expect("TCP QP");
             let conn = t.conn;
             let live = conn.and_then(|c| self.tcp.table.get(c));
             let (status, detail, wr) = match decode::send_wqe(&raw) {
@@ -181,7 +181,7 @@ impl Engine {
                     }
                 }
             };
-            let t = self.tcp.qps.get_mut(&id).expect("TCP QP");
+            let t = self.objects.tcp_qp_mut(id).expect("TCP QP");
             let header = message.then(|| MsgHeader::new(len as u32, wr.imm_data).encode());
             let stream_len = len + header.map_or(0, |h| h.len() as u64);
             let c = conn.expect("live");
@@ -220,7 +220,7 @@ impl Engine {
         status: u8,
         detail: u32,
     ) {
-        let t = self.tcp.qps.get_mut(&id).expect("TCP QP");
+        let t = self.objects.tcp_qp_mut(id).expect("TCP QP");
         let at = t.tx.queued;
         t.tx.entries.push_back(TxEntry {
             wr_id,
@@ -240,10 +240,11 @@ impl Engine {
 
     /// Completes the send WRs whose last byte is below `upto`.
     pub(super) fn tcp_complete_sends(&mut self, mem: &GuestMemoryMmap, id: u32, upto: u64) {
-        let Some(cq) = self.objects.qps.get(&id).map(|q| q.send_cq) else {
+        let Some(q) = self.objects.qps.get_mut(&id) else {
             return;
         };
-        let Some(t) = self.tcp.qps.get_mut(&id) else {
+        let cq = q.send_cq;
+        let Some(t) = q.tcp_mut() else {
             return;
         };
         let mut done = Vec::new();
