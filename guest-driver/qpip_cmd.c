@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * qpip: the admin commands, one function each — typed arguments in, typed results out,
+ * qpip: the admin commands as typed functions — typed arguments in, typed results out,
  * the device's status as an errno — so that no other part of the driver builds a raw
- * command or reads a completion's result words.
+ * command or reads a completion's result words. One function per command, but for the
+ * destroys of a context's objects: one, by object type.
  *
  * Object commands act in a device context (@ctx, its id) and name their object by its
  * handle. Commands that complete later (accept, connect, close) are submitted with the
