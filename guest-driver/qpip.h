@@ -247,11 +247,16 @@ void qpip_admin_stop_events(struct qpip_dev *qdev);
 
 /* qpip_cmd.c: the admin commands, typed */
 
-/* CREATE_CQ: a ring of @depth CQEs in @npages pages, interrupting on MSI-X @vector. */
-struct qpip_cq_params {
+/* A ring the device reads or writes: @depth entries in @npages pages. */
+struct qpip_ring_params {
 	const dma_addr_t *pages;	/* DMA address of each page of the ring */
 	unsigned int npages;
 	u32 depth;
+};
+
+/* CREATE_CQ: a ring of CQEs, interrupting on MSI-X @vector. */
+struct qpip_cq_params {
+	struct qpip_ring_params ring;
 	u32 vector;
 };
 
@@ -262,12 +267,8 @@ struct qpip_cq_result {
 
 /* CREATE_QP: a send and a receive ring, the CQs their completions go to. */
 struct qpip_qp_params {
-	const dma_addr_t *sq_pages;
-	unsigned int sq_npages;
-	u32 sq_depth;
-	const dma_addr_t *rq_pages;
-	unsigned int rq_npages;
-	u32 rq_depth;
+	struct qpip_ring_params sq;
+	struct qpip_ring_params rq;
 	u32 send_cq;
 	u32 recv_cq;
 	u8 qp_type;
@@ -294,21 +295,26 @@ struct qpip_mr_result {
 	u32 rkey;
 };
 
+/* The objects of a context that are destroyed one by one (qpip_cmd_destroy). */
+enum qpip_obj_type {
+	QPIP_OBJ_CQ,
+	QPIP_OBJ_QP,
+	QPIP_OBJ_MR,			/* named by its lkey */
+	QPIP_OBJ_LISTENER,
+};
+
 int qpip_cmd_create_ctx(struct qpip_dev *qdev, dma_addr_t doorbell_page, u32 *ctx);
 int qpip_cmd_destroy_ctx(struct qpip_dev *qdev, u32 ctx);
 int qpip_cmd_create_cq(struct qpip_dev *qdev, u32 ctx, const struct qpip_cq_params *p,
 		       struct qpip_cq_result *res);
-int qpip_cmd_destroy_cq(struct qpip_dev *qdev, u32 ctx, u32 handle);
 int qpip_cmd_create_qp(struct qpip_dev *qdev, u32 ctx, const struct qpip_qp_params *p,
 		       struct qpip_qp_result *res);
-int qpip_cmd_destroy_qp(struct qpip_dev *qdev, u32 ctx, u32 handle);
 int qpip_cmd_reg_mr(struct qpip_dev *qdev, u32 ctx, const struct qpip_mr_params *p,
 		    struct qpip_mr_result *res);
-int qpip_cmd_dereg_mr(struct qpip_dev *qdev, u32 ctx, u32 lkey);
+int qpip_cmd_destroy(struct qpip_dev *qdev, u32 ctx, enum qpip_obj_type type, u32 handle);
 int qpip_cmd_bind(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 *port);
 int qpip_cmd_listen(struct qpip_dev *qdev, u32 ctx, const u8 *addr, u16 port, u32 backlog,
 		    u32 *handle);
-int qpip_cmd_destroy_listener(struct qpip_dev *qdev, u32 ctx, u32 handle);
 int qpip_cmd_accept(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 listener, u32 qp);
 int qpip_cmd_connect(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp,
 		     const u8 *addr, u16 port);

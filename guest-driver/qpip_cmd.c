@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * qpip: the admin commands, one function each — typed arguments in, typed results out,
+ * qpip: the admin commands as typed functions — typed arguments in, typed results out,
  * the device's status as an errno — so that no other part of the driver builds a raw
- * command or reads a completion's result words.
+ * command or reads a completion's result words. One function per command, but for the
+ * destroys of a context's objects: one, by object type.
  *
  * Object commands act in a device context (@ctx, its id) and name their object by its
  * handle. Commands that complete later (accept, connect, close) are submitted with the
@@ -64,13 +65,15 @@ struct qpip_list_arg {
 
 /*
  * Runs a command that takes page lists (CREATE_CQ, CREATE_QP, REG_MR): the lists exist
- * only while the device reads them, during the command. The completion in @cqe.
+ * only while the device reads them, during the command. Each of these commands has two
+ * results, the object's name and how to reach it: result0 in *@res0, result1 in *@res1.
  */
 static int qpip_run_with_lists(struct qpip_dev *qdev, u16 opcode, u32 ctx, void *args,
 			       size_t len, const struct qpip_list_arg *lists, unsigned int n,
-			       struct qpip_admin_cqe *cqe)
+			       u32 *res0, u32 *res1)
 {
 	struct qpip_page_list pl[QPIP_MAX_LIST_ARGS] = {};
+	struct qpip_admin_cqe cqe;
 	struct qpip_admin_cmd cmd;
 	unsigned int i;
 	int ret = 0;
@@ -84,7 +87,11 @@ static int qpip_run_with_lists(struct qpip_dev *qdev, u16 opcode, u32 ctx, void 
 	}
 	if (!ret) {
 		qpip_cmd_init(&cmd, opcode, ctx, 0, args, len);
-		ret = qpip_admin_run(qdev, &cmd, cqe);
+		ret = qpip_admin_run(qdev, &cmd, &cqe);
+	}
+	if (!ret) {
+		*res0 = cqe.result0;
+		*res1 = cqe.result1;
 	}
 	for (i = 0; i < n; i++)
 		qpip_page_list_free(qdev, &pl[i]);
@@ -115,95 +122,71 @@ int qpip_cmd_destroy_ctx(struct qpip_dev *qdev, u32 ctx)
 	return qpip_cmd_simple(qdev, QPIP_ADMIN_OP_DESTROY_CTX, ctx, 0);
 }
 
-/* ---- completion queues ---- */
+/* ---- objects ---- */
 
 int qpip_cmd_create_cq(struct qpip_dev *qdev, u32 ctx, const struct qpip_cq_params *p,
 		       struct qpip_cq_result *res)
 {
-	struct qpip_create_cq_args args = {};
-	const struct qpip_list_arg list = { &args.page_list, p->pages, p->npages };
-	struct qpip_admin_cqe cqe;
-	int ret;
+	struct qpip_create_cq_args args = {
+		.npages = p->ring.npages,
+		.depth = p->ring.depth,
+		.vector = p->vector,
+	};
+	const struct qpip_list_arg list = { &args.page_list, p->ring.pages, p->ring.npages };
 
-	args.npages = p->npages;
-	args.depth = p->depth;
-	args.vector = p->vector;
-	ret = qpip_run_with_lists(qdev, QPIP_ADMIN_OP_CREATE_CQ, ctx, &args, sizeof(args),
-				  &list, 1, &cqe);
-	if (ret)
-		return ret;
-	res->handle = cqe.result0;
-	res->db_slot = cqe.result1;
-	return 0;
+	return qpip_run_with_lists(qdev, QPIP_ADMIN_OP_CREATE_CQ, ctx, &args, sizeof(args),
+				   &list, 1, &res->handle, &res->db_slot);
 }
-
-int qpip_cmd_destroy_cq(struct qpip_dev *qdev, u32 ctx, u32 handle)
-{
-	return qpip_cmd_simple(qdev, QPIP_ADMIN_OP_DESTROY_CQ, ctx, handle);
-}
-
-/* ---- queue pairs ---- */
 
 int qpip_cmd_create_qp(struct qpip_dev *qdev, u32 ctx, const struct qpip_qp_params *p,
 		       struct qpip_qp_result *res)
 {
-	struct qpip_create_qp_args args = {};
-	const struct qpip_list_arg lists[] = {
-		{ &args.sq_page_list, p->sq_pages, p->sq_npages },
-		{ &args.rq_page_list, p->rq_pages, p->rq_npages },
+	struct qpip_create_qp_args args = {
+		.send_cq = p->send_cq,
+		.recv_cq = p->recv_cq,
+		.sq_depth = p->sq.depth,
+		.rq_depth = p->rq.depth,
+		.sq_npages = p->sq.npages,
+		.rq_npages = p->rq.npages,
+		.qp_type = p->qp_type,
+		.framing = p->framing,
 	};
-	struct qpip_admin_cqe cqe;
-	int ret;
+	const struct qpip_list_arg lists[] = {
+		{ &args.sq_page_list, p->sq.pages, p->sq.npages },
+		{ &args.rq_page_list, p->rq.pages, p->rq.npages },
+	};
 
-	args.send_cq = p->send_cq;
-	args.recv_cq = p->recv_cq;
-	args.sq_depth = p->sq_depth;
-	args.rq_depth = p->rq_depth;
-	args.sq_npages = p->sq_npages;
-	args.rq_npages = p->rq_npages;
-	args.qp_type = p->qp_type;
-	args.framing = p->framing;
-	ret = qpip_run_with_lists(qdev, QPIP_ADMIN_OP_CREATE_QP, ctx, &args, sizeof(args),
-				  lists, ARRAY_SIZE(lists), &cqe);
-	if (ret)
-		return ret;
-	res->handle = cqe.result0;
-	res->db_slot = cqe.result1;
-	return 0;
+	return qpip_run_with_lists(qdev, QPIP_ADMIN_OP_CREATE_QP, ctx, &args, sizeof(args),
+				   lists, ARRAY_SIZE(lists), &res->handle, &res->db_slot);
 }
-
-int qpip_cmd_destroy_qp(struct qpip_dev *qdev, u32 ctx, u32 handle)
-{
-	return qpip_cmd_simple(qdev, QPIP_ADMIN_OP_DESTROY_QP, ctx, handle);
-}
-
-/* ---- memory regions ---- */
 
 int qpip_cmd_reg_mr(struct qpip_dev *qdev, u32 ctx, const struct qpip_mr_params *p,
 		    struct qpip_mr_result *res)
 {
-	struct qpip_reg_mr_args args = {};
+	struct qpip_reg_mr_args args = {
+		.iova = p->iova,
+		.length = p->length,
+		.npages = p->npages,
+		.first_page_offset = p->first_page_offset,
+		.access = p->access,
+	};
 	const struct qpip_list_arg list = { &args.page_list, p->pages, p->npages };
-	struct qpip_admin_cqe cqe;
-	int ret;
 
-	args.iova = p->iova;
-	args.length = p->length;
-	args.npages = p->npages;
-	args.first_page_offset = p->first_page_offset;
-	args.access = p->access;
-	ret = qpip_run_with_lists(qdev, QPIP_ADMIN_OP_REG_MR, ctx, &args, sizeof(args),
-				  &list, 1, &cqe);
-	if (ret)
-		return ret;
-	res->lkey = cqe.result0;
-	res->rkey = cqe.result1;
-	return 0;
+	return qpip_run_with_lists(qdev, QPIP_ADMIN_OP_REG_MR, ctx, &args, sizeof(args),
+				   &list, 1, &res->lkey, &res->rkey);
 }
 
-int qpip_cmd_dereg_mr(struct qpip_dev *qdev, u32 ctx, u32 lkey)
+/* Destroys object @handle of @type (a memory region: its lkey) in context @ctx. */
+int qpip_cmd_destroy(struct qpip_dev *qdev, u32 ctx, enum qpip_obj_type type, u32 handle)
 {
-	return qpip_cmd_simple(qdev, QPIP_ADMIN_OP_DEREG_MR, ctx, lkey);
+	static const u16 ops[] = {
+		[QPIP_OBJ_CQ] = QPIP_ADMIN_OP_DESTROY_CQ,
+		[QPIP_OBJ_QP] = QPIP_ADMIN_OP_DESTROY_QP,
+		[QPIP_OBJ_MR] = QPIP_ADMIN_OP_DEREG_MR,
+		[QPIP_OBJ_LISTENER] = QPIP_ADMIN_OP_DESTROY_LISTENER,
+	};
+
+	return qpip_cmd_simple(qdev, ops[type], ctx, handle);
 }
 
 /* ---- connections ---- */
@@ -242,11 +225,6 @@ int qpip_cmd_listen(struct qpip_dev *qdev, u32 ctx, const u8 *addr, u16 port, u3
 	if (!ret)
 		*handle = cqe.result0;
 	return ret;
-}
-
-int qpip_cmd_destroy_listener(struct qpip_dev *qdev, u32 ctx, u32 handle)
-{
-	return qpip_cmd_simple(qdev, QPIP_ADMIN_OP_DESTROY_LISTENER, ctx, handle);
 }
 
 /*

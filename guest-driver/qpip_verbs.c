@@ -3,11 +3,12 @@
  * qpip: the ioctls of a context — its objects (CQs, QPs, memory regions, listeners), its
  * connections, and the device's statistics and configuration.
  *
- * Every argument is size-versioned (include/uapi/qpip.h). Each object the device creates
- * is recorded in the context's tables, so that release can free it; handles are the
- * device's object numbers, looked up in those tables before anything reaches the device:
- * another context's handle is -ENOENT here already. The commands themselves are in
- * qpip_cmd.c.
+ * Every argument is size-versioned (include/uapi/qpip.h): qpip_ioctl copies it in, and
+ * back out where the ioctl returns something, as the ioctl's entry in qpip_ioctls says; the
+ * handlers see only the kernel's copy. Each object the device creates is recorded in the
+ * context's tables, so that release can free it; handles are the device's object numbers,
+ * looked up in those tables before anything reaches the device: another context's handle
+ * is -ENOENT here already. The commands themselves are in qpip_cmd.c.
  */
 #include <linux/capability.h>
 #include <linux/log2.h>
@@ -20,10 +21,30 @@ static_assert(sizeof(((struct qpip_query_stats *)0)->counters) == sizeof(struct 
 
 /* ---- objects ---- */
 
-/* A ring of @bytes into *@rp; on failure *@rp stays NULL, for the object's free. */
-static int qpip_obj_ring(struct qpip_dev *qdev, size_t bytes, struct qpip_ring **rp)
+/* Where the context records its objects of @type. */
+static struct xarray *qpip_objs(struct qpip_ctx *ctx, enum qpip_obj_type type)
 {
-	struct qpip_ring *r = qpip_ring_alloc(qdev, bytes);
+	switch (type) {
+	case QPIP_OBJ_CQ:
+		return &ctx->cqs;
+	case QPIP_OBJ_QP:
+		return &ctx->qps;
+	case QPIP_OBJ_MR:
+		return &ctx->mrs;
+	case QPIP_OBJ_LISTENER:
+		break;
+	}
+	return &ctx->listeners;
+}
+
+/*
+ * A ring of @depth entries of @entry_size bytes into *@rp; on failure *@rp stays NULL, for
+ * the object's free.
+ */
+static int qpip_obj_ring(struct qpip_dev *qdev, u32 depth, size_t entry_size,
+			 struct qpip_ring **rp)
+{
+	struct qpip_ring *r = qpip_ring_alloc(qdev, (size_t)depth * entry_size);
 
 	if (IS_ERR(r))
 		return PTR_ERR(r);
@@ -31,17 +52,30 @@ static int qpip_obj_ring(struct qpip_dev *qdev, size_t bytes, struct qpip_ring *
 	return 0;
 }
 
+/* What the device is told of @r, a ring of @depth entries. */
+static struct qpip_ring_params qpip_ring_params_of(const struct qpip_ring *r, u32 depth)
+{
+	return (struct qpip_ring_params){ .pages = r->dma, .npages = r->npages, .depth = depth };
+}
+
+/* Where the process maps @r: its mmap offset and length. */
+static void qpip_ring_mapping(const struct qpip_ring *r, u64 *offset, u64 *size)
+{
+	*offset = (u64)r->cookie << PAGE_SHIFT;
+	*size = (u64)r->npages << PAGE_SHIFT;
+}
+
 /*
- * Records an object the device just created: @obj under @handle in @xa, and its @rings
- * given mmap offsets. On failure nothing is recorded (offsets already given go with the
- * rings) and the object is destroyed in the device with @destroy — the ioctl fails, so the
+ * Records an object the device just created: @obj under @handle in the table of @type, and
+ * its @rings given mmap offsets. On failure nothing is recorded (offsets already given go
+ * with the rings) and the object is destroyed in the device — the ioctl fails, so the
  * object must not live on there, holding the context's resources. The driver's part is
  * still the caller's to free.
  */
-static int qpip_obj_record(struct qpip_ctx *ctx, struct xarray *xa, u32 handle, void *obj,
-			   struct qpip_ring *const *rings, unsigned int nrings,
-			   int (*destroy)(struct qpip_dev *qdev, u32 ctx, u32 handle))
+static int qpip_obj_record(struct qpip_ctx *ctx, enum qpip_obj_type type, u32 handle, void *obj,
+			   struct qpip_ring *const *rings, unsigned int nrings)
 {
+	struct xarray *xa = qpip_objs(ctx, type);
 	unsigned int i;
 	int ret;
 
@@ -52,36 +86,26 @@ static int qpip_obj_record(struct qpip_ctx *ctx, struct xarray *xa, u32 handle, 
 			xa_erase(xa, handle);
 	}
 	if (ret)
-		destroy(ctx->qdev, ctx->id, handle);
+		qpip_cmd_destroy(ctx->qdev, ctx->id, type, handle);
 	return ret;
 }
 
-/* ---- argument handling ---- */
-
-/*
- * Copies a size-versioned argument in (see include/uapi/qpip.h): returns the caller's
- * size, or an errno. Bytes past what the driver knows must be zero (copy_struct_from_user).
- */
-static int qpip_get_arg(void *karg, size_t ksize, u32 v1size, void __user *uarg)
+/* Frees the driver's part of an object the device no longer has. */
+static void qpip_obj_free(struct qpip_ctx *ctx, enum qpip_obj_type type, void *obj)
 {
-	u32 usize;
-	int ret;
-
-	if (get_user(usize, (u32 __user *)uarg))
-		return -EFAULT;
-	if (usize < v1size)
-		return -EINVAL;
-	if (usize > QPIP_MAX_ARG_SIZE)
-		return -E2BIG;
-	ret = copy_struct_from_user(karg, ksize, uarg, usize);
-	if (ret)
-		return ret;
-	return usize;
-}
-
-static int qpip_put_arg(void __user *uarg, const void *karg, size_t ksize, u32 usize)
-{
-	return copy_to_user(uarg, karg, min_t(size_t, ksize, usize)) ? -EFAULT : 0;
+	switch (type) {
+	case QPIP_OBJ_CQ:
+		qpip_cq_free(ctx, obj, false);
+		break;
+	case QPIP_OBJ_QP:
+		qpip_qp_free(ctx, obj, false);
+		break;
+	case QPIP_OBJ_MR:
+		qpip_mr_free(ctx->qdev, obj, false);
+		break;
+	case QPIP_OBJ_LISTENER:
+		break;			/* a value entry: nothing to free */
+	}
 }
 
 static bool qpip_depth_ok(struct qpip_dev *qdev, u32 depth)
@@ -94,156 +118,141 @@ static bool qpip_zero(const void *p, size_t n)
 	return !memchr_inv(p, 0, n);
 }
 
-#define QPIP_GET_ARG(ctx_arg, uarg, v1)						\
-	qpip_get_arg(&(ctx_arg), sizeof(ctx_arg), (v1), (uarg))
+/*
+ * ---- ioctls ----
+ *
+ * Each gets the kernel's copy of its argument (qpip_ioctl_run) and returns 0 or an errno;
+ * qdev->lock is held for reading, the context alive, ctx->lock held.
+ */
 
-/* ---- ioctls (qdev->lock held for reading, the context alive, ctx->lock held) ---- */
-
-static int qpip_ioctl_query_device(struct qpip_ctx *ctx, void __user *uarg)
+static int qpip_ioctl_query_device(struct qpip_ctx *ctx, void *arg)
 {
+	struct qpip_query_device *a = arg;
 	struct qpip_dev *qdev = ctx->qdev;
-	struct qpip_query_device a;
 	struct qpip_device_info *i = &qdev->info;
-	int usize;
+	u32 size = a->size;
 
-	usize = QPIP_GET_ARG(a, uarg, QPIP_QUERY_DEVICE_SIZE_V1);
-	if (usize < 0)
-		return usize;
-	memset(&a, 0, sizeof(a));
-	a.size = usize;
-	a.uapi_version = QPIP_UAPI_VERSION;
-	a.abi_version = qdev->version;
-	a.ctx = ctx->id;
-	a.doorbell_offset = (u64)QPIP_MMAP_DOORBELL << PAGE_SHIFT;
-	a.kick_offset = (u64)QPIP_MMAP_KICK << PAGE_SHIFT;
+	/* Everything but the size is the driver's to write. */
+	memset(a, 0, sizeof(*a));
+	a->size = size;
+	a->uapi_version = QPIP_UAPI_VERSION;
+	a->abi_version = qdev->version;
+	a->ctx = ctx->id;
+	a->doorbell_offset = (u64)QPIP_MMAP_DOORBELL << PAGE_SHIFT;
+	a->kick_offset = (u64)QPIP_MMAP_KICK << PAGE_SHIFT;
 	mutex_lock(&qdev->cfg_lock);
-	a.max_contexts = i->max_contexts;
-	a.max_qps = i->max_qps_per_context;
-	a.max_cqs = i->max_cqs_per_context;
-	a.max_mrs = i->max_mrs;
-	a.max_mr_pages = i->max_mr_pages;
-	a.max_queue_depth = i->max_queue_depth;
-	a.max_sge = i->max_sge;
-	a.max_inline = i->max_inline;
-	a.max_udp_payload = i->max_udp_payload;
-	a.max_listeners = i->max_listeners;
-	a.mtu = i->mtu;
-	memcpy(a.mac, i->mac, sizeof(a.mac));
+	a->max_contexts = i->max_contexts;
+	a->max_qps = i->max_qps_per_context;
+	a->max_cqs = i->max_cqs_per_context;
+	a->max_mrs = i->max_mrs;
+	a->max_mr_pages = i->max_mr_pages;
+	a->max_queue_depth = i->max_queue_depth;
+	a->max_sge = i->max_sge;
+	a->max_inline = i->max_inline;
+	a->max_udp_payload = i->max_udp_payload;
+	a->max_listeners = i->max_listeners;
+	a->mtu = i->mtu;
+	memcpy(a->mac, i->mac, sizeof(a->mac));
 	mutex_unlock(&qdev->cfg_lock);
-	a.comp_vectors = qpip_comp_vectors(qdev);
-	return qpip_put_arg(uarg, &a, sizeof(a), usize);
+	a->comp_vectors = qpip_comp_vectors(qdev);
+	return 0;
 }
 
-static int qpip_ioctl_create_cq(struct qpip_ctx *ctx, void __user *uarg)
+static int qpip_ioctl_create_cq(struct qpip_ctx *ctx, void *arg)
 {
+	struct qpip_create_cq *a = arg;
 	struct qpip_dev *qdev = ctx->qdev;
 	struct qpip_cq_params p = {};
 	struct qpip_cq_result res;
-	struct qpip_create_cq a;
 	struct qpip_vector *vec;
 	struct qpip_cq *cq;
-	int usize, ret;
+	int ret;
 
-	usize = QPIP_GET_ARG(a, uarg, QPIP_CREATE_CQ_SIZE_V1);
-	if (usize < 0)
-		return usize;
-	if (a.reserved || !qpip_depth_ok(qdev, a.depth))
+	if (a->reserved || !qpip_depth_ok(qdev, a->depth))
 		return -EINVAL;
-	vec = qpip_pick_vector(qdev, a.comp_vector);
+	vec = qpip_pick_vector(qdev, a->comp_vector);
 	if (IS_ERR(vec))
 		return PTR_ERR(vec);
 
 	cq = kzalloc(sizeof(*cq), GFP_KERNEL);
 	if (!cq)
 		return -ENOMEM;
-	if (a.eventfd != -1) {
-		cq->eventfd = eventfd_ctx_fdget(a.eventfd);
+	if (a->eventfd != -1) {
+		cq->eventfd = eventfd_ctx_fdget(a->eventfd);
 		if (IS_ERR(cq->eventfd)) {
 			ret = PTR_ERR(cq->eventfd);
 			cq->eventfd = NULL;
 			goto err_free;
 		}
 	}
-	ret = qpip_obj_ring(qdev, (size_t)a.depth * QPIP_CQE_SIZE, &cq->ring);
+	ret = qpip_obj_ring(qdev, a->depth, QPIP_CQE_SIZE, &cq->ring);
 	if (ret)
 		goto err_free;
-	p.pages = cq->ring->dma;
-	p.npages = cq->ring->npages;
-	p.depth = a.depth;
+	p.ring = qpip_ring_params_of(cq->ring, a->depth);
 	p.vector = vec->index;
 	ret = qpip_cmd_create_cq(qdev, ctx->id, &p, &res);
 	if (ret)
 		goto err_free;
 	cq->handle = res.handle;
 	cq->slot = res.db_slot;
-	ret = qpip_obj_record(ctx, &ctx->cqs, cq->handle, cq, &cq->ring, 1, qpip_cmd_destroy_cq);
+	ret = qpip_obj_record(ctx, QPIP_OBJ_CQ, cq->handle, cq, &cq->ring, 1);
 	if (ret)
 		goto err_free;
 	qpip_vector_add(vec, cq);
 
-	a.handle = cq->handle;
-	a.db_slot = cq->slot;
-	a.ring_offset = (u64)cq->ring->cookie << PAGE_SHIFT;
-	a.ring_size = (u64)cq->ring->npages << PAGE_SHIFT;
-	a.comp_vector_out = vec->index - 1;
-	return qpip_put_arg(uarg, &a, sizeof(a), usize);
+	a->handle = cq->handle;
+	a->db_slot = cq->slot;
+	qpip_ring_mapping(cq->ring, &a->ring_offset, &a->ring_size);
+	a->comp_vector_out = vec->index - 1;
+	return 0;
 
 err_free:
 	qpip_cq_free(ctx, cq, false);
 	return ret;
 }
 
-static int qpip_ioctl_create_qp(struct qpip_ctx *ctx, void __user *uarg)
+static int qpip_ioctl_create_qp(struct qpip_ctx *ctx, void *arg)
 {
+	struct qpip_create_qp *a = arg;
 	struct qpip_dev *qdev = ctx->qdev;
 	struct qpip_qp_params p = {};
 	struct qpip_qp_result res;
-	struct qpip_create_qp a;
 	struct qpip_qp *qp;
-	int usize, ret;
+	int ret;
 
-	usize = QPIP_GET_ARG(a, uarg, QPIP_CREATE_QP_SIZE_V1);
-	if (usize < 0)
-		return usize;
-	if (a.reserved0 || !qpip_depth_ok(qdev, a.sq_depth) || !qpip_depth_ok(qdev, a.rq_depth))
+	if (a->reserved0 || !qpip_depth_ok(qdev, a->sq_depth) || !qpip_depth_ok(qdev, a->rq_depth))
 		return -EINVAL;
-	if (!xa_load(&ctx->cqs, a.send_cq) || !xa_load(&ctx->cqs, a.recv_cq))
+	if (!xa_load(&ctx->cqs, a->send_cq) || !xa_load(&ctx->cqs, a->recv_cq))
 		return -ENOENT;
 
 	qp = kzalloc(sizeof(*qp), GFP_KERNEL);
 	if (!qp)
 		return -ENOMEM;
-	ret = qpip_obj_ring(qdev, (size_t)a.sq_depth * QPIP_WQE_SIZE, &qp->sq);
+	ret = qpip_obj_ring(qdev, a->sq_depth, QPIP_WQE_SIZE, &qp->sq);
 	if (!ret)
-		ret = qpip_obj_ring(qdev, (size_t)a.rq_depth * QPIP_WQE_SIZE, &qp->rq);
+		ret = qpip_obj_ring(qdev, a->rq_depth, QPIP_WQE_SIZE, &qp->rq);
 	if (ret)
 		goto err_free;
-	p.sq_pages = qp->sq->dma;
-	p.sq_npages = qp->sq->npages;
-	p.sq_depth = a.sq_depth;
-	p.rq_pages = qp->rq->dma;
-	p.rq_npages = qp->rq->npages;
-	p.rq_depth = a.rq_depth;
-	p.send_cq = a.send_cq;
-	p.recv_cq = a.recv_cq;
-	p.qp_type = a.qp_type;
-	p.framing = a.framing;
+	p.sq = qpip_ring_params_of(qp->sq, a->sq_depth);
+	p.rq = qpip_ring_params_of(qp->rq, a->rq_depth);
+	p.send_cq = a->send_cq;
+	p.recv_cq = a->recv_cq;
+	p.qp_type = a->qp_type;
+	p.framing = a->framing;
 	ret = qpip_cmd_create_qp(qdev, ctx->id, &p, &res);
 	if (ret)
 		goto err_free;
 	qp->handle = res.handle;
-	ret = qpip_obj_record(ctx, &ctx->qps, qp->handle, qp,
-			      (struct qpip_ring *const []){ qp->sq, qp->rq }, 2, qpip_cmd_destroy_qp);
+	ret = qpip_obj_record(ctx, QPIP_OBJ_QP, qp->handle, qp,
+			      (struct qpip_ring *const []){ qp->sq, qp->rq }, 2);
 	if (ret)
 		goto err_free;
 
-	a.handle = qp->handle;
-	a.db_slot = res.db_slot;
-	a.sq_offset = (u64)qp->sq->cookie << PAGE_SHIFT;
-	a.sq_size = (u64)qp->sq->npages << PAGE_SHIFT;
-	a.rq_offset = (u64)qp->rq->cookie << PAGE_SHIFT;
-	a.rq_size = (u64)qp->rq->npages << PAGE_SHIFT;
-	return qpip_put_arg(uarg, &a, sizeof(a), usize);
+	a->handle = qp->handle;
+	a->db_slot = res.db_slot;
+	qpip_ring_mapping(qp->sq, &a->sq_offset, &a->sq_size);
+	qpip_ring_mapping(qp->rq, &a->rq_offset, &a->rq_size);
+	return 0;
 
 err_free:
 	qpip_qp_free(ctx, qp, false);
@@ -253,48 +262,45 @@ err_free:
 #define QPIP_MR_ACCESS_ALL (QPIP_MR_ACCESS_LOCAL_WRITE | QPIP_MR_ACCESS_REMOTE_WRITE | \
 			    QPIP_MR_ACCESS_REMOTE_READ)
 
-static int qpip_ioctl_reg_mr(struct qpip_ctx *ctx, void __user *uarg)
+static int qpip_ioctl_reg_mr(struct qpip_ctx *ctx, void *arg)
 {
+	struct qpip_reg_mr *a = arg;
 	struct qpip_dev *qdev = ctx->qdev;
 	struct qpip_mr_params p = {};
 	struct qpip_mr_result res;
-	struct qpip_reg_mr a;
 	struct qpip_mr *mr;
 	u64 end;
-	int usize, ret;
+	int ret;
 
-	usize = QPIP_GET_ARG(a, uarg, QPIP_REG_MR_SIZE_V1);
-	if (usize < 0)
-		return usize;
-	if ((a.access & ~QPIP_MR_ACCESS_ALL) || !a.length)
+	if ((a->access & ~QPIP_MR_ACCESS_ALL) || !a->length)
 		return -EINVAL;
 	/* Bound the length before any arithmetic with it. */
-	if (a.length > ((u64)qdev->info.max_mr_pages << PAGE_SHIFT))
+	if (a->length > ((u64)qdev->info.max_mr_pages << PAGE_SHIFT))
 		return -EINVAL;
-	if (check_add_overflow(a.addr, a.length, &end) ||
-	    !access_ok(u64_to_user_ptr(a.addr), a.length))
+	if (check_add_overflow(a->addr, a->length, &end) ||
+	    !access_ok(u64_to_user_ptr(a->addr), a->length))
 		return -EFAULT;
 
-	mr = qpip_mr_alloc(qdev, a.addr, a.length,
-			   a.access & (QPIP_MR_ACCESS_LOCAL_WRITE | QPIP_MR_ACCESS_REMOTE_WRITE));
+	mr = qpip_mr_alloc(qdev, a->addr, a->length,
+			   a->access & (QPIP_MR_ACCESS_LOCAL_WRITE | QPIP_MR_ACCESS_REMOTE_WRITE));
 	if (IS_ERR(mr))
 		return PTR_ERR(mr);
 	p.pages = mr->dma;
 	p.npages = mr->npages;
-	p.iova = a.addr;
-	p.length = a.length;
-	p.first_page_offset = a.addr & ~PAGE_MASK;
-	p.access = a.access;
+	p.iova = a->addr;
+	p.length = a->length;
+	p.first_page_offset = a->addr & ~PAGE_MASK;
+	p.access = a->access;
 	ret = qpip_cmd_reg_mr(qdev, ctx->id, &p, &res);
 	if (ret)
 		goto err_free;
 	mr->lkey = res.lkey;
-	ret = qpip_obj_record(ctx, &ctx->mrs, mr->lkey, mr, NULL, 0, qpip_cmd_dereg_mr);
+	ret = qpip_obj_record(ctx, QPIP_OBJ_MR, mr->lkey, mr, NULL, 0);
 	if (ret)
 		goto err_free;
-	a.lkey = res.lkey;
-	a.rkey = res.rkey;
-	return qpip_put_arg(uarg, &a, sizeof(a), usize);
+	a->lkey = res.lkey;
+	a->rkey = res.rkey;
+	return 0;
 
 err_free:
 	qpip_mr_free(qdev, mr, false);
@@ -302,106 +308,72 @@ err_free:
 }
 
 /*
- * What the destroy ioctls (DESTROY_CQ, DESTROY_QP, DEREG_MR, DESTROY_LISTENER) share: the
- * handle must be one of this context's (in @xa); the device forgets the object first — so
- * it no longer touches the object's memory — and only then is it taken out of @xa for the
- * caller to free. Returns the object, or an ERR_PTR.
+ * The destroy ioctls (DESTROY_CQ, DESTROY_QP, DEREG_MR, DESTROY_LISTENER): the handle must
+ * be one of this context's; the device forgets the object first — so it no longer touches
+ * the object's memory — and only then is it taken out of the context's table and freed.
  */
-static void *qpip_destroy_handle(struct qpip_ctx *ctx, void __user *uarg, struct xarray *xa,
-				 int (*destroy)(struct qpip_dev *qdev, u32 ctx, u32 handle))
+static int qpip_destroy_obj(struct qpip_ctx *ctx, const struct qpip_handle *a,
+			    enum qpip_obj_type type)
 {
-	struct qpip_handle a;
+	struct xarray *xa = qpip_objs(ctx, type);
 	void *obj;
-	int usize, ret;
+	int ret;
 
-	usize = QPIP_GET_ARG(a, uarg, QPIP_HANDLE_SIZE_V1);
-	if (usize < 0)
-		return ERR_PTR(usize);
-	obj = xa_load(xa, a.handle);
+	obj = xa_load(xa, a->handle);
 	if (!obj)
-		return ERR_PTR(-ENOENT);
-	ret = destroy(ctx->qdev, ctx->id, a.handle);
+		return -ENOENT;
+	ret = qpip_cmd_destroy(ctx->qdev, ctx->id, type, a->handle);
 	if (ret)
-		return ERR_PTR(ret);
-	xa_erase(xa, a.handle);
-	return obj;
-}
-
-static int qpip_ioctl_destroy_cq(struct qpip_ctx *ctx, void __user *uarg)
-{
-	struct qpip_cq *cq = qpip_destroy_handle(ctx, uarg, &ctx->cqs, qpip_cmd_destroy_cq);
-
-	if (IS_ERR(cq))
-		return PTR_ERR(cq);
-	qpip_cq_free(ctx, cq, false);
+		return ret;
+	xa_erase(xa, a->handle);
+	qpip_obj_free(ctx, type, obj);
 	return 0;
 }
 
-static int qpip_ioctl_destroy_qp(struct qpip_ctx *ctx, void __user *uarg)
+static int qpip_ioctl_destroy_cq(struct qpip_ctx *ctx, void *arg)
 {
-	struct qpip_qp *qp = qpip_destroy_handle(ctx, uarg, &ctx->qps, qpip_cmd_destroy_qp);
-
-	if (IS_ERR(qp))
-		return PTR_ERR(qp);
-	qpip_qp_free(ctx, qp, false);
-	return 0;
+	return qpip_destroy_obj(ctx, arg, QPIP_OBJ_CQ);
 }
 
-static int qpip_ioctl_dereg_mr(struct qpip_ctx *ctx, void __user *uarg)
+static int qpip_ioctl_destroy_qp(struct qpip_ctx *ctx, void *arg)
 {
-	struct qpip_mr *mr = qpip_destroy_handle(ctx, uarg, &ctx->mrs, qpip_cmd_dereg_mr);
-
-	if (IS_ERR(mr))
-		return PTR_ERR(mr);
-	qpip_mr_free(ctx->qdev, mr, false);
-	return 0;
+	return qpip_destroy_obj(ctx, arg, QPIP_OBJ_QP);
 }
 
-/* A listener is only a value entry: nothing to free. */
-static int qpip_ioctl_destroy_listener(struct qpip_ctx *ctx, void __user *uarg)
+static int qpip_ioctl_dereg_mr(struct qpip_ctx *ctx, void *arg)
 {
-	return PTR_ERR_OR_ZERO(qpip_destroy_handle(ctx, uarg, &ctx->listeners,
-						   qpip_cmd_destroy_listener));
+	return qpip_destroy_obj(ctx, arg, QPIP_OBJ_MR);
+}
+
+static int qpip_ioctl_destroy_listener(struct qpip_ctx *ctx, void *arg)
+{
+	return qpip_destroy_obj(ctx, arg, QPIP_OBJ_LISTENER);
 }
 
 /* ---- connections ---- */
 
-static int qpip_ioctl_bind(struct qpip_ctx *ctx, void __user *uarg)
+static int qpip_ioctl_bind(struct qpip_ctx *ctx, void *arg)
 {
-	struct qpip_bind a;
-	int usize, ret;
+	struct qpip_bind *a = arg;
 
-	usize = QPIP_GET_ARG(a, uarg, QPIP_BIND_SIZE_V1);
-	if (usize < 0)
-		return usize;
-	if (a.reserved0 || a.reserved1)
+	if (a->reserved0 || a->reserved1)
 		return -EINVAL;
-	if (!xa_load(&ctx->qps, a.qp))
+	if (!xa_load(&ctx->qps, a->qp))
 		return -ENOENT;
-	ret = qpip_cmd_bind(ctx->qdev, ctx->id, a.qp, a.addr, &a.port);
-	if (ret)
-		return ret;
-	return qpip_put_arg(uarg, &a, sizeof(a), usize);
+	return qpip_cmd_bind(ctx->qdev, ctx->id, a->qp, a->addr, &a->port);
 }
 
-static int qpip_ioctl_listen(struct qpip_ctx *ctx, void __user *uarg)
+static int qpip_ioctl_listen(struct qpip_ctx *ctx, void *arg)
 {
-	struct qpip_listen a;
-	int usize, ret;
+	struct qpip_listen *a = arg;
+	int ret;
 
-	usize = QPIP_GET_ARG(a, uarg, QPIP_LISTEN_SIZE_V1);
-	if (usize < 0)
-		return usize;
-	if (a.reserved0)
+	if (a->reserved0)
 		return -EINVAL;
-	ret = qpip_cmd_listen(ctx->qdev, ctx->id, a.addr, a.port, a.backlog, &a.handle);
+	ret = qpip_cmd_listen(ctx->qdev, ctx->id, a->addr, a->port, a->backlog, &a->handle);
 	if (ret)
 		return ret;
-	ret = qpip_obj_record(ctx, &ctx->listeners, a.handle, xa_mk_value(0), NULL, 0,
-			      qpip_cmd_destroy_listener);
-	if (ret)
-		return ret;
-	return qpip_put_arg(uarg, &a, sizeof(a), usize);
+	return qpip_obj_record(ctx, QPIP_OBJ_LISTENER, a->handle, xa_mk_value(0), NULL, 0);
 }
 
 /*
@@ -442,150 +414,191 @@ static int qpip_event_cmd_sent(struct qpip_ctx *ctx, struct qpip_cmd *c, int ret
 	return ret;
 }
 
-static int qpip_ioctl_accept(struct qpip_ctx *ctx, void __user *uarg)
+static int qpip_ioctl_accept(struct qpip_ctx *ctx, void *arg)
 {
-	struct qpip_accept a;
+	struct qpip_accept *a = arg;
 	struct qpip_cmd *c;
-	int usize;
 
-	usize = QPIP_GET_ARG(a, uarg, QPIP_ACCEPT_SIZE_V1);
-	if (usize < 0)
-		return usize;
-	if (a.reserved)
+	if (a->reserved)
 		return -EINVAL;
-	if (!xa_load(&ctx->listeners, a.listener) || !xa_load(&ctx->qps, a.qp))
+	if (!xa_load(&ctx->listeners, a->listener) || !xa_load(&ctx->qps, a->qp))
 		return -ENOENT;
-	c = qpip_event_cmd_alloc(ctx, QPIP_EVENT_ACCEPT, a.qp, a.user_data);
+	c = qpip_event_cmd_alloc(ctx, QPIP_EVENT_ACCEPT, a->qp, a->user_data);
 	if (IS_ERR(c))
 		return PTR_ERR(c);
-	return qpip_event_cmd_sent(ctx, c, qpip_cmd_accept(ctx->qdev, c, ctx->id, a.listener,
-							    a.qp));
+	return qpip_event_cmd_sent(ctx, c, qpip_cmd_accept(ctx->qdev, c, ctx->id, a->listener,
+							    a->qp));
 }
 
-static int qpip_ioctl_connect(struct qpip_ctx *ctx, void __user *uarg)
+static int qpip_ioctl_connect(struct qpip_ctx *ctx, void *arg)
 {
-	struct qpip_connect a;
+	struct qpip_connect *a = arg;
 	struct qpip_cmd *c;
-	int usize;
 
-	usize = QPIP_GET_ARG(a, uarg, QPIP_CONNECT_SIZE_V1);
-	if (usize < 0)
-		return usize;
-	if (a.reserved0 || a.reserved1)
+	if (a->reserved0 || a->reserved1)
 		return -EINVAL;
-	if (!xa_load(&ctx->qps, a.qp))
+	if (!xa_load(&ctx->qps, a->qp))
 		return -ENOENT;
-	c = qpip_event_cmd_alloc(ctx, QPIP_EVENT_CONNECT, a.qp, a.user_data);
+	c = qpip_event_cmd_alloc(ctx, QPIP_EVENT_CONNECT, a->qp, a->user_data);
 	if (IS_ERR(c))
 		return PTR_ERR(c);
-	return qpip_event_cmd_sent(ctx, c, qpip_cmd_connect(ctx->qdev, c, ctx->id, a.qp,
-							     a.addr, a.port));
+	return qpip_event_cmd_sent(ctx, c, qpip_cmd_connect(ctx->qdev, c, ctx->id, a->qp,
+							     a->addr, a->port));
 }
 
-static int qpip_ioctl_close(struct qpip_ctx *ctx, void __user *uarg)
+static int qpip_ioctl_close(struct qpip_ctx *ctx, void *arg)
 {
-	struct qpip_close a;
+	struct qpip_close *a = arg;
 	struct qpip_cmd *c;
-	int usize;
 
-	usize = QPIP_GET_ARG(a, uarg, QPIP_CLOSE_SIZE_V1);
-	if (usize < 0)
-		return usize;
-	if (!xa_load(&ctx->qps, a.qp))
+	if (!xa_load(&ctx->qps, a->qp))
 		return -ENOENT;
-	c = qpip_event_cmd_alloc(ctx, QPIP_EVENT_CLOSE, a.qp, a.user_data);
+	c = qpip_event_cmd_alloc(ctx, QPIP_EVENT_CLOSE, a->qp, a->user_data);
 	if (IS_ERR(c))
 		return PTR_ERR(c);
-	return qpip_event_cmd_sent(ctx, c, qpip_cmd_close(ctx->qdev, c, ctx->id, a.qp));
+	return qpip_event_cmd_sent(ctx, c, qpip_cmd_close(ctx->qdev, c, ctx->id, a->qp));
 }
 
 /* ---- the device ---- */
 
-static int qpip_ioctl_query_stats(struct qpip_ctx *ctx, void __user *uarg)
+static int qpip_ioctl_query_stats(struct qpip_ctx *ctx, void *arg)
 {
-	struct qpip_query_stats *a;
+	struct qpip_query_stats *a = arg;
+	int ret;
+
+	ret = qpip_query_stats(ctx->qdev, a->counters);
+	if (!ret)
+		a->count = QPIP_STATS_COUNT;
+	return ret;
+}
+
+/* ADD_ADDR and DEL_ADDR. */
+static int qpip_ioctl_addr(struct qpip_ctx *ctx, const struct qpip_addr *a, bool add)
+{
+	if (!qpip_zero(a->reserved, sizeof(a->reserved)))
+		return -EINVAL;
+	return qpip_change_addr(ctx->qdev, add, a->addr, a->prefix_len);
+}
+
+static int qpip_ioctl_add_addr(struct qpip_ctx *ctx, void *arg)
+{
+	return qpip_ioctl_addr(ctx, arg, true);
+}
+
+static int qpip_ioctl_del_addr(struct qpip_ctx *ctx, void *arg)
+{
+	return qpip_ioctl_addr(ctx, arg, false);
+}
+
+static int qpip_ioctl_set_mac(struct qpip_ctx *ctx, void *arg)
+{
+	struct qpip_set_mac *a = arg;
+
+	if (!qpip_zero(a->reserved, sizeof(a->reserved)))
+		return -EINVAL;
+	return qpip_set_mac(ctx->qdev, a->mac);
+}
+
+/* ---- dispatch ---- */
+
+/* What qpip_ioctl_run does around an ioctl besides copying its argument in. */
+#define QPIP_ARG_OUT		BIT(0)	/* copy the argument back out on success */
+#define QPIP_NET_ADMIN		BIT(1)	/* the caller needs CAP_NET_ADMIN */
+
+/* An ioctl: its handler and what its argument is. */
+struct qpip_ioctl_desc {
+	int (*fn)(struct qpip_ctx *ctx, void *arg);
+	unsigned int cmd;		/* QPIP_IOCTL_*: its size bits are the first version's */
+	size_t size;			/* of the argument as this driver knows it */
+	unsigned int flags;		/* QPIP_ARG_OUT, QPIP_NET_ADMIN */
+};
+
+#define QPIP_IOCTL_DEF(name, func, arg, fl)					\
+	[_IOC_NR(QPIP_IOCTL_##name)] = {					\
+		.fn = func,							\
+		.cmd = QPIP_IOCTL_##name,					\
+		.size = sizeof(struct arg),					\
+		.flags = fl,							\
+	}
+
+static const struct qpip_ioctl_desc qpip_ioctls[] = {
+	QPIP_IOCTL_DEF(QUERY_DEVICE, qpip_ioctl_query_device, qpip_query_device, QPIP_ARG_OUT),
+	QPIP_IOCTL_DEF(CREATE_CQ, qpip_ioctl_create_cq, qpip_create_cq, QPIP_ARG_OUT),
+	QPIP_IOCTL_DEF(DESTROY_CQ, qpip_ioctl_destroy_cq, qpip_handle, 0),
+	QPIP_IOCTL_DEF(CREATE_QP, qpip_ioctl_create_qp, qpip_create_qp, QPIP_ARG_OUT),
+	QPIP_IOCTL_DEF(DESTROY_QP, qpip_ioctl_destroy_qp, qpip_handle, 0),
+	QPIP_IOCTL_DEF(REG_MR, qpip_ioctl_reg_mr, qpip_reg_mr, QPIP_ARG_OUT),
+	QPIP_IOCTL_DEF(DEREG_MR, qpip_ioctl_dereg_mr, qpip_handle, 0),
+	QPIP_IOCTL_DEF(BIND, qpip_ioctl_bind, qpip_bind, QPIP_ARG_OUT),
+	QPIP_IOCTL_DEF(LISTEN, qpip_ioctl_listen, qpip_listen, QPIP_ARG_OUT),
+	QPIP_IOCTL_DEF(DESTROY_LISTENER, qpip_ioctl_destroy_listener, qpip_handle, 0),
+	QPIP_IOCTL_DEF(ACCEPT, qpip_ioctl_accept, qpip_accept, 0),
+	QPIP_IOCTL_DEF(CONNECT, qpip_ioctl_connect, qpip_connect, 0),
+	QPIP_IOCTL_DEF(CLOSE, qpip_ioctl_close, qpip_close, 0),
+	QPIP_IOCTL_DEF(QUERY_STATS, qpip_ioctl_query_stats, qpip_query_stats, QPIP_ARG_OUT),
+	QPIP_IOCTL_DEF(ADD_ADDR, qpip_ioctl_add_addr, qpip_addr, QPIP_NET_ADMIN),
+	QPIP_IOCTL_DEF(DEL_ADDR, qpip_ioctl_del_addr, qpip_addr, QPIP_NET_ADMIN),
+	QPIP_IOCTL_DEF(SET_MAC, qpip_ioctl_set_mac, qpip_set_mac, QPIP_NET_ADMIN),
+};
+
+/*
+ * Copies a size-versioned argument in (see include/uapi/qpip.h): returns the caller's
+ * size, or an errno. Bytes past what the driver knows must be zero (copy_struct_from_user).
+ */
+static int qpip_get_arg(void *karg, size_t ksize, u32 v1size, void __user *uarg)
+{
+	u32 usize;
+	int ret;
+
+	if (get_user(usize, (u32 __user *)uarg))
+		return -EFAULT;
+	if (usize < v1size)
+		return -EINVAL;
+	if (usize > QPIP_MAX_ARG_SIZE)
+		return -E2BIG;
+	ret = copy_struct_from_user(karg, ksize, uarg, usize);
+	if (ret)
+		return ret;
+	return usize;
+}
+
+/* Arguments up to this size are copied to the stack; larger ones (QUERY_STATS) to the heap. */
+#define QPIP_ARG_STACK_SIZE 128
+
+/*
+ * Runs ioctl @d on the kernel's copy of its argument: copied in first, then written back
+ * (at most the caller's size of it) if @d says so and the ioctl succeeded.
+ */
+static int qpip_ioctl_run(struct qpip_ctx *ctx, const struct qpip_ioctl_desc *d,
+			  void __user *uarg)
+{
+	u64 stack_arg[QPIP_ARG_STACK_SIZE / sizeof(u64)];
+	void *karg = stack_arg;
 	int usize, ret;
 
-	/* 520 bytes: not on the stack. */
-	a = kzalloc(sizeof(*a), GFP_KERNEL);
-	if (!a)
-		return -ENOMEM;
-	usize = qpip_get_arg(a, sizeof(*a), QPIP_QUERY_STATS_SIZE_V1, uarg);
+	if (d->size > sizeof(stack_arg)) {
+		karg = kzalloc(d->size, GFP_KERNEL);
+		if (!karg)
+			return -ENOMEM;
+	}
+	usize = qpip_get_arg(karg, d->size, _IOC_SIZE(d->cmd), uarg);
 	if (usize < 0) {
 		ret = usize;
 		goto out;
 	}
-	ret = qpip_query_stats(ctx->qdev, a->counters);
-	if (ret)
+	if ((d->flags & QPIP_NET_ADMIN) && !capable(CAP_NET_ADMIN)) {
+		ret = -EPERM;
 		goto out;
-	a->count = QPIP_STATS_COUNT;
-	ret = qpip_put_arg(uarg, a, sizeof(*a), usize);
+	}
+	ret = d->fn(ctx, karg);
+	if (!ret && (d->flags & QPIP_ARG_OUT) &&
+	    copy_to_user(uarg, karg, min_t(size_t, d->size, usize)))
+		ret = -EFAULT;
 out:
-	kfree(a);
+	if (karg != stack_arg)
+		kfree(karg);
 	return ret;
 }
-
-static int qpip_ioctl_addr(struct qpip_ctx *ctx, void __user *uarg, bool add)
-{
-	struct qpip_addr a;
-	int usize;
-
-	usize = QPIP_GET_ARG(a, uarg, QPIP_ADDR_SIZE_V1);
-	if (usize < 0)
-		return usize;
-	if (!capable(CAP_NET_ADMIN))
-		return -EPERM;
-	if (!qpip_zero(a.reserved, sizeof(a.reserved)))
-		return -EINVAL;
-	return qpip_change_addr(ctx->qdev, add, a.addr, a.prefix_len);
-}
-
-static int qpip_ioctl_add_addr(struct qpip_ctx *ctx, void __user *uarg)
-{
-	return qpip_ioctl_addr(ctx, uarg, true);
-}
-
-static int qpip_ioctl_del_addr(struct qpip_ctx *ctx, void __user *uarg)
-{
-	return qpip_ioctl_addr(ctx, uarg, false);
-}
-
-static int qpip_ioctl_set_mac(struct qpip_ctx *ctx, void __user *uarg)
-{
-	struct qpip_set_mac a;
-	int usize;
-
-	usize = QPIP_GET_ARG(a, uarg, QPIP_SET_MAC_SIZE_V1);
-	if (usize < 0)
-		return usize;
-	if (!capable(CAP_NET_ADMIN))
-		return -EPERM;
-	if (!qpip_zero(a.reserved, sizeof(a.reserved)))
-		return -EINVAL;
-	return qpip_set_mac(ctx->qdev, a.mac);
-}
-
-typedef int (*qpip_ioctl_fn)(struct qpip_ctx *ctx, void __user *uarg);
-
-static const qpip_ioctl_fn qpip_ioctls[] = {
-	[_IOC_NR(QPIP_IOCTL_QUERY_DEVICE)] = qpip_ioctl_query_device,
-	[_IOC_NR(QPIP_IOCTL_CREATE_CQ)] = qpip_ioctl_create_cq,
-	[_IOC_NR(QPIP_IOCTL_DESTROY_CQ)] = qpip_ioctl_destroy_cq,
-	[_IOC_NR(QPIP_IOCTL_CREATE_QP)] = qpip_ioctl_create_qp,
-	[_IOC_NR(QPIP_IOCTL_DESTROY_QP)] = qpip_ioctl_destroy_qp,
-	[_IOC_NR(QPIP_IOCTL_REG_MR)] = qpip_ioctl_reg_mr,
-	[_IOC_NR(QPIP_IOCTL_DEREG_MR)] = qpip_ioctl_dereg_mr,
-	[_IOC_NR(QPIP_IOCTL_BIND)] = qpip_ioctl_bind,
-	[_IOC_NR(QPIP_IOCTL_LISTEN)] = qpip_ioctl_listen,
-	[_IOC_NR(QPIP_IOCTL_DESTROY_LISTENER)] = qpip_ioctl_destroy_listener,
-	[_IOC_NR(QPIP_IOCTL_ACCEPT)] = qpip_ioctl_accept,
-	[_IOC_NR(QPIP_IOCTL_CONNECT)] = qpip_ioctl_connect,
-	[_IOC_NR(QPIP_IOCTL_CLOSE)] = qpip_ioctl_close,
-	[_IOC_NR(QPIP_IOCTL_QUERY_STATS)] = qpip_ioctl_query_stats,
-	[_IOC_NR(QPIP_IOCTL_ADD_ADDR)] = qpip_ioctl_add_addr,
-	[_IOC_NR(QPIP_IOCTL_DEL_ADDR)] = qpip_ioctl_del_addr,
-	[_IOC_NR(QPIP_IOCTL_SET_MAC)] = qpip_ioctl_set_mac,
-};
 
 long qpip_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 {
@@ -596,7 +609,7 @@ long qpip_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 
 	/* Matched by type and number: the size bits are those of the first version. */
 	if (_IOC_TYPE(cmd) != QPIP_IOCTL_TYPE || _IOC_DIR(cmd) != (_IOC_READ | _IOC_WRITE) ||
-	    nr >= ARRAY_SIZE(qpip_ioctls) || !qpip_ioctls[nr])
+	    nr >= ARRAY_SIZE(qpip_ioctls) || !qpip_ioctls[nr].fn)
 		return -ENOTTY;
 
 	down_read(&qdev->lock);
@@ -604,7 +617,7 @@ long qpip_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 		ret = -ENODEV;
 	} else {
 		mutex_lock(&ctx->lock);
-		ret = qpip_ioctls[nr](ctx, (void __user *)arg);
+		ret = qpip_ioctl_run(ctx, &qpip_ioctls[nr], (void __user *)arg);
 		mutex_unlock(&ctx->lock);
 	}
 	up_read(&qdev->lock);

@@ -91,15 +91,15 @@ fn doorbell_page_fits() {
     assert!(qp_end <= doorbell::DB_CQ_BASE, "QP slots overlap CQ slots");
     let cq_end = doorbell::DB_CQ_BASE + doorbell::DB_CQ_SLOTS * doorbell::DB_CQ_STRIDE;
     assert!(cq_end <= pci::DOORBELL_PAGE_SIZE);
-    assert!(doorbell::DB_ENGINE_SLEEPING + 4 <= doorbell::DB_QP_BASE);
+    const { assert!(doorbell::DB_ENGINE_SLEEPING + 4 <= doorbell::DB_QP_BASE) };
 }
 
 #[test]
 fn control_bar_regions_do_not_overlap() {
-    assert!(regs::REGS_END <= regs::KICK_PAGE_OFFSET);
-    assert!(regs::KICK_PAGE_OFFSET + 4096 <= pci::MSIX_TABLE_OFFSET);
-    assert!(pci::MSIX_TABLE_OFFSET + pci::MSIX_VECTORS as u32 * 16 <= pci::MSIX_PBA_OFFSET);
-    assert!(pci::MSIX_PBA_OFFSET + 8 <= pci::CTRL_BAR_SIZE);
+    const { assert!(regs::REGS_END <= regs::KICK_PAGE_OFFSET) };
+    const { assert!(regs::KICK_PAGE_OFFSET + 4096 <= pci::MSIX_TABLE_OFFSET) };
+    const { assert!(pci::MSIX_TABLE_OFFSET + pci::MSIX_VECTORS as u32 * 16 <= pci::MSIX_PBA_OFFSET) };
+    const { assert!(pci::MSIX_PBA_OFFSET + 8 <= pci::CTRL_BAR_SIZE) };
     assert_eq!(
         regs::KICK_PAGE_OFFSET % 4096,
         0,

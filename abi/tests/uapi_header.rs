@@ -5,7 +5,7 @@
 //! cbindgen writes fixed-width types as `uint32_t` and friends; a header for both the kernel
 //! and user space uses the `__u32` family of `<linux/types.h>`, so those names are replaced.
 
-use std::path::PathBuf;
+mod cbindgen_header;
 
 /// cbindgen's spelling and the uapi spelling of each fixed-width type.
 const UAPI_TYPES: [(&str, &str); 8] = [
@@ -20,17 +20,9 @@ const UAPI_TYPES: [(&str, &str); 8] = [
 ];
 
 fn generate() -> String {
-    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen-uapi.toml"))
-        .expect("cbindgen-uapi.toml");
-    let mut out = Vec::new();
-    cbindgen::Builder::new()
-        .with_config(config)
-        .with_src(crate_dir.join("src/uapi.rs"))
-        .generate()
-        .expect("cbindgen could not parse src/uapi.rs")
-        .write(&mut out);
-    let mut text = String::from_utf8(out).unwrap();
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/src/uapi.rs");
+    let mut text =
+        cbindgen_header::generate(cbindgen::Builder::new().with_src(src), "cbindgen-uapi.toml");
     for (c, uapi) in UAPI_TYPES {
         // Whole words only: "uint8_t" is inside no other name, but be exact anyway.
         text = replace_word(&text, c, uapi);
@@ -59,25 +51,12 @@ fn replace_word(text: &str, from: &str, to: &str) -> String {
 
 #[test]
 fn checked_in_uapi_header_is_current() {
-    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let header_path = crate_dir.join("../guest-driver/include/uapi/qpip.h");
     let generated = generate();
     assert!(
         !generated.contains("int8_t") || generated.contains("__s8") || generated.contains("__u8"),
         "fixed-width C types left in the uapi header"
     );
-
-    if std::env::var_os("QPIP_BLESS").is_some() {
-        std::fs::create_dir_all(header_path.parent().unwrap()).unwrap();
-        std::fs::write(&header_path, &generated).unwrap();
-        return;
-    }
-    let current = std::fs::read_to_string(&header_path).unwrap_or_default();
-    assert!(
-        current == generated,
-        "{} is stale; regenerate it with: QPIP_BLESS=1 cargo test -p qpip-abi --test uapi_header",
-        header_path.display()
-    );
+    cbindgen_header::check_or_bless("../guest-driver/include/uapi/qpip.h", &generated);
 }
 
 /// Every ioctl number and structure of the uapi is in the header, spelled as the driver uses
