@@ -15,7 +15,7 @@ use qpip_abi::wqe::WQE_SIZE;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::completion::{cqe, cqe_ok};
-use super::decode::{self, Payload, WqeError};
+use super::decode::{self, Payload};
 use super::memory::{Fault, Span};
 use super::objects::QpState;
 use super::Engine;
@@ -172,14 +172,7 @@ impl Engine {
         };
         let wr = match decode::send_wqe(&raw) {
             Ok(wr) => wr,
-            Err(WqeError {
-                wr_id,
-                status,
-                detail,
-            }) => {
-                self.write_cqe(mem, send_cq, cqe(wr_id, id, CQE_OP_SEND, status, detail));
-                return;
-            }
+            Err(e) => return self.write_cqe(mem, send_cq, e.completion(id, CQE_OP_SEND)),
         };
         let fail = |status, detail| cqe(wr.wr_id, id, CQE_OP_SEND, status, detail);
         if !tcp && wr.imm_data != 0 {
@@ -341,12 +334,8 @@ impl Engine {
         };
         let wr = match decode::recv_wqe(&raw) {
             Ok(wr) => wr,
-            Err(WqeError {
-                wr_id,
-                status,
-                detail,
-            }) => {
-                self.write_cqe(mem, recv_cq, cqe(wr_id, id, CQE_OP_RECV, status, detail));
+            Err(e) => {
+                self.write_cqe(mem, recv_cq, e.completion(id, CQE_OP_RECV));
                 return true;
             }
         };

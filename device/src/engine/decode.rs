@@ -280,6 +280,13 @@ pub struct WqeError {
     pub detail: u32,
 }
 
+impl WqeError {
+    /// The completion of the refused WR: QP `qp`, opcode `op` (`CQE_OP_*`).
+    pub fn completion(&self, qp: u32, op: u8) -> qpip_abi::cqe::Cqe {
+        super::completion::cqe(self.wr_id, qp, op, self.status, self.detail)
+    }
+}
+
 fn header(bytes: &[u8; WQE_SIZE as usize]) -> Wqe {
     Wqe::read_from_prefix(bytes)
         .expect("a WQE slot holds a header")

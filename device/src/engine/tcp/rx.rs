@@ -15,7 +15,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use crate::net::tcp::RecvSink;
 
 use crate::engine::completion::cqe;
-use crate::engine::decode::{self, WqeError};
+use crate::engine::decode;
 use crate::engine::memory::{Fault, Span};
 use crate::engine::objects::QpState;
 use crate::engine::Engine;
@@ -450,35 +450,23 @@ impl Engine {
                 break;
             };
             did = true;
-            let wr = match decode::recv_wqe(&raw) {
-                Ok(wr) => wr,
-                Err(WqeError {
-                    wr_id,
-                    status,
-                    detail,
-                }) => {
-                    let t = self.objects.tcp_qp_mut(id).expect("TCP QP");
-                    t.rx.add(RecvWr {
-                        wr_id,
-                        spans: Err((status, detail)),
-                        cap: 0,
-                        filled: 0,
-                        fault: false,
-                    });
-                    continue;
-                }
-            };
-            let cap: u64 = wr.sges.iter().map(|s| s.length as u64).sum();
-            let spans = match self.translate(ctx, &wr.sges, MR_ACCESS_LOCAL_WRITE) {
-                Ok(s) => Ok(s),
-                Err(Fault { status, detail }) => {
-                    self.shared.stats.add(STAT_PROTECTION_ERRORS, 1);
-                    Err((status, detail))
+            // A WR that fails its checks completes in error in its turn.
+            let (wr_id, spans, cap) = match decode::recv_wqe(&raw) {
+                Err(e) => (e.wr_id, Err((e.status, e.detail)), 0),
+                Ok(wr) => {
+                    let cap: u64 = wr.sges.iter().map(|s| s.length as u64).sum();
+                    let spans = self
+                        .translate(ctx, &wr.sges, MR_ACCESS_LOCAL_WRITE)
+                        .map_err(|Fault { status, detail }| {
+                            self.shared.stats.add(STAT_PROTECTION_ERRORS, 1);
+                            (status, detail)
+                        });
+                    (wr.wr_id, spans, cap)
                 }
             };
             let t = self.objects.tcp_qp_mut(id).expect("TCP QP");
             t.rx.add(RecvWr {
-                wr_id: wr.wr_id,
+                wr_id,
                 spans,
                 cap,
                 filled: 0,

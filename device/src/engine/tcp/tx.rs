@@ -14,7 +14,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use crate::net::tcp::SendSource;
 
 use crate::engine::completion::{cqe, cqe_ok};
-use crate::engine::decode::{self, Payload, WqeError};
+use crate::engine::decode::{self, Payload};
 use crate::engine::memory::Span;
 use crate::engine::objects::QpState;
 use crate::engine::Engine;
@@ -148,12 +148,8 @@ impl Engine {
             let conn = t.conn;
             let live = conn.and_then(|c| self.tcp.table.get(c));
             let (status, detail, wr) = match decode::send_wqe(&raw) {
-                Err(WqeError {
-                    wr_id,
-                    status,
-                    detail,
-                }) => {
-                    self.tcp_push_failed(mem, id, wr_id, status, detail);
+                Err(e) => {
+                    self.tcp_push_failed(mem, id, e.wr_id, e.status, e.detail);
                     continue;
                 }
                 Ok(wr) if live.is_none() => (CQE_STATUS_BAD_DEST, CQE_DETAIL_NOT_BOUND, wr),

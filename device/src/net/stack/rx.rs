@@ -19,6 +19,27 @@ impl Stack {
         None
     }
 
+    /// Answers a packet with an ICMPv6 parameter problem (`code`, pointing at byte
+    /// `pointer` of `packet`) and drops it for `why`.
+    fn param_problem<T>(
+        &mut self,
+        packet: &[u8],
+        code: u8,
+        pointer: usize,
+        why: DropReason,
+        now: Instant,
+    ) -> Option<T> {
+        self.icmp_error(
+            packet,
+            icmp::PARAM_PROBLEM,
+            code,
+            pointer as u32,
+            false,
+            now,
+        );
+        self.drop(why)
+    }
+
     /// Processes one received Ethernet frame. A UDP datagram for the device comes back for
     /// the engine to place ([`Stack::port_unreachable`] if no QP has its port); everything
     /// else (NDP, echo, errors, fragments) is handled here, replies queued for
@@ -95,15 +116,13 @@ impl Stack {
                 proto::HOP_BY_HOP | proto::DEST_OPTS | proto::ROUTING => {
                     if nh == proto::HOP_BY_HOP && off != IPV6_LEN {
                         // Hop-by-hop options only ever follow the fixed header (§4.3).
-                        self.icmp_error(
+                        return self.param_problem(
                             b,
-                            icmp::PARAM_PROBLEM,
                             icmp::PARAM_NEXT_HEADER,
-                            nh_at as u32,
-                            false,
+                            nh_at,
+                            DropReason::UnsupportedNextHeader,
                             now,
                         );
-                        return self.drop(DropReason::UnsupportedNextHeader);
                     }
                     if b.len() < off + 8 {
                         return self.drop(DropReason::Malformed);
@@ -115,15 +134,13 @@ impl Stack {
                     if nh == proto::ROUTING {
                         if b[off + 3] != 0 {
                             // Segments left: we are a host and route nothing (§4.4).
-                            self.icmp_error(
+                            return self.param_problem(
                                 b,
-                                icmp::PARAM_PROBLEM,
                                 icmp::PARAM_HEADER_FIELD,
-                                (off + 2) as u32,
-                                false,
+                                off + 2,
+                                DropReason::RoutingHeader,
                                 now,
                             );
-                            return self.drop(DropReason::RoutingHeader);
                         }
                     } else if let Err(why) = self.options(b, off, len, &dst, now) {
                         return self.drop(why);
@@ -184,15 +201,13 @@ impl Stack {
                     }));
                 }
                 _ => {
-                    self.icmp_error(
+                    return self.param_problem(
                         b,
-                        icmp::PARAM_PROBLEM,
                         icmp::PARAM_NEXT_HEADER,
-                        nh_at as u32,
-                        false,
+                        nh_at,
+                        DropReason::UnsupportedNextHeader,
                         now,
                     );
-                    return self.drop(DropReason::UnsupportedNextHeader);
                 }
             }
         }
@@ -262,38 +277,32 @@ impl Stack {
         let data = &pkt[off + wire::FRAG_LEN..];
         if fh.more && !data.len().is_multiple_of(8) {
             // Parameter problem pointing at the payload length (RFC 8200 §4.5).
-            self.icmp_error(
+            return self.param_problem(
                 pkt,
-                icmp::PARAM_PROBLEM,
                 icmp::PARAM_HEADER_FIELD,
                 4,
-                false,
+                DropReason::BadFragment,
                 now,
             );
-            return self.drop(DropReason::BadFragment);
         }
         if fh.offset + data.len() > frag::MAX_PACKET {
-            self.icmp_error(
+            return self.param_problem(
                 pkt,
-                icmp::PARAM_PROBLEM,
                 icmp::PARAM_HEADER_FIELD,
-                (off + 2) as u32,
-                false,
+                off + 2,
+                DropReason::BadFragment,
                 now,
             );
-            return self.drop(DropReason::BadFragment);
         }
         if fh.offset == 0 && !header_chain_complete(fh.next_header, data) {
             // The first fragment must hold the whole header chain (RFC 7112 §5).
-            self.icmp_error(
+            return self.param_problem(
                 pkt,
-                icmp::PARAM_PROBLEM,
                 icmp::PARAM_INCOMPLETE_CHAIN,
                 0,
-                false,
+                DropReason::BadFragment,
                 now,
             );
-            return self.drop(DropReason::BadFragment);
         }
         if fh.more && data.is_empty() {
             return self.drop(DropReason::BadFragment);
