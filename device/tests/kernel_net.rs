@@ -7,6 +7,7 @@
 //! iproute2 (`ip`), iputils-ping, nftables, tshark — a missing one skips its part with a
 //! message naming the package.
 
+mod checked_datagrams;
 mod net_oracle;
 mod netns;
 
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use checked_datagrams::{datagram, verify, HEADER};
 use netns::{have, root_and_tools, Netns};
 use qpip_device::backend::{link::Link, tap::Tap, Backend, ImpairSpec};
 use qpip_device::net::{Delivery, Interface, NetConfig, Stack};
@@ -149,67 +151,6 @@ impl Drop for Device {
     }
 }
 
-fn fnv(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
-        (h ^ x as u64).wrapping_mul(0x100_0000_01b3)
-    })
-}
-
-/// `[seq][hash][body]`.
-fn datagram(seq: u32, len: usize) -> Vec<u8> {
-    let body: Vec<u8> = (0..len)
-        .map(|i| (i as u32 ^ seq).wrapping_mul(2654435761) as u8)
-        .collect();
-    let mut d = seq.to_be_bytes().to_vec();
-    d.extend_from_slice(&fnv(&body).to_be_bytes());
-    d.extend_from_slice(&body);
-    d
-}
-
-/// The 16-bit one's complement sum of `b` (the Internet checksum's arithmetic).
-fn ones_sum(b: &[u8]) -> u16 {
-    let mut s: u64 = b
-        .chunks(2)
-        .map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u64)
-        .sum();
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
-}
-
-/// Checks a received datagram; returns its sequence number and whether it was damaged.
-///
-/// The impairment flips one bit per corrupted frame, which UDP's checksum always catches
-/// in a datagram of one frame. A datagram of several fragments can take two flips that
-/// cancel in the one's complement sum (same bit, opposite directions): no IPv6 host can
-/// detect those, so such a datagram is accepted here only if its damage is exactly of that
-/// kind — anything the checksum could have caught fails the test.
-fn verify(d: &[u8]) -> (u32, bool) {
-    assert!(d.len() >= 12, "short datagram");
-    let seq = u32::from_be_bytes(d[..4].try_into().unwrap());
-    let want = datagram(seq, d.len() - 12);
-    if d == &want[..] {
-        return (seq, false);
-    }
-    let diffs: Vec<usize> = (0..d.len()).filter(|&i| d[i] != want[i]).collect();
-    println!(
-        "datagram {seq} ({} bytes) arrived with {} damaged bytes at {diffs:?}",
-        d.len(),
-        diffs.len()
-    );
-    assert!(
-        d.len() > 1440,
-        "datagram {seq} of one frame arrived damaged"
-    );
-    assert_eq!(
-        ones_sum(d),
-        ones_sum(&want),
-        "datagram {seq}: damage the UDP checksum would have caught"
-    );
-    (seq, true)
-}
-
 /// Sends from a kernel socket; a datagram the namespace's nftables rules drop on output
 /// is refused with EPERM, which is the loss we asked for.
 fn host_send(host: &UdpSocket, d: &[u8], to: SocketAddr) {
@@ -218,6 +159,68 @@ fn host_send(host: &UdpSocket, d: &[u8], to: SocketAddr) {
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {}
         Err(e) => panic!("send to {to}: {e}"),
     }
+}
+
+/// Calls `send` with datagram `i` of `sizes[i]` body bytes, for each `i` in turn, resting
+/// `pause` after every `every` of them so that no socket buffer on the way overflows.
+fn paced(sizes: &[usize], every: usize, pause: Duration, mut send: impl FnMut(Vec<u8>)) {
+    for (i, &len) in sizes.iter().enumerate() {
+        send(datagram(i as u32, len));
+        if i % every == every - 1 {
+            std::thread::sleep(pause);
+        }
+    }
+}
+
+/// Sends `sizes` (see [`paced`]) from the kernel socket `host` to the device's sink port;
+/// returns what the sink received until it stayed quiet for 2 s: the sender, and what
+/// [`verify`] says of the datagram.
+fn host_to_device(
+    dev: &Device,
+    host: &UdpSocket,
+    sizes: &[usize],
+    every: usize,
+    pause: Duration,
+) -> Vec<(SocketAddr, (u32, bool))> {
+    let sink = SocketAddr::new(DEV.into(), SINK);
+    paced(sizes, every, pause, |d| host_send(host, &d, sink));
+    std::iter::from_fn(|| dev.sink.recv_timeout(Duration::from_secs(2)).ok())
+        .map(|(from, d)| (from, verify(&d)))
+        .collect()
+}
+
+/// Sends `sizes` (see [`paced`]) from the device to the kernel socket `host`; returns
+/// what [`verify`] says of each datagram the socket read until it stayed quiet for 2 s
+/// (duplicates included).
+fn device_to_host(
+    dev: &Device,
+    host: &UdpSocket,
+    sizes: &[usize],
+    every: usize,
+    pause: Duration,
+) -> Vec<(u32, bool)> {
+    let to = SocketAddr::new(HOST.into(), host.local_addr().unwrap().port());
+    host.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let reader = std::thread::spawn({
+        let host = host.try_clone().unwrap();
+        move || {
+            let mut got = Vec::new();
+            let mut buf = vec![0u8; 70000];
+            while let Ok(n) = host.recv(&mut buf) {
+                got.push(verify(&buf[..n]));
+            }
+            got
+        }
+    });
+    paced(sizes, every, pause, |d| dev.send(to, 4242, d));
+    reader.join().unwrap()
+}
+
+/// Prints the stack's non-zero counters, for the log of a run.
+fn print_counters(iface: &Interface) {
+    let stats = iface.stack.stats();
+    let moved: Vec<_> = stats.iter().filter(|(_, v)| *v > 0).collect();
+    println!("device counters: {moved:?}");
 }
 
 fn tempdir(tag: &str) -> PathBuf {
@@ -354,7 +357,7 @@ fn kernel_ping_udp_port_unreachable_and_nftables_loss() {
 
     // Kernel UDP socket ⇄ device, up to the largest datagram, fragmented both ways.
     let host = ns.enter(|| UdpSocket::bind("[fd51:5050::1]:0")).unwrap();
-    udp_echo_round_trips(&host, &[0, 1, 100, 1440, 1441, 5000, 20000, 65507 - 12]);
+    udp_echo_round_trips(&host, &[0, 1, 100, 1440, 1441, 5000, 20000, 65507 - HEADER]);
     let port = host.local_addr().unwrap().port();
     let big = datagram(99, 20000);
     dev.send(SocketAddr::new(HOST.into(), port), 4242, big.clone());
@@ -404,78 +407,42 @@ fn kernel_ping_udp_port_unreachable_and_nftables_loss() {
         let sizes: Vec<usize> = (0..n)
             .map(|i| [10, 500, 1400, 3000, 6000][i as usize % 5])
             .collect();
-        // Host → device, paced so no socket buffer overflows.
-        for (i, &len) in sizes.iter().enumerate() {
-            host_send(
-                &host,
-                &datagram(i as u32, len),
-                SocketAddr::new(DEV.into(), SINK),
+        let pause = Duration::from_millis(2);
+        let from_host = SocketAddr::new(HOST.into(), port);
+        let to_device = host_to_device(&dev, &host, &sizes, 10, pause);
+        assert!(to_device.iter().all(|&(from, _)| from == from_host));
+        let to_device = to_device.into_iter().map(|(_, verdict)| verdict).collect();
+        for (way, got) in [
+            ("host → device", to_device),
+            (
+                "device → host",
+                device_to_host(&dev, &host, &sizes, 10, pause),
+            ),
+        ] {
+            assert!(
+                got.iter().all(|&(_, damaged)| !damaged),
+                "{way}: nothing corrupts frames on this path"
             );
-            if i % 10 == 9 {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-        let mut got = HashSet::new();
-        while let Ok((from, d)) = dev.sink.recv_timeout(Duration::from_secs(2)) {
-            assert_eq!(from, SocketAddr::new(HOST.into(), port));
-            let (seq, damaged) = verify(&d);
-            assert!(!damaged, "nothing corrupts frames on this path");
-            got.insert(seq);
-        }
-        println!(
-            "nftables loss, host → device: {} of {n} datagrams arrived",
-            got.len()
-        );
-        assert!(
-            got.len() < n as usize,
-            "10% loss lost nothing: were the rules active?"
-        );
-        assert!(got.len() * 100 >= n as usize * 55, "{} of {n}", got.len());
-        // Device → host.
-        host.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        let reader = std::thread::spawn({
-            let host = host.try_clone().unwrap();
-            move || {
-                let mut got = HashSet::new();
-                let mut buf = vec![0u8; 70000];
-                while let Ok(n) = host.recv(&mut buf) {
-                    let (seq, damaged) = verify(&buf[..n]);
-                    assert!(!damaged, "nothing corrupts frames on this path");
-                    got.insert(seq);
-                }
-                got
-            }
-        });
-        for (i, &len) in sizes.iter().enumerate() {
-            dev.send(
-                SocketAddr::new(HOST.into(), port),
-                4242,
-                datagram(i as u32, len),
+            let got: HashSet<u32> = got.iter().map(|&(seq, _)| seq).collect();
+            println!(
+                "nftables loss, {way}: {} of {n} datagrams arrived",
+                got.len()
             );
-            if i % 10 == 9 {
-                std::thread::sleep(Duration::from_millis(2));
-            }
+            assert!(
+                got.len() < n as usize,
+                "{way}: 10% loss lost nothing: were the rules active?"
+            );
+            assert!(
+                got.len() * 100 >= n as usize * 55,
+                "{way}: {} of {n}",
+                got.len()
+            );
         }
-        let got = reader.join().unwrap();
-        println!(
-            "nftables loss, device → host: {} of {n} datagrams arrived",
-            got.len()
-        );
-        assert!(got.len() < n as usize);
-        assert!(got.len() * 100 >= n as usize * 55, "{} of {n}", got.len());
         ns.exec(&["nft", "delete", "table", "inet", "qpiptest"]);
     }
 
     let iface = dev.stop();
-    println!(
-        "device counters: {:?}",
-        iface
-            .stack
-            .stats()
-            .iter()
-            .filter(|(_, v)| *v > 0)
-            .collect::<Vec<_>>()
-    );
+    print_counters(&iface);
     assert!(
         iface
             .stack
@@ -509,66 +476,36 @@ fn kernel_udp_and_ping_through_the_device_impairment() {
         assert!(got >= 3, "ping through the impairment:\n{text}");
     }
     let host = ns.enter(|| UdpSocket::bind("[fd51:5050::1]:0")).unwrap();
-    let port = host.local_addr().unwrap().port();
     let n = 200u32;
     let sizes: Vec<usize> = (0..n)
         .map(|i| [20, 700, 1440, 4000, 20000][i as usize % 5])
         .collect();
-    for (i, &len) in sizes.iter().enumerate() {
-        host_send(
-            &host,
-            &datagram(i as u32, len),
-            SocketAddr::new(DEV.into(), SINK),
+    let pause = Duration::from_millis(3);
+    let to_device = host_to_device(&dev, &host, &sizes, 5, pause)
+        .into_iter()
+        .map(|(_, verdict)| verdict)
+        .collect();
+    for (way, got) in [
+        ("host → device", to_device),
+        (
+            "device → host",
+            device_to_host(&dev, &host, &sizes, 5, pause),
+        ),
+    ] {
+        let distinct: HashSet<u32> = got.iter().map(|&(seq, _)| seq).collect();
+        println!(
+            "impaired, {way}: {} of {n} datagrams ({} with duplicates)",
+            distinct.len(),
+            got.len()
         );
-        if i % 5 == 4 {
-            std::thread::sleep(Duration::from_millis(3));
-        }
-    }
-    let mut got = HashSet::new();
-    while let Ok((_, d)) = dev.sink.recv_timeout(Duration::from_secs(2)) {
-        got.insert(verify(&d).0);
-    }
-    println!("impaired, host → device: {} of {n} datagrams", got.len());
-    assert!(got.len() * 100 >= n as usize * 70, "{} of {n}", got.len());
-    host.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let reader = std::thread::spawn({
-        let host = host.try_clone().unwrap();
-        move || {
-            let (mut got, mut total) = (HashSet::new(), 0);
-            let mut buf = vec![0u8; 70000];
-            while let Ok(n) = host.recv(&mut buf) {
-                got.insert(verify(&buf[..n]).0);
-                total += 1;
-            }
-            (got, total)
-        }
-    });
-    for (i, &len) in sizes.iter().enumerate() {
-        dev.send(
-            SocketAddr::new(HOST.into(), port),
-            4242,
-            datagram(i as u32, len),
+        assert!(
+            distinct.len() * 100 >= n as usize * 70,
+            "{way}: {} of {n}",
+            distinct.len()
         );
-        if i % 5 == 4 {
-            std::thread::sleep(Duration::from_millis(3));
-        }
     }
-    let (got, total) = reader.join().unwrap();
-    println!(
-        "impaired, device → host: {} of {n} datagrams ({total} with duplicates)",
-        got.len()
-    );
-    assert!(got.len() * 100 >= n as usize * 70, "{} of {n}", got.len());
     let iface = dev.stop();
-    println!(
-        "device counters: {:?}",
-        iface
-            .stack
-            .stats()
-            .iter()
-            .filter(|(_, v)| *v > 0)
-            .collect::<Vec<_>>()
-    );
+    print_counters(&iface);
     drop(iface); // closes the TAP, which goes away
     tshark_clean(&pcap);
     let _ = std::fs::remove_dir_all(&dir);

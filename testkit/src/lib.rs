@@ -13,6 +13,7 @@
 mod admin;
 mod queues;
 pub mod relay;
+mod snapshots;
 mod tcp;
 
 pub use admin::*;

@@ -1,14 +1,14 @@
 //! Two stacks on one link: the in-memory pair (with and without a bad link between them)
-//! and the cable backend. Datagrams carry their own hash, so anything corrupt that got
-//! through would be seen; losses are accounted for, never hidden.
-
-mod net_oracle;
+//! and the cable backend. Datagrams carry their own check (`checked_datagrams`), so
+//! anything corrupt that got through would be seen; losses are accounted for, never hidden.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::Ipv6Addr;
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
+use crate::checked_datagrams::{datagram, verify, HEADER};
+use crate::net_oracle;
 use qpip_device::backend::{cable::Cable, link::Link, memory, Backend, ImpairSpec};
 use qpip_device::net::{Delivery, DropReason, Interface, NetConfig, Stack};
 
@@ -24,97 +24,52 @@ fn config(mac: [u8; 6], addr: Ipv6Addr, seed: u64) -> NetConfig {
     c
 }
 
-/// FNV-1a of the body, so a datagram carries its own check.
-fn fnv(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
-        (h ^ x as u64).wrapping_mul(0x100_0000_01b3)
-    })
+/// Stack A and stack B, each on its end of a link, and the sequence numbers of the
+/// datagrams each received (checked by `verify`).
+struct Pair {
+    a: Interface,
+    b: Interface,
+    ra: Vec<u32>,
+    rb: Vec<u32>,
 }
 
-/// `[seq u32][hash u64][body]`, the body a pattern of the seed and sequence.
-fn datagram(seq: u32, len: usize) -> Vec<u8> {
-    let body: Vec<u8> = (0..len)
-        .map(|i| (i as u32).wrapping_mul(seq | 1).wrapping_add(seq) as u8)
-        .collect();
-    let mut d = seq.to_be_bytes().to_vec();
-    d.extend_from_slice(&fnv(&body).to_be_bytes());
-    d.extend_from_slice(&body);
-    d
-}
-
-/// The 16-bit one's complement sum of `b` (the Internet checksum's arithmetic).
-fn ones_sum(b: &[u8]) -> u16 {
-    let mut s: u64 = b
-        .chunks(2)
-        .map(|c| u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]) as u64)
-        .sum();
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    s as u16
-}
-
-/// Checks a received datagram; returns its sequence number.
-///
-/// The impairment flips one bit per corrupted frame, which UDP's checksum always catches
-/// in a datagram of one frame. A datagram of several fragments can take two flips that
-/// cancel in the one's complement sum: no IPv6 host can detect those, so such damage is
-/// accepted (and printed), and any damage the checksum could have caught fails the test.
-fn verify(d: &[u8]) -> u32 {
-    assert!(d.len() >= 12, "short datagram {}", d.len());
-    let seq = u32::from_be_bytes(d[..4].try_into().unwrap());
-    let want = datagram(seq, d.len() - 12);
-    if d != &want[..] {
-        println!(
-            "datagram {seq} ({} bytes) arrived damaged in a way its checksum cannot see",
-            d.len()
-        );
-        assert!(
-            d.len() + 48 > 1500,
-            "datagram {seq} of one frame arrived damaged"
-        );
-        assert_eq!(
-            ones_sum(d),
-            ones_sum(&want),
-            "datagram {seq}: damage the checksum would catch"
-        );
-    }
-    seq
-}
-
-struct Received {
-    seqs: Vec<u32>,
-}
-
-/// Moves frames both ways and runs timers until nothing is pending for `quiet`.
-fn pump(
-    a: &mut Interface,
-    b: &mut Interface,
-    ra: &mut Received,
-    rb: &mut Received,
-    quiet: Duration,
-    limit: Duration,
-) {
-    let start = Instant::now();
-    let mut idle_since = Instant::now();
-    while start.elapsed() < limit {
-        let now = Instant::now();
-        let n = a.poll_rx(now, 256, |d| {
-            ra.seqs.push(verify(d.payload()));
-            Delivery::Delivered
-        }) + b.poll_rx(now, 256, |d| {
-            rb.seqs.push(verify(d.payload()));
-            Delivery::Delivered
-        });
-        a.poll_timers(now);
-        b.poll_timers(now);
-        let held = a.backend().next_deadline().is_some() || b.backend().next_deadline().is_some();
-        if n > 0 || held {
-            idle_since = Instant::now();
-        } else if idle_since.elapsed() >= quiet {
-            return;
+impl Pair {
+    fn new(a_end: Box<dyn Backend>, b_end: Box<dyn Backend>) -> Pair {
+        let t = Instant::now();
+        Pair {
+            a: Interface::new(Stack::new(&config(MAC_A, A, 1), t), a_end),
+            b: Interface::new(Stack::new(&config(MAC_B, B, 2), t), b_end),
+            ra: Vec::new(),
+            rb: Vec::new(),
         }
-        std::thread::sleep(Duration::from_micros(200));
+    }
+
+    /// Moves frames both ways and runs timers until nothing is pending for `quiet`, or
+    /// for `limit` at the most.
+    fn pump(&mut self, quiet: Duration, limit: Duration) {
+        let Pair { a, b, ra, rb } = self;
+        let start = Instant::now();
+        let mut idle_since = Instant::now();
+        while start.elapsed() < limit {
+            let now = Instant::now();
+            let n = a.poll_rx(now, 256, |d| {
+                ra.push(verify(d.payload()).0);
+                Delivery::Delivered
+            }) + b.poll_rx(now, 256, |d| {
+                rb.push(verify(d.payload()).0);
+                Delivery::Delivered
+            });
+            a.poll_timers(now);
+            b.poll_timers(now);
+            let held =
+                a.backend().next_deadline().is_some() || b.backend().next_deadline().is_some();
+            if n > 0 || held {
+                idle_since = Instant::now();
+            } else if idle_since.elapsed() >= quiet {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 }
 
@@ -130,13 +85,13 @@ fn sizes(n: u32, max: usize, seed: u64) -> Vec<usize> {
         .collect()
 }
 
-/// Both ways at once; returns the stacks' interfaces and what each received.
+/// Both ways at once on the in-memory pair; returns the pair and the body sizes sent.
 fn exchange(
     impair: Option<&str>,
     pcap: Option<&std::path::Path>,
     n: u32,
     max: usize,
-) -> (Interface, Interface, Received, Received, Vec<usize>) {
+) -> (Pair, Vec<usize>) {
     let (la, lb) = memory::pair().unwrap();
     let spec: Option<ImpairSpec> = impair.map(|s| s.parse().unwrap());
     // Only A's side is impaired (both directions): B's frames reach A's capture intact.
@@ -145,52 +100,41 @@ fn exchange(
     } else {
         Box::new(la)
     };
-    let t = Instant::now();
-    let mut a = Interface::new(Stack::new(&config(MAC_A, A, 1), t), la);
-    let mut b = Interface::new(Stack::new(&config(MAC_B, B, 2), t), Box::new(lb));
-    let (mut ra, mut rb) = (Received { seqs: vec![] }, Received { seqs: vec![] });
+    let mut p = Pair::new(la, Box::new(lb));
     let sz = sizes(n, max, 42);
     for (i, &len) in sz.iter().enumerate() {
         let now = Instant::now();
-        a.stack
+        p.a.stack
             .send_udp(None, 1000, B, 9, &datagram(i as u32, len), now)
             .unwrap();
-        b.stack
+        p.b.stack
             .send_udp(None, 2000, A, 9, &datagram(i as u32, len), now)
             .unwrap();
-        a.flush();
-        b.flush();
+        p.a.flush();
+        p.b.flush();
         if i % 8 == 7 {
-            pump(
-                &mut a,
-                &mut b,
-                &mut ra,
-                &mut rb,
-                Duration::ZERO,
-                Duration::from_millis(50),
-            );
+            p.pump(Duration::ZERO, Duration::from_millis(50));
         }
     }
-    pump(
-        &mut a,
-        &mut b,
-        &mut ra,
-        &mut rb,
-        Duration::from_millis(50),
-        Duration::from_secs(10),
-    );
-    (a, b, ra, rb, sz)
+    p.pump(Duration::from_millis(50), Duration::from_secs(10));
+    (p, sz)
+}
+
+fn tempdir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("qpip-net-pair-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
 }
 
 #[test]
 fn clean_link_delivers_everything_exactly_once() {
-    let (a, b, ra, rb, sz) = exchange(None, None, 200, 65000);
-    for r in [&ra, &rb] {
-        let mut s = r.seqs.clone();
+    let (p, sz) = exchange(None, None, 200, 65000);
+    for r in [&p.ra, &p.rb] {
+        let mut s = r.clone();
         s.sort();
         assert_eq!(s, (0..sz.len() as u32).collect::<Vec<_>>());
     }
-    for s in [&a.stack, &b.stack] {
+    for s in [&p.a.stack, &p.b.stack] {
         // Only the other's start-up probes for its own addresses.
         assert_eq!(s.stats().total_dropped(), 2, "{:?}", s.stats());
         assert_eq!(s.stats().dropped(DropReason::NotForUs), 2);
@@ -205,14 +149,14 @@ fn bad_link_loses_but_never_corrupts() {
     for seed in [1u64, 2, 3] {
         let pcap = dir.join(format!("a-{seed}.pcap"));
         let spec = format!("loss=3,reorder=25,dup=2,corrupt=1,delay=1,jitter=1,seed={seed}");
-        let (a, b, ra, rb, sz) = exchange(Some(&spec), Some(&pcap), 300, 20000);
-        for (who, r) in [("A", &ra), ("B", &rb)] {
-            let unique: HashSet<u32> = r.seqs.iter().copied().collect();
+        let (p, sz) = exchange(Some(&spec), Some(&pcap), 300, 20000);
+        for (who, r) in [("A", &p.ra), ("B", &p.rb)] {
+            let unique: HashSet<u32> = r.iter().copied().collect();
             // Small datagrams: a frame each, ~6 % lost or damaged. Big ones: up to 14
             // fragments, each of which must make it.
             let (mut small_ok, mut small) = (0, 0);
             for (i, &len) in sz.iter().enumerate() {
-                if len + 12 + 48 <= 1500 {
+                if HEADER + len + 48 <= 1500 {
                     small += 1;
                     small_ok += unique.contains(&(i as u32)) as u32;
                 }
@@ -229,12 +173,13 @@ fn bad_link_loses_but_never_corrupts() {
             );
             eprintln!(
                 "seed {seed}: {who} received {} datagrams ({} distinct) of {}",
-                r.seqs.len(),
+                r.len(),
                 unique.len(),
                 sz.len()
             );
         }
         // The damage shows in the counters, not in the data.
+        let (a, b) = (p.a, p.b);
         let drops: BTreeMap<_, _> = a
             .stack
             .stats()
@@ -254,20 +199,13 @@ fn bad_link_loses_but_never_corrupts() {
         // as it sent them.
         let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(&pcap).unwrap()).unwrap();
         let mut n = 0;
-        while let Some(p) = r.next_packet() {
-            let p = p.unwrap();
-            net_oracle::check(&p.data);
+        while let Some(frame) = r.next_packet() {
+            net_oracle::check(&frame.unwrap().data);
             n += 1;
         }
         assert!(n > 300, "{n} frames captured");
     }
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-fn tempdir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("qpip-net-pair-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 #[test]
@@ -390,32 +328,19 @@ fn cable_ends_queue_a_window_and_follow_a_restart() {
 fn two_stacks_over_a_cable() {
     let dir = tempdir("stacks");
     let path = dir.join("stacks");
-    let t = Instant::now();
-    let mut a = Interface::new(
-        Stack::new(&config(MAC_A, A, 1), t),
+    let mut p = Pair::new(
+        Box::new(Cable::open(&path).unwrap()),
         Box::new(Cable::open(&path).unwrap()),
     );
-    let mut b = Interface::new(
-        Stack::new(&config(MAC_B, B, 2), t),
-        Box::new(Cable::open(&path).unwrap()),
-    );
-    let (mut ra, mut rb) = (Received { seqs: vec![] }, Received { seqs: vec![] });
     for (i, len) in [0usize, 1000, 8000, 30000, 65515].into_iter().enumerate() {
-        a.stack
+        p.a.stack
             .send_udp(None, 1, B, 9, &datagram(i as u32, len), Instant::now())
             .unwrap();
-        a.flush();
+        p.a.flush();
     }
-    pump(
-        &mut a,
-        &mut b,
-        &mut ra,
-        &mut rb,
-        Duration::from_millis(50),
-        Duration::from_secs(5),
-    );
-    assert_eq!(rb.seqs, vec![0, 1, 2, 3, 4]);
-    assert!(ra.seqs.is_empty());
-    drop((a, b));
+    p.pump(Duration::from_millis(50), Duration::from_secs(5));
+    assert_eq!(p.rb, vec![0, 1, 2, 3, 4]);
+    assert!(p.ra.is_empty());
+    drop(p);
     std::fs::remove_dir_all(&dir).unwrap();
 }

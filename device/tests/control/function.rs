@@ -1,5 +1,7 @@
-//! The device with a fake guest: the `vfio_user` crate's client plays QEMU over a real
-//! socket (like QEMU's qtest), so every message goes through the same path QEMU's does.
+//! The PCI function before any driver: enumeration, BARs, identity registers, resets,
+//! MSI-X, guest memory maps and the socket file. The `vfio_user` crate's client plays QEMU
+//! over a real socket (like QEMU's qtest), so every message goes through the same path
+//! QEMU's does.
 
 use std::fs::File;
 use std::io::Read;

@@ -3,11 +3,9 @@
 //! (neighbour discovery first, fragmentation for the large ones), through the engine's
 //! network seam.
 
-use qpip_testkit as support;
-
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 fn device(mac: [u8; 6], addr: &str, cable: &std::path::Path) -> FakeGuest {
     cabled_device(mac, addr, cable, None, Default::default())

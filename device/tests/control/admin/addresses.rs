@@ -1,0 +1,141 @@
+//! The device's identity on the link: SET_MAC, ADD_ADDR and DEL_ADDR within their limits,
+//! and LIST_ADDRS (the link-local address first) with its buffer.
+
+use super::check_result_buffer;
+use crate::support::*;
+
+#[test]
+fn set_mac_changes_the_mac_and_refuses_group_addresses() {
+    let mut g = FakeGuest::new();
+    let mac = [0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
+    g.set_mac(mac).unwrap();
+    assert_eq!(g.query_device().mac, mac);
+    assert_admin_err(
+        g.set_mac([0x03, 0, 0, 0, 0, 1]),
+        ADMIN_STATUS_BAD_PARAM,
+        "SET_MAC multicast",
+    );
+    assert_admin_err(
+        g.set_mac([0xff; 6]),
+        ADMIN_STATUS_BAD_PARAM,
+        "SET_MAC broadcast",
+    );
+    assert_eq!(
+        g.query_device().mac,
+        mac,
+        "a refused SET_MAC changes nothing"
+    );
+}
+
+#[test]
+fn addresses_are_added_and_deleted_within_the_limit() {
+    let mut g = FakeGuest::new();
+    assert_admin_err(
+        g.add_addr(ip("ff02::1"), 64),
+        ADMIN_STATUS_BAD_PARAM,
+        "ADD_ADDR multicast",
+    );
+    assert_admin_err(
+        g.add_addr(UNSPECIFIED, 64),
+        ADMIN_STATUS_BAD_PARAM,
+        "ADD_ADDR ::",
+    );
+    assert_admin_err(
+        g.add_addr(ip("2001:db8::1"), 0),
+        ADMIN_STATUS_BAD_PARAM,
+        "ADD_ADDR /0",
+    );
+    assert_admin_err(
+        g.add_addr(ip("2001:db8::1"), 129),
+        ADMIN_STATUS_BAD_PARAM,
+        "ADD_ADDR /129",
+    );
+    for i in 0..MAX_ADDRS {
+        g.add_addr(ip(&format!("2001:db8::{:x}", i + 1)), 64)
+            .unwrap_or_else(|s| panic!("ADD_ADDR #{i}: {}", admin_status_name(s)));
+    }
+    assert_admin_err(
+        g.add_addr(ip("2001:db8::ff"), 64),
+        ADMIN_STATUS_NO_RESOURCES,
+        "ADD_ADDR beyond MAX_ADDRS",
+    );
+    g.del_addr(ip("2001:db8::3")).unwrap();
+    assert!(
+        g.del_addr(ip("2001:db8::3")).is_err(),
+        "deleting an absent address fails"
+    );
+    g.add_addr(ip("2001:db8::ff"), 128)
+        .expect("room again after DEL_ADDR");
+}
+
+#[test]
+fn list_addrs_reports_the_link_local_address_first_then_the_configured_ones() {
+    use qpip_device::core::CoreConfig;
+    use qpip_device::engine::EngineConfig;
+    use qpip_device::vfio::ServeOptions;
+    let mac = [0x02, 0x51, 0x50, 0x00, 0x0a, 0x0b];
+    let mut g = FakeGuest::with_options(ServeOptions {
+        core: CoreConfig {
+            engine: EngineConfig {
+                mac,
+                addrs: vec![
+                    ("fd51:5050::1:1".parse().unwrap(), 64),
+                    ("2001:db8::7".parse().unwrap(), 128),
+                ],
+                ..EngineConfig::default()
+            },
+            ..CoreConfig::default()
+        },
+    });
+    // What qpipd was started with (--mac, --ip) shows.
+    assert_eq!(
+        g.list_addrs(),
+        vec![
+            (link_local(mac), 64, ADDR_FLAG_LINK_LOCAL),
+            (ip("fd51:5050::1:1"), 64, 0),
+            (ip("2001:db8::7"), 128, 0),
+        ]
+    );
+    // Changes through the admin queue show in their order; a new MAC is a new link-local.
+    g.del_addr(ip("fd51:5050::1:1")).unwrap();
+    g.add_addr(ip("2001:db8::8"), 48).unwrap();
+    let mac2 = [0x02, 0, 0, 0, 0, 0x42];
+    g.set_mac(mac2).unwrap();
+    assert_eq!(
+        g.list_addrs(),
+        vec![
+            (link_local(mac2), 64, ADDR_FLAG_LINK_LOCAL),
+            (ip("2001:db8::7"), 128, 0),
+            (ip("2001:db8::8"), 48, 0),
+        ]
+    );
+    // A full list: every entry used.
+    for i in 0..MAX_ADDRS - 2 {
+        g.add_addr(ip(&format!("2001:db8:1::{:x}", i + 1)), 64)
+            .unwrap();
+    }
+    let all = g.list_addrs();
+    assert_eq!(all.len(), MAX_ADDRS as usize + 1);
+    assert_eq!(
+        all[MAX_ADDRS as usize].0,
+        ip(&format!("2001:db8:1::{:x}", MAX_ADDRS - 2))
+    );
+    // A reset gives back the identity qpipd was started with.
+    g.reset();
+    g.enable();
+    g.setup_admin(ADMIN_DEPTH);
+    assert_eq!(g.list_addrs().len(), 3);
+}
+
+#[test]
+fn list_addrs_buffers_must_be_in_ram_aligned_within_a_page_and_big_enough() {
+    let mut g = FakeGuest::new();
+    let len = std::mem::size_of::<AddrList>() as u32;
+    assert_eq!(len, 224);
+    // Without --ip: the link-local address alone.
+    let (page, n) = check_result_buffer(&mut g, "LIST_ADDRS", (len, 1), FakeGuest::list_addrs_at);
+    assert_eq!(n, 1);
+    let l: AddrList = g.read_obj(page);
+    assert_eq!(l.entries[0].flags, ADDR_FLAG_LINK_LOCAL);
+    assert_eq!(l.entries[0].addr, g.link_local());
+}
