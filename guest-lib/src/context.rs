@@ -404,7 +404,7 @@ fn first_device() -> Result<Option<PathBuf>> {
         else {
             continue;
         };
-        if best.as_ref().map_or(true, |(b, _)| n < *b) {
+        if best.as_ref().is_none_or(|(b, _)| n < *b) {
             best = Some((n, e.path()));
         }
     }
