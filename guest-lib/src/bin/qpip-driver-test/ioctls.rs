@@ -173,13 +173,12 @@ pub(crate) fn cmd_ioctls() -> u32 {
         unmap(cqr.ring, cqr.ring_len);
     }
     let cq2 = ctx.create_cq(8, -1).expect("second CQ");
-    c.check(
-        "cq.destroy",
-        ok(ctx.destroy(IOCTL_DESTROY_CQ, cq2.handle), "DESTROY_CQ"),
-    );
-    c.check(
-        "cq.double_destroy",
-        fails_with(ctx.destroy(IOCTL_DESTROY_CQ, cq2.handle), libc::ENOENT),
+    destroy_twice(
+        &mut c,
+        &ctx,
+        (IOCTL_DESTROY_CQ, "DESTROY_CQ"),
+        cq2.handle,
+        ["cq.destroy", "cq.double_destroy"],
     );
     // The ring mapping outlives the CQ (the pages stay until unmapped).
     // SAFETY: reading the still-mapped ring.
@@ -227,13 +226,12 @@ pub(crate) fn cmd_ioctls() -> u32 {
     let qp2 = ctx
         .create_qp(QP_TYPE_UDP, cq.handle, cq.handle, 4)
         .expect("second QP");
-    c.check(
-        "qp.destroy",
-        ok(ctx.destroy(IOCTL_DESTROY_QP, qp2.handle), "DESTROY_QP"),
-    );
-    c.check(
-        "qp.double_destroy",
-        fails_with(ctx.destroy(IOCTL_DESTROY_QP, qp2.handle), libc::ENOENT),
+    destroy_twice(
+        &mut c,
+        &ctx,
+        (IOCTL_DESTROY_QP, "DESTROY_QP"),
+        qp2.handle,
+        ["qp.destroy", "qp.double_destroy"],
     );
     c.check(
         "mmap.destroyed_qp_ring",
@@ -333,13 +331,12 @@ pub(crate) fn cmd_ioctls() -> u32 {
         ok(ctx.reg_mr(ro as u64, 64, 0), "REG_MR read-only").map(|_| ()),
     );
     if let Ok(l) = lkey {
-        c.check(
-            "mr.deregister",
-            ok(ctx.destroy(IOCTL_DEREG_MR, l), "DEREG_MR"),
-        );
-        c.check(
-            "mr.double_deregister",
-            fails_with(ctx.destroy(IOCTL_DEREG_MR, l), libc::ENOENT),
+        destroy_twice(
+            &mut c,
+            &ctx,
+            (IOCTL_DEREG_MR, "DEREG_MR"),
+            l,
+            ["mr.deregister", "mr.double_deregister"],
         );
     }
     c.check(
@@ -399,13 +396,12 @@ pub(crate) fn cmd_ioctls() -> u32 {
                 || "event before cancellation".into(),
             ),
         );
-        c.check(
-            "listener.destroy",
-            ok(ctx.destroy(IOCTL_DESTROY_LISTENER, l), "DESTROY_LISTENER"),
-        );
-        c.check(
-            "listener.double_destroy",
-            fails_with(ctx.destroy(IOCTL_DESTROY_LISTENER, l), libc::ENOENT),
+        destroy_twice(
+            &mut c,
+            &ctx,
+            (IOCTL_DESTROY_LISTENER, "DESTROY_LISTENER"),
+            l,
+            ["listener.destroy", "listener.double_destroy"],
         );
         c.check(
             "accept.cancelled_event",
@@ -699,6 +695,20 @@ pub(crate) fn cmd_ioctls() -> u32 {
     );
     println!("@ioctls.kicks={}", ctx.kicks);
     c.failed
+}
+
+/// Destroys `handle` with the destroy ioctl `req` (named `what` in a failure): check
+/// `name` wants it done, check `again` wants the same call once more to find nothing
+/// (ENOENT): a handle is gone once destroyed.
+fn destroy_twice(
+    c: &mut Checks,
+    ctx: &Ctx,
+    (req, what): (u32, &str),
+    handle: u32,
+    [name, again]: [&str; 2],
+) {
+    c.check(name, ok(ctx.destroy(req, handle), what));
+    c.check(again, fails_with(ctx.destroy(req, handle), libc::ENOENT));
 }
 
 /// Waits for the context's next event and checks it.
