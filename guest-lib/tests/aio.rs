@@ -14,7 +14,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{free_tcp_port, lo, pending_connection, tcp_qp, Pending};
+use common::{free_tcp_port, lo, pending_connection, tcp_qp};
 use qpip::{
     AsyncContext, AsyncCq, Completion, Context, EventKind, Framing, Opcode, Qp, QpInit, QpKind,
     SendWr,
@@ -436,13 +436,8 @@ fn blocking_and_async_waits_share_the_events() {
         let actx = AsyncContext::new(&ctx).unwrap();
         let cq = ctx.create_cq(64).unwrap();
         for round in 0..20 {
-            let Pending {
-                server,
-                client,
-                port,
-                listener: _l,
-            } = pending_connection(&ctx, &cq, Framing::Message, round);
-            let (sid, cid) = (server.id(), client.id());
+            let p = pending_connection(&ctx, &cq, Framing::Message, round);
+            let (sid, cid) = (p.server.id(), p.client.id());
             let blocking = std::thread::spawn({
                 let ctx = ctx.clone();
                 move || ctx.wait_event_for(cid, EventKind::Connect, Some(T))
@@ -452,7 +447,7 @@ fn blocking_and_async_waits_share_the_events() {
                 async move { timeout(T, actx.event_for(sid, EventKind::Accept)).await }
             });
             tokio::time::sleep(Duration::from_millis(5)).await;
-            client.connect(lo(port), round).unwrap();
+            p.client.connect(lo(p.port), round).unwrap();
             let b = tokio::task::spawn_blocking(move || blocking.join().unwrap())
                 .await
                 .unwrap();

@@ -12,7 +12,7 @@ mod common;
 #[path = "../src/bin/qpip-verbs-test/messages.rs"]
 mod messages;
 
-use common::{free_tcp_port, lo, pending_connection, tcp_qp, Pending};
+use common::{free_tcp_port, lo, pending_connection, tcp_qp};
 use qpip::{
     Completion, Context, Cq, Detail, Error, EventKind, Framing, Opcode, Qp, QpInit, QpKind, SendWr,
     Sge, Status,
@@ -41,25 +41,20 @@ fn udp_pair(ctx: &Context, cq: &Cq) -> (Qp, Qp, SocketAddrV6, SocketAddrV6) {
 
 /// A connected pair of TCP QPs with `framing`, through a listener of the same context.
 fn tcp_pair(ctx: &Context, cq: &Cq, framing: Framing) -> (Qp, Qp) {
-    let Pending {
-        server,
-        client,
-        port,
-        listener: _l,
-    } = pending_connection(ctx, cq, framing, 0xacce);
-    client.connect(lo(port), 0xc0).unwrap();
+    let p = pending_connection(ctx, cq, framing, 0xacce);
+    p.client.connect(lo(p.port), 0xc0).unwrap();
     let c = ctx
-        .wait_event_for(client.id(), EventKind::Connect, Some(T))
+        .wait_event_for(p.client.id(), EventKind::Connect, Some(T))
         .unwrap()
         .unwrap();
     assert_eq!((c.status, c.user_data), (0, 0xc0), "{c:?}");
     let a = ctx
-        .wait_event_for(server.id(), EventKind::Accept, Some(T))
+        .wait_event_for(p.server.id(), EventKind::Accept, Some(T))
         .unwrap()
         .unwrap();
     assert_eq!((a.status, a.user_data), (0, 0xacce), "{a:?}");
     assert_eq!(a.peer.unwrap().ip(), &Ipv6Addr::LOCALHOST);
-    (server, client)
+    (p.server, p.client)
 }
 
 #[test]
@@ -652,19 +647,14 @@ fn blocking_event_waits_in_two_threads_each_get_theirs() {
     let ctx = soft();
     let cq = ctx.create_cq(64).unwrap();
     for round in 0..30 {
-        let Pending {
-            server,
-            client,
-            port,
-            listener: _l,
-        } = pending_connection(&ctx, &cq, Framing::Message, round);
-        let (sid, cid) = (server.id(), client.id());
+        let p = pending_connection(&ctx, &cq, Framing::Message, round);
+        let (sid, cid) = (p.server.id(), p.client.id());
         std::thread::scope(|s| {
             let a = s.spawn(|| ctx.wait_event_for(sid, EventKind::Accept, Some(T)));
             let b = s.spawn(|| ctx.wait_event_for(cid, EventKind::Connect, Some(T)));
             // Both threads are (most likely) asleep on the descriptor by now.
             std::thread::sleep(Duration::from_millis(5));
-            client.connect(lo(port), round).unwrap();
+            p.client.connect(lo(p.port), round).unwrap();
             let a = a.join().unwrap().unwrap();
             let b = b.join().unwrap().unwrap();
             assert!(a.is_some(), "round {round}: the accept's event never came");
