@@ -16,6 +16,9 @@
 pub mod admin;
 pub mod cqe;
 pub mod doorbell;
+// Test payloads, not part of the interface: keep them out of qpip_abi.h.
+/// cbindgen:ignore
+pub mod pattern;
 pub mod pci;
 pub mod regs;
 // The uapi has a header of its own (include/uapi/qpip.h): keep it out of qpip_abi.h.

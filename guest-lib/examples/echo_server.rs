@@ -30,7 +30,7 @@ fn main() -> Result<(), qpip::Error> {
 /// Serves `conns` connections (None: for ever), one after the other.
 pub fn serve(ctx: &Context, listener: &Listener, conns: Option<usize>) -> Result<(), qpip::Error> {
     let mut served = 0;
-    while !conns.is_some_and(|n| served >= n) {
+    while conns.is_none_or(|n| served < n) {
         echo_one(ctx, listener)?;
         served += 1;
     }

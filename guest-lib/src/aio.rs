@@ -306,6 +306,7 @@ impl std::fmt::Debug for AsyncContext {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::tests::{keep_back_close, KEPT_QP};
 
     /// A waiter asleep on the descriptor wakes when another waiter (async or blocking)
     /// keeps back the event it wants: that event was read from the descriptor, whose
@@ -320,17 +321,10 @@ mod tests {
         rt.block_on(async {
             let ctx = Context::open_soft().unwrap();
             let actx = AsyncContext::new(&ctx).unwrap();
-            let mut wait = pin!(actx.event_for(42, EventKind::Close));
+            let mut wait = pin!(actx.event_for(KEPT_QP, EventKind::Close));
             let first = poll_fn(|cx| Poll::Ready(wait.as_mut().poll(cx).is_pending())).await;
             assert!(first, "an event before any was made");
-            let e = Event {
-                kind: EventKind::Close,
-                status: 0,
-                qp: 42,
-                user_data: 7,
-                peer: None,
-            };
-            ctx.inner.stash(e);
+            let e = keep_back_close(&ctx);
             let got = ::tokio::time::timeout(std::time::Duration::from_secs(10), wait)
                 .await
                 .expect("woken by the stash");

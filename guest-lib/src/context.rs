@@ -404,7 +404,7 @@ fn first_device() -> Result<Option<PathBuf>> {
         else {
             continue;
         };
-        if best.as_ref().map_or(true, |(b, _)| n < *b) {
+        if best.as_ref().is_none_or(|(b, _)| n < *b) {
             best = Some((n, e.path()));
         }
     }
@@ -412,8 +412,25 @@ fn first_device() -> Result<Option<PathBuf>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The QP of the event [`keep_back_close`] keeps.
+    pub(crate) const KEPT_QP: u32 = 42;
+
+    /// Keeps back a Close event of [`KEPT_QP`] in `ctx`, as a waiter does that read it from
+    /// the descriptor while it waited for another, and returns it.
+    pub(crate) fn keep_back_close(ctx: &Context) -> Event {
+        let e = Event {
+            kind: EventKind::Close,
+            status: 0,
+            qp: KEPT_QP,
+            user_data: 7,
+            peer: None,
+        };
+        ctx.inner.stash(e);
+        e
+    }
 
     /// A blocking reader asleep on the event descriptor wakes when another waiter keeps
     /// back the event it wants (an async waiter can read it from the descriptor first, and
@@ -426,21 +443,15 @@ mod tests {
         let waiter = std::thread::spawn({
             let ctx = ctx.clone();
             move || {
-                let r = ctx.wait_event_for(42, EventKind::Close, Some(Duration::from_secs(60)));
+                let r =
+                    ctx.wait_event_for(KEPT_QP, EventKind::Close, Some(Duration::from_secs(60)));
                 let _ = tx.send(r.map_err(|e| e.to_string()));
             }
         });
         // Let it become the reader and fall asleep (if it has not yet, it finds the event
         // in the stash instead: the test then passes without exercising the wake-up).
         std::thread::sleep(Duration::from_millis(100));
-        let e = Event {
-            kind: EventKind::Close,
-            status: 0,
-            qp: 42,
-            user_data: 7,
-            peer: None,
-        };
-        ctx.inner.stash(e);
+        let e = keep_back_close(&ctx);
         let got = rx
             .recv_timeout(Duration::from_secs(20))
             .expect("the reader woke for the kept event");

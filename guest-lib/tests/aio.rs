@@ -6,12 +6,15 @@
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::net::{Ipv6Addr, SocketAddrV6, TcpListener};
+use std::net::{Ipv6Addr, SocketAddrV6};
 use std::pin::pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
+mod common;
+
+use common::{free_tcp_port, lo, pending_connection, tcp_qp};
 use qpip::{
     AsyncContext, AsyncCq, Completion, Context, EventKind, Framing, Opcode, Qp, QpInit, QpKind,
     SendWr,
@@ -20,18 +23,6 @@ use tokio::time::timeout;
 
 /// Longest any wait may take before the test fails (generous: the machine is shared).
 const T: Duration = Duration::from_secs(20);
-
-fn lo(port: u16) -> SocketAddrV6 {
-    SocketAddrV6::new(Ipv6Addr::LOCALHOST, port, 0, 0)
-}
-
-fn free_tcp_port() -> u16 {
-    TcpListener::bind("[::1]:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn run<F: Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_multi_thread()
@@ -56,6 +47,18 @@ fn udp(ctx: &Context, cq: &qpip::Cq) -> (Qp, SocketAddrV6) {
         .unwrap();
     let port = qp.bind(lo(0)).unwrap().port();
     (qp, lo(port))
+}
+
+/// On a new soft context: a bound UDP QP `a` whose sends complete on the plain CQ `scq`,
+/// and a bound UDP QP `b` at `to` whose receives complete on the async CQ `rcq`, both CQs
+/// `depth` deep: `(ctx, scq, rcq, a, b, to)`. Made inside the runtime (as an AsyncCq is).
+fn datagrams(depth: u32) -> (Context, qpip::Cq, AsyncCq, Qp, Qp, SocketAddrV6) {
+    let ctx = Context::open_soft().unwrap();
+    let scq = ctx.create_cq(depth).unwrap();
+    let rcq = AsyncCq::new(ctx.create_cq(depth).unwrap()).unwrap();
+    let (a, _) = udp(&ctx, &scq);
+    let (b, to) = udp(&ctx, &rcq);
+    (ctx, scq, rcq, a, b, to)
 }
 
 #[test]
@@ -97,11 +100,8 @@ fn a_datagram_through_async_cqs() {
 fn many_tasks_share_one_cq() {
     const N: u64 = 256;
     run(async {
-        let ctx = Context::open_soft().unwrap();
-        let scq = ctx.create_cq(1024).unwrap();
-        let rcq = Arc::new(AsyncCq::new(ctx.create_cq(1024).unwrap()).unwrap());
-        let (a, _) = udp(&ctx, &scq);
-        let (b, to) = udp(&ctx, &rcq);
+        let (ctx, _scq, rcq, a, b, to) = datagrams(1024);
+        let rcq = Arc::new(rcq);
         let buf = ctx.alloc(N as usize * 16).unwrap();
         for i in 0..N {
             b.post_recv(i, &[buf.sge(i as usize * 16, 16)]).unwrap();
@@ -164,11 +164,7 @@ fn many_tasks_share_one_cq() {
 fn timed_out_waits_lose_nothing() {
     const N: u64 = 200;
     run(async {
-        let ctx = Context::open_soft().unwrap();
-        let scq = ctx.create_cq(1024).unwrap();
-        let rcq = AsyncCq::new(ctx.create_cq(1024).unwrap()).unwrap();
-        let (a, _) = udp(&ctx, &scq);
-        let (b, to) = udp(&ctx, &rcq);
+        let (ctx, _scq, rcq, a, b, to) = datagrams(1024);
         let buf = ctx.alloc(64).unwrap();
         for i in 0..N {
             b.post_recv(i, &[buf.sge_all()]).unwrap();
@@ -215,11 +211,7 @@ fn timed_out_waits_lose_nothing() {
 #[test]
 fn a_dropped_wait_leaves_the_completion() {
     run(async {
-        let ctx = Context::open_soft().unwrap();
-        let scq = ctx.create_cq(8).unwrap();
-        let rcq = AsyncCq::new(ctx.create_cq(8).unwrap()).unwrap();
-        let (a, _) = udp(&ctx, &scq);
-        let (b, to) = udp(&ctx, &rcq);
+        let (ctx, _scq, rcq, a, b, to) = datagrams(8);
         let buf = ctx.alloc(64).unwrap();
         b.post_recv(1, &[buf.sge_all()]).unwrap();
         {
@@ -242,11 +234,7 @@ fn a_dropped_wait_leaves_the_completion() {
 #[test]
 fn readiness_without_a_completion_is_waited_through() {
     run(async {
-        let ctx = Context::open_soft().unwrap();
-        let scq = ctx.create_cq(8).unwrap();
-        let rcq = AsyncCq::new(ctx.create_cq(8).unwrap()).unwrap();
-        let (a, _) = udp(&ctx, &scq);
-        let (b, to) = udp(&ctx, &rcq);
+        let (ctx, _scq, rcq, a, b, to) = datagrams(8);
         let buf = ctx.alloc(64).unwrap();
         b.post_recv(1, &[buf.sge_all()]).unwrap();
         b.post_recv(2, &[buf.sge_all()]).unwrap();
@@ -283,19 +271,13 @@ fn concurrent_connects_accepts_and_closes() {
         let mut servers = Vec::new();
         let mut clients = Vec::new();
         for i in 0..K {
-            let qp = Arc::new(
-                ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
-                    .unwrap(),
-            );
+            let qp = Arc::new(tcp_qp(&ctx, &cq, Framing::Message));
             let (ax, l, q) = (actx.clone(), l.clone(), qp.clone());
             servers.push((
                 qp,
                 tokio::spawn(async move { timeout(T, ax.accept(&l, &q)).await }),
             ));
-            let qp = Arc::new(
-                ctx.create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
-                    .unwrap(),
-            );
+            let qp = Arc::new(tcp_qp(&ctx, &cq, Framing::Message));
             let a = if i % 2 == 0 { &actx } else { &actx2 }.clone();
             let q = qp.clone();
             clients.push((
@@ -364,9 +346,7 @@ fn a_timed_out_accept_keeps_its_event() {
         let cq = ctx.create_cq(16).unwrap();
         let port = free_tcp_port();
         let l = ctx.listen(lo(port), 1).unwrap();
-        let server = ctx
-            .create_qp(&QpInit::new(QpKind::Tcp(Framing::Stream), &cq))
-            .unwrap();
+        let server = tcp_qp(&ctx, &cq, Framing::Stream);
         let r = timeout(Duration::from_millis(100), actx.accept(&l, &server)).await;
         assert!(r.is_err(), "accepted with nobody connecting: {r:?}");
         // A waiter for another QP's event reads the accept first and keeps it.
@@ -381,9 +361,7 @@ fn a_timed_out_accept_keeps_its_event() {
                 .is_err()
             }
         });
-        let client = ctx
-            .create_qp(&QpInit::new(QpKind::Tcp(Framing::Stream), &cq))
-            .unwrap();
+        let client = tcp_qp(&ctx, &cq, Framing::Stream);
         timeout(T, actx.connect(&client, lo(port)))
             .await
             .unwrap()
@@ -410,9 +388,7 @@ fn refused_connect_is_an_error() {
         let ctx = Context::open_soft().unwrap();
         let actx = AsyncContext::new(&ctx).unwrap();
         let cq = ctx.create_cq(16).unwrap();
-        let qp = ctx
-            .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
-            .unwrap();
+        let qp = tcp_qp(&ctx, &cq, Framing::Message);
         let e = timeout(T, actx.connect(&qp, lo(free_tcp_port())))
             .await
             .unwrap()
@@ -460,16 +436,8 @@ fn blocking_and_async_waits_share_the_events() {
         let actx = AsyncContext::new(&ctx).unwrap();
         let cq = ctx.create_cq(64).unwrap();
         for round in 0..20 {
-            let server = ctx
-                .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
-                .unwrap();
-            let client = ctx
-                .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
-                .unwrap();
-            let port = free_tcp_port();
-            let l = ctx.listen(lo(port), 1).unwrap();
-            l.accept(&server, round).unwrap();
-            let (sid, cid) = (server.id(), client.id());
+            let p = pending_connection(&ctx, &cq, Framing::Message, round);
+            let (sid, cid) = (p.server.id(), p.client.id());
             let blocking = std::thread::spawn({
                 let ctx = ctx.clone();
                 move || ctx.wait_event_for(cid, EventKind::Connect, Some(T))
@@ -479,7 +447,7 @@ fn blocking_and_async_waits_share_the_events() {
                 async move { timeout(T, actx.event_for(sid, EventKind::Accept)).await }
             });
             tokio::time::sleep(Duration::from_millis(5)).await;
-            client.connect(lo(port), round).unwrap();
+            p.client.connect(lo(p.port), round).unwrap();
             let b = tokio::task::spawn_blocking(move || blocking.join().unwrap())
                 .await
                 .unwrap();

@@ -8,16 +8,17 @@ use std::net::{Ipv6Addr, SocketAddrV6, TcpListener, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+mod common;
+#[path = "../src/bin/qpip-verbs-test/messages.rs"]
+mod messages;
+
+use common::{free_tcp_port, lo, pending_connection, tcp_qp};
 use qpip::{
     Completion, Context, Cq, Detail, Error, EventKind, Framing, Opcode, Qp, QpInit, QpKind, SendWr,
     Sge, Status,
 };
 
 const T: Duration = Duration::from_secs(10);
-
-fn lo(port: u16) -> SocketAddrV6 {
-    SocketAddrV6::new(Ipv6Addr::LOCALHOST, port, 0, 0)
-}
 
 fn soft() -> Context {
     Context::open_soft().expect("soft provider")
@@ -40,36 +41,20 @@ fn udp_pair(ctx: &Context, cq: &Cq) -> (Qp, Qp, SocketAddrV6, SocketAddrV6) {
 
 /// A connected pair of TCP QPs with `framing`, through a listener of the same context.
 fn tcp_pair(ctx: &Context, cq: &Cq, framing: Framing) -> (Qp, Qp) {
-    let server = ctx
-        .create_qp(&QpInit::new(QpKind::Tcp(framing), cq))
-        .unwrap();
-    let client = ctx
-        .create_qp(&QpInit::new(QpKind::Tcp(framing), cq))
-        .unwrap();
-    let port = free_tcp_port();
-    let l = ctx.listen(lo(port), 4).unwrap();
-    l.accept(&server, 0xacce).unwrap();
-    client.connect(lo(port), 0xc0).unwrap();
+    let p = pending_connection(ctx, cq, framing, 0xacce);
+    p.client.connect(lo(p.port), 0xc0).unwrap();
     let c = ctx
-        .wait_event_for(client.id(), EventKind::Connect, Some(T))
+        .wait_event_for(p.client.id(), EventKind::Connect, Some(T))
         .unwrap()
         .unwrap();
     assert_eq!((c.status, c.user_data), (0, 0xc0), "{c:?}");
     let a = ctx
-        .wait_event_for(server.id(), EventKind::Accept, Some(T))
+        .wait_event_for(p.server.id(), EventKind::Accept, Some(T))
         .unwrap()
         .unwrap();
     assert_eq!((a.status, a.user_data), (0, 0xacce), "{a:?}");
     assert_eq!(a.peer.unwrap().ip(), &Ipv6Addr::LOCALHOST);
-    (server, client)
-}
-
-fn free_tcp_port() -> u16 {
-    TcpListener::bind("[::1]:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    (p.server, p.client)
 }
 
 #[test]
@@ -233,33 +218,15 @@ fn tcp_messages_keep_boundaries_immediates_and_tags() {
     let ctx = soft();
     let cq = ctx.create_cq(64).unwrap();
     let (server, client) = tcp_pair(&ctx, &cq, Framing::Message);
-    let rbuf = ctx.alloc(8 * 4096).unwrap();
+    let rbuf = ctx.alloc(8 * messages::RECV_SIZE).unwrap();
     for i in 0..8 {
-        server
-            .post_recv(100 + i, &[rbuf.sge(i as usize * 4096, 4096)])
-            .unwrap();
+        let sge = [rbuf.sge(i * messages::RECV_SIZE, messages::RECV_SIZE)];
+        server.post_recv(100 + i as u64, &sge).unwrap();
     }
-    let mut sbuf = ctx.alloc(3 * 4096).unwrap();
-    for (i, x) in sbuf.iter_mut().enumerate() {
-        *x = (i % 251) as u8;
-    }
+    let mut sbuf = ctx.alloc(messages::SEND_SIZE).unwrap();
+    messages::fill(&mut sbuf);
     // Sizes: one byte, nothing, a gather of two pieces, inline, one too big for 4096.
-    client
-        .post_send(&SendWr::new(1, &[sbuf.sge(0, 1)]).imm(11))
-        .unwrap();
-    client.post_send(&SendWr::new(2, &[]).imm(22)).unwrap();
-    client
-        .post_send(&SendWr::new(3, &[sbuf.sge(100, 1000), sbuf.sge(2000, 2000)]).imm(33))
-        .unwrap();
-    client
-        .post_send(&SendWr::inline(4, b"inline").imm(44))
-        .unwrap();
-    client
-        .post_send(&SendWr::new(5, &[sbuf.sge(0, 5000)]).imm(55))
-        .unwrap();
-    client
-        .post_send(&SendWr::inline(6, b"after").imm(66))
-        .unwrap();
+    messages::post(&client, &sbuf).unwrap();
     let (mut sends, mut recvs) = (Vec::new(), Vec::new());
     while sends.len() < 6 || recvs.len() < 6 {
         let c = next(&cq, "messages");
@@ -278,23 +245,9 @@ fn tcp_messages_keep_boundaries_immediates_and_tags() {
         .iter()
         .map(|c| (c.wr_id, c.status, c.byte_len, c.imm))
         .collect();
-    assert_eq!(
-        got,
-        [
-            (100, Status::Success, 1, 11),
-            (101, Status::Success, 0, 22),
-            (102, Status::Success, 3000, 33),
-            (103, Status::Success, 6, 44),
-            (104, Status::LocalLength, 5000, 55),
-            (105, Status::Success, 5, 66),
-        ]
-    );
+    assert_eq!(got, messages::RECEIVES);
     assert_eq!(rbuf[0], 0);
-    let want: Vec<u8> = sbuf[100..1100]
-        .iter()
-        .chain(&sbuf[2000..4000])
-        .copied()
-        .collect();
+    let want = messages::gathered(&sbuf);
     assert_eq!(&rbuf[2 * 4096..2 * 4096 + 3000], &want[..]);
     assert_eq!(&rbuf[3 * 4096..3 * 4096 + 6], b"inline");
     assert_eq!(&rbuf[5 * 4096..5 * 4096 + 5], b"after");
@@ -308,9 +261,7 @@ fn tcp_message_framing_on_the_wire_is_msg_header() {
     let std::net::SocketAddr::V6(addr) = l.local_addr().unwrap() else {
         panic!()
     };
-    let qp = ctx
-        .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
-        .unwrap();
+    let qp = tcp_qp(&ctx, &cq, Framing::Message);
     qp.connect_wait(addr, T).unwrap();
     let (mut s, _) = l.accept().unwrap();
     s.set_read_timeout(Some(T)).unwrap();
@@ -344,9 +295,7 @@ fn tcp_stream_with_a_plain_socket_and_end_of_stream() {
     let std::net::SocketAddr::V6(addr) = l.local_addr().unwrap() else {
         panic!()
     };
-    let qp = ctx
-        .create_qp(&QpInit::new(QpKind::Tcp(Framing::Stream), &cq))
-        .unwrap();
+    let qp = tcp_qp(&ctx, &cq, Framing::Stream);
     let peer = qp.connect_wait(addr, T).unwrap();
     assert_eq!(peer, addr);
     let (mut s, _) = l.accept().unwrap();
@@ -441,9 +390,7 @@ fn tcp_close_is_a_fin_after_the_sends() {
 fn refused_connect_and_cancelled_accept() {
     let ctx = soft();
     let cq = ctx.create_cq(8).unwrap();
-    let qp = ctx
-        .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
-        .unwrap();
+    let qp = tcp_qp(&ctx, &cq, Framing::Message);
     let buf = ctx.alloc(16).unwrap();
     qp.post_recv(1, &[buf.sge_all()]).unwrap();
     let e = qp.connect_wait(lo(free_tcp_port()), T).unwrap_err();
@@ -451,9 +398,7 @@ fn refused_connect_and_cancelled_accept() {
     // The failed connection flushed what was posted.
     let c = next(&cq, "flush after refusal");
     assert_eq!((c.wr_id, c.status), (1, Status::Flushed));
-    let idle = ctx
-        .create_qp(&QpInit::new(QpKind::Tcp(Framing::Stream), &cq))
-        .unwrap();
+    let idle = tcp_qp(&ctx, &cq, Framing::Stream);
     let l = ctx.listen(lo(free_tcp_port()), 1).unwrap();
     l.accept(&idle, 42).unwrap();
     drop(l);
@@ -628,9 +573,7 @@ fn wait_times_out_and_epoll_wakes_on_arm() {
 fn context_events_fd_polls_readable() {
     let ctx = soft();
     let cq = ctx.create_cq(8).unwrap();
-    let qp = ctx
-        .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
-        .unwrap();
+    let qp = tcp_qp(&ctx, &cq, Framing::Message);
     let l = ctx.listen(lo(free_tcp_port()), 1).unwrap();
     l.accept(&qp, 5).unwrap();
     let mut p = libc::pollfd {
@@ -704,22 +647,14 @@ fn blocking_event_waits_in_two_threads_each_get_theirs() {
     let ctx = soft();
     let cq = ctx.create_cq(64).unwrap();
     for round in 0..30 {
-        let server = ctx
-            .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
-            .unwrap();
-        let client = ctx
-            .create_qp(&QpInit::new(QpKind::Tcp(Framing::Message), &cq))
-            .unwrap();
-        let port = free_tcp_port();
-        let l = ctx.listen(lo(port), 1).unwrap();
-        l.accept(&server, round).unwrap();
-        let (sid, cid) = (server.id(), client.id());
+        let p = pending_connection(&ctx, &cq, Framing::Message, round);
+        let (sid, cid) = (p.server.id(), p.client.id());
         std::thread::scope(|s| {
             let a = s.spawn(|| ctx.wait_event_for(sid, EventKind::Accept, Some(T)));
             let b = s.spawn(|| ctx.wait_event_for(cid, EventKind::Connect, Some(T)));
             // Both threads are (most likely) asleep on the descriptor by now.
             std::thread::sleep(Duration::from_millis(5));
-            client.connect(lo(port), round).unwrap();
+            p.client.connect(lo(p.port), round).unwrap();
             let a = a.join().unwrap().unwrap();
             let b = b.join().unwrap().unwrap();
             assert!(a.is_some(), "round {round}: the accept's event never came");

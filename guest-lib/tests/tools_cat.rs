@@ -10,6 +10,11 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+mod common;
+
+use common::free_tcp_port;
+use qpip_abi::pattern::Pattern;
+
 const T: Duration = Duration::from_secs(30);
 
 /// A running qpip-cat: its stdin, its whole stdout (collected by a thread) and the stderr
@@ -134,24 +139,9 @@ impl TryCloneFd for ChildStdin {
     }
 }
 
+/// `len` bytes of the test pattern from `seed`.
 fn data(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("[::1]:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    Pattern::new(seed).take(len).collect()
 }
 
 fn free_udp_port() -> u16 {
@@ -176,7 +166,7 @@ fn same(got: &[u8], want: &[u8], what: &str) {
 /// > file &` in a script); the connector sends `input` and closes; both exit 0 and the
 /// listener printed `input`.
 fn tcp_connector_to_listener(framing: &str, input: &[u8]) {
-    let port = free_port().to_string();
+    let port = free_tcp_port().to_string();
     let mut server = cat(&[framing, "-l", &port]);
     server.wait_for("listening on");
     server.feed(Vec::new(), true);
@@ -191,7 +181,7 @@ fn tcp_connector_to_listener(framing: &str, input: &[u8]) {
 
 /// The other way: the listener sends `input` and closes; the connector prints it.
 fn tcp_listener_to_connector(framing: &str, input: &[u8]) {
-    let port = free_port().to_string();
+    let port = free_tcp_port().to_string();
     let mut server = cat(&[framing, "-l", &port]);
     server.wait_for("listening on");
     server.feed(input.to_vec(), true);
@@ -235,7 +225,7 @@ fn tcp_stream_with_plain_sockets_both_directions() {
     assert_eq!(rc, 0, "{err}");
 
     // A kernel socket connects to qpip-cat -l: qpip-cat prints what the socket sends.
-    let port = free_port();
+    let port = free_tcp_port();
     let mut server = cat(&["-l", &port.to_string()]);
     server.wait_for("listening on");
     server.feed(Vec::new(), true);
@@ -318,7 +308,7 @@ fn udp_cat_to_cat_and_plain_sockets() {
 
 #[test]
 fn errors_are_one_line_with_exit_codes() {
-    let port = free_port().to_string();
+    let port = free_tcp_port().to_string();
     let (rc, _, err) = cat(&["::1", &port]).finish();
     assert_eq!(rc, 1, "{err}");
     assert!(
@@ -350,7 +340,7 @@ impl TempFile {
         let path = std::env::temp_dir().join(format!(
             "qpip-cat-test-{}-{tag}-{}",
             std::process::id(),
-            free_port()
+            free_tcp_port()
         ));
         std::fs::write(&path, input).unwrap();
         TempFile(path)
@@ -374,7 +364,7 @@ impl Drop for TempFile {
 /// the listener printed, and what the sender said on stderr. Afterwards the file's offset is
 /// at its end, as reading it would have left it.
 fn send_file(framing: &str, file: &TempFile, at: u64) -> (Vec<u8>, String) {
-    let port = free_port().to_string();
+    let port = free_tcp_port().to_string();
     let mut server = cat(&[framing, "-l", &port]);
     server.wait_for("listening on");
     server.feed(Vec::new(), true);
@@ -414,7 +404,7 @@ fn regular_file_stdin_sent_from_its_pages_gives_the_bytes_of_a_pipe() {
         );
     }
     // The other direction: qpip-cat -l with a file on stdin sends it to the connector.
-    let port = free_port().to_string();
+    let port = free_tcp_port().to_string();
     let mut server = cat_in(&["--message", "-l", &port], Stdio::from(file.open_at(0)));
     server.wait_for("listening on");
     let mut client = cat(&["--message", "::1", &port]);

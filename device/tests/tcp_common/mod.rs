@@ -62,17 +62,9 @@ pub fn oracle(src: Ipv6Addr, dst: Ipv6Addr, seg: &[u8]) {
 
 // ---- applications -------------------------------------------------------------------------
 
-/// Deterministic bytes: a xorshift stream from `seed`.
+/// `len` bytes of the test pattern from `seed` (`qpip_abi::pattern`).
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    qpip_abi::pattern::Pattern::new(seed).take(len).collect()
 }
 
 /// The receiving application: posts buffers (its space) and reads what arrives. With

@@ -150,26 +150,23 @@ pub(crate) fn cmd_events() -> u32 {
         c.check("events.destroyer_hears_nothing", no_event(client.fd));
         // A graceful close: the other side hears the peer closed, the closer its CLOSE.
         let (sqp, cqp) = tcp_pair(&server, &client, addr, 5601)?;
-        ok(client.close(cqp, 0xc105e), "CLOSE")?;
-        c.check(
-            "events.close_completes",
-            expect_event(client.fd, EVENT_CLOSE, 0, cqp, 0xc105e),
-        );
-        c.check(
-            "events.peer_closed",
-            expect_event(server.fd, EVENT_PEER_CLOSED, 0, sqp, 0),
-        );
+        close_and_hear(
+            &mut c,
+            (&client, cqp, 0xc105e, "CLOSE"),
+            (&server, sqp),
+            ["events.close_completes", "events.peer_closed"],
+        )?;
         c.check("events.closer_hears_no_peer_close", no_event(client.fd));
         // Now the server closes too: the client hears of it.
-        ok(server.close(sqp, 0x5c), "CLOSE (server)")?;
-        c.check(
-            "events.second_close_completes",
-            expect_event(server.fd, EVENT_CLOSE, 0, sqp, 0x5c),
-        );
-        c.check(
-            "events.peer_closed_both_ways",
-            expect_event(client.fd, EVENT_PEER_CLOSED, 0, cqp, 0),
-        );
+        close_and_hear(
+            &mut c,
+            (&server, sqp, 0x5c, "CLOSE (server)"),
+            (&client, cqp),
+            [
+                "events.second_close_completes",
+                "events.peer_closed_both_ways",
+            ],
+        )?;
         let st = ok(server.stats(), "QUERY_STATS")?;
         println!(
             "@events.device_events={} lost={}",
@@ -182,6 +179,27 @@ pub(crate) fn cmd_events() -> u32 {
     unsafe { libc::write(done[1], b"d".as_ptr().cast(), 1) };
     c.check("events.child", wait_child(pid));
     c.failed
+}
+
+/// A graceful close of `qp` in `closer` (tagged `user_data`; the call named `what` in a
+/// failure): check `completes` wants the closer's EVENT_CLOSE, check `heard` the peer's
+/// EVENT_PEER_CLOSED on its end, `peer_qp`.
+fn close_and_hear(
+    c: &mut Checks,
+    (closer, qp, user_data, what): (&Ctx, u32, u64, &str),
+    (peer, peer_qp): (&Ctx, u32),
+    [completes, heard]: [&str; 2],
+) -> Result<(), String> {
+    ok(closer.close(qp, user_data), what)?;
+    c.check(
+        completes,
+        expect_event(closer.fd, EVENT_CLOSE, 0, qp, user_data),
+    );
+    c.check(
+        heard,
+        expect_event(peer.fd, EVENT_PEER_CLOSED, 0, peer_qp, 0),
+    );
+    Ok(())
 }
 
 /// Reads one event without waiting.

@@ -56,22 +56,15 @@ pub(crate) fn cmd_ioctls() -> u32 {
         "size.larger_with_nonzero_tail",
         fails_with(ioc(fd, IOCTL_QUERY_DEVICE, &mut big), libc::E2BIG),
     );
-    let mut q = QueryDevice::new();
-    q.size = 0;
-    c.check(
-        "size.zero",
-        fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), libc::EINVAL),
-    );
-    q.size = QUERY_DEVICE_SIZE_V1 - 8;
-    c.check(
-        "size.short",
-        fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), libc::EINVAL),
-    );
-    q.size = 1 << 20;
-    c.check(
-        "size.huge",
-        fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), libc::E2BIG),
-    );
+    for (name, size, errno) in [
+        ("size.zero", 0, libc::EINVAL),
+        ("size.short", QUERY_DEVICE_SIZE_V1 - 8, libc::EINVAL),
+        ("size.huge", 1 << 20, libc::E2BIG),
+    ] {
+        let mut q = QueryDevice::new();
+        q.size = size;
+        c.check(name, fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), errno));
+    }
     c.check(
         "arg.null_pointer",
         fails_with(
@@ -104,45 +97,30 @@ pub(crate) fn cmd_ioctls() -> u32 {
         ok(cq.as_ref().map(|_| ()).map_err(|e| *e), "CREATE_CQ"),
     );
     let Ok(cq) = cq else { return c.failed };
-    for (name, depth) in [
-        ("cq.depth_zero", 0),
-        ("cq.depth_not_power_of_two", 3),
-        ("cq.depth_huge", 1 << 20),
-    ] {
+    // Each case is a good request (8 entries, any vector, no eventfd) with one field wrong.
+    type Wrong<'a> = &'a dyn Fn(&mut CreateCq);
+    let cases: [(&str, Wrong, i32); 7] = [
+        ("cq.depth_zero", &|a| a.depth = 0, libc::EINVAL),
+        ("cq.depth_not_power_of_two", &|a| a.depth = 3, libc::EINVAL),
+        ("cq.depth_huge", &|a| a.depth = 1 << 20, libc::EINVAL),
+        (
+            "cq.bad_vector",
+            &|a| a.comp_vector = info.comp_vectors,
+            libc::EINVAL,
+        ),
+        // The context's own file: not an eventfd.
+        ("cq.not_an_eventfd", &|a| a.eventfd = fd, libc::EINVAL),
+        ("cq.bad_eventfd", &|a| a.eventfd = 9999, libc::EBADF),
+        ("cq.reserved_nonzero", &|a| a.reserved = 1, libc::EINVAL),
+    ];
+    for (name, wrong, errno) in cases {
         let mut a = CreateCq::new();
-        a.depth = depth;
+        a.depth = 8;
         a.comp_vector = ANY_VECTOR;
         a.eventfd = -1;
-        c.check(
-            name,
-            fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EINVAL),
-        );
+        wrong(&mut a);
+        c.check(name, fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), errno));
     }
-    let mut a = CreateCq::new();
-    a.depth = 8;
-    a.comp_vector = info.comp_vectors;
-    a.eventfd = -1;
-    c.check(
-        "cq.bad_vector",
-        fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EINVAL),
-    );
-    a.comp_vector = ANY_VECTOR;
-    a.eventfd = fd; // not an eventfd
-    c.check(
-        "cq.not_an_eventfd",
-        fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EINVAL),
-    );
-    a.eventfd = 9999;
-    c.check(
-        "cq.bad_eventfd",
-        fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EBADF),
-    );
-    a.eventfd = -1;
-    a.reserved = 1;
-    c.check(
-        "cq.reserved_nonzero",
-        fails_with(ctx.ioc(IOCTL_CREATE_CQ, &mut a), libc::EINVAL),
-    );
     c.check(
         "cq.destroy_bad_handle",
         fails_with(ctx.destroy(IOCTL_DESTROY_CQ, 0xdead_beef), libc::ENOENT),
@@ -173,13 +151,12 @@ pub(crate) fn cmd_ioctls() -> u32 {
         unmap(cqr.ring, cqr.ring_len);
     }
     let cq2 = ctx.create_cq(8, -1).expect("second CQ");
-    c.check(
-        "cq.destroy",
-        ok(ctx.destroy(IOCTL_DESTROY_CQ, cq2.handle), "DESTROY_CQ"),
-    );
-    c.check(
-        "cq.double_destroy",
-        fails_with(ctx.destroy(IOCTL_DESTROY_CQ, cq2.handle), libc::ENOENT),
+    destroy_twice(
+        &mut c,
+        &ctx,
+        (IOCTL_DESTROY_CQ, "DESTROY_CQ"),
+        cq2.handle,
+        ["cq.destroy", "cq.double_destroy"],
     );
     // The ring mapping outlives the CQ (the pages stay until unmapped).
     // SAFETY: reading the still-mapped ring.
@@ -197,29 +174,14 @@ pub(crate) fn cmd_ioctls() -> u32 {
         ok(qp.as_ref().map(|_| ()).map_err(|e| *e), "CREATE_QP"),
     );
     let Ok(qp) = qp else { return c.failed };
-    c.check(
-        "qp.foreign_cq",
-        fails_with(
-            ctx.create_qp(QP_TYPE_UDP, 0xdead_beef, cq.handle, 8)
-                .map(|_| ()),
-            libc::ENOENT,
-        ),
-    );
-    c.check(
-        "qp.bad_type",
-        fails_with(
-            ctx.create_qp(9, cq.handle, cq.handle, 8).map(|_| ()),
-            libc::EINVAL,
-        ),
-    );
-    c.check(
-        "qp.bad_depth",
-        fails_with(
-            ctx.create_qp(QP_TYPE_UDP, cq.handle, cq.handle, 5)
-                .map(|_| ()),
-            libc::EINVAL,
-        ),
-    );
+    for (name, qp_type, send_cq, depth, errno) in [
+        ("qp.foreign_cq", QP_TYPE_UDP, 0xdead_beef, 8, libc::ENOENT),
+        ("qp.bad_type", 9, cq.handle, 8, libc::EINVAL),
+        ("qp.bad_depth", QP_TYPE_UDP, cq.handle, 5, libc::EINVAL),
+    ] {
+        let r = ctx.create_qp(qp_type, send_cq, cq.handle, depth);
+        c.check(name, fails_with(r.map(|_| ()), errno));
+    }
     c.check(
         "cq.destroy_while_used",
         fails_with(ctx.destroy(IOCTL_DESTROY_CQ, cq.handle), libc::EBUSY),
@@ -227,13 +189,12 @@ pub(crate) fn cmd_ioctls() -> u32 {
     let qp2 = ctx
         .create_qp(QP_TYPE_UDP, cq.handle, cq.handle, 4)
         .expect("second QP");
-    c.check(
-        "qp.destroy",
-        ok(ctx.destroy(IOCTL_DESTROY_QP, qp2.handle), "DESTROY_QP"),
-    );
-    c.check(
-        "qp.double_destroy",
-        fails_with(ctx.destroy(IOCTL_DESTROY_QP, qp2.handle), libc::ENOENT),
+    destroy_twice(
+        &mut c,
+        &ctx,
+        (IOCTL_DESTROY_QP, "DESTROY_QP"),
+        qp2.handle,
+        ["qp.destroy", "qp.double_destroy"],
     );
     c.check(
         "mmap.destroyed_qp_ring",
@@ -333,13 +294,12 @@ pub(crate) fn cmd_ioctls() -> u32 {
         ok(ctx.reg_mr(ro as u64, 64, 0), "REG_MR read-only").map(|_| ()),
     );
     if let Ok(l) = lkey {
-        c.check(
-            "mr.deregister",
-            ok(ctx.destroy(IOCTL_DEREG_MR, l), "DEREG_MR"),
-        );
-        c.check(
-            "mr.double_deregister",
-            fails_with(ctx.destroy(IOCTL_DEREG_MR, l), libc::ENOENT),
+        destroy_twice(
+            &mut c,
+            &ctx,
+            (IOCTL_DEREG_MR, "DEREG_MR"),
+            l,
+            ["mr.deregister", "mr.double_deregister"],
         );
     }
     c.check(
@@ -399,28 +359,28 @@ pub(crate) fn cmd_ioctls() -> u32 {
                 || "event before cancellation".into(),
             ),
         );
-        c.check(
-            "listener.destroy",
-            ok(ctx.destroy(IOCTL_DESTROY_LISTENER, l), "DESTROY_LISTENER"),
-        );
-        c.check(
-            "listener.double_destroy",
-            fails_with(ctx.destroy(IOCTL_DESTROY_LISTENER, l), libc::ENOENT),
+        destroy_twice(
+            &mut c,
+            &ctx,
+            (IOCTL_DESTROY_LISTENER, "DESTROY_LISTENER"),
+            l,
+            ["listener.destroy", "listener.double_destroy"],
         );
         c.check(
             "accept.cancelled_event",
             expect_event(fd, EVENT_ACCEPT, -libc::ECANCELED, tcp.handle, 0xacce),
         );
     }
-    let mut con = Connect::new();
-    con.qp = tcp.handle;
-    con.addr = LOOPBACK;
-    con.port = 5001;
-    con.user_data = 0xc0;
-    c.check(
-        "connect.submit",
-        ok(ctx.ioc(IOCTL_CONNECT, &mut con), "CONNECT"),
-    );
+    // A connect of `qp` to [::1]:5001, where nothing listens.
+    let connect = |qp: u32, user_data: u64| {
+        let mut con = Connect::new();
+        con.qp = qp;
+        con.addr = LOOPBACK;
+        con.port = 5001;
+        con.user_data = user_data;
+        ctx.ioc(IOCTL_CONNECT, &mut con)
+    };
+    c.check("connect.submit", ok(connect(tcp.handle, 0xc0), "CONNECT"));
     c.check(
         "qp.destroy_with_pending_connect",
         ok(ctx.destroy(IOCTL_DESTROY_QP, tcp.handle), "DESTROY_QP"),
@@ -438,20 +398,17 @@ pub(crate) fn cmd_ioctls() -> u32 {
         ),
     );
     // Connect on a UDP QP is refused by the device: the event says so.
-    con.qp = qp3.handle;
-    con.user_data = 0xc1;
     c.check(
         "connect.udp_qp_submit",
-        ok(ctx.ioc(IOCTL_CONNECT, &mut con), "CONNECT"),
+        ok(connect(qp3.handle, 0xc1), "CONNECT"),
     );
     c.check(
         "connect.udp_qp_event",
         expect_event(fd, EVENT_CONNECT, -libc::EINVAL, qp3.handle, 0xc1),
     );
-    con.qp = 0xdead_beef;
     c.check(
         "connect.bad_qp",
-        fails_with(ctx.ioc(IOCTL_CONNECT, &mut con), libc::ENOENT),
+        fails_with(connect(0xdead_beef, 0xc1), libc::ENOENT),
     );
     c.check("close.submit", ok(ctx.close(qp3.handle, 0xc105e), "CLOSE"));
     c.check(
@@ -594,14 +551,12 @@ pub(crate) fn cmd_ioctls() -> u32 {
                 let mut a = Addr::new();
                 a.addr = addr;
                 a.prefix_len = 64;
-                cc.check(
-                    "unprivileged.add_addr",
-                    fails_with(uctx.ioc(IOCTL_ADD_ADDR, &mut a), libc::EPERM),
-                );
-                cc.check(
-                    "unprivileged.del_addr",
-                    fails_with(uctx.ioc(IOCTL_DEL_ADDR, &mut a), libc::EPERM),
-                );
+                for (name, req) in [
+                    ("unprivileged.add_addr", IOCTL_ADD_ADDR),
+                    ("unprivileged.del_addr", IOCTL_DEL_ADDR),
+                ] {
+                    cc.check(name, fails_with(uctx.ioc(req, &mut a), libc::EPERM));
+                }
                 let mut m = SetMac::new();
                 m.mac = [0x02, 0, 0, 0, 0, 7];
                 cc.check(
@@ -699,6 +654,20 @@ pub(crate) fn cmd_ioctls() -> u32 {
     );
     println!("@ioctls.kicks={}", ctx.kicks);
     c.failed
+}
+
+/// Destroys `handle` with the destroy ioctl `req` (named `what` in a failure): check
+/// `name` wants it done, check `again` wants the same call once more to find nothing
+/// (ENOENT): a handle is gone once destroyed.
+fn destroy_twice(
+    c: &mut Checks,
+    ctx: &Ctx,
+    (req, what): (u32, &str),
+    handle: u32,
+    [name, again]: [&str; 2],
+) {
+    c.check(name, ok(ctx.destroy(req, handle), what));
+    c.check(again, fails_with(ctx.destroy(req, handle), libc::ENOENT));
 }
 
 /// Waits for the context's next event and checks it.

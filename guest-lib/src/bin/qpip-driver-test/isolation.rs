@@ -69,22 +69,15 @@ pub(crate) fn cmd_isolation() -> u32 {
                 "isolation.own_context",
                 ensure(mine.info.ctx != pctx, || format!("both in context {pctx}")),
             );
-            cc.check(
-                "isolation.destroy_cq",
-                fails_with(mine.destroy(IOCTL_DESTROY_CQ, pcq), libc::ENOENT),
-            );
-            cc.check(
-                "isolation.destroy_qp",
-                fails_with(mine.destroy(IOCTL_DESTROY_QP, pqp), libc::ENOENT),
-            );
-            cc.check(
-                "isolation.deregister_mr",
-                fails_with(mine.destroy(IOCTL_DEREG_MR, plkey), libc::ENOENT),
-            );
-            cc.check(
-                "isolation.destroy_listener",
-                fails_with(mine.destroy(IOCTL_DESTROY_LISTENER, plist), libc::ENOENT),
-            );
+            // The other context's objects do not exist in this one.
+            for (name, req, handle) in [
+                ("isolation.destroy_cq", IOCTL_DESTROY_CQ, pcq),
+                ("isolation.destroy_qp", IOCTL_DESTROY_QP, pqp),
+                ("isolation.deregister_mr", IOCTL_DEREG_MR, plkey),
+                ("isolation.destroy_listener", IOCTL_DESTROY_LISTENER, plist),
+            ] {
+                cc.check(name, fails_with(mine.destroy(req, handle), libc::ENOENT));
+            }
             cc.check(
                 "isolation.bind_qp",
                 fails_with(mine.bind(pqp, 0), libc::ENOENT),

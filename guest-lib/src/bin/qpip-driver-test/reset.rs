@@ -19,11 +19,7 @@ pub(crate) fn cmd_reset(pci: bool) -> u32 {
         };
         std::fs::write(&path, "1").map_err(|e| format!("write {path}: {e}"))?;
         println!("@reset.count={resets}->{}", sysfs("reset_count"));
-        let mut q = QueryDevice::new();
-        c.check(
-            "reset.query_fails",
-            fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), libc::ENODEV),
-        );
+        check_gone(&mut c, &ctx, "reset", ctx.info.doorbell_offset);
         c.check(
             "reset.create_cq_fails",
             fails_with(ctx.create_cq(8, -1).map(|_| ()), libc::ENODEV),
@@ -31,15 +27,6 @@ pub(crate) fn cmd_reset(pci: bool) -> u32 {
         c.check(
             "reset.destroy_fails",
             fails_with(ctx.destroy(IOCTL_DESTROY_QP, p.a.handle), libc::ENODEV),
-        );
-        c.check(
-            "reset.mmap_fails",
-            fails_with(map(ctx.fd, ctx.info.doorbell_offset, PAGE), libc::ENODEV),
-        );
-        let rev = poll1(ctx.fd, libc::POLLIN, Duration::from_millis(100));
-        c.check(
-            "reset.poll_err",
-            ensure(rev & libc::POLLERR != 0, || format!("revents {rev:#x}")),
         );
         // A process still on the data path rings doorbells into a revoked mapping: it
         // carries on (until its next call), and nothing reaches another context.
@@ -70,6 +57,26 @@ pub(crate) fn cmd_reset(pci: bool) -> u32 {
     c.failed
 }
 
+/// What every context of a device that is gone (reset or removed) sees: QUERY_DEVICE and
+/// an mmap of the page at `offset` fail with ENODEV (checks `{what}.query_fails`,
+/// `{what}.mmap_fails`), and poll reports POLLERR (`{what}.poll_err`).
+fn check_gone(c: &mut Checks, ctx: &Ctx, what: &str, offset: u64) {
+    let mut q = QueryDevice::new();
+    c.check(
+        &format!("{what}.query_fails"),
+        fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), libc::ENODEV),
+    );
+    c.check(
+        &format!("{what}.mmap_fails"),
+        fails_with(map(ctx.fd, offset, PAGE), libc::ENODEV),
+    );
+    let rev = poll1(ctx.fd, libc::POLLIN, Duration::from_millis(100));
+    c.check(
+        &format!("{what}.poll_err"),
+        ensure(rev & libc::POLLERR != 0, || format!("revents {rev:#x}")),
+    );
+}
+
 /// Removes the PCI function under an open context, closes, rescans.
 pub(crate) fn cmd_remove() -> u32 {
     let mut c = Checks::default();
@@ -83,23 +90,10 @@ pub(crate) fn cmd_remove() -> u32 {
         let qp = pending_accept(&ctx, 5500, 0x4e40)?;
         std::fs::write(format!("/sys/bus/pci/devices/{slot}/remove"), "1")
             .map_err(|e| format!("remove: {e}"))?;
-        let mut q = QueryDevice::new();
-        c.check(
-            "remove.query_fails",
-            fails_with(ctx.ioc(IOCTL_QUERY_DEVICE, &mut q), libc::ENODEV),
-        );
+        check_gone(&mut c, &ctx, "remove", ctx.info.kick_offset);
         c.check(
             "remove.reg_mr_fails",
             fails_with(ctx.reg_mr(p.buf as u64, 4096, 0), libc::ENODEV),
-        );
-        c.check(
-            "remove.mmap_fails",
-            fails_with(map(ctx.fd, ctx.info.kick_offset, PAGE), libc::ENODEV),
-        );
-        let rev = poll1(ctx.fd, libc::POLLIN, Duration::from_millis(100));
-        c.check(
-            "remove.poll_err",
-            ensure(rev & libc::POLLERR != 0, || format!("revents {rev:#x}")),
         );
         c.check(
             "remove.pending_accept_event",

@@ -31,6 +31,13 @@ use crate::counters::{self, Counters};
 /// The byte every test message is made of.
 pub const PATTERN: u8 = 0xa5;
 
+/// A completed receive not read yet: its buffer, bytes, bytes read so far, source.
+type Piece = (usize, usize, usize, Option<SocketAddrV6>);
+
+/// What a read answers: `None` for nothing in time, else the bytes it took (0 on TCP: the
+/// peer closed) and the source (UDP).
+type Received = Option<(usize, Option<SocketAddrV6>)>;
+
 /// One endpoint of a test.
 pub trait Link {
     /// Sends `data`, copied: one datagram (UDP), one message (TCP message framing) or bytes
@@ -119,8 +126,8 @@ pub struct QpLink {
     /// Bytes of [`PATTERN`] at the start of each send slot.
     pattern_len: Vec<usize>,
     recv_mr: MemoryRegion,
-    /// Completed receives not read yet: buffer, bytes, read so far, source.
-    ready: VecDeque<(usize, usize, usize, Option<SocketAddrV6>)>,
+    /// Completed receives not read yet.
+    ready: VecDeque<Piece>,
     /// What `hold` took: `Some(len)`, from the front of `ready` (zero-copy) or in `stage`
     /// (copying).
     held: Option<usize>,
@@ -389,6 +396,17 @@ impl QpLink {
         Ok(true)
     }
 
+    /// The front received piece once there is one (a piece still held is released
+    /// first); else what [`Link::recv`] and [`Link::hold`] answer: `None` when nothing came
+    /// within `timeout`, `Some((0, None))` at the end of the stream.
+    fn front_piece(&mut self, timeout: Option<Duration>) -> io::Result<Result<Piece, Received>> {
+        self.release()?;
+        if !self.await_ready(timeout)? {
+            return Ok(Err(None));
+        }
+        Ok(self.ready.front().copied().ok_or(Some((0, None))))
+    }
+
     /// Bytes `[from, to)` of receive slot `slot`.
     fn recv_bytes(&self, slot: usize, from: usize, to: usize) -> &[u8] {
         let base = slot * self.bufs.recv_size;
@@ -489,12 +507,9 @@ impl Link for QpLink {
         buf: &mut [u8],
         timeout: Option<Duration>,
     ) -> io::Result<Option<(usize, Option<SocketAddrV6>)>> {
-        self.release()?;
-        if !self.await_ready(timeout)? {
-            return Ok(None);
-        }
-        let Some((slot, len, done, src)) = self.ready.front().copied() else {
-            return Ok(Some((0, None)));
+        let (slot, len, done, src) = match self.front_piece(timeout)? {
+            Ok(piece) => piece,
+            Err(answer) => return Ok(answer),
         };
         let n = (len - done).min(buf.len());
         buf[..n].copy_from_slice(self.recv_bytes(slot, done, done + n));
@@ -510,12 +525,9 @@ impl Link for QpLink {
         &mut self,
         timeout: Option<Duration>,
     ) -> io::Result<Option<(usize, Option<SocketAddrV6>)>> {
-        self.release()?;
-        if !self.await_ready(timeout)? {
-            return Ok(None);
-        }
-        let Some((slot, len, done, src)) = self.ready.front().copied() else {
-            return Ok(Some((0, None)));
+        let (slot, len, done, src) = match self.front_piece(timeout)? {
+            Ok(piece) => piece,
+            Err(answer) => return Ok(answer),
         };
         let n = len - done;
         if self.bufs.copy {

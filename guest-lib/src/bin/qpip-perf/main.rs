@@ -244,14 +244,39 @@ fn main() -> ExitCode {
 
 /// How the two ends are made: a qpip context, or kernel sockets.
 pub enum Net {
-    Qp {
-        ctx: Context,
-        framing: Framing,
-        spin: bool,
-        depth: usize,
-        copy: bool,
-    },
+    Qp(QpNet),
     Sockets,
+}
+
+/// The QP side: the context, and how each QP of a test is made and used.
+#[derive(Clone)]
+pub struct QpNet {
+    ctx: Context,
+    framing: Framing,
+    spin: bool,
+    depth: usize,
+    copy: bool,
+}
+
+impl QpNet {
+    /// The link over `qp` (with its CQs), `depth` buffers each way of `send_size` and
+    /// `recv_size` bytes, the send buffers registered at once or (`lazy_send`) when needed.
+    fn link(
+        &self,
+        (cqs, qp): (Cqs, qpip::Qp),
+        depth: usize,
+        (send_size, recv_size): (usize, usize),
+        lazy_send: bool,
+    ) -> std::io::Result<QpLink> {
+        let bufs = Bufs {
+            depth,
+            send_size,
+            recv_size,
+            lazy_send,
+            copy: self.copy,
+        };
+        QpLink::new(&self.ctx, cqs, qp, bufs, self.spin)
+    }
 }
 
 impl Net {
@@ -260,38 +285,34 @@ impl Net {
             return Ok(Net::Sockets);
         }
         let ctx = Context::open().map_err(|e| Fail(1, e.to_string()))?;
-        Ok(Net::Qp {
+        Ok(Net::Qp(QpNet {
             ctx,
             framing: a.framing,
             spin: a.spin,
             depth: a.depth,
             copy: a.copy,
-        })
+        }))
     }
 
     pub fn describe(&self) -> String {
         match self {
             Net::Sockets => "kernel sockets".into(),
-            Net::Qp {
-                ctx,
-                framing,
-                depth,
-                copy,
-                ..
-            } => format!(
-                "qpip QPs ({} provider{}, TCP {} framing, depth {depth}, {})",
-                match ctx.provider() {
+            Net::Qp(q) => format!(
+                "qpip QPs ({} provider{}, TCP {} framing, depth {}, {})",
+                match q.ctx.provider() {
                     qpip::ProviderKind::Device => "device",
                     qpip::ProviderKind::Soft => "software",
                 },
-                ctx.device_path()
+                q.ctx
+                    .device_path()
                     .map(|p| format!(" {}", p.display()))
                     .unwrap_or_default(),
-                match framing {
+                match q.framing {
                     Framing::Message => "message",
                     Framing::Stream => "stream",
                 },
-                if *copy { "copying" } else { "zero-copy" }
+                q.depth,
+                if q.copy { "copying" } else { "zero-copy" }
             ),
         }
     }
@@ -299,7 +320,7 @@ impl Net {
     /// The largest UDP payload on this net.
     pub fn max_udp(&self) -> usize {
         match self {
-            Net::Qp { ctx, .. } => MAX_UDP.min(ctx.limits().max_udp_payload as usize),
+            Net::Qp(q) => MAX_UDP.min(q.ctx.limits().max_udp_payload as usize),
             Net::Sockets => MAX_UDP,
         }
     }
@@ -319,33 +340,21 @@ impl Net {
                     .map_err(|e| Fail(1, format!("bind UDP {local}: {e}")))?;
                 Ok(Box::new(SockLink::udp(s, max)))
             }
-            Net::Qp {
-                ctx,
-                spin,
-                depth,
-                copy,
-                ..
-            } => {
+            Net::Qp(q) => {
                 // A UDP receiver's posted buffers are all it has against a burst (the
                 // device drops a datagram that finds none): a server keeps at least
                 // UDP_SERVER_DEPTH, whatever --depth the test's sends use.
                 let depth = if server {
-                    (*depth).max(UDP_SERVER_DEPTH)
+                    q.depth.max(UDP_SERVER_DEPTH)
                 } else {
-                    *depth
+                    q.depth
                 };
-                let (cqs, qp) = new_qp(ctx, QpKind::Udp, depth)?;
+                let (cqs, qp) = new_qp(&q.ctx, QpKind::Udp, depth)?;
                 qp.bind(local)
                     .map_err(|e| Fail(1, format!("bind UDP {local}: {e}")))?;
-                let bufs = Bufs {
-                    depth,
-                    send_size: send.clamp(1, max),
-                    recv_size: max,
-                    lazy_send: server,
-                    copy: *copy,
-                };
-                let l =
-                    QpLink::new(ctx, cqs, qp, bufs, *spin).map_err(|e| Fail(1, e.to_string()))?;
+                let l = q
+                    .link((cqs, qp), depth, (send.clamp(1, max), max), server)
+                    .map_err(|e| Fail(1, e.to_string()))?;
                 Ok(Box::new(l))
             }
         }
@@ -367,25 +376,14 @@ impl Net {
                     SockLink::tcp(s, size.max(CONTROL)).map_err(|e| fail(e.to_string()))?,
                 ))
             }
-            Net::Qp {
-                ctx,
-                framing,
-                spin,
-                depth,
-                copy,
-            } => {
-                let (cqs, qp) = new_qp(ctx, QpKind::Tcp(*framing), *depth)?;
+            Net::Qp(q) => {
+                let (cqs, qp) = new_qp(&q.ctx, QpKind::Tcp(q.framing), q.depth)?;
                 qp.connect_wait(peer, T).map_err(|e| fail(e.to_string()))?;
                 // Receives: the server's control lines, and in a latency test its echoes.
-                let bufs = Bufs {
-                    depth: *depth,
-                    send_size: size,
-                    recv_size: if lat { size.max(CONTROL) } else { CONTROL },
-                    lazy_send: false,
-                    copy: *copy,
-                };
+                let recv_size = if lat { size.max(CONTROL) } else { CONTROL };
                 Ok(Box::new(
-                    QpLink::new(ctx, cqs, qp, bufs, *spin).map_err(|e| fail(e.to_string()))?,
+                    q.link((cqs, qp), q.depth, (size, recv_size), false)
+                        .map_err(|e| fail(e.to_string()))?,
                 ))
             }
         }
@@ -418,12 +416,8 @@ fn new_qp(ctx: &Context, kind: QpKind, depth: usize) -> Result<(Cqs, qpip::Qp), 
 /// A TCP listener of either kind, handing out one connection after another.
 pub enum Acceptor {
     Qp {
-        ctx: Context,
+        net: QpNet,
         listener: qpip::Listener,
-        framing: Framing,
-        spin: bool,
-        depth: usize,
-        copy: bool,
     },
     Sockets(TcpListener),
 }
@@ -435,19 +429,9 @@ impl Acceptor {
             Net::Sockets => Ok(Acceptor::Sockets(
                 TcpListener::bind(local).map_err(|e| fail(e.to_string()))?,
             )),
-            Net::Qp {
-                ctx,
-                framing,
-                spin,
-                depth,
-                copy,
-            } => Ok(Acceptor::Qp {
-                ctx: ctx.clone(),
-                listener: ctx.listen(local, 8).map_err(|e| fail(e.to_string()))?,
-                framing: *framing,
-                spin: *spin,
-                depth: *depth,
-                copy: *copy,
+            Net::Qp(q) => Ok(Acceptor::Qp {
+                net: q.clone(),
+                listener: q.ctx.listen(local, 8).map_err(|e| fail(e.to_string()))?,
             }),
         }
     }
@@ -469,32 +453,20 @@ impl Acceptor {
                     from,
                 ))
             }
-            Acceptor::Qp {
-                ctx,
-                listener,
-                framing,
-                spin,
-                depth,
-                copy,
-            } => {
-                let (cqs, qp) = new_qp(ctx, QpKind::Tcp(*framing), *depth)?;
+            Acceptor::Qp { net: q, listener } => {
+                let (cqs, qp) = new_qp(&q.ctx, QpKind::Tcp(q.framing), q.depth)?;
                 listener.accept(&qp, 0).map_err(|e| fail(e.to_string()))?;
-                let ev = ctx
+                let ev = q
+                    .ctx
                     .wait_event_for(qp.id(), EventKind::Accept, None)
                     .map_err(|e| fail(e.to_string()))?
                     .ok_or_else(|| fail("no accept event".into()))?;
                 if let Some(e) = ev.error() {
                     return Err(fail(e.to_string()));
                 }
-                let bufs = Bufs {
-                    depth: *depth,
-                    send_size: MAX_TCP,
-                    recv_size: MAX_TCP,
-                    lazy_send: true,
-                    copy: *copy,
-                };
-                let link =
-                    QpLink::new(ctx, cqs, qp, bufs, *spin).map_err(|e| fail(e.to_string()))?;
+                let link = q
+                    .link((cqs, qp), q.depth, (MAX_TCP, MAX_TCP), true)
+                    .map_err(|e| fail(e.to_string()))?;
                 link.drain_events().map_err(|e| fail(e.to_string()))?;
                 let any = SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0);
                 Ok((Box::new(link), ev.peer.unwrap_or(any)))

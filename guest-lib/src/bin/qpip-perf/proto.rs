@@ -421,42 +421,16 @@ fn tcp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
     }
     link.prepare(size)?;
     let mut row = Row::new("tcp", lat, size);
-    let (before, cpu0, busy0, t0);
-    let mut busy = None;
-    if lat {
-        for _ in 0..warm {
-            link.send_pattern(size)?;
-            take_echo(link, size)?;
-        }
-        before = link.counters();
-        (cpu0, busy0, t0) = (cpu_ns(), counters::guest_busy_us(), Instant::now());
-        while row.msgs < a.iters && t0.elapsed() < a.duration {
-            let t = Instant::now();
-            link.send_pattern(size)?;
-            take_echo(link, size)?;
-            row.rtt_ns.push(t.elapsed().as_nanos() as u64);
-            row.msgs += 1;
-        }
-        busy = Some(counters::guest_busy_us());
-        row.bytes_sent = row.msgs * size as u64;
-    } else {
-        before = link.counters();
-        (cpu0, busy0, t0) = (cpu_ns(), counters::guest_busy_us(), Instant::now());
-        let count = bw_count(a, size);
-        while row.msgs < count && t0.elapsed() < a.duration {
-            link.send_pattern(size)?;
-            row.msgs += 1;
-        }
-        row.bytes_sent = row.msgs * size as u64;
-    }
+    // A round trip: the echo always comes (or the test fails).
+    let span = measure(link, a, lat, size, &mut row, |link: &mut dyn Link| {
+        link.send_pattern(size)?;
+        take_echo(link, size)?;
+        Ok(true)
+    })?;
     link.close_write()?;
     let done = read_line(link)?.unwrap_or_default();
-    row.elapsed = t0.elapsed();
     // Bandwidth: until the server's report, as the rate.
-    let busy1 = busy.unwrap_or_else(counters::guest_busy_us);
-    row.client_busy_us = busy_since(busy0, busy1);
-    row.client_cpu_ns = cpu_ns() - cpu0;
-    row.client_counters = grown(link, &before);
+    span.end(link, &mut row);
     let d = parse_done(&done)
         .ok_or_else(|| io::Error::other(format!("server answered {done:?} at the end")))?;
     (row.bytes_received, row.server_cpu_ns) = (d.bytes, d.cpu_ns);
@@ -481,6 +455,79 @@ fn tcp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
     link.finish()?;
     row.rtt_ns.sort_unstable();
     Ok(row)
+}
+
+/// The client's readings at the start of a test's measured part.
+struct Span {
+    counters: Option<Counters>,
+    cpu_ns: u64,
+    busy_us: Option<u64>,
+    t0: Instant,
+    /// Latency: the busy time when the last round trip ended (bandwidth: read at the
+    /// end, once the server's report came).
+    busy_end: Option<Option<u64>>,
+}
+
+impl Span {
+    fn start(link: &dyn Link) -> Span {
+        let counters = link.counters();
+        Span {
+            counters,
+            cpu_ns: cpu_ns(),
+            busy_us: counters::guest_busy_us(),
+            t0: Instant::now(),
+            busy_end: None,
+        }
+    }
+
+    /// The client's share of `row` at the end of the test: the time, busy time and CPU
+    /// time since the start, and how the link's counters grew.
+    fn end(self, link: &dyn Link, row: &mut Row) {
+        row.elapsed = self.t0.elapsed();
+        let busy1 = self.busy_end.unwrap_or_else(counters::guest_busy_us);
+        row.client_busy_us = busy_since(self.busy_us, busy1);
+        row.client_cpu_ns = cpu_ns() - self.cpu_ns;
+        row.client_counters = grown(link, &self.counters);
+    }
+}
+
+/// The measured part of a test, into `row`. Latency: the warm-up, then timed round trips
+/// (`round_trip` sends one and says whether its answer came; one that did not counts as
+/// lost). Bandwidth: messages of `size` back to back. Either stops at `--duration`.
+fn measure(
+    link: &mut dyn Link,
+    a: &Args,
+    lat: bool,
+    size: usize,
+    row: &mut Row,
+    mut round_trip: impl FnMut(&mut dyn Link) -> io::Result<bool>,
+) -> io::Result<Span> {
+    if !lat {
+        let span = Span::start(link);
+        let count = bw_count(a, size);
+        while row.msgs < count && span.t0.elapsed() < a.duration {
+            link.send_pattern(size)?;
+            row.msgs += 1;
+        }
+        row.bytes_sent = row.msgs * size as u64;
+        return Ok(span);
+    }
+    for _ in 0..warmup(a) {
+        round_trip(link)?;
+    }
+    let mut span = Span::start(link);
+    while row.msgs + row.lost < a.iters && span.t0.elapsed() < a.duration {
+        let t = Instant::now();
+        if round_trip(link)? {
+            row.rtt_ns.push(t.elapsed().as_nanos() as u64);
+            row.msgs += 1;
+        } else {
+            row.lost += 1;
+        }
+    }
+    span.busy_end = Some(counters::guest_busy_us());
+    row.bytes_sent = (row.msgs + row.lost) * size as u64;
+    Ok(span)
 }
 
 /// The busy time between two readings of [`counters::guest_busy_us`], µs.
@@ -534,56 +581,24 @@ fn udp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
     udp_ask(link, &hello_line(lat, size, warm), "QPIPPERF OK")?;
     link.prepare(size)?;
     let mut row = Row::new("udp", lat, size);
-    let (before, cpu0, busy0, t0);
-    let mut busy = None;
-    if lat {
-        // One ping: true if its echo came within a second (control datagrams are skipped).
-        let ping = |link: &mut dyn Link| -> io::Result<bool> {
-            link.send_pattern(size)?;
-            let until = Instant::now() + Duration::from_secs(1);
-            while let Some(left) = until.checked_duration_since(Instant::now()) {
-                if link.hold(Some(left))?.is_some() {
-                    let data = !link.held().starts_with(MAGIC);
-                    link.release()?;
-                    if data {
-                        return Ok(true);
-                    }
+    // One ping: true if its echo came within a second (control datagrams are skipped).
+    let ping = |link: &mut dyn Link| -> io::Result<bool> {
+        link.send_pattern(size)?;
+        let until = Instant::now() + Duration::from_secs(1);
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            if link.hold(Some(left))?.is_some() {
+                let data = !link.held().starts_with(MAGIC);
+                link.release()?;
+                if data {
+                    return Ok(true);
                 }
             }
-            Ok(false)
-        };
-        for _ in 0..warm {
-            ping(link)?;
         }
-        before = link.counters();
-        (cpu0, busy0, t0) = (cpu_ns(), counters::guest_busy_us(), Instant::now());
-        while row.msgs + row.lost < a.iters && t0.elapsed() < a.duration {
-            let t = Instant::now();
-            if ping(link)? {
-                row.rtt_ns.push(t.elapsed().as_nanos() as u64);
-                row.msgs += 1;
-            } else {
-                row.lost += 1;
-            }
-        }
-        busy = Some(counters::guest_busy_us());
-        row.bytes_sent = (row.msgs + row.lost) * size as u64;
-    } else {
-        before = link.counters();
-        (cpu0, busy0, t0) = (cpu_ns(), counters::guest_busy_us(), Instant::now());
-        let count = bw_count(a, size);
-        while row.msgs < count && t0.elapsed() < a.duration {
-            link.send_pattern(size)?;
-            row.msgs += 1;
-        }
-        row.bytes_sent = row.msgs * size as u64;
-    }
+        Ok(false)
+    };
+    let span = measure(link, a, lat, size, &mut row, ping)?;
     let done = udp_ask(link, "QPIPPERF end", "QPIPPERF DONE ")?;
-    row.elapsed = t0.elapsed();
-    let busy1 = busy.unwrap_or_else(counters::guest_busy_us);
-    row.client_busy_us = busy_since(busy0, busy1);
-    row.client_cpu_ns = cpu_ns() - cpu0;
-    row.client_counters = grown(link, &before);
+    span.end(link, &mut row);
     let d =
         parse_done(&done).ok_or_else(|| io::Error::other(format!("server answered {done:?}")))?;
     (

@@ -9,6 +9,7 @@
 
 #[cfg(feature = "tokio")]
 mod aio;
+mod messages;
 mod post_cost;
 
 #[global_allocator]
@@ -283,38 +284,14 @@ fn post_errors(ctx: &Context) -> R {
 fn tcp_messages(ctx: &Context, port: u16) -> R {
     let cq = e(ctx.create_cq(64), "create CQ")?;
     let (server, client) = tcp_pair(ctx, &cq, Framing::Message, port)?;
-    let rbuf = e(ctx.alloc(8 * 4096), "register")?;
-    for i in 0..8u64 {
-        e(
-            server.post_recv(100 + i, &[rbuf.sge(i as usize * 4096, 4096)]),
-            "post_recv",
-        )?;
+    let rbuf = e(ctx.alloc(8 * messages::RECV_SIZE), "register")?;
+    for i in 0..8 {
+        let sge = [rbuf.sge(i * messages::RECV_SIZE, messages::RECV_SIZE)];
+        e(server.post_recv(100 + i as u64, &sge), "post_recv")?;
     }
-    let mut sbuf = e(ctx.alloc(3 * 4096), "register")?;
-    for (i, x) in sbuf.iter_mut().enumerate() {
-        *x = (i % 251) as u8;
-    }
-    e(
-        client.post_send(&SendWr::new(1, &[sbuf.sge(0, 1)]).imm(11)),
-        "send 1",
-    )?;
-    e(client.post_send(&SendWr::new(2, &[]).imm(22)), "send 2")?;
-    e(
-        client.post_send(&SendWr::new(3, &[sbuf.sge(100, 1000), sbuf.sge(2000, 2000)]).imm(33)),
-        "send 3",
-    )?;
-    e(
-        client.post_send(&SendWr::inline(4, b"inline").imm(44)),
-        "send 4",
-    )?;
-    e(
-        client.post_send(&SendWr::new(5, &[sbuf.sge(0, 5000)]).imm(55)),
-        "send 5",
-    )?;
-    e(
-        client.post_send(&SendWr::inline(6, b"after").imm(66)),
-        "send 6",
-    )?;
+    let mut sbuf = e(ctx.alloc(messages::SEND_SIZE), "register")?;
+    messages::fill(&mut sbuf);
+    messages::post(&client, &sbuf).map_err(|(n, err)| format!("send {n}: {err}"))?;
     let got = take(&cq, 12, "messages")?;
     let sends: Vec<_> = got.iter().filter(|c| c.opcode == Opcode::Send).collect();
     let recvs: Vec<_> = got
@@ -327,20 +304,10 @@ fn tcp_messages(ctx: &Context, port: u16) -> R {
             && sends.iter().all(|c| c.is_ok()),
         || format!("sends {sends:?}"),
     )?;
-    let want = [
-        (100, Status::Success, 1, 11),
-        (101, Status::Success, 0, 22),
-        (102, Status::Success, 3000, 33),
-        (103, Status::Success, 6, 44),
-        (104, Status::LocalLength, 5000, 55),
-        (105, Status::Success, 5, 66),
-    ];
-    ensure(recvs == want, || format!("receives {recvs:?}"))?;
-    let joined: Vec<u8> = sbuf[100..1100]
-        .iter()
-        .chain(&sbuf[2000..4000])
-        .copied()
-        .collect();
+    ensure(recvs == messages::RECEIVES, || {
+        format!("receives {recvs:?}")
+    })?;
+    let joined = messages::gathered(&sbuf);
     ensure(rbuf[2 * 4096..2 * 4096 + 3000] == joined[..], || {
         "message 3 arrived changed".into()
     })?;

@@ -1,0 +1,144 @@
+//! The constants and plain structures of `qpip.h`.
+
+use std::ffi::c_int;
+
+// ---- error codes -----------------------------------------------------------------------
+
+/// Success.
+pub const QPIP_OK: c_int = 0;
+/// A required pointer was NULL.
+pub const QPIP_E_NULL: c_int = -1;
+/// A handle of another type (or a corrupted one) was passed.
+pub const QPIP_E_BAD_HANDLE: c_int = -2;
+/// An argument is out of range or inconsistent.
+pub const QPIP_E_INVALID: c_int = -3;
+/// No qpip device (and QPIP_PROVIDER=device), or QPIP_PROVIDER holds a bad name.
+pub const QPIP_E_NO_DEVICE: c_int = -4;
+/// The device was reset or removed: open a new context.
+pub const QPIP_E_DEVICE_GONE: c_int = -5;
+/// A system call failed (qpip_last_error() says which and why).
+pub const QPIP_E_OS: c_int = -6;
+/// The work queue is full: poll the completion queue first.
+pub const QPIP_E_QUEUE_FULL: c_int = -7;
+/// Too many scatter/gather entries, inline data too long, or a range outside its region.
+pub const QPIP_E_LENGTH: c_int = -8;
+/// An object of another context was used.
+pub const QPIP_E_FOREIGN: c_int = -9;
+/// The operation does not apply to this kind of QP.
+pub const QPIP_E_WRONG_KIND: c_int = -10;
+/// A UDP send without a destination, or a TCP send with one.
+pub const QPIP_E_DESTINATION: c_int = -11;
+/// A blocking call gave up waiting.
+pub const QPIP_E_TIMEDOUT: c_int = -12;
+/// An accept, connect or close failed (refused, reset, cancelled ...).
+pub const QPIP_E_CONNECTION: c_int = -13;
+/// The device speaks an interface version this library does not know.
+pub const QPIP_E_ABI: c_int = -14;
+
+/// QP kinds for qpip_qp_create().
+pub const QPIP_QP_UDP: c_int = 0;
+/// TCP, QP ⇄ QP: each send is one message.
+pub const QPIP_QP_TCP_MESSAGE: c_int = 1;
+/// TCP, QP ⇄ plain socket: the bytes are the stream.
+pub const QPIP_QP_TCP_STREAM: c_int = 2;
+
+/// Providers (qpip_provider()).
+pub const QPIP_PROVIDER_DEVICE: c_int = 0;
+pub const QPIP_PROVIDER_SOFT: c_int = 1;
+
+/// Completion opcodes.
+pub const QPIP_OP_SEND: u32 = 0;
+pub const QPIP_OP_RECV: u32 = 1;
+
+/// Completion statuses (qpip_completion.status).
+pub const QPIP_WC_SUCCESS: u32 = 0;
+pub const QPIP_WC_LOCAL_LENGTH: u32 = 1;
+pub const QPIP_WC_LOCAL_PROTECTION: u32 = 2;
+pub const QPIP_WC_BAD_OPCODE: u32 = 3;
+pub const QPIP_WC_BAD_WQE: u32 = 4;
+pub const QPIP_WC_FLUSHED: u32 = 5;
+pub const QPIP_WC_BAD_DEST: u32 = 6;
+pub const QPIP_WC_OTHER: u32 = 255;
+
+/// Event kinds (qpip_event.kind).
+pub const QPIP_EVENT_ACCEPT: u32 = 1;
+pub const QPIP_EVENT_CONNECT: u32 = 2;
+pub const QPIP_EVENT_CLOSE: u32 = 3;
+pub const QPIP_EVENT_QP_ERROR: u32 = 4;
+pub const QPIP_EVENT_PEER_CLOSED: u32 = 5;
+pub const QPIP_EVENT_LOST: u32 = 6;
+pub const QPIP_EVENT_OTHER: u32 = 255;
+
+/// qpip_post_send() flags: carry `imm` (TCP message framing only).
+pub const QPIP_SEND_IMM: u32 = 1;
+
+// ---- plain C types -------------------------------------------------------------------------
+
+/// An IPv6 address and port (host byte order).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct qpip_addr {
+    pub addr: [u8; 16],
+    pub port: u16,
+}
+
+/// `len` bytes at `offset` in a memory region.
+#[repr(C)]
+pub struct qpip_sge {
+    pub mr: *const qpip_mr,
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// One completed work request.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct qpip_completion {
+    pub wr_id: u64,
+    /// The QP (qpip_qp_id()).
+    pub qp: u32,
+    /// QPIP_OP_*.
+    pub opcode: u32,
+    /// QPIP_WC_*.
+    pub status: u32,
+    /// Which check failed, for error completions (the device's detail code).
+    pub detail: u32,
+    pub byte_len: u32,
+    /// TCP message framing: the sender's immediate data.
+    pub imm: u32,
+    /// UDP receives: 1 and the sender in `src`.
+    pub has_src: u32,
+    pub src: qpip_addr,
+}
+
+/// A connection event.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct qpip_event {
+    /// QPIP_EVENT_*.
+    pub kind: u32,
+    /// 0 or a negative errno.
+    pub status: i32,
+    pub qp: u32,
+    /// 1 and the peer in `peer` for a successful accept or connect.
+    pub has_peer: u32,
+    pub user_data: u64,
+    pub peer: qpip_addr,
+}
+
+/// Opaque handles.
+pub struct qpip_context {
+    _private: [u8; 0],
+}
+pub struct qpip_mr {
+    _private: [u8; 0],
+}
+pub struct qpip_cq {
+    _private: [u8; 0],
+}
+pub struct qpip_qp {
+    _private: [u8; 0],
+}
+pub struct qpip_listener {
+    _private: [u8; 0],
+}
