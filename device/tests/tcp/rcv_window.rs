@@ -4,12 +4,8 @@
 //! with that zero, accepts every byte it advertised, and opens again with a window update
 //! once receives are posted.
 
-#[path = "tcp_common/mod.rs"]
-mod common;
-#[path = "tcp_harness/mod.rs"]
-mod harness;
 
-use harness::*;
+use crate::harness::*;
 use qpip_device::net::tcp::wire::flags::*;
 use qpip_device::net::tcp::wire::{Header, Options};
 use qpip_device::net::tcp::{Config, ConnId};

@@ -3,11 +3,9 @@
 //! and checking every answer, with sequence numbers relative to the ISNs (the script
 //! format is described in `tcp_script/mod.rs`). Each case names the RFC section it checks.
 
-#[path = "tcp_script/mod.rs"]
-mod script;
 use qpip_testkit as support;
 
-use script::*;
+use crate::script::*;
 use support::*;
 
 // ---- the handshake and its options ------------------------------------------------------------

@@ -3,15 +3,11 @@
 //! drives it and compares the whole counter set after each step, so a counter that moves
 //! when it should not fails as surely as one that does not move.
 
-#[path = "tcp_common/mod.rs"]
-mod common;
-#[path = "tcp_harness/mod.rs"]
-mod harness;
 
 use std::net::Ipv6Addr;
 
-use common::tuple;
-use harness::*;
+use crate::common::tuple;
+use crate::harness::*;
 use qpip_device::net::tcp::wire::flags::*;
 use qpip_device::net::tcp::wire::Options;
 use qpip_device::net::tcp::{Config, Event, State, TcpStats};

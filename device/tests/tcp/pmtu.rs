@@ -3,14 +3,10 @@
 //! fit; what was in flight (and not SACKed) is sent again at once at the new size, without
 //! waiting for the retransmission timer and without reducing cwnd.
 
-#[path = "tcp_common/mod.rs"]
-mod common;
-#[path = "tcp_harness/mod.rs"]
-mod harness;
 
 use std::net::Ipv6Addr;
 
-use harness::*;
+use crate::harness::*;
 use qpip_device::net::tcp::wire::flags::*;
 use qpip_device::net::tcp::wire::{Header, Options, SackBlocks};
 use qpip_device::net::tcp::{Config, ConnId};

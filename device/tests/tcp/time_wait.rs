@@ -4,13 +4,9 @@
 //! is on the port; otherwise answered as TIME-WAIT answers any segment (an ACK), the old
 //! connection left as it was.
 
-#[path = "tcp_common/mod.rs"]
-mod common;
-#[path = "tcp_harness/mod.rs"]
-mod harness;
 
-use common::tuple;
-use harness::*;
+use crate::common::tuple;
+use crate::harness::*;
 use qpip_device::net::tcp::wire::flags::*;
 use qpip_device::net::tcp::wire::{Header, Options};
 use qpip_device::net::tcp::{Config, ConnId, Event, State};

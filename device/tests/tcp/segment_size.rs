@@ -3,12 +3,8 @@
 //! room from the payload, as in Linux's tcp_current_mss()), and a path MTU that a packet
 //! too big lowered grows back when that expires (RFC 8201 §4).
 
-#[path = "tcp_common/mod.rs"]
-mod common;
-#[path = "tcp_harness/mod.rs"]
-mod harness;
 
-use harness::*;
+use crate::harness::*;
 use qpip_device::net::tcp::wire::flags::*;
 use qpip_device::net::tcp::wire::{Header, Options};
 use qpip_device::net::tcp::ConnId;

@@ -4,6 +4,13 @@
 
 use qpip_testkit as support;
 
+// The remote end of a cable played frame by frame, in a small script format.
+#[path = "../tcp_script/mod.rs"]
+mod script;
+
+mod conformance;
+mod orphan;
+
 use std::time::{Duration, Instant};
 
 use qpip_device::engine::tcp::TcpLimits;

@@ -4,12 +4,10 @@
 //! SHA-256, and the sender's `Acked` events must end exactly at its byte count. Every
 //! segment sent is checked by smoltcp's parser on the way.
 
-#[path = "tcp_common/mod.rs"]
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use qpip_device::net::tcp::{self, CongestionKind, Event};
 use sha2::{Digest, Sha256};
 

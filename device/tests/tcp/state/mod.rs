@@ -2,13 +2,11 @@
 //! given this segment (or this much time), exactly these segments come out. Every
 //! segment the connection builds also goes through smoltcp's parser.
 
-#[path = "tcp_common/mod.rs"]
-mod common;
 
 use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
-use common::{oracle, tuple, App, Source, A, B};
+use crate::common::{oracle, tuple, App, Source, A, B};
 use qpip_device::net::tcp::connection::ts_offset_for;
 use qpip_device::net::tcp::wire::{self, flags::*, Header, Options, SackBlocks};
 use qpip_device::net::tcp::{
@@ -97,7 +95,7 @@ impl T {
             t0,
             now: t0,
             app: App::new(ROOM, false),
-            data: common::pattern(7, 200_000),
+            data: crate::common::pattern(7, 200_000),
             events: Vec::new(),
         }
     }
@@ -361,7 +359,7 @@ fn accept(cfg: &Config, syn_opts: Options) -> T {
         t0,
         now: t0,
         app: App::new(ROOM, false),
-        data: common::pattern(7, 200_000),
+        data: crate::common::pattern(7, 200_000),
         events: Vec::new(),
     }
 }

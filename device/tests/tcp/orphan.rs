@@ -6,15 +6,11 @@
 //! panics when read). Only connections that lose nothing by it are orphaned, and at most
 //! `MAX_ORPHANS` of them.
 
-#[path = "tcp_common/mod.rs"]
-mod common;
-#[path = "tcp_harness/mod.rs"]
-mod harness;
 
 use std::time::Duration;
 
-use common::tuple;
-use harness::*;
+use crate::common::tuple;
+use crate::harness::*;
 use qpip_device::net::tcp::wire::flags::*;
 use qpip_device::net::tcp::wire::Header;
 use qpip_device::net::tcp::{Config, ConnId, OrphanRefused, State, MAX_ORPHANS};
