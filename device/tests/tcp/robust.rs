@@ -5,7 +5,6 @@
 //! connection to refuse (resets and SYNs off the exact sequence number, data outside
 //! the window, stale ACKs) must leave the transfer intact.
 
-
 use std::time::{Duration, Instant};
 
 use crate::common::*;

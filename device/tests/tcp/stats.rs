@@ -3,7 +3,6 @@
 //! drives it and compares the whole counter set after each step, so a counter that moves
 //! when it should not fails as surely as one that does not move.
 
-
 use std::net::Ipv6Addr;
 
 use crate::common::tuple;

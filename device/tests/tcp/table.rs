@@ -4,7 +4,6 @@
 //! removed. Many transfers at once over a bad link; a SYN flood against a small backlog
 //! with SYN cookies.
 
-
 use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,6 @@
 //! SHA-256, and the sender's `Acked` events must end exactly at its byte count. Every
 //! segment sent is checked by smoltcp's parser on the way.
 
-
 use std::time::{Duration, Instant};
 
 use crate::common::*;
