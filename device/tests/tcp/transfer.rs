@@ -19,97 +19,108 @@ struct Outcome {
     placed: [u64; 2],
 }
 
-#[allow(clippy::too_many_arguments)]
-fn transfer(
+/// A transfer both ways between two connections A and B, and how their applications take
+/// what arrives.
+#[derive(Clone, Copy)]
+struct Transfer {
     seed: u64,
     a_to_b: usize,
     b_to_a: usize,
-    imp: Impair,
     cfg_a: tcp::Config,
     cfg_b: tcp::Config,
+    /// Receive space each application keeps posted.
     recv_buffer: usize,
+    /// Whether the applications accept out-of-order bytes (direct placement).
     placing: bool,
+    /// Each application posts buffers again only when this much was consumed.
     post_chunk: usize,
-) -> Outcome {
-    let wire = Wire::new(imp, seed);
-    transfer_on(
-        wire,
-        seed,
-        a_to_b,
-        b_to_a,
-        cfg_a,
-        cfg_b,
-        recv_buffer,
-        placing,
-        post_chunk,
-    )
+    /// A stalling reader: buffers are posted only every this long.
+    stall: Option<Duration>,
+    /// The simulated time it may take.
+    limit: Duration,
 }
 
-/// As [`transfer`], on a wire made by the caller.
-#[allow(clippy::too_many_arguments)]
-fn transfer_on(
-    mut wire: Wire,
-    seed: u64,
-    a_to_b: usize,
-    b_to_a: usize,
-    cfg_a: tcp::Config,
-    cfg_b: tcp::Config,
-    recv_buffer: usize,
-    placing: bool,
-    post_chunk: usize,
-) -> Outcome {
-    let start = Instant::now();
-    let (ca, cb, t) = open_pair(&cfg_a, &cfg_b, start, &mut wire);
-    let out_a = pattern(seed * 2 + 1, a_to_b);
-    let out_b = pattern(seed * 2 + 2, b_to_a);
-    let mut peers = [
-        Peer::new(ca, out_a.clone(), recv_buffer, placing),
-        Peer::new(cb, out_b.clone(), recv_buffer, placing),
-    ];
-    for p in peers.iter_mut() {
-        p.post_chunk = post_chunk;
-        // The application posts its buffers once connected.
-        p.conn.recv_space_changed(t, &mut p.app);
+impl Transfer {
+    /// `a_to_b` bytes one way and `b_to_a` the other (made from `seed`, which also seeds
+    /// the wire), both sides configured as `cfg`; 256 KiB posted and reposted at once.
+    fn new(seed: u64, a_to_b: usize, b_to_a: usize, cfg: tcp::Config) -> Transfer {
+        Transfer {
+            seed,
+            a_to_b,
+            b_to_a,
+            cfg_a: cfg,
+            cfg_b: cfg,
+            recv_buffer: 256 * 1024,
+            placing: false,
+            post_chunk: 1,
+            stall: None,
+            limit: Duration::from_secs(3600),
+        }
     }
-    let end = run(&mut peers, &mut wire, t, Duration::from_secs(3600));
-    let digest = |b: &[u8]| Sha256::digest(b);
-    assert_eq!(peers[1].app.data.len(), out_a.len(), "A to B length");
-    assert_eq!(digest(&peers[1].app.data), digest(&out_a), "A to B content");
-    assert_eq!(peers[0].app.data.len(), out_b.len(), "B to A length");
-    assert_eq!(digest(&peers[0].app.data), digest(&out_b), "B to A content");
-    for (i, p) in peers.iter().enumerate() {
-        assert_eq!(
-            p.acked as usize,
-            p.out.len(),
-            "peer {i}: Acked covers every byte"
-        );
-        assert!(
-            p.closed && !p.reset && !p.timed_out,
-            "peer {i}: closed cleanly"
-        );
-        assert!(p.peer_closed, "peer {i}: saw the FIN");
-        // Acked events: strictly increasing (checked as they came), ending at the size.
-        let last_ack = p.events.iter().rev().find_map(|e| match e {
-            Event::Acked { upto } => Some(*upto),
-            _ => None,
-        });
-        assert_eq!(last_ack.unwrap_or(0) as usize, p.out.len());
-        assert_eq!(p.conn.state(), tcp::State::Closed);
+
+    /// Runs it over a wire impaired by `imp`.
+    fn run(self, imp: Impair) -> Outcome {
+        self.run_on(Wire::new(imp, self.seed))
     }
-    eprintln!(
-        "seed {seed}: {:?} simulated; wire {:?}\n  A {:?} cwnd {}\n  B {:?} cwnd {}",
-        end - t,
-        wire.stats,
-        peers[0].conn.stats(),
-        peers[0].conn.cwnd(),
-        peers[1].conn.stats(),
-        peers[1].conn.cwnd()
-    );
-    Outcome {
-        wire: wire.stats.clone(),
-        stats: [peers[0].conn.stats().clone(), peers[1].conn.stats().clone()],
-        elapsed: end - t,
-        placed: [peers[0].app.placed_bytes, peers[1].app.placed_bytes],
+
+    /// Runs it over a wire made by the caller: every byte must arrive intact, every
+    /// byte sent be acknowledged, both sides close cleanly.
+    fn run_on(self, mut wire: Wire) -> Outcome {
+        let seed = self.seed;
+        let start = Instant::now();
+        let (ca, cb, t) = open_pair(&self.cfg_a, &self.cfg_b, start, &mut wire);
+        let out_a = pattern(seed * 2 + 1, self.a_to_b);
+        let out_b = pattern(seed * 2 + 2, self.b_to_a);
+        let mut peers = [
+            Peer::new(ca, out_a.clone(), self.recv_buffer, self.placing),
+            Peer::new(cb, out_b.clone(), self.recv_buffer, self.placing),
+        ];
+        for p in peers.iter_mut() {
+            p.post_chunk = self.post_chunk;
+            p.stall = self.stall;
+            // The application posts its buffers once connected.
+            p.conn.recv_space_changed(t, &mut p.app);
+        }
+        let end = run(&mut peers, &mut wire, t, self.limit);
+        let digest = |b: &[u8]| Sha256::digest(b);
+        assert_eq!(peers[1].app.data.len(), out_a.len(), "A to B length");
+        assert_eq!(digest(&peers[1].app.data), digest(&out_a), "A to B content");
+        assert_eq!(peers[0].app.data.len(), out_b.len(), "B to A length");
+        assert_eq!(digest(&peers[0].app.data), digest(&out_b), "B to A content");
+        for (i, p) in peers.iter().enumerate() {
+            assert_eq!(
+                p.acked as usize,
+                p.out.len(),
+                "peer {i}: Acked covers every byte"
+            );
+            assert!(
+                p.closed && !p.reset && !p.timed_out,
+                "peer {i}: closed cleanly"
+            );
+            assert!(p.peer_closed, "peer {i}: saw the FIN");
+            // Acked events: strictly increasing (checked as they came), ending at the size.
+            let last_ack = p.events.iter().rev().find_map(|e| match e {
+                Event::Acked { upto } => Some(*upto),
+                _ => None,
+            });
+            assert_eq!(last_ack.unwrap_or(0) as usize, p.out.len());
+            assert_eq!(p.conn.state(), tcp::State::Closed);
+        }
+        eprintln!(
+            "seed {seed}: {:?} simulated; wire {:?}\n  A {:?} cwnd {}\n  B {:?} cwnd {}",
+            end - t,
+            wire.stats,
+            peers[0].conn.stats(),
+            peers[0].conn.cwnd(),
+            peers[1].conn.stats(),
+            peers[1].conn.cwnd()
+        );
+        Outcome {
+            wire: wire.stats.clone(),
+            stats: [peers[0].conn.stats().clone(), peers[1].conn.stats().clone()],
+            elapsed: end - t,
+            placed: [peers[0].app.placed_bytes, peers[1].app.placed_bytes],
+        }
     }
 }
 
@@ -128,18 +139,7 @@ fn bad_link() -> Impair {
 
 #[test]
 fn clean_link_both_ways() {
-    let cfg = test_config();
-    let o = transfer(
-        1,
-        2 * MIB,
-        MIB,
-        Impair::clean(),
-        cfg,
-        cfg,
-        256 * 1024,
-        false,
-        1,
-    );
+    let o = Transfer::new(1, 2 * MIB, MIB, test_config()).run(Impair::clean());
     assert_eq!(o.wire.lost + o.wire.corrupted, 0);
     assert_eq!(o.stats[0].retransmitted_segments, 0, "{:?}", o.stats[0]);
     assert_eq!(o.stats[1].retransmitted_segments, 0, "{:?}", o.stats[1]);
@@ -152,17 +152,7 @@ fn clean_link_both_ways() {
 fn super_segments_carried_whole() {
     let mut cfg = test_config();
     cfg.gso = true;
-    let o = transfer(
-        7,
-        4 * MIB,
-        MIB,
-        Impair::clean(),
-        cfg,
-        cfg,
-        256 * 1024,
-        false,
-        1,
-    );
+    let o = Transfer::new(7, 4 * MIB, MIB, cfg).run(Impair::clean());
     assert!(o.wire.super_segments > 0, "{:?}", o.wire);
     assert_eq!(o.stats[0].retransmitted_segments, 0, "{:?}", o.stats[0]);
 }
@@ -177,7 +167,11 @@ fn super_segments_cut_on_a_bad_link() {
     for seed in [11, 12] {
         let mut wire = Wire::new(bad_link(), seed);
         wire.cut_gso = true;
-        let o = transfer_on(wire, seed, 2 * MIB, MIB / 2, cfg, cfg, 256 * 1024, true, 1);
+        let o = Transfer {
+            placing: true,
+            ..Transfer::new(seed, 2 * MIB, MIB / 2, cfg)
+        }
+        .run_on(wire);
         assert!(o.wire.super_segments > 0, "{:?}", o.wire);
         assert!(o.stats[0].retransmitted_segments > 0, "{:?}", o.stats[0]);
     }
@@ -185,9 +179,8 @@ fn super_segments_cut_on_a_bad_link() {
 
 #[test]
 fn bad_link_cubic_sack_three_seeds() {
-    let cfg = test_config();
     for seed in [11, 12, 13] {
-        let o = transfer(seed, MIB, MIB, bad_link(), cfg, cfg, 256 * 1024, false, 1);
+        let o = Transfer::new(seed, MIB, MIB, test_config()).run(bad_link());
         assert!(o.wire.lost > 0 && o.wire.corrupted > 0 && o.wire.duplicated > 0);
         assert_eq!(
             o.wire.checksum_drops, o.wire.corrupted,
@@ -200,18 +193,11 @@ fn bad_link_cubic_sack_three_seeds() {
 
 #[test]
 fn bad_link_ten_mib_one_way_two_back() {
-    let cfg = test_config();
-    let o = transfer(
-        21,
-        10 * MIB,
-        2 * MIB,
-        bad_link(),
-        cfg,
-        cfg,
-        512 * 1024,
-        false,
-        1,
-    );
+    let o = Transfer {
+        recv_buffer: 512 * 1024,
+        ..Transfer::new(21, 10 * MIB, 2 * MIB, test_config())
+    }
+    .run(bad_link());
     assert!(o.stats[0].retransmitted_segments > 0);
 }
 
@@ -223,17 +209,7 @@ fn bad_link_reno_without_sack_is_newreno() {
         ..test_config()
     };
     for seed in [31, 32] {
-        let o = transfer(
-            seed,
-            MIB,
-            MIB / 2,
-            bad_link(),
-            cfg,
-            cfg,
-            256 * 1024,
-            false,
-            1,
-        );
+        let o = Transfer::new(seed, MIB, MIB / 2, cfg).run(bad_link());
         assert!(o.stats[0].fast_recoveries > 0, "{:?}", o.stats[0]);
     }
 }
@@ -245,7 +221,11 @@ fn bad_link_without_timestamps_or_window_scaling() {
         window_scale: None,
         ..test_config()
     };
-    let o = transfer(41, MIB, MIB, bad_link(), cfg, cfg, 60_000, false, 1);
+    let o = Transfer {
+        recv_buffer: 60_000,
+        ..Transfer::new(41, MIB, MIB, cfg)
+    }
+    .run(bad_link());
     assert!(o.stats[0].retransmitted_segments > 0);
 }
 
@@ -257,17 +237,11 @@ fn one_side_without_options() {
         sack: false,
         ..test_config()
     };
-    transfer(
-        51,
-        MIB,
-        MIB,
-        bad_link(),
-        test_config(),
-        plain,
-        256 * 1024,
-        false,
-        1,
-    );
+    Transfer {
+        cfg_b: plain,
+        ..Transfer::new(51, MIB, MIB, test_config())
+    }
+    .run(bad_link());
 }
 
 #[test]
@@ -277,7 +251,12 @@ fn direct_placement_of_out_of_order_data() {
         ooo_limit: 0,
         ..test_config()
     };
-    let o = transfer(61, MIB, MIB, bad_link(), cfg, cfg, 512 * 1024, true, 1);
+    let o = Transfer {
+        recv_buffer: 512 * 1024,
+        placing: true,
+        ..Transfer::new(61, MIB, MIB, cfg)
+    }
+    .run(bad_link());
     assert!(o.placed[0] > 0 && o.placed[1] > 0, "placed {:?}", o.placed);
 }
 
@@ -288,17 +267,12 @@ fn slow_reader_closes_the_window() {
         staging: 8 * 1024,
         ..test_config()
     };
-    transfer(
-        71,
-        MIB,
-        256 * 1024,
-        Impair::clean(),
-        cfg,
-        cfg,
-        128 * 1024,
-        false,
-        64 * 1024,
-    );
+    Transfer {
+        recv_buffer: 128 * 1024,
+        post_chunk: 64 * 1024,
+        ..Transfer::new(71, MIB, 256 * 1024, cfg)
+    }
+    .run(Impair::clean());
 }
 
 #[test]
@@ -307,39 +281,22 @@ fn stalling_reader_gets_zero_windows() {
     // staging holds what was in flight, transfers still complete. Whether a persist probe
     // is sent depends on the run (under loss the window mostly closes while a
     // retransmission is pending, and its timer runs instead): the persist timer is checked
-    // segment by segment in tcp_state (zero_window_persist_probes_back_off_...).
+    // segment by segment in `state::send` (zero_window_persist_probes_back_off_...).
     let cfg = tcp::Config {
         staging: 4 * 1024,
         ..test_config()
     };
-    let start = Instant::now();
-    let mut wire = Wire::new(
-        Impair {
-            loss: 0.02,
-            reorder: 0.05,
-            ..Impair::clean()
-        },
-        81,
-    );
-    let (ca, cb, t) = open_pair(&cfg, &cfg, start, &mut wire);
-    let out_a = pattern(81, 512 * 1024);
-    let out_b = pattern(82, 64 * 1024);
-    let mut peers = [
-        Peer::new(ca, out_a.clone(), 32 * 1024, false),
-        Peer::new(cb, out_b.clone(), 32 * 1024, false),
-    ];
-    for p in peers.iter_mut() {
-        p.stall = Some(Duration::from_millis(300));
-        p.post_chunk = 16 * 1024;
-        p.conn.recv_space_changed(t, &mut p.app);
+    let lossy = Impair {
+        loss: 0.02,
+        reorder: 0.05,
+        ..Impair::clean()
+    };
+    Transfer {
+        recv_buffer: 32 * 1024,
+        post_chunk: 16 * 1024,
+        stall: Some(Duration::from_millis(300)),
+        limit: Duration::from_secs(600),
+        ..Transfer::new(81, 512 * 1024, 64 * 1024, cfg)
     }
-    run(&mut peers, &mut wire, t, Duration::from_secs(600));
-    assert_eq!(Sha256::digest(&peers[1].app.data), Sha256::digest(&out_a));
-    assert_eq!(Sha256::digest(&peers[0].app.data), Sha256::digest(&out_b));
-    let s = peers[0].conn.stats();
-    eprintln!("{s:?}");
-    for p in &peers {
-        assert_eq!(p.acked as usize, p.out.len());
-        assert!(p.closed && !p.reset && !p.timed_out);
-    }
+    .run(lossy);
 }
