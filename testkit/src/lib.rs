@@ -13,10 +13,12 @@
 mod admin;
 mod queues;
 pub mod relay;
+mod scratch_dir;
 mod tcp;
 
 pub use admin::*;
 pub use queues::*;
+pub use scratch_dir::*;
 pub use tcp::*;
 
 use std::collections::VecDeque;
