@@ -11,12 +11,14 @@
 //! between two devices on a cable to drop, delay or answer frames.
 
 mod admin;
+mod admin_ok;
 mod queues;
 pub mod relay;
 mod scratch_dir;
 mod tcp;
 
 pub use admin::*;
+pub use admin_ok::*;
 pub use queues::*;
 pub use scratch_dir::*;
 pub use tcp::*;

@@ -52,14 +52,7 @@ impl Peer {
             }
             "accepted" | "connected" => {
                 let id = self.pending_cmd.take().expect("a command to wait for");
-                let c = self.g.admin_wait_done(id);
-                assert_eq!(
-                    c.status,
-                    ADMIN_STATUS_OK,
-                    "{}: {}",
-                    w[0],
-                    admin_status_name(c.status)
-                );
+                self.g.admin_wait_ok(id, w[0]);
             }
             c => panic!("unknown command @{c}"),
         }
