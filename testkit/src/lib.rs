@@ -16,12 +16,14 @@ mod queues;
 pub mod relay;
 mod scratch_dir;
 mod tcp;
+mod tshark;
 
 pub use admin::*;
 pub use admin_ok::*;
 pub use queues::*;
 pub use scratch_dir::*;
 pub use tcp::*;
+pub use tshark::*;
 
 use std::collections::VecDeque;
 use std::fs::File;
