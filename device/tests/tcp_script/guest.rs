@@ -54,6 +54,16 @@ impl Peer {
         c.status
     }
 
+    /// Receives complete, each in success, until `len` bytes have arrived; they are the
+    /// test's stream from its start.
+    #[track_caller]
+    pub fn received(&mut self, len: usize) {
+        while self.received.len() < len {
+            assert_eq!(self.recv_done(), CQE_STATUS_SUCCESS, "a receive");
+        }
+        self.check_received(len);
+    }
+
     /// The bytes received so far are the test's stream from its start.
     #[track_caller]
     pub fn check_received(&self, len: usize) {

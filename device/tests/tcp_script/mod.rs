@@ -28,8 +28,13 @@
 //!   proves it: an old, out-of-window segment is injected (RFC 9293 §3.10.7.4 answers it
 //!   with an ACK, or a connection that is gone with a RST), and its answer must be the very
 //!   next segment — anything the device had sent before would come first.
-//! - `@post N`, `@send N`, `@close`, `@accepted`, `@connected`: the guest posts a receive
-//!   of N bytes, sends N bytes, closes, or waits for its ACCEPT / CONNECT to complete.
+//! - `@post N`, `@send N`, `@close`: the guest posts a receive of N bytes, sends the next
+//!   N bytes of its stream (a pattern of the offset, [`dev_byte`]), or closes.
+//! - `@accepted`, `@connected`, `@closed`, `@refused`: the guest's pending ACCEPT, CONNECT
+//!   or CLOSE completes, successfully or refused.
+//! - `@received N`, `@eof`, `@sent`: receives complete until N bytes of the test's stream
+//!   have arrived (checked byte by byte); the next receive completes empty (the end of
+//!   the stream); the next send completes, successfully.
 //!
 //! `#` starts a comment. Rust code between scripts does what the text cannot.
 //!
@@ -257,6 +262,19 @@ impl Peer {
             < S. 0:0(0) ack 1 win 65535 <mss 1440,sackOK,wscale 7>
             > . 1:1(0) ack 1 win 1024
             @accepted
+            ",
+        );
+        p
+    }
+
+    /// [`Peer::established`], and the guest posts a receive of 10000 bytes: the window
+    /// update that opens is taken.
+    pub fn receiving(name: &str) -> Peer {
+        let mut p = Peer::established(name);
+        p.run(
+            "
+            @post 10000
+            < . 1:1(0) ack 1 win *
             ",
         );
         p

@@ -41,19 +41,36 @@ impl Peer {
         }
     }
 
+    #[track_caller]
     fn command(&mut self, cmd: &str) {
         let w: Vec<&str> = cmd.split_whitespace().collect();
+        let n = || -> u64 { w[1].parse().expect("a number of bytes") };
         match w[0] {
-            "post" => self.post_recv(w[1].parse().expect("bytes")),
-            "send" => self.send(w[1].parse().expect("bytes")),
+            "post" => self.post_recv(n()),
+            "send" => self.send(n()),
             "close" => {
                 let id = self.g.submit_close(self.ctx, self.end.qp.id);
                 self.pending_cmd = Some(id);
             }
-            "accepted" | "connected" => {
+            "accepted" | "connected" | "closed" => {
                 let id = self.pending_cmd.take().expect("a command to wait for");
                 self.g.admin_wait_ok(id, w[0]);
             }
+            "refused" => assert_eq!(
+                self.cmd_done(),
+                ADMIN_STATUS_REFUSED,
+                "the command was refused"
+            ),
+            "received" => self.received(n() as usize),
+            "eof" => {
+                assert_eq!(
+                    self.recv_done(),
+                    CQE_STATUS_SUCCESS,
+                    "the end of the stream"
+                );
+                assert!(self.eof, "the end of the stream: a receive of 0 bytes");
+            }
+            "sent" => assert_eq!(self.send_done(), CQE_STATUS_SUCCESS, "the send"),
             c => panic!("unknown command @{c}"),
         }
     }
