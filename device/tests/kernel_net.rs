@@ -268,33 +268,13 @@ fn ping(ns: &Netns, count: u32, size: usize) -> Option<(u32, String)> {
 
 /// tshark over the capture: no malformed packet, no error (bad checksums included).
 fn tshark_clean(pcap: &Path) {
-    if !have("tshark") {
-        println!(
-            "SKIPPED tshark check of {}: not installed (install tshark)",
-            pcap.display()
-        );
+    let Some(capture) = qpip_testkit::Tshark::over(pcap) else {
         return;
-    }
+    };
     let plain = netns::tshark_plain_payloads();
     let run_tshark = |extra: &[&str]| {
-        let out = Command::new("tshark")
-            .args(plain)
-            .args([
-                "-r",
-                pcap.to_str().unwrap(),
-                "-n",
-                "-o",
-                "udp.check_checksum:TRUE",
-            ])
-            .args(extra)
-            .output()
-            .expect("tshark");
-        assert!(
-            out.status.success(),
-            "tshark: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).to_string()
+        let checksums = ["-o", "udp.check_checksum:TRUE"];
+        capture.read(&[&plain[..], &checksums, extra].concat())
     };
     let all = run_tshark(&[]);
     assert!(

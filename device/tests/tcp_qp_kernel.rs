@@ -42,6 +42,8 @@ const DEV: &str = "fd51:5050::1:1";
 const HOST: &str = "fd51:5050::1";
 const TAP: &str = "qtcp0";
 const DEV_MAC: [u8; 6] = [0x02, 0x51, 0x50, 0x00, 0x07, 0x01];
+/// Bytes each way in each exchange.
+const N: usize = 1 << 20;
 
 fn can_run(nft: bool) -> bool {
     if !root_and_tools("TCP QP kernel interop") {
@@ -153,6 +155,28 @@ fn device_side(g: &mut FakeGuest, e: &mut TcpEnd, f: &mut Flow, n: usize, limit:
     }
 }
 
+/// 1 MiB ([`N`]) each way at once between the kernel's stream `s` and the device's end `e` (the
+/// device's flow seeded with `seed`), verified by SHA-256; `who` is the device's side in
+/// the messages. Returns the end, for its close.
+fn both_ways(
+    g: &mut FakeGuest,
+    mut e: TcpEnd,
+    s: TcpStream,
+    rng: &mut Rng,
+    seed: u64,
+    limit: Duration,
+    who: &str,
+) -> TcpEnd {
+    let kout = rng.bytes(N);
+    let kernel = kernel_side(s, kout.clone(), N);
+    let mut f = Flow::new(g, &e, rng.bytes(N), seed);
+    device_side(g, &mut e, &mut f, N, limit);
+    let kgot = kernel.join().expect("kernel side");
+    assert_eq!(sha(&kgot), sha(&f.out), "{who} -> Linux intact");
+    assert_eq!(sha(&f.got), sha(&kout), "Linux -> {who} intact");
+    e
+}
+
 fn exchange(loss: u32, bad: Option<&Bad>) -> FakeGuest {
     let ns = Netns::new("qpiptcp");
     ns.add_tap(TAP, HOST);
@@ -161,22 +185,15 @@ fn exchange(loss: u32, bad: Option<&Bad>) -> FakeGuest {
     }
     let mut g = device(&ns, bad);
     let ctx = g.create_ctx().unwrap();
-    let n = 1 << 20;
     let limit = Duration::from_secs(if loss > 0 || bad.is_some() { 120 } else { 60 });
     let mut rng = Rng::new(77 + loss as u64);
 
     // 1. A qpip QP connects to a Linux listener.
     let listener = ns.within(|| TcpListener::bind(format!("[{HOST}]:7100")).expect("listen"));
-    let mut e = g.tcp_endpoint_in(ctx, FRAMING_STREAM, 16, Flow::buf_len(n, 16));
+    let e = g.tcp_endpoint_in(ctx, FRAMING_STREAM, 16, Flow::buf_len(N, 16));
     let con = g.submit_connect(ctx, e.qp.id, ip(HOST), 7100);
     let (s, peer) = listener.accept().expect("kernel accept");
-    let c = g.admin_wait_done(con);
-    assert_eq!(
-        c.status,
-        ADMIN_STATUS_OK,
-        "connect: {}",
-        admin_status_name(c.status)
-    );
+    g.admin_wait_ok(con, "connect");
     assert_eq!(
         peer,
         SocketAddr::new(
@@ -184,37 +201,19 @@ fn exchange(loss: u32, bad: Option<&Bad>) -> FakeGuest {
             peer.port()
         )
     );
-    let kout = rng.bytes(n);
-    let kernel = kernel_side(s, kout.clone(), n);
-    let mut f = Flow::new(&mut g, &e, rng.bytes(n), 5);
-    device_side(&mut g, &mut e, &mut f, n, limit);
-    let kgot = kernel.join().expect("kernel side");
-    assert_eq!(sha(&kgot), sha(&f.out), "qpip client -> Linux intact");
-    assert_eq!(sha(&f.got), sha(&kout), "Linux -> qpip client intact");
+    let e = both_ways(&mut g, e, s, &mut rng, 5, limit, "qpip client");
     let cl = g.submit_close(ctx, e.qp.id);
-    assert_eq!(g.admin_wait_done(cl).status, ADMIN_STATUS_OK, "close");
+    g.admin_wait_ok(cl, "close");
 
     // 2. A Linux client connects to a qpip listener.
-    let mut e = g.tcp_endpoint_in(ctx, FRAMING_STREAM, 16, Flow::buf_len(n, 16));
+    let e = g.tcp_endpoint_in(ctx, FRAMING_STREAM, 16, Flow::buf_len(N, 16));
     let l = g.listen(ctx, UNSPECIFIED, 7200, 4).unwrap();
     let acc = g.submit_accept(ctx, l, e.qp.id);
     let s = ns.within(|| TcpStream::connect(format!("[{DEV}]:7200")).expect("kernel connect"));
-    let a = g.admin_wait_done(acc);
-    assert_eq!(
-        a.status,
-        ADMIN_STATUS_OK,
-        "accept: {}",
-        admin_status_name(a.status)
-    );
+    let a = g.admin_wait_ok(acc, "accept");
     assert_eq!(peer_addr(&a), ip(HOST));
     assert_eq!(a.result2, s.local_addr().unwrap().port() as u32);
-    let kout = rng.bytes(n);
-    let kernel = kernel_side(s, kout.clone(), n);
-    let mut f = Flow::new(&mut g, &e, rng.bytes(n), 6);
-    device_side(&mut g, &mut e, &mut f, n, limit);
-    let kgot = kernel.join().expect("kernel side");
-    assert_eq!(sha(&kgot), sha(&f.out), "qpip server -> Linux intact");
-    assert_eq!(sha(&f.got), sha(&kout), "Linux -> qpip server intact");
+    both_ways(&mut g, e, s, &mut rng, 6, limit, "qpip server");
     // The namespace (and the TAP in it) goes now; the device lives on for its counters.
     drop(ns);
     g
@@ -257,8 +256,7 @@ fn qpip_tcp_qps_with_linux_sockets_under_the_device_impairment() {
     if !can_run(false) {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("qpip-tcp-impaired-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = ScratchDir::new("tcp-impaired");
     let bad = Bad {
         impair: "reorder=25,dup=2,corrupt=1,delay=2,jitter=3,seed=4242"
             .parse()
@@ -287,20 +285,15 @@ fn qpip_tcp_qps_with_linux_sockets_under_the_device_impairment() {
     );
     drop(g);
     tshark_tcp_clean(&bad.pcap);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// tshark over a TCP capture: the device's frames are well formed with right checksums
 /// (see the module documentation for why the capture shows them as built), and there are
 /// TCP segments both ways.
 fn tshark_tcp_clean(pcap: &Path) {
-    if !have("tshark") {
-        println!(
-            "SKIPPED tshark check of {}: not installed (install tshark)",
-            pcap.display()
-        );
+    let Some(capture) = Tshark::over(pcap) else {
         return;
-    }
+    };
     let mac = DEV_MAC
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -308,19 +301,8 @@ fn tshark_tcp_clean(pcap: &Path) {
         .join(":");
     let plain = netns::tshark_plain_payloads();
     let tshark = |filter: &str| {
-        let out = Command::new("tshark")
-            .args(["-r", pcap.to_str().unwrap(), "-n"])
-            .args(plain)
-            .args(["-o", "tcp.check_checksum:TRUE"])
-            .args(["-Y", filter])
-            .output()
-            .expect("tshark");
-        assert!(
-            out.status.success(),
-            "tshark: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).to_string()
+        let checksums = ["-o", "tcp.check_checksum:TRUE", "-Y", filter];
+        capture.read(&[&plain[..], &checksums].concat())
     };
     let ours = tshark(&format!("eth.src == {mac} && tcp")).lines().count();
     let theirs = tshark(&format!("eth.src != {mac} && tcp")).lines().count();

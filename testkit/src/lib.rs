@@ -11,14 +11,20 @@
 //! between two devices on a cable to drop, delay or answer frames.
 
 mod admin;
+mod admin_ok;
 mod queues;
 pub mod relay;
+mod scratch_dir;
 mod snapshots;
 mod tcp;
+mod tshark;
 
 pub use admin::*;
+pub use admin_ok::*;
 pub use queues::*;
+pub use scratch_dir::*;
 pub use tcp::*;
+pub use tshark::*;
 
 use std::collections::VecDeque;
 use std::fs::File;

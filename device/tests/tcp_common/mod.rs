@@ -418,7 +418,7 @@ impl Peer {
             self.events.push(e);
             if let Event::DataArrived { upto, .. } = e {
                 assert!(
-                    last_arrived.map_or(true, |l| upto > l),
+                    last_arrived.is_none_or(|l| upto > l),
                     "DataArrived grows: {upto} after {last_arrived:?}"
                 );
                 last_arrived = Some(upto);

@@ -3,38 +3,15 @@
 //! room from the payload, as in Linux's tcp_current_mss()), and a path MTU that a packet
 //! too big lowered grows back when that expires (RFC 8201 §4).
 
-#[path = "tcp_common/mod.rs"]
-mod common;
-#[path = "tcp_harness/mod.rs"]
-mod harness;
-
-use harness::*;
+use crate::harness::*;
 use qpip_device::net::tcp::wire::flags::*;
-use qpip_device::net::tcp::wire::{Header, Options};
+use qpip_device::net::tcp::wire::Header;
 use qpip_device::net::tcp::ConnId;
-
-/// Every segment fits an IPv6 packet of `mtu` bytes.
-fn fits(out: &[(Header, Vec<u8>)], mtu: usize) {
-    for (h, p) in out {
-        let len = 40 + 20 + h.options.wire_len() + p.len();
-        assert!(len <= mtu, "{len} bytes > {mtu}: {h:?}");
-    }
-}
 
 /// An established active open whose peer offered `LINK_MSS` and SACK (and timestamps if
 /// `ts`). Returns the handle and the ISS.
 fn established(d: &mut Dev, ts: bool) -> (ConnId, u32) {
-    let (id, _) = d.connect(&link_cfg(ts));
-    let iss = d.iss(id);
-    let mut sa = hdr(CPORT, SYN | ACK, IRS, iss + 1, 60_000);
-    sa.options = Options {
-        mss: Some(LINK_MSS),
-        sack_permitted: true,
-        timestamps: ts.then_some((1, 1)),
-        ..Options::default()
-    };
-    let out = d.send(sa, &[]);
-    assert_eq!(shape(&out), vec![(ACK, iss + 1, IRS + 1, 0)]);
+    let (id, iss, _) = d.connected(&link_cfg(ts), 60_000, link_options(ts));
     (id, iss)
 }
 
@@ -44,9 +21,6 @@ fn peer(ts: bool, off: u32, ack: u32, len: usize) -> (Header, Vec<u8>) {
     h.options.timestamps = ts.then_some((2, 1));
     (h, vec![0x5a; len])
 }
-
-/// Segments the device sent: header and payload.
-type Segments = Vec<(Header, Vec<u8>)>;
 
 /// The peer's data arrives with holes: 100 bytes at 100, 300, 500 and 700 (four SACK
 /// blocks held). Then `queued` bytes are sent while they are held, and then after the
@@ -80,13 +54,7 @@ fn send_around_holes(ts: bool, queued: u64, more: u64) -> (u32, Segments, Segmen
 fn sack_blocks_take_their_room_from_the_payload() {
     // Four blocks: 4 + 4 * 8 = 36 bytes of options, so 1440 - 36 = 1404 bytes of data.
     let (iss, out, after) = send_around_holes(false, 2 * 1404, 2 * 1440);
-    assert_eq!(
-        shape(&out),
-        vec![
-            (ACK, iss + 1, IRS + 1, 1404),
-            (ACK | PSH, iss + 1 + 1404, IRS + 1, 1404),
-        ]
-    );
+    assert_eq!(shape(&out), data(iss + 1, IRS + 1, &[1404; 2], true));
     for (h, _) in &out {
         assert_eq!(h.options.sack.len(), 4, "{h:?}");
         assert_eq!(20 + h.options.wire_len(), 56);
@@ -94,13 +62,7 @@ fn sack_blocks_take_their_room_from_the_payload() {
     fits(&out, 1500);
     // Without blocks, full segments again.
     let s = iss + 1 + 2 * 1404;
-    assert_eq!(
-        shape(&after),
-        vec![
-            (ACK, s, IRS + 801, 1440),
-            (ACK | PSH, s + 1440, IRS + 801, 1440),
-        ]
-    );
+    assert_eq!(shape(&after), data(s, IRS + 801, &[1440; 2], true));
     assert!(after.iter().all(|(h, _)| h.options.sack.is_empty()));
     fits(&after, 1500);
 }
@@ -109,26 +71,14 @@ fn sack_blocks_take_their_room_from_the_payload() {
 fn with_timestamps_three_blocks_fill_the_forty_bytes() {
     // Timestamps (12) and three blocks (4 + 24): 40 bytes of options, 1400 of data.
     let (iss, out, after) = send_around_holes(true, 2 * 1400, 2 * 1428);
-    assert_eq!(
-        shape(&out),
-        vec![
-            (ACK, iss + 1, IRS + 1, 1400),
-            (ACK | PSH, iss + 1 + 1400, IRS + 1, 1400),
-        ]
-    );
+    assert_eq!(shape(&out), data(iss + 1, IRS + 1, &[1400; 2], true));
     for (h, _) in &out {
         assert_eq!(h.options.sack.len(), 3, "{h:?}");
         assert!(h.options.timestamps.is_some());
     }
     fits(&out, 1500);
     let s = iss + 1 + 2 * 1400;
-    assert_eq!(
-        shape(&after),
-        vec![
-            (ACK, s, IRS + 801, 1428),
-            (ACK | PSH, s + 1428, IRS + 801, 1428),
-        ]
-    );
+    assert_eq!(shape(&after), data(s, IRS + 801, &[1428; 2], true));
     fits(&after, 1500);
 }
 
@@ -161,15 +111,9 @@ fn segments_grow_back_when_a_lowered_path_mtu_expires() {
     let mut d = Dev::new();
     let (id, iss) = established(&mut d, false);
     d.table.path_mtu_changed(REMOTE, 1280, d.now);
-    assert_eq!(d.table.get(id).unwrap().conn.smss(), 1220);
+    assert_eq!(d.conn(id).smss(), 1220);
     let out = d.queue(id, 2 * 1220);
-    assert_eq!(
-        shape(&out),
-        vec![
-            (ACK, iss + 1, IRS + 1, 1220),
-            (ACK | PSH, iss + 1221, IRS + 1, 1220),
-        ]
-    );
+    assert_eq!(shape(&out), data(iss + 1, IRS + 1, &[1220; 2], true));
     assert!(d
         .send(hdr(CPORT, ACK, IRS + 1, iss + 2441, 60_000), &[])
         .is_empty());
@@ -177,19 +121,13 @@ fn segments_grow_back_when_a_lowered_path_mtu_expires() {
     // segments grow back, nothing is sent again and nothing is due early.
     let deadline = d.table.next_deadline();
     d.table.path_mtu_changed(REMOTE, 1500, d.now);
-    assert_eq!(d.table.get(id).unwrap().conn.smss(), 1440);
+    assert_eq!(d.conn(id).smss(), 1440);
     assert_eq!(d.table.next_deadline(), deadline);
     assert!(d.wait(ms(0)).is_empty());
     let out = d.queue(id, 2 * 1440);
-    assert_eq!(
-        shape(&out),
-        vec![
-            (ACK, iss + 2441, IRS + 1, 1440),
-            (ACK | PSH, iss + 3881, IRS + 1, 1440),
-        ]
-    );
+    assert_eq!(shape(&out), data(iss + 2441, IRS + 1, &[1440; 2], true));
     fits(&out, 1500);
     // Never beyond what the peer offered, whatever the link says.
     d.table.path_mtu_changed(REMOTE, 9000, d.now);
-    assert_eq!(d.table.get(id).unwrap().conn.smss(), 1440);
+    assert_eq!(d.conn(id).smss(), 1440);
 }

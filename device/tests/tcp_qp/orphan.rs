@@ -7,95 +7,30 @@
 //! (`STAT_TCP_ORPHANS`) and each one refused at the bound or reset for new data
 //! (`STAT_TCP_ORPHAN_ABORTS`).
 
-use qpip_testkit as support;
-
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use qpip_device::engine::tcp::TcpLimits;
-use support::relay::Relay;
-use support::*;
+
+use super::*;
 
 const A_ADDR: &str = "fd51:5050::5:1";
 const B_ADDR: &str = "fd51:5050::5:2";
 /// A short TIME-WAIT for A (2 × this), so that a test sees an orphan's end.
 const MSL: Duration = Duration::from_millis(250);
 
-fn device(mac: [u8; 6], addr: &str, cable: &Path, tcp_limits: TcpLimits) -> FakeGuest {
-    cabled_device(mac, addr, cable, None, tcp_limits)
-}
-
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Devices A and B whose cables end at a relay; A runs with `a_limits` and [`MSL`].
-fn relayed(name: &str, n: u8, a_limits: TcpLimits) -> (Dir, Relay, FakeGuest, FakeGuest) {
-    let dir = std::env::temp_dir().join(format!("qpip-orphan-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (pa, pb) = (dir.join("a"), dir.join("b"));
-    let relay = Relay::new(&pa, &pb);
+fn relayed(name: &str, n: u8, a_limits: TcpLimits) -> (ScratchDir, Relay, FakeGuest, FakeGuest) {
+    let macs = [[0x02, 0, 0, 0x0b, n, 0xa1], [0x02, 0, 0, 0x0b, n, 0xb2]];
     let a_limits = TcpLimits {
         msl: MSL,
         ..a_limits
     };
-    let a = device([0x02, 0, 0, 0x0b, n, 0xa1], A_ADDR, &pa, a_limits);
-    let b = device(
-        [0x02, 0, 0, 0x0b, n, 0xb2],
-        B_ADDR,
-        &pb,
-        TcpLimits::default(),
-    );
-    (Dir(dir), relay, a, b)
-}
-
-/// Waits for two asynchronous commands, one on each device (either may need the other's
-/// turn), and checks both succeeded.
-fn both_done(a: &mut FakeGuest, ida: u32, b: &mut FakeGuest, idb: u32) -> (AdminCqe, AdminCqe) {
-    let deadline = Instant::now() + TIMEOUT;
-    let (mut ca, mut cb) = (None, None);
-    while ca.is_none() || cb.is_none() {
-        assert!(Instant::now() < deadline, "commands did not complete");
-        if ca.is_none() {
-            ca = a.admin_wait(ida, Duration::from_millis(5));
-        }
-        if cb.is_none() {
-            cb = b.admin_wait(idb, Duration::from_millis(5));
-        }
-    }
-    let (ca, cb) = (ca.unwrap(), cb.unwrap());
-    for (what, c) in [("a", &ca), ("b", &cb)] {
-        assert_eq!(
-            c.status,
-            ADMIN_STATUS_OK,
-            "{what}: {}",
-            admin_status_name(c.status)
-        );
-    }
-    (ca, cb)
+    relayed_devices(&format!("orphan-{name}"), macs, [A_ADDR, B_ADDR], a_limits)
 }
 
 /// A QP of A (bound to `a_port` if given) connected to a QP of B accepted on listener `l`
-/// (B's `port`). Returns (B's end, A's end).
+/// (B's `port`). Returns (B's end, A's end, A's port as B saw it).
 fn pair(
-    a: &mut FakeGuest,
-    actx: u32,
-    b: &mut FakeGuest,
-    bctx: u32,
-    l: u32,
-    port: u16,
-    a_port: Option<u16>,
-) -> (TcpEnd, TcpEnd) {
-    let (s, c, _) = pair_port(a, actx, b, bctx, l, port, a_port);
-    (s, c)
-}
-
-/// [`pair`], and A's port as B saw it.
-fn pair_port(
     a: &mut FakeGuest,
     actx: u32,
     b: &mut FakeGuest,
@@ -111,15 +46,16 @@ fn pair_port(
     }
     let acc = b.submit_accept(bctx, l, s.qp.id);
     let con = a.submit_connect(actx, c.qp.id, ip(B_ADDR), port);
-    let (_, accepted) = both_done(a, con, b, acc);
+    let [connected, accepted] = both_completed(a, con, b, acc);
+    assert_admin_ok(&connected, "connect");
+    assert_admin_ok(&accepted, "accept");
     (s, c, accepted.result2 as u16)
 }
 
 /// CLOSE, waited for: our FIN is acknowledged (FIN-WAIT-2, the peer in CLOSE-WAIT).
 fn close(g: &mut FakeGuest, ctx: u32, e: &TcpEnd) {
     let cl = g.submit_close(ctx, e.qp.id);
-    let c = g.admin_wait_done(cl);
-    assert_eq!(c.status, ADMIN_STATUS_OK, "{}", admin_status_name(c.status));
+    g.admin_wait_ok(cl, "close");
 }
 
 /// The next asynchronous event: (object, kind, reason).
@@ -171,10 +107,8 @@ fn a_qp_destroyed_while_its_fin_is_lost_still_ends_the_stream_cleanly() {
     let (_dir, relay, mut a, mut b) = relayed("fin", 1, TcpLimits::default());
     let (actx, bctx) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
     let l = b.listen(bctx, UNSPECIFIED, 7100, 8).unwrap();
-    let (mut s, mut c) = pair(&mut a, actx, &mut b, bctx, l, 7100, Some(40100));
-    let wrs: Vec<_> = (0..4)
-        .map(|i| recv_wqe(i, &[s.buf.sge(i * 8192, 8192, s.mr.lkey)]))
-        .collect();
+    let (mut s, mut c, _) = pair(&mut a, actx, &mut b, bctx, l, 7100, Some(40100));
+    let wrs: Vec<_> = (0..4).map(|i| recv_at(&s, i, i * 8192, 8192)).collect();
     b.post_recv(&mut s.qp, &wrs);
     // A sends; every byte is acknowledged.
     let data = Rng::new(7).bytes(5000);
@@ -246,8 +180,8 @@ fn destroying_a_qp_that_was_not_closed_resets_the_peer() {
     let (_dir, _relay, mut a, mut b) = relayed("noclose", 2, TcpLimits::default());
     let (actx, bctx) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
     let l = b.listen(bctx, UNSPECIFIED, 7200, 8).unwrap();
-    let (mut s, c) = pair(&mut a, actx, &mut b, bctx, l, 7200, None);
-    b.post_recv(&mut s.qp, &[recv_wqe(1, &[s.buf.sge(0, 4096, s.mr.lkey)])]);
+    let (mut s, c, _) = pair(&mut a, actx, &mut b, bctx, l, 7200, None);
+    post_recv_at(&mut b, &mut s, 1, 0, 4096);
     a.destroy_qp(actx, c.qp.id).unwrap();
     assert!(rsts(&mut a) >= 1, "the destroy's reset");
     assert_cqe(
@@ -261,7 +195,7 @@ fn destroying_a_qp_that_was_not_closed_resets_the_peer() {
         (s.qp.id, ASYNC_EVENT_QP_ERROR, ASYNC_REASON_PEER_RESET)
     );
     // Not either when the peer closed first and A only received its FIN (CLOSE-WAIT).
-    let (s2, c2) = pair(&mut a, actx, &mut b, bctx, l, 7200, None);
+    let (s2, c2, _) = pair(&mut a, actx, &mut b, bctx, l, 7200, None);
     close(&mut b, bctx, &s2);
     let before = rsts(&mut a);
     a.destroy_qp(actx, c2.qp.id).unwrap();
@@ -282,7 +216,7 @@ fn destroying_a_closed_qp_with_data_unacknowledged_resets_the_peer() {
     let (_dir, _relay, mut a, mut b) = relayed("unacked", 3, TcpLimits::default());
     let (actx, bctx) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
     let l = b.listen(bctx, UNSPECIFIED, 7300, 8).unwrap();
-    let (s, mut c) = pair(&mut a, actx, &mut b, bctx, l, 7300, None);
+    let (s, mut c, _) = pair(&mut a, actx, &mut b, bctx, l, 7300, None);
     // B posts no receive: its window (the staging allowance) takes a part of this only,
     // so the rest can never be acknowledged before the destroy.
     a.post_send(
@@ -305,7 +239,7 @@ fn data_for_an_orphan_in_fin_wait_2_is_answered_with_a_reset() {
     let (_dir, _relay, mut a, mut b) = relayed("data", 4, TcpLimits::default());
     let (actx, bctx) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
     let l = b.listen(bctx, UNSPECIFIED, 7400, 8).unwrap();
-    let (mut s, c) = pair(&mut a, actx, &mut b, bctx, l, 7400, None);
+    let (mut s, c, _) = pair(&mut a, actx, &mut b, bctx, l, 7400, None);
     close(&mut a, actx, &c);
     a.destroy_qp(actx, c.qp.id).unwrap();
     assert_eq!(
@@ -343,8 +277,8 @@ fn beyond_the_bound_on_orphans_a_destroy_resets() {
     let (_dir, _relay, mut a, mut b) = relayed("cap", 5, limits);
     let (actx, bctx) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
     let l = b.listen(bctx, UNSPECIFIED, 7500, 8).unwrap();
-    let (s1, c1) = pair(&mut a, actx, &mut b, bctx, l, 7500, None);
-    let (s2, c2) = pair(&mut a, actx, &mut b, bctx, l, 7500, None);
+    let (s1, c1, _) = pair(&mut a, actx, &mut b, bctx, l, 7500, None);
+    let (s2, c2, _) = pair(&mut a, actx, &mut b, bctx, l, 7500, None);
     close(&mut a, actx, &c1);
     close(&mut a, actx, &c2);
     a.destroy_qp(actx, c1.qp.id).unwrap();
@@ -371,7 +305,7 @@ fn a_process_that_exits_after_closing_leaves_its_connections_to_finish() {
     let (_dir, _relay, mut a, mut b) = relayed("ctx", 6, TcpLimits::default());
     let (actx, bctx) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
     let l = b.listen(bctx, UNSPECIFIED, 7600, 8).unwrap();
-    let (s, c) = pair(&mut a, actx, &mut b, bctx, l, 7600, None);
+    let (s, c, _) = pair(&mut a, actx, &mut b, bctx, l, 7600, None);
     close(&mut a, actx, &c);
     // The process exits: its context goes, and with it QP, CQs and memory.
     a.destroy_ctx(actx).unwrap();
@@ -392,13 +326,13 @@ fn an_orphans_port_is_not_handed_out_as_an_ephemeral_port() {
     let (_dir, _relay, mut a, mut b) = relayed("port", 7, TcpLimits::default());
     let (actx, bctx) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
     let l = b.listen(bctx, UNSPECIFIED, 7700, 8).unwrap();
-    let (_s, c, port) = pair_port(&mut a, actx, &mut b, bctx, l, 7700, None);
+    let (_s, c, port) = pair(&mut a, actx, &mut b, bctx, l, 7700, None);
     assert_eq!(port, 49152, "the lowest ephemeral port");
     close(&mut a, actx, &c);
     a.destroy_qp(actx, c.qp.id).unwrap();
     // The orphan keeps the port: the next connection to the same peer gets another (the
     // same port would make the same 4-tuple: ADDR_IN_USE), and works.
-    let (_s2, _c2, next) = pair_port(&mut a, actx, &mut b, bctx, l, 7700, None);
+    let (_s2, _c2, next) = pair(&mut a, actx, &mut b, bctx, l, 7700, None);
     assert_ne!(next, port);
     assert_eq!(rsts(&mut a), 0);
     assert_eq!(orphan_stats(&mut a), (1, 0));

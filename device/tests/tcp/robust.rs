@@ -5,12 +5,9 @@
 //! connection to refuse (resets and SYNs off the exact sequence number, data outside
 //! the window, stale ACKs) must leave the transfer intact.
 
-#[path = "tcp_common/mod.rs"]
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use qpip_device::net::tcp::wire::{self, flags, Header, Options, SackBlocks};
 use sha2::{Digest, Sha256};
 

@@ -4,16 +4,10 @@
 //! is on the port; otherwise answered as TIME-WAIT answers any segment (an ACK), the old
 //! connection left as it was.
 
-#[path = "tcp_common/mod.rs"]
-mod common;
-#[path = "tcp_harness/mod.rs"]
-mod harness;
-
-use common::tuple;
-use harness::*;
+use crate::harness::*;
 use qpip_device::net::tcp::wire::flags::*;
 use qpip_device::net::tcp::wire::{Header, Options};
-use qpip_device::net::tcp::{Config, ConnId, Event, State};
+use qpip_device::net::tcp::{Config, ConnId, Connection, Event, State};
 
 /// The peer's TSval on the old connection.
 const PEER_TS: u32 = 1000;
@@ -44,20 +38,18 @@ fn in_time_wait(d: &mut Dev, c: &Config) -> (ConnId, u32, u32) {
         ..Options::default()
     };
     let out = d.send(syn, &[]);
-    let id = d.table.lookup(&tuple(LOCAL, LPORT, REMOTE, RPORT)).unwrap();
+    let id = d.accepted(RPORT);
     let iss = d.iss(id);
     assert_eq!(shape(&out), vec![(SYN | ACK, iss, IRS + 1, 0)]);
     let out = d.send(phdr(ts, ACK | PSH, IRS + 1, iss + 1), &[5; 100]);
     assert_eq!(shape(&out), vec![(ACK, iss + 1, IRS + 101, 0)]);
     let out = d.queue(id, 100);
     assert_eq!(shape(&out), vec![(ACK | PSH, iss + 1, IRS + 101, 100)]);
-    d.table.get_mut(id).unwrap().conn.close();
-    let mut out = Vec::new();
-    d.service(id, &mut out);
+    let out = d.by_app(id, Connection::close);
     assert_eq!(shape(&out), vec![(ACK | FIN, iss + 101, IRS + 101, 0)]);
     let out = d.send(phdr(ts, ACK | FIN, IRS + 101, iss + 102), &[]);
     assert_eq!(shape(&out), vec![(ACK, iss + 102, IRS + 102, 0)]);
-    assert_eq!(d.table.get(id).unwrap().conn.state(), State::TimeWait);
+    assert_eq!(d.conn(id).state(), State::TimeWait);
     d.take_events();
     (id, iss, iss + 102)
 }
@@ -80,15 +72,15 @@ fn without_timestamps_a_syn_beyond_the_old_sequence_reopens() {
     let new_iss = snd_nxt.wrapping_add(65537);
     assert_eq!(shape(&out), vec![(SYN | ACK, new_iss, IRS + 103, 0)]);
     assert!(d.table.get(old).is_none(), "the old incarnation is over");
-    let id = d.table.lookup(&tuple(LOCAL, LPORT, REMOTE, RPORT)).unwrap();
-    assert_eq!(d.table.get(id).unwrap().conn.state(), State::SynReceived);
+    let id = d.accepted(RPORT);
+    assert_eq!(d.conn(id).state(), State::SynReceived);
     assert_eq!(d.iss(id), new_iss);
     assert_eq!(d.table.stats().passive_opens, 2);
     // And it completes like any other.
     assert!(d
         .send(phdr(None, ACK, IRS + 103, new_iss + 1), &[])
         .is_empty());
-    assert_eq!(d.table.get(id).unwrap().conn.state(), State::Established);
+    assert_eq!(d.conn(id).state(), State::Established);
     assert_eq!(d.take_events(), vec![Event::Established]);
 }
 
@@ -101,7 +93,7 @@ fn without_timestamps_an_old_sequence_number_is_answered_in_time_wait() {
     for seq in [IRS + 101, IRS, IRS.wrapping_sub(50_000)] {
         let out = d.send(new_syn(None, seq), &[]);
         assert_eq!(shape(&out), vec![(ACK, snd_nxt, IRS + 102, 0)], "{seq}");
-        assert_eq!(d.table.get(old).unwrap().conn.state(), State::TimeWait);
+        assert_eq!(d.conn(old).state(), State::TimeWait);
     }
     assert_eq!(d.table.stats().passive_opens, 1);
 }
@@ -114,11 +106,11 @@ fn with_timestamps_a_newer_tsval_reopens_whatever_the_sequence_number() {
     // An older TSval: refused even with a sequence number beyond (PAWS answers).
     let out = d.send(new_syn(Some(PEER_TS - 1), IRS + 5000), &[]);
     assert_eq!(shape(&out), vec![(ACK, snd_nxt, IRS + 102, 0)]);
-    assert_eq!(d.table.get(old).unwrap().conn.state(), State::TimeWait);
+    assert_eq!(d.conn(old).state(), State::TimeWait);
     // The same TSval with an old sequence number: refused.
     let out = d.send(new_syn(Some(PEER_TS), IRS), &[]);
     assert_eq!(shape(&out), vec![(ACK, snd_nxt, IRS + 102, 0)]);
-    assert_eq!(d.table.get(old).unwrap().conn.state(), State::TimeWait);
+    assert_eq!(d.conn(old).state(), State::TimeWait);
     // A newer TSval with an old sequence number: a new incarnation.
     let out = d.send(new_syn(Some(PEER_TS + 1), IRS - 7), &[]);
     let new_iss = snd_nxt.wrapping_add(65537);
@@ -144,22 +136,19 @@ fn with_timestamps_an_equal_tsval_needs_a_sequence_number_beyond() {
 fn with_no_listener_time_wait_answers_as_before() {
     // The device opened the connection (no listener on its port) and closed first.
     let mut d = Dev::new();
-    let (id, out) = d.connect(&cfg());
-    let iss = d.iss(id);
-    assert_eq!(shape(&out), vec![(SYN, iss, 0, 0)]);
-    let mut sa = hdr(CPORT, SYN | ACK, IRS, iss + 1, 30_000);
-    sa.options.mss = Some(MSS);
-    d.send(sa, &[]);
-    d.table.get_mut(id).unwrap().conn.close();
-    let mut out = Vec::new();
-    d.service(id, &mut out);
+    let mss = Options {
+        mss: Some(MSS),
+        ..Options::default()
+    };
+    let (id, iss, _) = d.connected(&cfg(), 30_000, mss);
+    let out = d.by_app(id, Connection::close);
     assert_eq!(shape(&out), vec![(ACK | FIN, iss + 1, IRS + 1, 0)]);
     let out = d.send(hdr(CPORT, ACK | FIN, IRS + 1, iss + 2, 30_000), &[]);
     assert_eq!(shape(&out), vec![(ACK, iss + 2, IRS + 2, 0)]);
-    assert_eq!(d.table.get(id).unwrap().conn.state(), State::TimeWait);
+    assert_eq!(d.conn(id).state(), State::TimeWait);
     let out = d.send(hdr(CPORT, SYN, IRS + 1000, 0, 30_000), &[]);
     assert_eq!(shape(&out), vec![(ACK, iss + 2, IRS + 2, 0)]);
-    assert_eq!(d.table.get(id).unwrap().conn.state(), State::TimeWait);
+    assert_eq!(d.conn(id).state(), State::TimeWait);
     // TIME-WAIT still ends after 2 MSL.
     d.wait(ms(1000));
     assert!(d.table.get(id).is_none());
@@ -179,7 +168,7 @@ fn a_reset_in_time_wait_is_ignored() {
     let out = d.send(phdr(None, RST, IRS + 102, 0), &[]);
     assert!(out.is_empty(), "answered a reset: {:?}", shape(&out));
     assert_eq!(d.take_events(), vec![]);
-    assert_eq!(d.table.get(id).unwrap().conn.state(), State::TimeWait);
+    assert_eq!(d.conn(id).state(), State::TimeWait);
     // A reset with ACK (the form an answer to our ACK takes) likewise.
     let out = d.send(phdr(None, RST | ACK, IRS + 102, snd_nxt), &[]);
     assert!(out.is_empty(), "answered a reset: {:?}", shape(&out));
@@ -197,7 +186,7 @@ fn a_reset_in_last_ack_closes_quietly_only_when_no_data_is_lost() {
         let mut d = Dev::new();
         d.listen(&cfg(), 4, false);
         let out = d.send(new_syn(None, IRS), &[]);
-        let id = d.table.lookup(&tuple(LOCAL, LPORT, REMOTE, RPORT)).unwrap();
+        let id = d.accepted(RPORT);
         let iss = d.iss(id);
         assert_eq!(shape(&out)[0].0, SYN | ACK);
         d.send(phdr(None, ACK, IRS + 1, iss + 1), &[]);
@@ -207,10 +196,8 @@ fn a_reset_in_last_ack_closes_quietly_only_when_no_data_is_lost() {
         let ack = if unacked { iss + 1 } else { iss + 101 };
         // The peer closes first (CLOSE-WAIT), then we do (LAST-ACK).
         d.send(phdr(None, ACK | FIN, IRS + 1, ack), &[]);
-        d.table.get_mut(id).unwrap().conn.close();
-        let mut out = Vec::new();
-        d.service(id, &mut out);
-        assert_eq!(d.table.get(id).unwrap().conn.state(), State::LastAck);
+        d.by_app(id, Connection::close);
+        assert_eq!(d.conn(id).state(), State::LastAck);
         d.take_events();
         d.send(phdr(None, RST, IRS + 2, 0), &[]);
         let want = if unacked { Event::Reset } else { Event::Closed };

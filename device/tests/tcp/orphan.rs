@@ -6,18 +6,12 @@
 //! panics when read). Only connections that lose nothing by it are orphaned, and at most
 //! `MAX_ORPHANS` of them.
 
-#[path = "tcp_common/mod.rs"]
-mod common;
-#[path = "tcp_harness/mod.rs"]
-mod harness;
-
 use std::time::Duration;
 
-use common::tuple;
-use harness::*;
+use crate::harness::*;
 use qpip_device::net::tcp::wire::flags::*;
 use qpip_device::net::tcp::wire::Header;
-use qpip_device::net::tcp::{Config, ConnId, OrphanRefused, State, MAX_ORPHANS};
+use qpip_device::net::tcp::{Config, ConnId, Connection, OrphanRefused, State, MAX_ORPHANS};
 
 /// The peer's window.
 const WND: u16 = 30_000;
@@ -29,20 +23,13 @@ fn from(rport: u16, fl: u8, seq: u32, ack: u32) -> Header {
     h
 }
 
-fn state(d: &Dev, id: ConnId) -> State {
-    d.table.get(id).expect("there").conn.state()
-}
-
 /// A connection from the peer's `rport`, accepted by the device: the peer sent 100 bytes,
 /// the device sent 100 bytes and the peer acknowledged them. Returns its handle and ISS.
 fn open(d: &mut Dev, rport: u16) -> (ConnId, u32) {
     let mut syn = from(rport, SYN, IRS, 0);
     syn.options.mss = Some(MSS);
     let out = d.send(syn, &[]);
-    let id = d
-        .table
-        .lookup(&tuple(LOCAL, LPORT, REMOTE, rport))
-        .expect("a connection");
+    let id = d.accepted(rport);
     let iss = d.iss(id);
     assert_eq!(shape(&out), vec![(SYN | ACK, iss, IRS + 1, 0)]);
     let out = d.send(from(rport, ACK | PSH, IRS + 1, iss + 1), &[7; 100]);
@@ -56,11 +43,9 @@ fn open(d: &mut Dev, rport: u16) -> (ConnId, u32) {
 
 /// The application closes: the FIN goes out (FIN-WAIT-1).
 fn close(d: &mut Dev, id: ConnId, iss: u32) {
-    d.table.get_mut(id).expect("there").conn.close();
-    let mut out = Vec::new();
-    d.service(id, &mut out);
+    let out = d.by_app(id, Connection::close);
     assert_eq!(shape(&out), vec![(ACK | FIN, iss + 101, IRS + 101, 0)]);
-    assert_eq!(state(d, id), State::FinWait1);
+    assert_eq!(d.conn(id).state(), State::FinWait1);
 }
 
 /// [`open`], [`close`], and the peer acknowledges the FIN (FIN-WAIT-2).
@@ -69,7 +54,7 @@ fn in_fin_wait_2(d: &mut Dev, rport: u16) -> (ConnId, u32) {
     close(d, id, iss);
     let out = d.send(from(rport, ACK, IRS + 101, iss + 102), &[]);
     assert!(out.is_empty());
-    assert_eq!(state(d, id), State::FinWait2);
+    assert_eq!(d.conn(id).state(), State::FinWait2);
     (id, iss)
 }
 
@@ -84,7 +69,7 @@ fn an_orphan_retransmits_its_lost_fin_and_goes_through_time_wait() {
     let mut d = dev();
     let (id, iss) = open(&mut d, RPORT);
     close(&mut d, id, iss); // this FIN is lost
-    assert!(d.table.get(id).unwrap().conn.may_orphan());
+    assert!(d.conn(id).may_orphan());
     d.table.orphan(id, d.now).expect("orphaned");
     let e = d.table.get(id).expect("still in the table");
     assert!(e.tag.is_none() && e.conn.is_orphan());
@@ -97,10 +82,10 @@ fn an_orphan_retransmits_its_lost_fin_and_goes_through_time_wait() {
     assert!(d
         .send(from(RPORT, ACK, IRS + 101, iss + 102), &[])
         .is_empty());
-    assert_eq!(state(&d, id), State::FinWait2);
+    assert_eq!(d.conn(id).state(), State::FinWait2);
     let out = d.send(from(RPORT, ACK | FIN, IRS + 101, iss + 102), &[]);
     assert_eq!(shape(&out), vec![(ACK, iss + 102, IRS + 102, 0)]);
-    assert_eq!(state(&d, id), State::TimeWait);
+    assert_eq!(d.conn(id).state(), State::TimeWait);
     // A retransmitted FIN (our ACK was lost) is acknowledged again, as in any TIME-WAIT.
     let out = d.send(from(RPORT, ACK | FIN, IRS + 101, iss + 102), &[]);
     assert_eq!(shape(&out), vec![(ACK, iss + 102, IRS + 102, 0)]);
@@ -128,11 +113,11 @@ fn fin_wait_2_of_an_orphan_ends_after_fin_timeout_silently() {
     let (id, iss) = in_fin_wait_2(&mut d, RPORT);
     // With its owner, FIN-WAIT-2 lasts as long as the owner waits.
     assert!(d.wait(fin_timeout * 3).is_empty());
-    assert_eq!(state(&d, id), State::FinWait2);
+    assert_eq!(d.conn(id).state(), State::FinWait2);
     // Orphaned: the bound starts now.
     d.table.orphan(id, d.now).expect("orphaned");
     assert!(d.wait(fin_timeout - ms(1)).is_empty());
-    assert_eq!(state(&d, id), State::FinWait2);
+    assert_eq!(d.conn(id).state(), State::FinWait2);
     let out = d.wait(ms(1));
     assert!(out.is_empty(), "it ends without a word: {:?}", shape(&out));
     assert!(d.table.get(id).is_none());
@@ -154,9 +139,9 @@ fn orphaned_in_fin_wait_1_the_bound_starts_at_fin_wait_2() {
     d.now += fin_timeout; // the FIN is acknowledged late
     let out = d.send(from(RPORT, ACK, IRS + 101, iss + 102), &[]);
     assert!(out.is_empty());
-    assert_eq!(state(&d, id), State::FinWait2);
+    assert_eq!(d.conn(id).state(), State::FinWait2);
     assert!(d.wait(fin_timeout - ms(1)).is_empty());
-    assert_eq!(state(&d, id), State::FinWait2);
+    assert_eq!(d.conn(id).state(), State::FinWait2);
     d.wait(ms(1));
     assert!(d.table.get(id).is_none());
 }
@@ -169,7 +154,7 @@ fn new_data_for_an_orphan_is_answered_with_a_reset() {
     // Old data again (our ACK was lost): acknowledged as usual.
     let out = d.send(from(RPORT, ACK | PSH, IRS + 1, iss + 102), &[7; 100]);
     assert_eq!(shape(&out), vec![(ACK, iss + 102, IRS + 101, 0)]);
-    assert_eq!(state(&d, id), State::FinWait2);
+    assert_eq!(d.conn(id).state(), State::FinWait2);
     // New data: nobody will read it. A reset at the segment's ACK, and the orphan is gone.
     let out = d.send(from(RPORT, ACK | PSH, IRS + 101, iss + 102), &[8; 50]);
     assert_eq!(shape(&out), vec![(RST, iss + 102, 0, 0)]);
@@ -198,14 +183,9 @@ fn an_orphan_in_last_ack_ends_when_its_fin_is_acknowledged() {
     let (id, iss) = open(&mut d, RPORT);
     let out = d.send(from(RPORT, ACK | FIN, IRS + 101, iss + 101), &[]);
     assert_eq!(shape(&out), vec![(ACK, iss + 101, IRS + 102, 0)]);
-    assert_eq!(state(&d, id), State::CloseWait);
-    assert!(
-        !d.table.get(id).unwrap().conn.may_orphan(),
-        "the application has not closed"
-    );
-    d.table.get_mut(id).unwrap().conn.close();
-    let mut out = Vec::new();
-    d.service(id, &mut out);
+    assert_eq!(d.conn(id).state(), State::CloseWait);
+    assert!(!d.conn(id).may_orphan(), "the application has not closed");
+    let out = d.by_app(id, Connection::close);
     assert_eq!(shape(&out), vec![(ACK | FIN, iss + 101, IRS + 102, 0)]);
     d.table.orphan(id, d.now).expect("orphaned in LAST-ACK");
     let out = d.wait_deadline();
@@ -230,9 +210,7 @@ fn only_a_graceful_close_that_loses_nothing_is_orphaned() {
     let (id, iss) = open(&mut d, RPORT + 1);
     let out = d.queue(id, 100);
     assert_eq!(shape(&out), vec![(ACK | PSH, iss + 101, IRS + 101, 100)]);
-    d.table.get_mut(id).unwrap().conn.close();
-    let mut out = Vec::new();
-    d.service(id, &mut out);
+    let out = d.by_app(id, Connection::close);
     assert_eq!(shape(&out), vec![(ACK | FIN, iss + 201, IRS + 101, 0)]);
     assert_eq!(d.table.orphan(id, d.now), Err(OrphanRefused::NotClosed));
     // Part of it acknowledged: still refused. All of it: only the FIN is outstanding.
@@ -255,14 +233,12 @@ fn only_a_graceful_close_that_loses_nothing_is_orphaned() {
         seq += n as u32;
         sent += n;
     }
-    let c = &d.table.get(id).unwrap().conn;
+    let c = d.conn(id);
     assert_eq!(c.received() - c.delivered(), 500, "500 bytes staged");
-    d.table.get_mut(id).unwrap().conn.close();
-    let mut out = Vec::new();
-    d.service(id, &mut out);
+    let out = d.by_app(id, Connection::close);
     assert_eq!(shape(&out), vec![(ACK | FIN, iss + 101, seq, 0)]);
     assert!(d.send(from(RPORT + 2, ACK, seq, iss + 102), &[]).is_empty());
-    assert_eq!(state(&d, id), State::FinWait2);
+    assert_eq!(d.conn(id).state(), State::FinWait2);
     assert_eq!(d.table.orphan(id, d.now), Err(OrphanRefused::NotClosed));
     // None of the refused ones changed.
     for id in [open_id, id] {

@@ -3,11 +3,9 @@
 //! and checking every answer, with sequence numbers relative to the ISNs (the script
 //! format is described in `tcp_script/mod.rs`). Each case names the RFC section it checks.
 
-#[path = "tcp_script/mod.rs"]
-mod script;
 use qpip_testkit as support;
 
-use script::*;
+use crate::script::*;
 use support::*;
 
 // ---- the handshake and its options ------------------------------------------------------------
@@ -18,21 +16,28 @@ use support::*;
 /// the ACKs carry timestamps from then on (RFC 7323 §3.2).
 #[test]
 fn handshake_with_every_option() {
-    let mut p = Peer::listening("allopts");
-    p.run(
+    with_every_option("allopts", 1001).received(100);
+}
+
+/// The exchange [`handshake_with_every_option`] checks, the test's TSvals from `tsval` on
+/// after its SYN's: the handshake, a receive posted (the window update it opens), the
+/// test's first 100 bytes and their ACK.
+fn with_every_option(name: &str, tsval: u32) -> Peer {
+    let mut p = Peer::listening(name);
+    p.run(&format!(
         "
         > S 0:0(0) win 65535 <mss 1440,sackOK,TS val 1000 ecr 0,nop,wscale 7>
         < S. 0:0(0) ack 1 win 65535 <mss 1440,sackOK,TS val * ecr 1000,wscale 7>
-        > . 1:1(0) ack 1 win 1024 <nop,nop,TS val 1001 ecr $>
+        > . 1:1(0) ack 1 win 1024 <nop,nop,TS val {tsval} ecr $>
         @accepted
         @post 10000
-        < . 1:1(0) ack 1 win * <TS val * ecr 1001>   # the window opened: an update
-        > P. 1:101(100) ack 1 win 1024 <nop,nop,TS val 1002 ecr $>
-        < . 1:1(0) ack 101 win * <TS val * ecr 1002>
+        < . 1:1(0) ack 1 win * <TS val * ecr {tsval}>   # the window opened: an update
+        > P. 1:101(100) ack 1 win 1024 <nop,nop,TS val {data} ecr $>
+        < . 1:1(0) ack 101 win * <TS val * ecr {data}>
         ",
-    );
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    p.check_received(100);
+        data = tsval + 1
+    ));
+    p
 }
 
 /// RFC 9293 §3.7.1 (MUST-15): a SYN without an MSS option means 1220 bytes over IPv6
@@ -41,8 +46,7 @@ fn handshake_with_every_option() {
 /// fields are not scaled.
 #[test]
 fn handshake_without_options() {
-    let mut p = Peer::listening("noopts");
-    p.run(
+    Peer::listening("noopts").run(
         "
         > S 0:0(0) win 65535
         < S. 0:0(0) ack 1 win 65535 <mss 1440>
@@ -60,8 +64,7 @@ fn handshake_without_options() {
 /// announced.
 #[test]
 fn peer_mss_bounds_the_segments() {
-    let mut p = Peer::listening("mss536");
-    p.run(
+    Peer::listening("mss536").run(
         "
         > S 0:0(0) win 65535 <mss 536>
         < S. 0:0(0) ack 1 win 65535 <mss 1440>
@@ -101,8 +104,7 @@ fn window_scale_above_14_is_taken_as_14() {
 /// (here kind 30 and an experimental kind 253, RFC 6994), the others still taken.
 #[test]
 fn unknown_options_are_ignored() {
-    let mut p = Peer::listening("unknownopt");
-    p.run(
+    Peer::listening("unknownopt").run(
         "
         > S 0:0(0) win 65535 <raw 1e0400aa,mss 1440,raw fd06abcdef01,sackOK,nop,wscale 7>
         < S. 0:0(0) ack 1 win 65535 <mss 1440,sackOK,wscale 7>
@@ -139,8 +141,7 @@ fn malformed_options_drop_the_segment() {
 /// echoes the peer's timestamp (RFC 7323 §4.3) with its window scaled from then on.
 #[test]
 fn active_open_with_a_bad_then_a_good_syn_ack() {
-    let mut p = Peer::connecting("activeopen");
-    p.run(
+    Peer::connecting("activeopen").run(
         "
         < S 0:0(0) win 65535 <mss 1440,sackOK,TS val * ecr 0,nop,wscale 7>
         > S. 0:0(0) ack 5 win 65535 <mss 1440>
@@ -156,30 +157,33 @@ fn active_open_with_a_bad_then_a_good_syn_ack() {
 /// answered with an ACK echoing TS.Recent; its data is not taken.
 #[test]
 fn paws_drops_an_old_timestamp() {
-    let mut p = Peer::listening("paws");
-    p.run(
+    with_every_option("paws", 2000).run(
         "
-        > S 0:0(0) win 65535 <mss 1440,sackOK,TS val 1000 ecr 0,nop,wscale 7>
-        < S. 0:0(0) ack 1 win 65535 <mss 1440,sackOK,TS val * ecr 1000,wscale 7>
-        > . 1:1(0) ack 1 win 1024 <nop,nop,TS val 2000 ecr $>
-        @accepted
-        @post 10000
-        < . 1:1(0) ack 1 win * <TS val * ecr 2000>
-        > P. 1:101(100) ack 1 win 1024 <nop,nop,TS val 2001 ecr $>
-        < . 1:1(0) ack 101 win * <TS val * ecr 2001>
         @post 10000
         > P. 101:201(100) ack 1 win 1024 <nop,nop,TS val 1500 ecr $>   # older: PAWS
         < . 1:1(0) ack 101 win * <TS val * ecr 2001>
         > P. 101:201(100) ack 1 win 1024 <nop,nop,TS val 2002 ecr $>
         < . 1:1(0) ack 201 win * <TS val * ecr 2002>
+        @received 200
         ",
     );
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    p.check_received(200);
 }
 
 // ---- RFC 5961 -------------------------------------------------------------------------------
+
+/// The connection lives on: a receive posted, 10 bytes of the test's taken, acknowledged
+/// and received by the guest.
+fn lives_on(p: &mut Peer) {
+    p.run(
+        "
+        @post 10000
+        < . 1:1(0) ack 1 win *
+        > P. 1:11(10) ack 1 win 1024
+        < . 1:1(0) ack 11 win *
+        @received 10
+        ",
+    );
+}
 
 /// RFC 5961 §3.2: a RST inside the window but not at RCV.NXT gets a challenge ACK and
 /// the connection lives on.
@@ -191,15 +195,10 @@ fn rst_in_window_not_exact_gets_a_challenge_ack() {
         "
         > R 1001:1001(0) win 0
         < . 1:1(0) ack 1 win 512
-        @post 10000
-        < . 1:1(0) ack 1 win *
-        > P. 1:11(10) ack 1 win 1024
-        < . 1:1(0) ack 11 win *
         ",
     );
+    lives_on(&mut p);
     assert_eq!(p.stat(STAT_TCP_CHALLENGE_ACKS), challenges + 1);
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    p.check_received(10);
 }
 
 /// RFC 5961 §3.2 and RFC 9293 §3.10.7.4: a RST exactly at RCV.NXT resets the connection:
@@ -207,15 +206,9 @@ fn rst_in_window_not_exact_gets_a_challenge_ack() {
 /// of the old connection meets no connection (a RST answers it).
 #[test]
 fn rst_at_rcv_nxt_resets_the_connection() {
-    let mut p = Peer::established("rst-exact");
+    let mut p = Peer::receiving("rst-exact");
     let req = p.g.submit_async_event();
-    p.run(
-        "
-        @post 10000
-        < . 1:1(0) ack 1 win *
-        > R 1:1(0) win 0
-        ",
-    );
+    p.run("> R 1:1(0) win 0");
     let e = p.g.admin_wait_done(req);
     let (_, qp, kind, reason, _) = async_event(&e);
     assert_eq!(
@@ -240,12 +233,9 @@ fn rst_out_of_window_is_ignored() {
         "
         > R 200000:200000(0) win 0
         < nothing
-        @post 10000
-        < . 1:1(0) ack 1 win *
-        > P. 1:11(10) ack 1 win 1024
-        < . 1:1(0) ack 11 win *
         ",
     );
+    lives_on(&mut p);
 }
 
 /// RFC 5961 §4.2: a SYN on a synchronized connection, in window or not, gets a
@@ -259,12 +249,9 @@ fn syn_on_an_established_connection_gets_a_challenge_ack() {
         < . 1:1(0) ack 1 win 512
         > S 500:500(0) win 65535 <mss 1440>  # in the window
         < . 1:1(0) ack 1 win 512
-        @post 10000
-        < . 1:1(0) ack 1 win *
-        > P. 1:11(10) ack 1 win 1024
-        < . 1:1(0) ack 11 win *
         ",
     );
+    lives_on(&mut p);
 }
 
 /// RFC 5961 §5.2 and RFC 9293 §3.10.7.4 (fifth step): an ACK of data never sent is
@@ -272,21 +259,17 @@ fn syn_on_an_established_connection_gets_a_challenge_ack() {
 /// MAX.SND.WND back) likewise.
 #[test]
 fn ack_outside_the_acceptable_range_is_answered_and_dropped() {
-    let mut p = Peer::established("ack-range");
-    p.run(
+    Peer::receiving("ack-range").run(
         "
-        @post 10000
-        < . 1:1(0) ack 1 win *
         > P. 1:11(10) ack 5000 win 1024     # acknowledges 4999 bytes never sent
         < . 1:1(0) ack 1 win *
         > P. 1:11(10) ack 4000000000 win 1024
         < . 1:1(0) ack 1 win *
         > P. 1:11(10) ack 1 win 1024        # the same data, acceptable now
         < . 1:1(0) ack 11 win *
+        @received 10
         ",
     );
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    p.check_received(10);
 }
 
 // ---- the window ------------------------------------------------------------------------------
@@ -295,9 +278,8 @@ fn ack_outside_the_acceptable_range_is_answered_and_dropped() {
 /// taken and is answered with an ACK of RCV.NXT; one crossing the edge is trimmed to it.
 #[test]
 fn data_beyond_the_window_is_not_taken() {
-    let mut p = Peer::established("outwin");
     // Nothing posted: the window is the staging allowance, 65536 bytes (512 << 7).
-    p.run(
+    Peer::established("outwin").run(
         "
         > . 70001:71001(1000) ack 1 win 1024
         < . 1:1(0) ack 1 win 512
@@ -379,8 +361,7 @@ fn zero_window_when_staging_is_full_then_a_window_update() {
         nxt + 1000,
         nxt + 1000
     ));
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    p.check_received(staged as usize + 1000);
+    p.received(staged as usize + 1000);
 }
 
 /// RFC 9293 §3.8.6: a stream receive completed early (PSH) gives up the rest of its
@@ -407,8 +388,7 @@ fn window_offered_by_a_receive_completed_early_is_kept() {
     );
     // A receive of exactly what is staged completes full.
     p.post_recv(nxt as u64 - 101);
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    p.check_received(nxt as usize - 1);
+    p.received(nxt as usize - 1);
 }
 
 /// RFC 9293 §3.8.6.1: when the peer's window is zero the device probes it on its persist
@@ -416,8 +396,7 @@ fn window_offered_by_a_receive_completed_early_is_kept() {
 /// rest once it opens.
 #[test]
 fn persist_timer_probes_a_zero_window() {
-    let mut p = Peer::listening("persist");
-    p.run(
+    Peer::listening("persist").run(
         "
         > S 0:0(0) win 65535 <mss 1440,sackOK,nop,wscale 7>
         < S. 0:0(0) ack 1 win 65535 <mss 1440,sackOK,wscale 7>
@@ -430,9 +409,9 @@ fn persist_timer_probes_a_zero_window() {
         > . 1:1(0) ack 2 win 1024     # the probe's byte taken, the window open
         < P. 2:101(99) ack 1 win 512
         > . 1:1(0) ack 101 win 1024
+        @sent
         ",
     );
-    assert_eq!(p.send_done(), CQE_STATUS_SUCCESS);
 }
 
 // ---- data ------------------------------------------------------------------------------------
@@ -442,11 +421,8 @@ fn persist_timer_probes_a_zero_window() {
 /// and the guest receives the bytes in order.
 #[test]
 fn out_of_order_data_is_sacked_then_delivered_in_order() {
-    let mut p = Peer::established("ooo");
-    p.run(
+    Peer::receiving("ooo").run(
         "
-        @post 10000
-        < . 1:1(0) ack 1 win *
         > . 1001:2001(1000) ack 1 win 1024
         < . 1:1(0) ack 1 win * <sack 1001:2001>
         > . 3001:4001(1000) ack 1 win 1024
@@ -455,10 +431,9 @@ fn out_of_order_data_is_sacked_then_delivered_in_order() {
         < . 1:1(0) ack 2001 win * <sack 3001:4001>
         > P. 2001:3001(1000) ack 1 win 1024
         < . 1:1(0) ack 4001 win * <>
+        @received 4000
         ",
     );
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    p.check_received(4000);
 }
 
 /// RFC 9293 §3.10.7.4 (and §3.4): a retransmission entirely below RCV.NXT is answered with
@@ -466,11 +441,8 @@ fn out_of_order_data_is_sacked_then_delivered_in_order() {
 /// taken; the guest sees each byte once.
 #[test]
 fn overlapping_retransmissions_are_trimmed() {
-    let mut p = Peer::established("overlap");
-    p.run(
+    Peer::receiving("overlap").run(
         "
-        @post 10000
-        < . 1:1(0) ack 1 win *
         > . 1:1001(1000) ack 1 win 1024
         > . 1001:2001(1000) ack 1 win 1024
         < . 1:1(0) ack 2001 win *
@@ -478,10 +450,9 @@ fn overlapping_retransmissions_are_trimmed() {
         < . 1:1(0) ack 2001 win *
         > P. 1501:2941(1440) ack 1 win 1024    # 500 old, 940 new
         < . 1:1(0) ack 2941 win *
+        @received 2940
         ",
     );
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    p.check_received(2940);
 }
 
 /// RFC 9293 §3.10.7.4 (eighth step): a FIN carrying data: the data is taken, the FIN
@@ -490,32 +461,18 @@ fn overlapping_retransmissions_are_trimmed() {
 /// connection.
 #[test]
 fn fin_with_data_then_passive_close() {
-    let mut p = Peer::established("findata");
-    p.run(
+    Peer::receiving("findata").run(
         "
-        @post 10000
-        < . 1:1(0) ack 1 win *
         > FP. 1:101(100) ack 1 win 1024
         < . 1:1(0) ack 102 win *
-        ",
-    );
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    p.check_received(100);
-    p.post_recv(1000);
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    assert!(p.eof, "the end of the stream: a receive of 0 bytes");
-    p.run(
-        "
+        @received 100
+        @post 1000
+        @eof
         @close
         < F. 1:1(0) ack 102 win *
         > . 102:102(0) ack 2 win 1024
-        ",
-    );
-    assert_eq!(p.cmd_done(), ADMIN_STATUS_OK);
-    // The connection is gone: a segment for it meets a reset.
-    p.run(
-        "
-        > . 102:102(0) ack 2 win 1024
+        @closed
+        > . 102:102(0) ack 2 win 1024   # the connection is gone: a reset answers
         < R 2:2(0)
         ",
     );
@@ -548,16 +505,15 @@ fn closed_port_answers_with_resets() {
 /// connection is refused: CONNECT fails); without ACK it is dropped.
 #[test]
 fn rst_in_syn_sent() {
-    let mut p = Peer::connecting("rst-synsent");
-    p.run(
+    Peer::connecting("rst-synsent").run(
         "
         < S 0:0(0) win 65535 <mss 1440,sackOK,TS val * ecr 0,wscale 7>
         > R 0:0(0) win 0          # no ACK: dropped
         < nothing
         > R. 0:0(0) ack 1 win 0
+        @refused
         ",
     );
-    assert_eq!(p.cmd_done(), ADMIN_STATUS_REFUSED);
 }
 
 /// RFC 9293 §3.10.7.4 (first step, SYN-RECEIVED): a reset of a passive open in
@@ -602,9 +558,9 @@ fn active_close_through_time_wait() {
         < . 2:2(0) ack 2 win *
         > F. 1:1(0) ack 2 win 1024     # our ACK was lost: the FIN again
         < . 2:2(0) ack 2 win *
+        @closed
         ",
     );
-    assert_eq!(p.cmd_done(), ADMIN_STATUS_OK);
     // TIME-WAIT answers an old segment with an ACK until 2 MSL have passed; then the
     // connection is gone and a reset answers (from the listener's port: RFC 9293
     // §3.10.7.2, <SEQ=SEG.ACK><CTL=RST>).
@@ -652,6 +608,13 @@ fn opts_header(next: u8, opts: &[u8]) -> Vec<u8> {
     h
 }
 
+/// The test's stream up to relative sequence `end` was taken: the device acknowledges it,
+/// and the guest receives it.
+fn taken(p: &mut Peer, end: u32) {
+    p.run(&format!("< . 1:1(0) ack {end} win *"));
+    p.received(end as usize - 1);
+}
+
 /// IPv6 fragments of `upper` (next header `next`), cut at the given offsets (multiples
 /// of 8), injected in the order given.
 fn inject_fragments(p: &mut Peer, next: u8, id: u32, upper: &[u8], order: &[(usize, usize)]) {
@@ -676,18 +639,10 @@ fn inject_fragments(p: &mut Peer, next: u8, id: u32, upper: &[u8], order: &[(usi
 /// 6946).
 #[test]
 fn tcp_in_ipv6_fragments() {
-    let mut p = Peer::established("frag");
-    p.run(
-        "
-        @post 10000
-        < . 1:1(0) ack 1 win *
-        ",
-    );
+    let mut p = Peer::receiving("frag");
     let seg = p.tcp("> P. 1:1001(1000) ack 1 win 1024");
     inject_fragments(&mut p, NH_TCP, 7, &seg, &[(512, seg.len()), (0, 512)]);
-    p.run("< . 1:1(0) ack 1001 win *");
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    p.check_received(1000);
+    taken(&mut p, 1001);
     p.run(
         "
         @post 20000
@@ -696,9 +651,7 @@ fn tcp_in_ipv6_fragments() {
     );
     let seg = p.tcp("> P. 1001:1101(100) ack 1 win 1024");
     inject_fragments(&mut p, NH_TCP, 8, &seg, &[(0, seg.len())]);
-    p.run("< . 1:1(0) ack 1101 win *");
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    p.check_received(1100);
+    taken(&mut p, 1101);
 }
 
 /// RFC 5722 and RFC 8200 §4.5: fragments that overlap make the whole packet be dropped
@@ -726,11 +679,9 @@ fn overlapping_or_incomplete_fragments_are_dropped() {
         @post 10000
         < . 1:1(0) ack 1 win *
         > P. 1:1001(1000) ack 1 win 1024
-        < . 1:1(0) ack 1001 win *
         ",
     );
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    p.check_received(1000);
+    taken(&mut p, 1001);
 }
 
 /// RFC 8200 §4.3, §4.4 and §4.6: TCP behind a hop-by-hop options header, a destination
@@ -738,22 +689,14 @@ fn overlapping_or_incomplete_fragments_are_dropped() {
 /// no segments left, is taken.
 #[test]
 fn tcp_behind_extension_headers() {
-    let mut p = Peer::established("exthdr");
-    p.run(
-        "
-        @post 10000
-        < . 1:1(0) ack 1 win *
-        ",
-    );
+    let mut p = Peer::receiving("exthdr");
     let seg = p.tcp("> P. 1:101(100) ack 1 win 1024");
     let mut b = opts_header(NH_ROUTING, &[]);
     b.extend_from_slice(&[NH_DEST_OPTS, 0, 253, 0, 0, 0, 0, 0]); // type 253, segments left 0
     b.extend(opts_header(NH_TCP, &[0x1e, 2, 0xaa, 0xbb]));
     b.extend_from_slice(&seg);
     p.inject_ip(NH_HOP_BY_HOP, &b);
-    p.run("< . 1:1(0) ack 101 win *");
-    assert_eq!(p.recv_done(), CQE_STATUS_SUCCESS);
-    p.check_received(100);
+    taken(&mut p, 101);
 }
 
 /// RFC 8200 §4.2 and §4.4: a packet the IPv6 layer must discard never reaches TCP — an
@@ -797,29 +740,51 @@ fn all_fit(p: &Peer, mtu: usize) {
     }
 }
 
+/// An established connection on which the guest sends `n` bytes of its stream: segments of
+/// the link's MSS (1440) go out, then a packet too big reporting `mtu` makes the device
+/// send them all again at once, in segments of 1220 (what fits 1280, the least a path MTU
+/// is taken to be). From the packet too big on, `p.log` holds what the device sends.
+fn narrowed(name: &str, n: u32, mtu: u32) -> Peer {
+    let mut p = Peer::established(name);
+    p.run(&format!("@send {n}"));
+    expect_stream(&mut p, 1, n, 1440);
+    p.packet_too_big(mtu);
+    p.log.clear();
+    expect_stream(&mut p, 1, n, 1220);
+    p
+}
+
+/// The guest sends 3000 more bytes, from relative sequence `from`: segments of 1220, and
+/// nothing the device sent since `p.log` was cleared is larger than 1280 bytes or a
+/// fragment.
+fn more_fits(p: &mut Peer, from: u32) {
+    p.run("@send 3000");
+    expect_stream(p, from, 3000, 1220);
+    all_fit(p, 1280);
+}
+
+/// `n` bytes of the guest's stream from relative sequence `from`: full segments of `mss`
+/// bytes, then the rest in one with PSH.
+fn expect_stream(p: &mut Peer, from: u32, n: u32, mss: u32) {
+    let full = (n - 1) / mss;
+    p.expect_data(from, full as usize, mss as usize);
+    let (start, end) = (from + full * mss, from + n);
+    p.run(&format!(
+        "< P. {start}:{end}({}) ack 1 win 512",
+        end - start
+    ));
+}
+
 /// RFC 8201 §4 and §5.2, RFC 9293 §3.7.3: a packet too big lowers the path MTU of a live
 /// connection: what was in flight is sent again at once in segments that fit (1220
 /// bytes for 1280), not fragmented.
 #[test]
 fn packet_too_big_on_a_live_connection() {
-    let mut p = Peer::established("ptb-live");
-    p.run("@send 4000");
-    p.expect_data(1, 2, 1440);
-    p.run("< P. 2881:4001(1120) ack 1 win 512");
-    p.packet_too_big(1280);
-    p.expect_data(1, 3, 1220);
-    p.run(
-        "
-        < P. 3661:4001(340) ack 1 win 512
-        > . 1:1(0) ack 4001 win 1024
-        ",
-    );
-    assert_eq!(p.send_done(), CQE_STATUS_SUCCESS);
+    let mut p = narrowed("ptb-live", 4000, 1280);
+    p.run("> . 1:1(0) ack 4001 win 1024");
+    p.run("@sent");
     p.log.clear();
-    p.run("@send 3000");
-    p.expect_data(4001, 2, 1220);
-    p.run("< P. 6441:7001(560) ack 1 win 512");
-    all_fit(&p, 1280);
+    more_fits(&mut p, 4001);
 }
 
 /// RFC 8201 §5.2: a new connection to a destination whose path MTU was lowered starts
@@ -827,13 +792,7 @@ fn packet_too_big_on_a_live_connection() {
 /// 9293 §3.7.1): 1220 bytes, never IPv6 fragments.
 #[test]
 fn packet_too_big_applies_to_new_connections() {
-    let mut p = Peer::established("ptb-new");
-    p.run("@send 2000");
-    p.expect_data(1, 1, 1440);
-    p.run("< P. 1441:2001(560) ack 1 win 512");
-    p.packet_too_big(1280);
-    p.expect_data(1, 1, 1220);
-    p.run("< P. 1221:2001(780) ack 1 win 512");
+    let mut p = narrowed("ptb-new", 2000, 1280);
     p.log.clear();
     p.new_connection(PEER_PORT + 1);
     p.run(
@@ -842,12 +801,9 @@ fn packet_too_big_applies_to_new_connections() {
         > S. 0:0(0) ack 1 win 65535 <mss 1440,sackOK,nop,wscale 7>
         < . 1:1(0) ack 1 win 512
         @connected
-        @send 3000
         ",
     );
-    p.expect_data(1, 2, 1220);
-    p.run("< P. 2441:3001(560) ack 1 win 512");
-    all_fit(&p, 1280);
+    more_fits(&mut p, 1);
 }
 
 /// RFC 8201 §4: a packet too big reporting less than the IPv6 minimum MTU lowers the
@@ -855,14 +811,7 @@ fn packet_too_big_applies_to_new_connections() {
 /// fragmented); at 1280 another such report is ignored: nothing is sent again.
 #[test]
 fn packet_too_big_below_1280() {
-    let mut p = Peer::established("ptb-small");
-    p.run("@send 2000");
-    p.expect_data(1, 1, 1440);
-    p.run("< P. 1441:2001(560) ack 1 win 512");
-    p.packet_too_big(600);
-    p.log.clear();
-    p.expect_data(1, 1, 1220);
-    p.run("< P. 1221:2001(780) ack 1 win 512");
+    let mut p = narrowed("ptb-small", 2000, 600);
     p.packet_too_big(500);
     p.run("< nothing");
     all_fit(&p, 1280);

@@ -4,13 +4,10 @@
 //! removed. Many transfers at once over a bad link; a SYN flood against a small backlog
 //! with SYN cookies.
 
-#[path = "tcp_common/mod.rs"]
-mod common;
-
 use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use qpip_device::net::tcp::{
     self, wire, ConnId, ConnectionTable, Event, Input, IsnGenerator, State,
 };

@@ -4,12 +4,7 @@
 //! with that zero, accepts every byte it advertised, and opens again with a window update
 //! once receives are posted.
 
-#[path = "tcp_common/mod.rs"]
-mod common;
-#[path = "tcp_harness/mod.rs"]
-mod harness;
-
-use harness::*;
+use crate::harness::*;
 use qpip_device::net::tcp::wire::flags::*;
 use qpip_device::net::tcp::wire::{Header, Options};
 use qpip_device::net::tcp::{Config, ConnId};
@@ -95,7 +90,7 @@ fn window_without_receives_is_honest_and_closes_to_zero() {
     assert_eq!(last.window, 0, "a full staging closes the window");
     let staged = (nxt - IRS - 1) as usize;
     assert!((STAGE - (1 << SHIFT)..=STAGE).contains(&staged), "{staged}");
-    assert_eq!(d.table.get(id).unwrap().conn.received(), staged as u64);
+    assert_eq!(d.conn(id).received(), staged as u64);
 
     // A window probe (one byte at RCV.NXT, RFC 9293 §3.8.6.1) is answered with the
     // zero window and not taken.

@@ -3,58 +3,28 @@
 //! fit; what was in flight (and not SACKed) is sent again at once at the new size, without
 //! waiting for the retransmission timer and without reducing cwnd.
 
-#[path = "tcp_common/mod.rs"]
-mod common;
-#[path = "tcp_harness/mod.rs"]
-mod harness;
-
 use std::net::Ipv6Addr;
 
-use harness::*;
+use crate::harness::*;
 use qpip_device::net::tcp::wire::flags::*;
-use qpip_device::net::tcp::wire::{Header, Options, SackBlocks};
+use qpip_device::net::tcp::wire::{Options, SackBlocks};
 use qpip_device::net::tcp::{Config, ConnId};
 
 /// An established active open whose peer offered `LINK_MSS`, with four full segments
 /// in flight. Returns the handle and the ISS.
 fn four_in_flight(d: &mut Dev, c: &Config) -> (ConnId, u32) {
-    let (id, _) = d.connect(c);
-    let iss = d.iss(id);
-    let mut sa = hdr(CPORT, SYN | ACK, IRS, iss + 1, 60_000);
-    sa.options = Options {
-        mss: Some(LINK_MSS),
-        sack_permitted: true,
-        timestamps: c.timestamps.then_some((1, 1)),
-        ..Options::default()
-    };
-    d.send(sa, &[]);
-    let smss = d.table.get(id).unwrap().conn.smss() as u32;
+    let (id, iss, _) = d.connected(c, 60_000, link_options(c.timestamps));
+    let smss = d.conn(id).smss();
     let out = d.queue(id, 4 * smss as u64);
-    assert_eq!(out.len(), 4);
-    for (i, (h, p)) in out.iter().enumerate() {
-        assert_eq!((h.seq, p.len() as u32), (iss + 1 + i as u32 * smss, smss));
-    }
+    assert_eq!(shape(&out), data(iss + 1, IRS + 1, &[smss; 4], true));
     (id, iss)
-}
-
-/// Every segment fits an IPv6 packet of `mtu` bytes (40 of IPv6 header, the TCP header
-/// with its options, the data).
-fn fits(out: &[(Header, Vec<u8>)], mtu: usize) {
-    for (h, p) in out {
-        let tcp = 20 + h.options.wire_len();
-        assert!(
-            40 + tcp + p.len() <= mtu,
-            "{} bytes > {mtu}",
-            40 + tcp + p.len()
-        );
-    }
 }
 
 #[test]
 fn flight_is_resent_at_once_in_smaller_segments_and_cwnd_stays() {
     let mut d = Dev::new();
     let (id, iss) = four_in_flight(&mut d, &link_cfg(false));
-    let cwnd = d.table.get(id).unwrap().conn.cwnd();
+    let cwnd = d.conn(id).cwnd();
     let rto_at = d.table.next_deadline().unwrap();
     let before = d.table.stats().clone();
 
@@ -62,24 +32,16 @@ fn flight_is_resent_at_once_in_smaller_segments_and_cwnd_stays() {
     d.table.path_mtu_changed(REMOTE, 1280, d.now);
     assert_eq!(d.table.next_deadline(), Some(d.now));
     assert!(d.now < rto_at);
-    assert_eq!(d.table.get(id).unwrap().conn.smss(), 1220);
+    assert_eq!(d.conn(id).smss(), 1220);
     let out = d.wait(ms(0));
     // As much as cwnd (four old segments' worth) allows: four of 1220.
-    assert_eq!(
-        shape(&out),
-        vec![
-            (ACK, iss + 1, IRS + 1, 1220),
-            (ACK, iss + 1221, IRS + 1, 1220),
-            (ACK, iss + 2441, IRS + 1, 1220),
-            (ACK, iss + 3661, IRS + 1, 1220),
-        ]
-    );
+    assert_eq!(shape(&out), data(iss + 1, IRS + 1, &[1220; 4], false));
     fits(&out, 1280);
     for (h, p) in &out {
         let o = (h.seq - iss - 1) as usize;
         assert_eq!(p[..], d.data[o..o + p.len()], "the same bytes, cut anew");
     }
-    assert_eq!(d.table.get(id).unwrap().conn.cwnd(), cwnd, "no congestion");
+    assert_eq!(d.conn(id).cwnd(), cwnd, "no congestion");
     assert_eq!(d.table.stats().retrans_segs, before.retrans_segs + 4);
     assert_eq!(d.table.stats().rto_timeouts, before.rto_timeouts);
     assert_eq!(d.table.stats().fast_retransmits, before.fast_retransmits);
@@ -92,15 +54,11 @@ fn flight_is_resent_at_once_in_smaller_segments_and_cwnd_stays() {
     assert!(d
         .send(hdr(CPORT, ACK, IRS + 1, iss + 5761, 60_000), &[])
         .is_empty());
-    assert!(d.table.get(id).unwrap().conn.cwnd() >= cwnd);
+    assert!(d.conn(id).cwnd() >= cwnd);
     let out = d.queue(id, 3000);
     assert_eq!(
         shape(&out),
-        vec![
-            (ACK, iss + 5761, IRS + 1, 1220),
-            (ACK, iss + 6981, IRS + 1, 1220),
-            (ACK | PSH, iss + 8201, IRS + 1, 560),
-        ]
+        data(iss + 5761, IRS + 1, &[1220, 1220, 560], true)
     );
     fits(&out, 1280);
 }
@@ -119,7 +77,7 @@ fn sacked_data_is_not_resent_and_options_count_against_the_mtu() {
     assert!(o.is_empty(), "{o:?}");
     d.table.path_mtu_changed(REMOTE, 1280, d.now);
     let s1 = 1220 - 12;
-    assert_eq!(d.table.get(id).unwrap().conn.smss() as u32, s1);
+    assert_eq!(d.conn(id).smss() as u32, s1);
     let out = d.wait(ms(0));
     let hole1 = 2 * s0 - s1; // what is left of the first two segments after one
     let hole2 = s0 - s1;
@@ -145,7 +103,7 @@ fn only_the_destination_concerned_and_only_when_smaller() {
     let other: Ipv6Addr = "fd51:5050::99".parse().unwrap();
     d.table.path_mtu_changed(other, 1280, d.now);
     assert_eq!(d.table.next_deadline(), Some(rto_at));
-    assert_eq!(d.table.get(id).unwrap().conn.smss(), 1440);
+    assert_eq!(d.conn(id).smss(), 1440);
     // An MTU that still fits what was sent: no retransmission.
     d.table.path_mtu_changed(REMOTE, 1500, d.now);
     assert_eq!(d.table.next_deadline(), Some(rto_at));
@@ -157,32 +115,25 @@ fn only_the_destination_concerned_and_only_when_smaller() {
     d.table.path_mtu_changed(REMOTE, 1280, d.now);
     assert!(d.wait(ms(0)).is_empty());
     let out = d.queue(id, 1440);
-    assert_eq!(
-        shape(&out),
-        vec![
-            (ACK, iss + 5761, IRS + 1, 1220),
-            (ACK | PSH, iss + 6981, IRS + 1, 220)
-        ]
-    );
+    assert_eq!(shape(&out), data(iss + 5761, IRS + 1, &[1220, 220], true));
     // Below the IPv6 minimum MTU is never believed.
     d.table.path_mtu_changed(REMOTE, 600, d.now);
-    assert_eq!(d.table.get(id).unwrap().conn.smss(), 1220);
+    assert_eq!(d.conn(id).smss(), 1220);
 }
 
 /// Establishes an active open (the peer offers `LINK_MSS`) and returns the segments of a
 /// 3000-byte send, after checking the SYN still announces the link's MSS.
-fn active_send(d: &mut Dev, c: &Config) -> (u32, Vec<(Header, Vec<u8>)>) {
-    let (id, syn) = d.connect(c);
-    assert_eq!(syn.len(), 1);
+fn active_send(d: &mut Dev, c: &Config) -> (u32, Segments) {
+    let mss = Options {
+        mss: Some(LINK_MSS),
+        ..Options::default()
+    };
+    let (id, iss, syn) = d.connected(c, 60_000, mss);
     assert_eq!(
-        syn[0].0.options.mss,
+        syn.options.mss,
         Some(LINK_MSS),
         "the MSS announced is what the link receives (RFC 9293 §3.7.1)"
     );
-    let iss = d.iss(id);
-    let mut sa = hdr(CPORT, SYN | ACK, IRS, iss + 1, 60_000);
-    sa.options.mss = Some(LINK_MSS);
-    d.send(sa, &[]);
     (iss, d.queue(id, 3000))
 }
 
@@ -197,11 +148,7 @@ fn new_connections_start_at_the_path_mtu_learned_before() {
     let (iss, out) = active_send(&mut d, &c);
     assert_eq!(
         shape(&out),
-        vec![
-            (ACK, iss + 1, IRS + 1, 1220),
-            (ACK, iss + 1221, IRS + 1, 1220),
-            (ACK | PSH, iss + 2441, IRS + 1, 560),
-        ]
+        data(iss + 1, IRS + 1, &[1220, 1220, 560], true)
     );
     fits(&out, 1280);
 
@@ -214,21 +161,10 @@ fn new_connections_start_at_the_path_mtu_learned_before() {
     assert_eq!(sa[0].0.options.mss, Some(LINK_MSS));
     let liss = sa[0].0.seq;
     d.send(hdr(LPORT, ACK, IRS + 1, liss + 1, 60_000), &[]);
-    let id = d
-        .table
-        .ids()
-        .into_iter()
-        .find(|&id| d.table.get(id).unwrap().conn.tuple().local_port == LPORT)
-        .expect("accepted");
-    assert_eq!(d.table.get(id).unwrap().conn.smss(), 1220);
+    let id = d.accepted(RPORT);
+    assert_eq!(d.conn(id).smss(), 1220);
     let out = d.queue(id, 1500);
-    assert_eq!(
-        shape(&out),
-        vec![
-            (ACK, liss + 1, IRS + 1, 1220),
-            (ACK | PSH, liss + 1221, IRS + 1, 280),
-        ]
-    );
+    assert_eq!(shape(&out), data(liss + 1, IRS + 1, &[1220, 280], true));
 }
 
 #[test]
@@ -245,10 +181,6 @@ fn new_connections_grow_again_once_the_path_mtu_is_raised() {
     let (iss, out) = active_send(&mut d, &c);
     assert_eq!(
         shape(&out),
-        vec![
-            (ACK, iss + 1, IRS + 1, 1440),
-            (ACK, iss + 1441, IRS + 1, 1440),
-            (ACK | PSH, iss + 2881, IRS + 1, 120),
-        ]
+        data(iss + 1, IRS + 1, &[1440, 1440, 120], true)
     );
 }

@@ -1,0 +1,163 @@
+//! The test's end of the cable: frames built and injected, what the device sent taken
+//! off, parsed and checked, and waited for.
+
+use std::net::Ipv6Addr;
+use std::time::{Duration, Instant};
+
+use etherparse::TcpHeader;
+use qpip_device::backend::{Backend, MAX_FRAME};
+use qpip_device::net::wire;
+
+use super::segment::{parse_opts, Frame, Seg};
+use super::*;
+
+impl Peer {
+    fn frame(&self, next: u8, upper: &[u8]) -> Vec<u8> {
+        let mut f = wire::ipv6_packet(&self.addr, &self.dev, next, 64, upper);
+        wire::write_ethernet(&mut f, &DEV_MAC, &PEER_MAC);
+        f
+    }
+
+    /// Sends a whole Ethernet frame to the device.
+    pub fn inject_frame(&mut self, f: &[u8]) {
+        self.link.send(f).expect("the cable takes the frame");
+    }
+
+    /// A TCP segment (header with checksum, then payload) from the test to the device.
+    pub fn tcp_bytes(&self, h: &TcpHeader, payload: &[u8]) -> Vec<u8> {
+        let mut h = h.clone();
+        h.checksum = h
+            .calc_checksum_ipv6_raw(self.addr.octets(), self.dev.octets(), payload)
+            .expect("size");
+        let mut b = h.to_bytes().to_vec();
+        b.extend_from_slice(payload);
+        b
+    }
+
+    /// Injects a TCP segment in a plain IPv6 packet.
+    pub fn inject_tcp(&mut self, h: &TcpHeader, payload: &[u8]) {
+        let b = self.tcp_bytes(h, payload);
+        let f = self.frame(TCP, &b);
+        self.inject_frame(&f);
+    }
+
+    /// Injects an IPv6 packet whose payload is `upper` after the header chain `next`
+    /// (for extension headers built by the caller).
+    pub fn inject_ip(&mut self, next: u8, upper: &[u8]) {
+        let f = self.frame(next, upper);
+        self.inject_frame(&f);
+    }
+
+    /// An ICMPv6 packet too big from [`ROUTER`] reporting `mtu`, quoting the device's last
+    /// data segment (as much as fits the minimum MTU, RFC 4443 §3.2).
+    pub fn packet_too_big(&mut self, mtu: u32) {
+        let q = self
+            .last_data_frame
+            .clone()
+            .expect("the device sent data to quote");
+        let q = &q[wire::ETH_LEN..q.len().min(wire::ETH_LEN + 1280 - 40 - 8)];
+        let mut body = mtu.to_be_bytes().to_vec();
+        body.extend_from_slice(q);
+        let router: Ipv6Addr = ROUTER.parse().unwrap();
+        let m = wire::icmpv6(&router, &self.dev, 2, 0, &body);
+        let mut f = wire::ipv6_packet(&router, &self.dev, ICMPV6, 64, &m);
+        wire::write_ethernet(&mut f, &DEV_MAC, &PEER_MAC);
+        self.inject_frame(&f);
+    }
+
+    /// Takes what the device sent so far into the inbox.
+    pub(super) fn pump(&mut self) {
+        let mut buf = vec![0u8; MAX_FRAME];
+        while let Ok(Some(n)) = self.link.recv(&mut buf) {
+            let f = buf[..n].to_vec();
+            let fr = self.classify(&f);
+            if let Frame::Tcp(s) = &fr {
+                self.tcp_seen += 1;
+                if !s.payload.is_empty() {
+                    self.last_data_frame = Some(f.clone());
+                }
+                if let Some((v, _)) = s.ts() {
+                    self.last_ts = v;
+                }
+            }
+            self.log.push(fr.clone());
+            if !matches!(fr, Frame::Other) {
+                self.inbox.push_back(fr);
+            }
+        }
+    }
+
+    fn classify(&self, f: &[u8]) -> Frame {
+        if f.len() < 54 || f[12..14] != [0x86, 0xdd] {
+            return Frame::Other;
+        }
+        let ip = &f[14..];
+        let plen = u16::from_be_bytes([ip[4], ip[5]]) as usize;
+        assert!(
+            ip.len() >= 40 + plen,
+            "IPv6 payload length beyond the frame"
+        );
+        let (next, upper) = (ip[6], &ip[40..40 + plen]);
+        let src = Ipv6Addr::from(<[u8; 16]>::try_from(&ip[8..24]).unwrap());
+        let dst = Ipv6Addr::from(<[u8; 16]>::try_from(&ip[24..40]).unwrap());
+        match next {
+            FRAGMENT => Frame::Fragment(40 + plen),
+            ICMPV6 if upper.len() >= 4 && dst == self.addr => {
+                assert!(
+                    wire::checksum_ok(&src, &dst, ICMPV6, upper),
+                    "ICMPv6 checksum"
+                );
+                Frame::Icmp(upper[0], upper[1], upper[4..].to_vec())
+            }
+            TCP => {
+                assert_eq!((src, dst), (self.dev, self.addr), "TCP to the test");
+                let (h, payload) = TcpHeader::from_slice(upper).expect("a TCP header");
+                let sum = h
+                    .calc_checksum_ipv6_raw(src.octets(), dst.octets(), payload)
+                    .expect("size");
+                assert_eq!(sum, h.checksum, "TCP checksum");
+                Frame::Tcp(Seg {
+                    opts: parse_opts(h.options.as_slice()),
+                    h,
+                    payload: payload.to_vec(),
+                    ip_len: 40 + plen,
+                })
+            }
+            _ => Frame::Other,
+        }
+    }
+
+    /// The next frame the device sends that is not [`Frame::Other`] (it waits up to
+    /// [`WAIT`]).
+    pub fn next_frame(&mut self) -> Frame {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            self.pump();
+            if let Some(f) = self.inbox.pop_front() {
+                return f;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the device sent nothing within {WAIT:?} (after `{}`)",
+                self.line
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// The next TCP segment the device sends (ICMPv6 before it is an error).
+    pub fn next_seg(&mut self) -> Seg {
+        match self.next_frame() {
+            Frame::Tcp(s) => s,
+            f => panic!("expected a TCP segment, the device sent {f:?}"),
+        }
+    }
+
+    /// The next ICMPv6 message the device sends (a TCP segment first is an error).
+    pub fn next_icmp(&mut self) -> (u8, u8, Vec<u8>) {
+        match self.next_frame() {
+            Frame::Icmp(t, c, b) => (t, c, b),
+            f => panic!("expected ICMPv6, the device sent {f:?}"),
+        }
+    }
+}
