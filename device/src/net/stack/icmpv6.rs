@@ -137,16 +137,8 @@ impl Stack {
 
     // ---- ICMPv6 -----------------------------------------------------------------------
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn icmpv6(
-        &mut self,
-        upper: &[u8],
-        src: Ipv6Addr,
-        dst: Ipv6Addr,
-        hop_limit: u8,
-        eth_src: Mac,
-        now: Instant,
-    ) {
+    pub(super) fn icmpv6(&mut self, upper: &[u8], a: Arrival) {
+        let Arrival { src, dst, now, .. } = a;
         let m = match wire::parse_icmpv6(upper) {
             Ok(m) => m,
             Err(_) => {
@@ -189,12 +181,8 @@ impl Stack {
                     }
                 }
             }
-            icmp::NEIGHBOR_SOLICIT => {
-                self.neighbor_solicitation(&m, src, dst, hop_limit, eth_src, now)
-            }
-            icmp::NEIGHBOR_ADVERT => {
-                self.neighbor_advertisement(&m, src, dst, hop_limit, eth_src, now)
-            }
+            icmp::NEIGHBOR_SOLICIT => self.neighbor_solicitation(&m, a),
+            icmp::NEIGHBOR_ADVERT => self.neighbor_advertisement(&m, a),
             icmp::PACKET_TOO_BIG => self.packet_too_big(&m, now),
             icmp::DEST_UNREACHABLE | icmp::TIME_EXCEEDED | icmp::PARAM_PROBLEM => {
                 // Nothing of ours reacts to these yet (TCP will); they are counted.
@@ -225,15 +213,14 @@ impl Stack {
         true
     }
 
-    pub(super) fn neighbor_solicitation(
-        &mut self,
-        m: &wire::Icmpv6Message,
-        src: Ipv6Addr,
-        dst: Ipv6Addr,
-        hop_limit: u8,
-        eth_src: Mac,
-        now: Instant,
-    ) {
+    pub(super) fn neighbor_solicitation(&mut self, m: &wire::Icmpv6Message, a: Arrival) {
+        let Arrival {
+            src,
+            dst,
+            hop_limit,
+            eth_src,
+            now,
+        } = a;
         if !self.ndp_acceptable(m, hop_limit) {
             return;
         }
@@ -286,15 +273,14 @@ impl Stack {
     }
 
     /// RFC 4861 §7.1.2 validation and §7.2.5 processing.
-    pub(super) fn neighbor_advertisement(
-        &mut self,
-        m: &wire::Icmpv6Message,
-        _src: Ipv6Addr,
-        dst: Ipv6Addr,
-        hop_limit: u8,
-        eth_src: Mac,
-        now: Instant,
-    ) {
+    pub(super) fn neighbor_advertisement(&mut self, m: &wire::Icmpv6Message, a: Arrival) {
+        let Arrival {
+            dst,
+            hop_limit,
+            eth_src,
+            now,
+            ..
+        } = a;
         if !self.ndp_acceptable(m, hop_limit) {
             return;
         }

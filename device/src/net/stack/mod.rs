@@ -128,6 +128,18 @@ pub enum Upper<'f> {
     Tcp(TcpIn<'f>),
 }
 
+/// What the IPv6 header and the link said about a received packet, carried along its
+/// header chain to whoever handles it.
+#[derive(Clone, Copy)]
+pub(super) struct Arrival {
+    pub src: Ipv6Addr,
+    pub dst: Ipv6Addr,
+    pub hop_limit: u8,
+    /// The Ethernet source (our own MAC for what came through the loopback).
+    pub eth_src: Mac,
+    pub now: Instant,
+}
+
 /// What the engine did with a received datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {

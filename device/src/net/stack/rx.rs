@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::net::frag::{self, Key, Outcome};
 use crate::net::stats::DropReason;
-use crate::net::wire::{self, icmp, proto, Mac, ETH_LEN, IPV6_LEN};
+use crate::net::wire::{self, icmp, proto, ETH_LEN, IPV6_LEN};
 
 use super::*;
 
@@ -81,8 +81,14 @@ impl Stack {
         if !(self.is_own_unicast(&ip.dst) || self.is_member(&ip.dst)) {
             return self.drop(DropReason::NotForUs);
         }
-        let (src, dst, hop_limit) = (ip.src, ip.dst, ip.hop_limit);
-        self.walk(Cow::Borrowed(ip.packet), src, dst, hop_limit, eth.src, now)
+        let a = Arrival {
+            src: ip.src,
+            dst: ip.dst,
+            hop_limit: ip.hop_limit,
+            eth_src: eth.src,
+            now,
+        };
+        self.walk(Cow::Borrowed(ip.packet), a)
     }
 
     /// Processes a packet the device sent to itself ([`Stack::pop_loopback`]): as
@@ -92,20 +98,19 @@ impl Stack {
         let Ok(ip) = wire::parse_ipv6(&frame[wire::ETH_LEN..]) else {
             return self.drop(DropReason::Malformed);
         };
-        let (src, dst, hop_limit, mac) = (ip.src, ip.dst, ip.hop_limit, self.mac);
-        self.walk(Cow::Borrowed(ip.packet), src, dst, hop_limit, mac, now)
+        let a = Arrival {
+            src: ip.src,
+            dst: ip.dst,
+            hop_limit: ip.hop_limit,
+            eth_src: self.mac,
+            now,
+        };
+        self.walk(Cow::Borrowed(ip.packet), a)
     }
 
     /// Follows the header chain of a packet for us (RFC 8200 §4) to its upper layer.
-    pub(super) fn walk<'f>(
-        &mut self,
-        pkt: Cow<'f, [u8]>,
-        src: Ipv6Addr,
-        dst: Ipv6Addr,
-        hop_limit: u8,
-        eth_src: Mac,
-        now: Instant,
-    ) -> Option<Upper<'f>> {
+    pub(super) fn walk<'f>(&mut self, pkt: Cow<'f, [u8]>, a: Arrival) -> Option<Upper<'f>> {
+        let Arrival { src, dst, now, .. } = a;
         let reassembled = matches!(pkt, Cow::Owned(_));
         let mut nh = pkt[6];
         let mut nh_at = 6; // where the current next-header value sits, for parameter problems
@@ -164,11 +169,11 @@ impl Stack {
                     if reassembled {
                         return self.drop(DropReason::BadFragment);
                     }
-                    return self.fragment(b, off, fh, src, dst, hop_limit, eth_src, now);
+                    return self.fragment(b, off, fh, a);
                 }
                 proto::NO_NEXT => return self.drop(DropReason::NoNextHeader),
                 proto::ICMPV6 => {
-                    self.icmpv6(&b[off..], src, dst, hop_limit, eth_src, now);
+                    self.icmpv6(&b[off..], a);
                     return None;
                 }
                 proto::UDP => {
@@ -262,18 +267,14 @@ impl Stack {
     }
 
     /// A fragment of a packet for us: checked, then held until its packet is complete.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn fragment<'f>(
         &mut self,
         pkt: &[u8],
         off: usize,
         fh: wire::FragmentHeader,
-        src: Ipv6Addr,
-        dst: Ipv6Addr,
-        hop_limit: u8,
-        eth_src: Mac,
-        now: Instant,
+        a: Arrival,
     ) -> Option<Upper<'f>> {
+        let now = a.now;
         let data = &pkt[off + wire::FRAG_LEN..];
         if fh.more && !data.len().is_multiple_of(8) {
             // Parameter problem pointing at the payload length (RFC 8200 §4.5).
@@ -308,8 +309,8 @@ impl Stack {
             return self.drop(DropReason::BadFragment);
         }
         let key = Key {
-            src,
-            dst,
+            src: a.src,
+            dst: a.dst,
             id: fh.id,
         };
         let mut expired = Vec::new();
@@ -344,11 +345,11 @@ impl Stack {
                 // the fragment header were processed with each fragment) and the data.
                 let mut packet = Vec::with_capacity(IPV6_LEN + data.len());
                 packet.extend_from_slice(
-                    &wire::ipv6_packet(&src, &dst, next, hop_limit, &[])[ETH_LEN..],
+                    &wire::ipv6_packet(&a.src, &a.dst, next, a.hop_limit, &[])[ETH_LEN..],
                 );
                 packet[4..6].copy_from_slice(&(data.len() as u16).to_be_bytes());
                 packet.extend_from_slice(&data);
-                self.walk(Cow::Owned(packet), src, dst, hop_limit, eth_src, now)
+                self.walk(Cow::Owned(packet), a)
             }
         }
     }
