@@ -6,6 +6,7 @@
 use std::net::Ipv6Addr;
 
 use crate::harness::*;
+use qpip_device::net::tcp::listener::Listener;
 use qpip_device::net::tcp::wire::flags::*;
 use qpip_device::net::tcp::wire::{Header, Options};
 use qpip_device::net::tcp::{Config, ConnId, Event, State, TcpStats};
@@ -182,7 +183,14 @@ fn listener_cookies_drops_and_stateless_resets() {
 
     // A listener with neither backlog nor cookies drops SYNs.
     c.d.table
-        .listen(Ipv6Addr::UNSPECIFIED, 81, cfg(), 0, false, c.d.now)
+        .listen(Listener::new(
+            Ipv6Addr::UNSPECIFIED,
+            81,
+            cfg(),
+            0,
+            false,
+            c.d.now,
+        ))
         .unwrap();
     assert!(c.send(hdr(81, SYN, 77, 0, 100), &[]).is_empty());
     c.check(|w| w.listen_drops += 1);

@@ -8,6 +8,7 @@ use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
+use qpip_device::net::tcp::listener::Listener;
 use qpip_device::net::tcp::{
     self, wire, ConnId, ConnectionTable, Event, Input, IsnGenerator, State,
 };
@@ -181,7 +182,7 @@ fn many_connections_through_tables_over_a_bad_link() {
     let mut hosts = [Host::new(1, t0), Host::new(2, t0)];
     hosts[1]
         .table
-        .listen(Ipv6Addr::UNSPECIFIED, 80, cfg, 64, true, t0)
+        .listen(Listener::new(Ipv6Addr::UNSPECIFIED, 80, cfg, 64, true, t0))
         .unwrap();
     const N: usize = 12;
     hosts[1].reply_sizes = (0..N).map(|i| 50_000 * (i + 1)).collect();
@@ -245,7 +246,7 @@ fn syn_flood_fills_no_more_than_the_backlog_and_cookies_still_connect() {
     let cfg = test_config();
     let mut server: ConnectionTable<usize> = ConnectionTable::new(IsnGenerator::new([5; 16], t0));
     server
-        .listen(Ipv6Addr::UNSPECIFIED, 80, cfg, 32, true, t0)
+        .listen(Listener::new(Ipv6Addr::UNSPECIFIED, 80, cfg, 32, true, t0))
         .unwrap();
     let mut rng = fastrand::Rng::with_seed(99);
     let mut cookies = 0;

@@ -8,6 +8,7 @@
 use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
 
+use qpip_device::net::tcp::listener::Listener;
 use qpip_device::net::tcp::wire::{self, Header, Options};
 use qpip_device::net::tcp::{
     self, Config, ConnId, Connection, ConnectionTable, Event, Input, IsnGenerator,
@@ -173,7 +174,9 @@ impl Dev {
 
     pub fn listen(&mut self, cfg: &Config, backlog: usize, cookies: bool) {
         self.table
-            .listen(LOCAL, LPORT, *cfg, backlog, cookies, self.now)
+            .listen(Listener::new(
+                LOCAL, LPORT, *cfg, backlog, cookies, self.now,
+            ))
             .expect("listen");
     }
 

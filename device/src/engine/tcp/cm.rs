@@ -136,7 +136,14 @@ impl Engine {
         let cfg = self.tcp.cfg;
         self.tcp
             .table
-            .listen(addr, port, cfg, backlog, true, Instant::now())
+            .listen(tcp::listener::Listener::new(
+                addr,
+                port,
+                cfg,
+                backlog,
+                true,
+                Instant::now(),
+            ))
             .map_err(|_| ADMIN_STATUS_ADDR_IN_USE)?;
         Ok(AcceptQueue {
             backlog,

@@ -186,23 +186,14 @@ impl<T> ConnectionTable<T> {
 
     // ---- listeners ----------------------------------------------------------------
 
-    /// Listens on `port` at `local` (unspecified: every address of the device).
-    pub fn listen(
-        &mut self,
-        local: Ipv6Addr,
-        port: u16,
-        cfg: Config,
-        backlog: usize,
-        cookies: bool,
-        now: Instant,
-    ) -> Result<(), TableError> {
-        if self.listeners.contains_key(&(local, port)) {
+    /// Takes `listener` (its address unspecified: every address of the device); refused
+    /// if one listens there already.
+    pub fn listen(&mut self, listener: Listener) -> Result<(), TableError> {
+        let at = listener.local();
+        if self.listeners.contains_key(&at) {
             return Err(TableError::InUse);
         }
-        self.listeners.insert(
-            (local, port),
-            Listener::new(local, port, cfg, backlog, cookies, now),
-        );
+        self.listeners.insert(at, listener);
         Ok(())
     }
 

@@ -3,6 +3,7 @@
 
 use std::net::Ipv6Addr;
 
+use qpip_device::net::tcp::listener::Listener;
 use qpip_device::net::tcp::wire;
 use qpip_device::net::tcp::{self, ConnId, ConnectionTable, Input, IsnGenerator};
 
@@ -27,10 +28,10 @@ fn table_demultiplexes_listens_and_runs_timers_from_a_heap() {
     let t0 = Instant::now();
     let mut table = table(t0);
     table
-        .listen(Ipv6Addr::UNSPECIFIED, 80, cfg(), 8, true, t0)
+        .listen(Listener::new(Ipv6Addr::UNSPECIFIED, 80, cfg(), 8, true, t0))
         .unwrap();
     assert!(table
-        .listen(Ipv6Addr::UNSPECIFIED, 80, cfg(), 8, true, t0)
+        .listen(Listener::new(Ipv6Addr::UNSPECIFIED, 80, cfg(), 8, true, t0))
         .is_err());
     let id = table
         .connect(tuple(LOCAL, 2000, REMOTE, 443), t0, &cfg(), 7)
