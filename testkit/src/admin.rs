@@ -228,16 +228,7 @@ impl FakeGuest {
         let (id, slot) = self.create_cq_args(ctx, &a)?;
         assert_ne!(id, 0, "object handles are non-zero");
         assert!(slot < DB_CQ_SLOTS, "CQ doorbell slot {slot} out of range");
-        Ok(Cq {
-            ctx,
-            id,
-            slot,
-            depth,
-            vector,
-            pages,
-            head: 0,
-            arm_seq: 0,
-        })
+        Ok(Cq::created(ctx, &a, pages, (id, slot)))
     }
 
     /// A CQ on the next completion vector (1..16 in turn).
@@ -299,19 +290,7 @@ impl FakeGuest {
         let (id, slot) = self.create_qp_args(ctx, &a)?;
         assert_ne!(id, 0, "object handles are non-zero");
         assert!(slot < DB_QP_SLOTS, "QP doorbell slot {slot} out of range");
-        Ok(Qp {
-            ctx,
-            id,
-            slot,
-            sq_pages,
-            rq_pages,
-            sq_depth,
-            rq_depth,
-            sq_tail: 0,
-            rq_tail: 0,
-            send_cq,
-            recv_cq,
-        })
+        Ok(Qp::created(ctx, &a, (sq_pages, rq_pages), (id, slot)))
     }
 
     /// A UDP QP.

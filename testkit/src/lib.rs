@@ -9,6 +9,13 @@
 //! (`qpip_abi::doorbell::Producer`). Everything the tests put in guest memory is an `abi`
 //! structure serialized with zerocopy: no offsets are written by hand here. [`relay`] sits
 //! between two devices on a cable to drop, delay or answer frames.
+//!
+//! The pieces under the fake guest serve the harnesses that drive an engine without
+//! vfio-user too (the fuzz targets, the engine bench), so that each piece of the ABI's logic
+//! is written once: [`Ram`] (guest RAM), [`SyncEngine`] (an engine polled on the caller's
+//! thread), the ring arithmetic ([`AdminRing`], [`ring_slot`], [`Cq::slot_gpa`],
+//! [`Qp::push_sq`]), the admin command builders ([`cmd`], [`cq_body`], [`qp_body`],
+//! [`mr_body`], ...) and the rules every admin completion follows ([`check_admin_cqe`]).
 
 mod admin;
 mod commands;
@@ -16,12 +23,14 @@ mod queues;
 mod ram;
 pub mod relay;
 mod rings;
+mod sync_engine;
 mod tcp;
 
 pub use commands::*;
 pub use queues::*;
 pub use ram::Ram;
 pub use rings::*;
+pub use sync_engine::SyncEngine;
 pub use tcp::*;
 
 use std::collections::VecDeque;
@@ -281,7 +290,6 @@ pub struct FakeGuest {
     /// Guest-physical address of each context's doorbell page (guest RAM the guest names
     /// in CREATE_CTX); indices of contexts not created point at pages the device never saw.
     db_pages: Vec<u64>,
-    next_page: u64,
     next_iova: u64,
     irqs: Vec<File>,
     admin: Option<AdminRing>,
@@ -340,7 +348,9 @@ impl FakeGuest {
     /// guest RAM mapped and interrupts wired, not yet enabled, as [`FakeGuest::bare`].
     pub fn attach(mut client: Client) -> Self {
         // Guest RAM: a memfd, as QEMU's memory-backend-memfd.
-        let ram = Ram::new(c"guest-ram", RAM_BASE, RAM_SIZE);
+        let mut ram = Ram::new(c"guest-ram", RAM_BASE, RAM_SIZE);
+        // Default doorbell pages for contexts not created (pages the device never sees).
+        let db_base = ram.alloc_pages(DOORBELL_PAGES as u64);
         client
             .dma_map(0, RAM_BASE, RAM_SIZE, ram.file().as_raw_fd())
             .unwrap();
@@ -363,10 +373,7 @@ impl FakeGuest {
             server: None,
             _dir: None,
             ram,
-            db_pages: (0..DOORBELL_PAGES as u64)
-                .map(|i| RAM_BASE + i * PAGE)
-                .collect(),
-            next_page: RAM_BASE + DOORBELL_PAGES as u64 * PAGE,
+            db_pages: contiguous(db_base, DOORBELL_PAGES as u64),
             next_iova: 0x7f00_0000_0000,
             irqs,
             admin: None,
@@ -449,13 +456,7 @@ impl FakeGuest {
 
     /// Allocates `n` contiguous zeroed pages of guest RAM (never reused).
     pub fn alloc_pages(&mut self, n: usize) -> u64 {
-        let a = self.next_page;
-        self.next_page += n as u64 * PAGE;
-        assert!(
-            self.next_page <= RAM_BASE + RAM_SIZE,
-            "guest RAM exhausted (test allocates too much)"
-        );
-        a
+        self.ram.alloc_pages(n as u64)
     }
 
     /// `n` pages that are not physically contiguous and in descending order, so a device
@@ -535,10 +536,7 @@ impl FakeGuest {
 
     /// Writes a page list (u64 entries) into fresh guest memory and returns its address.
     pub fn page_list(&mut self, pages: &[u64]) -> u64 {
-        let n = (pages.len() as u64 * 8).div_ceil(PAGE).max(1);
-        let at = self.alloc_pages(n as usize);
-        self.mem_write(at, pages.as_bytes());
-        at
+        self.ram.page_list(pages)
     }
 
     // ---- interrupts -----------------------------------------------------------------------

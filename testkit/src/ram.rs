@@ -14,12 +14,16 @@ use qpip_abi::doorbell::Producer;
 use qpip_abi::pci::DOORBELL_PAGE_SIZE;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
-/// A memfd of guest RAM at a guest-physical base, mapped into this process.
+use crate::PAGE;
+
+/// A memfd of guest RAM at a guest-physical base, mapped into this process, and the pages of
+/// it handed out so far (from the base up, never reused).
 pub struct Ram {
     file: File,
     map: NonNull<u8>,
     base: u64,
     size: u64,
+    next_page: u64,
 }
 
 impl Ram {
@@ -38,6 +42,7 @@ impl Ram {
             map,
             base,
             size,
+            next_page: base,
         }
     }
 
@@ -58,6 +63,30 @@ impl Ram {
     /// First guest-physical address past RAM.
     pub fn end(&self) -> u64 {
         self.base + self.size
+    }
+
+    /// `n` contiguous pages of zeroed guest RAM, never handed out before: their
+    /// guest-physical address.
+    pub fn alloc_pages(&mut self, n: u64) -> u64 {
+        let at = self.next_page;
+        self.next_page += n * PAGE;
+        assert!(
+            self.next_page <= self.end(),
+            "guest RAM exhausted (the harness allocates too much)"
+        );
+        at
+    }
+
+    /// Pages needed for a page list of `n` entries.
+    pub fn page_list_pages(n: usize) -> u64 {
+        (n as u64 * 8).div_ceil(PAGE).max(1)
+    }
+
+    /// Writes a page list (u64 entries) into fresh pages and returns its address.
+    pub fn page_list(&mut self, pages: &[u64]) -> u64 {
+        let at = self.alloc_pages(Self::page_list_pages(pages.len()));
+        self.write(at, pages.as_bytes());
+        at
     }
 
     /// This process's pointer to the `len` bytes at `gpa`; panics if any of them lies outside
@@ -100,7 +129,11 @@ impl Ram {
     }
 
     pub fn read_obj<T: FromBytes>(&self, gpa: u64) -> T {
-        T::read_from_bytes(&self.read(gpa, std::mem::size_of::<T>())).expect("sized")
+        let p = self.ptr(gpa, std::mem::size_of::<T>());
+        fence(Ordering::Acquire);
+        // SAFETY: in bounds (ptr checks); an unaligned read of bytes that any value of a
+        // FromBytes type may hold. No allocation: the bench reads CQEs this way.
+        unsafe { std::ptr::read_unaligned(p.cast::<T>()) }
     }
 
     /// The byte at `gpa` as an atomic (a phase byte the device writes last).

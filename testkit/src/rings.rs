@@ -3,7 +3,7 @@
 //! list lives, the work queues' and completion queues' indices, and the admin queue's producer
 //! and consumer indices with the phase a new completion carries.
 
-use qpip_abi::admin::{AdminCmd, AdminCqe};
+use qpip_abi::admin::{AdminCmd, AdminCqe, CreateCqArgs, CreateQpArgs};
 use qpip_abi::cqe::{phase, Cqe, CQE_SIZE};
 use qpip_abi::wqe::WQE_SIZE;
 
@@ -27,6 +27,21 @@ pub fn ring_slot(pages: &[u64], entry: u32, idx: u32, depth: u32) -> u64 {
 }
 
 impl Cq {
+    /// The CQ a successful `CREATE_CQ` with `a` made in `ctx`, on the ring `pages` that
+    /// `a` lists, with the id and doorbell slot the completion gave.
+    pub fn created(ctx: u32, a: &CreateCqArgs, pages: Vec<u64>, (id, slot): (u32, u32)) -> Cq {
+        Cq {
+            ctx,
+            id,
+            slot,
+            depth: a.depth,
+            vector: a.vector,
+            pages,
+            head: 0,
+            arm_seq: 0,
+        }
+    }
+
     /// Guest-physical address of CQE `idx` (free-running).
     pub fn slot_gpa(&self, idx: u32) -> u64 {
         ring_slot(&self.pages, CQE_SIZE, idx, self.depth)
@@ -39,6 +54,29 @@ impl Cq {
 }
 
 impl Qp {
+    /// The QP a successful `CREATE_QP` with `a` made in `ctx`, on the rings (send, receive)
+    /// that `a` lists, with the id and doorbell slot the completion gave.
+    pub fn created(
+        ctx: u32,
+        a: &CreateQpArgs,
+        (sq_pages, rq_pages): (Vec<u64>, Vec<u64>),
+        (id, slot): (u32, u32),
+    ) -> Qp {
+        Qp {
+            ctx,
+            id,
+            slot,
+            sq_pages,
+            rq_pages,
+            sq_depth: a.sq_depth,
+            rq_depth: a.rq_depth,
+            sq_tail: 0,
+            rq_tail: 0,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+        }
+    }
+
     /// The send queue slot the next WQE goes to; advances `sq_tail` past it (the caller
     /// writes the WQE there, then rings `sq_tail`).
     pub fn push_sq(&mut self) -> u64 {
