@@ -141,7 +141,13 @@ fn admin_command(dir: &Path) {
     // A CQ of 64 entries and a QP of 32 on one page each; an MR of a page's length from 0x80
     // into its first page (so on two).
     let cq = cq_body(0x2000, 64, 1);
-    let qp = qp_body(0x3000, 0x4000, 2, 2, 32, 32, QP_TYPE_TCP, FRAMING_MESSAGE);
+    let qp = qp_body(
+        (0x3000, 0x4000),
+        (2, 2),
+        (32, 32),
+        QP_TYPE_TCP,
+        FRAMING_MESSAGE,
+    );
     let mr = mr_body(
         0x5000,
         2,

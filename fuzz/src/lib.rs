@@ -543,13 +543,13 @@ impl SyncDevice {
         let n = ring_pages(depth, WQE_SIZE);
         let sq = contiguous(self.alloc_pages(n), n);
         let rq = contiguous(self.alloc_pages(n), n);
-        let (sq_list, rq_list) = (self.page_list(&sq), self.page_list(&rq));
+        let lists = (self.page_list(&sq), self.page_list(&rq));
         let framing = if qp_type == QP_TYPE_TCP {
             FRAMING_MESSAGE
         } else {
             0
         };
-        let a = qp_body(sq_list, rq_list, scq, rcq, depth, depth, qp_type, framing);
+        let a = qp_body(lists, (scq, rcq), (depth, depth), qp_type, framing);
         let (id, slot) = self.must(cmd(ADMIN_OP_CREATE_QP, ctx, 0, &a));
         Qp::created(ctx, &a, (sq, rq), (id as u32, slot as u32))
     }

@@ -261,13 +261,11 @@ impl FakeGuest {
     ) -> (CreateQpArgs, Vec<u64>, Vec<u64>) {
         let sq_pages = self.alloc_scattered(ring_pages(sq_depth, WQE_SIZE) as usize);
         let rq_pages = self.alloc_scattered(ring_pages(rq_depth, WQE_SIZE) as usize);
+        let lists = (self.page_list(&sq_pages), self.page_list(&rq_pages));
         let a = qp_body(
-            self.page_list(&sq_pages),
-            self.page_list(&rq_pages),
-            send_cq,
-            recv_cq,
-            sq_depth,
-            rq_depth,
+            lists,
+            (send_cq, recv_cq),
+            (sq_depth, rq_depth),
             qp_type,
             framing,
         );

@@ -47,39 +47,37 @@ pub fn query_cmd(opcode: u16, buf: u64, len: u32) -> AdminCmd {
 /// `CREATE_CQ` arguments: a ring of `depth` CQEs on the pages listed at `page_list`,
 /// interrupting on `vector`.
 pub fn cq_body(page_list: u64, depth: u32, vector: u32) -> CreateCqArgs {
-    let mut a = CreateCqArgs::new_zeroed();
-    a.page_list = page_list;
-    a.npages = ring_pages(depth, CQE_SIZE) as u32;
-    a.depth = depth;
-    a.vector = vector;
-    a
+    CreateCqArgs {
+        page_list,
+        npages: ring_pages(depth, CQE_SIZE) as u32,
+        depth,
+        vector,
+        reserved: [0; 28],
+    }
 }
 
-/// `CREATE_QP` arguments: queues of `sq_depth` and `rq_depth` WQEs on the pages listed at
-/// `sq_page_list` and `rq_page_list`, completing to `send_cq` and `recv_cq`.
-#[allow(clippy::too_many_arguments)]
+/// `CREATE_QP` arguments of a QP of `qp_type` with `framing`, its (send, receive) queues on
+/// the pages listed at `page_lists`, `depths` WQEs deep, completing to the CQs `cqs`.
 pub fn qp_body(
-    sq_page_list: u64,
-    rq_page_list: u64,
-    send_cq: u32,
-    recv_cq: u32,
-    sq_depth: u32,
-    rq_depth: u32,
+    page_lists: (u64, u64),
+    cqs: (u32, u32),
+    depths: (u32, u32),
     qp_type: u8,
     framing: u8,
 ) -> CreateQpArgs {
-    let mut a = CreateQpArgs::new_zeroed();
-    a.sq_page_list = sq_page_list;
-    a.rq_page_list = rq_page_list;
-    a.send_cq = send_cq;
-    a.recv_cq = recv_cq;
-    a.sq_depth = sq_depth;
-    a.rq_depth = rq_depth;
-    a.sq_npages = ring_pages(sq_depth, WQE_SIZE) as u16;
-    a.rq_npages = ring_pages(rq_depth, WQE_SIZE) as u16;
-    a.qp_type = qp_type;
-    a.framing = framing;
-    a
+    CreateQpArgs {
+        sq_page_list: page_lists.0,
+        rq_page_list: page_lists.1,
+        send_cq: cqs.0,
+        recv_cq: cqs.1,
+        sq_depth: depths.0,
+        rq_depth: depths.1,
+        sq_npages: ring_pages(depths.0, WQE_SIZE) as u16,
+        rq_npages: ring_pages(depths.1, WQE_SIZE) as u16,
+        qp_type,
+        framing,
+        reserved: [0; 10],
+    }
 }
 
 /// `REG_MR` arguments: `length` bytes at virtual address `iova`, starting
@@ -92,14 +90,15 @@ pub fn mr_body(
     length: u64,
     access: u32,
 ) -> RegMrArgs {
-    let mut a = RegMrArgs::new_zeroed();
-    a.page_list = page_list;
-    a.npages = npages;
-    a.first_page_offset = first_page_offset;
-    a.iova = iova;
-    a.length = length;
-    a.access = access;
-    a
+    RegMrArgs {
+        page_list,
+        iova,
+        length,
+        npages,
+        first_page_offset,
+        access,
+        reserved: [0; 12],
+    }
 }
 
 /// Checks what holds for the completion of any command of `opcode`, whatever it asked: it

@@ -164,17 +164,9 @@ impl SyncGuest {
         let n = ring_pages(depth, WQE_SIZE);
         let sq = contiguous(self.e.ram.alloc_pages(n), n);
         let rq = contiguous(self.e.ram.alloc_pages(n), n);
-        let (sq_list, rq_list) = (self.e.ram.page_list(&sq), self.e.ram.page_list(&rq));
-        let a = qp_body(
-            sq_list,
-            rq_list,
-            scq.id,
-            rcq.id,
-            depth,
-            depth,
-            QP_TYPE_TCP,
-            FRAMING_MESSAGE,
-        );
+        let lists = (self.e.ram.page_list(&sq), self.e.ram.page_list(&rq));
+        let cqs = (scq.id, rcq.id);
+        let a = qp_body(lists, cqs, (depth, depth), QP_TYPE_TCP, FRAMING_MESSAGE);
         let c = self.admin(cmd(ADMIN_OP_CREATE_QP, ctx, 0, &a));
         let qp = Qp::created(ctx, &a, (sq, rq), (c.result0 as u32, c.result1 as u32));
         let npages = buf_len.div_ceil(PAGE);
