@@ -2,7 +2,8 @@
 //! must agree on, and the behaviour of its formats written once for all of them: the
 //! message header's encoding and a reader for it ([`wqe::MsgHeader`],
 //! [`wqe::HeaderReader`]), a CQE's phase ([`cqe::phase`]), the producer side of the
-//! doorbell protocol ([`doorbell::Producer`]). `no_std`, no allocation.
+//! doorbell protocol ([`doorbell::Producer`]). `no_std`, no allocation — except the module
+//! `mmap` (feature `mmap`: the one shared-mapping call of the library and the test kit).
 //!
 //! The C header the guest driver includes (`guest-driver/qpip_abi.h`) is generated from this
 //! crate by cbindgen; `tests/c_header.rs` fails when the checked-in header is stale
@@ -13,12 +14,19 @@
 //! [`ABI_VERSION_MINOR`] grows when something is only added.
 #![no_std]
 
+#[cfg(feature = "mmap")]
+extern crate std;
+
 pub mod admin;
 pub mod cqe;
 pub mod doorbell;
 // Test payloads, not part of the interface: keep them out of qpip_abi.h.
 /// cbindgen:ignore
 pub mod pattern;
+// Not part of the contract's formats: keep it out of the C headers.
+/// cbindgen:ignore
+#[cfg(feature = "mmap")]
+pub mod mmap;
 pub mod pci;
 pub mod regs;
 // The uapi has a header of its own (include/uapi/qpip.h): keep it out of qpip_abi.h.

@@ -14,7 +14,11 @@ use qpip_abi::pci::DOORBELL_PAGES;
 use qpip_abi::regs::*;
 use qpip_abi::wqe::*;
 use qpip_fuzz::frames::{self as fr, AppCall, IcmpOp, Num, Op, TcpOp};
-use qpip_fuzz::{cmd, create_ctx_cmd, Seed, ADMIN_OPCODES};
+use qpip_fuzz::{Seed, ADMIN_OPCODES};
+use qpip_testkit::{
+    cmd, cq_body, create_ctx_cmd, inline_wqe, mr_body, qp_body, query_cmd, recv_wqe, send_wqe,
+    LOOPBACK,
+};
 use zerocopy::{FromZeros, IntoBytes};
 
 fn main() {
@@ -134,32 +138,24 @@ fn control_bar(dir: &Path) {
 // ---- admin_command: a raw 64-byte command ---------------------------------------------------
 
 fn admin_command(dir: &Path) {
-    let mut q = QueryArgs::new_zeroed();
-    q.buf = 0x1000;
-    q.len = 128;
-    let mut cq = CreateCqArgs::new_zeroed();
-    cq.page_list = 0x2000;
-    cq.npages = 1;
-    cq.depth = 64;
-    cq.vector = 1;
-    let mut qp = CreateQpArgs::new_zeroed();
-    qp.sq_page_list = 0x3000;
-    qp.rq_page_list = 0x4000;
-    qp.send_cq = 2;
-    qp.recv_cq = 2;
-    qp.sq_depth = 32;
-    qp.rq_depth = 32;
-    qp.sq_npages = 1;
-    qp.rq_npages = 1;
-    qp.qp_type = QP_TYPE_TCP;
-    qp.framing = FRAMING_MESSAGE;
-    let mut mr = RegMrArgs::new_zeroed();
-    mr.page_list = 0x5000;
-    mr.iova = 0x7f00_0000_0080;
-    mr.length = 4096;
-    mr.npages = 2;
-    mr.first_page_offset = 0x80;
-    mr.access = MR_ACCESS_LOCAL_WRITE;
+    // A CQ of 64 entries and a QP of 32 on one page each; an MR of a page's length from 0x80
+    // into its first page (so on two).
+    let cq = cq_body(0x2000, 64, 1);
+    let qp = qp_body(
+        (0x3000, 0x4000),
+        (2, 2),
+        (32, 32),
+        QP_TYPE_TCP,
+        FRAMING_MESSAGE,
+    );
+    let mr = mr_body(
+        0x5000,
+        2,
+        0x80,
+        0x7f00_0000_0080,
+        4096,
+        MR_ACCESS_LOCAL_WRITE,
+    );
     let mut bind = BindArgs::new_zeroed();
     bind.port = 7;
     let mut listen = ListenArgs::new_zeroed();
@@ -174,7 +170,10 @@ fn admin_command(dir: &Path) {
     let mut mac = SetMacArgs::new_zeroed();
     mac.mac = [0x02, 0, 0, 0, 0, 7];
     let cmds = [
-        ("query-device", cmd(ADMIN_OP_QUERY_DEVICE, 0, 0, &q)),
+        (
+            "query-device",
+            query_cmd(ADMIN_OP_QUERY_DEVICE, 0x1000, 128),
+        ),
         ("set-mac", cmd(ADMIN_OP_SET_MAC, 0, 0, &mac)),
         ("add-addr", cmd(ADMIN_OP_ADD_ADDR, 0, 0, &addr)),
         ("create-ctx", create_ctx_cmd(0x6000)),
@@ -195,21 +194,8 @@ fn admin_command(dir: &Path) {
 // ---- wqe: a raw 128-byte slot ---------------------------------------------------------------
 
 fn wqe(dir: &Path) {
-    let slot = |h: Wqe, tail: &[u8]| {
-        let mut b = [0u8; 128];
-        b[..48].copy_from_slice(h.as_bytes());
-        b[48..48 + tail.len()].copy_from_slice(tail);
-        b
-    };
-    let mut h = Wqe::new_zeroed();
-    h.wr_id = 1;
-    h.opcode = WQE_OP_SEND;
-    h.flags = WQE_FLAG_INLINE;
-    h.inline_len = 5;
-    h.dest_addr[15] = 1;
-    h.dest_port = 7;
     let mut s = Seed::default();
-    s.bytes(&slot(h, b"hello"));
+    s.bytes(&inline_wqe(1, LOOPBACK, 7, b"hello"));
     save(dir, "inline-send", &s);
 
     let sges = [
@@ -224,22 +210,12 @@ fn wqe(dir: &Path) {
             lkey: 0x1234,
         },
     ];
-    let mut h = Wqe::new_zeroed();
-    h.wr_id = 2;
-    h.opcode = WQE_OP_SEND;
-    h.num_sge = 2;
-    h.dest_addr[15] = 1;
-    h.dest_port = 9;
     let mut s = Seed::default();
-    s.bytes(&slot(h, sges.as_bytes()));
+    s.bytes(&send_wqe(2, LOOPBACK, 9, &sges));
     save(dir, "gather-send", &s);
 
-    let mut h = Wqe::new_zeroed();
-    h.wr_id = 3;
-    h.opcode = WQE_OP_RECV;
-    h.num_sge = 2;
     let mut s = Seed::default();
-    s.bytes(&slot(h, sges.as_bytes()));
+    s.bytes(&recv_wqe(3, &sges));
     save(dir, "recv", &s);
 }
 
@@ -557,14 +533,29 @@ fn frames(dir: &Path) {
             Op::Tcp(syn.clone()),
             Op::Tcp(listener(ACK, 0)),
             Op::Tcp(listener(ACK | PSH, 1000)),
-            Op::App { which: 1, call: AppCall::Read(4000) },
-            Op::App { which: 1, call: AppCall::Send(5000) },
-            Op::Wait { ms: 50, long: false },
+            Op::App {
+                which: 1,
+                call: AppCall::Read(4000),
+            },
+            Op::App {
+                which: 1,
+                call: AppCall::Send(5000),
+            },
+            Op::Wait {
+                ms: 50,
+                long: false,
+            },
             Op::Tcp(listener(ACK, 0)),
             Op::Tcp(listener(ACK | FIN, 0)),
-            Op::App { which: 1, call: AppCall::Close },
+            Op::App {
+                which: 1,
+                call: AppCall::Close,
+            },
             Op::Tcp(listener(ACK, 0)),
-            Op::Wait { ms: 5000, long: false },
+            Op::Wait {
+                ms: 5000,
+                long: false,
+            },
         ],
     );
     // The established connection: data out of order then in order, a transfer with
@@ -579,11 +570,17 @@ fn frames(dir: &Path) {
         &[
             Op::Tcp(ooo),
             Op::Tcp(est(ACK, 1000)),
-            Op::App { which: 0, call: AppCall::Send(20000) },
+            Op::App {
+                which: 0,
+                call: AppCall::Send(20000),
+            },
             Op::Tcp(dup.clone()),
             Op::Tcp(dup.clone()),
             Op::Tcp(dup),
-            Op::Wait { ms: 3000, long: false },
+            Op::Wait {
+                ms: 3000,
+                long: false,
+            },
             Op::Tcp(est(ACK, 0)),
         ],
     );
@@ -626,10 +623,26 @@ fn frames(dir: &Path) {
         dir,
         "ndp-echo-udp",
         &[
-            Op::Icmp(IcmpOp::Solicit { target_ours: true, with_sllao: true, multicast: true }),
-            Op::Icmp(IcmpOp::Advert { solicited: true, override_: true, from_peer2: true }),
-            Op::Icmp(IcmpOp::Echo { id: 7, seq: 1, len: 56 }),
-            Op::Udp { dport: 9, len: 20, unreachable: true },
+            Op::Icmp(IcmpOp::Solicit {
+                target_ours: true,
+                with_sllao: true,
+                multicast: true,
+            }),
+            Op::Icmp(IcmpOp::Advert {
+                solicited: true,
+                override_: true,
+                from_peer2: true,
+            }),
+            Op::Icmp(IcmpOp::Echo {
+                id: 7,
+                seq: 1,
+                len: 56,
+            }),
+            Op::Udp {
+                dport: 9,
+                len: 20,
+                unreachable: true,
+            },
             Op::Raw(echo),
             Op::Tcp({
                 let mut t = est(ACK | PSH, 100);
@@ -638,7 +651,10 @@ fn frames(dir: &Path) {
                 t.ports = (7000, 7001);
                 t
             }),
-            Op::Wait { ms: 4000, long: false },
+            Op::Wait {
+                ms: 4000,
+                long: false,
+            },
         ],
     );
     // Segments in fragments, in and out of order, and a corrupted one.
@@ -652,18 +668,29 @@ fn frames(dir: &Path) {
     ops(
         dir,
         "fragments-and-corruption",
-        &[Op::Tcp(frag), Op::Tcp(frag_rev), Op::Tcp(bad), Op::Tcp(est(ACK, 0))],
+        &[
+            Op::Tcp(frag),
+            Op::Tcp(frag_rev),
+            Op::Tcp(bad),
+            Op::Tcp(est(ACK, 0)),
+        ],
     );
     // Data in flight, then a packet too big: resent in smaller segments.
     ops(
         dir,
         "packet-too-big",
         &[
-            Op::App { which: 0, call: AppCall::Send(8000) },
+            Op::App {
+                which: 0,
+                call: AppCall::Send(8000),
+            },
             Op::Icmp(IcmpOp::TooBig { mtu: 1280 }),
             Op::Tcp(est(ACK, 0)),
             Op::Icmp(IcmpOp::Error { ty: 1, code: 4 }),
-            Op::Wait { ms: 300, long: false },
+            Op::Wait {
+                ms: 300,
+                long: false,
+            },
         ],
     );
     // SYN flood beyond the backlog (cookies), the listener going and coming back, an
@@ -683,8 +710,14 @@ fn frames(dir: &Path) {
     flood.push(Op::Relisten { cookies: false });
     flood.push(Op::Relisten { cookies: true });
     flood.push(Op::Connect { port: 443 });
-    flood.push(Op::App { which: 0, call: AppCall::Abort });
-    flood.push(Op::Wait { ms: 60000, long: true });
+    flood.push(Op::App {
+        which: 0,
+        call: AppCall::Abort,
+    });
+    flood.push(Op::Wait {
+        ms: 60000,
+        long: true,
+    });
     ops(dir, "flood-and-long-waits", &flood);
 }
 
@@ -716,7 +749,11 @@ fn vnet_frames(dir: &Path) {
         csum_offset: 16,
     };
     let mut s = Seed::default();
-    s.u8(0).bytes(&vh.to_bytes()).u16(frame.len() as u16).bytes(&frame).u16(1428);
+    s.u8(0)
+        .bytes(&vh.to_bytes())
+        .u16(frame.len() as u16)
+        .bytes(&frame)
+        .u16(1428);
     save(dir, "gro-partial-checksum", &s);
     // The same with a header that points outside the frame.
     let bad = VnetHdr {
@@ -724,7 +761,10 @@ fn vnet_frames(dir: &Path) {
         ..vh
     };
     let mut s = Seed::default();
-    s.u8(0).bytes(&bad.to_bytes()).u16(frame.len() as u16).bytes(&frame).u16(0);
+    s.u8(0)
+        .bytes(&bad.to_bytes())
+        .u16(frame.len() as u16)
+        .bytes(&frame)
+        .u16(0);
     save(dir, "bad-checksum-position", &s);
 }
-

@@ -13,15 +13,12 @@
 //! read 0, sizing or not.
 #![no_main]
 
-use std::fs::File;
-use std::os::fd::FromRawFd;
-use std::os::unix::fs::FileExt;
-
 use libfuzzer_sys::fuzz_target;
 use qpip_abi::{pci as abi, regs};
 use qpip_device::core::CoreConfig;
 use qpip_device::vfio::Function;
-use qpip_fuzz::Input;
+use qpip_fuzz::{Input, RAM_BASE};
+use qpip_testkit::Ram;
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_NONE, VFIO_PCI_CONFIG_REGION_INDEX,
     VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_NUM_REGIONS, VFIO_REGION_INFO_FLAG_MMAP,
@@ -117,14 +114,13 @@ enum Op {
     /// Maps a small real guest RAM (a memfd) at [`RAM_BASE`], so admin-queue registers can
     /// point into it and the engine thread runs whatever commands it finds there.
     MapRam,
-    /// Writes guest RAM (admin commands, rings) through the memfd, as guest stores would.
+    /// Writes guest RAM (admin commands, rings), as guest stores would.
     WriteRam {
         offset: u64,
         data: Vec<u8>,
     },
 }
 
-const RAM_BASE: u64 = 0x1_0000_0000;
 const RAM_SIZE: u64 = 64 << 10;
 
 /// Input format (see `examples/seeds.rs`): per operation a kind byte, then its fields.
@@ -184,15 +180,6 @@ fn next_op(input: &mut Input) -> Op {
     }
 }
 
-fn memfd(len: u64) -> File {
-    // SAFETY: memfd_create with a valid name; the fd is owned by the File.
-    let fd = unsafe { libc::memfd_create(c"fuzz-ram".as_ptr(), libc::MFD_CLOEXEC) };
-    assert!(fd >= 0);
-    let f = unsafe { File::from_raw_fd(fd) };
-    f.set_len(len).unwrap();
-    f
-}
-
 fn reg(f: &mut Function, r: u32) -> u32 {
     let mut b = [0u8; 4];
     f.region_read(abi::CTRL_BAR, r as u64, &mut b)
@@ -227,7 +214,7 @@ fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
     let mut f = Function::new(CoreConfig::default()).expect("device");
     check_regions(&f);
-    let ram = memfd(RAM_SIZE);
+    let ram = Ram::new(c"fuzz-ram", RAM_BASE, RAM_SIZE);
     let version = (qpip_abi::ABI_VERSION_MAJOR as u32) << regs::VERSION_MAJOR_SHIFT
         | qpip_abi::ABI_VERSION_MINOR as u32;
     for _ in 0..128 {
@@ -306,11 +293,11 @@ fuzz_target!(|data: &[u8]| {
                     0,
                     RAM_BASE,
                     RAM_SIZE,
-                    Some(ram.try_clone().unwrap()),
+                    Some(ram.file().try_clone().unwrap()),
                 );
             }
             Op::WriteRam { offset, ref data } => {
-                ram.write_all_at(data, offset).unwrap();
+                ram.write(RAM_BASE + offset, data);
             }
             Op::Reset => {
                 f.reset().expect("reset");

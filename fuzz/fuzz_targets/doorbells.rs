@@ -21,7 +21,6 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::FromRawFd;
 
 use libfuzzer_sys::fuzz_target;
 use qpip_abi::admin::*;
@@ -30,35 +29,24 @@ use qpip_abi::doorbell::*;
 use qpip_abi::pci::DOORBELL_PAGE_SIZE;
 use qpip_abi::wqe::*;
 use qpip_device::engine::DEFAULT_MAC;
+use qpip_device::net::wire;
 use qpip_fuzz::*;
+use qpip_testkit::{eventfd, query_cmd, LOOPBACK};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// (context, send CQ, receive CQ, depth, type, address and port to bind).
 type QpSpec = (u32, usize, usize, u32, u8, Option<([u8; 16], u16)>);
 
 struct Qp {
-    id: u32,
-    ctx: u32,
-    slot: u32,
-    depth: u32,
-    sq: u64,
-    rq: u64,
-    sq_tail: u32,
-    rq_tail: u32,
+    qp: qpip_testkit::Qp,
+    /// Its CQs, as indices into the world's.
     send_cq: usize,
     recv_cq: usize,
 }
 
 struct Cq {
-    id: u32,
-    ctx: u32,
-    slot: u32,
-    depth: u32,
-    ring: u64,
-    vector: u32,
+    cq: qpip_testkit::Cq,
     alive: bool,
-    head: u32,
-    arm_seq: u32,
     /// Armed by the consumer and not yet interrupted.
     armed: bool,
     interrupts: u64,
@@ -93,34 +81,19 @@ struct World {
     next_wr_id: u64,
 }
 
-fn eventfd() -> File {
-    // SAFETY: plain eventfd creation; the fd is owned by the File.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    assert!(fd >= 0);
-    unsafe { File::from_raw_fd(fd) }
-}
-
 fn world() -> World {
     let mut d = SyncDevice::new();
     let irqs: Vec<File> = (0..4).map(|_| eventfd()).collect();
-    d.irqs
+    d.irqs()
         .set(0, irqs.iter().map(|f| f.try_clone().unwrap()).collect())
         .expect("install eventfds");
     let a = d.create_ctx();
     let b = d.create_ctx();
     let mut cqs = Vec::new();
     for (ctx, depth, vector) in [(a, 8, 1), (a, 4, 2), (b, 4, 3)] {
-        let (id, slot, ring) = d.create_cq(ctx, depth, vector);
         cqs.push(Cq {
-            id,
-            ctx,
-            slot,
-            depth,
-            ring,
-            vector,
+            cq: d.create_cq(ctx, depth, vector),
             alive: true,
-            head: 0,
-            arm_seq: 0,
             armed: false,
             interrupts: 0,
             arms: 0,
@@ -131,24 +104,17 @@ fn world() -> World {
     // (ctx, send CQ, recv CQ, depth, type, bind)
     let specs: [QpSpec; 4] = [
         (a, 0, 1, 8, QP_TYPE_UDP, Some(([0; 16], 7))),
-        (a, 0, 0, 8, QP_TYPE_UDP, Some((loopback(), 9))),
+        (a, 0, 0, 8, QP_TYPE_UDP, Some((LOOPBACK, 9))),
         (a, 1, 1, 4, QP_TYPE_TCP, None),
         (b, 2, 2, 4, QP_TYPE_UDP, Some(([0; 16], 11))),
     ];
     for (ctx, s, r, depth, ty, bind) in specs {
-        let (id, slot, sq, rq) = d.create_qp(ctx, cqs[s].id, cqs[r].id, depth, ty);
+        let qp = d.create_qp(ctx, cqs[s].cq.id, cqs[r].cq.id, depth, ty);
         if let Some((addr, port)) = bind {
-            d.bind(ctx, id, addr, port);
+            d.bind(ctx, qp.id, addr, port);
         }
         qps.push(Qp {
-            id,
-            ctx,
-            slot,
-            depth,
-            sq,
-            rq,
-            sq_tail: 0,
-            rq_tail: 0,
+            qp,
             send_cq: s,
             recv_cq: r,
         });
@@ -193,44 +159,15 @@ fn world() -> World {
     w
 }
 
-fn loopback() -> [u8; 16] {
-    let mut a = [0u8; 16];
-    a[15] = 1;
-    a
-}
-
-fn link_local() -> [u8; 16] {
-    let m = DEFAULT_MAC;
-    [
-        0xfe,
-        0x80,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        m[0] ^ 2,
-        m[1],
-        m[2],
-        0xff,
-        0xfe,
-        m[3],
-        m[4],
-        m[5],
-    ]
-}
-
 impl World {
     fn writable(&self) -> Writable {
         let mut w = Writable::default();
         w.add(ADMIN_CQ, ADMIN_DEPTH as u64 * 32);
         w.add(QUERY_BUF, PAGE);
         for c in self.cqs.iter().filter(|c| c.alive) {
-            w.add(
-                c.ring,
-                (c.depth as u64 * CQE_SIZE as u64).div_ceil(PAGE) * PAGE,
-            );
+            for &p in &c.cq.pages {
+                w.add(p, PAGE);
+            }
         }
         for m in self.mrs.iter().filter(|m| m.alive && m.writable) {
             w.add(m.base, m.pages * PAGE);
@@ -251,15 +188,11 @@ impl World {
         }
     }
 
-    fn slot_addr(c: &Cq, idx: u32) -> u64 {
-        c.ring + (idx % c.depth) as u64 * CQE_SIZE as u64
-    }
-
     /// Whether CQE `idx` (free-running) is there for the consumer.
     fn ready(&self, c: &Cq, idx: u32) -> Option<[u8; 64]> {
-        let raw: [u8; 64] = self.d.read(Self::slot_addr(c, idx), 64).try_into().unwrap();
-        let phase = ((idx / c.depth) & 1 ^ 1) as u8;
-        (raw[63] & 1 == phase).then_some(raw)
+        let raw: [u8; 64] = self.d.read_obj(c.cq.slot_gpa(idx));
+        let owner = std::mem::offset_of!(Cqe, owner);
+        (raw[owner] & 1 == phase(idx, c.cq.depth)).then_some(raw)
     }
 
     fn check_cq(&mut self, i: usize) {
@@ -269,13 +202,13 @@ impl World {
         }
         // Interrupts since the last look.
         let mut v = [0u8; 8];
-        let fired = match (&self.irqs[c.vector as usize]).read(&mut v) {
+        let fired = match (&self.irqs[c.cq.vector as usize]).read(&mut v) {
             Ok(8) => u64::from_ne_bytes(v),
             _ => 0,
         };
         let mut ready = Vec::new();
-        for k in 0..c.depth {
-            let idx = c.head.wrapping_add(k);
+        for k in 0..c.cq.depth {
+            let idx = c.cq.head.wrapping_add(k);
             match self.ready(c, idx) {
                 Some(raw) => ready.push((idx, raw)),
                 None => break,
@@ -288,7 +221,7 @@ impl World {
                     assert_eq!(
                         first, raw,
                         "CQ {}: unconsumed CQE {idx} was overwritten",
-                        self.cqs[i].id
+                        self.cqs[i].cq.id
                     );
                 }
             }
@@ -299,7 +232,7 @@ impl World {
                 assert!(
                     ready.iter().any(|(r, _)| r == idx),
                     "CQ {}: unconsumed CQE {idx} disappeared",
-                    c.id
+                    c.cq.id
                 );
             }
         }
@@ -308,7 +241,7 @@ impl World {
                 let e = Cqe::read_from_bytes(&raw[..]).unwrap();
                 qpip_fuzz::trace!(
                     "  CQ {} CQE {idx}: qp {} op {} status {} detail {} len {} wr_id {}",
-                    c.id,
+                    c.cq.id,
                     e.qp,
                     e.opcode,
                     e.status,
@@ -327,14 +260,14 @@ impl World {
             assert!(
                 c.interrupts <= c.arms,
                 "CQ {}: {} interrupts for {} arms",
-                c.id,
+                c.cq.id,
                 c.interrupts,
                 c.arms
             );
             assert!(
                 !c.armed || ready.is_empty(),
                 "CQ {}: armed with a completion beyond the head, but no interrupt",
-                c.id
+                c.cq.id
             );
         }
     }
@@ -350,7 +283,7 @@ impl World {
         assert_eq!(c.reserved, [0; 19], "CQE reserved bytes: {c:?}");
         assert_eq!(c.owner & !1, 0, "CQE owner has only the phase bit: {c:?}");
         let owner_ok = self.qps.iter().any(|q| {
-            q.id == c.qp
+            q.qp.id == c.qp
                 && if c.opcode == CQE_OP_SEND {
                     q.send_cq == cq
                 } else {
@@ -360,7 +293,7 @@ impl World {
         assert!(
             owner_ok,
             "CQE on CQ {} names QP {} which does not complete there: {c:?}",
-            self.cqs[cq].id, c.qp
+            self.cqs[cq].cq.id, c.qp
         );
         if c.status == CQE_STATUS_SUCCESS && c.opcode == CQE_OP_RECV {
             assert!(
@@ -377,8 +310,8 @@ impl World {
 
     fn ip(&self, input: &mut Input) -> [u8; 16] {
         match input.choose(7) {
-            0 | 1 => loopback(),
-            2 => link_local(),
+            0 | 1 => LOOPBACK,
+            2 => wire::link_local(&DEFAULT_MAC).octets(),
             3 => [0; 16],
             4 => {
                 let mut a = [0u8; 16];
@@ -475,15 +408,13 @@ impl World {
     fn post(&mut self, input: &mut Input, send: bool) {
         let q = input.choose(self.qps.len());
         let slot = self.wqe(input, send);
-        let qp = &mut self.qps[q];
-        let (ring, tail) = if send {
-            (qp.sq, &mut qp.sq_tail)
+        let qp = &mut self.qps[q].qp;
+        let (at, value) = if send {
+            (qp.push_sq(), qp.sq_tail)
         } else {
-            (qp.rq, &mut qp.rq_tail)
+            (qp.push_rq(), qp.rq_tail)
         };
-        let at = ring + (*tail % qp.depth) as u64 * WQE_SIZE as u64;
-        *tail = tail.wrapping_add(1);
-        let (ctx, off, value) = (qp.ctx, qp_db(qp.slot, send), *tail);
+        let (ctx, off) = (qp.ctx, qp_db(qp.slot, send));
         qpip_fuzz::trace!(
             "  {} WQE on QP {} (index {}): {:02x?}",
             if send { "send" } else { "recv" },
@@ -498,7 +429,7 @@ impl World {
     }
 
     fn ring_qp(&mut self, input: &mut Input) {
-        let qp = &self.qps[input.choose(self.qps.len())];
+        let qp = &self.qps[input.choose(self.qps.len())].qp;
         let send = input.bool();
         let tail = if send { qp.sq_tail } else { qp.rq_tail };
         let value = match input.choose(4) {
@@ -512,22 +443,22 @@ impl World {
     fn ring_cq(&mut self, input: &mut Input) {
         let i = input.choose(self.cqs.len());
         let c = &mut self.cqs[i];
+        let (ctx, slot) = (c.cq.ctx, c.cq.slot);
         match input.choose(3) {
             0 => {
-                c.arm_seq = c.arm_seq.wrapping_add(1);
+                c.cq.arm_seq = c.cq.arm_seq.wrapping_add(1);
                 c.arms += 1;
                 c.armed = true;
-                let (ctx, off, v) = (c.ctx, cq_db(c.slot) + DB_CQ_ARM_SEQ, c.arm_seq);
-                self.d.ring(ctx, off, v);
+                let v = c.cq.arm_seq;
+                self.d.ring(ctx, cq_arm_seq(slot), v);
             }
             1 => {
-                let (ctx, off, v) = (c.ctx, cq_db(c.slot) + DB_CQ_HEAD, c.head);
-                self.d.ring(ctx, off, v);
+                let v = c.cq.head;
+                self.d.ring(ctx, cq_head(slot), v);
             }
             _ => {
                 self.hostile = true;
-                let (ctx, off) = (c.ctx, cq_db(c.slot) + DB_CQ_HEAD);
-                self.d.ring(ctx, off, input.u32());
+                self.d.ring(ctx, cq_head(slot), input.u32());
             }
         }
     }
@@ -539,7 +470,7 @@ impl World {
         if !c.alive {
             return;
         }
-        let mut head = c.head;
+        let mut head = c.cq.head;
         for _ in 0..n {
             if self.ready(&self.cqs[i], head).is_none() {
                 break;
@@ -547,11 +478,11 @@ impl World {
             head = head.wrapping_add(1);
         }
         let c = &mut self.cqs[i];
-        let old = c.head;
-        c.head = head;
+        let old = c.cq.head;
+        c.cq.head = head;
         c.seen
             .retain(|idx, _| idx.wrapping_sub(old) >= head.wrapping_sub(old));
-        let (ctx, off) = (c.ctx, cq_db(c.slot) + DB_CQ_HEAD);
+        let (ctx, off) = (c.cq.ctx, cq_head(c.cq.slot));
         self.d.ring(ctx, off, head);
     }
 
@@ -566,11 +497,11 @@ impl World {
     fn admin(&mut self, input: &mut Input) {
         let c = match input.choose(5) {
             0 => {
-                let q = &self.qps[input.choose(self.qps.len())];
+                let q = &self.qps[input.choose(self.qps.len())].qp;
                 cmd0(ADMIN_OP_DESTROY_QP, q.ctx, q.id)
             }
             1 => {
-                let c = &self.cqs[input.choose(self.cqs.len())];
+                let c = &self.cqs[input.choose(self.cqs.len())].cq;
                 cmd0(ADMIN_OP_DESTROY_CQ, c.ctx, c.id)
             }
             2 => {
@@ -578,12 +509,7 @@ impl World {
                 cmd0(ADMIN_OP_DEREG_MR, m.ctx, m.lkey)
             }
             3 => cmd0(ADMIN_OP_DESTROY_CTX, self.ctxs[1], 0),
-            _ => {
-                let mut a = QueryArgs::new_zeroed();
-                a.buf = QUERY_BUF;
-                a.len = PAGE as u32;
-                cmd(ADMIN_OP_QUERY_STATS, 0, 0, &a)
-            }
+            _ => query_cmd(ADMIN_OP_QUERY_STATS, QUERY_BUF, PAGE as u32),
         };
         // Let the engine finish what the doorbells gave it first (and check it), so that what
         // happens in the command's own run is the command's doing.
@@ -597,7 +523,7 @@ impl World {
             ADMIN_OP_DESTROY_CQ => {
                 self.cqs
                     .iter_mut()
-                    .filter(|x| x.id == c.handle)
+                    .filter(|x| x.cq.id == c.handle)
                     .for_each(|x| x.alive = false);
             }
             ADMIN_OP_DEREG_MR => {
@@ -611,7 +537,7 @@ impl World {
                 self.ctx_alive[1] = false;
                 self.cqs
                     .iter_mut()
-                    .filter(|x| x.ctx == ctx)
+                    .filter(|x| x.cq.ctx == ctx)
                     .for_each(|x| x.alive = false);
                 self.mrs
                     .iter_mut()
@@ -630,10 +556,6 @@ fn qp_db(slot: u32, send: bool) -> u32 {
     } else {
         qp_rq_tail(slot)
     }
-}
-
-fn cq_db(slot: u32) -> u32 {
-    DB_CQ_BASE + slot * DB_CQ_STRIDE
 }
 
 fuzz_target!(|data: &[u8]| {

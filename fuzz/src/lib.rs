@@ -5,27 +5,31 @@
 //!   `Input`, and `examples/seeds.rs` encodes the committed seed corpora with a `Seed`, so
 //!   seeds and decoders cannot drift apart silently.
 //! * [`SyncDevice`] is the real engine (`qpip_device::engine::Engine`) driven synchronously on
-//!   the fuzzer's thread, over a small memfd guest RAM: admin commands go through the admin
-//!   rings, doorbells through each context's doorbell page (a page of that RAM, named in
-//!   `CREATE_CTX`), and every step is deterministic. What it cannot reach is the threaded run
-//!   loop (sleeping and kicks), which the device tests cover.
+//!   the fuzzer's thread (the test kit's `SyncEngine`), over a small memfd guest RAM: admin
+//!   commands go through the admin rings, doorbells through each context's doorbell page (a
+//!   page of that RAM, named in `CREATE_CTX`), and every step is deterministic. What it
+//!   cannot reach is the threaded run loop (sleeping and kicks), which the device tests cover.
+//!   It keeps a shadow of guest RAM to catch every byte the device writes where it may not;
+//!   the ABI's pieces (command builders, ring arithmetic, completion rules) are the test
+//!   kit's.
 
 pub mod frames;
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
-use std::os::fd::FromRawFd;
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc;
 use std::sync::Arc;
 
 use qpip_abi::admin::*;
 use qpip_abi::cqe::CQE_SIZE;
 use qpip_abi::doorbell::*;
-use qpip_abi::pci::{DOORBELL_PAGE_SIZE, MSIX_VECTORS};
+use qpip_abi::pci::DOORBELL_PAGE_SIZE;
 use qpip_abi::wqe::WQE_SIZE;
-use qpip_device::dma::GuestRam;
-use qpip_device::engine::{Control, Engine, EngineConfig, Shared};
+use qpip_device::engine::{Control, EngineConfig};
 use qpip_device::irq::Interrupts;
+pub use qpip_testkit::{check_admin_cqe, cmd, cmd0, create_ctx_cmd};
+use qpip_testkit::{
+    contiguous, cq_body, mr_body, qp_body, ring_pages, AdminRing, Cq, Qp, Ram, SyncEngine,
+};
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes};
 
 /// Every admin opcode, in the order the `admin_queue` target's structured commands (and the
@@ -169,12 +173,11 @@ pub const RAM_SIZE: u64 = 256 << 10;
 pub const PAGE: u64 = 4096;
 /// Admin queue depth.
 pub const ADMIN_DEPTH: u32 = 16;
-/// Where the admin rings and the query buffer live (pages 0, 1, 2 of RAM).
+/// Where the admin rings and the query buffer live (pages 0, 1, 2 of RAM, the first
+/// [`SyncDevice::with_ram`] allocates).
 pub const ADMIN_SQ: u64 = RAM_BASE;
 pub const ADMIN_CQ: u64 = RAM_BASE + PAGE;
 pub const QUERY_BUF: u64 = RAM_BASE + 2 * PAGE;
-/// Pages from here on are handed out by [`SyncDevice::alloc_pages`].
-const FIRST_FREE_PAGE: u64 = 3;
 
 /// The engine on the caller's thread with its own guest RAM.
 ///
@@ -186,15 +189,9 @@ const FIRST_FREE_PAGE: u64 = 3;
 /// the latter only provisionally: if such a command fails, a write to its page is caught at
 /// the next check.
 pub struct SyncDevice {
-    pub engine: Engine,
-    /// The engine's control channel, unused: messages are handed to `Engine::handle`
-    /// directly. Kept so the engine's receiver stays connected.
-    _tx: Sender<Control>,
-    _ram: File,
-    /// The harness's own mapping of guest RAM (what the guest's CPU would see).
-    map: *mut u8,
-    ram_size: u64,
-    pub irqs: Arc<Interrupts>,
+    /// The engine and guest RAM (the harness's own mapping of it is what the guest's CPU
+    /// would see).
+    e: SyncEngine,
     /// Doorbell page of each live context, by context id.
     live_pages: HashMap<u32, u64>,
     /// The page each context id was last created with (live or destroyed): where the
@@ -204,9 +201,7 @@ pub struct SyncDevice {
     was_live: HashSet<u64>,
     /// Every page a submitted `CREATE_CTX` named: a hostile run may re-run any of them.
     named_pages: HashSet<u64>,
-    next_page: u64,
-    admin_tail: u32,
-    admin_head: u32,
+    admin: AdminRing,
     next_cmd_id: u32,
     /// Submitted commands not yet completed, by cmd_id.
     pub outstanding: HashMap<u32, AdminCmd>,
@@ -223,15 +218,6 @@ pub struct SyncDevice {
     shadow: Vec<u8>,
 }
 
-fn memfd(name: &std::ffi::CStr, len: u64) -> File {
-    // SAFETY: memfd_create with a valid NUL-terminated name; the fd is owned by the File.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
-    let f = unsafe { File::from_raw_fd(fd) };
-    f.set_len(len).expect("size the memfd");
-    f
-}
-
 impl SyncDevice {
     /// A fresh device with [`RAM_SIZE`] bytes of guest RAM and its admin queue enabled (as the
     /// control thread does once the driver has programmed valid rings).
@@ -241,7 +227,7 @@ impl SyncDevice {
 
     /// As [`Self::new`], with `ram_size` bytes of guest RAM (a multiple of [`PAGE`]).
     pub fn with_ram(ram_size: u64) -> SyncDevice {
-        assert!(ram_size & (PAGE - 1) == 0 && ram_size > FIRST_FREE_PAGE * PAGE);
+        assert!(ram_size & (PAGE - 1) == 0 && ram_size > QUERY_BUF + PAGE - RAM_BASE);
         if trace() {
             // The engine's own log (debug level, or RUST_LOG) beside the harness's trace.
             let _ = env_logger::Builder::from_env(
@@ -250,46 +236,16 @@ impl SyncDevice {
             .is_test(false)
             .try_init();
         }
-        let ram = memfd(c"fuzz-guest-ram", ram_size);
-        let mut guest_ram = GuestRam::new();
-        guest_ram
-            .map(
-                RAM_BASE,
-                ram_size,
-                0,
-                Some(ram.try_clone().expect("dup memfd")),
-            )
-            .expect("map guest RAM");
-        let irqs = Arc::new(Interrupts::new(MSIX_VECTORS as usize));
-        let shared = Shared::new(guest_ram.memory(), irqs.clone());
-        let (tx, rx) = mpsc::channel();
-        let engine = Engine::new(shared, EngineConfig::default(), rx);
-        // SAFETY: a fresh shared mapping of the memfd, checked for failure; unmapped in Drop.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ram_size as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&ram),
-                0,
-            )
-        };
-        assert_ne!(map, libc::MAP_FAILED, "mmap guest RAM");
+        let mut ram = Ram::new(c"fuzz-guest-ram", RAM_BASE, ram_size);
+        let fixed = [ram.alloc_pages(1), ram.alloc_pages(1), ram.alloc_pages(1)];
+        assert_eq!(fixed, [ADMIN_SQ, ADMIN_CQ, QUERY_BUF]);
         let mut d = SyncDevice {
-            engine,
-            _tx: tx,
-            _ram: ram,
-            map: map.cast(),
-            ram_size,
-            irqs,
+            e: SyncEngine::new(ram, EngineConfig::default()),
             live_pages: HashMap::new(),
             db_pages: HashMap::new(),
             was_live: HashSet::new(),
             named_pages: HashSet::new(),
-            next_page: FIRST_FREE_PAGE,
-            admin_tail: 0,
-            admin_head: 0,
+            admin: AdminRing::new(ADMIN_SQ, ADMIN_CQ, ADMIN_DEPTH),
             next_cmd_id: 1,
             outstanding: HashMap::new(),
             forgotten: HashMap::new(),
@@ -302,21 +258,21 @@ impl SyncDevice {
 
     /// Delivers one control message to the engine, as the control thread would.
     pub fn control(&mut self, msg: Control) {
-        self.engine.handle(msg);
+        self.e.control(msg);
+    }
+
+    /// The engine's interrupt vectors.
+    pub fn irqs(&self) -> &Arc<Interrupts> {
+        &self.e.irqs
     }
 
     /// Enables the admin queue afresh (indices back to 0).
     pub fn enable_admin(&mut self) {
-        self.control(Control::AdminEnable {
-            sq: ADMIN_SQ,
-            cq: ADMIN_CQ,
-            depth: ADMIN_DEPTH,
-        });
-        self.admin_tail = 0;
-        self.admin_head = 0;
+        self.admin = AdminRing::new(ADMIN_SQ, ADMIN_CQ, ADMIN_DEPTH);
+        self.e.enable_admin(&self.admin);
         self.forgotten.extend(self.outstanding.drain());
         // Old completions must not look new to the next pass.
-        self.write(ADMIN_CQ, &[0u8; (ADMIN_DEPTH * 32) as usize]);
+        self.write(ADMIN_CQ, &vec![0u8; self.admin.cq_bytes() as usize]);
     }
 
     /// Function reset through the engine (what REG_CONTROL.RESET and FLR do), then a new
@@ -335,7 +291,7 @@ impl SyncDevice {
     /// make a step endless, and a correct engine settles in a few passes).
     pub fn run(&mut self) {
         for _ in 0..64 {
-            if !self.engine.poll_once() {
+            if !self.e.engine.poll_once() {
                 return;
             }
         }
@@ -343,24 +299,23 @@ impl SyncDevice {
 
     /// Size of guest RAM in bytes (it starts at [`RAM_BASE`]).
     pub fn ram_size(&self) -> u64 {
-        self.ram_size
+        self.e.ram.size()
     }
 
     /// Guest RAM as the harness sees it. The engine may write it only while the harness
     /// calls into it (everything runs on this thread), so no access races with the device.
     pub fn ram(&self) -> &[u8] {
-        // SAFETY: the mapping is ram_size bytes and lives as long as self.
-        unsafe { std::slice::from_raw_parts(self.map, self.ram_size as usize) }
+        let size = self.ram_size() as usize;
+        // SAFETY: the whole mapping (Ram::ptr checks), which lives as long as self; the
+        // engine writes it only inside run(), which cannot run while this borrow lives.
+        unsafe { std::slice::from_raw_parts(self.e.ram.ptr(RAM_BASE, size), size) }
     }
 
-    fn ram_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in ram(); &mut self keeps the harness's own accesses exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.map, self.ram_size as usize) }
-    }
-
+    /// Writes guest RAM as the guest would, and the shadow with it (the harness's writes
+    /// are not the device's).
     pub fn write(&mut self, gpa: u64, data: &[u8]) {
+        self.e.ram.write(gpa, data);
         let at = (gpa - RAM_BASE) as usize;
-        self.ram_mut()[at..at + data.len()].copy_from_slice(data);
         self.shadow[at..at + data.len()].copy_from_slice(data);
     }
 
@@ -387,8 +342,7 @@ impl SyncDevice {
     }
 
     pub fn read(&self, gpa: u64, len: usize) -> Vec<u8> {
-        let at = (gpa - RAM_BASE) as usize;
-        self.ram()[at..at + len].to_vec()
+        self.e.ram.read(gpa, len)
     }
 
     pub fn write_obj<T: IntoBytes + Immutable>(&mut self, gpa: u64, v: &T) {
@@ -396,23 +350,18 @@ impl SyncDevice {
     }
 
     pub fn read_obj<T: FromBytes>(&self, gpa: u64) -> T {
-        T::read_from_bytes(&self.read(gpa, std::mem::size_of::<T>())).expect("sized")
+        self.e.ram.read_obj(gpa)
     }
 
     /// `n` fresh zeroed pages, contiguous; their guest-physical address.
     pub fn alloc_pages(&mut self, n: u64) -> u64 {
-        assert!(
-            (self.next_page + n) * PAGE <= self.ram_size,
-            "fuzz guest RAM exhausted"
-        );
-        let at = RAM_BASE + self.next_page * PAGE;
-        self.next_page += n;
-        at
+        self.e.ram.alloc_pages(n)
     }
 
-    /// Writes a page list for `pages` and returns its address.
+    /// Writes a page list for `pages` and returns its address (through [`Self::write`], so
+    /// the shadow knows it).
     pub fn page_list(&mut self, pages: &[u64]) -> u64 {
-        let at = self.alloc_pages((pages.len() as u64 * 8).div_ceil(PAGE).max(1));
+        let at = self.alloc_pages(Ram::page_list_pages(pages.len()));
         self.write(at, pages.as_bytes());
         at
     }
@@ -448,6 +397,8 @@ impl SyncDevice {
     }
 
     /// Rings a doorbell the way the ABI prescribes: the value, then the page's change count.
+    /// Not with `abi::doorbell::Producer`: these stores go through [`Self::write`], so that the
+    /// shadow knows them (a destroyed context's page is not the device's to write).
     pub fn ring(&mut self, ctx: u32, off: u32, value: u32) {
         self.db_write(ctx, off, value);
         let c = self.db_read(ctx, DB_CHANGE_COUNT);
@@ -491,14 +442,13 @@ impl SyncDevice {
             cmd.handle,
             &cmd.body[..24]
         );
-        let at = ADMIN_SQ + (self.admin_tail % ADMIN_DEPTH) as u64 * 64;
+        let at = self.admin.push();
         self.write_obj(at, &cmd);
-        self.admin_tail = self.admin_tail.wrapping_add(1);
         if let Some(page) = create_ctx_page(&cmd) {
             self.named_pages.insert(page);
         }
         self.outstanding.insert(id, cmd);
-        self.control(Control::AdminSqTail(self.admin_tail));
+        self.control(Control::AdminSqTail(self.admin.tail));
         id
     }
 
@@ -506,15 +456,8 @@ impl SyncDevice {
     /// (REG_ADMIN_CQ_HEAD). Checks each against the command it completes.
     pub fn completions(&mut self) -> Vec<(AdminCmd, AdminCqe)> {
         let mut out = Vec::new();
-        let start = self.admin_head;
-        loop {
-            let at = ADMIN_CQ + (self.admin_head % ADMIN_DEPTH) as u64 * 32;
-            let c: AdminCqe = self.read_obj(at);
-            let phase = ((self.admin_head / ADMIN_DEPTH) & 1 ^ 1) as u8;
-            if c.phase & 1 != phase {
-                break;
-            }
-            self.admin_head = self.admin_head.wrapping_add(1);
+        let start = self.admin.head;
+        while let Some(c) = self.admin.take(&self.e.ram) {
             trace!(
                 "  complete #{}: opcode {:#04x} status {} results {:#x} {:#x} {:#x}",
                 c.cmd_id,
@@ -526,26 +469,26 @@ impl SyncDevice {
             );
             match self.outstanding.remove(&c.cmd_id) {
                 Some(cmd) => {
-                    check_admin_cqe(&cmd, &c);
+                    check_admin_cqe(&c, cmd.opcode);
                     self.note_contexts(&cmd, &c);
                     out.push((cmd, c));
                 }
                 None if self.hostile => {}
                 None if self.forgotten.contains_key(&c.cmd_id) => {
                     let cmd = self.forgotten.remove(&c.cmd_id).expect("present");
-                    check_admin_cqe(&cmd, &c);
+                    check_admin_cqe(&c, cmd.opcode);
                     self.note_contexts(&cmd, &c);
                 }
                 None => panic!("completion for a command not outstanding: {c:?}"),
             }
-            if out.len() > ADMIN_DEPTH as usize || self.admin_head.wrapping_sub(start) > ADMIN_DEPTH
+            if out.len() > ADMIN_DEPTH as usize || self.admin.head.wrapping_sub(start) > ADMIN_DEPTH
             {
                 assert!(self.hostile, "more completions than ring slots");
                 break;
             }
         }
         if !out.is_empty() {
-            self.control(Control::AdminCqHead(self.admin_head));
+            self.control(Control::AdminCqHead(self.admin.head));
         }
         out
     }
@@ -580,49 +523,35 @@ impl SyncDevice {
         self.must(create_ctx_cmd(page)).0 as u32
     }
 
-    /// A CQ of `depth` entries in fresh pages; (id, doorbell slot, ring base).
-    pub fn create_cq(&mut self, ctx: u32, depth: u32, vector: u32) -> (u32, u32, u64) {
-        let npages = (depth as u64 * CQE_SIZE as u64).div_ceil(PAGE);
-        let ring = self.alloc_pages(npages);
-        let pages: Vec<u64> = (0..npages).map(|i| ring + i * PAGE).collect();
-        let mut a = CreateCqArgs::new_zeroed();
-        a.page_list = self.page_list(&pages);
-        a.npages = npages as u32;
-        a.depth = depth;
-        a.vector = vector;
-        let (id, slot) = self.must(cmd(ADMIN_OP_CREATE_CQ, ctx, 0, &a));
-        (id as u32, slot as u32, ring)
+    /// `n` fresh pages in one piece, and their page list.
+    fn pages(&mut self, n: u64) -> (Vec<u64>, u64) {
+        let pages = contiguous(self.alloc_pages(n), n);
+        let list = self.page_list(&pages);
+        (pages, list)
     }
 
-    /// A QP with rings of `depth` in fresh pages; (id, doorbell slot, sq base, rq base).
-    pub fn create_qp(
-        &mut self,
-        ctx: u32,
-        scq: u32,
-        rcq: u32,
-        depth: u32,
-        qp_type: u8,
-    ) -> (u32, u32, u64, u64) {
-        let npages = (depth as u64 * WQE_SIZE as u64).div_ceil(PAGE);
-        let sq = self.alloc_pages(npages);
-        let rq = self.alloc_pages(npages);
-        let mut a = CreateQpArgs::new_zeroed();
-        a.sq_page_list = self.page_list(&(0..npages).map(|i| sq + i * PAGE).collect::<Vec<_>>());
-        a.rq_page_list = self.page_list(&(0..npages).map(|i| rq + i * PAGE).collect::<Vec<_>>());
-        a.send_cq = scq;
-        a.recv_cq = rcq;
-        a.sq_depth = depth;
-        a.rq_depth = depth;
-        a.sq_npages = npages as u16;
-        a.rq_npages = npages as u16;
-        a.qp_type = qp_type;
-        a.framing = if qp_type == QP_TYPE_TCP {
+    /// A CQ of `depth` entries in fresh pages, raising `vector`.
+    pub fn create_cq(&mut self, ctx: u32, depth: u32, vector: u32) -> Cq {
+        let (pages, list) = self.pages(ring_pages(depth, CQE_SIZE));
+        let a = cq_body(list, depth, vector);
+        let (id, slot) = self.must(cmd(ADMIN_OP_CREATE_CQ, ctx, 0, &a));
+        Cq::created(ctx, &a, pages, (id as u32, slot as u32))
+    }
+
+    /// A QP with both rings `depth` deep in fresh pages (message framing if TCP).
+    pub fn create_qp(&mut self, ctx: u32, scq: u32, rcq: u32, depth: u32, qp_type: u8) -> Qp {
+        let n = ring_pages(depth, WQE_SIZE);
+        let sq = contiguous(self.alloc_pages(n), n);
+        let rq = contiguous(self.alloc_pages(n), n);
+        let lists = (self.page_list(&sq), self.page_list(&rq));
+        let framing = if qp_type == QP_TYPE_TCP {
             FRAMING_MESSAGE
         } else {
             0
         };
+        let a = qp_body(lists, (scq, rcq), (depth, depth), qp_type, framing);
         let (id, slot) = self.must(cmd(ADMIN_OP_CREATE_QP, ctx, 0, &a));
-        (id as u32, slot as u32, sq, rq)
+        Qp::created(ctx, &a, (sq, rq), (id as u32, slot as u32))
     }
 
     /// Registers `len` bytes at `offset` into `npages` fresh pages; (lkey, iova, first page).
@@ -634,16 +563,10 @@ impl SyncDevice {
         len: u64,
         access: u32,
     ) -> (u32, u64, u64) {
-        let base = self.alloc_pages(npages);
-        let pages: Vec<u64> = (0..npages).map(|i| base + i * PAGE).collect();
+        let (pages, list) = self.pages(npages);
+        let base = pages[0];
         let iova = 0x7f00_0000_0000 + base - RAM_BASE + offset as u64;
-        let mut a = RegMrArgs::new_zeroed();
-        a.page_list = self.page_list(&pages);
-        a.iova = iova;
-        a.length = len;
-        a.npages = npages as u32;
-        a.first_page_offset = offset;
-        a.access = access;
+        let a = mr_body(list, npages as u32, offset, iova, len, access);
         let (lkey, _) = self.must(cmd(ADMIN_OP_REG_MR, ctx, 0, &a));
         (lkey as u32, iova, base)
     }
@@ -656,54 +579,10 @@ impl SyncDevice {
     }
 }
 
-impl Drop for SyncDevice {
-    fn drop(&mut self) {
-        // SAFETY: mapped in with_ram() with this size, not used after this.
-        unsafe { libc::munmap(self.map.cast(), self.ram_size as usize) };
-    }
-}
-
 impl Default for SyncDevice {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// Whatever the command, its completion must echo it and follow the ABI's rules.
-pub fn check_admin_cqe(cmd: &AdminCmd, c: &AdminCqe) {
-    assert_eq!(c.opcode, cmd.opcode, "completion echoes the opcode: {c:?}");
-    assert!(
-        c.status <= ADMIN_STATUS_TIMEOUT,
-        "unknown admin status: {c:?}"
-    );
-    assert_eq!(c.reserved, [0; 3], "reserved bytes are zero: {c:?}");
-    if c.status != ADMIN_STATUS_OK {
-        assert!(
-            c.result0 == 0 && c.result1 == 0 && c.result2 == 0,
-            "results are 0 on error: {c:?}"
-        );
-    }
-    let asynchronous = matches!(
-        cmd.opcode,
-        ADMIN_OP_ACCEPT | ADMIN_OP_CONNECT | ADMIN_OP_CLOSE
-    );
-    if c.status == ADMIN_STATUS_CANCELLED {
-        assert!(asynchronous, "only waiting commands are cancelled: {c:?}");
-    }
-}
-
-/// An admin command with an argument body.
-pub fn cmd<T: IntoBytes + Immutable>(opcode: u16, ctx: u32, handle: u32, body: &T) -> AdminCmd {
-    let mut c = cmd0(opcode, ctx, handle);
-    c.body.copy_from_slice(body.as_bytes());
-    c
-}
-
-/// `CREATE_CTX` naming `doorbell_page`.
-pub fn create_ctx_cmd(doorbell_page: u64) -> AdminCmd {
-    let mut a = CreateCtxArgs::new_zeroed();
-    a.doorbell_page = doorbell_page;
-    cmd(ADMIN_OP_CREATE_CTX, 0, 0, &a)
 }
 
 /// The doorbell page a `CREATE_CTX` command names (`None` for other commands).
@@ -715,15 +594,6 @@ pub fn create_ctx_page(c: &AdminCmd) -> Option<u64> {
                 .0
         })
         .map(|a| a.doorbell_page)
-}
-
-/// An admin command without arguments.
-pub fn cmd0(opcode: u16, ctx: u32, handle: u32) -> AdminCmd {
-    let mut c = AdminCmd::new_zeroed();
-    c.opcode = opcode;
-    c.ctx = ctx;
-    c.handle = handle;
-    c
 }
 
 /// Byte ranges (guest-physical, half-open) the device may write.

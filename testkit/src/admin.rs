@@ -14,8 +14,7 @@ impl FakeGuest {
         self.next_cmd_id = self.next_cmd_id.wrapping_add(1).max(1);
         cmd.cmd_id = id;
         let q = self.admin.as_mut().expect("admin queue not set up");
-        let at = q.sq + (q.tail % q.depth) as u64 * std::mem::size_of::<AdminCmd>() as u64;
-        q.tail = q.tail.wrapping_add(1);
+        let at = q.push();
         let tail = q.tail;
         self.write_obj(at, &cmd);
         fence(Ordering::Release);
@@ -26,18 +25,16 @@ impl FakeGuest {
     /// The next admin completion in ring order, if one arrives within `timeout`. Releases
     /// its slot (REG_ADMIN_CQ_HEAD) after reading it.
     pub fn admin_next(&mut self, timeout: Duration) -> Option<AdminCqe> {
-        let (at, phase) = {
-            let q = self.admin.as_ref().expect("admin queue not set up");
-            let at = q.cq + (q.head % q.depth) as u64 * std::mem::size_of::<AdminCqe>() as u64;
-            (at, ((q.head / q.depth) & 1 == 0) as u8)
-        };
-        let phase_at = at + std::mem::offset_of!(AdminCqe, phase) as u64;
+        let (phase_at, phase) = self
+            .admin
+            .as_ref()
+            .expect("admin queue not set up")
+            .next_phase();
         if !self.wait_phase(phase_at, phase, timeout) {
             return None;
         }
-        let cqe: AdminCqe = self.read_obj(at);
         let q = self.admin.as_mut().unwrap();
-        q.head = q.head.wrapping_add(1);
+        let cqe = q.take(&self.ram).expect("the phase said it is written");
         let head = q.head;
         self.reg_write(REG_ADMIN_CQ_HEAD, head);
         Some(cqe)
@@ -47,7 +44,7 @@ impl FakeGuest {
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
-            if self.atomic_u8(gpa).load(Ordering::Acquire) & 1 == phase {
+            if self.ram.atomic_u8(gpa).load(Ordering::Acquire) & 1 == phase {
                 return true;
             }
             if start.elapsed() > timeout {
@@ -104,52 +101,46 @@ impl FakeGuest {
 
     // ---- typed admin commands -------------------------------------------------------------
 
+    /// A query (`QUERY_DEVICE`, `QUERY_STATS`, `LIST_ADDRS`) answering into `len` bytes at
+    /// `buf`: its result0.
+    pub fn query_at(&mut self, opcode: u16, buf: u64, len: u32) -> Result<u64, u16> {
+        self.admin_result(query_cmd(opcode, buf, len))
+            .map(|c| c.result0)
+    }
+
+    /// A query answering into a fresh page, which must succeed: (what it wrote, result0).
+    fn query<T: FromBytes>(&mut self, opcode: u16, what: &str) -> (T, u64) {
+        let buf = self.alloc_pages(1);
+        let r = self
+            .query_at(opcode, buf, std::mem::size_of::<T>() as u32)
+            .unwrap_or_else(|s| panic!("{what} failed: {}", admin_status_name(s)));
+        (self.read_obj(buf), r)
+    }
+
     pub fn query_device_at(&mut self, buf: u64, len: u32) -> Result<(), u16> {
-        let mut a = QueryArgs::new_zeroed();
-        a.buf = buf;
-        a.len = len;
-        self.admin_result(cmd(ADMIN_OP_QUERY_DEVICE, 0, 0, &a))
-            .map(|_| ())
+        self.query_at(ADMIN_OP_QUERY_DEVICE, buf, len).map(|_| ())
     }
 
     pub fn query_device(&mut self) -> DeviceInfo {
-        let buf = self.alloc_pages(1);
-        self.query_device_at(buf, std::mem::size_of::<DeviceInfo>() as u32)
-            .unwrap_or_else(|s| panic!("QUERY_DEVICE failed: {}", admin_status_name(s)));
-        self.read_obj(buf)
+        self.query(ADMIN_OP_QUERY_DEVICE, "QUERY_DEVICE").0
     }
 
     pub fn query_stats_at(&mut self, buf: u64, len: u32) -> Result<(), u16> {
-        let mut a = QueryArgs::new_zeroed();
-        a.buf = buf;
-        a.len = len;
-        self.admin_result(cmd(ADMIN_OP_QUERY_STATS, 0, 0, &a))
-            .map(|_| ())
+        self.query_at(ADMIN_OP_QUERY_STATS, buf, len).map(|_| ())
     }
 
     pub fn query_stats(&mut self) -> Stats {
-        let buf = self.alloc_pages(1);
-        self.query_stats_at(buf, std::mem::size_of::<Stats>() as u32)
-            .unwrap_or_else(|s| panic!("QUERY_STATS failed: {}", admin_status_name(s)));
-        self.read_obj(buf)
+        self.query(ADMIN_OP_QUERY_STATS, "QUERY_STATS").0
     }
 
     pub fn list_addrs_at(&mut self, buf: u64, len: u32) -> Result<u64, u16> {
-        let mut a = QueryArgs::new_zeroed();
-        a.buf = buf;
-        a.len = len;
-        self.admin_result(cmd(ADMIN_OP_LIST_ADDRS, 0, 0, &a))
-            .map(|c| c.result0)
+        self.query_at(ADMIN_OP_LIST_ADDRS, buf, len)
     }
 
     /// LIST_ADDRS: (address, prefix length, flags) of each valid entry; checks the count
     /// result matches the list and the entries past it are zero.
     pub fn list_addrs(&mut self) -> Vec<([u8; 16], u8, u8)> {
-        let buf = self.alloc_pages(1);
-        let n = self
-            .list_addrs_at(buf, std::mem::size_of::<AddrList>() as u32)
-            .unwrap_or_else(|s| panic!("LIST_ADDRS failed: {}", admin_status_name(s)));
-        let l: AddrList = self.read_obj(buf);
+        let (l, n): (AddrList, u64) = self.query(ADMIN_OP_LIST_ADDRS, "LIST_ADDRS");
         assert_eq!(l.count as u64, n, "LIST_ADDRS result0 is the count written");
         assert_eq!(l.reserved, 0);
         for e in &l.entries[l.count as usize..] {
@@ -212,10 +203,8 @@ impl FakeGuest {
 
     /// CREATE_CTX naming `doorbell_page` (any address: tests of the device's checks).
     pub fn create_ctx_at(&mut self, doorbell_page: u64) -> Result<u32, u16> {
-        let mut a = CreateCtxArgs::new_zeroed();
-        a.doorbell_page = doorbell_page;
         let ctx = self
-            .admin_result(cmd(ADMIN_OP_CREATE_CTX, 0, 0, &a))
+            .admin_result(create_ctx_cmd(doorbell_page))
             .map(|c| c.result0 as u32)?;
         self.db_pages[ctx as usize] = doorbell_page;
         Ok(ctx)
@@ -234,26 +223,12 @@ impl FakeGuest {
 
     /// A CQ of `depth` entries on a scattered ring, raising `vector` when armed.
     pub fn create_cq_on(&mut self, ctx: u32, depth: u32, vector: u32) -> Result<Cq, u16> {
-        let npages = (depth as u64 * CQE_SIZE as u64).div_ceil(PAGE) as usize;
-        let pages = self.alloc_scattered(npages);
-        let mut a = CreateCqArgs::new_zeroed();
-        a.page_list = self.page_list(&pages);
-        a.npages = npages as u32;
-        a.depth = depth;
-        a.vector = vector;
+        let pages = self.alloc_scattered(ring_pages(depth, CQE_SIZE) as usize);
+        let a = cq_body(self.page_list(&pages), depth, vector);
         let (id, slot) = self.create_cq_args(ctx, &a)?;
         assert_ne!(id, 0, "object handles are non-zero");
         assert!(slot < DB_CQ_SLOTS, "CQ doorbell slot {slot} out of range");
-        Ok(Cq {
-            ctx,
-            id,
-            slot,
-            depth,
-            vector,
-            pages,
-            head: 0,
-            arm_seq: 0,
-        })
+        Ok(Cq::created(ctx, &a, pages, (id, slot)))
     }
 
     /// A CQ on the next completion vector (1..16 in turn).
@@ -284,21 +259,16 @@ impl FakeGuest {
         qp_type: u8,
         framing: u8,
     ) -> (CreateQpArgs, Vec<u64>, Vec<u64>) {
-        let sq_n = (sq_depth as u64 * WQE_SIZE as u64).div_ceil(PAGE) as usize;
-        let rq_n = (rq_depth as u64 * WQE_SIZE as u64).div_ceil(PAGE) as usize;
-        let sq_pages = self.alloc_scattered(sq_n);
-        let rq_pages = self.alloc_scattered(rq_n);
-        let mut a = CreateQpArgs::new_zeroed();
-        a.sq_page_list = self.page_list(&sq_pages);
-        a.rq_page_list = self.page_list(&rq_pages);
-        a.send_cq = send_cq;
-        a.recv_cq = recv_cq;
-        a.sq_depth = sq_depth;
-        a.rq_depth = rq_depth;
-        a.sq_npages = sq_n as u16;
-        a.rq_npages = rq_n as u16;
-        a.qp_type = qp_type;
-        a.framing = framing;
+        let sq_pages = self.alloc_scattered(ring_pages(sq_depth, WQE_SIZE) as usize);
+        let rq_pages = self.alloc_scattered(ring_pages(rq_depth, WQE_SIZE) as usize);
+        let lists = (self.page_list(&sq_pages), self.page_list(&rq_pages));
+        let a = qp_body(
+            lists,
+            (send_cq, recv_cq),
+            (sq_depth, rq_depth),
+            qp_type,
+            framing,
+        );
         (a, sq_pages, rq_pages)
     }
 
@@ -318,19 +288,7 @@ impl FakeGuest {
         let (id, slot) = self.create_qp_args(ctx, &a)?;
         assert_ne!(id, 0, "object handles are non-zero");
         assert!(slot < DB_QP_SLOTS, "QP doorbell slot {slot} out of range");
-        Ok(Qp {
-            ctx,
-            id,
-            slot,
-            sq_pages,
-            rq_pages,
-            sq_depth,
-            rq_depth,
-            sq_tail: 0,
-            rq_tail: 0,
-            send_cq,
-            recv_cq,
-        })
+        Ok(Qp::created(ctx, &a, (sq_pages, rq_pages), (id, slot)))
     }
 
     /// A UDP QP.
@@ -360,13 +318,8 @@ impl FakeGuest {
 
     /// Registers `b` with `access` rights.
     pub fn reg_mr(&mut self, ctx: u32, b: &Buf, access: u32) -> Result<Mr, u16> {
-        let mut a = RegMrArgs::new_zeroed();
-        a.page_list = self.page_list(&b.pages);
-        a.iova = b.iova;
-        a.length = b.len;
-        a.npages = b.pages.len() as u32;
-        a.first_page_offset = b.offset;
-        a.access = access;
+        let list = self.page_list(&b.pages);
+        let a = mr_body(list, b.pages.len() as u32, b.offset, b.iova, b.len, access);
         let mr = self.reg_mr_args(ctx, &a)?;
         assert_ne!(mr.lkey, 0, "lkeys are non-zero handles");
         Ok(mr)
@@ -425,37 +378,5 @@ impl FakeGuest {
     pub fn admin_wait_done(&mut self, cmd_id: u32) -> AdminCqe {
         self.admin_wait(cmd_id, TIMEOUT)
             .unwrap_or_else(|| panic!("cmd_id {cmd_id} got no completion within {TIMEOUT:?}"))
-    }
-}
-
-/// An admin command with an argument body.
-pub fn cmd<T: IntoBytes + Immutable>(opcode: u16, ctx: u32, handle: u32, body: &T) -> AdminCmd {
-    let mut c = AdminCmd::new_zeroed();
-    c.opcode = opcode;
-    c.ctx = ctx;
-    c.handle = handle;
-    let b = body.as_bytes();
-    assert_eq!(b.len(), c.body.len(), "argument bodies are 48 bytes");
-    c.body.copy_from_slice(b);
-    c
-}
-
-/// An admin command without arguments.
-pub fn cmd0(opcode: u16, ctx: u32, handle: u32) -> AdminCmd {
-    let mut c = AdminCmd::new_zeroed();
-    c.opcode = opcode;
-    c.ctx = ctx;
-    c.handle = handle;
-    c
-}
-
-#[track_caller]
-pub(crate) fn check_admin_cqe(c: &AdminCqe, opcode: u16) {
-    assert_eq!(c.opcode, opcode, "completion echoes the opcode: {c:?}");
-    if c.status != ADMIN_STATUS_OK {
-        assert!(
-            c.result0 == 0 && c.result1 == 0 && c.result2 == 0,
-            "results are 0 on error: {c:?}"
-        );
     }
 }

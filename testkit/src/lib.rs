@@ -9,20 +9,34 @@
 //! (`qpip_abi::doorbell::Producer`). Everything the tests put in guest memory is an `abi`
 //! structure serialized with zerocopy: no offsets are written by hand here. [`relay`] sits
 //! between two devices on a cable to drop, delay or answer frames.
+//!
+//! The pieces under the fake guest serve the harnesses that drive an engine without
+//! vfio-user too (the fuzz targets, the engine bench), so that each piece of the ABI's logic
+//! is written once: [`Ram`] (guest RAM), [`SyncEngine`] (an engine polled on the caller's
+//! thread), the ring arithmetic ([`AdminRing`], [`ring_slot`], [`Cq::slot_gpa`],
+//! [`Qp::push_sq`]), the admin command builders ([`cmd`], [`cq_body`], [`qp_body`],
+//! [`mr_body`], ...) and the rules every admin completion follows ([`check_admin_cqe`]).
 
 mod admin;
 mod admin_ok;
+mod commands;
 mod queues;
+mod ram;
 pub mod relay;
+mod rings;
 mod scratch_dir;
 mod snapshots;
+mod sync_engine;
 mod tcp;
 mod tshark;
 
-pub use admin::*;
 pub use admin_ok::*;
+pub use commands::*;
 pub use queues::*;
+pub use ram::Ram;
+pub use rings::*;
 pub use scratch_dir::*;
+pub use sync_engine::SyncEngine;
 pub use tcp::*;
 pub use tshark::*;
 
@@ -32,7 +46,7 @@ use std::io::Read;
 use std::net::Ipv6Addr;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::PathBuf;
-use std::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -147,6 +161,16 @@ pub fn assert_cqe(c: &Cqe, want: u8, detail: u32, what: &str) {
     );
 }
 
+/// A non-blocking eventfd: what an interrupt vector is wired to (by QEMU's SET_IRQS, or
+/// `Interrupts::set` for an engine in this process).
+pub fn eventfd() -> File {
+    // SAFETY: plain eventfd creation; checked for failure.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    assert!(fd >= 0, "eventfd: {}", std::io::Error::last_os_error());
+    // SAFETY: fd was just created and is owned by nothing else.
+    unsafe { File::from_raw_fd(fd) }
+}
+
 /// xorshift64*: deterministic, seedable, enough for payloads and spacing.
 pub struct Rng(u64);
 impl Rng {
@@ -238,25 +262,23 @@ pub struct Qp {
     pub recv_cq: u32,
 }
 
-/// A bound UDP QP with its own send and receive CQs and a registered buffer: the usual
-/// test endpoint.
-pub struct Udp {
+/// A QP with its own send and receive CQs and a registered (LOCAL_WRITE) buffer: the usual
+/// test endpoint, UDP ([`Udp`]) or TCP ([`TcpEnd`]).
+pub struct Endpoint {
     pub ctx: u32,
     pub qp: Qp,
     pub scq: Cq,
     pub rcq: Cq,
     pub buf: Buf,
     pub mr: Mr,
+    /// The port BIND gave a UDP QP; 0 for a TCP QP (its ports come with connect or accept).
     pub port: u16,
 }
 
-struct AdminQueue {
-    sq: u64,
-    cq: u64,
-    depth: u32,
-    tail: u32,
-    head: u32,
-}
+/// A bound UDP QP with its CQs and buffer.
+pub type Udp = Endpoint;
+/// A TCP QP with its CQs and buffer.
+pub type TcpEnd = Endpoint;
 
 struct TempDir(PathBuf);
 impl Drop for TempDir {
@@ -268,17 +290,16 @@ impl Drop for TempDir {
 /// A device and a guest driving it.
 pub struct FakeGuest {
     pub client: Client,
+    /// The thread serving the device, unless the device is another process's.
     server: Option<JoinHandle<Result<(), String>>>,
-    _dir: TempDir,
-    _ram_file: File,
-    ram: *mut u8,
+    _dir: Option<TempDir>,
+    ram: Ram,
     /// Guest-physical address of each context's doorbell page (guest RAM the guest names
     /// in CREATE_CTX); indices of contexts not created point at pages the device never saw.
     db_pages: Vec<u64>,
-    next_page: u64,
     next_iova: u64,
     irqs: Vec<File>,
-    admin: Option<AdminQueue>,
+    admin: Option<AdminRing>,
     stash: VecDeque<AdminCqe>,
     next_cmd_id: u32,
     next_vector: u32,
@@ -315,7 +336,7 @@ impl FakeGuest {
         let path = socket.clone();
         let server = std::thread::spawn(move || serve(&path, options));
         let deadline = Instant::now() + Duration::from_secs(10);
-        let mut client = loop {
+        let client = loop {
             if socket.exists() {
                 if let Ok(c) = Client::new(&socket) {
                     break c;
@@ -324,27 +345,25 @@ impl FakeGuest {
             assert!(Instant::now() < deadline, "qpipd did not start listening");
             std::thread::sleep(Duration::from_millis(5));
         };
+        let mut g = Self::attach(client);
+        g.server = Some(server);
+        g._dir = Some(TempDir(dir));
+        g
+    }
 
+    /// A guest of a device served elsewhere (a qpipd process) that `client` is connected to:
+    /// guest RAM mapped and interrupts wired, not yet enabled, as [`FakeGuest::bare`].
+    pub fn attach(mut client: Client) -> Self {
         // Guest RAM: a memfd, as QEMU's memory-backend-memfd.
-        // SAFETY: memfd_create with a valid name; the fd is owned by the File from here on.
-        let ram_file = unsafe {
-            File::from_raw_fd(libc::memfd_create(c"guest-ram".as_ptr(), libc::MFD_CLOEXEC))
-        };
-        ram_file.set_len(RAM_SIZE).unwrap();
-        let ram = map_shared(&ram_file, 0, RAM_SIZE as usize);
+        let mut ram = Ram::new(c"guest-ram", RAM_BASE, RAM_SIZE);
+        // Default doorbell pages for contexts not created (pages the device never sees).
+        let db_base = ram.alloc_pages(DOORBELL_PAGES as u64);
         client
-            .dma_map(0, RAM_BASE, RAM_SIZE, ram_file.as_raw_fd())
+            .dma_map(0, RAM_BASE, RAM_SIZE, ram.file().as_raw_fd())
             .unwrap();
 
         // One eventfd per MSI-X vector, as QEMU installs them when the guest enables MSI-X.
-        let irqs: Vec<File> = (0..MSIX_VECTORS)
-            .map(|_| {
-                // SAFETY: eventfd creation; the fd is owned by the File.
-                let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-                assert!(fd >= 0);
-                unsafe { File::from_raw_fd(fd) }
-            })
-            .collect();
+        let irqs: Vec<File> = (0..MSIX_VECTORS).map(|_| eventfd()).collect();
         let fds: Vec<i32> = irqs.iter().map(|f| f.as_raw_fd()).collect();
         client
             .set_irqs(
@@ -358,14 +377,10 @@ impl FakeGuest {
 
         FakeGuest {
             client,
-            server: Some(server),
-            _dir: TempDir(dir),
-            _ram_file: ram_file,
+            server: None,
+            _dir: None,
             ram,
-            db_pages: (0..DOORBELL_PAGES as u64)
-                .map(|i| RAM_BASE + i * PAGE)
-                .collect(),
-            next_page: RAM_BASE + DOORBELL_PAGES as u64 * PAGE,
+            db_pages: contiguous(db_base, DOORBELL_PAGES as u64),
             next_iova: 0x7f00_0000_0000,
             irqs,
             admin: None,
@@ -423,13 +438,7 @@ impl FakeGuest {
         self.reg_write(REG_ADMIN_DEPTH, depth);
         let status = self.reg_read(REG_STATUS);
         self.stash.clear();
-        self.admin = (status & STATUS_ADMIN_ENABLED != 0).then_some(AdminQueue {
-            sq,
-            cq,
-            depth,
-            tail: 0,
-            head: 0,
-        });
+        self.admin = (status & STATUS_ADMIN_ENABLED != 0).then(|| AdminRing::new(sq, cq, depth));
         status
     }
 
@@ -454,13 +463,7 @@ impl FakeGuest {
 
     /// Allocates `n` contiguous zeroed pages of guest RAM (never reused).
     pub fn alloc_pages(&mut self, n: usize) -> u64 {
-        let a = self.next_page;
-        self.next_page += n as u64 * PAGE;
-        assert!(
-            self.next_page <= RAM_BASE + RAM_SIZE,
-            "guest RAM exhausted (test allocates too much)"
-        );
-        a
+        self.ram.alloc_pages(n as u64)
     }
 
     /// `n` pages that are not physically contiguous and in descending order, so a device
@@ -485,49 +488,25 @@ impl FakeGuest {
         }
     }
 
-    fn ram_ptr(&self, gpa: u64, len: usize) -> *mut u8 {
-        assert!(
-            gpa >= RAM_BASE && gpa + len as u64 <= RAM_BASE + RAM_SIZE,
-            "test bug: guest access {gpa:#x}+{len} outside RAM"
-        );
-        // SAFETY: in bounds of the mapping, checked above.
-        unsafe { self.ram.add((gpa - RAM_BASE) as usize) }
-    }
-
     /// Writes guest memory. The device may read it concurrently: that is the point.
     pub fn mem_write(&self, gpa: u64, data: &[u8]) {
-        let p = self.ram_ptr(gpa, data.len());
-        // SAFETY: bounds checked; the mapping is shared memory with the device, which only
-        // ever sees it as bytes.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+        self.ram.write(gpa, data);
     }
 
     pub fn mem_read(&self, gpa: u64, len: usize) -> Vec<u8> {
-        let p = self.ram_ptr(gpa, len);
-        let mut v = vec![0u8; len];
-        fence(Ordering::Acquire);
-        // SAFETY: as in mem_write.
-        unsafe { std::ptr::copy_nonoverlapping(p, v.as_mut_ptr(), len) };
-        v
+        self.ram.read(gpa, len)
     }
 
     pub fn mem_fill(&self, gpa: u64, len: usize, byte: u8) {
-        let p = self.ram_ptr(gpa, len);
-        // SAFETY: as in mem_write.
-        unsafe { std::ptr::write_bytes(p, byte, len) };
+        self.ram.fill(gpa, len, byte);
     }
 
     pub fn write_obj<T: IntoBytes + Immutable>(&self, gpa: u64, v: &T) {
-        self.mem_write(gpa, v.as_bytes());
+        self.ram.write_obj(gpa, v);
     }
 
     pub fn read_obj<T: FromBytes>(&self, gpa: u64) -> T {
-        T::read_from_bytes(&self.mem_read(gpa, std::mem::size_of::<T>())).unwrap()
-    }
-
-    fn atomic_u8(&self, gpa: u64) -> &AtomicU8 {
-        // SAFETY: in bounds, and AtomicU8 has no alignment requirement.
-        unsafe { &*(self.ram_ptr(gpa, 1) as *const AtomicU8) }
+        self.ram.read_obj(gpa)
     }
 
     /// Writes `data` at byte `off` of a buffer, following its page list.
@@ -564,10 +543,7 @@ impl FakeGuest {
 
     /// Writes a page list (u64 entries) into fresh guest memory and returns its address.
     pub fn page_list(&mut self, pages: &[u64]) -> u64 {
-        let n = (pages.len() as u64 * 8).div_ceil(PAGE).max(1);
-        let at = self.alloc_pages(n as usize);
-        self.mem_write(at, pages.as_bytes());
-        at
+        self.ram.page_list(pages)
     }
 
     // ---- interrupts -----------------------------------------------------------------------
@@ -598,8 +574,8 @@ impl FakeGuest {
     /// The u32 at `off` in context `ctx`'s doorbell page (guest RAM).
     pub fn db(&self, ctx: u32, off: u32) -> &AtomicU32 {
         assert!(ctx < DOORBELL_PAGES && off + 4 <= DOORBELL_PAGE_SIZE && off & 3 == 0);
-        let p = self.ram_ptr(self.db_pages[ctx as usize] + off as u64, 4);
-        // SAFETY: in bounds of the RAM mapping (ram_ptr checks) and 4-byte aligned.
+        let p = self.ram.ptr(self.db_pages[ctx as usize] + off as u64, 4);
+        // SAFETY: in bounds of the RAM mapping (Ram::ptr checks) and 4-byte aligned.
         unsafe { &*p.cast::<AtomicU32>() }
     }
 
@@ -615,10 +591,7 @@ impl FakeGuest {
     /// Context `ctx`'s doorbell page as its producer uses it (`abi::doorbell::Producer`).
     pub fn producer(&self, ctx: u32) -> Producer<'_> {
         assert!(ctx < DOORBELL_PAGES);
-        let p = self.ram_ptr(self.db_pages[ctx as usize], DOORBELL_PAGE_SIZE as usize);
-        // SAFETY: a whole page inside the RAM mapping (ram_ptr checks), page-aligned, mapped
-        // as long as `self`; the test touches doorbell pages only through atomics.
-        unsafe { Producer::from_ptr(p) }
+        self.ram.producer(self.db_pages[ctx as usize])
     }
 
     /// Rings a doorbell exactly as `abi::doorbell` prescribes, and kicks if the engine
@@ -665,31 +638,5 @@ impl Drop for FakeGuest {
                 panic!("qpipd did not return from serve within 5 s of the client disconnecting");
             }
         }
-        // SAFETY: the mapping was made by map_shared with this size and is not used after
-        // this point.
-        unsafe {
-            libc::munmap(self.ram.cast(), RAM_SIZE as usize);
-        }
     }
-}
-
-fn map_shared(file: &File, offset: i64, len: usize) -> *mut u8 {
-    // SAFETY: a fresh shared mapping of a file we hold open; checked for failure.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            offset,
-        )
-    };
-    assert_ne!(
-        p,
-        libc::MAP_FAILED,
-        "mmap: {}",
-        std::io::Error::last_os_error()
-    );
-    p.cast()
 }

@@ -59,25 +59,16 @@ pub fn recv_wqe(wr_id: u64, sges: &[Sge]) -> WqeBytes {
 impl FakeGuest {
     // ---- work queues ----------------------------------------------------------------------
 
-    pub(crate) fn slot_gpa(pages: &[u64], entry: u64, idx: u32, depth: u32) -> u64 {
-        let off = (idx % depth) as u64 * entry;
-        pages[(off / PAGE) as usize] + off % PAGE
-    }
-
     /// Writes WQEs into the send ring without ringing.
     pub fn write_sq(&mut self, qp: &mut Qp, wqes: &[WqeBytes]) {
         for w in wqes {
-            let at = Self::slot_gpa(&qp.sq_pages, WQE_SIZE as u64, qp.sq_tail, qp.sq_depth);
-            self.mem_write(at, w);
-            qp.sq_tail = qp.sq_tail.wrapping_add(1);
+            self.mem_write(qp.push_sq(), w);
         }
     }
 
     pub fn write_rq(&mut self, qp: &mut Qp, wqes: &[WqeBytes]) {
         for w in wqes {
-            let at = Self::slot_gpa(&qp.rq_pages, WQE_SIZE as u64, qp.rq_tail, qp.rq_depth);
-            self.mem_write(at, w);
-            qp.rq_tail = qp.rq_tail.wrapping_add(1);
+            self.mem_write(qp.push_rq(), w);
         }
     }
 
@@ -95,34 +86,36 @@ impl FakeGuest {
 
     /// The CQE in ring slot `idx % depth`, whatever its phase.
     pub fn cq_slot(&self, cq: &Cq, idx: u32) -> Cqe {
-        self.read_obj(Self::slot_gpa(&cq.pages, CQE_SIZE as u64, idx, cq.depth))
+        self.read_obj(cq.slot_gpa(idx))
     }
 
     /// Whether CQE number `idx` (free-running) has been written in the current pass.
     pub fn cqe_ready(&self, cq: &Cq, idx: u32) -> bool {
-        let at = Self::slot_gpa(&cq.pages, CQE_SIZE as u64, idx, cq.depth)
-            + std::mem::offset_of!(Cqe, owner) as u64;
-        let phase = ((idx / cq.depth) & 1 == 0) as u8;
-        self.atomic_u8(at).load(Ordering::Acquire) & 1 == phase
+        self.ram.cqe_ready(cq, idx)
+    }
+
+    /// Takes the next CQE if there is one, without publishing the new head (a consumer
+    /// that takes several publishes once, with [`FakeGuest::publish_cq_head`]).
+    pub fn take_cqe(&self, cq: &mut Cq) -> Option<Cqe> {
+        self.ram.take_cqe(cq)
+    }
+
+    /// Publishes how far the consumer has taken CQEs (`cq_head` in the doorbell page).
+    pub fn publish_cq_head(&mut self, cq: &Cq) {
+        self.ring(cq.ctx, cq_head(cq.slot), cq.head);
     }
 
     /// Takes the next CQE if there is one and publishes the new head.
     pub fn poll_cq(&mut self, cq: &mut Cq) -> Option<Cqe> {
-        if !self.cqe_ready(cq, cq.head) {
-            return None;
-        }
-        let c = self.cq_slot(cq, cq.head);
-        cq.head = cq.head.wrapping_add(1);
-        self.ring(cq.ctx, cq_head(cq.slot), cq.head);
+        let c = self.take_cqe(cq)?;
+        self.publish_cq_head(cq);
         Some(c)
     }
 
     /// Waits up to `timeout` for the next CQE.
     pub fn try_wait_cqe(&mut self, cq: &mut Cq, timeout: Duration) -> Option<Cqe> {
-        let at = Self::slot_gpa(&cq.pages, CQE_SIZE as u64, cq.head, cq.depth)
-            + std::mem::offset_of!(Cqe, owner) as u64;
-        let phase = ((cq.head / cq.depth) & 1 == 0) as u8;
-        if !self.wait_phase(at, phase, timeout) {
+        let at = cq.owner_gpa(cq.head);
+        if !self.wait_phase(at, phase(cq.head, cq.depth), timeout) {
             return None;
         }
         self.poll_cq(cq)
@@ -151,6 +144,37 @@ impl FakeGuest {
 
     // ---- composite set-ups ----------------------------------------------------------------
 
+    /// In `ctx`: a QP of `qp_type` with `framing` and queues of `depth`, its own send and
+    /// receive CQs of `cq_depth`, and a registered (LOCAL_WRITE) buffer of `buf_len` (at
+    /// least 64) bytes. Not bound: `port` is 0.
+    pub fn endpoint_in(
+        &mut self,
+        ctx: u32,
+        (qp_type, framing): (u8, u8),
+        depth: u32,
+        cq_depth: u32,
+        buf_len: u64,
+    ) -> Endpoint {
+        let scq = self.create_cq(ctx, cq_depth).expect("create send CQ");
+        let rcq = self.create_cq(ctx, cq_depth).expect("create recv CQ");
+        let qp = self
+            .create_qp_typed(ctx, scq.id, rcq.id, depth, depth, qp_type, framing)
+            .unwrap_or_else(|s| panic!("create QP of type {qp_type}: {}", admin_status_name(s)));
+        let buf = self.alloc_buf(buf_len.max(64), 0);
+        let mr = self
+            .reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE)
+            .expect("register buffer");
+        Endpoint {
+            ctx,
+            qp,
+            scq,
+            rcq,
+            buf,
+            mr,
+            port: 0,
+        }
+    }
+
     /// A context with a UDP QP bound to `addr`/`port`, its own send and receive CQs of
     /// `cq_depth`, queues of `depth`, and a registered (LOCAL_WRITE) buffer of `buf_len`.
     pub fn udp_endpoint_in(
@@ -162,25 +186,9 @@ impl FakeGuest {
         cq_depth: u32,
         buf_len: u64,
     ) -> Udp {
-        let scq = self.create_cq(ctx, cq_depth).expect("create send CQ");
-        let rcq = self.create_cq(ctx, cq_depth).expect("create recv CQ");
-        let qp = self
-            .create_qp(ctx, scq.id, rcq.id, depth, depth)
-            .expect("create UDP QP");
-        let port = self.bind(ctx, qp.id, addr, port).expect("bind");
-        let buf = self.alloc_buf(buf_len.max(64), 0);
-        let mr = self
-            .reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE)
-            .expect("register buffer");
-        Udp {
-            ctx,
-            qp,
-            scq,
-            rcq,
-            buf,
-            mr,
-            port,
-        }
+        let mut e = self.endpoint_in(ctx, (QP_TYPE_UDP, 0), depth, cq_depth, buf_len);
+        e.port = self.bind(ctx, e.qp.id, addr, port).expect("bind");
+        e
     }
 
     /// As [`Self::udp_endpoint_in`], in a new context, bound to every address.

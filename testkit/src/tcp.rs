@@ -5,16 +5,6 @@ use std::collections::VecDeque;
 
 use crate::*;
 
-/// A TCP QP with its own send and receive CQs and a registered (LOCAL_WRITE) buffer.
-pub struct TcpEnd {
-    pub ctx: u32,
-    pub qp: Qp,
-    pub scq: Cq,
-    pub rcq: Cq,
-    pub buf: Buf,
-    pub mr: Mr,
-}
-
 /// A TCP send WQE gathering `sges`, with immediate data (message framing carries it).
 pub fn tcp_send_wqe(wr_id: u64, imm: u32, sges: &[Sge]) -> WqeBytes {
     let mut h = wqe_hdr(WQE_OP_SEND, wr_id);
@@ -39,23 +29,7 @@ impl FakeGuest {
     /// A TCP QP in `ctx` with `framing`, queues of `depth`, CQs of twice that, and a
     /// registered buffer of `buf_len` bytes.
     pub fn tcp_endpoint_in(&mut self, ctx: u32, framing: u8, depth: u32, buf_len: u64) -> TcpEnd {
-        let scq = self.create_cq(ctx, 2 * depth).expect("create send CQ");
-        let rcq = self.create_cq(ctx, 2 * depth).expect("create recv CQ");
-        let qp = self
-            .create_qp_typed(ctx, scq.id, rcq.id, depth, depth, QP_TYPE_TCP, framing)
-            .expect("create TCP QP");
-        let buf = self.alloc_buf(buf_len.max(64), 0);
-        let mr = self
-            .reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE)
-            .expect("register buffer");
-        TcpEnd {
-            ctx,
-            qp,
-            scq,
-            rcq,
-            buf,
-            mr,
-        }
+        self.endpoint_in(ctx, (QP_TYPE_TCP, framing), depth, 2 * depth, buf_len)
     }
 
     /// Submits CLOSE (completes asynchronously); returns the cmd_id.

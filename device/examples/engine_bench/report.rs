@@ -213,16 +213,12 @@ pub fn throughput_section(o: &Options, cpu: Option<usize>, r: &mut Report) {
         );
     }
     let (mq, mq9, mk, mm) = (median(&q1500), median(&q9000), median(&k), median(&m));
-    let mg = median(&qg);
-    let mt = median(&qt);
+    // Ratios of medians: qpip to the kernel (MTU 1500, 9000, with offloads, over TAPs) and
+    // to memcpy (MTU 1500, 9000).
+    let (rk, rk9, rkg, rkt) = (mq / mk, mq9 / mk, median(&qg) / mk, median(&qt) / mk);
+    let (rm, rm9) = (mq / mm, mq9 / mm);
     println!(
-        "    ratios of medians: qpip/kernel {:.3} (MTU 9000: {:.3}, with offloads: {:.3}, over TAPs: {:.3}), qpip/memcpy {:.3} (MTU 9000: {:.3})",
-        mq / mk,
-        mq9 / mk,
-        mg / mk,
-        mt / mk,
-        mq / mm,
-        mq9 / mm
+        "    ratios of medians: qpip/kernel {rk:.3} (MTU 9000: {rk9:.3}, with offloads: {rkg:.3}, over TAPs: {rkt:.3}), qpip/memcpy {rm:.3} (MTU 9000: {rm9:.3})"
     );
     println!(
         "    share of the qpip run's time spent inside the two engines (the rest: the guests' \
@@ -253,12 +249,12 @@ pub fn throughput_section(o: &Options, cpu: Option<usize>, r: &mut Report) {
             arr(&qt),
             arr(&k),
             arr(&m),
-            num(mq / mk),
-            num(mq9 / mk),
-            num(mg / mk),
-            num(mt / mk),
-            num(mq / mm),
-            num(mq9 / mm)
+            num(rk),
+            num(rk9),
+            num(rkg),
+            num(rkt),
+            num(rm),
+            num(rm9)
         ),
     ));
     let _ = writeln!(
@@ -276,14 +272,8 @@ pub fn throughput_section(o: &Options, cpu: Option<usize>, r: &mut Report) {
     }
     let _ = writeln!(
         r.md,
-        "\nRatios of medians: qpip/kernel **{:.3}** (MTU 9000: {:.3}, MTU 1500 with offloads: \
-         **{:.3}**, over two TAPs on a bridge: **{:.3}**), qpip/memcpy **{:.3}** (MTU 9000: {:.3}).\n",
-        mq / mk,
-        mq9 / mk,
-        mg / mk,
-        mt / mk,
-        mq / mm,
-        mq9 / mm
+        "\nRatios of medians: qpip/kernel **{rk:.3}** (MTU 9000: {rk9:.3}, MTU 1500 with offloads: \
+         **{rkg:.3}**, over two TAPs on a bridge: **{rkt:.3}**), qpip/memcpy **{rm:.3}** (MTU 9000: {rm9:.3}).\n"
     );
 }
 
@@ -332,31 +322,29 @@ pub fn stages_section(r: &mut Report) {
             t.msg, t.messages, t.gbps, plain
         );
         let (ta, tb) = t.engine_ns;
-        let mut rows = Vec::new();
-        for row in &t.rows {
+        for (name, sa, share_a, sb, share_b) in share_rows(t) {
             let _ = writeln!(
                 md,
-                "| {} | {:.0} | {:.1} % | {:.0} | {:.1} % |",
-                row.stage.name(),
-                row.sender_ns,
-                100.0 * row.sender_ns / ta,
-                row.receiver_ns,
-                100.0 * row.receiver_ns / tb
+                "| {name} | {sa:.0} | {share_a:.1} % | {sb:.0} | {share_b:.1} % |"
             );
-            rows.push(format!(
-                "{{\"stage\": \"{}\", \"sender_ns\": {}, \"receiver_ns\": {}}}",
-                row.stage.name(),
-                num(row.sender_ns),
-                num(row.receiver_ns)
-            ));
         }
-        let (oa, ob) = other(t);
         let _ = writeln!(
             md,
-            "| other | {oa:.0} | {:.1} % | {ob:.0} | {:.1} % |\n| **engine total** | {ta:.0} | 100 % | {tb:.0} | 100 % |\n",
-            100.0 * oa / ta,
-            100.0 * ob / tb
+            "| **engine total** | {ta:.0} | 100 % | {tb:.0} | 100 % |\n"
         );
+        let rows: Vec<String> = t
+            .rows
+            .iter()
+            .map(|row| {
+                format!(
+                    "{{\"stage\": \"{}\", \"sender_ns\": {}, \"receiver_ns\": {}}}",
+                    row.stage.name(),
+                    num(row.sender_ns),
+                    num(row.receiver_ns)
+                )
+            })
+            .collect();
+        let (oa, ob) = other(t);
         json.push(format!(
             "{{\"message_bytes\": {}, \"messages\": {}, \"gbps_timed\": {}, \"gbps_untimed\": {}, \
              \"sender_engine_ns\": {}, \"receiver_engine_ns\": {}, \"sender_other_ns\": {}, \
@@ -377,6 +365,19 @@ pub fn stages_section(r: &mut Report) {
         .push(("stages".into(), format!("[{}]", json.join(", "))));
 }
 
+/// Each stage's row, then 'other': (name, sender ns/msg, its share of the sender's engine
+/// time in %, receiver ns/msg, its share).
+fn share_rows(t: &StageTable) -> Vec<(&'static str, f64, f64, f64, f64)> {
+    let (ta, tb) = t.engine_ns;
+    let (oa, ob) = other(t);
+    t.rows
+        .iter()
+        .map(|row| (row.stage.name(), row.sender_ns, row.receiver_ns))
+        .chain([("other", oa, ob)])
+        .map(|(name, a, b)| (name, a, 100.0 * a / ta, b, 100.0 * b / tb))
+        .collect()
+}
+
 fn other(t: &StageTable) -> (f64, f64) {
     let sa: f64 = t.rows.iter().map(|r| r.sender_ns).sum();
     let sb: f64 = t.rows.iter().map(|r| r.receiver_ns).sum();
@@ -393,25 +394,9 @@ fn print_table(t: &StageTable, plain_gbps: f64) {
         "stage", "sender ns/msg", "share", "receiver ns/msg", "share"
     );
     let (ta, tb) = t.engine_ns;
-    for row in &t.rows {
-        println!(
-            "      {:<16} {:>14.0} {:>6.1}%   {:>16.0} {:>6.1}%",
-            row.stage.name(),
-            row.sender_ns,
-            100.0 * row.sender_ns / ta,
-            row.receiver_ns,
-            100.0 * row.receiver_ns / tb
-        );
+    for (name, sa, share_a, sb, share_b) in share_rows(t) {
+        println!("      {name:<16} {sa:>14.0} {share_a:>6.1}%   {sb:>16.0} {share_b:>6.1}%");
     }
-    let (oa, ob) = other(t);
-    println!(
-        "      {:<16} {:>14.0} {:>6.1}%   {:>16.0} {:>6.1}%",
-        "other",
-        oa,
-        100.0 * oa / ta,
-        ob,
-        100.0 * ob / tb
-    );
     println!(
         "      {:<16} {:>14.0} {:>6}%   {:>16.0} {:>6}%",
         "engine total", ta, 100, tb, 100

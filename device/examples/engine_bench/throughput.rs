@@ -225,7 +225,7 @@ pub fn qpip_on(
     let mut eb = b.tcp_end(DEPTH, buf_len);
     // The payload: a pattern, so received bytes can be checked.
     let src: Vec<u8> = (0..buf_len).map(pattern).collect();
-    a.write(ea.buf, &src);
+    a.write(ea.buf.gpa(0), &src);
     // Receives posted before the connection exists become its first window.
     let recvs: Vec<_> = (0..DEPTH as u64)
         .map(|i| (i * slot, slot as u32, i))
@@ -272,7 +272,7 @@ pub fn qpip_on(
             let at = c.wr_id % DEPTH as u64 * slot;
             if received % 64 == 0 {
                 let want = &src[((received % DEPTH as u64) * slot) as usize..][..msg];
-                if b.slice(eb.buf + at, msg) != want {
+                if b.slice(eb.buf.gpa(at), msg) != want {
                     fail(format!(
                         "message {received}: the bytes differ from those sent"
                     ));

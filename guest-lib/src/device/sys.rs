@@ -1,7 +1,7 @@
 //! The device file's system calls: ioctls with size-versioned arguments, mmap of the
 //! doorbell page, kick page and rings, event records.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes};
@@ -44,25 +44,10 @@ impl Mapping {
         len: usize,
         what: &'static str,
     ) -> Result<Mapping> {
-        // SAFETY: a new shared mapping chosen by the kernel; the driver validates offset and
-        // length against what this context owns.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                offset as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(Error::last_os(what));
-        }
-        Ok(Mapping {
-            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
-            len,
-        })
+        // The driver validates offset and length against what this context owns.
+        let ptr =
+            qpip_abi::mmap::map_shared(fd.as_fd(), offset, len).map_err(|e| Error::os(what, e))?;
+        Ok(Mapping { ptr, len })
     }
 
     /// Pointer to byte `off`; panics if it is outside (a library bug, not a user error).
