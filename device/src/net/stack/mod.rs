@@ -140,6 +140,18 @@ pub(super) struct Arrival {
     pub now: Instant,
 }
 
+impl Arrival {
+    fn of(ip: &wire::Ipv6Packet<'_>, eth_src: Mac, now: Instant) -> Arrival {
+        Arrival {
+            src: ip.src,
+            dst: ip.dst,
+            hop_limit: ip.hop_limit,
+            eth_src,
+            now,
+        }
+    }
+}
+
 /// What the engine did with a received datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {

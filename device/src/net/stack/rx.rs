@@ -81,14 +81,7 @@ impl Stack {
         if !(self.is_own_unicast(&ip.dst) || self.is_member(&ip.dst)) {
             return self.drop(DropReason::NotForUs);
         }
-        let a = Arrival {
-            src: ip.src,
-            dst: ip.dst,
-            hop_limit: ip.hop_limit,
-            eth_src: eth.src,
-            now,
-        };
-        self.walk(Cow::Borrowed(ip.packet), a)
+        self.walk(Cow::Borrowed(ip.packet), Arrival::of(&ip, eth.src, now))
     }
 
     /// Processes a packet the device sent to itself ([`Stack::pop_loopback`]): as
@@ -98,14 +91,7 @@ impl Stack {
         let Ok(ip) = wire::parse_ipv6(&frame[wire::ETH_LEN..]) else {
             return self.drop(DropReason::Malformed);
         };
-        let a = Arrival {
-            src: ip.src,
-            dst: ip.dst,
-            hop_limit: ip.hop_limit,
-            eth_src: self.mac,
-            now,
-        };
-        self.walk(Cow::Borrowed(ip.packet), a)
+        self.walk(Cow::Borrowed(ip.packet), Arrival::of(&ip, self.mac, now))
     }
 
     /// Follows the header chain of a packet for us (RFC 8200 §4) to its upper layer.
