@@ -7,7 +7,8 @@
 //! there is work, then sleeps with the protocol of `qpip_abi::doorbell`.
 //!
 //! Where things are: [`admin`] runs the admin queue (management), [`doorbells`] scans
-//! doorbell pages (doorbell), [`idle`] decides how long to poll before sleeping,
+//! doorbell pages (doorbell), [`thread`] runs engines in turns on an engine thread and
+//! [`idle`] decides how long it polls before sleeping,
 //! [`datapath`] executes UDP send WQEs and places received datagrams (transmit/receive),
 //! [`tcp`] joins the device's TCP connections to TCP QPs in three units — `tcp::tx` takes
 //! send WRs into a connection's stream, `tcp::rx` places received bytes into receive WRs,
@@ -28,16 +29,16 @@ pub mod memory;
 pub mod network;
 pub mod objects;
 pub mod tcp;
+pub mod thread;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv6Addr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use log::{debug, info, warn};
+use log::{info, warn};
 use qpip_abi::admin::STATS_COUNT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 
@@ -47,7 +48,6 @@ use crate::net::config::NetConfig;
 use crate::net::interface::Interface;
 use admin::AdminQueue;
 use objects::Objects;
-use std::os::fd::AsRawFd;
 use vmm_sys_util::eventfd::EventFd;
 
 /// Messages from the control thread.
@@ -66,7 +66,9 @@ pub enum Control {
     Kick,
     /// Destroy everything and acknowledge.
     Reset(Sender<()>),
-    Shutdown,
+    /// Stop: the engine leaves its thread and is dropped (its link closed), then the
+    /// sender, if any, hears of it.
+    Shutdown(Option<Sender<()>>),
 }
 
 /// Engine settings fixed at start.
@@ -151,19 +153,13 @@ pub struct Engine {
     rx: Receiver<Control>,
     pub(crate) objects: Objects,
     pub(crate) admin: AdminQueue,
-    idle_poll: Duration,
-    /// How long to poll after the last work, adapted to the traffic (at most `idle_poll`).
-    spin: idle::SpinBudget,
     /// Passes without work since the last work (0 while busy, and for callers that drive
-    /// the engine themselves): idle passes look at the link only now and then.
+    /// the engine themselves): idle passes look at the link only now and then (set by
+    /// its [`thread`]).
     pub(crate) idle_passes: u32,
     sleeping: bool,
     /// Reused buffer of contexts with changed doorbell pages.
     scratch_ctxs: Vec<u32>,
-    /// Set by [`EngineHandle::start`]: signalled after each control message.
-    wake: Option<Arc<EventFd>>,
-    /// Messages taken while sleeping without a wake fd (tests), handled next.
-    pending: Vec<Control>,
     /// The network stack on its link: it owns the device's MAC and addresses, and its
     /// loopback carries what the device sends to itself. Without `--net` the link is
     /// [`crate::backend::none`] and the loopback is all there is.
@@ -179,44 +175,30 @@ pub struct Engine {
     deferred: HashMap<u32, VecDeque<qpip_abi::cqe::Cqe>>,
 }
 
-/// The control thread's handle on the engine thread.
+/// The control thread's handle on its function's engine, on an [`thread::EngineThread`].
 pub struct EngineHandle {
     tx: Sender<Control>,
-    /// Written after every message, so a sleeping engine wakes (it sleeps in poll(2) on
-    /// this and on its network's fd).
+    /// The engine thread's wake-up: written after every message, so a sleeping thread wakes
+    /// (it sleeps in ppoll(2) on this and on its engines' links).
     wake: Arc<EventFd>,
-    thread: Option<JoinHandle<()>>,
+    /// Keeps the thread running while its engines may get messages.
+    _thread: Arc<thread::EngineThread>,
 }
 
 impl EngineHandle {
-    /// Starts the engine thread.
+    /// Starts an engine on a thread of its own (a one-function qpipd).
     pub fn start(shared: Shared, config: EngineConfig) -> std::io::Result<EngineHandle> {
-        let (tx, rx) = mpsc::channel();
-        let wake = Arc::new(EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?);
-        let net = config.network.clone();
-        let mut engine = Engine::new(shared, config, rx);
-        engine.wake = Some(wake.clone());
-        if let Some(net) = net {
-            engine.attach_network(&net)?;
-        }
-        let thread = std::thread::Builder::new()
-            .name("qpip-engine".into())
-            .spawn(move || engine.run())?;
-        Ok(EngineHandle {
-            tx,
-            wake,
-            thread: Some(thread),
-        })
+        thread::EngineThread::spawn("qpip-engine", config.idle_poll)?.start(shared, config)
     }
 
     pub fn send(&self, msg: Control) {
         if self.tx.send(msg).is_err() {
-            warn!("the engine thread is gone; message dropped");
+            warn!("the engine is gone; message dropped");
             return;
         }
-        // After the message is queued, so the engine that wakes finds it.
+        // After the message is queued, so the thread that wakes finds it.
         if let Err(e) = self.wake.write(1) {
-            warn!("cannot wake the engine: {e}");
+            warn!("cannot wake the engine thread: {e}");
         }
     }
 
@@ -231,10 +213,13 @@ impl EngineHandle {
 }
 
 impl Drop for EngineHandle {
+    /// Stops the engine and waits until it is gone (its link closed), while the thread
+    /// serves on for its other engines.
     fn drop(&mut self) {
-        self.send(Control::Shutdown);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        let (ack_tx, ack_rx) = mpsc::channel();
+        self.send(Control::Shutdown(Some(ack_tx)));
+        if ack_rx.recv_timeout(Duration::from_secs(10)).is_err() {
+            warn!("the engine did not stop within 10 s");
         }
     }
 }
@@ -254,13 +239,9 @@ impl Engine {
             rx,
             objects: Objects::new(seed),
             admin: AdminQueue::default(),
-            idle_poll: config.idle_poll,
-            spin: idle::SpinBudget::new(config.idle_poll),
             idle_passes: 0,
             sleeping: false,
             scratch_ctxs: Vec::new(),
-            wake: None,
-            pending: Vec::new(),
             net: Interface::new(network::new_stack(&net_start), Box::new(NoLink)),
             net_start,
             tcp: tcp::Tcp::new(
@@ -276,67 +257,6 @@ impl Engine {
 
     pub fn shared(&self) -> &Shared {
         &self.shared
-    }
-
-    /// The engine thread's loop: handle control messages, run the admin queue, scan
-    /// doorbells, move data; poll while busy, sleep when idle.
-    fn run(&mut self) {
-        info!(
-            "engine running (idle poll up to {:?}, adaptive)",
-            self.idle_poll
-        );
-        let mut last_work = Instant::now();
-        loop {
-            for msg in std::mem::take(&mut self.pending) {
-                if !self.handle(msg) {
-                    return;
-                }
-            }
-            loop {
-                match self.rx.try_recv() {
-                    Ok(msg) => {
-                        if !self.handle(msg) {
-                            return;
-                        }
-                        last_work = Instant::now();
-                        self.idle_passes = 0;
-                    }
-                    Err(mpsc::TryRecvError::Empty) => break,
-                    Err(mpsc::TryRecvError::Disconnected) => return,
-                }
-            }
-            if self.poll_once() {
-                last_work = Instant::now();
-                self.idle_passes = 0;
-                continue;
-            }
-            self.idle_passes = self.idle_passes.wrapping_add(1);
-            if last_work.elapsed() < self.spin.budget() {
-                if self.idle_passes.is_multiple_of(idle::YIELD_EVERY) {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-                continue;
-            }
-            // Idle: publish "sleeping", then look once more (see qpip_abi::doorbell), the
-            // link included.
-            self.idle_passes = 0;
-            self.set_sleeping(true);
-            std::sync::atomic::fence(Ordering::SeqCst);
-            if self.poll_once() {
-                self.set_sleeping(false);
-                last_work = Instant::now();
-                continue;
-            }
-            self.shared.stats.add(qpip_abi::admin::STAT_SLEEPS, 1);
-            debug!("engine sleeping");
-            let slept = Instant::now();
-            let by_work = self.sleep();
-            self.spin.after_sleep(slept.elapsed(), by_work);
-            self.set_sleeping(false);
-            last_work = Instant::now();
-        }
     }
 
     /// One pass over everything that may have work. Returns whether anything happened.
@@ -376,7 +296,7 @@ impl Engine {
                 self.reset();
                 let _ = ack.send(());
             }
-            Control::Shutdown => return false,
+            Control::Shutdown(_) => return false,
         }
         true
     }
@@ -397,6 +317,16 @@ impl Engine {
         info!("engine reset: all objects destroyed");
     }
 
+    /// The engine's link's fd (negative: none) and its earliest timer: what its thread
+    /// sleeps on.
+    fn wake_sources(&mut self) -> (std::os::fd::RawFd, Option<Instant>) {
+        let due = match (self.net.next_deadline(), self.tcp.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        (self.net.fd(), due)
+    }
+
     fn set_sleeping(&mut self, asleep: bool) {
         if self.sleeping == asleep {
             return;
@@ -408,67 +338,6 @@ impl Engine {
             c.doorbell
                 .store(&mem, qpip_abi::doorbell::DB_ENGINE_SLEEPING, v);
         }
-    }
-
-    /// Blocks until a control message is signalled, the network has a frame, or the next
-    /// network timer is due. Messages themselves are taken by the main loop. Returns
-    /// whether work (a message, a frame) ended the sleep rather than a timer.
-    fn sleep(&mut self) -> bool {
-        let Some(wake) = self.wake.clone() else {
-            // Driven without a handle (tests): nothing can wake us but a message.
-            if let Ok(msg) = self.rx.recv() {
-                self.pending.push(msg);
-            }
-            return true;
-        };
-        let mut fds = vec![libc::pollfd {
-            fd: wake.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        if self.net.fd() >= 0 {
-            fds.push(libc::pollfd {
-                fd: self.net.fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        let net_deadline = self.net.next_deadline();
-        let deadline = match (net_deadline, self.tcp.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        // To the microsecond, not poll(2)'s millisecond: a timer due in 0.9 ms would
-        // otherwise be a zero timeout, and the engine would spin in and out of "sleep"
-        // (flag stores, a system call) until it came due.
-        let timeout = deadline.map(|t| {
-            let d = t.saturating_duration_since(Instant::now());
-            libc::timespec {
-                tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
-                tv_nsec: d.subsec_nanos() as libc::c_long,
-            }
-        });
-        let timeout_ptr = timeout
-            .as_ref()
-            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: `fds` is a valid array of pollfd and `timeout_ptr` null or a valid
-        // timespec for the duration of the call; no signal mask is given.
-        let r = unsafe {
-            libc::ppoll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                timeout_ptr,
-                std::ptr::null(),
-            )
-        };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                warn!("engine poll failed: {e}");
-            }
-        }
-        let _ = wake.read(); // reset the counter; the messages are in the channel
-        r > 0 && fds.iter().any(|f| f.revents != 0)
     }
 
     /// Waits for a message for at most `timeout` and handles it (used by tests driving the
