@@ -5,6 +5,9 @@
 //!   (`--net cable:PATH`), no privileges needed.
 //! - [`memory`]: an in-process pair, for tests.
 //! - [`none`]: no link (a device without `--net`: only its loopback).
+//! - [`switch`]: a learning Ethernet switch joining several functions (a
+//!   [`switch::SwitchPort`] backend each) to each other in memory and to one uplink (any
+//!   backend above), as an SR-IOV NIC's embedded switch does.
 //!
 //! Any of them can be wrapped in a [`link::Link`], which writes a capture (`--pcap FILE`)
 //! and applies seeded faults (`--impair SPEC`, see [`impair`]).
@@ -21,6 +24,7 @@ pub mod link;
 pub mod memory;
 pub mod none;
 pub mod pcap;
+pub mod switch;
 pub mod tap;
 pub mod vnet;
 

@@ -1,0 +1,617 @@
+//! An Ethernet switch inside the adapter, as the embedded switch of an SR-IOV NIC: several
+//! functions, one [`SwitchPort`] each (a [`Backend`] a function's stack sits on exactly as
+//! on a TAP), and at most one uplink (any backend: a TAP, a cable ...) to everyone else.
+//!
+//! It is a learning bridge. Every frame that enters (a function's send, a frame from the
+//! uplink) teaches it on which port its source MAC lives; a frame for a MAC it has learned
+//! goes to that port only, and a frame for any other (unknown unicast, broadcast,
+//! multicast) is flooded to every port and the uplink, but never back out of the port it
+//! came in on. A MAC seen on another port moves there. The table holds [`MAC_TABLE`]
+//! addresses; when a new one finds it full, every address learned from the uplink is
+//! forgotten at once (each comes back with its host's next frame; the functions' own stay)
+//! if they are at least a quarter of it, else the new one is not learned and frames to it
+//! keep being flooded ([`TableStats`] counts both).
+//!
+//! Frames between functions never leave memory: each port has a receive queue of owned
+//! buffers, at most [`PORT_QUEUE`] frames; a frame that finds it full is dropped and
+//! counted (as a NIC ring drops it), the sender never waits. Only a flood copies a frame.
+//! TCP super-frames ([`Backend::send_gso`]) go whole to the functions (their stacks take
+//! them, as over the memory wire with offloads) and to the uplink through its own
+//! `send_gso`, which cuts them when it has no offloads.
+//!
+//! Nothing here trusts the bytes sent in: a frame shorter than an Ethernet header or
+//! longer than [`MAX_FRAME`] is dropped and counted, and any other is forwarded by its
+//! first twelve bytes alone (this module knows nothing above Ethernet).
+//!
+//! Readiness: each port has an eventfd, signalled while its queue holds frames, and an
+//! epoll fd watching that eventfd and the uplink's fd; the epoll fd is the port's
+//! [`Backend::fd`], so an engine sleeps in poll(2) until a frame is queued for it or the
+//! uplink may have one. A port's `recv` takes from its queue; when that is empty (and
+//! every [`UPLINK_BATCH`] frames, so busy functions do not starve the uplink) it pumps up
+//! to [`UPLINK_BATCH`] frames from the uplink, forwarding each by MAC like any other, and
+//! takes again. Only one engine pumps at a time (`try_lock`: the others go on with their
+//! own work; the frames for them arrive in their queues).
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::time::Instant;
+
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use super::{Backend, MAX_FRAME};
+
+/// Frames a port's receive queue holds; beyond, frames for it are dropped.
+pub const PORT_QUEUE: usize = 1024;
+/// MAC addresses the switch learns at most (see the module text for what happens beyond).
+pub const MAC_TABLE: usize = 4096;
+/// Frames one pump of the uplink forwards at most, so that the engine doing it gets back
+/// to its own function soon.
+pub const UPLINK_BATCH: usize = 64;
+/// Destination MAC, source MAC, EtherType.
+const ETH_HEADER: usize = 14;
+
+pub type Mac = [u8; 6];
+
+/// A port of the switch: a function's, or the uplink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PortId {
+    Port(usize),
+    Uplink,
+}
+
+/// What went through one port, counted by the switch. "In" is into the switch (a
+/// function's send, a frame from the uplink), "out" is out of it (queued for a function,
+/// taken by the uplink). A TCP super-frame counts once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortStats {
+    pub frames_in: u64,
+    pub bytes_in: u64,
+    pub frames_out: u64,
+    pub bytes_out: u64,
+    /// Frames for this port dropped because its queue was full (the uplink: refused by
+    /// its backend, or failed there).
+    pub queue_full: u64,
+    /// Frames that came in here and were flooded (unknown unicast, broadcast, multicast).
+    pub flooded: u64,
+    /// Frames that came in here for a MAC learned on this same port: not forwarded.
+    pub filtered: u64,
+    /// Frames that came in here shorter than an Ethernet header: dropped.
+    pub too_short: u64,
+    /// Frames that came in here longer than [`MAX_FRAME`]: dropped.
+    pub too_long: u64,
+}
+
+/// The MAC table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableStats {
+    /// Addresses learned now.
+    pub learned: usize,
+    /// Times the table was full and the addresses learned from the uplink were forgotten.
+    pub flushes: u64,
+    /// New addresses not learned because the table was full of the functions' own.
+    pub refused: u64,
+}
+
+/// Locks, whether or not a thread panicked while holding the lock: every critical
+/// section here leaves the state consistent between its steps (at worst a port's eventfd
+/// is signalled with its queue empty, which its next `recv` repairs).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn try_lock<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+fn is_group(mac: &Mac) -> bool {
+    mac[0] & 1 != 0
+}
+
+struct Slot {
+    name: String,
+    queue: VecDeque<Vec<u8>>,
+    /// Signalled while `queue` is not empty: written and read under the state lock, so a
+    /// wake-up is never lost between a push and a pop. None once the port is gone.
+    ready: Option<EventFd>,
+    stats: PortStats,
+}
+
+/// Everything a frame's forwarding reads or changes, under one lock. One lock is enough:
+/// every frame needs the table (to learn its source and look up its destination) and
+/// then one queue or, for a flood, all of them, so finer locks would all be taken by
+/// every frame anyway; each critical section is a lookup and a push (a flood: one per
+/// port), short beside the stack work an engine does per frame.
+struct State {
+    ports: Vec<Slot>,
+    table: HashMap<Mac, PortId>,
+    /// How many entries of `table` are on the uplink.
+    on_uplink: usize,
+    table_stats: TableStats,
+    has_uplink: bool,
+    /// The uplink's counters of frames that came in from it (what it took of the frames
+    /// sent to it is counted in [`Uplink`], known only while holding it).
+    uplink_in: PortStats,
+}
+
+impl State {
+    fn stats_mut(&mut self, port: PortId) -> &mut PortStats {
+        match port {
+            PortId::Port(i) => &mut self.ports[i].stats,
+            PortId::Uplink => &mut self.uplink_in,
+        }
+    }
+
+    /// Forwards a frame that came in on `from`: the functions' queues get theirs now; the
+    /// uplink's copy, if it is to have one, is returned, to be sent once the state lock
+    /// is released.
+    fn forward(&mut self, from: PortId, frame: Vec<u8>) -> Option<Vec<u8>> {
+        let stats = self.stats_mut(from);
+        if frame.len() < ETH_HEADER {
+            stats.too_short += 1;
+            return None;
+        }
+        if frame.len() > MAX_FRAME {
+            stats.too_long += 1;
+            return None;
+        }
+        stats.frames_in += 1;
+        stats.bytes_in += frame.len() as u64;
+        let dst: Mac = frame[0..6].try_into().expect("6 bytes");
+        let src: Mac = frame[6..12].try_into().expect("6 bytes");
+        self.learn(src, from);
+        let to = if is_group(&dst) {
+            None
+        } else {
+            self.table.get(&dst).copied()
+        };
+        match to {
+            Some(to) if to == from => {
+                self.stats_mut(from).filtered += 1;
+                None
+            }
+            Some(PortId::Port(i)) => {
+                self.deliver(i, frame);
+                None
+            }
+            Some(PortId::Uplink) => Some(frame),
+            None => self.flood(from, frame),
+        }
+    }
+
+    /// To every open port but `from`, and to the uplink unless the frame came from it.
+    /// The last receiver takes the frame itself, the others a copy.
+    fn flood(&mut self, from: PortId, frame: Vec<u8>) -> Option<Vec<u8>> {
+        self.stats_mut(from).flooded += 1;
+        let to_uplink = self.has_uplink && from != PortId::Uplink;
+        let receivers: Vec<usize> = (0..self.ports.len())
+            .filter(|&i| PortId::Port(i) != from && self.ports[i].ready.is_some())
+            .collect();
+        let (copies, last) = if to_uplink {
+            (&receivers[..], None)
+        } else {
+            match receivers.split_last() {
+                Some((&last, copies)) => (copies, Some(last)),
+                None => (&receivers[..], None),
+            }
+        };
+        for &i in copies {
+            self.deliver(i, frame.clone());
+        }
+        match last {
+            Some(i) => {
+                self.deliver(i, frame);
+                None
+            }
+            None => to_uplink.then_some(frame),
+        }
+    }
+
+    fn deliver(&mut self, port: usize, frame: Vec<u8>) {
+        let slot = &mut self.ports[port];
+        let Some(ready) = &slot.ready else {
+            return; // gone (its addresses were forgotten with it; a flood skips it)
+        };
+        if slot.queue.len() >= PORT_QUEUE {
+            slot.stats.queue_full += 1;
+            return;
+        }
+        slot.stats.frames_out += 1;
+        slot.stats.bytes_out += frame.len() as u64;
+        slot.queue.push_back(frame);
+        if slot.queue.len() == 1 {
+            // Cannot fail: the counter is read back to 0 whenever the queue drains.
+            let _ = ready.write(1);
+        }
+    }
+
+    fn take(&mut self, port: usize) -> Option<Vec<u8>> {
+        let slot = &mut self.ports[port];
+        let frame = slot.queue.pop_front();
+        if slot.queue.is_empty() {
+            if let Some(ready) = &slot.ready {
+                let _ = ready.read(); // WouldBlock when it was not signalled
+            }
+        }
+        frame
+    }
+
+    fn learn(&mut self, src: Mac, on: PortId) {
+        if is_group(&src) {
+            return; // a group address is never a sender's
+        }
+        if let Some(at) = self.table.get_mut(&src) {
+            if *at != on {
+                match (*at, on) {
+                    (PortId::Uplink, _) => self.on_uplink -= 1,
+                    (_, PortId::Uplink) => self.on_uplink += 1,
+                    _ => {}
+                }
+                *at = on;
+            }
+            return;
+        }
+        if self.table.len() >= MAC_TABLE && !self.make_room() {
+            self.table_stats.refused += 1;
+            return;
+        }
+        self.table.insert(src, on);
+        if on == PortId::Uplink {
+            self.on_uplink += 1;
+        }
+    }
+
+    /// Forgets the addresses learned from the uplink when that frees a quarter of the
+    /// table at least (so that the scan is paid once per so many new addresses).
+    fn make_room(&mut self) -> bool {
+        if self.on_uplink < MAC_TABLE / 4 {
+            return false;
+        }
+        self.table.retain(|_, at| *at != PortId::Uplink);
+        self.on_uplink = 0;
+        self.table_stats.flushes += 1;
+        true
+    }
+}
+
+/// The uplink, under its own lock: sending to it and pumping it may take a while (a
+/// system call per frame) and need not hold up the functions' frames between each other.
+/// Lock order: the uplink, then the state (a pump forwards while holding the uplink, so
+/// its frames keep their order); the state lock is never held while taking this one.
+struct Uplink {
+    backend: Box<dyn Backend>,
+    buf: Vec<u8>,
+    /// Of the frames given to the uplink: frames and bytes it took, and `queue_full` for
+    /// those it refused or failed.
+    out: PortStats,
+    /// The first hard error sending to it was logged; further ones are only counted.
+    error_logged: bool,
+}
+
+impl Uplink {
+    fn send(&mut self, frame: Vec<u8>, gso: u16) {
+        let len = frame.len() as u64;
+        match self.backend.send_owned(frame, gso) {
+            Ok(()) => {
+                self.out.frames_out += 1;
+                self.out.bytes_out += len;
+            }
+            Err(e) => {
+                self.out.queue_full += 1;
+                if e.kind() != io::ErrorKind::WouldBlock && !self.error_logged {
+                    log::warn!(
+                        "switch uplink {}: cannot send: {e} (counted from now on)",
+                        self.backend.describe()
+                    );
+                    self.error_logged = true;
+                }
+            }
+        }
+    }
+
+    /// The next frame from the uplink, in a buffer of its size.
+    fn recv(&mut self) -> io::Result<Option<Vec<u8>>> {
+        let Some(n) = self.backend.recv_owned(&mut self.buf)? else {
+            return Ok(None);
+        };
+        let n = n.min(self.buf.len());
+        if n * 2 < self.buf.len() {
+            // A backend that copies into the buffer: keep the large buffer for the next
+            // frame, queue a copy of the size of this one.
+            return Ok(Some(self.buf[..n].to_vec()));
+        }
+        let mut frame = std::mem::take(&mut self.buf);
+        frame.truncate(n);
+        Ok(Some(frame))
+    }
+}
+
+/// The switch, shared by the ports (and the engines they belong to).
+pub struct Switch {
+    state: Mutex<State>,
+    uplink: Option<Mutex<Uplink>>,
+    /// The uplink's fd (or -1), which every port's epoll watches.
+    uplink_fd: RawFd,
+    uplink_name: Option<String>,
+}
+
+impl Switch {
+    /// A switch without ports yet; frames for no function go to `uplink` (or nowhere).
+    pub fn new(uplink: Option<Box<dyn Backend>>) -> Arc<Switch> {
+        let uplink_fd = uplink.as_ref().map_or(-1, |b| b.fd());
+        let uplink_name = uplink.as_ref().map(|b| b.describe());
+        Arc::new(Switch {
+            state: Mutex::new(State {
+                ports: Vec::new(),
+                table: HashMap::new(),
+                on_uplink: 0,
+                table_stats: TableStats::default(),
+                has_uplink: uplink.is_some(),
+                uplink_in: PortStats::default(),
+            }),
+            uplink: uplink.map(|backend| {
+                Mutex::new(Uplink {
+                    backend,
+                    buf: Vec::new(),
+                    out: PortStats::default(),
+                    error_logged: false,
+                })
+            }),
+            uplink_fd,
+            uplink_name,
+        })
+    }
+
+    /// Adds a port (one per function); `name` is for logs. Its index
+    /// ([`SwitchPort::index`]) is the next one: 0, 1, 2 ... Fails only when the system
+    /// has no file descriptors left.
+    pub fn port(self: &Arc<Self>, name: &str) -> io::Result<SwitchPort> {
+        let ready = EventFd::new(EFD_NONBLOCK)?;
+        let epoll = readiness(&[ready.as_raw_fd(), self.uplink_fd])?;
+        let mut s = lock(&self.state);
+        s.ports.push(Slot {
+            name: name.to_string(),
+            queue: VecDeque::new(),
+            ready: Some(ready),
+            stats: PortStats::default(),
+        });
+        Ok(SwitchPort {
+            switch: self.clone(),
+            index: s.ports.len() - 1,
+            epoll,
+            name: name.to_string(),
+            since_pump: 0,
+        })
+    }
+
+    /// Port `port`'s counters (kept after the port is gone); None if there was no such port.
+    pub fn port_stats(&self, port: usize) -> Option<PortStats> {
+        lock(&self.state).ports.get(port).map(|p| p.stats)
+    }
+
+    /// The uplink's counters; None without an uplink.
+    pub fn uplink_stats(&self) -> Option<PortStats> {
+        let uplink = self.uplink.as_ref()?;
+        let mut stats = lock(&self.state).uplink_in;
+        let out = lock(uplink).out;
+        stats.frames_out = out.frames_out;
+        stats.bytes_out = out.bytes_out;
+        stats.queue_full = out.queue_full;
+        Some(stats)
+    }
+
+    /// Where `mac` was learned, if it was.
+    pub fn lookup(&self, mac: &Mac) -> Option<PortId> {
+        lock(&self.state).table.get(mac).copied()
+    }
+
+    pub fn table_stats(&self) -> TableStats {
+        let s = lock(&self.state);
+        TableStats {
+            learned: s.table.len(),
+            ..s.table_stats
+        }
+    }
+
+    /// For logs: `switch (ports f0, f1; uplink tap:qpip0)`.
+    pub fn describe(&self) -> String {
+        let s = lock(&self.state);
+        let ports: Vec<&str> = s
+            .ports
+            .iter()
+            .filter(|p| p.ready.is_some())
+            .map(|p| p.name.as_str())
+            .collect();
+        format!(
+            "switch (ports {}; uplink {})",
+            if ports.is_empty() {
+                "none".to_string()
+            } else {
+                ports.join(", ")
+            },
+            self.uplink_name.as_deref().unwrap_or("none")
+        )
+    }
+
+    fn send_from(&self, port: usize, frame: Vec<u8>, gso: u16) {
+        let up = lock(&self.state).forward(PortId::Port(port), frame);
+        if let (Some(frame), Some(uplink)) = (up, &self.uplink) {
+            lock(uplink).send(frame, gso);
+        }
+    }
+
+    fn take(&self, port: usize) -> Option<Vec<u8>> {
+        lock(&self.state).take(port)
+    }
+
+    /// Forwards up to [`UPLINK_BATCH`] frames from the uplink, unless another thread is
+    /// at it already.
+    fn pump_uplink(&self) -> io::Result<()> {
+        let Some(uplink) = &self.uplink else {
+            return Ok(());
+        };
+        let Some(mut uplink) = try_lock(uplink) else {
+            return Ok(());
+        };
+        for _ in 0..UPLINK_BATCH {
+            let Some(frame) = uplink.recv()? else {
+                break;
+            };
+            // Nothing from the uplink goes back to it.
+            let _ = lock(&self.state).forward(PortId::Uplink, frame);
+        }
+        Ok(())
+    }
+
+    fn close(&self, port: usize) {
+        let mut s = lock(&self.state);
+        let slot = &mut s.ports[port];
+        slot.queue.clear();
+        slot.ready = None;
+        s.table.retain(|_, at| *at != PortId::Port(port));
+    }
+}
+
+/// An epoll fd, level-triggered, readable while any of `fds` (the negative ones left out)
+/// is readable.
+fn readiness(fds: &[RawFd]) -> io::Result<OwnedFd> {
+    // SAFETY: epoll_create1 takes no pointers; it returns a new descriptor or -1.
+    let raw = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a new descriptor nothing else owns.
+    let epoll = unsafe { OwnedFd::from_raw_fd(raw) };
+    for &fd in fds.iter().filter(|&&fd| fd >= 0) {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: both descriptors are open, and `ev` is a valid epoll_event.
+        if unsafe { libc::epoll_ctl(raw, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(epoll)
+}
+
+/// One function's port: the backend its stack sits on. Dropping it takes the port out of
+/// the switch (its queue and the addresses learned on it are forgotten).
+pub struct SwitchPort {
+    switch: Arc<Switch>,
+    index: usize,
+    epoll: OwnedFd,
+    name: String,
+    /// Frames taken from the queue since the uplink was last pumped.
+    since_pump: usize,
+}
+
+impl SwitchPort {
+    /// This port's index in the switch ([`Switch::port_stats`], [`PortId::Port`]).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    pub fn switch(&self) -> &Arc<Switch> {
+        &self.switch
+    }
+
+    pub fn stats(&self) -> PortStats {
+        self.switch
+            .port_stats(self.index)
+            .expect("a port's slot stays")
+    }
+
+    /// The next frame for this port: from its queue, else (and every [`UPLINK_BATCH`]
+    /// frames) after pumping the uplink. An error of the uplink is returned only when no
+    /// frame came.
+    fn next_frame(&mut self) -> io::Result<Option<Vec<u8>>> {
+        if self.since_pump < UPLINK_BATCH {
+            if let Some(f) = self.switch.take(self.index) {
+                self.since_pump += 1;
+                return Ok(Some(f));
+            }
+        }
+        self.since_pump = 0;
+        let pumped = self.switch.pump_uplink();
+        match self.switch.take(self.index) {
+            Some(f) => Ok(Some(f)),
+            None => pumped.map(|()| None),
+        }
+    }
+}
+
+impl Backend for SwitchPort {
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.send_owned(frame.to_vec(), 0)
+    }
+
+    /// Super-frames go whole to the other functions and to the uplink's `send_gso`.
+    fn gso(&self) -> bool {
+        true
+    }
+
+    fn send_gso(&mut self, frame: &[u8], mss: u16) -> io::Result<()> {
+        self.send_owned(frame.to_vec(), mss)
+    }
+
+    /// The frame's buffer itself goes to its port's queue (a flood's other receivers get
+    /// copies). Never refused: drops past the switch are counted there, as beyond a NIC's
+    /// port.
+    fn send_owned(&mut self, frame: Vec<u8>, gso: u16) -> io::Result<()> {
+        self.switch.send_from(self.index, frame, gso);
+        Ok(())
+    }
+
+    /// The frame's buffer itself comes out of the queue.
+    fn recv_owned(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<usize>> {
+        Ok(self.next_frame()?.map(|f| {
+            *buf = f;
+            buf.len()
+        }))
+    }
+
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        Ok(self.next_frame()?.map(|f| {
+            let n = f.len().min(buf.len());
+            buf[..n].copy_from_slice(&f[..n]);
+            n
+        }))
+    }
+
+    /// Readable while this port's queue holds frames or the uplink's fd is readable.
+    fn fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    /// The uplink's timers (frames an impaired uplink holds back).
+    fn poll(&mut self, now: Instant) -> io::Result<()> {
+        match &self.switch.uplink {
+            Some(uplink) => lock(uplink).backend.poll(now),
+            None => Ok(()),
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        lock(self.switch.uplink.as_ref()?).backend.next_deadline()
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "switch port {} (uplink {})",
+            self.name,
+            self.switch.uplink_name.as_deref().unwrap_or("none")
+        )
+    }
+}
+
+impl Drop for SwitchPort {
+    fn drop(&mut self) {
+        self.switch.close(self.index);
+    }
+}
