@@ -1,4 +1,5 @@
-//! `qpipd`: serves one qpip PCI function to QEMU over a vfio-user socket.
+//! `qpipd`: serves qpip PCI functions to QEMU over vfio-user sockets: one (`--socket`), or
+//! many on one adapter (`--function`, repeated), joined by its embedded switch.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,34 +9,58 @@ use std::time::Duration;
 
 use clap::Parser;
 use log::error;
+use qpip_device::backend::switch::Switch;
+use qpip_device::backend::{open_link, Backend};
 use qpip_device::backend::{ImpairSpec, NetSpec};
 use qpip_device::core::CoreConfig;
 use qpip_device::engine::network::NetworkConfig;
 use qpip_device::engine::tcp::TcpLimits;
+use qpip_device::engine::thread::EngineThread;
 use qpip_device::engine::{EngineConfig, DEFAULT_MAC};
 use qpip_device::net::config::{Mtu, StaticNeighbor};
-use qpip_device::vfio::{serve, ServeOptions};
+use qpip_device::vfio::{serve, serve_functions, FunctionSpec, ServeOptions};
+use std::sync::Arc;
 
 /// The qpip adapter: a PCI network function for QEMU, attached over vfio-user.
 ///
 /// Start qpipd first, then QEMU with
 /// -device '{"driver":"vfio-user-pci","socket":{"path":"PATH","type":"unix"}}'
-/// and guest RAM from a shared memfd backend. qpipd exits when QEMU disconnects.
+/// and guest RAM from a shared memfd backend. With --socket, qpipd serves one function and
+/// exits when QEMU disconnects. With --function (repeated) it serves one function per
+/// socket, each to its own QEMU, on shared engine threads; an embedded switch carries
+/// frames between the functions in memory and everything else through --net; a function
+/// whose QEMU goes away starts afresh for the next one on its socket.
 #[derive(Parser, Debug)]
 #[command(name = "qpipd", version, about, long_about)]
 struct Args {
     /// Path of the vfio-user socket to listen on (a stale socket file is replaced).
-    #[arg(long, value_name = "PATH")]
-    socket: PathBuf,
+    #[arg(long, value_name = "PATH", required_unless_present = "functions")]
+    socket: Option<PathBuf>,
 
     /// The device's MAC address (a unicast address; default 02:51:50:00:00:01).
-    #[arg(long, value_name = "MAC", value_parser = parse_mac)]
+    #[arg(long, value_name = "MAC", value_parser = parse_mac, conflicts_with = "functions")]
     mac: Option<[u8; 6]>,
 
     /// An IPv6 address of the device with its prefix length, e.g. fd51:5050::1:1/64
     /// (repeatable). The link-local address from the MAC is always present.
-    #[arg(long = "ip", value_name = "ADDR/PLEN", value_parser = parse_addr)]
+    #[arg(long = "ip", value_name = "ADDR/PLEN", value_parser = parse_addr,
+          conflicts_with = "functions")]
     ips: Vec<(Ipv6Addr, u8)>,
+
+    /// One function of the adapter (repeatable, instead of --socket/--mac/--ip):
+    /// socket=PATH[,mac=MAC][,ip=ADDR/PLEN]... Function n's MAC defaults to
+    /// 02:51:50:00:00:n.
+    #[arg(
+        long = "function",
+        value_name = "socket=PATH,mac=MAC,ip=ADDR/PLEN",
+        conflicts_with = "socket"
+    )]
+    functions: Vec<FunctionArg>,
+
+    /// Engine threads shared by the functions (function n runs on thread n mod N; default
+    /// 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    engine_threads: Option<u32>,
 
     /// The link beneath the device: tap:IFNAME (a TAP interface, created if missing and
     /// permitted) or cable:PATH (a unix datagram link to one other qpipd given the same PATH).
@@ -128,6 +153,14 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    if args.engine_threads.is_some() && args.functions.is_empty() {
+        eprintln!("qpipd: --engine-threads is for an adapter of --function's (see qpipd --help)");
+        return ExitCode::from(2);
+    }
+    if let Err(e) = check_functions(&args.functions) {
+        eprintln!("qpipd: {e}");
+        return ExitCode::from(2);
+    }
     let level = match args.verbose {
         0 => "info",
         1 => "debug",
@@ -135,33 +168,12 @@ fn main() -> ExitCode {
     };
     init_log(level);
 
-    let socket = args.socket.clone();
-    install_signal_cleanup(socket.clone());
-    let options = ServeOptions {
-        core: CoreConfig {
-            advertised_abi_major: args
-                .advertise_abi_major
-                .unwrap_or(qpip_abi::ABI_VERSION_MAJOR),
-            engine: EngineConfig {
-                mac: args.mac.unwrap_or(DEFAULT_MAC),
-                addrs: args.ips.clone(),
-                idle_poll: Duration::from_micros(args.idle_poll_us),
-                network: args.net.clone().map(|spec| NetworkConfig {
-                    spec,
-                    mtu: args.mtu.0,
-                    pcap: args.pcap.clone(),
-                    impair: args.impair,
-                    neighbors: args.neighbors.clone(),
-                    ndp_solicits: args.ndp_solicit,
-                }),
-                tcp_limits: TcpLimits {
-                    max_retries: args.tcp_retries,
-                    ..TcpLimits::default()
-                },
-            },
-        },
+    let result = if args.functions.is_empty() {
+        serve_one(&args)
+    } else {
+        serve_adapter(&args)
     };
-    match serve(&socket, options) {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             error!("{e}");
@@ -170,8 +182,190 @@ fn main() -> ExitCode {
     }
 }
 
-/// On SIGINT/SIGTERM remove the socket file and exit, so a stopped qpipd leaves nothing behind.
-fn install_signal_cleanup(socket: PathBuf) {
+/// A function's configuration: its identity, and the options every function shares.
+fn core_config(
+    args: &Args,
+    mac: [u8; 6],
+    ips: &[(Ipv6Addr, u8)],
+    net: Option<NetSpec>,
+) -> CoreConfig {
+    CoreConfig {
+        advertised_abi_major: args
+            .advertise_abi_major
+            .unwrap_or(qpip_abi::ABI_VERSION_MAJOR),
+        engine: EngineConfig {
+            mac,
+            addrs: ips.to_vec(),
+            idle_poll: Duration::from_micros(args.idle_poll_us),
+            network: net.map(|spec| NetworkConfig {
+                spec,
+                mtu: args.mtu.0,
+                pcap: args.pcap.clone(),
+                impair: args.impair,
+                neighbors: args.neighbors.clone(),
+                ndp_solicits: args.ndp_solicit,
+            }),
+            tcp_limits: TcpLimits {
+                max_retries: args.tcp_retries,
+                ..TcpLimits::default()
+            },
+        },
+    }
+}
+
+/// `--socket`: one function, until its client disconnects.
+fn serve_one(args: &Args) -> Result<(), String> {
+    let socket = args
+        .socket
+        .clone()
+        .expect("clap requires --socket without --function");
+    install_signal_cleanup(vec![socket.clone()]);
+    let core = core_config(
+        args,
+        args.mac.unwrap_or(DEFAULT_MAC),
+        &args.ips,
+        args.net.clone(),
+    );
+    serve(&socket, ServeOptions { core })
+}
+
+/// `--function`, repeated: one adapter, its functions on shared engine threads, joined by
+/// the embedded switch (with --net as its uplink).
+fn serve_adapter(args: &Args) -> Result<(), String> {
+    let uplink = match &args.net {
+        Some(spec) => Some(
+            open_link(spec, args.pcap.as_deref(), args.impair.as_ref())
+                .map_err(|e| format!("cannot open the uplink: {e}"))?,
+        ),
+        None => None,
+    };
+    let switch = Switch::new(uplink);
+    let specs: Vec<FunctionSpec> = args
+        .functions
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let name = format!("f{i}");
+            let mac = f.mac.unwrap_or(function_mac(i));
+            // The stack's settings for a switch port: the link is made by the switch.
+            let mut core = core_config(args, mac, &f.ips, Some(NetSpec::Switch(name.clone())));
+            if let Some(n) = core.engine.network.as_mut() {
+                // Captures and faults are the uplink's (above); a port is a clean wire.
+                n.pcap = None;
+                n.impair = None;
+            }
+            FunctionSpec {
+                name,
+                socket: f.socket.clone(),
+                core,
+            }
+        })
+        .collect();
+    install_signal_cleanup(specs.iter().map(|f| f.socket.clone()).collect());
+    let n = (args.engine_threads.unwrap_or(1) as usize).min(specs.len());
+    let threads = (0..n)
+        .map(|i| {
+            EngineThread::spawn(
+                &format!("qpip-engine-{i}"),
+                Duration::from_micros(args.idle_poll_us),
+            )
+        })
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| format!("cannot start an engine thread: {e}"))?;
+    log::info!(
+        "adapter: {} functions on {n} engine thread(s), switch {}",
+        specs.len(),
+        switch.describe()
+    );
+    let names: Vec<String> = specs.iter().map(|f| f.name.clone()).collect();
+    // A port that cannot be made (no file descriptors left) leaves the function without a
+    // link: it then fails to start, naming the switch port, and qpipd says so.
+    let link = move |i: usize| -> Option<Box<dyn Backend>> {
+        match switch.port(&names[i]) {
+            Ok(p) => Some(Box::new(p)),
+            Err(e) => {
+                error!("function {}: no switch port: {e}", names[i]);
+                None
+            }
+        }
+    };
+    serve_functions(specs, threads, Arc::new(link))
+}
+
+/// Function `i`'s MAC when none is given: 02:51:50:00:00:(i+1), as `--socket`'s default is
+/// function 0's.
+fn function_mac(i: usize) -> [u8; 6] {
+    let mut mac = DEFAULT_MAC;
+    mac[4] = ((i + 1) >> 8) as u8;
+    mac[5] = (i + 1) as u8;
+    mac
+}
+
+/// `--function socket=PATH[,mac=MAC][,ip=ADDR/PLEN]...`
+#[derive(Debug, Clone)]
+struct FunctionArg {
+    socket: PathBuf,
+    mac: Option<[u8; 6]>,
+    ips: Vec<(Ipv6Addr, u8)>,
+}
+
+impl std::str::FromStr for FunctionArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<FunctionArg, String> {
+        let (mut socket, mut mac, mut ips) = (None, None, Vec::new());
+        for part in s.split(',') {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("'{part}' is not KEY=VALUE (socket=, mac=, ip=)"))?;
+            match key {
+                "socket" if socket.is_none() && !value.is_empty() => socket = Some(value.into()),
+                "socket" => return Err("one non-empty socket= per function".into()),
+                "mac" if mac.is_none() => mac = Some(parse_mac(value)?),
+                "mac" => return Err("one mac= per function".into()),
+                "ip" => ips.push(parse_addr(value)?),
+                _ => return Err(format!("unknown key '{key}' (socket=, mac=, ip=)")),
+            }
+        }
+        Ok(FunctionArg {
+            socket: socket.ok_or("a function needs socket=PATH")?,
+            mac,
+            ips,
+        })
+    }
+}
+
+/// Functions must differ in socket and MAC (the switch forwards by MAC).
+fn check_functions(functions: &[FunctionArg]) -> Result<(), String> {
+    let mut sockets = std::collections::HashSet::new();
+    let mut macs = std::collections::HashSet::new();
+    for (i, f) in functions.iter().enumerate() {
+        if f.ips.len() > qpip_abi::admin::MAX_ADDRS as usize {
+            return Err(format!(
+                "function {i}: at most {} ip= addresses (the device's limit); {} given",
+                qpip_abi::admin::MAX_ADDRS,
+                f.ips.len()
+            ));
+        }
+        if !sockets.insert(&f.socket) {
+            return Err(format!("two functions on socket {}", f.socket.display()));
+        }
+        let mac = f.mac.unwrap_or(function_mac(i));
+        if !macs.insert(mac) {
+            return Err(format!(
+                "two functions with MAC {}",
+                mac.iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<Vec<_>>()
+                    .join(":")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// On SIGINT/SIGTERM remove the socket files and exit, so a stopped qpipd leaves nothing
+/// behind.
+fn install_signal_cleanup(sockets: Vec<PathBuf>) {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) {
         Ok(s) => s,
@@ -182,7 +376,9 @@ fn install_signal_cleanup(socket: PathBuf) {
     };
     std::thread::spawn(move || {
         if let Some(sig) = signals.forever().next() {
-            let _ = std::fs::remove_file(&socket);
+            for socket in &sockets {
+                let _ = std::fs::remove_file(socket);
+            }
             log::info!("signal {sig}: stopping");
             std::process::exit(128 + sig);
         }

@@ -9,7 +9,8 @@
 use std::fs::File;
 use std::io;
 use std::mem::size_of;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use log::{debug, info, warn};
 use qpip_abi::pci as abi;
@@ -22,7 +23,9 @@ use vfio_bindings::bindings::vfio::{
 };
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion};
 
+use crate::backend::Backend;
 use crate::core::{CoreConfig, DeviceCore};
+use crate::engine::thread::EngineThread;
 use crate::pci::config::{ConfigSpace, WriteEffect, CONFIG_SPACE_SIZE};
 
 /// One qpip PCI function as a vfio-user server backend.
@@ -32,10 +35,24 @@ pub struct Function {
 }
 
 impl Function {
+    /// A function with an engine thread of its own.
     pub fn new(core_config: CoreConfig) -> io::Result<Self> {
         Ok(Function {
             config: ConfigSpace::new(),
             core: DeviceCore::new(core_config)?,
+        })
+    }
+
+    /// A function whose engine runs on `thread`, on `link` if given (see
+    /// [`DeviceCore::on_thread`]).
+    pub fn on_thread(
+        thread: &Arc<EngineThread>,
+        core_config: CoreConfig,
+        link: Option<Box<dyn Backend>>,
+    ) -> io::Result<Self> {
+        Ok(Function {
+            config: ConfigSpace::new(),
+            core: DeviceCore::on_thread(thread, core_config, link)?,
         })
     }
 
@@ -224,12 +241,17 @@ pub struct ServeOptions {
 pub fn serve(socket: &Path, options: ServeOptions) -> Result<(), String> {
     let mut function =
         Function::new(options.core).map_err(|e| format!("cannot create the device: {e}"))?;
+    serve_client(socket, &mut function)
+}
+
+/// Serves one client of `function` on `socket` until it disconnects.
+fn serve_client(socket: &Path, function: &mut Function) -> Result<(), String> {
     remove_stale_socket(socket)?;
     let server = Server::new(socket, true, function.irqs(), function.regions())
         .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
     info!("listening on {} (vfio-user)", socket.display());
     server
-        .run(&mut function)
+        .run(function)
         .map_err(|e| format!("vfio-user session failed: {e}"))?;
     info!(
         "client disconnected; {} interrupts raised, {} dropped, {} bad register accesses",
@@ -237,6 +259,74 @@ pub fn serve(socket: &Path, options: ServeOptions) -> Result<(), String> {
         function.core.irqs.dropped(),
         function.core.counters.bad_register_accesses
     );
+    Ok(())
+}
+
+/// One function of a multi-function qpipd: its name (for logs), its vfio-user socket and
+/// its configuration.
+#[derive(Clone, Debug)]
+pub struct FunctionSpec {
+    pub name: String,
+    pub socket: PathBuf,
+    pub core: CoreConfig,
+}
+
+/// Gives function `i` its link each time it starts (a port of the embedded switch), or
+/// None for the link its configuration names.
+pub type LinkFactory = dyn Fn(usize) -> Option<Box<dyn Backend>> + Send + Sync;
+
+/// Serves `functions`, each on its own socket and control thread; their engines share
+/// `threads` (function i on thread i mod their number). A function serves one client at a
+/// time. When its client goes (the VM shut down, rebooted or was killed), the function is
+/// dropped — its engine stops, and with it its objects, connections (a peer's next
+/// segment is answered with a reset), memory maps and link port — and a fresh function
+/// waits on the same socket for the next client, while the others keep serving. Returns
+/// when a function cannot be served (an error naming it); otherwise it serves until the
+/// process is stopped.
+pub fn serve_functions(
+    functions: Vec<FunctionSpec>,
+    threads: Vec<Arc<EngineThread>>,
+    link: Arc<LinkFactory>,
+) -> Result<(), String> {
+    if threads.is_empty() {
+        return Err("no engine thread to run the functions on".into());
+    }
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    for (i, f) in functions.into_iter().enumerate() {
+        let thread = threads[i % threads.len()].clone();
+        let (link, done) = (link.clone(), done_tx.clone());
+        std::thread::Builder::new()
+            .name(format!("qpip-ctl-{}", f.name))
+            .spawn(move || {
+                let r = serve_again(i, &f, &thread, &*link);
+                let _ = done.send(r.map_err(|e| format!("function {}: {e}", f.name)));
+            })
+            .map_err(|e| format!("cannot start a control thread: {e}"))?;
+    }
+    drop(done_tx);
+    // Each control thread serves until it fails; the first failure ends qpipd.
+    done_rx
+        .recv()
+        .unwrap_or_else(|_| Err("every control thread is gone".into()))
+}
+
+/// A function's control thread: a fresh function for every client, for ever.
+fn serve_again(
+    i: usize,
+    f: &FunctionSpec,
+    thread: &Arc<EngineThread>,
+    link: &LinkFactory,
+) -> Result<(), String> {
+    for client in 1u64.. {
+        let mut function = Function::on_thread(thread, f.core.clone(), link(i))
+            .map_err(|e| format!("cannot create the device: {e}"))?;
+        info!("function {}: waiting for client {client}", f.name);
+        serve_client(&f.socket, &mut function)?;
+        info!(
+            "function {}: client {client} gone; the function starts afresh",
+            f.name
+        );
+    }
     Ok(())
 }
 

@@ -142,11 +142,13 @@ pub fn send_segments<B: Backend + ?Sized>(b: &mut B, frame: &[u8], mss: u16) -> 
     r
 }
 
-/// `--net tap:IFNAME | cable:PATH`.
+/// `--net tap:IFNAME | cable:PATH`, or a port of the embedded switch (made by the switch,
+/// never opened by name: [`switch`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NetSpec {
     Tap(String),
     Cable(PathBuf),
+    Switch(String),
 }
 
 impl FromStr for NetSpec {
@@ -173,6 +175,7 @@ impl fmt::Display for NetSpec {
         match self {
             NetSpec::Tap(n) => write!(f, "tap:{n}"),
             NetSpec::Cable(p) => write!(f, "cable:{}", p.display()),
+            NetSpec::Switch(port) => write!(f, "switch port {port}"),
         }
     }
 }
@@ -182,6 +185,12 @@ pub fn open(spec: &NetSpec) -> io::Result<Box<dyn Backend>> {
     Ok(match spec {
         NetSpec::Tap(name) => Box::new(tap::Tap::open(name)?),
         NetSpec::Cable(path) => Box::new(cable::Cable::open(path)?),
+        NetSpec::Switch(port) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("switch port {port}: made by the adapter's switch, not opened by name"),
+            ))
+        }
     })
 }
 

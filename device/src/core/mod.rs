@@ -11,7 +11,9 @@ use log::{info, warn};
 use qpip_abi::{admin as abi_admin, pci as abi_pci, regs};
 use vm_memory::GuestAddressSpace;
 
+use crate::backend::Backend;
 use crate::dma::GuestRam;
+use crate::engine::thread::EngineThread;
 use crate::engine::{Control, EngineConfig, EngineHandle, Shared};
 use crate::irq::Interrupts;
 
@@ -57,12 +59,37 @@ pub struct DeviceCore {
 }
 
 impl DeviceCore {
+    /// A function whose engine runs on a thread of its own.
     pub fn new(config: CoreConfig) -> io::Result<Self> {
         let irqs = Arc::new(Interrupts::new(abi_pci::MSIX_VECTORS as usize));
         let ram = GuestRam::new();
         let shared = Shared::new(ram.memory(), irqs.clone());
-        let engine = EngineHandle::start(shared.clone(), config.engine)?;
-        Ok(DeviceCore {
+        let engine = EngineHandle::start(shared.clone(), config.engine.clone())?;
+        Ok(Self::with_engine(config, irqs, ram, shared, engine))
+    }
+
+    /// A function whose engine runs on `thread` (shared with other functions), on `link`
+    /// if given (else the link its configuration names).
+    pub fn on_thread(
+        thread: &Arc<EngineThread>,
+        config: CoreConfig,
+        link: Option<Box<dyn Backend>>,
+    ) -> io::Result<Self> {
+        let irqs = Arc::new(Interrupts::new(abi_pci::MSIX_VECTORS as usize));
+        let ram = GuestRam::new();
+        let shared = Shared::new(ram.memory(), irqs.clone());
+        let engine = thread.start(shared.clone(), config.engine.clone(), link)?;
+        Ok(Self::with_engine(config, irqs, ram, shared, engine))
+    }
+
+    fn with_engine(
+        config: CoreConfig,
+        irqs: Arc<Interrupts>,
+        ram: GuestRam,
+        shared: Shared,
+        engine: EngineHandle,
+    ) -> Self {
+        DeviceCore {
             regs: RegisterFile::new(config.advertised_abi_major),
             irqs,
             ram,
@@ -70,7 +97,7 @@ impl DeviceCore {
             counters: Counters::default(),
             engine,
             shared,
-        })
+        }
     }
 
     /// The engine's counters (what QUERY_STATS reports).

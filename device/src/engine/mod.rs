@@ -188,7 +188,7 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Starts an engine on a thread of its own (a one-function qpipd).
     pub fn start(shared: Shared, config: EngineConfig) -> std::io::Result<EngineHandle> {
-        thread::EngineThread::spawn("qpip-engine", config.idle_poll)?.start(shared, config)
+        thread::EngineThread::spawn("qpip-engine", config.idle_poll)?.start(shared, config, None)
     }
 
     pub fn send(&self, msg: Control) {

@@ -22,6 +22,7 @@ use log::{debug, info, warn};
 use vmm_sys_util::eventfd::EventFd;
 
 use super::{idle, Control, Engine, EngineConfig, EngineHandle, Shared};
+use crate::backend::Backend;
 
 /// A thread serving engines. Dropping it (after every [`EngineHandle`] it made) ends the
 /// thread.
@@ -58,17 +59,21 @@ impl EngineThread {
         }))
     }
 
-    /// Builds an engine for a function (its network attached) and hands it to the thread.
+    /// Builds an engine for a function (its network attached: `link` if given, already
+    /// open, else the one `config.network` names) and hands it to the thread.
     pub fn start(
         self: &Arc<Self>,
         shared: Shared,
         config: EngineConfig,
+        link: Option<Box<dyn Backend>>,
     ) -> std::io::Result<EngineHandle> {
         let (tx, rx) = mpsc::channel();
         let net = config.network.clone();
         let mut engine = Engine::new(shared, config, rx);
-        if let Some(net) = net {
-            engine.attach_network(&net)?;
+        match (net, link) {
+            (Some(net), Some(link)) => engine.attach_link(&net, link),
+            (Some(net), None) => engine.attach_network(&net)?,
+            (None, _) => {}
         }
         let add = self.add.lock().unwrap_or_else(|p| p.into_inner());
         let sent = add.as_ref().is_some_and(|a| a.send(engine).is_ok());

@@ -1,12 +1,30 @@
 //! qpipd's command line: bad input gives one clear line and exit status 2.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
+/// Runs qpipd with `args` and returns its exit code and output. One that starts serving
+/// (the arguments were taken) instead of exiting is stopped after 10 s: the test fails on
+/// its exit code rather than hanging.
 fn qpipd(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_qpipd"))
+    let child = Command::new(env!("CARGO_BIN_EXE_qpipd"))
         .args(args)
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let pid = child.id();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if done_rx.recv_timeout(Duration::from_secs(10)).is_err() {
+            // SAFETY: kill(2) on the child's pid, which is not reaped before
+            // wait_with_output below returns.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = done_tx.send(());
+    watchdog.join().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -85,5 +103,64 @@ fn tcp_retries_is_documented_and_bounded() {
         assert_eq!(code, 2, "--tcp-retries {bad}");
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains("--tcp-retries"), "{err}");
+    }
+}
+
+#[test]
+fn functions_of_an_adapter_are_checked_with_one_line_each() {
+    let f = |spec: &str| vec!["--function".to_string(), spec.to_string()];
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (f("mac=02:00:00:00:00:01"), "needs socket=PATH"),
+        (f("socket=/tmp/a.sock,colour=red"), "unknown key 'colour'"),
+        (f("socket=/tmp/a.sock,ip=fd51::1"), "needs a prefix length"),
+        (
+            f("socket=/tmp/a.sock,mac=01:00:00:00:00:01"),
+            "not a unicast MAC",
+        ),
+        (
+            [f("socket=/tmp/a.sock"), f("socket=/tmp/a.sock")].concat(),
+            "two functions on socket /tmp/a.sock",
+        ),
+        (
+            [
+                f("socket=/tmp/a.sock,mac=02:00:00:00:00:07"),
+                f("socket=/tmp/b.sock,mac=02:00:00:00:00:07"),
+            ]
+            .concat(),
+            "two functions with MAC 02:00:00:00:00:07",
+        ),
+        (
+            f(&(1..=9)
+                .map(|i| format!("ip=fd51:5050::{i}/64"))
+                .chain(["socket=/tmp/a.sock".to_string()])
+                .collect::<Vec<_>>()
+                .join(",")),
+            "function 0: at most 8 ip= addresses",
+        ),
+        (
+            [
+                vec!["--socket".to_string(), "/tmp/x.sock".to_string()],
+                f("socket=/tmp/a.sock"),
+            ]
+            .concat(),
+            "cannot be used with",
+        ),
+        (
+            [vec![
+                "--engine-threads".to_string(),
+                "2".to_string(),
+                "--socket".to_string(),
+                "/tmp/x.sock".to_string(),
+            ]]
+            .concat(),
+            "--function",
+        ),
+    ];
+    for (args, want) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, _, err) = qpipd(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: wanted '{want}' in: {err}");
     }
 }

@@ -1,0 +1,236 @@
+//! One adapter, many functions: one qpipd (in this process) serves several PCI functions,
+//! each on its own vfio-user socket with its own fake guest, their engines on shared engine
+//! threads, joined by the embedded switch (`backend::switch`) and, through its uplink (a
+//! cable here), to a device outside the adapter. Checked: functions talk to each other and
+//! to the outside, stay apart (each its own objects, keys and counters), and a function
+//! whose client goes away starts afresh for the next one while the others keep working.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use qpip_device::backend::switch::Switch;
+use qpip_device::backend::{open_link, Backend, NetSpec};
+use qpip_device::core::CoreConfig;
+use qpip_device::engine::network::NetworkConfig;
+use qpip_device::engine::thread::EngineThread;
+use qpip_device::engine::EngineConfig;
+use qpip_device::vfio::{serve_functions, FunctionSpec};
+use qpip_testkit as support;
+use support::*;
+use vfio_user::Client;
+
+/// An adapter being served: its functions' sockets and its switch.
+struct Adapter {
+    sockets: Vec<PathBuf>,
+    switch: Arc<Switch>,
+    _dir: ScratchDir,
+}
+
+const ADDRS: [&str; 3] = ["fd51:5050::1:1", "fd51:5050::1:2", "fd51:5050::1:3"];
+
+fn mac(i: usize) -> [u8; 6] {
+    [0x02, 0x51, 0x50, 0, 0x0a, i as u8 + 1]
+}
+
+/// Starts an adapter with `n` functions (function i has MAC `mac(i)` and address
+/// `ADDRS[i]`) on `threads` engine threads, its uplink on `cable` if given.
+fn adapter(n: usize, threads: usize, cable: Option<&Path>) -> Adapter {
+    let dir = ScratchDir::new("adapter");
+    let uplink = cable.map(|c| {
+        open_link(&NetSpec::Cable(c.to_path_buf()), None, None).expect("the uplink cable")
+    });
+    let switch = Switch::new(uplink);
+    let specs: Vec<FunctionSpec> = (0..n)
+        .map(|i| {
+            let name = format!("f{i}");
+            FunctionSpec {
+                socket: dir.path().join(format!("{name}.sock")),
+                core: CoreConfig {
+                    engine: EngineConfig {
+                        mac: mac(i),
+                        addrs: vec![(ADDRS[i].parse().unwrap(), 64)],
+                        network: Some(NetworkConfig::new(NetSpec::Switch(name.clone()))),
+                        ..EngineConfig::default()
+                    },
+                    ..CoreConfig::default()
+                },
+                name,
+            }
+        })
+        .collect();
+    let sockets = specs.iter().map(|f| f.socket.clone()).collect();
+    let threads = (0..threads)
+        .map(|i| EngineThread::spawn(&format!("test-engine-{i}"), Duration::from_micros(200)))
+        .collect::<std::io::Result<Vec<_>>>()
+        .unwrap();
+    let sw = switch.clone();
+    let link = move |i: usize| -> Option<Box<dyn Backend>> {
+        Some(Box::new(sw.port(&format!("f{i}")).expect("a switch port")))
+    };
+    // Serves until the test process ends (a function serves client after client).
+    std::thread::spawn(move || serve_functions(specs, threads, Arc::new(link)));
+    Adapter {
+        sockets,
+        switch,
+        _dir: dir,
+    }
+}
+
+impl Adapter {
+    /// A guest attached to function `i`, its device enabled and admin queue set up.
+    fn guest(&self, i: usize) -> FakeGuest {
+        let socket = &self.sockets[i];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let client = loop {
+            if socket.exists() {
+                if let Ok(c) = Client::new(socket) {
+                    break c;
+                }
+            }
+            assert!(Instant::now() < deadline, "function {i} is not listening");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let mut g = FakeGuest::attach(client);
+        g.enable();
+        g.setup_admin(ADMIN_DEPTH);
+        g
+    }
+}
+
+/// Sends `payload` from `from`'s endpoint to `to`'s and checks it arrives whole, from the
+/// right source.
+fn datagram(
+    (a, ua): (&mut FakeGuest, &mut Udp),
+    (b, ub): (&mut FakeGuest, &mut Udp),
+    dst: &str,
+    src: &str,
+    payload: &[u8],
+) {
+    b.post_recv(
+        &mut ub.qp,
+        &[recv_wqe(7, &[ub.buf.sge(0, ub.buf.len as u32, ub.mr.lkey)])],
+    );
+    a.buf_write(&ua.buf, 0, payload);
+    a.post_send(
+        &mut ua.qp,
+        &[send_wqe(
+            8,
+            ip(dst),
+            ub.port,
+            &[ua.buf.sge(0, payload.len() as u32, ua.mr.lkey)],
+        )],
+    );
+    assert_cqe(&a.wait_cqe(&mut ua.scq), CQE_STATUS_SUCCESS, 0, "send");
+    let rc = b
+        .try_wait_cqe(&mut ub.rcq, Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("{} bytes to {dst} did not arrive", payload.len()));
+    assert_cqe(&rc, CQE_STATUS_SUCCESS, 0, "receive");
+    assert_eq!(
+        (rc.byte_len as usize, rc.src_port),
+        (payload.len(), ua.port)
+    );
+    assert_eq!(rc.src_addr, ip(src), "source address");
+    assert_eq!(b.buf_read(&ub.buf, 0, payload.len()), payload);
+}
+
+fn endpoint(g: &mut FakeGuest, port: u16) -> Udp {
+    let ctx = g.create_ctx().unwrap();
+    g.udp_endpoint_in(ctx, UNSPECIFIED, port, 16, 32, 64 * 1024)
+}
+
+#[test]
+fn functions_of_one_adapter_talk_through_its_switch() {
+    let ad = adapter(2, 1, None);
+    let (mut a, mut b) = (ad.guest(0), ad.guest(1));
+    let (mut ua, mut ub) = (endpoint(&mut a, 7001), endpoint(&mut b, 7002));
+    for n in [1usize, 1400, 9000, 65_527] {
+        let payload: Vec<u8> = (0..n).map(|i| (i * 13 + n) as u8).collect();
+        datagram(
+            (&mut a, &mut ua),
+            (&mut b, &mut ub),
+            ADDRS[1],
+            ADDRS[0],
+            &payload,
+        );
+        datagram(
+            (&mut b, &mut ub),
+            (&mut a, &mut ua),
+            ADDRS[0],
+            ADDRS[1],
+            &payload,
+        );
+    }
+    // Between functions frames stay in the switch; each port saw its function's frames.
+    let (p0, p1) = (
+        ad.switch.port_stats(0).unwrap(),
+        ad.switch.port_stats(1).unwrap(),
+    );
+    assert!(p0.frames_in > 0 && p0.frames_out > 0, "{p0:?}");
+    assert!(p1.frames_in > 0 && p1.frames_out > 0, "{p1:?}");
+    // Each function counts its own traffic only: 4 datagrams sent each.
+    for g in [&mut a, &mut b] {
+        let s = g.query_stats().counters;
+        assert_eq!(s[STAT_UDP_TX as usize], 4, "{s:?}");
+    }
+}
+
+#[test]
+fn functions_reach_the_world_through_the_uplink() {
+    let dir = ScratchDir::new("adapter-uplink");
+    let cable = dir.path().join("cable");
+    // The outside device opens its end of the cable first.
+    let mut outside = cabled_device(
+        [0x02, 0, 0, 0, 0, 0xee],
+        ADDRS[2],
+        &cable,
+        None,
+        Default::default(),
+    );
+    let ad = adapter(2, 2, Some(&cable));
+    let mut a = ad.guest(0);
+    let mut b = ad.guest(1);
+    let mut ua = endpoint(&mut a, 7001);
+    let mut ub = endpoint(&mut b, 7002);
+    let mut uo = endpoint(&mut outside, 7003);
+    for (g, u, src) in [(&mut a, &mut ua, ADDRS[0]), (&mut b, &mut ub, ADDRS[1])] {
+        datagram((g, u), (&mut outside, &mut uo), ADDRS[2], src, b"out");
+        datagram((&mut outside, &mut uo), (g, u), src, ADDRS[2], b"in");
+    }
+    let up = ad.switch.uplink_stats().expect("an uplink");
+    assert!(up.frames_in > 0 && up.frames_out > 0, "{up:?}");
+}
+
+#[test]
+fn a_function_whose_client_goes_starts_afresh_while_the_others_keep_working() {
+    let ad = adapter(2, 1, None);
+    let mut b = ad.guest(1);
+    let mut ub = endpoint(&mut b, 7002);
+    for round in 0..3u8 {
+        let mut a = ad.guest(0);
+        let stats = a.query_stats().counters;
+        assert_eq!(
+            stats[STAT_UDP_TX as usize], 0,
+            "round {round}: a fresh function"
+        );
+        let mut ua = endpoint(&mut a, 7001);
+        datagram(
+            (&mut a, &mut ua),
+            (&mut b, &mut ub),
+            ADDRS[1],
+            ADDRS[0],
+            &[round; 100],
+        );
+        datagram(
+            (&mut b, &mut ub),
+            (&mut a, &mut ua),
+            ADDRS[0],
+            ADDRS[1],
+            &[round; 200],
+        );
+        // The guest goes (its QEMU exits): the function drops everything of it.
+        drop(a);
+    }
+    // Function 1 served on through all of it, with its one context and QP.
+    assert_eq!(b.query_stats().counters[STAT_UDP_TX as usize], 3);
+}
