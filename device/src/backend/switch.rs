@@ -81,6 +81,9 @@ pub struct PortStats {
     pub too_short: u64,
     /// Frames that came in here longer than [`MAX_FRAME`]: dropped.
     pub too_long: u64,
+    /// Frames from the uplink whose source is a function's MAC: dropped (a spoof or a
+    /// loop), the function's address staying where it is.
+    pub spoofed: u64,
 }
 
 /// The MAC table.
@@ -164,7 +167,10 @@ impl State {
         stats.bytes_in += frame.len() as u64;
         let dst: Mac = frame[0..6].try_into().expect("6 bytes");
         let src: Mac = frame[6..12].try_into().expect("6 bytes");
-        self.learn(src, from);
+        if !self.learn(src, from) {
+            self.stats_mut(from).spoofed += 1;
+            return None;
+        }
         let to = if is_group(&dst) {
             None
         } else {
@@ -241,11 +247,17 @@ impl State {
         frame
     }
 
-    fn learn(&mut self, src: Mac, on: PortId) {
+    /// Learns where `src` is. False for a frame from the uplink that claims a function's
+    /// MAC: a function's address is pinned to its port (as an SR-IOV switch pins its
+    /// functions' addresses), so nobody outside can draw its traffic away.
+    fn learn(&mut self, src: Mac, on: PortId) -> bool {
         if is_group(&src) {
-            return; // a group address is never a sender's
+            return true; // a group address is never a sender's
         }
         if let Some(at) = self.table.get_mut(&src) {
+            if matches!((*at, on), (PortId::Port(_), PortId::Uplink)) {
+                return false;
+            }
             if *at != on {
                 match (*at, on) {
                     (PortId::Uplink, _) => self.on_uplink -= 1,
@@ -254,16 +266,17 @@ impl State {
                 }
                 *at = on;
             }
-            return;
+            return true;
         }
         if self.table.len() >= MAC_TABLE && !self.make_room() {
             self.table_stats.refused += 1;
-            return;
+            return true;
         }
         self.table.insert(src, on);
         if on == PortId::Uplink {
             self.on_uplink += 1;
         }
+        true
     }
 
     /// Forgets the addresses learned from the uplink when that frees a quarter of the

@@ -75,6 +75,23 @@ fn a_mac_moves_to_the_port_it_appears_on() {
 }
 
 #[test]
+fn a_functions_mac_stays_pinned_against_the_uplink() {
+    let (sw, mut p, far) = switch(2, true);
+    let mut far = far.unwrap();
+    p[0].send(&frame(&BROADCAST, &A, 1)).unwrap();
+    drain(&mut p[1]);
+    drain(&mut far);
+    // Someone outside claims function 0's MAC: dropped, counted, and the address stays.
+    far.send(&frame(&B, &A, 2)).unwrap();
+    assert_eq!(tags(&mut p[1]), [] as [u32; 0]);
+    assert_eq!(sw.uplink_stats().unwrap().spoofed, 1);
+    assert_eq!(sw.lookup(&A), Some(PortId::Port(0)));
+    // Traffic for it still reaches the function.
+    p[1].send(&frame(&A, &B, 3)).unwrap();
+    assert_eq!(tags(&mut p[0]), [3]);
+}
+
+#[test]
 fn a_frame_for_its_own_port_goes_nowhere() {
     let (sw, mut p, far) = switch(2, true);
     let mut far = far.unwrap();
