@@ -70,6 +70,25 @@ pub const WQE_OP_RECV: u8 = 0x02;
 /// The data is inline in the WQE, not in registered memory.
 pub const WQE_FLAG_INLINE: u8 = 1 << 0;
 
+/// A WQE slot as bytes: `h` as given (its `num_sge`, flags and lengths are not checked or
+/// completed, so a test can build a malformed one), then `sges` at [`WQE_SGE_OFFSET`].
+/// For tools and tests that build WQEs whole; the library writes them in place.
+/// Panics if the SGEs do not fit the slot.
+pub fn slot(h: &Wqe, sges: &[Sge]) -> [u8; WQE_SIZE as usize] {
+    slot_with(h, sges.as_bytes())
+}
+
+/// As [`slot`], with `data` at [`WQE_SGE_OFFSET`] (an inline WQE's bytes). Panics if the
+/// data does not fit the slot.
+pub fn slot_with(h: &Wqe, data: &[u8]) -> [u8; WQE_SIZE as usize] {
+    let mut b = [0u8; WQE_SIZE as usize];
+    let hdr = h.as_bytes();
+    b[..hdr.len()].copy_from_slice(hdr);
+    let o = WQE_SGE_OFFSET as usize;
+    b[o..o + data.len()].copy_from_slice(data);
+    b
+}
+
 /// The header of one message in a TCP byte stream with [`crate::admin::FRAMING_MESSAGE`]
 /// (8 bytes, both fields **little-endian** on the wire whatever the hosts' byte order).
 ///

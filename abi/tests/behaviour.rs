@@ -102,3 +102,40 @@ fn threads_ringing_one_page_lose_no_change() {
     });
     assert_eq!(p.load(DB_CHANGE_COUNT), 40_000);
 }
+
+#[test]
+fn a_wqe_slot_holds_its_header_then_its_body_at_the_sge_offset() {
+    use qpip_abi::wqe::*;
+    use zerocopy::{FromZeros, IntoBytes};
+    let mut h = Wqe::new_zeroed();
+    h.wr_id = 0x1122_3344_5566_7788;
+    h.opcode = WQE_OP_SEND;
+    h.num_sge = 2;
+    let sges = [
+        Sge {
+            addr: 0x1000,
+            length: 7,
+            lkey: 9,
+        },
+        Sge {
+            addr: 0x2000,
+            length: 8,
+            lkey: 10,
+        },
+    ];
+    let b = slot(&h, &sges);
+    let o = WQE_SGE_OFFSET as usize;
+    assert_eq!(&b[..h.as_bytes().len()], h.as_bytes());
+    assert_eq!(&b[o..o + 32], sges.as_bytes());
+    assert!(
+        b[o + 32..].iter().all(|&x| x == 0),
+        "the rest of the slot is zero"
+    );
+    let inline = slot_with(&h, b"hello");
+    assert_eq!(&inline[o..o + 5], b"hello");
+    // The largest body fills the slot exactly; a larger one is refused.
+    let full = [0xab; WQE_SIZE as usize - WQE_SGE_OFFSET as usize];
+    assert_eq!(slot_with(&h, &full)[WQE_SIZE as usize - 1], 0xab);
+    let too_big = [0u8; WQE_SIZE as usize - WQE_SGE_OFFSET as usize + 1];
+    assert!(std::panic::catch_unwind(|| slot_with(&h, &too_big)).is_err());
+}

@@ -17,14 +17,7 @@ pub fn wqe_hdr(opcode: u8, wr_id: u64) -> Wqe {
 /// Serializes a header and its SGEs into a slot (`num_sge` is taken from the header as
 /// given, so malformed WQEs can be built).
 pub fn wqe_bytes(hdr: &Wqe, sges: &[Sge]) -> WqeBytes {
-    let mut b = [0u8; WQE_SIZE as usize];
-    let h = hdr.as_bytes();
-    b[..h.len()].copy_from_slice(h);
-    for (i, s) in sges.iter().enumerate() {
-        let o = WQE_SGE_OFFSET as usize + i * std::mem::size_of::<Sge>();
-        b[o..o + std::mem::size_of::<Sge>()].copy_from_slice(s.as_bytes());
-    }
-    b
+    qpip_abi::wqe::slot(hdr, sges)
 }
 
 /// A UDP send WQE gathering `sges`.
@@ -43,10 +36,7 @@ pub fn inline_wqe(wr_id: u64, dest: [u8; 16], port: u16, data: &[u8]) -> WqeByte
     h.inline_len = data.len() as u32;
     h.dest_addr = dest;
     h.dest_port = port;
-    let mut b = wqe_bytes(&h, &[]);
-    let o = WQE_SGE_OFFSET as usize;
-    b[o..o + data.len()].copy_from_slice(data);
-    b
+    qpip_abi::wqe::slot_with(&h, data)
 }
 
 /// A receive WQE scattering into `sges`.

@@ -241,16 +241,7 @@ impl Drop for Ctx {
 }
 
 pub(crate) fn wqe_bytes(h: &Wqe, sges: &[Sge]) -> [u8; WQE_SIZE as usize] {
-    let mut b = [0u8; WQE_SIZE as usize];
-    // SAFETY: Wqe (48 bytes) and each Sge (16 bytes) fit in the 128-byte slot.
-    unsafe {
-        ptr::write_unaligned(b.as_mut_ptr().cast::<Wqe>(), *h);
-        for (i, s) in sges.iter().enumerate() {
-            let o = WQE_SGE_OFFSET as usize + i * std::mem::size_of::<Sge>();
-            ptr::write_unaligned(b.as_mut_ptr().add(o).cast::<Sge>(), *s);
-        }
-    }
-    b
+    qpip_abi::wqe::slot(h, sges)
 }
 
 pub(crate) fn zeroed<T>() -> T {
