@@ -234,3 +234,51 @@ fn a_function_whose_client_goes_starts_afresh_while_the_others_keep_working() {
     // Function 1 served on through all of it, with its one context and QP.
     assert_eq!(b.query_stats().counters[STAT_UDP_TX as usize], 3);
 }
+
+#[test]
+fn a_tcp_stream_between_two_functions_keeps_every_byte_while_a_third_comes_and_goes() {
+    const N: usize = 1 << 20;
+    let ad = adapter(3, 1, None);
+    let (mut b, mut c) = (ad.guest(1), ad.guest(2));
+    let (cb, cc) = (b.create_ctx().unwrap(), c.create_ctx().unwrap());
+    let mut eb = b.tcp_endpoint_in(cb, FRAMING_STREAM, 16, Flow::buf_len(N, 16));
+    let mut ec = c.tcp_endpoint_in(cc, FRAMING_STREAM, 16, Flow::buf_len(N, 16));
+    let l = c.listen(cc, UNSPECIFIED, 7300, 4).unwrap();
+    let acc = c.submit_accept(cc, l, ec.qp.id);
+    let con = b.submit_connect(cb, eb.qp.id, ip(ADDRS[2]), 7300);
+    c.admin_wait_ok(acc, "accept");
+    b.admin_wait_ok(con, "connect");
+    let mut rng = Rng::new(14);
+    let mut fb = Flow::new(&mut b, &eb, rng.bytes(N), 1);
+    let mut fc = Flow::new(&mut c, &ec, rng.bytes(N), 2);
+    std::thread::scope(|s| {
+        // Meanwhile function 0's guest comes, works a little, and goes, again and again.
+        let comings = s.spawn(|| {
+            for round in 0..5 {
+                let mut a = ad.guest(0);
+                assert_eq!(a.query_stats().counters[STAT_UDP_TX as usize], 0);
+                let mut ua = endpoint(&mut a, 7001);
+                a.post_send(&mut ua.qp, &[inline_wqe(round, ip(ADDRS[0]), 9, b"x")]);
+                assert_cqe(&a.wait_cqe(&mut ua.scq), CQE_STATUS_SUCCESS, 0, "send");
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !(fb.sent == N && fc.sent == N && fb.got.len() == N && fc.got.len() == N) {
+            assert!(
+                Instant::now() < deadline,
+                "stalled: b sent {} got {}, c sent {} got {}",
+                fb.sent,
+                fb.got.len(),
+                fc.sent,
+                fc.got.len()
+            );
+            let did = fb.pump(&mut b, &mut eb) | fc.pump(&mut c, &mut ec);
+            if !did {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        comings.join().expect("function 0's guests");
+    });
+    assert!(fb.got == fc.out, "c -> b intact");
+    assert!(fc.got == fb.out, "b -> c intact");
+}
