@@ -381,21 +381,39 @@ impl Switch {
     }
 
     /// Adds a port (one per function); `name` is for logs. Its index
-    /// ([`SwitchPort::index`]) is the next one: 0, 1, 2 ... Fails only when the system
-    /// has no file descriptors left.
+    /// ([`SwitchPort::index`]) is the next one: 0, 1, 2 ..., except that a port named as
+    /// one that was closed takes that one's place again, its counters going on (a
+    /// function that starts afresh for its next guest keeps its port, and a function
+    /// restarted any number of times costs one slot). Fails only when the system has no
+    /// file descriptors left, or when a port of that name is open.
     pub fn port(self: &Arc<Self>, name: &str) -> io::Result<SwitchPort> {
         let ready = EventFd::new(EFD_NONBLOCK)?;
         let epoll = readiness(&[ready.as_raw_fd(), self.uplink_fd])?;
         let mut s = lock(&self.state);
-        s.ports.push(Slot {
-            name: name.to_string(),
-            queue: VecDeque::new(),
-            ready: Some(ready),
-            stats: PortStats::default(),
-        });
+        let index = match s.ports.iter().position(|p| p.name == name) {
+            Some(i) if s.ports[i].ready.is_some() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("switch port {name} is open"),
+                ))
+            }
+            Some(i) => {
+                s.ports[i].ready = Some(ready);
+                i
+            }
+            None => {
+                s.ports.push(Slot {
+                    name: name.to_string(),
+                    queue: VecDeque::new(),
+                    ready: Some(ready),
+                    stats: PortStats::default(),
+                });
+                s.ports.len() - 1
+            }
+        };
         Ok(SwitchPort {
             switch: self.clone(),
-            index: s.ports.len() - 1,
+            index,
             epoll,
             name: name.to_string(),
             since_pump: 0,

@@ -224,6 +224,15 @@ fn a_dropped_port_is_forgotten() {
     assert_eq!(sw.port_stats(1).unwrap().frames_in, 1);
     assert_eq!(sw.port_stats(1).unwrap().frames_out, 0);
     assert!(sw.describe().contains("f0, f2"), "{}", sw.describe());
+    // A port of the same name again (the function's next guest) takes the old one's place
+    // and counters; a second one of that name while it is open is refused.
+    let mut again = sw.port("f1").unwrap();
+    assert_eq!(again.index(), 1);
+    assert_eq!(again.stats().frames_in, 1);
+    assert!(sw.port("f1").is_err());
+    p[0].send(&frame(&BROADCAST, &A, 2)).unwrap();
+    assert_eq!(tags(&mut again), [2]);
+    assert!(sw.describe().contains("f0, f1, f2"), "{}", sw.describe());
 }
 
 /// Any bytes from anywhere: no panic, and every frame sent in is accounted for, as
