@@ -181,6 +181,9 @@ impl Stack {
                     }
                 }
             }
+            // Neighbour discovery, once its messages pass RFC 4861's checks (§7.1).
+            icmp::NEIGHBOR_SOLICIT | icmp::NEIGHBOR_ADVERT
+                if !self.ndp_acceptable(&m, a.hop_limit) => {}
             icmp::NEIGHBOR_SOLICIT => self.neighbor_solicitation(&m, a),
             icmp::NEIGHBOR_ADVERT => self.neighbor_advertisement(&m, a),
             icmp::PACKET_TOO_BIG => self.packet_too_big(&m, now),
@@ -213,17 +216,15 @@ impl Stack {
         true
     }
 
+    /// (Validated by the caller: [`Stack::ndp_acceptable`].)
     pub(super) fn neighbor_solicitation(&mut self, m: &wire::Icmpv6Message, a: Arrival) {
         let Arrival {
             src,
             dst,
-            hop_limit,
             eth_src,
             now,
+            ..
         } = a;
-        if !self.ndp_acceptable(m, hop_limit) {
-            return;
-        }
         let target = Ipv6Addr::from(<[u8; 16]>::try_from(&m.body[..16]).expect("16 bytes"));
         let Ok(opts) = wire::parse_ndp_options(&m.body[16..]) else {
             self.stats.drop(DropReason::BadNdp);
@@ -273,17 +274,11 @@ impl Stack {
     }
 
     /// RFC 4861 §7.1.2 validation and §7.2.5 processing.
+    /// (Validated by the caller: [`Stack::ndp_acceptable`].)
     pub(super) fn neighbor_advertisement(&mut self, m: &wire::Icmpv6Message, a: Arrival) {
         let Arrival {
-            dst,
-            hop_limit,
-            eth_src,
-            now,
-            ..
+            dst, eth_src, now, ..
         } = a;
-        if !self.ndp_acceptable(m, hop_limit) {
-            return;
-        }
         let (router, solicited, override_) = (
             m.word[0] & 0x80 != 0,
             m.word[0] & 0x40 != 0,
