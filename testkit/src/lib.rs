@@ -353,13 +353,19 @@ impl FakeGuest {
 
     /// A guest of a device served elsewhere (a qpipd process) that `client` is connected to:
     /// guest RAM mapped and interrupts wired, not yet enabled, as [`FakeGuest::bare`].
-    pub fn attach(mut client: Client) -> Self {
+    pub fn attach(client: Client) -> Self {
+        Self::attach_sized(client, RAM_SIZE)
+    }
+
+    /// As [`FakeGuest::attach`], with `ram_size` bytes of guest RAM (a sparse memfd: only
+    /// what is touched takes memory) for harnesses that create very many objects.
+    pub fn attach_sized(mut client: Client, ram_size: u64) -> Self {
         // Guest RAM: a memfd, as QEMU's memory-backend-memfd.
-        let mut ram = Ram::new(c"guest-ram", RAM_BASE, RAM_SIZE);
+        let mut ram = Ram::new(c"guest-ram", RAM_BASE, ram_size);
         // Default doorbell pages for contexts not created (pages the device never sees).
         let db_base = ram.alloc_pages(DOORBELL_PAGES as u64);
         client
-            .dma_map(0, RAM_BASE, RAM_SIZE, ram.file().as_raw_fd())
+            .dma_map(0, RAM_BASE, ram_size, ram.file().as_raw_fd())
             .unwrap();
 
         // One eventfd per MSI-X vector, as QEMU installs them when the guest enables MSI-X.
