@@ -33,10 +33,15 @@ pub fn mac(i: usize) -> [u8; 6] {
 /// Starts an adapter with `n` functions (function i has MAC `mac(i)` and address
 /// `ADDRS[i]`) on `threads` engine threads, its uplink on `cable` if given.
 pub fn adapter(n: usize, threads: usize, cable: Option<&Path>) -> Adapter {
-    let dir = ScratchDir::new("adapter");
     let uplink = cable.map(|c| {
         open_link(&NetSpec::Cable(c.to_path_buf()), None, None).expect("the uplink cable")
     });
+    adapter_on(n, threads, uplink)
+}
+
+/// As [`adapter`], with `uplink` (already open) as the switch's uplink.
+pub fn adapter_on(n: usize, threads: usize, uplink: Option<Box<dyn Backend>>) -> Adapter {
+    let dir = ScratchDir::new("adapter");
     let switch = Switch::new(uplink);
     let specs: Vec<FunctionSpec> = (0..n)
         .map(|i| {

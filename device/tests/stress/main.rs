@@ -12,11 +12,17 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
 use fixture::*;
+use qpip_device::backend::{open_link, NetSpec};
 use qpip_testkit::*;
 
 #[path = "../adapter/fixture.rs"]
 mod fixture;
+#[path = "../netns/mod.rs"]
+mod netns;
 
 /// The system allocator, counting the bytes live.
 struct Counting;
@@ -247,4 +253,199 @@ fn ten_thousand_tcp_qps_on_one_adapter() {
         sb_stats[STAT_TCP_SEGS_IN as usize],
     );
     assert!(per_qp > 0, "the count saw the QPs");
+}
+
+/// A QP of the echo server: it receives into its slot, sends the bytes back from there,
+/// and takes the next receive once the echo is sent.
+struct EchoQp {
+    qp: Qp,
+    slot: u64,
+    echoing: bool,
+}
+
+/// The lab host's side: `streams`, each writing chunks of its own pattern and reading them
+/// back, until `until`; returns the bytes each verified.
+fn linux_clients(streams: Vec<TcpStream>, until: Instant) -> Vec<std::thread::JoinHandle<u64>> {
+    streams
+        .into_iter()
+        .enumerate()
+        .map(|(j, mut s)| {
+            std::thread::spawn(move || {
+                let mut rng = Rng::new(j as u64 + 1);
+                let mut verified = 0u64;
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                while Instant::now() < until {
+                    let len = 1 + rng.below(2048) as usize;
+                    let chunk = rng.bytes(len);
+                    s.write_all(&chunk).expect("write to the QP server");
+                    let mut back = vec![0; chunk.len()];
+                    s.read_exact(&mut back).expect("the echo");
+                    assert!(back == chunk, "stream {j}: the echo differs");
+                    verified += chunk.len() as u64;
+                    std::thread::sleep(Duration::from_millis(rng.below(200)));
+                }
+                verified
+            })
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "a stress case: ./qpip stress"]
+fn a_thousand_linux_connections_held_on_one_guest() {
+    const CONNS: usize = 1_000;
+    const SLOT: u64 = 4096;
+    let hold = Duration::from_secs(
+        std::env::var("QPIP_STRESS_HOLD_S")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(60),
+    );
+    if !netns::root_and_tools("a thousand Linux connections") {
+        return;
+    }
+    raise_fd_limit();
+    let ns = netns::Netns::new("qpipstress");
+    ns.add_tap("qstr0", "fd51:5050::1");
+    let up = ns
+        .within(|| open_link(&NetSpec::Tap("qstr0".into()), None, None))
+        .expect("the TAP");
+    let ad = adapter_on(2, 1, Some(up));
+    let mut g = ad.guest_with_ram(0, 256 << 20);
+    // The QP server: CONNS stream QPs in contexts of PER_CTX, a listener each.
+    let mut ctxs = Vec::new();
+    for k in 0..CONNS.div_ceil(PER_CTX) {
+        let n = (CONNS - k * PER_CTX).min(PER_CTX);
+        let ctx = g.create_ctx().unwrap();
+        let depth = (2 * n as u32).next_power_of_two();
+        let (scq, rcq) = (
+            g.create_cq(ctx, depth).unwrap(),
+            g.create_cq(ctx, depth).unwrap(),
+        );
+        let buf = g.alloc_buf(n as u64 * SLOT, 0);
+        let mr = g.reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE).unwrap();
+        let listener = g.listen(ctx, UNSPECIFIED, 9100 + k as u16, 1024).unwrap();
+        let qps: Vec<EchoQp> = (0..n)
+            .map(|i| EchoQp {
+                qp: g
+                    .create_qp_typed(ctx, scq.id, rcq.id, 2, 2, QP_TYPE_TCP, FRAMING_STREAM)
+                    .unwrap(),
+                slot: i as u64 * SLOT,
+                echoing: false,
+            })
+            .collect();
+        ctxs.push((ctx, scq, rcq, buf, mr, listener, qps));
+    }
+    // Connections in batches: the QPs of a batch accept, the lab host connects as many,
+    // the accepts complete (the admin queue holds a batch's commands at once).
+    let start = Instant::now();
+    let mut streams = Vec::new();
+    for (k, (ctx, _, _, buf, mr, listener, qps)) in ctxs.iter_mut().enumerate() {
+        for batch in qps.chunks_mut(32) {
+            let cmds: Vec<u32> = batch
+                .iter()
+                .map(|e| g.submit_accept(*ctx, *listener, e.qp.id))
+                .collect();
+            ns.within(|| {
+                for _ in 0..batch.len() {
+                    let s = TcpStream::connect(format!("[fd51:5050::1:1]:{}", 9100 + k))
+                        .expect("connect to the QP server");
+                    streams.push(s);
+                }
+            });
+            for c in cmds {
+                g.admin_wait_ok(c, "accept");
+            }
+            for e in batch.iter_mut() {
+                g.post_recv(
+                    &mut e.qp,
+                    &[recv_wqe(0, &[buf.sge(e.slot, SLOT as u32, mr.lkey)])],
+                );
+            }
+        }
+    }
+    let connected = start.elapsed();
+    let until = Instant::now() + hold;
+    let clients = linux_clients(streams, until);
+    // The server echoes until the clients are done, then a little longer for the last.
+    let (mut echoed, mut closed, mut idle_since) = (0u64, 0usize, None::<Instant>);
+    loop {
+        let mut any = false;
+        for (_, scq, rcq, buf, mr, _, qps) in ctxs.iter_mut() {
+            while let Some(c) = g.poll_cq(rcq) {
+                assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "receive");
+                let e = qps
+                    .iter_mut()
+                    .find(|e| e.qp.id == c.qp)
+                    .expect("a QP of this context");
+                if c.byte_len == 0 {
+                    // The client's end of the stream: only once its time is up.
+                    assert!(Instant::now() >= until, "a client closed early");
+                    closed += 1;
+                    any = true;
+                    continue;
+                }
+                let sge = buf.sge(e.slot, c.byte_len, mr.lkey);
+                g.post_send(&mut e.qp, &[tcp_send_wqe(0, 0, &[sge])]);
+                e.echoing = true;
+                echoed += c.byte_len as u64;
+                any = true;
+            }
+            while let Some(c) = g.poll_cq(scq) {
+                assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "echo");
+                let e = qps.iter_mut().find(|e| e.qp.id == c.qp).unwrap();
+                e.echoing = false;
+                g.post_recv(
+                    &mut e.qp,
+                    &[recv_wqe(0, &[buf.sge(e.slot, SLOT as u32, mr.lkey)])],
+                );
+                any = true;
+            }
+        }
+        assert!(
+            Instant::now() < until + Duration::from_secs(60),
+            "{closed} of {CONNS} connections closed a minute after the clients stopped"
+        );
+        if any {
+            idle_since = None;
+        } else if closed == CONNS {
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > Duration::from_secs(2) {
+                break;
+            }
+        }
+        if !any {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+    let verified: u64 = clients
+        .into_iter()
+        .map(|h| h.join().expect("a client"))
+        .sum();
+    let s = g.query_stats().counters;
+    println!(
+        "stress: {CONNS} connections from Linux sockets to one guest's QP server through the \
+         adapter's uplink (a TAP): connected in {:.1} s, held {} s with traffic both ways \
+         (an echo), none lost, {verified} bytes verified by the clients ({echoed} echoed); \
+         TCP retransmissions {}",
+        connected.as_secs_f64(),
+        hold.as_secs(),
+        s[STAT_TCP_RETRANS_SEGS as usize],
+    );
+    assert_eq!(verified, echoed, "every byte echoed came back verified");
+    assert!(verified > 0);
+}
+
+/// Many sockets and a fake guest's descriptors: lift the soft limit to the hard one.
+fn raise_fd_limit() {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut l), 0);
+        l.rlim_cur = l.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+    }
 }
