@@ -30,6 +30,8 @@ pub const DELAY_FIRST_PROBE_TIME: Duration = Duration::from_secs(5);
 /// Bounds: entries, packets waiting per neighbour (a 64 KiB datagram is up to 52
 /// fragments at the minimum MTU, so one whole datagram fits), and bytes waiting in all.
 pub const MAX_ENTRIES: usize = 1024;
+/// Entries evicted together when the table is full (see `NeighborCache::evict`).
+pub const EVICT_BATCH: usize = MAX_ENTRIES / 8;
 pub const MAX_QUEUE_PER_NEIGHBOR: usize = 128;
 pub const MAX_QUEUED_BYTES: usize = 4 << 20;
 
@@ -206,14 +208,24 @@ impl NeighborCache {
 
     /// Makes room for an entry: the least recently used one that is not static, preferring
     /// entries not in use (STALE) over those being resolved or probed.
+    /// The table is full: the [`EVICT_BATCH`] entries least worth keeping go at once —
+    /// stale ones first, then the least recently used; static ones never. One scan of the
+    /// table pays for that many new entries: a flood of new addresses (SYN-ACKs of cookies
+    /// to spoofed sources, each needing resolution) would otherwise scan the whole table
+    /// for every one of them.
     fn evict(&mut self, out: &mut Vec<Action>) {
-        let victim = self
+        let mut worth: Vec<((bool, Instant), Ipv6Addr)> = self
             .entries
             .iter()
             .filter(|(_, e)| e.state != State::Static)
-            .min_by_key(|(_, e)| (e.state != State::Stale, e.last_used))
-            .map(|(ip, _)| *ip);
-        if let Some(ip) = victim {
+            .map(|(ip, e)| ((e.state != State::Stale, e.last_used), *ip))
+            .collect();
+        let k = EVICT_BATCH.min(worth.len());
+        if k == 0 {
+            return;
+        }
+        worth.select_nth_unstable(k - 1);
+        for (_, ip) in worth.drain(..k) {
             self.remove(ip, out);
         }
     }
@@ -623,7 +635,12 @@ mod tests {
             let ip = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 1, i);
             run(&mut c, |c, o| c.on_solicitation(ip, M1, t0, o));
         }
-        assert_eq!(c.len(), MAX_ENTRIES);
+        // Full, a batch went; the table never holds more than its bound.
+        assert!(
+            c.len() <= MAX_ENTRIES && c.len() > MAX_ENTRIES - EVICT_BATCH,
+            "{}",
+            c.len()
+        );
         // Byte bound: big packets to many neighbours stop at MAX_QUEUED_BYTES.
         let mut c = NeighborCache::new(1);
         for i in 0..200u16 {
