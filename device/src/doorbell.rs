@@ -74,7 +74,7 @@ mod tests {
         assert!(DoorbellPage::new(&mem, 0x14000).is_none(), "past RAM");
         assert!(DoorbellPage::new(&mem, 0).is_none(), "before RAM");
         assert!(
-            DoorbellPage::new(&mem, u64::MAX & !0xfff).is_none(),
+            DoorbellPage::new(&mem, !0xfff_u64).is_none(),
             "wraps"
         );
     }
