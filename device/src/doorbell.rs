@@ -73,10 +73,7 @@ mod tests {
         assert!(DoorbellPage::new(&mem, 0x10008).is_none(), "unaligned");
         assert!(DoorbellPage::new(&mem, 0x14000).is_none(), "past RAM");
         assert!(DoorbellPage::new(&mem, 0).is_none(), "before RAM");
-        assert!(
-            DoorbellPage::new(&mem, !0xfff_u64).is_none(),
-            "wraps"
-        );
+        assert!(DoorbellPage::new(&mem, !0xfff_u64).is_none(), "wraps");
     }
 
     #[test]

@@ -219,7 +219,7 @@ fn serve_one(args: &Args) -> Result<(), String> {
         .socket
         .clone()
         .expect("clap requires --socket without --function");
-    install_signal_cleanup(vec![socket.clone()]);
+    install_signal_cleanup(vec![socket.clone()], || {});
     let core = core_config(
         args,
         args.mac.unwrap_or(DEFAULT_MAC),
@@ -261,7 +261,20 @@ fn serve_adapter(args: &Args) -> Result<(), String> {
             }
         })
         .collect();
-    install_signal_cleanup(specs.iter().map(|f| f.socket.clone()).collect());
+    // The switch's counters, per function's port and for the uplink, go to the log when
+    // the adapter stops.
+    let sw = switch.clone();
+    install_signal_cleanup(
+        specs.iter().map(|f| f.socket.clone()).collect(),
+        move || {
+            for (name, p) in sw.ports() {
+                log::info!("switch port {name}: {p:?}");
+            }
+            if let Some(u) = sw.uplink_stats() {
+                log::info!("switch uplink: {u:?}");
+            }
+        },
+    );
     let n = (args.engine_threads.unwrap_or(1) as usize).min(specs.len());
     let threads = (0..n)
         .map(|i| {
@@ -365,7 +378,7 @@ fn check_functions(functions: &[FunctionArg]) -> Result<(), String> {
 
 /// On SIGINT/SIGTERM remove the socket files and exit, so a stopped qpipd leaves nothing
 /// behind.
-fn install_signal_cleanup(sockets: Vec<PathBuf>) {
+fn install_signal_cleanup(sockets: Vec<PathBuf>, last_words: impl Fn() + Send + 'static) {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) {
         Ok(s) => s,
@@ -379,6 +392,7 @@ fn install_signal_cleanup(sockets: Vec<PathBuf>) {
             for socket in &sockets {
                 let _ = std::fs::remove_file(socket);
             }
+            last_words();
             log::info!("signal {sig}: stopping");
             std::process::exit(128 + sig);
         }

@@ -425,6 +425,15 @@ impl Switch {
         lock(&self.state).ports.get(port).map(|p| p.stats)
     }
 
+    /// Every port's name and counters, open or closed, in the order they were made.
+    pub fn ports(&self) -> Vec<(String, PortStats)> {
+        lock(&self.state)
+            .ports
+            .iter()
+            .map(|p| (p.name.clone(), p.stats))
+            .collect()
+    }
+
     /// The uplink's counters; None without an uplink.
     pub fn uplink_stats(&self) -> Option<PortStats> {
         let uplink = self.uplink.as_ref()?;

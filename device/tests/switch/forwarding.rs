@@ -233,6 +233,9 @@ fn a_dropped_port_is_forgotten() {
     p[0].send(&frame(&BROADCAST, &A, 2)).unwrap();
     assert_eq!(tags(&mut again), [2]);
     assert!(sw.describe().contains("f0, f1, f2"), "{}", sw.describe());
+    let names: Vec<String> = sw.ports().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["f0", "f1", "f2"]);
+    assert_eq!(sw.ports()[1].1, again.stats());
 }
 
 /// Any bytes from anywhere: no panic, and every frame sent in is accounted for, as
