@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use log::error;
+use qpip_device::backend::link::Link;
+use qpip_device::backend::pcap::PcapSink;
 use qpip_device::backend::switch::Switch;
 use qpip_device::backend::{open_link, Backend};
 use qpip_device::backend::{ImpairSpec, NetSpec};
@@ -19,6 +21,7 @@ use qpip_device::engine::thread::EngineThread;
 use qpip_device::engine::{EngineConfig, DEFAULT_MAC};
 use qpip_device::net::config::{Mtu, StaticNeighbor};
 use qpip_device::vfio::{serve, serve_functions, FunctionSpec, ServeOptions};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// The qpip adapter: a PCI network function for QEMU, attached over vfio-user.
@@ -48,8 +51,9 @@ struct Args {
     ips: Vec<(Ipv6Addr, u8)>,
 
     /// One function of the adapter (repeatable, instead of --socket/--mac/--ip):
-    /// socket=PATH[,mac=MAC][,ip=ADDR/PLEN]... Function n's MAC defaults to
-    /// 02:51:50:00:00:n.
+    /// socket=PATH[,mac=MAC][,ip=ADDR/PLEN]...[,pcap=FILE] (pcap: a capture of the
+    /// function's frames, every guest it serves in one file). Function n's MAC defaults
+    /// to 02:51:50:00:00:n+1.
     #[arg(
         long = "function",
         value_name = "socket=PATH,mac=MAC,ip=ADDR/PLEN",
@@ -291,13 +295,34 @@ fn serve_adapter(args: &Args) -> Result<(), String> {
         switch.describe()
     );
     let names: Vec<String> = specs.iter().map(|f| f.name.clone()).collect();
+    // A function's capture (pcap=): started by its first guest, gone on with by the next.
+    let captures: Vec<(Option<PathBuf>, AtomicBool)> = args
+        .functions
+        .iter()
+        .map(|f| (f.pcap.clone(), AtomicBool::new(false)))
+        .collect();
     // A port that cannot be made (no file descriptors left) leaves the function without a
     // link: it then fails to start, naming the switch port, and qpipd says so.
     let link = move |i: usize| -> Option<Box<dyn Backend>> {
-        match switch.port(&names[i]) {
-            Ok(p) => Some(Box::new(p)),
+        let port = match switch.port(&names[i]) {
+            Ok(p) => p,
             Err(e) => {
                 error!("function {}: no switch port: {e}", names[i]);
+                return None;
+            }
+        };
+        let (Some(path), started) = &captures[i] else {
+            return Some(Box::new(port));
+        };
+        let sink = if started.swap(true, Ordering::Relaxed) {
+            PcapSink::append(path)
+        } else {
+            PcapSink::create(path)
+        };
+        match sink.and_then(|s| Link::with_capture(port, Some(s), None)) {
+            Ok(l) => Some(Box::new(l)),
+            Err(e) => {
+                error!("function {}: {e}", names[i]);
                 None
             }
         }
@@ -320,29 +345,33 @@ struct FunctionArg {
     socket: PathBuf,
     mac: Option<[u8; 6]>,
     ips: Vec<(Ipv6Addr, u8)>,
+    pcap: Option<PathBuf>,
 }
 
 impl std::str::FromStr for FunctionArg {
     type Err = String;
     fn from_str(s: &str) -> Result<FunctionArg, String> {
-        let (mut socket, mut mac, mut ips) = (None, None, Vec::new());
+        let (mut socket, mut mac, mut ips, mut pcap) = (None, None, Vec::new(), None);
         for part in s.split(',') {
             let (key, value) = part
                 .split_once('=')
-                .ok_or_else(|| format!("'{part}' is not KEY=VALUE (socket=, mac=, ip=)"))?;
+                .ok_or_else(|| format!("'{part}' is not KEY=VALUE (socket=, mac=, ip=, pcap=)"))?;
             match key {
                 "socket" if socket.is_none() && !value.is_empty() => socket = Some(value.into()),
                 "socket" => return Err("one non-empty socket= per function".into()),
                 "mac" if mac.is_none() => mac = Some(parse_mac(value)?),
                 "mac" => return Err("one mac= per function".into()),
                 "ip" => ips.push(parse_addr(value)?),
-                _ => return Err(format!("unknown key '{key}' (socket=, mac=, ip=)")),
+                "pcap" if pcap.is_none() && !value.is_empty() => pcap = Some(value.into()),
+                "pcap" => return Err("one non-empty pcap= per function".into()),
+                _ => return Err(format!("unknown key '{key}' (socket=, mac=, ip=, pcap=)")),
             }
         }
         Ok(FunctionArg {
             socket: socket.ok_or("a function needs socket=PATH")?,
             mac,
             ips,
+            pcap,
         })
     }
 }
@@ -393,6 +422,8 @@ fn install_signal_cleanup(sockets: Vec<PathBuf>, last_words: impl Fn() + Send + 
                 let _ = std::fs::remove_file(socket);
             }
             last_words();
+            // Captures end with their last frames.
+            qpip_device::backend::pcap::flush_all();
             log::info!("signal {sig}: stopping");
             std::process::exit(128 + sig);
         }

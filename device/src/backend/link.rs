@@ -27,6 +27,16 @@ pub struct Link<B> {
 impl<B: Backend> Link<B> {
     pub fn new(inner: B, pcap: Option<&Path>, impair: Option<&ImpairSpec>) -> io::Result<Link<B>> {
         let pcap = pcap.map(PcapSink::create).transpose()?;
+        Self::with_capture(inner, pcap, impair)
+    }
+
+    /// As [`Link::new`], its capture given (e.g. one that goes on with an earlier file:
+    /// [`PcapSink::append`]).
+    pub fn with_capture(
+        inner: B,
+        pcap: Option<PcapSink>,
+        impair: Option<&ImpairSpec>,
+    ) -> io::Result<Link<B>> {
         let impair = impair.map(|spec| {
             let seed = spec.seed.unwrap_or_else(|| {
                 let s = fastrand::u64(..);

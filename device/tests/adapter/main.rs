@@ -197,3 +197,71 @@ fn a_tcp_stream_between_two_functions_keeps_every_byte_while_a_third_comes_and_g
     assert!(fb.got == fc.out, "c -> b intact");
     assert!(fc.got == fb.out, "b -> c intact");
 }
+
+/// qpipd itself (the binary) as an adapter of two functions, the first captured: one
+/// capture file holds the frames of both guests it served, one after the other.
+#[test]
+fn a_functions_capture_holds_every_guest_it_served() {
+    let dir = ScratchDir::new("adapter-pcap");
+    let (sa, sb, cap) = (dir.join("a.sock"), dir.join("b.sock"), dir.join("a.pcap"));
+    let mut qpipd = std::process::Command::new(env!("CARGO_BIN_EXE_qpipd"))
+        .arg("--function")
+        .arg(format!(
+            "socket={},ip={}/64,pcap={}",
+            sa.display(),
+            ADDRS[0],
+            cap.display()
+        ))
+        .arg("--function")
+        .arg(format!("socket={},ip={}/64", sb.display(), ADDRS[1]))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let attach = |socket: &std::path::Path| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let client = loop {
+            if let Ok(c) = vfio_user::Client::new(socket) {
+                break c;
+            }
+            assert!(Instant::now() < deadline, "qpipd is not listening");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let mut g = FakeGuest::attach(client);
+        g.enable();
+        g.setup_admin(ADMIN_DEPTH);
+        g
+    };
+    let mut b = attach(&sb);
+    let mut ub = endpoint(&mut b, 7002);
+    for guest in [b"first guest ", b"second guest"] {
+        let mut a = attach(&sa);
+        let mut ua = endpoint(&mut a, 7001);
+        datagram(
+            (&mut a, &mut ua),
+            (&mut b, &mut ub),
+            ADDRS[1],
+            ADDRS[0],
+            guest,
+        );
+        drop(a);
+    }
+    // SAFETY: kill(2) on our child, not yet reaped.
+    unsafe { libc::kill(qpipd.id() as i32, libc::SIGTERM) };
+    assert_eq!(qpipd.wait().unwrap().code(), Some(143));
+    let mut r = pcap_file::pcap::PcapReader::new(std::fs::File::open(&cap).unwrap()).unwrap();
+    let mut frames = Vec::new();
+    while let Some(p) = r.next_packet() {
+        frames.push(p.expect("a well-formed capture").data.into_owned());
+    }
+    let has = |needle: &[u8]| {
+        frames
+            .iter()
+            .any(|f| f.windows(needle.len()).any(|w| w == needle))
+    };
+    assert!(
+        has(b"first guest ") && has(b"second guest"),
+        "{} frames: {:?}",
+        frames.len(),
+        frames.iter().map(|f| f.len()).collect::<Vec<_>>()
+    );
+}

@@ -112,6 +112,7 @@ fn functions_of_an_adapter_are_checked_with_one_line_each() {
     let cases: Vec<(Vec<String>, &str)> = vec![
         (f("mac=02:00:00:00:00:01"), "needs socket=PATH"),
         (f("socket=/tmp/a.sock,colour=red"), "unknown key 'colour'"),
+        (f("socket=/tmp/a.sock,pcap="), "one non-empty pcap="),
         (f("socket=/tmp/a.sock,ip=fd51::1"), "needs a prefix length"),
         (
             f("socket=/tmp/a.sock,mac=01:00:00:00:00:01"),
