@@ -43,8 +43,11 @@ fn print_table(r: &Report) {
     println!();
 }
 
-pub fn demo(netns: &str, verbose: bool) -> ExitCode {
-    let plan = Plan::demo();
+pub fn demo(netns: &str, layout: qpip_lab::QpipdLayout, verbose: bool) -> ExitCode {
+    let plan = Plan {
+        layout,
+        ..Plan::demo()
+    };
     let steps = plan.steps().len();
     let mut progress = |m: &str| say("demo", m);
     let r = match demo::run(&plan, netns, verbose, &mut progress) {

@@ -114,10 +114,15 @@ pub fn run(
             GuestSpec::new("b", vm(scripts::guest_b(plan))),
         ],
         network: Network::Lab(netns.to_string()),
+        layout: plan.layout,
     };
     let started = Instant::now();
+    let devices = match plan.layout {
+        crate::QpipdLayout::Adapter => "their qpip devices functions of one adapter qpipd",
+        crate::QpipdLayout::PerGuest => "a qpipd each for their qpip devices",
+    };
     progress(&format!(
-        "booting guests a and b (QEMU, TCG) with a qpip device each, on the lab network (namespace {netns}) ..."
+        "booting guests a and b (QEMU, TCG), {devices}, on the lab network (namespace {netns}) ..."
     ));
     let mut watcher = Watcher::new(plan.steps(), plan.rounds as usize, progress, verbose);
     let host_bytes = plan.host_bytes;

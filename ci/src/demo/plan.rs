@@ -119,6 +119,8 @@ pub struct Plan {
     /// Each ping-pong and TCP bandwidth test (one message size at a time) is a CPU window:
     /// both guests' `/proc/stat` and the host's CPU of QEMU and qpipd at its edges.
     pub cpu_marks: bool,
+    /// Where the guests' qpip devices live (one adapter qpipd by default).
+    pub layout: crate::QpipdLayout,
 }
 
 impl Plan {
@@ -137,6 +139,7 @@ impl Plan {
             round_timeout: Duration::from_secs(280),
             overhead_messages: 0,
             cpu_marks: false,
+            layout: crate::QpipdLayout::Adapter,
         }
     }
 
@@ -159,6 +162,7 @@ impl Plan {
             round_timeout: Duration::from_secs(1200),
             overhead_messages: 1000,
             cpu_marks: true,
+            layout: crate::QpipdLayout::Adapter,
         }
     }
 
