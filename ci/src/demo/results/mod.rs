@@ -34,12 +34,14 @@ mod fixtures;
 mod format;
 mod host_cpu;
 mod json;
+mod layouts;
 mod lines;
 mod report;
 mod spread;
 mod table;
 
 pub use json::json_value;
+pub use layouts::{layout_json, layout_markdown, layout_rows, layout_text, LayoutRow};
 pub use lines::{lines, Counted, Counter, HostCpu, Line, COUNTERS};
 pub use report::{CpuMark, CpuWindow, Measurements, Round};
 pub use spread::{spread, Better, Spread};

@@ -215,7 +215,8 @@ impl Measurements {
     }
 
     /// The message sizes of `test` (`bw`, `udpbw`) that QPs and sockets both measured in
-    /// some round, in the order QPs reported them.
+    /// some round, in the order QPs reported them; in a run without the test over sockets at
+    /// all (the bench's pass over QPs only), those QPs measured.
     pub(super) fn sizes(&self, test: &str) -> Vec<u64> {
         let of = |name: String| -> Vec<u64> {
             let mut v = Vec::new();
@@ -231,9 +232,13 @@ impl Measurements {
             v
         };
         let sk = of(format!("{test}-sk"));
+        let qp_only = !self
+            .rounds
+            .iter()
+            .any(|r| r.perf.contains_key(&format!("{test}-sk")));
         of(format!("{test}-qp"))
             .into_iter()
-            .filter(|s| sk.contains(s))
+            .filter(|s| qp_only || sk.contains(s))
             .collect()
     }
 }
@@ -341,6 +346,18 @@ mod tests {
     use super::super::fixtures::*;
     use super::*;
     use crate::demo::results::{lines, text_table};
+
+    #[test]
+    fn a_run_over_qps_only_has_its_bandwidth_sizes() {
+        let mut m = Measurements::default();
+        m.take_line(&format!("@perf.bw-qp={}", perf(&bw(8192, 2.0))))
+            .unwrap();
+        assert_eq!(m.sizes("bw"), [8192]);
+        // With sockets measured, a size needs both sides.
+        m.take_line(&format!("@perf.bw-sk={}", perf(&bw(1024, 1.0))))
+            .unwrap();
+        assert!(m.sizes("bw").is_empty());
+    }
 
     #[test]
     fn a_shared_adapter_counts_once_with_the_guests_qpipd() {
