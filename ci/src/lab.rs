@@ -2,13 +2,14 @@
 //! lab's namespace while they are up.
 //!
 //! ```no_run
-//! use qpip_lab::{run_lab, GuestSpec, LabSpec, Network, VmSpec};
+//! use qpip_lab::{run_lab, GuestSpec, LabSpec, Network, QpipdLayout, VmSpec};
 //! let spec = LabSpec {
 //!     guests: vec![
 //!         GuestSpec::new("a", VmSpec::new("ping -c 1 $QPIP_HOST_ADDR")),
 //!         GuestSpec::new("b", VmSpec::new("lab-wait host-done 60")),
 //!     ],
 //!     network: Network::Lab("qpip-lab-example".into()),
+//!     layout: QpipdLayout::Adapter,
 //! };
 //! let out = run_lab(&spec, &mut |_, _, _| {}, |host| {
 //!     // Runs once every guest is up; guest b waits for it to return.
@@ -20,17 +21,21 @@
 //!
 //! A lab run is: a run folder `runs/<time>-<pid>-<n>/` with `shared/` (seen by every guest
 //! at `/lab`) and one folder per guest named after it (as a single run's folder); the lab
-//! network when asked for (see [`crate::netns`]); every guest started (its devices, then
+//! network when asked for (see [`crate::netns`]); with it, in the default layout, the
+//! adapter qpipd that serves every guest's device 0 (see [`crate::adapter`]; its log is
+//! `qpipd-adapter.log` in the run folder); every guest started (its own devices, then
 //! QEMU); the host closure started on its own thread once every guest has reported ready
 //! (its init is about to run the command); when the closure returns, the lab writes
 //! `shared/host-done`, so guest commands can wait for it (`lab-wait host-done`). The run
-//! ends when every guest has powered off and the closure has returned.
+//! ends when every guest has powered off and the closure has returned; then the lab stops
+//! the adapter (SIGTERM) and checks it ended from that signal and left no socket.
 //!
 //! A guest that fails (a lab failure, not a non-zero exit status of its command) stops the
 //! others at once, as does a panic in the closure (re-raised once everything is stopped)
 //! and Ctrl-C. Whatever the way out, every process is stopped and the namespace removed
 //! before `run_lab` returns.
 
+use crate::adapter::{adapter_args, Adapter, QpipdLayout};
 use crate::netns::{self, LabNet, NetError};
 use crate::procs::run_sh;
 use crate::vm::{
@@ -77,6 +82,9 @@ pub struct LabSpec {
     /// `fd51:5050::1:n` and `::2:n`).
     pub guests: Vec<GuestSpec>,
     pub network: Network,
+    /// Where the guests' qpip devices live: one adapter qpipd for all lab-network devices
+    /// (the default), or one qpipd per device. Without the lab network, always per device.
+    pub layout: QpipdLayout,
 }
 
 /// The name of guest `n` (from 1): `a`, `b`, ... `z`, then `g27`, ...
@@ -104,8 +112,10 @@ pub struct LabHost<'a> {
     net: Option<&'a LabNet>,
     shared: &'a Path,
     guests: Vec<String>,
-    /// By guest: the pids of its QEMU, then of its devices' qpipd.
+    /// By guest: the pids of its QEMU, then of its own devices' qpipd.
     pids: Vec<Vec<u32>>,
+    /// The adapter qpipd's pid, in the adapter layout.
+    adapter: Option<u32>,
     /// Set when the lab is ending early (a guest failed, Ctrl-C): waits give up.
     ending: &'a AtomicBool,
 }
@@ -122,9 +132,15 @@ impl LabHost<'_> {
     }
 
     /// The pids of guest `i`'s processes (`i` indexes [`LabHost::guests`]): its QEMU, then
-    /// each of its devices' qpipd.
+    /// each of its own devices' qpipd (not the adapter's, see [`LabHost::adapter_pid`]).
     pub fn pids(&self, i: usize) -> &[u32] {
         self.pids.get(i).map_or(&[], Vec::as_slice)
+    }
+
+    /// The pid of the adapter qpipd that serves every guest's device 0, in the adapter
+    /// layout.
+    pub fn adapter_pid(&self) -> Option<u32> {
+        self.adapter
     }
 
     /// True once the lab is ending early (a guest failed, Ctrl-C): a host side that waits
@@ -205,7 +221,8 @@ pub struct LabOutcome<R> {
     pub netns: Option<String>,
     /// The interfaces the lab made in it (removed by now).
     pub links: Vec<String>,
-    /// Every process the lab started (QEMU and qpipd of each guest; all stopped by now).
+    /// Every process the lab started (QEMU and qpipd of each guest, the adapter qpipd; all
+    /// stopped by now).
     pub pids: Vec<u32>,
     /// The lab's run folder.
     pub dir: PathBuf,
@@ -259,10 +276,10 @@ pub fn run_lab<R: Send>(
     let mut net =
         match &spec.network {
             Network::Off => None,
-            Network::Lab(name) => Some(make_net(name, spec.guests.len()).map_err(|e| {
+            Network::Lab(name) => Some(make_net(name, spec).map_err(|e| {
                 LabError::failed(format!("no lab network: {e}"), String::new(), &dir)
             })?),
-            Network::LabIfAvailable(name) => match make_net(name, spec.guests.len()) {
+            Network::LabIfAvailable(name) => match make_net(name, spec) {
                 Ok(net) => Some(net),
                 Err(NetError::Unavailable(why)) => {
                     eprintln!("qpip-lab: no lab network: {why}; the guests run without it");
@@ -312,14 +329,54 @@ fn check_guest_name(name: &str) -> Result<(), String> {
     }
 }
 
-fn make_net(name: &str, guests: usize) -> Result<LabNet, NetError> {
+/// The lab network: per guest the TAP of its virtio-net NIC, and that of its device 0 or,
+/// in the adapter layout, one TAP for the adapter.
+fn make_net(name: &str, spec: &LabSpec) -> Result<LabNet, NetError> {
     let mut net = LabNet::create(name)?;
-    for n in 1..=guests {
-        for tap in [netns::device_tap(n), netns::virtio_tap(n)] {
+    let adapter = spec.layout == QpipdLayout::Adapter;
+    if adapter {
+        net.add_tap(netns::ADAPTER_TAP).map_err(NetError::Failed)?;
+    }
+    for n in 1..=spec.guests.len() {
+        let mut taps = vec![netns::virtio_tap(n)];
+        if !adapter {
+            taps.insert(0, netns::device_tap(n));
+        }
+        for tap in taps {
             net.add_tap(&tap).map_err(NetError::Failed)?;
         }
     }
     Ok(net)
+}
+
+/// Starts the adapter qpipd for the guests that have a device, in the adapter layout on the
+/// lab network; None otherwise.
+fn start_adapter(
+    spec: &LabSpec,
+    dir: &Path,
+    net: Option<&LabNet>,
+) -> Result<Option<Adapter>, LabError> {
+    let Some(net) = net.filter(|_| spec.layout == QpipdLayout::Adapter) else {
+        return Ok(None);
+    };
+    let with_device: Vec<(usize, &GuestSpec)> = (1..)
+        .zip(&spec.guests)
+        .filter(|(_, g)| g.vm.devices > 0)
+        .collect();
+    if with_device.is_empty() {
+        return Ok(None);
+    }
+    let extra = adapter_args(
+        with_device
+            .iter()
+            .map(|(_, g)| g.vm.qpipd_args.first().map_or(&[][..], Vec::as_slice)),
+    )
+    .map_err(LabError::setup)?;
+    let functions: Vec<(usize, PathBuf)> = with_device
+        .iter()
+        .map(|(n, g)| (*n, dir.join(&g.name)))
+        .collect();
+    Adapter::start(dir, &functions, &extra, net).map(Some)
 }
 
 type GuestsResult<R> = Result<(Vec<VmOutcome>, R, Vec<u32>), LabError>;
@@ -333,6 +390,7 @@ fn run_guests<R: Send>(
     host: impl FnOnce(&LabHost) -> R + Send,
 ) -> GuestsResult<R> {
     let count = spec.guests.len();
+    let mut adapter = start_adapter(spec, dir, net)?;
     let mut runs: Vec<Run> = spec
         .guests
         .iter()
@@ -344,18 +402,24 @@ fn run_guests<R: Send>(
                 guests: count,
                 net,
                 shared: Some(shared.to_path_buf()),
+                adapter: adapter.is_some() && g.vm.devices > 0,
             };
             Run::new(&g.vm, dir.join(&g.name), wiring)
         })
         .collect();
-    let mut pids = Vec::new();
-    let stop_all = |runs: &mut Vec<Run>| runs.iter_mut().for_each(Run::stop_all);
+    let mut pids: Vec<u32> = adapter.iter().map(Adapter::pid).collect();
+    // QEMU first (so the devices see a disconnect), then the guests' own qpipd, then the
+    // adapter.
+    let stop_all = |runs: &mut Vec<Run>, adapter: &mut Option<Adapter>| {
+        runs.iter_mut().for_each(Run::stop_all);
+        adapter.iter_mut().for_each(Adapter::kill);
+    };
 
     for run in runs.iter_mut() {
         let started = run.start();
         pids.extend(run.pids());
         if let Err(e) = started {
-            stop_all(&mut runs);
+            stop_all(&mut runs, &mut adapter);
             return Err(name_error(&runs_name(spec, &e), e));
         }
     }
@@ -366,6 +430,7 @@ fn run_guests<R: Send>(
         shared,
         guests: spec.guests.iter().map(|g| g.name.clone()).collect(),
         pids: runs.iter().map(Run::pids).collect(),
+        adapter: adapter.as_ref().map(Adapter::pid),
         ending: &ending,
     };
     // Per guest: None while running, then its outcome or error.
@@ -373,6 +438,7 @@ fn run_guests<R: Send>(
     let mut failed: Option<usize> = None;
     let mut host = Some(host);
     let mut host_result: Option<std::thread::Result<R>> = None;
+    let mut adapter_error: Option<LabError> = None;
 
     std::thread::scope(|scope| {
         let mut host_thread = None;
@@ -392,7 +458,10 @@ fn run_guests<R: Send>(
                 }
                 results[i] = Some(r);
             }
-            if failed.is_some() || crate::interrupted() {
+            if let Some(a) = adapter.as_mut() {
+                adapter_error = a.check_running(dir).err();
+            }
+            if failed.is_some() || adapter_error.is_some() || crate::interrupted() {
                 break;
             }
             if host.is_some() && runs.iter().all(Run::is_ready) {
@@ -422,13 +491,24 @@ fn run_guests<R: Send>(
         }
         // Whatever ended the loop, nothing of the guests outlives it; a host closure still
         // running is told to give up its waits (its commands fail once the namespace goes).
-        stop_all(&mut runs);
+        runs.iter_mut().for_each(Run::stop_all);
         ending.store(true, Ordering::SeqCst);
         if let Some(t) = host_thread.take() {
             host_result = Some(t.join());
         }
     });
 
+    // Every QEMU has exited or been stopped: the adapter's turn. After a clean run it must
+    // stop as asked; on any other way out it is killed.
+    let clean = failed.is_none() && adapter_error.is_none() && !crate::interrupted();
+    let adapter_stopped = match adapter.as_mut() {
+        Some(a) if clean && matches!(host_result, Some(Ok(_))) => a.stop(dir),
+        Some(a) => {
+            a.kill();
+            Ok(())
+        }
+        None => Ok(()),
+    };
     if let Some(Err(panic)) = host_result {
         std::panic::resume_unwind(panic);
     }
@@ -460,6 +540,10 @@ fn run_guests<R: Send>(
         }
         return Err(name_error(&spec.guests[i].name, e));
     }
+    if let Some(e) = adapter_error {
+        return Err(e);
+    }
+    adapter_stopped?;
     let outcomes = results
         .into_iter()
         .map(|r| r.expect("every guest finished").expect("no guest failed"))

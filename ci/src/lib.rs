@@ -5,11 +5,13 @@
 //! 1. a fresh run folder `$QPIP_CACHE/runs/<YYYYmmdd-HHMMSS>-<pid>-<n>/` with `share/`, the
 //!    folder the guest mounts at `/host` (virtio-9p); the command goes to `share/cmd.sh`;
 //! 2. one `qpipd` per device, each listening on `RUN/qpip<i>.sock`, logging to
-//!    `RUN/qpipd-<i>.log`;
+//!    `RUN/qpipd-<i>.log` (in a lab on the lab network, by default, device 0 of every
+//!    guest is instead a function of one adapter qpipd the lab runs, see [`adapter`]);
 //! 3. QEMU (TCG by default) with the guest kernel and initramfs, one `vfio-user-pci` device
 //!    per socket, console to `RUN/console.log`;
 //! 4. the guest's init runs `sh /host/cmd.sh`, writes `share/output`, `share/status` and
-//!    `share/dmesg`, and powers off; QEMU exits; each `qpipd` exits when QEMU disconnects;
+//!    `share/dmesg`, and powers off; QEMU exits; each `qpipd` exits when QEMU disconnects
+//!    (the adapter serves on until the lab stops it, after every guest);
 //!    a command that writes `/host/reboot` and reboots (`reboot -f`) gets a power cycle
 //!    instead: the devices and QEMU start again, and init runs the command again;
 //! 5. the lab checks everything: QEMU's exit, each `qpipd`'s exit, that the guest reported a
@@ -22,6 +24,7 @@
 //! [`run_lab`]: success, error, panic, and Ctrl-C/SIGTERM (see [`interrupted`]); the lab
 //! network is removed likewise.
 
+mod adapter;
 pub mod console;
 pub mod demo;
 mod lab;
@@ -31,6 +34,7 @@ pub mod payload;
 mod procs;
 mod vm;
 
+pub use adapter::QpipdLayout;
 pub use lab::{
     exit_status, guest_name, run_lab, unique_netns, GuestSpec, LabHost, LabOutcome, LabSpec,
     Network,

@@ -14,7 +14,9 @@
 mod show;
 
 use clap::{Parser, Subcommand};
-use qpip_lab::{guest_name, run_lab, Accel, GuestSpec, LabSpec, Network, Stream, VmSpec};
+use qpip_lab::{
+    guest_name, run_lab, Accel, GuestSpec, LabSpec, Network, QpipdLayout, Stream, VmSpec,
+};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -48,6 +50,9 @@ struct DemoArgs {
     /// Name of the lab's network namespace.
     #[arg(long, default_value = "qpip-demo")]
     netns: String,
+    /// One qpipd per guest's device instead of one adapter qpipd for both guests.
+    #[arg(long)]
+    qpipd_per_guest: bool,
     /// Also show every line the guests print.
     #[arg(short, long)]
     verbose: bool,
@@ -73,6 +78,14 @@ struct BenchArgs {
     /// Where the results go (default: $QPIP_CACHE/bench).
     #[arg(long, value_name = "DIR")]
     out: Option<std::path::PathBuf>,
+    /// One qpipd per guest's device instead of one adapter qpipd for both guests (the
+    /// main pass; the comparison pass then uses the adapter).
+    #[arg(long)]
+    qpipd_per_guest: bool,
+    /// Skip the second pass that measures the ping-pongs and 8 KiB TCP bandwidth over QPs
+    /// in the other qpipd layout (adapter vs one qpipd per guest).
+    #[arg(long)]
+    one_layout: bool,
     /// Also show every line the guests print.
     #[arg(short, long)]
     verbose: bool,
@@ -83,7 +96,8 @@ struct VmArgs {
     /// Number of guests (a, b, ...), all running CMD, with $QPIP_GUEST = 1, 2, ...
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=26))]
     guests: u16,
-    /// Number of qpip devices per guest (one qpipd each; device 0 is on the lab network).
+    /// Number of qpip devices per guest (device 0 is on the lab network, a function of the
+    /// adapter qpipd; the others have a qpipd each).
     #[arg(long, default_value_t = 1)]
     devices: usize,
     /// Name of the lab's network namespace (ip netns exec NAME ... reaches the guests).
@@ -106,9 +120,13 @@ struct VmArgs {
     /// `lab-wait host-done`.
     #[arg(long, value_name = "CMD")]
     host: Option<String>,
-    /// Extra argument for every qpipd (repeat for several).
+    /// Extra argument for every qpipd (repeat for several); with the adapter, for it.
     #[arg(long = "qpipd-arg", value_name = "ARG", allow_hyphen_values = true)]
     qpipd_args: Vec<String>,
+    /// One qpipd per device of every guest, each with its own TAP, instead of one adapter
+    /// qpipd serving every guest's lab-network device (device 0) as a PCI function.
+    #[arg(long)]
+    qpipd_per_guest: bool,
     /// Also show the guest console (on stderr) and the lab's progress.
     #[arg(short, long)]
     verbose: bool,
@@ -148,13 +166,22 @@ impl Prefixer {
     }
 }
 
+/// The layout `--qpipd-per-guest` asks for.
+fn layout(per_guest: bool) -> QpipdLayout {
+    if per_guest {
+        QpipdLayout::PerGuest
+    } else {
+        QpipdLayout::Adapter
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let args = match cli.command {
         Cmd::Vm(args) => args,
         Cmd::Demo(d) => {
             init_log(d.verbose);
-            return show::demo(&d.netns, d.verbose);
+            return show::demo(&d.netns, layout(d.qpipd_per_guest), d.verbose);
         }
         Cmd::Bench(b) => {
             init_log(b.verbose);
@@ -168,7 +195,8 @@ fn main() -> ExitCode {
             if let Some(n) = b.rounds {
                 plan.rounds = n;
             }
-            return show::bench(&plan, &b.netns, b.out, b.verbose);
+            plan.layout = layout(b.qpipd_per_guest);
+            return show::bench(&plan, &b.netns, b.out, b.verbose, !b.one_layout);
         }
     };
     env_logger::Builder::from_env(
@@ -196,6 +224,7 @@ fn main() -> ExitCode {
         } else {
             Network::LabIfAvailable(args.netns.clone())
         },
+        layout: layout(args.qpipd_per_guest),
     };
     let verbose = args.verbose;
     let names: Vec<String> = spec.guests.iter().map(|g| g.name.clone()).collect();

@@ -99,6 +99,10 @@ pub fn device_tap(n: usize) -> String {
     format!("qpipd{n}")
 }
 
+/// The TAP that carries the adapter qpipd's uplink (all guests' lab-network devices are
+/// its functions; see [`crate::QpipdLayout::Adapter`]).
+pub const ADAPTER_TAP: &str = "qpipd-up";
+
 /// The TAP behind guest `n`'s virtio-net NIC.
 pub fn virtio_tap(n: usize) -> String {
     format!("vnet{n}")
@@ -450,6 +454,7 @@ mod tests {
         assert_eq!(device_mac(1), "02:51:50:01:00:01");
         assert_eq!(virtio_mac(300), "02:51:50:02:01:2c");
         assert!(device_tap(99).len() < 16 && virtio_tap(99).len() < 16);
+        assert!(ADAPTER_TAP.len() < 16 && ADAPTER_TAP != device_tap(0));
     }
 
     #[test]

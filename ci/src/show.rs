@@ -43,8 +43,11 @@ fn print_table(r: &Report) {
     println!();
 }
 
-pub fn demo(netns: &str, verbose: bool) -> ExitCode {
-    let plan = Plan::demo();
+pub fn demo(netns: &str, layout: qpip_lab::QpipdLayout, verbose: bool) -> ExitCode {
+    let plan = Plan {
+        layout,
+        ..Plan::demo()
+    };
     let steps = plan.steps().len();
     let mut progress = |m: &str| say("demo", m);
     let r = match demo::run(&plan, netns, verbose, &mut progress) {
@@ -52,7 +55,7 @@ pub fn demo(netns: &str, verbose: bool) -> ExitCode {
         Err(e) => return fail("demo", &e),
     };
     print_table(&r);
-    let (json, md) = documents(&plan, &r, "demo", None);
+    let (json, md) = documents(&plan, &r, "demo", None, None);
     let written = write_pair(&r.dir, "results", &json, &md);
     say(
         "demo",
@@ -78,7 +81,42 @@ pub fn demo(netns: &str, verbose: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-pub fn bench(plan: &Plan, netns: &str, out: Option<PathBuf>, verbose: bool) -> ExitCode {
+/// The bench's comparison of the qpipd layouts: its rows and the second pass's wall time.
+struct Layouts {
+    rows: Vec<results::LayoutRow>,
+    elapsed: std::time::Duration,
+}
+
+/// The bench's second pass: the ping-pongs and 8 KiB TCP bandwidth over QPs with the
+/// guests' devices in the other layout; its rows next to the main pass's `r`.
+fn layout_pass(plan: &Plan, r: &Report, netns: &str, verbose: bool) -> Result<Layouts, ExitCode> {
+    use qpip_lab::QpipdLayout::{Adapter, PerGuest};
+    let other = if plan.layout == Adapter {
+        PerGuest
+    } else {
+        Adapter
+    };
+    let pass = plan.layout_pass(other);
+    let mut progress = |m: &str| say("bench, other layout", m);
+    let alt = demo::run(&pass, netns, verbose, &mut progress).map_err(|e| fail("bench", &e))?;
+    let (adapter, per_guest) = if plan.layout == Adapter {
+        (&r.lines, &alt.lines)
+    } else {
+        (&alt.lines, &r.lines)
+    };
+    Ok(Layouts {
+        rows: results::layout_rows(adapter, per_guest),
+        elapsed: alt.elapsed,
+    })
+}
+
+pub fn bench(
+    plan: &Plan,
+    netns: &str,
+    out: Option<PathBuf>,
+    verbose: bool,
+    compare_layouts: bool,
+) -> ExitCode {
     let load_start = loadavg();
     let mut progress = |m: &str| say("bench", m);
     let r = match demo::run(plan, netns, verbose, &mut progress) {
@@ -86,9 +124,21 @@ pub fn bench(plan: &Plan, netns: &str, out: Option<PathBuf>, verbose: bool) -> E
         Err(e) => return fail("bench", &e),
     };
     print_table(&r);
+    let layouts = if compare_layouts {
+        match layout_pass(plan, &r, netns, verbose) {
+            Ok(l) => Some(l),
+            Err(code) => return code,
+        }
+    } else {
+        None
+    };
+    if let Some(l) = &layouts {
+        print!("{}", results::layout_text(&l.rows));
+        println!();
+    }
     let dir = out.unwrap_or_else(|| qpip_lab::paths::cache().join("bench"));
     let (stamp, _) = now();
-    let (json, md) = documents(plan, &r, "bench", Some(load_start));
+    let (json, md) = documents(plan, &r, "bench", Some(load_start), layouts.as_ref());
     let r1 = std::fs::create_dir_all(&dir)
         .and_then(|()| write_pair(&dir, &format!("qp-sockets-{stamp}"), &json, &md))
         .and_then(|p| write_pair(&dir, "qp-sockets-latest", &json, &md).map(|_| p));
@@ -97,10 +147,14 @@ pub fn bench(plan: &Plan, netns: &str, out: Option<PathBuf>, verbose: bool) -> E
             say(
                 "bench",
                 &format!(
-                    "{} round{} in {:.0} s (boot to power-off); results: {} and .md (also qp-sockets-latest.*)",
+                    "{} round{} in {:.0} s (boot to power-off){}; results: {} and .md (also qp-sockets-latest.*)",
                     plan.rounds,
                     if plan.rounds == 1 { "" } else { "s" },
                     r.elapsed.as_secs_f64(),
+                    layouts.as_ref().map_or(String::new(), |l| format!(
+                        ", the other layout's pass in {:.0} s",
+                        l.elapsed.as_secs_f64()
+                    )),
                     p.display()
                 ),
             );
@@ -125,7 +179,13 @@ fn write_pair(dir: &std::path::Path, name: &str, json: &str, md: &str) -> std::i
 }
 
 /// The results as JSON and as Markdown.
-fn documents(plan: &Plan, r: &Report, what: &str, load_start: Option<String>) -> (String, String) {
+fn documents(
+    plan: &Plan,
+    r: &Report,
+    what: &str,
+    load_start: Option<String>,
+    layouts: Option<&Layouts>,
+) -> (String, String) {
     let (_, date) = now();
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     let load_end = loadavg();
@@ -141,6 +201,11 @@ fn documents(plan: &Plan, r: &Report, what: &str, load_start: Option<String>) ->
         "load_start": load_start,
         "load_end": load_end,
         "wall_s": r.elapsed.as_secs_f64(),
+        "qpipd_layout": format!("{:?}", plan.layout),
+        "layouts": layouts.map(|l| serde_json::json!({
+            "rows": results::layout_json(&l.rows),
+            "per_guest_pass_wall_s": l.elapsed.as_secs_f64(),
+        })),
         "plan": {
             "latency_iters": plan.latency_iters,
             "tcp_sizes": plan.tcp_sizes,
@@ -183,6 +248,9 @@ fn documents(plan: &Plan, r: &Report, what: &str, load_start: Option<String>) ->
         );
     }
     md += &results::markdown_table(&r.lines);
+    if let Some(l) = layouts {
+        md += &results::layout_markdown(&l.rows);
+    }
     md += "\n";
     md += &TCG_NOTE.replace('\n', " ");
     md += "\n";

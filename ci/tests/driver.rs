@@ -650,7 +650,7 @@ const KICKS: u64 = 2000;
 /// register KICKS times, and returns (the guest's report, how often its vCPU slept
 /// meanwhile).
 fn kick_sleeps(props: &[&str]) -> (VmOutcome, Result<u64, String>) {
-    use qpip_lab::{run_lab, GuestSpec, LabSpec, Network};
+    use qpip_lab::{run_lab, GuestSpec, LabSpec, Network, QpipdLayout};
     let mut vm = VmSpec::new(format!(
         "{HELPERS}\nqpip-driver-test kicks {KICKS} --wait; kv kicks.status $?; lab-wait host-done 120"
     ));
@@ -658,6 +658,7 @@ fn kick_sleeps(props: &[&str]) -> (VmOutcome, Result<u64, String>) {
     let spec = LabSpec {
         guests: vec![GuestSpec::new("a", vm)],
         network: Network::Off,
+        layout: QpipdLayout::default(),
     };
     let out = run_lab(&spec, &mut |_, _, _| {}, |host| -> Result<u64, String> {
         // The lab's first process of the guest is its QEMU.

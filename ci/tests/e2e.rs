@@ -19,7 +19,9 @@ mod common;
 use common::{needs_root, Report};
 use qpip_lab::netns;
 use qpip_lab::payload::pattern;
-use qpip_lab::{run_lab, unique_netns, GuestSpec, LabHost, LabOutcome, LabSpec, Network, VmSpec};
+use qpip_lab::{
+    run_lab, unique_netns, GuestSpec, LabHost, LabOutcome, LabSpec, Network, QpipdLayout, VmSpec,
+};
 use std::io::{Read, Write};
 use std::net::{Ipv6Addr, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
@@ -73,10 +75,15 @@ fn guest(name: &str, script: &str, timeout_s: u64, qpipd_args: &[&str]) -> Guest
     GuestSpec::new(name, vm)
 }
 
-fn lab<R: Send>(guests: Vec<GuestSpec>, host: impl FnOnce(&LabHost) -> R + Send) -> LabOutcome<R> {
+fn lab<R: Send>(
+    guests: Vec<GuestSpec>,
+    layout: QpipdLayout,
+    host: impl FnOnce(&LabHost) -> R + Send,
+) -> LabOutcome<R> {
     let spec = LabSpec {
         guests,
         network: Network::Lab(unique_netns("qpip-e2e")),
+        layout,
     };
     let t0 = Instant::now();
     let out = match run_lab(&spec, &mut |_, _, _| {}, host) {
@@ -315,6 +322,7 @@ counters end
             guest("a", &a_script, 1200, &[]),
             guest("b", b_script, 1200, &[]),
         ],
+        QpipdLayout::Adapter,
         interop,
     );
     let (ga, gb) = (out.guest("a"), out.guest("b"));
@@ -648,6 +656,10 @@ lab-wait a-done 900
             guest("a", a_script, 1500, &["--impair", impair]),
             guest("b", b_script, 1500, &[]),
         ],
+        // A qpipd per guest, each with its TAP: the guests' frames cross the bridge (where
+        // the loss is) and guest a's own link (where its impairment is). One adapter would
+        // switch them in memory, past both.
+        QpipdLayout::PerGuest,
         |host| -> Result<String, String> {
             // Random loss in the kernel's bridge (tc netem is missing from these hosts' kernels).
             host.sh("nft add table bridge e2e && \
@@ -800,6 +812,7 @@ lab-wait a-done 900
             guest("a", a_script, 1500, &[]),
             guest("b", b_script, 1500, &[]),
         ],
+        QpipdLayout::Adapter,
         |_| (),
     );
     let (ga, gb) = (out.guest("a"), out.guest("b"));

@@ -10,7 +10,9 @@ mod common;
 
 use common::{needs_root, Report};
 use qpip_lab::netns::{self, LabNet};
-use qpip_lab::{run_lab, unique_netns, GuestSpec, LabOutcome, LabSpec, Network, VmSpec};
+use qpip_lab::{
+    run_lab, unique_netns, GuestSpec, LabOutcome, LabSpec, Network, QpipdLayout, VmSpec,
+};
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
 use std::process::Command;
 use std::time::Duration;
@@ -122,6 +124,7 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
     let spec = LabSpec {
         guests: vec![guest("a", script), guest("b", script)],
         network: Network::Lab(unique_netns("qpip-test")),
+        layout: QpipdLayout::Adapter,
     };
     let result = run_lab(&spec, &mut |_, _, _| {}, |host| {
         let mut view = HostView {
@@ -210,17 +213,40 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
             Err(e) => panic!("ping -6 {addr} from the lab namespace failed: {e}"),
         }
     }
-    for n in 1..=2 {
-        for tap in [netns::device_tap(n), netns::virtio_tap(n)] {
-            assert!(
-                view.links
-                    .lines()
-                    .any(|l| l.starts_with(&tap) && l.contains("UP")),
-                "TAP {tap} not up in the namespace while the guests ran:\n{}",
-                view.links
-            );
-        }
+    // The adapter's uplink carries both devices; each guest's virtio-net has its TAP.
+    let taps = [netns::ADAPTER_TAP.to_string()]
+        .into_iter()
+        .chain((1..=2).map(netns::virtio_tap));
+    for tap in taps {
+        assert!(
+            view.links
+                .lines()
+                .any(|l| l.starts_with(&tap) && l.contains("UP")),
+            "TAP {tap} not up in the namespace while the guests ran:\n{}",
+            view.links
+        );
     }
+    for n in 1..=2 {
+        let tap = netns::device_tap(n);
+        assert!(
+            !view
+                .links
+                .lines()
+                .any(|l| l.starts_with(&format!("{tap} ")) || l.starts_with(&format!("{tap}@"))),
+            "TAP {tap} of a per-guest qpipd exists in the adapter layout:\n{}",
+            view.links
+        );
+    }
+    // One adapter served both devices: a function each, each saw its QEMU go, and the lab
+    // stopped it with SIGTERM at the end (run_lab checks how it exited).
+    let log = std::fs::read_to_string(out.dir.join("qpipd-adapter.log")).unwrap_or_default();
+    for f in ["f0", "f1"] {
+        assert!(
+            log.contains(&format!("function {f}: client 1 gone")),
+            "the adapter's log does not show function {f}'s QEMU going:\n{log}"
+        );
+    }
+    assert!(log.contains("signal 15: stopping"), "{log}");
 
     assert_eq!(view.udp_error, None, "UDP from the lab host to guest b");
     let b = out.guest("b");
@@ -283,6 +309,7 @@ lab-wait host-done 200
     let spec = LabSpec {
         guests: vec![guest("a", a), guest("b", b)],
         network: Network::Lab(ns.clone()),
+        layout: QpipdLayout::Adapter,
     };
     const STALL: Duration = Duration::from_secs(8);
     let result = run_lab(&spec, &mut |_, _, _| {}, |host| -> Result<String, String> {

@@ -45,8 +45,9 @@ pub(super) fn run_host_side(host: &crate::LabHost, bytes: u64, limit: Duration) 
 
 /// The lab host's side of the CPU windows: for each `/lab/cpu-mark.N` guest a creates (N
 /// from 1, in order) it writes `/lab/cpu-mark.N.host`, one line of the CPU seconds so far of
-/// each guest's QEMU and of its qpipd (`qemu-a=12.3 qpipd-a=4.56 qemu-b=...`), until guest
-/// a is done (`/lab/a-done`), the lab ends early or `limit` has passed.
+/// each guest's QEMU and of its own qpipd, and of the adapter qpipd that serves them all
+/// (`qemu-a=12.3 qpipd-a=4.56 qemu-b=... qpipd-adapter=...`), until guest a is done
+/// (`/lab/a-done`), the lab ends early or `limit` has passed.
 pub(super) fn serve_cpu_marks(host: &crate::LabHost, limit: Duration) {
     let dir = host.shared_dir();
     let deadline = Instant::now() + limit;
@@ -76,7 +77,10 @@ pub(super) fn serve_cpu_marks(host: &crate::LabHost, limit: Duration) {
 }
 
 /// `qemu-NAME=SECS qpipd-NAME=SECS` for each guest: the CPU time (user + system, all
-/// threads) of its QEMU and of all its qpipd; a process that cannot be read is left out.
+/// threads) of its QEMU and of all its own qpipd (none in the adapter layout: then no
+/// `qpipd-NAME`), then `qpipd-adapter=SECS`, the adapter's, once for all guests (it is
+/// shared: split by guest it would be a guess). A process that cannot be read is left out.
+/// Whoever adds up the `qpipd-*` figures gets every qpipd of the lab exactly once.
 fn host_cpu_line(host: &crate::LabHost) -> String {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
@@ -92,9 +96,15 @@ fn host_cpu_line(host: &crate::LabHost) -> String {
         if let Some(s) = secs(qemu) {
             parts.push(format!("qemu-{name}={s}"));
         }
+        if devices.is_empty() {
+            continue;
+        }
         if let Some(s) = devices.iter().map(secs).sum::<Option<f64>>() {
             parts.push(format!("qpipd-{name}={s}"));
         }
+    }
+    if let Some(s) = host.adapter_pid().as_ref().and_then(secs) {
+        parts.push(format!("qpipd-adapter={s}"));
     }
     parts.join(" ")
 }

@@ -9,6 +9,9 @@ use std::time::Duration;
 /// [`Plan::bw_bytes`].
 pub const LARGE_MSG: usize = 64 << 10;
 
+/// The TCP bandwidth message size the bench compares the qpipd layouts at.
+pub const LAYOUT_BW_MSG: usize = 8 << 10;
+
 /// A measurement the run makes on both nets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Test {
@@ -119,6 +122,12 @@ pub struct Plan {
     /// Each ping-pong and TCP bandwidth test (one message size at a time) is a CPU window:
     /// both guests' `/proc/stat` and the host's CPU of QEMU and qpipd at its edges.
     pub cpu_marks: bool,
+    /// Where the guests' qpip devices live (one adapter qpipd by default).
+    pub layout: crate::QpipdLayout,
+    /// Only the ping-pongs and TCP bandwidth over QPs: no sockets, UDP bandwidth, bulk,
+    /// host steps or overhead (the bench's pass in the other layout, see
+    /// [`Plan::layout_pass`]).
+    pub qp_only: bool,
 }
 
 impl Plan {
@@ -137,6 +146,8 @@ impl Plan {
             round_timeout: Duration::from_secs(280),
             overhead_messages: 0,
             cpu_marks: false,
+            layout: crate::QpipdLayout::Adapter,
+            qp_only: false,
         }
     }
 
@@ -159,6 +170,25 @@ impl Plan {
             round_timeout: Duration::from_secs(1200),
             overhead_messages: 1000,
             cpu_marks: true,
+            layout: crate::QpipdLayout::Adapter,
+            qp_only: false,
+        }
+    }
+
+    /// The bench's second, shorter pass: the same ping-pongs and the TCP bandwidth of
+    /// [`LAYOUT_BW_MSG`] messages, over QPs only, as many rounds, with the guests' devices
+    /// in the other layout (`layout`), so the two layouts compare within one bench.
+    pub fn layout_pass(&self, layout: crate::QpipdLayout) -> Plan {
+        Plan {
+            tcp_sizes: vec![LAYOUT_BW_MSG],
+            udp_sizes: Vec::new(),
+            bulk_bytes: 0,
+            host_bytes: 0,
+            overhead_messages: 0,
+            cpu_marks: false,
+            layout,
+            qp_only: true,
+            ..self.clone()
         }
     }
 
@@ -179,6 +209,9 @@ impl Plan {
     /// The measurements of one round on one net, in order.
     fn tests(&self) -> Vec<Test> {
         let mut t = vec![Test::UdpPing, Test::TcpPing, Test::TcpBw];
+        if self.qp_only {
+            return t;
+        }
         if !self.udp_sizes.is_empty() {
             t.push(Test::UdpBw);
         }
@@ -313,8 +346,9 @@ impl Plan {
                 } else {
                     [Net::Sockets, Net::Qp]
                 };
+                let order = order.into_iter().filter(|n| !self.qp_only || *n == Net::Qp);
                 for t in &tests {
-                    s.extend(order.map(|net| self.measure(*t, net, round)));
+                    s.extend(order.clone().map(|net| self.measure(*t, net, round)));
                 }
                 if round == 1 {
                     s.extend(host_steps());
@@ -324,7 +358,9 @@ impl Plan {
                 if round == 1 {
                     s.extend(host_steps());
                 }
-                s.extend(tests.iter().map(|t| self.measure(*t, Net::Sockets, round)));
+                if !self.qp_only {
+                    s.extend(tests.iter().map(|t| self.measure(*t, Net::Sockets, round)));
+                }
             }
             if self.overhead_messages > 0 {
                 let round_note = self.round_note(round);
@@ -403,6 +439,33 @@ mod tests {
         );
         assert_eq!(plan.limit(), plan.round_timeout);
         assert!(plan.steps()[1].what.starts_with("UDP ping-pong"));
+    }
+
+    #[test]
+    fn the_layout_pass_runs_the_ping_pongs_and_8k_bandwidth_over_qps_only() {
+        let plan = Plan::bench().layout_pass(crate::QpipdLayout::PerGuest);
+        assert_eq!(plan.layout, crate::QpipdLayout::PerGuest);
+        let m = measures(&plan);
+        let want: Vec<(String, Test, Net, u32)> = (1..=3)
+            .flat_map(|r| {
+                [Test::UdpPing, Test::TcpPing, Test::TcpBw]
+                    .map(|t| (format!("{}-qp.{r}", t.id()), t, Net::Qp, r))
+            })
+            .collect();
+        assert_eq!(m, want);
+        assert_eq!(plan.tcp_sizes, [LAYOUT_BW_MSG]);
+        assert!(!plan.steps().iter().any(|s| matches!(
+            s.action,
+            Action::Overhead { .. } | Action::HostOut | Action::HostIn | Action::HostUdp
+        )));
+        let b = scripts::guest_b(&plan);
+        assert!(
+            !b.contains("receivers 1 ") && !b.contains("test -e /lab/bulk-ready.1"),
+            "{b}"
+        );
+        assert!(b.contains("qpip-perf -s --port"), "{b}");
+        // The full bench's guest b still starts its bulk receivers.
+        assert!(scripts::guest_b(&Plan::bench()).contains("bulk-ready.1 -o"));
     }
 
     #[test]

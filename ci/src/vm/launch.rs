@@ -3,6 +3,7 @@
 
 use super::run::Run;
 use super::LabError;
+use crate::adapter::MAX_SOCKET_PATH;
 use crate::netns;
 use crate::paths;
 use crate::procs::{log_tail, Proc};
@@ -25,8 +26,6 @@ const SOCKET_WAIT: Duration = Duration::from_secs(10);
 /// fails the run; a real lockup still shows, as a timeout if nothing else.
 const KERNEL_CMDLINE: &str = "console=ttyS0 loglevel=7 panic=-1 no_timer_check \
     watchdog_thresh=60 rcupdate.rcu_cpu_stall_timeout=300 rdinit=/init";
-/// Longest unix socket path (sun_path is 108 bytes with the terminating NUL).
-const MAX_SOCKET_PATH: usize = 107;
 
 impl Run<'_> {
     /// The extra qpipd arguments of device `i`: the spec's, and for device 0 of a guest on
@@ -50,15 +49,54 @@ impl Run<'_> {
         args
     }
 
-    /// Starts every device, then waits until each listens on its socket.
+    /// Starts every device of this guest's own, then waits until each listens on its
+    /// socket (device 0 too when it is the adapter's: after a power cycle, until the
+    /// adapter has bound it afresh).
     pub(super) fn start_devices(&mut self) -> Result<(), LabError> {
-        for i in 0..self.spec.devices {
+        for i in self.first_own()..self.spec.devices {
             self.start_device(i)?;
         }
-        for i in 0..self.spec.devices {
+        if self.wiring.adapter && self.spec.devices > 0 {
+            self.wait_for_adapter_socket()?;
+        }
+        for i in self.first_own()..self.spec.devices {
             self.wait_for_socket(i)?;
         }
         Ok(())
+    }
+
+    /// Waits until device 0's socket, the adapter's, is there and is not the one the last
+    /// QEMU used (the adapter removes and binds it again once a QEMU has gone; it listens
+    /// right after binding, long before a new QEMU gets to connect).
+    fn wait_for_adapter_socket(&mut self) -> Result<(), LabError> {
+        let sock = crate::adapter::function_socket(&self.dir);
+        let deadline = Instant::now() + SOCKET_WAIT;
+        loop {
+            let id = crate::adapter::socket_id(&sock);
+            if id.is_some() && id != self.adapter_socket {
+                self.adapter_socket = id;
+                return Ok(());
+            }
+            if crate::interrupted() {
+                return Err(self.interrupted());
+            }
+            if Instant::now() >= deadline {
+                return Err(self.fail(
+                    format!(
+                        "the adapter qpipd did not listen afresh on {} within {} s; log: {}",
+                        sock.display(),
+                        SOCKET_WAIT.as_secs(),
+                        self.dir
+                            .parent()
+                            .map(|d| d.join(crate::adapter::ADAPTER_LOG))
+                            .unwrap_or_default()
+                            .display()
+                    ),
+                    String::new(),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The log file `log`, created, twice: a child's stdout and its stderr.
@@ -125,7 +163,8 @@ impl Run<'_> {
             if crate::interrupted() {
                 return Err(self.interrupted());
             }
-            let dev = &mut self.devices[i];
+            let first = self.first_own();
+            let dev = &mut self.devices[i - first];
             let exited = dev.try_wait().ok().flatten();
             if let Some(st) = exited {
                 let (name, log) = (dev.name.clone(), dev.log.clone());

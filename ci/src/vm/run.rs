@@ -74,6 +74,9 @@ pub(crate) struct Wiring<'n> {
     pub net: Option<&'n LabNet>,
     /// The folder every guest of the lab sees at `/lab`.
     pub shared: Option<PathBuf>,
+    /// Device 0 is a function of the lab's adapter qpipd (started and stopped by the lab),
+    /// not a qpipd of this guest's own.
+    pub adapter: bool,
 }
 
 impl Wiring<'_> {
@@ -85,6 +88,7 @@ impl Wiring<'_> {
             guests: 1,
             net: None,
             shared: None,
+            adapter: false,
         }
     }
 }
@@ -98,7 +102,11 @@ pub(crate) struct Run<'a> {
     // Teardown order is QEMU first (so the devices see a disconnect), then the devices:
     // explicit in `stop_all`, and the field order makes Drop, the backstop on panics, agree.
     pub(super) qemu: Option<Proc>,
+    /// The qpipd of this guest's own devices, from device [`Run::first_own`] on.
     pub(super) devices: Vec<Proc>,
+    /// With the adapter: the identity of device 0's socket as the last QEMU found it (a
+    /// power cycle waits until the adapter has bound it afresh).
+    pub(super) adapter_socket: Option<crate::adapter::SocketId>,
     started: Option<Instant>,
     tails: Vec<Tail>,
     device_gone: Option<(usize, ExitStatus, Instant)>,
@@ -112,13 +120,19 @@ impl<'a> Run<'a> {
             wiring,
             qemu: None,
             devices: Vec::new(),
+            adapter_socket: None,
             started: None,
             tails: Vec::new(),
             device_gone: None,
         }
     }
 
-    /// The pids of the processes this run started (QEMU, then its devices).
+    /// The first device with a qpipd of this run's own: 1 if device 0 is the adapter's.
+    pub(super) fn first_own(&self) -> usize {
+        usize::from(self.wiring.adapter)
+    }
+
+    /// The pids of the processes this run started (QEMU, then its own devices' qpipd).
     pub fn pids(&self) -> Vec<u32> {
         self.qemu
             .iter()
@@ -231,9 +245,10 @@ impl<'a> Run<'a> {
             if when.elapsed() >= QEMU_GRACE {
                 self.stop_all();
                 let log = self.devices[i].log.clone();
+                let dev = i + self.first_own();
                 return Err(self.fail(
                     format!(
-                        "qpipd {i} exited ({st}) while the guest was running; stopped QEMU; log: {}",
+                        "qpipd {dev} exited ({st}) while the guest was running; stopped QEMU; log: {}",
                         log.display()
                     ),
                     log_tail(&log, 15),
@@ -286,7 +301,7 @@ impl<'a> Run<'a> {
             .expect("a free name");
         let mut keep = vec![("console.log".to_string(), format!("console-{k}.log"))];
         keep.push(("qemu.log".into(), format!("qemu-{k}.log")));
-        for i in 0..self.spec.devices {
+        for i in self.first_own()..self.spec.devices {
             keep.push((format!("qpipd-{i}.log"), format!("qpipd-{i}-{k}.log")));
         }
         for (from, to) in keep {
@@ -404,9 +419,12 @@ impl<'a> Run<'a> {
         Err(self.fail(message, details))
     }
 
-    /// After QEMU is gone, each qpipd should see the disconnect and exit 0 by itself.
+    /// After QEMU is gone, each of this guest's own qpipd should see the disconnect and
+    /// exit 0 by itself (the adapter serves on; the lab stops it at the end).
     fn check_devices_exit(&mut self, problems: &mut Vec<Problem>) {
-        for (i, d) in self.devices.iter_mut().enumerate() {
+        let first = self.first_own();
+        for (j, d) in self.devices.iter_mut().enumerate() {
+            let i = j + first;
             match d.wait_for(QPIPD_EXIT_WAIT) {
                 Ok(Some(st)) if st.success() => {}
                 Ok(Some(st)) => problems.push(Problem {

@@ -23,8 +23,8 @@
 //!   `server_guest_cpu_us` of guest b, the server). The host's side comes from CPU marks at
 //!   both edges of each whole `qpip-perf` run, `@cpu.NAME=PHASE|A|B|HOST` (PHASE `start` or
 //!   `end`; A and B the first line of guest a's and guest b's `/proc/stat`; HOST the lab
-//!   host's `qemu-a=SECS qpipd-a=SECS ...`, the CPU time of each guest's QEMU and qpipd
-//!   processes): a block under the table has the host's CPU of QEMU and qpipd per message
+//!   host's `qemu-a=SECS qpipd-a=SECS ... qpipd-adapter=SECS`, the CPU time of each guest's
+//!   QEMU and own qpipd processes and, once, of the adapter qpipd serving both): a block under the table has the host's CPU of QEMU and qpipd per message
 //!   over those windows, which hold the run's start-up, connection and buffer
 //!   registration too.
 
@@ -34,12 +34,14 @@ mod fixtures;
 mod format;
 mod host_cpu;
 mod json;
+mod layouts;
 mod lines;
 mod report;
 mod spread;
 mod table;
 
 pub use json::json_value;
+pub use layouts::{layout_json, layout_markdown, layout_rows, layout_text, LayoutRow};
 pub use lines::{lines, Counted, Counter, HostCpu, Line, COUNTERS};
 pub use report::{CpuMark, CpuWindow, Measurements, Round};
 pub use spread::{spread, Better, Spread};

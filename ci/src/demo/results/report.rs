@@ -33,7 +33,8 @@ pub struct CpuMark {
     /// The same of guest b.
     pub b: Vec<u64>,
     /// CPU seconds (user + system, every thread) of the lab's processes on the host, by
-    /// name: `qemu-a`, `qpipd-a` (all of guest a's qpipd), `qemu-b`, ...
+    /// name: `qemu-a`, `qpipd-a` (all of guest a's own qpipd), `qemu-b`, ...,
+    /// `qpipd-adapter` (the adapter qpipd serving both guests' devices, counted once).
     pub host: BTreeMap<String, f64>,
 }
 
@@ -75,7 +76,8 @@ impl CpuWindow {
     }
 
     /// Host CPU seconds over the window of the processes named `CLASS-GUEST` (`qemu`,
-    /// `qpipd`), summed over the guests; None unless both edges have some.
+    /// `qpipd`), summed over the guests (and, for `qpipd`, the adapter's `qpipd-adapter`,
+    /// which serves them all); None unless both edges have some.
     pub(super) fn host_s(&self, class: &str) -> Option<f64> {
         let (s, e) = (self.start.as_ref()?, self.end.as_ref()?);
         let prefix = format!("{class}-");
@@ -213,7 +215,8 @@ impl Measurements {
     }
 
     /// The message sizes of `test` (`bw`, `udpbw`) that QPs and sockets both measured in
-    /// some round, in the order QPs reported them.
+    /// some round, in the order QPs reported them; in a run without the test over sockets at
+    /// all (the bench's pass over QPs only), those QPs measured.
     pub(super) fn sizes(&self, test: &str) -> Vec<u64> {
         let of = |name: String| -> Vec<u64> {
             let mut v = Vec::new();
@@ -229,9 +232,13 @@ impl Measurements {
             v
         };
         let sk = of(format!("{test}-sk"));
+        let qp_only = !self
+            .rounds
+            .iter()
+            .any(|r| r.perf.contains_key(&format!("{test}-sk")));
         of(format!("{test}-qp"))
             .into_iter()
-            .filter(|s| sk.contains(s))
+            .filter(|s| qp_only || sk.contains(s))
             .collect()
     }
 }
@@ -339,6 +346,47 @@ mod tests {
     use super::super::fixtures::*;
     use super::*;
     use crate::demo::results::{lines, text_table};
+
+    #[test]
+    fn a_run_over_qps_only_has_its_bandwidth_sizes() {
+        let mut m = Measurements::default();
+        m.take_line(&format!("@perf.bw-qp={}", perf(&bw(8192, 2.0))))
+            .unwrap();
+        assert_eq!(m.sizes("bw"), [8192]);
+        // With sockets measured, a size needs both sides.
+        m.take_line(&format!("@perf.bw-sk={}", perf(&bw(1024, 1.0))))
+            .unwrap();
+        assert!(m.sizes("bw").is_empty());
+    }
+
+    #[test]
+    fn a_shared_adapter_counts_once_with_the_guests_qpipd() {
+        let stat = "cpu  1 2 3 4 5 6 7";
+        let mut m = Measurements::default();
+        for (edge, host) in [
+            ("start", "qemu-a=10 qemu-b=20 qpipd-adapter=3"),
+            ("end", "qemu-a=11 qemu-b=22 qpipd-adapter=3.5"),
+        ] {
+            m.take_line(&format!("@cpu.udp-qp={edge}|{stat}|{stat}|{host}"))
+                .unwrap();
+        }
+        let w = &m.rounds[0].cpu["udp-qp"];
+        assert!(close(w.host_s("qpipd").unwrap(), 0.5));
+        assert!(close(w.host_s("qemu").unwrap(), 3.0));
+        // A guest's own qpipd (a device beyond the adapter's) adds to it.
+        let mut both = Measurements::default();
+        for (edge, host) in [
+            ("start", "qemu-a=10 qpipd-a=1 qpipd-adapter=3"),
+            ("end", "qemu-a=11 qpipd-a=1.25 qpipd-adapter=3.5"),
+        ] {
+            both.take_line(&format!("@cpu.udp-qp={edge}|{stat}|{stat}|{host}"))
+                .unwrap();
+        }
+        assert!(close(
+            both.rounds[0].cpu["udp-qp"].host_s("qpipd").unwrap(),
+            0.75
+        ));
+    }
 
     #[test]
     fn cpu_windows_and_overhead_reports_are_read_by_round() {
