@@ -197,7 +197,10 @@ pub fn run(
         return Err(fail(None, e.clone()));
     }
     let done: Vec<&str> = watcher.steps.iter().map(|s| s.id.as_str()).collect();
-    let lines = results::lines(&watcher.measurements, plan.tcp_sizes.len() > 1);
+    // The bench's passes (several sizes, or the host's CPU marked around each run, as the
+    // layouts' pass does) get the detailed lines, whole-system CPU included.
+    let detail = plan.tcp_sizes.len() > 1 || plan.cpu_marks;
+    let lines = results::lines(&watcher.measurements, detail);
     // A round that lacks a figure still leaves the others' median; a figure no round has
     // means the guests' reports and this reader disagree. A plan over QPs only has no
     // sockets side.

@@ -185,7 +185,8 @@ impl Plan {
             bulk_bytes: 0,
             host_bytes: 0,
             overhead_messages: 0,
-            cpu_marks: false,
+            // The host's CPU per message in this layout too, for the comparison.
+            cpu_marks: true,
             layout,
             qp_only: true,
             ..self.clone()

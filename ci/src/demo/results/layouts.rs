@@ -1,6 +1,8 @@
 //! The bench's comparison of the two qpipd layouts: the QP figures of the ping-pongs and the
 //! 8 KiB TCP bandwidth with one adapter qpipd for both guests (the main pass) next to the
-//! same with one qpipd per guest (a second, shorter pass of the same run), and their ratio.
+//! same with one qpipd per guest (a second, shorter pass of the same run), and their ratio;
+//! then the host's CPU per message of the same measurements in each layout (QEMU of both
+//! guests plus every qpipd, over the same windows).
 
 use super::format::{block_row, column_widths, fmt_median, fmt_range, framed};
 use super::lines::Line;
@@ -37,24 +39,52 @@ impl LayoutRow {
     }
 }
 
+/// The measurements whose host CPU per message the layouts are compared on (as the host
+/// CPU table names them).
+fn hosted() -> [String; 3] {
+    [
+        "UDP ping-pong".into(),
+        "TCP ping-pong".into(),
+        format!("TCP bandwidth, {} messages", human(LAYOUT_BW_MSG as u64)),
+    ]
+}
+
 /// The compared rows, from the lines of the pass with the adapter and of the pass with one
 /// qpipd per guest; a line missing from a pass has no figures on that side.
 pub fn layout_rows(adapter: &[Line], per_guest: &[Line]) -> Vec<LayoutRow> {
     let find = |lines: &[Line], what: &str| lines.iter().find(|l| l.what == what).cloned();
-    compared()
-        .into_iter()
-        .filter_map(|what| {
-            let (a, p) = (find(adapter, &what), find(per_guest, &what));
-            let any = a.as_ref().or(p.as_ref())?;
-            Some(LayoutRow {
-                unit: any.unit,
-                better: any.better,
-                adapter: a.map(|l| l.qp).unwrap_or_default(),
-                per_guest: p.map(|l| l.qp).unwrap_or_default(),
-                what,
-            })
+    let figures = compared().into_iter().filter_map(|what| {
+        let (a, p) = (find(adapter, &what), find(per_guest, &what));
+        let any = a.as_ref().or(p.as_ref())?;
+        Some(LayoutRow {
+            unit: any.unit,
+            better: any.better,
+            adapter: a.map(|l| l.qp).unwrap_or_default(),
+            per_guest: p.map(|l| l.qp).unwrap_or_default(),
+            what,
         })
-        .collect()
+    });
+    // The host's CPU per message over QPs: QEMU a+b and the qpipd (the adapter, or both
+    // guests' own).
+    let host = |lines: &[Line], what: &str| {
+        lines
+            .iter()
+            .filter_map(|l| l.host_cpu.as_ref())
+            .find(|h| h.what == what)
+            .map(|h| h.sum(0))
+    };
+    let cpu = hosted().into_iter().filter_map(|what| {
+        let (a, p) = (host(adapter, &what), host(per_guest, &what));
+        a.is_some().then_some(()).or(p.is_some().then_some(()))?;
+        Some(LayoutRow {
+            what: format!("host CPU per message (QEMU a+b and qpipd), {what}"),
+            unit: "µs",
+            better: Better::Lower,
+            adapter: a.unwrap_or_default(),
+            per_guest: p.unwrap_or_default(),
+        })
+    });
+    figures.chain(cpu).collect()
 }
 
 fn cells(r: &LayoutRow) -> Vec<String> {
@@ -173,5 +203,29 @@ mod tests {
         assert_eq!(j[2]["adapter_over_per_guest"], 2.0);
         assert_eq!(j[0]["per_guest"]["median"], 200.0);
         assert!(layout_text(&[]).is_empty() && layout_markdown(&[]).is_empty());
+    }
+
+    #[test]
+    fn the_layouts_host_cpu_per_message_is_compared_too() {
+        use super::super::lines::HostCpu;
+        let hosted = |what: &str, qemu: f64, qpipd: f64| {
+            let mut l = line(&format!("guest-wide CPU per {what}"), &[1.0]);
+            l.host_cpu = Some(HostCpu {
+                what: what.into(),
+                qemu: [vec![Some(qemu)], vec![None]],
+                qpipd: [vec![Some(qpipd)], vec![None]],
+                guests: [vec![None], vec![None]],
+            });
+            l
+        };
+        let adapter = vec![hosted("UDP ping-pong", 300.0, 200.0)];
+        let per_guest = vec![hosted("UDP ping-pong", 350.0, 650.0)];
+        let rows = layout_rows(&adapter, &per_guest);
+        assert_eq!(rows.len(), 1);
+        assert_eq!(
+            rows[0].what,
+            "host CPU per message (QEMU a+b and qpipd), UDP ping-pong"
+        );
+        assert_eq!(rows[0].ratio(), Some(0.5));
     }
 }
