@@ -265,3 +265,60 @@ fn a_functions_capture_holds_every_guest_it_served() {
         frames.iter().map(|f| f.len()).collect::<Vec<_>>()
     );
 }
+
+/// Functions of one adapter cannot reach each other's objects: every handle of one
+/// function's guest (context, CQ, QP, memory key, listener) is unknown to the other's
+/// device, a WR naming the other's memory key fails without touching memory, and each
+/// function's counters are its own.
+#[test]
+fn one_functions_handles_mean_nothing_to_another() {
+    let ad = adapter(2, 1, None);
+    let (mut a, mut b) = (ad.guest(0), ad.guest(1));
+    let cb = b.create_ctx().unwrap();
+    let ub = b.udp_endpoint_in(cb, UNSPECIFIED, 7002, 4, 8, 4096);
+    let lb = b.listen(cb, UNSPECIFIED, 7100, 4).unwrap();
+    let ca = a.create_ctx().unwrap();
+    let mut ua = endpoint(&mut a, 7001);
+    // b's objects, named to a's device (in a's context, and in b's context number).
+    for ctx in [ca, cb] {
+        assert_admin_err(
+            a.destroy_qp(ctx, ub.qp.id),
+            ADMIN_STATUS_BAD_HANDLE,
+            "b's QP",
+        );
+        assert_admin_err(
+            a.destroy_cq(ctx, ub.scq.id),
+            ADMIN_STATUS_BAD_HANDLE,
+            "b's CQ",
+        );
+        assert_admin_err(
+            a.dereg_mr(ctx, ub.mr.lkey),
+            ADMIN_STATUS_BAD_HANDLE,
+            "b's key",
+        );
+        assert_admin_err(
+            a.destroy_listener(ctx, lb),
+            ADMIN_STATUS_BAD_HANDLE,
+            "b's listener",
+        );
+    }
+    // A send gathering from b's memory key: a protection error, and b's buffer untouched.
+    b.buf_write(&ub.buf, 0, &[0x5a; 64]);
+    a.post_send(
+        &mut ua.qp,
+        &[send_wqe(
+            9,
+            ip(ADDRS[1]),
+            7002,
+            &[ub.buf.sge(0, 64, ub.mr.lkey)],
+        )],
+    );
+    let c = a.wait_cqe(&mut ua.scq);
+    assert_eq!(c.status, CQE_STATUS_LOCAL_PROTECTION, "{c:?}");
+    assert_eq!(b.buf_read(&ub.buf, 0, 64), [0x5a; 64]);
+    // b's objects all still work, and neither counted the other's commands.
+    b.destroy_listener(cb, lb).unwrap();
+    let (sa, sb) = (a.query_stats().counters, b.query_stats().counters);
+    assert_eq!(sa[STAT_PROTECTION_ERRORS as usize], 1);
+    assert_eq!(sb[STAT_PROTECTION_ERRORS as usize], 0);
+}
