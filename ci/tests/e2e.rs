@@ -2,7 +2,8 @@
 //! devices, over kernel sockets through virtio-net, and with the lab host's plain sockets
 //! and the library's software provider — then the same under faults (loss on the bridge,
 //! reordering, duplication and corruption in a device), a peer killed mid-transfer, a guest
-//! rebooted under a listener, and the driver reloaded.
+//! rebooted under a listener, the driver reloaded, and — three guests on one adapter — a
+//! guest rebooted while two others move data through the adapter.
 //!
 //! Scenarios are grouped so the suite boots few guests (each boot costs seconds under TCG);
 //! within a lab the guests run them in sequence and meet through `/lab` (the server side
@@ -893,4 +894,74 @@ lab-wait a-done 900
         b.get("reboot.send.seconds")
     );
     println!("  after the reload: {}", ping_line(&a, "reload"));
+}
+
+// ---- one adapter: a guest reboots while two others move data through it -----------------
+
+/// Three guests, their devices functions of one adapter: b sends 200 MB to a through the
+/// adapter's switch, and once it has begun, c reboots (the lab power-cycles it: its QEMU
+/// goes, its function is dropped and starts afresh for the new QEMU on the same socket).
+/// Every byte of b's transfer arrives intact, and after its reboot c talks to a again.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn a_guest_reboots_while_two_others_move_data_through_the_adapter() {
+    needs_root!();
+    let a_script = r#"
+serve xfer qpip-e2e sink --port 7801 -w 900; finish xfer
+serve echo qpip-e2e echo --port 7802 -w 600; finish echo
+"#;
+    let b_script = r#"
+A=fd51:5050::1:1
+await xfer
+run xfer qpip-e2e send $A --port 7801 --bytes 200000000 --chunk 65536 --mark 300000:/lab/go-reboot -w 900
+# c went down while the bytes flowed (it marks the moment just before it reboots).
+kv xfer.overlapped "$([ -e /lab/c-rebooting ] && echo yes || echo no)"
+"#;
+    let c_script = r#"
+A=fd51:5050::1:1
+if [ ! -e /host/first-boot ]; then
+    : > /host/first-boot
+    kv boot 1
+    await go-reboot
+    # The lab power-cycles a guest that asks by /host/reboot.
+    : > /host/reboot
+    touch /lab/c-rebooting
+    sync
+    reboot -f
+    sleep 600
+fi
+kv boot 2
+await echo
+run after qpip-e2e ping $A --port 7802 --iters 50 --size 1000
+"#;
+    let out = lab(
+        vec![
+            guest("a", a_script, 1500, &[]),
+            guest("b", b_script, 1500, &[]),
+            guest("c", c_script, 1500, &[]),
+        ],
+        QpipdLayout::Adapter,
+        |_| (),
+    );
+    let (ga, gb, gc) = (out.guest("a"), out.guest("b"), out.guest("c"));
+    let (a, b, c) = (Report::new(ga), Report::new(gb), Report::new(gc));
+    let ctx = || {
+        format!(
+            "{}\n=== b:\n{}\n=== c:\n{}",
+            a.context(),
+            b.context(),
+            c.context()
+        )
+    };
+    assert_eq!((ga.status, gb.status, gc.status), (0, 0, 0), "{}", ctx());
+    assert_eq!(c.all("boot"), ["1", "2"], "c did not boot twice\n{}", ctx());
+    assert_same_bytes(&b, "xfer", &a, "xfer", 1, false);
+    assert_eq!(tally(b.get("xfer.send.conn")).0, 200_000_000, "{}", ctx());
+    assert_eq!(
+        b.get("xfer.overlapped"),
+        "yes",
+        "c's reboot did not begin before the transfer ended\n{}",
+        ctx()
+    );
+    assert_ping(&c, "after", 50);
 }
