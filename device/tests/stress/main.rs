@@ -255,12 +255,144 @@ fn ten_thousand_tcp_qps_on_one_adapter() {
     assert!(per_qp > 0, "the count saw the QPs");
 }
 
-/// A QP of the echo server: it receives into its slot, sends the bytes back from there,
-/// and takes the next receive once the echo is sent.
-struct EchoQp {
-    qp: Qp,
-    slot: u64,
-    echoing: bool,
+/// Bytes each echo QP receives into at once (its slot of its context's buffer).
+const SLOT: u64 = 4096;
+
+/// A guest's TCP echo server for the lab host's sockets: stream QPs in contexts of
+/// [`PER_CTX`], a listener each (context k's on port `port + k`); each QP receives into its
+/// slot, sends the bytes back from there, and takes its next receive once the echo is sent.
+struct EchoServer {
+    ctxs: Vec<EchoCtx>,
+}
+
+struct EchoCtx {
+    ctx: u32,
+    scq: Cq,
+    rcq: Cq,
+    buf: Buf,
+    mr: Mr,
+    listener: u32,
+    port: u16,
+    /// QP i receives into slot i of `buf`.
+    qps: Vec<Qp>,
+}
+
+/// What one [`EchoServer::pump`] did.
+struct Pumped {
+    any: bool,
+    echoed: u64,
+    closed: usize,
+}
+
+impl EchoServer {
+    fn new(g: &mut FakeGuest, n: usize, port: u16, backlog: u32) -> EchoServer {
+        let ctxs = (0..n.div_ceil(PER_CTX))
+            .map(|k| {
+                let n = (n - k * PER_CTX).min(PER_CTX);
+                let ctx = g.create_ctx().unwrap();
+                let depth = (2 * n as u32).next_power_of_two();
+                let (scq, rcq) = (
+                    g.create_cq(ctx, depth).unwrap(),
+                    g.create_cq(ctx, depth).unwrap(),
+                );
+                let buf = g.alloc_buf(n as u64 * SLOT, 0);
+                let mr = g.reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE).unwrap();
+                let port = port + k as u16;
+                let listener = g.listen(ctx, UNSPECIFIED, port, backlog).unwrap();
+                let qps = (0..n)
+                    .map(|_| {
+                        g.create_qp_typed(ctx, scq.id, rcq.id, 2, 2, QP_TYPE_TCP, FRAMING_STREAM)
+                            .unwrap()
+                    })
+                    .collect();
+                EchoCtx {
+                    ctx,
+                    scq,
+                    rcq,
+                    buf,
+                    mr,
+                    listener,
+                    port,
+                    qps,
+                }
+            })
+            .collect();
+        EchoServer { ctxs }
+    }
+
+    /// The lab host (namespace `ns`) connects to every QP, in batches: the QPs of a batch
+    /// accept, the host connects as many, the accepts complete (the admin queue holds a
+    /// batch's commands at once), and each QP takes its first receive.
+    fn connect_all(&mut self, g: &mut FakeGuest, ns: &netns::Netns) -> Vec<TcpStream> {
+        let mut streams = Vec::new();
+        for c in &mut self.ctxs {
+            for (b, batch) in c.qps.chunks_mut(32).enumerate() {
+                let cmds: Vec<u32> = batch
+                    .iter()
+                    .map(|qp| g.submit_accept(c.ctx, c.listener, qp.id))
+                    .collect();
+                ns.within(|| {
+                    for _ in 0..batch.len() {
+                        let s = TcpStream::connect(format!("[{}]:{}", ADDRS[0], c.port))
+                            .expect("connect to the QP server");
+                        streams.push(s);
+                    }
+                });
+                for cmd in cmds {
+                    g.admin_wait_ok(cmd, "accept");
+                }
+                for (j, qp) in batch.iter_mut().enumerate() {
+                    let slot = (b * 32 + j) as u64 * SLOT;
+                    g.post_recv(
+                        qp,
+                        &[recv_wqe(0, &[c.buf.sge(slot, SLOT as u32, c.mr.lkey)])],
+                    );
+                }
+            }
+        }
+        streams
+    }
+
+    /// One pass: echoes what arrived and gives each QP whose echo was sent its next
+    /// receive. A client's end of its stream (a 0-byte receive) is counted in `closed`;
+    /// one before `until`, when the clients stop, fails the test.
+    fn pump(&mut self, g: &mut FakeGuest, until: Instant) -> Pumped {
+        let mut p = Pumped {
+            any: false,
+            echoed: 0,
+            closed: 0,
+        };
+        for c in &mut self.ctxs {
+            let slot = |qps: &[Qp], id: u32| {
+                let i = qps
+                    .iter()
+                    .position(|q| q.id == id)
+                    .expect("a QP of this context");
+                (i, i as u64 * SLOT)
+            };
+            while let Some(cqe) = g.poll_cq(&mut c.rcq) {
+                assert_cqe(&cqe, CQE_STATUS_SUCCESS, 0, "receive");
+                p.any = true;
+                if cqe.byte_len == 0 {
+                    assert!(Instant::now() >= until, "a client closed early");
+                    p.closed += 1;
+                    continue;
+                }
+                let (i, at) = slot(&c.qps, cqe.qp);
+                let sge = c.buf.sge(at, cqe.byte_len, c.mr.lkey);
+                g.post_send(&mut c.qps[i], &[tcp_send_wqe(0, 0, &[sge])]);
+                p.echoed += cqe.byte_len as u64;
+            }
+            while let Some(cqe) = g.poll_cq(&mut c.scq) {
+                assert_cqe(&cqe, CQE_STATUS_SUCCESS, 0, "echo");
+                p.any = true;
+                let (i, at) = slot(&c.qps, cqe.qp);
+                let sge = c.buf.sge(at, SLOT as u32, c.mr.lkey);
+                g.post_recv(&mut c.qps[i], &[recv_wqe(0, &[sge])]);
+            }
+        }
+        p
+    }
 }
 
 /// The lab host's side: `streams`, each writing chunks of its own pattern and reading them
@@ -294,7 +426,6 @@ fn linux_clients(streams: Vec<TcpStream>, until: Instant) -> Vec<std::thread::Jo
 #[ignore = "a stress case: ./qpip stress"]
 fn a_thousand_linux_connections_held_on_one_guest() {
     const CONNS: usize = 1_000;
-    const SLOT: u64 = 4096;
     let hold = Duration::from_secs(
         std::env::var("QPIP_STRESS_HOLD_S")
             .ok()
@@ -312,111 +443,32 @@ fn a_thousand_linux_connections_held_on_one_guest() {
         .expect("the TAP");
     let ad = adapter_on(2, 1, Some(up));
     let mut g = ad.guest_with_ram(0, 256 << 20);
-    // The QP server: CONNS stream QPs in contexts of PER_CTX, a listener each.
-    let mut ctxs = Vec::new();
-    for k in 0..CONNS.div_ceil(PER_CTX) {
-        let n = (CONNS - k * PER_CTX).min(PER_CTX);
-        let ctx = g.create_ctx().unwrap();
-        let depth = (2 * n as u32).next_power_of_two();
-        let (scq, rcq) = (
-            g.create_cq(ctx, depth).unwrap(),
-            g.create_cq(ctx, depth).unwrap(),
-        );
-        let buf = g.alloc_buf(n as u64 * SLOT, 0);
-        let mr = g.reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE).unwrap();
-        let listener = g.listen(ctx, UNSPECIFIED, 9100 + k as u16, 1024).unwrap();
-        let qps: Vec<EchoQp> = (0..n)
-            .map(|i| EchoQp {
-                qp: g
-                    .create_qp_typed(ctx, scq.id, rcq.id, 2, 2, QP_TYPE_TCP, FRAMING_STREAM)
-                    .unwrap(),
-                slot: i as u64 * SLOT,
-                echoing: false,
-            })
-            .collect();
-        ctxs.push((ctx, scq, rcq, buf, mr, listener, qps));
-    }
-    // Connections in batches: the QPs of a batch accept, the lab host connects as many,
-    // the accepts complete (the admin queue holds a batch's commands at once).
+    let mut server = EchoServer::new(&mut g, CONNS, 9100, 1024);
     let start = Instant::now();
-    let mut streams = Vec::new();
-    for (k, (ctx, _, _, buf, mr, listener, qps)) in ctxs.iter_mut().enumerate() {
-        for batch in qps.chunks_mut(32) {
-            let cmds: Vec<u32> = batch
-                .iter()
-                .map(|e| g.submit_accept(*ctx, *listener, e.qp.id))
-                .collect();
-            ns.within(|| {
-                for _ in 0..batch.len() {
-                    let s = TcpStream::connect(format!("[fd51:5050::1:1]:{}", 9100 + k))
-                        .expect("connect to the QP server");
-                    streams.push(s);
-                }
-            });
-            for c in cmds {
-                g.admin_wait_ok(c, "accept");
-            }
-            for e in batch.iter_mut() {
-                g.post_recv(
-                    &mut e.qp,
-                    &[recv_wqe(0, &[buf.sge(e.slot, SLOT as u32, mr.lkey)])],
-                );
-            }
-        }
-    }
+    let streams = server.connect_all(&mut g, &ns);
     let connected = start.elapsed();
     let until = Instant::now() + hold;
     let clients = linux_clients(streams, until);
     // The server echoes until the clients are done, then a little longer for the last.
     let (mut echoed, mut closed, mut idle_since) = (0u64, 0usize, None::<Instant>);
     loop {
-        let mut any = false;
-        for (_, scq, rcq, buf, mr, _, qps) in ctxs.iter_mut() {
-            while let Some(c) = g.poll_cq(rcq) {
-                assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "receive");
-                let e = qps
-                    .iter_mut()
-                    .find(|e| e.qp.id == c.qp)
-                    .expect("a QP of this context");
-                if c.byte_len == 0 {
-                    // The client's end of the stream: only once its time is up.
-                    assert!(Instant::now() >= until, "a client closed early");
-                    closed += 1;
-                    any = true;
-                    continue;
-                }
-                let sge = buf.sge(e.slot, c.byte_len, mr.lkey);
-                g.post_send(&mut e.qp, &[tcp_send_wqe(0, 0, &[sge])]);
-                e.echoing = true;
-                echoed += c.byte_len as u64;
-                any = true;
-            }
-            while let Some(c) = g.poll_cq(scq) {
-                assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "echo");
-                let e = qps.iter_mut().find(|e| e.qp.id == c.qp).unwrap();
-                e.echoing = false;
-                g.post_recv(
-                    &mut e.qp,
-                    &[recv_wqe(0, &[buf.sge(e.slot, SLOT as u32, mr.lkey)])],
-                );
-                any = true;
-            }
-        }
+        let p = server.pump(&mut g, until);
+        (echoed, closed) = (echoed + p.echoed, closed + p.closed);
         assert!(
             Instant::now() < until + Duration::from_secs(60),
             "{closed} of {CONNS} connections closed a minute after the clients stopped"
         );
-        if any {
+        if p.any {
             idle_since = None;
-        } else if closed == CONNS {
+            continue;
+        }
+        if closed == CONNS {
             let since = *idle_since.get_or_insert_with(Instant::now);
             if since.elapsed() > Duration::from_secs(2) {
                 break;
             }
         }
-        if !any {
-            std::thread::sleep(Duration::from_micros(500));
-        }
+        std::thread::sleep(Duration::from_micros(500));
     }
     let verified: u64 = clients
         .into_iter()
@@ -540,7 +592,6 @@ fn syn_flood(
 #[ignore = "a stress case: ./qpip stress"]
 fn a_syn_flood_while_connections_move_data() {
     const CONNS: usize = 16;
-    const SLOT: u64 = 4096;
     const PORT: u16 = 9200;
     const RATE: u64 = 40_000;
     let phase = Duration::from_secs(10);
@@ -555,30 +606,8 @@ fn a_syn_flood_while_connections_move_data() {
         .expect("the TAP");
     let ad = adapter_on(2, 1, Some(up));
     let mut g = ad.guest(0);
-    let ctx = g.create_ctx().unwrap();
-    let (scq, rcq) = (g.create_cq(ctx, 64).unwrap(), g.create_cq(ctx, 64).unwrap());
-    let (mut scq, mut rcq) = (scq, rcq);
-    let buf = g.alloc_buf((CONNS as u64 + 1) * SLOT, 0);
-    let mr = g.reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE).unwrap();
-    let listener = g.listen(ctx, UNSPECIFIED, PORT, 64).unwrap();
-    let mut qps = Vec::new();
-    let mut streams = Vec::new();
-    for i in 0..CONNS {
-        let mut qp = g
-            .create_qp_typed(ctx, scq.id, rcq.id, 2, 2, QP_TYPE_TCP, FRAMING_STREAM)
-            .unwrap();
-        let acc = g.submit_accept(ctx, listener, qp.id);
-        streams.push(ns.within(|| TcpStream::connect(format!("[fd51:5050::1:1]:{PORT}")).unwrap()));
-        g.admin_wait_ok(acc, "accept");
-        g.post_recv(
-            &mut qp,
-            &[recv_wqe(
-                0,
-                &[buf.sge(i as u64 * SLOT, SLOT as u32, mr.lkey)],
-            )],
-        );
-        qps.push(qp);
-    }
+    let mut server = EchoServer::new(&mut g, CONNS, PORT, 64);
+    let streams = server.connect_all(&mut g, &ns);
     // Three phases of `phase`: before, during and after the flood. The clients count what
     // they verify per phase; the device echoes throughout.
     let t0 = Instant::now() + Duration::from_millis(100);
@@ -622,66 +651,42 @@ fn a_syn_flood_while_connections_move_data() {
             });
             let mut heap_peak = live();
             let heap_before = live();
-            let mut echoed = 0u64;
             while Instant::now() < marks[2] + Duration::from_secs(1) {
-                let mut any = false;
-                while let Some(c) = g.poll_cq(&mut rcq) {
-                    assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "receive");
-                    let i = qps.iter().position(|q| q.id == c.qp).unwrap();
-                    if c.byte_len == 0 {
-                        continue; // a client's end
-                    }
-                    let sge = buf.sge(i as u64 * SLOT, c.byte_len, mr.lkey);
-                    g.post_send(&mut qps[i], &[tcp_send_wqe(0, 0, &[sge])]);
-                    echoed += c.byte_len as u64;
-                    any = true;
-                }
-                while let Some(c) = g.poll_cq(&mut scq) {
-                    assert_cqe(&c, CQE_STATUS_SUCCESS, 0, "echo");
-                    let i = qps.iter().position(|q| q.id == c.qp).unwrap();
-                    let sge = buf.sge(i as u64 * SLOT, SLOT as u32, mr.lkey);
-                    g.post_recv(&mut qps[i], &[recv_wqe(0, &[sge])]);
-                    any = true;
-                }
+                let p = server.pump(&mut g, marks[2]);
                 heap_peak = heap_peak.max(live());
-                if !any {
+                if !p.any {
                     std::thread::sleep(Duration::from_micros(200));
                 }
             }
-            (
-                flooder.join().expect("flooder"),
-                heap_before,
-                heap_peak,
-                echoed,
-            )
+            (flooder.join().expect("flooder"), heap_before, heap_peak)
         })
     };
-    let (syns, heap_before, heap_peak, _echoed) = flood;
+    let (syns, heap_before, heap_peak) = flood;
     let per_phase: Vec<[u64; 3]> = clients
         .into_iter()
         .map(|h| h.join().expect("a client"))
         .collect();
     let total = |p: usize| per_phase.iter().map(|c| c[p]).sum::<u64>();
     let (before, during, after) = (total(0), total(1), total(2));
-    // Afterwards a new connection is accepted.
+    // Afterwards a new connection is accepted (a QP of the listener's context, with a
+    // buffer of its own).
+    let c = &mut server.ctxs[0];
     let mut fresh = g
-        .create_qp_typed(ctx, scq.id, rcq.id, 2, 2, QP_TYPE_TCP, FRAMING_STREAM)
+        .create_qp_typed(c.ctx, c.scq.id, c.rcq.id, 2, 2, QP_TYPE_TCP, FRAMING_STREAM)
         .unwrap();
-    let acc = g.submit_accept(ctx, listener, fresh.id);
+    let buf = g.alloc_buf(SLOT, 0);
+    let mr = g.reg_mr(c.ctx, &buf, MR_ACCESS_LOCAL_WRITE).unwrap();
+    let acc = g.submit_accept(c.ctx, c.listener, fresh.id);
     let mut s = ns.within(|| {
-        TcpStream::connect(format!("[fd51:5050::1:1]:{PORT}"))
-            .expect("a connection after the flood")
+        TcpStream::connect(format!("[{}]:{PORT}", ADDRS[0])).expect("a connection after the flood")
     });
     g.admin_wait_ok(acc, "accept after the flood");
     g.post_recv(
         &mut fresh,
-        &[recv_wqe(
-            0,
-            &[buf.sge(CONNS as u64 * SLOT, SLOT as u32, mr.lkey)],
-        )],
+        &[recv_wqe(0, &[buf.sge(0, SLOT as u32, mr.lkey)])],
     );
     s.write_all(b"after").unwrap();
-    let c = g.wait_cqe(&mut rcq);
+    let c = g.wait_cqe(&mut server.ctxs[0].rcq);
     assert_eq!((c.qp, c.byte_len), (fresh.id, 5));
     let stats = g.query_stats().counters;
     let cookies = stats[STAT_TCP_SYN_COOKIES as usize];
