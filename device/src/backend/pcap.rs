@@ -115,7 +115,7 @@ impl PcapSink {
         }
         // Resuming, the writer's own header must not reach the file a second time.
         let skip = if resume { FILE_HEADER as usize } else { 0 };
-        let writer = PcapWriter::with_header(Shared(shared.0.clone()).skipping(skip), header)
+        let writer = PcapWriter::with_header(shared.clone().skipping(skip), header)
             .map_err(|e| io::Error::other(format!("cannot write {}: {e}", path.display())))?;
         Ok(PcapSink {
             writer: Some(writer),

@@ -13,15 +13,12 @@ use support::*;
 
 mod fixture;
 
+/// A UDP endpoint of a guest, with the guest and the address its device has.
+type Side<'a> = (&'a mut FakeGuest, &'a mut Udp, &'a str);
+
 /// Sends `payload` from `from`'s endpoint to `to`'s and checks it arrives whole, from the
 /// right source.
-fn datagram(
-    (a, ua): (&mut FakeGuest, &mut Udp),
-    (b, ub): (&mut FakeGuest, &mut Udp),
-    dst: &str,
-    src: &str,
-    payload: &[u8],
-) {
+fn datagram((a, ua, src): Side<'_>, (b, ub, dst): Side<'_>, payload: &[u8]) {
     b.post_recv(
         &mut ub.qp,
         &[recv_wqe(7, &[ub.buf.sge(0, ub.buf.len as u32, ub.mr.lkey)])],
@@ -49,6 +46,12 @@ fn datagram(
     assert_eq!(b.buf_read(&ub.buf, 0, payload.len()), payload);
 }
 
+/// `there` from `a` to `b`, then `back` from `b` to `a`, each checked as [`datagram`] does.
+fn both_ways((a, ua, sa): Side<'_>, (b, ub, sb): Side<'_>, there: &[u8], back: &[u8]) {
+    datagram((&mut *a, &mut *ua, sa), (&mut *b, &mut *ub, sb), there);
+    datagram((b, ub, sb), (a, ua, sa), back);
+}
+
 fn endpoint(g: &mut FakeGuest, port: u16) -> Udp {
     let ctx = g.create_ctx().unwrap();
     g.udp_endpoint_in(ctx, UNSPECIFIED, port, 16, 32, 64 * 1024)
@@ -61,18 +64,10 @@ fn functions_of_one_adapter_talk_through_its_switch() {
     let (mut ua, mut ub) = (endpoint(&mut a, 7001), endpoint(&mut b, 7002));
     for n in [1usize, 1400, 9000, 65_527] {
         let payload: Vec<u8> = (0..n).map(|i| (i * 13 + n) as u8).collect();
-        datagram(
-            (&mut a, &mut ua),
-            (&mut b, &mut ub),
-            ADDRS[1],
-            ADDRS[0],
+        both_ways(
+            (&mut a, &mut ua, ADDRS[0]),
+            (&mut b, &mut ub, ADDRS[1]),
             &payload,
-        );
-        datagram(
-            (&mut b, &mut ub),
-            (&mut a, &mut ua),
-            ADDRS[0],
-            ADDRS[1],
             &payload,
         );
     }
@@ -108,9 +103,8 @@ fn functions_reach_the_world_through_the_uplink() {
     let mut ua = endpoint(&mut a, 7001);
     let mut ub = endpoint(&mut b, 7002);
     let mut uo = endpoint(&mut outside, 7003);
-    for (g, u, src) in [(&mut a, &mut ua, ADDRS[0]), (&mut b, &mut ub, ADDRS[1])] {
-        datagram((g, u), (&mut outside, &mut uo), ADDRS[2], src, b"out");
-        datagram((&mut outside, &mut uo), (g, u), src, ADDRS[2], b"in");
+    for side in [(&mut a, &mut ua, ADDRS[0]), (&mut b, &mut ub, ADDRS[1])] {
+        both_ways(side, (&mut outside, &mut uo, ADDRS[2]), b"out", b"in");
     }
     let up = ad.switch.uplink_stats().expect("an uplink");
     assert!(up.frames_in > 0 && up.frames_out > 0, "{up:?}");
@@ -129,18 +123,10 @@ fn a_function_whose_client_goes_starts_afresh_while_the_others_keep_working() {
             "round {round}: a fresh function"
         );
         let mut ua = endpoint(&mut a, 7001);
-        datagram(
-            (&mut a, &mut ua),
-            (&mut b, &mut ub),
-            ADDRS[1],
-            ADDRS[0],
+        both_ways(
+            (&mut a, &mut ua, ADDRS[0]),
+            (&mut b, &mut ub, ADDRS[1]),
             &[round; 100],
-        );
-        datagram(
-            (&mut b, &mut ub),
-            (&mut a, &mut ua),
-            ADDRS[0],
-            ADDRS[1],
             &[round; 200],
         );
         // The guest goes (its QEMU exits): the function drops everything of it.
@@ -237,10 +223,8 @@ fn a_functions_capture_holds_every_guest_it_served() {
         let mut a = attach(&sa);
         let mut ua = endpoint(&mut a, 7001);
         datagram(
-            (&mut a, &mut ua),
-            (&mut b, &mut ub),
-            ADDRS[1],
-            ADDRS[0],
+            (&mut a, &mut ua, ADDRS[0]),
+            (&mut b, &mut ub, ADDRS[1]),
             guest,
         );
         drop(a);
