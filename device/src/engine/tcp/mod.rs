@@ -258,8 +258,9 @@ impl Engine {
     }
 
     /// A TCP segment for one of the device's addresses. Returns why it was dropped when it
-    /// does not parse (the caller counts it: the link is taken out of `self` while frames
-    /// are delivered, so this cannot reach the stack's counters itself).
+    /// does not parse; the caller hands that back to the stack as the packet's
+    /// [`crate::net::stack::Delivery`], which counts it (`Stack::delivered`), as for every
+    /// upper layer.
     pub(in crate::engine) fn tcp_segment_in(
         &mut self,
         mem: &GuestMemoryMmap,
