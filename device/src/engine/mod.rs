@@ -320,10 +320,10 @@ impl Engine {
     /// The engine's link's fd (negative: none) and its earliest timer: what its thread
     /// sleeps on.
     fn wake_sources(&mut self) -> (std::os::fd::RawFd, Option<Instant>) {
-        let due = match (self.net.next_deadline(), self.tcp.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let due = [self.net.next_deadline(), self.tcp.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min();
         (self.net.fd(), due)
     }
 

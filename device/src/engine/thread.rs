@@ -236,10 +236,7 @@ impl Turns {
                     revents: 0,
                 });
             }
-            deadline = match (deadline, due) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            deadline = deadline.into_iter().chain(due).min();
         }
         // To the microsecond, not poll(2)'s millisecond: a timer due in 0.9 ms would
         // otherwise be a zero timeout, and the thread would spin in and out of "sleep"

@@ -172,9 +172,9 @@ impl Interface {
 
     /// The earliest of the stack's and the backend's deadlines.
     pub fn next_deadline(&mut self) -> Option<Instant> {
-        match (self.stack.next_deadline(), self.backend.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.stack.next_deadline(), self.backend.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }
