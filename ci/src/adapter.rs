@@ -233,9 +233,13 @@ impl Adapter {
         self.proc.kill();
     }
 
-    /// Stops the adapter once every QEMU has exited: SIGTERM, then checks that it exited
-    /// from it (not earlier, not with an error) and removed its sockets.
-    pub fn stop(&mut self, dir: &Path) -> Result<(), LabError> {
+    /// Stops the adapter once every QEMU has exited: waits until it has seen each of them
+    /// go (`attached`: each function's socket and the identity its last QEMU found; the
+    /// adapter binds it afresh once it has dropped that QEMU's function), then SIGTERM, and
+    /// checks that it exited from it (not earlier, not with an error) and removed its
+    /// sockets. A QEMU's exit reaches the adapter a moment later, over its socket: without
+    /// the wait a function could still be serving the QEMU just gone when the signal came.
+    pub fn stop(&mut self, dir: &Path, attached: &[(PathBuf, SocketId)]) -> Result<(), LabError> {
         let fail = |m: String, log: &Path| LabError::failed(m, log_tail(log, 15), dir);
         let log = self.proc.log.clone();
         if let Some(st) = self.proc.try_wait().ok().flatten() {
@@ -246,6 +250,24 @@ impl Adapter {
                 ),
                 &log,
             ));
+        }
+        let deadline = Instant::now() + STOP_WAIT;
+        while let Some((sock, _)) = attached
+            .iter()
+            .find(|(sock, id)| socket_id(sock) == Some(*id))
+        {
+            if Instant::now() >= deadline {
+                return Err(fail(
+                    format!(
+                        "the adapter qpipd did not see the QEMU of {} go within {} s; log: {}",
+                        sock.display(),
+                        STOP_WAIT.as_secs(),
+                        log.display()
+                    ),
+                    &log,
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
         // SAFETY: kill(2) on our own child, not yet reaped (try_wait saw it running).
         unsafe { libc::kill(self.proc.pid() as i32, libc::SIGTERM) };

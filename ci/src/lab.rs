@@ -502,7 +502,10 @@ fn run_guests<R: Send>(
     // stop as asked; on any other way out it is killed.
     let clean = failed.is_none() && adapter_error.is_none() && !crate::interrupted();
     let adapter_stopped = match adapter.as_mut() {
-        Some(a) if clean && matches!(host_result, Some(Ok(_))) => a.stop(dir),
+        Some(a) if clean && matches!(host_result, Some(Ok(_))) => {
+            let attached: Vec<_> = runs.iter().filter_map(Run::adapter_attachment).collect();
+            a.stop(dir, &attached)
+        }
         Some(a) => {
             a.kill();
             Ok(())

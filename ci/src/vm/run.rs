@@ -133,6 +133,13 @@ impl<'a> Run<'a> {
     }
 
     /// The pids of the processes this run started (QEMU, then its own devices' qpipd).
+    /// With the adapter: device 0's socket and its identity as this guest's last QEMU
+    /// found it (the adapter binds it afresh once that QEMU has gone).
+    pub fn adapter_attachment(&self) -> Option<(PathBuf, crate::adapter::SocketId)> {
+        let id = self.adapter_socket?;
+        Some((crate::adapter::function_socket(&self.dir), id))
+    }
+
     pub fn pids(&self) -> Vec<u32> {
         self.qemu
             .iter()
