@@ -117,7 +117,11 @@ impl Engine {
         }
         self.flush_sends(mem, id, send_cq, entries);
         self.post_rx_done(mem, id);
-        // What is still in the rings is flushed by the send queue turn.
+        // What is still in the rings completes FLUSHED now too, so every completion comes
+        // before the asynchronous event staged with the failure (delivered at the end of
+        // the pass); what a full CQ cannot take yet, the send queue turn flushes later.
+        self.read_qp_doorbell(mem, id);
+        self.flush_qp(mem, id);
         self.objects.mark_busy(id);
     }
 
