@@ -159,6 +159,13 @@
 #define QPIP_ADMIN_OP_CLOSE 29
 
 /*
+ Write [`ConnInfo`] of iWARP QP `handle` to the guest buffer in [`QueryArgs`].
+ [`ADMIN_STATUS_BAD_STATE`] for a QP of another framing or one whose connection is not
+ set up yet. No results.
+ */
+#define QPIP_ADMIN_OP_QUERY_CONN 30
+
+/*
  Most `ASYNC_EVENT` requests pending at once.
  */
 #define QPIP_MAX_ASYNC_REQUESTS 16
@@ -191,6 +198,11 @@
  Retransmissions (or keepalives) went unanswered.
  */
 #define QPIP_ASYNC_REASON_TIMEOUT 2
+
+/*
+ An iWARP QP sent or received a Terminate (which one and why: [`ConnInfo`]).
+ */
+#define QPIP_ASYNC_REASON_TERMINATE 3
 
 /*
  Bit 31 of result2: events were dropped (queue full) before this one.
@@ -281,19 +293,84 @@
 #define QPIP_FRAMING_STREAM 2
 
 /*
+ TCP framing for RDMA over TCP: iWARP (MPA, DDP and RDMAP; see the device documentation),
+ wire-compatible with other iWARP implementations. Not accepted yet by this device
+ version ([`ADMIN_STATUS_BAD_PARAM`]).
+ */
+#define QPIP_FRAMING_IWARP 3
+
+/*
  The device may write the region (receive buffers need this).
  */
 #define QPIP_MR_ACCESS_LOCAL_WRITE (1 << 0)
 
 /*
- A peer may write the region with RDMA write (later steps).
+ A peer may write the region with RDMA Write (iWARP QPs of the same context).
  */
 #define QPIP_MR_ACCESS_REMOTE_WRITE (1 << 1)
 
 /*
- A peer may read the region with RDMA read (later steps).
+ A peer may read the region with RDMA Read (iWARP QPs of the same context).
  */
 #define QPIP_MR_ACCESS_REMOTE_READ (1 << 2)
+
+/*
+ Ask for CRC32c on every FPDU (it is on when either end asks).
+ */
+#define QPIP_IWARP_CONN_CRC (1 << 0)
+
+/*
+ Initiator: ask for peer-to-peer mode, so the responder may send first: after the reply
+ the device sends the ready-to-receive message the responder chose.
+ */
+#define QPIP_IWARP_CONN_PEER_TO_PEER (1 << 1)
+
+/*
+ Every `IWARP_CONN_*` bit.
+ */
+#define QPIP_IWARP_CONN_FLAGS (QPIP_IWARP_CONN_CRC | QPIP_IWARP_CONN_PEER_TO_PEER)
+
+/*
+ Most private data an application sends (256 bytes with the 4-byte IRD/ORD block: the
+ most Linux's soft-iWARP accepts).
+ */
+#define QPIP_IWARP_MAX_PRIVATE_DATA 252
+
+/*
+ Most private data a peer may send (MPA's limit); what [`ConnInfo`] holds.
+ */
+#define QPIP_IWARP_MAX_PEER_PRIVATE_DATA 512
+
+/*
+ Largest IRD and ORD a connection may ask for.
+ */
+#define QPIP_IWARP_MAX_IRD_ORD 32
+
+/*
+ CRC32c is on for the connection's FPDUs.
+ */
+#define QPIP_CONN_INFO_CRC (1 << 0)
+
+/*
+ Peer-to-peer mode was negotiated (a ready-to-receive message was exchanged).
+ */
+#define QPIP_CONN_INFO_PEER_TO_PEER (1 << 1)
+
+/*
+ Both ends are qpip devices that agreed to RFC 7306 Immediate Data.
+ */
+#define QPIP_CONN_INFO_IMMEDIATE (1 << 2)
+
+/*
+ The responder rejected the connection (the `CONNECT` failed with
+ [`ADMIN_STATUS_REFUSED`]).
+ */
+#define QPIP_CONN_INFO_REJECTED (1 << 3)
+
+/*
+ `terminate` is one the peer sent (else one this device sent).
+ */
+#define QPIP_CONN_INFO_TERMINATE_RECEIVED (1 << 4)
 
 /*
  Deepest work or completion queue.
@@ -1303,6 +1380,40 @@ struct qpip_listen_args {
 };
 
 /*
+ What an iWARP QP's `CONNECT` or `ACCEPT` brings to the MPA exchange (16 bytes; all zero
+ on QPs of other framings, else [`ADMIN_STATUS_BAD_PARAM`]).
+
+ The device reads the private data when it takes the command (the buffer may be freed
+ once the command completes), sends it after the enhanced IRD/ORD block of MPA revision
+ 2, and keeps the peer's for [`ADMIN_OP_QUERY_CONN`].
+ */
+struct QPIP_IwarpConnArgs {
+  /*
+   Guest-physical address of the private data (must not cross a page boundary); 0 when
+   `pd_len` is 0.
+   */
+  uint64_t pd_addr;
+  /*
+   Bytes of private data, 0..=[`IWARP_MAX_PRIVATE_DATA`].
+   */
+  uint16_t pd_len;
+  /*
+   RDMA Read Requests this end serves at once (its IRD), 0..=[`IWARP_MAX_IRD_ORD`]; the
+   connection gets the smaller of this and the peer's ORD.
+   */
+  uint8_t ird;
+  /*
+   RDMA Reads this end keeps outstanding (its ORD), 0..=[`IWARP_MAX_IRD_ORD`]; the
+   connection gets the smaller of this and the peer's IRD.
+   */
+  uint8_t ord;
+  /*
+   `IWARP_CONN_*` bits.
+   */
+  uint32_t flags;
+};
+
+/*
  Arguments of `ACCEPT`.
  */
 struct qpip_accept_args {
@@ -1310,7 +1421,12 @@ struct qpip_accept_args {
    An idle TCP QP of the same context, to carry the accepted connection.
    */
   uint32_t qp;
-  uint8_t reserved[44];
+  uint32_t reserved0;
+  /*
+   iWARP QPs: the connection parameters of the MPA reply; all zero on other QPs.
+   */
+  struct QPIP_IwarpConnArgs iwarp;
+  uint8_t reserved[24];
 };
 
 /*
@@ -1325,7 +1441,12 @@ struct qpip_connect_args {
    Remote port, host order.
    */
   uint16_t port;
-  uint8_t reserved[30];
+  uint8_t reserved0[6];
+  /*
+   iWARP QPs: the connection parameters of the MPA request; all zero on other QPs.
+   */
+  struct QPIP_IwarpConnArgs iwarp;
+  uint8_t reserved[8];
 };
 
 /*

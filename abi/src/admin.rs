@@ -152,6 +152,10 @@ pub const ADMIN_OP_CONNECT: u16 = 0x1c;
 /// Receiving continues until the peer closes: then, once every byte has been placed, each
 /// receive WR completes with `byte_len` 0 (end of stream).
 pub const ADMIN_OP_CLOSE: u16 = 0x1d;
+/// Write [`ConnInfo`] of iWARP QP `handle` to the guest buffer in [`QueryArgs`].
+/// [`ADMIN_STATUS_BAD_STATE`] for a QP of another framing or one whose connection is not
+/// set up yet. No results.
+pub const ADMIN_OP_QUERY_CONN: u16 = 0x1e;
 
 // ---- asynchronous events ------------------------------------------------------------------
 
@@ -171,6 +175,8 @@ pub const ASYNC_EVENT_PEER_CLOSED: u16 = 2;
 pub const ASYNC_REASON_PEER_RESET: u8 = 1;
 /// Retransmissions (or keepalives) went unanswered.
 pub const ASYNC_REASON_TIMEOUT: u8 = 2;
+/// An iWARP QP sent or received a Terminate (which one and why: [`ConnInfo`]).
+pub const ASYNC_REASON_TERMINATE: u8 = 3;
 /// Bit 31 of result2: events were dropped (queue full) before this one.
 pub const ASYNC_FLAG_LOST: u32 = 1 << 31;
 
@@ -305,6 +311,10 @@ pub const FRAMING_MESSAGE: u8 = 1;
 /// TCP framing for QP-to-socket: plain bytes; a receive WR completes when full or when a
 /// pushed segment ends.
 pub const FRAMING_STREAM: u8 = 2;
+/// TCP framing for RDMA over TCP: iWARP (MPA, DDP and RDMAP; see the device documentation),
+/// wire-compatible with other iWARP implementations. Not accepted yet by this device
+/// version ([`ADMIN_STATUS_BAD_PARAM`]).
+pub const FRAMING_IWARP: u8 = 3;
 
 /// Arguments of `REG_MR`.
 #[repr(C)]
@@ -328,9 +338,9 @@ pub struct RegMrArgs {
 
 /// The device may write the region (receive buffers need this).
 pub const MR_ACCESS_LOCAL_WRITE: u32 = 1 << 0;
-/// A peer may write the region with RDMA write (later steps).
+/// A peer may write the region with RDMA Write (iWARP QPs of the same context).
 pub const MR_ACCESS_REMOTE_WRITE: u32 = 1 << 1;
-/// A peer may read the region with RDMA read (later steps).
+/// A peer may read the region with RDMA Read (iWARP QPs of the same context).
 pub const MR_ACCESS_REMOTE_READ: u32 = 1 << 2;
 
 /// Arguments of `BIND`.
@@ -364,7 +374,10 @@ pub struct ListenArgs {
 pub struct AcceptArgs {
     /// An idle TCP QP of the same context, to carry the accepted connection.
     pub qp: u32,
-    pub reserved: [u8; 44],
+    pub reserved0: u32,
+    /// iWARP QPs: the connection parameters of the MPA reply; all zero on other QPs.
+    pub iwarp: IwarpConnArgs,
+    pub reserved: [u8; 24],
 }
 
 /// Arguments of `CONNECT`.
@@ -375,8 +388,88 @@ pub struct ConnectArgs {
     pub addr: [u8; 16],
     /// Remote port, host order.
     pub port: u16,
-    pub reserved: [u8; 30],
+    pub reserved0: [u8; 6],
+    /// iWARP QPs: the connection parameters of the MPA request; all zero on other QPs.
+    pub iwarp: IwarpConnArgs,
+    pub reserved: [u8; 8],
 }
+
+/// What an iWARP QP's `CONNECT` or `ACCEPT` brings to the MPA exchange (16 bytes; all zero
+/// on QPs of other framings, else [`ADMIN_STATUS_BAD_PARAM`]).
+///
+/// The device reads the private data when it takes the command (the buffer may be freed
+/// once the command completes), sends it after the enhanced IRD/ORD block of MPA revision
+/// 2, and keeps the peer's for [`ADMIN_OP_QUERY_CONN`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct IwarpConnArgs {
+    /// Guest-physical address of the private data (must not cross a page boundary); 0 when
+    /// `pd_len` is 0.
+    pub pd_addr: u64,
+    /// Bytes of private data, 0..=[`IWARP_MAX_PRIVATE_DATA`].
+    pub pd_len: u16,
+    /// RDMA Read Requests this end serves at once (its IRD), 0..=[`IWARP_MAX_IRD_ORD`]; the
+    /// connection gets the smaller of this and the peer's ORD.
+    pub ird: u8,
+    /// RDMA Reads this end keeps outstanding (its ORD), 0..=[`IWARP_MAX_IRD_ORD`]; the
+    /// connection gets the smaller of this and the peer's IRD.
+    pub ord: u8,
+    /// `IWARP_CONN_*` bits.
+    pub flags: u32,
+}
+
+/// Ask for CRC32c on every FPDU (it is on when either end asks).
+pub const IWARP_CONN_CRC: u32 = 1 << 0;
+/// Initiator: ask for peer-to-peer mode, so the responder may send first: after the reply
+/// the device sends the ready-to-receive message the responder chose.
+pub const IWARP_CONN_PEER_TO_PEER: u32 = 1 << 1;
+/// Every `IWARP_CONN_*` bit.
+pub const IWARP_CONN_FLAGS: u32 = IWARP_CONN_CRC | IWARP_CONN_PEER_TO_PEER;
+/// Most private data an application sends (256 bytes with the 4-byte IRD/ORD block: the
+/// most Linux's soft-iWARP accepts).
+pub const IWARP_MAX_PRIVATE_DATA: u32 = 252;
+/// Most private data a peer may send (MPA's limit); what [`ConnInfo`] holds.
+pub const IWARP_MAX_PEER_PRIVATE_DATA: u32 = 512;
+/// Largest IRD and ORD a connection may ask for.
+pub const IWARP_MAX_IRD_ORD: u8 = 32;
+
+/// What `QUERY_CONN` writes (32 + 512 = 544 bytes): an iWARP QP's connection as MPA set it
+/// up. Valid once its `CONNECT` or `ACCEPT` has completed (successfully, or refused by a
+/// reject reply: then `flags` has [`CONN_INFO_REJECTED`] and the peer's private data is
+/// here), and kept until the QP is destroyed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct ConnInfo {
+    /// `CONN_INFO_*` bits.
+    pub flags: u32,
+    /// The connection's IRD (Read Requests this end serves at once).
+    pub ird: u16,
+    /// The connection's ORD (Reads this end keeps outstanding).
+    pub ord: u16,
+    /// The MPA revision both ends use (1 or 2).
+    pub mpa_revision: u8,
+    pub reserved0: u8,
+    /// Bytes of the peer's private data in `private_data` (the IRD/ORD block not counted).
+    pub pd_len: u16,
+    /// Why the QP left the connection: a Terminate sent or received, as layer (bits
+    /// 12-15), error type (8-11) and error code (0-7) of RFC 5040; 0 if none.
+    pub terminate: u32,
+    pub reserved: [u8; 16],
+    /// The peer's private data.
+    pub private_data: [u8; 512],
+}
+
+/// CRC32c is on for the connection's FPDUs.
+pub const CONN_INFO_CRC: u32 = 1 << 0;
+/// Peer-to-peer mode was negotiated (a ready-to-receive message was exchanged).
+pub const CONN_INFO_PEER_TO_PEER: u32 = 1 << 1;
+/// Both ends are qpip devices that agreed to RFC 7306 Immediate Data.
+pub const CONN_INFO_IMMEDIATE: u32 = 1 << 2;
+/// The responder rejected the connection (the `CONNECT` failed with
+/// [`ADMIN_STATUS_REFUSED`]).
+pub const CONN_INFO_REJECTED: u32 = 1 << 3;
+/// `terminate` is one the peer sent (else one this device sent).
+pub const CONN_INFO_TERMINATE_RECEIVED: u32 = 1 << 4;
 
 // ---- query results ------------------------------------------------------------------------
 

@@ -45,6 +45,14 @@ fn every_argument_body_fills_the_command_body() {
     assert_eq!(offset_of!(CreateQpArgs, qp_type), 36);
     assert_eq!(offset_of!(RegMrArgs, npages), 24);
     assert_eq!(offset_of!(RegMrArgs, access), 32);
+    assert_eq!(size_of::<IwarpConnArgs>(), 16);
+    assert_eq!(offset_of!(IwarpConnArgs, pd_len), 8);
+    assert_eq!(offset_of!(IwarpConnArgs, ird), 10);
+    assert_eq!(offset_of!(IwarpConnArgs, ord), 11);
+    assert_eq!(offset_of!(IwarpConnArgs, flags), 12);
+    assert_eq!(offset_of!(AcceptArgs, iwarp), 8);
+    assert_eq!(offset_of!(ConnectArgs, port), 16);
+    assert_eq!(offset_of!(ConnectArgs, iwarp), 24);
 }
 
 #[test]
@@ -54,6 +62,13 @@ fn query_results() {
     assert_eq!(size_of::<Stats>(), STATS_COUNT as usize * 8);
     assert_eq!(size_of::<AddrEntry>(), 24);
     assert_eq!(size_of::<AddrList>(), 8 + 24 * (MAX_ADDRS as usize + 1));
+    assert_eq!(
+        size_of::<ConnInfo>(),
+        32 + IWARP_MAX_PEER_PRIVATE_DATA as usize
+    );
+    assert_eq!(offset_of!(ConnInfo, pd_len), 10);
+    assert_eq!(offset_of!(ConnInfo, terminate), 12);
+    assert_eq!(offset_of!(ConnInfo, private_data), 32);
 }
 
 #[test]

@@ -51,9 +51,14 @@ fuzz_target!(|data: &[u8]| {
             assert!(!addr.is_multicast() && !addr.is_unspecified());
             assert!((1..=128).contains(&prefix_len));
         }
-        AdminRequest::Listen { port, .. } | AdminRequest::Connect { port, .. } => {
-            assert_ne!(port, 0, "port 0 accepted for listen/connect");
+        AdminRequest::Listen { port, .. } => {
+            assert_ne!(port, 0, "port 0 accepted for listen");
         }
+        AdminRequest::Connect { port, iwarp, .. } => {
+            assert_ne!(port, 0, "port 0 accepted for connect");
+            check_iwarp(&iwarp);
+        }
+        AdminRequest::Accept { iwarp, .. } => check_iwarp(&iwarp),
         AdminRequest::CreateCtx(page) => {
             let a = CreateCtxArgs::read_from_prefix(&cmd.body[..]).unwrap().0;
             assert_eq!(page, a.doorbell_page, "the doorbell page is the command's");
@@ -62,3 +67,21 @@ fuzz_target!(|data: &[u8]| {
         _ => {}
     }
 });
+
+/// The iWARP connection parameters of an accepted CONNECT or ACCEPT are within the limits.
+fn check_iwarp(a: &IwarpConnArgs) {
+    assert!(
+        a.pd_len as u32 <= IWARP_MAX_PRIVATE_DATA,
+        "private data length accepted: {a:?}"
+    );
+    assert!(a.pd_len == 0 || a.pd_addr != 0, "private data at 0: {a:?}");
+    assert_eq!(
+        a.flags & !IWARP_CONN_FLAGS,
+        0,
+        "unknown flags accepted: {a:?}"
+    );
+    assert!(
+        a.ird <= IWARP_MAX_IRD_ORD && a.ord <= IWARP_MAX_IRD_ORD,
+        "IRD/ORD accepted: {a:?}"
+    );
+}

@@ -307,8 +307,24 @@ impl Engine {
                 backlog,
             } => self.listen(ctx, addr, port, backlog),
             R::DestroyListener => self.destroy_listener(mem, ctx, h),
-            R::Accept { qp } => return self.accept(mem, ctx, h, qp, cmd),
-            R::Connect { addr, port } => return self.connect(mem, ctx, h, addr, port, cmd),
+            R::Accept { qp, iwarp } => {
+                if !self.iwarp_args_fit(ctx, qp, &iwarp) {
+                    return Outcome::Done(Err(ADMIN_STATUS_BAD_PARAM));
+                }
+                return self.accept(mem, ctx, h, qp, cmd);
+            }
+            R::Connect { addr, port, iwarp } => {
+                if !self.iwarp_args_fit(ctx, h, &iwarp) {
+                    return Outcome::Done(Err(ADMIN_STATUS_BAD_PARAM));
+                }
+                return self.connect(mem, ctx, h, addr, port, cmd);
+            }
+            // No QP of this device version is an iWARP one yet (CREATE_QP refuses
+            // FRAMING_IWARP): every QP of the context is in the wrong state for it.
+            R::QueryConn { .. } => match self.objects.qp_in(ctx, h) {
+                None => Err(ADMIN_STATUS_BAD_HANDLE),
+                Some(_) => Err(ADMIN_STATUS_BAD_STATE),
+            },
             R::Close => match self.objects.qp_in(ctx, h) {
                 None => Err(ADMIN_STATUS_BAD_HANDLE),
                 Some(qp) if !qp.is_tcp() || qp.state != QpState::Ready => {
@@ -896,6 +912,12 @@ impl Engine {
                 Outcome::Done(Err(s))
             }
         }
+    }
+
+    /// Whether a CONNECT or ACCEPT's iWARP parameters fit QP `qp` of `ctx`: all zero unless
+    /// it is an iWARP QP (none yet; an unknown QP is left to the command to refuse).
+    fn iwarp_args_fit(&self, ctx: u32, qp: u32, iwarp: &IwarpConnArgs) -> bool {
+        self.objects.qp_in(ctx, qp).is_none() || iwarp.as_bytes().iter().all(|&b| b == 0)
     }
 
     /// Byte offset of a QP's doorbell slot in its context's doorbell page.

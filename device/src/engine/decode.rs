@@ -60,12 +60,19 @@ pub enum AdminRequest {
     DestroyListener,
     Accept {
         qp: u32,
+        iwarp: IwarpConnArgs,
     },
     Connect {
         addr: Ipv6Addr,
         port: u16,
+        iwarp: IwarpConnArgs,
     },
     Close,
+    /// An iWARP QP's connection parameters (`handle`), into `buf`.
+    QueryConn {
+        buf: u64,
+        len: u32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,13 +123,17 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
         }
     };
     Ok(match cmd.opcode {
-        ADMIN_OP_QUERY_DEVICE | ADMIN_OP_QUERY_STATS | ADMIN_OP_LIST_ADDRS => {
+        ADMIN_OP_QUERY_DEVICE
+        | ADMIN_OP_QUERY_STATS
+        | ADMIN_OP_LIST_ADDRS
+        | ADMIN_OP_QUERY_CONN => {
             let a: QueryArgs = args(cmd);
             reserved(zero(&a.reserved))?;
             let (buf, len) = (a.buf, a.len);
             match cmd.opcode {
                 ADMIN_OP_QUERY_DEVICE => R::QueryDevice { buf, len },
                 ADMIN_OP_QUERY_STATS => R::QueryStats { buf, len },
+                ADMIN_OP_QUERY_CONN => R::QueryConn { buf, len },
                 _ => R::ListAddrs { buf, len },
             }
         }
@@ -227,19 +238,40 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
         ADMIN_OP_DESTROY_LISTENER => R::DestroyListener,
         ADMIN_OP_ACCEPT => {
             let a: AcceptArgs = args(cmd);
-            reserved(zero(&a.reserved))?;
-            R::Accept { qp: a.qp }
+            reserved(zero(&a.reserved) && a.reserved0 == 0)?;
+            param(iwarp_args_valid(&a.iwarp))?;
+            R::Accept {
+                qp: a.qp,
+                iwarp: a.iwarp,
+            }
         }
         ADMIN_OP_CONNECT => {
             let a: ConnectArgs = args(cmd);
             let addr = Ipv6Addr::from(a.addr);
-            reserved(zero(&a.reserved))?;
+            reserved(zero(&a.reserved) && zero(&a.reserved0))?;
             param(is_unicast(&addr) && a.port != 0)?;
-            R::Connect { addr, port: a.port }
+            param(iwarp_args_valid(&a.iwarp))?;
+            R::Connect {
+                addr,
+                port: a.port,
+                iwarp: a.iwarp,
+            }
         }
         ADMIN_OP_CLOSE => R::Close,
         _ => return Err(ADMIN_STATUS_BAD_OPCODE),
     })
+}
+
+/// The ranges of [`IwarpConnArgs`] (whether the QP is an iWARP one is the engine's to
+/// check): private data within its limit and named by an address when there is some, known
+/// flags, IRD and ORD within the device's limit. Where the private data lies is checked
+/// when it is read.
+fn iwarp_args_valid(a: &IwarpConnArgs) -> bool {
+    a.pd_len as u32 <= IWARP_MAX_PRIVATE_DATA
+        && (a.pd_len == 0 || a.pd_addr != 0)
+        && a.flags & !IWARP_CONN_FLAGS == 0
+        && a.ird <= IWARP_MAX_IRD_ORD
+        && a.ord <= IWARP_MAX_IRD_ORD
 }
 
 /// A unicast address a host can use (not unspecified, not multicast).
@@ -371,7 +403,7 @@ pub fn recv_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<RecvWr, WqeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zerocopy::IntoBytes;
+    use zerocopy::{FromZeros, IntoBytes};
 
     fn slot(h: Wqe, tail: &[u8]) -> [u8; 128] {
         let mut b = [0u8; 128];
@@ -479,5 +511,79 @@ mod tests {
         assert_eq!(admin(&cmd, 16), Err(ADMIN_STATUS_BAD_PARAM));
         cmd.opcode = 0xffff;
         assert_eq!(admin(&cmd, 16), Err(ADMIN_STATUS_BAD_OPCODE));
+    }
+
+    #[test]
+    fn iwarp_connection_parameters_are_checked_on_connect_and_accept() {
+        let connect = |iwarp: IwarpConnArgs, reserved0: u8| {
+            let mut cmd = AdminCmd::new_zeroed();
+            cmd.opcode = ADMIN_OP_CONNECT;
+            let mut a = ConnectArgs::new_zeroed();
+            a.addr = Ipv6Addr::LOCALHOST.octets();
+            a.port = 7174;
+            a.reserved0[5] = reserved0;
+            a.iwarp = iwarp;
+            cmd.body.copy_from_slice(a.as_bytes());
+            admin(&cmd, 16)
+        };
+        let accept = |iwarp: IwarpConnArgs| {
+            let mut cmd = AdminCmd::new_zeroed();
+            cmd.opcode = ADMIN_OP_ACCEPT;
+            let mut a = AcceptArgs::new_zeroed();
+            a.qp = 3;
+            a.iwarp = iwarp;
+            cmd.body.copy_from_slice(a.as_bytes());
+            admin(&cmd, 16)
+        };
+        let good = IwarpConnArgs {
+            pd_addr: 0x1000,
+            pd_len: IWARP_MAX_PRIVATE_DATA as u16,
+            ird: IWARP_MAX_IRD_ORD,
+            ord: 1,
+            flags: IWARP_CONN_CRC | IWARP_CONN_PEER_TO_PEER,
+        };
+        assert_eq!(
+            connect(good, 0),
+            Ok(AdminRequest::Connect {
+                addr: Ipv6Addr::LOCALHOST,
+                port: 7174,
+                iwarp: good,
+            })
+        );
+        assert_eq!(
+            accept(good),
+            Ok(AdminRequest::Accept { qp: 3, iwarp: good })
+        );
+        assert_eq!(connect(good, 1), Err(ADMIN_STATUS_BAD_OPCODE), "reserved");
+        let bad = [
+            IwarpConnArgs {
+                pd_len: IWARP_MAX_PRIVATE_DATA as u16 + 1,
+                ..good
+            },
+            IwarpConnArgs { pd_addr: 0, ..good },
+            IwarpConnArgs {
+                ird: IWARP_MAX_IRD_ORD + 1,
+                ..good
+            },
+            IwarpConnArgs {
+                ord: IWARP_MAX_IRD_ORD + 1,
+                ..good
+            },
+            IwarpConnArgs {
+                flags: IWARP_CONN_FLAGS + 1,
+                ..good
+            },
+        ];
+        for b in bad {
+            assert_eq!(connect(b, 0), Err(ADMIN_STATUS_BAD_PARAM), "{b:?}");
+            assert_eq!(accept(b), Err(ADMIN_STATUS_BAD_PARAM), "{b:?}");
+        }
+        // No private data needs no address.
+        let none = IwarpConnArgs {
+            pd_addr: 0,
+            pd_len: 0,
+            ..good
+        };
+        assert!(connect(none, 0).is_ok());
     }
 }

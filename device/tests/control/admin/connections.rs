@@ -169,6 +169,67 @@ fn connection_commands_refuse_wrong_objects_and_states() {
 }
 
 #[test]
+fn iwarp_parameters_and_query_conn_are_refused_on_other_qps() {
+    let mut g = FakeGuest::new();
+    let ctx = g.create_ctx().unwrap();
+    let other = g.create_ctx().unwrap();
+    let cq = g.create_cq(ctx, 16).unwrap();
+    let ocq = g.create_cq(other, 16).unwrap();
+    let tcp = tcp_qp(&mut g, &cq, 4);
+    let otcp = tcp_qp(&mut g, &ocq, 4);
+    let l = g.listen(ctx, UNSPECIFIED, 8102, 4).unwrap();
+    let iwarp = IwarpConnArgs {
+        pd_addr: 0,
+        pd_len: 0,
+        ird: 1,
+        ord: 1,
+        flags: 0,
+    };
+    let mut c = ConnectArgs::new_zeroed();
+    c.addr = LOOPBACK;
+    c.port = 8102;
+    c.iwarp = iwarp;
+    let mut a = AcceptArgs::new_zeroed();
+    a.qp = tcp;
+    a.iwarp = iwarp;
+    let buf = g.alloc_pages(1);
+    let mut q = QueryArgs::new_zeroed();
+    q.buf = buf;
+    q.len = 4096;
+    let refused = [
+        (
+            g.admin_result(cmd(ADMIN_OP_CONNECT, ctx, tcp, &c)),
+            ADMIN_STATUS_BAD_PARAM,
+            "CONNECT with iWARP parameters on a stream QP",
+        ),
+        (
+            g.admin_result(cmd(ADMIN_OP_ACCEPT, ctx, l, &a)),
+            ADMIN_STATUS_BAD_PARAM,
+            "ACCEPT with iWARP parameters of a stream QP",
+        ),
+        (
+            g.admin_result(cmd(ADMIN_OP_QUERY_CONN, ctx, tcp, &q)),
+            ADMIN_STATUS_BAD_STATE,
+            "QUERY_CONN on a stream QP",
+        ),
+        (
+            g.admin_result(cmd(ADMIN_OP_QUERY_CONN, ctx, otcp, &q)),
+            ADMIN_STATUS_BAD_HANDLE,
+            "QUERY_CONN on another context's QP",
+        ),
+    ];
+    for (result, status, what) in refused {
+        assert_admin_err(result, status, what);
+    }
+    // The QP was left as it was: a plain connect still works on it.
+    let id = g.submit_connect(ctx, tcp, LOOPBACK, 8102);
+    let server = tcp_qp(&mut g, &cq, 4);
+    let accepted = g.submit_accept(ctx, l, server);
+    pending_result(&mut g, id).expect("connect");
+    pending_result(&mut g, accepted).expect("accept");
+}
+
+#[test]
 fn pending_accepts_are_cancelled_when_the_listener_or_qp_goes() {
     let mut g = FakeGuest::new();
     let ctx = g.create_ctx().unwrap();
