@@ -131,3 +131,63 @@ fn segments_grow_back_when_a_lowered_path_mtu_expires() {
     d.table.path_mtu_changed(REMOTE, 9000, d.now);
     assert_eq!(d.conn(id).smss(), 1440);
 }
+
+#[test]
+fn a_source_of_records_starts_every_segment_with_a_record() {
+    // Records as iWARP's FPDUs are: full ones of the MSS, short ones where a message ends.
+    let mut d = Dev::new();
+    d.record_ends = vec![100, 1540, 2980, 3280, 4720, 4800];
+    let (id, iss) = established(&mut d, false);
+    let out = d.queue(id, 4800);
+    assert_eq!(
+        shape(&out),
+        data(iss + 1, IRS + 1, &[100, 1440, 1440, 300, 1440, 80], true)
+    );
+    fits(&out, 1500);
+    // Plain bytes go in full segments.
+    let mut d = Dev::new();
+    let (id, iss) = established(&mut d, false);
+    let out = d.queue(id, 4800);
+    assert_eq!(
+        shape(&out),
+        data(iss + 1, IRS + 1, &[1440, 1440, 1440, 480], true)
+    );
+}
+
+#[test]
+fn a_super_segment_of_records_ends_with_its_only_short_record() {
+    // A super-segment is cut every MSS bytes on the way: a short record must be its last,
+    // or the record after it would start inside a piece.
+    let ends = vec![1440u64, 2880, 3180, 4620, 6060, 6140, 7580, 7600, 7620];
+    let mut d = Dev::new();
+    d.record_ends = ends.clone();
+    let mut cfg = link_cfg(false);
+    cfg.gso = true;
+    let (id, iss, _) = d.connected(&cfg, 60_000, link_options(false));
+    let mut out = d.queue(id, 7620);
+    let mut supers = Vec::new();
+    let mut sent = 0u64;
+    while sent < 7620 {
+        assert!(!out.is_empty(), "stalled at {sent}");
+        for (h, p) in &out {
+            let start = h.seq.wrapping_sub(iss + 1) as u64;
+            assert_eq!(start, sent, "in order");
+            // Every piece the link cuts (every 1440 bytes) starts and ends a record.
+            let mut at = start;
+            while at < start + p.len() as u64 {
+                assert!(at == 0 || ends.contains(&at), "a piece starts at {at}");
+                at = (at + 1440).min(start + p.len() as u64);
+                assert!(ends.contains(&at), "a piece ends at {at}");
+            }
+            supers.push(p.len());
+            sent += p.len() as u64;
+        }
+        // Everything acknowledged: the window opens for the rest.
+        let ack = hdr(CPORT, ACK, IRS + 1, iss + 1 + sent as u32, 60_000);
+        out = d.send(ack, &[]);
+    }
+    assert!(
+        supers.iter().any(|&n| n > 1440),
+        "super-segments were built: {supers:?}"
+    );
+}

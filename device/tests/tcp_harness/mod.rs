@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use qpip_device::net::tcp::listener::Listener;
 use qpip_device::net::tcp::wire::{self, Header, Options};
 use qpip_device::net::tcp::{
-    self, Config, ConnId, Connection, ConnectionTable, Event, Input, IsnGenerator,
+    self, Config, ConnId, Connection, ConnectionTable, Event, Input, IsnGenerator, SendSource,
 };
 
 use crate::common::{oracle, pattern, tuple, App, Source, A, B};
@@ -150,6 +150,43 @@ pub fn fits(out: &[(Header, Vec<u8>)], mtu: usize) {
     }
 }
 
+/// Bytes that come in records (none when `ends` is empty): a segment ends where a
+/// record does, the way [`SendSource::segment_end`] asks.
+struct Records<'a> {
+    bytes: Source<'a>,
+    ends: &'a [u64],
+}
+
+impl SendSource for Records<'_> {
+    fn read(&mut self, offset: u64, buf: &mut [u8]) {
+        self.bytes.read(offset, buf)
+    }
+
+    fn segment_end(&self, offset: u64, len: u64, mss: u64) -> u64 {
+        if self.ends.is_empty() {
+            return offset + len;
+        }
+        // Whole records from `offset` while they fit; a short one (under `mss`) ends a
+        // super-segment, which is cut every `mss` bytes.
+        let mut end = offset;
+        for &e in self.ends.iter().filter(|&&e| e > offset) {
+            if e - offset > len {
+                break;
+            }
+            let short = e - end < mss;
+            end = e;
+            if short {
+                break;
+            }
+        }
+        if end == offset {
+            offset + len
+        } else {
+            end
+        }
+    }
+}
+
 pub struct Dev {
     pub table: ConnectionTable<usize>,
     /// The application of each tagged connection (its tag is the index).
@@ -158,6 +195,9 @@ pub struct Dev {
     pub data: Vec<u8>,
     pub now: Instant,
     pub events: Vec<(ConnId, Event)>,
+    /// Where the records of `data` end (stream offsets, ascending), for a source of
+    /// records such as iWARP FPDUs; empty: plain bytes.
+    pub record_ends: Vec<u64>,
 }
 
 impl Dev {
@@ -169,6 +209,7 @@ impl Dev {
             data: pattern(11, 300_000),
             now,
             events: Vec::new(),
+            record_ends: Vec::new(),
         }
     }
 
@@ -269,7 +310,10 @@ impl Dev {
             }
         } else {
             let queued = e.conn.queued() as usize;
-            let mut src = Source(&self.data[..queued]);
+            let mut src = Records {
+                bytes: Source(&self.data[..queued]),
+                ends: &self.record_ends,
+            };
             while let Some(o) = e.conn.poll_transmit(self.now, &mut src) {
                 out.push(sent(o));
             }

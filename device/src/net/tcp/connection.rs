@@ -1867,6 +1867,13 @@ impl Connection {
             // A super-segment is whole segments, but for the end of the data.
             len -= len % room;
         }
+        // A source of records (iWARP FPDUs) ends the segment where a record ends, which is
+        // a short segment sent at once rather than held: the next record starts the next.
+        let start = self.nxt - 1;
+        len = match source.segment_end(start, len, room) - start {
+            0 => len,
+            cut => cut.min(len),
+        };
         let (s, e) = (self.nxt, self.nxt + len);
         self.nxt = e;
         if self.rtt_probe.is_none() && !self.ts_ok && self.recovery.is_none() {

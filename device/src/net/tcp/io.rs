@@ -10,6 +10,18 @@ pub trait SendSource {
     /// Fills `buf` with the bytes at `offset..offset + buf.len()`. The connection asks only
     /// for bytes it was given with `queue_send` and that are not yet acknowledged.
     fn read(&mut self, offset: u64, buf: &mut [u8]);
+
+    /// Where a new segment starting at stream `offset` should end, given that at most
+    /// `len` bytes may go and that a segment longer than `mss` (a super-segment) is cut
+    /// every `mss` bytes on the way. A source whose bytes are records that should each
+    /// start a segment (iWARP's FPDUs, RFC 5044 §8) answers the end of the last whole
+    /// record that fits, so that every piece starts a record; a record longer than `len`
+    /// (a small window, a path MTU that fell) is cut where `len` ends. The default: no
+    /// records, `offset + len`.
+    fn segment_end(&self, offset: u64, len: u64, mss: u64) -> u64 {
+        let _ = mss;
+        offset + len
+    }
 }
 
 /// The application's side of the receive stream.
