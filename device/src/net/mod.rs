@@ -12,6 +12,8 @@
 //!   with its own wire format beside its state, driven by the engine beside the stack
 //!   (segments go out through [`stack::Stack::send_tcp`]); [`gso`] cuts its
 //!   super-segments for links that cannot carry them whole; [`checksum`] sums them.
+//! - [`iwarp`] is iWARP's wire formats (MPA, DDP, RDMAP; RFC 5040/5041/5044/6581) for
+//!   queue pairs that speak RDMA over a TCP connection, wire-compatible with Linux's `siw`.
 //! - [`config`] holds the settings and parses their command-line forms; [`stats`] the
 //!   counters, with every dropped frame under its reason.
 //!
@@ -24,6 +26,7 @@ pub mod config;
 pub mod frag;
 pub mod gso;
 pub mod interface;
+pub mod iwarp;
 pub mod neighbor;
 pub mod stack;
 pub mod stats;
