@@ -674,6 +674,16 @@
 #define QPIP_CQE_OP_RECV 2
 
 /*
+ Completion of an RDMA Write WR (iWARP QPs).
+ */
+#define QPIP_CQE_OP_RDMA_WRITE 3
+
+/*
+ Completion of an RDMA Read WR (iWARP QPs).
+ */
+#define QPIP_CQE_OP_RDMA_READ 4
+
+/*
  The work request completed.
  */
 #define QPIP_CQE_STATUS_SUCCESS 0
@@ -710,6 +720,20 @@
  a QP that is not bound or not connected).
  */
 #define QPIP_CQE_STATUS_BAD_DEST 6
+
+/*
+ iWARP QPs: the peer refused an access to its memory (a Terminate reporting a
+ protection error: unknown rkey, out of bounds, missing right), or this device refused
+ one of the peer's. `detail` holds the Terminate's layer, type and code
+ ([`cqe_detail_terminate`]).
+ */
+#define QPIP_CQE_STATUS_REMOTE_ACCESS 7
+
+/*
+ iWARP QPs: the connection ended with a Terminate for any other error; `detail` as for
+ [`CQE_STATUS_REMOTE_ACCESS`].
+ */
+#define QPIP_CQE_STATUS_REMOTE_OPERATION 8
 
 /*
  No detail.
@@ -756,6 +780,11 @@
  The destination address or port is not usable (unspecified, multicast, port 0).
  */
 #define QPIP_CQE_DETAIL_BAD_ADDRESS 8
+
+/*
+ Set in `detail` when it carries a Terminate ([`cqe_detail_terminate`]).
+ */
+#define QPIP_CQE_DETAIL_TERMINATE (1 << 31)
 
 /*
  Offset of the page's change counter (u32, producer-written).
@@ -1093,7 +1122,8 @@
 #define QPIP_WQE_SGE_OFFSET 48
 
 /*
- Send the gathered bytes (a UDP datagram, or a TCP message/stream chunk).
+ Send the gathered bytes (a UDP datagram, or a TCP message/stream chunk; on an iWARP QP
+ an RDMAP Send).
  */
 #define QPIP_WQE_OP_SEND 1
 
@@ -1103,9 +1133,28 @@
 #define QPIP_WQE_OP_RECV 2
 
 /*
+ iWARP QPs: write the gathered (or inline) bytes into the peer's region at the remote
+ address and rkey of [`Wqe::remote`]. Completes when the peer acknowledged every byte.
+ `imm_data` must be 0.
+ */
+#define QPIP_WQE_OP_RDMA_WRITE 3
+
+/*
+ iWARP QPs: read the peer's region at [`Wqe::remote`] into the SGEs (their total length
+ is the read's size; never inline). Completes when the last byte has been placed.
+ `imm_data` must be 0.
+ */
+#define QPIP_WQE_OP_RDMA_READ 4
+
+/*
  The data is inline in the WQE, not in registered memory.
  */
 #define QPIP_WQE_FLAG_INLINE (1 << 0)
+
+/*
+ iWARP QPs, `SEND` only: a Send with Solicited Event (the peer's CQE says so).
+ */
+#define QPIP_WQE_FLAG_SOLICITED (1 << 1)
 
 /*
  Size of [`MsgHeader`] in the stream.
@@ -1582,7 +1631,8 @@ struct qpip_wqe {
   uint32_t inline_len;
   uint32_t reserved1;
   /*
-   UDP send: destination address, network order.
+   UDP send: destination address, network order. RDMA Write and Read (iWARP QPs): the
+   peer's region, as [`Wqe::remote`] reads it.
    */
   uint8_t dest_addr[16];
   /*

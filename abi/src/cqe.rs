@@ -54,6 +54,10 @@ pub struct Cqe {
 pub const CQE_OP_SEND: u8 = 0x01;
 /// Completion of a receive WR.
 pub const CQE_OP_RECV: u8 = 0x02;
+/// Completion of an RDMA Write WR (iWARP QPs).
+pub const CQE_OP_RDMA_WRITE: u8 = 0x03;
+/// Completion of an RDMA Read WR (iWARP QPs).
+pub const CQE_OP_RDMA_READ: u8 = 0x04;
 
 /// The work request completed.
 pub const CQE_STATUS_SUCCESS: u8 = 0;
@@ -72,6 +76,14 @@ pub const CQE_STATUS_FLUSHED: u8 = 5;
 /// The destination is not usable (UDP: unspecified or multicast address, port 0;
 /// a QP that is not bound or not connected).
 pub const CQE_STATUS_BAD_DEST: u8 = 6;
+/// iWARP QPs: the peer refused an access to its memory (a Terminate reporting a
+/// protection error: unknown rkey, out of bounds, missing right), or this device refused
+/// one of the peer's. `detail` holds the Terminate's layer, type and code
+/// ([`cqe_detail_terminate`]).
+pub const CQE_STATUS_REMOTE_ACCESS: u8 = 7;
+/// iWARP QPs: the connection ended with a Terminate for any other error; `detail` as for
+/// [`CQE_STATUS_REMOTE_ACCESS`].
+pub const CQE_STATUS_REMOTE_OPERATION: u8 = 8;
 
 /// No detail.
 pub const CQE_DETAIL_NONE: u32 = 0;
@@ -92,3 +104,16 @@ pub const CQE_DETAIL_NO_ROUTE: u32 = 6;
 pub const CQE_DETAIL_NOT_BOUND: u32 = 7;
 /// The destination address or port is not usable (unspecified, multicast, port 0).
 pub const CQE_DETAIL_BAD_ADDRESS: u32 = 8;
+/// Set in `detail` when it carries a Terminate ([`cqe_detail_terminate`]).
+pub const CQE_DETAIL_TERMINATE: u32 = 1 << 31;
+
+/// The `detail` of a completion that a Terminate ended: [`CQE_DETAIL_TERMINATE`], then the
+/// Terminate's layer (bits 16-19), error type (8-11) and code (0-7) of RFC 5040 §7, and
+/// bit 24 when the peer sent it (else this device did).
+pub const fn cqe_detail_terminate(layer: u8, etype: u8, code: u8, received: bool) -> u32 {
+    CQE_DETAIL_TERMINATE
+        | (received as u32) << 24
+        | ((layer & 0x0f) as u32) << 16
+        | ((etype & 0x0f) as u32) << 8
+        | code as u32
+}

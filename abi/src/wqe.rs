@@ -40,7 +40,8 @@ pub struct Wqe {
     /// Bytes of inline data (with [`WQE_FLAG_INLINE`]), at most [`MAX_INLINE`].
     pub inline_len: u32,
     pub reserved1: u32,
-    /// UDP send: destination address, network order.
+    /// UDP send: destination address, network order. RDMA Write and Read (iWARP QPs): the
+    /// peer's region, as [`Wqe::remote`] reads it.
     pub dest_addr: [u8; 16],
     /// UDP send: destination port, host order.
     pub dest_port: u16,
@@ -62,13 +63,43 @@ pub struct Sge {
 /// Offset of the SGE array (or inline data) in a WQE slot.
 pub const WQE_SGE_OFFSET: u32 = 48;
 
-/// Send the gathered bytes (a UDP datagram, or a TCP message/stream chunk).
+/// Send the gathered bytes (a UDP datagram, or a TCP message/stream chunk; on an iWARP QP
+/// an RDMAP Send).
 pub const WQE_OP_SEND: u8 = 0x01;
 /// A receive buffer: the SGEs are filled with incoming data in order.
 pub const WQE_OP_RECV: u8 = 0x02;
+/// iWARP QPs: write the gathered (or inline) bytes into the peer's region at the remote
+/// address and rkey of [`Wqe::remote`]. Completes when the peer acknowledged every byte.
+/// `imm_data` must be 0.
+pub const WQE_OP_RDMA_WRITE: u8 = 0x03;
+/// iWARP QPs: read the peer's region at [`Wqe::remote`] into the SGEs (their total length
+/// is the read's size; never inline). Completes when the last byte has been placed.
+/// `imm_data` must be 0.
+pub const WQE_OP_RDMA_READ: u8 = 0x04;
 
 /// The data is inline in the WQE, not in registered memory.
 pub const WQE_FLAG_INLINE: u8 = 1 << 0;
+/// iWARP QPs, `SEND` only: a Send with Solicited Event (the peer's CQE says so).
+pub const WQE_FLAG_SOLICITED: u8 = 1 << 1;
+
+impl Wqe {
+    /// RDMA Write and Read: the peer's region, as (remote address, rkey): bytes 0-7 and
+    /// 8-11 of `dest_addr`, little-endian; bytes 12-15 must be 0.
+    pub fn remote(&self) -> (u64, u32) {
+        let d = &self.dest_addr;
+        (
+            u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]),
+            u32::from_le_bytes([d[8], d[9], d[10], d[11]]),
+        )
+    }
+
+    /// Sets what [`Wqe::remote`] reads.
+    pub fn set_remote(&mut self, addr: u64, rkey: u32) {
+        self.dest_addr = [0; 16];
+        self.dest_addr[..8].copy_from_slice(&addr.to_le_bytes());
+        self.dest_addr[8..12].copy_from_slice(&rkey.to_le_bytes());
+    }
+}
 
 /// A WQE slot as bytes: `h` as given (its `num_sge`, flags and lengths are not checked or
 /// completed, so a test can build a malformed one), then `sges` at [`WQE_SGE_OFFSET`].

@@ -22,7 +22,22 @@ fuzz_target!(|data: &[u8]| {
     match decode::send_wqe(&slot) {
         Ok(wr) => {
             assert_eq!(wr.wr_id, wr_id);
-            assert_eq!(slot[8], WQE_OP_SEND);
+            assert_eq!(slot[8], wr.opcode);
+            assert!(
+                [WQE_OP_SEND, WQE_OP_RDMA_WRITE, WQE_OP_RDMA_READ].contains(&wr.opcode),
+                "opcode {} accepted",
+                wr.opcode
+            );
+            if wr.opcode != WQE_OP_SEND {
+                assert!(!wr.solicited, "a solicited RDMA operation");
+                assert_eq!(wr.imm_data, 0, "immediate data on an RDMA operation");
+            }
+            if wr.opcode == WQE_OP_RDMA_READ {
+                assert!(
+                    matches!(wr.payload, Payload::Gather(_)),
+                    "an inline RDMA Read"
+                );
+            }
             match wr.payload {
                 Payload::Inline(d) => {
                     assert!(d.len() as u32 <= MAX_INLINE);

@@ -175,6 +175,10 @@ impl Engine {
             Err(e) => return self.write_cqe(mem, send_cq, e.completion(id, CQE_OP_SEND)),
         };
         let fail = |status, detail| cqe(wr.wr_id, id, CQE_OP_SEND, status, detail);
+        if let Err(status) = wr.plain() {
+            self.write_cqe(mem, send_cq, fail(status, CQE_DETAIL_NONE));
+            return;
+        }
         if !tcp && wr.imm_data != 0 {
             // A UDP datagram has no room for immediate data on the wire.
             self.write_cqe(mem, send_cq, fail(CQE_STATUS_BAD_WQE, CQE_DETAIL_NONE));

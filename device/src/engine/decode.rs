@@ -290,6 +290,13 @@ pub enum Payload {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendWr {
     pub wr_id: u64,
+    /// `WQE_OP_SEND`, `WQE_OP_RDMA_WRITE` or `WQE_OP_RDMA_READ` (the last two for iWARP
+    /// QPs only: the QP's kind checks).
+    pub opcode: u8,
+    /// `WQE_FLAG_SOLICITED` on a send (iWARP QPs only: the QP's kind checks).
+    pub solicited: bool,
+    /// RDMA Write and Read: the peer's region (remote address, rkey).
+    pub remote: (u64, u32),
     pub imm_data: u32,
     pub dest_addr: Ipv6Addr,
     pub dest_port: u16,
@@ -344,17 +351,24 @@ fn bad(wr_id: u64, status: u8) -> WqeError {
     }
 }
 
-/// Decodes a send-ring WQE.
+/// Decodes a send-ring WQE: an opcode of the send ring, flags that opcode takes, reserved
+/// fields zero; an RDMA Write or Read names its remote region in `dest_addr` (its last 4
+/// bytes zero), has no port and no immediate data, and a Read is never inline.
 pub fn send_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<SendWr, WqeError> {
     let _stage = crate::stages::span(crate::stages::Stage::GetWr);
     let h = header(bytes);
-    if h.opcode != WQE_OP_SEND {
-        return Err(bad(h.wr_id, CQE_STATUS_BAD_OPCODE));
-    }
-    if h.flags & !WQE_FLAG_INLINE != 0
+    let flags = match h.opcode {
+        WQE_OP_SEND => WQE_FLAG_INLINE | WQE_FLAG_SOLICITED,
+        WQE_OP_RDMA_WRITE => WQE_FLAG_INLINE,
+        WQE_OP_RDMA_READ => 0,
+        _ => return Err(bad(h.wr_id, CQE_STATUS_BAD_OPCODE)),
+    };
+    let rdma = h.opcode != WQE_OP_SEND;
+    if h.flags & !flags != 0
         || h.reserved0 != 0
         || h.reserved1 != 0
         || h.reserved2 != [0; 6]
+        || rdma && (h.imm_data != 0 || h.dest_port != 0 || h.dest_addr[12..] != [0; 4])
     {
         return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
     }
@@ -372,11 +386,28 @@ pub fn send_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<SendWr, WqeError> {
     };
     Ok(SendWr {
         wr_id: h.wr_id,
+        opcode: h.opcode,
+        solicited: h.flags & WQE_FLAG_SOLICITED != 0,
+        remote: if rdma { h.remote() } else { (0, 0) },
         imm_data: h.imm_data,
         dest_addr: Ipv6Addr::from(h.dest_addr),
         dest_port: h.dest_port,
         payload,
     })
+}
+
+impl SendWr {
+    /// For QPs that are not iWARP ones: a plain send, or the completion status that
+    /// refuses it (an RDMA opcode: `BAD_OPCODE`; the solicited flag: `BAD_WQE`).
+    pub fn plain(&self) -> Result<(), u8> {
+        if self.opcode != WQE_OP_SEND {
+            Err(CQE_STATUS_BAD_OPCODE)
+        } else if self.solicited {
+            Err(CQE_STATUS_BAD_WQE)
+        } else {
+            Ok(())
+        }
+    }
 }
 
 /// Decodes a receive-ring WQE.
@@ -459,6 +490,58 @@ mod tests {
             recv_wqe(&slot(hdr(WQE_OP_SEND), b"")).unwrap_err().status,
             CQE_STATUS_BAD_OPCODE
         );
+    }
+
+    #[test]
+    fn rdma_wqes_name_their_remote_region_and_take_only_their_flags() {
+        let mut h = hdr(WQE_OP_RDMA_WRITE);
+        h.set_remote(0x7f00_1234_5000, 0xdead_beef);
+        h.flags = WQE_FLAG_INLINE;
+        h.inline_len = 3;
+        let wr = send_wqe(&slot(h, b"abc")).unwrap();
+        assert_eq!(
+            (wr.opcode, wr.remote, wr.solicited),
+            (WQE_OP_RDMA_WRITE, (0x7f00_1234_5000, 0xdead_beef), false)
+        );
+        assert_eq!(wr.plain(), Err(CQE_STATUS_BAD_OPCODE), "not on other QPs");
+        let mut r = hdr(WQE_OP_RDMA_READ);
+        r.set_remote(0x1000, 7);
+        r.num_sge = 1;
+        let wr = send_wqe(&slot(r, &[0u8; 16])).unwrap();
+        assert_eq!((wr.opcode, wr.remote), (WQE_OP_RDMA_READ, (0x1000, 7)));
+        let mut s = hdr(WQE_OP_SEND);
+        s.flags = WQE_FLAG_SOLICITED;
+        let wr = send_wqe(&slot(s, b"")).unwrap();
+        assert!(wr.solicited);
+        assert_eq!(wr.remote, (0, 0), "a send names no remote region");
+        assert_eq!(wr.plain(), Err(CQE_STATUS_BAD_WQE), "not on other QPs");
+        // Refused: a read inline or solicited, a write solicited or with immediate data,
+        // a remote region with its last bytes set, a port.
+        let mut bad = vec![];
+        for f in [WQE_FLAG_INLINE, WQE_FLAG_SOLICITED] {
+            let mut b = r;
+            b.flags = f;
+            bad.push(b);
+        }
+        let mut b = h;
+        b.flags = WQE_FLAG_SOLICITED;
+        bad.push(b);
+        let mut b = h;
+        b.imm_data = 1;
+        bad.push(b);
+        let mut b = r;
+        b.dest_addr[15] = 1;
+        bad.push(b);
+        let mut b = r;
+        b.dest_port = 80;
+        bad.push(b);
+        for b in bad {
+            assert_eq!(
+                send_wqe(&slot(b, b"abc")).unwrap_err().status,
+                CQE_STATUS_BAD_WQE,
+                "{b:?}"
+            );
+        }
     }
 
     #[test]

@@ -152,6 +152,10 @@ impl Engine {
                     self.tcp_push_failed(mem, id, e.wr_id, e.status, e.detail);
                     continue;
                 }
+                Ok(wr) if wr.plain().is_err() => {
+                    let status = wr.plain().expect_err("refused");
+                    (status, CQE_DETAIL_NONE, wr)
+                }
                 Ok(wr) if live.is_none() => (CQE_STATUS_BAD_DEST, CQE_DETAIL_NOT_BOUND, wr),
                 Ok(wr) => (CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, wr),
             };
