@@ -294,8 +294,7 @@
 
 /*
  TCP framing for RDMA over TCP: iWARP (MPA, DDP and RDMAP; see the device documentation),
- wire-compatible with other iWARP implementations. Not accepted yet by this device
- version ([`ADMIN_STATUS_BAD_PARAM`]).
+ wire-compatible with other iWARP implementations.
  */
 #define QPIP_FRAMING_IWARP 3
 
@@ -780,6 +779,12 @@
  The destination address or port is not usable (unspecified, multicast, port 0).
  */
 #define QPIP_CQE_DETAIL_BAD_ADDRESS 8
+
+/*
+ A successful receive on an iWARP QP: the Send asked for a solicited event (Send with
+ Solicited Event).
+ */
+#define QPIP_CQE_DETAIL_SOLICITED (1 << 30)
 
 /*
  Set in `detail` when it carries a Terminate ([`cqe_detail_terminate`]).

@@ -312,8 +312,7 @@ pub const FRAMING_MESSAGE: u8 = 1;
 /// pushed segment ends.
 pub const FRAMING_STREAM: u8 = 2;
 /// TCP framing for RDMA over TCP: iWARP (MPA, DDP and RDMAP; see the device documentation),
-/// wire-compatible with other iWARP implementations. Not accepted yet by this device
-/// version ([`ADMIN_STATUS_BAD_PARAM`]).
+/// wire-compatible with other iWARP implementations.
 pub const FRAMING_IWARP: u8 = 3;
 
 /// Arguments of `REG_MR`.

@@ -104,6 +104,9 @@ pub const CQE_DETAIL_NO_ROUTE: u32 = 6;
 pub const CQE_DETAIL_NOT_BOUND: u32 = 7;
 /// The destination address or port is not usable (unspecified, multicast, port 0).
 pub const CQE_DETAIL_BAD_ADDRESS: u32 = 8;
+/// A successful receive on an iWARP QP: the Send asked for a solicited event (Send with
+/// Solicited Event).
+pub const CQE_DETAIL_SOLICITED: u32 = 1 << 30;
 /// Set in `detail` when it carries a Terminate ([`cqe_detail_terminate`]).
 pub const CQE_DETAIL_TERMINATE: u32 = 1 << 31;
 

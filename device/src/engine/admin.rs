@@ -308,22 +308,20 @@ impl Engine {
             } => self.listen(ctx, addr, port, backlog),
             R::DestroyListener => self.destroy_listener(mem, ctx, h),
             R::Accept { qp, iwarp } => {
-                if !self.iwarp_args_fit(ctx, qp, &iwarp) {
-                    return Outcome::Done(Err(ADMIN_STATUS_BAD_PARAM));
+                if let Err(s) = self.iwarp_args_take(mem, ctx, qp, &iwarp) {
+                    return Outcome::Done(Err(s));
                 }
                 return self.accept(mem, ctx, h, qp, cmd);
             }
             R::Connect { addr, port, iwarp } => {
-                if !self.iwarp_args_fit(ctx, h, &iwarp) {
-                    return Outcome::Done(Err(ADMIN_STATUS_BAD_PARAM));
+                if let Err(s) = self.iwarp_args_take(mem, ctx, h, &iwarp) {
+                    return Outcome::Done(Err(s));
                 }
                 return self.connect(mem, ctx, h, addr, port, cmd);
             }
-            // No QP of this device version is an iWARP one yet (CREATE_QP refuses
-            // FRAMING_IWARP): every QP of the context is in the wrong state for it.
-            R::QueryConn { .. } => match self.objects.qp_in(ctx, h) {
-                None => Err(ADMIN_STATUS_BAD_HANDLE),
-                Some(_) => Err(ADMIN_STATUS_BAD_STATE),
+            R::QueryConn { buf, len } => match self.iwarp_conn_info(ctx, h) {
+                Ok(info) => self.write_query(mem, buf, len, info.as_bytes()),
+                Err(s) => Err(s),
             },
             R::Close => match self.objects.qp_in(ctx, h) {
                 None => Err(ADMIN_STATUS_BAD_HANDLE),
@@ -914,10 +912,28 @@ impl Engine {
         }
     }
 
-    /// Whether a CONNECT or ACCEPT's iWARP parameters fit QP `qp` of `ctx`: all zero unless
-    /// it is an iWARP QP (none yet; an unknown QP is left to the command to refuse).
-    fn iwarp_args_fit(&self, ctx: u32, qp: u32, iwarp: &IwarpConnArgs) -> bool {
-        self.objects.qp_in(ctx, qp).is_none() || iwarp.as_bytes().iter().all(|&b| b == 0)
+    /// A CONNECT's or ACCEPT's iWARP parameters for QP `qp` of `ctx`: kept on an iWARP QP
+    /// (its private data read now), all zero on any other (else `BAD_PARAM`). An unknown
+    /// QP is left to the command to refuse.
+    fn iwarp_args_take(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        qp: u32,
+        iwarp: &IwarpConnArgs,
+    ) -> Result<(), u16> {
+        let Some(q) = self.objects.qp_in(ctx, qp) else {
+            return Ok(());
+        };
+        if !q.tcp().is_some_and(|t| t.is_iwarp()) {
+            return match iwarp.as_bytes().iter().all(|&b| b == 0) {
+                true => Ok(()),
+                false => Err(ADMIN_STATUS_BAD_PARAM),
+            };
+        }
+        let local = Self::iwarp_local(mem, iwarp)?;
+        self.iwarp_prepare(qp, local);
+        Ok(())
     }
 
     /// Byte offset of a QP's doorbell slot in its context's doorbell page.

@@ -192,7 +192,7 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
             )?;
             let tcp = match (a.qp_type, a.framing) {
                 (QP_TYPE_UDP, 0) => false,
-                (QP_TYPE_TCP, FRAMING_MESSAGE | FRAMING_STREAM) => true,
+                (QP_TYPE_TCP, FRAMING_MESSAGE | FRAMING_STREAM | FRAMING_IWARP) => true,
                 _ => return Err(ADMIN_STATUS_BAD_PARAM),
             };
             R::CreateQp(QpRequest {

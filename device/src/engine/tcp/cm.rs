@@ -80,7 +80,9 @@ impl Engine {
         if let Some(cmd) = close_cmd {
             self.cancel(mem, cmd);
         }
-        if flush {
+        if flush && self.objects.tcp_qp(id).is_some_and(|t| t.is_iwarp()) {
+            self.iwarp_flush(mem, id);
+        } else if flush {
             let t = self.objects.tcp_qp_mut(id).expect("still there");
             let entries: Vec<TxEntry> = t.tx.entries.drain(..).collect();
             t.rx.flush();
@@ -109,6 +111,17 @@ impl Engine {
         }
         let t = self.objects.tcp_qp_mut(id).expect("looked up");
         t.conn = None;
+        if t.is_iwarp() {
+            if let Some(cmd) = t.close_cmd.take() {
+                self.finish_cmd(mem, cmd, status, (0, 0, 0));
+            }
+            if let Some(TcpRole::Accepting { cmd, .. }) = self.objects.tcp_qp(id).map(|t| t.role) {
+                self.objects.tcp_qp_mut(id).expect("there").role = TcpRole::Idle;
+                self.finish_cmd(mem, cmd, status, (0, 0, 0));
+            }
+            self.iwarp_error(mem, id);
+            return;
+        }
         let close = t.close_cmd.take();
         let entries: Vec<TxEntry> = t.tx.entries.drain(..).collect();
         t.rx.flush();
@@ -182,28 +195,42 @@ impl Engine {
         let l = &mut self.objects.listeners.get_mut(&listener)?.accept;
         while let Some(r) = l.ready.pop_front() {
             if self.tcp.table.get(r.conn).is_some() {
-                let res = self.tcp_claim(mem, r.conn, qp, r.peer_closed);
-                return Some(res);
+                return self.tcp_claim(mem, r.conn, qp, r.peer_closed);
             }
         }
         l.parked.push_back(qp);
         None
     }
 
-    /// Gives connection `conn` to QP `qp`. Returns the ACCEPT results.
+    /// Gives connection `conn` to QP `qp`. Returns the ACCEPT results, or None for an
+    /// iWARP QP, whose ACCEPT completes once the MPA request has been answered.
     pub(super) fn tcp_claim(
         &mut self,
         mem: &GuestMemoryMmap,
         conn: ConnId,
         qp: u32,
         peer_closed: bool,
-    ) -> Results {
+    ) -> Option<Results> {
         let now = Instant::now();
         let e = self.tcp.table.get_mut(conn).expect("caller checked");
         e.tag = Some(qp);
         let tuple = e.conn.tuple();
         let t = self.objects.tcp_qp_mut(qp).expect("TCP QP");
         t.conn = Some(conn);
+        if t.is_iwarp() {
+            // What the peer sent before the QP took it (the MPA request) is read now.
+            self.iwarp_claimed(qp);
+            let e = self.tcp.table.get_mut(conn).expect("caller checked");
+            let mut sink = self.objects.iwarp_sink(mem, qp).expect("an iWARP QP");
+            e.conn.recv_space_changed(now, &mut sink);
+            self.iwarp_settle(mem, qp);
+            self.tcp_service(mem, conn, now);
+            debug!(
+                "QP {qp}: took a connection from [{}]:{}, MPA request awaited",
+                tuple.remote, tuple.remote_port
+            );
+            return None;
+        }
         t.rx.eof |= peer_closed;
         e.conn
             .recv_space_changed(now, &mut QpSink { mem, rx: &mut t.rx });
@@ -217,7 +244,7 @@ impl Engine {
             "QP {qp}: accepted a connection from [{}]:{}",
             tuple.remote, tuple.remote_port
         );
-        peer_results(tuple.remote, tuple.remote_port)
+        Some(peer_results(tuple.remote, tuple.remote_port))
     }
 
     /// CONNECT. Err: the command fails at once; Ok: pending until established.
@@ -260,8 +287,13 @@ impl Engine {
         let t = self.objects.tcp_qp_mut(qp).expect("TCP QP");
         t.conn = Some(conn);
         let e = self.tcp.table.get_mut(conn).expect("just made");
-        e.conn
-            .recv_space_changed(now, &mut QpSink { mem, rx: &mut t.rx });
+        if t.is_iwarp() {
+            let mut sink = self.objects.iwarp_sink(mem, qp).expect("an iWARP QP");
+            e.conn.recv_space_changed(now, &mut sink);
+        } else {
+            e.conn
+                .recv_space_changed(now, &mut QpSink { mem, rx: &mut t.rx });
+        }
         self.tcp_service(mem, conn, now);
         Ok(())
     }
@@ -327,6 +359,16 @@ impl Engine {
                     Some(e) => e.conn.tuple(),
                     None => return,
                 };
+                if self.objects.tcp_qp(qp).is_some_and(|t| t.is_iwarp()) {
+                    // The CONNECT waits for the MPA reply.
+                    if matches!(
+                        self.objects.tcp_qp(qp).map(|t| t.role),
+                        Some(TcpRole::Connecting { .. })
+                    ) {
+                        self.iwarp_established(mem, qp);
+                    }
+                    return;
+                }
                 if let Some(t) = self.objects.tcp_qp_mut(qp) {
                     if let TcpRole::Connecting { cmd } = t.role {
                         t.role = TcpRole::Connected;
@@ -340,7 +382,17 @@ impl Engine {
                 }
                 self.objects.mark_busy(qp);
             }
+            Event::Acked { .. } if self.objects.tcp_qp(qp).is_some_and(|t| t.is_iwarp()) => {
+                self.iwarp_complete(mem, qp)
+            }
             Event::Acked { upto } => self.tcp_complete_sends(mem, qp, upto),
+            Event::DataArrived { .. } | Event::PeerClosed
+                if self.objects.tcp_qp(qp).is_some_and(|t| t.is_iwarp()) =>
+            {
+                if ev == Event::PeerClosed && !self.iwarp_over(qp) {
+                    self.tcp_async_event(qp, ASYNC_EVENT_PEER_CLOSED, 0);
+                }
+            }
             Event::DataArrived { push, .. } => {
                 if let Some(t) = self.objects.tcp_qp_mut(qp) {
                     if push.is_some() {
@@ -413,8 +465,9 @@ impl Engine {
                             Some(TcpRole::Accepting { cmd, .. }) => cmd,
                             _ => continue,
                         };
-                        let r = self.tcp_claim(mem, id, qp, false);
-                        self.finish_cmd(mem, cmd, ADMIN_STATUS_OK, r);
+                        if let Some(r) = self.tcp_claim(mem, id, qp, false) {
+                            self.finish_cmd(mem, cmd, ADMIN_STATUS_OK, r);
+                        }
                         return; // the QP's service took over
                     } else if l.ready.len() < l.backlog {
                         l.ready.push_back(Ready {

@@ -48,6 +48,7 @@
 //! with everything else.
 
 mod cm;
+pub(in crate::engine) mod iwarp;
 mod rx;
 mod tx;
 
@@ -85,12 +86,15 @@ pub struct TcpQp {
     tx: TxQueue,
     rx: RxState,
     close_cmd: Option<PendingCmd>,
+    /// iWARP framing: MPA, DDP and RDMAP on the connection (`tx` and `rx` stay unused).
+    pub(in crate::engine) iwarp: Option<Box<iwarp::IwarpQp>>,
 }
 
 impl TcpQp {
     /// The TCP side of new QP `id` with `framing` (`FRAMING_*`).
     pub fn new(id: u32, framing: u8) -> Box<TcpQp> {
         let message = framing == qpip_abi::admin::FRAMING_MESSAGE;
+        let iwarp = framing == qpip_abi::admin::FRAMING_IWARP;
         Box::new(TcpQp {
             role: TcpRole::Idle,
             message,
@@ -98,7 +102,13 @@ impl TcpQp {
             tx: TxQueue::default(),
             rx: RxState::new(id, message),
             close_cmd: None,
+            iwarp: iwarp.then(|| Box::new(iwarp::IwarpQp::new())),
         })
+    }
+
+    /// Whether the QP speaks iWARP.
+    pub fn is_iwarp(&self) -> bool {
+        self.iwarp.is_some()
     }
 }
 
@@ -225,7 +235,7 @@ impl Tcp {
 /// Results of an admin command.
 type Results = (u64, u64, u32);
 
-fn peer_results(addr: Ipv6Addr, port: u16) -> Results {
+pub(super) fn peer_results(addr: Ipv6Addr, port: u16) -> Results {
     let o = addr.octets();
     (
         u64::from_ne_bytes(o[..8].try_into().expect("8")),
@@ -242,7 +252,12 @@ impl Engine {
         mem: &GuestMemoryMmap,
         id: u32,
     ) -> (bool, bool) {
-        let mut did = self.tcp_take_recvs(mem, id);
+        let iwarp = self.objects.qps[&id].tcp().expect("TCP QP").is_iwarp();
+        let mut did = if iwarp {
+            self.iwarp_take_recvs(mem, id)
+        } else {
+            self.tcp_take_recvs(mem, id)
+        };
         let qp = &self.objects.qps[&id];
         if qp.sq_head == qp.sq_tail {
             return (did, false);
@@ -252,7 +267,11 @@ impl Engine {
             TcpRole::Accepting { .. } | TcpRole::Connecting { .. } => return (did, false),
             TcpRole::Idle | TcpRole::Connected => {}
         }
-        let (n, more) = self.tcp_take_sends(mem, id, SEND_BUDGET);
+        let (n, more) = if iwarp {
+            self.iwarp_take_sends(mem, id, SEND_BUDGET)
+        } else {
+            self.tcp_take_sends(mem, id, SEND_BUDGET)
+        };
         did |= n > 0;
         (did, more)
     }
@@ -278,6 +297,16 @@ impl Engine {
             Input::Connection(id) => {
                 let (table, objects) = (&mut self.tcp.table, &mut self.objects);
                 let e = table.get_mut(id).expect("demultiplexed");
+                let iwarp = e
+                    .tag
+                    .filter(|&q| objects.tcp_qp(q).is_some_and(|t| t.is_iwarp()));
+                if let Some(qp) = iwarp {
+                    let mut sink = objects.iwarp_sink(mem, qp).expect("an iWARP QP");
+                    e.conn.on_segment(&seg, now, &mut sink);
+                    self.iwarp_settle(mem, qp);
+                    self.tcp_service(mem, id, now);
+                    return None;
+                }
                 match e.tag.and_then(|q| objects.tcp_qp_mut(q)) {
                     Some(t) => {
                         let mut sink = QpSink { mem, rx: &mut t.rx };
@@ -321,6 +350,14 @@ impl Engine {
                 return;
             };
             match e.tag.and_then(|q| self.objects.tcp_qp(q)) {
+                Some(TcpQp {
+                    iwarp: Some(iw), ..
+                }) => {
+                    let mut src = iw.source(mem);
+                    while let Some(o) = e.conn.poll_transmit(now, &mut src) {
+                        outbox.push(o);
+                    }
+                }
                 Some(t) => {
                     let mut src = QpSource { mem, tx: &t.tx };
                     while let Some(o) = e.conn.poll_transmit(now, &mut src) {

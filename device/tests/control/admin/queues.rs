@@ -124,7 +124,7 @@ fn qp_creation_checks_its_parameters_and_cqs() {
         let (a, ..) = g.qp_args(cq.id, cq.id, 8, 8, t, 0);
         bad(&mut g, a, ADMIN_STATUS_BAD_PARAM, &format!("QP type {t}"));
     }
-    for f in [0u8, 3] {
+    for f in [0u8, 4] {
         let (a, ..) = g.qp_args(cq.id, cq.id, 8, 8, QP_TYPE_TCP, f);
         bad(
             &mut g,

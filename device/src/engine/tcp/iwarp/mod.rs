@@ -1,0 +1,455 @@
+//! iWARP queue pairs: a TCP QP with `FRAMING_IWARP` speaks MPA, DDP and RDMAP on its
+//! connection (the formats are `crate::net::iwarp::wire`; this is the protocol state).
+//!
+//! - **Setup** (this file): after the TCP handshake the initiator sends the MPA request
+//!   and nothing more until the reply has come; the responder answers the request and
+//!   sends no FPDU before the initiator's first one (both as Linux's siw requires). CRC
+//!   is on when either end asks; IRD and ORD come from RFC 6581's block; a peer-to-peer
+//!   request gets the ready-to-receive message the initiator offered. Only then does the
+//!   CONNECT or ACCEPT complete, and `QUERY_CONN` tells what was agreed.
+//! - **Transmit** ([`tx`]): records of the connection's stream, FPDUs built from guest
+//!   memory when the connection sends them.
+//! - **Receive** ([`rx`]): FPDUs deframed from the in-order stream and acted on.
+//!
+//! The engine's TCP glue (`super::iwarp_glue`) feeds this from the connection and turns
+//! what comes out — a finished setup, completions, new records, a Terminate — into
+//! command completions, CQEs and segments.
+
+mod drive;
+pub(super) mod rx;
+pub(super) mod tx;
+
+use std::collections::VecDeque;
+
+use qpip_abi::admin::*;
+use qpip_abi::cqe::Cqe;
+use zerocopy::FromZeros;
+
+use crate::net::iwarp::wire::fpdu::{self, Deframer};
+use crate::net::iwarp::wire::mpa::{self, EnhancedBlock, Flags, Frame, Kind, Prefix};
+use crate::net::iwarp::wire::rdmap::{Body, Message, ReadRequest};
+use crate::net::iwarp::wire::terminate::{MpaCode, TermError, Terminate};
+
+use rx::{Env, RecvWr};
+use tx::{Data, OutRead, Tx};
+
+/// What this end brings to the MPA exchange (the CONNECT's or ACCEPT's parameters).
+#[derive(Debug, Clone, Default)]
+pub(in crate::engine) struct Local {
+    pub(in crate::engine) private_data: Vec<u8>,
+    pub(in crate::engine) ird: u8,
+    pub(in crate::engine) ord: u8,
+    pub(in crate::engine) crc: bool,
+    pub(in crate::engine) peer_to_peer: bool,
+}
+
+/// Where the connection's setup stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// No connection yet.
+    Idle,
+    /// Initiator: the request is out, the reply not in yet.
+    AwaitReply,
+    /// Responder: the request is not in yet.
+    AwaitRequest,
+    /// Responder: replied; the initiator's first FPDU has not come (nothing may be sent).
+    AwaitFirstFpdu,
+    Running,
+    /// Refused, rejected or terminated: nothing more is taken or placed.
+    Over,
+}
+
+/// How the setup ended, for the engine to complete the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// The CONNECT or ACCEPT succeeds.
+    Up,
+    /// It fails: a reject (either way), or frames that are not MPA's.
+    Refused,
+}
+
+/// The ready-to-receive message of peer-to-peer setup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rtr {
+    Send,
+    Write,
+    Read,
+}
+
+/// A Terminate sent (found an error in what the peer sent) or received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Failure {
+    pub(super) error: TermError,
+    pub(super) received: bool,
+}
+
+/// The iWARP state of a TCP QP.
+#[derive(Debug)]
+pub(in crate::engine) struct IwarpQp {
+    local: Local,
+    phase: Phase,
+    /// The MPA frame received so far.
+    setup: Vec<u8>,
+    deframer: Deframer,
+    tx: Tx,
+    recv_wrs: VecDeque<RecvWr>,
+    /// Receive completions made, for the engine to write.
+    recv_done: Vec<Cqe>,
+    /// Next MSN expected on the untagged queues Send and Read Request.
+    rx_msn: [u32; 2],
+    /// The connection's IRD and ORD.
+    conn_ird: u8,
+    conn_ord: u8,
+    /// Tagged segments placed.
+    placed: u64,
+    /// Responder: the ready-to-receive Send that will come first (swallowed).
+    rtr_send: bool,
+    info: ConnInfo,
+    outcome: Option<Outcome>,
+    failure: Option<Failure>,
+}
+
+/// The receive window an iWARP QP offers: its data is placed as it arrives (or the
+/// connection ends), so only the deframer's partial FPDU waits in the device.
+pub(super) const WINDOW: usize = 256 * 1024;
+
+impl IwarpQp {
+    pub(super) fn new() -> IwarpQp {
+        IwarpQp {
+            local: Local::default(),
+            phase: Phase::Idle,
+            setup: Vec::new(),
+            deframer: Deframer::new(false, fpdu::MAX_ULPDU),
+            tx: Tx::new(),
+            recv_wrs: VecDeque::new(),
+            recv_done: Vec::new(),
+            rx_msn: [1; 2],
+            conn_ird: 0,
+            conn_ord: 0,
+            placed: 0,
+            rtr_send: false,
+            info: ConnInfo::new_zeroed(),
+            outcome: None,
+            failure: None,
+        }
+    }
+
+    pub(super) fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// The records of the stream, as the connection's source of bytes.
+    pub(super) fn source<'a>(
+        &'a self,
+        mem: &'a vm_memory::GuestMemoryMmap,
+    ) -> impl crate::net::tcp::SendSource + 'a {
+        tx::Source { mem, tx: &self.tx }
+    }
+
+    /// Whether send WRs may go on the wire.
+    pub(super) fn may_send(&self) -> bool {
+        self.phase == Phase::Running
+    }
+
+    /// Whether the setup is done (`QUERY_CONN` has something to say).
+    pub(super) fn set_up(&self) -> bool {
+        self.info.mpa_revision != 0
+    }
+
+    /// The parameters of the CONNECT or ACCEPT that will set the connection up.
+    pub(super) fn set_local(&mut self, local: Local) {
+        self.local = local;
+    }
+
+    /// Initiator, once TCP is established: the MPA request goes out.
+    pub(super) fn start_initiator(&mut self, mss: usize) {
+        self.tx.mulpdu = fpdu::mulpdu(mss);
+        let local = &self.local;
+        let block = EnhancedBlock {
+            ird: local.ird as u16,
+            ord: local.ord as u16,
+            peer_to_peer: local.peer_to_peer,
+            write_rtr: local.peer_to_peer,
+            read_rtr: local.peer_to_peer,
+            zero_length_send_rtr: false,
+        };
+        let flags = Flags {
+            crc: local.crc,
+            ..Flags::default()
+        };
+        let frame = mpa::build(
+            Kind::Request,
+            flags,
+            mpa::REVISION_2,
+            Some(&block),
+            &local.private_data,
+        )
+        .expect("private data and IRD/ORD were checked");
+        self.tx.push_raw(frame);
+        self.phase = Phase::AwaitReply;
+    }
+
+    /// Responder, once its QP has the connection: the request is awaited.
+    pub(super) fn start_responder(&mut self, mss: usize) {
+        self.tx.mulpdu = fpdu::mulpdu(mss);
+        self.phase = Phase::AwaitRequest;
+    }
+
+    /// In-order bytes of the peer's stream.
+    pub(super) fn receive(&mut self, env: &Env<'_>, data: &[u8]) {
+        let kind = match self.phase {
+            Phase::AwaitReply => Kind::Reply,
+            Phase::AwaitRequest => Kind::Request,
+            Phase::AwaitFirstFpdu | Phase::Running => return self.feed(env, data),
+            // Bytes after the end (or before a role) are dropped.
+            Phase::Idle | Phase::Over => return,
+        };
+        self.setup.extend_from_slice(data);
+        let setup = std::mem::take(&mut self.setup);
+        let (len, ok) = match mpa::parse_prefix(&setup, kind) {
+            Ok(Prefix::Incomplete { .. }) => {
+                self.setup = setup;
+                return;
+            }
+            Ok(Prefix::Complete { frame, len }) => (
+                len,
+                match kind {
+                    Kind::Reply => self.on_reply(&frame),
+                    Kind::Request => self.on_request(&frame),
+                },
+            ),
+            Err(_) => (setup.len(), false),
+        };
+        if !ok {
+            self.phase = Phase::Over;
+            self.outcome.get_or_insert(Outcome::Refused);
+            return;
+        }
+        // Whatever followed the frame is the peer's first FPDUs.
+        if len < setup.len() {
+            self.feed(env, &setup[len..]);
+        }
+    }
+
+    fn feed(&mut self, env: &Env<'_>, data: &[u8]) {
+        // The deframer is taken out while its FPDUs are acted on (they may borrow it).
+        let mut deframer = std::mem::replace(&mut self.deframer, Deframer::new(false, 0));
+        for f in deframer.feed(data) {
+            match f {
+                Ok(f) => self.ulpdu(env, f.ulpdu()),
+                Err(e) => {
+                    let code = match e {
+                        fpdu::Error::Crc { .. } => MpaCode::Crc,
+                        fpdu::Error::TooLong { .. } => MpaCode::FpduStart,
+                    };
+                    self.fail(TermError::Mpa(code), None);
+                }
+            }
+            if self.phase == Phase::Over {
+                break;
+            }
+        }
+        self.deframer = deframer;
+    }
+
+    /// The peer's reply: true if the connection goes on (accepted, CRC and IRD/ORD as
+    /// agreed); false if it was rejected or is not a reply this end can take.
+    fn on_reply(&mut self, f: &Frame<'_>) -> bool {
+        let Ok((block, pd)) = f.split_enhanced() else {
+            return false;
+        };
+        self.keep_private_data(pd);
+        if f.flags.reject {
+            self.info.flags |= CONN_INFO_REJECTED;
+            return false;
+        }
+        if f.flags.markers || !(mpa::REVISION_1..=mpa::REVISION_2).contains(&f.revision) {
+            return false;
+        }
+        let crc = self.local.crc || f.flags.crc;
+        self.agree(f.revision, crc, block);
+        self.outcome = Some(Outcome::Up);
+        self.phase = Phase::Running;
+        match block {
+            Some(b) if self.local.peer_to_peer && b.peer_to_peer => {
+                self.info.flags |= CONN_INFO_PEER_TO_PEER;
+                self.send_rtr(if b.write_rtr {
+                    Rtr::Write
+                } else if b.read_rtr {
+                    Rtr::Read
+                } else {
+                    Rtr::Send
+                });
+            }
+            _ => {}
+        }
+        true
+    }
+
+    /// The initiator's request: true if it is accepted (the reply is queued); false if it
+    /// is refused (a reject reply is queued when it was an MPA request at all).
+    fn on_request(&mut self, f: &Frame<'_>) -> bool {
+        let Ok((block, pd)) = f.split_enhanced() else {
+            return false;
+        };
+        self.keep_private_data(pd);
+        let revision = f.revision.min(mpa::REVISION_2);
+        if f.flags.markers || f.revision < mpa::REVISION_1 {
+            // Markers are never used here: refused with a reject reply.
+            let reject = Flags {
+                reject: true,
+                ..Flags::default()
+            };
+            let frame = mpa::build(
+                Kind::Reply,
+                reject,
+                revision,
+                None,
+                &self.local.private_data,
+            )
+            .expect("checked private data");
+            self.tx.push_raw(frame);
+            return false;
+        }
+        let crc = self.local.crc || f.flags.crc;
+        self.agree(revision, crc, block);
+        // Peer-to-peer: the initiator's ready-to-receive message is awaited, of a kind it
+        // offered (a Write, then a Read, then a Send).
+        let rtr = block.filter(|b| b.peer_to_peer).map(|b| {
+            if b.write_rtr {
+                Rtr::Write
+            } else if b.read_rtr {
+                Rtr::Read
+            } else {
+                Rtr::Send
+            }
+        });
+        if rtr.is_some() {
+            self.info.flags |= CONN_INFO_PEER_TO_PEER;
+        }
+        self.rtr_send = rtr == Some(Rtr::Send);
+        let reply_block = block.map(|_| EnhancedBlock {
+            ird: self.conn_ird as u16,
+            ord: self.conn_ord as u16,
+            peer_to_peer: rtr.is_some(),
+            zero_length_send_rtr: rtr == Some(Rtr::Send),
+            write_rtr: rtr == Some(Rtr::Write),
+            read_rtr: rtr == Some(Rtr::Read),
+        });
+        let flags = Flags {
+            crc,
+            ..Flags::default()
+        };
+        let frame = mpa::build(
+            Kind::Reply,
+            flags,
+            revision,
+            reply_block.as_ref(),
+            &self.local.private_data,
+        )
+        .expect("checked private data");
+        self.tx.push_raw(frame);
+        self.outcome = Some(Outcome::Up);
+        self.phase = Phase::AwaitFirstFpdu;
+        true
+    }
+
+    /// What both ends agreed: revision, CRC, IRD and ORD (this end serves its own IRD's
+    /// worth of reads, and issues no more than the peer serves).
+    fn agree(&mut self, revision: u8, crc: bool, block: Option<EnhancedBlock>) {
+        self.conn_ird = self.local.ird;
+        self.conn_ord = match block {
+            Some(b) => self
+                .local
+                .ord
+                .min(b.ird.min(IWARP_MAX_IRD_ORD as u16) as u8),
+            None => self.local.ord,
+        };
+        self.tx.crc = crc;
+        self.deframer = Deframer::new(crc, fpdu::MAX_ULPDU);
+        self.info.mpa_revision = revision;
+        self.info.ird = self.conn_ird as u16;
+        self.info.ord = self.conn_ord as u16;
+        if crc {
+            self.info.flags |= CONN_INFO_CRC;
+        }
+    }
+
+    fn keep_private_data(&mut self, pd: &[u8]) {
+        let n = pd.len().min(self.info.private_data.len());
+        self.info.private_data[..n].copy_from_slice(&pd[..n]);
+        self.info.pd_len = n as u16;
+    }
+
+    /// Initiator in peer-to-peer mode: the ready-to-receive message the responder chose.
+    fn send_rtr(&mut self, rtr: Rtr) {
+        match rtr {
+            Rtr::Write => self.tx.push_write(Data::None, 0, 0),
+            Rtr::Send => self.tx.push_send(Data::None, false),
+            Rtr::Read => {
+                // Answered by an empty Read Response, taken without a completion.
+                self.tx.reads.push_back(OutRead {
+                    stag: 0,
+                    to: 0,
+                    size: 0,
+                    sink: Vec::new(),
+                    placed: 0,
+                    for_wr: false,
+                });
+                self.tx.push_read_request(ReadRequest::default());
+            }
+        }
+    }
+
+    fn awaiting_first_fpdu(&self) -> bool {
+        self.phase == Phase::AwaitFirstFpdu
+    }
+
+    fn first_fpdu_arrived(&mut self) {
+        self.phase = Phase::Running;
+    }
+
+    /// The responder's ready-to-receive Send, which takes no receive WR.
+    fn is_rtr(&mut self, m: &Message<'_>) -> bool {
+        let rtr = std::mem::take(&mut self.rtr_send)
+            && m.opcode.is_send()
+            && m.header.last
+            && matches!(m.body, Body::Data(d) if d.is_empty());
+        if rtr {
+            self.rx_msn[0] = self.rx_msn[0].wrapping_add(1);
+        }
+        rtr
+    }
+
+    /// An error in what the peer sent (`ulpdu`, when it is the culprit): a Terminate says
+    /// so, and the connection ends after it.
+    pub(super) fn fail(&mut self, error: TermError, ulpdu: Option<&[u8]>) {
+        if self.phase == Phase::Over {
+            return;
+        }
+        let t = match ulpdu {
+            Some(u) => Terminate::about(error, u),
+            None => Terminate {
+                error,
+                copied: None,
+            },
+        };
+        self.tx.push_terminate(t);
+        self.end(error, false);
+    }
+
+    /// The peer sent a Terminate.
+    fn terminated(&mut self, error: TermError) {
+        self.end(error, true);
+    }
+
+    fn end(&mut self, error: TermError, received: bool) {
+        self.phase = Phase::Over;
+        let (layer, etype, code) = error.raw();
+        self.info.terminate = (layer as u32) << 12 | (etype as u32) << 8 | code as u32;
+        if received {
+            self.info.flags |= CONN_INFO_TERMINATE_RECEIVED;
+        }
+        self.failure = Some(Failure { error, received });
+    }
+}

@@ -1,0 +1,271 @@
+//! The receive side of an iWARP QP: the FPDUs the deframer cuts from the in-order stream,
+//! each parsed and acted on at once — a Send's payload scattered into the receive WR its
+//! MSN names, a Write's or Read Response's into the region its STag names (checked for
+//! key, context, bounds and right before a byte moves), a Read Request answered by a
+//! response queued on the transmit side, a Terminate taken as the end. Any error found
+//! here ends the connection with a Terminate that says what and where
+//! ([`super::IwarpQp::fail`]).
+
+use std::collections::HashMap;
+
+use qpip_abi::admin::{MR_ACCESS_REMOTE_READ, MR_ACCESS_REMOTE_WRITE};
+use qpip_abi::cqe::*;
+use vm_memory::GuestMemoryMmap;
+
+use crate::engine::completion::{cqe, cqe_ok};
+use crate::engine::memory::{MemoryRegion, Span};
+use crate::engine::tcp::rx::scatter;
+use crate::net::iwarp::wire::ddp::Buffer;
+use crate::net::iwarp::wire::rdmap::{self, Body, Message, Opcode};
+use crate::net::iwarp::wire::terminate::{
+    DdpTaggedCode, DdpUntaggedCode, RdmapCode, RdmapType, TermError,
+};
+
+use super::tx::{Data, Until};
+use super::IwarpQp;
+
+/// A receive WR taken from the ring, waiting for the Send whose MSN is its turn.
+#[derive(Debug)]
+pub(super) struct RecvWr {
+    pub(super) wr_id: u64,
+    /// Its buffer, or why it has none (status, detail).
+    pub(super) spans: Result<Vec<Span>, (u8, u32)>,
+    pub(super) cap: u64,
+    /// Bytes placed so far (the end of the furthest segment).
+    pub(super) filled: u64,
+}
+
+/// What the receive side needs of the engine: guest memory, the memory regions an STag
+/// may name, the QP's context and id.
+pub(in crate::engine::tcp) struct Env<'a> {
+    pub(in crate::engine::tcp) mem: &'a GuestMemoryMmap,
+    pub(in crate::engine::tcp) mrs: &'a HashMap<u32, MemoryRegion>,
+    pub(in crate::engine::tcp) ctx: u32,
+    pub(in crate::engine::tcp) qp: u32,
+}
+
+type Checked<T> = Result<T, TermError>;
+
+const fn protection(code: RdmapCode) -> TermError {
+    TermError::Rdmap(RdmapType::RemoteProtection, code)
+}
+
+impl Env<'_> {
+    /// The guest spans of `[to, to + len)` of the region `stag` names, if it is one of
+    /// this QP's context granting `right`. The errors are a tagged buffer's (`tagged`: a
+    /// Write) or RDMAP's (a Read Request's source).
+    fn region(&self, stag: u32, to: u64, len: u64, right: u32, tagged: bool) -> Checked<Vec<Span>> {
+        let (invalid, bounds) = if tagged {
+            (
+                TermError::DdpTagged(DdpTaggedCode::InvalidStag),
+                TermError::DdpTagged(DdpTaggedCode::BaseOrBounds),
+            )
+        } else {
+            (
+                protection(RdmapCode::InvalidStag),
+                protection(RdmapCode::BaseOrBounds),
+            )
+        };
+        let mr = self
+            .mrs
+            .get(&stag)
+            .filter(|m| m.ctx == self.ctx)
+            .ok_or(invalid)?;
+        if mr.access & right != right {
+            return Err(protection(RdmapCode::AccessRights));
+        }
+        let mut spans = Vec::new();
+        mr.translate(to, len, &mut spans).map_err(|_| bounds)?;
+        Ok(spans)
+    }
+}
+
+impl IwarpQp {
+    /// One ULPDU of the peer: parsed, checked and acted on; an error becomes the
+    /// Terminate that ends the connection.
+    pub(super) fn ulpdu(&mut self, env: &Env<'_>, u: &[u8]) {
+        let m = match rdmap::parse(u) {
+            Ok(m) => m,
+            Err(e) => return self.fail(e.term_error(), Some(u)),
+        };
+        if self.awaiting_first_fpdu() {
+            self.first_fpdu_arrived();
+            if self.is_rtr(&m) {
+                return;
+            }
+        }
+        let r = match m.opcode {
+            op if op.is_send() => self.on_send(env, &m),
+            Opcode::Write => self.on_write(env, &m),
+            Opcode::ReadRequest => self.on_read_request(env, &m),
+            Opcode::ReadResponse => self.on_read_response(env, &m),
+            Opcode::Terminate => {
+                if let Body::Terminate(t) = m.body {
+                    self.terminated(t.error);
+                }
+                Ok(())
+            }
+            // Immediate Data: only between qpip devices that said so at setup, which this
+            // version never does.
+            _ => Err(TermError::Rdmap(
+                RdmapType::RemoteOperation,
+                RdmapCode::UnexpectedOpcode,
+            )),
+        };
+        if let Err(e) = r {
+            self.fail(e, Some(u));
+        }
+    }
+
+    /// A segment of a Send: into the receive WR of its MSN, completed with its last.
+    fn on_send(&mut self, env: &Env<'_>, m: &Message<'_>) -> Checked<()> {
+        let Buffer::Untagged { msn, mo, .. } = m.header.buffer else {
+            unreachable!("a Send parses untagged");
+        };
+        let Body::Data(payload) = m.body else {
+            unreachable!("a Send carries data");
+        };
+        if m.opcode.invalidates() {
+            // No region of this device can be invalidated by a peer.
+            return Err(TermError::Rdmap(
+                RdmapType::RemoteOperation,
+                RdmapCode::CannotInvalidate,
+            ));
+        }
+        if msn != self.rx_msn[0] {
+            return Err(TermError::DdpUntagged(DdpUntaggedCode::MsnRange));
+        }
+        let Some(wr) = self.recv_wrs.front_mut() else {
+            return Err(TermError::DdpUntagged(DdpUntaggedCode::NoBuffer));
+        };
+        let end = mo as u64 + payload.len() as u64;
+        if end > wr.cap {
+            return Err(TermError::DdpUntagged(DdpUntaggedCode::TooLong));
+        }
+        let spans = match &wr.spans {
+            Ok(s) => s,
+            &Err((status, detail)) => {
+                // A buffer that failed its checks when posted: it completes with that, and
+                // the message it was to take cannot be placed.
+                let c = cqe(wr.wr_id, env.qp, CQE_OP_RECV, status, detail);
+                self.recv_done.push(c);
+                self.recv_wrs.pop_front();
+                return Err(TermError::DdpCatastrophic);
+            }
+        };
+        if !scatter(env.mem, spans, mo as u64, payload) {
+            return Err(TermError::DdpCatastrophic);
+        }
+        wr.filled = wr.filled.max(end);
+        if m.header.last {
+            let wr = self.recv_wrs.pop_front().expect("front");
+            let mut c = cqe_ok(wr.wr_id, env.qp, CQE_OP_RECV, end as u32);
+            if m.opcode.solicited() {
+                c.detail = CQE_DETAIL_SOLICITED;
+            }
+            self.recv_done.push(c);
+            self.rx_msn[0] = self.rx_msn[0].wrapping_add(1);
+        }
+        Ok(())
+    }
+
+    /// A segment of a Write: into the region its STag names.
+    fn on_write(&mut self, env: &Env<'_>, m: &Message<'_>) -> Checked<()> {
+        let Buffer::Tagged { stag, to } = m.header.buffer else {
+            unreachable!("a Write parses tagged");
+        };
+        let Body::Data(payload) = m.body else {
+            unreachable!("a Write carries data");
+        };
+        if payload.is_empty() {
+            return Ok(());
+        }
+        let spans = env.region(stag, to, payload.len() as u64, MR_ACCESS_REMOTE_WRITE, true)?;
+        if !scatter(env.mem, &spans, 0, payload) {
+            return Err(TermError::DdpCatastrophic);
+        }
+        self.placed += 1;
+        Ok(())
+    }
+
+    /// A Read Request: checked, and answered by a response queued after what is queued.
+    fn on_read_request(&mut self, env: &Env<'_>, m: &Message<'_>) -> Checked<()> {
+        let Buffer::Untagged { msn, .. } = m.header.buffer else {
+            unreachable!("a Read Request parses untagged");
+        };
+        let Body::ReadRequest(rr) = m.body else {
+            unreachable!("a Read Request carries its body");
+        };
+        if msn != self.rx_msn[1] {
+            return Err(TermError::DdpUntagged(DdpUntaggedCode::MsnRange));
+        }
+        if self.tx.serving.len() >= self.conn_ird as usize {
+            // More reads at once than this end said it serves (its IRD).
+            return Err(TermError::DdpUntagged(DdpUntaggedCode::NoBuffer));
+        }
+        let data = if rr.size == 0 {
+            Data::None
+        } else {
+            let spans = env.region(
+                rr.source_stag,
+                rr.source_to,
+                rr.size as u64,
+                MR_ACCESS_REMOTE_READ,
+                false,
+            )?;
+            Data::Guest {
+                spans: spans.into(),
+                off: 0,
+                len: rr.size as usize,
+            }
+        };
+        self.rx_msn[1] = self.rx_msn[1].wrapping_add(1);
+        self.tx.push_read_response(data, rr.sink_stag, rr.sink_to);
+        let end = self.tx.end;
+        self.tx.serving.push_back(end);
+        Ok(())
+    }
+
+    /// A segment of a Read Response: into the sink of the oldest read this end asked for.
+    fn on_read_response(&mut self, env: &Env<'_>, m: &Message<'_>) -> Checked<()> {
+        let Buffer::Tagged { stag, to } = m.header.buffer else {
+            unreachable!("a Read Response parses tagged");
+        };
+        let Body::Data(payload) = m.body else {
+            unreachable!("a Read Response carries data");
+        };
+        let Some(r) = self.tx.reads.front_mut() else {
+            return Err(TermError::Rdmap(
+                RdmapType::RemoteOperation,
+                RdmapCode::UnexpectedOpcode,
+            ));
+        };
+        if stag != r.stag {
+            return Err(TermError::DdpTagged(DdpTaggedCode::InvalidStag));
+        }
+        let off = to.wrapping_sub(r.to);
+        let end = off.checked_add(payload.len() as u64);
+        if to < r.to || end.is_none_or(|e| e > r.size as u64) {
+            return Err(TermError::DdpTagged(DdpTaggedCode::BaseOrBounds));
+        }
+        if !scatter(env.mem, &r.sink, off, payload) {
+            return Err(TermError::DdpCatastrophic);
+        }
+        r.placed += payload.len() as u64;
+        if m.header.last {
+            let r = self.tx.reads.pop_front().expect("front");
+            if !r.for_wr {
+                return Ok(());
+            }
+            if let Some(wr) = self
+                .tx
+                .wrs
+                .iter_mut()
+                .find(|w| w.until == Until::ReadResponse)
+            {
+                wr.until = Until::Done;
+            }
+        }
+        Ok(())
+    }
+}
