@@ -20,6 +20,7 @@
 mod admin;
 mod admin_ok;
 mod commands;
+mod iwarp;
 mod queues;
 mod ram;
 pub mod relay;
@@ -32,6 +33,7 @@ mod tshark;
 
 pub use admin_ok::*;
 pub use commands::*;
+pub use iwarp::*;
 pub use queues::*;
 pub use ram::Ram;
 pub use rings::*;

@@ -1,0 +1,223 @@
+//! Remote access that is not allowed — an unknown rkey, a deregistered region, a region of
+//! another context, out of bounds, a missing right — moves no byte, and ends with a
+//! Terminate naming the error: the WR that asked completes with it, everything else
+//! FLUSHED, both QPs in the error state with their asynchronous events.
+
+use crate::support::*;
+use crate::*;
+
+/// What a bad access should end in: the Terminate's (layer, type, code).
+struct Case {
+    what: &'static str,
+    op: u8,
+    /// (remote address offset, rkey change): where the WR points relative to the region.
+    offset: u64,
+    len: u32,
+    access: u32,
+    /// Deregister the region before the access.
+    dereg: bool,
+    /// Register the region in a third context instead.
+    foreign: bool,
+    bad_rkey: bool,
+    want: (u8, u8, u8),
+}
+
+const PROTECTION: u8 = 0; // RDMAP
+const DDP: u8 = 1;
+
+fn cases() -> Vec<Case> {
+    let base = Case {
+        what: "",
+        op: WQE_OP_RDMA_WRITE,
+        offset: 0,
+        len: 64,
+        access: MR_ACCESS_REMOTE_WRITE,
+        dereg: false,
+        foreign: false,
+        bad_rkey: false,
+        want: (0, 0, 0),
+    };
+    vec![
+        Case {
+            what: "a Write with an unknown rkey",
+            bad_rkey: true,
+            want: (DDP, 1, 0x00), // tagged buffer: invalid STag
+            ..base
+        },
+        Case {
+            what: "a Write to a deregistered region",
+            dereg: true,
+            want: (DDP, 1, 0x00),
+            ..base
+        },
+        Case {
+            what: "a Write to another context's region",
+            foreign: true,
+            want: (DDP, 1, 0x00),
+            ..base
+        },
+        Case {
+            what: "a Write beyond the region",
+            offset: 4096 - 32,
+            want: (DDP, 1, 0x01), // base or bounds
+            ..base
+        },
+        Case {
+            what: "a Write to a read-only region",
+            access: MR_ACCESS_REMOTE_READ,
+            want: (PROTECTION, 1, 0x02), // remote protection: access rights
+            ..base
+        },
+        Case {
+            what: "a Read of a write-only region",
+            op: WQE_OP_RDMA_READ,
+            access: MR_ACCESS_REMOTE_WRITE,
+            want: (PROTECTION, 1, 0x02),
+            ..base
+        },
+        Case {
+            what: "a Read beyond the region",
+            op: WQE_OP_RDMA_READ,
+            access: MR_ACCESS_REMOTE_READ,
+            offset: 4000,
+            len: 200,
+            want: (PROTECTION, 1, 0x01),
+            ..base
+        },
+        Case {
+            what: "a Read with an unknown rkey",
+            op: WQE_OP_RDMA_READ,
+            access: MR_ACCESS_REMOTE_READ,
+            bad_rkey: true,
+            want: (PROTECTION, 1, 0x00),
+            ..base
+        },
+    ]
+}
+
+#[test]
+fn forbidden_remote_access_ends_in_a_terminate_and_errors_on_both_sides() {
+    for (i, case) in cases().into_iter().enumerate() {
+        let (mut g, s, c) = guest();
+        let (mut se, mut ce) = connected(&mut g, s, c, 7190 + i as u16);
+        let owner = if case.foreign {
+            g.create_ctx().unwrap()
+        } else {
+            s
+        };
+        let (target, mr) = region(&mut g, owner, 4096, case.access, 0x5a);
+        if case.dereg {
+            g.dereg_mr(owner, mr.lkey).unwrap();
+        }
+        let rkey = if case.bad_rkey {
+            mr.rkey ^ 0x8000_0001
+        } else {
+            mr.rkey
+        };
+        g.buf_write(&ce.buf, 0, &[0xa5; 4096]);
+        // A receive on each side, to be flushed.
+        let rsge = |e: &TcpEnd| Sge {
+            addr: e.buf.iova + 65_536,
+            length: 1024,
+            lkey: e.mr.lkey,
+        };
+        let (sr, cr) = (rsge(&se), rsge(&ce));
+        g.post_recv(&mut se.qp, &[recv_wqe(50, &[sr])]);
+        g.post_recv(&mut ce.qp, &[recv_wqe(60, &[cr])]);
+        let sge = Sge {
+            addr: ce.buf.iova,
+            length: case.len,
+            lkey: ce.mr.lkey,
+        };
+        let after = Sge {
+            addr: ce.buf.iova,
+            length: 8,
+            lkey: ce.mr.lkey,
+        };
+        g.post_send(
+            &mut ce.qp,
+            &[
+                rdma_wqe(case.op, 1, target.iova + case.offset, rkey, &[sge]),
+                tcp_send_wqe(2, 0, &[after]),
+            ],
+        );
+        let what = case.what;
+        let (layer, etype, code) = case.want;
+        // The first WR not completed when the Terminate arrives completes with its error,
+        // the ones after it FLUSHED. A Read is always that WR (it waits for its response);
+        // a Write may have completed already (iWARP reports a Write's error afterwards,
+        // on the connection), then the Send after it takes the error.
+        let status = if etype == 1 {
+            CQE_STATUS_REMOTE_ACCESS
+        } else {
+            CQE_STATUS_REMOTE_OPERATION
+        };
+        let detail = cqe_detail_terminate(layer, etype, code, true);
+        let done = [g.wait_cqe(&mut ce.scq), g.wait_cqe(&mut ce.scq)];
+        assert_eq!((done[0].wr_id, done[1].wr_id), (1, 2), "{what}: in order");
+        let first = done.iter().position(|c| c.status != CQE_STATUS_SUCCESS);
+        let Some(first) = first else {
+            panic!("{what}: no WR completed in error: {done:?}")
+        };
+        assert_eq!(
+            (done[first].status, done[first].detail),
+            (status, detail),
+            "{what}: the WR completes with the Terminate's error: {:?}",
+            done[first]
+        );
+        assert!(
+            done[first + 1..]
+                .iter()
+                .all(|c| c.status == CQE_STATUS_FLUSHED),
+            "{what}: {done:?}"
+        );
+        if case.op == WQE_OP_RDMA_READ {
+            assert_eq!(first, 0, "{what}: the Read itself fails");
+        }
+        for (e, wr) in [(&mut ce, 60), (&mut se, 50)] {
+            let r = g.wait_cqe(&mut e.rcq);
+            assert_eq!(
+                (r.wr_id, r.status),
+                (wr, CQE_STATUS_FLUSHED),
+                "{what}: {r:?}"
+            );
+        }
+        // Both QPs know why.
+        let ci = g.query_conn(c, ce.qp.id).unwrap();
+        let si = g.query_conn(s, se.qp.id).unwrap();
+        let term = (layer as u32) << 12 | (etype as u32) << 8 | code as u32;
+        assert_eq!((ci.terminate, si.terminate), (term, term), "{what}");
+        assert_eq!(
+            ci.flags & CONN_INFO_TERMINATE_RECEIVED,
+            CONN_INFO_TERMINATE_RECEIVED
+        );
+        assert_eq!(
+            si.flags & CONN_INFO_TERMINATE_RECEIVED,
+            0,
+            "{what}: the server sent it"
+        );
+        // Nothing of the region moved.
+        if !case.dereg {
+            assert!(
+                g.buf_read(&target, 0, 4096).iter().all(|&b| b == 0x5a),
+                "{what}: the region was touched"
+            );
+        }
+        // The asynchronous events: one QP error each, reason Terminate.
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let id = g.submit_async_event();
+            let (ctx, qp, kind, reason, _) = async_event(&g.admin_wait_done(id));
+            assert_eq!(
+                (kind, reason),
+                (ASYNC_EVENT_QP_ERROR, ASYNC_REASON_TERMINATE),
+                "{what}"
+            );
+            seen.push((ctx, qp));
+        }
+        seen.sort();
+        let mut want = vec![(s, se.qp.id), (c, ce.qp.id)];
+        want.sort();
+        assert_eq!(seen, want, "{what}");
+    }
+}

@@ -1,0 +1,165 @@
+//! Data both ways: Sends of every size (one FPDU, many, none) into receive WRs, RDMA
+//! Writes into the peer's region and RDMA Reads from it, with and without CRC, every byte
+//! checked, completions in the order of their queue.
+
+use crate::support::*;
+use crate::*;
+
+const SIZES: [usize; 7] = [0, 1, 100, 1440, 5000, 65_536, 200_000];
+
+fn sends_arrive_whole(crc: bool) {
+    let (mut g, s, c) = guest();
+    let client = Mpa {
+        flags: if crc { IWARP_CONN_CRC } else { 0 },
+        ..Mpa::plain()
+    };
+    let (mut se, mut ce, con, acc) = g.iwarp_pair((s, c), 7180, &Mpa::plain(), &client);
+    assert_eq!((con.status, acc.status), (ADMIN_STATUS_OK, ADMIN_STATUS_OK));
+    let slot = 256 * 1024u64;
+    // The server's receive buffers, one slot each, after its send data.
+    let rx = g.alloc_buf(slot * SIZES.len() as u64, 0);
+    let rmr = g.reg_mr(s, &rx, MR_ACCESS_LOCAL_WRITE).unwrap();
+    let recvs: Vec<WqeBytes> = (0..SIZES.len())
+        .map(|i| {
+            let sge = Sge {
+                addr: rx.iova + i as u64 * slot,
+                length: slot as u32,
+                lkey: rmr.lkey,
+            };
+            recv_wqe(100 + i as u64, &[sge])
+        })
+        .collect();
+    g.post_recv(&mut se.qp, &recvs);
+    let mut at = 0u64;
+    for (i, &n) in SIZES.iter().enumerate() {
+        let data = pattern(n, i as u8);
+        g.buf_write(&ce.buf, at, &data);
+        let sge = Sge {
+            addr: ce.buf.iova + at,
+            length: n as u32,
+            lkey: ce.mr.lkey,
+        };
+        let w = if i % 2 == 1 {
+            send_se_wqe(i as u64, &[sge])
+        } else {
+            tcp_send_wqe(i as u64, 0, &[sge])
+        };
+        g.post_send(&mut ce.qp, &[w]);
+        at += n as u64;
+    }
+    for (i, &n) in SIZES.iter().enumerate() {
+        let sc = g.wait_cqe(&mut ce.scq);
+        ok(&sc, CQE_OP_SEND, n as u32, "send");
+        assert_eq!(sc.wr_id, i as u64, "sends complete in order");
+        let r = g.wait_cqe(&mut se.rcq);
+        ok(&r, CQE_OP_RECV, n as u32, "receive");
+        assert_eq!(r.wr_id, 100 + i as u64, "each Send takes the next WR");
+        let solicited = if i % 2 == 1 { CQE_DETAIL_SOLICITED } else { 0 };
+        assert_eq!(r.detail, solicited, "the solicited event shows");
+        assert!(
+            g.buf_read(&rx, i as u64 * slot, n) == pattern(n, i as u8),
+            "the bytes of Send {i} ({n} bytes)"
+        );
+    }
+    assert_eq!(
+        g.query_conn(s, se.qp.id).unwrap().flags & CONN_INFO_CRC != 0,
+        crc
+    );
+}
+
+#[test]
+fn sends_of_every_size_arrive_whole_and_in_order() {
+    sends_arrive_whole(false);
+}
+
+#[test]
+fn sends_arrive_whole_with_crc_on() {
+    sends_arrive_whole(true);
+}
+
+#[test]
+fn rdma_writes_land_in_the_peers_region_with_no_completion_there() {
+    let (mut g, s, c) = guest();
+    let (mut se, mut ce) = connected(&mut g, s, c, 7181);
+    let len = 300_000u64;
+    let (target, tmr) = region(&mut g, s, len, MR_ACCESS_REMOTE_WRITE, 0);
+    assert_ne!(tmr.rkey, 0, "remote write rights give an rkey");
+    let data = pattern(len as usize, 7);
+    g.buf_write(&ce.buf, 0, &data[..(1 << 20).min(len as usize)]);
+    // Two writes: the whole region but its first 100 bytes, then those, in two WRs.
+    let sge = |off: u64, n: u64| Sge {
+        addr: ce.buf.iova + off,
+        length: n as u32,
+        lkey: ce.mr.lkey,
+    };
+    g.post_send(
+        &mut ce.qp,
+        &[
+            rdma_wqe(
+                WQE_OP_RDMA_WRITE,
+                1,
+                target.iova + 100,
+                tmr.rkey,
+                &[sge(100, len - 100)],
+            ),
+            rdma_wqe(WQE_OP_RDMA_WRITE, 2, target.iova, tmr.rkey, &[sge(0, 100)]),
+        ],
+    );
+    let a = g.wait_cqe(&mut ce.scq);
+    ok(&a, CQE_OP_RDMA_WRITE, (len - 100) as u32, "write 1");
+    ok(&g.wait_cqe(&mut ce.scq), CQE_OP_RDMA_WRITE, 100, "write 2");
+    assert!(
+        g.buf_read(&target, 0, len as usize) == data,
+        "the region holds the bytes"
+    );
+    assert!(
+        g.poll_cq(&mut se.rcq).is_none(),
+        "a Write completes nothing at its target"
+    );
+    assert!(g.poll_cq(&mut se.scq).is_none());
+}
+
+#[test]
+fn rdma_reads_fetch_the_peers_region_within_the_ord_in_order() {
+    let (mut g, s, c) = guest();
+    // The client may have one read outstanding at a time.
+    let client = Mpa {
+        ord: 1,
+        ..Mpa::plain()
+    };
+    let (_se, mut ce, con, acc) = g.iwarp_pair((s, c), 7182, &Mpa::plain(), &client);
+    assert_eq!((con.status, acc.status), (ADMIN_STATUS_OK, ADMIN_STATUS_OK));
+    assert_eq!(g.query_conn(c, ce.qp.id).unwrap().ord, 1);
+    let len = 100_000u64;
+    let (source, smr) = region(&mut g, s, len, MR_ACCESS_REMOTE_READ, 0);
+    let data = pattern(len as usize, 3);
+    g.buf_write(&source, 0, &data);
+    // Four reads of pieces of it into the client's buffer, a Send between them: all
+    // complete, in the order posted.
+    let pieces = [(0u64, 1u64), (1, 40_000), (40_001, 59_999), (0, 0)];
+    let mut wqes = Vec::new();
+    for (i, &(off, n)) in pieces.iter().enumerate() {
+        let sge = Sge {
+            addr: ce.buf.iova + off,
+            length: n as u32,
+            lkey: ce.mr.lkey,
+        };
+        wqes.push(rdma_wqe(
+            WQE_OP_RDMA_READ,
+            i as u64,
+            source.iova + off,
+            smr.rkey,
+            &[sge],
+        ));
+    }
+    g.post_send(&mut ce.qp, &wqes);
+    for (i, &(_, n)) in pieces.iter().enumerate() {
+        let r = g.wait_cqe(&mut ce.scq);
+        ok(&r, CQE_OP_RDMA_READ, n as u32, "read");
+        assert_eq!(r.wr_id, i as u64, "reads complete in order");
+    }
+    assert!(
+        g.buf_read(&ce.buf, 0, len as usize) == data,
+        "the reads brought every byte"
+    );
+}
