@@ -55,7 +55,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Version of this interface. Grows when something is added; existing structures only ever
 /// grow at the end.
-pub const UAPI_VERSION: u32 = 1;
+pub const UAPI_VERSION: u32 = 2;
 
 /// The `type` byte of every qpip ioctl number.
 pub const IOCTL_TYPE: u32 = 0xc4;
@@ -112,6 +112,9 @@ pub const IOCTL_ADD_ADDR: u32 = 0xc018c40e;
 pub const IOCTL_DEL_ADDR: u32 = 0xc018c40f;
 /// Set the device's MAC address ([`SetMac`]). Needs `CAP_NET_ADMIN`.
 pub const IOCTL_SET_MAC: u32 = 0xc010c410;
+/// What MPA set up for an iWARP QP ([`QueryConn`]): `EINVAL` before its connection is set
+/// up or on a QP of another framing.
+pub const IOCTL_QUERY_CONN: u32 = 0xc228c411;
 
 // ---- argument structures ----------------------------------------------------------------
 
@@ -308,6 +311,8 @@ pub struct Accept {
     pub reserved: u32,
     /// In: returned unchanged in the [`Event`].
     pub user_data: u64,
+    /// In (iWARP QPs): what this end brings to the MPA exchange; all zero on other QPs.
+    pub iwarp: IwarpConn,
 }
 /// Size of the first version of [`Accept`].
 pub const ACCEPT_SIZE_V1: u32 = 24;
@@ -327,9 +332,59 @@ pub struct Connect {
     pub reserved1: u32,
     /// In: returned unchanged in the [`Event`].
     pub user_data: u64,
+    /// In (iWARP QPs): what this end brings to the MPA exchange; all zero on other QPs.
+    pub iwarp: IwarpConn,
 }
 /// Size of the first version of [`Connect`].
 pub const CONNECT_SIZE_V1: u32 = 40;
+
+/// What an iWARP QP's [`IOCTL_CONNECT`] or [`IOCTL_ACCEPT`] brings to the MPA exchange
+/// (the device's `IwarpConnArgs`, with the private data in the caller's memory). The
+/// driver copies the private data when the ioctl is made.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct IwarpConn {
+    /// In: the private data, in the caller's address space (0 when `pd_len` is 0).
+    pub private_data: u64,
+    /// In: its length, at most [`crate::admin::IWARP_MAX_PRIVATE_DATA`].
+    pub pd_len: u16,
+    /// In: RDMA Reads this end serves at once (IRD), at most
+    /// [`crate::admin::IWARP_MAX_IRD_ORD`].
+    pub ird: u8,
+    /// In: RDMA Reads this end keeps outstanding (ORD), at most the same.
+    pub ord: u8,
+    /// In: [`crate::admin::IWARP_CONN_CRC`], [`crate::admin::IWARP_CONN_PEER_TO_PEER`].
+    pub flags: u32,
+}
+
+/// [`IOCTL_QUERY_CONN`]: an iWARP QP's connection as MPA set it up (the device's
+/// `ConnInfo`, field for field after `qp`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct QueryConn {
+    pub size: u32,
+    /// In: the iWARP QP.
+    pub qp: u32,
+    /// Out: `CONN_INFO_*` bits of [`crate::admin`].
+    pub flags: u32,
+    /// Out: the connection's IRD.
+    pub ird: u16,
+    /// Out: the connection's ORD.
+    pub ord: u16,
+    /// Out: the MPA revision (1 or 2).
+    pub mpa_revision: u8,
+    pub reserved0: u8,
+    /// Out: bytes of the peer's private data.
+    pub pd_len: u16,
+    /// Out: the Terminate that ended the connection, as layer (bits 12-15), type (8-11)
+    /// and code (0-7); 0 if none.
+    pub terminate: u32,
+    pub reserved1: [u8; 16],
+    /// Out: the peer's private data.
+    pub private_data: [u8; 512],
+}
+/// Size of the first version of [`QueryConn`].
+pub const QUERY_CONN_SIZE_V1: u32 = 552;
 
 /// [`IOCTL_CLOSE`].
 #[repr(C)]
@@ -456,13 +511,22 @@ mod checks {
     check!(IOCTL_BIND, 0x07, Bind, BIND_SIZE_V1);
     check!(IOCTL_LISTEN, 0x08, Listen, LISTEN_SIZE_V1);
     check!(IOCTL_DESTROY_LISTENER, 0x09, Handle, HANDLE_SIZE_V1);
-    check!(IOCTL_ACCEPT, 0x0a, Accept, ACCEPT_SIZE_V1);
-    check!(IOCTL_CONNECT, 0x0b, Connect, CONNECT_SIZE_V1);
+    // Grown at the end since their first version: the number keeps the first size.
+    macro_rules! grown {
+        ($num:ident, $nr:expr, $ty:ty, $v1:ident) => {
+            const _: () = assert!($num == iowr($nr, $v1 as usize));
+            const _: () = assert!(($v1 as usize) < size_of::<$ty>());
+        };
+    }
+    grown!(IOCTL_ACCEPT, 0x0a, Accept, ACCEPT_SIZE_V1);
+    grown!(IOCTL_CONNECT, 0x0b, Connect, CONNECT_SIZE_V1);
     check!(IOCTL_CLOSE, 0x0c, Close, CLOSE_SIZE_V1);
     check!(IOCTL_QUERY_STATS, 0x0d, QueryStats, QUERY_STATS_SIZE_V1);
     check!(IOCTL_ADD_ADDR, 0x0e, Addr, ADDR_SIZE_V1);
     check!(IOCTL_DEL_ADDR, 0x0f, Addr, ADDR_SIZE_V1);
     check!(IOCTL_SET_MAC, 0x10, SetMac, SET_MAC_SIZE_V1);
+    check!(IOCTL_QUERY_CONN, 0x11, QueryConn, QUERY_CONN_SIZE_V1);
+    const _: () = assert!(size_of::<IwarpConn>() == 16);
     const _: () = assert!(EVENT_SIZE as usize == size_of::<Event>());
     // The largest structure must fit in the size bits of an ioctl number and in MAX_ARG_SIZE.
     const _: () = assert!(size_of::<QueryStats>() < (1 << 14));

@@ -82,6 +82,7 @@ fn uapi_header_has_every_ioctl_and_structure() {
         "QPIP_IOCTL_ADD_ADDR",
         "QPIP_IOCTL_DEL_ADDR",
         "QPIP_IOCTL_SET_MAC",
+        "QPIP_IOCTL_QUERY_CONN",
         "QPIP_EVENT_SIZE",
         "QPIP_UAPI_VERSION",
     ] {
@@ -97,6 +98,8 @@ fn uapi_header_has_every_ioctl_and_structure() {
         "qpip_listen",
         "qpip_accept",
         "qpip_connect",
+        "qpip_iwarp_conn",
+        "qpip_query_conn",
         "qpip_close",
         "qpip_query_stats",
         "qpip_addr",

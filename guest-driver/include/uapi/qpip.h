@@ -10,7 +10,7 @@
  Version of this interface. Grows when something is added; existing structures only ever
  grow at the end.
  */
-#define QPIP_UAPI_VERSION 1
+#define QPIP_UAPI_VERSION 2
 
 /*
  The `type` byte of every qpip ioctl number.
@@ -116,6 +116,12 @@
 #define QPIP_IOCTL_SET_MAC 3222324240
 
 /*
+ What MPA set up for an iWARP QP ([`QueryConn`]): `EINVAL` before its connection is set
+ up or on a QP of another framing.
+ */
+#define QPIP_IOCTL_QUERY_CONN 3257451537
+
+/*
  Size of the first version of [`QueryDevice`].
  */
 #define QPIP_QUERY_DEVICE_SIZE_V1 88
@@ -164,6 +170,11 @@
  Size of the first version of [`Connect`].
  */
 #define QPIP_CONNECT_SIZE_V1 40
+
+/*
+ Size of the first version of [`QueryConn`].
+ */
+#define QPIP_QUERY_CONN_SIZE_V1 552
 
 /*
  Size of the first version of [`Close`].
@@ -500,6 +511,35 @@ struct qpip_listen {
 };
 
 /*
+ What an iWARP QP's [`IOCTL_CONNECT`] or [`IOCTL_ACCEPT`] brings to the MPA exchange
+ (the device's `IwarpConnArgs`, with the private data in the caller's memory). The
+ driver copies the private data when the ioctl is made.
+ */
+struct qpip_iwarp_conn {
+  /*
+   In: the private data, in the caller's address space (0 when `pd_len` is 0).
+   */
+  __u64 private_data;
+  /*
+   In: its length, at most [`crate::admin::IWARP_MAX_PRIVATE_DATA`].
+   */
+  __u16 pd_len;
+  /*
+   In: RDMA Reads this end serves at once (IRD), at most
+   [`crate::admin::IWARP_MAX_IRD_ORD`].
+   */
+  __u8 ird;
+  /*
+   In: RDMA Reads this end keeps outstanding (ORD), at most the same.
+   */
+  __u8 ord;
+  /*
+   In: [`crate::admin::IWARP_CONN_CRC`], [`crate::admin::IWARP_CONN_PEER_TO_PEER`].
+   */
+  __u32 flags;
+};
+
+/*
  [`IOCTL_ACCEPT`].
  */
 struct qpip_accept {
@@ -517,6 +557,10 @@ struct qpip_accept {
    In: returned unchanged in the [`Event`].
    */
   __u64 user_data;
+  /*
+   In (iWARP QPs): what this end brings to the MPA exchange; all zero on other QPs.
+   */
+  struct qpip_iwarp_conn iwarp;
 };
 
 /*
@@ -542,6 +586,53 @@ struct qpip_connect {
    In: returned unchanged in the [`Event`].
    */
   __u64 user_data;
+  /*
+   In (iWARP QPs): what this end brings to the MPA exchange; all zero on other QPs.
+   */
+  struct qpip_iwarp_conn iwarp;
+};
+
+/*
+ [`IOCTL_QUERY_CONN`]: an iWARP QP's connection as MPA set it up (the device's
+ `ConnInfo`, field for field after `qp`).
+ */
+struct qpip_query_conn {
+  __u32 size;
+  /*
+   In: the iWARP QP.
+   */
+  __u32 qp;
+  /*
+   Out: `CONN_INFO_*` bits of [`crate::admin`].
+   */
+  __u32 flags;
+  /*
+   Out: the connection's IRD.
+   */
+  __u16 ird;
+  /*
+   Out: the connection's ORD.
+   */
+  __u16 ord;
+  /*
+   Out: the MPA revision (1 or 2).
+   */
+  __u8 mpa_revision;
+  __u8 reserved0;
+  /*
+   Out: bytes of the peer's private data.
+   */
+  __u16 pd_len;
+  /*
+   Out: the Terminate that ended the connection, as layer (bits 12-15), type (8-11)
+   and code (0-7); 0 if none.
+   */
+  __u32 terminate;
+  __u8 reserved1[16];
+  /*
+   Out: the peer's private data.
+   */
+  __u8 private_data[512];
 };
 
 /*
