@@ -117,6 +117,11 @@ impl<'a> Input<'a> {
         u64::from_le_bytes(self.array())
     }
 
+    /// Everything not read yet (the input is empty afterwards).
+    pub fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.data)
+    }
+
     pub fn bool(&mut self) -> bool {
         self.u8() & 1 != 0
     }

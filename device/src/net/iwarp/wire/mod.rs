@@ -27,6 +27,9 @@ pub mod mpa;
 pub mod rdmap;
 pub mod terminate;
 
+#[cfg(test)]
+mod tshark_tests;
+
 use std::fmt;
 
 /// Why a frame or message could not be built: a value the format cannot carry.
