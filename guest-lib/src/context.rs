@@ -132,10 +132,21 @@ impl Context {
 
     /// Registers `buf` (taking it over) for receives and sends.
     pub fn register(&self, buf: Vec<u8>) -> Result<MemoryRegion> {
+        self.register_with(buf, crate::Access::default())
+    }
+
+    /// [`Context::register`], also granting peers of iWARP QPs of this context `access`
+    /// (RDMA Read, Write) to the region by its [`MemoryRegion::rkey`]. The device only.
+    pub fn register_with(&self, buf: Vec<u8>, access: crate::Access) -> Result<MemoryRegion> {
         let mut mr = MrInner::new(self.inner.clone(), buf)?;
-        mr.lkey = match &self.inner.imp {
-            CtxImpl::Device(d) => d.reg_mr(mr.addr(), mr.len())?,
-            CtxImpl::Soft(s) => s.reg_mr(),
+        (mr.lkey, mr.rkey) = match &self.inner.imp {
+            CtxImpl::Device(d) => d.reg_mr(mr.addr(), mr.len(), access.bits())?,
+            CtxImpl::Soft(_) if access != crate::Access::default() => {
+                return Err(Error::Unsupported(
+                    "remote access to memory needs iWARP, which the software provider lacks",
+                ))
+            }
+            CtxImpl::Soft(s) => (s.reg_mr(), 0),
         };
         Ok(MemoryRegion {
             inner: Arc::new(mr),
@@ -145,6 +156,12 @@ impl Context {
     /// Allocates and registers `len` zeroed bytes.
     pub fn alloc(&self, len: usize) -> Result<MemoryRegion> {
         self.register(vec![0; len])
+    }
+
+    /// Allocates and registers `len` zeroed bytes that peers may reach with `access`
+    /// ([`Context::register_with`]).
+    pub fn alloc_with(&self, len: usize, access: crate::Access) -> Result<MemoryRegion> {
+        self.register_with(vec![0; len], access)
     }
 
     /// Creates a completion queue of `depth` entries (a power of two, 2 ..=

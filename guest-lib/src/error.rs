@@ -80,6 +80,9 @@ pub enum Error {
         what: &'static str,
         source: io::Error,
     },
+    /// What was asked needs the device (iWARP on the software provider).
+    #[error("not supported here: {0}")]
+    Unsupported(&'static str),
 }
 
 impl Error {
@@ -120,6 +123,7 @@ impl Error {
             | Error::OutOfBounds { .. }
             | Error::Destination(_) => io::ErrorKind::InvalidInput,
             Error::TimedOut { .. } => io::ErrorKind::TimedOut,
+            Error::Unsupported(_) => io::ErrorKind::Unsupported,
             _ => io::ErrorKind::Other,
         }
     }

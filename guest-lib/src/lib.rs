@@ -49,6 +49,11 @@
 //!   `wr_id`. Connections are made with [`Qp::connect`] and [`Listener::accept`], whose
 //!   outcomes are [`Event`]s of the context ([`Context::poll_event`], or the blocking
 //!   [`Qp::connect_wait`] and [`Listener::accept_wait`]).
+//! - iWARP ([`Framing::Iwarp`], the device only): RDMA over TCP with any iWARP peer —
+//!   sends, [`SendWr::rdma_write`] and [`SendWr::rdma_read`] into regions registered with
+//!   remote rights ([`Context::register_with`], [`MemoryRegion::remote`]), connections set
+//!   up by MPA with private data ([`Qp::connect_mpa`], [`Listener::accept_mpa`],
+//!   [`Qp::conn_info`]). See [`iwarp`].
 //!
 //! With the Cargo feature `tokio`, [`aio`] adds futures for the waits: [`AsyncCq::next`]
 //! and [`AsyncCq::poll_batch`] complete from the CQ's descriptor, [`AsyncContext`]'s
@@ -68,6 +73,7 @@ mod cq;
 mod device;
 mod discovery;
 mod error;
+pub mod iwarp;
 mod mr;
 mod qp;
 mod soft;
@@ -83,6 +89,7 @@ pub use discovery::{
     driver_loaded, list_devices, AbiVersion, DeviceInfo, DiscoveryError, CLASS, DEV_DIR,
 };
 pub use error::{Error, Result};
+pub use iwarp::{Access, ConnInfo, Mpa, RemoteAddr};
 pub use mr::{MemoryRegion, Sge};
 pub use qp::{Listener, Qp, QpInit, SendWr};
 pub use types::{

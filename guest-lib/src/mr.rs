@@ -28,6 +28,8 @@ pub(crate) struct MrInner {
     len: usize,
     cap: usize,
     pub(crate) lkey: u32,
+    /// The key peers name it by (0: no remote right).
+    pub(crate) rkey: u32,
     pub(crate) ctx: Arc<CtxInner>,
 }
 
@@ -54,6 +56,7 @@ impl MrInner {
             len,
             cap,
             lkey: 0,
+            rkey: 0,
             ctx,
         })
     }
@@ -84,6 +87,22 @@ impl MemoryRegion {
     /// Its local key (what the device's work queue entries name it by).
     pub fn lkey(&self) -> u32 {
         self.inner.lkey
+    }
+
+    /// Its remote key: what a peer names it by in RDMA Writes and Reads (0 when it was
+    /// registered without a remote right).
+    pub fn rkey(&self) -> u32 {
+        self.inner.rkey
+    }
+
+    /// Where a peer's RDMA Write or Read reaches byte `offset` of this region: give it to
+    /// the peer (it goes in [`crate::SendWr::rdma_write`] and
+    /// [`crate::SendWr::rdma_read`] there).
+    pub fn remote(&self, offset: usize) -> crate::RemoteAddr {
+        crate::RemoteAddr {
+            addr: self.inner.addr() as u64 + offset as u64,
+            rkey: self.inner.rkey,
+        }
     }
 
     /// Its size in bytes.

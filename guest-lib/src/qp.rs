@@ -9,6 +9,7 @@ use crate::context::CtxInner;
 use crate::cq::{Cq, CqInner};
 use crate::device;
 use crate::error::{Error, Result};
+use crate::iwarp::{ConnInfo, Mpa, RemoteAddr};
 use crate::mr::{Gather, Sge};
 use crate::soft;
 use crate::types::{Event, EventKind, QpKind};
@@ -61,13 +62,25 @@ pub(crate) enum SendData<'a> {
     Inline(&'a [u8]),
 }
 
-/// A send work request: what to send, the caller's tag, and for UDP where to.
+/// What a send-queue work request does: a send, or (iWARP) an RDMA Write or Read of the
+/// peer's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SendOp {
+    Send,
+    Write(RemoteAddr),
+    Read(RemoteAddr),
+}
+
+/// A send-queue work request: what to send (or, on iWARP QPs, to write into or read from
+/// the peer's memory), the caller's tag, and for UDP where to.
 #[derive(Clone, Copy, Debug)]
 pub struct SendWr<'a> {
     pub(crate) wr_id: u64,
     pub(crate) data: SendData<'a>,
     pub(crate) imm: u32,
     pub(crate) dest: Option<SocketAddrV6>,
+    pub(crate) op: SendOp,
+    pub(crate) solicited: bool,
 }
 
 impl<'a> SendWr<'a> {
@@ -78,7 +91,34 @@ impl<'a> SendWr<'a> {
             data: SendData::Gather(sges),
             imm: 0,
             dest: None,
+            op: SendOp::Send,
+            solicited: false,
         }
+    }
+
+    /// iWARP: writes the bytes of `sges` into the peer's memory at `to` (an address in a
+    /// region the peer registered with remote write, and its rkey). Completes when the
+    /// peer has every byte; nothing completes on the peer's side.
+    pub fn rdma_write(wr_id: u64, sges: &'a [Sge<'a>], to: RemoteAddr) -> SendWr<'a> {
+        SendWr {
+            op: SendOp::Write(to),
+            ..SendWr::new(wr_id, sges)
+        }
+    }
+
+    /// iWARP: reads the peer's memory at `from` (a region it registered with remote read)
+    /// into `sges`, as many bytes as they hold. Completes when every byte is here.
+    pub fn rdma_read(wr_id: u64, sges: &'a [Sge<'a>], from: RemoteAddr) -> SendWr<'a> {
+        SendWr {
+            op: SendOp::Read(from),
+            ..SendWr::new(wr_id, sges)
+        }
+    }
+
+    /// iWARP: a Send with Solicited Event (the peer's receive completion says so).
+    pub fn solicited(mut self) -> SendWr<'a> {
+        self.solicited = true;
+        self
     }
 
     /// Sends `data`, copied into the request at post time (at most
@@ -89,6 +129,8 @@ impl<'a> SendWr<'a> {
             data: SendData::Inline(data),
             imm: 0,
             dest: None,
+            op: SendOp::Send,
+            solicited: false,
         }
     }
 
@@ -115,6 +157,8 @@ pub(crate) struct SendRef<'a> {
     pub inline: Option<&'a [u8]>,
     pub imm: u32,
     pub dest: Option<SocketAddrV6>,
+    pub op: SendOp,
+    pub solicited: bool,
 }
 
 /// A send the software provider keeps until its bytes are written.
@@ -203,10 +247,62 @@ impl Qp {
     /// the connection.
     pub fn connect(&self, peer: SocketAddrV6, user_data: u64) -> Result<()> {
         self.need_tcp("connect needs a TCP QP")?;
+        if self.is_iwarp() {
+            return self.connect_mpa(peer, &Mpa::new(), user_data);
+        }
         match &self.inner.imp {
-            QpImpl::Device(q) => q.connect(self.inner.ctx.dev(), &peer, user_data),
+            QpImpl::Device(q) => q.connect(self.inner.ctx.dev(), &peer, None, user_data),
             QpImpl::Soft(q) => q.connect(&peer, user_data),
         }
+    }
+
+    /// [`Qp::connect`] for an iWARP QP, with what this end brings to the setup (private
+    /// data, IRD and ORD, CRC, peer-to-peer mode). The connect completes once the peer's
+    /// MPA reply has come ([`Qp::conn_info`] then tells what was agreed).
+    pub fn connect_mpa(&self, peer: SocketAddrV6, mpa: &Mpa, user_data: u64) -> Result<()> {
+        self.need_iwarp("connect_mpa needs an iWARP QP")?;
+        check_mpa(mpa)?;
+        match &self.inner.imp {
+            QpImpl::Device(q) => q.connect(self.inner.ctx.dev(), &peer, Some(mpa), user_data),
+            QpImpl::Soft(_) => Err(Error::Unsupported("iWARP needs the qpip device")),
+        }
+    }
+
+    /// [`Qp::connect_mpa`] and wait for the outcome (at most `timeout`); returns the peer.
+    pub fn connect_mpa_wait(
+        &self,
+        peer: SocketAddrV6,
+        mpa: &Mpa,
+        timeout: Duration,
+    ) -> Result<SocketAddrV6> {
+        self.connect_mpa(peer, mpa, 0)?;
+        self.wait_outcome(EventKind::Connect, "connect", timeout)
+            .map(|p| p.unwrap_or(peer))
+    }
+
+    /// What the setup of an iWARP QP's connection agreed, the peer's private data, and
+    /// the Terminate that ended it, if one did.
+    pub fn conn_info(&self) -> Result<ConnInfo> {
+        self.need_iwarp("conn_info needs an iWARP QP")?;
+        match &self.inner.imp {
+            QpImpl::Device(q) => q.conn_info(self.inner.ctx.dev()),
+            QpImpl::Soft(_) => Err(Error::Unsupported("iWARP needs the qpip device")),
+        }
+    }
+
+    pub(crate) fn is_iwarp(&self) -> bool {
+        self.inner.kind == QpKind::Tcp(crate::Framing::Iwarp)
+    }
+
+    pub(crate) fn need_iwarp(&self, what: &'static str) -> Result<()> {
+        if self.is_iwarp() {
+            return Ok(());
+        }
+        Err(Error::WrongQpKind {
+            qp: self.id(),
+            kind: self.inner.kind.name(),
+            what,
+        })
     }
 
     /// Connects and waits for the outcome (at most `timeout`); returns the peer.
@@ -271,6 +367,9 @@ impl Qp {
             }
             _ => {}
         }
+        if wr.op != SendOp::Send || wr.solicited {
+            self.need_iwarp("RDMA Writes, Reads and solicited Sends need an iWARP QP")?;
+        }
         let req = match wr.data {
             SendData::Gather(sges) => SendRef {
                 wr_id: wr.wr_id,
@@ -278,6 +377,8 @@ impl Qp {
                 inline: None,
                 imm: wr.imm,
                 dest: wr.dest,
+                op: wr.op,
+                solicited: wr.solicited,
             },
             SendData::Inline(data) => {
                 if data.len() > lim.max_inline as usize {
@@ -292,6 +393,8 @@ impl Qp {
                     inline: Some(data),
                     imm: wr.imm,
                     dest: wr.dest,
+                    op: wr.op,
+                    solicited: wr.solicited,
                 }
             }
         };
@@ -373,6 +476,26 @@ impl Drop for QpInner {
     }
 }
 
+/// Checks MPA parameters before they reach the driver.
+fn check_mpa(m: &Mpa) -> Result<()> {
+    if m.private_data.len() > Mpa::MAX_PRIVATE_DATA {
+        return Err(Error::InvalidArgument(format!(
+            "{} bytes of private data, at most {}",
+            m.private_data.len(),
+            Mpa::MAX_PRIVATE_DATA
+        )));
+    }
+    if m.ird > Mpa::MAX_IRD_ORD || m.ord > Mpa::MAX_IRD_ORD {
+        return Err(Error::InvalidArgument(format!(
+            "IRD {} and ORD {}: at most {} each",
+            m.ird,
+            m.ord,
+            Mpa::MAX_IRD_ORD
+        )));
+    }
+    Ok(())
+}
+
 /// The result an accept, connect or close event reports: the peer, or the failure.
 pub(crate) fn outcome(e: &Event, what: &'static str) -> Result<Option<SocketAddrV6>> {
     match e.error() {
@@ -407,13 +530,36 @@ impl Listener {
     /// Offers the idle TCP QP `qp` for the next connection. Returns at once; the outcome
     /// is an [`EventKind::Accept`] event about `qp`, carrying `user_data` and the peer.
     pub fn accept(&self, qp: &Qp, user_data: u64) -> Result<()> {
+        if qp.is_iwarp() {
+            return self.accept_mpa(qp, &Mpa::new(), user_data);
+        }
+        self.accept_with(qp, None, user_data)
+    }
+
+    /// [`Listener::accept`] for an iWARP QP, with what this end brings to the setup: the
+    /// accept completes once the initiator's MPA request has been answered
+    /// ([`Qp::conn_info`] then holds its private data).
+    pub fn accept_mpa(&self, qp: &Qp, mpa: &Mpa, user_data: u64) -> Result<()> {
+        qp.need_iwarp("accept_mpa needs an iWARP QP")?;
+        check_mpa(mpa)?;
+        self.accept_with(qp, Some(mpa), user_data)
+    }
+
+    /// [`Listener::accept_mpa`] and wait for it (at most `timeout`); returns the peer.
+    pub fn accept_mpa_wait(&self, qp: &Qp, mpa: &Mpa, timeout: Duration) -> Result<SocketAddrV6> {
+        self.accept_mpa(qp, mpa, 0)?;
+        qp.wait_outcome(EventKind::Accept, "accept", timeout)
+            .map(|p| p.unwrap_or(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0)))
+    }
+
+    fn accept_with(&self, qp: &Qp, mpa: Option<&Mpa>, user_data: u64) -> Result<()> {
         qp.need_tcp("accept needs a TCP QP")?;
         if !Arc::ptr_eq(&qp.inner.ctx, &self.inner.ctx) {
             return Err(Error::ForeignObject("the QP"));
         }
         match (&self.inner.imp, &qp.inner.imp) {
             (ListenerImpl::Device(l), QpImpl::Device(q)) => {
-                l.accept(self.inner.ctx.dev(), q, user_data)
+                l.accept(self.inner.ctx.dev(), q, mpa, user_data)
             }
             (ListenerImpl::Soft(l), QpImpl::Soft(q)) => l.accept(q, user_data),
             _ => Err(Error::ForeignObject("the QP")),

@@ -24,6 +24,10 @@ pub enum Framing {
     Message,
     /// QP ⇄ plain socket: the bytes are the stream.
     Stream,
+    /// RDMA over TCP, iWARP's MPA, DDP and RDMAP: sends, RDMA Writes and Reads, with any
+    /// iWARP peer (another qpip device, Linux's soft-iWARP, an iWARP NIC). Set up with
+    /// [`crate::Qp::connect_mpa`] and [`crate::Listener::accept_mpa`]; the device only.
+    Iwarp,
 }
 
 /// The transport of a QP.
@@ -51,6 +55,10 @@ pub enum Opcode {
     #[default]
     Send,
     Recv,
+    /// An RDMA Write (iWARP).
+    RdmaWrite,
+    /// An RDMA Read (iWARP).
+    RdmaRead,
 }
 
 /// How a work request ended (the device's `CQE_STATUS_*`).
@@ -73,6 +81,11 @@ pub enum Status {
     /// The destination is unusable: unspecified, multicast or port 0, not reachable, or
     /// the QP is not bound (UDP) or not connected (TCP).
     BadDest,
+    /// iWARP: a remote access was refused (unknown rkey, out of bounds, no right); the
+    /// connection ended with a Terminate, which [`Completion::detail`] names.
+    RemoteAccess,
+    /// iWARP: the connection ended with a Terminate for another error.
+    RemoteOperation,
     /// A status this library does not know (a newer device).
     Other(u8),
 }
@@ -87,6 +100,8 @@ impl Status {
             cqe::CQE_STATUS_BAD_WQE => Status::BadWqe,
             cqe::CQE_STATUS_FLUSHED => Status::Flushed,
             cqe::CQE_STATUS_BAD_DEST => Status::BadDest,
+            cqe::CQE_STATUS_REMOTE_ACCESS => Status::RemoteAccess,
+            cqe::CQE_STATUS_REMOTE_OPERATION => Status::RemoteOperation,
             other => Status::Other(other),
         }
     }
@@ -102,6 +117,8 @@ impl fmt::Display for Status {
             Status::BadWqe => f.write_str("malformed work request"),
             Status::Flushed => f.write_str("flushed (QP destroyed or in error)"),
             Status::BadDest => f.write_str("unusable destination"),
+            Status::RemoteAccess => f.write_str("remote access refused (Terminate)"),
+            Status::RemoteOperation => f.write_str("remote operation error (Terminate)"),
             Status::Other(s) => write!(f, "unknown status {s}"),
         }
     }
@@ -120,6 +137,8 @@ pub enum Detail {
     NoRoute,
     NotBound,
     BadAddress,
+    /// The Terminate that ended an iWARP connection.
+    Terminate(crate::iwarp::Terminate),
     Other(u32),
 }
 
@@ -135,6 +154,12 @@ impl Detail {
             cqe::CQE_DETAIL_NO_ROUTE => Detail::NoRoute,
             cqe::CQE_DETAIL_NOT_BOUND => Detail::NotBound,
             cqe::CQE_DETAIL_BAD_ADDRESS => Detail::BadAddress,
+            t if t & cqe::CQE_DETAIL_TERMINATE != 0 => Detail::Terminate(crate::iwarp::Terminate {
+                layer: (t >> 16 & 0xf) as u8,
+                etype: (t >> 8 & 0xf) as u8,
+                code: t as u8,
+                received: t & 1 << 24 != 0,
+            }),
             other => Detail::Other(other),
         }
     }
@@ -156,6 +181,8 @@ pub struct Completion {
     pub imm: u32,
     /// Receives on UDP QPs: the sender.
     pub src: Option<SocketAddrV6>,
+    /// Receives on iWARP QPs: the Send asked for a solicited event.
+    pub solicited: bool,
 }
 
 impl Default for Completion {
@@ -169,6 +196,7 @@ impl Default for Completion {
             byte_len: 0,
             imm: 0,
             src: None,
+            solicited: false,
         }
     }
 }
@@ -180,11 +208,14 @@ impl Completion {
     }
 
     pub(crate) fn from_cqe(c: &cqe::Cqe, udp_src: bool) -> Completion {
-        let opcode = if c.opcode == cqe::CQE_OP_RECV {
-            Opcode::Recv
-        } else {
-            Opcode::Send
+        let opcode = match c.opcode {
+            cqe::CQE_OP_RECV => Opcode::Recv,
+            cqe::CQE_OP_RDMA_WRITE => Opcode::RdmaWrite,
+            cqe::CQE_OP_RDMA_READ => Opcode::RdmaRead,
+            _ => Opcode::Send,
         };
+        let ok = c.status == cqe::CQE_STATUS_SUCCESS;
+        let solicited = ok && c.detail == cqe::CQE_DETAIL_SOLICITED;
         let src = (udp_src && opcode == Opcode::Recv && c.status == cqe::CQE_STATUS_SUCCESS)
             .then(|| SocketAddrV6::new(Ipv6Addr::from(c.src_addr), c.src_port, 0, 0));
         Completion {
@@ -192,10 +223,15 @@ impl Completion {
             qp: c.qp,
             opcode,
             status: Status::from_raw(c.status),
-            detail: Detail::from_raw(c.detail),
+            detail: if solicited {
+                Detail::None
+            } else {
+                Detail::from_raw(c.detail)
+            },
             byte_len: c.byte_len,
             imm: c.imm_data,
             src,
+            solicited,
         }
     }
 }

@@ -61,6 +61,9 @@
 // The device speaks an interface version this library does not know.
 #define QPIP_E_ABI -14
 
+// Not supported by this provider (iWARP on the software provider).
+#define QPIP_E_UNSUPPORTED -15
+
 // QP kinds for qpip_qp_create().
 #define QPIP_QP_UDP 0
 
@@ -80,6 +83,12 @@
 
 #define QPIP_OP_RECV 1
 
+// An RDMA Write (iWARP QPs).
+#define QPIP_OP_RDMA_WRITE 2
+
+// An RDMA Read (iWARP QPs).
+#define QPIP_OP_RDMA_READ 3
+
 // Completion statuses (qpip_completion.status).
 #define QPIP_WC_SUCCESS 0
 
@@ -95,7 +104,19 @@
 
 #define QPIP_WC_BAD_DEST 6
 
+// iWARP: the peer refused a remote access (a Terminate; `detail` holds it, see
+// QPIP_DETAIL_TERMINATE).
+#define QPIP_WC_REMOTE_ACCESS 7
+
+// iWARP: the connection ended with a Terminate for another error.
+#define QPIP_WC_REMOTE_OPERATION 8
+
 #define QPIP_WC_OTHER 255
+
+// Set in a completion's `detail` when it carries the Terminate that ended an iWARP
+// connection: then bit 24 says the peer sent it, bits 16-19 hold its layer, 8-11 its error
+// type and 0-7 its code (RFC 5040 section 7).
+#define QPIP_DETAIL_TERMINATE (1 << 31)
 
 // Event kinds (qpip_event.kind).
 #define QPIP_EVENT_ACCEPT 1

@@ -46,6 +46,8 @@ fn to_c(c: &Completion) -> qpip_completion {
         Status::BadWqe => QPIP_WC_BAD_WQE,
         Status::Flushed => QPIP_WC_FLUSHED,
         Status::BadDest => QPIP_WC_BAD_DEST,
+        Status::RemoteAccess => QPIP_WC_REMOTE_ACCESS,
+        Status::RemoteOperation => QPIP_WC_REMOTE_OPERATION,
         _ => QPIP_WC_OTHER,
     };
     let detail = match c.detail {
@@ -58,15 +60,25 @@ fn to_c(c: &Completion) -> qpip_completion {
         verbs::Detail::NoRoute => 6,
         verbs::Detail::NotBound => 7,
         verbs::Detail::BadAddress => 8,
+        // QPIP_DETAIL_TERMINATE, then bit 24 if the peer sent it, the layer (bits 16-19),
+        // error type (8-11) and code (0-7) of RFC 5040.
+        verbs::Detail::Terminate(t) => {
+            QPIP_DETAIL_TERMINATE
+                | (t.received as u32) << 24
+                | ((t.layer & 0xf) as u32) << 16
+                | ((t.etype & 0xf) as u32) << 8
+                | t.code as u32
+        }
         verbs::Detail::Other(d) => d,
     };
     qpip_completion {
         wr_id: c.wr_id,
         qp: c.qp,
-        opcode: if c.opcode == Opcode::Recv {
-            QPIP_OP_RECV
-        } else {
-            QPIP_OP_SEND
+        opcode: match c.opcode {
+            Opcode::Recv => QPIP_OP_RECV,
+            Opcode::RdmaWrite => QPIP_OP_RDMA_WRITE,
+            Opcode::RdmaRead => QPIP_OP_RDMA_READ,
+            Opcode::Send => QPIP_OP_SEND,
         },
         status,
         detail,

@@ -38,6 +38,7 @@ fn code_of(e: &Error) -> c_int {
         Error::Destination(_) => QPIP_E_DESTINATION,
         Error::TimedOut { .. } => QPIP_E_TIMEDOUT,
         Error::Connection { .. } => QPIP_E_CONNECTION,
+        Error::Unsupported(_) => QPIP_E_UNSUPPORTED,
     }
 }
 
@@ -58,6 +59,7 @@ pub extern "C" fn qpip_strerror(code: c_int) -> *const c_char {
         QPIP_E_OS => c"system call failed",
         QPIP_E_QUEUE_FULL => c"work queue full",
         QPIP_E_LENGTH => c"too many SGEs, inline data too long, or outside the memory region",
+        QPIP_E_UNSUPPORTED => c"not supported by this provider",
         QPIP_E_FOREIGN => c"object of another context",
         QPIP_E_WRONG_KIND => c"not for this kind of QP",
         QPIP_E_DESTINATION => c"destination missing (UDP) or not allowed (TCP)",

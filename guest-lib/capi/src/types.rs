@@ -34,6 +34,8 @@ pub const QPIP_E_TIMEDOUT: c_int = -12;
 pub const QPIP_E_CONNECTION: c_int = -13;
 /// The device speaks an interface version this library does not know.
 pub const QPIP_E_ABI: c_int = -14;
+/// Not supported by this provider (iWARP on the software provider).
+pub const QPIP_E_UNSUPPORTED: c_int = -15;
 
 /// QP kinds for qpip_qp_create().
 pub const QPIP_QP_UDP: c_int = 0;
@@ -49,6 +51,10 @@ pub const QPIP_PROVIDER_SOFT: c_int = 1;
 /// Completion opcodes.
 pub const QPIP_OP_SEND: u32 = 0;
 pub const QPIP_OP_RECV: u32 = 1;
+/// An RDMA Write (iWARP QPs).
+pub const QPIP_OP_RDMA_WRITE: u32 = 2;
+/// An RDMA Read (iWARP QPs).
+pub const QPIP_OP_RDMA_READ: u32 = 3;
 
 /// Completion statuses (qpip_completion.status).
 pub const QPIP_WC_SUCCESS: u32 = 0;
@@ -58,7 +64,16 @@ pub const QPIP_WC_BAD_OPCODE: u32 = 3;
 pub const QPIP_WC_BAD_WQE: u32 = 4;
 pub const QPIP_WC_FLUSHED: u32 = 5;
 pub const QPIP_WC_BAD_DEST: u32 = 6;
+/// iWARP: the peer refused a remote access (a Terminate; `detail` holds it, see
+/// QPIP_DETAIL_TERMINATE).
+pub const QPIP_WC_REMOTE_ACCESS: u32 = 7;
+/// iWARP: the connection ended with a Terminate for another error.
+pub const QPIP_WC_REMOTE_OPERATION: u32 = 8;
 pub const QPIP_WC_OTHER: u32 = 255;
+/// Set in a completion's `detail` when it carries the Terminate that ended an iWARP
+/// connection: then bit 24 says the peer sent it, bits 16-19 hold its layer, 8-11 its error
+/// type and 0-7 its code (RFC 5040 section 7).
+pub const QPIP_DETAIL_TERMINATE: u32 = 1 << 31;
 
 /// Event kinds (qpip_event.kind).
 pub const QPIP_EVENT_ACCEPT: u32 = 1;

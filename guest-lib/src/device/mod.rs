@@ -13,21 +13,24 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use qpip_abi::admin::{
-    FRAMING_MESSAGE, FRAMING_STREAM, MR_ACCESS_LOCAL_WRITE, QP_TYPE_TCP, QP_TYPE_UDP,
+    CONN_INFO_CRC, CONN_INFO_PEER_TO_PEER, CONN_INFO_REJECTED, CONN_INFO_TERMINATE_RECEIVED,
+    FRAMING_IWARP, FRAMING_MESSAGE, FRAMING_STREAM, QP_TYPE_TCP, QP_TYPE_UDP,
 };
 use qpip_abi::cqe::{self, Cqe, CQE_OP_SEND, CQE_SIZE};
 use qpip_abi::doorbell::{self, Producer};
 use qpip_abi::regs::KICK;
 use qpip_abi::uapi::{self, *};
 use qpip_abi::wqe::{
-    Sge as WqeSge, Wqe, WQE_FLAG_INLINE, WQE_OP_RECV, WQE_OP_SEND, WQE_SGE_OFFSET, WQE_SIZE,
+    Sge as WqeSge, Wqe, WQE_FLAG_INLINE, WQE_FLAG_SOLICITED, WQE_OP_RDMA_READ, WQE_OP_RDMA_WRITE,
+    WQE_OP_RECV, WQE_OP_SEND, WQE_SGE_OFFSET, WQE_SIZE,
 };
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::cq::{CqImpl, CqInner};
 use crate::error::{Error, Result};
+use crate::iwarp::{ConnInfo, Mpa};
 use crate::mr::{Keep, Seg};
-use crate::qp::{QpInit, RecvReq, SendRef};
+use crate::qp::{QpInit, RecvReq, SendOp, SendRef};
 use crate::types::{Completion, Event, Framing, Limits, QpKind};
 use sys::{ioctl, Mapping};
 
@@ -139,13 +142,14 @@ impl Ctx {
         unsafe { Producer::from_ptr(self.db.at(0)) }
     }
 
-    pub(crate) fn reg_mr(&self, addr: *mut u8, len: usize) -> Result<u32> {
+    /// Registers `len` bytes at `addr` with `access` (`MR_ACCESS_*`): (lkey, rkey).
+    pub(crate) fn reg_mr(&self, addr: *mut u8, len: usize, access: u32) -> Result<(u32, u32)> {
         let mut a = arg!(RegMr);
         a.addr = addr as u64;
         a.length = len as u64;
-        a.access = MR_ACCESS_LOCAL_WRITE;
+        a.access = access;
         ioctl(&self.fd, IOCTL_REG_MR, &mut a, "register memory (REG_MR)")?;
-        Ok(a.lkey)
+        Ok((a.lkey, a.rkey))
     }
 
     pub(crate) fn dereg_mr(&self, lkey: u32) {
@@ -199,6 +203,7 @@ impl Ctx {
             QpKind::Udp => (QP_TYPE_UDP, 0),
             QpKind::Tcp(Framing::Message) => (QP_TYPE_TCP, FRAMING_MESSAGE),
             QpKind::Tcp(Framing::Stream) => (QP_TYPE_TCP, FRAMING_STREAM),
+            QpKind::Tcp(Framing::Iwarp) => (QP_TYPE_TCP, FRAMING_IWARP),
         };
         a.send_cq = scq.handle;
         a.recv_cq = rcq.handle;
@@ -470,13 +475,52 @@ impl Qp {
         Ok(SocketAddrV6::new(Ipv6Addr::from(a.addr), a.port, 0, 0))
     }
 
-    pub(crate) fn connect(&self, dev: &Ctx, peer: &SocketAddrV6, user_data: u64) -> Result<()> {
+    pub(crate) fn connect(
+        &self,
+        dev: &Ctx,
+        peer: &SocketAddrV6,
+        mpa: Option<&Mpa>,
+        user_data: u64,
+    ) -> Result<()> {
         let mut a = arg!(Connect);
         a.qp = self.handle;
         a.addr = peer.ip().octets();
         a.port = peer.port();
         a.user_data = user_data;
+        if let Some(m) = mpa {
+            a.iwarp = iwarp_conn(m);
+        }
+        // The driver copies the private data during the call: `mpa` outlives it.
         ioctl(&dev.fd, IOCTL_CONNECT, &mut a, "connect (CONNECT)")
+    }
+
+    /// QUERY_CONN: what MPA agreed for this iWARP QP.
+    pub(crate) fn conn_info(&self, dev: &Ctx) -> Result<ConnInfo> {
+        let mut a = arg!(QueryConn);
+        a.qp = self.handle;
+        ioctl(
+            &dev.fd,
+            IOCTL_QUERY_CONN,
+            &mut a,
+            "connection parameters (QUERY_CONN)",
+        )?;
+        let pd = (a.pd_len as usize).min(a.private_data.len());
+        let t = a.terminate;
+        Ok(ConnInfo {
+            crc: a.flags & CONN_INFO_CRC != 0,
+            peer_to_peer: a.flags & CONN_INFO_PEER_TO_PEER != 0,
+            rejected: a.flags & CONN_INFO_REJECTED != 0,
+            ird: a.ird,
+            ord: a.ord,
+            revision: a.mpa_revision,
+            private_data: a.private_data[..pd].to_vec(),
+            terminate: (t != 0).then_some(crate::iwarp::Terminate {
+                layer: (t >> 12 & 0xf) as u8,
+                etype: (t >> 8 & 0xf) as u8,
+                code: t as u8,
+                received: a.flags & CONN_INFO_TERMINATE_RECEIVED != 0,
+            }),
+        })
     }
 
     pub(crate) fn close(&self, dev: &Ctx, user_data: u64) -> Result<()> {
@@ -489,7 +533,20 @@ impl Qp {
     pub(crate) fn post_send(&self, dev: &Ctx, req: SendRef<'_>) -> Result<()> {
         let mut h = Wqe::new_zeroed();
         h.wr_id = req.wr_id;
-        h.opcode = WQE_OP_SEND;
+        h.opcode = match req.op {
+            SendOp::Send => WQE_OP_SEND,
+            SendOp::Write(to) => {
+                h.set_remote(to.addr, to.rkey);
+                WQE_OP_RDMA_WRITE
+            }
+            SendOp::Read(from) => {
+                h.set_remote(from.addr, from.rkey);
+                WQE_OP_RDMA_READ
+            }
+        };
+        if req.solicited {
+            h.flags |= WQE_FLAG_SOLICITED;
+        }
         h.imm_data = req.imm;
         if let Some(d) = req.dest {
             h.dest_addr = d.ip().octets();
@@ -608,17 +665,40 @@ pub(crate) struct Listener {
 }
 
 impl Listener {
-    pub(crate) fn accept(&self, dev: &Ctx, qp: &Qp, user_data: u64) -> Result<()> {
+    pub(crate) fn accept(
+        &self,
+        dev: &Ctx,
+        qp: &Qp,
+        mpa: Option<&Mpa>,
+        user_data: u64,
+    ) -> Result<()> {
         let mut a = arg!(Accept);
         a.listener = self.handle;
         a.qp = qp.handle;
         a.user_data = user_data;
+        if let Some(m) = mpa {
+            a.iwarp = iwarp_conn(m);
+        }
         ioctl(&dev.fd, IOCTL_ACCEPT, &mut a, "accept (ACCEPT)")
     }
 
     pub(crate) fn destroy(&self, dev: &Ctx) {
         dev.destroy(IOCTL_DESTROY_LISTENER, self.handle);
     }
+}
+
+/// The uapi form of MPA parameters; the private data stays in the caller's memory (the
+/// driver copies it during the ioctl).
+fn iwarp_conn(m: &Mpa) -> uapi::IwarpConn {
+    let mut c = uapi::IwarpConn::new_zeroed();
+    if !m.private_data.is_empty() {
+        c.private_data = m.private_data.as_ptr() as u64;
+    }
+    c.pd_len = m.private_data.len() as u16;
+    c.ird = m.ird;
+    c.ord = m.ord;
+    c.flags = m.flags();
+    c
 }
 
 /// Whether a CQ ring of `depth` entries was full while its consumer's head was at `head`:
@@ -738,6 +818,8 @@ mod tests {
                 inline: Some(b"sixteen bytes!!!"),
                 imm: 0,
                 dest: Some(dest),
+                op: SendOp::Send,
+                solicited: false,
             };
             b.qp.post_send(&b.ctx, req).unwrap();
             b.complete_send(i);

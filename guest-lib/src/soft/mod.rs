@@ -136,6 +136,11 @@ impl Ctx {
     }
 
     pub(crate) fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
+        if init.kind == QpKind::Tcp(Framing::Iwarp) {
+            return Err(Error::Unsupported(
+                "iWARP QPs need the qpip device (the software provider has no iWARP)",
+            ));
+        }
         let (scq, rcq) = (init.send_cq.id(), init.recv_cq.id());
         let mut st = self.lock();
         if st.qps.len() >= qpip_abi::doorbell::DB_QP_SLOTS as usize {
@@ -328,6 +333,7 @@ impl Out {
                 byte_len: byte_len as u32,
                 imm: 0,
                 src: None,
+                solicited: false,
             },
         ));
     }
@@ -364,6 +370,7 @@ fn recv_completion(qp: u32, wr_id: u64, status: Status, byte_len: usize) -> Comp
         byte_len: byte_len as u32,
         imm: 0,
         src: None,
+        solicited: false,
     }
 }
 

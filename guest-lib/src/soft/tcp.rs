@@ -210,6 +210,7 @@ fn receive(id: u32, qp: &mut QpState, out: &mut Out) -> Result<(), i32> {
     match qp.framing() {
         Framing::Stream => receive_stream(id, qp, out),
         Framing::Message => receive_messages(id, qp, out),
+        Framing::Iwarp => unreachable!("the software provider makes no iWARP QP"),
     }
 }
 
@@ -355,6 +356,7 @@ fn parse(id: u32, qp: &mut QpState, out: &mut Out) {
             byte_len: body.len as u32,
             imm: body.imm,
             src: None,
+            solicited: false,
         });
     }
 }

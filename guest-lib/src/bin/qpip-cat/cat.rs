@@ -234,6 +234,10 @@ impl<'a> Cat<'a> {
 
     fn complete(&mut self, c: &Completion) -> Result<(), Fail> {
         match c.opcode {
+            // qpip-cat posts no RDMA operation.
+            Opcode::RdmaWrite | Opcode::RdmaRead => {
+                return Err(Fail(1, format!("unexpected RDMA completion: {c:?}")))
+            }
             Opcode::Send => {
                 if !c.is_ok() {
                     return Err(Fail(1, format!("send failed: {}", c.status)));

@@ -77,7 +77,8 @@ pub fn echo(ctx: &Context, a: &Args) -> Result<bool, Fail> {
                     }
                     qp.post_send(&wr).map_err(|e| fail("post send", e))?;
                 }
-                Opcode::Send => {
+                // This echo posts nothing but sends.
+                Opcode::Send | Opcode::RdmaWrite | Opcode::RdmaRead => {
                     echoed += 1;
                     if !peer_closed {
                         qp.post_recv(c.wr_id, &[mr.sge(s * a.max_msg, a.max_msg)])

@@ -91,7 +91,7 @@ pub fn ping(ctx: &Context, a: &Args) -> Result<bool, Fail> {
                         return Ok(false);
                     }
                     match c.opcode {
-                        Opcode::Send => sends_out -= 1,
+                        Opcode::Send | Opcode::RdmaWrite | Opcode::RdmaRead => sends_out -= 1,
                         Opcode::Recv => {
                             recv_posted = false;
                             let len = c.byte_len as usize;
@@ -179,7 +179,7 @@ fn await_sends(
         let n = wait_any(ctx, cq, &mut comps, Duration::from_millis(200))?;
         for c in &comps[..n] {
             match c.opcode {
-                Opcode::Send => *sends_out -= 1,
+                Opcode::Send | Opcode::RdmaWrite | Opcode::RdmaRead => *sends_out -= 1,
                 Opcode::Recv => *recv_posted = false,
             }
         }

@@ -260,6 +260,9 @@ impl QpLink {
                 }
                 Opcode::Send if c.is_ok() => self.free.push(c.wr_id as usize),
                 Opcode::Send => return Err(other(format!("send failed: {}", c.status))),
+                Opcode::RdmaWrite | Opcode::RdmaRead => {
+                    return Err(other(format!("unexpected RDMA completion: {c:?}")))
+                }
                 Opcode::Recv if c.is_ok() => {
                     if self.tcp && c.byte_len == 0 {
                         self.eof = true;

@@ -310,6 +310,7 @@ impl Net {
                 match q.framing {
                     Framing::Message => "message",
                     Framing::Stream => "stream",
+                    Framing::Iwarp => "iWARP",
                 },
                 q.depth,
                 if q.copy { "copying" } else { "zero-copy" }
