@@ -565,6 +565,12 @@
 #define QPIP_STAT_TCP_ORPHAN_ABORTS 30
 
 /*
+ iWARP: tagged FPDUs (RDMA Write and Read Response segments) placed into their region
+ before the bytes ahead of them in the stream had come (direct placement out of order).
+ */
+#define QPIP_STAT_IWARP_OOO_PLACED 31
+
+/*
  First of the per-reason drop counters, in this order: malformed, bad checksum, not for
  us, not IPv6, unsupported next header, unknown option, routing header, bad source, bad
  NDP, hop limit, looped, fragment overlap, bad fragment, reassembly failed, ignored, no

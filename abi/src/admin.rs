@@ -620,6 +620,9 @@ pub const STAT_TCP_ORPHANS: u32 = 29;
 /// TCP connections that were to be orphaned, or were, and were reset instead: the device
 /// held its maximum of orphans already, or new data arrived for an orphan.
 pub const STAT_TCP_ORPHAN_ABORTS: u32 = 30;
+/// iWARP: tagged FPDUs (RDMA Write and Read Response segments) placed into their region
+/// before the bytes ahead of them in the stream had come (direct placement out of order).
+pub const STAT_IWARP_OOO_PLACED: u32 = 31;
 /// First of the per-reason drop counters, in this order: malformed, bad checksum, not for
 /// us, not IPv6, unsupported next header, unknown option, routing header, bad source, bad
 /// NDP, hop limit, looped, fragment overlap, bad fragment, reassembly failed, ignored, no

@@ -5,6 +5,7 @@
 
 use qpip_testkit as support;
 
+mod impaired;
 mod protection;
 mod setup;
 mod transfer;

@@ -42,6 +42,15 @@ impl RecvSink for Sink<'_> {
         let _stage = crate::stages::span(crate::stages::Stage::Place);
         self.iw.receive(&self.env, data);
     }
+
+    fn place_at(&mut self, offset: u64, data: &[u8]) -> bool {
+        let _stage = crate::stages::span(crate::stages::Stage::Place);
+        self.iw.place_ahead(&self.env, offset, data)
+    }
+
+    fn placed_in_order(&mut self, upto: u64) {
+        self.iw.caught_up(upto);
+    }
 }
 
 impl Objects {
@@ -375,6 +384,10 @@ impl Engine {
         }
         let outcome = iw.outcome.take();
         let failure = iw.failure.take();
+        let ahead = iw.take_placed_ahead();
+        if ahead > 0 {
+            self.shared.stats.add(STAT_IWARP_OOO_PLACED, ahead);
+        }
         let done = std::mem::take(&mut iw.recv_done);
         let recv_cq = self.objects.qps[&id].recv_cq;
         if !done.is_empty() {

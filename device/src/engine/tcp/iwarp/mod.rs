@@ -102,6 +102,10 @@ pub(in crate::engine) struct IwarpQp {
     conn_ord: u8,
     /// Tagged segments placed.
     placed: u64,
+    /// Tagged FPDUs placed out of order, and the stream ranges they took (until the
+    /// in-order point passes them).
+    placed_ahead: u64,
+    ahead_ranges: VecDeque<(u64, u64)>,
     /// Responder: the ready-to-receive Send that will come first (swallowed).
     rtr_send: bool,
     info: ConnInfo,
@@ -127,6 +131,8 @@ impl IwarpQp {
             conn_ird: 0,
             conn_ord: 0,
             placed: 0,
+            placed_ahead: 0,
+            ahead_ranges: VecDeque::new(),
             rtr_send: false,
             info: ConnInfo::new_zeroed(),
             outcome: None,
@@ -399,6 +405,16 @@ impl IwarpQp {
                 self.tx.push_read_request(ReadRequest::default());
             }
         }
+    }
+
+    /// Whether the deframer holds part of an FPDU.
+    fn deframer_partial(&self) -> bool {
+        self.deframer.buffered() > 0
+    }
+
+    /// Tagged FPDUs placed out of order since the last call.
+    pub(super) fn take_placed_ahead(&mut self) -> u64 {
+        std::mem::take(&mut self.placed_ahead)
     }
 
     fn awaiting_first_fpdu(&self) -> bool {

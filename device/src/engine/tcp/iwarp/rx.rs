@@ -16,9 +16,10 @@ use crate::engine::completion::{cqe, cqe_ok};
 use crate::engine::memory::{MemoryRegion, Span};
 use crate::engine::tcp::rx::scatter;
 use crate::net::iwarp::wire::ddp::Buffer;
+use crate::net::iwarp::wire::fpdu;
 use crate::net::iwarp::wire::rdmap::{self, Body, Message, Opcode};
 use crate::net::iwarp::wire::terminate::{
-    DdpTaggedCode, DdpUntaggedCode, RdmapCode, RdmapType, TermError,
+    DdpTaggedCode, DdpUntaggedCode, MpaCode, RdmapCode, RdmapType, TermError,
 };
 
 use super::tx::{Data, Until};
@@ -81,6 +82,91 @@ impl Env<'_> {
 }
 
 impl IwarpQp {
+    /// Out-of-order bytes at stream offset `offset`, ahead of a hole: placed at once if
+    /// they are whole FPDUs (length, pad and, when on, CRC agreeing), each a Write into a
+    /// region of this context that allows it, or a Read Response segment of an outstanding
+    /// Read that is not its last (the last completes the Read, so it waits for order).
+    /// Anything else is refused and waits for the hole like any byte; the in-order pass
+    /// then finds any error. True if placed: the stream then skips these bytes.
+    pub(super) fn place_ahead(&mut self, env: &Env<'_>, offset: u64, data: &[u8]) -> bool {
+        if self.phase() != super::Phase::Running {
+            return false;
+        }
+        let mut ulpdus = Vec::new();
+        let mut at = 0;
+        while at < data.len() {
+            match fpdu::parse_prefix(&data[at..], self.tx.crc, fpdu::MAX_ULPDU) {
+                Ok(fpdu::Prefix::Complete { ulpdu, len }) => {
+                    ulpdus.push(ulpdu);
+                    at += len;
+                }
+                _ => return false,
+            }
+        }
+        // Every FPDU checked before any byte moves.
+        let mut places = Vec::with_capacity(ulpdus.len());
+        for u in &ulpdus {
+            let Ok(m) = rdmap::parse(u) else {
+                return false;
+            };
+            let (Buffer::Tagged { stag, to }, Body::Data(payload)) = (m.header.buffer, m.body)
+            else {
+                return false;
+            };
+            let spans = match m.opcode {
+                Opcode::Write => {
+                    let len = payload.len() as u64;
+                    match env.region(stag, to, len, MR_ACCESS_REMOTE_WRITE, true) {
+                        Ok(s) => (s, 0),
+                        Err(_) => return false,
+                    }
+                }
+                Opcode::ReadResponse if !m.header.last => {
+                    let Some(r) = self.tx.reads.iter().find(|r| r.stag == stag) else {
+                        return false;
+                    };
+                    let off = to.wrapping_sub(r.to);
+                    let fits = to >= r.to
+                        && off
+                            .checked_add(payload.len() as u64)
+                            .is_some_and(|e| e <= r.size as u64);
+                    if !fits {
+                        return false;
+                    }
+                    (r.sink.clone(), off)
+                }
+                _ => return false,
+            };
+            places.push((spans, payload));
+        }
+        for ((spans, off), payload) in places {
+            if !scatter(env.mem, &spans, off, payload) {
+                return false;
+            }
+        }
+        self.placed_ahead += ulpdus.len() as u64;
+        self.ahead_ranges
+            .push_back((offset, offset + data.len() as u64));
+        true
+    }
+
+    /// The in-order point passed bytes placed ahead: the FPDUs before them must have ended
+    /// exactly where they began (else the peer's FPDUs were not where their segments
+    /// started, and what was placed was not what it seemed).
+    pub(super) fn caught_up(&mut self, upto: u64) {
+        while let Some(&(start, end)) = self.ahead_ranges.front() {
+            if end > upto {
+                break;
+            }
+            self.ahead_ranges.pop_front();
+            if self.deframer_partial() {
+                let _ = start;
+                self.fail(TermError::Mpa(MpaCode::FpduStart), None);
+                return;
+            }
+        }
+    }
+
     /// One ULPDU of the peer: parsed, checked and acted on; an error becomes the
     /// Terminate that ends the connection.
     pub(super) fn ulpdu(&mut self, env: &Env<'_>, u: &[u8]) {
