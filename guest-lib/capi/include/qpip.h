@@ -73,6 +73,11 @@
 // TCP, QP ⇄ plain socket: the bytes are the stream.
 #define QPIP_QP_TCP_STREAM 2
 
+// TCP with iWARP (RDMA over TCP: MPA, DDP, RDMAP), with any iWARP peer: Sends, RDMA
+// Writes and Reads. Set up with qpip_qp_connect_mpa() and qpip_accept_mpa(); the device
+// only (the software provider gives QPIP_E_UNSUPPORTED).
+#define QPIP_QP_TCP_IWARP 3
+
 // Providers (qpip_provider()).
 #define QPIP_PROVIDER_DEVICE 0
 
@@ -136,6 +141,32 @@
 // qpip_post_send() flags: carry `imm` (TCP message framing only).
 #define QPIP_SEND_IMM 1
 
+// qpip_post_send() flags: a Send with Solicited Event (iWARP only): the peer's receive
+// completion has `solicited` set.
+#define QPIP_SEND_SOLICITED 2
+
+// qpip_mr_alloc_remote() rights: peers of iWARP QPs may RDMA Read the region.
+#define QPIP_ACCESS_REMOTE_READ 1
+
+// qpip_mr_alloc_remote() rights: peers of iWARP QPs may RDMA Write the region.
+#define QPIP_ACCESS_REMOTE_WRITE 2
+
+// qpip_mpa.flags: ask for a CRC on every FPDU (it is on when either end asks).
+#define QPIP_MPA_CRC 1
+
+// qpip_mpa.flags, initiator: ask for peer-to-peer mode, so the responder may send first.
+#define QPIP_MPA_PEER_TO_PEER 2
+
+// Most private data this end sends in the MPA exchange (qpip_mpa.pd_len): 256 bytes
+// with MPA's 4-byte IRD/ORD block, the most Linux's soft-iWARP accepts.
+#define QPIP_MPA_MAX_PRIVATE_DATA 252
+
+// Largest IRD and ORD (qpip_mpa.ird, .ord).
+#define QPIP_MPA_MAX_IRD_ORD 32
+
+// Most private data a peer may send (MPA's limit): the room in qpip_conn_info.
+#define QPIP_MPA_MAX_PEER_PRIVATE_DATA 512
+
 // Opaque handles.
 typedef struct qpip_context qpip_context;
 
@@ -152,6 +183,14 @@ typedef struct qpip_addr {
   uint8_t addr[16];
   uint16_t port;
 } qpip_addr;
+
+// Where an RDMA Write or Read goes in the peer's memory: an address inside one of its
+// regions and that region's rkey (qpip_mr_remote() on the peer's side, sent over by the
+// application).
+typedef struct qpip_remote {
+  uint64_t addr;
+  uint32_t rkey;
+} qpip_remote;
 
 // One completed work request.
 typedef struct qpip_completion {
@@ -170,6 +209,8 @@ typedef struct qpip_completion {
   // UDP receives: 1 and the sender in `src`.
   uint32_t has_src;
   struct qpip_addr src;
+  // iWARP receives: 1 when the Send asked for a solicited event (QPIP_SEND_SOLICITED).
+  uint32_t solicited;
 } qpip_completion;
 
 // `len` bytes at `offset` in a memory region.
@@ -191,6 +232,56 @@ typedef struct qpip_event {
   uint64_t user_data;
   struct qpip_addr peer;
 } qpip_event;
+
+// What this end brings to an iWARP connection's setup (MPA); qpip_mpa_init() fills in
+// the defaults.
+typedef struct qpip_mpa {
+  // `pd_len` bytes for the peer's application (NULL when `pd_len` is 0); copied by the
+  // call that takes this.
+  const uint8_t *private_data;
+  // At most QPIP_MPA_MAX_PRIVATE_DATA.
+  uint16_t pd_len;
+  // RDMA Read Requests this end serves at once (at most QPIP_MPA_MAX_IRD_ORD).
+  uint8_t ird;
+  // RDMA Reads this end keeps outstanding (at most QPIP_MPA_MAX_IRD_ORD).
+  uint8_t ord;
+  // QPIP_MPA_* bits.
+  uint32_t flags;
+} qpip_mpa;
+
+// A Terminate message that ended an iWARP connection (RFC 5040 section 7).
+typedef struct qpip_terminate {
+  // The layer that found the error: 0 RDMAP, 1 DDP, 2 MPA (LLP).
+  uint8_t layer;
+  // The error type within that layer.
+  uint8_t etype;
+  // The error code.
+  uint8_t code;
+  // 1: the peer sent it; 0: this end sent it, about the peer's error.
+  uint8_t received;
+} qpip_terminate;
+
+// What an iWARP connection's setup agreed (qpip_qp_conn_info()).
+typedef struct qpip_conn_info {
+  // 1 when FPDUs carry a CRC.
+  uint32_t crc;
+  // 1 in peer-to-peer mode.
+  uint32_t peer_to_peer;
+  // 1 when the peer rejected the connection (its private data may say why).
+  uint32_t rejected;
+  // RDMA Read Requests this end serves at once.
+  uint16_t ird;
+  // RDMA Reads this end keeps outstanding.
+  uint16_t ord;
+  // The MPA revision (1 or 2).
+  uint32_t revision;
+  // 1 when a Terminate ended the connection: then `terminate` holds it.
+  uint32_t has_terminate;
+  struct qpip_terminate terminate;
+  // Bytes of the peer's private data in `private_data`.
+  uint16_t pd_len;
+  uint8_t private_data[QPIP_MPA_MAX_PEER_PRIVATE_DATA];
+} qpip_conn_info;
 
 #ifdef __cplusplus
 extern "C" {
@@ -251,6 +342,32 @@ int qpip_max_inline(const struct qpip_context *ctx);
 // # Safety
 // `ctx` is null or a live handle; `out` is null or writable.
 int qpip_mr_alloc(const struct qpip_context *ctx, size_t len, struct qpip_mr **out);
+
+// qpip_mr_alloc() whose region peers of this context's iWARP QPs may also reach with
+// `access` (QPIP_ACCESS_* bits; 0: none, as qpip_mr_alloc()) by its qpip_mr_rkey().
+// Remote rights need the device: the software provider gives QPIP_E_UNSUPPORTED.
+//
+// # Safety
+// `ctx` is null or a live handle; `out` is null or writable.
+int qpip_mr_alloc_remote(const struct qpip_context *ctx,
+                         size_t len,
+                         uint32_t access,
+                         struct qpip_mr **out);
+
+// The key peers name the region by in RDMA Writes and Reads: 0 when it grants no remote
+// right (or `mr` is a bad handle).
+//
+// # Safety
+// `mr` is null or a live handle.
+uint32_t qpip_mr_rkey(const struct qpip_mr *mr);
+
+// Fills `out` with where a peer's RDMA Write or Read reaches byte `offset` of the region
+// (`offset` at most its length), for the application to send to the peer. A region
+// without remote rights gives QPIP_E_INVALID.
+//
+// # Safety
+// `mr` is null or a live handle; `out` is null or writable.
+int qpip_mr_remote(const struct qpip_mr *mr, size_t offset, struct qpip_remote *out);
 
 // The region's bytes (NULL for a bad handle). Fill a send buffer before posting it and
 // leave it until its completion; read a receive buffer after its completion. The
@@ -376,7 +493,8 @@ int qpip_qp_close(const struct qpip_qp *qp, uint64_t user_data);
 int qpip_qp_close_wait(const struct qpip_qp *qp, int timeout_ms);
 
 // Posts a send of the bytes named by `sges` (gathered in order), tagged `wr_id`; `dest`
-// for UDP (NULL for TCP); `imm` goes with it when `flags` has QPIP_SEND_IMM.
+// for UDP (NULL for TCP); `imm` goes with it when `flags` has QPIP_SEND_IMM; on iWARP
+// QPs, QPIP_SEND_SOLICITED in `flags` asks for a solicited event.
 //
 // # Safety
 // `qp` null or live; `sg` null or valid for `n` reads; `dest` null or readable.
@@ -389,7 +507,7 @@ int qpip_post_send(const struct qpip_qp *qp,
                    uint32_t flags);
 
 // Posts a send of `len` bytes at `data`, copied now (at most qpip_max_inline() bytes;
-// no registered memory needed).
+// no registered memory needed); the other arguments as qpip_post_send()'s.
 //
 // # Safety
 // `qp` null or live; `data` null (then `len` 0) or valid for `len` reads; `dest` null or
@@ -452,6 +570,90 @@ int qpip_wait_event(const struct qpip_context *ctx, struct qpip_event *out, int 
 // # Safety
 // `ctx` is null or a live handle.
 int qpip_events_fd(const struct qpip_context *ctx);
+
+// Fills `mpa` with the defaults: no private data, IRD and ORD 8, no flags.
+//
+// # Safety
+// `mpa` is null or writable.
+int qpip_mpa_init(struct qpip_mpa *mpa);
+
+// Starts connecting an iWARP QP to `peer`, bringing `mpa` to the setup; the outcome is a
+// QPIP_EVENT_CONNECT event with `user_data` once the peer's MPA reply came (then
+// qpip_qp_conn_info() tells what was agreed). qpip_qp_connect() on an iWARP QP is this
+// with qpip_mpa_init()'s defaults.
+//
+// # Safety
+// `qp` null or live; `peer` null or readable; `mpa` null or readable (and its private
+// data as qpip_mpa says).
+int qpip_qp_connect_mpa(const struct qpip_qp *qp,
+                        const struct qpip_addr *peer,
+                        const struct qpip_mpa *mpa,
+                        uint64_t user_data);
+
+// qpip_qp_connect_mpa() and wait up to `timeout_ms` (negative: for ever).
+//
+// # Safety
+// As qpip_qp_connect_mpa().
+int qpip_qp_connect_mpa_wait(const struct qpip_qp *qp,
+                             const struct qpip_addr *peer,
+                             const struct qpip_mpa *mpa,
+                             int timeout_ms);
+
+// Offers the idle iWARP QP `qp` for the next connection, answering the initiator's MPA
+// request with `mpa`; the outcome is a QPIP_EVENT_ACCEPT event with `user_data` (then
+// qpip_qp_conn_info() holds the initiator's private data).
+//
+// # Safety
+// Handles null or live; `mpa` null or readable (and its private data as qpip_mpa says).
+int qpip_accept_mpa(const struct qpip_listener *l,
+                    const struct qpip_qp *qp,
+                    const struct qpip_mpa *mpa,
+                    uint64_t user_data);
+
+// qpip_accept_mpa() and wait up to `timeout_ms` (negative: for ever); the peer goes to
+// `peer` if not NULL.
+//
+// # Safety
+// As qpip_accept_mpa(); `peer` null or writable.
+int qpip_accept_mpa_wait(const struct qpip_listener *l,
+                         const struct qpip_qp *qp,
+                         const struct qpip_mpa *mpa,
+                         int timeout_ms,
+                         struct qpip_addr *peer);
+
+// Fills `out` with what the setup of the iWARP QP's connection agreed, the peer's
+// private data, and the Terminate that ended it, if one did (valid once the connect or
+// accept completed, also when the peer rejected it).
+//
+// # Safety
+// `qp` null or live; `out` null or writable.
+int qpip_qp_conn_info(const struct qpip_qp *qp, struct qpip_conn_info *out);
+
+// Posts an RDMA Write of the bytes named by `sges` (gathered in order) into the peer's
+// memory at `to` (a region it allocated with QPIP_ACCESS_REMOTE_WRITE), tagged `wr_id`.
+// It completes (QPIP_OP_RDMA_WRITE) when the peer has every byte; nothing completes on
+// the peer's side. A refused access ends the connection: QPIP_WC_REMOTE_ACCESS.
+//
+// # Safety
+// `qp` null or live; `sg` null or valid for `n` reads; `to` null or readable.
+int qpip_post_rdma_write(const struct qpip_qp *qp,
+                         uint64_t wr_id,
+                         const struct qpip_sge *sg,
+                         size_t n,
+                         const struct qpip_remote *to);
+
+// Posts an RDMA Read of the peer's memory at `from` (a region it allocated with
+// QPIP_ACCESS_REMOTE_READ) into `sges` (filled in order, as many bytes as they hold),
+// tagged `wr_id`. It completes (QPIP_OP_RDMA_READ) when every byte is here; at most the
+// connection's ORD are outstanding at once.
+//
+// # Safety
+// `qp` null or live; `sg` null or valid for `n` reads; `from` null or readable.
+int qpip_post_rdma_read(const struct qpip_qp *qp,
+                        uint64_t wr_id,
+                        const struct qpip_sge *sg,
+                        size_t n,
+                        const struct qpip_remote *from);
 
 #ifdef __cplusplus
 }  // extern "C"

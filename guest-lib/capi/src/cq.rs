@@ -86,6 +86,7 @@ fn to_c(c: &Completion) -> qpip_completion {
         imm: c.imm,
         has_src: c.src.is_some() as u32,
         src: c.src.map(from_sock).unwrap_or_default(),
+        solicited: c.solicited as u32,
     }
 }
 

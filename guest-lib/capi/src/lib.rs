@@ -33,10 +33,13 @@ pub mod qp;
 
 pub mod listener;
 
+pub mod iwarp;
+
 pub use addr::*;
 pub use context::*;
 pub use cq::*;
 pub use error::*;
+pub use iwarp::*;
 pub use listener::*;
 pub use mr::*;
 pub use qp::*;

@@ -40,10 +40,13 @@ pub unsafe extern "C" fn qpip_qp_create(
             QPIP_QP_UDP => QpKind::Udp,
             QPIP_QP_TCP_MESSAGE => QpKind::Tcp(Framing::Message),
             QPIP_QP_TCP_STREAM => QpKind::Tcp(Framing::Stream),
+            QPIP_QP_TCP_IWARP => QpKind::Tcp(Framing::Iwarp),
             k => {
                 return Err(fail(
                     QPIP_E_INVALID,
-                    format!("QP kind {k}: expected QPIP_QP_UDP, _TCP_MESSAGE or _TCP_STREAM"),
+                    format!(
+                        "QP kind {k}: expected QPIP_QP_UDP, _TCP_MESSAGE, _TCP_STREAM or _TCP_IWARP"
+                    ),
                 ))
             }
         };
@@ -174,7 +177,10 @@ pub unsafe extern "C" fn qpip_qp_close_wait(qp: *const qpip_qp, timeout_ms: c_in
 ///
 /// # Safety
 /// `sges` is null (then `n` must be 0) or valid for `n` reads; their `mr` are null or live.
-unsafe fn sges<'a>(sges: *const qpip_sge, n: usize) -> Result<Vec<verbs::Sge<'a>>, c_int> {
+pub(crate) unsafe fn sges<'a>(
+    sges: *const qpip_sge,
+    n: usize,
+) -> Result<Vec<verbs::Sge<'a>>, c_int> {
     if n == 0 {
         return Ok(Vec::new());
     }
@@ -196,7 +202,8 @@ unsafe fn sges<'a>(sges: *const qpip_sge, n: usize) -> Result<Vec<verbs::Sge<'a>
 }
 
 /// Posts a send of the bytes named by `sges` (gathered in order), tagged `wr_id`; `dest`
-/// for UDP (NULL for TCP); `imm` goes with it when `flags` has QPIP_SEND_IMM.
+/// for UDP (NULL for TCP); `imm` goes with it when `flags` has QPIP_SEND_IMM; on iWARP
+/// QPs, QPIP_SEND_SOLICITED in `flags` asks for a solicited event.
 ///
 /// # Safety
 /// `qp` null or live; `sg` null or valid for `n` reads; `dest` null or readable.
@@ -223,7 +230,7 @@ pub unsafe extern "C" fn qpip_post_send(
 }
 
 /// Posts a send of `len` bytes at `data`, copied now (at most qpip_max_inline() bytes;
-/// no registered memory needed).
+/// no registered memory needed); the other arguments as qpip_post_send()'s.
 ///
 /// # Safety
 /// `qp` null or live; `data` null (then `len` 0) or valid for `len` reads; `dest` null or
@@ -255,11 +262,17 @@ pub unsafe extern "C" fn qpip_post_send_inline(
 }
 
 fn post(qp: &Qp, mut wr: SendWr<'_>, dest: Option<SocketAddrV6>, imm: u32, flags: u32) -> c_int {
-    if flags & !QPIP_SEND_IMM != 0 {
+    if flags & !(QPIP_SEND_IMM | QPIP_SEND_SOLICITED) != 0 {
         return fail(QPIP_E_INVALID, format!("unknown send flags {flags:#x}"));
     }
     if flags & QPIP_SEND_IMM != 0 {
         wr = wr.imm(imm);
+    }
+    if flags & QPIP_SEND_SOLICITED != 0 {
+        // Checked here, before the destination: the flag, not a missing address, is what
+        // is wrong with a solicited send on a UDP QP.
+        tri!(crate::iwarp::need_iwarp(qp, "QPIP_SEND_SOLICITED"));
+        wr = wr.solicited();
     }
     if let Some(d) = dest {
         wr = wr.to(d);

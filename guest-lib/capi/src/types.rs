@@ -43,6 +43,10 @@ pub const QPIP_QP_UDP: c_int = 0;
 pub const QPIP_QP_TCP_MESSAGE: c_int = 1;
 /// TCP, QP ⇄ plain socket: the bytes are the stream.
 pub const QPIP_QP_TCP_STREAM: c_int = 2;
+/// TCP with iWARP (RDMA over TCP: MPA, DDP, RDMAP), with any iWARP peer: Sends, RDMA
+/// Writes and Reads. Set up with qpip_qp_connect_mpa() and qpip_accept_mpa(); the device
+/// only (the software provider gives QPIP_E_UNSUPPORTED).
+pub const QPIP_QP_TCP_IWARP: c_int = 3;
 
 /// Providers (qpip_provider()).
 pub const QPIP_PROVIDER_DEVICE: c_int = 0;
@@ -86,6 +90,26 @@ pub const QPIP_EVENT_OTHER: u32 = 255;
 
 /// qpip_post_send() flags: carry `imm` (TCP message framing only).
 pub const QPIP_SEND_IMM: u32 = 1;
+/// qpip_post_send() flags: a Send with Solicited Event (iWARP only): the peer's receive
+/// completion has `solicited` set.
+pub const QPIP_SEND_SOLICITED: u32 = 2;
+
+/// qpip_mr_alloc_remote() rights: peers of iWARP QPs may RDMA Read the region.
+pub const QPIP_ACCESS_REMOTE_READ: u32 = 1;
+/// qpip_mr_alloc_remote() rights: peers of iWARP QPs may RDMA Write the region.
+pub const QPIP_ACCESS_REMOTE_WRITE: u32 = 2;
+
+/// qpip_mpa.flags: ask for a CRC on every FPDU (it is on when either end asks).
+pub const QPIP_MPA_CRC: u32 = 1;
+/// qpip_mpa.flags, initiator: ask for peer-to-peer mode, so the responder may send first.
+pub const QPIP_MPA_PEER_TO_PEER: u32 = 2;
+/// Most private data this end sends in the MPA exchange (qpip_mpa.pd_len): 256 bytes
+/// with MPA's 4-byte IRD/ORD block, the most Linux's soft-iWARP accepts.
+pub const QPIP_MPA_MAX_PRIVATE_DATA: u16 = 252;
+/// Largest IRD and ORD (qpip_mpa.ird, .ord).
+pub const QPIP_MPA_MAX_IRD_ORD: u8 = 32;
+/// Most private data a peer may send (MPA's limit): the room in qpip_conn_info.
+pub const QPIP_MPA_MAX_PEER_PRIVATE_DATA: usize = 512;
 
 // ---- plain C types -------------------------------------------------------------------------
 
@@ -124,6 +148,8 @@ pub struct qpip_completion {
     /// UDP receives: 1 and the sender in `src`.
     pub has_src: u32,
     pub src: qpip_addr,
+    /// iWARP receives: 1 when the Send asked for a solicited event (QPIP_SEND_SOLICITED).
+    pub solicited: u32,
 }
 
 /// A connection event.
@@ -139,6 +165,71 @@ pub struct qpip_event {
     pub has_peer: u32,
     pub user_data: u64,
     pub peer: qpip_addr,
+}
+
+/// Where an RDMA Write or Read goes in the peer's memory: an address inside one of its
+/// regions and that region's rkey (qpip_mr_remote() on the peer's side, sent over by the
+/// application).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct qpip_remote {
+    pub addr: u64,
+    pub rkey: u32,
+}
+
+/// What this end brings to an iWARP connection's setup (MPA); qpip_mpa_init() fills in
+/// the defaults.
+#[repr(C)]
+pub struct qpip_mpa {
+    /// `pd_len` bytes for the peer's application (NULL when `pd_len` is 0); copied by the
+    /// call that takes this.
+    pub private_data: *const u8,
+    /// At most QPIP_MPA_MAX_PRIVATE_DATA.
+    pub pd_len: u16,
+    /// RDMA Read Requests this end serves at once (at most QPIP_MPA_MAX_IRD_ORD).
+    pub ird: u8,
+    /// RDMA Reads this end keeps outstanding (at most QPIP_MPA_MAX_IRD_ORD).
+    pub ord: u8,
+    /// QPIP_MPA_* bits.
+    pub flags: u32,
+}
+
+/// A Terminate message that ended an iWARP connection (RFC 5040 section 7).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct qpip_terminate {
+    /// The layer that found the error: 0 RDMAP, 1 DDP, 2 MPA (LLP).
+    pub layer: u8,
+    /// The error type within that layer.
+    pub etype: u8,
+    /// The error code.
+    pub code: u8,
+    /// 1: the peer sent it; 0: this end sent it, about the peer's error.
+    pub received: u8,
+}
+
+/// What an iWARP connection's setup agreed (qpip_qp_conn_info()).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct qpip_conn_info {
+    /// 1 when FPDUs carry a CRC.
+    pub crc: u32,
+    /// 1 in peer-to-peer mode.
+    pub peer_to_peer: u32,
+    /// 1 when the peer rejected the connection (its private data may say why).
+    pub rejected: u32,
+    /// RDMA Read Requests this end serves at once.
+    pub ird: u16,
+    /// RDMA Reads this end keeps outstanding.
+    pub ord: u16,
+    /// The MPA revision (1 or 2).
+    pub revision: u32,
+    /// 1 when a Terminate ended the connection: then `terminate` holds it.
+    pub has_terminate: u32,
+    pub terminate: qpip_terminate,
+    /// Bytes of the peer's private data in `private_data`.
+    pub pd_len: u16,
+    pub private_data: [u8; QPIP_MPA_MAX_PEER_PRIVATE_DATA],
 }
 
 /// Opaque handles.

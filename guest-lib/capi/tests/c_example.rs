@@ -1,6 +1,8 @@
-//! The C example (`examples/pingpong.c`) compiled with the system C compiler against
-//! `include/qpip.h` and `libqpip.so` (warnings are errors), then run on the software
-//! provider: UDP and TCP ping-pong and the error codes of misused calls.
+//! The C examples compiled with the system C compiler against `include/qpip.h` and
+//! `libqpip.so` (warnings are errors), then run on the software provider:
+//! `examples/pingpong.c` (UDP and TCP ping-pong and the error codes of misused calls) and
+//! `examples/iwarp.c` (every iWARP call: misused ones get their error codes, and the
+//! software provider refuses iWARP QPs and remote rights with QPIP_E_UNSUPPORTED).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,8 +13,8 @@ fn target_dir() -> PathBuf {
     exe.parent().and_then(Path::parent).unwrap().to_path_buf()
 }
 
-#[test]
-fn c_pingpong_builds_and_runs_on_the_soft_provider() {
+/// Compiles `examples/<name>.c` into the test's directory; returns the executable.
+fn build(name: &str) -> PathBuf {
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     // Cargo builds the library (both its crate types) before this test, into deps/; it
     // copies it up to target/<profile>/ only when the library itself was asked for.
@@ -21,13 +23,13 @@ fn c_pingpong_builds_and_runs_on_the_soft_provider() {
         .find(|d| d.join("libqpip.so").exists())
         .expect("cargo builds libqpip.so with this crate's tests");
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let exe = out_dir.join("pingpong");
+    let exe = out_dir.join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let build = Command::new(&cc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2"])
         .arg("-I")
         .arg(crate_dir.join("include"))
-        .arg(crate_dir.join("examples/pingpong.c"))
+        .arg(crate_dir.join(format!("examples/{name}.c")))
         .arg("-L")
         .arg(&lib_dir)
         .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
@@ -38,33 +40,66 @@ fn c_pingpong_builds_and_runs_on_the_soft_provider() {
         .expect("run the C compiler");
     assert!(
         build.status.success(),
-        "{cc} failed:\n{}",
+        "{cc} failed on {name}.c:\n{}",
         String::from_utf8_lossy(&build.stderr)
     );
+    exe
+}
 
-    let port = std::net::TcpListener::bind("[::1]:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let run = Command::new(&exe)
-        .args(["200", &port.to_string()])
+/// A TCP port free on ::1 just now.
+fn free_port() -> String {
+    let l = std::net::TcpListener::bind("[::1]:0").unwrap();
+    l.local_addr().unwrap().port().to_string()
+}
+
+/// Runs `exe args` on the software provider: it must succeed and print each of `lines`.
+fn run_soft(exe: &Path, args: &[&str], lines: &[&str]) {
+    let run = Command::new(exe)
+        .args(args)
         .env("QPIP_PROVIDER", "soft")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&run.stdout);
     assert!(
         run.status.success(),
-        "pingpong failed:\n{text}{}",
+        "{} failed:\n{text}{}",
+        exe.display(),
         String::from_utf8_lossy(&run.stderr)
     );
-    for line in [
-        "provider soft",
-        "udp ping-pong: 200 round trips ok",
-        "tcp ping-pong: 200 round trips ok",
-        "errors ok",
-        "pingpong: all ok",
-    ] {
+    for line in lines {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }
+}
+
+#[test]
+fn c_pingpong_builds_and_runs_on_the_soft_provider() {
+    let exe = build("pingpong");
+    let port = free_port();
+    run_soft(
+        &exe,
+        &["200", &port],
+        &[
+            "provider soft",
+            "udp ping-pong: 200 round trips ok",
+            "tcp ping-pong: 200 round trips ok",
+            "errors ok",
+            "pingpong: all ok",
+        ],
+    );
+}
+
+#[test]
+fn c_iwarp_builds_and_is_refused_cleanly_on_the_soft_provider() {
+    let exe = build("iwarp");
+    let port = free_port();
+    run_soft(
+        &exe,
+        &[&port],
+        &[
+            "provider soft",
+            "iwarp misuse: error codes ok",
+            "iwarp on the software provider: refused ok",
+            "iwarp: all ok",
+        ],
+    );
 }
