@@ -354,6 +354,9 @@ impl Qp {
     /// request with an error status instead.
     pub fn post_send(&self, wr: &SendWr<'_>) -> Result<()> {
         let lim = &self.inner.ctx.limits;
+        if wr.op != SendOp::Send || wr.solicited {
+            self.need_iwarp("RDMA Writes, Reads and solicited Sends need an iWARP QP")?;
+        }
         match (self.inner.kind, wr.dest) {
             (QpKind::Udp, None) => {
                 return Err(Error::Destination(
@@ -366,9 +369,6 @@ impl Qp {
                 ))
             }
             _ => {}
-        }
-        if wr.op != SendOp::Send || wr.solicited {
-            self.need_iwarp("RDMA Writes, Reads and solicited Sends need an iWARP QP")?;
         }
         let req = match wr.data {
             SendData::Gather(sges) => SendRef {
