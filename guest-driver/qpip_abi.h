@@ -166,6 +166,18 @@
 #define QPIP_ADMIN_OP_QUERY_CONN 30
 
 /*
+ Create a tripwire in `ctx` ([`CreateTripwireArgs`]): an event when data placed by the
+ network touches a range of a registered region while the tripwire is armed. Result0:
+ the tripwire's id. [`ADMIN_STATUS_NO_RESOURCES`] beyond [`MAX_TRIPWIRES`].
+ */
+#define QPIP_ADMIN_OP_CREATE_TRIPWIRE 32
+
+/*
+ Destroy tripwire `handle`.
+ */
+#define QPIP_ADMIN_OP_DESTROY_TRIPWIRE 33
+
+/*
  Most `ASYNC_EVENT` requests pending at once.
  */
 #define QPIP_MAX_ASYNC_REQUESTS 16
@@ -240,7 +252,8 @@
 #define QPIP_ADMIN_STATUS_BAD_ADDRESS 5
 
 /*
- The object is in use (a CQ with QPs attached).
+ The object is in use (a CQ with QPs or tripwires attached, a region a tripwire watches
+ or holds the arm word of).
  */
 #define QPIP_ADMIN_STATUS_BUSY 6
 
@@ -312,6 +325,11 @@
  A peer may read the region with RDMA Read (iWARP QPs of the same context).
  */
 #define QPIP_MR_ACCESS_REMOTE_READ (1 << 2)
+
+/*
+ Most tripwires on the device.
+ */
+#define QPIP_MAX_TRIPWIRES 1024
 
 /*
  Ask for CRC32c on every FPDU (it is on when either end asks).
@@ -687,6 +705,11 @@
  Completion of an RDMA Read WR (iWARP QPs).
  */
 #define QPIP_CQE_OP_RDMA_READ 4
+
+/*
+ A tripwire fired (see `admin::CreateTripwireArgs`): not the completion of a WR.
+ */
+#define QPIP_CQE_OP_TRIPWIRE 16
 
 /*
  The work request completed.

@@ -156,6 +156,12 @@ pub const ADMIN_OP_CLOSE: u16 = 0x1d;
 /// [`ADMIN_STATUS_BAD_STATE`] for a QP of another framing or one whose connection is not
 /// set up yet. No results.
 pub const ADMIN_OP_QUERY_CONN: u16 = 0x1e;
+/// Create a tripwire in `ctx` ([`CreateTripwireArgs`]): an event when data placed by the
+/// network touches a range of a registered region while the tripwire is armed. Result0:
+/// the tripwire's id. [`ADMIN_STATUS_NO_RESOURCES`] beyond [`MAX_TRIPWIRES`].
+pub const ADMIN_OP_CREATE_TRIPWIRE: u16 = 0x20;
+/// Destroy tripwire `handle`.
+pub const ADMIN_OP_DESTROY_TRIPWIRE: u16 = 0x21;
 
 // ---- asynchronous events ------------------------------------------------------------------
 
@@ -194,7 +200,8 @@ pub const ADMIN_STATUS_BAD_HANDLE: u16 = 3;
 pub const ADMIN_STATUS_NO_RESOURCES: u16 = 4;
 /// A guest address (page list, ring page, query buffer) is not in guest RAM or misaligned.
 pub const ADMIN_STATUS_BAD_ADDRESS: u16 = 5;
-/// The object is in use (a CQ with QPs attached).
+/// The object is in use (a CQ with QPs or tripwires attached, a region a tripwire watches
+/// or holds the arm word of).
 pub const ADMIN_STATUS_BUSY: u16 = 6;
 /// The address or port is already bound by another QP or listener.
 pub const ADMIN_STATUS_ADDR_IN_USE: u16 = 7;
@@ -341,6 +348,39 @@ pub const MR_ACCESS_LOCAL_WRITE: u32 = 1 << 0;
 pub const MR_ACCESS_REMOTE_WRITE: u32 = 1 << 1;
 /// A peer may read the region with RDMA Read (iWARP QPs of the same context).
 pub const MR_ACCESS_REMOTE_READ: u32 = 1 << 2;
+
+/// Arguments of `CREATE_TRIPWIRE`.
+///
+/// The tripwire watches `len` bytes at virtual address `addr` of region `lkey`. It is armed
+/// while the u32 **arm word** at virtual address `arm_addr` of region `arm_lkey` (4-byte
+/// aligned; the owner writes it, the device only reads it) differs from the value it held
+/// when the tripwire last fired (0 at creation: a new tripwire is disarmed until its owner
+/// changes the word, typically by incrementing it). When data placed by the network — an
+/// RDMA Write, a Read Response, a Send into a receive buffer, on an iWARP QP of the same
+/// context — touches the range while it is armed, the device writes one completion to CQ
+/// `cq`: opcode [`crate::cqe::CQE_OP_TRIPWIRE`], `wr_id` = `tag`, `qp` = the tripwire's
+/// id, `byte_len` = the bytes of the range that placement wrote, and `src_addr` bytes 0-7
+/// (little-endian) = the virtual address of the first of them; then it is disarmed. A
+/// consumer that arms and then finds the data already there must not wait for the event
+/// (arm, then look — as with a CQ).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct CreateTripwireArgs {
+    pub addr: u64,
+    pub len: u64,
+    pub arm_addr: u64,
+    pub lkey: u32,
+    pub arm_lkey: u32,
+    /// A CQ of the same context for the events (it cannot be destroyed while the tripwire
+    /// lives).
+    pub cq: u32,
+    pub reserved: u32,
+    /// Returned as the events' `wr_id`.
+    pub tag: u64,
+}
+
+/// Most tripwires on the device.
+pub const MAX_TRIPWIRES: u32 = 1024;
 
 /// Arguments of `BIND`.
 #[repr(C)]

@@ -58,6 +58,8 @@ pub const CQE_OP_RECV: u8 = 0x02;
 pub const CQE_OP_RDMA_WRITE: u8 = 0x03;
 /// Completion of an RDMA Read WR (iWARP QPs).
 pub const CQE_OP_RDMA_READ: u8 = 0x04;
+/// A tripwire fired (see `admin::CreateTripwireArgs`): not the completion of a WR.
+pub const CQE_OP_TRIPWIRE: u8 = 0x10;
 
 /// The work request completed.
 pub const CQE_STATUS_SUCCESS: u8 = 0;

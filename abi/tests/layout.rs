@@ -37,6 +37,7 @@ fn every_argument_body_fills_the_command_body() {
         ("ListenArgs", size_of::<ListenArgs>()),
         ("AcceptArgs", size_of::<AcceptArgs>()),
         ("ConnectArgs", size_of::<ConnectArgs>()),
+        ("CreateTripwireArgs", size_of::<CreateTripwireArgs>()),
     ] {
         assert_eq!(size, 48, "{name}");
     }

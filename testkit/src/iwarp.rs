@@ -116,3 +116,31 @@ impl FakeGuest {
         Ok(self.read_obj(buf))
     }
 }
+
+/// A tripwire's parameters (`CreateTripwireArgs`).
+pub fn tripwire_args(
+    (lkey, addr, len): (u32, u64, u64),
+    (arm_lkey, arm_addr): (u32, u64),
+    cq: u32,
+    tag: u64,
+) -> CreateTripwireArgs {
+    let mut a = CreateTripwireArgs::new_zeroed();
+    (a.lkey, a.addr, a.len) = (lkey, addr, len);
+    (a.arm_lkey, a.arm_addr) = (arm_lkey, arm_addr);
+    a.cq = cq;
+    a.tag = tag;
+    a
+}
+
+impl FakeGuest {
+    /// CREATE_TRIPWIRE; the tripwire's id.
+    pub fn create_tripwire(&mut self, ctx: u32, a: &CreateTripwireArgs) -> Result<u32, u16> {
+        self.admin_result(cmd(ADMIN_OP_CREATE_TRIPWIRE, ctx, 0, a))
+            .map(|c| c.result0 as u32)
+    }
+
+    pub fn destroy_tripwire(&mut self, ctx: u32, id: u32) -> Result<(), u16> {
+        self.admin_result(cmd0(ADMIN_OP_DESTROY_TRIPWIRE, ctx, id))
+            .map(|_| ())
+    }
+}

@@ -295,7 +295,19 @@ impl Engine {
             R::RegMr(args) => self.reg_mr(mem, ctx, &args),
             R::DeregMr => match self.objects.mrs.get(&h) {
                 Some(mr) if mr.ctx == ctx && self.objects.contexts.contains_key(&ctx) => {
-                    self.objects.mrs.remove(&h);
+                    if self.region_tripwired(h) {
+                        Err(ADMIN_STATUS_BUSY)
+                    } else {
+                        self.objects.mrs.remove(&h);
+                        Ok((0, 0, 0))
+                    }
+                }
+                _ => Err(ADMIN_STATUS_BAD_HANDLE),
+            },
+            R::CreateTripwire(a) => self.create_tripwire(ctx, &a),
+            R::DestroyTripwire => match self.objects.tripwires.get(&h) {
+                Some(t) if t.ctx == ctx => {
+                    self.remove_tripwire(h);
                     Ok((0, 0, 0))
                 }
                 _ => Err(ADMIN_STATUS_BAD_HANDLE),
@@ -518,6 +530,7 @@ impl Engine {
         for id in listeners {
             self.remove_listener(mem, id);
         }
+        self.objects.tripwires.retain(|_, t| t.ctx != ctx);
         self.objects.cqs.retain(|_, c| c.ctx != ctx);
         self.objects.mrs.retain(|_, m| m.ctx != ctx);
         self.objects.contexts.remove(&ctx);

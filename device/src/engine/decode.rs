@@ -68,6 +68,8 @@ pub enum AdminRequest {
         iwarp: IwarpConnArgs,
     },
     Close,
+    CreateTripwire(CreateTripwireArgs),
+    DestroyTripwire,
     /// An iWARP QP's connection parameters (`handle`), into `buf`.
     QueryConn {
         buf: u64,
@@ -258,6 +260,12 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
             }
         }
         ADMIN_OP_CLOSE => R::Close,
+        ADMIN_OP_CREATE_TRIPWIRE => {
+            let a: CreateTripwireArgs = args(cmd);
+            reserved(a.reserved == 0)?;
+            R::CreateTripwire(a)
+        }
+        ADMIN_OP_DESTROY_TRIPWIRE => R::DestroyTripwire,
         _ => return Err(ADMIN_STATUS_BAD_OPCODE),
     })
 }

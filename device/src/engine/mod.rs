@@ -30,6 +30,7 @@ pub mod network;
 pub mod objects;
 pub mod tcp;
 pub mod thread;
+pub mod tripwire;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv6Addr;

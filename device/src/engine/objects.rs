@@ -146,6 +146,7 @@ pub struct Objects {
     pub qps: HashMap<u32, Qp>,
     pub mrs: HashMap<u32, MemoryRegion>,
     pub listeners: HashMap<u32, Listener>,
+    pub tripwires: HashMap<u32, super::tripwire::Tripwire>,
     pub udp_ports: HashMap<u16, u32>,
     pub tcp_ports: HashMap<u16, u32>,
     pub listen_ports: HashMap<u16, u32>,

@@ -9,6 +9,7 @@ mod impaired;
 mod protection;
 mod setup;
 mod transfer;
+mod tripwires;
 
 use support::*;
 

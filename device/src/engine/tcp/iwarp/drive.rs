@@ -60,7 +60,12 @@ impl Objects {
         mem: &'a GuestMemoryMmap,
         id: u32,
     ) -> Option<Sink<'a>> {
-        let Objects { qps, mrs, .. } = self;
+        let Objects {
+            qps,
+            mrs,
+            tripwires,
+            ..
+        } = self;
         let q = qps.get_mut(&id)?;
         let ctx = q.ctx;
         let iw = q.tcp_mut()?.iwarp.as_deref_mut()?;
@@ -68,6 +73,7 @@ impl Objects {
             env: Env {
                 mem,
                 mrs,
+                tripwires,
                 ctx,
                 qp: id,
             },
@@ -384,6 +390,7 @@ impl Engine {
         }
         let outcome = iw.outcome.take();
         let failure = iw.failure.take();
+        let trips = std::mem::take(&mut iw.trips);
         let ahead = iw.take_placed_ahead();
         if ahead > 0 {
             self.shared.stats.add(STAT_IWARP_OOO_PLACED, ahead);
@@ -397,6 +404,9 @@ impl Engine {
             for c in done {
                 self.post_cqe(mem, recv_cq, c);
             }
+        }
+        if !trips.is_empty() {
+            self.fire_tripwires(mem, trips);
         }
         if let Some(o) = outcome {
             self.iwarp_setup_done(mem, id, o);

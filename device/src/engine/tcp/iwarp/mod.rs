@@ -102,6 +102,8 @@ pub(in crate::engine) struct IwarpQp {
     conn_ord: u8,
     /// Tagged segments placed.
     placed: u64,
+    /// Tripwires placements touched, for the engine to fire those armed.
+    trips: Vec<crate::engine::tripwire::Hit>,
     /// Tagged FPDUs placed out of order, and the stream ranges they took (until the
     /// in-order point passes them).
     placed_ahead: u64,
@@ -131,6 +133,7 @@ impl IwarpQp {
             conn_ird: 0,
             conn_ord: 0,
             placed: 0,
+            trips: Vec::new(),
             placed_ahead: 0,
             ahead_ranges: VecDeque::new(),
             rtr_send: false,

@@ -15,6 +15,7 @@ use vm_memory::GuestMemoryMmap;
 use crate::engine::completion::{cqe, cqe_ok};
 use crate::engine::memory::{MemoryRegion, Span};
 use crate::engine::tcp::rx::scatter;
+use crate::engine::tripwire::{self, Tripwire};
 use crate::net::iwarp::wire::ddp::Buffer;
 use crate::net::iwarp::wire::fpdu;
 use crate::net::iwarp::wire::rdmap::{self, Body, Message, Opcode};
@@ -41,6 +42,7 @@ pub(super) struct RecvWr {
 pub(in crate::engine::tcp) struct Env<'a> {
     pub(in crate::engine::tcp) mem: &'a GuestMemoryMmap,
     pub(in crate::engine::tcp) mrs: &'a HashMap<u32, MemoryRegion>,
+    pub(in crate::engine::tcp) tripwires: &'a HashMap<u32, Tripwire>,
     pub(in crate::engine::tcp) ctx: u32,
     pub(in crate::engine::tcp) qp: u32,
 }
@@ -82,6 +84,22 @@ impl Env<'_> {
 }
 
 impl IwarpQp {
+    /// Writes `data` at byte `off` of the buffer `spans` describes, noting the tripwires
+    /// it touches. False if guest memory refused the write.
+    fn place(&mut self, env: &Env<'_>, spans: &[Span], off: u64, data: &[u8]) -> bool {
+        if !scatter(env.mem, spans, off, data) {
+            return false;
+        }
+        self.trips.extend(tripwire::hits(
+            env.tripwires,
+            env.ctx,
+            spans,
+            off,
+            data.len(),
+        ));
+        true
+    }
+
     /// Out-of-order bytes at stream offset `offset`, ahead of a hole: placed at once if
     /// they are whole FPDUs (length, pad and, when on, CRC agreeing), each a Write into a
     /// region of this context that allows it, or a Read Response segment of an outstanding
@@ -140,7 +158,7 @@ impl IwarpQp {
             places.push((spans, payload));
         }
         for ((spans, off), payload) in places {
-            if !scatter(env.mem, &spans, off, payload) {
+            if !self.place(env, &spans, off, payload) {
                 return false;
             }
         }
@@ -239,9 +257,11 @@ impl IwarpQp {
                 return Err(TermError::DdpCatastrophic);
             }
         };
-        if !scatter(env.mem, spans, mo as u64, payload) {
+        let spans = spans.clone();
+        if !self.place(env, &spans, mo as u64, payload) {
             return Err(TermError::DdpCatastrophic);
         }
+        let wr = self.recv_wrs.front_mut().expect("front");
         wr.filled = wr.filled.max(end);
         if m.header.last {
             let wr = self.recv_wrs.pop_front().expect("front");
@@ -267,7 +287,7 @@ impl IwarpQp {
             return Ok(());
         }
         let spans = env.region(stag, to, payload.len() as u64, MR_ACCESS_REMOTE_WRITE, true)?;
-        if !scatter(env.mem, &spans, 0, payload) {
+        if !self.place(env, &spans, 0, payload) {
             return Err(TermError::DdpCatastrophic);
         }
         self.placed += 1;
@@ -334,7 +354,11 @@ impl IwarpQp {
         if to < r.to || end.is_none_or(|e| e > r.size as u64) {
             return Err(TermError::DdpTagged(DdpTaggedCode::BaseOrBounds));
         }
-        if !scatter(env.mem, &r.sink, off, payload) {
+        let sink = std::mem::take(&mut r.sink);
+        let ok = self.place(env, &sink, off, payload);
+        let r = self.tx.reads.front_mut().expect("front");
+        r.sink = sink;
+        if !ok {
             return Err(TermError::DdpCatastrophic);
         }
         r.placed += payload.len() as u64;
