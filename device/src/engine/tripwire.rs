@@ -116,7 +116,7 @@ impl Engine {
         if self.objects.tripwires.len() >= MAX_TRIPWIRES as usize {
             return Err(ADMIN_STATUS_NO_RESOURCES);
         }
-        if a.len == 0 || a.arm_addr % 4 != 0 {
+        if a.len == 0 || !a.arm_addr.is_multiple_of(4) {
             return Err(ADMIN_STATUS_BAD_PARAM);
         }
         self.objects
