@@ -46,7 +46,7 @@ MODULES=(virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_p
 # What siw.ko and rdma-core's tools need, loaded by lab-siw only (in this order, their own
 # dependencies first; siw.ko, not the kernel's, comes last):
 #   crc32c_generic    a crc32c for libcrc32c, which asks the crypto API for one when it
-#                     loads (a soft dependency, absent from modules.dep)
+#                     loads (modules.softdep: "libcrc32c pre: crc32c"; not in modules.dep)
 #   libcrc32c ib_core ib_uverbs   siw's dependencies (modinfo siw.ko: depends)
 #   iw_cm ib_cm rdma_cm rdma_ucm  the RDMA connection manager and its /dev/infiniband/rdma_cm,
 #                     which librdmacm (rping) uses; ib_uverbs gives /dev/infiniband/uverbs0
