@@ -10,6 +10,14 @@
 #   /usr/bin/qpip-*            the guest tools of guest-lib, linked statically
 #   /usr/bin/lab-wait          waits for a file in /lab, the folder a lab's guests share
 #   /usr/bin/lab-udp           UDP over kernel sockets (busybox nc is TCP only), static C
+#   soft-iWARP, loaded only on demand by lab-siw (boot time matters to every test):
+#   /lib/modules/.../siw.ko    built by images/siw.sh, and the RDMA core modules it and
+#   /lib/modules/rdma-load-order  rping need, decompressed, with their load order
+#   /usr/bin/lab-siw           loads them and adds the siw link over the virtio-net NIC
+#   /usr/bin/rping, ibv_devices, ibv_devinfo, rdma   rdma-core's and iproute2's tools from
+#                              the runtime (trixie), dynamic, with siw's verbs provider
+#                              (/etc/libibverbs.d/siw.driver), every shared library they
+#                              need and the dynamic loader (/lib64/ld-linux-x86-64.so.2)
 # Rebuilds only when an input changed (a stamp holds the hash of all of them).
 #
 # Environment: QPIP_KO overrides the driver module to pack (default $QPIP_CACHE/guest/qpip.ko),
@@ -22,6 +30,8 @@ KO=${QPIP_KO:-$QPIP_CACHE/guest/qpip.ko}
 INIT=$QPIP_ROOT/images/guest/init
 LAB_WAIT=$QPIP_ROOT/images/guest/lab-wait
 LAB_UDP_SRC=$QPIP_ROOT/images/guest/lab-udp.c
+LAB_SIW=$QPIP_ROOT/images/guest/lab-siw
+SIW_KO=$QPIP_CACHE/guest/siw.ko
 BUSYBOX=$RUNTIME_DIR/usr/bin/busybox
 
 # Modules the guest needs, by name; their dependencies are added from modules.dep and any
@@ -33,9 +43,28 @@ BUSYBOX=$RUNTIME_DIR/usr/bin/busybox
 # kernel that builds them as modules needs them loaded first.
 MODULES=(virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci
          netfs 9pnet 9pnet_virtio 9p virtio_net)
+# What siw.ko and rdma-core's tools need, loaded by lab-siw only (in this order, their own
+# dependencies first; siw.ko, not the kernel's, comes last):
+#   crc32c_generic    a crc32c for libcrc32c, which asks the crypto API for one when it
+#                     loads (modules.softdep: "libcrc32c pre: crc32c"; not in modules.dep)
+#   libcrc32c ib_core ib_uverbs   siw's dependencies (modinfo siw.ko: depends)
+#   iw_cm ib_cm rdma_cm rdma_ucm  the RDMA connection manager and its /dev/infiniband/rdma_cm,
+#                     which librdmacm (rping) uses; ib_uverbs gives /dev/infiniband/uverbs0
+RDMA_MODULES=(crc32c_generic libcrc32c ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm)
+# rdma-core and iproute2 programs for the guest, with siw's verbs provider, which libibverbs
+# opens by name (lib<driver>-rdmav34.so for each /etc/libibverbs.d/*.driver).
+RDMA_PROGRAMS=(usr/bin/rping usr/bin/ibv_devices usr/bin/ibv_devinfo usr/bin/rdma)
+SIW_PROVIDER=usr/lib/x86_64-linux-gnu/libibverbs/libsiw-rdmav34.so
+SIW_DRIVER_CONF=etc/libibverbs.d/siw.driver
+LIBDIR=usr/lib/x86_64-linux-gnu
+LOADER=lib64/ld-linux-x86-64.so.2
 
 [ -x "$BUSYBOX" ] || die "no busybox in the runtime ($BUSYBOX); run images/runtime.sh first"
 [ -f "$KO" ] || die "no guest driver at $KO; run images/driver.sh first"
+[ -f "$SIW_KO" ] || die "no siw.ko at $SIW_KO; run images/siw.sh first"
+for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER" "$SIW_DRIVER_CONF"; do
+    [ -f "$RUNTIME_DIR/$f" ] || die "no /$f in the runtime; run images/siw.sh first (it installs rdma-core there)"
+done
 kernel=$(ls "$RUNTIME_DIR"/boot/vmlinuz-* 2>/dev/null | sort -V | tail -1)
 [ -n "$kernel" ] || die "no guest kernel in $RUNTIME_DIR/boot; run images/runtime.sh first"
 KVER=${kernel##*/vmlinuz-}
@@ -45,7 +74,7 @@ for tool in cargo cc xz gzip readelf strip; do
     command -v "$tool" >/dev/null || die "$tool is missing on this host"
 done
 
-# --- guest tools: static, so the image needs no libc ---------------------------------------
+# --- guest tools: static, so they need nothing of the image ------------------------------
 mapfile -t bins < <(guest_tool_names)
 [ ${#bins[@]} -gt 0 ] || die "guest-lib has no binaries in src/bin"
 step "guest image: build guest tools (${bins[*]}, static)" build_guest_tools
@@ -54,7 +83,7 @@ for b in "${bins[@]}"; do
     [ -x "$BINDIR/$b" ] || die "cargo built no $BINDIR/$b"
     # A dynamic binary would fail in the guest with a bare "not found" from the shell.
     if readelf -l "$BINDIR/$b" | grep -q INTERP; then
-        die "$BINDIR/$b is dynamically linked (has an ELF interpreter); the guest has no libc"
+        die "$BINDIR/$b is dynamically linked (has an ELF interpreter); the guest tools must be static"
     fi
 done
 
@@ -95,6 +124,48 @@ say "guest image: kernel $KVER; built in: ${builtins[*]:-none}"
 names=()
 for f in "${load_order[@]}"; do modname "$f"; names+=("$REPLY"); done
 say "guest image: modules to load: ${names[*]}"
+# The RDMA modules: what the boot loads already is not listed again (seen carries over).
+boot_order=("${load_order[@]}")
+load_order=()
+for m in "${RDMA_MODULES[@]}"; do modname "$m"; add_module "$REPLY"; done
+rdma_order=("${load_order[@]}")
+load_order=("${boot_order[@]}")
+names=()
+for f in "${rdma_order[@]}"; do modname "$f"; names+=("$REPLY"); done
+say "guest image: RDMA modules for lab-siw: ${names[*]} siw"
+
+# --- shared libraries of the RDMA tools -----------------------------------------------------
+# What ldd would list, read from the ELF files (readelf, nothing runs and no chroot):
+# each DT_NEEDED, looked up in the runtime's library folders, recursively.
+declare -A lib_seen
+libs=()
+add_needed() {
+    local elf=$1 n p d
+    while read -r n; do
+        [ -z "${lib_seen[$n]:-}" ] || continue
+        # libc names the loader; it goes to its own path (below).
+        [ "$n" != "${LOADER##*/}" ] || continue
+        lib_seen[$n]=1
+        p=
+        for d in usr/lib/x86_64-linux-gnu usr/lib; do
+            [ -e "$RUNTIME_DIR/$d/$n" ] && { p=$d/$n; break; }
+        done
+        [ -n "$p" ] || die "no $n (needed by ${elf#"$RUNTIME_DIR"/}) in the runtime's library folders"
+        libs+=("$p")
+        add_needed "$RUNTIME_DIR/$p"
+    done < <(readelf -d "$elf" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+}
+for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER"; do add_needed "$RUNTIME_DIR/$f"; done
+# glibc opens libgcc_s at run time to unwind a thread that ends with pthread_exit, as
+# rping's threads do ("libgcc_s.so.1 must be installed for pthread_exit to work", abort).
+for n in libgcc_s.so.1; do
+    lib_seen[$n]=1
+    libs+=("$LIBDIR/$n")
+    add_needed "$RUNTIME_DIR/$LIBDIR/$n"
+done
+interp=$(readelf -l "$RUNTIME_DIR/${RDMA_PROGRAMS[0]}" | sed -n 's/.*interpreter: \(.*\)\]/\1/p')
+[ "$interp" = "/$LOADER" ] || die "rping's ELF interpreter is '$interp', expected /$LOADER"
+say "guest image: shared libraries of the RDMA tools: ${libs[*]##*/}"
 
 # --- uncompressed kernel for PVH boot ----------------------------------------------------
 # QEMU boots an ELF vmlinux that carries a PVH entry note directly (-kernel vmlinux): no
@@ -128,9 +199,13 @@ extract_vmlinux() {
 }
 
 # --- up to date? ---------------------------------------------------------------------------
-hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$LAB_UDP_SRC" "$KO" "$BUSYBOX" "$kernel")
+hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$LAB_UDP_SRC" "$LAB_SIW" "$KO"
+             "$SIW_KO" "$BUSYBOX" "$kernel")
 for b in "${bins[@]}"; do hash_inputs+=("$BINDIR/$b"); done
-for f in "${load_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
+for f in "${load_order[@]}" "${rdma_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
+for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER" "$SIW_DRIVER_CONF" "${libs[@]}" "$LOADER"; do
+    hash_inputs+=("$RUNTIME_DIR/$f")
+done
 KEY=$(inputs_hash "${hash_inputs[@]}")
 STAMP=$OUT/.initramfs-$KEY
 if [ -f "$STAMP" ] && [ -f "$OUT/initramfs.cpio.gz" ] && cmp -s "$kernel" "$OUT/vmlinuz" \
@@ -169,10 +244,12 @@ printf 'root:x:0:0:root:/root:/bin/sh\n' >etc/passwd
 printf 'root:x:0:\n' >etc/group
 printf '127.0.0.1 localhost\n::1 localhost\n' >etc/hosts
 
-for f in "${load_order[@]}"; do
+# put_module FILE LIST: the kernel's module FILE (relative to its modules folder) into the
+# image, decompressed (busybox insmod wants the plain ELF), its path appended to LIST.
+put_module() {
+    local f=$1 list=$2 dst
     mkdir -p "lib/modules/$KVER/$(dirname "$f")"
     dst=lib/modules/$KVER/${f%.ko*}.ko
-    # Debian compresses modules; busybox insmod wants the plain ELF.
     case $f in
         *.ko.xz)  xz -dc "$MODDIR/$f" >"$dst" ;;
         *.ko.gz)  gzip -dc "$MODDIR/$f" >"$dst" ;;
@@ -180,9 +257,23 @@ for f in "${load_order[@]}"; do
         *.ko)     cp "$MODDIR/$f" "$dst" ;;
         *) die "unknown module format: $f" ;;
     esac
-    printf '/%s\n' "$dst" >>lib/modules/load-order
-done
+    printf '/%s\n' "$dst" >>"$list"
+}
+for f in "${load_order[@]}"; do put_module "$f" lib/modules/load-order; done
 touch lib/modules/load-order
+for f in "${rdma_order[@]}"; do put_module "$f" lib/modules/rdma-load-order; done
+mkdir -p "lib/modules/$KVER/extra"
+install -m 0644 "$SIW_KO" "lib/modules/$KVER/extra/siw.ko"
+printf '/%s\n' "lib/modules/$KVER/extra/siw.ko" >>lib/modules/rdma-load-order
+
+# rdma-core's and iproute2's tools, dynamic: each file at its path in the runtime (symlinks
+# followed), the libraries where the loader looks by default.
+for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER" "$SIW_DRIVER_CONF" "$LOADER"; do
+    mkdir -p "$(dirname "$f")"
+    cp -L "$RUNTIME_DIR/$f" "$f"
+done
+mkdir -p "$LIBDIR"
+for f in "${libs[@]}"; do cp -L "$RUNTIME_DIR/$f" "$LIBDIR/${f##*/}"; done
 
 install -m 0644 "$KO" lib/qpip/qpip.ko
 for b in "${bins[@]}"; do
@@ -190,8 +281,9 @@ for b in "${bins[@]}"; do
     strip -o "usr/bin/$b" "$BINDIR/$b"
 done
 install -m 0755 "$LAB_WAIT" usr/bin/lab-wait
-# Static, like the Rust tools: the guest has no libc. Numeric addresses only (no resolver,
-# so static glibc needs no NSS modules).
+install -m 0755 "$LAB_SIW" usr/bin/lab-siw
+# Static, like the Rust tools (the image's libc is there for rdma-core's tools only).
+# Numeric addresses only (no resolver, so static glibc needs no NSS modules).
 cc -static -O2 -Wall -Wextra -Werror -s -o usr/bin/lab-udp "$LAB_UDP_SRC" \
     || die "cannot build lab-udp from $LAB_UDP_SRC"
 

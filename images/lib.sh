@@ -24,7 +24,8 @@ inputs_hash() {
       done; } | sha256sum | cut -c1-16
 }
 
-# The guest tools (guest-lib's binaries), linked statically: the guest image has no libc.
+# The guest tools (guest-lib's binaries), linked statically: the guest image carries a libc
+# only for rdma-core's tools.
 # Built by images/guest.sh, and early by ./qpip setup (while the runtime downloads), with
 # the same command, so the second build is a no-op.
 GUEST_TARGET=x86_64-unknown-linux-gnu

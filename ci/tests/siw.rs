@@ -1,0 +1,438 @@
+//! Soft-iWARP between two guests: Linux's siw driver and rdma-core's `rping` over the
+//! guests' virtio-net NICs, on the lab network's IPv6 addresses — the iWARP peer that qpip
+//! is to interoperate with, proven to work here, and the source of the golden capture in
+//! `device/tests/data/iwarp/`.
+//!
+//! Both guests run `lab-siw` (the RDMA modules, siw, and the link `siw0` over the NIC),
+//! then `rping` runs between them, one server and one client at a time: first a short
+//! exchange captured whole on the lab bridge (the golden capture: every frame must dissect
+//! as TCP/MPA/DDP/RDMAP without a malformed frame, and each connection must carry exactly
+//! the messages of rping's protocol), then longer runs both ways at several sizes, rping's
+//! `-V` checking every byte, captured headers only to count the bytes each connection
+//! carried.
+//!
+//! The VM test is ignored by a plain `cargo test` (`./qpip test` runs it with `--ignored`;
+//! it needs root for the lab network). With `QPIP_SIW_GOLDEN=FILE` it also copies its
+//! golden capture to FILE once every check passed: that is how
+//! `device/tests/data/iwarp/siw-rping.pcap` is made (see the README there). The check of
+//! that committed file runs in a plain `cargo test` (it needs tshark, which `./qpip setup`
+//! installs, and says so when skipped).
+
+mod common;
+// The crate root is this file, so its modules' paths are spelled out.
+#[path = "siw/dissect.rs"]
+mod dissect;
+#[path = "siw/dumpcap.rs"]
+mod dumpcap;
+
+use common::{needs_root, Report};
+use dissect::{by_run, check_full_capture, connections, frames, have_tshark, Connection};
+use dumpcap::Capture;
+use qpip_lab::netns;
+use qpip_lab::{run_lab, unique_netns, GuestSpec, LabHost, LabSpec, Network, QpipdLayout, VmSpec};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// rping's TCP port (its default).
+const PORT: u16 = 7174;
+
+/// One rping exchange: `client` (guest 1 = a or 2 = b) connects to the other guest's
+/// server, `iters` iterations of `size` bytes.
+#[derive(Debug, Clone, Copy)]
+struct Rping {
+    tag: &'static str,
+    client: usize,
+    iters: u64,
+    size: u64,
+}
+
+/// `run(tag, client, iters, size)`: an [`Rping`].
+const fn run(tag: &'static str, client: usize, iters: u64, size: u64) -> Rping {
+    Rping {
+        tag,
+        client,
+        iters,
+        size,
+    }
+}
+
+/// The golden capture's exchanges: a few small iterations, then a size that spans several
+/// TCP segments (at the lab's MTU of 1500, an MSS of 1440), so its RDMA Read Response and
+/// RDMA Write are cut into several DDP segments.
+const GOLDEN: [Rping; 2] = [run("g64", 1, 3, 64), run("g2000", 1, 3, 2000)];
+
+/// The longer runs, both ways: rping's smallest buffer (23 bytes), a size over one
+/// segment, and its largest (65535).
+const BULK: [Rping; 6] = [
+    run("ab23", 1, 300, 23),
+    run("ab2000", 1, 150, 2000),
+    run("ab65535", 1, 50, 65535),
+    run("ba23", 2, 300, 23),
+    run("ba2000", 2, 150, 2000),
+    run("ba65535", 2, 50, 65535),
+];
+
+/// How often a run is tried when siw's responder stalls (see [`HELPERS`]).
+const ATTEMPTS: usize = 3;
+
+/// Shell helpers of the guest scripts.
+///  kv KEY VALUE          one report line
+///  await NAME            waits for /lab/NAME (300 s); gives up, reporting it, if the
+///                        lab's host side has ended (/lab/host-done) without creating it
+///  serve TAG ARGS...     an rping server on this guest's NIC address: reports
+///                        `TAG.listen` (its cm_id, once listening), `TAG.server` (its exit
+///                        status) and `TAG.stalls`
+///  client TAG PEER ARGS  `rping -c -a PEER -V -v ARGS` once the server listens: reports
+///                        `TAG.client` (its exit status) and `TAG.pings`, the iterations it
+///                        completed and verified (its `ping data:` lines: rping exits 0 when
+///                        the server disconnects early, so the status alone proves little)
+///  settle                waits until no TCP connection of port 7174 is mid-teardown here,
+///                        so the last segments are on the wire before a capture stops
+///
+/// siw's responder can stall a new connection for good: siw_accept (siw_cm.c) sends the
+/// MPA reply before it hands the socket's data_ready upcall to the QP, and an FPDU that
+/// arrives in between is left unread (the connection manager's upcall ignores data in
+/// RDMA mode) — rping's client sends first and then waits, so nothing more comes. Under TCG
+/// the window is wide enough to be hit now and then. The server side sees it (its socket
+/// holds unread bytes, the same for 3 s of guest time), reports the socket as
+/// `TAG.stall.N`, marks the attempt /lab/TAG.N.stalled and stops its rping; both sides try
+/// again, up to ATTEMPTS times. /lab/TAG.N says attempt N listens.
+const HELPERS: &str = r#"
+ATTEMPTS=@ATTEMPTS@
+kv() { printf '@%s=%s\n' "$1" "$2"; }
+await() {
+    i=0
+    until [ -e "/lab/$1" ]; do
+        if [ -e /lab/host-done ] || [ $i -ge 3000 ]; then kv "wait.$1" failed; return 1; fi
+        i=$((i + 1)); sleep 0.1
+    done
+}
+show_log() { [ "$2" = 0 ] || sed "s/^/  $1: /" "$3"; }
+# The server's connection of port 7174 (state 01, established) with unread bytes.
+unread() { awk '$2 ~ /:1C06$/ && $4 == "01" && $5 !~ /:00000000$/ { print }' /proc/net/tcp6; }
+# watch PID: 0 once rping PID has ended, 1 if its connection stalled (then $stalled is it).
+watch() {
+    n=0; last=
+    while kill -0 "$1" 2>/dev/null; do
+        sleep 0.5
+        now=$(unread)
+        if [ -n "$now" ] && [ "$now" = "$last" ]; then n=$((n + 1)); else n=0; fi
+        last=$now
+        if [ $n -ge 6 ]; then stalled=$now; return 1; fi
+    done
+    return 0
+}
+serve() {
+    t=$1; shift
+    a=1
+    while :; do
+        rping -s -a "$QPIP_NET_ADDR" "$@" >"/tmp/$t.out" 2>&1 &
+        p=$!
+        i=0
+        until rdma res show cm_id 2>/dev/null | grep -q "siw0/1 .*state LISTEN.*comm rping"; do
+            i=$((i + 1))
+            if [ $i -ge 300 ] || ! kill -0 $p 2>/dev/null; then break; fi
+            sleep 0.1
+        done
+        [ $a != 1 ] || kv "$t.listen" "$(rdma res show cm_id 2>&1 | grep LISTEN)"
+        touch "/lab/$t.$a"
+        if watch $p; then
+            wait $p; st=$?
+            kv "$t.server" $st; kv "$t.stalls" $((a - 1)); show_log "$t" $st "/tmp/$t.out"
+            return
+        fi
+        kv "$t.stall.$a" "$stalled"
+        touch "/lab/$t.$a.stalled"
+        kill $p; wait $p
+        if [ $a -ge $ATTEMPTS ]; then kv "$t.server" stalled; kv "$t.stalls" $a; return; fi
+        a=$((a + 1))
+    done
+}
+client() {
+    t=$1; peer=$2; shift 2
+    a=1
+    while :; do
+        await "$t.$a" || return
+        n=$( { rping -c -a "$peer" -V -v "$@" 2>"/tmp/$t.err"; echo $? >"/tmp/$t.rc"; } |
+             awk '/^ping data: / { n++ } END { print n + 0 }')
+        st=$(cat "/tmp/$t.rc")
+        if [ -e "/lab/$t.$a.stalled" ] && [ $a -lt $ATTEMPTS ]; then a=$((a + 1)); continue; fi
+        kv "$t.client" "$st"; kv "$t.pings" "$n"; show_log "$t" "$st" "/tmp/$t.err"
+        return
+    done
+}
+settle() {
+    i=0
+    while awk 'NR > 1 && ($2 ~ /:1C06$/ || $3 ~ /:1C06$/) && $4 != "06" && $4 != "0A" { f = 1 }
+               END { exit !f }' /proc/net/tcp6; do
+        i=$((i + 1)); [ $i -lt 100 ] || { kv settle timeout; return; }; sleep 0.1
+    done
+}
+"#;
+
+/// Guest `n`'s part of `runs`, in order: the server's or the client's side of each.
+fn steps(n: usize, runs: &[Rping]) -> String {
+    runs.iter()
+        .map(|r| {
+            let args = format!("-C {} -S {}", r.iters, r.size);
+            if r.client == n {
+                let peer = netns::virtio_addr(3 - n);
+                format!("client {} {peer} {args}\n", r.tag)
+            } else {
+                format!("serve {} {args}\n", r.tag)
+            }
+        })
+        .collect()
+}
+
+/// Guest `n`'s script: siw up, the golden exchanges, the longer runs.
+fn script(n: usize) -> String {
+    let helpers = HELPERS.replace("@ATTEMPTS@", &ATTEMPTS.to_string());
+    format!(
+        r#"{helpers}
+lab-siw >/tmp/lab-siw.out 2>&1; st=$?
+sed 's/^/  /' /tmp/lab-siw.out
+kv siw.status $st
+kv siw.link "$(rdma link show siw0/1 2>&1)"
+if [ $st != 0 ]; then
+    touch /lab/golden-done.$QPIP_GUEST_NAME /lab/bulk-done.$QPIP_GUEST_NAME
+    exit 1
+fi
+await capture-golden
+{golden}settle
+touch /lab/golden-done.$QPIP_GUEST_NAME
+await capture-bulk
+t0=$(cut -d' ' -f1 /proc/uptime)
+{bulk}settle
+kv bulk.seconds "$(awk -v t0=$t0 '{{ print $1 - t0 }}' /proc/uptime)"
+touch /lab/bulk-done.$QPIP_GUEST_NAME
+"#,
+        golden = steps(n, &GOLDEN),
+        bulk = steps(n, &BULK)
+    )
+}
+
+/// The host side: the golden capture around the golden exchanges, the headers-only one
+/// around the longer runs.
+fn capture_both(host: &LabHost) -> Result<(PathBuf, PathBuf), String> {
+    let dir = host
+        .shared_dir()
+        .parent()
+        .ok_or("the shared folder has no parent")?
+        .to_path_buf();
+    let wait_all = |what: &str| -> Result<(), String> {
+        for g in host.guests() {
+            host.wait_for(&format!("{what}.{g}"), Duration::from_secs(600))?;
+        }
+        Ok(())
+    };
+    let signal = |name: &str| host.signal(name).map_err(|e| format!("signal {name}: {e}"));
+
+    let golden = dir.join("siw-rping-golden.pcap");
+    let mut cap = Capture::start(host, &golden, None)?;
+    signal("capture-golden")?;
+    wait_all("golden-done")?;
+    cap.stop(host)?;
+
+    // Headers only (Ethernet 14 + IPv6 40 + TCP with options 32 bytes, and some): the
+    // lengths of the segments are what is counted.
+    let bulk = dir.join("siw-rping-bulk.pcap");
+    let mut cap = Capture::start(host, &bulk, Some(128))?;
+    signal("capture-bulk")?;
+    wait_all("bulk-done")?;
+    cap.stop(host)?;
+    Ok((golden, bulk))
+}
+
+/// Where the committed golden capture lives.
+fn committed_golden() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../device/tests/data/iwarp/siw-rping.pcap")
+}
+
+// ---- tests ---------------------------------------------------------------------------------
+
+/// The committed golden capture still dissects cleanly and holds the golden exchanges.
+#[test]
+fn golden_capture_dissects_without_malformed_frames() {
+    if !have_tshark() {
+        eprintln!("skipped: no tshark (./qpip setup installs it)");
+        return;
+    }
+    let file = committed_golden();
+    let runs: Vec<(Rping, usize)> = GOLDEN.iter().map(|r| (*r, 0)).collect();
+    let conns =
+        check_full_capture(&file, &runs).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    assert_eq!(conns.len(), GOLDEN.len());
+}
+
+/// The check above fails on a capture that differs: the golden one with the MPA length
+/// of its first Send (the first 40-byte TCP payload: 2 + 18 + 16 + 4 bytes) made too large,
+/// which throws off the FPDU framing of the rest of that connection.
+#[test]
+fn a_damaged_golden_capture_fails_the_check() {
+    if !have_tshark() {
+        eprintln!("skipped: no tshark (./qpip setup installs it)");
+        return;
+    }
+    let bytes = fs::read(committed_golden()).unwrap();
+    let (header, records) = dumpcap::pcap::records(&bytes, false).unwrap();
+    let mut out = header.to_vec();
+    let mut damaged = false;
+    for (whole, frame) in records {
+        let mut whole = whole.to_vec();
+        // Ethernet 14 + IPv6 40, then TCP's data offset (in 32-bit words) at byte 12.
+        let tcp = 14 + 40;
+        let payload = tcp + usize::from(frame[tcp + 12] >> 4) * 4;
+        if !damaged && frame.len() - payload == 40 {
+            whole[16 + payload..16 + payload + 2].copy_from_slice(&[0x7f, 0xff]);
+            damaged = true;
+        }
+        out.extend_from_slice(&whole);
+    }
+    assert!(damaged, "the golden capture has no 40-byte TCP payload");
+    let file = std::env::temp_dir().join(format!("qpip-siw-damaged-{}.pcap", std::process::id()));
+    fs::write(&file, out).unwrap();
+    let runs: Vec<(Rping, usize)> = GOLDEN.iter().map(|r| (*r, 0)).collect();
+    let result = check_full_capture(&file, &runs);
+    let _ = fs::remove_file(&file);
+    match result {
+        Err(e) => eprintln!(
+            "rejected as it should be: {}",
+            e.lines().next().unwrap_or("")
+        ),
+        Ok(conns) => panic!("the damaged capture passed: {conns:#?}"),
+    }
+}
+
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn siw_rping_between_two_guests_over_virtio_net() {
+    needs_root!();
+    let guest = |n: usize| {
+        let mut vm = VmSpec::new(script(n));
+        vm.timeout = Duration::from_secs(600);
+        vm.memory_mib = 512;
+        // siw runs over the virtio-net NIC; the guests need no qpip device.
+        vm.devices = 0;
+        GuestSpec::new(qpip_lab::guest_name(n), vm)
+    };
+    let spec = LabSpec {
+        guests: vec![guest(1), guest(2)],
+        network: Network::Lab(unique_netns("qpip-siw")),
+        layout: QpipdLayout::Adapter,
+    };
+    let t0 = Instant::now();
+    let out = match run_lab(&spec, &mut |_, _, _| {}, capture_both) {
+        Ok(out) => out,
+        Err(e) if e.is_interrupted() => common::interrupted(&e),
+        Err(e) => panic!("lab run failed: {e}"),
+    };
+    let (ga, gb) = (out.guest("a"), out.guest("b"));
+    let (a, b) = (Report::new(ga), Report::new(gb));
+    let ctx = || format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());
+    let (golden, bulk) = out
+        .host
+        .clone()
+        .unwrap_or_else(|e| panic!("host side: {e}\n{}", ctx()));
+    eprintln!(
+        "siw lab: {:.0} s (guests a {:.1} s, b {:.1} s; the longer runs {} s in a), run folder {}",
+        t0.elapsed().as_secs_f64(),
+        ga.elapsed.as_secs_f64(),
+        gb.elapsed.as_secs_f64(),
+        a.get("bulk.seconds"),
+        out.dir.display()
+    );
+    assert_eq!((ga.status, gb.status), (0, 0), "{}", ctx());
+
+    // siw is up on each guest's NIC, and every rping server listened on siw0.
+    for (n, rep) in [(1, &a), (2, &b)] {
+        assert_eq!(rep.get("siw.status"), "0", "{}", ctx());
+        let link = rep.get("siw.link");
+        assert!(
+            link.contains("state ACTIVE") && link.contains("netdev eth0"),
+            "guest {n}: siw0 is {link:?}\n{}",
+            ctx()
+        );
+    }
+    // Each run: the server listened on siw0, and both ends finished after the client had
+    // verified every iteration (maybe after attempts that stalled).
+    let mut stalls = BTreeMap::new();
+    for r in GOLDEN.iter().chain(&BULK) {
+        let (client, server) = if r.client == 1 { (&a, &b) } else { (&b, &a) };
+        let srv_addr = netns::virtio_addr(3 - r.client);
+        let listen = server.get(&format!("{}.listen", r.tag));
+        assert!(
+            listen.contains("siw0/1")
+                && listen.contains("state LISTEN")
+                && listen.contains(&format!("src-addr {srv_addr}:{PORT}")),
+            "{}: the rping server's cm_id is {listen:?}, not listening on siw0 at {srv_addr}\n{}",
+            r.tag,
+            ctx()
+        );
+        let stalled = server.num(&format!("{}.stalls", r.tag)) as usize;
+        let done = [
+            server.get(&format!("{}.server", r.tag)),
+            client.get(&format!("{}.client", r.tag)),
+        ];
+        assert_eq!(
+            done,
+            ["0", "0"],
+            "{}: server and client exit statuses ({stalled} stalled attempts)\n{}",
+            r.tag,
+            ctx()
+        );
+        assert_eq!(
+            client.num(&format!("{}.pings", r.tag)),
+            r.iters,
+            "{}: iterations the client verified\n{}",
+            r.tag,
+            ctx()
+        );
+        stalls.insert(r.tag, stalled);
+    }
+    let with_stalls = |runs: &[Rping]| -> Vec<(Rping, usize)> {
+        runs.iter().map(|r| (*r, stalls[r.tag])).collect()
+    };
+    let stalled: Vec<_> = stalls.iter().filter(|(_, n)| **n > 0).collect();
+    if !stalled.is_empty() {
+        eprintln!(
+            "  siw's accept race stalled a connection, and the run was tried again: {stalled:?}"
+        );
+    }
+
+    // The golden exchanges on the wire, frame by frame.
+    check_full_capture(&golden, &with_stalls(&GOLDEN)).unwrap_or_else(|e| {
+        panic!("{}: {e}\n{}", golden.display(), ctx());
+    });
+    // The longer runs: a connection each (and each stalled attempt's), from the right
+    // client, carrying at least the bytes rping moved (its buffer read by the server, then
+    // written back, each time).
+    let conns: Vec<Connection> = connections(&frames(&bulk).unwrap()).into_values().collect();
+    let bulk_runs = with_stalls(&BULK);
+    let ran = by_run(&conns, &bulk_runs).unwrap_or_else(|e| panic!("{}: {e}", bulk.display()));
+    for ((r, _), (_, c)) in bulk_runs.iter().zip(ran) {
+        let moved = r.iters * r.size;
+        eprintln!(
+            "  {}: rping -C {} -S {} from {}: {} bytes to the server, {} back",
+            r.tag, r.iters, r.size, c.client, c.to_server, c.to_client
+        );
+        assert!(
+            c.to_server >= moved && c.to_client >= moved,
+            "{}: rping moved {moved} bytes each way, the connection carried {c:#?}",
+            r.tag
+        );
+    }
+
+    if let Some(dest) = std::env::var_os("QPIP_SIW_GOLDEN") {
+        // The committed capture holds the golden exchanges only.
+        assert!(
+            GOLDEN.iter().all(|r| stalls[r.tag] == 0),
+            "a golden exchange stalled (siw's accept race); not writing {dest:?}: run again"
+        );
+        fs::copy(&golden, &dest)
+            .unwrap_or_else(|e| panic!("copying {} to {dest:?}: {e}", golden.display()));
+        eprintln!("golden capture written to {}", Path::new(&dest).display());
+    }
+}
