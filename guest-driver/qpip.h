@@ -82,6 +82,15 @@ struct qpip_cmd {
 	struct qpip_ctx *ctx;
 	struct list_head ev_node;	/* in ctx->events once completed */
 	struct qpip_event event;
+	/*
+	 * A buffer of ours the device reads while the command is pending (an iWARP accept's
+	 * or connect's private data), or NULL: mapped for the device when it is attached
+	 * (qpip_cmd_data_attach), unmapped and freed as soon as the command ends, however it
+	 * ends (qpip_cmd_data_free) — never kept with the unread event.
+	 */
+	void *data;
+	dma_addr_t data_dma;
+	size_t data_len;
 };
 
 struct qpip_admin {
@@ -238,6 +247,8 @@ int qpip_admin_run(struct qpip_dev *qdev, struct qpip_admin_cmd *cmd,
 		   struct qpip_admin_cqe *cqe);
 int qpip_admin_submit_async(struct qpip_dev *qdev, struct qpip_cmd *c,
 			    struct qpip_admin_cmd *cmd);
+int qpip_cmd_data_attach(struct qpip_dev *qdev, struct qpip_cmd *c, void *buf, size_t len);
+void qpip_cmd_data_free(struct qpip_dev *qdev, struct qpip_cmd *c);
 void qpip_admin_detach_ctx(struct qpip_dev *qdev, struct qpip_ctx *ctx);
 int qpip_status_errno(u16 status);
 void qpip_cmd_init(struct qpip_admin_cmd *cmd, u16 opcode, u32 ctx, u32 handle,
@@ -315,16 +326,23 @@ int qpip_cmd_destroy(struct qpip_dev *qdev, u32 ctx, enum qpip_obj_type type, u3
 int qpip_cmd_bind(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 *port);
 int qpip_cmd_listen(struct qpip_dev *qdev, u32 ctx, const u8 *addr, u16 port, u32 backlog,
 		    u32 *handle);
-int qpip_cmd_accept(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 listener, u32 qp);
+int qpip_cmd_accept(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 listener, u32 qp,
+		    const struct qpip_iwarp_conn *iw);
 int qpip_cmd_connect(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp,
-		     const u8 *addr, u16 port);
+		     const u8 *addr, u16 port, const struct qpip_iwarp_conn *iw);
 int qpip_cmd_close(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp);
 int qpip_query_device(struct qpip_dev *qdev, struct qpip_device_info *info);
 int qpip_query_stats(struct qpip_dev *qdev, u64 *counters);
+int qpip_query_conn(struct qpip_dev *qdev, u32 ctx, u32 qp, struct qpip_query_conn *out);
 int qpip_list_addrs(struct qpip_dev *qdev, struct qpip_addr_list *list);
 int qpip_set_mac(struct qpip_dev *qdev, const u8 *mac);
 int qpip_change_addr(struct qpip_dev *qdev, bool add, const u8 *addr, u8 prefix_len);
 int qpip_restore_config(struct qpip_dev *qdev);
+
+/* qpip_iwarp.c: what an iWARP QP's accept or connect brings to MPA */
+int qpip_iwarp_conn_check(const struct qpip_iwarp_conn *iw);
+int qpip_iwarp_conn_take(struct qpip_dev *qdev, struct qpip_cmd *c,
+			 const struct qpip_iwarp_conn *iw);
 
 /* Contexts: qpip_ctx.c, qpip_event.c, qpip_mem.c (their own declarations: qpip_ctx.h) */
 extern const struct file_operations qpip_fops;

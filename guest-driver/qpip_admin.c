@@ -21,6 +21,7 @@
  */
 #include <linux/dma-mapping.h>
 #include <linux/errno.h>
+#include <linux/mm.h>
 #include <linux/slab.h>
 #include <linux/string.h>
 
@@ -83,12 +84,53 @@ static struct qpip_cmd *qpip_pending_find(struct qpip_admin *a, u32 id)
 	return NULL;
 }
 
-/* Turns a completed asynchronous command into its context's event. Admin lock held. */
-static void qpip_async_done(struct qpip_cmd *c)
+/*
+ * Gives asynchronous command @c, before it is submitted, a buffer the device reads while
+ * the command is pending: @len bytes at @buf, from kmalloc and within one page (the device
+ * reads such buffers in one piece). On success it belongs to @c, whose completion frees
+ * it; on failure it is freed here.
+ */
+int qpip_cmd_data_attach(struct qpip_dev *qdev, struct qpip_cmd *c, void *buf, size_t len)
+{
+	struct device *dev = &qdev->pdev->dev;
+
+	if (WARN_ON(c->data || !len || offset_in_page(buf) + len > PAGE_SIZE)) {
+		kfree(buf);
+		return -EINVAL;
+	}
+	c->data_dma = dma_map_single(dev, buf, len, DMA_TO_DEVICE);
+	if (dma_mapping_error(dev, c->data_dma)) {
+		kfree(buf);
+		return -ENOMEM;
+	}
+	c->data = buf;
+	c->data_len = len;
+	return 0;
+}
+
+/*
+ * @c ended (completed, failed, cancelled, or never submitted): the device no longer reads
+ * its buffer. May run in the interrupt handler with the admin lock held.
+ */
+void qpip_cmd_data_free(struct qpip_dev *qdev, struct qpip_cmd *c)
+{
+	if (!c->data)
+		return;
+	dma_unmap_single(&qdev->pdev->dev, c->data_dma, c->data_len, DMA_TO_DEVICE);
+	kfree(c->data);
+	c->data = NULL;
+}
+
+/*
+ * Turns a completed asynchronous command into its context's event (every asynchronous
+ * command ends here, also when the queue stops under it). Admin lock held.
+ */
+static void qpip_async_done(struct qpip_dev *qdev, struct qpip_cmd *c)
 {
 	struct qpip_event *ev = &c->event;
 	struct qpip_ctx *ctx = c->ctx;
 
+	qpip_cmd_data_free(qdev, c);
 	if (!ctx) {
 		/* Its context was closed while the command was pending. */
 		kfree(c);
@@ -138,7 +180,7 @@ static void qpip_cmd_done(struct qpip_dev *qdev, struct qpip_cmd *c)
 	if (c->async_event)
 		qpip_aer_done(qdev, c);
 	else if (c->async)
-		qpip_async_done(c);
+		qpip_async_done(qdev, c);
 	else
 		complete(&c->completion);
 }

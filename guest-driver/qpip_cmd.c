@@ -228,28 +228,56 @@ int qpip_cmd_listen(struct qpip_dev *qdev, u32 ctx, const u8 *addr, u16 port, u3
 }
 
 /*
+ * The iWARP member of ACCEPT's and CONNECT's arguments is the device's IwarpConnArgs, one
+ * structure in both. It is named through the member: qpip_abi.h has the structure only
+ * as a member type, under its Rust name.
+ */
+static_assert(__same_type(typeof_member(struct qpip_accept_args, iwarp),
+			  typeof_member(struct qpip_connect_args, iwarp)));
+static_assert(sizeof(typeof_member(struct qpip_accept_args, iwarp)) == 16);
+
+/*
+ * What an iWARP QP's accept or connect brings to MPA (all zero for other QPs): @iw as
+ * qpip_iwarp_conn_check passed it, its private data the buffer attached to @c.
+ */
+static void qpip_iwarp_args(typeof_member(struct qpip_accept_args, iwarp) *args,
+			    const struct qpip_cmd *c, const struct qpip_iwarp_conn *iw)
+{
+	if (c->data) {
+		args->pd_addr = c->data_dma;
+		args->pd_len = c->data_len;
+	}
+	args->ird = iw->ird;
+	args->ord = iw->ord;
+	args->flags = iw->flags;
+}
+
+/*
  * Accept, connect and close complete when their network work is done: @c (see
  * qpip_admin_submit_async) becomes the context's event then. On success @c belongs to the
  * admin queue.
  */
-int qpip_cmd_accept(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 listener, u32 qp)
+int qpip_cmd_accept(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 listener, u32 qp,
+		    const struct qpip_iwarp_conn *iw)
 {
 	struct qpip_accept_args args = {};
 	struct qpip_admin_cmd cmd;
 
 	args.qp = qp;
+	qpip_iwarp_args(&args.iwarp, c, iw);
 	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_ACCEPT, ctx, listener, &args, sizeof(args));
 	return qpip_admin_submit_async(qdev, c, &cmd);
 }
 
 int qpip_cmd_connect(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp,
-		     const u8 *addr, u16 port)
+		     const u8 *addr, u16 port, const struct qpip_iwarp_conn *iw)
 {
 	struct qpip_connect_args args = {};
 	struct qpip_admin_cmd cmd;
 
 	memcpy(args.addr, addr, sizeof(args.addr));
 	args.port = port;
+	qpip_iwarp_args(&args.iwarp, c, iw);
 	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_CONNECT, ctx, qp, &args, sizeof(args));
 	return qpip_admin_submit_async(qdev, c, &cmd);
 }
@@ -264,12 +292,23 @@ int qpip_cmd_close(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp)
 
 /* ---- the device as a whole ---- */
 
+/* A QUERY_* command writing @len bytes at @dma, a DMA buffer of ours. */
+static int qpip_query_run(struct qpip_dev *qdev, u16 opcode, u32 ctx, u32 handle,
+			  dma_addr_t dma, size_t len)
+{
+	struct qpip_query_args args = {};
+	struct qpip_admin_cmd cmd;
+
+	args.buf = dma;
+	args.len = len;
+	qpip_cmd_init(&cmd, opcode, ctx, handle, &args, sizeof(args));
+	return qpip_admin_run(qdev, &cmd, NULL);
+}
+
 /* QUERY_DEVICE, QUERY_STATS and LIST_ADDRS write into a DMA buffer of ours. */
 static int qpip_query(struct qpip_dev *qdev, u16 opcode, void *out, size_t len)
 {
 	struct device *dev = &qdev->pdev->dev;
-	struct qpip_query_args args = {};
-	struct qpip_admin_cmd cmd;
 	dma_addr_t dma;
 	void *buf;
 	int ret;
@@ -278,10 +317,7 @@ static int qpip_query(struct qpip_dev *qdev, u16 opcode, void *out, size_t len)
 	buf = dma_alloc_coherent(dev, len, &dma, GFP_KERNEL);
 	if (!buf)
 		return -ENOMEM;
-	args.buf = dma;
-	args.len = len;
-	qpip_cmd_init(&cmd, opcode, 0, 0, &args, sizeof(args));
-	ret = qpip_admin_run(qdev, &cmd, NULL);
+	ret = qpip_query_run(qdev, opcode, 0, 0, dma, len);
 	if (!ret)
 		memcpy(out, buf, len);
 	dma_free_coherent(dev, len, buf, dma);
@@ -297,6 +333,55 @@ int qpip_query_stats(struct qpip_dev *qdev, u64 *counters)
 {
 	return qpip_query(qdev, QPIP_ADMIN_OP_QUERY_STATS, counters,
 			  sizeof(struct qpip_stats));
+}
+
+/*
+ * What the device's ConnInfo is: struct qpip_query_conn after its qp member, field for
+ * field (the uapi mirrors it), so the device writes into such a structure from there.
+ */
+#define QPIP_CONN_INFO_OFFSET offsetof(struct qpip_query_conn, flags)
+#define QPIP_CONN_INFO_SIZE (sizeof(struct qpip_query_conn) - QPIP_CONN_INFO_OFFSET)
+static_assert(QPIP_CONN_INFO_OFFSET == 8);
+static_assert(QPIP_CONN_INFO_SIZE == 32 + QPIP_IWARP_MAX_PEER_PRIVATE_DATA);
+static_assert(offsetof(struct qpip_query_conn, private_data) == QPIP_CONN_INFO_OFFSET + 32);
+
+/*
+ * QUERY_CONN: what MPA set up for iWARP QP @qp of context @ctx, into @out's fields after
+ * qp (the others are left alone).
+ */
+int qpip_query_conn(struct qpip_dev *qdev, u32 ctx, u32 qp, struct qpip_query_conn *out)
+{
+	struct device *dev = &qdev->pdev->dev;
+	struct qpip_query_conn *r;
+	dma_addr_t dma;
+	u16 pd_len;
+	int ret;
+
+	/* Page aligned: the 544 bytes from offset 8 are 8-byte aligned and cross no page. */
+	r = dma_alloc_coherent(dev, sizeof(*r), &dma, GFP_KERNEL);
+	if (!r)
+		return -ENOMEM;
+	ret = qpip_query_run(qdev, QPIP_ADMIN_OP_QUERY_CONN, ctx, qp,
+			     dma + QPIP_CONN_INFO_OFFSET, QPIP_CONN_INFO_SIZE);
+	/* Read once: the length bounds the copy below. */
+	pd_len = READ_ONCE(r->pd_len);
+	if (!ret && pd_len > sizeof(r->private_data))
+		ret = -EIO;
+	if (!ret) {
+		out->flags = r->flags;
+		out->ird = r->ird;
+		out->ord = r->ord;
+		out->mpa_revision = r->mpa_revision;
+		out->reserved0 = 0;
+		out->pd_len = pd_len;
+		out->terminate = r->terminate;
+		memset(out->reserved1, 0, sizeof(out->reserved1));
+		/* Only the peer's bytes: nothing else of the buffer reaches the caller. */
+		memcpy(out->private_data, r->private_data, pd_len);
+		memset(out->private_data + pd_len, 0, sizeof(out->private_data) - pd_len);
+	}
+	dma_free_coherent(dev, sizeof(*r), r, dma);
+	return ret;
 }
 
 /* The device's addresses: the link-local one first, then the configured ones. */

@@ -402,48 +402,74 @@ static struct qpip_cmd *qpip_event_cmd_alloc(struct qpip_ctx *ctx, u32 kind, u32
 }
 
 /*
- * @c was submitted with the result @ret, which it returns. On success @c belongs to the
- * admin queue; on failure it is still ours, and freed.
+ * @c was submitted with the result @ret, which it returns (or was not, failing with @ret
+ * before). On success @c belongs to the admin queue; on failure it is still ours, and
+ * freed with the buffer it may carry.
  */
 static int qpip_event_cmd_sent(struct qpip_ctx *ctx, struct qpip_cmd *c, int ret)
 {
 	if (ret) {
+		qpip_cmd_data_free(ctx->qdev, c);
 		kfree(c);
 		atomic_dec(&ctx->pending);
 	}
 	return ret;
 }
 
+/*
+ * Accept and connect carry struct qpip_iwarp_conn (zero from callers of the first
+ * version): checked before anything else, its private data copied when the ioctl is made.
+ */
 static int qpip_ioctl_accept(struct qpip_ctx *ctx, void *arg)
 {
 	struct qpip_accept *a = arg;
 	struct qpip_cmd *c;
+	int ret;
 
-	if (a->reserved)
+	if (a->reserved || qpip_iwarp_conn_check(&a->iwarp))
 		return -EINVAL;
 	if (!xa_load(&ctx->listeners, a->listener) || !xa_load(&ctx->qps, a->qp))
 		return -ENOENT;
 	c = qpip_event_cmd_alloc(ctx, QPIP_EVENT_ACCEPT, a->qp, a->user_data);
 	if (IS_ERR(c))
 		return PTR_ERR(c);
-	return qpip_event_cmd_sent(ctx, c, qpip_cmd_accept(ctx->qdev, c, ctx->id, a->listener,
-							    a->qp));
+	ret = qpip_iwarp_conn_take(ctx->qdev, c, &a->iwarp);
+	if (!ret)
+		ret = qpip_cmd_accept(ctx->qdev, c, ctx->id, a->listener, a->qp, &a->iwarp);
+	return qpip_event_cmd_sent(ctx, c, ret);
 }
 
 static int qpip_ioctl_connect(struct qpip_ctx *ctx, void *arg)
 {
 	struct qpip_connect *a = arg;
 	struct qpip_cmd *c;
+	int ret;
 
-	if (a->reserved0 || a->reserved1)
+	if (a->reserved0 || a->reserved1 || qpip_iwarp_conn_check(&a->iwarp))
 		return -EINVAL;
 	if (!xa_load(&ctx->qps, a->qp))
 		return -ENOENT;
 	c = qpip_event_cmd_alloc(ctx, QPIP_EVENT_CONNECT, a->qp, a->user_data);
 	if (IS_ERR(c))
 		return PTR_ERR(c);
-	return qpip_event_cmd_sent(ctx, c, qpip_cmd_connect(ctx->qdev, c, ctx->id, a->qp,
-							     a->addr, a->port));
+	ret = qpip_iwarp_conn_take(ctx->qdev, c, &a->iwarp);
+	if (!ret)
+		ret = qpip_cmd_connect(ctx->qdev, c, ctx->id, a->qp, a->addr, a->port,
+				       &a->iwarp);
+	return qpip_event_cmd_sent(ctx, c, ret);
+}
+
+/*
+ * What MPA set up for an iWARP QP of this context. The device refuses a QP of another
+ * framing, or one whose connection is not set up yet, with BAD_STATE: -EINVAL.
+ */
+static int qpip_ioctl_query_conn(struct qpip_ctx *ctx, void *arg)
+{
+	struct qpip_query_conn *a = arg;
+
+	if (!xa_load(&ctx->qps, a->qp))
+		return -ENOENT;
+	return qpip_query_conn(ctx->qdev, ctx->id, a->qp, a);
 }
 
 static int qpip_ioctl_close(struct qpip_ctx *ctx, void *arg)
@@ -539,6 +565,7 @@ static const struct qpip_ioctl_desc qpip_ioctls[] = {
 	QPIP_IOCTL_DEF(ADD_ADDR, qpip_ioctl_add_addr, qpip_addr, QPIP_NET_ADMIN),
 	QPIP_IOCTL_DEF(DEL_ADDR, qpip_ioctl_del_addr, qpip_addr, QPIP_NET_ADMIN),
 	QPIP_IOCTL_DEF(SET_MAC, qpip_ioctl_set_mac, qpip_set_mac, QPIP_NET_ADMIN),
+	QPIP_IOCTL_DEF(QUERY_CONN, qpip_ioctl_query_conn, qpip_query_conn, QPIP_ARG_OUT),
 };
 
 /*
@@ -562,7 +589,10 @@ static int qpip_get_arg(void *karg, size_t ksize, u32 v1size, void __user *uarg)
 	return usize;
 }
 
-/* Arguments up to this size are copied to the stack; larger ones (QUERY_STATS) to the heap. */
+/*
+ * Arguments up to this size are copied to the stack; larger ones (QUERY_STATS, QUERY_CONN)
+ * to the heap.
+ */
 #define QPIP_ARG_STACK_SIZE 128
 
 /*

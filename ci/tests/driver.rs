@@ -587,6 +587,78 @@ kv after.addresses "$(tr '\n' ' ' < $Q/addresses)"
     );
 }
 
+/// iWARP QPs through the driver, over the device's loopback in one guest: REG_MR with the
+/// remote rights returns an rkey, CREATE_QP takes iWARP framing; ACCEPT with private data
+/// "server" and CONNECT with "client", IRD, ORD and CRC; both events; QUERY_CONN on each
+/// end shows the other's private data, MPA revision 2 and the agreed IRD/ORD, and is
+/// ENOENT from another context, EINVAL on a stream QP or before the connection. The iWARP
+/// member's errors are the ioctl's (private data over 252 bytes, an unknown flag, IRD or
+/// ORD over 32, no pointer: EINVAL; a bad pointer: EFAULT); a caller of the first version
+/// of ACCEPT and CONNECT still connects stream QPs. Then 200 rounds of every way such a
+/// command ends (connected, refused, cancelled) and 200 contexts closed with one pending
+/// leave the kernel's 256-byte kmalloc caches (where the private-data buffers live) as
+/// they were.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn iwarp_connections_with_private_data_and_query_conn() {
+    let out = boot(
+        r#"
+mem before
+qpip-driver-test iwarp 200; kv iwarp.status $?
+mem after
+kv after.contexts "$(cat $Q/contexts)"
+"#,
+    );
+    let rep = Report::succeeded(&out);
+    rep.statuses_zero("qpip-driver-test", &["iwarp"]);
+    let mut checks = vec![
+        "mr.remote_read_write",
+        "mr.remote_read",
+        "mr.remote_write",
+        "mr.local_only",
+        "iwarp.query_before_connect",
+        "iwarp.errors_leave_no_event",
+        "iwarp.errors_leave_no_event_server",
+        "iwarp.pd_max_connect_refused",
+        "iwarp.accept",
+        "iwarp.connect",
+        "iwarp.events",
+        "iwarp.query_conn_client",
+        "iwarp.query_conn_server",
+        "iwarp.query_conn_other_context",
+        "iwarp.query_conn_unknown_qp",
+        "iwarp.v1_caller_stream",
+        "iwarp.query_conn_stream_qp",
+        "iwarp.member_on_stream_qp_event",
+        "iwarp.sequence",
+        "iwarp.churn_no_slab_growth",
+    ];
+    let bad: Vec<String> = [
+        "pd_len_over_max",
+        "unknown_flag",
+        "ird_over_max",
+        "ord_over_max",
+        "pd_without_pointer",
+        "pd_bad_pointer",
+        "pd_kernel_pointer",
+    ]
+    .iter()
+    .flat_map(|c| [format!("iwarp.{c}.connect"), format!("iwarp.{c}.accept")])
+    .collect();
+    checks.extend(bad.iter().map(String::as_str));
+    rep.checks_pass(&checks);
+    assert_eq!(rep.get("iwarp.churn.rounds"), "200", "{}", rep.context());
+    eprintln!(
+        "iwarp churn: 256-byte kmalloc objects {}, unreclaimable slab {} kB; \
+         whole run: unreclaimable slab {} -> {} kB",
+        rep.get("iwarp.churn.kmalloc256_objs"),
+        rep.get("iwarp.churn.sunreclaim_kb"),
+        rep.get("before.sunreclaim_kb"),
+        rep.get("after.sunreclaim_kb"),
+    );
+    assert_eq!(rep.get("after.contexts"), "0", "{}", rep.context());
+}
+
 /// The PCI core's function reset (`/sys/bus/pci/devices/ADDR/reset`) under an open file:
 /// the function offers FLR through its Advanced Features capability, QEMU passes the guest's
 /// write through to qpipd, which resets the function; the driver's reset_prepare and

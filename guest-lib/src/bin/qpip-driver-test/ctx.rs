@@ -87,14 +87,27 @@ impl Ctx {
         })
     }
 
+    /// A QP of `qp_type`; a TCP one with message framing.
     pub(crate) fn create_qp(&self, qp_type: u8, scq: u32, rcq: u32, depth: u32) -> Result<Qp, i32> {
-        let mut a = CreateQp::new();
-        a.qp_type = qp_type;
-        a.framing = if qp_type == QP_TYPE_TCP {
+        let framing = if qp_type == QP_TYPE_TCP {
             FRAMING_MESSAGE
         } else {
             0
         };
+        self.create_qp_framed(qp_type, framing, scq, rcq, depth)
+    }
+
+    pub(crate) fn create_qp_framed(
+        &self,
+        qp_type: u8,
+        framing: u8,
+        scq: u32,
+        rcq: u32,
+        depth: u32,
+    ) -> Result<Qp, i32> {
+        let mut a = CreateQp::new();
+        a.qp_type = qp_type;
+        a.framing = framing;
         a.send_cq = scq;
         a.recv_cq = rcq;
         a.sq_depth = depth;
@@ -124,12 +137,17 @@ impl Ctx {
     }
 
     pub(crate) fn reg_mr(&self, addr: u64, len: u64, access: u32) -> Result<u32, i32> {
+        self.reg_mr_keys(addr, len, access).map(|(lkey, _)| lkey)
+    }
+
+    /// Registers memory; its lkey and rkey.
+    pub(crate) fn reg_mr_keys(&self, addr: u64, len: u64, access: u32) -> Result<(u32, u32), i32> {
         let mut a = RegMr::new();
         a.addr = addr;
         a.length = len;
         a.access = access;
         self.ioc(IOCTL_REG_MR, &mut a)?;
-        Ok(a.lkey)
+        Ok((a.lkey, a.rkey))
     }
 
     pub(crate) fn bind(&self, qp: u32, port: u16) -> Result<u16, i32> {

@@ -711,6 +711,25 @@ pub(crate) fn expect_event_of(
     )
 }
 
+/// Waits for as many events as `want` lists, `(kind, status, qp, user_data)` each, in any
+/// order (commands that end together, e.g. at a reset, complete in no set order).
+pub(crate) fn expect_events(fd: i32, want: &[(u32, i32, u32, u64)]) -> Result<(), String> {
+    let mut left = want.to_vec();
+    while !left.is_empty() {
+        let rev = poll1(fd, libc::POLLIN, TIMEOUT);
+        ensure(rev & libc::POLLIN != 0, || {
+            format!("no event within {TIMEOUT:?} (revents {rev:#x}); still expected {left:?}")
+        })?;
+        let ev = read_event_now(fd)?;
+        let i = left
+            .iter()
+            .position(|&(k, s, q, u)| (k, s, q, u) == (ev.kind, ev.status, ev.qp, ev.user_data))
+            .ok_or_else(|| format!("event {ev:?}, expected one of {left:?}"))?;
+        left.swap_remove(i);
+    }
+    Ok(())
+}
+
 pub(crate) fn wait_child(pid: i32) -> Result<(), String> {
     let mut status = 0;
     // SAFETY: waiting for our own child.

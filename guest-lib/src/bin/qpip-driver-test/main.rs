@@ -20,6 +20,9 @@
 //!   the survivor's context and no other process's
 //! * `events-lost [N]` N (more than the driver's 128) QP errors queued unread on one file:
 //!   it reads 128 of them and one EVENT_LOST with the rest's count; other files hear nothing
+//! * `iwarp [N]`  iWARP QPs over the device's loopback: remote rights of REG_MR, private
+//!   data, IRD, ORD and flags of ACCEPT and CONNECT, QUERY_CONN, their errors, callers of
+//!   the first version; then N connections with private data must not grow the slab
 //! * `timeout`    a TCP QP whose peer vanishes (the device address it uses is deleted under
 //!   it, qpipd started with a small `--tcp-retries`): EVENT_QP_ERROR with -ETIMEDOUT, its
 //!   send flushed
@@ -31,6 +34,7 @@ mod ctx;
 mod events;
 mod ioctls;
 mod isolation;
+mod iwarp;
 mod reset;
 mod sys;
 mod traffic;
@@ -62,6 +66,7 @@ use ctx::*;
 use events::*;
 use ioctls::*;
 use isolation::*;
+use iwarp::*;
 use reset::*;
 use sys::*;
 use traffic::*;
@@ -115,7 +120,7 @@ fn ensure(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
     }
 }
 
-const USAGE: &str = "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events | events-lost [N] | timeout | kicks N [--wait] [--gap-us US]";
+const USAGE: &str = "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events | events-lost [N] | iwarp [N] | timeout | kicks N [--wait] [--gap-us US]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -130,6 +135,7 @@ fn main() {
         Some("remove") => cmd_remove(),
         Some("events") => cmd_events(),
         Some("events-lost") => cmd_events_lost(num(1, 140)),
+        Some("iwarp") => cmd_iwarp(num(1, 200)),
         Some("timeout") => cmd_timeout(),
         Some("kicks") => cmd_kicks(
             num(1, 1000),

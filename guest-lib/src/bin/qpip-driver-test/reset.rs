@@ -11,6 +11,7 @@ pub(crate) fn cmd_reset(pci: bool) -> u32 {
         let mut ctx = Ctx::open()?;
         let p = udp_exchange(&mut ctx, 7400, 3, "reset.before")?;
         let qp = pending_accept(&ctx, 5400, 0x7e5e7)?;
+        let iqp = pending_iwarp_accept(&ctx, 5401, 0x1e5e7)?;
         let resets = sysfs("reset_count");
         let path = if pci {
             format!("{SYSFS}/device/reset")
@@ -35,10 +36,17 @@ pub(crate) fn cmd_reset(pci: bool) -> u32 {
             ctx.ring(doorbell::cq_head(p.rcq.slot), head);
         }
         c.check("reset.revoked_doorbells_harmless", Ok(()));
-        // The accept that was pending ends with the device's reset, then the file is dead.
+        // The accepts that were pending (one holding private data in the driver) end with
+        // the device's reset, then the file is dead.
         c.check(
             "reset.pending_accept_event",
-            expect_event(ctx.fd, EVENT_ACCEPT, -libc::ENODEV, qp, 0x7e5e7),
+            expect_events(
+                ctx.fd,
+                &[
+                    (EVENT_ACCEPT, -libc::ENODEV, qp, 0x7e5e7),
+                    (EVENT_ACCEPT, -libc::ENODEV, iqp, 0x1e5e7),
+                ],
+            ),
         );
         let mut evbuf = [0u8; EVENT_SIZE as usize];
         c.check(
@@ -88,6 +96,7 @@ pub(crate) fn cmd_remove() -> u32 {
         let mut ctx = Ctx::open()?;
         let p = udp_exchange(&mut ctx, 7500, 3, "remove.before")?;
         let qp = pending_accept(&ctx, 5500, 0x4e40)?;
+        let iqp = pending_iwarp_accept(&ctx, 5501, 0x1e40)?;
         std::fs::write(format!("/sys/bus/pci/devices/{slot}/remove"), "1")
             .map_err(|e| format!("remove: {e}"))?;
         check_gone(&mut c, &ctx, "remove", ctx.info.kick_offset);
@@ -97,7 +106,13 @@ pub(crate) fn cmd_remove() -> u32 {
         );
         c.check(
             "remove.pending_accept_event",
-            expect_event(ctx.fd, EVENT_ACCEPT, -libc::ENODEV, qp, 0x4e40),
+            expect_events(
+                ctx.fd,
+                &[
+                    (EVENT_ACCEPT, -libc::ENODEV, qp, 0x4e40),
+                    (EVENT_ACCEPT, -libc::ENODEV, iqp, 0x1e40),
+                ],
+            ),
         );
         c.check(
             "remove.node_gone",

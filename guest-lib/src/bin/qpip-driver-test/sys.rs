@@ -24,6 +24,8 @@ pub(crate) fn errname(e: i32) -> String {
         libc::EADDRINUSE => "EADDRINUSE",
         libc::ECANCELED => "ECANCELED",
         libc::EACCES => "EACCES",
+        libc::ECONNREFUSED => "ECONNREFUSED",
+        libc::ECONNRESET => "ECONNRESET",
         _ => "",
     };
     format!("{name}({e})")
@@ -52,6 +54,7 @@ impl Arg for Close {}
 impl Arg for QueryStats {}
 impl Arg for Addr {}
 impl Arg for SetMac {}
+impl Arg for QueryConn {}
 
 pub(crate) fn ioctl_ptr(fd: i32, req: u32, arg: *mut libc::c_void) -> Result<(), i32> {
     // SAFETY: the driver reads and writes at most the size the argument says it has; the
