@@ -343,9 +343,18 @@
 #define QPIP_IWARP_CONN_PEER_TO_PEER (1 << 1)
 
 /*
+ Offer RFC 7306 Immediate Data (RDMA Write with immediate) to a qpip peer: the device
+ opens the private data it sends with an 8-byte capability block (`"qpip"`, then flags)
+ that a qpip peer's device takes out and answers in kind when its own end asked too;
+ any other peer sees the block as the first bytes of the private data, and the
+ connection goes on without immediate data (`ConnInfo` says which).
+ */
+#define QPIP_IWARP_CONN_IMMEDIATE (1 << 2)
+
+/*
  Every `IWARP_CONN_*` bit.
  */
-#define QPIP_IWARP_CONN_FLAGS (QPIP_IWARP_CONN_CRC | QPIP_IWARP_CONN_PEER_TO_PEER)
+#define QPIP_IWARP_CONN_FLAGS ((QPIP_IWARP_CONN_CRC | QPIP_IWARP_CONN_PEER_TO_PEER) | QPIP_IWARP_CONN_IMMEDIATE)
 
 /*
  Most private data an application sends (256 bytes with the 4-byte IRD/ORD block: the
@@ -705,6 +714,12 @@
  Completion of an RDMA Read WR (iWARP QPs).
  */
 #define QPIP_CQE_OP_RDMA_READ 4
+
+/*
+ Completion of a receive WR that an RFC 7306 Immediate Data message took (iWARP QPs):
+ `imm_data` holds it, `byte_len` is 0 (the Write before it placed its bytes itself).
+ */
+#define QPIP_CQE_OP_RECV_IMM 5
 
 /*
  A tripwire fired (see `admin::CreateTripwireArgs`): not the completion of a WR.
@@ -1169,7 +1184,8 @@
 /*
  iWARP QPs: write the gathered (or inline) bytes into the peer's region at the remote
  address and rkey of [`Wqe::remote`]. Completes when the peer acknowledged every byte.
- `imm_data` must be 0.
+ With [`WQE_FLAG_IMM`], an RFC 7306 Immediate Data message carrying `imm_data` follows
+ the Write and completes the peer's next receive WR; else `imm_data` must be 0.
  */
 #define QPIP_WQE_OP_RDMA_WRITE 3
 
@@ -1189,6 +1205,13 @@
  iWARP QPs, `SEND` only: a Send with Solicited Event (the peer's CQE says so).
  */
 #define QPIP_WQE_FLAG_SOLICITED (1 << 1)
+
+/*
+ iWARP QPs, `RDMA_WRITE` only: the Write is followed by `imm_data` in an RFC 7306
+ Immediate Data message (only on a connection both ends set up for it:
+ `admin::IWARP_CONN_IMMEDIATE`; else the WR completes `BAD_WQE`).
+ */
+#define QPIP_WQE_FLAG_IMM (1 << 2)
 
 /*
  Size of [`MsgHeader`] in the stream.
@@ -1470,7 +1493,7 @@ struct qpip_listen_args {
  once the command completes), sends it after the enhanced IRD/ORD block of MPA revision
  2, and keeps the peer's for [`ADMIN_OP_QUERY_CONN`].
  */
-struct QPIP_IwarpConnArgs {
+struct qpip_iwarp_conn_args {
   /*
    Guest-physical address of the private data (must not cross a page boundary); 0 when
    `pd_len` is 0.
@@ -1508,7 +1531,7 @@ struct qpip_accept_args {
   /*
    iWARP QPs: the connection parameters of the MPA reply; all zero on other QPs.
    */
-  struct QPIP_IwarpConnArgs iwarp;
+  struct qpip_iwarp_conn_args iwarp;
   uint8_t reserved[24];
 };
 
@@ -1528,8 +1551,82 @@ struct qpip_connect_args {
   /*
    iWARP QPs: the connection parameters of the MPA request; all zero on other QPs.
    */
-  struct QPIP_IwarpConnArgs iwarp;
+  struct qpip_iwarp_conn_args iwarp;
   uint8_t reserved[8];
+};
+
+/*
+ What `QUERY_CONN` writes (32 + 512 = 544 bytes): an iWARP QP's connection as MPA set it
+ up. Valid once its `CONNECT` or `ACCEPT` has completed (successfully, or refused by a
+ reject reply: then `flags` has [`CONN_INFO_REJECTED`] and the peer's private data is
+ here), and kept until the QP is destroyed.
+ */
+struct qpip_conn_info {
+  /*
+   `CONN_INFO_*` bits.
+   */
+  uint32_t flags;
+  /*
+   The connection's IRD (Read Requests this end serves at once).
+   */
+  uint16_t ird;
+  /*
+   The connection's ORD (Reads this end keeps outstanding).
+   */
+  uint16_t ord;
+  /*
+   The MPA revision both ends use (1 or 2).
+   */
+  uint8_t mpa_revision;
+  uint8_t reserved0;
+  /*
+   Bytes of the peer's private data in `private_data` (the IRD/ORD block not counted).
+   */
+  uint16_t pd_len;
+  /*
+   Why the QP left the connection: a Terminate sent or received, as layer (bits
+   12-15), error type (8-11) and error code (0-7) of RFC 5040; 0 if none.
+   */
+  uint32_t terminate;
+  uint8_t reserved[16];
+  /*
+   The peer's private data.
+   */
+  uint8_t private_data[512];
+};
+
+/*
+ Arguments of `CREATE_TRIPWIRE`.
+
+ The tripwire watches `len` bytes at virtual address `addr` of region `lkey`. It is armed
+ while the u32 **arm word** at virtual address `arm_addr` of region `arm_lkey` (4-byte
+ aligned; the owner writes it, the device only reads it) differs from the value it held
+ when the tripwire last fired (0 at creation: a new tripwire is disarmed until its owner
+ changes the word, typically by incrementing it). When data placed by the network — an
+ RDMA Write, a Read Response, a Send into a receive buffer, on an iWARP QP of the same
+ context — touches the range while it is armed, the device writes one completion to CQ
+ `cq`: opcode [`crate::cqe::CQE_OP_TRIPWIRE`], `wr_id` = `tag`, `qp` = the tripwire's
+ id, `byte_len` = the bytes of the range that placement wrote, and `src_addr` bytes 0-7
+ (little-endian) = the virtual address of the first of them; then it is disarmed. A
+ consumer that arms and then finds the data already there must not wait for the event
+ (arm, then look — as with a CQ).
+ */
+struct qpip_create_tripwire_args {
+  uint64_t addr;
+  uint64_t len;
+  uint64_t arm_addr;
+  uint32_t lkey;
+  uint32_t arm_lkey;
+  /*
+   A CQ of the same context for the events (it cannot be destroyed while the tripwire
+   lives).
+   */
+  uint32_t cq;
+  uint32_t reserved;
+  /*
+   Returned as the events' `wr_id`.
+   */
+  uint64_t tag;
 };
 
 /*

@@ -462,8 +462,14 @@ pub const IWARP_CONN_CRC: u32 = 1 << 0;
 /// Initiator: ask for peer-to-peer mode, so the responder may send first: after the reply
 /// the device sends the ready-to-receive message the responder chose.
 pub const IWARP_CONN_PEER_TO_PEER: u32 = 1 << 1;
+/// Offer RFC 7306 Immediate Data (RDMA Write with immediate) to a qpip peer: the device
+/// opens the private data it sends with an 8-byte capability block (`"qpip"`, then flags)
+/// that a qpip peer's device takes out and answers in kind when its own end asked too;
+/// any other peer sees the block as the first bytes of the private data, and the
+/// connection goes on without immediate data (`ConnInfo` says which).
+pub const IWARP_CONN_IMMEDIATE: u32 = 1 << 2;
 /// Every `IWARP_CONN_*` bit.
-pub const IWARP_CONN_FLAGS: u32 = IWARP_CONN_CRC | IWARP_CONN_PEER_TO_PEER;
+pub const IWARP_CONN_FLAGS: u32 = IWARP_CONN_CRC | IWARP_CONN_PEER_TO_PEER | IWARP_CONN_IMMEDIATE;
 /// Most private data an application sends (256 bytes with the 4-byte IRD/ORD block: the
 /// most Linux's soft-iWARP accepts).
 pub const IWARP_MAX_PRIVATE_DATA: u32 = 252;

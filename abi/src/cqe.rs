@@ -58,6 +58,9 @@ pub const CQE_OP_RECV: u8 = 0x02;
 pub const CQE_OP_RDMA_WRITE: u8 = 0x03;
 /// Completion of an RDMA Read WR (iWARP QPs).
 pub const CQE_OP_RDMA_READ: u8 = 0x04;
+/// Completion of a receive WR that an RFC 7306 Immediate Data message took (iWARP QPs):
+/// `imm_data` holds it, `byte_len` is 0 (the Write before it placed its bytes itself).
+pub const CQE_OP_RECV_IMM: u8 = 0x05;
 /// A tripwire fired (see `admin::CreateTripwireArgs`): not the completion of a WR.
 pub const CQE_OP_TRIPWIRE: u8 = 0x10;
 

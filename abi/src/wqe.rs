@@ -70,7 +70,8 @@ pub const WQE_OP_SEND: u8 = 0x01;
 pub const WQE_OP_RECV: u8 = 0x02;
 /// iWARP QPs: write the gathered (or inline) bytes into the peer's region at the remote
 /// address and rkey of [`Wqe::remote`]. Completes when the peer acknowledged every byte.
-/// `imm_data` must be 0.
+/// With [`WQE_FLAG_IMM`], an RFC 7306 Immediate Data message carrying `imm_data` follows
+/// the Write and completes the peer's next receive WR; else `imm_data` must be 0.
 pub const WQE_OP_RDMA_WRITE: u8 = 0x03;
 /// iWARP QPs: read the peer's region at [`Wqe::remote`] into the SGEs (their total length
 /// is the read's size; never inline). Completes when the last byte has been placed.
@@ -81,6 +82,10 @@ pub const WQE_OP_RDMA_READ: u8 = 0x04;
 pub const WQE_FLAG_INLINE: u8 = 1 << 0;
 /// iWARP QPs, `SEND` only: a Send with Solicited Event (the peer's CQE says so).
 pub const WQE_FLAG_SOLICITED: u8 = 1 << 1;
+/// iWARP QPs, `RDMA_WRITE` only: the Write is followed by `imm_data` in an RFC 7306
+/// Immediate Data message (only on a connection both ends set up for it:
+/// `admin::IWARP_CONN_IMMEDIATE`; else the WR completes `BAD_WQE`).
+pub const WQE_FLAG_IMM: u8 = 1 << 2;
 
 impl Wqe {
     /// RDMA Write and Read: the peer's region, as (remote address, rkey): bytes 0-7 and

@@ -30,7 +30,15 @@ fuzz_target!(|data: &[u8]| {
             );
             if wr.opcode != WQE_OP_SEND {
                 assert!(!wr.solicited, "a solicited RDMA operation");
-                assert_eq!(wr.imm_data, 0, "immediate data on an RDMA operation");
+                if !wr.with_imm {
+                    assert_eq!(wr.imm_data, 0, "immediate data without WQE_FLAG_IMM");
+                }
+            }
+            if wr.with_imm {
+                assert_eq!(
+                    wr.opcode, WQE_OP_RDMA_WRITE,
+                    "immediate data after a non-Write"
+                );
             }
             if wr.opcode == WQE_OP_RDMA_READ {
                 assert!(

@@ -144,3 +144,13 @@ impl FakeGuest {
             .map(|_| ())
     }
 }
+
+/// An RDMA Write of `sges` to `remote`/`rkey` followed by RFC 7306 Immediate Data `imm`.
+pub fn rdma_write_imm_wqe(wr_id: u64, remote: u64, rkey: u32, sges: &[Sge], imm: u32) -> WqeBytes {
+    let mut h = wqe_hdr(WQE_OP_RDMA_WRITE, wr_id);
+    h.num_sge = sges.len() as u8;
+    h.set_remote(remote, rkey);
+    h.flags = WQE_FLAG_IMM;
+    h.imm_data = imm;
+    wqe_bytes(&h, sges)
+}

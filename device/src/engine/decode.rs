@@ -305,6 +305,8 @@ pub struct SendWr {
     pub solicited: bool,
     /// RDMA Write and Read: the peer's region (remote address, rkey).
     pub remote: (u64, u32),
+    /// An RDMA Write followed by Immediate Data (`WQE_FLAG_IMM`).
+    pub with_imm: bool,
     pub imm_data: u32,
     pub dest_addr: Ipv6Addr,
     pub dest_port: u16,
@@ -367,7 +369,7 @@ pub fn send_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<SendWr, WqeError> {
     let h = header(bytes);
     let flags = match h.opcode {
         WQE_OP_SEND => WQE_FLAG_INLINE | WQE_FLAG_SOLICITED,
-        WQE_OP_RDMA_WRITE => WQE_FLAG_INLINE,
+        WQE_OP_RDMA_WRITE => WQE_FLAG_INLINE | WQE_FLAG_IMM,
         WQE_OP_RDMA_READ => 0,
         _ => return Err(bad(h.wr_id, CQE_STATUS_BAD_OPCODE)),
     };
@@ -376,7 +378,8 @@ pub fn send_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<SendWr, WqeError> {
         || h.reserved0 != 0
         || h.reserved1 != 0
         || h.reserved2 != [0; 6]
-        || rdma && (h.imm_data != 0 || h.dest_port != 0 || h.dest_addr[12..] != [0; 4])
+        || rdma && (h.dest_port != 0 || h.dest_addr[12..] != [0; 4])
+        || rdma && h.flags & WQE_FLAG_IMM == 0 && h.imm_data != 0
     {
         return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
     }
@@ -397,6 +400,7 @@ pub fn send_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<SendWr, WqeError> {
         opcode: h.opcode,
         solicited: h.flags & WQE_FLAG_SOLICITED != 0,
         remote: if rdma { h.remote() } else { (0, 0) },
+        with_imm: h.flags & WQE_FLAG_IMM != 0,
         imm_data: h.imm_data,
         dest_addr: Ipv6Addr::from(h.dest_addr),
         dest_port: h.dest_port,

@@ -5,6 +5,7 @@
 
 use qpip_testkit as support;
 
+mod immediate;
 mod impaired;
 mod protection;
 mod setup;

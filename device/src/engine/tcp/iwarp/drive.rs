@@ -124,6 +124,7 @@ impl Engine {
             ord: a.ord,
             crc: a.flags & IWARP_CONN_CRC != 0,
             peer_to_peer: a.flags & IWARP_CONN_PEER_TO_PEER != 0,
+            immediate: a.flags & IWARP_CONN_IMMEDIATE != 0,
         })
     }
 
@@ -247,10 +248,17 @@ impl Engine {
                 WQE_OP_RDMA_READ => CQE_OP_RDMA_READ,
                 _ => CQE_OP_SEND,
             };
-            // Immediate data needs RFC 7306, which no connection agrees to yet; a Read on
-            // a connection that allows none cannot go.
-            let ord = self.iwarp(id).map_or(0, |iw| iw.conn_ord);
-            if wr.imm_data != 0 || op == CQE_OP_RDMA_READ && ord == 0 {
+            // Immediate data only after a Write (WQE_FLAG_IMM) on a connection that agreed
+            // to RFC 7306; a Read on a connection that allows none cannot go.
+            let (ord, immediate) = self
+                .iwarp(id)
+                .map_or((0, false), |iw| (iw.conn_ord, iw.immediate()));
+            let bad_imm = if wr.with_imm {
+                !immediate
+            } else {
+                wr.imm_data != 0
+            };
+            if bad_imm || op == CQE_OP_RDMA_READ && ord == 0 {
                 self.iwarp_push_failed(id, wr.wr_id, op, CQE_STATUS_BAD_WQE, CQE_DETAIL_NONE);
                 continue;
             }
@@ -323,6 +331,9 @@ impl Engine {
                 CQE_OP_RDMA_WRITE => {
                     let (to, stag) = wr.remote;
                     iw.tx.push_write(data, stag, to);
+                    if wr.with_imm {
+                        iw.tx.push_immediate(wr.imm_data);
+                    }
                     Until::Acked(iw.tx.end)
                 }
                 _ => {

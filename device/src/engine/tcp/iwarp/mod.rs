@@ -41,6 +41,33 @@ pub(in crate::engine) struct Local {
     pub(in crate::engine) ord: u8,
     pub(in crate::engine) crc: bool,
     pub(in crate::engine) peer_to_peer: bool,
+    /// Offer RFC 7306 Immediate Data to a qpip peer ([`CAPS`]).
+    pub(in crate::engine) immediate: bool,
+}
+
+/// The capability block a qpip device opens its private data with when its end offers
+/// RFC 7306 Immediate Data (`IWARP_CONN_IMMEDIATE`): `"qpip"`, then flags, big-endian. A
+/// qpip peer's device takes it out before the application sees the private data.
+pub(super) const CAPS: [u8; 4] = *b"qpip";
+const CAPS_LEN: usize = 8;
+const CAPS_IMMEDIATE: u32 = 1;
+
+/// The capability block with `flags`.
+fn caps(flags: u32) -> [u8; CAPS_LEN] {
+    let mut b = [0u8; CAPS_LEN];
+    b[..4].copy_from_slice(&CAPS);
+    b[4..].copy_from_slice(&flags.to_be_bytes());
+    b
+}
+
+/// Splits a qpip capability block off the front of `pd`: (its flags, the rest).
+fn split_caps(pd: &[u8]) -> (Option<u32>, &[u8]) {
+    match pd {
+        [b'q', b'p', b'i', b'p', f0, f1, f2, f3, rest @ ..] => {
+            (Some(u32::from_be_bytes([*f0, *f1, *f2, *f3])), rest)
+        }
+        _ => (None, pd),
+    }
 }
 
 /// Where the connection's setup stands.
@@ -110,6 +137,8 @@ pub(in crate::engine) struct IwarpQp {
     ahead_ranges: VecDeque<(u64, u64)>,
     /// Responder: the ready-to-receive Send that will come first (swallowed).
     rtr_send: bool,
+    /// Both ends agreed to RFC 7306 Immediate Data.
+    immediate: bool,
     info: ConnInfo,
     outcome: Option<Outcome>,
     failure: Option<Failure>,
@@ -137,6 +166,7 @@ impl IwarpQp {
             placed_ahead: 0,
             ahead_ranges: VecDeque::new(),
             rtr_send: false,
+            immediate: false,
             info: ConnInfo::new_zeroed(),
             outcome: None,
             failure: None,
@@ -186,14 +216,13 @@ impl IwarpQp {
             crc: local.crc,
             ..Flags::default()
         };
-        let frame = mpa::build(
-            Kind::Request,
-            flags,
-            mpa::REVISION_2,
-            Some(&block),
-            &local.private_data,
-        )
-        .expect("private data and IRD/ORD were checked");
+        let mut pd = Vec::with_capacity(CAPS_LEN + local.private_data.len());
+        if local.immediate {
+            pd.extend_from_slice(&caps(CAPS_IMMEDIATE));
+        }
+        pd.extend_from_slice(&local.private_data);
+        let frame = mpa::build(Kind::Request, flags, mpa::REVISION_2, Some(&block), &pd)
+            .expect("private data and IRD/ORD were checked");
         self.tx.push_raw(frame);
         self.phase = Phase::AwaitReply;
     }
@@ -267,6 +296,11 @@ impl IwarpQp {
         let Ok((block, pd)) = f.split_enhanced() else {
             return false;
         };
+        // Only a qpip responder answers our capability block with its own.
+        let (peer_caps, pd) = match self.local.immediate {
+            true => split_caps(pd),
+            false => (None, pd),
+        };
         self.keep_private_data(pd);
         if f.flags.reject {
             self.info.flags |= CONN_INFO_REJECTED;
@@ -277,6 +311,10 @@ impl IwarpQp {
         }
         let crc = self.local.crc || f.flags.crc;
         self.agree(f.revision, crc, block);
+        self.immediate = peer_caps.is_some_and(|c| c & CAPS_IMMEDIATE != 0);
+        if self.immediate {
+            self.info.flags |= CONN_INFO_IMMEDIATE;
+        }
         self.outcome = Some(Outcome::Up);
         self.phase = Phase::Running;
         match block {
@@ -301,7 +339,11 @@ impl IwarpQp {
         let Ok((block, pd)) = f.split_enhanced() else {
             return false;
         };
+        // A qpip initiator's capability block is its device's business, not its
+        // application's; it is answered only when this end offers the same.
+        let (peer_caps, pd) = split_caps(pd);
         self.keep_private_data(pd);
+        let immediate = self.local.immediate && peer_caps.is_some_and(|c| c & CAPS_IMMEDIATE != 0);
         let revision = f.revision.min(mpa::REVISION_2);
         if f.flags.markers || f.revision < mpa::REVISION_1 {
             // Markers are never used here: refused with a reject reply.
@@ -349,15 +391,24 @@ impl IwarpQp {
             crc,
             ..Flags::default()
         };
+        let mut reply_pd = Vec::with_capacity(CAPS_LEN + self.local.private_data.len());
+        if immediate {
+            reply_pd.extend_from_slice(&caps(CAPS_IMMEDIATE));
+        }
+        reply_pd.extend_from_slice(&self.local.private_data);
         let frame = mpa::build(
             Kind::Reply,
             flags,
             revision,
             reply_block.as_ref(),
-            &self.local.private_data,
+            &reply_pd,
         )
         .expect("checked private data");
         self.tx.push_raw(frame);
+        self.immediate = immediate;
+        if immediate {
+            self.info.flags |= CONN_INFO_IMMEDIATE;
+        }
         self.outcome = Some(Outcome::Up);
         self.phase = Phase::AwaitFirstFpdu;
         true
@@ -365,6 +416,11 @@ impl IwarpQp {
 
     /// What both ends agreed: revision, CRC, IRD and ORD (this end serves its own IRD's
     /// worth of reads, and issues no more than the peer serves).
+    /// Whether RDMA Writes may carry immediate data (both ends agreed).
+    pub(super) fn immediate(&self) -> bool {
+        self.immediate
+    }
+
     fn agree(&mut self, revision: u8, crc: bool, block: Option<EnhancedBlock>) {
         self.conn_ird = self.local.ird;
         self.conn_ord = match block {

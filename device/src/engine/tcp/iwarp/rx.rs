@@ -209,8 +209,11 @@ impl IwarpQp {
                 }
                 Ok(())
             }
-            // Immediate Data: only between qpip devices that said so at setup, which this
-            // version never does.
+            Opcode::ImmediateData | Opcode::ImmediateDataSe if self.immediate() => {
+                self.on_immediate(env, &m)
+            }
+            // Immediate Data on a connection that did not agree to it, or an opcode this
+            // end does not know.
             _ => Err(TermError::Rdmap(
                 RdmapType::RemoteOperation,
                 RdmapCode::UnexpectedOpcode,
@@ -272,6 +275,30 @@ impl IwarpQp {
             self.recv_done.push(c);
             self.rx_msn[0] = self.rx_msn[0].wrapping_add(1);
         }
+        Ok(())
+    }
+
+    /// Immediate Data (RFC 7306): completes the receive WR of its MSN, carrying the data.
+    fn on_immediate(&mut self, env: &Env<'_>, m: &Message<'_>) -> Checked<()> {
+        let Buffer::Untagged { msn, .. } = m.header.buffer else {
+            unreachable!("Immediate Data parses untagged");
+        };
+        let Body::Immediate(d) = m.body else {
+            unreachable!("Immediate Data carries its 8 bytes");
+        };
+        if msn != self.rx_msn[0] {
+            return Err(TermError::DdpUntagged(DdpUntaggedCode::MsnRange));
+        }
+        let Some(wr) = self.recv_wrs.pop_front() else {
+            return Err(TermError::DdpUntagged(DdpUntaggedCode::NoBuffer));
+        };
+        let mut c = cqe_ok(wr.wr_id, env.qp, CQE_OP_RECV_IMM, 0);
+        c.imm_data = u32::from_be_bytes([d[0], d[1], d[2], d[3]]);
+        if m.opcode.solicited() {
+            c.detail = CQE_DETAIL_SOLICITED;
+        }
+        self.recv_done.push(c);
+        self.rx_msn[0] = self.rx_msn[0].wrapping_add(1);
         Ok(())
     }
 

@@ -243,6 +243,23 @@ impl Tx {
         });
     }
 
+    /// Appends an RFC 7306 Immediate Data message carrying `imm` (first 4 of its 8 bytes,
+    /// big-endian), on the Send queue.
+    pub(super) fn push_immediate(&mut self, imm: u32) {
+        let msn = self.msn[0];
+        self.msn[0] = msn.wrapping_add(1);
+        let mut body = [0u8; rdmap::IMMEDIATE_DATA_LEN];
+        body[..4].copy_from_slice(&imm.to_be_bytes());
+        let m = rdmap::Message {
+            opcode: Opcode::ImmediateData,
+            header: rdmap::untagged_header(Opcode::ImmediateData, 0, msn, 0, true),
+            body: rdmap::Body::Immediate(body),
+        };
+        let mut b = Vec::with_capacity(MAX_HEADER);
+        m.write(&mut b);
+        self.push_fpdu(&b, Data::None);
+    }
+
     /// Appends a Read Request.
     pub(super) fn push_read_request(&mut self, request: ReadRequest) {
         let msn = self.msn[1];
