@@ -59,6 +59,12 @@ pub enum Opcode {
     RdmaWrite,
     /// An RDMA Read (iWARP).
     RdmaRead,
+    /// A receive that RFC 7306 Immediate Data took (iWARP, after an RDMA Write with
+    /// immediate data): [`Completion::imm`] holds it, `byte_len` is 0.
+    RecvImm,
+    /// Not a work request's: a tripwire fired ([`Completion::wr_id`] is its tag,
+    /// [`Completion::qp`] its id, [`Completion::addr`] the first address written).
+    Tripwire,
 }
 
 /// How a work request ended (the device's `CQE_STATUS_*`).
@@ -183,6 +189,8 @@ pub struct Completion {
     pub src: Option<SocketAddrV6>,
     /// Receives on iWARP QPs: the Send asked for a solicited event.
     pub solicited: bool,
+    /// Tripwire events: the first address of the watched range written.
+    pub addr: u64,
 }
 
 impl Default for Completion {
@@ -197,6 +205,7 @@ impl Default for Completion {
             imm: 0,
             src: None,
             solicited: false,
+            addr: 0,
         }
     }
 }
@@ -212,6 +221,8 @@ impl Completion {
             cqe::CQE_OP_RECV => Opcode::Recv,
             cqe::CQE_OP_RDMA_WRITE => Opcode::RdmaWrite,
             cqe::CQE_OP_RDMA_READ => Opcode::RdmaRead,
+            cqe::CQE_OP_RECV_IMM => Opcode::RecvImm,
+            cqe::CQE_OP_TRIPWIRE => Opcode::Tripwire,
             _ => Opcode::Send,
         };
         let ok = c.status == cqe::CQE_STATUS_SUCCESS;
@@ -232,6 +243,11 @@ impl Completion {
             imm: c.imm_data,
             src,
             solicited,
+            addr: if opcode == Opcode::Tripwire {
+                u64::from_le_bytes(c.src_addr[..8].try_into().expect("8 bytes"))
+            } else {
+                0
+            },
         }
     }
 }

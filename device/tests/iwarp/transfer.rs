@@ -163,3 +163,119 @@ fn rdma_reads_fetch_the_peers_region_within_the_ord_in_order() {
         "the reads brought every byte"
     );
 }
+
+/// rping's exchange, iteration after iteration on queues of 8: the client advertises its
+/// start buffer, the server reads it and says go, the client advertises its RDMA buffer,
+/// the server writes back into it and says go; every echo checked.
+#[test]
+fn an_rping_exchange_runs_many_iterations_on_small_queues() {
+    let (mut g, s, c) = guest();
+    let (mut se, mut ce) = connected(&mut g, s, c, 7183);
+    let size = 100u64;
+    let (start, smr) = region(
+        &mut g,
+        c,
+        size,
+        MR_ACCESS_REMOTE_READ | MR_ACCESS_LOCAL_WRITE,
+        0,
+    );
+    let (rdma, rmr) = region(
+        &mut g,
+        c,
+        size,
+        MR_ACCESS_REMOTE_WRITE | MR_ACCESS_LOCAL_WRITE,
+        0,
+    );
+    let info = |g: &mut FakeGuest, e: &TcpEnd, at: u64, addr: u64, rkey: u32| {
+        let mut b = addr.to_be_bytes().to_vec();
+        b.extend_from_slice(&rkey.to_be_bytes());
+        b.extend_from_slice(&(size as u32).to_be_bytes());
+        g.buf_write(&e.buf, at, &b);
+        Sge {
+            addr: e.buf.iova + at,
+            length: 16,
+            lkey: e.mr.lkey,
+        }
+    };
+    let rsge = |e: &TcpEnd| Sge {
+        addr: e.buf.iova + 4096,
+        length: 16,
+        lkey: e.mr.lkey,
+    };
+    let (sr, cr) = (rsge(&se), rsge(&ce));
+    g.post_recv(&mut se.qp, &[recv_wqe(0, &[sr])]);
+    g.post_recv(&mut ce.qp, &[recv_wqe(0, &[cr])]);
+    for i in 0..50u64 {
+        let text = pattern(size as usize, i as u8);
+        g.buf_write(&start, 0, &text);
+        // Client: its start buffer.
+        let m = info(&mut g, &ce, 0, start.iova, smr.rkey);
+        g.post_send(&mut ce.qp, &[tcp_send_wqe(1, 0, &[m])]);
+        // Server: reads it into its buffer, says go.
+        ok(
+            &g.wait_cqe(&mut se.rcq),
+            CQE_OP_RECV,
+            16,
+            "server: start buffer",
+        );
+        g.post_recv(&mut se.qp, &[recv_wqe(0, &[sr])]);
+        let sink = Sge {
+            addr: se.buf.iova + 8192,
+            length: size as u32,
+            lkey: se.mr.lkey,
+        };
+        g.post_send(
+            &mut se.qp,
+            &[rdma_wqe(WQE_OP_RDMA_READ, 2, start.iova, smr.rkey, &[sink])],
+        );
+        ok(
+            &g.wait_cqe(&mut se.scq),
+            CQE_OP_RDMA_READ,
+            size as u32,
+            "server: read",
+        );
+        let go = info(&mut g, &se, 0, 0, 0);
+        g.post_send(&mut se.qp, &[tcp_send_wqe(3, 0, &[go])]);
+        // Client: its RDMA buffer.
+        ok(&g.wait_cqe(&mut ce.rcq), CQE_OP_RECV, 16, "client: go 1");
+        g.post_recv(&mut ce.qp, &[recv_wqe(0, &[cr])]);
+        ok(
+            &g.wait_cqe(&mut ce.scq),
+            CQE_OP_SEND,
+            16,
+            "client: its send",
+        );
+        let m = info(&mut g, &ce, 0, rdma.iova, rmr.rkey);
+        g.post_send(&mut ce.qp, &[tcp_send_wqe(4, 0, &[m])]);
+        // Server: writes back, says go.
+        ok(
+            &g.wait_cqe(&mut se.rcq),
+            CQE_OP_RECV,
+            16,
+            "server: rdma buffer",
+        );
+        g.post_recv(&mut se.qp, &[recv_wqe(0, &[sr])]);
+        ok(&g.wait_cqe(&mut se.scq), CQE_OP_SEND, 16, "server: go 1");
+        g.post_send(
+            &mut se.qp,
+            &[rdma_wqe(WQE_OP_RDMA_WRITE, 5, rdma.iova, rmr.rkey, &[sink])],
+        );
+        ok(
+            &g.wait_cqe(&mut se.scq),
+            CQE_OP_RDMA_WRITE,
+            size as u32,
+            "server: write",
+        );
+        g.post_send(&mut se.qp, &[tcp_send_wqe(6, 0, &[go])]);
+        ok(&g.wait_cqe(&mut ce.rcq), CQE_OP_RECV, 16, "client: go 2");
+        g.post_recv(&mut ce.qp, &[recv_wqe(0, &[cr])]);
+        ok(
+            &g.wait_cqe(&mut ce.scq),
+            CQE_OP_SEND,
+            16,
+            "client: its send 2",
+        );
+        ok(&g.wait_cqe(&mut se.scq), CQE_OP_SEND, 16, "server: go 2");
+        assert!(g.buf_read(&rdma, 0, size as usize) == text, "iteration {i}");
+    }
+}

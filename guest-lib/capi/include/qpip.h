@@ -94,6 +94,12 @@
 // An RDMA Read (iWARP QPs).
 #define QPIP_OP_RDMA_READ 3
 
+// A receive taken by RFC 7306 Immediate Data (iWARP): `imm` holds it, `byte_len` is 0.
+#define QPIP_OP_RECV_IMM 4
+
+// A tripwire fired (not a work request's completion).
+#define QPIP_OP_TRIPWIRE 5
+
 // Completion statuses (qpip_completion.status).
 #define QPIP_WC_SUCCESS 0
 

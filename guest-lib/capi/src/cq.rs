@@ -78,6 +78,8 @@ fn to_c(c: &Completion) -> qpip_completion {
             Opcode::Recv => QPIP_OP_RECV,
             Opcode::RdmaWrite => QPIP_OP_RDMA_WRITE,
             Opcode::RdmaRead => QPIP_OP_RDMA_READ,
+            Opcode::RecvImm => QPIP_OP_RECV_IMM,
+            Opcode::Tripwire => QPIP_OP_TRIPWIRE,
             Opcode::Send => QPIP_OP_SEND,
         },
         status,

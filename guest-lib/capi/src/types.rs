@@ -59,6 +59,10 @@ pub const QPIP_OP_RECV: u32 = 1;
 pub const QPIP_OP_RDMA_WRITE: u32 = 2;
 /// An RDMA Read (iWARP QPs).
 pub const QPIP_OP_RDMA_READ: u32 = 3;
+/// A receive taken by RFC 7306 Immediate Data (iWARP): `imm` holds it, `byte_len` is 0.
+pub const QPIP_OP_RECV_IMM: u32 = 4;
+/// A tripwire fired (not a work request's completion).
+pub const QPIP_OP_TRIPWIRE: u32 = 5;
 
 /// Completion statuses (qpip_completion.status).
 pub const QPIP_WC_SUCCESS: u32 = 0;

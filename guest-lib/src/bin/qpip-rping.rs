@@ -145,9 +145,32 @@ impl End {
         let c = q(self.cq.wait_one(Some(T)), what)?
             .ok_or_else(|| format!("{what}: nothing within {T:?}"))?;
         if !c.is_ok() {
-            return Err(format!("{what}: {} ({:?})", c.status, c.detail));
+            return Err(format!(
+                "{what}: {} ({:?}){}",
+                c.status,
+                c.detail,
+                self.why()
+            ));
         }
         Ok(c)
+    }
+
+    /// What ended the connection, if a Terminate did.
+    fn why(&self) -> String {
+        match self.qp.conn_info().ok().and_then(|i| i.terminate) {
+            Some(t) => format!(
+                "; the connection ended with a Terminate {} (layer {}, type {}, code {:#x})",
+                if t.received {
+                    "from the peer"
+                } else {
+                    "sent to the peer"
+                },
+                t.layer,
+                t.etype,
+                t.code
+            ),
+            None => String::new(),
+        }
     }
 
     /// Waits for the completion of `op`, and any send completions on the way.

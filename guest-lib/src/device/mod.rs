@@ -16,7 +16,10 @@ use qpip_abi::admin::{
     CONN_INFO_CRC, CONN_INFO_PEER_TO_PEER, CONN_INFO_REJECTED, CONN_INFO_TERMINATE_RECEIVED,
     FRAMING_IWARP, FRAMING_MESSAGE, FRAMING_STREAM, QP_TYPE_TCP, QP_TYPE_UDP,
 };
-use qpip_abi::cqe::{self, Cqe, CQE_OP_SEND, CQE_SIZE};
+use qpip_abi::cqe::{
+    self, Cqe, CQE_OP_RDMA_READ, CQE_OP_RDMA_WRITE, CQE_OP_RECV, CQE_OP_RECV_IMM, CQE_OP_SEND,
+    CQE_SIZE,
+};
 use qpip_abi::doorbell::{self, Producer};
 use qpip_abi::regs::KICK;
 use qpip_abi::uapi::{self, *};
@@ -438,10 +441,15 @@ impl Cq {
     /// Drops the regions the completed request kept alive; true if the QP is UDP.
     fn release(post: &Mutex<QpPost>, cqe: &Cqe) -> bool {
         let mut p = post.lock().unwrap();
-        if cqe.opcode == CQE_OP_SEND {
-            p.sq.out.pop_front();
-        } else {
-            p.rq.out.pop_front();
+        match cqe.opcode {
+            CQE_OP_SEND | CQE_OP_RDMA_WRITE | CQE_OP_RDMA_READ => {
+                p.sq.out.pop_front();
+            }
+            CQE_OP_RECV | CQE_OP_RECV_IMM => {
+                p.rq.out.pop_front();
+            }
+            // Not a work request's (a tripwire's event): nothing to release.
+            _ => {}
         }
         p.udp
     }

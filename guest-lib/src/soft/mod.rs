@@ -334,6 +334,7 @@ impl Out {
                 imm: 0,
                 src: None,
                 solicited: false,
+                addr: 0,
             },
         ));
     }
@@ -371,6 +372,7 @@ fn recv_completion(qp: u32, wr_id: u64, status: Status, byte_len: usize) -> Comp
         imm: 0,
         src: None,
         solicited: false,
+        addr: 0,
     }
 }
 

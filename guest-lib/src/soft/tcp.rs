@@ -357,6 +357,7 @@ fn parse(id: u32, qp: &mut QpState, out: &mut Out) {
             imm: body.imm,
             src: None,
             solicited: false,
+            addr: 0,
         });
     }
 }

@@ -235,7 +235,7 @@ impl<'a> Cat<'a> {
     fn complete(&mut self, c: &Completion) -> Result<(), Fail> {
         match c.opcode {
             // qpip-cat posts no RDMA operation.
-            Opcode::RdmaWrite | Opcode::RdmaRead => {
+            Opcode::RdmaWrite | Opcode::RdmaRead | Opcode::RecvImm | Opcode::Tripwire => {
                 return Err(Fail(1, format!("unexpected RDMA completion: {c:?}")))
             }
             Opcode::Send => {

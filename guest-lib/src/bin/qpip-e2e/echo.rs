@@ -78,7 +78,11 @@ pub fn echo(ctx: &Context, a: &Args) -> Result<bool, Fail> {
                     qp.post_send(&wr).map_err(|e| fail("post send", e))?;
                 }
                 // This echo posts nothing but sends.
-                Opcode::Send | Opcode::RdmaWrite | Opcode::RdmaRead => {
+                Opcode::Send
+                | Opcode::RdmaWrite
+                | Opcode::RdmaRead
+                | Opcode::RecvImm
+                | Opcode::Tripwire => {
                     echoed += 1;
                     if !peer_closed {
                         qp.post_recv(c.wr_id, &[mr.sge(s * a.max_msg, a.max_msg)])

@@ -92,6 +92,8 @@ pub fn ping(ctx: &Context, a: &Args) -> Result<bool, Fail> {
                     }
                     match c.opcode {
                         Opcode::Send | Opcode::RdmaWrite | Opcode::RdmaRead => sends_out -= 1,
+                        // Nothing here posts what would complete so.
+                        Opcode::RecvImm | Opcode::Tripwire => {}
                         Opcode::Recv => {
                             recv_posted = false;
                             let len = c.byte_len as usize;
@@ -180,6 +182,7 @@ fn await_sends(
         for c in &comps[..n] {
             match c.opcode {
                 Opcode::Send | Opcode::RdmaWrite | Opcode::RdmaRead => *sends_out -= 1,
+                Opcode::RecvImm | Opcode::Tripwire => {}
                 Opcode::Recv => *recv_posted = false,
             }
         }

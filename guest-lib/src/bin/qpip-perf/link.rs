@@ -260,7 +260,7 @@ impl QpLink {
                 }
                 Opcode::Send if c.is_ok() => self.free.push(c.wr_id as usize),
                 Opcode::Send => return Err(other(format!("send failed: {}", c.status))),
-                Opcode::RdmaWrite | Opcode::RdmaRead => {
+                Opcode::RdmaWrite | Opcode::RdmaRead | Opcode::RecvImm | Opcode::Tripwire => {
                     return Err(other(format!("unexpected RDMA completion: {c:?}")))
                 }
                 Opcode::Recv if c.is_ok() => {
