@@ -514,7 +514,7 @@ impl IwarpQp {
     }
 
     /// The peer sent a Terminate.
-    fn terminated(&mut self, error: TermError) {
+    pub(super) fn terminated(&mut self, error: TermError) {
         self.end(error, true);
     }
 

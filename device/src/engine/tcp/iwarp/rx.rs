@@ -190,6 +190,13 @@ impl IwarpQp {
     pub(super) fn ulpdu(&mut self, env: &Env<'_>, u: &[u8]) {
         let m = match rdmap::parse(u) {
             Ok(m) => m,
+            // A Terminate is never answered with one, even one this end cannot read.
+            Err(rdmap::Error::Terminate(_)) => {
+                return self.terminated(TermError::Rdmap(
+                    RdmapType::RemoteOperation,
+                    RdmapCode::Unspecified,
+                ))
+            }
             Err(e) => return self.fail(e.term_error(), Some(u)),
         };
         if self.awaiting_first_fpdu() {

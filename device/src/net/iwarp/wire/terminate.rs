@@ -345,12 +345,28 @@ impl<'a> Terminate<'a> {
         if body.len() < CONTROL_LEN {
             return Err(Error::Truncated);
         }
-        let error = TermError::from_raw(body[0] >> 4, body[0] & 0x0f, body[1]);
-        let (m, d, r) = (
-            body[2] & hdrct::M != 0,
-            body[2] & hdrct::D != 0,
-            body[2] & hdrct::R != 0,
-        );
+        // Linux's siw fills the control word through little-endian bit fields, so on x86 it
+        // sends the layer in the low nibble and the type in the high one, and M, D and R
+        // in bits 0-2 of the third byte (where RFC 5040 puts reserved bits). A third byte
+        // with no RFC flag but one of those bits is read that way; with no flag at all
+        // the two layouts cannot be told apart, and the RFC's is taken. (siw sets D when it
+        // sets anything, so headers follow; its other bits of that byte are zero.)
+        let siw = body[2] & !0x07 == 0 && body[2] & 0x02 != 0 && body.len() > CONTROL_LEN;
+        let (layer, etype) = if siw {
+            (body[0] & 0x0f, body[0] >> 4)
+        } else {
+            (body[0] >> 4, body[0] & 0x0f)
+        };
+        let error = TermError::from_raw(layer, etype, body[1]);
+        let (m, d, r) = if siw {
+            (body[2] & 1 != 0, body[2] & 2 != 0, body[2] & 4 != 0)
+        } else {
+            (
+                body[2] & hdrct::M != 0,
+                body[2] & hdrct::D != 0,
+                body[2] & hdrct::R != 0,
+            )
+        };
         let rest = &body[CONTROL_LEN..];
         if !d {
             if m || r {
@@ -465,6 +481,35 @@ impl<'a> Terminate<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What Linux's siw sent on x86 about a Read Response out of its sink's bounds: DDP
+    /// tagged buffer error "base or bounds", M and D set in its own bit order, the
+    /// segment's length and its tagged DDP header.
+    #[test]
+    fn a_terminate_in_siws_bit_order_reads_as_meant() {
+        let body = [
+            0x11, 0x01, 0x03, 0x00, // control, siw's order
+            0x00, 0x64, // DDP segment length
+            0xc1, 0x42, 0x67, 0x7f, 0xca, 0x00, 0x00, 0x00, 0x56, 0x02, 0xcb, 0x65, 0x33, 0x50,
+        ];
+        let t = Terminate::parse(&body).unwrap();
+        assert_eq!(t.error, TermError::DdpTagged(DdpTaggedCode::BaseOrBounds));
+        let c = t.copied.expect("the DDP header");
+        assert_eq!(c.segment_length, Some(100));
+        assert_eq!(c.ddp_header, &body[6..]);
+        assert!(c.ddp().is_some_and(|h| h.tagged()));
+        // RDMAP remote protection, access rights, with D and R, in siw's order: layer 0 in
+        // the low nibble, type 1 in the high one.
+        let mut b = vec![0x10, 0x02, 0x06, 0x00, 0x00, 0x00];
+        b.extend_from_slice(&[0x41, 0x41, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0]);
+        b.extend_from_slice(&[0u8; 28]);
+        let t = Terminate::parse(&b).unwrap();
+        assert_eq!(
+            t.error,
+            TermError::Rdmap(RdmapType::RemoteProtection, RdmapCode::AccessRights)
+        );
+        assert!(t.copied.is_some_and(|c| c.rdmap_header.is_some()));
+    }
 
     #[test]
     fn numbers_are_siws() {
