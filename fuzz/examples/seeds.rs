@@ -37,6 +37,7 @@ fn main() {
     vnet_frames(&out.join("vnet_frames"));
     iwarp_mpa(&out.join("iwarp_mpa"));
     iwarp_ddp_rdmap(&out.join("iwarp_ddp_rdmap"));
+    iwarp_placement(&out.join("iwarp_placement"));
 }
 
 fn save(dir: &Path, name: &str, seed: &Seed) {
@@ -905,5 +906,53 @@ fn iwarp_ddp_rdmap(dir: &Path) {
         let mut s = Seed::default();
         s.bytes(&ulpdu);
         save(dir, name, &s);
+    }
+}
+
+// ---- iwarp_placement: a running QP fed FPDUs ---------------------------------------------
+
+fn iwarp_placement(dir: &Path) {
+    // Operation 2: a crafted FPDU in order (opcode, target, TO, MSN, MO, last, length);
+    // operation 3: the same ahead of a hole (gap first).
+    let write = |s: &mut Seed, target: u8, len: u16| {
+        s.u8(2).u8(0).u8(target).u32(64).u8(0).u16(0).u8(1).u16(len);
+    };
+    for crc in [0u8, 1] {
+        let mut s = Seed::default();
+        s.u8(crc);
+        write(&mut s, 0, 1000);
+        // A Send of two segments, then a Read Request of the writable region.
+        s.u8(2).u8(3).u8(0).u32(0).u8(1).u16(0).u8(0).u16(600);
+        s.u8(2).u8(3).u8(0).u32(0).u8(1).u16(600).u8(1).u16(300);
+        s.u8(2).u8(1).u8(0).u32(0).u8(1).u16(0).u8(1).u16(2000);
+        // Response segments for the outstanding Read, one ahead of a hole.
+        s.u8(3)
+            .u16(500)
+            .u8(2)
+            .u8(3)
+            .u32(1024)
+            .u8(0)
+            .u16(0)
+            .u8(0)
+            .u16(1024);
+        s.u8(2).u8(2).u8(3).u32(0).u8(0).u16(0).u8(1).u16(1024);
+        save(dir, &format!("write-send-read-crc{crc}"), &s);
+        let mut s = Seed::default();
+        s.u8(crc);
+        write(&mut s, 1, 100);
+        save(dir, &format!("write-read-only-crc{crc}"), &s);
+        let mut s = Seed::default();
+        s.u8(crc);
+        s.u8(3)
+            .u16(1)
+            .u8(0)
+            .u8(0)
+            .u32(8000)
+            .u8(0)
+            .u16(0)
+            .u8(1)
+            .u16(500);
+        s.u8(1).u16(10).u16(4).bytes(&[0, 2, 0x41, 0x40]);
+        save(dir, &format!("ahead-crc{crc}"), &s);
     }
 }

@@ -48,7 +48,7 @@
 //! with everything else.
 
 mod cm;
-pub(in crate::engine) mod iwarp;
+pub mod iwarp;
 mod rx;
 mod tx;
 

@@ -18,6 +18,7 @@
 mod drive;
 pub(super) mod rx;
 pub(super) mod tx;
+pub mod untrusted;
 
 use std::collections::VecDeque;
 

@@ -1,0 +1,327 @@
+//! qpip's iWARP queue pairs against the iWARP peer nobody here wrote: Linux's soft-iWARP
+//! (`siw`) with rdma-core's `rping`, between two guests on the lab network — guest a's qpip
+//! device running `qpip-rping`, guest b's virtio-net NIC running siw — in both roles, at
+//! several sizes, every ping's data checked by whichever end rping's `-V` runs on; then
+//! `qpip-rping` against itself between the two guests' devices (functions of one adapter).
+//! Every frame of port 7174 on the lab bridge is captured, and tshark's iWARP dissectors
+//! must read each one without a malformed frame or an error.
+//!
+//! siw's responder can leave a new connection stalled (its accept race, see
+//! `ci/tests/siw.rs`): the run where siw serves detects it (its socket keeps unread bytes)
+//! and is tried again, up to three times.
+//!
+//! The test boots VMs: ignored by a plain `cargo test`, run by `./qpip test` (as root).
+
+mod common;
+
+use common::{needs_root, Report};
+use qpip_lab::netns;
+use qpip_lab::{run_lab, unique_netns, GuestSpec, LabHost, LabSpec, Network, QpipdLayout, VmSpec};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One exchange: who serves (which guest, which implementation), iterations and size.
+struct Run {
+    tag: &'static str,
+    /// (guest, "qpip" or "siw") of the server and of the client.
+    server: (usize, &'static str),
+    client: (usize, &'static str),
+    iters: u64,
+    size: u64,
+}
+
+const fn run(
+    tag: &'static str,
+    server: (usize, &'static str),
+    client: (usize, &'static str),
+    iters: u64,
+    size: u64,
+) -> Run {
+    Run {
+        tag,
+        server,
+        client,
+        iters,
+        size,
+    }
+}
+
+const QPIP_A: (usize, &str) = (1, "qpip");
+const QPIP_B: (usize, &str) = (2, "qpip");
+const SIW_B: (usize, &str) = (2, "siw");
+
+/// The exchanges, in order: siw's client against qpip's server, qpip's client against
+/// siw's server (rping's smallest buffer, a size over one segment, its largest), then qpip
+/// against qpip.
+const RUNS: [Run; 7] = [
+    run("qs23", QPIP_A, SIW_B, 100, 23),
+    run("qs2000", QPIP_A, SIW_B, 50, 2000),
+    run("qs65535", QPIP_A, SIW_B, 10, 65535),
+    run("sq23", SIW_B, QPIP_A, 100, 23),
+    run("sq2000", SIW_B, QPIP_A, 50, 2000),
+    run("sq65535", SIW_B, QPIP_A, 10, 65535),
+    run("qq2000", QPIP_B, QPIP_A, 50, 2000),
+];
+
+/// Shell helpers of the guest scripts.
+///  kv KEY VALUE             one report line
+///  await NAME               waits for /lab/NAME (300 s)
+///  serve TAG KIND ARGS      a server of KIND (qpip: qpip-rping -s, on the device; siw:
+///                           rping -s, on the NIC address); marks /lab/TAG.N when it
+///                           listens (attempt N), reports TAG.server (exit status); a siw
+///                           server whose connection stalls (unread bytes, the same for
+///                           3 s) is stopped and marked /lab/TAG.N.stalled, then tried again
+///  client TAG KIND PEER ARGS  a client of KIND with -V: reports TAG.client (exit status)
+///                           and TAG.pings (the iterations it checked)
+const HELPERS: &str = r#"
+kv() { printf '@%s=%s\n' "$1" "$2"; }
+await() {
+    i=0
+    until [ -e "/lab/$1" ]; do
+        if [ $i -ge 3000 ]; then kv "wait.$1" failed; return 1; fi
+        i=$((i + 1)); sleep 0.1
+    done
+}
+unread() { awk '$2 ~ /:1C06$/ && $4 == "01" && $5 !~ /:00000000$/ { print }' /proc/net/tcp6; }
+watch() {
+    n=0; last=
+    while kill -0 "$1" 2>/dev/null; do
+        sleep 0.5
+        now=$(unread)
+        if [ -n "$now" ] && [ "$now" = "$last" ]; then n=$((n + 1)); else n=0; fi
+        last=$now
+        if [ $n -ge 6 ]; then return 1; fi
+    done
+    return 0
+}
+listening() {
+    if [ "$1" = siw ]; then
+        rdma res show cm_id 2>/dev/null | grep -q "siw0/1 .*state LISTEN.*comm rping"
+    else
+        grep -q listening "/tmp/$2.out"
+    fi
+}
+serve() {
+    t=$1; kind=$2; shift 2
+    a=1
+    while :; do
+        if [ "$kind" = siw ]; then
+            rping -s -a "$QPIP_NET_ADDR" "$@" >"/tmp/$t.out" 2>&1 &
+        else
+            qpip-rping -s "$@" >"/tmp/$t.out" 2>&1 &
+        fi
+        p=$!
+        i=0
+        until listening "$kind" "$t"; do
+            i=$((i + 1))
+            if [ $i -ge 300 ] || ! kill -0 $p 2>/dev/null; then break; fi
+            sleep 0.1
+        done
+        touch "/lab/$t.$a"
+        if [ "$kind" = qpip ] || watch $p; then
+            wait $p; st=$?
+            kv "$t.server" $st; kv "$t.stalls" $((a - 1))
+            [ $st = 0 ] || sed "s/^/  $t: /" "/tmp/$t.out"
+            return
+        fi
+        touch "/lab/$t.$a.stalled"
+        kill $p; wait $p
+        if [ $a -ge 3 ]; then kv "$t.server" stalled; return; fi
+        a=$((a + 1))
+    done
+}
+client() {
+    t=$1; kind=$2; peer=$3; shift 3
+    a=1
+    while :; do
+        await "$t.$a" || return
+        if [ "$kind" = siw ]; then
+            n=$( { rping -c -a "$peer" -V -v "$@" 2>"/tmp/$t.err"; echo $? >"/tmp/$t.rc"; } |
+                 awk '/^ping data: / { n++ } END { print n + 0 }')
+        else
+            n=$( { qpip-rping -c -a "$peer" -V -v "$@" 2>"/tmp/$t.err"; echo $? >"/tmp/$t.rc"; } |
+                 awk '/^ping data: / { n++ } END { print n + 0 }')
+        fi
+        st=$(cat "/tmp/$t.rc")
+        if [ -e "/lab/$t.$a.stalled" ] && [ $a -lt 3 ]; then a=$((a + 1)); continue; fi
+        kv "$t.client" "$st"; kv "$t.pings" "$n"
+        [ "$st" = 0 ] || sed "s/^/  $t: /" "/tmp/$t.err"
+        return
+    done
+}
+"#;
+
+/// The address a server of `kind` on guest `n` listens at.
+fn addr_of((n, kind): (usize, &str)) -> String {
+    if kind == "siw" {
+        netns::virtio_addr(n)
+    } else {
+        netns::device_addr(n)
+    }
+}
+
+/// Guest `n`'s script: siw up on b, then its side of every run.
+fn script(n: usize) -> String {
+    let mut s = HELPERS.to_string();
+    if n == 2 {
+        s += "lab-siw >/tmp/lab-siw.out 2>&1; st=$?; sed 's/^/  /' /tmp/lab-siw.out\n";
+        s += "kv siw.status $st\n";
+    }
+    s += "touch /lab/up.$QPIP_GUEST_NAME\nawait up.a && await up.b && await capture\n";
+    for r in &RUNS {
+        let args = format!("-C {} -S {}", r.iters, r.size);
+        if r.server.0 == n {
+            s += &format!("serve {} {} {args}\n", r.tag, r.server.1);
+        } else if r.client.0 == n {
+            let peer = addr_of(r.server);
+            s += &format!("client {} {} {peer} {args}\n", r.tag, r.client.1);
+        }
+        // Runs go one at a time: both guests meet after each.
+        s += &format!("touch /lab/{}.done.$QPIP_GUEST_NAME\n", r.tag);
+        s += &format!("await {0}.done.a && await {0}.done.b\n", r.tag);
+    }
+    s += "touch /lab/all-done.$QPIP_GUEST_NAME\n";
+    s
+}
+
+/// The host side: dumpcap on the bridge around all the runs (port 7174).
+fn capture(host: &LabHost) -> Result<PathBuf, String> {
+    let dir = host
+        .shared_dir()
+        .parent()
+        .ok_or("the shared folder has no parent")?
+        .to_path_buf();
+    for g in host.guests() {
+        host.wait_for(&format!("up.{g}"), Duration::from_secs(300))?;
+    }
+    let file = dir.join("iwarp-interop.pcap");
+    let mut child = host
+        .command("dumpcap")
+        .args(["-q", "-P", "-i", netns::BRIDGE, "-f", "tcp port 7174", "-w"])
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run dumpcap: {e}"))?;
+    // dumpcap writes the file's header once it captures.
+    let t0 = Instant::now();
+    while std::fs::metadata(&file).map_or(0, |m| m.len()) < 24 {
+        if t0.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            return Err("dumpcap wrote nothing within 30 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    host.signal("capture")
+        .map_err(|e| format!("signal capture: {e}"))?;
+    let waited = host
+        .guests()
+        .iter()
+        .try_for_each(|g| host.wait_for(&format!("all-done.{g}"), Duration::from_secs(900)));
+    // Each run ends with its connection closed, so every frame has crossed the bridge;
+    // a moment more lets dumpcap take the last.
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: signalling a child this function started, by its pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let _ = child.wait();
+    waited?;
+    Ok(file)
+}
+
+/// Frames of `pcap` that tshark finds malformed or in error, with MPA found by its
+/// heuristic on TCP; and how many frames carried iWARP at all.
+fn dissect(pcap: &std::path::Path) -> (String, usize) {
+    let run = |filter: &str| {
+        let out = Command::new("tshark")
+            .args(["--enable-heuristic", "iwarp_mpa_tcp", "-r"])
+            .arg(pcap)
+            .args(["-Y", filter])
+            .output()
+            .expect("tshark");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let bad = run("_ws.malformed || _ws.expert.severity == error");
+    let iwarp = run("iwarp_ddp_rdmap").lines().count();
+    (bad, iwarp)
+}
+
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn qpip_rping_interoperates_with_rping_on_siw_both_ways() {
+    needs_root!();
+    let guest = |n: usize| {
+        let mut vm = VmSpec::new(script(n));
+        vm.timeout = Duration::from_secs(900);
+        vm.memory_mib = 512;
+        GuestSpec::new(qpip_lab::guest_name(n), vm)
+    };
+    let spec = LabSpec {
+        guests: vec![guest(1), guest(2)],
+        network: Network::Lab(unique_netns("qpip-iwarp")),
+        layout: QpipdLayout::Adapter,
+    };
+    let t0 = Instant::now();
+    let out = match run_lab(&spec, &mut |_, _, _| {}, capture) {
+        Ok(out) => out,
+        Err(e) if e.is_interrupted() => common::interrupted(&e),
+        Err(e) => panic!("lab run failed: {e}"),
+    };
+    let (ga, gb) = (out.guest("a"), out.guest("b"));
+    let (a, b) = (Report::new(ga), Report::new(gb));
+    let ctx = || format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());
+    eprintln!(
+        "iWARP interop lab: {:.0} s, run folder {}",
+        t0.elapsed().as_secs_f64(),
+        out.dir.display()
+    );
+    assert_eq!((ga.status, gb.status), (0, 0), "{}", ctx());
+    assert_eq!(b.get("siw.status"), "0", "siw on b\n{}", ctx());
+    let guest_report = |n: usize| if n == 1 { &a } else { &b };
+    for r in &RUNS {
+        let (server, client) = (guest_report(r.server.0), guest_report(r.client.0));
+        let done = [
+            server.get(&format!("{}.server", r.tag)),
+            client.get(&format!("{}.client", r.tag)),
+        ];
+        assert_eq!(done, ["0", "0"], "{}: server and client\n{}", r.tag, ctx());
+        assert_eq!(
+            client.num(&format!("{}.pings", r.tag)),
+            r.iters,
+            "{}: pings the client checked\n{}",
+            r.tag,
+            ctx()
+        );
+        let stalls = server.num(&format!("{}.stalls", r.tag));
+        eprintln!(
+            "  {}: {} server on {}, {} client, {} × {} bytes checked{}",
+            r.tag,
+            r.server.1,
+            qpip_lab::guest_name(r.server.0),
+            r.client.1,
+            r.iters,
+            r.size,
+            if stalls > 0 {
+                format!(" (siw stalled {stalls} attempt(s) first)")
+            } else {
+                String::new()
+            }
+        );
+    }
+    let pcap = out
+        .host
+        .clone()
+        .unwrap_or_else(|e| panic!("host side: {e}\n{}", ctx()));
+    let (bad, iwarp) = dissect(&pcap);
+    assert!(
+        bad.is_empty(),
+        "tshark finds malformed or erroneous frames in {}:\n{bad}",
+        pcap.display()
+    );
+    assert!(
+        iwarp > 1000,
+        "only {iwarp} iWARP frames in {}",
+        pcap.display()
+    );
+}
