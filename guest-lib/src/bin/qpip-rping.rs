@@ -278,7 +278,8 @@ fn client(ctx: &Context, a: &Args) -> R<u64> {
     Ok(n)
 }
 
-fn server(ctx: &Context, a: &Args) -> R<u64> {
+/// Serves one client; returns the pings served and their size.
+fn server(ctx: &Context, a: &Args) -> R<(u64, usize)> {
     let addr = match &a.addr {
         Some(s) => q(resolve_addr(s, a.port), "address")?,
         None => SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, a.port, 0, 0),
@@ -298,6 +299,7 @@ fn server(ctx: &Context, a: &Args) -> R<u64> {
         println!("qpip-rping: connection from {peer}");
     }
     let mut n = 0;
+    let mut size = 0;
     while a.count.is_none_or(|c| n < c) {
         // The client's start buffer, or its leaving.
         let (addr, rkey, len) = match e.recv_info("the client's start buffer") {
@@ -306,6 +308,7 @@ fn server(ctx: &Context, a: &Args) -> R<u64> {
             Err(err) => return Err(err),
         };
         let len = len as usize;
+        size = len;
         if len > buf.len() {
             return Err(format!(
                 "the client's buffer of {len} bytes is larger than {MAX_SIZE}"
@@ -332,7 +335,10 @@ fn server(ctx: &Context, a: &Args) -> R<u64> {
         e.send_info(&buf, 0)?;
         n += 1;
     }
-    Ok(n)
+    // The last "go" must reach the client before the connection goes (a QP dropped with
+    // data unacknowledged resets it): close after it, as rping disconnects.
+    let _ = e.qp.close_wait(T);
+    Ok((n, size))
 }
 
 fn main() -> ExitCode {
@@ -358,20 +364,17 @@ fn main() -> ExitCode {
     let r = if a.server {
         server(&ctx, &a)
     } else {
-        client(&ctx, &a)
+        client(&ctx, &a).map(|n| (n, a.size))
     };
     match r {
-        Ok(n) => {
-            println!(
-                "qpip-rping: {} {n} pings of {} bytes{}",
-                if a.server { "served" } else { "sent" },
-                a.size,
-                if a.validate {
-                    ", every one checked"
-                } else {
-                    ""
-                }
-            );
+        Ok((n, size)) => {
+            let checked = if a.validate {
+                ", every one checked"
+            } else {
+                ""
+            };
+            let did = if a.server { "served" } else { "sent" };
+            println!("qpip-rping: {did} {n} pings of {size} bytes{checked}");
             ExitCode::SUCCESS
         }
         Err(e) => {
