@@ -21,8 +21,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use qpip::{
-    resolve_addr, Access, Completion, Context, Cq, MemoryRegion, Mpa, Opcode, Qp, QpInit, QpKind,
-    SendWr,
+    resolve_addr, Access, Completion, Context, Cq, EventKind, MemoryRegion, Mpa, Opcode, Qp,
+    QpInit, QpKind, SendWr,
 };
 
 const USAGE: &str = "\
@@ -335,8 +335,23 @@ fn server(ctx: &Context, a: &Args) -> R<(u64, usize)> {
         e.send_info(&buf, 0)?;
         n += 1;
     }
-    // The last "go" must reach the client before the connection goes (a QP dropped with
-    // data unacknowledged resets it): close after it, as rping disconnects.
+    // The client leaves first, once it has taken the last "go" (closing first could
+    // reach it before that go is read: rping then stops one ping short); then close.
+    if a.count.is_some() {
+        let deadline = std::time::Instant::now() + T;
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match ctx.wait_event(Some(left)) {
+                Ok(Some(ev))
+                    if ev.qp == e.qp.id()
+                        && matches!(ev.kind, EventKind::PeerClosed | EventKind::QpError) =>
+                {
+                    break
+                }
+                Ok(Some(_)) => {}
+                _ => break,
+            }
+        }
+    }
     let _ = e.qp.close_wait(T);
     Ok((n, size))
 }
