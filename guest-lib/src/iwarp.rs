@@ -19,6 +19,8 @@ pub struct Mpa {
     pub ord: u8,
     pub crc: bool,
     pub peer_to_peer: bool,
+    /// Offer RFC 7306 Immediate Data to a qpip peer (see [`Mpa::immediate`]).
+    pub immediate: bool,
 }
 
 impl Mpa {
@@ -35,6 +37,7 @@ impl Mpa {
             ord: 8,
             crc: false,
             peer_to_peer: false,
+            immediate: false,
         }
     }
 
@@ -58,6 +61,16 @@ impl Mpa {
         self
     }
 
+    /// Offers RFC 7306 Immediate Data (RDMA Writes with [`crate::SendWr::imm`]): the
+    /// device opens the private data with a small capability block that a qpip peer's
+    /// device takes out and answers when its end offers too ([`ConnInfo::immediate`]
+    /// says whether both did). A peer that is not qpip sees those 8 bytes at the start
+    /// of the private data: offer it only to peers known to be qpip, or indifferent.
+    pub fn immediate(mut self, on: bool) -> Mpa {
+        self.immediate = on;
+        self
+    }
+
     pub(crate) fn flags(&self) -> u32 {
         let mut f = 0;
         if self.crc {
@@ -65,6 +78,9 @@ impl Mpa {
         }
         if self.peer_to_peer {
             f |= admin::IWARP_CONN_PEER_TO_PEER;
+        }
+        if self.immediate {
+            f |= admin::IWARP_CONN_IMMEDIATE;
         }
         f
     }
@@ -91,6 +107,8 @@ pub struct Terminate {
 pub struct ConnInfo {
     pub crc: bool,
     pub peer_to_peer: bool,
+    /// Both ends agreed to RFC 7306 Immediate Data.
+    pub immediate: bool,
     /// The peer rejected the connection (its private data may say why).
     pub rejected: bool,
     /// Read Requests this end serves at once.

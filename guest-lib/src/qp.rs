@@ -81,6 +81,8 @@ pub struct SendWr<'a> {
     pub(crate) dest: Option<SocketAddrV6>,
     pub(crate) op: SendOp,
     pub(crate) solicited: bool,
+    /// [`SendWr::imm`] was given (an RDMA Write then carries it as RFC 7306 Immediate Data).
+    pub(crate) imm_set: bool,
 }
 
 impl<'a> SendWr<'a> {
@@ -93,6 +95,7 @@ impl<'a> SendWr<'a> {
             dest: None,
             op: SendOp::Send,
             solicited: false,
+            imm_set: false,
         }
     }
 
@@ -131,13 +134,18 @@ impl<'a> SendWr<'a> {
             dest: None,
             op: SendOp::Send,
             solicited: false,
+            imm_set: false,
         }
     }
 
-    /// Immediate data for the receiver's completion (TCP message framing only; UDP has no
-    /// room for it on the wire, so a UDP send with immediate data fails `BadWqe`).
+    /// Immediate data for the receiver's completion: on TCP message framing with any
+    /// send; on iWARP with an RDMA Write, which then completes the peer's next receive
+    /// ([`crate::Opcode::RecvImm`], RFC 7306) — only on a connection both ends set up with
+    /// [`crate::Mpa::immediate`], else the Write completes `BadWqe`. UDP has no room for
+    /// it on the wire (`BadWqe`).
     pub fn imm(mut self, imm: u32) -> SendWr<'a> {
         self.imm = imm;
+        self.imm_set = true;
         self
     }
 
@@ -159,6 +167,7 @@ pub(crate) struct SendRef<'a> {
     pub dest: Option<SocketAddrV6>,
     pub op: SendOp,
     pub solicited: bool,
+    pub imm_set: bool,
 }
 
 /// A send the software provider keeps until its bytes are written.
@@ -379,6 +388,7 @@ impl Qp {
                 dest: wr.dest,
                 op: wr.op,
                 solicited: wr.solicited,
+                imm_set: wr.imm_set,
             },
             SendData::Inline(data) => {
                 if data.len() > lim.max_inline as usize {
@@ -395,6 +405,7 @@ impl Qp {
                     dest: wr.dest,
                     op: wr.op,
                     solicited: wr.solicited,
+                    imm_set: wr.imm_set,
                 }
             }
         };

@@ -75,7 +75,7 @@ unsafe fn mpa_arg(p: *const qpip_mpa) -> Result<Mpa, c_int> {
             ),
         ));
     }
-    let known = QPIP_MPA_CRC | QPIP_MPA_PEER_TO_PEER;
+    let known = QPIP_MPA_CRC | QPIP_MPA_PEER_TO_PEER | QPIP_MPA_IMMEDIATE;
     if m.flags & !known != 0 {
         return Err(fail(
             QPIP_E_INVALID,
@@ -99,6 +99,7 @@ unsafe fn mpa_arg(p: *const qpip_mpa) -> Result<Mpa, c_int> {
         ord: m.ord,
         crc: m.flags & QPIP_MPA_CRC != 0,
         peer_to_peer: m.flags & QPIP_MPA_PEER_TO_PEER != 0,
+        immediate: m.flags & QPIP_MPA_IMMEDIATE != 0,
     })
 }
 

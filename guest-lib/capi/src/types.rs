@@ -107,6 +107,8 @@ pub const QPIP_ACCESS_REMOTE_WRITE: u32 = 2;
 pub const QPIP_MPA_CRC: u32 = 1;
 /// qpip_mpa.flags, initiator: ask for peer-to-peer mode, so the responder may send first.
 pub const QPIP_MPA_PEER_TO_PEER: u32 = 2;
+/// Offer RFC 7306 Immediate Data to a qpip peer (see the library's `Mpa::immediate`).
+pub const QPIP_MPA_IMMEDIATE: u32 = 4;
 /// Most private data this end sends in the MPA exchange (qpip_mpa.pd_len): 256 bytes
 /// with MPA's 4-byte IRD/ORD block, the most Linux's soft-iWARP accepts.
 pub const QPIP_MPA_MAX_PRIVATE_DATA: u16 = 252;

@@ -13,8 +13,9 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use qpip_abi::admin::{
-    CONN_INFO_CRC, CONN_INFO_PEER_TO_PEER, CONN_INFO_REJECTED, CONN_INFO_TERMINATE_RECEIVED,
-    FRAMING_IWARP, FRAMING_MESSAGE, FRAMING_STREAM, QP_TYPE_TCP, QP_TYPE_UDP,
+    CONN_INFO_CRC, CONN_INFO_IMMEDIATE, CONN_INFO_PEER_TO_PEER, CONN_INFO_REJECTED,
+    CONN_INFO_TERMINATE_RECEIVED, FRAMING_IWARP, FRAMING_MESSAGE, FRAMING_STREAM, QP_TYPE_TCP,
+    QP_TYPE_UDP,
 };
 use qpip_abi::cqe::{
     self, Cqe, CQE_OP_RDMA_READ, CQE_OP_RDMA_WRITE, CQE_OP_RECV, CQE_OP_RECV_IMM, CQE_OP_SEND,
@@ -24,8 +25,8 @@ use qpip_abi::doorbell::{self, Producer};
 use qpip_abi::regs::KICK;
 use qpip_abi::uapi::{self, *};
 use qpip_abi::wqe::{
-    Sge as WqeSge, Wqe, WQE_FLAG_INLINE, WQE_FLAG_SOLICITED, WQE_OP_RDMA_READ, WQE_OP_RDMA_WRITE,
-    WQE_OP_RECV, WQE_OP_SEND, WQE_SGE_OFFSET, WQE_SIZE,
+    Sge as WqeSge, Wqe, WQE_FLAG_IMM, WQE_FLAG_INLINE, WQE_FLAG_SOLICITED, WQE_OP_RDMA_READ,
+    WQE_OP_RDMA_WRITE, WQE_OP_RECV, WQE_OP_SEND, WQE_SGE_OFFSET, WQE_SIZE,
 };
 use zerocopy::{FromZeros, IntoBytes};
 
@@ -517,6 +518,7 @@ impl Qp {
         Ok(ConnInfo {
             crc: a.flags & CONN_INFO_CRC != 0,
             peer_to_peer: a.flags & CONN_INFO_PEER_TO_PEER != 0,
+            immediate: a.flags & CONN_INFO_IMMEDIATE != 0,
             rejected: a.flags & CONN_INFO_REJECTED != 0,
             ird: a.ird,
             ord: a.ord,
@@ -554,6 +556,9 @@ impl Qp {
         };
         if req.solicited {
             h.flags |= WQE_FLAG_SOLICITED;
+        }
+        if req.imm_set && matches!(req.op, SendOp::Write(_)) {
+            h.flags |= WQE_FLAG_IMM;
         }
         h.imm_data = req.imm;
         if let Some(d) = req.dest {
@@ -828,6 +833,7 @@ mod tests {
                 dest: Some(dest),
                 op: SendOp::Send,
                 solicited: false,
+                imm_set: false,
             };
             b.qp.post_send(&b.ctx, req).unwrap();
             b.complete_send(i);
