@@ -109,6 +109,7 @@ fn conn_info_to_c(i: &ConnInfo) -> qpip_conn_info {
     let mut out = qpip_conn_info {
         crc: i.crc as u32,
         peer_to_peer: i.peer_to_peer as u32,
+        immediate: i.immediate as u32,
         rejected: i.rejected as u32,
         ird: i.ird,
         ord: i.ord,
@@ -456,6 +457,7 @@ mod tests {
         let info = ConnInfo {
             crc: true,
             peer_to_peer: false,
+            immediate: true,
             rejected: true,
             ird: 3,
             ord: 5,

@@ -224,6 +224,8 @@ pub struct qpip_conn_info {
     pub peer_to_peer: u32,
     /// 1 when the peer rejected the connection (its private data may say why).
     pub rejected: u32,
+    /// 1 when both ends agreed to RFC 7306 Immediate Data (QPIP_MPA_IMMEDIATE).
+    pub immediate: u32,
     /// RDMA Read Requests this end serves at once.
     pub ird: u16,
     /// RDMA Reads this end keeps outstanding.
