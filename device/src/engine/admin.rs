@@ -119,6 +119,10 @@ enum Outcome {
     Pending,
 }
 
+/// The ephemeral port range (RFC 6335's dynamic ports).
+const EPHEMERAL_FIRST: u16 = 49152;
+const EPHEMERAL_LAST: u16 = 65535;
+
 impl Engine {
     /// Fetches and executes admin commands while there are some and room for their
     /// completions. Returns whether anything happened.
@@ -758,9 +762,27 @@ impl Engine {
         // its close) still uses: a connection from it to the same peer would clash.
         let held = |p| taken(&self.objects, p) || (tcp && self.tcp.orphan_holds_port(p));
         let port = if port == 0 {
-            (49152..=65535u16)
+            // The next free port after the last one handed out, round the range: a port
+            // just let go (a connection reset a moment ago) is not the next one taken, so
+            // a new connection does not reuse the 4-tuple its peer, or a capture, may
+            // still associate with the old one.
+            let start = self
+                .objects
+                .next_ephemeral
+                .clamp(EPHEMERAL_FIRST, EPHEMERAL_LAST);
+            let span = (EPHEMERAL_LAST - EPHEMERAL_FIRST) as u32 + 1;
+            let p = (0..span)
+                .map(|i| {
+                    EPHEMERAL_FIRST + ((start - EPHEMERAL_FIRST) as u32 + i).rem_euclid(span) as u16
+                })
                 .find(|&p| !held(p))
-                .ok_or(ADMIN_STATUS_NO_RESOURCES)?
+                .ok_or(ADMIN_STATUS_NO_RESOURCES)?;
+            self.objects.next_ephemeral = if p == EPHEMERAL_LAST {
+                EPHEMERAL_FIRST
+            } else {
+                p + 1
+            };
+            p
         } else if taken(&self.objects, port) {
             return Err(ADMIN_STATUS_ADDR_IN_USE);
         } else {

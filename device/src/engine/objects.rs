@@ -154,6 +154,8 @@ pub struct Objects {
     pub busy_qps: VecDeque<u32>,
     next_id: u32,
     key_state: u64,
+    /// Where the search for the next ephemeral port starts.
+    pub next_ephemeral: u16,
 }
 
 impl Objects {

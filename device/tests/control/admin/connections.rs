@@ -56,6 +56,12 @@ fn bind_gives_ports_and_refuses_conflicts() {
         Ok(7000),
         "port free after DESTROY_QP"
     );
+    // An ephemeral port let go is not the next one handed out (a new connection from it
+    // would reuse the 4-tuple of one reset a moment ago).
+    g.destroy_qp(ctx, qps[3]).unwrap();
+    let next = g.create_qp(ctx, cq.id, cq.id, 4, 4).unwrap().id;
+    let e3 = g.bind(ctx, next, UNSPECIFIED, 0).unwrap();
+    assert!(e3 != e2 && e3 != e1, "ephemeral ports {e1} {e2}, then {e3}");
 }
 
 #[test]
