@@ -163,6 +163,9 @@
 // qpip_mpa.flags, initiator: ask for peer-to-peer mode, so the responder may send first.
 #define QPIP_MPA_PEER_TO_PEER 2
 
+// Offer RFC 7306 Immediate Data to a qpip peer (see the library's `Mpa::immediate`).
+#define QPIP_MPA_IMMEDIATE 4
+
 // Most private data this end sends in the MPA exchange (qpip_mpa.pd_len): 256 bytes
 // with MPA's 4-byte IRD/ORD block, the most Linux's soft-iWARP accepts.
 #define QPIP_MPA_MAX_PRIVATE_DATA 252
@@ -275,6 +278,8 @@ typedef struct qpip_conn_info {
   uint32_t peer_to_peer;
   // 1 when the peer rejected the connection (its private data may say why).
   uint32_t rejected;
+  // 1 when both ends agreed to RFC 7306 Immediate Data (QPIP_MPA_IMMEDIATE).
+  uint32_t immediate;
   // RDMA Read Requests this end serves at once.
   uint16_t ird;
   // RDMA Reads this end keeps outstanding.

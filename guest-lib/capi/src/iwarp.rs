@@ -425,7 +425,7 @@ mod tests {
             (mpa(&big, 8, 8, 0), QPIP_E_INVALID, "private data"),
             (mpa(&[], 33, 8, 0), QPIP_E_INVALID, "IRD 33"),
             (mpa(&[], 8, 255, 0), QPIP_E_INVALID, "ORD 255"),
-            (mpa(&[], 8, 8, 4), QPIP_E_INVALID, "flags 0x4"),
+            (mpa(&[], 8, 8, 8), QPIP_E_INVALID, "flags 0x8"),
             (
                 qpip_mpa {
                     private_data: std::ptr::null(),
