@@ -196,3 +196,58 @@ fn a_responder_sends_nothing_before_the_initiators_first_fpdu() {
         "responder's send",
     );
 }
+
+/// A device whose iWARP setups wait `wait` for the peer's MPA frame.
+fn impatient(wait: std::time::Duration) -> FakeGuest {
+    use qpip_device::engine::tcp::TcpLimits;
+    use qpip_device::engine::EngineConfig;
+    let engine = EngineConfig {
+        tcp_limits: TcpLimits {
+            mpa_reply: wait,
+            mpa_request: wait,
+            ..TcpLimits::default()
+        },
+        ..EngineConfig::default()
+    };
+    FakeGuest::with_options(qpip_device::vfio::ServeOptions {
+        core: qpip_device::core::CoreConfig {
+            engine,
+            ..Default::default()
+        },
+    })
+}
+
+#[test]
+fn a_peer_that_never_speaks_mpa_times_the_setup_out() {
+    let wait = std::time::Duration::from_millis(300);
+    // The initiator's peer is a stream QP: it accepts the TCP connection and says nothing.
+    let mut g = impatient(wait);
+    let (s, c) = (g.create_ctx().unwrap(), g.create_ctx().unwrap());
+    let plain = g.tcp_endpoint_in(s, FRAMING_STREAM, 4, 4096);
+    let iw = g.iwarp_endpoint_in(c, 4, 4096);
+    let l = g.listen(s, UNSPECIFIED, 7230, 4).unwrap();
+    let acc = g.submit_accept(s, l, plain.qp.id);
+    let con = g.submit_connect_iwarp(c, iw.qp.id, LOOPBACK, 7230, &Mpa::plain());
+    assert_eq!(g.admin_wait_done(acc).status, ADMIN_STATUS_OK, "TCP is up");
+    let done = g.admin_wait_done(con);
+    assert_eq!(
+        done.status,
+        ADMIN_STATUS_TIMEOUT,
+        "no MPA reply: {}",
+        admin_status_name(done.status)
+    );
+    // The responder's peer is a stream QP too: it connects and never sends a request.
+    let iw2 = g.iwarp_endpoint_in(s, 4, 4096);
+    let plain2 = g.tcp_endpoint_in(c, FRAMING_STREAM, 4, 4096);
+    let l2 = g.listen(s, UNSPECIFIED, 7231, 4).unwrap();
+    let acc = g.submit_accept_iwarp(s, l2, iw2.qp.id, &Mpa::plain());
+    let con = g.submit_connect(c, plain2.qp.id, LOOPBACK, 7231);
+    assert_eq!(g.admin_wait_done(con).status, ADMIN_STATUS_OK, "TCP is up");
+    let done = g.admin_wait_done(acc);
+    assert_eq!(
+        done.status,
+        ADMIN_STATUS_TIMEOUT,
+        "no MPA request: {}",
+        admin_status_name(done.status)
+    );
+}

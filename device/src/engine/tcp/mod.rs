@@ -133,6 +133,10 @@ pub struct Tcp {
     cfg: tcp::Config,
     /// Segments produced and not yet sent.
     outbox: Vec<Outgoing>,
+    /// iWARP QPs waiting for an MPA frame, by deadline (`TcpLimits::mpa_reply`,
+    /// `mpa_request`); an entry whose QP is no longer waiting is dropped when due.
+    mpa_due: std::collections::BTreeSet<(Instant, u32)>,
+    limits: TcpLimits,
 }
 
 /// How long the device's TCP holds on: to a peer that stopped answering, and to
@@ -157,6 +161,11 @@ pub struct TcpLimits {
     /// Orphans the device holds at most ([`tcp::MAX_ORPHANS`]); beyond, a destroyed QP's
     /// connection is reset even after a graceful close.
     pub max_orphans: usize,
+    /// How long an iWARP initiator waits for the MPA reply, and a responder for the
+    /// request once its QP took the connection (10 s and 5 s, as Linux's siw); the
+    /// CONNECT or ACCEPT then fails with `TIMEOUT` and the connection is reset.
+    pub mpa_reply: Duration,
+    pub mpa_request: Duration,
 }
 
 impl Default for TcpLimits {
@@ -167,6 +176,8 @@ impl Default for TcpLimits {
             msl: c.msl,
             fin_timeout: c.fin_timeout,
             max_orphans: tcp::MAX_ORPHANS,
+            mpa_reply: Duration::from_secs(10),
+            mpa_request: Duration::from_secs(5),
         }
     }
 }
@@ -194,6 +205,8 @@ impl Tcp {
             table,
             cfg,
             outbox: Vec::new(),
+            mpa_due: Default::default(),
+            limits,
         }
     }
 
@@ -203,9 +216,13 @@ impl Tcp {
         self.cfg.gso = on;
     }
 
-    /// When the table's next timer is due.
+    /// When the next timer is due: the table's, or an MPA setup's.
     pub fn next_deadline(&mut self) -> Option<Instant> {
-        self.table.next_deadline()
+        let mpa = self.mpa_due.first().map(|&(t, _)| t);
+        [self.table.next_deadline(), mpa]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The TCP counters (QUERY_STATS' `STAT_TCP_*`).
@@ -427,6 +444,13 @@ impl Engine {
     pub(in crate::engine) fn poll_tcp(&mut self, mem: &GuestMemoryMmap) -> bool {
         let mut did = false;
         let now = Instant::now();
+        while let Some(&(t, qp)) = self.tcp.mpa_due.first() {
+            if t > now {
+                break;
+            }
+            self.tcp.mpa_due.pop_first();
+            did |= self.iwarp_setup_expired(mem, qp);
+        }
         if self.tcp.table.next_deadline().is_some_and(|t| t <= now) {
             while let Some(id) = self.tcp.table.pop_expired(now) {
                 did = true;

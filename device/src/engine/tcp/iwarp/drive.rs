@@ -151,6 +151,8 @@ impl Engine {
         if let Some(iw) = self.iwarp(id) {
             iw.start_initiator(mss);
         }
+        let due = Instant::now() + self.tcp.limits.mpa_reply;
+        self.tcp.mpa_due.insert((due, id));
         self.iwarp_settle(mem, id);
     }
 
@@ -161,6 +163,48 @@ impl Engine {
         if let Some(iw) = self.iwarp(id) {
             iw.start_responder(mss);
         }
+        let due = Instant::now() + self.tcp.limits.mpa_request;
+        self.tcp.mpa_due.insert((due, id));
+    }
+
+    /// QP `id`'s MPA deadline passed: if it still waits for the peer's frame, its CONNECT
+    /// or ACCEPT fails with `TIMEOUT` and the connection is reset. Returns whether it did.
+    pub(in crate::engine::tcp) fn iwarp_setup_expired(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        id: u32,
+    ) -> bool {
+        let Some(t) = self.objects.tcp_qp_mut(id) else {
+            return false;
+        };
+        let conn = t.conn;
+        let waiting = t
+            .iwarp
+            .as_deref()
+            .is_some_and(|iw| matches!(iw.phase(), Phase::AwaitReply | Phase::AwaitRequest));
+        let cmd = match t.role {
+            TcpRole::Connecting { cmd } | TcpRole::Accepting { cmd, .. } if waiting => cmd,
+            _ => return false,
+        };
+        debug!("QP {id}: no MPA frame from the peer in time");
+        t.role = TcpRole::Idle;
+        t.conn = None;
+        if let Some(iw) = t.iwarp.as_deref_mut() {
+            iw.expire();
+        }
+        self.finish_cmd(mem, cmd, ADMIN_STATUS_TIMEOUT, (0, 0, 0));
+        if let Some(c) = conn {
+            let now = Instant::now();
+            if let Some(e) = self.tcp.table.get_mut(c) {
+                e.conn.abort();
+                while let Some(o) = e.conn.poll_transmit(now, &mut crate::net::tcp::NoData) {
+                    self.tcp.outbox.push(o);
+                }
+            }
+            self.tcp.table.remove(c);
+        }
+        self.iwarp_error(mem, id);
+        true
     }
 
     /// Takes the receive WRs posted since the last look: each waits for its Send.

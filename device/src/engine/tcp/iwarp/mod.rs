@@ -514,6 +514,12 @@ impl IwarpQp {
         self.end(error, false);
     }
 
+    /// The setup waited too long for the peer's frame: nothing more happens here.
+    pub(super) fn expire(&mut self) {
+        self.phase = Phase::Over;
+        self.outcome = None;
+    }
+
     /// The peer sent a Terminate.
     pub(super) fn terminated(&mut self, error: TermError) {
         self.end(error, true);
