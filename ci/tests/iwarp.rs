@@ -325,3 +325,154 @@ fn qpip_rping_interoperates_with_rping_on_siw_both_ways() {
         pcap.display()
     );
 }
+
+// ---- qpip ⇄ qpip: RDMA under loss and reordering, and forbidden accesses ------------------
+
+/// What a guest script of the next test runs: serve the region (b) or use it (a), a
+/// transfer then each forbidden access, one after the other (`/lab/rN` says run N listens).
+fn rdma_script(server: bool) -> String {
+    let prelude = r#"
+kv() { printf '@%s=%s\n' "$1" "$2"; }
+await() {
+    i=0
+    until [ -e "/lab/$1" ]; do
+        if [ $i -ge 3000 ]; then kv "wait.$1" failed; return 1; fi
+        i=$((i + 1)); sleep 0.1
+    done
+}
+# tag N ARGS: one qpip-e2e run, its report lines prefixed with the tag
+run() { t=$1; shift; "$@" 2>&1 | sed -n "s/^@/@$t./p"; }
+"#;
+    let mut s = prelude.to_string();
+    let runs = [
+        ("xfer", "--bytes 2000000 --chunk 262144"),
+        ("rkey", "--bytes 4096 --violate bad-rkey"),
+        ("bounds", "--bytes 4096 --violate bounds"),
+        ("ro", "--bytes 4096 --violate read-only"),
+    ];
+    s += if server { "" } else { "await loss-on\n" };
+    for (i, (tag, args)) in runs.iter().enumerate() {
+        let port = 7610 + i;
+        if server {
+            let bytes = args.split_whitespace().nth(1).unwrap_or("4096");
+            s += &format!(
+                "(sleep 1; touch /lab/r{i}) & run {tag} qpip-e2e rdma-serve --port {port} --bytes {bytes} -w 600\n"
+            );
+            s += &format!("await c{i}\n");
+        } else {
+            let b = netns::device_addr(2);
+            s += &format!(
+                "await r{i}; sleep 1; run {tag} qpip-e2e rdma {b} --port {port} {args} -w 600; touch /lab/c{i}\n"
+            );
+        }
+    }
+    s += "touch /lab/done.$QPIP_GUEST_NAME\n";
+    s
+}
+
+/// Guest a RDMA-Writes 2 MB into guest b's region and reads it back, with immediate data
+/// on the last Write, while a's device reorders its frames and the bridge drops 3 % of
+/// them (nftables): b's device places Write segments that come ahead of a hole at once
+/// (counted), and every byte arrives (digests and a's comparison). Then a tries a Write
+/// with a wrong rkey, one past the region's end and one into a read-only region: each
+/// ends in the Terminate that names it, an error completion on a and the reason on both.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn rdma_between_qpip_guests_under_loss_and_reordering_and_forbidden_accesses() {
+    needs_root!();
+    let guest = |name: &str, script: String, qpipd: &[&str]| {
+        let mut vm = VmSpec::new(script);
+        vm.timeout = Duration::from_secs(900);
+        vm.memory_mib = 512;
+        vm.qpipd_args = vec![qpipd.iter().map(|s| s.to_string()).collect()];
+        GuestSpec::new(name, vm)
+    };
+    let impair = "reorder=10,seed=5";
+    let spec = LabSpec {
+        guests: vec![
+            guest("a", rdma_script(false), &["--impair", impair]),
+            guest("b", rdma_script(true), &[]),
+        ],
+        network: Network::Lab(unique_netns("qpip-rdma")),
+        // A qpipd per guest: their frames cross the bridge (the loss) and a's link (its
+        // impairment); one adapter would switch them in memory, past both.
+        layout: QpipdLayout::PerGuest,
+    };
+    let out = match run_lab(&spec, &mut |_, _, _| {}, |host: &LabHost| {
+        host.sh("nft add table bridge rdma && \
+             nft add chain bridge rdma lossy '{ type filter hook forward priority 0; }' && \
+             nft add rule bridge rdma lossy numgen random mod 100 '<' 3 counter drop")?;
+        host.signal("loss-on").map_err(|e| e.to_string())?;
+        for g in host.guests() {
+            host.wait_for(&format!("done.{g}"), Duration::from_secs(900))?;
+        }
+        host.sh("nft list chain bridge rdma lossy")
+    }) {
+        Ok(out) => out,
+        Err(e) if e.is_interrupted() => common::interrupted(&e),
+        Err(e) => panic!("lab run failed: {e}"),
+    };
+    let (ga, gb) = (out.guest("a"), out.guest("b"));
+    let (a, b) = (Report::new(ga), Report::new(gb));
+    let ctx = || format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());
+    assert_eq!((ga.status, gb.status), (0, 0), "{}", ctx());
+    let rules = out
+        .host
+        .clone()
+        .unwrap_or_else(|e| panic!("host: {e}\n{}", ctx()));
+    // The transfer: the same bytes on both ends, read back whole, the immediate data there.
+    assert_eq!(a.get("xfer.cli.read_ok"), "1", "{}", ctx());
+    assert_eq!(a.get("xfer.cli.sha"), b.get("xfer.srv.sha"), "{}", ctx());
+    assert_eq!(a.get("xfer.cli.immediate"), "1", "{}", ctx());
+    assert_eq!(b.get("xfer.srv.imm"), "0xc0ffee", "{}", ctx());
+    assert_eq!(b.get("xfer.srv.terminate"), "none", "{}", ctx());
+    let placed = b.num("xfer.srv.ooo_placed");
+    assert!(
+        placed > 0,
+        "no Write segment placed ahead of a hole\n{}",
+        ctx()
+    );
+    eprintln!(
+        "RDMA Write of 2 MB under loss and reordering: {placed} segments placed ahead of a \
+         hole; bridge: {}",
+        rules
+            .lines()
+            .find(|l| l.contains("drop"))
+            .unwrap_or("")
+            .trim()
+    );
+    // The forbidden accesses: layer/type/code of each Terminate.
+    for (tag, want) in [
+        ("rkey", "1/1/0x0"),
+        ("bounds", "1/1/0x1"),
+        ("ro", "0/1/0x2"),
+    ] {
+        assert_eq!(
+            a.get(&format!("{tag}.cli.error")),
+            "RemoteAccess",
+            "{tag}\n{}",
+            ctx()
+        );
+        assert_eq!(
+            a.get(&format!("{tag}.cli.detail")),
+            want,
+            "{tag}\n{}",
+            ctx()
+        );
+        assert_eq!(
+            a.get(&format!("{tag}.cli.terminate")),
+            format!("{want}/received"),
+            "{tag}\n{}",
+            ctx()
+        );
+        assert_eq!(
+            b.get(&format!("{tag}.srv.terminate")),
+            format!("{want}/sent"),
+            "{tag}\n{}",
+            ctx()
+        );
+        eprintln!(
+            "  {tag}: Terminate {want}, an error completion on the writer, the QP error on both"
+        );
+    }
+}

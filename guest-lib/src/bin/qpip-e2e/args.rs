@@ -8,9 +8,9 @@ use qpip::Framing;
 use crate::Fail;
 
 const USAGE: &str =
-    "usage: qpip-e2e (sink|send|echo|ping) [--provider soft|device] [--stream|--message] [-u] \
+    "usage: qpip-e2e (sink|send|echo|ping|rdma-serve|rdma) [--provider soft|device] [--stream|--message] [-u] \
 [ADDR] --port P [--conns N] [--clean K] [--max-msg B] [--sizes B,...] [--bytes N] [--chunk B] \
-[--mark BYTES:FILE] [--count N] [--iters N] [--size B] [-w SECS]";
+[--mark BYTES:FILE] [--count N] [--iters N] [--size B] [--violate bad-rkey|bounds|read-only] [-w SECS]";
 
 pub fn usage(msg: impl std::fmt::Display) -> Fail {
     Fail(2, format!("{msg}\n{USAGE}"))
@@ -35,11 +35,13 @@ pub struct Args {
     pub iters: u64,
     pub size: usize,
     pub wait: Duration,
+    /// `rdma`: a forbidden access to try instead of the transfer.
+    pub violate: Option<String>,
 }
 
 pub fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
     let mode = it.next().ok_or_else(|| usage("no mode"))?;
-    if !["sink", "send", "echo", "ping"].contains(&mode.as_str()) {
+    if !["sink", "send", "echo", "ping", "rdma-serve", "rdma"].contains(&mode.as_str()) {
         return Err(usage(format!("unknown mode {mode}")));
     }
     let mut a = Args {
@@ -60,6 +62,7 @@ pub fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
         iters: 100,
         size: 64,
         wait: Duration::from_secs(300),
+        violate: None,
     };
     fn num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, Fail> {
         let v = v.ok_or_else(|| usage(format!("{flag} needs a value")))?;
@@ -84,6 +87,15 @@ pub fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
             "--iters" => a.iters = num("--iters", it.next())?,
             "--size" => a.size = num("--size", it.next())?,
             "-w" => a.wait = Duration::from_secs(num("-w", it.next())?),
+            "--violate" => {
+                let v = it.next().ok_or_else(|| usage("--violate needs a kind"))?;
+                if !["bad-rkey", "bounds", "read-only"].contains(&v.as_str()) {
+                    return Err(usage(format!(
+                        "--violate {v}: bad-rkey, bounds or read-only"
+                    )));
+                }
+                a.violate = Some(v);
+            }
             "--sizes" => {
                 let v = it.next().ok_or_else(|| usage("--sizes needs a list"))?;
                 a.sizes = v
@@ -120,7 +132,7 @@ pub fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
     if a.conns == 0 || a.chunk == 0 || a.max_msg == 0 {
         return Err(usage("--conns, --chunk and --max-msg must be positive"));
     }
-    if matches!(a.mode.as_str(), "send" | "ping") && a.addr.is_none() {
+    if matches!(a.mode.as_str(), "send" | "ping" | "rdma") && a.addr.is_none() {
         return Err(usage("the peer's ADDR is missing"));
     }
     Ok(a)

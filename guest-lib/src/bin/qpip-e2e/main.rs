@@ -15,6 +15,10 @@
 //! qpip-e2e ping [COMMON] ADDR --port P [-u] [--iters N] [--size B]
 //!     N round trips of B-byte messages, each echo compared byte for byte with what went
 //!     out; UDP: a datagram without an answer in 2 s is counted lost and sent again
+//! qpip-e2e rdma-serve [COMMON] --port P --bytes N [-w SECS]
+//! qpip-e2e rdma [COMMON] ADDR --port P --bytes N [--chunk B] [--violate KIND] [-w SECS]
+//!     iWARP: the server lends regions, the client RDMA-Writes them, reads them back and
+//!     compares, or tries one forbidden access (see `rdma.rs`)
 //! COMMON: --provider soft|device, --stream | --message (TCP framing, default message)
 //! ```
 //!
@@ -30,6 +34,7 @@ mod data;
 mod echo;
 mod ping;
 mod qp;
+mod rdma;
 mod send;
 mod sink;
 
@@ -60,6 +65,8 @@ fn main() -> ExitCode {
             "sink" => sink::sink(&ctx, &a),
             "send" => send::send(&ctx, &a),
             "echo" => echo::echo(&ctx, &a),
+            "rdma-serve" => rdma::serve(&ctx, &a),
+            "rdma" => rdma::client(&ctx, &a),
             _ => ping::ping(&ctx, &a),
         }
     });
