@@ -349,14 +349,20 @@ run() { t=$1; shift; "$@" 2>&1 | sed -n "s/^@/@$t./p"; }
         ("rkey", "--bytes 4096 --violate bad-rkey"),
         ("bounds", "--bytes 4096 --violate bounds"),
         ("ro", "--bytes 4096 --violate read-only"),
+        ("dereg", "--bytes 4096 --violate dereg"),
     ];
     s += if server { "" } else { "await loss-on\n" };
     for (i, (tag, args)) in runs.iter().enumerate() {
         let port = 7610 + i;
         if server {
             let bytes = args.split_whitespace().nth(1).unwrap_or("4096");
+            let extra = if *tag == "dereg" {
+                " --violate dereg"
+            } else {
+                ""
+            };
             s += &format!(
-                "(sleep 1; touch /lab/r{i}) & run {tag} qpip-e2e rdma-serve --port {port} --bytes {bytes} -w 600\n"
+                "(sleep 1; touch /lab/r{i}) & run {tag} qpip-e2e rdma-serve --port {port} --bytes {bytes}{extra} -w 600\n"
             );
             s += &format!("await c{i}\n");
         } else {
@@ -374,8 +380,9 @@ run() { t=$1; shift; "$@" 2>&1 | sed -n "s/^@/@$t./p"; }
 /// on the last Write, while a's device reorders its frames and the bridge drops 3 % of
 /// them (nftables): b's device places Write segments that come ahead of a hole at once
 /// (counted), and every byte arrives (digests and a's comparison). Then a tries a Write
-/// with a wrong rkey, one past the region's end and one into a read-only region: each
-/// ends in the Terminate that names it, an error completion on a and the reason on both.
+/// with a wrong rkey, one past the region's end, one into a read-only region and one into
+/// a region b has deregistered: each ends in the Terminate that names it, an error
+/// completion on a and the reason on both.
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn rdma_between_qpip_guests_under_loss_and_reordering_and_forbidden_accesses() {
@@ -446,6 +453,7 @@ fn rdma_between_qpip_guests_under_loss_and_reordering_and_forbidden_accesses() {
         ("rkey", "1/1/0x0"),
         ("bounds", "1/1/0x1"),
         ("ro", "0/1/0x2"),
+        ("dereg", "1/1/0x0"),
     ] {
         assert_eq!(
             a.get(&format!("{tag}.cli.error")),

@@ -10,7 +10,7 @@ use crate::Fail;
 const USAGE: &str =
     "usage: qpip-e2e (sink|send|echo|ping|rdma-serve|rdma) [--provider soft|device] [--stream|--message] [-u] \
 [ADDR] --port P [--conns N] [--clean K] [--max-msg B] [--sizes B,...] [--bytes N] [--chunk B] \
-[--mark BYTES:FILE] [--count N] [--iters N] [--size B] [--violate bad-rkey|bounds|read-only] [-w SECS]";
+[--mark BYTES:FILE] [--count N] [--iters N] [--size B] [--violate bad-rkey|bounds|read-only|dereg] [-w SECS]";
 
 pub fn usage(msg: impl std::fmt::Display) -> Fail {
     Fail(2, format!("{msg}\n{USAGE}"))
@@ -89,9 +89,9 @@ pub fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
             "-w" => a.wait = Duration::from_secs(num("-w", it.next())?),
             "--violate" => {
                 let v = it.next().ok_or_else(|| usage("--violate needs a kind"))?;
-                if !["bad-rkey", "bounds", "read-only"].contains(&v.as_str()) {
+                if !["bad-rkey", "bounds", "read-only", "dereg"].contains(&v.as_str()) {
                     return Err(usage(format!(
-                        "--violate {v}: bad-rkey, bounds or read-only"
+                        "--violate {v}: bad-rkey, bounds, read-only or dereg"
                     )));
                 }
                 a.violate = Some(v);
