@@ -55,6 +55,13 @@ fn check_ddp(data: &[u8]) {
 
 /// A Terminate body with the bits the parser does not keep cleared.
 fn canonical_terminate(body: &mut [u8]) {
+    // A body in Linux siw's x86 bit order (see `Terminate::parse`) re-emits in RFC 5040's.
+    let siw = body[2] & !0x07 == 0 && body[2] & 0x02 != 0 && body.len() > 4;
+    if siw {
+        body[0] = body[0].rotate_left(4);
+        let (m, d, r) = (body[2] & 1 != 0, body[2] & 2 != 0, body[2] & 4 != 0);
+        body[2] = (m as u8) * hdrct::M | (d as u8) * hdrct::D | (r as u8) * hdrct::R;
+    }
     body[2] &= hdrct::M | hdrct::D | hdrct::R;
     body[3] = 0;
     if body[2] & hdrct::D != 0 && body[2] & hdrct::M == 0 {
