@@ -12,7 +12,10 @@
 //! events come in record order, each naming its slot (tag), its tripwire (id), the 8 bytes
 //! and their address. The closing record's event must come right after the last data
 //! record's: a data record's event that came twice would come before it (the device
-//! reports placements in order), a missed one would leave the consumer waiting.
+//! reports placements in order), a missed one would leave the consumer waiting. One more
+//! tripwire watches the whole ring and is never armed: it must never fire. It is made on
+//! the arm word of a tripwire armed and dropped before, which the library must hand out
+//! again as a disarmed one.
 //!
 //! `qpip-tripwire [--records N] [--slots S] [--size BYTES] [--port P] [--name TAG]`
 //! (defaults 1000, 8, 256, 7400, `ring`). Reports `@TAG.*` facts and `@check.TAG.*` lines
@@ -311,8 +314,8 @@ fn run(a: &Args) -> R<Tally> {
         ctx.alloc_with((slots + 1) * size, Access::WRITE),
         "register the ring",
     )?;
-    // At most one event per tripwire is outstanding.
-    let depth = (slots as u32 + 1).next_power_of_two().max(2);
+    // At most one event per tripwire is outstanding (and the quiet one's, if it fired).
+    let depth = (slots as u32 + 2).next_power_of_two();
     let events = q(ctx.create_cq(depth), "create the tripwires' CQ")?;
     let tripwires = (0..=slots)
         .map(|s| {
@@ -323,6 +326,19 @@ fn run(a: &Args) -> R<Tally> {
             )
         })
         .collect::<R<Vec<Tripwire>>>()?;
+    // The quiet tripwire, on the word of one armed and dropped before (the page of words
+    // kept by the others): it starts disarmed all the same.
+    let gone = q(
+        ctx.create_tripwire(&ring, 0, ring.len(), &events, u64::MAX),
+        "create a tripwire",
+    )?;
+    gone.arm();
+    gone.arm();
+    drop(gone);
+    let _quiet = q(
+        ctx.create_tripwire(&ring, 0, ring.len(), &events, u64::MAX),
+        "create a tripwire",
+    )?;
     println!(
         "@{}.tripwire_ids={}",
         a.name,
