@@ -84,8 +84,9 @@ kv parallel.failures "$(cat /tmp/p1.out /tmp/p2.out | grep FAIL | tr '\n' ' ')"
 /// slot. Every record must bring exactly one event, in order, naming its slot, tripwire,
 /// the 8 bytes at the slot's end and their address, and every byte of every record is
 /// checked; a closing record's event must follow the last one directly (an event that came
-/// twice would come before it) and nothing after it. Eight slots and 1000 records of 256
-/// bytes, then one slot (the consumer waits for each record) and 300 records of 1024.
+/// twice would come before it) and nothing after it. A tripwire on the whole ring that is
+/// never armed, made on a used arm word, must never fire. Eight slots and 1000 records of
+/// 256 bytes, then one slot (the consumer waits for each record) and 300 records of 1024.
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn a_ring_buffer_consumer_woken_by_tripwires() {
