@@ -306,12 +306,27 @@ struct qpip_mr_result {
 	u32 rkey;
 };
 
+/*
+ * CREATE_TRIPWIRE: @len bytes at @addr of region @lkey watched, armed by the u32 at
+ * @arm_addr of region @arm_lkey, its events on CQ @cq tagged @tag.
+ */
+struct qpip_tripwire_params {
+	u64 addr;
+	u64 len;
+	u64 arm_addr;
+	u64 tag;
+	u32 lkey;
+	u32 arm_lkey;
+	u32 cq;
+};
+
 /* The objects of a context that are destroyed one by one (qpip_cmd_destroy). */
 enum qpip_obj_type {
 	QPIP_OBJ_CQ,
 	QPIP_OBJ_QP,
 	QPIP_OBJ_MR,			/* named by its lkey */
 	QPIP_OBJ_LISTENER,
+	QPIP_OBJ_TRIPWIRE,
 };
 
 int qpip_cmd_create_ctx(struct qpip_dev *qdev, dma_addr_t doorbell_page, u32 *ctx);
@@ -322,6 +337,8 @@ int qpip_cmd_create_qp(struct qpip_dev *qdev, u32 ctx, const struct qpip_qp_para
 		       struct qpip_qp_result *res);
 int qpip_cmd_reg_mr(struct qpip_dev *qdev, u32 ctx, const struct qpip_mr_params *p,
 		    struct qpip_mr_result *res);
+int qpip_cmd_create_tripwire(struct qpip_dev *qdev, u32 ctx,
+			     const struct qpip_tripwire_params *p, u32 *handle);
 int qpip_cmd_destroy(struct qpip_dev *qdev, u32 ctx, enum qpip_obj_type type, u32 handle);
 int qpip_cmd_bind(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 *port);
 int qpip_cmd_listen(struct qpip_dev *qdev, u32 ctx, const u8 *addr, u16 port, u32 backlog,

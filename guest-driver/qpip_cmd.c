@@ -176,6 +176,33 @@ int qpip_cmd_reg_mr(struct qpip_dev *qdev, u32 ctx, const struct qpip_mr_params 
 				   &list, 1, &res->lkey, &res->rkey);
 }
 
+/*
+ * A tripwire in context @ctx; its handle in *@handle. While it lives the device refuses to
+ * destroy its CQ or deregister its regions (BUSY).
+ */
+int qpip_cmd_create_tripwire(struct qpip_dev *qdev, u32 ctx,
+			     const struct qpip_tripwire_params *p, u32 *handle)
+{
+	struct qpip_create_tripwire_args args = {
+		.addr = p->addr,
+		.len = p->len,
+		.arm_addr = p->arm_addr,
+		.lkey = p->lkey,
+		.arm_lkey = p->arm_lkey,
+		.cq = p->cq,
+		.tag = p->tag,
+	};
+	struct qpip_admin_cqe cqe;
+	struct qpip_admin_cmd cmd;
+	int ret;
+
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_CREATE_TRIPWIRE, ctx, 0, &args, sizeof(args));
+	ret = qpip_admin_run(qdev, &cmd, &cqe);
+	if (!ret)
+		*handle = cqe.result0;
+	return ret;
+}
+
 /* Destroys object @handle of @type (a memory region: its lkey) in context @ctx. */
 int qpip_cmd_destroy(struct qpip_dev *qdev, u32 ctx, enum qpip_obj_type type, u32 handle)
 {
@@ -184,6 +211,7 @@ int qpip_cmd_destroy(struct qpip_dev *qdev, u32 ctx, enum qpip_obj_type type, u3
 		[QPIP_OBJ_QP] = QPIP_ADMIN_OP_DESTROY_QP,
 		[QPIP_OBJ_MR] = QPIP_ADMIN_OP_DEREG_MR,
 		[QPIP_OBJ_LISTENER] = QPIP_ADMIN_OP_DESTROY_LISTENER,
+		[QPIP_OBJ_TRIPWIRE] = QPIP_ADMIN_OP_DESTROY_TRIPWIRE,
 	};
 
 	return qpip_cmd_simple(qdev, ops[type], ctx, handle);

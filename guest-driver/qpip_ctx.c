@@ -4,10 +4,10 @@
  *
  * open creates a context in the device with its own doorbell page (a page of RAM the driver
  * allocates, names to the device and maps into this process only); the ioctls (qpip_verbs.c)
- * create the context's objects (CQs, QPs, memory regions, listeners) through the admin queue
- * and keep a record of each, so that closing the file — or the process dying — destroys the
- * context in the device first (which stops every DMA into its memory) and then frees the
- * rings and unpins the registered pages.
+ * create the context's objects (CQs, QPs, memory regions, listeners, tripwires) through the
+ * admin queue and keep a record of each, so that closing the file — or the process dying —
+ * destroys the context in the device first (which stops every DMA into its memory) and then
+ * frees the rings and unpins the registered pages.
  *
  * After a reset or removal of the device, the kick mapping of every context is revoked
  * (touching it then finds a page that goes nowhere; the doorbell page is the context's own
@@ -125,6 +125,7 @@ static int qpip_open(struct inode *inode, struct file *filp)
 	xa_init(&ctx->qps);
 	xa_init(&ctx->mrs);
 	xa_init(&ctx->listeners);
+	xa_init(&ctx->tripwires);
 	xa_init(&ctx->rings);
 	spin_lock_init(&ctx->ev_lock);
 	INIT_LIST_HEAD(&ctx->events);
@@ -186,7 +187,11 @@ static int qpip_release(struct inode *inode, struct file *filp)
 		qdev->live[ctx->id] = NULL;
 	spin_unlock_irq(&qdev->ctx_lock);
 	if (!qpip_ctx_dead(ctx)) {
-		/* Everything of the context goes in one command; the device stops using it all. */
+		/*
+		 * Everything of the context goes in one command; the device stops using it all.
+		 * It removes the tripwires before the CQs and regions they hold busy, which
+		 * destroying them one by one would have to do in that order.
+		 */
 		ret = qpip_cmd_destroy_ctx(qdev, ctx->id);
 		if (ret == -ETIMEDOUT) {
 			/* The device may still write the memory: better leaked than reused. */
@@ -215,6 +220,7 @@ static int qpip_release(struct inode *inode, struct file *filp)
 	xa_destroy(&ctx->cqs);
 	xa_destroy(&ctx->mrs);
 	xa_destroy(&ctx->listeners);
+	xa_destroy(&ctx->tripwires);
 	xa_destroy(&ctx->rings);
 	qpip_ctx_events_free(ctx);
 	mutex_destroy(&ctx->lock);

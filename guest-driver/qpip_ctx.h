@@ -72,6 +72,7 @@ struct qpip_ctx {
 	struct xarray qps;		/* handle -> qpip_qp */
 	struct xarray mrs;		/* lkey -> qpip_mr */
 	struct xarray listeners;	/* handle -> value entry */
+	struct xarray tripwires;	/* handle -> value entry */
 	struct xarray rings;		/* mmap page offset -> qpip_ring */
 
 	spinlock_t ev_lock;		/* @events to @lost_unknown; taken in the admin interrupt */

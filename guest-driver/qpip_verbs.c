@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * qpip: the ioctls of a context — its objects (CQs, QPs, memory regions, listeners), its
- * connections, and the device's statistics and configuration.
+ * qpip: the ioctls of a context — its objects (CQs, QPs, memory regions, listeners,
+ * tripwires), its connections, and the device's statistics and configuration.
  *
  * Every argument is size-versioned (include/uapi/qpip.h): qpip_ioctl copies it in, and
  * back out where the ioctl returns something, as the ioctl's entry in qpip_ioctls says; the
@@ -31,6 +31,8 @@ static struct xarray *qpip_objs(struct qpip_ctx *ctx, enum qpip_obj_type type)
 		return &ctx->qps;
 	case QPIP_OBJ_MR:
 		return &ctx->mrs;
+	case QPIP_OBJ_TRIPWIRE:
+		return &ctx->tripwires;
 	case QPIP_OBJ_LISTENER:
 		break;
 	}
@@ -104,6 +106,7 @@ static void qpip_obj_free(struct qpip_ctx *ctx, enum qpip_obj_type type, void *o
 		qpip_mr_free(ctx->qdev, obj, false);
 		break;
 	case QPIP_OBJ_LISTENER:
+	case QPIP_OBJ_TRIPWIRE:
 		break;			/* a value entry: nothing to free */
 	}
 }
@@ -308,7 +311,44 @@ err_free:
 }
 
 /*
- * The destroy ioctls (DESTROY_CQ, DESTROY_QP, DEREG_MR, DESTROY_LISTENER): the handle must
+ * A tripwire on this context's CQ and regions: each is looked up here first, so a process
+ * never names another's objects to the device (which would refuse them too). What the
+ * device checks alone — the range inside its region, the arm word aligned inside its —
+ * fails with BAD_PARAM: -EINVAL. The driver keeps no memory of its own for it: the
+ * watched range and the arm word are in regions the device holds busy while it lives.
+ */
+static int qpip_ioctl_create_tripwire(struct qpip_ctx *ctx, void *arg)
+{
+	struct qpip_create_tripwire *a = arg;
+	struct qpip_tripwire_params p = {
+		.addr = a->addr,
+		.len = a->len,
+		.arm_addr = a->arm_addr,
+		.tag = a->tag,
+		.lkey = a->lkey,
+		.arm_lkey = a->arm_lkey,
+		.cq = a->cq,
+	};
+	u32 handle;
+	int ret;
+
+	if (a->reserved)
+		return -EINVAL;
+	if (!xa_load(&ctx->cqs, a->cq) || !xa_load(&ctx->mrs, a->lkey) ||
+	    !xa_load(&ctx->mrs, a->arm_lkey))
+		return -ENOENT;
+	ret = qpip_cmd_create_tripwire(ctx->qdev, ctx->id, &p, &handle);
+	if (ret)
+		return ret;
+	ret = qpip_obj_record(ctx, QPIP_OBJ_TRIPWIRE, handle, xa_mk_value(0), NULL, 0);
+	if (!ret)
+		a->handle = handle;
+	return ret;
+}
+
+/*
+ * The destroy ioctls (DESTROY_CQ, DESTROY_QP, DEREG_MR, DESTROY_LISTENER,
+ * DESTROY_TRIPWIRE): the handle must
  * be one of this context's; the device forgets the object first — so it no longer touches
  * the object's memory — and only then is it taken out of the context's table and freed.
  */
@@ -348,6 +388,11 @@ static int qpip_ioctl_dereg_mr(struct qpip_ctx *ctx, void *arg)
 static int qpip_ioctl_destroy_listener(struct qpip_ctx *ctx, void *arg)
 {
 	return qpip_destroy_obj(ctx, arg, QPIP_OBJ_LISTENER);
+}
+
+static int qpip_ioctl_destroy_tripwire(struct qpip_ctx *ctx, void *arg)
+{
+	return qpip_destroy_obj(ctx, arg, QPIP_OBJ_TRIPWIRE);
 }
 
 /* ---- connections ---- */
@@ -566,6 +611,9 @@ static const struct qpip_ioctl_desc qpip_ioctls[] = {
 	QPIP_IOCTL_DEF(DEL_ADDR, qpip_ioctl_del_addr, qpip_addr, QPIP_NET_ADMIN),
 	QPIP_IOCTL_DEF(SET_MAC, qpip_ioctl_set_mac, qpip_set_mac, QPIP_NET_ADMIN),
 	QPIP_IOCTL_DEF(QUERY_CONN, qpip_ioctl_query_conn, qpip_query_conn, QPIP_ARG_OUT),
+	QPIP_IOCTL_DEF(CREATE_TRIPWIRE, qpip_ioctl_create_tripwire, qpip_create_tripwire,
+		       QPIP_ARG_OUT),
+	QPIP_IOCTL_DEF(DESTROY_TRIPWIRE, qpip_ioctl_destroy_tripwire, qpip_handle, 0),
 };
 
 /*

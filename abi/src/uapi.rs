@@ -8,7 +8,7 @@
 //!
 //! Each `open` of `/dev/qpipN` is a *context* on the device, with a doorbell page of its own.
 //! Every object a process creates through the file (completion queues, queue pairs, memory
-//! regions, listeners) belongs to that context, and closing the file (or the process dying)
+//! regions, listeners, tripwires) belongs to that context, and closing the file (or the process dying)
 //! destroys them all in the device, unpins the memory and frees the rings. Handles are the
 //! device's object numbers; a handle of another context is refused with `ENOENT`, exactly
 //! as if it did not exist.
@@ -55,7 +55,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Version of this interface. Grows when something is added; existing structures only ever
 /// grow at the end.
-pub const UAPI_VERSION: u32 = 2;
+pub const UAPI_VERSION: u32 = 3;
 
 /// The `type` byte of every qpip ioctl number.
 pub const IOCTL_TYPE: u32 = 0xc4;
@@ -79,7 +79,7 @@ pub const fn iowr(nr: u32, size: usize) -> u32 {
 pub const IOCTL_QUERY_DEVICE: u32 = 0xc058c400;
 /// Create a completion queue ([`CreateCq`]). Its ring counts as locked memory.
 pub const IOCTL_CREATE_CQ: u32 = 0xc030c401;
-/// Destroy a completion queue ([`Handle`]). `EBUSY` while a QP uses it.
+/// Destroy a completion queue ([`Handle`]). `EBUSY` while a QP or a tripwire uses it.
 pub const IOCTL_DESTROY_CQ: u32 = 0xc008c402;
 /// Create a queue pair ([`CreateQp`]). Its rings count as locked memory.
 pub const IOCTL_CREATE_QP: u32 = 0xc040c403;
@@ -87,7 +87,8 @@ pub const IOCTL_CREATE_QP: u32 = 0xc040c403;
 pub const IOCTL_DESTROY_QP: u32 = 0xc008c404;
 /// Register memory ([`RegMr`]): pins the pages (counted against `RLIMIT_MEMLOCK`).
 pub const IOCTL_REG_MR: u32 = 0xc020c405;
-/// Deregister memory ([`Handle`] holding the lkey): unpins the pages.
+/// Deregister memory ([`Handle`] holding the lkey): unpins the pages. `EBUSY` while a
+/// tripwire watches the region or keeps its arm word there.
 pub const IOCTL_DEREG_MR: u32 = 0xc008c406;
 /// Bind a QP to a local address and port ([`Bind`]).
 pub const IOCTL_BIND: u32 = 0xc020c407;
@@ -115,6 +116,14 @@ pub const IOCTL_SET_MAC: u32 = 0xc010c410;
 /// What MPA set up for an iWARP QP ([`QueryConn`]): `EINVAL` before its connection is set
 /// up or on a QP of another framing.
 pub const IOCTL_QUERY_CONN: u32 = 0xc228c411;
+/// Create a tripwire ([`CreateTripwire`]): an event on a CQ when data placed by the
+/// network touches a range of a registered region while the tripwire is armed.
+/// `ENOENT` when the CQ or a region is not this context's, `EINVAL` for a range or an arm
+/// word the device refuses, `ENOSPC` beyond the device's tripwires. Version 3 of this
+/// interface.
+pub const IOCTL_CREATE_TRIPWIRE: u32 = 0xc038c412;
+/// Destroy a tripwire ([`Handle`]): no event of it follows, and its CQ and regions may go.
+pub const IOCTL_DESTROY_TRIPWIRE: u32 = 0xc008c413;
 
 // ---- argument structures ----------------------------------------------------------------
 
@@ -197,7 +206,7 @@ pub const CREATE_CQ_SIZE_V1: u32 = 48;
 pub const ANY_VECTOR: u32 = 0xffff_ffff;
 
 /// [`IOCTL_DESTROY_CQ`], [`IOCTL_DESTROY_QP`], [`IOCTL_DEREG_MR`],
-/// [`IOCTL_DESTROY_LISTENER`].
+/// [`IOCTL_DESTROY_LISTENER`], [`IOCTL_DESTROY_TRIPWIRE`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct Handle {
@@ -386,6 +395,44 @@ pub struct QueryConn {
 /// Size of the first version of [`QueryConn`].
 pub const QUERY_CONN_SIZE_V1: u32 = 552;
 
+/// [`IOCTL_CREATE_TRIPWIRE`] (the device's `CreateTripwireArgs`, which describes the
+/// semantics): watches `len` bytes at virtual address `addr` of region `lkey`. It is armed
+/// while the u32 **arm word** at virtual address `arm_addr` of region `arm_lkey` differs
+/// from the value it held when the tripwire last fired (0 at creation, so a new tripwire is
+/// disarmed until its owner changes the word, typically by incrementing it: a store, no
+/// system call). When data an iWARP QP of the context places (an RDMA Write, a Read
+/// Response, a Send into a receive buffer) touches the range while it is armed, one
+/// completion goes to CQ `cq`: opcode [`crate::cqe::CQE_OP_TRIPWIRE`], `wr_id` = `tag`,
+/// `qp` = the tripwire's handle, `byte_len` = the bytes of the range that placement wrote,
+/// `src_addr` bytes 0-7 (little-endian) = the virtual address of the first of them; then
+/// it is disarmed. Arm, then look: data already there when the word changed fires nothing.
+/// While the tripwire lives its CQ cannot be destroyed and its regions cannot be
+/// deregistered (`EBUSY`); closing the file destroys it with everything else.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct CreateTripwire {
+    pub size: u32,
+    /// In: the region watched (its lkey).
+    pub lkey: u32,
+    /// In: the first byte watched, a virtual address inside region `lkey`.
+    pub addr: u64,
+    /// In: bytes watched, at least 1, all inside the region.
+    pub len: u64,
+    /// In: the arm word's virtual address: 4-byte aligned, inside region `arm_lkey`.
+    pub arm_addr: u64,
+    /// In: the region holding the arm word (may be `lkey`).
+    pub arm_lkey: u32,
+    /// In: the CQ of the events.
+    pub cq: u32,
+    /// In: returned as the events' `wr_id`.
+    pub tag: u64,
+    /// Out: the tripwire's handle (the `qp` of its events).
+    pub handle: u32,
+    pub reserved: u32,
+}
+/// Size of the first version of [`CreateTripwire`].
+pub const CREATE_TRIPWIRE_SIZE_V1: u32 = 56;
+
 /// [`IOCTL_CLOSE`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
@@ -526,6 +573,13 @@ mod checks {
     check!(IOCTL_DEL_ADDR, 0x0f, Addr, ADDR_SIZE_V1);
     check!(IOCTL_SET_MAC, 0x10, SetMac, SET_MAC_SIZE_V1);
     check!(IOCTL_QUERY_CONN, 0x11, QueryConn, QUERY_CONN_SIZE_V1);
+    check!(
+        IOCTL_CREATE_TRIPWIRE,
+        0x12,
+        CreateTripwire,
+        CREATE_TRIPWIRE_SIZE_V1
+    );
+    check!(IOCTL_DESTROY_TRIPWIRE, 0x13, Handle, HANDLE_SIZE_V1);
     const _: () = assert!(size_of::<IwarpConn>() == 16);
     const _: () = assert!(EVENT_SIZE as usize == size_of::<Event>());
     // The largest structure must fit in the size bits of an ioctl number and in MAX_ARG_SIZE.

@@ -83,6 +83,8 @@ fn uapi_header_has_every_ioctl_and_structure() {
         "QPIP_IOCTL_DEL_ADDR",
         "QPIP_IOCTL_SET_MAC",
         "QPIP_IOCTL_QUERY_CONN",
+        "QPIP_IOCTL_CREATE_TRIPWIRE",
+        "QPIP_IOCTL_DESTROY_TRIPWIRE",
         "QPIP_EVENT_SIZE",
         "QPIP_UAPI_VERSION",
     ] {
@@ -100,6 +102,7 @@ fn uapi_header_has_every_ioctl_and_structure() {
         "qpip_connect",
         "qpip_iwarp_conn",
         "qpip_query_conn",
+        "qpip_create_tripwire",
         "qpip_close",
         "qpip_query_stats",
         "qpip_addr",

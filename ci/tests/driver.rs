@@ -659,6 +659,63 @@ kv after.contexts "$(cat $Q/contexts)"
     assert_eq!(rep.get("after.contexts"), "0", "{}", rep.context());
 }
 
+/// Tripwires through the driver: CREATE_TRIPWIRE refuses another file's CQ, watched region
+/// or arm region (ENOENT) before the device sees them, and passes on what the device
+/// refuses (an empty range, one outside its region, a misaligned arm word or one outside
+/// its region: EINVAL); while a tripwire lives DEREG_MR of either region and DESTROY_CQ of
+/// its CQ are EBUSY; only its own file destroys it, once. Then a file takes all 1024
+/// tripwires of the device and is closed without destroying them (with its CQ and regions
+/// held busy): another file, refused one before, gets all 1024.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn tripwires_belong_to_their_file() {
+    let out = boot(
+        r#"
+qpip-driver-test tripwire; kv tripwire.status $?
+kv after.contexts "$(cat $Q/contexts)"
+"#,
+    );
+    let rep = Report::succeeded(&out);
+    rep.statuses_zero("qpip-driver-test", &["tripwire"]);
+    let refused = [
+        "reserved_nonzero",
+        "foreign_cq",
+        "foreign_region",
+        "foreign_arm_region",
+        "unknown_cq",
+        "empty_range",
+        "range_outside_region",
+        "huge_range",
+        "misaligned_arm_word",
+        "arm_word_outside_region",
+        "size_short",
+    ];
+    let held = [
+        "create",
+        "watched_region_busy",
+        "arm_region_busy",
+        "cq_busy",
+        "destroy_from_other_file",
+        "destroy_unknown",
+        "destroy_a_cq_handle",
+        "destroy",
+        "double_destroy",
+        "still_held_by_the_other",
+        "objects_free_after_destroy",
+        "sequence",
+        "close_destroys",
+    ];
+    let checks: Vec<String> = refused
+        .iter()
+        .chain(&held)
+        .map(|c| format!("tripwire.{c}"))
+        .collect();
+    rep.checks_pass(&checks.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(rep.get("tripwire.limit"), "1024", "{}", rep.context());
+    assert_eq!(rep.get("tripwire.after_close"), "1024", "{}", rep.context());
+    assert_eq!(rep.get("after.contexts"), "0", "{}", rep.context());
+}
+
 /// The PCI core's function reset (`/sys/bus/pci/devices/ADDR/reset`) under an open file:
 /// the function offers FLR through its Advanced Features capability, QEMU passes the guest's
 /// write through to qpipd, which resets the function; the driver's reset_prepare and

@@ -2,7 +2,8 @@
 //! qpipd, the real qpip.ko, and `qpip-verbs-test` calling the library's API over
 //! `/dev/qpip0` — UDP and TCP between QPs over the device's own loopback, every error the
 //! API reports, many QPs on one CQ, CQ overflow, blocking waits, epoll, and the async
-//! adapter (tokio) woken by the device's interrupts.
+//! adapter (tokio) woken by the device's interrupts; and `qpip-tripwire`, a ring buffer
+//! over iWARP whose consumer tripwires wake.
 //!
 //! Like the other VM tests they boot a guest, so they are ignored by a plain `cargo test`
 //! and run with `-- --ignored`. The guest reports `@key=value` lines; the assertions are
@@ -74,4 +75,52 @@ kv parallel.failures "$(cat /tmp/p1.out /tmp/p2.out | grep FAIL | tr '\n' ' ')"
     // Two processes at once, each in its own context.
     assert_eq!(rep.get("parallel.first.status"), "0", "{}", rep.context());
     assert_eq!(rep.get("parallel.second.status"), "0", "{}", rep.context());
+}
+
+/// A ring buffer whose consumer sleeps until the next record is written, woken by
+/// tripwires (`qpip-tripwire`): two iWARP QPs over the device's loopback, the producer
+/// RDMA-Writing records around the consumer's ring, the consumer blocked on the
+/// tripwires' CQ descriptor, each slot's tripwire armed before the producer may write the
+/// slot. Every record must bring exactly one event, in order, naming its slot, tripwire,
+/// the 8 bytes at the slot's end and their address, and every byte of every record is
+/// checked; a closing record's event must follow the last one directly (an event that came
+/// twice would come before it) and nothing after it. A tripwire on the whole ring that is
+/// never armed, made on a used arm word, must never fire. Eight slots and 1000 records of
+/// 256 bytes, then one slot (the consumer waits for each record) and 300 records of 1024.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn a_ring_buffer_consumer_woken_by_tripwires() {
+    let out = common::boot(&VmSpec::new(
+        r#"
+kv() { printf '@%s=%s\n' "$1" "$2"; }
+qpip-tripwire --records 1000 --slots 8 --size 256 --port 7400 --name ring8; kv ring8.status $?
+qpip-tripwire --records 300 --slots 1 --size 1024 --port 7401 --name ring1; kv ring1.status $?
+"#,
+    ));
+    let rep = Report::succeeded(&out);
+    rep.statuses_zero("qpip-tripwire", &["ring8", "ring1"]);
+    rep.checks_pass(&["ring8.ring", "ring1.ring"]);
+    for (tag, records, size) in [("ring8", 1000, 256), ("ring1", 300, 1024)] {
+        // The records and the closing one: one event each.
+        assert_eq!(
+            rep.num(&format!("{tag}.events")),
+            records + 1,
+            "{}",
+            rep.context()
+        );
+        assert_eq!(
+            rep.num(&format!("{tag}.bytes_checked")),
+            (records + 1) * size,
+            "{}",
+            rep.context()
+        );
+        eprintln!(
+            "{tag}: {records} records, the consumer slept {} times",
+            rep.get(&format!("{tag}.sleeps"))
+        );
+    }
+    // With one slot the producer writes only after the consumer took the last record, so
+    // the consumer finds the CQ empty and sleeps on its descriptor (each time, in practice):
+    // the blocking path ran.
+    assert!(rep.num("ring1.sleeps") > 0, "{}", rep.context());
 }

@@ -23,7 +23,7 @@ pub const PROVIDER_ENV: &str = "QPIP_PROVIDER";
 
 /// An open qpip context: the device's `/dev/qpipN` (one context of the adapter, with its
 /// own doorbell page) or the software provider over kernel sockets. Every CQ, QP, memory
-/// region and listener belongs to one context; the context stays open while any of them
+/// region, listener and tripwire belongs to one context; the context stays open while any of them
 /// exists. Cheap to clone (a shared handle).
 #[derive(Clone)]
 pub struct Context {
@@ -50,6 +50,8 @@ pub(crate) struct CtxInner {
     /// the event was read from the descriptor, which then no longer wakes them for it.
     #[cfg(feature = "tokio")]
     pub(crate) stashed: tokio::sync::Notify,
+    /// The arm words of the context's tripwires.
+    pub(crate) arm_words: crate::tripwire::ArmWords,
 }
 
 pub(crate) enum CtxImpl {
@@ -97,6 +99,7 @@ impl Context {
                 kept: sys::eventfd()?,
                 #[cfg(feature = "tokio")]
                 stashed: tokio::sync::Notify::new(),
+                arm_words: Default::default(),
             }),
         })
     }

@@ -54,6 +54,10 @@
 //!   remote rights ([`Context::register_with`], [`MemoryRegion::remote`]), connections set
 //!   up by MPA with private data ([`Qp::connect_mpa`], [`Listener::accept_mpa`],
 //!   [`Qp::conn_info`]). See [`iwarp`].
+//! - [`Tripwire`] (the device only): an event on a CQ when the network places data in a
+//!   chosen range of a region while the tripwire is armed ([`Context::create_tripwire`];
+//!   [`Tripwire::arm`] is a store, no system call) — a consumer sleeps until a peer's RDMA
+//!   Write reaches the next record of a ring. See [`tripwire`].
 //!
 //! With the Cargo feature `tokio`, [`aio`] adds futures for the waits: [`AsyncCq::next`]
 //! and [`AsyncCq::poll_batch`] complete from the CQ's descriptor, [`AsyncContext`]'s
@@ -78,6 +82,7 @@ mod mr;
 mod qp;
 mod soft;
 mod sys;
+pub mod tripwire;
 mod types;
 
 pub use addr::resolve_addr;
@@ -92,6 +97,7 @@ pub use error::{Error, Result};
 pub use iwarp::{Access, ConnInfo, Mpa, RemoteAddr};
 pub use mr::{MemoryRegion, Sge};
 pub use qp::{Listener, Qp, QpInit, SendWr};
+pub use tripwire::Tripwire;
 pub use types::{
     Completion, Detail, Event, EventKind, Framing, Limits, Opcode, ProviderKind, QpKind, Status,
 };

@@ -637,6 +637,59 @@ fn handles_are_send_and_sync() {
     both::<Qp>();
     both::<qpip::Listener>();
     both::<qpip::MemoryRegion>();
+    both::<qpip::Tripwire>();
+}
+
+/// A tripwire's arguments are checked as on the device (the region and the CQ of the
+/// context, a range of at least one byte inside the region); then the software provider,
+/// which places nothing itself, refuses plainly.
+#[test]
+fn tripwires_are_checked_then_refused_on_the_soft_provider() {
+    let ctx = soft();
+    let other = soft();
+    let cq = ctx.create_cq(4).unwrap();
+    let ocq = other.create_cq(4).unwrap();
+    let mr = ctx.alloc(256).unwrap();
+    let omr = other.alloc(256).unwrap();
+    let cases = [
+        (ctx.create_tripwire(&omr, 0, 8, &cq, 1), "a foreign region"),
+        (ctx.create_tripwire(&mr, 0, 8, &ocq, 1), "a foreign CQ"),
+        (ctx.create_tripwire(&mr, 0, 0, &cq, 1), "an empty range"),
+        (ctx.create_tripwire(&mr, 250, 8, &cq, 1), "past the end"),
+        (
+            ctx.create_tripwire(&mr, usize::MAX, 2, &cq, 1),
+            "a wrapping range",
+        ),
+        (ctx.create_tripwire(&mr, 248, 8, &cq, 1), "good arguments"),
+    ];
+    let got: Vec<String> = cases
+        .into_iter()
+        .map(|(r, what)| match r {
+            Ok(t) => format!("{what}: created {t:?}"),
+            Err(e) => format!("{what}: {}", error_name(&e)),
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "a foreign region: ForeignObject",
+            "a foreign CQ: ForeignObject",
+            "an empty range: InvalidArgument",
+            "past the end: OutOfBounds",
+            "a wrapping range: OutOfBounds",
+            "good arguments: Unsupported",
+        ]
+    );
+}
+
+fn error_name(e: &Error) -> &'static str {
+    match e {
+        Error::ForeignObject(_) => "ForeignObject",
+        Error::InvalidArgument(_) => "InvalidArgument",
+        Error::OutOfBounds { .. } => "OutOfBounds",
+        Error::Unsupported(_) => "Unsupported",
+        _ => "another error",
+    }
 }
 
 /// Two threads wait on one context, each for its own event, and the events come together:

@@ -177,6 +177,11 @@ impl Engine {
 
     /// Fires the tripwires `hits` names that are armed: one event each, then disarmed.
     pub(super) fn fire_tripwires(&mut self, mem: &GuestMemoryMmap, hits: Vec<Hit>) {
+        // The data was placed before the arm words are read, and the consumer arms before
+        // it looks at the data (the library's store and full fence): with a full fence on
+        // both sides, either the device sees the new arm word or the consumer sees the
+        // data — an armed tripwire is never missed for data that landed meanwhile.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         for h in hits {
             let Some(t) = self.objects.tripwires.get_mut(&h.tripwire) else {
                 continue;

@@ -10,7 +10,7 @@
  Version of this interface. Grows when something is added; existing structures only ever
  grow at the end.
  */
-#define QPIP_UAPI_VERSION 2
+#define QPIP_UAPI_VERSION 3
 
 /*
  The `type` byte of every qpip ioctl number.
@@ -38,7 +38,7 @@
 #define QPIP_IOCTL_CREATE_CQ 3224421377
 
 /*
- Destroy a completion queue ([`Handle`]). `EBUSY` while a QP uses it.
+ Destroy a completion queue ([`Handle`]). `EBUSY` while a QP or a tripwire uses it.
  */
 #define QPIP_IOCTL_DESTROY_CQ 3221799938
 
@@ -58,7 +58,8 @@
 #define QPIP_IOCTL_REG_MR 3223372805
 
 /*
- Deregister memory ([`Handle`] holding the lkey): unpins the pages.
+ Deregister memory ([`Handle`] holding the lkey): unpins the pages. `EBUSY` while a
+ tripwire watches the region or keeps its arm word there.
  */
 #define QPIP_IOCTL_DEREG_MR 3221799942
 
@@ -122,6 +123,20 @@
 #define QPIP_IOCTL_QUERY_CONN 3257451537
 
 /*
+ Create a tripwire ([`CreateTripwire`]): an event on a CQ when data placed by the
+ network touches a range of a registered region while the tripwire is armed.
+ `ENOENT` when the CQ or a region is not this context's, `EINVAL` for a range or an arm
+ word the device refuses, `ENOSPC` beyond the device's tripwires. Version 3 of this
+ interface.
+ */
+#define QPIP_IOCTL_CREATE_TRIPWIRE 3224945682
+
+/*
+ Destroy a tripwire ([`Handle`]): no event of it follows, and its CQ and regions may go.
+ */
+#define QPIP_IOCTL_DESTROY_TRIPWIRE 3221799955
+
+/*
  Size of the first version of [`QueryDevice`].
  */
 #define QPIP_QUERY_DEVICE_SIZE_V1 88
@@ -175,6 +190,11 @@
  Size of the first version of [`QueryConn`].
  */
 #define QPIP_QUERY_CONN_SIZE_V1 552
+
+/*
+ Size of the first version of [`CreateTripwire`].
+ */
+#define QPIP_CREATE_TRIPWIRE_SIZE_V1 56
 
 /*
  Size of the first version of [`Close`].
@@ -369,7 +389,7 @@ struct qpip_create_cq {
 
 /*
  [`IOCTL_DESTROY_CQ`], [`IOCTL_DESTROY_QP`], [`IOCTL_DEREG_MR`],
- [`IOCTL_DESTROY_LISTENER`].
+ [`IOCTL_DESTROY_LISTENER`], [`IOCTL_DESTROY_TRIPWIRE`].
  */
 struct qpip_handle {
   __u32 size;
@@ -633,6 +653,58 @@ struct qpip_query_conn {
    Out: the peer's private data.
    */
   __u8 private_data[512];
+};
+
+/*
+ [`IOCTL_CREATE_TRIPWIRE`] (the device's `CreateTripwireArgs`, which describes the
+ semantics): watches `len` bytes at virtual address `addr` of region `lkey`. It is armed
+ while the u32 **arm word** at virtual address `arm_addr` of region `arm_lkey` differs
+ from the value it held when the tripwire last fired (0 at creation, so a new tripwire is
+ disarmed until its owner changes the word, typically by incrementing it: a store, no
+ system call). When data an iWARP QP of the context places (an RDMA Write, a Read
+ Response, a Send into a receive buffer) touches the range while it is armed, one
+ completion goes to CQ `cq`: opcode [`crate::cqe::CQE_OP_TRIPWIRE`], `wr_id` = `tag`,
+ `qp` = the tripwire's handle, `byte_len` = the bytes of the range that placement wrote,
+ `src_addr` bytes 0-7 (little-endian) = the virtual address of the first of them; then
+ it is disarmed. Arm, then look: data already there when the word changed fires nothing.
+ While the tripwire lives its CQ cannot be destroyed and its regions cannot be
+ deregistered (`EBUSY`); closing the file destroys it with everything else.
+ */
+struct qpip_create_tripwire {
+  __u32 size;
+  /*
+   In: the region watched (its lkey).
+   */
+  __u32 lkey;
+  /*
+   In: the first byte watched, a virtual address inside region `lkey`.
+   */
+  __u64 addr;
+  /*
+   In: bytes watched, at least 1, all inside the region.
+   */
+  __u64 len;
+  /*
+   In: the arm word's virtual address: 4-byte aligned, inside region `arm_lkey`.
+   */
+  __u64 arm_addr;
+  /*
+   In: the region holding the arm word (may be `lkey`).
+   */
+  __u32 arm_lkey;
+  /*
+   In: the CQ of the events.
+   */
+  __u32 cq;
+  /*
+   In: returned as the events' `wr_id`.
+   */
+  __u64 tag;
+  /*
+   Out: the tripwire's handle (the `qp` of its events).
+   */
+  __u32 handle;
+  __u32 reserved;
 };
 
 /*

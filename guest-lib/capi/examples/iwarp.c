@@ -3,11 +3,12 @@
  * answers the MPA request with its private data, the initiator connects with its own and
  * asks for CRCs; each end sends the other where its region is (a qpip_remote, the
  * responder's in a solicited Send); then the initiator RDMA-Writes into the responder's
- * region and RDMA-Reads another part of it back.
+ * region, where a tripwire on the last bytes written fires once, and RDMA-Reads another
+ * part of it back.
  *
  * iWARP needs the qpip device. On the software provider the example checks instead that
- * an iWARP QP and a region with remote rights are refused (QPIP_E_UNSUPPORTED). On either,
- * it first checks the error codes of misused iWARP calls. Exits 0 when every check held.
+ * an iWARP QP, a region with remote rights and a tripwire are refused (QPIP_E_UNSUPPORTED).
+ * On either, it first checks the error codes of misused iWARP and tripwire calls. Exits 0 when every check held.
  *
  *   cc -I guest-lib/capi/include iwarp.c -L target/debug -lqpip -o iwarp
  *   ./iwarp [PORT]
@@ -171,6 +172,38 @@ static void misuse(struct qpip_context *ctx, const struct qpip_addr *here)
 	FAILS(qpip_qp_conn_info(tcp, NULL), QPIP_E_NULL);
 	FAILS(qpip_qp_conn_info(NULL, &info), QPIP_E_NULL);
 
+	/* Tripwires: handles and the range are checked before the provider is asked. */
+	struct qpip_context *other;
+	CHECK(qpip_open(&other));
+	struct qpip_cq *ocq;
+	CHECK(qpip_cq_create(other, 4, &ocq));
+	struct qpip_mr *omr;
+	CHECK(qpip_mr_alloc(other, 4096, &omr));
+	struct qpip_tripwire *tw = NULL;
+	FAILS(qpip_tripwire_create(NULL, buf, 0, 8, cq, 1, &tw), QPIP_E_NULL);
+	FAILS(qpip_tripwire_create(ctx, NULL, 0, 8, cq, 1, &tw), QPIP_E_NULL);
+	FAILS(qpip_tripwire_create(ctx, buf, 0, 8, NULL, 1, &tw), QPIP_E_NULL);
+	FAILS(qpip_tripwire_create(ctx, buf, 0, 8, cq, 1, NULL), QPIP_E_NULL);
+	FAILS(qpip_tripwire_create(ctx, (struct qpip_mr *)cq, 0, 8, cq, 1, &tw),
+	      QPIP_E_BAD_HANDLE);
+	FAILS(qpip_tripwire_create(ctx, buf, 0, 8, (struct qpip_cq *)buf, 1, &tw),
+	      QPIP_E_BAD_HANDLE);
+	FAILS(qpip_tripwire_create(ctx, omr, 0, 8, cq, 1, &tw), QPIP_E_FOREIGN);
+	FAILS(qpip_tripwire_create(ctx, buf, 0, 8, ocq, 1, &tw), QPIP_E_FOREIGN);
+	FAILS(qpip_tripwire_create(ctx, buf, 0, 0, cq, 1, &tw), QPIP_E_INVALID);
+	FAILS(qpip_tripwire_create(ctx, buf, 4090, 8, cq, 1, &tw), QPIP_E_LENGTH);
+	FAILS(qpip_tripwire_create(ctx, buf, SIZE_MAX, 2, cq, 1, &tw), QPIP_E_LENGTH);
+	EXPECT(tw == NULL);
+	FAILS(qpip_tripwire_arm(NULL), QPIP_E_NULL);
+	FAILS(qpip_tripwire_arm((struct qpip_tripwire *)cq), QPIP_E_BAD_HANDLE);
+	FAILS(qpip_tripwire_id(NULL), QPIP_E_NULL);
+	FAILS(qpip_tripwire_id((struct qpip_tripwire *)buf), QPIP_E_BAD_HANDLE);
+	FAILS(qpip_tripwire_free((struct qpip_tripwire *)l), QPIP_E_BAD_HANDLE);
+	CHECK(qpip_tripwire_free(NULL));
+	CHECK(qpip_mr_free(omr));
+	CHECK(qpip_cq_free(ocq));
+	CHECK(qpip_context_free(other));
+
 	/* Nothing of the above queued work or events. */
 	struct qpip_completion c;
 	EXPECT(qpip_cq_poll(cq, &c, 1) == 0);
@@ -204,6 +237,10 @@ static void refused(struct qpip_context *ctx)
 	/* No rights asked: a plain region, as qpip_mr_alloc() makes. */
 	CHECK(qpip_mr_alloc_remote(ctx, 4096, 0, &mr));
 	EXPECT(qpip_mr_len(mr) == 4096 && qpip_mr_rkey(mr) == 0);
+	/* Good arguments for a tripwire: nothing places data here to watch. */
+	struct qpip_tripwire *tw = NULL;
+	FAILS(qpip_tripwire_create(ctx, mr, 0, 8, cq, 1, &tw), QPIP_E_UNSUPPORTED);
+	EXPECT(tw == NULL);
 	CHECK(qpip_mr_free(mr));
 	CHECK(qpip_cq_free(cq));
 	printf("iwarp on the software provider: refused ok\n");
@@ -290,8 +327,14 @@ static void exchange(struct qpip_context *ctx, const struct qpip_addr *here)
 	struct qpip_remote at_b = got_remote(msga, &c);
 	EXPECT(at_a.rkey == qpip_mr_rkey(ra));
 
-	/* RDMA Write: 1000 bytes of a's region into b's at offset 0; nothing completes on b. */
+	/* RDMA Write: 1000 bytes of a's region into b's at offset 0; nothing completes on b
+	 * but the armed tripwire on the last 8 bytes written, once. */
 	uint8_t *pa = qpip_mr_data(ra), *pb = qpip_mr_data(rb);
+	struct qpip_cq *cqt;
+	CHECK(qpip_cq_create(ctx, 4, &cqt));
+	struct qpip_tripwire *tw;
+	CHECK(qpip_tripwire_create(ctx, rb, 992, 8, cqt, 0x7e, &tw));
+	CHECK(qpip_tripwire_arm(tw));
 	for (int i = 0; i < 1000; i++)
 		pa[i] = (uint8_t)(i * 7 + 1);
 	struct qpip_sge wsg = { ra, 0, 1000 };
@@ -300,6 +343,16 @@ static void exchange(struct qpip_context *ctx, const struct qpip_addr *here)
 	EXPECT(c.wr_id == 20);
 	EXPECT(memcmp(pb, pa, 1000) == 0);
 	EXPECT(qpip_cq_poll(cqb, &c, 1) == 0);
+	c = next(cqt, QPIP_OP_TRIPWIRE);
+	EXPECT(c.wr_id == 0x7e && c.qp == (uint32_t)qpip_tripwire_id(tw) && c.byte_len == 8);
+	EXPECT(c.addr == (uint64_t)(uintptr_t)(pb + 992));
+	/* Not armed again: the same write once more fires nothing. */
+	CHECK(qpip_post_rdma_write(a, 22, &wsg, 1, &at_b));
+	next(cqa, QPIP_OP_RDMA_WRITE);
+	EXPECT(qpip_cq_poll(cqt, &c, 1) == 0);
+	CHECK(qpip_tripwire_free(tw));
+	CHECK(qpip_cq_free(cqt));
+	printf("iwarp tripwire: one event per arm ok\n");
 
 	/* RDMA Read: 500 bytes at offset 2000 of b's region into a's at offset 3000. */
 	for (int i = 0; i < 500; i++)

@@ -61,7 +61,7 @@
 // The device speaks an interface version this library does not know.
 #define QPIP_E_ABI -14
 
-// Not supported by this provider (iWARP on the software provider).
+// Not supported by this provider (iWARP and tripwires on the software provider).
 #define QPIP_E_UNSUPPORTED -15
 
 // QP kinds for qpip_qp_create().
@@ -97,7 +97,7 @@
 // A receive taken by RFC 7306 Immediate Data (iWARP): `imm` holds it, `byte_len` is 0.
 #define QPIP_OP_RECV_IMM 4
 
-// A tripwire fired (not a work request's completion).
+// A tripwire fired (not a work request's completion; see qpip_tripwire_create()).
 #define QPIP_OP_TRIPWIRE 5
 
 // Completion statuses (qpip_completion.status).
@@ -187,6 +187,8 @@ typedef struct qpip_mr qpip_mr;
 
 typedef struct qpip_qp qpip_qp;
 
+typedef struct qpip_tripwire qpip_tripwire;
+
 // An IPv6 address and port (host byte order).
 typedef struct qpip_addr {
   uint8_t addr[16];
@@ -220,6 +222,8 @@ typedef struct qpip_completion {
   struct qpip_addr src;
   // iWARP receives: 1 when the Send asked for a solicited event (QPIP_SEND_SOLICITED).
   uint32_t solicited;
+  // QPIP_OP_TRIPWIRE: the address of the first byte of the watched range written.
+  uint64_t addr;
 } qpip_completion;
 
 // `len` bytes at `offset` in a memory region.
@@ -665,6 +669,46 @@ int qpip_post_rdma_read(const struct qpip_qp *qp,
                         const struct qpip_sge *sg,
                         size_t n,
                         const struct qpip_remote *from);
+
+// Creates a tripwire on `len` bytes at `offset` of `mr`, whose events go to `cq` tagged
+// `tag`, disarmed. Each qpip_tripwire_arm() allows one event: the first time data an iWARP
+// QP of the context places (an RDMA Write, a Read Response, a Send into a receive buffer)
+// writes a byte of the range while it is armed, a completion with opcode QPIP_OP_TRIPWIRE
+// comes to `cq` — `wr_id` = `tag`, `qp` = qpip_tripwire_id(), `byte_len` = the bytes of
+// the range written, `addr` = the address of the first — and the tripwire is disarmed.
+// Arm, then look: data placed before the arm fires nothing. The tripwire keeps `mr` and
+// `cq` alive until qpip_tripwire_free(). Errors: QPIP_E_FOREIGN (`mr` or `cq` of another
+// context), QPIP_E_INVALID (`len` 0), QPIP_E_LENGTH (the range leaves the region),
+// QPIP_E_UNSUPPORTED (the software provider, after those checks).
+//
+// # Safety
+// Handles null or live; `out` null or writable.
+int qpip_tripwire_create(const struct qpip_context *ctx,
+                         const struct qpip_mr *mr,
+                         size_t offset,
+                         size_t len,
+                         const struct qpip_cq *cq,
+                         uint64_t tag,
+                         struct qpip_tripwire **out);
+
+// Arms the tripwire: the next placement into its range fires it, once. A store to memory
+// shared with the device (no system call), ordered before the caller's next reads.
+//
+// # Safety
+// `tw` null or live.
+int qpip_tripwire_arm(const struct qpip_tripwire *tw);
+
+// The tripwire's id (the `qp` of its events), or an error code.
+//
+// # Safety
+// `tw` null or live.
+int qpip_tripwire_id(const struct qpip_tripwire *tw);
+
+// Destroys a tripwire: no event of it follows. NULL is allowed.
+//
+// # Safety
+// `tw` null or live.
+int qpip_tripwire_free(struct qpip_tripwire *tw);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -89,6 +89,7 @@ fn to_c(c: &Completion) -> qpip_completion {
         has_src: c.src.is_some() as u32,
         src: c.src.map(from_sock).unwrap_or_default(),
         solicited: c.solicited as u32,
+        addr: c.addr,
     }
 }
 

@@ -19,6 +19,7 @@ pub(crate) const MAGIC_MR: u32 = 0x5150_4302;
 pub(crate) const MAGIC_CQ: u32 = 0x5150_4303;
 pub(crate) const MAGIC_QP: u32 = 0x5150_4304;
 pub(crate) const MAGIC_LISTENER: u32 = 0x5150_4305;
+pub(crate) const MAGIC_TRIPWIRE: u32 = 0x5150_4306;
 
 /// The value of a `Result<T, c_int>`, or return its error code.
 macro_rules! tri {

@@ -35,6 +35,8 @@ pub mod listener;
 
 pub mod iwarp;
 
+pub mod tripwire;
+
 pub use addr::*;
 pub use context::*;
 pub use cq::*;
@@ -43,4 +45,5 @@ pub use iwarp::*;
 pub use listener::*;
 pub use mr::*;
 pub use qp::*;
+pub use tripwire::*;
 pub use types::*;

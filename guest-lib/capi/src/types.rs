@@ -34,7 +34,7 @@ pub const QPIP_E_TIMEDOUT: c_int = -12;
 pub const QPIP_E_CONNECTION: c_int = -13;
 /// The device speaks an interface version this library does not know.
 pub const QPIP_E_ABI: c_int = -14;
-/// Not supported by this provider (iWARP on the software provider).
+/// Not supported by this provider (iWARP and tripwires on the software provider).
 pub const QPIP_E_UNSUPPORTED: c_int = -15;
 
 /// QP kinds for qpip_qp_create().
@@ -61,7 +61,7 @@ pub const QPIP_OP_RDMA_WRITE: u32 = 2;
 pub const QPIP_OP_RDMA_READ: u32 = 3;
 /// A receive taken by RFC 7306 Immediate Data (iWARP): `imm` holds it, `byte_len` is 0.
 pub const QPIP_OP_RECV_IMM: u32 = 4;
-/// A tripwire fired (not a work request's completion).
+/// A tripwire fired (not a work request's completion; see qpip_tripwire_create()).
 pub const QPIP_OP_TRIPWIRE: u32 = 5;
 
 /// Completion statuses (qpip_completion.status).
@@ -156,6 +156,8 @@ pub struct qpip_completion {
     pub src: qpip_addr,
     /// iWARP receives: 1 when the Send asked for a solicited event (QPIP_SEND_SOLICITED).
     pub solicited: u32,
+    /// QPIP_OP_TRIPWIRE: the address of the first byte of the watched range written.
+    pub addr: u64,
 }
 
 /// A connection event.
@@ -254,5 +256,8 @@ pub struct qpip_qp {
     _private: [u8; 0],
 }
 pub struct qpip_listener {
+    _private: [u8; 0],
+}
+pub struct qpip_tripwire {
     _private: [u8; 0],
 }

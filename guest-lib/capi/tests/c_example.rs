@@ -1,8 +1,9 @@
 //! The C examples compiled with the system C compiler against `include/qpip.h` and
 //! `libqpip.so` (warnings are errors), then run on the software provider:
 //! `examples/pingpong.c` (UDP and TCP ping-pong and the error codes of misused calls) and
-//! `examples/iwarp.c` (every iWARP call: misused ones get their error codes, and the
-//! software provider refuses iWARP QPs and remote rights with QPIP_E_UNSUPPORTED).
+//! `examples/iwarp.c` (every iWARP and tripwire call: misused ones get their error codes,
+//! and the software provider refuses iWARP QPs, remote rights and tripwires with
+//! QPIP_E_UNSUPPORTED).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -58,6 +58,10 @@ macro_rules! arg {
     }};
 }
 
+// After the macro, which it uses.
+mod tripwire;
+pub(crate) use tripwire::TripwireArgs;
+
 impl Ctx {
     pub(crate) fn open(path: &Path) -> Result<(Ctx, Limits)> {
         let cpath = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())

@@ -23,6 +23,9 @@
 //! * `iwarp [N]`  iWARP QPs over the device's loopback: remote rights of REG_MR, private
 //!   data, IRD, ORD and flags of ACCEPT and CONNECT, QUERY_CONN, their errors, callers of
 //!   the first version; then N connections with private data must not grow the slab
+//! * `tripwire`   CREATE_TRIPWIRE and DESTROY_TRIPWIRE: another file's CQ or regions
+//!   refused, what the device refuses, the CQ and regions busy while one lives, and a
+//!   file's tripwires destroyed when it is closed
 //! * `timeout`    a TCP QP whose peer vanishes (the device address it uses is deleted under
 //!   it, qpipd started with a small `--tcp-retries`): EVENT_QP_ERROR with -ETIMEDOUT, its
 //!   send flushed
@@ -38,6 +41,7 @@ mod iwarp;
 mod reset;
 mod sys;
 mod traffic;
+mod tripwire;
 
 use std::ffi::CString;
 use std::fmt::Write as _;
@@ -70,6 +74,7 @@ use iwarp::*;
 use reset::*;
 use sys::*;
 use traffic::*;
+use tripwire::*;
 
 const DEV: &str = "/dev/qpip0";
 const SYSFS: &str = "/sys/class/qpip/qpip0";
@@ -120,7 +125,7 @@ fn ensure(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
     }
 }
 
-const USAGE: &str = "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events | events-lost [N] | iwarp [N] | timeout | kicks N [--wait] [--gap-us US]";
+const USAGE: &str = "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events | events-lost [N] | iwarp [N] | tripwire | timeout | kicks N [--wait] [--gap-us US]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -136,6 +141,7 @@ fn main() {
         Some("events") => cmd_events(),
         Some("events-lost") => cmd_events_lost(num(1, 140)),
         Some("iwarp") => cmd_iwarp(num(1, 200)),
+        Some("tripwire") => cmd_tripwire(),
         Some("timeout") => cmd_timeout(),
         Some("kicks") => cmd_kicks(
             num(1, 1000),
