@@ -14,7 +14,8 @@
 #   /lib/modules/.../siw.ko    built by images/siw.sh, and the RDMA core modules it and
 #   /lib/modules/rdma-load-order  rping need, decompressed, with their load order
 #   /usr/bin/lab-siw           loads them and adds the siw link over the virtio-net NIC
-#   /usr/bin/rping, ibv_devices, ibv_devinfo, rdma   rdma-core's and iproute2's tools from
+#   /usr/bin/rping, ibv_devices, ibv_devinfo, rdma, ib_write_lat, ib_write_bw
+#                              rdma-core's, iproute2's and perftest's tools from
 #                              the runtime (trixie), dynamic, with siw's verbs provider
 #                              (/etc/libibverbs.d/siw.driver), every shared library they
 #                              need and the dynamic loader (/lib64/ld-linux-x86-64.so.2)
@@ -51,9 +52,11 @@ MODULES=(virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_p
 #   iw_cm ib_cm rdma_cm rdma_ucm  the RDMA connection manager and its /dev/infiniband/rdma_cm,
 #                     which librdmacm (rping) uses; ib_uverbs gives /dev/infiniband/uverbs0
 RDMA_MODULES=(crc32c_generic libcrc32c ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm)
-# rdma-core and iproute2 programs for the guest, with siw's verbs provider, which libibverbs
-# opens by name (lib<driver>-rdmav34.so for each /etc/libibverbs.d/*.driver).
-RDMA_PROGRAMS=(usr/bin/rping usr/bin/ibv_devices usr/bin/ibv_devinfo usr/bin/rdma)
+# rdma-core, iproute2 and perftest programs for the guest, with siw's verbs provider, which
+# libibverbs opens by name (lib<driver>-rdmav34.so for each /etc/libibverbs.d/*.driver).
+# perftest's ib_write_lat and ib_write_bw give the bench its figures on siw.
+RDMA_PROGRAMS=(usr/bin/rping usr/bin/ibv_devices usr/bin/ibv_devinfo usr/bin/rdma
+               usr/bin/ib_write_lat usr/bin/ib_write_bw)
 SIW_PROVIDER=usr/lib/x86_64-linux-gnu/libibverbs/libsiw-rdmav34.so
 SIW_DRIVER_CONF=etc/libibverbs.d/siw.driver
 LIBDIR=usr/lib/x86_64-linux-gnu

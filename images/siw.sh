@@ -10,6 +10,7 @@
 #                          verbs and RDMA CM libraries, siw's verbs provider, ibv_devices,
 #                          ibv_devinfo, rping
 #      iproute2            rdma (rdma link add siw0 type siw netdev eth0)
+#      perftest            ib_write_lat, ib_write_bw: the bench's RDMA Write figures on siw
 #    A stamp in the runtime records the package list: a rebuilt runtime (images/runtime.sh
 #    replaces the whole tree) loses the stamp with the packages and gets them again.
 # 2. Builds siw.ko into $QPIP_CACHE/guest/siw.ko out of tree, as images/driver.sh builds
@@ -28,7 +29,7 @@ STAMP=$OUT/.siw-stamp
 BUILD_REL=build/siw                  # inside the runtime
 BUILD=$RUNTIME_DIR/$BUILD_REL
 SRC_PKG=linux-source-6.12
-PACKAGES=("$SRC_PKG" libibverbs1 librdmacm1t64 ibverbs-providers ibverbs-utils rdmacm-utils iproute2)
+PACKAGES=("$SRC_PKG" libibverbs1 librdmacm1t64 ibverbs-providers ibverbs-utils rdmacm-utils iproute2 perftest)
 
 [ -d "$RUNTIME_DIR/usr/src" ] || die "no runtime in $RUNTIME_DIR; run ./qpip setup (images/runtime.sh) first"
 shopt -s nullglob

@@ -12,6 +12,11 @@ pub const LARGE_MSG: usize = 64 << 10;
 /// The TCP bandwidth message size the bench compares the qpipd layouts at.
 pub const LAYOUT_BW_MSG: usize = 8 << 10;
 
+/// Bytes of each RDMA Write of the bench's RDMA ping-pong.
+pub const RDMA_LAT_SIZE: usize = 64;
+/// Bytes of each RDMA Write of the bench's RDMA bandwidth test.
+pub const RDMA_BW_SIZE: usize = 64 << 10;
+
 /// A measurement the run makes on both nets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Test {
@@ -25,6 +30,12 @@ pub enum Test {
     UdpBw,
     /// A bulk transfer a→b checked by SHA-256.
     Bulk,
+    /// RDMA Write ping-pong on iWARP QPs: qpip's device ("QP" side, `qpip-perf --rdma
+    /// write`) against the guest kernel's soft-iWARP over virtio-net ("sockets" side,
+    /// perftest's `ib_write_lat`).
+    RdmaLat,
+    /// RDMA Write bandwidth, the same two ways (`ib_write_bw` on siw).
+    RdmaBw,
 }
 
 impl Test {
@@ -36,6 +47,8 @@ impl Test {
             Test::TcpBw => "bw",
             Test::UdpBw => "udpbw",
             Test::Bulk => "bulk",
+            Test::RdmaLat => "rdmalat",
+            Test::RdmaBw => "rdmabw",
         }
     }
 }
@@ -122,6 +135,14 @@ pub struct Plan {
     /// Each ping-pong and TCP bandwidth test (one message size at a time) is a CPU window:
     /// both guests' `/proc/stat` and the host's CPU of QEMU and qpipd at its edges.
     pub cpu_marks: bool,
+    /// RDMA Write latency and bandwidth, qpip's iWARP QPs against siw's (both guests
+    /// bring up soft-iWARP; no RDMA steps in a run over QPs only).
+    pub rdma: bool,
+    /// Bytes of each RDMA Write of the ping-pong.
+    pub rdma_lat_size: usize,
+    /// Bytes of each RDMA Write of the bandwidth test, and how many bytes it moves.
+    pub rdma_bw_size: usize,
+    pub rdma_bw_bytes: u64,
     /// Where the guests' qpip devices live (one adapter qpipd by default).
     pub layout: crate::QpipdLayout,
     /// Only the ping-pongs and TCP bandwidth over QPs: no sockets, UDP bandwidth, bulk,
@@ -148,6 +169,10 @@ impl Plan {
             cpu_marks: false,
             layout: crate::QpipdLayout::Adapter,
             qp_only: false,
+            rdma: false,
+            rdma_lat_size: RDMA_LAT_SIZE,
+            rdma_bw_size: RDMA_BW_SIZE,
+            rdma_bw_bytes: 16 << 20,
         }
     }
 
@@ -156,6 +181,9 @@ impl Plan {
     /// steps. TCP bandwidth moves 16 MiB of 1 KiB and 8 KiB messages and 64 MiB of 64 KiB
     /// and 256 KiB messages (1024 and 256 messages: with 16 MiB, 256 and 64 were over in a
     /// fraction of a second, too few for a steady state or for `/proc/stat`'s 10 ms ticks).
+    /// RDMA Writes: a ping-pong of [`RDMA_LAT_SIZE`] bytes as many round trips, and
+    /// 16 MiB of [`RDMA_BW_SIZE`] Writes (256: siw over virtio-net moves about 5 MB/s
+    /// under TCG, so that takes some seconds), qpip against siw.
     pub fn bench() -> Plan {
         Plan {
             latency_iters: 2000,
@@ -172,6 +200,10 @@ impl Plan {
             cpu_marks: true,
             layout: crate::QpipdLayout::Adapter,
             qp_only: false,
+            rdma: true,
+            rdma_lat_size: RDMA_LAT_SIZE,
+            rdma_bw_size: RDMA_BW_SIZE,
+            rdma_bw_bytes: 16 << 20,
         }
     }
 
@@ -189,6 +221,7 @@ impl Plan {
             cpu_marks: true,
             layout,
             qp_only: true,
+            rdma: false,
             ..self.clone()
         }
     }
@@ -217,7 +250,15 @@ impl Plan {
             t.push(Test::UdpBw);
         }
         t.push(Test::Bulk);
+        if self.rdma {
+            t.extend([Test::RdmaLat, Test::RdmaBw]);
+        }
         t
+    }
+
+    /// Messages of the RDMA Write bandwidth test.
+    pub fn rdma_bw_count(&self) -> u64 {
+        (self.rdma_bw_bytes / self.rdma_bw_size.max(1) as u64).max(1)
     }
 
     /// The name round `round`'s measurement `base` is reported by: `base` itself in a run
@@ -247,7 +288,10 @@ impl Plan {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let rdma = matches!(test, Test::RdmaLat | Test::RdmaBw);
         let over = match net {
+            Net::Qp if rdma => "on qpip's iWARP QPs (qpip-perf --rdma write)",
+            Net::Sockets if rdma => "on the guest kernel's soft-iWARP over virtio-net (perftest)",
             Net::Qp => "over QPs",
             Net::Sockets => "over kernel sockets",
         };
@@ -274,6 +318,8 @@ impl Plan {
             Test::TcpBw => format!("TCP bandwidth a→b {over}"),
             Test::UdpBw => format!("UDP bandwidth a→b {over}"),
             Test::Bulk => format!("TCP bulk transfer a→b {over}"),
+            Test::RdmaLat => format!("RDMA Write ping-pong a⇄b {over}"),
+            Test::RdmaBw => format!("RDMA Write bandwidth a→b {over}"),
         };
         if net == Net::Sockets && matches!(test, Test::UdpPing | Test::TcpPing) {
             what += ", virtio-net";
@@ -290,6 +336,15 @@ impl Plan {
                     "busybox nc"
                 },
                 human(self.bulk_bytes)
+            ),
+            Test::RdmaLat => format!(
+                "{iters} round trips, {} Writes",
+                human(self.rdma_lat_size as u64)
+            ),
+            Test::RdmaBw => format!(
+                "{} Writes of {}",
+                self.rdma_bw_count(),
+                human(self.rdma_bw_size as u64)
             ),
         };
         let round_note = self.round_note(round);
@@ -474,8 +529,8 @@ mod tests {
         let plan = Plan::bench();
         assert_eq!(plan.rounds, 3);
         let m = measures(&plan);
-        // Five tests on two nets, three rounds.
-        assert_eq!(m.len(), 5 * 2 * 3);
+        // Seven tests on two nets (RDMA: qpip and siw), three rounds.
+        assert_eq!(m.len(), 7 * 2 * 3);
         for pair in m.chunks(2) {
             let (a, b) = (&pair[0], &pair[1]);
             assert_eq!(
@@ -488,7 +543,11 @@ mod tests {
             assert_ne!(a.2, b.2);
         }
         assert_eq!(m[0].0, "udp-qp.1");
-        assert_eq!(m[10].0, "udp-sk.2");
+        assert_eq!(m[14].0, "udp-sk.2");
+        assert_eq!(
+            m[10..14].iter().map(|x| x.0.as_str()).collect::<Vec<_>>(),
+            ["rdmalat-qp.1", "rdmalat-sk.1", "rdmabw-qp.1", "rdmabw-sk.1"]
+        );
         assert!(plan.steps()[1].what.starts_with("round 1/3: UDP ping-pong"));
         assert_eq!(plan.limit(), plan.round_timeout * 3);
         // Each round's bulk transfers have their own ports, clear of the lab host's.
@@ -535,10 +594,10 @@ mod tests {
             .filter(|(_, s)| matches!(s.action, Action::Overhead { .. }))
             .map(|(i, s)| (i, s.id.as_str()))
             .collect();
-        // 1 + (10 + 1) per round: the last step of each round.
+        // 1 + (14 + 1) per round: the last step of each round.
         assert_eq!(
             overhead,
-            [(11, "overhead.1"), (22, "overhead.2"), (33, "overhead.3")]
+            [(15, "overhead.1"), (30, "overhead.2"), (45, "overhead.3")]
         );
         let a = scripts::guest_a(&plan);
         assert!(a.contains("\nstep overhead.2\nqpip-overhead --messages 1000 --json"));
@@ -601,5 +660,43 @@ mod tests {
             .steps()
             .iter()
             .all(|s| !matches!(s.action, Action::Overhead { .. })));
+    }
+
+    #[test]
+    fn the_bench_measures_rdma_writes_on_qpip_and_on_siw_with_the_same_counts() {
+        let plan = Plan::bench();
+        let a = scripts::guest_a(&plan);
+        let b = scripts::guest_b(&plan);
+        // Both guests bring up soft-iWARP; guest b serves RDMA on its qpip device too.
+        assert!(a.contains("lab-siw > /tmp/siw"), "{a}");
+        assert!(b.contains("lab-siw > /tmp/siw"), "{b}");
+        assert!(b.contains("qpip-perf -s --rdma write --port 5203"), "{b}");
+        // qpip: the ping-pong and the bandwidth over the device's address.
+        assert!(a.contains(
+            "perf rdmalat-qp.1 - fd51:5050::1:2 --port 5203 --rdma write --depth 64 --test latency --sizes 64 --iters 2000\n"
+        ), "{a}");
+        assert!(a.contains(
+            "perf rdmabw-qp.2 - fd51:5050::1:2 --port 5203 --rdma write --depth 64 --test bandwidth --sizes 65536 --bytes 16777216\n"
+        ), "{a}");
+        // siw: one perftest server per measurement in guest b, its own port, the same
+        // arguments as guest a's client, which goes to the NIC's address.
+        let siw: Vec<&str> = b.lines().filter(|l| l.contains("siw_serve rdma")).collect();
+        assert_eq!(siw.len(), 6, "{b}");
+        assert_eq!(
+            siw[0].trim(),
+            "siw_serve rdmalat-sk.1 18515 ib_write_lat -R -F --ipv6-addr -p 18515 -s 64 -n 2000"
+        );
+        assert_eq!(
+            siw[3].trim(),
+            "siw_serve rdmabw-sk.2 18518 ib_write_bw -R -F --ipv6-addr -p 18518 -s 65536 -n 256 -t 64"
+        );
+        assert!(a.contains("await siw-ready.rdmabw-sk.2 180\nib_write_bw -R -F --ipv6-addr -p 18518 -s 65536 -n 256 -t 64 fd51:5050::2:2 > /tmp/pt.out"), "{a}");
+        assert!(a.contains("echo \"@perftest.rdmalat-sk.3=$line\""), "{a}");
+        // Neither the demo nor the pass in the other layout has any of it.
+        for p in [Plan::demo(), plan.layout_pass(crate::QpipdLayout::PerGuest)] {
+            assert!(!p.steps().iter().any(|s| s.id.starts_with("rdma")));
+            assert!(!scripts::guest_a(&p).contains("lab-siw"));
+            assert!(!scripts::guest_b(&p).contains("lab-siw"));
+        }
     }
 }

@@ -36,6 +36,11 @@ use crate::netns;
 /// TCP/UDP ports guest b serves on, and the lab host's.
 pub const PERF_QP_PORT: u16 = 5201;
 pub const PERF_SOCKETS_PORT: u16 = 5202;
+/// Guest b's `qpip-perf -s --rdma write` (iWARP QPs on its qpip device).
+pub const PERF_RDMA_PORT: u16 = 5203;
+/// The first of guest b's perftest servers on siw (rdma_cm port; perftest's default), one
+/// port per RDMA measurement on siw in the run, each server serving one test.
+pub const PERFTEST_PORT: u16 = 18515;
 /// Round 1's bulk ports; round r's are 2·(r-1) above (below the lab host's ports for
 /// every round up to [`super::results::MAX_ROUNDS`]).
 pub const BULK_QP_PORT: u16 = 7000;
@@ -71,6 +76,48 @@ pub fn bulk_port(net: Net, round: u32) -> u16 {
     };
     base + 2 * (round.max(1) - 1) as u16
 }
+
+/// The RDMA measurements on siw, in the order guest a runs them: (step id, test, the port
+/// of guest b's perftest server for it).
+fn siw_steps(plan: &Plan) -> Vec<(String, Test, u16)> {
+    plan.steps()
+        .into_iter()
+        .filter_map(|s| match s.action {
+            Action::Measure {
+                test: test @ (Test::RdmaLat | Test::RdmaBw),
+                net: Net::Sockets,
+                ..
+            } => Some((s.id, test)),
+            _ => None,
+        })
+        .zip(PERFTEST_PORT..)
+        .map(|((id, test), port)| (id, test, port))
+        .collect()
+}
+
+/// perftest's arguments for an RDMA measurement on siw, the same on both ends (perftest's
+/// server takes its size and count from its own command line). `-R`: the QP is connected
+/// by rdma_cm, as iWARP needs; `--ipv6-addr`: its addresses are IPv6 (perftest resolves
+/// IPv4 only without it, "Address family for hostname not supported"); `-F`: no failure
+/// when the CPU frequency is not fixed (never under TCG).
+fn perftest(plan: &Plan, test: Test, port: u16) -> String {
+    match test {
+        Test::RdmaLat => format!(
+            "ib_write_lat -R -F --ipv6-addr -p {port} -s {} -n {}",
+            plan.rdma_lat_size, plan.latency_iters
+        ),
+        _ => format!(
+            "ib_write_bw -R -F --ipv6-addr -p {port} -s {} -n {} -t {}",
+            plan.rdma_bw_size,
+            plan.rdma_bw_count(),
+            RDMA_DEPTH
+        ),
+    }
+}
+
+/// RDMA Writes in flight in the bandwidth test, on both sides (qpip-perf's own default
+/// depth; perftest's `-t`).
+pub const RDMA_DEPTH: usize = 64;
 
 /// Guest b: the servers, the bulk receivers round by round; waits for guest a to finish.
 pub fn guest_b(plan: &Plan) -> String {
@@ -109,13 +156,52 @@ pub fn guest_b(plan: &Plan) -> String {
             bulk_port(Net::Sockets, r),
         );
     }
+    // RDMA: soft-iWARP, the qpip-perf server on iWARP QPs, and one perftest server after
+    // another, each started when the one before has served its test.
+    let siw = siw_steps(plan);
+    let (rdma_start, rdma_ready) = if plan.rdma {
+        let serves: String = siw
+            .iter()
+            .map(|(id, test, port)| {
+                format!(
+                    "    siw_serve {id} {port} {}\n",
+                    perftest(plan, *test, *port)
+                )
+            })
+            .collect();
+        (
+            format!(
+                r#"lab-siw > /tmp/siw 2>&1 || bfail ready "lab-siw: $(oneline /tmp/siw)"
+qpip-perf -s --rdma write --port {PERF_RDMA_PORT} > /tmp/perf-rdma 2>&1 &
+# siw_serve STEP PORT CMD...: a perftest server for guest a's step STEP, listening on PORT
+# (rdma_cm over siw listens with a kernel TCP socket); says so in /lab/siw-ready.STEP.
+siw_serve() {{
+    s=$1; port=$2; shift 2
+    "$@" > /tmp/siw-$s 2>&1 &
+    p=$!
+    until_true 60 listening $port || bfail $s "$1 -p $port is not listening: $(oneline /tmp/siw-$s)"
+    touch /lab/siw-ready.$s
+    wait $p
+}}
+"#
+            ),
+            format!(
+                r#"until_true 60 has /tmp/perf-rdma serving || bfail ready "qpip-perf -s --rdma is not serving: $(oneline /tmp/perf-rdma)"
+(
+{serves}) &
+"#
+            ),
+        )
+    } else {
+        (String::new(), String::new())
+    };
     // Past the lab's own limit: the lab ends the run, never this wait.
     let wait_secs = plan.limit().as_secs() + 60;
     format!(
         r#"{COMMON}
 # bfail STEP WHY: reports a failure as guest a's step STEP and tells guest a.
 bfail() {{ s=$1; shift; echo "@fail=$s: $*"; touch /lab/b-failed; exit 1; }}
-qpip-perf -s --port {PERF_QP_PORT} > /tmp/perf-qp 2>&1 &
+{rdma_start}qpip-perf -s --port {PERF_QP_PORT} > /tmp/perf-qp 2>&1 &
 qpip-perf -s --sockets --port {PERF_SOCKETS_PORT} > /tmp/perf-sk 2>&1 &
 # Each receiver reports its exit status and the SHA-256 of what it got, written under
 # another name first so guest a never reads half a report; what it got is then dropped
@@ -144,7 +230,7 @@ receivers() {{
 }}
 {receivers}until_true 60 has /tmp/perf-qp serving || bfail ready "qpip-perf -s (QPs) is not serving: $(oneline /tmp/perf-qp)"
 until_true 60 has /tmp/perf-sk serving || bfail ready "qpip-perf -s --sockets is not serving: $(oneline /tmp/perf-sk)"
-{receivers_ready}[ ! -e /lab/b-failed ] || exit 1
+{receivers_ready}{rdma_ready}[ ! -e /lab/b-failed ] || exit 1
 touch /lab/b-ready
 {wait}"#,
         // Without bulk transfers (the bench's pass in the other layout) no receivers.
@@ -260,7 +346,12 @@ bulk() {{
     for step in plan.steps() {
         let body = match step.action {
             Action::Ready => format!(
-                "await b-ready 180\nhead -c {bulk} /dev/urandom > /tmp/bulk\nBULK_SHA=$(sha /tmp/bulk)\n"
+                "{}await b-ready 180\nhead -c {bulk} /dev/urandom > /tmp/bulk\nBULK_SHA=$(sha /tmp/bulk)\n",
+                if plan.rdma {
+                    "lab-siw > /tmp/siw 2>&1 || fail \"lab-siw: $(oneline /tmp/siw)\"\n"
+                } else {
+                    ""
+                }
             ),
             Action::Measure { test, net, round } => measure(plan, &step.id, test, net, round),
             Action::HostOut => host_out(plan.host_bytes),
@@ -324,6 +415,39 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
                 Net::Qp => format!("bulk {name} {round} qpip-cat --message -w 60 {addr} {port}\n"),
                 Net::Sockets => format!("bulk {name} {round} nc {addr} {port}\n"),
             }
+        }
+        Test::RdmaLat | Test::RdmaBw if net == Net::Qp => {
+            let rdma = format!(
+                "perf {id} - {addr} --port {PERF_RDMA_PORT} --rdma write --depth {RDMA_DEPTH}"
+            );
+            if test == Test::RdmaLat {
+                format!(
+                    "{rdma} --test latency --sizes {} --iters {iters}\n",
+                    plan.rdma_lat_size
+                )
+            } else {
+                format!(
+                    "{rdma} --test bandwidth --sizes {} --bytes {}\n",
+                    plan.rdma_bw_size,
+                    plan.rdma_bw_count() * plan.rdma_bw_size as u64
+                )
+            }
+        }
+        Test::RdmaLat | Test::RdmaBw => {
+            let port = siw_steps(plan)
+                .into_iter()
+                .find(|s| s.0 == id)
+                .map_or(PERFTEST_PORT, |s| s.2);
+            let cmd = perftest(plan, test, port);
+            let tool = cmd.split(' ').next().unwrap_or_default();
+            format!(
+                r#"await siw-ready.{id} 180
+{cmd} {addr} > /tmp/pt.out 2>&1 || fail "{tool} failed: $(tail -n 4 /tmp/pt.out | tr '\n' ' ')"
+line=$(awk '/#bytes/ {{ getline; print; exit }}' /tmp/pt.out)
+[ -n "$line" ] || fail "{tool} printed no result: $(tail -n 4 /tmp/pt.out | tr '\n' ' ')"
+echo "@perftest.{id}=$line"
+"#
+            )
         }
     }
 }

@@ -164,6 +164,53 @@ fn rdma_reads_fetch_the_peers_region_within_the_ord_in_order() {
     );
 }
 
+/// Reads kept at the ORD the whole time, a new one posted as each completes: the
+/// requester may post the next read once it has the last byte of a response, so the
+/// responder must count that response's slot free as soon as the peer's ACK covers it
+/// (the ACK rides on the segment carrying the next Read Request), not at some later
+/// point of its own.
+#[test]
+fn reads_kept_at_the_ord_back_to_back_never_exceed_the_responders_ird() {
+    let (mut g, s, c) = guest();
+    let (_se, mut ce, con, acc) = g.iwarp_pair((s, c), 7183, &Mpa::plain(), &Mpa::plain());
+    assert_eq!((con.status, acc.status), (ADMIN_STATUS_OK, ADMIN_STATUS_OK));
+    let ord = g.query_conn(c, ce.qp.id).unwrap().ord as u64;
+    assert_eq!(ord, 4);
+    let len = 4096u64;
+    let (source, smr) = region(&mut g, s, len, MR_ACCESS_REMOTE_READ, 0);
+    let data = pattern(len as usize, 5);
+    g.buf_write(&source, 0, &data);
+    let n_reads = 400u64;
+    let read = |i: u64| {
+        // Sizes vary so that responses end at every offset of a segment.
+        let n = 1 + (i * 37) % len;
+        let sge = Sge {
+            addr: ce.buf.iova + (i % ord) * len,
+            length: n as u32,
+            lkey: ce.mr.lkey,
+        };
+        (
+            n,
+            rdma_wqe(WQE_OP_RDMA_READ, i, source.iova, smr.rkey, &[sge]),
+        )
+    };
+    let first: Vec<WqeBytes> = (0..ord).map(|i| read(i).1).collect();
+    g.post_send(&mut ce.qp, &first);
+    for i in 0..n_reads {
+        let r = g.wait_cqe(&mut ce.scq);
+        let (n, _) = read(i);
+        ok(&r, CQE_OP_RDMA_READ, n as u32, "read");
+        assert_eq!(r.wr_id, i, "reads complete in order");
+        assert!(
+            g.buf_read(&ce.buf, (i % ord) * len, n as usize) == data[..n as usize],
+            "read {i} brought its bytes"
+        );
+        if i + ord < n_reads {
+            g.post_send(&mut ce.qp, &[read(i + ord).1]);
+        }
+    }
+}
+
 /// rping's exchange, iteration after iteration on queues of 8: the client advertises its
 /// start buffer, the server reads it and says go, the client advertises its RDMA buffer,
 /// the server writes back into it and says go; every echo checked.

@@ -50,6 +50,9 @@ impl HostCpu {
     }
 }
 
+/// The line of the RDMA Write ping-pong, qpip's iWARP QPs against siw's.
+pub const RDMA_LAT_LINE: &str = "RDMA Write latency, round trip p50 (qpip vs siw)";
+
 /// The counters shown per message of a QP measurement: (column, what it counts, the
 /// name in `qpip-perf`'s `per_msg` of a TCP row, of a UDP row).
 pub const COUNTERS: [(&str, &str, &str, &str); 4] = [
@@ -225,6 +228,35 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             &|r, n| r.bulk_mb_s(if n.ends_with("-qp") { "qp" } else { "sk" }),
             Better::Higher,
         );
+    }
+    // RDMA Writes: qpip's iWARP QPs in the QP column, the guest kernel's soft-iWARP (siw,
+    // through perftest) in the sockets column.
+    let measured_rdma = |name: &str| {
+        m.rounds.iter().any(|r| {
+            ["qp", "sk"]
+                .iter()
+                .any(|n| r.perf.contains_key(&format!("{name}-{n}")))
+        })
+    };
+    if measured_rdma("rdmalat") {
+        both(
+            RDMA_LAT_LINE.to_string(),
+            "µs",
+            "rdmalat",
+            &|r, n| r.num(n, None, &["rtt_us", "p50"]),
+            Better::Lower,
+        );
+    }
+    if measured_rdma("rdmabw") {
+        for s in m.sizes("rdmabw") {
+            both(
+                format!("RDMA Write bandwidth, {} messages (qpip vs siw)", human(s)),
+                "MB/s",
+                "rdmabw",
+                &|r, n| r.num(n, Some(s), &["mb_per_s"]),
+                Better::Higher,
+            );
+        }
     }
     for (t, name) in [("UDP", "udp"), ("TCP", "tcp")] {
         both(

@@ -114,6 +114,53 @@ fn split_round(name: &str) -> Result<(&str, usize), String> {
     }
 }
 
+/// perftest's result line (the one under its `#bytes` heading) as a row in the shape of
+/// `qpip-perf --json`'s, by measurement: `rdmalat-*` is `ib_write_lat`'s
+/// `#bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%` (µs), where
+/// t_typical is the median and every time is half the round trip (perftest's
+/// `print_report_lat` divides an RDMA Write round trip by 2), so the row has them doubled;
+/// `rdmabw-*` is `ib_write_bw`'s `#bytes #iterations BW_peak BW_average MsgRate`, in MiB/s
+/// (`print_report_bw` divides by 0x100000), so the row has 10^6 bytes per second as
+/// qpip-perf does.
+fn perftest_row(test: &str, text: &str) -> Result<Value, String> {
+    let bad = |why: &str| format!("perftest's result for {test} {why}: {text:?}");
+    let f: Vec<f64> = text
+        .split_whitespace()
+        .map(|w| w.parse::<f64>().map_err(|_| bad("is not a row of numbers")))
+        .collect::<Result<_, _>>()?;
+    let whole = |x: f64| (x >= 0.0 && x.fract() == 0.0).then_some(x as u64);
+    let (Some(size), Some(iters)) = (
+        f.first().copied().and_then(whole),
+        f.get(1).copied().and_then(whole),
+    ) else {
+        return Err(bad("has no size and count"));
+    };
+    if test.starts_with("rdmalat-") {
+        let [.., typical, _, _, p99, _] = f[..] else {
+            return Err(bad("has not the 9 figures of ib_write_lat"));
+        };
+        if f.len() != 9 {
+            return Err(bad("has not the 9 figures of ib_write_lat"));
+        }
+        Ok(serde_json::json!({
+            "tool": "ib_write_lat", "test": "latency", "transport": "siw",
+            "size": size, "msgs": iters,
+            "rtt_us": { "p50": 2.0 * typical, "p99": 2.0 * p99 },
+        }))
+    } else if test.starts_with("rdmabw-") {
+        let [_, _, _, average, _] = f[..] else {
+            return Err(bad("has not the 5 figures of ib_write_bw"));
+        };
+        Ok(serde_json::json!({
+            "tool": "ib_write_bw", "test": "bandwidth", "transport": "siw",
+            "size": size, "msgs": iters,
+            "mb_per_s": average * 1_048_576.0 / 1e6,
+        }))
+    } else {
+        Err(bad("belongs to no RDMA measurement"))
+    }
+}
+
 impl Measurements {
     /// Room for `n` rounds, so that a round that reported nothing still counts as one.
     pub fn with_rounds(n: usize) -> Measurements {
@@ -147,6 +194,17 @@ impl Measurements {
                 .entry(test.to_string())
                 .or_default()
                 .extend(rows.iter().cloned());
+        } else if let Some(rest) = line.strip_prefix("@perftest.") {
+            let (name, text) = rest
+                .split_once('=')
+                .ok_or_else(|| format!("no '=' in {line:?}"))?;
+            let (test, round) = split_round(name)?;
+            let row = perftest_row(test, text)?;
+            self.round_mut(round)
+                .perf
+                .entry(test.to_string())
+                .or_default()
+                .push(row);
         } else if let Some(rest) = line.strip_prefix("@overhead") {
             let (suffix, text) = rest
                 .split_once('=')
@@ -345,7 +403,7 @@ impl Round {
 mod tests {
     use super::super::fixtures::*;
     use super::*;
-    use crate::demo::results::{lines, text_table};
+    use crate::demo::results::{lines, markdown_table, text_table};
 
     #[test]
     fn a_run_over_qps_only_has_its_bandwidth_sizes() {
@@ -481,5 +539,70 @@ mod tests {
         // A later round than announced makes room for itself.
         m.take_line("@bulk.qp.4=100 1.00 2.00").unwrap();
         assert_eq!(m.rounds.len(), 4);
+    }
+
+    #[test]
+    fn perftest_results_are_rows_beside_qpip_perfs_and_make_the_rdma_lines() {
+        use super::super::lines::RDMA_LAT_LINE;
+        let mut m = Measurements::with_rounds(3);
+        // As ib_write_lat and ib_write_bw print them (tabs and all).
+        let siw_lat = " 64      2000          220.67         13974.77      465.66   \t       1232.91     \t1783.99\t\t9610.70 \t\t13974.77";
+        let siw_bw = " 65536      256              5.63               4.78   \t\t     0.000077";
+        for r in 1..=3 {
+            let k = r as f64;
+            m.take_line(&format!("@perftest.rdmalat-sk.{r}={siw_lat}"))
+                .unwrap();
+            m.take_line(&format!("@perftest.rdmabw-sk.{r}={siw_bw}"))
+                .unwrap();
+            m.take_line(&format!(
+                "@perf.rdmalat-qp.{r}={}",
+                perf(&lat(400.0 * k, 1.0, 1.0))
+            ))
+            .unwrap();
+            m.take_line(&format!(
+                "@perf.rdmabw-qp.{r}={}",
+                perf(&bw(65536, 100.0 * k))
+            ))
+            .unwrap();
+        }
+        let row = m.rounds[0].row("rdmalat-sk", None).unwrap();
+        assert_eq!(row["rtt_us"]["p50"].as_f64(), Some(931.32));
+        assert_eq!(row["rtt_us"]["p99"].as_f64(), Some(19221.4));
+        assert_eq!(row["msgs"].as_u64(), Some(2000));
+        let bw_row = m.rounds[2].row("rdmabw-sk", Some(65536)).unwrap();
+        assert!(close(bw_row["mb_per_s"].as_f64().unwrap(), 4.78 * 1.048576));
+        let l = lines(&m, true);
+        let lat_line = l.iter().find(|l| l.what == RDMA_LAT_LINE).unwrap();
+        assert_eq!(lat_line.qp, [Some(400.0), Some(800.0), Some(1200.0)]);
+        assert!(close(lat_line.gain().unwrap(), 931.32 / 800.0));
+        let bw_line = l
+            .iter()
+            .find(|l| l.what == "RDMA Write bandwidth, 64 KiB messages (qpip vs siw)")
+            .unwrap();
+        assert_eq!(bw_line.unit, "MB/s");
+        assert!(close(bw_line.gain().unwrap(), 200.0 / (4.78 * 1.048576)));
+        let md = markdown_table(&l);
+        assert!(
+            md.contains("RDMA Write latency, round trip p50 (qpip vs siw)"),
+            "{md}"
+        );
+        assert!(md.contains("soft-iWARP"), "{md}");
+        // Without RDMA measurements, no RDMA lines (older results render as they did).
+        assert!(!lines(&sample(), true)
+            .iter()
+            .any(|l| l.what.starts_with("RDMA")));
+        // Anything else is an error, never a panic.
+        for bad in [
+            "@perftest.rdmalat-sk=",
+            "@perftest.rdmalat-sk=64 2000 1 2",
+            "@perftest.rdmalat-sk=64 2000 1 2 3 4 5 6 7 8",
+            "@perftest.rdmabw-sk=65536 256 5.63",
+            "@perftest.rdmabw-sk=65536 x 5.63 4.78 0.1",
+            "@perftest.rdmabw-sk=-1 256 5.63 4.78 0.1",
+            "@perftest.bw-sk=65536 256 5.63 4.78 0.1",
+            "@perftest.rdmabw-sk",
+        ] {
+            assert!(m.take_line(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -87,6 +87,19 @@ pub(super) fn notes(lines: &[Line]) -> Vec<String> {
                 .to_string(),
         );
     }
+    if lines.iter().any(|l| l.what.starts_with("RDMA Write")) {
+        v.push(
+            "RDMA Write (qpip vs siw): on these lines the QP column is qpip's iWARP QPs \
+             (qpip-perf --rdma write) and the sockets column the guest kernel's soft-iWARP, \
+             siw over virtio-net (perftest's ib_write_lat and ib_write_bw, -R); the same two \
+             guests, the same tests. Latency: a ping-pong of RDMA Writes, each end spinning \
+             on the last byte of the buffer the other writes into, the median round trip \
+             (perftest's half round trip doubled). Bandwidth: Writes back to back, 64 in \
+             flight, from the first post to the last completion (perftest's MiB/s in 10^6 \
+             bytes)."
+                .to_string(),
+        );
+    }
     if lines.iter().any(|l| l.what.starts_with("host overhead")) {
         v.push(
             "host overhead (the QPIP paper's Table 1): guest a's time inside the calls, per \

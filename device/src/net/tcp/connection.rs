@@ -1250,6 +1250,7 @@ impl Connection {
         if self.state == State::Closed {
             return;
         }
+        sink.acked(self.acked());
         if self.orphaned
             && matches!(self.state, State::FinWait1 | State::FinWait2)
             && !seg.payload.is_empty()

@@ -49,6 +49,14 @@ pub trait RecvSink {
     fn placed_in_order(&mut self, upto: u64) {
         let _ = upto;
     }
+
+    /// The peer acknowledged this end's sent bytes below stream offset `upto`: told
+    /// after a segment's ACK is taken and before its data is delivered, so a protocol on
+    /// top may free what the ACK covers before it reads what the peer sent after seeing
+    /// it (an iWARP responder's Read slots). The default ignores it.
+    fn acked(&mut self, upto: u64) {
+        let _ = upto;
+    }
 }
 
 /// A send source over a byte slice (tests, and data already in device memory).

@@ -29,10 +29,15 @@
 //!
 //! TCP QPs use message framing (QP ⇄ QP) unless `--stream`; both ends must agree.
 //! A table by default, `--json` for one JSON object.
+//!
+//! `--rdma write|read` (both ends; the server's verb is the client's to choose) measures
+//! RDMA Writes or Reads on iWARP QPs instead, as perftest's `ib_write_lat`/`ib_write_bw`
+//! do, so that the figures compare with theirs on soft-iWARP: see `rdma.rs`.
 
 mod counters;
 mod link;
 mod proto;
+mod rdma;
 mod report;
 
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
@@ -47,7 +52,10 @@ const USAGE: &str = "usage: qpip-perf -s [--port P] [--bind ADDR] [--sockets] [-
                     [--depth N] [--copy]
        qpip-perf ADDR [--port P] [--udp|--tcp] [--test latency|bandwidth|all] [--iters N] [--duration SECS]
                  [--sizes N,N,...] [--bytes N] [--sockets] [--stream] [--provider soft|device] [--spin]
-                 [--depth N] [--copy] [--json]";
+                 [--depth N] [--copy] [--json]
+       qpip-perf -s --rdma write|read [--port P] [--bind ADDR] [--depth N]
+       qpip-perf ADDR --rdma write|read [--port P] [--test latency|bandwidth|all] [--iters N]
+                 [--sizes N,N,...] [--bytes N] [--depth N] [--json]";
 
 /// Largest TCP message (and buffer) a test uses.
 pub const MAX_TCP: usize = 256 << 10;
@@ -91,6 +99,8 @@ pub struct Args {
     pub sizes: Option<Vec<usize>>,
     pub bytes: u64,
     pub json: bool,
+    /// RDMA Writes or Reads on iWARP QPs instead of the UDP and TCP tests.
+    pub rdma: Option<rdma::Verb>,
 }
 
 pub struct Fail(pub u8, pub String);
@@ -126,6 +136,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
         sizes: None,
         bytes: 16 << 20,
         json: false,
+        rdma: None,
     };
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -195,6 +206,15 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
             }
             "--bytes" => a.bytes = num("--bytes", it.next())?,
             "--json" => a.json = true,
+            "--rdma" => {
+                a.rdma = Some(match it.next().as_deref() {
+                    Some("write") => rdma::Verb::Write,
+                    Some("read") => rdma::Verb::Read,
+                    other => {
+                        return Err(usage(format!("--rdma {other:?}: expected write or read")))
+                    }
+                })
+            }
             "-h" | "--help" => return Err(Fail(0, USAGE.into())),
             s if s.starts_with('-') => return Err(usage(format!("unknown option {s}"))),
             _ if a.addr.is_none() => a.addr = Some(arg),
@@ -221,10 +241,15 @@ fn main() -> ExitCode {
             // Read by Context::open; no other thread exists yet.
             std::env::set_var(qpip::PROVIDER_ENV, p);
         }
-        if a.server {
+        if a.server && a.rdma.is_some() {
+            rdma::serve(&a)
+        } else if a.server {
             proto::serve(&a)
         } else {
-            let results = proto::client(&a)?;
+            let results = match a.rdma {
+                Some(verb) => rdma::client(&a, verb)?,
+                None => proto::client(&a)?,
+            };
             report::print(&a, &results);
             Ok(())
         }

@@ -51,6 +51,12 @@ impl RecvSink for Sink<'_> {
     fn placed_in_order(&mut self, upto: u64) {
         self.iw.caught_up(upto);
     }
+
+    fn acked(&mut self, upto: u64) {
+        // Read responses the ACK covers free their slots before the Read Requests that
+        // follow in the same segment are counted against this end's IRD.
+        self.iw.tx.acked(upto);
+    }
 }
 
 impl Objects {
