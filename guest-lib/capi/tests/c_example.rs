@@ -18,10 +18,17 @@ fn target_dir() -> PathBuf {
 fn build(name: &str) -> PathBuf {
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     // Cargo builds the library (both its crate types) before this test, into deps/; it
-    // copies it up to target/<profile>/ only when the library itself was asked for.
-    let lib_dir = [target_dir(), target_dir().join("deps")]
+    // copies it up to target/<profile>/ only when the library itself was asked for, so a
+    // copy there may be older than the sources: the newer of the two is linked.
+    let modified = |d: &PathBuf| {
+        std::fs::metadata(d.join("libqpip.so"))
+            .and_then(|m| m.modified())
+            .ok()
+    };
+    let lib_dir = [target_dir().join("deps"), target_dir()]
         .into_iter()
-        .find(|d| d.join("libqpip.so").exists())
+        .filter(|d| modified(d).is_some())
+        .max_by_key(|d| modified(d))
         .expect("cargo builds libqpip.so with this crate's tests");
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let exe = out_dir.join(name);

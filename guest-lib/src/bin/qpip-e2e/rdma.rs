@@ -9,6 +9,12 @@
 //! (`srv.imm`), the Terminate that ended the connection (`srv.terminate`), and the
 //! device's out-of-order placements (`srv.ooo_placed`).
 //!
+//! Three tripwires watch the region the client writes, their events on a CQ of their own:
+//! one on the whole region armed once (one event however many Writes land:
+//! `srv.tw_whole=EVENTS:OFFSET:LEN`, where the first placement hit), one on its last byte
+//! armed once (`srv.tw_last=...`, the last Write's end), one on the whole region never
+//! armed (`srv.tw_never=EVENTS`).
+//!
 //! With `--violate dereg` the server deregisters the region right after the setup, so the
 //! client's Write names a region that is gone.
 //!
@@ -22,8 +28,8 @@
 use std::time::Duration;
 
 use qpip::{
-    Access, Completion, Context, Cq, Detail, EventKind, Framing, Mpa, Opcode, Qp, QpInit, QpKind,
-    RemoteAddr, SendWr, Status,
+    Access, Completion, Context, Cq, Detail, EventKind, Framing, MemoryRegion, Mpa, Opcode, Qp,
+    QpInit, QpKind, RemoteAddr, SendWr, Status, Tripwire,
 };
 
 use crate::args::Args;
@@ -93,6 +99,8 @@ pub fn serve(ctx: &Context, a: &Args) -> Result<bool, Fail> {
         qp.post_recv(i, &[rbuf.sge(i as usize * 128, 128)])
             .map_err(|e| fail("post receive", e))?;
     }
+    // Armed before the client can know the region.
+    let tripwires = Watch::new(ctx, &rw)?;
     println!("@srv.listening=1");
     l.accept_mpa_wait(&qp, &mpa().private_data(&pd), a.wait)
         .map_err(|e| fail("accept", e))?;
@@ -124,6 +132,10 @@ pub fn serve(ctx: &Context, a: &Args) -> Result<bool, Fail> {
         // A Terminate ended it: wait for the QP error so the reason is recorded.
         let _ = ctx.wait_event_for(qp.id(), EventKind::QpError, Some(Duration::from_secs(5)));
     }
+    if a.violate.is_none() {
+        tripwires.report(&rw)?;
+    }
+    drop(tripwires);
     let mut sha = Sha256::new();
     sha.update(&rw);
     println!("@srv.sha={}", sha.hex());
@@ -136,6 +148,63 @@ pub fn serve(ctx: &Context, a: &Args) -> Result<bool, Fail> {
     }
     let _ = qp.close_wait(Duration::from_secs(10));
     Ok(true)
+}
+
+/// The server's tripwires on the region the client writes (tags 0, 1, 2).
+struct Watch {
+    events: Cq,
+    whole: Tripwire,
+    last: Tripwire,
+    never: Tripwire,
+}
+
+impl Watch {
+    fn new(ctx: &Context, rw: &MemoryRegion) -> Result<Watch, Fail> {
+        let events = ctx.create_cq(16).map_err(|e| fail("create CQ", e))?;
+        let (whole, last, never) = {
+            let tw = |off: usize, len: usize, tag: u64| {
+                ctx.create_tripwire(rw, off, len, &events, tag)
+                    .map_err(|e| fail("create a tripwire", e))
+            };
+            (
+                tw(0, rw.len(), 0)?,
+                tw(rw.len() - 1, 1, 1)?,
+                tw(0, rw.len(), 2)?,
+            )
+        };
+        whole.arm();
+        last.arm();
+        Ok(Watch {
+            events,
+            whole,
+            last,
+            never,
+        })
+    }
+
+    /// Once the client's last word came (its Writes placed before it): each tripwire's
+    /// events, and where the first one hit.
+    fn report(&self, rw: &MemoryRegion) -> Result<(), Fail> {
+        let mut seen: [(u32, String); 3] = Default::default();
+        while let Some(c) = self.events.poll_one() {
+            let Some(slot) = seen.get_mut(c.wr_id as usize) else {
+                return Err(fail("tripwire", format!("an event with tag {}", c.wr_id)));
+            };
+            let id = [&self.whole, &self.last, &self.never][c.wr_id as usize].id();
+            if c.opcode != Opcode::Tripwire || !c.is_ok() || c.qp != id {
+                return Err(fail("tripwire", format!("a foreign event {c:?}")));
+            }
+            slot.0 += 1;
+            if slot.0 == 1 {
+                let at = c.addr.wrapping_sub(rw.remote(0).addr);
+                slot.1 = format!(":{at}:{}", c.byte_len);
+            }
+        }
+        for (name, (n, first)) in ["whole", "last", "never"].iter().zip(&seen) {
+            println!("@srv.tw_{name}={n}{first}");
+        }
+        Ok(())
+    }
 }
 
 /// Waits for `n` send-queue completions; the first error, if any, is returned as such.

@@ -32,7 +32,8 @@
 //!
 //! `--rdma write|read` (both ends; the server's verb is the client's to choose) measures
 //! RDMA Writes or Reads on iWARP QPs instead, as perftest's `ib_write_lat`/`ib_write_bw`
-//! do, so that the figures compare with theirs on soft-iWARP: see `rdma.rs`.
+//! do, so that the figures compare with theirs on soft-iWARP: see `rdma.rs`. With
+//! `--tripwire` the Write ping-pong sleeps on tripwires instead of spinning.
 
 mod counters;
 mod link;
@@ -55,7 +56,7 @@ const USAGE: &str = "usage: qpip-perf -s [--port P] [--bind ADDR] [--sockets] [-
                  [--depth N] [--copy] [--json]
        qpip-perf -s --rdma write|read [--port P] [--bind ADDR] [--depth N]
        qpip-perf ADDR --rdma write|read [--port P] [--test latency|bandwidth|all] [--iters N]
-                 [--sizes N,N,...] [--bytes N] [--depth N] [--json]";
+                 [--sizes N,N,...] [--bytes N] [--depth N] [--tripwire] [--json]";
 
 /// Largest TCP message (and buffer) a test uses.
 pub const MAX_TCP: usize = 256 << 10;
@@ -101,6 +102,8 @@ pub struct Args {
     pub json: bool,
     /// RDMA Writes or Reads on iWARP QPs instead of the UDP and TCP tests.
     pub rdma: Option<rdma::Verb>,
+    /// `--rdma write` latency: both ends sleep on tripwires instead of spinning.
+    pub tripwire: bool,
 }
 
 pub struct Fail(pub u8, pub String);
@@ -137,6 +140,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
         bytes: 16 << 20,
         json: false,
         rdma: None,
+        tripwire: false,
     };
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -159,6 +163,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
                 a.provider = Some(p);
             }
             "--spin" => a.spin = true,
+            "--tripwire" => a.tripwire = true,
             "--depth" => {
                 a.depth = num("--depth", it.next())?;
                 if !(1..=MAX_DEPTH).contains(&a.depth) {

@@ -10,8 +10,11 @@
 //!   on that byte of its own region and, once the tag is there, writes SIZE bytes with the
 //!   same tag back into the client's region, where the client spins for it. Nothing
 //!   completes on the side that is written to: memory is the only signal, as with
-//!   `ib_write_lat` (which reports half of this round trip). Read: one RDMA Read of SIZE
-//!   bytes at a time, round trip = post to completion.
+//!   `ib_write_lat` (which reports half of this round trip). With `--tripwire` neither end
+//!   spins: each watches the last byte of its region with a tripwire, armed before the
+//!   peer may write it, and sleeps on the tripwire's CQ until the device posts the event
+//!   (an interrupt wakes it), the way a qpip application waits without burning a CPU.
+//!   Read: one RDMA Read of SIZE bytes at a time, round trip = post to completion.
 //! - **bandwidth**: RDMA Writes (Reads) of SIZE bytes back to back into (from) the same
 //!   place in the server's region, `--depth` in flight (Reads: at most the ORD), every
 //!   one completed; the rate is the bytes over the time from the first post to the last
@@ -25,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use qpip::{
     Access, Completion, Context, Cq, EventKind, Framing, MemoryRegion, Mpa, Qp, QpInit, QpKind,
-    RemoteAddr, SendWr,
+    RemoteAddr, SendWr, Tripwire,
 };
 
 use crate::link::{ring, PATTERN};
@@ -59,6 +62,8 @@ pub struct Region {
 pub struct Hello {
     pub verb: Verb,
     pub lat: bool,
+    /// Latency of Writes: both ends sleep on tripwires instead of spinning.
+    pub tripwire: bool,
     pub size: u32,
     /// Operations in the test, warm-up included.
     pub count: u64,
@@ -69,14 +74,15 @@ const HELLO_LEN: usize = 32;
 const REPLY_LEN: usize = 24;
 
 impl Hello {
-    /// `QPRW`, version, verb (0 Write, 1 Read), test (0 latency, 1 bandwidth), a zero
-    /// byte, then big-endian size (4), count (8), address (8), rkey (4).
+    /// `QPRW`, version, verb (0 Write, 1 Read), test (0 latency, 1 bandwidth), wake (0
+    /// spin, 1 tripwire), then big-endian size (4), count (8), address (8), rkey (4).
     pub fn encode(&self) -> [u8; HELLO_LEN] {
         let mut b = [0u8; HELLO_LEN];
         b[..4].copy_from_slice(MAGIC);
         b[4] = VERSION;
         b[5] = (self.verb == Verb::Read) as u8;
         b[6] = (!self.lat) as u8;
+        b[7] = self.tripwire as u8;
         b[8..12].copy_from_slice(&self.size.to_be_bytes());
         b[12..20].copy_from_slice(&self.count.to_be_bytes());
         b[20..28].copy_from_slice(&self.region.at.addr.to_be_bytes());
@@ -103,6 +109,11 @@ impl Hello {
             1 => false,
             t => return Err(format!("unknown test {t}")),
         };
+        let tripwire = match b[7] {
+            0 => false,
+            1 => true,
+            w => return Err(format!("unknown way of waiting {w}")),
+        };
         let size = u32::from_be_bytes([b[8], b[9], b[10], b[11]]);
         if !(1..=MAX_TCP as u32).contains(&size) {
             return Err(format!("size {size}: from 1 to {MAX_TCP}"));
@@ -114,6 +125,7 @@ impl Hello {
         Ok(Hello {
             verb,
             lat,
+            tripwire,
             size,
             count: u64::from_be_bytes(count),
             region: Region {
@@ -186,6 +198,17 @@ struct End {
     depth: usize,
     /// Work requests posted and not completed.
     in_flight: usize,
+    /// With `--tripwire`: how this end waits for the peer's Writes.
+    wake: Option<Wake>,
+}
+
+/// A tripwire on the byte an end waits for, and the CQ its events come to.
+struct Wake {
+    tripwire: Tripwire,
+    events: Cq,
+    /// Events taken, and waits that slept for one (the byte was not there yet).
+    events_seen: u64,
+    sleeps: u64,
 }
 
 impl End {
@@ -206,7 +229,63 @@ impl End {
             src,
             depth,
             in_flight: 0,
+            wake: None,
         })
+    }
+
+    /// Watches byte `at` of `land` with a tripwire (armed by [`End::arm`]).
+    fn watch(&mut self, at: usize) -> Result<(), Fail> {
+        let events = q(self.ctx.create_cq(16), "create the tripwire's CQ")?;
+        let tripwire = q(
+            self.ctx.create_tripwire(&self.land, at, 1, &events, 0),
+            "create a tripwire",
+        )?;
+        self.wake = Some(Wake {
+            tripwire,
+            events,
+            events_seen: 0,
+            sleeps: 0,
+        });
+        Ok(())
+    }
+
+    /// Arms the tripwire, if any: before the peer may write the byte again.
+    fn arm(&self) {
+        if let Some(w) = &self.wake {
+            w.tripwire.arm();
+        }
+    }
+
+    /// Waits until byte `at` of `land` holds `want`: spinning, or asleep on the
+    /// tripwire's CQ (armed before; an event from an earlier arm only makes it look
+    /// again).
+    fn wait_for(&mut self, at: usize, want: u8) -> Result<(), Fail> {
+        if self.wake.is_none() {
+            return self.spin_for(at, want);
+        }
+        let p = self.land[at..].as_ptr();
+        loop {
+            // SAFETY: as in `spin_for`.
+            if unsafe { std::ptr::read_volatile(p) } == want {
+                return Ok(());
+            }
+            let w = self.wake.as_mut().expect("checked");
+            let c = match w.events.poll_one() {
+                Some(c) => c,
+                None => {
+                    w.sleeps += 1;
+                    q(w.events.wait_one(Some(T)), "wait for a tripwire")?.ok_or_else(|| {
+                        Fail(1, format!("the peer's write did not come within {T:?}"))
+                    })?
+                }
+            };
+            w.events_seen += 1;
+            if !c.is_ok() {
+                return Err(Fail(1, format!("tripwire event {:?}", c.status)));
+            }
+            // Our own Writes' completions (and a failed connection's flushes).
+            self.reap()?;
+        }
     }
 
     /// Takes a completion, failing on an error one.
@@ -343,8 +422,14 @@ fn serve_one(end: &mut End) -> Result<(), Fail> {
     let h = Hello::decode(&info.private_data).map_err(|e| Fail(1, e))?;
     if h.lat && h.verb == Verb::Write {
         let last = h.size as usize - 1;
+        if h.tripwire {
+            end.watch(last)?;
+            end.arm();
+        }
         for i in 0..h.count {
-            end.spin_for(last, tag(i))?;
+            end.wait_for(last, tag(i))?;
+            // The client's next Write comes after this one's answer.
+            end.arm();
             end.src[last] = tag(i);
             end.post(Verb::Write, h.size as usize, h.region.at, i)?;
             end.reap()?;
@@ -402,9 +487,14 @@ fn test(
     // Reads in flight are bounded by what both ends agreed (ORD).
     let depth = if lat { 2 } else { a.depth };
     let mut end = End::new(ctx, size, depth)?;
+    let tripwire = a.tripwire && lat && verb == Verb::Write;
+    if tripwire {
+        end.watch(size - 1)?;
+    }
     let hello = Hello {
         verb,
         lat,
+        tripwire,
         size: size as u32,
         count,
         region: Region::of(&end.land),
@@ -427,9 +517,10 @@ fn test(
     if verb == Verb::Read {
         end.depth = end.depth.min(info.ord.max(1) as usize);
     }
-    let transport = match verb {
-        Verb::Write => "rdma-write",
-        Verb::Read => "rdma-read",
+    let transport = match (verb, tripwire) {
+        (Verb::Write, false) => "rdma-write",
+        (Verb::Write, true) => "rdma-write-tripwire",
+        (Verb::Read, _) => "rdma-read",
     };
     let mut row = Row {
         transport,
@@ -449,8 +540,10 @@ fn test(
             match verb {
                 Verb::Write => {
                     end.src[last] = tag(i);
+                    // The answer can only come after this Write.
+                    end.arm();
                     end.post(verb, size, theirs.at, i)?;
-                    end.spin_for(last, tag(i))?;
+                    end.wait_for(last, tag(i))?;
                     end.reap()?;
                 }
                 Verb::Read => {
@@ -482,6 +575,14 @@ fn test(
     row.elapsed = start.elapsed();
     row.client_cpu_ns = cpu_ns() - cpu0;
     row.rtt_ns.sort_unstable();
+    if let Some(w) = &end.wake {
+        if !a.json {
+            println!(
+                "qpip-perf: {} tripwire events, {} sleeps over {} round trips",
+                w.events_seen, w.sleeps, count
+            );
+        }
+    }
     let _ = end.qp.close_wait(T);
     Ok(row)
 }
@@ -495,6 +596,7 @@ mod tests {
         let h = Hello {
             verb: Verb::Write,
             lat: false,
+            tripwire: true,
             size: 65536,
             count: 1024,
             region: Region {
@@ -520,6 +622,9 @@ mod tests {
         assert!(Hello::decode(&bad).is_err());
         let mut bad = h.encode();
         bad[5] = 7;
+        assert!(Hello::decode(&bad).is_err());
+        let mut bad = h.encode();
+        bad[7] = 2;
         assert!(Hello::decode(&bad).is_err());
         let mut bad = h.encode();
         bad[8..12].copy_from_slice(&0u32.to_be_bytes());
