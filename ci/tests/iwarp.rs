@@ -379,10 +379,12 @@ run() { t=$1; shift; "$@" 2>&1 | sed -n "s/^@/@$t./p"; }
 /// Guest a RDMA-Writes 2 MB into guest b's region and reads it back, with immediate data
 /// on the last Write, while a's device reorders its frames and the bridge drops 3 % of
 /// them (nftables): b's device places Write segments that come ahead of a hole at once
-/// (counted), and every byte arrives (digests and a's comparison). Then a tries a Write
-/// with a wrong rkey, one past the region's end, one into a read-only region and one into
-/// a region b has deregistered: each ends in the Terminate that names it, an error
-/// completion on a and the reason on both.
+/// (counted), and every byte arrives (digests and a's comparison); b's tripwires on the
+/// region fire once per arm (the whole region's once for all the Writes, the last byte's
+/// at the end of the last Write, the unarmed one never). Then a tries a Write with a wrong
+/// rkey, one past the region's end, one into a read-only region and one into a region b
+/// has deregistered: each ends in the Terminate that names it, an error completion on a
+/// and the reason on both, and no tripwire fires (nothing of the region was touched).
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn rdma_between_qpip_guests_under_loss_and_reordering_and_forbidden_accesses() {
@@ -433,6 +435,20 @@ fn rdma_between_qpip_guests_under_loss_and_reordering_and_forbidden_accesses() {
     assert_eq!(a.get("xfer.cli.immediate"), "1", "{}", ctx());
     assert_eq!(b.get("xfer.srv.imm"), "0xc0ffee", "{}", ctx());
     assert_eq!(b.get("xfer.srv.terminate"), "none", "{}", ctx());
+    // Tripwires on the written region: one event per arm however many Writes land, the
+    // one on the last byte where the last Write ended, none from the one never armed.
+    let whole = b.get("xfer.srv.tw_whole");
+    let hit: Vec<u64> = whole
+        .split(':')
+        .map(|x| x.parse().unwrap_or(u64::MAX))
+        .collect();
+    assert!(
+        hit.len() == 3 && hit[0] == 1 && hit[1] < 2_000_000 && (1..=262_144).contains(&hit[2]),
+        "the whole region's tripwire: {whole}\n{}",
+        ctx()
+    );
+    assert_eq!(b.get("xfer.srv.tw_last"), "1:1999999:1", "{}", ctx());
+    assert_eq!(b.get("xfer.srv.tw_never"), "0", "{}", ctx());
     let placed = b.num("xfer.srv.ooo_placed");
     assert!(
         placed > 0,
@@ -479,6 +495,17 @@ fn rdma_between_qpip_guests_under_loss_and_reordering_and_forbidden_accesses() {
             "{tag}\n{}",
             ctx()
         );
+        if tag != "dereg" {
+            // Nothing of the region was touched: no armed tripwire fired.
+            for tw in ["whole", "last", "never"] {
+                assert_eq!(
+                    b.get(&format!("{tag}.srv.tw_{tw}")),
+                    "0",
+                    "{tag}\n{}",
+                    ctx()
+                );
+            }
+        }
         eprintln!(
             "  {tag}: Terminate {want}, an error completion on the writer, the QP error on both"
         );

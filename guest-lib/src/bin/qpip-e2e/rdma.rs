@@ -13,9 +13,10 @@
 //! one on the whole region armed once (one event however many Writes land:
 //! `srv.tw_whole=EVENTS:OFFSET:LEN`, where the first placement hit), one on its last byte
 //! armed once (`srv.tw_last=...`, the last Write's end), one on the whole region never
-//! armed (`srv.tw_never=EVENTS`).
+//! armed (`srv.tw_never=EVENTS`). Not with `--violate dereg`: a tripwire keeps its region
+//! registered.
 //!
-//! With `--violate dereg` the server deregisters the region right after the setup, so the
+//! With `--violate dereg` the server deregisters the region before it accepts, so the
 //! client's Write names a region that is gone.
 //!
 //! `rdma ADDR --port P --bytes N [--chunk B] [--violate bad-rkey|bounds|read-only|dereg]`: writes
@@ -100,18 +101,21 @@ pub fn serve(ctx: &Context, a: &Args) -> Result<bool, Fail> {
             .map_err(|e| fail("post receive", e))?;
     }
     // Armed before the client can know the region.
-    let tripwires = Watch::new(ctx, &rw)?;
-    println!("@srv.listening=1");
-    l.accept_mpa_wait(&qp, &mpa().private_data(&pd), a.wait)
-        .map_err(|e| fail("accept", e))?;
-    // `--violate dereg`: the region the client was told of goes away before it is used.
+    let mut tripwires = Some(Watch::new(ctx, &rw)?);
+    // `--violate dereg`: the region the client will be told of is gone before the
+    // connection exists (so before any Write can come); tripwires keep their region
+    // registered, so they go first.
     let rw = if a.violate.as_deref() == Some("dereg") {
+        tripwires = None;
         drop(rw);
         println!("@srv.deregistered=1");
         ctx.alloc(n.max(1)).map_err(|e| fail("register", e))?
     } else {
         rw
     };
+    println!("@srv.listening=1");
+    l.accept_mpa_wait(&qp, &mpa().private_data(&pd), a.wait)
+        .map_err(|e| fail("accept", e))?;
     let immediate = qp.conn_info().map(|i| i.immediate).unwrap_or(false);
     println!("@srv.immediate={}", immediate as u8);
     // The client's last word: Immediate Data (if agreed) then "done", or the end.
@@ -132,10 +136,9 @@ pub fn serve(ctx: &Context, a: &Args) -> Result<bool, Fail> {
         // A Terminate ended it: wait for the QP error so the reason is recorded.
         let _ = ctx.wait_event_for(qp.id(), EventKind::QpError, Some(Duration::from_secs(5)));
     }
-    if a.violate.is_none() {
-        tripwires.report(&rw)?;
+    if let Some(t) = tripwires.take() {
+        t.report(&rw)?;
     }
-    drop(tripwires);
     let mut sha = Sha256::new();
     sha.update(&rw);
     println!("@srv.sha={}", sha.hex());
