@@ -39,7 +39,7 @@ pub mod results;
 pub mod scripts;
 mod watch;
 
-pub use plan::{Action, Net, Plan, Step, Test, LARGE_MSG, LAYOUT_BW_MSG};
+pub use plan::{Action, Net, Plan, Step, Test, LARGE_MSG, LAYOUT_BW_MSG, RDMA_LAT_TRIPWIRE};
 
 use crate::{run_lab, GuestSpec, LabError, LabSpec, Network, Stream, VmSpec};
 use host_side::{run_host_side, serve_cpu_marks, HostSide};

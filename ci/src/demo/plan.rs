@@ -12,6 +12,9 @@ pub const LARGE_MSG: usize = 64 << 10;
 /// The TCP bandwidth message size the bench compares the qpipd layouts at.
 pub const LAYOUT_BW_MSG: usize = 8 << 10;
 
+/// The name the RDMA Write ping-pong on tripwires is reported by (beside `rdmalat-qp`).
+pub const RDMA_LAT_TRIPWIRE: &str = "rdmalattw-qp";
+
 /// Bytes of each RDMA Write of the bench's RDMA ping-pong.
 pub const RDMA_LAT_SIZE: usize = 64;
 /// Bytes of each RDMA Write of the bench's RDMA bandwidth test.
@@ -32,7 +35,9 @@ pub enum Test {
     Bulk,
     /// RDMA Write ping-pong on iWARP QPs: qpip's device ("QP" side, `qpip-perf --rdma
     /// write`) against the guest kernel's soft-iWARP over virtio-net ("sockets" side,
-    /// perftest's `ib_write_lat`).
+    /// perftest's `ib_write_lat`). The QP side runs twice: spinning on the landing byte as
+    /// `ib_write_lat` does, then asleep on a tripwire on it (`--tripwire`, reported as
+    /// [`RDMA_LAT_TRIPWIRE`]).
     RdmaLat,
     /// RDMA Write bandwidth, the same two ways (`ib_write_bw` on siw).
     RdmaBw,
@@ -336,6 +341,10 @@ impl Plan {
                     "busybox nc"
                 },
                 human(self.bulk_bytes)
+            ),
+            Test::RdmaLat if net == Net::Qp => format!(
+                "{iters} round trips, {} Writes, spinning then asleep on tripwires",
+                human(self.rdma_lat_size as u64)
             ),
             Test::RdmaLat => format!(
                 "{iters} round trips, {} Writes",
@@ -674,6 +683,10 @@ mod tests {
         // qpip: the ping-pong and the bandwidth over the device's address.
         assert!(a.contains(
             "perf rdmalat-qp.1 - fd51:5050::1:2 --port 5203 --rdma write --depth 64 --test latency --sizes 64 --iters 2000\n"
+        ), "{a}");
+        // Then the same ping-pong asleep on tripwires.
+        assert!(a.contains(
+            "perf rdmalattw-qp.3 - fd51:5050::1:2 --port 5203 --rdma write --tripwire --test latency --sizes 64 --iters 2000\n"
         ), "{a}");
         assert!(a.contains(
             "perf rdmabw-qp.2 - fd51:5050::1:2 --port 5203 --rdma write --depth 64 --test bandwidth --sizes 65536 --bytes 16777216\n"

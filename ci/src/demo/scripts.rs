@@ -30,7 +30,7 @@
 //! round's bulk transfers). It stays up until guest a creates `/lab/a-done` (a does on every
 //! way out).
 
-use super::{Action, Net, Plan, Test};
+use super::{Action, Net, Plan, Test, RDMA_LAT_TRIPWIRE};
 use crate::netns;
 
 /// TCP/UDP ports guest b serves on, and the lab host's.
@@ -421,9 +421,14 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
                 "perf {id} - {addr} --port {PERF_RDMA_PORT} --rdma write --depth {RDMA_DEPTH}"
             );
             if test == Test::RdmaLat {
-                format!(
-                    "{rdma} --test latency --sizes {} --iters {iters}\n",
+                // Spinning as ib_write_lat does, then asleep on tripwires.
+                let lat = format!(
+                    "--test latency --sizes {} --iters {iters}",
                     plan.rdma_lat_size
+                );
+                let tw = plan.tag(RDMA_LAT_TRIPWIRE, round);
+                format!(
+                    "{rdma} {lat}\nperf {tw} - {addr} --port {PERF_RDMA_PORT} --rdma write --tripwire {lat}\n"
                 )
             } else {
                 format!(

@@ -52,6 +52,9 @@ impl HostCpu {
 
 /// The line of the RDMA Write ping-pong, qpip's iWARP QPs against siw's.
 pub const RDMA_LAT_LINE: &str = "RDMA Write latency, round trip p50 (qpip vs siw)";
+/// The line of qpip's RDMA Write ping-pong asleep on tripwires against siw's spinning.
+pub const RDMA_LAT_TRIPWIRE_LINE: &str =
+    "RDMA Write latency, round trip p50 (qpip on tripwires vs siw spinning)";
 
 /// The counters shown per message of a QP measurement: (column, what it counts, the
 /// name in `qpip-perf`'s `per_msg` of a TCP row, of a UDP row).
@@ -244,6 +247,26 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             "µs",
             "rdmalat",
             &|r, n| r.num(n, None, &["rtt_us", "p50"]),
+            Better::Lower,
+        );
+    }
+    if m.rounds
+        .iter()
+        .any(|r| r.perf.contains_key(crate::demo::RDMA_LAT_TRIPWIRE))
+    {
+        // The same siw figure against qpip's ping-pong asleep on tripwires.
+        both(
+            RDMA_LAT_TRIPWIRE_LINE.to_string(),
+            "µs",
+            "rdmalat",
+            &|r, n| {
+                let n = if n.ends_with("-qp") {
+                    crate::demo::RDMA_LAT_TRIPWIRE
+                } else {
+                    n
+                };
+                r.num(n, None, &["rtt_us", "p50"])
+            },
             Better::Lower,
         );
     }

@@ -543,7 +543,7 @@ mod tests {
 
     #[test]
     fn perftest_results_are_rows_beside_qpip_perfs_and_make_the_rdma_lines() {
-        use super::super::lines::RDMA_LAT_LINE;
+        use super::super::lines::{RDMA_LAT_LINE, RDMA_LAT_TRIPWIRE_LINE};
         let mut m = Measurements::with_rounds(3);
         // As ib_write_lat and ib_write_bw print them (tabs and all).
         let siw_lat = " 64      2000          220.67         13974.77      465.66   \t       1232.91     \t1783.99\t\t9610.70 \t\t13974.77";
@@ -564,6 +564,11 @@ mod tests {
                 perf(&bw(65536, 100.0 * k))
             ))
             .unwrap();
+            m.take_line(&format!(
+                "@perf.rdmalattw-qp.{r}={}",
+                perf(&lat(100.0 * k, 1.0, 1.0))
+            ))
+            .unwrap();
         }
         let row = m.rounds[0].row("rdmalat-sk", None).unwrap();
         assert_eq!(row["rtt_us"]["p50"].as_f64(), Some(931.32));
@@ -575,6 +580,11 @@ mod tests {
         let lat_line = l.iter().find(|l| l.what == RDMA_LAT_LINE).unwrap();
         assert_eq!(lat_line.qp, [Some(400.0), Some(800.0), Some(1200.0)]);
         assert!(close(lat_line.gain().unwrap(), 931.32 / 800.0));
+        // The tripwire ping-pong against the same siw figures.
+        let tw_line = l.iter().find(|l| l.what == RDMA_LAT_TRIPWIRE_LINE).unwrap();
+        assert_eq!(tw_line.qp, [Some(100.0), Some(200.0), Some(300.0)]);
+        assert_eq!(tw_line.sockets, lat_line.sockets);
+        assert!(close(tw_line.gain().unwrap(), 931.32 / 200.0));
         let bw_line = l
             .iter()
             .find(|l| l.what == "RDMA Write bandwidth, 64 KiB messages (qpip vs siw)")

@@ -94,7 +94,10 @@ pub(super) fn notes(lines: &[Line]) -> Vec<String> {
              siw over virtio-net (perftest's ib_write_lat and ib_write_bw, -R); the same two \
              guests, the same tests. Latency: a ping-pong of RDMA Writes, each end spinning \
              on the last byte of the buffer the other writes into, the median round trip \
-             (perftest's half round trip doubled). Bandwidth: Writes back to back, 64 in \
+             (perftest's half round trip doubled); \"on tripwires\": qpip's ends sleep \
+             instead, each on a tripwire on that byte, woken by the device's interrupt \
+             (qpip-perf --tripwire) — spinning guests keep the host's CPUs from qpipd, \
+             which moves every Write, while siw runs inside the guest that spins. Bandwidth: Writes back to back, 64 in \
              flight, from the first post to the last completion (perftest's MiB/s in 10^6 \
              bytes)."
                 .to_string(),
