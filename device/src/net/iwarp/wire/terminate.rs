@@ -424,8 +424,12 @@ impl<'a> Terminate<'a> {
                 return None;
             }
             let ddp_header = &ulpdu[..n];
+            // R says a Read Request's header follows (RFC 5040 §4.8): only a Read Request
+            // has one to copy, so for any other message R stays clear (set with nothing
+            // after it, Wireshark and peers read the frame as truncated).
             let r = rdmap_header_len(ddp_header);
-            let rdmap_header = (rdmap_wanted && ulpdu.len() >= n + r).then(|| &ulpdu[n..n + r]);
+            let rdmap_header =
+                (rdmap_wanted && r > 0 && ulpdu.len() >= n + r).then(|| &ulpdu[n..n + r]);
             Some(Copied {
                 // The failed segment's whole length, as MPA framed it (siw sends the
                 // payload length after the headers; receivers only report the field).
@@ -697,6 +701,15 @@ mod tests {
         let mut out = Vec::new();
         t.write(&mut out);
         assert_eq!(Terminate::parse(&out), Ok(t));
+        // The same error on a Write (a read-only region written): the DDP header and
+        // length, but no R, since only a Read Request has an RDMAP header to copy.
+        let t = Terminate::about(e, &write);
+        let c = t.copied.unwrap();
+        assert_eq!((c.ddp_header, c.rdmap_header), (&write[..14], None));
+        let mut out = Vec::new();
+        t.write(&mut out);
+        assert_eq!(out[2] & hdrct::R, 0, "R without a Read Request header");
+        assert_eq!(out.len(), 4 + 2 + 14);
         // Too short for the Read Request header: no R. Too short for the DDP header: no D.
         let t = Terminate::about(e, &rr[..30]);
         assert_eq!(t.copied.unwrap().rdmap_header, None);
