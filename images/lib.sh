@@ -31,7 +31,8 @@ inputs_hash() {
 GUEST_TARGET=x86_64-unknown-linux-gnu
 GUEST_BINDIR=${CARGO_TARGET_DIR:-$QPIP_ROOT/target}/$GUEST_TARGET/guest
 
-# guest_tool_names: prints the names of guest-lib's binaries, one per line.
+# guest_tool_names: prints the names of guest-lib's binaries, one per line, then those of
+# the C API's examples (qpip-c-NAME for guest-lib/capi/examples/NAME.c).
 guest_tool_names() {
     local src name
     for src in "$QPIP_ROOT"/guest-lib/src/bin/*.rs "$QPIP_ROOT"/guest-lib/src/bin/*/main.rs; do
@@ -39,13 +40,40 @@ guest_tool_names() {
         case $src in */main.rs) name=${src%/main.rs}; name=${name##*/} ;; *) name=$(basename "$src" .rs) ;; esac
         printf '%s\n' "$name"
     done
+    for src in "$QPIP_ROOT"/guest-lib/capi/examples/*.c; do
+        [ -f "$src" ] || continue
+        printf 'qpip-c-%s\n' "$(basename "$src" .c)"
+    done
 }
 
 # build_guest_tools: builds them into $GUEST_BINDIR, with the workspace's `guest` profile
 # (release with the library inlined into each tool, see Cargo.toml). With the async adapter
 # (feature tokio): qpip-verbs-test checks it on the device.
+# The C API's examples are compiled against its static library (libqpip.a) and linked
+# statically too, so that the guest runs the C API on the device.
 build_guest_tools() {
     env RUSTFLAGS="-C target-feature=+crt-static" \
         cargo build --manifest-path "$QPIP_ROOT/Cargo.toml" --profile guest -p qpip \
-        --target "$GUEST_TARGET" --bins --features tokio
+        --target "$GUEST_TARGET" --bins --features tokio || return 1
+    # Only libqpip.a: a static C runtime has no shared libraries.
+    env RUSTFLAGS="-C target-feature=+crt-static" \
+        cargo rustc --manifest-path "$QPIP_ROOT/Cargo.toml" --profile guest -p qpip-capi \
+        --target "$GUEST_TARGET" --lib --crate-type staticlib || return 1
+    local src name capi=$QPIP_ROOT/guest-lib/capi
+    for src in "$capi"/examples/*.c; do
+        [ -f "$src" ] || continue
+        name=qpip-c-$(basename "$src" .c)
+        # Up to date when newer than the example, the header and the library.
+        if [ "$GUEST_BINDIR/$name" -nt "$src" ] && [ "$GUEST_BINDIR/$name" -nt "$GUEST_BINDIR/libqpip.a" ] \
+            && [ "$GUEST_BINDIR/$name" -nt "$capi/include/qpip.h" ]; then
+            continue
+        fi
+        # glibc warns that Rust's std links getaddrinfo and getpwuid_r (which a static
+        # program can only use with the shared glibc around); the examples use neither,
+        # and rustc hides the same warnings for the Rust tools.
+        cc -std=c11 -Wall -Wextra -Werror -O2 -static -I "$capi/include" "$src" \
+            "$GUEST_BINDIR/libqpip.a" -lpthread -ldl -lm -o "$GUEST_BINDIR/$name" 2>&1 |
+            grep -v "in statically linked applications requires\|: in function \`std::" >&2
+        [ "${PIPESTATUS[0]}" = 0 ] || return 1
+    done
 }

@@ -124,3 +124,57 @@ qpip-tripwire --records 300 --slots 1 --size 1024 --port 7401 --name ring1; kv r
     // the blocking path ran.
     assert!(rep.num("ring1.sleeps") > 0, "{}", rep.context());
 }
+
+/// The C API's examples (`guest-lib/capi/examples/`, built statically against
+/// `libqpip.a` into the guest image as `qpip-c-pingpong` and `qpip-c-iwarp`) on the
+/// device: UDP and TCP ping-pongs and the error codes of misused calls; then iWARP from
+/// C — MPA setup with private data both ways and CRCs, an RDMA Write that fires an armed
+/// tripwire once, an RDMA Read, and the error codes of misused iWARP and tripwire calls.
+/// The unit tests run the same programs on the software provider, which has no iWARP.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn the_c_examples_on_the_device() {
+    let out = common::boot(&VmSpec::new(
+        r#"
+kv() { printf '@%s=%s\n' "$1" "$2"; }
+qpip-c-pingpong 200 7410 > /tmp/pp 2>&1; kv pingpong.status $?
+kv pingpong.out "$(tr '\n' '|' < /tmp/pp)"
+qpip-c-iwarp 7411 > /tmp/iw 2>&1; kv iwarp.status $?
+kv iwarp.out "$(tr '\n' '|' < /tmp/iw)"
+"#,
+    ));
+    let rep = Report::succeeded(&out);
+    rep.statuses_zero("the C examples", &["pingpong", "iwarp"]);
+    for (tag, lines) in [
+        (
+            "pingpong",
+            &[
+                "provider device",
+                "udp ping-pong: 200 round trips ok",
+                "tcp ping-pong: 200 round trips ok",
+                "errors ok",
+                "pingpong: all ok",
+            ][..],
+        ),
+        (
+            "iwarp",
+            &[
+                "provider device",
+                "iwarp misuse: error codes ok",
+                "iwarp setup: MPA revision 2",
+                "iwarp tripwire: one event per arm ok",
+                "iwarp rdma: write and read ok",
+                "iwarp: all ok",
+            ][..],
+        ),
+    ] {
+        let said = rep.get(&format!("{tag}.out"));
+        for line in lines {
+            assert!(
+                said.contains(line),
+                "qpip-c-{tag} did not say {line:?}\n{}",
+                rep.context()
+            );
+        }
+    }
+}

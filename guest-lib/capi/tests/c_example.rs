@@ -62,8 +62,11 @@ fn free_port() -> String {
 
 /// Runs `exe args` on the software provider: it must succeed and print each of `lines`.
 fn run_soft(exe: &Path, args: &[&str], lines: &[&str]) {
+    // The library the program was linked with, found by its run path: cargo's
+    // LD_LIBRARY_PATH for tests would come first and may name an older copy.
     let run = Command::new(exe)
         .args(args)
+        .env_remove("LD_LIBRARY_PATH")
         .env("QPIP_PROVIDER", "soft")
         .output()
         .unwrap();
