@@ -13,12 +13,15 @@
 //! The test boots VMs: ignored by a plain `cargo test`, run by `./qpip test` (as root).
 
 mod common;
+#[path = "common/dumpcap.rs"]
+mod dumpcap;
 
 use common::{needs_root, Report};
+use dumpcap::Capture;
 use qpip_lab::netns;
 use qpip_lab::{run_lab, unique_netns, GuestSpec, LabHost, LabSpec, Network, QpipdLayout, VmSpec};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// One exchange: who serves (which guest, which implementation), iterations and size.
@@ -185,47 +188,13 @@ fn script(n: usize) -> String {
     s
 }
 
-/// dumpcap on the lab bridge into `name` beside the run's shared folder, frames matching
-/// `filter`; returns once it captures.
-fn start_capture(
-    host: &LabHost,
-    name: &str,
-    filter: &str,
-) -> Result<(std::process::Child, PathBuf), String> {
-    let dir = host
+/// Where a capture named `name` goes: beside the run's shared folder.
+fn capture_file(host: &LabHost, name: &str) -> Result<PathBuf, String> {
+    Ok(host
         .shared_dir()
         .parent()
         .ok_or("the shared folder has no parent")?
-        .to_path_buf();
-    let file = dir.join(name);
-    let mut child = host
-        .command("dumpcap")
-        .args(["-q", "-P", "-i", netns::BRIDGE, "-f", filter, "-w"])
-        .arg(&file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot run dumpcap: {e}"))?;
-    // dumpcap writes the file's header once it captures.
-    let t0 = Instant::now();
-    while std::fs::metadata(&file).map_or(0, |m| m.len()) < 24 {
-        if t0.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            return Err("dumpcap wrote nothing within 30 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok((child, file))
-}
-
-/// Stops a capture once every frame has crossed the bridge (each run ends with its
-/// connection closed; a moment more lets dumpcap take the last).
-fn stop_capture(mut child: std::process::Child) {
-    std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: signalling a child this process started, by its pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let _ = child.wait();
+        .join(name))
 }
 
 /// The host side: dumpcap on the bridge around all the runs (port 7174).
@@ -233,14 +202,15 @@ fn capture(host: &LabHost) -> Result<PathBuf, String> {
     for g in host.guests() {
         host.wait_for(&format!("up.{g}"), Duration::from_secs(300))?;
     }
-    let (child, file) = start_capture(host, "iwarp-interop.pcap", "tcp port 7174")?;
+    let file = capture_file(host, "iwarp-interop.pcap")?;
+    let mut cap = Capture::start(host, &file, 7174..=7174, None)?;
     host.signal("capture")
         .map_err(|e| format!("signal capture: {e}"))?;
     let waited = host
         .guests()
         .iter()
         .try_for_each(|g| host.wait_for(&format!("all-done.{g}"), Duration::from_secs(900)));
-    stop_capture(child);
+    cap.stop(host)?;
     waited?;
     Ok(file)
 }
@@ -429,13 +399,14 @@ fn rdma_between_qpip_guests_under_loss_and_reordering_and_forbidden_accesses() {
         host.sh("nft add table bridge rdma && \
              nft add chain bridge rdma lossy '{ type filter hook forward priority 0; }' && \
              nft add rule bridge rdma lossy numgen random mod 100 '<' 3 counter drop")?;
-        let (dump, pcap) = start_capture(host, "iwarp-rdma.pcap", "tcp portrange 7610-7614")?;
+        let pcap = capture_file(host, "iwarp-rdma.pcap")?;
+        let mut cap = Capture::start(host, &pcap, 7610..=7614, None)?;
         host.signal("loss-on").map_err(|e| e.to_string())?;
         let waited = host
             .guests()
             .iter()
             .try_for_each(|g| host.wait_for(&format!("done.{g}"), Duration::from_secs(900)));
-        stop_capture(dump);
+        cap.stop(host)?;
         waited?;
         Ok::<_, String>((host.sh("nft list chain bridge rdma lossy")?, pcap))
     }) {

@@ -22,7 +22,7 @@ mod common;
 // The crate root is this file, so its modules' paths are spelled out.
 #[path = "siw/dissect.rs"]
 mod dissect;
-#[path = "siw/dumpcap.rs"]
+#[path = "common/dumpcap.rs"]
 mod dumpcap;
 
 use common::{needs_root, Report};
@@ -231,7 +231,7 @@ fn capture_both(host: &LabHost) -> Result<(PathBuf, PathBuf), String> {
     let signal = |name: &str| host.signal(name).map_err(|e| format!("signal {name}: {e}"));
 
     let golden = dir.join("siw-rping-golden.pcap");
-    let mut cap = Capture::start(host, &golden, None)?;
+    let mut cap = Capture::start(host, &golden, PORT..=PORT, None)?;
     signal("capture-golden")?;
     wait_all("golden-done")?;
     cap.stop(host)?;
@@ -239,7 +239,7 @@ fn capture_both(host: &LabHost) -> Result<(PathBuf, PathBuf), String> {
     // Headers only (Ethernet 14 + IPv6 40 + TCP with options 32 bytes, and some): the
     // lengths of the segments are what is counted.
     let bulk = dir.join("siw-rping-bulk.pcap");
-    let mut cap = Capture::start(host, &bulk, Some(128))?;
+    let mut cap = Capture::start(host, &bulk, PORT..=PORT, Some(128))?;
     signal("capture-bulk")?;
     wait_all("bulk-done")?;
     cap.stop(host)?;

@@ -1,37 +1,46 @@
-//! dumpcap on the lab bridge: a capture of rping's port that loses no frame at its end.
+//! dumpcap on the lab bridge: a capture of some TCP ports that loses no frame at its end.
 
-use super::PORT;
 use qpip_lab::netns;
 use qpip_lab::LabHost;
 use std::fs;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-/// dumpcap on the lab bridge, capturing port 7174 into a pcap file.
+/// dumpcap on the lab bridge, capturing the TCP segments of some ports into a pcap file.
 ///
 /// Stopping it is where frames could be lost: dumpcap, stopped while the frames already on
 /// the bridge still wait in its socket, writes only those it has read. So the lab host
 /// sends a marker frame after the guests are done (a ping from the host's address, which
 /// the capture filter lets in too), and dumpcap is stopped only once the marker is in the
-/// file: every frame before it is there too. The file then keeps only port 7174's frames.
+/// file: every frame before it is there too. The file then keeps only the ports' frames.
 pub struct Capture {
     child: Option<Child>,
     raw: PathBuf,
     file: PathBuf,
+    ports: RangeInclusive<u16>,
 }
 
 impl Capture {
-    /// Starts capturing into `file` (`snaplen`: bytes kept of each frame, all when None)
-    /// and returns once dumpcap has written the file's header, i.e. once it captures.
-    pub fn start(host: &LabHost, file: &Path, snaplen: Option<u32>) -> Result<Capture, String> {
+    /// Starts capturing TCP `ports` into `file` (`snaplen`: bytes kept of each frame, all
+    /// when None) and returns once dumpcap has written the file's header, i.e. once it
+    /// captures.
+    pub fn start(
+        host: &LabHost,
+        file: &Path,
+        ports: RangeInclusive<u16>,
+        snaplen: Option<u32>,
+    ) -> Result<Capture, String> {
         let raw = file.with_extension("raw.pcap");
         let log = fs::File::create(file.with_extension("log"))
             .map_err(|e| format!("cannot create dumpcap's log: {e}"))?;
         let mut cmd = host.command("dumpcap");
         cmd.args(["-q", "-P", "-i", netns::BRIDGE, "-f"])
             .arg(format!(
-                "tcp port {PORT} or (icmp6 and src host {})",
+                "tcp portrange {}-{} or (icmp6 and src host {})",
+                ports.start(),
+                ports.end(),
                 netns::HOST_ADDR
             ))
             .arg("-w")
@@ -49,6 +58,7 @@ impl Capture {
             child: Some(child),
             raw,
             file: file.to_path_buf(),
+            ports,
         };
         // A pcap file header is 24 bytes; dumpcap writes it once its capture is open.
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -77,7 +87,7 @@ impl Capture {
     }
 
     /// Sends markers until one is in the file, stops dumpcap as Ctrl-C does (it writes
-    /// what it holds and exits 0), then writes the file of port 7174's frames.
+    /// what it holds and exits 0), then writes the file of the ports' frames.
     pub fn stop(&mut self, host: &LabHost) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -117,7 +127,7 @@ impl Capture {
         let (header, records) = pcap::records(&bytes, false)?;
         let mut out = header.to_vec();
         for (whole, frame) in records {
-            if pcap::is_port(frame, PORT) {
+            if pcap::is_port_in(frame, &self.ports) {
                 out.extend_from_slice(whole);
             }
         }
@@ -190,9 +200,14 @@ pub mod pcap {
             .is_some_and(|p| p.get(8..24) == Some(&host.octets()) && p.get(40) == Some(&128))
     }
 
-    /// A TCP segment from or to `port`.
-    pub fn is_port(frame: &[u8], port: u16) -> bool {
-        let be = port.to_be_bytes();
-        ipv6(frame, 6).is_some_and(|p| p.get(40..42) == Some(&be) || p.get(42..44) == Some(&be))
+    /// A TCP segment from or to one of `ports`.
+    pub fn is_port_in(frame: &[u8], ports: &std::ops::RangeInclusive<u16>) -> bool {
+        let port =
+            |p: &[u8], at: usize| p.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+        ipv6(frame, 6).is_some_and(|p| {
+            [40, 42]
+                .iter()
+                .any(|&at| port(p, at).is_some_and(|n| ports.contains(&n)))
+        })
     }
 }
