@@ -42,6 +42,15 @@ pub(super) struct RecvWr {
     pub(super) fault: bool,
 }
 
+/// A receive WR as [`Engine::take_recv_wr`] takes it off its ring.
+pub(super) struct TakenRecv {
+    pub(super) wr_id: u64,
+    /// Its buffer, or why it has none (status, detail).
+    pub(super) spans: Result<Vec<Span>, (u8, u32)>,
+    /// The bytes its SGEs hold.
+    pub(super) cap: u64,
+}
+
 /// The receive side of a TCP QP.
 pub(super) struct RxState {
     pub(super) qp: u32,
@@ -437,33 +446,41 @@ impl Engine {
         }
     }
 
+    /// The next receive WR posted on TCP QP `id` (of either framing, or iWARP) since the
+    /// last look, decoded and its buffer translated; None when there is none or the QP is
+    /// not ready. A WR that fails its checks carries why (status, detail): it completes in
+    /// error in its turn.
+    pub(super) fn take_recv_wr(&mut self, mem: &GuestMemoryMmap, id: u32) -> Option<TakenRecv> {
+        let qp = &self.objects.qps[&id];
+        if qp.rq_head == qp.rq_tail || qp.state != QpState::Ready {
+            return None;
+        }
+        let ctx = qp.ctx;
+        let raw = self.take_wqe(mem, id, false)?;
+        Some(match decode::recv_wqe(&raw) {
+            Err(e) => TakenRecv {
+                wr_id: e.wr_id,
+                spans: Err((e.status, e.detail)),
+                cap: 0,
+            },
+            Ok(wr) => TakenRecv {
+                wr_id: wr.wr_id,
+                cap: wr.sges.iter().map(|s| s.length as u64).sum(),
+                spans: self
+                    .translate(ctx, &wr.sges, MR_ACCESS_LOCAL_WRITE)
+                    .map_err(|Fault { status, detail }| {
+                        self.shared.stats.add(STAT_PROTECTION_ERRORS, 1);
+                        (status, detail)
+                    }),
+            },
+        })
+    }
+
     /// Takes the receive WRs posted since the last look.
     pub(super) fn tcp_take_recvs(&mut self, mem: &GuestMemoryMmap, id: u32) -> bool {
         let mut did = false;
-        loop {
-            let qp = &self.objects.qps[&id];
-            if qp.rq_head == qp.rq_tail || qp.state != QpState::Ready {
-                break;
-            }
-            let ctx = qp.ctx;
-            let Some(raw) = self.take_wqe(mem, id, false) else {
-                break;
-            };
+        while let Some(TakenRecv { wr_id, spans, cap }) = self.take_recv_wr(mem, id) {
             did = true;
-            // A WR that fails its checks completes in error in its turn.
-            let (wr_id, spans, cap) = match decode::recv_wqe(&raw) {
-                Err(e) => (e.wr_id, Err((e.status, e.detail)), 0),
-                Ok(wr) => {
-                    let cap: u64 = wr.sges.iter().map(|s| s.length as u64).sum();
-                    let spans = self
-                        .translate(ctx, &wr.sges, MR_ACCESS_LOCAL_WRITE)
-                        .map_err(|Fault { status, detail }| {
-                            self.shared.stats.add(STAT_PROTECTION_ERRORS, 1);
-                            (status, detail)
-                        });
-                    (wr.wr_id, spans, cap)
-                }
-            };
             let t = self.objects.tcp_qp_mut(id).expect("TCP QP");
             t.rx.add(RecvWr {
                 wr_id,

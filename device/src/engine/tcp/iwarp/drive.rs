@@ -16,7 +16,6 @@ use vm_memory::GuestMemoryMmap;
 
 use crate::engine::completion::{cqe, cqe_ok};
 use crate::engine::decode::{self, Payload};
-use crate::engine::memory::Fault;
 use crate::engine::objects::{Objects, QpState, TcpRole};
 use crate::engine::Engine;
 use crate::net::iwarp::wire::rdmap::ReadRequest;
@@ -220,29 +219,10 @@ impl Engine {
         id: u32,
     ) -> bool {
         let mut did = false;
-        loop {
-            let qp = &self.objects.qps[&id];
-            if qp.rq_head == qp.rq_tail || qp.state != QpState::Ready {
-                break;
-            }
-            let ctx = qp.ctx;
-            let Some(raw) = self.take_wqe(mem, id, false) else {
-                break;
-            };
+        while let Some(super::super::rx::TakenRecv { wr_id, spans, cap }) =
+            self.take_recv_wr(mem, id)
+        {
             did = true;
-            let (wr_id, spans, cap) = match decode::recv_wqe(&raw) {
-                Err(e) => (e.wr_id, Err((e.status, e.detail)), 0),
-                Ok(wr) => {
-                    let cap: u64 = wr.sges.iter().map(|s| s.length as u64).sum();
-                    let spans = self
-                        .translate(ctx, &wr.sges, MR_ACCESS_LOCAL_WRITE)
-                        .map_err(|Fault { status, detail }| {
-                            self.shared.stats.add(STAT_PROTECTION_ERRORS, 1);
-                            (status, detail)
-                        });
-                    (wr.wr_id, spans, cap)
-                }
-            };
             self.shared.stats.add(STAT_RECV_WQES, 1);
             if let Some(iw) = self.iwarp(id) {
                 iw.recv_wrs.push_back(RecvWr {
