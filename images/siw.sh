@@ -10,7 +10,7 @@
 #                          verbs and RDMA CM libraries, siw's verbs provider, ibv_devices,
 #                          ibv_devinfo, rping
 #      iproute2            rdma (rdma link add siw0 type siw netdev eth0)
-#      perftest            ib_write_lat, ib_write_bw: the bench's RDMA Write figures on siw
+#      perftest            ib_write_lat, ib_write_bw, ib_read_lat, ib_read_bw: the bench's RDMA figures on siw
 #    A stamp in the runtime records the package list: a rebuilt runtime (images/runtime.sh
 #    replaces the whole tree) loses the stamp with the packages and gets them again.
 # 2. Builds siw.ko into $QPIP_CACHE/guest/siw.ko out of tree, as images/driver.sh builds

@@ -41,9 +41,23 @@ pub enum Test {
     RdmaLat,
     /// RDMA Write bandwidth, the same two ways (`ib_write_bw` on siw).
     RdmaBw,
+    /// RDMA Reads one at a time, post to completion: qpip (`qpip-perf --rdma read`, which
+    /// sleeps until the completion) against siw (`ib_read_lat`, which polls its CQ).
+    RdmaReadLat,
+    /// RDMA Reads back to back, at most 16 outstanding on both (qpip's ORD; perftest's
+    /// `-o 16`).
+    RdmaReadBw,
 }
 
 impl Test {
+    /// One of the RDMA measurements (qpip's iWARP QPs against siw).
+    pub fn is_rdma(self) -> bool {
+        matches!(
+            self,
+            Test::RdmaLat | Test::RdmaBw | Test::RdmaReadLat | Test::RdmaReadBw
+        )
+    }
+
     /// The first half of its step id and `@perf` name (`udp` in `udp-qp`).
     pub fn id(self) -> &'static str {
         match self {
@@ -54,6 +68,8 @@ impl Test {
             Test::Bulk => "bulk",
             Test::RdmaLat => "rdmalat",
             Test::RdmaBw => "rdmabw",
+            Test::RdmaReadLat => "rdmareadlat",
+            Test::RdmaReadBw => "rdmareadbw",
         }
     }
 }
@@ -256,7 +272,12 @@ impl Plan {
         }
         t.push(Test::Bulk);
         if self.rdma {
-            t.extend([Test::RdmaLat, Test::RdmaBw]);
+            t.extend([
+                Test::RdmaLat,
+                Test::RdmaBw,
+                Test::RdmaReadLat,
+                Test::RdmaReadBw,
+            ]);
         }
         t
     }
@@ -293,9 +314,9 @@ impl Plan {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let rdma = matches!(test, Test::RdmaLat | Test::RdmaBw);
+        let rdma = test.is_rdma();
         let over = match net {
-            Net::Qp if rdma => "on qpip's iWARP QPs (qpip-perf --rdma write)",
+            Net::Qp if rdma => "on qpip's iWARP QPs (qpip-perf --rdma)",
             Net::Sockets if rdma => "on the guest kernel's soft-iWARP over virtio-net (perftest)",
             Net::Qp => "over QPs",
             Net::Sockets => "over kernel sockets",
@@ -325,6 +346,8 @@ impl Plan {
             Test::Bulk => format!("TCP bulk transfer a→b {over}"),
             Test::RdmaLat => format!("RDMA Write ping-pong a⇄b {over}"),
             Test::RdmaBw => format!("RDMA Write bandwidth a→b {over}"),
+            Test::RdmaReadLat => format!("RDMA Read round trips a←b {over}"),
+            Test::RdmaReadBw => format!("RDMA Read bandwidth a←b {over}"),
         };
         if net == Net::Sockets && matches!(test, Test::UdpPing | Test::TcpPing) {
             what += ", virtio-net";
@@ -352,6 +375,15 @@ impl Plan {
             ),
             Test::RdmaBw => format!(
                 "{} Writes of {}",
+                self.rdma_bw_count(),
+                human(self.rdma_bw_size as u64)
+            ),
+            Test::RdmaReadLat => format!(
+                "{iters} Reads of {}, one at a time",
+                human(self.rdma_lat_size as u64)
+            ),
+            Test::RdmaReadBw => format!(
+                "{} Reads of {}",
                 self.rdma_bw_count(),
                 human(self.rdma_bw_size as u64)
             ),
@@ -538,8 +570,8 @@ mod tests {
         let plan = Plan::bench();
         assert_eq!(plan.rounds, 3);
         let m = measures(&plan);
-        // Seven tests on two nets (RDMA: qpip and siw), three rounds.
-        assert_eq!(m.len(), 7 * 2 * 3);
+        // Nine tests on two nets (RDMA: qpip and siw), three rounds.
+        assert_eq!(m.len(), 9 * 2 * 3);
         for pair in m.chunks(2) {
             let (a, b) = (&pair[0], &pair[1]);
             assert_eq!(
@@ -552,10 +584,19 @@ mod tests {
             assert_ne!(a.2, b.2);
         }
         assert_eq!(m[0].0, "udp-qp.1");
-        assert_eq!(m[14].0, "udp-sk.2");
+        assert_eq!(m[18].0, "udp-sk.2");
         assert_eq!(
-            m[10..14].iter().map(|x| x.0.as_str()).collect::<Vec<_>>(),
-            ["rdmalat-qp.1", "rdmalat-sk.1", "rdmabw-qp.1", "rdmabw-sk.1"]
+            m[10..18].iter().map(|x| x.0.as_str()).collect::<Vec<_>>(),
+            [
+                "rdmalat-qp.1",
+                "rdmalat-sk.1",
+                "rdmabw-qp.1",
+                "rdmabw-sk.1",
+                "rdmareadlat-qp.1",
+                "rdmareadlat-sk.1",
+                "rdmareadbw-qp.1",
+                "rdmareadbw-sk.1"
+            ]
         );
         assert!(plan.steps()[1].what.starts_with("round 1/3: UDP ping-pong"));
         assert_eq!(plan.limit(), plan.round_timeout * 3);
@@ -603,10 +644,10 @@ mod tests {
             .filter(|(_, s)| matches!(s.action, Action::Overhead { .. }))
             .map(|(i, s)| (i, s.id.as_str()))
             .collect();
-        // 1 + (14 + 1) per round: the last step of each round.
+        // 1 + (18 + 1) per round: the last step of each round.
         assert_eq!(
             overhead,
-            [(15, "overhead.1"), (30, "overhead.2"), (45, "overhead.3")]
+            [(19, "overhead.1"), (38, "overhead.2"), (57, "overhead.3")]
         );
         let a = scripts::guest_a(&plan);
         assert!(a.contains("\nstep overhead.2\nqpip-overhead --messages 1000 --json"));
@@ -672,7 +713,7 @@ mod tests {
     }
 
     #[test]
-    fn the_bench_measures_rdma_writes_on_qpip_and_on_siw_with_the_same_counts() {
+    fn the_bench_measures_rdma_writes_and_reads_on_qpip_and_on_siw_with_the_same_counts() {
         let plan = Plan::bench();
         let a = scripts::guest_a(&plan);
         let b = scripts::guest_b(&plan);
@@ -694,16 +735,32 @@ mod tests {
         // siw: one perftest server per measurement in guest b, its own port, the same
         // arguments as guest a's client, which goes to the NIC's address.
         let siw: Vec<&str> = b.lines().filter(|l| l.contains("siw_serve rdma")).collect();
-        assert_eq!(siw.len(), 6, "{b}");
+        // Per round: Write latency and bandwidth, Read latency and bandwidth.
+        assert_eq!(siw.len(), 12, "{b}");
         assert_eq!(
             siw[0].trim(),
             "siw_serve rdmalat-sk.1 18515 ib_write_lat -R -F --ipv6-addr -p 18515 -s 64 -n 2000"
         );
         assert_eq!(
-            siw[3].trim(),
-            "siw_serve rdmabw-sk.2 18518 ib_write_bw -R -F --ipv6-addr -p 18518 -s 65536 -n 256 -t 64"
+            siw[5].trim(),
+            "siw_serve rdmabw-sk.2 18520 ib_write_bw -R -F --ipv6-addr -p 18520 -s 65536 -n 256 -t 64"
         );
-        assert!(a.contains("await siw-ready.rdmabw-sk.2 180\nib_write_bw -R -F --ipv6-addr -p 18518 -s 65536 -n 256 -t 64 fd51:5050::2:2 > /tmp/pt.out"), "{a}");
+        assert!(a.contains("await siw-ready.rdmabw-sk.2 180\nib_write_bw -R -F --ipv6-addr -p 18520 -s 65536 -n 256 -t 64 fd51:5050::2:2 > /tmp/pt.out"), "{a}");
+        // Reads: one at a time and back to back, 16 outstanding on both.
+        assert_eq!(
+            siw[2].trim(),
+            "siw_serve rdmareadlat-sk.1 18517 ib_read_lat -R -F --ipv6-addr -p 18517 -s 64 -n 2000"
+        );
+        assert_eq!(
+            siw[11].trim(),
+            "siw_serve rdmareadbw-sk.3 18526 ib_read_bw -R -F --ipv6-addr -p 18526 -s 65536 -n 256 -t 64 -o 16"
+        );
+        assert!(a.contains(
+            "perf rdmareadlat-qp.2 - fd51:5050::1:2 --port 5203 --rdma read --depth 64 --test latency --sizes 64 --iters 2000\n"
+        ), "{a}");
+        assert!(a.contains(
+            "perf rdmareadbw-qp.1 - fd51:5050::1:2 --port 5203 --rdma read --depth 64 --test bandwidth --sizes 65536 --bytes 16777216\n"
+        ), "{a}");
         assert!(a.contains("echo \"@perftest.rdmalat-sk.3=$line\""), "{a}");
         // Neither the demo nor the pass in the other layout has any of it.
         for p in [Plan::demo(), plan.layout_pass(crate::QpipdLayout::PerGuest)] {

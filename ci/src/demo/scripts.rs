@@ -84,10 +84,10 @@ fn siw_steps(plan: &Plan) -> Vec<(String, Test, u16)> {
         .into_iter()
         .filter_map(|s| match s.action {
             Action::Measure {
-                test: test @ (Test::RdmaLat | Test::RdmaBw),
+                test,
                 net: Net::Sockets,
                 ..
-            } => Some((s.id, test)),
+            } if test.is_rdma() => Some((s.id, test)),
             _ => None,
         })
         .zip(PERFTEST_PORT..)
@@ -102,9 +102,21 @@ fn siw_steps(plan: &Plan) -> Vec<(String, Test, u16)> {
 /// when the CPU frequency is not fixed (never under TCG).
 fn perftest(plan: &Plan, test: Test, port: u16) -> String {
     match test {
-        Test::RdmaLat => format!(
-            "ib_write_lat -R -F --ipv6-addr -p {port} -s {} -n {}",
-            plan.rdma_lat_size, plan.latency_iters
+        Test::RdmaLat | Test::RdmaReadLat => format!(
+            "ib_{}_lat -R -F --ipv6-addr -p {port} -s {} -n {}",
+            if test == Test::RdmaLat {
+                "write"
+            } else {
+                "read"
+            },
+            plan.rdma_lat_size,
+            plan.latency_iters
+        ),
+        Test::RdmaReadBw => format!(
+            "ib_read_bw -R -F --ipv6-addr -p {port} -s {} -n {} -t {} -o {RDMA_READS}",
+            plan.rdma_bw_size,
+            plan.rdma_bw_count(),
+            RDMA_DEPTH
         ),
         _ => format!(
             "ib_write_bw -R -F --ipv6-addr -p {port} -s {} -n {} -t {}",
@@ -118,6 +130,9 @@ fn perftest(plan: &Plan, test: Test, port: u16) -> String {
 /// RDMA Writes in flight in the bandwidth test, on both sides (qpip-perf's own default
 /// depth; perftest's `-t`).
 pub const RDMA_DEPTH: usize = 64;
+/// RDMA Reads outstanding in the Read bandwidth test: the ORD qpip-perf's ends agree on,
+/// and perftest's `-o`.
+pub const RDMA_READS: usize = 16;
 
 /// Guest b: the servers, the bulk receivers round by round; waits for guest a to finish.
 pub fn guest_b(plan: &Plan) -> String {
@@ -416,6 +431,23 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
                 Net::Sockets => format!("bulk {name} {round} nc {addr} {port}\n"),
             }
         }
+        Test::RdmaReadLat | Test::RdmaReadBw if net == Net::Qp => {
+            let rdma = format!(
+                "perf {id} - {addr} --port {PERF_RDMA_PORT} --rdma read --depth {RDMA_DEPTH}"
+            );
+            if test == Test::RdmaReadLat {
+                format!(
+                    "{rdma} --test latency --sizes {} --iters {iters}\n",
+                    plan.rdma_lat_size
+                )
+            } else {
+                format!(
+                    "{rdma} --test bandwidth --sizes {} --bytes {}\n",
+                    plan.rdma_bw_size,
+                    plan.rdma_bw_count() * plan.rdma_bw_size as u64
+                )
+            }
+        }
         Test::RdmaLat | Test::RdmaBw if net == Net::Qp => {
             let rdma = format!(
                 "perf {id} - {addr} --port {PERF_RDMA_PORT} --rdma write --depth {RDMA_DEPTH}"
@@ -438,7 +470,7 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
                 )
             }
         }
-        Test::RdmaLat | Test::RdmaBw => {
+        Test::RdmaLat | Test::RdmaBw | Test::RdmaReadLat | Test::RdmaReadBw => {
             let port = siw_steps(plan)
                 .into_iter()
                 .find(|s| s.0 == id)

@@ -119,10 +119,10 @@ mod tests {
             .describe("udp-sk.2")
             .starts_with("round 2/3: UDP ping-pong"));
         drop(w);
-        assert!(said[0].starts_with("[2/46] round 1/3: UDP"), "{said:?}");
+        assert!(said[0].starts_with("[2/58] round 1/3: UDP"), "{said:?}");
         assert!(said[1].starts_with("      ok ("), "{said:?}");
         assert!(
-            said[2].starts_with("[17/46] round 2/3: UDP ping-pong a⇄b over kernel"),
+            said[2].starts_with("[21/58] round 2/3: UDP ping-pong a⇄b over kernel"),
             "{said:?}"
         );
     }

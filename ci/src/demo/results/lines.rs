@@ -52,6 +52,8 @@ impl HostCpu {
 
 /// The line of the RDMA Write ping-pong, qpip's iWARP QPs against siw's.
 pub const RDMA_LAT_LINE: &str = "RDMA Write latency, round trip p50 (qpip vs siw)";
+/// The line of RDMA Read round trips, qpip against siw.
+pub const RDMA_READ_LAT_LINE: &str = "RDMA Read latency, round trip p50 (qpip vs siw)";
 /// The line of qpip's RDMA Write ping-pong asleep on tripwires against siw's spinning.
 pub const RDMA_LAT_TRIPWIRE_LINE: &str =
     "RDMA Write latency, round trip p50 (qpip on tripwires vs siw spinning)";
@@ -276,6 +278,26 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
                 format!("RDMA Write bandwidth, {} messages (qpip vs siw)", human(s)),
                 "MB/s",
                 "rdmabw",
+                &|r, n| r.num(n, Some(s), &["mb_per_s"]),
+                Better::Higher,
+            );
+        }
+    }
+    if measured_rdma("rdmareadlat") {
+        both(
+            RDMA_READ_LAT_LINE.to_string(),
+            "µs",
+            "rdmareadlat",
+            &|r, n| r.num(n, None, &["rtt_us", "p50"]),
+            Better::Lower,
+        );
+    }
+    if measured_rdma("rdmareadbw") {
+        for s in m.sizes("rdmareadbw") {
+            both(
+                format!("RDMA Read bandwidth, {} messages (qpip vs siw)", human(s)),
+                "MB/s",
+                "rdmareadbw",
                 &|r, n| r.num(n, Some(s), &["mb_per_s"]),
                 Better::Higher,
             );

@@ -121,7 +121,9 @@ fn split_round(name: &str) -> Result<(&str, usize), String> {
 /// `print_report_lat` divides an RDMA Write round trip by 2), so the row has them doubled;
 /// `rdmabw-*` is `ib_write_bw`'s `#bytes #iterations BW_peak BW_average MsgRate`, in MiB/s
 /// (`print_report_bw` divides by 0x100000), so the row has 10^6 bytes per second as
-/// qpip-perf does.
+/// qpip-perf does. `rdmareadlat-*` and `rdmareadbw-*` are `ib_read_lat`'s and
+/// `ib_read_bw`'s, the same columns; a Read's latency is its whole round trip (perftest
+/// halves only the ping-pongs), so it is taken as it is.
 fn perftest_row(test: &str, text: &str) -> Result<Value, String> {
     let bad = |why: &str| format!("perftest's result for {test} {why}: {text:?}");
     let f: Vec<f64> = text
@@ -135,27 +137,37 @@ fn perftest_row(test: &str, text: &str) -> Result<Value, String> {
     ) else {
         return Err(bad("has no size and count"));
     };
-    if test.starts_with("rdmalat-") {
+    let lat = |tool: &str, factor: f64| {
         let [.., typical, _, _, p99, _] = f[..] else {
-            return Err(bad("has not the 9 figures of ib_write_lat"));
+            return Err(bad(&format!("has not the 9 figures of {tool}")));
         };
         if f.len() != 9 {
-            return Err(bad("has not the 9 figures of ib_write_lat"));
+            return Err(bad(&format!("has not the 9 figures of {tool}")));
         }
         Ok(serde_json::json!({
-            "tool": "ib_write_lat", "test": "latency", "transport": "siw",
+            "tool": tool, "test": "latency", "transport": "siw",
             "size": size, "msgs": iters,
-            "rtt_us": { "p50": 2.0 * typical, "p99": 2.0 * p99 },
+            "rtt_us": { "p50": factor * typical, "p99": factor * p99 },
         }))
-    } else if test.starts_with("rdmabw-") {
+    };
+    let bw = |tool: &str| {
         let [_, _, _, average, _] = f[..] else {
-            return Err(bad("has not the 5 figures of ib_write_bw"));
+            return Err(bad(&format!("has not the 5 figures of {tool}")));
         };
         Ok(serde_json::json!({
-            "tool": "ib_write_bw", "test": "bandwidth", "transport": "siw",
+            "tool": tool, "test": "bandwidth", "transport": "siw",
             "size": size, "msgs": iters,
             "mb_per_s": average * 1_048_576.0 / 1e6,
         }))
+    };
+    if test.starts_with("rdmalat-") {
+        lat("ib_write_lat", 2.0)
+    } else if test.starts_with("rdmabw-") {
+        bw("ib_write_bw")
+    } else if test.starts_with("rdmareadlat-") {
+        lat("ib_read_lat", 1.0)
+    } else if test.starts_with("rdmareadbw-") {
+        bw("ib_read_bw")
     } else {
         Err(bad("belongs to no RDMA measurement"))
     }
@@ -543,7 +555,7 @@ mod tests {
 
     #[test]
     fn perftest_results_are_rows_beside_qpip_perfs_and_make_the_rdma_lines() {
-        use super::super::lines::{RDMA_LAT_LINE, RDMA_LAT_TRIPWIRE_LINE};
+        use super::super::lines::{RDMA_LAT_LINE, RDMA_LAT_TRIPWIRE_LINE, RDMA_READ_LAT_LINE};
         let mut m = Measurements::with_rounds(3);
         // As ib_write_lat and ib_write_bw print them (tabs and all).
         let siw_lat = " 64      2000          220.67         13974.77      465.66   \t       1232.91     \t1783.99\t\t9610.70 \t\t13974.77";
@@ -569,6 +581,21 @@ mod tests {
                 perf(&lat(100.0 * k, 1.0, 1.0))
             ))
             .unwrap();
+            // ib_read_lat and ib_read_bw print the same columns.
+            m.take_line(&format!("@perftest.rdmareadlat-sk.{r}={siw_lat}"))
+                .unwrap();
+            m.take_line(&format!("@perftest.rdmareadbw-sk.{r}={siw_bw}"))
+                .unwrap();
+            m.take_line(&format!(
+                "@perf.rdmareadlat-qp.{r}={}",
+                perf(&lat(120.0 * k, 1.0, 1.0))
+            ))
+            .unwrap();
+            m.take_line(&format!(
+                "@perf.rdmareadbw-qp.{r}={}",
+                perf(&bw(65536, 400.0 * k))
+            ))
+            .unwrap();
         }
         let row = m.rounds[0].row("rdmalat-sk", None).unwrap();
         assert_eq!(row["rtt_us"]["p50"].as_f64(), Some(931.32));
@@ -580,6 +607,17 @@ mod tests {
         let lat_line = l.iter().find(|l| l.what == RDMA_LAT_LINE).unwrap();
         assert_eq!(lat_line.qp, [Some(400.0), Some(800.0), Some(1200.0)]);
         assert!(close(lat_line.gain().unwrap(), 931.32 / 800.0));
+        // A Read's latency is perftest's whole round trip, not doubled.
+        let read_row = m.rounds[0].row("rdmareadlat-sk", None).unwrap();
+        assert_eq!(read_row["rtt_us"]["p50"].as_f64(), Some(465.66));
+        assert_eq!(read_row["tool"], "ib_read_lat");
+        let read_line = l.iter().find(|l| l.what == RDMA_READ_LAT_LINE).unwrap();
+        assert!(close(read_line.gain().unwrap(), 465.66 / 240.0));
+        let read_bw = l
+            .iter()
+            .find(|l| l.what == "RDMA Read bandwidth, 64 KiB messages (qpip vs siw)")
+            .unwrap();
+        assert!(close(read_bw.gain().unwrap(), 800.0 / (4.78 * 1.048576)));
         // The tripwire ping-pong against the same siw figures.
         let tw_line = l.iter().find(|l| l.what == RDMA_LAT_TRIPWIRE_LINE).unwrap();
         assert_eq!(tw_line.qp, [Some(100.0), Some(200.0), Some(300.0)]);

@@ -87,17 +87,21 @@ pub(super) fn notes(lines: &[Line]) -> Vec<String> {
                 .to_string(),
         );
     }
-    if lines.iter().any(|l| l.what.starts_with("RDMA Write")) {
+    if lines.iter().any(|l| l.what.starts_with("RDMA ")) {
         v.push(
-            "RDMA Write (qpip vs siw): on these lines the QP column is qpip's iWARP QPs \
-             (qpip-perf --rdma write) and the sockets column the guest kernel's soft-iWARP, \
-             siw over virtio-net (perftest's ib_write_lat and ib_write_bw, -R); the same two \
-             guests, the same tests. Latency: a ping-pong of RDMA Writes, each end spinning \
+            "RDMA (qpip vs siw): on these lines the QP column is qpip's iWARP QPs \
+             (qpip-perf --rdma) and the sockets column the guest kernel's soft-iWARP, siw \
+             over virtio-net (perftest's ib_write_lat, ib_write_bw, ib_read_lat and \
+             ib_read_bw, -R); the same two guests, the same tests. Latency: a ping-pong of RDMA Writes, each end spinning \
              on the last byte of the buffer the other writes into, the median round trip \
              (perftest's half round trip doubled); \"on tripwires\": qpip's ends sleep \
              instead, each on a tripwire on that byte, woken by the device's interrupt \
              (qpip-perf --tripwire) — spinning guests keep the host's CPUs from qpipd, \
-             which moves every Write, while siw runs inside the guest that spins. Bandwidth: Writes back to back, 64 in \
+             which moves every Write, while siw runs inside the guest that spins. \
+             RDMA Read: one Read at a time from post to completion, qpip asleep until the \
+             completion's interrupt (qpip-perf --rdma read), siw polling its CQ (ib_read_lat, \
+             whole round trips); bandwidth: Reads back to back, 16 outstanding on both \
+             (the ORD; ib_read_bw -o 16). Bandwidth: Writes back to back, 64 in \
              flight, from the first post to the last completion (perftest's MiB/s in 10^6 \
              bytes)."
                 .to_string(),
