@@ -745,7 +745,8 @@ mod tests {
             siw[5].trim(),
             "siw_serve rdmabw-sk.2 18520 ib_write_bw -R -F --ipv6-addr -p 18520 -s 65536 -n 256 -t 64"
         );
-        assert!(a.contains("await siw-ready.rdmabw-sk.2 180\nib_write_bw -R -F --ipv6-addr -p 18520 -s 65536 -n 256 -t 64 fd51:5050::2:2 > /tmp/pt.out"), "{a}");
+        assert!(a.contains("await siw-ready.rdmabw-sk.2 180\n"), "{a}");
+        assert!(a.contains("until ib_write_bw -R -F --ipv6-addr -p 18520 -s 65536 -n 256 -t 64 fd51:5050::2:2 > /tmp/pt.out"), "{a}");
         // Reads: one at a time and back to back, 16 outstanding on both.
         assert_eq!(
             siw[2].trim(),

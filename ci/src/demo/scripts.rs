@@ -190,13 +190,18 @@ pub fn guest_b(plan: &Plan) -> String {
 qpip-perf -s --rdma write --port {PERF_RDMA_PORT} > /tmp/perf-rdma 2>&1 &
 # siw_serve STEP PORT CMD...: a perftest server for guest a's step STEP, listening on PORT
 # (rdma_cm over siw listens with a kernel TCP socket); says so in /lab/siw-ready.STEP.
+# siw now and then refuses a connection its listener should take, and guest a's client
+# then tries again: a server that ended without a result is started again (3 times).
 siw_serve() {{
     s=$1; port=$2; shift 2
-    "$@" > /tmp/siw-$s 2>&1 &
-    p=$!
-    until_true 60 listening $port || bfail $s "$1 -p $port is not listening: $(oneline /tmp/siw-$s)"
-    touch /lab/siw-ready.$s
-    wait $p
+    for try in 1 2 3; do
+        "$@" >> /tmp/siw-$s 2>&1 &
+        p=$!
+        until_true 60 listening $port || bfail $s "$1 -p $port is not listening: $(oneline /tmp/siw-$s)"
+        touch /lab/siw-ready.$s
+        wait $p
+        grep -q '#bytes' /tmp/siw-$s && return 0
+    done
 }}
 "#
             ),
@@ -479,7 +484,13 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
             let tool = cmd.split(' ').next().unwrap_or_default();
             format!(
                 r#"await siw-ready.{id} 180
-{cmd} {addr} > /tmp/pt.out 2>&1 || fail "{tool} failed: $(tail -n 4 /tmp/pt.out | tr '\n' ' ')"
+# siw may refuse the connection (guest b then starts its server again): up to 3 tries.
+try=1
+until {cmd} {addr} > /tmp/pt.out 2>&1; do
+    [ $try -lt 3 ] || fail "{tool} failed $try times: $(tail -n 4 /tmp/pt.out | tr '\n' ' ')"
+    echo "{tool} failed (try $try), again in 3 s: $(tail -n 2 /tmp/pt.out | tr '\n' ' ')" >&2
+    try=$((try + 1)); sleep 3
+done
 line=$(awk '/#bytes/ {{ getline; print; exit }}' /tmp/pt.out)
 [ -n "$line" ] || fail "{tool} printed no result: $(tail -n 4 /tmp/pt.out | tr '\n' ' ')"
 echo "@perftest.{id}=$line"
