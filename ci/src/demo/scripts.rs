@@ -191,7 +191,8 @@ qpip-perf -s --rdma write --port {PERF_RDMA_PORT} > /tmp/perf-rdma 2>&1 &
 # siw_serve STEP PORT CMD...: a perftest server for guest a's step STEP, listening on PORT
 # (rdma_cm over siw listens with a kernel TCP socket); says so in /lab/siw-ready.STEP.
 # siw now and then refuses a connection its listener should take, and guest a's client
-# then tries again: a server that ended without a result is started again (3 times).
+# then tries again: a server that failed is started again (3 times; one that ended well
+# served its test, whether or not it prints a result: ib_read_lat's side does not).
 siw_serve() {{
     s=$1; port=$2; shift 2
     for try in 1 2 3; do
@@ -199,8 +200,7 @@ siw_serve() {{
         p=$!
         until_true 60 listening $port || bfail $s "$1 -p $port is not listening: $(oneline /tmp/siw-$s)"
         touch /lab/siw-ready.$s
-        wait $p
-        grep -q '#bytes' /tmp/siw-$s && return 0
+        wait $p && return 0
     done
 }}
 "#
