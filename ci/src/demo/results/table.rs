@@ -97,13 +97,12 @@ pub(super) fn notes(lines: &[Line]) -> Vec<String> {
              (perftest's half round trip doubled); \"on tripwires\": qpip's ends sleep \
              instead, each on a tripwire on that byte, woken by the device's interrupt \
              (qpip-perf --tripwire) — spinning guests keep the host's CPUs from qpipd, \
-             which moves every Write, while siw runs inside the guest that spins. \
-             RDMA Read: one Read at a time from post to completion, qpip asleep until the \
-             completion's interrupt (qpip-perf --rdma read), siw polling its CQ (ib_read_lat, \
-             whole round trips); bandwidth: Reads back to back, 16 outstanding on both \
-             (the ORD; ib_read_bw -o 16). Bandwidth: Writes back to back, 64 in \
+             which moves every Write, while siw runs inside the guest that spins. Bandwidth: Writes back to back, 64 in \
              flight, from the first post to the last completion (perftest's MiB/s in 10^6 \
-             bytes)."
+             bytes). RDMA Read: one Read at a time from post to completion, qpip asleep \
+             until the completion's interrupt (qpip-perf --rdma read), siw polling its CQ \
+             (ib_read_lat, whole round trips); bandwidth: Reads back to back, 16 \
+             outstanding on both (the ORD; ib_read_bw -o 16)."
                 .to_string(),
         );
     }
