@@ -40,7 +40,8 @@ fuzz_target!(|data: &[u8]| {
             );
             assert!(
                 (!q.tcp && q.framing == 0)
-                    || (q.tcp && (q.framing == FRAMING_MESSAGE || q.framing == FRAMING_STREAM)),
+                    || (q.tcp
+                        && [FRAMING_MESSAGE, FRAMING_STREAM, FRAMING_IWARP].contains(&q.framing)),
                 "QP type/framing accepted: {q:?}"
             );
         }
