@@ -185,6 +185,8 @@ fn script(n: usize) -> String {
         s += &format!("await {0}.done.a && await {0}.done.b\n", r.tag);
     }
     s += "touch /lab/all-done.$QPIP_GUEST_NAME\n";
+    // Up until the host has stopped its capture: its marker is a ping to guest a.
+    s += "lab-wait host-done 300\n";
     s
 }
 
@@ -361,6 +363,8 @@ run() { t=$1; shift; "$@" 2>&1 | sed -n "s/^@/@$t./p"; }
         }
     }
     s += "touch /lab/done.$QPIP_GUEST_NAME\n";
+    // Up until the host has stopped its capture: its marker is a ping to guest a.
+    s += "lab-wait host-done 300\n";
     s
 }
 

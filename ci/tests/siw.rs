@@ -208,6 +208,8 @@ t0=$(cut -d' ' -f1 /proc/uptime)
 {bulk}settle
 kv bulk.seconds "$(awk -v t0=$t0 '{{ print $1 - t0 }}' /proc/uptime)"
 touch /lab/bulk-done.$QPIP_GUEST_NAME
+# Up until the host has stopped its capture: its marker is a ping to guest a.
+lab-wait host-done 300
 "#,
         golden = steps(n, &GOLDEN),
         bulk = steps(n, &BULK)

@@ -15,6 +15,11 @@ use std::time::{Duration, Instant};
 /// sends a marker frame after the guests are done (a ping from the host's address, which
 /// the capture filter lets in too), and dumpcap is stopped only once the marker is in the
 /// file: every frame before it is there too. The file then keeps only the ports' frames.
+///
+/// The marker is a ping to guest a's kernel address, so guest a must still be up when
+/// `stop` runs: scripts end with `lab-wait host-done`, which the lab writes once the host's
+/// side (and so `stop`) has returned. A guest gone takes its bridge port with it, and the
+/// ping never leaves the host.
 pub struct Capture {
     child: Option<Child>,
     raw: PathBuf,
@@ -109,7 +114,7 @@ impl Capture {
             }
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "no marker frame reached {} in 60 s",
+                    "no marker frame reached {} in 60 s (is guest a still up?)",
                     self.raw.display()
                 ));
             }
