@@ -26,6 +26,12 @@ pub const MAX_UDP_PAYLOAD: usize = 65535 - 8;
 /// Send WQEs one QP may execute before the others get a turn.
 const QP_BUDGET: u32 = 32;
 
+/// Frames one QP's datagrams may put on the link in a pass: as many as a receiving engine
+/// takes from its link per pass. Counting WQEs alone let a sender of 8 KiB datagrams (six
+/// fragments each) put three times what a receiver on the same engine thread takes into
+/// its switch port per pass, and the port's queue dropped the rest.
+const QP_FRAME_BUDGET: u64 = super::network::RX_BUDGET as u64;
+
 /// A datagram on its way to a receive queue.
 pub struct Datagram<'a> {
     pub src: Ipv6Addr,
@@ -60,7 +66,15 @@ impl Engine {
     /// Runs up to a budget of one QP's send work. Returns (made progress, has more work).
     fn process_qp(&mut self, mem: &GuestMemoryMmap, id: u32) -> (bool, bool) {
         let mut did = false;
+        let frames = |e: &Engine| {
+            let s = e.net.stack.stats();
+            s.tx_frames + s.looped
+        };
+        let frames0 = frames(self);
         for _ in 0..QP_BUDGET {
+            if frames(self) - frames0 >= QP_FRAME_BUDGET {
+                break;
+            }
             let Some(qp) = self.objects.qps.get(&id) else {
                 return (did, false);
             };

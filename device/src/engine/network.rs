@@ -20,7 +20,7 @@ use super::datapath::Datagram;
 use super::Engine;
 
 /// Frames taken from the link per pass before other work gets a turn.
-const RX_BUDGET: usize = 64;
+pub(super) const RX_BUDGET: usize = 64;
 
 /// `--net` and the options that go with it.
 #[derive(Debug, Clone)]
