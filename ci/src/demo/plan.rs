@@ -712,6 +712,34 @@ mod tests {
             .all(|s| !matches!(s.action, Action::Overhead { .. })));
     }
 
+    /// Every guest script the demo and the bench run is valid shell (`sh -n`), so a slip
+    /// in one is found here, not minutes into a run.
+    #[test]
+    fn the_guest_scripts_are_valid_shell() {
+        use std::io::Write;
+        for plan in [Plan::demo(), Plan::bench()] {
+            for script in [scripts::guest_a(&plan), scripts::guest_b(&plan)] {
+                let mut sh = std::process::Command::new("sh")
+                    .arg("-n")
+                    .stdin(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("sh");
+                sh.stdin
+                    .take()
+                    .unwrap()
+                    .write_all(script.as_bytes())
+                    .unwrap();
+                let out = sh.wait_with_output().unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}\n{script}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_bench_measures_rdma_writes_and_reads_on_qpip_and_on_siw_with_the_same_counts() {
         let plan = Plan::bench();
@@ -746,7 +774,10 @@ mod tests {
             "siw_serve rdmabw-sk.2 18520 ib_write_bw -R -F --ipv6-addr -p 18520 -s 65536 -n 256 -t 64"
         );
         assert!(a.contains("await siw-ready.rdmabw-sk.2 180\n"), "{a}");
-        assert!(a.contains("until ib_write_bw -R -F --ipv6-addr -p 18520 -s 65536 -n 256 -t 64 fd51:5050::2:2 > /tmp/pt.out"), "{a}");
+        assert!(a.contains("    timeout 120 ib_write_bw -R -F --ipv6-addr -p 18520 -s 65536 -n 256 -t 64 fd51:5050::2:2 > /tmp/pt.out"), "{a}");
+        // A stalled run ends on both sides: guest a says so, guest b stops its server.
+        assert!(a.contains("touch /lab/siw-stalled.rdmabw-sk.2;"), "{a}");
+        assert!(b.contains("until [ -e /lab/siw-stalled.$s ]"), "{b}");
         // Reads: one at a time and back to back, 16 outstanding on both.
         assert_eq!(
             siw[2].trim(),

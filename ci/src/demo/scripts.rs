@@ -127,6 +127,11 @@ fn perftest(plan: &Plan, test: Test, port: u16) -> String {
     }
 }
 
+/// How long one perftest run on siw may take, s (the longest takes a few seconds under
+/// TCG): siw has been seen to stall an `ib_read_bw` for good, and the bench must not wait
+/// for it past its round's limit. Guest a then tells guest b, which restarts its server.
+pub const PERFTEST_LIMIT_S: u32 = 120;
+
 /// RDMA Writes in flight in the bandwidth test, on both sides (qpip-perf's own default
 /// depth; perftest's `-t`).
 pub const RDMA_DEPTH: usize = 64;
@@ -190,9 +195,10 @@ pub fn guest_b(plan: &Plan) -> String {
 qpip-perf -s --rdma write --port {PERF_RDMA_PORT} > /tmp/perf-rdma 2>&1 &
 # siw_serve STEP PORT CMD...: a perftest server for guest a's step STEP, listening on PORT
 # (rdma_cm over siw listens with a kernel TCP socket); says so in /lab/siw-ready.STEP.
-# siw now and then refuses a connection its listener should take, and guest a's client
-# then tries again: a server that failed is started again (3 times; one that ended well
-# served its test, whether or not it prints a result: ib_read_lat's side does not).
+# siw now and then refuses a connection its listener should take, or stalls a test, and
+# guest a's client then tries again: a server that failed, or that guest a found stalled
+# (/lab/siw-stalled.STEP), is started again (3 times; one that ended well served its
+# test, whether or not it prints a result: ib_read_lat's side does not).
 siw_serve() {{
     s=$1; port=$2; shift 2
     for try in 1 2 3; do
@@ -200,6 +206,10 @@ siw_serve() {{
         p=$!
         until_true 60 listening $port || bfail $s "$1 -p $port is not listening: $(oneline /tmp/siw-$s)"
         touch /lab/siw-ready.$s
+        (
+            until [ -e /lab/siw-stalled.$s ] || ! kill -0 $p 2>/dev/null; do sleep 1; done
+            [ -e /lab/siw-stalled.$s ] && rm -f /lab/siw-stalled.$s && kill $p 2>/dev/null
+        ) &
         wait $p && return 0
     done
 }}
@@ -484,12 +494,20 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
             let tool = cmd.split(' ').next().unwrap_or_default();
             format!(
                 r#"await siw-ready.{id} 180
-# siw may refuse the connection (guest b then starts its server again): up to 3 tries.
+# siw may refuse the connection or stall (guest b then starts its server again): up to 3
+# tries, each of at most {PERFTEST_LIMIT_S} s; after a stall, until b's server is back.
 try=1
-until {cmd} {addr} > /tmp/pt.out 2>&1; do
+while :; do
+    pt0=$(cut -d. -f1 /proc/uptime)
+    timeout {PERFTEST_LIMIT_S} {cmd} {addr} > /tmp/pt.out 2>&1 && break
     [ $try -lt 3 ] || fail "{tool} failed $try times: $(tail -n 4 /tmp/pt.out | tr '\n' ' ')"
-    echo "{tool} failed (try $try), again in 3 s: $(tail -n 2 /tmp/pt.out | tr '\n' ' ')" >&2
-    try=$((try + 1)); sleep 3
+    pause=3
+    if [ $(cut -d. -f1 /proc/uptime) -ge $((pt0 + {PERFTEST_LIMIT_S})) ]; then
+        # Stalled: guest b stops its server and starts it again.
+        touch /lab/siw-stalled.{id}; pause=20
+    fi
+    echo "{tool} failed (try $try), again in $pause s: $(tail -n 2 /tmp/pt.out | tr '\n' ' ')" >&2
+    try=$((try + 1)); sleep $pause
 done
 line=$(awk '/#bytes/ {{ getline; print; exit }}' /tmp/pt.out)
 [ -n "$line" ] || fail "{tool} printed no result: $(tail -n 4 /tmp/pt.out | tr '\n' ' ')"
