@@ -14,7 +14,9 @@
 //! transport: **latency** — a 1-byte message echoed by the server, `--iters` round trips
 //! (after a tenth as many unmeasured), percentiles of the round-trip time; **bandwidth**
 //! — messages of each `--sizes` size sent back to back, `--bytes` per size, the rate at
-//! which the server received them (UDP: what arrived; the loss is reported). Each test
+//! which the server received them (UDP: what arrived; the loss is reported; a QP server
+//! takes a UDP stream busy-polling its CQ, a socket server blocking in `recv`, see
+//! `Link::set_spin`). Each test
 //! stops early after `--duration` seconds. CPU is the process CPU time (user + system,
 //! `getrusage`, so the software provider's engine thread counts) over a test, per
 //! message (latency: per round trip), on the client and as the server reports it.

@@ -313,8 +313,14 @@ fn serve_udp(mut link: Box<dyn Link + Send>) {
                 before = link.counters();
                 (lat, bytes, msgs, cpu0) = (h.lat, 0, 0, cpu_ns());
                 busy = BusyMark::new(if h.lat { h.warmup } else { 0 });
+                // A stream of datagrams is taken busy-polling (on QPs; sockets block, see
+                // `SockLink`): a receiver that sleeps whenever it has caught up falls
+                // behind a sender that never sleeps while it waits to be woken and
+                // scheduled again.
+                link.set_spin(!h.lat);
                 Some("QPIPPERF OK".to_string())
             } else if text == "QPIPPERF end" {
+                link.set_spin(false);
                 let busy_us = busy.since();
                 let cpu = cpu_ns() - cpu0;
                 Some(done_line(bytes, msgs, cpu, busy_us, grown(&*link, &before)))
@@ -616,6 +622,116 @@ fn udp_test(link: &mut dyn Link, a: &Args, lat: bool, size: usize) -> io::Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the server did with a [`Scripted`] link.
+    #[derive(Default)]
+    struct Log {
+        /// `set_spin` calls, whether the link was spinning as each datagram came, and the
+        /// replies sent.
+        spin: Vec<bool>,
+        spinning_at: Vec<bool>,
+        sent: Vec<String>,
+        now: bool,
+    }
+
+    /// A UDP link that delivers `incoming` datagrams in turn, then fails (which ends
+    /// `serve_udp`).
+    struct Scripted {
+        incoming: std::collections::VecDeque<Vec<u8>>,
+        held: Vec<u8>,
+        log: std::sync::Arc<std::sync::Mutex<Log>>,
+    }
+
+    impl Link for Scripted {
+        fn send(&mut self, data: &[u8]) -> io::Result<()> {
+            let line = String::from_utf8_lossy(data).into();
+            self.log.lock().unwrap().sent.push(line);
+            Ok(())
+        }
+        fn prepare(&mut self, _: usize) -> io::Result<()> {
+            Ok(())
+        }
+        fn send_pattern(&mut self, _: usize) -> io::Result<()> {
+            Ok(())
+        }
+        fn recv(
+            &mut self,
+            _: &mut [u8],
+            _: Option<Duration>,
+        ) -> io::Result<Option<(usize, Option<SocketAddrV6>)>> {
+            unreachable!("the UDP server holds")
+        }
+        fn hold(
+            &mut self,
+            _: Option<Duration>,
+        ) -> io::Result<Option<(usize, Option<SocketAddrV6>)>> {
+            let d = self
+                .incoming
+                .pop_front()
+                .ok_or_else(|| io::Error::other("end of script"))?;
+            let mut log = self.log.lock().unwrap();
+            let now = log.now;
+            log.spinning_at.push(now);
+            let n = d.len();
+            self.held = d;
+            Ok(Some((
+                n,
+                Some(SocketAddrV6::new(Ipv6Addr::LOCALHOST, 9, 0, 0)),
+            )))
+        }
+        fn held(&self) -> &[u8] {
+            &self.held
+        }
+        fn release(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+        fn echo(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+        fn set_peer(&mut self, _: SocketAddrV6) {}
+        fn close_write(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+        fn finish(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+        fn counters(&self) -> Option<Counters> {
+            None
+        }
+        fn set_spin(&mut self, spin: bool) {
+            let mut log = self.log.lock().unwrap();
+            log.spin.push(spin);
+            log.now = spin;
+        }
+    }
+
+    #[test]
+    fn the_udp_server_busy_polls_through_a_bandwidth_test_only() {
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Log::default()));
+        let script = [
+            hello_line(true, 1, 0).into_bytes(),
+            vec![0x5a],
+            b"QPIPPERF end".to_vec(),
+            hello_line(false, 1024, 0).into_bytes(),
+            vec![0x5a; 1024],
+            vec![0x5a; 1024],
+            b"QPIPPERF end".to_vec(),
+        ];
+        serve_udp(Box::new(Scripted {
+            incoming: script.into_iter().collect(),
+            held: Vec::new(),
+            log: log.clone(),
+        }));
+        let log = log.lock().unwrap();
+        // Latency: no spinning; bandwidth: on at its hello, off at its end.
+        assert_eq!(log.spin, [false, false, true, false]);
+        assert_eq!(
+            log.spinning_at,
+            [false, false, false, false, true, true, true]
+        );
+        let done = log.sent.iter().filter(|l| l.starts_with("QPIPPERF DONE"));
+        assert_eq!(done.count(), 2, "{:?}", log.sent);
+    }
 
     #[test]
     fn hello_and_done_lines_parse() {
