@@ -582,10 +582,38 @@ impl Engine {
             let head = self.iwarp(id).and_then(|iw| iw.tx.wrs.pop_front());
             if let Some(w) = head {
                 self.post_cqe(mem, send_cq, failed(w.wr_id, id, w.op, status, detail));
+            } else if let Some((wr_id, op)) = self.take_next_send(mem, id) {
+                // Every WR taken is complete (a Write completes once acknowledged, which
+                // may be before its verdict): the next one still in the ring takes the
+                // error, so that it is always the first WR not completed, however far the
+                // engine had got through the ring when the Terminate came.
+                self.post_cqe(mem, send_cq, failed(wr_id, id, op, status, detail));
             }
         }
         self.iwarp_close(id, conn);
         self.iwarp_error(mem, id);
+    }
+
+    /// Takes the next WR of QP `id`'s send ring, if the guest has posted one: its tag and
+    /// completion opcode (a malformed WQE's tag, as a Send).
+    fn take_next_send(&mut self, mem: &GuestMemoryMmap, id: u32) -> Option<(u64, u8)> {
+        self.read_qp_doorbell(mem, id);
+        let qp = self.objects.qps.get(&id)?;
+        if qp.sq_head == qp.sq_tail {
+            return None;
+        }
+        let raw = self.take_wqe(mem, id, true)?;
+        Some(match decode::send_wqe(&raw) {
+            Ok(wr) => (
+                wr.wr_id,
+                match wr.opcode {
+                    WQE_OP_RDMA_WRITE => CQE_OP_RDMA_WRITE,
+                    WQE_OP_RDMA_READ => CQE_OP_RDMA_READ,
+                    _ => CQE_OP_SEND,
+                },
+            ),
+            Err(e) => (e.wr_id, CQE_OP_SEND),
+        })
     }
 
     /// Ends our direction of an iWARP QP's connection after what is queued (a reject
