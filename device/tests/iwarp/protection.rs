@@ -221,3 +221,41 @@ fn forbidden_remote_access_ends_in_a_terminate_and_errors_on_both_sides() {
         assert_eq!(seen, want, "{what}");
     }
 }
+
+/// After a Terminate the side that sent it may still CLOSE its QP and learn when the
+/// close is done (its FIN, after the Terminate, acknowledged): an application that waits
+/// for that before destroying the QP knows the peer got the Terminate. (Destroyed sooner,
+/// the connection is reset, and a Terminate still unacknowledged is lost with it.)
+#[test]
+fn the_side_that_sent_a_terminate_can_close_and_wait_for_it() {
+    let (mut g, s, c) = guest();
+    let (se, mut ce) = connected(&mut g, s, c, 7290);
+    let (target, mr) = region(&mut g, s, 4096, MR_ACCESS_REMOTE_READ, 0x5a);
+    let sge = Sge {
+        addr: ce.buf.iova,
+        length: 64,
+        lkey: ce.mr.lkey,
+    };
+    g.post_send(
+        &mut ce.qp,
+        &[rdma_wqe(WQE_OP_RDMA_WRITE, 1, target.iova, mr.rkey, &[sge])],
+    );
+    g.wait_cqe(&mut ce.scq);
+    // The server's QP sent the Terminate and is in the error state.
+    let si = g.query_conn(s, se.qp.id).unwrap();
+    assert_ne!(si.terminate, 0, "no Terminate sent");
+    let cmd = g.submit_close(s, se.qp.id);
+    let done = g.admin_wait_done(cmd);
+    assert_eq!(
+        done.status,
+        ADMIN_STATUS_OK,
+        "CLOSE after a Terminate: {}",
+        admin_status_name(done.status)
+    );
+    let ci = g.query_conn(c, ce.qp.id).unwrap();
+    assert_ne!(
+        ci.flags & CONN_INFO_TERMINATE_RECEIVED,
+        0,
+        "the client got it"
+    );
+}
