@@ -273,11 +273,7 @@ impl Engine {
                     continue;
                 }
             };
-            let op = match wr.opcode {
-                WQE_OP_RDMA_WRITE => CQE_OP_RDMA_WRITE,
-                WQE_OP_RDMA_READ => CQE_OP_RDMA_READ,
-                _ => CQE_OP_SEND,
-            };
+            let op = completion_op(wr.opcode);
             // Immediate data only after a Write (WQE_FLAG_IMM) on a connection that agreed
             // to RFC 7306; a Read on a connection that allows none cannot go.
             let (ord, immediate) = self
@@ -604,14 +600,7 @@ impl Engine {
         }
         let raw = self.take_wqe(mem, id, true)?;
         Some(match decode::send_wqe(&raw) {
-            Ok(wr) => (
-                wr.wr_id,
-                match wr.opcode {
-                    WQE_OP_RDMA_WRITE => CQE_OP_RDMA_WRITE,
-                    WQE_OP_RDMA_READ => CQE_OP_RDMA_READ,
-                    _ => CQE_OP_SEND,
-                },
-            ),
+            Ok(wr) => (wr.wr_id, completion_op(wr.opcode)),
             Err(e) => (e.wr_id, CQE_OP_SEND),
         })
     }
@@ -685,5 +674,14 @@ impl Engine {
             .tcp_qp(id)
             .and_then(|t| t.iwarp.as_deref())
             .is_some_and(|iw| iw.phase() == Phase::Over)
+    }
+}
+
+/// The completion opcode of a send WQE's opcode (a Send of any kind completes as a Send).
+fn completion_op(wqe_opcode: u8) -> u8 {
+    match wqe_opcode {
+        WQE_OP_RDMA_WRITE => CQE_OP_RDMA_WRITE,
+        WQE_OP_RDMA_READ => CQE_OP_RDMA_READ,
+        _ => CQE_OP_SEND,
     }
 }
