@@ -341,18 +341,7 @@ impl Engine {
             },
             R::Close => match self.objects.qp_in(ctx, h) {
                 None => Err(ADMIN_STATUS_BAD_HANDLE),
-                // An iWARP QP in the error state may still close: after a Terminate its
-                // connection is closing, and the CLOSE completes once the Terminate and
-                // the FIN are acknowledged, so that an application that waits for it
-                // before destroying the QP never resets a Terminate away.
-                Some(qp)
-                    if !qp.is_tcp()
-                        || qp.state != QpState::Ready
-                            && !(qp.state == QpState::Error
-                                && qp.tcp().is_some_and(|t| t.is_iwarp())) =>
-                {
-                    Err(ADMIN_STATUS_BAD_STATE)
-                }
+                Some(qp) if !qp.may_close() => Err(ADMIN_STATUS_BAD_STATE),
                 Some(_) => {
                     let pending = PendingCmd {
                         cmd_id: cmd.cmd_id,

@@ -113,6 +113,17 @@ impl Qp {
         matches!(self.kind, QpKind::Tcp(_))
     }
 
+    /// Whether CLOSE may be asked of it: a ready TCP QP, or an iWARP QP in the error state
+    /// (after a Terminate its connection is closing, and the CLOSE completes once the
+    /// Terminate and the FIN are acknowledged, so that an application that waits for it
+    /// before destroying the QP never resets a Terminate away).
+    pub fn may_close(&self) -> bool {
+        match self.state {
+            QpState::Ready => self.is_tcp(),
+            QpState::Error => self.tcp().is_some_and(|t| t.is_iwarp()),
+        }
+    }
+
     pub fn tcp(&self) -> Option<&TcpQp> {
         match &self.kind {
             QpKind::Tcp(t) => Some(t),

@@ -306,13 +306,6 @@ impl Engine {
         cmd: PendingCmd,
     ) -> Result<(), u16> {
         let t = self.objects.tcp_qp(qp).ok_or(ADMIN_STATUS_BAD_STATE)?;
-        if let (true, None, None, TcpRole::Connected) = (t.is_iwarp(), t.conn, t.close_cmd, t.role)
-        {
-            // An iWARP QP whose connection ended already (after a Terminate): there is
-            // nothing left to close, and the caller learns so at once.
-            self.finish_cmd(mem, cmd, ADMIN_STATUS_OK, (0, 0, 0));
-            return Ok(());
-        }
         let (Some(conn), None, TcpRole::Connected) = (t.conn, t.close_cmd, t.role) else {
             return Err(ADMIN_STATUS_BAD_STATE);
         };
