@@ -217,9 +217,9 @@ fn capture(host: &LabHost) -> Result<PathBuf, String> {
     Ok(file)
 }
 
-/// Frames of `pcap` that tshark finds malformed or in error, with MPA found by its
-/// heuristic on TCP; and how many frames carried iWARP at all.
-fn dissect(pcap: &std::path::Path) -> (String, usize) {
+/// Checks `pcap` as Wireshark's iWARP dissectors read it (MPA found by its heuristic on
+/// TCP): no frame malformed or in error, and more than `min_iwarp` frames carrying iWARP.
+fn assert_dissects_cleanly(pcap: &std::path::Path, min_iwarp: usize) {
     let run = |filter: &str| {
         // RPC-over-RDMA's heuristic takes any Send's payload for its own and reports a
         // 4-byte "done" as a malformed RPC message: not an iWARP frame's fault.
@@ -233,8 +233,17 @@ fn dissect(pcap: &std::path::Path) -> (String, usize) {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let bad = run("_ws.malformed || _ws.expert.severity == error");
+    assert!(
+        bad.is_empty(),
+        "tshark finds malformed or erroneous frames in {}:\n{bad}",
+        pcap.display()
+    );
     let iwarp = run("iwarp_ddp_rdmap").lines().count();
-    (bad, iwarp)
+    assert!(
+        iwarp > min_iwarp,
+        "only {iwarp} iWARP frames in {}",
+        pcap.display()
+    );
 }
 
 #[test]
@@ -303,17 +312,7 @@ fn qpip_rping_interoperates_with_rping_on_siw_both_ways() {
         .host
         .clone()
         .unwrap_or_else(|e| panic!("host side: {e}\n{}", ctx()));
-    let (bad, iwarp) = dissect(&pcap);
-    assert!(
-        bad.is_empty(),
-        "tshark finds malformed or erroneous frames in {}:\n{bad}",
-        pcap.display()
-    );
-    assert!(
-        iwarp > 1000,
-        "only {iwarp} iWARP frames in {}",
-        pcap.display()
-    );
+    assert_dissects_cleanly(&pcap, 1000);
 }
 
 // ---- qpip ⇄ qpip: RDMA under loss and reordering, and forbidden accesses ------------------
@@ -428,17 +427,7 @@ fn rdma_between_qpip_guests_under_loss_and_reordering_and_forbidden_accesses() {
         .unwrap_or_else(|e| panic!("host: {e}\n{}", ctx()));
     // Every frame of every run as Wireshark's iWARP dissectors read it: the transfer's
     // retransmissions and reordering, and each Terminate, well-formed.
-    let (bad, iwarp) = dissect(&pcap);
-    assert!(
-        bad.is_empty(),
-        "tshark finds malformed or erroneous frames in {}:\n{bad}",
-        pcap.display()
-    );
-    assert!(
-        iwarp > 500,
-        "only {iwarp} iWARP frames in {}",
-        pcap.display()
-    );
+    assert_dissects_cleanly(&pcap, 500);
     // The transfer: the same bytes on both ends, read back whole, the immediate data there.
     assert_eq!(a.get("xfer.cli.read_ok"), "1", "{}", ctx());
     assert_eq!(a.get("xfer.cli.sha"), b.get("xfer.srv.sha"), "{}", ctx());
