@@ -17,9 +17,12 @@ pub const CQE_SIZE: u32 = 64;
 
 /// The phase (bit 0 of `owner`) that marks the CQE of free-running index `index` as
 /// written, in a ring of `depth` entries (a power of two): 1 on even passes through the
-/// ring, 0 on odd ones. The device writes it; a consumer compares it.
+/// ring, 0 on odd ones. The device writes it; a consumer compares it. A shift, not a
+/// division: under TCG a guest's division is a call into the emulator, and a consumer
+/// computes this for every completion it polls.
 pub const fn phase(index: u32, depth: u32) -> u8 {
-    ((index / depth) & 1 ^ 1) as u8
+    debug_assert!(depth.is_power_of_two());
+    ((index >> depth.trailing_zeros()) & 1 ^ 1) as u8
 }
 
 /// A completion (64 bytes).

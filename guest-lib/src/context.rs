@@ -88,7 +88,7 @@ impl Context {
         Context::new(CtxImpl::Soft(soft), limits)
     }
 
-    fn new(imp: CtxImpl, limits: Limits) -> Result<Context> {
+    pub(crate) fn new(imp: CtxImpl, limits: Limits) -> Result<Context> {
         Ok(Context {
             inner: Arc::new(CtxInner {
                 imp,

@@ -226,7 +226,7 @@ pub(crate) struct Keep {
 }
 
 impl Keep {
-    fn add(&mut self, mr: &Arc<MrInner>) {
+    pub(crate) fn add(&mut self, mr: &Arc<MrInner>) {
         for slot in &mut self.regions {
             match slot {
                 Some(k) if Arc::ptr_eq(k, mr) => return,
@@ -251,48 +251,63 @@ pub(crate) struct Gather {
     pub total: usize,
 }
 
+/// Checks the number of entries of a request against `max_sge` (the device's, at most the
+/// WQE's room).
+pub(crate) fn check_sge_count(sges: &[Sge<'_>], max_sge: u32) -> Result<()> {
+    let max_sge = max_sge.min(MAX_SGE as u32);
+    if sges.len() > max_sge as usize {
+        return Err(Error::TooManySges {
+            given: sges.len(),
+            max: max_sge,
+        });
+    }
+    Ok(())
+}
+
+/// Checks one entry against `ctx` (its region is of this context, its range inside the
+/// region and describable in a WQE): the entry as providers use it.
+#[inline]
+pub(crate) fn check_sge(ctx: &Arc<CtxInner>, s: &Sge<'_>) -> Result<Seg> {
+    let mr = &s.mr.inner;
+    if !Arc::ptr_eq(&mr.ctx, ctx) {
+        return Err(Error::ForeignObject("the memory region"));
+    }
+    let end = s.offset.checked_add(s.len).filter(|&e| e <= mr.len);
+    let Some(_) = end else {
+        return Err(Error::OutOfBounds {
+            lkey: mr.lkey,
+            offset: s.offset,
+            end: s.offset.saturating_add(s.len),
+            size: mr.len,
+        });
+    };
+    // A length beyond u32 cannot be described in a WQE.
+    if s.len > u32::MAX as usize {
+        return Err(Error::InvalidArgument(format!(
+            "a scatter/gather entry of {} bytes (at most 4 GiB - 1)",
+            s.len
+        )));
+    }
+    Ok(Seg {
+        // SAFETY: offset <= len was checked just above, so the pointer stays inside (or
+        // one past the end of) the allocation.
+        addr: unsafe { mr.addr().add(s.offset) },
+        len: s.len,
+        lkey: mr.lkey,
+    })
+}
+
 impl Gather {
     /// Checks `sges` against `ctx` and `max_sge` and resolves them.
     pub(crate) fn resolve(ctx: &Arc<CtxInner>, sges: &[Sge<'_>], max_sge: u32) -> Result<Gather> {
-        let max_sge = max_sge.min(MAX_SGE as u32);
-        if sges.len() > max_sge as usize {
-            return Err(Error::TooManySges {
-                given: sges.len(),
-                max: max_sge,
-            });
-        }
+        check_sge_count(sges, max_sge)?;
         let mut g = Gather::default();
         for s in sges {
-            let mr = &s.mr.inner;
-            if !Arc::ptr_eq(&mr.ctx, ctx) {
-                return Err(Error::ForeignObject("the memory region"));
-            }
-            let end = s.offset.checked_add(s.len).filter(|&e| e <= mr.len);
-            let Some(_) = end else {
-                return Err(Error::OutOfBounds {
-                    lkey: mr.lkey,
-                    offset: s.offset,
-                    end: s.offset.saturating_add(s.len),
-                    size: mr.len,
-                });
-            };
-            // A length beyond u32 cannot be described in a WQE.
-            if s.len > u32::MAX as usize {
-                return Err(Error::InvalidArgument(format!(
-                    "a scatter/gather entry of {} bytes (at most 4 GiB - 1)",
-                    s.len
-                )));
-            }
-            g.segs.items[g.segs.len] = Seg {
-                // SAFETY: offset <= len was checked just above, so the pointer stays inside
-                // (or one past the end of) the allocation.
-                addr: unsafe { mr.addr().add(s.offset) },
-                len: s.len,
-                lkey: mr.lkey,
-            };
+            let seg = check_sge(ctx, s)?;
+            g.segs.items[g.segs.len] = seg;
             g.segs.len += 1;
             g.total += s.len;
-            g.keep.add(mr);
+            g.keep.add(&s.mr.inner);
         }
         Ok(g)
     }

@@ -156,20 +156,6 @@ impl<'a> SendWr<'a> {
     }
 }
 
-/// The checked form of a send. The device provider copies inline data into the WQE at
-/// once, so it takes the caller's bytes as they are; the software provider queues the
-/// request and so owns a copy ([`SendReq`]).
-pub(crate) struct SendRef<'a> {
-    pub wr_id: u64,
-    pub gather: Gather,
-    pub inline: Option<&'a [u8]>,
-    pub imm: u32,
-    pub dest: Option<SocketAddrV6>,
-    pub op: SendOp,
-    pub solicited: bool,
-    pub imm_set: bool,
-}
-
 /// A send the software provider keeps until its bytes are written.
 pub(crate) struct SendReq {
     pub wr_id: u64,
@@ -177,18 +163,6 @@ pub(crate) struct SendReq {
     pub inline: Option<Vec<u8>>,
     pub imm: u32,
     pub dest: Option<SocketAddrV6>,
-}
-
-impl SendRef<'_> {
-    pub(crate) fn into_owned(self) -> SendReq {
-        SendReq {
-            wr_id: self.wr_id,
-            gather: self.gather,
-            inline: self.inline.map(<[u8]>::to_vec),
-            imm: self.imm,
-            dest: self.dest,
-        }
-    }
 }
 
 impl SendReq {
@@ -379,40 +353,31 @@ impl Qp {
             }
             _ => {}
         }
-        let req = match wr.data {
-            SendData::Gather(sges) => SendRef {
-                wr_id: wr.wr_id,
-                gather: Gather::resolve(&self.inner.ctx, sges, lim.max_sge)?,
-                inline: None,
-                imm: wr.imm,
-                dest: wr.dest,
-                op: wr.op,
-                solicited: wr.solicited,
-                imm_set: wr.imm_set,
-            },
-            SendData::Inline(data) => {
-                if data.len() > lim.max_inline as usize {
-                    return Err(Error::InlineTooLong {
-                        len: data.len(),
-                        max: lim.max_inline,
-                    });
-                }
-                SendRef {
-                    wr_id: wr.wr_id,
-                    gather: Gather::default(),
-                    inline: Some(data),
-                    imm: wr.imm,
-                    dest: wr.dest,
-                    op: wr.op,
-                    solicited: wr.solicited,
-                    imm_set: wr.imm_set,
-                }
+        if let SendData::Inline(data) = wr.data {
+            if data.len() > lim.max_inline as usize {
+                return Err(Error::InlineTooLong {
+                    len: data.len(),
+                    max: lim.max_inline,
+                });
             }
-        };
-        match &self.inner.imp {
-            QpImpl::Device(q) => q.post_send(self.inner.ctx.dev(), req),
-            QpImpl::Soft(q) => q.post_send(req.into_owned()),
         }
+        let q = match &self.inner.imp {
+            // The device provider checks the entries as it writes them into the ring.
+            QpImpl::Device(q) => return q.post_send(&self.inner.ctx, wr),
+            QpImpl::Soft(q) => q,
+        };
+        // The software provider queues the request, so it owns a copy of inline bytes.
+        let (gather, inline) = match wr.data {
+            SendData::Gather(sges) => (Gather::resolve(&self.inner.ctx, sges, lim.max_sge)?, None),
+            SendData::Inline(data) => (Gather::default(), Some(data.to_vec())),
+        };
+        q.post_send(SendReq {
+            wr_id: wr.wr_id,
+            gather,
+            inline,
+            imm: wr.imm,
+            dest: wr.dest,
+        })
     }
 
     /// Posts a receive buffer made of `sges` (filled in order), tagged `wr_id`.
@@ -432,25 +397,16 @@ impl Qp {
     {
         let max_sge = self.inner.ctx.limits.max_sge;
         let mut posted = 0;
-        let mut failed = None;
-        let reqs = wrs.into_iter().map_while(|(wr_id, sges)| {
-            match Gather::resolve(&self.inner.ctx, sges, max_sge) {
-                Ok(gather) => Some(RecvReq { wr_id, gather }),
-                Err(e) => {
-                    failed = Some(e);
-                    None
-                }
-            }
-        });
         let r = match &self.inner.imp {
-            QpImpl::Device(q) => q.post_recvs(self.inner.ctx.dev(), reqs, &mut posted),
-            QpImpl::Soft(q) => reqs.into_iter().try_for_each(|req| {
-                q.post_recv(req)?;
+            QpImpl::Device(q) => q.post_recvs(&self.inner.ctx, wrs, &mut posted),
+            QpImpl::Soft(q) => wrs.into_iter().try_for_each(|(wr_id, sges)| {
+                let gather = Gather::resolve(&self.inner.ctx, sges, max_sge)?;
+                q.post_recv(RecvReq { wr_id, gather })?;
                 posted += 1;
                 Ok(())
             }),
         };
-        match r.err().or(failed) {
+        match r.err() {
             Some(e) if posted == 0 => Err(e),
             // Some went: say how many; the caller posts the rest again later.
             _ => Ok(posted),

@@ -225,30 +225,42 @@ impl Completion {
             cqe::CQE_OP_TRIPWIRE => Opcode::Tripwire,
             _ => Opcode::Send,
         };
-        let ok = c.status == cqe::CQE_STATUS_SUCCESS;
-        let solicited = ok && c.detail == cqe::CQE_DETAIL_SOLICITED;
-        let src = (udp_src && opcode == Opcode::Recv && c.status == cqe::CQE_STATUS_SUCCESS)
-            .then(|| SocketAddrV6::new(Ipv6Addr::from(c.src_addr), c.src_port, 0, 0));
-        Completion {
+        let mut out = Completion {
             wr_id: c.wr_id,
             qp: c.qp,
             opcode,
-            status: Status::from_raw(c.status),
-            detail: if solicited {
-                Detail::None
-            } else {
-                Detail::from_raw(c.detail)
-            },
+            status: Status::Success,
+            detail: Detail::None,
             byte_len: c.byte_len,
             imm: c.imm_data,
-            src,
-            solicited,
-            addr: if opcode == Opcode::Tripwire {
-                u64::from_le_bytes(c.src_addr[..8].try_into().expect("8 bytes"))
-            } else {
-                0
-            },
+            src: None,
+            solicited: false,
+            addr: 0,
+        };
+        // The common case, a success with nothing to add, is done: what follows is for the
+        // rest (polled for every completion, so the plain case decodes nothing more).
+        if c.status == cqe::CQE_STATUS_SUCCESS {
+            if udp_src && opcode == Opcode::Recv {
+                out.src = Some(SocketAddrV6::new(
+                    Ipv6Addr::from(c.src_addr),
+                    c.src_port,
+                    0,
+                    0,
+                ));
+            }
+            if c.detail == cqe::CQE_DETAIL_SOLICITED {
+                out.solicited = true;
+            } else if c.detail != cqe::CQE_DETAIL_NONE {
+                out.detail = Detail::from_raw(c.detail);
+            }
+        } else {
+            out.status = Status::from_raw(c.status);
+            out.detail = Detail::from_raw(c.detail);
         }
+        if opcode == Opcode::Tripwire {
+            out.addr = u64::from_le_bytes(c.src_addr[..8].try_into().expect("8 bytes"));
+        }
+        out
     }
 }
 

@@ -21,8 +21,9 @@
 //!
 //! Every timed interval is the clock read before and after the calls, less what reading the
 //! clock twice costs by itself (the median of 2000 empty intervals measured at the start,
-//! `clock_ns` in the JSON): QPs time three intervals per message (the posts and two polls),
-//! sockets two or more (the send and each `recv`), so the clock's own cost would otherwise
+//! `clock_ns` in the JSON): QPs time four intervals per message (each post and each poll,
+//! also given apart in the JSON: `post_recv_ns`, `post_send_ns`, `send_poll_ns`,
+//! `recv_poll_ns`), sockets two or more (the send and each `recv`), so the clock's own cost would otherwise
 //! weigh on the two sides differently.
 //!
 //! Between the timed calls the program sleeps (1 ms), untimed, so the device or the kernel
@@ -102,6 +103,9 @@ struct Samples {
     quiet: Vec<Duration>,
     /// Messages left out: a completion or the data was not there after the settle time.
     late: u64,
+    /// QPs only: each call's own time, per message, in the order of [`Samples::PARTS`]
+    /// (the breakdown of `total`, to see which call a change moved).
+    parts: [Vec<Duration>; 4],
 }
 
 fn median(v: &[Duration]) -> Option<u128> {
@@ -111,6 +115,9 @@ fn median(v: &[Duration]) -> Option<u128> {
 }
 
 impl Samples {
+    /// The calls of a QP's message, as [`Samples::parts`] holds them (JSON `<name>_ns`).
+    const PARTS: [&'static str; 4] = ["post_recv", "post_send", "send_poll", "recv_poll"];
+
     /// Names of the figures of a row, in the order [`Samples::figures`] gives them.
     const NAMES: [&'static str; 9] = [
         "messages",
@@ -145,6 +152,13 @@ impl Samples {
             .iter()
             .zip(&f)
             .map(|(k, v)| format!("\"{k}\":{v}"))
+            .chain(
+                Self::PARTS
+                    .iter()
+                    .zip(&self.parts)
+                    .filter(|(_, v)| !v.is_empty())
+                    .map(|(k, v)| format!("\"{k}_ns\":{}", median(v).unwrap_or(0))),
+            )
             .collect();
         format!("{{\"test\":\"{name}\",{}}}", fields.join(","))
     }
@@ -232,6 +246,8 @@ fn qp_messages(ctx: &Context, p: Pair<'_>, n: usize, size: usize) -> R<Samples> 
         let k0 = ctx.kicks();
         let t0 = Instant::now();
         q(b.post_recv(i, &[rbuf.sge_all()]), "post_recv")?;
+        let posted_recv = since(t0);
+        let t1 = Instant::now();
         let sges = [sbuf.sge_all()];
         let wr = SendWr::new(i, &sges);
         let wr = match to {
@@ -239,7 +255,8 @@ fn qp_messages(ctx: &Context, p: Pair<'_>, n: usize, size: usize) -> R<Samples> 
             None => wr,
         };
         q(a.post_send(&wr), "post_send")?;
-        let send = since(t0);
+        let posted_send = since(t1);
+        let send = posted_recv + posted_send;
         let kicked = ctx.kicks() != k0;
         unreaped += 1;
         settle();
@@ -262,6 +279,9 @@ fn qp_messages(ctx: &Context, p: Pair<'_>, n: usize, size: usize) -> R<Samples> 
                 s.total.push(total);
                 s.send.push(send + p1);
                 s.recv.push(p2);
+                for (v, t) in s.parts.iter_mut().zip([posted_recv, posted_send, p1, p2]) {
+                    v.push(t);
+                }
                 if kicked {
                     s.kicked.push(total);
                 } else {
@@ -509,6 +529,7 @@ mod tests {
             kicked: vec![us(3)],
             quiet: vec![us(1), us(2)],
             late: 4,
+            parts: Default::default(),
         }
     }
 
@@ -524,6 +545,11 @@ mod tests {
             sample().row("qp-udp"),
             "qp-udp              3       2.00       1.00       1.00        1       3.00        2       2.00      4"
         );
+        let mut parts = sample();
+        parts.parts[1] = vec![Duration::from_micros(5)];
+        assert!(parts
+            .json("qp-udp")
+            .ends_with("\"late\":4,\"post_send_ns\":5000}"));
         let none = Samples::default();
         assert!(none.json("x").contains("\"quiet_ns\":null"));
         assert!(none.row("x").ends_with("         -      0"));

@@ -2,6 +2,8 @@
 //! data path, the rings and the doorbell page mapped into the process — no system call per
 //! work request or completion (`abi/src/uapi.rs`, `abi/src/doorbell.rs`, `docs/device.md`).
 
+#[cfg(test)]
+mod public_bench;
 mod sys;
 
 use std::collections::{HashMap, VecDeque};
@@ -30,11 +32,12 @@ use qpip_abi::wqe::{
 };
 use zerocopy::{FromZeros, IntoBytes};
 
+use crate::context::CtxInner;
 use crate::cq::{CqImpl, CqInner};
 use crate::error::{Error, Result};
 use crate::iwarp::{ConnInfo, Mpa};
-use crate::mr::{Keep, Seg};
-use crate::qp::{QpInit, RecvReq, SendOp, SendRef};
+use crate::mr::{check_sge, check_sge_count, Keep, Sge};
+use crate::qp::{QpInit, SendData, SendOp, SendWr};
 use crate::types::{Completion, Event, Framing, Limits, QpKind};
 use sys::{ioctl, Mapping};
 
@@ -331,16 +334,19 @@ impl WorkQueue {
         }
     }
 
-    /// Writes the request's WQE into the next slot of `ring` (`wqe` with its header, then
-    /// `body` at the SGE offset) and keeps its regions; returns the new producer index for
-    /// the doorbell, or QueueFull. The WQE is built in place: nothing is copied twice.
+    /// Writes the request's WQE into the next slot of `ring` — its entries checked against
+    /// `ctx` and written straight into the slot, or its inline bytes, then `wqe`, its
+    /// header — and keeps its regions; returns the new producer index for the doorbell.
+    /// Fails with nothing posted when the queue is full or an entry is bad (the slot is
+    /// not the device's until the doorbell). Nothing is built twice or copied on the way:
+    /// under TCG every instruction of this path is a guest's.
     fn push(
         &mut self,
         qp: u32,
         ring: &Mapping,
-        wqe: Wqe,
+        ctx: &Arc<CtxInner>,
+        mut h: Wqe,
         body: WqeBody<'_>,
-        keep: Keep,
     ) -> Result<u32> {
         if self.out.len() >= self.depth as usize {
             return Err(Error::QueueFull {
@@ -349,12 +355,44 @@ impl WorkQueue {
                 depth: self.depth,
             });
         }
-        write_wqe(
-            ring,
-            (self.tail % self.depth) as usize * WQE_SIZE as usize,
-            wqe,
-            body,
-        );
+        // Depths are powers of two (the driver refuses others): a mask, not a division.
+        let at = (self.tail & (self.depth - 1)) as usize * WQE_SIZE as usize;
+        let dst = ring.at(at);
+        // The last byte of the slot must be inside the ring too.
+        let _ = ring.at(at + WQE_SIZE as usize - 1);
+        let o = WQE_SGE_OFFSET as usize;
+        let mut keep = Keep::default();
+        match body {
+            WqeBody::Sges(sges) => {
+                check_sge_count(sges, ctx.limits.max_sge)?;
+                for (i, s) in sges.iter().enumerate() {
+                    let seg = check_sge(ctx, s)?;
+                    let e = WqeSge {
+                        addr: seg.addr as u64,
+                        length: seg.len as u32,
+                        lkey: seg.lkey,
+                    };
+                    // SAFETY: entry i (< MAX_SGE, checked above) of a whole WQE slot inside
+                    // the mapped ring (both ends checked), 128-byte aligned; the device reads
+                    // the slot only after the doorbell that follows (release in Ctx::ring).
+                    unsafe {
+                        let at = o + i * std::mem::size_of::<WqeSge>();
+                        ptr::write(dst.add(at).cast::<WqeSge>(), e);
+                    }
+                    keep.add(&s.mr.inner);
+                }
+                h.num_sge = sges.len() as u8;
+            }
+            WqeBody::Inline(data) => {
+                // Checked by the caller against the device's limit, at most the slot's room.
+                h.flags |= WQE_FLAG_INLINE;
+                h.inline_len = data.len() as u32;
+                // SAFETY: as above; MAX_INLINE bytes fit after the header.
+                unsafe { ptr::copy_nonoverlapping(data.as_ptr(), dst.add(o), data.len()) };
+            }
+        }
+        // SAFETY: the header at the start of the same slot.
+        unsafe { ptr::write(dst.cast::<Wqe>(), h) };
         self.tail = self.tail.wrapping_add(1);
         self.out.push_back(keep);
         Ok(self.tail)
@@ -363,7 +401,7 @@ impl WorkQueue {
 
 /// What follows a WQE's header: its scatter/gather entries or its inline bytes.
 enum WqeBody<'a> {
-    Sges(&'a [Seg]),
+    Sges(&'a [Sge<'a>]),
     Inline(&'a [u8]),
 }
 
@@ -397,24 +435,24 @@ impl Cq {
             if !self.written(st.head) {
                 break;
             }
-            let at = (st.head % self.depth) as usize * CQE_SIZE as usize;
+            let at = (st.head & (self.depth - 1)) as usize * CQE_SIZE as usize;
             fence(Ordering::Acquire);
             // SAFETY: a whole 64-byte slot inside the ring, 64-byte aligned in a page-aligned
-            // mapping; the device finished writing it (owner seen after the acquire fence).
-            // A plain read, not a volatile one (which compiles to byte-sized loads): the
-            // acquire fence keeps it after the owner check.
-            let cqe = unsafe { ptr::read(self.ring.at(at).cast::<Cqe>()) };
+            // mapping; the device finished writing it (owner seen after the acquire fence)
+            // and writes it again only after the head, rung below, has moved past it. Read
+            // in place, field by field, rather than copied whole first.
+            let cqe = unsafe { &*self.ring.at(at).cast::<Cqe>() };
             st.head = st.head.wrapping_add(1);
             if !matches!(&st.last, Some((q, _)) if *q == cqe.qp) {
                 let table = self.qps.lock().unwrap();
                 st.last = table.get(&cqe.qp).map(|p| (cqe.qp, p.clone()));
             }
             let udp = match &st.last {
-                Some((q, post)) if *q == cqe.qp => Self::release(post, &cqe),
+                Some((q, post)) if *q == cqe.qp => Self::release(post, cqe),
                 // A flush of a destroyed QP: its requests were released then.
                 _ => false,
             };
-            out[n] = Completion::from_cqe(&cqe, udp);
+            out[n] = Completion::from_cqe(cqe, udp);
             n += 1;
         }
         if n > 0 {
@@ -437,7 +475,7 @@ impl Cq {
     /// the phase of `i`'s pass around the ring), for an index less than a ring ahead of the
     /// consumer's head.
     fn written(&self, i: u32) -> bool {
-        let at = (i % self.depth) as usize * CQE_SIZE as usize;
+        let at = (i & (self.depth - 1)) as usize * CQE_SIZE as usize;
         // SAFETY: the owner byte, the last of a CQE slot inside the mapped ring.
         let owner = unsafe { ptr::read_volatile(self.ring.at(at + CQE_SIZE as usize - 1)) };
         owner & 1 == cqe::phase(i, self.depth)
@@ -544,10 +582,12 @@ impl Qp {
         ioctl(&dev.fd, IOCTL_CLOSE, &mut a, "close (CLOSE)")
     }
 
-    pub(crate) fn post_send(&self, dev: &Ctx, req: SendRef<'_>) -> Result<()> {
+    /// Posts a send that [`crate::Qp::post_send`] checked (kind, destination, inline
+    /// length); its entries are checked here as they are written.
+    pub(crate) fn post_send(&self, ctx: &Arc<CtxInner>, wr: &SendWr<'_>) -> Result<()> {
         let mut h = Wqe::new_zeroed();
-        h.wr_id = req.wr_id;
-        h.opcode = match req.op {
+        h.wr_id = wr.wr_id;
+        h.opcode = match wr.op {
             SendOp::Send => WQE_OP_SEND,
             SendOp::Write(to) => {
                 h.set_remote(to.addr, to.rkey);
@@ -558,45 +598,49 @@ impl Qp {
                 WQE_OP_RDMA_READ
             }
         };
-        if req.solicited {
+        if wr.solicited {
             h.flags |= WQE_FLAG_SOLICITED;
         }
-        if req.imm_set && matches!(req.op, SendOp::Write(_)) {
+        if wr.imm_set && matches!(wr.op, SendOp::Write(_)) {
             h.flags |= WQE_FLAG_IMM;
         }
-        h.imm_data = req.imm;
-        if let Some(d) = req.dest {
+        h.imm_data = wr.imm;
+        if let Some(d) = wr.dest {
             h.dest_addr = d.ip().octets();
             h.dest_port = d.port();
         }
-        let body = match req.inline {
-            Some(data) => WqeBody::Inline(data),
-            None => WqeBody::Sges(&req.gather.segs),
+        let body = match wr.data {
+            SendData::Inline(data) => WqeBody::Inline(data),
+            SendData::Gather(sges) => WqeBody::Sges(sges),
         };
+        let dev = ctx.dev();
         let mut p = self.post.lock().unwrap();
-        let tail = p.sq.push(self.handle, &self.sq, h, body, req.gather.keep)?;
+        let tail = p.sq.push(self.handle, &self.sq, ctx, h, body)?;
         dev.ring(doorbell::qp_sq_tail(self.slot), tail);
         Ok(())
     }
 
     /// Writes every request's WQE, then rings the receive doorbell once for them all.
-    /// `posted` counts those written; the first that does not fit ends the batch with its
-    /// error (the ones before it are rung).
-    pub(crate) fn post_recvs(
+    /// `posted` counts those written; the first that does not fit or is malformed ends the
+    /// batch with its error (the ones before it are rung).
+    pub(crate) fn post_recvs<'s>(
         &self,
-        dev: &Ctx,
-        reqs: impl IntoIterator<Item = RecvReq>,
+        ctx: &Arc<CtxInner>,
+        reqs: impl IntoIterator<Item = (u64, &'s [Sge<'s>])>,
         posted: &mut usize,
     ) -> Result<()> {
+        let dev = ctx.dev();
         let mut p = self.post.lock().unwrap();
         let mut tail = None;
         let mut result = Ok(());
-        for req in reqs {
+        for (wr_id, sges) in reqs {
             let mut h = Wqe::new_zeroed();
-            h.wr_id = req.wr_id;
+            h.wr_id = wr_id;
             h.opcode = WQE_OP_RECV;
-            let body = WqeBody::Sges(&req.gather.segs);
-            match p.rq.push(self.handle, &self.rq, h, body, req.gather.keep) {
+            match p
+                .rq
+                .push(self.handle, &self.rq, ctx, h, WqeBody::Sges(sges))
+            {
                 Ok(t) => {
                     tail = Some(t);
                     *posted += 1;
@@ -632,47 +676,6 @@ impl Qp {
                 st.last = None;
             }
             cq.qps.lock().unwrap().remove(&self.handle);
-        }
-    }
-}
-
-/// Writes a WQE into the slot at byte `at` of `ring`: the header, completed with what the
-/// body is (`num_sge`, or the inline flag and length), then the entries or the inline bytes
-/// (the rest of the slot is not read).
-fn write_wqe(ring: &Mapping, at: usize, mut h: Wqe, body: WqeBody<'_>) {
-    match body {
-        WqeBody::Sges(segs) => h.num_sge = segs.len() as u8,
-        WqeBody::Inline(data) => {
-            h.flags |= WQE_FLAG_INLINE;
-            h.inline_len = data.len() as u32;
-        }
-    }
-    let dst = ring.at(at);
-    // The last byte of the slot must be inside the ring too.
-    let _ = ring.at(at + WQE_SIZE as usize - 1);
-    let o = WQE_SGE_OFFSET as usize;
-    // SAFETY: a whole WQE slot inside the mapped ring (both ends checked), 128-byte aligned
-    // in a page-aligned mapping; the header ends at the SGE offset, at most MAX_SGE entries
-    // of 16 bytes or MAX_INLINE bytes (both checked by the callers) fill the rest. The
-    // device reads the slot only after the doorbell that follows (release fence in
-    // Ctx::ring).
-    unsafe {
-        ptr::write(dst.cast::<Wqe>(), h);
-        match body {
-            WqeBody::Sges(segs) => {
-                for (i, s) in segs.iter().enumerate() {
-                    let e = WqeSge {
-                        addr: s.addr as u64,
-                        length: s.len as u32,
-                        lkey: s.lkey,
-                    };
-                    let at = o + i * std::mem::size_of::<WqeSge>();
-                    ptr::write(dst.add(at).cast::<WqeSge>(), e);
-                }
-            }
-            WqeBody::Inline(data) => {
-                ptr::copy_nonoverlapping(data.as_ptr(), dst.add(o), data.len());
-            }
         }
     }
 }
@@ -729,122 +732,6 @@ fn was_full(head: u32, depth: u32, written: impl Fn(u32) -> bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A context with one CQ and one UDP QP whose doorbell page and rings are plain shared
-    /// memory (a memfd) instead of the device file: the data path makes no system call, so
-    /// it runs as on the device, with the test playing the device's part.
-    struct Bench {
-        ctx: Ctx,
-        cq: Cq,
-        qp: Qp,
-        cq_tail: u32,
-    }
-
-    const DEPTH: u32 = 64;
-
-    impl Bench {
-        fn new() -> Bench {
-            // SAFETY: memfd_create with a valid name; the result is checked.
-            let fd = unsafe { libc::memfd_create(c"qpip-bench".as_ptr(), libc::MFD_CLOEXEC) };
-            assert!(fd >= 0, "memfd_create");
-            // SAFETY: a fresh descriptor nobody else owns.
-            let mem = unsafe { OwnedFd::from_raw_fd(fd) };
-            let ring = DEPTH as usize * WQE_SIZE as usize;
-            let cq_ring = DEPTH as usize * CQE_SIZE as usize;
-            let total = 2 * PAGE + cq_ring + 2 * ring;
-            // SAFETY: sizing the memfd this test owns.
-            assert_eq!(unsafe { libc::ftruncate(fd, total as libc::off_t) }, 0);
-            let map = |off: usize, len: usize| Mapping::new(&mem, off as u64, len, "map").unwrap();
-            let (db, kick) = (map(0, PAGE), map(PAGE, PAGE));
-            let cq_ring_map = map(2 * PAGE, cq_ring);
-            let (sq, rq) = (
-                map(2 * PAGE + cq_ring, ring),
-                map(2 * PAGE + cq_ring + ring, ring),
-            );
-            let ctx = Ctx {
-                fd: mem,
-                path: PathBuf::from("memfd"),
-                db,
-                kick,
-                kicks: AtomicU64::new(0),
-            };
-            let cq = Cq {
-                handle: 3,
-                slot: 0,
-                depth: DEPTH,
-                ring: cq_ring_map,
-                st: Mutex::new(CqState {
-                    head: 0,
-                    arm_seq: 0,
-                    last: None,
-                }),
-                qps: Mutex::new(HashMap::new()),
-            };
-            let post = Arc::new(Mutex::new(QpPost {
-                udp: true,
-                sq: WorkQueue::new("send", DEPTH),
-                rq: WorkQueue::new("receive", DEPTH),
-            }));
-            cq.qps.lock().unwrap().insert(7, post.clone());
-            let qp = Qp {
-                handle: 7,
-                slot: 0,
-                sq,
-                rq,
-                post,
-            };
-            Bench {
-                ctx,
-                cq,
-                qp,
-                cq_tail: 0,
-            }
-        }
-
-        /// The device's part: completes the oldest send, request `wr_id`.
-        fn complete_send(&mut self, wr_id: u64) {
-            let mut c = Cqe::new_zeroed();
-            c.wr_id = wr_id;
-            c.qp = 7;
-            c.opcode = CQE_OP_SEND;
-            c.owner = cqe::phase(self.cq_tail, DEPTH);
-            let at = (self.cq_tail % DEPTH) as usize * CQE_SIZE as usize;
-            // SAFETY: a whole CQE slot inside the mapped ring.
-            unsafe { ptr::write_volatile(self.cq.ring.at(at).cast::<Cqe>(), c) };
-            self.cq_tail = self.cq_tail.wrapping_add(1);
-        }
-    }
-
-    /// The data path's own cost: `QPIP_DATA_PATH_ROUNDS` (default 1000) inline UDP sends
-    /// posted, completed by the test and polled one by one. Run it under
-    /// `valgrind --tool=callgrind` for the instructions per post and per poll; as a plain
-    /// test it checks that every completion comes back to its request.
-    #[test]
-    fn data_path_rounds() {
-        let rounds: u64 = std::env::var("QPIP_DATA_PATH_ROUNDS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1000);
-        let mut b = Bench::new();
-        let dest = SocketAddrV6::new(Ipv6Addr::LOCALHOST, 9, 0, 0);
-        let mut out = [Completion::default()];
-        for i in 0..rounds {
-            let req = SendRef {
-                wr_id: i,
-                gather: crate::mr::Gather::default(),
-                inline: Some(b"sixteen bytes!!!"),
-                imm: 0,
-                dest: Some(dest),
-                op: SendOp::Send,
-                solicited: false,
-                imm_set: false,
-            };
-            b.qp.post_send(&b.ctx, req).unwrap();
-            b.complete_send(i);
-            assert_eq!(b.cq.poll(&b.ctx, &mut out), 1, "round {i}");
-            assert_eq!(out[0].wr_id, i);
-        }
-    }
 
     /// A ring the way the engine fills it: owner bytes only, written with
     /// [`cqe::phase`] of the engine's tail.
