@@ -418,9 +418,7 @@ fn install_signal_cleanup(sockets: Vec<PathBuf>, last_words: impl Fn() + Send + 
     };
     std::thread::spawn(move || {
         if let Some(sig) = signals.forever().next() {
-            for socket in &sockets {
-                let _ = std::fs::remove_file(socket);
-            }
+            qpip_device::vfio::stop_listening(&sockets);
             last_words();
             // Captures end with their last frames.
             qpip_device::backend::pcap::flush_all();

@@ -246,9 +246,18 @@ pub fn serve(socket: &Path, options: ServeOptions) -> Result<(), String> {
 
 /// Serves one client of `function` on `socket` until it disconnects.
 fn serve_client(socket: &Path, function: &mut Function) -> Result<(), String> {
-    remove_stale_socket(socket)?;
-    let server = Server::new(socket, true, function.irqs(), function.regions())
-        .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
+    let server = {
+        let Some(_permit) = listen_permit() else {
+            // qpipd is on its way out (its sockets are gone already); a new socket file
+            // now would outlive the process. Wait for the exit.
+            loop {
+                std::thread::park();
+            }
+        };
+        remove_stale_socket(socket)?;
+        Server::new(socket, true, function.irqs(), function.regions())
+            .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?
+    };
     info!("listening on {} (vfio-user)", socket.display());
     server
         .run(function)
@@ -260,6 +269,28 @@ fn serve_client(socket: &Path, function: &mut Function) -> Result<(), String> {
         function.core.counters.bad_register_accesses
     );
     Ok(())
+}
+
+/// Held while a control thread creates a function's socket, and true once qpipd stops:
+/// a function whose client went just as qpipd was told to stop (the lab stops qpipd right
+/// after its guests' QEMU) must not listen again after the sockets were removed.
+static STOPPING: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+
+/// The right to create a function's socket, held while creating it; None once qpipd
+/// stops ([`stop_listening`]).
+fn listen_permit() -> Option<std::sync::MutexGuard<'static, bool>> {
+    let stopping = STOPPING.lock().unwrap_or_else(|e| e.into_inner());
+    (!*stopping).then_some(stopping)
+}
+
+/// Removes `sockets` for good: no function of this process listens again afterwards, so
+/// no socket file of it outlives the process. For the handler of a stop signal.
+pub fn stop_listening(sockets: &[PathBuf]) {
+    let mut stopping = STOPPING.lock().unwrap_or_else(|e| e.into_inner());
+    *stopping = true;
+    for socket in sockets {
+        let _ = std::fs::remove_file(socket);
+    }
 }
 
 /// One function of a multi-function qpipd: its name (for logs), its vfio-user socket and
@@ -353,5 +384,25 @@ fn remove_stale_socket(path: &Path) -> Result<(), String> {
             std::fs::remove_file(path)
                 .map_err(|e| format!("cannot remove stale socket {}: {e}", path.display()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Once stopped, the sockets are gone and no function may create one again (a
+    /// control thread then waits for the exit instead of listening).
+    #[test]
+    fn after_a_stop_no_function_listens_again() {
+        let dir = std::env::temp_dir().join(format!("qpip-stop-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("f0.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        assert!(listen_permit().is_some(), "listening is allowed before a stop");
+        stop_listening(std::slice::from_ref(&sock));
+        assert!(!sock.exists(), "the socket file is removed");
+        assert!(listen_permit().is_none(), "no function listens after a stop");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
