@@ -399,10 +399,16 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let sock = dir.join("f0.sock");
         let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
-        assert!(listen_permit().is_some(), "listening is allowed before a stop");
+        assert!(
+            listen_permit().is_some(),
+            "listening is allowed before a stop"
+        );
         stop_listening(std::slice::from_ref(&sock));
         assert!(!sock.exists(), "the socket file is removed");
-        assert!(listen_permit().is_none(), "no function listens after a stop");
+        assert!(
+            listen_permit().is_none(),
+            "no function listens after a stop"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
