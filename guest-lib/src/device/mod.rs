@@ -192,18 +192,7 @@ impl Ctx {
                 return Err(e);
             }
         };
-        Ok(Cq {
-            handle: a.handle,
-            slot: a.db_slot,
-            depth,
-            ring,
-            st: Mutex::new(CqState {
-                head: 0,
-                arm_seq: 0,
-                last: None,
-            }),
-            qps: Mutex::new(HashMap::new()),
-        })
+        Ok(Cq::new(a.handle, a.db_slot, depth, ring))
     }
 
     pub(crate) fn create_qp(&self, init: &QpInit<'_>) -> Result<Qp> {
@@ -243,21 +232,9 @@ impl Ctx {
                 return Err(e);
             }
         };
-        let post = Arc::new(Mutex::new(QpPost {
-            udp: init.kind == QpKind::Udp,
-            sq: WorkQueue::new("send", init.sq_depth),
-            rq: WorkQueue::new("receive", init.rq_depth),
-        }));
-        for cq in [scq, rcq] {
-            cq.qps.lock().unwrap().insert(a.handle, post.clone());
-        }
-        Ok(Qp {
-            handle: a.handle,
-            slot: a.db_slot,
-            sq,
-            rq,
-            post,
-        })
+        let udp = init.kind == QpKind::Udp;
+        let rings = [(sq, init.sq_depth), (rq, init.rq_depth)];
+        Ok(Qp::new(a.handle, a.db_slot, udp, rings, [scq, rcq]))
     }
 
     pub(crate) fn listen(&self, addr: &SocketAddrV6, backlog: u32) -> Result<Listener> {
@@ -425,6 +402,23 @@ pub(crate) struct Cq {
 }
 
 impl Cq {
+    /// The CQ `handle` in doorbell slot `slot`, its `depth`-entry ring mapped at `ring`,
+    /// nothing consumed yet.
+    fn new(handle: u32, slot: u32, depth: u32, ring: Mapping) -> Cq {
+        Cq {
+            handle,
+            slot,
+            depth,
+            ring,
+            st: Mutex::new(CqState {
+                head: 0,
+                arm_seq: 0,
+                last: None,
+            }),
+            qps: Mutex::new(HashMap::new()),
+        }
+    }
+
     pub(crate) fn poll(&self, dev: &Ctx, out: &mut [Completion]) -> usize {
         let mut st = self.st.lock().unwrap();
         let st = &mut *st;
@@ -517,6 +511,33 @@ pub(crate) struct Qp {
 }
 
 impl Qp {
+    /// The QP `handle` in doorbell slot `slot`, with its send and receive rings (mapped,
+    /// and their depths), known to the CQs it reports to so that their polls release its
+    /// requests' regions.
+    fn new(
+        handle: u32,
+        slot: u32,
+        udp: bool,
+        [(sq, sq_depth), (rq, rq_depth)]: [(Mapping, u32); 2],
+        cqs: [&Cq; 2],
+    ) -> Qp {
+        let post = Arc::new(Mutex::new(QpPost {
+            udp,
+            sq: WorkQueue::new("send", sq_depth),
+            rq: WorkQueue::new("receive", rq_depth),
+        }));
+        for cq in cqs {
+            cq.qps.lock().unwrap().insert(handle, post.clone());
+        }
+        Qp {
+            handle,
+            slot,
+            sq,
+            rq,
+            post,
+        }
+    }
+
     pub(crate) fn bind(&self, dev: &Ctx, addr: &SocketAddrV6) -> Result<SocketAddrV6> {
         let mut a = arg!(Bind);
         a.qp = self.handle;

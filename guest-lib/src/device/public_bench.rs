@@ -19,14 +19,14 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::ptr;
 use std::sync::atomic::{AtomicU32, AtomicU64};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use qpip_abi::cqe::{self, Cqe, CQE_OP_RECV, CQE_OP_SEND, CQE_SIZE};
 use qpip_abi::wqe::{Wqe, WQE_FLAG_INLINE, WQE_OP_SEND, WQE_SGE_OFFSET, WQE_SIZE};
 use zerocopy::FromZeros;
 
 use super::sys::Mapping;
-use super::{Cq as DevCq, CqState, Ctx, Qp as DevQp, QpPost, WorkQueue, PAGE};
+use super::{dev_cq, Cq as DevCq, Ctx, Qp as DevQp, PAGE};
 use crate::context::CtxImpl;
 use crate::cq::{Cq, CqImpl, CqInner};
 use crate::mr::{MemoryRegion, MrInner};
@@ -47,22 +47,10 @@ struct Fixture {
 }
 
 fn cq(ctx: &Context, handle: u32, slot: u32, ring: Mapping) -> Cq {
-    let dev = DevCq {
-        handle,
-        slot,
-        depth: DEPTH,
-        ring,
-        st: Mutex::new(CqState {
-            head: 0,
-            arm_seq: 0,
-            last: None,
-        }),
-        qps: Mutex::new(Default::default()),
-    };
     Cq {
         inner: Arc::new(CqInner {
             ctx: ctx.inner.clone(),
-            imp: CqImpl::Device(dev),
+            imp: CqImpl::Device(DevCq::new(handle, slot, DEPTH, ring)),
             efd: crate::sys::eventfd().unwrap(),
             depth: DEPTH,
             blocked: AtomicU32::new(0),
@@ -108,28 +96,17 @@ impl Fixture {
         };
         let ctx = Context::new(CtxImpl::Device(dev), limits).unwrap();
         let (scq, rcq) = (cq(&ctx, 3, 0, sring), cq(&ctx, 4, 1, rring));
-        let post = Arc::new(Mutex::new(QpPost {
-            udp: true,
-            sq: WorkQueue::new("send", DEPTH),
-            rq: WorkQueue::new("receive", DEPTH),
-        }));
-        for c in [&scq, &rcq] {
-            let CqImpl::Device(d) = &c.inner.imp else {
-                unreachable!()
-            };
-            d.qps.lock().unwrap().insert(QP, post.clone());
-        }
         let qp = Qp {
             inner: Arc::new(QpInner {
                 ctx: ctx.inner.clone(),
                 kind: QpKind::Udp,
-                imp: QpImpl::Device(DevQp {
-                    handle: QP,
-                    slot: 0,
-                    sq,
-                    rq,
-                    post,
-                }),
+                imp: QpImpl::Device(DevQp::new(
+                    QP,
+                    0,
+                    true,
+                    [(sq, DEPTH), (rq, DEPTH)],
+                    [dev_cq(&scq.inner), dev_cq(&rcq.inner)],
+                )),
                 send_cq: scq.inner.clone(),
                 recv_cq: rcq.inner.clone(),
             }),
@@ -154,9 +131,7 @@ impl Fixture {
     /// The engine's part: a completion of `opcode` for request `wr_id` in CQ `which`.
     fn complete(&mut self, which: usize, opcode: u8, wr_id: u64) {
         let (cq, tail) = ([&self.scq, &self.rcq][which], &mut self.tails[which]);
-        let CqImpl::Device(d) = &cq.inner.imp else {
-            unreachable!()
-        };
+        let d = dev_cq(&cq.inner);
         let mut c = Cqe::new_zeroed();
         c.wr_id = wr_id;
         c.qp = QP;
