@@ -87,7 +87,10 @@ pub fn errno_name(status: i32) -> String {
 
 /// One round of a loop over many connections (sink, send): waits up to 500 ms for
 /// completions or events, then hands each completion, and each connection event queued, to
-/// the connection whose QP it names (`qp_of`); anything else is not ours.
+/// the connection whose QP it names (`qp_of`); anything else is not ours. The device writes
+/// a connection's flushed completions before its error event, so after events the CQ is
+/// polled again: a completion that came between the first poll and its event is handed
+/// over in the same round, not left behind a loop the event ends.
 pub fn serve_conns<C>(
     ctx: &Context,
     cq: &Cq,
@@ -97,16 +100,27 @@ pub fn serve_conns<C>(
     mut on_event: impl FnMut(&mut C, &Event) -> Result<(), Fail>,
 ) -> Result<(), Fail> {
     let mut comps = [Completion::default(); 64];
-    let n = wait_any(ctx, cq, &mut comps, Duration::from_millis(500))?;
-    for comp in &comps[..n] {
-        if let Some(c) = conns.iter_mut().find(|c| qp_of(c) == comp.qp) {
-            on_completion(c, comp)?;
+    let mut hand_over = |conns: &mut [C], comps: &[Completion]| -> Result<(), Fail> {
+        for comp in comps {
+            if let Some(c) = conns.iter_mut().find(|c| qp_of(c) == comp.qp) {
+                on_completion(c, comp)?;
+            }
         }
-    }
+        Ok(())
+    };
+    let n = wait_any(ctx, cq, &mut comps, Duration::from_millis(500))?;
+    hand_over(conns, &comps[..n])?;
+    let mut events = false;
     while let Some(ev) = ctx.poll_event().map_err(|e| fail("events", e))? {
+        events = true;
         if let Some(c) = conns.iter_mut().find(|c| qp_of(c) == ev.qp) {
             on_event(c, &ev)?;
         }
+    }
+    while events {
+        let n = cq.poll(&mut comps);
+        hand_over(conns, &comps[..n])?;
+        events = n > 0;
     }
     Ok(())
 }

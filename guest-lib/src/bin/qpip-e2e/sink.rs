@@ -150,21 +150,6 @@ pub fn sink(ctx: &Context, a: &Args) -> Result<bool, Fail> {
             |conn, ev| conn.event(ev, a.max_msg),
         )?;
     }
-    // A connection that failed by its QP error event has its flushed completions in the CQ
-    // already (the device writes them before the event), but the pass that read the event
-    // polled the CQ before reading events, maybe before they came: take what is there.
-    let mut comps = [Completion::default(); 64];
-    loop {
-        let n = cq.poll(&mut comps);
-        if n == 0 {
-            break;
-        }
-        for comp in &comps[..n] {
-            if let Some(c) = conns.iter_mut().find(|c| c.qp.id() == comp.qp) {
-                c.completion(comp, a.max_msg)?;
-            }
-        }
-    }
     // A connection that failed by its completions has its QP error event still to come:
     // the device delivers the event after the flushed completions, and a loop that ends on
     // the completions may not have read it yet.
