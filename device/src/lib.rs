@@ -18,6 +18,7 @@ pub mod engine;
 pub mod irq;
 pub mod net;
 pub mod pci;
+pub mod sched;
 pub mod stages;
 pub mod vfio;
 

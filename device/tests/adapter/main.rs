@@ -382,3 +382,85 @@ fn a_burst_of_fragmented_datagrams_between_functions_loses_nothing_in_the_switch
         "received, dropped: {port:?}"
     );
 }
+
+/// The scheduling policy (`SCHED_OTHER` 0, `SCHED_BATCH` 3, ...) of each thread of a
+/// process, by thread name, from /proc.
+fn thread_policies(pid: u32) -> Vec<(String, i32)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let t = t.unwrap().path();
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(t.join("comm")),
+            std::fs::read_to_string(t.join("stat")),
+        ) else {
+            continue; // the thread ended meanwhile
+        };
+        // Fields after the name (which may hold spaces) start at field 3; policy is 41.
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let policy = after.split(' ').nth(41 - 3).unwrap().parse().unwrap();
+        out.push((comm.trim().to_string(), policy));
+    }
+    out.sort();
+    out
+}
+
+/// `--control-sched batch` makes the control threads (which QEMU's kicks wake) batch
+/// threads and leaves the engine's alone; by default every thread time-shares as usual.
+/// Either way the functions serve.
+#[test]
+fn control_threads_run_batch_when_told_and_the_functions_still_serve() {
+    for batch in [false, true] {
+        let dir = ScratchDir::new("adapter-sched");
+        let (sa, sb) = (dir.join("a.sock"), dir.join("b.sock"));
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_qpipd"));
+        for (s, ip) in [(&sa, ADDRS[0]), (&sb, ADDRS[1])] {
+            cmd.arg("--function")
+                .arg(format!("socket={},ip={ip}/64", s.display()));
+        }
+        if batch {
+            cmd.arg("--control-sched=batch");
+        }
+        let mut qpipd = cmd.stderr(std::process::Stdio::null()).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(sa.exists() && sb.exists()) {
+            assert!(Instant::now() < deadline, "qpipd is not listening");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let attach = |socket: &std::path::Path| {
+            let mut g = FakeGuest::attach(vfio_user::Client::new(socket).unwrap());
+            g.enable();
+            g.setup_admin(ADMIN_DEPTH);
+            g
+        };
+        let (mut a, mut b) = (attach(&sa), attach(&sb));
+        let (mut ua, mut ub) = (endpoint(&mut a, 7001), endpoint(&mut b, 7002));
+        datagram(
+            (&mut a, &mut ua, ADDRS[0]),
+            (&mut b, &mut ub, ADDRS[1]),
+            b"while scheduled",
+        );
+        let policies = thread_policies(qpipd.id());
+        let of = |prefix: &str| -> Vec<i32> {
+            policies
+                .iter()
+                .filter(|(n, _)| n.starts_with(prefix))
+                .map(|&(_, p)| p)
+                .collect()
+        };
+        let want = if batch {
+            libc::SCHED_BATCH
+        } else {
+            libc::SCHED_OTHER
+        };
+        assert_eq!(of("qpip-ctl-"), [want, want], "batch {batch}: {policies:?}");
+        assert!(
+            !of("qpip-engine").is_empty()
+                && of("qpip-engine").iter().all(|&p| p == libc::SCHED_OTHER),
+            "batch {batch}: {policies:?}"
+        );
+        drop((a, b));
+        // SAFETY: kill(2) on our child, not yet reaped.
+        unsafe { libc::kill(qpipd.id() as i32, libc::SIGTERM) };
+        assert_eq!(qpipd.wait().unwrap().code(), Some(143));
+    }
+}
