@@ -86,6 +86,10 @@ struct BenchArgs {
     /// in the other qpipd layout (adapter vs one qpipd per guest).
     #[arg(long)]
     one_layout: bool,
+    /// Extra argument for every qpipd of the run (repeat for several), e.g.
+    /// --qpipd-arg=--control-sched=batch; the results record them.
+    #[arg(long = "qpipd-arg", value_name = "ARG", allow_hyphen_values = true)]
+    qpipd_args: Vec<String>,
     /// Also show every line the guests print.
     #[arg(short, long)]
     verbose: bool,
@@ -196,6 +200,7 @@ fn main() -> ExitCode {
                 plan.rounds = n;
             }
             plan.layout = layout(b.qpipd_per_guest);
+            plan.qpipd_args = b.qpipd_args.clone();
             return show::bench(&plan, &b.netns, b.out, b.verbose, !b.one_layout);
         }
     };

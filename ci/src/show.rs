@@ -118,6 +118,12 @@ pub fn bench(
     compare_layouts: bool,
 ) -> ExitCode {
     let load_start = loadavg();
+    if !plan.qpipd_args.is_empty() {
+        say(
+            "bench",
+            &format!("every qpipd runs with {}", plan.qpipd_args.join(" ")),
+        );
+    }
     let mut progress = |m: &str| say("bench", m);
     let r = match demo::run(plan, netns, verbose, &mut progress) {
         Ok(r) => r,
@@ -202,6 +208,7 @@ fn documents(
         "load_end": load_end,
         "wall_s": r.elapsed.as_secs_f64(),
         "qpipd_layout": format!("{:?}", plan.layout),
+        "qpipd_args": plan.qpipd_args,
         "layouts": layouts.map(|l| serde_json::json!({
             "rows": results::layout_json(&l.rows),
             "per_guest_pass_wall_s": l.elapsed.as_secs_f64(),
@@ -239,6 +246,12 @@ fn documents(
         demo::human(plan.bulk_bytes),
         load_start.as_deref().unwrap_or("-"),
     );
+    if !plan.qpipd_args.is_empty() {
+        md += &format!(
+            "qpipd ran with `{}` (`--qpipd-arg`).\n\n",
+            plan.qpipd_args.join(" ")
+        );
+    }
     if plan.rounds > 1 {
         md += &format!(
             "Every measurement ran {} times (rounds), QPs and sockets next to each other in \

@@ -106,6 +106,7 @@ pub fn run(
     let vm = |cmd: String| VmSpec {
         timeout: plan.limit(),
         memory_mib: 512,
+        qpipd_args: vec![plan.qpipd_args.clone()],
         ..VmSpec::new(cmd)
     };
     let spec = LabSpec {

@@ -170,6 +170,9 @@ pub struct Plan {
     /// host steps or overhead (the bench's pass in the other layout, see
     /// [`Plan::layout_pass`]).
     pub qp_only: bool,
+    /// Extra arguments for every qpipd of the run (the bench's `--qpipd-arg`), to measure
+    /// the device as configured otherwise; recorded with the results.
+    pub qpipd_args: Vec<String>,
 }
 
 impl Plan {
@@ -194,6 +197,7 @@ impl Plan {
             rdma_lat_size: RDMA_LAT_SIZE,
             rdma_bw_size: RDMA_BW_SIZE,
             rdma_bw_bytes: 16 << 20,
+            qpipd_args: Vec::new(),
         }
     }
 
@@ -225,6 +229,7 @@ impl Plan {
             rdma_lat_size: RDMA_LAT_SIZE,
             rdma_bw_size: RDMA_BW_SIZE,
             rdma_bw_bytes: 16 << 20,
+            qpipd_args: Vec::new(),
         }
     }
 
