@@ -121,9 +121,8 @@ struct Args {
     /// µs of guest time). batch: SCHED_BATCH, it does not preempt (19-27 µs), but a guest
     /// busy-polling right after its kick waits longer for its answer (p50 0.3-0.6 ms
     /// against 0.07-0.09). See the device's sched module.
-    #[arg(long, value_name = "POLICY", default_value = "normal",
-          value_parser = clap::builder::PossibleValuesParser::new(["normal", "batch"]))]
-    control_sched: String,
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t = ControlSchedArg::Normal)]
+    control_sched: ControlSchedArg,
 
     /// More log output (-v: debug, -vv: trace). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
@@ -133,6 +132,15 @@ struct Args {
     /// version check only).
     #[arg(long, hide = true, value_name = "N")]
     advertise_abi_major: Option<u16>,
+}
+
+/// `--control-sched`'s values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ControlSchedArg {
+    /// The process's own policy.
+    Normal,
+    /// SCHED_BATCH.
+    Batch,
 }
 
 fn main() -> ExitCode {
@@ -160,10 +168,9 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    qpip_device::sched::set_control_sched(if args.control_sched == "batch" {
-        ControlSched::Batch
-    } else {
-        ControlSched::Inherit
+    qpip_device::sched::set_control_sched(match args.control_sched {
+        ControlSchedArg::Normal => ControlSched::Inherit,
+        ControlSchedArg::Batch => ControlSched::Batch,
     });
     // The device holds (and LIST_ADDRS reports) at most MAX_ADDRS configured addresses.
     if args.ips.len() > qpip_abi::admin::MAX_ADDRS as usize {

@@ -246,7 +246,7 @@ pub fn serve(socket: &Path, options: ServeOptions) -> Result<(), String> {
 
 /// Serves one client of `function` on `socket` until it disconnects.
 fn serve_client(socket: &Path, function: &mut Function) -> Result<(), String> {
-    // Not preempting the vCPU whose posted doorbell write wakes this thread (crate::sched).
+    // The control threads' policy while serving (`qpipd --control-sched`, crate::sched).
     let _sched = crate::sched::ControlThread::enter();
     let server = {
         let Some(_permit) = listen_permit() else {
