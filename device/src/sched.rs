@@ -78,28 +78,29 @@ fn set_thread_policy(policy: i32) -> std::io::Result<()> {
 /// The control thread's policy while it lives: taken by the thread that serves a client,
 /// dropped by it when it stops serving.
 pub struct ControlThread {
-    restore: Option<i32>,
+    /// The thread was switched from `SCHED_OTHER` to `SCHED_BATCH`, and goes back on drop.
+    batch: bool,
 }
 
 impl ControlThread {
     /// Gives the calling thread the control threads' policy ([`control_sched`]) if it runs
     /// the ordinary time-sharing policy; anything else (batch already, real-time) is left.
     pub fn enter() -> ControlThread {
-        let mut restore = None;
+        let mut batch = false;
         if control_sched() == ControlSched::Batch && thread_policy() == Some(libc::SCHED_OTHER) {
             match set_thread_policy(libc::SCHED_BATCH) {
-                Ok(()) => restore = Some(libc::SCHED_OTHER),
+                Ok(()) => batch = true,
                 Err(e) => debug!("control thread stays SCHED_OTHER: {e}"),
             }
         }
-        ControlThread { restore }
+        ControlThread { batch }
     }
 }
 
 impl Drop for ControlThread {
     fn drop(&mut self) {
-        if let Some(p) = self.restore {
-            if let Err(e) = set_thread_policy(p) {
+        if self.batch {
+            if let Err(e) = set_thread_policy(libc::SCHED_OTHER) {
                 debug!("control thread policy not restored: {e}");
             }
         }
