@@ -20,7 +20,7 @@ use qpip_device::engine::tcp::TcpLimits;
 use qpip_device::engine::thread::EngineThread;
 use qpip_device::engine::{EngineConfig, DEFAULT_MAC};
 use qpip_device::net::config::{Mtu, StaticNeighbor};
-use qpip_device::sched::ControlSched;
+use qpip_device::sched::{ControlSched, IdlePollSched};
 use qpip_device::vfio::{serve, serve_functions, FunctionSpec, ServeOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -114,6 +114,15 @@ struct Args {
           default_value_t = EngineConfig::default().idle_poll.as_micros() as u64)]
     idle_poll_us: u64,
 
+    /// How the engine thread is scheduled while it polls with nothing to do (after its first
+    /// 50 µs of it). idle: SCHED_IDLE, so the polling takes only a CPU nothing else wants
+    /// and any vCPU that becomes runnable preempts it; back to its own policy when it finds
+    /// work or goes to sleep (needs the right to raise its priority again, as root has;
+    /// without it the engine polls as with normal). normal: the process's own policy,
+    /// yielding now and then — for an engine given a CPU of its own.
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t = IdlePollSchedArg::Idle)]
+    idle_poll_sched: IdlePollSchedArg,
+
     /// How the control threads (one per function, reading QEMU's messages, the guest's
     /// kicks among them) are scheduled. normal: the process's own policy; a woken control
     /// thread may preempt the vCPU that kicked, when the host puts it on that vCPU's CPU,
@@ -141,6 +150,15 @@ enum ControlSchedArg {
     Normal,
     /// SCHED_BATCH.
     Batch,
+}
+
+/// `--idle-poll-sched`'s values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum IdlePollSchedArg {
+    /// SCHED_IDLE while polling idle.
+    Idle,
+    /// The process's own policy.
+    Normal,
 }
 
 fn main() -> ExitCode {
@@ -171,6 +189,10 @@ fn main() -> ExitCode {
     qpip_device::sched::set_control_sched(match args.control_sched {
         ControlSchedArg::Normal => ControlSched::Inherit,
         ControlSchedArg::Batch => ControlSched::Batch,
+    });
+    qpip_device::sched::set_idle_poll_sched(match args.idle_poll_sched {
+        IdlePollSchedArg::Idle => IdlePollSched::Idle,
+        IdlePollSchedArg::Normal => IdlePollSched::Normal,
     });
     // The device holds (and LIST_ADDRS reports) at most MAX_ADDRS configured addresses.
     if args.ips.len() > qpip_abi::admin::MAX_ADDRS as usize {

@@ -1,4 +1,6 @@
-//! How a function's control thread is scheduled against the vCPU that writes to it.
+//! How qpipd's threads are scheduled against the vCPUs they serve: a function's control
+//! thread (below), and the engine thread while it polls with nothing to do
+//! ([`IdlePolling`]).
 //!
 //! A guest's doorbell write that kicks a sleeping engine reaches qpipd as a vfio-user
 //! message that QEMU's vCPU thread sends without waiting for an answer (a posted write).
@@ -29,8 +31,9 @@
 //! a real-time policy a user gave qpipd (`chrt -f`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
-use log::debug;
+use log::{debug, warn};
 
 /// The policy of the control threads (qpipd `--control-sched`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +75,171 @@ fn set_thread_policy(policy: i32) -> std::io::Result<()> {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
+    }
+}
+
+/// How the engine thread is scheduled while it polls idle (qpipd `--idle-poll-sched`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdlePollSched {
+    /// `SCHED_IDLE` while polling with nothing to do: the polling takes only a CPU that
+    /// nothing else wants (the default where the thread may switch back).
+    Idle,
+    /// The thread's own policy throughout (it yields now and then, see `engine::idle`).
+    Normal,
+}
+
+static IDLE_POLL_NORMAL: AtomicBool = AtomicBool::new(false);
+
+/// Sets how engine threads that start from now on poll idle.
+pub fn set_idle_poll_sched(policy: IdlePollSched) {
+    IDLE_POLL_NORMAL.store(policy == IdlePollSched::Normal, Ordering::Relaxed);
+}
+
+/// How engine threads poll idle.
+pub fn idle_poll_sched() -> IdlePollSched {
+    if IDLE_POLL_NORMAL.load(Ordering::Relaxed) {
+        IdlePollSched::Normal
+    } else {
+        IdlePollSched::Idle
+    }
+}
+
+/// Whether a thread of this process may go from `SCHED_IDLE` back to `SCHED_OTHER`: Linux
+/// lets it only with the right to raise its priority (`CAP_SYS_NICE`, or an `RLIMIT_NICE`
+/// that allows nice 0), and an engine that could not come back would be left starving
+/// behind every runnable thread. Tried once, on a thread of its own that ends either way.
+fn can_leave_sched_idle() -> bool {
+    static CAN: OnceLock<bool> = OnceLock::new();
+    *CAN.get_or_init(|| {
+        std::thread::spawn(|| {
+            thread_policy() == Some(libc::SCHED_OTHER)
+                && set_thread_policy(libc::SCHED_IDLE).is_ok()
+                && set_thread_policy(libc::SCHED_OTHER).is_ok()
+        })
+        .join()
+        .unwrap_or(false)
+    })
+}
+
+/// The engine thread's policy while it polls with nothing to do.
+///
+/// An engine that polls after its work catches the next doorbell without the guest having
+/// to kick it — a kick costs the guest 20-70 µs where a doorbell the engine finds costs
+/// nothing — but on a small host its polling takes a CPU from the guests' vCPUs, so its
+/// budget had to stay short ([`crate::engine::idle`]). Polling `SCHED_IDLE` takes only a
+/// CPU nothing else wants: any vCPU that becomes runnable preempts it at once. The engine
+/// lowers itself only once it has polled idle a while ([`crate::engine::idle::LOWER_AFTER`],
+/// so a stream's short gaps cost no system calls) and goes back to its own policy as soon
+/// as it finds work, and before it sleeps (a woken engine must not wait behind the vCPUs).
+/// A lowered engine does not run while every CPU is busy, and a doorbell rung then waits
+/// for a CPU to come free — as it does when the guests' own vCPUs have the CPUs.
+pub struct IdlePolling {
+    /// The thread may lower itself (setting, policy and privilege allow it).
+    allowed: bool,
+    /// It is lowered now.
+    low: bool,
+    /// This idle spell has been looked at ([`IdlePolling::lower`] decides once per spell).
+    decided: bool,
+    /// `/proc/loadavg`, kept open: how many threads are runnable host-wide.
+    loadavg: Option<std::fs::File>,
+    /// The CPUs this process may run on.
+    cpus: usize,
+}
+
+impl IdlePolling {
+    /// For the calling thread, under the process's setting ([`idle_poll_sched`]): lowers
+    /// only a thread of the ordinary policy, and only if it could come back.
+    pub fn new() -> IdlePolling {
+        let allowed = idle_poll_sched() == IdlePollSched::Idle
+            && thread_policy() == Some(libc::SCHED_OTHER)
+            && can_leave_sched_idle();
+        if idle_poll_sched() == IdlePollSched::Idle && !allowed {
+            debug!("engine polls idle at its own priority (SCHED_IDLE not reversible here)");
+        }
+        IdlePolling {
+            allowed,
+            low: false,
+            decided: false,
+            loadavg: std::fs::File::open("/proc/loadavg").ok(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+
+    /// Whether a CPU is free of runnable threads besides this one: `/proc/loadavg`'s
+    /// count of runnable threads (this one included) against the CPUs (unknown: yes).
+    fn cpu_to_spare(&self) -> bool {
+        let Some(f) = &self.loadavg else {
+            return true;
+        };
+        let mut buf = [0u8; 128];
+        let n = std::os::unix::fs::FileExt::read_at(f, &mut buf, 0).unwrap_or(0);
+        runnable_in_loadavg(&buf[..n]).is_none_or(|r| r.saturating_sub(1) < self.cpus)
+    }
+
+    /// Whether the thread polls lowered now.
+    pub fn is_low(&self) -> bool {
+        self.low
+    }
+
+    /// Lowers the thread to `SCHED_IDLE` for the rest of this idle spell, if allowed and
+    /// some CPU has nothing else to run — decided once per spell (until
+    /// [`IdlePolling::restore`]). When every CPU is taken (guests spinning on every one),
+    /// a lowered engine would not run until one came free, and the doorbells they ring
+    /// would wait for it: the engine then polls at its own priority, yielding, as with
+    /// `--idle-poll-sched normal`.
+    pub fn lower(&mut self) {
+        if self.allowed && !self.decided {
+            self.decided = true;
+            if self.cpu_to_spare() {
+                self.set_low();
+            }
+        }
+    }
+
+    /// Lowers the thread to `SCHED_IDLE` now (if allowed).
+    fn set_low(&mut self) {
+        if self.allowed && !self.low {
+            match set_thread_policy(libc::SCHED_IDLE) {
+                Ok(()) => self.low = true,
+                Err(e) => {
+                    debug!("engine stays at its own priority: {e}");
+                    self.allowed = false;
+                }
+            }
+        }
+    }
+
+    /// Ends the idle spell: puts the thread back to `SCHED_OTHER` if lowered.
+    pub fn restore(&mut self) {
+        self.decided = false;
+        if self.low {
+            self.low = false;
+            if let Err(e) = set_thread_policy(libc::SCHED_OTHER) {
+                // Not expected (checked at start); polling lowered is no longer safe.
+                warn!("engine thread could not leave SCHED_IDLE: {e}");
+                self.allowed = false;
+            }
+        }
+    }
+}
+
+/// The runnable threads of a `/proc/loadavg` line (`0.52 0.58 0.59 3/467 12345`: the
+/// fourth field's first number).
+fn runnable_in_loadavg(line: &[u8]) -> Option<usize> {
+    let line = std::str::from_utf8(line).ok()?;
+    let field = line.split_ascii_whitespace().nth(3)?;
+    field.split('/').next()?.parse().ok()
+}
+
+impl Default for IdlePolling {
+    fn default() -> Self {
+        IdlePolling::new()
+    }
+}
+
+impl Drop for IdlePolling {
+    fn drop(&mut self) {
+        self.restore();
     }
 }
 
@@ -139,5 +307,50 @@ mod tests {
             (other, Some(libc::SCHED_BATCH), other),
             "--control-sched batch"
         );
+    }
+
+    // The idle-poll setting is the process's too: one test, each case on a fresh thread.
+    #[test]
+    fn an_idle_polling_engine_lowers_itself_only_when_it_may_and_always_comes_back() {
+        let run = || {
+            std::thread::spawn(|| {
+                let mut p = IdlePolling::new();
+                // As lower() does when a CPU is free (the test's host may be busy).
+                p.set_low();
+                let lowered = (p.is_low(), thread_policy());
+                p.restore();
+                let back = (p.is_low(), thread_policy());
+                p.set_low();
+                drop(p);
+                (lowered, back, thread_policy())
+            })
+            .join()
+            .unwrap()
+        };
+        let other = Some(libc::SCHED_OTHER);
+        assert_eq!(idle_poll_sched(), IdlePollSched::Idle, "the default");
+        let (lowered, back, dropped) = run();
+        if can_leave_sched_idle() {
+            assert_eq!(lowered, (true, Some(libc::SCHED_IDLE)));
+        } else {
+            assert_eq!(lowered, (false, other), "not lowered without the right to come back");
+        }
+        assert_eq!((back, dropped), ((false, other), other), "restored, and on drop");
+
+        set_idle_poll_sched(IdlePollSched::Normal);
+        let seen = run();
+        set_idle_poll_sched(IdlePollSched::Idle);
+        assert_eq!(seen, ((false, other), (false, other), other), "--idle-poll-sched normal");
+    }
+
+    #[test]
+    fn the_runnable_count_is_read_from_loadavg() {
+        assert_eq!(runnable_in_loadavg(b"0.52 0.58 0.59 3/467 12345\n"), Some(3));
+        assert_eq!(runnable_in_loadavg(b"0.00 0.00 0.00 12/9 1"), Some(12));
+        for bad in [&b""[..], b"0.1 0.2 0.3", b"0.1 0.2 0.3 x/4 5", b"\xff\xfe"] {
+            assert_eq!(runnable_in_loadavg(bad), None);
+        }
+        let now = std::fs::read("/proc/loadavg").unwrap();
+        assert!(runnable_in_loadavg(&now).is_some_and(|r| r >= 1), "{now:?}");
     }
 }

@@ -23,6 +23,11 @@ pub const LINK_EVERY: u32 = 8;
 /// vCPU thread on the same CPU is not held off for the whole budget.
 pub const YIELD_EVERY: u32 = 64;
 
+/// How long the engine polls idle at its own priority before it lowers itself to
+/// `SCHED_IDLE` for the rest of the budget ([`crate::sched::IdlePolling`]): the gaps inside
+/// a stream or a request's exchange are shorter, so they cost no system calls.
+pub const LOWER_AFTER: Duration = Duration::from_micros(50);
+
 /// The adaptive polling budget.
 #[derive(Debug, Clone)]
 pub struct SpinBudget {

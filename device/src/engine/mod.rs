@@ -77,7 +77,10 @@ pub enum Control {
 pub struct EngineConfig {
     pub mac: [u8; 6],
     pub addrs: Vec<(Ipv6Addr, u8)>,
-    /// How long the engine keeps polling after the last piece of work before it sleeps.
+    /// How long the engine keeps polling after the last piece of work before it sleeps
+    /// (the most: the budget adapts below it, see [`idle`]). Long enough to bridge
+    /// messages a millisecond apart without a kick; the polling past its first moments
+    /// takes only a CPU nothing else wants ([`crate::sched::IdlePolling`]).
     pub idle_poll: Duration,
     /// The link beneath the QPs, if any (`--net`).
     pub network: Option<network::NetworkConfig>,
@@ -90,7 +93,7 @@ impl Default for EngineConfig {
         EngineConfig {
             mac: DEFAULT_MAC,
             addrs: Vec::new(),
-            idle_poll: Duration::from_micros(500),
+            idle_poll: Duration::from_micros(2000),
             network: None,
             tcp_limits: tcp::TcpLimits::default(),
         }

@@ -23,6 +23,7 @@ use vmm_sys_util::eventfd::EventFd;
 
 use super::{idle, Control, Engine, EngineConfig, EngineHandle, Shared};
 use crate::backend::Backend;
+use crate::sched;
 
 /// A thread serving engines. Dropping it (after every [`EngineHandle`] it made) ends the
 /// thread.
@@ -122,6 +123,7 @@ impl Turns {
         );
         let mut last_work = Instant::now();
         let mut idle_passes: u32 = 0;
+        let mut polling = sched::IdlePolling::new();
         loop {
             if !self.take_new() {
                 return;
@@ -132,19 +134,28 @@ impl Turns {
                 did |= e.poll_once();
             }
             if did {
+                polling.restore();
                 last_work = Instant::now();
                 idle_passes = 0;
                 continue;
             }
             idle_passes = idle_passes.wrapping_add(1);
-            if last_work.elapsed() < self.spin.budget() {
-                if idle_passes.is_multiple_of(idle::YIELD_EVERY) {
+            let idle_for = last_work.elapsed();
+            if idle_for < self.spin.budget() {
+                if idle_for >= idle::LOWER_AFTER {
+                    polling.lower();
+                }
+                // Lowered, any runnable thread preempts the polling: no yield needed.
+                if !polling.is_low() && idle_passes.is_multiple_of(idle::YIELD_EVERY) {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
                 }
                 continue;
             }
+            // A sleeping engine is woken for work: at its own priority, not behind every
+            // runnable thread.
+            polling.restore();
             // Idle: every engine publishes "sleeping", then looks once more (see
             // qpip_abi::doorbell), its link included.
             idle_passes = 0;

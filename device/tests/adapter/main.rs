@@ -453,14 +453,143 @@ fn control_threads_run_batch_when_told_and_the_functions_still_serve() {
             libc::SCHED_OTHER
         };
         assert_eq!(of("qpip-ctl-"), [want, want], "batch {batch}: {policies:?}");
+        // The engine's own policy, or SCHED_IDLE while it polls idle (the next test).
         assert!(
             !of("qpip-engine").is_empty()
-                && of("qpip-engine").iter().all(|&p| p == libc::SCHED_OTHER),
+                && of("qpip-engine")
+                    .iter()
+                    .all(|&p| p == libc::SCHED_OTHER || p == libc::SCHED_IDLE),
             "batch {batch}: {policies:?}"
         );
         drop((a, b));
         // SAFETY: kill(2) on our child, not yet reaped.
         unsafe { libc::kill(qpipd.id() as i32, libc::SIGTERM) };
+        assert_eq!(qpipd.wait().unwrap().code(), Some(143));
+    }
+}
+
+/// The policy of qpipd's engine thread now.
+fn engine_policy(pid: u32) -> i32 {
+    engine_thread(pid).1
+}
+
+/// The state (`R` running, `S` sleeping, ...) and policy of qpipd's one engine thread now.
+fn engine_thread(pid: u32) -> (char, i32) {
+    let mut found = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let t = t.unwrap().path();
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(t.join("comm")),
+            std::fs::read_to_string(t.join("stat")),
+        ) else {
+            continue;
+        };
+        if !comm.starts_with("qpip-engine") {
+            continue;
+        }
+        // After the name: field 3 is the state, field 41 the policy.
+        let after: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        let state = after[0].chars().next().unwrap();
+        found.push((state, after[41 - 3].parse().unwrap()));
+    }
+    assert_eq!(found.len(), 1, "one engine thread: {found:?}");
+    found[0]
+}
+
+/// By default the engine polls idle as a `SCHED_IDLE` thread (once it has polled a moment
+/// at its own priority) and goes back to its own policy to sleep; with
+/// `--idle-poll-sched normal` it never leaves its own. Either way a kick wakes it and the
+/// functions serve. (Lowering needs the right to come back, as root has: without it the
+/// engine polls at its own priority, and so this test expects.)
+#[test]
+fn the_engine_polls_idle_as_sched_idle_and_sleeps_at_its_own_policy() {
+    // SAFETY: no arguments.
+    let root = unsafe { libc::geteuid() } == 0;
+    for normal in [false, true] {
+        let dir = ScratchDir::new("adapter-idle-sched");
+        let (sa, sb) = (dir.join("a.sock"), dir.join("b.sock"));
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_qpipd"));
+        for (s, ip) in [(&sa, ADDRS[0]), (&sb, ADDRS[1])] {
+            cmd.arg("--function")
+                .arg(format!("socket={},ip={ip}/64", s.display()));
+        }
+        // A budget long enough to look at the engine while it polls after a datagram.
+        cmd.arg("--idle-poll-us=2000000");
+        if normal {
+            cmd.arg("--idle-poll-sched=normal");
+        }
+        let mut qpipd = cmd.stderr(std::process::Stdio::null()).spawn().unwrap();
+        let pid = qpipd.id();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(sa.exists() && sb.exists()) {
+            assert!(Instant::now() < deadline, "qpipd is not listening");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let attach = |socket: &std::path::Path| {
+            let mut g = FakeGuest::attach(vfio_user::Client::new(socket).unwrap());
+            g.enable();
+            g.setup_admin(ADMIN_DEPTH);
+            g
+        };
+        let (mut a, mut b) = (attach(&sa), attach(&sb));
+        let (mut ua, mut ub) = (endpoint(&mut a, 7001), endpoint(&mut b, 7002));
+        // After each datagram the engine polls (for up to two seconds): looked at for a
+        // moment each time. It lowers itself only when a CPU is free of other work (this
+        // host may be running other tests), so a few tries.
+        let lowered = !normal && root;
+        let mut seen = Vec::new();
+        for _ in 0..if lowered { 40 } else { 3 } {
+            datagram(
+                (&mut a, &mut ua, ADDRS[0]),
+                (&mut b, &mut ub, ADDRS[1]),
+                b"then poll",
+            );
+            let until = Instant::now() + Duration::from_millis(150);
+            while Instant::now() < until {
+                let p = engine_policy(pid);
+                if !seen.contains(&p) {
+                    seen.push(p);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if lowered && seen.contains(&libc::SCHED_IDLE) {
+                break;
+            }
+        }
+        assert!(
+            seen.contains(&if lowered {
+                libc::SCHED_IDLE
+            } else {
+                libc::SCHED_OTHER
+            }) && seen
+                .iter()
+                .all(|&p| p == libc::SCHED_OTHER || (lowered && p == libc::SCHED_IDLE)),
+            "normal {normal}, root {root}: policies seen while it polled: {seen:?} \
+             (SCHED_OTHER {}, SCHED_IDLE {})",
+            libc::SCHED_OTHER,
+            libc::SCHED_IDLE
+        );
+        // Once the budget is spent the engine sleeps, back at its own policy (a thread
+        // that slept lowered would wait behind every runnable thread once woken).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut last = engine_thread(pid);
+        while last != ('S', libc::SCHED_OTHER) {
+            assert!(
+                Instant::now() < deadline,
+                "the engine does not sleep at its own policy: state, policy {last:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+            last = engine_thread(pid);
+        }
+        // Woken (or still polling), it serves.
+        datagram(
+            (&mut b, &mut ub, ADDRS[1]),
+            (&mut a, &mut ua, ADDRS[0]),
+            b"after",
+        );
+        drop((a, b));
+        // SAFETY: kill(2) on our child, not yet reaped.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         assert_eq!(qpipd.wait().unwrap().code(), Some(143));
     }
 }
