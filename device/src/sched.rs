@@ -333,19 +333,34 @@ mod tests {
         if can_leave_sched_idle() {
             assert_eq!(lowered, (true, Some(libc::SCHED_IDLE)));
         } else {
-            assert_eq!(lowered, (false, other), "not lowered without the right to come back");
+            assert_eq!(
+                lowered,
+                (false, other),
+                "not lowered without the right to come back"
+            );
         }
-        assert_eq!((back, dropped), ((false, other), other), "restored, and on drop");
+        assert_eq!(
+            (back, dropped),
+            ((false, other), other),
+            "restored, and on drop"
+        );
 
         set_idle_poll_sched(IdlePollSched::Normal);
         let seen = run();
         set_idle_poll_sched(IdlePollSched::Idle);
-        assert_eq!(seen, ((false, other), (false, other), other), "--idle-poll-sched normal");
+        assert_eq!(
+            seen,
+            ((false, other), (false, other), other),
+            "--idle-poll-sched normal"
+        );
     }
 
     #[test]
     fn the_runnable_count_is_read_from_loadavg() {
-        assert_eq!(runnable_in_loadavg(b"0.52 0.58 0.59 3/467 12345\n"), Some(3));
+        assert_eq!(
+            runnable_in_loadavg(b"0.52 0.58 0.59 3/467 12345\n"),
+            Some(3)
+        );
         assert_eq!(runnable_in_loadavg(b"0.00 0.00 0.00 12/9 1"), Some(12));
         for bad in [&b""[..], b"0.1 0.2 0.3", b"0.1 0.2 0.3 x/4 5", b"\xff\xfe"] {
             assert_eq!(runnable_in_loadavg(bad), None);
