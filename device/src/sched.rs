@@ -32,6 +32,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use log::{debug, warn};
 
@@ -121,6 +122,11 @@ fn can_leave_sched_idle() -> bool {
     })
 }
 
+/// The longest an engine that meant to poll lowered polls at its own priority instead
+/// (see [`IdlePolling::limit`]): what bridged a ping-pong's gaps here without slowing the
+/// guests, measured as the budget's default before the engine could lower itself.
+pub const NORMAL_POLL_MAX: Duration = Duration::from_micros(500);
+
 /// The engine thread's policy while it polls with nothing to do.
 ///
 /// An engine that polls after its work catches the next doorbell without the guest having
@@ -181,12 +187,25 @@ impl IdlePolling {
         self.low
     }
 
+    /// The longest the engine should poll idle now, given its budget: all of it when it
+    /// polls lowered or was told to poll at its own priority (`--idle-poll-sched normal`,
+    /// an engine with a CPU of its own); else — it meant to lower itself but every CPU was
+    /// taken, or it may not — no more than [`NORMAL_POLL_MAX`], since polling at its own
+    /// priority takes CPU from the guests' vCPUs.
+    pub fn limit(&self, budget: Duration) -> Duration {
+        if self.low || idle_poll_sched() == IdlePollSched::Normal {
+            budget
+        } else {
+            budget.min(NORMAL_POLL_MAX)
+        }
+    }
+
     /// Lowers the thread to `SCHED_IDLE` for the rest of this idle spell, if allowed and
     /// some CPU has nothing else to run — decided once per spell (until
     /// [`IdlePolling::restore`]). When every CPU is taken (guests spinning on every one),
     /// a lowered engine would not run until one came free, and the doorbells they ring
-    /// would wait for it: the engine then polls at its own priority, yielding, as with
-    /// `--idle-poll-sched normal`.
+    /// would wait for it: the engine then polls at its own priority, yielding, and no
+    /// longer than [`NORMAL_POLL_MAX`] ([`IdlePolling::limit`]).
     pub fn lower(&mut self) {
         if self.allowed && !self.decided {
             self.decided = true;
@@ -345,13 +364,33 @@ mod tests {
             "restored, and on drop"
         );
 
+        // Polling at its own priority, meant to be lowered: capped; lowered: the budget.
+        let two = Duration::from_millis(2);
+        let short = Duration::from_micros(100);
+        let mut p = IdlePolling {
+            allowed: false,
+            low: false,
+            decided: false,
+            loadavg: None,
+            cpus: 1,
+        };
+        assert_eq!((p.limit(two), p.limit(short)), (NORMAL_POLL_MAX, short));
+        p.low = true;
+        assert_eq!(p.limit(two), two);
+        p.low = false;
+
         set_idle_poll_sched(IdlePollSched::Normal);
         let seen = run();
+        let normal_limit = p.limit(two);
         set_idle_poll_sched(IdlePollSched::Idle);
         assert_eq!(
             seen,
             ((false, other), (false, other), other),
             "--idle-poll-sched normal"
+        );
+        assert_eq!(
+            normal_limit, two,
+            "--idle-poll-sched normal polls the whole budget"
         );
     }
 

@@ -141,7 +141,7 @@ impl Turns {
             }
             idle_passes = idle_passes.wrapping_add(1);
             let idle_for = last_work.elapsed();
-            if idle_for < self.spin.budget() {
+            if idle_for < polling.limit(self.spin.budget()) {
                 if idle_for >= idle::LOWER_AFTER {
                     polling.lower();
                 }
