@@ -115,7 +115,7 @@ struct Args {
     idle_poll_us: u64,
 
     /// How the engine thread is scheduled while it polls with nothing to do (after its first
-    /// 50 µs of it). idle: SCHED_IDLE, so the polling takes only a CPU nothing else wants
+    /// 500 µs of it). idle: SCHED_IDLE, so the polling takes only a CPU nothing else wants
     /// and any vCPU that becomes runnable preempts it; back to its own policy when it finds
     /// work or goes to sleep. It lowers itself when some CPU is free of other runnable
     /// threads and it may raise its priority again (as root may); else it polls at its own

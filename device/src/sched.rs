@@ -34,6 +34,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::engine::idle::LOWER_AFTER;
+
 use log::{debug, warn};
 
 /// The policy of the control threads (qpipd `--control-sched`).
@@ -122,11 +124,6 @@ fn can_leave_sched_idle() -> bool {
     })
 }
 
-/// The longest an engine that meant to poll lowered polls at its own priority instead
-/// (see [`IdlePolling::limit`]): what bridged a ping-pong's gaps here without slowing the
-/// guests, measured as the budget's default before the engine could lower itself.
-pub const NORMAL_POLL_MAX: Duration = Duration::from_micros(500);
-
 /// The engine thread's policy while it polls with nothing to do.
 ///
 /// An engine that polls after its work catches the next doorbell without the guest having
@@ -134,8 +131,8 @@ pub const NORMAL_POLL_MAX: Duration = Duration::from_micros(500);
 /// nothing — but on a small host its polling takes a CPU from the guests' vCPUs, so its
 /// budget had to stay short ([`crate::engine::idle`]). Polling `SCHED_IDLE` takes only a
 /// CPU nothing else wants: any vCPU that becomes runnable preempts it at once. The engine
-/// lowers itself only once it has polled idle a while ([`crate::engine::idle::LOWER_AFTER`],
-/// so a stream's short gaps cost no system calls) and goes back to its own policy as soon
+/// lowers itself only once it has polled idle as long as it always did at its own
+/// priority ([`LOWER_AFTER`]: a stream's gaps are shorter) and goes back to its own policy as soon
 /// as it finds work, and before it sleeps (a woken engine must not wait behind the vCPUs).
 /// A lowered engine does not run while every CPU is busy, and a doorbell rung then waits
 /// for a CPU to come free — as it does when the guests' own vCPUs have the CPUs.
@@ -190,13 +187,13 @@ impl IdlePolling {
     /// The longest the engine should poll idle now, given its budget: all of it when it
     /// polls lowered or was told to poll at its own priority (`--idle-poll-sched normal`,
     /// an engine with a CPU of its own); else — it meant to lower itself but every CPU was
-    /// taken, or it may not — no more than [`NORMAL_POLL_MAX`], since polling at its own
+    /// taken, or it may not — no more than [`LOWER_AFTER`], since polling at its own
     /// priority takes CPU from the guests' vCPUs.
     pub fn limit(&self, budget: Duration) -> Duration {
         if self.low || idle_poll_sched() == IdlePollSched::Normal {
             budget
         } else {
-            budget.min(NORMAL_POLL_MAX)
+            budget.min(LOWER_AFTER)
         }
     }
 
@@ -205,7 +202,7 @@ impl IdlePolling {
     /// [`IdlePolling::restore`]). When every CPU is taken (guests spinning on every one),
     /// a lowered engine would not run until one came free, and the doorbells they ring
     /// would wait for it: the engine then polls at its own priority, yielding, and no
-    /// longer than [`NORMAL_POLL_MAX`] ([`IdlePolling::limit`]).
+    /// longer than [`LOWER_AFTER`] ([`IdlePolling::limit`]).
     pub fn lower(&mut self) {
         if self.allowed && !self.decided {
             self.decided = true;
@@ -374,7 +371,7 @@ mod tests {
             loadavg: None,
             cpus: 1,
         };
-        assert_eq!((p.limit(two), p.limit(short)), (NORMAL_POLL_MAX, short));
+        assert_eq!((p.limit(two), p.limit(short)), (LOWER_AFTER, short));
         p.low = true;
         assert_eq!(p.limit(two), two);
         p.low = false;

@@ -141,10 +141,12 @@ impl Turns {
             }
             idle_passes = idle_passes.wrapping_add(1);
             let idle_for = last_work.elapsed();
-            if idle_for < polling.limit(self.spin.budget()) {
-                if idle_for >= idle::LOWER_AFTER {
-                    polling.lower();
-                }
+            let budget = self.spin.budget();
+            if idle_for >= idle::LOWER_AFTER && idle_for < budget {
+                // Lowered, it may poll on for the whole budget; else it stops here.
+                polling.lower();
+            }
+            if idle_for < polling.limit(budget) {
                 // Lowered, any runnable thread preempts the polling: no yield needed.
                 if !polling.is_low() && idle_passes.is_multiple_of(idle::YIELD_EVERY) {
                     std::thread::yield_now();
