@@ -117,10 +117,11 @@ struct Args {
     /// How the engine thread is scheduled while it polls with nothing to do (after its first
     /// 500 µs of it). idle: SCHED_IDLE, so the polling takes only a CPU nothing else wants
     /// and any vCPU that becomes runnable preempts it; back to its own policy when it finds
-    /// work or goes to sleep. It lowers itself when some CPU is free of other runnable
-    /// threads and it may raise its priority again (as root may); else it polls at its own
-    /// priority for at most 500 µs. normal: the process's own policy, yielding now and
-    /// then, for the whole budget — for an engine given a CPU of its own.
+    /// work or goes to sleep. It lowers itself when a CPU would stay free of other runnable
+    /// threads even if one more woke, and it may raise its priority again (as root may);
+    /// else it polls at its own priority for at most 500 µs. normal: the process's own
+    /// policy, yielding now and then, for the whole budget — for an engine given a CPU of
+    /// its own.
     #[arg(long, value_name = "POLICY", value_enum, default_value_t = IdlePollSchedArg::Idle)]
     idle_poll_sched: IdlePollSchedArg,
 
