@@ -383,9 +383,9 @@ fn a_burst_of_fragmented_datagrams_between_functions_loses_nothing_in_the_switch
     );
 }
 
-/// The scheduling policy (`SCHED_OTHER` 0, `SCHED_BATCH` 3, ...) of each thread of a
-/// process, by thread name, from /proc.
-fn thread_policies(pid: u32) -> Vec<(String, i32)> {
+/// Each thread of a process, by name, with its state (`R` running, `S` sleeping, ...) and
+/// scheduling policy (`SCHED_OTHER` 0, `SCHED_BATCH` 3, `SCHED_IDLE` 5, ...), from /proc.
+fn threads(pid: u32) -> Vec<(String, char, i32)> {
     let mut out = Vec::new();
     for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let t = t.unwrap().path();
@@ -395,13 +395,20 @@ fn thread_policies(pid: u32) -> Vec<(String, i32)> {
         ) else {
             continue; // the thread ended meanwhile
         };
-        // Fields after the name (which may hold spaces) start at field 3; policy is 41.
-        let after = &stat[stat.rfind(')').unwrap() + 2..];
-        let policy = after.split(' ').nth(41 - 3).unwrap().parse().unwrap();
-        out.push((comm.trim().to_string(), policy));
+        // Fields after the name (which may hold spaces) start at field 3, the state;
+        // the policy is field 41.
+        let after: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+        let state = after[0].chars().next().unwrap();
+        let policy = after[41 - 3].parse().unwrap();
+        out.push((comm.trim().to_string(), state, policy));
     }
     out.sort();
     out
+}
+
+/// The scheduling policy of each thread of a process, by thread name.
+fn thread_policies(pid: u32) -> Vec<(String, i32)> {
+    threads(pid).into_iter().map(|(n, _, p)| (n, p)).collect()
 }
 
 /// `--control-sched batch` makes the control threads (which QEMU's kicks wake) batch
@@ -473,25 +480,13 @@ fn engine_policy(pid: u32) -> i32 {
     engine_thread(pid).1
 }
 
-/// The state (`R` running, `S` sleeping, ...) and policy of qpipd's one engine thread now.
+/// The state and policy of qpipd's one engine thread now.
 fn engine_thread(pid: u32) -> (char, i32) {
-    let mut found = Vec::new();
-    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let t = t.unwrap().path();
-        let (Ok(comm), Ok(stat)) = (
-            std::fs::read_to_string(t.join("comm")),
-            std::fs::read_to_string(t.join("stat")),
-        ) else {
-            continue;
-        };
-        if !comm.starts_with("qpip-engine") {
-            continue;
-        }
-        // After the name: field 3 is the state, field 41 the policy.
-        let after: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-        let state = after[0].chars().next().unwrap();
-        found.push((state, after[41 - 3].parse().unwrap()));
-    }
+    let found: Vec<(char, i32)> = threads(pid)
+        .into_iter()
+        .filter(|(n, _, _)| n.starts_with("qpip-engine"))
+        .map(|(_, s, p)| (s, p))
+        .collect();
     assert_eq!(found.len(), 1, "one engine thread: {found:?}");
     found[0]
 }
