@@ -411,6 +411,42 @@ fn thread_policies(pid: u32) -> Vec<(String, i32)> {
     threads(pid).into_iter().map(|(n, _, p)| (n, p)).collect()
 }
 
+/// A real `qpipd` (the binary) serving two functions, `ADDRS[0]` and `ADDRS[1]`, their
+/// sockets in `dir`, started with `args`; and a guest attached to each.
+fn qpipd_with_two_guests(
+    dir: &ScratchDir,
+    args: &[&str],
+) -> (std::process::Child, FakeGuest, FakeGuest) {
+    let (sa, sb) = (dir.join("a.sock"), dir.join("b.sock"));
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_qpipd"));
+    for (s, ip) in [(&sa, ADDRS[0]), (&sb, ADDRS[1])] {
+        cmd.arg("--function")
+            .arg(format!("socket={},ip={ip}/64", s.display()));
+    }
+    cmd.args(args);
+    let qpipd = cmd.stderr(std::process::Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(sa.exists() && sb.exists()) {
+        assert!(Instant::now() < deadline, "qpipd is not listening");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let attach = |socket: &std::path::Path| {
+        let mut g = FakeGuest::attach(vfio_user::Client::new(socket).unwrap());
+        g.enable();
+        g.setup_admin(ADMIN_DEPTH);
+        g
+    };
+    let (a, b) = (attach(&sa), attach(&sb));
+    (qpipd, a, b)
+}
+
+/// Stops a `qpipd` of [`qpipd_with_two_guests`] (after its guests): SIGTERM, exit status 143.
+fn stop_qpipd(mut qpipd: std::process::Child) {
+    // SAFETY: kill(2) on our child, not yet reaped.
+    unsafe { libc::kill(qpipd.id() as i32, libc::SIGTERM) };
+    assert_eq!(qpipd.wait().unwrap().code(), Some(143));
+}
+
 /// `--control-sched batch` makes the control threads (which QEMU's kicks wake) batch
 /// threads and leaves the engine's alone; by default every thread time-shares as usual.
 /// Either way the functions serve.
@@ -418,28 +454,12 @@ fn thread_policies(pid: u32) -> Vec<(String, i32)> {
 fn control_threads_run_batch_when_told_and_the_functions_still_serve() {
     for batch in [false, true] {
         let dir = ScratchDir::new("adapter-sched");
-        let (sa, sb) = (dir.join("a.sock"), dir.join("b.sock"));
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_qpipd"));
-        for (s, ip) in [(&sa, ADDRS[0]), (&sb, ADDRS[1])] {
-            cmd.arg("--function")
-                .arg(format!("socket={},ip={ip}/64", s.display()));
-        }
-        if batch {
-            cmd.arg("--control-sched=batch");
-        }
-        let mut qpipd = cmd.stderr(std::process::Stdio::null()).spawn().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !(sa.exists() && sb.exists()) {
-            assert!(Instant::now() < deadline, "qpipd is not listening");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let attach = |socket: &std::path::Path| {
-            let mut g = FakeGuest::attach(vfio_user::Client::new(socket).unwrap());
-            g.enable();
-            g.setup_admin(ADMIN_DEPTH);
-            g
+        let args: &[&str] = if batch {
+            &["--control-sched=batch"]
+        } else {
+            &[]
         };
-        let (mut a, mut b) = (attach(&sa), attach(&sb));
+        let (qpipd, mut a, mut b) = qpipd_with_two_guests(&dir, args);
         let (mut ua, mut ub) = (endpoint(&mut a, 7001), endpoint(&mut b, 7002));
         datagram(
             (&mut a, &mut ua, ADDRS[0]),
@@ -469,9 +489,7 @@ fn control_threads_run_batch_when_told_and_the_functions_still_serve() {
             "batch {batch}: {policies:?}"
         );
         drop((a, b));
-        // SAFETY: kill(2) on our child, not yet reaped.
-        unsafe { libc::kill(qpipd.id() as i32, libc::SIGTERM) };
-        assert_eq!(qpipd.wait().unwrap().code(), Some(143));
+        stop_qpipd(qpipd);
     }
 }
 
@@ -502,31 +520,13 @@ fn the_engine_polls_idle_as_sched_idle_and_sleeps_at_its_own_policy() {
     let root = unsafe { libc::geteuid() } == 0;
     for normal in [false, true] {
         let dir = ScratchDir::new("adapter-idle-sched");
-        let (sa, sb) = (dir.join("a.sock"), dir.join("b.sock"));
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_qpipd"));
-        for (s, ip) in [(&sa, ADDRS[0]), (&sb, ADDRS[1])] {
-            cmd.arg("--function")
-                .arg(format!("socket={},ip={ip}/64", s.display()));
-        }
         // A budget long enough to look at the engine while it polls after a datagram.
-        cmd.arg("--idle-poll-us=2000000");
+        let mut args = vec!["--idle-poll-us=2000000"];
         if normal {
-            cmd.arg("--idle-poll-sched=normal");
+            args.push("--idle-poll-sched=normal");
         }
-        let mut qpipd = cmd.stderr(std::process::Stdio::null()).spawn().unwrap();
+        let (qpipd, mut a, mut b) = qpipd_with_two_guests(&dir, &args);
         let pid = qpipd.id();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !(sa.exists() && sb.exists()) {
-            assert!(Instant::now() < deadline, "qpipd is not listening");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let attach = |socket: &std::path::Path| {
-            let mut g = FakeGuest::attach(vfio_user::Client::new(socket).unwrap());
-            g.enable();
-            g.setup_admin(ADMIN_DEPTH);
-            g
-        };
-        let (mut a, mut b) = (attach(&sa), attach(&sb));
         let (mut ua, mut ub) = (endpoint(&mut a, 7001), endpoint(&mut b, 7002));
         // After each datagram the engine polls (for up to two seconds): looked at for a
         // moment each time. It lowers itself only when CPUs are free of other work (this
@@ -583,8 +583,6 @@ fn the_engine_polls_idle_as_sched_idle_and_sleeps_at_its_own_policy() {
             b"after",
         );
         drop((a, b));
-        // SAFETY: kill(2) on our child, not yet reaped.
-        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-        assert_eq!(qpipd.wait().unwrap().code(), Some(143));
+        stop_qpipd(qpipd);
     }
 }
