@@ -127,7 +127,7 @@ fn can_leave_sched_idle() -> bool {
 /// The engine thread's policy while it polls with nothing to do.
 ///
 /// An engine that polls after its work catches the next doorbell without the guest having
-/// to kick it — a kick costs the guest 20-70 µs where a doorbell the engine finds costs
+/// to kick it — a kick costs the guest 45-110 µs where a doorbell the engine finds costs
 /// nothing — but on a small host its polling takes a CPU from the guests' vCPUs, so its
 /// budget had to stay short ([`crate::engine::idle`]). Polling `SCHED_IDLE` takes only a
 /// CPU nothing else wants: any vCPU that becomes runnable preempts it at once. The engine
@@ -143,6 +143,8 @@ pub struct IdlePolling {
     low: bool,
     /// This idle spell has been looked at ([`IdlePolling::lower`] decides once per spell).
     decided: bool,
+    /// Told to poll the whole budget at its own priority (`--idle-poll-sched normal`).
+    whole_budget: bool,
     /// `/proc/loadavg`, kept open: how many threads are runnable host-wide.
     loadavg: Option<std::fs::File>,
     /// The CPUs this process may run on.
@@ -153,16 +155,17 @@ impl IdlePolling {
     /// For the calling thread, under the process's setting ([`idle_poll_sched`]): lowers
     /// only a thread of the ordinary policy, and only if it could come back.
     pub fn new() -> IdlePolling {
-        let allowed = idle_poll_sched() == IdlePollSched::Idle
-            && thread_policy() == Some(libc::SCHED_OTHER)
-            && can_leave_sched_idle();
-        if idle_poll_sched() == IdlePollSched::Idle && !allowed {
+        let whole_budget = idle_poll_sched() == IdlePollSched::Normal;
+        let allowed =
+            !whole_budget && thread_policy() == Some(libc::SCHED_OTHER) && can_leave_sched_idle();
+        if !whole_budget && !allowed {
             debug!("engine polls idle at its own priority (SCHED_IDLE not reversible here)");
         }
         IdlePolling {
             allowed,
             low: false,
             decided: false,
+            whole_budget,
             loadavg: std::fs::File::open("/proc/loadavg").ok(),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
@@ -195,7 +198,7 @@ impl IdlePolling {
     /// taken, or it may not — no more than [`LOWER_AFTER`], since polling at its own
     /// priority takes CPU from the guests' vCPUs.
     pub fn limit(&self, budget: Duration) -> Duration {
-        if self.low || idle_poll_sched() == IdlePollSched::Normal {
+        if self.low || self.whole_budget {
             budget
         } else {
             budget.min(LOWER_AFTER)
@@ -373,6 +376,7 @@ mod tests {
             allowed: false,
             low: false,
             decided: false,
+            whole_budget: false,
             loadavg: None,
             cpus: 1,
         };
@@ -383,7 +387,8 @@ mod tests {
 
         set_idle_poll_sched(IdlePollSched::Normal);
         let seen = run();
-        let normal_limit = p.limit(two);
+        // The setting is taken when the engine thread starts.
+        let normal_limit = IdlePolling::new().limit(two);
         set_idle_poll_sched(IdlePollSched::Idle);
         assert_eq!(
             seen,
