@@ -3,6 +3,7 @@
 
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::context::{CtxImpl, CtxInner};
@@ -13,7 +14,8 @@ use crate::error::{Error, Result};
 ///
 /// The region owns its memory, and every work request that names it keeps that memory
 /// alive until the request completes, so dropping the region early is safe: it is
-/// deregistered when the last outstanding request referring to it has completed.
+/// deregistered once its handle is dropped and the completion of every request that
+/// names it has been polled.
 ///
 /// The memory is shared with the device, like a shared file mapping with another process:
 /// while a work request naming a range is outstanding, the device may read (send) or write
@@ -31,13 +33,17 @@ pub(crate) struct MrInner {
     /// The key peers name it by (0: no remote right).
     pub(crate) rkey: u32,
     pub(crate) ctx: Arc<CtxInner>,
+    /// Its handle was dropped while requests still held it (device contexts: counted in
+    /// the context until the region goes, see `device::Ctx::region_dropped`).
+    pub(crate) orphaned: AtomicBool,
 }
 
 // SAFETY: the region is a heap buffer with no thread affinity; the raw pointer is only
 // turned into references by `MemoryRegion` under Rust's borrow rules, and by the providers
 // as the device-shared memory the type's documentation describes.
 unsafe impl Send for MrInner {}
-// SAFETY: as above; `MrInner` itself is never mutated after construction.
+// SAFETY: as above; `MrInner` itself is never mutated after construction but for an
+// atomic flag.
 unsafe impl Sync for MrInner {}
 
 impl MrInner {
@@ -58,6 +64,7 @@ impl MrInner {
             lkey: 0,
             rkey: 0,
             ctx,
+            orphaned: AtomicBool::new(false),
         })
     }
 
@@ -76,10 +83,26 @@ impl Drop for MrInner {
         // can follow the free below.
         if let CtxImpl::Device(dev) = &self.ctx.imp {
             dev.dereg_mr(self.lkey);
+            if self.orphaned.load(Ordering::Relaxed) {
+                dev.orphan_gone();
+            }
         }
         // SAFETY: ptr/len/cap came from a Vec<u8> this region took over and never handed
         // back; no work request refers to it any more (each holds an Arc of this region).
         drop(unsafe { Vec::from_raw_parts(self.ptr.as_ptr(), self.len, self.cap) });
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        // Requests hold it beyond its handle: on the device they may hold it past their
+        // completions (until their queue slots are reused), which must not keep it
+        // registered now that nothing can post it again.
+        if Arc::strong_count(&self.inner) > 1 {
+            if let CtxImpl::Device(dev) = &self.inner.ctx.imp {
+                dev.region_dropped(&self.inner);
+            }
+        }
     }
 }
 
@@ -240,6 +263,37 @@ impl Keep {
         // Not reached: a request has at most MAX_SGE entries (checked by resolve), so at
         // most as many regions.
         unreachable!("more regions than scatter/gather entries");
+    }
+
+    /// Makes this hold exactly the regions of `sges` (checked entries), in place of what it
+    /// held. When those are the same regions — a queue slot reused by a request from the
+    /// same buffers, the usual case — no reference count is touched.
+    pub(crate) fn hold(&mut self, sges: &[Sge<'_>]) {
+        if !self.holds_exactly(sges) {
+            let mut k = Keep::default();
+            for s in sges {
+                k.add(&s.mr.inner);
+            }
+            *self = k;
+        }
+    }
+
+    /// Whether this holds the regions of `sges`, each once in their first-use order, and
+    /// nothing else (what [`Keep::add`] of each would have built).
+    fn holds_exactly(&self, sges: &[Sge<'_>]) -> bool {
+        let mut n = 0;
+        for s in sges {
+            let mr = &s.mr.inner;
+            let held = |k: &Option<Arc<MrInner>>| k.as_ref().is_some_and(|k| Arc::ptr_eq(k, mr));
+            if self.regions[..n].iter().any(held) {
+                continue;
+            }
+            if n == MAX_SGE || !held(&self.regions[n]) {
+                return false;
+            }
+            n += 1;
+        }
+        self.regions[n..].iter().all(Option::is_none)
     }
 }
 

@@ -4,14 +4,15 @@
 
 #[cfg(test)]
 mod public_bench;
+mod queue;
 mod sys;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::{Ipv6Addr, SocketAddrV6};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use qpip_abi::admin::{
@@ -19,16 +20,13 @@ use qpip_abi::admin::{
     CONN_INFO_TERMINATE_RECEIVED, FRAMING_IWARP, FRAMING_MESSAGE, FRAMING_STREAM, QP_TYPE_TCP,
     QP_TYPE_UDP,
 };
-use qpip_abi::cqe::{
-    self, Cqe, CQE_OP_RDMA_READ, CQE_OP_RDMA_WRITE, CQE_OP_RECV, CQE_OP_RECV_IMM, CQE_OP_SEND,
-    CQE_SIZE,
-};
+use qpip_abi::cqe::{self, Cqe, CQE_SIZE};
 use qpip_abi::doorbell::{self, Producer};
 use qpip_abi::regs::KICK;
 use qpip_abi::uapi::{self, *};
 use qpip_abi::wqe::{
-    Sge as WqeSge, Wqe, WQE_FLAG_IMM, WQE_FLAG_INLINE, WQE_FLAG_SOLICITED, WQE_OP_RDMA_READ,
-    WQE_OP_RDMA_WRITE, WQE_OP_RECV, WQE_OP_SEND, WQE_SGE_OFFSET, WQE_SIZE,
+    Wqe, WQE_FLAG_IMM, WQE_FLAG_SOLICITED, WQE_OP_RDMA_READ, WQE_OP_RDMA_WRITE, WQE_OP_RECV,
+    WQE_OP_SEND,
 };
 use zerocopy::{FromZeros, IntoBytes};
 
@@ -36,9 +34,10 @@ use crate::context::CtxInner;
 use crate::cq::{CqImpl, CqInner};
 use crate::error::{Error, Result};
 use crate::iwarp::{ConnInfo, Mpa};
-use crate::mr::{check_sge, check_sge_count, Keep, Sge};
+use crate::mr::{MrInner, Sge};
 use crate::qp::{QpInit, SendData, SendOp, SendWr};
 use crate::types::{Completion, Event, Framing, Limits, QpKind};
+use queue::{QpState, WqeBody};
 use sys::{ioctl, Mapping};
 
 const PAGE: usize = uapi::MMAP_PAGE_SIZE as usize;
@@ -51,6 +50,13 @@ pub(crate) struct Ctx {
     kick: Mapping,
     /// Kicks written (the device was asleep when a doorbell rang).
     pub(crate) kicks: AtomicU64,
+    /// The context's QPs by handle: what their CQs' polls count completions against, and
+    /// what [`Ctx::region_dropped`] looks through.
+    qps: Mutex<HashMap<u32, Arc<QpState>>>,
+    /// Regions whose handles were dropped while requests held them, and that still exist:
+    /// while there are any, polls release completed requests' regions at once
+    /// (`queue`'s documentation).
+    orphans: AtomicU32,
 }
 
 macro_rules! arg {
@@ -112,6 +118,8 @@ impl Ctx {
             db,
             kick,
             kicks: AtomicU64::new(0),
+            qps: Mutex::new(HashMap::new()),
+            orphans: AtomicU32::new(0),
         };
         Ok((ctx, limits))
     }
@@ -165,6 +173,29 @@ impl Ctx {
 
     pub(crate) fn dereg_mr(&self, lkey: u32) {
         self.destroy(IOCTL_DEREG_MR, lkey);
+    }
+
+    /// The handle of `mr` was dropped while something else still holds it: requests, which
+    /// may hold it past their completions (`queue`), or a tripwire. Lets go of every
+    /// completed request's regions; if `mr` is still held after that, it is an orphan until
+    /// it goes, and polls release as they go meanwhile.
+    pub(crate) fn region_dropped(&self, mr: &Arc<MrInner>) {
+        // Taken out of the table's lock: releasing may deregister regions (an ioctl).
+        let qps: Vec<Arc<QpState>> = self.qps.lock().unwrap().values().cloned().collect();
+        for qp in qps {
+            qp.release_completed();
+        }
+        // Still held by outstanding requests (or a tripwire). The caller's handle holds it
+        // too, so the region cannot go before it is counted.
+        if Arc::strong_count(mr) > 1 {
+            mr.orphaned.store(true, Ordering::Relaxed);
+            self.orphans.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// An orphaned region went (see [`Ctx::region_dropped`]).
+    pub(crate) fn orphan_gone(&self) {
+        self.orphans.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Destroys an object; a failure can only mean the device is gone (which destroyed it).
@@ -234,7 +265,7 @@ impl Ctx {
         };
         let udp = init.kind == QpKind::Udp;
         let rings = [(sq, init.sq_depth), (rq, init.rq_depth)];
-        Ok(Qp::new(a.handle, a.db_slot, udp, rings, [scq, rcq]))
+        Ok(Qp::new(self, a.handle, a.db_slot, udp, rings))
     }
 
     pub(crate) fn listen(&self, addr: &SocketAddrV6, backlog: u32) -> Result<Listener> {
@@ -283,112 +314,13 @@ fn dev_cq(cq: &CqInner) -> &Cq {
     }
 }
 
-/// What the library tracks of a QP's outstanding work, per queue.
-struct QpPost {
-    udp: bool,
-    sq: WorkQueue,
-    rq: WorkQueue,
-}
-
-/// One work queue of a QP: its producer index, and per outstanding request the memory
-/// regions it keeps alive until its completion is polled (oldest first, the order in which
-/// the device completes them).
-struct WorkQueue {
-    name: &'static str,
-    tail: u32,
-    depth: u32,
-    out: VecDeque<Keep>,
-}
-
-impl WorkQueue {
-    fn new(name: &'static str, depth: u32) -> WorkQueue {
-        WorkQueue {
-            name,
-            tail: 0,
-            depth,
-            // Sized for a full queue now, so posting never grows it.
-            out: VecDeque::with_capacity(depth as usize),
-        }
-    }
-
-    /// Writes the request's WQE into the next slot of `ring` — its entries checked against
-    /// `ctx` and written straight into the slot, or its inline bytes, then `wqe`, its
-    /// header — and keeps its regions; returns the new producer index for the doorbell.
-    /// Fails with nothing posted when the queue is full or an entry is bad (the slot is
-    /// not the device's until the doorbell). Nothing is built twice or copied on the way:
-    /// under TCG every instruction of this path is a guest's.
-    fn push(
-        &mut self,
-        qp: u32,
-        ring: &Mapping,
-        ctx: &Arc<CtxInner>,
-        mut h: Wqe,
-        body: WqeBody<'_>,
-    ) -> Result<u32> {
-        if self.out.len() >= self.depth as usize {
-            return Err(Error::QueueFull {
-                qp,
-                queue: self.name,
-                depth: self.depth,
-            });
-        }
-        // Depths are powers of two (the driver refuses others): a mask, not a division.
-        let at = (self.tail & (self.depth - 1)) as usize * WQE_SIZE as usize;
-        let dst = ring.at(at);
-        // The last byte of the slot must be inside the ring too.
-        let _ = ring.at(at + WQE_SIZE as usize - 1);
-        let o = WQE_SGE_OFFSET as usize;
-        let mut keep = Keep::default();
-        match body {
-            WqeBody::Sges(sges) => {
-                check_sge_count(sges, ctx.limits.max_sge)?;
-                for (i, s) in sges.iter().enumerate() {
-                    let seg = check_sge(ctx, s)?;
-                    let e = WqeSge {
-                        addr: seg.addr as u64,
-                        length: seg.len as u32,
-                        lkey: seg.lkey,
-                    };
-                    // SAFETY: entry i (< MAX_SGE, checked above) of a whole WQE slot inside
-                    // the mapped ring (both ends checked), 128-byte aligned; the device reads
-                    // the slot only after the doorbell that follows (release in Ctx::ring).
-                    unsafe {
-                        let at = o + i * std::mem::size_of::<WqeSge>();
-                        ptr::write(dst.add(at).cast::<WqeSge>(), e);
-                    }
-                    keep.add(&s.mr.inner);
-                }
-                h.num_sge = sges.len() as u8;
-            }
-            WqeBody::Inline(data) => {
-                // Checked by the caller against the device's limit, at most the slot's room.
-                h.flags |= WQE_FLAG_INLINE;
-                h.inline_len = data.len() as u32;
-                // SAFETY: as above; MAX_INLINE bytes fit after the header.
-                unsafe { ptr::copy_nonoverlapping(data.as_ptr(), dst.add(o), data.len()) };
-            }
-        }
-        // SAFETY: the header at the start of the same slot.
-        unsafe { ptr::write(dst.cast::<Wqe>(), h) };
-        self.tail = self.tail.wrapping_add(1);
-        self.out.push_back(keep);
-        Ok(self.tail)
-    }
-}
-
-/// What follows a WQE's header: its scatter/gather entries or its inline bytes.
-enum WqeBody<'a> {
-    Sges(&'a [Sge<'a>]),
-    Inline(&'a [u8]),
-}
-
 struct CqState {
     head: u32,
     arm_seq: u32,
     /// The QP of the last completion polled, so that a run of completions of one QP —
     /// across polls too, the common case — finds its state without the table's lock and
     /// lookup. Cleared when that QP is destroyed.
-    last: Option<(u32, Arc<Mutex<QpPost>>)>,
+    last: Option<(u32, Arc<QpState>)>,
 }
 
 pub(crate) struct Cq {
@@ -397,8 +329,6 @@ pub(crate) struct Cq {
     depth: u32,
     ring: Mapping,
     st: Mutex<CqState>,
-    /// The QPs reporting here, to release their requests' regions as completions arrive.
-    qps: Mutex<HashMap<u32, Arc<Mutex<QpPost>>>>,
 }
 
 impl Cq {
@@ -415,7 +345,6 @@ impl Cq {
                 arm_seq: 0,
                 last: None,
             }),
-            qps: Mutex::new(HashMap::new()),
         }
     }
 
@@ -423,8 +352,10 @@ impl Cq {
         let mut st = self.st.lock().unwrap();
         let st = &mut *st;
         let mut n = 0;
-        // The QPs' table is looked at only when a completion is of another QP than the last
-        // one polled (kept across calls), so a poll pays no lock for it in the common case.
+        // The context's QP table is looked at only when a completion is of another QP than
+        // the last one polled (kept across calls), so a poll pays no lock for it in the
+        // common case: one lock per poll, the CQ's.
+        let orphans = dev.orphans.load(Ordering::Relaxed) != 0;
         while n < out.len() {
             if !self.written(st.head) {
                 break;
@@ -438,11 +369,18 @@ impl Cq {
             let cqe = unsafe { &*self.ring.at(at).cast::<Cqe>() };
             st.head = st.head.wrapping_add(1);
             if !matches!(&st.last, Some((q, _)) if *q == cqe.qp) {
-                let table = self.qps.lock().unwrap();
+                let table = dev.qps.lock().unwrap();
                 st.last = table.get(&cqe.qp).map(|p| (cqe.qp, p.clone()));
             }
             let udp = match &st.last {
-                Some((q, post)) if *q == cqe.qp => Self::release(post, cqe),
+                Some((q, qp)) if *q == cqe.qp => {
+                    qp.completed(cqe.opcode);
+                    if orphans {
+                        // A dropped region may be waiting for just this completion.
+                        qp.release_completed();
+                    }
+                    qp.udp
+                }
                 // A flush of a destroyed QP: its requests were released then.
                 _ => false,
             };
@@ -475,22 +413,6 @@ impl Cq {
         owner & 1 == cqe::phase(i, self.depth)
     }
 
-    /// Drops the regions the completed request kept alive; true if the QP is UDP.
-    fn release(post: &Mutex<QpPost>, cqe: &Cqe) -> bool {
-        let mut p = post.lock().unwrap();
-        match cqe.opcode {
-            CQE_OP_SEND | CQE_OP_RDMA_WRITE | CQE_OP_RDMA_READ => {
-                p.sq.out.pop_front();
-            }
-            CQE_OP_RECV | CQE_OP_RECV_IMM => {
-                p.rq.out.pop_front();
-            }
-            // Not a work request's (a tripwire's event): nothing to release.
-            _ => {}
-        }
-        p.udp
-    }
-
     pub(crate) fn arm(&self, dev: &Ctx) {
         let mut st = self.st.lock().unwrap();
         st.arm_seq = st.arm_seq.wrapping_add(1);
@@ -507,34 +429,28 @@ pub(crate) struct Qp {
     slot: u32,
     sq: Mapping,
     rq: Mapping,
-    post: Arc<Mutex<QpPost>>,
+    state: Arc<QpState>,
 }
 
 impl Qp {
-    /// The QP `handle` in doorbell slot `slot`, with its send and receive rings (mapped,
-    /// and their depths), known to the CQs it reports to so that their polls release its
-    /// requests' regions.
+    /// The QP `handle` of `dev` in doorbell slot `slot`, with its send and receive rings
+    /// (mapped, and their depths), in the context's table so that its CQs' polls count its
+    /// completions.
     fn new(
+        dev: &Ctx,
         handle: u32,
         slot: u32,
         udp: bool,
         [(sq, sq_depth), (rq, rq_depth)]: [(Mapping, u32); 2],
-        cqs: [&Cq; 2],
     ) -> Qp {
-        let post = Arc::new(Mutex::new(QpPost {
-            udp,
-            sq: WorkQueue::new("send", sq_depth),
-            rq: WorkQueue::new("receive", rq_depth),
-        }));
-        for cq in cqs {
-            cq.qps.lock().unwrap().insert(handle, post.clone());
-        }
+        let state = Arc::new(QpState::new(udp, sq_depth, rq_depth));
+        dev.qps.lock().unwrap().insert(handle, state.clone());
         Qp {
             handle,
             slot,
             sq,
             rq,
-            post,
+            state,
         }
     }
 
@@ -635,8 +551,9 @@ impl Qp {
             SendData::Gather(sges) => WqeBody::Sges(sges),
         };
         let dev = ctx.dev();
-        let mut p = self.post.lock().unwrap();
-        let tail = p.sq.push(self.handle, &self.sq, ctx, h, body)?;
+        let mut q = self.state.queues.lock().unwrap();
+        let done = self.state.sq_done();
+        let tail = q.sq.push(self.handle, &self.sq, ctx, h, body, done)?;
         dev.ring(doorbell::qp_sq_tail(self.slot), tail);
         Ok(())
     }
@@ -651,16 +568,17 @@ impl Qp {
         posted: &mut usize,
     ) -> Result<()> {
         let dev = ctx.dev();
-        let mut p = self.post.lock().unwrap();
+        let mut q = self.state.queues.lock().unwrap();
         let mut tail = None;
         let mut result = Ok(());
         for (wr_id, sges) in reqs {
             let mut h = Wqe::new_zeroed();
             h.wr_id = wr_id;
             h.opcode = WQE_OP_RECV;
-            match p
+            let done = self.state.rq_done();
+            match q
                 .rq
-                .push(self.handle, &self.rq, ctx, h, WqeBody::Sges(sges))
+                .push(self.handle, &self.rq, ctx, h, WqeBody::Sges(sges), done)
             {
                 Ok(t) => {
                     tail = Some(t);
@@ -674,7 +592,7 @@ impl Qp {
         }
         if let Some(tail) = tail {
             let db = doorbell::qp_rq_tail(self.slot);
-            if p.udp {
+            if self.state.udp {
                 // A UDP QP's receives are needed only when a datagram comes, and whatever
                 // brings one wakes a sleeping engine first (a frame on the link, or a send
                 // that kicked): no kick (qpip_abi::doorbell).
@@ -688,15 +606,15 @@ impl Qp {
 
     pub(crate) fn destroy(&self, dev: &Ctx, scq: &CqInner, rcq: &CqInner) {
         // After DESTROY_QP returns the device no longer touches the QP's requests, so the
-        // regions they kept alive may go (they do when `post` is dropped with this QP).
+        // regions they kept alive may go (they do when `state` is dropped with this QP).
         dev.destroy(IOCTL_DESTROY_QP, self.handle);
+        dev.qps.lock().unwrap().remove(&self.handle);
         for cq in [scq, rcq] {
             let cq = dev_cq(cq);
             let mut st = cq.st.lock().unwrap();
             if matches!(&st.last, Some((q, _)) if *q == self.handle) {
                 st.last = None;
             }
-            cq.qps.lock().unwrap().remove(&self.handle);
         }
     }
 }

@@ -12,13 +12,15 @@
 //! ```
 //!
 //! As a plain test it checks that every completion comes back to its request, with the
-//! sender's address on the receive.
+//! sender's address on the receive. The other tests here use the same device-less context
+//! for what the data path must keep true: what a WQE holds, when a queue is full, and how
+//! long requests keep their regions alive (`super::queue`).
 
 use std::net::{Ipv6Addr, SocketAddrV6};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::ptr;
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use qpip_abi::cqe::{self, Cqe, CQE_OP_RECV, CQE_OP_SEND, CQE_SIZE};
@@ -84,6 +86,8 @@ impl Fixture {
             db,
             kick,
             kicks: AtomicU64::new(0),
+            qps: Default::default(),
+            orphans: AtomicU32::new(0),
         };
         let limits = Limits {
             max_queue_depth: DEPTH,
@@ -101,11 +105,11 @@ impl Fixture {
                 ctx: ctx.inner.clone(),
                 kind: QpKind::Udp,
                 imp: QpImpl::Device(DevQp::new(
+                    ctx.inner.dev(),
                     QP,
                     0,
                     true,
                     [(sq, DEPTH), (rq, DEPTH)],
-                    [dev_cq(&scq.inner), dev_cq(&rcq.inner)],
                 )),
                 send_cq: scq.inner.clone(),
                 recv_cq: rcq.inner.clone(),
@@ -225,4 +229,126 @@ fn a_bad_entry_posts_nothing() {
     assert_eq!(page.load(qpip_abi::doorbell::qp_rq_tail(0)), 1);
     // Both regions of the failed requests were let go: only the good receive keeps one.
     assert_eq!(Arc::strong_count(&buf.inner), 2);
+}
+
+/// Whether the region behind `w` still exists (held by its handle or by requests).
+fn alive(w: &std::sync::Weak<MrInner>) -> bool {
+    w.strong_count() > 0
+}
+
+/// A receive queue slot keeps its request's region past the completion (polls release
+/// nothing), and a later request from the same region in that slot leaves the reference
+/// count alone; one from another region lets the first go.
+#[test]
+fn a_slot_holds_its_region_until_reused() {
+    let mut f = Fixture::new();
+    let (a, b) = (f.region(1), f.region(2));
+    let mut c = [Completion::default()];
+    for i in 0..3 * DEPTH as u64 {
+        f.qp.post_recv(i, &[a.sge_all()]).unwrap();
+        f.complete(1, CQE_OP_RECV, i);
+        assert_eq!(f.rcq.poll(&mut c), 1);
+        // The handle and one slot per request posted, up to the depth.
+        let held = (i + 1).min(DEPTH as u64) as usize;
+        assert_eq!(Arc::strong_count(&a.inner), 1 + held, "after request {i}");
+    }
+    for i in 0..DEPTH as u64 {
+        f.qp.post_recv(i, &[b.sge(0, 8), b.sge(8, 8)]).unwrap();
+        f.complete(1, CQE_OP_RECV, i);
+        assert_eq!(f.rcq.poll(&mut c), 1);
+    }
+    assert_eq!(Arc::strong_count(&a.inner), 1, "every slot taken by b");
+    assert_eq!(
+        Arc::strong_count(&b.inner),
+        1 + DEPTH as usize,
+        "once per request"
+    );
+}
+
+/// The queue is full while `depth` requests have no polled completion — a completion the
+/// engine wrote but nobody polled does not free a slot — and one poll frees one slot.
+#[test]
+fn a_queue_is_full_until_a_completion_is_polled() {
+    let mut f = Fixture::new();
+    let buf = f.region(1);
+    for i in 0..DEPTH as u64 {
+        f.qp.post_recv(i, &[buf.sge_all()]).unwrap();
+    }
+    let full = |f: &Fixture| {
+        matches!(
+            f.qp.post_recv(99, &[buf.sge_all()]),
+            Err(crate::Error::QueueFull { .. })
+        )
+    };
+    assert!(full(&f));
+    f.complete(1, CQE_OP_RECV, 0);
+    assert!(full(&f), "written but not polled");
+    let mut c = [Completion::default()];
+    assert_eq!(f.rcq.poll(&mut c), 1);
+    f.qp.post_recv(DEPTH as u64, &[buf.sge_all()]).unwrap();
+    assert!(full(&f));
+}
+
+/// Dropping a region's handle after its requests completed deregisters it at once, though
+/// their slots were not reused; the QP keeps working with its other regions.
+#[test]
+fn a_region_dropped_after_its_completions_goes_at_once() {
+    let mut f = Fixture::new();
+    let (keep, drop_me) = (f.region(1), f.region(2));
+    let mut c = [Completion::default()];
+    let to = SocketAddrV6::new(Ipv6Addr::LOCALHOST, 9, 0, 0);
+    for i in 0..3 {
+        f.qp.post_recv(i, &[drop_me.sge_all()]).unwrap();
+        let sges = [drop_me.sge_all(), keep.sge(0, 4)];
+        f.qp.post_send(&SendWr::new(i, &sges).to(to)).unwrap();
+        f.complete(0, CQE_OP_SEND, i);
+        f.complete(1, CQE_OP_RECV, i);
+        assert_eq!(f.scq.poll(&mut c), 1);
+        assert_eq!(f.rcq.poll(&mut c), 1);
+    }
+    let w = Arc::downgrade(&drop_me.inner);
+    drop(drop_me);
+    assert!(!alive(&w), "released by the drop of its handle");
+    assert_eq!(f.ctx.inner.dev().orphans.load(Ordering::Relaxed), 0);
+    // Sends from the other region's slots were let go too, and it is still usable.
+    assert_eq!(Arc::strong_count(&keep.inner), 1);
+    let sges = [keep.sge_all()];
+    f.qp.post_send(&SendWr::new(9, &sges).to(to)).unwrap();
+    f.complete(0, CQE_OP_SEND, 9);
+    assert_eq!(f.scq.poll(&mut c), 1);
+    assert_eq!(c[0].wr_id, 9);
+}
+
+/// A region whose handle is dropped while a request holds it stays (the device may still
+/// write it) until that request's completion is polled, and goes with that poll; polls
+/// then go back to releasing nothing.
+#[test]
+fn a_region_dropped_while_in_use_goes_with_its_last_completion() {
+    let mut f = Fixture::new();
+    let other = f.region(1);
+    let r = f.region(2);
+    let mut c = [Completion::default()];
+    f.qp.post_recv(0, &[r.sge_all()]).unwrap();
+    f.qp.post_recv(1, &[r.sge_all()]).unwrap();
+    f.qp.post_recv(2, &[other.sge_all()]).unwrap();
+    let w = Arc::downgrade(&r.inner);
+    drop(r);
+    assert!(alive(&w), "two receives still name it");
+    let ctx = f.ctx.clone();
+    let orphans = || ctx.inner.dev().orphans.load(Ordering::Relaxed);
+    assert_eq!(orphans(), 1);
+    f.complete(1, CQE_OP_RECV, 0);
+    assert_eq!(f.rcq.poll(&mut c), 1);
+    assert!(alive(&w), "one receive still names it");
+    f.complete(1, CQE_OP_RECV, 1);
+    // Written by the engine, not yet polled: the device is done, the library does not
+    // know it yet.
+    assert!(alive(&w));
+    assert_eq!(f.rcq.poll(&mut c), 1);
+    assert!(!alive(&w), "went with the poll of its last completion");
+    assert_eq!(orphans(), 0);
+    // Back to the lazy path: the completed receive of `other` stays held by its slot.
+    f.complete(1, CQE_OP_RECV, 2);
+    assert_eq!(f.rcq.poll(&mut c), 1);
+    assert_eq!(Arc::strong_count(&other.inner), 2);
 }
