@@ -268,7 +268,14 @@ impl Keep {
     /// Makes this hold exactly the regions of `sges` (checked entries), in place of what it
     /// held. When those are the same regions — a queue slot reused by a request from the
     /// same buffers, the usual case — no reference count is touched.
+    #[inline]
     pub(crate) fn hold(&mut self, sges: &[Sge<'_>]) {
+        // The most common request, one entry, checked in line; the rest in full.
+        if let ([s], [Some(k), None, ..]) = (sges, &self.regions) {
+            if Arc::ptr_eq(k, &s.mr.inner) {
+                return;
+            }
+        }
         if !self.holds_exactly(sges) {
             let mut k = Keep::default();
             for s in sges {
