@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::engine::idle::LOWER_AFTER;
+use crate::engine::idle::{LOWER_AFTER, LOWER_LOOK_EVERY, LOWER_TRIES_FOR};
 
 use log::{debug, warn};
 
@@ -141,8 +141,9 @@ pub struct IdlePolling {
     allowed: bool,
     /// It is lowered now.
     low: bool,
-    /// This idle spell has been looked at ([`IdlePolling::lower`] decides once per spell).
-    decided: bool,
+    /// When in this idle spell [`IdlePolling::lower`] last looked for a free CPU (the
+    /// spell's idle time then), if it has.
+    looked: Option<Duration>,
     /// Told to poll the whole budget at its own priority (`--idle-poll-sched normal`).
     whole_budget: bool,
     /// `/proc/loadavg`, kept open: how many threads are runnable host-wide.
@@ -164,7 +165,7 @@ impl IdlePolling {
         IdlePolling {
             allowed,
             low: false,
-            decided: false,
+            looked: None,
             whole_budget,
             loadavg: std::fs::File::open("/proc/loadavg").ok(),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -194,29 +195,37 @@ impl IdlePolling {
 
     /// The longest the engine should poll idle now, given its budget: all of it when it
     /// polls lowered or was told to poll at its own priority (`--idle-poll-sched normal`,
-    /// an engine with a CPU of its own); else — it meant to lower itself but every CPU was
-    /// taken, or it may not — no more than [`LOWER_AFTER`], since polling at its own
-    /// priority takes CPU from the guests' vCPUs.
+    /// an engine with a CPU of its own); while it waits for a CPU to come free so that it
+    /// may lower itself, no more than [`LOWER_AFTER`] + [`LOWER_TRIES_FOR`]; if it may not
+    /// lower itself, no more than [`LOWER_AFTER`]: polling at its own priority takes CPU
+    /// from the guests' vCPUs.
     pub fn limit(&self, budget: Duration) -> Duration {
         if self.low || self.whole_budget {
             budget
+        } else if self.allowed {
+            budget.min(LOWER_AFTER + LOWER_TRIES_FOR)
         } else {
             budget.min(LOWER_AFTER)
         }
     }
 
-    /// Lowers the thread to `SCHED_IDLE` for the rest of this idle spell, if allowed and
-    /// some CPU has nothing else to run — decided once per spell (until
-    /// [`IdlePolling::restore`]). When every CPU is taken (guests spinning on every one),
-    /// a lowered engine would not run until one came free, and the doorbells they ring
-    /// would wait for it: the engine then polls at its own priority, yielding, and no
-    /// longer than [`LOWER_AFTER`] ([`IdlePolling::limit`]).
-    pub fn lower(&mut self) {
-        if self.allowed && !self.decided {
-            self.decided = true;
-            if self.cpu_to_spare() {
-                self.set_low();
-            }
+    /// Lowers the thread to `SCHED_IDLE` for the rest of this idle spell (until
+    /// [`IdlePolling::restore`]), if allowed and some CPU has nothing else to run; the
+    /// engine calls it on every idle pass from [`LOWER_AFTER`] on, with the spell's idle
+    /// time, and it looks at most every [`LOWER_LOOK_EVERY`]. While every CPU is taken
+    /// (guests spinning on every one), a lowered engine would not run until one came free,
+    /// and the doorbells they ring would wait for it: the engine then polls on at its own
+    /// priority, yielding, looking again, and no longer than [`IdlePolling::limit`].
+    pub fn lower(&mut self, idle_for: Duration) {
+        if !self.allowed || self.low {
+            return;
+        }
+        if self.looked.is_some_and(|t| idle_for < t + LOWER_LOOK_EVERY) {
+            return;
+        }
+        self.looked = Some(idle_for);
+        if self.cpu_to_spare() {
+            self.set_low();
         }
     }
 
@@ -235,7 +244,7 @@ impl IdlePolling {
 
     /// Ends the idle spell: puts the thread back to `SCHED_OTHER` if lowered.
     pub fn restore(&mut self) {
-        self.decided = false;
+        self.looked = None;
         if self.low {
             self.low = false;
             if let Err(e) = set_thread_policy(libc::SCHED_OTHER) {
@@ -369,18 +378,21 @@ mod tests {
             "restored, and on drop"
         );
 
-        // Polling at its own priority, meant to be lowered: capped; lowered: the budget.
+        // Polling at its own priority: capped, a little later while it may still lower
+        // itself; lowered: the budget.
         let two = Duration::from_millis(2);
         let short = Duration::from_micros(100);
         let mut p = IdlePolling {
             allowed: false,
             low: false,
-            decided: false,
+            looked: None,
             whole_budget: false,
             loadavg: None,
             cpus: 1,
         };
         assert_eq!((p.limit(two), p.limit(short)), (LOWER_AFTER, short));
+        p.allowed = true;
+        assert_eq!(p.limit(two), LOWER_AFTER + LOWER_TRIES_FOR);
         p.low = true;
         assert_eq!(p.limit(two), two);
         p.low = false;
@@ -399,6 +411,48 @@ mod tests {
             normal_limit, two,
             "--idle-poll-sched normal polls the whole budget"
         );
+    }
+
+    /// A CPU taken at the first look is looked for again, every `LOWER_LOOK_EVERY` of the
+    /// spell's idle time, and the engine lowers itself as soon as one is free; restoring
+    /// starts a new spell.
+    #[test]
+    fn an_engine_that_found_every_cpu_taken_looks_again() {
+        if !can_leave_sched_idle() {
+            eprintln!("skipped: this process may not leave SCHED_IDLE");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("qpip-loadavg-{}", std::process::id()));
+        let busy = |n: usize| std::fs::write(&dir, format!("1.00 1.00 1.00 {n}/300 4242\n"));
+        busy(2).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut p = IdlePolling {
+                    allowed: true,
+                    low: false,
+                    looked: None,
+                    whole_budget: false,
+                    loadavg: Some(std::fs::File::open(&dir).unwrap()),
+                    cpus: 2,
+                };
+                let at = |us| LOWER_AFTER + Duration::from_micros(us);
+                p.lower(at(0));
+                assert!(!p.is_low(), "this thread and one more runnable on 2 CPUs");
+                busy(1).unwrap();
+                p.lower(at(LOWER_LOOK_EVERY.as_micros() as u64 - 1));
+                assert!(!p.is_low(), "too soon to look again");
+                p.lower(at(LOWER_LOOK_EVERY.as_micros() as u64));
+                assert!(p.is_low(), "a CPU came free");
+                assert_eq!(thread_policy(), Some(libc::SCHED_IDLE));
+                p.restore();
+                busy(3).unwrap();
+                p.lower(at(0));
+                assert!(!p.is_low(), "a new spell looks afresh");
+            })
+            .join()
+            .unwrap();
+        });
+        let _ = std::fs::remove_file(&dir);
     }
 
     #[test]

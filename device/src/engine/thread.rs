@@ -143,8 +143,8 @@ impl Turns {
             let idle_for = last_work.elapsed();
             let budget = self.spin.budget();
             if idle_for >= idle::LOWER_AFTER && idle_for < budget {
-                // Lowered, it may poll on for the whole budget; else it stops here.
-                polling.lower();
+                // Lowered, it may poll on for the whole budget; else it stops soon.
+                polling.lower(idle_for);
             }
             if idle_for < polling.limit(budget) {
                 // Lowered, any runnable thread preempts the polling: no yield needed.
