@@ -114,6 +114,12 @@ if [ "$me" = b ]; then
 fi
 touch "/lab/up-$me"
 lab-wait "up-$other" 120; kv wait.other $?
+# A wait that times out after 2 s (20 turns): the processes it started, from the kernel's
+# last PID before and after.
+p0=$(cut -d' ' -f5 /proc/loadavg)
+lab-wait never-made 2; kv wait.timeout $?
+p1=$(cut -d' ' -f5 /proc/loadavg)
+kv wait.processes $((p1 - p0))
 # One echo each, answered even if the other guest stalls for a while under load (the lab's
 # neighbour discovery outlasts such stalls, see ci/src/netns.rs): a long wait, no retries.
 try ping.virtio ping -c 1 -W 60 "fd51:5050::2:$on"
@@ -196,6 +202,15 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
         for key in ["wait.other", "wait.host"] {
             assert_eq!(rep.get(key), "0", "guest {name}: {key}\n{}", rep.context());
         }
+        assert_eq!(rep.get("wait.timeout"), "1", "{}", rep.context());
+        // lab-wait itself, its mount check and the `cut` after it, not a `sleep` per turn
+        // (a waiting guest must stay idle: it shares the host's CPUs with the measured one).
+        let started: u32 = rep.get("wait.processes").parse().unwrap_or(u32::MAX);
+        assert!(
+            started < 10,
+            "guest {name}: a 2 s lab-wait started {started} processes\n{}",
+            rep.context()
+        );
         for key in ["ping.virtio", "ping.device"] {
             assert_eq!(
                 rep.get(key),
