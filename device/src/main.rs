@@ -118,9 +118,10 @@ struct Args {
     /// 500 µs of it). idle: SCHED_IDLE, so the polling takes only a CPU nothing else wants
     /// and any vCPU that becomes runnable preempts it; back to its own policy when it finds
     /// work or goes to sleep. It lowers itself when a CPU would stay free of other runnable
-    /// threads even if one more woke (looked for every 25 µs for up to 200 µs more), and it
-    /// may raise its priority again (as root may); else it polls at its own priority for at
-    /// most 700 µs (500 µs if it may not lower itself). normal: the process's own
+    /// threads even if one more woke (looked for every 25 µs for up to 200 µs more while
+    /// only one thread is too many), and it may raise its priority again (as root may);
+    /// else it polls at its own priority for at most 500 µs (700 µs while it looks
+    /// again). normal: the process's own
     /// policy, yielding now and then, for the whole budget — for an engine given a CPU of
     /// its own.
     #[arg(long, value_name = "POLICY", value_enum, default_value_t = IdlePollSchedArg::Idle)]

@@ -144,6 +144,8 @@ pub struct IdlePolling {
     /// When in this idle spell [`IdlePolling::lower`] last looked for a free CPU (the
     /// spell's idle time then), if it has.
     looked: Option<Duration>,
+    /// This idle spell found every CPU taken by other threads: it will not lower itself.
+    gave_up: bool,
     /// Told to poll the whole budget at its own priority (`--idle-poll-sched normal`).
     whole_budget: bool,
     /// `/proc/loadavg`, kept open: how many threads are runnable host-wide.
@@ -166,6 +168,7 @@ impl IdlePolling {
             allowed,
             low: false,
             looked: None,
+            gave_up: false,
             whole_budget,
             loadavg: std::fs::File::open("/proc/loadavg").ok(),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -179,13 +182,23 @@ impl IdlePolling {
     /// now, the engine lowered itself beside a guest spinning on its CQ, the other guest's
     /// vCPU woke, and the lowered engine waited while both ran — a UDP stream then lost
     /// 35-53 % of its datagrams in 3 of 6 rounds.
-    fn cpu_to_spare(&self) -> bool {
+    fn cpus_now(&self) -> Cpus {
         let Some(f) = &self.loadavg else {
-            return true;
+            return Cpus::Spare;
         };
         let mut buf = [0u8; 128];
         let n = std::os::unix::fs::FileExt::read_at(f, &mut buf, 0).unwrap_or(0);
-        runnable_in_loadavg(&buf[..n]).is_none_or(|r| r.saturating_sub(1) + 1 < self.cpus)
+        match runnable_in_loadavg(&buf[..n]) {
+            None => Cpus::Spare,
+            Some(r) => {
+                let others = r.saturating_sub(1);
+                match (others + 1).cmp(&self.cpus) {
+                    std::cmp::Ordering::Less => Cpus::Spare,
+                    std::cmp::Ordering::Equal => Cpus::OneShort,
+                    std::cmp::Ordering::Greater => Cpus::Taken,
+                }
+            }
+        }
     }
 
     /// Whether the thread polls lowered now.
@@ -202,7 +215,7 @@ impl IdlePolling {
     pub fn limit(&self, budget: Duration) -> Duration {
         if self.low || self.whole_budget {
             budget
-        } else if self.allowed {
+        } else if self.allowed && !self.gave_up {
             budget.min(LOWER_AFTER + LOWER_TRIES_FOR)
         } else {
             budget.min(LOWER_AFTER)
@@ -212,20 +225,26 @@ impl IdlePolling {
     /// Lowers the thread to `SCHED_IDLE` for the rest of this idle spell (until
     /// [`IdlePolling::restore`]), if allowed and some CPU has nothing else to run; the
     /// engine calls it on every idle pass from [`LOWER_AFTER`] on, with the spell's idle
-    /// time, and it looks at most every [`LOWER_LOOK_EVERY`]. While every CPU is taken
-    /// (guests spinning on every one), a lowered engine would not run until one came free,
-    /// and the doorbells they ring would wait for it: the engine then polls on at its own
-    /// priority, yielding, looking again, and no longer than [`IdlePolling::limit`].
+    /// time, and it looks at most every [`LOWER_LOOK_EVERY`]. With no CPU to spare a
+    /// lowered engine would not run until one came free, and the doorbells the guests ring
+    /// meanwhile would wait for it. One runnable thread too many is often a burst (a
+    /// vCPU's timer work, QEMU's main loop): the engine polls on at its own priority,
+    /// yielding, and looks again, no longer than [`IdlePolling::limit`]. Every CPU taken by
+    /// other threads is guests at work (a stream: one sending, one spinning on its CQ): it
+    /// gives up for the spell and stops polling at [`LOWER_AFTER`], as its polling then
+    /// takes CPU from the vCPUs that make the traffic.
     pub fn lower(&mut self, idle_for: Duration) {
-        if !self.allowed || self.low {
+        if !self.allowed || self.low || self.gave_up {
             return;
         }
         if self.looked.is_some_and(|t| idle_for < t + LOWER_LOOK_EVERY) {
             return;
         }
         self.looked = Some(idle_for);
-        if self.cpu_to_spare() {
-            self.set_low();
+        match self.cpus_now() {
+            Cpus::Spare => self.set_low(),
+            Cpus::OneShort => {}
+            Cpus::Taken => self.gave_up = true,
         }
     }
 
@@ -245,6 +264,7 @@ impl IdlePolling {
     /// Ends the idle spell: puts the thread back to `SCHED_OTHER` if lowered.
     pub fn restore(&mut self) {
         self.looked = None;
+        self.gave_up = false;
         if self.low {
             self.low = false;
             if let Err(e) = set_thread_policy(libc::SCHED_OTHER) {
@@ -254,6 +274,17 @@ impl IdlePolling {
             }
         }
     }
+}
+
+/// What `/proc/loadavg` says of the CPUs for a thread that would poll lowered, counting
+/// one more thread than are runnable now ([`IdlePolling::cpus_now`]).
+enum Cpus {
+    /// One would stay free.
+    Spare,
+    /// Exactly one thread too many (often a burst).
+    OneShort,
+    /// Every CPU taken by other threads.
+    Taken,
 }
 
 /// The runnable threads of a `/proc/loadavg` line (`0.52 0.58 0.59 3/467 12345`: the
@@ -386,6 +417,7 @@ mod tests {
             allowed: false,
             low: false,
             looked: None,
+            gave_up: false,
             whole_budget: false,
             loadavg: None,
             cpus: 1,
@@ -413,9 +445,9 @@ mod tests {
         );
     }
 
-    /// A CPU taken at the first look is looked for again, every `LOWER_LOOK_EVERY` of the
-    /// spell's idle time, and the engine lowers itself as soon as one is free; restoring
-    /// starts a new spell.
+    /// One thread too many at the first look: looked for again, every `LOWER_LOOK_EVERY`
+    /// of the spell's idle time, and the engine lowers itself as soon as a CPU is free;
+    /// restoring starts a new spell. Every CPU taken by others: it gives up for the spell.
     #[test]
     fn an_engine_that_found_every_cpu_taken_looks_again() {
         if !can_leave_sched_idle() {
@@ -431,6 +463,7 @@ mod tests {
                     allowed: true,
                     low: false,
                     looked: None,
+                    gave_up: false,
                     whole_budget: false,
                     loadavg: Some(std::fs::File::open(&dir).unwrap()),
                     cpus: 2,
@@ -448,6 +481,18 @@ mod tests {
                 busy(3).unwrap();
                 p.lower(at(0));
                 assert!(!p.is_low(), "a new spell looks afresh");
+                let two = Duration::from_millis(2);
+                assert_eq!(
+                    p.limit(two),
+                    LOWER_AFTER,
+                    "every CPU taken by others: no more polling at its own priority"
+                );
+                busy(1).unwrap();
+                p.lower(at(100));
+                assert!(!p.is_low(), "given up for this spell");
+                p.restore();
+                p.lower(at(0));
+                assert!(p.is_low(), "the next spell looks again");
             })
             .join()
             .unwrap();

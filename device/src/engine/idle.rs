@@ -34,11 +34,12 @@ pub const YIELD_EVERY: u32 = 64;
 pub const LOWER_AFTER: Duration = Duration::from_micros(500);
 
 /// How long past [`LOWER_AFTER`] the engine goes on polling at its own priority while it
-/// waits for a CPU to come free so that it may lower itself ([`crate::sched::IdlePolling`]).
-/// Looking only once, at [`LOWER_AFTER`], it found other threads runnable in about one idle
-/// spell in seven with two guests on a 2-CPU host — a vCPU's timer work, QEMU's main
-/// loop, a kernel thread: bursts of tens of µs — slept, and the guest's next message 1 ms
-/// later had to kick it.
+/// waits for a CPU to come free so that it may lower itself ([`crate::sched::IdlePolling`]),
+/// when it found one runnable thread too many. Looking only once, at [`LOWER_AFTER`], it
+/// found other threads runnable in about one idle spell in seven with two guests on a
+/// 2-CPU host — a vCPU's timer work, QEMU's main loop, a kernel thread: bursts of tens of
+/// µs — slept, and the guest's next message 1 ms later had to kick it. With every CPU
+/// taken by other threads it does not wait (guests at work need those CPUs).
 pub const LOWER_TRIES_FOR: Duration = Duration::from_micros(200);
 
 /// Within [`LOWER_TRIES_FOR`], how often the engine looks whether a CPU came free (a read
