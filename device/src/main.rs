@@ -121,9 +121,8 @@ struct Args {
     /// threads even if one more woke (looked for every 25 µs for up to 200 µs more while
     /// only one thread is too many), and it may raise its priority again (as root may);
     /// else it polls at its own priority for at most 500 µs (700 µs while it looks
-    /// again). normal: the process's own
-    /// policy, yielding now and then, for the whole budget — for an engine given a CPU of
-    /// its own.
+    /// again). normal: the process's own policy, yielding now and then, for the whole
+    /// budget — for an engine given a CPU of its own.
     #[arg(long, value_name = "POLICY", value_enum, default_value_t = IdlePollSchedArg::Idle)]
     idle_poll_sched: IdlePollSchedArg,
 

@@ -449,7 +449,7 @@ mod tests {
     /// of the spell's idle time, and the engine lowers itself as soon as a CPU is free;
     /// restoring starts a new spell. Every CPU taken by others: it gives up for the spell.
     #[test]
-    fn an_engine_that_found_every_cpu_taken_looks_again() {
+    fn an_engine_one_thread_short_looks_again_and_one_with_every_cpu_taken_gives_up() {
         if !can_leave_sched_idle() {
             eprintln!("skipped: this process may not leave SCHED_IDLE");
             return;
