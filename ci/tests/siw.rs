@@ -308,6 +308,67 @@ fn a_damaged_golden_capture_fails_the_check() {
     }
 }
 
+/// A segment TCP sends again is counted once: the golden capture with, where the server
+/// sends the last segment of its RDMA Write and then a Send, first both in one segment (a
+/// retransmission that coalesces, carrying the Send for the first time), then the Send
+/// alone twice (the original, now old, and once more as a tail loss probe does when an ACK
+/// is slow — seen on a loaded host), still holds exactly the golden exchanges.
+#[test]
+fn a_segment_sent_again_is_counted_once() {
+    if !have_tshark() {
+        eprintln!("skipped: no tshark (./qpip setup installs it)");
+        return;
+    }
+    let bytes = fs::read(committed_golden()).unwrap();
+    let (header, records) = dumpcap::pcap::records(&bytes, false).unwrap();
+    assert_eq!(
+        &header[..4],
+        [0xd4, 0xc3, 0xb2, 0xa1],
+        "a little-endian pcap"
+    );
+    // Ethernet 14, then IPv6: its payload length at 4, its source address at 8..24.
+    let (ip, tcp) = (14, 14 + 40);
+    let payload = |frame: &[u8]| tcp + usize::from(frame[tcp + 12] >> 4) * 4;
+    let src = |frame: &[u8]| frame[ip + 8..ip + 24].to_vec();
+    let record = |like: &[u8], frame: &[u8]| -> Vec<u8> {
+        let mut r = like[..8].to_vec();
+        let len = (frame.len() as u32).to_le_bytes();
+        r.extend_from_slice(&len);
+        r.extend_from_slice(&len);
+        r.extend_from_slice(frame);
+        r
+    };
+    let pair = (0..records.len() - 1)
+        .find(|&i| {
+            let (a, b) = (records[i].1, records[i + 1].1);
+            a.len() - payload(a) == 616 && b.len() - payload(b) == 40 && src(a) == src(b)
+        })
+        .expect("the golden capture has a 616-byte segment and a 40-byte one from one end");
+    let mut out = header.to_vec();
+    for (i, (whole, _)) in records.iter().enumerate() {
+        out.extend_from_slice(whole);
+        if i == pair {
+            let (first, last) = (records[pair].1, records[pair + 1].1);
+            let mut both = first.to_vec();
+            both.extend_from_slice(&last[payload(last)..]);
+            let ip_len = (both.len() - tcp) as u16;
+            both[ip + 4..ip + 6].copy_from_slice(&ip_len.to_be_bytes());
+            out.extend_from_slice(&record(whole, &both));
+        }
+        if i == pair + 1 {
+            out.extend_from_slice(whole);
+        }
+    }
+    let file = std::env::temp_dir().join(format!("qpip-siw-resent-{}.pcap", std::process::id()));
+    fs::write(&file, out).unwrap();
+    let runs: Vec<(Rping, usize)> = GOLDEN.iter().map(|r| (*r, 0)).collect();
+    let result = check_full_capture(&file, &runs);
+    let _ = fs::remove_file(&file);
+    let conns = result.unwrap_or_else(|e| panic!("a capture with segments sent again: {e}"));
+    let resent: Vec<u64> = conns.iter().map(|c| c.resent).collect();
+    assert_eq!(resent.iter().sum::<u64>(), 616 + 40 + 40, "{conns:#?}");
+}
+
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn siw_rping_between_two_guests_over_virtio_net() {
@@ -417,8 +478,8 @@ fn siw_rping_between_two_guests_over_virtio_net() {
     for ((r, _), (_, c)) in bulk_runs.iter().zip(ran) {
         let moved = r.iters * r.size;
         eprintln!(
-            "  {}: rping -C {} -S {} from {}: {} bytes to the server, {} back",
-            r.tag, r.iters, r.size, c.client, c.to_server, c.to_client
+            "  {}: rping -C {} -S {} from {}: {} bytes to the server, {} back ({} sent again)",
+            r.tag, r.iters, r.size, c.client, c.to_server, c.to_client, c.resent
         );
         assert!(
             c.to_server >= moved && c.to_client >= moved,

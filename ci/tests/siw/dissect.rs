@@ -54,11 +54,22 @@ pub struct Frame {
     stream: u32,
     src: String,
     dst_port: u16,
+    /// The raw TCP sequence number of the frame's first payload byte.
+    seq: u32,
     tcp_len: u64,
     mpa_request: bool,
     mpa_reply: bool,
-    /// The DDP segments (FPDUs) the frame carries: RDMAP opcode and DDP's Last flag.
-    fpdus: Vec<(u8, bool)>,
+    /// The DDP segments (FPDUs) the frame carries: RDMAP opcode, DDP's Last flag, and the
+    /// FPDU's length on the wire (MPA's length field, ULPDU, pad and CRC).
+    fpdus: Vec<Fpdu>,
+}
+
+/// One FPDU of a frame.
+#[derive(Debug, Clone, Copy)]
+struct Fpdu {
+    opcode: u8,
+    last: bool,
+    wire_len: u64,
 }
 
 /// Every TCP frame of `pcap`.
@@ -84,6 +95,8 @@ pub fn frames(pcap: &Path) -> Result<Vec<Frame>, String> {
         "-e",
         "tcp.dstport",
         "-e",
+        "tcp.seq_raw",
+        "-e",
         "tcp.len",
         "-e",
         "iwarp_mpa.key.req",
@@ -93,6 +106,8 @@ pub fn frames(pcap: &Path) -> Result<Vec<Frame>, String> {
         "iwarp_rdma.opcode",
         "-e",
         "iwarp_ddp.last_flag",
+        "-e",
+        "iwarp_mpa.ulpdulength",
     ])?;
     let num = |s: &str| -> Result<u64, String> {
         match s.strip_prefix("0x") {
@@ -110,36 +125,53 @@ pub fn frames(pcap: &Path) -> Result<Vec<Frame>, String> {
     let mut frames = Vec::new();
     for line in out.lines() {
         let f: Vec<&str> = line.split('\t').collect();
-        if f.len() != 8 {
+        if f.len() != 10 {
             return Err(format!(
-                "tshark printed {} fields, not 8: {line:?}",
+                "tshark printed {} fields, not 10: {line:?}",
                 f.len()
             ));
         }
-        let opcodes = list(f[6]);
-        let lasts = list(f[7]);
-        if opcodes.len() != lasts.len() {
-            return Err(format!("opcodes and Last flags do not pair up: {line:?}"));
+        let opcodes = list(f[7]);
+        let lasts = list(f[8]);
+        // A frame cut short by the capture's snap length may show MPA's length field
+        // without the DDP header after it: no FPDU of it is read.
+        let ulpdus = if opcodes.is_empty() {
+            vec![]
+        } else {
+            list(f[9])
+        };
+        if opcodes.len() != lasts.len() || opcodes.len() != ulpdus.len() {
+            return Err(format!(
+                "opcodes, Last flags and ULPDU lengths do not pair up: {line:?}"
+            ));
         }
         let mut fpdus = Vec::new();
-        for (op, last) in opcodes.iter().zip(&lasts) {
-            let last = matches!(last.as_str(), "1" | "True" | "true");
-            fpdus.push((num(op)? as u8, last));
+        for ((op, last), ulpdu) in opcodes.iter().zip(&lasts).zip(&ulpdus) {
+            // MPA (RFC 5044, 4.1): the 2-byte length, the ULPDU padded to 4 bytes, the CRC.
+            let framed = 2 + num(ulpdu)?;
+            fpdus.push(Fpdu {
+                opcode: num(op)? as u8,
+                last: matches!(last.as_str(), "1" | "True" | "true"),
+                wire_len: framed.next_multiple_of(4) + 4,
+            });
         }
         frames.push(Frame {
             stream: num(f[0])? as u32,
             src: f[1].to_string(),
             dst_port: num(f[2])? as u16,
-            tcp_len: num(f[3])?,
-            mpa_request: !f[4].is_empty(),
-            mpa_reply: !f[5].is_empty(),
+            seq: num(f[3])? as u32,
+            tcp_len: num(f[4])?,
+            mpa_request: !f[5].is_empty(),
+            mpa_reply: !f[6].is_empty(),
             fpdus,
         });
     }
     Ok(frames)
 }
 
-/// What one TCP connection of a capture carried.
+/// What one TCP connection of a capture carried, each byte counted once: a segment TCP
+/// sent again (a retransmission, or a tail loss probe when an ACK was slow) adds nothing
+/// but to `resent`.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Connection {
     /// The client: the source address of its first frame (the SYN).
@@ -154,32 +186,72 @@ pub struct Connection {
     pub to_client_msgs: BTreeMap<u8, u64>,
     /// DDP segments without Last: messages cut into several segments.
     pub not_last: u64,
+    /// Payload bytes seen again, both directions.
+    pub resent: u64,
+}
+
+/// Where one direction of a connection has got to in sequence space.
+struct Direction {
+    /// The first sequence number seen (the SYN's).
+    base: u32,
+    /// The end of the highest payload seen, relative to `base`.
+    high: u64,
+}
+
+impl Direction {
+    /// The frame's payload as a range relative to `base`.
+    fn range(&self, f: &Frame) -> (u64, u64) {
+        let start = u64::from(f.seq.wrapping_sub(self.base));
+        (start, start + f.tcp_len)
+    }
 }
 
 /// The capture's TCP connections to port 7174, in the order they began.
+///
+/// Each direction of a capture is in order by itself (see [`tshark`]), so a payload byte
+/// at or below the highest one seen in its direction was seen before: only what lies
+/// beyond it is counted, FPDU by FPDU (a retransmission may also carry new data).
 pub fn connections(frames: &[Frame]) -> BTreeMap<u32, Connection> {
     let mut conns: BTreeMap<u32, Connection> = BTreeMap::new();
+    let mut seen: BTreeMap<(u32, bool), Direction> = BTreeMap::new();
     for f in frames {
         let c = conns.entry(f.stream).or_insert_with(|| Connection {
             client: f.src.clone(),
             ..Connection::default()
         });
         let to_server = f.dst_port == PORT;
+        let dir = seen.entry((f.stream, to_server)).or_insert(Direction {
+            base: f.seq,
+            high: 0,
+        });
+        let (start, end) = dir.range(f);
+        let high = dir.high;
+        dir.high = high.max(end);
+        let new = end.saturating_sub(start.max(high));
+        c.resent += f.tcp_len - new;
         *(if to_server {
             &mut c.to_server
         } else {
             &mut c.to_client
-        }) += f.tcp_len;
+        }) += new;
+        if new == 0 {
+            continue;
+        }
         c.mpa_requests += u32::from(f.mpa_request);
         c.mpa_replies += u32::from(f.mpa_reply);
-        for &(op, last) in &f.fpdus {
-            if last {
+        let mut at = start;
+        for fpdu in &f.fpdus {
+            at += fpdu.wire_len;
+            if at <= high {
+                continue; // this FPDU was counted when first sent
+            }
+            if fpdu.last {
                 let msgs = if to_server {
                     &mut c.to_server_msgs
                 } else {
                     &mut c.to_client_msgs
                 };
-                *msgs.entry(op).or_default() += 1;
+                *msgs.entry(fpdu.opcode).or_default() += 1;
             } else {
                 c.not_last += 1;
             }
