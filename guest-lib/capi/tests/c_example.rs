@@ -7,29 +7,63 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
-/// `target/<profile>`, where cargo put libqpip.so (this test runs from `deps/` below it).
+/// `target/<profile>`, where cargo puts libqpip.so (this test runs from `deps/` below it).
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     exe.parent().and_then(Path::parent).unwrap().to_path_buf()
 }
 
+/// Has cargo build libqpip.so, up to date, into [`target_dir`]; returns that directory.
+///
+/// Cargo does not build a library that is only a `cdylib` before the crate's tests (a test
+/// cannot link one), and the crate has no `rlib`: its output would be `libqpip.rlib`, the
+/// verbs library's name too. So the test asks for it, as a user would, with the profile
+/// it was built with; cargo no longer holds the build directory's lock while tests run.
+fn library_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = target_dir();
+        let profile = match dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => "dev",
+            Some(name) => name,
+            None => panic!("no profile directory above {}", dir.display()),
+        };
+        let out = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "--quiet",
+                "--lib",
+                "-p",
+                "qpip-capi",
+                "--profile",
+                profile,
+            ])
+            .arg("--manifest-path")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(dir.parent().unwrap())
+            .output()
+            .expect("run cargo");
+        assert!(
+            out.status.success(),
+            "cargo build -p qpip-capi failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            dir.join("libqpip.so").is_file(),
+            "cargo built no libqpip.so in {}",
+            dir.display()
+        );
+        dir
+    })
+}
+
 /// Compiles `examples/<name>.c` into the test's directory; returns the executable.
 fn build(name: &str) -> PathBuf {
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    // Cargo builds the library (both its crate types) before this test, into deps/; it
-    // copies it up to target/<profile>/ only when the library itself was asked for, so a
-    // copy there may be older than the sources: the newer of the two is linked.
-    let modified = |d: &PathBuf| {
-        std::fs::metadata(d.join("libqpip.so"))
-            .and_then(|m| m.modified())
-            .ok()
-    };
-    let lib_dir = [target_dir().join("deps"), target_dir()]
-        .into_iter()
-        .filter(|d| modified(d).is_some())
-        .max_by_key(|d| modified(d))
-        .expect("cargo builds libqpip.so with this crate's tests");
+    let lib_dir = library_dir();
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let exe = out_dir.join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -39,7 +73,7 @@ fn build(name: &str) -> PathBuf {
         .arg(crate_dir.join("include"))
         .arg(crate_dir.join(format!("examples/{name}.c")))
         .arg("-L")
-        .arg(&lib_dir)
+        .arg(lib_dir)
         .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
         .arg("-lqpip")
         .arg("-o")
