@@ -9,6 +9,7 @@
 #   /lib/qpip/qpip.ko          the guest driver, built by images/driver.sh
 #   /usr/bin/qpip-*            the guest tools of guest-lib, linked statically
 #   /usr/bin/lab-wait          waits for a file in /lab, the folder a lab's guests share
+#   /lib/qpip/nap.sh           `nap`: waits 0.1 s without starting a process (sourced by scripts)
 #   /usr/bin/lab-udp           UDP over kernel sockets (busybox nc is TCP only), static C
 #   soft-iWARP, loaded only on demand by lab-siw (boot time matters to every test):
 #   /lib/modules/.../siw.ko    built by images/siw.sh, and the RDMA core modules it and
@@ -30,6 +31,7 @@ OUT=${QPIP_GUEST_OUT:-$QPIP_CACHE/guest}
 KO=${QPIP_KO:-$QPIP_CACHE/guest/qpip.ko}
 INIT=$QPIP_ROOT/images/guest/init
 LAB_WAIT=$QPIP_ROOT/images/guest/lab-wait
+NAP=$QPIP_ROOT/images/guest/nap.sh
 LAB_UDP_SRC=$QPIP_ROOT/images/guest/lab-udp.c
 LAB_SIW=$QPIP_ROOT/images/guest/lab-siw
 SIW_KO=$QPIP_CACHE/guest/siw.ko
@@ -202,7 +204,7 @@ extract_vmlinux() {
 }
 
 # --- up to date? ---------------------------------------------------------------------------
-hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$LAB_UDP_SRC" "$LAB_SIW" "$KO"
+hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_SIW" "$KO"
              "$SIW_KO" "$BUSYBOX" "$kernel")
 for b in "${bins[@]}"; do hash_inputs+=("$BINDIR/$b"); done
 for f in "${load_order[@]}" "${rdma_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
@@ -284,6 +286,7 @@ for b in "${bins[@]}"; do
     strip -o "usr/bin/$b" "$BINDIR/$b"
 done
 install -m 0755 "$LAB_WAIT" usr/bin/lab-wait
+install -m 0644 "$NAP" lib/qpip/nap.sh
 install -m 0755 "$LAB_SIW" usr/bin/lab-siw
 # Static, like the Rust tools (the image's libc is there for rdma-core's tools only).
 # Numeric addresses only (no resolver, so static glibc needs no NSS modules).

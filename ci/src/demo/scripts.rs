@@ -57,9 +57,8 @@ sha() { sha256sum < "$1" | cut -d' ' -f1; }
 oneline() { tr '\n' ' ' < "$1" | cut -c1-400; }
 # listening PORT: a kernel TCP socket listens on PORT (state 0A in /proc/net/tcp6).
 listening() { grep -qi "^ *[0-9]*: [0-9A-F]*:$(printf %04X "$1") [0-9A-F]*:0000 0A" /proc/net/tcp6; }
-# nap: waits 0.1 s without starting a process (the guest's /run/nap FIFO), so a guest
-# waiting for its peer stays idle (forking `sleep` ten times a second keeps it 12 % busy).
-nap() { if [ -p /run/nap ]; then read -t 0.1 NAP <>/run/nap || :; else sleep 0.1; fi; }
+# nap: waits 0.1 s without starting a process, so a guest waiting for its peer stays idle.
+. /lib/qpip/nap.sh
 # until_true SECS CMD...: runs CMD every 0.1 s until it succeeds; fails after SECS.
 until_true() {
     n=$(($1 * 10)); shift
