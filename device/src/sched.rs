@@ -34,7 +34,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::engine::idle::{LOWER_AFTER, LOWER_LOOK_EVERY, LOWER_TRIES_FOR};
+use crate::engine::idle::{
+    FIRST_LOOK, LOWER_AFTER, LOWER_LOOK_EVERY, LOWER_TRIES_FOR, NAP_AFTER_LOOKS,
+};
 
 use log::{debug, warn};
 
@@ -98,6 +100,14 @@ pub fn set_idle_poll_sched(policy: IdlePollSched) {
     IDLE_POLL_NORMAL.store(policy == IdlePollSched::Normal, Ordering::Relaxed);
 }
 
+static IDLE_NAP: AtomicBool = AtomicBool::new(false);
+
+/// Sets whether engine threads that start from now on nap while every CPU is taken
+/// (`qpipd --idle-nap`, [`IdlePolling::nap`]).
+pub fn set_idle_nap(on: bool) {
+    IDLE_NAP.store(on, Ordering::Relaxed);
+}
+
 /// How engine threads poll idle.
 pub fn idle_poll_sched() -> IdlePollSched {
     if IDLE_POLL_NORMAL.load(Ordering::Relaxed) {
@@ -146,6 +156,13 @@ pub struct IdlePolling {
     looked: Option<Duration>,
     /// This idle spell found every CPU taken by other threads: it will not lower itself.
     gave_up: bool,
+    /// Naps are on (`qpipd --idle-nap`).
+    nap_on: bool,
+    /// This idle spell's last look of [`IdlePolling::nap`] (the spell's idle time then).
+    nap_looked: Option<Duration>,
+    /// How many of [`IdlePolling::nap`]'s looks in a row, across idle spells, found every
+    /// CPU taken.
+    taken_looks: u32,
     /// Told to poll the whole budget at its own priority (`--idle-poll-sched normal`).
     whole_budget: bool,
     /// `/proc/loadavg`, kept open: how many threads are runnable host-wide.
@@ -164,11 +181,20 @@ impl IdlePolling {
         if !whole_budget && !allowed {
             debug!("engine polls idle at its own priority (SCHED_IDLE not reversible here)");
         }
+        let nap_on = IDLE_NAP.load(Ordering::Relaxed);
+        // Naps end when due, not up to the default 50 µs later.
+        // SAFETY: PR_SET_TIMERSLACK takes a value and changes only this thread's slack.
+        if nap_on && unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) } != 0 {
+            debug!("engine keeps the default timer slack");
+        }
         IdlePolling {
             allowed,
             low: false,
             looked: None,
             gave_up: false,
+            nap_on,
+            nap_looked: None,
+            taken_looks: 0,
             whole_budget,
             loadavg: std::fs::File::open("/proc/loadavg").ok(),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -222,6 +248,43 @@ impl IdlePolling {
         }
     }
 
+    /// Whether the engine should nap ([`crate::engine::idle::NAP`]) rather than poll now
+    /// (with `qpipd --idle-nap` only): from [`FIRST_LOOK`] into an idle spell until [`LOWER_AFTER`], while the last
+    /// [`NAP_AFTER_LOOKS`] looks or more, in this spell and the ones before it, all found
+    /// every CPU taken by other threads (counting one more, as [`IdlePolling::lower`]
+    /// does). It looks every [`LOWER_LOOK_EVERY`] (or a nap apart). Guests that hold every
+    /// CPU for good (spinning) make the looks agree spell after spell; the threads the
+    /// engine's last work wakes (the vCPU its interrupt wakes, QEMU's thread that delivers
+    /// it) fill the CPUs only for a moment, and a look that finds a CPU starts the count
+    /// again — a nap then would only delay the next doorbell. Not for an engine lowered or
+    /// told to poll the whole budget (`--idle-poll-sched normal`: a CPU of its own, which
+    /// the host-wide count cannot tell).
+    pub fn nap(&mut self, idle_for: Duration) -> bool {
+        if !self.nap_on
+            || self.low
+            || self.whole_budget
+            || idle_for < FIRST_LOOK
+            || idle_for >= LOWER_AFTER
+        {
+            return false;
+        }
+        let napping = self.taken_looks >= NAP_AFTER_LOOKS;
+        if !napping
+            && self
+                .nap_looked
+                .is_some_and(|at| idle_for < at + LOWER_LOOK_EVERY)
+        {
+            return false;
+        }
+        self.nap_looked = Some(idle_for);
+        if matches!(self.cpus_now(), Cpus::Taken) {
+            self.taken_looks = self.taken_looks.saturating_add(1);
+        } else {
+            self.taken_looks = 0;
+        }
+        self.taken_looks >= NAP_AFTER_LOOKS
+    }
+
     /// Lowers the thread to `SCHED_IDLE` for the rest of this idle spell (until
     /// [`IdlePolling::restore`]), if allowed and some CPU has nothing else to run; the
     /// engine calls it on every idle pass from [`LOWER_AFTER`] on, with the spell's idle
@@ -265,6 +328,7 @@ impl IdlePolling {
     pub fn restore(&mut self) {
         self.looked = None;
         self.gave_up = false;
+        self.nap_looked = None;
         if self.low {
             self.low = false;
             if let Err(e) = set_thread_policy(libc::SCHED_OTHER) {
@@ -418,6 +482,9 @@ mod tests {
             low: false,
             looked: None,
             gave_up: false,
+            nap_on: false,
+            nap_looked: None,
+            taken_looks: 0,
             whole_budget: false,
             loadavg: None,
             cpus: 1,
@@ -464,6 +531,9 @@ mod tests {
                     low: false,
                     looked: None,
                     gave_up: false,
+                    nap_on: false,
+                    nap_looked: None,
+                    taken_looks: 0,
                     whole_budget: false,
                     loadavg: Some(std::fs::File::open(&dir).unwrap()),
                     cpus: 2,
@@ -498,6 +568,67 @@ mod tests {
             .unwrap();
         });
         let _ = std::fs::remove_file(&dir);
+    }
+
+    /// `--idle-nap`: the engine naps once `NAP_AFTER_LOOKS` looks in a row, across idle
+    /// spells, found every CPU taken; it looks every `LOWER_LOOK_EVERY` until then and
+    /// before every nap after; a look that finds a CPU starts the count again; never
+    /// before `FIRST_LOOK` or from `LOWER_AFTER` on, never lowered, never when off.
+    #[test]
+    fn an_engine_naps_while_every_cpu_stays_taken_and_only_with_naps_on() {
+        let file = std::env::temp_dir().join(format!("qpip-loadavg-nap-{}", std::process::id()));
+        let busy = |n: usize| std::fs::write(&file, format!("1.00 1.00 1.00 {n}/300 4242\n"));
+        busy(3).unwrap();
+        let mut p = IdlePolling {
+            allowed: false,
+            low: false,
+            looked: None,
+            gave_up: false,
+            nap_on: true,
+            nap_looked: None,
+            taken_looks: 0,
+            whole_budget: false,
+            loadavg: Some(std::fs::File::open(&file).unwrap()),
+            cpus: 2,
+        };
+        let us = |n: u64| Duration::from_micros(n);
+        let every = LOWER_LOOK_EVERY.as_micros() as u64;
+        let first = FIRST_LOOK.as_micros() as u64;
+        assert!(!p.nap(us(first - 1)), "too early in the spell to look");
+        let mut naps = Vec::new();
+        for i in 0..NAP_AFTER_LOOKS as u64 {
+            naps.push(p.nap(us(first + i * every)));
+            // Between looks: no new look, so no nap.
+            assert!(!p.nap(us(first + i * every + 1)) || naps.last() == Some(&true));
+        }
+        assert_eq!(
+            naps.last(),
+            Some(&true),
+            "{NAP_AFTER_LOOKS} taken looks: {naps:?}"
+        );
+        assert!(naps[..naps.len() - 1].iter().all(|n| !n), "{naps:?}");
+        // Napping: a look before each nap, however soon.
+        assert!(p.nap(us(first + NAP_AFTER_LOOKS as u64 * every)));
+        // A new spell goes on napping at its first look: the count spans spells.
+        p.restore();
+        assert!(p.nap(us(first)), "the count spans idle spells");
+        assert!(
+            !p.nap(LOWER_AFTER),
+            "from LOWER_AFTER on, the lowering logic decides"
+        );
+        // A CPU free: the count starts again.
+        busy(1).unwrap();
+        assert!(!p.nap(us(first + 2)));
+        busy(3).unwrap();
+        assert!(!p.nap(us(first + 2 + every)), "counting again from one");
+        // Lowered, or naps off: never.
+        p.taken_looks = NAP_AFTER_LOOKS;
+        p.low = true;
+        assert!(!p.nap(us(first + 2 + 2 * every)));
+        p.low = false;
+        p.nap_on = false;
+        assert!(!p.nap(us(first + 2 + 3 * every)));
+        let _ = std::fs::remove_file(&file);
     }
 
     #[test]

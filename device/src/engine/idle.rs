@@ -46,6 +46,28 @@ pub const LOWER_TRIES_FOR: Duration = Duration::from_micros(200);
 /// of `/proc/loadavg`).
 pub const LOWER_LOOK_EVERY: Duration = Duration::from_micros(25);
 
+/// With `qpipd --idle-nap`: how long into an idle spell the engine first looks whether every
+/// CPU is taken by other threads, to nap rather than poll while they are
+/// ([`crate::sched::IdlePolling::nap`]); looking only after a few µs keeps the read of
+/// `/proc/loadavg` off a stream's short gaps.
+pub const FIRST_LOOK: Duration = Duration::from_micros(10);
+
+/// With `qpipd --idle-nap`: how long the engine naps at a time while every CPU is taken by
+/// other threads, up to [`LOWER_AFTER`] — a timed sleep that does not publish "sleeping",
+/// so the guests do not kick, after which the engine looks at its work again. Polling
+/// then, it is one more runnable thread beside vCPUs that hold every CPU: it shares one
+/// with a vCPU in the scheduler's time slices, and a doorbell rung while the vCPU has the
+/// CPU waits for the engine's next slice — an RDMA Write ping-pong between two guests
+/// spinning on the bytes they wait for took 1.75-1.94 ms per round trip so on a 2-CPU host,
+/// 71-86 µs napping. Not the default: with guests that sleep on their CQs it added 25-45
+/// µs to a UDP or TCP round trip (its looks find the CPUs full for longer than the
+/// interrupt's wake-ups suggest; not explained yet).
+pub const NAP: Duration = Duration::from_micros(25);
+
+/// How many looks in a row, across idle spells, must find every CPU taken before the
+/// engine naps ([`crate::sched::IdlePolling::nap`]).
+pub const NAP_AFTER_LOOKS: u32 = 3;
+
 /// The adaptive polling budget.
 #[derive(Debug, Clone)]
 pub struct SpinBudget {

@@ -147,6 +147,10 @@ impl Turns {
                 polling.lower(idle_for);
             }
             if idle_for < polling.limit(budget) {
+                if polling.nap(idle_for) {
+                    std::thread::sleep(idle::NAP);
+                    continue;
+                }
                 // Lowered, any runnable thread preempts the polling: no yield needed.
                 if !polling.is_low() && idle_passes.is_multiple_of(idle::YIELD_EVERY) {
                     std::thread::yield_now();

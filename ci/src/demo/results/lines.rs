@@ -243,21 +243,30 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
                 .any(|n| r.perf.contains_key(&format!("{name}-{n}")))
         })
     };
+    // The QP side's counters are the client's (guest a) only: qpip-perf's RDMA server
+    // sends no report.
     if measured_rdma("rdmalat") {
-        both(
+        let at = both(
             RDMA_LAT_LINE.to_string(),
             "µs",
             "rdmalat",
             &|r, n| r.num(n, None, &["rtt_us", "p50"]),
             Better::Lower,
         );
+        counted.push((
+            at,
+            "RDMA Write ping-pong, spinning".into(),
+            "rdmalat",
+            None,
+            false,
+        ));
     }
     if m.rounds
         .iter()
         .any(|r| r.perf.contains_key(crate::demo::RDMA_LAT_TRIPWIRE))
     {
         // The same siw figure against qpip's ping-pong asleep on tripwires.
-        both(
+        let at = both(
             RDMA_LAT_TRIPWIRE_LINE.to_string(),
             "µs",
             "rdmalat",
@@ -271,36 +280,55 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             },
             Better::Lower,
         );
+        let test = crate::demo::RDMA_LAT_TRIPWIRE.trim_end_matches("-qp");
+        counted.push((
+            at,
+            "RDMA Write ping-pong, on tripwires".into(),
+            test,
+            None,
+            false,
+        ));
     }
     if measured_rdma("rdmabw") {
         for s in m.sizes("rdmabw") {
-            both(
-                format!("RDMA Write bandwidth, {} messages (qpip vs siw)", human(s)),
+            let what = format!("RDMA Write bandwidth, {} messages", human(s));
+            let at = both(
+                format!("{what} (qpip vs siw)"),
                 "MB/s",
                 "rdmabw",
                 &|r, n| r.num(n, Some(s), &["mb_per_s"]),
                 Better::Higher,
             );
+            counted.push((at, what, "rdmabw", Some(s), false));
         }
     }
     if measured_rdma("rdmareadlat") {
-        both(
+        let at = both(
             RDMA_READ_LAT_LINE.to_string(),
             "µs",
             "rdmareadlat",
             &|r, n| r.num(n, None, &["rtt_us", "p50"]),
             Better::Lower,
         );
+        counted.push((
+            at,
+            "RDMA Read, one at a time".into(),
+            "rdmareadlat",
+            None,
+            false,
+        ));
     }
     if measured_rdma("rdmareadbw") {
         for s in m.sizes("rdmareadbw") {
-            both(
-                format!("RDMA Read bandwidth, {} messages (qpip vs siw)", human(s)),
+            let what = format!("RDMA Read bandwidth, {} messages", human(s));
+            let at = both(
+                format!("{what} (qpip vs siw)"),
                 "MB/s",
                 "rdmareadbw",
                 &|r, n| r.num(n, Some(s), &["mb_per_s"]),
                 Better::Higher,
             );
+            counted.push((at, what, "rdmareadbw", Some(s), false));
         }
     }
     for (t, name) in [("UDP", "udp"), ("TCP", "tcp")] {

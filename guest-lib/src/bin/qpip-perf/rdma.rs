@@ -22,6 +22,9 @@
 //!
 //! Warm-up round trips (a tenth of `--iters`) come first and are not measured. The server
 //! takes no part in a bandwidth test beyond its region: it waits for the client to close.
+//! The client's counters (the library's kicks and blocking waits, its device's
+//! interrupts, engine sleeps and the rest, `counters.rs`) are taken over the measured
+//! messages; the server's are not (it sends no report).
 
 use std::net::{Ipv6Addr, SocketAddrV6};
 use std::time::{Duration, Instant};
@@ -31,6 +34,7 @@ use qpip::{
     RemoteAddr, SendWr, Tripwire,
 };
 
+use crate::counters::{self, Counters};
 use crate::link::{ring, PATTERN};
 use crate::proto::{cpu_ns, Row};
 use crate::{resolve, Args, Fail, MAX_TCP, T};
@@ -200,6 +204,9 @@ struct End {
     in_flight: usize,
     /// With `--tripwire`: how this end waits for the peer's Writes.
     wake: Option<Wake>,
+    /// Waits for a completion that blocked (each ends in a wake-up or the time running
+    /// out); a tripwire's are its `sleeps`.
+    waits: u64,
 }
 
 /// A tripwire on the byte an end waits for, and the CQ its events come to.
@@ -230,6 +237,7 @@ impl End {
             depth,
             in_flight: 0,
             wake: None,
+            waits: 0,
         })
     }
 
@@ -311,6 +319,11 @@ impl End {
 
     /// Waits for at least one completion.
     fn wait(&mut self) -> Result<(), Fail> {
+        if let Some(c) = self.cq.poll_one() {
+            self.took(&c)?;
+            return self.reap();
+        }
+        self.waits += 1;
         let c = q(self.cq.wait_one(Some(T)), "wait for a completion")?
             .ok_or_else(|| Fail(1, format!("no completion within {T:?}")))?;
         self.took(&c)?;
@@ -358,6 +371,12 @@ impl End {
             std::hint::spin_loop();
         }
         Ok(())
+    }
+
+    /// The counters now (see [`counters::take`]), this end's blocking waits among them.
+    fn counters(&self) -> Counters {
+        let sleeps = self.wake.as_ref().map_or(0, |w| w.sleeps);
+        counters::take(&self.ctx, self.waits + sleeps)
     }
 
     /// Waits until the peer closes (or the connection fails), then closes.
@@ -530,11 +549,13 @@ fn test(
     };
     let cpu0 = cpu_ns();
     let mut start = Instant::now();
+    let mut before = end.counters();
     if lat {
         let last = size - 1;
         for i in 0..count {
             if i == warm {
                 start = Instant::now();
+                before = end.counters();
             }
             let t0 = Instant::now();
             match verb {
@@ -574,6 +595,7 @@ fn test(
     }
     row.elapsed = start.elapsed();
     row.client_cpu_ns = cpu_ns() - cpu0;
+    row.client_counters = Some(end.counters().since(&before));
     row.rtt_ns.sort_unstable();
     if let Some(w) = &end.wake {
         if !a.json {
