@@ -58,8 +58,8 @@ pub const FIRST_LOOK: Duration = Duration::from_micros(10);
 /// then, it is one more runnable thread beside vCPUs that hold every CPU: it shares one
 /// with a vCPU in the scheduler's time slices, and a doorbell rung while the vCPU has the
 /// CPU waits for the engine's next slice — an RDMA Write ping-pong between two guests
-/// spinning on the bytes they wait for took 1.75-1.94 ms per round trip so on a 2-CPU host,
-/// 71-86 µs napping. Not the default: with guests that sleep on their CQs it added 25-45
+/// spinning on the bytes they wait for took 1.6-2.4 ms per round trip so on a 2-CPU host,
+/// 70-86 µs napping. Not the default: with guests that sleep on their CQs it added 25-45
 /// µs to a UDP or TCP round trip (its looks find the CPUs full for longer than the
 /// interrupt's wake-ups suggest; not explained yet).
 pub const NAP: Duration = Duration::from_micros(25);
