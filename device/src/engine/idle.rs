@@ -60,8 +60,11 @@ pub const FIRST_LOOK: Duration = Duration::from_micros(10);
 /// CPU waits for the engine's next slice — an RDMA Write ping-pong between two guests
 /// spinning on the bytes they wait for took 1.6-2.4 ms per round trip so on a 2-CPU host,
 /// 70-86 µs napping. Not the default: with guests that sleep on their CQs it added 25-45
-/// µs to a UDP or TCP round trip (its looks find the CPUs full for longer than the
-/// interrupt's wake-ups suggest; not explained yet).
+/// µs to a UDP or TCP round trip. The looks read the host-wide count of runnable threads,
+/// which cannot tell guests that spin from QEMU at work for a message: in a UDP ping-pong
+/// 61-77 % of the looks in the first 85 µs of a spell found every CPU taken — the vCPUs,
+/// and QEMU's main loops delivering interrupts and vfio-user messages. Counting the
+/// guests' own vCPU threads would tell them apart.
 pub const NAP: Duration = Duration::from_micros(25);
 
 /// How many looks in a row, across idle spells, must find every CPU taken before the
