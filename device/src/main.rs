@@ -131,8 +131,9 @@ struct Args {
     /// instead, without telling the guests it sleeps (no kicks). For guests that spin on
     /// memory (an RDMA Write ping-pong, each end spinning on the byte the other writes):
     /// polling beside them, the engine waits for a CPU in the scheduler's time slices
-    /// (1.6-2.4 ms per round trip on a 2-CPU host against 70-86 µs napping). Off by default: it
-    /// added 25-45 µs to the round trips of guests that sleep on their CQs there.
+    /// (1.6-2.4 ms per round trip on a 2-CPU host against 70-86 µs napping). Off by
+    /// default: it added 25-45 µs to the round trips of guests that sleep on their CQs
+    /// there.
     #[arg(long)]
     idle_nap: bool,
 

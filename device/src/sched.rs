@@ -249,10 +249,11 @@ impl IdlePolling {
     }
 
     /// Whether the engine should nap ([`crate::engine::idle::NAP`]) rather than poll now
-    /// (with `qpipd --idle-nap` only): from [`FIRST_LOOK`] into an idle spell until [`LOWER_AFTER`], while the last
-    /// [`NAP_AFTER_LOOKS`] looks or more, in this spell and the ones before it, all found
-    /// every CPU taken by other threads (counting one more, as [`IdlePolling::lower`]
-    /// does). It looks every [`LOWER_LOOK_EVERY`] (or a nap apart). Guests that hold every
+    /// (with `qpipd --idle-nap` only): from [`FIRST_LOOK`] into an idle spell until
+    /// [`LOWER_AFTER`], while the last [`NAP_AFTER_LOOKS`] looks or more, in this spell and
+    /// the ones before it, all found every CPU taken by other threads (counting one more,
+    /// as [`IdlePolling::lower`] does). It looks every [`LOWER_LOOK_EVERY`] (or a nap
+    /// apart). Guests that hold every
     /// CPU for good (spinning) make the looks agree spell after spell; the threads the
     /// engine's last work wakes (the vCPU its interrupt wakes, QEMU's thread that delivers
     /// it) fill the CPUs only for a moment, and a look that finds a CPU starts the count
@@ -597,9 +598,14 @@ mod tests {
         assert!(!p.nap(us(first - 1)), "too early in the spell to look");
         let mut naps = Vec::new();
         for i in 0..NAP_AFTER_LOOKS as u64 {
-            naps.push(p.nap(us(first + i * every)));
-            // Between looks: no new look, so no nap.
-            assert!(!p.nap(us(first + i * every + 1)) || naps.last() == Some(&true));
+            let napped = p.nap(us(first + i * every));
+            naps.push(napped);
+            if !napped {
+                assert!(
+                    !p.nap(us(first + i * every + 1)),
+                    "between looks: no look, no nap"
+                );
+            }
         }
         assert_eq!(
             naps.last(),

@@ -319,13 +319,14 @@ impl End {
 
     /// Waits for at least one completion.
     fn wait(&mut self) -> Result<(), Fail> {
-        if let Some(c) = self.cq.poll_one() {
-            self.took(&c)?;
-            return self.reap();
-        }
-        self.waits += 1;
-        let c = q(self.cq.wait_one(Some(T)), "wait for a completion")?
-            .ok_or_else(|| Fail(1, format!("no completion within {T:?}")))?;
+        let c = match self.cq.poll_one() {
+            Some(c) => c,
+            None => {
+                self.waits += 1;
+                q(self.cq.wait_one(Some(T)), "wait for a completion")?
+                    .ok_or_else(|| Fail(1, format!("no completion within {T:?}")))?
+            }
+        };
         self.took(&c)?;
         self.reap()
     }
