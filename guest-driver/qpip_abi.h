@@ -217,6 +217,14 @@
 #define QPIP_ASYNC_REASON_TERMINATE 3
 
 /*
+ A memory region the QP's WRs (or, on iWARP, a Read Response it served) lay in was
+ deregistered: the connection was reset, the WRs in the region completed
+ [`crate::cqe::CQE_STATUS_LOCAL_PROTECTION`] with [`crate::cqe::CQE_DETAIL_REGION_GONE`],
+ the others [`crate::cqe::CQE_STATUS_FLUSHED`].
+ */
+#define QPIP_ASYNC_REASON_REGION_GONE 4
+
+/*
  Bit 31 of result2: events were dropped (queue full) before this one.
  */
 #define QPIP_ASYNC_FLAG_LOST (1 << 31)
@@ -823,6 +831,13 @@
  The destination address or port is not usable (unspecified, multicast, port 0).
  */
 #define QPIP_CQE_DETAIL_BAD_ADDRESS 8
+
+/*
+ The WR's memory region was deregistered while the WR held it: the region is invalid at
+ once, so the WR fails (and its QP moves to the error state) instead of moving a byte to
+ or from pages the guest may have given to someone else.
+ */
+#define QPIP_CQE_DETAIL_REGION_GONE 9
 
 /*
  A successful receive on an iWARP QP: the Send asked for a solicited event (Send with

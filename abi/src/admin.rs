@@ -183,6 +183,11 @@ pub const ASYNC_REASON_PEER_RESET: u8 = 1;
 pub const ASYNC_REASON_TIMEOUT: u8 = 2;
 /// An iWARP QP sent or received a Terminate (which one and why: [`ConnInfo`]).
 pub const ASYNC_REASON_TERMINATE: u8 = 3;
+/// A memory region the QP's WRs (or, on iWARP, a Read Response it served) lay in was
+/// deregistered: the connection was reset, the WRs in the region completed
+/// [`crate::cqe::CQE_STATUS_LOCAL_PROTECTION`] with [`crate::cqe::CQE_DETAIL_REGION_GONE`],
+/// the others [`crate::cqe::CQE_STATUS_FLUSHED`].
+pub const ASYNC_REASON_REGION_GONE: u8 = 4;
 /// Bit 31 of result2: events were dropped (queue full) before this one.
 pub const ASYNC_FLAG_LOST: u32 = 1 << 31;
 

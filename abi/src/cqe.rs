@@ -112,6 +112,10 @@ pub const CQE_DETAIL_NO_ROUTE: u32 = 6;
 pub const CQE_DETAIL_NOT_BOUND: u32 = 7;
 /// The destination address or port is not usable (unspecified, multicast, port 0).
 pub const CQE_DETAIL_BAD_ADDRESS: u32 = 8;
+/// The WR's memory region was deregistered while the WR held it: the region is invalid at
+/// once, so the WR fails (and its QP moves to the error state) instead of moving a byte to
+/// or from pages the guest may have given to someone else.
+pub const CQE_DETAIL_REGION_GONE: u32 = 9;
 /// A successful receive on an iWARP QP: the Send asked for a solicited event (Send with
 /// Solicited Event).
 pub const CQE_DETAIL_SOLICITED: u32 = 1 << 30;

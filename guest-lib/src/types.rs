@@ -143,6 +143,8 @@ pub enum Detail {
     NoRoute,
     NotBound,
     BadAddress,
+    /// The region the WR lay in was deregistered while the device held the WR.
+    RegionGone,
     /// The Terminate that ended an iWARP connection.
     Terminate(crate::iwarp::Terminate),
     Other(u32),
@@ -160,6 +162,7 @@ impl Detail {
             cqe::CQE_DETAIL_NO_ROUTE => Detail::NoRoute,
             cqe::CQE_DETAIL_NOT_BOUND => Detail::NotBound,
             cqe::CQE_DETAIL_BAD_ADDRESS => Detail::BadAddress,
+            cqe::CQE_DETAIL_REGION_GONE => Detail::RegionGone,
             t if t & cqe::CQE_DETAIL_TERMINATE != 0 => Detail::Terminate(crate::iwarp::Terminate {
                 layer: (t >> 16 & 0xf) as u8,
                 etype: (t >> 8 & 0xf) as u8,

@@ -296,7 +296,7 @@ impl Engine {
             if mr.access & access != access {
                 return Err(Fault::protection(CQE_DETAIL_ACCESS));
             }
-            mr.translate(s.addr, s.length as u64, &mut spans)?;
+            mr.translate(s.lkey, s.addr, s.length as u64, &mut spans)?;
         }
         Ok(spans)
     }

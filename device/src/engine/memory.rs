@@ -124,11 +124,20 @@ pub struct MemoryRegion {
     pub access: u32,
 }
 
-/// A piece of guest memory a transfer touches.
+/// A piece of guest memory a transfer touches, and the region it was reached through: a
+/// WR that keeps spans keeps them only while that region lives (DEREG_MR invalidates
+/// every WR holding one of its spans, `Engine::invalidate_region`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
     pub addr: u64,
     pub len: usize,
+    /// The key of the region the span lies in (0: memory the device owns, no region).
+    pub key: u32,
+}
+
+/// Whether any of `spans` lies in the region keyed `key`.
+pub fn spans_use(spans: &[Span], key: u32) -> bool {
+    spans.iter().any(|s| s.key == key)
 }
 
 impl MemoryRegion {
@@ -171,7 +180,7 @@ impl MemoryRegion {
     /// The guest-physical spans of `len` bytes at virtual address `va`, after checking they
     /// lie inside the region. Access rights are checked by the caller (it knows what it
     /// will do).
-    pub fn translate(&self, va: u64, len: u64, out: &mut Vec<Span>) -> Result<(), Fault> {
+    pub fn translate(&self, key: u32, va: u64, len: u64, out: &mut Vec<Span>) -> Result<(), Fault> {
         let end = va
             .checked_add(len)
             .ok_or(Fault::protection(cqe::CQE_DETAIL_OUT_OF_BOUNDS))?;
@@ -185,12 +194,15 @@ impl MemoryRegion {
             let in_page = offset % PAGE_SIZE;
             let n = left.min(PAGE_SIZE - in_page);
             let addr = page + in_page;
-            // Merge physically contiguous pages into one span.
+            // Merge physically contiguous pages of one region into one span.
             match out.last_mut() {
-                Some(last) if last.addr + last.len as u64 == addr => last.len += n as usize,
+                Some(last) if last.addr + last.len as u64 == addr && last.key == key => {
+                    last.len += n as usize
+                }
                 _ => out.push(Span {
                     addr,
                     len: n as usize,
+                    key,
                 }),
             }
             offset += n;
@@ -219,28 +231,32 @@ mod tests {
     fn translation_follows_the_page_list() {
         let r = mr(vec![0x5000, 0x9000, 0xa000], 0x7f00_0000_0f00, 0x2000);
         let mut spans = Vec::new();
-        r.translate(0x7f00_0000_0f80, 0x200, &mut spans).unwrap();
+        r.translate(1, 0x7f00_0000_0f80, 0x200, &mut spans).unwrap();
         assert_eq!(
             spans,
             [
                 Span {
                     addr: 0x5f80,
-                    len: 0x80
+                    len: 0x80,
+                    key: 1
                 },
                 Span {
                     addr: 0x9000,
-                    len: 0x180
+                    len: 0x180,
+                    key: 1
                 }
             ]
         );
         spans.clear();
         // Pages 0x9000 and 0xa000 are contiguous: one span.
-        r.translate(0x7f00_0000_1f00, 0x1000, &mut spans).unwrap();
+        r.translate(1, 0x7f00_0000_1f00, 0x1000, &mut spans)
+            .unwrap();
         assert_eq!(
             spans,
             [Span {
                 addr: 0x9f00,
-                len: 0x1000
+                len: 0x1000,
+                key: 1
             }]
         );
     }
@@ -249,12 +265,12 @@ mod tests {
     fn translation_refuses_anything_outside() {
         let r = mr(vec![0x5000], 0x1000, 0x800);
         let mut spans = Vec::new();
-        assert!(r.translate(0xfff, 1, &mut spans).is_err());
-        assert!(r.translate(0x1000, 0x801, &mut spans).is_err());
-        assert!(r.translate(0x17ff, 2, &mut spans).is_err());
-        assert!(r.translate(u64::MAX, 2, &mut spans).is_err(), "wraps");
+        assert!(r.translate(1, 0xfff, 1, &mut spans).is_err());
+        assert!(r.translate(1, 0x1000, 0x801, &mut spans).is_err());
+        assert!(r.translate(1, 0x17ff, 2, &mut spans).is_err());
+        assert!(r.translate(1, u64::MAX, 2, &mut spans).is_err(), "wraps");
         assert!(spans.is_empty());
-        r.translate(0x1800, 0, &mut spans).unwrap();
+        r.translate(1, 0x1800, 0, &mut spans).unwrap();
     }
 
     #[test]

@@ -131,11 +131,11 @@ impl Engine {
         };
         let mut spans = Vec::new();
         region(a.lkey)?
-            .translate(a.addr, a.len, &mut spans)
+            .translate(a.lkey, a.addr, a.len, &mut spans)
             .map_err(|_| ADMIN_STATUS_BAD_PARAM)?;
         let mut arm = Vec::new();
         region(a.arm_lkey)?
-            .translate(a.arm_addr, 4, &mut arm)
+            .translate(a.arm_lkey, a.arm_addr, 4, &mut arm)
             .map_err(|_| ADMIN_STATUS_BAD_PARAM)?;
         let id = self.objects.new_id();
         self.objects.tripwires.insert(
@@ -215,7 +215,7 @@ mod tests {
             va,
             spans: spans
                 .iter()
-                .map(|&(addr, len)| Span { addr, len })
+                .map(|&(addr, len)| Span { addr, len, key: 1 })
                 .collect(),
             arm_gpa: 0,
             seen: 0,
@@ -233,6 +233,7 @@ mod tests {
         let written = [Span {
             addr: 0x5000,
             len: 0x1000,
+            key: 1,
         }];
         let h = hits(&t, 1, &written, 0x20, 0x40);
         assert_eq!(
@@ -254,10 +255,12 @@ mod tests {
             Span {
                 addr: 0x1f00,
                 len: 0x100,
+                key: 1,
             },
             Span {
                 addr: 0x5000,
                 len: 0x10,
+                key: 1,
             },
         ];
         let h = hits(&t, 1, &written, 0, 0x110);

@@ -13,6 +13,7 @@ mod script;
 
 mod conformance;
 mod connections;
+mod deregistered;
 mod events;
 mod messages;
 mod orphan;

@@ -129,6 +129,10 @@
 // type and 0-7 its code (RFC 5040 section 7).
 #define QPIP_DETAIL_TERMINATE (1 << 31)
 
+// A completion's `detail` (with QPIP_WC_LOCAL_PROTECTION): the memory region the work
+// request lay in was deregistered while the device held the request; the QP is in error.
+#define QPIP_DETAIL_REGION_GONE 9
+
 // Event kinds (qpip_event.kind).
 #define QPIP_EVENT_ACCEPT 1
 

@@ -60,6 +60,7 @@ fn to_c(c: &Completion) -> qpip_completion {
         verbs::Detail::NoRoute => 6,
         verbs::Detail::NotBound => 7,
         verbs::Detail::BadAddress => 8,
+        verbs::Detail::RegionGone => QPIP_DETAIL_REGION_GONE,
         // QPIP_DETAIL_TERMINATE, then bit 24 if the peer sent it, the layer (bits 16-19),
         // error type (8-11) and code (0-7) of RFC 5040.
         verbs::Detail::Terminate(t) => {

@@ -82,6 +82,9 @@ pub const QPIP_WC_OTHER: u32 = 255;
 /// connection: then bit 24 says the peer sent it, bits 16-19 hold its layer, 8-11 its error
 /// type and 0-7 its code (RFC 5040 section 7).
 pub const QPIP_DETAIL_TERMINATE: u32 = 1 << 31;
+/// A completion's `detail` (with QPIP_WC_LOCAL_PROTECTION): the memory region the work
+/// request lay in was deregistered while the device held the request; the QP is in error.
+pub const QPIP_DETAIL_REGION_GONE: u32 = 9;
 
 /// Event kinds (qpip_event.kind).
 pub const QPIP_EVENT_ACCEPT: u32 = 1;

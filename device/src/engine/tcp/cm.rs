@@ -68,13 +68,7 @@ impl Engine {
                 // Whatever is due goes out; its events from now on concern nobody.
                 self.tcp_service(mem, conn, now);
             } else {
-                if let Some(e) = self.tcp.table.get_mut(conn) {
-                    e.conn.abort();
-                    while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
-                        self.tcp.outbox.push(o);
-                    }
-                }
-                self.tcp.table.remove(conn);
+                self.tcp_abort(conn);
             }
         }
         if let Some(cmd) = close_cmd {
@@ -92,6 +86,45 @@ impl Engine {
                 self.post_cqe(mem, recv_cq, c);
             }
         }
+    }
+
+    /// DEREG_MR took region `key` of context `ctx` away. A region is invalid the moment
+    /// it is deregistered: every TCP QP of the context that holds a WR in it, or serves an
+    /// iWARP Read Response from it, fails now — its connection is reset (a byte sent once
+    /// could otherwise be sent again from the freed pages), the WRs in the region complete
+    /// with a protection error (`CQE_DETAIL_REGION_GONE`), the rest FLUSHED, and an
+    /// `ASYNC_EVENT_QP_ERROR` says why. UDP QPs keep no WR past its completion.
+    pub(in crate::engine) fn tcp_region_gone(&mut self, mem: &GuestMemoryMmap, ctx: u32, key: u32) {
+        let users: Vec<u32> = self
+            .objects
+            .qps
+            .iter()
+            .filter(|(_, q)| q.ctx == ctx && q.tcp().is_some_and(|t| t.uses_region(key)))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in users {
+            debug!("QP {id}: region {key:#x} deregistered under its WRs; the QP fails");
+            self.tcp_async_event(id, ASYNC_EVENT_QP_ERROR, ASYNC_REASON_REGION_GONE);
+            let t = self.objects.tcp_qp_mut(id).expect("listed");
+            t.region_gone(key);
+            if let Some(conn) = t.conn.take() {
+                self.tcp_abort(conn);
+            }
+            self.tcp_fail(mem, id, ADMIN_STATUS_CANCELLED);
+        }
+    }
+
+    /// Resets connection `conn` and forgets it: the RST goes out, nothing is read from
+    /// guest memory for it again.
+    fn tcp_abort(&mut self, conn: ConnId) {
+        let now = Instant::now();
+        if let Some(e) = self.tcp.table.get_mut(conn) {
+            e.conn.abort();
+            while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
+                self.tcp.outbox.push(o);
+            }
+        }
+        self.tcp.table.remove(conn);
     }
 
     /// The QP's connection failed (reset, timeout): the QP moves to the error state, its

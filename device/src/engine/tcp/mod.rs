@@ -110,6 +110,28 @@ impl TcpQp {
     pub fn is_iwarp(&self) -> bool {
         self.iwarp.is_some()
     }
+
+    /// Whether a WR the QP holds, or a stream it serves (an iWARP Read Response), lies
+    /// in the region keyed `key`.
+    pub(in crate::engine) fn uses_region(&self, key: u32) -> bool {
+        match &self.iwarp {
+            Some(iw) => iw.uses_region(key),
+            None => self.tx.uses_region(key) || self.rx.uses_region(key),
+        }
+    }
+
+    /// The region keyed `key` is gone: every WR that lies in it is marked to complete
+    /// with a protection error (`CQE_DETAIL_REGION_GONE`) when the QP's WRs are flushed,
+    /// and nothing is read from or written to it again.
+    fn region_gone(&mut self, key: u32) {
+        match &mut self.iwarp {
+            Some(iw) => iw.region_gone(key),
+            None => {
+                self.tx.region_gone(key);
+                self.rx.region_gone(key);
+            }
+        }
+    }
 }
 
 /// A connection the device accepted for a listener, waiting for an ACCEPT.

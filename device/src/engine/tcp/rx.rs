@@ -16,7 +16,7 @@ use crate::net::tcp::RecvSink;
 
 use crate::engine::completion::cqe;
 use crate::engine::decode;
-use crate::engine::memory::{Fault, Span};
+use crate::engine::memory::{spans_use, Fault, Span};
 use crate::engine::objects::QpState;
 use crate::engine::Engine;
 
@@ -378,9 +378,31 @@ impl RxState {
     pub(super) fn flush(&mut self) {
         self.pending.clear();
         while let Some(wr) = self.wrs.front() {
-            let id = wr.wr_id;
-            self.complete_front(CQE_STATUS_FLUSHED, CQE_DETAIL_NONE, 0, 0);
-            let _ = id;
+            // A WR that failed its checks (or lost its region) says why.
+            let (status, detail) = wr
+                .spans
+                .as_ref()
+                .err()
+                .copied()
+                .unwrap_or((CQE_STATUS_FLUSHED, CQE_DETAIL_NONE));
+            self.complete_front(status, detail, 0, 0);
+        }
+    }
+
+    pub(super) fn uses_region(&self, key: u32) -> bool {
+        self.wrs
+            .iter()
+            .any(|w| w.spans.as_ref().is_ok_and(|s| spans_use(s, key)))
+    }
+
+    /// Fails the WRs in region `key` (they complete so when the QP flushes; nothing is
+    /// placed into them again).
+    pub(super) fn region_gone(&mut self, key: u32) {
+        for w in &mut self.wrs {
+            if w.spans.as_ref().is_ok_and(|s| spans_use(s, key)) {
+                self.room -= w.cap - w.filled;
+                w.spans = Err((CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_REGION_GONE));
+            }
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::net::tcp::SendSource;
 
 use crate::engine::completion::{cqe, cqe_ok};
 use crate::engine::decode::{self, Payload};
-use crate::engine::memory::Span;
+use crate::engine::memory::{spans_use, Span};
 use crate::engine::objects::QpState;
 use crate::engine::Engine;
 
@@ -44,6 +44,25 @@ pub(super) struct TxQueue {
     pub(super) entries: VecDeque<TxEntry>,
     /// Stream bytes queued so far.
     pub(super) queued: u64,
+}
+
+impl TxQueue {
+    pub(super) fn uses_region(&self, key: u32) -> bool {
+        self.entries
+            .iter()
+            .any(|e| matches!(&e.data, TxData::Spans(s) if spans_use(s, key)))
+    }
+
+    /// Fails the entries in region `key` (they complete so when the QP flushes) and lets
+    /// go of their spans.
+    pub(super) fn region_gone(&mut self, key: u32) {
+        for e in &mut self.entries {
+            if matches!(&e.data, TxData::Spans(s) if spans_use(s, key)) {
+                e.data = TxData::Inline(Vec::new());
+                e.error = Some((CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_REGION_GONE));
+            }
+        }
+    }
 }
 
 /// Reads `buf.len()` bytes at byte `off` of the buffer described by `spans`.
@@ -261,7 +280,8 @@ impl Engine {
         }
     }
 
-    /// Completes the send WRs a QP had taken (`entries`) as FLUSHED, in order.
+    /// Completes the send WRs a QP had taken (`entries`) as FLUSHED, in order (a WR that
+    /// failed already, with its own status).
     pub(super) fn flush_sends(
         &mut self,
         mem: &GuestMemoryMmap,
@@ -270,13 +290,8 @@ impl Engine {
         entries: Vec<TxEntry>,
     ) {
         for e in entries {
-            let c = cqe(
-                e.wr_id,
-                id,
-                CQE_OP_SEND,
-                CQE_STATUS_FLUSHED,
-                CQE_DETAIL_NONE,
-            );
+            let (status, detail) = e.error.unwrap_or((CQE_STATUS_FLUSHED, CQE_DETAIL_NONE));
+            let c = cqe(e.wr_id, id, CQE_OP_SEND, status, detail);
             self.post_cqe(mem, send_cq, c);
         }
     }

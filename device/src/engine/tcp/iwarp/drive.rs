@@ -5,6 +5,7 @@
 //! order of their queues, and after a Terminate the QP in the error state with its
 //! asynchronous event.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use log::debug;
@@ -16,6 +17,7 @@ use vm_memory::GuestMemoryMmap;
 
 use crate::engine::completion::{cqe, cqe_ok};
 use crate::engine::decode::{self, Payload};
+use crate::engine::memory::Span;
 use crate::engine::objects::{Objects, QpState, TcpRole};
 use crate::engine::Engine;
 use crate::net::iwarp::wire::rdmap::ReadRequest;
@@ -293,7 +295,7 @@ impl Engine {
             } else {
                 0
             };
-            let (data, len, sink) = match &wr.payload {
+            let (data, len, sink, spans) = match &wr.payload {
                 Payload::Inline(b) => (
                     Data::Inline {
                         bytes: b.as_slice().into(),
@@ -301,6 +303,7 @@ impl Engine {
                         len: b.len(),
                     },
                     b.len() as u64,
+                    None,
                     None,
                 ),
                 Payload::Gather(sges) => {
@@ -313,17 +316,22 @@ impl Engine {
                         Ok(s) if op == CQE_OP_RDMA_READ => {
                             let first = sges.iter().find(|s| s.length > 0);
                             let (stag, to) = first.map_or((0, 0), |s| (s.lkey, s.addr));
-                            (Data::None, len, Some((stag, to, s)))
+                            let sink: Arc<[Span]> = s.into();
+                            (Data::None, len, Some((stag, to, sink.clone())), Some(sink))
                         }
-                        Ok(s) => (
-                            Data::Guest {
-                                spans: s.into(),
-                                off: 0,
-                                len: len as usize,
-                            },
-                            len,
-                            None,
-                        ),
+                        Ok(s) => {
+                            let spans: Arc<[Span]> = s.into();
+                            (
+                                Data::Guest {
+                                    spans: spans.clone(),
+                                    off: 0,
+                                    len: len as usize,
+                                },
+                                len,
+                                None,
+                                Some(spans),
+                            )
+                        }
                         Err(f) => {
                             self.shared.stats.add(STAT_PROTECTION_ERRORS, 1);
                             self.iwarp_push_failed(id, wr.wr_id, op, f.status, f.detail);
@@ -335,12 +343,12 @@ impl Engine {
             let iw = self.iwarp(id).expect("iWARP QP");
             let until = match op {
                 CQE_OP_RDMA_READ => {
-                    let (stag, to, spans) = sink.expect("a Read gathers");
+                    let (stag, to, sink) = sink.expect("a Read gathers");
                     iw.tx.reads.push_back(OutRead {
                         stag,
                         to,
                         size: len as u32,
-                        sink: spans,
+                        sink,
                         placed: 0,
                         for_wr: true,
                     });
@@ -373,6 +381,7 @@ impl Engine {
                 len: len as u32,
                 until,
                 error: None,
+                spans,
             });
         }
         self.iwarp_settle(mem, id);
@@ -400,6 +409,7 @@ impl Engine {
                 len: 0,
                 until: Until::Done,
                 error: Some((status, detail)),
+                spans: None,
             });
         }
     }
@@ -650,13 +660,12 @@ impl Engine {
             .recv_wrs
             .drain(..)
             .map(|w| {
-                failed(
-                    w.wr_id,
-                    id,
-                    CQE_OP_RECV,
-                    CQE_STATUS_FLUSHED,
-                    CQE_DETAIL_NONE,
-                )
+                // A WR that lost its region says so; the others are flushed.
+                let (status, detail) = match w.spans {
+                    Err(e @ (_, CQE_DETAIL_REGION_GONE)) => e,
+                    _ => (CQE_STATUS_FLUSHED, CQE_DETAIL_NONE),
+                };
+                failed(w.wr_id, id, CQE_OP_RECV, status, detail)
             })
             .chain(std::mem::take(&mut iw.recv_done))
             .collect();

@@ -21,6 +21,7 @@ pub(super) mod tx;
 pub mod untrusted;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use qpip_abi::admin::*;
 use qpip_abi::cqe::Cqe;
@@ -150,6 +151,33 @@ pub(in crate::engine) struct IwarpQp {
 pub(super) const WINDOW: usize = 256 * 1024;
 
 impl IwarpQp {
+    /// Whether a WR, a Read's sink or a record of the stream lies in region `key`.
+    pub(in crate::engine) fn uses_region(&self, key: u32) -> bool {
+        self.tx.uses_region(key)
+            || self.recv_wrs.iter().any(|w| {
+                w.spans
+                    .as_ref()
+                    .is_ok_and(|s| crate::engine::memory::spans_use(s, key))
+            })
+    }
+
+    /// Region `key` is gone: what lies in it fails when the QP flushes, and no byte is
+    /// read from or placed into it again.
+    pub(in crate::engine) fn region_gone(&mut self, key: u32) {
+        self.tx.region_gone(key);
+        for w in &mut self.recv_wrs {
+            if w.spans
+                .as_ref()
+                .is_ok_and(|s| crate::engine::memory::spans_use(s, key))
+            {
+                w.spans = Err((
+                    qpip_abi::cqe::CQE_STATUS_LOCAL_PROTECTION,
+                    qpip_abi::cqe::CQE_DETAIL_REGION_GONE,
+                ));
+            }
+        }
+    }
+
     pub(super) fn new() -> IwarpQp {
         IwarpQp {
             local: Local::default(),
@@ -458,7 +486,7 @@ impl IwarpQp {
                     stag: 0,
                     to: 0,
                     size: 0,
-                    sink: Vec::new(),
+                    sink: Arc::from([]),
                     placed: 0,
                     for_wr: false,
                 });

@@ -78,7 +78,8 @@ impl Env<'_> {
             return Err(protection(RdmapCode::AccessRights));
         }
         let mut spans = Vec::new();
-        mr.translate(to, len, &mut spans).map_err(|_| bounds)?;
+        mr.translate(stag, to, len, &mut spans)
+            .map_err(|_| bounds)?;
         Ok(spans)
     }
 }
@@ -151,7 +152,7 @@ impl IwarpQp {
                     if !fits {
                         return false;
                     }
-                    (r.sink.clone(), off)
+                    (r.sink.to_vec(), off)
                 }
                 _ => return false,
             };

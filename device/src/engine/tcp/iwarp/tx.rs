@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use vm_memory::GuestMemoryMmap;
 
-use crate::engine::memory::Span;
+use crate::engine::memory::{spans_use, Span};
 use crate::engine::tcp::tx::gather;
 use crate::net::iwarp::wire::ddp::Header;
 use crate::net::iwarp::wire::fpdu::{self, CRC_LEN, LENGTH_LEN};
@@ -107,7 +107,7 @@ pub(super) struct OutRead {
     pub(super) stag: u32,
     pub(super) to: u64,
     pub(super) size: u32,
-    pub(super) sink: Vec<Span>,
+    pub(super) sink: Arc<[Span]>,
     /// Bytes of the response placed so far.
     pub(super) placed: u64,
     /// Whether a WR waits for it (the ready-to-receive Read of peer-to-peer setup has
@@ -135,6 +135,8 @@ pub(super) struct TxWr {
     pub(super) until: Until,
     /// A WR that failed its checks, or whose operation failed: its status and detail.
     pub(super) error: Option<(u8, u32)>,
+    /// The guest memory it reads (a Send, a Write) or its response lands in (a Read).
+    pub(super) spans: Option<Arc<[Span]>>,
 }
 
 /// The transmit side of an iWARP QP.
@@ -311,6 +313,40 @@ impl Tx {
         while self.serving.front().is_some_and(|&e| e <= upto) {
             self.serving.pop_front();
         }
+    }
+
+    /// Whether a WR, a Read's sink or a record not yet acknowledged (a Read Response this
+    /// end serves, a Send's or Write's payload) lies in region `key`.
+    pub(super) fn uses_region(&self, key: u32) -> bool {
+        self.wrs
+            .iter()
+            .any(|w| w.spans.as_deref().is_some_and(|s| spans_use(s, key)))
+            || self.reads.iter().any(|r| spans_use(&r.sink, key))
+            || self.records.iter().any(|r| match &r.body {
+                Body::Fpdu {
+                    data: Data::Guest { spans, .. },
+                    ..
+                } => spans_use(spans, key),
+                _ => false,
+            })
+    }
+
+    /// Region `key` is gone: the WRs in it fail (`CQE_DETAIL_REGION_GONE`, reported when
+    /// the QP flushes) and no Read's response is placed into it. The records that read it
+    /// stay as they are: the engine resets the connection with them, so nothing builds
+    /// them again.
+    pub(super) fn region_gone(&mut self, key: u32) {
+        for w in &mut self.wrs {
+            if w.spans.as_deref().is_some_and(|s| spans_use(s, key)) {
+                w.spans = None;
+                w.until = Until::Done;
+                w.error = Some((
+                    qpip_abi::cqe::CQE_STATUS_LOCAL_PROTECTION,
+                    qpip_abi::cqe::CQE_DETAIL_REGION_GONE,
+                ));
+            }
+        }
+        self.reads.retain(|r| !spans_use(&r.sink, key));
     }
 
     /// The index of the record holding stream offset `off`.

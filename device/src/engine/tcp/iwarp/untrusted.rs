@@ -93,6 +93,7 @@ impl Placement {
                 spans: Ok(vec![Span {
                     addr: page(8) + i * 1024,
                     len: 1024,
+                    key: STAG_RW,
                 }]),
                 cap: 1024,
                 filled: 0,
@@ -105,7 +106,9 @@ impl Placement {
             sink: vec![Span {
                 addr: page(10),
                 len: PAGE_SIZE as usize,
-            }],
+                key: STAG_SINK,
+            }]
+            .into(),
             placed: 0,
             for_wr: true,
         });
