@@ -107,6 +107,14 @@ struct Args {
           value_parser = clap::value_parser!(u32).range(1..=30))]
     tcp_retries: u32,
 
+    /// Guest pages all memory regions of a function may hold at once (per function: each
+    /// --function has its own). A region costs qpipd 8 bytes per page of its page list,
+    /// so the default, 1048576 (4 GiB of guest memory), bounds that at 8 MiB a function;
+    /// a REG_MR beyond it fails with NO_RESOURCES.
+    #[arg(long, value_name = "PAGES", default_value_t = qpip_device::engine::DEFAULT_REGION_PAGES,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 32))]
+    max_region_pages: u64,
+
     /// The longest the engine keeps polling doorbells and the link after its last work
     /// before it sleeps, in microseconds: the budget adapts below this to the gaps in the
     /// traffic (0: never poll). Longer: lower latency for steady traffic, more CPU.
@@ -274,6 +282,7 @@ fn core_config(
                 max_retries: args.tcp_retries,
                 ..TcpLimits::default()
             },
+            region_pages: args.max_region_pages,
         },
     }
 }

@@ -123,9 +123,12 @@ enum Outcome {
 const EPHEMERAL_FIRST: u16 = 49152;
 const EPHEMERAL_LAST: u16 = 65535;
 
+/// Admin commands one pass executes at most ([`Engine::process_admin`]).
+pub const ADMIN_BUDGET: u32 = 32;
+
 impl Engine {
-    /// Fetches and executes admin commands while there are some and room for their
-    /// completions. Returns whether anything happened.
+    /// Fetches and executes admin commands while there are some, room for their
+    /// completions and budget left in this pass. Returns whether anything happened.
     pub(super) fn process_admin(&mut self, mem: &GuestMemoryMmap) -> bool {
         let mut did = false;
         // Deferred asynchronous completions first: they are older.
@@ -136,10 +139,16 @@ impl Engine {
             self.admin.deferred.pop_front();
             did = true;
         }
+        // A budget per pass: one function's burst of commands (each may walk its tables)
+        // must not hold the engine thread from the other functions on it for long; the
+        // rest wait for the next pass.
+        let mut budget = ADMIN_BUDGET;
         while self.admin.deferred.is_empty()
             && self.admin.room()
             && self.admin.sq_head != self.admin.sq_tail
+            && budget > 0
         {
+            budget -= 1;
             let Some((sq, _)) = &self.admin.rings else {
                 break;
             };
@@ -647,6 +656,7 @@ impl Engine {
                 sq_tail,
                 rq_head: rq_tail,
                 rq_tail,
+                owed: [0; 2],
                 state: QpState::Ready,
                 bound: None,
                 queued: false,
@@ -727,6 +737,20 @@ impl Engine {
             return Err(ADMIN_STATUS_BAD_HANDLE);
         }
         if self.objects.mrs.len() >= MAX_MRS as usize {
+            return Err(ADMIN_STATUS_NO_RESOURCES);
+        }
+        // Page lists are the one thing a guest can make large here: bounded per function.
+        let held: u64 = self
+            .objects
+            .mrs
+            .values()
+            .map(|m| m.pages.len() as u64)
+            .sum();
+        if held + args.npages as u64 > self.region_pages {
+            debug!(
+                "REG_MR of {} pages: {held} of the function's {} held",
+                args.npages, self.region_pages
+            );
             return Err(ADMIN_STATUS_NO_RESOURCES);
         }
         let mr = MemoryRegion::register(mem, ctx, args)?;

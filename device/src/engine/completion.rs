@@ -97,7 +97,7 @@ impl Engine {
     }
 
     /// Writes a CQE (the caller made sure there is room), phase byte last, then raises the
-    /// CQ's vector if it is armed.
+    /// CQ's vector if it is armed. The WR it completes gives its ring slot back.
     pub(super) fn write_cqe(&mut self, mem: &GuestMemoryMmap, cq_id: u32, mut c: Cqe) {
         let _stage = crate::stages::span(crate::stages::Stage::Complete);
         let stats = &self.shared.stats;
@@ -111,6 +111,7 @@ impl Engine {
         let last = bytes.len() - 1;
         if mem.write_slice(&bytes[..last], addr).is_err() {
             log::warn!("CQ {cq_id}: ring no longer in guest RAM; completion lost");
+            self.slot_returned(&c);
             return;
         }
         std::sync::atomic::fence(Ordering::Release);
@@ -128,6 +129,26 @@ impl Engine {
             cq.armed = false;
             self.shared.irqs.raise(cq.vector as usize);
             stats.add(STAT_CQ_INTERRUPTS, 1);
+        }
+        self.slot_returned(&c);
+    }
+
+    /// The WR `c` completes no longer holds its ring's slot (`Qp::owed`); a ring that was
+    /// held gives more again.
+    fn slot_returned(&mut self, c: &Cqe) {
+        let sq = match c.opcode {
+            CQE_OP_RECV | CQE_OP_RECV_IMM => false,
+            CQE_OP_SEND | CQE_OP_RDMA_WRITE | CQE_OP_RDMA_READ => true,
+            _ => return, // not a WR's completion (a tripwire's)
+        };
+        let Some(q) = self.objects.qps.get_mut(&c.qp) else {
+            return;
+        };
+        let held = q.ring_held(sq);
+        let owed = &mut q.owed[usize::from(!sq)];
+        *owed = owed.saturating_sub(1);
+        if held {
+            self.objects.mark_busy(c.qp);
         }
     }
 }

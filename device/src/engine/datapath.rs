@@ -90,6 +90,9 @@ impl Engine {
             } else {
                 return (did, false);
             };
+            if qp.ring_held(ring_is_sq) {
+                return (did, false); // a completion written marks the QP busy again
+            }
             if !self.cq_has_room(cq) {
                 return (did, false); // the CQ doorbell wakes us when there is room
             }
@@ -141,7 +144,7 @@ impl Engine {
                 } else {
                     (qp.rq_head != qp.rq_tail, qp.recv_cq)
                 };
-                if !pending || !self.cq_has_room(cq) {
+                if !pending || qp.ring_held(sq) || !self.cq_has_room(cq) {
                     break;
                 }
                 self.flush_one(mem, id, sq);
@@ -149,9 +152,11 @@ impl Engine {
         }
     }
 
-    /// Consumes the next WQE of a QP's send (`sq`) or receive ring and returns its bytes.
-    /// If the ring's memory is gone from guest RAM, the QP moves to the error state, the WR
-    /// completes FLUSHED, and None is returned.
+    /// Consumes the next WQE of a QP's send (`sq`) or receive ring and returns its bytes;
+    /// the WR is owed a completion from then on (`Qp::owed`). None, taking nothing, while
+    /// the ring's depth of WRs waits for completions. If the ring's memory is gone from
+    /// guest RAM, the QP moves to the error state, the WR completes FLUSHED, and None is
+    /// returned.
     pub(super) fn take_wqe(
         &mut self,
         mem: &GuestMemoryMmap,
@@ -160,6 +165,11 @@ impl Engine {
     ) -> Option<[u8; WQE_SIZE as usize]> {
         let _stage = crate::stages::span(crate::stages::Stage::GetWr);
         let qp = self.objects.qps.get_mut(&id).expect("caller checked");
+        if qp.ring_held(sq) {
+            // A ring's depth of WRs waits for completions: the producer must poll.
+            return None;
+        }
+        qp.owed[usize::from(!sq)] += 1;
         let (ring, head, cq, op) = if sq {
             (&qp.sq, &mut qp.sq_head, qp.send_cq, CQE_OP_SEND)
         } else {

@@ -86,7 +86,14 @@ pub struct EngineConfig {
     pub network: Option<network::NetworkConfig>,
     /// How long TCP connections keep retransmitting to a silent peer (`--tcp-retries`).
     pub tcp_limits: tcp::TcpLimits,
+    /// Pages the function's memory regions may hold in all (`--max-region-pages`): each
+    /// costs the device 8 bytes of page list, whatever the guest's pages are.
+    pub region_pages: u64,
 }
+
+/// [`EngineConfig::region_pages`] by default: 4 GiB of guest memory registered at once,
+/// 8 MiB of page lists in `qpipd` per function.
+pub const DEFAULT_REGION_PAGES: u64 = 1 << 20;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -96,6 +103,7 @@ impl Default for EngineConfig {
             idle_poll: Duration::from_micros(2000),
             network: None,
             tcp_limits: tcp::TcpLimits::default(),
+            region_pages: DEFAULT_REGION_PAGES,
         }
     }
 }
@@ -171,6 +179,8 @@ pub struct Engine {
     /// The stack's configuration at start: what a reset returns to.
     net_start: NetConfig,
     tcp_limits: tcp::TcpLimits,
+    /// [`EngineConfig::region_pages`].
+    region_pages: u64,
     /// TCP connections and the TCP state of QPs.
     pub(crate) tcp: tcp::Tcp,
     /// Asynchronous events and the requests waiting for them.
@@ -254,6 +264,7 @@ impl Engine {
                 config.tcp_limits,
             ),
             tcp_limits: config.tcp_limits,
+            region_pages: config.region_pages,
             events: events::AsyncEvents::default(),
             deferred: HashMap::new(),
         }

@@ -92,6 +92,12 @@ pub struct Qp {
     pub sq_tail: u32,
     pub rq_head: u32,
     pub rq_tail: u32,
+    /// WRs taken from the send (`[0]`) and receive (`[1]`) rings whose completions are not
+    /// written yet (held by the transport, or waiting for room in a full CQ). A WR keeps
+    /// its ring slot until then: the engine takes no more than a ring's depth, so what a
+    /// producer that never polls its CQ can make the device hold is bounded by the rings
+    /// it gave (`Engine::take_wqe`).
+    pub owed: [u32; 2],
     pub state: QpState,
     pub bound: Option<(Ipv6Addr, u16)>,
     /// Whether the QP is in `Objects::busy_qps`.
@@ -109,6 +115,16 @@ pub enum QpKind {
 }
 
 impl Qp {
+    /// Whether the send (`sq`) or receive ring's depth of WRs is taken and not completed:
+    /// nothing more is taken from it until a completion is written.
+    pub fn ring_held(&self, sq: bool) -> bool {
+        if sq {
+            self.owed[0] >= self.sq.depth()
+        } else {
+            self.owed[1] >= self.rq.depth()
+        }
+    }
+
     pub fn is_tcp(&self) -> bool {
         matches!(self.kind, QpKind::Tcp(_))
     }

@@ -12,5 +12,6 @@ mod client_messages;
 mod engine_sleep;
 mod memory;
 mod reset;
+mod unpolled_cqs;
 mod wild_doorbells;
 mod wqes;

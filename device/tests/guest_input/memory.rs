@@ -290,3 +290,34 @@ fn page_lists_outside_guest_ram_are_refused() {
     );
     assert_eq!(g.wait_cqe(&mut ep.rcq).byte_len, 4);
 }
+
+/// Page lists are the host memory a guest can ask the most of (8 bytes a page, the same
+/// page as often as it likes): the regions of one function hold at most
+/// `DEFAULT_REGION_PAGES` pages in all, and a deregistered region gives its pages back.
+#[test]
+fn the_pages_regions_hold_are_bounded_per_function() {
+    use qpip_device::engine::DEFAULT_REGION_PAGES;
+    let mut g = FakeGuest::new();
+    let ctx = g.create_ctx().unwrap();
+    // One guest page, named MAX_MR_PAGES times: a region of 256 MiB in 4 KiB of RAM.
+    let page = g.alloc_pages(1);
+    let list = g.page_list(&vec![page; MAX_MR_PAGES as usize]);
+    let len = MAX_MR_PAGES as u64 * PAGE;
+    let args = |iova: u64| mr_body(list, MAX_MR_PAGES, 0, iova, len, MR_ACCESS_LOCAL_WRITE);
+    let fit = DEFAULT_REGION_PAGES / MAX_MR_PAGES as u64;
+    let mut keys = Vec::new();
+    for i in 0..fit {
+        let mr = g
+            .reg_mr_args(ctx, &args(i << 40))
+            .expect("within the budget");
+        keys.push(mr.lkey);
+    }
+    assert_eq!(
+        g.reg_mr_args(ctx, &args(fit << 40)).map(|m| m.lkey),
+        Err(ADMIN_STATUS_NO_RESOURCES),
+        "{fit} regions of {MAX_MR_PAGES} pages fill the function's budget"
+    );
+    g.dereg_mr(ctx, keys.pop().unwrap()).unwrap();
+    g.reg_mr_args(ctx, &args(fit << 40))
+        .expect("a deregistered region's pages are free again");
+}

@@ -158,10 +158,10 @@ impl Engine {
                 break;
             }
             let (ctx, message) = (qp.ctx, qp.tcp().expect("TCP QP").message);
-            self.shared.stats.add(STAT_SEND_WQES, 1);
             let Some(raw) = self.take_wqe(mem, id, true) else {
                 break;
             };
+            self.shared.stats.add(STAT_SEND_WQES, 1);
             n += 1;
             let t = self.objects.tcp_qp(id).expect("TCP QP");
             let conn = t.conn;
@@ -227,7 +227,9 @@ impl Engine {
             self.tcp_service(mem, c, Instant::now());
         }
         let qp = &self.objects.qps[&id];
-        (n, qp.sq_head != qp.sq_tail && qp.state == QpState::Ready)
+        // A held ring waits for a completion, which marks the QP busy again.
+        let more = qp.sq_head != qp.sq_tail && qp.state == QpState::Ready && !qp.ring_held(true);
+        (n, more)
     }
 
     /// A send WR that failed its checks: it completes in its turn, after the WRs before it.

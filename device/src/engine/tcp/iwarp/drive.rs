@@ -263,10 +263,10 @@ impl Engine {
             if iw.tx.reads.len() >= iw.conn_ord as usize && self.next_is_read(mem, id) {
                 break;
             }
-            self.shared.stats.add(STAT_SEND_WQES, 1);
             let Some(raw) = self.take_wqe(mem, id, true) else {
                 break;
             };
+            self.shared.stats.add(STAT_SEND_WQES, 1);
             n += 1;
             let wr = match decode::send_wqe(&raw) {
                 Ok(wr) => wr,
@@ -386,7 +386,9 @@ impl Engine {
         }
         self.iwarp_settle(mem, id);
         let qp = &self.objects.qps[&id];
-        (n, qp.sq_head != qp.sq_tail && qp.state == QpState::Ready)
+        // A held ring waits for a completion, which marks the QP busy again.
+        let more = qp.sq_head != qp.sq_tail && qp.state == QpState::Ready && !qp.ring_held(true);
+        (n, more)
     }
 
     /// Whether the next WQE in QP `id`'s send ring is an RDMA Read.
