@@ -17,6 +17,12 @@ use crate::error::{Error, Result};
 /// deregistered once its handle is dropped and the completion of every request that
 /// names it has been polled.
 ///
+/// Deregistration takes the region away at once, also from peers: an iWARP peer's RDMA
+/// Write into it, or a Read Response the device is streaming from it to a peer, ends
+/// there — the QP serving it is reset and moves to the error state (its requests complete
+/// `Flushed`, an event says the region went), and no byte moves to or from the memory
+/// afterwards. Keep a region a peer may still read or write until the peer is done.
+///
 /// The memory is shared with the device, like a shared file mapping with another process:
 /// while a work request naming a range is outstanding, the device may read (send) or write
 /// (receive) those bytes at any moment. Fill a send buffer before posting it and leave it

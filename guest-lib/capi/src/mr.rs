@@ -151,7 +151,9 @@ pub unsafe extern "C" fn qpip_mr_len(mr: *const qpip_mr) -> usize {
 }
 
 /// Frees a region: it stays registered until the work requests naming it completed, but
-/// qpip_mr_data()'s pointer must not be used any more. NULL is allowed.
+/// qpip_mr_data()'s pointer must not be used any more. NULL is allowed. Peers lose it
+/// when it is deregistered: an RDMA Read or Write of it still under way then resets the
+/// iWARP QP serving it (QPIP_EVENT_QP_ERROR; its requests complete QPIP_WC_FLUSHED).
 ///
 /// # Safety
 /// `mr` is null or a live handle.
