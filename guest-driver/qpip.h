@@ -204,6 +204,10 @@ struct qpip_dev {
 	struct list_head contexts;
 	unsigned int ncontexts;
 	struct qpip_ctx *live[QPIP_DOORBELL_PAGES];
+
+	/* uid -> struct qpip_user of each user with a context open (qpip_quota.c). */
+	struct mutex users_lock;
+	struct xarray users;
 };
 
 /* The completion vectors a CQ can use: MSI-X vectors 1 .. msix_vectors - 1. */
@@ -367,6 +371,9 @@ void qpip_contexts_revoke(struct qpip_dev *qdev);
 void qpip_ctx_post_event(struct qpip_ctx *ctx, struct qpip_cmd *c);
 void qpip_ctx_async_event(struct qpip_dev *qdev, const struct qpip_admin_cqe *cqe);
 irqreturn_t qpip_cq_irq(int irq, void *data);
+
+/* qpip_quota.c (the rest in qpip_ctx.h) */
+void qpip_users_free(struct qpip_dev *qdev);
 
 /* qpip_cdev.c */
 int qpip_cdev_init(void);

@@ -459,6 +459,7 @@ static void qpip_dev_release(struct device *dev)
 		ida_free(&qpip_ida, qdev->id);
 	mutex_destroy(&qdev->mmap_lock);
 	mutex_destroy(&qdev->cfg_lock);
+	qpip_users_free(qdev);
 	pci_dev_put(qdev->pdev);
 	__free_page(qdev->dead_page);
 	kfree(qdev);
@@ -490,6 +491,8 @@ struct qpip_dev *qpip_dev_alloc(struct pci_dev *pdev)
 	mutex_init(&qdev->cfg_lock);
 	spin_lock_init(&qdev->ctx_lock);
 	INIT_LIST_HEAD(&qdev->contexts);
+	mutex_init(&qdev->users_lock);
+	xa_init(&qdev->users);
 	atomic_set(&qdev->next_cookie, QPIP_MMAP_FIRST_RING - 1);
 	for (i = 0; i < ARRAY_SIZE(qdev->vectors); i++) {
 		qdev->vectors[i].qdev = qdev;

@@ -14,6 +14,8 @@
  * RAM, which the device has forgotten, so it stays) and every call fails with -ENODEV;
  * release then frees what the device has forgotten already.
  */
+#include <linux/capability.h>
+#include <linux/cred.h>
 #include <linux/fs.h>
 #include <linux/mm.h>
 #include <linux/slab.h>
@@ -132,11 +134,20 @@ static int qpip_open(struct inode *inode, struct file *filp)
 	INIT_LIST_HEAD(&ctx->lost.ev_node);
 	init_waitqueue_head(&ctx->ev_wait);
 	atomic_set(&ctx->pending, 0);
-	ctx->db = qpip_ring_alloc(qdev, PAGE_SIZE);
+	/* The file and all it creates are charged to its opener (qpip_quota.c). */
+	ctx->user = qpip_user_get(qdev, current_euid());
+	if (!ctx->user) {
+		kfree(ctx);
+		return -ENOMEM;
+	}
+	ctx->quota_exempt = capable(CAP_SYS_RESOURCE);
+	ret = qpip_quota_charge(ctx, QPIP_QUOTA_CONTEXTS, 1);
+	if (ret)
+		goto err_user;
+	ctx->db = qpip_ring_alloc(ctx, PAGE_SIZE);
 	if (IS_ERR(ctx->db)) {
 		ret = PTR_ERR(ctx->db);
-		kfree(ctx);
-		return ret;
+		goto err_charged;
 	}
 
 	/*
@@ -161,12 +172,37 @@ static int qpip_open(struct inode *inode, struct file *filp)
 	filp->private_data = ctx;
 out:
 	up_read(&qdev->lock);
-	if (ret) {
-		/* A timed-out CREATE_CTX may still be carried out: keep the page then. */
-		qpip_ring_put(ctx, ctx->db, ret == -ETIMEDOUT);
+	if (!ret)
+		return 0;
+	/* A timed-out CREATE_CTX may still be carried out: keep the page then, charged. */
+	qpip_ring_put(ctx, ctx->db, ret == -ETIMEDOUT);
+	if (ret == -ETIMEDOUT) {
 		kfree(ctx);
+		return ret;
 	}
+err_charged:
+	qpip_quota_uncharge(ctx->user, QPIP_QUOTA_CONTEXTS, 1);
+err_user:
+	qpip_user_put(qdev, ctx->user);
+	kfree(ctx);
 	return ret;
+}
+
+/*
+ * Gives back the user's charges of @ctx that no object frees (the context itself, its
+ * listeners and tripwires) and the context's reference to the user's record.
+ */
+static void qpip_ctx_uncharge(struct qpip_ctx *ctx)
+{
+	unsigned long idx;
+	void *entry;
+
+	xa_for_each(&ctx->listeners, idx, entry)
+		qpip_quota_uncharge(ctx->user, QPIP_QUOTA_LISTENERS, 1);
+	xa_for_each(&ctx->tripwires, idx, entry)
+		qpip_quota_uncharge(ctx->user, QPIP_QUOTA_TRIPWIRES, 1);
+	qpip_quota_uncharge(ctx->user, QPIP_QUOTA_CONTEXTS, 1);
+	qpip_user_put(ctx->qdev, ctx->user);
 }
 
 static int qpip_release(struct inode *inode, struct file *filp)
@@ -216,6 +252,12 @@ static int qpip_release(struct inode *inode, struct file *filp)
 	xa_for_each(&ctx->mrs, idx, mr)
 		qpip_mr_free(qdev, mr, leak);
 	qpip_ring_put(ctx, ctx->db, leak);
+	/*
+	 * Memory the device may still write stays charged to its user, like the memory itself
+	 * stays kept: the user's record then lives on with the charges until the function goes.
+	 */
+	if (!leak)
+		qpip_ctx_uncharge(ctx);
 	xa_destroy(&ctx->qps);
 	xa_destroy(&ctx->cqs);
 	xa_destroy(&ctx->mrs);

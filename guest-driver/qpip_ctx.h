@@ -7,6 +7,7 @@
  *   qpip_verbs.c   the ioctls: arguments in and out, the context's objects
  *   qpip_mem.c     locked memory: rings, registered regions; completion vectors
  *   qpip_event.c   events read from the file: asynchronous completions and device events
+ *   qpip_quota.c   what one user may take of the function: quotas; privileged ports
  *
  * The commands they give the device are in qpip_cmd.c (declared in qpip.h).
  */
@@ -18,8 +19,40 @@
 #include <linux/kref.h>
 #include <linux/mm_types.h>
 #include <linux/poll.h>
+#include <linux/uidgid.h>
 
 #include "qpip.h"
+
+/* The per-user quotas (qpip_quota.c); each counts objects, QPIP_QUOTA_PINNED pages. */
+enum qpip_quota {
+	QPIP_QUOTA_CONTEXTS,
+	QPIP_QUOTA_CQS,
+	QPIP_QUOTA_QPS,
+	QPIP_QUOTA_MRS,
+	QPIP_QUOTA_PINNED,
+	QPIP_QUOTA_LISTENERS,
+	QPIP_QUOTA_TRIPWIRES,
+	QPIP_QUOTA_COUNT
+};
+
+/*
+ * A user of the function (by effective uid in the initial user namespace) and what its
+ * contexts hold, in qdev->users while one of its contexts is open.
+ */
+struct qpip_user {
+	u32 uid;
+	unsigned int refs;		/* contexts; under qdev->users_lock */
+	atomic_long_t used[QPIP_QUOTA_COUNT];
+};
+
+/*
+ * Locked memory: charged to a process's pinned_vm (RLIMIT_MEMLOCK) and to a user's
+ * QPIP_QUOTA_PINNED; both recorded to be given back.
+ */
+struct qpip_locked {
+	struct mm_struct *mm;		/* whose pinned_vm counts the pages */
+	struct qpip_user *user;		/* whose quota counts them */
+};
 
 /* A ring of CQEs or WQEs shared by the device and the process. */
 struct qpip_ring {
@@ -30,11 +63,12 @@ struct qpip_ring {
 	struct page **pages;
 	dma_addr_t *dma;
 	unsigned long cookie;		/* mmap page offset */
-	struct mm_struct *mm;		/* whose pinned_vm counts the pages */
+	struct qpip_locked locked;	/* who is charged for the pages */
 };
 
 struct qpip_cq {
 	u32 handle;
+	struct qpip_user *user;		/* whose QPIP_QUOTA_CQS counts it, once charged */
 	u32 slot;
 	struct qpip_vector *vec;
 	struct qpip_ring *ring;
@@ -44,6 +78,7 @@ struct qpip_cq {
 
 struct qpip_qp {
 	u32 handle;
+	struct qpip_user *user;		/* whose QPIP_QUOTA_QPS counts it, once charged */
 	struct qpip_ring *sq;
 	struct qpip_ring *rq;
 };
@@ -55,7 +90,8 @@ struct qpip_mr {
 	unsigned long mapped;
 	struct page **pages;
 	dma_addr_t *dma;
-	struct mm_struct *mm;		/* whose pinned_vm holds the pages */
+	struct qpip_locked locked;	/* who is charged for the pages */
+	struct qpip_user *user;		/* whose QPIP_QUOTA_MRS counts it, once charged */
 	bool writable;
 };
 
@@ -66,6 +102,12 @@ struct qpip_ctx {
 	unsigned int generation;	/* qdev->generation it was created in */
 	struct address_space *mapping;	/* of the file: where its mmaps are */
 	struct list_head node;		/* in qdev->contexts, under qdev->lock */
+	/*
+	 * The user who opened the file, charged for it and everything created through it;
+	 * not limited with CAP_SYS_RESOURCE at open.
+	 */
+	struct qpip_user *user;
+	bool quota_exempt;
 
 	struct mutex lock;		/* the object tables */
 	struct xarray cqs;		/* handle -> qpip_cq */
@@ -99,11 +141,11 @@ static inline bool qpip_ctx_dead(struct qpip_ctx *ctx)
 }
 
 /* qpip_mem.c */
-struct qpip_ring *qpip_ring_alloc(struct qpip_dev *qdev, size_t bytes);
+struct qpip_ring *qpip_ring_alloc(struct qpip_ctx *ctx, size_t bytes);
 void qpip_ring_release(struct kref *ref);
 int qpip_ring_publish(struct qpip_ctx *ctx, struct qpip_ring *r);
 void qpip_ring_put(struct qpip_ctx *ctx, struct qpip_ring *r, bool leak);
-struct qpip_mr *qpip_mr_alloc(struct qpip_dev *qdev, u64 addr, u64 length, bool writable);
+struct qpip_mr *qpip_mr_alloc(struct qpip_ctx *ctx, u64 addr, u64 length, bool writable);
 void qpip_mr_free(struct qpip_dev *qdev, struct qpip_mr *mr, bool leak);
 void qpip_cq_free(struct qpip_ctx *ctx, struct qpip_cq *cq, bool leak);
 void qpip_qp_free(struct qpip_ctx *ctx, struct qpip_qp *qp, bool leak);
@@ -113,6 +155,13 @@ void qpip_vector_del(struct qpip_cq *cq);
 
 /* qpip_verbs.c */
 long qpip_ioctl(struct file *filp, unsigned int cmd, unsigned long arg);
+
+/* qpip_quota.c */
+struct qpip_user *qpip_user_get(struct qpip_dev *qdev, kuid_t uid);
+void qpip_user_put(struct qpip_dev *qdev, struct qpip_user *u);
+int qpip_quota_charge(struct qpip_ctx *ctx, enum qpip_quota q, unsigned long n);
+void qpip_quota_uncharge(struct qpip_user *u, enum qpip_quota q, unsigned long n);
+int qpip_port_check(u16 port);
 
 /* qpip_event.c */
 ssize_t qpip_read(struct file *filp, char __user *buf, size_t count, loff_t *ppos);

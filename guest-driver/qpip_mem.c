@@ -28,12 +28,16 @@ static_assert(PAGE_SIZE == QPIP_DOORBELL_PAGE_SIZE);
 /*
  * Memory the device may access at any time is locked memory: registered regions (pinned
  * user pages) and rings (pages the driver allocates for the process) alike. Both count in
- * the creating process's pinned_vm against RLIMIT_MEMLOCK, unless it has CAP_IPC_LOCK.
+ * the creating process's pinned_vm against RLIMIT_MEMLOCK, unless it has CAP_IPC_LOCK (as
+ * ib_umem charges RDMA regions: -ENOMEM over it), and in the file's user's
+ * QPIP_QUOTA_PINNED (-EDQUOT over it), which bounds what all of a user's processes lock
+ * together.
  */
-static int qpip_lock_account(struct mm_struct **mmp, unsigned long npages)
+static int qpip_lock_account(struct qpip_ctx *ctx, struct qpip_locked *l, unsigned long npages)
 {
 	struct mm_struct *mm = current->mm;
 	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+	int ret;
 
 	if (!mm)
 		return -EFAULT;
@@ -41,18 +45,26 @@ static int qpip_lock_account(struct mm_struct **mmp, unsigned long npages)
 		atomic64_sub(npages, &mm->pinned_vm);
 		return -ENOMEM;
 	}
+	ret = qpip_quota_charge(ctx, QPIP_QUOTA_PINNED, npages);
+	if (ret) {
+		atomic64_sub(npages, &mm->pinned_vm);
+		return ret;
+	}
 	mmgrab(mm);
-	*mmp = mm;
+	l->mm = mm;
+	l->user = ctx->user;
 	return 0;
 }
 
-static void qpip_lock_unaccount(struct mm_struct **mmp, unsigned long npages)
+static void qpip_lock_unaccount(struct qpip_locked *l, unsigned long npages)
 {
-	if (!*mmp)
+	if (!l->mm)
 		return;
-	atomic64_sub(npages, &(*mmp)->pinned_vm);
-	mmdrop(*mmp);
-	*mmp = NULL;
+	atomic64_sub(npages, &l->mm->pinned_vm);
+	mmdrop(l->mm);
+	l->mm = NULL;
+	qpip_quota_uncharge(l->user, QPIP_QUOTA_PINNED, npages);
+	l->user = NULL;
 }
 
 /* ---- rings ---- */
@@ -75,8 +87,9 @@ void qpip_ring_release(struct kref *ref)
  * coherent with DMA, so the streaming mapping is the page's physical address and the
  * device and the process share the page directly.
  */
-struct qpip_ring *qpip_ring_alloc(struct qpip_dev *qdev, size_t bytes)
+struct qpip_ring *qpip_ring_alloc(struct qpip_ctx *ctx, size_t bytes)
 {
+	struct qpip_dev *qdev = ctx->qdev;
 	struct qpip_ring *r;
 	unsigned int i;
 	int ret;
@@ -87,7 +100,7 @@ struct qpip_ring *qpip_ring_alloc(struct qpip_dev *qdev, size_t bytes)
 	kref_init(&r->ref);
 	r->dma_dev = &qdev->pdev->dev;
 	r->npages = DIV_ROUND_UP(bytes, PAGE_SIZE);
-	ret = qpip_lock_account(&r->mm, r->npages);
+	ret = qpip_lock_account(ctx, &r->locked, r->npages);
 	if (ret)
 		goto err;
 	ret = -ENOMEM;
@@ -109,7 +122,7 @@ struct qpip_ring *qpip_ring_alloc(struct qpip_dev *qdev, size_t bytes)
 err:
 	for (i = 0; i < r->mapped; i++)
 		dma_unmap_page(r->dma_dev, r->dma[i], PAGE_SIZE, DMA_BIDIRECTIONAL);
-	qpip_lock_unaccount(&r->mm, r->npages);
+	qpip_lock_unaccount(&r->locked, r->npages);
 	kref_put(&r->ref, qpip_ring_release);
 	return ERR_PTR(ret);
 }
@@ -152,7 +165,7 @@ void qpip_ring_put(struct qpip_ctx *ctx, struct qpip_ring *r, bool leak)
 		dma_unmap_page(r->dma_dev, r->dma[i], PAGE_SIZE, DMA_BIDIRECTIONAL);
 	r->mapped = 0;
 	/* Pages a process still maps are its own mapping's from here on. */
-	qpip_lock_unaccount(&r->mm, r->npages);
+	qpip_lock_unaccount(&r->locked, r->npages);
 	kref_put(&r->ref, qpip_ring_release);
 }
 
@@ -161,13 +174,13 @@ void qpip_ring_put(struct qpip_ctx *ctx, struct qpip_ring *r, bool leak)
 /*
  * Pins the region long-term: the device may write it at any time until deregistration.
  */
-static int qpip_mr_pin(struct qpip_mr *mr, unsigned long start)
+static int qpip_mr_pin(struct qpip_ctx *ctx, struct qpip_mr *mr, unsigned long start)
 {
 	unsigned int gup = FOLL_LONGTERM | (mr->writable ? FOLL_WRITE : 0);
 	long n;
 	int ret;
 
-	ret = qpip_lock_account(&mr->mm, mr->npages);
+	ret = qpip_lock_account(ctx, &mr->locked, mr->npages);
 	if (ret)
 		return ret;
 	while (mr->pinned < mr->npages) {
@@ -186,8 +199,9 @@ static int qpip_mr_pin(struct qpip_mr *mr, unsigned long start)
  * be user addresses of at most max_mr_pages pages' worth), pinned and mapped for the
  * device. An ERR_PTR on failure.
  */
-struct qpip_mr *qpip_mr_alloc(struct qpip_dev *qdev, u64 addr, u64 length, bool writable)
+struct qpip_mr *qpip_mr_alloc(struct qpip_ctx *ctx, u64 addr, u64 length, bool writable)
 {
+	struct qpip_dev *qdev = ctx->qdev;
 	struct device *dev = &qdev->pdev->dev;
 	unsigned long offset = addr & ~PAGE_MASK, i;
 	struct qpip_mr *mr;
@@ -201,12 +215,16 @@ struct qpip_mr *qpip_mr_alloc(struct qpip_dev *qdev, u64 addr, u64 length, bool 
 	if (mr->npages > qdev->info.max_mr_pages)
 		goto err;
 	mr->writable = writable;
+	ret = qpip_quota_charge(ctx, QPIP_QUOTA_MRS, 1);
+	if (ret)
+		goto err;
+	mr->user = ctx->user;
 	ret = -ENOMEM;
 	mr->pages = kvcalloc(mr->npages, sizeof(*mr->pages), GFP_KERNEL);
 	mr->dma = kvcalloc(mr->npages, sizeof(*mr->dma), GFP_KERNEL);
 	if (!mr->pages || !mr->dma)
 		goto err;
-	ret = qpip_mr_pin(mr, addr & PAGE_MASK);
+	ret = qpip_mr_pin(ctx, mr, addr & PAGE_MASK);
 	if (ret)
 		goto err;
 	for (i = 0; i < mr->npages; i++) {
@@ -236,7 +254,8 @@ void qpip_mr_free(struct qpip_dev *qdev, struct qpip_mr *mr, bool leak)
 		dma_unmap_page(&qdev->pdev->dev, mr->dma[i], PAGE_SIZE, dir);
 	if (mr->pinned)
 		unpin_user_pages_dirty_lock(mr->pages, mr->pinned, mr->writable);
-	qpip_lock_unaccount(&mr->mm, mr->npages);
+	qpip_lock_unaccount(&mr->locked, mr->npages);
+	qpip_quota_uncharge(mr->user, QPIP_QUOTA_MRS, 1);
 	kvfree(mr->pages);
 	kvfree(mr->dma);
 	kfree(mr);
@@ -304,12 +323,18 @@ irqreturn_t qpip_cq_irq(int irq, void *data)
 
 /* ---- objects: what the driver frees once the device no longer uses them ---- */
 
+/*
+ * With @leak the device may still use the object: its quota stays charged, as its memory
+ * stays kept (the user's record then outlives the file; see qpip_release).
+ */
 void qpip_cq_free(struct qpip_ctx *ctx, struct qpip_cq *cq, bool leak)
 {
 	qpip_vector_del(cq);
 	if (cq->eventfd)
 		eventfd_ctx_put(cq->eventfd);
 	qpip_ring_put(ctx, cq->ring, leak);
+	if (!leak)
+		qpip_quota_uncharge(cq->user, QPIP_QUOTA_CQS, 1);
 	kfree(cq);
 }
 
@@ -317,5 +342,7 @@ void qpip_qp_free(struct qpip_ctx *ctx, struct qpip_qp *qp, bool leak)
 {
 	qpip_ring_put(ctx, qp->sq, leak);
 	qpip_ring_put(ctx, qp->rq, leak);
+	if (!leak)
+		qpip_quota_uncharge(qp->user, QPIP_QUOTA_QPS, 1);
 	kfree(qp);
 }

@@ -43,10 +43,10 @@ static struct xarray *qpip_objs(struct qpip_ctx *ctx, enum qpip_obj_type type)
  * A ring of @depth entries of @entry_size bytes into *@rp; on failure *@rp stays NULL, for
  * the object's free.
  */
-static int qpip_obj_ring(struct qpip_dev *qdev, u32 depth, size_t entry_size,
+static int qpip_obj_ring(struct qpip_ctx *ctx, u32 depth, size_t entry_size,
 			 struct qpip_ring **rp)
 {
-	struct qpip_ring *r = qpip_ring_alloc(qdev, (size_t)depth * entry_size);
+	struct qpip_ring *r = qpip_ring_alloc(ctx, (size_t)depth * entry_size);
 
 	if (IS_ERR(r))
 		return PTR_ERR(r);
@@ -92,6 +92,35 @@ static int qpip_obj_record(struct qpip_ctx *ctx, enum qpip_obj_type type, u32 ha
 	return ret;
 }
 
+/* The quota a value entry (listener, tripwire) counts in. */
+static enum qpip_quota qpip_value_quota(enum qpip_obj_type type)
+{
+	return type == QPIP_OBJ_LISTENER ? QPIP_QUOTA_LISTENERS : QPIP_QUOTA_TRIPWIRES;
+}
+
+/*
+ * Creates a listener or tripwire — objects the driver records as a value entry, with no
+ * memory of its own — charged to the file's user: @create makes it in the device, its
+ * handle in *@handle. On failure the charge is given back.
+ */
+static int qpip_value_obj_create(struct qpip_ctx *ctx, enum qpip_obj_type type, u32 *handle,
+				 int (*create)(struct qpip_ctx *ctx, void *arg, u32 *handle),
+				 void *arg)
+{
+	enum qpip_quota q = qpip_value_quota(type);
+	int ret;
+
+	ret = qpip_quota_charge(ctx, q, 1);
+	if (ret)
+		return ret;
+	ret = create(ctx, arg, handle);
+	if (!ret)
+		ret = qpip_obj_record(ctx, type, *handle, xa_mk_value(0), NULL, 0);
+	if (ret)
+		qpip_quota_uncharge(ctx->user, q, 1);
+	return ret;
+}
+
 /* Frees the driver's part of an object the device no longer has. */
 static void qpip_obj_free(struct qpip_ctx *ctx, enum qpip_obj_type type, void *obj)
 {
@@ -107,7 +136,9 @@ static void qpip_obj_free(struct qpip_ctx *ctx, enum qpip_obj_type type, void *o
 		break;
 	case QPIP_OBJ_LISTENER:
 	case QPIP_OBJ_TRIPWIRE:
-		break;			/* a value entry: nothing to free */
+		/* A value entry: nothing to free but its charge. */
+		qpip_quota_uncharge(ctx->user, qpip_value_quota(type), 1);
+		break;
 	}
 }
 
@@ -180,6 +211,10 @@ static int qpip_ioctl_create_cq(struct qpip_ctx *ctx, void *arg)
 	cq = kzalloc(sizeof(*cq), GFP_KERNEL);
 	if (!cq)
 		return -ENOMEM;
+	ret = qpip_quota_charge(ctx, QPIP_QUOTA_CQS, 1);
+	if (ret)
+		goto err_free;
+	cq->user = ctx->user;
 	if (a->eventfd != -1) {
 		cq->eventfd = eventfd_ctx_fdget(a->eventfd);
 		if (IS_ERR(cq->eventfd)) {
@@ -188,7 +223,7 @@ static int qpip_ioctl_create_cq(struct qpip_ctx *ctx, void *arg)
 			goto err_free;
 		}
 	}
-	ret = qpip_obj_ring(qdev, a->depth, QPIP_CQE_SIZE, &cq->ring);
+	ret = qpip_obj_ring(ctx, a->depth, QPIP_CQE_SIZE, &cq->ring);
 	if (ret)
 		goto err_free;
 	p.ring = qpip_ring_params_of(cq->ring, a->depth);
@@ -231,9 +266,13 @@ static int qpip_ioctl_create_qp(struct qpip_ctx *ctx, void *arg)
 	qp = kzalloc(sizeof(*qp), GFP_KERNEL);
 	if (!qp)
 		return -ENOMEM;
-	ret = qpip_obj_ring(qdev, a->sq_depth, QPIP_WQE_SIZE, &qp->sq);
+	ret = qpip_quota_charge(ctx, QPIP_QUOTA_QPS, 1);
+	if (ret)
+		goto err_free;
+	qp->user = ctx->user;
+	ret = qpip_obj_ring(ctx, a->sq_depth, QPIP_WQE_SIZE, &qp->sq);
 	if (!ret)
-		ret = qpip_obj_ring(qdev, a->rq_depth, QPIP_WQE_SIZE, &qp->rq);
+		ret = qpip_obj_ring(ctx, a->rq_depth, QPIP_WQE_SIZE, &qp->rq);
 	if (ret)
 		goto err_free;
 	p.sq = qpip_ring_params_of(qp->sq, a->sq_depth);
@@ -284,7 +323,7 @@ static int qpip_ioctl_reg_mr(struct qpip_ctx *ctx, void *arg)
 	    !access_ok(u64_to_user_ptr(a->addr), a->length))
 		return -EFAULT;
 
-	mr = qpip_mr_alloc(qdev, a->addr, a->length,
+	mr = qpip_mr_alloc(ctx, a->addr, a->length,
 			   a->access & (QPIP_MR_ACCESS_LOCAL_WRITE | QPIP_MR_ACCESS_REMOTE_WRITE));
 	if (IS_ERR(mr))
 		return PTR_ERR(mr);
@@ -310,6 +349,11 @@ err_free:
 	return ret;
 }
 
+static int qpip_tripwire_make(struct qpip_ctx *ctx, void *arg, u32 *handle)
+{
+	return qpip_cmd_create_tripwire(ctx->qdev, ctx->id, arg, handle);
+}
+
 /*
  * A tripwire on this context's CQ and regions: each is looked up here first, so a process
  * never names another's objects to the device (which would refuse them too). What the
@@ -329,21 +373,14 @@ static int qpip_ioctl_create_tripwire(struct qpip_ctx *ctx, void *arg)
 		.arm_lkey = a->arm_lkey,
 		.cq = a->cq,
 	};
-	u32 handle;
-	int ret;
 
 	if (a->reserved)
 		return -EINVAL;
 	if (!xa_load(&ctx->cqs, a->cq) || !xa_load(&ctx->mrs, a->lkey) ||
 	    !xa_load(&ctx->mrs, a->arm_lkey))
 		return -ENOENT;
-	ret = qpip_cmd_create_tripwire(ctx->qdev, ctx->id, &p, &handle);
-	if (ret)
-		return ret;
-	ret = qpip_obj_record(ctx, QPIP_OBJ_TRIPWIRE, handle, xa_mk_value(0), NULL, 0);
-	if (!ret)
-		a->handle = handle;
-	return ret;
+	return qpip_value_obj_create(ctx, QPIP_OBJ_TRIPWIRE, &a->handle,
+				     qpip_tripwire_make, &p);
 }
 
 /*
@@ -397,15 +434,31 @@ static int qpip_ioctl_destroy_tripwire(struct qpip_ctx *ctx, void *arg)
 
 /* ---- connections ---- */
 
+/*
+ * BIND and LISTEN name a local port: below net.ipv4.ip_unprivileged_port_start only with
+ * CAP_NET_BIND_SERVICE (qpip_port_check), as for sockets. CONNECT takes no local port: a
+ * QP gets one from BIND, or an ephemeral one.
+ */
 static int qpip_ioctl_bind(struct qpip_ctx *ctx, void *arg)
 {
 	struct qpip_bind *a = arg;
+	int ret;
 
 	if (a->reserved0 || a->reserved1)
 		return -EINVAL;
 	if (!xa_load(&ctx->qps, a->qp))
 		return -ENOENT;
+	ret = qpip_port_check(a->port);
+	if (ret)
+		return ret;
 	return qpip_cmd_bind(ctx->qdev, ctx->id, a->qp, a->addr, &a->port);
+}
+
+static int qpip_listen_make(struct qpip_ctx *ctx, void *arg, u32 *handle)
+{
+	const struct qpip_listen *a = arg;
+
+	return qpip_cmd_listen(ctx->qdev, ctx->id, a->addr, a->port, a->backlog, handle);
 }
 
 static int qpip_ioctl_listen(struct qpip_ctx *ctx, void *arg)
@@ -415,10 +468,10 @@ static int qpip_ioctl_listen(struct qpip_ctx *ctx, void *arg)
 
 	if (a->reserved0)
 		return -EINVAL;
-	ret = qpip_cmd_listen(ctx->qdev, ctx->id, a->addr, a->port, a->backlog, &a->handle);
+	ret = qpip_port_check(a->port);
 	if (ret)
 		return ret;
-	return qpip_obj_record(ctx, QPIP_OBJ_LISTENER, a->handle, xa_mk_value(0), NULL, 0);
+	return qpip_value_obj_create(ctx, QPIP_OBJ_LISTENER, &a->handle, qpip_listen_make, a);
 }
 
 /*

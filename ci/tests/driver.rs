@@ -716,6 +716,108 @@ kv after.contexts "$(cat $Q/contexts)"
     assert_eq!(rep.get("after.contexts"), "0", "{}", rep.context());
 }
 
+/// Users inside a guest: ports below 1024 need CAP_NET_BIND_SERVICE for LISTEN and BIND
+/// (EACCES for an ordinary user, root's succeed, `net.ipv4.ip_unprivileged_port_start`
+/// moves the line); with the driver's per-user quotas set low, a user at its quota of
+/// contexts or regions gets EDQUOT from any of its processes while another user still
+/// creates and root (CAP_SYS_RESOURCE) is not limited, and once the first user's process is
+/// killed its quota is free again; the quotas on locked memory, CQs, QPs, listeners and
+/// tripwires give EDQUOT too, and a destroyed object gives its place back. Each refusal is
+/// one rate-limited line in the kernel log; the parameters are back at their defaults after.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn users_inside_a_guest_have_quotas_and_no_privileged_ports() {
+    let out = boot(
+        r#"
+qpip-driver-test users; kv users.status $?
+kv users.log "$(dmesg | grep -c 'over its quota')"
+kv users.log_line "$(dmesg | grep -m1 'over its quota' | sed 's/^\[[^]]*\] //')"
+for p in /sys/module/qpip/parameters/max_user_*; do kv "users.after.${p##*/}" "$(cat $p)"; done
+kv after.contexts "$(cat $Q/contexts)"
+"#,
+    );
+    let rep = Report::succeeded(&out);
+    rep.statuses_zero("qpip-driver-test", &["users"]);
+    let take_all = |who: &str| {
+        ["third_context", "third_region", "within_quota"].map(|c| format!("quota.{who}.{c}"))
+    };
+    let mut checks: Vec<String> = [
+        "ports.user_listen_80",
+        "ports.user_listen_1023",
+        "ports.user_listen_1024",
+        "ports.user_bind_80",
+        "ports.user_bind_ephemeral",
+        "ports.user",
+        "ports.user_child",
+        "ports.root",
+        "ports.sysctl_set",
+        "ports.sysctl_listen_80",
+        "ports.sysctl_listen_79",
+        "ports.sysctl_user",
+        "ports.sysctl_child",
+        "quota.set",
+        "quota.holder",
+        "quota.same_user_other_process",
+        "quota.same_user_child",
+        "quota.deregister_frees",
+        "quota.pinned_over",
+        "quota.pinned_within",
+        "quota.other_user_child",
+        "quota.root_unlimited",
+        "quota.after_exit_child",
+        "objects.set",
+        "objects.second_cq",
+        "objects.second_qp",
+        "objects.qp_after_destroy",
+        "objects.second_listener",
+        "objects.listener_after_destroy",
+        "objects.second_tripwire",
+        "objects.tripwire_after_destroy",
+        "objects.sequence",
+        "objects.child",
+    ]
+    .map(String::from)
+    .to_vec();
+    for who in ["holder", "other_user", "after_exit"] {
+        checks.extend(take_all(who));
+    }
+    rep.checks_pass(&checks.iter().map(String::as_str).collect::<Vec<_>>());
+    // The defaults, reported before the run changed them, and restored after it.
+    for (q, default) in [
+        ("max_user_contexts", "16"),
+        ("max_user_cqs", "1024"),
+        ("max_user_qps", "1024"),
+        ("max_user_mrs", "1024"),
+        ("max_user_pinned_mb", "256"),
+        ("max_user_listeners", "64"),
+        ("max_user_tripwires", "256"),
+    ] {
+        assert_eq!(
+            rep.get(&format!("users.default.{q}")),
+            default,
+            "{}",
+            rep.context()
+        );
+        assert_eq!(
+            rep.get(&format!("users.after.{q}")),
+            default,
+            "{}",
+            rep.context()
+        );
+    }
+    assert!(
+        rep.num("users.log") >= 1,
+        "no quota line in the kernel log\n{}",
+        rep.context()
+    );
+    assert!(
+        rep.get("users.log_line").contains("max_user_"),
+        "the log line names no parameter\n{}",
+        rep.context()
+    );
+    assert_eq!(rep.get("after.contexts"), "0", "{}", rep.context());
+}
+
 /// The PCI core's function reset (`/sys/bus/pci/devices/ADDR/reset`) under an open file:
 /// the function offers FLR through its Advanced Features capability, QEMU passes the guest's
 /// write through to qpipd, which resets the function; the driver's reset_prepare and

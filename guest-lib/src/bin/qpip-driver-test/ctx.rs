@@ -41,7 +41,11 @@ pub(crate) struct Ctx {
 
 impl Ctx {
     pub(crate) fn open() -> Result<Ctx, String> {
-        let fd = ok(open_dev(0), "open /dev/qpip0")?;
+        Ctx::from_fd(ok(open_dev(0), "open /dev/qpip0")?)
+    }
+
+    /// A context of a file already open on the device.
+    pub(crate) fn from_fd(fd: i32) -> Result<Ctx, String> {
         let mut info = QueryDevice::new();
         ok(ioc(fd, IOCTL_QUERY_DEVICE, &mut info), "QUERY_DEVICE")?;
         let db = ok(map(fd, info.doorbell_offset, PAGE), "mmap doorbell page")?;

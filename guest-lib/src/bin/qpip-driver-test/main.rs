@@ -26,6 +26,8 @@
 //! * `tripwire`   CREATE_TRIPWIRE and DESTROY_TRIPWIRE: another file's CQ or regions
 //!   refused, what the device refuses, the CQ and regions busy while one lives, and a
 //!   file's tripwires destroyed when it is closed
+//! * `users`      (as root) per-user quotas met by ordinary users (EDQUOT), another user
+//!   not starved, a killed process's quota free again; ports below 1024 privileged
 //! * `timeout`    a TCP QP whose peer vanishes (the device address it uses is deleted under
 //!   it, qpipd started with a small `--tcp-retries`): EVENT_QP_ERROR with -ETIMEDOUT, its
 //!   send flushed
@@ -42,6 +44,7 @@ mod reset;
 mod sys;
 mod traffic;
 mod tripwire;
+mod users;
 
 use std::ffi::CString;
 use std::fmt::Write as _;
@@ -75,6 +78,7 @@ use reset::*;
 use sys::*;
 use traffic::*;
 use tripwire::*;
+use users::*;
 
 const DEV: &str = "/dev/qpip0";
 const SYSFS: &str = "/sys/class/qpip/qpip0";
@@ -125,7 +129,7 @@ fn ensure(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
     }
 }
 
-const USAGE: &str = "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events | events-lost [N] | iwarp [N] | tripwire | timeout | kicks N [--wait] [--gap-us US]";
+const USAGE: &str = "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events | events-lost [N] | iwarp [N] | tripwire | users | timeout | kicks N [--wait] [--gap-us US]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -142,6 +146,7 @@ fn main() {
         Some("events-lost") => cmd_events_lost(num(1, 140)),
         Some("iwarp") => cmd_iwarp(num(1, 200)),
         Some("tripwire") => cmd_tripwire(),
+        Some("users") => cmd_users(),
         Some("timeout") => cmd_timeout(),
         Some("kicks") => cmd_kicks(
             num(1, 1000),

@@ -26,6 +26,7 @@ pub(crate) fn errname(e: i32) -> String {
         libc::EACCES => "EACCES",
         libc::ECONNREFUSED => "ECONNREFUSED",
         libc::ECONNRESET => "ECONNRESET",
+        libc::EDQUOT => "EDQUOT",
         _ => "",
     };
     format!("{name}({e})")

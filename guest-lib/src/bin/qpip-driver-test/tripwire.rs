@@ -11,8 +11,8 @@ use qpip_abi::admin::{MAX_TRIPWIRES, MR_ACCESS_REMOTE_WRITE};
 
 /// What a tripwire of one context uses: a CQ, a watched region of two pages and a region
 /// of one page for arm words.
-struct Objects {
-    cq: u32,
+pub(crate) struct Objects {
+    pub(crate) cq: u32,
     buf: u64,
     lkey: u32,
     arm: u64,
@@ -20,7 +20,7 @@ struct Objects {
 }
 
 impl Objects {
-    fn new(ctx: &Ctx) -> Result<Objects, String> {
+    pub(crate) fn new(ctx: &Ctx) -> Result<Objects, String> {
         let cq = ok(ctx.create_cq(8, -1), "CREATE_CQ")?;
         unmap(cq.ring, cq.ring_len);
         let buf = anon(2 * PAGE) as u64;
@@ -41,7 +41,7 @@ impl Objects {
     }
 
     /// Good arguments: 64 bytes from byte 100 of the watched region, the arm word at `slot`.
-    fn args(&self, slot: u64, tag: u64) -> CreateTripwire {
+    pub(crate) fn args(&self, slot: u64, tag: u64) -> CreateTripwire {
         let mut a = CreateTripwire::new();
         a.lkey = self.lkey;
         a.addr = self.buf + 100;
