@@ -20,6 +20,7 @@ use qpip_device::engine::tcp::TcpLimits;
 use qpip_device::engine::thread::EngineThread;
 use qpip_device::engine::{EngineConfig, DEFAULT_MAC};
 use qpip_device::net::config::{Mtu, StaticNeighbor};
+use qpip_device::net::tcp::MemoryPool;
 use qpip_device::sched::{ControlSched, IdlePollSched};
 use qpip_device::vfio::{serve, serve_functions, FunctionSpec, ServeOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -114,6 +115,22 @@ struct Args {
     #[arg(long, value_name = "PAGES", default_value_t = qpip_device::engine::DEFAULT_REGION_PAGES,
           value_parser = clap::value_parser!(u64).range(1..=1 << 32))]
     max_region_pages: u64,
+
+    /// MiB a function's TCP may hold of data its QPs have not taken yet (bytes staged ahead
+    /// of posted receives, bytes that arrived out of order), over all its connections, as
+    /// Linux's tcp_mem bounds the host's sockets. Beyond it, such segments are dropped and
+    /// counted (the peer sends them again); bytes placed straight into posted receives
+    /// never count. Each connection holds at most 64 KiB staged (up to 8 times that when a
+    /// window it offered loses its receives) and 256 KiB out of order.
+    #[arg(long, value_name = "MIB", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    tcp_mem: u64,
+
+    /// MiB the TCP of all functions of the adapter may hold together (as --tcp-mem, for
+    /// the whole qpipd).
+    #[arg(long, value_name = "MIB", default_value_t = 256,
+          value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
+    adapter_tcp_mem: u64,
 
     /// The longest the engine keeps polling doorbells and the link after its last work
     /// before it sleeps, in microseconds: the budget adapts below this to the gaps in the
@@ -261,6 +278,7 @@ fn core_config(
     mac: [u8; 6],
     ips: &[(Ipv6Addr, u8)],
     net: Option<NetSpec>,
+    adapter_tcp: &Arc<MemoryPool>,
 ) -> CoreConfig {
     CoreConfig {
         advertised_abi_major: args
@@ -283,8 +301,17 @@ fn core_config(
                 ..TcpLimits::default()
             },
             region_pages: args.max_region_pages,
+            tcp_memory: Some(MemoryPool::new(
+                (args.tcp_mem << 20) as usize,
+                Some(adapter_tcp.clone()),
+            )),
         },
     }
+}
+
+/// The pool every function's TCP memory is taken from (`--adapter-tcp-mem`).
+fn adapter_tcp_memory(args: &Args) -> Arc<MemoryPool> {
+    MemoryPool::new((args.adapter_tcp_mem << 20) as usize, None)
 }
 
 /// `--socket`: one function, until its client disconnects.
@@ -299,6 +326,7 @@ fn serve_one(args: &Args) -> Result<(), String> {
         args.mac.unwrap_or(DEFAULT_MAC),
         &args.ips,
         args.net.clone(),
+        &adapter_tcp_memory(args),
     );
     serve(&socket, ServeOptions { core })
 }
@@ -314,6 +342,7 @@ fn serve_adapter(args: &Args) -> Result<(), String> {
         None => None,
     };
     let switch = Switch::new(uplink);
+    let tcp_memory = adapter_tcp_memory(args);
     let specs: Vec<FunctionSpec> = args
         .functions
         .iter()
@@ -322,7 +351,13 @@ fn serve_adapter(args: &Args) -> Result<(), String> {
             let name = format!("f{i}");
             let mac = f.mac.unwrap_or(function_mac(i));
             // The stack's settings for a switch port: the link is made by the switch.
-            let mut core = core_config(args, mac, &f.ips, Some(NetSpec::Switch(name.clone())));
+            let mut core = core_config(
+                args,
+                mac,
+                &f.ips,
+                Some(NetSpec::Switch(name.clone())),
+                &tcp_memory,
+            );
             if let Some(n) = core.engine.network.as_mut() {
                 // Captures and faults are the uplink's (above); a port is a clean wire.
                 n.pcap = None;

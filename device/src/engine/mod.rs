@@ -89,6 +89,10 @@ pub struct EngineConfig {
     /// Pages the function's memory regions may hold in all (`--max-region-pages`): each
     /// costs the device 8 bytes of page list, whatever the guest's pages are.
     pub region_pages: u64,
+    /// What the function's TCP may hold of data its QPs have not taken (staged, out of
+    /// order), within the adapter's pool (`--tcp-mem`); None: only each connection's own
+    /// bounds.
+    pub tcp_memory: Option<std::sync::Arc<crate::net::tcp::MemoryPool>>,
 }
 
 /// [`EngineConfig::region_pages`] by default: 4 GiB of guest memory registered at once,
@@ -104,6 +108,7 @@ impl Default for EngineConfig {
             network: None,
             tcp_limits: tcp::TcpLimits::default(),
             region_pages: DEFAULT_REGION_PAGES,
+            tcp_memory: None,
         }
     }
 }
@@ -181,6 +186,8 @@ pub struct Engine {
     tcp_limits: tcp::TcpLimits,
     /// [`EngineConfig::region_pages`].
     region_pages: u64,
+    /// [`EngineConfig::tcp_memory`].
+    tcp_memory: Option<std::sync::Arc<crate::net::tcp::MemoryPool>>,
     /// TCP connections and the TCP state of QPs.
     pub(crate) tcp: tcp::Tcp,
     /// Asynchronous events and the requests waiting for them.
@@ -248,7 +255,7 @@ impl Engine {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0x5150)
             ^ (std::process::id() as u64) << 32;
-        Engine {
+        let mut engine = Engine {
             shared,
             rx,
             objects: Objects::new(seed),
@@ -265,9 +272,12 @@ impl Engine {
             ),
             tcp_limits: config.tcp_limits,
             region_pages: config.region_pages,
+            tcp_memory: config.tcp_memory.clone(),
             events: events::AsyncEvents::default(),
             deferred: HashMap::new(),
-        }
+        };
+        engine.tcp.set_memory_pool(engine.tcp_memory.clone());
+        engine
     }
 
     pub fn shared(&self) -> &Shared {
@@ -323,6 +333,7 @@ impl Engine {
         self.tcp = tcp::Tcp::new(seed.rotate_left(17), self.net_start.mtu, self.tcp_limits);
         // Super-segments where there is a link (as attach_link set them).
         self.tcp.set_gso(self.net_start.link);
+        self.tcp.set_memory_pool(self.tcp_memory.clone());
         self.admin = AdminQueue::default();
         self.events = events::AsyncEvents::default();
         self.deferred.clear();

@@ -15,6 +15,7 @@ mod conformance;
 mod connections;
 mod deregistered;
 mod events;
+mod memory_pressure;
 mod messages;
 mod orphan;
 mod receives;

@@ -232,6 +232,11 @@ impl Tcp {
         }
     }
 
+    /// Charges what the connections made from now on hold for their QPs to `pool`.
+    pub fn set_memory_pool(&mut self, pool: Option<std::sync::Arc<tcp::MemoryPool>>) {
+        self.table.set_memory_pool(pool);
+    }
+
     /// Whether connections build super-segments (the link cuts them or takes them whole:
     /// [`crate::backend::Backend::gso`]). Connections made from now on follow.
     pub fn set_gso(&mut self, on: bool) {

@@ -378,6 +378,12 @@ impl Connection {
     }
 
     /// An active open: the SYN goes out with the next [`Connection::poll_transmit`].
+    /// Charges the data this connection holds for its application (staged, out of
+    /// order) to `pool` from now on (set before it holds any).
+    pub fn set_memory_pool(&mut self, pool: Option<std::sync::Arc<super::MemoryPool>>) {
+        self.rcv.set_pool(pool);
+    }
+
     pub fn connect(tuple: FourTuple, iss: u32, now: Instant, cfg: &Config) -> Connection {
         Connection::new(tuple, iss, now, cfg, State::SynSent)
     }

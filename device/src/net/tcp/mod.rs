@@ -57,6 +57,7 @@ pub mod connection;
 pub mod io;
 pub mod isn;
 pub mod listener;
+pub mod memory;
 pub mod ranges;
 pub mod recv;
 pub mod stats;
@@ -68,6 +69,7 @@ pub use connection::{CallError, ConnStats, Connection, Event, FourTuple, Outgoin
 pub use io::{NoData, NoSpace, RecvSink, SendSource, VecSink};
 pub use isn::IsnGenerator;
 pub use listener::{ListenOutcome, Listener, ListenerStats};
+pub use memory::MemoryPool;
 pub use stats::TcpStats;
 pub use table::{ConnId, ConnectionTable, Entry, Input, OrphanRefused, TableError, MAX_ORPHANS};
 pub use wire::{Header, Options, ParseError, SackBlocks, Segment};

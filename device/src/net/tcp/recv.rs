@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::io::RecvSink;
+use super::memory::{Charge, MemoryPool};
 use super::ranges::RangeSet;
 
 /// Most out-of-order pieces held at once (besides the byte bound): a peer sending
@@ -48,6 +49,8 @@ pub struct Receiver {
     /// Where the FIN is, once seen.
     fin: Option<u64>,
     push_points: VecDeque<u64>,
+    /// What staging and `ooo` hold, charged to the function's and adapter's pools.
+    charge: Charge,
 }
 
 impl Receiver {
@@ -65,7 +68,19 @@ impl Receiver {
             recent: Vec::new(),
             fin: None,
             push_points: VecDeque::new(),
+            charge: Charge::default(),
         }
+    }
+
+    /// Charges what this receiver holds from now on to `pool` (before any byte is held).
+    pub fn set_pool(&mut self, pool: Option<std::sync::Arc<MemoryPool>>) {
+        debug_assert_eq!(self.charge.held(), 0);
+        self.charge = Charge::new(pool);
+    }
+
+    /// Bytes held (staged and out of order), as charged to the pools.
+    pub fn held_bytes(&self) -> usize {
+        self.charge.held()
     }
 
     pub fn next(&self) -> u64 {
@@ -113,8 +128,11 @@ impl Receiver {
     }
 
     /// Stores in-order bytes at `self.next`: into the sink while it has room and nothing
-    /// is staged before them, else into staging. Returns how many were kept.
-    fn store_in_order(&mut self, data: &[u8], sink: &mut dyn RecvSink) -> usize {
+    /// is staged before them, else into staging. Returns how many were kept. `charged`:
+    /// the bytes come from `ooo` and are charged already (what the sink takes is given
+    /// back; what is not kept stays charged, for it goes back into `ooo`); else staging
+    /// them must be charged first, and under memory pressure they are not kept.
+    fn store_in_order(&mut self, data: &[u8], sink: &mut dyn RecvSink, charged: bool) -> usize {
         let mut kept = 0;
         if self.staging.is_empty() {
             let n = sink.space().min(data.len());
@@ -122,10 +140,16 @@ impl Receiver {
                 sink.deliver(self.delivered, &data[..n]);
                 self.delivered += n as u64;
                 kept = n;
+                if charged {
+                    self.charge.shrink(n);
+                }
             }
         }
         let room = self.staging_cap.saturating_sub(self.staging.len());
-        let s = (data.len() - kept).min(room);
+        let mut s = (data.len() - kept).min(room);
+        if !charged && !self.charge.grow(s) {
+            s = 0;
+        }
         self.staging.extend(&data[kept..kept + s]);
         kept += s;
         self.next += kept as u64;
@@ -173,7 +197,7 @@ impl Receiver {
                 .map(|(s, _)| (s - self.next) as usize)
                 .unwrap_or(usize::MAX);
             let take = d.len().min(limit);
-            let kept = self.store_in_order(&d[..take], sink);
+            let kept = self.store_in_order(&d[..take], sink, false);
             if kept < take {
                 out.dropped = end - self.next - self.held.covered(self.next, end);
                 break;
@@ -228,7 +252,7 @@ impl Receiver {
             }
             let piece = self.ooo.remove(&k).expect("present");
             self.ooo_bytes -= piece.len();
-            let kept = self.store_in_order(&piece, sink);
+            let kept = self.store_in_order(&piece, sink, true);
             self.held.remove_below(self.next);
             any = true;
             if kept < piece.len() {
@@ -261,6 +285,7 @@ impl Receiver {
                 self.placed.insert(s, e);
             } else if self.ooo_bytes + piece.len() <= self.ooo_limit
                 && self.ooo.len() < MAX_OOO_PIECES
+                && self.charge.grow(piece.len())
             {
                 self.ooo.insert(s, piece.to_vec());
                 self.ooo_bytes += piece.len();
@@ -359,6 +384,7 @@ impl Receiver {
                 let n = a.len().min(space);
                 sink.deliver(self.delivered, &a[..n]);
                 self.staging.drain(..n);
+                self.charge.shrink(n);
                 self.delivered += n as u64;
             }
             let before = self.next;

@@ -117,6 +117,8 @@ pub struct ConnectionTable<T> {
     /// The lowered path MTUs by destination, as [`ConnectionTable::path_mtu_changed`]
     /// reported them: new connections to those destinations start with segments that fit.
     path_mtus: HashMap<Ipv6Addr, usize>,
+    /// The pool new connections charge ([`ConnectionTable::set_memory_pool`]).
+    memory: Option<std::sync::Arc<super::MemoryPool>>,
 }
 
 /// The largest segment (the MSS's measure: payload with a bare TCP header) that fits a
@@ -139,7 +141,14 @@ impl<T> ConnectionTable<T> {
             max_orphans: MAX_ORPHANS,
             orphan_ports: HashMap::new(),
             path_mtus: HashMap::new(),
+            memory: None,
         }
+    }
+
+    /// Charges what connections made from now on hold of data not yet taken (staged, out
+    /// of order) to `pool` ([`super::memory`]).
+    pub fn set_memory_pool(&mut self, pool: Option<std::sync::Arc<super::MemoryPool>>) {
+        self.memory = pool;
     }
 
     /// Sets the most orphans the table holds ([`MAX_ORPHANS`] unless set; 0: none).
@@ -225,6 +234,7 @@ impl<T> ConnectionTable<T> {
     ) -> ConnId {
         let tuple = conn.tuple();
         let mut conn = conn;
+        conn.set_memory_pool(self.memory.clone());
         if let Some(&mtu) = self.path_mtus.get(&tuple.remote) {
             // RFC 8201 §5.2: the path MTU learned for the destination sets the segment
             // size of a new connection from its first segment on (TCP does not rely on
