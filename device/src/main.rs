@@ -34,6 +34,10 @@ use std::sync::Arc;
 /// socket, each to its own QEMU, on shared engine threads; an embedded switch carries
 /// frames between the functions in memory and everything else through --net; a function
 /// whose QEMU goes away starts afresh for the next one on its socket.
+///
+/// Memory keys, TCP initial sequence numbers and SYN cookies are keyed hashes under three
+/// secrets drawn apart from the OS's random source when a function starts and at every
+/// reset: unpredictable to guests and to the network (a fresh key for every registration).
 #[derive(Parser, Debug)]
 #[command(name = "qpipd", version, about, long_about)]
 struct Args {
@@ -370,6 +374,7 @@ fn serve_adapter(args: &Args) -> Result<(), String> {
             if let Some(u) = sw.uplink_stats() {
                 log::info!("switch uplink: {u:?}");
             }
+            log::info!("switch table: {:?}", sw.table_stats());
         },
     );
     let n = (args.engine_threads.unwrap_or(1) as usize).min(specs.len());
