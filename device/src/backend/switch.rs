@@ -274,7 +274,10 @@ impl Slot {
     /// Whether `identity` shares its MAC or an address with what this slot holds or was
     /// configured with; the conflict, said.
     fn conflict(&self, mac: &Mac, sources: &[[u8; 16]]) -> Option<String> {
-        for held in [&self.identity, &self.options.reserved].into_iter().flatten() {
+        for held in [&self.identity, &self.options.reserved]
+            .into_iter()
+            .flatten()
+        {
             if held.mac == *mac {
                 return Some(format!("MAC {} is function {}'s", fmt_mac(mac), self.name));
             }

@@ -599,7 +599,11 @@ fn a_guest_cannot_take_another_functions_mac_or_address() {
     assert_eq!(b.set_mac(mac(0)), Err(ADMIN_STATUS_ADDR_IN_USE));
     assert_eq!(b.add_addr(ip(ADDRS[0]), 64), Err(ADMIN_STATUS_ADDR_IN_USE));
     assert_eq!(b.add_addr(ll0, 64), Err(ADMIN_STATUS_ADDR_IN_USE));
-    assert_eq!(b.query_device().mac, mac(1), "a refused SET_MAC changes nothing");
+    assert_eq!(
+        b.query_device().mac,
+        mac(1),
+        "a refused SET_MAC changes nothing"
+    );
     // Its own new MAC and address are its.
     let fresh_mac = [0x02, 0x51, 0x50, 0, 0x0b, 0x99];
     let fresh = "fd51:5050::1:99";

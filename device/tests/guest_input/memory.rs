@@ -312,7 +312,11 @@ fn memory_keys_are_fresh_per_device_and_per_registration() {
     let mut b = FakeGuest::new();
     let (ka, kb) = (keys(&mut a, 200), keys(&mut b, 200));
     let all: std::collections::HashSet<u32> = ka.iter().chain(&kb).copied().collect();
-    assert_eq!(all.len(), 400, "no key twice, within a device or across the two");
+    assert_eq!(
+        all.len(),
+        400,
+        "no key twice, within a device or across the two"
+    );
     assert!(!all.contains(&0));
     // Not a counter nor a constant stride: successive keys are not a fixed step apart.
     let steps: std::collections::HashSet<u32> =

@@ -60,7 +60,13 @@ fn unknown_unicast_broadcast_and_multicast_flood_everywhere_but_back() {
     assert_eq!(sw.uplink_stats().unwrap().frames_out, 3);
     // A group address as a source is not learned (no sender has one).
     far.send(&frame(&UNKNOWN, &MULTICAST, 9)).unwrap();
-    assert_eq!(drain_all(&mut p)[0].iter().map(|f| tag(f)).collect::<Vec<_>>(), [9]);
+    assert_eq!(
+        drain_all(&mut p)[0]
+            .iter()
+            .map(|f| tag(f))
+            .collect::<Vec<_>>(),
+        [9]
+    );
     assert_eq!(sw.lookup(&MULTICAST), None);
 }
 
@@ -153,7 +159,11 @@ fn runts_and_giants_are_counted_never_forwarded() {
     let s = p[0].stats();
     assert_eq!((s.too_short, s.too_long, s.frames_in), (14, 1, 0));
     assert_eq!(p[0].switch().uplink_stats().unwrap().too_short, 1);
-    assert_eq!(p[0].switch().lookup(&A), Some(PortId::Port(0)), "pinned, not learned");
+    assert_eq!(
+        p[0].switch().lookup(&A),
+        Some(PortId::Port(0)),
+        "pinned, not learned"
+    );
     // A bare header is a frame; so is one of MAX_FRAME bytes.
     p[0].send(&header[..14]).unwrap();
     let mut largest = frame(&BROADCAST, &A, 0);

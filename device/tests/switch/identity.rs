@@ -85,7 +85,8 @@ fn an_ipv6_source_must_be_one_of_the_functions_addresses() {
         p[0].send(&ipv6_frame(&BROADCAST, &A, src, 9)).unwrap();
     }
     // An IPv6 frame cut before its source address cannot say who sent it.
-    p[0].send(&ipv6_frame(&BROADCAST, &A, ADDR_A, 9)[..30]).unwrap();
+    p[0].send(&ipv6_frame(&BROADCAST, &A, ADDR_A, 9)[..30])
+        .unwrap();
     assert!(drain_all(&mut p).iter().all(|f| f.is_empty()));
     assert!(drain(&mut far).is_empty());
     assert_eq!(p[0].stats().spoofed, 4);
@@ -215,9 +216,15 @@ fn one_port_sending_from_countless_macs_cannot_evict_or_exhaust_the_others() {
         drain_all(&mut p);
     }
     let up = sw.uplink_stats().unwrap();
-    assert_eq!(up.not_learned, (flood as usize - (PORT_MACS - hosts.len() - 1)) as u64);
+    assert_eq!(
+        up.not_learned,
+        (flood as usize - (PORT_MACS - hosts.len() - 1)) as u64
+    );
     assert_eq!(sw.lookup(&mac(0x22, 0)), Some(PortId::Port(0)));
-    assert_eq!(sw.lookup(&mac(0x22, PORT_MACS as u32 - 1)), Some(PortId::Port(0)));
+    assert_eq!(
+        sw.lookup(&mac(0x22, PORT_MACS as u32 - 1)),
+        Some(PortId::Port(0))
+    );
     p[0].send(&frame(&B, &mac(0x44, 0), 0)).unwrap();
     // (its own share is full: counted; a port with room would learn it)
     assert_eq!(p[0].stats().not_learned, s.not_learned + 1);
@@ -242,7 +249,13 @@ fn a_full_share_makes_room_from_addresses_not_seen_for_the_age() {
     assert_eq!(sw.uplink_stats().unwrap().not_learned, 1);
     std::thread::sleep(Duration::from_millis(150));
     far.send(&frame(&A, &mac(0x11, 5), 5)).unwrap();
-    assert_eq!(drain_all(&mut p)[0].iter().map(|f| tag(f)).collect::<Vec<_>>(), [5]);
+    assert_eq!(
+        drain_all(&mut p)[0]
+            .iter()
+            .map(|f| tag(f))
+            .collect::<Vec<_>>(),
+        [5]
+    );
     assert_eq!(sw.lookup(&mac(0x11, 5)), Some(PortId::Uplink));
     let t = sw.table_stats();
     assert_eq!((t.learned, t.aged), (1, 4), "{t:?}");

@@ -54,10 +54,7 @@ fn frames_cross_the_uplink_both_ways_and_never_back() {
 /// An Ethernet + IPv6 + TCP frame with `payload` bytes of data: a super-frame when sent
 /// with a segment size below that.
 fn super_frame(dst: &[u8; 6], src: &[u8; 6], payload: usize) -> Vec<u8> {
-    let (s, d) = (
-        ADDR_A,
-        Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
-    );
+    let (s, d) = (ADDR_A, Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2));
     let mut tcp = vec![0u8; 20];
     tcp[0..2].copy_from_slice(&1000u16.to_be_bytes());
     tcp[2..4].copy_from_slice(&2000u16.to_be_bytes());
