@@ -266,7 +266,8 @@
 #define QPIP_ADMIN_STATUS_BUSY 6
 
 /*
- The address or port is already bound by another QP or listener.
+ The address or port is already bound by another QP or listener; or (SET_MAC, ADD_ADDR)
+ the MAC or address is already the device's, or another function's on the same adapter.
  */
 #define QPIP_ADMIN_STATUS_ADDR_IN_USE 7
 

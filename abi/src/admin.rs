@@ -208,7 +208,8 @@ pub const ADMIN_STATUS_BAD_ADDRESS: u16 = 5;
 /// The object is in use (a CQ with QPs or tripwires attached, a region a tripwire watches
 /// or holds the arm word of).
 pub const ADMIN_STATUS_BUSY: u16 = 6;
-/// The address or port is already bound by another QP or listener.
+/// The address or port is already bound by another QP or listener; or (SET_MAC, ADD_ADDR)
+/// the MAC or address is already the device's, or another function's on the same adapter.
 pub const ADMIN_STATUS_ADDR_IN_USE: u16 = 7;
 /// The command does not apply to the object in its current state (connect on a UDP QP,
 /// accept on a connected QP, bind twice, ...).

@@ -11,7 +11,7 @@ use clap::Parser;
 use log::error;
 use qpip_device::backend::link::Link;
 use qpip_device::backend::pcap::PcapSink;
-use qpip_device::backend::switch::Switch;
+use qpip_device::backend::switch::{Identity, PortOptions, Switch, SwitchConfig};
 use qpip_device::backend::{open_link, Backend};
 use qpip_device::backend::{ImpairSpec, NetSpec};
 use qpip_device::core::CoreConfig;
@@ -35,6 +35,10 @@ use std::sync::Arc;
 /// socket, each to its own QEMU, on shared engine threads; an embedded switch carries
 /// frames between the functions in memory and everything else through --net; a function
 /// whose QEMU goes away starts afresh for the next one on its socket.
+///
+/// Memory keys, TCP initial sequence numbers and SYN cookies are keyed hashes under three
+/// secrets drawn apart from the OS's random source when a function starts and at every
+/// reset: unpredictable to guests and to the network (a fresh key for every registration).
 #[derive(Parser, Debug)]
 #[command(name = "qpipd", version, about, long_about)]
 struct Args {
@@ -53,15 +57,30 @@ struct Args {
     ips: Vec<(Ipv6Addr, u8)>,
 
     /// One function of the adapter (repeatable, instead of --socket/--mac/--ip):
-    /// socket=PATH[,mac=MAC][,ip=ADDR/PLEN]...[,pcap=FILE] (pcap: a capture of the
-    /// function's frames, every guest it serves in one file). Function n's MAC defaults
-    /// to 02:51:50:00:00:n+1.
+    /// socket=PATH[,mac=MAC][,ip=ADDR/PLEN]...[,pcap=FILE][,trusted] (pcap: a capture of
+    /// the function's frames, every guest it serves in one file). Function n's MAC
+    /// defaults to 02:51:50:00:00:n+1. The embedded switch lets a function send only as
+    /// itself: with its MAC and, for IPv6, from its addresses (its link-local one, those
+    /// given here or added by its guest); other frames are dropped and counted (spoofed,
+    /// in the switch's counters logged when qpipd stops). A guest cannot take another
+    /// function's MAC or address (SET_MAC, ADD_ADDR fail with ADDR_IN_USE). trusted: the
+    /// function may send as anyone (a guest that bridges hosts behind it); its other
+    /// source MACs are learned, up to --port-macs; it still cannot take another
+    /// function's MAC or address.
     #[arg(
         long = "function",
         value_name = "socket=PATH,mac=MAC,ip=ADDR/PLEN",
         conflicts_with = "socket"
     )]
     functions: Vec<FunctionArg>,
+
+    /// MAC addresses the embedded switch learns at most per port (the uplink, a trusted
+    /// function; the functions' own come on top), at most 4096 in all. A new address
+    /// beyond is not learned (frames to it are flooded) and counted (not_learned), unless
+    /// addresses of that port unseen for 300 s can be forgotten to make room.
+    #[arg(long, value_name = "N", default_value_t = qpip_device::backend::switch::PORT_MACS,
+          value_parser = port_macs, requires = "functions")]
+    port_macs: usize,
 
     /// Engine threads shared by the functions (function n runs on thread n mod N; default
     /// 1).
@@ -341,7 +360,13 @@ fn serve_adapter(args: &Args) -> Result<(), String> {
         ),
         None => None,
     };
-    let switch = Switch::new(uplink);
+    let switch = Switch::with_config(
+        uplink,
+        SwitchConfig {
+            port_macs: args.port_macs,
+            ..SwitchConfig::default()
+        },
+    );
     let tcp_memory = adapter_tcp_memory(args);
     let specs: Vec<FunctionSpec> = args
         .functions
@@ -350,6 +375,17 @@ fn serve_adapter(args: &Args) -> Result<(), String> {
         .map(|(i, f)| {
             let name = format!("f{i}");
             let mac = f.mac.unwrap_or(function_mac(i));
+            // Who the function is, reserved for it from the start.
+            switch.declare(
+                &name,
+                PortOptions {
+                    trusted: f.trusted,
+                    reserved: Some(Identity {
+                        mac,
+                        addrs: f.ips.iter().map(|&(a, _)| a).collect(),
+                    }),
+                },
+            );
             // The stack's settings for a switch port: the link is made by the switch.
             let mut core = core_config(
                 args,
@@ -382,6 +418,7 @@ fn serve_adapter(args: &Args) -> Result<(), String> {
             if let Some(u) = sw.uplink_stats() {
                 log::info!("switch uplink: {u:?}");
             }
+            log::info!("switch table: {:?}", sw.table_stats());
         },
     );
     let n = (args.engine_threads.unwrap_or(1) as usize).min(specs.len());
@@ -444,23 +481,29 @@ fn function_mac(i: usize) -> [u8; 6] {
     mac
 }
 
-/// `--function socket=PATH[,mac=MAC][,ip=ADDR/PLEN]...`
+/// `--function socket=PATH[,mac=MAC][,ip=ADDR/PLEN]...[,pcap=FILE][,trusted]`
 #[derive(Debug, Clone)]
 struct FunctionArg {
     socket: PathBuf,
     mac: Option<[u8; 6]>,
     ips: Vec<(Ipv6Addr, u8)>,
     pcap: Option<PathBuf>,
+    trusted: bool,
 }
 
 impl std::str::FromStr for FunctionArg {
     type Err = String;
     fn from_str(s: &str) -> Result<FunctionArg, String> {
         let (mut socket, mut mac, mut ips, mut pcap) = (None, None, Vec::new(), None);
+        let mut trusted = false;
         for part in s.split(',') {
-            let (key, value) = part
-                .split_once('=')
-                .ok_or_else(|| format!("'{part}' is not KEY=VALUE (socket=, mac=, ip=, pcap=)"))?;
+            if part == "trusted" {
+                trusted = true;
+                continue;
+            }
+            let (key, value) = part.split_once('=').ok_or_else(|| {
+                format!("'{part}' is not KEY=VALUE (socket=, mac=, ip=, pcap=) nor trusted")
+            })?;
             match key {
                 "socket" if socket.is_none() && !value.is_empty() => socket = Some(value.into()),
                 "socket" => return Err("one non-empty socket= per function".into()),
@@ -469,7 +512,11 @@ impl std::str::FromStr for FunctionArg {
                 "ip" => ips.push(parse_addr(value)?),
                 "pcap" if pcap.is_none() && !value.is_empty() => pcap = Some(value.into()),
                 "pcap" => return Err("one non-empty pcap= per function".into()),
-                _ => return Err(format!("unknown key '{key}' (socket=, mac=, ip=, pcap=)")),
+                _ => {
+                    return Err(format!(
+                        "unknown key '{key}' (socket=, mac=, ip=, pcap=, trusted)"
+                    ))
+                }
             }
         }
         Ok(FunctionArg {
@@ -477,14 +524,17 @@ impl std::str::FromStr for FunctionArg {
             mac,
             ips,
             pcap,
+            trusted,
         })
     }
 }
 
-/// Functions must differ in socket and MAC (the switch forwards by MAC).
+/// Functions must differ in socket, MAC (the switch forwards by MAC) and addresses (each
+/// is one function's; the switch holds a function to its own).
 fn check_functions(functions: &[FunctionArg]) -> Result<(), String> {
     let mut sockets = std::collections::HashSet::new();
     let mut macs = std::collections::HashSet::new();
+    let mut addrs = std::collections::HashSet::new();
     for (i, f) in functions.iter().enumerate() {
         if f.ips.len() > qpip_abi::admin::MAX_ADDRS as usize {
             return Err(format!(
@@ -492,6 +542,9 @@ fn check_functions(functions: &[FunctionArg]) -> Result<(), String> {
                 qpip_abi::admin::MAX_ADDRS,
                 f.ips.len()
             ));
+        }
+        if let Some((a, _)) = f.ips.iter().find(|(a, _)| !addrs.insert(*a)) {
+            return Err(format!("two functions with address {a}"));
         }
         if !sockets.insert(&f.socket) {
             return Err(format!("two functions on socket {}", f.socket.display()));
@@ -531,6 +584,15 @@ fn install_signal_cleanup(sockets: Vec<PathBuf>, last_words: impl Fn() + Send + 
             std::process::exit(128 + sig);
         }
     });
+}
+
+/// `--port-macs`: 1..=the table's size.
+fn port_macs(s: &str) -> Result<usize, String> {
+    let max = qpip_device::backend::switch::MAC_TABLE;
+    s.parse()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| format!("'{s}' is not 1..={max}"))
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6], String> {

@@ -200,4 +200,12 @@ impl<B: Backend> Backend for Link<B> {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+
+    fn claim_identity(
+        &mut self,
+        mac: [u8; 6],
+        addrs: &[std::net::Ipv6Addr],
+    ) -> Result<(), super::IdentityTaken> {
+        self.inner.claim_identity(mac, addrs)
+    }
 }

@@ -30,6 +30,7 @@ pub mod vnet;
 
 use std::fmt;
 use std::io;
+use std::net::Ipv6Addr;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -91,6 +92,24 @@ pub trait Backend: Send {
     }
     /// For logs: `tap:qpip0`, `cable:/run/x` ...
     fn describe(&self) -> String;
+    /// The function on this link is now `mac` with `addrs` (and the link-local address
+    /// from `mac`): what it may send as. A port of the embedded switch refuses a MAC or
+    /// address another function of the adapter has (or is configured with); any other
+    /// link takes anything.
+    fn claim_identity(&mut self, _mac: [u8; 6], _addrs: &[Ipv6Addr]) -> Result<(), IdentityTaken> {
+        Ok(())
+    }
+}
+
+/// A claimed MAC or address is another function's ([`Backend::claim_identity`]); says
+/// whose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityTaken(pub String);
+
+impl fmt::Display for IdentityTaken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
@@ -126,6 +145,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+    fn claim_identity(&mut self, mac: [u8; 6], addrs: &[Ipv6Addr]) -> Result<(), IdentityTaken> {
+        (**self).claim_identity(mac, addrs)
     }
 }
 

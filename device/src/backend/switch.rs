@@ -2,15 +2,31 @@
 //! functions, one [`SwitchPort`] each (a [`Backend`] a function's stack sits on exactly as
 //! on a TAP), and at most one uplink (any backend: a TAP, a cable ...) to everyone else.
 //!
-//! It is a learning bridge. Every frame that enters (a function's send, a frame from the
-//! uplink) teaches it on which port its source MAC lives; a frame for a MAC it has learned
-//! goes to that port only, and a frame for any other (unknown unicast, broadcast,
-//! multicast) is flooded to every port and the uplink, but never back out of the port it
-//! came in on. A MAC seen on another port moves there. The table holds [`MAC_TABLE`]
-//! addresses; when a new one finds it full, every address learned from the uplink is
-//! forgotten at once (each comes back with its host's next frame; the functions' own stay)
-//! if they are at least a quarter of it, else the new one is not learned and frames to it
-//! keep being flooded ([`TableStats`] counts both).
+//! Who a function is: each port has an [`Identity`] (its function's MAC and IPv6
+//! addresses), claimed by the function's stack ([`Backend::claim_identity`]) when it starts
+//! and whenever the guest changes it (SET_MAC, ADD_ADDR, DEL_ADDR, a reset). A claim is
+//! refused if the MAC or an address (the link-local one from the MAC included) is another
+//! function's, now or as configured ([`PortOptions::reserved`]). A function's MAC is pinned
+//! to its port in the table: nothing learned moves it. A port that is not
+//! [`PortOptions::trusted`] sends only as itself: a frame whose source MAC is not its
+//! identity's, or an IPv6 frame whose source address is none of its addresses (nor `::`,
+//! which duplicate address detection uses), is dropped and counted ([`PortStats::spoofed`]);
+//! it needs no learning (its one address is pinned). Frames of other EtherTypes are checked
+//! by MAC only. A trusted port (a function that bridges others behind it) sends as anyone,
+//! and its other sources are learned; it can still not take another function's MAC.
+//!
+//! Otherwise it is a learning bridge. A frame from the uplink or a trusted port teaches it
+//! on which port its source MAC lives; a frame for a MAC it knows goes to that port only,
+//! and a frame for any other (unknown unicast, broadcast, multicast) is flooded to every
+//! port and the uplink, but never back out of the port it came in on. A learned MAC seen
+//! on another port moves there; a function's never does (from the uplink such a frame is
+//! dropped as spoofed). Each port learns at most [`SwitchConfig::port_macs`] addresses
+//! ([`PORT_MACS`] by default) and the table at most [`MAC_TABLE`] in all, so one port
+//! sending from countless addresses can neither push out nor crowd out anyone else's.
+//! A new address beyond its port's share is not learned — frames to it keep being flooded
+//! — and is counted ([`PortStats::not_learned`]), unless some of the port's own addresses
+//! have not been seen for [`SwitchConfig::mac_age`] ([`MAC_AGE`]): those are forgotten to
+//! make room (looked for at most once a second per port).
 //!
 //! Frames between functions never leave memory: each port has a receive queue of owned
 //! buffers, at most [`PORT_QUEUE`] frames; a frame that finds it full is dropped and
@@ -21,7 +37,7 @@
 //!
 //! Nothing here trusts the bytes sent in: a frame shorter than an Ethernet header or
 //! longer than [`MAX_FRAME`] is dropped and counted, and any other is forwarded by its
-//! first twelve bytes alone (this module knows nothing above Ethernet).
+//! first twelve bytes alone (above Ethernet, only an IPv6 source address is looked at).
 //!
 //! Readiness: each port has an eventfd, signalled while its queue holds frames, and an
 //! epoll fd watching that eventfd and the uplink's fd; the epoll fd is the port's
@@ -34,18 +50,31 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::net::Ipv6Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
-use super::{Backend, MAX_FRAME};
+use super::{Backend, IdentityTaken, MAX_FRAME};
 
 /// Frames a port's receive queue holds; beyond, frames for it are dropped.
 pub const PORT_QUEUE: usize = 1024;
-/// MAC addresses the switch learns at most (see the module text for what happens beyond).
+/// MAC addresses the switch learns at most, all ports together (the functions' own,
+/// pinned, come on top; see the module text for what happens beyond).
 pub const MAC_TABLE: usize = 4096;
+/// MAC addresses one port (the uplink, a trusted function's) learns at most, by default.
+pub const PORT_MACS: usize = 1024;
+/// A learned address not seen for this long may be forgotten to make room on its port
+/// (as a bridge's ageing time; Linux's default is the same 300 s).
+pub const MAC_AGE: Duration = Duration::from_secs(300);
+/// A port whose share is full looks for expired addresses at most this often, so that a
+/// flood of new addresses costs a scan of the table once a second, not once a frame.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+const ETHERTYPE_IPV6: [u8; 2] = [0x86, 0xdd];
+/// Where an IPv6 frame's source address is.
+const IPV6_SRC: std::ops::Range<usize> = 22..38;
 /// Frames one pump of the uplink forwards at most, so that the engine doing it gets back
 /// to its own function soon.
 pub const UPLINK_BATCH: usize = 64;
@@ -81,20 +110,94 @@ pub struct PortStats {
     pub too_short: u64,
     /// Frames that came in here longer than [`MAX_FRAME`]: dropped.
     pub too_long: u64,
-    /// Frames from the uplink whose source is a function's MAC: dropped (a spoof or a
-    /// loop), the function's address staying where it is.
+    /// Frames dropped because they came in as someone else: from a function that is not
+    /// trusted, a source MAC not its own or an IPv6 source none of its addresses; from the
+    /// uplink, a function's MAC as the source (a spoof or a loop). The function's address
+    /// stays where it is.
     pub spoofed: u64,
+    /// New source MACs of frames that came in here and were not learned: this port's
+    /// share of the table ([`SwitchConfig::port_macs`]) or the table was full. The frames
+    /// were forwarded all the same; frames to those addresses are flooded.
+    pub not_learned: u64,
 }
 
 /// The MAC table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TableStats {
-    /// Addresses learned now.
+    /// Addresses learned now (not counting the functions' own).
     pub learned: usize,
-    /// Times the table was full and the addresses learned from the uplink were forgotten.
-    pub flushes: u64,
-    /// New addresses not learned because the table was full of the functions' own.
+    /// Functions' own addresses, pinned to their ports.
+    pub pinned: usize,
+    /// New addresses not learned, every port's together ([`PortStats::not_learned`]).
     pub refused: u64,
+    /// Learned addresses forgotten after [`SwitchConfig::mac_age`] to make room.
+    pub aged: u64,
+}
+
+/// The switch's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwitchConfig {
+    /// MAC addresses each port learns at most.
+    pub port_macs: usize,
+    /// How long a learned address is kept for sure without being seen again.
+    pub mac_age: Duration,
+}
+
+impl Default for SwitchConfig {
+    fn default() -> SwitchConfig {
+        SwitchConfig {
+            port_macs: PORT_MACS,
+            mac_age: MAC_AGE,
+        }
+    }
+}
+
+/// Who a function is: the MAC and the IPv6 addresses it sends from (its link-local
+/// address, from the MAC, goes without saying).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub mac: Mac,
+    pub addrs: Vec<Ipv6Addr>,
+}
+
+impl Identity {
+    /// Every IPv6 source it may use, as bytes: the link-local address first.
+    fn sources(&self) -> Vec<[u8; 16]> {
+        std::iter::once(crate::net::wire::link_local(&self.mac))
+            .chain(self.addrs.iter().copied())
+            .map(|a| a.octets())
+            .collect()
+    }
+}
+
+/// How the host sets up a function's port ([`Switch::declare`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortOptions {
+    /// May send as anyone (any source MAC and IPv6 address); its other sources are
+    /// learned, up to its share. For a function that bridges hosts behind it.
+    pub trusted: bool,
+    /// The identity the host configured for the function: nobody else may claim its MAC
+    /// or addresses, even while the function has other ones or no guest.
+    pub reserved: Option<Identity>,
+}
+
+/// A MAC table entry.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    at: PortId,
+    /// A function's own MAC: never moved, never aged, not counted in any port's share.
+    pinned: bool,
+    /// When a frame from it was last seen (learned entries).
+    seen: Instant,
+}
+
+/// What a port learned.
+#[derive(Debug, Default)]
+struct Learning {
+    /// Learned entries on this port.
+    count: usize,
+    /// When its expired entries may be looked for again.
+    next_sweep: Option<Instant>,
 }
 
 /// Locks, whether or not a thread panicked while holding the lock: every critical
@@ -123,6 +226,78 @@ struct Slot {
     /// wake-up is never lost between a push and a pop. None once the port is gone.
     ready: Option<EventFd>,
     stats: PortStats,
+    options: PortOptions,
+    /// The identity its function claimed (kept while the port is closed, so that nobody
+    /// takes it meanwhile). None: nothing claimed yet, and an untrusted port sends nothing.
+    identity: Option<Identity>,
+    /// `identity`'s IPv6 sources, for the check of every frame.
+    sources: Vec<[u8; 16]>,
+    learning: Learning,
+    /// A spoofed frame of this port was logged; further ones are only counted.
+    spoof_logged: bool,
+}
+
+impl Slot {
+    fn new(name: &str, options: PortOptions) -> Slot {
+        Slot {
+            name: name.to_string(),
+            queue: VecDeque::new(),
+            ready: None,
+            stats: PortStats::default(),
+            options,
+            identity: None,
+            sources: Vec::new(),
+            learning: Learning::default(),
+            spoof_logged: false,
+        }
+    }
+
+    /// Whether an untrusted port's frame comes from its own MAC and, if IPv6, from one of
+    /// its own addresses (or `::`). The cost of a send: a 6-byte compare, and for IPv6 a
+    /// 16-byte compare per address (a handful).
+    fn sends_as_itself(&self, frame: &[u8]) -> bool {
+        let Some(id) = &self.identity else {
+            return false;
+        };
+        if frame[6..12] != id.mac {
+            return false;
+        }
+        if frame[12..14] != ETHERTYPE_IPV6 {
+            return true;
+        }
+        let Some(src) = frame.get(IPV6_SRC) else {
+            return false; // an IPv6 frame too short to say who sent it
+        };
+        src == [0u8; 16] || self.sources.iter().any(|s| s[..] == *src)
+    }
+
+    /// Whether `identity` shares its MAC or an address with what this slot holds or was
+    /// configured with; the conflict, said.
+    fn conflict(&self, mac: &Mac, sources: &[[u8; 16]]) -> Option<String> {
+        for held in [&self.identity, &self.options.reserved]
+            .into_iter()
+            .flatten()
+        {
+            if held.mac == *mac {
+                return Some(format!("MAC {} is function {}'s", fmt_mac(mac), self.name));
+            }
+            if let Some(a) = held.sources().iter().find(|a| sources.contains(a)) {
+                return Some(format!(
+                    "address {} is function {}'s",
+                    Ipv6Addr::from(*a),
+                    self.name
+                ));
+            }
+        }
+        None
+    }
+}
+
+fn fmt_mac(m: &Mac) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 /// Everything a frame's forwarding reads or changes, under one lock. One lock is enough:
@@ -132,9 +307,12 @@ struct Slot {
 /// port), short beside the stack work an engine does per frame.
 struct State {
     ports: Vec<Slot>,
-    table: HashMap<Mac, PortId>,
-    /// How many entries of `table` are on the uplink.
-    on_uplink: usize,
+    table: HashMap<Mac, Entry>,
+    /// Learned (not pinned) entries of `table`, every port's.
+    learned: usize,
+    /// What the uplink learned.
+    uplink_learning: Learning,
+    config: SwitchConfig,
     table_stats: TableStats,
     has_uplink: bool,
     /// The uplink's counters of frames that came in from it (what it took of the frames
@@ -150,10 +328,34 @@ impl State {
         }
     }
 
+    fn learning_mut(&mut self, port: PortId) -> &mut Learning {
+        match port {
+            PortId::Port(i) => &mut self.ports[i].learning,
+            PortId::Uplink => &mut self.uplink_learning,
+        }
+    }
+
+    fn spoofed(&mut self, from: PortId, src: &Mac) {
+        self.stats_mut(from).spoofed += 1;
+        if let PortId::Port(i) = from {
+            let slot = &mut self.ports[i];
+            if !slot.spoof_logged {
+                slot.spoof_logged = true;
+                log::warn!(
+                    "switch port {}: a frame from {} that is not the function's own MAC or \
+                     address: dropped (counted as spoofed from now on)",
+                    slot.name,
+                    fmt_mac(src)
+                );
+            }
+        }
+    }
+
     /// Forwards a frame that came in on `from`: the functions' queues get theirs now; the
     /// uplink's copy, if it is to have one, is returned, to be sent once the state lock
-    /// is released.
-    fn forward(&mut self, from: PortId, frame: Vec<u8>) -> Option<Vec<u8>> {
+    /// is released. `now`, if the caller has it (learning needs it; an untrusted
+    /// function's frame does not).
+    fn forward(&mut self, from: PortId, frame: Vec<u8>, now: Option<Instant>) -> Option<Vec<u8>> {
         let stats = self.stats_mut(from);
         if frame.len() < ETH_HEADER {
             stats.too_short += 1;
@@ -167,14 +369,20 @@ impl State {
         stats.bytes_in += frame.len() as u64;
         let dst: Mac = frame[0..6].try_into().expect("6 bytes");
         let src: Mac = frame[6..12].try_into().expect("6 bytes");
-        if !self.learn(src, from) {
-            self.stats_mut(from).spoofed += 1;
+        let as_itself = match from {
+            PortId::Port(i) if !self.ports[i].options.trusted => {
+                self.ports[i].sends_as_itself(&frame)
+            }
+            _ => self.learn(src, from, now.unwrap_or_else(Instant::now)),
+        };
+        if !as_itself {
+            self.spoofed(from, &src);
             return None;
         }
         let to = if is_group(&dst) {
             None
         } else {
-            self.table.get(&dst).copied()
+            self.table.get(&dst).map(|e| e.at)
         };
         match to {
             Some(to) if to == from => {
@@ -247,48 +455,122 @@ impl State {
         frame
     }
 
-    /// Learns where `src` is. False for a frame from the uplink that claims a function's
-    /// MAC: a function's address is pinned to its port (as an SR-IOV switch pins its
-    /// functions' addresses), so nobody outside can draw its traffic away.
-    fn learn(&mut self, src: Mac, on: PortId) -> bool {
+    /// Learns where `src` is, from a frame of the uplink or of a trusted port. False for a
+    /// frame from the uplink that claims a function's MAC: a function's address is pinned
+    /// to its port (as an SR-IOV switch pins its functions' addresses), so nobody outside
+    /// can draw its traffic away. A trusted port's frame with another function's MAC goes
+    /// on without moving it.
+    fn learn(&mut self, src: Mac, on: PortId, now: Instant) -> bool {
         if is_group(&src) {
             return true; // a group address is never a sender's
         }
-        if let Some(at) = self.table.get_mut(&src) {
-            if matches!((*at, on), (PortId::Port(_), PortId::Uplink)) {
-                return false;
+        if let Some(e) = self.table.get_mut(&src) {
+            if e.pinned {
+                return e.at == on || on != PortId::Uplink;
             }
-            if *at != on {
-                match (*at, on) {
-                    (PortId::Uplink, _) => self.on_uplink -= 1,
-                    (_, PortId::Uplink) => self.on_uplink += 1,
-                    _ => {}
-                }
-                *at = on;
+            if e.at == on {
+                e.seen = now;
+                return true;
             }
-            return true;
+            // A learned address moves: off its old port, onto this one if there is room.
+            let old = e.at;
+            self.forget(&src, old);
         }
-        if self.table.len() >= MAC_TABLE && !self.make_room() {
+        if !self.has_room(on, now) {
+            self.stats_mut(on).not_learned += 1;
             self.table_stats.refused += 1;
             return true;
         }
-        self.table.insert(src, on);
-        if on == PortId::Uplink {
-            self.on_uplink += 1;
-        }
+        self.table.insert(
+            src,
+            Entry {
+                at: on,
+                pinned: false,
+                seen: now,
+            },
+        );
+        self.learning_mut(on).count += 1;
+        self.learned += 1;
         true
     }
 
-    /// Forgets the addresses learned from the uplink when that frees a quarter of the
-    /// table at least (so that the scan is paid once per so many new addresses).
-    fn make_room(&mut self) -> bool {
-        if self.on_uplink < MAC_TABLE / 4 {
-            return false;
+    /// Removes learned entry `mac` of port `at`.
+    fn forget(&mut self, mac: &Mac, at: PortId) {
+        self.table.remove(mac);
+        self.learning_mut(at).count -= 1;
+        self.learned -= 1;
+    }
+
+    /// Whether port `on` may learn one more address: below its share and the table's
+    /// bound, or its share made room for by forgetting its addresses not seen for the
+    /// age (looked for at most once per [`SWEEP_EVERY`], or the age if shorter).
+    fn has_room(&mut self, on: PortId, now: Instant) -> bool {
+        let cap = self.config.port_macs;
+        let age = self.config.mac_age;
+        let l = self.learning_mut(on);
+        if l.count >= cap {
+            if l.next_sweep.is_some_and(|t| now < t) {
+                return false;
+            }
+            l.next_sweep = Some(now + SWEEP_EVERY.min(age));
+            let before = self.table.len();
+            self.table.retain(|_, e| {
+                e.pinned || e.at != on || now.saturating_duration_since(e.seen) < age
+            });
+            let aged = before - self.table.len();
+            self.learning_mut(on).count -= aged;
+            self.learned -= aged;
+            self.table_stats.aged += aged as u64;
+            if self.learning_mut(on).count >= cap {
+                return false;
+            }
         }
-        self.table.retain(|_, at| *at != PortId::Uplink);
-        self.on_uplink = 0;
-        self.table_stats.flushes += 1;
-        true
+        self.learned < MAC_TABLE
+    }
+
+    /// Pins function `port`'s MAC to it, taking it from whoever had learned it.
+    fn pin(&mut self, mac: Mac, port: usize) {
+        if let Some(e) = self.table.get(&mac).copied() {
+            if !e.pinned {
+                self.forget(&mac, e.at);
+            }
+        }
+        self.table.insert(
+            mac,
+            Entry {
+                at: PortId::Port(port),
+                pinned: true,
+                seen: Instant::now(),
+            },
+        );
+    }
+
+    /// Function `port` claims `identity` (see [`Backend::claim_identity`]).
+    fn claim(&mut self, port: usize, identity: Identity) -> Result<(), IdentityTaken> {
+        let sources = identity.sources();
+        for (j, other) in self.ports.iter().enumerate() {
+            if j != port {
+                if let Some(why) = other.conflict(&identity.mac, &sources) {
+                    return Err(IdentityTaken(why));
+                }
+            }
+        }
+        let slot = &mut self.ports[port];
+        let old = slot.identity.replace(identity.clone());
+        slot.sources = sources;
+        if let Some(old) = old.filter(|o| o.mac != identity.mac) {
+            if self
+                .table
+                .get(&old.mac)
+                .is_some_and(|e| e.pinned && e.at == PortId::Port(port))
+            {
+                self.table.remove(&old.mac);
+            }
+        }
+        if self.ports[port].ready.is_some() {
+            self.pin(identity.mac, port);
+        }
+        Ok(())
     }
 }
 
@@ -356,13 +638,20 @@ pub struct Switch {
 impl Switch {
     /// A switch without ports yet; frames for no function go to `uplink` (or nowhere).
     pub fn new(uplink: Option<Box<dyn Backend>>) -> Arc<Switch> {
+        Self::with_config(uplink, SwitchConfig::default())
+    }
+
+    /// As [`Switch::new`], with `config`.
+    pub fn with_config(uplink: Option<Box<dyn Backend>>, config: SwitchConfig) -> Arc<Switch> {
         let uplink_fd = uplink.as_ref().map_or(-1, |b| b.fd());
         let uplink_name = uplink.as_ref().map(|b| b.describe());
         Arc::new(Switch {
             state: Mutex::new(State {
                 ports: Vec::new(),
                 table: HashMap::new(),
-                on_uplink: 0,
+                learned: 0,
+                uplink_learning: Learning::default(),
+                config,
                 table_stats: TableStats::default(),
                 has_uplink: uplink.is_some(),
                 uplink_in: PortStats::default(),
@@ -399,15 +688,16 @@ impl Switch {
             }
             Some(i) => {
                 s.ports[i].ready = Some(ready);
+                // Its identity, kept while it was closed, is its own again at once.
+                if let Some(mac) = s.ports[i].identity.as_ref().map(|id| id.mac) {
+                    s.pin(mac, i);
+                }
                 i
             }
             None => {
-                s.ports.push(Slot {
-                    name: name.to_string(),
-                    queue: VecDeque::new(),
-                    ready: Some(ready),
-                    stats: PortStats::default(),
-                });
+                let mut slot = Slot::new(name, PortOptions::default());
+                slot.ready = Some(ready);
+                s.ports.push(slot);
                 s.ports.len() - 1
             }
         };
@@ -418,6 +708,22 @@ impl Switch {
             name: name.to_string(),
             since_pump: 0,
         })
+    }
+
+    /// Sets up the port of function `name` before it opens ([`Switch::port`] then takes
+    /// this place): whether it is trusted, and the identity reserved for it. The ports
+    /// declared take indices 0, 1, 2 ... in the order of their declaration.
+    pub fn declare(&self, name: &str, options: PortOptions) {
+        let mut s = lock(&self.state);
+        match s.ports.iter().position(|p| p.name == name) {
+            Some(i) => s.ports[i].options = options,
+            None => s.ports.push(Slot::new(name, options)),
+        }
+    }
+
+    /// Function `port` claims `identity` ([`Backend::claim_identity`]).
+    pub fn claim(&self, port: usize, identity: Identity) -> Result<(), IdentityTaken> {
+        lock(&self.state).claim(port, identity)
     }
 
     /// Port `port`'s counters (kept after the port is gone); None if there was no such port.
@@ -447,13 +753,14 @@ impl Switch {
 
     /// Where `mac` was learned, if it was.
     pub fn lookup(&self, mac: &Mac) -> Option<PortId> {
-        lock(&self.state).table.get(mac).copied()
+        lock(&self.state).table.get(mac).map(|e| e.at)
     }
 
     pub fn table_stats(&self) -> TableStats {
         let s = lock(&self.state);
         TableStats {
-            learned: s.table.len(),
+            learned: s.learned,
+            pinned: s.table.len() - s.learned,
             ..s.table_stats
         }
     }
@@ -479,7 +786,7 @@ impl Switch {
     }
 
     fn send_from(&self, port: usize, frame: Vec<u8>, gso: u16) {
-        let up = lock(&self.state).forward(PortId::Port(port), frame);
+        let up = lock(&self.state).forward(PortId::Port(port), frame, None);
         if let (Some(frame), Some(uplink)) = (up, &self.uplink) {
             lock(uplink).send(frame, gso);
         }
@@ -498,12 +805,14 @@ impl Switch {
         let Some(mut uplink) = try_lock(uplink) else {
             return Ok(());
         };
+        // One clock reading for the batch: what learning needs is seconds.
+        let now = Instant::now();
         for _ in 0..UPLINK_BATCH {
             let Some(frame) = uplink.recv()? else {
                 break;
             };
             // Nothing from the uplink goes back to it.
-            let _ = lock(&self.state).forward(PortId::Uplink, frame);
+            let _ = lock(&self.state).forward(PortId::Uplink, frame, Some(now));
         }
         Ok(())
     }
@@ -513,7 +822,11 @@ impl Switch {
         let slot = &mut s.ports[port];
         slot.queue.clear();
         slot.ready = None;
-        s.table.retain(|_, at| *at != PortId::Port(port));
+        // What it learned goes, and its own MAC is unpinned (frames for it are flooded
+        // until it opens again); its identity stays claimed.
+        let learned = std::mem::take(&mut slot.learning.count);
+        s.learned -= learned;
+        s.table.retain(|_, e| e.at != PortId::Port(port));
     }
 }
 
@@ -606,6 +919,16 @@ impl Backend for SwitchPort {
     fn send_owned(&mut self, frame: Vec<u8>, gso: u16) -> io::Result<()> {
         self.switch.send_from(self.index, frame, gso);
         Ok(())
+    }
+
+    fn claim_identity(&mut self, mac: Mac, addrs: &[Ipv6Addr]) -> Result<(), IdentityTaken> {
+        self.switch.claim(
+            self.index,
+            Identity {
+                mac,
+                addrs: addrs.to_vec(),
+            },
+        )
     }
 
     /// The frame's buffer itself comes out of the queue.

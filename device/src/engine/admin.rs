@@ -280,15 +280,14 @@ impl Engine {
                     Err(s) => Err(s),
                 }
             }
-            R::SetMac(mac) => {
-                self.set_mac(mac);
-                Ok((0, 0, 0))
-            }
+            R::SetMac(mac) => self.set_mac(mac).map(|()| (0, 0, 0)),
             R::AddAddr { addr, prefix_len } => self.add_addr(addr, prefix_len),
             R::DelAddr(addr) => {
                 let stack = &mut self.net.stack;
                 if stack.addresses().iter().any(|(a, _)| *a == addr) {
                     stack.remove_address(&addr);
+                    // Fewer addresses: never refused.
+                    let _ = self.claim_identity(None, None);
                     Ok((0, 0, 0))
                 } else {
                     Err(ADMIN_STATUS_BAD_HANDLE)
@@ -486,6 +485,9 @@ impl Engine {
         if net.stack.addresses().len() >= MAX_ADDRS as usize {
             return Err(ADMIN_STATUS_NO_RESOURCES);
         }
+        // Another function's address on the same adapter: ADDR_IN_USE.
+        self.claim_identity(None, Some(addr))?;
+        let net = &mut self.net;
         net.stack.add_address(addr, prefix_len);
         net.flush(); // its duplicate address detection probe
         Ok((0, 0, 0))

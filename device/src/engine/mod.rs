@@ -28,6 +28,7 @@ pub mod idle;
 pub mod memory;
 pub mod network;
 pub mod objects;
+pub mod secrets;
 pub mod tcp;
 pub mod thread;
 pub mod tripwire;
@@ -49,6 +50,7 @@ use crate::net::config::NetConfig;
 use crate::net::interface::Interface;
 use admin::AdminQueue;
 use objects::Objects;
+use secrets::{KeyGen, Secrets};
 use vmm_sys_util::eventfd::EventFd;
 
 /// Messages from the control thread.
@@ -246,19 +248,26 @@ impl Drop for EngineHandle {
 }
 
 impl Engine {
+    /// An engine whose secrets (memory keys, TCP ISNs, SYN cookies) come from the OS.
     pub fn new(shared: Shared, config: EngineConfig, rx: Receiver<Control>) -> Engine {
+        Self::with_secrets(shared, config, rx, Secrets::from_os())
+    }
+
+    /// As [`Engine::new`] with `secrets` given: for tests that replay a run
+    /// ([`Secrets::from_seed`]); a reset draws new ones from the OS all the same.
+    pub fn with_secrets(
+        shared: Shared,
+        config: EngineConfig,
+        rx: Receiver<Control>,
+        secrets: Secrets,
+    ) -> Engine {
         let mut net_start = NetConfig::new(config.mac);
         net_start.addrs = config.addrs.clone();
         net_start.link = false; // until attach_link
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0x5150)
-            ^ (std::process::id() as u64) << 32;
         let mut engine = Engine {
             shared,
             rx,
-            objects: Objects::new(seed),
+            objects: Objects::new(KeyGen::new(secrets.region_keys)),
             admin: AdminQueue::default(),
             idle_passes: 0,
             sleeping: false,
@@ -266,7 +275,7 @@ impl Engine {
             net: Interface::new(network::new_stack(&net_start), Box::new(NoLink)),
             net_start,
             tcp: tcp::Tcp::new(
-                seed ^ 0x7463_7000,
+                &secrets,
                 config.network.as_ref().map_or(1500, |n| n.mtu),
                 config.tcp_limits,
             ),
@@ -328,9 +337,11 @@ impl Engine {
 
     /// Destroys every object and forgets all state: the device is as after start.
     pub fn reset(&mut self) {
-        let seed = self.objects.new_key() as u64;
-        self.objects = Objects::new(seed);
-        self.tcp = tcp::Tcp::new(seed.rotate_left(17), self.net_start.mtu, self.tcp_limits);
+        // New secrets: nothing of the device before the reset (a key, a sequence number)
+        // tells anything of the device after it.
+        let secrets = Secrets::from_os();
+        self.objects = Objects::new(KeyGen::new(secrets.region_keys));
+        self.tcp = tcp::Tcp::new(&secrets, self.net_start.mtu, self.tcp_limits);
         // Super-segments where there is a link (as attach_link set them).
         self.tcp.set_gso(self.net_start.link);
         self.tcp.set_memory_pool(self.tcp_memory.clone());

@@ -8,7 +8,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use log::{debug, info};
+use log::{debug, info, warn};
 use vm_memory::GuestMemoryMmap;
 
 use crate::backend::{self, ImpairSpec, NetSpec};
@@ -96,15 +96,36 @@ impl Engine {
 
     /// SET_MAC. A new MAC means a new link-local address and a new view of us for the
     /// neighbours, so the stack starts afresh, as an interface does after `ip link set
-    /// address`.
-    pub(super) fn set_mac(&mut self, mac: [u8; 6]) {
+    /// address`. Refused (ADDR_IN_USE) when the MAC, or the link-local address from it,
+    /// is another function's on the same adapter (the link says: [`Self::claim_identity`]).
+    pub(super) fn set_mac(&mut self, mac: [u8; 6]) -> Result<(), u16> {
         if self.net.stack.mac() == mac {
-            return;
+            return Ok(());
         }
+        self.claim_identity(Some(mac), None)?;
         let mut c = self.identity_now();
         c.mac = mac;
         self.net.stack = new_stack(&c);
         self.net.flush();
+        Ok(())
+    }
+
+    /// Claims the device's identity on its link, with `mac` in place of its MAC and `add`
+    /// among its addresses if given, before the stack takes them. A switch port refuses
+    /// another function's MAC or address: ADMIN_STATUS_ADDR_IN_USE.
+    pub(super) fn claim_identity(
+        &mut self,
+        mac: Option<[u8; 6]>,
+        add: Option<std::net::Ipv6Addr>,
+    ) -> Result<(), u16> {
+        let mac = mac.unwrap_or(self.net.stack.mac());
+        let mut addrs: Vec<std::net::Ipv6Addr> =
+            self.net.stack.addresses().iter().map(|&(a, _)| a).collect();
+        addrs.extend(add);
+        self.net.claim(mac, &addrs).map_err(|e| {
+            info!("refused: {e}");
+            qpip_abi::admin::ADMIN_STATUS_ADDR_IN_USE
+        })
     }
 
     /// After a reset: the identity the device started with.
@@ -114,6 +135,10 @@ impl Engine {
         } else {
             let addrs = self.net_start.addrs.clone();
             self.net.stack.set_addresses(&addrs);
+        }
+        // The identity configured for it, which no other function may have taken.
+        if let Err(e) = self.net.claim_identity() {
+            warn!("the device's identity is refused after a reset: {e}");
         }
         self.net.flush();
     }

@@ -180,16 +180,17 @@ pub struct Objects {
     /// QPs that may have send work (or flushes) to do.
     pub busy_qps: VecDeque<u32>,
     next_id: u32,
-    key_state: u64,
+    keys: super::secrets::KeyGen,
     /// Where the search for the next ephemeral port starts.
     pub next_ephemeral: u16,
 }
 
 impl Objects {
-    pub fn new(seed: u64) -> Objects {
+    /// Tables with memory keys from `keys`.
+    pub fn new(keys: super::secrets::KeyGen) -> Objects {
         Objects {
             next_id: 1,
-            key_state: seed | 1,
+            keys,
             ..Default::default()
         }
     }
@@ -201,21 +202,12 @@ impl Objects {
         id
     }
 
-    /// A fresh memory key: unpredictable low bits, so a guessed or stale key is very unlikely
-    /// to name a live region (the lookup then also checks the context).
+    /// A fresh memory key: unpredictable (a keyed hash, `secrets::KeyGen`), never a live
+    /// region's nor a recent one's, so a guessed or stale key is very unlikely to name a
+    /// live region (the lookup then also checks the context).
     pub fn new_key(&mut self) -> u32 {
-        loop {
-            // xorshift64*
-            let mut x = self.key_state;
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            self.key_state = x;
-            let key = (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32;
-            if key != 0 && !self.mrs.contains_key(&key) {
-                return key;
-            }
-        }
+        let mrs = &self.mrs;
+        self.keys.next(|k| mrs.contains_key(&k))
     }
 
     pub fn cq_in(&self, ctx: u32, id: u32) -> Option<&Cq> {

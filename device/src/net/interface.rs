@@ -24,8 +24,32 @@ impl Interface {
             buf: vec![0; MAX_FRAME],
             tx_error_logged: false,
         };
+        // The link learns who the stack is before its first frame.
+        if let Err(e) = i.claim_identity() {
+            log::error!(
+                "{}: the device's identity is refused: {e}; its frames will be dropped",
+                i.backend.describe()
+            );
+        }
         i.flush(); // duplicate address detection probes
         i
+    }
+
+    /// Tells the link that the stack is `mac` with `addrs` (before the stack becomes it:
+    /// a switch port refuses another function's MAC or address).
+    pub fn claim(
+        &mut self,
+        mac: [u8; 6],
+        addrs: &[std::net::Ipv6Addr],
+    ) -> Result<(), crate::backend::IdentityTaken> {
+        self.backend.claim_identity(mac, addrs)
+    }
+
+    /// Tells the link who the stack is now ([`Interface::claim`]).
+    pub fn claim_identity(&mut self) -> Result<(), crate::backend::IdentityTaken> {
+        let addrs: Vec<std::net::Ipv6Addr> =
+            self.stack.addresses().iter().map(|&(a, _)| a).collect();
+        self.backend.claim_identity(self.stack.mac(), &addrs)
     }
 
     pub fn backend(&self) -> &dyn Backend {

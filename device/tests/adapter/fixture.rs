@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use qpip_device::backend::switch::Switch;
+use qpip_device::backend::switch::{Identity, PortOptions, Switch};
 use qpip_device::backend::{open_link, Backend, NetSpec};
 use qpip_device::core::CoreConfig;
 use qpip_device::engine::network::NetworkConfig;
@@ -46,6 +46,17 @@ pub fn adapter_on(n: usize, threads: usize, uplink: Option<Box<dyn Backend>>) ->
     let specs: Vec<FunctionSpec> = (0..n)
         .map(|i| {
             let name = format!("f{i}");
+            // As qpipd does: each function's configured identity is reserved for it.
+            switch.declare(
+                &name,
+                PortOptions {
+                    trusted: false,
+                    reserved: Some(Identity {
+                        mac: mac(i),
+                        addrs: vec![ADDRS[i].parse().unwrap()],
+                    }),
+                },
+            );
             FunctionSpec {
                 socket: dir.path().join(format!("{name}.sock")),
                 core: CoreConfig {

@@ -586,3 +586,61 @@ fn the_engine_polls_idle_as_sched_idle_and_sleeps_at_its_own_policy() {
         stop_qpipd(qpipd);
     }
 }
+
+/// A guest cannot take another function's MAC or address on the same adapter: SET_MAC
+/// and ADD_ADDR fail with ADDR_IN_USE, for the other's configured identity too while it
+/// has moved away from it. Its own changes are claimed with the switch, so its traffic
+/// goes on (nothing it sends is dropped as spoofed), after a reset as well.
+#[test]
+fn a_guest_cannot_take_another_functions_mac_or_address() {
+    let ad = adapter(2, 1, None);
+    let (mut a, mut b) = (ad.guest(0), ad.guest(1));
+    let ll0 = link_local(mac(0));
+    assert_eq!(b.set_mac(mac(0)), Err(ADMIN_STATUS_ADDR_IN_USE));
+    assert_eq!(b.add_addr(ip(ADDRS[0]), 64), Err(ADMIN_STATUS_ADDR_IN_USE));
+    assert_eq!(b.add_addr(ll0, 64), Err(ADMIN_STATUS_ADDR_IN_USE));
+    assert_eq!(
+        b.query_device().mac,
+        mac(1),
+        "a refused SET_MAC changes nothing"
+    );
+    // Its own new MAC and address are its.
+    let fresh_mac = [0x02, 0x51, 0x50, 0, 0x0b, 0x99];
+    let fresh = "fd51:5050::1:99";
+    b.set_mac(fresh_mac).unwrap();
+    b.add_addr(ip(fresh), 64).unwrap();
+    // Its configured MAC stays reserved for it while it uses another.
+    assert_eq!(a.set_mac(mac(1)), Err(ADMIN_STATUS_ADDR_IN_USE));
+    assert_eq!(a.add_addr(ip(fresh), 64), Err(ADMIN_STATUS_ADDR_IN_USE));
+    let (mut ua, mut ub) = (endpoint(&mut a, 7001), endpoint(&mut b, 7002));
+    both_ways(
+        (&mut a, &mut ua, ADDRS[0]),
+        (&mut b, &mut ub, fresh),
+        b"to the new address",
+        b"from it",
+    );
+    b.del_addr(ip(fresh)).unwrap();
+    both_ways(
+        (&mut a, &mut ua, ADDRS[0]),
+        (&mut b, &mut ub, ADDRS[1]),
+        b"to the configured address",
+        b"from it",
+    );
+    // A reset gives it its configured identity back, and it works. (It speaks first:
+    // its neighbour solicitation tells the other its MAC is back to the configured one.)
+    b.reset();
+    b.enable();
+    b.setup_admin(ADMIN_DEPTH);
+    assert_eq!(b.query_device().mac, mac(1));
+    let mut ub = endpoint(&mut b, 7002);
+    both_ways(
+        (&mut b, &mut ub, ADDRS[1]),
+        (&mut a, &mut ua, ADDRS[0]),
+        b"after the reset",
+        b"back",
+    );
+    for i in 0..2 {
+        let s = ad.switch.port_stats(i).unwrap();
+        assert_eq!(s.spoofed, 0, "function {i}'s own frames: {s:?}");
+    }
+}

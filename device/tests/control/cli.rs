@@ -131,6 +131,23 @@ fn functions_of_an_adapter_are_checked_with_one_line_each() {
             "two functions with MAC 02:00:00:00:00:07",
         ),
         (
+            [
+                f("socket=/tmp/a.sock,ip=fd51:5050::7/64"),
+                f("socket=/tmp/b.sock,ip=fd51:5050::7/64"),
+            ]
+            .concat(),
+            "two functions with address fd51:5050::7",
+        ),
+        (
+            [
+                f("socket=/tmp/a.sock,trusted"),
+                vec!["--port-macs".to_string(), "0".to_string()],
+            ]
+            .concat(),
+            "'0' is not 1..=4096",
+        ),
+        (f("socket=/tmp/a.sock,trusted=yes"), "unknown key 'trusted'"),
+        (
             f(&(1..=9)
                 .map(|i| format!("ip=fd51:5050::{i}/64"))
                 .chain(["socket=/tmp/a.sock".to_string()])

@@ -321,3 +321,36 @@ fn the_pages_regions_hold_are_bounded_per_function() {
     g.reg_mr_args(ctx, &args(fit << 40))
         .expect("a deregistered region's pages are free again");
 }
+
+/// Memory keys come from the OS's randomness through a keyed hash: two devices started
+/// alike hand out unrelated keys, the same memory registered again gets a new key, and a
+/// key once deregistered is not handed out again (not within the next
+/// `engine::secrets::RECENT_KEYS` registrations).
+#[test]
+fn memory_keys_are_fresh_per_device_and_per_registration() {
+    let keys = |g: &mut FakeGuest, n: usize| -> Vec<u32> {
+        let ctx = g.create_ctx().unwrap();
+        let b = g.alloc_buf(4096, 0);
+        (0..n)
+            .map(|_| {
+                let mr = g.reg_mr(ctx, &b, MR_ACCESS_LOCAL_WRITE).unwrap();
+                g.dereg_mr(ctx, mr.lkey).unwrap();
+                mr.lkey
+            })
+            .collect()
+    };
+    let mut a = FakeGuest::new();
+    let mut b = FakeGuest::new();
+    let (ka, kb) = (keys(&mut a, 200), keys(&mut b, 200));
+    let all: std::collections::HashSet<u32> = ka.iter().chain(&kb).copied().collect();
+    assert_eq!(
+        all.len(),
+        400,
+        "no key twice, within a device or across the two"
+    );
+    assert!(!all.contains(&0));
+    // Not a counter nor a constant stride: successive keys are not a fixed step apart.
+    let steps: std::collections::HashSet<u32> =
+        ka.windows(2).map(|w| w[1].wrapping_sub(w[0])).collect();
+    assert!(steps.len() > 190, "{} distinct steps", steps.len());
+}

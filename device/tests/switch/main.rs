@@ -5,6 +5,7 @@
 
 mod concurrency;
 mod forwarding;
+mod identity;
 mod readiness;
 mod stacks;
 mod uplink;
@@ -12,7 +13,7 @@ mod uplink;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
-use qpip_device::backend::switch::{Mac, Switch, SwitchPort};
+use qpip_device::backend::switch::{Mac, PortOptions, Switch, SwitchConfig, SwitchPort};
 use qpip_device::backend::{memory, Backend};
 
 pub const A: Mac = [0x02, 0, 0, 0, 0, 0x0a];
@@ -95,18 +96,44 @@ pub fn poll_in(fd: RawFd, ms: i32) -> bool {
     n == 1 && p.revents & libc::POLLIN != 0
 }
 
-/// A switch with `n` ports and, if `uplink`, a memory wire as its uplink, whose far end
+/// The functions' MACs: port i's is `FUNCTION_MACS[i]`.
+pub const FUNCTION_MACS: [Mac; 3] = [A, B, C];
+
+/// A switch with `n` ports (port i a function of MAC `FUNCTION_MACS[i]`, no other
+/// address, not trusted) and, if `uplink`, a memory wire as its uplink, whose far end
 /// (the world beyond) is returned.
 pub fn switch(
     n: usize,
     uplink: bool,
 ) -> (Arc<Switch>, Vec<SwitchPort>, Option<memory::MemoryLink>) {
+    switch_with(n, uplink, SwitchConfig::default(), &[])
+}
+
+/// As [`switch`], with `config`, the ports in `trusted` trusted.
+pub fn switch_with(
+    n: usize,
+    uplink: bool,
+    config: SwitchConfig,
+    trusted: &[usize],
+) -> (Arc<Switch>, Vec<SwitchPort>, Option<memory::MemoryLink>) {
     let (sw, far) = if uplink {
         let (near, far) = memory::pair().unwrap();
-        (Switch::new(Some(Box::new(near))), Some(far))
+        (Switch::with_config(Some(Box::new(near)), config), Some(far))
     } else {
-        (Switch::new(None), None)
+        (Switch::with_config(None, config), None)
     };
-    let ports = (0..n).map(|i| sw.port(&format!("f{i}")).unwrap()).collect();
+    let ports = (0..n)
+        .map(|i| {
+            let name = format!("f{i}");
+            let options = PortOptions {
+                trusted: trusted.contains(&i),
+                ..PortOptions::default()
+            };
+            sw.declare(&name, options);
+            let mut p = sw.port(&name).unwrap();
+            p.claim_identity(FUNCTION_MACS[i], &[]).unwrap();
+            p
+        })
+        .collect();
     (sw, ports, far)
 }

@@ -10,6 +10,9 @@ use qpip_device::net::{gso, wire};
 
 use crate::{drain, drain_all, frame, switch, tags, A, B, BROADCAST, H, UNKNOWN};
 
+/// The IPv6 source of the super-frames: function 0's address.
+const ADDR_A: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
+
 /// A second host beyond the uplink.
 const H2: [u8; 6] = [0x02, 0, 0, 0, 0, 0x12];
 
@@ -51,10 +54,7 @@ fn frames_cross_the_uplink_both_ways_and_never_back() {
 /// An Ethernet + IPv6 + TCP frame with `payload` bytes of data: a super-frame when sent
 /// with a segment size below that.
 fn super_frame(dst: &[u8; 6], src: &[u8; 6], payload: usize) -> Vec<u8> {
-    let (s, d) = (
-        Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
-        Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
-    );
+    let (s, d) = (ADDR_A, Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2));
     let mut tcp = vec![0u8; 20];
     tcp[0..2].copy_from_slice(&1000u16.to_be_bytes());
     tcp[2..4].copy_from_slice(&2000u16.to_be_bytes());
@@ -77,6 +77,7 @@ fn segments(f: &[u8], mss: u16) -> Vec<Vec<u8>> {
 fn super_frames_go_whole_to_functions_and_cut_to_an_uplink_without_offloads() {
     let (sw, mut p, far) = switch(3, true);
     let mut far = far.unwrap();
+    p[0].claim_identity(A, &[ADDR_A]).unwrap();
     assert!(p[0].gso());
     p[1].send(&frame(&BROADCAST, &B, 0)).unwrap();
     far.send(&frame(&BROADCAST, &H, 0)).unwrap();
@@ -116,6 +117,7 @@ fn super_frames_go_whole_to_an_uplink_with_offloads() {
     let (near, mut far) = memory::pair_gso().unwrap();
     let sw = Switch::new(Some(Box::new(near)));
     let mut a = sw.port("f0").unwrap();
+    a.claim_identity(A, &[ADDR_A]).unwrap();
     let f = super_frame(&H, &A, 20000);
     a.send_owned(f.clone(), 1400).unwrap();
     assert_eq!(drain(&mut far), [f]);
@@ -127,6 +129,7 @@ fn an_impaired_uplinks_timers_pass_through_the_ports() {
     let spec: ImpairSpec = "delay=1000,seed=1".parse().unwrap();
     let sw = Switch::new(Some(Box::new(Link::new(near, None, Some(&spec)).unwrap())));
     let mut a = sw.port("f0").unwrap();
+    a.claim_identity(A, &[]).unwrap();
     assert_eq!(a.next_deadline(), None);
     a.send(&frame(&BROADCAST, &A, 1)).unwrap();
     let due = a.next_deadline().expect("the frame is held back");

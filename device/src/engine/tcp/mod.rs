@@ -205,15 +205,8 @@ impl Default for TcpLimits {
 }
 
 impl Tcp {
-    pub fn new(seed: u64, mtu: usize, limits: TcpLimits) -> Tcp {
-        let mut key = [0u8; 16];
-        key[..8].copy_from_slice(&seed.to_le_bytes());
-        key[8..].copy_from_slice(
-            &seed
-                .rotate_left(29)
-                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                .to_le_bytes(),
-        );
+    /// TCP with its ISNs and SYN cookies keyed by `secrets` (each by its own).
+    pub fn new(secrets: &crate::engine::secrets::Secrets, mtu: usize, limits: TcpLimits) -> Tcp {
         let cfg = tcp::Config {
             mss: tcp::Config::mss_for_mtu(mtu),
             max_retries: limits.max_retries,
@@ -221,7 +214,11 @@ impl Tcp {
             fin_timeout: limits.fin_timeout,
             ..tcp::Config::default()
         };
-        let mut table = ConnectionTable::new(IsnGenerator::new(key, Instant::now()));
+        let mut table = ConnectionTable::new(IsnGenerator::with_secrets(
+            secrets.isn,
+            secrets.syn_cookies,
+            Instant::now(),
+        ));
         table.set_max_orphans(limits.max_orphans);
         Tcp {
             table,

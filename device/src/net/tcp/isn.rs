@@ -1,7 +1,8 @@
 //! Initial sequence numbers (RFC 6528): `ISN = M + F(4-tuple, secret)`, M a clock ticking
 //! every 4 µs, F a keyed hash (SipHash-2-4 with a 128-bit secret), so sequence numbers of
 //! one connection's incarnations advance with time while an off-path attacker cannot
-//! predict another's. The same keyed hash makes SYN cookies.
+//! predict another's. SYN cookies are the same keyed hash under a secret of their own, so a
+//! cookie tells nothing of the ISN secret and the other way round.
 
 use std::time::Instant;
 
@@ -63,21 +64,45 @@ pub fn tuple_bytes(t: &FourTuple) -> [u8; 36] {
     b
 }
 
-/// Makes ISNs for the connections of one device.
-#[derive(Debug, Clone)]
+/// Makes ISNs (and timestamp offsets, and SYN cookies) for the connections of one device.
+#[derive(Clone)]
 pub struct IsnGenerator {
     secret: [u8; 16],
+    cookie_secret: [u8; 16],
     base: Instant,
 }
 
+/// Never prints the secrets.
+impl std::fmt::Debug for IsnGenerator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IsnGenerator")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
 impl IsnGenerator {
-    /// `secret` must be unpredictable in the device (taken from the OS); tests fix it.
-    pub fn new(secret: [u8; 16], base: Instant) -> IsnGenerator {
-        IsnGenerator { secret, base }
+    /// ISNs under `secret`, SYN cookies under `cookie_secret`; both must be unpredictable
+    /// in the device and drawn apart (`engine::secrets::Secrets`).
+    pub fn with_secrets(secret: [u8; 16], cookie_secret: [u8; 16], base: Instant) -> IsnGenerator {
+        IsnGenerator {
+            secret,
+            cookie_secret,
+            base,
+        }
     }
 
-    pub fn secret(&self) -> &[u8; 16] {
-        &self.secret
+    /// For tests and tools that fix one secret: the cookie secret is a keyed hash of it.
+    pub fn new(secret: [u8; 16], base: Instant) -> IsnGenerator {
+        let mut cookie_secret = [0u8; 16];
+        cookie_secret[..8].copy_from_slice(&siphash24(&secret, b"cookie 0").to_le_bytes());
+        cookie_secret[8..].copy_from_slice(&siphash24(&secret, b"cookie 1").to_le_bytes());
+        IsnGenerator::with_secrets(secret, cookie_secret, base)
+    }
+
+    /// The key of SYN cookies' hash (apart from the ISNs').
+    pub fn cookie_secret(&self) -> &[u8; 16] {
+        &self.cookie_secret
     }
 
     /// The timestamp clock of a 4-tuple's connections (RFC 7323 §7.1): an offset that is
@@ -101,25 +126,6 @@ impl IsnGenerator {
         self.clock(now)
             .wrapping_add(siphash24(&self.secret, &tuple_bytes(t)) as u32)
     }
-}
-
-/// A secret from the operating system's random source (for the device; tests pass
-/// fixed secrets).
-pub fn random_secret() -> [u8; 16] {
-    let mut s = [0u8; 16];
-    let got = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut s));
-    if got.is_err() {
-        // No random device: fall back on the clock and the process id (weak, but never
-        // the same twice).
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let v = t ^ (std::process::id() as u128) << 64;
-        s.copy_from_slice(&v.to_le_bytes());
-    }
-    s
 }
 
 #[cfg(test)]
@@ -151,5 +157,48 @@ mod tests {
         assert_ne!(g.isn(&a, t0), g.isn(&b, t0));
         let later = t0 + std::time::Duration::from_millis(4);
         assert_eq!(g.isn(&a, later).wrapping_sub(g.isn(&a, t0)), 1000);
+    }
+
+    /// RFC 6528: the ISN of one 4-tuple says nothing of another's. Structurally: the
+    /// offset between two tuples' ISNs at the same moment is no constant across secrets
+    /// nor across tuples (as it would be with a clock alone, or a clock plus a hash of
+    /// the ports).
+    #[test]
+    fn isns_of_two_tuples_are_no_constant_offset_apart() {
+        let t0 = Instant::now();
+        let tuple = |port: u16| FourTuple {
+            local: "fd00::1".parse().unwrap(),
+            local_port: 80,
+            remote: "fd00::2".parse().unwrap(),
+            remote_port: port,
+        };
+        let mut offsets = std::collections::HashSet::new();
+        for s in 0..8u8 {
+            let g = IsnGenerator::with_secrets([s; 16], [0x55; 16], t0);
+            for p in 40000..40008 {
+                offsets.insert(g.isn(&tuple(p + 1), t0).wrapping_sub(g.isn(&tuple(p), t0)));
+            }
+        }
+        assert_eq!(offsets.len(), 64, "every offset differs");
+    }
+
+    /// The cookie secret is the cookies' own: changing it leaves the ISNs as they were,
+    /// and the ISN secret leaves cookies' key alone.
+    #[test]
+    fn the_cookie_secret_is_apart_from_the_isn_secret() {
+        let t0 = Instant::now();
+        let t = FourTuple {
+            local: "fd00::1".parse().unwrap(),
+            local_port: 80,
+            remote: "fd00::2".parse().unwrap(),
+            remote_port: 40000,
+        };
+        let a = IsnGenerator::with_secrets([1; 16], [2; 16], t0);
+        let b = IsnGenerator::with_secrets([1; 16], [3; 16], t0);
+        let c = IsnGenerator::with_secrets([4; 16], [2; 16], t0);
+        assert_eq!(a.isn(&t, t0), b.isn(&t, t0));
+        assert_ne!(a.isn(&t, t0), c.isn(&t, t0));
+        assert_eq!(a.cookie_secret(), c.cookie_secret());
+        assert_ne!(a.cookie_secret(), b.cookie_secret());
     }
 }

@@ -189,7 +189,7 @@ impl Listener {
         b[..36].copy_from_slice(&tuple_bytes(t));
         b[36..40].copy_from_slice(&peer_isn.to_be_bytes());
         b[40..44].copy_from_slice(&tick.to_be_bytes());
-        (siphash24(isn.secret(), &b) >> 8) as u32 & 0x00ff_ffff
+        (siphash24(isn.cookie_secret(), &b) >> 8) as u32 & 0x00ff_ffff
     }
 
     /// The TSval a connection of `t` made now from a cookie would send.
