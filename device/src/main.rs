@@ -274,6 +274,7 @@ fn core_config(
                 max_retries: args.tcp_retries,
                 ..TcpLimits::default()
             },
+            ..EngineConfig::default()
         },
     }
 }
