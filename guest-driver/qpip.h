@@ -239,7 +239,6 @@ static inline unsigned int qpip_version_minor(u32 v)
 
 /* qpip_main.c */
 int qpip_reset(struct qpip_dev *qdev);
-void qpip_fault_work(struct work_struct *work);
 
 /* qpip_admin.c */
 int qpip_admin_init(struct qpip_dev *qdev);

@@ -274,7 +274,7 @@ int qpip_reset(struct qpip_dev *qdev)
 }
 
 /* The device reported STATUS_FAILED: reset it, which gives it a fresh start. */
-void qpip_fault_work(struct work_struct *work)
+static void qpip_fault_work(struct work_struct *work)
 {
 	struct qpip_dev *qdev = container_of(work, struct qpip_dev, fault_work);
 
