@@ -94,7 +94,7 @@ impl EngineThread {
         let slot = Slot {
             shared,
             config,
-            state: State::Serving(engine),
+            state: State::Serving(Box::new(engine)),
         };
         let add = self.add.lock().unwrap_or_else(|p| p.into_inner());
         let sent = add.as_ref().is_some_and(|a| a.send(slot).is_ok());
@@ -135,7 +135,7 @@ struct Slot {
 }
 
 enum State {
-    Serving(Engine),
+    Serving(Box<Engine>),
     /// The engine panicked and was dropped. Its control messages are still taken, and a
     /// reset builds a fresh engine, on `link` (the failed engine's, kept: the function's
     /// port on the switch, its TAP, ...) if the function has a network.
@@ -273,7 +273,7 @@ impl Slot {
                     "function {}: reset after its failure; a fresh engine serves it",
                     self.config.name
                 );
-                self.state = State::Serving(engine);
+                self.state = State::Serving(Box::new(engine));
             }
             Err(cause) => {
                 error!(
