@@ -230,7 +230,10 @@ impl Slot {
             .then(|| engine.net.take_backend());
         self.shared.set_failed(true);
         error!(
-            "function {} (engine thread {}) FAILED: its engine panicked while {doing}: {}.              Its engine and every object of it are dropped (no more access to its guest's              memory); it reports STATUS_FAILED and ignores its admin queue until its driver              resets it. The thread's other functions serve on.",
+            "function {} (engine thread {}) FAILED: its engine panicked while {doing}: {}. \
+             Its engine and every object of it are dropped (no more access to its guest's \
+             memory); it reports STATUS_FAILED and ignores its admin queue until its driver \
+             resets it. The thread's other functions serve on.",
             self.config.name,
             std::thread::current().name().unwrap_or("?"),
             panic_message(cause)
@@ -277,7 +280,8 @@ impl Slot {
             }
             Err(cause) => {
                 error!(
-                    "function {}: building a fresh engine panicked ({}); it stays failed,                      without its link",
+                    "function {}: building a fresh engine panicked ({}); it stays failed, \
+                     without its link",
                     self.config.name,
                     panic_message(&*cause)
                 );
