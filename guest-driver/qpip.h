@@ -172,6 +172,11 @@ struct qpip_dev {
 	 */
 	struct rw_semaphore lock;
 	bool unbound;
+	/*
+	 * Resets the device once it reported STATUS_FAILED (found by qpip_admin_exec when a
+	 * command got no completion); scheduled only while the admin queue runs.
+	 */
+	struct work_struct fault_work;
 	unsigned int generation;
 	/*
 	 * Serialises mmap of the doorbell and kick pages against their revocation on remove

@@ -14,7 +14,7 @@
 /*
  Minor version of this interface.
  */
-#define QPIP_ABI_VERSION_MINOR 0
+#define QPIP_ABI_VERSION_MINOR 1
 
 /*
  Largest admin queue depth.
@@ -1146,6 +1146,17 @@
  ring outside guest RAM or misaligned). Cleared by the next write of a valid setup.
  */
 #define QPIP_STATUS_ADMIN_ERROR (1 << 2)
+
+/*
+ [`REG_STATUS`] bit: the function has failed. The device met a fault of its own while
+ serving this function (in qpipd, a panic in its engine: a bug, which an arithmetic
+ overflow also becomes) and dropped the function's state: every object is gone, the device
+ no longer reads or writes the guest's memory, and admin commands get no completions.
+ Other functions of the adapter are not affected. A function reset ([`CONTROL_RESET`], an
+ FLR) brings the function back with no objects, as after start, and clears the bit; so
+ does clearing [`CONTROL_ENABLE`]. A driver that sees it should log it and reset.
+ */
+#define QPIP_STATUS_FAILED (1 << 3)
 
 /*
  End of the register file: offsets from here up to [`KICK_PAGE_OFFSET`] are reserved

@@ -311,8 +311,23 @@ int qpip_admin_exec(struct qpip_dev *qdev, struct qpip_admin_cmd *cmd, struct qp
 		spin_lock_irqsave(&a->lock, flags);
 		qpip_admin_reap(qdev);
 		if (!c.done) {
+			/*
+			 * A device that failed (STATUS_FAILED) answers nothing until it is reset;
+			 * the reset runs in a work item, as it waits for every caller to leave.
+			 */
+			bool failed = a->running &&
+				      (qpip_rd(qdev, QPIP_REG_STATUS) & QPIP_STATUS_FAILED);
+
 			hash_del(&c.node);
+			if (failed)
+				schedule_work(&qdev->fault_work);
 			spin_unlock_irqrestore(&a->lock, flags);
+			if (failed) {
+				dev_err(&qdev->pdev->dev,
+					"admin command 0x%x got no completion: the device reports a failure (STATUS_FAILED); resetting it\n",
+					cmd->opcode);
+				return -EIO;
+			}
 			dev_err(&qdev->pdev->dev,
 				"admin command 0x%x got no completion within %d ms\n",
 				cmd->opcode, QPIP_ADMIN_TIMEOUT_MS);

@@ -273,6 +273,14 @@ int qpip_reset(struct qpip_dev *qdev)
 	return ret;
 }
 
+/* The device reported STATUS_FAILED: reset it, which gives it a fresh start. */
+static void qpip_fault_work(struct work_struct *work)
+{
+	struct qpip_dev *qdev = container_of(work, struct qpip_dev, fault_work);
+
+	qpip_reset(qdev);
+}
+
 /* PCI core resets (FLR through sysfs "reset", ...): prepare and done bracket the reset. */
 static void qpip_pci_reset_prepare(struct pci_dev *pdev)
 {
@@ -313,6 +321,7 @@ static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	qdev = qpip_dev_alloc(pdev);
 	if (IS_ERR(qdev))
 		return PTR_ERR(qdev);
+	INIT_WORK(&qdev->fault_work, qpip_fault_work);
 
 	qdev->ctrl = qpip_map_bar(pdev, QPIP_CTRL_BAR, QPIP_CTRL_BAR_SIZE, "control");
 	if (IS_ERR(qdev->ctrl)) {
@@ -385,6 +394,11 @@ static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	return 0;
 
 err_admin:
+	/*
+	 * A reset QUERY_DEVICE's failure scheduled: done or cancelled before the queue it
+	 * restarts is torn down (no other command runs before the events start).
+	 */
+	cancel_work_sync(&qdev->fault_work);
 	qpip_admin_stop(qdev);
 	qpip_admin_stop_events(qdev);
 	qpip_admin_free(qdev);
@@ -418,6 +432,8 @@ static void qpip_remove(struct pci_dev *pdev)
 	qpip_wr(qdev, QPIP_REG_CONTROL, QPIP_CONTROL_RESET);
 	qpip_disable(qdev);
 	up_write(&qdev->lock);
+	/* Not under @lock, which the reset takes; it finds @unbound and does nothing. */
+	cancel_work_sync(&qdev->fault_work);
 	qpip_cdev_del(qdev);
 	qpip_teardown_irqs(qdev);
 	pci_clear_master(pdev);

@@ -79,6 +79,14 @@ pub const STATUS_ADMIN_ENABLED: u32 = 1 << 1;
 /// [`REG_STATUS`] bit: the last write to [`REG_ADMIN_DEPTH`] was refused (bad depth, or a
 /// ring outside guest RAM or misaligned). Cleared by the next write of a valid setup.
 pub const STATUS_ADMIN_ERROR: u32 = 1 << 2;
+/// [`REG_STATUS`] bit: the function has failed. The device met a fault of its own while
+/// serving this function (in qpipd, a panic in its engine: a bug, which an arithmetic
+/// overflow also becomes) and dropped the function's state: every object is gone, the device
+/// no longer reads or writes the guest's memory, and admin commands get no completions.
+/// Other functions of the adapter are not affected. A function reset ([`CONTROL_RESET`], an
+/// FLR) brings the function back with no objects, as after start, and clears the bit; so
+/// does clearing [`CONTROL_ENABLE`]. A driver that sees it should log it and reset.
+pub const STATUS_FAILED: u32 = 1 << 3;
 
 /// End of the register file: offsets from here up to [`KICK_PAGE_OFFSET`] are reserved
 /// (read as 0, writes ignored).

@@ -324,6 +324,7 @@ fn core_config(
                 (args.tcp_mem << 20) as usize,
                 Some(adapter_tcp.clone()),
             )),
+            ..EngineConfig::default()
         },
     }
 }

@@ -350,8 +350,11 @@ fn serve_again(
     thread: &Arc<EngineThread>,
     link: &LinkFactory,
 ) -> Result<(), String> {
+    // Its engine's logs (a failure above all) name the function.
+    let mut core = f.core.clone();
+    core.engine.name = format!("{} (#{i})", f.name);
     for client in 1u64.. {
-        let mut function = Function::on_thread(thread, f.core.clone(), link(i))
+        let mut function = Function::on_thread(thread, core.clone(), link(i))
             .map_err(|e| format!("cannot create the device: {e}"))?;
         info!("function {}: waiting for client {client}", f.name);
         serve_client(&f.socket, &mut function)?;

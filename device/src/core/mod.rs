@@ -128,6 +128,9 @@ impl DeviceCore {
             // Pending bits: the device never holds an interrupt pending (it signals eventfds).
         } else if let Some(reg) = aligned_register(start, data.len()) {
             match self.regs.read(reg) {
+                Some(v) if reg == regs::REG_STATUS && self.shared.failed() => {
+                    data.copy_from_slice(&(v | regs::STATUS_FAILED).to_le_bytes())
+                }
                 Some(v) => data.copy_from_slice(&v.to_le_bytes()),
                 None => self.bad_access("read", offset, data.len()),
             }

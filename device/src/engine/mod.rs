@@ -35,7 +35,7 @@ pub mod tripwire;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv6Addr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -77,6 +77,8 @@ pub enum Control {
 /// Engine settings fixed at start.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
+    /// The function's name in logs (`f0`, `f1`, ... in an adapter).
+    pub name: String,
     pub mac: [u8; 6],
     pub addrs: Vec<(Ipv6Addr, u8)>,
     /// How long the engine keeps polling after the last piece of work before it sleeps
@@ -95,6 +97,28 @@ pub struct EngineConfig {
     /// order), within the adapter's pool (`--tcp-mem`); None: only each connection's own
     /// bounds.
     pub tcp_memory: Option<std::sync::Arc<crate::net::tcp::MemoryPool>>,
+    /// For tests only: makes the engine panic on demand, to check that the fault stays in
+    /// its function. Set only through this in-process API; nothing a guest writes and no
+    /// command-line option reaches it.
+    #[doc(hidden)]
+    pub fault: FaultInjection,
+}
+
+/// A test's trigger for a panic in one engine ([`EngineConfig::fault`]).
+#[doc(hidden)]
+#[derive(Debug, Clone, Default)]
+pub struct FaultInjection(Arc<AtomicBool>);
+
+impl FaultInjection {
+    /// The engine panics at the start of its next turn on its thread (once).
+    pub fn panic_next_turn(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a panic was asked for (and, if so, forgets it).
+    fn take(&self) -> bool {
+        self.0.load(Ordering::Relaxed) && self.0.swap(false, Ordering::Relaxed)
+    }
 }
 
 /// [`EngineConfig::region_pages`] by default: 4 GiB of guest memory registered at once,
@@ -104,6 +128,8 @@ pub const DEFAULT_REGION_PAGES: u64 = 1 << 20;
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
+            // A single-function qpipd's one function is named as an adapter's first.
+            name: "f0".into(),
             mac: DEFAULT_MAC,
             addrs: Vec::new(),
             idle_poll: Duration::from_micros(2000),
@@ -111,6 +137,7 @@ impl Default for EngineConfig {
             tcp_limits: tcp::TcpLimits::default(),
             region_pages: DEFAULT_REGION_PAGES,
             tcp_memory: None,
+            fault: FaultInjection::default(),
         }
     }
 }
@@ -155,6 +182,10 @@ pub struct Shared {
     pub ram: GuestMemoryAtomic<GuestMemoryMmap>,
     pub irqs: Arc<Interrupts>,
     pub stats: Arc<Stats>,
+    /// Set by the engine thread when this function's engine panicked and was dropped;
+    /// cleared when a reset has built a fresh one. The control thread shows it to the
+    /// driver as `STATUS_FAILED`.
+    failed: Arc<AtomicBool>,
 }
 
 impl Shared {
@@ -163,7 +194,17 @@ impl Shared {
             ram,
             irqs,
             stats: Arc::new(Stats::new()),
+            failed: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Whether the function's engine has failed (see [`thread`]) and not been reset since.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    fn set_failed(&self, failed: bool) {
+        self.failed.store(failed, Ordering::Release);
     }
 }
 

@@ -60,6 +60,12 @@ impl Interface {
         &mut *self.backend
     }
 
+    /// Takes the link away (leaving no link): for an engine that failed, whose link its
+    /// replacement gets (`engine::thread`).
+    pub fn take_backend(&mut self) -> Box<dyn Backend> {
+        std::mem::replace(&mut self.backend, Box::new(crate::backend::none::NoLink))
+    }
+
     /// Readable when a frame may be waiting (sleep in poll(2) on it, with
     /// [`Interface::next_deadline`] as the timeout).
     pub fn fd(&self) -> RawFd {

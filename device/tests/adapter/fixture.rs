@@ -11,7 +11,7 @@ use qpip_device::backend::{open_link, Backend, NetSpec};
 use qpip_device::core::CoreConfig;
 use qpip_device::engine::network::NetworkConfig;
 use qpip_device::engine::thread::EngineThread;
-use qpip_device::engine::EngineConfig;
+use qpip_device::engine::{EngineConfig, FaultInjection};
 use qpip_device::vfio::{serve_functions, FunctionSpec};
 use qpip_testkit::*;
 use vfio_user::Client;
@@ -21,6 +21,8 @@ use vfio_user::Client;
 pub struct Adapter {
     pub sockets: Vec<PathBuf>,
     pub switch: Arc<Switch>,
+    /// Function i's trigger for a panic in its engine (the in-process API's test hook).
+    pub faults: Vec<FaultInjection>,
     _dir: ScratchDir,
 }
 
@@ -43,6 +45,7 @@ pub fn adapter(n: usize, threads: usize, cable: Option<&Path>) -> Adapter {
 pub fn adapter_on(n: usize, threads: usize, uplink: Option<Box<dyn Backend>>) -> Adapter {
     let dir = ScratchDir::new("adapter");
     let switch = Switch::new(uplink);
+    let faults: Vec<FaultInjection> = (0..n).map(|_| FaultInjection::default()).collect();
     let specs: Vec<FunctionSpec> = (0..n)
         .map(|i| {
             let name = format!("f{i}");
@@ -64,6 +67,7 @@ pub fn adapter_on(n: usize, threads: usize, uplink: Option<Box<dyn Backend>>) ->
                         mac: mac(i),
                         addrs: vec![(ADDRS[i].parse().unwrap(), 64)],
                         network: Some(NetworkConfig::new(NetSpec::Switch(name.clone()))),
+                        fault: faults[i].clone(),
                         ..EngineConfig::default()
                     },
                     ..CoreConfig::default()
@@ -86,6 +90,7 @@ pub fn adapter_on(n: usize, threads: usize, uplink: Option<Box<dyn Backend>>) ->
     Adapter {
         sockets,
         switch,
+        faults,
         _dir: dir,
     }
 }

@@ -644,3 +644,142 @@ fn a_guest_cannot_take_another_functions_mac_or_address() {
         assert_eq!(s.spoofed, 0, "function {i}'s own frames: {s:?}");
     }
 }
+
+/// Waits until function `g`'s REG_STATUS has `bit` set (`set`) or clear; returns it.
+fn status_becomes(g: &mut FakeGuest, bit: u32, set: bool, what: &str) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = g.reg_read(REG_STATUS);
+        if (s & bit != 0) == set {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{what}: REG_STATUS {s:#x}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Function 0's engine panics (the test hook of the in-process API) on the engine thread
+/// it shares with functions 1 and 2. Function 0 fails alone: its driver reads
+/// STATUS_FAILED, its register accesses and admin doorbells are answered at once (no
+/// completion comes: the failed function does nothing for its guest), and a reset gives
+/// it a fresh engine that serves again. Functions 1 and 2 meanwhile keep a TCP connection
+/// made before the fault carrying every byte, UDP between them, and their admin queues.
+#[test]
+fn a_panic_in_one_functions_engine_fails_that_function_only() {
+    const N: usize = 256 * 1024;
+    let ad = adapter(3, 1, None);
+    let (mut a, mut b, mut c) = (ad.guest(0), ad.guest(1), ad.guest(2));
+    let (mut ua, mut ub, mut uc) = (
+        endpoint(&mut a, 7001),
+        endpoint(&mut b, 7002),
+        endpoint(&mut c, 7003),
+    );
+    both_ways(
+        (&mut a, &mut ua, ADDRS[0]),
+        (&mut b, &mut ub, ADDRS[1]),
+        b"before",
+        b"the fault",
+    );
+    // A TCP connection between functions 1 and 2, made before the fault.
+    let (cb, cc) = (b.create_ctx().unwrap(), c.create_ctx().unwrap());
+    let mut eb = b.tcp_endpoint_in(cb, FRAMING_STREAM, 16, Flow::buf_len(N, 16));
+    let mut ec = c.tcp_endpoint_in(cc, FRAMING_STREAM, 16, Flow::buf_len(N, 16));
+    let l = c.listen(cc, UNSPECIFIED, 7300, 4).unwrap();
+    let acc = c.submit_accept(cc, l, ec.qp.id);
+    let con = b.submit_connect(cb, eb.qp.id, ip(ADDRS[2]), 7300);
+    c.admin_wait_ok(acc, "accept");
+    b.admin_wait_ok(con, "connect");
+
+    ad.faults[0].panic_next_turn();
+    a.kick(); // the thread may be asleep
+    let s = status_becomes(
+        &mut a,
+        STATUS_FAILED,
+        true,
+        "function 0 reports its failure",
+    );
+    assert_ne!(s & STATUS_READY, 0, "still enabled: {s:#x}");
+    for g in [&mut b, &mut c] {
+        let s = g.reg_read(REG_STATUS);
+        assert_eq!(
+            s & STATUS_FAILED,
+            0,
+            "another function is not failed: {s:#x}"
+        );
+    }
+
+    // The failed function's admin doorbell is taken at once and gets no completion; its
+    // registers answer; it sends nothing (function 1 receives nothing from it).
+    let started = Instant::now();
+    let page = a.alloc_pages(1);
+    let id = a.admin_submit(query_cmd(ADMIN_OP_QUERY_STATS, page, 4096));
+    assert!(
+        a.admin_next(Duration::from_millis(300)).is_none(),
+        "command {id} answered"
+    );
+    let whole = ub.buf.sge(0, ub.buf.len as u32, ub.mr.lkey);
+    b.post_recv(&mut ub.qp, &[recv_wqe(99, &[whole])]);
+    a.post_send(
+        &mut ua.qp,
+        &[inline_wqe(1, ip(ADDRS[1]), 7002, b"from a failed function")],
+    );
+    a.kick();
+    assert_eq!(a.reg_read(REG_IDENT), IDENT_MAGIC);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        b.try_wait_cqe(&mut ub.rcq, Duration::from_millis(300))
+            .is_none(),
+        "the failed function sent a datagram"
+    );
+
+    // Functions 1 and 2 serve on: every byte of the stream both ways, datagrams, admin.
+    let mut rng = Rng::new(15);
+    let mut fb = Flow::new(&mut b, &eb, rng.bytes(N), 1);
+    let mut fc = Flow::new(&mut c, &ec, rng.bytes(N), 2);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !(fb.sent == N && fc.sent == N && fb.got.len() == N && fc.got.len() == N) {
+        assert!(
+            Instant::now() < deadline,
+            "stalled: b sent {} got {}, c sent {} got {}",
+            fb.sent,
+            fb.got.len(),
+            fc.sent,
+            fc.got.len()
+        );
+        if !(fb.pump(&mut b, &mut eb) | fc.pump(&mut c, &mut ec)) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    assert!(fb.got == fc.out && fc.got == fb.out, "the stream is intact");
+    both_ways(
+        (&mut b, &mut ub, ADDRS[1]),
+        (&mut c, &mut uc, ADDRS[2]),
+        b"after",
+        b"the fault",
+    );
+    b.create_ctx().unwrap();
+    assert_eq!(c.query_stats().counters[STAT_UDP_TX as usize], 1);
+
+    // Its driver resets it: a fresh engine, no objects, its link back.
+    a.reset();
+    let s = a.reg_read(REG_STATUS);
+    assert_eq!(s & STATUS_FAILED, 0, "reset clears the failure: {s:#x}");
+    a.enable();
+    a.setup_admin(ADMIN_DEPTH);
+    assert_eq!(
+        a.query_stats().counters[STAT_UDP_TX as usize],
+        0,
+        "a fresh engine"
+    );
+    let mut ua = endpoint(&mut a, 7001);
+    both_ways(
+        (&mut a, &mut ua, ADDRS[0]),
+        (&mut b, &mut ub, ADDRS[1]),
+        b"after",
+        b"its reset",
+    );
+}

@@ -289,3 +289,46 @@ fn stale_socket_is_replaced_and_live_one_refused() {
     drop(client);
     assert_eq!(server.join().unwrap(), Ok(()));
 }
+
+/// A single-function qpipd whose engine panics (the in-process API's test hook): the
+/// function reads STATUS_FAILED, its registers keep answering, and the driver's reset
+/// through REG_CONTROL (as qpip.ko does on seeing it) clears it; a second failure is
+/// recovered from the same way, and the client disconnects cleanly afterwards.
+#[test]
+fn a_failed_engine_reads_failed_and_a_reset_brings_the_function_back() {
+    let core = CoreConfig::default();
+    let fault = core.engine.fault.clone();
+    let (dev, mut c) = start(core);
+    reg_write(&mut c, regs::REG_CONTROL, regs::CONTROL_ENABLE);
+    for round in 1..=2u32 {
+        fault.panic_next_turn();
+        // A kick wakes the engine thread if it sleeps; its next turn panics.
+        reg_write(&mut c, regs::KICK_PAGE_OFFSET + regs::KICK, 1);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            let s = reg_read(&mut c, regs::REG_STATUS);
+            if s & regs::STATUS_FAILED != 0 || Instant::now() > deadline {
+                break s;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(
+            status,
+            regs::STATUS_READY | regs::STATUS_FAILED,
+            "round {round}: failed, still enabled"
+        );
+        assert_eq!(reg_read(&mut c, regs::REG_IDENT), regs::IDENT_MAGIC);
+        reg_write(
+            &mut c,
+            regs::REG_CONTROL,
+            regs::CONTROL_RESET | regs::CONTROL_ENABLE,
+        );
+        assert_eq!(
+            reg_read(&mut c, regs::REG_STATUS),
+            regs::STATUS_READY,
+            "round {round}: reset and enabled, no longer failed"
+        );
+        assert_eq!(reg_read(&mut c, regs::REG_RESET_COUNT), round);
+    }
+    dev.stop(c);
+}
