@@ -84,6 +84,9 @@ impl Env<'_> {
     }
 }
 
+/// Segments placed ahead of a hole that one QP remembers at most ([`IwarpQp::place_ahead`]).
+pub(super) const MAX_AHEAD_RANGES: usize = 1024;
+
 impl IwarpQp {
     /// Writes `data` at byte `off` of the buffer `spans` describes, noting the tripwires
     /// it touches. False if guest memory refused the write.
@@ -108,7 +111,11 @@ impl IwarpQp {
     /// Anything else is refused and waits for the hole like any byte; the in-order pass
     /// then finds any error. True if placed: the stream then skips these bytes.
     pub(super) fn place_ahead(&mut self, env: &Env<'_>, offset: u64, data: &[u8]) -> bool {
-        if self.phase() != super::Phase::Running {
+        // Each segment placed ahead is remembered until the in-order point passes it: a
+        // peer sending many small segments past a hole it never fills must not grow that
+        // list without bound. Beyond it, segments wait for the hole as any byte does
+        // (buffered by TCP within its own bounds, or dropped and sent again).
+        if self.phase() != super::Phase::Running || self.ahead_ranges.len() >= MAX_AHEAD_RANGES {
             return false;
         }
         let mut ulpdus = Vec::new();

@@ -149,6 +149,11 @@ impl Placement {
         self.iw.place_ahead(&env, at, data)
     }
 
+    /// Segments placed ahead of the in-order point and not yet passed by it.
+    pub fn ahead(&self) -> usize {
+        self.iw.ahead_ranges.len()
+    }
+
     /// Whether the connection ended (a Terminate sent or received).
     pub fn ended(&self) -> bool {
         self.iw.phase() == Phase::Over
@@ -224,5 +229,21 @@ mod tests {
             );
             p.check().unwrap();
         }
+    }
+
+    /// A peer that sends small Writes ahead of a hole it never fills: the QP remembers a
+    /// bounded number of them; the rest wait for the hole (TCP buffers them within its
+    /// own bounds, or drops them).
+    #[test]
+    fn segments_placed_ahead_of_a_hole_are_bounded() {
+        let mut p = Placement::new(false);
+        let seg = fpdu(rdmap::write(STAG_RW, VA_RW, true, &[7; 8]), false);
+        let mut placed = 0;
+        for i in 0..3 * super::super::rx::MAX_AHEAD_RANGES as u64 {
+            placed += p.feed_ahead(1 + i * seg.len() as u64, &seg) as usize;
+        }
+        assert_eq!(placed, super::super::rx::MAX_AHEAD_RANGES);
+        assert_eq!(p.ahead(), super::super::rx::MAX_AHEAD_RANGES);
+        p.check().unwrap();
     }
 }
