@@ -1,7 +1,8 @@
 //! The completion queues' one owner: every CQE the engine makes — UDP and TCP, successes,
 //! errors and flushes — is written here, in order, phase byte last, with the CQ's interrupt
 //! when it is armed. A completion whose CQ is full waits in order (`Engine::post_cqe`)
-//! until the consumer makes room, since its WR is already consumed.
+//! until the consumer makes room, since its WR is already consumed; its WR keeps its ring
+//! slot until then (`Qp::owed`), so the completions waiting are bounded by the rings.
 
 use std::sync::atomic::Ordering;
 

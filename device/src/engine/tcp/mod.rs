@@ -35,6 +35,11 @@
 //! Completions keep the order of their queue; when a CQ is full they wait in order
 //! (`super::completion`) instead of being dropped, since the WRs are already consumed.
 //!
+//! A WR's spans name the region they lie in: DEREG_MR of a region a QP's WR (or, on
+//! iWARP, a Read Response it serves) still holds resets the connection and fails the QP
+//! at once (`Engine::tcp_region_gone`), so no segment is ever built from, nor placed
+//! into, the pages of a region after its deregistration.
+//!
 //! Destroying a TCP QP (DESTROY_QP, or its context going away) aborts its connection with
 //! a reset, unless the application had closed it gracefully and nothing would be lost —
 //! every byte of data acknowledged (only our FIN may be outstanding: the bytes live in
