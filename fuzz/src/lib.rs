@@ -302,6 +302,12 @@ impl SyncDevice {
         }
     }
 
+    /// One engine pass (`Engine::poll_once`): what lands between two passes lands in the
+    /// middle of whatever the engine is doing. Whether the pass did anything.
+    pub fn step(&mut self) -> bool {
+        self.e.engine.poll_once()
+    }
+
     /// Size of guest RAM in bytes (it starts at [`RAM_BASE`]).
     pub fn ram_size(&self) -> u64 {
         self.e.ram.size()
@@ -325,8 +331,9 @@ impl SyncDevice {
     }
 
     /// Asserts the device wrote guest RAM only inside `writable` and the doorbell pages it
-    /// may write (see [`SyncDevice`]) since the last check.
-    pub fn check_writes(&mut self, writable: &Writable) {
+    /// may write (see [`SyncDevice`]) since the last check. Returns the pages (their
+    /// guest-physical addresses) the device wrote since then, for checks of what it wrote.
+    pub fn check_writes(&mut self, writable: &Writable) -> Vec<u64> {
         let page = |p: u64| (p, p.saturating_add(PAGE));
         let mut w = writable.clone();
         w.0.extend(self.live_pages.values().map(|&p| page(p)));
@@ -342,8 +349,9 @@ impl SyncDevice {
             .map(page)
             .collect();
         let mut shadow = std::mem::take(&mut self.shadow);
-        w.check(self.ram(), &mut shadow, &provisional);
+        let changed = w.check(self.ram(), &mut shadow, &provisional);
         self.shadow = shadow;
+        changed
     }
 
     pub fn read(&self, gpa: u64, len: usize) -> Vec<u8> {
@@ -613,8 +621,9 @@ impl Writable {
     /// Asserts that RAM (`now`) differs from `shadow` only inside the writable ranges or the
     /// `provisional` ones, then brings `shadow` up to date, except for bytes that changed only
     /// inside a provisional range: those are judged again at the next check (by then the
-    /// range is writable, or the change is caught).
-    fn check(&self, now: &[u8], shadow: &mut [u8], provisional: &[(u64, u64)]) {
+    /// range is writable, or the change is caught). Returns the pages that changed.
+    fn check(&self, now: &[u8], shadow: &mut [u8], provisional: &[(u64, u64)]) -> Vec<u64> {
+        let mut changed = Vec::new();
         let inside =
             |ranges: &[(u64, u64)], gpa: u64| ranges.iter().any(|&(s, e)| gpa >= s && gpa < e);
         // Page by page: almost every page is unchanged, and slice equality is fast.
@@ -625,6 +634,7 @@ impl Writable {
             }
             // Whole pages first: doorbell pages are written (zeroed) whole.
             let start = RAM_BASE + (p * page) as u64;
+            changed.push(start);
             let end = start + np.len() as u64;
             let covers = |&(s, e): &(u64, u64)| s <= start && end <= e;
             if self.0.iter().any(covers) {
@@ -664,5 +674,6 @@ impl Writable {
                 }
             }
         }
+        changed
     }
 }
