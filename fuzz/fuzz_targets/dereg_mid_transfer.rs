@@ -132,9 +132,17 @@ struct World {
     next_wr_id: u64,
 }
 
-/// A data byte for `at` (below [`POISON`]).
-fn data_byte(at: u64) -> u8 {
-    (at.wrapping_mul(0x9e37_79b9) >> 13) as u8 & 0x7f
+/// Data bytes (all below [`POISON`]), computed once: `len` of them from `from` on (a
+/// byte-by-byte loop per region and input would be a good part of an input's time).
+fn data(from: usize, len: usize) -> &'static [u8] {
+    static DATA: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let d = DATA.get_or_init(|| {
+        (0..4 * PAGE)
+            .map(|i| (i.wrapping_mul(0x9e37_79b9) >> 13) as u8 & 0x7f)
+            .collect()
+    });
+    let from = from % (d.len() - len);
+    &d[from..from + len]
 }
 
 fn world() -> World {
@@ -227,8 +235,7 @@ impl World {
             .d
             .must(cmd(ADMIN_OP_REG_MR, self.ctxs[ctx], 0, &a));
         let gpa = first + offset as u64;
-        let bytes: Vec<u8> = (0..len).map(|i| data_byte(gpa + i)).collect();
-        self.d.write(gpa, &bytes);
+        self.d.write(gpa, data(gpa as usize, len as usize));
         self.regions.push(Region {
             ctx,
             lkey: lkey as u32,
@@ -401,8 +408,17 @@ impl World {
             _ => panic!("CQE opcode: {c:?}"),
         };
         assert!(c.status <= CQE_STATUS_REMOTE_OPERATION, "CQE status: {c:?}");
-        let detail = c.detail & !(CQE_DETAIL_SOLICITED | CQE_DETAIL_TERMINATE);
-        assert!(detail <= CQE_DETAIL_REGION_GONE, "CQE detail: {c:?}");
+        // A Terminate's layer, type and code, or one of the detail codes.
+        let terminate = c.detail & CQE_DETAIL_TERMINATE != 0;
+        let detail = c.detail & !CQE_DETAIL_SOLICITED;
+        if terminate {
+            assert!(
+                matches!(c.status, CQE_STATUS_REMOTE_ACCESS | CQE_STATUS_REMOTE_OPERATION),
+                "a Terminate's detail on a completion of another status: {c:?}"
+            );
+        } else {
+            assert!(detail <= CQE_DETAIL_REGION_GONE, "CQE detail: {c:?}");
+        }
         assert_eq!(c.reserved, [0; 19], "CQE reserved bytes: {c:?}");
         assert_eq!(c.owner & !1, 0, "CQE owner has only the phase bit: {c:?}");
         if c.status != CQE_STATUS_SUCCESS && c.status != CQE_STATUS_LOCAL_LENGTH {
@@ -704,7 +720,7 @@ impl World {
     }
 
     /// New data in a live region (as the process writes its buffers).
-    fn data(&mut self, input: &mut Input) {
+    fn write_data(&mut self, input: &mut Input) {
         let live: Vec<usize> = (0..self.regions.len())
             .filter(|&r| self.regions[r].alive)
             .collect();
@@ -714,10 +730,9 @@ impl World {
         let r = &self.regions[live[input.choose(live.len())]];
         let off = input.u16() as u64 % r.len;
         let n = (input.u16() as u64 % 2048).min(r.len - off) as usize;
-        let seed = input.u8() as u64;
+        let from = input.u16() as usize;
         let gpa = r.gpa + off;
-        let bytes: Vec<u8> = (0..n as u64).map(|i| data_byte(gpa + i + seed)).collect();
-        self.d.write(gpa, &bytes);
+        self.d.write(gpa, data(from, n));
     }
 
     fn reg_extra(&mut self, input: &mut Input, extra: &mut usize) {
@@ -760,7 +775,7 @@ fuzz_target!(|data: &[u8]| {
                     w.close(&mut input)
                 }
             }
-            14 => w.data(&mut input),
+            14 => w.write_data(&mut input),
             _ => w.reg_extra(&mut input, &mut extra),
         }
     }

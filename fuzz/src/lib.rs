@@ -15,7 +15,9 @@
 
 pub mod frames;
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::mem::ManuallyDrop;
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -195,8 +197,8 @@ pub const QUERY_BUF: u64 = RAM_BASE + 2 * PAGE;
 /// the next check.
 pub struct SyncDevice {
     /// The engine and guest RAM (the harness's own mapping of it is what the guest's CPU
-    /// would see).
-    e: SyncEngine,
+    /// would see). Taken apart on drop, to give the RAM back to [`POOL`].
+    e: ManuallyDrop<SyncEngine>,
     /// Doorbell page of each live context, by context id.
     live_pages: HashMap<u32, u64>,
     /// The page each context id was last created with (live or destroyed): where the
@@ -221,7 +223,23 @@ pub struct SyncDevice {
     /// What guest RAM should hold if the device wrote nothing: RAM as of the last
     /// [`Self::check_writes`], plus the harness's own writes since.
     shadow: Vec<u8>,
+    /// Pages past those handed out that some check allowed the device to write (a query
+    /// buffer or doorbell page named anywhere): compared at every check from then on. The
+    /// other pages past those handed out are never the device's to write, whenever it
+    /// writes them, so they are compared once, when the device is dropped.
+    tracked: Vec<bool>,
 }
+
+thread_local! {
+    /// Guest RAM (and its shadow) of devices dropped on this thread, zeroed, for the next
+    /// device of the same size: a fuzz target builds a device per input, and a fresh memfd
+    /// and shadow cost a page fault and a page clear for every page touched — more than
+    /// most inputs' work.
+    static POOL: RefCell<Vec<(Ram, Vec<u8>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A zero page, to compare with.
+static ZERO_PAGE: [u8; PAGE as usize] = [0; PAGE as usize];
 
 impl SyncDevice {
     /// A fresh device with [`RAM_SIZE`] bytes of guest RAM and its admin queue enabled (as the
@@ -241,11 +259,21 @@ impl SyncDevice {
             .is_test(false)
             .try_init();
         }
-        let mut ram = Ram::new(c"fuzz-guest-ram", RAM_BASE, ram_size);
+        let pooled = POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            let i = p.iter().position(|(r, _)| r.size() == ram_size)?;
+            Some(p.swap_remove(i))
+        });
+        let (mut ram, shadow) = pooled.unwrap_or_else(|| {
+            (
+                Ram::new(c"fuzz-guest-ram", RAM_BASE, ram_size),
+                vec![0u8; ram_size as usize],
+            )
+        });
         let fixed = [ram.alloc_pages(1), ram.alloc_pages(1), ram.alloc_pages(1)];
         assert_eq!(fixed, [ADMIN_SQ, ADMIN_CQ, QUERY_BUF]);
         let mut d = SyncDevice {
-            e: SyncEngine::new(ram, EngineConfig::default()),
+            e: ManuallyDrop::new(SyncEngine::new(ram, EngineConfig::default())),
             live_pages: HashMap::new(),
             db_pages: HashMap::new(),
             was_live: HashSet::new(),
@@ -255,7 +283,8 @@ impl SyncDevice {
             outstanding: HashMap::new(),
             forgotten: HashMap::new(),
             hostile: false,
-            shadow: vec![0u8; ram_size as usize],
+            shadow,
+            tracked: vec![false; (ram_size / PAGE) as usize],
         };
         d.enable_admin();
         d
@@ -348,10 +377,46 @@ impl SyncDevice {
             .filter_map(create_ctx_page)
             .map(page)
             .collect();
+        // Pages past those handed out are compared from the first check that lets the
+        // device write them on.
+        let handed_out = ((self.e.ram.next_free() - RAM_BASE) / PAGE) as usize;
+        for &(s, e) in w.0.iter().chain(&provisional) {
+            let first = (s.max(RAM_BASE) - RAM_BASE) / PAGE;
+            let end = (e.min(RAM_BASE + self.ram_size()).saturating_sub(RAM_BASE)).div_ceil(PAGE);
+            for p in first..end {
+                self.tracked[p as usize] = true;
+            }
+        }
+        let tracked = std::mem::take(&mut self.tracked);
         let mut shadow = std::mem::take(&mut self.shadow);
-        let changed = w.check(self.ram(), &mut shadow, &provisional);
+        let compare = |p: usize| p < handed_out || tracked[p];
+        let changed = w.check(self.ram(), &mut shadow, &provisional, compare);
         self.shadow = shadow;
+        self.tracked = tracked;
         changed
+    }
+
+    /// Checks the pages [`Self::check_writes`] leaves out (never handed out, never
+    /// writable): the device wrote none of them.
+    fn check_untracked(&self) {
+        let handed_out = ((self.e.ram.next_free() - RAM_BASE) / PAGE) as usize;
+        let page = PAGE as usize;
+        let now = self.ram();
+        for p in handed_out..self.tracked.len() {
+            let at = p * page;
+            if !self.tracked[p] && now[at..at + page] != self.shadow[at..at + page] {
+                let i = (0..page)
+                    .find(|&i| now[at + i] != self.shadow[at + i])
+                    .expect("a difference");
+                panic!(
+                    "the device wrote guest RAM it had no right to write (a page never handed \
+                     out): byte {:#x} ({:#04x} -> {:#04x})",
+                    RAM_BASE + (at + i) as u64,
+                    self.shadow[at + i],
+                    now[at + i]
+                );
+            }
+        }
     }
 
     pub fn read(&self, gpa: u64, len: usize) -> Vec<u8> {
@@ -518,8 +583,22 @@ impl SyncDevice {
     }
 
     /// As [`Self::call`], for commands the setup needs to succeed; returns result0/result1.
+    /// Runs the engine only until the command completes (a synchronous command does in the
+    /// pass that takes it), not until it settles: a target builds its objects afresh for
+    /// every input, and the passes that would find nothing to do cost as much as the rest
+    /// of the set-up.
     pub fn must(&mut self, cmd: AdminCmd) -> (u64, u64) {
-        let c = self.call(cmd);
+        let id = self.submit(cmd);
+        let mut c = None;
+        for _ in 0..64 {
+            self.step();
+            c = self.completions().into_iter().find(|(_, c)| c.cmd_id == id);
+            if c.is_some() {
+                break;
+            }
+        }
+        let (_, c) =
+            c.unwrap_or_else(|| panic!("setup command {:#x} did not complete", cmd.opcode));
         assert_eq!(
             c.status, ADMIN_STATUS_OK,
             "setup command {:#x} failed: {c:?}",
@@ -592,6 +671,34 @@ impl SyncDevice {
     }
 }
 
+impl Drop for SyncDevice {
+    /// Checks the pages no check looked at, then gives guest RAM back to [`POOL`], zeroed.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return; // RAM and engine leak: the process is going down
+        }
+        self.check_untracked();
+        // SAFETY: `self.e` is not used again: this is the end of `self`.
+        let e = unsafe { ManuallyDrop::take(&mut self.e) };
+        let mut ram = e.into_ram();
+        let mut shadow = std::mem::take(&mut self.shadow);
+        let page = PAGE as usize;
+        let handed_out = ((ram.next_free() - RAM_BASE) / PAGE) as usize;
+        // Past the pages handed out, what anyone wrote (the harness's writes, or the device's
+        // where a check allowed them; elsewhere RAM equals the shadow, as checked above).
+        for p in handed_out..self.tracked.len() {
+            let at = p * page;
+            if self.tracked[p] || shadow[at..at + page] != ZERO_PAGE {
+                ram.fill(RAM_BASE + at as u64, page, 0);
+                shadow[at..at + page].fill(0);
+            }
+        }
+        shadow[..handed_out * page].fill(0);
+        ram.recycle();
+        POOL.with(|p| p.borrow_mut().push((ram, shadow)));
+    }
+}
+
 impl Default for SyncDevice {
     fn default() -> Self {
         Self::new()
@@ -621,15 +728,22 @@ impl Writable {
     /// Asserts that RAM (`now`) differs from `shadow` only inside the writable ranges or the
     /// `provisional` ones, then brings `shadow` up to date, except for bytes that changed only
     /// inside a provisional range: those are judged again at the next check (by then the
-    /// range is writable, or the change is caught). Returns the pages that changed.
-    fn check(&self, now: &[u8], shadow: &mut [u8], provisional: &[(u64, u64)]) -> Vec<u64> {
+    /// range is writable, or the change is caught). Looks only at the pages (indices)
+    /// `compare` names. Returns the pages that changed.
+    fn check(
+        &self,
+        now: &[u8],
+        shadow: &mut [u8],
+        provisional: &[(u64, u64)],
+        compare: impl Fn(usize) -> bool,
+    ) -> Vec<u64> {
         let mut changed = Vec::new();
         let inside =
             |ranges: &[(u64, u64)], gpa: u64| ranges.iter().any(|&(s, e)| gpa >= s && gpa < e);
         // Page by page: almost every page is unchanged, and slice equality is fast.
         let page = PAGE as usize;
         for (p, (np, sp)) in now.chunks(page).zip(shadow.chunks_mut(page)).enumerate() {
-            if np == sp {
+            if !compare(p) || np == sp {
                 continue;
             }
             // Whole pages first: doorbell pages are written (zeroed) whole.

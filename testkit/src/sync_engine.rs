@@ -48,6 +48,12 @@ impl SyncEngine {
         }
     }
 
+    /// The guest RAM back, the engine gone (its mapping of the RAM with it).
+    pub fn into_ram(self) -> Ram {
+        drop(self.engine);
+        self.ram
+    }
+
     /// Delivers one control message to the engine, as the control thread would.
     pub fn control(&mut self, msg: Control) {
         self.engine.handle(msg);
