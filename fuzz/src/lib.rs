@@ -26,6 +26,7 @@ use qpip_abi::cqe::CQE_SIZE;
 use qpip_abi::doorbell::*;
 use qpip_abi::pci::DOORBELL_PAGE_SIZE;
 use qpip_abi::wqe::WQE_SIZE;
+use qpip_device::dma::GuestRam;
 use qpip_device::engine::{Control, EngineConfig};
 use qpip_device::irq::Interrupts;
 pub use qpip_testkit::{check_admin_cqe, cmd, cmd0, create_ctx_cmd};
@@ -231,11 +232,12 @@ pub struct SyncDevice {
 }
 
 thread_local! {
-    /// Guest RAM (and its shadow) of devices dropped on this thread, zeroed, for the next
+    /// Guest RAM (with the engine's mapping of it, and its shadow) of devices dropped on
+    /// this thread, zeroed, for the next
     /// device of the same size: a fuzz target builds a device per input, and a fresh memfd
     /// and shadow cost a page fault and a page clear for every page touched — more than
     /// most inputs' work.
-    static POOL: RefCell<Vec<(Ram, Vec<u8>)>> = const { RefCell::new(Vec::new()) };
+    static POOL: RefCell<Vec<(Ram, GuestRam, Vec<u8>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A zero page, to compare with.
@@ -261,19 +263,28 @@ impl SyncDevice {
         }
         let pooled = POOL.with(|p| {
             let mut p = p.borrow_mut();
-            let i = p.iter().position(|(r, _)| r.size() == ram_size)?;
+            let i = p.iter().position(|(r, _, _)| r.size() == ram_size)?;
             Some(p.swap_remove(i))
         });
-        let (mut ram, shadow) = pooled.unwrap_or_else(|| {
-            (
-                Ram::new(c"fuzz-guest-ram", RAM_BASE, ram_size),
+        let (e, shadow) = match pooled {
+            Some((ram, mapping, shadow)) => (
+                SyncEngine::on_mapping(ram, mapping, EngineConfig::default()),
+                shadow,
+            ),
+            None => (
+                SyncEngine::new(
+                    Ram::new(c"fuzz-guest-ram", RAM_BASE, ram_size),
+                    EngineConfig::default(),
+                ),
                 vec![0u8; ram_size as usize],
-            )
-        });
+            ),
+        };
+        let mut e = ManuallyDrop::new(e);
+        let ram = &mut e.ram;
         let fixed = [ram.alloc_pages(1), ram.alloc_pages(1), ram.alloc_pages(1)];
         assert_eq!(fixed, [ADMIN_SQ, ADMIN_CQ, QUERY_BUF]);
         let mut d = SyncDevice {
-            e: ManuallyDrop::new(SyncEngine::new(ram, EngineConfig::default())),
+            e,
             live_pages: HashMap::new(),
             db_pages: HashMap::new(),
             was_live: HashSet::new(),
@@ -680,7 +691,7 @@ impl Drop for SyncDevice {
         self.check_untracked();
         // SAFETY: `self.e` is not used again: this is the end of `self`.
         let e = unsafe { ManuallyDrop::take(&mut self.e) };
-        let mut ram = e.into_ram();
+        let (mut ram, mapping) = e.into_parts();
         let mut shadow = std::mem::take(&mut self.shadow);
         let page = PAGE as usize;
         let handed_out = ((ram.next_free() - RAM_BASE) / PAGE) as usize;
@@ -695,7 +706,7 @@ impl Drop for SyncDevice {
         }
         shadow[..handed_out * page].fill(0);
         ram.recycle();
-        POOL.with(|p| p.borrow_mut().push((ram, shadow)));
+        POOL.with(|p| p.borrow_mut().push((ram, mapping, shadow)));
     }
 }
 
