@@ -716,7 +716,10 @@ impl World {
             return; // the admin ring keeps room for the commands that complete at once
         }
         // Completes when the close is done (or at once with an error); either way later.
+        // Taken in a pass of its own: a command that poisons regions must be the first
+        // thing in its pass (a CLOSE taken before it may read the regions its sends name).
         self.d.submit(cmd0(ADMIN_OP_CLOSE, self.ctxs[ctx], id));
+        self.step(1);
     }
 
     /// New data in a live region (as the process writes its buffers).
