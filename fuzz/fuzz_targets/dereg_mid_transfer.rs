@@ -236,6 +236,11 @@ impl World {
             .must(cmd(ADMIN_OP_REG_MR, self.ctxs[ctx], 0, &a));
         let gpa = first + offset as u64;
         self.d.write(gpa, data(gpa as usize, len as usize));
+        // The device reads page lists, and nothing writes a region without a write right.
+        self.d.seal(list, PAGE);
+        if access & (MR_ACCESS_LOCAL_WRITE | MR_ACCESS_REMOTE_WRITE) == 0 {
+            self.d.seal(first, pages * PAGE);
+        }
         self.regions.push(Region {
             ctx,
             lkey: lkey as u32,
@@ -254,6 +259,13 @@ impl World {
         let sq = contiguous(self.d.alloc_pages(n), n);
         let rq = contiguous(self.d.alloc_pages(n), n);
         let lists = (self.d.page_list(&sq), self.d.page_list(&rq));
+        // The device reads rings and page lists, never writes them.
+        for at in [sq[0], rq[0]] {
+            self.d.seal(at, n * PAGE);
+        }
+        for at in [lists.0, lists.1] {
+            self.d.seal(at, PAGE);
+        }
         let (scq, rcq) = self.ctx_cqs[ctx];
         let framing = match kind {
             Kind::Message => FRAMING_MESSAGE,

@@ -229,6 +229,10 @@ pub struct SyncDevice {
     /// other pages past those handed out are never the device's to write, whenever it
     /// writes them, so they are compared once, when the device is dropped.
     tracked: Vec<bool>,
+    /// Pages the device must never write (see [`Self::seal`]): read-only in the engine's
+    /// mapping, so that a write faults where the device makes it, and left out of the
+    /// comparisons.
+    sealed: Vec<bool>,
 }
 
 thread_local! {
@@ -296,6 +300,7 @@ impl SyncDevice {
             hostile: false,
             shadow,
             tracked: vec![false; (ram_size / PAGE) as usize],
+            sealed: vec![false; (ram_size / PAGE) as usize],
         };
         d.enable_admin();
         d
@@ -400,11 +405,54 @@ impl SyncDevice {
         }
         let tracked = std::mem::take(&mut self.tracked);
         let mut shadow = std::mem::take(&mut self.shadow);
-        let compare = |p: usize| p < handed_out || tracked[p];
+        let sealed = &self.sealed;
+        let compare = |p: usize| (p < handed_out || tracked[p]) && !sealed[p];
         let changed = w.check(self.ram(), &mut shadow, &provisional, compare);
         self.shadow = shadow;
         self.tracked = tracked;
         changed
+    }
+
+    /// Seals the pages holding `len` bytes at `gpa`: the device must never write them for
+    /// the rest of this device's life (rings, page lists, regions no write right reaches —
+    /// pages a target knows no command names as anything else). They become read-only in
+    /// the engine's mapping (so a write is a fault, with the device's code on the stack)
+    /// and [`Self::check_writes`] no longer compares them: most of a data-path target's
+    /// pages are such, and comparing them after every run is much of its time.
+    pub fn seal(&mut self, gpa: u64, len: u64) {
+        let first = (gpa - RAM_BASE) / PAGE;
+        let end = (gpa + len - RAM_BASE).div_ceil(PAGE);
+        self.protect(first, end, true);
+    }
+
+    /// Makes pages `first..end` read-only in the engine's mapping (`seal`), or writable
+    /// again; they must equal the shadow (the device could not write them while sealed).
+    fn protect(&mut self, first: u64, end: u64, seal: bool) {
+        use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryBackend};
+        assert!(end <= self.sealed.len() as u64, "sealing pages outside RAM");
+        let mem = self.e.mapping().memory();
+        let host = mem
+            .memory()
+            .get_host_address(GuestAddress(RAM_BASE + first * PAGE))
+            .expect("sealed pages are in the engine's mapping");
+        let prot = if seal {
+            libc::PROT_READ
+        } else {
+            libc::PROT_READ | libc::PROT_WRITE
+        };
+        // SAFETY: whole pages of the engine's mapping (checked above: inside RAM), which
+        // lives as long as the pool keeps it; only their protection changes.
+        let r = unsafe {
+            libc::mprotect(
+                host.cast(),
+                ((end - first) * PAGE) as usize,
+                prot,
+            )
+        };
+        assert_eq!(r, 0, "mprotect: {}", std::io::Error::last_os_error());
+        for p in first..end {
+            self.sealed[p as usize] = seal;
+        }
     }
 
     /// Checks the pages [`Self::check_writes`] leaves out (never handed out, never
@@ -626,10 +674,12 @@ impl SyncDevice {
         self.must(create_ctx_cmd(page)).0 as u32
     }
 
-    /// `n` fresh pages in one piece, and their page list.
+    /// `n` fresh pages in one piece, and their page list (sealed: the object helpers are
+    /// for data-path targets, whose commands never name a page list as anything else).
     fn pages(&mut self, n: u64) -> (Vec<u64>, u64) {
         let pages = contiguous(self.alloc_pages(n), n);
         let list = self.page_list(&pages);
+        self.seal(list, PAGE * Ram::page_list_pages(n as usize));
         (pages, list)
     }
 
@@ -647,6 +697,13 @@ impl SyncDevice {
         let sq = contiguous(self.alloc_pages(n), n);
         let rq = contiguous(self.alloc_pages(n), n);
         let lists = (self.page_list(&sq), self.page_list(&rq));
+        // The device reads rings and page lists, never writes them.
+        for at in [sq[0], rq[0]] {
+            self.seal(at, n * PAGE);
+        }
+        for at in [lists.0, lists.1] {
+            self.seal(at, PAGE * Ram::page_list_pages(n as usize));
+        }
         let framing = if qp_type == QP_TYPE_TCP {
             FRAMING_MESSAGE
         } else {
@@ -671,6 +728,9 @@ impl SyncDevice {
         let iova = 0x7f00_0000_0000 + base - RAM_BASE + offset as u64;
         let a = mr_body(list, npages as u32, offset, iova, len, access);
         let (lkey, _) = self.must(cmd(ADMIN_OP_REG_MR, ctx, 0, &a));
+        if access & (MR_ACCESS_LOCAL_WRITE | MR_ACCESS_REMOTE_WRITE) == 0 {
+            self.seal(base, npages * PAGE); // nothing may write it
+        }
         (lkey as u32, iova, base)
     }
 
@@ -689,6 +749,17 @@ impl Drop for SyncDevice {
             return; // RAM and engine leak: the process is going down
         }
         self.check_untracked();
+        // The pool's mapping goes back writable, in runs of sealed pages.
+        let mut p = 0;
+        while p < self.sealed.len() {
+            if !self.sealed[p] {
+                p += 1;
+                continue;
+            }
+            let end = (p..self.sealed.len()).find(|&q| !self.sealed[q]).unwrap_or(self.sealed.len());
+            self.protect(p as u64, end as u64, false);
+            p = end;
+        }
         // SAFETY: `self.e` is not used again: this is the end of `self`.
         let e = unsafe { ManuallyDrop::take(&mut self.e) };
         let (mut ram, mapping) = e.into_parts();

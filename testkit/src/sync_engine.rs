@@ -58,6 +58,11 @@ impl SyncEngine {
         }
     }
 
+    /// The engine's mapping of guest RAM.
+    pub fn mapping(&self) -> &GuestRam {
+        &self.mapping
+    }
+
     /// The guest RAM and the engine's mapping of it back, the engine gone.
     pub fn into_parts(self) -> (Ram, GuestRam) {
         drop(self.engine);
