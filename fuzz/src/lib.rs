@@ -683,16 +683,71 @@ impl SyncDevice {
         (pages, list)
     }
 
-    /// A CQ of `depth` entries in fresh pages, raising `vector`.
-    pub fn create_cq(&mut self, ctx: u32, depth: u32, vector: u32) -> Cq {
-        let (pages, list) = self.pages(ring_pages(depth, CQE_SIZE));
-        let a = cq_body(list, depth, vector);
-        let (id, slot) = self.must(cmd(ADMIN_OP_CREATE_CQ, ctx, 0, &a));
-        Cq::created(ctx, &a, pages, (id as u32, slot as u32))
+    /// Submits `cmds` together, runs the engine until all have completed, and returns each
+    /// one's (result0, result1) in order; all must succeed. A target's set-up runs its
+    /// independent commands this way: one engine pass for a batch instead of one for each.
+    pub fn must_all(&mut self, cmds: &[AdminCmd]) -> Vec<(u64, u64)> {
+        assert!(
+            cmds.len() + self.outstanding.len() <= ADMIN_DEPTH as usize,
+            "a set-up batch larger than the admin queue"
+        );
+        let ids: Vec<u32> = cmds.iter().map(|&c| self.submit(c)).collect();
+        let mut done: HashMap<u32, AdminCqe> = HashMap::new();
+        for _ in 0..64 {
+            self.step();
+            done.extend(self.completions().into_iter().map(|(_, c)| (c.cmd_id, c)));
+            if ids.iter().all(|id| done.contains_key(id)) {
+                break;
+            }
+        }
+        ids.iter()
+            .zip(cmds)
+            .map(|(id, cmd)| {
+                let c = done
+                    .get(id)
+                    .unwrap_or_else(|| panic!("setup command {:#x} did not complete", cmd.opcode));
+                assert_eq!(
+                    c.status, ADMIN_STATUS_OK,
+                    "setup command {:#x} failed: {c:?}",
+                    cmd.opcode
+                );
+                (c.result0, c.result1)
+            })
+            .collect()
     }
 
-    /// A QP with both rings `depth` deep in fresh pages (message framing if TCP).
-    pub fn create_qp(&mut self, ctx: u32, scq: u32, rcq: u32, depth: u32, qp_type: u8) -> Qp {
+    /// A context on a fresh page: its `CREATE_CTX`.
+    pub fn plan_ctx(&mut self) -> AdminCmd {
+        let page = self.alloc_pages(1);
+        create_ctx_cmd(page)
+    }
+
+    /// A CQ of `depth` entries in fresh pages, raising `vector`: its `CREATE_CQ`, and what
+    /// makes the [`Cq`] of the command's results.
+    pub fn plan_cq(&mut self, ctx: u32, depth: u32, vector: u32) -> (AdminCmd, PlannedCq) {
+        let (pages, list) = self.pages(ring_pages(depth, CQE_SIZE));
+        let args = cq_body(list, depth, vector);
+        (
+            cmd(ADMIN_OP_CREATE_CQ, ctx, 0, &args),
+            PlannedCq { ctx, args, pages },
+        )
+    }
+
+    /// A CQ of `depth` entries in fresh pages, raising `vector`.
+    pub fn create_cq(&mut self, ctx: u32, depth: u32, vector: u32) -> Cq {
+        let (c, plan) = self.plan_cq(ctx, depth, vector);
+        plan.created(self.must(c))
+    }
+
+    /// A QP with both rings `depth` deep in fresh pages, completing to CQs `cqs` (ids):
+    /// its `CREATE_QP`, and what makes the [`Qp`] of the command's results.
+    pub fn plan_qp(
+        &mut self,
+        ctx: u32,
+        cqs: (u32, u32),
+        depth: u32,
+        (qp_type, framing): (u8, u8),
+    ) -> (AdminCmd, PlannedQp) {
         let n = ring_pages(depth, WQE_SIZE);
         let sq = contiguous(self.alloc_pages(n), n);
         let rq = contiguous(self.alloc_pages(n), n);
@@ -704,14 +759,47 @@ impl SyncDevice {
         for at in [lists.0, lists.1] {
             self.seal(at, PAGE * Ram::page_list_pages(n as usize));
         }
+        let args = qp_body(lists, cqs, (depth, depth), qp_type, framing);
+        (
+            cmd(ADMIN_OP_CREATE_QP, ctx, 0, &args),
+            PlannedQp {
+                ctx,
+                args,
+                rings: (sq, rq),
+            },
+        )
+    }
+
+    /// A QP with both rings `depth` deep in fresh pages (message framing if TCP).
+    pub fn create_qp(&mut self, ctx: u32, scq: u32, rcq: u32, depth: u32, qp_type: u8) -> Qp {
         let framing = if qp_type == QP_TYPE_TCP {
             FRAMING_MESSAGE
         } else {
             0
         };
-        let a = qp_body(lists, (scq, rcq), (depth, depth), qp_type, framing);
-        let (id, slot) = self.must(cmd(ADMIN_OP_CREATE_QP, ctx, 0, &a));
-        Qp::created(ctx, &a, (sq, rq), (id as u32, slot as u32))
+        let (c, plan) = self.plan_qp(ctx, (scq, rcq), depth, (qp_type, framing));
+        plan.created(self.must(c))
+    }
+
+    /// A region of `len` bytes at `offset` into `npages` fresh pages: its `REG_MR` (which
+    /// must succeed: pages without a write right are sealed at once), its iova and first
+    /// page. The command's results are the lkey and the rkey.
+    pub fn plan_mr(
+        &mut self,
+        ctx: u32,
+        npages: u64,
+        offset: u32,
+        len: u64,
+        access: u32,
+    ) -> (AdminCmd, u64, u64) {
+        let (pages, list) = self.pages(npages);
+        let base = pages[0];
+        let iova = 0x7f00_0000_0000 + base - RAM_BASE + offset as u64;
+        let a = mr_body(list, npages as u32, offset, iova, len, access);
+        if access & (MR_ACCESS_LOCAL_WRITE | MR_ACCESS_REMOTE_WRITE) == 0 {
+            self.seal(base, npages * PAGE); // nothing may write it
+        }
+        (cmd(ADMIN_OP_REG_MR, ctx, 0, &a), iova, base)
     }
 
     /// Registers `len` bytes at `offset` into `npages` fresh pages; (lkey, iova, first page).
@@ -723,22 +811,20 @@ impl SyncDevice {
         len: u64,
         access: u32,
     ) -> (u32, u64, u64) {
-        let (pages, list) = self.pages(npages);
-        let base = pages[0];
-        let iova = 0x7f00_0000_0000 + base - RAM_BASE + offset as u64;
-        let a = mr_body(list, npages as u32, offset, iova, len, access);
-        let (lkey, _) = self.must(cmd(ADMIN_OP_REG_MR, ctx, 0, &a));
-        if access & (MR_ACCESS_LOCAL_WRITE | MR_ACCESS_REMOTE_WRITE) == 0 {
-            self.seal(base, npages * PAGE); // nothing may write it
-        }
-        (lkey as u32, iova, base)
+        let (c, iova, base) = self.plan_mr(ctx, npages, offset, len, access);
+        (self.must(c).0 as u32, iova, base)
     }
 
-    pub fn bind(&mut self, ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> u16 {
+    /// `BIND` of QP `qp` to `addr`/`port`.
+    pub fn bind_cmd(ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> AdminCmd {
         let mut a = BindArgs::new_zeroed();
         a.addr = addr;
         a.port = port;
-        self.must(cmd(ADMIN_OP_BIND, ctx, qp, &a)).0 as u16
+        cmd(ADMIN_OP_BIND, ctx, qp, &a)
+    }
+
+    pub fn bind(&mut self, ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> u16 {
+        self.must(Self::bind_cmd(ctx, qp, addr, port)).0 as u16
     }
 }
 
@@ -784,6 +870,34 @@ impl Drop for SyncDevice {
 impl Default for SyncDevice {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// A CQ whose `CREATE_CQ` is built ([`SyncDevice::plan_cq`]).
+pub struct PlannedCq {
+    ctx: u32,
+    args: CreateCqArgs,
+    pages: Vec<u64>,
+}
+
+impl PlannedCq {
+    /// The CQ, from its command's (result0, result1).
+    pub fn created(self, (id, slot): (u64, u64)) -> Cq {
+        Cq::created(self.ctx, &self.args, self.pages, (id as u32, slot as u32))
+    }
+}
+
+/// A QP whose `CREATE_QP` is built ([`SyncDevice::plan_qp`]).
+pub struct PlannedQp {
+    ctx: u32,
+    args: CreateQpArgs,
+    rings: (Vec<u64>, Vec<u64>),
+}
+
+impl PlannedQp {
+    /// The QP, from its command's (result0, result1).
+    pub fn created(self, (id, slot): (u64, u64)) -> Qp {
+        Qp::created(self.ctx, &self.args, self.rings, (id as u32, slot as u32))
     }
 }
 
