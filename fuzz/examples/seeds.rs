@@ -959,9 +959,10 @@ fn iwarp_placement(dir: &Path) {
 }
 
 // ---- dereg_mid_transfer -----------------------------------------------------------------------
-// top level: 0 send, 3 recv, 5 step (then passes - 1), 8 settle, 9 consume, 10 DEREG_MR,
-// 12 DESTROY_QP, 13 (0: DESTROY_CTX, 1: CLOSE). QPs: 0/1 message framing (context 0 accepts,
-// context 1 connects), 2/3 stream framing, 4/5 iWARP. Regions: 0-3 context 0's, 4-7 context
+// first byte: the pairs to connect (bits: 1 message, 2 stream, 4 iWARP). Then top level: 0 send, 3 recv, 5 step (then passes - 1), 8 settle, 9 consume, 10 DEREG_MR,
+// 12 DESTROY_QP, 13 (0: DESTROY_CTX, 1: CLOSE). QPs, pair by pair among those connected:
+// 0/1 message framing (context 0 accepts, context 1 connects), 2/3 stream framing, 4/5 iWARP
+// (with all three; with one pair, its QPs are 0/1). Regions: 0-3 context 0's, 4-7 context
 // 1's, in each: "out" (read-only to the device, remote read), "in" (local and remote write),
 // "mix" (every right), "in2" (local write). An SGE picks among the regions that have the
 // rights asked for ("fit": receives and Read sinks: in, mix, in2; RDMA Write targets: in,
@@ -1015,6 +1016,7 @@ fn dm_consume_all(s: &mut Seed) {
 fn dereg_mid_transfer(dir: &Path) {
     let mut s = Seed::default();
     // Message framing: the sender's region deregistered one pass into a 4000-byte message.
+    s.u8(1);
     dm_recv(&mut s, 0, 0, 0, 4000);
     dm_send(&mut s, 1, 0, 0, 100, 4000);
     s.u8(5).u8(0);
@@ -1025,9 +1027,10 @@ fn dereg_mid_transfer(dir: &Path) {
 
     let mut s = Seed::default();
     // Stream framing: the receiver's region deregistered while the bytes arrive.
-    dm_recv(&mut s, 2, 0, 0, 3000);
-    dm_recv(&mut s, 2, 2, 0, 3000);
-    dm_send(&mut s, 3, 1, 0, 0, 6000);
+    s.u8(2);
+    dm_recv(&mut s, 0, 0, 0, 3000);
+    dm_recv(&mut s, 0, 2, 0, 3000);
+    dm_send(&mut s, 1, 1, 0, 0, 6000);
     s.u8(5).u8(0); // one pass: the segments wait in the loopback
     s.u8(10).u8(1);
     s.u8(8);
@@ -1037,11 +1040,12 @@ fn dereg_mid_transfer(dir: &Path) {
     let mut s = Seed::default();
     // iWARP: a Read of context 0's "out" region, deregistered while its Read Response
     // streams; then a Write into context 0's "in", deregistered under it.
-    dm_rdma(&mut s, 5, false, (0, 0), 6000, (0, 0));
+    s.u8(4);
+    dm_rdma(&mut s, 1, false, (0, 0), 6000, (0, 0));
     s.u8(5).u8(1); // two passes: the request is served, the response on its way
     s.u8(10).u8(0);
     s.u8(8);
-    dm_rdma(&mut s, 5, true, (0, 0), 5000, (0, 0));
+    dm_rdma(&mut s, 1, true, (0, 0), 5000, (0, 0));
     s.u8(5).u8(0);
     s.u8(10).u8(1);
     s.u8(8);
@@ -1051,6 +1055,7 @@ fn dereg_mid_transfer(dir: &Path) {
     let mut s = Seed::default();
     // Everything at once: transfers on every pair, then a QP destroyed, a close, the
     // connecting context destroyed, a region deregistered after its QP is gone.
+    s.u8(7);
     dm_recv(&mut s, 0, 0, 0, 2000);
     dm_recv(&mut s, 2, 1, 0, 2000);
     dm_recv(&mut s, 4, 2, 0, 2000);
@@ -1071,6 +1076,7 @@ fn dereg_mid_transfer(dir: &Path) {
 
     let mut s = Seed::default();
     // Transfers that finish, with no region taken away.
+    s.u8(7);
     dm_recv(&mut s, 1, 0, 0, 4096);
     dm_recv(&mut s, 3, 0, 4096, 4096);
     dm_recv(&mut s, 5, 1, 0, 3000);

@@ -5,7 +5,10 @@
 //! sends and receives (iWARP also RDMA Writes and Reads between the pair) over the regions,
 //! runs the engine for a few passes or until it settles, consumes completions, writes data,
 //! and lands `DEREG_MR`, `DESTROY_QP`, `CLOSE` and `DESTROY_CTX` between any two passes —
-//! that is, in the middle of transfers.
+//! that is, in the middle of transfers. The input's first byte says which pairs to
+//! connect (bit 0 message framing, bit 1 stream, bit 2 iWARP; none: all three), so that an
+//! input pays only for the connections it uses; QPs are numbered pair by pair, the
+//! accepting end (context 0) first.
 //!
 //! What the harness owns and checks (after every engine pass it runs):
 //! * nothing panics;
@@ -36,7 +39,7 @@ use qpip_abi::cqe::*;
 use qpip_abi::doorbell::*;
 use qpip_abi::wqe::*;
 use qpip_fuzz::*;
-use qpip_testkit::{contiguous, qp_body, ring_pages, LOOPBACK, UNSPECIFIED};
+use qpip_testkit::{LOOPBACK, UNSPECIFIED};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// Bytes ≥ this never enter a live region by the harness's hand: poisoned pages hold
@@ -145,54 +148,101 @@ fn data(from: usize, len: usize) -> &'static [u8] {
     &d[from..from + len]
 }
 
-fn world() -> World {
+/// The world for an input: the two contexts with their CQs and regions, and the pairs
+/// whose bits are set in `pairs` (bit k: `KINDS[k]`; none set means all three) — an input
+/// pays only for the connections it asks for. Objects are made in batches of independent
+/// commands, one engine run each.
+fn world(pairs: u8) -> World {
+    let pairs = if pairs & 7 == 0 { 7 } else { pairs & 7 };
     let mut d = SyncDevice::with_ram(RAM);
-    let ctxs = [d.create_ctx(), d.create_ctx()];
-    let mut cqs = Vec::new();
-    let mut ctx_cqs = [(0, 0); 2];
+    let ctx_cmds = [d.plan_ctx(), d.plan_ctx()];
+    let ids = d.must_all(&ctx_cmds);
+    let ctxs = [ids[0].0 as u32, ids[1].0 as u32];
+    let mut cmds = Vec::new();
+    let mut cq_plans = Vec::new();
     for (i, &ctx) in ctxs.iter().enumerate() {
         for vector in [1, 2] {
-            cqs.push(Cq {
-                cq: d.create_cq(ctx, CQ_DEPTH, vector),
-                ctx: i,
-                alive: true,
-                seen: HashMap::new(),
-            });
+            let (c, plan) = d.plan_cq(ctx, CQ_DEPTH, vector);
+            cmds.push(c);
+            cq_plans.push((i, plan));
         }
-        ctx_cqs[i] = (cqs.len() - 2, cqs.len() - 1);
+    }
+    let mut regions = Vec::new();
+    for ctx in 0..2 {
+        for spec in REGIONS {
+            let (c, r) = plan_region(&mut d, ctxs, ctx, spec);
+            cmds.push(c);
+            regions.push(r);
+        }
+    }
+    let results = d.must_all(&cmds);
+    let cqs: Vec<Cq> = cq_plans
+        .into_iter()
+        .zip(&results)
+        .map(|((ctx, plan), &r)| Cq {
+            cq: plan.created(r),
+            ctx,
+            alive: true,
+            seen: HashMap::new(),
+        })
+        .collect();
+    for (r, &(lkey, rkey)) in regions.iter_mut().zip(&results[cqs.len()..]) {
+        (r.lkey, r.rkey) = (lkey as u32, rkey as u32);
     }
     let mut w = World {
         d,
         ctxs,
         ctx_alive: [true; 2],
-        ctx_cqs,
+        ctx_cqs: [(0, 1), (2, 3)],
         cqs,
         qps: Vec::new(),
-        regions: Vec::new(),
+        regions,
         gone: HashSet::new(),
         next_wr_id: 1,
     };
-    for ctx in 0..2 {
-        for spec in REGIONS {
-            w.register(ctx, spec);
+    // The pairs: context 0 listens and accepts, context 1 connects.
+    let kinds: Vec<(usize, Kind)> = KINDS
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| pairs & 1 << k != 0)
+        .collect();
+    let mut cmds = Vec::new();
+    let mut plans = Vec::new();
+    for &(k, kind) in &kinds {
+        for ctx in 0..2 {
+            let (c, plan) = w.plan_qp(ctx, kind);
+            cmds.push(c);
+            plans.push((ctx, kind, plan));
         }
-    }
-    // The pairs: context 0 accepts, context 1 connects. Every synchronous command first:
-    // `must` takes (and drops) whatever else completes meanwhile.
-    let mut pairs = Vec::new();
-    for (k, kind) in KINDS.into_iter().enumerate() {
-        let (a, b) = (w.create_qp(0, kind), w.create_qp(1, kind));
-        w.qps[a].peer = b;
-        w.qps[b].peer = a;
         let mut l = ListenArgs::new_zeroed();
         l.addr = UNSPECIFIED;
         l.port = PORT + k as u16;
         l.backlog = 1;
-        let listener = w.d.must(cmd(ADMIN_OP_LISTEN, ctxs[0], 0, &l)).0 as u32;
-        pairs.push((kind, a, b, listener, l.port));
+        cmds.push(cmd(ADMIN_OP_LISTEN, ctxs[0], 0, &l));
     }
+    let results = w.d.must_all(&cmds);
+    let mut results = results.into_iter();
+    let mut plans = plans.into_iter();
     let mut waiting = Vec::new();
-    for (kind, a, b, listener, port) in pairs {
+    for &(k, kind) in &kinds {
+        let mut qp = || {
+            let (ctx, kind, plan) = plans.next().expect("planned");
+            let r = results.next().expect("a result");
+            w.qps.push(Qp {
+                qp: plan.created(r),
+                ctx,
+                kind,
+                peer: 0,
+                alive: true,
+                sq_out: HashMap::new(),
+                rq_out: HashMap::new(),
+            });
+            w.qps.len() - 1
+        };
+        let (a, b) = (qp(), qp());
+        let listener = results.next().expect("a listener").0 as u32;
+        w.qps[a].peer = b;
+        w.qps[b].peer = a;
         let mut iwarp = IwarpConnArgs::new_zeroed();
         if kind == Kind::Iwarp {
             (iwarp.ird, iwarp.ord) = (4, 4);
@@ -203,14 +253,14 @@ fn world() -> World {
         waiting.push(w.d.submit(cmd(ADMIN_OP_ACCEPT, ctxs[0], listener, &acc)));
         let mut con = ConnectArgs::new_zeroed();
         con.addr = LOOPBACK;
-        con.port = port;
+        con.port = PORT + k as u16;
         con.iwarp = iwarp;
         waiting.push(
             w.d.submit(cmd(ADMIN_OP_CONNECT, ctxs[1], w.qps[b].qp.id, &con)),
         );
     }
-    for _ in 0..32 {
-        w.d.run();
+    for _ in 0..64 {
+        w.d.step();
         for (c, done) in w.d.completions() {
             assert_eq!(done.status, ADMIN_STATUS_OK, "connection set-up: {c:?} {done:?}");
             waiting.retain(|&id| id != done.cmd_id);
@@ -224,73 +274,55 @@ fn world() -> World {
     w
 }
 
+/// A region of context `ctx` (an index) on fresh pages, filled with data bytes: its
+/// `REG_MR`, and the region, whose keys come from the command's results.
+fn plan_region(
+    d: &mut SyncDevice,
+    ctxs: [u32; 2],
+    ctx: usize,
+    (pages, offset, len, access): (u64, u32, u64, u32),
+) -> (AdminCmd, Region) {
+    let (c, iova, first) = d.plan_mr(ctxs[ctx], pages, offset, len, access);
+    let gpa = first + offset as u64;
+    d.write(gpa, data(gpa as usize, len as usize));
+    let r = Region {
+        ctx,
+        lkey: 0,
+        rkey: 0,
+        iova,
+        gpa,
+        len,
+        pages,
+        access,
+        alive: true,
+    };
+    (c, r)
+}
+
 impl World {
     /// Registers a region on fresh pages and fills it with data bytes.
-    fn register(&mut self, ctx: usize, (pages, offset, len, access): (u64, u32, u64, u32)) {
-        let first = self.d.alloc_pages(pages);
-        let list = self.d.page_list(&contiguous(first, pages));
-        let iova = 0x7f00_0000_0000 + (first - RAM_BASE) + offset as u64;
-        let a = qpip_testkit::mr_body(list, pages as u32, offset, iova, len, access);
-        let (lkey, rkey) = self
-            .d
-            .must(cmd(ADMIN_OP_REG_MR, self.ctxs[ctx], 0, &a));
-        let gpa = first + offset as u64;
-        self.d.write(gpa, data(gpa as usize, len as usize));
-        // The device reads page lists, and nothing writes a region without a write right.
-        self.d.seal(list, PAGE);
-        if access & (MR_ACCESS_LOCAL_WRITE | MR_ACCESS_REMOTE_WRITE) == 0 {
-            self.d.seal(first, pages * PAGE);
-        }
-        self.regions.push(Region {
-            ctx,
-            lkey: lkey as u32,
-            rkey: rkey as u32,
-            iova,
-            gpa,
-            len,
-            pages,
-            access,
-            alive: true,
-        });
+    fn register(&mut self, ctx: usize, spec: (u64, u32, u64, u32)) {
+        let (c, mut r) = plan_region(&mut self.d, self.ctxs, ctx, spec);
+        let (lkey, rkey) = self.d.must(c);
+        (r.lkey, r.rkey) = (lkey as u32, rkey as u32);
+        self.regions.push(r);
     }
 
-    fn create_qp(&mut self, ctx: usize, kind: Kind) -> usize {
-        let n = ring_pages(QP_DEPTH, WQE_SIZE);
-        let sq = contiguous(self.d.alloc_pages(n), n);
-        let rq = contiguous(self.d.alloc_pages(n), n);
-        let lists = (self.d.page_list(&sq), self.d.page_list(&rq));
-        // The device reads rings and page lists, never writes them.
-        for at in [sq[0], rq[0]] {
-            self.d.seal(at, n * PAGE);
-        }
-        for at in [lists.0, lists.1] {
-            self.d.seal(at, PAGE);
-        }
+    /// A QP of context `ctx` (an index) of `kind`, completing to the context's CQs: its
+    /// `CREATE_QP`, and what makes the QP of the command's results.
+    fn plan_qp(&mut self, ctx: usize, kind: Kind) -> (AdminCmd, PlannedQp) {
         let (scq, rcq) = self.ctx_cqs[ctx];
         let framing = match kind {
             Kind::Message => FRAMING_MESSAGE,
             Kind::Stream => FRAMING_STREAM,
             Kind::Iwarp => FRAMING_IWARP,
         };
-        let a = qp_body(
-            lists,
+        self.d.plan_qp(
+            self.ctxs[ctx],
             (self.cqs[scq].cq.id, self.cqs[rcq].cq.id),
-            (QP_DEPTH, QP_DEPTH),
-            QP_TYPE_TCP,
-            framing,
-        );
-        let c = self.ctxs[ctx];
-        let (id, slot) = self.d.must(cmd(ADMIN_OP_CREATE_QP, c, 0, &a));
-        self.qps.push(Qp {
-            qp: qpip_testkit::Qp::created(c, &a, (sq, rq), (id as u32, slot as u32)),
-            ctx,
-            kind,
-            peer: 0,
-            alive: true,
-            sq_out: HashMap::new(),
-            rq_out: HashMap::new(),
-        });
-        self.qps.len() - 1
+            QP_DEPTH,
+            (QP_TYPE_TCP, framing),
+        )
     }
 
     fn writable(&self) -> Writable {
@@ -764,7 +796,7 @@ impl World {
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
-    let mut w = world();
+    let mut w = world(input.u8());
     let mut extra = 0;
     for _ in 0..400 {
         if input.is_empty() {
