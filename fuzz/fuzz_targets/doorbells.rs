@@ -74,6 +74,9 @@ struct World {
     cqs: Vec<Cq>,
     mrs: Vec<Mr>,
     irqs: Vec<File>,
+    /// Interrupts the engine had raised at the last check: the eventfds are read only
+    /// when it raised more since (a read of each is a system call).
+    raised: u64,
     /// Set once a doorbell was written outside the protocol (raw words, whole pages, a CQ
     /// head the consumer never reached): the device may then legitimately reuse CQ slots the
     /// harness has not consumed, and arm requests are not the harness's own.
@@ -183,6 +186,7 @@ fn world() -> World {
         cqs,
         mrs,
         irqs,
+        raised: 0,
         hostile: false,
         next_wr_id: 1,
     };
@@ -192,7 +196,7 @@ fn world() -> World {
 
 impl World {
     fn writable(&self) -> Writable {
-        let mut w = Writable::default();
+        let mut w = Writable(Vec::with_capacity(16));
         w.add(ADMIN_CQ, ADMIN_DEPTH as u64 * 32);
         w.add(QUERY_BUF, PAGE);
         for c in self.cqs.iter().filter(|c| c.alive) {
@@ -214,8 +218,11 @@ impl World {
     fn check(&mut self) {
         let w = self.writable();
         self.d.check_writes(&w);
+        let raised = self.d.irqs().raised();
+        let irqs = raised != self.raised;
+        self.raised = raised;
         for i in 0..self.cqs.len() {
-            self.check_cq(i);
+            self.check_cq(i, irqs);
         }
     }
 
@@ -226,15 +233,15 @@ impl World {
         (raw[owner] & 1 == phase(idx, c.cq.depth)).then_some(raw)
     }
 
-    fn check_cq(&mut self, i: usize) {
+    fn check_cq(&mut self, i: usize, irqs: bool) {
         let c = &self.cqs[i];
         if !c.alive {
             return;
         }
         // Interrupts since the last look.
         let mut v = [0u8; 8];
-        let fired = match (&self.irqs[c.cq.vector as usize]).read(&mut v) {
-            Ok(8) => u64::from_ne_bytes(v),
+        let fired = match irqs.then(|| (&self.irqs[c.cq.vector as usize]).read(&mut v)) {
+            Some(Ok(8)) => u64::from_ne_bytes(v),
             _ => 0,
         };
         let mut ready = Vec::new();

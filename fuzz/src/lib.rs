@@ -959,9 +959,15 @@ impl Writable {
                     continue;
                 }
             }
-            // Then 64-byte lines, and bytes only in the lines that changed.
+            // Then 64-byte lines (a line inside one writable range is taken whole: most
+            // changed lines are in a region or a ring), and bytes only in the lines left.
             for (l, (nl, sl)) in np.chunks(64).zip(sp.chunks_mut(64)).enumerate() {
                 if nl == sl {
+                    continue;
+                }
+                let line_start = start + (l * 64) as u64;
+                if self.0.iter().any(|&(s, e)| s <= line_start && line_start + 64 <= e) {
+                    sl.copy_from_slice(nl);
                     continue;
                 }
                 for (j, (a, b)) in nl.iter().zip(sl.iter_mut()).enumerate() {
