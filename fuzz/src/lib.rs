@@ -233,6 +233,10 @@ pub struct SyncDevice {
     /// mapping, so that a write faults where the device makes it, and left out of the
     /// comparisons.
     sealed: Vec<bool>,
+    /// The pages [`Self::check_writes`] compares (empty: to be worked out again), and the
+    /// pages handed out when it was worked out.
+    compare_pages: Vec<usize>,
+    compared_up_to: usize,
 }
 
 thread_local! {
@@ -301,6 +305,8 @@ impl SyncDevice {
             shadow,
             tracked: vec![false; (ram_size / PAGE) as usize],
             sealed: vec![false; (ram_size / PAGE) as usize],
+            compare_pages: Vec::new(),
+            compared_up_to: 0,
         };
         d.enable_admin();
         d
@@ -396,20 +402,30 @@ impl SyncDevice {
         // Pages past those handed out are compared from the first check that lets the
         // device write them on.
         let handed_out = ((self.e.ram.next_free() - RAM_BASE) / PAGE) as usize;
+        let handed_out_end = RAM_BASE + handed_out as u64 * PAGE;
         for &(s, e) in w.0.iter().chain(&provisional) {
-            let first = (s.max(RAM_BASE) - RAM_BASE) / PAGE;
+            if e <= handed_out_end {
+                continue; // compared anyway
+            }
+            let first = (s.max(handed_out_end) - RAM_BASE) / PAGE;
             let end = (e.min(RAM_BASE + self.ram_size()).saturating_sub(RAM_BASE)).div_ceil(PAGE);
             for p in first..end {
-                self.tracked[p as usize] = true;
+                if !self.tracked[p as usize] {
+                    self.tracked[p as usize] = true;
+                    self.compare_pages.clear();
+                }
             }
         }
-        let tracked = std::mem::take(&mut self.tracked);
+        // The pages to compare change only with pages handed out, tracked or sealed.
+        if self.compare_pages.is_empty() || self.compared_up_to != handed_out {
+            self.compared_up_to = handed_out;
+            self.compare_pages = (0..self.tracked.len())
+                .filter(|&p| (p < handed_out || self.tracked[p]) && !self.sealed[p])
+                .collect();
+        }
         let mut shadow = std::mem::take(&mut self.shadow);
-        let sealed = &self.sealed;
-        let compare = |p: usize| (p < handed_out || tracked[p]) && !sealed[p];
-        let changed = w.check(self.ram(), &mut shadow, &provisional, compare);
+        let changed = w.check(self.ram(), &mut shadow, &provisional, &self.compare_pages);
         self.shadow = shadow;
-        self.tracked = tracked;
         changed
     }
 
@@ -453,6 +469,7 @@ impl SyncDevice {
         for p in first..end {
             self.sealed[p as usize] = seal;
         }
+        self.compare_pages.clear();
     }
 
     /// Checks the pages [`Self::check_writes`] leaves out (never handed out, never
@@ -924,22 +941,24 @@ impl Writable {
     /// Asserts that RAM (`now`) differs from `shadow` only inside the writable ranges or the
     /// `provisional` ones, then brings `shadow` up to date, except for bytes that changed only
     /// inside a provisional range: those are judged again at the next check (by then the
-    /// range is writable, or the change is caught). Looks only at the pages (indices)
-    /// `compare` names. Returns the pages that changed.
+    /// range is writable, or the change is caught). Looks only at `pages` (indices).
+    /// Returns the pages that changed.
     fn check(
         &self,
         now: &[u8],
         shadow: &mut [u8],
         provisional: &[(u64, u64)],
-        compare: impl Fn(usize) -> bool,
+        pages: &[usize],
     ) -> Vec<u64> {
         let mut changed = Vec::new();
         let inside =
             |ranges: &[(u64, u64)], gpa: u64| ranges.iter().any(|&(s, e)| gpa >= s && gpa < e);
         // Page by page: almost every page is unchanged, and slice equality is fast.
         let page = PAGE as usize;
-        for (p, (np, sp)) in now.chunks(page).zip(shadow.chunks_mut(page)).enumerate() {
-            if !compare(p) || np == sp {
+        for &p in pages {
+            let np = &now[p * page..(p + 1) * page];
+            let sp = &mut shadow[p * page..(p + 1) * page];
+            if np == sp {
                 continue;
             }
             // Whole pages first: doorbell pages are written (zeroed) whole.
