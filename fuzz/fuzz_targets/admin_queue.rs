@@ -415,7 +415,7 @@ impl Harness {
             .any(|&b| b < page.saturating_add(PAGE) && b.saturating_add(len) > page);
         if c.status == ADMIN_STATUS_OK && self.fx.in_pool(page) && !queried {
             assert!(
-                self.d.read(page, PAGE as usize).iter().all(|&b| b == 0),
+                self.d.read(page, PAGE as usize) == [0u8; PAGE as usize],
                 "context {}'s doorbell page {page:#x} was not cleared: {:02x?}",
                 c.result0,
                 &self.d.read(page, 64)

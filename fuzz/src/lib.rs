@@ -15,7 +15,9 @@
 
 pub mod frames;
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::mem::ManuallyDrop;
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -24,6 +26,7 @@ use qpip_abi::cqe::CQE_SIZE;
 use qpip_abi::doorbell::*;
 use qpip_abi::pci::DOORBELL_PAGE_SIZE;
 use qpip_abi::wqe::WQE_SIZE;
+use qpip_device::dma::GuestRam;
 use qpip_device::engine::{Control, EngineConfig};
 use qpip_device::irq::Interrupts;
 pub use qpip_testkit::{check_admin_cqe, cmd, cmd0, create_ctx_cmd};
@@ -195,8 +198,8 @@ pub const QUERY_BUF: u64 = RAM_BASE + 2 * PAGE;
 /// the next check.
 pub struct SyncDevice {
     /// The engine and guest RAM (the harness's own mapping of it is what the guest's CPU
-    /// would see).
-    e: SyncEngine,
+    /// would see). Taken apart on drop, to give the RAM back to [`POOL`].
+    e: ManuallyDrop<SyncEngine>,
     /// Doorbell page of each live context, by context id.
     live_pages: HashMap<u32, u64>,
     /// The page each context id was last created with (live or destroyed): where the
@@ -221,7 +224,32 @@ pub struct SyncDevice {
     /// What guest RAM should hold if the device wrote nothing: RAM as of the last
     /// [`Self::check_writes`], plus the harness's own writes since.
     shadow: Vec<u8>,
+    /// Pages past those handed out that some check allowed the device to write (a query
+    /// buffer or doorbell page named anywhere): compared at every check from then on. The
+    /// other pages past those handed out are never the device's to write, whenever it
+    /// writes them, so they are compared once, when the device is dropped.
+    tracked: Vec<bool>,
+    /// Pages the device must never write (see [`Self::seal`]): read-only in the engine's
+    /// mapping, so that a write faults where the device makes it, and left out of the
+    /// comparisons.
+    sealed: Vec<bool>,
+    /// The pages [`Self::check_writes`] compares (empty: to be worked out again), and the
+    /// pages handed out when it was worked out.
+    compare_pages: Vec<usize>,
+    compared_up_to: usize,
 }
+
+thread_local! {
+    /// Guest RAM (with the engine's mapping of it, and its shadow) of devices dropped on
+    /// this thread, zeroed, for the next
+    /// device of the same size: a fuzz target builds a device per input, and a fresh memfd
+    /// and shadow cost a page fault and a page clear for every page touched — more than
+    /// most inputs' work.
+    static POOL: RefCell<Vec<(Ram, GuestRam, Vec<u8>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A zero page, to compare with.
+static ZERO_PAGE: [u8; PAGE as usize] = [0; PAGE as usize];
 
 impl SyncDevice {
     /// A fresh device with [`RAM_SIZE`] bytes of guest RAM and its admin queue enabled (as the
@@ -241,11 +269,30 @@ impl SyncDevice {
             .is_test(false)
             .try_init();
         }
-        let mut ram = Ram::new(c"fuzz-guest-ram", RAM_BASE, ram_size);
+        let pooled = POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            let i = p.iter().position(|(r, _, _)| r.size() == ram_size)?;
+            Some(p.swap_remove(i))
+        });
+        let (e, shadow) = match pooled {
+            Some((ram, mapping, shadow)) => (
+                SyncEngine::on_mapping(ram, mapping, EngineConfig::default()),
+                shadow,
+            ),
+            None => (
+                SyncEngine::new(
+                    Ram::new(c"fuzz-guest-ram", RAM_BASE, ram_size),
+                    EngineConfig::default(),
+                ),
+                vec![0u8; ram_size as usize],
+            ),
+        };
+        let mut e = ManuallyDrop::new(e);
+        let ram = &mut e.ram;
         let fixed = [ram.alloc_pages(1), ram.alloc_pages(1), ram.alloc_pages(1)];
         assert_eq!(fixed, [ADMIN_SQ, ADMIN_CQ, QUERY_BUF]);
         let mut d = SyncDevice {
-            e: SyncEngine::new(ram, EngineConfig::default()),
+            e,
             live_pages: HashMap::new(),
             db_pages: HashMap::new(),
             was_live: HashSet::new(),
@@ -255,7 +302,11 @@ impl SyncDevice {
             outstanding: HashMap::new(),
             forgotten: HashMap::new(),
             hostile: false,
-            shadow: vec![0u8; ram_size as usize],
+            shadow,
+            tracked: vec![false; (ram_size / PAGE) as usize],
+            sealed: vec![false; (ram_size / PAGE) as usize],
+            compare_pages: Vec::new(),
+            compared_up_to: 0,
         };
         d.enable_admin();
         d
@@ -302,6 +353,12 @@ impl SyncDevice {
         }
     }
 
+    /// One engine pass (`Engine::poll_once`): what lands between two passes lands in the
+    /// middle of whatever the engine is doing. Whether the pass did anything.
+    pub fn step(&mut self) -> bool {
+        self.e.engine.poll_once()
+    }
+
     /// Size of guest RAM in bytes (it starts at [`RAM_BASE`]).
     pub fn ram_size(&self) -> u64 {
         self.e.ram.size()
@@ -325,8 +382,9 @@ impl SyncDevice {
     }
 
     /// Asserts the device wrote guest RAM only inside `writable` and the doorbell pages it
-    /// may write (see [`SyncDevice`]) since the last check.
-    pub fn check_writes(&mut self, writable: &Writable) {
+    /// may write (see [`SyncDevice`]) since the last check. Returns the pages (their
+    /// guest-physical addresses) the device wrote since then, for checks of what it wrote.
+    pub fn check_writes(&mut self, writable: &Writable) -> Vec<u64> {
         let page = |p: u64| (p, p.saturating_add(PAGE));
         let mut w = writable.clone();
         w.0.extend(self.live_pages.values().map(|&p| page(p)));
@@ -341,9 +399,100 @@ impl SyncDevice {
             .filter_map(create_ctx_page)
             .map(page)
             .collect();
+        // Pages past those handed out are compared from the first check that lets the
+        // device write them on.
+        let handed_out = ((self.e.ram.next_free() - RAM_BASE) / PAGE) as usize;
+        let handed_out_end = RAM_BASE + handed_out as u64 * PAGE;
+        for &(s, e) in w.0.iter().chain(&provisional) {
+            if e <= handed_out_end {
+                continue; // compared anyway
+            }
+            let first = (s.max(handed_out_end) - RAM_BASE) / PAGE;
+            let end = (e.min(RAM_BASE + self.ram_size()).saturating_sub(RAM_BASE)).div_ceil(PAGE);
+            for p in first..end {
+                if !self.tracked[p as usize] {
+                    self.tracked[p as usize] = true;
+                    self.compare_pages.clear();
+                }
+            }
+        }
+        // The pages to compare change only with pages handed out, tracked or sealed.
+        if self.compare_pages.is_empty() || self.compared_up_to != handed_out {
+            self.compared_up_to = handed_out;
+            self.compare_pages = (0..self.tracked.len())
+                .filter(|&p| (p < handed_out || self.tracked[p]) && !self.sealed[p])
+                .collect();
+        }
         let mut shadow = std::mem::take(&mut self.shadow);
-        w.check(self.ram(), &mut shadow, &provisional);
+        let changed = w.check(self.ram(), &mut shadow, &provisional, &self.compare_pages);
         self.shadow = shadow;
+        changed
+    }
+
+    /// Seals the pages holding `len` bytes at `gpa`: the device must never write them for
+    /// the rest of this device's life (rings, page lists, regions no write right reaches —
+    /// pages a target knows no command names as anything else). They become read-only in
+    /// the engine's mapping (so a write is a fault, with the device's code on the stack)
+    /// and [`Self::check_writes`] no longer compares them: most of a data-path target's
+    /// pages are such, and comparing them after every run is much of its time.
+    pub fn seal(&mut self, gpa: u64, len: u64) {
+        let first = (gpa - RAM_BASE) / PAGE;
+        let end = (gpa + len - RAM_BASE).div_ceil(PAGE);
+        self.protect(first, end, true);
+    }
+
+    /// Makes pages `first..end` read-only in the engine's mapping (`seal`), or writable
+    /// again; they must equal the shadow (the device could not write them while sealed).
+    fn protect(&mut self, first: u64, end: u64, seal: bool) {
+        use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryBackend};
+        assert!(end <= self.sealed.len() as u64, "sealing pages outside RAM");
+        let mem = self.e.mapping().memory();
+        let host = mem
+            .memory()
+            .get_host_address(GuestAddress(RAM_BASE + first * PAGE))
+            .expect("sealed pages are in the engine's mapping");
+        let prot = if seal {
+            libc::PROT_READ
+        } else {
+            libc::PROT_READ | libc::PROT_WRITE
+        };
+        // SAFETY: whole pages of the engine's mapping (checked above: inside RAM), which
+        // lives as long as the pool keeps it; only their protection changes.
+        let r = unsafe {
+            libc::mprotect(
+                host.cast(),
+                ((end - first) * PAGE) as usize,
+                prot,
+            )
+        };
+        assert_eq!(r, 0, "mprotect: {}", std::io::Error::last_os_error());
+        for p in first..end {
+            self.sealed[p as usize] = seal;
+        }
+        self.compare_pages.clear();
+    }
+
+    /// Checks the pages [`Self::check_writes`] leaves out (never handed out, never
+    /// writable): the device wrote none of them.
+    fn check_untracked(&self) {
+        let handed_out = ((self.e.ram.next_free() - RAM_BASE) / PAGE) as usize;
+        let page = PAGE as usize;
+        let now = self.ram();
+        for p in handed_out..self.tracked.len() {
+            let at = p * page;
+            if !self.tracked[p] && now[at..at + page] != self.shadow[at..at + page] {
+                let i = (0..page)
+                    .find(|&i| now[at + i] != self.shadow[at + i])
+                    .expect("a difference");
+                panic!(
+                    "the device wrote guest RAM it had no right to write (a page never handed \
+                     out): byte {:#x} ({:#04x} -> {:#04x})",
+                    RAM_BASE + (at + i) as u64,
+                    self.shadow[at + i],
+                    now[at + i]
+                );
+            }
+        }
     }
 
     pub fn read(&self, gpa: u64, len: usize) -> Vec<u8> {
@@ -510,8 +659,22 @@ impl SyncDevice {
     }
 
     /// As [`Self::call`], for commands the setup needs to succeed; returns result0/result1.
+    /// Runs the engine only until the command completes (a synchronous command does in the
+    /// pass that takes it), not until it settles: a target builds its objects afresh for
+    /// every input, and the passes that would find nothing to do cost as much as the rest
+    /// of the set-up.
     pub fn must(&mut self, cmd: AdminCmd) -> (u64, u64) {
-        let c = self.call(cmd);
+        let id = self.submit(cmd);
+        let mut c = None;
+        for _ in 0..64 {
+            self.step();
+            c = self.completions().into_iter().find(|(_, c)| c.cmd_id == id);
+            if c.is_some() {
+                break;
+            }
+        }
+        let (_, c) =
+            c.unwrap_or_else(|| panic!("setup command {:#x} did not complete", cmd.opcode));
         assert_eq!(
             c.status, ADMIN_STATUS_OK,
             "setup command {:#x} failed: {c:?}",
@@ -528,35 +691,132 @@ impl SyncDevice {
         self.must(create_ctx_cmd(page)).0 as u32
     }
 
-    /// `n` fresh pages in one piece, and their page list.
+    /// `n` fresh pages in one piece, and their page list (sealed: the object helpers are
+    /// for data-path targets, whose commands never name a page list as anything else).
     fn pages(&mut self, n: u64) -> (Vec<u64>, u64) {
         let pages = contiguous(self.alloc_pages(n), n);
         let list = self.page_list(&pages);
+        self.seal(list, PAGE * Ram::page_list_pages(n as usize));
         (pages, list)
+    }
+
+    /// Submits `cmds` together, runs the engine until all have completed, and returns each
+    /// one's (result0, result1) in order; all must succeed. A target's set-up runs its
+    /// independent commands this way: one engine pass for a batch instead of one for each.
+    pub fn must_all(&mut self, cmds: &[AdminCmd]) -> Vec<(u64, u64)> {
+        assert!(
+            cmds.len() + self.outstanding.len() <= ADMIN_DEPTH as usize,
+            "a set-up batch larger than the admin queue"
+        );
+        let ids: Vec<u32> = cmds.iter().map(|&c| self.submit(c)).collect();
+        let mut done: HashMap<u32, AdminCqe> = HashMap::new();
+        for _ in 0..64 {
+            self.step();
+            done.extend(self.completions().into_iter().map(|(_, c)| (c.cmd_id, c)));
+            if ids.iter().all(|id| done.contains_key(id)) {
+                break;
+            }
+        }
+        ids.iter()
+            .zip(cmds)
+            .map(|(id, cmd)| {
+                let c = done
+                    .get(id)
+                    .unwrap_or_else(|| panic!("setup command {:#x} did not complete", cmd.opcode));
+                assert_eq!(
+                    c.status, ADMIN_STATUS_OK,
+                    "setup command {:#x} failed: {c:?}",
+                    cmd.opcode
+                );
+                (c.result0, c.result1)
+            })
+            .collect()
+    }
+
+    /// A context on a fresh page: its `CREATE_CTX`.
+    pub fn plan_ctx(&mut self) -> AdminCmd {
+        let page = self.alloc_pages(1);
+        create_ctx_cmd(page)
+    }
+
+    /// A CQ of `depth` entries in fresh pages, raising `vector`: its `CREATE_CQ`, and what
+    /// makes the [`Cq`] of the command's results.
+    pub fn plan_cq(&mut self, ctx: u32, depth: u32, vector: u32) -> (AdminCmd, PlannedCq) {
+        let (pages, list) = self.pages(ring_pages(depth, CQE_SIZE));
+        let args = cq_body(list, depth, vector);
+        (
+            cmd(ADMIN_OP_CREATE_CQ, ctx, 0, &args),
+            PlannedCq { ctx, args, pages },
+        )
     }
 
     /// A CQ of `depth` entries in fresh pages, raising `vector`.
     pub fn create_cq(&mut self, ctx: u32, depth: u32, vector: u32) -> Cq {
-        let (pages, list) = self.pages(ring_pages(depth, CQE_SIZE));
-        let a = cq_body(list, depth, vector);
-        let (id, slot) = self.must(cmd(ADMIN_OP_CREATE_CQ, ctx, 0, &a));
-        Cq::created(ctx, &a, pages, (id as u32, slot as u32))
+        let (c, plan) = self.plan_cq(ctx, depth, vector);
+        plan.created(self.must(c))
     }
 
-    /// A QP with both rings `depth` deep in fresh pages (message framing if TCP).
-    pub fn create_qp(&mut self, ctx: u32, scq: u32, rcq: u32, depth: u32, qp_type: u8) -> Qp {
+    /// A QP with both rings `depth` deep in fresh pages, completing to CQs `cqs` (ids):
+    /// its `CREATE_QP`, and what makes the [`Qp`] of the command's results.
+    pub fn plan_qp(
+        &mut self,
+        ctx: u32,
+        cqs: (u32, u32),
+        depth: u32,
+        (qp_type, framing): (u8, u8),
+    ) -> (AdminCmd, PlannedQp) {
         let n = ring_pages(depth, WQE_SIZE);
         let sq = contiguous(self.alloc_pages(n), n);
         let rq = contiguous(self.alloc_pages(n), n);
         let lists = (self.page_list(&sq), self.page_list(&rq));
+        // The device reads rings and page lists, never writes them.
+        for at in [sq[0], rq[0]] {
+            self.seal(at, n * PAGE);
+        }
+        for at in [lists.0, lists.1] {
+            self.seal(at, PAGE * Ram::page_list_pages(n as usize));
+        }
+        let args = qp_body(lists, cqs, (depth, depth), qp_type, framing);
+        (
+            cmd(ADMIN_OP_CREATE_QP, ctx, 0, &args),
+            PlannedQp {
+                ctx,
+                args,
+                rings: (sq, rq),
+            },
+        )
+    }
+
+    /// A QP with both rings `depth` deep in fresh pages (message framing if TCP).
+    pub fn create_qp(&mut self, ctx: u32, scq: u32, rcq: u32, depth: u32, qp_type: u8) -> Qp {
         let framing = if qp_type == QP_TYPE_TCP {
             FRAMING_MESSAGE
         } else {
             0
         };
-        let a = qp_body(lists, (scq, rcq), (depth, depth), qp_type, framing);
-        let (id, slot) = self.must(cmd(ADMIN_OP_CREATE_QP, ctx, 0, &a));
-        Qp::created(ctx, &a, (sq, rq), (id as u32, slot as u32))
+        let (c, plan) = self.plan_qp(ctx, (scq, rcq), depth, (qp_type, framing));
+        plan.created(self.must(c))
+    }
+
+    /// A region of `len` bytes at `offset` into `npages` fresh pages: its `REG_MR` (which
+    /// must succeed: pages without a write right are sealed at once), its iova and first
+    /// page. The command's results are the lkey and the rkey.
+    pub fn plan_mr(
+        &mut self,
+        ctx: u32,
+        npages: u64,
+        offset: u32,
+        len: u64,
+        access: u32,
+    ) -> (AdminCmd, u64, u64) {
+        let (pages, list) = self.pages(npages);
+        let base = pages[0];
+        let iova = 0x7f00_0000_0000 + base - RAM_BASE + offset as u64;
+        let a = mr_body(list, npages as u32, offset, iova, len, access);
+        if access & (MR_ACCESS_LOCAL_WRITE | MR_ACCESS_REMOTE_WRITE) == 0 {
+            self.seal(base, npages * PAGE); // nothing may write it
+        }
+        (cmd(ADMIN_OP_REG_MR, ctx, 0, &a), iova, base)
     }
 
     /// Registers `len` bytes at `offset` into `npages` fresh pages; (lkey, iova, first page).
@@ -568,25 +828,93 @@ impl SyncDevice {
         len: u64,
         access: u32,
     ) -> (u32, u64, u64) {
-        let (pages, list) = self.pages(npages);
-        let base = pages[0];
-        let iova = 0x7f00_0000_0000 + base - RAM_BASE + offset as u64;
-        let a = mr_body(list, npages as u32, offset, iova, len, access);
-        let (lkey, _) = self.must(cmd(ADMIN_OP_REG_MR, ctx, 0, &a));
-        (lkey as u32, iova, base)
+        let (c, iova, base) = self.plan_mr(ctx, npages, offset, len, access);
+        (self.must(c).0 as u32, iova, base)
     }
 
-    pub fn bind(&mut self, ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> u16 {
+    /// `BIND` of QP `qp` to `addr`/`port`.
+    pub fn bind_cmd(ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> AdminCmd {
         let mut a = BindArgs::new_zeroed();
         a.addr = addr;
         a.port = port;
-        self.must(cmd(ADMIN_OP_BIND, ctx, qp, &a)).0 as u16
+        cmd(ADMIN_OP_BIND, ctx, qp, &a)
+    }
+
+    pub fn bind(&mut self, ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> u16 {
+        self.must(Self::bind_cmd(ctx, qp, addr, port)).0 as u16
+    }
+}
+
+impl Drop for SyncDevice {
+    /// Checks the pages no check looked at, then gives guest RAM back to [`POOL`], zeroed.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return; // RAM and engine leak: the process is going down
+        }
+        self.check_untracked();
+        // The pool's mapping goes back writable, in runs of sealed pages.
+        let mut p = 0;
+        while p < self.sealed.len() {
+            if !self.sealed[p] {
+                p += 1;
+                continue;
+            }
+            let end = (p..self.sealed.len()).find(|&q| !self.sealed[q]).unwrap_or(self.sealed.len());
+            self.protect(p as u64, end as u64, false);
+            p = end;
+        }
+        // SAFETY: `self.e` is not used again: this is the end of `self`.
+        let e = unsafe { ManuallyDrop::take(&mut self.e) };
+        let (mut ram, mapping) = e.into_parts();
+        let mut shadow = std::mem::take(&mut self.shadow);
+        let page = PAGE as usize;
+        let handed_out = ((ram.next_free() - RAM_BASE) / PAGE) as usize;
+        // Past the pages handed out, what anyone wrote (the harness's writes, or the device's
+        // where a check allowed them; elsewhere RAM equals the shadow, as checked above).
+        for p in handed_out..self.tracked.len() {
+            let at = p * page;
+            if self.tracked[p] || shadow[at..at + page] != ZERO_PAGE {
+                ram.fill(RAM_BASE + at as u64, page, 0);
+                shadow[at..at + page].fill(0);
+            }
+        }
+        shadow[..handed_out * page].fill(0);
+        ram.recycle();
+        POOL.with(|p| p.borrow_mut().push((ram, mapping, shadow)));
     }
 }
 
 impl Default for SyncDevice {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// A CQ whose `CREATE_CQ` is built ([`SyncDevice::plan_cq`]).
+pub struct PlannedCq {
+    ctx: u32,
+    args: CreateCqArgs,
+    pages: Vec<u64>,
+}
+
+impl PlannedCq {
+    /// The CQ, from its command's (result0, result1).
+    pub fn created(self, (id, slot): (u64, u64)) -> Cq {
+        Cq::created(self.ctx, &self.args, self.pages, (id as u32, slot as u32))
+    }
+}
+
+/// A QP whose `CREATE_QP` is built ([`SyncDevice::plan_qp`]).
+pub struct PlannedQp {
+    ctx: u32,
+    args: CreateQpArgs,
+    rings: (Vec<u64>, Vec<u64>),
+}
+
+impl PlannedQp {
+    /// The QP, from its command's (result0, result1).
+    pub fn created(self, (id, slot): (u64, u64)) -> Qp {
+        Qp::created(self.ctx, &self.args, self.rings, (id as u32, slot as u32))
     }
 }
 
@@ -613,18 +941,29 @@ impl Writable {
     /// Asserts that RAM (`now`) differs from `shadow` only inside the writable ranges or the
     /// `provisional` ones, then brings `shadow` up to date, except for bytes that changed only
     /// inside a provisional range: those are judged again at the next check (by then the
-    /// range is writable, or the change is caught).
-    fn check(&self, now: &[u8], shadow: &mut [u8], provisional: &[(u64, u64)]) {
+    /// range is writable, or the change is caught). Looks only at `pages` (indices).
+    /// Returns the pages that changed.
+    fn check(
+        &self,
+        now: &[u8],
+        shadow: &mut [u8],
+        provisional: &[(u64, u64)],
+        pages: &[usize],
+    ) -> Vec<u64> {
+        let mut changed = Vec::new();
         let inside =
             |ranges: &[(u64, u64)], gpa: u64| ranges.iter().any(|&(s, e)| gpa >= s && gpa < e);
         // Page by page: almost every page is unchanged, and slice equality is fast.
         let page = PAGE as usize;
-        for (p, (np, sp)) in now.chunks(page).zip(shadow.chunks_mut(page)).enumerate() {
+        for &p in pages {
+            let np = &now[p * page..(p + 1) * page];
+            let sp = &mut shadow[p * page..(p + 1) * page];
             if np == sp {
                 continue;
             }
             // Whole pages first: doorbell pages are written (zeroed) whole.
             let start = RAM_BASE + (p * page) as u64;
+            changed.push(start);
             let end = start + np.len() as u64;
             let covers = |&(s, e): &(u64, u64)| s <= start && end <= e;
             if self.0.iter().any(covers) {
@@ -639,9 +978,15 @@ impl Writable {
                     continue;
                 }
             }
-            // Then 64-byte lines, and bytes only in the lines that changed.
+            // Then 64-byte lines (a line inside one writable range is taken whole: most
+            // changed lines are in a region or a ring), and bytes only in the lines left.
             for (l, (nl, sl)) in np.chunks(64).zip(sp.chunks_mut(64)).enumerate() {
                 if nl == sl {
+                    continue;
+                }
+                let line_start = start + (l * 64) as u64;
+                if self.0.iter().any(|&(s, e)| s <= line_start && line_start + 64 <= e) {
+                    sl.copy_from_slice(nl);
                     continue;
                 }
                 for (j, (a, b)) in nl.iter().zip(sl.iter_mut()).enumerate() {
@@ -664,5 +1009,6 @@ impl Writable {
                 }
             }
         }
+        changed
     }
 }

@@ -20,6 +20,8 @@ pub struct SyncEngine {
     pub irqs: Arc<Interrupts>,
     /// Guest RAM as the guest sees it; the engine maps the same memfd.
     pub ram: Ram,
+    /// The engine's mapping of `ram`.
+    mapping: GuestRam,
     /// The engine's control channel, unused: messages are handed to `Engine::handle`
     /// directly. Kept so the engine's receiver stays connected.
     _tx: Sender<Control>,
@@ -28,8 +30,8 @@ pub struct SyncEngine {
 impl SyncEngine {
     /// An engine with `config` on `ram`, its network not attached yet.
     pub fn new(ram: Ram, config: EngineConfig) -> SyncEngine {
-        let mut guest_ram = GuestRam::new();
-        guest_ram
+        let mut mapping = GuestRam::new();
+        mapping
             .map(
                 ram.base(),
                 ram.size(),
@@ -37,15 +39,34 @@ impl SyncEngine {
                 Some(ram.file().try_clone().expect("dup the guest RAM memfd")),
             )
             .unwrap_or_else(|e| panic!("map guest RAM into the engine: {e}"));
+        Self::on_mapping(ram, mapping, config)
+    }
+
+    /// A new engine with `config` on `ram` as an earlier engine mapped it (the parts
+    /// [`SyncEngine::into_parts`] gave back): no new mapping, whose pages would each fault
+    /// on first touch.
+    pub fn on_mapping(ram: Ram, mapping: GuestRam, config: EngineConfig) -> SyncEngine {
         let irqs = Arc::new(Interrupts::new(MSIX_VECTORS as usize));
-        let shared = Shared::new(guest_ram.memory(), irqs.clone());
+        let shared = Shared::new(mapping.memory(), irqs.clone());
         let (tx, rx) = mpsc::channel();
         SyncEngine {
             engine: Engine::new(shared, config, rx),
             irqs,
             ram,
+            mapping,
             _tx: tx,
         }
+    }
+
+    /// The engine's mapping of guest RAM.
+    pub fn mapping(&self) -> &GuestRam {
+        &self.mapping
+    }
+
+    /// The guest RAM and the engine's mapping of it back, the engine gone.
+    pub fn into_parts(self) -> (Ram, GuestRam) {
+        drop(self.engine);
+        (self.ram, self.mapping)
     }
 
     /// Delivers one control message to the engine, as the control thread would.

@@ -5,6 +5,7 @@
 
 use qpip_testkit as support;
 
+mod close;
 mod deregistered;
 mod golden;
 mod immediate;

@@ -342,9 +342,15 @@ impl Engine {
         let (Some(conn), None, TcpRole::Connected) = (t.conn, t.close_cmd, t.role) else {
             return Err(ADMIN_STATUS_BAD_STATE);
         };
-        // Sends posted before the CLOSE go first.
+        let iwarp = t.is_iwarp();
+        // Sends posted before the CLOSE go first — on an iWARP QP as records of its stream
+        // (taken as plain TCP sends, their bytes would go out unframed, from no record).
         self.read_qp_doorbell(mem, qp);
-        self.tcp_take_sends(mem, qp, u32::MAX);
+        if iwarp {
+            self.iwarp_take_sends(mem, qp, u32::MAX);
+        } else {
+            self.tcp_take_sends(mem, qp, u32::MAX);
+        }
         let t = self.objects.tcp_qp_mut(qp).expect("checked");
         t.close_cmd = Some(cmd);
         if let Some(e) = self.tcp.table.get_mut(conn) {
