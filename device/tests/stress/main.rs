@@ -962,6 +962,10 @@ fn unpolled_send_cq(g: &mut FakeGuest, stop: &std::sync::atomic::AtomicBool) {
             .try_wait_cqe(&mut s.rcq, Duration::from_millis(5))
             .is_some()
         {}
+        // A guest's vCPU halts between its posts; a fake guest that spun here would be
+        // one more runnable thread beside the pinger, the echo and the engine on this
+        // host's two CPUs, and would measure the host's scheduler, not the device.
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
