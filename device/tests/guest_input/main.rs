@@ -8,6 +8,7 @@ use qpip_testkit as support;
 
 mod world;
 
+mod admin_budget;
 mod client_messages;
 mod engine_sleep;
 mod memory;
