@@ -755,19 +755,7 @@ fn one_function_flooding_while_another_ping_pongs() {
             // switch and is dropped by this function's engine, counted.
             let _sink = e.udp_endpoint_in(ce, UNSPECIFIED, 7003, 4, 8, 64);
             ready.wait();
-            e.post_recv(
-                &mut echo.qp,
-                &[recv_wqe(0, &[echo.buf.sge(0, 4096, echo.mr.lkey)])],
-            );
-            while !stop.load(Ordering::Relaxed) {
-                if let Some(c) = e.try_wait_cqe(&mut echo.rcq, Duration::from_millis(100)) {
-                    e.post_recv(
-                        &mut echo.qp,
-                        &[recv_wqe(0, &[echo.buf.sge(0, 4096, echo.mr.lkey)])],
-                    );
-                    echo_back(&mut e, &mut echo, &c);
-                }
-            }
+            echo_until(&mut e, &mut echo, &stop);
         });
         let flooder = s.spawn(|| {
             let mut f = ad.guest(0);
@@ -822,6 +810,21 @@ fn one_function_flooding_while_another_ping_pongs() {
     assert!(sent > 0, "the flood ran");
 }
 
+/// Sends every datagram `echo` receives back to its sender, until `stop`.
+fn echo_until(e: &mut FakeGuest, echo: &mut Udp, stop: &std::sync::atomic::AtomicBool) {
+    let post = |e: &mut FakeGuest, echo: &mut Udp| {
+        let whole = echo.buf.sge(0, 4096, echo.mr.lkey);
+        e.post_recv(&mut echo.qp, &[recv_wqe(0, &[whole])]);
+    };
+    post(e, echo);
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(c) = e.try_wait_cqe(&mut echo.rcq, Duration::from_millis(100)) {
+            post(e, echo);
+            echo_back(e, echo, &c);
+        }
+    }
+}
+
 fn echo_back(e: &mut FakeGuest, echo: &mut Udp, c: &Cqe) {
     assert_cqe(c, CQE_STATUS_SUCCESS, 0, "ping");
     let data = e.buf_read(&echo.buf, 0, c.byte_len as usize);
@@ -855,19 +858,7 @@ fn under_abuse(what: &str, abuse: Abuse, heap_bound: i64) {
             let ce = e.create_ctx().unwrap();
             let mut echo = e.udp_endpoint_in(ce, UNSPECIFIED, 7002, 4, 8, 4096);
             ready.wait();
-            e.post_recv(
-                &mut echo.qp,
-                &[recv_wqe(0, &[echo.buf.sge(0, 4096, echo.mr.lkey)])],
-            );
-            while !stop.load(Ordering::Relaxed) {
-                if let Some(c) = e.try_wait_cqe(&mut echo.rcq, Duration::from_millis(100)) {
-                    e.post_recv(
-                        &mut echo.qp,
-                        &[recv_wqe(0, &[echo.buf.sge(0, 4096, echo.mr.lkey)])],
-                    );
-                    echo_back(&mut e, &mut echo, &c);
-                }
-            }
+            echo_until(&mut e, &mut echo, &stop);
         });
         let abuser = s.spawn(|| {
             let mut f = ad.guest(0);
