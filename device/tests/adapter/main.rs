@@ -16,6 +16,29 @@ mod fixture;
 /// A UDP endpoint of a guest, with the guest and the address its device has.
 type Side<'a> = (&'a mut FakeGuest, &'a mut Udp, &'a str);
 
+/// Pumps two flows (each end sending `n` bytes to the other) until both have sent and
+/// received everything; panics if they stall for two minutes.
+fn pump_both(
+    (b, eb, fb): (&mut FakeGuest, &mut TcpEnd, &mut Flow),
+    (c, ec, fc): (&mut FakeGuest, &mut TcpEnd, &mut Flow),
+    n: usize,
+) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !(fb.sent == n && fc.sent == n && fb.got.len() == n && fc.got.len() == n) {
+        assert!(
+            Instant::now() < deadline,
+            "stalled: b sent {} got {}, c sent {} got {}",
+            fb.sent,
+            fb.got.len(),
+            fc.sent,
+            fc.got.len()
+        );
+        if !(fb.pump(b, eb) | fc.pump(c, ec)) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
 /// Sends `payload` from `from`'s endpoint to `to`'s and checks it arrives whole, from the
 /// right source.
 fn datagram((a, ua, src): Side<'_>, (b, ub, dst): Side<'_>, payload: &[u8]) {
@@ -163,21 +186,7 @@ fn a_tcp_stream_between_two_functions_keeps_every_byte_while_a_third_comes_and_g
                 assert_cqe(&a.wait_cqe(&mut ua.scq), CQE_STATUS_SUCCESS, 0, "send");
             }
         });
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !(fb.sent == N && fc.sent == N && fb.got.len() == N && fc.got.len() == N) {
-            assert!(
-                Instant::now() < deadline,
-                "stalled: b sent {} got {}, c sent {} got {}",
-                fb.sent,
-                fb.got.len(),
-                fc.sent,
-                fc.got.len()
-            );
-            let did = fb.pump(&mut b, &mut eb) | fc.pump(&mut c, &mut ec);
-            if !did {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        }
+        pump_both((&mut b, &mut eb, &mut fb), (&mut c, &mut ec, &mut fc), N);
         comings.join().expect("function 0's guests");
     });
     assert!(fb.got == fc.out, "c -> b intact");
@@ -740,20 +749,7 @@ fn a_panic_in_one_functions_engine_fails_that_function_only() {
     let mut rng = Rng::new(15);
     let mut fb = Flow::new(&mut b, &eb, rng.bytes(N), 1);
     let mut fc = Flow::new(&mut c, &ec, rng.bytes(N), 2);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !(fb.sent == N && fc.sent == N && fb.got.len() == N && fc.got.len() == N) {
-        assert!(
-            Instant::now() < deadline,
-            "stalled: b sent {} got {}, c sent {} got {}",
-            fb.sent,
-            fb.got.len(),
-            fc.sent,
-            fc.got.len()
-        );
-        if !(fb.pump(&mut b, &mut eb) | fc.pump(&mut c, &mut ec)) {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
+    pump_both((&mut b, &mut eb, &mut fb), (&mut c, &mut ec, &mut fc), N);
     assert!(fb.got == fc.out && fc.got == fb.out, "the stream is intact");
     both_ways(
         (&mut b, &mut ub, ADDRS[1]),
