@@ -1039,6 +1039,6 @@ fn abuse_unread_connections_while_another_function_ping_pongs() {
     under_abuse(
         "64 TCP connections never read",
         unread_connections,
-        64 * (8 * 64 << 10) + (8 << 20),
+        64 * ((8 * 64) << 10) + (8 << 20),
     );
 }
