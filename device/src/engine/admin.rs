@@ -34,6 +34,19 @@ pub struct AdminQueue {
     pub cq_head: u32,
     /// Completions that could not be written yet for lack of room (async ones).
     deferred: VecDeque<AdminCqe>,
+    /// A REG_MR whose page list is still being read; the commands after it wait for it.
+    registering: Option<Registration>,
+    /// Page-list entries this pass may still read ([`PAGE_LIST_BUDGET`]).
+    page_budget: u32,
+}
+
+/// A REG_MR between passes.
+#[derive(Debug)]
+struct Registration {
+    cmd: PendingCmd,
+    ctx: u32,
+    args: RegMrArgs,
+    list: memory::PageListReader,
 }
 
 /// Results of a successful command.
@@ -126,6 +139,11 @@ const EPHEMERAL_LAST: u16 = 65535;
 /// Admin commands one pass executes at most ([`Engine::process_admin`]).
 pub const ADMIN_BUDGET: u32 = 32;
 
+/// Page-list entries one pass reads at most for REG_MR (a few microseconds' work): a list
+/// of `MAX_MR_PAGES` takes several passes, and the functions on the same engine thread
+/// are served between them.
+pub const PAGE_LIST_BUDGET: u32 = 2048;
+
 impl Engine {
     /// Fetches and executes admin commands while there are some, room for their
     /// completions and budget left in this pass. Returns whether anything happened.
@@ -139,11 +157,20 @@ impl Engine {
             self.admin.deferred.pop_front();
             did = true;
         }
-        // A budget per pass: one function's burst of commands (each may walk its tables)
-        // must not hold the engine thread from the other functions on it for long; the
-        // rest wait for the next pass.
+        // A budget per pass: one function's burst of commands (each may walk its tables,
+        // a registration reads its page list) must not hold the engine thread from the
+        // other functions on it for long; the rest wait for the next pass.
+        self.admin.page_budget = PAGE_LIST_BUDGET;
+        if let Some(r) = self.admin.registering.take() {
+            did = true;
+            let (cmd_id, opcode) = (r.cmd.cmd_id, r.cmd.opcode);
+            if let Outcome::Done(result) = self.go_on_registering(mem, r) {
+                self.conclude(mem, cmd_id, opcode, result);
+            }
+        }
         let mut budget = ADMIN_BUDGET;
         while self.admin.deferred.is_empty()
+            && self.admin.registering.is_none()
             && self.admin.room()
             && self.admin.sq_head != self.admin.sq_tail
             && budget > 0
@@ -177,21 +204,29 @@ impl Engine {
                 Err(status) => Outcome::Done(Err(status)),
             };
             if let Outcome::Done(result) = outcome {
-                let (status, r) = match result {
-                    Ok(r) => (ADMIN_STATUS_OK, r),
-                    Err(s) => (s, (0, 0, 0)),
-                };
-                debug!(
-                    "admin {:#04x} id {} -> status {status}",
-                    cmd.opcode, cmd.cmd_id
-                );
-                self.complete_admin(mem, completion(cmd.cmd_id, cmd.opcode, status, r));
+                self.conclude(mem, cmd.cmd_id, cmd.opcode, result);
             }
         }
         if did {
             self.shared.irqs.raise(0);
         }
         did
+    }
+
+    /// Completes a command executed in this pass.
+    fn conclude(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        cmd_id: u32,
+        opcode: u16,
+        result: Result<Results, u16>,
+    ) {
+        let (status, r) = match result {
+            Ok(r) => (ADMIN_STATUS_OK, r),
+            Err(s) => (s, (0, 0, 0)),
+        };
+        debug!("admin {opcode:#04x} id {cmd_id} -> status {status}");
+        self.complete_admin(mem, completion(cmd_id, opcode, status, r));
     }
 
     /// Writes (or defers) one completion and counts it.
@@ -304,7 +339,13 @@ impl Engine {
             R::DestroyCq => self.destroy_cq(ctx, h),
             R::CreateQp(q) => self.create_qp(mem, ctx, q),
             R::DestroyQp => self.destroy_qp(mem, ctx, h),
-            R::RegMr(args) => self.reg_mr(mem, ctx, &args),
+            R::RegMr(args) => {
+                let cmd = PendingCmd {
+                    cmd_id: cmd.cmd_id,
+                    opcode: cmd.opcode,
+                };
+                return self.reg_mr(mem, cmd, ctx, args);
+            }
             R::DeregMr => match self.objects.mrs.get(&h) {
                 Some(mr) if mr.ctx == ctx && self.objects.contexts.contains_key(&ctx) => {
                     if self.region_tripwired(h) {
@@ -729,15 +770,38 @@ impl Engine {
         self.objects.busy_qps.retain(|&q| q != id);
     }
 
+    /// Starts a registration: checks it, then reads as much of its page list as this
+    /// pass's budget allows ([`Engine::go_on_registering`]).
     fn reg_mr(
         &mut self,
         mem: &GuestMemoryMmap,
+        cmd: PendingCmd,
         ctx: u32,
-        args: &RegMrArgs,
-    ) -> Result<Results, u16> {
+        args: RegMrArgs,
+    ) -> Outcome {
+        if let Err(status) = self.may_register(&args, ctx) {
+            return Outcome::Done(Err(status));
+        }
+        match memory::PageListReader::new(args.page_list, args.npages) {
+            Some(list) => self.go_on_registering(
+                mem,
+                Registration {
+                    cmd,
+                    ctx,
+                    args,
+                    list,
+                },
+            ),
+            None => Outcome::Done(Err(ADMIN_STATUS_BAD_ADDRESS)),
+        }
+    }
+
+    /// Whether `ctx` may register the region `args` describe.
+    fn may_register(&self, args: &RegMrArgs, ctx: u32) -> Result<(), u16> {
         if !self.objects.contexts.contains_key(&ctx) {
             return Err(ADMIN_STATUS_BAD_HANDLE);
         }
+        MemoryRegion::check(args)?;
         if self.objects.mrs.len() >= MAX_MRS as usize {
             return Err(ADMIN_STATUS_NO_RESOURCES);
         }
@@ -755,12 +819,29 @@ impl Engine {
             );
             return Err(ADMIN_STATUS_NO_RESOURCES);
         }
-        let mr = MemoryRegion::register(mem, ctx, args)?;
-        let remote = mr.access & (MR_ACCESS_REMOTE_READ | MR_ACCESS_REMOTE_WRITE) != 0;
-        let lkey = self.objects.new_key();
-        self.objects.mrs.insert(lkey, mr);
-        // One key serves both: the rkey is only handed out when remote access is allowed.
-        Ok((lkey as u64, if remote { lkey as u64 } else { 0 }, 0))
+        Ok(())
+    }
+
+    /// Reads the next part of a registration's page list; once it is whole, the region is
+    /// registered. Until then the registration waits in the admin queue and the commands
+    /// after it wait for it.
+    fn go_on_registering(&mut self, mem: &GuestMemoryMmap, mut r: Registration) -> Outcome {
+        match r.list.read(mem, &mut self.admin.page_budget) {
+            None => Outcome::Done(Err(ADMIN_STATUS_BAD_ADDRESS)),
+            Some(false) => {
+                self.admin.registering = Some(r);
+                Outcome::Pending
+            }
+            Some(true) => Outcome::Done(self.may_register(&r.args, r.ctx).map(|()| {
+                let mr = MemoryRegion::new(r.ctx, &r.args, r.list.into_pages());
+                let remote = mr.access & (MR_ACCESS_REMOTE_READ | MR_ACCESS_REMOTE_WRITE) != 0;
+                let lkey = self.objects.new_key();
+                self.objects.mrs.insert(lkey, mr);
+                // One key serves both: the rkey is only handed out when remote access is
+                // allowed.
+                (lkey as u64, if remote { lkey as u64 } else { 0 }, 0)
+            })),
+        }
     }
 
     pub(super) fn bind(

@@ -28,37 +28,91 @@ impl Fault {
 }
 
 /// Reads a page list of `npages` u64 entries at `list` and checks every page is 4 KiB
-/// aligned and inside guest RAM. Returns None (BAD_ADDRESS) otherwise.
+/// aligned and inside guest RAM. Returns None (BAD_ADDRESS) otherwise. For rings, whose
+/// lists are short; a region's list is read over several passes ([`PageListReader`]).
 pub fn read_page_list(mem: &GuestMemoryMmap, list: u64, npages: u32) -> Option<Vec<u64>> {
-    if !list.is_multiple_of(8) || npages == 0 {
-        return None;
+    let mut reader = PageListReader::new(list, npages)?;
+    let mut unlimited = u32::MAX;
+    match reader.read(mem, &mut unlimited) {
+        Some(true) => Some(reader.into_pages()),
+        _ => None,
     }
-    let bytes = (npages as usize).checked_mul(8)?;
-    let mut raw = vec![0u8; bytes];
-    mem.read_slice(&mut raw, GuestAddress(list)).ok()?;
-    let pages: Vec<u64> = raw
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    // A list names up to MAX_MR_PAGES pages and the engine thread serves other functions
-    // too: a page inside the RAM region the page before it was in is checked with two
-    // compares, a full lookup only when the region changes.
-    let mut last: Option<(u64, u64)> = None;
-    for &p in &pages {
-        if p % PAGE_SIZE != 0 {
+}
+
+/// A page list read a part at a time. A region's list names up to `MAX_MR_PAGES` pages,
+/// and the engine thread serves other functions too: `REG_MR` reads a budget of entries
+/// per pass, and the rest in the passes after.
+#[derive(Debug)]
+pub struct PageListReader {
+    /// Where the next unread entry is.
+    next: u64,
+    npages: u32,
+    pages: Vec<u64>,
+    /// The guest RAM region the last page was in: a page inside it is checked with two
+    /// compares, a full lookup only when the region changes.
+    region: Option<(u64, u64)>,
+}
+
+impl PageListReader {
+    /// None (BAD_ADDRESS) if the list is misaligned, empty or runs past the address space.
+    pub fn new(list: u64, npages: u32) -> Option<PageListReader> {
+        if !list.is_multiple_of(8) || npages == 0 {
             return None;
         }
-        if last.is_some_and(|(start, end)| p >= start && p < end && end - p >= PAGE_SIZE) {
-            continue;
-        }
-        if !mem.check_range(GuestAddress(p), PAGE_SIZE as usize) {
-            return None;
-        }
-        last = mem
-            .find_region(GuestAddress(p))
-            .map(|r| (r.start_addr().0, r.start_addr().0 + r.len()));
+        list.checked_add(npages as u64 * 8)?;
+        Some(PageListReader {
+            next: list,
+            npages,
+            pages: Vec::with_capacity(npages as usize),
+            region: None,
+        })
     }
-    Some(pages)
+
+    /// Reads and checks up to `budget` more entries and takes them from it. Some(true) once
+    /// the whole list is read, Some(false) while entries are left, None if an entry is not
+    /// in guest RAM or names a page that is misaligned or not in guest RAM.
+    pub fn read(&mut self, mem: &GuestMemoryMmap, budget: &mut u32) -> Option<bool> {
+        // A page of entries at a time: no buffer the size of the list.
+        const CHUNK: usize = (PAGE_SIZE / 8) as usize;
+        let mut raw = [0u8; PAGE_SIZE as usize];
+        loop {
+            let left = self.npages as usize - self.pages.len();
+            if left == 0 {
+                return Some(true);
+            }
+            let n = left.min(CHUNK).min(*budget as usize);
+            if n == 0 {
+                return Some(false);
+            }
+            let raw = &mut raw[..n * 8];
+            mem.read_slice(raw, GuestAddress(self.next)).ok()?;
+            for c in raw.chunks_exact(8) {
+                let p = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+                if p % PAGE_SIZE != 0 {
+                    return None;
+                }
+                let inside = self
+                    .region
+                    .is_some_and(|(start, end)| p >= start && p < end && end - p >= PAGE_SIZE);
+                if !inside {
+                    if !mem.check_range(GuestAddress(p), PAGE_SIZE as usize) {
+                        return None;
+                    }
+                    self.region = mem
+                        .find_region(GuestAddress(p))
+                        .map(|r| (r.start_addr().0, r.start_addr().0 + r.len()));
+                }
+                self.pages.push(p);
+            }
+            self.next += n as u64 * 8;
+            *budget -= n as u32;
+        }
+    }
+
+    /// The pages read (all of them once `read` answered Some(true)).
+    pub fn into_pages(self) -> Vec<u64> {
+        self.pages
+    }
 }
 
 /// Whether `len` bytes at `addr` lie in guest RAM.
@@ -139,7 +193,7 @@ pub struct MemoryRegion {
 
 /// A piece of guest memory a transfer touches, and the region it was reached through: a
 /// WR that keeps spans keeps them only while that region lives (DEREG_MR invalidates
-/// every WR holding one of its spans, `Engine::invalidate_region`).
+/// every WR holding one of its spans, `Engine::tcp_region_gone`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
     pub addr: u64,
@@ -154,12 +208,8 @@ pub fn spans_use(spans: &[Span], key: u32) -> bool {
 }
 
 impl MemoryRegion {
-    /// Validates REG_MR arguments against guest RAM; the error is an admin status.
-    pub fn register(
-        mem: &GuestMemoryMmap,
-        ctx: u32,
-        args: &abi_admin::RegMrArgs,
-    ) -> Result<MemoryRegion, u16> {
+    /// Checks REG_MR arguments other than the page list; the error is an admin status.
+    pub fn check(args: &abi_admin::RegMrArgs) -> Result<(), u16> {
         if args.length == 0
             || args.npages == 0
             || args.npages > abi_admin::MAX_MR_PAGES
@@ -178,16 +228,21 @@ impl MemoryRegion {
         if needed != args.npages as u64 {
             return Err(abi_admin::ADMIN_STATUS_BAD_PARAM);
         }
-        let pages = read_page_list(mem, args.page_list, args.npages)
-            .ok_or(abi_admin::ADMIN_STATUS_BAD_ADDRESS)?;
-        Ok(MemoryRegion {
+        Ok(())
+    }
+
+    /// The region `args` describe ([`MemoryRegion::check`]ed), over `pages` read from its
+    /// page list.
+    pub fn new(ctx: u32, args: &abi_admin::RegMrArgs, pages: Vec<u64>) -> MemoryRegion {
+        debug_assert_eq!(pages.len(), args.npages as usize);
+        MemoryRegion {
             ctx,
             pages,
             iova: args.iova,
             length: args.length,
             first_page_offset: args.first_page_offset,
             access: args.access,
-        })
+        }
     }
 
     /// The guest-physical spans of `len` bytes at virtual address `va`, after checking they
