@@ -139,8 +139,9 @@ struct Args {
     /// of posted receives, bytes that arrived out of order), over all its connections, as
     /// Linux's tcp_mem bounds the host's sockets. Beyond it, such segments are dropped and
     /// counted (the peer sends them again); bytes placed straight into posted receives
-    /// never count. Each connection holds at most 64 KiB staged (up to 8 times that when a
-    /// window it offered loses its receives) and 256 KiB out of order.
+    /// never count. Each connection holds at most 64 KiB staged (up to the window it offered,
+    /// at most 8 MiB, when a peer's pushes complete its stream receives early) and 256 KiB
+    /// out of order.
     #[arg(long, value_name = "MIB", default_value_t = 64,
           value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     tcp_mem: u64,

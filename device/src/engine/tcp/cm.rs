@@ -267,7 +267,7 @@ impl Engine {
         t.rx.eof |= peer_closed;
         e.conn
             .recv_space_changed(now, &mut QpSink { mem, rx: &mut t.rx });
-        t.rx.settle();
+        settle_with(Some(&mut e.conn), mem, &mut t.rx, now);
         t.role = TcpRole::Connected;
         self.post_rx_done(mem, qp);
         self.tcp_service(mem, conn, now);
@@ -436,7 +436,8 @@ impl Engine {
                 if let Some(t) = self.objects.tcp_qp_mut(qp) {
                     if push.is_some() {
                         t.rx.push = true;
-                        t.rx.settle();
+                        let conn = self.tcp.table.get_mut(id).map(|e| &mut e.conn);
+                        settle_with(conn, mem, &mut t.rx, Instant::now());
                     }
                 }
                 self.post_rx_done(mem, qp);

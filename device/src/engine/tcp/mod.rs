@@ -15,7 +15,8 @@
 //! - **receive**: receive WRs are taken from the ring as soon as the doorbell shows them and
 //!   become the connection's receive space (`QpSink`). With stream framing the advertised
 //!   window is the posted space plus the staging allowance, so posting buffers is flow
-//!   control; with message framing a WR holds one message whatever its size, so the window
+//!   control (a WR completed early by PSH gives up the rest of its buffer: the connection
+//!   is told at once, `rx::settle_with`, and staging takes what the window offered); with message framing a WR holds one message whatever its size, so the window
 //!   is the QP's message buffer (`MESSAGE_BUFFER`, offered once a receive was posted)
 //!   plus the message in progress and the staging allowance. Bytes are scattered straight
 //!   into the WRs' buffers; only bytes no posted WR can take wait in the device.
@@ -71,7 +72,7 @@ use crate::net::tcp::{
 
 use super::objects::{PendingCmd, TcpRole};
 use super::Engine;
-use rx::{QpSink, RxState, Unclaimed};
+use rx::{settle_with, QpSink, RxState, Unclaimed};
 use tx::{QpSource, TxEntry, TxQueue};
 
 /// Hop limit of the segments we send.

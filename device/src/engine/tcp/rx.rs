@@ -12,7 +12,7 @@ use qpip_abi::cqe::*;
 use qpip_abi::wqe::HeaderReader;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use crate::net::tcp::RecvSink;
+use crate::net::tcp::{Connection, RecvSink};
 
 use crate::engine::completion::cqe;
 use crate::engine::decode;
@@ -407,6 +407,27 @@ impl RxState {
     }
 }
 
+/// Applies push and end of stream to `rx` ([`RxState::settle`]) and, when that gave up
+/// receive space — a stream receive completed early by PSH gives up the rest of its
+/// buffer — tells `conn` before it offers a window from the space it knew: the window it
+/// offered already is then kept by staging (`Connection::keep_promise`), and the right edge
+/// does not move.
+pub(super) fn settle_with(
+    conn: Option<&mut Connection>,
+    mem: &GuestMemoryMmap,
+    rx: &mut RxState,
+    now: Instant,
+) {
+    let before = rx.space();
+    rx.settle();
+    if let Some(c) = conn {
+        if rx.space() < before {
+            c.recv_space_changed(now, &mut QpSink { mem, rx });
+            rx.settle();
+        }
+    }
+}
+
 /// A QP's receive WRs as the connection's [`RecvSink`].
 pub(super) struct QpSink<'a> {
     pub(super) mem: &'a GuestMemoryMmap,
@@ -523,7 +544,7 @@ impl Engine {
         if let Some(e) = conn.and_then(|c| table.get_mut(c)) {
             e.conn
                 .recv_space_changed(now, &mut QpSink { mem, rx: &mut t.rx });
-            t.rx.settle();
+            settle_with(Some(&mut e.conn), mem, &mut t.rx, now);
         } else {
             // No connection: failed WRs and, after the end of the stream, every WR
             // complete now.

@@ -59,7 +59,7 @@ pub struct Config {
     /// offers, held in the connection until receive buffers are posted. Also the window
     /// offered before any buffer is posted. When posted space is given up after the
     /// window offered it (a stream receive completed early), staging grows to take what
-    /// was offered, up to `connection::STAGING_OVERCOMMIT` times this.
+    /// was offered (charged to the memory pool), and back to this as it is used up.
     pub staging: usize,
     /// Bytes of out-of-order data the connection buffers itself (data that the receive
     /// sink cannot place directly).

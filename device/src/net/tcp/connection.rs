@@ -28,9 +28,6 @@ use super::wire::{self, flags, Header, Options, SackBlocks, Segment};
 
 /// MSS assumed when the peer sends none: IPv6's minimum MTU less 60 (RFC 9293 §3.7.1).
 pub const DEFAULT_IPV6_MSS: u16 = 1220;
-/// How far staging may grow beyond its allowance, as a multiple of it, to take what the
-/// window already promised when the sink's space shrank ([`Connection::keep_promise`]).
-pub const STAGING_OVERCOMMIT: usize = 4;
 /// Duplicate ACKs that signal a loss (RFC 5681).
 const DUP_THRESH: u32 = 3;
 /// How soon a delivery the application took, or a window it opened, is acknowledged when
@@ -137,6 +134,9 @@ pub struct ConnStats {
     pub unacceptable: u64,
     pub out_of_order: u64,
     pub dropped_bytes: u64,
+    /// Windows withdrawn because the memory pool refused bytes inside them
+    /// ([`Connection::retract`]).
+    pub window_retractions: u64,
     pub window_probes: u64,
     /// Resets sent.
     pub resets_out: u64,
@@ -211,11 +211,15 @@ pub struct Connection {
     fin_rcvd: bool,
     peer_closed_reported: bool,
     delivered_reported: u64,
-    /// Right edge of the window advertised (offset from IRS); never moves left.
+    /// Right edge of the window advertised (offset from IRS); never moves left, but when
+    /// the memory pool refuses bytes inside it ([`Connection::retract`]).
     adv_edge: u64,
     /// The window offered in our SYN (before the peer's ISN is known).
     syn_window: u64,
     sink_space: usize,
+    /// The memory pool refused in-order bytes: the window offers no staging until the
+    /// sink's space changes ([`Connection::retract`]).
+    pool_short: bool,
     /// In-order bytes received since the last ACK sent.
     unacked_rcv: u64,
 
@@ -329,6 +333,7 @@ impl Connection {
             adv_edge: 0,
             syn_window: 0,
             sink_space: 0,
+            pool_short: false,
             unacked_rcv: 0,
             ts_recent: 0,
             ts_recent_at: None,
@@ -709,6 +714,7 @@ impl Connection {
     /// that goes anyway, or the quick ACK's timer at the latest — a receiver that reposts
     /// a buffer per message would else send a window update per message beside its data.
     pub fn recv_space_changed(&mut self, now: Instant, sink: &mut dyn RecvSink) {
+        self.pool_short = false;
         self.sink_space = sink.space();
         self.deliver_staged(sink, now);
         self.sink_space = sink.space();
@@ -816,20 +822,44 @@ impl Connection {
     /// Receive space we can offer: the in-order bytes beyond RCV.NXT that the receiver
     /// takes now — the sink's space and what is left of the staging allowance (the sink
     /// takes nothing while bytes wait in staging ahead of it).
+    /// While the memory pool is short ([`Connection::retract`]) staging is not offered.
     fn avail_window(&self) -> u64 {
         let sink = if self.rcv.staged() == 0 {
             self.sink_space
         } else {
             0
         };
-        (sink + self.rcv.staging_room()) as u64
+        let staging = if self.pool_short {
+            0
+        } else {
+            self.rcv.staging_room()
+        };
+        (sink + staging) as u64
+    }
+
+    /// In-order bytes inside the window were dropped: staging had room for them (it
+    /// always has for what the window offered, [`Connection::keep_promise`]), so the
+    /// function's or the adapter's memory pool refused them. The promise cannot be kept:
+    /// the window is withdrawn — the right edge goes back to RCV.NXT and, until the sink's
+    /// space changes, only the sink's space is offered — so that the peer probes a zero
+    /// window instead of sending again and again into one that is not there. RFC 9293
+    /// §3.8.6 discourages shrinking the window (SHLD-14) but allows it, and requires
+    /// senders to cope (MUST-34); RFC 7323 §2.4 and Linux's `tcp_shrink_window` do it for
+    /// this reason, memory exhausted.
+    fn retract(&mut self) {
+        self.pool_short = true;
+        self.adv_edge = self.adv_edge.min(self.rcv_nxt());
+        self.stats.window_retractions += 1;
     }
 
     /// What the window advertised stays accepted when the sink's space shrinks by more
     /// than the bytes it took — a stream receive completed early (PSH) gives up the rest
-    /// of its buffer: staging grows to take every byte up to the advertised right edge
-    /// (up to [`STAGING_OVERCOMMIT`] times its allowance), and back to the allowance as
-    /// the promise is used up or the sink grows again.
+    /// of its buffer: staging grows to take every byte up to the advertised right edge,
+    /// and back to the allowance as the promise is used up or the sink grows again. The
+    /// promise is bounded by what a window field can say (65535 << the window shift) and
+    /// what staging holds is charged to the memory pool; the right edge does not move
+    /// while staging holds more than the allowance ([`Connection::avail_window`] offers
+    /// only what is left of the promise).
     fn keep_promise(&mut self) {
         if self.adv_edge == 0 {
             return;
@@ -838,10 +868,7 @@ impl Connection {
         let staged = self.rcv.staged();
         let sink = if staged == 0 { self.sink_space } else { 0 };
         let need = staged + promised.saturating_sub(sink);
-        let cap = need
-            .max(self.cfg.staging)
-            .min(self.cfg.staging.saturating_mul(STAGING_OVERCOMMIT));
-        self.rcv.set_staging_cap(cap);
+        self.rcv.set_staging_cap(need.max(self.cfg.staging));
     }
 
     /// Receiver silly window avoidance (RFC 9293 §3.8.6.2.2): the right edge moves only
@@ -1969,6 +1996,9 @@ impl Connection {
             if out.dropped > 0 {
                 self.stats.dropped_bytes += out.dropped;
                 self.ack_now = true;
+                if !out.out_of_order {
+                    self.retract();
+                }
             }
             self.unacked_rcv += out.advanced;
         } else if !payload.is_empty() {

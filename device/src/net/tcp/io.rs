@@ -27,7 +27,11 @@ pub trait SendSource {
 /// The application's side of the receive stream.
 pub trait RecvSink {
     /// Bytes the sink can take in order now: the posted receive space beyond what it
-    /// holds. The advertised window is this plus the staging allowance.
+    /// holds. The advertised window is this plus the staging allowance. It may shrink by
+    /// more than the bytes delivered (a stream receive completed early gives up the rest
+    /// of its buffer); the connection must then be told at once
+    /// ([`super::Connection::recv_space_changed`]), and staging takes what the window
+    /// offered.
     fn space(&self) -> usize;
 
     /// The next in-order bytes, at stream `offset` (always where the previous delivery

@@ -7,7 +7,8 @@
 //!   beyond a small staging allowance and a bounded out-of-order buffer: the bytes to send
 //!   are read from a [`SendSource`] when a segment is built (guest memory, in the device),
 //!   received bytes go to a [`RecvSink`] (posted receive buffers), and the window offered
-//!   is the sink's space plus the staging allowance.
+//!   is the sink's space plus the staging allowance (when the sink gives up space the
+//!   window already offered, staging grows to take it: what is advertised is taken).
 //! - [`listener`]: LISTEN with a bounded SYN backlog and SYN cookies beyond it.
 //! - [`table`]: demultiplexing by 4-tuple and the timer heap, for the engine.
 //! - [`congestion`] (RTO, Reno, CUBIC), [`recv`] (reassembly), [`isn`] (RFC 6528),
