@@ -6,20 +6,28 @@ use super::*;
 impl Peer {
     /// The guest posts a receive of `n` bytes.
     pub fn post_recv(&mut self, n: u64) {
-        assert!(self.next_rx + n <= BUF_LEN, "receive area used up");
-        let id = self.next_wr;
-        self.next_wr += 1;
-        let w = recv_wqe(
-            id,
-            &[self.end.buf.sge(self.next_rx, n as u32, self.end.mr.lkey)],
-        );
-        self.posted.push_back(Posted {
-            wr_id: id,
-            at: self.next_rx,
-        });
-        self.next_rx += n;
+        self.post_recvs(&[n]);
+    }
+
+    /// The guest posts receives of these sizes, in order, with one doorbell.
+    pub fn post_recvs(&mut self, sizes: &[u64]) {
+        let mut ws = Vec::new();
+        for &n in sizes {
+            assert!(self.next_rx + n <= BUF_LEN, "receive area used up");
+            let id = self.next_wr;
+            self.next_wr += 1;
+            ws.push(recv_wqe(
+                id,
+                &[self.end.buf.sge(self.next_rx, n as u32, self.end.mr.lkey)],
+            ));
+            self.posted.push_back(Posted {
+                wr_id: id,
+                at: self.next_rx,
+            });
+            self.next_rx += n;
+        }
         let (g, qp) = (&mut self.g, &mut self.end.qp);
-        g.post_recv(qp, &[w]);
+        g.post_recv(qp, &ws);
     }
 
     /// The guest sends the next `n` bytes of its stream.

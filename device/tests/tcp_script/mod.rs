@@ -148,6 +148,11 @@ const DEPTH: u32 = 64;
 
 impl Peer {
     fn new(name: &str) -> Peer {
+        Peer::framed(name, FRAMING_STREAM)
+    }
+
+    /// The device and its guest, whose QP has `framing` (`FRAMING_*`).
+    fn framed(name: &str, framing: u8) -> Peer {
         let dir = ScratchDir::new(&format!("script-{name}"));
         let path = dir.join("cable");
         let link = Cable::open(&path).expect("the test's end of the cable");
@@ -176,7 +181,7 @@ impl Peer {
             },
         });
         let ctx = g.create_ctx().expect("context");
-        let end = g.tcp_endpoint_in(ctx, FRAMING_STREAM, DEPTH, BUF_LEN);
+        let end = g.tcp_endpoint_in(ctx, framing, DEPTH, BUF_LEN);
         let data: Vec<u8> = (0..SEND_AREA).map(dev_byte).collect();
         g.buf_write(&end.buf, 0, &data);
         Peer {
@@ -212,7 +217,11 @@ impl Peer {
     /// A device listening on [`DEV_PORT`] with the guest's QP offered to ACCEPT; no
     /// receive posted.
     pub fn listening(name: &str) -> Peer {
-        let mut p = Peer::new(name);
+        Peer::listening_framed(name, FRAMING_STREAM)
+    }
+
+    fn listening_framed(name: &str, framing: u8) -> Peer {
+        let mut p = Peer::framed(name, framing);
         let l = p.g.listen(p.ctx, UNSPECIFIED, DEV_PORT, 8).expect("listen");
         p.listener = Some(l);
         p.pending_cmd = Some(p.g.submit_accept(p.ctx, l, p.end.qp.id));
@@ -255,7 +264,12 @@ impl Peer {
     /// A listening device after a plain handshake: the test's SYN with MSS 1440, SACK
     /// permitted and window scale 7 (no timestamps), the guest's ACCEPT completed.
     pub fn established(name: &str) -> Peer {
-        let mut p = Peer::listening(name);
+        Peer::established_framed(name, FRAMING_STREAM)
+    }
+
+    /// [`Peer::established`] with a QP of `framing` (`FRAMING_*`).
+    pub fn established_framed(name: &str, framing: u8) -> Peer {
+        let mut p = Peer::listening_framed(name, framing);
         p.run(
             "
             > S 0:0(0) win 65535 <mss 1440,sackOK,nop,wscale 7>
