@@ -198,3 +198,33 @@ fn window_probe_from_the_peer_into_our_zero_window() {
     t.c.recv_space_changed(t.now, &mut t.app);
     assert_eq!(t.recv1().0, out(ACK, ISS + 101, IRS + 21_001, 8_000));
 }
+
+/// The memory pool refuses bytes inside the window (the sink gave up its space, staging
+/// must take the promise): they are dropped and counted, and the window is withdrawn — the
+/// right edge back to RCV.NXT, the window zero — so that the peer probes instead of
+/// retransmitting into it (RFC 9293 §3.8.6 allows shrinking, SHLD-14, MUST-34). Posting
+/// receives opens it again.
+#[test]
+fn window_withdrawn_when_the_pool_refuses() {
+    let mut t = T::established(&cfg());
+    let pool = tcp::MemoryPool::new(3000, None);
+    t.c.set_memory_pool(Some(pool.clone()));
+    t.app.room = 0;
+    let seq = t.full_segments(IRS + 1, 3, 5);
+    t.recv();
+    assert_eq!(pool.used(), 3000);
+    t.full_segments(seq, 1, 6);
+    assert_eq!(t.recv1().0, out(ACK, ISS + 1, IRS + 3001, 0));
+    assert_eq!(t.c.stats().dropped_bytes, 1000);
+    assert_eq!(t.c.stats().window_retractions, 1);
+    // Still withdrawn: the same segment again is beyond the (zero) window.
+    t.full_segments(seq, 1, 6);
+    assert_eq!(t.recv1().0, out(ACK, ISS + 1, IRS + 3001, 0));
+    t.app.room = 10_000;
+    t.c.recv_space_changed(t.now, &mut t.app);
+    assert_eq!(pool.used(), 0);
+    assert_eq!(
+        t.recv1().0,
+        out(ACK, ISS + 1, IRS + 3001, (7_000 + STAGING) as u16)
+    );
+}
