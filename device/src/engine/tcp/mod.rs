@@ -16,10 +16,11 @@
 //!   become the connection's receive space (`QpSink`). With stream framing the advertised
 //!   window is the posted space plus the staging allowance, so posting buffers is flow
 //!   control (a WR completed early by PSH gives up the rest of its buffer: the connection
-//!   is told at once, `rx::settle_with`, and staging takes what the window offered); with message framing a WR holds one message whatever its size, so the window
-//!   is the QP's message buffer (`MESSAGE_BUFFER`, offered once a receive was posted)
-//!   plus the message in progress and the staging allowance. Bytes are scattered straight
-//!   into the WRs' buffers; only bytes no posted WR can take wait in the device.
+//!   is told at once, `rx::settle_with`, and staging takes what the window offered); with
+//!   message framing a WR holds one message whatever its size, so the window is the QP's
+//!   message buffer (`MESSAGE_BUFFER`, offered once a receive was posted) plus the message
+//!   in progress and the staging allowance. Bytes are scattered straight into the WRs'
+//!   buffers; only bytes no posted WR can take wait in the device.
 //!
 //! Receive completion rules:
 //! - stream framing: a WR completes when full, or when a segment with PSH has been placed
