@@ -52,8 +52,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The lab's prefix (README, "The lab network"): host `::1`, guest n's qpip device `::1:n`, its virtio-net
-/// `::2:n`.
+/// The lab's prefix (docs/lab.md, "The lab network"): host `::1`, guest n's qpip device
+/// `::1:n`, its virtio-net `::2:n`.
 /// Multicast neighbour solicitations before an address counts as unreachable, on every
 /// side of the lab network: the bridge (Linux), the guests' virtio-net (images/guest/init)
 /// and the qpip devices (`qpipd --ndp-solicit`). A TCG guest can get no CPU for many

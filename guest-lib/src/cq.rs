@@ -44,8 +44,9 @@ pub(crate) struct CqInner {
 pub const BUSY_POLL_ENV: &str = "QPIP_BUSY_POLL_US";
 
 /// The busy-poll time of a new CQ without [`BUSY_POLL_ENV`]: none. Measured on TCG guests
-/// (README, Benchmark): a wait that spins catches a reply only when the round trip is
-/// shorter than the spin, and otherwise only burns the CPU the guest's other work needs.
+/// (docs/qpipd.md, "Tuning for the host"): a wait that spins catches a reply only when the
+/// round trip is shorter than the spin, and otherwise only burns the CPU the guest's other
+/// work needs.
 pub const DEFAULT_BUSY_POLL_US: u32 = 0;
 
 /// The busy-poll time new CQs start with: [`BUSY_POLL_ENV`] if it holds a number, else

@@ -1,5 +1,5 @@
 //! Stress cases of one adapter (`./qpip stress`): long or large runs, bounded in time and
-//! stopping by themselves, each printing one result line (`stress: ...`) for the README.
+//! stopping by themselves, each printing one result line (`stress: ...`; docs/testing.md).
 //! They are `#[ignore]`d so that `./qpip test` does not run them; `./qpip stress` runs them
 //! in a release build, one at a time.
 //!
