@@ -17,7 +17,8 @@ use qpip_lab::{VmOutcome, VmSpec};
 /// Shell helpers prepended to every guest script.
 ///  kv KEY VALUE     one report line
 ///  sysfs TAG        the driver's attributes of qpip0 as TAG.ATTR lines
-///  mem TAG          unreclaimable slab and available memory, in kB
+///  mem TAG          unreclaimable slab, available memory and the free pages waiting in the
+///                   per-CPU lists (which MemAvailable does not count), in kB
 const HELPERS: &str = r#"
 kv() { printf '@%s=%s\n' "$1" "$2"; }
 Q=/sys/class/qpip/qpip0
@@ -32,6 +33,7 @@ mem() {
     sync; echo 3 > /proc/sys/vm/drop_caches
     kv "$1.sunreclaim_kb" "$(awk '/^SUnreclaim:/ {print $2}' /proc/meminfo)"
     kv "$1.available_kb" "$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)"
+    kv "$1.pcp_kb" "$(awk '$1 == "count:" {n += $2} END {print n * 4}' /proc/zoneinfo)"
 }
 "#;
 
@@ -413,20 +415,30 @@ mem end
         .collect();
     assert!(failures.is_empty(), "{failures:?}\n{}", rep.context());
     let slab_growth = rep.num("end.sunreclaim_kb") as i64 - rep.num("start.sunreclaim_kb") as i64;
-    let avail_drop = rep.num("start.available_kb") as i64 - rep.num("end.available_kb") as i64;
+    // Freed pages wait in the per-CPU free lists (up to a few MiB in a small guest) before
+    // MemAvailable counts them again: counted with them, what is free does not depend on
+    // how full those lists happen to be at either end.
+    let free = |at: &str| {
+        rep.num(&format!("{at}.available_kb")) as i64 + rep.num(&format!("{at}.pcp_kb")) as i64
+    };
+    let avail_drop = free("start") - free("end");
     eprintln!(
-        "reload loop: unreclaimable slab {slab_growth:+} kB, available memory {:+} kB",
-        -avail_drop
+        "reload loop: unreclaimable slab {slab_growth:+} kB, available memory with the per-CPU \
+         lists {:+} kB (the lists {} kB at the start, {} kB at the end)",
+        -avail_drop,
+        rep.num("start.pcp_kb"),
+        rep.num("end.pcp_kb"),
     );
     // Ten cycles of probe/remove, each with contexts, rings and pinned buffers: a leak of
-    // even one page per cycle shows; allocator noise stays well under these bounds.
+    // a dozen pages a cycle shows; what the allocators keep for themselves (tens of kB)
+    // stays well under these bounds.
     assert!(
         slab_growth < 512,
         "unreclaimable slab grew by {slab_growth} kB over 10 reloads\n{}",
         rep.context()
     );
     assert!(
-        avail_drop < 2048,
+        avail_drop < 512,
         "available memory dropped by {avail_drop} kB over 10 reloads\n{}",
         rep.context()
     );
