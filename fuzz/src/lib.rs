@@ -100,12 +100,25 @@ impl<'a> Input<'a> {
         v
     }
 
+    /// `N` bytes, zeros past the end. No allocation: the targets read most of an input a
+    /// number at a time, and a heap allocation per number (with ASan's allocator) cost more
+    /// than the reading.
     pub fn array<const N: usize>(&mut self) -> [u8; N] {
-        self.bytes(N).try_into().expect("N bytes")
+        let mut a = [0u8; N];
+        let take = N.min(self.data.len());
+        a[..take].copy_from_slice(&self.data[..take]);
+        self.data = &self.data[take..];
+        a
     }
 
     pub fn u8(&mut self) -> u8 {
-        self.array::<1>()[0]
+        match self.data.split_first() {
+            Some((&b, rest)) => {
+                self.data = rest;
+                b
+            }
+            None => 0,
+        }
     }
 
     pub fn u16(&mut self) -> u16 {
