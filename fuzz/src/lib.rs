@@ -257,6 +257,9 @@ pub struct SyncDevice {
     /// pages handed out when it was worked out.
     compare_pages: Vec<usize>,
     compared_up_to: usize,
+    /// Buffers of [`Self::check_writes`], kept from check to check.
+    w_buf: Writable,
+    provisional_buf: Vec<(u64, u64)>,
 }
 
 thread_local! {
@@ -329,6 +332,8 @@ impl SyncDevice {
             seals_pending: false,
             compare_pages: Vec::new(),
             compared_up_to: 0,
+            w_buf: Writable::default(),
+            provisional_buf: Vec::new(),
         };
         d.enable_admin();
         d
@@ -412,19 +417,24 @@ impl SyncDevice {
     /// guest-physical addresses) the device wrote since then, for checks of what it wrote.
     pub fn check_writes(&mut self, writable: &Writable) -> Vec<u64> {
         let page = |p: u64| (p, p.saturating_add(PAGE));
-        let mut w = writable.clone();
+        // Into buffers kept from check to check (this runs after every engine run).
+        let mut w = std::mem::take(&mut self.w_buf);
+        w.0.clear();
+        w.0.extend_from_slice(&writable.0);
         w.0.extend(self.live_pages.values().map(|&p| page(p)));
         w.0.extend(self.was_live.drain().map(page));
         if self.hostile {
             w.0.extend(self.named_pages.iter().map(|&p| page(p)));
         }
-        let provisional: Vec<(u64, u64)> = self
-            .outstanding
-            .values()
-            .chain(self.forgotten.values())
-            .filter_map(create_ctx_page)
-            .map(page)
-            .collect();
+        let mut provisional = std::mem::take(&mut self.provisional_buf);
+        provisional.clear();
+        provisional.extend(
+            self.outstanding
+                .values()
+                .chain(self.forgotten.values())
+                .filter_map(create_ctx_page)
+                .map(page),
+        );
         // Pages past those handed out are compared from the first check that lets the
         // device write them on.
         let handed_out = ((self.e.ram.next_free() - RAM_BASE) / PAGE) as usize;
@@ -452,6 +462,8 @@ impl SyncDevice {
         let mut shadow = std::mem::take(&mut self.shadow);
         let changed = w.check(self.ram(), &mut shadow, &provisional, &self.compare_pages);
         self.shadow = shadow;
+        self.w_buf = w;
+        self.provisional_buf = provisional;
         changed
     }
 
