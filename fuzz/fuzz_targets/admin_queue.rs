@@ -31,7 +31,7 @@ use qpip_abi::doorbell::{DB_CQ_SLOTS, DB_QP_SLOTS};
 use qpip_abi::pci::DOORBELL_PAGES;
 use qpip_device::engine::Control;
 use qpip_fuzz::*;
-use zerocopy::{FromBytes, FromZeros, IntoBytes};
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes};
 
 /// Guest RAM: larger than the default, to hold a doorbell page for every context the
 /// device can have besides the admin rings and page lists.
@@ -210,6 +210,11 @@ fn depth(input: &mut Input) -> u32 {
     }
 }
 
+/// A command's argument body (without a heap allocation per command).
+fn body_of<T: IntoBytes + Immutable>(a: &T) -> [u8; 48] {
+    a.as_bytes().try_into().expect("a 48-byte argument body")
+}
+
 /// The doorbell pages of live contexts and of CREATE_CTX commands not yet completed, worked
 /// out only for the commands that need them.
 type Claimed<'a> = dyn Fn() -> HashSet<u64> + 'a;
@@ -224,28 +229,28 @@ fn structured(input: &mut Input, m: &Model, fx: &Fixture, claimed: &Claimed) -> 
         input.u16()
     };
     let mut c = cmd0(opcode, ctx(input, m), 0);
-    let body: Vec<u8> = match opcode {
+    let body: [u8; 48] = match opcode {
         ADMIN_OP_CREATE_CTX => {
             let mut a = CreateCtxArgs::new_zeroed();
             a.doorbell_page = doorbell_page(input, m, fx, claimed);
-            a.as_bytes().to_vec()
+            body_of(&a)
         }
         ADMIN_OP_QUERY_DEVICE | ADMIN_OP_QUERY_STATS => {
             let mut a = QueryArgs::new_zeroed();
             a.buf = addr(input, fx);
             a.len = input.one_of(&[128, 512, 4096, 0]);
-            a.as_bytes().to_vec()
+            body_of(&a)
         }
         ADMIN_OP_SET_MAC => {
             let mut a = SetMacArgs::new_zeroed();
             a.mac = input.array();
-            a.as_bytes().to_vec()
+            body_of(&a)
         }
         ADMIN_OP_ADD_ADDR | ADMIN_OP_DEL_ADDR => {
             let mut a = AddrArgs::new_zeroed();
             a.addr = ip(input);
             a.prefix_len = input.u8();
-            a.as_bytes().to_vec()
+            body_of(&a)
         }
         ADMIN_OP_CREATE_CQ => {
             let mut a = CreateCqArgs::new_zeroed();
@@ -253,7 +258,7 @@ fn structured(input: &mut Input, m: &Model, fx: &Fixture, claimed: &Claimed) -> 
             a.depth = depth(input);
             a.npages = input.one_of(&[1, 2, 4, 8]);
             a.vector = input.u8() as u32 % 18;
-            a.as_bytes().to_vec()
+            body_of(&a)
         }
         ADMIN_OP_CREATE_QP => {
             let mut a = CreateQpArgs::new_zeroed();
@@ -271,7 +276,7 @@ fn structured(input: &mut Input, m: &Model, fx: &Fixture, claimed: &Claimed) -> 
             a.rq_npages = 1 << (input.u8() % 5);
             a.qp_type = input.u8() % 4;
             a.framing = input.u8() % 4;
-            a.as_bytes().to_vec()
+            body_of(&a)
         }
         ADMIN_OP_REG_MR => {
             let mut a = RegMrArgs::new_zeroed();
@@ -289,33 +294,33 @@ fn structured(input: &mut Input, m: &Model, fx: &Fixture, claimed: &Claimed) -> 
             if input.u8() & 7 == 0 {
                 a.iova = input.u64();
             }
-            a.as_bytes().to_vec()
+            body_of(&a)
         }
         ADMIN_OP_BIND => {
             let mut a = BindArgs::new_zeroed();
             a.addr = ip(input);
             a.port = port(input);
-            a.as_bytes().to_vec()
+            body_of(&a)
         }
         ADMIN_OP_LISTEN => {
             let mut a = ListenArgs::new_zeroed();
             a.addr = ip(input);
             a.port = port(input);
             a.backlog = input.one_of(&[1, 16, 1024, 0, 1025]);
-            a.as_bytes().to_vec()
+            body_of(&a)
         }
         ADMIN_OP_ACCEPT => {
             let mut a = AcceptArgs::new_zeroed();
             a.qp = handle(input, m);
-            a.as_bytes().to_vec()
+            body_of(&a)
         }
         ADMIN_OP_CONNECT => {
             let mut a = ConnectArgs::new_zeroed();
             a.addr = ip(input);
             a.port = port(input);
-            a.as_bytes().to_vec()
+            body_of(&a)
         }
-        _ => vec![0; 48],
+        _ => [0; 48],
     };
     c.body.copy_from_slice(&body);
     if !matches!(
@@ -434,12 +439,18 @@ impl Harness {
             .any(|&b| b < page.saturating_add(PAGE) && b.saturating_add(len) > page);
         if c.status == ADMIN_STATUS_OK && self.fx.in_pool(page) && !queried {
             assert!(
-                self.d.read(page, PAGE as usize) == [0u8; PAGE as usize],
+                self.page_is_zero(page),
                 "context {}'s doorbell page {page:#x} was not cleared: {:02x?}",
                 c.result0,
                 &self.d.read(page, 64)
             );
         }
+    }
+
+    /// Whether the page at `page` (in RAM) reads all zeros (read in place: no copy).
+    fn page_is_zero(&self, page: u64) -> bool {
+        let at = (page - RAM_BASE) as usize;
+        self.d.ram()[at..at + PAGE as usize] == [0u8; PAGE as usize]
     }
 
     /// Runs the engine and takes completions until neither moves.
