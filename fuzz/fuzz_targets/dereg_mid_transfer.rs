@@ -135,6 +135,11 @@ struct World {
     /// lkeys of regions that are gone (what a REGION_GONE completion must have named).
     gone: HashSet<u32>,
     next_wr_id: u64,
+    /// What the device may write ([`World::writable`]), worked out again only when a
+    /// region or CQ comes or goes: the checks after every pass read it.
+    writable: Writable,
+    /// The ready CQEs of the CQ being checked (a buffer kept from check to check).
+    ready_buf: Vec<(u32, [u8; 64])>,
 }
 
 /// Data bytes (all below [`POISON`]), computed once: `len` of them from `from` on (a
@@ -201,7 +206,10 @@ fn world(pairs: u8) -> World {
         regions,
         gone: HashSet::new(),
         next_wr_id: 1,
+        writable: Writable::default(),
+        ready_buf: Vec::new(),
     };
+    w.writable = w.writable();
     // The pairs: context 0 listens and accepts, context 1 connects.
     let kinds: Vec<(usize, Kind)> = KINDS
         .into_iter()
@@ -308,6 +316,7 @@ impl World {
         let (lkey, rkey) = self.d.must(c);
         (r.lkey, r.rkey) = (lkey as u32, rkey as u32);
         self.regions.push(r);
+        self.writable = self.writable();
     }
 
     /// A QP of context `ctx` (an index) of `kind`, completing to the context's CQs: its
@@ -359,8 +368,7 @@ impl World {
     }
 
     fn check(&mut self) {
-        let w = self.writable();
-        let changed = self.d.check_writes(&w);
+        let changed = self.d.check_writes(&self.writable);
         self.check_leaks(&changed);
         for i in 0..self.cqs.len() {
             self.check_cq(i);
@@ -415,7 +423,8 @@ impl World {
             return;
         }
         let c = &self.cqs[i];
-        let mut ready = Vec::new();
+        let mut ready = std::mem::take(&mut self.ready_buf);
+        ready.clear();
         for k in 0..c.cq.depth {
             let idx = c.cq.head.wrapping_add(k);
             match self.ready(c, idx) {
@@ -443,6 +452,7 @@ impl World {
                 c.cq.id
             );
         }
+        self.ready_buf = ready;
     }
 
     /// A completion seen for the first time: well formed, for a WR outstanding on a QP
@@ -696,6 +706,7 @@ impl World {
         let at = g.page0();
         self.gone.insert(g.lkey);
         self.regions[r].alive = false;
+        self.writable = self.writable();
         self.d.write(at, &fill);
     }
 
@@ -759,6 +770,7 @@ impl World {
             for q in self.qps.iter_mut().filter(|q| q.ctx == ctx) {
                 q.alive = false;
             }
+            self.writable = self.writable();
         }
         let done = self.admin(cmd0(ADMIN_OP_DESTROY_CTX, self.ctxs[ctx], 0));
         assert_eq!(done.status == ADMIN_STATUS_OK, alive, "DESTROY_CTX: {done:?}");

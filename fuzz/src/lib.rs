@@ -100,12 +100,25 @@ impl<'a> Input<'a> {
         v
     }
 
+    /// `N` bytes, zeros past the end. No allocation: the targets read most of an input a
+    /// number at a time, and a heap allocation per number (with ASan's allocator) cost more
+    /// than the reading.
     pub fn array<const N: usize>(&mut self) -> [u8; N] {
-        self.bytes(N).try_into().expect("N bytes")
+        let mut a = [0u8; N];
+        let take = N.min(self.data.len());
+        a[..take].copy_from_slice(&self.data[..take]);
+        self.data = &self.data[take..];
+        a
     }
 
     pub fn u8(&mut self) -> u8 {
-        self.array::<1>()[0]
+        match self.data.split_first() {
+            Some((&b, rest)) => {
+                self.data = rest;
+                b
+            }
+            None => 0,
+        }
     }
 
     pub fn u16(&mut self) -> u16 {
@@ -233,10 +246,20 @@ pub struct SyncDevice {
     /// mapping, so that a write faults where the device makes it, and left out of the
     /// comparisons.
     sealed: Vec<bool>,
+    /// Pages read-only in the engine's mapping now. Seals are applied before the engine next
+    /// runs ([`Self::apply_seals`]), in as few `mprotect` calls as the runs of pages allow:
+    /// a target seals its rings, page lists and regions one by one, and a call each was a
+    /// good part of its set-up.
+    mapped_ro: Vec<bool>,
+    /// Whether `sealed` and `mapped_ro` may differ.
+    seals_pending: bool,
     /// The pages [`Self::check_writes`] compares (empty: to be worked out again), and the
     /// pages handed out when it was worked out.
     compare_pages: Vec<usize>,
     compared_up_to: usize,
+    /// Buffers of [`Self::check_writes`], kept from check to check.
+    w_buf: Writable,
+    provisional_buf: Vec<(u64, u64)>,
 }
 
 thread_local! {
@@ -305,8 +328,12 @@ impl SyncDevice {
             shadow,
             tracked: vec![false; (ram_size / PAGE) as usize],
             sealed: vec![false; (ram_size / PAGE) as usize],
+            mapped_ro: vec![false; (ram_size / PAGE) as usize],
+            seals_pending: false,
             compare_pages: Vec::new(),
             compared_up_to: 0,
+            w_buf: Writable::default(),
+            provisional_buf: Vec::new(),
         };
         d.enable_admin();
         d
@@ -314,6 +341,7 @@ impl SyncDevice {
 
     /// Delivers one control message to the engine, as the control thread would.
     pub fn control(&mut self, msg: Control) {
+        self.apply_seals();
         self.e.control(msg);
     }
 
@@ -325,6 +353,7 @@ impl SyncDevice {
     /// Enables the admin queue afresh (indices back to 0).
     pub fn enable_admin(&mut self) {
         self.admin = AdminRing::new(ADMIN_SQ, ADMIN_CQ, ADMIN_DEPTH);
+        self.apply_seals();
         self.e.enable_admin(&self.admin);
         self.forgotten.extend(self.outstanding.drain());
         // Old completions must not look new to the next pass.
@@ -346,6 +375,7 @@ impl SyncDevice {
     /// Runs the engine until it has nothing left to do (bounded: a hostile doorbell must not
     /// make a step endless, and a correct engine settles in a few passes).
     pub fn run(&mut self) {
+        self.apply_seals();
         for _ in 0..64 {
             if !self.e.engine.poll_once() {
                 return;
@@ -356,6 +386,7 @@ impl SyncDevice {
     /// One engine pass (`Engine::poll_once`): what lands between two passes lands in the
     /// middle of whatever the engine is doing. Whether the pass did anything.
     pub fn step(&mut self) -> bool {
+        self.apply_seals();
         self.e.engine.poll_once()
     }
 
@@ -386,19 +417,24 @@ impl SyncDevice {
     /// guest-physical addresses) the device wrote since then, for checks of what it wrote.
     pub fn check_writes(&mut self, writable: &Writable) -> Vec<u64> {
         let page = |p: u64| (p, p.saturating_add(PAGE));
-        let mut w = writable.clone();
+        // Into buffers kept from check to check (this runs after every engine run).
+        let mut w = std::mem::take(&mut self.w_buf);
+        w.0.clear();
+        w.0.extend_from_slice(&writable.0);
         w.0.extend(self.live_pages.values().map(|&p| page(p)));
         w.0.extend(self.was_live.drain().map(page));
         if self.hostile {
             w.0.extend(self.named_pages.iter().map(|&p| page(p)));
         }
-        let provisional: Vec<(u64, u64)> = self
-            .outstanding
-            .values()
-            .chain(self.forgotten.values())
-            .filter_map(create_ctx_page)
-            .map(page)
-            .collect();
+        let mut provisional = std::mem::take(&mut self.provisional_buf);
+        provisional.clear();
+        provisional.extend(
+            self.outstanding
+                .values()
+                .chain(self.forgotten.values())
+                .filter_map(create_ctx_page)
+                .map(page),
+        );
         // Pages past those handed out are compared from the first check that lets the
         // device write them on.
         let handed_out = ((self.e.ram.next_free() - RAM_BASE) / PAGE) as usize;
@@ -426,50 +462,83 @@ impl SyncDevice {
         let mut shadow = std::mem::take(&mut self.shadow);
         let changed = w.check(self.ram(), &mut shadow, &provisional, &self.compare_pages);
         self.shadow = shadow;
+        self.w_buf = w;
+        self.provisional_buf = provisional;
         changed
     }
 
     /// Seals the pages holding `len` bytes at `gpa`: the device must never write them for
-    /// the rest of this device's life (rings, page lists, regions no write right reaches —
-    /// pages a target knows no command names as anything else). They become read-only in
-    /// the engine's mapping (so a write is a fault, with the device's code on the stack)
-    /// and [`Self::check_writes`] no longer compares them: most of a data-path target's
-    /// pages are such, and comparing them after every run is much of its time.
+    /// the rest of this device's life, or until [`Self::unseal`] (rings, page lists, regions
+    /// no write right reaches — pages a target knows no command names as anything else).
+    /// They become read-only in the engine's mapping before the engine next runs (so a
+    /// write is a fault, with the device's code on the stack) and [`Self::check_writes`] no
+    /// longer compares them: most of a data-path target's pages are such, and comparing
+    /// them after every run is much of its time.
     pub fn seal(&mut self, gpa: u64, len: u64) {
-        let first = (gpa - RAM_BASE) / PAGE;
-        let end = (gpa + len - RAM_BASE).div_ceil(PAGE);
-        self.protect(first, end, true);
+        self.set_sealed(gpa, len, true);
     }
 
-    /// Makes pages `first..end` read-only in the engine's mapping (`seal`), or writable
-    /// again; they must equal the shadow (the device could not write them while sealed).
-    fn protect(&mut self, first: u64, end: u64, seal: bool) {
-        use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryBackend};
+    /// Lets the device write the pages holding `len` bytes at `gpa` again (a target that
+    /// seals pages until a command names them): [`Self::check_writes`] compares them from
+    /// here on. They equal the shadow: the device could not write them while sealed.
+    pub fn unseal(&mut self, gpa: u64, len: u64) {
+        self.set_sealed(gpa, len, false);
+    }
+
+    fn set_sealed(&mut self, gpa: u64, len: u64, seal: bool) {
+        if len == 0 {
+            return;
+        }
+        let first = (gpa - RAM_BASE) / PAGE;
+        let end = (gpa + len - RAM_BASE).div_ceil(PAGE);
         assert!(end <= self.sealed.len() as u64, "sealing pages outside RAM");
+        for p in first..end {
+            if self.sealed[p as usize] != seal {
+                self.sealed[p as usize] = seal;
+                self.seals_pending = true;
+                self.compare_pages.clear();
+            }
+        }
+    }
+
+    /// Makes the engine's mapping read-only exactly where pages are sealed, before the
+    /// engine runs: each run of pages to seal (or to unseal) that holds a page to change is
+    /// one `mprotect`.
+    fn apply_seals(&mut self) {
+        if !std::mem::take(&mut self.seals_pending) {
+            return;
+        }
+        let n = self.sealed.len();
+        let mut p = 0;
+        while p < n {
+            let want = self.sealed[p];
+            let end = (p..n).find(|&q| self.sealed[q] != want).unwrap_or(n);
+            if self.mapped_ro[p..end].iter().any(|&ro| ro != want) {
+                self.protect(p as u64, end as u64, want);
+            }
+            p = end;
+        }
+    }
+
+    /// Makes pages `first..end` read-only in the engine's mapping, or writable again.
+    fn protect(&mut self, first: u64, end: u64, read_only: bool) {
+        use vm_memory::{GuestAddress, GuestAddressSpace, GuestMemoryBackend};
         let mem = self.e.mapping().memory();
         let host = mem
             .memory()
             .get_host_address(GuestAddress(RAM_BASE + first * PAGE))
             .expect("sealed pages are in the engine's mapping");
-        let prot = if seal {
+        let prot = if read_only {
             libc::PROT_READ
         } else {
             libc::PROT_READ | libc::PROT_WRITE
         };
-        // SAFETY: whole pages of the engine's mapping (checked above: inside RAM), which
-        // lives as long as the pool keeps it; only their protection changes.
-        let r = unsafe {
-            libc::mprotect(
-                host.cast(),
-                ((end - first) * PAGE) as usize,
-                prot,
-            )
-        };
+        // SAFETY: whole pages of the engine's mapping (inside RAM: `sealed` has a flag for
+        // every page), which lives as long as the pool keeps it; only their protection
+        // changes.
+        let r = unsafe { libc::mprotect(host.cast(), ((end - first) * PAGE) as usize, prot) };
         assert_eq!(r, 0, "mprotect: {}", std::io::Error::last_os_error());
-        for p in first..end {
-            self.sealed[p as usize] = seal;
-        }
-        self.compare_pages.clear();
+        self.mapped_ro[first as usize..end as usize].fill(read_only);
     }
 
     /// Checks the pages [`Self::check_writes`] leaves out (never handed out, never
@@ -852,16 +921,9 @@ impl Drop for SyncDevice {
             return; // RAM and engine leak: the process is going down
         }
         self.check_untracked();
-        // The pool's mapping goes back writable, in runs of sealed pages.
-        let mut p = 0;
-        while p < self.sealed.len() {
-            if !self.sealed[p] {
-                p += 1;
-                continue;
-            }
-            let end = (p..self.sealed.len()).find(|&q| !self.sealed[q]).unwrap_or(self.sealed.len());
-            self.protect(p as u64, end as u64, false);
-            p = end;
+        // The pool's mapping goes back writable, all of it in one call.
+        if self.mapped_ro.contains(&true) {
+            self.protect(0, self.mapped_ro.len() as u64, false);
         }
         // SAFETY: `self.e` is not used again: this is the end of `self`.
         let e = unsafe { ManuallyDrop::take(&mut self.e) };
