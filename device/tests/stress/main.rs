@@ -779,6 +779,7 @@ fn one_function_flooding_while_another_ping_pongs() {
             }
             sent
         });
+        let _stop = StopOnExit(&stop);
         let mut p = ad.guest(1);
         let cp = p.create_ctx().unwrap();
         let mut pinger = p.udp_endpoint_in(cp, UNSPECIFIED, 7001, 4, 8, 4096);
@@ -808,6 +809,17 @@ fn one_function_flooding_while_another_ping_pongs() {
         q(&busy, 99),
     );
     assert!(sent > 0, "the flood ran");
+}
+
+/// Sets `stop` when dropped: a case whose measuring thread panics (an echo that never came)
+/// stops its other threads, so that the scope ends and the test fails instead of waiting
+/// for them forever.
+struct StopOnExit<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnExit<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Sends every datagram `echo` receives back to its sender, until `stop`.
@@ -863,7 +875,7 @@ fn under_abuse(what: &str, abuse: Abuse, heap_bound: i64) {
         let abuser = s.spawn(|| {
             let mut f = ad.guest(0);
             ready.wait();
-            while !abusing.load(Ordering::Relaxed) {
+            while !abusing.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(1));
             }
             abuse(&mut f, &stop);
@@ -875,6 +887,7 @@ fn under_abuse(what: &str, abuse: Abuse, heap_bound: i64) {
                 std::thread::sleep(Duration::from_millis(2));
             }
         });
+        let _stop = StopOnExit(&stop);
         let mut p = ad.guest(1);
         let cp = p.create_ctx().unwrap();
         let mut pinger = p.udp_endpoint_in(cp, UNSPECIFIED, 7001, 4, 8, 4096);
