@@ -145,7 +145,9 @@ impl Cq {
 
     /// Waits until at least one completion is there or `timeout` passed (`None`: no
     /// limit), then polls into `out`. Returns 0 only when the time ran out; the CQ then
-    /// stays armed (its descriptor becomes readable at the next completion). Threads may
+    /// stays armed (its descriptor becomes readable at the next completion). A wait that
+    /// armed the CQ and then found a completion may leave it armed, or its descriptor
+    /// readable, too: whoever watches the descriptor next may see one spurious wake-up. Threads may
     /// wait on one CQ at once; each completion goes to one of them. Polls for
     /// [`Cq::busy_poll`] first (no longer than `timeout`) before it sleeps.
     pub fn wait(&self, out: &mut [Completion], timeout: Option<Duration>) -> Result<usize> {
