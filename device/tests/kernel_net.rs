@@ -7,8 +7,11 @@
 //! iproute2 (`ip`), iputils-ping, nftables, tshark — a missing one skips its part with a
 //! message naming the package.
 
+#[path = "support/checked_datagrams.rs"]
 mod checked_datagrams;
+#[path = "support/net_oracle.rs"]
 mod net_oracle;
+#[path = "support/netns.rs"]
 mod netns;
 
 use std::collections::HashSet;

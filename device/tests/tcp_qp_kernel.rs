@@ -19,6 +19,7 @@
 //! Needs root (CI runs as root); without it, or without `ip`/`nft`, the tests say so and
 //! pass (and the tshark check says it is skipped when tshark is missing).
 
+#[path = "support/netns.rs"]
 mod netns;
 use qpip_testkit as support;
 

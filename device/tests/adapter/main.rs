@@ -11,6 +11,7 @@ use fixture::*;
 use qpip_testkit as support;
 use support::*;
 
+#[path = "../support/adapter_fixture.rs"]
 mod fixture;
 
 /// A UDP endpoint of a guest, with the guest and the address its device has.

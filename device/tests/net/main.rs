@@ -5,9 +5,9 @@
 //! library (smoltcp's wire module, `net_oracle`), and every frame a stack sends is parsed
 //! and its checksums verified by it.
 
-#[path = "../checked_datagrams/mod.rs"]
+#[path = "../support/checked_datagrams.rs"]
 mod checked_datagrams;
-#[path = "../net_oracle/mod.rs"]
+#[path = "../support/net_oracle.rs"]
 mod net_oracle;
 mod peer;
 

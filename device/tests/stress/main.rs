@@ -19,9 +19,9 @@ use fixture::*;
 use qpip_device::backend::{open_link, NetSpec};
 use qpip_testkit::*;
 
-#[path = "../adapter/fixture.rs"]
+#[path = "../support/adapter_fixture.rs"]
 mod fixture;
-#[path = "../netns/mod.rs"]
+#[path = "../support/netns.rs"]
 mod netns;
 
 /// The system allocator, counting the bytes live.

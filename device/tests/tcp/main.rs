@@ -4,10 +4,10 @@
 //! device's TCP queue pairs are tested in `tcp_qp/`.
 
 // Two endpoints over an in-memory wire, the smoltcp oracle, the test applications.
-#[path = "../tcp_common/mod.rs"]
+#[path = "../support/tcp_common.rs"]
 mod common;
 // A connection table driven as the engine drives it, the test playing the remote end.
-#[path = "../tcp_harness/mod.rs"]
+#[path = "../support/tcp_harness.rs"]
 mod harness;
 
 mod orphan;

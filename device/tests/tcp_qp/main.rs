@@ -8,7 +8,7 @@
 use qpip_testkit as support;
 
 // The remote end of a cable played frame by frame, in a small script format.
-#[path = "../tcp_script/mod.rs"]
+#[path = "../support/tcp_script/mod.rs"]
 mod script;
 
 mod conformance;
