@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use qpip_device::net::tcp::listener::Listener;
 use qpip_device::net::tcp::wire::{self, Header, Options};
 use qpip_device::net::tcp::{
-    self, Config, ConnId, Connection, ConnectionTable, Event, Input, IsnGenerator, SendSource,
+    self, record_segment_end, Config, ConnId, Connection, ConnectionTable, Event, Input,
+    IsnGenerator, SendSource,
 };
 
 use crate::common::{oracle, pattern, tuple, App, Source, A, B};
@@ -163,27 +164,10 @@ impl SendSource for Records<'_> {
     }
 
     fn segment_end(&self, offset: u64, len: u64, mss: u64) -> u64 {
-        if self.ends.is_empty() {
-            return offset + len;
-        }
-        // Whole records from `offset` while they fit; a short one (under `mss`) ends a
-        // super-segment, which is cut every `mss` bytes.
-        let mut end = offset;
-        for &e in self.ends.iter().filter(|&&e| e > offset) {
-            if e - offset > len {
-                break;
-            }
-            let short = e - end < mss;
-            end = e;
-            if short {
-                break;
-            }
-        }
-        if end == offset {
-            offset + len
-        } else {
-            end
-        }
+        // The engine's rule, as its iWARP stream answers it: what is tested here is how
+        // the connection cuts segments by it (the rule itself is tested with the stream).
+        let ends = self.ends.iter().copied().filter(|&e| e > offset);
+        record_segment_end(ends, offset, len, mss)
     }
 }
 

@@ -24,6 +24,36 @@ pub trait SendSource {
     }
 }
 
+/// [`SendSource::segment_end`] for a source of records, given the stream offsets where its
+/// records end from the one holding `offset` on, ascending: whole records while they fit
+/// in `len`, a short one (under `mss`) being the last, since a super-segment is cut every
+/// `mss` bytes and the record after a short one would start inside a piece; where not even
+/// one fits (or there are none), `offset + len`. The one statement of the rule, for every
+/// source that keeps records (the iWARP transmit stream; the tests' stand-ins for it).
+pub fn record_segment_end(
+    record_ends: impl IntoIterator<Item = u64>,
+    offset: u64,
+    len: u64,
+    mss: u64,
+) -> u64 {
+    let mut end = offset;
+    for e in record_ends {
+        if e - offset > len {
+            break;
+        }
+        let short = e - end < mss;
+        end = e;
+        if short {
+            break;
+        }
+    }
+    if end == offset {
+        offset + len
+    } else {
+        end
+    }
+}
+
 /// The application's side of the receive stream.
 pub trait RecvSink {
     /// Bytes the sink can take in order now: the posted receive space beyond what it

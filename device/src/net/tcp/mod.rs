@@ -67,7 +67,7 @@ pub mod wire;
 
 pub use config::{Config, CongestionKind, Keepalive};
 pub use connection::{CallError, ConnStats, Connection, Event, FourTuple, Outgoing, State};
-pub use io::{NoData, NoSpace, RecvSink, SendSource, VecSink};
+pub use io::{record_segment_end, NoData, NoSpace, RecvSink, SendSource, VecSink};
 pub use isn::IsnGenerator;
 pub use listener::{ListenOutcome, Listener, ListenerStats};
 pub use memory::MemoryPool;

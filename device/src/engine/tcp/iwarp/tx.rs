@@ -20,7 +20,7 @@ use crate::net::iwarp::wire::ddp::Header;
 use crate::net::iwarp::wire::fpdu::{self, CRC_LEN, LENGTH_LEN};
 use crate::net::iwarp::wire::rdmap::{self, Opcode, ReadRequest};
 use crate::net::iwarp::wire::terminate::Terminate;
-use crate::net::tcp::SendSource;
+use crate::net::tcp::{record_segment_end, SendSource};
 
 /// Most header bytes an FPDU's ULPDU carries before its payload: an untagged DDP header
 /// and a Terminate with a copied untagged header and Read Request (18 + 4 + 2 + 18 + 28).
@@ -422,23 +422,12 @@ impl SendSource for Source<'_> {
         let Some(first) = self.tx.find(offset) else {
             return offset + len;
         };
-        let mut end = offset;
-        for r in self.tx.records.range(first..) {
-            let e = r.start + r.len as u64;
-            if e - offset > len {
-                break;
-            }
-            let short = e - end < mss;
-            end = e;
-            if short {
-                break;
-            }
-        }
-        if end == offset {
-            offset + len
-        } else {
-            end
-        }
+        let ends = self
+            .tx
+            .records
+            .range(first..)
+            .map(|r| r.start + r.len as u64);
+        record_segment_end(ends, offset, len, mss)
     }
 }
 
