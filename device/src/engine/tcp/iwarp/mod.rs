@@ -18,6 +18,9 @@
 mod drive;
 pub(super) mod rx;
 pub(super) mod tx;
+// A fuzz fixture (the placement path fed whatever a peer may send): built for the fuzz
+// crate, through this crate's `fuzzing` feature, and for the unit tests; never in qpipd.
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod untrusted;
 
 use std::collections::VecDeque;

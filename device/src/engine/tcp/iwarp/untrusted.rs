@@ -46,11 +46,29 @@ const WRITABLE: [(u64, u64); 3] = [(1, 2), (8, 1), (10, 1)];
 /// A running iWARP QP's receive side and the memory it may place into.
 pub struct Placement {
     iw: IwarpQp,
+    guest: Guest,
+    /// Stream offset of the next in-order byte.
+    next: u64,
+}
+
+/// The guest's side of the QP: its RAM and the regions registered in it.
+struct Guest {
     mem: GuestMemoryMmap,
     mrs: HashMap<u32, MemoryRegion>,
     tripwires: HashMap<u32, crate::engine::tripwire::Tripwire>,
-    /// Stream offset of the next in-order byte.
-    next: u64,
+}
+
+impl Guest {
+    /// What the QP's receive side is handed, as the engine hands it (context 1, QP 9).
+    fn env(&self) -> Env<'_> {
+        Env {
+            mem: &self.mem,
+            mrs: &self.mrs,
+            tripwires: &self.tripwires,
+            ctx: 1,
+            qp: 9,
+        }
+    }
 }
 
 fn region(first: u64, pages: u64, iova: u64, ctx: u32, access: u32) -> MemoryRegion {
@@ -114,23 +132,18 @@ impl Placement {
         });
         Placement {
             iw,
-            mem,
-            mrs,
-            tripwires: HashMap::new(),
+            guest: Guest {
+                mem,
+                mrs,
+                tripwires: HashMap::new(),
+            },
             next: 0,
         }
     }
 
     /// The next in-order bytes of the stream.
     pub fn feed(&mut self, data: &[u8]) {
-        let env = Env {
-            mem: &self.mem,
-            mrs: &self.mrs,
-            tripwires: &self.tripwires,
-            ctx: 1,
-            qp: 9,
-        };
-        self.iw.receive(&env, data);
+        self.iw.receive(&self.guest.env(), data);
         self.next += data.len() as u64;
     }
 
@@ -139,14 +152,7 @@ impl Placement {
     /// at once here, as the connection would once the hole is filled).
     pub fn feed_ahead(&mut self, gap: u64, data: &[u8]) -> bool {
         let at = self.next + gap;
-        let env = Env {
-            mem: &self.mem,
-            mrs: &self.mrs,
-            tripwires: &self.tripwires,
-            ctx: 1,
-            qp: 9,
-        };
-        self.iw.place_ahead(&env, at, data)
+        self.iw.place_ahead(&self.guest.env(), at, data)
     }
 
     /// Segments placed ahead of the in-order point and not yet passed by it.
@@ -171,7 +177,8 @@ impl Placement {
             if WRITABLE.iter().any(|&(f, n)| (f..f + n).contains(&p)) {
                 continue;
             }
-            self.mem
+            self.guest
+                .mem
                 .read_slice(&mut b, GuestAddress(page(p)))
                 .expect("read");
             if b[..] != GUARDS[..] {
