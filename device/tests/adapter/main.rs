@@ -160,19 +160,26 @@ fn a_function_whose_client_goes_starts_afresh_while_the_others_keep_working() {
     assert_eq!(b.query_stats().counters[STAT_UDP_TX as usize], 3);
 }
 
-#[test]
-fn a_tcp_stream_between_two_functions_keeps_every_byte_while_a_third_comes_and_goes() {
-    const N: usize = 1 << 20;
-    let ad = adapter(3, 1, None);
-    let (mut b, mut c) = (ad.guest(1), ad.guest(2));
+/// A TCP stream connection from function 1's guest `b` to function 2's `c` (port 7300),
+/// queues of 16 and buffers for `n` bytes a way: its two ends.
+fn stream_from_1_to_2(b: &mut FakeGuest, c: &mut FakeGuest, n: usize) -> (TcpEnd, TcpEnd) {
     let (cb, cc) = (b.create_ctx().unwrap(), c.create_ctx().unwrap());
-    let mut eb = b.tcp_endpoint_in(cb, FRAMING_STREAM, 16, Flow::buf_len(N, 16));
-    let mut ec = c.tcp_endpoint_in(cc, FRAMING_STREAM, 16, Flow::buf_len(N, 16));
+    let eb = b.tcp_endpoint_in(cb, FRAMING_STREAM, 16, Flow::buf_len(n, 16));
+    let ec = c.tcp_endpoint_in(cc, FRAMING_STREAM, 16, Flow::buf_len(n, 16));
     let l = c.listen(cc, UNSPECIFIED, 7300, 4).unwrap();
     let acc = c.submit_accept(cc, l, ec.qp.id);
     let con = b.submit_connect(cb, eb.qp.id, ip(ADDRS[2]), 7300);
     c.admin_wait_ok(acc, "accept");
     b.admin_wait_ok(con, "connect");
+    (eb, ec)
+}
+
+#[test]
+fn a_tcp_stream_between_two_functions_keeps_every_byte_while_a_third_comes_and_goes() {
+    const N: usize = 1 << 20;
+    let ad = adapter(3, 1, None);
+    let (mut b, mut c) = (ad.guest(1), ad.guest(2));
+    let (mut eb, mut ec) = stream_from_1_to_2(&mut b, &mut c, N);
     let mut rng = Rng::new(14);
     let mut fb = Flow::new(&mut b, &eb, rng.bytes(N), 1);
     let mut fc = Flow::new(&mut c, &ec, rng.bytes(N), 2);
@@ -274,27 +281,12 @@ fn one_functions_handles_mean_nothing_to_another() {
     let ca = a.create_ctx().unwrap();
     let mut ua = endpoint(&mut a, 7001);
     // b's objects, named to a's device (in a's context, and in b's context number).
+    let unknown = |r, what| assert_admin_err(r, ADMIN_STATUS_BAD_HANDLE, what);
     for ctx in [ca, cb] {
-        assert_admin_err(
-            a.destroy_qp(ctx, ub.qp.id),
-            ADMIN_STATUS_BAD_HANDLE,
-            "b's QP",
-        );
-        assert_admin_err(
-            a.destroy_cq(ctx, ub.scq.id),
-            ADMIN_STATUS_BAD_HANDLE,
-            "b's CQ",
-        );
-        assert_admin_err(
-            a.dereg_mr(ctx, ub.mr.lkey),
-            ADMIN_STATUS_BAD_HANDLE,
-            "b's key",
-        );
-        assert_admin_err(
-            a.destroy_listener(ctx, lb),
-            ADMIN_STATUS_BAD_HANDLE,
-            "b's listener",
-        );
+        unknown(a.destroy_qp(ctx, ub.qp.id), "b's QP");
+        unknown(a.destroy_cq(ctx, ub.scq.id), "b's CQ");
+        unknown(a.dereg_mr(ctx, ub.mr.lkey), "b's key");
+        unknown(a.destroy_listener(ctx, lb), "b's listener");
     }
     // A send gathering from b's memory key: a protection error, and b's buffer untouched.
     b.buf_write(&ub.buf, 0, &[0x5a; 64]);
@@ -691,14 +683,7 @@ fn a_panic_in_one_functions_engine_fails_that_function_only() {
         b"the fault",
     );
     // A TCP connection between functions 1 and 2, made before the fault.
-    let (cb, cc) = (b.create_ctx().unwrap(), c.create_ctx().unwrap());
-    let mut eb = b.tcp_endpoint_in(cb, FRAMING_STREAM, 16, Flow::buf_len(N, 16));
-    let mut ec = c.tcp_endpoint_in(cc, FRAMING_STREAM, 16, Flow::buf_len(N, 16));
-    let l = c.listen(cc, UNSPECIFIED, 7300, 4).unwrap();
-    let acc = c.submit_accept(cc, l, ec.qp.id);
-    let con = b.submit_connect(cb, eb.qp.id, ip(ADDRS[2]), 7300);
-    c.admin_wait_ok(acc, "accept");
-    b.admin_wait_ok(con, "connect");
+    let (mut eb, mut ec) = stream_from_1_to_2(&mut b, &mut c, N);
 
     ad.faults[0].panic_next_turn();
     a.kick(); // the thread may be asleep
