@@ -77,6 +77,30 @@ impl FakeGuest {
         }
     }
 
+    /// Waits for a command of this guest's device and one of `peer`'s, two devices whose
+    /// commands may each need the other's turn (a connect and its accept over a cable):
+    /// their completions, this one's first. Panics if they do not complete within
+    /// [`TIMEOUT`].
+    pub fn admin_wait_both(
+        &mut self,
+        cmd_id: u32,
+        peer: &mut FakeGuest,
+        peer_cmd_id: u32,
+    ) -> (AdminCqe, AdminCqe) {
+        let deadline = Instant::now() + TIMEOUT;
+        let (mut ours, mut theirs) = (None, None);
+        while ours.is_none() || theirs.is_none() {
+            assert!(Instant::now() < deadline, "commands did not complete");
+            if ours.is_none() {
+                ours = self.admin_wait(cmd_id, Duration::from_millis(5));
+            }
+            if theirs.is_none() {
+                theirs = peer.admin_wait(peer_cmd_id, Duration::from_millis(5));
+            }
+        }
+        (ours.unwrap(), theirs.unwrap())
+    }
+
     /// Runs one command to completion; panics if it does not complete within [`TIMEOUT`].
     /// Checks the completion echoes the opcode and carries no results on error.
     pub fn admin(&mut self, cmd: AdminCmd) -> AdminCqe {

@@ -34,17 +34,9 @@ fn a_write_with_immediate_data_completes_a_receive_on_the_peer() {
     let (target, tmr) = region(&mut g, s, 4096, MR_ACCESS_REMOTE_WRITE, 0);
     let data = pattern(3000, 9);
     g.buf_write(&ce.buf, 0, &data);
-    let rsge = Sge {
-        addr: se.buf.iova,
-        length: 64,
-        lkey: se.mr.lkey,
-    };
+    let rsge = se.buf.sge(0, 64, se.mr.lkey);
     g.post_recv(&mut se.qp, &[recv_wqe(77, &[rsge])]);
-    let sge = Sge {
-        addr: ce.buf.iova,
-        length: 3000,
-        lkey: ce.mr.lkey,
-    };
+    let sge = ce.buf.sge(0, 3000, ce.mr.lkey);
     g.post_send(
         &mut ce.qp,
         &[rdma_write_imm_wqe(
@@ -82,11 +74,7 @@ fn without_both_offers_there_is_no_immediate_data() {
     assert_eq!((ci.flags | si.flags) & CONN_INFO_IMMEDIATE, 0);
     assert_eq!(&si.private_data[..si.pd_len as usize], b"client pd");
     let (target, tmr) = region(&mut g, s, 4096, MR_ACCESS_REMOTE_WRITE, 0);
-    let sge = Sge {
-        addr: ce.buf.iova,
-        length: 10,
-        lkey: ce.mr.lkey,
-    };
+    let sge = ce.buf.sge(0, 10, ce.mr.lkey);
     g.post_send(
         &mut ce.qp,
         &[rdma_write_imm_wqe(1, target.iova, tmr.rkey, &[sge], 5)],

@@ -2,7 +2,7 @@
 //! Writes and Reads of megabytes arrive whole, and Write segments that come ahead of a
 //! hole are placed at once, straight into their region (counted), not held for the hole.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use qpip_device::engine::tcp::TcpLimits;
 
@@ -19,41 +19,21 @@ fn slow(g: &mut FakeGuest, cq: &mut Cq, what: &str) -> Cqe {
         .unwrap_or_else(|| panic!("{what}: no completion within 60 s"))
 }
 
-/// Waits for a command on each of two devices.
-fn both(a: &mut FakeGuest, ida: u32, b: &mut FakeGuest, idb: u32) -> (AdminCqe, AdminCqe) {
-    let deadline = Instant::now() + TIMEOUT;
-    let (mut ca, mut cb) = (None, None);
-    while ca.is_none() || cb.is_none() {
-        assert!(Instant::now() < deadline, "commands did not complete");
-        if ca.is_none() {
-            ca = a.admin_wait(ida, Duration::from_millis(5));
-        }
-        if cb.is_none() {
-            cb = b.admin_wait(idb, Duration::from_millis(5));
-        }
-    }
-    (ca.unwrap(), cb.unwrap())
-}
-
 fn rdma_over_an_impaired_cable(crc: bool, seed: u64) {
     let dir = ScratchDir::new(&format!("iwarp-impaired-{seed}"));
     let cable = dir.join("cable");
     let imp = format!("loss=3,reorder=10,dup=2,corrupt=1,seed={seed}");
     let limits = TcpLimits::default();
-    let mut a = cabled_device(
-        [2, 0, 0, 0, seed as u8, 0xa1],
-        A_ADDR,
-        &cable,
-        Some(&imp),
-        limits,
-    );
-    let mut b = cabled_device(
-        [2, 0, 0, 0, seed as u8, 0xb2],
-        B_ADDR,
-        &cable,
-        Some(&imp),
-        limits,
-    );
+    let device = |mac_end, addr| {
+        cabled_device(
+            [2, 0, 0, 0, seed as u8, mac_end],
+            addr,
+            &cable,
+            Some(&imp),
+            limits,
+        )
+    };
+    let (mut a, mut b) = (device(0xa1, A_ADDR), device(0xb2, B_ADDR));
     let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
     let server = a.iwarp_endpoint_in(ca, 16, 1 << 20);
     let mut client = b.iwarp_endpoint_in(cb, 16, 4 << 20);
@@ -64,7 +44,7 @@ fn rdma_over_an_impaired_cable(crc: bool, seed: u64) {
     };
     let acc = a.submit_accept_iwarp(ca, l, server.qp.id, &Mpa::plain());
     let con = b.submit_connect_iwarp(cb, client.qp.id, ip(A_ADDR), 7200, &mpa);
-    let (acc, con) = both(&mut a, acc, &mut b, con);
+    let (acc, con) = a.admin_wait_both(acc, &mut b, con);
     assert_eq!((acc.status, con.status), (ADMIN_STATUS_OK, ADMIN_STATUS_OK));
 
     // The client writes 512 KiB into the server's region, in WRs of 64 KiB.
@@ -75,11 +55,7 @@ fn rdma_over_an_impaired_cable(crc: bool, seed: u64) {
     let piece = 64 * 1024u64;
     let wqes: Vec<WqeBytes> = (0..len / piece)
         .map(|i| {
-            let sge = Sge {
-                addr: client.buf.iova + i * piece,
-                length: piece as u32,
-                lkey: client.mr.lkey,
-            };
+            let sge = client.buf.sge(i * piece, piece as u32, client.mr.lkey);
             rdma_wqe(
                 WQE_OP_RDMA_WRITE,
                 i,
@@ -107,11 +83,7 @@ fn rdma_over_an_impaired_cable(crc: bool, seed: u64) {
     // And back: the client reads the region into the second half of its buffer.
     let (source, smr) = region(&mut a, ca, len, MR_ACCESS_REMOTE_READ, 0);
     a.buf_write(&source, 0, &data);
-    let sge = Sge {
-        addr: client.buf.iova + len,
-        length: len as u32,
-        lkey: client.mr.lkey,
-    };
+    let sge = client.buf.sge(len, len as u32, client.mr.lkey);
     b.post_send(
         &mut client.qp,
         &[rdma_wqe(

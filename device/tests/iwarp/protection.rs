@@ -116,24 +116,12 @@ fn forbidden_remote_access_ends_in_a_terminate_and_errors_on_both_sides() {
         };
         g.buf_write(&ce.buf, 0, &[0xa5; 4096]);
         // A receive on each side, to be flushed.
-        let rsge = |e: &TcpEnd| Sge {
-            addr: e.buf.iova + 65_536,
-            length: 1024,
-            lkey: e.mr.lkey,
-        };
+        let rsge = |e: &TcpEnd| e.buf.sge(65_536, 1024, e.mr.lkey);
         let (sr, cr) = (rsge(&se), rsge(&ce));
         g.post_recv(&mut se.qp, &[recv_wqe(50, &[sr])]);
         g.post_recv(&mut ce.qp, &[recv_wqe(60, &[cr])]);
-        let sge = Sge {
-            addr: ce.buf.iova,
-            length: case.len,
-            lkey: ce.mr.lkey,
-        };
-        let after = Sge {
-            addr: ce.buf.iova,
-            length: 8,
-            lkey: ce.mr.lkey,
-        };
+        let sge = ce.buf.sge(0, case.len, ce.mr.lkey);
+        let after = ce.buf.sge(0, 8, ce.mr.lkey);
         g.post_send(
             &mut ce.qp,
             &[
@@ -231,11 +219,7 @@ fn the_side_that_sent_a_terminate_can_close_and_wait_for_it() {
     let (mut g, s, c) = guest();
     let (se, mut ce) = connected(&mut g, s, c, 7290);
     let (target, mr) = region(&mut g, s, 4096, MR_ACCESS_REMOTE_READ, 0x5a);
-    let sge = Sge {
-        addr: ce.buf.iova,
-        length: 64,
-        lkey: ce.mr.lkey,
-    };
+    let sge = ce.buf.sge(0, 64, ce.mr.lkey);
     g.post_send(
         &mut ce.qp,
         &[rdma_wqe(WQE_OP_RDMA_WRITE, 1, target.iova, mr.rkey, &[sge])],

@@ -121,16 +121,8 @@ fn in_peer_to_peer_mode_the_responder_may_send_first() {
     // The responder speaks first: the initiator's ready-to-receive message let it.
     let msg = b"the responder first";
     g.buf_write(&se.buf, 0, msg);
-    let sge = Sge {
-        addr: se.buf.iova,
-        length: msg.len() as u32,
-        lkey: se.mr.lkey,
-    };
-    let rsge = Sge {
-        addr: ce.buf.iova,
-        length: 4096,
-        lkey: ce.mr.lkey,
-    };
+    let sge = se.buf.sge(0, msg.len() as u32, se.mr.lkey);
+    let rsge = ce.buf.sge(0, 4096, ce.mr.lkey);
     g.post_recv(&mut ce.qp, &[recv_wqe(1, &[rsge])]);
     g.post_send(&mut se.qp, &[tcp_send_wqe(2, 0, &[sge])]);
     ok(
@@ -152,16 +144,8 @@ fn in_peer_to_peer_mode_the_responder_may_send_first() {
 fn a_responder_sends_nothing_before_the_initiators_first_fpdu() {
     let (mut g, s, c) = guest();
     let (mut se, mut ce) = connected(&mut g, s, c, 7176);
-    let sge = Sge {
-        addr: se.buf.iova,
-        length: 10,
-        lkey: se.mr.lkey,
-    };
-    let rsge = Sge {
-        addr: ce.buf.iova,
-        length: 4096,
-        lkey: ce.mr.lkey,
-    };
+    let sge = se.buf.sge(0, 10, se.mr.lkey);
+    let rsge = ce.buf.sge(0, 4096, ce.mr.lkey);
     g.post_recv(&mut ce.qp, &[recv_wqe(1, &[rsge])]);
     g.post_send(&mut se.qp, &[tcp_send_wqe(2, 0, &[sge])]);
     assert!(
@@ -170,16 +154,8 @@ fn a_responder_sends_nothing_before_the_initiators_first_fpdu() {
         "the responder's Send waits for the initiator's first FPDU"
     );
     // The initiator speaks: then both go.
-    let ssge = Sge {
-        addr: ce.buf.iova + 8192,
-        length: 5,
-        lkey: ce.mr.lkey,
-    };
-    let srsge = Sge {
-        addr: se.buf.iova + 8192,
-        length: 4096,
-        lkey: se.mr.lkey,
-    };
+    let ssge = ce.buf.sge(8192, 5, ce.mr.lkey);
+    let srsge = se.buf.sge(8192, 4096, se.mr.lkey);
     g.post_recv(&mut se.qp, &[recv_wqe(3, &[srsge])]);
     g.post_send(&mut ce.qp, &[tcp_send_wqe(4, 0, &[ssge])]);
     ok(&g.wait_cqe(&mut se.rcq), CQE_OP_RECV, 5, "initiator's send");

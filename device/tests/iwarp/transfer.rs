@@ -21,11 +21,7 @@ fn sends_arrive_whole(crc: bool) {
     let rmr = g.reg_mr(s, &rx, MR_ACCESS_LOCAL_WRITE).unwrap();
     let recvs: Vec<WqeBytes> = (0..SIZES.len())
         .map(|i| {
-            let sge = Sge {
-                addr: rx.iova + i as u64 * slot,
-                length: slot as u32,
-                lkey: rmr.lkey,
-            };
+            let sge = rx.sge(i as u64 * slot, slot as u32, rmr.lkey);
             recv_wqe(100 + i as u64, &[sge])
         })
         .collect();
@@ -34,11 +30,7 @@ fn sends_arrive_whole(crc: bool) {
     for (i, &n) in SIZES.iter().enumerate() {
         let data = pattern(n, i as u8);
         g.buf_write(&ce.buf, at, &data);
-        let sge = Sge {
-            addr: ce.buf.iova + at,
-            length: n as u32,
-            lkey: ce.mr.lkey,
-        };
+        let sge = ce.buf.sge(at, n as u32, ce.mr.lkey);
         let w = if i % 2 == 1 {
             send_se_wqe(i as u64, &[sge])
         } else {
@@ -87,11 +79,7 @@ fn rdma_writes_land_in_the_peers_region_with_no_completion_there() {
     let data = pattern(len as usize, 7);
     g.buf_write(&ce.buf, 0, &data[..(1 << 20).min(len as usize)]);
     // Two writes: the whole region but its first 100 bytes, then those, in two WRs.
-    let sge = |off: u64, n: u64| Sge {
-        addr: ce.buf.iova + off,
-        length: n as u32,
-        lkey: ce.mr.lkey,
-    };
+    let sge = |off: u64, n: u64| ce.buf.sge(off, n as u32, ce.mr.lkey);
     g.post_send(
         &mut ce.qp,
         &[
@@ -139,11 +127,7 @@ fn rdma_reads_fetch_the_peers_region_within_the_ord_in_order() {
     let pieces = [(0u64, 1u64), (1, 40_000), (40_001, 59_999), (0, 0)];
     let mut wqes = Vec::new();
     for (i, &(off, n)) in pieces.iter().enumerate() {
-        let sge = Sge {
-            addr: ce.buf.iova + off,
-            length: n as u32,
-            lkey: ce.mr.lkey,
-        };
+        let sge = ce.buf.sge(off, n as u32, ce.mr.lkey);
         wqes.push(rdma_wqe(
             WQE_OP_RDMA_READ,
             i as u64,
@@ -184,11 +168,7 @@ fn reads_kept_at_the_ord_back_to_back_never_exceed_the_responders_ird() {
     let read = |i: u64| {
         // Sizes vary so that responses end at every offset of a segment.
         let n = 1 + (i * 37) % len;
-        let sge = Sge {
-            addr: ce.buf.iova + (i % ord) * len,
-            length: n as u32,
-            lkey: ce.mr.lkey,
-        };
+        let sge = ce.buf.sge((i % ord) * len, n as u32, ce.mr.lkey);
         (
             n,
             rdma_wqe(WQE_OP_RDMA_READ, i, source.iova, smr.rkey, &[sge]),
@@ -238,17 +218,9 @@ fn an_rping_exchange_runs_many_iterations_on_small_queues() {
         b.extend_from_slice(&rkey.to_be_bytes());
         b.extend_from_slice(&(size as u32).to_be_bytes());
         g.buf_write(&e.buf, at, &b);
-        Sge {
-            addr: e.buf.iova + at,
-            length: 16,
-            lkey: e.mr.lkey,
-        }
+        e.buf.sge(at, 16, e.mr.lkey)
     };
-    let rsge = |e: &TcpEnd| Sge {
-        addr: e.buf.iova + 4096,
-        length: 16,
-        lkey: e.mr.lkey,
-    };
+    let rsge = |e: &TcpEnd| e.buf.sge(4096, 16, e.mr.lkey);
     let (sr, cr) = (rsge(&se), rsge(&ce));
     g.post_recv(&mut se.qp, &[recv_wqe(0, &[sr])]);
     g.post_recv(&mut ce.qp, &[recv_wqe(0, &[cr])]);
@@ -266,11 +238,7 @@ fn an_rping_exchange_runs_many_iterations_on_small_queues() {
             "server: start buffer",
         );
         g.post_recv(&mut se.qp, &[recv_wqe(0, &[sr])]);
-        let sink = Sge {
-            addr: se.buf.iova + 8192,
-            length: size as u32,
-            lkey: se.mr.lkey,
-        };
+        let sink = se.buf.sge(8192, size as u32, se.mr.lkey);
         g.post_send(
             &mut se.qp,
             &[rdma_wqe(WQE_OP_RDMA_READ, 2, start.iova, smr.rkey, &[sink])],

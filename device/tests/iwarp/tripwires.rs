@@ -13,11 +13,7 @@ const RECORD: u64 = 64;
 fn write_record(g: &mut FakeGuest, c: &mut TcpEnd, ring: &Buf, rkey: u32, i: u64) {
     let data = pattern(RECORD as usize, i as u8);
     g.buf_write(&c.buf, i * RECORD, &data);
-    let sge = Sge {
-        addr: c.buf.iova + i * RECORD,
-        length: RECORD as u32,
-        lkey: c.mr.lkey,
-    };
+    let sge = c.buf.sge(i * RECORD, RECORD as u32, c.mr.lkey);
     g.post_send(
         &mut c.qp,
         &[rdma_wqe(
@@ -110,17 +106,9 @@ fn a_send_placed_in_the_range_fires_it_too() {
     );
     g.create_tripwire(s, &a).unwrap();
     g.buf_write(&arm, 0, &1u32.to_le_bytes());
-    let rsge = Sge {
-        addr: se.buf.iova,
-        length: 4096,
-        lkey: se.mr.lkey,
-    };
+    let rsge = se.buf.sge(0, 4096, se.mr.lkey);
     g.post_recv(&mut se.qp, &[recv_wqe(1, &[rsge])]);
-    let sge = Sge {
-        addr: ce.buf.iova,
-        length: 1050,
-        lkey: ce.mr.lkey,
-    };
+    let sge = ce.buf.sge(0, 1050, ce.mr.lkey);
     g.post_send(&mut ce.qp, &[tcp_send_wqe(2, 0, &[sge])]);
     ok(&g.wait_cqe(&mut se.rcq), CQE_OP_RECV, 1050, "receive");
     let e = g.wait_cqe(&mut events);
