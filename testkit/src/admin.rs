@@ -274,41 +274,31 @@ impl FakeGuest {
     }
 
     /// Fills CreateQpArgs with fresh scattered rings; returns the args and the ring pages.
+    /// `cqs`: (send CQ, receive CQ); `depths`: (SQ, RQ).
     pub fn qp_args(
         &mut self,
-        send_cq: u32,
-        recv_cq: u32,
-        sq_depth: u32,
-        rq_depth: u32,
+        cqs: (u32, u32),
+        depths: (u32, u32),
         qp_type: u8,
         framing: u8,
     ) -> (CreateQpArgs, Vec<u64>, Vec<u64>) {
-        let sq_pages = self.alloc_scattered(ring_pages(sq_depth, WQE_SIZE) as usize);
-        let rq_pages = self.alloc_scattered(ring_pages(rq_depth, WQE_SIZE) as usize);
+        let sq_pages = self.alloc_scattered(ring_pages(depths.0, WQE_SIZE) as usize);
+        let rq_pages = self.alloc_scattered(ring_pages(depths.1, WQE_SIZE) as usize);
         let lists = (self.page_list(&sq_pages), self.page_list(&rq_pages));
-        let a = qp_body(
-            lists,
-            (send_cq, recv_cq),
-            (sq_depth, rq_depth),
-            qp_type,
-            framing,
-        );
+        let a = qp_body(lists, cqs, depths, qp_type, framing);
         (a, sq_pages, rq_pages)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// A QP of `qp_type` and `framing`; `cqs`: (send CQ, receive CQ); `depths`: (SQ, RQ).
     pub fn create_qp_typed(
         &mut self,
         ctx: u32,
-        send_cq: u32,
-        recv_cq: u32,
-        sq_depth: u32,
-        rq_depth: u32,
+        cqs: (u32, u32),
+        depths: (u32, u32),
         qp_type: u8,
         framing: u8,
     ) -> Result<Qp, u16> {
-        let (a, sq_pages, rq_pages) =
-            self.qp_args(send_cq, recv_cq, sq_depth, rq_depth, qp_type, framing);
+        let (a, sq_pages, rq_pages) = self.qp_args(cqs, depths, qp_type, framing);
         let (id, slot) = self.create_qp_args(ctx, &a)?;
         assert_ne!(id, 0, "object handles are non-zero");
         assert!(slot < DB_QP_SLOTS, "QP doorbell slot {slot} out of range");
@@ -324,7 +314,13 @@ impl FakeGuest {
         sq_depth: u32,
         rq_depth: u32,
     ) -> Result<Qp, u16> {
-        self.create_qp_typed(ctx, send_cq, recv_cq, sq_depth, rq_depth, QP_TYPE_UDP, 0)
+        self.create_qp_typed(
+            ctx,
+            (send_cq, recv_cq),
+            (sq_depth, rq_depth),
+            QP_TYPE_UDP,
+            0,
+        )
     }
 
     pub fn destroy_qp(&mut self, ctx: u32, qp: u32) -> Result<(), u16> {

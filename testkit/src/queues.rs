@@ -148,7 +148,7 @@ impl FakeGuest {
         let scq = self.create_cq(ctx, cq_depth).expect("create send CQ");
         let rcq = self.create_cq(ctx, cq_depth).expect("create recv CQ");
         let qp = self
-            .create_qp_typed(ctx, scq.id, rcq.id, depth, depth, qp_type, framing)
+            .create_qp_typed(ctx, (scq.id, rcq.id), (depth, depth), qp_type, framing)
             .unwrap_or_else(|s| panic!("create QP of type {qp_type}: {}", admin_status_name(s)));
         let buf = self.alloc_buf(buf_len.max(64), 0);
         let mr = self

@@ -257,7 +257,7 @@ fn page_lists_outside_guest_ram_are_refused() {
     let cq = g.create_cq(ctx, 16).unwrap();
     for &bad in &outside {
         for which in 0..2 {
-            let (mut a, ..) = g.qp_args(cq.id, cq.id, 64, 64, QP_TYPE_UDP, 0);
+            let (mut a, ..) = g.qp_args((cq.id, cq.id), (64, 64), QP_TYPE_UDP, 0);
             let list = g.page_list(&[good, bad]);
             if which == 0 {
                 a.sq_page_list = list;
@@ -271,7 +271,7 @@ fn page_lists_outside_guest_ram_are_refused() {
             );
         }
     }
-    let (mut a, ..) = g.qp_args(cq.id, cq.id, 64, 64, QP_TYPE_UDP, 0);
+    let (mut a, ..) = g.qp_args((cq.id, cq.id), (64, 64), QP_TYPE_UDP, 0);
     a.rq_page_list = end;
     assert_admin_err(
         g.create_qp_args(ctx, &a),

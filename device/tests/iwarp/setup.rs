@@ -196,6 +196,10 @@ fn impatient(wait: std::time::Duration) -> FakeGuest {
 #[test]
 fn a_peer_that_never_speaks_mpa_times_the_setup_out() {
     let wait = std::time::Duration::from_millis(300);
+    let timed_out = |done: AdminCqe, what| {
+        let status = admin_status_name(done.status);
+        assert_eq!(done.status, ADMIN_STATUS_TIMEOUT, "{what}: {status}");
+    };
     // The initiator's peer is a stream QP: it accepts the TCP connection and says nothing.
     let mut g = impatient(wait);
     let (s, c) = (g.create_ctx().unwrap(), g.create_ctx().unwrap());
@@ -205,13 +209,7 @@ fn a_peer_that_never_speaks_mpa_times_the_setup_out() {
     let acc = g.submit_accept(s, l, plain.qp.id);
     let con = g.submit_connect_iwarp(c, iw.qp.id, LOOPBACK, 7230, &Mpa::plain());
     assert_eq!(g.admin_wait_done(acc).status, ADMIN_STATUS_OK, "TCP is up");
-    let done = g.admin_wait_done(con);
-    assert_eq!(
-        done.status,
-        ADMIN_STATUS_TIMEOUT,
-        "no MPA reply: {}",
-        admin_status_name(done.status)
-    );
+    timed_out(g.admin_wait_done(con), "no MPA reply");
     // The responder's peer is a stream QP too: it connects and never sends a request.
     let iw2 = g.iwarp_endpoint_in(s, 4, 4096);
     let plain2 = g.tcp_endpoint_in(c, FRAMING_STREAM, 4, 4096);
@@ -219,11 +217,5 @@ fn a_peer_that_never_speaks_mpa_times_the_setup_out() {
     let acc = g.submit_accept_iwarp(s, l2, iw2.qp.id, &Mpa::plain());
     let con = g.submit_connect(c, plain2.qp.id, LOOPBACK, 7231);
     assert_eq!(g.admin_wait_done(con).status, ADMIN_STATUS_OK, "TCP is up");
-    let done = g.admin_wait_done(acc);
-    assert_eq!(
-        done.status,
-        ADMIN_STATUS_TIMEOUT,
-        "no MPA request: {}",
-        admin_status_name(done.status)
-    );
+    timed_out(g.admin_wait_done(acc), "no MPA request");
 }

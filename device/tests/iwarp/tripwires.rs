@@ -124,56 +124,47 @@ fn tripwire_parameters_and_the_objects_it_holds_are_checked() {
     let cq = g.create_cq(s, 4).unwrap();
     let ocq = g.create_cq(c, 4).unwrap();
     let good = tripwire_args((mr.lkey, b.iova, 16), (mr.lkey, b.iova + 4000), cq.id, 1);
+    // Refused: (what, watched range, arm word, CQ, the refusal), each with one thing wrong.
+    let (range, arm) = ((mr.lkey, b.iova, 16), (mr.lkey, b.iova));
+    let (param, handle) = (ADMIN_STATUS_BAD_PARAM, ADMIN_STATUS_BAD_HANDLE);
     let cases = [
-        (
-            "an empty range",
-            (mr.lkey, b.iova, 0),
-            (mr.lkey, b.iova),
-            cq.id,
-            ADMIN_STATUS_BAD_PARAM,
-        ),
+        ("an empty range", (mr.lkey, b.iova, 0), arm, cq.id, param),
         (
             "a range outside its region",
             (mr.lkey, b.iova + 4090, 16),
-            (mr.lkey, b.iova),
+            arm,
             cq.id,
-            ADMIN_STATUS_BAD_PARAM,
+            param,
         ),
         (
             "a misaligned arm word",
-            (mr.lkey, b.iova, 16),
+            range,
             (mr.lkey, b.iova + 2),
             cq.id,
-            ADMIN_STATUS_BAD_PARAM,
+            param,
         ),
         (
             "an arm word outside its region",
-            (mr.lkey, b.iova, 16),
+            range,
             (mr.lkey, b.iova + 4096),
             cq.id,
-            ADMIN_STATUS_BAD_PARAM,
+            param,
         ),
         (
             "another context's region",
             (omr.lkey, ob.iova, 16),
-            (mr.lkey, b.iova),
+            arm,
             cq.id,
-            ADMIN_STATUS_BAD_HANDLE,
+            handle,
         ),
         (
             "another context's arm word",
-            (mr.lkey, b.iova, 16),
+            range,
             (omr.lkey, ob.iova),
             cq.id,
-            ADMIN_STATUS_BAD_HANDLE,
+            handle,
         ),
-        (
-            "another context's CQ",
-            (mr.lkey, b.iova, 16),
-            (mr.lkey, b.iova),
-            ocq.id,
-            ADMIN_STATUS_BAD_HANDLE,
-        ),
+        ("another context's CQ", range, arm, ocq.id, handle),
     ];
     for (what, range, arm, cqid, want) in cases {
         let a = tripwire_args(range, arm, cqid, 1);

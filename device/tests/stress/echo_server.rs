@@ -88,8 +88,14 @@ impl EchoServer {
                 let listener = g.listen(ctx, UNSPECIFIED, port, backlog).unwrap();
                 let qps = (0..n)
                     .map(|_| {
-                        g.create_qp_typed(ctx, scq.id, rcq.id, 2, 2, QP_TYPE_TCP, FRAMING_STREAM)
-                            .unwrap()
+                        g.create_qp_typed(
+                            ctx,
+                            (scq.id, rcq.id),
+                            (2, 2),
+                            QP_TYPE_TCP,
+                            FRAMING_STREAM,
+                        )
+                        .unwrap()
                     })
                     .collect();
                 EchoCtx {

@@ -41,7 +41,7 @@ impl Side {
             let mr = g.reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE).expect("MR");
             let qps = (0..k)
                 .map(|_| {
-                    g.create_qp_typed(ctx, scq.id, rcq.id, 2, 2, QP_TYPE_TCP, FRAMING_MESSAGE)
+                    g.create_qp_typed(ctx, (scq.id, rcq.id), (2, 2), QP_TYPE_TCP, FRAMING_MESSAGE)
                         .expect("a TCP QP")
                 })
                 .collect();

@@ -174,7 +174,13 @@ fn a_syn_flood_while_connections_move_data() {
     // buffer of its own).
     let c = &mut server.ctxs[0];
     let mut fresh = g
-        .create_qp_typed(c.ctx, c.scq.id, c.rcq.id, 2, 2, QP_TYPE_TCP, FRAMING_STREAM)
+        .create_qp_typed(
+            c.ctx,
+            (c.scq.id, c.rcq.id),
+            (2, 2),
+            QP_TYPE_TCP,
+            FRAMING_STREAM,
+        )
         .unwrap();
     let buf = g.alloc_buf(SLOT, 0);
     let mr = g.reg_mr(c.ctx, &buf, MR_ACCESS_LOCAL_WRITE).unwrap();

@@ -104,10 +104,8 @@ fn pending_result(g: &mut FakeGuest, id: u32) -> Result<AdminCqe, u16> {
 fn tcp_qp(g: &mut FakeGuest, cq: &Cq, depth: u32) -> u32 {
     g.create_qp_typed(
         cq.ctx,
-        cq.id,
-        cq.id,
-        depth,
-        depth,
+        (cq.id, cq.id),
+        (depth, depth),
         QP_TYPE_TCP,
         FRAMING_MESSAGE,
     )

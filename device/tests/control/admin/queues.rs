@@ -110,9 +110,9 @@ fn qp_creation_checks_its_parameters_and_cqs() {
         .expect("separate CQs");
     assert_ne!(shared.id, split.id);
     assert_ne!(shared.slot, split.slot, "each QP has its own doorbell slot");
-    g.create_qp_typed(ctx, cq.id, cq.id, 8, 8, QP_TYPE_TCP, FRAMING_MESSAGE)
+    g.create_qp_typed(ctx, (cq.id, cq.id), (8, 8), QP_TYPE_TCP, FRAMING_MESSAGE)
         .unwrap();
-    g.create_qp_typed(ctx, cq.id, cq.id, 8, 8, QP_TYPE_TCP, FRAMING_STREAM)
+    g.create_qp_typed(ctx, (cq.id, cq.id), (8, 8), QP_TYPE_TCP, FRAMING_STREAM)
         .unwrap();
     g.create_qp(ctx, cq.id, cq.id, MAX_QUEUE_DEPTH, 2)
         .expect("deepest SQ");
@@ -121,11 +121,11 @@ fn qp_creation_checks_its_parameters_and_cqs() {
         assert_admin_err(g.create_qp_args(ctx, &a), want, what);
     };
     for t in [0u8, 3, 0xff] {
-        let (a, ..) = g.qp_args(cq.id, cq.id, 8, 8, t, 0);
+        let (a, ..) = g.qp_args((cq.id, cq.id), (8, 8), t, 0);
         bad(&mut g, a, ADMIN_STATUS_BAD_PARAM, &format!("QP type {t}"));
     }
     for f in [0u8, 4] {
-        let (a, ..) = g.qp_args(cq.id, cq.id, 8, 8, QP_TYPE_TCP, f);
+        let (a, ..) = g.qp_args((cq.id, cq.id), (8, 8), QP_TYPE_TCP, f);
         bad(
             &mut g,
             a,
@@ -142,7 +142,7 @@ fn qp_creation_checks_its_parameters_and_cqs() {
         (8, 12),
         (MAX_QUEUE_DEPTH * 2, 8),
     ] {
-        let (mut a, ..) = g.qp_args(cq.id, cq.id, 8, 8, QP_TYPE_UDP, 0);
+        let (mut a, ..) = g.qp_args((cq.id, cq.id), (8, 8), QP_TYPE_UDP, 0);
         a.sq_depth = sq;
         a.rq_depth = rq;
         // Keep the page counts consistent with the depths so only the depth is wrong.
@@ -156,10 +156,10 @@ fn qp_creation_checks_its_parameters_and_cqs() {
         );
     }
     // 64 WQEs of 128 bytes are two pages.
-    let (mut a, ..) = g.qp_args(cq.id, cq.id, 64, 64, QP_TYPE_UDP, 0);
+    let (mut a, ..) = g.qp_args((cq.id, cq.id), (64, 64), QP_TYPE_UDP, 0);
     a.sq_npages = 1;
     bad(&mut g, a, ADMIN_STATUS_BAD_PARAM, "SQ page count short");
-    let (mut a, ..) = g.qp_args(cq.id, cq.id, 64, 64, QP_TYPE_UDP, 0);
+    let (mut a, ..) = g.qp_args((cq.id, cq.id), (64, 64), QP_TYPE_UDP, 0);
     a.rq_npages = 3;
     bad(&mut g, a, ADMIN_STATUS_BAD_PARAM, "RQ page count long");
 
@@ -169,7 +169,7 @@ fn qp_creation_checks_its_parameters_and_cqs() {
         (foreign.id, cq.id, "send CQ of another context"),
         (cq.id, foreign.id, "recv CQ of another context"),
     ] {
-        let (a, ..) = g.qp_args(s, r, 8, 8, QP_TYPE_UDP, 0);
+        let (a, ..) = g.qp_args((s, r), (8, 8), QP_TYPE_UDP, 0);
         bad(&mut g, a, ADMIN_STATUS_BAD_HANDLE, what);
     }
 
