@@ -78,9 +78,7 @@ fn one_function_flooding_while_another_ping_pongs() {
             sent
         });
         let _stop = StopOnExit(&stop);
-        let mut p = ad.guest(1);
-        let cp = p.create_ctx().unwrap();
-        let mut pinger = p.udp_endpoint_in(cp, UNSPECIFIED, 7001, 4, 8, 4096);
+        let (mut p, mut pinger) = pinger(&ad);
         ready.wait();
         let idle = ping_pong(&mut p, &mut pinger, ADDRS[2], 7002, ROUNDS);
         flooding.store(true, Ordering::Relaxed);
@@ -107,6 +105,15 @@ fn one_function_flooding_while_another_ping_pongs() {
         q(&busy, 99),
     );
     assert!(sent > 0, "the flood ran");
+}
+
+/// Function 1's guest and its UDP endpoint (port 7001), which ping-pongs with an echo on
+/// function 2's port 7002 while function 0 misbehaves.
+fn pinger(ad: &Adapter) -> (FakeGuest, Udp) {
+    let mut p = ad.guest(1);
+    let cp = p.create_ctx().unwrap();
+    let pinger = p.udp_endpoint_in(cp, UNSPECIFIED, 7001, 4, 8, 4096);
+    (p, pinger)
 }
 
 /// Sets `stop` when dropped: a case whose measuring thread panics (an echo that never came)
@@ -186,9 +193,7 @@ fn under_abuse(what: &str, abuse: Abuse, heap_bound: i64) {
             }
         });
         let _stop = StopOnExit(&stop);
-        let mut p = ad.guest(1);
-        let cp = p.create_ctx().unwrap();
-        let mut pinger = p.udp_endpoint_in(cp, UNSPECIFIED, 7001, 4, 8, 4096);
+        let (mut p, mut pinger) = pinger(&ad);
         ready.wait();
         let idle = ping_pong(&mut p, &mut pinger, ADDRS[2], 7002, ROUNDS);
         let before = live();
