@@ -412,26 +412,13 @@ impl World {
     }
 
     /// Whether CQE `idx` (free-running) of CQ `c` is there for the consumer.
-    fn ready(&self, c: &Cq, idx: u32) -> Option<[u8; 64]> {
-        let raw: [u8; 64] = self.d.read_obj(c.cq.slot_gpa(idx));
-        let owner = std::mem::offset_of!(Cqe, owner);
-        (raw[owner] & 1 == phase(idx, c.cq.depth)).then_some(raw)
-    }
-
     fn check_cq(&mut self, i: usize) {
         if !self.cqs[i].alive {
             return;
         }
         let c = &self.cqs[i];
         let mut ready = std::mem::take(&mut self.ready_buf);
-        ready.clear();
-        for k in 0..c.cq.depth {
-            let idx = c.cq.head.wrapping_add(k);
-            match self.ready(c, idx) {
-                Some(raw) => ready.push((idx, raw)),
-                None => break,
-            }
-        }
+        self.d.ready_cqes(&c.cq, &mut ready);
         for &(idx, raw) in &ready {
             if let Some(first) = self.cqs[i].seen.get(&idx) {
                 assert_eq!(
@@ -691,12 +678,7 @@ impl World {
             head = head.wrapping_add(1);
         }
         let c = &mut self.cqs[i];
-        let old = c.cq.head;
-        c.cq.head = head;
-        c.seen
-            .retain(|idx, _| idx.wrapping_sub(old) >= head.wrapping_sub(old));
-        let (ctx, off) = (c.cq.ctx, cq_head(c.cq.slot));
-        self.d.ring(ctx, off, head);
+        self.d.consume_cq(&mut c.cq, &mut c.seen, head);
     }
 
     /// Fills region `r`'s pages with its poison: from here on nothing may read them.

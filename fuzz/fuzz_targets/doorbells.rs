@@ -234,12 +234,6 @@ impl World {
     }
 
     /// Whether CQE `idx` (free-running) is there for the consumer.
-    fn ready(&self, c: &Cq, idx: u32) -> Option<[u8; 64]> {
-        let raw: [u8; 64] = self.d.read_obj(c.cq.slot_gpa(idx));
-        let owner = std::mem::offset_of!(Cqe, owner);
-        (raw[owner] & 1 == phase(idx, c.cq.depth)).then_some(raw)
-    }
-
     fn check_cq(&mut self, i: usize, irqs: bool) {
         let c = &self.cqs[i];
         if !c.alive {
@@ -252,14 +246,7 @@ impl World {
             _ => 0,
         };
         let mut ready = std::mem::take(&mut self.ready_buf);
-        ready.clear();
-        for k in 0..c.cq.depth {
-            let idx = c.cq.head.wrapping_add(k);
-            match self.ready(c, idx) {
-                Some(raw) => ready.push((idx, raw)),
-                None => break,
-            }
-        }
+        self.d.ready_cqes(&c.cq, &mut ready);
         for (idx, raw) in &ready {
             let first = self.cqs[i].seen.get(idx);
             // A CQE as first seen passed check_cqe then, whose verdict depends only on its
@@ -530,18 +517,13 @@ impl World {
         }
         let mut head = c.cq.head;
         for _ in 0..n {
-            if self.ready(&self.cqs[i], head).is_none() {
+            if self.d.ready_cqe(&self.cqs[i].cq, head).is_none() {
                 break;
             }
             head = head.wrapping_add(1);
         }
         let c = &mut self.cqs[i];
-        let old = c.cq.head;
-        c.cq.head = head;
-        c.seen
-            .retain(|idx, _| idx.wrapping_sub(old) >= head.wrapping_sub(old));
-        let (ctx, off) = (c.cq.ctx, cq_head(c.cq.slot));
-        self.d.ring(ctx, off, head);
+        self.d.consume_cq(&mut c.cq, &mut c.seen, head);
     }
 
     /// Whose doorbell page (context A's or B's, live or destroyed) a raw write goes to.
