@@ -40,7 +40,7 @@ enum Op {
     Reset,
 }
 
-/// Input format (see `examples/seeds.rs`): per operation a kind byte, then its fields.
+/// Input format (see `examples/seeds/raw.rs`): per operation a kind byte, then its fields.
 fn next_op(input: &mut Input) -> Op {
     match input.choose(4) {
         0 => Op::Read {

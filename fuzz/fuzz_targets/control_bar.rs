@@ -123,7 +123,7 @@ enum Op {
 
 const RAM_SIZE: u64 = 64 << 10;
 
-/// Input format (see `examples/seeds.rs`): per operation a kind byte, then its fields.
+/// Input format (see `examples/seeds/raw.rs`): per operation a kind byte, then its fields.
 fn next_op(input: &mut Input) -> Op {
     match input.choose(10) {
         0 => {

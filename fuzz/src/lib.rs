@@ -2,7 +2,7 @@
 //!
 //! * [`Input`] reads a fuzz input as a stream of little-endian numbers (zeros once it runs
 //!   out), and [`Seed`] writes the same stream: the targets decode their operations from an
-//!   `Input`, and `examples/seeds.rs` encodes the committed seed corpora with a `Seed`, so
+//!   `Input`, and `examples/seeds/` encodes the committed seed corpora with a `Seed`, so
 //!   seeds and decoders cannot drift apart silently.
 //! * [`SyncDevice`] is the real engine (`qpip_device::engine::Engine`) driven synchronously on
 //!   the fuzzer's thread (the test kit's `SyncEngine`), over a small memfd guest RAM: admin
