@@ -18,6 +18,7 @@ use super::completion::{cqe, cqe_ok};
 use super::decode::{self, Payload};
 use super::memory::{Fault, Span};
 use super::objects::QpState;
+use super::ports::Proto;
 use super::Engine;
 
 /// Largest UDP payload: the IPv6 payload length field (65535) less the UDP header.
@@ -317,7 +318,7 @@ impl Engine {
     /// "port unreachable").
     pub fn deliver_udp(&mut self, mem: &GuestMemoryMmap, d: &Datagram) -> bool {
         let stats = self.shared.stats.clone();
-        let Some(&id) = self.objects.udp_ports.get(&d.dst_port) else {
+        let Some(id) = self.objects.ports.qp(Proto::Udp, d.dst_port) else {
             stats.add(STAT_UDP_RX_NO_PORT, 1);
             return false;
         };

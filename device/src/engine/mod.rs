@@ -28,6 +28,7 @@ pub mod idle;
 pub mod memory;
 pub mod network;
 pub mod objects;
+pub mod ports;
 pub mod secrets;
 pub mod tcp;
 pub mod thread;
@@ -364,8 +365,8 @@ impl Engine {
                 self.admin.disable();
                 self.events.forget_requests();
             }
-            Control::AdminSqTail(t) => self.admin.sq_tail = t,
-            Control::AdminCqHead(h) => self.admin.cq_head = h,
+            Control::AdminSqTail(t) => self.admin.ring.set_sq_tail(t),
+            Control::AdminCqHead(h) => self.admin.ring.set_cq_head(h),
             Control::Kick => self.shared.stats.add(qpip_abi::admin::STAT_KICKS, 1),
             Control::Reset(ack) => {
                 self.reset();
