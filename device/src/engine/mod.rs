@@ -82,11 +82,10 @@ pub struct EngineConfig {
     pub name: String,
     pub mac: [u8; 6],
     pub addrs: Vec<(Ipv6Addr, u8)>,
-    /// How long the engine keeps polling after the last piece of work before it sleeps
-    /// (the most: the budget adapts below it, see [`idle`]). Long enough to bridge
-    /// messages a millisecond apart without a kick; the polling past its first moments
-    /// takes only a CPU nothing else wants ([`crate::sched::IdlePolling`]).
-    pub idle_poll: Duration,
+    /// What the engine's thread does when it has no work ([`idle`]): how long it polls
+    /// on, how, and whether it naps. A single-function `qpipd` starts its thread with it;
+    /// an adapter's threads take the adapter's.
+    pub idle: idle::IdleConfig,
     /// The link beneath the QPs, if any (`--net`).
     pub network: Option<network::NetworkConfig>,
     /// How long TCP connections keep retransmitting to a silent peer (`--tcp-retries`).
@@ -133,7 +132,7 @@ impl Default for EngineConfig {
             name: "f0".into(),
             mac: DEFAULT_MAC,
             addrs: Vec::new(),
-            idle_poll: Duration::from_micros(2000),
+            idle: idle::IdleConfig::default(),
             network: None,
             tcp_limits: tcp::TcpLimits::default(),
             region_pages: DEFAULT_REGION_PAGES,
@@ -253,7 +252,7 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Starts an engine on a thread of its own (a one-function qpipd).
     pub fn start(shared: Shared, config: EngineConfig) -> std::io::Result<EngineHandle> {
-        thread::EngineThread::spawn("qpip-engine", config.idle_poll)?.start(shared, config, None)
+        thread::EngineThread::spawn("qpip-engine", config.idle)?.start(shared, config, None)
     }
 
     pub fn send(&self, msg: Control) {
