@@ -14,16 +14,10 @@
 //! scheduler's next turn.
 //!
 //! Which is better depends on what the guest does after kicking, so it is a choice
-//! (`qpipd --control-sched`), measured on a 2-CPU host with one TCG guest, messages of 64
-//! bytes after 1 ms of quiet (the engine asleep), three runs of 400-500 each:
-//!
-//! - the guest's time in the calls (`qpip-overhead`, kicked messages): UDP 44-54 µs with
-//!   the control thread preempting (`normal`), 19-27 µs with it `SCHED_BATCH`; TCP 58-70
-//!   against 24-29. The engine thread's policy changes nothing (46-49 µs with it batch).
-//! - a guest that busy-polls for the answer right after kicking (UDP to itself, post to
-//!   receive completion): p50 73-89 µs and p90 128-175 µs with `normal`, p50 308-564 µs
-//!   and p90 2.6-3.0 ms with `batch` — its doorbell waits for the scheduler to take the
-//!   CPU from the spinning vCPU.
+//! (`qpipd --control-sched`). With `batch` a guest that kicks and goes on spends far less
+//! time in the kick; a guest that busy-polls for the answer right after kicking waits
+//! instead, as its doorbell's message waits for the scheduler to take the CPU from the
+//! spinning vCPU.
 //!
 //! A busy-polling guest is the common case for latency, so `normal` is the default;
 //! `batch` suits guests that sleep on their completion queues and count their CPU. The
