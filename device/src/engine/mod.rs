@@ -211,19 +211,19 @@ impl Shared {
 pub struct Engine {
     shared: Shared,
     rx: Receiver<Control>,
-    pub(crate) objects: Objects,
-    pub(crate) admin: AdminQueue,
+    objects: Objects,
+    admin: AdminQueue,
     /// Passes without work since the last work (0 while busy, and for callers that drive
     /// the engine themselves): idle passes look at the link only now and then (set by
     /// its [`thread`]).
-    pub(crate) idle_passes: u32,
+    idle_passes: u32,
     sleeping: bool,
     /// Reused buffer of contexts with changed doorbell pages.
     scratch_ctxs: Vec<u32>,
     /// The network stack on its link: it owns the device's MAC and addresses, and its
     /// loopback carries what the device sends to itself. Without `--net` the link is
     /// [`crate::backend::none`] and the loopback is all there is.
-    pub(crate) net: Interface,
+    net: Interface,
     /// The stack's configuration at start: what a reset returns to.
     net_start: NetConfig,
     tcp_limits: tcp::TcpLimits,
@@ -232,9 +232,9 @@ pub struct Engine {
     /// [`EngineConfig::tcp_memory`].
     tcp_memory: Option<std::sync::Arc<crate::net::tcp::MemoryPool>>,
     /// TCP connections and the TCP state of QPs.
-    pub(crate) tcp: tcp::Tcp,
+    tcp: tcp::Tcp,
     /// Asynchronous events and the requests waiting for them.
-    pub(crate) events: events::AsyncEvents,
+    events: events::AsyncEvents,
     /// Completions waiting for room in their CQ, per CQ, in order ([`completion`]).
     deferred: HashMap<u32, VecDeque<qpip_abi::cqe::Cqe>>,
 }
