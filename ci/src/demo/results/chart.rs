@@ -256,3 +256,177 @@ pub fn gain_chart(info: &RunInfo, lines: &[Line]) -> Result<String, String> {
     }
     Ok(svg)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::{same_as_saved, saved_results};
+    use super::super::saved::SavedRun;
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// One element of an SVG: its name, attributes and text.
+    #[derive(Debug)]
+    struct Element {
+        name: String,
+        attrs: BTreeMap<String, String>,
+        text: String,
+    }
+
+    fn unescape(s: &str) -> String {
+        s.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&apos;", "'")
+            .replace("&quot;", "\"")
+            .replace("&amp;", "&")
+    }
+
+    /// The elements of `svg` in order, checking that every tag is closed where it should
+    /// be and that one `svg` element holds them all.
+    fn parse(svg: &str) -> Vec<Element> {
+        let mut out: Vec<Element> = Vec::new();
+        let mut open: Vec<(String, usize)> = Vec::new();
+        let mut rest = svg.trim();
+        assert!(
+            rest.starts_with("<svg ") && rest.ends_with("</svg>"),
+            "not one svg"
+        );
+        while let Some(lt) = rest.find('<') {
+            let text = &rest[..lt];
+            if let Some((_, i)) = open.last() {
+                out[*i].text += text.trim();
+            } else {
+                assert!(text.trim().is_empty(), "text outside the svg: {text:?}");
+            }
+            let gt = rest[lt..].find('>').expect("an unclosed tag") + lt;
+            let tag = &rest[lt + 1..gt];
+            rest = &rest[gt + 1..];
+            if let Some(name) = tag.strip_prefix('/') {
+                let (o, _) = open.pop().expect("a close without an open");
+                assert_eq!(o, name, "tags cross");
+                continue;
+            }
+            let closed = tag.ends_with('/');
+            let tag = tag.trim_end_matches('/');
+            let (name, mut a) = tag.split_once(' ').unwrap_or((tag, ""));
+            let mut attrs = BTreeMap::new();
+            while let Some((k, v)) = a.split_once("=\"") {
+                let (value, after) = v.split_once('"').expect("an unclosed attribute");
+                attrs.insert(k.trim().to_string(), unescape(value));
+                a = after;
+            }
+            assert!(a.trim().is_empty(), "a stray attribute in <{tag}>");
+            assert!(
+                open.len() == 1 || (open.is_empty() && out.is_empty()),
+                "nested <{name}>"
+            );
+            out.push(Element {
+                name: name.to_string(),
+                attrs,
+                text: String::new(),
+            });
+            if !closed {
+                open.push((name.to_string(), out.len() - 1));
+            }
+        }
+        assert!(
+            open.is_empty() && rest.trim().is_empty(),
+            "unclosed elements"
+        );
+        for e in &mut out {
+            e.text = unescape(&e.text);
+        }
+        out
+    }
+
+    fn num(e: &Element, k: &str) -> f64 {
+        e.attrs[k].parse().unwrap()
+    }
+
+    fn hex(c: RGBColor) -> String {
+        format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
+    }
+
+    #[test]
+    fn every_line_has_its_label_and_one_bar_at_its_height() {
+        let run = SavedRun::from_json(&saved_results()).unwrap();
+        let svg = gain_chart(&run.info, &run.lines).unwrap();
+        // The same results draw the same bytes (nothing of the moment goes in).
+        assert_eq!(gain_chart(&run.info, &run.lines).unwrap(), svg);
+        same_as_saved("bench-report.svg", &svg);
+        let elements = parse(&svg);
+        let texts: Vec<&Element> = elements.iter().filter(|e| e.name == "text").collect();
+        let bars: Vec<&Element> = elements
+            .iter()
+            .filter(|e| e.name == "rect" && num(e, "height") < ROW as f64)
+            .collect();
+        let mut with_gain = 0;
+        for l in &run.lines {
+            let labels: Vec<&&Element> = texts.iter().filter(|t| t.text == l.what).collect();
+            assert_eq!(labels.len(), 1, "{}", l.what);
+            let y = num(labels[0], "y");
+            let here: Vec<&&Element> = bars
+                .iter()
+                .filter(|b| (num(b, "y") + num(b, "height") / 2.0 - y).abs() <= 1.0)
+                .collect();
+            let value = texts
+                .iter()
+                .find(|t| num(t, "y") == y && t.attrs["text-anchor"] == "start")
+                .unwrap_or_else(|| panic!("no value beside {}", l.what));
+            match l.gain() {
+                Some(g) => {
+                    with_gain += 1;
+                    assert_eq!(here.len(), 1, "{}", l.what);
+                    assert_eq!(here[0].attrs["fill"], hex(Kind::of(&l.what).colour()));
+                    assert_eq!(value.text, fmt_gain(Some(g)));
+                }
+                None => {
+                    assert!(here.is_empty(), "{}", l.what);
+                    assert!(value.text.starts_with("no ratio"), "{}", l.what);
+                }
+            }
+        }
+        // One bar per line with a gain, and a swatch per kind in the legend.
+        let kinds = Kind::ALL
+            .iter()
+            .filter(|k| run.lines.iter().any(|l| Kind::of(&l.what) == **k))
+            .count();
+        assert_eq!(bars.len(), with_gain + kinds);
+        assert!(with_gain > 20);
+        // A whisker per line whose rounds have gains.
+        let whiskers = elements
+            .iter()
+            .filter(|e| e.name == "polyline" && e.attrs["points"].split_whitespace().count() == 6)
+            .count();
+        let spread = run
+            .lines
+            .iter()
+            .filter(|l| l.gain().is_some() && l.gain_spread().is_some())
+            .count();
+        assert_eq!(whiskers, spread);
+        assert!(texts
+            .iter()
+            .any(|t| t.text.starts_with("2026-11-20 14:05, ./qpip bench")));
+    }
+
+    #[test]
+    fn kinds_follow_the_lines_names() {
+        for (what, kind) in [
+            ("UDP ping-pong, round trip p50", Kind::RoundTrip),
+            (
+                "RDMA Read latency, round trip p50 (qpip vs siw)",
+                Kind::RoundTrip,
+            ),
+            ("TCP bandwidth, 8 KiB messages", Kind::Bandwidth),
+            ("bulk a→b, 32 MiB, SHA-256 checked", Kind::Bandwidth),
+            ("UDP loss at that rate, 1 KiB datagrams", Kind::Loss),
+            ("guest CPU per UDP round trip (a+b)", Kind::Cpu),
+            ("guest-wide CPU per TCP 1 KiB message", Kind::Cpu),
+            ("UDP overhead, QP: device woken (kick)", Kind::Overhead),
+            ("host overhead per TCP message (Table 1)", Kind::Overhead),
+        ] {
+            assert_eq!(Kind::of(what), kind, "{what}");
+        }
+        assert_eq!(tick(0.5), "0.5x");
+        assert_eq!(tick(100.0), "100x");
+    }
+}

@@ -23,10 +23,10 @@ pub const HEADING: &str = "## The recorded run";
 /// The generated section, from [`BEGIN`] to [`END`], for the results of `run`.
 pub fn section(run: &SavedRun) -> String {
     let mut s = format!("{BEGIN}\n\n{HEADING}\n\n");
-    s += "The last run recorded with `./qpip bench --record` (rebuilt from its results with \
-          `./qpip bench --record-from FILE.json`). The chart shows each line's QP gain, the \
-          ratio of the medians, as a bar from parity, and the min–max of the rounds' own \
-          gains as a whisker; the tables give every figure.\n\n";
+    s += "A run of `./qpip bench`, written here by `./qpip bench --record` or rebuilt from \
+          its results JSON by `./qpip bench --record-from FILE.json`. The chart shows each \
+          line's QP gain, the ratio of the medians, as a bar from parity (1x), and the \
+          min–max of the rounds' own gains as a whisker; the tables give every figure.\n\n";
     s += &format!(
         "![QP gain over kernel sockets per line of the bench, with the min–max of the \
          rounds' own gains]({CHART})\n\n"
@@ -73,4 +73,69 @@ pub fn record(run: &SavedRun, docs: &Path) -> Result<[PathBuf; 2], String> {
     std::fs::write(&md_path, splice(&old, &section(run)))
         .map_err(|e| format!("cannot write {}: {e}", md_path.display()))?;
     Ok([md_path, svg_path])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::{same_as_saved, saved_results};
+    use super::*;
+
+    #[test]
+    fn the_generated_section_of_a_saved_run_is_as_recorded() {
+        let run = SavedRun::from_json(&saved_results()).unwrap();
+        let s = section(&run);
+        same_as_saved("bench-report.md", &s);
+        assert!(s.starts_with(BEGIN) && s.ends_with(&format!("{END}\n")));
+        assert!(s.contains("![QP gain over kernel sockets") && s.contains("](bench.svg)"));
+        assert!(s.contains("Host: 2 CPUs (Intel(R) Xeon(R) Processor @ 2.10GHz)"));
+        assert!(s.contains("Commit `0123456789ab`."));
+        assert!(s.contains("\n### The qpipd layouts (QPs a⇄b)\n"));
+        // Results older than the commit and CPU model say so.
+        let mut old = saved_results();
+        for k in ["commit", "host_cpu_model"] {
+            old.as_object_mut().unwrap().remove(k);
+        }
+        let s = section(&SavedRun::from_json(&old).unwrap());
+        assert!(s.contains("Host: 2 CPUs (model not recorded), load average"));
+        assert!(s.contains(" at the end. Commit not recorded.\n"));
+    }
+
+    #[test]
+    fn splicing_keeps_the_hand_written_text_around_the_section() {
+        let old = format!("# Title\n\nHand-written.\n\n{BEGIN}\nold figures\n{END}\nA footer.\n");
+        let new = format!("{BEGIN}\nnew figures\n{END}\n");
+        let spliced = splice(&old, &new);
+        assert_eq!(
+            spliced,
+            format!("# Title\n\nHand-written.\n\n{BEGIN}\nnew figures\n{END}\nA footer.\n")
+        );
+        assert_eq!(splice(&spliced, &new), spliced);
+        // A page without a section gets one at its end; a section cut short is replaced to
+        // the end of the page.
+        assert_eq!(
+            splice("# Title\n\nText.\n\n\n", &new),
+            format!("# Title\n\nText.\n\n{new}")
+        );
+        assert_eq!(splice("", &new), new);
+        assert_eq!(
+            splice(&format!("Text.\n\n{BEGIN}\nhalf"), &new),
+            format!("Text.\n\n{new}")
+        );
+    }
+
+    #[test]
+    fn recording_writes_the_page_and_its_chart_and_again_the_same() {
+        let dir = std::env::temp_dir().join(format!("qpip-record-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("bench.md"), "# The bench\n\nWhat the rows mean.\n").unwrap();
+        let run = SavedRun::from_json(&saved_results()).unwrap();
+        let [md, svg] = record(&run, &dir).unwrap();
+        let page = std::fs::read_to_string(&md).unwrap();
+        assert!(page.starts_with("# The bench\n\nWhat the rows mean.\n\n<!-- Generated"));
+        assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+        record(&run, &dir).unwrap();
+        assert_eq!(std::fs::read_to_string(&md).unwrap(), page);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -143,3 +143,67 @@ fn layout_rows(rows: &Value) -> Result<Vec<LayoutRow>, String> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::saved_results;
+    use super::super::json_value;
+    use super::*;
+
+    #[test]
+    fn a_results_file_reads_back_as_the_run_wrote_it() {
+        let j = saved_results();
+        let run = SavedRun::from_json(&j).unwrap();
+        // The raw rounds come back whole, so the lines are the run's.
+        assert_eq!(
+            json_value(&run.measurements, &run.lines)["rounds"],
+            j["rounds"]
+        );
+        assert!(run
+            .lines
+            .iter()
+            .any(|l| l.what == "TCP ping-pong, round trip p90"));
+        assert!(run.lines.iter().any(|l| l.host_cpu.is_some()));
+        let info = &run.info;
+        assert_eq!((info.what.as_str(), info.host_cpus), ("bench", 2));
+        assert_eq!(
+            info.commit.as_deref(),
+            Some("0123456789abcdef0123456789abcdef01234567")
+        );
+        assert_eq!(info.uncommitted_changes, Some(false));
+        assert_eq!(info.plan.tcp_sizes, [1024, 8192, 65536, 262144]);
+        // The facts write back the fields they were read from.
+        for (k, v) in info.json_fields() {
+            assert_eq!(v, j[&k], "{k}");
+        }
+        assert_eq!(run.layouts.len(), 4);
+        assert_eq!(run.layouts[1].per_guest, [Some(240.0), Some(230.0), None]);
+        assert_eq!(run.layouts[2].better, Better::Higher);
+        assert_eq!(run.layouts[0].ratio(), Some(0.8));
+    }
+
+    #[test]
+    fn older_results_lack_the_commit_and_cpu_model_and_broken_ones_are_errors() {
+        let mut j = saved_results();
+        for k in ["commit", "uncommitted_changes", "host_cpu_model", "layouts"] {
+            j.as_object_mut().unwrap().remove(k);
+        }
+        let run = SavedRun::from_json(&j).unwrap();
+        assert_eq!(run.info.commit, None);
+        assert_eq!(run.info.uncommitted_changes, None);
+        assert_eq!(run.info.host_cpu_model, None);
+        assert!(run.layouts.is_empty());
+        let broken = |edit: &dyn Fn(&mut Value)| {
+            let mut b = saved_results();
+            edit(&mut b);
+            SavedRun::from_json(&b).unwrap_err()
+        };
+        assert!(broken(&|b| b["tool"] = "engine_bench".into()).contains("not qpip-lab"));
+        assert!(broken(&|b| b["plan"] = Value::Null).contains("\"plan\""));
+        assert!(broken(&|b| b["rounds"] = 1.into()).contains("no rounds"));
+        assert!(
+            broken(&|b| b["rounds"][0]["bulk"]["qp"]["bytes"] = "x".into()).contains("round 1")
+        );
+        assert!(broken(&|b| b["layouts"]["rows"][0]["unit"] = "s".into()).contains("UDP ping-pong"));
+    }
+}
