@@ -6,21 +6,29 @@
 //! the interrupt table). The engine never waits for the control thread: it polls while
 //! there is work, then sleeps with the protocol of `qpip_abi::doorbell`.
 //!
-//! Where things are: [`admin`] runs the admin queue (management), [`doorbells`] scans
-//! doorbell pages (doorbell), [`thread`] runs engines in turns on an engine thread and
-//! [`idle`] decides how long it polls before sleeping,
-//! [`datapath`] executes UDP send WQEs and places received datagrams (transmit/receive),
-//! [`tcp`] joins the device's TCP connections to TCP QPs in three units — `tcp::tx` takes
-//! send WRs into a connection's stream, `tcp::rx` places received bytes into receive WRs,
-//! `tcp::cm` manages connections —, [`completion`] writes every CQE, [`events`] holds the asynchronous events waiting for the
-//! driver's requests, [`network`] joins the engine to the link through the IPv6 stack,
-//! [`memory`] checks and translates every guest address, [`decode`] parses what the guest
-//! wrote, [`objects`] holds the tables. `docs/architecture.md` in the repository follows a
-//! message through them.
+//! Where things are, by the paper's state machines:
+//! - management: [`admin`] decodes and dispatches the admin queue's commands (its rings in
+//!   `admin::ring`), [`objects`] holds the tables of contexts, CQs, QPs, regions, listeners
+//!   and tripwires, [`ports`] which QP or listener holds each port;
+//! - doorbell: [`doorbells`] notices producer and consumer indices and CQ arms in the
+//!   contexts' doorbell pages;
+//! - transmit: [`send_queues`] gives every QP with work a turn and takes WQEs from its
+//!   rings; a QP's kind does the rest — [`udp`] (datagrams), [`tcp`] (TCP QPs in stream or
+//!   message framing, and iWARP QPs in `tcp::iwarp`: `tcp::tx` takes send WRs into a
+//!   connection's stream, `tcp::cm` manages connections);
+//! - receive: [`network`] joins the engine to the link through the IPv6 stack and hands
+//!   datagrams to [`udp`] and segments to [`tcp`] (`tcp::rx` places bytes into receive
+//!   WRs); [`tripwire`] raises completions when a peer's write reaches a watched record.
+//!
+//! Beside them: [`completion`] writes every CQE, [`events`] holds the asynchronous events
+//! waiting for the driver's requests, [`memory`] checks and translates every guest address
+//! and [`sges`] a WR's scatter/gather list, [`decode`] parses what the guest wrote,
+//! [`secrets`] draws keys, ISNs and cookies; [`thread`] runs engines in turns on an engine
+//! thread and [`idle`] decides what it does between turns without work.
+//! `docs/architecture.md` in the repository follows a message through them.
 
 pub mod admin;
 pub mod completion;
-pub mod datapath;
 pub mod decode;
 pub mod doorbells;
 pub mod events;
@@ -30,9 +38,12 @@ pub mod network;
 pub mod objects;
 pub mod ports;
 pub mod secrets;
+pub mod send_queues;
+pub mod sges;
 pub mod tcp;
 pub mod thread;
 pub mod tripwire;
+pub mod udp;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv6Addr;

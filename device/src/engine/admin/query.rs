@@ -98,7 +98,7 @@ impl Engine {
         d.max_queue_depth = MAX_QUEUE_DEPTH;
         d.max_sge = wqe::MAX_SGE;
         d.max_inline = wqe::MAX_INLINE;
-        d.max_udp_payload = crate::engine::datapath::MAX_UDP_PAYLOAD as u32;
+        d.max_udp_payload = crate::engine::udp::MAX_UDP_PAYLOAD as u32;
         d.max_listeners = MAX_LISTENERS;
         d.mtu = self.net.stack.mtu() as u32;
         d.mac = self.net.stack.mac();
