@@ -10,8 +10,8 @@
 //! - management: [`admin`] decodes and dispatches the admin queue's commands (its rings in
 //!   `admin::ring`), [`objects`] holds the tables of contexts, CQs, QPs, regions, listeners
 //!   and tripwires, [`ports`] which QP or listener holds each port;
-//! - doorbell: [`doorbells`] notices producer and consumer indices and CQ arms in the
-//!   contexts' doorbell pages;
+//! - doorbell: [`doorbell_scan`] notices producer and consumer indices and CQ arms in the
+//!   contexts' doorbell pages ([`doorbell_page`]: one page of guest RAM per context);
 //! - transmit: [`send_queues`] gives every QP with work a turn and takes WQEs from its
 //!   rings; a QP's kind does the rest — [`udp`] (datagrams), [`tcp`] (TCP QPs in stream or
 //!   message framing, and iWARP QPs in `tcp::iwarp`: `tcp::tx` takes send WRs into a
@@ -30,7 +30,8 @@
 pub mod admin;
 pub mod completion;
 pub mod decode;
-pub mod doorbells;
+pub mod doorbell_page;
+pub mod doorbell_scan;
 pub mod events;
 pub mod idle;
 pub mod memory;

@@ -12,7 +12,7 @@ use super::tcp::{AcceptQueue, TcpQp};
 #[derive(Debug)]
 pub struct Context {
     /// The context's doorbell page, in guest RAM.
-    pub doorbell: crate::doorbell::DoorbellPage,
+    pub doorbell: super::doorbell_page::DoorbellPage,
     /// The last `change_count` the engine saw in the context's doorbell page.
     pub seen_change_count: u32,
     /// QP id per doorbell slot.

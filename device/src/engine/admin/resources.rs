@@ -8,8 +8,8 @@ use qpip_abi::{cqe, doorbell, pci, wqe};
 use vm_memory::GuestMemoryMmap;
 
 use super::Results;
-use crate::doorbell::DoorbellPage;
 use crate::engine::decode::QpRequest;
+use crate::engine::doorbell_page::DoorbellPage;
 use crate::engine::memory::{self, Ring};
 use crate::engine::objects::{Context, Cq, Qp, QpKind, QpState, TcpRole};
 use crate::engine::ports::Proto;
