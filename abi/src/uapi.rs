@@ -18,7 +18,7 @@
 //! Every ioctl takes a pointer to a structure whose first field, `size`, holds the size of
 //! the structure as the caller knows it. The driver accepts any `size` from the first
 //! version of the structure (the size in this file when it was introduced, listed by
-//! `*_SIZE_V1`) up to [`MAX_ARG_SIZE`]: bytes the driver does not know must be zero (else
+//! `*_SIZE_V1`) up to [`MAX_ARG_SIZE`](crate::uapi::MAX_ARG_SIZE): bytes the driver does not know must be zero (else
 //! `E2BIG`), fields the caller does not know read as zero, and the driver writes back at
 //! most `size` bytes. So structures grow at the end without breaking old callers or old
 //! drivers. Reserved fields must be zero (else `EINVAL`). The driver matches an ioctl by its
@@ -27,9 +27,9 @@
 //! # mmap
 //!
 //! A process maps only what its own context owns, at offsets the driver hands out:
-//! [`QueryDevice::doorbell_offset`] (the context's doorbell page, see [`crate::doorbell`]),
-//! [`QueryDevice::kick_offset`] (the kick register page, see [`crate::regs::KICK_PAGE_OFFSET`])
-//! and the ring offsets returned by [`IOCTL_CREATE_CQ`] and [`IOCTL_CREATE_QP`]. Any other
+//! [`QueryDevice::doorbell_offset`](crate::uapi::QueryDevice::doorbell_offset) (the context's doorbell page, see [`crate::doorbell`]),
+//! [`QueryDevice::kick_offset`](crate::uapi::QueryDevice::kick_offset) (the kick register page, see [`crate::regs::KICK_PAGE_OFFSET`])
+//! and the ring offsets returned by [`IOCTL_CREATE_CQ`](crate::uapi::IOCTL_CREATE_CQ) and [`IOCTL_CREATE_QP`](crate::uapi::IOCTL_CREATE_QP). Any other
 //! offset, another context's offset, or a length other than the object's fails with `EINVAL`.
 //! The rings are ordinary memory shared with the device; the mapping stays valid until it
 //! is unmapped, even after the object is destroyed (the device no longer uses it then).
@@ -46,7 +46,7 @@
 //! A completion queue created with an eventfd signals it each time the device raises the
 //! CQ's interrupt, which it does once per arming (see [`crate::doorbell::DB_CQ_ARM_SEQ`]), so
 //! a process blocks on many CQs and other files at once with `poll`/`epoll`. Connection
-//! events (accept and connect complete, a close is acknowledged) are [`Event`] records that
+//! events (accept and connect complete, a close is acknowledged) are [`Event`](crate::uapi::Event) records that
 //! the process `read`s from its `/dev/qpipN` file; the file polls readable while one is
 //! queued. After the device was removed or reset, every call on the file fails with
 //! `ENODEV` and `poll` reports `POLLERR`.

@@ -43,6 +43,20 @@ enum Cmd {
     /// every measurement in several rounds (QPs and sockets interleaved; medians, spreads,
     /// ratios); results as JSON and Markdown in $QPIP_CACHE/bench (or --out).
     Bench(BenchArgs),
+    /// Writes the recorded report, docs/bench.md's generated section and the chart
+    /// docs/bench.svg, from a bench's results JSON (e.g.
+    /// $QPIP_CACHE/bench/qp-sockets-latest.json) without running anything.
+    BenchReport(BenchReportArgs),
+}
+
+#[derive(clap::Args)]
+struct BenchReportArgs {
+    /// The results JSON of a bench (qp-sockets-*.json).
+    #[arg(value_name = "FILE.json")]
+    file: std::path::PathBuf,
+    /// Where bench.md and bench.svg are (default: the repository's docs/).
+    #[arg(long, value_name = "DIR")]
+    docs: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -90,6 +104,10 @@ struct BenchArgs {
     /// --qpipd-arg=--control-sched=batch; the results record them.
     #[arg(long = "qpipd-arg", value_name = "ARG", allow_hyphen_values = true)]
     qpipd_args: Vec<String>,
+    /// Then write the full report into the repository's docs: docs/bench.md's generated
+    /// section and the chart docs/bench.svg (as bench-report does from the results).
+    #[arg(long)]
+    record: bool,
     /// Also show every line the guests print.
     #[arg(short, long)]
     verbose: bool,
@@ -201,7 +219,11 @@ fn main() -> ExitCode {
             }
             plan.layout = layout(b.qpipd_per_guest);
             plan.qpipd_args = b.qpipd_args.clone();
-            return show::bench(&plan, &b.netns, b.out, b.verbose, !b.one_layout);
+            return show::bench(&plan, &b.netns, b.out, b.verbose, !b.one_layout, b.record);
+        }
+        Cmd::BenchReport(r) => {
+            init_log(false);
+            return show::bench_report(&r.file, &r.docs.unwrap_or_else(show::docs_dir));
         }
     };
     env_logger::Builder::from_env(

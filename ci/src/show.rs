@@ -5,14 +5,6 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Why guest-side figures are what they are; printed under every table.
-const TCG_NOTE: &str = "\
-Guests run under TCG (QEMU emulates their CPUs, many times slower than native), so guest-side
-times are inflated: judge by the ratios (QP gain: how many times better QPs do; > 1 favours
-QPs). TCG inflates the two sides differently: with sockets the guest kernel's TCP/IP and
-virtio-net driver run emulated; with QPs the transport runs natively in qpipd on the host
-(its CPU is not the guest's) and the guest runs the library and its waits for completions.";
-
 fn say(what: &str, msg: &str) {
     if std::io::stderr().is_terminal() {
         eprintln!("\x1b[1m[qpip]\x1b[0m {what}: {msg}");
@@ -39,7 +31,7 @@ fn print_table(r: &Report) {
     println!("guest a ⇄ guest b:");
     print!("{}", results::text_table(&r.lines));
     println!();
-    println!("{TCG_NOTE}");
+    println!("{}", results::TCG_NOTE);
     println!();
 }
 
@@ -116,6 +108,7 @@ pub fn bench(
     out: Option<PathBuf>,
     verbose: bool,
     compare_layouts: bool,
+    record: bool,
 ) -> ExitCode {
     let load_start = loadavg();
     if !plan.qpipd_args.is_empty() {
@@ -164,7 +157,11 @@ pub fn bench(
                     p.display()
                 ),
             );
-            ExitCode::SUCCESS
+            if record {
+                record_report(results::SavedRun::from_json(&json), &docs_dir())
+            } else {
+                ExitCode::SUCCESS
+            }
         }
         Err(e) => {
             say(
@@ -176,10 +173,52 @@ pub fn bench(
     }
 }
 
+/// The repository's `docs/`, where the recorded report goes.
+pub fn docs_dir() -> PathBuf {
+    qpip_lab::paths::root().join("docs")
+}
+
+/// `qpip-lab bench-report`: the recorded report from the results file `json`, into `docs`.
+pub fn bench_report(json: &std::path::Path, docs: &std::path::Path) -> ExitCode {
+    record_report(results::SavedRun::read(json), docs)
+}
+
+/// Writes the report of `run` into `docs` (`bench.md`'s generated section, `bench.svg`).
+fn record_report(run: Result<results::SavedRun, String>, docs: &std::path::Path) -> ExitCode {
+    let written = run.and_then(|run| {
+        results::record::record(&run, docs).map(|paths| (run.info.date.clone(), paths))
+    });
+    match written {
+        Ok((date, [md, svg])) => {
+            say(
+                "bench",
+                &format!(
+                    "the report of the run of {date} is in {} (generated section) and {}",
+                    md.display(),
+                    svg.display()
+                ),
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            say("bench", &format!("cannot record the report: {e}"));
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// Writes NAME.json and NAME.md into `dir`; the path of the JSON.
-fn write_pair(dir: &std::path::Path, name: &str, json: &str, md: &str) -> std::io::Result<PathBuf> {
+fn write_pair(
+    dir: &std::path::Path,
+    name: &str,
+    json: &serde_json::Value,
+    md: &str,
+) -> std::io::Result<PathBuf> {
     let j = dir.join(format!("{name}.json"));
-    std::fs::write(&j, json)?;
+    std::fs::write(
+        &j,
+        serde_json::to_string_pretty(json).unwrap_or_default() + "\n",
+    )?;
     std::fs::write(dir.join(format!("{name}.md")), md)?;
     Ok(j)
 }
@@ -191,86 +230,40 @@ fn documents(
     what: &str,
     load_start: Option<String>,
     layouts: Option<&Layouts>,
-) -> (String, String) {
+) -> (serde_json::Value, String) {
     let (_, date) = now();
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let load_end = loadavg();
-    let mut j = results::json_value(&r.measurements, &r.lines);
-    let meta = serde_json::json!({
-        "tool": format!("qpip-lab {what}"),
-        "date": date,
-        "unix_time": std::time::SystemTime::now()
+    let (commit, uncommitted_changes) = results::commit_of(&qpip_lab::paths::root());
+    let info = results::RunInfo {
+        what: what.to_string(),
+        date,
+        unix_time: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
-        "accel": "tcg",
-        "host_cpus": cpus,
-        "load_start": load_start,
-        "load_end": load_end,
-        "wall_s": r.elapsed.as_secs_f64(),
-        "qpipd_layout": format!("{:?}", plan.layout),
-        "qpipd_args": plan.qpipd_args,
-        "layouts": layouts.map(|l| serde_json::json!({
-            "rows": results::layout_json(&l.rows),
-            "per_guest_pass_wall_s": l.elapsed.as_secs_f64(),
-        })),
-        "plan": {
-            "latency_iters": plan.latency_iters,
-            "tcp_sizes": plan.tcp_sizes,
-            "udp_sizes": plan.udp_sizes,
-            "bw_bytes": plan.bw_bytes,
-            "bulk_bytes": plan.bulk_bytes,
-            "rounds": plan.rounds,
-            "interleave": plan.interleave,
-            "tcp_large_message": demo::LARGE_MSG,
-            "tcp_large_message_bytes": plan.tcp_bw_bytes(demo::LARGE_MSG),
-        },
-    });
-    if let (Some(o), serde_json::Value::Object(m)) = (j.as_object_mut(), meta) {
-        for (k, v) in m {
-            o.insert(k, v);
-        }
-    }
-    let mut md = String::from("# qpip: QPs vs kernel sockets between two guests\n\n");
-    md += &format!(
-        "{date}, `./qpip {what}`: guests a and b (QEMU, TCG, 512 MiB) on the lab network; \
-         QPs between their qpip devices vs kernel sockets through their virtio-net NICs. \
-         Ping-pong: {} round trips of 1 byte; bandwidth: {} per message size ({} for TCP \
-         messages of {} and more); bulk: {} \
-         with `qpip-cat` / busybox `nc`, SHA-256 compared. Guest CPU: `qpip-perf`'s process \
-         CPU time per message, client in a + server in b. Host: {cpus} CPUs, load average {} \
-         at the start, {load_end} at the end.\n\n",
-        plan.latency_iters,
-        demo::human(plan.bw_bytes),
-        demo::human(plan.tcp_bw_bytes(demo::LARGE_MSG)),
-        demo::human(demo::LARGE_MSG as u64),
-        demo::human(plan.bulk_bytes),
-        load_start.as_deref().unwrap_or("-"),
-    );
-    if !plan.qpipd_args.is_empty() {
-        md += &format!(
-            "qpipd ran with `{}` (`--qpipd-arg`).\n\n",
-            plan.qpipd_args.join(" ")
+        accel: "tcg".to_string(),
+        host_cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+        host_cpu_model: results::host_cpu_model(),
+        commit,
+        uncommitted_changes,
+        load_start,
+        load_end: loadavg(),
+        wall_s: r.elapsed.as_secs_f64(),
+        qpipd_layout: format!("{:?}", plan.layout),
+        qpipd_args: plan.qpipd_args.clone(),
+        plan: results::PlanFacts::of(plan),
+    };
+    let mut j = results::json_value(&r.measurements, &r.lines);
+    if let Some(o) = j.as_object_mut() {
+        o.extend(info.json_fields());
+        o.insert(
+            "layouts".into(),
+            serde_json::json!(layouts.map(|l| serde_json::json!({
+                "rows": results::layout_json(&l.rows),
+                "per_guest_pass_wall_s": l.elapsed.as_secs_f64(),
+            }))),
         );
     }
-    if plan.rounds > 1 {
-        md += &format!(
-            "Every measurement ran {} times (rounds), QPs and sockets next to each other in \
-             each round, taking turns to go first; wall time {:.0} s.\n\n",
-            plan.rounds,
-            r.elapsed.as_secs_f64()
-        );
-    }
-    md += &results::markdown_table(&r.lines);
-    if let Some(l) = layouts {
-        md += &results::layout_markdown(&l.rows);
-    }
-    md += "\n";
-    md += &TCG_NOTE.replace('\n', " ");
-    md += "\n";
-    (
-        serde_json::to_string_pretty(&j).unwrap_or_default() + "\n",
-        md,
-    )
+    let rows = layouts.map_or(&[][..], |l| &l.rows[..]);
+    (j, results::markdown(&info, &r.lines, rows))
 }
 
 fn loadavg() -> String {

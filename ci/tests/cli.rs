@@ -70,8 +70,39 @@ fn bench_help_lists_the_options_of_both_parts() {
         "--iters N",
         "--sleeping-iterations N",
         "--idle-poll-us",
+        "--record",
+        "--record-from FILE.json",
+        "docs/bench.md",
     ] {
         assert!(text.contains(opt), "no {opt} in:\n{text}");
+    }
+}
+
+#[test]
+fn bench_record_stops_at_once_when_it_has_nothing_to_record() {
+    // --record is the QP-vs-sockets part's, which --engine-only skips.
+    let out = qpip(&["bench", "--engine-only", "--record"], QUICK);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--record are for the QP-vs-sockets part")
+    );
+    // --record-from takes one results file that is there.
+    for args in [
+        &["bench", "--record-from"][..],
+        &["bench", "--record-from", "a.json", "b.json"],
+        &[
+            "bench",
+            "--record-from",
+            "/nonexistent/qp-sockets-latest.json",
+        ],
+    ] {
+        let out = qpip(args, QUICK);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            err.contains("--record-from takes one") || err.contains("no results file"),
+            "{args:?}: {err}"
+        );
     }
 }
 

@@ -2,9 +2,8 @@
 //!
 //! Layout, from QEMU in: [`vfio`] is the vfio-user glue (regions, DMA maps, interrupt
 //! setup), [`pci`] the emulated configuration space, [`core`] what the registers mean and
-//! the device state behind them, [`dma`] guest memory as the device sees it, [`doorbell`]
-//! the contexts' doorbell pages (in guest RAM), [`irq`] MSI-X delivery through eventfds,
-//! and [`engine`] the QPIP engine itself (its own thread, owning every object the driver
+//! the device state behind them, [`dma`] guest memory as the device sees it, [`irq`] MSI-X
+//! delivery through eventfds, and [`engine`] the QPIP engine itself (its own thread, owning every object the driver
 //! creates). Beneath the engine, [`net`] is the network (IPv6 and its neighbours, UDP,
 //! TCP) and [`backend`] the link (TAP, cable, memory wire; capture and impairment);
 //! [`stages`] times the data path's stages for the bench. `docs/architecture.md` in the
@@ -13,7 +12,6 @@
 pub mod backend;
 pub mod core;
 pub mod dma;
-pub mod doorbell;
 pub mod engine;
 pub mod irq;
 pub mod net;

@@ -15,13 +15,14 @@ use qpip_device::backend::switch::{Identity, PortOptions, Switch, SwitchConfig};
 use qpip_device::backend::{open_link, Backend};
 use qpip_device::backend::{ImpairSpec, NetSpec};
 use qpip_device::core::CoreConfig;
+use qpip_device::engine::idle::{IdleConfig, IdlePollSched};
 use qpip_device::engine::network::NetworkConfig;
 use qpip_device::engine::tcp::TcpLimits;
 use qpip_device::engine::thread::EngineThread;
 use qpip_device::engine::{EngineConfig, DEFAULT_MAC};
 use qpip_device::net::config::{Mtu, StaticNeighbor};
 use qpip_device::net::tcp::MemoryPool;
-use qpip_device::sched::{ControlSched, IdlePollSched};
+use qpip_device::sched::ControlSched;
 use qpip_device::vfio::{serve, serve_functions, FunctionSpec, ServeOptions};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -156,7 +157,7 @@ struct Args {
     /// before it sleeps, in microseconds: the budget adapts below this to the gaps in the
     /// traffic (0: never poll). Longer: lower latency for steady traffic, more CPU.
     #[arg(long, value_name = "US",
-          default_value_t = EngineConfig::default().idle_poll.as_micros() as u64)]
+          default_value_t = IdleConfig::default().max_poll.as_micros() as u64)]
     idle_poll_us: u64,
 
     /// How the engine thread is scheduled while it polls with nothing to do (after its first
@@ -211,6 +212,18 @@ enum ControlSchedArg {
     Batch,
 }
 
+/// The engine threads' idle settings from the command line.
+fn idle_config(args: &Args) -> IdleConfig {
+    IdleConfig {
+        max_poll: Duration::from_micros(args.idle_poll_us),
+        poll_sched: match args.idle_poll_sched {
+            IdlePollSchedArg::Idle => IdlePollSched::Idle,
+            IdlePollSchedArg::Normal => IdlePollSched::Normal,
+        },
+        nap: args.idle_nap,
+    }
+}
+
 /// `--idle-poll-sched`'s values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum IdlePollSchedArg {
@@ -249,11 +262,6 @@ fn main() -> ExitCode {
         ControlSchedArg::Normal => ControlSched::Inherit,
         ControlSchedArg::Batch => ControlSched::Batch,
     });
-    qpip_device::sched::set_idle_poll_sched(match args.idle_poll_sched {
-        IdlePollSchedArg::Idle => IdlePollSched::Idle,
-        IdlePollSchedArg::Normal => IdlePollSched::Normal,
-    });
-    qpip_device::sched::set_idle_nap(args.idle_nap);
     // The device holds (and LIST_ADDRS reports) at most MAX_ADDRS configured addresses.
     if args.ips.len() > qpip_abi::admin::MAX_ADDRS as usize {
         eprintln!(
@@ -307,7 +315,7 @@ fn core_config(
         engine: EngineConfig {
             mac,
             addrs: ips.to_vec(),
-            idle_poll: Duration::from_micros(args.idle_poll_us),
+            idle: idle_config(args),
             network: net.map(|spec| NetworkConfig {
                 spec,
                 mtu: args.mtu.0,
@@ -425,12 +433,7 @@ fn serve_adapter(args: &Args) -> Result<(), String> {
     );
     let n = (args.engine_threads.unwrap_or(1) as usize).min(specs.len());
     let threads = (0..n)
-        .map(|i| {
-            EngineThread::spawn(
-                &format!("qpip-engine-{i}"),
-                Duration::from_micros(args.idle_poll_us),
-            )
-        })
+        .map(|i| EngineThread::spawn(&format!("qpip-engine-{i}"), idle_config(args)))
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(|e| format!("cannot start an engine thread: {e}"))?;
     log::info!(

@@ -34,7 +34,7 @@ const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 const TUN_F_CSUM: libc::c_ulong = 0x01;
 const TUN_F_TSO6: libc::c_ulong = 0x04;
 
-/// `struct ifreq` as TUNSETIFF and SIOC[GS]IFFLAGS use it: the name, then the flags in
+/// `struct ifreq` as TUNSETIFF and SIOC\[GS\]IFFLAGS use it: the name, then the flags in
 /// the union (the union is 24 bytes; the struct 40).
 #[repr(C)]
 struct IfReq {

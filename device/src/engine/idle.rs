@@ -1,16 +1,58 @@
-//! How long the engine polls after its last work before it sleeps: a budget that adapts
-//! to the traffic, in the manner of KVM's halt polling. Polling catches the next doorbell
-//! or frame without a wake-up (no kick for the guest to send, no scheduler latency), but
-//! it burns a CPU that, on a small host, a guest's vCPU may need.
+//! What an engine thread does after a pass that found no work: poll on, yield its CPU,
+//! nap, or sleep until a kick, a frame or a timer wakes it ([`IdlePolicy`]).
 //!
-//! After every sleep the engine says how long it slept and whether work (a kick, a frame,
-//! a control message) woke it. Work that came within the longest budget would have been
-//! caught by polling that long: the budget grows. A sleep longer than the longest budget
-//! (or one only a timer ended) shows polling would have been wasted: the budget shrinks,
-//! down to not polling at all, so an engine whose traffic comes in gaps longer than the
-//! budget sleeps at once instead of burning CPU beside the guests' vCPUs.
+//! Polling catches the next doorbell or frame without a wake-up (no kick for the guest to
+//! send, no scheduler latency), but on a small host it burns a CPU that a guest's vCPU may
+//! need. So the policy
+//! - polls for a budget that adapts to the traffic, in the manner of KVM's halt polling
+//!   ([`SpinBudget`]): work that came within the longest budget grows it, sleeps longer than
+//!   that shrink it, down to not polling at all;
+//! - polls the first [`LOWER_AFTER`] at its own priority, yielding every [`YIELD_EVERY`]
+//!   passes, and then, if a CPU is free of other work, lowers itself to `SCHED_IDLE` for the
+//!   rest of the budget, where any runnable thread preempts it. With every CPU taken by other
+//!   threads (guests at work) it stops polling at [`LOWER_AFTER`] instead, as polling then
+//!   takes CPU from the vCPUs that make the traffic;
+//! - with `--idle-nap`, naps ([`NAP`]) rather than polls while every CPU stays taken;
+//! - goes back to its own priority as soon as it finds work, and before it sleeps (a woken
+//!   engine must not wait behind every runnable thread).
+//!
+//! The host is seen through [`Host`] (runnable threads, CPUs, the thread's policy), so the
+//! decisions are specified by the unit tests below; `crate::sched` has the real one.
 
 use std::time::Duration;
+
+/// The engine thread's idle settings (`qpipd --idle-poll-us`, `--idle-poll-sched`,
+/// `--idle-nap`), part of [`super::EngineConfig`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleConfig {
+    /// The longest the engine polls after its last work; the budget adapts below it. Long
+    /// enough to bridge messages a millisecond apart without a kick.
+    pub max_poll: Duration,
+    /// How it polls past [`LOWER_AFTER`].
+    pub poll_sched: IdlePollSched,
+    /// Nap while every CPU is taken by other threads.
+    pub nap: bool,
+}
+
+impl Default for IdleConfig {
+    fn default() -> Self {
+        IdleConfig {
+            max_poll: Duration::from_micros(2000),
+            poll_sched: IdlePollSched::Idle,
+            nap: false,
+        }
+    }
+}
+
+/// How the engine thread is scheduled while it polls idle (qpipd `--idle-poll-sched`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdlePollSched {
+    /// `SCHED_IDLE` past [`LOWER_AFTER`], if a CPU is free: the polling takes only a CPU
+    /// that nothing else wants (the default).
+    Idle,
+    /// The thread's own policy for the whole budget: an engine with a CPU of its own.
+    Normal,
+}
 
 /// Smallest budget the engine grows to from 0 (below this, polling is not worth a pass).
 pub const MIN_BUDGET: Duration = Duration::from_micros(10);
@@ -19,57 +61,67 @@ pub const MIN_BUDGET: Duration = Duration::from_micros(10);
 /// `LINK_EVERY`-th pass; doorbells, the admin queue and timers are memory reads.
 pub const LINK_EVERY: u32 = 8;
 
-/// While polling idle, the engine yields its CPU every `YIELD_EVERY` passes, so a runnable
-/// vCPU thread on the same CPU is not held off for the whole budget.
+/// While polling at its own priority, the engine yields its CPU every `YIELD_EVERY`
+/// passes, so a runnable vCPU thread on the same CPU is not held off for the whole budget.
 pub const YIELD_EVERY: u32 = 64;
 
-/// How long the engine polls idle at its own priority (yielding) before it lowers itself
-/// to `SCHED_IDLE` for the rest of its budget ([`crate::sched::IdlePolling`]), and all it
-/// polls when it cannot lower itself. The budget's default before the engine could lower
-/// itself, measured to bridge a ping-pong's gaps without slowing the guests: within it the
-/// engine polls as it always did. Lowering sooner (after 50 µs) made a UDP stream lose
-/// more: a lowered engine waits whenever both guests' vCPUs run, one spinning on its CQ,
-/// and then sends in bursts (1 KiB datagrams: 37-74 % lost in 5 of 9 rounds, against
-/// 11-23 % in 12 rounds polling as before).
+/// How long the engine polls idle at its own priority before it may lower itself: long
+/// enough to bridge a stream's and a ping-pong's gaps as a thread the guests' vCPUs do not
+/// preempt (a lowered engine waits whenever the vCPUs hold every CPU, and then sends in
+/// bursts), and all it polls when it may not lower itself.
 pub const LOWER_AFTER: Duration = Duration::from_micros(500);
 
 /// How long past [`LOWER_AFTER`] the engine goes on polling at its own priority while it
-/// waits for a CPU to come free so that it may lower itself ([`crate::sched::IdlePolling`]),
-/// when it found one runnable thread too many. Looking only once, at [`LOWER_AFTER`], it
-/// found other threads runnable in about one idle spell in seven with two guests on a
-/// 2-CPU host — a vCPU's timer work, QEMU's main loop, a kernel thread: bursts of tens of
-/// µs — slept, and the guest's next message 1 ms later had to kick it. With every CPU
-/// taken by other threads it does not wait (guests at work need those CPUs).
+/// waits for a CPU to come free, when it found one runnable thread too many: that is often
+/// a burst of tens of µs (a vCPU's timer work, QEMU's main loop, a kernel thread).
 pub const LOWER_TRIES_FOR: Duration = Duration::from_micros(200);
 
-/// Within [`LOWER_TRIES_FOR`], how often the engine looks whether a CPU came free (a read
-/// of `/proc/loadavg`).
+/// How often, within an idle spell, the engine looks at the host's runnable threads (a
+/// read of `/proc/loadavg`).
 pub const LOWER_LOOK_EVERY: Duration = Duration::from_micros(25);
 
-/// With `qpipd --idle-nap`: how long into an idle spell the engine first looks whether every
-/// CPU is taken by other threads, to nap rather than poll while they are
-/// ([`crate::sched::IdlePolling::nap`]); looking only after a few µs keeps the read of
-/// `/proc/loadavg` off a stream's short gaps.
+/// With naps on: how long into an idle spell the engine first looks whether every CPU is
+/// taken (a stream's short gaps pay no look).
 pub const FIRST_LOOK: Duration = Duration::from_micros(10);
 
-/// With `qpipd --idle-nap`: how long the engine naps at a time while every CPU is taken by
-/// other threads, up to [`LOWER_AFTER`] — a timed sleep that does not publish "sleeping",
-/// so the guests do not kick, after which the engine looks at its work again. Polling
-/// then, it is one more runnable thread beside vCPUs that hold every CPU: it shares one
-/// with a vCPU in the scheduler's time slices, and a doorbell rung while the vCPU has the
-/// CPU waits for the engine's next slice — an RDMA Write ping-pong between two guests
-/// spinning on the bytes they wait for took 1.6-2.4 ms per round trip so on a 2-CPU host,
-/// 70-86 µs napping. Not the default: with guests that sleep on their CQs it added 25-45
-/// µs to a UDP or TCP round trip. The looks read the host-wide count of runnable threads,
-/// which cannot tell guests that spin from QEMU at work for a message: in a UDP ping-pong
-/// 61-77 % of the looks in the first 85 µs of a spell found every CPU taken — the vCPUs,
-/// and QEMU's main loops delivering interrupts and vfio-user messages. Counting the
-/// guests' own vCPU threads would tell them apart.
+/// With naps on: how long the engine naps at a time while every CPU is taken by other
+/// threads, up to [`LOWER_AFTER`]. A timed sleep that does not publish "sleeping", so the
+/// guests do not kick. Polling then, the engine would share a CPU with a vCPU in the
+/// scheduler's time slices, and a doorbell rung while the vCPU has it would wait for the
+/// engine's next slice. Not the default: a nap delays the answer to a guest that sleeps on
+/// its CQ, and the host-wide count cannot tell guests that spin from QEMU at work.
 pub const NAP: Duration = Duration::from_micros(25);
 
 /// How many looks in a row, across idle spells, must find every CPU taken before the
-/// engine naps ([`crate::sched::IdlePolling::nap`]).
+/// engine naps: the threads the engine's own last work wakes (a vCPU taking its interrupt)
+/// fill the CPUs only for a moment.
 pub const NAP_AFTER_LOOKS: u32 = 3;
+
+/// The host as the idle policy sees it.
+pub trait Host {
+    /// Runnable threads host-wide, the calling one included (None: unknown).
+    fn runnable(&mut self) -> Option<usize>;
+    /// CPUs the threads share.
+    fn cpus(&self) -> usize;
+    /// Whether the calling thread may lower itself to `SCHED_IDLE` and come back.
+    fn may_lower(&self) -> bool;
+    /// Lowers the calling thread to `SCHED_IDLE` (true) or puts it back (false).
+    fn set_lowered(&mut self, low: bool) -> std::io::Result<()>;
+}
+
+/// What the engine thread does next, idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Another pass at once.
+    Poll,
+    /// Another pass after yielding the CPU.
+    Yield,
+    /// Another pass after a timed sleep (not published: the guests do not kick).
+    Nap(Duration),
+    /// Publish "sleeping" and sleep until woken; then report with
+    /// [`IdlePolicy::after_sleep`].
+    Sleep,
+}
 
 /// The adaptive polling budget.
 #[derive(Debug, Clone)]
@@ -102,59 +154,432 @@ impl SpinBudget {
     }
 }
 
+/// What the host's runnable threads say for a thread that would poll lowered, counting one
+/// more than are runnable now: the vCPU the engine's last work is likely waking (the
+/// interrupt of a completion it wrote). Counting only the threads running now, an engine
+/// lowered itself beside a guest spinning on its CQ, the other guest's vCPU woke, and the
+/// lowered engine waited while both ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cpus {
+    /// One would stay free.
+    Spare,
+    /// Exactly one thread too many (often a burst).
+    OneShort,
+    /// Every CPU taken by other threads.
+    Taken,
+}
+
+/// One engine thread's idle policy.
+pub struct IdlePolicy<H: Host> {
+    host: H,
+    budget: SpinBudget,
+    /// The thread may lower itself (setting and host allow it).
+    may_lower: bool,
+    /// Polls its whole budget at its own priority (`--idle-poll-sched normal`).
+    whole_budget: bool,
+    nap_on: bool,
+    /// It is lowered now.
+    low: bool,
+    /// When in this idle spell the policy last looked for a free CPU to lower itself.
+    looked: Option<Duration>,
+    /// This spell found every CPU taken by other threads: it will not lower itself.
+    gave_up: bool,
+    /// This spell's last look for a nap.
+    nap_looked: Option<Duration>,
+    /// How many nap looks in a row, across spells, found every CPU taken.
+    taken_looks: u32,
+}
+
+impl<H: Host> IdlePolicy<H> {
+    pub fn new(config: IdleConfig, host: H) -> IdlePolicy<H> {
+        let whole_budget = config.poll_sched == IdlePollSched::Normal;
+        let may_lower = !whole_budget && host.may_lower();
+        if !whole_budget && !may_lower {
+            log::debug!("engine polls idle at its own priority (SCHED_IDLE not reversible here)");
+        }
+        IdlePolicy {
+            host,
+            budget: SpinBudget::new(config.max_poll),
+            may_lower,
+            whole_budget,
+            nap_on: config.nap,
+            low: false,
+            looked: None,
+            gave_up: false,
+            nap_looked: None,
+            taken_looks: 0,
+        }
+    }
+
+    /// The host it sees.
+    pub fn host(&self) -> &H {
+        &self.host
+    }
+
+    /// The adaptive budget now.
+    pub fn budget(&self) -> Duration {
+        self.budget.budget()
+    }
+
+    /// Whether the thread polls lowered now.
+    pub fn is_low(&self) -> bool {
+        self.low
+    }
+
+    /// A pass found work: the idle spell ends (the thread back at its own priority).
+    pub fn on_work(&mut self) {
+        self.end_spell();
+    }
+
+    /// What to do after the `passes`-th pass without work, `idle_for` after the last work.
+    pub fn next(&mut self, idle_for: Duration, passes: u32) -> Step {
+        let budget = self.budget.budget();
+        if idle_for >= LOWER_AFTER && idle_for < budget {
+            self.lower(idle_for);
+        }
+        if idle_for >= self.limit(budget) {
+            self.end_spell();
+            return Step::Sleep;
+        }
+        if self.nap(idle_for) {
+            return Step::Nap(NAP);
+        }
+        // Lowered, any runnable thread preempts the polling: no yield needed.
+        if !self.low && passes.is_multiple_of(YIELD_EVERY) {
+            Step::Yield
+        } else {
+            Step::Poll
+        }
+    }
+
+    /// The thread slept `slept` and was woken by work (`by_work`) or only by a timer.
+    pub fn after_sleep(&mut self, slept: Duration, by_work: bool) {
+        self.budget.after_sleep(slept, by_work);
+    }
+
+    /// The longest to poll idle now: all the budget lowered or told to poll at its own
+    /// priority; while it waits for a CPU to come free so that it may lower itself, no
+    /// more than [`LOWER_AFTER`] + [`LOWER_TRIES_FOR`]; else no more than [`LOWER_AFTER`].
+    fn limit(&self, budget: Duration) -> Duration {
+        if self.low || self.whole_budget {
+            budget
+        } else if self.may_lower && !self.gave_up {
+            budget.min(LOWER_AFTER + LOWER_TRIES_FOR)
+        } else {
+            budget.min(LOWER_AFTER)
+        }
+    }
+
+    fn cpus_now(&mut self) -> Cpus {
+        let Some(runnable) = self.host.runnable() else {
+            return Cpus::Spare;
+        };
+        let others = runnable.saturating_sub(1);
+        match (others + 1).cmp(&self.host.cpus()) {
+            std::cmp::Ordering::Less => Cpus::Spare,
+            std::cmp::Ordering::Equal => Cpus::OneShort,
+            std::cmp::Ordering::Greater => Cpus::Taken,
+        }
+    }
+
+    /// Lowers the thread for the rest of the spell if a CPU is spare; one thread short, it
+    /// looks again every [`LOWER_LOOK_EVERY`]; every CPU taken, it gives up for the spell.
+    fn lower(&mut self, idle_for: Duration) {
+        if !self.may_lower || self.low || self.gave_up {
+            return;
+        }
+        if self.looked.is_some_and(|t| idle_for < t + LOWER_LOOK_EVERY) {
+            return;
+        }
+        self.looked = Some(idle_for);
+        match self.cpus_now() {
+            Cpus::Spare => match self.host.set_lowered(true) {
+                Ok(()) => self.low = true,
+                Err(e) => {
+                    log::debug!("engine stays at its own priority: {e}");
+                    self.may_lower = false;
+                }
+            },
+            Cpus::OneShort => {}
+            Cpus::Taken => self.gave_up = true,
+        }
+    }
+
+    /// With naps on, from [`FIRST_LOOK`] into a spell until [`LOWER_AFTER`]: whether the
+    /// last [`NAP_AFTER_LOOKS`] looks or more, across spells, all found every CPU taken.
+    /// It looks every [`LOWER_LOOK_EVERY`] until then, and before every nap after.
+    fn nap(&mut self, idle_for: Duration) -> bool {
+        if !self.nap_on
+            || self.low
+            || self.whole_budget
+            || idle_for < FIRST_LOOK
+            || idle_for >= LOWER_AFTER
+        {
+            return false;
+        }
+        let napping = self.taken_looks >= NAP_AFTER_LOOKS;
+        if !napping
+            && self
+                .nap_looked
+                .is_some_and(|at| idle_for < at + LOWER_LOOK_EVERY)
+        {
+            return false;
+        }
+        self.nap_looked = Some(idle_for);
+        if self.cpus_now() == Cpus::Taken {
+            self.taken_looks = self.taken_looks.saturating_add(1);
+        } else {
+            self.taken_looks = 0;
+        }
+        self.taken_looks >= NAP_AFTER_LOOKS
+    }
+
+    fn end_spell(&mut self) {
+        self.looked = None;
+        self.gave_up = false;
+        self.nap_looked = None;
+        if self.low {
+            self.low = false;
+            if let Err(e) = self.host.set_lowered(false) {
+                // Not expected (checked at start); polling lowered is no longer safe.
+                log::warn!("engine thread could not leave SCHED_IDLE: {e}");
+                self.may_lower = false;
+            }
+        }
+    }
+}
+
+impl<H: Host> Drop for IdlePolicy<H> {
+    fn drop(&mut self) {
+        self.end_spell();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const MAX: Duration = Duration::from_micros(200);
-
-    #[test]
-    fn long_gaps_shrink_the_budget_to_nothing() {
-        let mut b = SpinBudget::new(MAX);
-        let mut seen = vec![b.budget()];
-        for _ in 0..6 {
-            b.after_sleep(Duration::from_millis(1), true);
-            seen.push(b.budget());
-        }
-        assert_eq!(seen[1], Duration::from_micros(100));
-        assert_eq!(seen[2], Duration::from_micros(50));
-        assert_eq!(*seen.last().unwrap(), Duration::ZERO, "{seen:?}");
+    /// A host with `cpus` CPUs and `runnable` threads (this one included).
+    struct FakeHost {
+        cpus: usize,
+        runnable: Option<usize>,
+        may_lower: bool,
+        lowered: bool,
+        looks: u32,
     }
 
-    #[test]
-    fn work_that_polling_would_have_caught_grows_it_back_to_the_maximum() {
-        let mut b = SpinBudget::new(MAX);
-        for _ in 0..10 {
-            b.after_sleep(Duration::from_millis(5), true);
+    impl Host for FakeHost {
+        fn runnable(&mut self) -> Option<usize> {
+            self.looks += 1;
+            self.runnable
         }
-        assert_eq!(b.budget(), Duration::ZERO);
-        b.after_sleep(Duration::from_micros(30), true);
+        fn cpus(&self) -> usize {
+            self.cpus
+        }
+        fn may_lower(&self) -> bool {
+            self.may_lower
+        }
+        fn set_lowered(&mut self, low: bool) -> std::io::Result<()> {
+            self.lowered = low;
+            Ok(())
+        }
+    }
+
+    fn host(runnable: usize) -> FakeHost {
+        FakeHost {
+            cpus: 2,
+            runnable: Some(runnable),
+            may_lower: true,
+            lowered: false,
+            looks: 0,
+        }
+    }
+
+    fn config(max_poll_us: u64) -> IdleConfig {
+        IdleConfig {
+            max_poll: Duration::from_micros(max_poll_us),
+            ..Default::default()
+        }
+    }
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    const LOWER: u64 = LOWER_AFTER.as_micros() as u64;
+    const EVERY: u64 = LOWER_LOOK_EVERY.as_micros() as u64;
+
+    #[test]
+    fn it_polls_yielding_now_and_then_and_sleeps_once_the_budget_is_spent() {
+        let mut p = IdlePolicy::new(config(100), host(1));
+        assert_eq!(p.next(us(1), 1), Step::Poll);
+        assert_eq!(p.next(us(2), YIELD_EVERY), Step::Yield);
+        assert_eq!(p.next(us(99), 3), Step::Poll);
+        assert_eq!(p.next(us(100), 4), Step::Sleep);
         assert_eq!(
-            b.budget(),
-            MIN_BUDGET,
-            "from nothing to the smallest budget"
+            p.host().looks,
+            0,
+            "a budget under LOWER_AFTER never looks at the host"
         );
-        for _ in 0..10 {
-            b.after_sleep(Duration::from_micros(30), true);
+    }
+
+    #[test]
+    fn with_a_cpu_spare_it_lowers_itself_for_the_rest_of_the_budget_and_comes_back_on_work() {
+        let mut p = IdlePolicy::new(config(2000), host(1));
+        assert_eq!(p.next(us(LOWER - 1), 1), Step::Poll);
+        assert!(!p.is_low());
+        assert_eq!(p.next(us(LOWER), 2), Step::Poll);
+        assert!(p.is_low() && p.host().lowered);
+        assert_eq!(
+            p.next(us(1999), YIELD_EVERY),
+            Step::Poll,
+            "lowered: no yield"
+        );
+        p.on_work();
+        assert!(
+            !p.is_low() && !p.host().lowered,
+            "work: back at its own priority"
+        );
+        p.next(us(LOWER), 1);
+        assert_eq!(p.next(us(2000), 2), Step::Sleep);
+        assert!(!p.host().lowered, "it sleeps at its own priority");
+    }
+
+    #[test]
+    fn one_thread_short_it_looks_again_and_polls_on_a_little_while() {
+        let mut p = IdlePolicy::new(config(2000), host(2));
+        p.next(us(LOWER), 1);
+        assert!(!p.is_low(), "this thread and one more runnable on 2 CPUs");
+        p.host.runnable = Some(1);
+        p.next(us(LOWER + EVERY - 1), 2);
+        assert!(!p.is_low(), "too soon to look again");
+        p.next(us(LOWER + EVERY), 3);
+        assert!(p.is_low(), "a CPU came free");
+
+        let mut p = IdlePolicy::new(config(2000), host(2));
+        let tries = (LOWER_AFTER + LOWER_TRIES_FOR).as_micros() as u64;
+        assert_ne!(p.next(us(tries - 1), 1), Step::Sleep);
+        assert_eq!(
+            p.next(us(tries), 2),
+            Step::Sleep,
+            "no CPU came free in time"
+        );
+    }
+
+    #[test]
+    fn with_every_cpu_taken_it_gives_up_for_the_spell_and_sleeps_at_lower_after() {
+        let mut p = IdlePolicy::new(config(2000), host(3));
+        assert_eq!(p.next(us(LOWER - 1), 1), Step::Poll);
+        assert_eq!(
+            p.next(us(LOWER), 2),
+            Step::Sleep,
+            "polling would take a vCPU's CPU"
+        );
+        assert!(!p.is_low());
+        p.after_sleep(us(100), true);
+        p.host.runnable = Some(1);
+        assert_eq!(p.next(us(LOWER), 1), Step::Poll);
+        assert!(p.is_low(), "the next spell looks afresh");
+    }
+
+    #[test]
+    fn where_it_may_not_come_back_it_never_lowers_itself_and_polls_only_lower_after() {
+        let mut h = host(1);
+        h.may_lower = false;
+        let mut p = IdlePolicy::new(config(2000), h);
+        assert_eq!(p.next(us(LOWER - 1), 1), Step::Poll);
+        assert_eq!(p.next(us(LOWER), 2), Step::Sleep);
+        assert!(!p.host().lowered);
+    }
+
+    #[test]
+    fn told_to_poll_at_its_own_priority_it_polls_the_whole_budget() {
+        let cfg = IdleConfig {
+            poll_sched: IdlePollSched::Normal,
+            ..config(2000)
+        };
+        let mut p = IdlePolicy::new(cfg, host(3));
+        assert_eq!(p.next(us(1999), 1), Step::Poll);
+        assert!(!p.is_low() && p.host().looks == 0);
+        assert_eq!(p.next(us(2000), 2), Step::Sleep);
+    }
+
+    #[test]
+    fn the_budget_shrinks_after_long_sleeps_and_grows_back_when_polling_would_have_caught_work() {
+        let mut p = IdlePolicy::new(config(200), host(1));
+        for _ in 0..6 {
+            p.after_sleep(Duration::from_millis(1), true);
         }
-        assert_eq!(b.budget(), MAX, "never beyond --idle-poll-us");
+        assert_eq!(p.budget(), Duration::ZERO);
+        assert_eq!(
+            p.next(Duration::ZERO, 1),
+            Step::Sleep,
+            "no budget: sleep at once"
+        );
+        p.after_sleep(us(30), true);
+        assert_eq!(p.budget(), MIN_BUDGET);
+        for _ in 0..10 {
+            p.after_sleep(us(30), true);
+        }
+        assert_eq!(p.budget(), us(200), "never beyond the maximum");
+        p.after_sleep(us(20), false);
+        assert_eq!(p.budget(), us(200), "a short timer sleep changes nothing");
+        p.after_sleep(Duration::from_millis(3), false);
+        assert_eq!(p.budget(), us(100), "a long one halves it");
     }
 
     #[test]
-    fn a_timer_does_not_grow_it_and_a_short_timer_sleep_does_not_shrink_it() {
-        let mut b = SpinBudget::new(MAX);
-        b.after_sleep(Duration::from_millis(1), true);
-        let before = b.budget();
-        b.after_sleep(Duration::from_micros(20), false);
-        assert_eq!(b.budget(), before);
-        b.after_sleep(Duration::from_millis(3), false);
-        assert_eq!(b.budget(), before / 2);
+    fn with_naps_on_it_naps_while_every_cpu_stays_taken() {
+        let cfg = IdleConfig {
+            nap: true,
+            ..config(2000)
+        };
+        let mut p = IdlePolicy::new(cfg, host(3));
+        let first = FIRST_LOOK.as_micros() as u64;
+        assert_eq!(p.next(us(first - 1), 1), Step::Poll, "too early to look");
+        let mut steps = Vec::new();
+        for i in 0..NAP_AFTER_LOOKS as u64 {
+            steps.push(p.next(us(first + i * EVERY), 2));
+        }
+        assert_eq!(steps.last(), Some(&Step::Nap(NAP)), "{steps:?}");
+        assert!(steps[..steps.len() - 1].iter().all(|s| *s == Step::Poll));
+        p.on_work();
+        assert_eq!(
+            p.next(us(first), 1),
+            Step::Nap(NAP),
+            "the count spans spells"
+        );
+        assert_ne!(
+            p.next(us(LOWER), 2),
+            Step::Nap(NAP),
+            "from LOWER_AFTER on: no naps"
+        );
+        p.on_work();
+        p.host.runnable = Some(1);
+        assert_eq!(
+            p.next(us(first), 1),
+            Step::Poll,
+            "a free CPU starts the count again"
+        );
+        p.host.runnable = Some(3);
+        assert_eq!(p.next(us(first + EVERY), 2), Step::Poll);
+
+        let mut off = IdlePolicy::new(config(2000), host(3));
+        for i in 0..10 {
+            assert_ne!(
+                off.next(us(first + i * EVERY), 2),
+                Step::Nap(NAP),
+                "naps off"
+            );
+        }
     }
 
     #[test]
-    fn a_zero_maximum_never_polls() {
-        let mut b = SpinBudget::new(Duration::ZERO);
-        b.after_sleep(Duration::ZERO, true);
-        assert_eq!(b.budget(), Duration::ZERO);
+    fn an_unknown_host_counts_as_spare() {
+        let mut h = host(0);
+        h.runnable = None;
+        let mut p = IdlePolicy::new(config(2000), h);
+        p.next(us(LOWER), 1);
+        assert!(p.is_low());
     }
 }

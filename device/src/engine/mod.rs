@@ -6,32 +6,45 @@
 //! the interrupt table). The engine never waits for the control thread: it polls while
 //! there is work, then sleeps with the protocol of `qpip_abi::doorbell`.
 //!
-//! Where things are: [`admin`] runs the admin queue (management), [`doorbells`] scans
-//! doorbell pages (doorbell), [`thread`] runs engines in turns on an engine thread and
-//! [`idle`] decides how long it polls before sleeping,
-//! [`datapath`] executes UDP send WQEs and places received datagrams (transmit/receive),
-//! [`tcp`] joins the device's TCP connections to TCP QPs in three units — `tcp::tx` takes
-//! send WRs into a connection's stream, `tcp::rx` places received bytes into receive WRs,
-//! `tcp::cm` manages connections —, [`completion`] writes every CQE, [`events`] holds the asynchronous events waiting for the
-//! driver's requests, [`network`] joins the engine to the link through the IPv6 stack,
-//! [`memory`] checks and translates every guest address, [`decode`] parses what the guest
-//! wrote, [`objects`] holds the tables. `docs/architecture.md` in the repository follows a
-//! message through them.
+//! Where things are, by the paper's state machines:
+//! - management: [`admin`] decodes and dispatches the admin queue's commands (its rings in
+//!   `admin::ring`), [`objects`] holds the tables of contexts, CQs, QPs, regions, listeners
+//!   and tripwires, [`ports`] which QP or listener holds each port;
+//! - doorbell: [`doorbell_scan`] notices producer and consumer indices and CQ arms in the
+//!   contexts' doorbell pages ([`doorbell_page`]: one page of guest RAM per context);
+//! - transmit: [`send_queues`] gives every QP with work a turn and takes WQEs from its
+//!   rings; a QP's kind does the rest — [`udp`] (datagrams), [`tcp`] (TCP QPs in stream or
+//!   message framing, and iWARP QPs in `tcp::iwarp`: `tcp::tx` takes send WRs into a
+//!   connection's stream, `tcp::cm` manages connections);
+//! - receive: [`network`] joins the engine to the link through the IPv6 stack and hands
+//!   datagrams to [`udp`] and segments to [`tcp`] (`tcp::rx` places bytes into receive
+//!   WRs); [`tripwire`] raises completions when a peer's write reaches a watched record.
+//!
+//! Beside them: [`completion`] writes every CQE, [`events`] holds the asynchronous events
+//! waiting for the driver's requests, [`memory`] checks and translates every guest address
+//! and [`sges`] a WR's scatter/gather list, [`decode`] parses what the guest wrote,
+//! [`secrets`] draws keys, ISNs and cookies; [`thread`] runs engines in turns on an engine
+//! thread and [`idle`] decides what it does between turns without work.
+//! `docs/architecture.md` in the repository follows a message through them.
 
 pub mod admin;
 pub mod completion;
-pub mod datapath;
 pub mod decode;
-pub mod doorbells;
+pub mod doorbell_page;
+pub mod doorbell_scan;
 pub mod events;
 pub mod idle;
 pub mod memory;
 pub mod network;
 pub mod objects;
+pub mod ports;
 pub mod secrets;
+pub mod send_queues;
+pub mod sges;
 pub mod tcp;
 pub mod thread;
 pub mod tripwire;
+pub mod udp;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv6Addr;
@@ -81,11 +94,10 @@ pub struct EngineConfig {
     pub name: String,
     pub mac: [u8; 6],
     pub addrs: Vec<(Ipv6Addr, u8)>,
-    /// How long the engine keeps polling after the last piece of work before it sleeps
-    /// (the most: the budget adapts below it, see [`idle`]). Long enough to bridge
-    /// messages a millisecond apart without a kick; the polling past its first moments
-    /// takes only a CPU nothing else wants ([`crate::sched::IdlePolling`]).
-    pub idle_poll: Duration,
+    /// What the engine's thread does when it has no work ([`idle`]): how long it polls
+    /// on, how, and whether it naps. A single-function `qpipd` starts its thread with it;
+    /// an adapter's threads take the adapter's.
+    pub idle: idle::IdleConfig,
     /// The link beneath the QPs, if any (`--net`).
     pub network: Option<network::NetworkConfig>,
     /// How long TCP connections keep retransmitting to a silent peer (`--tcp-retries`).
@@ -132,7 +144,7 @@ impl Default for EngineConfig {
             name: "f0".into(),
             mac: DEFAULT_MAC,
             addrs: Vec::new(),
-            idle_poll: Duration::from_micros(2000),
+            idle: idle::IdleConfig::default(),
             network: None,
             tcp_limits: tcp::TcpLimits::default(),
             region_pages: DEFAULT_REGION_PAGES,
@@ -211,19 +223,19 @@ impl Shared {
 pub struct Engine {
     shared: Shared,
     rx: Receiver<Control>,
-    pub(crate) objects: Objects,
-    pub(crate) admin: AdminQueue,
+    objects: Objects,
+    admin: AdminQueue,
     /// Passes without work since the last work (0 while busy, and for callers that drive
     /// the engine themselves): idle passes look at the link only now and then (set by
     /// its [`thread`]).
-    pub(crate) idle_passes: u32,
+    idle_passes: u32,
     sleeping: bool,
     /// Reused buffer of contexts with changed doorbell pages.
     scratch_ctxs: Vec<u32>,
     /// The network stack on its link: it owns the device's MAC and addresses, and its
     /// loopback carries what the device sends to itself. Without `--net` the link is
     /// [`crate::backend::none`] and the loopback is all there is.
-    pub(crate) net: Interface,
+    net: Interface,
     /// The stack's configuration at start: what a reset returns to.
     net_start: NetConfig,
     tcp_limits: tcp::TcpLimits,
@@ -232,9 +244,9 @@ pub struct Engine {
     /// [`EngineConfig::tcp_memory`].
     tcp_memory: Option<std::sync::Arc<crate::net::tcp::MemoryPool>>,
     /// TCP connections and the TCP state of QPs.
-    pub(crate) tcp: tcp::Tcp,
+    tcp: tcp::Tcp,
     /// Asynchronous events and the requests waiting for them.
-    pub(crate) events: events::AsyncEvents,
+    events: events::AsyncEvents,
     /// Completions waiting for room in their CQ, per CQ, in order ([`completion`]).
     deferred: HashMap<u32, VecDeque<qpip_abi::cqe::Cqe>>,
 }
@@ -252,7 +264,7 @@ pub struct EngineHandle {
 impl EngineHandle {
     /// Starts an engine on a thread of its own (a one-function qpipd).
     pub fn start(shared: Shared, config: EngineConfig) -> std::io::Result<EngineHandle> {
-        thread::EngineThread::spawn("qpip-engine", config.idle_poll)?.start(shared, config, None)
+        thread::EngineThread::spawn("qpip-engine", config.idle)?.start(shared, config, None)
     }
 
     pub fn send(&self, msg: Control) {
@@ -364,8 +376,8 @@ impl Engine {
                 self.admin.disable();
                 self.events.forget_requests();
             }
-            Control::AdminSqTail(t) => self.admin.sq_tail = t,
-            Control::AdminCqHead(h) => self.admin.cq_head = h,
+            Control::AdminSqTail(t) => self.admin.ring.set_sq_tail(t),
+            Control::AdminCqHead(h) => self.admin.ring.set_cq_head(h),
             Control::Kick => self.shared.stats.add(qpip_abi::admin::STAT_KICKS, 1),
             Control::Reset(ack) => {
                 self.reset();

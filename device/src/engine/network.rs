@@ -16,7 +16,7 @@ use crate::net::config::{NetConfig, StaticNeighbor};
 use crate::net::interface::Interface;
 use crate::net::stack::{Delivery, SendError, Stack, Upper};
 
-use super::datapath::Datagram;
+use super::udp::Datagram;
 use super::Engine;
 
 /// Frames taken from the link per pass before other work gets a turn.

@@ -12,7 +12,7 @@ use super::tcp::{AcceptQueue, TcpQp};
 #[derive(Debug)]
 pub struct Context {
     /// The context's doorbell page, in guest RAM.
-    pub doorbell: crate::doorbell::DoorbellPage,
+    pub doorbell: super::doorbell_page::DoorbellPage,
     /// The last `change_count` the engine saw in the context's doorbell page.
     pub seen_change_count: u32,
     /// QP id per doorbell slot.
@@ -129,6 +129,14 @@ impl Qp {
         matches!(self.kind, QpKind::Tcp(_))
     }
 
+    /// Whose ports it binds.
+    pub fn proto(&self) -> super::ports::Proto {
+        match self.kind {
+            QpKind::Tcp(_) => super::ports::Proto::Tcp,
+            QpKind::Udp => super::ports::Proto::Udp,
+        }
+    }
+
     /// Whether CLOSE may be asked of it: a ready TCP QP, or an iWARP QP in the error state
     /// (after a Terminate its connection is closing, and the CLOSE completes once the
     /// Terminate and the FIN are acknowledged, so that an application that waits for it
@@ -174,15 +182,12 @@ pub struct Objects {
     pub mrs: HashMap<u32, MemoryRegion>,
     pub listeners: HashMap<u32, Listener>,
     pub tripwires: HashMap<u32, super::tripwire::Tripwire>,
-    pub udp_ports: HashMap<u16, u32>,
-    pub tcp_ports: HashMap<u16, u32>,
-    pub listen_ports: HashMap<u16, u32>,
+    /// Which QP or listener holds each port.
+    pub ports: super::ports::Ports,
     /// QPs that may have send work (or flushes) to do.
     pub busy_qps: VecDeque<u32>,
     next_id: u32,
     keys: super::secrets::KeyGen,
-    /// Where the search for the next ephemeral port starts.
-    pub next_ephemeral: u16,
 }
 
 impl Objects {

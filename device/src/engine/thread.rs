@@ -31,7 +31,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use log::{debug, error, info, warn};
 use vmm_sys_util::eventfd::EventFd;
@@ -52,17 +52,15 @@ pub struct EngineThread {
 }
 
 impl EngineThread {
-    /// Starts a thread that polls for up to `idle_poll` after its last work (adaptive, see
-    /// [`idle`]) before it sleeps.
-    pub fn spawn(name: &str, idle_poll: Duration) -> std::io::Result<Arc<EngineThread>> {
+    /// Starts a thread whose idle passes follow `idle` ([`idle::IdlePolicy`]).
+    pub fn spawn(name: &str, idle: idle::IdleConfig) -> std::io::Result<Arc<EngineThread>> {
         let wake = Arc::new(EventFd::new(libc::EFD_NONBLOCK | libc::EFD_CLOEXEC)?);
         let (add, added) = mpsc::channel();
         let mut turns = Turns {
             slots: Vec::new(),
             added,
             wake: wake.clone(),
-            spin: idle::SpinBudget::new(idle_poll),
-            idle_poll,
+            idle,
         };
         let thread = std::thread::Builder::new()
             .name(name.into())
@@ -305,19 +303,20 @@ struct Turns {
     slots: Vec<Slot>,
     added: Receiver<Slot>,
     wake: Arc<EventFd>,
-    spin: idle::SpinBudget,
-    idle_poll: Duration,
+    idle: idle::IdleConfig,
 }
 
 impl Turns {
     fn run(&mut self) {
         info!(
-            "engine thread running (idle poll up to {:?}, adaptive)",
-            self.idle_poll
+            "engine thread running (idle poll up to {:?}, adaptive; {:?}{})",
+            self.idle.max_poll,
+            self.idle.poll_sched,
+            if self.idle.nap { ", naps" } else { "" }
         );
+        let mut policy = idle::IdlePolicy::new(self.idle, sched::SystemHost::new(&self.idle));
         let mut last_work = Instant::now();
         let mut idle_passes: u32 = 0;
-        let mut polling = sched::IdlePolling::new();
         loop {
             if !self.take_new() {
                 return;
@@ -327,34 +326,27 @@ impl Turns {
                 did |= s.poll(idle_passes);
             }
             if did {
-                polling.restore();
+                policy.on_work();
                 last_work = Instant::now();
                 idle_passes = 0;
                 continue;
             }
             idle_passes = idle_passes.wrapping_add(1);
-            let idle_for = last_work.elapsed();
-            let budget = self.spin.budget();
-            if idle_for >= idle::LOWER_AFTER && idle_for < budget {
-                // Lowered, it may poll on for the whole budget; else it stops soon.
-                polling.lower(idle_for);
-            }
-            if idle_for < polling.limit(budget) {
-                if polling.nap(idle_for) {
-                    std::thread::sleep(idle::NAP);
+            match policy.next(last_work.elapsed(), idle_passes) {
+                idle::Step::Poll => {
+                    std::hint::spin_loop();
                     continue;
                 }
-                // Lowered, any runnable thread preempts the polling: no yield needed.
-                if !polling.is_low() && idle_passes.is_multiple_of(idle::YIELD_EVERY) {
+                idle::Step::Yield => {
                     std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
+                    continue;
                 }
-                continue;
+                idle::Step::Nap(d) => {
+                    std::thread::sleep(d);
+                    continue;
+                }
+                idle::Step::Sleep => {}
             }
-            // A sleeping engine is woken for work: at its own priority, not behind every
-            // runnable thread.
-            polling.restore();
             // Idle: every engine publishes "sleeping", then looks once more (see
             // qpip_abi::doorbell), its link included.
             idle_passes = 0;
@@ -377,7 +369,7 @@ impl Turns {
             debug!("engine thread sleeping");
             let slept = Instant::now();
             let by_work = self.sleep();
-            self.spin.after_sleep(slept.elapsed(), by_work);
+            policy.after_sleep(slept.elapsed(), by_work);
             self.set_sleeping(false);
             last_work = Instant::now();
         }

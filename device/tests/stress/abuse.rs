@@ -163,8 +163,12 @@ fn under_abuse(what: &str, abuse: Abuse, heap_bound: i64) {
     // The fake guests here spin where a vCPU would halt: three busy threads on this host's
     // two CPUs. An engine that polls idle at SCHED_IDLE (the default) then waits for a CPU
     // nobody leaves it; the setting for an engine among busy threads is `normal`.
-    qpip_device::sched::set_idle_poll_sched(qpip_device::sched::IdlePollSched::Normal);
-    let ad = adapter(3, 1, None);
+    let idle = qpip_device::engine::idle::IdleConfig {
+        max_poll: Duration::from_micros(200),
+        poll_sched: qpip_device::engine::idle::IdlePollSched::Normal,
+        nap: false,
+    };
+    let ad = adapter_idle(3, 1, None, idle);
     let stop = std::sync::atomic::AtomicBool::new(false);
     let abusing = std::sync::atomic::AtomicBool::new(false);
     let peak = AtomicI64::new(0);

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use qpip_device::backend::switch::{Identity, PortOptions, Switch};
 use qpip_device::backend::{open_link, Backend, NetSpec};
 use qpip_device::core::CoreConfig;
+use qpip_device::engine::idle::IdleConfig;
 use qpip_device::engine::network::NetworkConfig;
 use qpip_device::engine::thread::EngineThread;
 use qpip_device::engine::{EngineConfig, FaultInjection};
@@ -43,6 +44,21 @@ pub fn adapter(n: usize, threads: usize, cable: Option<&Path>) -> Adapter {
 
 /// As [`adapter`], with `uplink` (already open) as the switch's uplink.
 pub fn adapter_on(n: usize, threads: usize, uplink: Option<Box<dyn Backend>>) -> Adapter {
+    let idle = IdleConfig {
+        max_poll: Duration::from_micros(200),
+        ..IdleConfig::default()
+    };
+    adapter_idle(n, threads, uplink, idle)
+}
+
+/// As [`adapter_on`], its engine threads idle as `idle` says.
+#[allow(dead_code)] // not every test binary that includes the fixture sets it
+pub fn adapter_idle(
+    n: usize,
+    threads: usize,
+    uplink: Option<Box<dyn Backend>>,
+    idle: IdleConfig,
+) -> Adapter {
     let dir = ScratchDir::new("adapter");
     let switch = Switch::new(uplink);
     let faults: Vec<FaultInjection> = (0..n).map(|_| FaultInjection::default()).collect();
@@ -78,7 +94,7 @@ pub fn adapter_on(n: usize, threads: usize, uplink: Option<Box<dyn Backend>>) ->
         .collect();
     let sockets = specs.iter().map(|f| f.socket.clone()).collect();
     let threads = (0..threads)
-        .map(|i| EngineThread::spawn(&format!("test-engine-{i}"), Duration::from_micros(200)))
+        .map(|i| EngineThread::spawn(&format!("test-engine-{i}"), idle))
         .collect::<std::io::Result<Vec<_>>>()
         .unwrap();
     let sw = switch.clone();

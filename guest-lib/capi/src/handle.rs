@@ -1,5 +1,5 @@
 //! What a C handle is, how one is checked, handed out and freed, and the two early returns
-//! every exported function uses ([`tri!`] for a code, [`q!`] for a library error).
+//! every exported function uses (`tri!` for a code, `q!` for a library error).
 
 use std::ffi::{c_int, c_void};
 

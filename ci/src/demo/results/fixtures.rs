@@ -247,3 +247,12 @@ pub fn same_as_saved(name: &str, got: &str) {
         path.display()
     );
 }
+
+/// A whole results JSON of the bench as it writes it: the run's facts and the layouts'
+/// rows (`testdata/bench-facts.json`) with the rounds of `testdata/bench-rounds.json`.
+pub fn saved_results() -> Value {
+    let mut j: Value = serde_json::from_str(include_str!("testdata/bench-facts.json")).unwrap();
+    let rounds: Value = serde_json::from_str(include_str!("testdata/bench-rounds.json")).unwrap();
+    j["rounds"] = rounds["rounds"].clone();
+    j
+}

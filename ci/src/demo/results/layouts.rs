@@ -130,12 +130,13 @@ pub fn layout_text(rows: &[LayoutRow]) -> String {
     framed("The qpipd layouts, QPs a⇄b:", &block, &[LEGEND.to_string()])
 }
 
-/// The block in the Markdown document (empty without rows).
-pub fn layout_markdown(rows: &[LayoutRow]) -> String {
+/// The block in the Markdown document (empty without rows), under a heading of `level`
+/// (2: `##`).
+pub fn layout_markdown(rows: &[LayoutRow], level: usize) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    let mut t = String::from("\n## The qpipd layouts (QPs a⇄b)\n\n");
+    let mut t = format!("\n{} The qpipd layouts (QPs a⇄b)\n\n", "#".repeat(level));
     t += "| | adapter: median | adapter: min–max | per guest: median | per guest: min–max | adapter/per guest |\n\
           | --- | ---: | ---: | ---: | ---: | ---: |\n";
     for r in rows {
@@ -198,11 +199,11 @@ mod tests {
         let text = layout_text(&rows);
         assert!(text.contains("adapter/per guest"), "{text}");
         assert!(text.contains("0.50") && text.contains("2.00"), "{text}");
-        assert!(layout_markdown(&rows).contains("| UDP ping-pong, round trip p50, µs | 100 |"));
+        assert!(layout_markdown(&rows, 2).contains("| UDP ping-pong, round trip p50, µs | 100 |"));
         let j = layout_json(&rows);
         assert_eq!(j[2]["adapter_over_per_guest"], 2.0);
         assert_eq!(j[0]["per_guest"]["median"], 200.0);
-        assert!(layout_text(&[]).is_empty() && layout_markdown(&[]).is_empty());
+        assert!(layout_text(&[]).is_empty() && layout_markdown(&[], 2).is_empty());
     }
 
     #[test]

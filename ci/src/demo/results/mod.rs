@@ -27,8 +27,14 @@
 //!   QEMU and own qpipd processes and, once, of the adapter qpipd serving both): a block under the table has the host's CPU of QEMU and qpipd per message
 //!   over those windows, which hold the run's start-up, connection and buffer
 //!   registration too.
+//!
+//! A results JSON holds the run's facts ([`RunInfo`]) and every round's raw measurements,
+//! so [`SavedRun`] rebuilds the whole report from it; [`record`] writes that report into
+//! `docs/bench.md` with its chart ([`gain_chart`]).
 
+mod chart;
 mod counters;
+mod document;
 #[cfg(test)]
 mod fixtures;
 mod format;
@@ -36,14 +42,21 @@ mod host_cpu;
 mod json;
 mod layouts;
 mod lines;
+pub mod record;
 mod report;
+mod run_info;
+mod saved;
 mod spread;
 mod table;
 
+pub use chart::gain_chart;
+pub use document::{markdown, markdown_body, TCG_NOTE};
 pub use json::json_value;
 pub use layouts::{layout_json, layout_markdown, layout_rows, layout_text, LayoutRow};
 pub use lines::{lines, Counted, Counter, HostCpu, Line, COUNTERS};
 pub use report::{CpuMark, CpuWindow, Measurements, Round};
+pub use run_info::{commit_of, host_cpu_model, PlanFacts, RunInfo};
+pub use saved::SavedRun;
 pub use spread::{spread, Better, Spread};
 pub use table::{markdown_table, text_table};
 

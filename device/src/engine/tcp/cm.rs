@@ -10,12 +10,15 @@ use std::time::Instant;
 use log::debug;
 use qpip_abi::admin::*;
 use vm_memory::GuestMemoryMmap;
+use zerocopy::IntoBytes;
 
 use crate::net::tcp::{self, ConnId, Event, FourTuple, State};
 
 use super::*;
+use crate::engine::admin::{Outcome, Results};
 use crate::engine::decode;
 use crate::engine::objects::{Listener, PendingCmd, QpState, TcpRole};
+use crate::engine::ports::Proto;
 use crate::engine::Engine;
 
 impl Engine {
@@ -491,7 +494,7 @@ impl Engine {
                         return;
                     };
                     let port = e.conn.tuple().local_port;
-                    let Some(&lid) = self.objects.listen_ports.get(&port) else {
+                    let Some(lid) = self.objects.ports.listener(port) else {
                         self.tcp_abort_unclaimed(id);
                         continue;
                     };
@@ -542,5 +545,179 @@ impl Engine {
         if let Some(e) = self.tcp.table.get_mut(id) {
             e.conn.abort();
         }
+    }
+}
+
+/// The connection-management admin commands (the admin queue decodes and dispatches them).
+impl Engine {
+    pub(in crate::engine) fn listen(
+        &mut self,
+        ctx: u32,
+        addr: Ipv6Addr,
+        port: u16,
+        backlog: u32,
+    ) -> Result<Results, u16> {
+        if !self.objects.contexts.contains_key(&ctx) {
+            return Err(ADMIN_STATUS_BAD_HANDLE);
+        }
+        if !addr.is_unspecified() && !self.net.stack.is_local(&addr) {
+            return Err(ADMIN_STATUS_BAD_PARAM);
+        }
+        if self.objects.ports.taken(Proto::Tcp, port) {
+            return Err(ADMIN_STATUS_ADDR_IN_USE);
+        }
+        if self.objects.listeners.len() >= MAX_LISTENERS as usize {
+            return Err(ADMIN_STATUS_NO_RESOURCES);
+        }
+        let accept = self.tcp_listen(addr, port, backlog)?;
+        let id = self.objects.new_id();
+        self.objects.listeners.insert(
+            id,
+            Listener {
+                ctx,
+                addr,
+                port,
+                accept,
+            },
+        );
+        self.objects.ports.listen(port, id)?;
+        Ok((id as u64, 0, 0))
+    }
+
+    pub(in crate::engine) fn destroy_listener(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        id: u32,
+    ) -> Result<Results, u16> {
+        match self.objects.listeners.get(&id) {
+            Some(l) if l.ctx == ctx => {
+                self.remove_listener(mem, id);
+                Ok((0, 0, 0))
+            }
+            _ => Err(ADMIN_STATUS_BAD_HANDLE),
+        }
+    }
+
+    pub(in crate::engine) fn remove_listener(&mut self, mem: &GuestMemoryMmap, id: u32) {
+        let Some(l) = self.objects.listeners.remove(&id) else {
+            return;
+        };
+        self.objects.ports.unlisten(l.port);
+        self.tcp_unlisten(l);
+        // QPs offered to it go back to idle; their accepts are cancelled.
+        let waiting: Vec<(u32, PendingCmd)> = self
+            .objects
+            .qps
+            .iter()
+            .filter_map(|(&q, qp)| match qp.tcp()?.role {
+                TcpRole::Accepting { listener, cmd } if listener == id => Some((q, cmd)),
+                _ => None,
+            })
+            .collect();
+        for (q, cmd) in waiting {
+            self.objects.tcp_qp_mut(q).expect("listed").role = TcpRole::Idle;
+            self.cancel(mem, cmd);
+        }
+    }
+
+    pub(in crate::engine) fn accept(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        listener: u32,
+        qp_id: u32,
+        cmd: &AdminCmd,
+    ) -> Outcome {
+        if self
+            .objects
+            .listeners
+            .get(&listener)
+            .is_none_or(|l| l.ctx != ctx)
+        {
+            return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
+        }
+        let Some(qp) = self.objects.qps.get_mut(&qp_id).filter(|q| q.ctx == ctx) else {
+            return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
+        };
+        let (bound, ready) = (qp.bound.is_some(), qp.state == QpState::Ready);
+        let Some(t) = qp
+            .tcp_mut()
+            .filter(|t| t.role == TcpRole::Idle && !bound && ready)
+        else {
+            return Outcome::Done(Err(ADMIN_STATUS_BAD_STATE));
+        };
+        t.role = TcpRole::Accepting {
+            listener,
+            cmd: PendingCmd {
+                cmd_id: cmd.cmd_id,
+                opcode: cmd.opcode,
+            },
+        };
+        // A connection the device already accepted is taken at once; otherwise the QP
+        // waits for the next one.
+        match self.tcp_accept(mem, listener, qp_id) {
+            Some(r) => Outcome::Done(Ok(r)),
+            None => Outcome::Pending,
+        }
+    }
+
+    pub(in crate::engine) fn connect(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        qp_id: u32,
+        addr: Ipv6Addr,
+        port: u16,
+        cmd: &AdminCmd,
+    ) -> Outcome {
+        let Some(qp) = self.objects.qps.get_mut(&qp_id).filter(|q| q.ctx == ctx) else {
+            return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
+        };
+        let ready = qp.state == QpState::Ready;
+        let Some(t) = qp.tcp_mut().filter(|t| t.role == TcpRole::Idle && ready) else {
+            return Outcome::Done(Err(ADMIN_STATUS_BAD_STATE));
+        };
+        // The command waits for the handshake (or its failure), or until the QP is
+        // destroyed (CANCELLED).
+        t.role = TcpRole::Connecting {
+            cmd: PendingCmd {
+                cmd_id: cmd.cmd_id,
+                opcode: cmd.opcode,
+            },
+        };
+        match self.tcp_connect(mem, ctx, qp_id, addr, port) {
+            Ok(()) => Outcome::Pending,
+            Err(s) => {
+                if let Some(t) = self.objects.tcp_qp_mut(qp_id) {
+                    t.role = TcpRole::Idle;
+                }
+                Outcome::Done(Err(s))
+            }
+        }
+    }
+
+    /// A CONNECT's or ACCEPT's iWARP parameters for QP `qp` of `ctx`: kept on an iWARP QP
+    /// (its private data read now), all zero on any other (else `BAD_PARAM`). An unknown
+    /// QP is left to the command to refuse.
+    pub(in crate::engine) fn iwarp_args_take(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        qp: u32,
+        iwarp: &IwarpConnArgs,
+    ) -> Result<(), u16> {
+        let Some(q) = self.objects.qp_in(ctx, qp) else {
+            return Ok(());
+        };
+        if !q.tcp().is_some_and(|t| t.is_iwarp()) {
+            return match iwarp.as_bytes().iter().all(|&b| b == 0) {
+                true => Ok(()),
+                false => Err(ADMIN_STATUS_BAD_PARAM),
+            };
+        }
+        let local = Self::iwarp_local(mem, iwarp)?;
+        self.iwarp_prepare(qp, local);
+        Ok(())
     }
 }

@@ -184,7 +184,7 @@ impl RxState {
             self.room -= wr.cap - wr.filled;
         }
         let (status, detail) = if wr.fault && status == CQE_STATUS_SUCCESS {
-            // As a UDP datagram whose buffer cannot be written (engine/datapath.rs).
+            // As a UDP datagram whose buffer cannot be written (engine/udp.rs).
             (CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_OUT_OF_BOUNDS)
         } else {
             (status, detail)

@@ -1,9 +1,9 @@
-//! Transmit and receive: executes send WQEs (gather the data through the QP's memory
-//! regions, frame it, hand it to its destination) and places received datagrams into posted
-//! receive buffers, completing both sides with CQEs.
+//! UDP QPs: a send WQE becomes one datagram (its data gathered through the QP's memory
+//! regions), and a received datagram is placed into the next posted receive buffer of the
+//! QP bound to its port; both sides complete with CQEs.
 //!
-//! A UDP datagram to one of the device's own addresses stays inside the device (delivered
-//! to the QP bound to its port through the receive path); any other destination goes to the
+//! A datagram to one of the device's own addresses stays inside the device (delivered to
+//! the QP bound to its port through the receive path); any other destination goes to the
 //! network ([`super::network`]), whose received datagrams come back through the same
 //! receive path.
 
@@ -11,26 +11,17 @@ use std::net::Ipv6Addr;
 
 use qpip_abi::admin::*;
 use qpip_abi::cqe::*;
-use qpip_abi::wqe::WQE_SIZE;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::completion::{cqe, cqe_ok};
 use super::decode::{self, Payload};
-use super::memory::{Fault, Span};
+use super::memory::Fault;
 use super::objects::QpState;
+use super::ports::Proto;
 use super::Engine;
 
 /// Largest UDP payload: the IPv6 payload length field (65535) less the UDP header.
 pub const MAX_UDP_PAYLOAD: usize = 65535 - 8;
-
-/// Send WQEs one QP may execute before the others get a turn.
-const QP_BUDGET: u32 = 32;
-
-/// Frames one QP's datagrams may put on the link in a pass: as many as a receiving engine
-/// takes from its link per pass. Counting WQEs alone let a sender of 8 KiB datagrams (six
-/// fragments each) put three times what a receiver on the same engine thread takes into
-/// its switch port per pass, and the port's queue dropped the rest.
-const QP_FRAME_BUDGET: u64 = super::network::RX_BUDGET as u64;
 
 /// A datagram on its way to a receive queue.
 pub struct Datagram<'a> {
@@ -42,154 +33,10 @@ pub struct Datagram<'a> {
 }
 
 impl Engine {
-    /// Gives every QP with send work (or flushes) a turn. Returns whether anything moved.
-    pub(super) fn run_send_queues(&mut self, mem: &GuestMemoryMmap) -> bool {
-        let _stage = crate::stages::span(crate::stages::Stage::Schedule);
-        let mut did = false;
-        for _ in 0..self.objects.busy_qps.len() {
-            let Some(id) = self.objects.busy_qps.pop_front() else {
-                break;
-            };
-            match self.objects.qps.get_mut(&id) {
-                Some(qp) => qp.queued = false,
-                None => continue,
-            }
-            let (progress, more) = self.process_qp(mem, id);
-            did |= progress;
-            if more {
-                self.objects.mark_busy(id);
-            }
-        }
-        did
-    }
-
-    /// Runs up to a budget of one QP's send work. Returns (made progress, has more work).
-    fn process_qp(&mut self, mem: &GuestMemoryMmap, id: u32) -> (bool, bool) {
-        let mut did = false;
-        let frames = |e: &Engine| {
-            let s = e.net.stack.stats();
-            s.tx_frames + s.looped
-        };
-        let frames0 = frames(self);
-        for _ in 0..QP_BUDGET {
-            if frames(self) - frames0 >= QP_FRAME_BUDGET {
-                break;
-            }
-            let Some(qp) = self.objects.qps.get(&id) else {
-                return (did, false);
-            };
-            let error = qp.state == QpState::Error;
-            if qp.is_tcp() && !error {
-                // TCP sends complete when acknowledged, receives when data arrives.
-                return self.tcp_qp_work(mem, id);
-            }
-            let (ring_is_sq, cq) = if qp.sq_head != qp.sq_tail {
-                (true, qp.send_cq)
-            } else if error && qp.rq_head != qp.rq_tail {
-                (false, qp.recv_cq)
-            } else {
-                return (did, false);
-            };
-            if qp.ring_held(ring_is_sq) {
-                return (did, false); // a completion written marks the QP busy again
-            }
-            if !self.cq_has_room(cq) {
-                return (did, false); // the CQ doorbell wakes us when there is room
-            }
-            did = true;
-            if error {
-                self.flush_one(mem, id, ring_is_sq);
-            } else {
-                self.send_one(mem, id);
-            }
-        }
-        (did, true)
-    }
-
-    /// Reads the WQE slot at `index` of a QP ring; None if the ring's memory is gone.
-    fn read_slot(mem: &GuestMemoryMmap, addr: GuestAddress) -> Option<[u8; WQE_SIZE as usize]> {
-        let mut raw = [0u8; WQE_SIZE as usize];
-        mem.read_slice(&mut raw, addr).ok().map(|_| raw)
-    }
-
-    /// Completes the next WR of an errored QP's send (or receive) ring with FLUSHED.
-    fn flush_one(&mut self, mem: &GuestMemoryMmap, id: u32, sq: bool) {
-        let Some(raw) = self.take_wqe(mem, id, sq) else {
-            return;
-        };
-        let wr_id = u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"));
+    /// Executes the next send WQE of a ready UDP QP (its send CQ has room).
+    pub(super) fn udp_send_one(&mut self, mem: &GuestMemoryMmap, id: u32) {
         let qp = &self.objects.qps[&id];
-        let (cq, op) = if sq {
-            (qp.send_cq, CQE_OP_SEND)
-        } else {
-            (qp.recv_cq, CQE_OP_RECV)
-        };
-        self.write_cqe(
-            mem,
-            cq,
-            cqe(wr_id, id, op, CQE_STATUS_FLUSHED, CQE_DETAIL_NONE),
-        );
-    }
-
-    /// Completes every outstanding WR of a QP with FLUSHED, as far as its CQs have room
-    /// (the QP is going away and cannot wait).
-    pub(super) fn flush_qp(&mut self, mem: &GuestMemoryMmap, id: u32) {
-        for sq in [true, false] {
-            loop {
-                let Some(qp) = self.objects.qps.get(&id) else {
-                    return;
-                };
-                let (pending, cq) = if sq {
-                    (qp.sq_head != qp.sq_tail, qp.send_cq)
-                } else {
-                    (qp.rq_head != qp.rq_tail, qp.recv_cq)
-                };
-                if !pending || qp.ring_held(sq) || !self.cq_has_room(cq) {
-                    break;
-                }
-                self.flush_one(mem, id, sq);
-            }
-        }
-    }
-
-    /// Consumes the next WQE of a QP's send (`sq`) or receive ring and returns its bytes;
-    /// the WR is owed a completion from then on (`Qp::owed`). None, taking nothing, while
-    /// the ring's depth of WRs waits for completions. If the ring's memory is gone from
-    /// guest RAM, the QP moves to the error state, the WR completes FLUSHED, and None is
-    /// returned.
-    pub(super) fn take_wqe(
-        &mut self,
-        mem: &GuestMemoryMmap,
-        id: u32,
-        sq: bool,
-    ) -> Option<[u8; WQE_SIZE as usize]> {
-        let _stage = crate::stages::span(crate::stages::Stage::GetWr);
-        let qp = self.objects.qps.get_mut(&id).expect("caller checked");
-        if qp.ring_held(sq) {
-            // A ring's depth of WRs waits for completions: the producer must poll.
-            return None;
-        }
-        qp.owed[usize::from(!sq)] += 1;
-        let (ring, head, cq, op) = if sq {
-            (&qp.sq, &mut qp.sq_head, qp.send_cq, CQE_OP_SEND)
-        } else {
-            (&qp.rq, &mut qp.rq_head, qp.recv_cq, CQE_OP_RECV)
-        };
-        let addr = ring.entry_addr(*head);
-        *head = head.wrapping_add(1);
-        let raw = Self::read_slot(mem, addr);
-        if raw.is_none() {
-            log::warn!("QP {id}: ring no longer in guest RAM; QP moves to the error state");
-            qp.state = QpState::Error;
-            self.write_cqe(mem, cq, cqe(0, id, op, CQE_STATUS_FLUSHED, CQE_DETAIL_NONE));
-        }
-        raw
-    }
-
-    /// Executes the next send WQE of a ready QP (its send CQ has room).
-    fn send_one(&mut self, mem: &GuestMemoryMmap, id: u32) {
-        let qp = &self.objects.qps[&id];
-        let (send_cq, ctx, tcp, bound) = (qp.send_cq, qp.ctx, qp.is_tcp(), qp.bound);
+        let (send_cq, ctx, bound) = (qp.send_cq, qp.ctx, qp.bound);
         self.shared.stats.add(STAT_SEND_WQES, 1);
         let Some(raw) = self.take_wqe(mem, id, true) else {
             return;
@@ -203,18 +50,9 @@ impl Engine {
             self.write_cqe(mem, send_cq, fail(status, CQE_DETAIL_NONE));
             return;
         }
-        if !tcp && wr.imm_data != 0 {
+        if wr.imm_data != 0 {
             // A UDP datagram has no room for immediate data on the wire.
             self.write_cqe(mem, send_cq, fail(CQE_STATUS_BAD_WQE, CQE_DETAIL_NONE));
-            return;
-        }
-        if tcp {
-            // TCP data moves once connections exist (step 3); no QP is connected yet.
-            self.write_cqe(
-                mem,
-                send_cq,
-                fail(CQE_STATUS_BAD_DEST, CQE_DETAIL_NOT_BOUND),
-            );
             return;
         }
         let Some((bound_addr, src_port)) = bound else {
@@ -282,42 +120,13 @@ impl Engine {
         Ok(out)
     }
 
-    /// Translates SGEs into guest spans after checking key, context, bounds and `access`.
-    pub(super) fn translate(
-        &self,
-        ctx: u32,
-        sges: &[qpip_abi::wqe::Sge],
-        access: u32,
-    ) -> Result<Vec<Span>, Fault> {
-        let _stage = crate::stages::span(crate::stages::Stage::GetWr);
-        let mut spans = Vec::new();
-        for s in sges {
-            if s.length == 0 {
-                continue;
-            }
-            let mr = self
-                .objects
-                .mrs
-                .get(&s.lkey)
-                .ok_or(Fault::protection(CQE_DETAIL_BAD_LKEY))?;
-            if mr.ctx != ctx {
-                return Err(Fault::protection(CQE_DETAIL_OTHER_CONTEXT));
-            }
-            if mr.access & access != access {
-                return Err(Fault::protection(CQE_DETAIL_ACCESS));
-            }
-            mr.translate(s.lkey, s.addr, s.length as u64, &mut spans)?;
-        }
-        Ok(spans)
-    }
-
     /// The receive path: demultiplex by port, take the next posted receive WR, check and
     /// place the data, complete. Datagrams that cannot be placed are dropped and counted.
     /// Returns false when no QP is bound to the destination (the network then answers
     /// "port unreachable").
     pub fn deliver_udp(&mut self, mem: &GuestMemoryMmap, d: &Datagram) -> bool {
         let stats = self.shared.stats.clone();
-        let Some(&id) = self.objects.udp_ports.get(&d.dst_port) else {
+        let Some(id) = self.objects.ports.qp(Proto::Udp, d.dst_port) else {
             stats.add(STAT_UDP_RX_NO_PORT, 1);
             return false;
         };

@@ -54,10 +54,9 @@ impl Engine {
         let Some(page) = self.objects.contexts.get(&qp.ctx).map(|c| c.doorbell) else {
             return;
         };
-        let db = Self::qp_db(qp.slot);
         let (Some(sq_tail), Some(rq_tail)) = (
-            page.load(mem, db + doorbell::DB_QP_SQ_TAIL),
-            page.load(mem, db + doorbell::DB_QP_RQ_TAIL),
+            page.load(mem, doorbell::qp_sq_tail(qp.slot)),
+            page.load(mem, doorbell::qp_rq_tail(qp.slot)),
         ) else {
             return;
         };
@@ -103,15 +102,15 @@ impl Engine {
         let Some(page) = self.objects.contexts.get(&cq.ctx).map(|c| c.doorbell) else {
             return;
         };
-        let db = Self::cq_db(cq.slot);
+        let slot = cq.slot;
         // The arm first (acquire), then the head: a consumer stores its head before it
         // arms, so a new arm comes with the head that went before it. Read the other way
         // round, an arm could meet a stale head that still counts consumed completions and
         // raise an interrupt for nothing.
-        let Some(arm) = page.load(mem, db + doorbell::DB_CQ_ARM_SEQ) else {
+        let Some(arm) = page.load(mem, doorbell::cq_arm_seq(slot)) else {
             return;
         };
-        let Some(head) = page.load(mem, db + doorbell::DB_CQ_HEAD) else {
+        let Some(head) = page.load(mem, doorbell::cq_head(slot)) else {
             return;
         };
         let cq = self.objects.cqs.get_mut(&id).expect("looked up");

@@ -1,0 +1,315 @@
+//! The admin queue: the management state machine. Fetches commands from the driver's
+//! submission ring, executes them against the object tables, writes completions with the
+//! phase protocol of `qpip_abi::admin`, and raises MSI-X vector 0.
+
+mod query;
+mod regions;
+mod resources;
+mod ring;
+
+use regions::Registration;
+use ring::{AdminRing, Fetched};
+
+use std::collections::VecDeque;
+
+use log::{debug, warn};
+use qpip_abi::admin::*;
+use qpip_abi::pci;
+use vm_memory::GuestMemoryMmap;
+use zerocopy::{FromZeros, IntoBytes};
+
+use super::decode::{self, AdminRequest};
+use super::events::Raised;
+use super::objects::PendingCmd;
+use super::Engine;
+
+/// The admin queue: its rings, and the commands between passes.
+#[derive(Debug, Default)]
+pub struct AdminQueue {
+    pub(super) ring: AdminRing,
+    /// Completions that could not be written yet for lack of room (async ones).
+    deferred: VecDeque<AdminCqe>,
+    /// A REG_MR whose page list is still being read; the commands after it wait for it.
+    registering: Option<Registration>,
+    /// Page-list entries this pass may still read ([`PAGE_LIST_BUDGET`]).
+    page_budget: u32,
+}
+
+/// Results of a successful command.
+pub(in crate::engine) type Results = (u64, u64, u32);
+
+impl AdminQueue {
+    pub fn enable(&mut self, sq: u64, cq: u64, depth: u32) {
+        *self = AdminQueue {
+            ring: AdminRing::new(sq, cq, depth),
+            ..Default::default()
+        };
+    }
+
+    pub fn disable(&mut self) {
+        *self = AdminQueue::default();
+    }
+
+    /// Writes a completion, or keeps it (in order) until the ring has room.
+    fn complete(&mut self, mem: &GuestMemoryMmap, c: AdminCqe) {
+        if !self.deferred.is_empty() || !self.ring.write(mem, c) {
+            self.deferred.push_back(c);
+        }
+    }
+}
+
+// Every drop reason of the network has its counter in QUERY_STATS.
+const _: () = assert!(crate::net::stats::DropReason::ALL.len() == STAT_NET_DROP_REASONS as usize);
+const _: () = assert!(STAT_NET_DROP_BASE + STAT_NET_DROP_REASONS <= STATS_COUNT);
+
+fn completion(cmd_id: u32, opcode: u16, status: u16, r: Results) -> AdminCqe {
+    let mut c = AdminCqe::new_zeroed();
+    c.cmd_id = cmd_id;
+    c.opcode = opcode;
+    c.status = status;
+    if status == ADMIN_STATUS_OK {
+        (c.result0, c.result1, c.result2) = r;
+    }
+    c
+}
+
+pub(in crate::engine) enum Outcome {
+    Done(Result<Results, u16>),
+    /// Completes later (accept, connect, close).
+    Pending,
+}
+
+/// Admin commands one pass executes at most ([`Engine::process_admin`]).
+pub const ADMIN_BUDGET: u32 = 32;
+
+/// Page-list entries one pass reads at most for REG_MR (a few microseconds' work): a list
+/// of `MAX_MR_PAGES` takes several passes, and the functions on the same engine thread
+/// are served between them.
+pub const PAGE_LIST_BUDGET: u32 = 2048;
+
+impl Engine {
+    /// Fetches and executes admin commands while there are some, room for their
+    /// completions and budget left in this pass. Returns whether anything happened.
+    pub(super) fn process_admin(&mut self, mem: &GuestMemoryMmap) -> bool {
+        let mut did = false;
+        // Deferred asynchronous completions first: they are older.
+        while let Some(c) = self.admin.deferred.front().copied() {
+            if !self.admin.ring.write(mem, c) {
+                break;
+            }
+            self.admin.deferred.pop_front();
+            did = true;
+        }
+        // A budget per pass: one function's burst of commands (each may walk its tables,
+        // a registration reads its page list) must not hold the engine thread from the
+        // other functions on it for long; the rest wait for the next pass.
+        self.admin.page_budget = PAGE_LIST_BUDGET;
+        if let Some(r) = self.admin.registering.take() {
+            did = true;
+            let (cmd_id, opcode) = (r.cmd.cmd_id, r.cmd.opcode);
+            if let Outcome::Done(result) = self.go_on_registering(mem, r) {
+                self.conclude(mem, cmd_id, opcode, result);
+            }
+        }
+        let mut budget = ADMIN_BUDGET;
+        while self.admin.deferred.is_empty()
+            && self.admin.registering.is_none()
+            && self.admin.ring.room()
+            && budget > 0
+        {
+            let Some(fetched) = self.admin.ring.fetch(mem) else {
+                break;
+            };
+            budget -= 1;
+            did = true;
+            let cmd = match fetched {
+                Fetched::Command(cmd) => cmd,
+                Fetched::Unreadable(gpa) => {
+                    warn!("admin command at {gpa:#x} is not in guest RAM; skipped");
+                    continue;
+                }
+            };
+            let outcome = match decode::admin(&cmd, pci::MSIX_VECTORS) {
+                Ok(req) => self.execute(mem, &cmd, req),
+                Err(status) => Outcome::Done(Err(status)),
+            };
+            if let Outcome::Done(result) = outcome {
+                self.conclude(mem, cmd.cmd_id, cmd.opcode, result);
+            }
+        }
+        if did {
+            self.shared.irqs.raise(0);
+        }
+        did
+    }
+
+    /// Completes a command executed in this pass.
+    fn conclude(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        cmd_id: u32,
+        opcode: u16,
+        result: Result<Results, u16>,
+    ) {
+        let (status, r) = match result {
+            Ok(r) => (ADMIN_STATUS_OK, r),
+            Err(s) => (s, (0, 0, 0)),
+        };
+        debug!("admin {opcode:#04x} id {cmd_id} -> status {status}");
+        self.complete_admin(mem, completion(cmd_id, opcode, status, r));
+    }
+
+    /// Writes (or defers) one completion and counts it.
+    fn complete_admin(&mut self, mem: &GuestMemoryMmap, c: AdminCqe) {
+        self.shared.stats.add(STAT_ADMIN_COMMANDS, 1);
+        if c.status != ADMIN_STATUS_OK {
+            self.shared.stats.add(STAT_ADMIN_ERRORS, 1);
+        }
+        self.admin.complete(mem, c);
+    }
+
+    /// Offers the events raised during this pass to the pending `ASYNC_EVENT` requests.
+    /// Returns whether there were any.
+    pub(super) fn deliver_events(&mut self, mem: &GuestMemoryMmap) -> bool {
+        let staged = self.events.take_staged();
+        let any = !staged.is_empty();
+        for ev in staged {
+            match self.events.raise(ev) {
+                Raised::Delivered(cmd, r) => {
+                    self.shared.stats.add(STAT_ASYNC_EVENTS, 1);
+                    self.complete_async(mem, cmd, ADMIN_STATUS_OK, r);
+                }
+                Raised::Queued => {}
+                Raised::Lost => {
+                    warn!("asynchronous event {ev:?} dropped: the event queue is full");
+                    self.shared.stats.add(STAT_ASYNC_EVENTS_LOST, 1);
+                }
+            }
+        }
+        any
+    }
+
+    /// Completes a pending command with CANCELLED (its object is going away).
+    pub(super) fn cancel(&mut self, mem: &GuestMemoryMmap, cmd: PendingCmd) {
+        self.complete_async(mem, cmd, ADMIN_STATUS_CANCELLED, (0, 0, 0));
+    }
+
+    /// Completes a pending (asynchronous) command.
+    pub(super) fn complete_async(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        cmd: PendingCmd,
+        status: u16,
+        r: Results,
+    ) {
+        debug!(
+            "admin {:#04x} id {} -> status {status} (asynchronous)",
+            cmd.opcode, cmd.cmd_id
+        );
+        self.complete_admin(mem, completion(cmd.cmd_id, cmd.opcode, status, r));
+        self.shared.irqs.raise(0);
+    }
+
+    fn execute(&mut self, mem: &GuestMemoryMmap, cmd: &AdminCmd, req: AdminRequest) -> Outcome {
+        use AdminRequest as R;
+        let ctx = cmd.ctx;
+        let h = cmd.handle;
+        Outcome::Done(match req {
+            R::QueryDevice { buf, len } => {
+                self.write_query(mem, buf, len, self.device_info().as_bytes())
+            }
+            R::QueryStats { buf, len } => {
+                let stats = Stats {
+                    counters: self.counters(),
+                };
+                self.write_query(mem, buf, len, stats.as_bytes())
+            }
+            R::ListAddrs { buf, len } => {
+                let list = self.addr_list();
+                self.write_query(mem, buf, len, list.as_bytes())
+                    .map(|_| (list.count as u64, 0, 0))
+            }
+            R::AsyncEvent => {
+                let pending = PendingCmd {
+                    cmd_id: cmd.cmd_id,
+                    opcode: cmd.opcode,
+                };
+                match self.events.request(pending) {
+                    Ok(Some(r)) => {
+                        self.shared.stats.add(STAT_ASYNC_EVENTS, 1);
+                        Ok(r)
+                    }
+                    Ok(None) => return Outcome::Pending,
+                    Err(s) => Err(s),
+                }
+            }
+            R::SetMac(mac) => self.set_mac(mac).map(|()| (0, 0, 0)),
+            R::AddAddr { addr, prefix_len } => self.add_addr(addr, prefix_len),
+            R::DelAddr(addr) => self.del_addr(addr),
+            R::CreateCtx(page) => self.create_ctx(mem, page),
+            R::DestroyCtx => self.destroy_ctx(mem, ctx),
+            R::CreateCq {
+                page_list,
+                npages,
+                depth,
+                vector,
+            } => self.create_cq(mem, ctx, page_list, npages, depth, vector),
+            R::DestroyCq => self.destroy_cq(ctx, h),
+            R::CreateQp(q) => self.create_qp(mem, ctx, q),
+            R::DestroyQp => self.destroy_qp(mem, ctx, h),
+            R::RegMr(args) => {
+                let cmd = PendingCmd {
+                    cmd_id: cmd.cmd_id,
+                    opcode: cmd.opcode,
+                };
+                return self.reg_mr(mem, cmd, ctx, args);
+            }
+            R::DeregMr => self.dereg_mr(mem, ctx, h),
+            R::CreateTripwire(a) => self.create_tripwire(ctx, &a),
+            R::DestroyTripwire => match self.objects.tripwires.get(&h) {
+                Some(t) if t.ctx == ctx => {
+                    self.remove_tripwire(h);
+                    Ok((0, 0, 0))
+                }
+                _ => Err(ADMIN_STATUS_BAD_HANDLE),
+            },
+            R::Bind { addr, port } => self.bind(ctx, h, addr, port),
+            R::Listen {
+                addr,
+                port,
+                backlog,
+            } => self.listen(ctx, addr, port, backlog),
+            R::DestroyListener => self.destroy_listener(mem, ctx, h),
+            R::Accept { qp, iwarp } => {
+                if let Err(s) = self.iwarp_args_take(mem, ctx, qp, &iwarp) {
+                    return Outcome::Done(Err(s));
+                }
+                return self.accept(mem, ctx, h, qp, cmd);
+            }
+            R::Connect { addr, port, iwarp } => {
+                if let Err(s) = self.iwarp_args_take(mem, ctx, h, &iwarp) {
+                    return Outcome::Done(Err(s));
+                }
+                return self.connect(mem, ctx, h, addr, port, cmd);
+            }
+            R::QueryConn { buf, len } => match self.iwarp_conn_info(ctx, h) {
+                Ok(info) => self.write_query(mem, buf, len, info.as_bytes()),
+                Err(s) => Err(s),
+            },
+            R::Close => match self.objects.qp_in(ctx, h) {
+                None => Err(ADMIN_STATUS_BAD_HANDLE),
+                Some(qp) if !qp.may_close() => Err(ADMIN_STATUS_BAD_STATE),
+                Some(_) => {
+                    let pending = PendingCmd {
+                        cmd_id: cmd.cmd_id,
+                        opcode: cmd.opcode,
+                    };
+                    return match self.tcp_close(mem, h, pending) {
+                        Ok(()) => Outcome::Pending,
+                        Err(s) => Outcome::Done(Err(s)),
+                    };
+                }
+            },
+        })
+    }
+}

@@ -1,0 +1,291 @@
+//! The queue objects' admin commands: CREATE and DESTROY of contexts, CQs and QPs, and
+//! what a QP leaves behind when it goes.
+
+use std::net::Ipv6Addr;
+
+use qpip_abi::admin::*;
+use qpip_abi::{cqe, doorbell, pci, wqe};
+use vm_memory::GuestMemoryMmap;
+
+use super::Results;
+use crate::engine::decode::QpRequest;
+use crate::engine::doorbell_page::DoorbellPage;
+use crate::engine::memory::{self, Ring};
+use crate::engine::objects::{Context, Cq, Qp, QpKind, QpState, TcpRole};
+use crate::engine::ports::Proto;
+use crate::engine::tcp::TcpQp;
+use crate::engine::Engine;
+
+/// The first free doorbell slot, or NO_RESOURCES.
+fn free_slot(slots: &[Option<u32>]) -> Result<u32, u16> {
+    slots
+        .iter()
+        .position(|s| s.is_none())
+        .map(|p| p as u32)
+        .ok_or(ADMIN_STATUS_NO_RESOURCES)
+}
+
+impl Engine {
+    pub(super) fn create_ctx(&mut self, mem: &GuestMemoryMmap, gpa: u64) -> Result<Results, u16> {
+        let id = (0..pci::DOORBELL_PAGES).find(|p| !self.objects.contexts.contains_key(p));
+        let id = id.ok_or(ADMIN_STATUS_NO_RESOURCES)?;
+        let doorbell = DoorbellPage::new(mem, gpa).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
+        // Two live contexts on one page would let one process ring the other's QPs.
+        if self
+            .objects
+            .contexts
+            .values()
+            .any(|c| c.doorbell == doorbell)
+        {
+            return Err(ADMIN_STATUS_BAD_ADDRESS);
+        }
+        doorbell.clear(mem);
+        doorbell.store(mem, doorbell::DB_ENGINE_SLEEPING, self.sleeping as u32);
+        self.objects.contexts.insert(
+            id,
+            Context {
+                doorbell,
+                seen_change_count: 0,
+                qp_slots: vec![None; doorbell::DB_QP_SLOTS as usize],
+                cq_slots: vec![None; doorbell::DB_CQ_SLOTS as usize],
+            },
+        );
+        Ok((id as u64, 0, 0))
+    }
+
+    pub(super) fn destroy_ctx(&mut self, mem: &GuestMemoryMmap, ctx: u32) -> Result<Results, u16> {
+        if !self.objects.contexts.contains_key(&ctx) {
+            return Err(ADMIN_STATUS_BAD_HANDLE);
+        }
+        // The process is gone: its rings go with it, so no flush CQEs, but pending admin
+        // commands still get their (cancelled) completions.
+        let qps: Vec<u32> = self
+            .objects
+            .qps
+            .iter()
+            .filter(|(_, q)| q.ctx == ctx)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in qps {
+            self.remove_qp(mem, id, false);
+        }
+        let listeners: Vec<u32> = self
+            .objects
+            .listeners
+            .iter()
+            .filter(|(_, l)| l.ctx == ctx)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in listeners {
+            self.remove_listener(mem, id);
+        }
+        self.objects.tripwires.retain(|_, t| t.ctx != ctx);
+        self.objects.cqs.retain(|_, c| c.ctx != ctx);
+        self.objects.mrs.retain(|_, m| m.ctx != ctx);
+        self.objects.contexts.remove(&ctx);
+        self.events.forget_context(ctx);
+        Ok((0, 0, 0))
+    }
+
+    pub(super) fn create_cq(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        list: u64,
+        npages: u32,
+        depth: u32,
+        vector: u16,
+    ) -> Result<Results, u16> {
+        let c = self
+            .objects
+            .contexts
+            .get(&ctx)
+            .ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+        let slot = free_slot(&c.cq_slots)?;
+        if npages as u64 != (depth as u64 * cqe::CQE_SIZE as u64).div_ceil(memory::PAGE_SIZE) {
+            return Err(ADMIN_STATUS_BAD_PARAM);
+        }
+        let pages = memory::read_page_list(mem, list, npages).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
+        let ring = Ring::paged(pages, cqe::CQE_SIZE, depth).ok_or(ADMIN_STATUS_BAD_PARAM)?;
+        let id = self.objects.new_id();
+        let page = self.objects.contexts[&ctx].doorbell;
+        self.objects.cqs.insert(
+            id,
+            Cq {
+                ctx,
+                slot,
+                ring,
+                vector,
+                tail: 0,
+                head: 0,
+                armed: false,
+                arm_seen: 0,
+                users: 0,
+                stalled: false,
+            },
+        );
+        // A new CQ starts in a zeroed slot (a reused slot may hold old values).
+        page.store(mem, doorbell::cq_head(slot), 0);
+        page.store(mem, doorbell::cq_arm_seq(slot), 0);
+        self.objects
+            .contexts
+            .get_mut(&ctx)
+            .expect("checked")
+            .cq_slots[slot as usize] = Some(id);
+        Ok((id as u64, slot as u64, 0))
+    }
+
+    pub(super) fn destroy_cq(&mut self, ctx: u32, id: u32) -> Result<Results, u16> {
+        let cq = self.objects.cq_in(ctx, id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+        if cq.users > 0 {
+            return Err(ADMIN_STATUS_BUSY);
+        }
+        let slot = cq.slot;
+        self.objects.cqs.remove(&id);
+        if let Some(c) = self.objects.contexts.get_mut(&ctx) {
+            c.cq_slots[slot as usize] = None;
+        }
+        Ok((0, 0, 0))
+    }
+
+    pub(super) fn create_qp(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        q: QpRequest,
+    ) -> Result<Results, u16> {
+        let c = self
+            .objects
+            .contexts
+            .get(&ctx)
+            .ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+        let slot = free_slot(&c.qp_slots)?;
+        if self.objects.cq_in(ctx, q.send_cq).is_none()
+            || self.objects.cq_in(ctx, q.recv_cq).is_none()
+        {
+            return Err(ADMIN_STATUS_BAD_HANDLE);
+        }
+        let ring = |mem, list, npages: u16, depth: u32| -> Result<Ring, u16> {
+            if npages as u64 != (depth as u64 * wqe::WQE_SIZE as u64).div_ceil(memory::PAGE_SIZE) {
+                return Err(ADMIN_STATUS_BAD_PARAM);
+            }
+            let pages =
+                memory::read_page_list(mem, list, npages as u32).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
+            Ring::paged(pages, wqe::WQE_SIZE, depth).ok_or(ADMIN_STATUS_BAD_PARAM)
+        };
+        let sq = ring(mem, q.sq_page_list, q.sq_npages, q.sq_depth)?;
+        let rq = ring(mem, q.rq_page_list, q.rq_npages, q.rq_depth)?;
+        let id = self.objects.new_id();
+        // A new QP starts at index 0 in a zeroed slot (a reused slot may hold old indices).
+        let page = self.objects.contexts[&ctx].doorbell;
+        page.store(mem, doorbell::qp_sq_tail(slot), 0);
+        page.store(mem, doorbell::qp_rq_tail(slot), 0);
+        let (sq_tail, rq_tail) = (0, 0);
+        self.objects.qps.insert(
+            id,
+            Qp {
+                ctx,
+                slot,
+                send_cq: q.send_cq,
+                recv_cq: q.recv_cq,
+                sq,
+                rq,
+                sq_head: sq_tail,
+                sq_tail,
+                rq_head: rq_tail,
+                rq_tail,
+                owed: [0; 2],
+                state: QpState::Ready,
+                bound: None,
+                queued: false,
+                kind: if q.tcp {
+                    QpKind::Tcp(TcpQp::new(id, q.framing))
+                } else {
+                    QpKind::Udp
+                },
+            },
+        );
+        for cq in [q.send_cq, q.recv_cq] {
+            self.objects.cqs.get_mut(&cq).expect("checked").users += 1;
+        }
+        self.objects
+            .contexts
+            .get_mut(&ctx)
+            .expect("checked")
+            .qp_slots[slot as usize] = Some(id);
+        Ok((id as u64, slot as u64, 0))
+    }
+
+    pub(super) fn destroy_qp(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        id: u32,
+    ) -> Result<Results, u16> {
+        self.objects.qp_in(ctx, id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+        self.remove_qp(mem, id, true);
+        Ok((0, 0, 0))
+    }
+
+    /// Removes a QP: unbinds it, cancels its pending commands and (if `flush`) completes
+    /// its outstanding work requests with FLUSHED.
+    fn remove_qp(&mut self, mem: &GuestMemoryMmap, id: u32, flush: bool) {
+        if self.objects.qps.get(&id).is_some_and(Qp::is_tcp) {
+            // Abort (RST) the connection, or leave it to finish a graceful close as an
+            // orphan; flush the WRs it had taken: they are older than what is still in the
+            // rings.
+            self.tcp_qp_removed(mem, id, flush);
+        }
+        if flush {
+            // The producer may have posted after the last scan of its page (the admin queue
+            // runs before the doorbell scan): flush up to its latest indices.
+            self.read_qp_doorbell(mem, id);
+            self.flush_qp(mem, id);
+        }
+        let Some(qp) = self.objects.qps.remove(&id) else {
+            return;
+        };
+        if let Some((_, port)) = qp.bound {
+            self.objects.ports.release(qp.proto(), port);
+        }
+        // A pending ACCEPT or CONNECT ends with its QP.
+        if let Some(TcpRole::Accepting { cmd, .. } | TcpRole::Connecting { cmd }) =
+            qp.tcp().map(|t| t.role)
+        {
+            self.cancel(mem, cmd)
+        }
+        for cq in [qp.send_cq, qp.recv_cq] {
+            if let Some(c) = self.objects.cqs.get_mut(&cq) {
+                c.users -= 1;
+            }
+        }
+        if let Some(c) = self.objects.contexts.get_mut(&qp.ctx) {
+            c.qp_slots[qp.slot as usize] = None;
+        }
+        self.objects.busy_qps.retain(|&q| q != id);
+    }
+
+    /// BIND: QP `id` takes `port` (0: a free ephemeral port) on `addr` (unspecified, or
+    /// one of the function's).
+    pub(in crate::engine) fn bind(
+        &mut self,
+        ctx: u32,
+        id: u32,
+        addr: Ipv6Addr,
+        port: u16,
+    ) -> Result<Results, u16> {
+        let qp = self.objects.qp_in(ctx, id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+        if qp.bound.is_some() {
+            return Err(ADMIN_STATUS_BAD_STATE);
+        }
+        if !addr.is_unspecified() && !self.net.stack.is_local(&addr) {
+            return Err(ADMIN_STATUS_BAD_PARAM);
+        }
+        let proto = qp.proto();
+        let tcp = &self.tcp;
+        let closing = |p| proto == Proto::Tcp && tcp.orphan_holds_port(p);
+        let port = self.objects.ports.bind(proto, port, id, closing)?;
+        self.objects.qps.get_mut(&id).expect("checked").bound = Some((addr, port));
+        Ok((port as u64, 0, 0))
+    }
+}
