@@ -8,6 +8,12 @@
 //! process, and the test's own bookkeeping per QP is a few small vectors (said beside the
 //! figure).
 
+// The adapter in this process, and namespaces for the cases against Linux sockets.
+#[path = "../support/adapter_fixture.rs"]
+mod fixture;
+#[path = "../support/netns.rs"]
+mod netns;
+
 mod abuse;
 mod echo_server;
 mod held_connections;
@@ -18,11 +24,6 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use qpip_testkit::DB_QP_SLOTS;
-
-#[path = "../support/adapter_fixture.rs"]
-mod fixture;
-#[path = "../support/netns.rs"]
-mod netns;
 
 /// The system allocator, counting the bytes live.
 struct Counting;
