@@ -11,7 +11,7 @@ use super::Results;
 use crate::engine::decode::QpRequest;
 use crate::engine::doorbell_page::DoorbellPage;
 use crate::engine::memory::{self, Ring};
-use crate::engine::objects::{Context, Cq, Qp, QpKind, QpState, TcpRole};
+use crate::engine::objects::{Context, Cq, Qp, QpKind, QpState};
 use crate::engine::ports::Proto;
 use crate::engine::tcp::TcpQp;
 use crate::engine::Engine;
@@ -230,12 +230,13 @@ impl Engine {
     /// Removes a QP: unbinds it, cancels its pending commands and (if `flush`) completes
     /// its outstanding work requests with FLUSHED.
     fn remove_qp(&mut self, mem: &GuestMemoryMmap, id: u32, flush: bool) {
-        if self.objects.qps.get(&id).is_some_and(Qp::is_tcp) {
-            // Abort (RST) the connection, or leave it to finish a graceful close as an
-            // orphan; flush the WRs it had taken: they are older than what is still in the
-            // rings.
-            self.tcp_qp_removed(mem, id, flush);
+        if !self.objects.qps.contains_key(&id) {
+            return;
         }
+        // What its kind holds first (a TCP connection aborted, or left to finish a
+        // graceful close as an orphan; the WRs it had taken flushed): they are older than
+        // what is still in the rings.
+        self.kind_destroying(mem, id, flush);
         if flush {
             // The producer may have posted after the last scan of its page (the admin queue
             // runs before the doorbell scan): flush up to its latest indices.
@@ -248,12 +249,7 @@ impl Engine {
         if let Some((_, port)) = qp.bound {
             self.objects.ports.release(qp.proto(), port);
         }
-        // A pending ACCEPT or CONNECT ends with its QP.
-        if let Some(TcpRole::Accepting { cmd, .. } | TcpRole::Connecting { cmd }) =
-            qp.tcp().map(|t| t.role)
-        {
-            self.cancel(mem, cmd)
-        }
+        self.kind_destroyed(mem, &qp);
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.objects.cqs.get_mut(&cq) {
                 c.users -= 1;
