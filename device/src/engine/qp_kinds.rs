@@ -3,7 +3,7 @@
 //! iWARP as a framing of TCP (`tcp::iwarp`). The matches below are the only places outside
 //! a kind's own unit where the engine looks at what kind a QP is, so a new kind (a raw
 //! Ethernet queue, a kernel-owned queue) is a new unit, a variant of
-//! [`QpKind`](super::objects::QpKind) and an arm in each hook here.
+//! [`QpKind`] and an arm in each hook here.
 //!
 //! What every kind shares stays with the engine: the rings and their indices, taking WQEs
 //! ([`super::send_queues`]), flushing an errored QP's WRs, writing completions.
