@@ -33,10 +33,13 @@ HDRS_NAME=$(basename "${hdrs[0]}")
 KVER=${HDRS_NAME#linux-headers-}
 
 # The driver's sources: everything under guest-driver/ except build products of an in-tree
-# build (see .gitignore). Sorted, relative paths, so the hash is stable across checkouts.
+# build (see .gitignore) and the user-space test program (test-program/, a Rust crate the
+# guest image carries; the module does not depend on it). Sorted, relative paths, so the
+# hash is stable across checkouts.
 mapfile -t files < <(cd "$SRC" && find . -type f \
     ! -name '*.o' ! -name '*.ko' ! -name '*.mod' ! -name '*.mod.c' ! -name '.*.cmd' \
     ! -name 'Module.symvers' ! -name 'modules.order' ! -path './.tmp_versions/*' \
+    ! -path './test-program/*' \
     | sed 's|^\./||' | LC_ALL=C sort)
 [ ${#files[@]} -gt 0 ] || die "no driver sources in $SRC"
 

@@ -1,7 +1,8 @@
 //! VM tests of the guest driver's device interface: real guests, real qpipd, the real
-//! qpip.ko, driven from user space by `qpip-driver-test` (guest-lib) exactly as the verbs
-//! library will drive it — ioctls, mmap of the doorbell page, the kick page and the rings,
-//! WQEs and CQEs through memory, doorbells with the sleep/kick protocol, eventfds.
+//! qpip.ko, driven from user space by `qpip-driver-test` (`guest-driver/test-program/`)
+//! exactly as the verbs library will drive it — ioctls, mmap of the doorbell page, the kick
+//! page and the rings, WQEs and CQEs through memory, doorbells with the sleep/kick protocol,
+//! eventfds.
 //!
 //! Like `tests/vm.rs`, each test boots a guest, so they are ignored by a plain `cargo test`
 //! and run with `-- --ignored`. The guest reports `@key=value` lines; the assertions are made
