@@ -66,9 +66,10 @@ build_guest_tools() {
     for src in "$capi"/examples/*.c; do
         [ -f "$src" ] || continue
         name=qpip-c-$(basename "$src" .c)
-        # Up to date when newer than the example, the header and the library.
+        # Up to date when newer than the example, the headers and the library.
         if [ "$GUEST_BINDIR/$name" -nt "$src" ] && [ "$GUEST_BINDIR/$name" -nt "$GUEST_BINDIR/libqpip.a" ] \
-            && [ "$GUEST_BINDIR/$name" -nt "$capi/include/qpip.h" ]; then
+            && [ "$GUEST_BINDIR/$name" -nt "$capi/include/qpip.h" ] \
+            && [ "$GUEST_BINDIR/$name" -nt "$capi/examples/check.h" ]; then
             continue
         fi
         # glibc warns that Rust's std links getaddrinfo and getpwuid_r (which a static
@@ -79,4 +80,41 @@ build_guest_tools() {
             grep -v "in statically linked applications requires\|: in function \`std::" >&2
         [ "${PIPESTATUS[0]}" = 0 ] || return 1
     done
+}
+
+# --- out-of-tree kernel modules for the guest (images/driver.sh, images/siw.sh) -----------
+# Built inside the runtime (chroot) with its gcc against the exact guest kernel's headers,
+# so that vermagic and symbol versions match the kernel that loads them.
+
+# guest_kernel_headers: sets HDRS_NAME to the runtime's headers tree of the guest kernel
+# (usr/src/linux-headers-*-amd64) and KVER to that kernel's version. With two trees, which
+# kernel the guest boots would be a guess: it dies unless there is exactly one.
+guest_kernel_headers() {
+    local hdrs
+    shopt -s nullglob
+    hdrs=("$RUNTIME_DIR"/usr/src/linux-headers-*-amd64)
+    shopt -u nullglob
+    [ ${#hdrs[@]} -eq 1 ] || die "expected exactly one $RUNTIME_DIR/usr/src/linux-headers-*-amd64, found ${#hdrs[@]}; rebuild the runtime (images/runtime.sh)"
+    HDRS_NAME=$(basename "${hdrs[0]}")
+    KVER=${HDRS_NAME#linux-headers-}
+}
+
+# runtime_kbuild DIR [ARGS...]: the guest kernel's `make modules` for the module in DIR (a
+# path inside the runtime), with the extra make ARGS, run in the runtime.
+runtime_kbuild() {
+    local dir=$1
+    shift
+    # env -i: nothing from the caller's environment (ARCH, CC, MAKEFLAGS...) leaks in.
+    chroot "$RUNTIME_DIR" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C HOME=/root \
+        make -C "/usr/src/$HDRS_NAME" M="/$dir" "$@" modules
+}
+
+# check_vermagic WHAT KO: sets VERMAGIC to module KO's; dies (naming WHAT) unless KO is for
+# the kernel the guest boots ($KVER).
+check_vermagic() {
+    VERMAGIC=$(grep -ao 'vermagic=[[:print:]]*' "$2" | head -1 | sed 's/^vermagic=//; s/ *$//')
+    case $VERMAGIC in
+        "$KVER "*) ;;
+        *) die "$1: ${2##*/} has vermagic '$VERMAGIC', expected kernel $KVER" ;;
+    esac
 }

@@ -11,39 +11,7 @@
 #include <string.h>
 
 #include "qpip.h"
-
-#define CHECK(call)                                                                   \
-	do {                                                                          \
-		int rc_ = (call);                                                     \
-		if (rc_ < 0) {                                                        \
-			fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call, \
-				qpip_strerror(rc_), qpip_last_error());               \
-			exit(1);                                                      \
-		}                                                                     \
-	} while (0)
-
-#define EXPECT(cond)                                                                  \
-	do {                                                                          \
-		if (!(cond)) {                                                        \
-			fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
-			exit(1);                                                      \
-		}                                                                     \
-	} while (0)
-
-/* The next completion of cq, which must be a successful `opcode`. */
-static struct qpip_completion next(struct qpip_cq *cq, uint32_t opcode)
-{
-	struct qpip_completion c;
-	int n = qpip_cq_wait(cq, &c, 1, 20000);
-	CHECK(n);
-	EXPECT(n == 1);
-	if (c.status != QPIP_WC_SUCCESS || c.opcode != opcode) {
-		fprintf(stderr, "completion wr_id %llu: opcode %u status %u detail %u\n",
-			(unsigned long long)c.wr_id, c.opcode, c.status, c.detail);
-		exit(1);
-	}
-	return c;
-}
+#include "check.h"
 
 /*
  * The next two completions of cq, a successful send and a successful receive, in either
