@@ -1,6 +1,7 @@
 /*
  * What the C examples share: checks that end the program with the failed call, its line
- * and the library's message, and the wait for one successful completion.
+ * and the library's message, and the waits for one successful completion or connection
+ * event.
  * Included by each example (the quotes find it beside the example's source).
  */
 #ifndef QPIP_EXAMPLE_CHECK_H
@@ -42,6 +43,20 @@ static struct qpip_completion next(struct qpip_cq *cq, uint32_t opcode)
 		exit(1);
 	}
 	return c;
+}
+
+/* The next connection event of `kind`, which must have succeeded. */
+static struct qpip_event event(struct qpip_context *ctx, uint32_t kind)
+{
+	struct qpip_event ev;
+	int got;
+	do {
+		got = qpip_wait_event(ctx, &ev, 20000);
+		CHECK(got);
+		EXPECT(got == 1);
+	} while (ev.kind != kind);
+	EXPECT(ev.status == 0);
+	return ev;
 }
 
 #endif

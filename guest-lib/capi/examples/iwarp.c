@@ -34,20 +34,6 @@
 static const char INITIATOR_PD[] = "initiator says hello";
 static const char RESPONDER_PD[] = "responder says hello";
 
-/* The next connection event of `kind`, which must have succeeded. */
-static struct qpip_event event(struct qpip_context *ctx, uint32_t kind)
-{
-	struct qpip_event ev;
-	int got;
-	do {
-		got = qpip_wait_event(ctx, &ev, 20000);
-		CHECK(got);
-		EXPECT(got == 1);
-	} while (ev.kind != kind);
-	EXPECT(ev.status == 0);
-	return ev;
-}
-
 /* The error codes of iWARP calls on QPs of other kinds and of bad arguments: the same on
  * either provider. */
 static void misuse(struct qpip_context *ctx, const struct qpip_addr *here)

@@ -110,14 +110,8 @@ int main(int argc, char **argv)
 	CHECK(qpip_qp_create(ctx, QPIP_QP_TCP_MESSAGE, cqb, cqb, 16, 16, &tb));
 	CHECK(qpip_accept(l, tb, 0xacce));
 	CHECK(qpip_qp_connect_wait(ta, &here, 20000));
-	struct qpip_event ev;
-	int got;
-	do {
-		got = qpip_wait_event(ctx, &ev, 20000);
-		CHECK(got);
-		EXPECT(got == 1);
-	} while (ev.kind != QPIP_EVENT_ACCEPT);
-	EXPECT(ev.status == 0 && ev.user_data == 0xacce && ev.has_peer == 1);
+	struct qpip_event ev = event(ctx, QPIP_EVENT_ACCEPT);
+	EXPECT(ev.user_data == 0xacce && ev.has_peer == 1);
 	EXPECT(ev.qp == (uint32_t)qpip_qp_id(tb));
 	pingpong(ta, cqa, bufa, NULL, tb, cqb, bufb, NULL, rounds, 1);
 	printf("tcp ping-pong: %d round trips ok\n", rounds);
