@@ -321,3 +321,292 @@ impl LossRecovery {
             .map(|&(s, e)| (s, e.min(s + room)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::tcp::config::CongestionKind;
+    use std::time::Instant;
+
+    const MSS: u64 = 1000;
+
+    /// Sequence offset of the first byte of data segment `k` (the SYN is offset 0).
+    fn seg(k: u64) -> u64 {
+        1 + k * MSS
+    }
+
+    fn flight(una: u64, nxt: u64) -> Flight {
+        Flight {
+            una,
+            nxt,
+            smss: MSS,
+        }
+    }
+
+    /// Reno with ten segments of cwnd.
+    fn reno() -> Congestion {
+        Congestion::new(CongestionKind::Reno, MSS as usize, 10)
+    }
+
+    /// SACK blocks as offsets; the ISS is 0, so wire sequence numbers equal offsets.
+    fn blocks(b: &[(u64, u64)]) -> SackBlocks {
+        let wire: Vec<(u32, u32)> = b.iter().map(|&(l, r)| (l as u32, r as u32)).collect();
+        SackBlocks::from_slice(&wire)
+    }
+
+    /// A duplicate ACK for `f.una` carrying `sack` (SACK agreed when any is given).
+    fn dup_ack(l: &mut LossRecovery, cc: &mut Congestion, f: Flight, sack: &[(u64, u64)]) -> bool {
+        l.on_sack(&blocks(sack), f.una as u32, f, f.una);
+        l.on_dup_ack(f, !sack.is_empty(), cc)
+    }
+
+    #[test]
+    fn three_duplicate_acks_start_newreno_recovery() {
+        let (mut l, mut cc) = (LossRecovery::new(), reno());
+        let f = flight(seg(0), seg(10));
+        for n in 1..DUP_THRESH {
+            assert!(!dup_ack(&mut l, &mut cc, f, &[]));
+            assert!(!l.in_recovery());
+            // Limited transmit: one more segment of new data per duplicate.
+            assert_eq!(l.limited_transmit(MSS), n as u64 * MSS);
+            assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), None);
+        }
+        assert!(dup_ack(&mut l, &mut cc, f, &[]));
+        assert!(l.in_recovery());
+        assert_eq!(l.limited_transmit(MSS), 0);
+        // RFC 6582 §3.2 step 2: ssthresh = flight / 2, cwnd = ssthresh + 3 SMSS.
+        assert_eq!(cc.ssthresh(), 5 * MSS);
+        assert_eq!(cc.cwnd(), 8 * MSS);
+        // The first unacknowledged segment goes at once, and only it.
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), Some((seg(0), seg(1))));
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), None);
+        // NewReno counts all that is outstanding, and inflates cwnd per duplicate.
+        assert_eq!(l.in_flight(f), 10 * MSS);
+        assert!(!dup_ack(&mut l, &mut cc, f, &[]));
+        assert_eq!(cc.cwnd(), 9 * MSS);
+    }
+
+    #[test]
+    fn sacked_bytes_beyond_dupthresh_segments_start_recovery_at_once() {
+        let (mut l, mut cc) = (LossRecovery::new(), reno());
+        let f = flight(seg(0), seg(10));
+        // (DupThresh - 1) * SMSS bytes SACKed above the hole: not yet lost (RFC 6675
+        // IsLost wants more).
+        assert!(!dup_ack(&mut l, &mut cc, f, &[(seg(1), seg(3))]));
+        assert!(!l.in_recovery());
+        // One byte more: the first segment is lost, on the second duplicate ACK.
+        assert!(dup_ack(&mut l, &mut cc, f, &[(seg(1), seg(3) + 1)]));
+        assert!(l.in_recovery());
+        // SACK recovery: cwnd = ssthresh, no inflation.
+        assert_eq!(cc.cwnd(), 5 * MSS);
+        assert_eq!(cc.ssthresh(), 5 * MSS);
+    }
+
+    #[test]
+    fn dupthresh_discontiguous_sacked_blocks_start_recovery() {
+        let (mut l, mut cc) = (LossRecovery::new(), reno());
+        let f = flight(seg(0), seg(10));
+        // Three small SACKed blocks, 300 bytes in all, on the first duplicate ACK.
+        let three = [
+            (seg(5), seg(5) + 100),
+            (seg(3), seg(3) + 100),
+            (seg(1), seg(1) + 100),
+        ];
+        assert!(!dup_ack(&mut l, &mut cc, f, &three[..2]));
+        assert!(dup_ack(&mut l, &mut cc, f, &three));
+    }
+
+    #[test]
+    fn without_sack_the_scoreboard_is_not_consulted() {
+        let (mut l, mut cc) = (LossRecovery::new(), reno());
+        let f = flight(seg(0), seg(10));
+        l.on_sack(&blocks(&[(seg(1), seg(6))]), f.una as u32, f, f.una);
+        assert!(!l.on_dup_ack(f, false, &mut cc));
+        assert!(!l.on_dup_ack(f, false, &mut cc));
+        assert!(l.on_dup_ack(f, false, &mut cc));
+    }
+
+    #[test]
+    fn sack_blocks_outside_the_flight_are_ignored() {
+        let mut l = LossRecovery::new();
+        let f = flight(seg(2), seg(10));
+        // D-SACK (below the cumulative ACK), beyond what was sent, empty.
+        let b = blocks(&[(seg(0), seg(1)), (seg(9), seg(11)), (seg(4), seg(4))]);
+        assert!(!l.on_sack(&b, f.una as u32, f, f.una));
+        assert!(l.on_sack(&blocks(&[(seg(4), seg(5))]), f.una as u32, f, f.una));
+        // Nothing new the second time.
+        assert!(!l.on_sack(&blocks(&[(seg(4), seg(5))]), f.una as u32, f, f.una));
+        l.check_invariants(f);
+    }
+
+    #[test]
+    fn next_seg_retransmits_lost_holes_in_order_as_pipe_allows() {
+        let (mut l, mut cc) = (LossRecovery::new(), reno());
+        let f = flight(seg(0), seg(10));
+        // Segments 2 and 4-6 SACKed: 4000 bytes above the holes at 0, 1 and 3.
+        assert!(dup_ack(
+            &mut l,
+            &mut cc,
+            f,
+            &[(seg(4), seg(7)), (seg(2), seg(3))]
+        ));
+        assert_eq!(cc.cwnd(), 5 * MSS);
+        // Pipe: 6000 unsacked bytes, of which 0, 1 and 3 are lost: 7, 8, 9 are in the
+        // network.
+        assert_eq!(l.in_flight(f), 3 * MSS);
+        // The first hole goes regardless of cwnd (RFC 6675 §5 step 4.3) ...
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), Some((seg(0), seg(1))));
+        assert_eq!(l.in_flight(f), 4 * MSS);
+        // ... the next while cwnd >= pipe + SMSS ...
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), Some((seg(1), seg(2))));
+        assert_eq!(l.in_flight(f), 5 * MSS);
+        // ... and then none.
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), None);
+        // Segment 7 arrives: pipe falls by one; the next hole skips SACKed segment 2.
+        assert!(!dup_ack(
+            &mut l,
+            &mut cc,
+            f,
+            &[(seg(4), seg(8)), (seg(2), seg(3))]
+        ));
+        assert_eq!(l.in_flight(f), 4 * MSS);
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), Some((seg(3), seg(4))));
+        assert_eq!(l.in_flight(f), 5 * MSS);
+        // Segments 8 and 9 are not lost (too little is SACKed above them): no rule-1
+        // retransmission is left; new data is the sender's to send.
+        assert_eq!(l.next_retransmit(f, MSS, 20 * MSS), None);
+        // A retransmission is at most `room` bytes.
+        let mut l2 = l.clone();
+        l2.on_timeout(f, false, &mut reno());
+        assert_eq!(
+            l2.next_retransmit(f, 300, 20 * MSS),
+            Some((seg(0), seg(0) + 300))
+        );
+    }
+
+    #[test]
+    fn recovery_ends_when_the_recovery_point_is_acknowledged() {
+        let (mut l, mut cc) = (LossRecovery::new(), reno());
+        let f = flight(seg(0), seg(10));
+        assert!(dup_ack(&mut l, &mut cc, f, &[(seg(2), seg(6))]));
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), Some((seg(0), seg(1))));
+        // Segment 1 is lost too, but pipe (segments 0 and 6-9) leaves no room.
+        assert_eq!(l.in_flight(f), 5 * MSS);
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), None);
+        // A partial ACK (past the SACKed block): recovery goes on, cwnd is
+        // recovery's (no growth), the scoreboard below SND.UNA is gone.
+        let partial = flight(seg(6), seg(12));
+        assert!(!l.on_new_ack(partial, 6 * MSS, &mut cc));
+        assert!(l.in_recovery());
+        l.check_invariants(partial);
+        assert_eq!(cc.cwnd(), 5 * MSS);
+        // The recovery point (HighData when recovery began): over. cwnd deflates to
+        // ssthresh (RFC 6675 §5 step 3; less with little in flight).
+        let done = flight(seg(10), seg(14));
+        assert!(!l.on_new_ack(done, 4 * MSS, &mut cc));
+        assert!(!l.in_recovery());
+        assert_eq!(cc.cwnd(), 5 * MSS);
+        assert_eq!(l.in_flight(done), 4 * MSS);
+        // Afterwards ACKs grow cwnd as usual, and a new loss needs DupThresh duplicates.
+        assert!(l.on_new_ack(flight(seg(11), seg(14)), MSS, &mut cc));
+        let f = flight(seg(11), seg(14));
+        assert!(!dup_ack(&mut l, &mut cc, f, &[]));
+        assert!(!dup_ack(&mut l, &mut cc, f, &[]));
+        assert!(dup_ack(&mut l, &mut cc, f, &[]));
+    }
+
+    #[test]
+    fn newreno_partial_ack_retransmits_the_next_hole() {
+        let (mut l, mut cc) = (LossRecovery::new(), reno());
+        let f = flight(seg(0), seg(10));
+        for _ in 0..DUP_THRESH {
+            dup_ack(&mut l, &mut cc, f, &[]);
+        }
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), Some((seg(0), seg(1))));
+        // RFC 6582 §3.2 step 5: deflate by what was acknowledged, add back one SMSS,
+        // retransmit the first unacknowledged segment.
+        let partial = flight(seg(3), seg(10));
+        assert!(!l.on_new_ack(partial, 3 * MSS, &mut cc));
+        assert!(l.in_recovery());
+        assert_eq!(cc.cwnd(), 8 * MSS - 3 * MSS + MSS);
+        assert_eq!(
+            l.next_retransmit(partial, MSS, cc.cwnd()),
+            Some((seg(3), seg(4)))
+        );
+        assert_eq!(l.next_retransmit(partial, MSS, cc.cwnd()), None);
+        // Full ACK: cwnd = min(ssthresh, flight + SMSS) (RFC 6582 §3.2 step 3).
+        assert!(!l.on_new_ack(flight(seg(10), seg(10)), 7 * MSS, &mut cc));
+        assert!(!l.in_recovery());
+        assert_eq!(cc.cwnd(), 2 * MSS);
+    }
+
+    #[test]
+    fn timeout_makes_everything_lost_and_slow_starts() {
+        let (mut l, mut cc) = (LossRecovery::new(), reno());
+        let f = flight(seg(0), seg(10));
+        // Segment 5 SACKed, not enough for recovery.
+        dup_ack(&mut l, &mut cc, f, &[(seg(5), seg(6))]);
+        assert!(!l.in_recovery());
+        l.on_timeout(f, false, &mut cc);
+        assert!(l.in_recovery());
+        // RFC 5681 §3.1 (7) and (4): ssthresh = flight / 2, cwnd = one segment.
+        assert_eq!(cc.ssthresh(), 5 * MSS);
+        assert_eq!(cc.cwnd(), MSS);
+        // Nothing is in the network; what was SACKed is forgotten (the receiver may
+        // renege, RFC 2018 §8).
+        assert_eq!(l.in_flight(f), 0);
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), Some((seg(0), seg(1))));
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), None);
+        // The retransmission is acknowledged: slow start (the caller grows cwnd).
+        let f = flight(seg(1), seg(10));
+        assert!(l.on_new_ack(f, MSS, &mut cc));
+        cc.on_ack(MSS, Instant::now(), None);
+        assert_eq!(cc.cwnd(), 2 * MSS);
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), Some((seg(1), seg(2))));
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), Some((seg(2), seg(3))));
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), None);
+        // The same data times out again: cwnd one segment, ssthresh not halved again.
+        l.on_timeout(f, false, &mut cc);
+        assert_eq!(cc.cwnd(), MSS);
+        assert_eq!(cc.ssthresh(), 5 * MSS);
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), Some((seg(1), seg(2))));
+        // Recovery ends at HighData of the last timeout.
+        assert!(l.on_new_ack(flight(seg(10), seg(10)), 9 * MSS, &mut cc));
+        assert!(!l.in_recovery());
+    }
+
+    #[test]
+    fn unanswered_window_probe_is_no_congestion() {
+        let (mut l, mut cc) = (LossRecovery::new(), reno());
+        let f = flight(seg(0), seg(1));
+        l.on_timeout(f, true, &mut cc);
+        assert_eq!(cc.cwnd(), 10 * MSS);
+        assert_eq!(cc.ssthresh(), u64::MAX);
+        assert_eq!(l.next_retransmit(f, MSS, cc.cwnd()), Some((seg(0), seg(1))));
+    }
+
+    #[test]
+    fn path_mtu_drop_resends_unsacked_data_without_congestion_response() {
+        let (mut l, mut cc) = (LossRecovery::new(), reno());
+        let f = flight(seg(0), seg(4));
+        l.on_sack(&blocks(&[(seg(1), seg(2))]), f.una as u32, f, f.una);
+        l.on_path_mtu_drop(f);
+        assert_eq!(cc.cwnd(), 10 * MSS);
+        // Cut to the new size (room), SACKed bytes skipped.
+        assert_eq!(
+            l.next_retransmit(f, 600, cc.cwnd()),
+            Some((seg(0), seg(0) + 600))
+        );
+        assert_eq!(
+            l.next_retransmit(f, 600, cc.cwnd()),
+            Some((seg(0) + 600, seg(1)))
+        );
+        assert_eq!(
+            l.next_retransmit(f, 600, cc.cwnd()),
+            Some((seg(2), seg(2) + 600))
+        );
+        // Ends at HighData; congestion control grows as usual on the ACKs.
+        assert!(l.on_new_ack(flight(seg(4), seg(4)), 4 * MSS, &mut cc));
+        assert!(!l.in_recovery());
+    }
+}
