@@ -3,8 +3,8 @@
 //!
 //! - [`wire`]: segment format and checksums; no state.
 //! - [`connection`]: one connection's state machine, in files by concern (segment input,
-//!   received data and the window, output, timers, and [`connection::recovery`]: the SACK
-//!   scoreboard and loss recovery as a unit of its own). It takes segments, the clock and
+//!   received data and the window, output, timers, and `recovery`: the SACK scoreboard and
+//!   loss recovery as a unit of its own). It takes segments, the clock and
 //!   application calls; it gives segments to send and [`Event`]s. Data never lives in it
 //!   beyond a small staging allowance and a bounded out-of-order buffer: the bytes to send
 //!   are read from a [`SendSource`] when a segment is built (guest memory, in the device),

@@ -59,8 +59,6 @@ impl Connection {
         self.arm_keepalive(now);
     }
 
-    // ---- segment arrival ------------------------------------------------------------
-
     /// Processes a segment of this connection (its checksum already verified by
     /// [`wire::parse`]). `sink` receives in-order data.
     pub fn on_segment(&mut self, seg: &Segment, now: Instant, sink: &mut dyn RecvSink) {

@@ -9,7 +9,7 @@
 //! [`Connection::next_deadline`]) and application calls ([`Connection::queue_send`],
 //! [`Connection::close`], [`Connection::abort`], [`Connection::recv_space_changed`]);
 //! it hands back segments to send ([`Connection::poll_transmit`], built with bytes read
-//! from a [`SendSource`]) and [`Event`]s ([`Connection::pop_event`]).
+//! from a [`SendSource`](super::SendSource)) and [`Event`]s ([`Connection::pop_event`]).
 //!
 //! Sequence numbers are kept as 64-bit offsets from the initial sequence numbers (the
 //! SYN is offset 0, stream byte k is offset k + 1, the FIN follows the data), so nothing
@@ -18,13 +18,13 @@
 //! The state lives in [`Connection`] (this file: construction, inspection, application
 //! calls); its work is divided by concern:
 //!
-//! - [`types`]: what the connection exchanges with its user ([`Event`], [`Outgoing`],
+//! - `types`: what the connection exchanges with its user ([`Event`], [`Outgoing`],
 //!   [`State`], [`FourTuple`], [`ConnStats`]).
 //! - `input`: segment arrival (RFC 9293 §3.10.7): the handshake, acceptability, RST and
 //!   SYN checks, PAWS, the ACK field.
 //! - `receive`: received data and FIN, delivery to the sink, the receive window offered.
-//! - [`recovery`]: the SACK scoreboard and loss recovery ([`recovery::LossRecovery`],
-//!   a unit with its own state, told of ACKs and timeouts).
+//! - `recovery`: the SACK scoreboard and loss recovery (`LossRecovery`, a unit with its
+//!   own state, told of ACKs and timeouts, tested on its own).
 //! - `timers`: retransmission, persist, delayed ACK, keepalive, TIME-WAIT, FIN-WAIT-2.
 //! - `output`: the segments to send: SYN, data and retransmissions, ACKs, resets.
 
@@ -40,9 +40,9 @@ use super::wire::{self, Segment};
 mod input;
 mod output;
 mod receive;
-pub mod recovery;
+mod recovery;
 mod timers;
-pub mod types;
+mod types;
 
 use recovery::{Flight, LossRecovery};
 pub use types::{CallError, ConnStats, Event, FourTuple, Outgoing, State, GSO_MAX_PAYLOAD};
@@ -139,6 +139,7 @@ pub struct Connection {
 
     // ---- congestion and loss recovery ----
     cc: Congestion,
+    /// The SACK scoreboard and the recovery episode.
     loss: LossRecovery,
 
     // ---- pending output ----
@@ -499,8 +500,8 @@ impl Connection {
 
     // ---- application calls ------------------------------------------------------------
 
-    /// Appends `len` bytes to the send stream (the [`SendSource`] must serve them at
-    /// their offsets until they are acknowledged).
+    /// Appends `len` bytes to the send stream (the [`SendSource`](super::SendSource) must
+    /// serve them at their offsets until they are acknowledged).
     pub fn queue_send(&mut self, len: u64) -> Result<(), CallError> {
         if self.fin_queued || matches!(self.state, State::Closed | State::TimeWait) {
             return Err(CallError::Closing);
@@ -551,8 +552,8 @@ impl Connection {
     /// most [`Config::fin_timeout`] (then it closes without a word); TIME-WAIT as usual;
     /// new data from the peer, which nobody would read, is answered with a reset and ends
     /// it (RFC 9293 §3.10.7.4 and RFC 1122 §4.2.2.13, as Linux does). From now on it never
-    /// reads its [`SendSource`] (every byte of data was acknowledged) and never delivers
-    /// to its [`RecvSink`].
+    /// reads its [`SendSource`](super::SendSource) (every byte of data was acknowledged)
+    /// and never delivers to its [`RecvSink`](super::RecvSink).
     pub fn orphan(&mut self, now: Instant) {
         self.orphaned = true;
         if self.state == State::FinWait2 {

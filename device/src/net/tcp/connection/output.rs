@@ -76,8 +76,6 @@ impl Connection {
         (self.snd_wl2 + self.snd_wnd).saturating_sub(self.nxt)
     }
 
-    // ---- output -------------------------------------------------------------------
-
     /// The next segment to send, if any; call until None after every input, timer run
     /// or application call. Data is read from `source` at its stream offsets.
     pub fn poll_transmit(&mut self, now: Instant, source: &mut dyn SendSource) -> Option<Outgoing> {
@@ -277,6 +275,7 @@ impl Connection {
     }
 
     /// Builds the segment for sequence offsets `[s, e)` (data, and FIN if `e` covers it).
+    #[inline]
     fn send_range(
         &mut self,
         s: u64,

@@ -245,6 +245,7 @@ impl Connection {
         self.report_peer_closed();
     }
 
+    #[inline]
     fn report_delivery(&mut self) {
         let upto = self.rcv.delivered();
         if upto > self.delivered_reported {

@@ -145,36 +145,47 @@ impl LossRecovery {
     /// acknowledged. Ends recovery when the recovery point is reached. True if congestion
     /// control grows on this ACK as usual (outside recovery, or slow start after a
     /// timeout); false while fast recovery governs cwnd.
+    #[inline]
     pub fn on_new_ack(&mut self, f: Flight, acked: u64, cc: &mut Congestion) -> bool {
         self.sacked.remove_below(f.una);
         self.dupacks = 0;
         match self.episode {
-            Some(r) if f.una >= r.point => {
-                self.episode = None;
-                self.force_rtx = false;
-                match r.kind {
-                    Kind::Sack | Kind::NewReno => {
-                        cc.end_recovery(f.nxt - f.una);
-                        false
-                    }
-                    Kind::Timeout | Kind::PathMtu => true,
-                }
-            }
-            Some(r) => match r.kind {
-                Kind::NewReno => {
-                    // Partial ACK (RFC 6582 §3.2 step 5): retransmit the next hole,
-                    // deflate by what was acknowledged, add back one MSS.
-                    self.high_rxt = f.una;
-                    self.lost_floor = f.una + f.smss;
-                    self.force_rtx = true;
-                    let c = cc.cwnd().saturating_sub(acked);
-                    cc.set_cwnd(if acked >= f.smss { c + f.smss } else { c });
+            None => true,
+            Some(r) => self.new_ack_in_recovery(r, f, acked, cc),
+        }
+    }
+
+    fn new_ack_in_recovery(
+        &mut self,
+        r: Episode,
+        f: Flight,
+        acked: u64,
+        cc: &mut Congestion,
+    ) -> bool {
+        if f.una >= r.point {
+            self.episode = None;
+            self.force_rtx = false;
+            return match r.kind {
+                Kind::Sack | Kind::NewReno => {
+                    cc.end_recovery(f.nxt - f.una);
                     false
                 }
-                Kind::Sack => false,
                 Kind::Timeout | Kind::PathMtu => true,
-            },
-            None => true,
+            };
+        }
+        match r.kind {
+            Kind::NewReno => {
+                // Partial ACK (RFC 6582 §3.2 step 5): retransmit the next hole, deflate
+                // by what was acknowledged, add back one MSS.
+                self.high_rxt = f.una;
+                self.lost_floor = f.una + f.smss;
+                self.force_rtx = true;
+                let c = cc.cwnd().saturating_sub(acked);
+                cc.set_cwnd(if acked >= f.smss { c + f.smss } else { c });
+                false
+            }
+            Kind::Sack => false,
+            Kind::Timeout | Kind::PathMtu => true,
         }
     }
 
@@ -231,8 +242,19 @@ impl LossRecovery {
     /// recovery, when cwnd leaves a segment's room above pipe (NewReno: only when a
     /// retransmission is due), the first lost bytes not yet retransmitted, at most
     /// `room` bytes. Taking it counts it as retransmitted (HighRxt).
+    #[inline]
     pub fn next_retransmit(&mut self, f: Flight, room: u64, cwnd: u64) -> Option<(u64, u64)> {
         let r = self.episode?;
+        self.retransmit_in_recovery(r, f, room, cwnd)
+    }
+
+    fn retransmit_in_recovery(
+        &mut self,
+        r: Episode,
+        f: Flight,
+        room: u64,
+        cwnd: u64,
+    ) -> Option<(u64, u64)> {
         let edge = self.lost_edge(f);
         let room_ok = r.kind != Kind::NewReno && cwnd >= self.pipe(f, edge) + f.smss;
         if !(self.force_rtx || room_ok) {

@@ -35,8 +35,6 @@ impl Connection {
         }
     }
 
-    // ---- timers -------------------------------------------------------------------
-
     /// When [`Connection::poll`] has work next.
     pub fn next_deadline(&self) -> Option<Instant> {
         [
