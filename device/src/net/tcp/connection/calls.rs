@@ -56,11 +56,12 @@ impl Connection {
     /// Its owner went away after closing it gracefully ([`Connection::may_orphan`]; the
     /// caller checks): the connection finishes its close by itself, as Linux finishes an
     /// orphaned socket. Its FIN is retransmitted until acknowledged; FIN-WAIT-2 lasts at
-    /// most [`Config::fin_timeout`] (then it closes without a word); TIME-WAIT as usual;
-    /// new data from the peer, which nobody would read, is answered with a reset and ends
-    /// it (RFC 9293 §3.10.7.4 and RFC 1122 §4.2.2.13, as Linux does). From now on it never
-    /// reads its [`SendSource`](super::super::SendSource) (every byte of data was acknowledged)
-    /// and never delivers to its [`RecvSink`](super::super::RecvSink).
+    /// most [`Config::fin_timeout`](super::super::Config::fin_timeout) (then it closes
+    /// without a word); TIME-WAIT as usual; new data from the peer, which nobody would
+    /// read, is answered with a reset and ends it (RFC 9293 §3.10.7.4 and RFC 1122
+    /// §4.2.2.13, as Linux does). From now on it never reads its
+    /// [`SendSource`](super::super::SendSource) (every byte of data was acknowledged) and
+    /// never delivers to its [`RecvSink`](super::super::RecvSink).
     pub fn orphan(&mut self, now: Instant) {
         self.orphaned = true;
         if self.state == State::FinWait2 {
