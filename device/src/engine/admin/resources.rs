@@ -25,6 +25,22 @@ fn free_slot(slots: &[Option<u32>]) -> Result<u32, u16> {
         .ok_or(ADMIN_STATUS_NO_RESOURCES)
 }
 
+/// A ring of `depth` entries of `entry_size` bytes over the `npages` pages of the page list
+/// at `list`, which must be exactly as many as the ring needs.
+fn ring_from_list(
+    mem: &GuestMemoryMmap,
+    list: u64,
+    npages: u32,
+    entry_size: u32,
+    depth: u32,
+) -> Result<Ring, u16> {
+    if npages as u64 != (depth as u64 * entry_size as u64).div_ceil(memory::PAGE_SIZE) {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    let pages = memory::read_page_list(mem, list, npages).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
+    Ring::paged(pages, entry_size, depth).ok_or(ADMIN_STATUS_BAD_PARAM)
+}
+
 impl Engine {
     pub(super) fn create_ctx(&mut self, mem: &GuestMemoryMmap, gpa: u64) -> Result<Results, u16> {
         let id = (0..pci::DOORBELL_PAGES).find(|p| !self.objects.contexts.contains_key(p));
@@ -102,11 +118,7 @@ impl Engine {
             .get(&ctx)
             .ok_or(ADMIN_STATUS_BAD_HANDLE)?;
         let slot = free_slot(&c.cq_slots)?;
-        if npages as u64 != (depth as u64 * cqe::CQE_SIZE as u64).div_ceil(memory::PAGE_SIZE) {
-            return Err(ADMIN_STATUS_BAD_PARAM);
-        }
-        let pages = memory::read_page_list(mem, list, npages).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
-        let ring = Ring::paged(pages, cqe::CQE_SIZE, depth).ok_or(ADMIN_STATUS_BAD_PARAM)?;
+        let ring = ring_from_list(mem, list, npages, cqe::CQE_SIZE, depth)?;
         let id = self.objects.new_id();
         let page = self.objects.contexts[&ctx].doorbell;
         self.objects.cqs.insert(
@@ -165,16 +177,11 @@ impl Engine {
         {
             return Err(ADMIN_STATUS_BAD_HANDLE);
         }
-        let ring = |mem, list, npages: u16, depth: u32| -> Result<Ring, u16> {
-            if npages as u64 != (depth as u64 * wqe::WQE_SIZE as u64).div_ceil(memory::PAGE_SIZE) {
-                return Err(ADMIN_STATUS_BAD_PARAM);
-            }
-            let pages =
-                memory::read_page_list(mem, list, npages as u32).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
-            Ring::paged(pages, wqe::WQE_SIZE, depth).ok_or(ADMIN_STATUS_BAD_PARAM)
+        let ring = |list, npages: u16, depth| {
+            ring_from_list(mem, list, npages.into(), wqe::WQE_SIZE, depth)
         };
-        let sq = ring(mem, q.sq_page_list, q.sq_npages, q.sq_depth)?;
-        let rq = ring(mem, q.rq_page_list, q.rq_npages, q.rq_depth)?;
+        let sq = ring(q.sq_page_list, q.sq_npages, q.sq_depth)?;
+        let rq = ring(q.rq_page_list, q.rq_npages, q.rq_depth)?;
         let id = self.objects.new_id();
         // A new QP starts at index 0 in a zeroed slot (a reused slot may hold old indices).
         let page = self.objects.contexts[&ctx].doorbell;
