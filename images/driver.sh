@@ -24,23 +24,20 @@ BUILD=$RUNTIME_DIR/$BUILD_REL
 [ -d "$RUNTIME_DIR/usr/src" ] || die "no runtime in $RUNTIME_DIR; run ./qpip setup (images/runtime.sh) first"
 [ -x "$RUNTIME_DIR/usr/bin/sparse" ] || die "the runtime in $RUNTIME_DIR has no sparse; rebuild it with ./qpip setup (images/runtime.sh)"
 
-# Exactly one headers tree: with two, which kernel the guest boots would be a guess.
-shopt -s nullglob
-hdrs=("$RUNTIME_DIR"/usr/src/linux-headers-*-amd64)
-shopt -u nullglob
-[ ${#hdrs[@]} -eq 1 ] || die "expected exactly one $RUNTIME_DIR/usr/src/linux-headers-*-amd64, found ${#hdrs[@]}; rebuild the runtime (images/runtime.sh)"
-HDRS_NAME=$(basename "${hdrs[0]}")
-KVER=${HDRS_NAME#linux-headers-}
+guest_kernel_headers
 
 # The driver's sources: everything under guest-driver/ except build products of an in-tree
-# build (see .gitignore). Sorted, relative paths, so the hash is stable across checkouts.
+# build (see .gitignore) and the user-space test program (test-program/, a Rust crate the
+# guest image carries; the module does not depend on it). Sorted, relative paths, so the
+# hash is stable across checkouts.
 mapfile -t files < <(cd "$SRC" && find . -type f \
     ! -name '*.o' ! -name '*.ko' ! -name '*.mod' ! -name '*.mod.c' ! -name '.*.cmd' \
     ! -name 'Module.symvers' ! -name 'modules.order' ! -path './.tmp_versions/*' \
+    ! -path './test-program/*' \
     | sed 's|^\./||' | LC_ALL=C sort)
 [ ${#files[@]} -gt 0 ] || die "no driver sources in $SRC"
 
-KEY=$(cd "$QPIP_ROOT" && inputs_hash "${files[@]/#/guest-driver/}" images/driver.sh "$HDRS_NAME")
+KEY=$(cd "$QPIP_ROOT" && inputs_hash "${files[@]/#/guest-driver/}" images/driver.sh images/lib.sh "$HDRS_NAME")
 if [ -f "$KO" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
     say "driver: up to date ($KO, kernel $KVER)"
     exit 0
@@ -57,10 +54,7 @@ LOG=$(mktemp)
 trap 'rm -f "$LOG"' EXIT
 
 build() {
-    # env -i: nothing from the caller's environment (ARCH, CC, MAKEFLAGS...) leaks in.
-    chroot "$RUNTIME_DIR" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C HOME=/root \
-        make -C "/usr/src/$HDRS_NAME" M="/$BUILD_REL" W=1 C=1 KCFLAGS=-Werror \
-        modules 2>&1 | tee "$LOG"
+    runtime_kbuild "$BUILD_REL" W=1 C=1 KCFLAGS=-Werror 2>&1 | tee "$LOG"
 }
 step "driver: build qpip.ko for $KVER (W=1 and sparse, warnings are errors)" build
 if grep -q 'warning:' "$LOG"; then
@@ -68,15 +62,10 @@ if grep -q 'warning:' "$LOG"; then
 fi
 [ -f "$BUILD/qpip.ko" ] || die "driver: make succeeded but $BUILD/qpip.ko is missing"
 
-# The module must be for the kernel the guest boots.
-vermagic=$(grep -ao 'vermagic=[[:print:]]*' "$BUILD/qpip.ko" | head -1 | sed 's/^vermagic=//')
-case $vermagic in
-    "$KVER "*) ;;
-    *) die "driver: qpip.ko has vermagic '$vermagic', expected kernel $KVER" ;;
-esac
+check_vermagic driver "$BUILD/qpip.ko"
 
 mkdir -p "$OUT"
 cp "$BUILD/qpip.ko" "$KO.tmp"
 mv "$KO.tmp" "$KO"
 printf '%s\n' "$KEY" > "$STAMP"
-say "driver: $KO ($(stat -c %s "$KO") bytes, vermagic $vermagic)"
+say "driver: $KO ($(stat -c %s "$KO") bytes, vermagic $VERMAGIC)"

@@ -7,7 +7,8 @@
 #   /lib/modules/...           the virtio/9p modules the kernel builds as modules, decompressed,
 #   /lib/modules/load-order      and the order /init loads them in (dependencies first)
 #   /lib/qpip/qpip.ko          the guest driver, built by images/driver.sh
-#   /usr/bin/qpip-*            the guest tools of guest-lib, linked statically
+#   /usr/bin/qpip-*            the guest tools (guest-tools/, guest-driver/test-program/ and
+#                              the C API's examples), linked statically
 #   /usr/bin/lab-wait          waits for a file in /lab, the folder a lab's guests share
 #   /lib/qpip/nap.sh           `nap`: waits 0.1 s without starting a process (sourced by scripts)
 #   /usr/bin/lab-udp           UDP over kernel sockets (busybox nc is TCP only), static C
@@ -81,7 +82,7 @@ done
 
 # --- guest tools: static, so they need nothing of the image ------------------------------
 mapfile -t bins < <(guest_tool_names)
-[ ${#bins[@]} -gt 0 ] || die "guest-lib has no binaries in src/bin"
+[ ${#bins[@]} -gt 0 ] || die "no guest tools (guest-tools/src/bin is empty)"
 step "guest image: build guest tools (${bins[*]}, static)" build_guest_tools
 BINDIR=$GUEST_BINDIR
 for b in "${bins[@]}"; do

@@ -24,22 +24,26 @@ inputs_hash() {
       done; } | sha256sum | cut -c1-16
 }
 
-# The guest tools (guest-lib's binaries), linked statically: the guest image carries a libc
-# only for rdma-core's tools.
+# The guest tools, linked statically: the guest image carries a libc only for rdma-core's
+# tools. They are the binaries of guest-tools/ (crate qpip-tools: the verbs library's
+# tools), the driver's test program (guest-driver/test-program/, crate qpip-driver-test)
+# and the C API's examples.
 # Built by images/guest.sh, and early by ./qpip setup (while the runtime downloads), with
 # the same command, so the second build is a no-op.
 GUEST_TARGET=x86_64-unknown-linux-gnu
 GUEST_BINDIR=${CARGO_TARGET_DIR:-$QPIP_ROOT/target}/$GUEST_TARGET/guest
 
-# guest_tool_names: prints the names of guest-lib's binaries, one per line, then those of
-# the C API's examples (qpip-c-NAME for guest-lib/capi/examples/NAME.c).
+# guest_tool_names: prints the names of the guest tools, one per line: qpip-tools' binaries
+# (one per file or folder of guest-tools/src/bin), qpip-driver-test, then the C API's
+# examples (qpip-c-NAME for guest-lib/capi/examples/NAME.c).
 guest_tool_names() {
     local src name
-    for src in "$QPIP_ROOT"/guest-lib/src/bin/*.rs "$QPIP_ROOT"/guest-lib/src/bin/*/main.rs; do
+    for src in "$QPIP_ROOT"/guest-tools/src/bin/*.rs "$QPIP_ROOT"/guest-tools/src/bin/*/main.rs; do
         [ -f "$src" ] || continue
         case $src in */main.rs) name=${src%/main.rs}; name=${name##*/} ;; *) name=$(basename "$src" .rs) ;; esac
         printf '%s\n' "$name"
     done
+    printf '%s\n' qpip-driver-test
     for src in "$QPIP_ROOT"/guest-lib/capi/examples/*.c; do
         [ -f "$src" ] || continue
         printf 'qpip-c-%s\n' "$(basename "$src" .c)"
@@ -47,14 +51,13 @@ guest_tool_names() {
 }
 
 # build_guest_tools: builds them into $GUEST_BINDIR, with the workspace's `guest` profile
-# (release with the library inlined into each tool, see Cargo.toml). With the async adapter
-# (feature tokio): qpip-verbs-test checks it on the device.
+# (release with the library inlined into each tool, see Cargo.toml).
 # The C API's examples are compiled against its static library (libqpip.a) and linked
 # statically too, so that the guest runs the C API on the device.
 build_guest_tools() {
     env RUSTFLAGS="-C target-feature=+crt-static" \
-        cargo build --manifest-path "$QPIP_ROOT/Cargo.toml" --profile guest -p qpip \
-        --target "$GUEST_TARGET" --bins --features tokio || return 1
+        cargo build --manifest-path "$QPIP_ROOT/Cargo.toml" --profile guest \
+        -p qpip-tools -p qpip-driver-test --target "$GUEST_TARGET" --bins || return 1
     # Only libqpip.a: a static C runtime has no shared libraries.
     env RUSTFLAGS="-C target-feature=+crt-static" \
         cargo rustc --manifest-path "$QPIP_ROOT/Cargo.toml" --profile guest -p qpip-capi \
@@ -63,9 +66,10 @@ build_guest_tools() {
     for src in "$capi"/examples/*.c; do
         [ -f "$src" ] || continue
         name=qpip-c-$(basename "$src" .c)
-        # Up to date when newer than the example, the header and the library.
+        # Up to date when newer than the example, the headers and the library.
         if [ "$GUEST_BINDIR/$name" -nt "$src" ] && [ "$GUEST_BINDIR/$name" -nt "$GUEST_BINDIR/libqpip.a" ] \
-            && [ "$GUEST_BINDIR/$name" -nt "$capi/include/qpip.h" ]; then
+            && [ "$GUEST_BINDIR/$name" -nt "$capi/include/qpip.h" ] \
+            && [ "$GUEST_BINDIR/$name" -nt "$capi/examples/check.h" ]; then
             continue
         fi
         # glibc warns that Rust's std links getaddrinfo and getpwuid_r (which a static
@@ -76,4 +80,41 @@ build_guest_tools() {
             grep -v "in statically linked applications requires\|: in function \`std::" >&2
         [ "${PIPESTATUS[0]}" = 0 ] || return 1
     done
+}
+
+# --- out-of-tree kernel modules for the guest (images/driver.sh, images/siw.sh) -----------
+# Built inside the runtime (chroot) with its gcc against the exact guest kernel's headers,
+# so that vermagic and symbol versions match the kernel that loads them.
+
+# guest_kernel_headers: sets HDRS_NAME to the runtime's headers tree of the guest kernel
+# (usr/src/linux-headers-*-amd64) and KVER to that kernel's version. With two trees, which
+# kernel the guest boots would be a guess: it dies unless there is exactly one.
+guest_kernel_headers() {
+    local hdrs
+    shopt -s nullglob
+    hdrs=("$RUNTIME_DIR"/usr/src/linux-headers-*-amd64)
+    shopt -u nullglob
+    [ ${#hdrs[@]} -eq 1 ] || die "expected exactly one $RUNTIME_DIR/usr/src/linux-headers-*-amd64, found ${#hdrs[@]}; rebuild the runtime (images/runtime.sh)"
+    HDRS_NAME=$(basename "${hdrs[0]}")
+    KVER=${HDRS_NAME#linux-headers-}
+}
+
+# runtime_kbuild DIR [ARGS...]: the guest kernel's `make modules` for the module in DIR (a
+# path inside the runtime), with the extra make ARGS, run in the runtime.
+runtime_kbuild() {
+    local dir=$1
+    shift
+    # env -i: nothing from the caller's environment (ARCH, CC, MAKEFLAGS...) leaks in.
+    chroot "$RUNTIME_DIR" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C HOME=/root \
+        make -C "/usr/src/$HDRS_NAME" M="/$dir" "$@" modules
+}
+
+# check_vermagic WHAT KO: sets VERMAGIC to module KO's; dies (naming WHAT) unless KO is for
+# the kernel the guest boots ($KVER).
+check_vermagic() {
+    VERMAGIC=$(grep -ao 'vermagic=[[:print:]]*' "$2" | head -1 | sed 's/^vermagic=//; s/ *$//')
+    case $VERMAGIC in
+        "$KVER "*) ;;
+        *) die "$1: ${2##*/} has vermagic '$VERMAGIC', expected kernel $KVER" ;;
+    esac
 }

@@ -32,12 +32,7 @@ SRC_PKG=linux-source-6.12
 PACKAGES=("$SRC_PKG" libibverbs1 librdmacm1t64 ibverbs-providers ibverbs-utils rdmacm-utils iproute2 perftest)
 
 [ -d "$RUNTIME_DIR/usr/src" ] || die "no runtime in $RUNTIME_DIR; run ./qpip setup (images/runtime.sh) first"
-shopt -s nullglob
-hdrs=("$RUNTIME_DIR"/usr/src/linux-headers-*-amd64)
-shopt -u nullglob
-[ ${#hdrs[@]} -eq 1 ] || die "expected exactly one $RUNTIME_DIR/usr/src/linux-headers-*-amd64, found ${#hdrs[@]}; rebuild the runtime (images/runtime.sh)"
-HDRS_NAME=$(basename "${hdrs[0]}")
-KVER=${HDRS_NAME#linux-headers-}
+guest_kernel_headers
 
 need_root() {
     [ "$(id -u)" = 0 ] || die "siw: $1 needs root (it runs apt or make in the runtime with chroot); run ./qpip setup as root"
@@ -111,7 +106,7 @@ SRC_VER=$(runtime_version "$SRC_PKG")
 [ -n "$SRC_VER" ] || die "siw: $SRC_PKG is not installed in the runtime"
 TARBALL=$RUNTIME_DIR/usr/src/$SRC_PKG.tar.xz
 [ -f "$TARBALL" ] || die "siw: $SRC_PKG installed no $TARBALL"
-KEY=$(cd "$QPIP_ROOT" && inputs_hash images/siw.sh "$HDRS_NAME" "$SRC_VER")
+KEY=$(cd "$QPIP_ROOT" && inputs_hash images/siw.sh images/lib.sh "$HDRS_NAME" "$SRC_VER")
 if [ -f "$KO" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
     say "siw: up to date ($KO, kernel $KVER, sources $SRC_PKG $SRC_VER)"
     exit 0
@@ -137,21 +132,13 @@ objs=$(echo $objs)   # one space between names, none around
 printf 'obj-m := siw.o\nsiw-y := %s\n' "$objs" >"$BUILD/Kbuild"
 rm -f "$BUILD/Makefile"
 
-build() {
-    # env -i: nothing from the caller's environment (ARCH, CC, MAKEFLAGS...) leaks in.
-    chroot "$RUNTIME_DIR" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C HOME=/root \
-        make -C "/usr/src/$HDRS_NAME" M="/$BUILD_REL" modules
-}
+build() { runtime_kbuild "$BUILD_REL"; }
 step "siw: build siw.ko for $KVER" build
 [ -f "$BUILD/siw.ko" ] || die "siw: make succeeded but $BUILD/siw.ko is missing"
-vermagic=$(grep -ao 'vermagic=[[:print:]]*' "$BUILD/siw.ko" | head -1 | sed 's/^vermagic=//; s/ *$//')
-case $vermagic in
-    "$KVER "*) ;;
-    *) die "siw: siw.ko has vermagic '$vermagic', expected kernel $KVER" ;;
-esac
+check_vermagic siw "$BUILD/siw.ko"
 mkdir -p "$OUT"
 # Debug info is most of the object's size; the guest loads it into RAM from the initramfs.
 strip --strip-debug -o "$KO.tmp" "$BUILD/siw.ko"
 mv "$KO.tmp" "$KO"
 printf '%s\n' "$KEY" >"$STAMP"
-say "siw: $KO ($(stat -c %s "$KO") bytes, vermagic $vermagic, sources $SRC_PKG $SRC_VER)"
+say "siw: $KO ($(stat -c %s "$KO") bytes, vermagic $VERMAGIC, sources $SRC_PKG $SRC_VER)"

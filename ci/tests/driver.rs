@@ -1,7 +1,8 @@
 //! VM tests of the guest driver's device interface: real guests, real qpipd, the real
-//! qpip.ko, driven from user space by `qpip-driver-test` (guest-lib) exactly as the verbs
-//! library will drive it — ioctls, mmap of the doorbell page, the kick page and the rings,
-//! WQEs and CQEs through memory, doorbells with the sleep/kick protocol, eventfds.
+//! qpip.ko, driven from user space by `qpip-driver-test` (`guest-driver/test-program/`)
+//! exactly as the verbs library will drive it — ioctls, mmap of the doorbell page, the kick
+//! page and the rings, WQEs and CQEs through memory, doorbells with the sleep/kick protocol,
+//! eventfds.
 //!
 //! Like `tests/vm.rs`, each test boots a guest, so they are ignored by a plain `cargo test`
 //! and run with `-- --ignored`. The guest reports `@key=value` lines; the assertions are made
@@ -14,13 +15,11 @@ use common::Report;
 use qpip_abi::{ABI_VERSION_MAJOR, ABI_VERSION_MINOR};
 use qpip_lab::{VmOutcome, VmSpec};
 
-/// Shell helpers prepended to every guest script.
-///  kv KEY VALUE     one report line
+/// The shell helpers of this file's guest scripts (after common's).
 ///  sysfs TAG        the driver's attributes of qpip0 as TAG.ATTR lines
 ///  mem TAG          unreclaimable slab, available memory and the free pages waiting in the
 ///                   per-CPU lists (which MemAvailable does not count), in kB
 const HELPERS: &str = r#"
-kv() { printf '@%s=%s\n' "$1" "$2"; }
 Q=/sys/class/qpip/qpip0
 sysfs() {
     for a in mac link_state mtu contexts; do kv "$1.$a" "$(cat $Q/$a 2>/dev/null || echo missing)"; done
@@ -37,8 +36,13 @@ mem() {
 }
 "#;
 
-fn boot(script: &str) -> VmOutcome {
-    common::boot(&VmSpec::new(format!("{HELPERS}\n{script}")))
+/// A guest that runs `body` after the shell helpers.
+fn vm(body: &str) -> VmSpec {
+    VmSpec::new(common::script(HELPERS, body))
+}
+
+fn boot(body: &str) -> VmOutcome {
+    common::boot(&vm(body))
 }
 
 /// Every ioctl with good and bad arguments (sizes, handles, MRs, mmap offsets, privileges,
@@ -452,9 +456,7 @@ mem end
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn device_addresses_and_asynchronous_events() {
-    let mut spec = VmSpec::new(format!(
-        "{HELPERS}\n{}",
-        r#"
+    let mut spec = vm(r#"
 kv addresses "$(tr '\n' ' ' < $Q/addresses)"
 kv abi "$(cat $Q/abi_version)"
 for a in async_events async_events_lost tcp_active_opens tcp_segs_in net_drop_malformed; do
@@ -466,8 +468,7 @@ kv after.tcp_active_opens "$(cat $Q/counters/tcp_active_opens)"
 kv after.tcp_estab_resets "$(cat $Q/counters/tcp_estab_resets)"
 echo "add fd51:5050::9:2/64" > $Q/addresses; kv add.status $?
 kv added.addresses "$(tr '\n' ' ' < $Q/addresses)"
-"#
-    ));
+"#);
     spec.qpipd_args = vec![vec![
         "--mac".into(),
         "02:51:50:00:09:01".into(),
@@ -546,15 +547,12 @@ kv added.addresses "$(tr '\n' ' ' < $Q/addresses)"
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn unread_events_beyond_the_bound_and_a_qp_timeout() {
-    let mut spec = VmSpec::new(format!(
-        "{HELPERS}\n{}",
-        r#"
+    let mut spec = vm(r#"
 qpip-driver-test events-lost 140; kv lost.status $?
 qpip-driver-test timeout; kv timeout.status $?
 kv after.tcp_timeouts "$(cat $Q/counters/tcp_timeouts)"
 kv after.addresses "$(tr '\n' ' ' < $Q/addresses)"
-"#
-    ));
+"#);
     spec.qpipd_args = vec![vec![
         "--mac".into(),
         "02:51:50:00:09:02".into(),
@@ -893,9 +891,9 @@ const KICKS: u64 = 2000;
 /// register KICKS times, and returns (the guest's report, how often its vCPU slept
 /// meanwhile).
 fn kick_sleeps(props: &[&str]) -> (VmOutcome, Result<u64, String>) {
-    use qpip_lab::{run_lab, GuestSpec, LabSpec, Network, QpipdLayout};
-    let mut vm = VmSpec::new(format!(
-        "{HELPERS}\nqpip-driver-test kicks {KICKS} --wait; kv kicks.status $?; lab-wait host-done 120"
+    use qpip_lab::{GuestSpec, LabSpec, Network, QpipdLayout};
+    let mut vm = vm(&format!(
+        "qpip-driver-test kicks {KICKS} --wait; kv kicks.status $?; lab-wait host-done 120"
     ));
     vm.device_props = props.iter().map(|p| p.to_string()).collect();
     let spec = LabSpec {
@@ -903,7 +901,7 @@ fn kick_sleeps(props: &[&str]) -> (VmOutcome, Result<u64, String>) {
         network: Network::Off,
         layout: QpipdLayout::default(),
     };
-    let out = run_lab(&spec, &mut |_, _, _| {}, |host| -> Result<u64, String> {
+    let out = common::lab(&spec, |host| -> Result<u64, String> {
         // The lab's first process of the guest is its QEMU.
         let pid = *host.pids(0).first().ok_or("the lab started no QEMU")?;
         let before = vcpu_sleeps(pid)?;
@@ -911,11 +909,7 @@ fn kick_sleeps(props: &[&str]) -> (VmOutcome, Result<u64, String>) {
         host.wait_for("kicked", std::time::Duration::from_secs(180))?;
         Ok(vcpu_sleeps(pid)? - before)
     });
-    match out {
-        Ok(o) => (o.guests.into_iter().next().expect("one guest"), o.host),
-        Err(e) if e.is_interrupted() => common::interrupted(&e),
-        Err(e) => panic!("lab run failed: {e}"),
-    }
+    (out.guests.into_iter().next().expect("one guest"), out.host)
 }
 
 /// A kick is a posted write: QEMU's vfio-user client sends BAR writes without waiting for

@@ -20,29 +20,23 @@ mod common;
 use common::{needs_root, Report};
 use qpip_lab::netns;
 use qpip_lab::payload::pattern;
-use qpip_lab::{
-    run_lab, unique_netns, GuestSpec, LabHost, LabOutcome, LabSpec, Network, QpipdLayout, VmSpec,
-};
+use qpip_lab::{unique_netns, GuestSpec, LabHost, LabOutcome, LabSpec, Network, QpipdLayout};
 use std::io::{Read, Write};
 use std::net::{Ipv6Addr, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Shell helpers prepended to every guest script.
-///  kv KEY VALUE        one report line
-///  run TAG CMD...      runs CMD; its `@` lines come out as `@TAG.…`, then `@TAG.status`
+/// The shell helpers of this file's guest scripts (after common's `kv`, `await`, `run`).
 ///  serve TAG CMD...    starts a server CMD in the background, waits until it says it
 ///                      listens, then touches /lab/TAG (the client side waits for that)
 ///  finish TAG          waits for TAG's server, reports like `run`
-///  await TAG           lab-wait TAG (300 s), reporting a timeout as `@wait.TAG=failed`
 ///  cat_listen TAG CMD  starts a `qpip-cat -v ... -l` in the background (stdout to
 ///                      /tmp/TAG.out), waits until it listens, touches /lab/TAG
 ///  digest TAG FILE     `@TAG.sha` and `@TAG.bytes` of FILE
 ///  counters TAG        `@TAG.NAME` for the TCP and drop counters of /sys/class/qpip/qpip0
+///  contexts            the driver's open contexts (sysfs `contexts`)
 const HELPERS: &str = r#"
-kv() { printf '@%s=%s\n' "$1" "$2"; }
-run() { t=$1; shift; "$@" >/tmp/run.$t 2>&1; st=$?; sed "s/^@/@$t./" /tmp/run.$t; kv $t.status $st; }
 serve() {
     t=$1; shift
     "$@" >/tmp/srv.$t 2>&1 &
@@ -51,7 +45,6 @@ serve() {
     touch /lab/$t
 }
 finish() { t=$1; wait "$(cat /tmp/srv.$t.pid)"; st=$?; sed "s/^@/@$t./" /tmp/srv.$t; kv $t.status $st; }
-await() { lab-wait "$1" 300 || kv "wait.$1" failed; }
 cat_listen() {
     t=$1; shift
     "$@" >/tmp/$t.out 2>/tmp/$t.err &
@@ -66,14 +59,17 @@ counters() {
         kv "$1.$c" "$(cat /sys/class/qpip/qpip0/counters/$c 2>/dev/null || echo missing)"
     done
 }
+contexts() { cat /sys/class/qpip/qpip0/contexts 2>/dev/null || echo missing; }
 "#;
 
 fn guest(name: &str, script: &str, timeout_s: u64, qpipd_args: &[&str]) -> GuestSpec {
-    let mut vm = VmSpec::new(format!("{HELPERS}\n{script}"));
-    vm.timeout = Duration::from_secs(timeout_s);
-    vm.memory_mib = 512;
-    vm.qpipd_args = vec![qpipd_args.iter().map(|s| s.to_string()).collect()];
-    GuestSpec::new(name, vm)
+    let mut g = common::lab_guest(
+        name,
+        common::script(HELPERS, script),
+        Duration::from_secs(timeout_s),
+    );
+    g.vm.qpipd_args = vec![qpipd_args.iter().map(|s| s.to_string()).collect()];
+    g
 }
 
 fn lab<R: Send>(
@@ -86,19 +82,7 @@ fn lab<R: Send>(
         network: Network::Lab(unique_netns("qpip-e2e")),
         layout,
     };
-    let t0 = Instant::now();
-    let out = match run_lab(&spec, &mut |_, _, _| {}, host) {
-        Ok(out) => out,
-        Err(e) if e.is_interrupted() => common::interrupted(&e),
-        Err(e) => panic!("lab run failed: {e}"),
-    };
-    eprintln!(
-        "lab of {} guests: {:.0} s (run folder {})",
-        spec.guests.len(),
-        t0.elapsed().as_secs_f64(),
-        out.dir.display()
-    );
-    out
+    common::lab(&spec, host)
 }
 
 /// `bytes=N msgs=M sha=H` of a report value, as (bytes, msgs, sha).
@@ -758,7 +742,6 @@ fn a_killed_peer_a_rebooted_guest_and_a_reloaded_driver() {
     needs_root!();
     let a_script = r#"
 B=fd51:5050::1:2
-contexts() { cat /sys/class/qpip/qpip0/contexts 2>/dev/null || echo missing; }
 # 1. killed sender
 await kill
 qpip-e2e send $B --port 7601 --bytes 1000000000 --mark 300000:/tmp/mark -w 600 > /tmp/killed 2>&1 &
@@ -785,7 +768,6 @@ touch /lab/a-done
 "#;
     let b_script = r#"
 A=fd51:5050::1:1
-contexts() { cat /sys/class/qpip/qpip0/contexts 2>/dev/null || echo missing; }
 if [ ! -e /host/first-boot ]; then
     : > /host/first-boot
     kv boot 1

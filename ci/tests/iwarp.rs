@@ -7,7 +7,7 @@
 //! must read each one without a malformed frame or an error.
 //!
 //! siw's responder can leave a new connection stalled (its accept race, see
-//! `ci/tests/siw.rs`): the run where siw serves detects it (its socket keeps unread bytes)
+//! `ci/tests/common/rping.sh`): the run where siw serves detects it (its socket keeps unread bytes)
 //! and is tried again, up to three times.
 //!
 //! The test boots VMs: ignored by a plain `cargo test`, run by `./qpip test` (as root).
@@ -19,10 +19,10 @@ mod dumpcap;
 use common::{needs_root, Report};
 use dumpcap::Capture;
 use qpip_lab::netns;
-use qpip_lab::{run_lab, unique_netns, GuestSpec, LabHost, LabSpec, Network, QpipdLayout, VmSpec};
+use qpip_lab::{guest_name, unique_netns, LabHost, LabSpec, Network, QpipdLayout};
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One exchange: who serves (which guest, which implementation), iterations and size.
 struct Run {
@@ -67,94 +67,6 @@ const RUNS: [Run; 7] = [
     run("qq2000", QPIP_B, QPIP_A, 50, 2000),
 ];
 
-/// Shell helpers of the guest scripts.
-///  kv KEY VALUE             one report line
-///  await NAME               waits for /lab/NAME (300 s)
-///  serve TAG KIND ARGS      a server of KIND (qpip: qpip-rping -s, on the device; siw:
-///                           rping -s, on the NIC address); marks /lab/TAG.N when it
-///                           listens (attempt N), reports TAG.server (exit status); a siw
-///                           server whose connection stalls (unread bytes, the same for
-///                           3 s) is stopped and marked /lab/TAG.N.stalled, then tried again
-///  client TAG KIND PEER ARGS  a client of KIND with -V: reports TAG.client (exit status)
-///                           and TAG.pings (the iterations it checked)
-const HELPERS: &str = r#"
-kv() { printf '@%s=%s\n' "$1" "$2"; }
-await() {
-    i=0
-    until [ -e "/lab/$1" ]; do
-        if [ $i -ge 3000 ]; then kv "wait.$1" failed; return 1; fi
-        i=$((i + 1)); sleep 0.1
-    done
-}
-unread() { awk '$2 ~ /:1C06$/ && $4 == "01" && $5 !~ /:00000000$/ { print }' /proc/net/tcp6; }
-watch() {
-    n=0; last=
-    while kill -0 "$1" 2>/dev/null; do
-        sleep 0.5
-        now=$(unread)
-        if [ -n "$now" ] && [ "$now" = "$last" ]; then n=$((n + 1)); else n=0; fi
-        last=$now
-        if [ $n -ge 6 ]; then return 1; fi
-    done
-    return 0
-}
-listening() {
-    if [ "$1" = siw ]; then
-        rdma res show cm_id 2>/dev/null | grep -q "siw0/1 .*state LISTEN.*comm rping"
-    else
-        grep -q listening "/tmp/$2.out"
-    fi
-}
-serve() {
-    t=$1; kind=$2; shift 2
-    a=1
-    while :; do
-        if [ "$kind" = siw ]; then
-            rping -s -a "$QPIP_NET_ADDR" "$@" >"/tmp/$t.out" 2>&1 &
-        else
-            qpip-rping -s "$@" >"/tmp/$t.out" 2>&1 &
-        fi
-        p=$!
-        i=0
-        until listening "$kind" "$t"; do
-            i=$((i + 1))
-            if [ $i -ge 300 ] || ! kill -0 $p 2>/dev/null; then break; fi
-            sleep 0.1
-        done
-        touch "/lab/$t.$a"
-        if [ "$kind" = qpip ] || watch $p; then
-            wait $p; st=$?
-            kv "$t.server" $st; kv "$t.stalls" $((a - 1))
-            [ $st = 0 ] || sed "s/^/  $t: /" "/tmp/$t.out"
-            return
-        fi
-        touch "/lab/$t.$a.stalled"
-        kill $p; wait $p
-        if [ $a -ge 3 ]; then kv "$t.server" stalled; return; fi
-        a=$((a + 1))
-    done
-}
-client() {
-    t=$1; kind=$2; peer=$3; shift 3
-    a=1
-    while :; do
-        await "$t.$a" || return
-        if [ "$kind" = siw ]; then
-            n=$( { rping -c -a "$peer" -V -v "$@" 2>"/tmp/$t.err"; echo $? >"/tmp/$t.rc"; } |
-                 awk '/^ping data: / { n++ } END { print n + 0 }')
-        else
-            n=$( { qpip-rping -c -a "$peer" -V -v "$@" 2>"/tmp/$t.err"; echo $? >"/tmp/$t.rc"; } |
-                 awk '/^ping data: / { n++ } END { print n + 0 }')
-        fi
-        st=$(cat "/tmp/$t.rc")
-        if [ -e "/lab/$t.$a.stalled" ] && [ $a -lt 3 ]; then a=$((a + 1)); continue; fi
-        kv "$t.client" "$st"; kv "$t.pings" "$n"
-        [ "$st" = 0 ] || sed "s/^/  $t: /" "/tmp/$t.err"
-        return
-    done
-}
-"#;
-
 /// The address a server of `kind` on guest `n` listens at.
 fn addr_of((n, kind): (usize, &str)) -> String {
     if kind == "siw" {
@@ -164,9 +76,10 @@ fn addr_of((n, kind): (usize, &str)) -> String {
     }
 }
 
-/// Guest `n`'s script: siw up on b, then its side of every run.
+/// Guest `n`'s script: siw up on b, then its side of every run (`serve` and `client` of
+/// `common/rping.sh`).
 fn script(n: usize) -> String {
-    let mut s = HELPERS.to_string();
+    let mut s = String::new();
     if n == 2 {
         s += "lab-siw >/tmp/lab-siw.out 2>&1; st=$?; sed 's/^/  /' /tmp/lab-siw.out\n";
         s += "kv siw.status $st\n";
@@ -187,7 +100,7 @@ fn script(n: usize) -> String {
     s += "touch /lab/all-done.$QPIP_GUEST_NAME\n";
     // Up until the host has stopped its capture: its marker is a ping to guest a.
     s += "lab-wait host-done 300\n";
-    s
+    common::script(common::RPING_SHELL, &s)
 }
 
 /// Where a capture named `name` goes: beside the run's shared folder.
@@ -250,31 +163,16 @@ fn assert_dissects_cleanly(pcap: &std::path::Path, min_iwarp: usize) {
 #[ignore = "boots VMs: run by ./qpip test"]
 fn qpip_rping_interoperates_with_rping_on_siw_both_ways() {
     needs_root!();
-    let guest = |n: usize| {
-        let mut vm = VmSpec::new(script(n));
-        vm.timeout = Duration::from_secs(900);
-        vm.memory_mib = 512;
-        GuestSpec::new(qpip_lab::guest_name(n), vm)
-    };
+    let guest = |n: usize| common::lab_guest(guest_name(n), script(n), Duration::from_secs(900));
     let spec = LabSpec {
         guests: vec![guest(1), guest(2)],
         network: Network::Lab(unique_netns("qpip-iwarp")),
         layout: QpipdLayout::Adapter,
     };
-    let t0 = Instant::now();
-    let out = match run_lab(&spec, &mut |_, _, _| {}, capture) {
-        Ok(out) => out,
-        Err(e) if e.is_interrupted() => common::interrupted(&e),
-        Err(e) => panic!("lab run failed: {e}"),
-    };
+    let out = common::lab(&spec, capture);
     let (ga, gb) = (out.guest("a"), out.guest("b"));
     let (a, b) = (Report::new(ga), Report::new(gb));
     let ctx = || format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());
-    eprintln!(
-        "iWARP interop lab: {:.0} s, run folder {}",
-        t0.elapsed().as_secs_f64(),
-        out.dir.display()
-    );
     assert_eq!((ga.status, gb.status), (0, 0), "{}", ctx());
     assert_eq!(b.get("siw.status"), "0", "siw on b\n{}", ctx());
     let guest_report = |n: usize| if n == 1 { &a } else { &b };
@@ -297,7 +195,7 @@ fn qpip_rping_interoperates_with_rping_on_siw_both_ways() {
             "  {}: {} server on {}, {} client, {} × {} bytes checked{}",
             r.tag,
             r.server.1,
-            qpip_lab::guest_name(r.server.0),
+            guest_name(r.server.0),
             r.client.1,
             r.iters,
             r.size,
@@ -318,21 +216,10 @@ fn qpip_rping_interoperates_with_rping_on_siw_both_ways() {
 // ---- qpip ⇄ qpip: RDMA under loss and reordering, and forbidden accesses ------------------
 
 /// What a guest script of the next test runs: serve the region (b) or use it (a), a
-/// transfer then each forbidden access, one after the other (`/lab/rN` says run N listens).
+/// transfer then each forbidden access, one after the other (`/lab/rN` says run N listens),
+/// each a `run TAG qpip-e2e ...` whose report lines are prefixed with its tag.
 fn rdma_script(server: bool) -> String {
-    let prelude = r#"
-kv() { printf '@%s=%s\n' "$1" "$2"; }
-await() {
-    i=0
-    until [ -e "/lab/$1" ]; do
-        if [ $i -ge 3000 ]; then kv "wait.$1" failed; return 1; fi
-        i=$((i + 1)); sleep 0.1
-    done
-}
-# tag N ARGS: one qpip-e2e run, its report lines prefixed with the tag
-run() { t=$1; shift; "$@" 2>&1 | sed -n "s/^@/@$t./p"; }
-"#;
-    let mut s = prelude.to_string();
+    let mut s = String::new();
     let runs = [
         ("xfer", "--bytes 2000000 --chunk 262144"),
         ("rkey", "--bytes 4096 --violate bad-rkey"),
@@ -364,7 +251,7 @@ run() { t=$1; shift; "$@" 2>&1 | sed -n "s/^@/@$t./p"; }
     s += "touch /lab/done.$QPIP_GUEST_NAME\n";
     // Up until the host has stopped its capture: its marker is a ping to guest a.
     s += "lab-wait host-done 300\n";
-    s
+    common::script("", &s)
 }
 
 /// Guest a RDMA-Writes 2 MB into guest b's region and reads it back, with immediate data
@@ -381,11 +268,9 @@ run() { t=$1; shift; "$@" 2>&1 | sed -n "s/^@/@$t./p"; }
 fn rdma_between_qpip_guests_under_loss_and_reordering_and_forbidden_accesses() {
     needs_root!();
     let guest = |name: &str, script: String, qpipd: &[&str]| {
-        let mut vm = VmSpec::new(script);
-        vm.timeout = Duration::from_secs(900);
-        vm.memory_mib = 512;
-        vm.qpipd_args = vec![qpipd.iter().map(|s| s.to_string()).collect()];
-        GuestSpec::new(name, vm)
+        let mut g = common::lab_guest(name, script, Duration::from_secs(900));
+        g.vm.qpipd_args = vec![qpipd.iter().map(|s| s.to_string()).collect()];
+        g
     };
     let impair = "reorder=10,seed=5";
     let spec = LabSpec {
@@ -398,7 +283,7 @@ fn rdma_between_qpip_guests_under_loss_and_reordering_and_forbidden_accesses() {
         // impairment); one adapter would switch them in memory, past both.
         layout: QpipdLayout::PerGuest,
     };
-    let out = match run_lab(&spec, &mut |_, _, _| {}, |host: &LabHost| {
+    let out = common::lab(&spec, |host: &LabHost| {
         host.sh("nft add table bridge rdma && \
              nft add chain bridge rdma lossy '{ type filter hook forward priority 0; }' && \
              nft add rule bridge rdma lossy numgen random mod 100 '<' 3 counter drop")?;
@@ -412,11 +297,7 @@ fn rdma_between_qpip_guests_under_loss_and_reordering_and_forbidden_accesses() {
         cap.stop(host)?;
         waited?;
         Ok::<_, String>((host.sh("nft list chain bridge rdma lossy")?, pcap))
-    }) {
-        Ok(out) => out,
-        Err(e) if e.is_interrupted() => common::interrupted(&e),
-        Err(e) => panic!("lab run failed: {e}"),
-    };
+    });
     let (ga, gb) = (out.guest("a"), out.guest("b"));
     let (a, b) = (Report::new(ga), Report::new(gb));
     let ctx = || format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());

@@ -10,18 +10,14 @@ mod common;
 
 use common::{needs_root, Report};
 use qpip_lab::netns::{self, LabNet};
-use qpip_lab::{
-    run_lab, unique_netns, GuestSpec, LabOutcome, LabSpec, Network, QpipdLayout, VmSpec,
-};
+use qpip_lab::{unique_netns, GuestSpec, LabOutcome, LabSpec, Network, QpipdLayout};
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
 use std::process::Command;
 use std::time::Duration;
 
-/// Shell helpers prepended to every guest script.
-///  kv KEY VALUE      one report line
+/// The shell helpers of this file's guest scripts (after common's).
 ///  try KEY CMD...    runs CMD, reports KEY=ok or KEY=failed(STATUS) with its output
 const HELPERS: &str = r#"
-kv() { printf '@%s=%s\n' "$1" "$2"; }
 try() {
     k=$1; shift
     if out=$("$@" 2>&1); then kv "$k" ok; else kv "$k" "failed($?): $(echo "$out" | tr '\n' ' ')"; fi
@@ -29,15 +25,14 @@ try() {
 "#;
 
 fn guest(name: &str, script: &str) -> GuestSpec {
-    GuestSpec::new(
+    // Two guests share two CPUs with whatever else runs: generous.
+    let mut g = common::lab_guest(
         name,
-        VmSpec {
-            // Two guests share two CPUs with whatever else runs: generous.
-            timeout: Duration::from_secs(300),
-            memory_mib: 384,
-            ..VmSpec::new(format!("{HELPERS}\n{script}"))
-        },
-    )
+        common::script(HELPERS, script),
+        Duration::from_secs(300),
+    );
+    g.vm.memory_mib = 384;
+    g
 }
 
 /// Asserts that a finished lab left nothing behind: no namespace, none of its interfaces
@@ -135,7 +130,7 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
         network: Network::Lab(unique_netns("qpip-test")),
         layout: QpipdLayout::Adapter,
     };
-    let result = run_lab(&spec, &mut |_, _, _| {}, |host| {
+    let out = common::lab(&spec, |host| {
         let mut view = HostView {
             links: host.sh("ip -br link").unwrap_or_else(|e| e),
             ..HostView::default()
@@ -174,11 +169,6 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
         }
         view
     });
-    let out = match result {
-        Ok(out) => out,
-        Err(e) if e.is_interrupted() => common::interrupted(&e),
-        Err(e) => panic!("lab run failed: {e}"),
-    };
     let view = &out.host;
 
     for (name, n) in [("a", 1), ("b", 2)] {
@@ -330,7 +320,7 @@ lab-wait host-done 200
         layout: QpipdLayout::Adapter,
     };
     const STALL: Duration = Duration::from_secs(8);
-    let result = run_lab(&spec, &mut |_, _, _| {}, |host| -> Result<String, String> {
+    let out = common::lab(&spec, |host| -> Result<String, String> {
         host.wait_for("b-up", Duration::from_secs(200))?;
         let pid = qemu_pid(&ns, "a").ok_or("no QEMU process of guest a in the namespace")?;
         // SAFETY: kill on a process of this lab, found by its command line and namespace.
@@ -359,11 +349,6 @@ lab-wait host-done 200
             ))
         }
     });
-    let out = match result {
-        Ok(out) => out,
-        Err(e) if e.is_interrupted() => common::interrupted(&e),
-        Err(e) => panic!("lab run failed: {e}"),
-    };
     let rep = Report::new(out.guest("b"));
     assert_eq!(out.guest("b").status, 0, "{}", rep.context());
     assert_eq!(rep.get("wait"), "0", "{}", rep.context());

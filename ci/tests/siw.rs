@@ -29,11 +29,11 @@ use common::{needs_root, Report};
 use dissect::{by_run, check_full_capture, connections, frames, have_tshark, Connection};
 use dumpcap::Capture;
 use qpip_lab::netns;
-use qpip_lab::{run_lab, unique_netns, GuestSpec, LabHost, LabSpec, Network, QpipdLayout, VmSpec};
+use qpip_lab::{guest_name, unique_netns, LabHost, LabSpec, Network, QpipdLayout};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// rping's TCP port (its default).
 const PORT: u16 = 7174;
@@ -74,95 +74,11 @@ const BULK: [Rping; 6] = [
     run("ba65535", 2, 50, 65535),
 ];
 
-/// How often a run is tried when siw's responder stalls (see [`HELPERS`]).
-const ATTEMPTS: usize = 3;
-
-/// Shell helpers of the guest scripts.
-///  kv KEY VALUE          one report line
-///  await NAME            waits for /lab/NAME (300 s); gives up, reporting it, if the
-///                        lab's host side has ended (/lab/host-done) without creating it
-///  serve TAG ARGS...     an rping server on this guest's NIC address: reports
-///                        `TAG.listen` (its cm_id, once listening), `TAG.server` (its exit
-///                        status) and `TAG.stalls`
-///  client TAG PEER ARGS  `rping -c -a PEER -V -v ARGS` once the server listens: reports
-///                        `TAG.client` (its exit status) and `TAG.pings`, the iterations it
-///                        completed and verified (its `ping data:` lines: rping exits 0 when
-///                        the server disconnects early, so the status alone proves little)
+/// The shell helpers of this file's guest scripts (after common's and `common/rping.sh`,
+/// which retries a run whose connection siw's responder stalled).
 ///  settle                waits until no TCP connection of port 7174 is mid-teardown here,
 ///                        so the last segments are on the wire before a capture stops
-///
-/// siw's responder can stall a new connection for good: siw_accept (siw_cm.c) sends the
-/// MPA reply before it hands the socket's data_ready upcall to the QP, and an FPDU that
-/// arrives in between is left unread (the connection manager's upcall ignores data in
-/// RDMA mode) — rping's client sends first and then waits, so nothing more comes. Under TCG
-/// the window is wide enough to be hit now and then. The server side sees it (its socket
-/// holds unread bytes, the same for 3 s of guest time), reports the socket as
-/// `TAG.stall.N`, marks the attempt /lab/TAG.N.stalled and stops its rping; both sides try
-/// again, up to ATTEMPTS times. /lab/TAG.N says attempt N listens.
 const HELPERS: &str = r#"
-ATTEMPTS=@ATTEMPTS@
-kv() { printf '@%s=%s\n' "$1" "$2"; }
-await() {
-    i=0
-    until [ -e "/lab/$1" ]; do
-        if [ -e /lab/host-done ] || [ $i -ge 3000 ]; then kv "wait.$1" failed; return 1; fi
-        i=$((i + 1)); sleep 0.1
-    done
-}
-show_log() { [ "$2" = 0 ] || sed "s/^/  $1: /" "$3"; }
-# The server's connection of port 7174 (state 01, established) with unread bytes.
-unread() { awk '$2 ~ /:1C06$/ && $4 == "01" && $5 !~ /:00000000$/ { print }' /proc/net/tcp6; }
-# watch PID: 0 once rping PID has ended, 1 if its connection stalled (then $stalled is it).
-watch() {
-    n=0; last=
-    while kill -0 "$1" 2>/dev/null; do
-        sleep 0.5
-        now=$(unread)
-        if [ -n "$now" ] && [ "$now" = "$last" ]; then n=$((n + 1)); else n=0; fi
-        last=$now
-        if [ $n -ge 6 ]; then stalled=$now; return 1; fi
-    done
-    return 0
-}
-serve() {
-    t=$1; shift
-    a=1
-    while :; do
-        rping -s -a "$QPIP_NET_ADDR" "$@" >"/tmp/$t.out" 2>&1 &
-        p=$!
-        i=0
-        until rdma res show cm_id 2>/dev/null | grep -q "siw0/1 .*state LISTEN.*comm rping"; do
-            i=$((i + 1))
-            if [ $i -ge 300 ] || ! kill -0 $p 2>/dev/null; then break; fi
-            sleep 0.1
-        done
-        [ $a != 1 ] || kv "$t.listen" "$(rdma res show cm_id 2>&1 | grep LISTEN)"
-        touch "/lab/$t.$a"
-        if watch $p; then
-            wait $p; st=$?
-            kv "$t.server" $st; kv "$t.stalls" $((a - 1)); show_log "$t" $st "/tmp/$t.out"
-            return
-        fi
-        kv "$t.stall.$a" "$stalled"
-        touch "/lab/$t.$a.stalled"
-        kill $p; wait $p
-        if [ $a -ge $ATTEMPTS ]; then kv "$t.server" stalled; kv "$t.stalls" $a; return; fi
-        a=$((a + 1))
-    done
-}
-client() {
-    t=$1; peer=$2; shift 2
-    a=1
-    while :; do
-        await "$t.$a" || return
-        n=$( { rping -c -a "$peer" -V -v "$@" 2>"/tmp/$t.err"; echo $? >"/tmp/$t.rc"; } |
-             awk '/^ping data: / { n++ } END { print n + 0 }')
-        st=$(cat "/tmp/$t.rc")
-        if [ -e "/lab/$t.$a.stalled" ] && [ $a -lt $ATTEMPTS ]; then a=$((a + 1)); continue; fi
-        kv "$t.client" "$st"; kv "$t.pings" "$n"; show_log "$t" "$st" "/tmp/$t.err"
-        return
-    done
-}
 settle() {
     i=0
     while awk 'NR > 1 && ($2 ~ /:1C06$/ || $3 ~ /:1C06$/) && $4 != "06" && $4 != "0A" { f = 1 }
@@ -179,9 +95,9 @@ fn steps(n: usize, runs: &[Rping]) -> String {
             let args = format!("-C {} -S {}", r.iters, r.size);
             if r.client == n {
                 let peer = netns::virtio_addr(3 - n);
-                format!("client {} {peer} {args}\n", r.tag)
+                format!("client {} siw {peer} {args}\n", r.tag)
             } else {
-                format!("serve {} {args}\n", r.tag)
+                format!("serve {} siw {args}\n", r.tag)
             }
         })
         .collect()
@@ -189,9 +105,8 @@ fn steps(n: usize, runs: &[Rping]) -> String {
 
 /// Guest `n`'s script: siw up, the golden exchanges, the longer runs.
 fn script(n: usize) -> String {
-    let helpers = HELPERS.replace("@ATTEMPTS@", &ATTEMPTS.to_string());
-    format!(
-        r#"{helpers}
+    let body = format!(
+        r#"
 lab-siw >/tmp/lab-siw.out 2>&1; st=$?
 sed 's/^/  /' /tmp/lab-siw.out
 kv siw.status $st
@@ -200,10 +115,10 @@ if [ $st != 0 ]; then
     touch /lab/golden-done.$QPIP_GUEST_NAME /lab/bulk-done.$QPIP_GUEST_NAME
     exit 1
 fi
-await capture-golden
+await_unless_host_done capture-golden
 {golden}settle
 touch /lab/golden-done.$QPIP_GUEST_NAME
-await capture-bulk
+await_unless_host_done capture-bulk
 t0=$(cut -d' ' -f1 /proc/uptime)
 {bulk}settle
 kv bulk.seconds "$(awk -v t0=$t0 '{{ print $1 - t0 }}' /proc/uptime)"
@@ -213,7 +128,8 @@ lab-wait host-done 300
 "#,
         golden = steps(n, &GOLDEN),
         bulk = steps(n, &BULK)
-    )
+    );
+    common::script(&format!("{}{HELPERS}", common::RPING_SHELL), &body)
 }
 
 /// The host side: the golden capture around the golden exchanges, the headers-only one
@@ -374,24 +290,17 @@ fn a_segment_sent_again_is_counted_once() {
 fn siw_rping_between_two_guests_over_virtio_net() {
     needs_root!();
     let guest = |n: usize| {
-        let mut vm = VmSpec::new(script(n));
-        vm.timeout = Duration::from_secs(600);
-        vm.memory_mib = 512;
+        let mut g = common::lab_guest(guest_name(n), script(n), Duration::from_secs(600));
         // siw runs over the virtio-net NIC; the guests need no qpip device.
-        vm.devices = 0;
-        GuestSpec::new(qpip_lab::guest_name(n), vm)
+        g.vm.devices = 0;
+        g
     };
     let spec = LabSpec {
         guests: vec![guest(1), guest(2)],
         network: Network::Lab(unique_netns("qpip-siw")),
         layout: QpipdLayout::Adapter,
     };
-    let t0 = Instant::now();
-    let out = match run_lab(&spec, &mut |_, _, _| {}, capture_both) {
-        Ok(out) => out,
-        Err(e) if e.is_interrupted() => common::interrupted(&e),
-        Err(e) => panic!("lab run failed: {e}"),
-    };
+    let out = common::lab(&spec, capture_both);
     let (ga, gb) = (out.guest("a"), out.guest("b"));
     let (a, b) = (Report::new(ga), Report::new(gb));
     let ctx = || format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());
@@ -400,12 +309,10 @@ fn siw_rping_between_two_guests_over_virtio_net() {
         .clone()
         .unwrap_or_else(|e| panic!("host side: {e}\n{}", ctx()));
     eprintln!(
-        "siw lab: {:.0} s (guests a {:.1} s, b {:.1} s; the longer runs {} s in a), run folder {}",
-        t0.elapsed().as_secs_f64(),
+        "siw lab: guests a {:.1} s, b {:.1} s; the longer runs {} s in a",
         ga.elapsed.as_secs_f64(),
         gb.elapsed.as_secs_f64(),
         a.get("bulk.seconds"),
-        out.dir.display()
     );
     assert_eq!((ga.status, gb.status), (0, 0), "{}", ctx());
 

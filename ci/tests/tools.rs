@@ -9,14 +9,12 @@
 mod common;
 
 use common::Report;
-use qpip_lab::VmSpec;
 
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn qpip_cat_and_qpip_perf_on_the_device() {
-    let mut spec = VmSpec::new(
+    let mut spec = common::vm(
         r#"
-kv() { printf '@%s=%s\n' "$1" "$2"; }
 # The device's own global address if it has one (the lab gives fd51:5050::1:N), else
 # its loopback.
 me=$(grep -v '^fe80' /sys/class/qpip/qpip0/addresses | head -n1 | cut -d/ -f1)

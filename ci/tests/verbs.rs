@@ -12,16 +12,14 @@
 mod common;
 
 use common::Report;
-use qpip_lab::VmSpec;
 
 /// Every check of `qpip-verbs-test` on the device; then twice at once, in two processes
 /// (two contexts sharing the device).
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn the_verbs_api_on_the_device() {
-    let out = common::boot(&VmSpec::new(
+    let out = common::boot(&common::vm(
         r#"
-kv() { printf '@%s=%s\n' "$1" "$2"; }
 qpip-verbs-test; kv verbs.status $?
 qpip-verbs-test > /tmp/p1.out 2>&1 & p1=$!
 qpip-verbs-test > /tmp/p2.out 2>&1; kv parallel.second.status $?
@@ -90,9 +88,8 @@ kv parallel.failures "$(cat /tmp/p1.out /tmp/p2.out | grep FAIL | tr '\n' ' ')"
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn a_ring_buffer_consumer_woken_by_tripwires() {
-    let out = common::boot(&VmSpec::new(
+    let out = common::boot(&common::vm(
         r#"
-kv() { printf '@%s=%s\n' "$1" "$2"; }
 qpip-tripwire --records 1000 --slots 8 --size 256 --port 7400 --name ring8; kv ring8.status $?
 qpip-tripwire --records 300 --slots 1 --size 1024 --port 7401 --name ring1; kv ring1.status $?
 "#,
@@ -134,9 +131,8 @@ qpip-tripwire --records 300 --slots 1 --size 1024 --port 7401 --name ring1; kv r
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn the_c_examples_on_the_device() {
-    let out = common::boot(&VmSpec::new(
+    let out = common::boot(&common::vm(
         r#"
-kv() { printf '@%s=%s\n' "$1" "$2"; }
 qpip-c-pingpong 200 7410 > /tmp/pp 2>&1; kv pingpong.status $?
 kv pingpong.out "$(tr '\n' '|' < /tmp/pp)"
 qpip-c-iwarp 7411 > /tmp/iw 2>&1; kv iwarp.status $?

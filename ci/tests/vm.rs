@@ -16,12 +16,10 @@ mod common;
 use common::Report;
 use qpip_lab::{run_vm, VmOutcome, VmSpec};
 
-/// Shell helpers prepended to every guest script.
-///  kv KEY VALUE   one report line
+/// The shell helpers of this file's guest scripts (after common's).
 ///  pci TAG        one `TAG.pci` line per PCI function: slot vendor device class driver
 ///  qpip_state TAG N  what /dev/qpipN and /sys/class/qpip/qpipN show
 const HELPERS: &str = r#"
-kv() { printf '@%s=%s\n' "$1" "$2"; }
 pci() {
     for d in /sys/bus/pci/devices/*; do
         drv=none
@@ -41,7 +39,7 @@ qpip_state() {
 /// its children), so a Ctrl-C does not fall through to the next test's boot.
 fn boot(spec: VmSpec) -> VmOutcome {
     let spec = VmSpec {
-        cmd: format!("{HELPERS}\n{}", spec.cmd),
+        cmd: common::script(HELPERS, &spec.cmd),
         ..spec
     };
     common::boot(&spec)

@@ -66,8 +66,9 @@
 //! does not depend on tokio.
 //!
 //! Device discovery ([`list_devices`]) reads what the guest driver publishes under
-//! `/sys/class/qpip/qpipN`. The guest tools live in `src/bin/` and are built as static
-//! binaries for the guest image (see `images/guest.sh`).
+//! `/sys/class/qpip/qpipN`. The guest tools that use the library are the crate
+//! `qpip-tools` (`guest-tools/`), built as static binaries for the guest image (see
+//! `images/guest.sh`).
 
 mod addr;
 #[cfg(feature = "tokio")]

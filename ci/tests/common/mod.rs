@@ -1,10 +1,60 @@
-//! What the VM test files share: running a guest (an interrupted run ends the test
-//! process, the lab having stopped its children) and reading the `@key=value` report lines
-//! guest scripts print. Assertions are made in Rust, and failures show the guest's whole
-//! report, its qpip kernel messages and the run folder.
+//! What the VM test files share: the guest scripts' shell helpers, running a guest or a lab
+//! (an interrupted run ends the test process, the lab having stopped its children) and
+//! reading the `@key=value` report lines guest scripts print. Assertions are made in Rust,
+//! and failures show the guest's whole report, its qpip kernel messages and the run folder.
 #![allow(dead_code)] // each test file uses its own part
 
-use qpip_lab::{run_vm, LabError, VmOutcome, VmSpec};
+use std::time::{Duration, Instant};
+
+use qpip_lab::{
+    run_lab, run_vm, GuestSpec, LabError, LabHost, LabOutcome, LabSpec, VmOutcome, VmSpec,
+};
+
+/// The shell helpers every guest script starts with: `kv`, `await`,
+/// `await_unless_host_done`, `run` (see `guest.sh`). They travel in the script rather than
+/// in the guest image: they are the tests' report format, and a change to them needs no
+/// image rebuild.
+pub const SHELL: &str = include_str!("guest.sh");
+
+/// rping between two guests, on the qpip device or on soft-iWARP, tried again when siw's
+/// responder stalls: `serve` and `client` (see `rping.sh`). For [`script`]'s `helpers`.
+pub const RPING_SHELL: &str = include_str!("rping.sh");
+
+/// A guest script: [`SHELL`], then a test file's own `helpers`, then `body`.
+pub fn script(helpers: &str, body: &str) -> String {
+    format!("{SHELL}{helpers}\n{body}")
+}
+
+/// A guest that runs `body` after [`SHELL`], with [`VmSpec::new`]'s defaults.
+pub fn vm(body: &str) -> VmSpec {
+    VmSpec::new(script("", body))
+}
+
+/// A lab guest named `name` that runs `cmd` (see [`script`]) within `timeout`, with 512 MiB.
+pub fn lab_guest(name: impl Into<String>, cmd: String, timeout: Duration) -> GuestSpec {
+    let mut vm = VmSpec::new(cmd);
+    vm.timeout = timeout;
+    vm.memory_mib = 512;
+    GuestSpec::new(name, vm)
+}
+
+/// Runs the lab `spec` with `host` as its host side and returns what happened; panics if
+/// the lab failed. Says how long it took and where its run folder is.
+pub fn lab<R: Send>(spec: &LabSpec, host: impl FnOnce(&LabHost) -> R + Send) -> LabOutcome<R> {
+    let t0 = Instant::now();
+    let out = match run_lab(spec, &mut |_, _, _| {}, host) {
+        Ok(out) => out,
+        Err(e) if e.is_interrupted() => interrupted(&e),
+        Err(e) => panic!("lab run failed: {e}"),
+    };
+    eprintln!(
+        "lab of {} guests: {:.0} s (run folder {})",
+        spec.guests.len(),
+        t0.elapsed().as_secs_f64(),
+        out.dir.display()
+    );
+    out
+}
 
 /// Whether the tests run as root, which the lab network needs.
 pub fn root() -> bool {

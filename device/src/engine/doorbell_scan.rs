@@ -77,7 +77,7 @@ impl Engine {
                 qp.rq_tail = rq_tail;
                 // Receives are consumed when data arrives (UDP) or become a connection's
                 // receive space (TCP); an errored QP flushes them.
-                work |= qp.state == QpState::Error || qp.is_tcp();
+                work |= qp.state == QpState::Error || Self::receives_are_work(qp);
             } else {
                 bad = true;
             }

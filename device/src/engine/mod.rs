@@ -13,9 +13,10 @@
 //! - doorbell: [`doorbell_scan`] notices producer and consumer indices and CQ arms in the
 //!   contexts' doorbell pages ([`doorbell_page`]: one page of guest RAM per context);
 //! - transmit: [`send_queues`] gives every QP with work a turn and takes WQEs from its
-//!   rings; a QP's kind does the rest — [`udp`] (datagrams), [`tcp`] (TCP QPs in stream or
-//!   message framing, and iWARP QPs in `tcp::iwarp`: `tcp::tx` takes send WRs into a
-//!   connection's stream, `tcp::cm` manages connections);
+//!   rings; a QP's kind does the rest through the hooks of [`qp_kinds`] — [`udp`]
+//!   (datagrams), [`tcp`] (TCP QPs in stream or message framing, and iWARP QPs in
+//!   `tcp::iwarp`: `tcp::tx` takes send WRs into a connection's stream, `tcp::cm` manages
+//!   connections);
 //! - receive: [`network`] joins the engine to the link through the IPv6 stack and hands
 //!   datagrams to [`udp`] and segments to [`tcp`] (`tcp::rx` places bytes into receive
 //!   WRs); [`tripwire`] raises completions when a peer's write reaches a watched record.
@@ -38,6 +39,7 @@ pub mod memory;
 pub mod network;
 pub mod objects;
 pub mod ports;
+pub mod qp_kinds;
 pub mod secrets;
 pub mod send_queues;
 pub mod sges;

@@ -1,5 +1,5 @@
 //! The send queues' scheduler: every QP with send work (or WRs to flush) gets a turn
-//! of at most a budget per pass, its kind takes its sends ([`super::udp`], [`super::tcp`]),
+//! of at most a budget per pass, its kind takes its sends ([`super::qp_kinds`]),
 //! and an errored QP's WRs complete FLUSHED. Also how a WQE is taken from a ring: a WR
 //! holds its ring slot until its completion is written.
 
@@ -8,17 +8,11 @@ use qpip_abi::wqe::WQE_SIZE;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::completion::cqe;
-use super::objects::{QpKind, QpState};
+use super::objects::QpState;
 use super::Engine;
 
-/// Send WQEs one QP may execute before the others get a turn.
-const QP_BUDGET: u32 = 32;
-
-/// Frames one QP's datagrams may put on the link in a pass: as many as a receiving engine
-/// takes from its link per pass. Counting WQEs alone let a sender of 8 KiB datagrams (six
-/// fragments each) put three times what a receiver on the same engine thread takes into
-/// its switch port per pass, and the port's queue dropped the rest.
-const QP_FRAME_BUDGET: u64 = super::network::RX_BUDGET as u64;
+/// WQEs one QP may execute (or flush) before the others get a turn.
+pub(super) const QP_BUDGET: u32 = 32;
 
 impl Engine {
     /// Gives every QP with send work (or flushes) a turn. Returns whether anything moved.
@@ -42,34 +36,27 @@ impl Engine {
         did
     }
 
-    /// Runs up to a budget of one QP's send work. Returns (made progress, has more work).
+    /// Runs up to a budget of one QP's work: a ready QP's kind takes its posted WRs, an
+    /// errored QP's WRs complete FLUSHED. Returns (made progress, has more work).
     fn process_qp(&mut self, mem: &GuestMemoryMmap, id: u32) -> (bool, bool) {
+        match self.objects.qps.get(&id).map(|qp| qp.state) {
+            None => (false, false),
+            Some(QpState::Ready) => self.kind_turn(mem, id),
+            Some(QpState::Error) => self.flush_some(mem, id),
+        }
+    }
+
+    /// Completes up to a budget of an errored QP's WRs with FLUSHED, sends first, as far
+    /// as its CQs have room.
+    fn flush_some(&mut self, mem: &GuestMemoryMmap, id: u32) -> (bool, bool) {
         let mut did = false;
-        let frames = |e: &Engine| {
-            let s = e.net.stack.stats();
-            s.tx_frames + s.looped
-        };
-        let frames0 = frames(self);
         for _ in 0..QP_BUDGET {
-            if frames(self) - frames0 >= QP_FRAME_BUDGET {
-                break;
-            }
             let Some(qp) = self.objects.qps.get(&id) else {
                 return (did, false);
             };
-            let error = qp.state == QpState::Error;
-            // A ready QP's sends are its kind's to take; an errored one's WRs are flushed
-            // here, one at a time, whatever its kind.
-            if !error {
-                match qp.kind {
-                    // TCP sends complete when acknowledged, receives when data arrives.
-                    QpKind::Tcp(_) => return self.tcp_qp_work(mem, id),
-                    QpKind::Udp => {}
-                }
-            }
             let (ring_is_sq, cq) = if qp.sq_head != qp.sq_tail {
                 (true, qp.send_cq)
-            } else if error && qp.rq_head != qp.rq_tail {
+            } else if qp.rq_head != qp.rq_tail {
                 (false, qp.recv_cq)
             } else {
                 return (did, false);
@@ -81,11 +68,7 @@ impl Engine {
                 return (did, false); // the CQ doorbell wakes us when there is room
             }
             did = true;
-            if error {
-                self.flush_one(mem, id, ring_is_sq);
-            } else {
-                self.udp_send_one(mem, id);
-            }
+            self.flush_one(mem, id, ring_is_sq);
         }
         (did, true)
     }

@@ -23,6 +23,12 @@ use super::Engine;
 /// Largest UDP payload: the IPv6 payload length field (65535) less the UDP header.
 pub const MAX_UDP_PAYLOAD: usize = 65535 - 8;
 
+/// Frames one QP's datagrams may put on the link in a pass: as many as a receiving engine
+/// takes from its link per pass. Counting WQEs alone let a sender of 8 KiB datagrams (six
+/// fragments each) put three times what a receiver on the same engine thread takes into
+/// its switch port per pass, and the port's queue dropped the rest.
+const QP_FRAME_BUDGET: u64 = super::network::RX_BUDGET as u64;
+
 /// A datagram on its way to a receive queue.
 pub struct Datagram<'a> {
     pub src: Ipv6Addr,
@@ -33,8 +39,41 @@ pub struct Datagram<'a> {
 }
 
 impl Engine {
+    /// A ready UDP QP's turn: its sends, one datagram each, up to a budget of WQEs and of
+    /// frames, while its send CQ has room. Returns (made progress, has more work).
+    pub(super) fn udp_turn(&mut self, mem: &GuestMemoryMmap, id: u32) -> (bool, bool) {
+        let mut did = false;
+        let frames = |e: &Engine| {
+            let s = e.net.stack.stats();
+            s.tx_frames + s.looped
+        };
+        let frames0 = frames(self);
+        for _ in 0..super::send_queues::QP_BUDGET {
+            if frames(self) - frames0 >= QP_FRAME_BUDGET {
+                break;
+            }
+            let Some(qp) = self.objects.qps.get(&id) else {
+                return (did, false);
+            };
+            if qp.state != QpState::Ready {
+                return (did, true); // its WRs are flushed on its next turn
+            }
+            if qp.sq_head == qp.sq_tail || qp.ring_held(true) {
+                // Nothing posted, or a ring's depth of WRs waits for completions (a
+                // completion written marks the QP busy again).
+                return (did, false);
+            }
+            if !self.cq_has_room(qp.send_cq) {
+                return (did, false); // the CQ doorbell wakes us when there is room
+            }
+            did = true;
+            self.udp_send_one(mem, id);
+        }
+        (did, true)
+    }
+
     /// Executes the next send WQE of a ready UDP QP (its send CQ has room).
-    pub(super) fn udp_send_one(&mut self, mem: &GuestMemoryMmap, id: u32) {
+    fn udp_send_one(&mut self, mem: &GuestMemoryMmap, id: u32) {
         let qp = &self.objects.qps[&id];
         let (send_cq, ctx, bound) = (qp.send_cq, qp.ctx, qp.bound);
         self.shared.stats.add(STAT_SEND_WQES, 1);

@@ -11,39 +11,7 @@
 #include <string.h>
 
 #include "qpip.h"
-
-#define CHECK(call)                                                                   \
-	do {                                                                          \
-		int rc_ = (call);                                                     \
-		if (rc_ < 0) {                                                        \
-			fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call, \
-				qpip_strerror(rc_), qpip_last_error());               \
-			exit(1);                                                      \
-		}                                                                     \
-	} while (0)
-
-#define EXPECT(cond)                                                                  \
-	do {                                                                          \
-		if (!(cond)) {                                                        \
-			fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
-			exit(1);                                                      \
-		}                                                                     \
-	} while (0)
-
-/* The next completion of cq, which must be a successful `opcode`. */
-static struct qpip_completion next(struct qpip_cq *cq, uint32_t opcode)
-{
-	struct qpip_completion c;
-	int n = qpip_cq_wait(cq, &c, 1, 20000);
-	CHECK(n);
-	EXPECT(n == 1);
-	if (c.status != QPIP_WC_SUCCESS || c.opcode != opcode) {
-		fprintf(stderr, "completion wr_id %llu: opcode %u status %u detail %u\n",
-			(unsigned long long)c.wr_id, c.opcode, c.status, c.detail);
-		exit(1);
-	}
-	return c;
-}
+#include "check.h"
 
 /*
  * The next two completions of cq, a successful send and a successful receive, in either
@@ -142,14 +110,8 @@ int main(int argc, char **argv)
 	CHECK(qpip_qp_create(ctx, QPIP_QP_TCP_MESSAGE, cqb, cqb, 16, 16, &tb));
 	CHECK(qpip_accept(l, tb, 0xacce));
 	CHECK(qpip_qp_connect_wait(ta, &here, 20000));
-	struct qpip_event ev;
-	int got;
-	do {
-		got = qpip_wait_event(ctx, &ev, 20000);
-		CHECK(got);
-		EXPECT(got == 1);
-	} while (ev.kind != QPIP_EVENT_ACCEPT);
-	EXPECT(ev.status == 0 && ev.user_data == 0xacce && ev.has_peer == 1);
+	struct qpip_event ev = event(ctx, QPIP_EVENT_ACCEPT);
+	EXPECT(ev.user_data == 0xacce && ev.has_peer == 1);
 	EXPECT(ev.qp == (uint32_t)qpip_qp_id(tb));
 	pingpong(ta, cqa, bufa, NULL, tb, cqb, bufb, NULL, rounds, 1);
 	printf("tcp ping-pong: %d round trips ok\n", rounds);

@@ -1,5 +1,5 @@
-//! What the API tests (`soft.rs`, `aio.rs`) and the tool tests share: loopback addresses,
-//! free ports, and TCP QPs on the software provider.
+//! What the API tests (`soft.rs`, `aio.rs`) share: loopback addresses, free ports, and TCP
+//! QPs on the software provider.
 #![allow(dead_code)] // each test file uses its own part
 
 use std::net::{Ipv6Addr, SocketAddrV6, TcpListener};

@@ -41,7 +41,7 @@ impl Engine {
     /// places.
     pub(super) fn counters(&self) -> [u64; STATS_COUNT as usize] {
         let mut c = self.shared.stats.snapshot();
-        let t = self.tcp.stats();
+        let (t, n) = (self.tcp.stats(), self.net.stack.stats());
         for (i, v) in [
             (STAT_TCP_ACTIVE_OPENS, t.active_opens),
             (STAT_TCP_PASSIVE_OPENS, t.passive_opens),
@@ -61,27 +61,20 @@ impl Engine {
             (STAT_TCP_TIMEOUTS, t.timeouts),
             (STAT_TCP_ORPHANS, t.orphans),
             (STAT_TCP_ORPHAN_ABORTS, t.orphan_aborts),
+            (STAT_NET_RX_FRAMES, n.rx_frames),
+            (STAT_NET_TX_FRAMES, n.tx_frames),
+            (STAT_NET_RX_DROPPED, n.total_dropped()),
+            (STAT_NET_ECHO_REQUESTS, n.echo_requests),
+            (STAT_NET_ICMP_ERRORS_TX, n.icmp_errors_tx),
+            (STAT_NET_NO_ROUTE, n.no_route),
+            (STAT_NET_FRAGMENTS_RX, n.fragments_rx),
+            (STAT_NET_REASSEMBLED, n.reassembled),
+            (STAT_NET_RESOLUTION_FAILED, n.resolution_failed),
         ] {
             c[i as usize] = v;
         }
-        {
-            let n = self.net.stack.stats();
-            for (i, v) in [
-                (STAT_NET_RX_FRAMES, n.rx_frames),
-                (STAT_NET_TX_FRAMES, n.tx_frames),
-                (STAT_NET_RX_DROPPED, n.total_dropped()),
-                (STAT_NET_ECHO_REQUESTS, n.echo_requests),
-                (STAT_NET_ICMP_ERRORS_TX, n.icmp_errors_tx),
-                (STAT_NET_NO_ROUTE, n.no_route),
-                (STAT_NET_FRAGMENTS_RX, n.fragments_rx),
-                (STAT_NET_REASSEMBLED, n.reassembled),
-                (STAT_NET_RESOLUTION_FAILED, n.resolution_failed),
-            ] {
-                c[i as usize] = v;
-            }
-            for (k, why) in crate::net::stats::DropReason::ALL.iter().enumerate() {
-                c[STAT_NET_DROP_BASE as usize + k] = n.dropped(*why);
-            }
+        for (k, why) in crate::net::stats::DropReason::ALL.iter().enumerate() {
+            c[STAT_NET_DROP_BASE as usize + k] = n.dropped(*why);
         }
         c
     }

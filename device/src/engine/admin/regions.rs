@@ -112,7 +112,7 @@ impl Engine {
                     self.objects.mrs.remove(&h);
                     // Invalid at once: nothing moves to or from its pages after this
                     // command completes (the driver unpins them then).
-                    self.tcp_region_gone(mem, ctx, h);
+                    self.kinds_region_gone(mem, ctx, h);
                     Ok((0, 0, 0))
                 }
             }

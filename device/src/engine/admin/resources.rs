@@ -11,7 +11,7 @@ use super::Results;
 use crate::engine::decode::QpRequest;
 use crate::engine::doorbell_page::DoorbellPage;
 use crate::engine::memory::{self, Ring};
-use crate::engine::objects::{Context, Cq, Qp, QpKind, QpState, TcpRole};
+use crate::engine::objects::{Context, Cq, Qp, QpKind, QpState};
 use crate::engine::ports::Proto;
 use crate::engine::tcp::TcpQp;
 use crate::engine::Engine;
@@ -23,6 +23,22 @@ fn free_slot(slots: &[Option<u32>]) -> Result<u32, u16> {
         .position(|s| s.is_none())
         .map(|p| p as u32)
         .ok_or(ADMIN_STATUS_NO_RESOURCES)
+}
+
+/// A ring of `depth` entries of `entry_size` bytes over the `npages` pages of the page list
+/// at `list`, which must be exactly as many as the ring needs.
+fn ring_from_list(
+    mem: &GuestMemoryMmap,
+    list: u64,
+    npages: u32,
+    entry_size: u32,
+    depth: u32,
+) -> Result<Ring, u16> {
+    if npages as u64 != (depth as u64 * entry_size as u64).div_ceil(memory::PAGE_SIZE) {
+        return Err(ADMIN_STATUS_BAD_PARAM);
+    }
+    let pages = memory::read_page_list(mem, list, npages).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
+    Ring::paged(pages, entry_size, depth).ok_or(ADMIN_STATUS_BAD_PARAM)
 }
 
 impl Engine {
@@ -102,11 +118,7 @@ impl Engine {
             .get(&ctx)
             .ok_or(ADMIN_STATUS_BAD_HANDLE)?;
         let slot = free_slot(&c.cq_slots)?;
-        if npages as u64 != (depth as u64 * cqe::CQE_SIZE as u64).div_ceil(memory::PAGE_SIZE) {
-            return Err(ADMIN_STATUS_BAD_PARAM);
-        }
-        let pages = memory::read_page_list(mem, list, npages).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
-        let ring = Ring::paged(pages, cqe::CQE_SIZE, depth).ok_or(ADMIN_STATUS_BAD_PARAM)?;
+        let ring = ring_from_list(mem, list, npages, cqe::CQE_SIZE, depth)?;
         let id = self.objects.new_id();
         let page = self.objects.contexts[&ctx].doorbell;
         self.objects.cqs.insert(
@@ -165,16 +177,11 @@ impl Engine {
         {
             return Err(ADMIN_STATUS_BAD_HANDLE);
         }
-        let ring = |mem, list, npages: u16, depth: u32| -> Result<Ring, u16> {
-            if npages as u64 != (depth as u64 * wqe::WQE_SIZE as u64).div_ceil(memory::PAGE_SIZE) {
-                return Err(ADMIN_STATUS_BAD_PARAM);
-            }
-            let pages =
-                memory::read_page_list(mem, list, npages as u32).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
-            Ring::paged(pages, wqe::WQE_SIZE, depth).ok_or(ADMIN_STATUS_BAD_PARAM)
+        let ring = |list, npages: u16, depth| {
+            ring_from_list(mem, list, npages.into(), wqe::WQE_SIZE, depth)
         };
-        let sq = ring(mem, q.sq_page_list, q.sq_npages, q.sq_depth)?;
-        let rq = ring(mem, q.rq_page_list, q.rq_npages, q.rq_depth)?;
+        let sq = ring(q.sq_page_list, q.sq_npages, q.sq_depth)?;
+        let rq = ring(q.rq_page_list, q.rq_npages, q.rq_depth)?;
         let id = self.objects.new_id();
         // A new QP starts at index 0 in a zeroed slot (a reused slot may hold old indices).
         let page = self.objects.contexts[&ctx].doorbell;
@@ -230,12 +237,13 @@ impl Engine {
     /// Removes a QP: unbinds it, cancels its pending commands and (if `flush`) completes
     /// its outstanding work requests with FLUSHED.
     fn remove_qp(&mut self, mem: &GuestMemoryMmap, id: u32, flush: bool) {
-        if self.objects.qps.get(&id).is_some_and(Qp::is_tcp) {
-            // Abort (RST) the connection, or leave it to finish a graceful close as an
-            // orphan; flush the WRs it had taken: they are older than what is still in the
-            // rings.
-            self.tcp_qp_removed(mem, id, flush);
+        if !self.objects.qps.contains_key(&id) {
+            return;
         }
+        // What its kind holds first (a TCP connection aborted, or left to finish a
+        // graceful close as an orphan; the WRs it had taken flushed): they are older than
+        // what is still in the rings.
+        self.kind_destroying(mem, id, flush);
         if flush {
             // The producer may have posted after the last scan of its page (the admin queue
             // runs before the doorbell scan): flush up to its latest indices.
@@ -248,12 +256,7 @@ impl Engine {
         if let Some((_, port)) = qp.bound {
             self.objects.ports.release(qp.proto(), port);
         }
-        // A pending ACCEPT or CONNECT ends with its QP.
-        if let Some(TcpRole::Accepting { cmd, .. } | TcpRole::Connecting { cmd }) =
-            qp.tcp().map(|t| t.role)
-        {
-            self.cancel(mem, cmd)
-        }
+        self.kind_destroyed(mem, &qp);
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.objects.cqs.get_mut(&cq) {
                 c.users -= 1;

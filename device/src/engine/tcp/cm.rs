@@ -40,6 +40,13 @@ impl Engine {
         });
     }
 
+    /// A TCP QP has left the tables: a pending ACCEPT or CONNECT ends with it.
+    pub(in crate::engine) fn tcp_qp_gone(&mut self, mem: &GuestMemoryMmap, t: &TcpQp) {
+        if let TcpRole::Accepting { cmd, .. } | TcpRole::Connecting { cmd } = t.role {
+            self.cancel(mem, cmd)
+        }
+    }
+
     /// A TCP QP is being destroyed: its connection becomes an orphan if it was closed
     /// gracefully and nothing would be lost, else it is aborted (RST); the WRs the QP had
     /// taken complete FLUSHED (if `flush`), a pending CLOSE is cancelled.

@@ -2,7 +2,9 @@
 //! from the QP engine as smoltcp keeps sockets apart from interfaces:
 //!
 //! - [`wire`]: segment format and checksums; no state.
-//! - [`connection`]: one connection's state machine. It takes segments, the clock and
+//! - [`connection`]: one connection's state machine, in files by concern (segment input,
+//!   received data and the window, output, timers, and `recovery`: the SACK scoreboard and
+//!   loss recovery as a unit of its own). It takes segments, the clock and
 //!   application calls; it gives segments to send and [`Event`]s. Data never lives in it
 //!   beyond a small staging allowance and a bounded out-of-order buffer: the bytes to send
 //!   are read from a [`SendSource`] when a segment is built (guest memory, in the device),

@@ -11,8 +11,8 @@
 //!   memory when the connection sends them.
 //! - **Receive** ([`rx`]): FPDUs deframed from the in-order stream and acted on.
 //!
-//! The engine's TCP glue (`super::iwarp_glue`) feeds this from the connection and turns
-//! what comes out — a finished setup, completions, new records, a Terminate — into
+//! **In the engine's turns** (`drive`): work requests taken from the rings feed this, and
+//! what comes out — a finished setup, completions, new records, a Terminate — becomes
 //! command completions, CQEs and segments.
 
 mod drive;

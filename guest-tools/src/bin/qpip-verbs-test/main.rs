@@ -1,13 +1,12 @@
 //! `qpip-verbs-test`: the verbs library (`qpip`) on a device, call by call: UDP and TCP
 //! between QPs over the device's own loopback (`::1`), every error path the API reports,
 //! many QPs on one CQ, CQ overflow, blocking waits and their wake-ups, epoll on CQ and
-//! context descriptors, and (built with the `tokio` feature) the async adapter.
+//! context descriptors, and the async adapter (tokio).
 //!
 //! `qpip-verbs-test [--device PATH | --soft]` (default `/dev/qpip0`). Reports
 //! `@check.NAME=ok` or `@check.NAME=FAIL: why` lines and `@key=value` facts (the VM test
 //! `ci/tests/verbs.rs` asserts on them); exits 1 when a check failed.
 
-#[cfg(feature = "tokio")]
 mod aio;
 mod messages;
 mod post_cost;
@@ -895,10 +894,7 @@ fn main() {
     check("epoll", epoll(&ctx, base + 3));
     check("doorbell.quiet_receives", quiet_receives(&ctx, base + 6));
     check("post.cost", post_cost::post_cost(&ctx));
-    #[cfg(feature = "tokio")]
     aio::checks(&ctx, base + 4, &mut check);
-    #[cfg(not(feature = "tokio"))]
-    println!("@aio=absent (built without the tokio feature)");
     if ctx.provider() == ProviderKind::Device {
         let r = ctx.device_counters().map(|c| c.map(|c| c.len()));
         check("device.counters", r.map(|_| ()).map_err(|e| e.to_string()));

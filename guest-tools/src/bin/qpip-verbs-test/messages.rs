@@ -1,5 +1,5 @@
-//! The message-framing check that `qpip-verbs-test` runs on the device and `tests/soft.rs`
-//! on the software provider (it includes this file): six messages on one TCP connection —
+//! The message-framing check that `qpip-verbs-test` runs on the device and
+//! `guest-lib/tests/soft.rs` on the software provider (it includes this file): six messages on one TCP connection —
 //! one byte, none, a gather of two pieces, inline, one too big for its receive buffer,
 //! inline again — each with its immediate, and what their receives must report.
 

@@ -22,25 +22,6 @@ fn conn(pd: &[u8], ird: u8, ord: u8, flags: u32) -> IwarpConn {
     }
 }
 
-fn connect_iw(ctx: &Ctx, qp: u32, port: u16, user_data: u64, iw: IwarpConn) -> Result<(), i32> {
-    let mut a = Connect::new();
-    a.qp = qp;
-    a.addr = LOOPBACK;
-    a.port = port;
-    a.user_data = user_data;
-    a.iwarp = iw;
-    ctx.ioc(IOCTL_CONNECT, &mut a)
-}
-
-fn accept_iw(ctx: &Ctx, listener: u32, qp: u32, user_data: u64, iw: IwarpConn) -> Result<(), i32> {
-    let mut a = Accept::new();
-    a.listener = listener;
-    a.qp = qp;
-    a.user_data = user_data;
-    a.iwarp = iw;
-    ctx.ioc(IOCTL_ACCEPT, &mut a)
-}
-
 /// QUERY_CONN of `qp`, its output fields filled with 0xff first: what the driver does not
 /// write shows.
 fn query_conn(ctx: &Ctx, qp: u32) -> Result<QueryConn, i32> {
@@ -162,14 +143,14 @@ pub(crate) fn cmd_iwarp(loops: u64) -> u32 {
         c.check(
             "iwarp.accept",
             ok(
-                accept_iw(&server, l, sqp, 0x5e, conn(&spd, 4, 2, 0)),
+                server.accept_iwarp(l, sqp, 0x5e, conn(&spd, 4, 2, 0)),
                 "ACCEPT",
             ),
         );
         c.check(
             "iwarp.connect",
             ok(
-                connect_iw(&client, cqp, 7300, 0xc1, conn(&cpd, 3, 8, IWARP_CONN_CRC)),
+                client.connect_iwarp(cqp, LOOPBACK, 7300, 0xc1, conn(&cpd, 3, 8, IWARP_CONN_CRC)),
                 "CONNECT",
             ),
         );
@@ -296,11 +277,11 @@ fn bad_arguments(
     for (name, iw, errno) in cases {
         c.check(
             &format!("{name}.connect"),
-            fails_with(connect_iw(client, cqp, 7399, 0xbad, iw), errno),
+            fails_with(client.connect_iwarp(cqp, LOOPBACK, 7399, 0xbad, iw), errno),
         );
         c.check(
             &format!("{name}.accept"),
-            fails_with(accept_iw(server, l, sqp, 0xbad, iw), errno),
+            fails_with(server.accept_iwarp(l, sqp, 0xbad, iw), errno),
         );
     }
     c.check("iwarp.errors_leave_no_event", no_event(client.fd));
@@ -314,7 +295,7 @@ fn bad_arguments(
     c.check(
         "iwarp.pd_max_connect_refused",
         ok(
-            connect_iw(client, qp, 7399, 0x3a, conn(&pd[..max], 0, 0, 0)),
+            client.connect_iwarp(qp, LOOPBACK, 7399, 0x3a, conn(&pd[..max], 0, 0, 0)),
             "CONNECT",
         )
         .and_then(|()| {
@@ -346,19 +327,23 @@ fn stream_qps(
         ord: 0xff,
         flags: !0,
     };
-    let mut acc = Accept::new();
-    acc.size = ACCEPT_SIZE_V1;
-    acc.listener = l;
-    acc.qp = sqp;
-    acc.user_data = 0xacc1;
-    acc.iwarp = junk;
-    let mut con = Connect::new();
-    con.size = CONNECT_SIZE_V1;
-    con.qp = cqp;
-    con.addr = LOOPBACK;
-    con.port = 7300;
-    con.user_data = 0xc01;
-    con.iwarp = junk;
+    let mut acc = Accept {
+        size: ACCEPT_SIZE_V1,
+        listener: l,
+        qp: sqp,
+        user_data: 0xacc1,
+        iwarp: junk,
+        ..Accept::new()
+    };
+    let mut con = Connect {
+        size: CONNECT_SIZE_V1,
+        qp: cqp,
+        addr: LOOPBACK,
+        port: 7300,
+        user_data: 0xc01,
+        iwarp: junk,
+        ..Connect::new()
+    };
     c.check(
         "iwarp.v1_caller_stream",
         ok(server.ioc(IOCTL_ACCEPT, &mut acc), "ACCEPT (first version)")
@@ -379,7 +364,7 @@ fn stream_qps(
     c.check(
         "iwarp.member_on_stream_qp_event",
         ok(
-            connect_iw(client, other, 7300, 0xc02, conn(&[], 1, 1, 0)),
+            client.connect_iwarp(other, LOOPBACK, 7300, 0xc02, conn(&[], 1, 1, 0)),
             "CONNECT",
         )
         .and_then(|()| {
@@ -446,9 +431,12 @@ fn connections(n: u64, port: u16) -> Result<(), String> {
     for i in 0..n {
         let sqp = qp_of(&server, FRAMING_IWARP, scq)?;
         let cqp = qp_of(&client, FRAMING_IWARP, ccq)?;
-        ok(accept_iw(&server, l, sqp, i, conn(&spd, 2, 2, 0)), "ACCEPT")?;
         ok(
-            connect_iw(&client, cqp, port, i, conn(&cpd, 2, 2, 0)),
+            server.accept_iwarp(l, sqp, i, conn(&spd, 2, 2, 0)),
+            "ACCEPT",
+        )?;
+        ok(
+            client.connect_iwarp(cqp, LOOPBACK, port, i, conn(&cpd, 2, 2, 0)),
             "CONNECT",
         )?;
         connected(&server, &client, sqp, cqp).map_err(|e| format!("connection {i}: {e}"))?;
@@ -457,7 +445,7 @@ fn connections(n: u64, port: u16) -> Result<(), String> {
 
         let refused = qp_of(&client, FRAMING_IWARP, ccq)?;
         ok(
-            connect_iw(&client, refused, port + 1, i, conn(&cpd, 2, 2, 0)),
+            client.connect_iwarp(refused, LOOPBACK, port + 1, i, conn(&cpd, 2, 2, 0)),
             "CONNECT (nobody listens)",
         )?;
         event_is(&client, EVENT_CONNECT, refused, -libc::ECONNREFUSED)?;
@@ -466,7 +454,7 @@ fn connections(n: u64, port: u16) -> Result<(), String> {
         let cancelled = qp_of(&server, FRAMING_IWARP, scq)?;
         let l2 = ok(server.listen(port + 1), "LISTEN")?;
         ok(
-            accept_iw(&server, l2, cancelled, i, conn(&spd, 2, 2, 0)),
+            server.accept_iwarp(l2, cancelled, i, conn(&spd, 2, 2, 0)),
             "ACCEPT",
         )?;
         ok(
@@ -487,7 +475,7 @@ fn closed_while_pending(n: u64, port: u16) -> Result<(), String> {
         let ctx = Ctx::open()?;
         let qp = qp_of(&ctx, FRAMING_IWARP, cq_of(&ctx)?)?;
         let l = ok(ctx.listen(port), "LISTEN")?;
-        ok(accept_iw(&ctx, l, qp, i, conn(&spd, 2, 2, 0)), "ACCEPT")?;
+        ok(ctx.accept_iwarp(l, qp, i, conn(&spd, 2, 2, 0)), "ACCEPT")?;
     }
     Ok(())
 }
@@ -499,7 +487,7 @@ pub(crate) fn pending_iwarp_accept(ctx: &Ctx, port: u16, user_data: u64) -> Resu
     let l = ok(ctx.listen(port), "LISTEN")?;
     let pd = [b'r'; 100];
     ok(
-        accept_iw(ctx, l, qp, user_data, conn(&pd, 1, 1, 0)),
+        ctx.accept_iwarp(l, qp, user_data, conn(&pd, 1, 1, 0)),
         "ACCEPT (iWARP)",
     )?;
     Ok(qp)

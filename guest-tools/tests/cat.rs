@@ -10,12 +10,18 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-mod common;
-
-use common::free_tcp_port;
 use qpip_abi::pattern::Pattern;
 
 const T: Duration = Duration::from_secs(30);
+
+/// A TCP port on `::1` that nothing listens on (as of now).
+fn free_tcp_port() -> u16 {
+    TcpListener::bind("[::1]:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
 
 /// A running qpip-cat: its stdin, its whole stdout (collected by a thread) and the stderr
 /// lines as they come.

@@ -109,13 +109,15 @@ impl Ctx {
         rcq: u32,
         depth: u32,
     ) -> Result<Qp, i32> {
-        let mut a = CreateQp::new();
-        a.qp_type = qp_type;
-        a.framing = framing;
-        a.send_cq = scq;
-        a.recv_cq = rcq;
-        a.sq_depth = depth;
-        a.rq_depth = depth;
+        let mut a = CreateQp {
+            qp_type,
+            framing,
+            send_cq: scq,
+            recv_cq: rcq,
+            sq_depth: depth,
+            rq_depth: depth,
+            ..CreateQp::new()
+        };
         self.ioc(IOCTL_CREATE_QP, &mut a)?;
         let sq = map(self.fd, a.sq_offset, a.sq_size as usize)?;
         let rq = map(self.fd, a.rq_offset, a.rq_size as usize)?;
@@ -168,6 +170,61 @@ impl Ctx {
         a.backlog = 4;
         self.ioc(IOCTL_LISTEN, &mut a)?;
         Ok(a.handle)
+    }
+
+    /// ACCEPT: `qp` (a TCP QP) takes the next connection of `listener`; its event carries
+    /// `user_data`.
+    pub(crate) fn accept(&self, listener: u32, qp: u32, user_data: u64) -> Result<(), i32> {
+        self.accept_iwarp(listener, qp, user_data, zeroed())
+    }
+
+    /// ACCEPT on an iWARP QP, which brings `iwarp` to the MPA exchange.
+    pub(crate) fn accept_iwarp(
+        &self,
+        listener: u32,
+        qp: u32,
+        user_data: u64,
+        iwarp: IwarpConn,
+    ) -> Result<(), i32> {
+        let mut a = Accept {
+            listener,
+            qp,
+            user_data,
+            iwarp,
+            ..Accept::new()
+        };
+        self.ioc(IOCTL_ACCEPT, &mut a)
+    }
+
+    /// CONNECT of `qp` (a TCP QP) to `addr` port `port`; its event carries `user_data`.
+    pub(crate) fn connect(
+        &self,
+        qp: u32,
+        addr: [u8; 16],
+        port: u16,
+        user_data: u64,
+    ) -> Result<(), i32> {
+        self.connect_iwarp(qp, addr, port, user_data, zeroed())
+    }
+
+    /// CONNECT of an iWARP QP, which brings `iwarp` to the MPA exchange.
+    pub(crate) fn connect_iwarp(
+        &self,
+        qp: u32,
+        addr: [u8; 16],
+        port: u16,
+        user_data: u64,
+        iwarp: IwarpConn,
+    ) -> Result<(), i32> {
+        let mut a = Connect {
+            qp,
+            addr,
+            port,
+            user_data,
+            iwarp,
+            ..Connect::new()
+        };
+        self.ioc(IOCTL_CONNECT, &mut a)
     }
 
     pub(crate) fn stats(&self) -> Result<QueryStats, i32> {

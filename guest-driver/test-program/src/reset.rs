@@ -10,8 +10,7 @@ pub(crate) fn cmd_reset(pci: bool) -> u32 {
     let r = (|| -> Result<(), String> {
         let mut ctx = Ctx::open()?;
         let p = udp_exchange(&mut ctx, 7400, 3, "reset.before")?;
-        let qp = pending_accept(&ctx, 5400, 0x7e5e7)?;
-        let iqp = pending_iwarp_accept(&ctx, 5401, 0x1e5e7)?;
+        let accepts = PendingAccepts::new(&ctx, 5400, 0x7e5e7, 0x1e5e7)?;
         let resets = sysfs("reset_count");
         let path = if pci {
             format!("{SYSFS}/device/reset")
@@ -38,16 +37,7 @@ pub(crate) fn cmd_reset(pci: bool) -> u32 {
         c.check("reset.revoked_doorbells_harmless", Ok(()));
         // The accepts that were pending (one holding private data in the driver) end with
         // the device's reset, then the file is dead.
-        c.check(
-            "reset.pending_accept_event",
-            expect_events(
-                ctx.fd,
-                &[
-                    (EVENT_ACCEPT, -libc::ENODEV, qp, 0x7e5e7),
-                    (EVENT_ACCEPT, -libc::ENODEV, iqp, 0x1e5e7),
-                ],
-            ),
-        );
+        accepts.check_ended(&mut c, &ctx, "reset");
         let mut evbuf = [0u8; EVENT_SIZE as usize];
         c.check(
             "reset.read_fails",
@@ -63,6 +53,33 @@ pub(crate) fn cmd_reset(pci: bool) -> u32 {
     })();
     c.check("reset.sequence", r);
     c.failed
+}
+
+/// A TCP accept and an iWARP one (holding private data in the driver) left pending on a
+/// context: a device that goes away must answer both. (QP, user data) of each.
+struct PendingAccepts {
+    tcp: (u32, u64),
+    iwarp: (u32, u64),
+}
+
+impl PendingAccepts {
+    /// The two accepts on `ctx`, on ports `port` and `port + 1`, tagged `tag` and
+    /// `iwarp_tag`.
+    fn new(ctx: &Ctx, port: u16, tag: u64, iwarp_tag: u64) -> Result<PendingAccepts, String> {
+        Ok(PendingAccepts {
+            tcp: (pending_accept(ctx, port, tag)?, tag),
+            iwarp: (pending_iwarp_accept(ctx, port + 1, iwarp_tag)?, iwarp_tag),
+        })
+    }
+
+    /// Check `{what}.pending_accept_event`: both ended with ENODEV, in order.
+    fn check_ended(&self, c: &mut Checks, ctx: &Ctx, what: &str) {
+        let ended = |(qp, user_data): (u32, u64)| (EVENT_ACCEPT, -libc::ENODEV, qp, user_data);
+        c.check(
+            &format!("{what}.pending_accept_event"),
+            expect_events(ctx.fd, &[ended(self.tcp), ended(self.iwarp)]),
+        );
+    }
 }
 
 /// What every context of a device that is gone (reset or removed) sees: QUERY_DEVICE and
@@ -95,8 +112,7 @@ pub(crate) fn cmd_remove() -> u32 {
         println!("@remove.slot={slot}");
         let mut ctx = Ctx::open()?;
         let p = udp_exchange(&mut ctx, 7500, 3, "remove.before")?;
-        let qp = pending_accept(&ctx, 5500, 0x4e40)?;
-        let iqp = pending_iwarp_accept(&ctx, 5501, 0x1e40)?;
+        let accepts = PendingAccepts::new(&ctx, 5500, 0x4e40, 0x1e40)?;
         std::fs::write(format!("/sys/bus/pci/devices/{slot}/remove"), "1")
             .map_err(|e| format!("remove: {e}"))?;
         check_gone(&mut c, &ctx, "remove", ctx.info.kick_offset);
@@ -104,16 +120,7 @@ pub(crate) fn cmd_remove() -> u32 {
             "remove.reg_mr_fails",
             fails_with(ctx.reg_mr(p.buf as u64, 4096, 0), libc::ENODEV),
         );
-        c.check(
-            "remove.pending_accept_event",
-            expect_events(
-                ctx.fd,
-                &[
-                    (EVENT_ACCEPT, -libc::ENODEV, qp, 0x4e40),
-                    (EVENT_ACCEPT, -libc::ENODEV, iqp, 0x1e40),
-                ],
-            ),
-        );
+        accepts.check_ended(&mut c, &ctx, "remove");
         c.check(
             "remove.node_gone",
             ensure(open_dev(0) == Err(libc::ENOENT), || {
@@ -169,11 +176,7 @@ pub(crate) fn cmd_churn(procs: u64, rounds: u64) -> u32 {
                     )?;
                     let port = 20000 + (k * 1000 + i) as u16;
                     let l = ok(ctx.listen(port), &what("LISTEN"))?;
-                    let mut acc = Accept::new();
-                    acc.listener = l;
-                    acc.qp = qp.handle;
-                    acc.user_data = i;
-                    ok(ctx.ioc(IOCTL_ACCEPT, &mut acc), &what("ACCEPT"))?;
+                    ok(ctx.accept(l, qp.handle, i), &what("ACCEPT"))?;
                     ok(
                         ctx.destroy(IOCTL_DESTROY_LISTENER, l),
                         &what("DESTROY_LISTENER"),

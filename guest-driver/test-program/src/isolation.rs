@@ -91,12 +91,9 @@ pub(crate) fn cmd_isolation() -> u32 {
                     libc::ENOENT,
                 ),
             );
-            let mut acc = Accept::new();
-            acc.listener = plist;
-            acc.qp = pqp;
             cc.check(
                 "isolation.accept",
-                fails_with(mine.ioc(IOCTL_ACCEPT, &mut acc), libc::ENOENT),
+                fails_with(mine.accept(plist, pqp, 0), libc::ENOENT),
             );
             cc.check(
                 "isolation.mmap_foreign_cq_ring",
@@ -171,11 +168,7 @@ pub(crate) fn pending_accept(ctx: &Ctx, port: u16, user_data: u64) -> Result<u32
         "CREATE_QP for accept",
     )?;
     let l = ok(ctx.listen(port), "LISTEN")?;
-    let mut acc = Accept::new();
-    acc.listener = l;
-    acc.qp = qp.handle;
-    acc.user_data = user_data;
-    ok(ctx.ioc(IOCTL_ACCEPT, &mut acc), "ACCEPT")?;
+    ok(ctx.accept(l, qp.handle, user_data), "ACCEPT")?;
     // The objects stay; their rings need not be mapped (a mapping keeps the file open).
     unmap(cq.ring, cq.ring_len);
     unmap(qp.sq, qp.sq_len);

@@ -12,12 +12,39 @@ pub(crate) fn cmd_ioctls() -> u32 {
             return c.failed;
         }
     };
-    let fd = ctx.fd;
-    let info = ctx.info;
-    println!("@ctx={}", info.ctx);
-    println!("@comp_vectors={}", info.comp_vectors);
+    println!("@ctx={}", ctx.info.ctx);
+    println!("@comp_vectors={}", ctx.info.comp_vectors);
+    check_argument_rules(&mut c, &ctx);
+    let Some(cq) = check_cqs(&mut c, &ctx) else {
+        return c.failed;
+    };
+    let Some(qp) = check_qps(&mut c, &ctx, &cq) else {
+        return c.failed;
+    };
+    let udp = check_bind(&mut c, &ctx, &cq, &qp);
+    check_memory_regions(&mut c, &ctx);
+    check_connection_calls(&mut c, &ctx, &cq, &udp);
+    check_counters(&mut c, &ctx);
+    check_addresses_and_mac(&mut c, &ctx);
+    check_mmap_rules(&mut c, &ctx, &cq);
+    check_unprivileged(&mut c);
+    check_context_limit(&mut c, &ctx);
+    // epoll over several CQs, one of them sharing the receive CQ's vector.
+    c.check("cq.epoll_shared_vector", epoll_shared_vector(&mut ctx));
+    // The data path through everything above.
+    c.check(
+        "udp.exchange",
+        udp_exchange(&mut ctx, 7200, 20, "ioctls.udp").map(|_| ()),
+    );
+    println!("@ioctls.kicks={}", ctx.kicks);
+    c.failed
+}
 
-    // -- QUERY_DEVICE and the argument rules --
+/// QUERY_DEVICE, and the rules every argument follows: its size (larger with a zero tail is
+/// fine, a non-zero tail E2BIG, too short or zero EINVAL), a bad pointer (EFAULT), an
+/// unknown or mistyped ioctl number (ENOTTY).
+fn check_argument_rules(c: &mut Checks, ctx: &Ctx) {
+    let (fd, info) = (ctx.fd, ctx.info);
     c.check(
         "query_device",
         ensure(
@@ -88,15 +115,20 @@ pub(crate) fn cmd_ioctls() -> u32 {
         "ioctl.wrong_type",
         fails_with(ioc(fd, IOCTL_QUERY_DEVICE ^ (1 << 8), &mut q), libc::ENOTTY),
     );
+}
 
-    // -- CQs --
+/// CREATE_CQ with each field wrong, DESTROY_CQ of bad handles and twice, completion vectors
+/// shared evenly among more CQs than vectors, a destroyed CQ's ring offset no longer
+/// mappable. Returns the first CQ made, which the later checks use.
+fn check_cqs(c: &mut Checks, ctx: &Ctx) -> Option<Cq> {
+    let (fd, info) = (ctx.fd, ctx.info);
     let efd = eventfd();
     let cq = ctx.create_cq(64, efd);
     c.check(
         "cq.create",
         ok(cq.as_ref().map(|_| ()).map_err(|e| *e), "CREATE_CQ"),
     );
-    let Ok(cq) = cq else { return c.failed };
+    let Ok(cq) = cq else { return None };
     // Each case is a good request (8 entries, any vector, no eventfd) with one field wrong.
     type Wrong<'a> = &'a dyn Fn(&mut CreateCq);
     let cases: [(&str, Wrong, i32); 7] = [
@@ -152,8 +184,8 @@ pub(crate) fn cmd_ioctls() -> u32 {
     }
     let cq2 = ctx.create_cq(8, -1).expect("second CQ");
     destroy_twice(
-        &mut c,
-        &ctx,
+        c,
+        ctx,
         (IOCTL_DESTROY_CQ, "DESTROY_CQ"),
         cq2.handle,
         ["cq.destroy", "cq.double_destroy"],
@@ -166,14 +198,19 @@ pub(crate) fn cmd_ioctls() -> u32 {
         fails_with(map(fd, cq2.ring_offset, cq2.ring_len), libc::EINVAL),
     );
     unmap(cq2.ring, cq2.ring_len);
+    Some(cq)
+}
 
-    // -- QPs --
+/// CREATE_QP with a foreign CQ, a bad type or depth; a CQ in use cannot go; DESTROY_QP twice;
+/// a destroyed QP's ring no longer mappable. Returns a UDP QP on `cq`.
+fn check_qps(c: &mut Checks, ctx: &Ctx, cq: &Cq) -> Option<Qp> {
+    let fd = ctx.fd;
     let qp = ctx.create_qp(QP_TYPE_UDP, cq.handle, cq.handle, 8);
     c.check(
         "qp.create",
         ok(qp.as_ref().map(|_| ()).map_err(|e| *e), "CREATE_QP"),
     );
-    let Ok(qp) = qp else { return c.failed };
+    let Ok(qp) = qp else { return None };
     for (name, qp_type, send_cq, depth, errno) in [
         ("qp.foreign_cq", QP_TYPE_UDP, 0xdead_beef, 8, libc::ENOENT),
         ("qp.bad_type", 9, cq.handle, 8, libc::EINVAL),
@@ -190,8 +227,8 @@ pub(crate) fn cmd_ioctls() -> u32 {
         .create_qp(QP_TYPE_UDP, cq.handle, cq.handle, 4)
         .expect("second QP");
     destroy_twice(
-        &mut c,
-        &ctx,
+        c,
+        ctx,
         (IOCTL_DESTROY_QP, "DESTROY_QP"),
         qp2.handle,
         ["qp.destroy", "qp.double_destroy"],
@@ -202,8 +239,12 @@ pub(crate) fn cmd_ioctls() -> u32 {
     );
     unmap(qp2.sq, qp2.sq_len);
     unmap(qp2.rq, qp2.rq_len);
+    Some(qp)
+}
 
-    // -- BIND --
+/// BIND of `qp` to an ephemeral port, twice, of a bad QP, to a port in use, with reserved
+/// bits. Returns another UDP QP on `cq`, left unbound.
+fn check_bind(c: &mut Checks, ctx: &Ctx, cq: &Cq, qp: &Qp) -> Qp {
     let port = ctx.bind(qp.handle, 0);
     c.check(
         "bind.ephemeral",
@@ -233,8 +274,13 @@ pub(crate) fn cmd_ioctls() -> u32 {
         "bind.reserved_nonzero",
         fails_with(ctx.ioc(IOCTL_BIND, &mut b), libc::EINVAL),
     );
+    qp3
+}
 
-    // -- memory regions --
+/// REG_MR of unaligned, empty, huge, wrapping, kernel, unmapped and read-only memory and
+/// with bad access bits; DEREG_MR twice and of a bad key.
+fn check_memory_regions(c: &mut Checks, ctx: &Ctx) {
+    let info = ctx.info;
     let buf = anon(16 * PAGE);
     let base = buf as u64;
     c.check(
@@ -295,8 +341,8 @@ pub(crate) fn cmd_ioctls() -> u32 {
     );
     if let Ok(l) = lkey {
         destroy_twice(
-            &mut c,
-            &ctx,
+            c,
+            ctx,
             (IOCTL_DEREG_MR, "DEREG_MR"),
             l,
             ["mr.deregister", "mr.double_deregister"],
@@ -306,8 +352,14 @@ pub(crate) fn cmd_ioctls() -> u32 {
         "mr.bad_lkey",
         fails_with(ctx.destroy(IOCTL_DEREG_MR, 0), libc::ENOENT),
     );
+}
 
-    // -- listeners, accept, connect, close: their errors and cancellation --
+/// LISTEN, ACCEPT, CONNECT and CLOSE: their errors, and cancellation reported as events (an
+/// accept whose listener goes, a connect whose QP goes); a connect or close on the UDP QP
+/// `udp` fails in its event. Reading the context's file: EAGAIN without an event (the file
+/// is left non-blocking), EINVAL for a buffer too small.
+fn check_connection_calls(c: &mut Checks, ctx: &Ctx, cq: &Cq, udp: &Qp) {
+    let fd = ctx.fd;
     let l = ctx.listen(5000);
     c.check("listen", ok(l, "LISTEN").map(|_| ()));
     c.check(
@@ -332,54 +384,64 @@ pub(crate) fn cmd_ioctls() -> u32 {
         fails_with(read_fd(fd, &mut evbuf[..10]), libc::EINVAL),
     );
     if let Ok(l) = l {
-        let mut acc = Accept::new();
-        acc.listener = l;
-        acc.qp = tcp.handle;
-        acc.user_data = 0xacce;
-        c.check(
-            "accept.submit",
-            ok(ctx.ioc(IOCTL_ACCEPT, &mut acc), "ACCEPT"),
-        );
-        let mut bad = acc;
-        bad.listener = 0xdead_beef;
-        c.check(
-            "accept.bad_listener",
-            fails_with(ctx.ioc(IOCTL_ACCEPT, &mut bad), libc::ENOENT),
-        );
-        bad = acc;
-        bad.qp = 0xdead_beef;
-        c.check(
-            "accept.bad_qp",
-            fails_with(ctx.ioc(IOCTL_ACCEPT, &mut bad), libc::ENOENT),
-        );
-        c.check(
-            "accept.pending_no_event",
-            ensure(
-                poll1(fd, libc::POLLIN, Duration::from_millis(200)) == 0,
-                || "event before cancellation".into(),
-            ),
-        );
-        destroy_twice(
-            &mut c,
-            &ctx,
-            (IOCTL_DESTROY_LISTENER, "DESTROY_LISTENER"),
-            l,
-            ["listener.destroy", "listener.double_destroy"],
-        );
-        c.check(
-            "accept.cancelled_event",
-            expect_event(fd, EVENT_ACCEPT, -libc::ECANCELED, tcp.handle, 0xacce),
-        );
+        check_accept(c, ctx, l, &tcp);
     }
-    // A connect of `qp` to [::1]:5001, where nothing listens.
-    let connect = |qp: u32, user_data: u64| {
-        let mut con = Connect::new();
-        con.qp = qp;
-        con.addr = LOOPBACK;
-        con.port = 5001;
-        con.user_data = user_data;
-        ctx.ioc(IOCTL_CONNECT, &mut con)
+    check_connect_and_close(c, ctx, &tcp, udp);
+}
+
+/// ACCEPT of `tcp` on listener `l`, and with a bad listener or QP; a pending accept makes no
+/// event until its listener is destroyed (twice: the second finds nothing), which cancels it.
+fn check_accept(c: &mut Checks, ctx: &Ctx, l: u32, tcp: &Qp) {
+    let fd = ctx.fd;
+    let mut acc = Accept {
+        listener: l,
+        qp: tcp.handle,
+        user_data: 0xacce,
+        ..Accept::new()
     };
+    c.check(
+        "accept.submit",
+        ok(ctx.ioc(IOCTL_ACCEPT, &mut acc), "ACCEPT"),
+    );
+    let mut bad = acc;
+    bad.listener = 0xdead_beef;
+    c.check(
+        "accept.bad_listener",
+        fails_with(ctx.ioc(IOCTL_ACCEPT, &mut bad), libc::ENOENT),
+    );
+    bad = acc;
+    bad.qp = 0xdead_beef;
+    c.check(
+        "accept.bad_qp",
+        fails_with(ctx.ioc(IOCTL_ACCEPT, &mut bad), libc::ENOENT),
+    );
+    c.check(
+        "accept.pending_no_event",
+        ensure(
+            poll1(fd, libc::POLLIN, Duration::from_millis(200)) == 0,
+            || "event before cancellation".into(),
+        ),
+    );
+    destroy_twice(
+        c,
+        ctx,
+        (IOCTL_DESTROY_LISTENER, "DESTROY_LISTENER"),
+        l,
+        ["listener.destroy", "listener.double_destroy"],
+    );
+    c.check(
+        "accept.cancelled_event",
+        expect_event(fd, EVENT_ACCEPT, -libc::ECANCELED, tcp.handle, 0xacce),
+    );
+}
+
+/// CONNECT of `tcp` where nothing listens, cancelled (or refused) when the QP is destroyed;
+/// CONNECT and CLOSE on the UDP QP `udp` submitted but failed in their events; both of a
+/// bad QP.
+fn check_connect_and_close(c: &mut Checks, ctx: &Ctx, tcp: &Qp, udp: &Qp) {
+    let fd = ctx.fd;
+    // A connect of `qp` to [::1]:5001, where nothing listens.
+    let connect = |qp: u32, user_data: u64| ctx.connect(qp, LOOPBACK, 5001, user_data);
     c.check("connect.submit", ok(connect(tcp.handle, 0xc0), "CONNECT"));
     c.check(
         "qp.destroy_with_pending_connect",
@@ -400,27 +462,29 @@ pub(crate) fn cmd_ioctls() -> u32 {
     // Connect on a UDP QP is refused by the device: the event says so.
     c.check(
         "connect.udp_qp_submit",
-        ok(connect(qp3.handle, 0xc1), "CONNECT"),
+        ok(connect(udp.handle, 0xc1), "CONNECT"),
     );
     c.check(
         "connect.udp_qp_event",
-        expect_event(fd, EVENT_CONNECT, -libc::EINVAL, qp3.handle, 0xc1),
+        expect_event(fd, EVENT_CONNECT, -libc::EINVAL, udp.handle, 0xc1),
     );
     c.check(
         "connect.bad_qp",
         fails_with(connect(0xdead_beef, 0xc1), libc::ENOENT),
     );
-    c.check("close.submit", ok(ctx.close(qp3.handle, 0xc105e), "CLOSE"));
+    c.check("close.submit", ok(ctx.close(udp.handle, 0xc105e), "CLOSE"));
     c.check(
         "close.not_connected_event",
-        expect_event(fd, EVENT_CLOSE, -libc::EINVAL, qp3.handle, 0xc105e),
+        expect_event(fd, EVENT_CLOSE, -libc::EINVAL, udp.handle, 0xc105e),
     );
     c.check(
         "close.bad_qp",
         fails_with(ctx.close(0, 0xc105e), libc::ENOENT),
     );
+}
 
-    // -- counters --
+/// QUERY_STATS: every counter, the admin commands made so far counted.
+fn check_counters(c: &mut Checks, ctx: &Ctx) {
     c.check(
         "stats",
         ok(ctx.stats(), "QUERY_STATS").and_then(|s| {
@@ -430,14 +494,17 @@ pub(crate) fn cmd_ioctls() -> u32 {
             )
         }),
     );
+}
 
-    // -- addresses and MAC (root here) --
-    let addr: [u8; 16] = "fd51:5050::99"
-        .parse::<std::net::Ipv6Addr>()
-        .unwrap()
-        .octets();
+/// fd51:5050::99: the address the checks add and delete (and an unprivileged process may
+/// not).
+const TEST_ADDR: [u8; 16] = std::net::Ipv6Addr::new(0xfd51, 0x5050, 0, 0, 0, 0, 0, 0x99).octets();
+
+/// ADD_ADDR and DEL_ADDR (sysfs lists the address; twice, missing, a bad prefix), SET_MAC
+/// (QUERY_DEVICE and sysfs show it; multicast refused), the MAC restored. Needs root.
+fn check_addresses_and_mac(c: &mut Checks, ctx: &Ctx) {
     let mut a = Addr::new();
-    a.addr = addr;
+    a.addr = TEST_ADDR;
     a.prefix_len = 64;
     c.check("addr.add", ok(ctx.ioc(IOCTL_ADD_ADDR, &mut a), "ADD_ADDR"));
     c.check(
@@ -463,7 +530,7 @@ pub(crate) fn cmd_ioctls() -> u32 {
         "addr.bad_prefix",
         fails_with(ctx.ioc(IOCTL_ADD_ADDR, &mut a), libc::EINVAL),
     );
-    let old_mac = info.mac;
+    let old_mac = ctx.info.mac;
     let mut m = SetMac::new();
     m.mac = [0x02, 0x51, 0x50, 0x00, 0x00, 0x42];
     c.check(
@@ -484,8 +551,12 @@ pub(crate) fn cmd_ioctls() -> u32 {
     );
     m.mac = old_mac;
     c.check("mac.restore", ok(ctx.ioc(IOCTL_SET_MAC, &mut m), "SET_MAC"));
+}
 
-    // -- mmap rules --
+/// mmap of the doorbell page: two pages, private or executable refused; an unknown offset;
+/// `cq`'s ring at the wrong length.
+fn check_mmap_rules(c: &mut Checks, ctx: &Ctx, cq: &Cq) {
+    let (fd, info) = (ctx.fd, ctx.info);
     c.check(
         "mmap.doorbell_two_pages",
         fails_with(map(fd, info.doorbell_offset, 2 * PAGE), libc::EINVAL),
@@ -524,8 +595,12 @@ pub(crate) fn cmd_ioctls() -> u32 {
         "mmap.ring_wrong_length",
         fails_with(map(fd, cq.ring_offset, cq.ring_len + PAGE), libc::EINVAL),
     );
+}
 
-    // -- unprivileged: CAP_NET_ADMIN for configuration, RLIMIT_MEMLOCK for pinning --
+/// In a child process without root and with a 64 KiB RLIMIT_MEMLOCK: configuration needs
+/// CAP_NET_ADMIN (EPERM), and pinned memory, rings included, counts against the limit
+/// (ENOMEM) until it is released.
+fn check_unprivileged(c: &mut Checks) {
     flush();
     // SAFETY: fork in a single-threaded program; the child only makes system calls and
     // prints, then _exits.
@@ -547,70 +622,7 @@ pub(crate) fn cmd_ioctls() -> u32 {
         };
         cc.check("unprivileged.drop", ensure(dropped, || errname(errno())));
         match opened {
-            Ok(uctx) => {
-                let mut a = Addr::new();
-                a.addr = addr;
-                a.prefix_len = 64;
-                for (name, req) in [
-                    ("unprivileged.add_addr", IOCTL_ADD_ADDR),
-                    ("unprivileged.del_addr", IOCTL_DEL_ADDR),
-                ] {
-                    cc.check(name, fails_with(uctx.ioc(req, &mut a), libc::EPERM));
-                }
-                let mut m = SetMac::new();
-                m.mac = [0x02, 0, 0, 0, 0, 7];
-                cc.check(
-                    "unprivileged.set_mac",
-                    fails_with(uctx.ioc(IOCTL_SET_MAC, &mut m), libc::EPERM),
-                );
-                // Rings are locked memory too: a 128 KiB CQ ring is over 64 KiB.
-                cc.check(
-                    "memlock.ring_over_limit",
-                    fails_with(uctx.create_cq(2048, -1).map(|_| ()), libc::ENOMEM),
-                );
-                let small_cq = uctx.create_cq(64, -1);
-                cc.check(
-                    "memlock.ring_within_limit",
-                    ok(
-                        small_cq.as_ref().map(|_| ()).map_err(|e| *e),
-                        "CREATE_CQ 4 KiB",
-                    ),
-                );
-                if let Ok(cq) = small_cq {
-                    let _ = uctx.destroy(IOCTL_DESTROY_CQ, cq.handle);
-                }
-                let big = anon(1 << 20);
-                cc.check(
-                    "memlock.over_limit",
-                    fails_with(
-                        uctx.reg_mr(big as u64, 1 << 20, MR_ACCESS_LOCAL_WRITE),
-                        libc::ENOMEM,
-                    ),
-                );
-                let small = uctx.reg_mr(big as u64, 16 << 10, MR_ACCESS_LOCAL_WRITE);
-                cc.check(
-                    "memlock.within_limit",
-                    ok(small, "REG_MR 16 KiB").map(|_| ()),
-                );
-                cc.check(
-                    "memlock.limit_counts_registered",
-                    fails_with(
-                        uctx.reg_mr(big as u64 + (16 << 10), 60 << 10, 0),
-                        libc::ENOMEM,
-                    ),
-                );
-                if let Ok(l) = small {
-                    let _ = uctx.destroy(IOCTL_DEREG_MR, l);
-                    cc.check(
-                        "memlock.released_by_deregister",
-                        ok(
-                            uctx.reg_mr(big as u64, 60 << 10, 0),
-                            "REG_MR after deregister",
-                        )
-                        .map(|_| ()),
-                    );
-                }
-            }
+            Ok(uctx) => check_unprivileged_calls(&mut cc, &uctx),
             Err(e) => cc.check("unprivileged.open", Err(e)),
         }
         flush();
@@ -618,8 +630,79 @@ pub(crate) fn cmd_ioctls() -> u32 {
         unsafe { libc::_exit(cc.failed.min(1) as i32) };
     }
     c.check("unprivileged.child", wait_child(pid));
+}
 
-    // -- as many contexts as the device has doorbell pages, then ENOSPC --
+/// What the unprivileged process's context `uctx` may not do (configuration: EPERM) and
+/// may pin (ENOMEM over its 64 KiB RLIMIT_MEMLOCK, registered regions and rings counted).
+fn check_unprivileged_calls(c: &mut Checks, uctx: &Ctx) {
+    let mut a = Addr::new();
+    a.addr = TEST_ADDR;
+    a.prefix_len = 64;
+    for (name, req) in [
+        ("unprivileged.add_addr", IOCTL_ADD_ADDR),
+        ("unprivileged.del_addr", IOCTL_DEL_ADDR),
+    ] {
+        c.check(name, fails_with(uctx.ioc(req, &mut a), libc::EPERM));
+    }
+    let mut m = SetMac::new();
+    m.mac = [0x02, 0, 0, 0, 0, 7];
+    c.check(
+        "unprivileged.set_mac",
+        fails_with(uctx.ioc(IOCTL_SET_MAC, &mut m), libc::EPERM),
+    );
+    // Rings are locked memory too: a 128 KiB CQ ring is over 64 KiB.
+    c.check(
+        "memlock.ring_over_limit",
+        fails_with(uctx.create_cq(2048, -1).map(|_| ()), libc::ENOMEM),
+    );
+    let small_cq = uctx.create_cq(64, -1);
+    c.check(
+        "memlock.ring_within_limit",
+        ok(
+            small_cq.as_ref().map(|_| ()).map_err(|e| *e),
+            "CREATE_CQ 4 KiB",
+        ),
+    );
+    if let Ok(cq) = small_cq {
+        let _ = uctx.destroy(IOCTL_DESTROY_CQ, cq.handle);
+    }
+    let big = anon(1 << 20);
+    c.check(
+        "memlock.over_limit",
+        fails_with(
+            uctx.reg_mr(big as u64, 1 << 20, MR_ACCESS_LOCAL_WRITE),
+            libc::ENOMEM,
+        ),
+    );
+    let small = uctx.reg_mr(big as u64, 16 << 10, MR_ACCESS_LOCAL_WRITE);
+    c.check(
+        "memlock.within_limit",
+        ok(small, "REG_MR 16 KiB").map(|_| ()),
+    );
+    c.check(
+        "memlock.limit_counts_registered",
+        fails_with(
+            uctx.reg_mr(big as u64 + (16 << 10), 60 << 10, 0),
+            libc::ENOMEM,
+        ),
+    );
+    if let Ok(l) = small {
+        let _ = uctx.destroy(IOCTL_DEREG_MR, l);
+        c.check(
+            "memlock.released_by_deregister",
+            ok(
+                uctx.reg_mr(big as u64, 60 << 10, 0),
+                "REG_MR after deregister",
+            )
+            .map(|_| ()),
+        );
+    }
+}
+
+/// As many contexts as the device has doorbell pages, then ENOSPC; a closed one's place
+/// can be taken again.
+fn check_context_limit(c: &mut Checks, ctx: &Ctx) {
+    let info = ctx.info;
     let mut extra = Vec::new();
     let last = loop {
         match open_dev(0) {
@@ -643,17 +726,6 @@ pub(crate) fn cmd_ioctls() -> u32 {
         "contexts.reusable",
         ok(open_dev(0).map(close), "open after closing"),
     );
-
-    // -- epoll over several CQs, one of them sharing the receive CQ's vector --
-    c.check("cq.epoll_shared_vector", epoll_shared_vector(&mut ctx));
-
-    // -- the data path through everything above --
-    c.check(
-        "udp.exchange",
-        udp_exchange(&mut ctx, 7200, 20, "ioctls.udp").map(|_| ()),
-    );
-    println!("@ioctls.kicks={}", ctx.kicks);
-    c.failed
 }
 
 /// Destroys `handle` with the destroy ioctl `req` (named `what` in a failure): check

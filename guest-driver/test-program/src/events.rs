@@ -43,17 +43,8 @@ pub(crate) fn tcp_connect(
     port: u16,
 ) -> Result<(), String> {
     let l = ok(server.listen(port), "LISTEN")?;
-    let mut acc = Accept::new();
-    acc.listener = l;
-    acc.qp = sqp;
-    acc.user_data = 0xacc;
-    ok(server.ioc(IOCTL_ACCEPT, &mut acc), "ACCEPT")?;
-    let mut con = Connect::new();
-    con.qp = cqp;
-    con.addr = addr;
-    con.port = port;
-    con.user_data = 0xc0;
-    ok(client.ioc(IOCTL_CONNECT, &mut con), "CONNECT")?;
+    ok(server.accept(l, sqp, 0xacc), "ACCEPT")?;
+    ok(client.connect(cqp, addr, port, 0xc0), "CONNECT")?;
     expect_event(client.fd, EVENT_CONNECT, 0, cqp, 0xc0).map_err(|e| format!("connect: {e}"))?;
     expect_event(server.fd, EVENT_ACCEPT, 0, sqp, 0xacc).map_err(|e| format!("accept: {e}"))?;
     ok(
