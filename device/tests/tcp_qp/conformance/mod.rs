@@ -1,7 +1,8 @@
 //! A packet-level conformance suite: the device (the real engine behind vfio-user, a guest
 //! QP listening or connecting) on a cable, the test on the other end crafting every frame
 //! and checking every answer, with sequence numbers relative to the ISNs (the script
-//! format is described in `tcp_script/mod.rs`). Each case names the RFC section it checks.
+//! format is described in `support/tcp_script/mod.rs`). Each case names the RFC section
+//! it checks.
 
 use crate::script::*;
 
