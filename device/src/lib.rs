@@ -1,18 +1,18 @@
 //! qpip-device: the qpip adapter as a vfio-user PCI function (`qpipd`).
 //!
 //! Layout, from QEMU in: [`vfio`] is the vfio-user glue (regions, DMA maps, interrupt
-//! setup), [`pci`] the emulated configuration space, [`core`] what the registers mean and
-//! the device state behind them, [`dma`] guest memory as the device sees it, [`irq`] MSI-X
-//! delivery through eventfds, and [`engine`] the QPIP engine itself (its own thread, owning every object the driver
-//! creates). Beneath the engine, [`net`] is the network (IPv6 and its neighbours, UDP,
+//! setup), [`pci`] the emulated configuration space, [`function`] what the registers mean
+//! and the function's state behind them (its engine, its link), [`dma`] guest memory as the
+//! device sees it, [`irq`] MSI-X delivery through eventfds, and [`engine`] the QPIP engine
+//! itself (on an engine thread, owning every object the driver creates). Beneath the engine, [`net`] is the network (IPv6 and its neighbours, UDP,
 //! TCP) and [`backend`] the link (TAP, cable, memory wire; capture and impairment);
 //! [`stages`] times the data path's stages for the bench. `docs/architecture.md` in the
 //! repository draws the whole and follows a message through it.
 
 pub mod backend;
-pub mod core;
 pub mod dma;
 pub mod engine;
+pub mod function;
 pub mod irq;
 pub mod net;
 pub mod pci;

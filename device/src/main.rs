@@ -14,12 +14,12 @@ use qpip_device::backend::pcap::PcapSink;
 use qpip_device::backend::switch::{Identity, PortOptions, Switch, SwitchConfig};
 use qpip_device::backend::{open_link, Backend};
 use qpip_device::backend::{ImpairSpec, NetSpec};
-use qpip_device::core::CoreConfig;
 use qpip_device::engine::idle::{IdleConfig, IdlePollSched};
 use qpip_device::engine::network::NetworkConfig;
 use qpip_device::engine::tcp::TcpLimits;
 use qpip_device::engine::thread::EngineThread;
 use qpip_device::engine::{EngineConfig, DEFAULT_MAC};
+use qpip_device::function::FunctionConfig;
 use qpip_device::net::config::{Mtu, StaticNeighbor};
 use qpip_device::net::tcp::MemoryPool;
 use qpip_device::sched::ControlSched;
@@ -307,8 +307,8 @@ fn core_config(
     ips: &[(Ipv6Addr, u8)],
     net: Option<NetSpec>,
     adapter_tcp: &Arc<MemoryPool>,
-) -> CoreConfig {
-    CoreConfig {
+) -> FunctionConfig {
+    FunctionConfig {
         advertised_abi_major: args
             .advertise_abi_major
             .unwrap_or(qpip_abi::ABI_VERSION_MAJOR),

@@ -1,4 +1,4 @@
-//! vfio-user glue: presents the device core as a PCI function to one QEMU (or any vfio-user
+//! vfio-user glue: presents a function's core ([`crate::function`]) as a PCI function to one QEMU (or any vfio-user
 //! client). Routes region accesses to config space or the core, DMA maps to guest memory,
 //! and interrupt setup to the MSI-X eventfd table. Nothing here knows what a register means.
 //!
@@ -24,35 +24,35 @@ use vfio_bindings::bindings::vfio::{
 use vfio_user::{DmaMapFlags, DmaUnmapFlags, IrqInfo, Server, ServerBackend, ServerRegion};
 
 use crate::backend::Backend;
-use crate::core::{CoreConfig, DeviceCore};
 use crate::engine::thread::EngineThread;
+use crate::function::{FunctionConfig, FunctionCore};
 use crate::pci::config::{ConfigSpace, WriteEffect, CONFIG_SPACE_SIZE};
 
 /// One qpip PCI function as a vfio-user server backend.
 pub struct Function {
     config: ConfigSpace,
-    pub core: DeviceCore,
+    pub core: FunctionCore,
 }
 
 impl Function {
     /// A function with an engine thread of its own.
-    pub fn new(core_config: CoreConfig) -> io::Result<Self> {
+    pub fn new(core_config: FunctionConfig) -> io::Result<Self> {
         Ok(Function {
             config: ConfigSpace::new(),
-            core: DeviceCore::new(core_config)?,
+            core: FunctionCore::new(core_config)?,
         })
     }
 
     /// A function whose engine runs on `thread`, on `link` if given (see
-    /// [`DeviceCore::on_thread`]).
+    /// [`FunctionCore::on_thread`]).
     pub fn on_thread(
         thread: &Arc<EngineThread>,
-        core_config: CoreConfig,
+        core_config: FunctionConfig,
         link: Option<Box<dyn Backend>>,
     ) -> io::Result<Self> {
         Ok(Function {
             config: ConfigSpace::new(),
-            core: DeviceCore::on_thread(thread, core_config, link)?,
+            core: FunctionCore::on_thread(thread, core_config, link)?,
         })
     }
 
@@ -233,7 +233,7 @@ impl ServerBackend for Function {
 /// Options for [`serve`].
 #[derive(Clone, Debug, Default)]
 pub struct ServeOptions {
-    pub core: CoreConfig,
+    pub core: FunctionConfig,
 }
 
 /// Listens on `socket`, serves one client until it disconnects, then returns. The socket
@@ -301,7 +301,7 @@ pub fn stop_listening(sockets: &[PathBuf]) {
 pub struct FunctionSpec {
     pub name: String,
     pub socket: PathBuf,
-    pub core: CoreConfig,
+    pub core: FunctionConfig,
 }
 
 /// Gives function `i` its link each time it starts (a port of the embedded switch), or

@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 
 use netns::{have, root_and_tools, Netns};
 use qpip_device::backend::{ImpairSpec, NetSpec};
-use qpip_device::core::CoreConfig;
 use qpip_device::engine::network::NetworkConfig;
 use qpip_device::engine::EngineConfig;
+use qpip_device::function::FunctionConfig;
 use qpip_device::net::DropReason;
 use qpip_device::vfio::ServeOptions;
 use sha2::{Digest, Sha256};
@@ -111,9 +111,9 @@ fn device(ns: &Netns, bad: Option<&Bad>) -> FakeGuest {
     };
     ns.within(|| {
         FakeGuest::with_options(ServeOptions {
-            core: CoreConfig {
+            core: FunctionConfig {
                 engine,
-                ..CoreConfig::default()
+                ..FunctionConfig::default()
             },
         })
     })

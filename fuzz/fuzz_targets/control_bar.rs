@@ -15,7 +15,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use qpip_abi::{pci as abi, regs};
-use qpip_device::core::CoreConfig;
+use qpip_device::function::FunctionConfig;
 use qpip_device::vfio::Function;
 use qpip_fuzz::{Input, RAM_BASE};
 use qpip_testkit::Ram;
@@ -212,7 +212,7 @@ fn check_regions(f: &Function) {
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
-    let mut f = Function::new(CoreConfig::default()).expect("device");
+    let mut f = Function::new(FunctionConfig::default()).expect("device");
     check_regions(&f);
     let ram = Ram::new(c"fuzz-ram", RAM_BASE, RAM_SIZE);
     let version = (qpip_abi::ABI_VERSION_MAJOR as u32) << regs::VERSION_MAJOR_SHIFT

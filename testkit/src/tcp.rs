@@ -253,7 +253,7 @@ pub fn cabled_device(
         ..EngineConfig::default()
     };
     FakeGuest::with_options(ServeOptions {
-        core: qpip_device::core::CoreConfig {
+        core: qpip_device::function::FunctionConfig {
             engine,
             ..Default::default()
         },

@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use qpip_abi::{pci as abi, regs};
-use qpip_device::core::CoreConfig;
+use qpip_device::function::FunctionConfig;
 use qpip_device::vfio::{serve, ServeOptions};
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_PCI_CONFIG_REGION_INDEX,
@@ -33,7 +33,7 @@ impl Drop for TempDir {
     }
 }
 
-fn start(core: CoreConfig) -> (Device, Client) {
+fn start(core: FunctionConfig) -> (Device, Client) {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("qpip-fake-guest-{}-{n}", std::process::id()));
@@ -101,7 +101,7 @@ fn reg_write(c: &mut Client, reg: u32, v: u32) {
 
 #[test]
 fn enumerates_as_a_qpip_function() {
-    let (dev, mut c) = start(CoreConfig::default());
+    let (dev, mut c) = start(FunctionConfig::default());
     let id = cfg_read32(&mut c, 0);
     assert_eq!(id & 0xffff, abi::PCI_VENDOR_ID as u32);
     assert_eq!(id >> 16, abi::PCI_DEVICE_ID as u32);
@@ -128,7 +128,7 @@ fn enumerates_as_a_qpip_function() {
 
 #[test]
 fn bars_have_the_documented_layout() {
-    let (dev, c) = start(CoreConfig::default());
+    let (dev, c) = start(FunctionConfig::default());
     let ctrl = c.region(abi::CTRL_BAR).unwrap();
     assert_eq!(ctrl.size, abi::CTRL_BAR_SIZE as u64);
     assert_eq!(
@@ -158,7 +158,7 @@ fn bars_have_the_documented_layout() {
 
 #[test]
 fn identity_registers_and_reset() {
-    let (dev, mut c) = start(CoreConfig::default());
+    let (dev, mut c) = start(FunctionConfig::default());
     assert_eq!(reg_read(&mut c, regs::REG_IDENT), regs::IDENT_MAGIC);
     let v = reg_read(&mut c, regs::REG_VERSION);
     assert_eq!(
@@ -183,7 +183,7 @@ fn identity_registers_and_reset() {
 
 #[test]
 fn a_function_level_reset_through_the_advanced_features_capability() {
-    let (dev, mut c) = start(CoreConfig::default());
+    let (dev, mut c) = start(FunctionConfig::default());
     // The capability list: MSI-X, then AF with FLR and TP capable (what Linux checks).
     let msix = cfg_read32(&mut c, 0x34) as usize & 0xff;
     let af = (cfg_read32(&mut c, msix as u64) >> 8) & 0xff;
@@ -225,9 +225,9 @@ fn a_function_level_reset_through_the_advanced_features_capability() {
 
 #[test]
 fn advertised_major_reaches_the_version_register() {
-    let (dev, mut c) = start(CoreConfig {
+    let (dev, mut c) = start(FunctionConfig {
         advertised_abi_major: 9,
-        ..CoreConfig::default()
+        ..FunctionConfig::default()
     });
     assert_eq!(
         reg_read(&mut c, regs::REG_VERSION) >> regs::VERSION_MAJOR_SHIFT,
@@ -238,7 +238,7 @@ fn advertised_major_reaches_the_version_register() {
 
 #[test]
 fn msix_vector_fires_its_eventfd() {
-    let (dev, mut c) = start(CoreConfig::default());
+    let (dev, mut c) = start(FunctionConfig::default());
     // SAFETY: eventfd creation; the fd is owned by the File.
     let efd = unsafe { File::from_raw_fd(libc::eventfd(0, libc::EFD_CLOEXEC)) };
     c.set_irqs(
@@ -258,7 +258,7 @@ fn msix_vector_fires_its_eventfd() {
 
 #[test]
 fn guest_memory_maps_are_accepted() {
-    let (dev, mut c) = start(CoreConfig::default());
+    let (dev, mut c) = start(FunctionConfig::default());
     // SAFETY: memfd creation; the fd is owned by the File.
     let mem = unsafe { File::from_raw_fd(libc::memfd_create(c"ram".as_ptr(), libc::MFD_CLOEXEC)) };
     mem.set_len(0x20_0000).unwrap();
@@ -296,7 +296,7 @@ fn stale_socket_is_replaced_and_live_one_refused() {
 /// recovered from the same way, and the client disconnects cleanly afterwards.
 #[test]
 fn a_failed_engine_reads_failed_and_a_reset_brings_the_function_back() {
-    let core = CoreConfig::default();
+    let core = FunctionConfig::default();
     let fault = core.engine.fault.clone();
     let (dev, mut c) = start(core);
     reg_write(&mut c, regs::REG_CONTROL, regs::CONTROL_ENABLE);

@@ -8,7 +8,7 @@ use std::os::fd::FromRawFd;
 
 use proptest::prelude::*;
 use qpip_abi::{pci as abi, regs};
-use qpip_device::core::CoreConfig;
+use qpip_device::function::FunctionConfig;
 use qpip_device::vfio::Function;
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
@@ -109,7 +109,7 @@ proptest! {
 
     #[test]
     fn any_sequence_of_client_messages_is_survived(ops in prop::collection::vec(op(), 1..64)) {
-        let mut f = Function::new(CoreConfig::default()).unwrap();
+        let mut f = Function::new(FunctionConfig::default()).unwrap();
         for op in ops {
             // Errors are fine (the client gets an error reply); panics are not.
             match op {

@@ -186,7 +186,7 @@ fn impatient(wait: std::time::Duration) -> FakeGuest {
         ..EngineConfig::default()
     };
     FakeGuest::with_options(qpip_device::vfio::ServeOptions {
-        core: qpip_device::core::CoreConfig {
+        core: qpip_device::function::FunctionConfig {
             engine,
             ..Default::default()
         },

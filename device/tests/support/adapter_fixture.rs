@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use qpip_device::backend::switch::{Identity, PortOptions, Switch};
 use qpip_device::backend::{open_link, Backend, NetSpec};
-use qpip_device::core::CoreConfig;
 use qpip_device::engine::idle::IdleConfig;
 use qpip_device::engine::network::NetworkConfig;
 use qpip_device::engine::thread::EngineThread;
 use qpip_device::engine::{EngineConfig, FaultInjection};
+use qpip_device::function::FunctionConfig;
 use qpip_device::vfio::{serve_functions, FunctionSpec};
 use qpip_testkit::*;
 use vfio_user::Client;
@@ -78,7 +78,7 @@ pub fn adapter_idle(
             );
             FunctionSpec {
                 socket: dir.path().join(format!("{name}.sock")),
-                core: CoreConfig {
+                core: FunctionConfig {
                     engine: EngineConfig {
                         mac: mac(i),
                         addrs: vec![(ADDRS[i].parse().unwrap(), 64)],
@@ -86,7 +86,7 @@ pub fn adapter_idle(
                         fault: faults[i].clone(),
                         ..EngineConfig::default()
                     },
-                    ..CoreConfig::default()
+                    ..FunctionConfig::default()
                 },
                 name,
             }

@@ -3,8 +3,8 @@
 //! is dropped and counted, never held beyond the pool, and once receives are posted the
 //! peer's retransmissions bring every byte, in order.
 
-use qpip_device::core::CoreConfig;
 use qpip_device::engine::EngineConfig;
+use qpip_device::function::FunctionConfig;
 use qpip_device::net::tcp::MemoryPool;
 use qpip_device::vfio::ServeOptions;
 
@@ -19,12 +19,12 @@ const LEN: usize = 64 * 1024;
 fn staged_bytes_stay_within_the_functions_pool_and_every_byte_arrives() {
     let pool = MemoryPool::new(POOL, None);
     let mut g = FakeGuest::with_options(ServeOptions {
-        core: CoreConfig {
+        core: FunctionConfig {
             engine: EngineConfig {
                 tcp_memory: Some(pool.clone()),
                 ..EngineConfig::default()
             },
-            ..CoreConfig::default()
+            ..FunctionConfig::default()
         },
     });
     let (sctx, cctx) = (g.create_ctx().unwrap(), g.create_ctx().unwrap());

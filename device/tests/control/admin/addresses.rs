@@ -70,12 +70,12 @@ fn addresses_are_added_and_deleted_within_the_limit() {
 
 #[test]
 fn list_addrs_reports_the_link_local_address_first_then_the_configured_ones() {
-    use qpip_device::core::CoreConfig;
     use qpip_device::engine::EngineConfig;
+    use qpip_device::function::FunctionConfig;
     use qpip_device::vfio::ServeOptions;
     let mac = [0x02, 0x51, 0x50, 0x00, 0x0a, 0x0b];
     let mut g = FakeGuest::with_options(ServeOptions {
-        core: CoreConfig {
+        core: FunctionConfig {
             engine: EngineConfig {
                 mac,
                 addrs: vec![
@@ -84,7 +84,7 @@ fn list_addrs_reports_the_link_local_address_first_then_the_configured_ones() {
                 ],
                 ..EngineConfig::default()
             },
-            ..CoreConfig::default()
+            ..FunctionConfig::default()
         },
     });
     // What qpipd was started with (--mac, --ip) shows.

@@ -175,7 +175,7 @@ impl Peer {
             ..EngineConfig::default()
         };
         let mut g = FakeGuest::with_options(ServeOptions {
-            core: qpip_device::core::CoreConfig {
+            core: qpip_device::function::FunctionConfig {
                 engine,
                 ..Default::default()
             },

@@ -1,6 +1,7 @@
-//! The device core: what the registers mean and the state behind them, independent of how
-//! accesses arrive (vfio-user today; the glue is in [`crate::vfio`]). Like QEMU's `igb_core.c`
-//! beside `igb.c`: the engine grows here, the PCI plumbing stays there.
+//! One PCI function as its driver sees it: what the control BAR's registers mean and the
+//! state behind them — the function's engine (started, reset, stopped), its link, its
+//! status — independent of how accesses arrive (vfio-user; the glue is in [`crate::vfio`]).
+//! Like QEMU's `igb_core.c` beside `igb.c`: register semantics here, PCI plumbing there.
 
 mod registers;
 
@@ -21,7 +22,7 @@ pub use registers::RegisterFile;
 
 /// Options fixed when the device starts.
 #[derive(Clone, Debug)]
-pub struct CoreConfig {
+pub struct FunctionConfig {
     /// Interface major version reported in [`regs::REG_VERSION`]. Always
     /// [`qpip_abi::ABI_VERSION_MAJOR`] except in tests of a driver's version check.
     pub advertised_abi_major: u16,
@@ -29,9 +30,9 @@ pub struct CoreConfig {
     pub engine: EngineConfig,
 }
 
-impl Default for CoreConfig {
+impl Default for FunctionConfig {
     fn default() -> Self {
-        CoreConfig {
+        FunctionConfig {
             advertised_abi_major: qpip_abi::ABI_VERSION_MAJOR,
             engine: EngineConfig::default(),
         }
@@ -48,7 +49,7 @@ pub struct Counters {
     pub bad_irq_test_vectors: u64,
 }
 
-pub struct DeviceCore {
+pub struct FunctionCore {
     regs: RegisterFile,
     pub irqs: Arc<Interrupts>,
     pub ram: GuestRam,
@@ -58,9 +59,9 @@ pub struct DeviceCore {
     shared: Shared,
 }
 
-impl DeviceCore {
+impl FunctionCore {
     /// A function whose engine runs on a thread of its own.
-    pub fn new(config: CoreConfig) -> io::Result<Self> {
+    pub fn new(config: FunctionConfig) -> io::Result<Self> {
         let irqs = Arc::new(Interrupts::new(abi_pci::MSIX_VECTORS as usize));
         let ram = GuestRam::new();
         let shared = Shared::new(ram.memory(), irqs.clone());
@@ -72,7 +73,7 @@ impl DeviceCore {
     /// if given (else the link its configuration names).
     pub fn on_thread(
         thread: &Arc<EngineThread>,
-        config: CoreConfig,
+        config: FunctionConfig,
         link: Option<Box<dyn Backend>>,
     ) -> io::Result<Self> {
         let irqs = Arc::new(Interrupts::new(abi_pci::MSIX_VECTORS as usize));
@@ -83,13 +84,13 @@ impl DeviceCore {
     }
 
     fn with_engine(
-        config: CoreConfig,
+        config: FunctionConfig,
         irqs: Arc<Interrupts>,
         ram: GuestRam,
         shared: Shared,
         engine: EngineHandle,
     ) -> Self {
-        DeviceCore {
+        FunctionCore {
             regs: RegisterFile::new(config.advertised_abi_major),
             irqs,
             ram,

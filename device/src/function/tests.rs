@@ -1,16 +1,16 @@
 use super::*;
 
-fn core() -> DeviceCore {
-    DeviceCore::new(CoreConfig::default()).unwrap()
+fn core() -> FunctionCore {
+    FunctionCore::new(FunctionConfig::default()).unwrap()
 }
 
-fn rd(c: &mut DeviceCore, off: u32) -> u32 {
+fn rd(c: &mut FunctionCore, off: u32) -> u32 {
     let mut b = [0u8; 4];
     c.ctrl_read(off as u64, &mut b).unwrap();
     u32::from_le_bytes(b)
 }
 
-fn wr(c: &mut DeviceCore, off: u32, v: u32) {
+fn wr(c: &mut FunctionCore, off: u32, v: u32) {
     c.ctrl_write(off as u64, &v.to_le_bytes()).unwrap();
 }
 
@@ -39,9 +39,9 @@ fn identity_and_version() {
 
 #[test]
 fn advertised_major_is_configurable_for_driver_tests() {
-    let mut c = DeviceCore::new(CoreConfig {
+    let mut c = FunctionCore::new(FunctionConfig {
         advertised_abi_major: 7,
-        ..CoreConfig::default()
+        ..FunctionConfig::default()
     })
     .unwrap();
     assert_eq!(

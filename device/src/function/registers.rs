@@ -1,5 +1,5 @@
 //! The control register file's values (what a read returns), apart from the side effects of
-//! writes, which [`super::DeviceCore::ctrl_write`] performs.
+//! writes, which [`super::FunctionCore::ctrl_write`] performs.
 
 use qpip_abi::{pci as abi_pci, regs};
 
