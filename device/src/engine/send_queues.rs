@@ -8,7 +8,7 @@ use qpip_abi::wqe::WQE_SIZE;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::completion::cqe;
-use super::objects::QpState;
+use super::objects::{Qp, QpState};
 use super::Engine;
 
 /// WQEs one QP may execute (or flush) before the others get a turn.
@@ -71,6 +71,14 @@ impl Engine {
             self.flush_one(mem, id, ring_is_sq);
         }
         (did, true)
+    }
+
+    /// QP `id`, if it is ready and a send WR waits in its ring.
+    pub(super) fn send_waiting(&self, id: u32) -> Option<&Qp> {
+        self.objects
+            .qps
+            .get(&id)
+            .filter(|qp| qp.sq_head != qp.sq_tail && qp.state == QpState::Ready)
     }
 
     /// Reads the WQE slot at `index` of a QP ring; None if the ring's memory is gone.

@@ -42,6 +42,21 @@ fn ring_from_list(
 }
 
 impl Engine {
+    /// Context `ctx`, or BAD_HANDLE.
+    fn context(&self, ctx: u32) -> Result<&Context, u16> {
+        self.objects
+            .contexts
+            .get(&ctx)
+            .ok_or(ADMIN_STATUS_BAD_HANDLE)
+    }
+
+    fn context_mut(&mut self, ctx: u32) -> Result<&mut Context, u16> {
+        self.objects
+            .contexts
+            .get_mut(&ctx)
+            .ok_or(ADMIN_STATUS_BAD_HANDLE)
+    }
+
     pub(super) fn create_ctx(&mut self, mem: &GuestMemoryMmap, gpa: u64) -> Result<Results, u16> {
         let id = (0..pci::DOORBELL_PAGES).find(|p| !self.objects.contexts.contains_key(p));
         let id = id.ok_or(ADMIN_STATUS_NO_RESOURCES)?;
@@ -112,12 +127,7 @@ impl Engine {
         depth: u32,
         vector: u16,
     ) -> Result<Results, u16> {
-        let c = self
-            .objects
-            .contexts
-            .get(&ctx)
-            .ok_or(ADMIN_STATUS_BAD_HANDLE)?;
-        let slot = free_slot(&c.cq_slots)?;
+        let slot = free_slot(&self.context(ctx)?.cq_slots)?;
         let ring = ring_from_list(mem, list, npages, cqe::CQE_SIZE, depth)?;
         let id = self.objects.new_id();
         let page = self.objects.contexts[&ctx].doorbell;
@@ -139,11 +149,7 @@ impl Engine {
         // A new CQ starts in a zeroed slot (a reused slot may hold old values).
         page.store(mem, doorbell::cq_head(slot), 0);
         page.store(mem, doorbell::cq_arm_seq(slot), 0);
-        self.objects
-            .contexts
-            .get_mut(&ctx)
-            .expect("checked")
-            .cq_slots[slot as usize] = Some(id);
+        self.context_mut(ctx)?.cq_slots[slot as usize] = Some(id);
         Ok((id as u64, slot as u64, 0))
     }
 
@@ -166,12 +172,7 @@ impl Engine {
         ctx: u32,
         q: QpRequest,
     ) -> Result<Results, u16> {
-        let c = self
-            .objects
-            .contexts
-            .get(&ctx)
-            .ok_or(ADMIN_STATUS_BAD_HANDLE)?;
-        let slot = free_slot(&c.qp_slots)?;
+        let slot = free_slot(&self.context(ctx)?.qp_slots)?;
         if self.objects.cq_in(ctx, q.send_cq).is_none()
             || self.objects.cq_in(ctx, q.recv_cq).is_none()
         {
@@ -215,11 +216,7 @@ impl Engine {
         for cq in [q.send_cq, q.recv_cq] {
             self.objects.cqs.get_mut(&cq).expect("checked").users += 1;
         }
-        self.objects
-            .contexts
-            .get_mut(&ctx)
-            .expect("checked")
-            .qp_slots[slot as usize] = Some(id);
+        self.context_mut(ctx)?.qp_slots[slot as usize] = Some(id);
         Ok((id as u64, slot as u64, 0))
     }
 

@@ -153,10 +153,9 @@ impl Engine {
         let mut n = 0;
         let mut conn_touched = None;
         while n < budget {
-            let qp = &self.objects.qps[&id];
-            if qp.sq_head == qp.sq_tail || qp.state != QpState::Ready {
+            let Some(qp) = self.send_waiting(id) else {
                 break;
-            }
+            };
             let (ctx, message) = (qp.ctx, qp.tcp().expect("TCP QP").message);
             let Some(raw) = self.take_wqe(mem, id, true) else {
                 break;

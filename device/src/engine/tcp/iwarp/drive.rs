@@ -248,10 +248,9 @@ impl Engine {
     ) -> (u32, bool) {
         let mut n = 0;
         while n < budget {
-            let qp = &self.objects.qps[&id];
-            if qp.sq_head == qp.sq_tail || qp.state != QpState::Ready {
+            let Some(qp) = self.send_waiting(id) else {
                 break;
-            }
+            };
             let ctx = qp.ctx;
             let Some(iw) = qp.tcp().and_then(|t| t.iwarp.as_deref()) else {
                 break;
