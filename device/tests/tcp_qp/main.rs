@@ -41,18 +41,8 @@ fn sha(b: &[u8]) -> [u8; 32] {
 /// Waits for two asynchronous commands, one on each device (either may need the other's
 /// turn): their completions, `a`'s first.
 fn both_completed(a: &mut FakeGuest, ida: u32, b: &mut FakeGuest, idb: u32) -> [AdminCqe; 2] {
-    let deadline = Instant::now() + TIMEOUT;
-    let (mut ca, mut cb) = (None, None);
-    while ca.is_none() || cb.is_none() {
-        assert!(Instant::now() < deadline, "commands did not complete");
-        if ca.is_none() {
-            ca = a.admin_wait(ida, Duration::from_millis(5));
-        }
-        if cb.is_none() {
-            cb = b.admin_wait(idb, Duration::from_millis(5));
-        }
-    }
-    [ca.unwrap(), cb.unwrap()]
+    let (ca, cb) = a.admin_wait_both(ida, b, idb);
+    [ca, cb]
 }
 
 /// Listens on `port` in `sctx`, accepts on a new QP there, connects a new QP of `cctx` to
