@@ -74,6 +74,19 @@ impl Engine {
         did
     }
 
+    /// Drops the completions of QP `qp` that still wait for room in its CQs: the QP is gone
+    /// (DESTROY_QP completes with it), and no CQE may name it afterwards.
+    pub(super) fn forget_waiting_completions(&mut self, qp: u32, cqs: [u32; 2]) {
+        for cq in cqs {
+            if let Some(q) = self.deferred.get_mut(&cq) {
+                q.retain(|c| c.qp != qp);
+                if q.is_empty() {
+                    self.deferred.remove(&cq);
+                }
+            }
+        }
+    }
+
     /// Whether completions wait for room in `cq` (others must queue behind them).
     pub(super) fn cq_deferred(&self, cq: u32) -> bool {
         self.deferred.get(&cq).is_some_and(|q| !q.is_empty())

@@ -254,6 +254,9 @@ impl Engine {
             self.objects.ports.release(qp.proto(), port);
         }
         self.kind_destroyed(mem, &qp);
+        // Its completions still waiting for room go with it, as its flushes beyond the
+        // CQs' room do.
+        self.forget_waiting_completions(id, [qp.send_cq, qp.recv_cq]);
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(c) = self.objects.cqs.get_mut(&cq) {
                 c.users -= 1;
