@@ -401,8 +401,38 @@ impl Harness {
                 self.d.write(page, &[0xa5; PAGE as usize]);
             }
         }
+        if c.opcode == ADMIN_OP_CREATE_CQ {
+            self.cq_ring_writable(&c);
+        }
         self.d.submit(c);
         self.since_take += 1;
+    }
+
+    /// A CQ's ring is memory the device writes (its CQEs: an errored QP's flushes too, and
+    /// a QP errs when its doorbell slot holds junk, which a query into a doorbell page
+    /// leaves): the pages a CREATE_CQ's list names become writable, read as the device will
+    /// read them. Over the admin rings, the bookkeeping cannot hold.
+    fn cq_ring_writable(&mut self, c: &AdminCmd) {
+        let a = CreateCqArgs::read_from_prefix(&c.body[..]).unwrap().0;
+        let len = u64::from(a.npages.min(1024)) * 8;
+        let ram_end = self.fx.ram_end;
+        let in_ram = |gpa: u64, len: u64| {
+            gpa >= RAM_BASE && gpa.checked_add(len).is_some_and(|end| end <= ram_end)
+        };
+        if a.page_list % 8 != 0 || !in_ram(a.page_list, len) {
+            return;
+        }
+        let list = self.d.read(a.page_list, len as usize);
+        for entry in list.chunks(8) {
+            let page = u64::from_le_bytes(entry.try_into().unwrap());
+            if page & (PAGE - 1) == 0 && in_ram(page, PAGE) {
+                self.writable.add(page, PAGE);
+                self.unseal(page, PAGE);
+                if page == ADMIN_SQ || page == ADMIN_CQ {
+                    self.d.hostile = true;
+                }
+            }
+        }
     }
 
     /// Checks a CREATE_CTX outcome against the contexts live before it ran.
