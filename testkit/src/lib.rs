@@ -13,9 +13,9 @@
 //! The pieces under the fake guest serve the harnesses that drive an engine without
 //! vfio-user too (the fuzz targets, the engine bench), so that each piece of the ABI's logic
 //! is written once: [`Ram`] (guest RAM), [`SyncEngine`] (an engine polled on the caller's
-//! thread), the ring arithmetic ([`AdminRing`], [`ring_slot`], [`Cq::slot_gpa`],
+//! thread) and [`SyncGuest`] (the guest around one), the ring arithmetic ([`AdminRing`], [`ring_slot`], [`Cq::slot_gpa`],
 //! [`Qp::push_sq`]), the admin command builders ([`cmd`], [`cq_body`], [`qp_body`],
-//! [`mr_body`], ...) and the rules every admin completion follows ([`check_admin_cqe`]).
+//! [`mr_body`], [`listen_cmd`], ...) and the rules every admin completion follows ([`check_admin_cqe`]).
 
 mod admin;
 mod admin_ok;
@@ -28,6 +28,7 @@ mod rings;
 mod scratch_dir;
 mod snapshots;
 mod sync_engine;
+mod sync_guest;
 mod tcp;
 mod tshark;
 
@@ -39,6 +40,7 @@ pub use ram::Ram;
 pub use rings::*;
 pub use scratch_dir::*;
 pub use sync_engine::SyncEngine;
+pub use sync_guest::{sync_connect, SyncGuest};
 pub use tcp::*;
 pub use tshark::*;
 
