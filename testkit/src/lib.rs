@@ -13,7 +13,8 @@
 //! The pieces under the fake guest serve the harnesses that drive an engine without
 //! vfio-user too (the fuzz targets, the engine bench), so that each piece of the ABI's logic
 //! is written once: [`Ram`] (guest RAM), [`SyncEngine`] (an engine polled on the caller's
-//! thread) and [`SyncGuest`] (the guest around one), the ring arithmetic ([`AdminRing`], [`ring_slot`], [`Cq::slot_gpa`],
+//! thread) and [`SyncGuest`] (the guest around one), objects laid out in guest memory
+//! ([`PlannedCq`], [`PlannedQp`]), the ring arithmetic ([`AdminRing`], [`ring_slot`], [`Cq::slot_gpa`],
 //! [`Qp::push_sq`]), the admin command builders ([`cmd`], [`cq_body`], [`qp_body`],
 //! [`mr_body`], [`listen_cmd`], ...) and the rules every admin completion follows ([`check_admin_cqe`]).
 
@@ -21,6 +22,7 @@ mod admin;
 mod admin_ok;
 mod commands;
 mod iwarp;
+mod plans;
 mod queues;
 mod ram;
 pub mod relay;
@@ -35,6 +37,7 @@ mod tshark;
 pub use admin_ok::*;
 pub use commands::*;
 pub use iwarp::*;
+pub use plans::*;
 pub use queues::*;
 pub use ram::Ram;
 pub use rings::*;

@@ -58,13 +58,6 @@ impl SyncGuest {
         unsafe { std::slice::from_raw_parts(self.e.ram.ptr(gpa, len), len) }
     }
 
-    /// `n` pages in one piece, and their page list in guest memory.
-    fn pages(&mut self, n: u64) -> (Vec<u64>, u64) {
-        let pages = contiguous(self.e.ram.alloc_pages(n), n);
-        let list = self.e.ram.page_list(&pages);
-        (pages, list)
-    }
-
     /// Rings a doorbell in the context's page (guest RAM) with the ABI's producer. The
     /// engine runs on this thread, so it never sleeps under us: no kick is needed.
     #[inline]
@@ -122,37 +115,30 @@ impl SyncGuest {
         ctx
     }
 
+    /// Runs a command that completes at once: its (result0, result1).
+    fn results(&mut self, c: AdminCmd) -> (u64, u64) {
+        let c = self.admin(c);
+        (c.result0, c.result1)
+    }
+
     /// A CQ of `depth` entries in one piece of fresh pages, on vector 1.
     pub fn create_cq(&mut self, ctx: u32, depth: u32) -> Cq {
-        let (pages, list) = self.pages(ring_pages(depth, CQE_SIZE));
-        let a = cq_body(list, depth, 1);
-        let c = self.admin(cmd(ADMIN_OP_CREATE_CQ, ctx, 0, &a));
-        Cq::created(ctx, &a, pages, (c.result0 as u32, c.result1 as u32))
+        let (c, plan) = PlannedCq::new(&mut self.e.ram, ctx, depth, 1);
+        plan.created(self.results(c))
     }
 
     /// A QP of `qp_type` with `framing`, both queues `depth` deep in fresh pages, completing
     /// to the CQs `cqs` (send, receive).
-    pub fn create_qp(
-        &mut self,
-        ctx: u32,
-        cqs: (u32, u32),
-        depth: u32,
-        (qp_type, framing): (u8, u8),
-    ) -> Qp {
-        let n = ring_pages(depth, WQE_SIZE);
-        let sq = contiguous(self.e.ram.alloc_pages(n), n);
-        let rq = contiguous(self.e.ram.alloc_pages(n), n);
-        let lists = (self.e.ram.page_list(&sq), self.e.ram.page_list(&rq));
-        let a = qp_body(lists, cqs, (depth, depth), qp_type, framing);
-        let c = self.admin(cmd(ADMIN_OP_CREATE_QP, ctx, 0, &a));
-        Qp::created(ctx, &a, (sq, rq), (c.result0 as u32, c.result1 as u32))
+    pub fn create_qp(&mut self, ctx: u32, cqs: (u32, u32), depth: u32, types: (u8, u8)) -> Qp {
+        let (c, plan) = PlannedQp::new(&mut self.e.ram, ctx, cqs, depth, types);
+        plan.created(self.results(c))
     }
 
     /// A buffer of `len` bytes in one piece of fresh pages (a message of it is one run of
     /// guest memory), registered with `access` at iova 0.
     pub fn reg_buf(&mut self, ctx: u32, len: u64, access: u32) -> (Buf, Mr) {
         let npages = len.div_ceil(PAGE);
-        let (pages, list) = self.pages(npages);
+        let (pages, list) = contiguous_pages(&mut self.e.ram, npages);
         let m = mr_body(list, npages as u32, 0, 0, len, access);
         let c = self.admin(cmd(ADMIN_OP_REG_MR, ctx, 0, &m));
         let buf = Buf {
