@@ -282,6 +282,21 @@ pub struct Endpoint {
     pub port: u16,
 }
 
+impl Endpoint {
+    /// `qp` with its (send, receive) CQs and registered buffer, not bound yet (port 0).
+    pub fn unbound(qp: Qp, (scq, rcq): (Cq, Cq), buf: Buf, mr: Mr) -> Endpoint {
+        Endpoint {
+            ctx: qp.ctx,
+            qp,
+            scq,
+            rcq,
+            buf,
+            mr,
+            port: 0,
+        }
+    }
+}
+
 /// A bound UDP QP with its CQs and buffer.
 pub type Udp = Endpoint;
 /// A TCP QP with its CQs and buffer.

@@ -162,15 +162,7 @@ impl SyncGuest {
         let rcq = self.create_cq(ctx, 2 * depth);
         let qp = self.create_qp(ctx, (scq.id, rcq.id), depth, (QP_TYPE_TCP, FRAMING_MESSAGE));
         let (buf, mr) = self.reg_buf(ctx, buf_len, MR_ACCESS_LOCAL_WRITE);
-        Endpoint {
-            ctx,
-            qp,
-            scq,
-            rcq,
-            buf,
-            mr,
-            port: 0,
-        }
+        Endpoint::unbound(qp, (scq, rcq), buf, mr)
     }
 
     // ---- data path ------------------------------------------------------------------------
