@@ -127,8 +127,8 @@ impl SyncGuest {
         plan.created(self.results(c))
     }
 
-    /// A QP of `qp_type` with `framing`, both queues `depth` deep in fresh pages, completing
-    /// to the CQs `cqs` (send, receive).
+    /// A QP of `types` (QP type, framing), both queues `depth` deep in fresh pages,
+    /// completing to the CQs `cqs` (send, receive).
     pub fn create_qp(&mut self, ctx: u32, cqs: (u32, u32), depth: u32, types: (u8, u8)) -> Qp {
         let (c, plan) = PlannedQp::new(&mut self.e.ram, ctx, cqs, depth, types);
         plan.created(self.results(c))
