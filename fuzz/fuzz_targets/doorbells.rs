@@ -31,7 +31,7 @@ use qpip_abi::wqe::*;
 use qpip_device::engine::DEFAULT_MAC;
 use qpip_device::net::wire;
 use qpip_fuzz::*;
-use qpip_testkit::{eventfd, query_cmd, LOOPBACK};
+use qpip_testkit::{bind_cmd, eventfd, query_cmd, LOOPBACK};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// (context, send CQ, receive CQ, depth, type, address and port to bind).
@@ -179,7 +179,7 @@ fn world() -> World {
         .iter()
         .zip(&qps)
         .filter_map(|(&(ctx, .., bind), q)| {
-            bind.map(|(addr, port)| SyncDevice::bind_cmd(ctx, q.qp.id, addr, port))
+            bind.map(|(addr, port)| bind_cmd(ctx, q.qp.id, addr, port))
         })
         .collect();
     d.must_all(&binds);

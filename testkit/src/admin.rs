@@ -352,10 +352,7 @@ impl FakeGuest {
 
     /// BIND: the port bound.
     pub fn bind(&mut self, ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> Result<u16, u16> {
-        let mut a = BindArgs::new_zeroed();
-        a.addr = addr;
-        a.port = port;
-        self.admin_result(cmd(ADMIN_OP_BIND, ctx, qp, &a))
+        self.admin_result(bind_cmd(ctx, qp, addr, port))
             .map(|c| c.result0 as u16)
     }
 
@@ -366,11 +363,7 @@ impl FakeGuest {
         port: u16,
         backlog: u32,
     ) -> Result<u32, u16> {
-        let mut a = ListenArgs::new_zeroed();
-        a.addr = addr;
-        a.port = port;
-        a.backlog = backlog;
-        self.admin_result(cmd(ADMIN_OP_LISTEN, ctx, 0, &a))
+        self.admin_result(listen_cmd(ctx, addr, port, backlog))
             .map(|c| c.result0 as u32)
     }
 
@@ -381,17 +374,12 @@ impl FakeGuest {
 
     /// Submits ACCEPT (completes asynchronously); returns the cmd_id.
     pub fn submit_accept(&mut self, ctx: u32, listener: u32, qp: u32) -> u32 {
-        let mut a = AcceptArgs::new_zeroed();
-        a.qp = qp;
-        self.admin_submit(cmd(ADMIN_OP_ACCEPT, ctx, listener, &a))
+        self.admin_submit(accept_cmd(ctx, listener, qp))
     }
 
     /// Submits CONNECT (completes asynchronously); returns the cmd_id.
     pub fn submit_connect(&mut self, ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> u32 {
-        let mut a = ConnectArgs::new_zeroed();
-        a.addr = addr;
-        a.port = port;
-        self.admin_submit(cmd(ADMIN_OP_CONNECT, ctx, qp, &a))
+        self.admin_submit(connect_cmd(ctx, qp, addr, port))
     }
 
     /// Waits for an asynchronous command's completion; panics after [`TIMEOUT`].

@@ -101,6 +101,38 @@ pub fn mr_body(
     }
 }
 
+/// `BIND` of QP `qp` to `addr`/`port`.
+pub fn bind_cmd(ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> AdminCmd {
+    let mut a = BindArgs::new_zeroed();
+    a.addr = addr;
+    a.port = port;
+    cmd(ADMIN_OP_BIND, ctx, qp, &a)
+}
+
+/// `LISTEN` on `addr`/`port` with room for `backlog` connections not yet accepted.
+pub fn listen_cmd(ctx: u32, addr: [u8; 16], port: u16, backlog: u32) -> AdminCmd {
+    let mut a = ListenArgs::new_zeroed();
+    a.addr = addr;
+    a.port = port;
+    a.backlog = backlog;
+    cmd(ADMIN_OP_LISTEN, ctx, 0, &a)
+}
+
+/// `ACCEPT` of the listener's next connection onto QP `qp`.
+pub fn accept_cmd(ctx: u32, listener: u32, qp: u32) -> AdminCmd {
+    let mut a = AcceptArgs::new_zeroed();
+    a.qp = qp;
+    cmd(ADMIN_OP_ACCEPT, ctx, listener, &a)
+}
+
+/// `CONNECT` of QP `qp` to `addr`/`port`.
+pub fn connect_cmd(ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> AdminCmd {
+    let mut a = ConnectArgs::new_zeroed();
+    a.addr = addr;
+    a.port = port;
+    cmd(ADMIN_OP_CONNECT, ctx, qp, &a)
+}
+
 /// Checks what holds for the completion of any command of `opcode`, whatever it asked: it
 /// echoes the opcode, has a known status and zero reserved bytes, carries no results on
 /// error, and is CANCELLED only if the command was one that waits (ACCEPT, CONNECT, CLOSE).

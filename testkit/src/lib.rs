@@ -13,14 +13,16 @@
 //! The pieces under the fake guest serve the harnesses that drive an engine without
 //! vfio-user too (the fuzz targets, the engine bench), so that each piece of the ABI's logic
 //! is written once: [`Ram`] (guest RAM), [`SyncEngine`] (an engine polled on the caller's
-//! thread), the ring arithmetic ([`AdminRing`], [`ring_slot`], [`Cq::slot_gpa`],
+//! thread) and [`SyncGuest`] (the guest around one), objects laid out in guest memory
+//! ([`PlannedCq`], [`PlannedQp`]), the ring arithmetic ([`AdminRing`], [`ring_slot`], [`Cq::slot_gpa`],
 //! [`Qp::push_sq`]), the admin command builders ([`cmd`], [`cq_body`], [`qp_body`],
-//! [`mr_body`], ...) and the rules every admin completion follows ([`check_admin_cqe`]).
+//! [`mr_body`], [`listen_cmd`], ...) and the rules every admin completion follows ([`check_admin_cqe`]).
 
 mod admin;
 mod admin_ok;
 mod commands;
 mod iwarp;
+mod plans;
 mod queues;
 mod ram;
 pub mod relay;
@@ -28,17 +30,20 @@ mod rings;
 mod scratch_dir;
 mod snapshots;
 mod sync_engine;
+mod sync_guest;
 mod tcp;
 mod tshark;
 
 pub use admin_ok::*;
 pub use commands::*;
 pub use iwarp::*;
+pub use plans::*;
 pub use queues::*;
 pub use ram::Ram;
 pub use rings::*;
 pub use scratch_dir::*;
 pub use sync_engine::SyncEngine;
+pub use sync_guest::{sync_connect, SyncGuest};
 pub use tcp::*;
 pub use tshark::*;
 
@@ -275,6 +280,21 @@ pub struct Endpoint {
     pub mr: Mr,
     /// The port BIND gave a UDP QP; 0 for a TCP QP (its ports come with connect or accept).
     pub port: u16,
+}
+
+impl Endpoint {
+    /// `qp` with its (send, receive) CQs and registered buffer, not bound yet (port 0).
+    pub fn unbound(qp: Qp, (scq, rcq): (Cq, Cq), buf: Buf, mr: Mr) -> Endpoint {
+        Endpoint {
+            ctx: qp.ctx,
+            qp,
+            scq,
+            rcq,
+            buf,
+            mr,
+            port: 0,
+        }
+    }
 }
 
 /// A bound UDP QP with its CQs and buffer.

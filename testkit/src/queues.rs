@@ -154,15 +154,7 @@ impl FakeGuest {
         let mr = self
             .reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE)
             .expect("register buffer");
-        Endpoint {
-            ctx,
-            qp,
-            scq,
-            rcq,
-            buf,
-            mr,
-            port: 0,
-        }
+        Endpoint::unbound(qp, (scq, rcq), buf, mr)
     }
 
     /// A context with a UDP QP bound to `addr`/`port`, its own send and receive CQs of

@@ -42,7 +42,6 @@
 mod daemon;
 mod latency;
 mod report;
-mod sync_guest;
 mod throughput;
 
 use std::path::PathBuf;

@@ -1,7 +1,8 @@
 //! Engine-to-engine TCP throughput on one core, beside the host kernel's TCP over loopback
 //! and a memcpy of the same bytes; and the per-stage cost of the data path.
 //!
-//! qpip: two engines in this process, each with its guest ([`SyncGuest`]), joined by the
+//! qpip: two engines in this process, each with the test kit's guest around it
+//! ([`SyncGuest`]: the engine runs only when the guest polls it), joined by the
 //! in-process frame queues of `backend::memory` (the engines' own cost), by the same
 //! queues carrying TCP super-frames whole (`memory::pair_gso`, as veth with TSO/GRO), by a
 //! `cable` (unix datagram sockets: the backend two qpipd use without a TAP), or by two
@@ -25,11 +26,14 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use qpip_abi::cqe::*;
+use qpip_device::backend::memory::MemoryLink;
 use qpip_device::backend::NetSpec;
+use qpip_device::engine::network::NetworkConfig;
+use qpip_device::engine::EngineConfig;
 use qpip_device::stages::{self, Counts, Stage, STAGES};
+use qpip_testkit::{sync_connect, Ram, SyncEngine, SyncGuest, RAM_BASE};
 
 use super::fail;
-use super::sync_guest::{self, SyncGuest};
 
 /// Send WRs (and receive WRs) outstanding at once.
 const DEPTH: u32 = 64;
@@ -180,6 +184,38 @@ pub fn qpip(msg: usize, total: u64, mtu: usize, wire: Wire, timing: bool) -> Qpi
     qpip_on(msg, total, mtu, wire, timing, None)
 }
 
+/// An engine with `ram_mib` MiB of guest RAM and its guest, on `link` (else the link `spec`
+/// names) with `mtu`.
+fn guest(
+    mac: [u8; 6],
+    addr: &str,
+    spec: NetSpec,
+    link: Option<MemoryLink>,
+    mtu: usize,
+    ram_mib: u64,
+) -> SyncGuest {
+    let ram = Ram::new(c"bench-guest", RAM_BASE, ram_mib << 20);
+    let network = NetworkConfig {
+        mtu,
+        ..NetworkConfig::new(spec)
+    };
+    let config = EngineConfig {
+        mac,
+        addrs: vec![(addr.parse().expect("address"), 64)],
+        network: Some(network.clone()),
+        ..EngineConfig::default()
+    };
+    let mut e = SyncEngine::new(ram, config);
+    match link {
+        Some(l) => e.engine.attach_link(&network, Box::new(l)),
+        None => e
+            .engine
+            .attach_network(&network)
+            .unwrap_or_else(|err| fail(format!("network: {err}"))),
+    }
+    SyncGuest::new(e)
+}
+
 /// As [`qpip`]; `bridge` is where the TAPs are for [`Wire::Taps`].
 pub fn qpip_on(
     msg: usize,
@@ -212,8 +248,8 @@ pub fn qpip_on(
     };
     let make = || {
         (
-            SyncGuest::new([2, 0, 0, 0, 0, 0xa1], ADDR_A, spec_a, la, mtu, ram_mib),
-            SyncGuest::new([2, 0, 0, 0, 0, 0xb2], ADDR_B, spec_b, lb, mtu, ram_mib),
+            guest([2, 0, 0, 0, 0, 0xa1], ADDR_A, spec_a, la, mtu, ram_mib),
+            guest([2, 0, 0, 0, 0, 0xb2], ADDR_B, spec_b, lb, mtu, ram_mib),
         )
     };
     let (mut a, mut b) = match (wire, bridge) {
@@ -231,7 +267,7 @@ pub fn qpip_on(
         .map(|i| (i * slot, slot as u32, i))
         .collect();
     b.post_recvs(&mut eb, &recvs);
-    sync_guest::connect(&mut b, &eb, &mut a, &ea, ADDR_B, PORT);
+    sync_connect(&mut b, &eb, &mut a, &ea, qpip_testkit::ip(ADDR_B), PORT);
 
     let messages = total / msg as u64;
     let (mut posted, mut sent, mut received) = (0u64, 0u64, 0u64);

@@ -3,10 +3,10 @@
 
 use std::collections::HashMap;
 
-use qpip_abi::cqe::CQE_SIZE;
-use qpip_abi::wqe::WQE_SIZE;
-use qpip_testkit::{contiguous, cq_body, mr_body, qp_body, ring_pages, Cq, Qp, Ram};
-use zerocopy::{FromBytes, FromZeros};
+use qpip_testkit::{
+    bind_cmd, contiguous_pages, mr_body, Cq, GuestPages, PlannedCq, PlannedQp, Qp, Ram,
+};
+use zerocopy::FromBytes;
 
 use super::*;
 use crate::{check_admin_cqe, cmd, create_ctx_cmd};
@@ -140,6 +140,8 @@ impl SyncDevice {
     }
 
     // -- object set-up helpers (for the data-path target) --
+    // The layouts are the test kit's ([`PlannedCq`], [`PlannedQp`]) on this harness's guest
+    // memory (its shadow knows every page list written); what is added here is the sealing.
 
     /// A context with a fresh page of guest RAM as its doorbell page.
     pub fn create_ctx(&mut self) -> u32 {
@@ -150,8 +152,7 @@ impl SyncDevice {
     /// `n` fresh pages in one piece, and their page list (sealed: the object helpers are
     /// for data-path targets, whose commands never name a page list as anything else).
     fn pages(&mut self, n: u64) -> (Vec<u64>, u64) {
-        let pages = contiguous(self.alloc_pages(n), n);
-        let list = self.page_list(&pages);
+        let (pages, list) = contiguous_pages(self, n);
         self.seal(list, PAGE * Ram::page_list_pages(n as usize));
         (pages, list)
     }
@@ -198,12 +199,10 @@ impl SyncDevice {
     /// A CQ of `depth` entries in fresh pages, raising `vector`: its `CREATE_CQ`, and what
     /// makes the [`Cq`] of the command's results.
     pub fn plan_cq(&mut self, ctx: u32, depth: u32, vector: u32) -> (AdminCmd, PlannedCq) {
-        let (pages, list) = self.pages(ring_pages(depth, CQE_SIZE));
-        let args = cq_body(list, depth, vector);
-        (
-            cmd(ADMIN_OP_CREATE_CQ, ctx, 0, &args),
-            PlannedCq { ctx, args, pages },
-        )
+        let (c, plan) = PlannedCq::new(self, ctx, depth, vector);
+        let list = plan.args.page_list;
+        self.seal(list, PAGE * Ram::page_list_pages(plan.pages.len()));
+        (c, plan)
     }
 
     /// A CQ of `depth` entries in fresh pages, raising `vector`.
@@ -219,28 +218,18 @@ impl SyncDevice {
         ctx: u32,
         cqs: (u32, u32),
         depth: u32,
-        (qp_type, framing): (u8, u8),
+        types: (u8, u8),
     ) -> (AdminCmd, PlannedQp) {
-        let n = ring_pages(depth, WQE_SIZE);
-        let sq = contiguous(self.alloc_pages(n), n);
-        let rq = contiguous(self.alloc_pages(n), n);
-        let lists = (self.page_list(&sq), self.page_list(&rq));
+        let (c, plan) = PlannedQp::new(self, ctx, cqs, depth, types);
+        let n = plan.rings.0.len();
         // The device reads rings and page lists, never writes them.
-        for at in [sq[0], rq[0]] {
-            self.seal(at, n * PAGE);
+        for at in [plan.rings.0[0], plan.rings.1[0]] {
+            self.seal(at, n as u64 * PAGE);
         }
-        for at in [lists.0, lists.1] {
-            self.seal(at, PAGE * Ram::page_list_pages(n as usize));
+        for at in [plan.args.sq_page_list, plan.args.rq_page_list] {
+            self.seal(at, PAGE * Ram::page_list_pages(n));
         }
-        let args = qp_body(lists, cqs, (depth, depth), qp_type, framing);
-        (
-            cmd(ADMIN_OP_CREATE_QP, ctx, 0, &args),
-            PlannedQp {
-                ctx,
-                args,
-                rings: (sq, rq),
-            },
-        )
+        (c, plan)
     }
 
     /// A QP with both rings `depth` deep in fresh pages (message framing if TCP).
@@ -275,44 +264,8 @@ impl SyncDevice {
         (cmd(ADMIN_OP_REG_MR, ctx, 0, &a), iova, base)
     }
 
-    /// `BIND` of QP `qp` to `addr`/`port`.
-    pub fn bind_cmd(ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> AdminCmd {
-        let mut a = BindArgs::new_zeroed();
-        a.addr = addr;
-        a.port = port;
-        cmd(ADMIN_OP_BIND, ctx, qp, &a)
-    }
-
     pub fn bind(&mut self, ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> u16 {
-        self.must(Self::bind_cmd(ctx, qp, addr, port)).0 as u16
-    }
-}
-
-/// A CQ whose `CREATE_CQ` is built ([`SyncDevice::plan_cq`]).
-pub struct PlannedCq {
-    ctx: u32,
-    args: CreateCqArgs,
-    pages: Vec<u64>,
-}
-
-impl PlannedCq {
-    /// The CQ, from its command's (result0, result1).
-    pub fn created(self, (id, slot): (u64, u64)) -> Cq {
-        Cq::created(self.ctx, &self.args, self.pages, (id as u32, slot as u32))
-    }
-}
-
-/// A QP whose `CREATE_QP` is built ([`SyncDevice::plan_qp`]).
-pub struct PlannedQp {
-    ctx: u32,
-    args: CreateQpArgs,
-    rings: (Vec<u64>, Vec<u64>),
-}
-
-impl PlannedQp {
-    /// The QP, from its command's (result0, result1).
-    pub fn created(self, (id, slot): (u64, u64)) -> Qp {
-        Qp::created(self.ctx, &self.args, self.rings, (id as u32, slot as u32))
+        self.must(bind_cmd(ctx, qp, addr, port)).0 as u16
     }
 }
 
@@ -325,4 +278,16 @@ pub fn create_ctx_page(c: &AdminCmd) -> Option<u64> {
                 .0
         })
         .map(|a| a.doorbell_page)
+}
+
+/// Fresh pages and page lists as the harness hands them out: through its own RAM accessors,
+/// so that the shadow knows every byte written.
+impl GuestPages for SyncDevice {
+    fn alloc_pages(&mut self, n: u64) -> u64 {
+        SyncDevice::alloc_pages(self, n)
+    }
+
+    fn page_list(&mut self, pages: &[u64]) -> u64 {
+        SyncDevice::page_list(self, pages)
+    }
 }

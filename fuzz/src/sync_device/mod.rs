@@ -19,8 +19,9 @@ use qpip_device::engine::{Control, EngineConfig};
 use qpip_device::irq::Interrupts;
 use qpip_testkit::{AdminRing, Ram, SyncEngine};
 
-pub use admin::{create_ctx_page, PlannedCq, PlannedQp};
+pub use admin::create_ctx_page;
 pub use memory::Writable;
+pub use qpip_testkit::{PlannedCq, PlannedQp};
 
 use crate::trace;
 
