@@ -211,21 +211,6 @@ impl<H: Host> IdlePolicy<H> {
         }
     }
 
-    /// The host it sees.
-    pub fn host(&self) -> &H {
-        &self.host
-    }
-
-    /// The adaptive budget now.
-    pub fn budget(&self) -> Duration {
-        self.budget.budget()
-    }
-
-    /// Whether the thread polls lowered now.
-    pub fn is_low(&self) -> bool {
-        self.low
-    }
-
     /// A pass found work: the idle spell ends (the thread back at its own priority).
     pub fn on_work(&mut self) {
         self.end_spell();
@@ -417,8 +402,7 @@ mod tests {
         assert_eq!(p.next(us(99), 3), Step::Poll);
         assert_eq!(p.next(us(100), 4), Step::Sleep);
         assert_eq!(
-            p.host().looks,
-            0,
+            p.host.looks, 0,
             "a budget under LOWER_AFTER never looks at the host"
         );
     }
@@ -427,34 +411,31 @@ mod tests {
     fn with_a_cpu_spare_it_lowers_itself_for_the_rest_of_the_budget_and_comes_back_on_work() {
         let mut p = IdlePolicy::new(config(2000), host(1));
         assert_eq!(p.next(us(LOWER - 1), 1), Step::Poll);
-        assert!(!p.is_low());
+        assert!(!p.low);
         assert_eq!(p.next(us(LOWER), 2), Step::Poll);
-        assert!(p.is_low() && p.host().lowered);
+        assert!(p.low && p.host.lowered);
         assert_eq!(
             p.next(us(1999), YIELD_EVERY),
             Step::Poll,
             "lowered: no yield"
         );
         p.on_work();
-        assert!(
-            !p.is_low() && !p.host().lowered,
-            "work: back at its own priority"
-        );
+        assert!(!p.low && !p.host.lowered, "work: back at its own priority");
         p.next(us(LOWER), 1);
         assert_eq!(p.next(us(2000), 2), Step::Sleep);
-        assert!(!p.host().lowered, "it sleeps at its own priority");
+        assert!(!p.host.lowered, "it sleeps at its own priority");
     }
 
     #[test]
     fn one_thread_short_it_looks_again_and_polls_on_a_little_while() {
         let mut p = IdlePolicy::new(config(2000), host(2));
         p.next(us(LOWER), 1);
-        assert!(!p.is_low(), "this thread and one more runnable on 2 CPUs");
+        assert!(!p.low, "this thread and one more runnable on 2 CPUs");
         p.host.runnable = Some(1);
         p.next(us(LOWER + EVERY - 1), 2);
-        assert!(!p.is_low(), "too soon to look again");
+        assert!(!p.low, "too soon to look again");
         p.next(us(LOWER + EVERY), 3);
-        assert!(p.is_low(), "a CPU came free");
+        assert!(p.low, "a CPU came free");
 
         let mut p = IdlePolicy::new(config(2000), host(2));
         let tries = (LOWER_AFTER + LOWER_TRIES_FOR).as_micros() as u64;
@@ -475,11 +456,11 @@ mod tests {
             Step::Sleep,
             "polling would take a vCPU's CPU"
         );
-        assert!(!p.is_low());
+        assert!(!p.low);
         p.after_sleep(us(100), true);
         p.host.runnable = Some(1);
         assert_eq!(p.next(us(LOWER), 1), Step::Poll);
-        assert!(p.is_low(), "the next spell looks afresh");
+        assert!(p.low, "the next spell looks afresh");
     }
 
     #[test]
@@ -489,7 +470,7 @@ mod tests {
         let mut p = IdlePolicy::new(config(2000), h);
         assert_eq!(p.next(us(LOWER - 1), 1), Step::Poll);
         assert_eq!(p.next(us(LOWER), 2), Step::Sleep);
-        assert!(!p.host().lowered);
+        assert!(!p.host.lowered);
     }
 
     #[test]
@@ -500,7 +481,7 @@ mod tests {
         };
         let mut p = IdlePolicy::new(cfg, host(3));
         assert_eq!(p.next(us(1999), 1), Step::Poll);
-        assert!(!p.is_low() && p.host().looks == 0);
+        assert!(!p.low && p.host.looks == 0);
         assert_eq!(p.next(us(2000), 2), Step::Sleep);
     }
 
@@ -510,22 +491,26 @@ mod tests {
         for _ in 0..6 {
             p.after_sleep(Duration::from_millis(1), true);
         }
-        assert_eq!(p.budget(), Duration::ZERO);
+        assert_eq!(p.budget.budget(), Duration::ZERO);
         assert_eq!(
             p.next(Duration::ZERO, 1),
             Step::Sleep,
             "no budget: sleep at once"
         );
         p.after_sleep(us(30), true);
-        assert_eq!(p.budget(), MIN_BUDGET);
+        assert_eq!(p.budget.budget(), MIN_BUDGET);
         for _ in 0..10 {
             p.after_sleep(us(30), true);
         }
-        assert_eq!(p.budget(), us(200), "never beyond the maximum");
+        assert_eq!(p.budget.budget(), us(200), "never beyond the maximum");
         p.after_sleep(us(20), false);
-        assert_eq!(p.budget(), us(200), "a short timer sleep changes nothing");
+        assert_eq!(
+            p.budget.budget(),
+            us(200),
+            "a short timer sleep changes nothing"
+        );
         p.after_sleep(Duration::from_millis(3), false);
-        assert_eq!(p.budget(), us(100), "a long one halves it");
+        assert_eq!(p.budget.budget(), us(100), "a long one halves it");
     }
 
     #[test]
@@ -580,6 +565,6 @@ mod tests {
         h.runnable = None;
         let mut p = IdlePolicy::new(config(2000), h);
         p.next(us(LOWER), 1);
-        assert!(p.is_low());
+        assert!(p.low);
     }
 }

@@ -61,6 +61,16 @@ pub struct PendingCmd {
     pub opcode: u16,
 }
 
+impl PendingCmd {
+    /// What completing `cmd` later needs of it.
+    pub fn of(cmd: &qpip_abi::admin::AdminCmd) -> PendingCmd {
+        PendingCmd {
+            cmd_id: cmd.cmd_id,
+            opcode: cmd.opcode,
+        }
+    }
+}
+
 /// What a TCP QP is doing on the connection side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TcpRole {

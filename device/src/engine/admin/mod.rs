@@ -50,6 +50,20 @@ impl AdminQueue {
         *self = AdminQueue::default();
     }
 
+    /// Writes the completions kept for lack of room, oldest first, as far as the ring has
+    /// room. Returns whether any went.
+    fn write_deferred(&mut self, mem: &GuestMemoryMmap) -> bool {
+        let mut did = false;
+        while let Some(c) = self.deferred.front().copied() {
+            if !self.ring.write(mem, c) {
+                break;
+            }
+            self.deferred.pop_front();
+            did = true;
+        }
+        did
+    }
+
     /// Writes a completion, or keeps it (in order) until the ring has room.
     fn complete(&mut self, mem: &GuestMemoryMmap, c: AdminCqe) {
         if !self.deferred.is_empty() || !self.ring.write(mem, c) {
@@ -91,15 +105,8 @@ impl Engine {
     /// Fetches and executes admin commands while there are some, room for their
     /// completions and budget left in this pass. Returns whether anything happened.
     pub(super) fn process_admin(&mut self, mem: &GuestMemoryMmap) -> bool {
-        let mut did = false;
         // Deferred asynchronous completions first: they are older.
-        while let Some(c) = self.admin.deferred.front().copied() {
-            if !self.admin.ring.write(mem, c) {
-                break;
-            }
-            self.admin.deferred.pop_front();
-            did = true;
-        }
+        let mut did = self.admin.write_deferred(mem);
         // A budget per pass: one function's burst of commands (each may walk its tables,
         // a registration reads its page list) must not hold the engine thread from the
         // other functions on it for long; the rest wait for the next pass.
@@ -229,20 +236,14 @@ impl Engine {
                 self.write_query(mem, buf, len, list.as_bytes())
                     .map(|_| (list.count as u64, 0, 0))
             }
-            R::AsyncEvent => {
-                let pending = PendingCmd {
-                    cmd_id: cmd.cmd_id,
-                    opcode: cmd.opcode,
-                };
-                match self.events.request(pending) {
-                    Ok(Some(r)) => {
-                        self.shared.stats.add(STAT_ASYNC_EVENTS, 1);
-                        Ok(r)
-                    }
-                    Ok(None) => return Outcome::Pending,
-                    Err(s) => Err(s),
+            R::AsyncEvent => match self.events.request(PendingCmd::of(cmd)) {
+                Ok(Some(r)) => {
+                    self.shared.stats.add(STAT_ASYNC_EVENTS, 1);
+                    Ok(r)
                 }
-            }
+                Ok(None) => return Outcome::Pending,
+                Err(s) => Err(s),
+            },
             R::SetMac(mac) => self.set_mac(mac).map(|()| (0, 0, 0)),
             R::AddAddr { addr, prefix_len } => self.add_addr(addr, prefix_len),
             R::DelAddr(addr) => self.del_addr(addr),
@@ -257,13 +258,7 @@ impl Engine {
             R::DestroyCq => self.destroy_cq(ctx, h),
             R::CreateQp(q) => self.create_qp(mem, ctx, q),
             R::DestroyQp => self.destroy_qp(mem, ctx, h),
-            R::RegMr(args) => {
-                let cmd = PendingCmd {
-                    cmd_id: cmd.cmd_id,
-                    opcode: cmd.opcode,
-                };
-                return self.reg_mr(mem, cmd, ctx, args);
-            }
+            R::RegMr(args) => return self.reg_mr(mem, PendingCmd::of(cmd), ctx, args),
             R::DeregMr => self.dereg_mr(mem, ctx, h),
             R::CreateTripwire(a) => self.create_tripwire(ctx, &a),
             R::DestroyTripwire => match self.objects.tripwires.get(&h) {
@@ -300,11 +295,7 @@ impl Engine {
                 None => Err(ADMIN_STATUS_BAD_HANDLE),
                 Some(qp) if !qp.may_close() => Err(ADMIN_STATUS_BAD_STATE),
                 Some(_) => {
-                    let pending = PendingCmd {
-                        cmd_id: cmd.cmd_id,
-                        opcode: cmd.opcode,
-                    };
-                    return match self.tcp_close(mem, h, pending) {
+                    return match self.tcp_close(mem, h, PendingCmd::of(cmd)) {
                         Ok(()) => Outcome::Pending,
                         Err(s) => Outcome::Done(Err(s)),
                     };

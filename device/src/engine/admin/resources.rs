@@ -50,13 +50,6 @@ impl Engine {
             .ok_or(ADMIN_STATUS_BAD_HANDLE)
     }
 
-    fn context_mut(&mut self, ctx: u32) -> Result<&mut Context, u16> {
-        self.objects
-            .contexts
-            .get_mut(&ctx)
-            .ok_or(ADMIN_STATUS_BAD_HANDLE)
-    }
-
     pub(super) fn create_ctx(&mut self, mem: &GuestMemoryMmap, gpa: u64) -> Result<Results, u16> {
         let id = (0..pci::DOORBELL_PAGES).find(|p| !self.objects.contexts.contains_key(p));
         let id = id.ok_or(ADMIN_STATUS_NO_RESOURCES)?;
@@ -127,10 +120,10 @@ impl Engine {
         depth: u32,
         vector: u16,
     ) -> Result<Results, u16> {
-        let slot = free_slot(&self.context(ctx)?.cq_slots)?;
+        let c = self.context(ctx)?;
+        let (slot, page) = (free_slot(&c.cq_slots)?, c.doorbell);
         let ring = ring_from_list(mem, list, npages, cqe::CQE_SIZE, depth)?;
         let id = self.objects.new_id();
-        let page = self.objects.contexts[&ctx].doorbell;
         self.objects.cqs.insert(
             id,
             Cq {
@@ -149,7 +142,11 @@ impl Engine {
         // A new CQ starts in a zeroed slot (a reused slot may hold old values).
         page.store(mem, doorbell::cq_head(slot), 0);
         page.store(mem, doorbell::cq_arm_seq(slot), 0);
-        self.context_mut(ctx)?.cq_slots[slot as usize] = Some(id);
+        self.objects
+            .contexts
+            .get_mut(&ctx)
+            .expect("checked")
+            .cq_slots[slot as usize] = Some(id);
         Ok((id as u64, slot as u64, 0))
     }
 
@@ -172,7 +169,8 @@ impl Engine {
         ctx: u32,
         q: QpRequest,
     ) -> Result<Results, u16> {
-        let slot = free_slot(&self.context(ctx)?.qp_slots)?;
+        let c = self.context(ctx)?;
+        let (slot, page) = (free_slot(&c.qp_slots)?, c.doorbell);
         if self.objects.cq_in(ctx, q.send_cq).is_none()
             || self.objects.cq_in(ctx, q.recv_cq).is_none()
         {
@@ -185,7 +183,6 @@ impl Engine {
         let rq = ring(q.rq_page_list, q.rq_npages, q.rq_depth)?;
         let id = self.objects.new_id();
         // A new QP starts at index 0 in a zeroed slot (a reused slot may hold old indices).
-        let page = self.objects.contexts[&ctx].doorbell;
         page.store(mem, doorbell::qp_sq_tail(slot), 0);
         page.store(mem, doorbell::qp_rq_tail(slot), 0);
         let (sq_tail, rq_tail) = (0, 0);
@@ -216,7 +213,11 @@ impl Engine {
         for cq in [q.send_cq, q.recv_cq] {
             self.objects.cqs.get_mut(&cq).expect("checked").users += 1;
         }
-        self.context_mut(ctx)?.qp_slots[slot as usize] = Some(id);
+        self.objects
+            .contexts
+            .get_mut(&ctx)
+            .expect("checked")
+            .qp_slots[slot as usize] = Some(id);
         Ok((id as u64, slot as u64, 0))
     }
 

@@ -587,7 +587,10 @@ impl Engine {
                 accept,
             },
         );
-        self.objects.ports.listen(port, id)?;
+        self.objects
+            .ports
+            .listen(port, id)
+            .expect("checked above: no QP or listener holds the port");
         Ok((id as u64, 0, 0))
     }
 
@@ -656,10 +659,7 @@ impl Engine {
         };
         t.role = TcpRole::Accepting {
             listener,
-            cmd: PendingCmd {
-                cmd_id: cmd.cmd_id,
-                opcode: cmd.opcode,
-            },
+            cmd: PendingCmd::of(cmd),
         };
         // A connection the device already accepted is taken at once; otherwise the QP
         // waits for the next one.
@@ -688,10 +688,7 @@ impl Engine {
         // The command waits for the handshake (or its failure), or until the QP is
         // destroyed (CANCELLED).
         t.role = TcpRole::Connecting {
-            cmd: PendingCmd {
-                cmd_id: cmd.cmd_id,
-                opcode: cmd.opcode,
-            },
+            cmd: PendingCmd::of(cmd),
         };
         match self.tcp_connect(mem, ctx, qp_id, addr, port) {
             Ok(()) => Outcome::Pending,
