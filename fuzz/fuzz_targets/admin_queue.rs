@@ -70,6 +70,11 @@ struct Fixture {
 }
 
 impl Fixture {
+    /// Whether `len` bytes at `gpa` lie wholly in guest RAM.
+    fn in_ram(&self, gpa: u64, len: u64) -> bool {
+        gpa >= RAM_BASE && gpa.checked_add(len).is_some_and(|end| end <= self.ram_end)
+    }
+
     fn in_pool(&self, page: u64) -> bool {
         page & (PAGE - 1) == 0
             && page >= self.db_pool
@@ -415,17 +420,13 @@ impl Harness {
     fn cq_ring_writable(&mut self, c: &AdminCmd) {
         let a = CreateCqArgs::read_from_prefix(&c.body[..]).unwrap().0;
         let len = u64::from(a.npages.min(1024)) * 8;
-        let ram_end = self.fx.ram_end;
-        let in_ram = |gpa: u64, len: u64| {
-            gpa >= RAM_BASE && gpa.checked_add(len).is_some_and(|end| end <= ram_end)
-        };
-        if a.page_list % 8 != 0 || !in_ram(a.page_list, len) {
+        if a.page_list % 8 != 0 || !self.fx.in_ram(a.page_list, len) {
             return;
         }
         let list = self.d.read(a.page_list, len as usize);
         for entry in list.chunks(8) {
             let page = u64::from_le_bytes(entry.try_into().unwrap());
-            if page & (PAGE - 1) == 0 && in_ram(page, PAGE) {
+            if page & (PAGE - 1) == 0 && self.fx.in_ram(page, PAGE) {
                 self.writable.add(page, PAGE);
                 self.unseal(page, PAGE);
                 if page == ADMIN_SQ || page == ADMIN_CQ {
@@ -443,8 +444,7 @@ impl Harness {
             &[ADMIN_STATUS_BAD_OPCODE]
         } else {
             let good = page & (PAGE - 1) == 0
-                && page >= RAM_BASE
-                && page.checked_add(PAGE).is_some_and(|e| e <= self.fx.ram_end)
+                && self.fx.in_ram(page, PAGE)
                 && !self.m.ctx_pages.values().any(|&p| p == page);
             match (self.m.ctx_pages.len() >= DOORBELL_PAGES as usize, good) {
                 (true, true) => &[ADMIN_STATUS_NO_RESOURCES],
