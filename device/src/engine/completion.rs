@@ -30,6 +30,16 @@ pub(super) fn cqe_ok(wr_id: u64, qp: u32, opcode: u8, byte_len: u32) -> Cqe {
     c
 }
 
+/// The completion opcode of a send WR of WQE opcode `wqe_opcode` (anything not an RDMA
+/// Write or Read is a Send).
+pub(super) fn send_op(wqe_opcode: u8) -> u8 {
+    match wqe_opcode {
+        qpip_abi::wqe::WQE_OP_RDMA_WRITE => CQE_OP_RDMA_WRITE,
+        qpip_abi::wqe::WQE_OP_RDMA_READ => CQE_OP_RDMA_READ,
+        _ => CQE_OP_SEND,
+    }
+}
+
 impl Engine {
     /// Writes a completion now if its CQ has room and nothing is waiting before it, else
     /// queues it (in order) until the consumer makes room.

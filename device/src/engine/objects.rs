@@ -109,6 +109,10 @@ pub struct Qp {
     /// it gave (`Engine::take_wqe`).
     pub owed: [u32; 2],
     pub state: QpState,
+    /// The error the next send WR completed in the error state takes instead of FLUSHED
+    /// (status, detail): a peer's Terminate that came when no WR was left to take it, so
+    /// the first WR the guest posts after it learns why the QP failed.
+    pub unclaimed_send_error: Option<(u8, u32)>,
     pub bound: Option<(Ipv6Addr, u16)>,
     /// Whether the QP is in `Objects::busy_qps`.
     pub queued: bool,

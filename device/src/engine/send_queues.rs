@@ -7,7 +7,8 @@ use qpip_abi::cqe::*;
 use qpip_abi::wqe::WQE_SIZE;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use super::completion::cqe;
+use super::completion::{cqe, send_op};
+use super::decode;
 use super::objects::{Qp, QpState};
 use super::Engine;
 
@@ -87,23 +88,24 @@ impl Engine {
         mem.read_slice(&mut raw, addr).ok().map(|_| raw)
     }
 
-    /// Completes the next WR of an errored QP's send (or receive) ring with FLUSHED.
+    /// Completes the next WR of an errored QP's send (or receive) ring with FLUSHED, or
+    /// with the error no WR had taken yet ([`Qp::unclaimed_send_error`]).
     fn flush_one(&mut self, mem: &GuestMemoryMmap, id: u32, sq: bool) {
         let Some(raw) = self.take_wqe(mem, id, sq) else {
             return;
         };
         let wr_id = u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"));
-        let qp = &self.objects.qps[&id];
-        let (cq, op) = if sq {
-            (qp.send_cq, CQE_OP_SEND)
+        let qp = self.objects.qps.get_mut(&id).expect("taken from it");
+        let c = if !sq {
+            cqe(wr_id, id, CQE_OP_RECV, CQE_STATUS_FLUSHED, CQE_DETAIL_NONE)
+        } else if let Some((status, detail)) = qp.unclaimed_send_error.take() {
+            let op = decode::send_wqe(&raw).map_or(CQE_OP_SEND, |wr| send_op(wr.opcode));
+            cqe(wr_id, id, op, status, detail)
         } else {
-            (qp.recv_cq, CQE_OP_RECV)
+            cqe(wr_id, id, CQE_OP_SEND, CQE_STATUS_FLUSHED, CQE_DETAIL_NONE)
         };
-        self.write_cqe(
-            mem,
-            cq,
-            cqe(wr_id, id, op, CQE_STATUS_FLUSHED, CQE_DETAIL_NONE),
-        );
+        let cq = if sq { qp.send_cq } else { qp.recv_cq };
+        self.write_cqe(mem, cq, c);
     }
 
     /// Completes every outstanding WR of a QP with FLUSHED, as far as its CQs have room

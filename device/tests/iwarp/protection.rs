@@ -243,3 +243,58 @@ fn the_side_that_sent_a_terminate_can_close_and_wait_for_it() {
         "the client got it"
     );
 }
+
+/// A Terminate that comes when no WR is left to take its error (the refused Write had
+/// completed, acknowledged before its verdict, and nothing else was posted) gives it to
+/// the next WR the guest posts: the application learns why its QP failed, not just that
+/// it did. The WRs after that one are FLUSHED.
+#[test]
+fn a_terminate_with_no_wr_waiting_gives_its_error_to_the_next_wr_posted() {
+    let (mut g, s, c) = guest();
+    let (_se, mut ce) = connected(&mut g, s, c, 7230);
+    let (target, mr) = region(&mut g, s, 4096, MR_ACCESS_REMOTE_WRITE, 0x5a);
+    let sge = ce.buf.sge(0, 64, ce.mr.lkey);
+    let bad = rdma_wqe(
+        WQE_OP_RDMA_WRITE,
+        1,
+        target.iova,
+        mr.rkey ^ 0x8000_0001,
+        &[sge],
+    );
+    g.post_send(&mut ce.qp, &[bad]);
+    let w = g.wait_cqe(&mut ce.scq);
+    assert_eq!(w.wr_id, 1);
+    // Wait for the client's QP to have received the Terminate (its asynchronous event);
+    // the server's event comes too, in either order.
+    let mut client_failed = w.status != CQE_STATUS_SUCCESS;
+    for _ in 0..2 {
+        let id = g.submit_async_event();
+        let (ctx, qp, kind, _, _) = async_event(&g.admin_wait_done(id));
+        assert_eq!(kind, ASYNC_EVENT_QP_ERROR);
+        client_failed |= (ctx, qp) == (c, ce.qp.id);
+    }
+    assert!(client_failed, "the client's QP got no error event");
+    let detail = cqe_detail_terminate(DDP, 1, 0x00, true);
+    if w.status != CQE_STATUS_SUCCESS {
+        // The Write was still waiting when the Terminate came and took the error itself.
+        assert_eq!((w.status, w.detail), (CQE_STATUS_REMOTE_ACCESS, detail));
+        return;
+    }
+    let after = ce.buf.sge(0, 8, ce.mr.lkey);
+    g.post_send(
+        &mut ce.qp,
+        &[tcp_send_wqe(2, 0, &[after]), tcp_send_wqe(3, 0, &[after])],
+    );
+    let next = g.wait_cqe(&mut ce.scq);
+    assert_eq!(
+        (next.wr_id, next.status, next.detail),
+        (2, CQE_STATUS_REMOTE_ACCESS, detail),
+        "the first WR posted after the Terminate takes its error: {next:?}"
+    );
+    let last = g.wait_cqe(&mut ce.scq);
+    assert_eq!(
+        (last.wr_id, last.status),
+        (3, CQE_STATUS_FLUSHED),
+        "{last:?}"
+    );
+}

@@ -201,6 +201,7 @@ impl Engine {
                 rq_tail,
                 owed: [0; 2],
                 state: QpState::Ready,
+                unclaimed_send_error: None,
                 bound: None,
                 queued: false,
                 kind: if q.tcp {

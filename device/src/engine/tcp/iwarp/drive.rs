@@ -15,7 +15,7 @@ use qpip_abi::cqe::*;
 use qpip_abi::wqe::*;
 use vm_memory::GuestMemoryMmap;
 
-use crate::engine::completion::{cqe, cqe_ok};
+use crate::engine::completion::{cqe, cqe_ok, send_op};
 use crate::engine::decode::{self, Payload};
 use crate::engine::memory::Span;
 use crate::engine::objects::{Objects, QpState, TcpRole};
@@ -274,7 +274,7 @@ impl Engine {
                     continue;
                 }
             };
-            let op = completion_op(wr.opcode);
+            let op = send_op(wr.opcode);
             // Immediate data only after a Write (WQE_FLAG_IMM) on a connection that agreed
             // to RFC 7306; a Read on a connection that allows none cannot go.
             let (ord, immediate) = self
@@ -595,6 +595,10 @@ impl Engine {
                 // error, so that it is always the first WR not completed, however far the
                 // engine had got through the ring when the Terminate came.
                 self.post_cqe(mem, send_cq, failed(wr_id, id, op, status, detail));
+            } else if let Some(q) = self.objects.qps.get_mut(&id) {
+                // No WR is left to take it (the refused one had completed, the next is not
+                // posted yet): the next one the guest posts takes it when it is flushed.
+                q.unclaimed_send_error = Some((status, detail));
             }
         }
         self.iwarp_close(id, conn);
@@ -611,7 +615,7 @@ impl Engine {
         }
         let raw = self.take_wqe(mem, id, true)?;
         Some(match decode::send_wqe(&raw) {
-            Ok(wr) => (wr.wr_id, completion_op(wr.opcode)),
+            Ok(wr) => (wr.wr_id, send_op(wr.opcode)),
             Err(e) => (e.wr_id, CQE_OP_SEND),
         })
     }
@@ -684,14 +688,5 @@ impl Engine {
             .tcp_qp(id)
             .and_then(|t| t.iwarp.as_deref())
             .is_some_and(|iw| iw.phase() == Phase::Over)
-    }
-}
-
-/// The completion opcode of a send WQE's opcode (a Send of any kind completes as a Send).
-fn completion_op(wqe_opcode: u8) -> u8 {
-    match wqe_opcode {
-        WQE_OP_RDMA_WRITE => CQE_OP_RDMA_WRITE,
-        WQE_OP_RDMA_READ => CQE_OP_RDMA_READ,
-        _ => CQE_OP_SEND,
     }
 }
