@@ -21,6 +21,30 @@
 //! bytes: every length is checked, an error names what was wrong, nothing panics. Emitters
 //! append to a `Vec<u8>` (or write into a slice the caller sized with `wire_len()`).
 
+/// Declares a `#[repr(u8)]` enum of a format's numbered codes and its `from_u8`, so that
+/// each code's number is written once.
+macro_rules! u8_codes {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $n:literal,)* }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum $name { $($(#[$vmeta])* $variant = $n,)* }
+
+        impl $name {
+            /// The code numbered `v`, if the format names one.
+            pub fn from_u8(v: u8) -> Option<$name> {
+                match v {
+                    $($n => Some($name::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
 pub mod ddp;
 pub mod fpdu;
 pub mod mpa;

@@ -54,39 +54,22 @@ pub const READ_REQUEST_LEN: usize = 28;
 /// An Immediate Data message's body.
 pub const IMMEDIATE_DATA_LEN: usize = 8;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Opcode {
-    Write = 0,
-    ReadRequest = 1,
-    ReadResponse = 2,
-    Send = 3,
-    SendInvalidate = 4,
-    SendSe = 5,
-    SendSeInvalidate = 6,
-    Terminate = 7,
-    ImmediateData = 8,
-    ImmediateDataSe = 9,
+u8_codes! {
+    pub enum Opcode {
+        Write = 0,
+        ReadRequest = 1,
+        ReadResponse = 2,
+        Send = 3,
+        SendInvalidate = 4,
+        SendSe = 5,
+        SendSeInvalidate = 6,
+        Terminate = 7,
+        ImmediateData = 8,
+        ImmediateDataSe = 9,
+    }
 }
 
 impl Opcode {
-    pub fn from_u8(v: u8) -> Option<Opcode> {
-        use Opcode::*;
-        Some(match v {
-            0 => Write,
-            1 => ReadRequest,
-            2 => ReadResponse,
-            3 => Send,
-            4 => SendInvalidate,
-            5 => SendSe,
-            6 => SendSeInvalidate,
-            7 => Terminate,
-            8 => ImmediateData,
-            9 => ImmediateDataSe,
-            _ => return None,
-        })
-    }
-
     /// The RDMAP control byte of this opcode.
     pub fn control_byte(self) -> u8 {
         VERSION << 6 | self as u8

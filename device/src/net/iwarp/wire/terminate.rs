@@ -53,49 +53,29 @@ pub enum Layer {
     Llp = 2,
 }
 
-/// RDMAP error types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum RdmapType {
-    LocalCatastrophic = 0,
-    RemoteProtection = 1,
-    RemoteOperation = 2,
+u8_codes! {
+    /// RDMAP error types.
+    pub enum RdmapType {
+        LocalCatastrophic = 0,
+        RemoteProtection = 1,
+        RemoteOperation = 2,
+    }
 }
 
-/// RDMAP error codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum RdmapCode {
-    InvalidStag = 0x00,
-    BaseOrBounds = 0x01,
-    AccessRights = 0x02,
-    StagNotAssociated = 0x03,
-    ToWrap = 0x04,
-    Version = 0x05,
-    UnexpectedOpcode = 0x06,
-    CatastrophicStream = 0x07,
-    CatastrophicGlobal = 0x08,
-    CannotInvalidate = 0x09,
-    Unspecified = 0xff,
-}
-
-impl RdmapCode {
-    fn from_u8(v: u8) -> Option<RdmapCode> {
-        use RdmapCode::*;
-        Some(match v {
-            0x00 => InvalidStag,
-            0x01 => BaseOrBounds,
-            0x02 => AccessRights,
-            0x03 => StagNotAssociated,
-            0x04 => ToWrap,
-            0x05 => Version,
-            0x06 => UnexpectedOpcode,
-            0x07 => CatastrophicStream,
-            0x08 => CatastrophicGlobal,
-            0x09 => CannotInvalidate,
-            0xff => Unspecified,
-            _ => return None,
-        })
+u8_codes! {
+    /// RDMAP error codes.
+    pub enum RdmapCode {
+        InvalidStag = 0x00,
+        BaseOrBounds = 0x01,
+        AccessRights = 0x02,
+        StagNotAssociated = 0x03,
+        ToWrap = 0x04,
+        Version = 0x05,
+        UnexpectedOpcode = 0x06,
+        CatastrophicStream = 0x07,
+        CatastrophicGlobal = 0x08,
+        CannotInvalidate = 0x09,
+        Unspecified = 0xff,
     }
 }
 
@@ -110,30 +90,30 @@ pub enum DdpType {
     Reserved = 3,
 }
 
-/// DDP tagged buffer error codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum DdpTaggedCode {
-    InvalidStag = 0x00,
-    BaseOrBounds = 0x01,
-    StagNotAssociated = 0x02,
-    ToWrap = 0x03,
-    Version = 0x04,
+u8_codes! {
+    /// DDP tagged buffer error codes.
+    pub enum DdpTaggedCode {
+        InvalidStag = 0x00,
+        BaseOrBounds = 0x01,
+        StagNotAssociated = 0x02,
+        ToWrap = 0x03,
+        Version = 0x04,
+    }
 }
 
-/// DDP untagged buffer error codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum DdpUntaggedCode {
-    InvalidQn = 0x01,
-    /// Invalid MSN: no buffer available.
-    NoBuffer = 0x02,
-    /// Invalid MSN: MSN out of range.
-    MsnRange = 0x03,
-    InvalidMo = 0x04,
-    /// The message is too long for the buffer.
-    TooLong = 0x05,
-    Version = 0x06,
+u8_codes! {
+    /// DDP untagged buffer error codes.
+    pub enum DdpUntaggedCode {
+        InvalidQn = 0x01,
+        /// Invalid MSN: no buffer available.
+        NoBuffer = 0x02,
+        /// Invalid MSN: MSN out of range.
+        MsnRange = 0x03,
+        InvalidMo = 0x04,
+        /// The message is too long for the buffer.
+        TooLong = 0x05,
+        Version = 0x06,
+    }
 }
 
 /// LLP error types.
@@ -143,19 +123,19 @@ pub enum LlpType {
     Mpa = 0,
 }
 
-/// MPA error codes (the last three from RFC 6581's enhanced setup).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum MpaCode {
-    /// The TCP connection was lost (siw: `LLP_ECODE_TCP_STREAM_LOST`).
-    StreamLost = 0x01,
-    Crc = 0x02,
-    /// A marker and the FPDU start disagree (never sent without markers).
-    FpduStart = 0x03,
-    InvalidRequestReply = 0x04,
-    LocalCatastrophic = 0x05,
-    InsufficientIrd = 0x06,
-    NoMatchingRtr = 0x07,
+u8_codes! {
+    /// MPA error codes (the last three from RFC 6581's enhanced setup).
+    pub enum MpaCode {
+        /// The TCP connection was lost (siw: `LLP_ECODE_TCP_STREAM_LOST`).
+        StreamLost = 0x01,
+        Crc = 0x02,
+        /// A marker and the FPDU start disagree (never sent without markers).
+        FpduStart = 0x03,
+        InvalidRequestReply = 0x04,
+        LocalCatastrophic = 0x05,
+        InsufficientIrd = 0x06,
+        NoMatchingRtr = 0x07,
+    }
 }
 
 /// A Terminate's layer, type and code.
@@ -177,48 +157,14 @@ pub enum TermError {
 impl TermError {
     /// From the three fields (layer and type: 4 bits each).
     pub fn from_raw(layer: u8, etype: u8, code: u8) -> TermError {
-        use DdpTaggedCode as T;
-        use DdpUntaggedCode as U;
         let known = match (layer, etype) {
-            (0, 0..=2) => RdmapCode::from_u8(code).map(|c| {
-                let t = match etype {
-                    0 => RdmapType::LocalCatastrophic,
-                    1 => RdmapType::RemoteProtection,
-                    _ => RdmapType::RemoteOperation,
-                };
-                TermError::Rdmap(t, c)
-            }),
+            (0, _) => RdmapType::from_u8(etype)
+                .zip(RdmapCode::from_u8(code))
+                .map(|(t, c)| TermError::Rdmap(t, c)),
             (1, 0) => (code == 0).then_some(TermError::DdpCatastrophic),
-            (1, 1) => match code {
-                0 => Some(T::InvalidStag),
-                1 => Some(T::BaseOrBounds),
-                2 => Some(T::StagNotAssociated),
-                3 => Some(T::ToWrap),
-                4 => Some(T::Version),
-                _ => None,
-            }
-            .map(TermError::DdpTagged),
-            (1, 2) => match code {
-                1 => Some(U::InvalidQn),
-                2 => Some(U::NoBuffer),
-                3 => Some(U::MsnRange),
-                4 => Some(U::InvalidMo),
-                5 => Some(U::TooLong),
-                6 => Some(U::Version),
-                _ => None,
-            }
-            .map(TermError::DdpUntagged),
-            (2, 0) => match code {
-                1 => Some(MpaCode::StreamLost),
-                2 => Some(MpaCode::Crc),
-                3 => Some(MpaCode::FpduStart),
-                4 => Some(MpaCode::InvalidRequestReply),
-                5 => Some(MpaCode::LocalCatastrophic),
-                6 => Some(MpaCode::InsufficientIrd),
-                7 => Some(MpaCode::NoMatchingRtr),
-                _ => None,
-            }
-            .map(TermError::Mpa),
+            (1, 1) => DdpTaggedCode::from_u8(code).map(TermError::DdpTagged),
+            (1, 2) => DdpUntaggedCode::from_u8(code).map(TermError::DdpUntagged),
+            (2, 0) => MpaCode::from_u8(code).map(TermError::Mpa),
             _ => None,
         };
         known.unwrap_or(TermError::Other {
