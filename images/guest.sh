@@ -12,6 +12,8 @@
 #   /usr/bin/lab-wait          waits for a file in /lab, the folder a lab's guests share
 #   /lib/qpip/nap.sh           `nap`: waits 0.1 s without starting a process (sourced by scripts)
 #   /usr/bin/lab-udp           UDP over kernel sockets (busybox nc is TCP only), static C
+#   /usr/bin/lab-storage       mounts the extras share (images/extras.sh) and loads the
+#                              storage modules and programs from it, on demand
 #   soft-iWARP, loaded only on demand by lab-siw (boot time matters to every test):
 #   /lib/modules/.../siw.ko    built by images/siw.sh, and the RDMA core modules it and
 #   /lib/modules/rdma-load-order  rping need, decompressed, with their load order
@@ -35,6 +37,7 @@ LAB_WAIT=$QPIP_ROOT/images/guest/lab-wait
 NAP=$QPIP_ROOT/images/guest/nap.sh
 LAB_UDP_SRC=$QPIP_ROOT/images/guest/lab-udp.c
 LAB_SIW=$QPIP_ROOT/images/guest/lab-siw
+LAB_STORAGE=$QPIP_ROOT/images/guest/lab-storage
 SIW_KO=$QPIP_CACHE/guest/siw.ko
 BUSYBOX=$RUNTIME_DIR/usr/bin/busybox
 
@@ -62,8 +65,6 @@ RDMA_PROGRAMS=(usr/bin/rping usr/bin/ibv_devices usr/bin/ibv_devinfo usr/bin/rdm
                usr/bin/ib_write_lat usr/bin/ib_write_bw usr/bin/ib_read_lat usr/bin/ib_read_bw)
 SIW_PROVIDER=usr/lib/x86_64-linux-gnu/libibverbs/libsiw-rdmav34.so
 SIW_DRIVER_CONF=etc/libibverbs.d/siw.driver
-LIBDIR=usr/lib/x86_64-linux-gnu
-LOADER=lib64/ld-linux-x86-64.so.2
 
 [ -x "$BUSYBOX" ] || die "no busybox in the runtime ($BUSYBOX); run images/runtime.sh first"
 [ -f "$KO" ] || die "no guest driver at $KO; run images/driver.sh first"
@@ -94,81 +95,31 @@ for b in "${bins[@]}"; do
 done
 
 # --- kernel modules: resolve names to files and dependency order --------------------------
-# modules.dep lines are "kernel/path/name.ko.xz: dep.ko.xz ..."; module names treat - and _
-# alike, file names do not, so compare normalised names.
-# Sets REPLY instead of printing: modules.dep has thousands of lines, and a command
-# substitution per line (a subshell each) made an up-to-date check take seconds.
-modname() { local n=${1##*/}; n=${n%%.ko*}; REPLY=${n//-/_}; }
-declare -A dep_of file_of builtin
-while IFS= read -r line; do
-    f=${line%%:*}
-    modname "$f"; n=$REPLY
-    file_of[$n]=$f
-    dep_of[$n]=${line#*:}
-done <"$MODDIR/modules.dep"
-if [ -f "$MODDIR/modules.builtin" ]; then
-    while IFS= read -r f; do modname "$f"; builtin[$REPLY]=1; done <"$MODDIR/modules.builtin"
-fi
-load_order=()
-declare -A seen
-# Depth first: every dependency is listed before the module that needs it.
-add_module() {
-    local n=$1 d
-    [ -z "${seen[$n]:-}" ] || return 0
-    seen[$n]=1
-    if [ -n "${builtin[$n]:-}" ]; then
-        return 0
-    fi
-    [ -n "${file_of[$n]:-}" ] || die "kernel $KVER has module $n neither built in nor in modules.dep"
-    for d in ${dep_of[$n]}; do modname "$d"; add_module "$REPLY"; done
-    load_order+=("${file_of[$n]}")
-}
-for m in "${MODULES[@]}"; do modname "$m"; add_module "$REPLY"; done
+modules_index "$MODDIR"
+for m in "${MODULES[@]}"; do modules_add "$m"; done
+load_order=("${MODULE_ORDER[@]}")
 builtins=()
-for m in "${MODULES[@]}"; do modname "$m"; [ -z "${builtin[$REPLY]:-}" ] || builtins+=("$REPLY"); done
+for m in "${MODULES[@]}"; do modname "$m"; [ -z "${MOD_BUILTIN[$REPLY]:-}" ] || builtins+=("$REPLY"); done
 say "guest image: kernel $KVER; built in: ${builtins[*]:-none}"
 names=()
 for f in "${load_order[@]}"; do modname "$f"; names+=("$REPLY"); done
 say "guest image: modules to load: ${names[*]}"
-# The RDMA modules: what the boot loads already is not listed again (seen carries over).
-boot_order=("${load_order[@]}")
-load_order=()
-for m in "${RDMA_MODULES[@]}"; do modname "$m"; add_module "$REPLY"; done
-rdma_order=("${load_order[@]}")
-load_order=("${boot_order[@]}")
+# The RDMA modules: what the boot loads already is not listed again (modules_add skips what
+# it added before).
+MODULE_ORDER=()
+for m in "${RDMA_MODULES[@]}"; do modules_add "$m"; done
+rdma_order=("${MODULE_ORDER[@]}")
 names=()
 for f in "${rdma_order[@]}"; do modname "$f"; names+=("$REPLY"); done
 say "guest image: RDMA modules for lab-siw: ${names[*]} siw"
 
 # --- shared libraries of the RDMA tools -----------------------------------------------------
-# What ldd would list, read from the ELF files (readelf, nothing runs and no chroot):
-# each DT_NEEDED, looked up in the runtime's library folders, recursively.
-declare -A lib_seen
-libs=()
-add_needed() {
-    local elf=$1 n p d
-    while read -r n; do
-        [ -z "${lib_seen[$n]:-}" ] || continue
-        # libc names the loader; it goes to its own path (below).
-        [ "$n" != "${LOADER##*/}" ] || continue
-        lib_seen[$n]=1
-        p=
-        for d in usr/lib/x86_64-linux-gnu usr/lib; do
-            [ -e "$RUNTIME_DIR/$d/$n" ] && { p=$d/$n; break; }
-        done
-        [ -n "$p" ] || die "no $n (needed by ${elf#"$RUNTIME_DIR"/}) in the runtime's library folders"
-        libs+=("$p")
-        add_needed "$RUNTIME_DIR/$p"
-    done < <(readelf -d "$elf" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
-}
-for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER"; do add_needed "$RUNTIME_DIR/$f"; done
 # glibc opens libgcc_s at run time to unwind a thread that ends with pthread_exit, as
 # rping's threads do ("libgcc_s.so.1 must be installed for pthread_exit to work", abort).
-for n in libgcc_s.so.1; do
-    lib_seen[$n]=1
-    libs+=("$LIBDIR/$n")
-    add_needed "$RUNTIME_DIR/$LIBDIR/$n"
-done
+runtime_libs "${RDMA_PROGRAMS[@]/#/$RUNTIME_DIR/}" "$RUNTIME_DIR/$SIW_PROVIDER" \
+    "$RUNTIME_DIR/$LIBDIR/libgcc_s.so.1"
+libs=("${RUNTIME_LIBS[@]}")
+[ -n "${RT_LIB_SEEN[libgcc_s.so.1]:-}" ] || libs+=("$LIBDIR/libgcc_s.so.1")
 interp=$(readelf -l "$RUNTIME_DIR/${RDMA_PROGRAMS[0]}" | sed -n 's/.*interpreter: \(.*\)\]/\1/p')
 [ "$interp" = "/$LOADER" ] || die "rping's ELF interpreter is '$interp', expected /$LOADER"
 say "guest image: shared libraries of the RDMA tools: ${libs[*]##*/}"
@@ -205,7 +156,7 @@ extract_vmlinux() {
 }
 
 # --- up to date? ---------------------------------------------------------------------------
-hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_SIW" "$KO"
+hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_SIW" "$LAB_STORAGE" "$KO"
              "$SIW_KO" "$BUSYBOX" "$kernel")
 for b in "${bins[@]}"; do hash_inputs+=("$BINDIR/$b"); done
 for f in "${load_order[@]}" "${rdma_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
@@ -251,19 +202,12 @@ printf 'root:x:0:\n' >etc/group
 printf '127.0.0.1 localhost\n::1 localhost\n' >etc/hosts
 
 # put_module FILE LIST: the kernel's module FILE (relative to its modules folder) into the
-# image, decompressed (busybox insmod wants the plain ELF), its path appended to LIST.
+# image, decompressed, its path appended to LIST.
 put_module() {
-    local f=$1 list=$2 dst
-    mkdir -p "lib/modules/$KVER/$(dirname "$f")"
-    dst=lib/modules/$KVER/${f%.ko*}.ko
-    case $f in
-        *.ko.xz)  xz -dc "$MODDIR/$f" >"$dst" ;;
-        *.ko.gz)  gzip -dc "$MODDIR/$f" >"$dst" ;;
-        *.ko.zst) zstd -qdc "$MODDIR/$f" >"$dst" ;;
-        *.ko)     cp "$MODDIR/$f" "$dst" ;;
-        *) die "unknown module format: $f" ;;
-    esac
-    printf '/%s\n' "$dst" >>"$list"
+    local dst=lib/modules/$KVER/${1%.ko*}.ko
+    mkdir -p "$(dirname "$dst")"
+    unpack_module "$MODDIR/$1" "$dst"
+    printf '/%s\n' "$dst" >>"$2"
 }
 for f in "${load_order[@]}"; do put_module "$f" lib/modules/load-order; done
 touch lib/modules/load-order
@@ -289,6 +233,7 @@ done
 install -m 0755 "$LAB_WAIT" usr/bin/lab-wait
 install -m 0644 "$NAP" lib/qpip/nap.sh
 install -m 0755 "$LAB_SIW" usr/bin/lab-siw
+install -m 0755 "$LAB_STORAGE" usr/bin/lab-storage
 # Static, like the Rust tools (the image's libc is there for rdma-core's tools only).
 # Numeric addresses only (no resolver, so static glibc needs no NSS modules).
 cc -static -O2 -Wall -Wextra -Werror -s -o usr/bin/lab-udp "$LAB_UDP_SRC" \

@@ -118,3 +118,96 @@ check_vermagic() {
         *) die "$1: ${2##*/} has vermagic '$VERMAGIC', expected kernel $KVER" ;;
     esac
 }
+
+# dpkg's version of an installed package in the runtime, or nothing. Read from dpkg's
+# status file, so an up-to-date check needs neither root nor chroot.
+runtime_version() {
+    awk -v pkg="$1" '
+        /^Package: / { p = ($2 == pkg); st = ""; v = "" }
+        p && /^Status: / { st = $0 }
+        p && /^Version: / { v = $2 }
+        p && /^$/ { if (st == "Status: install ok installed") print v; p = 0 }
+        END { if (p && st == "Status: install ok installed") print v }' \
+        "$RUNTIME_DIR/var/lib/dpkg/status"
+}
+
+# --- the guest kernel's own modules and the runtime's shared libraries ----------------------
+# (images/guest.sh packs some into the initramfs, images/extras.sh others into the extras
+# share.)
+
+# modules_index MODDIR: reads MODDIR's modules.dep (lines "kernel/path/name.ko.xz: dep.ko.xz
+# ...") and modules.builtin, for modules_add. Module names treat - and _ alike, file names do
+# not, so names are normalised. Sets REPLY instead of printing in modname: modules.dep has
+# thousands of lines, and a command substitution per line (a subshell each) made an
+# up-to-date check take seconds.
+modname() { local n=${1##*/}; n=${n%%.ko*}; REPLY=${n//-/_}; }
+modules_index() {
+    local line f
+    declare -gA MOD_DEPS=() MOD_FILE=() MOD_BUILTIN=() MOD_SEEN=()
+    MODULE_ORDER=()
+    while IFS= read -r line; do
+        f=${line%%:*}
+        modname "$f"
+        MOD_FILE[$REPLY]=$f
+        MOD_DEPS[$REPLY]=${line#*:}
+    done <"$1/modules.dep"
+    if [ -f "$1/modules.builtin" ]; then
+        while IFS= read -r f; do modname "$f"; MOD_BUILTIN[$REPLY]=1; done <"$1/modules.builtin"
+    fi
+}
+
+# modules_add NAME: appends module NAME's file (relative to the modules folder) to
+# MODULE_ORDER, after its dependencies, depth first; a module built into the kernel, or
+# added already (since modules_index), is skipped.
+modules_add() {
+    local n d
+    modname "$1"; n=$REPLY
+    [ -z "${MOD_SEEN[$n]:-}" ] || return 0
+    MOD_SEEN[$n]=1
+    [ -z "${MOD_BUILTIN[$n]:-}" ] || return 0
+    [ -n "${MOD_FILE[$n]:-}" ] || die "the guest kernel has module $n neither built in nor in modules.dep"
+    for d in ${MOD_DEPS[$n]}; do modules_add "$d"; done
+    MODULE_ORDER+=("${MOD_FILE[$n]}")
+}
+
+# unpack_module SRC DST: a kernel module file, decompressed (busybox insmod wants the plain
+# ELF).
+unpack_module() {
+    case $1 in
+        *.ko.xz)  xz -dc "$1" >"$2" ;;
+        *.ko.gz)  gzip -dc "$1" >"$2" ;;
+        *.ko.zst) zstd -qdc "$1" >"$2" ;;
+        *.ko)     cp "$1" "$2" ;;
+        *) die "unknown module format: $1" ;;
+    esac
+}
+
+# The runtime's dynamic loader and library folder (x86-64).
+LOADER=lib64/ld-linux-x86-64.so.2
+LIBDIR=usr/lib/x86_64-linux-gnu
+
+# runtime_libs ELF...: sets RUNTIME_LIBS to the shared libraries (paths relative to the
+# runtime) that the ELF files need, recursively: what ldd would list, read from the files
+# (readelf: nothing runs, no chroot). The dynamic loader is left out (it has a path of its
+# own, $LOADER).
+runtime_libs() {
+    declare -gA RT_LIB_SEEN=()
+    RUNTIME_LIBS=()
+    local f
+    for f in "$@"; do runtime_libs_of "$f"; done
+}
+runtime_libs_of() {
+    local elf=$1 n p d
+    while read -r n; do
+        [ -z "${RT_LIB_SEEN[$n]:-}" ] || continue
+        [ "$n" != "${LOADER##*/}" ] || continue
+        RT_LIB_SEEN[$n]=1
+        p=
+        for d in "$LIBDIR" usr/lib; do
+            [ -e "$RUNTIME_DIR/$d/$n" ] && { p=$d/$n; break; }
+        done
+        [ -n "$p" ] || die "no $n (needed by ${elf#"$RUNTIME_DIR"/}) in the runtime's library folders"
+        RUNTIME_LIBS+=("$p")
+        runtime_libs_of "$RUNTIME_DIR/$p"
+    done < <(readelf -d "$elf" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+}

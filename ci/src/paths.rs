@@ -52,6 +52,12 @@ pub fn guest_initramfs() -> PathBuf {
     cache().join("guest/initramfs.cpio.gz")
 }
 
+/// The guest extras (images/extras.sh): programs and modules a few tests load on demand,
+/// given to every guest as a read-only share it mounts only when it needs them.
+pub fn guest_extras() -> PathBuf {
+    cache().join("guest/extras")
+}
+
 /// The qpipd binary: `$QPIPD`, or `<root>/target/release/qpipd`.
 pub fn qpipd() -> PathBuf {
     match std::env::var_os("QPIPD") {

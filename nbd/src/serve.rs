@@ -129,7 +129,19 @@ struct InFlight {
     next_op: u32,
     /// READ: the buffer (header room, then the data).
     buf: Option<usize>,
+    /// WRITE_ZEROES the file system cannot do by `fallocate`: the range still to be
+    /// written with zeroes (next, end).
+    zeroing: Option<(u64, u64)>,
+    /// FUA on a TRIM or WRITE_ZEROES: a flush once its other operations are done.
+    flush_after: bool,
 }
+
+/// What a WRITE_ZEROES writes from when the file system cannot zero a range itself. Only
+/// ever read.
+static ZEROES: [u8; ZERO_CHUNK] = [0; ZERO_CHUNK];
+const ZERO_CHUNK: usize = 1 << 20;
+/// Zero writes in flight at most for one WRITE_ZEROES.
+const ZERO_WRITES: u32 = 8;
 
 /// Registered buffers for READ replies, by power-of-two size.
 struct ReadBufs {
@@ -428,6 +440,8 @@ impl<'a> Conn<'a> {
             chunks: HashMap::new(),
             next_op: 0,
             buf: None,
+            zeroing: None,
+            flush_after: false,
         };
         match self.free_requests.pop() {
             Some(i) => {
@@ -524,6 +538,7 @@ impl<'a> Conn<'a> {
                 if req.length == 0 {
                     self.finish(i)?;
                 } else {
+                    self.req_mut(i).flush_after = fua;
                     self.start(
                         i,
                         OpKind::Fallocate(mode),
@@ -531,9 +546,6 @@ impl<'a> Conn<'a> {
                         req.length as usize,
                         req.offset,
                     );
-                    if fua {
-                        self.start(i, OpKind::Flush, std::ptr::null_mut(), 0, 0);
-                    }
                 }
             }
             _ => unreachable!("checked"),
@@ -552,7 +564,8 @@ impl<'a> Conn<'a> {
         let op = r.next_op;
         r.next_op += 1;
         // SAFETY: READ buffers and received chunks stay registered and untouched until
-        // their operation completes (`disk_done` releases them).
+        // their operation completes (`disk_done` releases them); ZEROES is static and
+        // only written from.
         unsafe {
             self.disk
                 .start((i as u64) << 32 | u64::from(op), kind, buf, len, offset)
@@ -568,9 +581,7 @@ impl<'a> Conn<'a> {
             let (left, error, fua) = (r.payload_left, r.error, r.req.flags & cmd_flags::FUA != 0);
             if left == 0 {
                 self.writing = None;
-                if self.requests[i].as_ref().is_some_and(|r| r.ops == 0) {
-                    self.finish(i)?;
-                }
+                self.advance(i)?;
                 return Ok(true);
             }
             if error == 0 && !self.disk.has_room() {
@@ -605,23 +616,52 @@ impl<'a> Conn<'a> {
             cmd::WRITE => r.chunks.get(&op).map(|c| c.len() as i32),
             _ => None,
         };
-        let failed = res < 0 || want.is_some_and(|w| res != w);
-        if failed && r.error == 0 {
+        let unsupported = res == -libc::EOPNOTSUPP && r.zeroing.is_none();
+        if unsupported && r.req.kind == cmd::TRIM {
+            // Trimming is advice: a file system that cannot punch holes keeps the data.
+        } else if unsupported && r.req.kind == cmd::WRITE_ZEROES {
+            // It cannot zero the range itself: write zeroes instead.
+            r.zeroing = Some((r.req.offset, r.req.offset + u64::from(r.req.length)));
+        } else if (res < 0 || want.is_some_and(|w| res != w)) && r.error == 0 {
             warn!("request {:?}: the disk answered {res}", r.req);
             r.error = match -res {
                 libc::ENOSPC | libc::EDQUOT | libc::EFBIG => errno::ENOSPC,
-                libc::EOPNOTSUPP if r.req.kind != cmd::READ => errno::EINVAL,
                 _ => errno::EIO,
             };
         }
         if let Some(c) = r.chunks.remove(&op) {
             self.stream.release(&self.qp, c).map_err(io::Error::other)?;
         }
-        let r = self.requests[i].as_ref().expect("still there");
-        if r.ops == 0 && r.payload_left == 0 && self.writing != Some(i) {
-            self.finish(i)?;
+        self.advance(i)
+    }
+
+    /// Moves request `i` on after one of its operations completed: more zeroes to write,
+    /// the flush a FUA asked for, or its reply.
+    fn advance(&mut self, i: usize) -> io::Result<()> {
+        loop {
+            let r = self.requests[i].as_ref().expect("a request in flight");
+            let Some((at, end)) = r.zeroing.filter(|&(at, end)| at < end && r.error == 0) else {
+                break;
+            };
+            if r.ops >= ZERO_WRITES || !self.disk.has_room() {
+                break;
+            }
+            let n = (end - at).min(ZERO_CHUNK as u64) as usize;
+            self.req_mut(i).zeroing = Some((at + n as u64, end));
+            let kind = OpKind::Write { fua: false };
+            self.start(i, kind, ZEROES.as_ptr().cast_mut(), n, at);
         }
-        Ok(())
+        let r = self.requests[i].as_mut().expect("a request in flight");
+        let zeroes_left = r.zeroing.is_some_and(|(next, end)| next < end) && r.error == 0;
+        if r.ops > 0 || r.payload_left > 0 || self.writing == Some(i) || zeroes_left {
+            return Ok(());
+        }
+        if r.flush_after && r.error == 0 {
+            r.flush_after = false;
+            self.start(i, OpKind::Flush, std::ptr::null_mut(), 0, 0);
+            return Ok(());
+        }
+        self.finish(i)
     }
 
     /// Request `i` is done: its reply is queued and the request forgotten.

@@ -215,7 +215,8 @@ impl Run<'_> {
 
     pub(super) fn start_qemu(&mut self, console_log: &Path) -> Result<(), LabError> {
         let share = self.dir.join("share");
-        let mut folders = vec![&share, console_log];
+        let extras = paths::guest_extras();
+        let mut folders = vec![&share, console_log, &extras];
         if let Some(shared) = &self.wiring.shared {
             folders.push(shared);
         }
@@ -262,6 +263,16 @@ impl Run<'_> {
                 share.display()
             ),
         ];
+        // Mounted by the guest only when a test needs what it holds (lab-storage): the
+        // share costs the boot nothing.
+        let extras = paths::guest_extras();
+        if extras.is_dir() {
+            args.push("-virtfs".into());
+            args.push(format!(
+                "local,path={},mount_tag=extras,security_model=none,readonly=on,id=h2",
+                extras.display()
+            ));
+        }
         if let Some(shared) = &self.wiring.shared {
             args.push("-virtfs".into());
             args.push(format!(

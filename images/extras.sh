@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds the guest extras: $QPIP_CACHE/guest/extras/, a folder the lab gives every guest
+# as a read-only 9p share (mount tag "extras") and that nothing mounts at boot. Programs a
+# few tests need live here rather than in the initramfs, which every boot unpacks: a guest
+# script mounts the share and loads them on demand (images/guest/lab-storage).
+#   bin/PROGRAM        a wrapper: the runtime's dynamic loader runs libexec/PROGRAM with
+#                      lib/ as its library path (the initramfs has the loader and libc)
+#   libexec/PROGRAM    the program from the runtime (trixie, images/packages.sh)
+#   lib/               every shared library the programs need
+#   modules/           kernel modules of the guest kernel, decompressed, and
+#   modules/storage-load-order  the order to load the storage ones in
+#   MANIFEST           the Debian packages and versions the programs come from
+# Storage (the network block device tests):
+#   nbd-client, nbd-server   the stock NBD client and server (nbd-client, nbd-server)
+#   mke2fs, e2fsck           the ext2 file system on the network disk (e2fsprogs)
+#   nbd, ublk_drv, ext4      the kernel's NBD client, its userspace block devices (ublk),
+#                            and ext2 (ext4's driver serves it), with their dependencies
+# Rebuilds only when an input changed (a stamp holds the hash of all of them).
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+OUT=$QPIP_CACHE/guest/extras
+# Programs: path in the runtime, and the package it comes from.
+PROGRAMS=(usr/sbin/nbd-client:nbd-client usr/bin/nbd-server:nbd-server
+          usr/sbin/mke2fs:e2fsprogs usr/sbin/e2fsck:e2fsprogs)
+# Storage modules by name (crc32c: ext4's checksums ask the crypto API for one; it is a
+# soft dependency, not in modules.dep).
+STORAGE_MODULES=(crc32c_generic ext4 nbd ublk_drv)
+
+kernel=$(ls "$RUNTIME_DIR"/boot/vmlinuz-* 2>/dev/null | sort -V | tail -1)
+[ -n "$kernel" ] || die "no guest kernel in $RUNTIME_DIR/boot; run images/runtime.sh first"
+KVER=${kernel##*/vmlinuz-}
+MODDIR=$RUNTIME_DIR/lib/modules/$KVER
+[ -f "$MODDIR/modules.dep" ] || die "no $MODDIR/modules.dep for kernel $KVER"
+files=()
+for p in "${PROGRAMS[@]}"; do
+    f=${p%%:*}
+    [ -f "$RUNTIME_DIR/$f" ] || die "no /$f in the runtime; run images/packages.sh first (it installs ${p#*:})"
+    files+=("$RUNTIME_DIR/$f")
+done
+runtime_libs "${files[@]}"
+libs=("${RUNTIME_LIBS[@]}")
+modules_index "$MODDIR"
+for m in "${STORAGE_MODULES[@]}"; do modules_add "$m"; done
+storage_order=("${MODULE_ORDER[@]}")
+
+manifest=
+for p in "${PROGRAMS[@]}"; do
+    pkg=${p#*:}
+    v=$(runtime_version "$pkg")
+    [ -n "$v" ] || die "package $pkg is not installed in the runtime; run images/packages.sh first"
+    manifest+="${p%%:*} $pkg $v"$'\n'
+done
+
+hash_inputs=("$QPIP_ROOT/images/extras.sh" "$QPIP_ROOT/images/lib.sh" "$manifest" "$KVER")
+for f in "${files[@]}"; do hash_inputs+=("$f"); done
+for f in "${libs[@]}"; do hash_inputs+=("$RUNTIME_DIR/$f"); done
+for f in "${storage_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
+KEY=$(inputs_hash "${hash_inputs[@]}")
+STAMP=$OUT/.stamp-$KEY
+if [ -f "$STAMP" ]; then
+    say "guest extras: up to date ($OUT)"
+    exit 0
+fi
+
+STAGE=$(mktemp -d "$QPIP_CACHE/guest/.extras.XXXXXX")
+chmod 755 "$STAGE"
+trap 'rm -rf "$STAGE"' EXIT
+mkdir -p "$STAGE"/{bin,libexec,lib,modules}
+for p in "${PROGRAMS[@]}"; do
+    f=${p%%:*}
+    n=${f##*/}
+    cp -L "$RUNTIME_DIR/$f" "$STAGE/libexec/$n"
+    # --argv0: programs that read their own name (mke2fs as mkfs.ext2) see the name they
+    # were called by.
+    printf '#!/bin/sh\nexec /%s --library-path /extras/lib --argv0 "$0" /extras/libexec/%s "$@"\n' \
+        "$LOADER" "$n" >"$STAGE/bin/$n"
+    chmod 755 "$STAGE/bin/$n"
+done
+ln -s mke2fs "$STAGE/bin/mkfs.ext2"
+for f in "${libs[@]}"; do cp -L "$RUNTIME_DIR/$f" "$STAGE/lib/${f##*/}"; done
+: >"$STAGE/modules/storage-load-order"
+for f in "${storage_order[@]}"; do
+    n=${f##*/}
+    n=${n%.ko*}.ko
+    unpack_module "$MODDIR/$f" "$STAGE/modules/$n"
+    printf '/extras/modules/%s\n' "$n" >>"$STAGE/modules/storage-load-order"
+done
+printf '%s' "$manifest" >"$STAGE/MANIFEST"
+touch "$STAGE/.stamp-$KEY"
+rm -rf "$OUT.old"
+[ ! -d "$OUT" ] || mv "$OUT" "$OUT.old"
+mv "$STAGE" "$OUT"
+rm -rf "$OUT.old"
+names=()
+for f in "${storage_order[@]}"; do modname "$f"; names+=("$REPLY"); done
+say "guest extras: $OUT ($(du -sk "$OUT" | cut -f1) KiB): ${PROGRAMS[*]%%:*}; modules ${names[*]}"
