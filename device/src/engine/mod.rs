@@ -426,8 +426,8 @@ impl Engine {
         self.sleeping = asleep;
         let v = asleep as u32;
         let mem = self.shared.ram.memory();
-        for c in self.objects.contexts.values() {
-            c.doorbell
+        for (_, c) in self.objects.contexts() {
+            c.doorbell()
                 .store(&mem, qpip_abi::doorbell::DB_ENGINE_SLEEPING, v);
         }
     }

@@ -110,10 +110,10 @@ impl Engine {
         ctx: u32,
         a: &CreateTripwireArgs,
     ) -> Result<(u64, u64, u32), u16> {
-        if !self.objects.contexts.contains_key(&ctx) {
+        if !self.objects.has_context(ctx) {
             return Err(ADMIN_STATUS_BAD_HANDLE);
         }
-        if self.objects.tripwires.len() >= MAX_TRIPWIRES as usize {
+        if self.objects.tripwires().len() >= MAX_TRIPWIRES as usize {
             return Err(ADMIN_STATUS_NO_RESOURCES);
         }
         if a.len == 0 || !a.arm_addr.is_multiple_of(4) {
@@ -124,8 +124,7 @@ impl Engine {
             .ok_or(ADMIN_STATUS_BAD_HANDLE)?;
         let region = |lkey: u32| {
             self.objects
-                .mrs
-                .get(&lkey)
+                .mr(lkey)
                 .filter(|m| m.ctx == ctx)
                 .ok_or(ADMIN_STATUS_BAD_HANDLE)
         };
@@ -137,40 +136,29 @@ impl Engine {
         region(a.arm_lkey)?
             .translate(a.arm_lkey, a.arm_addr, 4, &mut arm)
             .map_err(|_| ADMIN_STATUS_BAD_PARAM)?;
-        let id = self.objects.new_id();
-        self.objects.tripwires.insert(
-            id,
-            Tripwire {
-                ctx,
-                lkey: a.lkey,
-                arm_lkey: a.arm_lkey,
-                cq: a.cq,
-                tag: a.tag,
-                va: a.addr,
-                spans,
-                arm_gpa: arm[0].addr,
-                seen: 0,
-            },
-        );
-        if let Some(c) = self.objects.cqs.get_mut(&a.cq) {
-            c.users += 1;
-        }
+        let id = self.objects.insert_tripwire(Tripwire {
+            ctx,
+            lkey: a.lkey,
+            arm_lkey: a.arm_lkey,
+            cq: a.cq,
+            tag: a.tag,
+            va: a.addr,
+            spans,
+            arm_gpa: arm[0].addr,
+            seen: 0,
+        });
         Ok((id as u64, 0, 0))
     }
 
     /// Removes tripwire `id` (its CQ may go then).
     pub(super) fn remove_tripwire(&mut self, id: u32) {
-        if let Some(t) = self.objects.tripwires.remove(&id) {
-            if let Some(c) = self.objects.cqs.get_mut(&t.cq) {
-                c.users -= 1;
-            }
-        }
+        self.objects.remove_tripwire(id);
     }
 
     /// Whether a tripwire watches region `lkey` or keeps its arm word there.
     pub(super) fn region_tripwired(&self, lkey: u32) -> bool {
         self.objects
-            .tripwires
+            .tripwires()
             .values()
             .any(|t| t.lkey == lkey || t.arm_lkey == lkey)
     }
@@ -183,7 +171,7 @@ impl Engine {
         // data — an armed tripwire is never missed for data that landed meanwhile.
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         for h in hits {
-            let Some(t) = self.objects.tripwires.get_mut(&h.tripwire) else {
+            let Some(t) = self.objects.tripwire_mut(h.tripwire) else {
                 continue;
             };
             let Ok(arm) = mem.read_obj::<u32>(GuestAddress(t.arm_gpa)) else {

@@ -300,14 +300,14 @@ impl Engine {
         mem: &GuestMemoryMmap,
         id: u32,
     ) -> (bool, bool) {
-        let iwarp = self.objects.qps[&id].tcp().expect("TCP QP").is_iwarp();
+        let iwarp = self.objects.tcp_qp(id).expect("TCP QP").is_iwarp();
         let mut did = if iwarp {
             self.iwarp_take_recvs(mem, id)
         } else {
             self.tcp_take_recvs(mem, id)
         };
-        let qp = &self.objects.qps[&id];
-        if qp.sq_head == qp.sq_tail {
+        let qp = self.objects.qp(id).expect("caller checked");
+        if !qp.posted(true) {
             return (did, false);
         }
         match qp.tcp().expect("TCP QP").role {
