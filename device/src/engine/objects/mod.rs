@@ -55,22 +55,6 @@ impl PendingCmd {
     }
 }
 
-/// What a TCP QP is doing on the connection side.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TcpRole {
-    Idle,
-    /// Offered to a listener by ACCEPT.
-    Accepting {
-        listener: u32,
-        cmd: PendingCmd,
-    },
-    Connecting {
-        cmd: PendingCmd,
-    },
-    /// Carries a connection (or carried one that has ended).
-    Connected,
-}
-
 /// A TCP listener: its address and port, and the rendezvous of accepted connections with
 /// the QPs offered by ACCEPT ([`super::tcp::AcceptQueue`], the TCP unit's).
 pub struct Listener {

@@ -17,8 +17,9 @@ use crate::net::tcp::{self, ConnId, Event, FourTuple, State};
 use super::*;
 use crate::engine::admin::{Outcome, Results};
 use crate::engine::decode;
-use crate::engine::objects::{Listener, PendingCmd, TcpRole};
+use crate::engine::objects::{Listener, PendingCmd};
 use crate::engine::ports::Proto;
+use crate::engine::tcp::TcpRole;
 use crate::engine::Engine;
 
 impl Engine {

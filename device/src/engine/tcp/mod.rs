@@ -71,7 +71,7 @@ use crate::net::tcp::{
     self, ConnId, ConnectionTable, Event, Input, IsnGenerator, Outgoing, RecvSink,
 };
 
-use super::objects::{PendingCmd, TcpRole};
+use super::objects::PendingCmd;
 use super::Engine;
 use rx::{settle_with, QpSink, RxState, Unclaimed};
 use tx::{QpSource, TxEntry, TxQueue};
@@ -82,6 +82,22 @@ const HOP_LIMIT: u8 = 64;
 const SEND_BUDGET: u32 = 64;
 /// Largest accept backlog (ListenArgs::backlog is clamped to it; 0 means this).
 const MAX_BACKLOG: usize = 1024;
+
+/// What a TCP QP is doing on the connection side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpRole {
+    Idle,
+    /// Offered to a listener by ACCEPT.
+    Accepting {
+        listener: u32,
+        cmd: PendingCmd,
+    },
+    Connecting {
+        cmd: PendingCmd,
+    },
+    /// Carries a connection (or carried one that has ended).
+    Connected,
+}
 
 /// What a TCP QP holds beyond its rings ([`super::objects::QpKind::Tcp`]).
 pub struct TcpQp {
