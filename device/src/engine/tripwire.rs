@@ -19,21 +19,36 @@ use super::completion::cqe_ok;
 use super::memory::Span;
 use super::Engine;
 
-/// A tripwire: where it watches, where its arm word is, where its events go.
+/// A tripwire: where it watches, where its arm word is, where its events go. The tables
+/// hold it (`objects`); only this unit looks inside.
 #[derive(Debug, Clone)]
 pub struct Tripwire {
-    pub ctx: u32,
-    pub lkey: u32,
-    pub arm_lkey: u32,
-    pub cq: u32,
-    pub tag: u64,
+    ctx: u32,
+    lkey: u32,
+    arm_lkey: u32,
+    cq: u32,
+    tag: u64,
     /// Virtual address of the watched range, and its guest-physical spans in order.
-    pub va: u64,
-    pub spans: Vec<Span>,
+    va: u64,
+    spans: Vec<Span>,
     /// Guest-physical address of the arm word.
-    pub arm_gpa: u64,
+    arm_gpa: u64,
     /// The arm word's value when the tripwire last fired (0 at creation).
-    pub seen: u32,
+    seen: u32,
+}
+
+impl Tripwire {
+    /// Its context.
+    #[inline]
+    pub fn ctx(&self) -> u32 {
+        self.ctx
+    }
+
+    /// The CQ its events go to.
+    #[inline]
+    pub fn cq(&self) -> u32 {
+        self.cq
+    }
 }
 
 /// What one placement did to one tripwire: the first virtual address it wrote in the

@@ -262,7 +262,7 @@ impl Engine {
             R::DeregMr => self.dereg_mr(mem, ctx, h),
             R::CreateTripwire(a) => self.create_tripwire(ctx, &a),
             R::DestroyTripwire => match self.objects.tripwires().get(&h) {
-                Some(t) if t.ctx == ctx => {
+                Some(t) if t.ctx() == ctx => {
                     self.remove_tripwire(h);
                     Ok((0, 0, 0))
                 }

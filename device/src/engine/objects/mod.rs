@@ -175,7 +175,7 @@ impl Objects {
     /// went first (what they leave behind is the engine's to settle).
     pub fn remove_context(&mut self, ctx: u32) {
         debug_assert!(!self.qps.values().any(|q| q.ctx() == ctx));
-        self.tripwires.retain(|_, t| t.ctx != ctx);
+        self.tripwires.retain(|_, t| t.ctx() != ctx);
         self.cqs.retain(|_, c| c.ctx() != ctx);
         self.mrs.retain(|_, m| m.ctx != ctx);
         self.contexts.remove(&ctx);
@@ -436,7 +436,7 @@ impl Objects {
     /// [`Objects::remove_tripwire`]). Returns its id.
     pub fn insert_tripwire(&mut self, t: Tripwire) -> u32 {
         let id = self.new_id();
-        if let Some(c) = self.cqs.get_mut(&t.cq) {
+        if let Some(c) = self.cqs.get_mut(&t.cq()) {
             c.users += 1;
         }
         self.tripwires.insert(id, t);
@@ -446,7 +446,7 @@ impl Objects {
     /// Removes tripwire `id`; its CQ has one user fewer.
     pub fn remove_tripwire(&mut self, id: u32) -> Option<Tripwire> {
         let t = self.tripwires.remove(&id)?;
-        if let Some(c) = self.cqs.get_mut(&t.cq) {
+        if let Some(c) = self.cqs.get_mut(&t.cq()) {
             c.users -= 1;
         }
         Some(t)
