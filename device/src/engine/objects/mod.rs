@@ -452,3 +452,102 @@ impl Objects {
         Some(t)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv6Addr;
+
+    use vm_memory::{GuestAddress, GuestMemoryMmap};
+
+    use super::*;
+    use crate::engine::memory::{Ring, PAGE_SIZE};
+    use crate::engine::ports::Proto;
+
+    const DEPTH: u32 = 4;
+
+    fn ring(entry_size: u32) -> Ring {
+        Ring::paged(vec![0x1000], entry_size, DEPTH).expect("one page")
+    }
+
+    /// Tables with context 0 (its doorbell page at 0) and one CQ in it.
+    fn tables() -> (Objects, u32) {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 2 * PAGE_SIZE as usize)])
+            .expect("RAM");
+        let mut o = Objects::new(crate::engine::secrets::KeyGen::new([7; 16]));
+        o.insert_context(0, DoorbellPage::new(&mem, 0).expect("a page of RAM"));
+        let slot = o.context(0).and_then(Context::free_cq_slot).expect("free");
+        let cq = o.new_id();
+        o.insert_cq(cq, Cq::new(0, slot, ring(qpip_abi::cqe::CQE_SIZE), 1));
+        (o, cq)
+    }
+
+    fn udp_qp(o: &Objects, cq: u32) -> Qp {
+        let slot = o.context(0).and_then(Context::free_qp_slot).expect("free");
+        let wqe = qpip_abi::wqe::WQE_SIZE;
+        Qp::new(0, slot, (cq, cq), ring(wqe), ring(wqe), QpKind::Udp)
+    }
+
+    #[test]
+    fn a_qp_holds_its_slot_cqs_and_port_until_removed() {
+        let (mut o, cq) = tables();
+        let qp = udp_qp(&o, cq);
+        let slot = qp.slot();
+        let id = o.new_id();
+        o.insert_qp(id, qp);
+        assert_eq!(o.context(0).map(|c| c.qps().collect()), Some(vec![id]));
+        assert_ne!(o.context(0).and_then(Context::free_qp_slot), Some(slot));
+        assert!(!o.remove_cq(cq), "a CQ in use stays");
+        let port = o.bind_qp(id, Ipv6Addr::UNSPECIFIED, 7, |_| false);
+        assert_eq!(port, Ok(7));
+        assert_eq!(o.ports().qp(Proto::Udp, 7), Some(id));
+        o.mark_busy(id);
+        o.mark_busy(id);
+        assert_eq!(o.busy_count(), 1, "queued once");
+
+        assert!(o.remove_qp(id).is_some());
+        assert_eq!(o.busy_count(), 0);
+        assert_eq!(o.ports().qp(Proto::Udp, 7), None);
+        assert_eq!(o.context(0).and_then(Context::free_qp_slot), Some(slot));
+        assert!(o.remove_cq(cq), "no users left");
+        assert_eq!(o.context(0).map(|c| c.cqs().count()), Some(0));
+        assert!(o.new_id() > id, "ids are not reused");
+    }
+
+    #[test]
+    fn a_ring_gives_no_more_than_its_depth_until_completions() {
+        let (o, cq) = tables();
+        let mut qp = udp_qp(&o, cq);
+        assert_eq!(qp.producer_moved(true, DEPTH + 1), Err(BeyondRing));
+        assert_eq!(qp.producer_moved(true, DEPTH), Ok(true));
+        assert_eq!(qp.producer_moved(true, DEPTH), Ok(false));
+        for _ in 0..DEPTH {
+            assert!(qp.take_slot(true).is_some());
+        }
+        assert!(!qp.posted(true));
+        assert_eq!(qp.producer_moved(true, 2 * DEPTH), Ok(true));
+        assert!(qp.ring_held(true));
+        assert_eq!(qp.take_slot(true), None, "held until a completion");
+        assert!(qp.completed(true), "the ring was held");
+        assert!(qp.take_slot(true).is_some());
+        assert!(qp.fail());
+        assert!(!qp.fail(), "already failed");
+    }
+
+    #[test]
+    fn a_cq_trusts_its_consumer_only_as_far_as_written_and_fires_once_per_arm() {
+        let (mut o, cq) = tables();
+        let c = o.cq_mut(cq).expect("there");
+        assert_eq!(c.advance_tail(), None, "not armed");
+        let m = c.consumer_moved(2, 0);
+        assert!(!m.head_ok, "beyond what was written");
+        assert_eq!(c.free(), DEPTH - 1);
+        let m = c.consumer_moved(0, 1);
+        assert_eq!(m.raise, Some(1), "armed with a CQE unreleased");
+        assert_eq!(c.consumer_moved(0, 1).raise, None, "once per arm");
+        assert!(c.stall());
+        assert!(!c.stall(), "counted once");
+        let m = c.consumer_moved(1, 1);
+        assert!(m.head_ok && m.unstalled);
+        assert_eq!(c.free(), DEPTH);
+    }
+}
