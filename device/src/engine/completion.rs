@@ -2,7 +2,8 @@
 //! errors and flushes — is written here, in order, phase byte last, with the CQ's interrupt
 //! when it is armed. A completion whose CQ is full waits in order (`Engine::post_cqe`)
 //! until the consumer makes room, since its WR is already consumed; its WR keeps its ring
-//! slot until then ([`super::objects::Qp::completed`]), so the completions waiting are bounded by the rings.
+//! slot until then ([`super::objects::Qp::completed`]), so the completions waiting are
+//! bounded by the rings.
 
 use std::sync::atomic::Ordering;
 

@@ -98,11 +98,10 @@ impl Engine {
         let slot = c.free_cq_slot().ok_or(ADMIN_STATUS_NO_RESOURCES)?;
         let page = c.doorbell();
         let ring = ring_from_list(mem, list, npages, cqe::CQE_SIZE, depth)?;
-        let id = self.objects.new_id();
         // A new CQ starts in a zeroed slot (a reused slot may hold old values).
         page.store(mem, doorbell::cq_head(slot), 0);
         page.store(mem, doorbell::cq_arm_seq(slot), 0);
-        self.objects.insert_cq(id, Cq::new(ctx, slot, ring, vector));
+        let id = self.objects.insert_cq(Cq::new(ctx, slot, ring, vector));
         Ok((id as u64, slot as u64, 0))
     }
 
@@ -133,18 +132,17 @@ impl Engine {
         };
         let sq = ring(q.sq_page_list, q.sq_npages, q.sq_depth)?;
         let rq = ring(q.rq_page_list, q.rq_npages, q.rq_depth)?;
-        let id = self.objects.new_id();
         // A new QP starts at index 0 in a zeroed slot (a reused slot may hold old indices).
         page.store(mem, doorbell::qp_sq_tail(slot), 0);
         page.store(mem, doorbell::qp_rq_tail(slot), 0);
-        let kind = if q.tcp {
-            QpKind::Tcp(TcpQp::new(id, q.framing))
-        } else {
-            QpKind::Udp
-        };
-        let cqs = (q.send_cq, q.recv_cq);
-        self.objects
-            .insert_qp(id, Qp::new(ctx, slot, cqs, sq, rq, kind));
+        let id = self.objects.insert_qp(|id| {
+            let kind = if q.tcp {
+                QpKind::Tcp(TcpQp::new(id, q.framing))
+            } else {
+                QpKind::Udp
+            };
+            Qp::new(ctx, slot, (q.send_cq, q.recv_cq), sq, rq, kind)
+        });
         Ok((id as u64, slot as u64, 0))
     }
 

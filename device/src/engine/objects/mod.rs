@@ -7,7 +7,7 @@
 //! happens ([`Qp::take_slot`], [`Cq::advance_tail`], [`Objects::insert_qp`], ...). What is
 //! kept here:
 //! - ids are non-zero and never reused while the engine runs, so a stale handle cannot
-//!   name a newer object ([`Objects::new_id`]);
+//!   name a newer object (every `insert_*` draws the next one);
 //! - a QP or CQ holds its slot in its context's doorbell page from its insertion to its
 //!   removal, and the slot is free again after ([`Objects::insert_qp`],
 //!   [`Objects::remove_qp`], [`Objects::insert_cq`], [`Objects::remove_cq`]);
@@ -125,8 +125,8 @@ impl Objects {
         }
     }
 
-    /// A fresh object id.
-    pub fn new_id(&mut self) -> u32 {
+    /// A fresh object id (every `insert_*` takes one).
+    fn new_id(&mut self) -> u32 {
         let id = self.next_id;
         self.next_id = self.next_id.checked_add(1).unwrap_or(1).max(1);
         id
@@ -197,13 +197,16 @@ impl Objects {
         self.cqs.get(&id).filter(|c| c.ctx() == ctx)
     }
 
-    /// Adds `cq` as CQ `id`, in its slot of its context's page (which must be free).
-    pub fn insert_cq(&mut self, id: u32, cq: Cq) {
+    /// Adds `cq` under a fresh id, which it returns, in its slot of its context's page
+    /// (which must be free).
+    pub fn insert_cq(&mut self, cq: Cq) -> u32 {
+        let id = self.new_id();
         let c = self.contexts.get_mut(&cq.ctx()).expect("a live context");
         let slot = &mut c.cq_slots[cq.slot() as usize];
         debug_assert!(slot.is_none());
         *slot = Some(id);
         self.cqs.insert(id, cq);
+        id
     }
 
     /// Removes CQ `id` and frees its slot. False, removing nothing, while QPs or tripwires
@@ -261,9 +264,12 @@ impl Objects {
         Some((q, &self.mrs, &self.tripwires))
     }
 
-    /// Adds `qp` as QP `id`: it takes its slot in its context's page (which must be free)
-    /// and counts as a user of its CQs (which must exist) until [`Objects::remove_qp`].
-    pub fn insert_qp(&mut self, id: u32, qp: Qp) {
+    /// Adds the QP `make` makes for a fresh id, and returns the id: the QP takes its slot
+    /// in its context's page (which must be free) and counts as a user of its CQs (which
+    /// must exist) until [`Objects::remove_qp`].
+    pub fn insert_qp(&mut self, make: impl FnOnce(u32) -> Qp) -> u32 {
+        let id = self.new_id();
+        let qp = make(id);
         for cq in [qp.send_cq(), qp.recv_cq()] {
             self.cqs.get_mut(&cq).expect("a live CQ").users += 1;
         }
@@ -272,6 +278,7 @@ impl Objects {
         debug_assert!(slot.is_none());
         *slot = Some(id);
         self.qps.insert(id, qp);
+        id
     }
 
     /// Removes QP `id` and returns it: its port, its slot and its CQs are given back, and
@@ -476,8 +483,7 @@ mod tests {
         let mut o = Objects::new(crate::engine::secrets::KeyGen::new([7; 16]));
         o.insert_context(0, DoorbellPage::new(&mem, 0).expect("a page of RAM"));
         let slot = o.context(0).and_then(Context::free_cq_slot).expect("free");
-        let cq = o.new_id();
-        o.insert_cq(cq, Cq::new(0, slot, ring(qpip_abi::cqe::CQE_SIZE), 1));
+        let cq = o.insert_cq(Cq::new(0, slot, ring(qpip_abi::cqe::CQE_SIZE), 1));
         (o, cq)
     }
 
@@ -492,8 +498,7 @@ mod tests {
         let (mut o, cq) = tables();
         let qp = udp_qp(&o, cq);
         let slot = qp.slot();
-        let id = o.new_id();
-        o.insert_qp(id, qp);
+        let id = o.insert_qp(|_| qp);
         assert_eq!(o.context(0).map(|c| c.qps().collect()), Some(vec![id]));
         assert_ne!(o.context(0).and_then(Context::free_qp_slot), Some(slot));
         assert!(!o.remove_cq(cq), "a CQ in use stays");
