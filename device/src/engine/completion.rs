@@ -2,7 +2,8 @@
 //! errors and flushes — is written here, in order, phase byte last, with the CQ's interrupt
 //! when it is armed. A completion whose CQ is full waits in order (`Engine::post_cqe`)
 //! until the consumer makes room, since its WR is already consumed; its WR keeps its ring
-//! slot until then (`Qp::owed`), so the completions waiting are bounded by the rings.
+//! slot until then ([`super::objects::Qp::completed`]), so the completions waiting are
+//! bounded by the rings.
 
 use std::sync::atomic::Ordering;
 
@@ -44,7 +45,7 @@ impl Engine {
     /// Writes a completion now if its CQ has room and nothing is waiting before it, else
     /// queues it (in order) until the consumer makes room.
     pub(super) fn post_cqe(&mut self, mem: &GuestMemoryMmap, cq: u32, c: Cqe) {
-        if !self.objects.cqs.contains_key(&cq) {
+        if self.objects.cq(cq).is_none() {
             return;
         }
         if self.cq_has_room(cq) {
@@ -63,7 +64,7 @@ impl Engine {
         let cqs: Vec<u32> = self.deferred.keys().copied().collect();
         for cq in cqs {
             loop {
-                let Some(c) = self.objects.cqs.get(&cq) else {
+                let Some(c) = self.objects.cq(cq) else {
                     self.deferred.remove(&cq);
                     break;
                 };
@@ -107,14 +108,13 @@ impl Engine {
     pub(super) fn cq_has_room(&mut self, id: u32) -> bool {
         // Completions waiting for room go first.
         let deferred = self.cq_deferred(id);
-        let Some(cq) = self.objects.cqs.get_mut(&id) else {
+        let Some(cq) = self.objects.cq_mut(id) else {
             return false;
         };
         if cq.free() > 0 && !deferred {
             return true;
         }
-        if !cq.stalled {
-            cq.stalled = true;
+        if cq.stall() {
             self.shared.stats.add(STAT_CQ_FULL, 1);
         }
         false
@@ -125,12 +125,11 @@ impl Engine {
     pub(super) fn write_cqe(&mut self, mem: &GuestMemoryMmap, cq_id: u32, mut c: Cqe) {
         let _stage = crate::stages::span(crate::stages::Stage::Complete);
         let stats = &self.shared.stats;
-        let Some(cq) = self.objects.cqs.get_mut(&cq_id) else {
+        let Some(cq) = self.objects.cq_mut(cq_id) else {
             return;
         };
-        debug_assert!(cq.free() > 0);
-        let addr = cq.ring.entry_addr(cq.tail);
-        c.owner = qpip_abi::cqe::phase(cq.tail, cq.ring.depth());
+        let (addr, phase) = cq.next_entry();
+        c.owner = phase;
         let bytes = c.as_bytes();
         let last = bytes.len() - 1;
         if mem.write_slice(&bytes[..last], addr).is_err() {
@@ -144,34 +143,30 @@ impl Engine {
             GuestAddress(addr.0 + last as u64),
             Ordering::Release,
         );
-        cq.tail = cq.tail.wrapping_add(1);
+        let raise = cq.advance_tail();
         stats.add(STAT_CQES, 1);
         if c.status != CQE_STATUS_SUCCESS {
             stats.add(STAT_CQE_ERRORS, 1);
         }
-        if cq.armed {
-            cq.armed = false;
-            self.shared.irqs.raise(cq.vector as usize);
+        if let Some(vector) = raise {
+            self.shared.irqs.raise(vector as usize);
             stats.add(STAT_CQ_INTERRUPTS, 1);
         }
         self.slot_returned(&c);
     }
 
-    /// The WR `c` completes no longer holds its ring's slot (`Qp::owed`); a ring that was
-    /// held gives more again.
+    /// The WR `c` completes no longer holds its ring's slot
+    /// ([`super::objects::Qp::completed`]); a ring that was held gives more again.
     fn slot_returned(&mut self, c: &Cqe) {
         let sq = match c.opcode {
             CQE_OP_RECV | CQE_OP_RECV_IMM => false,
             CQE_OP_SEND | CQE_OP_RDMA_WRITE | CQE_OP_RDMA_READ => true,
             _ => return, // not a WR's completion (a tripwire's)
         };
-        let Some(q) = self.objects.qps.get_mut(&c.qp) else {
+        let Some(q) = self.objects.qp_mut(c.qp) else {
             return;
         };
-        let held = q.ring_held(sq);
-        let owed = &mut q.owed[usize::from(!sq)];
-        *owed = owed.saturating_sub(1);
-        if held {
+        if q.completed(sq) {
             self.objects.mark_busy(c.qp);
         }
     }

@@ -6,7 +6,7 @@ use qpip_abi::admin::{STAT_BAD_DOORBELLS, STAT_CQ_INTERRUPTS, STAT_DOORBELLS};
 use qpip_abi::doorbell;
 use vm_memory::GuestMemoryMmap;
 
-use super::objects::QpState;
+use super::objects::{BeyondRing, QpState};
 use super::Engine;
 
 impl Engine {
@@ -15,12 +15,11 @@ impl Engine {
         let _stage = crate::stages::span(crate::stages::Stage::Doorbell);
         let mut changed = std::mem::take(&mut self.scratch_ctxs);
         changed.clear();
-        for (&ctx, c) in self.objects.contexts.iter_mut() {
-            let Some(count) = c.doorbell.load(mem, doorbell::DB_CHANGE_COUNT) else {
+        for (ctx, c) in self.objects.contexts_mut() {
+            let Some(count) = c.doorbell().load(mem, doorbell::DB_CHANGE_COUNT) else {
                 continue;
             };
-            if count != c.seen_change_count {
-                c.seen_change_count = count;
+            if c.change_count_moved(count) {
                 changed.push(ctx);
             }
         }
@@ -34,11 +33,11 @@ impl Engine {
     }
 
     fn scan_context(&mut self, mem: &GuestMemoryMmap, ctx: u32) {
-        let Some(c) = self.objects.contexts.get(&ctx) else {
+        let Some(c) = self.objects.context(ctx) else {
             return;
         };
-        let qps: Vec<u32> = c.qp_slots.iter().flatten().copied().collect();
-        let cqs: Vec<u32> = c.cq_slots.iter().flatten().copied().collect();
+        let qps: Vec<u32> = c.qps().collect();
+        let cqs: Vec<u32> = c.cqs().collect();
         for id in qps {
             self.read_qp_doorbell(mem, id);
         }
@@ -48,45 +47,37 @@ impl Engine {
     }
 
     pub(super) fn read_qp_doorbell(&mut self, mem: &GuestMemoryMmap, id: u32) {
-        let Some(qp) = self.objects.qps.get(&id) else {
+        let Some(qp) = self.objects.qp(id) else {
             return;
         };
-        let Some(page) = self.objects.contexts.get(&qp.ctx).map(|c| c.doorbell) else {
+        let Some(page) = self.objects.context(qp.ctx()).map(|c| c.doorbell()) else {
             return;
         };
         let (Some(sq_tail), Some(rq_tail)) = (
-            page.load(mem, doorbell::qp_sq_tail(qp.slot)),
-            page.load(mem, doorbell::qp_rq_tail(qp.slot)),
+            page.load(mem, doorbell::qp_sq_tail(qp.slot())),
+            page.load(mem, doorbell::qp_rq_tail(qp.slot())),
         ) else {
             return;
         };
-        let qp = self.objects.qps.get_mut(&id).expect("looked up");
+        let qp = self.objects.qp_mut(id).expect("looked up");
         let mut work = false;
         let mut bad = false;
-        if sq_tail != qp.sq_tail {
-            // Ahead of what we consumed by at most the depth, or the producer is broken.
-            if sq_tail.wrapping_sub(qp.sq_head) <= qp.sq.depth() {
-                qp.sq_tail = sq_tail;
-                work = true;
-            } else {
-                bad = true;
-            }
+        // Ahead of what we consumed by at most the depth, or the producer is broken.
+        match qp.producer_moved(true, sq_tail) {
+            Ok(moved) => work = moved,
+            Err(BeyondRing) => bad = true,
         }
-        if rq_tail != qp.rq_tail {
-            if rq_tail.wrapping_sub(qp.rq_head) <= qp.rq.depth() {
-                qp.rq_tail = rq_tail;
-                // Receives are consumed when data arrives (UDP) or become a connection's
-                // receive space (TCP); an errored QP flushes them.
-                work |= qp.state == QpState::Error || Self::receives_are_work(qp);
-            } else {
-                bad = true;
-            }
+        match qp.producer_moved(false, rq_tail) {
+            // Receives are consumed when data arrives (UDP) or become a connection's
+            // receive space (TCP); an errored QP flushes them.
+            Ok(true) => work |= qp.state() == QpState::Error || Self::receives_are_work(qp),
+            Ok(false) => {}
+            Err(BeyondRing) => bad = true,
         }
         if bad {
             self.shared.stats.add(STAT_BAD_DOORBELLS, 1);
-            if qp.state == QpState::Ready {
+            if qp.fail() {
                 log::warn!("QP {id}: doorbell index beyond its ring; QP moves to the error state");
-                qp.state = QpState::Error;
             }
             work = true;
         }
@@ -96,13 +87,13 @@ impl Engine {
     }
 
     pub(super) fn read_cq_doorbell(&mut self, mem: &GuestMemoryMmap, id: u32) {
-        let Some(cq) = self.objects.cqs.get(&id) else {
+        let Some(cq) = self.objects.cq(id) else {
             return;
         };
-        let Some(page) = self.objects.contexts.get(&cq.ctx).map(|c| c.doorbell) else {
+        let Some(page) = self.objects.context(cq.ctx()).map(|c| c.doorbell()) else {
             return;
         };
-        let slot = cq.slot;
+        let slot = cq.slot();
         // The arm first (acquire), then the head: a consumer stores its head before it
         // arms, so a new arm comes with the head that went before it. Read the other way
         // round, an arm could meet a stale head that still counts consumed completions and
@@ -113,37 +104,23 @@ impl Engine {
         let Some(head) = page.load(mem, doorbell::cq_head(slot)) else {
             return;
         };
-        let cq = self.objects.cqs.get_mut(&id).expect("looked up");
-        let mut freed = false;
-        if head != cq.head {
-            // The consumer cannot release more than has been written.
-            if head.wrapping_sub(cq.head) <= cq.tail.wrapping_sub(cq.head) {
-                cq.head = head;
-                freed = true;
-            } else {
-                self.shared.stats.add(STAT_BAD_DOORBELLS, 1);
-            }
+        let cq = self.objects.cq_mut(id).expect("looked up");
+        let ctx = cq.ctx();
+        let moved = cq.consumer_moved(head, arm);
+        if !moved.head_ok {
+            self.shared.stats.add(STAT_BAD_DOORBELLS, 1);
         }
-        if arm != cq.arm_seen {
-            cq.arm_seen = arm;
-            cq.armed = true;
-        }
-        if cq.armed && cq.tail != cq.head {
-            cq.armed = false;
-            let vector = cq.vector as usize;
-            self.shared.irqs.raise(vector);
+        if let Some(vector) = moved.raise {
+            self.shared.irqs.raise(vector as usize);
             self.shared.stats.add(STAT_CQ_INTERRUPTS, 1);
         }
-        if freed && cq.stalled {
-            cq.stalled = false;
-            let ctx = cq.ctx;
+        if moved.unstalled {
             // Wake the QPs that were waiting for room in this CQ.
             let waiting: Vec<u32> = self
                 .objects
-                .qps
-                .iter()
-                .filter(|(_, q)| q.ctx == ctx && (q.send_cq == id || q.recv_cq == id))
-                .map(|(&q, _)| q)
+                .qps()
+                .filter(|(_, q)| q.ctx() == ctx && (q.send_cq() == id || q.recv_cq() == id))
+                .map(|(q, _)| q)
                 .collect();
             for q in waiting {
                 self.objects.mark_busy(q);

@@ -9,7 +9,9 @@
 //! Where things are, by the paper's state machines:
 //! - management: [`admin`] decodes and dispatches the admin queue's commands (its rings in
 //!   `admin::ring`), [`objects`] holds the tables of contexts, CQs, QPs, regions, listeners
-//!   and tripwires, [`ports`] which QP or listener holds each port;
+//!   and tripwires and owns the shared state of contexts, CQs and QPs (the rest of the
+//!   engine changes it only through their named transitions), [`ports`] which QP or
+//!   listener holds each port;
 //! - doorbell: [`doorbell_scan`] notices producer and consumer indices and CQ arms in the
 //!   contexts' doorbell pages ([`doorbell_page`]: one page of guest RAM per context);
 //! - transmit: [`send_queues`] gives every QP with work a turn and takes WQEs from its
@@ -426,8 +428,8 @@ impl Engine {
         self.sleeping = asleep;
         let v = asleep as u32;
         let mem = self.shared.ram.memory();
-        for c in self.objects.contexts.values() {
-            c.doorbell
+        for (_, c) in self.objects.contexts() {
+            c.doorbell()
                 .store(&mem, qpip_abi::doorbell::DB_ENGINE_SLEEPING, v);
         }
     }

@@ -18,7 +18,7 @@ impl Engine {
     /// and receives where they are more than buffers waiting for data), up to its budget.
     /// Returns (made progress, has more work).
     pub(super) fn kind_turn(&mut self, mem: &GuestMemoryMmap, id: u32) -> (bool, bool) {
-        match self.objects.qps[&id].kind {
+        match self.objects.qp(id).expect("caller checked").kind() {
             QpKind::Udp => self.udp_turn(mem, id),
             // Sends complete when acknowledged; receives become the connection's window.
             QpKind::Tcp(_) => self.tcp_qp_work(mem, id),
@@ -28,7 +28,7 @@ impl Engine {
     /// Whether receives newly posted on a ready QP are work for its turn at once: a TCP
     /// QP's open its connection's window; a UDP QP's wait for datagrams.
     pub(super) fn receives_are_work(qp: &Qp) -> bool {
-        match qp.kind {
+        match qp.kind() {
             QpKind::Udp => false,
             QpKind::Tcp(_) => true,
         }
@@ -38,7 +38,7 @@ impl Engine {
     /// WRs it had taken, flushed if `flush`) before the QP's remaining WRs are flushed and
     /// it leaves the tables.
     pub(super) fn kind_destroying(&mut self, mem: &GuestMemoryMmap, id: u32, flush: bool) {
-        match self.objects.qps[&id].kind {
+        match self.objects.qp(id).expect("caller checked").kind() {
             QpKind::Udp => {}
             QpKind::Tcp(_) => self.tcp_qp_removed(mem, id, flush),
         }
@@ -47,7 +47,7 @@ impl Engine {
     /// QP `qp` has left the tables: its kind ends what waited on it (a pending ACCEPT or
     /// CONNECT).
     pub(super) fn kind_destroyed(&mut self, mem: &GuestMemoryMmap, qp: &Qp) {
-        match &qp.kind {
+        match qp.kind() {
             QpKind::Udp => {}
             QpKind::Tcp(t) => self.tcp_qp_gone(mem, t),
         }

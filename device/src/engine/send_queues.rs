@@ -20,14 +20,10 @@ impl Engine {
     pub(super) fn run_send_queues(&mut self, mem: &GuestMemoryMmap) -> bool {
         let _stage = crate::stages::span(crate::stages::Stage::Schedule);
         let mut did = false;
-        for _ in 0..self.objects.busy_qps.len() {
-            let Some(id) = self.objects.busy_qps.pop_front() else {
+        for _ in 0..self.objects.busy_count() {
+            let Some(id) = self.objects.pop_busy() else {
                 break;
             };
-            match self.objects.qps.get_mut(&id) {
-                Some(qp) => qp.queued = false,
-                None => continue,
-            }
             let (progress, more) = self.process_qp(mem, id);
             did |= progress;
             if more {
@@ -40,7 +36,7 @@ impl Engine {
     /// Runs up to a budget of one QP's work: a ready QP's kind takes its posted WRs, an
     /// errored QP's WRs complete FLUSHED. Returns (made progress, has more work).
     fn process_qp(&mut self, mem: &GuestMemoryMmap, id: u32) -> (bool, bool) {
-        match self.objects.qps.get(&id).map(|qp| qp.state) {
+        match self.objects.qp(id).map(Qp::state) {
             None => (false, false),
             Some(QpState::Ready) => self.kind_turn(mem, id),
             Some(QpState::Error) => self.flush_some(mem, id),
@@ -52,13 +48,13 @@ impl Engine {
     fn flush_some(&mut self, mem: &GuestMemoryMmap, id: u32) -> (bool, bool) {
         let mut did = false;
         for _ in 0..QP_BUDGET {
-            let Some(qp) = self.objects.qps.get(&id) else {
+            let Some(qp) = self.objects.qp(id) else {
                 return (did, false);
             };
-            let (ring_is_sq, cq) = if qp.sq_head != qp.sq_tail {
-                (true, qp.send_cq)
-            } else if qp.rq_head != qp.rq_tail {
-                (false, qp.recv_cq)
+            let (ring_is_sq, cq) = if qp.posted(true) {
+                (true, qp.send_cq())
+            } else if qp.posted(false) {
+                (false, qp.recv_cq())
             } else {
                 return (did, false);
             };
@@ -77,9 +73,8 @@ impl Engine {
     /// QP `id`, if it is ready and a send WR waits in its ring.
     pub(super) fn send_waiting(&self, id: u32) -> Option<&Qp> {
         self.objects
-            .qps
-            .get(&id)
-            .filter(|qp| qp.sq_head != qp.sq_tail && qp.state == QpState::Ready)
+            .qp(id)
+            .filter(|qp| qp.posted(true) && qp.is_ready())
     }
 
     /// Reads the WQE slot at `index` of a QP ring; None if the ring's memory is gone.
@@ -89,22 +84,22 @@ impl Engine {
     }
 
     /// Completes the next WR of an errored QP's send (or receive) ring with FLUSHED, or
-    /// with the error no WR had taken yet ([`Qp::unclaimed_send_error`]).
+    /// with the error no WR had taken yet ([`Qp::take_unclaimed_send_error`]).
     fn flush_one(&mut self, mem: &GuestMemoryMmap, id: u32, sq: bool) {
         let Some(raw) = self.take_wqe(mem, id, sq) else {
             return;
         };
         let wr_id = u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"));
-        let qp = self.objects.qps.get_mut(&id).expect("taken from it");
+        let qp = self.objects.qp_mut(id).expect("taken from it");
         let c = if !sq {
             cqe(wr_id, id, CQE_OP_RECV, CQE_STATUS_FLUSHED, CQE_DETAIL_NONE)
-        } else if let Some((status, detail)) = qp.unclaimed_send_error.take() {
+        } else if let Some((status, detail)) = qp.take_unclaimed_send_error() {
             let op = decode::send_wqe(&raw).map_or(CQE_OP_SEND, |wr| send_op(wr.opcode));
             cqe(wr_id, id, op, status, detail)
         } else {
             cqe(wr_id, id, CQE_OP_SEND, CQE_STATUS_FLUSHED, CQE_DETAIL_NONE)
         };
-        let cq = if sq { qp.send_cq } else { qp.recv_cq };
+        let cq = qp.cq(sq);
         self.write_cqe(mem, cq, c);
     }
 
@@ -113,14 +108,10 @@ impl Engine {
     pub(super) fn flush_qp(&mut self, mem: &GuestMemoryMmap, id: u32) {
         for sq in [true, false] {
             loop {
-                let Some(qp) = self.objects.qps.get(&id) else {
+                let Some(qp) = self.objects.qp(id) else {
                     return;
                 };
-                let (pending, cq) = if sq {
-                    (qp.sq_head != qp.sq_tail, qp.send_cq)
-                } else {
-                    (qp.rq_head != qp.rq_tail, qp.recv_cq)
-                };
+                let (pending, cq) = (qp.posted(sq), qp.cq(sq));
                 if !pending || qp.ring_held(sq) || !self.cq_has_room(cq) {
                     break;
                 }
@@ -130,7 +121,7 @@ impl Engine {
     }
 
     /// Consumes the next WQE of a QP's send (`sq`) or receive ring and returns its bytes;
-    /// the WR is owed a completion from then on (`Qp::owed`). None, taking nothing, while
+    /// the WR is owed a completion from then on ([`Qp::take_slot`]). None, taking nothing, while
     /// the ring's depth of WRs waits for completions. If the ring's memory is gone from
     /// guest RAM, the QP moves to the error state, the WR completes FLUSHED, and None is
     /// returned.
@@ -141,23 +132,14 @@ impl Engine {
         sq: bool,
     ) -> Option<[u8; WQE_SIZE as usize]> {
         let _stage = crate::stages::span(crate::stages::Stage::GetWr);
-        let qp = self.objects.qps.get_mut(&id).expect("caller checked");
-        if qp.ring_held(sq) {
-            // A ring's depth of WRs waits for completions: the producer must poll.
-            return None;
-        }
-        qp.owed[usize::from(!sq)] += 1;
-        let (ring, head, cq, op) = if sq {
-            (&qp.sq, &mut qp.sq_head, qp.send_cq, CQE_OP_SEND)
-        } else {
-            (&qp.rq, &mut qp.rq_head, qp.recv_cq, CQE_OP_RECV)
-        };
-        let addr = ring.entry_addr(*head);
-        *head = head.wrapping_add(1);
+        let qp = self.objects.qp_mut(id).expect("caller checked");
+        // None: a ring's depth of WRs waits for completions, the producer must poll.
+        let addr = qp.take_slot(sq)?;
+        let (cq, op) = (qp.cq(sq), if sq { CQE_OP_SEND } else { CQE_OP_RECV });
         let raw = Self::read_slot(mem, addr);
         if raw.is_none() {
             log::warn!("QP {id}: ring no longer in guest RAM; QP moves to the error state");
-            qp.state = QpState::Error;
+            qp.fail();
             self.write_cqe(mem, cq, cqe(0, id, op, CQE_STATUS_FLUSHED, CQE_DETAIL_NONE));
         }
         raw

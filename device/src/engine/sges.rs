@@ -23,8 +23,7 @@ impl Engine {
             }
             let mr = self
                 .objects
-                .mrs
-                .get(&s.lkey)
+                .mr(s.lkey)
                 .ok_or(Fault::protection(CQE_DETAIL_BAD_LKEY))?;
             if mr.ctx != ctx {
                 return Err(Fault::protection(CQE_DETAIL_OTHER_CONTEXT));

@@ -19,21 +19,36 @@ use super::completion::cqe_ok;
 use super::memory::Span;
 use super::Engine;
 
-/// A tripwire: where it watches, where its arm word is, where its events go.
+/// A tripwire: where it watches, where its arm word is, where its events go. The tables
+/// hold it (`objects`); only this unit looks inside.
 #[derive(Debug, Clone)]
 pub struct Tripwire {
-    pub ctx: u32,
-    pub lkey: u32,
-    pub arm_lkey: u32,
-    pub cq: u32,
-    pub tag: u64,
+    ctx: u32,
+    lkey: u32,
+    arm_lkey: u32,
+    cq: u32,
+    tag: u64,
     /// Virtual address of the watched range, and its guest-physical spans in order.
-    pub va: u64,
-    pub spans: Vec<Span>,
+    va: u64,
+    spans: Vec<Span>,
     /// Guest-physical address of the arm word.
-    pub arm_gpa: u64,
+    arm_gpa: u64,
     /// The arm word's value when the tripwire last fired (0 at creation).
-    pub seen: u32,
+    seen: u32,
+}
+
+impl Tripwire {
+    /// Its context.
+    #[inline]
+    pub fn ctx(&self) -> u32 {
+        self.ctx
+    }
+
+    /// The CQ its events go to.
+    #[inline]
+    pub fn cq(&self) -> u32 {
+        self.cq
+    }
 }
 
 /// What one placement did to one tripwire: the first virtual address it wrote in the
@@ -110,10 +125,10 @@ impl Engine {
         ctx: u32,
         a: &CreateTripwireArgs,
     ) -> Result<(u64, u64, u32), u16> {
-        if !self.objects.contexts.contains_key(&ctx) {
+        if !self.objects.has_context(ctx) {
             return Err(ADMIN_STATUS_BAD_HANDLE);
         }
-        if self.objects.tripwires.len() >= MAX_TRIPWIRES as usize {
+        if self.objects.tripwires().len() >= MAX_TRIPWIRES as usize {
             return Err(ADMIN_STATUS_NO_RESOURCES);
         }
         if a.len == 0 || !a.arm_addr.is_multiple_of(4) {
@@ -124,8 +139,7 @@ impl Engine {
             .ok_or(ADMIN_STATUS_BAD_HANDLE)?;
         let region = |lkey: u32| {
             self.objects
-                .mrs
-                .get(&lkey)
+                .mr(lkey)
                 .filter(|m| m.ctx == ctx)
                 .ok_or(ADMIN_STATUS_BAD_HANDLE)
         };
@@ -137,40 +151,29 @@ impl Engine {
         region(a.arm_lkey)?
             .translate(a.arm_lkey, a.arm_addr, 4, &mut arm)
             .map_err(|_| ADMIN_STATUS_BAD_PARAM)?;
-        let id = self.objects.new_id();
-        self.objects.tripwires.insert(
-            id,
-            Tripwire {
-                ctx,
-                lkey: a.lkey,
-                arm_lkey: a.arm_lkey,
-                cq: a.cq,
-                tag: a.tag,
-                va: a.addr,
-                spans,
-                arm_gpa: arm[0].addr,
-                seen: 0,
-            },
-        );
-        if let Some(c) = self.objects.cqs.get_mut(&a.cq) {
-            c.users += 1;
-        }
+        let id = self.objects.insert_tripwire(Tripwire {
+            ctx,
+            lkey: a.lkey,
+            arm_lkey: a.arm_lkey,
+            cq: a.cq,
+            tag: a.tag,
+            va: a.addr,
+            spans,
+            arm_gpa: arm[0].addr,
+            seen: 0,
+        });
         Ok((id as u64, 0, 0))
     }
 
     /// Removes tripwire `id` (its CQ may go then).
     pub(super) fn remove_tripwire(&mut self, id: u32) {
-        if let Some(t) = self.objects.tripwires.remove(&id) {
-            if let Some(c) = self.objects.cqs.get_mut(&t.cq) {
-                c.users -= 1;
-            }
-        }
+        self.objects.remove_tripwire(id);
     }
 
     /// Whether a tripwire watches region `lkey` or keeps its arm word there.
     pub(super) fn region_tripwired(&self, lkey: u32) -> bool {
         self.objects
-            .tripwires
+            .tripwires()
             .values()
             .any(|t| t.lkey == lkey || t.arm_lkey == lkey)
     }
@@ -183,7 +186,7 @@ impl Engine {
         // data — an armed tripwire is never missed for data that landed meanwhile.
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         for h in hits {
-            let Some(t) = self.objects.tripwires.get_mut(&h.tripwire) else {
+            let Some(t) = self.objects.tripwire_mut(h.tripwire) else {
                 continue;
             };
             let Ok(arm) = mem.read_obj::<u32>(GuestAddress(t.arm_gpa)) else {

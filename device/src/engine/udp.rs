@@ -16,7 +16,6 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use super::completion::{cqe, cqe_ok};
 use super::decode::{self, Payload};
 use super::memory::Fault;
-use super::objects::QpState;
 use super::ports::Proto;
 use super::Engine;
 
@@ -52,18 +51,18 @@ impl Engine {
             if frames(self) - frames0 >= QP_FRAME_BUDGET {
                 break;
             }
-            let Some(qp) = self.objects.qps.get(&id) else {
+            let Some(qp) = self.objects.qp(id) else {
                 return (did, false);
             };
-            if qp.state != QpState::Ready {
+            if !qp.is_ready() {
                 return (did, true); // its WRs are flushed on its next turn
             }
-            if qp.sq_head == qp.sq_tail || qp.ring_held(true) {
+            if !qp.posted(true) || qp.ring_held(true) {
                 // Nothing posted, or a ring's depth of WRs waits for completions (a
                 // completion written marks the QP busy again).
                 return (did, false);
             }
-            if !self.cq_has_room(qp.send_cq) {
+            if !self.cq_has_room(qp.send_cq()) {
                 return (did, false); // the CQ doorbell wakes us when there is room
             }
             did = true;
@@ -74,8 +73,8 @@ impl Engine {
 
     /// Executes the next send WQE of a ready UDP QP (its send CQ has room).
     fn udp_send_one(&mut self, mem: &GuestMemoryMmap, id: u32) {
-        let qp = &self.objects.qps[&id];
-        let (send_cq, ctx, bound) = (qp.send_cq, qp.ctx, qp.bound);
+        let qp = self.objects.qp(id).expect("caller checked");
+        let (send_cq, ctx, bound) = (qp.send_cq(), qp.ctx(), qp.bound());
         self.shared.stats.add(STAT_SEND_WQES, 1);
         let Some(raw) = self.take_wqe(mem, id, true) else {
             return;
@@ -165,41 +164,32 @@ impl Engine {
     /// "port unreachable").
     pub fn deliver_udp(&mut self, mem: &GuestMemoryMmap, d: &Datagram) -> bool {
         let stats = self.shared.stats.clone();
-        let Some(id) = self.objects.ports.qp(Proto::Udp, d.dst_port) else {
+        let Some(id) = self.objects.ports().qp(Proto::Udp, d.dst_port) else {
             stats.add(STAT_UDP_RX_NO_PORT, 1);
             return false;
         };
-        let qp = self
-            .objects
-            .qps
-            .get(&id)
-            .expect("bound ports name live QPs");
-        let (bound_addr, _) = qp.bound.expect("bound");
+        let qp = self.objects.qp(id).expect("bound ports name live QPs");
+        let (bound_addr, _) = qp.bound().expect("bound");
         if !bound_addr.is_unspecified() && bound_addr != d.dst {
             stats.add(STAT_UDP_RX_NO_PORT, 1);
             return false;
         }
-        let recv_cq = qp.recv_cq;
+        let recv_cq = qp.recv_cq();
         // The receiver's doorbell page may have been scanned before its latest receive was
         // posted (a producer may post a receive and then, elsewhere, the send that fills
         // it): look at its slots again before deciding there is no buffer or no room.
-        if qp.rq_head == qp.rq_tail {
+        if !qp.posted(false) {
             self.read_qp_doorbell(mem, id);
         }
-        if self
-            .objects
-            .cqs
-            .get(&recv_cq)
-            .is_some_and(|c| c.free() == 0)
-        {
+        if self.objects.cq(recv_cq).is_some_and(|c| c.free() == 0) {
             self.read_cq_doorbell(mem, recv_cq);
         }
-        let qp = self.objects.qps.get(&id).expect("exists");
-        if qp.state != QpState::Ready || qp.rq_head == qp.rq_tail {
+        let qp = self.objects.qp(id).expect("exists");
+        if !qp.is_ready() || !qp.posted(false) {
             stats.add(STAT_UDP_RX_NO_WR, 1);
             return true;
         }
-        let ctx = qp.ctx;
+        let ctx = qp.ctx();
         if !self.cq_has_room(recv_cq) {
             stats.add(STAT_UDP_RX_CQ_FULL, 1);
             return true;

@@ -261,8 +261,8 @@ impl Engine {
             R::RegMr(args) => return self.reg_mr(mem, PendingCmd::of(cmd), ctx, args),
             R::DeregMr => self.dereg_mr(mem, ctx, h),
             R::CreateTripwire(a) => self.create_tripwire(ctx, &a),
-            R::DestroyTripwire => match self.objects.tripwires.get(&h) {
-                Some(t) if t.ctx == ctx => {
+            R::DestroyTripwire => match self.objects.tripwires().get(&h) {
+                Some(t) if t.ctx() == ctx => {
                     self.remove_tripwire(h);
                     Ok((0, 0, 0))
                 }

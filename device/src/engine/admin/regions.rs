@@ -48,20 +48,15 @@ impl Engine {
 
     /// Whether `ctx` may register the region `args` describe.
     fn may_register(&self, args: &RegMrArgs, ctx: u32) -> Result<(), u16> {
-        if !self.objects.contexts.contains_key(&ctx) {
+        if !self.objects.has_context(ctx) {
             return Err(ADMIN_STATUS_BAD_HANDLE);
         }
         MemoryRegion::check(args)?;
-        if self.objects.mrs.len() >= MAX_MRS as usize {
+        if self.objects.mr_count() >= MAX_MRS as usize {
             return Err(ADMIN_STATUS_NO_RESOURCES);
         }
         // Page lists are the one thing a guest can make large here: bounded per function.
-        let held: u64 = self
-            .objects
-            .mrs
-            .values()
-            .map(|m| m.pages.len() as u64)
-            .sum();
+        let held: u64 = self.objects.mrs().map(|m| m.pages.len() as u64).sum();
         if held + args.npages as u64 > self.region_pages {
             debug!(
                 "REG_MR of {} pages: {held} of the function's {} held",
@@ -89,8 +84,7 @@ impl Engine {
             Some(true) => Outcome::Done(self.may_register(&r.args, r.ctx).map(|()| {
                 let mr = MemoryRegion::new(r.ctx, &r.args, r.list.into_pages());
                 let remote = mr.access & (MR_ACCESS_REMOTE_READ | MR_ACCESS_REMOTE_WRITE) != 0;
-                let lkey = self.objects.new_key();
-                self.objects.mrs.insert(lkey, mr);
+                let lkey = self.objects.insert_mr(mr);
                 // One key serves both: the rkey is only handed out when remote access is
                 // allowed.
                 (lkey as u64, if remote { lkey as u64 } else { 0 }, 0)
@@ -104,12 +98,12 @@ impl Engine {
         ctx: u32,
         h: u32,
     ) -> Result<Results, u16> {
-        match self.objects.mrs.get(&h) {
-            Some(mr) if mr.ctx == ctx && self.objects.contexts.contains_key(&ctx) => {
+        match self.objects.mr(h) {
+            Some(mr) if mr.ctx == ctx && self.objects.has_context(ctx) => {
                 if self.region_tripwired(h) {
                     Err(ADMIN_STATUS_BUSY)
                 } else {
-                    self.objects.mrs.remove(&h);
+                    self.objects.remove_mr(h);
                     // Invalid at once: nothing moves to or from its pages after this
                     // command completes (the driver unpins them then).
                     self.kinds_region_gone(mem, ctx, h);

@@ -11,19 +11,10 @@ use super::Results;
 use crate::engine::decode::QpRequest;
 use crate::engine::doorbell_page::DoorbellPage;
 use crate::engine::memory::{self, Ring};
-use crate::engine::objects::{Context, Cq, Qp, QpKind, QpState};
+use crate::engine::objects::{Context, Cq, Qp, QpKind};
 use crate::engine::ports::Proto;
 use crate::engine::tcp::TcpQp;
 use crate::engine::Engine;
-
-/// The first free doorbell slot, or NO_RESOURCES.
-fn free_slot(slots: &[Option<u32>]) -> Result<u32, u16> {
-    slots
-        .iter()
-        .position(|s| s.is_none())
-        .map(|p| p as u32)
-        .ok_or(ADMIN_STATUS_NO_RESOURCES)
-}
 
 /// A ring of `depth` entries of `entry_size` bytes over the `npages` pages of the page list
 /// at `list`, which must be exactly as many as the ring needs.
@@ -44,69 +35,52 @@ fn ring_from_list(
 impl Engine {
     /// Context `ctx`, or BAD_HANDLE.
     fn context(&self, ctx: u32) -> Result<&Context, u16> {
-        self.objects
-            .contexts
-            .get(&ctx)
-            .ok_or(ADMIN_STATUS_BAD_HANDLE)
+        self.objects.context(ctx).ok_or(ADMIN_STATUS_BAD_HANDLE)
     }
 
     pub(super) fn create_ctx(&mut self, mem: &GuestMemoryMmap, gpa: u64) -> Result<Results, u16> {
-        let id = (0..pci::DOORBELL_PAGES).find(|p| !self.objects.contexts.contains_key(p));
+        let id = (0..pci::DOORBELL_PAGES).find(|&p| !self.objects.has_context(p));
         let id = id.ok_or(ADMIN_STATUS_NO_RESOURCES)?;
         let doorbell = DoorbellPage::new(mem, gpa).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
         // Two live contexts on one page would let one process ring the other's QPs.
         if self
             .objects
-            .contexts
-            .values()
-            .any(|c| c.doorbell == doorbell)
+            .contexts()
+            .any(|(_, c)| c.doorbell() == doorbell)
         {
             return Err(ADMIN_STATUS_BAD_ADDRESS);
         }
         doorbell.clear(mem);
         doorbell.store(mem, doorbell::DB_ENGINE_SLEEPING, self.sleeping as u32);
-        self.objects.contexts.insert(
-            id,
-            Context {
-                doorbell,
-                seen_change_count: 0,
-                qp_slots: vec![None; doorbell::DB_QP_SLOTS as usize],
-                cq_slots: vec![None; doorbell::DB_CQ_SLOTS as usize],
-            },
-        );
+        self.objects.insert_context(id, doorbell);
         Ok((id as u64, 0, 0))
     }
 
     pub(super) fn destroy_ctx(&mut self, mem: &GuestMemoryMmap, ctx: u32) -> Result<Results, u16> {
-        if !self.objects.contexts.contains_key(&ctx) {
+        if !self.objects.has_context(ctx) {
             return Err(ADMIN_STATUS_BAD_HANDLE);
         }
         // The process is gone: its rings go with it, so no flush CQEs, but pending admin
         // commands still get their (cancelled) completions.
         let qps: Vec<u32> = self
             .objects
-            .qps
-            .iter()
-            .filter(|(_, q)| q.ctx == ctx)
-            .map(|(&id, _)| id)
+            .qps()
+            .filter(|(_, q)| q.ctx() == ctx)
+            .map(|(id, _)| id)
             .collect();
         for id in qps {
             self.remove_qp(mem, id, false);
         }
         let listeners: Vec<u32> = self
             .objects
-            .listeners
-            .iter()
-            .filter(|(_, l)| l.ctx == ctx)
-            .map(|(&id, _)| id)
+            .listeners()
+            .filter(|(_, l)| l.ctx() == ctx)
+            .map(|(id, _)| id)
             .collect();
         for id in listeners {
             self.remove_listener(mem, id);
         }
-        self.objects.tripwires.retain(|_, t| t.ctx != ctx);
-        self.objects.cqs.retain(|_, c| c.ctx != ctx);
-        self.objects.mrs.retain(|_, m| m.ctx != ctx);
-        self.objects.contexts.remove(&ctx);
+        self.objects.remove_context(ctx);
         self.events.forget_context(ctx);
         Ok((0, 0, 0))
     }
@@ -121,44 +95,20 @@ impl Engine {
         vector: u16,
     ) -> Result<Results, u16> {
         let c = self.context(ctx)?;
-        let (slot, page) = (free_slot(&c.cq_slots)?, c.doorbell);
+        let slot = c.free_cq_slot().ok_or(ADMIN_STATUS_NO_RESOURCES)?;
+        let page = c.doorbell();
         let ring = ring_from_list(mem, list, npages, cqe::CQE_SIZE, depth)?;
-        let id = self.objects.new_id();
-        self.objects.cqs.insert(
-            id,
-            Cq {
-                ctx,
-                slot,
-                ring,
-                vector,
-                tail: 0,
-                head: 0,
-                armed: false,
-                arm_seen: 0,
-                users: 0,
-                stalled: false,
-            },
-        );
         // A new CQ starts in a zeroed slot (a reused slot may hold old values).
         page.store(mem, doorbell::cq_head(slot), 0);
         page.store(mem, doorbell::cq_arm_seq(slot), 0);
-        self.objects
-            .contexts
-            .get_mut(&ctx)
-            .expect("checked")
-            .cq_slots[slot as usize] = Some(id);
+        let id = self.objects.insert_cq(Cq::new(ctx, slot, ring, vector));
         Ok((id as u64, slot as u64, 0))
     }
 
     pub(super) fn destroy_cq(&mut self, ctx: u32, id: u32) -> Result<Results, u16> {
-        let cq = self.objects.cq_in(ctx, id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
-        if cq.users > 0 {
+        self.objects.cq_in(ctx, id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
+        if !self.objects.remove_cq(id) {
             return Err(ADMIN_STATUS_BUSY);
-        }
-        let slot = cq.slot;
-        self.objects.cqs.remove(&id);
-        if let Some(c) = self.objects.contexts.get_mut(&ctx) {
-            c.cq_slots[slot as usize] = None;
         }
         Ok((0, 0, 0))
     }
@@ -170,7 +120,8 @@ impl Engine {
         q: QpRequest,
     ) -> Result<Results, u16> {
         let c = self.context(ctx)?;
-        let (slot, page) = (free_slot(&c.qp_slots)?, c.doorbell);
+        let slot = c.free_qp_slot().ok_or(ADMIN_STATUS_NO_RESOURCES)?;
+        let page = c.doorbell();
         if self.objects.cq_in(ctx, q.send_cq).is_none()
             || self.objects.cq_in(ctx, q.recv_cq).is_none()
         {
@@ -181,44 +132,17 @@ impl Engine {
         };
         let sq = ring(q.sq_page_list, q.sq_npages, q.sq_depth)?;
         let rq = ring(q.rq_page_list, q.rq_npages, q.rq_depth)?;
-        let id = self.objects.new_id();
         // A new QP starts at index 0 in a zeroed slot (a reused slot may hold old indices).
         page.store(mem, doorbell::qp_sq_tail(slot), 0);
         page.store(mem, doorbell::qp_rq_tail(slot), 0);
-        let (sq_tail, rq_tail) = (0, 0);
-        self.objects.qps.insert(
-            id,
-            Qp {
-                ctx,
-                slot,
-                send_cq: q.send_cq,
-                recv_cq: q.recv_cq,
-                sq,
-                rq,
-                sq_head: sq_tail,
-                sq_tail,
-                rq_head: rq_tail,
-                rq_tail,
-                owed: [0; 2],
-                state: QpState::Ready,
-                unclaimed_send_error: None,
-                bound: None,
-                queued: false,
-                kind: if q.tcp {
-                    QpKind::Tcp(TcpQp::new(id, q.framing))
-                } else {
-                    QpKind::Udp
-                },
-            },
-        );
-        for cq in [q.send_cq, q.recv_cq] {
-            self.objects.cqs.get_mut(&cq).expect("checked").users += 1;
-        }
-        self.objects
-            .contexts
-            .get_mut(&ctx)
-            .expect("checked")
-            .qp_slots[slot as usize] = Some(id);
+        let id = self.objects.insert_qp(|id| {
+            let kind = if q.tcp {
+                QpKind::Tcp(TcpQp::new(id, q.framing))
+            } else {
+                QpKind::Udp
+            };
+            Qp::new(ctx, slot, (q.send_cq, q.recv_cq), sq, rq, kind)
+        });
         Ok((id as u64, slot as u64, 0))
     }
 
@@ -236,7 +160,7 @@ impl Engine {
     /// Removes a QP: unbinds it, cancels its pending commands and (if `flush`) completes
     /// its outstanding work requests with FLUSHED.
     fn remove_qp(&mut self, mem: &GuestMemoryMmap, id: u32, flush: bool) {
-        if !self.objects.qps.contains_key(&id) {
+        if self.objects.qp(id).is_none() {
             return;
         }
         // What its kind holds first (a TCP connection aborted, or left to finish a
@@ -249,25 +173,14 @@ impl Engine {
             self.read_qp_doorbell(mem, id);
             self.flush_qp(mem, id);
         }
-        let Some(qp) = self.objects.qps.remove(&id) else {
+        // Its port, its slot and its CQs are free again.
+        let Some(qp) = self.objects.remove_qp(id) else {
             return;
         };
-        if let Some((_, port)) = qp.bound {
-            self.objects.ports.release(qp.proto(), port);
-        }
         self.kind_destroyed(mem, &qp);
         // Its completions still waiting for room go with it, as its flushes beyond the
         // CQs' room do.
-        self.forget_waiting_completions(id, [qp.send_cq, qp.recv_cq]);
-        for cq in [qp.send_cq, qp.recv_cq] {
-            if let Some(c) = self.objects.cqs.get_mut(&cq) {
-                c.users -= 1;
-            }
-        }
-        if let Some(c) = self.objects.contexts.get_mut(&qp.ctx) {
-            c.qp_slots[qp.slot as usize] = None;
-        }
-        self.objects.busy_qps.retain(|&q| q != id);
+        self.forget_waiting_completions(id, [qp.send_cq(), qp.recv_cq()]);
     }
 
     /// BIND: QP `id` takes `port` (0: a free ephemeral port) on `addr` (unspecified, or
@@ -280,7 +193,7 @@ impl Engine {
         port: u16,
     ) -> Result<Results, u16> {
         let qp = self.objects.qp_in(ctx, id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
-        if qp.bound.is_some() {
+        if qp.bound().is_some() {
             return Err(ADMIN_STATUS_BAD_STATE);
         }
         if !addr.is_unspecified() && !self.net.stack.is_local(&addr) {
@@ -289,8 +202,7 @@ impl Engine {
         let proto = qp.proto();
         let tcp = &self.tcp;
         let closing = |p| proto == Proto::Tcp && tcp.orphan_holds_port(p);
-        let port = self.objects.ports.bind(proto, port, id, closing)?;
-        self.objects.qps.get_mut(&id).expect("checked").bound = Some((addr, port));
+        let port = self.objects.bind_qp(id, addr, port, closing)?;
         Ok((port as u64, 0, 0))
     }
 }

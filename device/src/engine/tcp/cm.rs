@@ -17,23 +17,24 @@ use crate::net::tcp::{self, ConnId, Event, FourTuple, State};
 use super::*;
 use crate::engine::admin::{Outcome, Results};
 use crate::engine::decode;
-use crate::engine::objects::{Listener, PendingCmd, QpState, TcpRole};
+use crate::engine::objects::{Listener, PendingCmd};
 use crate::engine::ports::Proto;
+use crate::engine::tcp::TcpRole;
 use crate::engine::Engine;
 
 impl Engine {
     /// Raises an asynchronous event about a TCP QP that carries a connection (an event
     /// about a connection the owner is still waiting for is its CONNECT's completion).
     pub(super) fn tcp_async_event(&mut self, qp: u32, kind: u16, reason: u8) {
-        let Some(q) = self.objects.qps.get(&qp) else {
+        let Some(q) = self.objects.qp(qp) else {
             return;
         };
-        if q.tcp().map(|t| t.role) != Some(TcpRole::Connected) || q.state != QpState::Ready {
+        if q.tcp().map(|t| t.role) != Some(TcpRole::Connected) || !q.is_ready() {
             return;
         }
         debug!("QP {qp}: asynchronous event {kind} (reason {reason})");
         self.events.stage(crate::engine::events::AsyncEvent {
-            ctx: q.ctx,
+            ctx: q.ctx(),
             object: qp,
             kind,
             reason,
@@ -56,14 +57,14 @@ impl Engine {
         id: u32,
         flush: bool,
     ) {
-        for l in self.objects.listeners.values_mut() {
-            l.accept.parked.retain(|&q| q != id);
+        for l in self.objects.listeners_mut() {
+            l.accept_mut().parked.retain(|&q| q != id);
         }
         // The QP itself goes after this (admin's remove_qp): its CQs are still named.
-        let Some(q) = self.objects.qps.get_mut(&id) else {
+        let Some(q) = self.objects.qp_mut(id) else {
             return;
         };
-        let (send_cq, recv_cq) = (q.send_cq, q.recv_cq);
+        let (send_cq, recv_cq) = (q.send_cq(), q.recv_cq());
         let Some(t) = q.tcp_mut() else {
             return;
         };
@@ -107,10 +108,9 @@ impl Engine {
     pub(in crate::engine) fn tcp_region_gone(&mut self, mem: &GuestMemoryMmap, ctx: u32, key: u32) {
         let users: Vec<u32> = self
             .objects
-            .qps
-            .iter()
-            .filter(|(_, q)| q.ctx == ctx && q.tcp().is_some_and(|t| t.uses_region(key)))
-            .map(|(&id, _)| id)
+            .qps()
+            .filter(|(_, q)| q.ctx() == ctx && q.tcp().is_some_and(|t| t.uses_region(key)))
+            .map(|(id, _)| id)
             .collect();
         for id in users {
             debug!("QP {id}: region {key:#x} deregistered under its WRs; the QP fails");
@@ -140,11 +140,11 @@ impl Engine {
     /// The QP's connection failed (reset, timeout): the QP moves to the error state, its
     /// WRs are flushed, pending commands complete with `status`.
     pub(super) fn tcp_fail(&mut self, mem: &GuestMemoryMmap, id: u32, status: u16) {
-        let Some(qp) = self.objects.qps.get_mut(&id) else {
+        let Some(qp) = self.objects.qp_mut(id) else {
             return;
         };
-        let send_cq = qp.send_cq;
-        qp.state = QpState::Error;
+        let send_cq = qp.send_cq();
+        qp.fail();
         let Some(t) = qp.tcp_mut() else {
             return;
         };
@@ -214,9 +214,9 @@ impl Engine {
 
     /// A listener goes away: connections waiting for an ACCEPT are reset.
     pub(in crate::engine) fn tcp_unlisten(&mut self, l: Listener) {
-        self.tcp.table.unlisten(l.addr, l.port);
+        self.tcp.table.unlisten(l.addr(), l.port());
         let now = Instant::now();
-        for r in l.accept.ready {
+        for r in l.into_accept().ready {
             if let Some(e) = self.tcp.table.get_mut(r.conn) {
                 e.conn.abort();
                 while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
@@ -235,7 +235,7 @@ impl Engine {
         listener: u32,
         qp: u32,
     ) -> Option<Results> {
-        let l = &mut self.objects.listeners.get_mut(&listener)?.accept;
+        let l = self.objects.listener_mut(listener)?.accept_mut();
         while let Some(r) = l.ready.pop_front() {
             if self.tcp.table.get(r.conn).is_some() {
                 return self.tcp_claim(mem, r.conn, qp, r.peer_closed);
@@ -302,7 +302,7 @@ impl Engine {
         if remote_port == 0 || !decode::is_unicast(&remote) {
             return Err(ADMIN_STATUS_BAD_PARAM);
         }
-        let bound = self.objects.qps[&qp].bound;
+        let bound = self.objects.qp(qp).expect("caller checked").bound();
         let local = match bound {
             Some((a, _)) if !a.is_unspecified() => a,
             // The device itself, or a destination the link cannot reach (treated as a
@@ -501,15 +501,15 @@ impl Engine {
                         return;
                     };
                     let port = e.conn.tuple().local_port;
-                    let Some(lid) = self.objects.ports.listener(port) else {
+                    let Some(lid) = self.objects.ports().listener(port) else {
                         self.tcp_abort_unclaimed(id);
                         continue;
                     };
-                    let Some(l) = self.objects.listeners.get_mut(&lid) else {
+                    let Some(l) = self.objects.listener_mut(lid) else {
                         self.tcp_abort_unclaimed(id);
                         continue;
                     };
-                    let l = &mut l.accept;
+                    let l = l.accept_mut();
                     if let Some(qp) = l.parked.pop_front() {
                         let cmd = match self.objects.tcp_qp(qp).map(|t| t.role) {
                             Some(TcpRole::Accepting { cmd, .. }) => cmd,
@@ -529,8 +529,8 @@ impl Engine {
                     }
                 }
                 Event::PeerClosed => {
-                    for l in self.objects.listeners.values_mut() {
-                        if let Some(r) = l.accept.ready.iter_mut().find(|r| r.conn == id) {
+                    for l in self.objects.listeners_mut() {
+                        if let Some(r) = l.accept_mut().ready.iter_mut().find(|r| r.conn == id) {
                             r.peer_closed = true;
                         }
                     }
@@ -543,8 +543,8 @@ impl Engine {
 
     /// Connection `id` is gone: no listener offers it any more.
     pub(super) fn forget_ready(&mut self, id: ConnId) {
-        for l in self.objects.listeners.values_mut() {
-            l.accept.ready.retain(|r| r.conn != id);
+        for l in self.objects.listeners_mut() {
+            l.accept_mut().ready.retain(|r| r.conn != id);
         }
     }
 
@@ -564,33 +564,21 @@ impl Engine {
         port: u16,
         backlog: u32,
     ) -> Result<Results, u16> {
-        if !self.objects.contexts.contains_key(&ctx) {
+        if !self.objects.has_context(ctx) {
             return Err(ADMIN_STATUS_BAD_HANDLE);
         }
         if !addr.is_unspecified() && !self.net.stack.is_local(&addr) {
             return Err(ADMIN_STATUS_BAD_PARAM);
         }
-        if self.objects.ports.taken(Proto::Tcp, port) {
+        if self.objects.ports().taken(Proto::Tcp, port) {
             return Err(ADMIN_STATUS_ADDR_IN_USE);
         }
-        if self.objects.listeners.len() >= MAX_LISTENERS as usize {
+        if self.objects.listener_count() >= MAX_LISTENERS as usize {
             return Err(ADMIN_STATUS_NO_RESOURCES);
         }
         let accept = self.tcp_listen(addr, port, backlog)?;
-        let id = self.objects.new_id();
-        self.objects.listeners.insert(
-            id,
-            Listener {
-                ctx,
-                addr,
-                port,
-                accept,
-            },
-        );
-        self.objects
-            .ports
-            .listen(port, id)
-            .expect("checked above: no QP or listener holds the port");
+        // Checked above: no QP or listener holds the port.
+        let id = self.objects.insert_listener(ctx, addr, port, accept);
         Ok((id as u64, 0, 0))
     }
 
@@ -600,8 +588,8 @@ impl Engine {
         ctx: u32,
         id: u32,
     ) -> Result<Results, u16> {
-        match self.objects.listeners.get(&id) {
-            Some(l) if l.ctx == ctx => {
+        match self.objects.listener(id) {
+            Some(l) if l.ctx() == ctx => {
                 self.remove_listener(mem, id);
                 Ok((0, 0, 0))
             }
@@ -610,17 +598,16 @@ impl Engine {
     }
 
     pub(in crate::engine) fn remove_listener(&mut self, mem: &GuestMemoryMmap, id: u32) {
-        let Some(l) = self.objects.listeners.remove(&id) else {
+        // Its port is free again.
+        let Some(l) = self.objects.remove_listener(id) else {
             return;
         };
-        self.objects.ports.unlisten(l.port);
         self.tcp_unlisten(l);
         // QPs offered to it go back to idle; their accepts are cancelled.
         let waiting: Vec<(u32, PendingCmd)> = self
             .objects
-            .qps
-            .iter()
-            .filter_map(|(&q, qp)| match qp.tcp()?.role {
+            .qps()
+            .filter_map(|(q, qp)| match qp.tcp()?.role {
                 TcpRole::Accepting { listener, cmd } if listener == id => Some((q, cmd)),
                 _ => None,
             })
@@ -641,16 +628,15 @@ impl Engine {
     ) -> Outcome {
         if self
             .objects
-            .listeners
-            .get(&listener)
-            .is_none_or(|l| l.ctx != ctx)
+            .listener(listener)
+            .is_none_or(|l| l.ctx() != ctx)
         {
             return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
         }
-        let Some(qp) = self.objects.qps.get_mut(&qp_id).filter(|q| q.ctx == ctx) else {
+        let Some(qp) = self.objects.qp_in_mut(ctx, qp_id) else {
             return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
         };
-        let (bound, ready) = (qp.bound.is_some(), qp.state == QpState::Ready);
+        let (bound, ready) = (qp.bound().is_some(), qp.is_ready());
         let Some(t) = qp
             .tcp_mut()
             .filter(|t| t.role == TcpRole::Idle && !bound && ready)
@@ -678,10 +664,10 @@ impl Engine {
         port: u16,
         cmd: &AdminCmd,
     ) -> Outcome {
-        let Some(qp) = self.objects.qps.get_mut(&qp_id).filter(|q| q.ctx == ctx) else {
+        let Some(qp) = self.objects.qp_in_mut(ctx, qp_id) else {
             return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
         };
-        let ready = qp.state == QpState::Ready;
+        let ready = qp.is_ready();
         let Some(t) = qp.tcp_mut().filter(|t| t.role == TcpRole::Idle && ready) else {
             return Outcome::Done(Err(ADMIN_STATUS_BAD_STATE));
         };

@@ -71,7 +71,7 @@ use crate::net::tcp::{
     self, ConnId, ConnectionTable, Event, Input, IsnGenerator, Outgoing, RecvSink,
 };
 
-use super::objects::{PendingCmd, TcpRole};
+use super::objects::PendingCmd;
 use super::Engine;
 use rx::{settle_with, QpSink, RxState, Unclaimed};
 use tx::{QpSource, TxEntry, TxQueue};
@@ -82,6 +82,22 @@ const HOP_LIMIT: u8 = 64;
 const SEND_BUDGET: u32 = 64;
 /// Largest accept backlog (ListenArgs::backlog is clamped to it; 0 means this).
 const MAX_BACKLOG: usize = 1024;
+
+/// What a TCP QP is doing on the connection side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpRole {
+    Idle,
+    /// Offered to a listener by ACCEPT.
+    Accepting {
+        listener: u32,
+        cmd: PendingCmd,
+    },
+    Connecting {
+        cmd: PendingCmd,
+    },
+    /// Carries a connection (or carried one that has ended).
+    Connected,
+}
 
 /// What a TCP QP holds beyond its rings ([`super::objects::QpKind::Tcp`]).
 pub struct TcpQp {
@@ -300,14 +316,14 @@ impl Engine {
         mem: &GuestMemoryMmap,
         id: u32,
     ) -> (bool, bool) {
-        let iwarp = self.objects.qps[&id].tcp().expect("TCP QP").is_iwarp();
+        let iwarp = self.objects.tcp_qp(id).expect("TCP QP").is_iwarp();
         let mut did = if iwarp {
             self.iwarp_take_recvs(mem, id)
         } else {
             self.tcp_take_recvs(mem, id)
         };
-        let qp = &self.objects.qps[&id];
-        if qp.sq_head == qp.sq_tail {
+        let qp = self.objects.qp(id).expect("caller checked");
+        if !qp.posted(true) {
             return (did, false);
         }
         match qp.tcp().expect("TCP QP").role {

@@ -17,7 +17,6 @@ use crate::net::tcp::{Connection, RecvSink};
 use crate::engine::completion::cqe;
 use crate::engine::decode;
 use crate::engine::memory::{spans_use, Fault, Span};
-use crate::engine::objects::QpState;
 use crate::engine::Engine;
 
 /// What a message-framed QP buffers in the device for messages that no receive WR can take
@@ -461,10 +460,10 @@ impl Engine {
     /// Writes the receive completions made, and announces the end of the stream once
     /// every byte before the peer's FIN has been placed.
     pub(super) fn post_rx_done(&mut self, mem: &GuestMemoryMmap, qp: u32) {
-        let Some(q) = self.objects.qps.get_mut(&qp) else {
+        let Some(q) = self.objects.qp_mut(qp) else {
             return;
         };
-        let cq = q.recv_cq;
+        let cq = q.recv_cq();
         let Some(t) = q.tcp_mut() else {
             return;
         };
@@ -494,11 +493,11 @@ impl Engine {
     /// not ready. A WR that fails its checks carries why (status, detail): it completes in
     /// error in its turn.
     pub(super) fn take_recv_wr(&mut self, mem: &GuestMemoryMmap, id: u32) -> Option<TakenRecv> {
-        let qp = &self.objects.qps[&id];
-        if qp.rq_head == qp.rq_tail || qp.state != QpState::Ready {
+        let qp = self.objects.qp(id).expect("caller checked");
+        if !qp.posted(false) || !qp.is_ready() {
             return None;
         }
-        let ctx = qp.ctx;
+        let ctx = qp.ctx();
         let raw = self.take_wqe(mem, id, false)?;
         Some(match decode::recv_wqe(&raw) {
             Err(e) => TakenRecv {

@@ -16,7 +16,6 @@ use crate::net::tcp::SendSource;
 use crate::engine::completion::{cqe, cqe_ok};
 use crate::engine::decode::{self, Payload};
 use crate::engine::memory::{spans_use, Span};
-use crate::engine::objects::QpState;
 use crate::engine::Engine;
 
 /// A send WR taken from the ring, in the stream at `start..end` (header included).
@@ -156,7 +155,7 @@ impl Engine {
             let Some(qp) = self.send_waiting(id) else {
                 break;
             };
-            let (ctx, message) = (qp.ctx, qp.tcp().expect("TCP QP").message);
+            let (ctx, message) = (qp.ctx(), qp.tcp().expect("TCP QP").message);
             let Some(raw) = self.take_wqe(mem, id, true) else {
                 break;
             };
@@ -225,9 +224,9 @@ impl Engine {
         if let Some(c) = conn_touched {
             self.tcp_service(mem, c, Instant::now());
         }
-        let qp = &self.objects.qps[&id];
+        let qp = self.objects.qp(id).expect("caller checked");
         // A held ring waits for a completion, which marks the QP busy again.
-        let more = qp.sq_head != qp.sq_tail && qp.state == QpState::Ready && !qp.ring_held(true);
+        let more = qp.posted(true) && qp.is_ready() && !qp.ring_held(true);
         (n, more)
     }
 
@@ -260,10 +259,10 @@ impl Engine {
 
     /// Completes the send WRs whose last byte is below `upto`.
     pub(super) fn tcp_complete_sends(&mut self, mem: &GuestMemoryMmap, id: u32, upto: u64) {
-        let Some(q) = self.objects.qps.get_mut(&id) else {
+        let Some(q) = self.objects.qp_mut(id) else {
             return;
         };
-        let cq = q.send_cq;
+        let cq = q.send_cq();
         let Some(t) = q.tcp_mut() else {
             return;
         };

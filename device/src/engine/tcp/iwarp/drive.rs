@@ -18,7 +18,8 @@ use vm_memory::GuestMemoryMmap;
 use crate::engine::completion::{cqe, cqe_ok, send_op};
 use crate::engine::decode::{self, Payload};
 use crate::engine::memory::Span;
-use crate::engine::objects::{Objects, QpState, TcpRole};
+use crate::engine::objects::Objects;
+use crate::engine::tcp::TcpRole;
 use crate::engine::Engine;
 use crate::net::iwarp::wire::rdmap::ReadRequest;
 use crate::net::iwarp::wire::terminate::{RdmapType, TermError};
@@ -67,14 +68,8 @@ impl Objects {
         mem: &'a GuestMemoryMmap,
         id: u32,
     ) -> Option<Sink<'a>> {
-        let Objects {
-            qps,
-            mrs,
-            tripwires,
-            ..
-        } = self;
-        let q = qps.get_mut(&id)?;
-        let ctx = q.ctx;
+        let (q, mrs, tripwires) = self.qp_with_memory(id)?;
+        let ctx = q.ctx();
         let iw = q.tcp_mut()?.iwarp.as_deref_mut()?;
         Some(Sink {
             env: Env {
@@ -251,7 +246,7 @@ impl Engine {
             let Some(qp) = self.send_waiting(id) else {
                 break;
             };
-            let ctx = qp.ctx;
+            let ctx = qp.ctx();
             let Some(iw) = qp.tcp().and_then(|t| t.iwarp.as_deref()) else {
                 break;
             };
@@ -384,17 +379,20 @@ impl Engine {
             });
         }
         self.iwarp_settle(mem, id);
-        let qp = &self.objects.qps[&id];
+        let qp = self.objects.qp(id).expect("caller checked");
         // A held ring waits for a completion, which marks the QP busy again.
-        let more = qp.sq_head != qp.sq_tail && qp.state == QpState::Ready && !qp.ring_held(true);
+        let more = qp.posted(true) && qp.is_ready() && !qp.ring_held(true);
         (n, more)
     }
 
     /// Whether the next WQE in QP `id`'s send ring is an RDMA Read.
     fn next_is_read(&self, mem: &GuestMemoryMmap, id: u32) -> bool {
         use vm_memory::Bytes;
-        let qp = &self.objects.qps[&id];
-        let at = qp.sq.entry_addr(qp.sq_head);
+        let at = self
+            .objects
+            .qp(id)
+            .expect("caller checked")
+            .next_send_addr();
         let mut op = [0u8; 1];
         mem.read_slice(&mut op, vm_memory::GuestAddress(at.0 + 8))
             .is_ok()
@@ -444,7 +442,7 @@ impl Engine {
             self.shared.stats.add(STAT_IWARP_OOO_PLACED, ahead);
         }
         let done = std::mem::take(&mut iw.recv_done);
-        let recv_cq = self.objects.qps[&id].recv_cq;
+        let recv_cq = self.objects.qp(id).expect("there").recv_cq();
         if !done.is_empty() {
             if let Some(e) = conn.and_then(|c| self.tcp.table.get_mut(c)) {
                 e.conn.ack_delivery(Instant::now());
@@ -515,10 +513,10 @@ impl Engine {
     /// Completes the send-queue WRs that are done, in their order: a Send or Write once
     /// acknowledged, a Read once answered, a refused one in its turn.
     pub(in crate::engine::tcp) fn iwarp_complete(&mut self, mem: &GuestMemoryMmap, id: u32) {
-        let Some(q) = self.objects.qps.get_mut(&id) else {
+        let Some(q) = self.objects.qp_mut(id) else {
             return;
         };
-        let cq = q.send_cq;
+        let cq = q.send_cq();
         let Some(t) = q.tcp_mut() else {
             return;
         };
@@ -573,10 +571,10 @@ impl Engine {
             if received { "received" } else { "sent" }
         );
         self.tcp_async_event(id, ASYNC_EVENT_QP_ERROR, ASYNC_REASON_TERMINATE);
-        let Some(q) = self.objects.qps.get(&id) else {
+        let Some(q) = self.objects.qp(id) else {
             return;
         };
-        let send_cq = q.send_cq;
+        let send_cq = q.send_cq();
         let conn = q.tcp().and_then(|t| t.conn);
         if received {
             let status = match error {
@@ -595,10 +593,10 @@ impl Engine {
                 // error, so that it is always the first WR not completed, however far the
                 // engine had got through the ring when the Terminate came.
                 self.post_cqe(mem, send_cq, failed(wr_id, id, op, status, detail));
-            } else if let Some(q) = self.objects.qps.get_mut(&id) {
+            } else if let Some(q) = self.objects.qp_mut(id) {
                 // No WR is left to take it (the refused one had completed, the next is not
                 // posted yet): the next one the guest posts takes it when it is flushed.
-                q.unclaimed_send_error = Some((status, detail));
+                q.keep_unclaimed_send_error(status, detail);
             }
         }
         self.iwarp_close(id, conn);
@@ -609,8 +607,8 @@ impl Engine {
     /// completion opcode (a malformed WQE's tag, as a Send).
     fn take_next_send(&mut self, mem: &GuestMemoryMmap, id: u32) -> Option<(u64, u8)> {
         self.read_qp_doorbell(mem, id);
-        let qp = self.objects.qps.get(&id)?;
-        if qp.sq_head == qp.sq_tail {
+        let qp = self.objects.qp(id)?;
+        if !qp.posted(true) {
             return None;
         }
         let raw = self.take_wqe(mem, id, true)?;
@@ -631,10 +629,10 @@ impl Engine {
     /// QP `id` enters the error state: every WR it holds, and every WR still in its rings,
     /// completes FLUSHED (in queue order).
     pub(in crate::engine::tcp) fn iwarp_error(&mut self, mem: &GuestMemoryMmap, id: u32) {
-        let Some(q) = self.objects.qps.get_mut(&id) else {
+        let Some(q) = self.objects.qp_mut(id) else {
             return;
         };
-        q.state = QpState::Error;
+        q.fail();
         self.iwarp_flush(mem, id);
         self.read_qp_doorbell(mem, id);
         self.flush_qp(mem, id);
@@ -644,10 +642,10 @@ impl Engine {
     /// Every WR an iWARP QP holds completes FLUSHED: send-queue WRs in order (those done
     /// already with their own status), then receive WRs.
     pub(in crate::engine::tcp) fn iwarp_flush(&mut self, mem: &GuestMemoryMmap, id: u32) {
-        let Some(q) = self.objects.qps.get_mut(&id) else {
+        let Some(q) = self.objects.qp_mut(id) else {
             return;
         };
-        let (send_cq, recv_cq) = (q.send_cq, q.recv_cq);
+        let (send_cq, recv_cq) = (q.send_cq(), q.recv_cq());
         let Some(iw) = q.tcp_mut().and_then(|t| t.iwarp.as_deref_mut()) else {
             return;
         };
