@@ -83,13 +83,30 @@ fn the_stock_nbd_client_uses_qpip_nbd_serve_over_qps_as_an_ext2_disk() {
     let ctx = || format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());
     assert_eq!((ga.status, gb.status), (0, 0), "{}", ctx());
     for (r, who) in [(&a, "a"), (&b, "b")] {
-        assert_eq!(r.get("storage.status"), "0", "lab-storage on {who}\n{}", ctx());
+        assert_eq!(
+            r.get("storage.status"),
+            "0",
+            "lab-storage on {who}\n{}",
+            ctx()
+        );
     }
-    for step in ["connect", "mkfs", "mount", "write", "sync", "umount", "fsck", "remount"] {
+    for step in [
+        "connect", "mkfs", "mount", "write", "sync", "umount", "fsck", "remount",
+    ] {
         assert_eq!(a.get(step), "0", "{step}\n{}", ctx());
     }
     assert_eq!(a.num("size"), 128 << 20, "the disk's size\n{}", ctx());
-    assert_eq!(a.get("back.sha"), a.get("sha"), "the file read back\n{}", ctx());
+    assert_eq!(
+        a.get("back.sha"),
+        a.get("sha"),
+        "the file read back\n{}",
+        ctx()
+    );
     assert_eq!(a.get("disconnect"), "0", "{}", ctx());
-    assert_eq!(b.num("serve.log.failed"), 0, "failed disk operations\n{}", ctx());
+    assert_eq!(
+        b.num("serve.log.failed"),
+        0,
+        "failed disk operations\n{}",
+        ctx()
+    );
 }

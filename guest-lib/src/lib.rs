@@ -98,6 +98,7 @@ pub use error::{Error, Result};
 pub use iwarp::{Access, ConnInfo, Mpa, RemoteAddr};
 pub use mr::{MemoryRegion, Sge};
 pub use qp::{Listener, Qp, QpInit, SendWr};
+pub use sys::{wait_any_readable, MAX_WAIT_FDS};
 pub use tripwire::Tripwire;
 pub use types::{
     Completion, Detail, Event, EventKind, Framing, Limits, Opcode, ProviderKind, QpKind, Status,

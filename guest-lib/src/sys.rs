@@ -46,8 +46,16 @@ pub(crate) fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> Re
     wait_any_readable(&[fd], timeout)
 }
 
-/// [`wait_readable`] for one or two descriptors: true when one of them is readable.
-pub(crate) fn wait_any_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> Result<bool> {
+/// The most descriptors [`wait_any_readable`] waits on at once.
+pub const MAX_WAIT_FDS: usize = 8;
+
+/// Waits until one of `fds` (at most [`MAX_WAIT_FDS`]) is readable or `timeout` passed
+/// (`None`: no limit): true when one is. For an event loop that sleeps on CQs
+/// ([`crate::Cq`] after [`crate::Cq::arm`]), the context's events
+/// ([`crate::Context::events_fd`]) and descriptors of its own at once. Interrupted waits
+/// are restarted with the time that is left; a descriptor that is gone (`POLLNVAL`,
+/// `POLLERR` and nothing readable) is [`Error::DeviceGone`].
+pub fn wait_any_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> Result<bool> {
     let deadline = timeout.map(|t| Instant::now() + t);
     // On the stack: CQ waits are on the data path.
     let none = libc::pollfd {
@@ -55,8 +63,8 @@ pub(crate) fn wait_any_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration
         events: 0,
         revents: 0,
     };
-    let mut all = [none; 2];
-    assert!(fds.len() <= all.len(), "at most two descriptors");
+    let mut all = [none; MAX_WAIT_FDS];
+    assert!(fds.len() <= all.len(), "at most {MAX_WAIT_FDS} descriptors");
     let ps = &mut all[..fds.len()];
     for (p, fd) in ps.iter_mut().zip(fds) {
         p.fd = fd.as_raw_fd();

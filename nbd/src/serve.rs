@@ -18,7 +18,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddrV6;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -288,24 +288,12 @@ impl<'a> Conn<'a> {
         if self.cq.poll(&mut c) == 1 {
             return self.completion(&c[0]);
         }
-        let mut fds = [
-            libc::pollfd {
-                fd: self.cq.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.disk.event_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two pollfds in a live array.
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, 1000) };
-        if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return Err(io::Error::last_os_error());
-        }
-        if fds[0].revents != 0 {
+        // SAFETY: the disk's eventfd lives as long as the disk, beyond this call.
+        let disk = unsafe { BorrowedFd::borrow_raw(self.disk.event_fd()) };
+        // A second's limit: nothing is lost if it passes, the loop just looks again.
+        let woke = qpip::wait_any_readable(&[self.cq.as_fd(), disk], Some(Duration::from_secs(1)))
+            .map_err(io::Error::other)?;
+        if woke {
             self.cq.ack();
         }
         Ok(())
