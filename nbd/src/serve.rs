@@ -23,7 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use log::{debug, info, warn};
-use qpip::{Completion, Context, Cq, Framing, MemoryRegion, Qp, QpInit, QpKind, SendWr, Status};
+use qpip::{
+    Completion, Context, Cq, Framing, Listener, MemoryRegion, Qp, QpInit, QpKind, SendWr, Status,
+};
 
 use crate::backing::{Backing, Disk, OpKind};
 use crate::negotiate::{End, ExportInfo, Negotiation};
@@ -54,63 +56,96 @@ pub struct ServeConfig {
     pub name: String,
 }
 
-/// Serves `backing` on `listen` until the process ends: each connection in a thread of
-/// its own.
-pub fn serve(
+/// A listening server: one export, bound to its address.
+pub struct Server {
     ctx: Arc<Context>,
     backing: Arc<Backing>,
-    config: &ServeConfig,
-    listen: SocketAddrV6,
-) -> io::Result<()> {
-    let listener = ctx.listen(listen, 16).map_err(io::Error::other)?;
-    info!(
-        "serving '{}' ({} bytes{}) on [{}]:{}",
-        config.name,
-        backing.size(),
-        if backing.read_only() {
-            ", read-only"
-        } else {
-            ""
-        },
-        listener.local_addr().ip(),
-        listener.local_addr().port()
-    );
-    let export = ExportInfo {
-        name: config.name.clone(),
-        size: backing.size(),
-        flags: backing.transmission_flags(),
-        min_block: 1,
-        preferred_block: 4096,
-        max_payload: proto::MAX_PAYLOAD,
-    };
-    loop {
-        let cq = ctx
-            .create_cq((RECV_SLOTS as u32 + SQ_DEPTH).next_power_of_two())
-            .map_err(io::Error::other)?;
-        let qp = ctx
-            .create_qp(
-                &QpInit::new(QpKind::Tcp(Framing::Stream), &cq).depth(SQ_DEPTH, RECV_SLOTS as u32),
-            )
-            .map_err(io::Error::other)?;
-        let stream = RecvStream::new(&ctx, RECV_SLOTS, RECV_SLOT_LEN).map_err(io::Error::other)?;
-        // Posted before the connection exists, so the first bytes have somewhere to go.
-        stream.post_all(&qp).map_err(io::Error::other)?;
-        let peer = match listener.accept_wait(&qp, Duration::from_secs(u32::MAX.into())) {
-            Ok(p) => p,
-            Err(e) => {
-                warn!("accept: {e}");
-                continue;
-            }
+    listener: Listener,
+    export: ExportInfo,
+}
+
+impl Server {
+    /// Listens on `listen` (port 0: any free port) for clients of `backing`.
+    pub fn bind(
+        ctx: Arc<Context>,
+        backing: Arc<Backing>,
+        config: &ServeConfig,
+        listen: SocketAddrV6,
+    ) -> io::Result<Server> {
+        let listener = ctx.listen(listen, 16).map_err(io::Error::other)?;
+        let export = ExportInfo {
+            name: config.name.clone(),
+            size: backing.size(),
+            flags: backing.transmission_flags(),
+            min_block: 1,
+            preferred_block: 4096,
+            max_payload: proto::MAX_PAYLOAD,
         };
-        info!("client [{}]:{} connected", peer.ip(), peer.port());
-        let (ctx, backing, export) = (ctx.clone(), backing.clone(), export.clone());
-        std::thread::spawn(move || {
-            let r = Conn::new(&ctx, cq, qp, stream, &backing, export).and_then(|c| c.run());
-            match r {
-                Ok(why) => info!("client [{}]:{}: {why}", peer.ip(), peer.port()),
-                Err(e) => warn!("client [{}]:{}: {e}", peer.ip(), peer.port()),
-            }
-        });
+        Ok(Server {
+            ctx,
+            backing,
+            listener,
+            export,
+        })
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> SocketAddrV6 {
+        self.listener.local_addr()
+    }
+
+    /// Serves every client that connects, each in a thread of its own, until the process
+    /// ends.
+    pub fn run(self) -> io::Result<()> {
+        let Server {
+            ctx,
+            backing,
+            listener,
+            export,
+        } = self;
+        info!(
+            "serving '{}' ({} bytes{}) on [{}]:{}",
+            export.name,
+            backing.size(),
+            if backing.read_only() {
+                ", read-only"
+            } else {
+                ""
+            },
+            listener.local_addr().ip(),
+            listener.local_addr().port()
+        );
+        loop {
+            let cq = ctx
+                .create_cq((RECV_SLOTS as u32 + SQ_DEPTH).next_power_of_two())
+                .map_err(io::Error::other)?;
+            let qp = ctx
+                .create_qp(
+                    &QpInit::new(QpKind::Tcp(Framing::Stream), &cq)
+                        .depth(SQ_DEPTH, RECV_SLOTS as u32),
+                )
+                .map_err(io::Error::other)?;
+            let stream =
+                RecvStream::new(&ctx, RECV_SLOTS, RECV_SLOT_LEN).map_err(io::Error::other)?;
+            // Posted before the connection exists, so the first bytes have somewhere to go.
+            stream.post_all(&qp).map_err(io::Error::other)?;
+            let peer = match listener.accept_wait(&qp, Duration::from_secs(u32::MAX.into())) {
+                Ok(p) => p,
+                Err(e) => {
+                    warn!("accept: {e}");
+                    continue;
+                }
+            };
+            info!("client [{}]:{} connected", peer.ip(), peer.port());
+            let (ctx, backing, export) = (ctx.clone(), backing.clone(), export.clone());
+            std::thread::spawn(move || {
+                let r = Conn::new(&ctx, cq, qp, stream, &backing, export).and_then(|c| c.run());
+                match r {
+                    Ok(why) => info!("client [{}]:{}: {why}", peer.ip(), peer.port()),
+                    Err(e) => warn!("client [{}]:{}: {e}", peer.ip(), peer.port()),
+                }
+            });
+        }
     }
 }
 

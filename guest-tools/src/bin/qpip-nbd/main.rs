@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use qpip::Context;
 use qpip_nbd::backing::Backing;
-use qpip_nbd::serve::{serve, ServeConfig};
+use qpip_nbd::serve::{ServeConfig, Server};
 
 const USAGE: &str = "\
 usage: qpip-nbd serve FILE|DEVICE [-p PORT] [-a ADDR] [-n NAME] [-r]
@@ -79,7 +79,9 @@ fn run_serve(a: ServeArgs) -> Result<(), String> {
     });
     let config = ServeConfig { name };
     let listen = SocketAddrV6::new(a.addr, a.port, 0, 0);
-    serve(Arc::new(ctx), Arc::new(backing), &config, listen).map_err(|e| e.to_string())
+    Server::bind(Arc::new(ctx), Arc::new(backing), &config, listen)
+        .and_then(Server::run)
+        .map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
