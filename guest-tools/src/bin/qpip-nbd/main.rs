@@ -2,30 +2,49 @@
 //!
 //! ```text
 //! qpip-nbd serve FILE|DEVICE [-p PORT] [-a ADDR] [-n NAME] [-r]
+//! qpip-nbd connect HOST [-p PORT] [-n NAME] [-t SECS] [-q DEPTH]
 //! ```
 //!
 //! `serve` exports a file or a block device over TCP QPs in stream framing: the wire is
 //! the standard NBD protocol (fixed newstyle handshake), so the stock `nbd-client` and
 //! the kernel's `nbd` driver, over plain sockets, can use it as well as a QP client.
 //! Port 10809 (NBD's) by default; each client that connects is served in a thread of its
-//! own until it disconnects. `RUST_LOG=debug` shows every connection's steps.
+//! own until it disconnects.
+//!
+//! `connect` makes an NBD export (of `qpip-nbd serve`, or of the stock `nbd-server`) a
+//! block device of this machine, `/dev/ublkbN` (Linux's userspace block devices,
+//! `ublk_drv`), whose requests all go over a TCP QP. It prints the device's path once the
+//! device is there, and serves it until SIGINT or SIGTERM, then removes it. A request
+//! that waits longer than `-t` seconds (30) for its reply, or for a lost connection to
+//! come back, ends with an I/O error; the client keeps connecting again meanwhile.
+//! `RUST_LOG=debug` shows every step.
 
 use std::net::{Ipv6Addr, SocketAddrV6};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-use qpip::Context;
+use qpip::{resolve_addr, Context};
+use qpip_nbd::attach::{attach, AttachConfig};
 use qpip_nbd::backing::Backing;
 use qpip_nbd::serve::{ServeConfig, Server};
 
 const USAGE: &str = "\
 usage: qpip-nbd serve FILE|DEVICE [-p PORT] [-a ADDR] [-n NAME] [-r]
+       qpip-nbd connect HOST [-p PORT] [-n NAME] [-t SECS] [-q DEPTH]
 A network block device over qpip queue pairs (the standard NBD protocol).
   serve        export FILE or DEVICE to NBD clients (qpip-nbd, or nbd-client on sockets)
-  -p PORT      port to listen on (10809)     -a ADDR   address to listen on (all)
-  -n NAME      export name (the file name; clients asking for \"\" get it too)
-  -r           read-only";
+    -p PORT    port to listen on (10809)     -a ADDR   address to listen on (all)
+    -n NAME    export name (the file name; clients asking for \"\" get it too)
+    -r         read-only
+  connect      the export of an NBD server at HOST as a block device, /dev/ublkbN,
+               until SIGINT or SIGTERM (needs ublk_drv)
+    -p PORT    the server's port (10809)     -n NAME   export name (\"\": its default)
+    -t SECS    a request ends with an I/O error after waiting this long for its reply
+               or for a lost connection to come back (30)
+    -q DEPTH   requests in flight (64)";
 
 struct ServeArgs {
     path: PathBuf,
@@ -68,6 +87,85 @@ fn parse_serve(mut args: impl Iterator<Item = String>) -> Result<ServeArgs, Stri
     Ok(a)
 }
 
+struct ConnectArgs {
+    host: String,
+    port: u16,
+    name: String,
+    timeout: Duration,
+    depth: u16,
+}
+
+fn parse_connect(mut args: impl Iterator<Item = String>) -> Result<ConnectArgs, String> {
+    let mut a = ConnectArgs {
+        host: String::new(),
+        port: 10809,
+        name: String::new(),
+        timeout: Duration::from_secs(30),
+        depth: 64,
+    };
+    let mut host = None;
+    while let Some(arg) = args.next() {
+        let mut value = |what: &str| args.next().ok_or(format!("{arg} needs {what}"));
+        match arg.as_str() {
+            "-p" => {
+                let v = value("a port")?;
+                a.port = v.parse().map_err(|_| format!("-p {v}: not a port"))?;
+            }
+            "-n" => a.name = value("a name")?,
+            "-t" => {
+                let v = value("seconds")?;
+                let s: u64 = v
+                    .parse()
+                    .map_err(|_| format!("-t {v}: not a number of seconds"))?;
+                if s == 0 {
+                    return Err("-t 0: the timeout must be at least a second".into());
+                }
+                a.timeout = Duration::from_secs(s);
+            }
+            "-q" => {
+                let v = value("a depth")?;
+                a.depth = v
+                    .parse()
+                    .ok()
+                    .filter(|d| (1..=1024).contains(d))
+                    .ok_or(format!("-q {v}: a depth from 1 to 1024"))?;
+            }
+            _ if arg.starts_with('-') => return Err(format!("unknown option {arg}")),
+            _ if host.is_none() => host = Some(arg),
+            _ => return Err(format!("unexpected argument {arg}")),
+        }
+    }
+    a.host = host.ok_or("connect needs the server's address")?;
+    Ok(a)
+}
+
+/// Set by SIGINT and SIGTERM.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+fn run_connect(a: ConnectArgs) -> Result<(), String> {
+    let server = resolve_addr(&a.host, a.port).map_err(|e| format!("{}: {e}", a.host))?;
+    let ctx = Context::open().map_err(|e| format!("open the device: {e}"))?;
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe { libc::signal(sig, on_signal as *const () as libc::sighandler_t) };
+    }
+    let config = AttachConfig {
+        server,
+        name: a.name,
+        timeout: a.timeout,
+        depth: a.depth,
+        max_io: 512 * 1024,
+    };
+    attach(Arc::new(ctx), config, &STOP, |path, export| {
+        println!("qpip-nbd: {path} ({} bytes)", export.size);
+    })
+    .map_err(|e| e.to_string())
+}
+
 fn run_serve(a: ServeArgs) -> Result<(), String> {
     let backing =
         Backing::open(&a.path, a.read_only).map_err(|e| format!("{}: {e}", a.path.display()))?;
@@ -92,6 +190,7 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let r = match args.next().as_deref() {
         Some("serve") => parse_serve(args).and_then(run_serve),
+        Some("connect") => parse_connect(args).and_then(run_connect),
         Some("-h" | "--help") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
