@@ -6,6 +6,14 @@
 //! mounted again and the file read back, its SHA-256 compared. The server's log must
 //! show no failed disk operation.
 //!
+//! Then the other way round: guest a's `qpip-nbd connect` (a ublk block device whose
+//! requests all go over a TCP QP) against `qpip-nbd serve` and against the stock
+//! `nbd-server` on guest b's kernel sockets, the same file system checks on each; and what
+//! a network disk must do when its server fails: requests end with an I/O error within
+//! the timeout (a killed server, a hung one), what was flushed survives the server's
+//! restart, the client connects again by itself, and the device can be removed and
+//! made again.
+//!
 //! The storage programs and modules come from the lab's extras share (`lab-storage`).
 //! The test boots VMs: ignored by a plain `cargo test`, run by `./qpip test` (as root).
 
@@ -109,4 +117,221 @@ fn the_stock_nbd_client_uses_qpip_nbd_serve_over_qps_as_an_ext2_disk() {
         "failed disk operations\n{}",
         ctx()
     );
+}
+
+/// Guest a's file system checks on the block device `$dev`, tagged `$1` in the report.
+const FS_CHECKS: &str = r#"
+fs_checks() {
+  t=$1
+  mkfs.ext2 -q "$dev"; kv $t.mkfs $?
+  mkdir -p /mnt
+  mount -t ext2 "$dev" /mnt; kv $t.mount $?
+  head -c 30000000 /dev/urandom > /tmp/f
+  kv $t.sha "$(sha256sum < /tmp/f | cut -d' ' -f1)"
+  cp /tmp/f /mnt/f; kv $t.write $?
+  sync; kv $t.sync $?
+  umount /mnt; kv $t.umount $?
+  e2fsck -fn "$dev" > /tmp/fsck 2>&1; kv $t.fsck $?
+  sed "s/^/$t e2fsck: /" /tmp/fsck
+  echo 3 > /proc/sys/vm/drop_caches
+  mount -t ext2 -o ro "$dev" /mnt; kv $t.remount $?
+  kv $t.back.sha "$(sha256sum < /mnt/f | cut -d' ' -f1)"
+  umount /mnt
+}
+# connect TAG ARGS...: qpip-nbd connect in the background (pid in $c), its log in
+# /tmp/TAG.log; sets $dev once the device is there.
+connect() {
+  t=$1; shift
+  qpip-nbd connect "$@" > /tmp/$t.log 2>&1 &
+  c=$!
+  i=0
+  until grep -q '^qpip-nbd: /dev/ublkb' /tmp/$t.log || [ $i -ge 300 ]; do i=$((i + 1)); sleep 0.1; done
+  dev=$(sed -n 's|^qpip-nbd: \(/dev/ublkb[0-9]*\) .*|\1|p' /tmp/$t.log)
+  kv $t.dev "$dev"
+}
+# disconnect TAG: ends the client of connect TAG, and reports whether its device is gone.
+disconnect() {
+  kill -TERM $c; wait $c; kv $1.exit $?
+  sed "s/^/$1: /" /tmp/$1.log
+  kv $1.gone "$([ -e "$dev" ] && echo no || echo yes)"
+}
+"#;
+
+/// Guest b: `qpip-nbd serve` on port 10809 and the stock nbd-server on 10810, on its
+/// kernel sockets, each its own file.
+const SERVERS: &str = r#"
+lab-storage > /tmp/storage 2>&1; kv storage.status $?; sed 's/^/storage: /' /tmp/storage
+truncate -s 128M /tmp/qp.img /tmp/stock.img
+qpip-nbd serve /tmp/qp.img -n disk > /tmp/serve.log 2>&1 &
+s=$!
+mkdir -p /run /var/run
+cat > /tmp/nbd.conf <<'CONF'
+[generic]
+    user = root
+    group = root
+    port = 10810
+[disk]
+    exportname = /tmp/stock.img
+    flush = true
+    fua = true
+    trim = true
+CONF
+nbd-server -C /tmp/nbd.conf > /tmp/nbd-server.log 2>&1; kv nbd-server $?
+i=0
+until grep -q serving /tmp/serve.log || [ $i -ge 100 ]; do i=$((i + 1)); sleep 0.1; done
+touch /lab/serving
+await done
+kill $s
+killall nbd-server
+kv serve.log.failed "$(grep -c 'the disk answered' /tmp/serve.log)"
+sed 's/^/serve: /' /tmp/serve.log
+sed 's/^/nbd-server: /' /tmp/nbd-server.log
+"#;
+
+/// Guest a: qpip-nbd connect to each server, the file system checks on each.
+const QP_CLIENT: &str = r#"
+lab-storage > /tmp/storage 2>&1; kv storage.status $?; sed 's/^/storage: /' /tmp/storage
+await serving || exit 1
+connect qp fd51:5050::1:2 -n disk
+fs_checks qp
+disconnect qp
+# The stock server listens on b's kernel sockets: its NIC's address.
+connect stock fd51:5050::2:2 -p 10810 -n disk
+fs_checks stock
+disconnect stock
+touch /lab/done
+"#;
+
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn qpip_nbd_connect_gives_a_block_device_over_qps_against_qpip_and_stock_servers() {
+    needs_root!();
+    let guest = |n: usize, body: &str| {
+        common::lab_guest(
+            guest_name(n),
+            common::script(FS_CHECKS, body),
+            Duration::from_secs(600),
+        )
+    };
+    let spec = LabSpec {
+        guests: vec![guest(1, QP_CLIENT), guest(2, SERVERS)],
+        network: Network::Lab(unique_netns("qpip-nbdc")),
+        layout: QpipdLayout::Adapter,
+    };
+    let out = common::lab(&spec, |_| ());
+    let (ga, gb) = (out.guest("a"), out.guest("b"));
+    let (a, b) = (Report::new(ga), Report::new(gb));
+    let ctx = || format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());
+    assert_eq!((ga.status, gb.status), (0, 0), "{}", ctx());
+    assert_eq!(b.get("nbd-server"), "0", "the stock server started\n{}", ctx());
+    for t in ["qp", "stock"] {
+        assert!(a.get(&format!("{t}.dev")).starts_with("/dev/ublkb"), "{t}\n{}", ctx());
+        for step in ["mkfs", "mount", "write", "sync", "umount", "fsck", "remount", "exit"] {
+            assert_eq!(a.get(&format!("{t}.{step}")), "0", "{t}: {step}\n{}", ctx());
+        }
+        assert_eq!(
+            a.get(&format!("{t}.back.sha")),
+            a.get(&format!("{t}.sha")),
+            "{t}: the file read back\n{}",
+            ctx()
+        );
+        assert_eq!(a.get(&format!("{t}.gone")), "yes", "{t}: the device removed\n{}", ctx());
+    }
+    assert_eq!(b.num("serve.log.failed"), 0, "failed disk operations\n{}", ctx());
+}
+
+/// Guest b: serves, then kills its server (-9) when a says so, starts it again, hangs it
+/// (SIGSTOP) and lets it go on (SIGCONT), each on a's word.
+const FAILING_SERVER: &str = r#"
+lab-storage > /dev/null 2>&1 || exit 1
+truncate -s 64M /tmp/d.img
+serve() { qpip-nbd serve /tmp/d.img -n disk >> /tmp/serve.log 2>&1 & s=$!; }
+serve
+sleep 1; touch /lab/serving
+await kill || exit 1
+kill -9 $s; wait $s; touch /lab/killed
+await restart || exit 1
+serve; sleep 1; touch /lab/restarted
+await hang || exit 1
+kill -STOP $s; touch /lab/hung
+await resume || exit 1
+kill -CONT $s; touch /lab/resumed
+await done
+kill $s
+sed 's/^/serve: /' /tmp/serve.log
+"#;
+
+/// Guest a: data written and flushed, the server killed: I/O errors within the timeout
+/// (5 s), the data back once the server is, a hung server likewise; then the device
+/// removed and made again.
+const FAILING_CLIENT: &str = r#"
+lab-storage > /dev/null 2>&1 || exit 1
+await serving || exit 1
+connect f fd51:5050::1:2 -n disk -t 5
+head -c 4194304 /dev/urandom > /tmp/pat
+# Written and flushed (conv=fsync: the block layer's FLUSH, NBD_CMD_FLUSH).
+dd if=/tmp/pat of="$dev" bs=1M oflag=direct conv=fsync 2> /dev/null; kv write $?
+touch /lab/kill; await killed
+# Reads now fail, within the timeout and the time to notice.
+t0=$(date +%s)
+dd if="$dev" of=/dev/null bs=4k count=1 skip=3000 iflag=direct 2> /tmp/err; kv dead.read $?
+kv dead.secs $(( $(date +%s) - t0 ))
+sed 's/^/dead read: /' /tmp/err
+touch /lab/restart; await restarted
+# The client connects again by itself: what was flushed is there.
+i=0
+until dd if="$dev" of=/tmp/back bs=1M count=4 iflag=direct 2> /dev/null || [ $i -ge 30 ]; do i=$((i + 1)); sleep 1; done
+kv back "$(cmp -s /tmp/pat /tmp/back && echo same || echo different)"
+touch /lab/hang; await hung
+t0=$(date +%s)
+dd if="$dev" of=/dev/null bs=4k count=1 skip=2000 iflag=direct 2> /dev/null; kv hung.read $?
+kv hung.secs $(( $(date +%s) - t0 ))
+touch /lab/resume; await resumed
+i=0
+until dd if="$dev" of=/tmp/back bs=1M count=4 iflag=direct 2> /dev/null || [ $i -ge 30 ]; do i=$((i + 1)); sleep 1; done
+kv resumed.back "$(cmp -s /tmp/pat /tmp/back && echo same || echo different)"
+disconnect f
+# Made again: a new device with the same data.
+connect g fd51:5050::1:2 -n disk
+dd if="$dev" of=/tmp/back bs=1M count=4 iflag=direct 2> /dev/null; kv again.read $?
+kv again.back "$(cmp -s /tmp/pat /tmp/back && echo same || echo different)"
+disconnect g
+touch /lab/done
+"#;
+
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn a_failed_server_gives_io_errors_in_bounded_time_and_flushed_data_survives_its_restart() {
+    needs_root!();
+    let guest = |n: usize, body: &str| {
+        common::lab_guest(
+            guest_name(n),
+            common::script(FS_CHECKS, body),
+            Duration::from_secs(600),
+        )
+    };
+    let spec = LabSpec {
+        guests: vec![guest(1, FAILING_CLIENT), guest(2, FAILING_SERVER)],
+        network: Network::Lab(unique_netns("qpip-nbdf")),
+        layout: QpipdLayout::Adapter,
+    };
+    let out = common::lab(&spec, |_| ());
+    let (ga, gb) = (out.guest("a"), out.guest("b"));
+    let (a, b) = (Report::new(ga), Report::new(gb));
+    let ctx = || format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());
+    assert_eq!((ga.status, gb.status), (0, 0), "{}", ctx());
+    assert_eq!(a.get("write"), "0", "{}", ctx());
+    // The timeout is 5 s: reconnecting fails meanwhile, then the request fails. A
+    // generous bound for a loaded host: what matters is that it ends.
+    for t in ["dead", "hung"] {
+        assert_ne!(a.get(&format!("{t}.read")), "0", "{t}: the read must fail\n{}", ctx());
+        let secs = a.num(&format!("{t}.secs"));
+        assert!(secs <= 60, "{t}: the read took {secs} s\n{}", ctx());
+    }
+    assert_eq!(a.get("back"), "same", "flushed data after the restart\n{}", ctx());
+    assert_eq!(a.get("resumed.back"), "same", "after the hung server resumed\n{}", ctx());
+    assert_eq!(a.get("f.exit"), "0", "{}", ctx());
+    assert_eq!(a.get("f.gone"), "yes", "{}", ctx());
+    assert_eq!(a.get("again.read"), "0", "{}", ctx());
+    assert_eq!(a.get("again.back"), "same", "{}", ctx());
 }
