@@ -69,27 +69,40 @@ nbd-client -d /dev/nbd0 > /dev/null 2>&1; kv disconnect $?
 touch /lab/done
 "#;
 
-#[test]
-#[ignore = "boots VMs: run by ./qpip test"]
-fn the_stock_nbd_client_uses_qpip_nbd_serve_over_qps_as_an_ext2_disk() {
-    needs_root!();
+/// Runs guest a's `client` and guest b's `server` scripts (after [`FS_CHECKS`]'s helpers)
+/// on a lab network of their own; returns both guests' outcomes once both exited 0.
+fn run_pair(tag: &str, client: &str, server: &str) -> qpip_lab::LabOutcome<()> {
     let guest = |n: usize, body: &str| {
         common::lab_guest(
             guest_name(n),
-            common::script("", body),
+            common::script(FS_CHECKS, body),
             Duration::from_secs(600),
         )
     };
     let spec = LabSpec {
-        guests: vec![guest(1, CLIENT), guest(2, SERVER)],
-        network: Network::Lab(unique_netns("qpip-nbd")),
+        guests: vec![guest(1, client), guest(2, server)],
+        network: Network::Lab(unique_netns(tag)),
         layout: QpipdLayout::Adapter,
     };
-    let out = common::lab(&spec, |_| ());
+    common::lab(&spec, |_| ())
+}
+
+/// Both guests' reports, and their whole text for a failure's message.
+fn reports(out: &qpip_lab::LabOutcome<()>) -> (Report<'_>, Report<'_>, String) {
     let (ga, gb) = (out.guest("a"), out.guest("b"));
     let (a, b) = (Report::new(ga), Report::new(gb));
-    let ctx = || format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());
-    assert_eq!((ga.status, gb.status), (0, 0), "{}", ctx());
+    let ctx = format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());
+    assert_eq!((ga.status, gb.status), (0, 0), "{ctx}");
+    (a, b, ctx)
+}
+
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn the_stock_nbd_client_uses_qpip_nbd_serve_over_qps_as_an_ext2_disk() {
+    needs_root!();
+    let out = run_pair("qpip-nbd", CLIENT, SERVER);
+    let (a, b, ctx) = reports(&out);
+    let ctx = || ctx.clone();
     for (r, who) in [(&a, "a"), (&b, "b")] {
         assert_eq!(
             r.get("storage.status"),
@@ -206,27 +219,24 @@ touch /lab/done
 #[ignore = "boots VMs: run by ./qpip test"]
 fn qpip_nbd_connect_gives_a_block_device_over_qps_against_qpip_and_stock_servers() {
     needs_root!();
-    let guest = |n: usize, body: &str| {
-        common::lab_guest(
-            guest_name(n),
-            common::script(FS_CHECKS, body),
-            Duration::from_secs(600),
-        )
-    };
-    let spec = LabSpec {
-        guests: vec![guest(1, QP_CLIENT), guest(2, SERVERS)],
-        network: Network::Lab(unique_netns("qpip-nbdc")),
-        layout: QpipdLayout::Adapter,
-    };
-    let out = common::lab(&spec, |_| ());
-    let (ga, gb) = (out.guest("a"), out.guest("b"));
-    let (a, b) = (Report::new(ga), Report::new(gb));
-    let ctx = || format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());
-    assert_eq!((ga.status, gb.status), (0, 0), "{}", ctx());
-    assert_eq!(b.get("nbd-server"), "0", "the stock server started\n{}", ctx());
+    let out = run_pair("qpip-nbdc", QP_CLIENT, SERVERS);
+    let (a, b, ctx) = reports(&out);
+    let ctx = || ctx.clone();
+    assert_eq!(
+        b.get("nbd-server"),
+        "0",
+        "the stock server started\n{}",
+        ctx()
+    );
     for t in ["qp", "stock"] {
-        assert!(a.get(&format!("{t}.dev")).starts_with("/dev/ublkb"), "{t}\n{}", ctx());
-        for step in ["mkfs", "mount", "write", "sync", "umount", "fsck", "remount", "exit"] {
+        assert!(
+            a.get(&format!("{t}.dev")).starts_with("/dev/ublkb"),
+            "{t}\n{}",
+            ctx()
+        );
+        for step in [
+            "mkfs", "mount", "write", "sync", "umount", "fsck", "remount", "exit",
+        ] {
             assert_eq!(a.get(&format!("{t}.{step}")), "0", "{t}: {step}\n{}", ctx());
         }
         assert_eq!(
@@ -235,9 +245,19 @@ fn qpip_nbd_connect_gives_a_block_device_over_qps_against_qpip_and_stock_servers
             "{t}: the file read back\n{}",
             ctx()
         );
-        assert_eq!(a.get(&format!("{t}.gone")), "yes", "{t}: the device removed\n{}", ctx());
+        assert_eq!(
+            a.get(&format!("{t}.gone")),
+            "yes",
+            "{t}: the device removed\n{}",
+            ctx()
+        );
     }
-    assert_eq!(b.num("serve.log.failed"), 0, "failed disk operations\n{}", ctx());
+    assert_eq!(
+        b.num("serve.log.failed"),
+        0,
+        "failed disk operations\n{}",
+        ctx()
+    );
 }
 
 /// Guest b: serves, then kills its server (-9) when a says so, starts it again, hangs it
@@ -303,33 +323,34 @@ touch /lab/done
 #[ignore = "boots VMs: run by ./qpip test"]
 fn a_failed_server_gives_io_errors_in_bounded_time_and_flushed_data_survives_its_restart() {
     needs_root!();
-    let guest = |n: usize, body: &str| {
-        common::lab_guest(
-            guest_name(n),
-            common::script(FS_CHECKS, body),
-            Duration::from_secs(600),
-        )
-    };
-    let spec = LabSpec {
-        guests: vec![guest(1, FAILING_CLIENT), guest(2, FAILING_SERVER)],
-        network: Network::Lab(unique_netns("qpip-nbdf")),
-        layout: QpipdLayout::Adapter,
-    };
-    let out = common::lab(&spec, |_| ());
-    let (ga, gb) = (out.guest("a"), out.guest("b"));
-    let (a, b) = (Report::new(ga), Report::new(gb));
-    let ctx = || format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());
-    assert_eq!((ga.status, gb.status), (0, 0), "{}", ctx());
+    let out = run_pair("qpip-nbdf", FAILING_CLIENT, FAILING_SERVER);
+    let (a, _, ctx) = reports(&out);
+    let ctx = || ctx.clone();
     assert_eq!(a.get("write"), "0", "{}", ctx());
     // The timeout is 5 s: reconnecting fails meanwhile, then the request fails. A
     // generous bound for a loaded host: what matters is that it ends.
     for t in ["dead", "hung"] {
-        assert_ne!(a.get(&format!("{t}.read")), "0", "{t}: the read must fail\n{}", ctx());
+        assert_ne!(
+            a.get(&format!("{t}.read")),
+            "0",
+            "{t}: the read must fail\n{}",
+            ctx()
+        );
         let secs = a.num(&format!("{t}.secs"));
         assert!(secs <= 60, "{t}: the read took {secs} s\n{}", ctx());
     }
-    assert_eq!(a.get("back"), "same", "flushed data after the restart\n{}", ctx());
-    assert_eq!(a.get("resumed.back"), "same", "after the hung server resumed\n{}", ctx());
+    assert_eq!(
+        a.get("back"),
+        "same",
+        "flushed data after the restart\n{}",
+        ctx()
+    );
+    assert_eq!(
+        a.get("resumed.back"),
+        "same",
+        "after the hung server resumed\n{}",
+        ctx()
+    );
     assert_eq!(a.get("f.exit"), "0", "{}", ctx());
     assert_eq!(a.get("f.gone"), "yes", "{}", ctx());
     assert_eq!(a.get("again.read"), "0", "{}", ctx());

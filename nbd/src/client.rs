@@ -13,7 +13,7 @@ use qpip::{
     Completion, Context, Cq, Framing, MemoryRegion, Qp, QpInit, QpKind, SendWr, Sge, Status,
 };
 
-use crate::proto::{self, client, flags, handshake, info, opt, rep, InfoRequest, OptionHeader};
+use crate::proto::{self, client, flags, handshake, info, opt, rep, InfoRequest};
 use crate::proto::{OptionReplyHeader, Request, SimpleReply, OPTION_REPLY_HEADER_LEN};
 use crate::stream::{RecvStream, RECV_TAG};
 
@@ -174,14 +174,7 @@ impl Connection {
     }
 
     fn send_option(&mut self, option: u32, data: &[u8], deadline: Instant) -> io::Result<()> {
-        let mut b = OptionHeader {
-            option,
-            len: data.len() as u32,
-        }
-        .encode()
-        .to_vec();
-        b.extend_from_slice(data);
-        self.send_control(&b, deadline)
+        self.send_control(&proto::option(option, data), deadline)
     }
 
     /// Sends handshake bytes from the control buffer and waits until they are sent.

@@ -288,14 +288,7 @@ mod tests {
     }
 
     fn option(option: u32, data: &[u8]) -> Vec<u8> {
-        let mut b = OptionHeader {
-            option,
-            len: data.len() as u32,
-        }
-        .encode()
-        .to_vec();
-        b.extend_from_slice(data);
-        b
+        proto::option(option, data)
     }
 
     /// The replies in `out`: (reply type, data).

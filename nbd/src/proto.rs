@@ -196,6 +196,18 @@ impl OptionHeader {
     }
 }
 
+/// A whole option as the client sends it: header and data.
+pub fn option(option: u32, data: &[u8]) -> Vec<u8> {
+    let mut b = OptionHeader {
+        option,
+        len: data.len() as u32,
+    }
+    .encode()
+    .to_vec();
+    b.extend_from_slice(data);
+    b
+}
+
 /// An option reply's header (magic, option, reply type, length of its data).
 pub const OPTION_REPLY_HEADER_LEN: usize = 20;
 

@@ -46,6 +46,74 @@ A network block device over qpip queue pairs (the standard NBD protocol).
                or for a lost connection to come back (30)
     -q DEPTH   requests in flight (64)";
 
+/// A command's arguments: its options (each `-X VALUE`, or a flag) and one operand.
+struct Parsed {
+    values: Vec<(String, String)>,
+    flags: Vec<String>,
+    operand: Option<String>,
+}
+
+impl Parsed {
+    /// Reads `args`: options in `with_value` take the next argument, those in `flags`
+    /// none; one operand.
+    fn new(
+        mut args: impl Iterator<Item = String>,
+        with_value: &[&str],
+        flags: &[&str],
+    ) -> Result<Parsed, String> {
+        let mut p = Parsed {
+            values: Vec::new(),
+            flags: Vec::new(),
+            operand: None,
+        };
+        while let Some(arg) = args.next() {
+            if with_value.contains(&arg.as_str()) {
+                let v = args.next().ok_or(format!("{arg} needs a value"))?;
+                p.values.push((arg, v));
+            } else if flags.contains(&arg.as_str()) {
+                p.flags.push(arg);
+            } else if arg.starts_with('-') {
+                return Err(format!("unknown option {arg}"));
+            } else if p.operand.is_none() {
+                p.operand = Some(arg);
+            } else {
+                return Err(format!("unexpected argument {arg}"));
+            }
+        }
+        Ok(p)
+    }
+
+    fn value(&self, opt: &str) -> Option<&str> {
+        self.values
+            .iter()
+            .rev()
+            .find(|(o, _)| o == opt)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn flag(&self, f: &str) -> bool {
+        self.flags.iter().any(|x| x == f)
+    }
+
+    /// Option `opt` as a `T` within `ok` (default `default`); `what` names it in errors.
+    fn number<T: std::str::FromStr + Copy>(
+        &self,
+        opt: &str,
+        default: T,
+        what: &str,
+        ok: impl Fn(T) -> bool,
+    ) -> Result<T, String> {
+        match self.value(opt) {
+            None => Ok(default),
+            Some(v) => v
+                .parse()
+                .ok()
+                .filter(|&n| ok(n))
+                .ok_or(format!("{opt} {v}: not {what}")),
+        }
+    }
+}
+
 struct ServeArgs {
     path: PathBuf,
     port: u16,
@@ -54,37 +122,19 @@ struct ServeArgs {
     read_only: bool,
 }
 
-fn parse_serve(mut args: impl Iterator<Item = String>) -> Result<ServeArgs, String> {
-    let mut a = ServeArgs {
-        path: PathBuf::new(),
-        port: 10809,
-        addr: Ipv6Addr::UNSPECIFIED,
-        name: None,
-        read_only: false,
-    };
-    let mut path = None;
-    while let Some(arg) = args.next() {
-        let mut value = |what: &str| args.next().ok_or(format!("{arg} needs {what}"));
-        match arg.as_str() {
-            "-p" => {
-                let v = value("a port")?;
-                a.port = v.parse().map_err(|_| format!("-p {v}: not a port"))?;
-            }
-            "-a" => {
-                let v = value("an IPv6 address")?;
-                a.addr = v
-                    .parse()
-                    .map_err(|_| format!("-a {v}: not an IPv6 address"))?;
-            }
-            "-n" => a.name = Some(value("a name")?),
-            "-r" => a.read_only = true,
-            _ if arg.starts_with('-') => return Err(format!("unknown option {arg}")),
-            _ if path.is_none() => path = Some(PathBuf::from(arg)),
-            _ => return Err(format!("unexpected argument {arg}")),
-        }
-    }
-    a.path = path.ok_or("serve needs the FILE or DEVICE to export")?;
-    Ok(a)
+fn parse_serve(args: impl Iterator<Item = String>) -> Result<ServeArgs, String> {
+    let p = Parsed::new(args, &["-p", "-a", "-n"], &["-r"])?;
+    Ok(ServeArgs {
+        path: PathBuf::from(
+            p.operand
+                .clone()
+                .ok_or("serve needs the FILE or DEVICE to export")?,
+        ),
+        port: p.number("-p", 10809, "a port", |_| true)?,
+        addr: p.number("-a", Ipv6Addr::UNSPECIFIED, "an IPv6 address", |_| true)?,
+        name: p.value("-n").map(str::to_string),
+        read_only: p.flag("-r"),
+    })
 }
 
 struct ConnectArgs {
@@ -95,48 +145,21 @@ struct ConnectArgs {
     depth: u16,
 }
 
-fn parse_connect(mut args: impl Iterator<Item = String>) -> Result<ConnectArgs, String> {
-    let mut a = ConnectArgs {
-        host: String::new(),
-        port: 10809,
-        name: String::new(),
-        timeout: Duration::from_secs(30),
-        depth: 64,
-    };
-    let mut host = None;
-    while let Some(arg) = args.next() {
-        let mut value = |what: &str| args.next().ok_or(format!("{arg} needs {what}"));
-        match arg.as_str() {
-            "-p" => {
-                let v = value("a port")?;
-                a.port = v.parse().map_err(|_| format!("-p {v}: not a port"))?;
-            }
-            "-n" => a.name = value("a name")?,
-            "-t" => {
-                let v = value("seconds")?;
-                let s: u64 = v
-                    .parse()
-                    .map_err(|_| format!("-t {v}: not a number of seconds"))?;
-                if s == 0 {
-                    return Err("-t 0: the timeout must be at least a second".into());
-                }
-                a.timeout = Duration::from_secs(s);
-            }
-            "-q" => {
-                let v = value("a depth")?;
-                a.depth = v
-                    .parse()
-                    .ok()
-                    .filter(|d| (1..=1024).contains(d))
-                    .ok_or(format!("-q {v}: a depth from 1 to 1024"))?;
-            }
-            _ if arg.starts_with('-') => return Err(format!("unknown option {arg}")),
-            _ if host.is_none() => host = Some(arg),
-            _ => return Err(format!("unexpected argument {arg}")),
-        }
-    }
-    a.host = host.ok_or("connect needs the server's address")?;
-    Ok(a)
+fn parse_connect(args: impl Iterator<Item = String>) -> Result<ConnectArgs, String> {
+    let p = Parsed::new(args, &["-p", "-n", "-t", "-q"], &[])?;
+    let secs = p.number("-t", 30u64, "a number of seconds, at least 1", |s| s >= 1)?;
+    Ok(ConnectArgs {
+        host: p
+            .operand
+            .clone()
+            .ok_or("connect needs the server's address")?,
+        port: p.number("-p", 10809, "a port", |_| true)?,
+        name: p.value("-n").unwrap_or("").to_string(),
+        timeout: Duration::from_secs(secs),
+        depth: p.number("-q", 64u16, "a depth from 1 to 1024", |d| {
+            (1..=1024).contains(&d)
+        })?,
+    })
 }
 
 /// Set by SIGINT and SIGTERM.
