@@ -44,6 +44,10 @@ const SQ_DEPTH: u32 = 256;
 const MIN_READ_BUF: usize = 64 * 1024;
 /// READ buffers kept for reuse at most, in bytes, beyond those in use.
 const READ_BUF_CACHE: usize = 32 << 20;
+/// READ buffers in use at most, in bytes: a READ that would pass it waits for replies to
+/// go out (one READ alone may, whatever its size), so that a client asking for many
+/// large READs at once cannot make the server pin more than this.
+const READ_BUF_IN_USE: usize = 64 << 20;
 
 /// Send tags: bit 62 marks a READ reply (the rest: its buffer), bit 61 a handshake
 /// message (the rest: its buffer); 0 is a header-only reply.
@@ -183,24 +187,41 @@ struct ReadBufs {
     bufs: Vec<Option<MemoryRegion>>,
     free: HashMap<usize, Vec<usize>>,
     cached: usize,
+    in_use: usize,
 }
 
 impl ReadBufs {
+    /// The size of the buffer for `len` bytes.
+    fn class(len: usize) -> usize {
+        len.next_power_of_two().max(MIN_READ_BUF)
+    }
+
+    /// Whether a buffer for `len` bytes may be taken now ([`READ_BUF_IN_USE`]).
+    fn may_take(&self, len: usize) -> bool {
+        self.in_use == 0 || self.in_use + Self::class(len) <= READ_BUF_IN_USE
+    }
+
     fn get(&mut self, ctx: &Context, len: usize) -> qpip::Result<usize> {
-        let size = len.next_power_of_two().max(MIN_READ_BUF);
-        if let Some(i) = self.free.get_mut(&size).and_then(Vec::pop) {
-            self.cached -= size;
-            return Ok(i);
-        }
-        let mr = ctx.alloc(size)?;
-        self.bufs.push(Some(mr));
-        Ok(self.bufs.len() - 1)
+        let size = Self::class(len);
+        let i = match self.free.get_mut(&size).and_then(Vec::pop) {
+            Some(i) => {
+                self.cached -= size;
+                i
+            }
+            None => {
+                self.bufs.push(Some(ctx.alloc(size)?));
+                self.bufs.len() - 1
+            }
+        };
+        self.in_use += size;
+        Ok(i)
     }
 
     fn put(&mut self, i: usize) {
         let Some(size) = self.bufs.get(i).and_then(|b| b.as_ref()).map(|b| b.len()) else {
             return;
         };
+        self.in_use -= size;
         if self.cached + size > READ_BUF_CACHE {
             self.bufs[i] = None; // deregistered
         } else {
@@ -227,6 +248,8 @@ pub struct Conn<'a> {
     free_requests: Vec<usize>,
     /// The WRITE whose data is arriving.
     writing: Option<usize>,
+    /// A READ waiting for buffer room before it goes to the disk.
+    deferred: Option<Request>,
     read_bufs: ReadBufs,
     handshake_bufs: HashMap<u64, MemoryRegion>,
     next_handshake: u64,
@@ -267,7 +290,9 @@ impl<'a> Conn<'a> {
                 bufs: Vec::new(),
                 free: HashMap::new(),
                 cached: 0,
+                in_use: 0,
             },
+            deferred: None,
             handshake_bufs: HashMap::new(),
             next_handshake: 0,
             backlog: VecDeque::new(),
@@ -434,6 +459,18 @@ impl<'a> Conn<'a> {
             {
                 return Ok(progress);
             }
+            if let Some(req) = self.deferred {
+                if !self
+                    .read_bufs
+                    .may_take(proto::SIMPLE_REPLY_LEN + req.length as usize)
+                {
+                    return Ok(progress);
+                }
+                self.deferred = None;
+                self.request(req)?;
+                progress = true;
+                continue;
+            }
             let mut hdr = [0u8; REQUEST_LEN];
             if !self
                 .stream
@@ -444,6 +481,15 @@ impl<'a> Conn<'a> {
             }
             progress = true;
             match Request::parse(&hdr) {
+                Ok(req)
+                    if req.kind == cmd::READ
+                        && self.check(&req) == 0
+                        && !self
+                            .read_bufs
+                            .may_take(proto::SIMPLE_REPLY_LEN + req.length as usize) =>
+                {
+                    self.deferred = Some(req);
+                }
                 Ok(req) => self.request(req)?,
                 Err(e) => {
                     warn!("request: {e}; closing the connection");
@@ -534,10 +580,14 @@ impl<'a> Conn<'a> {
         match req.kind {
             cmd::READ => {
                 let len = req.length as usize;
-                let b = self
-                    .read_bufs
-                    .get(self.ctx, proto::SIMPLE_REPLY_LEN + len)
-                    .map_err(io::Error::other)?;
+                let b = match self.read_bufs.get(self.ctx, proto::SIMPLE_REPLY_LEN + len) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        warn!("request {req:?}: no buffer for the data ({e})");
+                        self.req_mut(i).error = errno::EIO;
+                        return self.finish(i);
+                    }
+                };
                 let ptr = self.read_bufs.buf(b)[proto::SIMPLE_REPLY_LEN..].as_mut_ptr();
                 self.req_mut(i).buf = Some(b);
                 self.start(i, OpKind::Read, ptr, len, req.offset);

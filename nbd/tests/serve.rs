@@ -343,3 +343,29 @@ fn a_broken_client_ends_only_its_own_connection() {
     assert_eq!(c.call(cmd::WRITE, 0, 4096, 512, &[8; 512]).0, 0);
     assert_eq!(c.call(cmd::READ, 0, 4096, 512, &[]).1, vec![8; 512]);
 }
+
+/// Large READs asked all at once wait for buffer room in the server (which pins a bounded
+/// amount for replies) rather than failing or stalling: every one is answered, right.
+#[test]
+fn many_large_reads_at_once_are_all_answered() {
+    let port = server(false);
+    let mut c = connect(port);
+    c.go(b"disk");
+    let half = SIZE / 2;
+    for (at, seed) in [(0, 1u64), (half, 2)] {
+        let data = pattern(seed, half as usize);
+        assert_eq!(c.call(cmd::WRITE, 0, at, half as u32, &data).0, 0);
+    }
+    const N: u64 = 24;
+    let mut lens = HashMap::new();
+    for i in 0..N {
+        c.send(cmd::READ, 0, 100 + i, (i % 2) * half, half as u32, &[]);
+        lens.insert(100 + i, half as u32);
+    }
+    for _ in 0..N {
+        let (r, d) = c.reply(&lens);
+        assert_eq!(r.error, 0);
+        let i = r.cookie - 100;
+        assert!(d == pattern(1 + i % 2, half as usize), "READ {i}");
+    }
+}
