@@ -10,7 +10,7 @@
 //! requests all go over a TCP QP) against `qpip-nbd serve` and against the stock
 //! `nbd-server` on guest b's kernel sockets, the same file system checks on each; and what
 //! a network disk must do when its server fails: requests end with an I/O error within
-//! the timeout (a killed server, a hung one), what was flushed survives the server's
+//! the timeout (a killed server, a hung one, a cut link), what was flushed survives the server's
 //! restart, the client connects again by itself, and the device can be removed and
 //! made again.
 //!
@@ -20,7 +20,7 @@
 mod common;
 
 use common::{needs_root, Report};
-use qpip_lab::{guest_name, unique_netns, LabSpec, Network, QpipdLayout};
+use qpip_lab::{guest_name, unique_netns, LabHost, LabSpec, Network, QpipdLayout};
 use std::time::Duration;
 
 /// Guest b: exports a 128 MiB file on its tmpfs until a is done.
@@ -70,8 +70,19 @@ touch /lab/done
 "#;
 
 /// Runs guest a's `client` and guest b's `server` scripts (after [`FS_CHECKS`]'s helpers)
-/// on a lab network of their own; returns both guests' outcomes once both exited 0.
+/// on a lab network of their own, the devices functions of one adapter.
 fn run_pair(tag: &str, client: &str, server: &str) -> qpip_lab::LabOutcome<()> {
+    run_lab(tag, client, server, QpipdLayout::Adapter, |_| ())
+}
+
+/// [`run_pair`] in `layout`, with `host` as the lab's host side.
+fn run_lab<R: Send>(
+    tag: &str,
+    client: &str,
+    server: &str,
+    layout: QpipdLayout,
+    host: impl FnOnce(&LabHost) -> R + Send,
+) -> qpip_lab::LabOutcome<R> {
     let guest = |n: usize, body: &str| {
         common::lab_guest(
             guest_name(n),
@@ -82,13 +93,13 @@ fn run_pair(tag: &str, client: &str, server: &str) -> qpip_lab::LabOutcome<()> {
     let spec = LabSpec {
         guests: vec![guest(1, client), guest(2, server)],
         network: Network::Lab(unique_netns(tag)),
-        layout: QpipdLayout::Adapter,
+        layout,
     };
-    common::lab(&spec, |_| ())
+    common::lab(&spec, host)
 }
 
 /// Both guests' reports, and their whole text for a failure's message.
-fn reports(out: &qpip_lab::LabOutcome<()>) -> (Report<'_>, Report<'_>, String) {
+fn reports<R>(out: &qpip_lab::LabOutcome<R>) -> (Report<'_>, Report<'_>, String) {
     let (ga, gb) = (out.guest("a"), out.guest("b"));
     let (a, b) = (Report::new(ga), Report::new(gb));
     let ctx = format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());
@@ -282,8 +293,8 @@ sed 's/^/serve: /' /tmp/serve.log
 "#;
 
 /// Guest a: data written and flushed, the server killed: I/O errors within the timeout
-/// (5 s), the data back once the server is, a hung server likewise; then the device
-/// removed and made again.
+/// (5 s), the data back once the server is; a hung server and a cut link likewise; then
+/// the device removed and made again.
 const FAILING_CLIENT: &str = r#"
 lab-storage > /dev/null 2>&1 || exit 1
 await serving || exit 1
@@ -310,6 +321,16 @@ touch /lab/resume; await resumed
 i=0
 until dd if="$dev" of=/tmp/back bs=1M count=4 iflag=direct 2> /dev/null || [ $i -ge 30 ]; do i=$((i + 1)); sleep 1; done
 kv resumed.back "$(cmp -s /tmp/pat /tmp/back && echo same || echo different)"
+# The link cut (the lab host drops every frame the bridge forwards): the read fails in
+# bounded time; healed, the client is back by itself.
+touch /lab/cut; await_unless_host_done cut-done
+t0=$(date +%s)
+dd if="$dev" of=/dev/null bs=4k count=1 skip=1000 iflag=direct 2> /dev/null; kv cut.read $?
+kv cut.secs $(( $(date +%s) - t0 ))
+touch /lab/heal; await_unless_host_done healed
+i=0
+until dd if="$dev" of=/tmp/back bs=1M count=4 iflag=direct 2> /dev/null || [ $i -ge 60 ]; do i=$((i + 1)); sleep 1; done
+kv healed.back "$(cmp -s /tmp/pat /tmp/back && echo same || echo different)"
 disconnect f
 # Made again: a new device with the same data.
 connect g fd51:5050::1:2 -n disk
@@ -321,15 +342,35 @@ touch /lab/done
 
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
-fn a_failed_server_gives_io_errors_in_bounded_time_and_flushed_data_survives_its_restart() {
+fn a_failed_server_or_link_gives_io_errors_in_bounded_time_and_flushed_data_survives() {
     needs_root!();
-    let out = run_pair("qpip-nbdf", FAILING_CLIENT, FAILING_SERVER);
+    // A qpipd per guest with its own TAP, so that the guests' frames cross the bridge,
+    // where the lab host cuts the link (one adapter would switch them in memory).
+    let out = run_lab(
+        "qpip-nbdf",
+        FAILING_CLIENT,
+        FAILING_SERVER,
+        QpipdLayout::PerGuest,
+        |host| -> Result<(), String> {
+            host.wait_for("cut", Duration::from_secs(900))?;
+            host.sh("nft add table bridge nbdcut && \
+                 nft add chain bridge nbdcut cut '{ type filter hook forward priority 0; }' && \
+                 nft add rule bridge nbdcut cut counter drop")?;
+            host.signal("cut-done").map_err(|e| e.to_string())?;
+            host.wait_for("heal", Duration::from_secs(300))?;
+            host.sh("nft delete table bridge nbdcut")?;
+            host.signal("healed").map_err(|e| e.to_string())
+        },
+    );
     let (a, _, ctx) = reports(&out);
     let ctx = || ctx.clone();
     assert_eq!(a.get("write"), "0", "{}", ctx());
     // The timeout is 5 s: reconnecting fails meanwhile, then the request fails. A
     // generous bound for a loaded host: what matters is that it ends.
-    for t in ["dead", "hung"] {
+    if let Err(e) = &out.host {
+        panic!("lab host: {e}\n{}", ctx());
+    }
+    for t in ["dead", "hung", "cut"] {
         assert_ne!(
             a.get(&format!("{t}.read")),
             "0",
