@@ -287,6 +287,17 @@ await hang || exit 1
 kill -STOP $s; touch /lab/hung
 await resume || exit 1
 kill -CONT $s; touch /lab/resumed
+# A server that negotiates (an export of 4 MiB), then answers with garbage.
+await bogus || exit 1
+magic='\000\003\350\211\004\125\145\251'
+{ printf 'NBDMAGICIHAVEOPT\000\003'
+  printf "$magic"'\000\000\000\007\000\000\000\003\000\000\000\014'
+  printf '\000\000\000\000\000\000\000\100\000\000\000\001'
+  printf "$magic"'\000\000\000\007\000\000\000\001\000\000\000\000'
+  printf 'this is no reply to anything' ; } > /tmp/bogus.bin
+# (Kept open: the client must find the garbage, not just the end of the stream.)
+{ cat /tmp/bogus.bin; sleep 60; } | nc -l -p 10811 > /dev/null 2>&1 &
+sleep 1; touch /lab/bogus-ready
 await done
 kill $s
 sed 's/^/serve: /' /tmp/serve.log
@@ -294,7 +305,7 @@ sed 's/^/serve: /' /tmp/serve.log
 
 /// Guest a: data written and flushed, the server killed: I/O errors within the timeout
 /// (5 s), the data back once the server is; a hung server and a cut link likewise; then
-/// the device removed and made again.
+/// the device removed and made again; last, a server that breaks the protocol.
 const FAILING_CLIENT: &str = r#"
 lab-storage > /dev/null 2>&1 || exit 1
 await serving || exit 1
@@ -337,6 +348,15 @@ connect g fd51:5050::1:2 -n disk
 dd if="$dev" of=/tmp/back bs=1M count=4 iflag=direct 2> /dev/null; kv again.read $?
 kv again.back "$(cmp -s /tmp/pat /tmp/back && echo same || echo different)"
 disconnect g
+# A server that breaks the protocol after the handshake: the client drops it, requests
+# fail once the timeout passes, nothing crashes and the device goes away as asked.
+touch /lab/bogus; await bogus-ready
+connect h fd51:5050::2:2 -p 10811 -t 3
+t0=$(date +%s)
+dd if="$dev" of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null; kv bogus.read $?
+kv bogus.secs $(( $(date +%s) - t0 ))
+kv bogus.noticed "$(grep -c 'malformed reply' /tmp/h.log)"
+disconnect h
 touch /lab/done
 "#;
 
@@ -396,4 +416,23 @@ fn a_failed_server_or_link_gives_io_errors_in_bounded_time_and_flushed_data_surv
     assert_eq!(a.get("f.gone"), "yes", "{}", ctx());
     assert_eq!(a.get("again.read"), "0", "{}", ctx());
     assert_eq!(a.get("again.back"), "same", "{}", ctx());
+    assert!(a.get("h.dev").starts_with("/dev/ublkb"), "{}", ctx());
+    assert_ne!(
+        a.get("bogus.read"),
+        "0",
+        "a read from a broken server\n{}",
+        ctx()
+    );
+    assert!(a.num("bogus.secs") <= 60, "{}", ctx());
+    assert!(
+        a.num("bogus.noticed") >= 1,
+        "the client said why\n{}",
+        ctx()
+    );
+    assert_eq!(
+        (a.get("h.exit"), a.get("h.gone")),
+        ("0", "yes"),
+        "{}",
+        ctx()
+    );
 }

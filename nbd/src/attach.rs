@@ -375,10 +375,9 @@ impl QueueLoop {
             return;
         };
         if c.wr_id & RECV_TAG != 0 {
+            // The end of the stream is acted on once the replies before it are read
+            // (`read_replies`).
             conn.stream.received(c.wr_id, c.byte_len);
-            if conn.stream.eof() {
-                self.lost("the server closed the connection");
-            }
             return;
         }
         conn.sends = conn.sends.saturating_sub(1);
@@ -441,6 +440,9 @@ impl QueueLoop {
                 }
                 if done < len {
                     self.reading = Some((tag, done));
+                    if self.conn.as_ref().is_some_and(|c| c.stream.eof()) {
+                        self.lost("the server closed the connection in a reply's data");
+                    }
                     return progress;
                 }
                 self.reading = None;
@@ -450,6 +452,10 @@ impl QueueLoop {
             let mut h = [0u8; proto::SIMPLE_REPLY_LEN];
             match conn.stream.copy_out(&conn.qp, &mut h) {
                 Ok(true) => {}
+                Ok(false) if conn.stream.eof() => {
+                    self.lost("the server closed the connection");
+                    return progress;
+                }
                 Ok(false) => return progress,
                 Err(e) => {
                     self.lost(&format!("receive buffers: {e}"));
