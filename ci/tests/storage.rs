@@ -223,10 +223,21 @@ fn qpip_nbd_connect_gives_a_block_device_over_qps_against_qpip_and_stock_servers
     let (a, b) = (Report::new(ga), Report::new(gb));
     let ctx = || format!("=== a:\n{}\n=== b:\n{}", a.context(), b.context());
     assert_eq!((ga.status, gb.status), (0, 0), "{}", ctx());
-    assert_eq!(b.get("nbd-server"), "0", "the stock server started\n{}", ctx());
+    assert_eq!(
+        b.get("nbd-server"),
+        "0",
+        "the stock server started\n{}",
+        ctx()
+    );
     for t in ["qp", "stock"] {
-        assert!(a.get(&format!("{t}.dev")).starts_with("/dev/ublkb"), "{t}\n{}", ctx());
-        for step in ["mkfs", "mount", "write", "sync", "umount", "fsck", "remount", "exit"] {
+        assert!(
+            a.get(&format!("{t}.dev")).starts_with("/dev/ublkb"),
+            "{t}\n{}",
+            ctx()
+        );
+        for step in [
+            "mkfs", "mount", "write", "sync", "umount", "fsck", "remount", "exit",
+        ] {
             assert_eq!(a.get(&format!("{t}.{step}")), "0", "{t}: {step}\n{}", ctx());
         }
         assert_eq!(
@@ -235,9 +246,19 @@ fn qpip_nbd_connect_gives_a_block_device_over_qps_against_qpip_and_stock_servers
             "{t}: the file read back\n{}",
             ctx()
         );
-        assert_eq!(a.get(&format!("{t}.gone")), "yes", "{t}: the device removed\n{}", ctx());
+        assert_eq!(
+            a.get(&format!("{t}.gone")),
+            "yes",
+            "{t}: the device removed\n{}",
+            ctx()
+        );
     }
-    assert_eq!(b.num("serve.log.failed"), 0, "failed disk operations\n{}", ctx());
+    assert_eq!(
+        b.num("serve.log.failed"),
+        0,
+        "failed disk operations\n{}",
+        ctx()
+    );
 }
 
 /// Guest b: serves, then kills its server (-9) when a says so, starts it again, hangs it
@@ -324,12 +345,27 @@ fn a_failed_server_gives_io_errors_in_bounded_time_and_flushed_data_survives_its
     // The timeout is 5 s: reconnecting fails meanwhile, then the request fails. A
     // generous bound for a loaded host: what matters is that it ends.
     for t in ["dead", "hung"] {
-        assert_ne!(a.get(&format!("{t}.read")), "0", "{t}: the read must fail\n{}", ctx());
+        assert_ne!(
+            a.get(&format!("{t}.read")),
+            "0",
+            "{t}: the read must fail\n{}",
+            ctx()
+        );
         let secs = a.num(&format!("{t}.secs"));
         assert!(secs <= 60, "{t}: the read took {secs} s\n{}", ctx());
     }
-    assert_eq!(a.get("back"), "same", "flushed data after the restart\n{}", ctx());
-    assert_eq!(a.get("resumed.back"), "same", "after the hung server resumed\n{}", ctx());
+    assert_eq!(
+        a.get("back"),
+        "same",
+        "flushed data after the restart\n{}",
+        ctx()
+    );
+    assert_eq!(
+        a.get("resumed.back"),
+        "same",
+        "after the hung server resumed\n{}",
+        ctx()
+    );
     assert_eq!(a.get("f.exit"), "0", "{}", ctx());
     assert_eq!(a.get("f.gone"), "yes", "{}", ctx());
     assert_eq!(a.get("again.read"), "0", "{}", ctx());

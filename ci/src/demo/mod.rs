@@ -37,6 +37,7 @@ mod host_side;
 mod plan;
 pub mod results;
 pub mod scripts;
+pub mod storage;
 mod watch;
 
 pub use plan::{Action, Net, Plan, Step, Test, LARGE_MSG, LAYOUT_BW_MSG, RDMA_LAT_TRIPWIRE};

@@ -50,7 +50,7 @@ pub const HOST_UDP_PORT: u16 = 7101;
 pub const GUEST_LISTEN_PORT: u16 = 7102;
 
 /// Helpers both guests use.
-const COMMON: &str = r#"
+pub(super) const COMMON: &str = r#"
 set -u
 now() { cut -d' ' -f1 /proc/uptime; }
 sha() { sha256sum < "$1" | cut -d' ' -f1; }
@@ -68,6 +68,47 @@ until_true() {
     done
 }
 has() { grep -q "$2" "$1" 2>/dev/null; }
+"#;
+
+/// Guest a's step reports and CPU marks (see the module's documentation): `step ID`,
+/// `ok`, `fail WHY`, `await NAME SECS`, `cpu_start` and `cpu_end NAME`. Guest a's script
+/// also traps its exit to create `/lab/a-done`.
+pub(super) const STEPS_A: &str = r#"CUR=start
+step() { CUR=$1; echo "@step=$1"; }
+ok() { echo "@ok=$CUR"; }
+fail() { echo "@fail=$CUR: $*"; exit 1; }
+# await NAME SECS: waits for /lab/NAME; guest b's failure ends the wait.
+await() {
+    n=$(($2 * 10))
+    until [ -e "/lab/$1" ]; do
+        [ ! -e /lab/b-failed ] || fail "guest b failed (see its output)"
+        n=$((n - 1)); [ "$n" -gt 0 ] || fail "/lab/$1 did not appear within $2 s"
+        nap
+    done
+}
+# cpu_ask: a CPU mark's answers from guest b (CPU_B) and the lab host (CPU_H).
+MARK=0
+cpu_ask() {
+    MARK=$((MARK + 1))
+    touch /lab/cpu-mark.$MARK
+    await cpu-mark.$MARK.b 60
+    await cpu-mark.$MARK.host 60
+    read -r CPU_B < /lab/cpu-mark.$MARK.b
+    read -r CPU_H < /lab/cpu-mark.$MARK.host
+}
+# cpu_start, then cpu_end NAME: the edges of the CPU window of measurement NAME, both
+# reported by cpu_end (after the window) as @cpu.NAME=start|... and @cpu.NAME=end|...
+cpu_start() {
+    cpu_ask
+    START_B=$CPU_B; START_H=$CPU_H
+    read -r START_A < /proc/stat
+}
+cpu_end() {
+    read -r end_a < /proc/stat
+    cpu_ask
+    echo "@cpu.$1=start|$START_A|$START_B|$START_H"
+    echo "@cpu.$1=end|$end_a|$CPU_B|$CPU_H"
+}
 "#;
 
 /// The port guest b receives round `round`'s bulk transfer over `net` on.
@@ -313,43 +354,7 @@ pub fn guest_a(plan: &Plan) -> String {
     let mut s = format!(
         r#"{COMMON}
 trap 'touch /lab/a-done' EXIT
-CUR=start
-step() {{ CUR=$1; echo "@step=$1"; }}
-ok() {{ echo "@ok=$CUR"; }}
-fail() {{ echo "@fail=$CUR: $*"; exit 1; }}
-# await NAME SECS: waits for /lab/NAME; guest b's failure ends the wait.
-await() {{
-    n=$(($2 * 10))
-    until [ -e "/lab/$1" ]; do
-        [ ! -e /lab/b-failed ] || fail "guest b failed (see its output)"
-        n=$((n - 1)); [ "$n" -gt 0 ] || fail "/lab/$1 did not appear within $2 s"
-        nap
-    done
-}}
-# cpu_ask: a CPU mark's answers from guest b (CPU_B) and the lab host (CPU_H).
-MARK=0
-cpu_ask() {{
-    MARK=$((MARK + 1))
-    touch /lab/cpu-mark.$MARK
-    await cpu-mark.$MARK.b 60
-    await cpu-mark.$MARK.host 60
-    read -r CPU_B < /lab/cpu-mark.$MARK.b
-    read -r CPU_H < /lab/cpu-mark.$MARK.host
-}}
-# cpu_start, then cpu_end NAME: the edges of the CPU window of measurement NAME, both
-# reported by cpu_end (after the window) as @cpu.NAME=start|... and @cpu.NAME=end|...
-cpu_start() {{
-    cpu_ask
-    START_B=$CPU_B; START_H=$CPU_H
-    read -r START_A < /proc/stat
-}}
-cpu_end() {{
-    read -r end_a < /proc/stat
-    cpu_ask
-    echo "@cpu.$1=start|$START_A|$START_B|$START_H"
-    echo "@cpu.$1=end|$end_a|$CPU_B|$CPU_H"
-}}
-# perf NAME MARK ARGS...: qpip-perf ARGS with --json; its JSON is reported as @perf.NAME.
+{STEPS_A}# perf NAME MARK ARGS...: qpip-perf ARGS with --json; its JSON is reported as @perf.NAME.
 # Unless MARK is -, the run is the CPU window MARK.
 perf() {{
     name=$1; mark=$2; shift 2

@@ -8,6 +8,7 @@ use super::lines::{lines, Line};
 use super::report::{CpuMark, CpuWindow, Measurements, Round};
 use super::run_info::RunInfo;
 use super::spread::Better;
+use super::storage::StorageRun;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -18,6 +19,8 @@ pub struct SavedRun {
     pub measurements: Measurements,
     pub lines: Vec<Line>,
     pub layouts: Vec<LayoutRow>,
+    /// The storage part, when the run had it.
+    pub storage: Option<StorageRun>,
 }
 
 impl SavedRun {
@@ -33,11 +36,16 @@ impl SavedRun {
             Value::Null => Vec::new(),
             l => layout_rows(&l["rows"])?,
         };
+        let storage = match &j["storage"] {
+            Value::Null => None,
+            s => Some(StorageRun::from_json(s)?),
+        };
         Ok(SavedRun {
             info,
             measurements,
             lines,
             layouts,
+            storage,
         })
     }
 
