@@ -564,13 +564,22 @@ mod tests {
         assert!(plan.steps()[1].what.starts_with("UDP ping-pong"));
         // The network disk: guest b serves it while getting ready, guest a's step uses it.
         let a = scripts::guest_a(&plan);
-        assert!(a.contains("\nstep nbd-qp\nlab-storage > /tmp/storage"), "{a}");
+        assert!(
+            a.contains("\nstep nbd-qp\nlab-storage > /tmp/storage"),
+            "{a}"
+        );
         assert!(a.contains("qpip-nbd connect fd51:5050::1:2 -n disk"), "{a}");
-        assert!(a.contains("head -c 8388608 /dev/urandom > /tmp/nbdf"), "{a}");
+        assert!(
+            a.contains("head -c 8388608 /dev/urandom > /tmp/nbdf"),
+            "{a}"
+        );
         let b = scripts::guest_b(&plan);
         assert!(b.contains("qpip-nbd serve /tmp/disk.img -n disk"), "{b}");
         // The bench measures storage in a pass of its own.
-        for p in [Plan::bench(), Plan::bench().layout_pass(crate::QpipdLayout::PerGuest)] {
+        for p in [
+            Plan::bench(),
+            Plan::bench().layout_pass(crate::QpipdLayout::PerGuest),
+        ] {
             assert!(!scripts::guest_a(&p).contains("qpip-nbd"));
             assert!(!scripts::guest_b(&p).contains("qpip-nbd"));
         }

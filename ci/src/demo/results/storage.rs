@@ -59,10 +59,12 @@ impl Phase {
             .map(|n| n as f64)
     }
 
-    /// The counters per request (and the averages) the block under the tables shows.
-    fn counters(&self) -> [Option<f64>; 7] {
+    /// The counters per request (and the averages) the block under the tables shows, in
+    /// the order of [`COUNTERS`].
+    fn counters(&self) -> [Option<f64>; 9] {
         let reqs = self.reqs();
         let per = |v: Option<u64>| Some(v? as f64 / reqs?);
+        let irq = |v: Option<[u64; 2]>, i: usize| per(v.map(|v| v[i]));
         [
             self.requests.map(|n| n as f64),
             // Sectors are 512 bytes.
@@ -75,8 +77,10 @@ impl Phase {
             self.queue_ms
                 .filter(|_| self.secs > 0.0)
                 .map(|q| q as f64 / (self.secs * 1000.0)),
-            per(self.irq_a.map(|i| i[0] + i[1])),
-            per(self.irq_b.map(|i| i[0] + i[1])),
+            irq(self.irq_a, 0),
+            irq(self.irq_a, 1),
+            irq(self.irq_b, 0),
+            irq(self.irq_b, 1),
             self.guests_cpu_s.zip(reqs).map(|(c, r)| c * 1e6 / r),
             self.host_qemu_s
                 .zip(reqs)
@@ -86,21 +90,20 @@ impl Phase {
 }
 
 /// The counter columns of [`Phase::counters`] and what each is.
-const COUNTERS: [(&str, &str); 7] = [
+const COUNTERS: [(&str, &str); 9] = [
     ("requests", "requests the block device completed in guest a"),
     ("KiB/req", "their average size"),
     (
         "in flight",
         "requests in the device's queue on average (their summed time in it over the phase's)",
     ),
+    ("a qpip", "interrupts of guest a's qpip device per request"),
+    ("a virtio", "of guest a's virtio-net NIC"),
+    ("b qpip", "of guest b's qpip device"),
+    ("b virtio", "of guest b's virtio-net NIC"),
+    ("guest µs", "both guests' busy CPU per request"),
     (
-        "irq a/req",
-        "interrupts of guest a's qpip device and virtio-net NIC per request",
-    ),
-    ("irq b/req", "the same in guest b"),
-    ("guest µs/req", "both guests' busy CPU per request"),
-    (
-        "host µs/req",
+        "host µs",
         "the host's CPU of both QEMUs and the qpipd processes per request",
     ),
 ];
@@ -355,7 +358,7 @@ impl StorageRun {
             let base = format!("fio{d}");
             let what = format!("fio 4 KiB random reads, depth {d}");
             row(
-                format!("{what}, IOPS"),
+                what.clone(),
                 "IOPS",
                 Better::Higher,
                 &base,
@@ -383,7 +386,7 @@ impl StorageRun {
     }
 
     /// The counters block's rows: (phase and pair, medians of each counter).
-    fn counter_rows(&self) -> Vec<(String, [Option<f64>; 7])> {
+    fn counter_rows(&self) -> Vec<(String, [Option<f64>; 9])> {
         let mut bases = vec!["write".to_string(), "read".to_string()];
         bases.extend(self.facts.fio_depths.iter().map(|d| format!("fio{d}")));
         let mut out = Vec::new();
@@ -394,8 +397,8 @@ impl StorageRun {
                 if phases.is_empty() {
                     continue;
                 }
-                let per: Vec<[Option<f64>; 7]> = phases.iter().map(|p| p.counters()).collect();
-                let medians: [Option<f64>; 7] = std::array::from_fn(|i| {
+                let per: Vec<[Option<f64>; 9]> = phases.iter().map(|p| p.counters()).collect();
+                let medians: [Option<f64>; 9] = std::array::from_fn(|i| {
                     spread(&per.iter().map(|c| c[i]).collect::<Vec<_>>()).map(|s| s.median)
                 });
                 let label = match base.strip_prefix("fio") {
@@ -587,7 +590,7 @@ impl StorageRun {
         let w = column_widths(&c.iter().collect::<Vec<_>>());
         let block: String = c.iter().map(|r| block_row("", &w, r)).collect();
         s += &framed(
-            "What explains them, per phase (medians of the rounds):",
+            "What explains them, per phase and request (medians of the rounds):",
             &block,
             &counter_legend(),
         );
@@ -602,11 +605,11 @@ impl StorageRun {
             self.intro()
         );
         md += &md_table(&self.table());
-        md += &format!("\n{h}# What explains the storage figures\n\n");
+        md += &format!("\n{h}# What explains the storage figures, per phase and request\n\n");
         md += &md_table(&self.counter_table());
         md += "\n";
         for l in counter_legend() {
-            md += &format!("{l}\n");
+            md += &format!("{l}\n\n");
         }
         md
     }
@@ -772,7 +775,10 @@ pub(super) mod tests {
         // 8 sectors of 512 bytes per request: 4 KiB.
         assert_eq!(c[1], Some(4.0));
         assert_eq!(c[2], Some(4.0));
-        assert_eq!(c[3], Some(1.0));
+        assert_eq!(
+            (c[3], c[4], c[5], c[6]),
+            (Some(0.5), Some(0.5), Some(1.0), Some(0.0))
+        );
         let f = &run.rounds[1]["fio16-qp"];
         assert_eq!(
             (f.iops, f.p50_us, f.p99_us, f.ios),
@@ -793,7 +799,7 @@ pub(super) mod tests {
         // fio: qp and sockets only; latency is better lower.
         let iops16 = rows
             .iter()
-            .find(|r| r.what == "fio 4 KiB random reads, depth 16, IOPS")
+            .find(|r| r.what == "fio 4 KiB random reads, depth 16" && r.unit == "IOPS")
             .unwrap();
         assert!(iops16.sides[2].is_empty());
         assert_eq!(iops16.gain(0), Some(2.0));
