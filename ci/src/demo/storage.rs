@@ -333,8 +333,8 @@ fs() {{
     [ "$got" = "$SHA" ] || fail "read back other bytes: SHA-256 $got, wrote $SHA"
     umount /mnt || fail "umount $DEV failed"
 }}
-# rand NAME DEPTH: fio's 4 KiB random reads of DEV, direct, at queue depth DEPTH.
-rand() {{
+# fio_reads NAME DEPTH: fio's 4 KiB random reads of DEV, direct, at queue depth DEPTH.
+fio_reads() {{
     win_start
     fio --name=randread --filename="$DEV" --rw=randread --bs=4k --direct=1 \
         --ioengine=libaio --iodepth=$2 --ramp_time=1 --runtime={fio_secs} --time_based \
@@ -373,7 +373,7 @@ await b-ready 180
             if pair.fio() {
                 for d in &plan.fio_depths {
                     body += &format!(
-                        "rand {} {d}\n",
+                        "fio_reads {} {d}\n",
                         plan.tag(&format!("fio{d}-{}", pair.id()), round)
                     );
                 }
@@ -495,10 +495,10 @@ mod tests {
                 assert!(at > a.find(&format!("\nstep {}\n", ids[i - 1])).unwrap());
             }
         }
-        assert!(a.contains("\nstep storage-qp.2\nconnect_qp\nfs qp.2\nrand fio1-qp.2 1\nrand fio16-qp.2 16\ndisconnect_qp\nok\n"), "{a}");
+        assert!(a.contains("\nstep storage-qp.2\nconnect_qp\nfs qp.2\nfio_reads fio1-qp.2 1\nfio_reads fio16-qp.2 16\ndisconnect_qp\nok\n"), "{a}");
         assert!(a.contains("\nstep storage-mx.1\nconnect_stock fd51:5050::1:2 10809\nfs mx.1\ndisconnect_stock\nok\n"), "{a}");
         assert!(
-            a.contains("connect_stock fd51:5050::2:2 10810\nfs sk.3\nrand fio1-sk.3 1\n"),
+            a.contains("connect_stock fd51:5050::2:2 10810\nfs sk.3\nfio_reads fio1-sk.3 1\n"),
             "{a}"
         );
         assert!(a.contains("head -c 409000000 /dev/urandom > /tmp/f"), "{a}");
@@ -514,7 +514,7 @@ mod tests {
             rounds: 1,
             ..StoragePlan::bench()
         };
-        assert!(guest_a(&one).contains("\nfs qp\nrand fio1-qp 1\n"));
+        assert!(guest_a(&one).contains("\nfs qp\nfio_reads fio1-qp 1\n"));
     }
 
     #[test]
