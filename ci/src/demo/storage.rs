@@ -15,7 +15,7 @@
 //! cache, outside the phase. Over `qp` and `sockets` fio then reads 4 KiB blocks at random
 //! from the raw device with direct I/O, at each of [`StoragePlan::fio_depths`].
 //!
-//! Every phase is a window ([`scripts::STEPS_A`]'s CPU marks: both guests' `/proc/stat`
+//! Every phase is a window ([`super::scripts::STEPS_A`]'s CPU marks: both guests' `/proc/stat`
 //! and the host's CPU of QEMU and qpipd at its edges), and guest a reports it as
 //! `@storage.NAME=BYTES T0 T1|DEV0|DEV1|IRQA0|IRQA1|IRQB0|IRQB1`: the bytes it moved, guest
 //! a's uptime at its edges, the device's `/sys/block/DEV/stat` at its edges (requests,
