@@ -214,4 +214,16 @@ mod tests {
         );
         assert!(broken(&|b| b["layouts"]["rows"][0]["unit"] = "s".into()).contains("UDP ping-pong"));
     }
+
+    #[test]
+    fn a_bench_with_its_storage_part_reads_it_back() {
+        let mut j = saved_results();
+        assert!(SavedRun::from_json(&j).unwrap().storage.is_none());
+        let storage = super::super::storage::tests::run();
+        j["storage"] = storage.json();
+        j["storage"]["wall_s"] = 600.0.into();
+        assert_eq!(SavedRun::from_json(&j).unwrap().storage, Some(storage));
+        j["storage"]["rounds"] = 1.into();
+        assert!(SavedRun::from_json(&j).unwrap_err().contains("storage"));
+    }
 }
