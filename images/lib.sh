@@ -198,12 +198,18 @@ runtime_libs() {
 }
 runtime_libs_of() {
     local elf=$1 n p d
+    # Some libraries find theirs in a folder of their own (RUNPATH: librados in
+    # /usr/lib/x86_64-linux-gnu/ceph); those folders are searched too.
+    local -a dirs=("$LIBDIR" usr/lib)
+    for d in $(readelf -d "$elf" | sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\]/\2/p' | tr ':' ' '); do
+        case $d in /*) dirs+=("${d#/}") ;; esac
+    done
     while read -r n; do
         [ -z "${RT_LIB_SEEN[$n]:-}" ] || continue
         [ "$n" != "${LOADER##*/}" ] || continue
         RT_LIB_SEEN[$n]=1
         p=
-        for d in "$LIBDIR" usr/lib; do
+        for d in "${dirs[@]}"; do
             [ -e "$RUNTIME_DIR/$d/$n" ] && { p=$d/$n; break; }
         done
         [ -n "$p" ] || die "no $n (needed by ${elf#"$RUNTIME_DIR"/}) in the runtime's library folders"

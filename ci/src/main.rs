@@ -108,6 +108,14 @@ struct BenchArgs {
     /// section and the chart docs/bench.svg (as bench-report does from the results).
     #[arg(long)]
     record: bool,
+    /// Only the storage part: an ext2 file system and fio on a network disk (NBD) over QPs
+    /// vs kernel sockets, in its own pass with guests of 1536 MiB; results as storage-*.json
+    /// and .md (--record: its section of docs/bench.md).
+    #[arg(long, conflicts_with = "no_storage")]
+    storage_only: bool,
+    /// Skip the storage part.
+    #[arg(long)]
+    no_storage: bool,
     /// Also show every line the guests print.
     #[arg(short, long)]
     verbose: bool,
@@ -219,7 +227,24 @@ fn main() -> ExitCode {
             }
             plan.layout = layout(b.qpipd_per_guest);
             plan.qpipd_args = b.qpipd_args.clone();
-            return show::bench(&plan, &b.netns, b.out, b.verbose, !b.one_layout, b.record);
+            let storage = qpip_lab::demo::storage::StoragePlan {
+                rounds: plan.rounds,
+                layout: plan.layout,
+                qpipd_args: plan.qpipd_args.clone(),
+                ..qpip_lab::demo::storage::StoragePlan::bench()
+            };
+            if b.storage_only {
+                return show::storage_only(&storage, &b.netns, b.out, b.verbose, b.record);
+            }
+            return show::bench(
+                &plan,
+                (!b.no_storage).then_some(&storage),
+                &b.netns,
+                b.out,
+                b.verbose,
+                !b.one_layout,
+                b.record,
+            );
         }
         Cmd::BenchReport(r) => {
             init_log(false);

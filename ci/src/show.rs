@@ -1,5 +1,7 @@
 //! `qpip-lab demo` and `qpip-lab bench` on the terminal and in files.
 
+use qpip_lab::demo::results::storage::StorageRun;
+use qpip_lab::demo::storage::StoragePlan;
 use qpip_lab::demo::{self, results, Plan, Report};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -102,8 +104,122 @@ fn layout_pass(plan: &Plan, r: &Report, netns: &str, verbose: bool) -> Result<La
     })
 }
 
+/// The bench's storage part: its own pass, with guests of more RAM (see
+/// `qpip_lab::demo::storage`); its figures and the pass's wall time.
+fn storage_pass(
+    plan: &StoragePlan,
+    netns: &str,
+    verbose: bool,
+) -> Result<(StorageRun, std::time::Duration), ExitCode> {
+    let mut progress = |m: &str| say("bench, storage", m);
+    let r = demo::storage::run(plan, netns, verbose, &mut progress)
+        .map_err(|e| fail("bench (storage part)", &e))?;
+    print!("{}", r.0.text());
+    println!();
+    Ok(r)
+}
+
+/// `qpip-lab bench --storage-only`: the storage part alone, its results as
+/// storage-*.{json,md} in `out` (default $QPIP_CACHE/bench); with `record`, its section of
+/// docs/bench.md.
+pub fn storage_only(
+    plan: &StoragePlan,
+    netns: &str,
+    out: Option<PathBuf>,
+    verbose: bool,
+    record: bool,
+) -> ExitCode {
+    let load_start = loadavg();
+    let (run, elapsed) = match storage_pass(plan, netns, verbose) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let (stamp, date) = now();
+    let (commit, uncommitted_changes) = results::commit_of(&qpip_lab::paths::root());
+    let mut st = run.json();
+    st["wall_s"] = serde_json::json!(elapsed.as_secs_f64());
+    let json = serde_json::json!({
+        "tool": "qpip-lab bench-storage",
+        "date": date,
+        "accel": "tcg",
+        "host_cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "host_cpu_model": results::host_cpu_model(),
+        "commit": commit,
+        "uncommitted_changes": uncommitted_changes,
+        "load_start": load_start,
+        "load_end": loadavg(),
+        "qpipd_layout": format!("{:?}", plan.layout),
+        "qpipd_args": plan.qpipd_args,
+        "storage": st,
+    });
+    let md = format!(
+        "# qpip: a network disk over QPs vs kernel sockets between two guests
+
+{date},          `./qpip bench --storage-only`, commit {}; host load average {load_start} at the          start, {} at the end; wall time {:.0} s.
+{}",
+        commit.as_deref().map_or("not recorded", |c| &c[..c.len().min(12)]),
+        loadavg(),
+        elapsed.as_secs_f64(),
+        run.markdown(2)
+    );
+    let dir = out.unwrap_or_else(|| qpip_lab::paths::cache().join("bench"));
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|()| write_pair(&dir, &format!("storage-{stamp}"), &json, &md))
+        .and_then(|p| write_pair(&dir, "storage-latest", &json, &md).map(|_| p));
+    match written {
+        Ok(p) => say(
+            "bench",
+            &format!(
+                "the storage part, {} round{}, in {:.0} s; results: {} and .md (also storage-latest.*)",
+                plan.rounds,
+                if plan.rounds == 1 { "" } else { "s" },
+                elapsed.as_secs_f64(),
+                p.display()
+            ),
+        ),
+        Err(e) => {
+            say(
+                "bench",
+                &format!("cannot write the results into {}: {e}", dir.display()),
+            );
+            return ExitCode::from(1);
+        }
+    }
+    if record {
+        record_storage(&run, &date, commit.as_deref(), &docs_dir())
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn record_storage(
+    run: &StorageRun,
+    date: &str,
+    commit: Option<&str>,
+    docs: &std::path::Path,
+) -> ExitCode {
+    match results::record::record_storage(run, date, commit, docs) {
+        Ok(p) => {
+            say(
+                "bench",
+                &format!(
+                    "the storage part's report of {date} is in {} (its generated section)",
+                    p.display()
+                ),
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            say("bench", &format!("cannot record the storage report: {e}"));
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 pub fn bench(
     plan: &Plan,
+    storage: Option<&StoragePlan>,
     netns: &str,
     out: Option<PathBuf>,
     verbose: bool,
@@ -135,9 +251,20 @@ pub fn bench(
         print!("{}", results::layout_text(&l.rows));
         println!();
     }
+    let storage = match storage.map(|s| storage_pass(s, netns, verbose)) {
+        Some(Ok(s)) => Some(s),
+        Some(Err(code)) => return code,
+        None => None,
+    };
     let dir = out.unwrap_or_else(|| qpip_lab::paths::cache().join("bench"));
     let (stamp, _) = now();
-    let (json, md) = documents(plan, &r, "bench", Some(load_start), layouts.as_ref());
+    let (mut json, mut md) = documents(plan, &r, "bench", Some(load_start), layouts.as_ref());
+    if let Some((st, elapsed)) = &storage {
+        let mut j = st.json();
+        j["wall_s"] = serde_json::json!(elapsed.as_secs_f64());
+        json["storage"] = j;
+        md += &st.markdown(2);
+    }
     let r1 = std::fs::create_dir_all(&dir)
         .and_then(|()| write_pair(&dir, &format!("qp-sockets-{stamp}"), &json, &md))
         .and_then(|p| write_pair(&dir, "qp-sockets-latest", &json, &md).map(|_| p));
@@ -146,13 +273,17 @@ pub fn bench(
             say(
                 "bench",
                 &format!(
-                    "{} round{} in {:.0} s (boot to power-off){}; results: {} and .md (also qp-sockets-latest.*)",
+                    "{} round{} in {:.0} s (boot to power-off){}{}; results: {} and .md (also qp-sockets-latest.*)",
                     plan.rounds,
                     if plan.rounds == 1 { "" } else { "s" },
                     r.elapsed.as_secs_f64(),
                     layouts.as_ref().map_or(String::new(), |l| format!(
                         ", the other layout's pass in {:.0} s",
                         l.elapsed.as_secs_f64()
+                    )),
+                    storage.as_ref().map_or(String::new(), |(_, e)| format!(
+                        ", the storage part in {:.0} s",
+                        e.as_secs_f64()
                     )),
                     p.display()
                 ),
@@ -180,6 +311,28 @@ pub fn docs_dir() -> PathBuf {
 
 /// `qpip-lab bench-report`: the recorded report from the results file `json`, into `docs`.
 pub fn bench_report(json: &std::path::Path, docs: &std::path::Path) -> ExitCode {
+    // The storage part's own results (--storage-only) record its section alone.
+    let storage_only = std::fs::read_to_string(json)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .filter(|j| j["tool"] == "qpip-lab bench-storage");
+    if let Some(j) = storage_only {
+        return match StorageRun::from_json(&j["storage"]) {
+            Ok(run) => record_storage(
+                &run,
+                j["date"].as_str().unwrap_or("-"),
+                j["commit"].as_str(),
+                docs,
+            ),
+            Err(e) => {
+                say(
+                    "bench",
+                    &format!("cannot record the report: {}: {e}", json.display()),
+                );
+                ExitCode::from(1)
+            }
+        };
+    }
     record_report(results::SavedRun::read(json), docs)
 }
 

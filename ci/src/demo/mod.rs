@@ -7,6 +7,8 @@
 //! 2. over QPs between the qpip devices: UDP ping-pong, TCP message ping-pong, TCP
 //!    bandwidth (`qpip-perf`), then a bulk transfer a→b with `qpip-cat` whose SHA-256 guest
 //!    b checks;
+//!    (demo) then a network disk over QPs: `qpip-nbd connect` (a ublk device) to guest
+//!    b's `qpip-nbd serve`, an ext2 file written, remounted and read back;
 //! 3. (demo) guest a's QPs with a plain Linux socket of the lab host (Python, in the lab's
 //!    namespace): a QP connects to a TCP echo server, a host client connects to a QP
 //!    listener and both send, and UDP datagrams go out and are echoed back;
@@ -37,6 +39,7 @@ mod host_side;
 mod plan;
 pub mod results;
 pub mod scripts;
+pub mod storage;
 mod watch;
 
 pub use plan::{Action, Net, Plan, Step, Test, LARGE_MSG, LAYOUT_BW_MSG, RDMA_LAT_TRIPWIRE};

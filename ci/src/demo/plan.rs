@@ -108,6 +108,10 @@ pub enum Action {
     HostUdp,
     /// `qpip-overhead` in guest a, in one round (from 1).
     Overhead { round: u32 },
+    /// A network disk over QPs: `qpip-nbd connect` in guest a to `qpip-nbd serve` in guest
+    /// b, an ext2 file written, remounted and read back (the demo; the bench measures it in
+    /// its storage part).
+    Nbd,
 }
 
 /// One step of guest a's script.
@@ -173,6 +177,8 @@ pub struct Plan {
     /// Extra arguments for every qpipd of the run (the bench's `--qpipd-arg`), to measure
     /// the device as configured otherwise; recorded with the results.
     pub qpipd_args: Vec<String>,
+    /// Bytes of the file of the network disk step ([`Action::Nbd`]; 0: no such step).
+    pub nbd_bytes: u64,
 }
 
 impl Plan {
@@ -198,6 +204,7 @@ impl Plan {
             rdma_bw_size: RDMA_BW_SIZE,
             rdma_bw_bytes: 16 << 20,
             qpipd_args: Vec::new(),
+            nbd_bytes: 8 << 20,
         }
     }
 
@@ -230,6 +237,7 @@ impl Plan {
             rdma_bw_size: RDMA_BW_SIZE,
             rdma_bw_bytes: 16 << 20,
             qpipd_args: Vec::new(),
+            nbd_bytes: 0,
         }
     }
 
@@ -248,6 +256,7 @@ impl Plan {
             layout,
             qp_only: true,
             rdma: false,
+            nbd_bytes: 0,
             ..self.clone()
         }
     }
@@ -457,6 +466,18 @@ impl Plan {
                 }
             } else {
                 s.extend(tests.iter().map(|t| self.measure(*t, Net::Qp, round)));
+                if round == 1 && self.nbd_bytes > 0 {
+                    s.push(step(
+                        "nbd-qp",
+                        format!(
+                            "a network disk over QPs: qpip-nbd connect (a ublk device) to \
+                             qpip-nbd serve in guest b, ext2, {} written, remounted and read \
+                             back, SHA-256 compared",
+                            human(self.nbd_bytes)
+                        ),
+                        Action::Nbd,
+                    ));
+                }
                 if round == 1 {
                     s.extend(host_steps());
                 }
@@ -535,12 +556,33 @@ mod tests {
         assert_eq!(
             ids,
             [
-                "ready", "udp-qp", "tcp-qp", "bw-qp", "bulk-qp", "host-out", "host-in", "host-udp",
-                "udp-sk", "tcp-sk", "bw-sk", "bulk-sk"
+                "ready", "udp-qp", "tcp-qp", "bw-qp", "bulk-qp", "nbd-qp", "host-out", "host-in",
+                "host-udp", "udp-sk", "tcp-sk", "bw-sk", "bulk-sk"
             ]
         );
         assert_eq!(plan.limit(), plan.round_timeout);
         assert!(plan.steps()[1].what.starts_with("UDP ping-pong"));
+        // The network disk: guest b serves it while getting ready, guest a's step uses it.
+        let a = scripts::guest_a(&plan);
+        assert!(
+            a.contains("\nstep nbd-qp\nlab-storage > /tmp/storage"),
+            "{a}"
+        );
+        assert!(a.contains("qpip-nbd connect fd51:5050::1:2 -n disk"), "{a}");
+        assert!(
+            a.contains("head -c 8388608 /dev/urandom > /tmp/nbdf"),
+            "{a}"
+        );
+        let b = scripts::guest_b(&plan);
+        assert!(b.contains("qpip-nbd serve /tmp/disk.img -n disk"), "{b}");
+        // The bench measures storage in a pass of its own.
+        for p in [
+            Plan::bench(),
+            Plan::bench().layout_pass(crate::QpipdLayout::PerGuest),
+        ] {
+            assert!(!scripts::guest_a(&p).contains("qpip-nbd"));
+            assert!(!scripts::guest_b(&p).contains("qpip-nbd"));
+        }
     }
 
     #[test]

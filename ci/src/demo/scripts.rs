@@ -50,7 +50,7 @@ pub const HOST_UDP_PORT: u16 = 7101;
 pub const GUEST_LISTEN_PORT: u16 = 7102;
 
 /// Helpers both guests use.
-const COMMON: &str = r#"
+pub(super) const COMMON: &str = r#"
 set -u
 now() { cut -d' ' -f1 /proc/uptime; }
 sha() { sha256sum < "$1" | cut -d' ' -f1; }
@@ -68,6 +68,47 @@ until_true() {
     done
 }
 has() { grep -q "$2" "$1" 2>/dev/null; }
+"#;
+
+/// Guest a's step reports and CPU marks (see the module's documentation): `step ID`,
+/// `ok`, `fail WHY`, `await NAME SECS`, `cpu_start` and `cpu_end NAME`. Guest a's script
+/// also traps its exit to create `/lab/a-done`.
+pub(super) const STEPS_A: &str = r#"CUR=start
+step() { CUR=$1; echo "@step=$1"; }
+ok() { echo "@ok=$CUR"; }
+fail() { echo "@fail=$CUR: $*"; exit 1; }
+# await NAME SECS: waits for /lab/NAME; guest b's failure ends the wait.
+await() {
+    n=$(($2 * 10))
+    until [ -e "/lab/$1" ]; do
+        [ ! -e /lab/b-failed ] || fail "guest b failed (see its output)"
+        n=$((n - 1)); [ "$n" -gt 0 ] || fail "/lab/$1 did not appear within $2 s"
+        nap
+    done
+}
+# cpu_ask: a CPU mark's answers from guest b (CPU_B) and the lab host (CPU_H).
+MARK=0
+cpu_ask() {
+    MARK=$((MARK + 1))
+    touch /lab/cpu-mark.$MARK
+    await cpu-mark.$MARK.b 60
+    await cpu-mark.$MARK.host 60
+    read -r CPU_B < /lab/cpu-mark.$MARK.b
+    read -r CPU_H < /lab/cpu-mark.$MARK.host
+}
+# cpu_start, then cpu_end NAME: the edges of the CPU window of measurement NAME, both
+# reported by cpu_end (after the window) as @cpu.NAME=start|... and @cpu.NAME=end|...
+cpu_start() {
+    cpu_ask
+    START_B=$CPU_B; START_H=$CPU_H
+    read -r START_A < /proc/stat
+}
+cpu_end() {
+    read -r end_a < /proc/stat
+    cpu_ask
+    echo "@cpu.$1=start|$START_A|$START_B|$START_H"
+    echo "@cpu.$1=end|$end_a|$CPU_B|$CPU_H"
+}
 "#;
 
 /// The port guest b receives round `round`'s bulk transfer over `net` on.
@@ -233,7 +274,7 @@ siw_serve() {{
         r#"{COMMON}
 # bfail STEP WHY: reports a failure as guest a's step STEP and tells guest a.
 bfail() {{ s=$1; shift; echo "@fail=$s: $*"; touch /lab/b-failed; exit 1; }}
-{rdma_start}qpip-perf -s --port {PERF_QP_PORT} > /tmp/perf-qp 2>&1 &
+{rdma_start}{nbd_start}qpip-perf -s --port {PERF_QP_PORT} > /tmp/perf-qp 2>&1 &
 qpip-perf -s --sockets --port {PERF_SOCKETS_PORT} > /tmp/perf-sk 2>&1 &
 # Each receiver reports its exit status and the SHA-256 of what it got, written under
 # another name first so guest a never reads half a report; what it got is then dropped
@@ -265,6 +306,11 @@ until_true 60 has /tmp/perf-sk serving || bfail ready "qpip-perf -s --sockets is
 {receivers_ready}{rdma_ready}[ ! -e /lab/b-failed ] || exit 1
 touch /lab/b-ready
 {wait}"#,
+        nbd_start = if plan.nbd_bytes > 0 {
+            nbd_serve()
+        } else {
+            String::new()
+        },
         // Without bulk transfers (the bench's pass in the other layout) no receivers.
         receivers = if bulk {
             format!("(\n{rounds}) &\n")
@@ -313,43 +359,7 @@ pub fn guest_a(plan: &Plan) -> String {
     let mut s = format!(
         r#"{COMMON}
 trap 'touch /lab/a-done' EXIT
-CUR=start
-step() {{ CUR=$1; echo "@step=$1"; }}
-ok() {{ echo "@ok=$CUR"; }}
-fail() {{ echo "@fail=$CUR: $*"; exit 1; }}
-# await NAME SECS: waits for /lab/NAME; guest b's failure ends the wait.
-await() {{
-    n=$(($2 * 10))
-    until [ -e "/lab/$1" ]; do
-        [ ! -e /lab/b-failed ] || fail "guest b failed (see its output)"
-        n=$((n - 1)); [ "$n" -gt 0 ] || fail "/lab/$1 did not appear within $2 s"
-        nap
-    done
-}}
-# cpu_ask: a CPU mark's answers from guest b (CPU_B) and the lab host (CPU_H).
-MARK=0
-cpu_ask() {{
-    MARK=$((MARK + 1))
-    touch /lab/cpu-mark.$MARK
-    await cpu-mark.$MARK.b 60
-    await cpu-mark.$MARK.host 60
-    read -r CPU_B < /lab/cpu-mark.$MARK.b
-    read -r CPU_H < /lab/cpu-mark.$MARK.host
-}}
-# cpu_start, then cpu_end NAME: the edges of the CPU window of measurement NAME, both
-# reported by cpu_end (after the window) as @cpu.NAME=start|... and @cpu.NAME=end|...
-cpu_start() {{
-    cpu_ask
-    START_B=$CPU_B; START_H=$CPU_H
-    read -r START_A < /proc/stat
-}}
-cpu_end() {{
-    read -r end_a < /proc/stat
-    cpu_ask
-    echo "@cpu.$1=start|$START_A|$START_B|$START_H"
-    echo "@cpu.$1=end|$end_a|$CPU_B|$CPU_H"
-}}
-# perf NAME MARK ARGS...: qpip-perf ARGS with --json; its JSON is reported as @perf.NAME.
+{STEPS_A}# perf NAME MARK ARGS...: qpip-perf ARGS with --json; its JSON is reported as @perf.NAME.
 # Unless MARK is -, the run is the CPU window MARK.
 perf() {{
     name=$1; mark=$2; shift 2
@@ -390,6 +400,7 @@ bulk() {{
             Action::HostIn => host_in(plan.host_bytes),
             Action::HostUdp => host_udp(),
             Action::Overhead { round } => overhead(plan, round),
+            Action::Nbd => nbd(plan.nbd_bytes),
         };
         s += &format!("\nstep {}\n{body}ok\n", step.id);
     }
@@ -547,6 +558,48 @@ echo "@overhead{sfx}=$(cat /tmp/overhead.json)"
             )
         })
         .collect()
+}
+
+/// Guest b's side of the network disk step: `qpip-nbd serve` of a file on its tmpfs, part
+/// of getting ready.
+fn nbd_serve() -> String {
+    format!(
+        r#"lab-storage > /tmp/storage 2>&1 || bfail ready "lab-storage: $(oneline /tmp/storage)"
+truncate -s {NBD_DISK} /tmp/disk.img
+qpip-nbd serve /tmp/disk.img -n disk > /tmp/serve.log 2>&1 &
+until_true 60 has /tmp/serve.log serving || bfail ready "qpip-nbd serve is not serving: $(oneline /tmp/serve.log)"
+"#
+    )
+}
+
+/// Bytes of the disk guest b exports in the network disk step.
+const NBD_DISK: u64 = 64 << 20;
+
+/// Guest a's network disk step: `qpip-nbd connect` to guest b's server makes a ublk
+/// device; ext2 on it, a file of `bytes` written and synced, the file system mounted again
+/// with the caches dropped and the file compared; the device removed.
+fn nbd(bytes: u64) -> String {
+    let addr = netns::device_addr(2);
+    format!(
+        r#"lab-storage > /tmp/storage 2>&1 || fail "lab-storage: $(oneline /tmp/storage)"
+qpip-nbd connect {addr} -n disk > /tmp/nbd.log 2>&1 &
+c=$!
+until_true 30 has /tmp/nbd.log '^qpip-nbd: /dev/ublkb' || fail "qpip-nbd connect made no device: $(oneline /tmp/nbd.log)"
+dev=$(sed -n 's|^qpip-nbd: \(/dev/ublkb[0-9]*\) .*|\1|p' /tmp/nbd.log)
+mkfs.ext2 -q $dev > /tmp/mkfs 2>&1 || fail "mkfs.ext2 $dev failed: $(oneline /tmp/mkfs)"
+mkdir -p /mnt
+mount -t ext2 $dev /mnt || fail "mount $dev failed"
+head -c {bytes} /dev/urandom > /tmp/nbdf
+cp /tmp/nbdf /mnt/f && sync || fail "writing the file to $dev failed"
+umount /mnt || fail "umount $dev failed"
+echo 3 > /proc/sys/vm/drop_caches
+mount -t ext2 -o ro $dev /mnt || fail "mounting $dev again failed"
+[ "$(sha /mnt/f)" = "$(sha /tmp/nbdf)" ] || fail "the file read back from $dev differs from the one written"
+umount /mnt || fail "umount $dev failed"
+kill -TERM $c
+wait $c || fail "qpip-nbd connect ended with status $?: $(oneline /tmp/nbd.log)"
+"#
+    )
 }
 
 fn host_out(hb: u64) -> String {

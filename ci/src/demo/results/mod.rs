@@ -47,6 +47,7 @@ mod report;
 mod run_info;
 mod saved;
 mod spread;
+pub mod storage;
 mod table;
 
 pub use chart::gain_chart;

@@ -100,7 +100,7 @@ pub struct Measurements {
 
 /// Splits a reported name into its test and round: `udp-qp.2` is round 2 of `udp-qp`, a
 /// name without a round number is round 1 (a run of one round reports no numbers).
-fn split_round(name: &str) -> Result<(&str, usize), String> {
+pub(super) fn split_round(name: &str) -> Result<(&str, usize), String> {
     match name.rsplit_once('.') {
         Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
             match n.parse::<u32>() {

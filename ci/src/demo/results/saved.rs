@@ -8,6 +8,7 @@ use super::lines::{lines, Line};
 use super::report::{CpuMark, CpuWindow, Measurements, Round};
 use super::run_info::RunInfo;
 use super::spread::Better;
+use super::storage::StorageRun;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -18,6 +19,8 @@ pub struct SavedRun {
     pub measurements: Measurements,
     pub lines: Vec<Line>,
     pub layouts: Vec<LayoutRow>,
+    /// The storage part, when the run had it.
+    pub storage: Option<StorageRun>,
 }
 
 impl SavedRun {
@@ -33,11 +36,16 @@ impl SavedRun {
             Value::Null => Vec::new(),
             l => layout_rows(&l["rows"])?,
         };
+        let storage = match &j["storage"] {
+            Value::Null => None,
+            s => Some(StorageRun::from_json(s)?),
+        };
         Ok(SavedRun {
             info,
             measurements,
             lines,
             layouts,
+            storage,
         })
     }
 
@@ -205,5 +213,17 @@ mod tests {
             broken(&|b| b["rounds"][0]["bulk"]["qp"]["bytes"] = "x".into()).contains("round 1")
         );
         assert!(broken(&|b| b["layouts"]["rows"][0]["unit"] = "s".into()).contains("UDP ping-pong"));
+    }
+
+    #[test]
+    fn a_bench_with_its_storage_part_reads_it_back() {
+        let mut j = saved_results();
+        assert!(SavedRun::from_json(&j).unwrap().storage.is_none());
+        let storage = super::super::storage::tests::run();
+        j["storage"] = storage.json();
+        j["storage"]["wall_s"] = 600.0.into();
+        assert_eq!(SavedRun::from_json(&j).unwrap().storage, Some(storage));
+        j["storage"]["rounds"] = 1.into();
+        assert!(SavedRun::from_json(&j).unwrap_err().contains("storage"));
     }
 }
