@@ -246,7 +246,10 @@ impl Device {
                     | if config.read_only { ATTR_READ_ONLY } else { 0 },
                 logical_bs_shift: 9,
                 physical_bs_shift: 12,
-                io_opt_shift: 12,
+                // The optimal size is the largest request: the block layer reads ahead
+                // twice that, so a sequential reader asks for whole requests, each a
+                // round trip to the server.
+                io_opt_shift: config.max_io.ilog2() as u8,
                 io_min_shift: 9,
                 max_sectors,
                 dev_sectors: sectors,

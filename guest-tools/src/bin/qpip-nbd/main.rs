@@ -181,7 +181,7 @@ fn run_connect(a: ConnectArgs) -> Result<(), String> {
         name: a.name,
         timeout: a.timeout,
         depth: a.depth,
-        max_io: 512 * 1024,
+        max_io: 1024 * 1024,
     };
     attach(Arc::new(ctx), config, &STOP, |path, export| {
         println!("qpip-nbd: {path} ({} bytes)", export.size);
