@@ -29,27 +29,13 @@ PKG_KEY=$(inputs_hash "${PACKAGES[@]}")
 PKG_STAMP=$RUNTIME_DIR/.qpip-bench-packages-$PKG_KEY
 if [ ! -f "$PKG_STAMP" ]; then
     [ "$(id -u)" = 0 ] || die "bench extras: installing ${PACKAGES[*]} needs root (apt in the runtime with chroot)"
-    mounted=()
-    unmount_all() {
-        local i
-        for ((i=${#mounted[@]}-1; i>=0; i--)); do
-            mountpoint -q "${mounted[$i]}" && umount -l "${mounted[$i]}" || true
-        done
-        mounted=()
-    }
-    trap unmount_all EXIT
-    trap 'exit 130' INT TERM
-    in_root() { chroot "$RUNTIME_DIR" env DEBIAN_FRONTEND=noninteractive LC_ALL=C "$@"; }
     # (Run by step, after `||`: errexit is off here, so every command is checked.)
     install_packages() {
-        mount -t proc proc "$RUNTIME_DIR/proc" || return 1
-        mounted+=("$RUNTIME_DIR/proc")
-        mount --bind /dev "$RUNTIME_DIR/dev" || return 1
-        mounted+=("$RUNTIME_DIR/dev")
+        runtime_apt_begin || return 1
         in_root apt-get update -q || return 1
         in_root apt-get install -y -q --no-install-recommends "${PACKAGES[@]}" || return 1
         in_root apt-get clean
-        unmount_all
+        runtime_apt_end
     }
     step "bench extras: install ${PACKAGES[*]} into the runtime" install_packages
     rm -f "$RUNTIME_DIR"/.qpip-bench-packages-*
@@ -81,14 +67,7 @@ STAGE=$(mktemp -d "$EXTRAS/.bench.XXXXXX")
 chmod 755 "$STAGE"
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE"/{bin,libexec,lib}
-for p in "${PROGRAMS[@]}"; do
-    f=${p%%:*}
-    n=${f##*/}
-    cp -L "$RUNTIME_DIR/$f" "$STAGE/libexec/$n"
-    printf '#!/bin/sh\nexec /%s --library-path /extras/bench/lib --argv0 "$0" /extras/bench/libexec/%s "$@"\n' \
-        "$LOADER" "$n" >"$STAGE/bin/$n"
-    chmod 755 "$STAGE/bin/$n"
-done
+for p in "${PROGRAMS[@]}"; do extras_program "${p%%:*}" "$STAGE" /extras/bench; done
 for f in "${libs[@]}"; do cp -L "$RUNTIME_DIR/$f" "$STAGE/lib/${f##*/}"; done
 printf '%s' "$manifest" >"$STAGE/MANIFEST"
 touch "$STAGE/.stamp-$KEY"

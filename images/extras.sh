@@ -67,16 +67,7 @@ STAGE=$(mktemp -d "$QPIP_CACHE/guest/.extras.XXXXXX")
 chmod 755 "$STAGE"
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE"/{bin,libexec,lib,modules}
-for p in "${PROGRAMS[@]}"; do
-    f=${p%%:*}
-    n=${f##*/}
-    cp -L "$RUNTIME_DIR/$f" "$STAGE/libexec/$n"
-    # --argv0: programs that read their own name (mke2fs as mkfs.ext2) see the name they
-    # were called by.
-    printf '#!/bin/sh\nexec /%s --library-path /extras/lib --argv0 "$0" /extras/libexec/%s "$@"\n' \
-        "$LOADER" "$n" >"$STAGE/bin/$n"
-    chmod 755 "$STAGE/bin/$n"
-done
+for p in "${PROGRAMS[@]}"; do extras_program "${p%%:*}" "$STAGE" /extras; done
 ln -s mke2fs "$STAGE/bin/mkfs.ext2"
 for f in "${libs[@]}"; do cp -L "$RUNTIME_DIR/$f" "$STAGE/lib/${f##*/}"; done
 : >"$STAGE/modules/storage-load-order"

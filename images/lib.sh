@@ -217,3 +217,41 @@ runtime_libs_of() {
         runtime_libs_of "$RUNTIME_DIR/$p"
     done < <(readelf -d "$elf" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 }
+
+# --- apt in the runtime, and programs for the extras share ------------------------------------
+
+# in_root CMD...: runs CMD in the runtime (chroot), non-interactively.
+in_root() { chroot "$RUNTIME_DIR" env DEBIAN_FRONTEND=noninteractive LC_ALL=C "$@"; }
+
+# runtime_apt_begin / runtime_apt_end: mount /proc and /dev in the runtime for apt, and
+# unmount them; an EXIT trap unmounts them too when apt fails or the user interrupts.
+# Returns non-zero if a mount fails (callers run under `step`, errexit off).
+RUNTIME_MOUNTS=()
+runtime_apt_end() {
+    local i
+    for ((i=${#RUNTIME_MOUNTS[@]}-1; i>=0; i--)); do
+        mountpoint -q "${RUNTIME_MOUNTS[$i]}" && umount -l "${RUNTIME_MOUNTS[$i]}" || true
+    done
+    RUNTIME_MOUNTS=()
+}
+runtime_apt_begin() {
+    trap runtime_apt_end EXIT
+    trap 'exit 130' INT TERM
+    mount -t proc proc "$RUNTIME_DIR/proc" || return 1
+    RUNTIME_MOUNTS+=("$RUNTIME_DIR/proc")
+    mount --bind /dev "$RUNTIME_DIR/dev" || return 1
+    RUNTIME_MOUNTS+=("$RUNTIME_DIR/dev")
+}
+
+# extras_program FILE DIR PREFIX: the runtime's program FILE (a path in the runtime) as
+# DIR/libexec/NAME, with a wrapper DIR/bin/NAME that runs it through the image's dynamic
+# loader with PREFIX/lib as its library path, PREFIX being where DIR is in the guest.
+# (--argv0: programs that read their own name, mke2fs as mkfs.ext2, see the name they
+# were called by.)
+extras_program() {
+    local n=${1##*/}
+    cp -L "$RUNTIME_DIR/$1" "$2/libexec/$n"
+    printf '#!/bin/sh\nexec /%s --library-path %s/lib --argv0 "$0" %s/libexec/%s "$@"\n' \
+        "$LOADER" "$3" "$3" "$n" >"$2/bin/$n"
+    chmod 755 "$2/bin/$n"
+}

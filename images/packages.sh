@@ -35,26 +35,9 @@ if [ -f "$PKG_STAMP" ]; then
 fi
 [ "$(id -u)" = 0 ] || die "guest packages: installing ${PACKAGES[*]} needs root (apt in the runtime with chroot); run ./qpip setup as root"
 
-# Undo the chroot's mounts even when apt fails or the user interrupts.
-mounted=()
-unmount_all() {
-    local i
-    for ((i=${#mounted[@]}-1; i>=0; i--)); do
-        mountpoint -q "${mounted[$i]}" && umount -l "${mounted[$i]}" || true
-    done
-    mounted=()
-}
-trap unmount_all EXIT
-trap 'exit 130' INT TERM
-
-in_root() { chroot "$RUNTIME_DIR" env DEBIAN_FRONTEND=noninteractive LC_ALL=C "$@"; }
-
 # (Run by step, after `||`: errexit is off here, so every command is checked.)
 install_packages() {
-    mount -t proc proc "$RUNTIME_DIR/proc" || return 1
-    mounted+=("$RUNTIME_DIR/proc")
-    mount --bind /dev "$RUNTIME_DIR/dev" || return 1
-    mounted+=("$RUNTIME_DIR/dev")
+    runtime_apt_begin || return 1
     in_root apt-get update -q || return 1
     # siw's sources should be those of the kernel the guest boots: the kernel image's own
     # version when the mirror still has it, else the newest (a point release apart, the
@@ -70,7 +53,7 @@ install_packages() {
     local pkgs=("$src" "${PACKAGES[@]:1}")
     in_root apt-get install -y -q --no-install-recommends "${pkgs[@]}" || return 1
     in_root apt-get clean
-    unmount_all
+    runtime_apt_end
 }
 
 step "guest packages: install ${PACKAGES[*]} into the runtime" install_packages
