@@ -80,12 +80,11 @@ fn bench_help_lists_the_options_of_both_parts() {
 
 #[test]
 fn bench_record_stops_at_once_when_it_has_nothing_to_record() {
-    // --record is the QP-vs-sockets part's, which --engine-only skips.
+    // --record is the guests' parts', which --engine-only skips.
     let out = qpip(&["bench", "--engine-only", "--record"], QUICK);
     assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--record are for the QP-vs-sockets part")
-    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--record are for the guests' parts"), "{err}");
     // --record-from takes one results file that is there.
     for args in [
         &["bench", "--record-from"][..],
