@@ -14,7 +14,7 @@ use qpip::{
 };
 
 use crate::proto::{self, client, flags, handshake, info, opt, rep, InfoRequest};
-use crate::proto::{OptionReplyHeader, Request, SimpleReply, OPTION_REPLY_HEADER_LEN};
+use crate::proto::{OptionReplyHeader, Request, OPTION_REPLY_HEADER_LEN};
 use crate::stream::{RecvStream, RECV_TAG};
 
 /// Receive buffers of a connection: slots and their size.
@@ -283,9 +283,4 @@ impl Connection {
         }
         let _ = self.qp.close_wait(Duration::from_secs(2));
     }
-}
-
-/// A reply's header, parsed.
-pub fn parse_reply(b: &[u8; proto::SIMPLE_REPLY_LEN]) -> Result<SimpleReply, proto::WireError> {
-    SimpleReply::parse(b)
 }

@@ -459,15 +459,11 @@ impl<'a> Conn<'a> {
             {
                 return Ok(progress);
             }
-            if let Some(req) = self.deferred {
-                if !self
-                    .read_bufs
-                    .may_take(proto::SIMPLE_REPLY_LEN + req.length as usize)
-                {
-                    return Ok(progress);
-                }
-                self.deferred = None;
+            if let Some(req) = self.deferred.take() {
                 self.request(req)?;
+                if self.deferred.is_some() {
+                    return Ok(progress); // still no room for its buffer
+                }
                 progress = true;
                 continue;
             }
@@ -481,15 +477,6 @@ impl<'a> Conn<'a> {
             }
             progress = true;
             match Request::parse(&hdr) {
-                Ok(req)
-                    if req.kind == cmd::READ
-                        && self.check(&req) == 0
-                        && !self
-                            .read_bufs
-                            .may_take(proto::SIMPLE_REPLY_LEN + req.length as usize) =>
-                {
-                    self.deferred = Some(req);
-                }
                 Ok(req) => self.request(req)?,
                 Err(e) => {
                     warn!("request: {e}; closing the connection");
@@ -566,6 +553,12 @@ impl<'a> Conn<'a> {
             return Ok(());
         }
         let error = self.check(&req);
+        let buf_len = proto::SIMPLE_REPLY_LEN + req.length as usize;
+        if error == 0 && req.kind == cmd::READ && !self.read_bufs.may_take(buf_len) {
+            // Its buffer would pass the bound: it waits until replies have gone out.
+            self.deferred = Some(req);
+            return Ok(());
+        }
         let i = self.new_request(req, error);
         if error != 0 {
             debug!("request {req:?}: error {error}");
@@ -580,7 +573,7 @@ impl<'a> Conn<'a> {
         match req.kind {
             cmd::READ => {
                 let len = req.length as usize;
-                let b = match self.read_bufs.get(self.ctx, proto::SIMPLE_REPLY_LEN + len) {
+                let b = match self.read_bufs.get(self.ctx, buf_len) {
                     Ok(b) => b,
                     Err(e) => {
                         warn!("request {req:?}: no buffer for the data ({e})");

@@ -21,7 +21,6 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 const fn ioc(dir: u32, nr: u32, size: u32) -> u32 {
     dir << 30 | size << 16 | (b'u' as u32) << 8 | nr
 }
-const READ: u32 = 2;
 const READ_WRITE: u32 = 3;
 const CTRL_CMD_SIZE: u32 = 32;
 const IO_CMD_SIZE: u32 = 16;
@@ -30,8 +29,6 @@ const CMD_DEL_DEV: u32 = ioc(READ_WRITE, 0x05, CTRL_CMD_SIZE);
 const CMD_START_DEV: u32 = ioc(READ_WRITE, 0x06, CTRL_CMD_SIZE);
 const CMD_STOP_DEV: u32 = ioc(READ_WRITE, 0x07, CTRL_CMD_SIZE);
 const CMD_SET_PARAMS: u32 = ioc(READ_WRITE, 0x08, CTRL_CMD_SIZE);
-#[allow(dead_code)]
-const CMD_GET_DEV_INFO: u32 = ioc(READ, 0x02, CTRL_CMD_SIZE);
 const IO_FETCH_REQ: u32 = ioc(READ_WRITE, 0x20, IO_CMD_SIZE);
 const IO_COMMIT_AND_FETCH_REQ: u32 = ioc(READ_WRITE, 0x21, IO_CMD_SIZE);
 
