@@ -242,3 +242,27 @@ fn lab_error(e: LabError, w: &Watcher) -> DemoError {
         },
     }
 }
+
+/// Asserts that `script` is valid shell (`sh -n`), so that a slip in a guest script is
+/// found by the unit tests, not minutes into a run.
+#[cfg(test)]
+fn assert_valid_shell(script: &str) {
+    use std::io::Write;
+    let mut sh = std::process::Command::new("sh")
+        .arg("-n")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("sh");
+    sh.stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = sh.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{script}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

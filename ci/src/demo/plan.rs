@@ -763,26 +763,9 @@ mod tests {
     /// in one is found here, not minutes into a run.
     #[test]
     fn the_guest_scripts_are_valid_shell() {
-        use std::io::Write;
         for plan in [Plan::demo(), Plan::bench()] {
             for script in [scripts::guest_a(&plan), scripts::guest_b(&plan)] {
-                let mut sh = std::process::Command::new("sh")
-                    .arg("-n")
-                    .stdin(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .expect("sh");
-                sh.stdin
-                    .take()
-                    .unwrap()
-                    .write_all(script.as_bytes())
-                    .unwrap();
-                let out = sh.wait_with_output().unwrap();
-                assert!(
-                    out.status.success(),
-                    "{}\n{script}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                crate::demo::assert_valid_shell(&script);
             }
         }
     }

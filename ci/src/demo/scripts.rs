@@ -323,7 +323,7 @@ touch /lab/b-ready
             ""
         },
         wait = if plan.cpu_marks {
-            serve_marks(wait_secs)
+            serve_marks(wait_secs, r#"echo "$l""#)
         } else {
             format!("lab-wait a-done {wait_secs}\n")
         }
@@ -331,17 +331,18 @@ touch /lab/b-ready
 }
 
 /// Guest b's end: answers guest a's CPU marks until guest a is done (polling as
-/// `lab-wait` does, every 0.1 s).
-fn serve_marks(wait_secs: u64) -> String {
+/// `lab-wait` does, every 0.1 s). `answer` is a shell command that prints the answer from
+/// `$l`, the first line of /proc/stat read at the mark.
+pub(super) fn serve_marks(wait_secs: u64, answer: &str) -> String {
     format!(
-        r#"# Answers each /lab/cpu-mark.N with the first line of /proc/stat in /lab/cpu-mark.N.b
-# (read first, then written under another name and renamed) until guest a is done.
+        r#"# Answers each /lab/cpu-mark.N in /lab/cpu-mark.N.b (read first, then written under
+# another name and renamed) until guest a is done.
 n=1
 t=$(({wait_secs} * 10))
 until [ -e /lab/a-done ]; do
     if [ -e /lab/cpu-mark.$n ]; then
         read -r l < /proc/stat
-        echo "$l" > /lab/.cpu-mark.$n.b
+        {answer} > /lab/.cpu-mark.$n.b
         mv /lab/.cpu-mark.$n.b /lab/cpu-mark.$n.b
         n=$((n + 1))
         continue

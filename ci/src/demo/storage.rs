@@ -30,7 +30,7 @@
 use super::host_side::serve_cpu_marks;
 use super::results::storage::StorageRun;
 use super::results::Measurements;
-use super::scripts::{COMMON, STEPS_A};
+use super::scripts::{serve_marks, COMMON, STEPS_A};
 use super::watch::Watcher;
 use super::{human, lab_error, DemoError, Step};
 use crate::{netns, run_lab, GuestSpec, LabSpec, Network, Stream, VmSpec};
@@ -241,26 +241,12 @@ nbd-server -C /tmp/nbd.conf > /tmp/nbd-server.log 2>&1 || bfail storage-ready "n
 until_true 60 has /tmp/serve.log serving || bfail storage-ready "qpip-nbd serve is not serving: $(oneline /tmp/serve.log)"
 until_true 60 listening {STOCK_NBD_PORT} || bfail storage-ready "nbd-server is not listening on {STOCK_NBD_PORT}"
 touch /lab/b-ready
-# Answers each /lab/cpu-mark.N with the first line of /proc/stat and the interrupts so
-# far, in /lab/cpu-mark.N.b (written under another name and renamed), until a is done.
-n=1
-t=$(({wait_secs} * 10))
-until [ -e /lab/a-done ]; do
-    if [ -e /lab/cpu-mark.$n ]; then
-        read -r l < /proc/stat
-        i=$(irqs)
-        printf '%s\n%s\n' "$l" "$i" > /lab/.cpu-mark.$n.b
-        mv /lab/.cpu-mark.$n.b /lab/cpu-mark.$n.b
-        n=$((n + 1))
-        continue
-    fi
-    t=$((t - 1)); [ "$t" -gt 0 ] || exit 1
-    nap
-done
-failed=$(grep -c 'the disk answered' /tmp/serve.log)
+# The CPU marks' answers: the first line of /proc/stat and the interrupts so far.
+{marks}failed=$(grep -c 'the disk answered' /tmp/serve.log)
 [ "$failed" = 0 ] || echo "qpip-nbd serve: $failed failed disk operations: $(grep 'the disk answered' /tmp/serve.log | head -n 3 | tr '\n' ' ')"
 "#,
         export = plan.export_bytes,
+        marks = serve_marks(wait_secs, r#"printf '%s\n%s\n' "$l" "$(irqs)""#),
     )
 }
 
@@ -519,26 +505,9 @@ mod tests {
 
     #[test]
     fn the_storage_scripts_are_valid_shell() {
-        use std::io::Write;
         let plan = StoragePlan::bench();
         for script in [guest_a(&plan), guest_b(&plan)] {
-            let mut sh = std::process::Command::new("sh")
-                .arg("-n")
-                .stdin(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .expect("sh");
-            sh.stdin
-                .take()
-                .unwrap()
-                .write_all(script.as_bytes())
-                .unwrap();
-            let out = sh.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "{}\n{script}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            crate::demo::assert_valid_shell(&script);
         }
     }
 }
