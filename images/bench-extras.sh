@@ -42,21 +42,11 @@ if [ ! -f "$PKG_STAMP" ]; then
     touch "$PKG_STAMP"
 fi
 
-files=()
-manifest=
-for p in "${PROGRAMS[@]}"; do
-    f=${p%%:*}
-    pkg=${p#*:}
-    [ -f "$RUNTIME_DIR/$f" ] || die "no /$f in the runtime (package $pkg)"
-    files+=("$RUNTIME_DIR/$f")
-    manifest+="$f $pkg $(runtime_version "$pkg")"$'\n'
-done
-runtime_libs "${files[@]}"
-libs=("${RUNTIME_LIBS[@]}")
+extras_collect images/bench-extras.sh "${PROGRAMS[@]}"
 
-hash_inputs=("$QPIP_ROOT/images/bench-extras.sh" "$QPIP_ROOT/images/lib.sh" "$manifest")
-for f in "${files[@]}"; do hash_inputs+=("$f"); done
-for f in "${libs[@]}"; do hash_inputs+=("$RUNTIME_DIR/$f"); done
+hash_inputs=("$QPIP_ROOT/images/bench-extras.sh" "$QPIP_ROOT/images/lib.sh" "$EXTRAS_MANIFEST")
+for f in "${EXTRAS_FILES[@]}"; do hash_inputs+=("$f"); done
+for f in "${RUNTIME_LIBS[@]}"; do hash_inputs+=("$RUNTIME_DIR/$f"); done
 KEY=$(inputs_hash "${hash_inputs[@]}")
 if [ -f "$OUT/.stamp-$KEY" ]; then
     say "bench extras: up to date ($OUT)"
@@ -66,10 +56,7 @@ fi
 STAGE=$(mktemp -d "$EXTRAS/.bench.XXXXXX")
 chmod 755 "$STAGE"
 trap 'rm -rf "$STAGE"' EXIT
-mkdir -p "$STAGE"/{bin,libexec,lib}
-for p in "${PROGRAMS[@]}"; do extras_program "${p%%:*}" "$STAGE" /extras/bench; done
-for f in "${libs[@]}"; do cp -L "$RUNTIME_DIR/$f" "$STAGE/lib/${f##*/}"; done
-printf '%s' "$manifest" >"$STAGE/MANIFEST"
+extras_stage "$STAGE" /extras/bench "${PROGRAMS[@]}"
 touch "$STAGE/.stamp-$KEY"
 rm -rf "$OUT"
 mv "$STAGE" "$OUT"

@@ -32,29 +32,14 @@ kernel=$(ls "$RUNTIME_DIR"/boot/vmlinuz-* 2>/dev/null | sort -V | tail -1)
 KVER=${kernel##*/vmlinuz-}
 MODDIR=$RUNTIME_DIR/lib/modules/$KVER
 [ -f "$MODDIR/modules.dep" ] || die "no $MODDIR/modules.dep for kernel $KVER"
-files=()
-for p in "${PROGRAMS[@]}"; do
-    f=${p%%:*}
-    [ -f "$RUNTIME_DIR/$f" ] || die "no /$f in the runtime; run images/packages.sh first (it installs ${p#*:})"
-    files+=("$RUNTIME_DIR/$f")
-done
-runtime_libs "${files[@]}"
-libs=("${RUNTIME_LIBS[@]}")
+extras_collect images/packages.sh "${PROGRAMS[@]}"
 modules_index "$MODDIR"
 for m in "${STORAGE_MODULES[@]}"; do modules_add "$m"; done
 storage_order=("${MODULE_ORDER[@]}")
 
-manifest=
-for p in "${PROGRAMS[@]}"; do
-    pkg=${p#*:}
-    v=$(runtime_version "$pkg")
-    [ -n "$v" ] || die "package $pkg is not installed in the runtime; run images/packages.sh first"
-    manifest+="${p%%:*} $pkg $v"$'\n'
-done
-
-hash_inputs=("$QPIP_ROOT/images/extras.sh" "$QPIP_ROOT/images/lib.sh" "$manifest" "$KVER")
-for f in "${files[@]}"; do hash_inputs+=("$f"); done
-for f in "${libs[@]}"; do hash_inputs+=("$RUNTIME_DIR/$f"); done
+hash_inputs=("$QPIP_ROOT/images/extras.sh" "$QPIP_ROOT/images/lib.sh" "$EXTRAS_MANIFEST" "$KVER")
+for f in "${EXTRAS_FILES[@]}"; do hash_inputs+=("$f"); done
+for f in "${RUNTIME_LIBS[@]}"; do hash_inputs+=("$RUNTIME_DIR/$f"); done
 for f in "${storage_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
 KEY=$(inputs_hash "${hash_inputs[@]}")
 STAMP=$OUT/.stamp-$KEY
@@ -66,10 +51,9 @@ fi
 STAGE=$(mktemp -d "$QPIP_CACHE/guest/.extras.XXXXXX")
 chmod 755 "$STAGE"
 trap 'rm -rf "$STAGE"' EXIT
-mkdir -p "$STAGE"/{bin,libexec,lib,modules}
-for p in "${PROGRAMS[@]}"; do extras_program "${p%%:*}" "$STAGE" /extras; done
+extras_stage "$STAGE" /extras "${PROGRAMS[@]}"
 ln -s mke2fs "$STAGE/bin/mkfs.ext2"
-for f in "${libs[@]}"; do cp -L "$RUNTIME_DIR/$f" "$STAGE/lib/${f##*/}"; done
+mkdir -p "$STAGE/modules"
 : >"$STAGE/modules/storage-load-order"
 for f in "${storage_order[@]}"; do
     n=${f##*/}
@@ -77,7 +61,6 @@ for f in "${storage_order[@]}"; do
     unpack_module "$MODDIR/$f" "$STAGE/modules/$n"
     printf '/extras/modules/%s\n' "$n" >>"$STAGE/modules/storage-load-order"
 done
-printf '%s' "$manifest" >"$STAGE/MANIFEST"
 touch "$STAGE/.stamp-$KEY"
 rm -rf "$OUT.old"
 [ ! -d "$OUT" ] || mv "$OUT" "$OUT.old"

@@ -255,3 +255,36 @@ extras_program() {
         "$LOADER" "$3" "$3" "$n" >"$2/bin/$n"
     chmod 755 "$2/bin/$n"
 }
+
+# extras_collect SCRIPT PATH:PACKAGE...: the runtime's programs PATH (from Debian's PACKAGE,
+# which SCRIPT installs) for an extras folder: sets EXTRAS_FILES to their paths on this
+# host, EXTRAS_MANIFEST to a line each (path, package, version) and RUNTIME_LIBS to the
+# shared libraries they need; dies, naming SCRIPT, when one is missing.
+extras_collect() {
+    local script=$1 p f pkg v
+    shift
+    EXTRAS_FILES=()
+    EXTRAS_MANIFEST=
+    for p in "$@"; do
+        f=${p%%:*}
+        pkg=${p#*:}
+        v=$(runtime_version "$pkg")
+        [ -n "$v" ] && [ -f "$RUNTIME_DIR/$f" ] \
+            || die "no /$f in the runtime (package $pkg); run $script first (it installs it)"
+        EXTRAS_FILES+=("$RUNTIME_DIR/$f")
+        EXTRAS_MANIFEST+="$f $pkg $v"$'\n'
+    done
+    runtime_libs "${EXTRAS_FILES[@]}"
+}
+
+# extras_stage DIR PREFIX PATH:PACKAGE...: what extras_collect found for these programs
+# into DIR: bin/ (wrappers), libexec/, lib/ and MANIFEST, PREFIX being where DIR is in the
+# guest.
+extras_stage() {
+    local dir=$1 prefix=$2 p f
+    shift 2
+    mkdir -p "$dir"/{bin,libexec,lib}
+    for p in "$@"; do extras_program "${p%%:*}" "$dir" "$prefix"; done
+    for f in "${RUNTIME_LIBS[@]}"; do cp -L "$RUNTIME_DIR/$f" "$dir/lib/${f##*/}"; done
+    printf '%s' "$EXTRAS_MANIFEST" >"$dir/MANIFEST"
+}
