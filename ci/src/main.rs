@@ -227,12 +227,10 @@ fn main() -> ExitCode {
             }
             plan.layout = layout(b.qpipd_per_guest);
             plan.qpipd_args = b.qpipd_args.clone();
-            let storage = qpip_lab::demo::storage::StoragePlan {
-                rounds: plan.rounds,
-                layout: plan.layout,
-                qpipd_args: plan.qpipd_args.clone(),
-                ..qpip_lab::demo::storage::StoragePlan::bench()
-            };
+            let mut storage = qpip_lab::demo::storage::StoragePlan::bench();
+            storage.facts.rounds = plan.rounds;
+            storage.layout = plan.layout;
+            storage.qpipd_args = plan.qpipd_args.clone();
             if b.storage_only {
                 return show::storage_only(&storage, &b.netns, b.out, b.verbose, b.record);
             }

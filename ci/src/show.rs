@@ -171,8 +171,8 @@ pub fn storage_only(
             "bench",
             &format!(
                 "the storage part, {} round{}, in {:.0} s; results: {} and .md (also storage-latest.*)",
-                plan.rounds,
-                if plan.rounds == 1 { "" } else { "s" },
+                plan.facts.rounds,
+                if plan.facts.rounds == 1 { "" } else { "s" },
                 elapsed.as_secs_f64(),
                 p.display()
             ),

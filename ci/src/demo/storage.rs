@@ -1,5 +1,5 @@
 //! The bench's storage part: a network disk between guests a and b, as the QPIP paper
-//! measured NBD. Guest b exports one file on its tmpfs ([`StoragePlan::export_bytes`]) with
+//! measured NBD. Guest b exports one file on its tmpfs ([`StorageFacts::export_bytes`]) with
 //! `qpip-nbd serve` (over its qpip device's TCP QPs) and with the stock `nbd-server` (over
 //! its kernel sockets); guest a uses it as a block device three ways ([`Pair`]):
 //! - `qp`: `qpip-nbd connect` (a ublk device, every request over a TCP QP);
@@ -9,11 +9,11 @@
 //!   server side's share of the gain).
 //!
 //! Each way, each round: an ext2 file system is made on the disk, guest a's file of
-//! [`StoragePlan::file_bytes`] (random, made once) is written to it and flushed with
+//! [`StorageFacts::file_bytes`] (random, made once) is written to it and flushed with
 //! `sync` (the write phase), the file system unmounted, guest a's caches dropped, mounted
 //! again and the file read back (the read phase), its SHA-256 then compared from the page
 //! cache, outside the phase. Over `qp` and `sockets` fio then reads 4 KiB blocks at random
-//! from the raw device with direct I/O, at each of [`StoragePlan::fio_depths`].
+//! from the raw device with direct I/O, at each of [`StorageFacts::fio_depths`].
 //!
 //! Every phase is a window ([`super::scripts::STEPS_A`]'s CPU marks: both guests' `/proc/stat`
 //! and the host's CPU of QEMU and qpipd at its edges), and guest a reports it as
@@ -28,7 +28,7 @@
 //! hits them alike.
 
 use super::host_side::serve_cpu_marks;
-use super::results::storage::StorageRun;
+use super::results::storage::{StorageFacts, StorageRun};
 use super::results::Measurements;
 use super::scripts::{serve_marks, COMMON, STEPS_A};
 use super::watch::Watcher;
@@ -92,19 +92,8 @@ impl Pair {
 /// How much the storage part measures.
 #[derive(Debug, Clone)]
 pub struct StoragePlan {
-    /// How many times every measurement runs (1..=[`super::results::MAX_ROUNDS`]).
-    pub rounds: u32,
-    /// Bytes of the file written and read back.
-    pub file_bytes: u64,
-    /// Bytes of the exported disk (room for the file system around the file).
-    pub export_bytes: u64,
-    /// fio's queue depths, one run each.
-    pub fio_depths: Vec<u32>,
-    /// Seconds of each fio run (after a second of ramp).
-    pub fio_secs: u32,
-    /// Guest RAM: guest a holds the file in its tmpfs and, reading it back, in its page
-    /// cache; guest b holds the exported disk in its tmpfs.
-    pub memory_mib: u32,
+    /// What it measures, which its report states.
+    pub facts: StorageFacts,
     /// Limit for one round (the first includes the boot).
     pub round_timeout: Duration,
     pub layout: crate::QpipdLayout,
@@ -116,12 +105,14 @@ impl StoragePlan {
     /// 16 for 10 s each, three rounds.
     pub fn bench() -> StoragePlan {
         StoragePlan {
-            rounds: 3,
-            file_bytes: 409_000_000,
-            export_bytes: 512 << 20,
-            fio_depths: vec![1, 16],
-            fio_secs: 10,
-            memory_mib: 1536,
+            facts: StorageFacts {
+                rounds: 3,
+                file_bytes: 409_000_000,
+                export_bytes: 512 << 20,
+                fio_depths: vec![1, 16],
+                fio_secs: 10,
+                memory_mib: 1536,
+            },
             round_timeout: Duration::from_secs(1200),
             layout: crate::QpipdLayout::Adapter,
             qpipd_args: Vec::new(),
@@ -130,12 +121,12 @@ impl StoragePlan {
 
     /// Limit for the whole run, boot to power-off.
     pub fn limit(&self) -> Duration {
-        self.round_timeout * self.rounds.max(1)
+        self.round_timeout * self.facts.rounds.max(1)
     }
 
     /// `base` in round `round`: `base.ROUND` in a run of several rounds.
     pub fn tag(&self, base: &str, round: u32) -> String {
-        if self.rounds > 1 {
+        if self.facts.rounds > 1 {
             format!("{base}.{round}")
         } else {
             base.to_string()
@@ -162,14 +153,14 @@ impl StoragePlan {
             what: format!(
                 "guest b exports a {} file with qpip-nbd serve (QPs) and nbd-server (kernel \
                  sockets); guest a makes its {} MB file",
-                human(self.export_bytes),
-                self.file_bytes / 1_000_000
+                human(self.facts.export_bytes),
+                self.facts.file_bytes / 1_000_000
             ),
             action: super::Action::Ready,
         }];
-        for round in 1..=self.rounds.max(1) {
-            let note = if self.rounds > 1 {
-                format!("round {round}/{}: ", self.rounds)
+        for round in 1..=self.facts.rounds.max(1) {
+            let note = if self.facts.rounds > 1 {
+                format!("round {round}/{}: ", self.facts.rounds)
             } else {
                 String::new()
             };
@@ -177,7 +168,8 @@ impl StoragePlan {
                 let fio = if pair.fio() {
                     format!(
                         ", then fio 4 KiB random reads at depth {}",
-                        self.fio_depths
+                        self.facts
+                            .fio_depths
                             .iter()
                             .map(u32::to_string)
                             .collect::<Vec<_>>()
@@ -191,7 +183,7 @@ impl StoragePlan {
                     what: format!(
                         "{note}{}: ext2, {} MB written + sync, remounted, read back{fio}",
                         pair.what(),
-                        self.file_bytes / 1_000_000
+                        self.facts.file_bytes / 1_000_000
                     ),
                     // (The watcher reads only a step's id and description.)
                     action: super::Action::Ready,
@@ -245,17 +237,17 @@ touch /lab/b-ready
 {marks}failed=$(grep -c 'the disk answered' /tmp/serve.log)
 [ "$failed" = 0 ] || echo "qpip-nbd serve: $failed failed disk operations: $(grep 'the disk answered' /tmp/serve.log | head -n 3 | tr '\n' ' ')"
 "#,
-        export = plan.export_bytes,
+        export = plan.facts.export_bytes,
         marks = serve_marks(wait_secs, r#"printf '%s\n%s\n' "$l" "$(irqs)""#),
     )
 }
 
 /// Guest a: every step in order.
 pub fn guest_a(plan: &StoragePlan) -> String {
-    let file = plan.file_bytes;
+    let file = plan.facts.file_bytes;
     let qp_addr = netns::device_addr(2);
     let sk_addr = netns::virtio_addr(2);
-    let fio_secs = plan.fio_secs;
+    let fio_secs = plan.facts.fio_secs;
     let mut s = format!(
         r#"{COMMON}{IRQS}
 trap 'touch /lab/a-done' EXIT
@@ -341,7 +333,7 @@ await b-ready 180
 "#
     );
     s += &format!("\nstep storage-ready\n{ready}ok\n");
-    for round in 1..=plan.rounds.max(1) {
+    for round in 1..=plan.facts.rounds.max(1) {
         for pair in plan.order(round) {
             let name = plan.tag(pair.id(), round);
             let (connect, disconnect) = match pair {
@@ -357,7 +349,7 @@ await b-ready 180
             };
             let mut body = format!("{connect}\nfs {name}\n");
             if pair.fio() {
-                for d in &plan.fio_depths {
+                for d in &plan.facts.fio_depths {
                     body += &format!(
                         "fio_reads {} {d}\n",
                         plan.tag(&format!("fio{d}-{}", pair.id()), round)
@@ -372,7 +364,7 @@ await b-ready 180
     s
 }
 
-/// Boots guests a and b with [`StoragePlan::memory_mib`] each in namespace `netns` and
+/// Boots guests a and b with [`StorageFacts::memory_mib`] each in namespace `netns` and
 /// runs the storage part; its figures, every round's.
 pub fn run(
     plan: &StoragePlan,
@@ -382,7 +374,7 @@ pub fn run(
 ) -> Result<(StorageRun, Duration), DemoError> {
     let vm = |cmd: String| VmSpec {
         timeout: plan.limit(),
-        memory_mib: plan.memory_mib,
+        memory_mib: plan.facts.memory_mib,
         qpipd_args: vec![plan.qpipd_args.clone()],
         ..VmSpec::new(cmd)
     };
@@ -397,9 +389,9 @@ pub fn run(
     let started = Instant::now();
     progress(&format!(
         "booting guests a and b (QEMU, TCG, {} MiB each) on the lab network (namespace {netns}) ...",
-        plan.memory_mib
+        plan.facts.memory_mib
     ));
-    let mut watcher = Watcher::new(plan.steps(), plan.rounds as usize, progress, verbose);
+    let mut watcher = Watcher::new(plan.steps(), plan.facts.rounds as usize, progress, verbose);
     let limit = plan.limit();
     let mut lines_a = String::new();
     let result = {
@@ -496,10 +488,8 @@ mod tests {
         assert!(b.contains("truncate -s 536870912 /tmp/disk.img"), "{b}");
         assert!(b.contains("exportname = /tmp/disk.img"), "{b}");
         // One round: names without round numbers.
-        let one = StoragePlan {
-            rounds: 1,
-            ..StoragePlan::bench()
-        };
+        let mut one = StoragePlan::bench();
+        one.facts.rounds = 1;
         assert!(guest_a(&one).contains("\nfs qp\nfio_reads fio1-qp 1\n"));
     }
 

@@ -108,28 +108,23 @@ const COUNTERS: [(&str, &str); 9] = [
     ),
 ];
 
-/// The facts of the storage part's plan that its report states.
+/// What the storage part measures ([`StoragePlan::facts`]), which its report states and its
+/// results keep.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StorageFacts {
+    /// How many times every measurement runs (1..=[`super::MAX_ROUNDS`]).
     pub rounds: u32,
+    /// Bytes of the file written and read back.
     pub file_bytes: u64,
+    /// Bytes of the exported disk (room for the file system around the file).
     pub export_bytes: u64,
+    /// fio's queue depths, one run each.
     pub fio_depths: Vec<u32>,
+    /// Seconds of each fio run (after a second of ramp).
     pub fio_secs: u32,
+    /// Guest RAM: guest a holds the file in its tmpfs and, reading it back, in its page
+    /// cache; guest b holds the exported disk in its tmpfs.
     pub memory_mib: u32,
-}
-
-impl StorageFacts {
-    pub fn of(plan: &StoragePlan) -> StorageFacts {
-        StorageFacts {
-            rounds: plan.rounds,
-            file_bytes: plan.file_bytes,
-            export_bytes: plan.export_bytes,
-            fio_depths: plan.fio_depths.clone(),
-            fio_secs: plan.fio_secs,
-            memory_mib: plan.memory_mib,
-        }
-    }
 }
 
 /// Everything the storage part measured: by round (index 0 is round 1), its phases by
@@ -230,7 +225,8 @@ impl StorageRun {
         text: &str,
         cpu: &Measurements,
     ) -> Result<StorageRun, String> {
-        let mut rounds: Vec<BTreeMap<String, Phase>> = vec![BTreeMap::new(); plan.rounds as usize];
+        let mut rounds: Vec<BTreeMap<String, Phase>> =
+            vec![BTreeMap::new(); plan.facts.rounds as usize];
         let mut fio: Vec<(String, usize, String)> = Vec::new();
         for line in text.lines().map(str::trim_end) {
             if let Some(rest) = line.strip_prefix("@storage.") {
@@ -268,10 +264,10 @@ impl StorageRun {
             phase.ios = f.ios;
         }
         let run = StorageRun {
-            facts: StorageFacts::of(plan),
+            facts: plan.facts.clone(),
             rounds,
         };
-        let missing: Vec<String> = (1..=plan.rounds)
+        let missing: Vec<String> = (1..=plan.facts.rounds)
             .flat_map(|r| run.expected(r).into_iter().map(move |n| (r, n)))
             .filter(|(r, n)| !run.rounds[*r as usize - 1].contains_key(n))
             .map(|(r, n)| format!("{n} (round {r})"))
@@ -727,11 +723,9 @@ pub(super) mod tests {
 
     /// Two rounds: qp writes at 40 and 50 MB/s, sockets at 20 and 20, mixed at 25 and 30.
     pub(in crate::demo::results) fn run() -> StorageRun {
-        let plan = StoragePlan {
-            rounds: 2,
-            file_bytes: 400_000_000,
-            ..StoragePlan::bench()
-        };
+        let mut plan = StoragePlan::bench();
+        plan.facts.rounds = 2;
+        plan.facts.file_bytes = 400_000_000;
         let mut text = String::from("@step=storage-qp.1\nnoise\n");
         for (r, [q, s, m]) in [(1, [10.0, 20.0, 16.0]), (2, [8.0, 20.0, 400.0 / 30.0])] {
             for (id, secs) in [("qp", q), ("sk", s), ("mx", m)] {
@@ -833,10 +827,8 @@ pub(super) mod tests {
 
     #[test]
     fn a_missing_phase_or_a_broken_line_is_an_error() {
-        let plan = StoragePlan {
-            rounds: 1,
-            ..StoragePlan::bench()
-        };
+        let mut plan = StoragePlan::bench();
+        plan.facts.rounds = 1;
         let m = Measurements::default();
         let e = StorageRun::from_lines(&plan, "", &m).unwrap_err();
         assert!(e.contains("write-qp (round 1)"), "{e}");
