@@ -14,7 +14,7 @@
 /*
  Minor version of this interface.
  */
-#define QPIP_ABI_VERSION_MINOR 1
+#define QPIP_ABI_VERSION_MINOR 2
 
 /*
  Largest admin queue depth.
@@ -164,6 +164,14 @@
  set up yet. No results.
  */
 #define QPIP_ADMIN_OP_QUERY_CONN 30
+
+/*
+ Set an option of TCP QP `handle` ([`SetQpOptArgs`]), as `setsockopt` does for a socket.
+ An option set before the QP carries a connection applies to the one it gets (CONNECT or
+ ACCEPT); on a connection it takes effect at once. [`ADMIN_STATUS_BAD_PARAM`] for a UDP
+ QP, an unknown option or a value out of range. No results. Since minor version 2.
+ */
+#define QPIP_ADMIN_OP_SET_QP_OPT 31
 
 /*
  Create a tripwire in `ctx` ([`CreateTripwireArgs`]): an event when data placed by the
@@ -319,6 +327,22 @@
  wire-compatible with other iWARP implementations.
  */
 #define QPIP_FRAMING_IWARP 3
+
+/*
+ TCP keepalive (RFC 9293 §3.8.4): probes sent on an idle connection find a peer that is
+ gone, and the connection times out instead of waiting forever. Off until set.
+ */
+#define QPIP_QP_OPT_KEEPALIVE 1
+
+/*
+ Largest keepalive idle time and interval, in seconds (Linux's `TCP_KEEPIDLE` bound).
+ */
+#define QPIP_KEEPALIVE_MAX_SECS 32767
+
+/*
+ Most keepalive probes (Linux's `TCP_KEEPCNT` bound).
+ */
+#define QPIP_KEEPALIVE_MAX_PROBES 127
 
 /*
  The device may write the region (receive buffers need this).

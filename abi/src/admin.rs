@@ -156,6 +156,11 @@ pub const ADMIN_OP_CLOSE: u16 = 0x1d;
 /// [`ADMIN_STATUS_BAD_STATE`] for a QP of another framing or one whose connection is not
 /// set up yet. No results.
 pub const ADMIN_OP_QUERY_CONN: u16 = 0x1e;
+/// Set an option of TCP QP `handle` ([`SetQpOptArgs`]), as `setsockopt` does for a socket.
+/// An option set before the QP carries a connection applies to the one it gets (CONNECT or
+/// ACCEPT); on a connection it takes effect at once. [`ADMIN_STATUS_BAD_PARAM`] for a UDP
+/// QP, an unknown option or a value out of range. No results. Since minor version 2.
+pub const ADMIN_OP_SET_QP_OPT: u16 = 0x1f;
 /// Create a tripwire in `ctx` ([`CreateTripwireArgs`]): an event when data placed by the
 /// network touches a range of a registered region while the tripwire is armed. Result0:
 /// the tripwire's id. [`ADMIN_STATUS_NO_RESOURCES`] beyond [`MAX_TRIPWIRES`].
@@ -327,6 +332,31 @@ pub const FRAMING_STREAM: u8 = 2;
 /// TCP framing for RDMA over TCP: iWARP (MPA, DDP and RDMAP; see the device documentation),
 /// wire-compatible with other iWARP implementations.
 pub const FRAMING_IWARP: u8 = 3;
+
+/// Arguments of `SET_QP_OPT`: one option and its value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SetQpOptArgs {
+    /// Which option: [`QP_OPT_KEEPALIVE`].
+    pub option: u32,
+    /// KEEPALIVE: seconds the connection may be idle before the first probe,
+    /// 1..=[`KEEPALIVE_MAX_SECS`]; 0 turns keepalive off (then the other two are 0 too).
+    pub keepalive_idle: u32,
+    /// KEEPALIVE: seconds between unanswered probes, 1..=[`KEEPALIVE_MAX_SECS`].
+    pub keepalive_interval: u32,
+    /// KEEPALIVE: unanswered probes after which the connection times out (its QP goes to
+    /// the error state with [`ASYNC_REASON_TIMEOUT`]), 1..=[`KEEPALIVE_MAX_PROBES`].
+    pub keepalive_probes: u32,
+    pub reserved: [u8; 32],
+}
+
+/// TCP keepalive (RFC 9293 §3.8.4): probes sent on an idle connection find a peer that is
+/// gone, and the connection times out instead of waiting forever. Off until set.
+pub const QP_OPT_KEEPALIVE: u32 = 1;
+/// Largest keepalive idle time and interval, in seconds (Linux's `TCP_KEEPIDLE` bound).
+pub const KEEPALIVE_MAX_SECS: u32 = 32767;
+/// Most keepalive probes (Linux's `TCP_KEEPCNT` bound).
+pub const KEEPALIVE_MAX_PROBES: u32 = 127;
 
 /// Arguments of `REG_MR`.
 #[repr(C)]

@@ -55,7 +55,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Version of this interface. Grows when something is added; existing structures only ever
 /// grow at the end.
-pub const UAPI_VERSION: u32 = 3;
+pub const UAPI_VERSION: u32 = 4;
 
 /// The `type` byte of every qpip ioctl number.
 pub const IOCTL_TYPE: u32 = 0xc4;
@@ -124,6 +124,10 @@ pub const IOCTL_QUERY_CONN: u32 = 0xc228c411;
 pub const IOCTL_CREATE_TRIPWIRE: u32 = 0xc038c412;
 /// Destroy a tripwire ([`Handle`]): no event of it follows, and its CQ and regions may go.
 pub const IOCTL_DESTROY_TRIPWIRE: u32 = 0xc008c413;
+/// Set an option of a TCP QP ([`SetQpOpt`]), as `setsockopt` does for a socket: `EINVAL`
+/// for a UDP QP, an unknown option or a value out of range; `EOPNOTSUPP` from a device
+/// that predates the command. Version 4 of this interface.
+pub const IOCTL_SET_QP_OPT: u32 = 0xc018c414;
 
 // ---- argument structures ----------------------------------------------------------------
 
@@ -529,6 +533,25 @@ pub const EVENT_PEER_CLOSED: u32 = 5;
 /// holds how many, when known (else 0); `qp` is 0.
 pub const EVENT_LOST: u32 = 6;
 
+/// [`IOCTL_SET_QP_OPT`]: the fields of [`crate::admin::SetQpOptArgs`] for one QP.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SetQpOpt {
+    pub size: u32,
+    /// In: the TCP QP.
+    pub qp: u32,
+    /// In: [`crate::admin::QP_OPT_KEEPALIVE`].
+    pub option: u32,
+    /// In: keepalive idle seconds before the first probe; 0 turns keepalive off.
+    pub keepalive_idle: u32,
+    /// In: keepalive seconds between probes.
+    pub keepalive_interval: u32,
+    /// In: unanswered keepalive probes before the connection times out.
+    pub keepalive_probes: u32,
+}
+/// Size of the first version of [`SetQpOpt`].
+pub const SET_QP_OPT_SIZE_V1: u32 = 24;
+
 // ---- mmap ---------------------------------------------------------------------------------
 
 /// Size of a page of every mapping (the ring pages are handed to the device in units of
@@ -580,6 +603,7 @@ mod checks {
         CREATE_TRIPWIRE_SIZE_V1
     );
     check!(IOCTL_DESTROY_TRIPWIRE, 0x13, Handle, HANDLE_SIZE_V1);
+    check!(IOCTL_SET_QP_OPT, 0x14, SetQpOpt, SET_QP_OPT_SIZE_V1);
     const _: () = assert!(size_of::<IwarpConn>() == 16);
     const _: () = assert!(EVENT_SIZE as usize == size_of::<Event>());
     // The largest structure must fit in the size bits of an ioctl number and in MAX_ARG_SIZE.

@@ -38,6 +38,7 @@ fn every_argument_body_fills_the_command_body() {
         ("AcceptArgs", size_of::<AcceptArgs>()),
         ("ConnectArgs", size_of::<ConnectArgs>()),
         ("CreateTripwireArgs", size_of::<CreateTripwireArgs>()),
+        ("SetQpOptArgs", size_of::<SetQpOptArgs>()),
     ] {
         assert_eq!(size, 48, "{name}");
     }

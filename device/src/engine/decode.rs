@@ -68,6 +68,8 @@ pub enum AdminRequest {
         iwarp: IwarpConnArgs,
     },
     Close,
+    /// `SET_QP_OPT` KEEPALIVE on QP `handle`: None turns it off.
+    SetKeepalive(Option<crate::net::tcp::Keepalive>),
     CreateTripwire(CreateTripwireArgs),
     DestroyTripwire,
     /// An iWARP QP's connection parameters (`handle`), into `buf`.
@@ -260,6 +262,12 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
             }
         }
         ADMIN_OP_CLOSE => R::Close,
+        ADMIN_OP_SET_QP_OPT => {
+            let a: SetQpOptArgs = args(cmd);
+            reserved(zero(&a.reserved))?;
+            param(a.option == QP_OPT_KEEPALIVE)?;
+            R::SetKeepalive(keepalive(&a).ok_or(ADMIN_STATUS_BAD_PARAM)?)
+        }
         ADMIN_OP_CREATE_TRIPWIRE => {
             let a: CreateTripwireArgs = args(cmd);
             reserved(a.reserved == 0)?;
@@ -268,6 +276,24 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
         ADMIN_OP_DESTROY_TRIPWIRE => R::DestroyTripwire,
         _ => return Err(ADMIN_STATUS_BAD_OPCODE),
     })
+}
+
+/// KEEPALIVE's value: off (all zero), or every field within its range.
+fn keepalive(a: &SetQpOptArgs) -> Option<Option<crate::net::tcp::Keepalive>> {
+    use std::time::Duration;
+    let (idle, interval, probes) = (a.keepalive_idle, a.keepalive_interval, a.keepalive_probes);
+    if idle == 0 {
+        return (interval == 0 && probes == 0).then_some(None);
+    }
+    let secs = 1..=KEEPALIVE_MAX_SECS;
+    (secs.contains(&idle)
+        && secs.contains(&interval)
+        && (1..=KEEPALIVE_MAX_PROBES).contains(&probes))
+    .then_some(Some(crate::net::tcp::Keepalive {
+        idle: Duration::from_secs(idle.into()),
+        interval: Duration::from_secs(interval.into()),
+        probes,
+    }))
 }
 
 /// The ranges of [`IwarpConnArgs`] (whether the QP is an iWARP one is the engine's to

@@ -187,3 +187,79 @@ fn a_packet_too_big_narrows_a_live_connection() {
         data.len()
     );
 }
+
+/// SET_QP_OPT KEEPALIVE, set on the accepting QP before its ACCEPT and on the connecting
+/// QP once connected: while the peer answers, probes keep an idle connection up; once the
+/// peer vanishes, the unanswered probes time the connection out (QP error, reason TIMEOUT,
+/// the posted receive flushed) with nothing to send, on both ends.
+#[test]
+fn keepalive_finds_a_vanished_peer_of_an_idle_connection() {
+    let (_dir, relay, mut a, mut b) = relayed("keepalive", 9, TcpLimits::default());
+    let (actx, bctx) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
+    let (areq, breq) = (a.submit_async_event(), b.submit_async_event());
+    let mut s = b.tcp_endpoint_in(bctx, FRAMING_STREAM, 4, 1 << 16);
+    let mut c = a.tcp_endpoint_in(actx, FRAMING_STREAM, 4, 1 << 16);
+    let keepalive = |probes| SetQpOptArgs {
+        option: QP_OPT_KEEPALIVE,
+        keepalive_idle: 1,
+        keepalive_interval: 1,
+        keepalive_probes: probes,
+        ..FromZeros::new_zeroed()
+    };
+    b.admin_result(cmd(ADMIN_OP_SET_QP_OPT, bctx, s.qp.id, &keepalive(2)))
+        .expect("keepalive on the accepting QP");
+    let l = b.listen(bctx, UNSPECIFIED, 6300, 8).expect("listen");
+    let acc = b.submit_accept(bctx, l, s.qp.id);
+    let con = a.submit_connect(actx, c.qp.id, ip(B_ADDR), 6300);
+    let [ca, cb] = both_completed(&mut a, con, &mut b, acc);
+    assert_admin_ok(&ca, "connect");
+    assert_admin_ok(&cb, "accept");
+    a.admin_result(cmd(ADMIN_OP_SET_QP_OPT, actx, c.qp.id, &keepalive(3)))
+        .expect("keepalive on the connected QP");
+    post_recv_at(&mut b, &mut s, 7, 0, 4096);
+
+    // Idle for several keepalive periods: each peer answers the other's probes.
+    assert!(
+        b.admin_wait(breq, Duration::from_millis(3500)).is_none(),
+        "a live peer keeps the connection up"
+    );
+    a.post_send(&mut c.qp, &[tcp_inline_wqe(1, 0, b"still here")]);
+    assert_cqe(
+        &a.wait_cqe(&mut c.scq),
+        CQE_STATUS_SUCCESS,
+        0,
+        "send after idling",
+    );
+    let r = b.wait_cqe(&mut s.rcq);
+    assert_cqe(&r, CQE_STATUS_SUCCESS, 10, "receive after idling");
+    post_recv_at(&mut b, &mut s, 8, 0, 4096);
+    post_recv_at(&mut a, &mut c, 9, 0, 4096);
+    assert_eq!(a.stat(STAT_TCP_TIMEOUTS) + b.stat(STAT_TCP_TIMEOUTS), 0);
+
+    // The peer vanishes with nothing in flight: idle 1 s, then the probes 1 s apart.
+    let dropped = relay.dropped();
+    relay.set_drop_all(true);
+    for (g, ctx, req, e, wr_id) in [
+        (&mut b, bctx, breq, &mut s, 8),
+        (&mut a, actx, areq, &mut c, 9),
+    ] {
+        let ev = g
+            .admin_wait(req, Duration::from_secs(60))
+            .expect("keepalive timed the connection out");
+        assert_eq!(
+            async_event(&ev),
+            (
+                ctx,
+                e.qp.id,
+                ASYNC_EVENT_QP_ERROR,
+                ASYNC_REASON_TIMEOUT,
+                false
+            )
+        );
+        let r = g.wait_cqe(&mut e.rcq);
+        assert_cqe(&r, CQE_STATUS_FLUSHED, 0, "the posted receive");
+        assert_eq!(r.wr_id, wr_id);
+        assert_eq!(g.stat(STAT_TCP_TIMEOUTS), 1, "STAT_TCP_TIMEOUTS counts it");
+    }
+    assert!(relay.dropped() > dropped, "the probes were sent");
+}

@@ -10,7 +10,7 @@
  Version of this interface. Grows when something is added; existing structures only ever
  grow at the end.
  */
-#define QPIP_UAPI_VERSION 3
+#define QPIP_UAPI_VERSION 4
 
 /*
  The `type` byte of every qpip ioctl number.
@@ -137,6 +137,13 @@
 #define QPIP_IOCTL_DESTROY_TRIPWIRE 3221799955
 
 /*
+ Set an option of a TCP QP ([`SetQpOpt`]), as `setsockopt` does for a socket: `EINVAL`
+ for a UDP QP, an unknown option or a value out of range; `EOPNOTSUPP` from a device
+ that predates the command. Version 4 of this interface.
+ */
+#define QPIP_IOCTL_SET_QP_OPT 3222848532
+
+/*
  Size of the first version of [`QueryDevice`].
  */
 #define QPIP_QUERY_DEVICE_SIZE_V1 88
@@ -254,6 +261,11 @@
  holds how many, when known (else 0); `qp` is 0.
  */
 #define QPIP_EVENT_LOST 6
+
+/*
+ Size of the first version of [`SetQpOpt`].
+ */
+#define QPIP_SET_QP_OPT_SIZE_V1 24
 
 /*
  Size of a page of every mapping (the ring pages are handed to the device in units of

@@ -291,6 +291,10 @@ impl Engine {
                 Ok(info) => self.write_query(mem, buf, len, info.as_bytes()),
                 Err(s) => Err(s),
             },
+            R::SetKeepalive(k) => match self.objects.qp_in(ctx, h) {
+                None => Err(ADMIN_STATUS_BAD_HANDLE),
+                Some(_) => self.tcp_set_keepalive(h, k),
+            },
             R::Close => match self.objects.qp_in(ctx, h) {
                 None => Err(ADMIN_STATUS_BAD_HANDLE),
                 Some(qp) if !qp.may_close() => Err(ADMIN_STATUS_BAD_STATE),

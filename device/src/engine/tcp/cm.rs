@@ -260,6 +260,10 @@ impl Engine {
         let tuple = e.conn.tuple();
         let t = self.objects.tcp_qp_mut(qp).expect("TCP QP");
         t.conn = Some(conn);
+        let keepalive = t.keepalive;
+        let e = self.tcp.table.get_mut(conn).expect("caller checked");
+        e.conn.set_keepalive(keepalive, now);
+        let t = self.objects.tcp_qp_mut(qp).expect("TCP QP");
         if t.is_iwarp() {
             // What the peer sent before the QP took it (the MPA request) is read now.
             self.iwarp_claimed(qp);
@@ -321,7 +325,8 @@ impl Engine {
             remote_port,
         };
         let now = Instant::now();
-        let cfg = self.tcp.cfg;
+        let mut cfg = self.tcp.cfg;
+        cfg.keepalive = self.objects.tcp_qp(qp).expect("TCP QP").keepalive;
         let conn = self
             .tcp
             .table
@@ -339,6 +344,24 @@ impl Engine {
         }
         self.tcp_service(mem, conn, now);
         Ok(())
+    }
+
+    /// SET_QP_OPT KEEPALIVE: kept for the connection the QP gets, and applied to the one
+    /// it carries now.
+    pub(in crate::engine) fn tcp_set_keepalive(
+        &mut self,
+        qp: u32,
+        keepalive: Option<tcp::Keepalive>,
+    ) -> Result<Results, u16> {
+        let t = self.objects.tcp_qp_mut(qp).ok_or(ADMIN_STATUS_BAD_PARAM)?;
+        t.keepalive = keepalive;
+        if let Some(conn) = t.conn {
+            if let Some(e) = self.tcp.table.get_mut(conn) {
+                e.conn.set_keepalive(keepalive, Instant::now());
+                self.tcp.table.update(conn);
+            }
+        }
+        Ok((0, 0, 0))
     }
 
     /// CLOSE: FIN after the queued sends. Err: fails at once; Ok: pending.

@@ -68,7 +68,7 @@ use vm_memory::GuestMemoryMmap;
 
 use crate::net::stats::DropReason;
 use crate::net::tcp::{
-    self, ConnId, ConnectionTable, Event, Input, IsnGenerator, Outgoing, RecvSink,
+    self, ConnId, ConnectionTable, Event, Input, IsnGenerator, Keepalive, Outgoing, RecvSink,
 };
 
 use super::objects::PendingCmd;
@@ -109,6 +109,8 @@ pub struct TcpQp {
     tx: TxQueue,
     rx: RxState,
     close_cmd: Option<PendingCmd>,
+    /// Keepalive for the connection the QP carries or will carry (`SET_QP_OPT`).
+    keepalive: Option<Keepalive>,
     /// iWARP framing: MPA, DDP and RDMAP on the connection (`tx` and `rx` stay unused).
     pub(in crate::engine) iwarp: Option<Box<iwarp::IwarpQp>>,
 }
@@ -125,6 +127,7 @@ impl TcpQp {
             tx: TxQueue::default(),
             rx: RxState::new(id, message),
             close_cmd: None,
+            keepalive: None,
             iwarp: iwarp.then(|| Box::new(iwarp::IwarpQp::new())),
         })
     }

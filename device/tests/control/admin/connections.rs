@@ -1,6 +1,6 @@
-//! Ports and connections: BIND, LISTEN and DESTROY_LISTENER, CONNECT, ACCEPT and CLOSE on the
-//! wrong objects or in the wrong state, and pending ones cancelled when what they wait on
-//! goes.
+//! Ports and connections: BIND, LISTEN and DESTROY_LISTENER, CONNECT, ACCEPT, CLOSE and
+//! SET_QP_OPT on the wrong objects or in the wrong state, and pending ones cancelled when
+//! what they wait on goes.
 
 use std::time::Duration;
 
@@ -295,4 +295,93 @@ fn a_pending_connect_is_cancelled_when_its_qp_goes() {
         ADMIN_STATUS_CANCELLED,
         "CONNECT whose QP was destroyed",
     );
+}
+
+/// SET_QP_OPT's KEEPALIVE: on and off on a TCP QP of the context; anything else is
+/// refused before it touches a QP.
+#[test]
+fn set_qp_opt_takes_keepalive_on_tcp_qps_only() {
+    let mut g = FakeGuest::new();
+    let ctx = g.create_ctx().unwrap();
+    let other = g.create_ctx().unwrap();
+    let cq = g.create_cq(ctx, 16).unwrap();
+    let ocq = g.create_cq(other, 16).unwrap();
+    let udp = g.create_qp(ctx, cq.id, cq.id, 4, 4).unwrap().id;
+    let tcp = tcp_qp(&mut g, &cq, 4);
+    let otcp = tcp_qp(&mut g, &ocq, 4);
+    let keepalive = |idle, interval, probes| SetQpOptArgs {
+        option: QP_OPT_KEEPALIVE,
+        keepalive_idle: idle,
+        keepalive_interval: interval,
+        keepalive_probes: probes,
+        ..FromZeros::new_zeroed()
+    };
+    let mut set = |qp, a: SetQpOptArgs| g.admin_result(cmd(ADMIN_OP_SET_QP_OPT, ctx, qp, &a));
+
+    set(tcp, keepalive(60, 10, 5)).expect("keepalive on");
+    set(
+        tcp,
+        keepalive(KEEPALIVE_MAX_SECS, KEEPALIVE_MAX_SECS, KEEPALIVE_MAX_PROBES),
+    )
+    .expect("keepalive at its limits");
+    set(tcp, keepalive(0, 0, 0)).expect("keepalive off");
+    let mut unknown = keepalive(60, 10, 5);
+    unknown.option = 2;
+    let mut reserved = keepalive(60, 10, 5);
+    reserved.reserved[31] = 1;
+    let refused = [
+        (tcp, unknown, ADMIN_STATUS_BAD_PARAM, "an unknown option"),
+        (tcp, reserved, ADMIN_STATUS_BAD_OPCODE, "reserved bytes set"),
+        (
+            tcp,
+            keepalive(0, 10, 0),
+            ADMIN_STATUS_BAD_PARAM,
+            "off with an interval",
+        ),
+        (
+            tcp,
+            keepalive(60, 0, 5),
+            ADMIN_STATUS_BAD_PARAM,
+            "no interval",
+        ),
+        (
+            tcp,
+            keepalive(60, 10, 0),
+            ADMIN_STATUS_BAD_PARAM,
+            "no probes",
+        ),
+        (
+            tcp,
+            keepalive(KEEPALIVE_MAX_SECS + 1, 10, 5),
+            ADMIN_STATUS_BAD_PARAM,
+            "idle beyond its limit",
+        ),
+        (
+            tcp,
+            keepalive(60, 10, KEEPALIVE_MAX_PROBES + 1),
+            ADMIN_STATUS_BAD_PARAM,
+            "probes beyond their limit",
+        ),
+        (
+            udp,
+            keepalive(60, 10, 5),
+            ADMIN_STATUS_BAD_PARAM,
+            "a UDP QP",
+        ),
+        (
+            otcp,
+            keepalive(60, 10, 5),
+            ADMIN_STATUS_BAD_HANDLE,
+            "another context's QP",
+        ),
+        (
+            0xdead,
+            keepalive(60, 10, 5),
+            ADMIN_STATUS_BAD_HANDLE,
+            "an unknown QP",
+        ),
+    ];
+    for (qp, args, status, what) in refused {
+        assert_admin_err(set(qp, args), status, what);
+    }
 }

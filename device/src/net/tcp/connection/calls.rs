@@ -69,6 +69,15 @@ impl Connection {
         }
     }
 
+    /// Keepalive on (probes after `k.idle` of silence) or off, from now: a peer that is
+    /// gone is then found and the connection times out rather than waiting forever.
+    pub fn set_keepalive(&mut self, k: Option<super::super::Keepalive>, now: Instant) {
+        self.cfg.keepalive = k;
+        self.keepalive_at = None;
+        self.keepalive_pending = false;
+        self.arm_keepalive(now);
+    }
+
     /// The path MTU toward the peer changed: segments are cut to fit.
     pub fn set_path_mss(&mut self, mss: u16) {
         self.mss_limit = mss.clamp(DEFAULT_IPV6_MSS.min(self.cfg.mss), self.cfg.mss);
