@@ -357,6 +357,7 @@ int qpip_cmd_accept(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 list
 int qpip_cmd_connect(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp,
 		     const u8 *addr, u16 port, const struct qpip_iwarp_conn *iw);
 int qpip_cmd_close(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp);
+int qpip_cmd_set_qp_opt(struct qpip_dev *qdev, u32 ctx, u32 qp, const struct qpip_set_qp_opt *o);
 int qpip_query_device(struct qpip_dev *qdev, struct qpip_device_info *info);
 int qpip_query_stats(struct qpip_dev *qdev, u64 *counters);
 int qpip_query_conn(struct qpip_dev *qdev, u32 ctx, u32 qp, struct qpip_query_conn *out);

@@ -1918,4 +1918,29 @@ struct qpip_msg_header {
   uint32_t imm_data;
 };
 
+/*
+ Arguments of `SET_QP_OPT`: one option and its value.
+ */
+struct qpip_set_qp_opt_args {
+  /*
+   Which option: [`QP_OPT_KEEPALIVE`].
+   */
+  uint32_t option;
+  /*
+   KEEPALIVE: seconds the connection may be idle before the first probe,
+   1..=[`KEEPALIVE_MAX_SECS`]; 0 turns keepalive off (then the other two are 0 too).
+   */
+  uint32_t keepalive_idle;
+  /*
+   KEEPALIVE: seconds between unanswered probes, 1..=[`KEEPALIVE_MAX_SECS`].
+   */
+  uint32_t keepalive_interval;
+  /*
+   KEEPALIVE: unanswered probes after which the connection times out (its QP goes to
+   the error state with [`ASYNC_REASON_TIMEOUT`]), 1..=[`KEEPALIVE_MAX_PROBES`].
+   */
+  uint32_t keepalive_probes;
+  uint8_t reserved[32];
+};
+
 #endif  /* QPIP_ABI_H */

@@ -318,6 +318,25 @@ int qpip_cmd_close(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp)
 	return qpip_admin_submit_async(qdev, c, &cmd);
 }
 
+/*
+ * An option of TCP QP @qp (the ioctl's fields, checked by the device). A device older than
+ * interface 2.2 does not know the command: -EOPNOTSUPP rather than its BAD_OPCODE's -EIO.
+ */
+int qpip_cmd_set_qp_opt(struct qpip_dev *qdev, u32 ctx, u32 qp, const struct qpip_set_qp_opt *o)
+{
+	struct qpip_set_qp_opt_args args = {};
+	struct qpip_admin_cmd cmd;
+
+	if (qpip_version_minor(qdev->version) < 2)
+		return -EOPNOTSUPP;
+	args.option = o->option;
+	args.keepalive_idle = o->keepalive_idle;
+	args.keepalive_interval = o->keepalive_interval;
+	args.keepalive_probes = o->keepalive_probes;
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_SET_QP_OPT, ctx, qp, &args, sizeof(args));
+	return qpip_admin_run(qdev, &cmd, NULL);
+}
+
 /* ---- the device as a whole ---- */
 
 /* A QUERY_* command writing @len bytes at @dma, a DMA buffer of ours. */

@@ -583,6 +583,15 @@ static int qpip_ioctl_close(struct qpip_ctx *ctx, void *arg)
 	return qpip_event_cmd_sent(ctx, c, qpip_cmd_close(ctx->qdev, c, ctx->id, a->qp));
 }
 
+static int qpip_ioctl_set_qp_opt(struct qpip_ctx *ctx, void *arg)
+{
+	struct qpip_set_qp_opt *a = arg;
+
+	if (!xa_load(&ctx->qps, a->qp))
+		return -ENOENT;
+	return qpip_cmd_set_qp_opt(ctx->qdev, ctx->id, a->qp, a);
+}
+
 /* ---- the device ---- */
 
 static int qpip_ioctl_query_stats(struct qpip_ctx *ctx, void *arg)
@@ -667,6 +676,7 @@ static const struct qpip_ioctl_desc qpip_ioctls[] = {
 	QPIP_IOCTL_DEF(CREATE_TRIPWIRE, qpip_ioctl_create_tripwire, qpip_create_tripwire,
 		       QPIP_ARG_OUT),
 	QPIP_IOCTL_DEF(DESTROY_TRIPWIRE, qpip_ioctl_destroy_tripwire, qpip_handle, 0),
+	QPIP_IOCTL_DEF(SET_QP_OPT, qpip_ioctl_set_qp_opt, qpip_set_qp_opt, 0),
 };
 
 /*

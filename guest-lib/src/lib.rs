@@ -101,5 +101,6 @@ pub use qp::{Listener, Qp, QpInit, SendWr};
 pub use sys::{wait_any_readable, MAX_WAIT_FDS};
 pub use tripwire::Tripwire;
 pub use types::{
-    Completion, Detail, Event, EventKind, Framing, Limits, Opcode, ProviderKind, QpKind, Status,
+    Completion, Detail, Event, EventKind, Framing, Keepalive, Limits, Opcode, ProviderKind, QpKind,
+    Status,
 };

@@ -306,6 +306,21 @@ impl Qp {
         }
     }
 
+    /// TCP keepalive on this QP's connection (`None`: off, the default), as `SO_KEEPALIVE`
+    /// with `TCP_KEEPIDLE`/`TCP_KEEPINTVL`/`TCP_KEEPCNT` on a socket: set before
+    /// connecting or accepting, it applies to the connection the QP gets; on a connection,
+    /// at once. A server turns it on so that a client which vanished (its machine died,
+    /// the link was cut) does not hold the QP and its buffers forever: the QP fails, its
+    /// work requests complete flushed, and the server frees it.
+    pub fn set_keepalive(&self, keepalive: Option<crate::Keepalive>) -> Result<()> {
+        self.need_tcp("keepalive needs a TCP QP")?;
+        let k = keepalive.map(|k| k.checked()).transpose()?;
+        match &self.inner.imp {
+            QpImpl::Device(q) => q.set_keepalive(self.inner.ctx.dev(), k),
+            QpImpl::Soft(q) => q.set_keepalive(keepalive),
+        }
+    }
+
     /// [`Qp::close`] and wait for its outcome (at most `timeout`).
     pub fn close_wait(&self, timeout: Duration) -> Result<()> {
         self.close(0)?;

@@ -335,6 +335,49 @@ impl Event {
     }
 }
 
+/// TCP keepalive on a QP's connection ([`crate::Qp::set_keepalive`]): after `idle` with
+/// nothing received, a probe every `interval`; after `probes` unanswered ones the
+/// connection times out and the QP fails (its WRs complete flushed), as when
+/// retransmissions go unanswered. Whole seconds, 1 s to 32767 s; 1 to 127 probes
+/// (Linux's `TCP_KEEPIDLE`, `TCP_KEEPINTVL` and `TCP_KEEPCNT` bounds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keepalive {
+    pub idle: std::time::Duration,
+    pub interval: std::time::Duration,
+    pub probes: u32,
+}
+
+impl Keepalive {
+    /// Most seconds of `idle` and `interval`.
+    pub const MAX_SECS: u32 = qpip_abi::admin::KEEPALIVE_MAX_SECS;
+    /// Most `probes`.
+    pub const MAX_PROBES: u32 = qpip_abi::admin::KEEPALIVE_MAX_PROBES;
+
+    /// `(idle, interval, probes)` in whole seconds, checked against the bounds.
+    pub(crate) fn checked(&self) -> crate::Result<(u32, u32, u32)> {
+        let secs = |d: std::time::Duration, what: &str| {
+            let s = d.as_secs();
+            if d.subsec_nanos() != 0 || s == 0 || s > u64::from(Self::MAX_SECS) {
+                Err(crate::Error::InvalidArgument(format!(
+                    "keepalive {what} must be whole seconds from 1 to {} (got {d:?})",
+                    Self::MAX_SECS
+                )))
+            } else {
+                Ok(s as u32)
+            }
+        };
+        let (idle, interval) = (secs(self.idle, "idle")?, secs(self.interval, "interval")?);
+        if !(1..=Self::MAX_PROBES).contains(&self.probes) {
+            return Err(crate::Error::InvalidArgument(format!(
+                "keepalive probes must be from 1 to {} (got {})",
+                Self::MAX_PROBES,
+                self.probes
+            )));
+        }
+        Ok((idle, interval, self.probes))
+    }
+}
+
 /// What a context can do: queue depths, SGEs, inline bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {

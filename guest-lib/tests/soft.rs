@@ -736,3 +736,68 @@ fn blocking_cq_waits_in_two_threads_each_wake() {
         while scq.poll_one().is_some() {}
     }
 }
+
+/// The timer column of the kernel's TCP socket from local port `port` to `peer` in
+/// /proc/net/tcp6: 2 while its keepalive timer runs, 0 for an idle connection without one.
+fn tcp6_timer(port: u16, peer: u16) -> u8 {
+    let table = std::fs::read_to_string("/proc/net/tcp6").unwrap();
+    let want = (format!(":{port:04X}"), format!(":{peer:04X}"));
+    let line = table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 5 && f[1].ends_with(&want.0) && f[2].ends_with(&want.1))
+        .expect("the QP's socket in /proc/net/tcp6");
+    u8::from_str_radix(&line[5][..2], 16).unwrap()
+}
+
+/// Keepalive on the soft provider is the kernel socket's: set on a connected QP its timer
+/// runs, and off it stops; it is refused on a UDP QP and out of its bounds.
+#[test]
+fn keepalive_is_the_sockets_on_the_soft_provider() {
+    use qpip::Keepalive;
+    let ctx = soft();
+    let cq = ctx.create_cq(16).unwrap();
+    let l = TcpListener::bind("[::1]:0").unwrap();
+    let std::net::SocketAddr::V6(addr) = l.local_addr().unwrap() else {
+        panic!()
+    };
+    let qp = tcp_qp(&ctx, &cq, Framing::Stream);
+    qp.connect_wait(addr, T).unwrap();
+    let (_s, from) = l.accept().unwrap();
+    let port = from.port();
+    assert_eq!(tcp6_timer(port, addr.port()), 0, "no keepalive by default");
+    let k = |idle, interval, probes| Keepalive {
+        idle: Duration::from_secs(idle),
+        interval: Duration::from_secs(interval),
+        probes,
+    };
+    qp.set_keepalive(Some(k(60, 5, 3))).unwrap();
+    assert_eq!(tcp6_timer(port, addr.port()), 2, "the keepalive timer runs");
+    qp.set_keepalive(None).unwrap();
+    assert_eq!(
+        tcp6_timer(port, addr.port()),
+        0,
+        "and stops when turned off"
+    );
+
+    let bad = [
+        k(0, 5, 3),
+        k(60, 0, 3),
+        k(60, 5, 0),
+        k(u64::from(Keepalive::MAX_SECS) + 1, 5, 3),
+        k(60, 5, Keepalive::MAX_PROBES + 1),
+        Keepalive {
+            idle: Duration::from_millis(1500),
+            ..k(60, 5, 3)
+        },
+    ];
+    for b in bad {
+        let e = qp.set_keepalive(Some(b)).unwrap_err();
+        assert_eq!(error_name(&e), "InvalidArgument", "{b:?}: {e}");
+    }
+    let udp = ctx.create_qp(&QpInit::new(QpKind::Udp, &cq)).unwrap();
+    assert!(matches!(
+        udp.set_keepalive(Some(k(60, 5, 3))),
+        Err(Error::WrongQpKind { .. })
+    ));
+}

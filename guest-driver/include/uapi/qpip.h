@@ -812,4 +812,31 @@ struct qpip_event {
   __u8 reserved1[6];
 };
 
+/*
+ [`IOCTL_SET_QP_OPT`]: the fields of [`crate::admin::SetQpOptArgs`] for one QP.
+ */
+struct qpip_set_qp_opt {
+  __u32 size;
+  /*
+   In: the TCP QP.
+   */
+  __u32 qp;
+  /*
+   In: [`crate::admin::QP_OPT_KEEPALIVE`].
+   */
+  __u32 option;
+  /*
+   In: keepalive idle seconds before the first probe; 0 turns keepalive off.
+   */
+  __u32 keepalive_idle;
+  /*
+   In: keepalive seconds between probes.
+   */
+  __u32 keepalive_interval;
+  /*
+   In: unanswered keepalive probes before the connection times out.
+   */
+  __u32 keepalive_probes;
+};
+
 #endif  /* _UAPI_QPIP_H */

@@ -82,6 +82,18 @@ pub(crate) fn cmd_isolation() -> u32 {
                 "isolation.bind_qp",
                 fails_with(mine.bind(pqp, 0), libc::ENOENT),
             );
+            let mut opt = SetQpOpt::new();
+            opt.qp = pqp;
+            opt.option = QP_OPT_KEEPALIVE;
+            (
+                opt.keepalive_idle,
+                opt.keepalive_interval,
+                opt.keepalive_probes,
+            ) = (1, 1, 1);
+            cc.check(
+                "isolation.set_qp_opt",
+                fails_with(mine.ioc(IOCTL_SET_QP_OPT, &mut opt), libc::ENOENT),
+            );
             let mine_cq = mine.create_cq(8, -1).map_err(errname)?;
             cc.check(
                 "isolation.qp_on_foreign_cq",

@@ -57,6 +57,7 @@ impl Arg for Addr {}
 impl Arg for SetMac {}
 impl Arg for QueryConn {}
 impl Arg for CreateTripwire {}
+impl Arg for SetQpOpt {}
 
 pub(crate) fn ioctl_ptr(fd: i32, req: u32, arg: *mut libc::c_void) -> Result<(), i32> {
     // SAFETY: the driver reads and writes at most the size the argument says it has; the

@@ -507,6 +507,18 @@ int qpip_qp_connect_wait(const struct qpip_qp *qp, const struct qpip_addr *peer,
 // `qp` is null or a live handle.
 int qpip_qp_close(const struct qpip_qp *qp, uint64_t user_data);
 
+// TCP keepalive on the QP's connection (the one it has, or the one connect or accept
+// gives it): after `idle_s` seconds with nothing received a probe every `interval_s`
+// seconds, and after `probes` unanswered ones the connection times out and the QP fails.
+// `idle_s` 0 (with the others 0) turns it off. Whole seconds 1..=32767, probes 1..=127.
+//
+// # Safety
+// `qp` is null or a live handle.
+int qpip_qp_set_keepalive(const struct qpip_qp *qp,
+                          uint32_t idle_s,
+                          uint32_t interval_s,
+                          uint32_t probes);
+
 // qpip_qp_close and wait up to `timeout_ms` (negative: for ever).
 //
 // # Safety

@@ -161,6 +161,35 @@ pub unsafe extern "C" fn qpip_qp_close(qp: *const qpip_qp, user_data: u64) -> c_
     QPIP_OK
 }
 
+/// TCP keepalive on the QP's connection (the one it has, or the one connect or accept
+/// gives it): after `idle_s` seconds with nothing received a probe every `interval_s`
+/// seconds, and after `probes` unanswered ones the connection times out and the QP fails.
+/// `idle_s` 0 (with the others 0) turns it off. Whole seconds 1..=32767, probes 1..=127.
+///
+/// # Safety
+/// `qp` is null or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn qpip_qp_set_keepalive(
+    qp: *const qpip_qp,
+    idle_s: u32,
+    interval_s: u32,
+    probes: u32,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    let qp = tri!(unsafe { get::<Qp>(qp.cast(), MAGIC_QP, "QP") });
+    let k = if (idle_s, interval_s, probes) == (0, 0, 0) {
+        None
+    } else {
+        Some(verbs::Keepalive {
+            idle: std::time::Duration::from_secs(idle_s.into()),
+            interval: std::time::Duration::from_secs(interval_s.into()),
+            probes,
+        })
+    };
+    q!(qp.set_keepalive(k));
+    QPIP_OK
+}
+
 /// qpip_qp_close and wait up to `timeout_ms` (negative: for ever).
 ///
 /// # Safety

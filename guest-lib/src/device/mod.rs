@@ -519,6 +519,15 @@ impl Qp {
         ioctl(&dev.fd, IOCTL_CLOSE, &mut a, "close (CLOSE)")
     }
 
+    /// SET_QP_OPT KEEPALIVE: `(idle, interval, probes)` in checked seconds, or off.
+    pub(crate) fn set_keepalive(&self, dev: &Ctx, k: Option<(u32, u32, u32)>) -> Result<()> {
+        let mut a = arg!(SetQpOpt);
+        a.qp = self.handle;
+        a.option = qpip_abi::admin::QP_OPT_KEEPALIVE;
+        (a.keepalive_idle, a.keepalive_interval, a.keepalive_probes) = k.unwrap_or_default();
+        ioctl(&dev.fd, IOCTL_SET_QP_OPT, &mut a, "keepalive (SET_QP_OPT)")
+    }
+
     /// Posts a send that [`crate::Qp::post_send`] checked (kind, destination, inline
     /// length); its entries are checked here as they are written.
     pub(crate) fn post_send(&self, ctx: &Arc<CtxInner>, wr: &SendWr<'_>) -> Result<()> {

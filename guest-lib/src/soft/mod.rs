@@ -276,6 +276,8 @@ struct QpState {
     wr_shut: bool,
     accept_user_data: u64,
     rx: tcp::Rx,
+    /// TCP: keepalive for the socket the QP has or gets.
+    keepalive: Option<crate::Keepalive>,
 }
 
 impl QpState {
@@ -296,6 +298,15 @@ impl QpState {
             wr_shut: false,
             accept_user_data: 0,
             rx: tcp::Rx::default(),
+            keepalive: None,
+        }
+    }
+
+    /// Gives the QP's TCP socket (if it has one yet) the keepalive asked for.
+    fn apply_keepalive(&self) -> std::io::Result<()> {
+        match (&self.sock, self.kind) {
+            (Some(fd), QpKind::Tcp(_)) => net::set_keepalive(fd, self.keepalive),
+            _ => Ok(()),
         }
     }
 
@@ -493,6 +504,8 @@ impl State {
             };
             qp.sock = Some(fd);
             qp.conn = Conn::Connected;
+            // Checked values on a connected TCP socket: setsockopt has no cause to fail.
+            let _ = qp.apply_keepalive();
             let ud = qp.accept_user_data;
             self.push_event(Event {
                 kind: EventKind::Accept,
@@ -647,6 +660,15 @@ impl Qp {
             st.apply(scq, rcq, out);
             st.progress(id);
             Ok(())
+        })
+    }
+
+    pub(crate) fn set_keepalive(&self, k: Option<crate::Keepalive>) -> Result<()> {
+        self.with(|st, id| {
+            let qp = st.qps.get_mut(&id).ok_or_else(no_qp)?;
+            qp.keepalive = k;
+            qp.apply_keepalive()
+                .map_err(|e| Error::os("setsockopt (keepalive)", e))
         })
     }
 

@@ -39,6 +39,29 @@ fn setsockopt<T>(fd: RawFd, level: i32, name: i32, v: T) -> io::Result<()> {
     .map(|_| ())
 }
 
+/// TCP keepalive on a stream socket: on with its three settings, or off.
+pub(crate) fn set_keepalive(fd: &OwnedFd, k: Option<crate::Keepalive>) -> io::Result<()> {
+    let fd = fd.as_raw_fd();
+    let Some(k) = k else {
+        return setsockopt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 0i32);
+    };
+    // The caller checked the ranges (crate::Keepalive::checked): they fit an i32.
+    setsockopt(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPIDLE,
+        k.idle.as_secs() as i32,
+    )?;
+    setsockopt(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPINTVL,
+        k.interval.as_secs() as i32,
+    )?;
+    setsockopt(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, k.probes as i32)?;
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1i32)
+}
+
 /// A non-blocking IPv6-only socket (`SOCK_DGRAM` or `SOCK_STREAM`).
 pub(crate) fn socket(ty: i32) -> io::Result<OwnedFd> {
     // SAFETY: plain system call; the result is checked before it is owned.

@@ -61,8 +61,10 @@ pub(super) fn connect(
             }
         },
     };
-    let r = net::connect(&sock, peer);
     qp.sock = Some(sock);
+    let r = qp
+        .apply_keepalive()
+        .and_then(|()| net::connect(qp.sock.as_ref().expect("just set"), peer));
     match r {
         Ok(()) => qp.conn = Conn::Connecting { user_data },
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
