@@ -11,8 +11,8 @@
 //! `nbd-server` on guest b's kernel sockets, the same file system checks on each; and what
 //! a network disk must do when its server fails: requests end with an I/O error within
 //! the timeout (a killed server, a hung one, a cut link), what was flushed survives the server's
-//! restart, the client connects again by itself, and the device can be removed and
-//! made again.
+//! restart, the client connects again by itself, the device can be removed and made
+//! again, and the server keeps no connection of a client that went without a word.
 //!
 //! The storage programs and modules come from the lab's extras share (`lab-storage`).
 //! The test boots VMs: ignored by a plain `cargo test`, run by `./qpip test` (as root).
@@ -276,7 +276,10 @@ fn qpip_nbd_connect_gives_a_block_device_over_qps_against_qpip_and_stock_servers
 const FAILING_SERVER: &str = r#"
 lab-storage > /dev/null 2>&1 || exit 1
 truncate -s 64M /tmp/d.img
-serve() { qpip-nbd serve /tmp/d.img -n disk >> /tmp/serve.log 2>&1 & s=$!; }
+# Each server's log apart (n: the running one's); -k 4: a client that vanished is dropped
+# after about 4 s of silence.
+n=0
+serve() { n=$((n + 1)); qpip-nbd serve /tmp/d.img -n disk -k 4 > /tmp/serve.$n.log 2>&1 & s=$!; }
 serve
 sleep 1; touch /lab/serving
 await kill || exit 1
@@ -299,8 +302,14 @@ magic='\000\003\350\211\004\125\145\251'
 { cat /tmp/bogus.bin; sleep 60; } | nc -l -p 10811 > /dev/null 2>&1 &
 sleep 1; touch /lab/bogus-ready
 await done
+# Every connection the running server took has ended, the one whose client went during the
+# cut link too (keepalive found it): none is kept for ever.
+open() { echo $(( $(grep -c ' connected$' /tmp/serve.$n.log) - $(grep -c 'client \[[^]]*\]:[0-9]*: ' /tmp/serve.$n.log) )); }
+i=0
+until [ "$(open)" -eq 0 ] || [ $i -ge 60 ]; do i=$((i + 1)); sleep 1; done
+kv serve.open "$(open)"
 kill $s
-sed 's/^/serve: /' /tmp/serve.log
+for f in /tmp/serve.*.log; do sed "s|^|$f: |" $f; done
 "#;
 
 /// Guest a: data written and flushed, the server killed: I/O errors within the timeout
@@ -382,7 +391,7 @@ fn a_failed_server_or_link_gives_io_errors_in_bounded_time_and_flushed_data_surv
             host.signal("healed").map_err(|e| e.to_string())
         },
     );
-    let (a, _, ctx) = reports(&out);
+    let (a, b, ctx) = reports(&out);
     let ctx = || ctx.clone();
     assert_eq!(a.get("write"), "0", "{}", ctx());
     // The timeout is 5 s: reconnecting fails meanwhile, then the request fails. A
@@ -433,6 +442,12 @@ fn a_failed_server_or_link_gives_io_errors_in_bounded_time_and_flushed_data_surv
         (a.get("h.exit"), a.get("h.gone")),
         ("0", "yes"),
         "{}",
+        ctx()
+    );
+    assert_eq!(
+        b.get("serve.open"),
+        "0",
+        "the server keeps no connection of a client that went\n{}",
         ctx()
     );
 }

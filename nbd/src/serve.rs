@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use log::{debug, info, warn};
 use qpip::{
-    Completion, Context, Cq, Framing, Listener, MemoryRegion, Qp, QpInit, QpKind, SendWr, Status,
+    Completion, Context, Cq, Framing, Keepalive, Listener, MemoryRegion, Qp, QpInit, QpKind, SendWr, Status,
 };
 
 use crate::backing::{Backing, Disk, OpKind};
@@ -58,6 +58,23 @@ const SEND_HANDSHAKE: u64 = 1 << 61;
 pub struct ServeConfig {
     /// The export's name.
     pub name: String,
+    /// TCP keepalive on every client's connection: a client that vanished without a word
+    /// (its machine died, the link was cut) is found by unanswered probes and dropped with
+    /// what its connection held. None: a silent client is kept for ever.
+    pub keepalive: Option<Keepalive>,
+}
+
+impl ServeConfig {
+    /// The keepalive that drops a silent client after about `secs` seconds (at least 2):
+    /// idle for half of it, then 4 probes an eighth of it apart.
+    pub fn keepalive_for(secs: u32) -> Keepalive {
+        let secs = secs.max(2);
+        Keepalive {
+            idle: Duration::from_secs((secs / 2).into()),
+            interval: Duration::from_secs((secs / 8).max(1).into()),
+            probes: 4,
+        }
+    }
 }
 
 /// A listening server: one export, bound to its address.
@@ -66,6 +83,7 @@ pub struct Server {
     backing: Arc<Backing>,
     listener: Listener,
     export: ExportInfo,
+    keepalive: Option<Keepalive>,
 }
 
 impl Server {
@@ -90,6 +108,7 @@ impl Server {
             backing,
             listener,
             export,
+            keepalive: config.keepalive,
         })
     }
 
@@ -106,6 +125,7 @@ impl Server {
             backing,
             listener,
             export,
+            keepalive,
         } = self;
         info!(
             "serving '{}' ({} bytes{}) on [{}]:{}",
@@ -129,6 +149,8 @@ impl Server {
                         .depth(SQ_DEPTH, RECV_SLOTS as u32),
                 )
                 .map_err(io::Error::other)?;
+            // Set before the ACCEPT: the connection has it from its first moment.
+            qp.set_keepalive(keepalive).map_err(io::Error::other)?;
             let stream =
                 RecvStream::new(&ctx, RECV_SLOTS, RECV_SLOT_LEN).map_err(io::Error::other)?;
             // Posted before the connection exists, so the first bytes have somewhere to go.

@@ -31,8 +31,8 @@ fn open(port: u16, name: &str) -> std::io::Result<qpip_nbd::client::Export> {
 
 /// A server on plain sockets: greets, then runs `then` on the connection.
 fn fake_server(then: impl FnOnce(std::net::TcpStream) + Send + 'static) -> u16 {
-    let p = port();
-    let l = TcpListener::bind(local(p)).unwrap();
+    let l = TcpListener::bind(local(0)).unwrap();
+    let p = l.local_addr().unwrap().port();
     std::thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
         s.write_all(&greeting(handshake::FIXED_NEWSTYLE)).unwrap();
@@ -62,12 +62,16 @@ fn it_negotiates_with_qpip_nbd_serve() {
         .set_len(3 << 20)
         .unwrap();
     let ctx = Arc::new(Context::open_soft().unwrap());
-    let p = port();
     let config = ServeConfig {
         name: "disk".into(),
+        keepalive: None,
     };
     let backing = Arc::new(Backing::open(&path, true).unwrap());
-    let s = Server::bind(ctx, backing, &config, local(p)).unwrap();
+    // Listeners take no port 0: ports of this process's own, the next if one is taken.
+    let s = (0..64)
+        .find_map(|_| Server::bind(ctx.clone(), backing.clone(), &config, local(port())).ok())
+        .expect("a free port");
+    let p = s.local_addr().port();
     std::thread::spawn(move || s.run());
     let e = open(p, "disk").unwrap();
     assert_eq!(e.size, 3 << 20);

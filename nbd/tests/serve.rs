@@ -37,14 +37,21 @@ fn server(read_only: bool) -> u16 {
     f.set_len(SIZE).unwrap();
     let backing = Backing::open(&path, read_only).unwrap();
     let ctx = Context::open_soft().unwrap();
-    // A port of this process's own (listeners take no port 0).
+    // Listeners take no port 0: ports of this process's own, the next if one is taken.
     static NEXT: AtomicU16 = AtomicU16::new(0);
-    let port = 20_000 + (std::process::id() % 2000) as u16 * 16 + NEXT.fetch_add(1, Relaxed);
-    let any = SocketAddrV6::new(Ipv6Addr::LOCALHOST, port, 0, 0);
+    let (ctx, backing) = (Arc::new(ctx), Arc::new(backing));
     let config = ServeConfig {
         name: "disk".into(),
+        keepalive: Some(ServeConfig::keepalive_for(120)),
     };
-    let s = Server::bind(Arc::new(ctx), Arc::new(backing), &config, any).unwrap();
+    let s = (0..64)
+        .find_map(|_| {
+            let port =
+                20_000 + (std::process::id() % 2000) as u16 * 16 + NEXT.fetch_add(1, Relaxed);
+            let any = SocketAddrV6::new(Ipv6Addr::LOCALHOST, port, 0, 0);
+            Server::bind(ctx.clone(), backing.clone(), &config, any).ok()
+        })
+        .expect("a free port");
     let port = s.local_addr().port();
     std::thread::spawn(move || s.run());
     port
@@ -368,4 +375,37 @@ fn many_large_reads_at_once_are_all_answered() {
         let i = r.cookie - 100;
         assert!(d == pattern(1 + i % 2, half as usize), "READ {i}");
     }
+}
+
+/// The server turns keepalive on for each client's connection (on the software provider,
+/// the kernel socket's: its keepalive timer runs while the connection is idle), so that a
+/// client which vanished without a word does not hold its connection for ever.
+#[test]
+fn each_client_connection_has_keepalive() {
+    let port = server(true);
+    let mut c = connect(port);
+    assert_eq!(c.go(b"disk"), [rep::INFO, rep::INFO, rep::ACK]);
+    let me = c.s.local_addr().unwrap().port();
+    // The server's socket: from its port to ours. Its timer column is 1 while what it
+    // sent awaits an ACK, then 2 for keepalive (0 without).
+    let (local, remote) = (format!(":{port:04X}"), format!(":{me:04X}"));
+    let timer = || {
+        let table = std::fs::read_to_string("/proc/net/tcp6").unwrap();
+        table
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|f| f.len() > 5 && f[1].ends_with(&local) && f[2].ends_with(&remote))
+            .map(|f| f[5][..2].to_string())
+            .expect("the server's socket in /proc/net/tcp6")
+    };
+    let mut t = timer();
+    for _ in 0..100 {
+        if t != "01" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        t = timer();
+    }
+    let timer = t;
+    assert_eq!(timer, "02", "the keepalive timer of the server's connection");
 }

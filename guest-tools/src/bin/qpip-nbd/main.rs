@@ -1,7 +1,7 @@
 //! `qpip-nbd`: a network block device over qpip queue pairs.
 //!
 //! ```text
-//! qpip-nbd serve FILE|DEVICE [-p PORT] [-a ADDR] [-n NAME] [-r]
+//! qpip-nbd serve FILE|DEVICE [-p PORT] [-a ADDR] [-n NAME] [-r] [-k SECS]
 //! qpip-nbd connect HOST [-p PORT] [-n NAME] [-t SECS] [-q DEPTH]
 //! ```
 //!
@@ -9,7 +9,8 @@
 //! the standard NBD protocol (fixed newstyle handshake), so the stock `nbd-client` and
 //! the kernel's `nbd` driver, over plain sockets, can use it as well as a QP client.
 //! Port 10809 (NBD's) by default; each client that connects is served in a thread of its
-//! own until it disconnects.
+//! own until it disconnects, or until TCP keepalive finds it gone: a client whose machine
+//! died or whose link was cut is dropped after about `-k` seconds (120) of silence.
 //!
 //! `connect` makes an NBD export (of `qpip-nbd serve`, or of the stock `nbd-server`) a
 //! block device of this machine, `/dev/ublkbN` (Linux's userspace block devices,
@@ -32,13 +33,15 @@ use qpip_nbd::backing::Backing;
 use qpip_nbd::serve::{ServeConfig, Server};
 
 const USAGE: &str = "\
-usage: qpip-nbd serve FILE|DEVICE [-p PORT] [-a ADDR] [-n NAME] [-r]
+usage: qpip-nbd serve FILE|DEVICE [-p PORT] [-a ADDR] [-n NAME] [-r] [-k SECS]
        qpip-nbd connect HOST [-p PORT] [-n NAME] [-t SECS] [-q DEPTH]
 A network block device over qpip queue pairs (the standard NBD protocol).
   serve        export FILE or DEVICE to NBD clients (qpip-nbd, or nbd-client on sockets)
     -p PORT    port to listen on (10809)     -a ADDR   address to listen on (all)
     -n NAME    export name (the file name; clients asking for \"\" get it too)
     -r         read-only
+    -k SECS    drop a client that vanished (keepalive probes unanswered) after about
+               this long (120; 0: never)
   connect      the export of an NBD server at HOST as a block device, /dev/ublkbN,
                until SIGINT or SIGTERM (needs ublk_drv)
     -p PORT    the server's port (10809)     -n NAME   export name (\"\": its default)
@@ -120,10 +123,11 @@ struct ServeArgs {
     addr: Ipv6Addr,
     name: Option<String>,
     read_only: bool,
+    drop_after: u32,
 }
 
 fn parse_serve(args: impl Iterator<Item = String>) -> Result<ServeArgs, String> {
-    let p = Parsed::new(args, &["-p", "-a", "-n"], &["-r"])?;
+    let p = Parsed::new(args, &["-p", "-a", "-n", "-k"], &["-r"])?;
     Ok(ServeArgs {
         path: PathBuf::from(
             p.operand
@@ -134,6 +138,9 @@ fn parse_serve(args: impl Iterator<Item = String>) -> Result<ServeArgs, String> 
         addr: p.number("-a", Ipv6Addr::UNSPECIFIED, "an IPv6 address", |_| true)?,
         name: p.value("-n").map(str::to_string),
         read_only: p.flag("-r"),
+        drop_after: p.number("-k", 120u32, "0 or a number of seconds from 2 to 65534", |s| {
+            s == 0 || (2..=65534).contains(&s)
+        })?,
     })
 }
 
@@ -198,7 +205,10 @@ fn run_serve(a: ServeArgs) -> Result<(), String> {
             .file_name()
             .map_or("disk".into(), |n| n.to_string_lossy().into_owned())
     });
-    let config = ServeConfig { name };
+    let config = ServeConfig {
+        name,
+        keepalive: (a.drop_after > 0).then(|| ServeConfig::keepalive_for(a.drop_after)),
+    };
     let listen = SocketAddrV6::new(a.addr, a.port, 0, 0);
     Server::bind(Arc::new(ctx), Arc::new(backing), &config, listen)
         .and_then(Server::run)
