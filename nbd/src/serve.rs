@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use log::{debug, info, warn};
 use qpip::{
-    Completion, Context, Cq, Framing, Keepalive, Listener, MemoryRegion, Qp, QpInit, QpKind, SendWr, Status,
+    Completion, Context, Cq, Framing, Keepalive, Listener, MemoryRegion, Qp, QpInit, QpKind,
+    SendWr, Status,
 };
 
 use crate::backing::{Backing, Disk, OpKind};

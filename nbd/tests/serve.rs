@@ -407,5 +407,8 @@ fn each_client_connection_has_keepalive() {
         t = timer();
     }
     let timer = t;
-    assert_eq!(timer, "02", "the keepalive timer of the server's connection");
+    assert_eq!(
+        timer, "02",
+        "the keepalive timer of the server's connection"
+    );
 }

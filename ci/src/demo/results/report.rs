@@ -75,6 +75,28 @@ impl CpuWindow {
         Some(ticks as f64 / GUEST_HZ)
     }
 
+    /// Guest a's user and kernel seconds over the window, then guest b's: user is user and
+    /// nice, kernel is system, irq and softirq (together [`CpuWindow::guests_busy_s`]).
+    pub(super) fn guests_split_s(&self) -> Option<[f64; 4]> {
+        let (s, e) = (self.start.as_ref()?, self.end.as_ref()?);
+        let delta = |s: &[u64], e: &[u64], fields: &[usize]| -> Option<f64> {
+            let sum = |v: &[u64]| {
+                fields
+                    .iter()
+                    .map(|&i| v.get(i).copied())
+                    .sum::<Option<u64>>()
+            };
+            Some(sum(e)?.checked_sub(sum(s)?)? as f64 / GUEST_HZ)
+        };
+        let (user, kernel) = ([0, 1], [2, 5, 6]);
+        Some([
+            delta(&s.a, &e.a, &user)?,
+            delta(&s.a, &e.a, &kernel)?,
+            delta(&s.b, &e.b, &user)?,
+            delta(&s.b, &e.b, &kernel)?,
+        ])
+    }
+
     /// Host CPU seconds over the window of the processes named `CLASS-GUEST` (`qemu`,
     /// `qpipd`), summed over the guests (and, for `qpipd`, the adapter's `qpipd-adapter`,
     /// which serves them all); None unless both edges have some.

@@ -29,6 +29,8 @@ pub struct Phase {
     pub irq_b: Option<[u64; 2]>,
     /// Both guests' busy CPU seconds over the phase's window (`/proc/stat`).
     pub guests_cpu_s: Option<f64>,
+    /// The same apart: guest a's user and kernel seconds, then guest b's.
+    pub guests_split_s: Option<[f64; 4]>,
     /// The host's CPU seconds of both guests' QEMU, and of the qpipd processes.
     pub host_qemu_s: Option<f64>,
     pub host_qpipd_s: Option<f64>,
@@ -61,10 +63,11 @@ impl Phase {
 
     /// The counters per request (and the averages) the block under the tables shows, in
     /// the order of [`COUNTERS`].
-    fn counters(&self) -> [Option<f64>; 9] {
+    fn counters(&self) -> [Option<f64>; N_COUNTERS] {
         let reqs = self.reqs();
         let per = |v: Option<u64>| Some(v? as f64 / reqs?);
         let irq = |v: Option<[u64; 2]>, i: usize| per(v.map(|v| v[i]));
+        let split = |i: usize| Some(self.guests_split_s?[i] * 1e6 / reqs?);
         [
             self.requests.map(|n| n as f64),
             // Sectors are 512 bytes.
@@ -82,6 +85,10 @@ impl Phase {
             irq(self.irq_b, 0),
             irq(self.irq_b, 1),
             self.guests_cpu_s.zip(reqs).map(|(c, r)| c * 1e6 / r),
+            split(0),
+            split(1),
+            split(2),
+            split(3),
             self.host_qemu_s
                 .zip(reqs)
                 .map(|(q, r)| (q + self.host_qpipd_s.unwrap_or(0.0)) * 1e6 / r),
@@ -89,8 +96,11 @@ impl Phase {
     }
 }
 
+/// How many counters [`Phase::counters`] has.
+const N_COUNTERS: usize = 13;
+
 /// The counter columns of [`Phase::counters`] and what each is.
-const COUNTERS: [(&str, &str); 9] = [
+const COUNTERS: [(&str, &str); N_COUNTERS] = [
     ("requests", "requests the block device completed in guest a"),
     ("KiB/req", "their average size"),
     (
@@ -102,6 +112,10 @@ const COUNTERS: [(&str, &str); 9] = [
     ("b qpip", "of guest b's qpip device"),
     ("b virtio", "of guest b's virtio-net NIC"),
     ("guest µs", "both guests' busy CPU per request"),
+    ("a usr", "of it, guest a's in user space (user, nice)"),
+    ("a sys", "guest a's in its kernel (system, irq, softirq)"),
+    ("b usr", "guest b's in user space"),
+    ("b sys", "guest b's in its kernel"),
     (
         "host µs",
         "the host's CPU of both QEMUs and the qpipd processes per request",
@@ -237,6 +251,7 @@ impl StorageRun {
                 let mut phase = phase_of(t)?;
                 if let Some(w) = cpu.rounds.get(round - 1).and_then(|r| r.cpu.get(base)) {
                     phase.guests_cpu_s = w.guests_busy_s();
+                    phase.guests_split_s = w.guests_split_s();
                     phase.host_qemu_s = w.host_s("qemu");
                     phase.host_qpipd_s = w.host_s("qpipd");
                 }
@@ -382,7 +397,7 @@ impl StorageRun {
     }
 
     /// The counters block's rows: (phase and pair, medians of each counter).
-    fn counter_rows(&self) -> Vec<(String, [Option<f64>; 9])> {
+    fn counter_rows(&self) -> Vec<(String, [Option<f64>; N_COUNTERS])> {
         let mut bases = vec!["write".to_string(), "read".to_string()];
         bases.extend(self.facts.fio_depths.iter().map(|d| format!("fio{d}")));
         let mut out = Vec::new();
@@ -393,8 +408,9 @@ impl StorageRun {
                 if phases.is_empty() {
                     continue;
                 }
-                let per: Vec<[Option<f64>; 9]> = phases.iter().map(|p| p.counters()).collect();
-                let medians: [Option<f64>; 9] = std::array::from_fn(|i| {
+                let per: Vec<[Option<f64>; N_COUNTERS]> =
+                    phases.iter().map(|p| p.counters()).collect();
+                let medians: [Option<f64>; N_COUNTERS] = std::array::from_fn(|i| {
                     spread(&per.iter().map(|c| c[i]).collect::<Vec<_>>()).map(|s| s.median)
                 });
                 let label = match base.strip_prefix("fio") {
@@ -414,7 +430,8 @@ impl StorageRun {
                 "bytes": p.bytes, "seconds": p.secs, "requests": p.requests,
                 "sectors": p.sectors, "queue_ms": p.queue_ms,
                 "irq_a_qpip_virtio": p.irq_a, "irq_b_qpip_virtio": p.irq_b,
-                "guests_cpu_s": p.guests_cpu_s, "host_qemu_s": p.host_qemu_s,
+                "guests_cpu_s": p.guests_cpu_s, "guests_user_kernel_s": p.guests_split_s,
+                "host_qemu_s": p.host_qemu_s,
                 "host_qpipd_s": p.host_qpipd_s, "iops": p.iops, "p50_us": p.p50_us,
                 "p99_us": p.p99_us, "ios": p.ios,
             })
@@ -479,6 +496,10 @@ impl StorageRun {
                             irq_a: pair("irq_a_qpip_virtio"),
                             irq_b: pair("irq_b_qpip_virtio"),
                             guests_cpu_s: x("guests_cpu_s"),
+                            guests_split_s: v["guests_user_kernel_s"].as_array().and_then(|a| {
+                                let f = |i: usize| a.get(i)?.as_f64();
+                                Some([f(0)?, f(1)?, f(2)?, f(3)?])
+                            }),
                             host_qemu_s: x("host_qemu_s"),
                             host_qpipd_s: x("host_qpipd_s"),
                             iops: x("iops"),
@@ -761,6 +782,8 @@ pub(super) mod tests {
         assert_eq!(p.irq_b, Some([2000, 0]));
         // (300 + 150 - 150) ticks in each guest: 3 s + 3 s.
         assert_eq!(p.guests_cpu_s, Some(6.0));
+        // Of them, 200 user ticks and 100 system ticks in each.
+        assert_eq!(p.guests_split_s, Some([2.0, 1.0, 2.0, 1.0]));
         assert_eq!(p.host_qemu_s, Some(2.0));
         assert_eq!(p.host_qpipd_s, Some(0.5));
         assert_eq!(p.mb_per_s(), Some(40.0));
@@ -772,6 +795,17 @@ pub(super) mod tests {
         assert_eq!(
             (c[3], c[4], c[5], c[6]),
             (Some(0.5), Some(0.5), Some(1.0), Some(0.0))
+        );
+        // Per request (of 2000): 3000 µs of both guests, 1000 + 500 µs in each.
+        assert_eq!(
+            &c[7..12],
+            &[
+                Some(3000.0),
+                Some(1000.0),
+                Some(500.0),
+                Some(1000.0),
+                Some(500.0)
+            ]
         );
         let f = &run.rounds[1]["fio16-qp"];
         assert_eq!(

@@ -138,9 +138,12 @@ fn parse_serve(args: impl Iterator<Item = String>) -> Result<ServeArgs, String> 
         addr: p.number("-a", Ipv6Addr::UNSPECIFIED, "an IPv6 address", |_| true)?,
         name: p.value("-n").map(str::to_string),
         read_only: p.flag("-r"),
-        drop_after: p.number("-k", 120u32, "0 or a number of seconds from 2 to 65534", |s| {
-            s == 0 || (2..=65534).contains(&s)
-        })?,
+        drop_after: p.number(
+            "-k",
+            120u32,
+            "0 or a number of seconds from 2 to 65534",
+            |s| s == 0 || (2..=65534).contains(&s),
+        )?,
     })
 }
 
