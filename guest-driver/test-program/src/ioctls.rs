@@ -440,6 +440,30 @@ fn check_accept(c: &mut Checks, ctx: &Ctx, l: u32, tcp: &Qp) {
 /// bad QP.
 fn check_connect_and_close(c: &mut Checks, ctx: &Ctx, tcp: &Qp, udp: &Qp) {
     let fd = ctx.fd;
+    // SET_QP_OPT: keepalive on the TCP QP (before it connects), refused elsewhere.
+    let keepalive = |qp: u32, idle: u32| {
+        let mut a = SetQpOpt::new();
+        a.qp = qp;
+        a.option = QP_OPT_KEEPALIVE;
+        (a.keepalive_idle, a.keepalive_interval, a.keepalive_probes) = (idle, 5, 3);
+        ctx.ioc(IOCTL_SET_QP_OPT, &mut a)
+    };
+    c.check(
+        "set_qp_opt.keepalive",
+        ok(keepalive(tcp.handle, 60), "SET_QP_OPT"),
+    );
+    c.check(
+        "set_qp_opt.out_of_range",
+        fails_with(keepalive(tcp.handle, 40000), libc::EINVAL),
+    );
+    c.check(
+        "set_qp_opt.udp_qp",
+        fails_with(keepalive(udp.handle, 60), libc::EINVAL),
+    );
+    c.check(
+        "set_qp_opt.bad_qp",
+        fails_with(keepalive(0xdead_beef, 60), libc::ENOENT),
+    );
     // A connect of `qp` to [::1]:5001, where nothing listens.
     let connect = |qp: u32, user_data: u64| ctx.connect(qp, LOOPBACK, 5001, user_data);
     c.check("connect.submit", ok(connect(tcp.handle, 0xc0), "CONNECT"));
