@@ -155,7 +155,7 @@ impl Engine {
             let Some(qp) = self.send_waiting(id) else {
                 break;
             };
-            let (ctx, message) = (qp.ctx(), qp.tcp().expect("TCP QP").message);
+            let (ctx, message) = (qp.home().ctx, qp.tcp().expect("TCP QP").message);
             let Some(raw) = self.take_wqe(mem, id, true) else {
                 break;
             };

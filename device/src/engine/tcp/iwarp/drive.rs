@@ -69,7 +69,7 @@ impl Objects {
         id: u32,
     ) -> Option<Sink<'a>> {
         let (q, mrs, tripwires) = self.qp_with_memory(id)?;
-        let ctx = q.ctx();
+        let ctx = q.home().ctx;
         let iw = q.tcp_mut()?.iwarp.as_deref_mut()?;
         Some(Sink {
             env: Env {
@@ -246,7 +246,7 @@ impl Engine {
             let Some(qp) = self.send_waiting(id) else {
                 break;
             };
-            let ctx = qp.ctx();
+            let ctx = qp.home().ctx;
             let Some(iw) = qp.tcp().and_then(|t| t.iwarp.as_deref()) else {
                 break;
             };
