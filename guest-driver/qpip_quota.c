@@ -33,40 +33,35 @@
  * The administrator's interface: /sys/module/qpip/parameters/max_user_*, written by root,
  * read at each charge (a lowered quota refuses new objects; it takes none away).
  */
-static unsigned int max_user_contexts = 16;
-module_param(max_user_contexts, uint, 0644);
-MODULE_PARM_DESC(max_user_contexts,
+static unsigned int qpip_quota_max[QPIP_QUOTA_COUNT] = {
+	[QPIP_QUOTA_CONTEXTS] = 16,
+	[QPIP_QUOTA_CQS] = 1024,
+	[QPIP_QUOTA_QPS] = 1024,
+	[QPIP_QUOTA_MRS] = 1024,
+	[QPIP_QUOTA_PINNED] = 256, /* MiB */
+	[QPIP_QUOTA_LISTENERS] = 64,
+	[QPIP_QUOTA_TRIPWIRES] = 256,
+};
+
+/* Quota QPIP_QUOTA_@q as the module parameter @name (qpip_quota_names names it in the log). */
+#define QPIP_QUOTA_PARAM(q, name, desc)                                       \
+	module_param_named(name, qpip_quota_max[QPIP_QUOTA_##q], uint, 0644); \
+	MODULE_PARM_DESC(name, desc)
+
+QPIP_QUOTA_PARAM(CONTEXTS, max_user_contexts,
 		 "Open files (device contexts) of one function per user; 0: no limit "
 		 "(default 16 of the function's 64)");
-
-static unsigned int max_user_cqs = 1024;
-module_param(max_user_cqs, uint, 0644);
-MODULE_PARM_DESC(max_user_cqs, "CQs of one function per user; 0: no limit (default 1024)");
-
-static unsigned int max_user_qps = 1024;
-module_param(max_user_qps, uint, 0644);
-MODULE_PARM_DESC(max_user_qps, "QPs of one function per user; 0: no limit (default 1024)");
-
-static unsigned int max_user_mrs = 1024;
-module_param(max_user_mrs, uint, 0644);
-MODULE_PARM_DESC(max_user_mrs,
+QPIP_QUOTA_PARAM(CQS, max_user_cqs, "CQs of one function per user; 0: no limit (default 1024)");
+QPIP_QUOTA_PARAM(QPS, max_user_qps, "QPs of one function per user; 0: no limit (default 1024)");
+QPIP_QUOTA_PARAM(MRS, max_user_mrs,
 		 "Registered regions of one function per user; 0: no limit "
 		 "(default 1024 of the function's 4096)");
-
-static unsigned int max_user_pinned_mb = 256;
-module_param(max_user_pinned_mb, uint, 0644);
-MODULE_PARM_DESC(max_user_pinned_mb,
+QPIP_QUOTA_PARAM(PINNED, max_user_pinned_mb,
 		 "MiB of locked memory (registered regions and rings) of one function per user, "
 		 "besides each process's RLIMIT_MEMLOCK; 0: no limit (default 256)");
-
-static unsigned int max_user_listeners = 64;
-module_param(max_user_listeners, uint, 0644);
-MODULE_PARM_DESC(max_user_listeners,
+QPIP_QUOTA_PARAM(LISTENERS, max_user_listeners,
 		 "Listeners of one function per user; 0: no limit (default 64 of the function's 256)");
-
-static unsigned int max_user_tripwires = 256;
-module_param(max_user_tripwires, uint, 0644);
-MODULE_PARM_DESC(max_user_tripwires,
+QPIP_QUOTA_PARAM(TRIPWIRES, max_user_tripwires,
 		 "Tripwires of one function per user; 0: no limit "
 		 "(default 256 of the function's 1024)");
 
@@ -87,25 +82,12 @@ static const struct {
 /* Quota @q now, in its unit (pages for locked memory); 0: no limit. */
 static unsigned long qpip_quota_limit(enum qpip_quota q)
 {
-	switch (q) {
-	case QPIP_QUOTA_CONTEXTS:
-		return READ_ONCE(max_user_contexts);
-	case QPIP_QUOTA_CQS:
-		return READ_ONCE(max_user_cqs);
-	case QPIP_QUOTA_QPS:
-		return READ_ONCE(max_user_qps);
-	case QPIP_QUOTA_MRS:
-		return READ_ONCE(max_user_mrs);
-	case QPIP_QUOTA_PINNED:
-		return (unsigned long)READ_ONCE(max_user_pinned_mb) << (20 - PAGE_SHIFT);
-	case QPIP_QUOTA_LISTENERS:
-		return READ_ONCE(max_user_listeners);
-	case QPIP_QUOTA_TRIPWIRES:
-		return READ_ONCE(max_user_tripwires);
-	case QPIP_QUOTA_COUNT:
-		break;
-	}
-	return 0;
+	unsigned long max;
+
+	if (q >= QPIP_QUOTA_COUNT)
+		return 0;
+	max = READ_ONCE(qpip_quota_max[q]);
+	return q == QPIP_QUOTA_PINNED ? max << (20 - PAGE_SHIFT) : max;
 }
 
 /* ---- users of a function ---- */

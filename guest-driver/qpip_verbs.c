@@ -444,21 +444,21 @@ static int qpip_ioctl_bind(struct qpip_ctx *ctx, void *arg)
 	struct qpip_bind *a = arg;
 	int ret;
 
-	if (a->reserved0 || a->reserved1)
+	if (a->local.reserved || a->reserved)
 		return -EINVAL;
 	if (!xa_load(&ctx->qps, a->qp))
 		return -ENOENT;
-	ret = qpip_port_check(a->port);
+	ret = qpip_port_check(a->local.port);
 	if (ret)
 		return ret;
-	return qpip_cmd_bind(ctx->qdev, ctx->id, a->qp, a->addr, &a->port);
+	return qpip_cmd_bind(ctx->qdev, ctx->id, a->qp, a->local.addr, &a->local.port);
 }
 
 static int qpip_listen_make(struct qpip_ctx *ctx, void *arg, u32 *handle)
 {
 	const struct qpip_listen *a = arg;
 
-	return qpip_cmd_listen(ctx->qdev, ctx->id, a->addr, a->port, a->backlog, handle);
+	return qpip_cmd_listen(ctx->qdev, ctx->id, a->local.addr, a->local.port, a->backlog, handle);
 }
 
 static int qpip_ioctl_listen(struct qpip_ctx *ctx, void *arg)
@@ -466,9 +466,9 @@ static int qpip_ioctl_listen(struct qpip_ctx *ctx, void *arg)
 	struct qpip_listen *a = arg;
 	int ret;
 
-	if (a->reserved0)
+	if (a->local.reserved)
 		return -EINVAL;
-	ret = qpip_port_check(a->port);
+	ret = qpip_port_check(a->local.port);
 	if (ret)
 		return ret;
 	return qpip_value_obj_create(ctx, QPIP_OBJ_LISTENER, &a->handle, qpip_listen_make, a);
@@ -543,7 +543,7 @@ static int qpip_ioctl_connect(struct qpip_ctx *ctx, void *arg)
 	struct qpip_cmd *c;
 	int ret;
 
-	if (a->reserved0 || a->reserved1 || qpip_iwarp_conn_check(&a->iwarp))
+	if (a->peer.reserved || a->reserved || qpip_iwarp_conn_check(&a->iwarp))
 		return -EINVAL;
 	if (!xa_load(&ctx->qps, a->qp))
 		return -ENOENT;
@@ -552,7 +552,7 @@ static int qpip_ioctl_connect(struct qpip_ctx *ctx, void *arg)
 		return PTR_ERR(c);
 	ret = qpip_iwarp_conn_take(ctx->qdev, c, &a->iwarp);
 	if (!ret)
-		ret = qpip_cmd_connect(ctx->qdev, c, ctx->id, a->qp, a->addr, a->port,
+		ret = qpip_cmd_connect(ctx->qdev, c, ctx->id, a->qp, a->peer.addr, a->peer.port,
 				       &a->iwarp);
 	return qpip_event_cmd_sent(ctx, c, ret);
 }

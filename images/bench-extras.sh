@@ -44,19 +44,13 @@ fi
 
 extras_collect images/bench-extras.sh "${PROGRAMS[@]}"
 
-hash_inputs=("$QPIP_ROOT/images/bench-extras.sh" "$QPIP_ROOT/images/lib.sh" "$EXTRAS_MANIFEST")
-for f in "${EXTRAS_FILES[@]}"; do hash_inputs+=("$f"); done
-for f in "${RUNTIME_LIBS[@]}"; do hash_inputs+=("$RUNTIME_DIR/$f"); done
-KEY=$(inputs_hash "${hash_inputs[@]}")
+KEY=$(extras_key images/bench-extras.sh)
 if [ -f "$OUT/.stamp-$KEY" ]; then
     say "bench extras: up to date ($OUT)"
     exit 0
 fi
 
-STAGE=$(mktemp -d "$EXTRAS/.bench.XXXXXX")
-chmod 755 "$STAGE"
-trap 'rm -rf "$STAGE"' EXIT
-extras_stage "$STAGE" /extras/bench "${PROGRAMS[@]}"
+extras_stage "$EXTRAS/.bench.XXXXXX" /extras/bench "${PROGRAMS[@]}"
 touch "$STAGE/.stamp-$KEY"
 rm -rf "$OUT"
 mv "$STAGE" "$OUT"

@@ -37,21 +37,13 @@ modules_index "$MODDIR"
 for m in "${STORAGE_MODULES[@]}"; do modules_add "$m"; done
 storage_order=("${MODULE_ORDER[@]}")
 
-hash_inputs=("$QPIP_ROOT/images/extras.sh" "$QPIP_ROOT/images/lib.sh" "$EXTRAS_MANIFEST" "$KVER")
-for f in "${EXTRAS_FILES[@]}"; do hash_inputs+=("$f"); done
-for f in "${RUNTIME_LIBS[@]}"; do hash_inputs+=("$RUNTIME_DIR/$f"); done
-for f in "${storage_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
-KEY=$(inputs_hash "${hash_inputs[@]}")
-STAMP=$OUT/.stamp-$KEY
-if [ -f "$STAMP" ]; then
+KEY=$(extras_key images/extras.sh "$KVER" "${storage_order[@]/#/$MODDIR/}")
+if [ -f "$OUT/.stamp-$KEY" ]; then
     say "guest extras: up to date ($OUT)"
     exit 0
 fi
 
-STAGE=$(mktemp -d "$QPIP_CACHE/guest/.extras.XXXXXX")
-chmod 755 "$STAGE"
-trap 'rm -rf "$STAGE"' EXIT
-extras_stage "$STAGE" /extras "${PROGRAMS[@]}"
+extras_stage "$QPIP_CACHE/guest/.extras.XXXXXX" /extras "${PROGRAMS[@]}"
 ln -s mke2fs "$STAGE/bin/mkfs.ext2"
 mkdir -p "$STAGE/modules"
 : >"$STAGE/modules/storage-load-order"

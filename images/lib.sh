@@ -277,12 +277,29 @@ extras_collect() {
     runtime_libs "${EXTRAS_FILES[@]}"
 }
 
-# extras_stage DIR PREFIX PATH:PACKAGE...: what extras_collect found for these programs
-# into DIR: bin/ (wrappers), libexec/, lib/ and MANIFEST, PREFIX being where DIR is in the
-# guest.
+# extras_key SCRIPT INPUT...: prints the cache key of an extras folder that SCRIPT builds
+# from what extras_collect found (the programs, their packages' versions, their libraries)
+# and INPUT... (more files or strings).
+extras_key() {
+    local script=$1 f inputs
+    shift
+    inputs=("$QPIP_ROOT/$script" "$QPIP_ROOT/images/lib.sh" "$EXTRAS_MANIFEST")
+    for f in "${EXTRAS_FILES[@]}"; do inputs+=("$f"); done
+    for f in "${RUNTIME_LIBS[@]}"; do inputs+=("$RUNTIME_DIR/$f"); done
+    inputs_hash "${inputs[@]}" "$@"
+}
+
+# extras_stage TEMPLATE PREFIX PATH:PACKAGE...: sets STAGE to a new folder (mktemp -d
+# TEMPLATE, removed when the script exits unless it was moved away) holding what
+# extras_collect found for these programs: bin/ (wrappers), libexec/, lib/ and MANIFEST,
+# PREFIX being where the folder will be in the guest.
 extras_stage() {
-    local dir=$1 prefix=$2 p f
+    local template=$1 prefix=$2 dir p f
     shift 2
+    STAGE=$(mktemp -d "$template")
+    trap 'rm -rf "$STAGE"' EXIT
+    dir=$STAGE
+    chmod 755 "$dir"
     mkdir -p "$dir"/{bin,libexec,lib}
     for p in "$@"; do extras_program "${p%%:*}" "$dir" "$prefix"; done
     for f in "${RUNTIME_LIBS[@]}"; do cp -L "$RUNTIME_DIR/$f" "$dir/lib/${f##*/}"; done

@@ -51,6 +51,8 @@
 //! queued. After the device was removed or reset, every call on the file fails with
 //! `ENODEV` and `poll` reports `POLLERR`.
 
+use core::net::{Ipv6Addr, SocketAddrV6};
+
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Version of this interface. Grows when something is added; existing structures only ever
@@ -277,6 +279,33 @@ pub struct RegMr {
 /// Size of the first version of [`RegMr`].
 pub const REG_MR_SIZE_V1: u32 = 32;
 
+/// An IPv6 address and a port: the local end of a [`Bind`] or a [`Listen`], the peer of
+/// a [`Connect`]. `reserved` must be zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Endpoint {
+    /// The address, network order.
+    pub addr: [u8; 16],
+    pub port: u16,
+    pub reserved: u16,
+}
+
+impl From<SocketAddrV6> for Endpoint {
+    fn from(a: SocketAddrV6) -> Endpoint {
+        Endpoint {
+            addr: a.ip().octets(),
+            port: a.port(),
+            reserved: 0,
+        }
+    }
+}
+
+impl From<Endpoint> for SocketAddrV6 {
+    fn from(e: Endpoint) -> SocketAddrV6 {
+        SocketAddrV6::new(Ipv6Addr::from(e.addr), e.port, 0, 0)
+    }
+}
+
 /// [`IOCTL_BIND`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
@@ -284,12 +313,10 @@ pub struct Bind {
     pub size: u32,
     /// In: the QP.
     pub qp: u32,
-    /// In: local address, network order; all zeros binds every address of the device.
-    pub addr: [u8; 16],
-    /// In: local port (0: an ephemeral one). Out: the port bound.
-    pub port: u16,
-    pub reserved0: u16,
-    pub reserved1: u32,
+    /// In: local address (all zeros binds every address of the device) and port (0: an
+    /// ephemeral one). Out: the port bound.
+    pub local: Endpoint,
+    pub reserved: u32,
 }
 /// Size of the first version of [`Bind`].
 pub const BIND_SIZE_V1: u32 = 32;
@@ -301,11 +328,8 @@ pub struct Listen {
     pub size: u32,
     /// In: connections the device completes the handshake for before an accept takes them.
     pub backlog: u32,
-    /// In: local address, network order; all zeros listens on every address.
-    pub addr: [u8; 16],
-    /// In: local port, non-zero.
-    pub port: u16,
-    pub reserved0: u16,
+    /// In: local address (all zeros listens on every address) and port, non-zero.
+    pub local: Endpoint,
     /// Out: the listener's handle.
     pub handle: u32,
 }
@@ -337,12 +361,9 @@ pub struct Connect {
     pub size: u32,
     /// In: the TCP QP.
     pub qp: u32,
-    /// In: remote address, network order.
-    pub addr: [u8; 16],
-    /// In: remote port.
-    pub port: u16,
-    pub reserved0: u16,
-    pub reserved1: u32,
+    /// In: the peer's address and port.
+    pub peer: Endpoint,
+    pub reserved: u32,
     /// In: returned unchanged in the [`Event`].
     pub user_data: u64,
     /// In (iWARP QPs): what this end brings to the MPA exchange; all zero on other QPs.
@@ -563,7 +584,7 @@ pub const MMAP_PAGE_SIZE: u32 = 4096;
 /// cbindgen:ignore
 mod checks {
     use super::*;
-    use core::mem::size_of;
+    use core::mem::{offset_of, size_of};
 
     macro_rules! check {
         ($num:ident, $nr:expr, $ty:ty, $v1:ident) => {
@@ -605,6 +626,11 @@ mod checks {
     check!(IOCTL_DESTROY_TRIPWIRE, 0x13, Handle, HANDLE_SIZE_V1);
     check!(IOCTL_SET_QP_OPT, 0x14, SetQpOpt, SET_QP_OPT_SIZE_V1);
     const _: () = assert!(size_of::<IwarpConn>() == 16);
+    // Where the fields an Endpoint holds were before it held them.
+    const _: () = assert!(size_of::<Endpoint>() == 20);
+    const _: () = assert!(offset_of!(Bind, local) == 8 && offset_of!(Bind, reserved) == 28);
+    const _: () = assert!(offset_of!(Listen, local) == 8 && offset_of!(Listen, handle) == 28);
+    const _: () = assert!(offset_of!(Connect, peer) == 8 && offset_of!(Connect, reserved) == 28);
     const _: () = assert!(EVENT_SIZE as usize == size_of::<Event>());
     // The largest structure must fit in the size bits of an ioctl number and in MAX_ARG_SIZE.
     const _: () = assert!(size_of::<QueryStats>() < (1 << 14));

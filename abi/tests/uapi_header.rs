@@ -96,6 +96,7 @@ fn uapi_header_has_every_ioctl_and_structure() {
         "qpip_handle",
         "qpip_create_qp",
         "qpip_reg_mr",
+        "qpip_endpoint",
         "qpip_bind",
         "qpip_listen",
         "qpip_accept",

@@ -107,40 +107,49 @@ fn reports<R>(out: &qpip_lab::LabOutcome<R>) -> (Report<'_>, Report<'_>, String)
     (a, b, ctx)
 }
 
+/// Guest a's file system checks passed (the stock client's, or [`FS_CHECKS`]' under its
+/// tag, `prefix` being "TAG."): every step exited 0, and the file read back after the
+/// remount is the one written.
+fn assert_fs_checks(a: &Report, prefix: &str, ctx: &str) {
+    for step in [
+        "mkfs", "mount", "write", "sync", "umount", "fsck", "remount",
+    ] {
+        assert_eq!(
+            a.get(&format!("{prefix}{step}")),
+            "0",
+            "{prefix}{step}\n{ctx}"
+        );
+    }
+    assert_eq!(
+        a.get(&format!("{prefix}back.sha")),
+        a.get(&format!("{prefix}sha")),
+        "{prefix}: the file read back\n{ctx}"
+    );
+}
+
+/// Guest b's `qpip-nbd serve` logged no failed disk operation.
+fn assert_served_all(b: &Report, ctx: &str) {
+    assert_eq!(
+        b.num("serve.log.failed"),
+        0,
+        "failed disk operations\n{ctx}"
+    );
+}
+
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn the_stock_nbd_client_uses_qpip_nbd_serve_over_qps_as_an_ext2_disk() {
     needs_root!();
     let out = run_pair("qpip-nbd", CLIENT, SERVER);
     let (a, b, ctx) = reports(&out);
-    let ctx = || ctx.clone();
     for (r, who) in [(&a, "a"), (&b, "b")] {
-        assert_eq!(
-            r.get("storage.status"),
-            "0",
-            "lab-storage on {who}\n{}",
-            ctx()
-        );
+        assert_eq!(r.get("storage.status"), "0", "lab-storage on {who}\n{ctx}");
     }
-    for step in [
-        "connect", "mkfs", "mount", "write", "sync", "umount", "fsck", "remount",
-    ] {
-        assert_eq!(a.get(step), "0", "{step}\n{}", ctx());
-    }
-    assert_eq!(a.num("size"), 128 << 20, "the disk's size\n{}", ctx());
-    assert_eq!(
-        a.get("back.sha"),
-        a.get("sha"),
-        "the file read back\n{}",
-        ctx()
-    );
-    assert_eq!(a.get("disconnect"), "0", "{}", ctx());
-    assert_eq!(
-        b.num("serve.log.failed"),
-        0,
-        "failed disk operations\n{}",
-        ctx()
-    );
+    assert_eq!(a.get("connect"), "0", "connect\n{ctx}");
+    assert_eq!(a.num("size"), 128 << 20, "the disk's size\n{ctx}");
+    assert_fs_checks(&a, "", &ctx);
+    assert_eq!(a.get("disconnect"), "0", "{ctx}");
+    assert_served_all(&b, &ctx);
 }
 
 /// Guest a's file system checks on the block device `$dev`, tagged `$1` in the report.
@@ -232,43 +241,21 @@ fn qpip_nbd_connect_gives_a_block_device_over_qps_against_qpip_and_stock_servers
     needs_root!();
     let out = run_pair("qpip-nbdc", QP_CLIENT, SERVERS);
     let (a, b, ctx) = reports(&out);
-    let ctx = || ctx.clone();
-    assert_eq!(
-        b.get("nbd-server"),
-        "0",
-        "the stock server started\n{}",
-        ctx()
-    );
+    assert_eq!(b.get("nbd-server"), "0", "the stock server started\n{ctx}");
     for t in ["qp", "stock"] {
         assert!(
             a.get(&format!("{t}.dev")).starts_with("/dev/ublkb"),
-            "{t}\n{}",
-            ctx()
+            "{t}\n{ctx}"
         );
-        for step in [
-            "mkfs", "mount", "write", "sync", "umount", "fsck", "remount", "exit",
-        ] {
-            assert_eq!(a.get(&format!("{t}.{step}")), "0", "{t}: {step}\n{}", ctx());
-        }
-        assert_eq!(
-            a.get(&format!("{t}.back.sha")),
-            a.get(&format!("{t}.sha")),
-            "{t}: the file read back\n{}",
-            ctx()
-        );
+        assert_fs_checks(&a, &format!("{t}."), &ctx);
+        assert_eq!(a.get(&format!("{t}.exit")), "0", "{t}: exit\n{ctx}");
         assert_eq!(
             a.get(&format!("{t}.gone")),
             "yes",
-            "{t}: the device removed\n{}",
-            ctx()
+            "{t}: the device removed\n{ctx}"
         );
     }
-    assert_eq!(
-        b.num("serve.log.failed"),
-        0,
-        "failed disk operations\n{}",
-        ctx()
-    );
+    assert_served_all(&b, &ctx);
 }
 
 /// Guest b: serves, then kills its server (-9) when a says so, starts it again, hangs it
@@ -319,38 +306,40 @@ const FAILING_CLIENT: &str = r#"
 lab-storage > /dev/null 2>&1 || exit 1
 await serving || exit 1
 connect f fd51:5050::1:2 -n disk -t 5
+# timed_read TAG SKIP: one 4 KiB read of the disk at block SKIP: its exit status as
+# TAG.read, the seconds it took as TAG.secs, its error messages in /tmp/TAG.err.
+timed_read() {
+  t0=$(date +%s)
+  dd if="$dev" of=/dev/null bs=4k count=1 skip=$2 iflag=direct 2> /tmp/$1.err; kv $1.read $?
+  kv $1.secs $(( $(date +%s) - t0 ))
+}
+# read_back KEY TRIES: reads /tmp/pat's 4 MiB back from the disk, trying again once a
+# second while the read fails, TRIES times at most; KEY: same or different.
+read_back() {
+  i=0
+  until dd if="$dev" of=/tmp/back bs=1M count=4 iflag=direct 2> /dev/null || [ $i -ge $2 ]; do i=$((i + 1)); sleep 1; done
+  kv $1 "$(cmp -s /tmp/pat /tmp/back && echo same || echo different)"
+}
 head -c 4194304 /dev/urandom > /tmp/pat
 # Written and flushed (conv=fsync: the block layer's FLUSH, NBD_CMD_FLUSH).
 dd if=/tmp/pat of="$dev" bs=1M oflag=direct conv=fsync 2> /dev/null; kv write $?
 touch /lab/kill; await killed
 # Reads now fail, within the timeout and the time to notice.
-t0=$(date +%s)
-dd if="$dev" of=/dev/null bs=4k count=1 skip=3000 iflag=direct 2> /tmp/err; kv dead.read $?
-kv dead.secs $(( $(date +%s) - t0 ))
-sed 's/^/dead read: /' /tmp/err
+timed_read dead 3000
+sed 's/^/dead read: /' /tmp/dead.err
 touch /lab/restart; await restarted
 # The client connects again by itself: what was flushed is there.
-i=0
-until dd if="$dev" of=/tmp/back bs=1M count=4 iflag=direct 2> /dev/null || [ $i -ge 30 ]; do i=$((i + 1)); sleep 1; done
-kv back "$(cmp -s /tmp/pat /tmp/back && echo same || echo different)"
+read_back back 30
 touch /lab/hang; await hung
-t0=$(date +%s)
-dd if="$dev" of=/dev/null bs=4k count=1 skip=2000 iflag=direct 2> /dev/null; kv hung.read $?
-kv hung.secs $(( $(date +%s) - t0 ))
+timed_read hung 2000
 touch /lab/resume; await resumed
-i=0
-until dd if="$dev" of=/tmp/back bs=1M count=4 iflag=direct 2> /dev/null || [ $i -ge 30 ]; do i=$((i + 1)); sleep 1; done
-kv resumed.back "$(cmp -s /tmp/pat /tmp/back && echo same || echo different)"
+read_back resumed.back 30
 # The link cut (the lab host drops every frame the bridge forwards): the read fails in
 # bounded time; healed, the client is back by itself.
 touch /lab/cut; await_unless_host_done cut-done
-t0=$(date +%s)
-dd if="$dev" of=/dev/null bs=4k count=1 skip=1000 iflag=direct 2> /dev/null; kv cut.read $?
-kv cut.secs $(( $(date +%s) - t0 ))
+timed_read cut 1000
 touch /lab/heal; await_unless_host_done healed
-i=0
-until dd if="$dev" of=/tmp/back bs=1M count=4 iflag=direct 2> /dev/null || [ $i -ge 60 ]; do i=$((i + 1)); sleep 1; done
-kv healed.back "$(cmp -s /tmp/pat /tmp/back && echo same || echo different)"
+read_back healed.back 60
 disconnect f
 # Made again: a new device with the same data.
 connect g fd51:5050::1:2 -n disk
@@ -361,9 +350,7 @@ disconnect g
 # fail once the timeout passes, nothing crashes and the device goes away as asked.
 touch /lab/bogus; await bogus-ready
 connect h fd51:5050::2:2 -p 10811 -t 3
-t0=$(date +%s)
-dd if="$dev" of=/dev/null bs=4k count=1 iflag=direct 2> /dev/null; kv bogus.read $?
-kv bogus.secs $(( $(date +%s) - t0 ))
+timed_read bogus 0
 kv bogus.noticed "$(grep -c 'malformed reply' /tmp/h.log)"
 disconnect h
 touch /lab/done
@@ -392,62 +379,47 @@ fn a_failed_server_or_link_gives_io_errors_in_bounded_time_and_flushed_data_surv
         },
     );
     let (a, b, ctx) = reports(&out);
-    let ctx = || ctx.clone();
-    assert_eq!(a.get("write"), "0", "{}", ctx());
+    assert_eq!(a.get("write"), "0", "{ctx}");
     // The timeout is 5 s: reconnecting fails meanwhile, then the request fails. A
     // generous bound for a loaded host: what matters is that it ends.
     if let Err(e) = &out.host {
-        panic!("lab host: {e}\n{}", ctx());
+        panic!("lab host: {e}\n{ctx}");
     }
     for t in ["dead", "hung", "cut"] {
         assert_ne!(
             a.get(&format!("{t}.read")),
             "0",
-            "{t}: the read must fail\n{}",
-            ctx()
+            "{t}: the read must fail\n{ctx}"
         );
         let secs = a.num(&format!("{t}.secs"));
-        assert!(secs <= 60, "{t}: the read took {secs} s\n{}", ctx());
+        assert!(secs <= 60, "{t}: the read took {secs} s\n{ctx}");
     }
     assert_eq!(
         a.get("back"),
         "same",
-        "flushed data after the restart\n{}",
-        ctx()
+        "flushed data after the restart\n{ctx}"
     );
     assert_eq!(
         a.get("resumed.back"),
         "same",
-        "after the hung server resumed\n{}",
-        ctx()
+        "after the hung server resumed\n{ctx}"
     );
-    assert_eq!(a.get("f.exit"), "0", "{}", ctx());
-    assert_eq!(a.get("f.gone"), "yes", "{}", ctx());
-    assert_eq!(a.get("again.read"), "0", "{}", ctx());
-    assert_eq!(a.get("again.back"), "same", "{}", ctx());
-    assert!(a.get("h.dev").starts_with("/dev/ublkb"), "{}", ctx());
+    assert_eq!(a.get("f.exit"), "0", "{ctx}");
+    assert_eq!(a.get("f.gone"), "yes", "{ctx}");
+    assert_eq!(a.get("again.read"), "0", "{ctx}");
+    assert_eq!(a.get("again.back"), "same", "{ctx}");
+    assert!(a.get("h.dev").starts_with("/dev/ublkb"), "{ctx}");
     assert_ne!(
         a.get("bogus.read"),
         "0",
-        "a read from a broken server\n{}",
-        ctx()
+        "a read from a broken server\n{ctx}"
     );
-    assert!(a.num("bogus.secs") <= 60, "{}", ctx());
-    assert!(
-        a.num("bogus.noticed") >= 1,
-        "the client said why\n{}",
-        ctx()
-    );
-    assert_eq!(
-        (a.get("h.exit"), a.get("h.gone")),
-        ("0", "yes"),
-        "{}",
-        ctx()
-    );
+    assert!(a.num("bogus.secs") <= 60, "{ctx}");
+    assert!(a.num("bogus.noticed") >= 1, "the client said why\n{ctx}");
+    assert_eq!((a.get("h.exit"), a.get("h.gone")), ("0", "yes"), "{ctx}");
     assert_eq!(
         b.get("serve.open"),
         "0",
-        "the server keeps no connection of a client that went\n{}",
-        ctx()
+        "the server keeps no connection of a client that went\n{ctx}"
     );
 }

@@ -4,7 +4,7 @@
 //! a timeout, and epoll on a CQ's descriptor.
 
 use std::io::{Read, Write};
-use std::net::{Ipv6Addr, SocketAddrV6, TcpListener, UdpSocket};
+use std::net::{Ipv6Addr, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -37,6 +37,21 @@ fn udp_pair(ctx: &Context, cq: &Cq) -> (Qp, Qp, SocketAddrV6, SocketAddrV6) {
     let pa = a.bind(lo(0)).unwrap();
     let pb = b.bind(lo(0)).unwrap();
     (a, b, pa, pb)
+}
+
+/// A TCP QP with `framing` connected to a kernel socket on [::1]: the QP, the socket (read
+/// timeout [`T`]) and its address.
+fn tcp_qp_to_socket(ctx: &Context, cq: &Cq, framing: Framing) -> (Qp, TcpStream, SocketAddrV6) {
+    let l = TcpListener::bind("[::1]:0").unwrap();
+    let std::net::SocketAddr::V6(addr) = l.local_addr().unwrap() else {
+        panic!()
+    };
+    let qp = tcp_qp(ctx, cq, framing);
+    let peer = qp.connect_wait(addr, T).unwrap();
+    assert_eq!(peer, addr);
+    let (s, _) = l.accept().unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    (qp, s, addr)
 }
 
 /// A connected pair of TCP QPs with `framing`, through a listener of the same context.
@@ -257,14 +272,7 @@ fn tcp_messages_keep_boundaries_immediates_and_tags() {
 fn tcp_message_framing_on_the_wire_is_msg_header() {
     let ctx = soft();
     let cq = ctx.create_cq(8).unwrap();
-    let l = TcpListener::bind("[::1]:0").unwrap();
-    let std::net::SocketAddr::V6(addr) = l.local_addr().unwrap() else {
-        panic!()
-    };
-    let qp = tcp_qp(&ctx, &cq, Framing::Message);
-    qp.connect_wait(addr, T).unwrap();
-    let (mut s, _) = l.accept().unwrap();
-    s.set_read_timeout(Some(T)).unwrap();
+    let (qp, mut s, _) = tcp_qp_to_socket(&ctx, &cq, Framing::Message);
     qp.post_send(&SendWr::inline(1, b"abc").imm(0x0102_0304))
         .unwrap();
     let mut got = [0u8; 11];
@@ -291,15 +299,7 @@ fn tcp_message_framing_on_the_wire_is_msg_header() {
 fn tcp_stream_with_a_plain_socket_and_end_of_stream() {
     let ctx = soft();
     let cq = ctx.create_cq(16).unwrap();
-    let l = TcpListener::bind("[::1]:0").unwrap();
-    let std::net::SocketAddr::V6(addr) = l.local_addr().unwrap() else {
-        panic!()
-    };
-    let qp = tcp_qp(&ctx, &cq, Framing::Stream);
-    let peer = qp.connect_wait(addr, T).unwrap();
-    assert_eq!(peer, addr);
-    let (mut s, _) = l.accept().unwrap();
-    s.set_read_timeout(Some(T)).unwrap();
+    let (qp, mut s, _) = tcp_qp_to_socket(&ctx, &cq, Framing::Stream);
     // 1 MiB from the QP to the socket, in 64 KiB sends from one region.
     let mut big = ctx.alloc(1 << 20).unwrap();
     for (i, x) in big.iter_mut().enumerate() {
@@ -757,14 +757,8 @@ fn keepalive_is_the_sockets_on_the_soft_provider() {
     use qpip::Keepalive;
     let ctx = soft();
     let cq = ctx.create_cq(16).unwrap();
-    let l = TcpListener::bind("[::1]:0").unwrap();
-    let std::net::SocketAddr::V6(addr) = l.local_addr().unwrap() else {
-        panic!()
-    };
-    let qp = tcp_qp(&ctx, &cq, Framing::Stream);
-    qp.connect_wait(addr, T).unwrap();
-    let (_s, from) = l.accept().unwrap();
-    let port = from.port();
+    let (qp, s, addr) = tcp_qp_to_socket(&ctx, &cq, Framing::Stream);
+    let port = s.peer_addr().unwrap().port();
     assert_eq!(tcp6_timer(port, addr.port()), 0, "no keepalive by default");
     let k = |idle, interval, probes| Keepalive {
         idle: Duration::from_secs(idle),

@@ -50,12 +50,12 @@ impl Engine {
         let Some(qp) = self.objects.qp(id) else {
             return;
         };
-        let Some(page) = self.objects.context(qp.ctx()).map(|c| c.doorbell()) else {
+        let Some(page) = self.objects.context(qp.home().ctx).map(|c| c.doorbell()) else {
             return;
         };
         let (Some(sq_tail), Some(rq_tail)) = (
-            page.load(mem, doorbell::qp_sq_tail(qp.slot())),
-            page.load(mem, doorbell::qp_rq_tail(qp.slot())),
+            page.load(mem, doorbell::qp_sq_tail(qp.home().slot)),
+            page.load(mem, doorbell::qp_rq_tail(qp.home().slot)),
         ) else {
             return;
         };
@@ -90,10 +90,10 @@ impl Engine {
         let Some(cq) = self.objects.cq(id) else {
             return;
         };
-        let Some(page) = self.objects.context(cq.ctx()).map(|c| c.doorbell()) else {
+        let Some(page) = self.objects.context(cq.home().ctx).map(|c| c.doorbell()) else {
             return;
         };
-        let slot = cq.slot();
+        let slot = cq.home().slot;
         // The arm first (acquire), then the head: a consumer stores its head before it
         // arms, so a new arm comes with the head that went before it. Read the other way
         // round, an arm could meet a stale head that still counts consumed completions and
@@ -105,7 +105,7 @@ impl Engine {
             return;
         };
         let cq = self.objects.cq_mut(id).expect("looked up");
-        let ctx = cq.ctx();
+        let ctx = cq.home().ctx;
         let moved = cq.consumer_moved(head, arm);
         if !moved.head_ok {
             self.shared.stats.add(STAT_BAD_DOORBELLS, 1);
@@ -119,7 +119,7 @@ impl Engine {
             let waiting: Vec<u32> = self
                 .objects
                 .qps()
-                .filter(|(_, q)| q.ctx() == ctx && (q.send_cq() == id || q.recv_cq() == id))
+                .filter(|(_, q)| q.home().ctx == ctx && (q.send_cq() == id || q.recv_cq() == id))
                 .map(|(q, _)| q)
                 .collect();
             for q in waiting {

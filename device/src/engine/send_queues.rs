@@ -3,6 +3,7 @@
 //! and an errored QP's WRs complete FLUSHED. Also how a WQE is taken from a ring: a WR
 //! holds its ring slot until its completion is written.
 
+use qpip_abi::admin::STAT_SEND_WQES;
 use qpip_abi::cqe::*;
 use qpip_abi::wqe::WQE_SIZE;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -75,6 +76,45 @@ impl Engine {
         self.objects
             .qp(id)
             .filter(|qp| qp.posted(true) && qp.is_ready())
+    }
+
+    /// Takes up to `budget` send WRs of QP `id` for its transport: while the QP is ready, a
+    /// WR waits in its send ring and `may_take` lets the next one go, takes its WQE
+    /// (counted in `STAT_SEND_WQES`) and hands it to `execute` with the QP's context.
+    /// Returns how many it took.
+    pub(super) fn take_sends(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        id: u32,
+        budget: u32,
+        may_take: impl Fn(&Self, &Qp) -> bool,
+        mut execute: impl FnMut(&mut Self, u32, &[u8; WQE_SIZE as usize]),
+    ) -> u32 {
+        let mut n = 0;
+        while n < budget {
+            let Some(qp) = self.send_waiting(id) else {
+                break;
+            };
+            let ctx = qp.home().ctx;
+            if !may_take(self, qp) {
+                break;
+            }
+            let Some(raw) = self.take_wqe(mem, id, true) else {
+                break;
+            };
+            self.shared.stats.add(STAT_SEND_WQES, 1);
+            n += 1;
+            execute(self, ctx, &raw);
+        }
+        n
+    }
+
+    /// Whether QP `id` (which must exist) has send work for another turn: a WR waits in
+    /// the send ring of the ready QP, and the ring is not held (a held ring waits for a
+    /// completion, which marks the QP busy again).
+    pub(super) fn sends_left(&self, id: u32) -> bool {
+        let qp = self.objects.qp(id).expect("caller checked");
+        qp.posted(true) && qp.is_ready() && !qp.ring_held(true)
     }
 
     /// Reads the WQE slot at `index` of a QP ring; None if the ring's memory is gone.

@@ -74,7 +74,7 @@ impl Engine {
     /// Executes the next send WQE of a ready UDP QP (its send CQ has room).
     fn udp_send_one(&mut self, mem: &GuestMemoryMmap, id: u32) {
         let qp = self.objects.qp(id).expect("caller checked");
-        let (send_cq, ctx, bound) = (qp.send_cq(), qp.ctx(), qp.bound());
+        let (send_cq, ctx, bound) = (qp.send_cq(), qp.home().ctx, qp.bound());
         self.shared.stats.add(STAT_SEND_WQES, 1);
         let Some(raw) = self.take_wqe(mem, id, true) else {
             return;
@@ -189,7 +189,7 @@ impl Engine {
             stats.add(STAT_UDP_RX_NO_WR, 1);
             return true;
         }
-        let ctx = qp.ctx();
+        let ctx = qp.home().ctx;
         if !self.cq_has_room(recv_cq) {
             stats.add(STAT_UDP_RX_CQ_FULL, 1);
             return true;

@@ -61,19 +61,7 @@ fn a_peer_that_vanishes_times_the_connection_out() {
     let w = send_wqe_tcp(&c, 2, 8192);
     a.post_send(&mut c.qp, &[w]);
     // About 0.2 * (2^(R+1) - 1) s; generous for a loaded machine.
-    let e = a
-        .admin_wait(req, Duration::from_secs(120))
-        .expect("the connection timed out");
-    assert_eq!(
-        async_event(&e),
-        (
-            actx,
-            c.qp.id,
-            ASYNC_EVENT_QP_ERROR,
-            ASYNC_REASON_TIMEOUT,
-            false
-        )
-    );
+    assert_timed_out(&mut a, req, (actx, c.qp.id), Duration::from_secs(120));
     let s = a.wait_cqe(&mut c.scq);
     assert_cqe(&s, CQE_STATUS_FLUSHED, 0, "the unacknowledged send");
     assert_eq!(s.wr_id, 2);
@@ -94,6 +82,16 @@ fn a_peer_that_vanishes_times_the_connection_out() {
         CQE_STATUS_FLUSHED,
         0,
         "send after the timeout",
+    );
+}
+
+/// The asynchronous event `req` of `g` comes within `within` and says that QP `qp` of
+/// context `ctx` failed because its connection timed out.
+fn assert_timed_out(g: &mut FakeGuest, req: u32, (ctx, qp): (u32, u32), within: Duration) {
+    let e = g.admin_wait(req, within).expect("the connection timed out");
+    assert_eq!(
+        async_event(&e),
+        (ctx, qp, ASYNC_EVENT_QP_ERROR, ASYNC_REASON_TIMEOUT, false)
     );
 }
 
@@ -243,19 +241,7 @@ fn keepalive_finds_a_vanished_peer_of_an_idle_connection() {
         (&mut b, bctx, breq, &mut s, 8),
         (&mut a, actx, areq, &mut c, 9),
     ] {
-        let ev = g
-            .admin_wait(req, Duration::from_secs(60))
-            .expect("keepalive timed the connection out");
-        assert_eq!(
-            async_event(&ev),
-            (
-                ctx,
-                e.qp.id,
-                ASYNC_EVENT_QP_ERROR,
-                ASYNC_REASON_TIMEOUT,
-                false
-            )
-        );
+        assert_timed_out(g, req, (ctx, e.qp.id), Duration::from_secs(60));
         let r = g.wait_cqe(&mut e.rcq);
         assert_cqe(&r, CQE_STATUS_FLUSHED, 0, "the posted receive");
         assert_eq!(r.wr_id, wr_id);

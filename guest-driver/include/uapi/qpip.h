@@ -498,6 +498,19 @@ struct qpip_reg_mr {
 };
 
 /*
+ An IPv6 address and a port: the local end of a [`Bind`] or a [`Listen`], the peer of
+ a [`Connect`]. `reserved` must be zero.
+ */
+struct qpip_endpoint {
+  /*
+   The address, network order.
+   */
+  __u8 addr[16];
+  __u16 port;
+  __u16 reserved;
+};
+
+/*
  [`IOCTL_BIND`].
  */
 struct qpip_bind {
@@ -507,15 +520,11 @@ struct qpip_bind {
    */
   __u32 qp;
   /*
-   In: local address, network order; all zeros binds every address of the device.
+   In: local address (all zeros binds every address of the device) and port (0: an
+   ephemeral one). Out: the port bound.
    */
-  __u8 addr[16];
-  /*
-   In: local port (0: an ephemeral one). Out: the port bound.
-   */
-  __u16 port;
-  __u16 reserved0;
-  __u32 reserved1;
+  struct qpip_endpoint local;
+  __u32 reserved;
 };
 
 /*
@@ -528,14 +537,9 @@ struct qpip_listen {
    */
   __u32 backlog;
   /*
-   In: local address, network order; all zeros listens on every address.
+   In: local address (all zeros listens on every address) and port, non-zero.
    */
-  __u8 addr[16];
-  /*
-   In: local port, non-zero.
-   */
-  __u16 port;
-  __u16 reserved0;
+  struct qpip_endpoint local;
   /*
    Out: the listener's handle.
    */
@@ -605,15 +609,10 @@ struct qpip_connect {
    */
   __u32 qp;
   /*
-   In: remote address, network order.
+   In: the peer's address and port.
    */
-  __u8 addr[16];
-  /*
-   In: remote port.
-   */
-  __u16 port;
-  __u16 reserved0;
-  __u32 reserved1;
+  struct qpip_endpoint peer;
+  __u32 reserved;
   /*
    In: returned unchanged in the [`Event`].
    */

@@ -159,14 +159,14 @@ impl Ctx {
     pub(crate) fn bind(&self, qp: u32, port: u16) -> Result<u16, i32> {
         let mut a = Bind::new();
         a.qp = qp;
-        a.port = port;
+        a.local.port = port;
         self.ioc(IOCTL_BIND, &mut a)?;
-        Ok(a.port)
+        Ok(a.local.port)
     }
 
     pub(crate) fn listen(&self, port: u16) -> Result<u32, i32> {
         let mut a = Listen::new();
-        a.port = port;
+        a.local.port = port;
         a.backlog = 4;
         self.ioc(IOCTL_LISTEN, &mut a)?;
         Ok(a.handle)
@@ -218,8 +218,11 @@ impl Ctx {
     ) -> Result<(), i32> {
         let mut a = Connect {
             qp,
-            addr,
-            port,
+            peer: Endpoint {
+                addr,
+                port,
+                reserved: 0,
+            },
             user_data,
             iwarp,
             ..Connect::new()

@@ -269,7 +269,7 @@ fn check_bind(c: &mut Checks, ctx: &Ctx, cq: &Cq, qp: &Qp) -> Qp {
     }
     let mut b = Bind::new();
     b.qp = qp3.handle;
-    b.reserved1 = 1;
+    b.reserved = 1;
     c.check(
         "bind.reserved_nonzero",
         fails_with(ctx.ioc(IOCTL_BIND, &mut b), libc::EINVAL),

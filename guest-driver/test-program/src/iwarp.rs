@@ -338,8 +338,11 @@ fn stream_qps(
     let mut con = Connect {
         size: CONNECT_SIZE_V1,
         qp: cqp,
-        addr: LOOPBACK,
-        port: 7300,
+        peer: Endpoint {
+            addr: LOOPBACK,
+            port: 7300,
+            reserved: 0,
+        },
         user_data: 0xc01,
         iwarp: junk,
         ..Connect::new()

@@ -8,7 +8,7 @@ mod queue;
 mod sys;
 
 use std::collections::HashMap;
-use std::net::{Ipv6Addr, SocketAddrV6};
+use std::net::SocketAddrV6;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr;
@@ -270,8 +270,7 @@ impl Ctx {
 
     pub(crate) fn listen(&self, addr: &SocketAddrV6, backlog: u32) -> Result<Listener> {
         let mut a = arg!(Listen);
-        a.addr = addr.ip().octets();
-        a.port = addr.port();
+        a.local = (*addr).into();
         a.backlog = backlog;
         ioctl(&self.fd, IOCTL_LISTEN, &mut a, "listen (LISTEN)")?;
         Ok(Listener { handle: a.handle })
@@ -457,10 +456,9 @@ impl Qp {
     pub(crate) fn bind(&self, dev: &Ctx, addr: &SocketAddrV6) -> Result<SocketAddrV6> {
         let mut a = arg!(Bind);
         a.qp = self.handle;
-        a.addr = addr.ip().octets();
-        a.port = addr.port();
+        a.local = (*addr).into();
         ioctl(&dev.fd, IOCTL_BIND, &mut a, "bind (BIND)")?;
-        Ok(SocketAddrV6::new(Ipv6Addr::from(a.addr), a.port, 0, 0))
+        Ok(a.local.into())
     }
 
     pub(crate) fn connect(
@@ -472,8 +470,7 @@ impl Qp {
     ) -> Result<()> {
         let mut a = arg!(Connect);
         a.qp = self.handle;
-        a.addr = peer.ip().octets();
-        a.port = peer.port();
+        a.peer = (*peer).into();
         a.user_data = user_data;
         if let Some(m) = mpa {
             a.iwarp = iwarp_conn(m);

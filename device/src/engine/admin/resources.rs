@@ -11,7 +11,7 @@ use super::Results;
 use crate::engine::decode::QpRequest;
 use crate::engine::doorbell_page::DoorbellPage;
 use crate::engine::memory::{self, Ring};
-use crate::engine::objects::{Context, Cq, Qp, QpKind};
+use crate::engine::objects::{Context, Cq, Home, Qp, QpKind};
 use crate::engine::ports::Proto;
 use crate::engine::tcp::TcpQp;
 use crate::engine::Engine;
@@ -65,7 +65,7 @@ impl Engine {
         let qps: Vec<u32> = self
             .objects
             .qps()
-            .filter(|(_, q)| q.ctx() == ctx)
+            .filter(|(_, q)| q.home().ctx == ctx)
             .map(|(id, _)| id)
             .collect();
         for id in qps {
@@ -101,7 +101,9 @@ impl Engine {
         // A new CQ starts in a zeroed slot (a reused slot may hold old values).
         page.store(mem, doorbell::cq_head(slot), 0);
         page.store(mem, doorbell::cq_arm_seq(slot), 0);
-        let id = self.objects.insert_cq(Cq::new(ctx, slot, ring, vector));
+        let id = self
+            .objects
+            .insert_cq(Cq::new(Home { ctx, slot }, ring, vector));
         Ok((id as u64, slot as u64, 0))
     }
 
@@ -141,7 +143,7 @@ impl Engine {
             } else {
                 QpKind::Udp
             };
-            Qp::new(ctx, slot, (q.send_cq, q.recv_cq), sq, rq, kind)
+            Qp::new(Home { ctx, slot }, (q.send_cq, q.recv_cq), sq, rq, kind)
         });
         Ok((id as u64, slot as u64, 0))
     }

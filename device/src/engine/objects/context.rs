@@ -5,6 +5,14 @@ use qpip_abi::doorbell;
 
 use crate::engine::doorbell_page::DoorbellPage;
 
+/// Where a QP or CQ belongs: its context, and its slot in that context's doorbell page,
+/// which it holds from its insertion into `Objects` to its removal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Home {
+    pub ctx: u32,
+    pub slot: u32,
+}
+
 #[derive(Debug)]
 pub struct Context {
     /// The context's doorbell page, in guest RAM.

@@ -5,12 +5,12 @@
 
 use vm_memory::GuestAddress;
 
+use super::Home;
 use crate::engine::memory::Ring;
 
 #[derive(Debug)]
 pub struct Cq {
-    ctx: u32,
-    slot: u32,
+    home: Home,
     ring: Ring,
     vector: u16,
     /// CQEs written (free-running).
@@ -29,11 +29,10 @@ pub struct Cq {
 }
 
 impl Cq {
-    /// An empty, unarmed CQ of context `ctx` in doorbell slot `slot`, raising `vector`.
-    pub fn new(ctx: u32, slot: u32, ring: Ring, vector: u16) -> Cq {
+    /// An empty, unarmed CQ at `home`, raising `vector`.
+    pub fn new(home: Home, ring: Ring, vector: u16) -> Cq {
         Cq {
-            ctx,
-            slot,
+            home,
             ring,
             vector,
             tail: 0,
@@ -45,16 +44,10 @@ impl Cq {
         }
     }
 
-    /// Its context.
+    /// Its context and doorbell slot.
     #[inline]
-    pub fn ctx(&self) -> u32 {
-        self.ctx
-    }
-
-    /// Its slot in its context's doorbell page.
-    #[inline]
-    pub fn slot(&self) -> u32 {
-        self.slot
+    pub fn home(&self) -> Home {
+        self.home
     }
 
     /// Whether QPs or tripwires complete to it.

@@ -28,7 +28,7 @@ mod qp;
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv6Addr;
 
-pub use context::Context;
+pub use context::{Context, Home};
 pub use cq::{ConsumerMoved, Cq};
 pub use qp::{BeyondRing, Qp, QpKind, QpState};
 
@@ -174,9 +174,9 @@ impl Objects {
     /// Removes context `ctx` with its CQs, regions and tripwires. Its QPs and listeners
     /// went first (what they leave behind is the engine's to settle).
     pub fn remove_context(&mut self, ctx: u32) {
-        debug_assert!(!self.qps.values().any(|q| q.ctx() == ctx));
+        debug_assert!(!self.qps.values().any(|q| q.home().ctx == ctx));
         self.tripwires.retain(|_, t| t.ctx() != ctx);
-        self.cqs.retain(|_, c| c.ctx() != ctx);
+        self.cqs.retain(|_, c| c.home().ctx != ctx);
         self.mrs.retain(|_, m| m.ctx != ctx);
         self.contexts.remove(&ctx);
     }
@@ -194,15 +194,16 @@ impl Objects {
     }
 
     pub fn cq_in(&self, ctx: u32, id: u32) -> Option<&Cq> {
-        self.cqs.get(&id).filter(|c| c.ctx() == ctx)
+        self.cqs.get(&id).filter(|c| c.home().ctx == ctx)
     }
 
     /// Adds `cq` under a fresh id, which it returns, in its slot of its context's page
     /// (which must be free).
     pub fn insert_cq(&mut self, cq: Cq) -> u32 {
         let id = self.new_id();
-        let c = self.contexts.get_mut(&cq.ctx()).expect("a live context");
-        let slot = &mut c.cq_slots[cq.slot() as usize];
+        let home = cq.home();
+        let c = self.contexts.get_mut(&home.ctx).expect("a live context");
+        let slot = &mut c.cq_slots[home.slot as usize];
         debug_assert!(slot.is_none());
         *slot = Some(id);
         self.cqs.insert(id, cq);
@@ -216,8 +217,9 @@ impl Objects {
             return false;
         }
         if let Some(cq) = self.cqs.remove(&id) {
-            if let Some(c) = self.contexts.get_mut(&cq.ctx()) {
-                c.cq_slots[cq.slot() as usize] = None;
+            let home = cq.home();
+            if let Some(c) = self.contexts.get_mut(&home.ctx) {
+                c.cq_slots[home.slot as usize] = None;
             }
         }
         true
@@ -236,11 +238,11 @@ impl Objects {
     }
 
     pub fn qp_in(&self, ctx: u32, id: u32) -> Option<&Qp> {
-        self.qps.get(&id).filter(|q| q.ctx() == ctx)
+        self.qps.get(&id).filter(|q| q.home().ctx == ctx)
     }
 
     pub fn qp_in_mut(&mut self, ctx: u32, id: u32) -> Option<&mut Qp> {
-        self.qps.get_mut(&id).filter(|q| q.ctx() == ctx)
+        self.qps.get_mut(&id).filter(|q| q.home().ctx == ctx)
     }
 
     pub fn qps(&self) -> impl Iterator<Item = (u32, &Qp)> {
@@ -273,8 +275,9 @@ impl Objects {
         for cq in [qp.send_cq(), qp.recv_cq()] {
             self.cqs.get_mut(&cq).expect("a live CQ").users += 1;
         }
-        let c = self.contexts.get_mut(&qp.ctx()).expect("a live context");
-        let slot = &mut c.qp_slots[qp.slot() as usize];
+        let home = qp.home();
+        let c = self.contexts.get_mut(&home.ctx).expect("a live context");
+        let slot = &mut c.qp_slots[home.slot as usize];
         debug_assert!(slot.is_none());
         *slot = Some(id);
         self.qps.insert(id, qp);
@@ -293,8 +296,9 @@ impl Objects {
                 c.users -= 1;
             }
         }
-        if let Some(c) = self.contexts.get_mut(&qp.ctx()) {
-            c.qp_slots[qp.slot() as usize] = None;
+        let home = qp.home();
+        if let Some(c) = self.contexts.get_mut(&home.ctx) {
+            c.qp_slots[home.slot as usize] = None;
         }
         self.busy_qps.retain(|&q| q != id);
         Some(qp)
@@ -483,21 +487,31 @@ mod tests {
         let mut o = Objects::new(crate::engine::secrets::KeyGen::new([7; 16]));
         o.insert_context(0, DoorbellPage::new(&mem, 0).expect("a page of RAM"));
         let slot = o.context(0).and_then(Context::free_cq_slot).expect("free");
-        let cq = o.insert_cq(Cq::new(0, slot, ring(qpip_abi::cqe::CQE_SIZE), 1));
+        let cq = o.insert_cq(Cq::new(
+            Home { ctx: 0, slot },
+            ring(qpip_abi::cqe::CQE_SIZE),
+            1,
+        ));
         (o, cq)
     }
 
     fn udp_qp(o: &Objects, cq: u32) -> Qp {
         let slot = o.context(0).and_then(Context::free_qp_slot).expect("free");
         let wqe = qpip_abi::wqe::WQE_SIZE;
-        Qp::new(0, slot, (cq, cq), ring(wqe), ring(wqe), QpKind::Udp)
+        Qp::new(
+            Home { ctx: 0, slot },
+            (cq, cq),
+            ring(wqe),
+            ring(wqe),
+            QpKind::Udp,
+        )
     }
 
     #[test]
     fn a_qp_holds_its_slot_cqs_and_port_until_removed() {
         let (mut o, cq) = tables();
         let qp = udp_qp(&o, cq);
-        let slot = qp.slot();
+        let slot = qp.home().slot;
         let id = o.insert_qp(|_| qp);
         assert_eq!(o.context(0).map(|c| c.qps().collect()), Some(vec![id]));
         assert_ne!(o.context(0).and_then(Context::free_qp_slot), Some(slot));

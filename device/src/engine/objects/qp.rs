@@ -6,6 +6,7 @@ use std::net::Ipv6Addr;
 
 use vm_memory::GuestAddress;
 
+use super::Home;
 use crate::engine::memory::Ring;
 use crate::engine::ports::Proto;
 use crate::engine::tcp::TcpQp;
@@ -41,8 +42,7 @@ pub struct BeyondRing;
 /// ([`Qp::completed`]); the engine takes no more than a ring's depth, so what a producer
 /// that never polls its CQ can make the device hold is bounded by the rings it gave.
 pub struct Qp {
-    ctx: u32,
-    slot: u32,
+    home: Home,
     send_cq: u32,
     recv_cq: u32,
     sq: Ring,
@@ -68,20 +68,11 @@ pub struct Qp {
 }
 
 impl Qp {
-    /// A ready QP of context `ctx` in doorbell slot `slot`, at index 0 of both rings,
-    /// unbound. It takes its slot and its CQs when it enters the tables
-    /// (`Objects::insert_qp`).
-    pub fn new(
-        ctx: u32,
-        slot: u32,
-        (send_cq, recv_cq): (u32, u32),
-        sq: Ring,
-        rq: Ring,
-        kind: QpKind,
-    ) -> Qp {
+    /// A ready QP at `home`, at index 0 of both rings, unbound. It takes its slot and its
+    /// CQs when it enters the tables (`Objects::insert_qp`).
+    pub fn new(home: Home, (send_cq, recv_cq): (u32, u32), sq: Ring, rq: Ring, kind: QpKind) -> Qp {
         Qp {
-            ctx,
-            slot,
+            home,
             send_cq,
             recv_cq,
             sq,
@@ -99,16 +90,10 @@ impl Qp {
         }
     }
 
-    /// Its context.
+    /// Its context and doorbell slot.
     #[inline]
-    pub fn ctx(&self) -> u32 {
-        self.ctx
-    }
-
-    /// Its slot in its context's doorbell page.
-    #[inline]
-    pub fn slot(&self) -> u32 {
-        self.slot
+    pub fn home(&self) -> Home {
+        self.home
     }
 
     #[inline]

@@ -34,7 +34,7 @@ impl Engine {
         }
         debug!("QP {qp}: asynchronous event {kind} (reason {reason})");
         self.events.stage(crate::engine::events::AsyncEvent {
-            ctx: q.ctx(),
+            ctx: q.home().ctx,
             object: qp,
             kind,
             reason,
@@ -109,7 +109,7 @@ impl Engine {
         let users: Vec<u32> = self
             .objects
             .qps()
-            .filter(|(_, q)| q.ctx() == ctx && q.tcp().is_some_and(|t| t.uses_region(key)))
+            .filter(|(_, q)| q.home().ctx == ctx && q.tcp().is_some_and(|t| t.uses_region(key)))
             .map(|(id, _)| id)
             .collect();
         for id in users {

@@ -497,7 +497,7 @@ impl Engine {
         if !qp.posted(false) || !qp.is_ready() {
             return None;
         }
-        let ctx = qp.ctx();
+        let ctx = qp.home().ctx;
         let raw = self.take_wqe(mem, id, false)?;
         Some(match decode::recv_wqe(&raw) {
             Err(e) => TakenRecv {

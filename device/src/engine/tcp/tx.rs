@@ -8,10 +8,10 @@ use std::time::Instant;
 
 use qpip_abi::admin::*;
 use qpip_abi::cqe::*;
-use qpip_abi::wqe::{MsgHeader, MSG_HEADER_SIZE};
+use qpip_abi::wqe::{MsgHeader, MSG_HEADER_SIZE, WQE_SIZE};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-use crate::net::tcp::SendSource;
+use crate::net::tcp::{ConnId, SendSource};
 
 use crate::engine::completion::{cqe, cqe_ok};
 use crate::engine::decode::{self, Payload};
@@ -149,85 +149,93 @@ impl Engine {
         id: u32,
         budget: u32,
     ) -> (u32, bool) {
-        let mut n = 0;
         let mut conn_touched = None;
-        while n < budget {
-            let Some(qp) = self.send_waiting(id) else {
-                break;
-            };
-            let (ctx, message) = (qp.ctx(), qp.tcp().expect("TCP QP").message);
-            let Some(raw) = self.take_wqe(mem, id, true) else {
-                break;
-            };
-            self.shared.stats.add(STAT_SEND_WQES, 1);
-            n += 1;
-            let t = self.objects.tcp_qp(id).expect("TCP QP");
-            let conn = t.conn;
-            let live = conn.and_then(|c| self.tcp.table.get(c));
-            let (status, detail, wr) = match decode::send_wqe(&raw) {
-                Err(e) => {
-                    self.tcp_push_failed(mem, id, e.wr_id, e.status, e.detail);
-                    continue;
+        let n = self.take_sends(
+            mem,
+            id,
+            budget,
+            |_, _| true,
+            |e, ctx, raw| {
+                if let Some(c) = e.tcp_queue_send(mem, id, ctx, raw) {
+                    conn_touched = Some(c);
                 }
-                Ok(wr) if wr.plain().is_err() => {
-                    let status = wr.plain().expect_err("refused");
-                    (status, CQE_DETAIL_NONE, wr)
-                }
-                Ok(wr) if live.is_none() => (CQE_STATUS_BAD_DEST, CQE_DETAIL_NOT_BOUND, wr),
-                Ok(wr) => (CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, wr),
-            };
-            if status != CQE_STATUS_SUCCESS {
-                self.tcp_push_failed(mem, id, wr.wr_id, status, detail);
-                continue;
-            }
-            let (data, len) = match &wr.payload {
-                Payload::Inline(b) => (TxData::Inline(b.clone()), b.len() as u64),
-                Payload::Gather(sges) => {
-                    let len: u64 = sges.iter().map(|s| s.length as u64).sum();
-                    if len > u32::MAX as u64 {
-                        self.tcp_push_failed(mem, id, wr.wr_id, CQE_STATUS_LOCAL_LENGTH, 0);
-                        continue;
-                    }
-                    match self.translate(ctx, sges, 0) {
-                        Ok(s) => (TxData::Spans(s), len),
-                        Err(f) => {
-                            self.shared.stats.add(STAT_PROTECTION_ERRORS, 1);
-                            self.tcp_push_failed(mem, id, wr.wr_id, f.status, f.detail);
-                            continue;
-                        }
-                    }
-                }
-            };
-            let t = self.objects.tcp_qp_mut(id).expect("TCP QP");
-            let header = message.then(|| MsgHeader::new(len as u32, wr.imm_data).encode());
-            let stream_len = len + header.map_or(0, |h| h.len() as u64);
-            let c = conn.expect("live");
-            let e = self.tcp.table.get_mut(c).expect("live");
-            if e.conn.queue_send(stream_len).is_err() {
-                // Closing: nothing more may be sent.
-                self.tcp_push_failed(mem, id, wr.wr_id, CQE_STATUS_BAD_DEST, CQE_DETAIL_NOT_BOUND);
-                continue;
-            }
-            let start = t.tx.queued;
-            t.tx.queued += stream_len;
-            t.tx.entries.push_back(TxEntry {
-                wr_id: wr.wr_id,
-                start,
-                end: start + stream_len,
-                header,
-                data,
-                len: len as u32,
-                error: None,
-            });
-            conn_touched = Some(c);
-        }
+            },
+        );
         if let Some(c) = conn_touched {
             self.tcp_service(mem, c, Instant::now());
         }
-        let qp = self.objects.qp(id).expect("caller checked");
-        // A held ring waits for a completion, which marks the QP busy again.
-        let more = qp.posted(true) && qp.is_ready() && !qp.ring_held(true);
-        (n, more)
+        (n, self.sends_left(id))
+    }
+
+    /// Queues the bytes of send WQE `raw` of TCP QP `id` (of context `ctx`) on its
+    /// connection, which it returns; a WR that fails its checks completes in its turn
+    /// instead (None).
+    fn tcp_queue_send(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        id: u32,
+        ctx: u32,
+        raw: &[u8; WQE_SIZE as usize],
+    ) -> Option<ConnId> {
+        let t = self.objects.tcp_qp(id).expect("TCP QP");
+        let (conn, message) = (t.conn, t.message);
+        let live = conn.and_then(|c| self.tcp.table.get(c));
+        let (status, detail, wr) = match decode::send_wqe(raw) {
+            Err(e) => {
+                self.tcp_push_failed(mem, id, e.wr_id, e.status, e.detail);
+                return None;
+            }
+            Ok(wr) if wr.plain().is_err() => {
+                let status = wr.plain().expect_err("refused");
+                (status, CQE_DETAIL_NONE, wr)
+            }
+            Ok(wr) if live.is_none() => (CQE_STATUS_BAD_DEST, CQE_DETAIL_NOT_BOUND, wr),
+            Ok(wr) => (CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, wr),
+        };
+        if status != CQE_STATUS_SUCCESS {
+            self.tcp_push_failed(mem, id, wr.wr_id, status, detail);
+            return None;
+        }
+        let (data, len) = match &wr.payload {
+            Payload::Inline(b) => (TxData::Inline(b.clone()), b.len() as u64),
+            Payload::Gather(sges) => {
+                let len: u64 = sges.iter().map(|s| s.length as u64).sum();
+                if len > u32::MAX as u64 {
+                    self.tcp_push_failed(mem, id, wr.wr_id, CQE_STATUS_LOCAL_LENGTH, 0);
+                    return None;
+                }
+                match self.translate(ctx, sges, 0) {
+                    Ok(s) => (TxData::Spans(s), len),
+                    Err(f) => {
+                        self.shared.stats.add(STAT_PROTECTION_ERRORS, 1);
+                        self.tcp_push_failed(mem, id, wr.wr_id, f.status, f.detail);
+                        return None;
+                    }
+                }
+            }
+        };
+        let t = self.objects.tcp_qp_mut(id).expect("TCP QP");
+        let header = message.then(|| MsgHeader::new(len as u32, wr.imm_data).encode());
+        let stream_len = len + header.map_or(0, |h| h.len() as u64);
+        let c = conn.expect("live");
+        let e = self.tcp.table.get_mut(c).expect("live");
+        if e.conn.queue_send(stream_len).is_err() {
+            // Closing: nothing more may be sent.
+            self.tcp_push_failed(mem, id, wr.wr_id, CQE_STATUS_BAD_DEST, CQE_DETAIL_NOT_BOUND);
+            return None;
+        }
+        let start = t.tx.queued;
+        t.tx.queued += stream_len;
+        t.tx.entries.push_back(TxEntry {
+            wr_id: wr.wr_id,
+            start,
+            end: start + stream_len,
+            header,
+            data,
+            len: len as u32,
+            error: None,
+        });
+        Some(c)
     }
 
     /// A send WR that failed its checks: it completes in its turn, after the WRs before it.

@@ -101,16 +101,48 @@ fn listeners_bind_ports_within_the_limit() {
     );
 }
 
+/// What the refusals of an object of the wrong kind or context are tried on: context `ctx`
+/// with a CQ, a UDP QP and a TCP QP; context `other` with a TCP QP of its own.
+struct TwoContexts {
+    ctx: u32,
+    other: u32,
+    cq: Cq,
+    udp: u32,
+    tcp: u32,
+    otcp: u32,
+}
+
+impl TwoContexts {
+    fn new(g: &mut FakeGuest) -> TwoContexts {
+        let ctx = g.create_ctx().unwrap();
+        let other = g.create_ctx().unwrap();
+        let cq = g.create_cq(ctx, 16).unwrap();
+        let ocq = g.create_cq(other, 16).unwrap();
+        let udp = g.create_qp(ctx, cq.id, cq.id, 4, 4).unwrap().id;
+        let tcp = tcp_qp(g, &cq, 4);
+        let otcp = tcp_qp(g, &ocq, 4);
+        TwoContexts {
+            ctx,
+            other,
+            cq,
+            udp,
+            tcp,
+            otcp,
+        }
+    }
+}
+
 #[test]
 fn connection_commands_refuse_wrong_objects_and_states() {
     let mut g = FakeGuest::new();
-    let ctx = g.create_ctx().unwrap();
-    let other = g.create_ctx().unwrap();
-    let cq = g.create_cq(ctx, 16).unwrap();
-    let ocq = g.create_cq(other, 16).unwrap();
-    let udp = g.create_qp(ctx, cq.id, cq.id, 4, 4).unwrap().id;
-    let tcp = tcp_qp(&mut g, &cq, 4);
-    let otcp = tcp_qp(&mut g, &ocq, 4);
+    let TwoContexts {
+        ctx,
+        other,
+        udp,
+        tcp,
+        otcp,
+        ..
+    } = TwoContexts::new(&mut g);
     let l = g.listen(ctx, UNSPECIFIED, 8100, 4).unwrap();
     let ol = g.listen(other, UNSPECIFIED, 8101, 4).unwrap();
 
@@ -177,12 +209,9 @@ fn connection_commands_refuse_wrong_objects_and_states() {
 #[test]
 fn iwarp_parameters_and_query_conn_are_refused_on_other_qps() {
     let mut g = FakeGuest::new();
-    let ctx = g.create_ctx().unwrap();
-    let other = g.create_ctx().unwrap();
-    let cq = g.create_cq(ctx, 16).unwrap();
-    let ocq = g.create_cq(other, 16).unwrap();
-    let tcp = tcp_qp(&mut g, &cq, 4);
-    let otcp = tcp_qp(&mut g, &ocq, 4);
+    let TwoContexts {
+        ctx, cq, tcp, otcp, ..
+    } = TwoContexts::new(&mut g);
     let l = g.listen(ctx, UNSPECIFIED, 8102, 4).unwrap();
     let iwarp = IwarpConnArgs {
         pd_addr: 0,
@@ -302,13 +331,13 @@ fn a_pending_connect_is_cancelled_when_its_qp_goes() {
 #[test]
 fn set_qp_opt_takes_keepalive_on_tcp_qps_only() {
     let mut g = FakeGuest::new();
-    let ctx = g.create_ctx().unwrap();
-    let other = g.create_ctx().unwrap();
-    let cq = g.create_cq(ctx, 16).unwrap();
-    let ocq = g.create_cq(other, 16).unwrap();
-    let udp = g.create_qp(ctx, cq.id, cq.id, 4, 4).unwrap().id;
-    let tcp = tcp_qp(&mut g, &cq, 4);
-    let otcp = tcp_qp(&mut g, &ocq, 4);
+    let TwoContexts {
+        ctx,
+        udp,
+        tcp,
+        otcp,
+        ..
+    } = TwoContexts::new(&mut g);
     let keepalive = |idle, interval, probes| SetQpOptArgs {
         option: QP_OPT_KEEPALIVE,
         keepalive_idle: idle,

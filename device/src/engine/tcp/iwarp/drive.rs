@@ -18,7 +18,7 @@ use vm_memory::GuestMemoryMmap;
 use crate::engine::completion::{cqe, cqe_ok, send_op};
 use crate::engine::decode::{self, Payload};
 use crate::engine::memory::Span;
-use crate::engine::objects::Objects;
+use crate::engine::objects::{Objects, Qp};
 use crate::engine::tcp::TcpRole;
 use crate::engine::Engine;
 use crate::net::iwarp::wire::rdmap::ReadRequest;
@@ -69,7 +69,7 @@ impl Objects {
         id: u32,
     ) -> Option<Sink<'a>> {
         let (q, mrs, tripwires) = self.qp_with_memory(id)?;
-        let ctx = q.ctx();
+        let ctx = q.home().ctx;
         let iw = q.tcp_mut()?.iwarp.as_deref_mut()?;
         Some(Sink {
             env: Env {
@@ -241,148 +241,139 @@ impl Engine {
         id: u32,
         budget: u32,
     ) -> (u32, bool) {
-        let mut n = 0;
-        while n < budget {
-            let Some(qp) = self.send_waiting(id) else {
-                break;
-            };
-            let ctx = qp.ctx();
+        let may_take = |e: &Self, qp: &Qp| {
             let Some(iw) = qp.tcp().and_then(|t| t.iwarp.as_deref()) else {
-                break;
+                return false;
             };
-            if !iw.may_send() {
-                break;
-            }
             // A Read beyond the ORD waits in the ring, and what follows it with it.
-            if iw.tx.reads.len() >= iw.conn_ord as usize && self.next_is_read(mem, id) {
-                break;
-            }
-            let Some(raw) = self.take_wqe(mem, id, true) else {
-                break;
-            };
-            self.shared.stats.add(STAT_SEND_WQES, 1);
-            n += 1;
-            let wr = match decode::send_wqe(&raw) {
-                Ok(wr) => wr,
-                Err(e) => {
-                    self.iwarp_push_failed(id, e.wr_id, CQE_OP_SEND, e.status, e.detail);
-                    continue;
-                }
-            };
-            let op = send_op(wr.opcode);
-            // Immediate data only after a Write (WQE_FLAG_IMM) on a connection that agreed
-            // to RFC 7306; a Read on a connection that allows none cannot go.
-            let (ord, immediate) = self
-                .iwarp(id)
-                .map_or((0, false), |iw| (iw.conn_ord, iw.immediate()));
-            let bad_imm = if wr.with_imm {
-                !immediate
-            } else {
-                wr.imm_data != 0
-            };
-            if bad_imm || op == CQE_OP_RDMA_READ && ord == 0 {
-                self.iwarp_push_failed(id, wr.wr_id, op, CQE_STATUS_BAD_WQE, CQE_DETAIL_NONE);
-                continue;
-            }
-            let access = if op == CQE_OP_RDMA_READ {
-                MR_ACCESS_LOCAL_WRITE
-            } else {
-                0
-            };
-            let (data, len, sink, spans) = match &wr.payload {
-                Payload::Inline(b) => (
-                    Data::Inline {
-                        bytes: b.as_slice().into(),
-                        off: 0,
-                        len: b.len(),
-                    },
-                    b.len() as u64,
-                    None,
-                    None,
-                ),
-                Payload::Gather(sges) => {
-                    let len: u64 = sges.iter().map(|s| s.length as u64).sum();
-                    if len > u32::MAX as u64 {
-                        self.iwarp_push_failed(id, wr.wr_id, op, CQE_STATUS_LOCAL_LENGTH, 0);
-                        continue;
-                    }
-                    match self.translate(ctx, sges, access) {
-                        Ok(s) if op == CQE_OP_RDMA_READ => {
-                            let first = sges.iter().find(|s| s.length > 0);
-                            let (stag, to) = first.map_or((0, 0), |s| (s.lkey, s.addr));
-                            let sink: Arc<[Span]> = s.into();
-                            (Data::None, len, Some((stag, to, sink.clone())), Some(sink))
-                        }
-                        Ok(s) => {
-                            let spans: Arc<[Span]> = s.into();
-                            (
-                                Data::Guest {
-                                    spans: spans.clone(),
-                                    off: 0,
-                                    len: len as usize,
-                                },
-                                len,
-                                None,
-                                Some(spans),
-                            )
-                        }
-                        Err(f) => {
-                            self.shared.stats.add(STAT_PROTECTION_ERRORS, 1);
-                            self.iwarp_push_failed(id, wr.wr_id, op, f.status, f.detail);
-                            continue;
-                        }
-                    }
-                }
-            };
-            let iw = self.iwarp(id).expect("iWARP QP");
-            let until = match op {
-                CQE_OP_RDMA_READ => {
-                    let (stag, to, sink) = sink.expect("a Read gathers");
-                    iw.tx.reads.push_back(OutRead {
-                        stag,
-                        to,
-                        size: len as u32,
-                        sink,
-                        placed: 0,
-                        for_wr: true,
-                    });
-                    let (source_to, source_stag) = wr.remote;
-                    iw.tx.push_read_request(ReadRequest {
-                        sink_stag: stag,
-                        sink_to: to,
-                        size: len as u32,
-                        source_stag,
-                        source_to,
-                    });
-                    Until::ReadResponse
-                }
-                CQE_OP_RDMA_WRITE => {
-                    let (to, stag) = wr.remote;
-                    iw.tx.push_write(data, stag, to);
-                    if wr.with_imm {
-                        iw.tx.push_immediate(wr.imm_data);
-                    }
-                    Until::Acked(iw.tx.end)
-                }
-                _ => {
-                    iw.tx.push_send(data, wr.solicited);
-                    Until::Acked(iw.tx.end)
-                }
-            };
-            iw.tx.wrs.push_back(super::tx::TxWr {
-                wr_id: wr.wr_id,
-                op,
-                len: len as u32,
-                until,
-                error: None,
-                spans,
-            });
-        }
+            let ord_full = iw.tx.reads.len() >= iw.conn_ord as usize;
+            iw.may_send() && !(ord_full && e.next_is_read(mem, id))
+        };
+        let n = self.take_sends(mem, id, budget, may_take, |e, ctx, raw| {
+            e.iwarp_queue_send(id, ctx, raw)
+        });
         self.iwarp_settle(mem, id);
-        let qp = self.objects.qp(id).expect("caller checked");
-        // A held ring waits for a completion, which marks the QP busy again.
-        let more = qp.posted(true) && qp.is_ready() && !qp.ring_held(true);
-        (n, more)
+        (n, self.sends_left(id))
+    }
+
+    /// Queues send WQE `raw` of iWARP QP `id` (of context `ctx`) as records of the stream;
+    /// a WR that fails its checks completes in its turn instead.
+    fn iwarp_queue_send(&mut self, id: u32, ctx: u32, raw: &[u8; WQE_SIZE as usize]) {
+        let wr = match decode::send_wqe(raw) {
+            Ok(wr) => wr,
+            Err(e) => {
+                self.iwarp_push_failed(id, e.wr_id, CQE_OP_SEND, e.status, e.detail);
+                return;
+            }
+        };
+        let op = send_op(wr.opcode);
+        // Immediate data only after a Write (WQE_FLAG_IMM) on a connection that agreed
+        // to RFC 7306; a Read on a connection that allows none cannot go.
+        let (ord, immediate) = self
+            .iwarp(id)
+            .map_or((0, false), |iw| (iw.conn_ord, iw.immediate()));
+        let bad_imm = if wr.with_imm {
+            !immediate
+        } else {
+            wr.imm_data != 0
+        };
+        if bad_imm || op == CQE_OP_RDMA_READ && ord == 0 {
+            self.iwarp_push_failed(id, wr.wr_id, op, CQE_STATUS_BAD_WQE, CQE_DETAIL_NONE);
+            return;
+        }
+        let access = if op == CQE_OP_RDMA_READ {
+            MR_ACCESS_LOCAL_WRITE
+        } else {
+            0
+        };
+        let (data, len, sink, spans) = match &wr.payload {
+            Payload::Inline(b) => (
+                Data::Inline {
+                    bytes: b.as_slice().into(),
+                    off: 0,
+                    len: b.len(),
+                },
+                b.len() as u64,
+                None,
+                None,
+            ),
+            Payload::Gather(sges) => {
+                let len: u64 = sges.iter().map(|s| s.length as u64).sum();
+                if len > u32::MAX as u64 {
+                    self.iwarp_push_failed(id, wr.wr_id, op, CQE_STATUS_LOCAL_LENGTH, 0);
+                    return;
+                }
+                match self.translate(ctx, sges, access) {
+                    Ok(s) if op == CQE_OP_RDMA_READ => {
+                        let first = sges.iter().find(|s| s.length > 0);
+                        let (stag, to) = first.map_or((0, 0), |s| (s.lkey, s.addr));
+                        let sink: Arc<[Span]> = s.into();
+                        (Data::None, len, Some((stag, to, sink.clone())), Some(sink))
+                    }
+                    Ok(s) => {
+                        let spans: Arc<[Span]> = s.into();
+                        (
+                            Data::Guest {
+                                spans: spans.clone(),
+                                off: 0,
+                                len: len as usize,
+                            },
+                            len,
+                            None,
+                            Some(spans),
+                        )
+                    }
+                    Err(f) => {
+                        self.shared.stats.add(STAT_PROTECTION_ERRORS, 1);
+                        self.iwarp_push_failed(id, wr.wr_id, op, f.status, f.detail);
+                        return;
+                    }
+                }
+            }
+        };
+        let iw = self.iwarp(id).expect("iWARP QP");
+        let until = match op {
+            CQE_OP_RDMA_READ => {
+                let (stag, to, sink) = sink.expect("a Read gathers");
+                iw.tx.reads.push_back(OutRead {
+                    stag,
+                    to,
+                    size: len as u32,
+                    sink,
+                    placed: 0,
+                    for_wr: true,
+                });
+                let (source_to, source_stag) = wr.remote;
+                iw.tx.push_read_request(ReadRequest {
+                    sink_stag: stag,
+                    sink_to: to,
+                    size: len as u32,
+                    source_stag,
+                    source_to,
+                });
+                Until::ReadResponse
+            }
+            CQE_OP_RDMA_WRITE => {
+                let (to, stag) = wr.remote;
+                iw.tx.push_write(data, stag, to);
+                if wr.with_imm {
+                    iw.tx.push_immediate(wr.imm_data);
+                }
+                Until::Acked(iw.tx.end)
+            }
+            _ => {
+                iw.tx.push_send(data, wr.solicited);
+                Until::Acked(iw.tx.end)
+            }
+        };
+        iw.tx.wrs.push_back(super::tx::TxWr {
+            wr_id: wr.wr_id,
+            op,
+            len: len as u32,
+            until,
+            error: None,
+            spans,
+        });
     }
 
     /// Whether the next WQE in QP `id`'s send ring is an RDMA Read.
