@@ -3,9 +3,10 @@
 use std::io;
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, ToSocketAddrs};
 
-/// `addr` (an IPv6 address, bracketed or not, or a name) with `port` as an IPv6 socket
-/// address: a name resolves to its first IPv6 address, else its first IPv4 address as an
-/// IPv4-mapped one (the device speaks IPv6 only).
+/// `addr` (an IPv6 or IPv4 address, an IPv6 one bracketed or not, or a name) with `port`
+/// as an IPv6 socket address: an IPv4 address is its IPv4-mapped form (`::ffff:a.b.c.d`),
+/// as dual-stack sockets show it and as the API takes it; a name resolves to its first IPv6
+/// address, else to its first IPv4 address, mapped.
 pub fn resolve_addr(addr: &str, port: u16) -> io::Result<SocketAddrV6> {
     let bare = addr.trim_start_matches('[').trim_end_matches(']');
     if let Ok(ip) = bare.parse::<Ipv6Addr>() {

@@ -795,3 +795,40 @@ fn keepalive_is_the_sockets_on_the_soft_provider() {
         Err(Error::WrongQpKind { .. })
     ));
 }
+
+/// The soft provider is dual-stack, as the device: IPv4 peers are IPv4-mapped addresses
+/// (what `qpip::resolve_addr` gives for `127.0.0.1`), over UDP and TCP, with plain IPv4
+/// sockets on the other end.
+#[test]
+fn ipv4_peers_are_mapped_addresses() {
+    let ctx = soft();
+    let cq = ctx.create_cq(16).unwrap();
+    // UDP: a datagram to a plain IPv4 socket, and its answer, from a mapped source.
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(T)).unwrap();
+    let to = qpip::resolve_addr("127.0.0.1", sock.local_addr().unwrap().port()).unwrap();
+    let qp = ctx.create_qp(&QpInit::new(QpKind::Udp, &cq)).unwrap();
+    let me = qp.bind(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0)).unwrap();
+    let mut buf = ctx.alloc(4096).unwrap();
+    qp.post_recv(1, &[buf.sge(0, 2048)]).unwrap();
+    buf[2048..2053].copy_from_slice(b"to v4");
+    qp.post_send(&SendWr::new(2, &[buf.sge(2048, 5)]).to(to)).unwrap();
+    let mut got = [0u8; 16];
+    let (n, from) = sock.recv_from(&mut got).unwrap();
+    assert_eq!((&got[..n], from.port()), (&b"to v4"[..], me.port()));
+    sock.send_to(b"from v4", from).unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        seen.push(next(&cq, "UDP over IPv4"));
+    }
+    let r = seen.iter().find(|c| c.wr_id == 1).expect("the receive");
+    assert_eq!(r.byte_len, 7);
+    assert_eq!(r.src, Some(to));
+    // TCP: a QP connects to a plain IPv4 listener.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let peer = qpip::resolve_addr("127.0.0.1", l.local_addr().unwrap().port()).unwrap();
+    let tcp = tcp_qp(&ctx, &cq, Framing::Stream);
+    assert_eq!(tcp.connect_wait(peer, T).unwrap(), peer);
+    let (_s, from) = l.accept().unwrap();
+    assert!(from.ip().is_loopback());
+}

@@ -62,7 +62,7 @@ pub(crate) fn set_keepalive(fd: &OwnedFd, k: Option<crate::Keepalive>) -> io::Re
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1i32)
 }
 
-/// A non-blocking IPv6-only socket (`SOCK_DGRAM` or `SOCK_STREAM`).
+/// A non-blocking dual-stack IPv6 socket (`SOCK_DGRAM` or `SOCK_STREAM`).
 pub(crate) fn socket(ty: i32) -> io::Result<OwnedFd> {
     // SAFETY: plain system call; the result is checked before it is owned.
     let fd = check(unsafe {
@@ -74,7 +74,9 @@ pub(crate) fn socket(ty: i32) -> io::Result<OwnedFd> {
     })?;
     // SAFETY: a fresh descriptor nobody else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    setsockopt(fd.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1i32)?;
+    // Dual-stack, as the device: IPv4 peers are IPv4-mapped IPv6 addresses (::ffff:a.b.c.d),
+    // and a QP bound to every address takes IPv4 too.
+    setsockopt(fd.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 0i32)?;
     if ty == libc::SOCK_STREAM {
         setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1i32)?;
         setsockopt(fd.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1i32)?;
