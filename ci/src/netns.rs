@@ -4,7 +4,7 @@
 //! ```text
 //!  namespace NAME (default qpip-lab)
 //!  ┌─────────────────────────────────────────────────────────────┐
-//!  │ bridge lab0  fd51:5050::1/64  (the lab host: ping, sockets)  │
+//!  │ bridge lab0  fd51:5050::1/64, 198.18.0.1/24  (the lab host)  │
 //!  │   ├── TAP qpipd1 ◀── qpipd of guest 1 (fd51:5050::1:1)       │
 //!  │   ├── TAP vnet1  ◀── QEMU of guest 1, virtio-net (::2:1)     │
 //!  │   ├── TAP qpipd2 ...                                          │
@@ -73,6 +73,33 @@ pub const BRIDGE_MAC: &str = "02:51:50:00:00:fe";
 
 const NETNS_DIR: &str = "/run/netns";
 const GLOBAL_LOCK: &str = "/run/qpip-lab.lock";
+
+/// The lab host's IPv4 address on the bridge, in `198.18.0.0/24` (RFC 2544's benchmarking
+/// range; only inside the lab's namespace): host `.1`, guest n's qpip device `.(100+n)`,
+/// its virtio-net `.(200+n)`.
+pub const HOST_ADDR4: &str = "198.18.0.1";
+/// The lab's IPv4 prefix length.
+pub const PREFIX4_LEN: u8 = 24;
+/// Guests that have lab IPv4 addresses (`.(200+n)` must stay below the broadcast `.255`).
+pub const MAX_GUESTS4: usize = 54;
+
+/// Guest `n`'s qpip device IPv4 address (n from 1 to [`MAX_GUESTS4`]).
+pub fn device_addr4(n: usize) -> String {
+    assert!(
+        (1..=MAX_GUESTS4).contains(&n),
+        "guest {n} has no lab IPv4 address"
+    );
+    format!("198.18.0.{}", 100 + n)
+}
+
+/// Guest `n`'s virtio-net IPv4 address (n from 1 to [`MAX_GUESTS4`]).
+pub fn virtio_addr4(n: usize) -> String {
+    assert!(
+        (1..=MAX_GUESTS4).contains(&n),
+        "guest {n} has no lab IPv4 address"
+    );
+    format!("198.18.0.{}", 200 + n)
+}
 
 /// Guest `n`'s qpip device address (n from 1; IPv6 writes the group in hex).
 pub fn device_addr(n: usize) -> String {
@@ -241,12 +268,23 @@ impl LabNet {
             BRIDGE,
             "nodad",
         ])?;
-        // Neighbour discovery that outlasts a stalled guest (as in the guests' init): a TCG
-        // guest can get no CPU for many seconds on a loaded host, longer than Linux's 3
-        // solicitations 1 s apart, after which what waited is dropped. (A namespace other
-        // than the first has no neigh/default to set beforehand.)
+        ip(&[
+            "-n",
+            &n,
+            "-4",
+            "addr",
+            "add",
+            &format!("{HOST_ADDR4}/{PREFIX4_LEN}"),
+            "dev",
+            BRIDGE,
+        ])?;
+        // Neighbour discovery (and ARP) that outlasts a stalled guest (as in the guests'
+        // init): a TCG guest can get no CPU for many seconds on a loaded host, longer than
+        // Linux's 3 solicitations 1 s apart, after which what waited is dropped. (A
+        // namespace other than the first has no neigh/default to set beforehand.)
         self.sh(&format!(
-            "echo {NDP_SOLICITS} >/proc/sys/net/ipv6/neigh/{BRIDGE}/mcast_solicit"
+            "echo {NDP_SOLICITS} >/proc/sys/net/ipv6/neigh/{BRIDGE}/mcast_solicit && \
+             echo {NDP_SOLICITS} >/proc/sys/net/ipv4/neigh/{BRIDGE}/mcast_solicit"
         ))?;
         ip(&["-n", &n, "link", "set", BRIDGE, "up"])?;
         Ok(())
@@ -451,6 +489,8 @@ mod tests {
         assert_eq!(device_addr(1), "fd51:5050::1:1");
         assert_eq!(virtio_addr(2), "fd51:5050::2:2");
         assert_eq!(device_addr(10), "fd51:5050::1:a");
+        assert_eq!(device_addr4(1), "198.18.0.101");
+        assert_eq!(virtio_addr4(54), "198.18.0.254");
         assert_eq!(device_mac(1), "02:51:50:01:00:01");
         assert_eq!(virtio_mac(300), "02:51:50:02:01:2c");
         assert!(device_tap(99).len() < 16 && virtio_tap(99).len() < 16);

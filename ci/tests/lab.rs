@@ -122,6 +122,10 @@ kv wait.processes $((p1 - p0))
 pings() { ping -c 1 -W 30 "$1" || ping -c 1 -W 30 "$1" || ping -c 1 -W 30 "$1"; }
 try ping.virtio pings "fd51:5050::2:$on"
 try ping.device pings "fd51:5050::1:$on"
+# IPv4 beside IPv6 on the virtio-net NICs: the other guest and the lab host.
+kv env.addrs4 "$QPIP_HOST_ADDR4 $QPIP_NET_ADDR4"
+try ping4.virtio pings "198.18.0.$((200 + on))"
+try ping4.host pings "$QPIP_HOST_ADDR4"
 lab-wait host-done 200; kv wait.host $?
 if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
 "#;
@@ -140,6 +144,9 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
                 let r = host.sh(&format!("ping -6 -c 1 -W 60 {addr}"));
                 view.pings.push((addr, r));
             }
+            let addr = netns::virtio_addr4(n);
+            let r = host.sh(&format!("ping -4 -c 1 -W 60 {addr}"));
+            view.pings.push((addr, r));
         }
         if let Err(e) = host.wait_for("udp-bound", Duration::from_secs(120)) {
             view.udp_error = Some(e);
@@ -204,7 +211,13 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
             "guest {name}: a 2 s lab-wait started {started} processes\n{}",
             rep.context()
         );
-        for key in ["ping.virtio", "ping.device"] {
+        assert_eq!(
+            rep.get("env.addrs4"),
+            format!("{} {}", netns::HOST_ADDR4, netns::virtio_addr4(n)),
+            "{}",
+            rep.context()
+        );
+        for key in ["ping.virtio", "ping.device", "ping4.virtio", "ping4.host"] {
             assert_eq!(
                 rep.get(key),
                 "ok",
@@ -214,11 +227,11 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
         }
     }
 
-    assert_eq!(view.pings.len(), 4, "{view:?}");
+    assert_eq!(view.pings.len(), 6, "{view:?}");
     for (addr, r) in &view.pings {
         match r {
             Ok(text) => assert!(text.contains("1 received"), "ping {addr}: {text}"),
-            Err(e) => panic!("ping -6 {addr} from the lab namespace failed: {e}"),
+            Err(e) => panic!("ping {addr} from the lab namespace failed: {e}"),
         }
     }
     // The adapter's uplink carries both devices; each guest's virtio-net has its TAP.

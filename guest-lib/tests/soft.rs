@@ -808,11 +808,14 @@ fn ipv4_peers_are_mapped_addresses() {
     sock.set_read_timeout(Some(T)).unwrap();
     let to = qpip::resolve_addr("127.0.0.1", sock.local_addr().unwrap().port()).unwrap();
     let qp = ctx.create_qp(&QpInit::new(QpKind::Udp, &cq)).unwrap();
-    let me = qp.bind(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0)).unwrap();
+    let me = qp
+        .bind(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, 0, 0, 0))
+        .unwrap();
     let mut buf = ctx.alloc(4096).unwrap();
     qp.post_recv(1, &[buf.sge(0, 2048)]).unwrap();
     buf[2048..2053].copy_from_slice(b"to v4");
-    qp.post_send(&SendWr::new(2, &[buf.sge(2048, 5)]).to(to)).unwrap();
+    qp.post_send(&SendWr::new(2, &[buf.sge(2048, 5)]).to(to))
+        .unwrap();
     let mut got = [0u8; 16];
     let (n, from) = sock.recv_from(&mut got).unwrap();
     assert_eq!((&got[..n], from.port()), (&b"to v4"[..], me.port()));

@@ -206,6 +206,13 @@ impl Run<'_> {
                 netns::virtio_addr(w.n),
                 netns::virtio_mac(w.n)
             ));
+            if w.n <= netns::MAX_GUESTS4 {
+                s.push_str(&format!(
+                    " qpip_lab.addr4={}/{}",
+                    netns::virtio_addr4(w.n),
+                    netns::PREFIX4_LEN
+                ));
+            }
         }
         if w.shared.is_some() {
             s.push_str(" qpip_lab.shared=1");
