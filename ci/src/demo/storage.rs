@@ -112,6 +112,7 @@ impl StoragePlan {
                 fio_depths: vec![1, 16],
                 fio_secs: 10,
                 memory_mib: 1536,
+                export_filled: true,
             },
             round_timeout: Duration::from_secs(1200),
             layout: crate::QpipdLayout::Adapter,
@@ -215,7 +216,9 @@ pub fn guest_b(plan: &StoragePlan) -> String {
         r#"{COMMON}{IRQS}
 bfail() {{ s=$1; shift; echo "@fail=$s: $*"; touch /lab/b-failed; exit 1; }}
 lab-storage > /tmp/storage 2>&1 || bfail storage-ready "lab-storage: $(oneline /tmp/storage)"
-truncate -s {export} /tmp/disk.img
+# Filled, as a disk's blocks exist: a write overwrites what is there (a sparse file would
+# have tmpfs allocate and zero every page the write touches first, work no disk does).
+dd if=/dev/zero of=/tmp/disk.img bs=1048576 count={export_mib} 2> /dev/null || bfail storage-ready "cannot make /tmp/disk.img"
 qpip-nbd serve /tmp/disk.img -n disk -p {QP_NBD_PORT} > /tmp/serve.log 2>&1 &
 mkdir -p /run /var/run
 cat > /tmp/nbd.conf <<'CONF'
@@ -237,7 +240,7 @@ touch /lab/b-ready
 {marks}failed=$(grep -c 'the disk answered' /tmp/serve.log)
 [ "$failed" = 0 ] || echo "qpip-nbd serve: $failed failed disk operations: $(grep 'the disk answered' /tmp/serve.log | head -n 3 | tr '\n' ' ')"
 "#,
-        export = plan.facts.export_bytes,
+        export_mib = plan.facts.export_bytes >> 20,
         marks = serve_marks(wait_secs, r#"printf '%s\n%s\n' "$l" "$(irqs)""#),
     )
 }
@@ -294,7 +297,9 @@ disconnect_stock() {{
 # fs NAME: ext2 on DEV; the file written and synced (write-NAME), read back after a
 # remount with the caches dropped (read-NAME), its SHA-256 compared.
 fs() {{
-    mkfs.ext2 -q "$DEV" > /tmp/mkfs 2>&1 || fail "mkfs.ext2 $DEV failed: $(oneline /tmp/mkfs)"
+    # No discard: it would punch the export's blocks out of guest b's file again (both
+    # servers offer TRIM), and the write would pay for their allocation.
+    mkfs.ext2 -q -E nodiscard "$DEV" > /tmp/mkfs 2>&1 || fail "mkfs.ext2 $DEV failed: $(oneline /tmp/mkfs)"
     mount -t ext2 "$DEV" /mnt || fail "mount $DEV failed"
     sync; echo 3 > /proc/sys/vm/drop_caches
     win_start
@@ -485,7 +490,10 @@ mod tests {
             "{a}"
         );
         let b = guest_b(&plan);
-        assert!(b.contains("truncate -s 536870912 /tmp/disk.img"), "{b}");
+        assert!(
+            b.contains("dd if=/dev/zero of=/tmp/disk.img bs=1048576 count=512"),
+            "{b}"
+        );
         assert!(b.contains("exportname = /tmp/disk.img"), "{b}");
         // One round: names without round numbers.
         let mut one = StoragePlan::bench();

@@ -139,6 +139,11 @@ pub struct StorageFacts {
     /// Guest RAM: guest a holds the file in its tmpfs and, reading it back, in its page
     /// cache; guest b holds the exported disk in its tmpfs.
     pub memory_mib: u32,
+    /// Whether the exported file was filled beforehand and mkfs kept from discarding it,
+    /// so that writes overwrite its tmpfs pages as a disk's blocks; else (runs before this
+    /// was so) the file was sparse and mkfs discarded it, and each write had guest b
+    /// allocate and zero the pages it touched.
+    pub export_filled: bool,
 }
 
 /// Everything the storage part measured: by round (index 0 is round 1), its phases by
@@ -441,6 +446,7 @@ impl StorageRun {
             "plan": {
                 "rounds": f.rounds, "file_bytes": f.file_bytes, "export_bytes": f.export_bytes,
                 "fio_depths": f.fio_depths, "fio_secs": f.fio_secs, "memory_mib": f.memory_mib,
+                "export_filled": f.export_filled,
             },
             "rounds": self.rounds.iter().map(|r| {
                 Value::Object(r.iter().map(|(k, p)| (k.clone(), phase(p))).collect())
@@ -470,6 +476,7 @@ impl StorageRun {
                 .unwrap_or_default(),
             fio_secs: num("fio_secs")? as u32,
             memory_mib: num("memory_mib")? as u32,
+            export_filled: p["export_filled"].as_bool().unwrap_or(false),
         };
         let rounds = j["rounds"]
             .as_array()
@@ -519,7 +526,7 @@ impl StorageRun {
     fn intro(&self) -> String {
         let f = &self.facts;
         format!(
-            "Guest b exports a {} MiB file on its tmpfs; guest a makes an ext2 file system on \
+            "Guest b exports a {} MiB file on its tmpfs{}; guest a makes an ext2 file system on \
              it, writes a {} MB file from its tmpfs and flushes it with `sync` (write), \
              unmounts, drops its caches, mounts again and reads the file back (read; its \
              SHA-256 compared after). fio: 4 KiB random reads of the raw device, direct I/O, \
@@ -531,6 +538,12 @@ impl StorageRun {
              guests (all of `/proc/stat` but idle, iowait and steal, over the phase). Guests \
              of {} MiB; {}, the three pairs taking turns to go first.",
             f.export_bytes >> 20,
+            if f.export_filled {
+                ", filled beforehand as a disk's blocks exist (mkfs does not discard it: a \
+                 write overwrites its pages)"
+            } else {
+                ", sparse (mkfs discards it: a write has tmpfs allocate and zero its pages)"
+            },
             f.file_bytes / 1_000_000,
             f.fio_secs,
             f.memory_mib,
