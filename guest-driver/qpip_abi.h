@@ -1386,11 +1386,13 @@ struct qpip_set_mac_args {
  */
 struct qpip_addr_args {
   /*
-   A unicast IPv6 address, network byte order.
+   A unicast IPv6 address, network byte order; an IPv4 address in its IPv4-mapped form
+   `::ffff:a.b.c.d`.
    */
   uint8_t addr[16];
   /*
-   Prefix length, 1..=128 (ignored by `DEL_ADDR`).
+   Prefix length, 1..=128 (ignored by `DEL_ADDR`); counted over the 128 bits for an
+   IPv4-mapped address, so 97..=128 (an IPv4 /24 is 120).
    */
   uint8_t prefix_len;
   uint8_t reserved[31];

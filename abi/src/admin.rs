@@ -267,9 +267,11 @@ pub struct SetMacArgs {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct AddrArgs {
-    /// A unicast IPv6 address, network byte order.
+    /// A unicast IPv6 address, network byte order; an IPv4 address in its IPv4-mapped form
+    /// `::ffff:a.b.c.d`.
     pub addr: [u8; 16],
-    /// Prefix length, 1..=128 (ignored by `DEL_ADDR`).
+    /// Prefix length, 1..=128 (ignored by `DEL_ADDR`); counted over the 128 bits for an
+    /// IPv4-mapped address, so 97..=128 (an IPv4 /24 is 120).
     pub prefix_len: u8,
     pub reserved: [u8; 31],
 }

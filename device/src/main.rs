@@ -51,8 +51,9 @@ struct Args {
     #[arg(long, value_name = "MAC", value_parser = parse_mac, conflicts_with = "functions")]
     mac: Option<[u8; 6]>,
 
-    /// An IPv6 address of the device with its prefix length, e.g. fd51:5050::1:1/64
-    /// (repeatable). The link-local address from the MAC is always present.
+    /// An address of the device with its prefix length, IPv6 (fd51:5050::1:1/64) or IPv4
+    /// (198.18.0.2/24) (repeatable). The IPv6 link-local address from the MAC is always
+    /// present.
     #[arg(long = "ip", value_name = "ADDR/PLEN", value_parser = parse_addr,
           conflicts_with = "functions")]
     ips: Vec<(Ipv6Addr, u8)>,
@@ -620,21 +621,7 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
 }
 
 fn parse_addr(s: &str) -> Result<(Ipv6Addr, u8), String> {
-    let (a, p) = s
-        .split_once('/')
-        .ok_or_else(|| format!("'{s}' needs a prefix length, like fd51:5050::1:1/64"))?;
-    let addr: Ipv6Addr = a
-        .parse()
-        .map_err(|_| format!("'{a}' is not an IPv6 address"))?;
-    let plen: u8 = p
-        .parse()
-        .ok()
-        .filter(|n| (1..=128).contains(n))
-        .ok_or_else(|| format!("prefix length '{p}' is not 1..128"))?;
-    if addr.is_unspecified() || addr.is_multicast() || addr.is_loopback() {
-        return Err(format!("'{a}' is not a unicast address a device can have"));
-    }
-    Ok((addr, plen))
+    qpip_device::net::config::parse_address(s)
 }
 
 /// Logs as `[  seconds LEVEL target] message`, the seconds counted from qpipd's start: the

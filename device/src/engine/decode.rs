@@ -159,7 +159,14 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
             reserved(zero(&a.reserved))?;
             param(is_unicast(&addr))?;
             if cmd.opcode == ADMIN_OP_ADD_ADDR {
-                param((1..=128).contains(&a.prefix_len))?;
+                // An IPv4 address (mapped) counts its prefix over the 128 bits: /1../32
+                // are 97..=128.
+                let shortest = if addr.to_ipv4_mapped().is_some() {
+                    97
+                } else {
+                    1
+                };
+                param((shortest..=128).contains(&a.prefix_len))?;
                 R::AddAddr {
                     addr,
                     prefix_len: a.prefix_len,
@@ -308,9 +315,13 @@ fn iwarp_args_valid(a: &IwarpConnArgs) -> bool {
         && a.ord <= IWARP_MAX_IRD_ORD
 }
 
-/// A unicast address a host can use (not unspecified, not multicast).
+/// A unicast address a host can use (not unspecified, not multicast; for an IPv4-mapped
+/// address, not IPv4's unspecified, broadcast or multicast either).
 pub fn is_unicast(a: &Ipv6Addr) -> bool {
-    !a.is_unspecified() && !a.is_multicast()
+    match a.to_ipv4_mapped() {
+        Some(v4) => !(v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast()),
+        None => !a.is_unspecified() && !a.is_multicast(),
+    }
 }
 
 /// Where the data of a send comes from.

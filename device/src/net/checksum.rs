@@ -52,17 +52,28 @@ fn fold64(mut x: u64) -> u16 {
     x as u16
 }
 
-/// The sum of the IPv6 pseudo-header (RFC 8200 §8.1) for an upper-layer message of `len`
-/// bytes with next header `next`.
+/// The sum of the pseudo-header for an upper-layer message of `len` bytes with next header
+/// (protocol) `next`: IPv6's (RFC 8200 §8.1), or IPv4's (RFC 9293 §3.1, RFC 768) when both
+/// addresses are IPv4-mapped ([`super::wire::is_ipv4`]): TCP, UDP and their offloads sum
+/// through here whatever the family.
 pub fn pseudo_header(
     src: &std::net::Ipv6Addr,
     dst: &std::net::Ipv6Addr,
     next: u8,
     len: u32,
 ) -> u16 {
+    let (s, d) = (src.octets(), dst.octets());
+    if super::wire::is_ipv4(src) && super::wire::is_ipv4(dst) {
+        let mut p = [0u8; 12];
+        p[..4].copy_from_slice(&s[12..]);
+        p[4..8].copy_from_slice(&d[12..]);
+        p[9] = next;
+        p[10..12].copy_from_slice(&(len as u16).to_be_bytes());
+        return sum(0, &p);
+    }
     let mut p = [0u8; 40];
-    p[..16].copy_from_slice(&src.octets());
-    p[16..32].copy_from_slice(&dst.octets());
+    p[..16].copy_from_slice(&s);
+    p[16..32].copy_from_slice(&d);
     p[32..36].copy_from_slice(&len.to_be_bytes());
     p[39] = next;
     sum(0, &p)
@@ -127,6 +138,30 @@ mod tests {
             .ones_complement();
         let ours = !sum(pseudo_header(&s, &d, 6, data.len() as u32), &data);
         // etherparse's value is the field's bytes in the machine's order.
+        assert_eq!(ours.to_be_bytes(), theirs.to_be().to_be_bytes());
+    }
+
+    #[test]
+    fn ipv4_pseudo_header_agrees_with_etherparse() {
+        let data: Vec<u8> = (0..1001u32).map(|i| (i * 5 + 3) as u8).collect();
+        let s = std::net::Ipv4Addr::new(198, 18, 0, 1);
+        let d = std::net::Ipv4Addr::new(198, 18, 0, 2);
+        let theirs = etherparse::checksum::Sum16BitWords::new()
+            .add_4bytes(s.octets())
+            .add_4bytes(d.octets())
+            .add_2bytes([0, 17])
+            .add_2bytes((data.len() as u16).to_be_bytes())
+            .add_slice(&data)
+            .ones_complement();
+        let ours = !sum(
+            pseudo_header(
+                &s.to_ipv6_mapped(),
+                &d.to_ipv6_mapped(),
+                17,
+                data.len() as u32,
+            ),
+            &data,
+        );
         assert_eq!(ours.to_be_bytes(), theirs.to_be().to_be_bytes());
     }
 }

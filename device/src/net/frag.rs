@@ -1,4 +1,6 @@
-//! IPv6 fragmentation at the source and reassembly (RFC 8200 §4.5, RFC 5722).
+//! IPv6 fragmentation at the source and reassembly (RFC 8200 §4.5, RFC 5722), and IPv4's
+//! (RFC 791) with the same bounds: a reassembly is keyed by its (mapped) addresses and an
+//! identifier, IPv4's carrying its protocol too ([`Key::ipv4`]).
 //!
 //! Reassembly keeps at most [`MAX_REASSEMBLIES`] packets in progress and
 //! [`MAX_REASSEMBLY_BYTES`] bytes in all; past either bound the oldest reassembly is
@@ -24,6 +26,19 @@ pub struct Key {
     pub src: Ipv6Addr,
     pub dst: Ipv6Addr,
     pub id: u32,
+}
+
+impl Key {
+    /// An IPv4 packet's key: its addresses (mapped), protocol and 16-bit identification
+    /// (RFC 791: the four together name a datagram). Mapped addresses never collide with an
+    /// IPv6 packet's.
+    pub fn ipv4(src: Ipv6Addr, dst: Ipv6Addr, protocol: u8, id: u16) -> Key {
+        Key {
+            src,
+            dst,
+            id: (protocol as u32) << 16 | id as u32,
+        }
+    }
 }
 
 struct Pending {
@@ -250,10 +265,15 @@ impl Reassembler {
 }
 
 /// Splits a fragmentable part (upper-layer header and data) into fragment payloads for a
-/// link of `mtu`: every fragment but the last carries a multiple of 8 bytes, and each fits
-/// with the IPv6 and fragment headers. Returns (offset, more, bytes) per fragment.
-pub fn split(part: &[u8], mtu: usize) -> impl Iterator<Item = (usize, bool, &[u8])> {
-    let room = (mtu - super::wire::IPV6_LEN - super::wire::FRAG_LEN) & !7;
+/// link of `mtu` with `headers` bytes of headers in each fragment (IPv6 and its fragment
+/// header, or IPv4's): every fragment but the last carries a multiple of 8 bytes, and each
+/// fits. Returns (offset, more, bytes) per fragment.
+pub fn split(
+    part: &[u8],
+    mtu: usize,
+    headers: usize,
+) -> impl Iterator<Item = (usize, bool, &[u8])> {
+    let room = (mtu - headers) & !7;
     part.chunks(room).enumerate().map(move |(i, c)| {
         let offset = i * room;
         (offset, offset + c.len() < part.len(), c)
@@ -288,7 +308,7 @@ mod tests {
     fn reassembles_in_any_order() {
         let t = Instant::now();
         let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
-        let frags: Vec<_> = split(&data, 1280).collect();
+        let frags: Vec<_> = split(&data, 1280, 48).collect();
         assert_eq!(frags.len(), 3);
         assert!(frags.iter().all(|(o, _, _)| o % 8 == 0));
         for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0], [2, 0, 1]] {

@@ -7,12 +7,14 @@
 pub enum DropReason {
     /// Shorter than its headers or length fields, or a field out of range.
     Malformed,
-    /// A UDP or ICMPv6 checksum that does not verify (zero UDP checksums included).
+    /// A UDP, ICMP or IPv4 header checksum that does not verify (zero UDP checksums over
+    /// IPv6 included).
     BadChecksum,
-    /// Another station's MAC, or an IPv6 destination that is not ours.
+    /// Another station's MAC, an IP destination that is not ours (or a broadcast for a
+    /// protocol the device does not answer on it), or ARP about another station's address.
     NotForUs,
-    /// Not IPv6 (IPv4, ARP, VLAN tags ... on the link).
-    NotIpv6,
+    /// Neither IPv6, IPv4 nor ARP (VLAN tags, other protocols ... on the link).
+    NotIp,
     /// A next header the device does not implement (answered with a parameter problem).
     UnsupportedNextHeader,
     /// An extension header option whose type says "discard if unknown".
@@ -49,7 +51,7 @@ impl DropReason {
         DropReason::Malformed,
         DropReason::BadChecksum,
         DropReason::NotForUs,
-        DropReason::NotIpv6,
+        DropReason::NotIp,
         DropReason::UnsupportedNextHeader,
         DropReason::UnknownOption,
         DropReason::RoutingHeader,
@@ -69,7 +71,7 @@ impl DropReason {
             DropReason::Malformed => "drop_malformed",
             DropReason::BadChecksum => "drop_bad_checksum",
             DropReason::NotForUs => "drop_not_for_us",
-            DropReason::NotIpv6 => "drop_not_ipv6",
+            DropReason::NotIp => "drop_not_ip",
             DropReason::UnsupportedNextHeader => "drop_unsupported_next_header",
             DropReason::UnknownOption => "drop_unknown_option",
             DropReason::RoutingHeader => "drop_routing_header",
@@ -105,14 +107,21 @@ pub struct NetStats {
     pub na_rx: u64,
     pub ns_tx: u64,
     pub na_tx: u64,
+    /// ARP requests and replies received (for the device's addresses) and sent
+    /// (gratuitous announcements among the requests).
+    pub arp_requests_rx: u64,
+    pub arp_replies_rx: u64,
+    pub arp_requests_tx: u64,
+    pub arp_replies_tx: u64,
     /// Someone else's DAD probe for one of our addresses, answered (RFC 4862 §5.4.3).
     pub dad_defended: u64,
     /// Another station claims one of our addresses.
     pub duplicate_address: u64,
-    /// ICMPv6 errors sent, and those the rate limit held back.
+    /// ICMP errors (ICMPv6 and ICMPv4) sent, and those the rate limit held back.
     pub icmp_errors_tx: u64,
     pub icmp_errors_rate_limited: u64,
-    /// ICMPv6 errors received: packet too big (applied to the path MTU), the others.
+    /// ICMP errors received: packet too big or fragmentation needed (applied to the path
+    /// MTU), the others.
     pub ptb_rx: u64,
     pub icmp_errors_rx: u64,
     /// Datagrams sent in fragments, and the fragments.
@@ -161,6 +170,10 @@ impl NetStats {
             ("na_rx", self.na_rx),
             ("ns_tx", self.ns_tx),
             ("na_tx", self.na_tx),
+            ("arp_requests_rx", self.arp_requests_rx),
+            ("arp_replies_rx", self.arp_replies_rx),
+            ("arp_requests_tx", self.arp_requests_tx),
+            ("arp_replies_tx", self.arp_replies_tx),
             ("dad_defended", self.dad_defended),
             ("duplicate_address", self.duplicate_address),
             ("icmp_errors_tx", self.icmp_errors_tx),

@@ -1,5 +1,12 @@
 //! Packet formats: building and parsing Ethernet II, IPv6 (with its fragment header),
-//! ICMPv6 (echo, errors, neighbour discovery) and UDP. No protocol state lives here.
+//! ICMPv6 (echo, errors, neighbour discovery), UDP, and beside them IPv4, ICMPv4 and ARP.
+//! No protocol state lives here.
+//!
+//! Addresses are IPv6 addresses everywhere above this module: an IPv4 address is its
+//! IPv4-mapped form `::ffff:a.b.c.d` (RFC 4291 §2.5.5.2), as Linux's dual-stack sockets
+//! show it. Whether a packet goes out as IPv4 is read off its addresses ([`ipv4_of`]); the
+//! few things that differ by family above the wire (header sizes, pseudo-headers) ask
+//! [`ip_header_len`] and [`super::checksum::pseudo_header`].
 //!
 //! Headers and checksums come from `etherparse`; this module fixes the few shapes the stack
 //! uses and adds what `etherparse` leaves to its users (NDP option lists, MAC and
@@ -10,12 +17,14 @@
 //! resolution only writes the first 14 bytes.
 
 use std::fmt;
-use std::net::Ipv6Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use etherparse::{
     checksum::Sum16BitWords, Icmpv6Type, IpNumber, Ipv6FlowLabel, Ipv6FragmentHeader, Ipv6Header,
-    UdpHeader,
 };
+
+mod ipv4;
+pub use ipv4::*;
 
 /// A MAC address (as the engine keeps it).
 pub type Mac = [u8; 6];
@@ -25,6 +34,45 @@ pub const IPV6_LEN: usize = 40;
 pub const UDP_LEN: usize = 8;
 pub const FRAG_LEN: usize = 8;
 pub const ETHERTYPE_IPV6: u16 = 0x86dd;
+pub const IPV4_LEN: usize = 20;
+pub const ETHERTYPE_IPV4: u16 = 0x0800;
+pub const ETHERTYPE_ARP: u16 = 0x0806;
+/// An ARP message for Ethernet and IPv4 (RFC 826).
+pub const ARP_LEN: usize = 28;
+pub const BROADCAST_MAC: Mac = [0xff; 6];
+
+/// The IPv4 address an IPv4-mapped IPv6 address stands for; None for any other address.
+#[inline]
+pub fn ipv4_of(a: &Ipv6Addr) -> Option<Ipv4Addr> {
+    a.to_ipv4_mapped()
+}
+
+/// Whether `a` is an IPv4 address in its mapped form.
+#[inline]
+pub fn is_ipv4(a: &Ipv6Addr) -> bool {
+    let o = a.octets();
+    o[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]
+}
+
+/// The mapped form of an IPv4 address.
+#[inline]
+pub fn mapped(a: Ipv4Addr) -> Ipv6Addr {
+    a.to_ipv6_mapped()
+}
+
+/// The bytes of IP header (without options or extension headers) in front of a packet
+/// between these addresses: 20 for IPv4, 40 for IPv6. Sets MSS and payload limits.
+#[inline]
+pub fn ip_header_len(a: &Ipv6Addr) -> usize {
+    if is_ipv4(a) {
+        IPV4_LEN
+    } else {
+        IPV6_LEN
+    }
+}
+
+/// The IPv4 limited broadcast address, mapped.
+pub const IPV4_BROADCAST: Ipv6Addr = Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0xffff, 0xffff);
 
 /// IPv6 next-header values the stack knows.
 pub mod proto {
@@ -166,11 +214,17 @@ pub fn parse_mac(s: &str) -> Result<Mac, String> {
 
 // ---- building -----------------------------------------------------------------------------
 
-/// Writes an Ethernet II header for an IPv6 frame into the first [`ETH_LEN`] bytes.
+/// Writes an Ethernet II header for an IP frame into the first [`ETH_LEN`] bytes; the
+/// ethertype is the IP version's (the packet after the header says which).
 pub fn write_ethernet(frame: &mut [u8], dst: &Mac, src: &Mac) {
     frame[0..6].copy_from_slice(dst);
     frame[6..12].copy_from_slice(src);
-    frame[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+    let ethertype = if frame.get(ETH_LEN).is_some_and(|b| b >> 4 == 4) {
+        ETHERTYPE_IPV4
+    } else {
+        ETHERTYPE_IPV6
+    };
+    frame[12..14].copy_from_slice(&ethertype.to_be_bytes());
 }
 
 fn ipv6_header(src: &Ipv6Addr, dst: &Ipv6Addr, next: u8, len: usize, hop_limit: u8) -> [u8; 40] {
@@ -236,22 +290,23 @@ pub fn ipv6_fragment(
 }
 
 /// A UDP datagram (header with its checksum, then the payload). The checksum is
-/// mandatory over IPv6 (RFC 8200 §8.1). `payload` must leave the length in 16 bits.
+/// mandatory over IPv6 (RFC 8200 §8.1) and always sent over IPv4 too; a sum of zero goes
+/// as 0xffff (RFC 768). `payload` must leave the length in 16 bits.
 pub fn udp(src: &Ipv6Addr, dst: &Ipv6Addr, sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
     let len = UDP_LEN + payload.len();
     debug_assert!(len <= u16::MAX as usize);
-    let mut h = UdpHeader {
-        source_port: sport,
-        destination_port: dport,
-        length: len as u16,
-        checksum: 0,
-    };
-    h.checksum = h
-        .calc_checksum_ipv6_raw(src.octets(), dst.octets(), payload)
-        .expect("length checked");
     let mut out = Vec::with_capacity(len);
-    out.extend_from_slice(&h.to_bytes());
+    out.extend_from_slice(&sport.to_be_bytes());
+    out.extend_from_slice(&dport.to_be_bytes());
+    out.extend_from_slice(&(len as u16).to_be_bytes());
+    out.extend_from_slice(&[0, 0]);
     out.extend_from_slice(payload);
+    let pseudo = super::checksum::pseudo_header(src, dst, proto::UDP, len as u32);
+    let sum = match !super::checksum::sum(pseudo, &out) {
+        0 => 0xffff,
+        s => s,
+    };
+    out[6..8].copy_from_slice(&sum.to_be_bytes());
     out
 }
 
@@ -343,6 +398,8 @@ pub enum ParseError {
     Truncated,
     /// A field has a value the format does not allow.
     Invalid,
+    /// A header checksum that does not verify (IPv4's header, ICMPv4).
+    Checksum,
 }
 
 /// An Ethernet II frame.

@@ -85,10 +85,11 @@ fn frames_not_for_us() {
         assert_eq!(s.stats().dropped(*why), before + 1, "case {i}");
     }
     assert_eq!(s.stats().dropped(DropReason::NotForUs), 3);
-    let mut arp = udp_from_peer(1, 2, b"x");
-    arp[12..14].copy_from_slice(&[0x08, 0x06]);
-    s.receive(&arp, t);
-    assert_eq!(s.stats().dropped(DropReason::NotIpv6), 1);
+    // A VLAN tag: not a protocol the device speaks.
+    let mut tagged = udp_from_peer(1, 2, b"x");
+    tagged[12..14].copy_from_slice(&[0x81, 0x00]);
+    s.receive(&tagged, t);
+    assert_eq!(s.stats().dropped(DropReason::NotIp), 1);
     // A zero UDP checksum is not allowed over IPv6.
     let mut z = udp_from_peer(1, 2, b"x");
     z[60..62].copy_from_slice(&[0, 0]);

@@ -14,6 +14,7 @@ mod peer;
 mod fragments;
 mod hostile_input;
 mod icmp;
+mod ipv4;
 mod ndp;
 mod pair;
 mod routing;

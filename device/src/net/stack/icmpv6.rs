@@ -86,14 +86,7 @@ impl Stack {
         if ip.next_header == proto::ICMPV6 && ip.payload().first().is_some_and(|&t| t < 128) {
             return; // an error message (the common case; deeper chains are not searched)
         }
-        // Token bucket.
-        if let Some(last) = self.icmp_refilled {
-            let dt = now.saturating_duration_since(last).as_secs_f64();
-            self.icmp_tokens = (self.icmp_tokens + dt * ICMP_ERROR_RATE).min(ICMP_ERROR_BURST);
-        }
-        self.icmp_refilled = Some(now);
-        if self.icmp_tokens < 1.0 {
-            self.stats.icmp_errors_rate_limited += 1;
+        if !self.icmp_error_allowed(now) {
             return;
         }
         let src = if self.is_own_unicast(&ip.dst) {
@@ -123,8 +116,34 @@ impl Stack {
         }
     }
 
+    /// Whether the error rate limit (a token bucket shared by ICMPv6 and ICMPv4) lets one
+    /// more error go now; the caller takes the token (`icmp_tokens`) when it
+    /// sent one. Counts what it holds back.
+    pub(super) fn icmp_error_allowed(&mut self, now: Instant) -> bool {
+        if let Some(last) = self.icmp_refilled {
+            let dt = now.saturating_duration_since(last).as_secs_f64();
+            self.icmp_tokens = (self.icmp_tokens + dt * ICMP_ERROR_RATE).min(ICMP_ERROR_BURST);
+        }
+        self.icmp_refilled = Some(now);
+        if self.icmp_tokens < 1.0 {
+            self.stats.icmp_errors_rate_limited += 1;
+            return false;
+        }
+        true
+    }
+
     /// The engine found no QP bound to the datagram's port: answer "port unreachable".
     pub fn port_unreachable(&mut self, d: &UdpIn<'_>, now: Instant) {
+        if wire::is_ipv4(&d.src) {
+            self.icmpv4_error(
+                &d.packet,
+                wire::icmp4::DEST_UNREACHABLE,
+                wire::icmp4::UNREACH_PORT,
+                0,
+                now,
+            );
+            return;
+        }
         self.icmp_error(
             &d.packet,
             icmp::DEST_UNREACHABLE,
@@ -327,8 +346,20 @@ impl Stack {
         }
         self.stats.ptb_rx += 1;
         let reported = u32::from_be_bytes(m.word) as usize;
-        let dst = quoted.1;
-        let mtu = reported.clamp(MIN_MTU, self.mtu);
+        self.lower_path_mtu(quoted.1, reported, MIN_MTU, now);
+    }
+
+    /// An ICMP error said packets to `dst` must be at most `reported` bytes: the path MTU
+    /// is lowered to that, never below `floor` (IPv6's 1280, RFC 8201 §4; IPv4's 576)
+    /// nor raised above the link's.
+    pub(super) fn lower_path_mtu(
+        &mut self,
+        dst: Ipv6Addr,
+        reported: usize,
+        floor: usize,
+        now: Instant,
+    ) {
+        let mtu = reported.clamp(floor, self.mtu);
         if mtu < self.path_mtu(&dst, now) {
             debug!("path MTU to {dst} is now {mtu} (packet too big said {reported})");
             if self.pmtu.len() >= MAX_PMTU_ENTRIES {

@@ -3,13 +3,19 @@
 //! segments (built by [`crate::net::tcp`]) go out through [`Stack::send_tcp`] and come in
 //! beside datagrams.
 //!
+//! IPv4 runs beside IPv6 ([`ipv4`]): an IPv4 address is kept in its IPv4-mapped form
+//! (`::ffff:a.b.c.d`), so the same calls send and receive over either family, and the
+//! neighbour cache, reassembly and path MTUs hold both kinds of address. ARP takes NDP's
+//! place for IPv4 neighbours, ICMPv4 ICMPv6's.
+//!
 //! The stack is a pure state machine driven by the engine thread: frames in through
 //! [`Stack::receive`], datagrams out through [`Stack::send_udp`], timers through
 //! [`Stack::poll`] and [`Stack::next_deadline`], and every frame it wants on the wire is
 //! taken with [`Stack::pop_tx`]. It never blocks and never reads a clock: `now` is given.
 //!
 //! Routing is on-link only: a destination is reachable if it is link-local, inside the
-//! prefix of a configured address, or has a static neighbour entry. There is no default
+//! prefix of a configured address of its family, or has a static neighbour entry (an IPv4
+//! destination also needs an IPv4 address of the device to send from). There is no default
 //! router (the device ignores router advertisements); other destinations are refused with
 //! [`SendError::NoRoute`]. Packets to the device's own addresses (and `::1`) take the
 //! loopback: they wait in the stack ([`Stack::pop_loopback`]) and come back up through
@@ -33,7 +39,10 @@ use super::stats::{DropReason, NetStats};
 use super::wire::{self, icmp, proto, Mac, IPV6_LEN};
 
 mod icmpv6;
+mod ipv4;
 mod rx;
+
+pub use ipv4::{MAX_UDP4_PAYLOAD, MIN_IPV4_PATH_MTU};
 
 /// Largest UDP payload: the IPv6 payload length field (65535) less the UDP header.
 pub const MAX_UDP_PAYLOAD: usize = 65535 - wire::UDP_LEN;
@@ -192,6 +201,9 @@ pub struct Stack {
     /// Whether TCP segments go up ([`Upper::Tcp`]) or are refused like any unsupported
     /// next header.
     tcp: bool,
+    /// The identification of the next unfragmented IPv4 packet (fragmented ones take a
+    /// random one).
+    ipv4_id: u16,
 }
 
 impl Stack {
@@ -229,7 +241,9 @@ impl Stack {
             rng: fastrand::Rng::with_seed(seed),
             actions: Vec::new(),
             tcp: false,
+            ipv4_id: 0,
         };
+        s.ipv4_id = s.rng.u16(..);
         s.send_dad_probe(s.link_local);
         for &(a, plen) in &config.addrs {
             s.add_address(a, plen);
@@ -269,7 +283,11 @@ impl Stack {
             return;
         }
         self.addrs.push((addr, plen.min(128)));
-        self.send_dad_probe(addr);
+        if wire::is_ipv4(&addr) {
+            self.send_gratuitous_arp(addr);
+        } else {
+            self.send_dad_probe(addr);
+        }
     }
 
     pub fn remove_address(&mut self, addr: &Ipv6Addr) {
@@ -289,9 +307,10 @@ impl Stack {
         }
     }
 
-    /// Whether `a` is one of the device's own unicast addresses (or loopback).
+    /// Whether `a` is one of the device's own unicast addresses (or loopback: `::1`,
+    /// IPv4's 127.0.0.0/8).
     pub fn is_local(&self, a: &Ipv6Addr) -> bool {
-        a.is_loopback() || *a == self.link_local || self.addrs.iter().any(|(x, _)| x == a)
+        is_loopback(a) || *a == self.link_local || self.addrs.iter().any(|(x, _)| x == a)
     }
 
     fn is_own_unicast(&self, a: &Ipv6Addr) -> bool {
@@ -345,6 +364,9 @@ impl Stack {
         if !self.link {
             return Err(SendError::NoRoute);
         }
+        if wire::is_ipv4(dst) {
+            return self.route_ipv4(dst);
+        }
         if dst.is_multicast() {
             // Link-local scope only: nothing routes further for us.
             return match dst.segments()[0] & 0x000f {
@@ -356,7 +378,7 @@ impl Stack {
             || self
                 .addrs
                 .iter()
-                .any(|(a, plen)| wire::in_prefix(dst, a, *plen))
+                .any(|(a, plen)| !wire::is_ipv4(a) && wire::in_prefix(dst, a, *plen))
             || self.static_neighbors.contains(dst)
         {
             return Ok(());
@@ -368,6 +390,8 @@ impl Stack {
     /// needs): `dst` itself when it is the device's own (rule 1, same address), link-local
     /// for link-local and multicast destinations, otherwise a configured address whose
     /// prefix holds `dst` (the longest), else the first configured address.
+    /// An IPv4 destination gets an IPv4 source (the link-local address when the device has
+    /// none, which [`Stack::route`] refuses anyway).
     pub fn select_source(&self, dst: &Ipv6Addr) -> Ipv6Addr {
         if self.is_local(dst) {
             return *dst;
@@ -375,13 +399,24 @@ impl Stack {
         if wire::is_link_local(dst) || dst.is_multicast() {
             return self.link_local;
         }
-        self.addrs
-            .iter()
+        let v4 = wire::is_ipv4(dst);
+        let family = || self.addrs.iter().filter(|(a, _)| wire::is_ipv4(a) == v4);
+        family()
             .filter(|(a, plen)| wire::in_prefix(dst, a, *plen))
             .max_by_key(|(_, plen)| *plen)
-            .or(self.addrs.first())
+            .or(family().next())
             .map(|(a, _)| *a)
             .unwrap_or(self.link_local)
+    }
+
+    /// The largest UDP payload toward `dst`: what the IP length field leaves after the
+    /// headers ([`MAX_UDP_PAYLOAD`] over IPv6, [`MAX_UDP4_PAYLOAD`] over IPv4).
+    pub fn max_udp_payload(dst: &Ipv6Addr) -> usize {
+        if wire::is_ipv4(dst) {
+            MAX_UDP4_PAYLOAD
+        } else {
+            MAX_UDP_PAYLOAD
+        }
     }
 
     /// The MTU toward `dst`: the link's, or less if a packet too big said so.
@@ -417,7 +452,7 @@ impl Stack {
         payload: &[u8],
         now: Instant,
     ) -> Result<Ipv6Addr, SendError> {
-        if payload.len() > MAX_UDP_PAYLOAD {
+        if payload.len() > Stack::max_udp_payload(&dst) {
             return Err(SendError::TooBig);
         }
         self.route(&dst).inspect_err(|e| {
@@ -426,13 +461,16 @@ impl Stack {
             }
         })?;
         let src = match src {
-            Some(s) if s.is_unspecified() => self.select_source(&dst),
+            Some(s) if is_unspecified(&s) => self.select_source(&dst),
             Some(s) if self.is_own_unicast(&s) => s,
-            // `::1` only toward the device itself: it must never reach a link.
-            Some(s) if s.is_loopback() && self.is_local(&dst) => s,
+            // Loopback only toward the device itself: it must never reach a link.
+            Some(s) if is_loopback(&s) && self.is_local(&dst) => s,
             Some(_) => return Err(SendError::BadSource),
             None => self.select_source(&dst),
         };
+        if wire::is_ipv4(&src) != wire::is_ipv4(&dst) {
+            return Err(SendError::BadSource);
+        }
         let dgram = wire::udp(&src, &dst, sport, dport, payload);
         self.send_ip(src, dst, proto::UDP, wire::DEFAULT_HOP_LIMIT, &dgram, now)?;
         self.stats.udp_tx += 1;
@@ -451,6 +489,9 @@ impl Stack {
         upper: &[u8],
         now: Instant,
     ) -> Result<(), SendError> {
+        if wire::is_ipv4(&dst) {
+            return self.send_ipv4(src, dst, next_header, hop_limit, upper, now);
+        }
         let _stage = crate::stages::span(crate::stages::Stage::BuildHeaders);
         self.route(&dst)?;
         if upper.len() > u16::MAX as usize {
@@ -470,7 +511,7 @@ impl Stack {
         // random, so they cannot be predicted (RFC 7739).
         let id = self.rng.u32(..);
         let mut n = 0;
-        for (offset, more, data) in frag::split(upper, mtu) {
+        for (offset, more, data) in frag::split(upper, mtu, IPV6_LEN + wire::FRAG_LEN) {
             let frame =
                 wire::ipv6_fragment(&src, &dst, next_header, hop_limit, id, offset, more, data);
             self.output(dst, frame, now);
@@ -502,7 +543,8 @@ impl Stack {
         let mtu = self.path_mtu(&dst, now);
         // The pieces must fit the path (it may have shrunk since the segment was built).
         let thl = segment.get(12).map_or(0, |b| (b >> 4) as usize * 4);
-        let mss = (mss as usize).min(mtu.saturating_sub(IPV6_LEN + thl).max(1));
+        let iph = wire::ip_header_len(&dst);
+        let mss = (mss as usize).min(mtu.saturating_sub(iph + thl).max(1));
         if mss == 0 || thl < 20 || segment.len() <= thl + mss {
             // One segment (the peer's MSS, not only the MTU, sets the piece size).
             return self.send_ip(src, dst, proto::TCP, hop_limit, segment, now);
@@ -514,13 +556,15 @@ impl Stack {
             return Err(SendError::TooBig);
         }
         let mac = match self.neighbors.get(&dst) {
+            // IPv4 super-frames are cut here too: the links' segmentation (`gso`, a TAP's
+            // TSO) takes IPv6 frames only.
             Some((
                 neighbor::State::Reachable
                 | neighbor::State::Static
                 | neighbor::State::Delay
                 | neighbor::State::Probe,
                 Some(mac),
-            )) if !dst.is_multicast() => mac,
+            )) if !dst.is_multicast() && iph == IPV6_LEN => mac,
             _ => {
                 let mut pieces = Vec::new();
                 gso::split_tcp(&src, &dst, segment, mss as usize, |p| pieces.push(p))
@@ -629,6 +673,12 @@ impl Stack {
                     wire::write_ethernet(&mut f, &mac, &self.mac);
                     self.push_tx(f);
                 }
+                Action::SolicitMulticast(target) if wire::is_ipv4(&target) => {
+                    self.send_arp_request(target, None)
+                }
+                Action::SolicitUnicast(target, mac) if wire::is_ipv4(&target) => {
+                    self.send_arp_request(target, Some(mac))
+                }
                 Action::SolicitMulticast(target) => {
                     let group = wire::solicited_node(&target);
                     self.send_ns(target, group, wire::multicast_mac(&group));
@@ -695,15 +745,23 @@ impl Stack {
             }
             self.stats.reassembly_timeouts += 1;
             self.stats.drops[DropReason::ReassemblyFailed as usize] += e.fragments as u64;
-            if let Some(first) = e.first {
-                self.icmp_error(
+            match e.first {
+                Some(first) if first.first().is_some_and(|b| b >> 4 == 4) => self.icmpv4_error(
+                    &first,
+                    wire::icmp4::TIME_EXCEEDED,
+                    wire::icmp4::TIME_EXCEEDED_REASSEMBLY,
+                    0,
+                    now,
+                ),
+                Some(first) => self.icmp_error(
                     &first,
                     icmp::TIME_EXCEEDED,
                     icmp::TIME_EXCEEDED_REASSEMBLY,
                     0,
                     false,
                     now,
-                );
+                ),
+                None => {}
             }
         }
     }
@@ -721,4 +779,14 @@ impl Stack {
         .flatten()
         .min()
     }
+}
+
+/// Whether `a` is a loopback address of either family (`::1`, 127.0.0.0/8).
+pub(super) fn is_loopback(a: &Ipv6Addr) -> bool {
+    a.is_loopback() || wire::ipv4_of(a).is_some_and(|v| v.is_loopback())
+}
+
+/// Whether `a` is the unspecified address of either family (`::`, 0.0.0.0).
+pub(super) fn is_unspecified(a: &Ipv6Addr) -> bool {
+    a.is_unspecified() || wire::ipv4_of(a).is_some_and(|v| v.is_unspecified())
 }

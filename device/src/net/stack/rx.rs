@@ -1,5 +1,6 @@
 //! Receiving: a frame from the link walked through Ethernet, IPv6 and its extension
 //! headers, reassembled when fragmented, checked, and handed up (UDP, TCP) or to ICMPv6.
+//! IPv4 and ARP frames turn off to [`super::ipv4`] at the ethertype.
 
 use std::borrow::Cow;
 use std::net::Ipv6Addr;
@@ -64,7 +65,14 @@ impl Stack {
             return self.drop(DropReason::Looped);
         }
         if eth.ethertype != wire::ETHERTYPE_IPV6 {
-            return self.drop(DropReason::NotIpv6);
+            return match eth.ethertype {
+                wire::ETHERTYPE_IPV4 => self.receive_ipv4(&eth, now),
+                wire::ETHERTYPE_ARP => {
+                    self.receive_arp(&eth, now);
+                    None
+                }
+                _ => self.drop(DropReason::NotIp),
+            };
         }
         if eth.dst != self.mac && eth.dst[..2] != [0x33, 0x33] {
             return self.drop(DropReason::NotForUs);
@@ -88,6 +96,9 @@ impl Stack {
     /// [`Stack::receive_upper`] from the IPv6 header on (the stack built it, for one of its
     /// own addresses).
     pub fn receive_looped<'f>(&mut self, frame: &'f [u8], now: Instant) -> Option<Upper<'f>> {
+        if frame.get(wire::ETH_LEN).is_some_and(|b| b >> 4 == 4) {
+            return self.receive_looped_ipv4(&frame[wire::ETH_LEN..], now);
+        }
         let Ok(ip) = wire::parse_ipv6(&frame[wire::ETH_LEN..]) else {
             return self.drop(DropReason::Malformed);
         };

@@ -110,4 +110,11 @@ impl Config {
     pub fn mss_for_mtu(mtu: usize) -> u16 {
         mtu.saturating_sub(60).clamp(536, u16::MAX as usize) as u16
     }
+
+    /// The MSS a connection with `remote` announces: [`Config::mss`] is sized for IPv6's
+    /// header, and IPv4's is 20 bytes shorter (RFC 9293 §3.7.1: MTU less 40).
+    pub fn mss_toward(&self, remote: &std::net::Ipv6Addr) -> u16 {
+        let saved = crate::net::wire::IPV6_LEN - crate::net::wire::ip_header_len(remote);
+        self.mss.saturating_add(saved as u16)
+    }
 }

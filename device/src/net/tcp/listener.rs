@@ -201,12 +201,15 @@ impl Listener {
     fn cookie_syn_ack(&self, syn: &Segment, now: Instant, isn: &IsnGenerator) -> Outgoing {
         let h = &syn.header;
         let t = FourTuple::of_incoming(syn);
-        let peer_mss = h.options.mss.unwrap_or(super::connection::DEFAULT_IPV6_MSS);
+        let peer_mss = h
+            .options
+            .mss
+            .unwrap_or(super::connection::default_mss(&t.remote));
         let idx = COOKIE_MSS.iter().rposition(|&m| m <= peer_mss).unwrap_or(0) as u32;
         let tick = self.tick(now) & 0x1f;
         let iss = tick << 27 | idx << 24 | Self::cookie_hash(isn, &t, h.seq, tick);
         let mut o = Options {
-            mss: Some(self.cfg.mss),
+            mss: Some(self.cfg.mss_toward(&t.remote)),
             ..Options::default()
         };
         if let (Some((peer_val, _)), true) = (h.options.timestamps, self.cfg.timestamps) {

@@ -121,12 +121,6 @@ pub struct ConnectionTable<T> {
     memory: Option<std::sync::Arc<super::MemoryPool>>,
 }
 
-/// The largest segment (the MSS's measure: payload with a bare TCP header) that fits a
-/// path MTU: less 40 bytes of IPv6 header and 20 of TCP header.
-fn path_mss(mtu: usize) -> u16 {
-    mtu.saturating_sub(60).min(u16::MAX as usize) as u16
-}
-
 impl<T> ConnectionTable<T> {
     pub fn new(isn: IsnGenerator) -> ConnectionTable<T> {
         ConnectionTable {
@@ -240,7 +234,7 @@ impl<T> ConnectionTable<T> {
             // size of a new connection from its first segment on (TCP does not rely on
             // IPv6 fragmentation). The MSS it announces stays the link's (RFC 9293
             // §3.7.1: what it can receive).
-            conn.set_path_mss(path_mss(mtu));
+            conn.set_path_mss(super::connection::path_mss(mtu, &tuple.remote));
         }
         let entry = Entry {
             conn,

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use super::{CallError, Connection, Event, State, DEFAULT_IPV6_MSS};
+use super::{default_mss, path_mss, CallError, Connection, Event, State};
 
 impl Connection {
     /// Appends `len` bytes to the send stream (the [`SendSource`](super::super::SendSource) must
@@ -80,7 +80,8 @@ impl Connection {
 
     /// The path MTU toward the peer changed: segments are cut to fit.
     pub fn set_path_mss(&mut self, mss: u16) {
-        self.mss_limit = mss.clamp(DEFAULT_IPV6_MSS.min(self.cfg.mss), self.cfg.mss);
+        let floor = default_mss(&self.tuple.remote).min(self.cfg.mss);
+        self.mss_limit = mss.clamp(floor, self.cfg.mss);
         self.cc.set_mss(self.smss());
     }
 
@@ -92,8 +93,8 @@ impl Connection {
     /// new size, as far as cwnd allows; cwnd is not reduced (no congestion). The output
     /// is due at `now` ([`Connection::next_deadline`]).
     pub fn path_mtu_changed(&mut self, mtu: usize, now: Instant) {
-        // 40 bytes of IPv6 header, 20 of TCP header; options come off in smss().
-        let mss = mtu.saturating_sub(60).min(u16::MAX as usize) as u16;
+        // The IP and TCP headers; options come off in smss().
+        let mss = path_mss(mtu, &self.tuple.remote);
         let before = self.smss();
         self.set_path_mss(mss);
         if self.smss() >= before || !self.synchronized() || self.una >= self.nxt {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::super::io::RecvSink;
 use super::super::ranges::{seq_lt, unwrap_seq};
 use super::super::wire::{self, Header, Segment};
-use super::{Connection, Event, State, DEFAULT_IPV6_MSS};
+use super::{default_mss, Connection, Event, State};
 
 /// PAWS: a TS.Recent idle this long is no longer trusted (RFC 7323 §5.5).
 const PAWS_IDLE: Duration = Duration::from_secs(24 * 24 * 3600);
@@ -34,7 +34,11 @@ impl Connection {
     pub(super) fn take_syn(&mut self, syn: &Segment, now: Instant) {
         let h = &syn.header;
         self.irs = h.seq;
-        self.peer_mss = h.options.mss.unwrap_or(DEFAULT_IPV6_MSS).max(64);
+        self.peer_mss = h
+            .options
+            .mss
+            .unwrap_or(default_mss(&self.tuple.remote))
+            .max(64);
         if let (Some(ours), Some(theirs)) = (self.cfg.window_scale, h.options.window_scale) {
             self.rcv_shift = ours.min(wire::MAX_WINDOW_SHIFT);
             self.snd_shift = theirs;

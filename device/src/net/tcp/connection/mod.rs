@@ -51,6 +51,24 @@ pub use types::{CallError, ConnStats, Event, FourTuple, Outgoing, State, GSO_MAX
 
 /// MSS assumed when the peer sends none: IPv6's minimum MTU less 60 (RFC 9293 §3.7.1).
 pub const DEFAULT_IPV6_MSS: u16 = 1220;
+/// The same for IPv4: 576 less 40 (RFC 9293 §3.7.1, RFC 1122 §4.2.2.6).
+pub const DEFAULT_IPV4_MSS: u16 = 536;
+
+/// The MSS assumed for a peer at `remote` that announces none.
+pub fn default_mss(remote: &std::net::Ipv6Addr) -> u16 {
+    if crate::net::wire::is_ipv4(remote) {
+        DEFAULT_IPV4_MSS
+    } else {
+        DEFAULT_IPV6_MSS
+    }
+}
+
+/// The largest segment (payload with a bare TCP header) that fits a path MTU toward
+/// `remote`: less the IP header (40 bytes for IPv6, 20 for IPv4) and 20 of TCP.
+pub fn path_mss(mtu: usize, remote: &std::net::Ipv6Addr) -> u16 {
+    let headers = crate::net::wire::ip_header_len(remote) + 20;
+    mtu.saturating_sub(headers).min(u16::MAX as usize) as u16
+}
 /// How soon a delivery the application took, or a window it opened, is acknowledged when
 /// no segment carries the ACK first ([`Connection::ack_delivery`]): long enough for an
 /// answer to carry it (a guest under emulation answers in a few hundred microseconds),
@@ -175,7 +193,8 @@ impl std::fmt::Debug for Connection {
 
 impl Connection {
     fn new(tuple: FourTuple, iss: u32, now: Instant, cfg: &Config, state: State) -> Connection {
-        let cfg = *cfg;
+        let mut cfg = *cfg;
+        cfg.mss = cfg.mss_toward(&tuple.remote);
         let mss = cfg.mss as usize;
         Connection {
             tuple,
@@ -197,7 +216,7 @@ impl Connection {
             ws_ok: false,
             sack_ok: false,
             ts_ok: false,
-            peer_mss: DEFAULT_IPV6_MSS,
+            peer_mss: default_mss(&tuple.remote),
             mss_limit: cfg.mss,
             acked_reported: 0,
             irs: 0,
