@@ -1,7 +1,7 @@
 //! The device's network against the Linux kernel: a network namespace made for the test,
-//! a TAP in it with the lab's host address (fd51:5050::1/64), the stack on the TAP from
-//! this process, and in the namespace `ping -6`, kernel UDP sockets, nftables random loss,
-//! and `tshark` reading the device's capture.
+//! a TAP in it with the lab's host address (fd51:5050::1/64, and 198.18.0.1/24 for IPv4),
+//! the stack on the TAP from this process, and in the namespace `ping`, kernel UDP
+//! sockets, nftables random loss, and `tshark` reading the device's capture.
 //!
 //! Needs root (CI runs as root); without it the tests say so and pass. Host packages:
 //! iproute2 (`ip`), iputils-ping, nftables, tshark — a missing one skips its part with a
@@ -15,7 +15,7 @@ mod net_oracle;
 mod netns;
 
 use std::collections::HashSet;
-use std::net::{Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +32,8 @@ use qpip_device::net::{Delivery, Interface, NetConfig, Stack};
 const DEV_MAC: [u8; 6] = [0x02, 0x51, 0x50, 0x00, 0x01, 0x01];
 const DEV: Ipv6Addr = Ipv6Addr::new(0xfd51, 0x5050, 0, 0, 0, 0, 1, 1);
 const HOST: Ipv6Addr = Ipv6Addr::new(0xfd51, 0x5050, 0, 0, 0, 0, 0, 1);
+const DEV4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+const HOST4: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 const TAP: &str = "qtap0";
 /// Device ports: 7 echoes datagrams back, 9 hands them to the test; others are closed.
 const ECHO: u16 = 7;
@@ -63,6 +65,7 @@ impl Device {
     fn start(backend: Box<dyn Backend>) -> Device {
         let mut c = NetConfig::new(DEV_MAC);
         c.addrs.push((DEV, 64));
+        c.addrs.push((DEV4.to_ipv6_mapped(), 120));
         let stop = Arc::new(AtomicBool::new(false));
         let (cmds, cmd_rx) = mpsc::channel::<Cmd>();
         let (sink_tx, sink) = mpsc::channel();
@@ -78,8 +81,7 @@ impl Device {
                         Delivery::Delivered
                     }
                     SINK => {
-                        let _ = sink_tx
-                            .send((SocketAddr::new(d.src.into(), d.sport), d.payload().to_vec()));
+                        let _ = sink_tx.send((socket_addr(d.src, d.sport), d.payload().to_vec()));
                         Delivery::Delivered
                     }
                     _ => Delivery::NoPort,
@@ -96,10 +98,13 @@ impl Device {
                     payload,
                 }) = cmd_rx.try_recv()
                 {
-                    let SocketAddr::V6(dst) = dst else { panic!() };
+                    let ip = match dst.ip() {
+                        std::net::IpAddr::V6(a) => a,
+                        std::net::IpAddr::V4(a) => a.to_ipv6_mapped(),
+                    };
                     iface
                         .stack
-                        .send_udp(None, sport, *dst.ip(), dst.port(), &payload, now)
+                        .send_udp(None, sport, ip, dst.port(), &payload, now)
                         .expect("send");
                 }
                 iface.flush();
@@ -151,6 +156,14 @@ impl Drop for Device {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// A kernel socket address for an address the stack gives (IPv4 ones mapped).
+fn socket_addr(a: Ipv6Addr, port: u16) -> SocketAddr {
+    match a.to_ipv4_mapped() {
+        Some(v4) => SocketAddr::new(v4.into(), port),
+        None => SocketAddr::new(a.into(), port),
     }
 }
 
@@ -239,13 +252,16 @@ fn setup_existing_tap(ns: &Netns) -> Tap {
 }
 
 fn ping(ns: &Netns, count: u32, size: usize) -> Option<(u32, String)> {
+    ping_addr(ns, &DEV.to_string(), count, size)
+}
+
+fn ping_addr(ns: &Netns, to: &str, count: u32, size: usize) -> Option<(u32, String)> {
     if !have("ping") {
-        println!("SKIPPED ping -6: not installed (install iputils-ping)");
+        println!("SKIPPED ping: not installed (install iputils-ping)");
         return None;
     }
     let out = ns.exec(&[
         "ping",
-        "-6",
         "-n",
         "-c",
         &count.to_string(),
@@ -255,7 +271,7 @@ fn ping(ns: &Netns, count: u32, size: usize) -> Option<(u32, String)> {
         "2",
         "-s",
         &size.to_string(),
-        &DEV.to_string(),
+        to,
     ]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let received = text
@@ -307,15 +323,19 @@ fn tshark_clean(pcap: &Path) {
 }
 
 fn udp_echo_round_trips(host: &UdpSocket, sizes: &[usize]) {
+    udp_echo_round_trips_with(host, SocketAddr::new(DEV.into(), ECHO), sizes)
+}
+
+fn udp_echo_round_trips_with(host: &UdpSocket, echo: SocketAddr, sizes: &[usize]) {
     host.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
     let mut buf = vec![0u8; 70000];
     for (i, &len) in sizes.iter().enumerate() {
         let d = datagram(i as u32, len);
-        host.send_to(&d, SocketAddr::new(DEV.into(), ECHO)).unwrap();
+        host.send_to(&d, echo).unwrap();
         let (n, from) = host
             .recv_from(&mut buf)
             .unwrap_or_else(|e| panic!("echo of {} bytes: {e}", d.len()));
-        assert_eq!(from, SocketAddr::new(DEV.into(), ECHO));
+        assert_eq!(from, echo);
         assert_eq!(&buf[..n], &d[..], "echo of {} bytes", d.len());
     }
 }
@@ -490,6 +510,80 @@ fn kernel_udp_and_ping_through_the_device_impairment() {
     let iface = dev.stop();
     print_counters(&iface);
     drop(iface); // closes the TAP, which goes away
+    tshark_clean(&pcap);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn kernel_ipv4_arp_ping_udp_and_port_unreachable() {
+    if !can_run() {
+        return;
+    }
+    let ns = Netns::new("qpipt4");
+    let tap = setup_existing_tap(&ns);
+    ns.ip(&["addr", "add", "198.18.0.1/24", "dev", TAP]);
+    let dir = tempdir("ipv4");
+    let pcap = dir.join("device.pcap");
+    let dev = Device::start(Box::new(Link::new(tap, Some(&pcap), None).unwrap()));
+
+    // The kernel resolves the device with ARP; ping small and fragmented.
+    if let Some((got, text)) = ping_addr(&ns, &DEV4.to_string(), 3, 56) {
+        assert_eq!(got, 3, "ping:\n{text}");
+        let (got, text) = ping_addr(&ns, &DEV4.to_string(), 2, 3000).unwrap();
+        assert_eq!(got, 2, "ping -s 3000:\n{text}");
+    }
+    let neigh =
+        String::from_utf8_lossy(&ns.ip(&["neigh", "show", "198.18.0.2"]).stdout).to_string();
+    assert!(
+        neigh.contains("02:51:50:00:01:01"),
+        "the kernel's ARP entry: {neigh}"
+    );
+
+    // Kernel UDP socket ⇄ device over IPv4, up to the largest IPv4 datagram, fragmented
+    // both ways.
+    let host = ns.enter(|| UdpSocket::bind("198.18.0.1:0")).unwrap();
+    let echo = SocketAddr::new(DEV4.into(), ECHO);
+    udp_echo_round_trips_with(
+        &host,
+        echo,
+        &[0, 1, 100, 1460, 1472, 1473, 5000, 65507 - HEADER],
+    );
+    let port = host.local_addr().unwrap().port();
+    let big = datagram(99, 20000);
+    dev.send(SocketAddr::new(HOST4.into(), port), 4242, big.clone());
+    let mut buf = vec![0u8; 70000];
+    let (n, from) = host
+        .recv_from(&mut buf)
+        .expect("20000 bytes from the device");
+    assert_eq!(
+        (&buf[..n], from),
+        (&big[..], SocketAddr::new(DEV4.into(), 4242))
+    );
+    // What the device received came from the kernel's IPv4 address.
+    host.send_to(b"hello sink", SocketAddr::new(DEV4.into(), SINK))
+        .unwrap();
+    let (from, got) = dev.sink.recv_timeout(Duration::from_secs(3)).expect("sink");
+    assert_eq!(
+        (from, &got[..]),
+        (SocketAddr::new(HOST4.into(), port), &b"hello sink"[..])
+    );
+
+    // A closed port answers ICMPv4 port unreachable, which a connected socket reports.
+    let closed = ns.enter(|| UdpSocket::bind("198.18.0.1:0")).unwrap();
+    closed.connect(SocketAddr::new(DEV4.into(), 5)).unwrap();
+    closed
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    closed.send(b"anyone?").unwrap();
+    let e = closed.recv(&mut buf).expect_err("refused");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+
+    let iface = dev.stop();
+    print_counters(&iface);
+    let stats = iface.stack.stats();
+    assert!(stats.arp_requests_rx + stats.arp_replies_rx > 0);
+    assert_eq!(stats.dropped(qpip_device::net::DropReason::BadChecksum), 0);
+    drop(iface);
     tshark_clean(&pcap);
     let _ = std::fs::remove_dir_all(&dir);
 }
