@@ -16,6 +16,9 @@
 //! through would break them), and the device's TCP counters must show the reordering and
 //! duplication it met.
 //!
+//! The same exchange runs over IPv4 too (the device's and the host's IPv4 addresses on the
+//! same TAP), where the device cuts its own super-segments.
+//!
 //! Needs root (CI runs as root); without it, or without `ip`/`nft`, the tests say so and
 //! pass (and the tshark check says it is skipped when tshark is missing).
 
@@ -24,7 +27,7 @@ mod netns;
 use qpip_testkit as support;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -41,6 +44,8 @@ use support::*;
 
 const DEV: &str = "fd51:5050::1:1";
 const HOST: &str = "fd51:5050::1";
+const DEV4: &str = "198.18.0.2";
+const HOST4: &str = "198.18.0.1";
 const TAP: &str = "qtcp0";
 const DEV_MAC: [u8; 6] = [0x02, 0x51, 0x50, 0x00, 0x07, 0x01];
 /// Bytes each way in each exchange.
@@ -103,9 +108,10 @@ fn device(ns: &Netns, bad: Option<&Bad>) -> FakeGuest {
         impair: bad.map(|b| b.impair),
         ..NetworkConfig::new(NetSpec::Tap(TAP.into()))
     };
+    let dev4: std::net::Ipv4Addr = DEV4.parse().unwrap();
     let engine = EngineConfig {
         mac: DEV_MAC,
-        addrs: vec![(DEV.parse().unwrap(), 64)],
+        addrs: vec![(DEV.parse().unwrap(), 64), (dev4.to_ipv6_mapped(), 120)],
         network: Some(network),
         ..EngineConfig::default()
     };
@@ -179,8 +185,16 @@ fn both_ways(
 }
 
 fn exchange(loss: u32, bad: Option<&Bad>) -> FakeGuest {
+    exchange_between(DEV, HOST, loss, bad)
+}
+
+/// [`exchange`] between the device's address `dev` and the host's `host` (both IPv6 or
+/// both IPv4).
+fn exchange_between(dev: &str, host: &str, loss: u32, bad: Option<&Bad>) -> FakeGuest {
     let ns = Netns::new("qpiptcp");
     ns.add_tap(TAP, HOST);
+    ns.ip(&["addr", "add", &format!("{HOST4}/24"), "dev", TAP]);
+    let at = |a: &str, port: u16| SocketAddr::new(a.parse::<IpAddr>().unwrap(), port);
     if loss > 0 {
         ns.loss(loss);
     }
@@ -190,18 +204,12 @@ fn exchange(loss: u32, bad: Option<&Bad>) -> FakeGuest {
     let mut rng = Rng::new(77 + loss as u64);
 
     // 1. A qpip QP connects to a Linux listener.
-    let listener = ns.within(|| TcpListener::bind(format!("[{HOST}]:7100")).expect("listen"));
+    let listener = ns.within(|| TcpListener::bind(at(host, 7100)).expect("listen"));
     let e = g.tcp_endpoint_in(ctx, FRAMING_STREAM, 16, Flow::buf_len(N, 16));
-    let con = g.submit_connect(ctx, e.qp.id, ip(HOST), 7100);
+    let con = g.submit_connect(ctx, e.qp.id, ip(host), 7100);
     let (s, peer) = listener.accept().expect("kernel accept");
     g.admin_wait_ok(con, "connect");
-    assert_eq!(
-        peer,
-        SocketAddr::new(
-            DEV.parse::<std::net::Ipv6Addr>().unwrap().into(),
-            peer.port()
-        )
-    );
+    assert_eq!(peer, at(dev, peer.port()));
     let e = both_ways(&mut g, e, s, &mut rng, 5, limit, "qpip client");
     let cl = g.submit_close(ctx, e.qp.id);
     g.admin_wait_ok(cl, "close");
@@ -210,9 +218,9 @@ fn exchange(loss: u32, bad: Option<&Bad>) -> FakeGuest {
     let e = g.tcp_endpoint_in(ctx, FRAMING_STREAM, 16, Flow::buf_len(N, 16));
     let l = g.listen(ctx, UNSPECIFIED, 7200, 4).unwrap();
     let acc = g.submit_accept(ctx, l, e.qp.id);
-    let s = ns.within(|| TcpStream::connect(format!("[{DEV}]:7200")).expect("kernel connect"));
+    let s = ns.within(|| TcpStream::connect(at(dev, 7200)).expect("kernel connect"));
     let a = g.admin_wait_ok(acc, "accept");
-    assert_eq!(peer_addr(&a), ip(HOST));
+    assert_eq!(peer_addr(&a), ip(host));
     assert_eq!(a.result2, s.local_addr().unwrap().port() as u32);
     both_ways(&mut g, e, s, &mut rng, 6, limit, "qpip server");
     // The namespace (and the TAP in it) goes now; the device lives on for its counters.
@@ -243,6 +251,33 @@ fn qpip_tcp_qps_with_linux_sockets() {
         frames_out < segs_out / 2,
         "super-segments went to the TAP whole: {frames_out} frames for {segs_out} segments"
     );
+}
+
+/// Over IPv4: ARP, MSS of MTU less 40, "don't fragment" on every segment, the IPv4
+/// pseudo-header in every checksum; the kernel would refuse a bad one.
+#[test]
+fn qpip_tcp_qps_with_linux_sockets_over_ipv4() {
+    if !can_run(false) {
+        return;
+    }
+    let mut g = exchange_between(DEV4, HOST4, 0, None);
+    let drops: Vec<(&str, u64)> = DropReason::ALL
+        .iter()
+        .map(|&r| (r.name(), g.stat(STAT_NET_DROP_BASE + r as u32)))
+        .filter(|&(_, v)| v > 0)
+        .collect();
+    println!("device drops: {drops:?}");
+    assert_eq!(
+        g.stat(STAT_NET_DROP_BASE + DropReason::BadChecksum as u32),
+        0
+    );
+}
+
+#[test]
+fn qpip_tcp_qps_with_linux_sockets_over_ipv4_under_nftables_loss() {
+    if can_run(true) {
+        drop(exchange_between(DEV4, HOST4, 5, None));
+    }
 }
 
 #[test]

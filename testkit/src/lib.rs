@@ -50,7 +50,7 @@ pub use tshark::*;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Read;
-use std::net::Ipv6Addr;
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
@@ -86,9 +86,13 @@ pub const LOOPBACK: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
 /// `::`.
 pub const UNSPECIFIED: [u8; 16] = [0; 16];
 
-/// Parses an IPv6 address literal into network-order bytes.
+/// Parses an address literal into network-order bytes: IPv6, or IPv4 in its IPv4-mapped
+/// form (`198.18.0.2` is `::ffff:198.18.0.2`), as the device's contract carries it.
 pub fn ip(s: &str) -> [u8; 16] {
-    s.parse::<Ipv6Addr>().expect("IPv6 literal").octets()
+    match s.parse::<IpAddr>().expect("IP literal") {
+        IpAddr::V6(a) => a.octets(),
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+    }
 }
 
 /// The device's link-local address for `mac`: fe80::/64 with the modified EUI-64 interface
