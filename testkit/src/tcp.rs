@@ -231,6 +231,15 @@ impl Flow {
     }
 }
 
+/// An address for a device under test with its prefix length as the device keeps it: an
+/// IPv6 literal is a /64, an IPv4 one a /24 (mapped: /120).
+pub fn device_address(addr: &str) -> (std::net::Ipv6Addr, u8) {
+    match addr.parse::<std::net::IpAddr>().expect("address") {
+        std::net::IpAddr::V6(a) => (a, 64),
+        std::net::IpAddr::V4(a) => (a.to_ipv6_mapped(), 120),
+    }
+}
+
 /// A device whose link is a cable at `cable` (the other end is another device or a relay),
 /// with address `addr`/64, the link impaired by `impair` (qpipd's `--impair` form) and the
 /// TCP limits given.
@@ -247,7 +256,7 @@ pub fn cabled_device(
     network.impair = impair.map(|s| s.parse().expect("impairment"));
     let engine = EngineConfig {
         mac,
-        addrs: vec![(addr.parse().expect("address"), 64)],
+        addrs: vec![device_address(addr)],
         network: Some(network),
         tcp_limits,
         ..EngineConfig::default()

@@ -119,6 +119,11 @@ impl Engine {
             );
             return;
         }
+        if payload.len() > crate::net::Stack::max_udp_payload(&wr.dest_addr) {
+            // Within the largest payload over IPv6, past IPv4's (20 bytes less).
+            self.write_cqe(mem, send_cq, fail(CQE_STATUS_LOCAL_LENGTH, CQE_DETAIL_NONE));
+            return;
+        }
         let src = (!bound_addr.is_unspecified()).then_some(bound_addr);
         // The send completes once the datagram is on its way: to the link, or on the
         // stack's loopback for the device itself (delivered on the next pass).

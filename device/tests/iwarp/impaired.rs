@@ -1,6 +1,7 @@
 //! Two devices joined by an impaired cable (loss, reordering, duplicates, corruption): RDMA
 //! Writes and Reads of megabytes arrive whole, and Write segments that come ahead of a
-//! hole are placed at once, straight into their region (counted), not held for the hole.
+//! hole are placed at once, straight into their region (counted), not held for the hole;
+//! over IPv6 and over IPv4.
 
 use std::time::Duration;
 
@@ -11,6 +12,8 @@ use crate::*;
 
 const A_ADDR: &str = "fd51:5050::4:1";
 const B_ADDR: &str = "fd51:5050::4:2";
+const A4: &str = "198.18.4.1";
+const B4: &str = "198.18.4.2";
 
 /// The next CQE, given the time a lossy link takes (retransmission timeouts).
 #[track_caller]
@@ -19,7 +22,7 @@ fn slow(g: &mut FakeGuest, cq: &mut Cq, what: &str) -> Cqe {
         .unwrap_or_else(|| panic!("{what}: no completion within 60 s"))
 }
 
-fn rdma_over_an_impaired_cable(crc: bool, seed: u64) {
+fn rdma_over_an_impaired_cable(crc: bool, seed: u64, [a_addr, b_addr]: [&str; 2]) {
     let dir = ScratchDir::new(&format!("iwarp-impaired-{seed}"));
     let cable = dir.join("cable");
     let imp = format!("loss=3,reorder=10,dup=2,corrupt=1,seed={seed}");
@@ -33,7 +36,7 @@ fn rdma_over_an_impaired_cable(crc: bool, seed: u64) {
             limits,
         )
     };
-    let (mut a, mut b) = (device(0xa1, A_ADDR), device(0xb2, B_ADDR));
+    let (mut a, mut b) = (device(0xa1, a_addr), device(0xb2, b_addr));
     let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
     let server = a.iwarp_endpoint_in(ca, 16, 1 << 20);
     let mut client = b.iwarp_endpoint_in(cb, 16, 4 << 20);
@@ -43,7 +46,7 @@ fn rdma_over_an_impaired_cable(crc: bool, seed: u64) {
         ..Mpa::plain()
     };
     let acc = a.submit_accept_iwarp(ca, l, server.qp.id, &Mpa::plain());
-    let con = b.submit_connect_iwarp(cb, client.qp.id, ip(A_ADDR), 7200, &mpa);
+    let con = b.submit_connect_iwarp(cb, client.qp.id, ip(a_addr), 7200, &mpa);
     let (acc, con) = a.admin_wait_both(acc, &mut b, con);
     assert_eq!((acc.status, con.status), (ADMIN_STATUS_OK, ADMIN_STATUS_OK));
 
@@ -105,10 +108,15 @@ fn rdma_over_an_impaired_cable(crc: bool, seed: u64) {
 
 #[test]
 fn rdma_moves_every_byte_over_an_impaired_cable_placing_ahead_of_holes() {
-    rdma_over_an_impaired_cable(false, 11);
+    rdma_over_an_impaired_cable(false, 11, [A_ADDR, B_ADDR]);
 }
 
 #[test]
 fn the_same_with_crc_on() {
-    rdma_over_an_impaired_cable(true, 12);
+    rdma_over_an_impaired_cable(true, 12, [A_ADDR, B_ADDR]);
+}
+
+#[test]
+fn the_same_over_ipv4() {
+    rdma_over_an_impaired_cable(true, 13, [A4, B4]);
 }

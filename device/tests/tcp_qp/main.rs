@@ -15,6 +15,7 @@ mod conformance;
 mod connections;
 mod deregistered;
 mod events;
+mod ipv4;
 mod memory_pressure;
 mod messages;
 mod orphan;
@@ -85,19 +86,31 @@ fn cabled_pair(
     depth: u32,
     buf_len: u64,
 ) -> (ScratchDir, FakeGuest, FakeGuest, TcpEnd, TcpEnd) {
+    cabled_pair_at([A_ADDR, B_ADDR], port, impair, framing, depth, buf_len)
+}
+
+/// [`cabled_pair`] with the devices at `a_addr` and `b_addr` (IPv6, or IPv4 on a /24).
+fn cabled_pair_at(
+    [a_addr, b_addr]: [&str; 2],
+    port: u16,
+    impair: Option<&str>,
+    framing: u8,
+    depth: u32,
+    buf_len: u64,
+) -> (ScratchDir, FakeGuest, FakeGuest, TcpEnd, TcpEnd) {
     let dir = ScratchDir::new(&format!("tcpqp-port{port}"));
     let cable = dir.join("cable");
     let tag = port as u8;
     let limits = TcpLimits::default();
-    let mut a = cabled_device([0x02, 0, 0, 0, tag, 0xa1], A_ADDR, &cable, impair, limits);
-    let mut b = cabled_device([0x02, 0, 0, 0, tag, 0xb2], B_ADDR, &cable, impair, limits);
+    let mut a = cabled_device([0x02, 0, 0, 0, tag, 0xa1], a_addr, &cable, impair, limits);
+    let mut b = cabled_device([0x02, 0, 0, 0, tag, 0xb2], b_addr, &cable, impair, limits);
     let (ca, cb) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
     let (s, c) = connect_pair(
         &mut a,
         ca,
         &mut b,
         cb,
-        ip(A_ADDR),
+        ip(a_addr),
         port,
         framing,
         depth,

@@ -1,7 +1,7 @@
 //! Two devices, each driven by its own fake guest, joined by a cable: UDP queue pairs on
 //! one exchange datagrams with queue pairs on the other over real Ethernet/IPv6/UDP frames
-//! (neighbour discovery first, fragmentation for the large ones), through the engine's
-//! network seam.
+//! (neighbour discovery first, fragmentation for the large ones), and over IPv4 (ARP),
+//! through the engine's network seam.
 
 use std::time::Duration;
 
@@ -13,17 +13,50 @@ fn device(mac: [u8; 6], addr: &str, cable: &std::path::Path) -> FakeGuest {
 
 #[test]
 fn udp_queue_pairs_talk_across_a_cable() {
-    let dir = std::env::temp_dir().join(format!("qpip-two-{}", std::process::id()));
+    talk_across_a_cable("two", ["fd51:5050::1:1", "fd51:5050::1:2"], 0xa1, 65_527);
+}
+
+/// Over IPv4 (ARP first, IPv4 fragments for the large ones), up to IPv4's largest
+/// datagram; one byte more is refused at the send.
+#[test]
+fn udp_queue_pairs_talk_across_a_cable_over_ipv4() {
+    let (mut a, mut ua) = talk_across_a_cable("two4", ["198.18.1.1", "198.18.1.2"], 0xa4, 65_507);
+    a.post_send(
+        &mut ua.qp,
+        &[send_wqe(
+            9,
+            ip("198.18.1.2"),
+            7002,
+            &[ua.buf.sge(0, 65_508, ua.mr.lkey)],
+        )],
+    );
+    assert_cqe(
+        &a.wait_cqe(&mut ua.scq),
+        CQE_STATUS_LOCAL_LENGTH,
+        0,
+        "past the largest IPv4 datagram",
+    );
+}
+
+/// A's and B's QPs exchange datagrams of up to `largest` bytes across a cable between
+/// the devices at `a_addr` and `b_addr`. Returns device A and its endpoint.
+fn talk_across_a_cable(
+    name: &str,
+    [a_addr, b_addr]: [&str; 2],
+    mac: u8,
+    largest: usize,
+) -> (FakeGuest, Udp) {
+    let dir = std::env::temp_dir().join(format!("qpip-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cable = dir.join("cable");
-    let mut a = device([0x02, 0, 0, 0, 0, 0xa1], "fd51:5050::1:1", &cable);
-    let mut b = device([0x02, 0, 0, 0, 0, 0xb2], "fd51:5050::1:2", &cable);
+    let mut a = device([0x02, 0, 0, 0, 0, mac], a_addr, &cable);
+    let mut b = device([0x02, 0, 0, 0, 0, mac + 1], b_addr, &cable);
     let ca = a.create_ctx().unwrap();
     let cb = b.create_ctx().unwrap();
-    let mut ua = a.udp_endpoint_in(ca, ip("fd51:5050::1:1"), 7001, 16, 32, 64 * 1024);
+    let mut ua = a.udp_endpoint_in(ca, ip(a_addr), 7001, 16, 32, 64 * 1024);
     let mut ub = b.udp_endpoint_in(cb, UNSPECIFIED, 7002, 16, 32, 64 * 1024);
 
-    for (n, tag) in [(1usize, 1u64), (1400, 2), (20_000, 3), (65_527, 4)] {
+    for (n, tag) in [(1usize, 1u64), (1400, 2), (20_000, 3), (largest, 4)] {
         let payload: Vec<u8> = (0..n).map(|i| (i * 7 + n) as u8).collect();
         a.buf_write(&ua.buf, 0, &payload);
         b.post_recv(
@@ -37,7 +70,7 @@ fn udp_queue_pairs_talk_across_a_cable() {
             &mut ua.qp,
             &[send_wqe(
                 tag,
-                ip("fd51:5050::1:2"),
+                ip(b_addr),
                 ub.port,
                 &[ua.buf.sge(0, n as u32, ua.mr.lkey)],
             )],
@@ -52,7 +85,7 @@ fn udp_queue_pairs_talk_across_a_cable() {
             (rc.wr_id, rc.byte_len, rc.src_port),
             (100 + tag, n as u32, 7001)
         );
-        assert_eq!(rc.src_addr, ip("fd51:5050::1:1"), "source address");
+        assert_eq!(rc.src_addr, ip(a_addr), "source address");
         assert_eq!(b.buf_read(&ub.buf, 0, n), payload, "{n} bytes intact");
     }
 
@@ -61,10 +94,7 @@ fn udp_queue_pairs_talk_across_a_cable() {
         &mut ua.qp,
         &[recv_wqe(7, &[ua.buf.sge(0, 4096, ua.mr.lkey)])],
     );
-    b.post_send(
-        &mut ub.qp,
-        &[inline_wqe(8, ip("fd51:5050::1:1"), 7001, b"pong")],
-    );
+    b.post_send(&mut ub.qp, &[inline_wqe(8, ip(a_addr), 7001, b"pong")]);
     assert_cqe(&b.wait_cqe(&mut ub.scq), CQE_STATUS_SUCCESS, 0, "reply");
     let rc = a
         .try_wait_cqe(&mut ua.rcq, Duration::from_secs(10))
@@ -84,9 +114,9 @@ fn udp_queue_pairs_talk_across_a_cable() {
         "{s:?}"
     );
     assert_eq!(s[STAT_NET_RX_DROPPED as usize], 0, "{s:?}");
-    drop(a);
     drop(b);
     let _ = std::fs::remove_dir_all(&dir);
+    (a, ua)
 }
 
 #[test]
