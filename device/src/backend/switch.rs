@@ -2,17 +2,19 @@
 //! functions, one [`SwitchPort`] each (a [`Backend`] a function's stack sits on exactly as
 //! on a TAP), and at most one uplink (any backend: a TAP, a cable ...) to everyone else.
 //!
-//! Who a function is: each port has an [`Identity`] (its function's MAC and IPv6
-//! addresses), claimed by the function's stack ([`Backend::claim_identity`]) when it starts
+//! Who a function is: each port has an [`Identity`] (its function's MAC and IP addresses,
+//! IPv4 ones mapped), claimed by the function's stack ([`Backend::claim_identity`]) when it starts
 //! and whenever the guest changes it (SET_MAC, ADD_ADDR, DEL_ADDR, a reset). A claim is
 //! refused if the MAC or an address (the link-local one from the MAC included) is another
 //! function's, now or as configured ([`PortOptions::reserved`]). A function's MAC is pinned
 //! to its port in the table: nothing learned moves it. A port that is not
 //! [`PortOptions::trusted`] sends only as itself: a frame whose source MAC is not its
-//! identity's, or an IPv6 frame whose source address is none of its addresses (nor `::`,
-//! which duplicate address detection uses), is dropped and counted ([`PortStats::spoofed`]);
-//! it needs no learning (its one address is pinned). Frames of other EtherTypes are checked
-//! by MAC only. A trusted port (a function that bridges others behind it) sends as anyone,
+//! identity's, an IPv6 frame whose source address is none of its addresses (nor `::`,
+//! which duplicate address detection uses), an IPv4 frame whose source address is none of
+//! its IPv4 addresses, or an ARP message whose sender is not its MAC and one of its IPv4
+//! addresses (or 0.0.0.0, an address probe), is dropped and counted
+//! ([`PortStats::spoofed`]); it needs no learning (its one address is pinned). Frames of
+//! other EtherTypes are checked by MAC only. A trusted port (a function that bridges others behind it) sends as anyone,
 //! and its other sources are learned; it can still not take another function's MAC.
 //!
 //! Otherwise it is a learning bridge. A frame from the uplink or a trusted port teaches it
@@ -37,7 +39,8 @@
 //!
 //! Nothing here trusts the bytes sent in: a frame shorter than an Ethernet header or
 //! longer than [`MAX_FRAME`] is dropped and counted, and any other is forwarded by its
-//! first twelve bytes alone (above Ethernet, only an IPv6 source address is looked at).
+//! first twelve bytes alone (above Ethernet, only an IP source address or ARP's sender is
+//! looked at).
 //!
 //! Readiness: each port has an eventfd, signalled while its queue holds frames, and an
 //! epoll fd watching that eventfd and the uplink's fd; the epoll fd is the port's
@@ -73,8 +76,14 @@ pub const MAC_AGE: Duration = Duration::from_secs(300);
 /// flood of new addresses costs a scan of the table once a second, not once a frame.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 const ETHERTYPE_IPV6: [u8; 2] = [0x86, 0xdd];
+const ETHERTYPE_IPV4: [u8; 2] = [0x08, 0x00];
+const ETHERTYPE_ARP: [u8; 2] = [0x08, 0x06];
 /// Where an IPv6 frame's source address is.
 const IPV6_SRC: std::ops::Range<usize> = 22..38;
+/// Where an IPv4 frame's source address is.
+const IPV4_SRC: std::ops::Range<usize> = 26..30;
+/// Where an ARP message (Ethernet/IPv4) says who sends it: its sender MAC and IPv4 address.
+const ARP_SENDER: std::ops::Range<usize> = 22..32;
 /// Frames one pump of the uplink forwards at most, so that the engine doing it gets back
 /// to its own function soon.
 pub const UPLINK_BATCH: usize = 64;
@@ -111,7 +120,8 @@ pub struct PortStats {
     /// Frames that came in here longer than [`MAX_FRAME`]: dropped.
     pub too_long: u64,
     /// Frames dropped because they came in as someone else: from a function that is not
-    /// trusted, a source MAC not its own or an IPv6 source none of its addresses; from the
+    /// trusted, a source MAC not its own or an IP source (or ARP sender) none of its
+    /// addresses; from the
     /// uplink, a function's MAC as the source (a spoof or a loop). The function's address
     /// stays where it is.
     pub spoofed: u64,
@@ -152,8 +162,8 @@ impl Default for SwitchConfig {
     }
 }
 
-/// Who a function is: the MAC and the IPv6 addresses it sends from (its link-local
-/// address, from the MAC, goes without saying).
+/// Who a function is: the MAC and the IP addresses it sends from (IPv4 ones mapped; its
+/// link-local address, from the MAC, goes without saying).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Identity {
     pub mac: Mac,
@@ -161,10 +171,20 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// Every IPv6 source it may use, as bytes: the link-local address first.
+    /// Every address it may use, as bytes: the link-local address first (IPv4 ones
+    /// mapped).
     fn sources(&self) -> Vec<[u8; 16]> {
         std::iter::once(crate::net::wire::link_local(&self.mac))
             .chain(self.addrs.iter().copied())
+            .map(|a| a.octets())
+            .collect()
+    }
+
+    /// Its IPv4 addresses, as an IPv4 header or ARP carries them.
+    fn sources4(&self) -> Vec<[u8; 4]> {
+        self.addrs
+            .iter()
+            .filter_map(crate::net::wire::ipv4_of)
             .map(|a| a.octets())
             .collect()
     }
@@ -230,8 +250,9 @@ struct Slot {
     /// The identity its function claimed (kept while the port is closed, so that nobody
     /// takes it meanwhile). None: nothing claimed yet, and an untrusted port sends nothing.
     identity: Option<Identity>,
-    /// `identity`'s IPv6 sources, for the check of every frame.
+    /// `identity`'s IPv6 and IPv4 sources, for the check of every frame.
     sources: Vec<[u8; 16]>,
+    sources4: Vec<[u8; 4]>,
     learning: Learning,
     /// A spoofed frame of this port was logged; further ones are only counted.
     spoof_logged: bool,
@@ -247,14 +268,16 @@ impl Slot {
             options,
             identity: None,
             sources: Vec::new(),
+            sources4: Vec::new(),
             learning: Learning::default(),
             spoof_logged: false,
         }
     }
 
-    /// Whether an untrusted port's frame comes from its own MAC and, if IPv6, from one of
-    /// its own addresses (or `::`). The cost of a send: a 6-byte compare, and for IPv6 a
-    /// 16-byte compare per address (a handful).
+    /// Whether an untrusted port's frame comes from its own MAC and, if IPv6, IPv4 or
+    /// ARP, from one of its own addresses (or the unspecified one where address probes
+    /// use it). The cost of a send: a 6-byte compare, and for IP a compare per address (a
+    /// handful). A frame too short to say who sent it is not its own.
     fn sends_as_itself(&self, frame: &[u8]) -> bool {
         let Some(id) = &self.identity else {
             return false;
@@ -262,13 +285,27 @@ impl Slot {
         if frame[6..12] != id.mac {
             return false;
         }
-        if frame[12..14] != ETHERTYPE_IPV6 {
-            return true;
+        let ethertype = &frame[12..14];
+        if ethertype == ETHERTYPE_IPV6 {
+            let Some(src) = frame.get(IPV6_SRC) else {
+                return false;
+            };
+            return src == [0u8; 16] || self.sources.iter().any(|s| s[..] == *src);
         }
-        let Some(src) = frame.get(IPV6_SRC) else {
-            return false; // an IPv6 frame too short to say who sent it
-        };
-        src == [0u8; 16] || self.sources.iter().any(|s| s[..] == *src)
+        if ethertype == ETHERTYPE_IPV4 {
+            let Some(src) = frame.get(IPV4_SRC) else {
+                return false;
+            };
+            return self.sources4.iter().any(|s| s[..] == *src);
+        }
+        if ethertype == ETHERTYPE_ARP {
+            let Some(sender) = frame.get(ARP_SENDER) else {
+                return false;
+            };
+            let (mac, ip) = sender.split_at(6);
+            return mac == id.mac && (ip == [0u8; 4] || self.sources4.iter().any(|s| s[..] == *ip));
+        }
+        true
     }
 
     /// Whether `identity` shares its MAC or an address with what this slot holds or was
@@ -556,8 +593,13 @@ impl State {
             }
         }
         let slot = &mut self.ports[port];
+        slot.sources4 = identity.sources4();
         let old = slot.identity.replace(identity.clone());
-        slot.sources = sources;
+        // An IPv4 address (mapped) is no IPv6 source.
+        slot.sources = sources
+            .into_iter()
+            .filter(|a| !crate::net::wire::is_ipv4(&Ipv6Addr::from(*a)))
+            .collect();
         if let Some(old) = old.filter(|o| o.mac != identity.mac) {
             if self
                 .table

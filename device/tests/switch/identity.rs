@@ -4,7 +4,7 @@
 //! and each port has its own share of the MAC table, so one port sending from countless
 //! addresses cannot push out or crowd out anyone else's.
 
-use std::net::Ipv6Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use qpip_device::backend::switch::{
@@ -259,4 +259,79 @@ fn a_full_share_makes_room_from_addresses_not_seen_for_the_age() {
     assert_eq!(sw.lookup(&mac(0x11, 5)), Some(PortId::Uplink));
     let t = sw.table_stats();
     assert_eq!((t.learned, t.aged), (1, 4), "{t:?}");
+}
+
+/// An IPv4 frame (header only) from `src_mac`/`src` carrying `tag` where its version,
+/// length and total length would be (the switch reads no further than the source).
+fn ipv4_frame(dst: &Mac, src_mac: &Mac, src: Ipv4Addr, tag: u32) -> Vec<u8> {
+    let mut f = Vec::with_capacity(34);
+    f.extend_from_slice(dst);
+    f.extend_from_slice(src_mac);
+    f.extend_from_slice(&[0x08, 0x00]);
+    f.extend_from_slice(&tag.to_be_bytes());
+    f.extend_from_slice(&[0, 0, 0x40, 0, 64, 59, 0, 0]);
+    f.extend_from_slice(&src.octets());
+    f.extend_from_slice(&[198, 18, 0, 255]);
+    f
+}
+
+/// An ARP request from `src_mac` whose sender is `sender_mac`/`sender`, with `tag` where
+/// its hardware and protocol types would be.
+fn arp_frame(src_mac: &Mac, sender_mac: &Mac, sender: Ipv4Addr, tag: u32) -> Vec<u8> {
+    let mut f = Vec::with_capacity(42);
+    f.extend_from_slice(&BROADCAST);
+    f.extend_from_slice(src_mac);
+    f.extend_from_slice(&[0x08, 0x06]);
+    f.extend_from_slice(&tag.to_be_bytes());
+    f.extend_from_slice(&[6, 4, 0, 1]);
+    f.extend_from_slice(sender_mac);
+    f.extend_from_slice(&sender.octets());
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&[198, 18, 0, 1]);
+    f
+}
+
+const V4_A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 10);
+const V4_B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 11);
+
+#[test]
+fn an_ipv4_source_or_arp_sender_must_be_the_functions_own() {
+    let (_sw, mut p, far) = switch(2, true);
+    let mut far = far.unwrap();
+    p[0].claim_identity(A, &[ADDR_A, V4_A.to_ipv6_mapped()])
+        .unwrap();
+    p[1].claim_identity(B, &[ADDR_B, V4_B.to_ipv6_mapped()])
+        .unwrap();
+    // Its own IPv4 address; ARP with its MAC and address, or 0.0.0.0 (a probe).
+    p[0].send(&ipv4_frame(&B, &A, V4_A, 1)).unwrap();
+    assert_eq!(tags(&mut p[1]), [1]);
+    p[0].send(&arp_frame(&A, &A, V4_A, 2)).unwrap();
+    p[0].send(&arp_frame(&A, &A, Ipv4Addr::UNSPECIFIED, 3))
+        .unwrap();
+    assert_eq!(tags(&mut p[1]), [2, 3]);
+    assert_eq!(tags(&mut far), [2, 3]);
+    // Another function's IPv4 address, anybody's; ARP posing as another function's
+    // address or MAC (which would poison the neighbours' caches): dropped.
+    let elsewhere = Ipv4Addr::new(198, 18, 0, 99);
+    for src in [V4_B, elsewhere] {
+        p[0].send(&ipv4_frame(&BROADCAST, &A, src, 9)).unwrap();
+    }
+    p[0].send(&arp_frame(&A, &A, V4_B, 9)).unwrap();
+    p[0].send(&arp_frame(&A, &B, V4_A, 9)).unwrap();
+    p[0].send(&arp_frame(&A, &H, elsewhere, 9)).unwrap();
+    // Cut before the source says who sent it.
+    p[0].send(&ipv4_frame(&BROADCAST, &A, V4_A, 9)[..28])
+        .unwrap();
+    p[0].send(&arp_frame(&A, &A, V4_A, 9)[..30]).unwrap();
+    // An IPv4 address is not an IPv6 source, nor the other way.
+    p[0].send(&ipv6_frame(&BROADCAST, &A, V4_A.to_ipv6_mapped(), 9))
+        .unwrap();
+    assert!(drain_all(&mut p).iter().all(|f| f.is_empty()));
+    assert!(drain(&mut far).is_empty());
+    assert_eq!(p[0].stats().spoofed, 8);
+    // Nor can a function claim another's IPv4 address.
+    let e = p[1]
+        .claim_identity(B, &[V4_A.to_ipv6_mapped()])
+        .expect_err("function 0's IPv4 address");
+    assert!(e.to_string().contains("function f"), "{e}");
 }

@@ -97,3 +97,53 @@ fn two_stacks_exchange_datagrams_through_the_switch() {
         "{pa:?} {pb:?}"
     );
 }
+
+/// The same over IPv4: ARP broadcast through the switch, answered; the datagrams pass
+/// each function's identity check.
+#[test]
+fn two_stacks_exchange_datagrams_over_ipv4_through_the_switch() {
+    let (sw, ports, far) = switch(2, true);
+    let mut far = far.unwrap();
+    let mut ports = ports.into_iter();
+    let t = Instant::now();
+    let v4 = |d: u8| std::net::Ipv4Addr::new(198, 18, 0, d).to_ipv6_mapped();
+    let with_v4 = |mut c: NetConfig, d: u8| {
+        c.addrs.push((v4(d), 120));
+        c
+    };
+    let mut a = Interface::new(
+        Stack::new(&with_v4(config(MAC_A, ADDR_A, 3), 10), t),
+        Box::new(ports.next().unwrap()),
+    );
+    let mut b = Interface::new(
+        Stack::new(&with_v4(config(MAC_B, ADDR_B, 4), 11), t),
+        Box::new(ports.next().unwrap()),
+    );
+    a.stack
+        .send_udp(None, 1000, v4(11), 9, b"IPv4 through the switch", t)
+        .unwrap();
+    a.flush();
+    assert_eq!(
+        until_received(&mut a, &mut b),
+        Some((v4(10), 1000, b"IPv4 through the switch".to_vec()))
+    );
+    b.stack
+        .send_udp(None, 9, v4(10), 1000, b"and back", Instant::now())
+        .unwrap();
+    b.flush();
+    assert_eq!(
+        until_received(&mut b, &mut a),
+        Some((v4(11), 9, b"and back".to_vec()))
+    );
+    for s in [&a.stack, &b.stack] {
+        assert_eq!(s.stats().udp_rx, 1);
+    }
+    assert_eq!(
+        sw.port_stats(0).unwrap().spoofed + sw.port_stats(1).unwrap().spoofed,
+        0
+    );
+    // The uplink saw ARP's broadcasts and the announcements, no unicast.
+    let out = drain(&mut far);
+    assert!(out.iter().any(|f| f[12..14] == [0x08, 0x06]));
+    assert!(out.iter().all(|f| f[0] & 1 == 1));
+}
