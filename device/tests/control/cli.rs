@@ -182,3 +182,33 @@ fn functions_of_an_adapter_are_checked_with_one_line_each() {
         assert!(err.contains(want), "{args:?}: wanted '{want}' in: {err}");
     }
 }
+
+#[test]
+fn ipv4_addresses_are_taken_and_bad_ones_refused_in_one_line() {
+    for (bad, says) in [
+        ("198.18.0.2", "needs a prefix length"),
+        ("198.18.0.2/33", "prefix length '33' is not 1..32"),
+        ("198.18.0/24", "is not an IPv6 or IPv4 address"),
+        ("255.255.255.255/32", "not a unicast address"),
+        ("127.0.0.1/8", "not a unicast address"),
+    ] {
+        let (code, _, err) = qpipd(&["--socket", "/tmp/x.sock", "--ip", bad]);
+        assert_eq!(code, 2, "--ip {bad}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(says), "--ip {bad}: {err}");
+    }
+    // Taken beside an IPv6 address: qpipd goes on to its socket (here not one).
+    let file = std::env::temp_dir().join(format!("qpipd-cli4-{}", std::process::id()));
+    std::fs::write(&file, b"not a socket").unwrap();
+    let (code, _, err) = qpipd(&[
+        "--socket",
+        file.to_str().unwrap(),
+        "--ip",
+        "198.18.0.2/24",
+        "--ip",
+        "fd51:5050::1:1/64",
+    ]);
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is not a socket"), "{err}");
+}

@@ -139,3 +139,30 @@ fn list_addrs_buffers_must_be_in_ram_aligned_within_a_page_and_big_enough() {
     assert_eq!(l.entries[0].flags, ADDR_FLAG_LINK_LOCAL);
     assert_eq!(l.entries[0].addr, g.link_local());
 }
+
+/// An IPv4 address goes through ADD_ADDR in its IPv4-mapped form, its prefix length
+/// counted over 128 bits (97..=128); IPv4's unspecified, broadcast and multicast addresses
+/// are refused like IPv6's.
+#[test]
+fn ipv4_addresses_are_added_in_their_mapped_form() {
+    let mut g = FakeGuest::new();
+    g.add_addr(ip("198.18.0.2"), 120).expect("an IPv4 /24");
+    assert_eq!(g.list_addrs()[1], (ip("::ffff:198.18.0.2"), 120, 0));
+    for (addr, plen, what) in [
+        ("198.18.0.3", 96, "an IPv4 /0"),
+        ("198.18.0.3", 64, "a prefix shorter than the mapped range"),
+        ("0.0.0.0", 128, "0.0.0.0"),
+        ("255.255.255.255", 128, "the broadcast address"),
+        ("224.0.0.1", 128, "a multicast group"),
+    ] {
+        assert_admin_err(g.add_addr(ip(addr), plen), ADMIN_STATUS_BAD_PARAM, what);
+    }
+    assert_admin_err(
+        g.add_addr(ip("198.18.0.2"), 128),
+        ADMIN_STATUS_ADDR_IN_USE,
+        "the same address again",
+    );
+    g.add_addr(ip("198.18.0.3"), 97).expect("an IPv4 /1");
+    g.del_addr(ip("198.18.0.2")).unwrap();
+    assert_eq!(g.list_addrs().len(), 2);
+}
