@@ -55,7 +55,12 @@ const REGIONS: [(u64, u32, u64, u32); 4] = [
     // writes it.
     (2, 0x100, 2 * PAGE - 0x180, MR_ACCESS_REMOTE_READ),
     // Receive buffers, RDMA Write targets, Read sinks.
-    (2, 0, 2 * PAGE, MR_ACCESS_LOCAL_WRITE | MR_ACCESS_REMOTE_WRITE),
+    (
+        2,
+        0,
+        2 * PAGE,
+        MR_ACCESS_LOCAL_WRITE | MR_ACCESS_REMOTE_WRITE,
+    ),
     (
         1,
         0x20,
@@ -265,21 +270,25 @@ fn world(pairs: u8) -> World {
         con.addr = LOOPBACK;
         con.port = PORT + k as u16;
         con.iwarp = iwarp;
-        waiting.push(
-            w.d.submit(cmd(ADMIN_OP_CONNECT, ctxs[1], w.qps[b].qp.id, &con)),
-        );
+        waiting.push(w.d.submit(cmd(ADMIN_OP_CONNECT, ctxs[1], w.qps[b].qp.id, &con)));
     }
     for _ in 0..64 {
         w.d.step();
         for (c, done) in w.d.completions() {
-            assert_eq!(done.status, ADMIN_STATUS_OK, "connection set-up: {c:?} {done:?}");
+            assert_eq!(
+                done.status, ADMIN_STATUS_OK,
+                "connection set-up: {c:?} {done:?}"
+            );
             waiting.retain(|&id| id != done.cmd_id);
         }
         if waiting.is_empty() {
             break;
         }
     }
-    assert!(waiting.is_empty(), "the loopback connections did not come up");
+    assert!(
+        waiting.is_empty(),
+        "the loopback connections did not come up"
+    );
     w.check();
     w
 }
@@ -467,7 +476,10 @@ impl World {
         let detail = c.detail & !CQE_DETAIL_SOLICITED;
         if terminate {
             assert!(
-                matches!(c.status, CQE_STATUS_REMOTE_ACCESS | CQE_STATUS_REMOTE_OPERATION),
+                matches!(
+                    c.status,
+                    CQE_STATUS_REMOTE_ACCESS | CQE_STATUS_REMOTE_OPERATION
+                ),
                 "a Terminate's detail on a completion of another status: {c:?}"
             );
         } else {
@@ -484,7 +496,11 @@ impl World {
             .iter_mut()
             .find(|q| q.qp.id == c.qp)
             .unwrap_or_else(|| panic!("CQE for a QP that is not ours: {c:?}"));
-        assert!(q.alive, "CQE for QP {} after DESTROY_QP completed: {c:?}", c.qp);
+        assert!(
+            q.alive,
+            "CQE for QP {} after DESTROY_QP completed: {c:?}",
+            c.qp
+        );
         let cq_id = if send { q.qp.send_cq } else { q.qp.recv_cq };
         assert!(
             cq_id == self.cqs[cq].cq.id && q.ctx == want_ctx,
@@ -702,7 +718,9 @@ impl World {
             .into_iter()
             .find(|(_, c)| c.cmd_id == id)
             .map(|(_, c)| c)
-            .unwrap_or_else(|| panic!("admin command {:#x} did not complete in its pass", c.opcode));
+            .unwrap_or_else(|| {
+                panic!("admin command {:#x} did not complete in its pass", c.opcode)
+            });
         self.check();
         c
     }
@@ -730,7 +748,11 @@ impl World {
         let (ctx, id, alive) = (self.qps[q].ctx, self.qps[q].qp.id, self.qps[q].alive);
         let done = self.admin(cmd0(ADMIN_OP_DESTROY_QP, self.ctxs[ctx], id));
         let expect_ok = alive && self.ctx_alive[ctx];
-        assert_eq!(done.status == ADMIN_STATUS_OK, expect_ok, "DESTROY_QP: {done:?}");
+        assert_eq!(
+            done.status == ADMIN_STATUS_OK,
+            expect_ok,
+            "DESTROY_QP: {done:?}"
+        );
         // Its flushes were written in that pass (and checked); none may follow.
         self.qps[q].alive = false;
     }
@@ -755,7 +777,11 @@ impl World {
             self.writable = self.writable();
         }
         let done = self.admin(cmd0(ADMIN_OP_DESTROY_CTX, self.ctxs[ctx], 0));
-        assert_eq!(done.status == ADMIN_STATUS_OK, alive, "DESTROY_CTX: {done:?}");
+        assert_eq!(
+            done.status == ADMIN_STATUS_OK,
+            alive,
+            "DESTROY_CTX: {done:?}"
+        );
     }
 
     /// CLOSE (a graceful end: the QP may then be destroyed without a reset, and the

@@ -160,7 +160,11 @@ fn world() -> World {
     let (cmds, plans): (Vec<_>, Vec<_>) = specs
         .iter()
         .map(|&(ctx, s, r, depth, ty, _)| {
-            let framing = if ty == QP_TYPE_TCP { FRAMING_MESSAGE } else { 0 };
+            let framing = if ty == QP_TYPE_TCP {
+                FRAMING_MESSAGE
+            } else {
+                0
+            };
             d.plan_qp(ctx, (cqs[s].cq.id, cqs[r].cq.id), depth, (ty, framing))
         })
         .unzip();

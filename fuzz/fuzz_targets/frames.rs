@@ -1,5 +1,6 @@
-//! Received frames against the device's network: the real `net::Stack` (addresses, a
-//! static and a learned neighbour, NDP, ICMPv6, fragments, path MTU) and the real TCP
+//! Received frames against the device's network: the real `net::Stack` (IPv6 and IPv4
+//! addresses, a static and a learned neighbour, NDP and ARP, ICMPv6 and ICMPv4, fragments,
+//! path MTU) and the real TCP
 //! (`ConnectionTable` with a listener with SYN cookies and an established connection),
 //! driven as the engine drives them (see `qpip_fuzz::frames`). The input is a sequence of
 //! operations: raw frames; TCP segments built around fuzzed fields near the live sequence
@@ -15,9 +16,9 @@
 //!   forward within what was queued, the send source never read beyond what was queued,
 //!   `DataArrived` within what the sink holds;
 //! * the listener's backlog bounds its half-open connections;
-//! * every frame the device sends is from its MAC and one of its addresses, within the
-//!   MTU, and a TCP segment in it has a right checksum;
-//! * a path MTU reported to TCP is within 1280..=MTU.
+//! * every frame the device sends is from its MAC and one of its addresses (ARP as
+//!   itself), within the MTU, and a TCP segment in it has a right checksum;
+//! * a path MTU reported to TCP is within 1280..=MTU (576..=MTU toward IPv4).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

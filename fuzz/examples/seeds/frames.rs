@@ -236,6 +236,92 @@ pub(crate) fn frames(dir: &Path) {
         long: true,
     });
     ops(dir, "flood-and-long-waits", &flood);
+    ops(dir, "ipv4-arp-echo-udp-tcp", &ipv4_frames());
+}
+
+/// IPv4 and ARP as raw frames (the operations that build frames speak IPv6): ARP both
+/// ways, echo, UDP with and without a checksum, fragments, fragmentation needed, a SYN to
+/// the listener and one to a closed port.
+fn ipv4_frames() -> Vec<Op> {
+    use qpip_device::net::tcp::wire as tcpw;
+    use qpip_device::net::wire::{self, Arp, Ipv4Fields};
+    let (our, peer) = (fr::OUR4, fr::PEER4);
+    let ip = |f: Ipv4Fields, upper: &[u8]| {
+        let mut frame = wire::ipv4_packet(&peer, &our, &f, upper);
+        wire::write_ethernet(&mut frame, &fr::OUR_MAC, &fr::PEER_MAC);
+        Op::Raw(frame)
+    };
+    let whole = |protocol| Ipv4Fields::whole(protocol, 64, 7, false);
+    let arp = |request, eth_dst| {
+        Op::Raw(wire::arp_frame(
+            &Arp {
+                request,
+                sender_mac: fr::PEER_MAC,
+                sender_ip: peer,
+                target_mac: if request { [0; 6] } else { fr::OUR_MAC },
+                target_ip: our,
+            },
+            &eth_dst,
+        ))
+    };
+    let echo = wire::icmpv4(
+        wire::icmp4::ECHO_REQUEST,
+        0,
+        &[0, 1, 0, 1, b'p', b'i', b'n', b'g'],
+    );
+    let udp = wire::udp(&peer, &our, 4000, 9, b"hello over IPv4");
+    let mut no_sum = udp.clone();
+    no_sum[6..8].copy_from_slice(&[0, 0]);
+    let big = wire::udp(&peer, &our, 4000, 9, &[0x5a; 3000]);
+    let frag = |offset: usize, more: bool| Ipv4Fields {
+        protocol: 17,
+        ttl: 64,
+        id: 0x77,
+        dont_fragment: false,
+        offset,
+        more,
+    };
+    // A fragmentation needed quoting a packet of ours to the peer.
+    let mut quoted = wire::ipv4_packet(&our, &peer, &Ipv4Fields::whole(6, 64, 1, true), &[0; 8]);
+    quoted.drain(..wire::ETH_LEN);
+    let mut body = vec![0, 0, 0x02, 0x40];
+    body.extend_from_slice(&quoted);
+    let frag_needed = wire::icmpv4(wire::icmp4::DEST_UNREACHABLE, 4, &body);
+    let syn = |dport| {
+        tcpw::build(
+            &peer,
+            &our,
+            &tcpw::Header {
+                src_port: 40000,
+                dst_port: dport,
+                seq: 0x1234_5678,
+                flags: SYN,
+                window: 65535,
+                options: tcpw::Options {
+                    mss: Some(1460),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            &[],
+        )
+    };
+    vec![
+        arp(true, [0xff; 6]),
+        arp(false, fr::OUR_MAC),
+        ip(whole(1), &echo),
+        ip(whole(17), &udp),
+        ip(whole(17), &no_sum),
+        ip(frag(1480, false), &big[1480..]),
+        ip(frag(0, true), &big[..1480]),
+        ip(whole(1), &frag_needed),
+        ip(whole(6), &syn(fr::LISTEN_PORT)),
+        ip(whole(6), &syn(81)),
+        Op::Wait {
+            ms: 2000,
+            long: true,
+        },
+    ]
 }
 
 // ---- vnet_frames: steps of (bool: an Op of `frames`, else header, length, frame, size) -----

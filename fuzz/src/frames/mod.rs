@@ -35,6 +35,10 @@ pub const OUR: Ipv6Addr = Ipv6Addr::new(0xfd51, 0x5050, 0, 0, 0, 0, 1, 1);
 pub const PEER: Ipv6Addr = Ipv6Addr::new(0xfd51, 0x5050, 0, 0, 0, 0, 0, 1);
 /// A neighbour the device must resolve with NDP.
 pub const PEER2: Ipv6Addr = Ipv6Addr::new(0xfd51, 0x5050, 0, 0, 0, 0, 0, 2);
+/// The device's IPv4 address (198.18.0.2/24, mapped) and an IPv4 neighbour it resolves with
+/// ARP (raw frames speak IPv4 and ARP to it).
+pub const OUR4: Ipv6Addr = Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0xc612, 0x0002);
+pub const PEER4: Ipv6Addr = Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0xc612, 0x0001);
 pub const MTU: usize = 1500;
 /// The listening port, and the established connection's ports.
 pub const LISTEN_PORT: u16 = 80;
@@ -130,6 +134,7 @@ impl World {
         let now = Instant::now();
         let mut nc = NetConfig::new(OUR_MAC);
         nc.addrs.push((OUR, 64));
+        nc.addrs.push((OUR4, 120));
         nc.mtu = MTU;
         nc.seed = Some(1);
         nc.neighbors.push(StaticNeighbor {
@@ -336,7 +341,12 @@ impl World {
             self.segment_in(src, dst, &bytes);
         }
         for (dst, mtu) in self.stack.take_path_mtu_changes() {
-            assert!((1280..=MTU).contains(&mtu), "path MTU {mtu}");
+            let floor = if wire::is_ipv4(&dst) {
+                qpip_device::net::stack::MIN_IPV4_PATH_MTU
+            } else {
+                1280
+            };
+            assert!((floor..=MTU).contains(&mtu), "path MTU {mtu} to {dst}");
             self.table.path_mtu_changed(dst, mtu, now);
         }
         self.run_timers();
@@ -407,7 +417,7 @@ impl World {
             }
             let closed = e.conn.is_closed();
             for o in out {
-                assert_eq!(o.src, OUR);
+                assert!(o.src == OUR || o.src == OUR4, "sent from {}", o.src);
                 assert!(
                     tcpw::parse(o.src, o.dst, &o.segment).is_ok(),
                     "a segment the device built parses"
@@ -496,22 +506,42 @@ impl Default for World {
     }
 }
 
-/// A frame the device sent: from its MAC, IPv6 within the MTU, from one of its addresses
-/// (or unspecified, for duplicate address detection), TCP with a right checksum.
+/// A frame the device sent: from its MAC, within the MTU; IPv6 from one of its addresses
+/// (or unspecified, for duplicate address detection), IPv4 from its IPv4 address, ARP as
+/// itself; TCP with a right checksum.
 fn check_sent(f: &[u8]) {
     assert!(f.len() <= wire::ETH_LEN + MTU, "a frame beyond the MTU");
     let eth = wire::parse_ethernet(f).expect("an Ethernet frame");
     assert_eq!(eth.src, OUR_MAC);
-    let ip = wire::parse_ipv6(eth.payload).expect("an IPv6 packet");
-    let ll = wire::link_local(&OUR_MAC);
-    assert!(
-        ip.src == OUR || ip.src == ll || ip.src.is_unspecified(),
-        "sent from {}",
-        ip.src
-    );
-    if ip.next_header == proto::TCP {
+    if eth.ethertype == wire::ETHERTYPE_ARP {
+        let arp = wire::parse_arp(eth.payload).expect("an ARP message");
+        assert_eq!(
+            (arp.sender_mac, arp.sender_ip),
+            (OUR_MAC, OUR4),
+            "ARP as itself"
+        );
+        return;
+    }
+    let (src, dst, protocol, upper) = if eth.ethertype == wire::ETHERTYPE_IPV4 {
+        let ip = wire::parse_ipv4(eth.payload).expect("an IPv4 packet");
+        assert_eq!(ip.src, OUR4, "sent from {}", ip.src);
+        if ip.is_fragment() {
+            return;
+        }
+        (ip.src, ip.dst, ip.protocol, ip.payload())
+    } else {
+        let ip = wire::parse_ipv6(eth.payload).expect("an IPv6 packet");
+        let ll = wire::link_local(&OUR_MAC);
         assert!(
-            wire::checksum_ok(&ip.src, &ip.dst, proto::TCP, &ip.packet[wire::IPV6_LEN..]),
+            ip.src == OUR || ip.src == ll || ip.src.is_unspecified(),
+            "sent from {}",
+            ip.src
+        );
+        (ip.src, ip.dst, ip.next_header, &ip.packet[wire::IPV6_LEN..])
+    };
+    if protocol == proto::TCP {
+        assert!(
+            wire::checksum_ok(&src, &dst, proto::TCP, upper),
             "TCP checksum"
         );
     }
