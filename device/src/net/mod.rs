@@ -1,12 +1,17 @@
-//! The device's network: Ethernet, IPv6, NDP, ICMPv6, UDP and TCP on the wire, beneath the
-//! engine.
+//! The device's network: Ethernet, IPv6, NDP, ICMPv6, IPv4, ARP, ICMPv4, UDP and TCP on
+//! the wire, beneath the engine.
+//!
+//! Addresses are 16 bytes everywhere (`Ipv6Addr`): an IPv4 address is its IPv4-mapped form
+//! `::ffff:a.b.c.d`, and only this layer knows the family, which it reads off the
+//! addresses ([`wire::is_ipv4`]): the engine sees "an address".
 //!
 //! As in smoltcp, packet formats are kept apart from protocol state:
 //! - [`wire`] builds and parses frames (Ethernet II, IPv6 with fragment header, ICMPv6,
-//!   NDP options, UDP) on top of `etherparse`; no state.
+//!   NDP options, UDP; IPv4, ICMPv4, ARP) on top of `etherparse`; no state.
 //! - [`stack`] is the protocol state machine: addresses, neighbour discovery through
-//!   [`neighbor`], ICMPv6 echo and errors, path MTU, fragmentation and reassembly through
-//!   [`frag`], UDP checksums. It is driven with frames and a clock, and hands back frames.
+//!   [`neighbor`] (NDP, and ARP for IPv4), ICMPv6 and ICMPv4 echo and errors, path MTU,
+//!   fragmentation and reassembly through [`frag`], UDP checksums. It is driven with frames
+//!   and a clock, and hands back frames.
 //! - [`interface`] joins a stack to a [`crate::backend::Backend`] (TAP, cable, memory).
 //! - [`tcp`] is TCP (RFC 9293 and its extensions): connections, listeners and their table,
 //!   with its own wire format beside its state, driven by the engine beside the stack
