@@ -17,7 +17,7 @@
 //! duplication it met.
 //!
 //! The same exchange runs over IPv4 too (the device's and the host's IPv4 addresses on the
-//! same TAP), where the device cuts its own super-segments.
+//! same TAP), with the TAP's IPv4 offloads (TSO4) at work the same way.
 //!
 //! Needs root (CI runs as root); without it, or without `ip`/`nft`, the tests say so and
 //! pass (and the tshark check says it is skipped when tshark is missing).
@@ -125,6 +125,35 @@ fn device(ns: &Netns, bad: Option<&Bad>) -> FakeGuest {
     })
 }
 
+/// The kernel's accept of the device's connection, within `limit`; a connection that never
+/// arrives fails the test with the device's counters rather than hanging it.
+fn accept_within(
+    listener: &TcpListener,
+    g: &mut FakeGuest,
+    limit: Duration,
+) -> (TcpStream, SocketAddr) {
+    listener.set_nonblocking(true).unwrap();
+    let deadline = Instant::now() + limit;
+    loop {
+        match listener.accept() {
+            Ok((s, peer)) => {
+                s.set_nonblocking(false).unwrap();
+                return (s, peer);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("kernel accept: {e}"),
+        }
+        if Instant::now() >= deadline {
+            let counters: Vec<(u32, u64)> = (0..STAT_TCP_TIMEOUTS + 1)
+                .map(|i| (i, g.stat(i)))
+                .filter(|&(_, v)| v > 0)
+                .collect();
+            panic!("the device's connection did not reach Linux; its counters: {counters:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn sha(b: &[u8]) -> [u8; 32] {
     Sha256::digest(b).into()
 }
@@ -207,7 +236,7 @@ fn exchange_between(dev: &str, host: &str, loss: u32, bad: Option<&Bad>) -> Fake
     let listener = ns.within(|| TcpListener::bind(at(host, 7100)).expect("listen"));
     let e = g.tcp_endpoint_in(ctx, FRAMING_STREAM, 16, Flow::buf_len(N, 16));
     let con = g.submit_connect(ctx, e.qp.id, ip(host), 7100);
-    let (s, peer) = listener.accept().expect("kernel accept");
+    let (s, peer) = accept_within(&listener, &mut g, limit);
     g.admin_wait_ok(con, "connect");
     assert_eq!(peer, at(dev, peer.port()));
     let e = both_ways(&mut g, e, s, &mut rng, 5, limit, "qpip client");
@@ -254,13 +283,27 @@ fn qpip_tcp_qps_with_linux_sockets() {
 }
 
 /// Over IPv4: ARP, MSS of MTU less 40, "don't fragment" on every segment, the IPv4
-/// pseudo-header in every checksum; the kernel would refuse a bad one.
+/// pseudo-header in every checksum (the kernel would refuse a bad one); super-frames both
+/// ways through the TAP as over IPv6 (at most 1448 payload bytes a segment with
+/// timestamps).
 #[test]
 fn qpip_tcp_qps_with_linux_sockets_over_ipv4() {
     if !can_run(false) {
         return;
     }
     let mut g = exchange_between(DEV4, HOST4, 0, None);
+    let segs_in = g.stat(STAT_TCP_SEGS_IN);
+    let segs_out = g.stat(STAT_TCP_SEGS_OUT);
+    let frames_out = g.stat(STAT_NET_TX_FRAMES);
+    println!("TCP segments in {segs_in}, out {segs_out}; frames out {frames_out}");
+    assert!(
+        segs_in < 2 * (1 << 20) / 1448,
+        "segments larger than the MSS came from the TAP (GRO/TSO4): {segs_in} segments in"
+    );
+    assert!(
+        frames_out < segs_out / 2,
+        "super-segments went to the TAP whole: {frames_out} frames for {segs_out} segments"
+    );
     let drops: Vec<(&str, u64)> = DropReason::ALL
         .iter()
         .map(|&r| (r.name(), g.stat(STAT_NET_DROP_BASE + r as u32)))

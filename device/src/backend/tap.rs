@@ -8,8 +8,8 @@
 //! the calling thread.
 //!
 //! Offloads: the TAP is opened with a virtio-net header on every frame (IFF_VNET_HDR, see
-//! [`super::vnet`]) and told the device handles partial checksums and IPv6 TCP
-//! segmentation (TUNSETOFFLOAD with TUN_F_CSUM | TUN_F_TSO6). So the device hands the
+//! [`super::vnet`]) and told the device handles partial checksums and IPv6 and IPv4 TCP
+//! segmentation (TUNSETOFFLOAD with TUN_F_CSUM | TUN_F_TSO6 | TUN_F_TSO4). So the device hands the
 //! kernel TCP super-frames of up to 64 KiB in one write (the kernel cuts them, or a local
 //! socket takes them whole), and the kernel hands the device segments GRO merged and
 //! frames whose checksum it left partial, which are completed here. A kernel that refuses
@@ -32,6 +32,7 @@ const IFF_VNET_HDR: libc::c_short = 0x4000;
 /// `_IOW('T', 208, unsigned int)`
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
 const TUN_F_CSUM: libc::c_ulong = 0x01;
+const TUN_F_TSO4: libc::c_ulong = 0x02;
 const TUN_F_TSO6: libc::c_ulong = 0x04;
 
 /// `struct ifreq` as TUNSETIFF and SIOC\[GS\]IFFLAGS use it: the name, then the flags in
@@ -117,8 +118,8 @@ impl Tap {
             log::info!("created TAP {name} (it goes away when qpipd stops)");
         }
         // SAFETY: TUNSETOFFLOAD takes the offload flags as its argument.
-        let offloads =
-            unsafe { libc::ioctl(file.as_raw_fd(), TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO6) } == 0;
+        let flags = TUN_F_CSUM | TUN_F_TSO6 | TUN_F_TSO4;
+        let offloads = unsafe { libc::ioctl(file.as_raw_fd(), TUNSETOFFLOAD, flags) } == 0;
         if !offloads {
             log::info!(
                 "TAP {name}: no offloads ({}); frames go one segment at a time",
@@ -201,17 +202,26 @@ impl Backend for Tap {
         self.offloads
     }
 
-    /// One write of the whole super-frame: the kernel cuts it (TSO6), its TCP checksum
-    /// left partial as a NIC with checksum offload would get it.
+    /// One write of the whole super-frame: the kernel cuts it (TSO6, TSO4), its TCP
+    /// checksum left partial as a NIC with checksum offload would get it.
     fn send_gso(&mut self, frame: &[u8], mss: u16) -> io::Result<()> {
         let Some(headers) = gso::frame_headers_len(frame).filter(|_| self.offloads) else {
             return super::send_segments(self, frame, mss);
         };
-        let h = vnet::VnetHdr::tcp6_gso(headers, mss);
+        let (h, src, dst) = if gso::is_ipv4_frame(frame) {
+            let v4 = |at: usize| {
+                let a: [u8; 4] = frame[at..at + 4].try_into().expect("4");
+                std::net::Ipv4Addr::from(a).to_ipv6_mapped()
+            };
+            (vnet::VnetHdr::tcp4_gso(headers, mss), v4(26), v4(30))
+        } else {
+            let v6 = |at: usize| {
+                std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&frame[at..at + 16]).expect("16"))
+            };
+            (vnet::VnetHdr::tcp6_gso(headers, mss), v6(22), v6(38))
+        };
         let at = (h.csum_start + h.csum_offset) as usize;
-        let src = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&frame[22..38]).expect("16"));
-        let dst = std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&frame[38..54]).expect("16"));
-        let partial = vnet::partial_tcp6_checksum(&src, &dst, frame.len() - 54);
+        let partial = vnet::partial_tcp_checksum(&src, &dst, frame.len() - h.csum_start as usize);
         self.write_parts(&[&h.to_bytes(), &frame[..at], &partial, &frame[at + 2..]])
     }
 

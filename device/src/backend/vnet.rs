@@ -77,6 +77,15 @@ impl VnetHdr {
             csum_offset: 16,
         }
     }
+
+    /// The same for a TCP/IPv4 super-frame (an IPv4 header without options).
+    pub fn tcp4_gso(headers: usize, mss: u16) -> VnetHdr {
+        VnetHdr {
+            gso_type: GSO_TCPV4,
+            csum_start: 14 + 20,
+            ..VnetHdr::tcp6_gso(headers, mss)
+        }
+    }
 }
 
 /// Why a received frame was refused.
@@ -114,11 +123,11 @@ pub fn finish_rx(h: &VnetHdr, frame: &mut [u8]) -> Result<(), RxError> {
     Ok(())
 }
 
-/// Prepares a TCP/IPv6 super-frame's checksum for a `NEEDS_CSUM` header: the TCP checksum
+/// Prepares a TCP super-frame's checksum for a `NEEDS_CSUM` header: the TCP checksum
 /// field gets the sum of the pseudo-header (over the whole TCP length), so the receiver of
-/// each segment (or the kernel's segmentation) completes it. `tcp` is the TCP segment
-/// (header first); `src`/`dst` its IPv6 addresses.
-pub fn partial_tcp6_checksum(
+/// each segment (or the kernel's segmentation) completes it. `src`/`dst` are its addresses
+/// (IPv4 ones mapped: the IPv4 pseudo-header is summed then).
+pub fn partial_tcp_checksum(
     src: &std::net::Ipv6Addr,
     dst: &std::net::Ipv6Addr,
     tcp_len: usize,
@@ -152,7 +161,7 @@ mod tests {
         let seg = crate::net::tcp::wire::build(&s, &d, &h, &[7u8; 3001]);
         let mut frame = crate::net::wire::ipv6_packet(&s, &d, 6, 64, &seg);
         // As a kernel hands it over: the checksum field holds the pseudo-header's sum.
-        let p = partial_tcp6_checksum(&s, &d, seg.len());
+        let p = partial_tcp_checksum(&s, &d, seg.len());
         frame[54 + 16..54 + 18].copy_from_slice(&p);
         let vh = VnetHdr {
             flags: F_NEEDS_CSUM,

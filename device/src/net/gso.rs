@@ -1,8 +1,9 @@
 //! Segmentation offload in software: a TCP "super-segment" carrying several MSS of
 //! payload (built once, headers and all, by a connection that has that much to send) is
 //! cut into the segments the wire carries, exactly as a NIC with TSO or Linux's GSO cuts
-//! one: every piece has the same header with the sequence number advanced, the IPv6
-//! payload length and the TCP checksum fixed, FIN and PSH only on the last piece, CWR
+//! one: every piece has the same header with the sequence number advanced, the IP length
+//! (IPv6's payload length, IPv4's total length with its identification advanced and header
+//! checksum fixed) and the TCP checksum fixed, FIN and PSH only on the last piece, CWR
 //! only on the first.
 //!
 //! A link that can take super-frames whole (a TAP with offloads, the in-process memory
@@ -11,15 +12,17 @@
 //!
 //! Everything here also runs on frames that did not come from the device (a capture of a
 //! frame a peer sent is never cut, but the functions check every length anyway): a frame
-//! that is not a well-formed IPv6/TCP super-frame is refused, never indexed out of bounds.
+//! that is not a well-formed IPv6/TCP or IPv4/TCP super-frame (an IPv4 header without
+//! options, not a fragment) is refused, never indexed out of bounds.
 
-use std::net::Ipv6Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::checksum;
-use super::wire::{proto, ETHERTYPE_IPV6};
+use super::wire::{proto, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 
 const ETH_LEN: usize = 14;
 const IPV6_LEN: usize = 40;
+const IPV4_LEN: usize = 20;
 /// TCP flags that belong to the last piece only (FIN, PSH) and to the first only (CWR).
 const FIN: u8 = 0x01;
 const PSH: u8 = 0x08;
@@ -28,7 +31,7 @@ const CWR: u8 = 0x80;
 /// Why a frame could not be cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GsoError {
-    /// Not Ethernet + IPv6 + TCP with consistent lengths.
+    /// Not Ethernet + IPv6 (or IPv4) + TCP with consistent lengths.
     Malformed,
     /// A segment size of zero.
     BadSize,
@@ -90,46 +93,79 @@ fn tcp_header_len(seg: &[u8]) -> Result<usize, GsoError> {
     Ok(thl)
 }
 
-/// The parts of an Ethernet + IPv6 + TCP frame (no extension headers): addresses and the
-/// offset of the TCP header. The IPv6 payload length must match the frame.
-fn tcp6_frame(frame: &[u8]) -> Result<(Ipv6Addr, Ipv6Addr), GsoError> {
-    if frame.len() < ETH_LEN + IPV6_LEN + 20
-        || u16::from_be_bytes([frame[12], frame[13]]) != ETHERTYPE_IPV6
-    {
+/// The parts of an Ethernet + IP + TCP frame: its addresses (IPv4 ones mapped, as
+/// [`split_tcp`] takes them) and the IP header's length. IPv6 without extension headers,
+/// or IPv4 without options and not a fragment; the IP length must match the frame.
+fn tcp_frame(frame: &[u8]) -> Result<(Ipv6Addr, Ipv6Addr, usize), GsoError> {
+    if frame.len() < ETH_LEN + IPV4_LEN + 20 {
         return Err(GsoError::Malformed);
     }
     let ip = &frame[ETH_LEN..];
-    if ip[0] >> 4 != 6 || ip[6] != proto::TCP {
-        return Err(GsoError::Malformed);
+    match u16::from_be_bytes([frame[12], frame[13]]) {
+        ETHERTYPE_IPV6 => {
+            if ip.len() < IPV6_LEN + 20 || ip[0] >> 4 != 6 || ip[6] != proto::TCP {
+                return Err(GsoError::Malformed);
+            }
+            let plen = u16::from_be_bytes([ip[4], ip[5]]) as usize;
+            if plen != ip.len() - IPV6_LEN {
+                return Err(GsoError::Malformed);
+            }
+            let src: [u8; 16] = ip[8..24].try_into().expect("16 bytes");
+            let dst: [u8; 16] = ip[24..40].try_into().expect("16 bytes");
+            Ok((Ipv6Addr::from(src), Ipv6Addr::from(dst), IPV6_LEN))
+        }
+        ETHERTYPE_IPV4 => {
+            let total = u16::from_be_bytes([ip[2], ip[3]]) as usize;
+            let fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0;
+            if ip[0] != 0x45 || ip[9] != proto::TCP || total != ip.len() || fragment {
+                return Err(GsoError::Malformed);
+            }
+            let src: [u8; 4] = ip[12..16].try_into().expect("4 bytes");
+            let dst: [u8; 4] = ip[16..20].try_into().expect("4 bytes");
+            let (src, dst) = (Ipv4Addr::from(src), Ipv4Addr::from(dst));
+            Ok((src.to_ipv6_mapped(), dst.to_ipv6_mapped(), IPV4_LEN))
+        }
+        _ => Err(GsoError::Malformed),
     }
-    let plen = u16::from_be_bytes([ip[4], ip[5]]) as usize;
-    if plen != ip.len() - IPV6_LEN {
-        return Err(GsoError::Malformed);
-    }
-    let src: [u8; 16] = ip[8..24].try_into().expect("16 bytes");
-    let dst: [u8; 16] = ip[24..40].try_into().expect("16 bytes");
-    Ok((Ipv6Addr::from(src), Ipv6Addr::from(dst)))
 }
 
-/// Cuts an Ethernet + IPv6 + TCP super-frame into frames of at most `mss` TCP payload
-/// bytes each (the same Ethernet and IPv6 headers, lengths and checksums fixed).
+/// Cuts an Ethernet + IP + TCP super-frame into frames of at most `mss` TCP payload bytes
+/// each (the same Ethernet and IP headers, lengths and checksums fixed; over IPv4 each
+/// piece's identification one more than the last's, as a NIC's TSO numbers them).
 pub fn split_frame(frame: &[u8], mss: usize, mut out: impl FnMut(Vec<u8>)) -> Result<(), GsoError> {
-    let (src, dst) = tcp6_frame(frame)?;
-    let head = &frame[..ETH_LEN + IPV6_LEN];
-    split_tcp(&src, &dst, &frame[ETH_LEN + IPV6_LEN..], mss, |seg| {
+    let (src, dst, iph) = tcp_frame(frame)?;
+    let head = &frame[..ETH_LEN + iph];
+    let id0 = u16::from_be_bytes([head[ETH_LEN + 4], head[ETH_LEN + 5]]);
+    let mut n: u16 = 0;
+    split_tcp(&src, &dst, &frame[ETH_LEN + iph..], mss, |seg| {
         let mut f = Vec::with_capacity(head.len() + seg.len());
         f.extend_from_slice(head);
-        f[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&(seg.len() as u16).to_be_bytes());
+        if iph == IPV6_LEN {
+            f[ETH_LEN + 4..ETH_LEN + 6].copy_from_slice(&(seg.len() as u16).to_be_bytes());
+        } else {
+            let ip = &mut f[ETH_LEN..];
+            ip[2..4].copy_from_slice(&((IPV4_LEN + seg.len()) as u16).to_be_bytes());
+            ip[4..6].copy_from_slice(&id0.wrapping_add(n).to_be_bytes());
+            ip[10..12].copy_from_slice(&[0, 0]);
+            let sum = !checksum::sum(0, &ip[..IPV4_LEN]);
+            ip[10..12].copy_from_slice(&sum.to_be_bytes());
+            n = n.wrapping_add(1);
+        }
         f.extend_from_slice(&seg);
         out(f);
     })
 }
 
-/// The TCP header length of a super-frame (Ethernet, IPv6, TCP with options), for a
+/// The TCP header length of a super-frame (Ethernet, IP, TCP with options), for a
 /// virtio-net header's `hdr_len`; None if it is not one.
 pub fn frame_headers_len(frame: &[u8]) -> Option<usize> {
-    tcp6_frame(frame).ok()?;
-    Some(ETH_LEN + IPV6_LEN + tcp_header_len(&frame[ETH_LEN + IPV6_LEN..]).ok()?)
+    let (_, _, iph) = tcp_frame(frame).ok()?;
+    Some(ETH_LEN + iph + tcp_header_len(&frame[ETH_LEN + iph..]).ok()?)
+}
+
+/// Whether a super-frame (as [`frame_headers_len`] accepts) carries IPv4.
+pub fn is_ipv4_frame(frame: &[u8]) -> bool {
+    frame.len() >= ETH_LEN && u16::from_be_bytes([frame[12], frame[13]]) == ETHERTYPE_IPV4
 }
 
 #[cfg(test)]
@@ -223,6 +259,51 @@ mod tests {
         for len in 0..80 {
             assert!(split_frame(&vec![0x86; len], 10, |_| {}).is_err());
             assert_eq!(frame_headers_len(&vec![0x86; len]), None);
+            let mut v4 = vec![0x45; len];
+            if len >= 14 {
+                v4[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+            }
+            assert!(split_frame(&v4, 10, |_| {}).is_err());
+            assert_eq!(frame_headers_len(&v4), None);
         }
+    }
+
+    #[test]
+    fn ipv4_frames_are_cut_with_their_lengths_ids_and_header_checksums() {
+        use crate::net::wire::{self, Ipv4Fields};
+        let s = std::net::Ipv4Addr::new(198, 18, 0, 1).to_ipv6_mapped();
+        let d = std::net::Ipv4Addr::new(198, 18, 0, 2).to_ipv6_mapped();
+        let h = tw::Header {
+            src_port: 1000,
+            dst_port: 2000,
+            seq: 5,
+            flags: tw::flags::ACK | PSH,
+            window: 100,
+            ..tw::Header::default()
+        };
+        let payload: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+        let seg = tw::build(&s, &d, &h, &payload);
+        let mut frame = wire::ipv4_packet(&s, &d, &Ipv4Fields::whole(6, 64, 0xfffe, true), &seg);
+        wire::write_ethernet(&mut frame, &[2; 6], &[4; 6]);
+        assert_eq!(frame_headers_len(&frame), Some(54));
+        let mut got = Vec::new();
+        let mut ids = Vec::new();
+        split_frame(&frame, 1000, |f| {
+            let ip = wire::parse_ipv4(&f[14..]).expect("a valid IPv4 header");
+            assert_eq!((ip.dont_fragment, ip.packet.len()), (true, f.len() - 14));
+            let t = tw::parse(s, d, ip.payload()).expect("a valid segment");
+            got.extend_from_slice(t.payload);
+            ids.push(ip.id);
+        })
+        .unwrap();
+        assert_eq!(got, payload);
+        assert_eq!(ids, [0xfffe, 0xffff, 0]);
+        // A fragment, or a header with options, is not a super-frame.
+        let mut frag = frame.clone();
+        frag[14 + 6] |= 0x20;
+        assert_eq!(frame_headers_len(&frag), None);
+        let mut opts = frame.clone();
+        opts[14] = 0x46;
+        assert_eq!(frame_headers_len(&opts), None);
     }
 }

@@ -598,11 +598,23 @@ fn tcp_segments_go_with_dont_fragment() {
     s.send_tcp(m(OUR4), m(PEER4), 64, &seg, 1460, t).unwrap();
     let out = drain(&mut s);
     assert_eq!(out.len(), 3, "cut to the MSS");
+    let mut ids = Vec::new();
     for f in &out {
-        let (protocol, df, more, offset, _, data) = ipv4(f);
+        let (protocol, df, more, offset, id, data) = ipv4(f);
         assert_eq!((protocol, df, more, offset), (6, true, false, 0));
         assert!(20 + data.len() <= 1500);
+        ids.push(id);
     }
+    assert!(
+        ids.windows(2).all(|w| w[1] == w[0].wrapping_add(1)),
+        "{ids:?}"
+    );
+    // Whole to a link that cuts it itself.
+    s.send_tcp(m(OUR4), m(PEER4), 64, &seg, 1460, t).unwrap();
+    let (frame, mss) = s.pop_tx_gso().expect("a super-frame");
+    assert_eq!(mss, 1460);
+    assert_eq!(frame.len(), 14 + 20 + seg.len());
+    assert!(s.pop_tx_gso().is_none());
 }
 
 #[test]

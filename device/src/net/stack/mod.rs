@@ -556,15 +556,13 @@ impl Stack {
             return Err(SendError::TooBig);
         }
         let mac = match self.neighbors.get(&dst) {
-            // IPv4 super-frames are cut here too: the links' segmentation (`gso`, a TAP's
-            // TSO) takes IPv6 frames only.
             Some((
                 neighbor::State::Reachable
                 | neighbor::State::Static
                 | neighbor::State::Delay
                 | neighbor::State::Probe,
                 Some(mac),
-            )) if !dst.is_multicast() && iph == IPV6_LEN => mac,
+            )) if !dst.is_multicast() => mac,
             _ => {
                 let mut pieces = Vec::new();
                 gso::split_tcp(&src, &dst, segment, mss as usize, |p| pieces.push(p))
@@ -575,7 +573,19 @@ impl Stack {
                 return Ok(());
             }
         };
-        let mut frame = wire::ipv6_packet(&src, &dst, proto::TCP, hop_limit, segment);
+        let mut frame = if iph == IPV6_LEN {
+            wire::ipv6_packet(&src, &dst, proto::TCP, hop_limit, segment)
+        } else {
+            if !wire::is_ipv4(&src) || wire::IPV4_LEN + segment.len() > u16::MAX as usize {
+                return Err(SendError::TooBig);
+            }
+            // Each piece cut from it takes the next identification ([`gso::split_frame`]).
+            let pieces = segment.len().div_ceil(mss as usize) as u16;
+            let id = self.ipv4_id.wrapping_add(1);
+            self.ipv4_id = self.ipv4_id.wrapping_add(pieces);
+            let f = wire::Ipv4Fields::whole(proto::TCP, hop_limit, id, true);
+            wire::ipv4_packet(&src, &dst, &f, segment)
+        };
         wire::write_ethernet(&mut frame, &mac, &self.mac);
         self.push_tx_gso(frame, mss);
         Ok(())
