@@ -3,7 +3,7 @@
 //! segments (built by [`crate::net::tcp`]) go out through [`Stack::send_tcp`] and come in
 //! beside datagrams.
 //!
-//! IPv4 runs beside IPv6 ([`ipv4`]): an IPv4 address is kept in its IPv4-mapped form
+//! IPv4 runs beside IPv6 (in `ipv4.rs`): an IPv4 address is kept in its IPv4-mapped form
 //! (`::ffff:a.b.c.d`), so the same calls send and receive over either family, and the
 //! neighbour cache, reassembly and path MTUs hold both kinds of address. ARP takes NDP's
 //! place for IPv4 neighbours, ICMPv4 ICMPv6's.
