@@ -341,7 +341,7 @@ pub(crate) fn vnet_frames(dir: &Path) {
     };
     let seg = tw::build(&fr::PEER, &fr::OUR, &h, &[0x5a; 3000]);
     let mut frame = fr::frame_from(fr::PEER_MAC, fr::PEER, fr::OUR, 6, &seg);
-    let partial = qpip_device::backend::vnet::partial_tcp6_checksum(&fr::PEER, &fr::OUR, seg.len());
+    let partial = qpip_device::backend::vnet::partial_tcp_checksum(&fr::PEER, &fr::OUR, seg.len());
     frame[54 + 16..54 + 18].copy_from_slice(&partial);
     let vh = VnetHdr {
         flags: F_NEEDS_CSUM,
