@@ -123,11 +123,15 @@ impl Adapter {
                     String::new(),
                 ));
             }
-            cmd.arg("--function").arg(format!(
+            let mut spec = format!(
                 "socket={text},mac={},ip={}/64",
                 netns::device_mac(*n),
                 netns::device_addr(*n)
-            ));
+            );
+            if *n <= netns::MAX_GUESTS4 {
+                spec += &format!(",ip={}/{}", netns::device_addr4(*n), netns::PREFIX4_LEN);
+            }
+            cmd.arg("--function").arg(spec);
             sockets.push(sock);
         }
         cmd.args(["--engine-threads", "1", "--net"])

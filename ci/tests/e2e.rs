@@ -463,23 +463,7 @@ fn interop(host: &LabHost) -> InteropView {
         .in_netns(|| -> Result<(usize, String), String> {
             let l = TcpListener::bind("[::]:7411").map_err(|e| e.to_string())?;
             host.signal("g2h").map_err(|e| e.to_string())?;
-            l.set_nonblocking(true).map_err(|e| e.to_string())?;
-            let deadline = Instant::now() + Duration::from_secs(300);
-            let mut s = loop {
-                match l.accept() {
-                    Ok((s, _)) => break s,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        if Instant::now() > deadline {
-                            return Err("guest a never connected".into());
-                        }
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                    Err(e) => return Err(e.to_string()),
-                }
-            };
-            s.set_nonblocking(false).map_err(|e| e.to_string())?;
-            s.set_read_timeout(Some(Duration::from_secs(300)))
-                .map_err(|e| e.to_string())?;
+            let mut s = accept_within(&l, Duration::from_secs(300))?;
             let mut got = Vec::new();
             s.read_to_end(&mut got).map_err(|e| e.to_string())?;
             Ok((got.len(), sha256(&got)))
@@ -600,6 +584,166 @@ fn interop(host: &LabHost) -> InteropView {
         p += 2;
     }
     v
+}
+
+// ---- IPv4 ----------------------------------------------------------------------------------
+
+/// What the lab host did over IPv4.
+#[derive(Debug)]
+struct Ipv4View {
+    h2g_sha: String,
+    h2g: Result<(), String>,
+    g2h: SentOrWhy,
+    udp: Result<(u32, u32), String>,
+}
+
+/// QPs over IPv4 (IPv4-mapped addresses in the API), on the lab network's
+/// `198.18.0.0/24`: UDP and TCP message ping-pong and a TCP stream a→b between the
+/// devices (b's servers listen on every address, both families); the lab host's plain
+/// IPv4 sockets ⇄ a's QPs (TCP stream both ways, UDP echo).
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn qps_speak_ipv4_between_guests_and_with_the_lab_hosts_sockets() {
+    needs_root!();
+    let a_script = r#"
+B4=198.18.0.102
+await udp4; run udp4 qpip-e2e ping -u $B4 --port 7441 --iters 50 --size 1000
+await tcp4; run tcp4 qpip-e2e ping $B4 --port 7442 --iters 50 --size 1000
+await bulk4; run bulk4 qpip-e2e send --stream $B4 --port 7443 --bytes 2000000 --chunk 65536
+# The lab host's plain IPv4 sockets.
+cat_listen h2g4 qpip-cat -v --stream -w 300 -l 7444
+wait "$(cat /tmp/h2g4.pid)"; kv h2g4.status $?; digest h2g4 /tmp/h2g4.out
+head -c 1000000 /dev/urandom > /tmp/g2h4; digest g2h4.in /tmp/g2h4
+await g2h4; qpip-cat --stream -w 60 $QPIP_HOST_ADDR4 7445 < /tmp/g2h4; kv g2h4.status $?
+serve hudp4 qpip-e2e echo -u --port 7446 -w 300; finish hudp4
+counters end
+"#;
+    let b_script = r#"
+serve udp4 qpip-e2e echo -u --port 7441 -w 300; finish udp4
+serve tcp4 qpip-e2e echo --port 7442 -w 300; finish tcp4
+serve bulk4 qpip-e2e sink --stream --port 7443 -w 300; finish bulk4
+lab-wait host-done 600
+"#;
+    let out = lab(
+        vec![
+            guest("a", a_script, 900, &[]),
+            guest("b", b_script, 900, &[]),
+        ],
+        QpipdLayout::Adapter,
+        ipv4_host,
+    );
+    let (ga, gb) = (out.guest("a"), out.guest("b"));
+    let (a, b) = (Report::new(ga), Report::new(gb));
+    assert_eq!(ga.status, 0, "{}", a.context());
+    assert_eq!(gb.status, 0, "{}", b.context());
+    assert_ping(&a, "udp4", 50);
+    assert_ping(&a, "tcp4", 50);
+    assert_same_bytes(&a, "bulk4", &b, "bulk4", 1, false);
+
+    let v = &out.host;
+    assert_eq!(v.h2g, Ok(()), "host → a\n{}", a.context());
+    assert_eq!(a.get("h2g4.status"), "0", "{}", a.context());
+    assert_eq!(a.get("h2g4.sha"), v.h2g_sha, "host → a\n{}", a.context());
+    assert_eq!(a.get("g2h4.status"), "0", "{}", a.context());
+    match &v.g2h {
+        Ok((n, sha)) => {
+            assert_eq!(n.to_string(), a.get("g2h4.in.bytes"), "{}", a.context());
+            assert_eq!(sha, a.get("g2h4.in.sha"), "a → host\n{}", a.context());
+        }
+        Err(e) => panic!("a → host over IPv4: {e}\n{}", a.context()),
+    }
+    match &v.udp {
+        Ok((ok, lost)) => assert!(
+            *ok >= 27 && *ok + *lost == 30,
+            "UDP host ⇄ a over IPv4: {ok} echoed, {lost} lost"
+        ),
+        Err(e) => panic!("UDP host ⇄ a over IPv4: {e}\n{}", a.context()),
+    }
+}
+
+/// The lab host's side of the IPv4 lab: plain IPv4 sockets to and from guest a's device.
+fn ipv4_host(host: &LabHost) -> Ipv4View {
+    let long = Duration::from_secs(600);
+    let a_dev = std::net::SocketAddrV4::new(netns::device_addr4(1).parse().unwrap(), 0);
+    let to = |port| std::net::SocketAddrV4::new(*a_dev.ip(), port);
+    let data = pattern(700_000, 4);
+    let h2g_sha = sha256(&data);
+    let h2g = host.wait_for("h2g4", long).and_then(|_| {
+        host.in_netns(|| -> std::io::Result<()> {
+            let mut s = TcpStream::connect(to(7444))?;
+            s.set_read_timeout(Some(Duration::from_secs(300)))?;
+            s.write_all(&data)?;
+            s.shutdown(std::net::Shutdown::Write)?;
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest)?;
+            Ok(())
+        })
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("to {}: {e}", to(7444)))
+    });
+    let g2h = host
+        .in_netns(|| -> Result<(usize, String), String> {
+            let l = TcpListener::bind("0.0.0.0:7445").map_err(|e| e.to_string())?;
+            host.signal("g2h4").map_err(|e| e.to_string())?;
+            let mut s = accept_within(&l, Duration::from_secs(300))?;
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).map_err(|e| e.to_string())?;
+            Ok((got.len(), sha256(&got)))
+        })
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+    let udp = host.wait_for("hudp4", long).and_then(|_| {
+        host.in_netns(|| -> Result<(u32, u32), String> {
+            let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+            s.set_read_timeout(Some(Duration::from_secs(2)))
+                .map_err(|e| e.to_string())?;
+            let (mut ok, mut lost) = (0, 0);
+            let mut buf = vec![0u8; 2048];
+            for i in 0..30u64 {
+                let msg = pattern(1000, 200 + i);
+                s.send_to(&msg, to(7446)).map_err(|e| e.to_string())?;
+                match s.recv_from(&mut buf) {
+                    Ok((n, _)) if buf[..n] == msg[..] => ok += 1,
+                    Ok((n, from)) => {
+                        return Err(format!("datagram {i}: {n} bytes from {from} differ"))
+                    }
+                    Err(_) => lost += 1,
+                }
+            }
+            Ok((ok, lost))
+        })
+        .map_err(|e| e.to_string())?
+    });
+    let _ = host.signal("host-done");
+    Ipv4View {
+        h2g_sha,
+        h2g,
+        g2h,
+        udp,
+    }
+}
+
+/// The first connection `l` accepts within `limit`, blocking.
+fn accept_within(l: &TcpListener, limit: Duration) -> Result<TcpStream, String> {
+    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + limit;
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                s.set_read_timeout(Some(Duration::from_secs(300)))
+                    .map_err(|e| e.to_string())?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    return Err("the guest never connected".into());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
 }
 
 // ---- faults: loss on the bridge, a device that reorders, duplicates and corrupts ----------

@@ -122,9 +122,11 @@ kv wait.processes $((p1 - p0))
 pings() { ping -c 1 -W 30 "$1" || ping -c 1 -W 30 "$1" || ping -c 1 -W 30 "$1"; }
 try ping.virtio pings "fd51:5050::2:$on"
 try ping.device pings "fd51:5050::1:$on"
-# IPv4 beside IPv6 on the virtio-net NICs: the other guest and the lab host.
-kv env.addrs4 "$QPIP_HOST_ADDR4 $QPIP_NET_ADDR4"
+# IPv4 beside IPv6: the other guest's NIC and device (which answers ARP and echo itself),
+# and the lab host.
+kv env.addrs4 "$QPIP_HOST_ADDR4 $QPIP_DEV_ADDR4 $QPIP_NET_ADDR4"
 try ping4.virtio pings "198.18.0.$((200 + on))"
+try ping4.device pings "198.18.0.$((100 + on))"
 try ping4.host pings "$QPIP_HOST_ADDR4"
 lab-wait host-done 200; kv wait.host $?
 if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
@@ -144,9 +146,10 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
                 let r = host.sh(&format!("ping -6 -c 1 -W 60 {addr}"));
                 view.pings.push((addr, r));
             }
-            let addr = netns::virtio_addr4(n);
-            let r = host.sh(&format!("ping -4 -c 1 -W 60 {addr}"));
-            view.pings.push((addr, r));
+            for addr in [netns::device_addr4(n), netns::virtio_addr4(n)] {
+                let r = host.sh(&format!("ping -4 -c 1 -W 60 {addr}"));
+                view.pings.push((addr, r));
+            }
         }
         if let Err(e) = host.wait_for("udp-bound", Duration::from_secs(120)) {
             view.udp_error = Some(e);
@@ -213,11 +216,22 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
         );
         assert_eq!(
             rep.get("env.addrs4"),
-            format!("{} {}", netns::HOST_ADDR4, netns::virtio_addr4(n)),
+            format!(
+                "{} {} {}",
+                netns::HOST_ADDR4,
+                netns::device_addr4(n),
+                netns::virtio_addr4(n)
+            ),
             "{}",
             rep.context()
         );
-        for key in ["ping.virtio", "ping.device", "ping4.virtio", "ping4.host"] {
+        for key in [
+            "ping.virtio",
+            "ping.device",
+            "ping4.virtio",
+            "ping4.device",
+            "ping4.host",
+        ] {
             assert_eq!(
                 rep.get(key),
                 "ok",
@@ -227,7 +241,7 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
         }
     }
 
-    assert_eq!(view.pings.len(), 6, "{view:?}");
+    assert_eq!(view.pings.len(), 8, "{view:?}");
     for (addr, r) in &view.pings {
         match r {
             Ok(text) => assert!(text.contains("1 received"), "ping {addr}: {text}"),

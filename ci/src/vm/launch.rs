@@ -45,6 +45,12 @@ impl Run<'_> {
                 "--ndp-solicit".into(),
                 netns::NDP_SOLICITS.to_string(),
             ]);
+            if n <= netns::MAX_GUESTS4 {
+                args.extend([
+                    "--ip".into(),
+                    format!("{}/{}", netns::device_addr4(n), netns::PREFIX4_LEN),
+                ]);
+            }
         }
         args
     }

@@ -118,10 +118,11 @@ pub fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, Fail> {
             }
             s if s.starts_with('-') => return Err(usage(format!("unknown option {s}"))),
             s => {
-                let ip = s.trim_matches(|c| c == '[' || c == ']');
+                // An IPv4 address is its IPv4-mapped form, as the API takes it.
                 a.addr = Some(
-                    ip.parse()
-                        .map_err(|_| usage(format!("{s}: not an IPv6 address")))?,
+                    *qpip::resolve_addr(s, 0)
+                        .map_err(|_| usage(format!("{s}: not an IPv6 or IPv4 address")))?
+                        .ip(),
                 );
             }
         }
