@@ -17,216 +17,14 @@
 
 mod common;
 
+use common::traffic::*;
 use common::{needs_root, Report};
 use qpip_lab::netns;
 use qpip_lab::payload::pattern;
-use qpip_lab::{unique_netns, GuestSpec, LabHost, LabOutcome, LabSpec, Network, QpipdLayout};
-use std::io::{Read, Write};
-use std::net::{Ipv6Addr, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use qpip_lab::{LabHost, QpipdLayout};
+use std::io::Write;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-/// The shell helpers of this file's guest scripts (after common's `kv`, `await`, `run`).
-///  serve TAG CMD...    starts a server CMD in the background, waits until it says it
-///                      listens, then touches /lab/TAG (the client side waits for that)
-///  finish TAG          waits for TAG's server, reports like `run`
-///  cat_listen TAG CMD  starts a `qpip-cat -v ... -l` in the background (stdout to
-///                      /tmp/TAG.out), waits until it listens, touches /lab/TAG
-///  digest TAG FILE     `@TAG.sha` and `@TAG.bytes` of FILE
-///  counters TAG        `@TAG.NAME` for the TCP and drop counters of /sys/class/qpip/qpip0
-///  contexts            the driver's open contexts (sysfs `contexts`)
-const HELPERS: &str = r#"
-serve() {
-    t=$1; shift
-    "$@" >/tmp/srv.$t 2>&1 &
-    echo $! >/tmp/srv.$t.pid
-    i=0; until grep -q listening /tmp/srv.$t; do i=$((i+1)); [ $i -lt 1200 ] || break; sleep 0.1; done
-    touch /lab/$t
-}
-finish() { t=$1; wait "$(cat /tmp/srv.$t.pid)"; st=$?; sed "s/^@/@$t./" /tmp/srv.$t; kv $t.status $st; }
-cat_listen() {
-    t=$1; shift
-    "$@" >/tmp/$t.out 2>/tmp/$t.err &
-    echo $! >/tmp/$t.pid
-    i=0; until grep -q listening /tmp/$t.err; do i=$((i+1)); [ $i -lt 1200 ] || break; sleep 0.1; done
-    touch /lab/$t
-}
-digest() { kv "$1.sha" "$(sha256sum < "$2" | cut -d' ' -f1)"; kv "$1.bytes" "$(wc -c < "$2")"; }
-counters() {
-    for c in tcp_retrans_segs tcp_fast_retransmits tcp_rto_timeouts tcp_ooo_segs tcp_dup_segs \
-             tcp_estab_resets net_drop_bad_checksum net_drop_malformed net_rx_dropped; do
-        kv "$1.$c" "$(cat /sys/class/qpip/qpip0/counters/$c 2>/dev/null || echo missing)"
-    done
-}
-contexts() { cat /sys/class/qpip/qpip0/contexts 2>/dev/null || echo missing; }
-"#;
-
-fn guest(name: &str, script: &str, timeout_s: u64, qpipd_args: &[&str]) -> GuestSpec {
-    let mut g = common::lab_guest(
-        name,
-        common::script(HELPERS, script),
-        Duration::from_secs(timeout_s),
-    );
-    g.vm.qpipd_args = vec![qpipd_args.iter().map(|s| s.to_string()).collect()];
-    g
-}
-
-fn lab<R: Send>(
-    guests: Vec<GuestSpec>,
-    layout: QpipdLayout,
-    host: impl FnOnce(&LabHost) -> R + Send,
-) -> LabOutcome<R> {
-    let spec = LabSpec {
-        guests,
-        network: Network::Lab(unique_netns("qpip-e2e")),
-        layout,
-    };
-    common::lab(&spec, host)
-}
-
-/// `bytes=N msgs=M sha=H` of a report value, as (bytes, msgs, sha).
-fn tally(v: &str) -> (u64, u64, String) {
-    let field = |k: &str| {
-        v.split_whitespace()
-            .find_map(|w| w.strip_prefix(k))
-            .unwrap_or_else(|| panic!("no {k} in {v:?}"))
-            .to_string()
-    };
-    (
-        field("bytes=").parse().unwrap(),
-        field("msgs=").parse().unwrap(),
-        field("sha="),
-    )
-}
-
-/// The per-connection (bytes, msgs, sha) of a sink or sender report, with its state, sorted.
-fn conns(rep: &Report, key: &str) -> Vec<(String, (u64, u64, String))> {
-    let mut v: Vec<_> = rep
-        .all(key)
-        .into_iter()
-        .map(|l| (l.split(' ').next().unwrap().to_string(), tally(l)))
-        .collect();
-    v.sort_by(|a, b| a.1.cmp(&b.1));
-    v
-}
-
-/// Asserts that sender `tx` (tag in report `a`) and sink `rx` (in report `b`) ended
-/// cleanly with the same bytes on every connection. `msgs`: message framing, where the
-/// message counts must match too (a stream's receives are cut anywhere).
-fn assert_same_bytes(a: &Report, tx: &str, b: &Report, rx: &str, n: usize, msgs: bool) {
-    let ctx = || format!("{}\n=== receiver:\n{}", a.context(), b.context());
-    assert_eq!(
-        a.get(&format!("{tx}.status")),
-        "0",
-        "{tx}: sender failed\n{}",
-        ctx()
-    );
-    assert_eq!(
-        b.get(&format!("{rx}.status")),
-        "0",
-        "{rx}: receiver failed\n{}",
-        ctx()
-    );
-    let sent = conns(a, &format!("{tx}.send.conn"));
-    let got = conns(b, &format!("{rx}.sink.conn"));
-    assert_eq!(sent.len(), n, "{tx}: connections sent\n{}", ctx());
-    assert_eq!(got.len(), n, "{rx}: connections received\n{}", ctx());
-    let strip = |v: &[(String, (u64, u64, String))]| -> Vec<(String, u64, u64, String)> {
-        let mut v: Vec<_> = v
-            .iter()
-            .map(|(st, (b, m, s))| (st.clone(), *b, if msgs { *m } else { 0 }, s.clone()))
-            .collect();
-        v.sort();
-        v
-    };
-    assert_eq!(
-        strip(&sent),
-        strip(&got),
-        "{tx} → {rx}: the bytes differ\n{}",
-        ctx()
-    );
-    assert!(sent.iter().all(|(st, _)| st == "clean"), "{}", ctx());
-}
-
-/// Asserts a ping run compared every echo and got each back intact.
-fn assert_ping(a: &Report, tag: &str, iters: u64) {
-    assert_eq!(
-        a.get(&format!("{tag}.status")),
-        "0",
-        "{tag}\n{}",
-        a.context()
-    );
-    assert_eq!(
-        a.num(&format!("{tag}.ping.count")),
-        iters,
-        "{tag}\n{}",
-        a.context()
-    );
-    assert_eq!(
-        a.num(&format!("{tag}.ping.mismatch")),
-        0,
-        "{tag}\n{}",
-        a.context()
-    );
-    let (sent, got) = (
-        tally(a.get(&format!("{tag}.ping.sent"))),
-        tally(a.get(&format!("{tag}.ping.got"))),
-    );
-    assert_eq!(
-        sent,
-        got,
-        "{tag}: echoes differ from what was sent\n{}",
-        a.context()
-    );
-}
-
-fn ping_line(a: &Report, tag: &str) -> String {
-    format!(
-        "{} B, rtt µs {}, lost {}",
-        a.get(&format!("{tag}.ping.size")),
-        a.get(&format!("{tag}.ping.rtt_us")),
-        a.get(&format!("{tag}.ping.lost"))
-    )
-}
-
-/// SHA-256 by the host's `sha256sum`, an implementation independent of the guest tool's.
-fn sha256(data: &[u8]) -> String {
-    let mut child = Command::new("sha256sum")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("run sha256sum");
-    let mut stdin = child.stdin.take().unwrap();
-    let data = data.to_vec();
-    let w = std::thread::spawn(move || stdin.write_all(&data));
-    let out = child.wait_with_output().expect("sha256sum");
-    w.join().unwrap().expect("feed sha256sum");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string()
-}
-
-fn addr(s: &str, port: u16) -> SocketAddrV6 {
-    SocketAddrV6::new(s.parse::<Ipv6Addr>().unwrap(), port, 0, 0)
-}
-
-/// `qpip-cat` as built for the guest image: a static x86-64 binary, so it runs on the lab
-/// host as well, where there is no device and it uses the software provider.
-fn host_qpip_cat() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| qpip_lab::paths::root().join("target"));
-    let p = target.join("x86_64-unknown-linux-gnu/guest/qpip-cat");
-    assert!(
-        p.exists(),
-        "{} is missing: images/guest.sh builds it (./qpip setup)",
-        p.display()
-    );
-    p
-}
 
 // ---- the demo's scenarios, 64 connections, message sizes, host interop --------------------
 
@@ -244,9 +42,6 @@ struct InteropView {
     soft_g2h: Vec<(String, SentOrWhy)>,
     soft_sha: String,
 }
-
-/// Bytes sent and their SHA-256, or why not.
-type SentOrWhy = Result<(usize, String), String>;
 
 const SIZES: &str =
     "1,2,7,100,1447,1448,1449,4096,9000,65535,65536,65537,262144,1048576,1048577,4194304";
@@ -273,11 +68,7 @@ await kudp; run kudp qpip-e2e ping --provider soft -u $BK --port 7406 --iters 10
 await ktcp; run ktcp qpip-e2e ping --provider soft $BK --port 7407 --iters 100 --size 1000
 await kbulk; run kbulk qpip-e2e send --provider soft --stream $BK --port 7408 --bytes 4000000 --chunk 65536
 # The lab host's plain sockets.
-cat_listen h2g qpip-cat -v --stream -w 300 -l 7410
-wait "$(cat /tmp/h2g.pid)"; kv h2g.status $?; digest h2g /tmp/h2g.out
-head -c 1500000 /dev/urandom > /tmp/g2h; digest g2h.in /tmp/g2h
-await g2h; qpip-cat --stream -w 60 $QPIP_HOST_ADDR 7411 < /tmp/g2h; kv g2h.status $?
-serve hudp qpip-e2e echo -u --port 7412 -w 300; finish hudp
+host_exchange "" $QPIP_HOST_ADDR 7410
 counters end
 "#
     );
@@ -302,18 +93,8 @@ done
 lab-wait host-done 600
 counters end
 "#;
-    let out = lab(
-        vec![
-            guest("a", &a_script, 1200, &[]),
-            guest("b", b_script, 1200, &[]),
-        ],
-        QpipdLayout::Adapter,
-        interop,
-    );
-    let (ga, gb) = (out.guest("a"), out.guest("b"));
-    let (a, b) = (Report::new(ga), Report::new(gb));
-    assert_eq!(ga.status, 0, "{}", a.context());
-    assert_eq!(gb.status, 0, "{}", b.context());
+    let out = pair_lab(&a_script, b_script, 1200, interop);
+    let (a, b) = pair_reports(&out);
 
     // Over the devices.
     assert_ping(&a, "udp", 100);
@@ -444,57 +225,17 @@ fn interop(host: &LabHost) -> InteropView {
     // Plain TCP socket → a's QP (stream framing).
     let data = pattern(1_200_000, 1);
     v.h2g_sha = sha256(&data);
-    v.h2g = host.wait_for("h2g", long).and_then(|_| {
-        host.in_netns(|| -> std::io::Result<()> {
-            let mut s = TcpStream::connect(addr(&a_dev, 7410))?;
-            s.set_read_timeout(Some(Duration::from_secs(300)))?;
-            s.write_all(&data)?;
-            s.shutdown(std::net::Shutdown::Write)?;
-            let mut rest = Vec::new();
-            s.read_to_end(&mut rest)?;
-            Ok(())
-        })
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("to {a_dev} port 7410: {e}"))
-    });
+    v.h2g = host
+        .wait_for("h2g", long)
+        .and_then(|_| host_sends(host, addr(&a_dev, 7410).into(), &data));
 
     // a's QP → plain TCP socket.
-    v.g2h = host
-        .in_netns(|| -> Result<(usize, String), String> {
-            let l = TcpListener::bind("[::]:7411").map_err(|e| e.to_string())?;
-            host.signal("g2h").map_err(|e| e.to_string())?;
-            let mut s = accept_within(&l, Duration::from_secs(300))?;
-            let mut got = Vec::new();
-            s.read_to_end(&mut got).map_err(|e| e.to_string())?;
-            Ok((got.len(), sha256(&got)))
-        })
-        .map_err(|e| e.to_string())
-        .and_then(|r| r);
+    v.g2h = host_receives(host, "[::]:7411", "g2h");
 
     // Plain UDP socket ⇄ a's UDP QP (echo).
-    v.udp = host.wait_for("hudp", long).and_then(|_| {
-        host.in_netns(|| -> Result<(u32, u32), String> {
-            let s = UdpSocket::bind("[::]:0").map_err(|e| e.to_string())?;
-            s.set_read_timeout(Some(Duration::from_secs(2)))
-                .map_err(|e| e.to_string())?;
-            let (mut ok, mut lost) = (0, 0);
-            let mut buf = vec![0u8; 2048];
-            for i in 0..50u64 {
-                let msg = pattern(1000, 100 + i);
-                s.send_to(&msg, addr(&a_dev, 7412))
-                    .map_err(|e| e.to_string())?;
-                match s.recv_from(&mut buf) {
-                    Ok((n, _)) if buf[..n] == msg[..] => ok += 1,
-                    Ok((n, from)) => {
-                        return Err(format!("datagram {i}: {n} bytes from {from} differ"))
-                    }
-                    Err(_) => lost += 1,
-                }
-            }
-            Ok((ok, lost))
-        })
-        .map_err(|e| e.to_string())?
-    });
+    v.udp = host
+        .wait_for("hudp", long)
+        .and_then(|_| host_echoes(host, "[::]:0", addr(&a_dev, 7412).into(), 50, 100));
 
     // The software provider (qpip-cat on the host) ⇄ b's device.
     let cat = host_qpip_cat();
@@ -586,166 +327,6 @@ fn interop(host: &LabHost) -> InteropView {
     v
 }
 
-// ---- IPv4 ----------------------------------------------------------------------------------
-
-/// What the lab host did over IPv4.
-#[derive(Debug)]
-struct Ipv4View {
-    h2g_sha: String,
-    h2g: Result<(), String>,
-    g2h: SentOrWhy,
-    udp: Result<(u32, u32), String>,
-}
-
-/// QPs over IPv4 (IPv4-mapped addresses in the API), on the lab network's
-/// `198.18.0.0/24`: UDP and TCP message ping-pong and a TCP stream a→b between the
-/// devices (b's servers listen on every address, both families); the lab host's plain
-/// IPv4 sockets ⇄ a's QPs (TCP stream both ways, UDP echo).
-#[test]
-#[ignore = "boots VMs: run by ./qpip test"]
-fn qps_speak_ipv4_between_guests_and_with_the_lab_hosts_sockets() {
-    needs_root!();
-    let a_script = r#"
-B4=198.18.0.102
-await udp4; run udp4 qpip-e2e ping -u $B4 --port 7441 --iters 50 --size 1000
-await tcp4; run tcp4 qpip-e2e ping $B4 --port 7442 --iters 50 --size 1000
-await bulk4; run bulk4 qpip-e2e send --stream $B4 --port 7443 --bytes 2000000 --chunk 65536
-# The lab host's plain IPv4 sockets.
-cat_listen h2g4 qpip-cat -v --stream -w 300 -l 7444
-wait "$(cat /tmp/h2g4.pid)"; kv h2g4.status $?; digest h2g4 /tmp/h2g4.out
-head -c 1000000 /dev/urandom > /tmp/g2h4; digest g2h4.in /tmp/g2h4
-await g2h4; qpip-cat --stream -w 60 $QPIP_HOST_ADDR4 7445 < /tmp/g2h4; kv g2h4.status $?
-serve hudp4 qpip-e2e echo -u --port 7446 -w 300; finish hudp4
-counters end
-"#;
-    let b_script = r#"
-serve udp4 qpip-e2e echo -u --port 7441 -w 300; finish udp4
-serve tcp4 qpip-e2e echo --port 7442 -w 300; finish tcp4
-serve bulk4 qpip-e2e sink --stream --port 7443 -w 300; finish bulk4
-lab-wait host-done 600
-"#;
-    let out = lab(
-        vec![
-            guest("a", a_script, 900, &[]),
-            guest("b", b_script, 900, &[]),
-        ],
-        QpipdLayout::Adapter,
-        ipv4_host,
-    );
-    let (ga, gb) = (out.guest("a"), out.guest("b"));
-    let (a, b) = (Report::new(ga), Report::new(gb));
-    assert_eq!(ga.status, 0, "{}", a.context());
-    assert_eq!(gb.status, 0, "{}", b.context());
-    assert_ping(&a, "udp4", 50);
-    assert_ping(&a, "tcp4", 50);
-    assert_same_bytes(&a, "bulk4", &b, "bulk4", 1, false);
-
-    let v = &out.host;
-    assert_eq!(v.h2g, Ok(()), "host → a\n{}", a.context());
-    assert_eq!(a.get("h2g4.status"), "0", "{}", a.context());
-    assert_eq!(a.get("h2g4.sha"), v.h2g_sha, "host → a\n{}", a.context());
-    assert_eq!(a.get("g2h4.status"), "0", "{}", a.context());
-    match &v.g2h {
-        Ok((n, sha)) => {
-            assert_eq!(n.to_string(), a.get("g2h4.in.bytes"), "{}", a.context());
-            assert_eq!(sha, a.get("g2h4.in.sha"), "a → host\n{}", a.context());
-        }
-        Err(e) => panic!("a → host over IPv4: {e}\n{}", a.context()),
-    }
-    match &v.udp {
-        Ok((ok, lost)) => assert!(
-            *ok >= 27 && *ok + *lost == 30,
-            "UDP host ⇄ a over IPv4: {ok} echoed, {lost} lost"
-        ),
-        Err(e) => panic!("UDP host ⇄ a over IPv4: {e}\n{}", a.context()),
-    }
-}
-
-/// The lab host's side of the IPv4 lab: plain IPv4 sockets to and from guest a's device.
-fn ipv4_host(host: &LabHost) -> Ipv4View {
-    let long = Duration::from_secs(600);
-    let a_dev = std::net::SocketAddrV4::new(netns::device_addr4(1).parse().unwrap(), 0);
-    let to = |port| std::net::SocketAddrV4::new(*a_dev.ip(), port);
-    let data = pattern(700_000, 4);
-    let h2g_sha = sha256(&data);
-    let h2g = host.wait_for("h2g4", long).and_then(|_| {
-        host.in_netns(|| -> std::io::Result<()> {
-            let mut s = TcpStream::connect(to(7444))?;
-            s.set_read_timeout(Some(Duration::from_secs(300)))?;
-            s.write_all(&data)?;
-            s.shutdown(std::net::Shutdown::Write)?;
-            let mut rest = Vec::new();
-            s.read_to_end(&mut rest)?;
-            Ok(())
-        })
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("to {}: {e}", to(7444)))
-    });
-    let g2h = host
-        .in_netns(|| -> Result<(usize, String), String> {
-            let l = TcpListener::bind("0.0.0.0:7445").map_err(|e| e.to_string())?;
-            host.signal("g2h4").map_err(|e| e.to_string())?;
-            let mut s = accept_within(&l, Duration::from_secs(300))?;
-            let mut got = Vec::new();
-            s.read_to_end(&mut got).map_err(|e| e.to_string())?;
-            Ok((got.len(), sha256(&got)))
-        })
-        .map_err(|e| e.to_string())
-        .and_then(|r| r);
-    let udp = host.wait_for("hudp4", long).and_then(|_| {
-        host.in_netns(|| -> Result<(u32, u32), String> {
-            let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
-            s.set_read_timeout(Some(Duration::from_secs(2)))
-                .map_err(|e| e.to_string())?;
-            let (mut ok, mut lost) = (0, 0);
-            let mut buf = vec![0u8; 2048];
-            for i in 0..30u64 {
-                let msg = pattern(1000, 200 + i);
-                s.send_to(&msg, to(7446)).map_err(|e| e.to_string())?;
-                match s.recv_from(&mut buf) {
-                    Ok((n, _)) if buf[..n] == msg[..] => ok += 1,
-                    Ok((n, from)) => {
-                        return Err(format!("datagram {i}: {n} bytes from {from} differ"))
-                    }
-                    Err(_) => lost += 1,
-                }
-            }
-            Ok((ok, lost))
-        })
-        .map_err(|e| e.to_string())?
-    });
-    let _ = host.signal("host-done");
-    Ipv4View {
-        h2g_sha,
-        h2g,
-        g2h,
-        udp,
-    }
-}
-
-/// The first connection `l` accepts within `limit`, blocking.
-fn accept_within(l: &TcpListener, limit: Duration) -> Result<TcpStream, String> {
-    l.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + limit;
-    loop {
-        match l.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false).map_err(|e| e.to_string())?;
-                s.set_read_timeout(Some(Duration::from_secs(300)))
-                    .map_err(|e| e.to_string())?;
-                return Ok(s);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() > deadline {
-                    return Err("the guest never connected".into());
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-}
-
 // ---- faults: loss on the bridge, a device that reorders, duplicates and corrupts ----------
 
 /// Guest a's device impairs its link both ways (seeded): reordering, duplication and
@@ -800,10 +381,7 @@ lab-wait a-done 900
             waited.map(|_| rules)
         },
     );
-    let (ga, gb) = (out.guest("a"), out.guest("b"));
-    let (a, b) = (Report::new(ga), Report::new(gb));
-    assert_eq!(ga.status, 0, "{}", a.context());
-    assert_eq!(gb.status, 0, "{}", b.context());
+    let (a, b) = pair_reports(&out);
     let rules = match &out.host {
         Ok(r) => r.clone(),
         Err(e) => panic!("lab host: {e}\n{}", a.context()),
@@ -934,19 +512,9 @@ run reboot qpip-e2e send $A --port 7602 --bytes 1000000 --chunk 65536 -w 600
 serve echo qpip-e2e echo --port 7603 -w 600; finish echo
 lab-wait a-done 900
 "#;
-    let out = lab(
-        vec![
-            guest("a", a_script, 1500, &[]),
-            guest("b", b_script, 1500, &[]),
-        ],
-        QpipdLayout::Adapter,
-        |_| (),
-    );
-    let (ga, gb) = (out.guest("a"), out.guest("b"));
-    let (a, b) = (Report::new(ga), Report::new(gb));
+    let out = pair_lab(a_script, b_script, 1500, |_| ());
+    let (a, b) = pair_reports(&out);
     let ctx = || format!("{}\n=== b:\n{}", a.context(), b.context());
-    assert_eq!(ga.status, 0, "{}", ctx());
-    assert_eq!(gb.status, 0, "{}", ctx());
     assert_eq!(b.all("boot"), ["1", "2"], "b did not boot twice\n{}", ctx());
 
     // 1. The killed sender.

@@ -6,6 +6,8 @@
 
 use std::time::{Duration, Instant};
 
+pub mod traffic;
+
 use qpip_lab::{
     run_lab, run_vm, GuestSpec, LabError, LabHost, LabOutcome, LabSpec, VmOutcome, VmSpec,
 };
