@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use log::{debug, warn};
 
-use crate::net::frag::{self, Key, Outcome};
+use crate::net::frag::{self, Key};
 use crate::net::stats::DropReason;
 use crate::net::wire::{
     self, icmp4, proto, Arp, EthernetFrame, Ipv4Fields, MacDisplay, ParseError, ETH_LEN, IPV4_LEN,
@@ -317,40 +317,12 @@ impl Stack {
             return self.drop(DropReason::BadFragment);
         }
         let key = Key::ipv4(a.src, a.dst, ip.protocol, ip.id);
-        let mut expired = Vec::new();
-        let outcome = self.reasm.insert(
-            key,
-            ip.offset,
-            ip.more,
-            ip.protocol,
-            data,
-            ip.packet,
-            a.now,
-            &mut expired,
-        );
-        self.account_expired(expired, a.now);
-        match outcome {
-            Outcome::Held => None,
-            Outcome::Duplicate => {
-                self.stats.duplicate_fragments += 1;
-                None
-            }
-            Outcome::Overlap(held) => {
-                self.stats.drops[DropReason::FragmentOverlap as usize] += 1 + held as u64;
-                None
-            }
-            Outcome::Inconsistent(held) => {
-                self.stats.drops[DropReason::BadFragment as usize] += 1 + held as u64;
-                None
-            }
-            Outcome::Complete(protocol, data) => {
-                self.stats.reassembled += 1;
-                let f = Ipv4Fields::whole(protocol, a.hop_limit, ip.id, false);
-                let mut packet = wire::ipv4_packet(&a.src, &a.dst, &f, &data);
-                packet.drain(..ETH_LEN);
-                self.ipv4_deliver(Cow::Owned(packet), IPV4_LEN, protocol, a)
-            }
-        }
+        let (protocol, data) =
+            self.reassemble(key, ip.offset, ip.more, ip.protocol, data, ip.packet, a.now)?;
+        let f = Ipv4Fields::whole(protocol, a.hop_limit, ip.id, false);
+        let mut packet = wire::ipv4_packet(&a.src, &a.dst, &f, &data);
+        packet.drain(..ETH_LEN);
+        self.ipv4_deliver(Cow::Owned(packet), IPV4_LEN, protocol, a)
     }
 
     /// A whole IPv4 packet for the device (`pkt`, its header `header_len` bytes) to its

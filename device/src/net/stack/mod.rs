@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use log::debug;
 
 use super::config::{NetConfig, MIN_MTU};
-use super::frag::{self, Reassembler};
+use super::frag::{self, Outcome, Reassembler};
 use super::gso;
 use super::neighbor::{self, Action, NeighborCache};
 use super::stats::{DropReason, NetStats};
@@ -744,6 +744,52 @@ impl Stack {
                     self.pmtu_changes.remove(0);
                 }
                 self.pmtu_changes.push((dst, mtu));
+            }
+        }
+    }
+
+    /// Hands a checked fragment of either family to the reassembler and counts what came
+    /// of it: the packet's next header (IPv4: protocol) and data once it is complete.
+    #[allow(clippy::too_many_arguments)]
+    fn reassemble(
+        &mut self,
+        key: frag::Key,
+        offset: usize,
+        more: bool,
+        next_header: u8,
+        data: &[u8],
+        packet: &[u8],
+        now: Instant,
+    ) -> Option<(u8, Vec<u8>)> {
+        let mut expired = Vec::new();
+        let outcome = self.reasm.insert(
+            key,
+            offset,
+            more,
+            next_header,
+            data,
+            packet,
+            now,
+            &mut expired,
+        );
+        self.account_expired(expired, now);
+        match outcome {
+            Outcome::Held => None,
+            Outcome::Duplicate => {
+                self.stats.duplicate_fragments += 1;
+                None
+            }
+            Outcome::Overlap(held) => {
+                self.stats.drops[DropReason::FragmentOverlap as usize] += 1 + held as u64;
+                None
+            }
+            Outcome::Inconsistent(held) => {
+                self.stats.drops[DropReason::BadFragment as usize] += 1 + held as u64;
+                None
+            }
+            Outcome::Complete(next_header, data) => {
+                self.stats.reassembled += 1;
+                Some((next_header, data))
             }
         }
     }
