@@ -21,6 +21,7 @@ use crate::net::wire::{
     PROTO_ICMPV4,
 };
 
+use super::icmpv6::icmp_error_body;
 use super::*;
 
 /// Largest UDP payload over IPv4: the total length field (65535) less the IPv4 and UDP
@@ -216,25 +217,9 @@ impl Stack {
         if !self.icmp_error_allowed(now) {
             return;
         }
-        let quote = invoking.len().min(MIN_IPV4_PATH_MTU - IPV4_LEN - 8);
-        let mut body = Vec::with_capacity(4 + quote);
-        body.extend_from_slice(&word.to_be_bytes());
-        body.extend_from_slice(&invoking[..quote]);
+        let body = icmp_error_body(word, invoking, MIN_IPV4_PATH_MTU - IPV4_LEN - 8);
         let msg = wire::icmpv4(ty, code, &body);
-        if self
-            .send_ipv4(
-                ip.dst,
-                ip.src,
-                PROTO_ICMPV4,
-                wire::DEFAULT_HOP_LIMIT,
-                &msg,
-                now,
-            )
-            .is_ok()
-        {
-            self.icmp_tokens -= 1.0;
-            self.stats.icmp_errors_tx += 1;
-        }
+        self.send_icmp_error(ip.dst, ip.src, PROTO_ICMPV4, &msg, now);
     }
 
     // ---- receiving --------------------------------------------------------------------
