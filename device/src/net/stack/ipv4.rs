@@ -139,16 +139,7 @@ impl Stack {
         if !wire::is_ipv4(&sender) {
             return;
         }
-        let m = Arp {
-            request: true,
-            sender_mac: self.mac,
-            sender_ip: sender,
-            target_mac: [0; 6],
-            target_ip: target,
-        };
-        let f = wire::arp_frame(&m, &unicast.unwrap_or(wire::BROADCAST_MAC));
-        self.stats.arp_requests_tx += 1;
-        self.push_tx(f);
+        self.send_arp_request_from(sender, target, unicast.unwrap_or(wire::BROADCAST_MAC));
     }
 
     /// Announces a new address (a gratuitous ARP request: sender and target both the
@@ -157,14 +148,19 @@ impl Stack {
         if !self.link {
             return;
         }
+        self.send_arp_request_from(addr, addr, wire::BROADCAST_MAC);
+    }
+
+    /// An ARP request from `sender` asking for `target`'s hardware address, sent to `to`.
+    fn send_arp_request_from(&mut self, sender: Ipv6Addr, target: Ipv6Addr, to: Mac) {
         let m = Arp {
             request: true,
             sender_mac: self.mac,
-            sender_ip: addr,
+            sender_ip: sender,
             target_mac: [0; 6],
-            target_ip: addr,
+            target_ip: target,
         };
-        let f = wire::arp_frame(&m, &wire::BROADCAST_MAC);
+        let f = wire::arp_frame(&m, &to);
         self.stats.arp_requests_tx += 1;
         self.push_tx(f);
     }
