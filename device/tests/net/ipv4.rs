@@ -36,6 +36,18 @@ fn introduce_peer4(s: &mut Stack, t: std::time::Instant) {
     drain(s);
 }
 
+/// An ARP message from the device's address: a request (the target's MAC unknown, zero)
+/// or a reply to the target.
+fn our_arp(request: bool, target_mac: [u8; 6], target_ip: Ipv4Addr) -> Parsed {
+    Parsed::Arp {
+        request,
+        sender_mac: OUR_MAC,
+        sender_ip: OUR4,
+        target_mac,
+        target_ip,
+    }
+}
+
 fn udp4_from_peer(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
     net_oracle::udp4_frame(PEER_MAC, OUR_MAC, PEER4, OUR4, sport, dport, payload)
 }
@@ -89,16 +101,7 @@ fn arp_resolves_the_next_hop_and_the_datagram_follows() {
     );
     let f = drain_one(&mut s);
     assert_eq!(f.eth_dst, BROADCAST);
-    assert_eq!(
-        f.parsed,
-        Parsed::Arp {
-            request: true,
-            sender_mac: OUR_MAC,
-            sender_ip: OUR4,
-            target_mac: [0; 6],
-            target_ip: PEER4,
-        }
-    );
+    assert_eq!(f.parsed, our_arp(true, [0; 6], PEER4));
     assert_eq!(s.neighbors().get(&m(PEER4)).unwrap().0, State::Incomplete);
     let reply = net_oracle::arp_frame(OUR_MAC, false, PEER_MAC, PEER4, OUR_MAC, OUR4);
     assert!(s.receive(&reply, t).is_none());
@@ -131,16 +134,7 @@ fn arp_requests_for_our_address_are_answered_and_teach_the_cache() {
     assert!(s.receive(&req, t).is_none());
     let f = drain_one(&mut s);
     assert_eq!(f.eth_dst, PEER_MAC);
-    assert_eq!(
-        f.parsed,
-        Parsed::Arp {
-            request: false,
-            sender_mac: OUR_MAC,
-            sender_ip: OUR4,
-            target_mac: PEER_MAC,
-            target_ip: PEER4,
-        }
-    );
+    assert_eq!(f.parsed, our_arp(false, PEER_MAC, PEER4));
     assert_eq!(
         s.neighbors().get(&m(PEER4)),
         Some((State::Stale, Some(PEER_MAC)))
