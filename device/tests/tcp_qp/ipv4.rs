@@ -12,7 +12,7 @@ const B4: &str = "198.18.3.2";
 fn a_stream_crosses_an_impaired_cable_over_ipv4() {
     let imp = "loss=3,reorder=10,dup=2,corrupt=1,seed=43";
     let n = 512 << 10;
-    let (_cable, mut a, mut b, mut sa, mut cb_end) = cabled_pair_at(
+    let (_cable, mut a, mut b, mut sa, mut cb_end) = cabled_pair(
         [A4, B4],
         6040,
         Some(imp),
@@ -34,7 +34,7 @@ fn a_stream_crosses_an_impaired_cable_over_ipv4() {
 #[test]
 fn messages_keep_their_boundaries_over_ipv4() {
     let (_cable, mut a, mut b, mut s, mut c) =
-        cabled_pair_at([A4, B4], 6041, None, FRAMING_MESSAGE, 16, 1 << 20);
+        cabled_pair([A4, B4], 6041, None, FRAMING_MESSAGE, 16, 1 << 20);
     let sizes = [1usize, 0, 1460, 1461, 3000, 60_000];
     let mut rng = Rng::new(11);
     let data: Vec<Vec<u8>> = sizes.iter().map(|&n| rng.bytes(n)).collect();

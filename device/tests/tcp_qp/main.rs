@@ -31,6 +31,8 @@ use support::*;
 
 const A_ADDR: &str = "fd51:5050::3:1";
 const B_ADDR: &str = "fd51:5050::3:2";
+/// The two devices of [`cabled_pair`] over IPv6.
+const IPV6_PAIR: [&str; 2] = [A_ADDR, B_ADDR];
 
 /// How long a test waits to be sure an event does not come.
 const QUIET: Duration = Duration::from_millis(300);
@@ -74,23 +76,12 @@ fn connect_pair(
     (server, client)
 }
 
-/// Two devices joined by a cable (impaired with `impair`), a context on each, and a TCP
-/// connection between a QP of each on `port` (which also tells the devices' MACs apart):
-/// returns (the cable's folder, device a, device b, the end `s` on a — accepted on
-/// A_ADDR:`port` —, the end `c` on b, which connected). Bind the folder first so that it
-/// goes last: it holds the sockets.
+/// Two devices at `a_addr` and `b_addr` (IPv6, or IPv4 on a /24) joined by a cable
+/// (impaired with `impair`), a context on each, and a TCP connection between a QP of each
+/// on `port` (which also tells the devices' MACs apart): returns (the cable's folder,
+/// device a, device b, the end `s` on a — accepted on `a_addr`:`port` —, the end `c` on
+/// b, which connected). Bind the folder first so that it goes last: it holds the sockets.
 fn cabled_pair(
-    port: u16,
-    impair: Option<&str>,
-    framing: u8,
-    depth: u32,
-    buf_len: u64,
-) -> (ScratchDir, FakeGuest, FakeGuest, TcpEnd, TcpEnd) {
-    cabled_pair_at([A_ADDR, B_ADDR], port, impair, framing, depth, buf_len)
-}
-
-/// [`cabled_pair`] with the devices at `a_addr` and `b_addr` (IPv6, or IPv4 on a /24).
-fn cabled_pair_at(
     [a_addr, b_addr]: [&str; 2],
     port: u16,
     impair: Option<&str>,

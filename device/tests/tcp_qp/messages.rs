@@ -9,7 +9,7 @@ use super::*;
 #[test]
 fn message_framing_keeps_boundaries_and_immediate_data() {
     let (_cable, mut a, mut b, mut s, mut c) =
-        cabled_pair(6002, None, FRAMING_MESSAGE, 16, 1 << 20);
+        cabled_pair(IPV6_PAIR, 6002, None, FRAMING_MESSAGE, 16, 1 << 20);
     // Messages from the client (b) to the server (a): assorted sizes, one too big for
     // its 64 KiB receive WR, and an empty one.
     let sizes = [1usize, 0, 7, 1440, 1441, 3000, 65_536, 100_000, 5, 50_000];
@@ -174,6 +174,7 @@ fn small_messages_into_large_receives_lose_nothing() {
     const WR_LEN: u32 = 64 * 1024;
     const IN_FLIGHT: usize = 64;
     let (_cable, mut a, mut b, mut s, mut c) = cabled_pair(
+        IPV6_PAIR,
         6011,
         None,
         FRAMING_MESSAGE,
