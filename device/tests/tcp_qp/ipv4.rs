@@ -50,15 +50,9 @@ fn messages_keep_their_boundaries_over_ipv4() {
         at += d.len() as u64 + 64;
     }
     b.post_send(&mut c.qp, &wqes);
-    let rwqes: Vec<_> = (0..sizes.len())
-        .map(|i| recv_at(&s, 100 + i as u64, i as u64 * 65_536, 65_536))
-        .collect();
-    a.post_recv(&mut s.qp, &rwqes);
-    for (i, d) in data.iter().enumerate() {
-        let r = a
-            .try_wait_cqe(&mut s.rcq, Duration::from_secs(10))
-            .unwrap_or_else(|| panic!("message {i} did not arrive"));
-        assert_cqe(&r, CQE_STATUS_SUCCESS, 0, "message");
+    let cqes = receive_messages(&mut a, &mut s, sizes.len());
+    for (i, (d, r)) in data.iter().zip(&cqes).enumerate() {
+        assert_cqe(r, CQE_STATUS_SUCCESS, 0, "message");
         assert_eq!((r.wr_id, r.imm_data), (100 + i as u64, 0x4000 + i as u32));
         assert_eq!(r.byte_len, d.len() as u32, "length of message {i}");
         assert_eq!(&a.buf_read(&s.buf, i as u64 * 65_536, d.len()), d);

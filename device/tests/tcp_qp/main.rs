@@ -188,6 +188,21 @@ fn recv_at(e: &TcpEnd, wr_id: u64, off: u64, len: u32) -> WqeBytes {
     recv_wqe(wr_id, &[e.buf.sge(off, len, e.mr.lkey)])
 }
 
+/// Posts `n` receive WRs of 64 KiB each on `e` (wr_id 100 + i, at i × 64 KiB of its
+/// buffer) and waits for the `n` messages to complete them, in order.
+fn receive_messages(g: &mut FakeGuest, e: &mut TcpEnd, n: usize) -> Vec<Cqe> {
+    let rwqes: Vec<_> = (0..n)
+        .map(|i| recv_at(e, 100 + i as u64, i as u64 * 65_536, 65_536))
+        .collect();
+    g.post_recv(&mut e.qp, &rwqes);
+    (0..n)
+        .map(|i| {
+            g.try_wait_cqe(&mut e.rcq, Duration::from_secs(10))
+                .unwrap_or_else(|| panic!("message {i} did not arrive"))
+        })
+        .collect()
+}
+
 /// Posts one receive of `len` bytes at `off` in the endpoint's buffer.
 fn post_recv_at(g: &mut FakeGuest, e: &mut TcpEnd, wr_id: u64, off: u64, len: u32) {
     let w = recv_at(e, wr_id, off, len);
