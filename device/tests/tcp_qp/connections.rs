@@ -88,46 +88,14 @@ fn connect_to_a_port_nobody_listens_on_is_refused() {
 #[test]
 fn stream_of_one_mib_both_ways_across_a_cable() {
     let n = 1 << 20;
-    let (_cable, mut a, mut b, mut sa, mut cb_end) = cabled_pair(
-        IPV6_PAIR,
-        6000,
-        None,
-        FRAMING_STREAM,
-        16,
-        Flow::buf_len(n, 16),
-    );
-    bulk(
-        &mut a,
-        &mut sa,
-        &mut b,
-        &mut cb_end,
-        n,
-        100,
-        Duration::from_secs(60),
-    );
+    bulk_across_cable(IPV6_PAIR, 6000, None, n, 100, Duration::from_secs(60));
 }
 
 #[test]
 fn impaired_cable_still_delivers_intact() {
     let imp = "loss=3,reorder=10,dup=2,corrupt=1,seed=42";
     let n = 256 << 10;
-    let (_cable, mut a, mut b, mut sa, mut cb_end) = cabled_pair(
-        IPV6_PAIR,
-        6001,
-        Some(imp),
-        FRAMING_STREAM,
-        16,
-        Flow::buf_len(n, 16),
-    );
-    bulk(
-        &mut a,
-        &mut sa,
-        &mut b,
-        &mut cb_end,
-        n,
-        200,
-        Duration::from_secs(90),
-    );
+    bulk_across_cable(IPV6_PAIR, 6001, Some(imp), n, 200, Duration::from_secs(90));
 }
 
 #[test]

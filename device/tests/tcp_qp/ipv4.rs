@@ -12,23 +12,7 @@ const B4: &str = "198.18.3.2";
 fn a_stream_crosses_an_impaired_cable_over_ipv4() {
     let imp = "loss=3,reorder=10,dup=2,corrupt=1,seed=43";
     let n = 512 << 10;
-    let (_cable, mut a, mut b, mut sa, mut cb_end) = cabled_pair(
-        [A4, B4],
-        6040,
-        Some(imp),
-        FRAMING_STREAM,
-        16,
-        Flow::buf_len(n, 16),
-    );
-    bulk(
-        &mut a,
-        &mut sa,
-        &mut b,
-        &mut cb_end,
-        n,
-        400,
-        Duration::from_secs(90),
-    );
+    bulk_across_cable([A4, B4], 6040, Some(imp), n, 400, Duration::from_secs(90));
 }
 
 #[test]

@@ -167,6 +167,27 @@ fn run_pair(
     assert_eq!(sha(&fa.got), sha(&fb.out), "b -> a intact");
 }
 
+/// Two devices at `addrs` joined by a cable impaired with `impair`, and [`bulk`] between
+/// their QPs connected on `port` (stream framing).
+fn bulk_across_cable(
+    addrs: [&str; 2],
+    port: u16,
+    impair: Option<&str>,
+    n: usize,
+    seed: u64,
+    limit: Duration,
+) {
+    let (_cable, mut a, mut b, mut sa, mut cb_end) = cabled_pair(
+        addrs,
+        port,
+        impair,
+        FRAMING_STREAM,
+        16,
+        Flow::buf_len(n, 16),
+    );
+    bulk(&mut a, &mut sa, &mut b, &mut cb_end, n, seed, limit);
+}
+
 /// `n` random bytes each way between the ends `ea` and `eb`, verified.
 fn bulk(
     ga: &mut FakeGuest,
