@@ -297,9 +297,15 @@ impl Stack {
         {
             return self.drop(DropReason::BadFragment);
         }
-        let key = Key::ipv4(a.src, a.dst, ip.protocol, ip.id);
-        let (protocol, data) =
-            self.reassemble(key, ip.offset, ip.more, ip.protocol, data, ip.packet, a.now)?;
+        let f = frag::Fragment {
+            key: Key::ipv4(a.src, a.dst, ip.protocol, ip.id),
+            offset: ip.offset,
+            more: ip.more,
+            next_header: ip.protocol,
+            data,
+            packet: ip.packet,
+        };
+        let (protocol, data) = self.reassemble(f, a.now)?;
         let f = Ipv4Fields::whole(protocol, a.hop_limit, ip.id, false);
         let mut packet = wire::ipv4_packet(&a.src, &a.dst, &f, &data);
         packet.drain(..ETH_LEN);

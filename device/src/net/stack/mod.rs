@@ -750,28 +750,9 @@ impl Stack {
 
     /// Hands a checked fragment of either family to the reassembler and counts what came
     /// of it: the packet's next header (IPv4: protocol) and data once it is complete.
-    #[allow(clippy::too_many_arguments)]
-    fn reassemble(
-        &mut self,
-        key: frag::Key,
-        offset: usize,
-        more: bool,
-        next_header: u8,
-        data: &[u8],
-        packet: &[u8],
-        now: Instant,
-    ) -> Option<(u8, Vec<u8>)> {
+    fn reassemble(&mut self, f: frag::Fragment, now: Instant) -> Option<(u8, Vec<u8>)> {
         let mut expired = Vec::new();
-        let outcome = self.reasm.insert(
-            key,
-            offset,
-            more,
-            next_header,
-            data,
-            packet,
-            now,
-            &mut expired,
-        );
+        let outcome = self.reasm.insert(f, now, &mut expired);
         self.account_expired(expired, now);
         match outcome {
             Outcome::Held => None,

@@ -305,13 +305,19 @@ impl Stack {
         if fh.more && data.is_empty() {
             return self.drop(DropReason::BadFragment);
         }
-        let key = Key {
-            src: a.src,
-            dst: a.dst,
-            id: fh.id,
+        let f = frag::Fragment {
+            key: Key {
+                src: a.src,
+                dst: a.dst,
+                id: fh.id,
+            },
+            offset: fh.offset,
+            more: fh.more,
+            next_header: fh.next_header,
+            data,
+            packet: pkt,
         };
-        let (next, data) =
-            self.reassemble(key, fh.offset, fh.more, fh.next_header, data, pkt, now)?;
+        let (next, data) = self.reassemble(f, now)?;
         // The reassembled packet: the fixed header (its extension headers before
         // the fragment header were processed with each fragment) and the data.
         let mut packet = Vec::with_capacity(IPV6_LEN + data.len());
