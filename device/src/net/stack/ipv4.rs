@@ -194,13 +194,7 @@ impl Stack {
         let Ok(ip) = wire::parse_ipv4(invoking) else {
             return;
         };
-        let src4 = wire::ipv4_of(&ip.src).expect("mapped");
-        if src4.is_unspecified()
-            || src4.is_broadcast()
-            || src4.is_multicast()
-            || self.is_local(&ip.src)
-            || self.is_broadcast4(&ip.src)
-        {
+        if self.is_bad_source4(&ip.src) {
             return;
         }
         if !self.is_own_unicast(&ip.dst) && !is_loopback(&ip.dst) || ip.offset != 0 {
@@ -234,29 +228,26 @@ impl Stack {
             Err(ParseError::Checksum) => return self.drop(DropReason::BadChecksum),
             Err(_) => return self.drop(DropReason::Malformed),
         };
-        let src4 = wire::ipv4_of(&ip.src).expect("mapped");
-        // Broadcast, multicast, unspecified, loopback or our own: no packet from the link
-        // carries these as its source (RFC 1122 §3.2.1.3).
-        if src4.is_unspecified()
-            || src4.is_broadcast()
-            || src4.is_multicast()
-            || self.is_local(&ip.src)
-            || self.is_broadcast4(&ip.src)
-        {
+        if self.is_bad_source4(&ip.src) {
             return self.drop(DropReason::BadSource);
         }
         let broadcast = !self.is_own_unicast(&ip.dst);
         if broadcast && !self.is_broadcast4(&ip.dst) {
             return self.drop(DropReason::NotForUs);
         }
-        let a = Arrival {
-            src: ip.src,
-            dst: ip.dst,
-            hop_limit: ip.ttl,
-            eth_src: eth.src,
-            now,
-        };
-        self.ipv4_packet(&ip, a)
+        self.ipv4_packet(&ip, Arrival::of_ipv4(&ip, eth.src, now))
+    }
+
+    /// Whether an IPv4 (mapped) source address names no single host on the link:
+    /// unspecified, broadcast, multicast, loopback or our own. No packet from the link
+    /// carries these (RFC 1122 §3.2.1.3), and no error goes to them.
+    fn is_bad_source4(&self, src: &Ipv6Addr) -> bool {
+        let src4 = wire::ipv4_of(src).expect("mapped");
+        src4.is_unspecified()
+            || src4.is_broadcast()
+            || src4.is_multicast()
+            || self.is_local(src)
+            || self.is_broadcast4(src)
     }
 
     /// A packet the device sent to itself, from the IPv4 header on.
@@ -268,14 +259,7 @@ impl Stack {
         let Ok(ip) = wire::parse_ipv4(packet) else {
             return self.drop(DropReason::Malformed);
         };
-        let a = Arrival {
-            src: ip.src,
-            dst: ip.dst,
-            hop_limit: ip.ttl,
-            eth_src: self.mac,
-            now,
-        };
-        self.ipv4_packet(&ip, a)
+        self.ipv4_packet(&ip, Arrival::of_ipv4(&ip, self.mac, now))
     }
 
     /// A valid IPv4 packet for the device (or a broadcast): reassembled if a fragment, then

@@ -159,6 +159,17 @@ impl Arrival {
             now,
         }
     }
+
+    /// The same for an IPv4 packet: its TTL stands for the hop limit.
+    fn of_ipv4(ip: &wire::Ipv4Packet<'_>, eth_src: Mac, now: Instant) -> Arrival {
+        Arrival {
+            src: ip.src,
+            dst: ip.dst,
+            hop_limit: ip.ttl,
+            eth_src,
+            now,
+        }
+    }
 }
 
 /// What the engine did with a received datagram.
