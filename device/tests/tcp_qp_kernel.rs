@@ -257,6 +257,17 @@ fn exchange_between(dev: &str, host: &str, loss: u32, bad: Option<&Bad>) -> Fake
     g
 }
 
+/// The device's drop counters that are not zero, by reason, printed for the log.
+fn print_drops(g: &mut FakeGuest) -> Vec<(&'static str, u64)> {
+    let drops: Vec<(&str, u64)> = DropReason::ALL
+        .iter()
+        .map(|&r| (r.name(), g.stat(STAT_NET_DROP_BASE + r as u32)))
+        .filter(|&(_, v)| v > 0)
+        .collect();
+    println!("device drops: {drops:?}");
+    drops
+}
+
 /// The TAP's offloads were at work both ways in an exchange of 2 MiB each way, with
 /// segments of at most `mss` payload bytes: fewer (larger) segments came in than the MSS
 /// allows, and the device put fewer frames on the TAP than it sent segments.
@@ -300,12 +311,7 @@ fn qpip_tcp_qps_with_linux_sockets_over_ipv4() {
     }
     let mut g = exchange_between(DEV4, HOST4, 0, None);
     assert_offloads_at_work(&mut g, 1448);
-    let drops: Vec<(&str, u64)> = DropReason::ALL
-        .iter()
-        .map(|&r| (r.name(), g.stat(STAT_NET_DROP_BASE + r as u32)))
-        .filter(|&(_, v)| v > 0)
-        .collect();
-    println!("device drops: {drops:?}");
+    print_drops(&mut g);
     assert_eq!(
         g.stat(STAT_NET_DROP_BASE + DropReason::BadChecksum as u32),
         0
@@ -339,12 +345,7 @@ fn qpip_tcp_qps_with_linux_sockets_under_the_device_impairment() {
         pcap: dir.join("device.pcap"),
     };
     let mut g = exchange(0, Some(&bad));
-    let drops: Vec<(&str, u64)> = DropReason::ALL
-        .iter()
-        .map(|&r| (r.name(), g.stat(STAT_NET_DROP_BASE + r as u32)))
-        .filter(|&(_, v)| v > 0)
-        .collect();
-    println!("device drops: {drops:?}");
+    let drops = print_drops(&mut g);
     let tcp: Vec<u64> = (STAT_TCP_ACTIVE_OPENS..=STAT_TCP_TIMEOUTS)
         .map(|i| g.stat(i))
         .collect();
