@@ -15,7 +15,7 @@ mod net_oracle;
 mod netns;
 
 use std::collections::HashSet;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -340,6 +340,36 @@ fn udp_echo_round_trips_with(host: &UdpSocket, echo: SocketAddr, sizes: &[usize]
     }
 }
 
+/// The device sends a 20000-byte datagram from `dev_addr` (fragmented on the way) to
+/// `host`, bound at `host_addr`, which receives it whole.
+fn device_sends_big_datagram(dev: &Device, host: &UdpSocket, host_addr: IpAddr, dev_addr: IpAddr) {
+    let port = host.local_addr().unwrap().port();
+    let big = datagram(99, 20000);
+    dev.send(SocketAddr::new(host_addr, port), 4242, big.clone());
+    let mut buf = vec![0u8; 70000];
+    let (n, from) = host
+        .recv_from(&mut buf)
+        .expect("20000 bytes from the device");
+    assert_eq!(
+        (&buf[..n], from),
+        (&big[..], SocketAddr::new(dev_addr, 4242))
+    );
+}
+
+/// A closed port of the device (at `dev_addr`) answers "port unreachable", which a
+/// kernel socket bound at `bind` and connected to it reports.
+fn closed_port_refuses(ns: &Netns, bind: &str, dev_addr: IpAddr) {
+    let closed = ns.enter(|| UdpSocket::bind(bind)).unwrap();
+    closed.connect(SocketAddr::new(dev_addr, 5)).unwrap();
+    closed
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    closed.send(b"anyone?").unwrap();
+    let mut buf = [0u8; 64];
+    let e = closed.recv(&mut buf).expect_err("refused");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+}
+
 #[test]
 fn kernel_ping_udp_port_unreachable_and_nftables_loss() {
     if !can_run() {
@@ -361,27 +391,10 @@ fn kernel_ping_udp_port_unreachable_and_nftables_loss() {
     // Kernel UDP socket ⇄ device, up to the largest datagram, fragmented both ways.
     let host = ns.enter(|| UdpSocket::bind("[fd51:5050::1]:0")).unwrap();
     udp_echo_round_trips(&host, &[0, 1, 100, 1440, 1441, 5000, 20000, 65507 - HEADER]);
-    let port = host.local_addr().unwrap().port();
-    let big = datagram(99, 20000);
-    dev.send(SocketAddr::new(HOST.into(), port), 4242, big.clone());
-    let mut buf = vec![0u8; 70000];
-    let (n, from) = host
-        .recv_from(&mut buf)
-        .expect("20000 bytes from the device");
-    assert_eq!(
-        (&buf[..n], from),
-        (&big[..], SocketAddr::new(DEV.into(), 4242))
-    );
+    device_sends_big_datagram(&dev, &host, HOST.into(), DEV.into());
 
     // A closed port answers "port unreachable", which a connected kernel socket reports.
-    let closed = ns.enter(|| UdpSocket::bind("[fd51:5050::1]:0")).unwrap();
-    closed.connect(SocketAddr::new(DEV.into(), 5)).unwrap();
-    closed
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
-    closed.send(b"anyone?").unwrap();
-    let e = closed.recv(&mut buf).expect_err("refused");
-    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    closed_port_refuses(&ns, "[fd51:5050::1]:0", DEV.into());
 
     // Random loss from the real kernel (nftables), both directions, NDP spared: lost
     // datagrams are lost, and nothing damaged arrives.
@@ -411,7 +424,7 @@ fn kernel_ping_udp_port_unreachable_and_nftables_loss() {
             .map(|i| [10, 500, 1400, 3000, 6000][i as usize % 5])
             .collect();
         let pause = Duration::from_millis(2);
-        let from_host = SocketAddr::new(HOST.into(), port);
+        let from_host = SocketAddr::new(HOST.into(), host.local_addr().unwrap().port());
         let to_device = host_to_device(&dev, &host, &sizes, 10, pause);
         assert!(to_device.iter().all(|&(from, _)| from == from_host));
         let to_device = to_device.into_iter().map(|(_, verdict)| verdict).collect();
@@ -548,35 +561,21 @@ fn kernel_ipv4_arp_ping_udp_and_port_unreachable() {
         echo,
         &[0, 1, 100, 1460, 1472, 1473, 5000, 65507 - HEADER],
     );
-    let port = host.local_addr().unwrap().port();
-    let big = datagram(99, 20000);
-    dev.send(SocketAddr::new(HOST4.into(), port), 4242, big.clone());
-    let mut buf = vec![0u8; 70000];
-    let (n, from) = host
-        .recv_from(&mut buf)
-        .expect("20000 bytes from the device");
-    assert_eq!(
-        (&buf[..n], from),
-        (&big[..], SocketAddr::new(DEV4.into(), 4242))
-    );
+    device_sends_big_datagram(&dev, &host, HOST4.into(), DEV4.into());
     // What the device received came from the kernel's IPv4 address.
     host.send_to(b"hello sink", SocketAddr::new(DEV4.into(), SINK))
         .unwrap();
     let (from, got) = dev.sink.recv_timeout(Duration::from_secs(3)).expect("sink");
     assert_eq!(
         (from, &got[..]),
-        (SocketAddr::new(HOST4.into(), port), &b"hello sink"[..])
+        (
+            SocketAddr::new(HOST4.into(), host.local_addr().unwrap().port()),
+            &b"hello sink"[..]
+        )
     );
 
     // A closed port answers ICMPv4 port unreachable, which a connected socket reports.
-    let closed = ns.enter(|| UdpSocket::bind("198.18.0.1:0")).unwrap();
-    closed.connect(SocketAddr::new(DEV4.into(), 5)).unwrap();
-    closed
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
-    closed.send(b"anyone?").unwrap();
-    let e = closed.recv(&mut buf).expect_err("refused");
-    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    closed_port_refuses(&ns, "198.18.0.1:0", DEV4.into());
 
     let iface = dev.stop();
     print_counters(&iface);

@@ -257,6 +257,35 @@ fn exchange_between(dev: &str, host: &str, loss: u32, bad: Option<&Bad>) -> Fake
     g
 }
 
+/// The device's drop counters that are not zero, by reason, printed for the log.
+fn print_drops(g: &mut FakeGuest) -> Vec<(&'static str, u64)> {
+    let drops: Vec<(&str, u64)> = DropReason::ALL
+        .iter()
+        .map(|&r| (r.name(), g.stat(STAT_NET_DROP_BASE + r as u32)))
+        .filter(|&(_, v)| v > 0)
+        .collect();
+    println!("device drops: {drops:?}");
+    drops
+}
+
+/// The TAP's offloads were at work both ways in an exchange of 2 MiB each way, with
+/// segments of at most `mss` payload bytes: fewer (larger) segments came in than the MSS
+/// allows, and the device put fewer frames on the TAP than it sent segments.
+fn assert_offloads_at_work(g: &mut FakeGuest, mss: u64) {
+    let segs_in = g.stat(STAT_TCP_SEGS_IN);
+    let segs_out = g.stat(STAT_TCP_SEGS_OUT);
+    let frames_out = g.stat(STAT_NET_TX_FRAMES);
+    println!("TCP segments in {segs_in}, out {segs_out}; frames out {frames_out}");
+    assert!(
+        segs_in < 2 * (1 << 20) / mss,
+        "segments larger than the MSS ({mss}) came from the TAP (GRO/TSO): {segs_in} segments in"
+    );
+    assert!(
+        frames_out < segs_out / 2,
+        "super-segments went to the TAP whole: {frames_out} frames for {segs_out} segments"
+    );
+}
+
 /// Also: the TAP's offloads were at work both ways. 2 MiB came from Linux and 2 MiB went
 /// to it; segments of at most the MSS (1428 payload bytes with timestamps) would take more
 /// than 1468 segments each way. Linux's TCP sent super-frames through the TAP (TSO6) that
@@ -268,18 +297,7 @@ fn qpip_tcp_qps_with_linux_sockets() {
         return;
     }
     let mut g = exchange(0, None);
-    let segs_in = g.stat(STAT_TCP_SEGS_IN);
-    let segs_out = g.stat(STAT_TCP_SEGS_OUT);
-    let frames_out = g.stat(STAT_NET_TX_FRAMES);
-    println!("TCP segments in {segs_in}, out {segs_out}; frames out {frames_out}");
-    assert!(
-        segs_in < 2 * (1 << 20) / 1428,
-        "segments larger than the MSS came from the TAP (GRO/TSO): {segs_in} segments in"
-    );
-    assert!(
-        frames_out < segs_out / 2,
-        "super-segments went to the TAP whole: {frames_out} frames for {segs_out} segments"
-    );
+    assert_offloads_at_work(&mut g, 1428);
 }
 
 /// Over IPv4: ARP, MSS of MTU less 40, "don't fragment" on every segment, the IPv4
@@ -292,24 +310,8 @@ fn qpip_tcp_qps_with_linux_sockets_over_ipv4() {
         return;
     }
     let mut g = exchange_between(DEV4, HOST4, 0, None);
-    let segs_in = g.stat(STAT_TCP_SEGS_IN);
-    let segs_out = g.stat(STAT_TCP_SEGS_OUT);
-    let frames_out = g.stat(STAT_NET_TX_FRAMES);
-    println!("TCP segments in {segs_in}, out {segs_out}; frames out {frames_out}");
-    assert!(
-        segs_in < 2 * (1 << 20) / 1448,
-        "segments larger than the MSS came from the TAP (GRO/TSO4): {segs_in} segments in"
-    );
-    assert!(
-        frames_out < segs_out / 2,
-        "super-segments went to the TAP whole: {frames_out} frames for {segs_out} segments"
-    );
-    let drops: Vec<(&str, u64)> = DropReason::ALL
-        .iter()
-        .map(|&r| (r.name(), g.stat(STAT_NET_DROP_BASE + r as u32)))
-        .filter(|&(_, v)| v > 0)
-        .collect();
-    println!("device drops: {drops:?}");
+    assert_offloads_at_work(&mut g, 1448);
+    print_drops(&mut g);
     assert_eq!(
         g.stat(STAT_NET_DROP_BASE + DropReason::BadChecksum as u32),
         0
@@ -343,12 +345,7 @@ fn qpip_tcp_qps_with_linux_sockets_under_the_device_impairment() {
         pcap: dir.join("device.pcap"),
     };
     let mut g = exchange(0, Some(&bad));
-    let drops: Vec<(&str, u64)> = DropReason::ALL
-        .iter()
-        .map(|&r| (r.name(), g.stat(STAT_NET_DROP_BASE + r as u32)))
-        .filter(|&(_, v)| v > 0)
-        .collect();
-    println!("device drops: {drops:?}");
+    let drops = print_drops(&mut g);
     let tcp: Vec<u64> = (STAT_TCP_ACTIVE_OPENS..=STAT_TCP_TIMEOUTS)
         .map(|i| g.stat(i))
         .collect();

@@ -62,6 +62,10 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use super::{Backend, IdentityTaken, MAX_FRAME};
 
+mod identity;
+
+pub use identity::{Identity, PortOptions};
+
 /// Frames a port's receive queue holds; beyond, frames for it are dropped.
 pub const PORT_QUEUE: usize = 1024;
 /// MAC addresses the switch learns at most, all ports together (the functions' own,
@@ -75,15 +79,6 @@ pub const MAC_AGE: Duration = Duration::from_secs(300);
 /// A port whose share is full looks for expired addresses at most this often, so that a
 /// flood of new addresses costs a scan of the table once a second, not once a frame.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
-const ETHERTYPE_IPV6: [u8; 2] = [0x86, 0xdd];
-const ETHERTYPE_IPV4: [u8; 2] = [0x08, 0x00];
-const ETHERTYPE_ARP: [u8; 2] = [0x08, 0x06];
-/// Where an IPv6 frame's source address is.
-const IPV6_SRC: std::ops::Range<usize> = 22..38;
-/// Where an IPv4 frame's source address is.
-const IPV4_SRC: std::ops::Range<usize> = 26..30;
-/// Where an ARP message (Ethernet/IPv4) says who sends it: its sender MAC and IPv4 address.
-const ARP_SENDER: std::ops::Range<usize> = 22..32;
 /// Frames one pump of the uplink forwards at most, so that the engine doing it gets back
 /// to its own function soon.
 pub const UPLINK_BATCH: usize = 64;
@@ -162,45 +157,6 @@ impl Default for SwitchConfig {
     }
 }
 
-/// Who a function is: the MAC and the IP addresses it sends from (IPv4 ones mapped; its
-/// link-local address, from the MAC, goes without saying).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Identity {
-    pub mac: Mac,
-    pub addrs: Vec<Ipv6Addr>,
-}
-
-impl Identity {
-    /// Every address it may use, as bytes: the link-local address first (IPv4 ones
-    /// mapped).
-    fn sources(&self) -> Vec<[u8; 16]> {
-        std::iter::once(crate::net::wire::link_local(&self.mac))
-            .chain(self.addrs.iter().copied())
-            .map(|a| a.octets())
-            .collect()
-    }
-
-    /// Its IPv4 addresses, as an IPv4 header or ARP carries them.
-    fn sources4(&self) -> Vec<[u8; 4]> {
-        self.addrs
-            .iter()
-            .filter_map(crate::net::wire::ipv4_of)
-            .map(|a| a.octets())
-            .collect()
-    }
-}
-
-/// How the host sets up a function's port ([`Switch::declare`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PortOptions {
-    /// May send as anyone (any source MAC and IPv6 address); its other sources are
-    /// learned, up to its share. For a function that bridges hosts behind it.
-    pub trusted: bool,
-    /// The identity the host configured for the function: nobody else may claim its MAC
-    /// or addresses, even while the function has other ones or no guest.
-    pub reserved: Option<Identity>,
-}
-
 /// A MAC table entry.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -273,68 +229,6 @@ impl Slot {
             spoof_logged: false,
         }
     }
-
-    /// Whether an untrusted port's frame comes from its own MAC and, if IPv6, IPv4 or
-    /// ARP, from one of its own addresses (or the unspecified one where address probes
-    /// use it). The cost of a send: a 6-byte compare, and for IP a compare per address (a
-    /// handful). A frame too short to say who sent it is not its own.
-    fn sends_as_itself(&self, frame: &[u8]) -> bool {
-        let Some(id) = &self.identity else {
-            return false;
-        };
-        if frame[6..12] != id.mac {
-            return false;
-        }
-        let ethertype = &frame[12..14];
-        if ethertype == ETHERTYPE_IPV6 {
-            let Some(src) = frame.get(IPV6_SRC) else {
-                return false;
-            };
-            return src == [0u8; 16] || self.sources.iter().any(|s| s[..] == *src);
-        }
-        if ethertype == ETHERTYPE_IPV4 {
-            let Some(src) = frame.get(IPV4_SRC) else {
-                return false;
-            };
-            return self.sources4.iter().any(|s| s[..] == *src);
-        }
-        if ethertype == ETHERTYPE_ARP {
-            let Some(sender) = frame.get(ARP_SENDER) else {
-                return false;
-            };
-            let (mac, ip) = sender.split_at(6);
-            return mac == id.mac && (ip == [0u8; 4] || self.sources4.iter().any(|s| s[..] == *ip));
-        }
-        true
-    }
-
-    /// Whether `identity` shares its MAC or an address with what this slot holds or was
-    /// configured with; the conflict, said.
-    fn conflict(&self, mac: &Mac, sources: &[[u8; 16]]) -> Option<String> {
-        for held in [&self.identity, &self.options.reserved]
-            .into_iter()
-            .flatten()
-        {
-            if held.mac == *mac {
-                return Some(format!("MAC {} is function {}'s", fmt_mac(mac), self.name));
-            }
-            if let Some(a) = held.sources().iter().find(|a| sources.contains(a)) {
-                return Some(format!(
-                    "address {} is function {}'s",
-                    Ipv6Addr::from(*a),
-                    self.name
-                ));
-            }
-        }
-        None
-    }
-}
-
-fn fmt_mac(m: &Mac) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
 }
 
 /// Everything a frame's forwarding reads or changes, under one lock. One lock is enough:
@@ -369,22 +263,6 @@ impl State {
         match port {
             PortId::Port(i) => &mut self.ports[i].learning,
             PortId::Uplink => &mut self.uplink_learning,
-        }
-    }
-
-    fn spoofed(&mut self, from: PortId, src: &Mac) {
-        self.stats_mut(from).spoofed += 1;
-        if let PortId::Port(i) = from {
-            let slot = &mut self.ports[i];
-            if !slot.spoof_logged {
-                slot.spoof_logged = true;
-                log::warn!(
-                    "switch port {}: a frame from {} that is not the function's own MAC or \
-                     address: dropped (counted as spoofed from now on)",
-                    slot.name,
-                    fmt_mac(src)
-                );
-            }
         }
     }
 
@@ -580,39 +458,6 @@ impl State {
                 seen: Instant::now(),
             },
         );
-    }
-
-    /// Function `port` claims `identity` (see [`Backend::claim_identity`]).
-    fn claim(&mut self, port: usize, identity: Identity) -> Result<(), IdentityTaken> {
-        let sources = identity.sources();
-        for (j, other) in self.ports.iter().enumerate() {
-            if j != port {
-                if let Some(why) = other.conflict(&identity.mac, &sources) {
-                    return Err(IdentityTaken(why));
-                }
-            }
-        }
-        let slot = &mut self.ports[port];
-        slot.sources4 = identity.sources4();
-        let old = slot.identity.replace(identity.clone());
-        // An IPv4 address (mapped) is no IPv6 source.
-        slot.sources = sources
-            .into_iter()
-            .filter(|a| !crate::net::wire::is_ipv4(&Ipv6Addr::from(*a)))
-            .collect();
-        if let Some(old) = old.filter(|o| o.mac != identity.mac) {
-            if self
-                .table
-                .get(&old.mac)
-                .is_some_and(|e| e.pinned && e.at == PortId::Port(port))
-            {
-                self.table.remove(&old.mac);
-            }
-        }
-        if self.ports[port].ready.is_some() {
-            self.pin(identity.mac, port);
-        }
-        Ok(())
     }
 }
 

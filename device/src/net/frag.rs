@@ -56,6 +56,22 @@ struct Pending {
     fragments: usize,
 }
 
+/// A received fragment of either family, checked, for [`Reassembler::insert`].
+#[derive(Debug, Clone, Copy)]
+pub struct Fragment<'a> {
+    pub key: Key,
+    /// Where `data` starts in the packet's fragmentable part, in bytes.
+    pub offset: usize,
+    /// More fragments follow (IPv6's M flag, IPv4's MF).
+    pub more: bool,
+    /// The packet's next header (IPv4: its protocol).
+    pub next_header: u8,
+    /// The fragment's part of the fragmentable part.
+    pub data: &'a [u8],
+    /// The whole received packet (kept if `offset` is 0, to be quoted by time exceeded).
+    pub packet: &'a [u8],
+}
+
 /// What became of a fragment.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -104,22 +120,17 @@ impl Reassembler {
         self.bytes
     }
 
-    /// Adds one fragment: `data` is the fragment's fragmentable part at byte `offset`,
-    /// `more` its M flag; `packet` the whole received IPv6 packet (kept if offset is 0).
-    /// The caller checked the RFC 8200 length rules (multiple of 8 unless last, end within
-    /// 65535). `expired` receives reassemblies evicted to make room.
-    #[allow(clippy::too_many_arguments)]
-    pub fn insert(
-        &mut self,
-        key: Key,
-        offset: usize,
-        more: bool,
-        next_header: u8,
-        data: &[u8],
-        packet: &[u8],
-        now: Instant,
-        expired: &mut Vec<Expired>,
-    ) -> Outcome {
+    /// Adds one fragment. The caller checked the RFC 8200 length rules (multiple of 8
+    /// unless last, end within 65535). `expired` receives reassemblies evicted to make room.
+    pub fn insert(&mut self, f: Fragment, now: Instant, expired: &mut Vec<Expired>) -> Outcome {
+        let Fragment {
+            key,
+            offset,
+            more,
+            next_header,
+            data,
+            packet,
+        } = f;
         let end = offset + data.len();
         debug_assert!(end <= MAX_PACKET);
         if !self.pending.contains_key(&key) {
@@ -301,7 +312,15 @@ mod tests {
         now: Instant,
     ) -> Outcome {
         let mut ex = Vec::new();
-        r.insert(key(id), off, more, 17, data, data, now, &mut ex)
+        let f = Fragment {
+            key: key(id),
+            offset: off,
+            more,
+            next_header: 17,
+            data,
+            packet: data,
+        };
+        r.insert(f, now, &mut ex)
     }
 
     #[test]
@@ -402,7 +421,15 @@ mod tests {
         let mut ex = Vec::new();
         for id in 0..200u32 {
             // A fragment at the far end of a 64 KiB packet costs 64 KiB.
-            r.insert(key(id), 65000, true, 17, &[0; 8], &[], t, &mut ex);
+            let f = Fragment {
+                key: key(id),
+                offset: 65000,
+                more: true,
+                next_header: 17,
+                data: &[0; 8],
+                packet: &[],
+            };
+            r.insert(f, t, &mut ex);
             assert!(r.bytes() <= MAX_REASSEMBLY_BYTES);
             assert!(r.pending.len() <= MAX_REASSEMBLIES);
         }

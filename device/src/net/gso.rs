@@ -18,11 +18,8 @@
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use super::checksum;
-use super::wire::{proto, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use super::wire::{proto, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETH_LEN, IPV4_LEN, IPV6_LEN};
 
-const ETH_LEN: usize = 14;
-const IPV6_LEN: usize = 40;
-const IPV4_LEN: usize = 20;
 /// TCP flags that belong to the last piece only (FIN, PSH) and to the first only (CWR).
 const FIN: u8 = 0x01;
 const PSH: u8 = 0x08;

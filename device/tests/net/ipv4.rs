@@ -36,6 +36,23 @@ fn introduce_peer4(s: &mut Stack, t: std::time::Instant) {
     drain(s);
 }
 
+/// An ARP message from the device's address: a request (the target's MAC unknown, zero)
+/// or a reply to the target.
+fn our_arp(request: bool, target_mac: [u8; 6], target_ip: Ipv4Addr) -> Parsed {
+    Parsed::Arp {
+        request,
+        sender_mac: OUR_MAC,
+        sender_ip: OUR4,
+        target_mac,
+        target_ip,
+    }
+}
+
+/// A datagram from the peer's port 4000 to port 9, broadcast at the link layer to `dst`.
+fn udp4_broadcast_from_peer(dst: Ipv4Addr, payload: &[u8]) -> Vec<u8> {
+    net_oracle::udp4_frame(PEER_MAC, BROADCAST, PEER4, dst, 4000, 9, payload)
+}
+
 fn udp4_from_peer(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
     net_oracle::udp4_frame(PEER_MAC, OUR_MAC, PEER4, OUR4, sport, dport, payload)
 }
@@ -89,16 +106,7 @@ fn arp_resolves_the_next_hop_and_the_datagram_follows() {
     );
     let f = drain_one(&mut s);
     assert_eq!(f.eth_dst, BROADCAST);
-    assert_eq!(
-        f.parsed,
-        Parsed::Arp {
-            request: true,
-            sender_mac: OUR_MAC,
-            sender_ip: OUR4,
-            target_mac: [0; 6],
-            target_ip: PEER4,
-        }
-    );
+    assert_eq!(f.parsed, our_arp(true, [0; 6], PEER4));
     assert_eq!(s.neighbors().get(&m(PEER4)).unwrap().0, State::Incomplete);
     let reply = net_oracle::arp_frame(OUR_MAC, false, PEER_MAC, PEER4, OUR_MAC, OUR4);
     assert!(s.receive(&reply, t).is_none());
@@ -131,16 +139,7 @@ fn arp_requests_for_our_address_are_answered_and_teach_the_cache() {
     assert!(s.receive(&req, t).is_none());
     let f = drain_one(&mut s);
     assert_eq!(f.eth_dst, PEER_MAC);
-    assert_eq!(
-        f.parsed,
-        Parsed::Arp {
-            request: false,
-            sender_mac: OUR_MAC,
-            sender_ip: OUR4,
-            target_mac: PEER_MAC,
-            target_ip: PEER4,
-        }
-    );
+    assert_eq!(f.parsed, our_arp(false, PEER_MAC, PEER4));
     assert_eq!(
         s.neighbors().get(&m(PEER4)),
         Some((State::Stale, Some(PEER_MAC)))
@@ -352,25 +351,9 @@ fn headers_are_validated() {
     none[14 + 20 + 6..14 + 20 + 8].copy_from_slice(&[0, 0]);
     assert_eq!(s.receive(&none, t).expect("delivered").payload(), b"no sum");
     // A datagram to the subnet's broadcast is delivered like one to us.
-    let b = net_oracle::udp4_frame(
-        PEER_MAC,
-        BROADCAST,
-        PEER4,
-        Ipv4Addr::new(198, 18, 0, 255),
-        4000,
-        9,
-        b"all",
-    );
+    let b = udp4_broadcast_from_peer(Ipv4Addr::new(198, 18, 0, 255), b"all");
     assert_eq!(s.receive(&b, t).expect("delivered").payload(), b"all");
-    let b = net_oracle::udp4_frame(
-        PEER_MAC,
-        BROADCAST,
-        PEER4,
-        Ipv4Addr::BROADCAST,
-        4000,
-        9,
-        b"all",
-    );
+    let b = udp4_broadcast_from_peer(Ipv4Addr::BROADCAST, b"all");
     assert_eq!(s.receive(&b, t).expect("delivered").payload(), b"all");
 }
 
@@ -416,15 +399,7 @@ fn port_unreachable_over_ipv4_is_rate_limited_with_icmpv6() {
     assert_eq!(s.stats().icmp_errors_rate_limited, 151);
     // Never about a broadcast.
     let later = t + Duration::from_secs(5);
-    let b = net_oracle::udp4_frame(
-        PEER_MAC,
-        BROADCAST,
-        PEER4,
-        Ipv4Addr::BROADCAST,
-        4000,
-        9,
-        b"x",
-    );
+    let b = udp4_broadcast_from_peer(Ipv4Addr::BROADCAST, b"x");
     let d = s.receive(&b, later).unwrap();
     s.port_unreachable(&d, later);
     assert!(drain(&mut s).is_empty());

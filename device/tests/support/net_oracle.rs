@@ -376,6 +376,18 @@ pub fn icmp_frame(
 
 /// The bytes of a UDP datagram (checksum computed).
 pub fn udp_bytes(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    udp_datagram(
+        IpAddress::Ipv6(src),
+        IpAddress::Ipv6(dst),
+        sport,
+        dport,
+        payload,
+    )
+}
+
+/// The bytes of a UDP datagram of either family, its checksum over that family's
+/// pseudo-header.
+fn udp_datagram(src: IpAddress, dst: IpAddress, sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
     let repr = UdpRepr {
         src_port: sport,
         dst_port: dport,
@@ -384,8 +396,8 @@ pub fn udp_bytes(src: Ipv6Addr, dst: Ipv6Addr, sport: u16, dport: u16, payload: 
     let mut p = UdpPacket::new_unchecked(&mut buf[..]);
     repr.emit(
         &mut p,
-        &IpAddress::Ipv6(src),
-        &IpAddress::Ipv6(dst),
+        &src,
+        &dst,
         payload.len(),
         |b| b.copy_from_slice(payload),
         &ChecksumCapabilities::default(),
@@ -533,21 +545,13 @@ pub fn ipv4_frame(src_mac: Mac, dst_mac: Mac, h: V4, upper: &[u8]) -> Vec<u8> {
 
 /// The bytes of a UDP datagram over IPv4 (checksum computed).
 pub fn udp4_bytes(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let repr = UdpRepr {
-        src_port: sport,
-        dst_port: dport,
-    };
-    let mut buf = vec![0u8; 8 + payload.len()];
-    let mut p = UdpPacket::new_unchecked(&mut buf[..]);
-    repr.emit(
-        &mut p,
-        &IpAddress::Ipv4(src),
-        &IpAddress::Ipv4(dst),
-        payload.len(),
-        |b| b.copy_from_slice(payload),
-        &ChecksumCapabilities::default(),
-    );
-    buf
+    udp_datagram(
+        IpAddress::Ipv4(src),
+        IpAddress::Ipv4(dst),
+        sport,
+        dport,
+        payload,
+    )
 }
 
 pub fn udp4_frame(

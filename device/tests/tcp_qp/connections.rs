@@ -88,41 +88,27 @@ fn connect_to_a_port_nobody_listens_on_is_refused() {
 #[test]
 fn stream_of_one_mib_both_ways_across_a_cable() {
     let n = 1 << 20;
-    let (_cable, mut a, mut b, mut sa, mut cb_end) =
-        cabled_pair(6000, None, FRAMING_STREAM, 16, Flow::buf_len(n, 16));
-    bulk(
-        &mut a,
-        &mut sa,
-        &mut b,
-        &mut cb_end,
-        n,
-        100,
-        Duration::from_secs(60),
-    );
+    bulk_across_cable(IPV6_PAIR, 6000, None, n, 100, Duration::from_secs(60));
 }
 
 #[test]
 fn impaired_cable_still_delivers_intact() {
     let imp = "loss=3,reorder=10,dup=2,corrupt=1,seed=42";
     let n = 256 << 10;
-    let (_cable, mut a, mut b, mut sa, mut cb_end) =
-        cabled_pair(6001, Some(imp), FRAMING_STREAM, 16, Flow::buf_len(n, 16));
-    bulk(
-        &mut a,
-        &mut sa,
-        &mut b,
-        &mut cb_end,
-        n,
-        200,
-        Duration::from_secs(90),
-    );
+    bulk_across_cable(IPV6_PAIR, 6001, Some(imp), n, 200, Duration::from_secs(90));
 }
 
 #[test]
 fn sends_complete_only_when_the_peer_has_room_and_acknowledged() {
     let n = 1 << 20;
-    let (_cable, mut a, mut b, mut s, mut c) =
-        cabled_pair(6003, None, FRAMING_STREAM, 16, Flow::buf_len(n, 16));
+    let (_cable, mut a, mut b, mut s, mut c) = cabled_pair(
+        IPV6_PAIR,
+        6003,
+        None,
+        FRAMING_STREAM,
+        16,
+        Flow::buf_len(n, 16),
+    );
     let mut rng = Rng::new(3);
     let mut fs = Flow::new(&mut a, &s, Vec::new(), 1);
     let mut fc = Flow::new(&mut b, &c, rng.bytes(n), 2);
@@ -154,7 +140,8 @@ fn sends_complete_only_when_the_peer_has_room_and_acknowledged() {
 
 #[test]
 fn destroying_a_qp_resets_the_peer() {
-    let (_cable, mut a, mut b, mut s, c) = cabled_pair(6004, None, FRAMING_STREAM, 8, 1 << 16);
+    let (_cable, mut a, mut b, mut s, c) =
+        cabled_pair(IPV6_PAIR, 6004, None, FRAMING_STREAM, 8, 1 << 16);
     post_recv_at(&mut a, &mut s, 1, 0, 4096);
     // The receive stays outstanding until the peer's reset flushes it.
     b.destroy_qp(c.ctx, c.qp.id).unwrap();

@@ -12,29 +12,13 @@ const B4: &str = "198.18.3.2";
 fn a_stream_crosses_an_impaired_cable_over_ipv4() {
     let imp = "loss=3,reorder=10,dup=2,corrupt=1,seed=43";
     let n = 512 << 10;
-    let (_cable, mut a, mut b, mut sa, mut cb_end) = cabled_pair_at(
-        [A4, B4],
-        6040,
-        Some(imp),
-        FRAMING_STREAM,
-        16,
-        Flow::buf_len(n, 16),
-    );
-    bulk(
-        &mut a,
-        &mut sa,
-        &mut b,
-        &mut cb_end,
-        n,
-        400,
-        Duration::from_secs(90),
-    );
+    bulk_across_cable([A4, B4], 6040, Some(imp), n, 400, Duration::from_secs(90));
 }
 
 #[test]
 fn messages_keep_their_boundaries_over_ipv4() {
     let (_cable, mut a, mut b, mut s, mut c) =
-        cabled_pair_at([A4, B4], 6041, None, FRAMING_MESSAGE, 16, 1 << 20);
+        cabled_pair([A4, B4], 6041, None, FRAMING_MESSAGE, 16, 1 << 20);
     let sizes = [1usize, 0, 1460, 1461, 3000, 60_000];
     let mut rng = Rng::new(11);
     let data: Vec<Vec<u8>> = sizes.iter().map(|&n| rng.bytes(n)).collect();
@@ -50,15 +34,9 @@ fn messages_keep_their_boundaries_over_ipv4() {
         at += d.len() as u64 + 64;
     }
     b.post_send(&mut c.qp, &wqes);
-    let rwqes: Vec<_> = (0..sizes.len())
-        .map(|i| recv_at(&s, 100 + i as u64, i as u64 * 65_536, 65_536))
-        .collect();
-    a.post_recv(&mut s.qp, &rwqes);
-    for (i, d) in data.iter().enumerate() {
-        let r = a
-            .try_wait_cqe(&mut s.rcq, Duration::from_secs(10))
-            .unwrap_or_else(|| panic!("message {i} did not arrive"));
-        assert_cqe(&r, CQE_STATUS_SUCCESS, 0, "message");
+    let cqes = receive_messages(&mut a, &mut s, sizes.len());
+    for (i, (d, r)) in data.iter().zip(&cqes).enumerate() {
+        assert_cqe(r, CQE_STATUS_SUCCESS, 0, "message");
         assert_eq!((r.wr_id, r.imm_data), (100 + i as u64, 0x4000 + i as u32));
         assert_eq!(r.byte_len, d.len() as u32, "length of message {i}");
         assert_eq!(&a.buf_read(&s.buf, i as u64 * 65_536, d.len()), d);

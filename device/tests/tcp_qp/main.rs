@@ -31,6 +31,8 @@ use support::*;
 
 const A_ADDR: &str = "fd51:5050::3:1";
 const B_ADDR: &str = "fd51:5050::3:2";
+/// The two devices of [`cabled_pair`] over IPv6.
+const IPV6_PAIR: [&str; 2] = [A_ADDR, B_ADDR];
 
 /// How long a test waits to be sure an event does not come.
 const QUIET: Duration = Duration::from_millis(300);
@@ -74,23 +76,12 @@ fn connect_pair(
     (server, client)
 }
 
-/// Two devices joined by a cable (impaired with `impair`), a context on each, and a TCP
-/// connection between a QP of each on `port` (which also tells the devices' MACs apart):
-/// returns (the cable's folder, device a, device b, the end `s` on a — accepted on
-/// A_ADDR:`port` —, the end `c` on b, which connected). Bind the folder first so that it
-/// goes last: it holds the sockets.
+/// Two devices at `a_addr` and `b_addr` (IPv6, or IPv4 on a /24) joined by a cable
+/// (impaired with `impair`), a context on each, and a TCP connection between a QP of each
+/// on `port` (which also tells the devices' MACs apart): returns (the cable's folder,
+/// device a, device b, the end `s` on a — accepted on `a_addr`:`port` —, the end `c` on
+/// b, which connected). Bind the folder first so that it goes last: it holds the sockets.
 fn cabled_pair(
-    port: u16,
-    impair: Option<&str>,
-    framing: u8,
-    depth: u32,
-    buf_len: u64,
-) -> (ScratchDir, FakeGuest, FakeGuest, TcpEnd, TcpEnd) {
-    cabled_pair_at([A_ADDR, B_ADDR], port, impair, framing, depth, buf_len)
-}
-
-/// [`cabled_pair`] with the devices at `a_addr` and `b_addr` (IPv6, or IPv4 on a /24).
-fn cabled_pair_at(
     [a_addr, b_addr]: [&str; 2],
     port: u16,
     impair: Option<&str>,
@@ -176,6 +167,27 @@ fn run_pair(
     assert_eq!(sha(&fa.got), sha(&fb.out), "b -> a intact");
 }
 
+/// Two devices at `addrs` joined by a cable impaired with `impair`, and [`bulk`] between
+/// their QPs connected on `port` (stream framing).
+fn bulk_across_cable(
+    addrs: [&str; 2],
+    port: u16,
+    impair: Option<&str>,
+    n: usize,
+    seed: u64,
+    limit: Duration,
+) {
+    let (_cable, mut a, mut b, mut sa, mut cb_end) = cabled_pair(
+        addrs,
+        port,
+        impair,
+        FRAMING_STREAM,
+        16,
+        Flow::buf_len(n, 16),
+    );
+    bulk(&mut a, &mut sa, &mut b, &mut cb_end, n, seed, limit);
+}
+
 /// `n` random bytes each way between the ends `ea` and `eb`, verified.
 fn bulk(
     ga: &mut FakeGuest,
@@ -195,6 +207,21 @@ fn bulk(
 /// A receive WQE of `len` bytes at `off` in the endpoint's buffer.
 fn recv_at(e: &TcpEnd, wr_id: u64, off: u64, len: u32) -> WqeBytes {
     recv_wqe(wr_id, &[e.buf.sge(off, len, e.mr.lkey)])
+}
+
+/// Posts `n` receive WRs of 64 KiB each on `e` (wr_id 100 + i, at i × 64 KiB of its
+/// buffer) and waits for the `n` messages to complete them, in order.
+fn receive_messages(g: &mut FakeGuest, e: &mut TcpEnd, n: usize) -> Vec<Cqe> {
+    let rwqes: Vec<_> = (0..n)
+        .map(|i| recv_at(e, 100 + i as u64, i as u64 * 65_536, 65_536))
+        .collect();
+    g.post_recv(&mut e.qp, &rwqes);
+    (0..n)
+        .map(|i| {
+            g.try_wait_cqe(&mut e.rcq, Duration::from_secs(10))
+                .unwrap_or_else(|| panic!("message {i} did not arrive"))
+        })
+        .collect()
 }
 
 /// Posts one receive of `len` bytes at `off` in the endpoint's buffer.

@@ -9,7 +9,7 @@ use super::*;
 #[test]
 fn message_framing_keeps_boundaries_and_immediate_data() {
     let (_cable, mut a, mut b, mut s, mut c) =
-        cabled_pair(6002, None, FRAMING_MESSAGE, 16, 1 << 20);
+        cabled_pair(IPV6_PAIR, 6002, None, FRAMING_MESSAGE, 16, 1 << 20);
     // Messages from the client (b) to the server (a): assorted sizes, one too big for
     // its 64 KiB receive WR, and an empty one.
     let sizes = [1usize, 0, 7, 1440, 1441, 3000, 65_536, 100_000, 5, 50_000];
@@ -36,26 +36,20 @@ fn message_framing_keeps_boundaries_and_immediate_data() {
         at += d.len() as u64 + 64;
     }
     b.post_send(&mut c.qp, &wqes);
-    let rwqes: Vec<_> = (0..sizes.len())
-        .map(|i| recv_at(&s, 100 + i as u64, i as u64 * 65_536, 65_536))
-        .collect();
-    a.post_recv(&mut s.qp, &rwqes);
-    for (i, d) in data.iter().enumerate() {
-        let r = a
-            .try_wait_cqe(&mut s.rcq, Duration::from_secs(10))
-            .unwrap_or_else(|| panic!("message {i} did not arrive"));
+    let cqes = receive_messages(&mut a, &mut s, sizes.len());
+    for (i, (d, r)) in data.iter().zip(&cqes).enumerate() {
         assert_eq!(r.wr_id, 100 + i as u64);
         assert_eq!(r.imm_data, 0x1000 + i as u32, "imm_data of message {i}");
         assert_eq!(r.byte_len, d.len() as u32, "length of message {i}");
         if d.len() > 65_536 {
             assert_cqe(
-                &r,
+                r,
                 CQE_STATUS_LOCAL_LENGTH,
                 0,
                 "a message larger than its WR",
             );
         } else {
-            assert_cqe(&r, CQE_STATUS_SUCCESS, 0, "message");
+            assert_cqe(r, CQE_STATUS_SUCCESS, 0, "message");
             assert_eq!(
                 &a.buf_read(&s.buf, i as u64 * 65_536, d.len()),
                 d,
@@ -174,6 +168,7 @@ fn small_messages_into_large_receives_lose_nothing() {
     const WR_LEN: u32 = 64 * 1024;
     const IN_FLIGHT: usize = 64;
     let (_cable, mut a, mut b, mut s, mut c) = cabled_pair(
+        IPV6_PAIR,
         6011,
         None,
         FRAMING_MESSAGE,

@@ -95,20 +95,23 @@ impl Stack {
             self.select_source(&ip.src)
         };
         // As much of the invoking packet as fits in the minimum MTU (RFC 4443 §2.4 (c)).
-        let quote = invoking.len().min(MIN_MTU - IPV6_LEN - 8);
-        let mut body = Vec::with_capacity(4 + quote);
-        body.extend_from_slice(&word.to_be_bytes());
-        body.extend_from_slice(&invoking[..quote]);
+        let body = icmp_error_body(word, invoking, MIN_MTU - IPV6_LEN - 8);
         let msg = wire::icmpv6(&src, &ip.src, ty, code, &body);
+        self.send_icmp_error(src, ip.src, proto::ICMPV6, &msg, now);
+    }
+
+    /// Sends an ICMP error message of either family (`protocol` says which) that
+    /// [`Stack::icmp_error_allowed`] let go, taking its token when it leaves.
+    pub(super) fn send_icmp_error(
+        &mut self,
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        protocol: u8,
+        msg: &[u8],
+        now: Instant,
+    ) {
         if self
-            .send_ip(
-                src,
-                ip.src,
-                proto::ICMPV6,
-                wire::DEFAULT_HOP_LIMIT,
-                &msg,
-                now,
-            )
+            .send_ip(src, dst, protocol, wire::DEFAULT_HOP_LIMIT, msg, now)
             .is_ok()
         {
             self.icmp_tokens -= 1.0;
@@ -400,4 +403,14 @@ pub(super) fn parse_quoted(body: &[u8]) -> Result<(Ipv6Addr, Ipv6Addr), ParseErr
     }
     let a = |at: usize| Ipv6Addr::from(<[u8; 16]>::try_from(&body[at..at + 16]).expect("16"));
     Ok((a(8), a(24)))
+}
+
+/// An ICMP error's body, the same in both families: the type's 32-bit word, then as much
+/// of the invoking packet as `quote_max` bytes hold.
+pub(super) fn icmp_error_body(word: u32, invoking: &[u8], quote_max: usize) -> Vec<u8> {
+    let quote = invoking.len().min(quote_max);
+    let mut body = Vec::with_capacity(4 + quote);
+    body.extend_from_slice(&word.to_be_bytes());
+    body.extend_from_slice(&invoking[..quote]);
+    body
 }

@@ -14,13 +14,14 @@ use std::time::Instant;
 
 use log::{debug, warn};
 
-use crate::net::frag::{self, Key, Outcome};
+use crate::net::frag::{self, Key};
 use crate::net::stats::DropReason;
 use crate::net::wire::{
     self, icmp4, proto, Arp, EthernetFrame, Ipv4Fields, MacDisplay, ParseError, ETH_LEN, IPV4_LEN,
     PROTO_ICMPV4,
 };
 
+use super::icmpv6::icmp_error_body;
 use super::*;
 
 /// Largest UDP payload over IPv4: the total length field (65535) less the IPv4 and UDP
@@ -138,16 +139,7 @@ impl Stack {
         if !wire::is_ipv4(&sender) {
             return;
         }
-        let m = Arp {
-            request: true,
-            sender_mac: self.mac,
-            sender_ip: sender,
-            target_mac: [0; 6],
-            target_ip: target,
-        };
-        let f = wire::arp_frame(&m, &unicast.unwrap_or(wire::BROADCAST_MAC));
-        self.stats.arp_requests_tx += 1;
-        self.push_tx(f);
+        self.send_arp_request_from(sender, target, unicast.unwrap_or(wire::BROADCAST_MAC));
     }
 
     /// Announces a new address (a gratuitous ARP request: sender and target both the
@@ -156,14 +148,19 @@ impl Stack {
         if !self.link {
             return;
         }
+        self.send_arp_request_from(addr, addr, wire::BROADCAST_MAC);
+    }
+
+    /// An ARP request from `sender` asking for `target`'s hardware address, sent to `to`.
+    fn send_arp_request_from(&mut self, sender: Ipv6Addr, target: Ipv6Addr, to: Mac) {
         let m = Arp {
             request: true,
             sender_mac: self.mac,
-            sender_ip: addr,
+            sender_ip: sender,
             target_mac: [0; 6],
-            target_ip: addr,
+            target_ip: target,
         };
-        let f = wire::arp_frame(&m, &wire::BROADCAST_MAC);
+        let f = wire::arp_frame(&m, &to);
         self.stats.arp_requests_tx += 1;
         self.push_tx(f);
     }
@@ -197,13 +194,7 @@ impl Stack {
         let Ok(ip) = wire::parse_ipv4(invoking) else {
             return;
         };
-        let src4 = wire::ipv4_of(&ip.src).expect("mapped");
-        if src4.is_unspecified()
-            || src4.is_broadcast()
-            || src4.is_multicast()
-            || self.is_local(&ip.src)
-            || self.is_broadcast4(&ip.src)
-        {
+        if self.is_bad_source4(&ip.src) {
             return;
         }
         if !self.is_own_unicast(&ip.dst) && !is_loopback(&ip.dst) || ip.offset != 0 {
@@ -216,25 +207,9 @@ impl Stack {
         if !self.icmp_error_allowed(now) {
             return;
         }
-        let quote = invoking.len().min(MIN_IPV4_PATH_MTU - IPV4_LEN - 8);
-        let mut body = Vec::with_capacity(4 + quote);
-        body.extend_from_slice(&word.to_be_bytes());
-        body.extend_from_slice(&invoking[..quote]);
+        let body = icmp_error_body(word, invoking, MIN_IPV4_PATH_MTU - IPV4_LEN - 8);
         let msg = wire::icmpv4(ty, code, &body);
-        if self
-            .send_ipv4(
-                ip.dst,
-                ip.src,
-                PROTO_ICMPV4,
-                wire::DEFAULT_HOP_LIMIT,
-                &msg,
-                now,
-            )
-            .is_ok()
-        {
-            self.icmp_tokens -= 1.0;
-            self.stats.icmp_errors_tx += 1;
-        }
+        self.send_icmp_error(ip.dst, ip.src, PROTO_ICMPV4, &msg, now);
     }
 
     // ---- receiving --------------------------------------------------------------------
@@ -253,29 +228,26 @@ impl Stack {
             Err(ParseError::Checksum) => return self.drop(DropReason::BadChecksum),
             Err(_) => return self.drop(DropReason::Malformed),
         };
-        let src4 = wire::ipv4_of(&ip.src).expect("mapped");
-        // Broadcast, multicast, unspecified, loopback or our own: no packet from the link
-        // carries these as its source (RFC 1122 §3.2.1.3).
-        if src4.is_unspecified()
-            || src4.is_broadcast()
-            || src4.is_multicast()
-            || self.is_local(&ip.src)
-            || self.is_broadcast4(&ip.src)
-        {
+        if self.is_bad_source4(&ip.src) {
             return self.drop(DropReason::BadSource);
         }
         let broadcast = !self.is_own_unicast(&ip.dst);
         if broadcast && !self.is_broadcast4(&ip.dst) {
             return self.drop(DropReason::NotForUs);
         }
-        let a = Arrival {
-            src: ip.src,
-            dst: ip.dst,
-            hop_limit: ip.ttl,
-            eth_src: eth.src,
-            now,
-        };
-        self.ipv4_packet(&ip, a)
+        self.ipv4_packet(&ip, Arrival::of_ipv4(&ip, eth.src, now))
+    }
+
+    /// Whether an IPv4 (mapped) source address names no single host on the link:
+    /// unspecified, broadcast, multicast, loopback or our own. No packet from the link
+    /// carries these (RFC 1122 §3.2.1.3), and no error goes to them.
+    fn is_bad_source4(&self, src: &Ipv6Addr) -> bool {
+        let src4 = wire::ipv4_of(src).expect("mapped");
+        src4.is_unspecified()
+            || src4.is_broadcast()
+            || src4.is_multicast()
+            || self.is_local(src)
+            || self.is_broadcast4(src)
     }
 
     /// A packet the device sent to itself, from the IPv4 header on.
@@ -287,14 +259,7 @@ impl Stack {
         let Ok(ip) = wire::parse_ipv4(packet) else {
             return self.drop(DropReason::Malformed);
         };
-        let a = Arrival {
-            src: ip.src,
-            dst: ip.dst,
-            hop_limit: ip.ttl,
-            eth_src: self.mac,
-            now,
-        };
-        self.ipv4_packet(&ip, a)
+        self.ipv4_packet(&ip, Arrival::of_ipv4(&ip, self.mac, now))
     }
 
     /// A valid IPv4 packet for the device (or a broadcast): reassembled if a fragment, then
@@ -316,41 +281,19 @@ impl Stack {
         {
             return self.drop(DropReason::BadFragment);
         }
-        let key = Key::ipv4(a.src, a.dst, ip.protocol, ip.id);
-        let mut expired = Vec::new();
-        let outcome = self.reasm.insert(
-            key,
-            ip.offset,
-            ip.more,
-            ip.protocol,
+        let f = frag::Fragment {
+            key: Key::ipv4(a.src, a.dst, ip.protocol, ip.id),
+            offset: ip.offset,
+            more: ip.more,
+            next_header: ip.protocol,
             data,
-            ip.packet,
-            a.now,
-            &mut expired,
-        );
-        self.account_expired(expired, a.now);
-        match outcome {
-            Outcome::Held => None,
-            Outcome::Duplicate => {
-                self.stats.duplicate_fragments += 1;
-                None
-            }
-            Outcome::Overlap(held) => {
-                self.stats.drops[DropReason::FragmentOverlap as usize] += 1 + held as u64;
-                None
-            }
-            Outcome::Inconsistent(held) => {
-                self.stats.drops[DropReason::BadFragment as usize] += 1 + held as u64;
-                None
-            }
-            Outcome::Complete(protocol, data) => {
-                self.stats.reassembled += 1;
-                let f = Ipv4Fields::whole(protocol, a.hop_limit, ip.id, false);
-                let mut packet = wire::ipv4_packet(&a.src, &a.dst, &f, &data);
-                packet.drain(..ETH_LEN);
-                self.ipv4_deliver(Cow::Owned(packet), IPV4_LEN, protocol, a)
-            }
-        }
+            packet: ip.packet,
+        };
+        let (protocol, data) = self.reassemble(f, a.now)?;
+        let f = Ipv4Fields::whole(protocol, a.hop_limit, ip.id, false);
+        let mut packet = wire::ipv4_packet(&a.src, &a.dst, &f, &data);
+        packet.drain(..ETH_LEN);
+        self.ipv4_deliver(Cow::Owned(packet), IPV4_LEN, protocol, a)
     }
 
     /// A whole IPv4 packet for the device (`pkt`, its header `header_len` bytes) to its

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use log::debug;
 
 use super::config::{NetConfig, MIN_MTU};
-use super::frag::{self, Reassembler};
+use super::frag::{self, Outcome, Reassembler};
 use super::gso;
 use super::neighbor::{self, Action, NeighborCache};
 use super::stats::{DropReason, NetStats};
@@ -155,6 +155,17 @@ impl Arrival {
             src: ip.src,
             dst: ip.dst,
             hop_limit: ip.hop_limit,
+            eth_src,
+            now,
+        }
+    }
+
+    /// The same for an IPv4 packet: its TTL stands for the hop limit.
+    fn of_ipv4(ip: &wire::Ipv4Packet<'_>, eth_src: Mac, now: Instant) -> Arrival {
+        Arrival {
+            src: ip.src,
+            dst: ip.dst,
+            hop_limit: ip.ttl,
             eth_src,
             now,
         }
@@ -744,6 +755,33 @@ impl Stack {
                     self.pmtu_changes.remove(0);
                 }
                 self.pmtu_changes.push((dst, mtu));
+            }
+        }
+    }
+
+    /// Hands a checked fragment of either family to the reassembler and counts what came
+    /// of it: the packet's next header (IPv4: protocol) and data once it is complete.
+    fn reassemble(&mut self, f: frag::Fragment, now: Instant) -> Option<(u8, Vec<u8>)> {
+        let mut expired = Vec::new();
+        let outcome = self.reasm.insert(f, now, &mut expired);
+        self.account_expired(expired, now);
+        match outcome {
+            Outcome::Held => None,
+            Outcome::Duplicate => {
+                self.stats.duplicate_fragments += 1;
+                None
+            }
+            Outcome::Overlap(held) => {
+                self.stats.drops[DropReason::FragmentOverlap as usize] += 1 + held as u64;
+                None
+            }
+            Outcome::Inconsistent(held) => {
+                self.stats.drops[DropReason::BadFragment as usize] += 1 + held as u64;
+                None
+            }
+            Outcome::Complete(next_header, data) => {
+                self.stats.reassembled += 1;
+                Some((next_header, data))
             }
         }
     }

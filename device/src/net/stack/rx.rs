@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::net::Ipv6Addr;
 use std::time::Instant;
 
-use crate::net::frag::{self, Key, Outcome};
+use crate::net::frag::{self, Key};
 use crate::net::stats::DropReason;
 use crate::net::wire::{self, icmp, proto, ETH_LEN, IPV6_LEN};
 
@@ -305,50 +305,28 @@ impl Stack {
         if fh.more && data.is_empty() {
             return self.drop(DropReason::BadFragment);
         }
-        let key = Key {
-            src: a.src,
-            dst: a.dst,
-            id: fh.id,
-        };
-        let mut expired = Vec::new();
-        let outcome = self.reasm.insert(
-            key,
-            fh.offset,
-            fh.more,
-            fh.next_header,
+        let f = frag::Fragment {
+            key: Key {
+                src: a.src,
+                dst: a.dst,
+                id: fh.id,
+            },
+            offset: fh.offset,
+            more: fh.more,
+            next_header: fh.next_header,
             data,
-            pkt,
-            now,
-            &mut expired,
+            packet: pkt,
+        };
+        let (next, data) = self.reassemble(f, now)?;
+        // The reassembled packet: the fixed header (its extension headers before
+        // the fragment header were processed with each fragment) and the data.
+        let mut packet = Vec::with_capacity(IPV6_LEN + data.len());
+        packet.extend_from_slice(
+            &wire::ipv6_packet(&a.src, &a.dst, next, a.hop_limit, &[])[ETH_LEN..],
         );
-        self.account_expired(expired, now);
-        match outcome {
-            Outcome::Held => None,
-            Outcome::Duplicate => {
-                self.stats.duplicate_fragments += 1;
-                None
-            }
-            Outcome::Overlap(held) => {
-                self.stats.drops[DropReason::FragmentOverlap as usize] += 1 + held as u64;
-                None
-            }
-            Outcome::Inconsistent(held) => {
-                self.stats.drops[DropReason::BadFragment as usize] += 1 + held as u64;
-                None
-            }
-            Outcome::Complete(next, data) => {
-                self.stats.reassembled += 1;
-                // The reassembled packet: the fixed header (its extension headers before
-                // the fragment header were processed with each fragment) and the data.
-                let mut packet = Vec::with_capacity(IPV6_LEN + data.len());
-                packet.extend_from_slice(
-                    &wire::ipv6_packet(&a.src, &a.dst, next, a.hop_limit, &[])[ETH_LEN..],
-                );
-                packet[4..6].copy_from_slice(&(data.len() as u16).to_be_bytes());
-                packet.extend_from_slice(&data);
-                self.walk(Cow::Owned(packet), a)
-            }
-        }
+        packet[4..6].copy_from_slice(&(data.len() as u16).to_be_bytes());
+        packet.extend_from_slice(&data);
+        self.walk(Cow::Owned(packet), a)
     }
 }
 
