@@ -58,7 +58,6 @@ fn guests_exchange_data_over_qps_sockets_and_with_the_lab_host() {
     needs_root!();
     let a_script = format!(
         r#"
-B=fd51:5050::1:2; BK=fd51:5050::2:2
 await udp; run udp qpip-e2e ping -u $B --port 7401 --iters 100 --size 1000
 await tcp; run tcp qpip-e2e ping $B --port 7402 --iters 100 --size 1000
 await bulk; run bulk qpip-e2e send --stream $B --port 7403 --bytes 4000000 --chunk 65536
@@ -339,7 +338,6 @@ fn interop(host: &LabHost) -> InteropView {
 fn every_byte_arrives_under_loss_reordering_duplication_and_corruption() {
     needs_root!();
     let a_script = r#"
-B=fd51:5050::1:2
 await loss-on
 await udp; run udp qpip-e2e ping -u $B --port 7501 --iters 100 --size 1000
 await bulk; run bulk qpip-e2e send $B --port 7502 --bytes 2000000 --chunk 65536 -w 900
@@ -350,7 +348,6 @@ counters end
 touch /lab/a-done
 "#;
     let b_script = r#"
-A=fd51:5050::1:1
 await loss-on
 serve udp qpip-e2e echo -u --port 7501 -w 600; finish udp
 serve bulk qpip-e2e sink --port 7502 -w 900; finish bulk
@@ -463,7 +460,6 @@ lab-wait a-done 900
 fn a_killed_peer_a_rebooted_guest_and_a_reloaded_driver() {
     needs_root!();
     let a_script = r#"
-B=fd51:5050::1:2
 # 1. killed sender
 await kill
 qpip-e2e send $B --port 7601 --bytes 1000000000 --mark 300000:/tmp/mark -w 600 > /tmp/killed 2>&1 &
@@ -489,7 +485,6 @@ kv end.contexts "$(contexts)"
 touch /lab/a-done
 "#;
     let b_script = r#"
-A=fd51:5050::1:1
 if [ ! -e /host/first-boot ]; then
     : > /host/first-boot
     kv boot 1
@@ -605,14 +600,12 @@ serve xfer qpip-e2e sink --port 7801 -w 900; finish xfer
 serve echo qpip-e2e echo --port 7802 -w 600; finish echo
 "#;
     let b_script = r#"
-A=fd51:5050::1:1
 await xfer
 run xfer qpip-e2e send $A --port 7801 --bytes 200000000 --chunk 65536 --mark 300000:/lab/go-reboot -w 900
 # c went down while the bytes flowed (it marks the moment just before it reboots).
 kv xfer.overlapped "$([ -e /lab/c-rebooting ] && echo yes || echo no)"
 "#;
     let c_script = r#"
-A=fd51:5050::1:1
 if [ ! -e /host/first-boot ]; then
     : > /host/first-boot
     kv boot 1

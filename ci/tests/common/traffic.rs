@@ -27,11 +27,13 @@ pub type SentOrWhy = Result<(usize, String), String>;
 ///  digest TAG FILE     `@TAG.sha` and `@TAG.bytes` of FILE
 ///  counters TAG        `@TAG.NAME` for the TCP and drop counters of /sys/class/qpip/qpip0
 ///  contexts            the driver's open contexts (sysfs `contexts`)
+///  A, B                the qpip device addresses of guests a and b (BK: b's virtio-net)
 ///  host_exchange S ADDR PORT
 ///                      with the lab host's plain sockets, as its side expects: a stream
 ///                      in on PORT (h2gS), one out to ADDR PORT+1 (g2hS), a UDP echo on
 ///                      PORT+2 (hudpS)
 pub const HELPERS: &str = r#"
+A=fd51:5050::1:1; B=fd51:5050::1:2; BK=fd51:5050::2:2
 serve() {
     t=$1; shift
     "$@" >/tmp/srv.$t 2>&1 &
