@@ -260,10 +260,7 @@ impl Engine {
         let tuple = e.conn.tuple();
         let t = self.objects.tcp_qp_mut(qp).expect("TCP QP");
         t.conn = Some(conn);
-        let keepalive = t.keepalive;
-        let e = self.tcp.table.get_mut(conn).expect("caller checked");
-        e.conn.set_keepalive(keepalive, now);
-        let t = self.objects.tcp_qp_mut(qp).expect("TCP QP");
+        e.conn.set_keepalive(t.keepalive, now);
         if t.is_iwarp() {
             // What the peer sent before the QP took it (the MPA request) is read now.
             self.iwarp_claimed(qp);
