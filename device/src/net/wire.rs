@@ -50,8 +50,7 @@ pub fn ipv4_of(a: &Ipv6Addr) -> Option<Ipv4Addr> {
 /// Whether `a` is an IPv4 address in its mapped form.
 #[inline]
 pub fn is_ipv4(a: &Ipv6Addr) -> bool {
-    let o = a.octets();
-    o[..12] == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]
+    ipv4_of(a).is_some()
 }
 
 /// The mapped form of an IPv4 address.
