@@ -14,7 +14,7 @@
 /*
  Minor version of this interface.
  */
-#define QPIP_ABI_VERSION_MINOR 2
+#define QPIP_ABI_VERSION_MINOR 3
 
 /*
  Largest admin queue depth.
@@ -42,7 +42,8 @@
 #define QPIP_ADMIN_OP_DEL_ADDR 4
 
 /*
- Write [`Stats`] to the guest buffer in [`QueryArgs`]. No results.
+ Write [`Stats`] to the guest buffer in [`QueryArgs`]: its first `len / 8` counters, at
+ most [`STATS_COUNT`]. Result0: the number of counters written.
  */
 #define QPIP_ADMIN_OP_QUERY_STATS 5
 
@@ -301,6 +302,16 @@
 #define QPIP_ADMIN_STATUS_TIMEOUT 11
 
 /*
+ The context is the driver's own, never a process's: its doorbell page is mapped into no
+ process, and every address its WQEs name is one the driver owns. Only a kernel context may
+ create a [`QP_TYPE_RAW_ETH`] QP, and only its WQEs may name guest-physical memory with
+ [`crate::wqe::PHYS_LKEY`]. The device cannot tell who wrote a command (every command comes
+ from the driver); the flag is the driver's promise, and the driver sets it only for the
+ contexts it makes for itself (the network interface's queues).
+ */
+#define QPIP_CTX_FLAG_KERNEL (1 << 0)
+
+/*
  A UDP queue pair: datagrams.
  */
 #define QPIP_QP_TYPE_UDP 1
@@ -309,6 +320,33 @@
  A TCP queue pair: a connection.
  */
 #define QPIP_QP_TYPE_TCP 2
+
+/*
+ A raw Ethernet queue pair: the function's own network interface in the guest kernel
+ (its netdev), beside the device's TCP/UDP/IPv6/IPv4 engine. At most one per function,
+ in a context created with [`CTX_FLAG_KERNEL`] (else [`ADMIN_STATUS_BAD_PARAM`]; a
+ second one: [`ADMIN_STATUS_BUSY`]). `framing` 0.
+
+ - **Send WQEs** ([`crate::wqe::WQE_OP_SEND`]) gather one Ethernet frame (destination MAC
+   first, no FCS) from their SGEs, at most the link MTU + 14 bytes, or a TCP
+   super-segment with [`crate::wqe::WQE_FLAG_TSO`]; checksum offload with
+   [`crate::wqe::WQE_FLAG_CSUM`] (see [`crate::wqe::RawTxOffload`]). The frame passes the
+   same identity checks as the engine's own (the function's MAC and addresses) and goes to
+   the link; a frame that fails them, or is malformed, completes with
+   [`crate::cqe::CQE_STATUS_BAD_WQE`] and is counted in [`STAT_RAW_TX_REFUSED`].
+ - **Receive WQEs** name one buffer each; a received frame fills one buffer, and the
+   CQE's `byte_len` is the frame's length (from the destination MAC, no FCS), its
+   `imm_data` the `CQE_RAW_RX_*` bits. A frame longer than the buffer completes it with
+   [`crate::cqe::CQE_STATUS_LOCAL_LENGTH`] and is dropped.
+ - **Steering**: the engine keeps what is its own (segments of its connections and
+   listeners, datagrams for its bound UDP ports, echo requests to its addresses) and gives
+   the raw QP everything else addressed to the function (its MAC, broadcast, multicast),
+   plus copies of ARP, NDP, ICMP errors and IP fragments, which both sides need. While a
+   raw QP exists the engine sends no RST and no port unreachable for what it does not
+   own: the guest kernel answers for its own ports. Without a posted buffer the frame is
+   dropped and counted ([`STAT_RAW_RX_NO_WR`]).
+ */
+#define QPIP_QP_TYPE_RAW_ETH 3
 
 /*
  TCP framing for QP-to-QP: each message carries a small header in the byte stream, so
@@ -462,9 +500,11 @@
 #define QPIP_ADDR_FLAG_LINK_LOCAL (1 << 0)
 
 /*
- Number of counters in [`Stats`].
+ Number of counters in [`Stats`]. `QUERY_STATS` writes the first `len / 8` of them (at
+ most this many) and returns the number written in result0, so a buffer sized for an
+ older, shorter [`Stats`] still works.
  */
-#define QPIP_STATS_COUNT 64
+#define QPIP_STATS_COUNT 96
 
 /*
  Admin commands completed.
@@ -724,6 +764,42 @@
 #define QPIP_STAT_TCP_TIMEOUTS 63
 
 /*
+ Frames the raw QP sent (a TSO super-segment counts once).
+ */
+#define QPIP_STAT_RAW_TX_FRAMES 64
+
+/*
+ TSO super-segments the raw QP sent.
+ */
+#define QPIP_STAT_RAW_TX_TSO 65
+
+/*
+ Raw send WQEs refused: a frame too long or too short, bad offload fields, or one that
+ failed the identity checks.
+ */
+#define QPIP_STAT_RAW_TX_REFUSED 66
+
+/*
+ Frames given to the raw QP.
+ */
+#define QPIP_STAT_RAW_RX_FRAMES 67
+
+/*
+ Frames for the raw QP dropped because no receive WQE was posted (or its CQ was full).
+ */
+#define QPIP_STAT_RAW_RX_NO_WR 68
+
+/*
+ Frames for the raw QP dropped because they did not fit the posted buffer.
+ */
+#define QPIP_STAT_RAW_RX_TOO_LONG 69
+
+/*
+ Frames given to the raw QP with [`crate::cqe::CQE_RAW_RX_CSUM_OK`].
+ */
+#define QPIP_STAT_RAW_RX_CSUM_OK 70
+
+/*
  Size of one CQE slot.
  */
 #define QPIP_CQE_SIZE 64
@@ -753,6 +829,13 @@
  `imm_data` holds it, `byte_len` is 0 (the Write before it placed its bytes itself).
  */
 #define QPIP_CQE_OP_RECV_IMM 5
+
+/*
+ Raw QPs, receives (in `imm_data`): the device checked the frame's IPv4 header checksum
+ (if IPv4) and its TCP or UDP checksum, and both were right (Linux's
+ `CHECKSUM_UNNECESSARY`). Without it nothing was checked.
+ */
+#define QPIP_CQE_RAW_RX_CSUM_OK (1 << 0)
 
 /*
  A tripwire fired (see `admin::CreateTripwireArgs`): not the completion of a WR.
@@ -1265,6 +1348,42 @@
 #define QPIP_WQE_FLAG_IMM (1 << 2)
 
 /*
+ Raw QPs, `SEND` only: checksum offload as Linux's `CHECKSUM_PARTIAL`. The device sums
+ the frame from `csum_start` to its end (ones' complement, RFC 1071), adds the 16-bit
+ value already at `csum_start + csum_offset` (the pseudo-header sum the sender put there)
+ and stores the folded, complemented result there. See [`RawTxOffload`].
+ */
+#define QPIP_WQE_FLAG_CSUM (1 << 3)
+
+/*
+ Raw QPs, `SEND` only: the frame is a TCP super-segment (IPv4 or IPv6, no IP options or
+ extension headers) with a payload longer than one segment; the device cuts it into
+ segments of at most `mss` payload bytes, each with its own IP length, IPv4 id and
+ header checksum, TCP sequence number, flags (FIN and PSH on the last only, CWR on the
+ first only) and TCP checksum. Needs [`WQE_FLAG_CSUM`]. At most 65,535 bytes of IP
+ packet. See [`RawTxOffload`].
+ */
+#define QPIP_WQE_FLAG_TSO (1 << 4)
+
+/*
+ The lkey that names guest-physical memory: an SGE's `addr` is a guest-physical
+ address, checked against guest RAM, with no region. Only in WQEs of a context created
+ with [`crate::admin::CTX_FLAG_KERNEL`]; elsewhere it is an unknown lkey
+ ([`crate::cqe::CQE_DETAIL_BAD_LKEY`]). No memory region ever has this key.
+ */
+#define QPIP_PHYS_LKEY 0
+
+/*
+ [`RawTxOffload::gso_type`]: a TCP over IPv4 super-segment.
+ */
+#define QPIP_RAW_GSO_TCPV4 1
+
+/*
+ [`RawTxOffload::gso_type`]: a TCP over IPv6 super-segment.
+ */
+#define QPIP_RAW_GSO_TCPV6 2
+
+/*
  Size of [`MsgHeader`] in the stream.
  */
 #define QPIP_MSG_HEADER_SIZE 8
@@ -1348,7 +1467,8 @@ struct qpip_query_args {
    */
   uint64_t buf;
   /*
-   Size of the buffer; at least the size of the structure written.
+   Size of the buffer; at least the size of the structure written (`QUERY_STATS`: at
+   least 8, and it writes what fits).
    */
   uint32_t len;
   uint8_t reserved[36];
@@ -1367,7 +1487,11 @@ struct qpip_create_ctx_args {
    fails the command with [`ADMIN_STATUS_BAD_ADDRESS`].
    */
   uint64_t doorbell_page;
-  uint8_t reserved[40];
+  /*
+   `CTX_FLAG_*` bits; unknown bits fail the command with [`ADMIN_STATUS_BAD_PARAM`].
+   */
+  uint32_t flags;
+  uint8_t reserved[36];
 };
 
 /*
@@ -1461,11 +1585,12 @@ struct qpip_create_qp_args {
    */
   uint16_t rq_npages;
   /*
-   [`QP_TYPE_UDP`] or [`QP_TYPE_TCP`].
+   [`QP_TYPE_UDP`], [`QP_TYPE_TCP`] or (kernel contexts only) [`QP_TYPE_RAW_ETH`].
    */
   uint8_t qp_type;
   /*
-   [`FRAMING_MESSAGE`] or [`FRAMING_STREAM`] (TCP only; 0 for UDP).
+   [`FRAMING_MESSAGE`], [`FRAMING_STREAM`] or [`FRAMING_IWARP`] (TCP only; 0 for UDP
+   and raw QPs).
    */
   uint8_t framing;
   uint8_t reserved[10];
@@ -1750,7 +1875,7 @@ struct qpip_device_info {
  `STAT_*` constant. Counters only grow (until reset).
  */
 struct qpip_stats {
-  uint64_t counters[64];
+  uint64_t counters[96];
 };
 
 /*

@@ -85,7 +85,8 @@ pub const ADMIN_OP_SET_MAC: u16 = 0x02;
 pub const ADMIN_OP_ADD_ADDR: u16 = 0x03;
 /// Remove an IPv6 address ([`AddrArgs`]). No results.
 pub const ADMIN_OP_DEL_ADDR: u16 = 0x04;
-/// Write [`Stats`] to the guest buffer in [`QueryArgs`]. No results.
+/// Write [`Stats`] to the guest buffer in [`QueryArgs`]: its first `len / 8` counters, at
+/// most [`STATS_COUNT`]. Result0: the number of counters written.
 pub const ADMIN_OP_QUERY_STATS: u16 = 0x05;
 /// Write [`AddrList`] (the link-local address and every configured address) to the guest
 /// buffer in [`QueryArgs`]. Result0: the number of addresses written.
@@ -235,7 +236,8 @@ pub struct QueryArgs {
     /// Guest-physical address of the buffer the device writes (8-byte aligned, must not
     /// cross a page boundary).
     pub buf: u64,
-    /// Size of the buffer; at least the size of the structure written.
+    /// Size of the buffer; at least the size of the structure written (`QUERY_STATS`: at
+    /// least 8, and it writes what fits).
     pub len: u32,
     pub reserved: [u8; 36],
 }
@@ -251,8 +253,18 @@ pub struct CreateCtxArgs {
     /// driver must not free the page before then. A page that is not aligned or not in RAM
     /// fails the command with [`ADMIN_STATUS_BAD_ADDRESS`].
     pub doorbell_page: u64,
-    pub reserved: [u8; 40],
+    /// `CTX_FLAG_*` bits; unknown bits fail the command with [`ADMIN_STATUS_BAD_PARAM`].
+    pub flags: u32,
+    pub reserved: [u8; 36],
 }
+
+/// The context is the driver's own, never a process's: its doorbell page is mapped into no
+/// process, and every address its WQEs name is one the driver owns. Only a kernel context may
+/// create a [`QP_TYPE_RAW_ETH`] QP, and only its WQEs may name guest-physical memory with
+/// [`crate::wqe::PHYS_LKEY`]. The device cannot tell who wrote a command (every command comes
+/// from the driver); the flag is the driver's promise, and the driver sets it only for the
+/// contexts it makes for itself (the network interface's queues).
+pub const CTX_FLAG_KERNEL: u32 = 1 << 0;
 
 /// Arguments of `SET_MAC`.
 #[repr(C)]
@@ -314,9 +326,10 @@ pub struct CreateQpArgs {
     pub sq_npages: u16,
     /// Pages in `rq_page_list`.
     pub rq_npages: u16,
-    /// [`QP_TYPE_UDP`] or [`QP_TYPE_TCP`].
+    /// [`QP_TYPE_UDP`], [`QP_TYPE_TCP`] or (kernel contexts only) [`QP_TYPE_RAW_ETH`].
     pub qp_type: u8,
-    /// [`FRAMING_MESSAGE`] or [`FRAMING_STREAM`] (TCP only; 0 for UDP).
+    /// [`FRAMING_MESSAGE`], [`FRAMING_STREAM`] or [`FRAMING_IWARP`] (TCP only; 0 for UDP
+    /// and raw QPs).
     pub framing: u8,
     pub reserved: [u8; 10],
 }
@@ -325,6 +338,30 @@ pub struct CreateQpArgs {
 pub const QP_TYPE_UDP: u8 = 1;
 /// A TCP queue pair: a connection.
 pub const QP_TYPE_TCP: u8 = 2;
+/// A raw Ethernet queue pair: the function's own network interface in the guest kernel
+/// (its netdev), beside the device's TCP/UDP/IPv6/IPv4 engine. At most one per function,
+/// in a context created with [`CTX_FLAG_KERNEL`] (else [`ADMIN_STATUS_BAD_PARAM`]; a
+/// second one: [`ADMIN_STATUS_BUSY`]). `framing` 0.
+///
+/// - **Send WQEs** ([`crate::wqe::WQE_OP_SEND`]) gather one Ethernet frame (destination MAC
+///   first, no FCS) from their SGEs, at most the link MTU + 14 bytes, or a TCP
+///   super-segment with [`crate::wqe::WQE_FLAG_TSO`]; checksum offload with
+///   [`crate::wqe::WQE_FLAG_CSUM`] (see [`crate::wqe::RawTxOffload`]). The frame passes the
+///   same identity checks as the engine's own (the function's MAC and addresses) and goes to
+///   the link; a frame that fails them, or is malformed, completes with
+///   [`crate::cqe::CQE_STATUS_BAD_WQE`] and is counted in [`STAT_RAW_TX_REFUSED`].
+/// - **Receive WQEs** name one buffer each; a received frame fills one buffer, and the
+///   CQE's `byte_len` is the frame's length (from the destination MAC, no FCS), its
+///   `imm_data` the `CQE_RAW_RX_*` bits. A frame longer than the buffer completes it with
+///   [`crate::cqe::CQE_STATUS_LOCAL_LENGTH`] and is dropped.
+/// - **Steering**: the engine keeps what is its own (segments of its connections and
+///   listeners, datagrams for its bound UDP ports, echo requests to its addresses) and gives
+///   the raw QP everything else addressed to the function (its MAC, broadcast, multicast),
+///   plus copies of ARP, NDP, ICMP errors and IP fragments, which both sides need. While a
+///   raw QP exists the engine sends no RST and no port unreachable for what it does not
+///   own: the guest kernel answers for its own ports. Without a posted buffer the frame is
+///   dropped and counted ([`STAT_RAW_RX_NO_WR`]).
+pub const QP_TYPE_RAW_ETH: u8 = 3;
 /// TCP framing for QP-to-QP: each message carries a small header in the byte stream, so
 /// message boundaries and immediate data survive any segmentation.
 pub const FRAMING_MESSAGE: u8 = 1;
@@ -633,11 +670,13 @@ pub struct DeviceInfo {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct Stats {
-    pub counters: [u64; 64],
+    pub counters: [u64; 96],
 }
 
-/// Number of counters in [`Stats`].
-pub const STATS_COUNT: u32 = 64;
+/// Number of counters in [`Stats`]. `QUERY_STATS` writes the first `len / 8` of them (at
+/// most this many) and returns the number written in result0, so a buffer sized for an
+/// older, shorter [`Stats`] still works.
+pub const STATS_COUNT: u32 = 96;
 /// Admin commands completed.
 pub const STAT_ADMIN_COMMANDS: u32 = 0;
 /// Admin commands completed with an error status.
@@ -748,3 +787,18 @@ pub const STAT_TCP_SYN_COOKIES: u32 = 61;
 pub const STAT_TCP_LISTEN_DROPS: u32 = 62;
 /// Connections dropped because retransmissions or keepalives went unanswered.
 pub const STAT_TCP_TIMEOUTS: u32 = 63;
+/// Frames the raw QP sent (a TSO super-segment counts once).
+pub const STAT_RAW_TX_FRAMES: u32 = 64;
+/// TSO super-segments the raw QP sent.
+pub const STAT_RAW_TX_TSO: u32 = 65;
+/// Raw send WQEs refused: a frame too long or too short, bad offload fields, or one that
+/// failed the identity checks.
+pub const STAT_RAW_TX_REFUSED: u32 = 66;
+/// Frames given to the raw QP.
+pub const STAT_RAW_RX_FRAMES: u32 = 67;
+/// Frames for the raw QP dropped because no receive WQE was posted (or its CQ was full).
+pub const STAT_RAW_RX_NO_WR: u32 = 68;
+/// Frames for the raw QP dropped because they did not fit the posted buffer.
+pub const STAT_RAW_RX_TOO_LONG: u32 = 69;
+/// Frames given to the raw QP with [`crate::cqe::CQE_RAW_RX_CSUM_OK`].
+pub const STAT_RAW_RX_CSUM_OK: u32 = 70;

@@ -64,6 +64,10 @@ pub const CQE_OP_RDMA_READ: u8 = 0x04;
 /// Completion of a receive WR that an RFC 7306 Immediate Data message took (iWARP QPs):
 /// `imm_data` holds it, `byte_len` is 0 (the Write before it placed its bytes itself).
 pub const CQE_OP_RECV_IMM: u8 = 0x05;
+/// Raw QPs, receives (in `imm_data`): the device checked the frame's IPv4 header checksum
+/// (if IPv4) and its TCP or UDP checksum, and both were right (Linux's
+/// `CHECKSUM_UNNECESSARY`). Without it nothing was checked.
+pub const CQE_RAW_RX_CSUM_OK: u32 = 1 << 0;
 /// A tripwire fired (see `admin::CreateTripwireArgs`): not the completion of a WR.
 pub const CQE_OP_TRIPWIRE: u8 = 0x10;
 

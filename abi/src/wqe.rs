@@ -86,6 +86,47 @@ pub const WQE_FLAG_SOLICITED: u8 = 1 << 1;
 /// Immediate Data message (only on a connection both ends set up for it:
 /// `admin::IWARP_CONN_IMMEDIATE`; else the WR completes `BAD_WQE`).
 pub const WQE_FLAG_IMM: u8 = 1 << 2;
+/// Raw QPs, `SEND` only: checksum offload as Linux's `CHECKSUM_PARTIAL`. The device sums
+/// the frame from `csum_start` to its end (ones' complement, RFC 1071), adds the 16-bit
+/// value already at `csum_start + csum_offset` (the pseudo-header sum the sender put there)
+/// and stores the folded, complemented result there. See [`RawTxOffload`].
+pub const WQE_FLAG_CSUM: u8 = 1 << 3;
+/// Raw QPs, `SEND` only: the frame is a TCP super-segment (IPv4 or IPv6, no IP options or
+/// extension headers) with a payload longer than one segment; the device cuts it into
+/// segments of at most `mss` payload bytes, each with its own IP length, IPv4 id and
+/// header checksum, TCP sequence number, flags (FIN and PSH on the last only, CWR on the
+/// first only) and TCP checksum. Needs [`WQE_FLAG_CSUM`]. At most 65,535 bytes of IP
+/// packet. See [`RawTxOffload`].
+pub const WQE_FLAG_TSO: u8 = 1 << 4;
+
+/// The lkey that names guest-physical memory: an SGE's `addr` is a guest-physical
+/// address, checked against guest RAM, with no region. Only in WQEs of a context created
+/// with [`crate::admin::CTX_FLAG_KERNEL`]; elsewhere it is an unknown lkey
+/// ([`crate::cqe::CQE_DETAIL_BAD_LKEY`]). No memory region ever has this key.
+pub const PHYS_LKEY: u32 = 0;
+
+/// A raw QP's send offloads, in a send WQE's `dest_addr` (bytes 0-7, little-endian;
+/// bytes 8-15 must be 0), read and set by [`Wqe::raw_offload`] and
+/// [`Wqe::set_raw_offload`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawTxOffload {
+    /// [`WQE_FLAG_CSUM`]: where the checksummed part begins, from the frame's first byte
+    /// (the L4 header: 14 + the IP header's length).
+    pub csum_start: u16,
+    /// [`WQE_FLAG_CSUM`]: where the checksum field is, from `csum_start` (16 for TCP, 6
+    /// for UDP).
+    pub csum_offset: u16,
+    /// [`WQE_FLAG_TSO`]: payload bytes per segment (at least 88, and the segments must fit
+    /// the MTU).
+    pub mss: u16,
+    /// [`WQE_FLAG_TSO`]: [`RAW_GSO_TCPV4`] or [`RAW_GSO_TCPV6`].
+    pub gso_type: u8,
+}
+
+/// [`RawTxOffload::gso_type`]: a TCP over IPv4 super-segment.
+pub const RAW_GSO_TCPV4: u8 = 1;
+/// [`RawTxOffload::gso_type`]: a TCP over IPv6 super-segment.
+pub const RAW_GSO_TCPV6: u8 = 2;
 
 impl Wqe {
     /// RDMA Write and Read: the peer's region, as (remote address, rkey): bytes 0-7 and
@@ -103,6 +144,28 @@ impl Wqe {
         self.dest_addr = [0; 16];
         self.dest_addr[..8].copy_from_slice(&addr.to_le_bytes());
         self.dest_addr[8..12].copy_from_slice(&rkey.to_le_bytes());
+    }
+
+    /// Raw QPs: the send offloads (bytes 0-6 of `dest_addr`), and whether the bytes after
+    /// them are 0 as they must be.
+    pub fn raw_offload(&self) -> (RawTxOffload, bool) {
+        let d = &self.dest_addr;
+        let o = RawTxOffload {
+            csum_start: u16::from_le_bytes([d[0], d[1]]),
+            csum_offset: u16::from_le_bytes([d[2], d[3]]),
+            mss: u16::from_le_bytes([d[4], d[5]]),
+            gso_type: d[6],
+        };
+        (o, d[7..].iter().all(|&b| b == 0))
+    }
+
+    /// Sets what [`Wqe::raw_offload`] reads.
+    pub fn set_raw_offload(&mut self, o: RawTxOffload) {
+        self.dest_addr = [0; 16];
+        self.dest_addr[0..2].copy_from_slice(&o.csum_start.to_le_bytes());
+        self.dest_addr[2..4].copy_from_slice(&o.csum_offset.to_le_bytes());
+        self.dest_addr[4..6].copy_from_slice(&o.mss.to_le_bytes());
+        self.dest_addr[6] = o.gso_type;
     }
 }
 
