@@ -376,10 +376,14 @@ int qpip_query_device(struct qpip_dev *qdev, struct qpip_device_info *info)
 	return qpip_query(qdev, QPIP_ADMIN_OP_QUERY_DEVICE, info, sizeof(*info));
 }
 
-int qpip_query_stats(struct qpip_dev *qdev, u64 *counters)
+/*
+ * QUERY_STATS: the first @n counters. A device writes what fits the buffer (interface 2.3)
+ * or, older, exactly its 64; the coherent buffer starts zeroed, so counters an older device
+ * does not have read as 0.
+ */
+int qpip_query_stats(struct qpip_dev *qdev, u64 *counters, unsigned int n)
 {
-	return qpip_query(qdev, QPIP_ADMIN_OP_QUERY_STATS, counters,
-			  sizeof(struct qpip_stats));
+	return qpip_query(qdev, QPIP_ADMIN_OP_QUERY_STATS, counters, n * sizeof(u64));
 }
 
 /*
