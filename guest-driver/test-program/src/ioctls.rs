@@ -513,7 +513,8 @@ fn check_counters(c: &mut Checks, ctx: &Ctx) {
         "stats",
         ok(ctx.stats(), "QUERY_STATS").and_then(|s| {
             ensure(
-                s.count as usize == s.counters.len() && s.counters[STAT_ADMIN_COMMANDS as usize] > 0,
+                s.count as usize == s.counters.len()
+                    && s.counters[STAT_ADMIN_COMMANDS as usize] > 0,
                 || format!("count {} admin_commands {}", s.count, s.counters[0]),
             )
         }),
