@@ -13,8 +13,8 @@ use vm_memory::GuestMemoryMmap;
 
 use crate::backend::{self, ImpairSpec, NetSpec};
 use crate::net::config::{NetConfig, StaticNeighbor};
-use crate::net::route::Route;
 use crate::net::interface::Interface;
+use crate::net::route::Route;
 use crate::net::stack::{Delivery, SendError, Stack, Upper};
 
 use super::udp::Datagram;

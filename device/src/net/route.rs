@@ -116,12 +116,15 @@ impl FromStr for Route {
                     format!("route '{s}': '{prefix}' is not 'default' or ADDR/PLEN")
                 })?;
                 let dest = super::config::parse_ip(a, &format!("route '{s}': "))?;
-                let (max, base) = if wire::is_ipv4(&dest) { (32, 96) } else { (128, 0) };
-                let plen: u8 = p
-                    .parse()
-                    .ok()
-                    .filter(|n| *n <= max)
-                    .ok_or_else(|| format!("route '{s}': prefix length '{p}' is not 0..{max}"))?;
+                let (max, base) = if wire::is_ipv4(&dest) {
+                    (32, 96)
+                } else {
+                    (128, 0)
+                };
+                let plen: u8 =
+                    p.parse().ok().filter(|n| *n <= max).ok_or_else(|| {
+                        format!("route '{s}': prefix length '{p}' is not 0..{max}")
+                    })?;
                 (dest, plen + base)
             }
         };
@@ -224,16 +227,28 @@ mod tests {
     fn longest_prefix_then_lowest_metric() {
         let mut t = RouteTable::default();
         t.add(route("::", 0, "fd51:5050::1", 0)).unwrap();
-        t.add(route("fd51:5050:0:0:1::", 80, "fd51:5050::2", 10)).unwrap();
-        t.add(route("fd51:5050:0:0:1::", 80, "fd51:5050::3", 5)).unwrap();
-        t.add(route("fd51:5050:0:0:1::7", 128, "fd51:5050::4", 100)).unwrap();
+        t.add(route("fd51:5050:0:0:1::", 80, "fd51:5050::2", 10))
+            .unwrap();
+        t.add(route("fd51:5050:0:0:1::", 80, "fd51:5050::3", 5))
+            .unwrap();
+        t.add(route("fd51:5050:0:0:1::7", 128, "fd51:5050::4", 100))
+            .unwrap();
         let all = |_: &Ipv6Addr| true;
         assert_eq!(t.lookup(&a("2001:db8::1"), all), Some(a("fd51:5050::1")));
-        assert_eq!(t.lookup(&a("fd51:5050:0:0:1::8"), all), Some(a("fd51:5050::3")));
-        assert_eq!(t.lookup(&a("fd51:5050:0:0:1::7"), all), Some(a("fd51:5050::4")));
+        assert_eq!(
+            t.lookup(&a("fd51:5050:0:0:1::8"), all),
+            Some(a("fd51:5050::3"))
+        );
+        assert_eq!(
+            t.lookup(&a("fd51:5050:0:0:1::7"), all),
+            Some(a("fd51:5050::4"))
+        );
         // A gateway that is not on-link is passed over.
         let not_3 = |g: &Ipv6Addr| *g != a("fd51:5050::3");
-        assert_eq!(t.lookup(&a("fd51:5050:0:0:1::8"), not_3), Some(a("fd51:5050::2")));
+        assert_eq!(
+            t.lookup(&a("fd51:5050:0:0:1::8"), not_3),
+            Some(a("fd51:5050::2"))
+        );
         assert_eq!(t.lookup(&a("fd51:5050:0:0:1::8"), |_| false), None);
         // The IPv6 default route does not cover IPv4.
         assert_eq!(t.lookup(&a("198.18.1.1"), all), None);
@@ -305,7 +320,10 @@ mod tests {
     #[test]
     fn command_line() {
         let p = |s: &str| s.parse::<Route>();
-        assert_eq!(p("default via fd51:5050::1"), Ok(route("::", 0, "fd51:5050::1", 0)));
+        assert_eq!(
+            p("default via fd51:5050::1"),
+            Ok(route("::", 0, "fd51:5050::1", 0))
+        );
         assert_eq!(
             p("default via 198.18.0.254"),
             Ok(route("::ffff:0.0.0.0", 96, "198.18.0.254", 0))
@@ -326,11 +344,23 @@ mod tests {
             p("default via fd51:5050::1").unwrap().to_string(),
             "::/0 via fd51:5050::1"
         );
-        assert!(p("198.18.1.0/24").unwrap_err().contains("is not PREFIX via GATEWAY"));
-        assert!(p("198.18.1.0/33 via 198.18.0.1").unwrap_err().contains("not 0..32"));
-        assert!(p("198.18.1.0 via 198.18.0.1").unwrap_err().contains("ADDR/PLEN"));
-        assert!(p("198.18.1.1/24 via 198.18.0.1").unwrap_err().contains("bits set"));
-        assert!(p("198.18.1.0/24 via fd51::1").unwrap_err().contains("family"));
-        assert!(p("198.18.1.0/24 via nope").unwrap_err().contains("gateway 'nope'"));
+        assert!(p("198.18.1.0/24")
+            .unwrap_err()
+            .contains("is not PREFIX via GATEWAY"));
+        assert!(p("198.18.1.0/33 via 198.18.0.1")
+            .unwrap_err()
+            .contains("not 0..32"));
+        assert!(p("198.18.1.0 via 198.18.0.1")
+            .unwrap_err()
+            .contains("ADDR/PLEN"));
+        assert!(p("198.18.1.1/24 via 198.18.0.1")
+            .unwrap_err()
+            .contains("bits set"));
+        assert!(p("198.18.1.0/24 via fd51::1")
+            .unwrap_err()
+            .contains("family"));
+        assert!(p("198.18.1.0/24 via nope")
+            .unwrap_err()
+            .contains("gateway 'nope'"));
     }
 }

@@ -5,8 +5,8 @@
 mod query;
 mod regions;
 mod resources;
-mod routes;
 mod ring;
+mod routes;
 
 use regions::Registration;
 use ring::{AdminRing, Fetched};
