@@ -68,7 +68,7 @@ fn unknown_opcodes_and_non_zero_reserved_fields_are_refused() {
     // A reserved byte of CREATE_CTX's arguments.
     let mut a = CreateCtxArgs::new_zeroed();
     a.doorbell_page = g.alloc_pages(1);
-    a.reserved[39] = 1;
+    a.reserved[35] = 1;
     assert_admin_err(
         g.admin_result(cmd(ADMIN_OP_CREATE_CTX, 0, 0, &a)),
         ADMIN_STATUS_BAD_OPCODE,
