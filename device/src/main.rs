@@ -118,7 +118,7 @@ struct Args {
     /// e.g. --route "default via fd51:5050::1" --route "198.18.1.0/24 via 198.18.0.254".
     /// The gateway must be on-link (inside the prefix of one of the function's addresses,
     /// or IPv6 link-local) when the route is used; on-link destinations never take a route.
-    /// The guest adds and deletes more (ADD_ROUTE, DEL_ROUTE); a reset brings back these.
+    /// The guest adds and deletes more (ADD_ROUTE, DEL_ROUTE); a reset brings these back.
     #[arg(long = "route", value_name = "PREFIX via GATEWAY", requires = "net")]
     routes: Vec<Route>,
 
