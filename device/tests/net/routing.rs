@@ -142,7 +142,8 @@ fn a_stack_without_a_link_reaches_only_itself() {
 
 /// Destinations off the link go to their route's gateway (the peer here): one neighbour
 /// entry for all of them, longest prefix first, and a route whose gateway is not on-link
-/// passed over. Echo replies take the route too; link-local destinations never do.
+/// passed over. Echo replies and ICMP errors take the route too; link-local destinations
+/// never do.
 #[test]
 fn destinations_off_the_link_go_to_their_routes_gateway() {
     use qpip_device::net::Route;
@@ -201,6 +202,14 @@ fn destinations_off_the_link_go_to_their_routes_gateway() {
     let f = drain_one(&mut s);
     assert_eq!(f.eth_dst, PEER_MAC);
     assert!(matches!(f.parsed, Parsed::Icmp { dst, ty: 129, .. } if dst == far2));
+
+    // So is "port unreachable" about a datagram from there.
+    let f = net_oracle::udp_frame(PEER_MAC, OUR_MAC, far2, OUR, 4000, 9, b"x");
+    let d = s.receive(&f, t).expect("a datagram for us");
+    s.port_unreachable(&d, t);
+    let f = drain_one(&mut s);
+    assert_eq!(f.eth_dst, PEER_MAC);
+    assert!(matches!(f.parsed, Parsed::Icmp { dst, ty: 1, .. } if dst == far2));
 
     // Link-local destinations are on-link, never routed.
     let ll: Ipv6Addr = "fe80::7".parse().unwrap();
