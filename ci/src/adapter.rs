@@ -138,6 +138,7 @@ impl Adapter {
         cmd.args(["--engine-threads", "1", "--net"])
             .arg(format!("tap:{}", netns::ADAPTER_TAP))
             .args(["--ndp-solicit", &netns::NDP_SOLICITS.to_string()])
+            .args(netns::far_routes())
             .args(extra);
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");

@@ -118,6 +118,8 @@ pub struct LabHost<'a> {
     adapter: Option<u32>,
     /// Set when the lab is ending early (a guest failed, Ctrl-C): waits give up.
     ending: &'a AtomicBool,
+    /// Commands and sockets go to the far host's namespace ([`LabHost::far`]).
+    far: bool,
 }
 
 impl LabHost<'_> {
@@ -149,9 +151,25 @@ impl LabHost<'_> {
         self.ending.load(Ordering::SeqCst)
     }
 
+    /// The far host: the same lab seen from the far subnet's namespace, behind the lab
+    /// host (see [`crate::netns`]): its commands and sockets run there. Without a lab
+    /// network, the same as this one.
+    pub fn far(&self) -> LabHost<'_> {
+        LabHost {
+            net: self.net,
+            shared: self.shared,
+            guests: self.guests.clone(),
+            pids: self.pids.clone(),
+            adapter: self.adapter,
+            ending: self.ending,
+            far: true,
+        }
+    }
+
     /// A command that runs in the lab's namespace (or plainly, without a lab network).
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         match self.net {
+            Some(net) if self.far => net.far_command(program),
             Some(net) => net.command(program),
             None => Command::new(program),
         }
@@ -173,6 +191,7 @@ impl LabHost<'_> {
     /// network): Rust sockets opened there talk to the guests.
     pub fn in_netns<T: Send>(&self, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
         match self.net {
+            Some(net) if self.far => net.run_in_far(f),
             Some(net) => net.run_in(f),
             None => Ok(f()),
         }
@@ -432,6 +451,7 @@ fn run_guests<R: Send>(
         pids: runs.iter().map(Run::pids).collect(),
         adapter: adapter.as_ref().map(Adapter::pid),
         ending: &ending,
+        far: false,
     };
     // Per guest: None while running, then its outcome or error.
     let mut results: Vec<Option<Result<VmOutcome, LabError>>> = (0..count).map(|_| None).collect();

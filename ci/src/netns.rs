@@ -88,6 +88,17 @@ pub const FAR_HOST_ADDR4: &str = "198.18.1.1";
 const FAR_GATEWAY: &str = "fd51:5050::1:0:0:fe";
 /// The lab host's address on the far subnet (IPv4).
 const FAR_GATEWAY4: &str = "198.18.1.254";
+/// `qpipd --route` arguments for a device on the lab network: the far subnet through the
+/// lab host, both families.
+pub fn far_routes() -> [String; 4] {
+    [
+        "--route".into(),
+        format!("{FAR_NET} via {HOST_ADDR}"),
+        "--route".into(),
+        format!("{FAR_NET4} via {HOST_ADDR4}"),
+    ]
+}
+
 /// The veth of the lab host on the far subnet, and its peer in the far namespace.
 const FAR_LINK: &str = "lab-far";
 const FAR_PEER: &str = "far0";
@@ -471,18 +482,12 @@ impl LabNet {
     /// Runs `f` on a thread of its own that has entered the namespace (sockets it opens
     /// are in the namespace), and returns what it returns.
     pub fn run_in<T: Send>(&self, f: impl FnOnce() -> T + Send) -> io::Result<T> {
-        let fd = self.ns.as_ref().expect("namespace is open").as_raw_fd();
-        std::thread::scope(|s| {
-            let t = s.spawn(move || {
-                // SAFETY: setns on a descriptor this LabNet keeps open; a network namespace
-                // can be entered by one thread of a multithreaded process.
-                if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(f())
-            });
-            t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
-        })
+        run_in_ns(self.ns.as_ref().expect("namespace is open"), f)
+    }
+
+    /// As [`LabNet::run_in`], in the far host's namespace.
+    pub fn run_in_far<T: Send>(&self, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+        run_in_ns(self.far.as_ref().expect("far namespace is open"), f)
     }
 
     /// Runs `script` with `sh -c` in the namespace; an error holds its output.
@@ -537,6 +542,23 @@ impl Drop for LabNet {
             log::warn!("removing the lab network {}: {e}", self.name);
         }
     }
+}
+
+/// Runs `f` on a thread of its own that has entered namespace `ns` (an open
+/// `/run/netns/NAME`), and returns what it returns.
+fn run_in_ns<T: Send>(ns: &File, f: impl FnOnce() -> T + Send) -> io::Result<T> {
+    let fd = ns.as_raw_fd();
+    std::thread::scope(|s| {
+        let t = s.spawn(move || {
+            // SAFETY: setns on a descriptor this LabNet keeps open; a network namespace
+            // can be entered by one thread of a multithreaded process.
+            if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(f())
+        });
+        t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
 }
 
 /// The far host's namespace of lab namespace `name`.

@@ -51,6 +51,7 @@ impl Run<'_> {
                     format!("{}/{}", netns::device_addr4(n), netns::PREFIX4_LEN),
                 ]);
             }
+            args.extend(netns::far_routes());
         }
         args
     }
