@@ -199,6 +199,80 @@ fn an_unknown_peer_is_resolved_before_the_syn() {
     assert_eq!(last_seg(&p).eth_dst, PEER_MAC);
 }
 
+/// RFC 1122 §2.3.2.1 and §2.3.2.2: a peer that never answers is asked a few times (three
+/// broadcast requests, a second apart), then given up: the packets held for it are
+/// dropped and counted, and nothing went out to it.
+#[test]
+fn an_unanswered_peer_is_given_up() {
+    let mut p = Peer::connecting_with("v4-arp-unanswered", Setup::V4_ARP);
+    let failed = p.stat(STAT_NET_RESOLUTION_FAILED);
+    for _ in 0..3 {
+        p.expect_arp_request(p.addr);
+    }
+    let deadline = Instant::now() + WAIT;
+    while p.stat(STAT_NET_RESOLUTION_FAILED) == failed {
+        assert!(Instant::now() < deadline, "the resolution never failed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !p.log.iter().any(|f| matches!(f, Frame::Tcp(_))),
+        "a TCP segment to a peer never resolved"
+    );
+}
+
+/// RFC 1122 §2.3.2.1 (a unicast poll), with RFC 4861 §7.3.3's states as for IPv6: a
+/// neighbour learned from its request and not confirmed since is asked again, by a
+/// request to its MAC, once the first packet sent to it is 5 s old; its reply keeps the
+/// connection going.
+#[test]
+fn a_learned_neighbour_is_polled_by_unicast() {
+    let mut p = Peer::listening_with("v4-arp-poll", Setup::V4_ARP);
+    p.arp_request(p.dev);
+    p.next_arp();
+    p.run(
+        "
+        > S 0:0(0) win 65535 <mss 1460,sackOK,nop,wscale 7>
+        < S. 0:0(0) ack 1 win 65535 <mss 1460,sackOK,wscale 7>
+        ",
+    );
+    let sent = Instant::now();
+    let (to, m) = p.next_arp();
+    assert!(
+        sent.elapsed() >= Duration::from_secs(4),
+        "polled after {:?}",
+        sent.elapsed()
+    );
+    assert_eq!(to, PEER_MAC, "a unicast poll");
+    assert_eq!((m.request, m.target_ip), (true, p.addr));
+    p.arp_reply(&m);
+    p.run(
+        "
+        > . 1:1(0) ack 1 win 1024
+        @accepted
+        ",
+    );
+}
+
+/// RFC 826 leaves unsolicited replies to the host; the device does as Linux does by
+/// default (arp_accept off): a reply it did not ask for teaches it nothing, and it asks
+/// before it answers the sender's SYN.
+#[test]
+fn an_unsolicited_arp_reply_is_not_learned() {
+    let mut p = Peer::listening_with("v4-arp-unsolicited", Setup::V4_ARP);
+    let m = Arp {
+        request: false,
+        sender_mac: PEER_MAC,
+        sender_ip: p.addr,
+        target_mac: DEV_MAC,
+        target_ip: p.dev,
+    };
+    p.inject_arp(&m, &DEV_MAC);
+    p.run("> S 0:0(0) win 65535 <mss 1460,sackOK,nop,wscale 7>");
+    let req = p.expect_arp_request(p.addr);
+    p.arp_reply(&req);
+    p.run("< S. 0:0(0) ack 1 win 65535 <mss 1460,sackOK,wscale 7>");
+}
+
 /// RFC 826's merge step and RFC 5227 §3: an announcement (gratuitous ARP) by a neighbour
 /// the device knows, with a new MAC, updates its entry: the device's next segment goes to
 /// the new MAC without asking.
@@ -307,7 +381,8 @@ fn fix_checksum(f: &mut [u8]) {
 /// RFC 1122 §3.2.1.1, §3.2.1.2 and RFC 791: a packet with a header checksum that does not
 /// verify, a version other than 4, an IHL under 5 or a total length past the frame (or
 /// shorter than its header) is dropped and counted, and the segment in it never reaches
-/// TCP; RFC 1122 §3.2.1.3: so is one from a broadcast source.
+/// TCP; RFC 1122 §3.2.1.3: so is one from a broadcast source, and one to another
+/// station's address.
 #[test]
 fn ipv4_headers_that_fail_the_checks_are_dropped() {
     let mut p = Peer::receiving_with("v4-badhdr", Setup::V4);
@@ -321,23 +396,28 @@ fn ipv4_headers_that_fail_the_checks_are_dropped() {
     let mut f = good.clone();
     f[IP + 10] ^= 0x40;
     p.inject_frame(&f);
-    let edits: [&dyn Fn(&mut Vec<u8>); 4] = [
-        &|f| f[IP] = 0x65,                                             // version 6
-        &|f| f[IP] = 0x44,                                             // IHL 4
-        &|f| f[IP + 2..IP + 4].copy_from_slice(&400u16.to_be_bytes()), // past the frame
-        &|f| f[IP + 2..IP + 4].copy_from_slice(&16u16.to_be_bytes()),  // inside the header
+    // Bytes written over the header at an offset: version 6; IHL 4; a total length past
+    // the frame; one inside the header; a broadcast source.
+    let edits: [(usize, &[u8]); 5] = [
+        (IP, &[0x65]),
+        (IP, &[0x44]),
+        (IP + 2, &400u16.to_be_bytes()),
+        (IP + 2, &16u16.to_be_bytes()),
+        (IP + 12, &[255; 4]),
     ];
-    for edit in edits {
+    for (at, bytes) in edits {
         let mut f = good.clone();
-        edit(&mut f);
+        f[at..at + bytes.len()].copy_from_slice(bytes);
         fix_checksum(&mut f);
         p.inject_frame(&f);
     }
+    let not_for_us = drops(&mut p, DropReason::NotForUs);
     let mut f = good.clone();
-    f[IP + 12..IP + 16].copy_from_slice(&[255; 4]);
+    f[IP + 16..IP + 20].copy_from_slice(&[198, 18, 0, 3]); // another station's
     fix_checksum(&mut f);
     p.inject_frame(&f);
     p.run("< nothing");
+    assert_eq!(drops(&mut p, DropReason::NotForUs), not_for_us + 1);
     assert_eq!(drops(&mut p, DropReason::BadChecksum), bad_sum + 1);
     assert_eq!(drops(&mut p, DropReason::Malformed), malformed + 4);
     assert_eq!(drops(&mut p, DropReason::BadSource), bad_source + 1);
@@ -388,6 +468,8 @@ fn syn_to_a_broadcast_address_is_discarded() {
     }
     p.run("< nothing");
     assert_eq!(drops(&mut p, DropReason::NotForUs), not_for_us + 2);
+    // The barrier's answer was a RST: with DF too.
+    all_fit_with_df(&p, 1500);
 }
 
 // ---- fragments -------------------------------------------------------------------------------
@@ -498,14 +580,18 @@ fn narrowed(name: &str, n: u32, mtu: u16, mss: u32) -> Peer {
     p
 }
 
-/// RFC 1191 §3 and §6.1, RFC 9293 §3.7.3: "fragmentation needed" lowers the path MTU of a
+/// RFC 1191 §3 and §6.4, RFC 9293 §3.7.3: "fragmentation needed" lowers the path MTU of a
 /// live connection: what was in flight is sent again at once in segments that fit (1000
-/// bytes: 960 of data), with DF, never fragmented; what follows fits too.
+/// bytes: 960 of data), with DF, never fragmented; what follows fits too. A later report
+/// of a larger MTU does not raise it again.
 #[test]
 fn fragmentation_needed_on_a_live_connection() {
     let mut p = narrowed("v4-fn-live", 4000, 1000, 960);
+    // A report of more than the path MTU never raises it (RFC 1191 §3).
+    p.frag_needed(1400);
     p.run(
         "
+        < nothing
         > . 1:1(0) ack 4001 win 1024
         @sent
         @send 3000
