@@ -125,28 +125,44 @@ impl Peer {
         m
     }
 
-    // ---- fragmentation needed -----------------------------------------------------------
+    // ---- ICMPv4 errors ----------------------------------------------------------------------
 
     /// An ICMPv4 "fragmentation needed and DF set" from the router reporting a next-hop
     /// MTU of `mtu`, quoting the device's last data segment.
     pub fn frag_needed(&mut self, mtu: u16) {
-        let q = self
-            .last_data_frame
-            .clone()
-            .expect("the device sent data to quote");
-        self.frag_needed_quoting(mtu, &q[ETH_LEN..]);
+        let q = self.last_data_packet();
+        self.frag_needed_quoting(mtu, &q);
     }
 
-    /// [`Peer::frag_needed`] quoting `packet` (an IPv4 packet from its header on), as much
-    /// of it as an ICMPv4 error holds.
+    /// [`Peer::frag_needed`] quoting `packet` (an IPv4 packet from its header on).
     pub fn frag_needed_quoting(&mut self, mtu: u16, packet: &[u8]) {
+        let [hi, lo] = mtu.to_be_bytes();
+        self.icmp4_error(
+            icmp4::DEST_UNREACHABLE,
+            icmp4::UNREACH_FRAG_NEEDED,
+            [0, 0, hi, lo],
+            packet,
+        );
+    }
+
+    /// An ICMPv4 error of type `ty` and `code` (`word` its second 4 bytes) from the
+    /// router, quoting as much of `packet` (from its IPv4 header on) as an error holds.
+    pub fn icmp4_error(&mut self, ty: u8, code: u8, word: [u8; 4], packet: &[u8]) {
         assert_eq!(self.family, Family::V4, "over IPv6: packet_too_big");
-        let mut body = vec![0, 0];
-        body.extend_from_slice(&mtu.to_be_bytes());
+        let mut body = word.to_vec();
         body.extend_from_slice(&packet[..packet.len().min(QUOTE_MAX)]);
-        let m = wire::icmpv4(icmp4::DEST_UNREACHABLE, icmp4::UNREACH_FRAG_NEEDED, &body);
+        let m = wire::icmpv4(ty, code, &body);
         let f = self.ip_frame_from(&self.router, ICMPV4, &m);
         self.inject_frame(&f);
+    }
+
+    /// The device's last TCP segment with data, from its IP header on.
+    pub fn last_data_packet(&self) -> Vec<u8> {
+        let f = self
+            .last_data_frame
+            .as_ref()
+            .expect("the device sent data to quote");
+        f[ETH_LEN..].to_vec()
     }
 }
 

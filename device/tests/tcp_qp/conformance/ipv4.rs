@@ -124,6 +124,26 @@ fn active_open_over_ipv4_respects_the_peers_mss() {
     all_fit_with_df(&p, 576);
 }
 
+/// RFC 9293 §3.7.1 (MUST-15) and RFC 1122 §4.2.2.6: a SYN without an MSS option means 536
+/// bytes over IPv4 (576 less 40), whatever the link allows.
+#[test]
+fn no_mss_option_means_536_over_ipv4() {
+    let mut p = Peer::listening_v4("v4-nomss");
+    p.run(
+        "
+        > S 0:0(0) win 65535
+        < S. 0:0(0) ack 1 win 65535 <mss 1460>
+        > . 1:1(0) ack 1 win 65535
+        @accepted
+        @send 1200
+        < . 1:537(536) ack 1 win 65535 <>
+        < . 537:1073(536) ack 1 win 65535 <>
+        < P. 1073:1201(128) ack 1 win 65535 <>
+        ",
+    );
+    all_fit_with_df(&p, 576);
+}
+
 // ---- ARP -------------------------------------------------------------------------------------
 
 /// RFC 826's packet reception: a request for the device's address is answered, to the
@@ -654,6 +674,44 @@ fn fragmentation_needed_about_other_packets_changes_nothing() {
     p.run("@send 3000");
     expect_stream(&mut p, 1, 3000, 1460);
     all_fit_with_df(&p, 1500);
+}
+
+/// ICMPv4 errors about a live connection other than "fragmentation needed" leave it as it
+/// is: port, protocol and host unreachable and time exceeded are soft errors in a
+/// synchronized state (RFC 5461 §4, as Linux treats them), parameter problems too, and a
+/// source quench is ignored (RFC 6633 §3, counted as ignored); the data in flight is
+/// neither resent nor resized.
+#[test]
+fn icmp_errors_about_a_live_connection_change_nothing() {
+    let mut p = Peer::established_v4("v4-icmp-soft");
+    p.run(
+        "
+        @send 1000
+        < P. 1:1001(1000) ack 1 win 512
+        ",
+    );
+    let q = p.last_data_packet();
+    let ignored = drops(&mut p, DropReason::Ignored);
+    for (ty, code) in [
+        (icmp4::DEST_UNREACHABLE, icmp4::UNREACH_PORT),
+        (icmp4::DEST_UNREACHABLE, icmp4::UNREACH_PROTOCOL),
+        (icmp4::DEST_UNREACHABLE, 1), // host unreachable
+        (icmp4::TIME_EXCEEDED, 0),
+        (icmp4::PARAM_PROBLEM, 0),
+        (4, 0), // source quench
+    ] {
+        p.icmp4_error(ty, code, [0; 4], &q);
+    }
+    p.run("< nothing");
+    assert_eq!(drops(&mut p, DropReason::Ignored), ignored + 1);
+    p.run(
+        "
+        > . 1:1(0) ack 1001 win 1024
+        @sent
+        @send 100
+        < P. 1001:1101(100) ack 1 win 512
+        ",
+    );
 }
 
 // ---- ICMPv4 errors ---------------------------------------------------------------------------
