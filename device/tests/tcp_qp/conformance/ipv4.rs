@@ -401,8 +401,8 @@ fn fix_checksum(f: &mut [u8]) {
 /// RFC 1122 §3.2.1.1, §3.2.1.2 and RFC 791: a packet with a header checksum that does not
 /// verify, a version other than 4, an IHL under 5 or a total length past the frame (or
 /// shorter than its header) is dropped and counted, and the segment in it never reaches
-/// TCP; RFC 1122 §3.2.1.3: so is one from a broadcast source, and one to another
-/// station's address.
+/// TCP; RFC 1122 §3.2.1.3: so is one from a broadcast, multicast or loopback source, and
+/// one to another station's address or to loopback.
 #[test]
 fn ipv4_headers_that_fail_the_checks_are_dropped() {
     let mut p = Peer::receiving_with("v4-badhdr", Setup::V4);
@@ -417,13 +417,15 @@ fn ipv4_headers_that_fail_the_checks_are_dropped() {
     f[IP + 10] ^= 0x40;
     p.inject_frame(&f);
     // Bytes written over the header at an offset: version 6; IHL 4; a total length past
-    // the frame; one inside the header; a broadcast source.
-    let edits: [(usize, &[u8]); 5] = [
+    // the frame; one inside the header; a broadcast, a multicast and a loopback source.
+    let edits: [(usize, &[u8]); 7] = [
         (IP, &[0x65]),
         (IP, &[0x44]),
         (IP + 2, &400u16.to_be_bytes()),
         (IP + 2, &16u16.to_be_bytes()),
         (IP + 12, &[255; 4]),
+        (IP + 12, &[224, 0, 0, 1]),
+        (IP + 12, &[127, 0, 0, 1]),
     ];
     for (at, bytes) in edits {
         let mut f = good.clone();
@@ -432,15 +434,18 @@ fn ipv4_headers_that_fail_the_checks_are_dropped() {
         p.inject_frame(&f);
     }
     let not_for_us = drops(&mut p, DropReason::NotForUs);
-    let mut f = good.clone();
-    f[IP + 16..IP + 20].copy_from_slice(&[198, 18, 0, 3]); // another station's
-    fix_checksum(&mut f);
-    p.inject_frame(&f);
+    // To another station's address, and to loopback.
+    for dst in [[198, 18, 0, 3], [127, 0, 0, 1]] {
+        let mut f = good.clone();
+        f[IP + 16..IP + 20].copy_from_slice(&dst);
+        fix_checksum(&mut f);
+        p.inject_frame(&f);
+    }
     p.run("< nothing");
-    assert_eq!(drops(&mut p, DropReason::NotForUs), not_for_us + 1);
+    assert_eq!(drops(&mut p, DropReason::NotForUs), not_for_us + 2);
     assert_eq!(drops(&mut p, DropReason::BadChecksum), bad_sum + 1);
     assert_eq!(drops(&mut p, DropReason::Malformed), malformed + 4);
-    assert_eq!(drops(&mut p, DropReason::BadSource), bad_source + 1);
+    assert_eq!(drops(&mut p, DropReason::BadSource), bad_source + 3);
     p.inject_frame(&good);
     p.run("< . 1:1(0) ack 101 win *");
     p.received(100);
@@ -472,22 +477,27 @@ fn ttl_options_and_padding_do_not_stop_a_segment() {
 }
 
 /// RFC 1122 §4.2.3.10 and §3.2.1.3: a SYN to a broadcast address (the link's, or the
-/// limited broadcast) is discarded, counted as not for the device.
+/// limited broadcast) or to a multicast group is discarded, counted as not for the device.
 #[test]
-fn syn_to_a_broadcast_address_is_discarded() {
+fn syn_to_a_broadcast_or_multicast_address_is_discarded() {
     let mut p = Peer::listening_v4("v4-bcast");
     let seg = p.tcp("> S 0:0(0) win 65535 <mss 1460>");
     let not_for_us = drops(&mut p, DropReason::NotForUs);
-    for dst in ["198.18.0.255", "255.255.255.255"] {
+    let all_hosts_mac = [0x01, 0x00, 0x5e, 0, 0, 1];
+    for (dst, mac) in [
+        ("198.18.0.255", BROADCAST_MAC),
+        ("255.255.255.255", BROADCAST_MAC),
+        ("224.0.0.1", all_hosts_mac),
+    ] {
         let f = Ipv4Fields::whole(TCP, 64, 0, true);
         // The TCP checksum is over the device's address: the IPv4 layer drops the packet
         // before TCP would look.
         let mut frame = wire::ipv4_packet(&p.addr, &v4(dst), &f, &seg);
-        wire::write_ethernet(&mut frame, &BROADCAST_MAC, &p.mac);
+        wire::write_ethernet(&mut frame, &mac, &p.mac);
         p.inject_frame(&frame);
     }
     p.run("< nothing");
-    assert_eq!(drops(&mut p, DropReason::NotForUs), not_for_us + 2);
+    assert_eq!(drops(&mut p, DropReason::NotForUs), not_for_us + 3);
     // The barrier's answer was a RST: with DF too.
     all_fit_with_df(&p, 1500);
 }
@@ -722,13 +732,18 @@ fn packet(p: &Peer, next: u8, upper: &[u8]) -> Vec<u8> {
 }
 
 /// The next ICMPv4 message is a destination unreachable of `code` quoting `invoking` (its
-/// header and at least 8 bytes of its data, RFC 792; RFC 1812 §4.3.2.3 allows more).
+/// header and at least 8 bytes of its data, RFC 792; RFC 1812 §4.3.2.3 allows more, within
+/// 576 bytes in all).
 #[track_caller]
 fn expect_unreachable(p: &mut Peer, code: u8, invoking: &[u8]) {
     let (ty, c, rest) = p.next_icmp();
     assert_eq!((ty, c), (icmp4::DEST_UNREACHABLE, code));
     let quoted = &rest[4..];
     assert!(quoted.len() >= 28, "the header and 8 bytes quoted");
+    assert!(
+        20 + 8 + quoted.len() <= 576,
+        "an error of more than 576 bytes"
+    );
     assert_eq!(
         quoted,
         &invoking[..quoted.len()],
@@ -744,7 +759,7 @@ fn expect_unreachable(p: &mut Peer, code: u8, invoking: &[u8]) {
 fn port_and_protocol_unreachable() {
     let mut p = Peer::with("v4-unreach", Setup::V4);
     let unsupported = drops(&mut p, DropReason::UnsupportedNextHeader);
-    let d = wire::udp(&p.addr, &p.dev, 5000, 9, b"anyone there?");
+    let d = wire::udp(&p.addr, &p.dev, 5000, 9, &[0x5a; 1200]);
     let pkt = packet(&p, UDP, &d);
     p.inject_ip(UDP, &d);
     expect_unreachable(&mut p, icmp4::UNREACH_PORT, &pkt);
