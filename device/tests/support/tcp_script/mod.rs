@@ -191,7 +191,8 @@ pub struct Peer {
     arps: VecDeque<(Mac, Arp)>,
     /// Every frame the device sent.
     pub log: Vec<Frame>,
-    /// The last TCP segment the device sent with payload (what a packet too big quotes).
+    /// The last TCP segment the device sent with payload (what a packet too big or a
+    /// "fragmentation needed" quotes).
     last_data_frame: Option<Vec<u8>>,
     last_ts: u32,
     /// The script line being run (for messages).
