@@ -38,18 +38,24 @@
 //!
 //! `#` starts a comment. Rust code between scripts does what the text cannot.
 //!
+//! Scripts run over IPv6 by default; a [`Setup`] of [`Family::V4`] puts the device and the
+//! test on IPv4 (the same scripts: sequence numbers, flags and options do not change, only
+//! the MSS of the link, [`Peer::link_mss`]).
+//!
 //! Here: the device, its guest and the test's [`Peer`]; in `line` the script lines
 //! parsed, in `segment` the device's segments as on the wire, in `cable` the frames that
-//! cross, in `run` a script run line by line, in `guest` what the guest does.
+//! cross (in `ipv4` what is IPv4's own: its header, ARP, fragmentation needed), in `run` a
+//! script run line by line, in `guest` what the guest does.
 
 mod cable;
 mod guest;
+mod ipv4;
 mod line;
 mod run;
 mod segment;
 
 use std::collections::VecDeque;
-use std::net::Ipv6Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use qpip_device::backend::cable::Cable;
@@ -57,10 +63,11 @@ use qpip_device::engine::network::NetworkConfig;
 use qpip_device::engine::tcp::TcpLimits;
 use qpip_device::engine::EngineConfig;
 use qpip_device::net::config::StaticNeighbor;
+use qpip_device::net::wire::{self, Arp, Mac};
 use qpip_device::vfio::ServeOptions;
 use qpip_testkit::*;
 
-pub use segment::Frame;
+pub use segment::{Frame, Seg};
 
 pub const DEV_MAC: [u8; 6] = [0x02, 0x51, 0x50, 0, 0x16, 0x01];
 pub const PEER_MAC: [u8; 6] = [0x02, 0x51, 0x50, 0, 0x16, 0x02];
@@ -68,6 +75,12 @@ pub const DEV_ADDR: &str = "fd51:5050::16:1";
 pub const PEER_ADDR: &str = "fd51:5050::16:2";
 /// A router on the path (packets too big come from it).
 pub const ROUTER: &str = "fd51:5050::16:fe";
+/// The same over IPv4: the device's address (its prefix a /24), the test's, a router's.
+pub const DEV_ADDR4: &str = "198.18.0.1";
+pub const PEER_ADDR4: &str = "198.18.0.2";
+pub const ROUTER4: &str = "198.18.0.254";
+/// The MTU of the cable.
+pub const LINK_MTU: u32 = 1500;
 /// The device's port when it listens; the test's port.
 pub const DEV_PORT: u16 = 8080;
 pub const PEER_PORT: u16 = 40000;
@@ -80,6 +93,7 @@ pub const WAIT: Duration = Duration::from_secs(10);
 pub const MSL: Duration = Duration::from_millis(500);
 
 const TCP: u8 = 6;
+const ICMPV4: u8 = 1;
 const ICMPV6: u8 = 58;
 const FRAGMENT: u8 = 44;
 
@@ -95,6 +109,54 @@ pub fn dev_byte(k: u64) -> u8 {
 
 // ---- the test's side of the cable ------------------------------------------------------------
 
+/// The IP version the device and the test speak to each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    V6,
+    V4,
+}
+
+/// How a script's device is set up: the family, the framing of the guest's QP
+/// (`FRAMING_*`), and whether the device knows the test's MAC from its configuration (a
+/// static neighbour, so that it never asks) or must learn it (the test plays ARP).
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    pub family: Family,
+    pub framing: u8,
+    pub peer_known: bool,
+}
+
+impl Setup {
+    pub const V6: Setup = Setup {
+        family: Family::V6,
+        framing: FRAMING_STREAM,
+        peer_known: true,
+    };
+    pub const V4: Setup = Setup {
+        family: Family::V4,
+        ..Setup::V6
+    };
+    /// IPv4, the test's MAC not configured: the device resolves it by ARP.
+    pub const V4_ARP: Setup = Setup {
+        peer_known: false,
+        ..Setup::V4
+    };
+}
+
+/// The device's address with its prefix length (over the mapped 128 bits for IPv4), the
+/// test's and the router's.
+fn addresses(family: Family) -> ((Ipv6Addr, u8), Ipv6Addr, Ipv6Addr) {
+    let v4 = |s: &str| wire::mapped(s.parse::<Ipv4Addr>().unwrap());
+    match family {
+        Family::V6 => (
+            (DEV_ADDR.parse().unwrap(), 64),
+            PEER_ADDR.parse().unwrap(),
+            ROUTER.parse().unwrap(),
+        ),
+        Family::V4 => ((v4(DEV_ADDR4), 120), v4(PEER_ADDR4), v4(ROUTER4)),
+    }
+}
+
 /// A posted receive: its wr_id, where it is in the buffer, its length.
 struct Posted {
     wr_id: u64,
@@ -106,8 +168,13 @@ pub struct Peer {
     pub g: FakeGuest,
     link: Cable,
     _dir: ScratchDir,
+    pub family: Family,
+    /// The device's address, the test's and a router's (IPv4 ones mapped).
     pub dev: Ipv6Addr,
     pub addr: Ipv6Addr,
+    pub router: Ipv6Addr,
+    /// The test's MAC, what its frames come from.
+    pub mac: Mac,
     /// The test's port and the device's.
     pub port: u16,
     pub dev_port: u16,
@@ -119,9 +186,13 @@ pub struct Peer {
     pub iss: Option<u32>,
     /// What the device sent that no expectation has taken yet.
     inbox: VecDeque<Frame>,
+    /// The ARP messages the device sent that no expectation has taken yet, each with the
+    /// frame's destination (kept apart: the device may announce its address any time).
+    arps: VecDeque<(Mac, Arp)>,
     /// Every frame the device sent.
     pub log: Vec<Frame>,
-    /// The last TCP segment the device sent with payload (what a packet too big quotes).
+    /// The last TCP segment the device sent with payload (what a packet too big or a
+    /// "fragmentation needed" quotes).
     last_data_frame: Option<Vec<u8>>,
     last_ts: u32,
     /// The script line being run (for messages).
@@ -147,26 +218,25 @@ const BUF_LEN: u64 = 4 << 20;
 const DEPTH: u32 = 64;
 
 impl Peer {
-    fn new(name: &str) -> Peer {
-        Peer::framed(name, FRAMING_STREAM)
-    }
-
-    /// The device and its guest, whose QP has `framing` (`FRAMING_*`).
-    fn framed(name: &str, framing: u8) -> Peer {
+    /// The device and its guest, set up as `setup` says.
+    pub fn with(name: &str, setup: Setup) -> Peer {
         let dir = ScratchDir::new(&format!("script-{name}"));
         let path = dir.join("cable");
         let link = Cable::open(&path).expect("the test's end of the cable");
-        let dev: Ipv6Addr = DEV_ADDR.parse().unwrap();
-        let addr: Ipv6Addr = PEER_ADDR.parse().unwrap();
+        let ((dev, prefix), addr, router) = addresses(setup.family);
         let mut network = NetworkConfig::new(qpip_device::backend::NetSpec::Cable(path));
-        // The test answers no neighbour solicitations: the device knows its MAC.
-        network.neighbors = vec![StaticNeighbor {
-            addr,
-            mac: PEER_MAC,
-        }];
+        network.mtu = LINK_MTU as usize;
+        // The test answers no neighbour solicitations: the device knows its MAC, unless
+        // the test means to play ARP.
+        if setup.peer_known {
+            network.neighbors = vec![StaticNeighbor {
+                addr,
+                mac: PEER_MAC,
+            }];
+        }
         let engine = EngineConfig {
             mac: DEV_MAC,
-            addrs: vec![(dev, 64)],
+            addrs: vec![(dev, prefix)],
             network: Some(network),
             tcp_limits: TcpLimits {
                 msl: MSL,
@@ -181,15 +251,18 @@ impl Peer {
             },
         });
         let ctx = g.create_ctx().expect("context");
-        let end = g.tcp_endpoint_in(ctx, framing, DEPTH, BUF_LEN);
+        let end = g.tcp_endpoint_in(ctx, setup.framing, DEPTH, BUF_LEN);
         let data: Vec<u8> = (0..SEND_AREA).map(dev_byte).collect();
         g.buf_write(&end.buf, 0, &data);
         Peer {
             g,
             link,
             _dir: dir,
+            family: setup.family,
             dev,
             addr,
+            router,
+            mac: PEER_MAC,
             port: PEER_PORT,
             dev_port: DEV_PORT,
             ctx,
@@ -198,6 +271,7 @@ impl Peer {
             pending_cmd: None,
             iss: None,
             inbox: VecDeque::new(),
+            arps: VecDeque::new(),
             log: Vec::new(),
             last_data_frame: None,
             last_ts: 0,
@@ -217,11 +291,17 @@ impl Peer {
     /// A device listening on [`DEV_PORT`] with the guest's QP offered to ACCEPT; no
     /// receive posted.
     pub fn listening(name: &str) -> Peer {
-        Peer::listening_framed(name, FRAMING_STREAM)
+        Peer::listening_with(name, Setup::V6)
     }
 
-    fn listening_framed(name: &str, framing: u8) -> Peer {
-        let mut p = Peer::framed(name, framing);
+    /// [`Peer::listening`] over IPv4.
+    pub fn listening_v4(name: &str) -> Peer {
+        Peer::listening_with(name, Setup::V4)
+    }
+
+    /// [`Peer::listening`], set up as `setup` says.
+    pub fn listening_with(name: &str, setup: Setup) -> Peer {
+        let mut p = Peer::with(name, setup);
         let l = p.g.listen(p.ctx, UNSPECIFIED, DEV_PORT, 8).expect("listen");
         p.listener = Some(l);
         p.pending_cmd = Some(p.g.submit_accept(p.ctx, l, p.end.qp.id));
@@ -230,7 +310,12 @@ impl Peer {
 
     /// A device whose guest connects to the test's [`PEER_PORT`] (its SYN is on the way).
     pub fn connecting(name: &str) -> Peer {
-        let mut p = Peer::new(name);
+        Peer::connecting_with(name, Setup::V6)
+    }
+
+    /// [`Peer::connecting`], set up as `setup` says.
+    pub fn connecting_with(name: &str, setup: Setup) -> Peer {
+        let mut p = Peer::with(name, setup);
         p.pending_cmd = Some(p.connect());
         p
     }
@@ -261,30 +346,58 @@ impl Peer {
             .submit_connect(self.ctx, self.end.qp.id, self.addr.octets(), self.port)
     }
 
-    /// A listening device after a plain handshake: the test's SYN with MSS 1440, SACK
-    /// permitted and window scale 7 (no timestamps), the guest's ACCEPT completed.
+    /// The MSS of the cable for the family: its MTU less the IP and TCP headers (1440
+    /// over IPv6, 1460 over IPv4).
+    pub fn link_mss(&self) -> u32 {
+        LINK_MTU - wire::ip_header_len(&self.dev) as u32 - 20
+    }
+
+    /// A listening device after a plain handshake: the test's SYN with the link's MSS,
+    /// SACK permitted and window scale 7 (no timestamps), the guest's ACCEPT completed.
     pub fn established(name: &str) -> Peer {
-        Peer::established_framed(name, FRAMING_STREAM)
+        Peer::established_with(name, Setup::V6)
+    }
+
+    /// [`Peer::established`] over IPv4.
+    pub fn established_v4(name: &str) -> Peer {
+        Peer::established_with(name, Setup::V4)
     }
 
     /// [`Peer::established`] with a QP of `framing` (`FRAMING_*`).
     pub fn established_framed(name: &str, framing: u8) -> Peer {
-        let mut p = Peer::listening_framed(name, framing);
-        p.run(
+        Peer::established_with(
+            name,
+            Setup {
+                framing,
+                ..Setup::V6
+            },
+        )
+    }
+
+    /// [`Peer::established`], set up as `setup` says.
+    pub fn established_with(name: &str, setup: Setup) -> Peer {
+        let mut p = Peer::listening_with(name, setup);
+        let mss = p.link_mss();
+        p.run(&format!(
             "
-            > S 0:0(0) win 65535 <mss 1440,sackOK,nop,wscale 7>
-            < S. 0:0(0) ack 1 win 65535 <mss 1440,sackOK,wscale 7>
+            > S 0:0(0) win 65535 <mss {mss},sackOK,nop,wscale 7>
+            < S. 0:0(0) ack 1 win 65535 <mss {mss},sackOK,wscale 7>
             > . 1:1(0) ack 1 win 1024
             @accepted
             ",
-        );
+        ));
         p
     }
 
     /// [`Peer::established`], and the guest posts a receive of 10000 bytes: the window
     /// update that opens is taken.
     pub fn receiving(name: &str) -> Peer {
-        let mut p = Peer::established(name);
+        Peer::receiving_with(name, Setup::V6)
+    }
+
+    /// [`Peer::receiving`], set up as `setup` says.
+    pub fn receiving_with(name: &str, setup: Setup) -> Peer {
+        let mut p = Peer::established_with(name, setup);
         p.run(
             "
             @post 10000

@@ -2,6 +2,7 @@
 //! the script writes them, and the frames the test takes off the cable.
 
 use etherparse::TcpHeader;
+use qpip_device::net::wire::{Arp, Mac};
 
 /// One TCP option as on the wire.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,8 +23,12 @@ pub struct Seg {
     pub h: TcpHeader,
     pub opts: Vec<Opt>,
     pub payload: Vec<u8>,
-    /// The IPv6 packet's length.
+    /// The IP packet's length.
     pub ip_len: usize,
+    /// The Ethernet destination (the MAC the device resolved the test's address to).
+    pub eth_dst: Mac,
+    /// Over IPv4, whether "don't fragment" was set.
+    pub df: Option<bool>,
 }
 
 impl Seg {
@@ -42,10 +47,14 @@ impl Seg {
 #[derive(Debug, Clone)]
 pub enum Frame {
     Tcp(Seg),
-    /// An ICMPv6 message: type, code, the rest (from the 4th byte).
+    /// An ICMPv6 (or over IPv4, ICMPv4) message: type, code, the rest (from the 4th
+    /// byte).
     Icmp(u8, u8, Vec<u8>),
-    /// An IPv6 fragment (the device fragmented a packet).
+    /// An IP fragment (the device fragmented a packet): its length.
     Fragment(usize),
+    /// An ARP message, to the given Ethernet destination (logged; the test takes these
+    /// with [`super::Peer::next_arp`]).
+    Arp(Mac, Arp),
     Other,
 }
 

@@ -8,6 +8,7 @@ use crate::script::*;
 
 mod data;
 mod handshake;
+mod ipv4;
 mod ipv6;
 mod path_mtu;
 mod resets;

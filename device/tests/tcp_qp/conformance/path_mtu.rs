@@ -39,7 +39,7 @@ fn more_fits(p: &mut Peer, from: u32) {
 
 /// `n` bytes of the guest's stream from relative sequence `from`: full segments of `mss`
 /// bytes, then the rest in one with PSH.
-fn expect_stream(p: &mut Peer, from: u32, n: u32, mss: u32) {
+pub(super) fn expect_stream(p: &mut Peer, from: u32, n: u32, mss: u32) {
     let full = (n - 1) / mss;
     p.expect_data(from, full as usize, mss as usize);
     let (start, end) = (from + full * mss, from + n);
