@@ -12,7 +12,8 @@ use qpip_lab::VmSpec;
 
 /// A kernel socket's port refused to BIND and LISTEN; a QP's (named, ephemeral, from a
 /// CONNECT) and a listener's refused to kernel sockets on IPv6 and IPv4, and the kernel's
-/// again once the QP, the listener, the file or the process is gone.
+/// again once the QP, the listener, the file or the process is gone, or the device is
+/// reset or removed under the open file (then rescanned).
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn a_port_is_a_kernel_sockets_or_a_qps_never_both() {
@@ -44,6 +45,8 @@ kv after.contexts "$(cat /sys/class/qpip/qpip0/contexts)"
             "ports.connect.ephemeral_refused_to_kernel",
             "ports.context_close_releases",
             "ports.process_exit_releases",
+            "ports.reset_releases",
+            "ports.remove_releases",
         ]
         .map(String::from),
     );

@@ -31,7 +31,7 @@
 //! * `ports`      the port split with the kernel's sockets: a port a kernel socket holds is
 //!   refused to BIND and LISTEN (EADDRINUSE), a QP's or listener's (named, ephemeral, or
 //!   taken by CONNECT) is refused to kernel sockets until the QP, listener, file or
-//!   process is gone
+//!   process is gone, or the device is reset or removed (it is rescanned after)
 //! * `timeout`    a TCP QP whose peer vanishes (the device address it uses is deleted under
 //!   it, qpipd started with a small `--tcp-retries`): EVENT_QP_ERROR with -ETIMEDOUT, its
 //!   send flushed

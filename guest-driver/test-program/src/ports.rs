@@ -1,7 +1,8 @@
 //! `ports`: the port split between the guest kernel's sockets and the device's QPs. Every
 //! port a QP or listener takes is reserved in the kernel by the driver, so a kernel socket
 //! and a QP never hold the same one: whichever comes second gets EADDRINUSE, and the port
-//! is the kernel's again once the QP, the listener, its context or its process is gone.
+//! is the kernel's again once the QP, the listener, its context or its process is gone,
+//! or the device is reset or removed.
 
 use std::net::{TcpListener, UdpSocket};
 
@@ -98,6 +99,8 @@ pub(crate) fn cmd_ports() -> u32 {
     drop(ctx);
     context_close(&mut c);
     process_exit(&mut c);
+    device_gone(&mut c, false);
+    device_gone(&mut c, true);
     c.failed
 }
 
@@ -293,4 +296,48 @@ fn process_exit(c: &mut Checks) {
         kernel_allowed(QP_TYPE_TCP, pt).map_err(|e| format!("after exit: {e}"))
     })();
     c.check("ports.process_exit_releases", r);
+}
+
+/// A reset (the driver's sysfs `reset`) or the removal of the PCI function under a file
+/// holding a QP's port and a listener's: the device forgot them, so the kernel has the
+/// ports again while the file is still open. After a removal the function is rescanned.
+fn device_gone(c: &mut Checks, remove: bool) {
+    let what = if remove { "remove" } else { "reset" };
+    let r = (|| {
+        let slot = std::fs::read_link(format!("{SYSFS}/device"))
+            .map_err(|e| format!("{SYSFS}/device: {e}"))?;
+        let slot = slot
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        let ctx = Ctx::open()?;
+        let qp = bare_qp(&ctx, QP_TYPE_UDP)?;
+        let pu = ok(ctx.bind(qp, 0), "BIND 0")?;
+        let pt = free_port(QP_TYPE_TCP)?;
+        ok(ctx.listen(pt), &format!("LISTEN {pt}"))?;
+        kernel_refused(QP_TYPE_UDP, pu)?;
+        kernel_refused(QP_TYPE_TCP, pt)?;
+        let path = if remove {
+            format!("/sys/bus/pci/devices/{slot}/remove")
+        } else {
+            format!("{SYSFS}/reset")
+        };
+        std::fs::write(&path, "1").map_err(|e| format!("write {path}: {e}"))?;
+        kernel_allowed(QP_TYPE_UDP, pu).map_err(|e| format!("file still open: {e}"))?;
+        kernel_allowed(QP_TYPE_TCP, pt).map_err(|e| format!("file still open: {e}"))?;
+        drop(ctx);
+        if remove {
+            std::fs::write("/sys/bus/pci/rescan", "1").map_err(|e| format!("rescan: {e}"))?;
+            let deadline = Instant::now() + TIMEOUT;
+            while open_dev(0).map(close).is_err() {
+                if Instant::now() > deadline {
+                    return Err("no /dev/qpip0 after rescan".into());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(())
+    })();
+    c.check(&format!("ports.{what}_releases"), r);
 }
