@@ -14,10 +14,9 @@
  *
  * What a reservation holds: one socket of the QP's protocol (TCP: bound, never listening,
  * so no connection is ever queued on it; UDP: bound, with the smallest receive buffer, so
- * nothing accumulates) on the port, on
- * every address: the device's ports are per function whatever address a QP names
- * (device/src/engine/ports.rs), and a port is steered as a whole, so the reservation is
- * of the port, like net.ipv4.ip_local_reserved_ports. It is an IPv6 socket bound to ::
+ * nothing accumulates) on the port, on every address: the device's ports are per function
+ * whatever address a QP names (device/src/engine/ports.rs), and a port is steered as a
+ * whole, so the reservation is of the port, like net.ipv4.ip_local_reserved_ports. It is an IPv6 socket bound to ::
  * with IPV6_V6ONLY off, which also holds the port for IPv4 (the ABI carries IPv4 as
  * IPv4-mapped addresses); an IPv4 socket on 0.0.0.0 if the kernel has no IPv6. Port 0
  * lets the kernel choose one from its ephemeral range (ip_local_port_range, skipping
@@ -33,12 +32,15 @@
  * ioctl, with its context when the file is closed (a process's exit closes its files),
  * and at a reset or removal of the device, which forgets every QP (qpip_contexts_revoke).
  * Connections accepted from a listener share its port and hold no reservation of their
- * own. A QP whose destruction the device did not confirm is let go of its reservation all
- * the same: unlike its memory, which the device may still write, a port held a moment too
- * long by nobody is harmless, and a reset follows such a failure.
+ * own. A context whose destruction timed out gives its ports back all the same: unlike
+ * memory the device may still write, a port the kernel takes while a failing device still
+ * holds it costs at most frames sent the wrong way, and a reset follows such a failure.
+ * Not covered: a TCP connection the device keeps closing after its QP was destroyed no
+ * longer has a reservation, so the kernel may give its port out before the device is done.
  *
- * A reservation belongs to its QP or listener; the callers serialise its reserve and
- * release (the context's lock, or the device's lock held for writing).
+ * A reservation belongs to its QP or listener; their owners serialise its reserve and
+ * release (the context's lock in the ioctls, the device's lock held for writing at a reset
+ * or removal, and release once the context is off the device's list).
  */
 #include <linux/in.h>
 #include <linux/in6.h>
