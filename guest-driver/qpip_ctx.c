@@ -190,7 +190,8 @@ err_user:
 
 /*
  * Gives back the user's charges of @ctx that no object frees (the context itself, its
- * listeners and tripwires) and the context's reference to the user's record.
+ * listeners and tripwires) and the context's reference to the user's record. Only counts
+ * the entries: a listener may be freed already.
  */
 static void qpip_ctx_uncharge(struct qpip_ctx *ctx)
 {
@@ -209,6 +210,7 @@ static int qpip_release(struct inode *inode, struct file *filp)
 {
 	struct qpip_ctx *ctx = filp->private_data;
 	struct qpip_dev *qdev = ctx->qdev;
+	struct qpip_listener *l;
 	unsigned long idx;
 	struct qpip_cq *cq;
 	struct qpip_qp *qp;
@@ -251,6 +253,11 @@ static int qpip_release(struct inode *inode, struct file *filp)
 		qpip_cq_free(ctx, cq, leak);
 	xa_for_each(&ctx->mrs, idx, mr)
 		qpip_mr_free(qdev, mr, leak);
+	/* Charged to the user until qpip_ctx_uncharge; their ports go back to the kernel. */
+	xa_for_each(&ctx->listeners, idx, l) {
+		qpip_port_release(&l->port);
+		kfree(l);
+	}
 	qpip_ring_put(ctx, ctx->db, leak);
 	/*
 	 * Memory the device may still write stays charged to its user, like the memory itself
@@ -271,10 +278,28 @@ static int qpip_release(struct inode *inode, struct file *filp)
 }
 
 /*
+ * The ports @ctx's QPs and listeners hold go back to the kernel: the device forgot them
+ * at a reset or removal. Under qdev->lock held for writing, which keeps the ioctls out
+ * and release from freeing the objects of a context still on qdev->contexts.
+ */
+static void qpip_ctx_ports_release(struct qpip_ctx *ctx)
+{
+	struct qpip_listener *l;
+	struct qpip_qp *qp;
+	unsigned long idx;
+
+	xa_for_each(&ctx->qps, idx, qp)
+		qpip_port_release(&qp->port);
+	xa_for_each(&ctx->listeners, idx, l)
+		qpip_port_release(&l->port);
+}
+
+/*
  * The device was reset or is being removed (qdev->lock held for writing, the generation
  * bumped or unbound set): every context is dead. Revoke their kick mappings (the BAR may
- * be gone) and wake their event readers. Doorbell pages are the contexts' own RAM, which
- * the device has forgotten: they stay mapped, and stores into them reach nobody.
+ * be gone), give the ports their objects held back to the kernel, and wake their event
+ * readers. Doorbell pages are the contexts' own RAM, which the device has forgotten: they
+ * stay mapped, and stores into them reach nobody.
  */
 void qpip_contexts_revoke(struct qpip_dev *qdev)
 {
@@ -290,8 +315,10 @@ void qpip_contexts_revoke(struct qpip_dev *qdev)
 		unmap_mapping_range(ctx->mapping, (loff_t)QPIP_MMAP_KICK << PAGE_SHIFT,
 				    PAGE_SIZE, 1);
 	mutex_unlock(&qdev->mmap_lock);
-	list_for_each_entry(ctx, &qdev->contexts, node)
+	list_for_each_entry(ctx, &qdev->contexts, node) {
+		qpip_ctx_ports_release(ctx);
 		wake_up_interruptible_all(&ctx->ev_wait);
+	}
 }
 
 const struct file_operations qpip_fops = {

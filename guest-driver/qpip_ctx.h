@@ -8,6 +8,7 @@
  *   qpip_mem.c     locked memory: rings, registered regions; completion vectors
  *   qpip_event.c   events read from the file: asynchronous completions and device events
  *   qpip_quota.c   what one user may take of the function: quotas; privileged ports
+ *   qpip_ports.c   the ports QPs take, reserved in the guest kernel against its sockets
  *
  * The commands they give the device are in qpip_cmd.c (declared in qpip.h).
  */
@@ -22,6 +23,8 @@
 #include <linux/uidgid.h>
 
 #include "qpip.h"
+
+struct socket;
 
 /* The per-user quotas (qpip_quota.c); each counts objects, QPIP_QUOTA_PINNED pages. */
 enum qpip_quota {
@@ -76,11 +79,32 @@ struct qpip_cq {
 	struct list_head vec_node;	/* in vec->cqs */
 };
 
+/*
+ * A port a QP or listener holds, reserved in the guest kernel (qpip_ports.c): a kernel
+ * socket bound to it, or none.
+ */
+struct qpip_port {
+	struct socket *sock;
+	u16 port;
+};
+
 struct qpip_qp {
 	u32 handle;
+	u8 type;			/* QPIP_QP_TYPE_* */
+	/*
+	 * Given to an ACCEPT: the connection it may carry shares its listener's port, which
+	 * the listener reserved, so a CONNECT does not bind it first.
+	 */
+	bool accepting;
 	struct qpip_user *user;		/* whose QPIP_QUOTA_QPS counts it, once charged */
 	struct qpip_ring *sq;
 	struct qpip_ring *rq;
+	struct qpip_port port;		/* what BIND (or CONNECT) took for it */
+};
+
+/* A listener: the device's object, and the port it holds. */
+struct qpip_listener {
+	struct qpip_port port;
 };
 
 struct qpip_mr {
@@ -113,7 +137,7 @@ struct qpip_ctx {
 	struct xarray cqs;		/* handle -> qpip_cq */
 	struct xarray qps;		/* handle -> qpip_qp */
 	struct xarray mrs;		/* lkey -> qpip_mr */
-	struct xarray listeners;	/* handle -> value entry */
+	struct xarray listeners;	/* handle -> qpip_listener */
 	struct xarray tripwires;	/* handle -> value entry */
 	struct xarray rings;		/* mmap page offset -> qpip_ring */
 
@@ -162,6 +186,16 @@ void qpip_user_put(struct qpip_dev *qdev, struct qpip_user *u);
 int qpip_quota_charge(struct qpip_ctx *ctx, enum qpip_quota q, unsigned long n);
 void qpip_quota_uncharge(struct qpip_user *u, enum qpip_quota q, unsigned long n);
 int qpip_port_check(u16 port);
+
+/* qpip_ports.c */
+bool qpip_port_type(u8 qp_type);
+int qpip_port_reserve(struct qpip_port *p, u8 qp_type, u16 port);
+void qpip_port_release(struct qpip_port *p);
+
+static inline bool qpip_port_held(const struct qpip_port *p)
+{
+	return p->sock;
+}
 
 /* qpip_event.c */
 ssize_t qpip_read(struct file *filp, char __user *buf, size_t count, loff_t *ppos);

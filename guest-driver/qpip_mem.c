@@ -340,6 +340,8 @@ void qpip_cq_free(struct qpip_ctx *ctx, struct qpip_cq *cq, bool leak)
 
 void qpip_qp_free(struct qpip_ctx *ctx, struct qpip_qp *qp, bool leak)
 {
+	/* Even with @leak: a port held too long by nobody is harmless (qpip_ports.c). */
+	qpip_port_release(&qp->port);
 	qpip_ring_put(ctx, qp->sq, leak);
 	qpip_ring_put(ctx, qp->rq, leak);
 	if (!leak)

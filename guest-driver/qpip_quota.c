@@ -176,9 +176,10 @@ void qpip_quota_uncharge(struct qpip_user *u, enum qpip_quota q, unsigned long n
 /* ---- privileged ports ---- */
 
 /*
- * Binding or listening on @port (0: an ephemeral one, which the device takes from 49152
- * up) needs what a socket of the guest's own network needs: below
- * net.ipv4.ip_unprivileged_port_start (1024 by default), CAP_NET_BIND_SERVICE. The
+ * Binding or listening on @port (0: an ephemeral one, which the guest kernel chooses from
+ * its ephemeral range: qpip_ports.c) needs what a socket of the guest's own network
+ * needs: below net.ipv4.ip_unprivileged_port_start (1024 by default),
+ * CAP_NET_BIND_SERVICE. The
  * device's addresses are the guest's, not those of a network namespace a process may have
  * made for itself, so the rule is the initial namespace's, and the capability is checked in
  * the initial user namespace — a user namespace of one's own gives nothing here. -EACCES,

@@ -93,33 +93,11 @@ static int qpip_obj_record(struct qpip_ctx *ctx, enum qpip_obj_type type, u32 ha
 	return ret;
 }
 
-/* The quota a value entry (listener, tripwire) counts in. */
-static enum qpip_quota qpip_value_quota(enum qpip_obj_type type)
+static void qpip_listener_free(struct qpip_ctx *ctx, struct qpip_listener *l)
 {
-	return type == QPIP_OBJ_LISTENER ? QPIP_QUOTA_LISTENERS : QPIP_QUOTA_TRIPWIRES;
-}
-
-/*
- * Creates a listener or tripwire — objects the driver records as a value entry, with no
- * memory of its own — charged to the file's user: @create makes it in the device, its
- * handle in *@handle. On failure the charge is given back.
- */
-static int qpip_value_obj_create(struct qpip_ctx *ctx, enum qpip_obj_type type, u32 *handle,
-				 int (*create)(struct qpip_ctx *ctx, void *arg, u32 *handle),
-				 void *arg)
-{
-	enum qpip_quota q = qpip_value_quota(type);
-	int ret;
-
-	ret = qpip_quota_charge(ctx, q, 1);
-	if (ret)
-		return ret;
-	ret = create(ctx, arg, handle);
-	if (!ret)
-		ret = qpip_obj_record(ctx, type, *handle, xa_mk_value(0), NULL, 0);
-	if (ret)
-		qpip_quota_uncharge(ctx->user, q, 1);
-	return ret;
+	qpip_port_release(&l->port);
+	kfree(l);
+	qpip_quota_uncharge(ctx->user, QPIP_QUOTA_LISTENERS, 1);
 }
 
 /* Frees the driver's part of an object the device no longer has. */
@@ -136,9 +114,11 @@ static void qpip_obj_free(struct qpip_ctx *ctx, enum qpip_obj_type type, void *o
 		qpip_mr_free(ctx->qdev, obj, false);
 		break;
 	case QPIP_OBJ_LISTENER:
+		qpip_listener_free(ctx, obj);
+		break;
 	case QPIP_OBJ_TRIPWIRE:
 		/* A value entry: nothing to free but its charge. */
-		qpip_quota_uncharge(ctx->user, qpip_value_quota(type), 1);
+		qpip_quota_uncharge(ctx->user, QPIP_QUOTA_TRIPWIRES, 1);
 		break;
 	}
 }
@@ -271,6 +251,7 @@ static int qpip_ioctl_create_qp(struct qpip_ctx *ctx, void *arg)
 	if (ret)
 		goto err_free;
 	qp->user = ctx->user;
+	qp->type = a->qp_type;
 	ret = qpip_obj_ring(ctx, a->sq_depth, QPIP_WQE_SIZE, &qp->sq);
 	if (!ret)
 		ret = qpip_obj_ring(ctx, a->rq_depth, QPIP_WQE_SIZE, &qp->rq);
@@ -350,11 +331,6 @@ err_free:
 	return ret;
 }
 
-static int qpip_tripwire_make(struct qpip_ctx *ctx, void *arg, u32 *handle)
-{
-	return qpip_cmd_create_tripwire(ctx->qdev, ctx->id, arg, handle);
-}
-
 /*
  * A tripwire on this context's CQ and regions: each is looked up here first, so a process
  * never names another's objects to the device (which would refuse them too). What the
@@ -374,14 +350,23 @@ static int qpip_ioctl_create_tripwire(struct qpip_ctx *ctx, void *arg)
 		.arm_lkey = a->arm_lkey,
 		.cq = a->cq,
 	};
+	int ret;
 
 	if (a->reserved)
 		return -EINVAL;
 	if (!xa_load(&ctx->cqs, a->cq) || !xa_load(&ctx->mrs, a->lkey) ||
 	    !xa_load(&ctx->mrs, a->arm_lkey))
 		return -ENOENT;
-	return qpip_value_obj_create(ctx, QPIP_OBJ_TRIPWIRE, &a->handle,
-				     qpip_tripwire_make, &p);
+	/* A value entry, charged to the file's user. */
+	ret = qpip_quota_charge(ctx, QPIP_QUOTA_TRIPWIRES, 1);
+	if (ret)
+		return ret;
+	ret = qpip_cmd_create_tripwire(ctx->qdev, ctx->id, &p, &a->handle);
+	if (!ret)
+		ret = qpip_obj_record(ctx, QPIP_OBJ_TRIPWIRE, a->handle, xa_mk_value(0), NULL, 0);
+	if (ret)
+		qpip_quota_uncharge(ctx->user, QPIP_QUOTA_TRIPWIRES, 1);
+	return ret;
 }
 
 /*
@@ -439,32 +424,63 @@ static int qpip_ioctl_destroy_tripwire(struct qpip_ctx *ctx, void *arg)
  * BIND and LISTEN name a local port: below net.ipv4.ip_unprivileged_port_start only with
  * CAP_NET_BIND_SERVICE (qpip_port_check), as for sockets. CONNECT takes no local port: a
  * QP gets one from BIND, or an ephemeral one.
+ *
+ * Every port a QP or listener takes is first reserved in the guest kernel (qpip_ports.c),
+ * so it is never a kernel socket's too: one a socket holds fails with -EADDRINUSE before
+ * the device is asked. For port 0 the kernel chooses and the device is given its choice.
  */
+
+/*
+ * Binds @qp to @addr and *@port (0: an ephemeral one), reserving the port first; the port
+ * bound in *@port. A QP bound already is refused as the device would (BAD_STATE).
+ */
+static int qpip_qp_bind(struct qpip_ctx *ctx, struct qpip_qp *qp, const u8 *addr, u16 *port)
+{
+	u16 bound;
+	int ret;
+
+	if (!qpip_port_type(qp->type))	/* no ports: the device answers */
+		return qpip_cmd_bind(ctx->qdev, ctx->id, qp->handle, addr, port);
+	if (qpip_port_held(&qp->port))
+		return -EINVAL;
+	ret = qpip_port_reserve(&qp->port, qp->type, *port);
+	if (ret)
+		return ret;
+	bound = qp->port.port;
+	ret = qpip_cmd_bind(ctx->qdev, ctx->id, qp->handle, addr, &bound);
+	if (ret) {
+		qpip_port_release(&qp->port);
+		return ret;
+	}
+	*port = bound;
+	return 0;
+}
+
 static int qpip_ioctl_bind(struct qpip_ctx *ctx, void *arg)
 {
 	struct qpip_bind *a = arg;
+	struct qpip_qp *qp;
 	int ret;
 
 	if (a->local.reserved || a->reserved)
 		return -EINVAL;
-	if (!xa_load(&ctx->qps, a->qp))
+	qp = xa_load(&ctx->qps, a->qp);
+	if (!qp)
 		return -ENOENT;
 	ret = qpip_port_check(a->local.port);
 	if (ret)
 		return ret;
-	return qpip_cmd_bind(ctx->qdev, ctx->id, a->qp, a->local.addr, &a->local.port);
+	return qpip_qp_bind(ctx, qp, a->local.addr, &a->local.port);
 }
 
-static int qpip_listen_make(struct qpip_ctx *ctx, void *arg, u32 *handle)
-{
-	const struct qpip_listen *a = arg;
-
-	return qpip_cmd_listen(ctx->qdev, ctx->id, a->local.addr, a->local.port, a->backlog, handle);
-}
-
+/*
+ * A listener holds its TCP port, reserved first; the connections it accepts share it.
+ * Port 0 is the device's to refuse (a listener names its port).
+ */
 static int qpip_ioctl_listen(struct qpip_ctx *ctx, void *arg)
 {
 	struct qpip_listen *a = arg;
+	struct qpip_listener *l;
 	int ret;
 
 	if (a->local.reserved)
@@ -472,7 +488,24 @@ static int qpip_ioctl_listen(struct qpip_ctx *ctx, void *arg)
 	ret = qpip_port_check(a->local.port);
 	if (ret)
 		return ret;
-	return qpip_value_obj_create(ctx, QPIP_OBJ_LISTENER, &a->handle, qpip_listen_make, a);
+	ret = qpip_quota_charge(ctx, QPIP_QUOTA_LISTENERS, 1);
+	if (ret)
+		return ret;
+	l = kzalloc(sizeof(*l), GFP_KERNEL);
+	if (!l) {
+		qpip_quota_uncharge(ctx->user, QPIP_QUOTA_LISTENERS, 1);
+		return -ENOMEM;
+	}
+	if (a->local.port)
+		ret = qpip_port_reserve(&l->port, QPIP_QP_TYPE_TCP, a->local.port);
+	if (!ret)
+		ret = qpip_cmd_listen(ctx->qdev, ctx->id, a->local.addr, a->local.port,
+				      a->backlog, &a->handle);
+	if (!ret)
+		ret = qpip_obj_record(ctx, QPIP_OBJ_LISTENER, a->handle, l, NULL, 0);
+	if (ret)
+		qpip_listener_free(ctx, l);
+	return ret;
 }
 
 /*
@@ -522,12 +555,14 @@ static int qpip_event_cmd_sent(struct qpip_ctx *ctx, struct qpip_cmd *c, int ret
 static int qpip_ioctl_accept(struct qpip_ctx *ctx, void *arg)
 {
 	struct qpip_accept *a = arg;
+	struct qpip_qp *qp;
 	struct qpip_cmd *c;
 	int ret;
 
 	if (a->reserved || qpip_iwarp_conn_check(&a->iwarp))
 		return -EINVAL;
-	if (!xa_load(&ctx->listeners, a->listener) || !xa_load(&ctx->qps, a->qp))
+	qp = xa_load(&ctx->qps, a->qp);
+	if (!xa_load(&ctx->listeners, a->listener) || !qp)
 		return -ENOENT;
 	c = qpip_event_cmd_alloc(ctx, QPIP_EVENT_ACCEPT, a->qp, a->user_data);
 	if (IS_ERR(c))
@@ -535,23 +570,48 @@ static int qpip_ioctl_accept(struct qpip_ctx *ctx, void *arg)
 	ret = qpip_iwarp_conn_take(ctx->qdev, c, &a->iwarp);
 	if (!ret)
 		ret = qpip_cmd_accept(ctx->qdev, c, ctx->id, a->listener, a->qp, &a->iwarp);
+	if (!ret)
+		qp->accepting = true;
 	return qpip_event_cmd_sent(ctx, c, ret);
+}
+
+/*
+ * The device gives a TCP QP that CONNECT finds unbound an ephemeral port of its own. Bind
+ * it first instead, to a port the kernel chooses and keeps reserved (qpip_qp_bind). Not a
+ * QP given to an ACCEPT: it is the device's to refuse, and an accepted connection has its
+ * listener's port. A QP that is bound already without the driver's knowing is refused by
+ * BIND with BAD_STATE (-EINVAL): the CONNECT goes on as before, for the device to answer.
+ */
+static int qpip_connect_port(struct qpip_ctx *ctx, struct qpip_qp *qp)
+{
+	static const u8 any[16];
+	u16 port = 0;
+	int ret;
+
+	if (qp->type != QPIP_QP_TYPE_TCP || qp->accepting || qpip_port_held(&qp->port))
+		return 0;
+	ret = qpip_qp_bind(ctx, qp, any, &port);
+	return ret == -EINVAL ? 0 : ret;
 }
 
 static int qpip_ioctl_connect(struct qpip_ctx *ctx, void *arg)
 {
 	struct qpip_connect *a = arg;
+	struct qpip_qp *qp;
 	struct qpip_cmd *c;
 	int ret;
 
 	if (a->peer.reserved || a->reserved || qpip_iwarp_conn_check(&a->iwarp))
 		return -EINVAL;
-	if (!xa_load(&ctx->qps, a->qp))
+	qp = xa_load(&ctx->qps, a->qp);
+	if (!qp)
 		return -ENOENT;
 	c = qpip_event_cmd_alloc(ctx, QPIP_EVENT_CONNECT, a->qp, a->user_data);
 	if (IS_ERR(c))
 		return PTR_ERR(c);
-	ret = qpip_iwarp_conn_take(ctx->qdev, c, &a->iwarp);
+	ret = qpip_connect_port(ctx, qp);
+	if (!ret)
+		ret = qpip_iwarp_conn_take(ctx->qdev, c, &a->iwarp);
 	if (!ret)
 		ret = qpip_cmd_connect(ctx->qdev, c, ctx->id, a->qp, a->peer.addr, a->peer.port,
 				       &a->iwarp);

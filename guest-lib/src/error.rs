@@ -128,3 +128,20 @@ impl Error {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The driver refuses BIND and LISTEN of a port a kernel socket holds with EADDRINUSE
+    /// (guest-driver/qpip_ports.c): callers see it as they would from a socket's bind.
+    #[test]
+    fn a_port_in_use_is_addr_in_use() {
+        let e = Error::os(
+            "bind (BIND)",
+            io::Error::from_raw_os_error(libc::EADDRINUSE),
+        );
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        assert_eq!(e.raw_os_error(), Some(libc::EADDRINUSE));
+    }
+}

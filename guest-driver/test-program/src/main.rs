@@ -28,6 +28,10 @@
 //!   file's tripwires destroyed when it is closed
 //! * `users`      (as root) per-user quotas met by ordinary users (EDQUOT), another user
 //!   not starved, a killed process's quota free again; ports below 1024 privileged
+//! * `ports`      the port split with the kernel's sockets: a port a kernel socket holds is
+//!   refused to BIND and LISTEN (EADDRINUSE), a QP's or listener's (named, ephemeral, or
+//!   taken by CONNECT) is refused to kernel sockets until the QP, listener, file or
+//!   process is gone, or the device is reset or removed (it is rescanned after)
 //! * `timeout`    a TCP QP whose peer vanishes (the device address it uses is deleted under
 //!   it, qpipd started with a small `--tcp-retries`): EVENT_QP_ERROR with -ETIMEDOUT, its
 //!   send flushed
@@ -40,6 +44,7 @@ mod events;
 mod ioctls;
 mod isolation;
 mod iwarp;
+mod ports;
 mod reset;
 mod sys;
 mod traffic;
@@ -74,6 +79,7 @@ use events::*;
 use ioctls::*;
 use isolation::*;
 use iwarp::*;
+use ports::*;
 use reset::*;
 use sys::*;
 use traffic::*;
@@ -129,7 +135,7 @@ fn ensure(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
     }
 }
 
-const USAGE: &str = "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events | events-lost [N] | iwarp [N] | tripwire | users | timeout | kicks N [--wait] [--gap-us US]";
+const USAGE: &str = "usage: qpip-driver-test ioctls | isolation | udp [N] | traffic SECONDS | reset [pci] | remove | events | events-lost [N] | iwarp [N] | tripwire | users | ports | timeout | kicks N [--wait] [--gap-us US]";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -147,6 +153,7 @@ fn main() {
         Some("iwarp") => cmd_iwarp(num(1, 200)),
         Some("tripwire") => cmd_tripwire(),
         Some("users") => cmd_users(),
+        Some("ports") => cmd_ports(),
         Some("timeout") => cmd_timeout(),
         Some("kicks") => cmd_kicks(
             num(1, 1000),
