@@ -31,6 +31,7 @@
 #define QPIP_DRV_NAME "qpip"
 
 struct qpip_ctx;
+struct qpip_netdev;
 
 /* Number of /dev/qpipN minors the driver reserves: one per PCI function. */
 #define QPIP_MAX_DEVICES 64
@@ -124,6 +125,8 @@ struct qpip_vector {
 	struct list_head cqs;
 	unsigned int ncqs;
 	bool requested;
+	/* The network interface's CQs interrupt here too (qpip_netdev_queue.c), or NULL. */
+	struct qpip_netdev *netdev;
 	atomic64_t count;
 	char name[32];
 };
@@ -209,6 +212,12 @@ struct qpip_dev {
 	struct list_head contexts;
 	unsigned int ncontexts;
 	struct qpip_ctx *live[QPIP_DOORBELL_PAGES];
+
+	/*
+	 * The function's network interface (qpip_netdev.c), or NULL: set once it is
+	 * registered, cleared under @lock for writing before it is removed.
+	 */
+	struct qpip_netdev *netdev;
 
 	/* uid -> struct qpip_user of each user with a context open (qpip_quota.c). */
 	struct mutex users_lock;
@@ -338,7 +347,7 @@ enum qpip_obj_type {
 	QPIP_OBJ_TRIPWIRE,
 };
 
-int qpip_cmd_create_ctx(struct qpip_dev *qdev, dma_addr_t doorbell_page, u32 *ctx);
+int qpip_cmd_create_ctx(struct qpip_dev *qdev, dma_addr_t doorbell_page, u32 flags, u32 *ctx);
 int qpip_cmd_destroy_ctx(struct qpip_dev *qdev, u32 ctx);
 int qpip_cmd_create_cq(struct qpip_dev *qdev, u32 ctx, const struct qpip_cq_params *p,
 		       struct qpip_cq_result *res);
@@ -380,6 +389,18 @@ irqreturn_t qpip_cq_irq(int irq, void *data);
 
 /* qpip_quota.c (the rest in qpip_ctx.h) */
 void qpip_users_free(struct qpip_dev *qdev);
+
+/* qpip_mem.c: the completion vectors */
+struct qpip_vector *qpip_pick_vector(struct qpip_dev *qdev, u32 want);
+void qpip_vector_set_netdev(struct qpip_vector *vec, struct qpip_netdev *nd);
+
+/* The network interface: qpip_netdev*.c (their own declarations: qpip_netdev.h) */
+int qpip_netdev_probe(struct qpip_dev *qdev);
+void qpip_netdev_remove(struct qpip_dev *qdev);
+void qpip_netdev_reset_done(struct qpip_dev *qdev);
+void qpip_netdev_irq(struct qpip_netdev *nd);
+void qpip_netdev_mirror_addr(struct qpip_dev *qdev, bool add, const u8 *addr, u8 prefix_len);
+void qpip_netdev_mirror_mac(struct qpip_dev *qdev, const u8 *mac);
 
 /* qpip_cdev.c */
 int qpip_cdev_init(void);

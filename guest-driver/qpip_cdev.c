@@ -133,6 +133,8 @@ static ssize_t mac_store(struct device *dev, struct device_attribute *attr, cons
 	if (ret)
 		return ret;
 	ret = qpip_set_mac(qdev, mac);
+	if (!ret)
+		qpip_netdev_mirror_mac(qdev, mac);
 	up_read(&qdev->lock);
 	return ret ? ret : count;
 }
@@ -199,6 +201,8 @@ static ssize_t addresses_store(struct device *dev, struct device_attribute *attr
 	if (ret)
 		return ret;
 	ret = qpip_change_addr(qdev, add, addr, plen);
+	if (!ret)
+		qpip_netdev_mirror_addr(qdev, add, addr, plen);
 	up_read(&qdev->lock);
 	return ret ? ret : count;
 }

@@ -100,8 +100,11 @@ static int qpip_run_with_lists(struct qpip_dev *qdev, u16 opcode, u32 ctx, void 
 
 /* ---- contexts ---- */
 
-/* A context whose doorbell page is @doorbell_page; its id in @ctx. */
-int qpip_cmd_create_ctx(struct qpip_dev *qdev, dma_addr_t doorbell_page, u32 *ctx)
+/*
+ * A context whose doorbell page is @doorbell_page, with CTX_FLAG_* @flags (KERNEL only for
+ * the driver's own); its id in @ctx.
+ */
+int qpip_cmd_create_ctx(struct qpip_dev *qdev, dma_addr_t doorbell_page, u32 flags, u32 *ctx)
 {
 	struct qpip_create_ctx_args args = {};
 	struct qpip_admin_cqe cqe;
@@ -109,6 +112,7 @@ int qpip_cmd_create_ctx(struct qpip_dev *qdev, dma_addr_t doorbell_page, u32 *ct
 	int ret;
 
 	args.doorbell_page = doorbell_page;
+	args.flags = flags;
 	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_CREATE_CTX, 0, 0, &args, sizeof(args));
 	ret = qpip_admin_run(qdev, &cmd, &cqe);
 	if (!ret)

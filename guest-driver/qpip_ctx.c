@@ -159,7 +159,7 @@ static int qpip_open(struct inode *inode, struct file *filp)
 		ret = -ENODEV;
 		goto out;
 	}
-	ret = qpip_cmd_create_ctx(qdev, ctx->db->dma[0], &ctx->id);
+	ret = qpip_cmd_create_ctx(qdev, ctx->db->dma[0], 0, &ctx->id);
 	if (ret)
 		goto out;
 	ctx->generation = qdev->generation;

@@ -173,7 +173,6 @@ struct qpip_mr *qpip_mr_alloc(struct qpip_ctx *ctx, u64 addr, u64 length, bool w
 void qpip_mr_free(struct qpip_dev *qdev, struct qpip_mr *mr, bool leak);
 void qpip_cq_free(struct qpip_ctx *ctx, struct qpip_cq *cq, bool leak);
 void qpip_qp_free(struct qpip_ctx *ctx, struct qpip_qp *qp, bool leak);
-struct qpip_vector *qpip_pick_vector(struct qpip_dev *qdev, u32 want);
 void qpip_vector_add(struct qpip_vector *vec, struct qpip_cq *cq);
 void qpip_vector_del(struct qpip_cq *cq);
 

@@ -248,6 +248,8 @@ static int qpip_reset_done_locked(struct qpip_dev *qdev)
 		ret = qpip_restore_config(qdev);
 	if (!ret)
 		qpip_admin_start_events(qdev);
+	/* The interface's queues are gone with its context: rebuilt, or left without carrier. */
+	qpip_netdev_reset_done(qdev);
 	if (ret)
 		dev_err(&qdev->pdev->dev, "device did not come back from reset: %pe\n",
 			ERR_PTR(ret));
@@ -386,6 +388,8 @@ static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_admin;
 	}
 	qpip_admin_start_events(qdev);
+	/* Without it the function still serves its QPs: the reason is logged, probe goes on. */
+	qpip_netdev_probe(qdev);
 
 	dev_info(&pdev->dev, "%s: qpip device interface %u.%u, %u doorbell pages, %d MSI-X vectors, MAC %pM\n",
 		 dev_name(&qdev->dev), qpip_version_major(qdev->version),
@@ -416,6 +420,11 @@ static void qpip_remove(struct pci_dev *pdev)
 {
 	struct qpip_dev *qdev = pci_get_drvdata(pdev);
 
+	/*
+	 * The network interface first, while the admin queue runs: closing it destroys its
+	 * context in the device.
+	 */
+	qpip_netdev_remove(qdev);
 	/*
 	 * Cut off open files first (they fail with -ENODEV from now on and lose their doorbell
 	 * mappings), then the node and sysfs: after that no user is inside.

@@ -304,8 +304,27 @@ void qpip_vector_del(struct qpip_cq *cq)
 }
 
 /*
+ * The network interface's CQs interrupt on @vec (@nd), or no longer (NULL: once this
+ * returns, the interrupt handler no longer calls into it). They count as one more CQ on
+ * the vector, so contexts' CQs go elsewhere first.
+ */
+void qpip_vector_set_netdev(struct qpip_vector *vec, struct qpip_netdev *nd)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&vec->lock, flags);
+	if (nd && !vec->netdev)
+		WRITE_ONCE(vec->ncqs, vec->ncqs + 1);
+	else if (!nd && vec->netdev)
+		WRITE_ONCE(vec->ncqs, vec->ncqs - 1);
+	vec->netdev = nd;
+	spin_unlock_irqrestore(&vec->lock, flags);
+}
+
+/*
  * A completion vector fired: the device raised it for an armed CQ. Which one it does not
  * say, so every CQ on the vector wakes its waiters; they find out by polling their rings.
+ * The network interface's NAPI is scheduled the same way.
  */
 irqreturn_t qpip_cq_irq(int irq, void *data)
 {
@@ -317,6 +336,8 @@ irqreturn_t qpip_cq_irq(int irq, void *data)
 	list_for_each_entry(cq, &vec->cqs, vec_node)
 		if (cq->eventfd)
 			eventfd_signal(cq->eventfd);
+	if (vec->netdev)
+		qpip_netdev_irq(vec->netdev);
 	spin_unlock(&vec->lock);
 	return IRQ_HANDLED;
 }

@@ -669,9 +669,15 @@ static int qpip_ioctl_query_stats(struct qpip_ctx *ctx, void *arg)
 /* ADD_ADDR and DEL_ADDR. */
 static int qpip_ioctl_addr(struct qpip_ctx *ctx, const struct qpip_addr *a, bool add)
 {
+	int ret;
+
 	if (!qpip_zero(a->reserved, sizeof(a->reserved)))
 		return -EINVAL;
-	return qpip_change_addr(ctx->qdev, add, a->addr, a->prefix_len);
+	ret = qpip_change_addr(ctx->qdev, add, a->addr, a->prefix_len);
+	/* The function's network interface carries the same addresses. */
+	if (!ret)
+		qpip_netdev_mirror_addr(ctx->qdev, add, a->addr, a->prefix_len);
+	return ret;
 }
 
 static int qpip_ioctl_add_addr(struct qpip_ctx *ctx, void *arg)
@@ -687,10 +693,14 @@ static int qpip_ioctl_del_addr(struct qpip_ctx *ctx, void *arg)
 static int qpip_ioctl_set_mac(struct qpip_ctx *ctx, void *arg)
 {
 	struct qpip_set_mac *a = arg;
+	int ret;
 
 	if (!qpip_zero(a->reserved, sizeof(a->reserved)))
 		return -EINVAL;
-	return qpip_set_mac(ctx->qdev, a->mac);
+	ret = qpip_set_mac(ctx->qdev, a->mac);
+	if (!ret)
+		qpip_netdev_mirror_mac(ctx->qdev, a->mac);
+	return ret;
 }
 
 /* ---- dispatch ---- */

@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * qpip: the function's network interface (qpipN in `ip link`), shared by the files that
+ * implement it:
+ *
+ *   qpip_netdev.c       the net_device: probe and remove, open and stop, MTU, MAC, ethtool
+ *   qpip_netdev_queue.c its queues: a kernel context with one raw Ethernet QP and two CQs,
+ *                       transmit, receive (NAPI), the doorbell protocol in C
+ *   qpip_netdev_addr.c  addresses: one list, the device's, mirrored onto the interface and
+ *                       back (notifiers, and rtnetlink from inside the kernel)
+ *
+ * The device is the interface's "hardware": the MAC and the addresses are the function's,
+ * shared with the engine that serves the offloaded QPs, as a NIC and its RDMA function share
+ * them (cxgb4 and iw_cxgb4, ice and irdma).
+ */
+#ifndef QPIP_NETDEV_H
+#define QPIP_NETDEV_H
+
+#include <linux/netdevice.h>
+#include <linux/skbuff.h>
+#include <linux/u64_stats_sync.h>
+
+#include "qpip.h"
+
+/* Ring depths (entries); clamped to what the device allows, powers of two. */
+#define QPIP_ND_SQ_DEPTH	256
+#define QPIP_ND_RQ_DEPTH	256
+/* Wake a stopped transmit queue once this many send WQEs are free again. */
+#define QPIP_ND_TX_WAKE		(MAX_SKB_FRAGS + 2)
+
+/* A ring of fixed-size entries in pages the device reads or writes (page list). */
+struct qpip_nd_ring {
+	u32 depth;			/* entries, a power of two */
+	u32 entry_size;
+	unsigned int npages;
+	void **va;			/* each page, coherent */
+	dma_addr_t *dma;
+};
+
+/* What a send WQE holds until its CQE: the skb and its mappings. */
+struct qpip_nd_tx_buf {
+	struct sk_buff *skb;
+	unsigned int nmaps;
+	dma_addr_t dma[QPIP_MAX_SGE];
+	u32 len[QPIP_MAX_SGE];
+};
+
+/* A receive buffer posted in the RQ. */
+struct qpip_nd_rx_buf {
+	struct sk_buff *skb;
+	dma_addr_t dma;
+};
+
+/* A completion queue of the interface and its slot in the doorbell page. */
+struct qpip_nd_cq {
+	struct qpip_nd_ring ring;
+	u32 handle;
+	u32 slot;
+	u32 head;			/* CQEs consumed (free-running) */
+	u32 arm_seq;
+};
+
+struct qpip_nd_stats {
+	u64 packets;
+	u64 bytes;
+	u64 errors;
+	u64 dropped;
+	u64 csum_ok;			/* RX: CQE_RAW_RX_CSUM_OK */
+	u64 alloc_failed;		/* RX: a buffer could not be allocated */
+	u64 stopped;			/* TX: the queue was stopped, SQ full */
+	struct u64_stats_sync syncp;
+};
+
+/*
+ * The queues of an open interface: everything ndo_open creates and ndo_stop destroys. The
+ * device knows them while @generation is qdev->generation; a reset makes it forget them.
+ */
+struct qpip_nd_queues {
+	bool up;			/* created, NAPI enabled, vector hooked */
+	unsigned int generation;
+	u32 ctx;			/* device context id */
+	void *db;			/* doorbell page (coherent, never mapped to a process) */
+	dma_addr_t db_dma;
+	struct qpip_vector *vec;
+	struct qpip_nd_cq tx_cq;
+	struct qpip_nd_cq rx_cq;
+	u32 qp;
+	u32 qp_slot;
+	struct qpip_nd_ring sq;
+	struct qpip_nd_ring rq;
+	unsigned int max_sge;
+
+	/* Transmit: @sq_tail under the netdev's tx lock, @sq_head in NAPI. */
+	u32 sq_tail;
+	u32 sq_head;
+	struct qpip_nd_tx_buf *tx_bufs;
+
+	/* Receive, NAPI only: posted buffers are [rq_head, rq_tail). */
+	u32 rq_tail;
+	u32 rq_head;
+	u32 rx_buf_len;			/* MTU + Ethernet header */
+	struct qpip_nd_rx_buf *rx_bufs;
+};
+
+/* A change to carry from one side to the other (qpip_netdev_addr.c). */
+struct qpip_nd_sync {
+	struct list_head node;
+	bool to_device;			/* interface -> device; else device -> interface */
+	bool is_mac;
+	bool add;
+	u8 addr[16];			/* IPv6, or IPv4-mapped */
+	u8 prefix_len;			/* as the device counts it (IPv4: 96 + prefix) */
+	u8 mac[ETH_ALEN];
+};
+
+struct qpip_netdev {
+	struct net_device *netdev;
+	struct qpip_dev *qdev;
+	struct napi_struct napi;
+	struct qpip_nd_queues q;	/* under rtnl */
+	struct qpip_nd_stats tx_stats;	/* tx lock, and NAPI for completions */
+	struct qpip_nd_stats rx_stats;	/* NAPI */
+	atomic64_t tx_dropped;		/* xmit drops outside the stats' writers */
+	atomic64_t irqs;
+
+	/* Rebuilds the queues after a device reset made the device forget them. */
+	struct work_struct reset_work;
+
+	/* Address and MAC changes to carry over, in order; @sync_lock may be taken in atomic context. */
+	spinlock_t sync_lock;
+	struct list_head sync_list;
+	struct work_struct sync_work;
+	bool notifiers;			/* inetaddr/inet6addr notifiers registered */
+	struct notifier_block inet_nb;
+	struct notifier_block inet6_nb;
+};
+
+/* qpip_netdev_queue.c */
+int qpip_nd_queues_up(struct qpip_netdev *nd);
+void qpip_nd_queues_down(struct qpip_netdev *nd);
+netdev_tx_t qpip_nd_xmit(struct sk_buff *skb, struct net_device *dev);
+netdev_features_t qpip_nd_features_check(struct sk_buff *skb, struct net_device *dev,
+					 netdev_features_t features);
+int qpip_nd_poll(struct napi_struct *napi, int budget);
+
+/* qpip_netdev_addr.c */
+void qpip_nd_addr_import(struct qpip_netdev *nd);
+int qpip_nd_addr_start(struct qpip_netdev *nd);
+void qpip_nd_addr_stop(struct qpip_netdev *nd);
+void qpip_nd_sync_queue(struct qpip_netdev *nd, struct qpip_nd_sync *s);
+
+/* qpip_netdev.c */
+extern const struct ethtool_ops qpip_nd_ethtool_ops;
+
+#endif /* QPIP_NETDEV_H */
