@@ -122,30 +122,38 @@ static void qpip_nd_db_produce(struct qpip_netdev *nd, u32 off, u32 value)
 
 /* ---- completions ---- */
 
-/* The CQE at the consumer's head if the device wrote it (its phase is this pass's), else NULL. */
+/* Whether the device wrote the CQE of free-running index @idx (its phase is that pass's). */
+static bool qpip_nd_cqe_written(struct qpip_nd_cq *cq, u32 idx)
+{
+	struct qpip_cqe *cqe = qpip_nd_entry(&cq->ring, idx);
+	u8 phase = ((idx >> ilog2(cq->ring.depth)) & 1) ^ 1;
+
+	return (READ_ONCE(cqe->owner) & 1) == phase;
+}
+
+/* The CQE at the consumer's head if the device wrote it, else NULL. */
 static struct qpip_cqe *qpip_nd_cq_peek(struct qpip_nd_cq *cq)
 {
-	struct qpip_cqe *cqe = qpip_nd_entry(&cq->ring, cq->head);
-	u8 phase = ((cq->head >> ilog2(cq->ring.depth)) & 1) ^ 1;
-
-	if ((READ_ONCE(cqe->owner) & 1) != phase)
+	if (!qpip_nd_cqe_written(cq, cq->head))
 		return NULL;
 	/* The rest of the entry was written before its owner byte. */
 	dma_rmb();
-	return cqe;
+	return qpip_nd_entry(&cq->ring, cq->head);
 }
 
 /*
  * Gives the consumed CQEs back. Moving the head kicks only if the ring was full before the
- * move (the engine may sleep waiting for room); our CQs are at least as deep as the queue
- * feeding them, so that is rare, but the rule is the protocol's.
+ * move, the slot of index old head + depth - 1 written (the engine may sleep waiting for
+ * room); our CQs are as deep as the queue feeding them, so that is rare, but the rule is
+ * the protocol's.
  */
 static void qpip_nd_cq_release(struct qpip_netdev *nd, struct qpip_nd_cq *cq, u32 old_head)
 {
-	bool was_full = cq->head - old_head >= cq->ring.depth;
+	bool was_full;
 
 	if (cq->head == old_head)
 		return;
+	was_full = qpip_nd_cqe_written(cq, old_head + cq->ring.depth - 1);
 	if (qpip_nd_db_ring(&nd->q, QPIP_DB_CQ_BASE + cq->slot * QPIP_DB_CQ_STRIDE + QPIP_DB_CQ_HEAD,
 			    cq->head) && was_full)
 		qpip_nd_kick(nd);
@@ -372,9 +380,9 @@ static int qpip_nd_tx_reap(struct qpip_netdev *nd, int budget)
 		head++;
 		cq->head++;
 	}
+	qpip_nd_cq_release(nd, cq, old_head);
 	if (!pkts)
 		return 0;
-	qpip_nd_cq_release(nd, cq, old_head);
 
 	u64_stats_update_begin(&nd->tx_stats.syncp);
 	nd->tx_stats.packets += ok_pkts;
@@ -694,13 +702,17 @@ int qpip_nd_queues_up(struct qpip_netdev *nd)
 		return ret;
 	}
 
-	qpip_vector_set_netdev(q->vec, nd);
+	/*
+	 * Fill the RQ before NAPI can run: once the vector is hooked, an interrupt of another
+	 * CQ on it schedules NAPI too. The first poll arms the CQs; only NAPI touches the
+	 * receive ring and the CQ doorbells from then on.
+	 */
+	qpip_nd_rx_refill(nd, false);
 	napi_enable(&nd->napi);
 	WRITE_ONCE(q->up, true);
+	qpip_vector_set_netdev(q->vec, nd);
 	local_bh_disable();
-	qpip_nd_rx_refill(nd, false);
-	qpip_nd_cq_arm(nd, &q->tx_cq);
-	qpip_nd_cq_arm(nd, &q->rx_cq);
+	napi_schedule(&nd->napi);
 	local_bh_enable();
 	return 0;
 }
