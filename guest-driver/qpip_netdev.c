@@ -25,6 +25,7 @@ static int qpip_nd_open(struct net_device *dev)
 	int ret;
 
 	netif_carrier_off(dev);
+	qpip_nd_addr_import(nd);
 	ret = qpip_nd_queues_up(nd);
 	if (ret) {
 		/*
@@ -280,8 +281,7 @@ int qpip_netdev_probe(struct qpip_dev *qdev)
 	u64_stats_init(&nd->tx_stats.syncp);
 	u64_stats_init(&nd->rx_stats.syncp);
 	INIT_WORK(&nd->reset_work, qpip_nd_reset_work);
-	spin_lock_init(&nd->sync_lock);
-	INIT_LIST_HEAD(&nd->sync_list);
+	qpip_nd_addr_init(nd);
 
 	dev->netdev_ops = &qpip_nd_ops;
 	dev->ethtool_ops = &qpip_nd_ethtool_ops;
@@ -309,7 +309,6 @@ int qpip_netdev_probe(struct qpip_dev *qdev)
 			dev_name(&qdev->dev), ERR_PTR(ret));
 		goto err_free;
 	}
-	qpip_nd_addr_import(nd);
 	ret = qpip_nd_addr_start(nd);
 	if (ret) {
 		unregister_netdev(dev);

@@ -102,11 +102,18 @@ struct qpip_nd_queues {
 	struct qpip_nd_rx_buf *rx_bufs;
 };
 
-/* A change to carry from one side to the other (qpip_netdev_addr.c). */
+/* What a queued change carries (qpip_netdev_addr.c). */
+enum qpip_nd_sync_kind {
+	QPIP_ND_ADDR_TO_DEVICE,		/* an address of the interface changed */
+	QPIP_ND_ADDR_TO_NETDEV,		/* sysfs or an ioctl changed one of the device's */
+	QPIP_ND_MAC_TO_NETDEV,		/* sysfs or an ioctl changed the device's MAC */
+	QPIP_ND_IMPORT,			/* the interface came up: take the device's addresses */
+};
+
+/* A change to carry from one side to the other, in order. */
 struct qpip_nd_sync {
 	struct list_head node;
-	bool to_device;			/* interface -> device; else device -> interface */
-	bool is_mac;
+	enum qpip_nd_sync_kind kind;
 	bool add;
 	u8 addr[16];			/* IPv6, or IPv4-mapped */
 	u8 prefix_len;			/* as the device counts it (IPv4: 96 + prefix) */
@@ -130,6 +137,12 @@ struct qpip_netdev {
 	spinlock_t sync_lock;
 	struct list_head sync_list;
 	struct work_struct sync_work;
+	/*
+	 * The task that is changing the interface's addresses on the device's behalf (the
+	 * work item): the notifiers, called synchronously from its rtnetlink request, know
+	 * the change came from the device and do not carry it back.
+	 */
+	struct task_struct *mirroring;
 	bool notifiers;			/* inetaddr/inet6addr notifiers registered */
 	struct notifier_block inet_nb;
 	struct notifier_block inet6_nb;
@@ -144,6 +157,7 @@ netdev_features_t qpip_nd_features_check(struct sk_buff *skb, struct net_device 
 int qpip_nd_poll(struct napi_struct *napi, int budget);
 
 /* qpip_netdev_addr.c */
+void qpip_nd_addr_init(struct qpip_netdev *nd);
 void qpip_nd_addr_import(struct qpip_netdev *nd);
 int qpip_nd_addr_start(struct qpip_netdev *nd);
 void qpip_nd_addr_stop(struct qpip_netdev *nd);

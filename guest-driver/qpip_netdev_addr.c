@@ -6,11 +6,16 @@
  * guest kernel through the interface (everything else the raw QP is given): both must have
  * the same list. So:
  *
- * - At registration the interface gets the device's configured addresses (LIST_ADDRS).
- *   The kernel exports no call that adds an address to an interface, so the driver asks
- *   rtnetlink from inside the kernel, as `ip addr add` would (qpip_nd_rtnl_addr).
- * - From then on an address added to or removed from the interface (inetaddr and
- *   inet6addr notifiers, this interface only) becomes ADD_ADDR or DEL_ADDR. IPv6
+ * - When the interface is brought up it takes the device's configured addresses
+ *   (LIST_ADDRS); they stay when it goes down (IPv6: keep_addr_on_down). Not at
+ *   registration: an IPv4 address makes the guest kernel treat it as its own (a local
+ *   route) even on a down interface, and answer ARP for it on its other NICs, which on a
+ *   shared link takes the device's traffic away from it; an interface nobody brought up
+ *   must change nothing. The kernel exports no call that adds an address to an interface,
+ *   so the driver asks rtnetlink from inside the kernel, as `ip addr add` would
+ *   (qpip_nd_rtnl_addr).
+ * - From registration on, an address added to or removed from the interface (inetaddr
+ *   and inet6addr notifiers, this interface only) becomes ADD_ADDR or DEL_ADDR. IPv6
  *   link-local addresses are left out: the device derives the same fe80:: from the MAC.
  * - The older ways of configuring the device (sysfs `addresses` and `mac`, the ADD_ADDR,
  *   DEL_ADDR and SET_MAC ioctls) still configure the device, and the change is then
@@ -18,9 +23,9 @@
  *
  * Both directions go through one ordered list and one work item: the inet6addr notifier
  * runs in atomic context and admin commands sleep; rtnetlink takes rtnl, which the sysfs
- * and ioctl paths must not take while they hold qdev->lock. A change that comes back (the
- * mirror of a sysfs address reaching the notifier) finds the device already agreeing:
- * ADD_ADDR of an address it has fails with ADDR_IN_USE, which is ignored.
+ * and ioctl paths (holding qdev->lock) and ndo_open (holding rtnl) cannot take. A change
+ * the work item makes to the interface for the device reaches the notifiers synchronously,
+ * in its own task (nd->mirroring), and is not carried back.
  *
  * The device counts IPv4 addresses as IPv4-mapped IPv6 ones (::ffff:a.b.c.d) with prefix
  * lengths 97-128 (IPv4 prefix + 96).
@@ -143,29 +148,14 @@ static int qpip_nd_apply(struct qpip_netdev *nd, bool add, const u8 *addr, u8 pl
 	return ret;
 }
 
-/*
- * The device's configured addresses onto the freshly registered interface. IPv6 ones stay
- * when the interface goes down (keep_addr_on_down), as IPv4 ones do: down is not removal,
- * and must not take them from the device.
- */
-void qpip_nd_addr_import(struct qpip_netdev *nd)
+/* The device's configured addresses onto the interface (the work item, at ndo_open). */
+static void qpip_nd_import(struct qpip_netdev *nd)
 {
 	struct qpip_dev *qdev = nd->qdev;
 	struct qpip_addr_list *list;
 	unsigned int i;
 	int ret;
 
-#if IS_ENABLED(CONFIG_IPV6)
-	{
-		struct inet6_dev *idev;
-
-		rtnl_lock();
-		idev = __in6_dev_get(nd->netdev);
-		if (idev)
-			WRITE_ONCE(idev->cnf.keep_addr_on_down, 1);
-		rtnl_unlock();
-	}
-#endif
 	list = kzalloc(sizeof(*list), GFP_KERNEL);
 	if (!list)
 		return;
@@ -184,6 +174,19 @@ void qpip_nd_addr_import(struct qpip_netdev *nd)
 		qpip_nd_apply(nd, true, e->addr, e->prefix_len);
 	}
 	kfree(list);
+}
+
+/* The interface came up (rtnl held): it takes the device's addresses, a moment later. */
+void qpip_nd_addr_import(struct qpip_netdev *nd)
+{
+	struct qpip_nd_sync *s = kzalloc(sizeof(*s), GFP_KERNEL);
+
+	if (!s) {
+		netdev_err(nd->netdev, "out of memory: the device's addresses not imported\n");
+		return;
+	}
+	s->kind = QPIP_ND_IMPORT;
+	qpip_nd_sync_queue(nd, s);
 }
 
 /* ---- the list of changes and its work item ---- */
@@ -242,12 +245,24 @@ static void qpip_nd_sync_work(struct work_struct *work)
 		spin_unlock_irqrestore(&nd->sync_lock, flags);
 		if (!s)
 			return;
-		if (s->to_device)
+		WRITE_ONCE(nd->mirroring, current);
+		switch (s->kind) {
+		case QPIP_ND_ADDR_TO_DEVICE:
 			qpip_nd_to_device(nd, s);
-		else if (s->is_mac)
+			break;
+		case QPIP_ND_ADDR_TO_NETDEV:
+			/* A down interface gets the device's additions when it comes up. */
+			if (!s->add || netif_running(nd->netdev))
+				qpip_nd_apply(nd, s->add, s->addr, s->prefix_len);
+			break;
+		case QPIP_ND_MAC_TO_NETDEV:
 			qpip_nd_mac_to_netdev(nd, s->mac);
-		else
-			qpip_nd_apply(nd, s->add, s->addr, s->prefix_len);
+			break;
+		case QPIP_ND_IMPORT:
+			qpip_nd_import(nd);
+			break;
+		}
+		WRITE_ONCE(nd->mirroring, NULL);
 		kfree(s);
 	}
 }
@@ -261,13 +276,16 @@ static void qpip_nd_addr_event(struct qpip_netdev *nd, unsigned long event, cons
 
 	if (event != NETDEV_UP && event != NETDEV_DOWN)
 		return;
+	/* The work item putting the device's own change on the interface. */
+	if (READ_ONCE(nd->mirroring) == current)
+		return;
 	s = kzalloc(sizeof(*s), gfp);
 	if (!s) {
 		netdev_err(nd->netdev, "out of memory: address %pI6c not carried to the device\n",
 			   addr);
 		return;
 	}
-	s->to_device = true;
+	s->kind = QPIP_ND_ADDR_TO_DEVICE;
 	s->add = event == NETDEV_UP;
 	memcpy(s->addr, addr, 16);
 	s->prefix_len = prefix_len;
@@ -303,11 +321,33 @@ static int qpip_nd_inet6_event(struct notifier_block *nb, unsigned long event, v
 	return NOTIFY_DONE;
 }
 
+/* Before the interface is registered: it may be opened at once. */
+void qpip_nd_addr_init(struct qpip_netdev *nd)
+{
+	spin_lock_init(&nd->sync_lock);
+	INIT_LIST_HEAD(&nd->sync_list);
+	INIT_WORK(&nd->sync_work, qpip_nd_sync_work);
+}
+
+/*
+ * After registration: IPv6 addresses stay when the interface goes down (keep_addr_on_down),
+ * as IPv4 ones do, since down is not removal and must not take them from the device; and
+ * from now on the interface's address changes reach the device.
+ */
 int qpip_nd_addr_start(struct qpip_netdev *nd)
 {
+#if IS_ENABLED(CONFIG_IPV6)
+	struct inet6_dev *idev;
+#endif
 	int ret;
 
-	INIT_WORK(&nd->sync_work, qpip_nd_sync_work);
+#if IS_ENABLED(CONFIG_IPV6)
+	rtnl_lock();
+	idev = __in6_dev_get(nd->netdev);
+	if (idev)
+		WRITE_ONCE(idev->cnf.keep_addr_on_down, 1);
+	rtnl_unlock();
+#endif
 	nd->inet_nb.notifier_call = qpip_nd_inet_event;
 	nd->inet6_nb.notifier_call = qpip_nd_inet6_event;
 	ret = register_inetaddr_notifier(&nd->inet_nb);
@@ -341,7 +381,8 @@ void qpip_nd_addr_stop(struct qpip_netdev *nd)
 
 /*
  * Sysfs or an ioctl changed the device's addresses (qdev->lock held for reading): the
- * interface follows, a moment later, from the work item.
+ * interface follows, a moment later, from the work item (a down one takes removals only;
+ * it imports the device's list when it comes up).
  */
 void qpip_netdev_mirror_addr(struct qpip_dev *qdev, bool add, const u8 *addr, u8 prefix_len)
 {
@@ -353,6 +394,7 @@ void qpip_netdev_mirror_addr(struct qpip_dev *qdev, bool add, const u8 *addr, u8
 	s = kzalloc(sizeof(*s), GFP_KERNEL);
 	if (!s)
 		return;
+	s->kind = QPIP_ND_ADDR_TO_NETDEV;
 	s->add = add;
 	memcpy(s->addr, addr, 16);
 	s->prefix_len = prefix_len;
@@ -369,7 +411,7 @@ void qpip_netdev_mirror_mac(struct qpip_dev *qdev, const u8 *mac)
 	s = kzalloc(sizeof(*s), GFP_KERNEL);
 	if (!s)
 		return;
-	s->is_mac = true;
+	s->kind = QPIP_ND_MAC_TO_NETDEV;
 	ether_addr_copy(s->mac, mac);
 	qpip_nd_sync_queue(nd, s);
 }
