@@ -85,8 +85,11 @@ static int qpip_nd_rtnl_addr(struct net_device *dev, bool add, int family, const
 	ifa->ifa_prefixlen = plen;
 	ifa->ifa_scope = RT_SCOPE_UNIVERSE;
 	ifa->ifa_index = dev->ifindex;
-	/* IFA_LOCAL and IFA_ADDRESS: the same address, as `ip addr` sends them. */
-	for (i = 0; i < 2; i++) {
+	/*
+	 * IFA_LOCAL and IFA_ADDRESS: the same address, as `ip addr add` sends them. An IPv4
+	 * removal names IFA_LOCAL only, which matches the address whatever its prefix length.
+	 */
+	for (i = 0; i < (add || family != AF_INET ? 2 : 1); i++) {
 		rta = (void *)nh + NLMSG_ALIGN(nh->nlmsg_len);
 		rta->rta_type = i ? IFA_ADDRESS : IFA_LOCAL;
 		rta->rta_len = RTA_LENGTH(alen);
@@ -125,6 +128,32 @@ static void qpip_nd_map_v4(__be32 a, u8 plen, u8 *addr, u8 *dev_plen)
 	*dev_plen = QPIP_IPV4_MAPPED_PREFIX + (plen ? plen : 32);
 }
 
+/*
+ * The prefix length of IPv6 address @a on @dev, 0 if it has not that address: RTM_DELADDR
+ * of an IPv6 address must name the prefix length it has (the device's DEL_ADDR takes
+ * none). Takes rtnl.
+ */
+static u8 qpip_nd_prefix6(struct net_device *dev, const struct in6_addr *a)
+{
+	u8 plen = 0;
+#if IS_ENABLED(CONFIG_IPV6)
+	struct inet6_ifaddr *ifp;
+	struct inet6_dev *idev;
+
+	rtnl_lock();
+	idev = __in6_dev_get(dev);
+	if (idev) {
+		read_lock_bh(&idev->lock);
+		list_for_each_entry(ifp, &idev->addr_list, if_list)
+			if (ipv6_addr_equal(&ifp->addr, a))
+				plen = ifp->prefix_len;
+		read_unlock_bh(&idev->lock);
+	}
+	rtnl_unlock();
+#endif
+	return plen;
+}
+
 /* Puts device address @addr/@plen on the interface, or takes it off. */
 static int qpip_nd_apply(struct qpip_netdev *nd, bool add, const u8 *addr, u8 plen)
 {
@@ -137,7 +166,12 @@ static int qpip_nd_apply(struct qpip_netdev *nd, bool add, const u8 *addr, u8 pl
 		ret = qpip_nd_rtnl_addr(nd->netdev, add, AF_INET, &a->s6_addr32[3],
 					add ? plen - QPIP_IPV4_MAPPED_PREFIX : 32);
 	} else {
-		ret = qpip_nd_rtnl_addr(nd->netdev, add, AF_INET6, a, add ? plen : 128);
+		if (!add) {
+			plen = qpip_nd_prefix6(nd->netdev, a);
+			if (!plen)
+				return 0;
+		}
+		ret = qpip_nd_rtnl_addr(nd->netdev, add, AF_INET6, a, plen);
 	}
 	/* Already so on the interface: nothing to do. */
 	if ((add && ret == -EEXIST) || (!add && ret == -EADDRNOTAVAIL))

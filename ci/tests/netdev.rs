@@ -1,0 +1,281 @@
+//! The function's network interface in the guest (qpip.ko's netdev, docs/netdev.md): a
+//! net_device with the function's MAC, its addresses kept the same as the device's, and
+//! the guest kernel's own traffic through the device's raw Ethernet QP.
+//!
+//! `netdev_follows_the_device_and_unloads_cleanly` needs only the driver (a device that
+//! refuses raw QPs leaves the interface up without carrier, and it must still pass);
+//! `guest_kernel_traffic_goes_through_the_netdev` needs a device with raw QPs.
+//!
+//! The lab's guests also have virtio-net on the same subnet, with their own addresses: the
+//! guest kernel would route the lab prefix through either interface, so every check here
+//! names the qpip interface (`ping -I`, host routes through it), and the guests answer ARP
+//! only on the interface that owns the address (`arp_ignore=1`), as a host with two NICs
+//! on one link must.
+//!
+//! Ignored by a plain `cargo test`; `./qpip test` runs them with `-- --ignored`. They need
+//! root (namespace, bridge, TAPs).
+
+mod common;
+
+use common::traffic::*;
+use common::{needs_root, Report};
+use qpip_lab::netns;
+use qpip_lab::payload::pattern;
+use qpip_lab::{LabHost, QpipdLayout};
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+/// The shell helpers of this file's guest scripts (after common's and traffic's).
+///  ND                   the qpip network interface (the one whose driver is qpip)
+///  nd_addrs             its addresses, ADDR/PLEN, space-separated (not the link-local one)
+///  dev_addrs            the device's, as sysfs lists them (LIST_ADDRS)
+///  nd_stats TAG         its /sys/class/net statistics as TAG.NAME
+///  nd_up                brings it up, waits up to 10 s for its carrier (`@up.carrier`) and
+///                       up to 5 s for the device's addresses on it
+const ND_HELPERS: &str = r#"
+Q=/sys/class/qpip/qpip0
+ND=
+for i in /sys/class/net/*; do
+    [ "$(basename "$(readlink -f "$i/device/driver" 2>/dev/null)")" = qpip ] && ND=${i##*/}
+done
+nd_addrs() {
+    ip addr show dev "$ND" 2>/dev/null | awk '($1 == "inet" || $1 == "inet6") && $2 !~ /^fe80:/ {print $2}' | tr '\n' ' '
+}
+dev_addrs() { tr '\n' ' ' < $Q/addresses; }
+nd_stats() {
+    for s in rx_packets tx_packets rx_bytes tx_bytes rx_errors tx_errors tx_dropped; do
+        kv "$1.$s" "$(cat /sys/class/net/$ND/statistics/$s 2>/dev/null || echo missing)"
+    done
+}
+nd_up() {
+    echo 1 > /proc/sys/net/ipv4/conf/all/arp_ignore
+    echo 2 > /proc/sys/net/ipv4/conf/all/arp_announce
+    echo 0 > /proc/sys/net/ipv6/conf/$ND/accept_dad 2>/dev/null
+    ip link set "$ND" up; kv up.status $?
+    i=0; until [ "$(cat /sys/class/net/$ND/carrier 2>/dev/null)" = 1 ] || [ $i -ge 100 ]; do
+        i=$((i + 1)); sleep 0.1
+    done
+    kv up.carrier "$(cat /sys/class/net/$ND/carrier 2>/dev/null || echo missing)"
+    i=0; until [ -n "$(nd_addrs)" ] || [ $i -ge 50 ]; do i=$((i + 1)); sleep 0.1; done
+}
+"#;
+
+fn nd_script(body: &str) -> String {
+    format!("{ND_HELPERS}\n{body}")
+}
+
+/// Waits in the guest (up to 5 s) until CONDITION (a shell test) holds: the work item that
+/// carries address changes runs a moment after the change.
+const SETTLE: &str = r#"
+settle() { i=0; until eval "$1" || [ $i -ge 50 ]; do i=$((i + 1)); sleep 0.1; done; }
+"#;
+
+/// Probe, MAC and MTU from the device, the device's addresses imported when the interface
+/// comes up (not before), `ip addr add/del` reaching the device and sysfs changes reaching
+/// the interface, the statistics files, and `rmmod` with the interface up: no Oops (the lab
+/// fails a run whose console shows one), the interface gone, the module loading again.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn netdev_follows_the_device_and_unloads_cleanly() {
+    needs_root!();
+    let script = nd_script(&format!(
+        "{SETTLE}{}",
+        r#"
+kv nd "${ND:-missing}"
+kv nd.mac "$(cat /sys/class/net/$ND/address)"
+kv dev.mac "$(cat $Q/mac)"
+kv nd.mtu "$(cat /sys/class/net/$ND/mtu)"
+kv dev.mtu "$(cat $Q/mtu)"
+kv dev.addrs "$(dev_addrs)"
+kv down.addrs "$(nd_addrs)"
+nd_up
+kv up.addrs "$(nd_addrs)"
+ip -6 addr add fd51:5050::99/64 dev $ND; kv add6.status $?
+ip -4 addr add 198.51.100.7/24 dev $ND; kv add4.status $?
+settle 'dev_addrs | grep -q 198.51.100.7'
+kv add.dev "$(dev_addrs)"
+ip -6 addr del fd51:5050::99/64 dev $ND; kv del6.status $?
+ip -4 addr del 198.51.100.7/24 dev $ND; kv del4.status $?
+settle '! dev_addrs | grep -q 198.51.100.7'
+kv del.dev "$(dev_addrs)"
+echo "add fd51:5050::98/64" > $Q/addresses; kv sysfs_add.status $?
+settle 'nd_addrs | grep -q fd51:5050::98'
+kv sysfs_add.nd "$(nd_addrs)"
+echo "del fd51:5050::98" > $Q/addresses; kv sysfs_del.status $?
+settle '! nd_addrs | grep -q fd51:5050::98'
+kv sysfs_del.nd "$(nd_addrs)"
+kv sysfs_del.dev "$(dev_addrs)"
+nd_stats stats
+ip link set $ND down; kv down.status $?
+kv down.dev "$(dev_addrs)"
+ip link set $ND up
+rmmod qpip; kv rmmod.status $?
+kv rmmod.nd "$([ -e /sys/class/net/$ND ] && echo present || echo gone)"
+insmod "$QPIP_KO"; kv insmod.status $?
+i=0; until [ -e /sys/class/net/$ND ] || [ $i -ge 50 ]; do i=$((i + 1)); sleep 0.1; done
+kv insmod.nd "$([ -e /sys/class/net/$ND ] && echo present || echo gone)"
+"#
+    ));
+    let out = lab(
+        vec![guest("a", &script, 300, &[])],
+        QpipdLayout::Adapter,
+        |_| (),
+    );
+    let a = Report::succeeded(out.guest("a"));
+    let ctx = a.context();
+
+    assert_ne!(a.get("nd"), "missing", "no qpip network interface\n{ctx}");
+    assert_eq!(
+        a.get("nd.mac"),
+        a.get("dev.mac"),
+        "the function's MAC\n{ctx}"
+    );
+    assert_eq!(a.get("nd.mtu"), a.get("dev.mtu"), "the device's MTU\n{ctx}");
+    let (dev6, dev4) = (netns::device_addr(1), netns::device_addr4(1));
+    let dev_addrs = a.get("dev.addrs");
+    assert!(
+        dev_addrs.contains(&dev6) && dev_addrs.contains(&dev4),
+        "the lab gave the device {dev6} and {dev4}\n{ctx}"
+    );
+    assert_eq!(
+        a.get("down.addrs"),
+        "",
+        "a down interface has none yet\n{ctx}"
+    );
+    assert_eq!(a.get("up.status"), "0", "{ctx}");
+    let up = a.get("up.addrs");
+    assert!(
+        up.contains(&format!("{dev6}/")) && up.contains(&format!("{dev4}/{}", netns::PREFIX4_LEN)),
+        "the device's addresses on the interface once up\n{ctx}"
+    );
+    for k in [
+        "add6",
+        "add4",
+        "del6",
+        "del4",
+        "sysfs_add",
+        "sysfs_del",
+        "down",
+    ] {
+        assert_eq!(a.get(&format!("{k}.status")), "0", "{k}\n{ctx}");
+    }
+    let added = a.get("add.dev");
+    assert!(
+        added.contains("fd51:5050::99/64") && added.contains("::ffff:198.51.100.7/120"),
+        "ip addr add reaches the device (IPv4 as IPv4-mapped, prefix + 96)\n{ctx}"
+    );
+    let deleted = a.get("del.dev");
+    assert!(
+        !deleted.contains("fd51:5050::99") && !deleted.contains("198.51.100.7"),
+        "ip addr del reaches the device\n{ctx}"
+    );
+    assert!(
+        a.get("sysfs_add.nd").contains("fd51:5050::98/64"),
+        "a sysfs address reaches the interface\n{ctx}"
+    );
+    assert!(
+        !a.get("sysfs_del.nd").contains("fd51:5050::98")
+            && !a.get("sysfs_del.dev").contains("fd51:5050::98"),
+        "a sysfs removal reaches the interface, and is not carried back\n{ctx}"
+    );
+    assert!(
+        a.get("down.dev").contains(&dev6) && a.get("down.dev").contains(&dev4),
+        "down is not removal: the device keeps its addresses\n{ctx}"
+    );
+    for s in ["rx_packets", "tx_packets", "tx_dropped"] {
+        assert_ne!(a.get(&format!("stats.{s}")), "missing", "{s}\n{ctx}");
+    }
+    assert_eq!(
+        a.get("rmmod.status"),
+        "0",
+        "rmmod with the interface up\n{ctx}"
+    );
+    assert_eq!(a.get("rmmod.nd"), "gone", "{ctx}");
+    assert_eq!(a.get("insmod.status"), "0", "{ctx}");
+    assert_eq!(a.get("insmod.nd"), "present", "{ctx}");
+}
+
+/// What the lab host saw of guest a's kernel over the qpip interface.
+#[derive(Debug)]
+struct HostView {
+    h2g_sha: String,
+    h2g: Result<(), String>,
+}
+
+/// The guest kernel's traffic through the raw QP (a device with raw QPs): carrier on,
+/// ping and ping -6 to the lab host and to the other guest's device, a TCP stream from the
+/// lab host's plain socket to a busybox nc in guest a's kernel (the engine has no listener
+/// on that port, so the raw QP gets it) with its SHA-256 compared, the interface's
+/// counters grown, and rmmod with the interface up.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn guest_kernel_traffic_goes_through_the_netdev() {
+    needs_root!();
+    let a_script = nd_script(
+        r#"
+nd_up
+H4=198.18.0.1; H6=fd51:5050::1; B4=198.18.0.102
+# Through the qpip interface, not virtio-net's routes to the same prefix.
+ip route add $H4/32 dev $ND src 198.18.0.101
+ip -6 route add $H6/128 dev $ND src $A
+nd_stats before
+ping -c 5 -W 5 -I $ND $H4 >/tmp/p4 2>&1; kv ping4.status $?
+ping -6 -c 5 -W 5 -I $ND $H6 >/tmp/p6 2>&1; kv ping6.status $?
+ping -c 5 -W 5 -I $ND $B4 >/tmp/pb 2>&1; kv ping_b.status $?
+ping -6 -c 5 -W 5 -I $ND $B >/tmp/pb6 2>&1; kv ping6_b.status $?
+nc -l -p 7552 > /tmp/h2g &
+ncpid=$!
+sleep 1; touch /lab/nd-h2g
+wait $ncpid; kv h2g.status $?
+digest h2g /tmp/h2g
+nd_stats after
+rmmod qpip; kv rmmod.status $?
+lab-wait host-done 300
+"#,
+    );
+    let b_script = nd_script(
+        r#"
+nd_up
+lab-wait host-done 300
+"#,
+    );
+    let out = pair_lab(&a_script, &b_script, 600, |host: &LabHost| {
+        let data = pattern(1_000_000, 7);
+        let to = SocketAddrV4::new(netns::device_addr4(1).parse().unwrap(), 7552);
+        let h2g = host
+            .wait_for("nd-h2g", Duration::from_secs(300))
+            .and_then(|_| host_sends(host, to.into(), &data));
+        let _ = host.signal("host-done");
+        HostView {
+            h2g_sha: sha256(&data),
+            h2g,
+        }
+    });
+    let (a, b) = pair_reports(&out);
+    let ctx = a.context();
+    assert_eq!(a.get("up.carrier"), "1", "carrier with the raw QP\n{ctx}");
+    assert_eq!(b.get("up.carrier"), "1", "{}", b.context());
+    for p in ["ping4", "ping6", "ping_b", "ping6_b"] {
+        assert_eq!(a.get(&format!("{p}.status")), "0", "{p}\n{ctx}");
+    }
+    assert_eq!(out.host.h2g, Ok(()), "host → a's kernel over qpip\n{ctx}");
+    assert_eq!(a.get("h2g.status"), "0", "{ctx}");
+    assert_eq!(
+        a.get("h2g.sha"),
+        out.host.h2g_sha,
+        "the bytes intact\n{ctx}"
+    );
+    assert_eq!(a.num("h2g.bytes"), 1_000_000, "{ctx}");
+    for s in ["rx_packets", "tx_packets", "rx_bytes", "tx_bytes"] {
+        assert!(
+            a.num(&format!("after.{s}")) > a.num(&format!("before.{s}")),
+            "{s} grows\n{ctx}"
+        );
+    }
+    assert_eq!(a.get("after.tx_errors"), "0", "{ctx}");
+    assert_eq!(
+        a.get("rmmod.status"),
+        "0",
+        "rmmod with the interface up\n{ctx}"
+    );
+}
