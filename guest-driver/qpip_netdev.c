@@ -215,9 +215,9 @@ static void qpip_nd_get_ethtool_stats(struct net_device *dev, struct ethtool_sta
 		data[QPIP_ND_TX_PACKETS] = nd->tx_stats.packets;
 		data[QPIP_ND_TX_BYTES] = nd->tx_stats.bytes;
 		data[QPIP_ND_TX_ERRORS] = nd->tx_stats.errors;
-		data[QPIP_ND_TX_STOPPED] = nd->tx_stats.stopped;
 	} while (u64_stats_fetch_retry(&nd->tx_stats.syncp, start));
 	data[QPIP_ND_TX_DROPPED] = atomic64_read(&nd->tx_dropped);
+	data[QPIP_ND_TX_STOPPED] = atomic64_read(&nd->tx_stopped);
 	do {
 		start = u64_stats_fetch_begin(&nd->rx_stats.syncp);
 		data[QPIP_ND_RX_PACKETS] = nd->rx_stats.packets;

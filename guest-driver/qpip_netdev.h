@@ -67,7 +67,6 @@ struct qpip_nd_stats {
 	u64 dropped;
 	u64 csum_ok;			/* RX: CQE_RAW_RX_CSUM_OK */
 	u64 alloc_failed;		/* RX: a buffer could not be allocated */
-	u64 stopped;			/* TX: the queue was stopped, SQ full */
 	struct u64_stats_sync syncp;
 };
 
@@ -125,9 +124,12 @@ struct qpip_netdev {
 	struct qpip_dev *qdev;
 	struct napi_struct napi;
 	struct qpip_nd_queues q;	/* under rtnl */
-	struct qpip_nd_stats tx_stats;	/* tx lock, and NAPI for completions */
-	struct qpip_nd_stats rx_stats;	/* NAPI */
-	atomic64_t tx_dropped;		/* xmit drops outside the stats' writers */
+	/* One writer each: NAPI (send completions; receives, and refills at open). */
+	struct qpip_nd_stats tx_stats;
+	struct qpip_nd_stats rx_stats;
+	/* Counted in xmit, beside NAPI's writers. */
+	atomic64_t tx_dropped;
+	atomic64_t tx_stopped;		/* the queue was stopped, SQ full */
 	atomic64_t irqs;
 
 	/* Rebuilds the queues after a device reset made the device forget them. */

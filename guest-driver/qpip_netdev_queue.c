@@ -174,6 +174,12 @@ static u32 qpip_nd_sq_free(struct qpip_nd_queues *q)
 	return q->sq.depth - (q->sq_tail - READ_ONCE(q->sq_head));
 }
 
+/* Free send WQEs that wake a stopped queue (fewer in a shallow SQ, so it ever wakes). */
+static u32 qpip_nd_tx_wake(struct qpip_nd_queues *q)
+{
+	return min_t(u32, QPIP_ND_TX_WAKE, q->sq.depth / 2);
+}
+
 static void qpip_nd_tx_unmap(struct qpip_netdev *nd, struct qpip_nd_tx_buf *b)
 {
 	unsigned int i;
@@ -308,13 +314,11 @@ netdev_tx_t qpip_nd_xmit(struct sk_buff *skb, struct net_device *dev)
 	q->sq_tail++;
 
 	if (unlikely(qpip_nd_sq_free(q) < 1)) {
-		u64_stats_update_begin(&nd->tx_stats.syncp);
-		nd->tx_stats.stopped++;
-		u64_stats_update_end(&nd->tx_stats.syncp);
+		atomic64_inc(&nd->tx_stopped);
 		netif_stop_queue(dev);
 		/* Completions may have freed slots before the stop was visible to NAPI. */
 		smp_mb();
-		if (qpip_nd_sq_free(q) >= QPIP_ND_TX_WAKE)
+		if (qpip_nd_sq_free(q) >= qpip_nd_tx_wake(q))
 			netif_start_queue(dev);
 	}
 	if (!netdev_xmit_more() || netif_xmit_stopped(txq))
@@ -394,7 +398,7 @@ static int qpip_nd_tx_reap(struct qpip_netdev *nd, int budget)
 	/* Publish the head before looking at the queue state xmit may have just set. */
 	smp_store_release(&q->sq_head, head);
 	smp_mb();
-	if (netif_queue_stopped(nd->netdev) && qpip_nd_sq_free(q) >= QPIP_ND_TX_WAKE)
+	if (netif_queue_stopped(nd->netdev) && qpip_nd_sq_free(q) >= qpip_nd_tx_wake(q))
 		netif_wake_queue(nd->netdev);
 	return pkts;
 }
