@@ -287,7 +287,12 @@ int qpip_netdev_probe(struct qpip_dev *qdev)
 	dev->ethtool_ops = &qpip_nd_ethtool_ops;
 	dev->hw_features = NETIF_F_SG | NETIF_F_HW_CSUM | NETIF_F_TSO | NETIF_F_TSO6 |
 			   NETIF_F_RXCSUM;
-	dev->features = dev->hw_features;
+	/*
+	 * A frame is at most MTU + 14 bytes on this link: no room for a VLAN tag. The MAC may
+	 * change while up (SET_MAC takes effect at once in the device).
+	 */
+	dev->features = dev->hw_features | NETIF_F_VLAN_CHALLENGED;
+	dev->priv_flags |= IFF_LIVE_ADDR_CHANGE;
 	dev->min_mtu = ETH_MIN_MTU;
 	dev->max_mtu = qdev->info.mtu;
 	dev->mtu = qdev->info.mtu;
