@@ -51,7 +51,7 @@
  * RTM_NEWADDR or RTM_DELADDR request on a kernel rtnetlink socket; returns rtnetlink's
  * answer. Takes rtnl: not to be called with rtnl or qdev->lock held. The request names its
  * destination (the kernel, port 0), which is what lets rtnetlink check the capability on
- * the calling task (a kworker, or probe) instead of on a file the socket does not have.
+ * the calling task (the work item's kworker) instead of on a file the socket has not.
  */
 static int qpip_nd_rtnl_addr(struct net_device *dev, bool add, int family, const void *addr,
 			     u8 plen)

@@ -71,8 +71,8 @@ settle() { i=0; until eval "$1" || [ $i -ge 50 ]; do i=$((i + 1)); sleep 0.1; do
 "#;
 
 /// Probe, MAC and MTU from the device, the device's addresses imported when the interface
-/// comes up (not before), `ip addr add/del` reaching the device and sysfs changes reaching
-/// the interface, the statistics files, and `rmmod` with the interface up: no Oops (the lab
+/// comes up (not before), `ip addr add/del` and `ip link set address` reaching the device
+/// and sysfs changes reaching the interface, the statistics files, and `rmmod` with the interface up: no Oops (the lab
 /// fails a run whose console shows one), the interface gone, the module loading again.
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
@@ -105,6 +105,13 @@ echo "del fd51:5050::98" > $Q/addresses; kv sysfs_del.status $?
 settle '! nd_addrs | grep -q fd51:5050::98'
 kv sysfs_del.nd "$(nd_addrs)"
 kv sysfs_del.dev "$(dev_addrs)"
+old=$(cat $Q/mac)
+ip link set $ND address 02:51:50:01:00:77; kv setmac.status $?
+kv setmac.dev "$(cat $Q/mac)"
+echo 02:51:50:01:00:78 > $Q/mac; kv sysfs_mac.status $?
+settle '[ "$(cat /sys/class/net/$ND/address)" = 02:51:50:01:00:78 ]'
+kv sysfs_mac.nd "$(cat /sys/class/net/$ND/address)"
+ip link set $ND address "$old"
 nd_stats stats
 ip link set $ND down; kv down.status $?
 kv down.dev "$(dev_addrs)"
@@ -181,6 +188,18 @@ kv insmod.nd "$([ -e /sys/class/net/$ND ] && echo present || echo gone)"
     assert!(
         a.get("down.dev").contains(&dev6) && a.get("down.dev").contains(&dev4),
         "down is not removal: the device keeps its addresses\n{ctx}"
+    );
+    assert_eq!(
+        a.get("setmac.status"),
+        "0",
+        "ip link set address, up\n{ctx}"
+    );
+    assert_eq!(a.get("setmac.dev"), "02:51:50:01:00:77", "SET_MAC\n{ctx}");
+    assert_eq!(a.get("sysfs_mac.status"), "0", "{ctx}");
+    assert_eq!(
+        a.get("sysfs_mac.nd"),
+        "02:51:50:01:00:78",
+        "a sysfs MAC reaches the interface\n{ctx}"
     );
     for s in ["rx_packets", "tx_packets", "tx_dropped"] {
         assert_ne!(a.get(&format!("stats.{s}")), "missing", "{s}\n{ctx}");
