@@ -30,6 +30,8 @@ use std::time::Duration;
 ///  nd_addrs             its addresses, ADDR/PLEN, space-separated (not the link-local one)
 ///  dev_addrs            the device's, as sysfs lists them (LIST_ADDRS)
 ///  nd_stats TAG         its /sys/class/net statistics as TAG.NAME
+///  dev_stats TAG        the device's raw-QP counters from `ethtool -S` as TAG.NAME
+///                       (ethtool from the extras share)
 ///  nd_up                brings it up, waits up to 10 s for its carrier (`@up.carrier`) and
 ///                       up to 5 s for the device's addresses on it
 const ND_HELPERS: &str = r#"
@@ -45,6 +47,12 @@ dev_addrs() { tr '\n' ' ' < $Q/addresses; }
 nd_stats() {
     for s in rx_packets tx_packets rx_bytes tx_bytes rx_errors tx_errors tx_dropped; do
         kv "$1.$s" "$(cat /sys/class/net/$ND/statistics/$s 2>/dev/null || echo missing)"
+    done
+}
+dev_stats() {
+    lab-extras >/dev/null 2>&1
+    for s in dev_raw_tx_frames dev_raw_rx_frames dev_raw_tx_refused; do
+        kv "$1.$s" "$(ethtool -S $ND 2>/dev/null | awk -v s="$s:" '$1 == s {print $2}')"
     done
 }
 nd_up() {
@@ -72,7 +80,8 @@ settle() { i=0; until eval "$1" || [ $i -ge 50 ]; do i=$((i + 1)); sleep 0.1; do
 
 /// Probe, MAC and MTU from the device, the device's addresses imported when the interface
 /// comes up (not before), `ip addr add/del` and `ip link set address` reaching the device
-/// and sysfs changes reaching the interface, the statistics files, and `rmmod` with the interface up: no Oops (the lab
+/// and sysfs changes reaching the interface, `ethtool -i`, `-S`, `-k` and `-K` (from the
+/// extras share), the statistics files, and `rmmod` with the interface up: no Oops (the lab
 /// fails a run whose console shows one), the interface gone, the module loading again.
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
@@ -112,6 +121,17 @@ echo 02:51:50:01:00:78 > $Q/mac; kv sysfs_mac.status $?
 settle '[ "$(cat /sys/class/net/$ND/address)" = 02:51:50:01:00:78 ]'
 kv sysfs_mac.nd "$(cat /sys/class/net/$ND/address)"
 ip link set $ND address "$old"
+if lab-extras >/dev/null 2>&1; then
+    kv ethtool.driver "$(ethtool -i $ND | awk '$1 == "driver:" {print $2}')"
+    kv ethtool.bus "$(ethtool -i $ND | awk '$1 == "bus-info:" {print $2}')"
+    kv ethtool.pci "$(basename "$(readlink -f /sys/class/net/$ND/device)")"
+    kv ethtool.stats "$(ethtool -S $ND | awk -F: '{print $1}' | tr -d ' ' | tr '\n' ' ')"
+    ethtool -K $ND tso off rx off; kv ethtool.set $?
+    kv ethtool.off "$(ethtool -k $ND | awk '$1 == "tcp-segmentation-offload:" || $1 == "rx-checksumming:" {print $2}' | tr '\n' ' ')"
+    ethtool -K $ND tso on rx on
+else
+    kv ethtool.driver missing
+fi
 nd_stats stats
 ip link set $ND down; kv down.status $?
 kv down.dev "$(dev_addrs)"
@@ -201,6 +221,30 @@ kv insmod.nd "$([ -e /sys/class/net/$ND ] && echo present || echo gone)"
         "02:51:50:01:00:78",
         "a sysfs MAC reaches the interface\n{ctx}"
     );
+    assert_eq!(a.get("ethtool.driver"), "qpip", "ethtool -i\n{ctx}");
+    assert_eq!(
+        a.get("ethtool.bus"),
+        a.get("ethtool.pci"),
+        "ethtool -i\n{ctx}"
+    );
+    for s in [
+        "tx_packets",
+        "rx_packets",
+        "rx_csum_ok",
+        "dev_raw_tx_frames",
+        "dev_raw_rx_no_wr",
+    ] {
+        assert!(
+            a.get("ethtool.stats").split(' ').any(|n| n == s),
+            "ethtool -S has {s}\n{ctx}"
+        );
+    }
+    assert_eq!(a.get("ethtool.set"), "0", "ethtool -K\n{ctx}");
+    assert_eq!(
+        a.get("ethtool.off"),
+        "off off ",
+        "ethtool -k after -K\n{ctx}"
+    );
     for s in ["rx_packets", "tx_packets", "tx_dropped"] {
         assert_ne!(a.get(&format!("stats.{s}")), "missing", "{s}\n{ctx}");
     }
@@ -225,7 +269,8 @@ struct HostView {
 /// ping and ping -6 to the lab host and to the other guest's device, a TCP stream from the
 /// lab host's plain socket to a busybox nc in guest a's kernel (the engine has no listener
 /// on that port, so the raw QP gets it) with its SHA-256 compared, the interface's
-/// counters grown, and rmmod with the interface up.
+/// counters and the device's raw-QP counters grown (none refused), and rmmod with the
+/// interface up.
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn guest_kernel_traffic_goes_through_the_netdev() {
@@ -238,6 +283,7 @@ H4=198.18.0.1; H6=fd51:5050::1; B4=198.18.0.102
 ip route add $H4/32 dev $ND src 198.18.0.101
 ip -6 route add $H6/128 dev $ND src $A
 nd_stats before
+dev_stats before
 ping -c 5 -W 5 -I $ND $H4 >/tmp/p4 2>&1; kv ping4.status $?
 ping -6 -c 5 -W 5 -I $ND $H6 >/tmp/p6 2>&1; kv ping6.status $?
 ping -c 5 -W 5 -I $ND $B4 >/tmp/pb 2>&1; kv ping_b.status $?
@@ -248,6 +294,7 @@ sleep 1; touch /lab/nd-h2g
 wait $ncpid; kv h2g.status $?
 digest h2g /tmp/h2g
 nd_stats after
+dev_stats after
 rmmod qpip; kv rmmod.status $?
 lab-wait host-done 300
 "#,
@@ -292,6 +339,17 @@ lab-wait host-done 300
         );
     }
     assert_eq!(a.get("after.tx_errors"), "0", "{ctx}");
+    for s in ["dev_raw_tx_frames", "dev_raw_rx_frames"] {
+        assert!(
+            a.num(&format!("after.{s}")) > a.num(&format!("before.{s}")),
+            "the device's {s} grows (ethtool -S)\n{ctx}"
+        );
+    }
+    assert_eq!(
+        a.get("after.dev_raw_tx_refused"),
+        a.get("before.dev_raw_tx_refused"),
+        "no raw send refused\n{ctx}"
+    );
     assert_eq!(
         a.get("rmmod.status"),
         "0",
