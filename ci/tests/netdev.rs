@@ -22,7 +22,8 @@ use common::{needs_root, Report};
 use qpip_lab::netns;
 use qpip_lab::payload::pattern;
 use qpip_lab::{LabHost, QpipdLayout};
-use std::net::SocketAddrV4;
+use std::io::Read;
+use std::net::{SocketAddrV4, TcpListener};
 use std::time::Duration;
 
 /// The shell helpers of this file's guest scripts (after common's and traffic's).
@@ -261,14 +262,34 @@ kv insmod.nd "$([ -e /sys/class/net/$ND ] && echo present || echo gone)"
 /// What the lab host saw of guest a's kernel over the qpip interface.
 #[derive(Debug)]
 struct HostView {
+    g2h: SentOrWhy,
     h2g_sha: String,
     h2g: Result<(), String>,
 }
 
+/// In the lab's namespace, a plain TCP listener on `bind`; `ready` is signalled once it
+/// listens; the first `n` bytes of the first connection (a busybox nc does not end its
+/// side when its input ends), their length and SHA-256.
+fn host_takes(host: &LabHost, bind: &str, ready: &str, n: usize) -> SentOrWhy {
+    host.in_netns(|| -> SentOrWhy {
+        let l = TcpListener::bind(bind).map_err(|e| e.to_string())?;
+        host.signal(ready).map_err(|e| e.to_string())?;
+        let mut s = accept_within(&l, Duration::from_secs(300))?;
+        s.set_read_timeout(Some(Duration::from_secs(120)))
+            .map_err(|e| e.to_string())?;
+        let mut got = vec![0u8; n];
+        s.read_exact(&mut got).map_err(|e| e.to_string())?;
+        Ok((got.len(), sha256(&got)))
+    })
+    .map_err(|e| e.to_string())
+    .and_then(|r| r)
+}
+
 /// The guest kernel's traffic through the raw QP (a device with raw QPs): carrier on,
-/// ping and ping -6 to the lab host and to the other guest's device, a TCP stream from the
-/// lab host's plain socket to a busybox nc in guest a's kernel (the engine has no listener
-/// on that port, so the raw QP gets it) with its SHA-256 compared, the interface's
+/// ping and ping -6 to the lab host and to the other guest's device, a TCP stream from a
+/// busybox nc in guest a's kernel to the lab host (TSO) and one from the lab host's plain
+/// socket to a busybox nc in a's kernel (the engine has no listener on that port, so the
+/// raw QP gets it), each with its SHA-256 compared, the interface's
 /// counters and the device's raw-QP counters grown (none refused), and rmmod with the
 /// interface up.
 #[test]
@@ -288,6 +309,8 @@ ping -c 5 -W 5 -I $ND $H4 >/tmp/p4 2>&1; kv ping4.status $?
 ping -6 -c 5 -W 5 -I $ND $H6 >/tmp/p6 2>&1; kv ping6.status $?
 ping -c 5 -W 5 -I $ND $B4 >/tmp/pb 2>&1; kv ping_b.status $?
 ping -6 -c 5 -W 5 -I $ND $B >/tmp/pb6 2>&1; kv ping6_b.status $?
+head -c 1000000 /dev/urandom > /tmp/g2h; digest g2h.in /tmp/g2h
+await nd-g2h; timeout 300 nc $H4 7553 < /tmp/g2h; kv g2h.status $?
 nc -l -p 7552 > /tmp/h2g &
 ncpid=$!
 sleep 1; touch /lab/nd-h2g
@@ -306,6 +329,7 @@ lab-wait host-done 300
 "#,
     );
     let out = pair_lab(&a_script, &b_script, 600, |host: &LabHost| {
+        let g2h = host_takes(host, "0.0.0.0:7553", "nd-g2h", 1_000_000);
         let data = pattern(1_000_000, 7);
         let to = SocketAddrV4::new(netns::device_addr4(1).parse().unwrap(), 7552);
         let h2g = host
@@ -313,6 +337,7 @@ lab-wait host-done 300
             .and_then(|_| host_sends(host, to.into(), &data));
         let _ = host.signal("host-done");
         HostView {
+            g2h,
             h2g_sha: sha256(&data),
             h2g,
         }
@@ -323,6 +348,13 @@ lab-wait host-done 300
     assert_eq!(b.get("up.carrier"), "1", "{}", b.context());
     for p in ["ping4", "ping6", "ping_b", "ping6_b"] {
         assert_eq!(a.get(&format!("{p}.status")), "0", "{p}\n{ctx}");
+    }
+    match &out.host.g2h {
+        Ok((n, sha)) => {
+            assert_eq!(n.to_string(), a.get("g2h.in.bytes"), "{ctx}");
+            assert_eq!(sha, a.get("g2h.in.sha"), "a's kernel → host, TSO\n{ctx}");
+        }
+        Err(e) => panic!("a's kernel → host over qpip: {e}\n{ctx}"),
     }
     assert_eq!(out.host.h2g, Ok(()), "host → a's kernel over qpip\n{ctx}");
     assert_eq!(a.get("h2g.status"), "0", "{ctx}");
