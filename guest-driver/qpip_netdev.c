@@ -128,6 +128,7 @@ static void qpip_nd_get_stats64(struct net_device *dev, struct rtnl_link_stats64
 		s->rx_packets = nd->rx_stats.packets;
 		s->rx_bytes = nd->rx_stats.bytes;
 		s->rx_errors = nd->rx_stats.errors;
+		s->rx_length_errors = nd->rx_stats.too_long;
 		s->rx_dropped = nd->rx_stats.alloc_failed;
 	} while (u64_stats_fetch_retry(&nd->rx_stats.syncp, start));
 	s->tx_dropped = atomic64_read(&nd->tx_dropped);
@@ -165,12 +166,14 @@ struct qpip_nd_stat {
 enum {
 	QPIP_ND_TX_PACKETS, QPIP_ND_TX_BYTES, QPIP_ND_TX_ERRORS, QPIP_ND_TX_DROPPED,
 	QPIP_ND_TX_STOPPED, QPIP_ND_RX_PACKETS, QPIP_ND_RX_BYTES, QPIP_ND_RX_ERRORS,
-	QPIP_ND_RX_CSUM_OK, QPIP_ND_RX_ALLOC_FAILED, QPIP_ND_IRQS, QPIP_ND_DRIVER_STATS
+	QPIP_ND_RX_CSUM_OK, QPIP_ND_RX_TOO_LONG, QPIP_ND_RX_ALLOC_FAILED, QPIP_ND_IRQS,
+	QPIP_ND_DRIVER_STATS
 };
 
 static const char qpip_nd_driver_stats[QPIP_ND_DRIVER_STATS][ETH_GSTRING_LEN] = {
 	"tx_packets", "tx_bytes", "tx_errors", "tx_dropped", "tx_queue_stopped",
-	"rx_packets", "rx_bytes", "rx_errors", "rx_csum_ok", "rx_alloc_failed", "irqs",
+	"rx_packets", "rx_bytes", "rx_errors", "rx_csum_ok", "rx_too_long", "rx_alloc_failed",
+	"irqs",
 };
 
 static const struct qpip_nd_stat qpip_nd_device_stats[] = {
@@ -224,6 +227,7 @@ static void qpip_nd_get_ethtool_stats(struct net_device *dev, struct ethtool_sta
 		data[QPIP_ND_RX_BYTES] = nd->rx_stats.bytes;
 		data[QPIP_ND_RX_ERRORS] = nd->rx_stats.errors;
 		data[QPIP_ND_RX_CSUM_OK] = nd->rx_stats.csum_ok;
+		data[QPIP_ND_RX_TOO_LONG] = nd->rx_stats.too_long;
 		data[QPIP_ND_RX_ALLOC_FAILED] = nd->rx_stats.alloc_failed;
 	} while (u64_stats_fetch_retry(&nd->rx_stats.syncp, start));
 	data[QPIP_ND_IRQS] = atomic64_read(&nd->irqs);

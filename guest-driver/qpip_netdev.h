@@ -66,6 +66,7 @@ struct qpip_nd_stats {
 	u64 errors;
 	u64 dropped;
 	u64 csum_ok;			/* RX: CQE_RAW_RX_CSUM_OK */
+	u64 too_long;			/* RX: frames longer than the buffer (LOCAL_LENGTH) */
 	u64 alloc_failed;		/* RX: a buffer could not be allocated */
 	struct u64_stats_sync syncp;
 };

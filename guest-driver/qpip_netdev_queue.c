@@ -463,7 +463,7 @@ static int qpip_nd_rx_reap(struct qpip_netdev *nd, int budget)
 	struct qpip_nd_queues *q = &nd->q;
 	struct qpip_nd_cq *cq = &q->rx_cq;
 	u32 old_head = cq->head;
-	u64 pkts = 0, bytes = 0, errors = 0, csum_ok = 0;
+	u64 pkts = 0, bytes = 0, errors = 0, csum_ok = 0, too_long = 0;
 	struct qpip_cqe *cqe;
 
 	while (pkts + errors < budget && (cqe = qpip_nd_cq_peek(cq))) {
@@ -479,6 +479,8 @@ static int qpip_nd_rx_reap(struct qpip_netdev *nd, int budget)
 		if (cqe->status != QPIP_CQE_STATUS_SUCCESS || len < ETH_HLEN ||
 		    len > q->rx_buf_len) {
 			errors++;
+			if (cqe->status == QPIP_CQE_STATUS_LOCAL_LENGTH)
+				too_long++;
 			dev_kfree_skb_any(skb);
 			continue;
 		}
@@ -500,6 +502,7 @@ static int qpip_nd_rx_reap(struct qpip_netdev *nd, int budget)
 		nd->rx_stats.bytes += bytes;
 		nd->rx_stats.errors += errors;
 		nd->rx_stats.csum_ok += csum_ok;
+		nd->rx_stats.too_long += too_long;
 		u64_stats_update_end(&nd->rx_stats.syncp);
 	}
 	return pkts + errors;
