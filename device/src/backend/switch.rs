@@ -64,7 +64,7 @@ use super::{Backend, IdentityTaken, MAX_FRAME};
 
 mod identity;
 
-pub use identity::{Identity, PortOptions};
+pub use identity::{sent_as, Identity, PortOptions};
 
 /// Frames a port's receive queue holds; beyond, frames for it are dropped.
 pub const PORT_QUEUE: usize = 1024;
