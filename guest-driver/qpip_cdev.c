@@ -289,7 +289,7 @@ static ssize_t counter_show(struct device *dev, struct device_attribute *attr, c
 		return -ENOMEM;
 	ret = qpip_sysfs_enter(qdev);
 	if (!ret) {
-		ret = qpip_query_stats(qdev, counters);
+		ret = qpip_query_stats(qdev, counters, QPIP_STATS_COUNT);
 		up_read(&qdev->lock);
 	}
 	if (!ret)

@@ -376,10 +376,14 @@ int qpip_query_device(struct qpip_dev *qdev, struct qpip_device_info *info)
 	return qpip_query(qdev, QPIP_ADMIN_OP_QUERY_DEVICE, info, sizeof(*info));
 }
 
-int qpip_query_stats(struct qpip_dev *qdev, u64 *counters)
+/*
+ * The first @count counters (at most QPIP_STATS_COUNT): the device writes what fits the
+ * buffer, so a caller sized for fewer counters (the uapi's) gets those.
+ */
+int qpip_query_stats(struct qpip_dev *qdev, u64 *counters, unsigned int count)
 {
 	return qpip_query(qdev, QPIP_ADMIN_OP_QUERY_STATS, counters,
-			  sizeof(struct qpip_stats));
+			  min_t(unsigned int, count, QPIP_STATS_COUNT) * sizeof(u64));
 }
 
 /*

@@ -17,7 +17,8 @@
 
 #include "qpip_ctx.h"
 
-static_assert(sizeof(((struct qpip_query_stats *)0)->counters) == sizeof(struct qpip_stats));
+/* The uapi's counters are the device's first ones (the device has grown more since). */
+static_assert(ARRAY_SIZE(((struct qpip_query_stats *)0)->counters) <= QPIP_STATS_COUNT);
 
 /* ---- objects ---- */
 
@@ -599,9 +600,9 @@ static int qpip_ioctl_query_stats(struct qpip_ctx *ctx, void *arg)
 	struct qpip_query_stats *a = arg;
 	int ret;
 
-	ret = qpip_query_stats(ctx->qdev, a->counters);
+	ret = qpip_query_stats(ctx->qdev, a->counters, ARRAY_SIZE(a->counters));
 	if (!ret)
-		a->count = QPIP_STATS_COUNT;
+		a->count = ARRAY_SIZE(a->counters);
 	return ret;
 }
 
