@@ -834,3 +834,22 @@ fn over_ipv6_a_closed_port_goes_to_the_raw_qp_and_neighbour_discovery_is_copied(
         "no port unreachable while the raw QP exists"
     );
 }
+
+#[test]
+fn what_the_device_sends_itself_is_never_steered() {
+    let mut r = rig();
+    let mut q = r.raw_qp();
+    r.post_recvs(&mut q, 0, 8, 2048);
+    // A CONNECT to the device's own address on a port nobody listens on is refused at
+    // once (the engine's own RST), raw QP or not.
+    let ctx = r.g.create_ctx();
+    let cq = r.g.create_cq(ctx, 16);
+    let qp =
+        r.g.create_qp(ctx, (cq.id, cq.id), 16, (QP_TYPE_TCP, FRAMING_STREAM));
+    let c = r.g.admin_any(connect_cmd(ctx, qp.id, v6().octets(), 4444));
+    assert_eq!(c.status, ADMIN_STATUS_REFUSED, "{c:?}");
+    assert!(
+        r.cqes(&mut q.rcq).is_empty(),
+        "nothing looped reached the raw QP"
+    );
+}

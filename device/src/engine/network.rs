@@ -201,7 +201,7 @@ impl Engine {
                     };
                     if e.deliver_udp(mem, &dgram) {
                         Delivery::Delivered
-                    } else if e.has_raw_qp() {
+                    } else if e.net.stack.steering() {
                         Delivery::Steered // the kernel's port, or its to answer
                     } else {
                         Delivery::NoPort

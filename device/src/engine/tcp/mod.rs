@@ -360,7 +360,7 @@ impl Engine {
             Err(tcp::ParseError::Checksum) => return Delivery::Dropped(DropReason::BadChecksum),
             Err(_) => return Delivery::Dropped(DropReason::Malformed),
         };
-        if self.has_raw_qp() && !self.tcp.table.owns(&seg) {
+        if self.net.stack.steering() && !self.tcp.table.owns(&seg) {
             // No connection or listener: the kernel's raw QP takes it (and answers it).
             return Delivery::Steered;
         }

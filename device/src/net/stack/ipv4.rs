@@ -271,9 +271,7 @@ impl Stack {
     fn ipv4_packet<'f>(&mut self, ip: &wire::Ipv4Packet<'f>, a: Arrival) -> Option<Upper<'f>> {
         if ip.is_fragment() {
             self.stats.fragments_rx += 1;
-            if !is_loopback(&a.dst) {
-                self.raw_fragment();
-            }
+            self.raw_fragment();
             return self.ipv4_fragment(ip, a);
         }
         self.ipv4_deliver(Cow::Borrowed(ip.packet), ip.header_len, ip.protocol, a)
@@ -362,7 +360,7 @@ impl Stack {
                 self.raw_give();
                 self.drop(DropReason::NotForUs)
             }
-            _ if self.raw_beside() => {
+            _ if self.steering() => {
                 // A protocol the kernel beside us may run: its to answer.
                 self.raw_give();
                 self.drop(DropReason::UnsupportedNextHeader)

@@ -58,7 +58,7 @@ impl Stack {
         let _stage = crate::stages::span(crate::stages::Stage::Parse);
         self.stats.rx_frames += 1;
         self.stats.rx_bytes += frame.len() as u64;
-        self.raw_rx_start();
+        self.raw_rx_start(true);
         let Ok(eth) = wire::parse_ethernet(frame) else {
             return self.drop(DropReason::Malformed);
         };
@@ -108,6 +108,7 @@ impl Stack {
     /// [`Stack::receive_upper`] from the IPv6 header on (the stack built it, for one of its
     /// own addresses).
     pub fn receive_looped<'f>(&mut self, frame: &'f [u8], now: Instant) -> Option<Upper<'f>> {
+        self.raw_rx_start(false);
         if frame.get(wire::ETH_LEN).is_some_and(|b| b >> 4 == 4) {
             return self.receive_looped_ipv4(&frame[wire::ETH_LEN..], now);
         }
@@ -220,7 +221,7 @@ impl Stack {
                         segment_at: off,
                     }));
                 }
-                _ if self.raw_beside() => {
+                _ if self.steering() => {
                     // A protocol the kernel beside us may run: its to answer.
                     self.raw_give();
                     return self.drop(DropReason::UnsupportedNextHeader);

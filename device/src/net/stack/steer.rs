@@ -32,6 +32,9 @@ pub struct RawRx {
     pub csum_ok: bool,
     /// The frame is an IP fragment: its upper-layer checksum cannot be vouched for.
     fragment: bool,
+    /// The frame came from the link (what the device sent itself is never the kernel's:
+    /// the kernel's own traffic to its addresses stays in the guest).
+    from_link: bool,
 }
 
 impl Stack {
@@ -42,9 +45,11 @@ impl Stack {
         self.raw_beside = on;
     }
 
-    /// Whether a raw QP is beside the engine.
-    pub fn raw_beside(&self) -> bool {
-        self.raw_beside
+    /// Whether the frame being received is steered: a raw QP is beside the engine and the
+    /// frame came from the link. While it is, what the engine does not own is the raw
+    /// QP's, and the answers to it ([`super::Delivery::Steered`]) the kernel's.
+    pub fn steering(&self) -> bool {
+        self.raw_beside && self.raw_rx.from_link
     }
 
     /// What the last frame received from the link is to the raw QP.
@@ -54,15 +59,19 @@ impl Stack {
         r
     }
 
-    /// A new frame: nothing marked yet.
-    pub(super) fn raw_rx_start(&mut self) {
-        self.raw_rx = RawRx::default();
+    /// A new frame, from the link or (`from_link` false) from the device itself: nothing
+    /// marked yet.
+    pub(super) fn raw_rx_start(&mut self, from_link: bool) {
+        self.raw_rx = RawRx {
+            from_link,
+            ..RawRx::default()
+        };
     }
 
     /// The raw QP gets the frame (alone or as a copy: the caller decides whether the
     /// engine goes on with it).
     pub(super) fn raw_give(&mut self) {
-        self.raw_rx.give = self.raw_beside;
+        self.raw_rx.give = self.steering();
     }
 
     /// The frame is an IP fragment: a copy for the raw QP, no checksum vouched for.
