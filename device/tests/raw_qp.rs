@@ -853,3 +853,55 @@ fn what_the_device_sends_itself_is_never_steered() {
         "nothing looped reached the raw QP"
     );
 }
+
+#[test]
+fn frames_too_short_too_long_or_with_offloads_outside_them_are_refused() {
+    let mut r = rig();
+    let mut q = r.raw_qp();
+    let none = RawTxOffload::default();
+    let ok = eth(PEER_MAC, MAC, 0x88b5, &[7u8; 100]);
+    let csum_past_end = RawTxOffload {
+        csum_start: 14,
+        csum_offset: 99,
+        ..none
+    };
+    let tso_not_tcp = RawTxOffload {
+        csum_start: 34,
+        csum_offset: 16,
+        mss: 1000,
+        gso_type: RAW_GSO_TCPV4,
+    };
+    let cases: [(&str, Vec<u8>, u8, RawTxOffload); 5] = [
+        ("too short", ok[..16].to_vec(), 0, none),
+        (
+            "beyond the MTU",
+            eth(PEER_MAC, MAC, 0x88b5, &[7u8; 1501]),
+            0,
+            none,
+        ),
+        (
+            "checksum field past the end",
+            ok.clone(),
+            WQE_FLAG_CSUM,
+            csum_past_end,
+        ),
+        (
+            "TSO of no TCP frame",
+            ok.clone(),
+            WQE_FLAG_CSUM | WQE_FLAG_TSO,
+            tso_not_tcp,
+        ),
+        ("TSO without CSUM", ok.clone(), WQE_FLAG_TSO, tso_not_tcp),
+    ];
+    for (i, (what, f, flags, o)) in cases.iter().enumerate() {
+        let c = r.send(&mut q, i as u64, f, *flags, *o);
+        assert_cqe(&c, CQE_STATUS_BAD_WQE, CQE_DETAIL_NONE, what);
+    }
+    assert_eq!(r.stat(STAT_RAW_TX_REFUSED), cases.len() as u64);
+    assert!(r.drain().is_empty());
+    // The largest frame the MTU allows goes.
+    let full = eth(PEER_MAC, MAC, 0x88b5, &[7u8; 1500]);
+    let c = r.send(&mut q, 9, &full, 0, none);
+    assert_cqe(&c, CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, "MTU-sized frame");
+    assert_eq!(r.drain(), vec![full]);
+}

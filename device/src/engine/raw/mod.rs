@@ -144,7 +144,8 @@ impl Engine {
         let ready = match frame::prepare(bytes, wr.csum, wr.tso, &wr.offload, self.net.stack.mtu())
         {
             Ok(r) if self.raw_sent_as_itself(&r.frame) => r,
-            Ok(_) | Err(_) => {
+            // Malformed, or not the function's own.
+            _ => {
                 stats.add(STAT_RAW_TX_REFUSED, 1);
                 self.write_cqe(mem, send_cq, fail(CQE_STATUS_BAD_WQE, CQE_DETAIL_NONE));
                 return 0;
@@ -176,7 +177,8 @@ impl Engine {
     }
 
     /// Collects a frame's bytes: inline, or through the context's regions and (in a
-    /// kernel context) guest-physical memory; at most `limit` bytes (else `LOCAL_LENGTH`).
+    /// kernel context) guest-physical memory; at most `limit` bytes (else `BAD_WQE`, as
+    /// every frame too long).
     /// Every SGE is checked before any byte is read.
     fn raw_gather(
         &self,
@@ -282,9 +284,10 @@ impl Engine {
     }
 }
 
+/// A frame longer than a raw QP sends: refused as any other frame it will not send.
 fn too_long() -> Fault {
     Fault {
-        status: CQE_STATUS_LOCAL_LENGTH,
+        status: CQE_STATUS_BAD_WQE,
         detail: CQE_DETAIL_NONE,
     }
 }
