@@ -905,3 +905,55 @@ fn frames_too_short_too_long_or_with_offloads_outside_them_are_refused() {
     assert_cqe(&c, CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, "MTU-sized frame");
     assert_eq!(r.drain(), vec![full]);
 }
+
+#[test]
+fn fragments_are_copied_to_a_physical_buffer_without_csum_ok() {
+    let mut r = rig();
+    let mut q = r.raw_qp();
+    // Receive buffers named by guest-physical address.
+    let ws: Vec<WqeBytes> = (0..4u64)
+        .map(|i| {
+            let sge = Sge {
+                addr: q.buf.gpa(i * SLOT),
+                length: 2048,
+                lkey: PHYS_LKEY,
+            };
+            recv_wqe(i, &[sge])
+        })
+        .collect();
+    r.g.post_wqes(&mut q.qp, false, &ws);
+    r.settle();
+    // A UDP datagram to a closed port in two IPv4 fragments.
+    let whole = ipv4(PEER_V4, V4, 17, udp(5555, 7777, &[0x5a; 64]), 6, false);
+    let l4 = &whole[20..];
+    let frag = |offset: usize, data: &[u8], more: bool| {
+        let mut ip = whole[..20].to_vec();
+        ip[2..4].copy_from_slice(&((20 + data.len()) as u16).to_be_bytes());
+        let field = (offset / 8) as u16 | if more { 0x2000 } else { 0 };
+        ip[6..8].copy_from_slice(&field.to_be_bytes());
+        ip[10..12].copy_from_slice(&[0, 0]);
+        let h = !fold(sum(&ip));
+        ip[10..12].copy_from_slice(&h.to_be_bytes());
+        ip.extend_from_slice(data);
+        eth(MAC, PEER_MAC, 0x0800, &ip)
+    };
+    let (f1, f2) = (frag(0, &l4[..32], true), frag(32, &l4[32..], false));
+    r.inject(&f1);
+    r.inject(&f2);
+    let c = r.cqes(&mut q.rcq);
+    assert_eq!(c.len(), 2, "both fragments, once each: {c:?}");
+    for (c, f) in c.iter().zip([&f1, &f2]) {
+        assert_cqe(c, CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, "fragment");
+        assert_eq!(c.imm_data, 0, "no checksum vouched for a fragment");
+        assert_eq!(&read_frame(&r, &q, c.wr_id, f.len()), f);
+    }
+    assert_eq!(
+        r.stat(STAT_NET_REASSEMBLED),
+        1,
+        "the engine reassembled it too"
+    );
+    assert!(
+        !r.drain().iter().any(|f| is_unreachable_or_rst(f)),
+        "the reassembled datagram is the kernel's to answer"
+    );
+}
