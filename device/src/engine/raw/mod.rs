@@ -152,7 +152,7 @@ impl Engine {
             }
         };
         stats.add(STAT_RAW_TX_FRAMES, 1);
-        if ready.mss != 0 {
+        if wr.tso {
             stats.add(STAT_RAW_TX_TSO, 1);
         }
         let segments = ready.segments;
