@@ -359,7 +359,7 @@ int qpip_cmd_connect(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp,
 int qpip_cmd_close(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp);
 int qpip_cmd_set_qp_opt(struct qpip_dev *qdev, u32 ctx, u32 qp, const struct qpip_set_qp_opt *o);
 int qpip_query_device(struct qpip_dev *qdev, struct qpip_device_info *info);
-int qpip_query_stats(struct qpip_dev *qdev, u64 *counters, unsigned int count);
+int qpip_query_stats(struct qpip_dev *qdev, u64 *counters, unsigned int n);
 int qpip_query_conn(struct qpip_dev *qdev, u32 ctx, u32 qp, struct qpip_query_conn *out);
 int qpip_list_addrs(struct qpip_dev *qdev, struct qpip_addr_list *list);
 int qpip_set_mac(struct qpip_dev *qdev, const u8 *mac);

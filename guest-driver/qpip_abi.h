@@ -187,6 +187,23 @@
 #define QPIP_ADMIN_OP_DESTROY_TRIPWIRE 33
 
 /*
+ Add a route ([`RouteArgs`]): destinations in `dest/prefix_len` that are not on-link go
+ to `gateway`, whose link-layer address the device resolves (ARP, NDP) as a neighbour's.
+ [`ADMIN_STATUS_BAD_PARAM`] for a malformed route (see [`RouteArgs`]);
+ [`ADMIN_STATUS_ADDR_IN_USE`] when a route with the same `dest`, `prefix_len` and
+ `metric` exists (delete it first to change its gateway); [`ADMIN_STATUS_NO_RESOURCES`]
+ beyond [`MAX_ROUTES`]. No results. Since minor version 3.
+ */
+#define QPIP_ADMIN_OP_ADD_ROUTE 34
+
+/*
+ Delete the route with `dest`, `prefix_len` and `metric` of [`RouteArgs`] (`gateway` is
+ not compared). [`ADMIN_STATUS_BAD_HANDLE`] when there is none. No results. Since minor
+ version 3.
+ */
+#define QPIP_ADMIN_OP_DEL_ROUTE 35
+
+/*
  Most `ASYNC_EVENT` requests pending at once.
  */
 #define QPIP_MAX_ASYNC_REQUESTS 16
@@ -442,6 +459,11 @@
  Largest IRD and ORD a connection may ask for.
  */
 #define QPIP_IWARP_MAX_IRD_ORD 32
+
+/*
+ Most routes a function holds.
+ */
+#define QPIP_MAX_ROUTES 32
 
 /*
  CRC32c is on for the connection's FPDUs.

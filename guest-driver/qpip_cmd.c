@@ -377,13 +377,13 @@ int qpip_query_device(struct qpip_dev *qdev, struct qpip_device_info *info)
 }
 
 /*
- * The first @count counters (at most QPIP_STATS_COUNT): the device writes what fits the
- * buffer, so a caller sized for fewer counters (the uapi's) gets those.
+ * QUERY_STATS: the first @n counters. A device writes what fits the buffer (interface 2.3)
+ * or, older, exactly its 64; the coherent buffer starts zeroed, so counters an older device
+ * does not have read as 0.
  */
-int qpip_query_stats(struct qpip_dev *qdev, u64 *counters, unsigned int count)
+int qpip_query_stats(struct qpip_dev *qdev, u64 *counters, unsigned int n)
 {
-	return qpip_query(qdev, QPIP_ADMIN_OP_QUERY_STATS, counters,
-			  min_t(unsigned int, count, QPIP_STATS_COUNT) * sizeof(u64));
+	return qpip_query(qdev, QPIP_ADMIN_OP_QUERY_STATS, counters, n * sizeof(u64));
 }
 
 /*

@@ -17,8 +17,8 @@
 
 #include "qpip_ctx.h"
 
-/* The uapi's counters are the device's first ones (the device has grown more since). */
-static_assert(ARRAY_SIZE(((struct qpip_query_stats *)0)->counters) <= QPIP_STATS_COUNT);
+/* The uapi's counters are the device's first ones. */
+static_assert(sizeof(((struct qpip_query_stats *)0)->counters) <= sizeof(struct qpip_stats));
 
 /* ---- objects ---- */
 

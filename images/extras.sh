@@ -15,6 +15,9 @@
 #   mke2fs, e2fsck           the ext2 file system on the network disk (e2fsprogs)
 #   nbd, ublk_drv, ext4      the kernel's NBD client, its userspace block devices (ublk),
 #                            and ext2 (ext4's driver serves it), with their dependencies
+# The netdev (the guest kernel's own traffic through the adapter):
+#   iperf3, ethtool          throughput against the lab host's iperf3; the driver's
+#                            ethtool -i/-S/-k
 # Rebuilds only when an input changed (a stamp holds the hash of all of them).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -22,7 +25,8 @@ set -euo pipefail
 OUT=$QPIP_CACHE/guest/extras
 # Programs: path in the runtime, and the package it comes from.
 PROGRAMS=(usr/sbin/nbd-client:nbd-client usr/bin/nbd-server:nbd-server
-          usr/sbin/mke2fs:e2fsprogs usr/sbin/e2fsck:e2fsprogs)
+          usr/sbin/mke2fs:e2fsprogs usr/sbin/e2fsck:e2fsprogs
+          usr/bin/iperf3:iperf3 usr/sbin/ethtool:ethtool)
 # Storage modules by name (crc32c: ext4's checksums ask the crypto API for one; it is a
 # soft dependency, not in modules.dep).
 STORAGE_MODULES=(crc32c_generic ext4 nbd ublk_drv)

@@ -12,8 +12,9 @@
 #   /usr/bin/lab-wait          waits for a file in /lab, the folder a lab's guests share
 #   /lib/qpip/nap.sh           `nap`: waits 0.1 s without starting a process (sourced by scripts)
 #   /usr/bin/lab-udp           UDP over kernel sockets (busybox nc is TCP only), static C
-#   /usr/bin/lab-storage       mounts the extras share (images/extras.sh) and loads the
-#                              storage modules and programs from it, on demand
+#   /usr/bin/lab-extras        mounts the extras share (images/extras.sh) and puts its
+#                              programs on the PATH, on demand
+#   /usr/bin/lab-storage       lab-extras, then the storage modules from the share
 #   soft-iWARP, loaded only on demand by lab-siw (boot time matters to every test):
 #   /lib/modules/.../siw.ko    built by images/siw.sh, and the RDMA core modules it and
 #   /lib/modules/rdma-load-order  rping need, decompressed, with their load order
@@ -38,6 +39,7 @@ NAP=$QPIP_ROOT/images/guest/nap.sh
 LAB_UDP_SRC=$QPIP_ROOT/images/guest/lab-udp.c
 LAB_SIW=$QPIP_ROOT/images/guest/lab-siw
 LAB_STORAGE=$QPIP_ROOT/images/guest/lab-storage
+LAB_EXTRAS=$QPIP_ROOT/images/guest/lab-extras
 SIW_KO=$QPIP_CACHE/guest/siw.ko
 BUSYBOX=$RUNTIME_DIR/usr/bin/busybox
 
@@ -156,7 +158,7 @@ extract_vmlinux() {
 }
 
 # --- up to date? ---------------------------------------------------------------------------
-hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_SIW" "$LAB_STORAGE" "$KO"
+hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_SIW" "$LAB_STORAGE" "$LAB_EXTRAS" "$KO"
              "$SIW_KO" "$BUSYBOX" "$kernel")
 for b in "${bins[@]}"; do hash_inputs+=("$BINDIR/$b"); done
 for f in "${load_order[@]}" "${rdma_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
@@ -234,6 +236,7 @@ install -m 0755 "$LAB_WAIT" usr/bin/lab-wait
 install -m 0644 "$NAP" lib/qpip/nap.sh
 install -m 0755 "$LAB_SIW" usr/bin/lab-siw
 install -m 0755 "$LAB_STORAGE" usr/bin/lab-storage
+install -m 0755 "$LAB_EXTRAS" usr/bin/lab-extras
 # Static, like the Rust tools (the image's libc is there for rdma-core's tools only).
 # Numeric addresses only (no resolver, so static glibc needs no NSS modules).
 cc -static -O2 -Wall -Wextra -Werror -s -o usr/bin/lab-udp "$LAB_UDP_SRC" \

@@ -14,6 +14,8 @@
 #                       the stock network block device client and server and mke2fs, the
 #                       storage tests' peers and file system (the extras share:
 #                       images/extras.sh)
+#   iperf3 ethtool      the netdev tests: iperf3 against the lab host's, ethtool -i/-S/-k
+#                       (the extras share)
 # A stamp in the runtime records the package list: a rebuilt runtime (images/runtime.sh
 # replaces the whole tree) loses the stamp with the packages and gets them again.
 # Needs root (apt in the chroot) when anything is to be done.
@@ -22,7 +24,7 @@ set -euo pipefail
 
 SRC_PKG=linux-source-6.12
 PACKAGES=("$SRC_PKG" libibverbs1 librdmacm1t64 ibverbs-providers ibverbs-utils rdmacm-utils
-          iproute2 perftest nbd-client nbd-server e2fsprogs)
+          iproute2 perftest nbd-client nbd-server e2fsprogs iperf3 ethtool)
 
 [ -d "$RUNTIME_DIR/usr/src" ] || die "no runtime in $RUNTIME_DIR; run ./qpip setup (images/runtime.sh) first"
 guest_kernel_headers

@@ -168,6 +168,17 @@ pub const ADMIN_OP_SET_QP_OPT: u16 = 0x1f;
 pub const ADMIN_OP_CREATE_TRIPWIRE: u16 = 0x20;
 /// Destroy tripwire `handle`.
 pub const ADMIN_OP_DESTROY_TRIPWIRE: u16 = 0x21;
+/// Add a route ([`RouteArgs`]): destinations in `dest/prefix_len` that are not on-link go
+/// to `gateway`, whose link-layer address the device resolves (ARP, NDP) as a neighbour's.
+/// [`ADMIN_STATUS_BAD_PARAM`] for a malformed route (see [`RouteArgs`]);
+/// [`ADMIN_STATUS_ADDR_IN_USE`] when a route with the same `dest`, `prefix_len` and
+/// `metric` exists (delete it first to change its gateway); [`ADMIN_STATUS_NO_RESOURCES`]
+/// beyond [`MAX_ROUTES`]. No results. Since minor version 3.
+pub const ADMIN_OP_ADD_ROUTE: u16 = 0x22;
+/// Delete the route with `dest`, `prefix_len` and `metric` of [`RouteArgs`] (`gateway` is
+/// not compared). [`ADMIN_STATUS_BAD_HANDLE`] when there is none. No results. Since minor
+/// version 3.
+pub const ADMIN_OP_DEL_ROUTE: u16 = 0x23;
 
 // ---- asynchronous events ------------------------------------------------------------------
 
@@ -552,6 +563,41 @@ pub const IWARP_MAX_PRIVATE_DATA: u32 = 252;
 pub const IWARP_MAX_PEER_PRIVATE_DATA: u32 = 512;
 /// Largest IRD and ORD a connection may ask for.
 pub const IWARP_MAX_IRD_ORD: u8 = 32;
+
+/// Arguments of `ADD_ROUTE` and `DEL_ROUTE`.
+///
+/// A route is IPv4 when `dest` is IPv4-mapped (`::ffff:a.b.c.d`) with `prefix_len`
+/// 96..=128 (counted over the 128 bits: an IPv4 /24 is 120, the IPv4 default route is
+/// `::ffff:0.0.0.0`/96), else IPv6 (0..=128; the IPv6 default route is `::`/0); an IPv6
+/// route never covers IPv4-mapped destinations. `dest` has no bits set beyond
+/// `prefix_len`; `gateway` is a unicast address of the route's family (an IPv6 gateway
+/// may be link-local).
+///
+/// The device chooses the next hop toward a destination as follows: the destination
+/// itself when it is on-link (link-local, inside the prefix of one of the function's
+/// addresses of its family, or a static neighbour); else the gateway of the route with the
+/// longest prefix holding it, the lowest `metric` among equally long ones. Whether the
+/// gateway is on-link is checked when the route is used, not when it is added (addresses
+/// and routes may come in any order): a route whose gateway is not on-link at that moment
+/// is passed over as if absent. No route: the send fails as before
+/// ([`crate::cqe::CQE_DETAIL_NO_ROUTE`], [`STAT_NET_NO_ROUTE`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct RouteArgs {
+    /// The destination prefix, network order.
+    pub dest: [u8; 16],
+    /// Its length, 0..=128 (96..=128 for an IPv4 route).
+    pub prefix_len: u8,
+    pub reserved0: [u8; 3],
+    /// The next hop toward the prefix, network order (ignored by `DEL_ROUTE`).
+    pub gateway: [u8; 16],
+    /// Preference among routes of the same prefix length: lower wins.
+    pub metric: u32,
+    pub reserved: [u8; 8],
+}
+
+/// Most routes a function holds.
+pub const MAX_ROUTES: u32 = 32;
 
 /// What `QUERY_CONN` writes (32 + 512 = 544 bytes): an iWARP QP's connection as MPA set it
 /// up. Valid once its `CONNECT` or `ACCEPT` has completed (successfully, or refused by a

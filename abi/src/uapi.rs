@@ -476,7 +476,8 @@ pub const CLOSE_SIZE_V1: u32 = 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct QueryStats {
     pub size: u32,
-    /// Out: counters written ([`crate::admin::STATS_COUNT`]).
+    /// Out: counters written (64: the device's first; the raw QP's, from
+    /// `crate::admin::STAT_RAW_TX_FRAMES` on, are the netdev's, read with `ethtool -S`).
     pub count: u32,
     /// Out: the device's counters, indexed by the `crate::admin::STAT_*` constants.
     pub counters: [u64; 64],

@@ -39,6 +39,7 @@ fn every_argument_body_fills_the_command_body() {
         ("ConnectArgs", size_of::<ConnectArgs>()),
         ("CreateTripwireArgs", size_of::<CreateTripwireArgs>()),
         ("SetQpOptArgs", size_of::<SetQpOptArgs>()),
+        ("RouteArgs", size_of::<RouteArgs>()),
     ] {
         assert_eq!(size, 48, "{name}");
     }
@@ -55,6 +56,9 @@ fn every_argument_body_fills_the_command_body() {
     assert_eq!(offset_of!(AcceptArgs, iwarp), 8);
     assert_eq!(offset_of!(ConnectArgs, port), 16);
     assert_eq!(offset_of!(ConnectArgs, iwarp), 24);
+    assert_eq!(offset_of!(RouteArgs, prefix_len), 16);
+    assert_eq!(offset_of!(RouteArgs, gateway), 20);
+    assert_eq!(offset_of!(RouteArgs, metric), 36);
 }
 
 #[test]

@@ -124,9 +124,10 @@ impl Adapter {
                 ));
             }
             let mut spec = format!(
-                "socket={text},mac={},ip={}/64",
+                "socket={text},mac={},ip={}/{}",
                 netns::device_mac(*n),
-                netns::device_addr(*n)
+                netns::device_addr(*n),
+                netns::PREFIX_LEN
             );
             if *n <= netns::MAX_GUESTS4 {
                 spec += &format!(",ip={}/{}", netns::device_addr4(*n), netns::PREFIX4_LEN);

@@ -4,12 +4,24 @@
 //! ```text
 //!  namespace NAME (default qpip-lab)
 //!  ┌─────────────────────────────────────────────────────────────┐
-//!  │ bridge lab0  fd51:5050::1/64, 198.18.0.1/24  (the lab host)  │
+//!  │ bridge lab0  fd51:5050::1/80, 198.18.0.1/24  (the lab host)  │
 //!  │   ├── TAP qpipd1 ◀── qpipd of guest 1 (fd51:5050::1:1)       │
 //!  │   ├── TAP vnet1  ◀── QEMU of guest 1, virtio-net (::2:1)     │
 //!  │   ├── TAP qpipd2 ...                                          │
+//!  │ veth lab-far  fd51:5050::1:0:0:fe/80, 198.18.1.254/24        │
+//!  └────┬────────────────────────────────────────────────────────┘
+//!       │  the lab host routes (forwarding on, both families)
+//!  namespace NAME-far: the far host, on a second subnet
+//!  ┌────┴────────────────────────────────────────────────────────┐
+//!  │ veth far0  fd51:5050::1:0:0:1/80, 198.18.1.1/24               │
+//!  │ default routes via the lab host                              │
 //!  └─────────────────────────────────────────────────────────────┘
 //! ```
+//!
+//! **The far subnet.** Guests and devices reach the far host only through a gateway (the
+//! lab host, [`HOST_ADDR`] and [`HOST_ADDR4`]): it is off their link, so a route is the
+//! only way there. That is why the lab's on-link IPv6 prefix is a /80 ([`PREFIX_LEN`]):
+//! both subnets stay inside the lab's `fd51:5050::/64`.
 //!
 //! Every `qpipd` and QEMU of a networked run is started *inside* the namespace (setns in
 //! the child before exec), so each opens its TAP by name there: qpipd attaches to the TAP
@@ -61,6 +73,24 @@ use std::process::{Command, Stdio};
 pub const NDP_SOLICITS: u32 = 30;
 
 pub const PREFIX: &str = "fd51:5050::";
+/// The on-link prefix length of the lab's IPv6 addresses: a /80, so the far subnet
+/// ([`FAR_NET`]) is another /80 inside the same `fd51:5050::/64`.
+pub const PREFIX_LEN: u8 = 80;
+/// The far subnet, behind the lab host (IPv6).
+pub const FAR_NET: &str = "fd51:5050:0:0:1::/80";
+/// The far subnet, behind the lab host (IPv4).
+pub const FAR_NET4: &str = "198.18.1.0/24";
+/// The far host's address (IPv6), in its own namespace ([`LabNet::far_sh`]).
+pub const FAR_HOST_ADDR: &str = "fd51:5050::1:0:0:1";
+/// The far host's address (IPv4).
+pub const FAR_HOST_ADDR4: &str = "198.18.1.1";
+/// The lab host's address on the far subnet (IPv6), the far host's gateway.
+const FAR_GATEWAY: &str = "fd51:5050::1:0:0:fe";
+/// The lab host's address on the far subnet (IPv4).
+const FAR_GATEWAY4: &str = "198.18.1.254";
+/// The veth of the lab host on the far subnet, and its peer in the far namespace.
+const FAR_LINK: &str = "lab-far";
+const FAR_PEER: &str = "far0";
 /// The lab host's address on the bridge.
 pub const HOST_ADDR: &str = "fd51:5050::1";
 /// The default namespace name (what users type after `ip netns exec`).
@@ -177,6 +207,8 @@ pub struct LabNet {
     ns: Option<File>,
     /// Interfaces created in the namespace, removed in reverse order.
     links: Vec<String>,
+    /// The far host's namespace ([`far_name`]), once made.
+    far: Option<File>,
 }
 
 impl LabNet {
@@ -204,6 +236,13 @@ impl LabNet {
         if path.exists() {
             remove_stale(name, &path)?;
         }
+        let far = far_name(name);
+        if ns_path(&far).exists() {
+            // A far namespace without its lab namespace: left by a lab that was killed
+            // between making the two.
+            eprintln!("qpip-lab: removing network namespace {far}, left behind by a lab run that was killed");
+            ip(&["netns", "del", &far]).map_err(NetError::Failed)?;
+        }
         ip(&["netns", "add", name]).map_err(NetError::Failed)?;
         let ns = File::open(&path).map_err(|e| {
             let _ = ip(&["netns", "del", name]);
@@ -222,10 +261,12 @@ impl LabNet {
             name: name.to_string(),
             ns: Some(ns),
             links: Vec::new(),
+            far: None,
         };
         net.build().map_err(NetError::Failed)?;
         log::info!(
-            "lab network: namespace {name}, bridge {BRIDGE}, host {HOST_ADDR}/64 (ip netns exec {name} ...)"
+            "lab network: namespace {name}, bridge {BRIDGE}, host {HOST_ADDR}/{PREFIX_LEN}; far host {FAR_HOST_ADDR} in {} (ip netns exec NAME ...)",
+            far_name(name)
         );
         Ok(net)
     }
@@ -263,7 +304,7 @@ impl LabNet {
             "-6",
             "addr",
             "add",
-            &format!("{HOST_ADDR}/64"),
+            &format!("{HOST_ADDR}/{PREFIX_LEN}"),
             "dev",
             BRIDGE,
             "nodad",
@@ -287,7 +328,103 @@ impl LabNet {
              echo {NDP_SOLICITS} >/proc/sys/net/ipv4/neigh/{BRIDGE}/mcast_solicit"
         ))?;
         ip(&["-n", &n, "link", "set", BRIDGE, "up"])?;
+        self.build_far()
+    }
+
+    /// The far subnet: the far host's namespace, a veth pair to it, and the lab host
+    /// routing between the bridge and it.
+    fn build_far(&mut self) -> Result<(), String> {
+        let n = self.name.clone();
+        let far = far_name(&n);
+        ip(&["netns", "add", &far])?;
+        let f = File::open(ns_path(&far));
+        let f = f.map_err(|e| {
+            let _ = ip(&["netns", "del", &far]);
+            format!("cannot open {}: {e}", ns_path(&far).display())
+        })?;
+        self.far = Some(f);
+        let sh_far = |script: &str| self.far_sh(script);
+        sh_far(
+            "echo 0 >/proc/sys/net/ipv6/conf/all/accept_dad && \
+                echo 0 >/proc/sys/net/ipv6/conf/default/accept_dad",
+        )?;
+        ip(&[
+            "-n", &n, "link", "add", FAR_LINK, "type", "veth", "peer", "name", FAR_PEER, "netns",
+            &far,
+        ])?;
+        self.links.push(FAR_LINK.into());
+        let g6 = format!("{FAR_GATEWAY}/{PREFIX_LEN}");
+        let g4 = format!("{FAR_GATEWAY4}/24");
+        ip(&["-n", &n, "-6", "addr", "add", &g6, "dev", FAR_LINK, "nodad"])?;
+        ip(&["-n", &n, "-4", "addr", "add", &g4, "dev", FAR_LINK])?;
+        ip(&["-n", &n, "link", "set", FAR_LINK, "up"])?;
+        let h6 = format!("{FAR_HOST_ADDR}/{PREFIX_LEN}");
+        let h4 = format!("{FAR_HOST_ADDR4}/24");
+        ip(&["-n", &far, "link", "set", "lo", "up"])?;
+        ip(&[
+            "-n", &far, "-6", "addr", "add", &h6, "dev", FAR_PEER, "nodad",
+        ])?;
+        ip(&["-n", &far, "-4", "addr", "add", &h4, "dev", FAR_PEER])?;
+        ip(&["-n", &far, "link", "set", FAR_PEER, "up"])?;
+        ip(&[
+            "-n",
+            &far,
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            FAR_GATEWAY,
+        ])?;
+        ip(&[
+            "-n",
+            &far,
+            "-4",
+            "route",
+            "add",
+            "default",
+            "via",
+            FAR_GATEWAY4,
+        ])?;
+        self.sh("echo 1 >/proc/sys/net/ipv4/ip_forward && \
+                 echo 1 >/proc/sys/net/ipv6/conf/all/forwarding")?;
         Ok(())
+    }
+
+    /// Runs `script` with `sh -c` in the far host's namespace; an error holds its output.
+    pub fn far_sh(&self, script: &str) -> Result<String, String> {
+        let far = far_name(&self.name);
+        let (status, text) = run_sh(self.far_command("sh"), script)
+            .map_err(|e| format!("cannot run sh in namespace {far}: {e}"))?;
+        if status.success() {
+            Ok(text)
+        } else {
+            Err(format!(
+                "in namespace {far}: `{script}` failed ({status}): {}",
+                text.trim()
+            ))
+        }
+    }
+
+    /// A command that runs in the far host's namespace.
+    pub fn far_command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        let fd = self
+            .far
+            .as_ref()
+            .expect("far namespace is open")
+            .as_raw_fd();
+        // SAFETY: as in `enter`: setns is async-signal-safe, and the descriptor stays open
+        // in the parent until the child has exec'd.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd
     }
 
     /// Creates TAP `tap` in the namespace, on the bridge, up. It has no carrier until a
@@ -375,6 +512,11 @@ impl LabNet {
                 errors.push(e);
             }
         }
+        if self.far.take().is_some() {
+            if let Err(e) = ip(&["netns", "del", &far_name(&self.name)]) {
+                errors.push(e);
+            }
+        }
         if let Err(e) = ip(&["netns", "del", &self.name]) {
             errors.push(e);
         }
@@ -395,6 +537,11 @@ impl Drop for LabNet {
             log::warn!("removing the lab network {}: {e}", self.name);
         }
     }
+}
+
+/// The far host's namespace of lab namespace `name`.
+pub fn far_name(name: &str) -> String {
+    format!("{name}-far")
 }
 
 /// `/run/netns/NAME`.
@@ -431,6 +578,9 @@ fn remove_stale(name: &str, path: &Path) -> Result<(), NetError> {
         "qpip-lab: removing network namespace {name}, left behind by a lab run that was killed"
     );
     // Its interfaces go with it: TAPs and bridges are deleted when their namespace is.
+    if ns_path(&far_name(name)).exists() {
+        ip(&["netns", "del", &far_name(name)]).map_err(NetError::Failed)?;
+    }
     ip(&["netns", "del", name]).map_err(NetError::Failed)?;
     Ok(())
 }

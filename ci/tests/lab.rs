@@ -128,6 +128,9 @@ kv env.addrs4 "$QPIP_HOST_ADDR4 $QPIP_DEV_ADDR4 $QPIP_NET_ADDR4"
 try ping4.virtio pings "198.18.0.$((200 + on))"
 try ping4.device pings "198.18.0.$((100 + on))"
 try ping4.host pings "$QPIP_HOST_ADDR4"
+# The far host, on a subnet behind the lab host: through the gateway, both families.
+try ping.far pings "$QPIP_FAR_ADDR"
+try ping4.far pings "$QPIP_FAR_ADDR4"
 lab-wait host-done 200; kv wait.host $?
 if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
 "#;
@@ -231,6 +234,8 @@ if [ "$me" = b ]; then kv udp "$(cat /lab/udp-got 2>/dev/null)"; fi
             "ping4.virtio",
             "ping4.device",
             "ping4.host",
+            "ping.far",
+            "ping4.far",
         ] {
             assert_eq!(
                 rep.get(key),

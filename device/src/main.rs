@@ -21,6 +21,7 @@ use qpip_device::engine::thread::EngineThread;
 use qpip_device::engine::{EngineConfig, DEFAULT_MAC};
 use qpip_device::function::FunctionConfig;
 use qpip_device::net::config::{Mtu, StaticNeighbor};
+use qpip_device::net::route::{Route, RouteTable, MAX_ROUTES};
 use qpip_device::net::tcp::MemoryPool;
 use qpip_device::sched::ControlSched;
 use qpip_device::vfio::{serve, serve_functions, FunctionSpec, ServeOptions};
@@ -111,6 +112,15 @@ struct Args {
     /// A static neighbour entry ADDR=MAC (repeatable).
     #[arg(long = "neighbor", value_name = "ADDR=MAC", requires = "net")]
     neighbors: Vec<StaticNeighbor>,
+
+    /// A route to destinations off the link, "PREFIX via GATEWAY" (repeatable, at most 32;
+    /// every function gets them): PREFIX is ADDR/PLEN or default (the gateway's family),
+    /// e.g. --route "default via fd51:5050::1" --route "198.18.1.0/24 via 198.18.0.254".
+    /// The gateway must be on-link (inside the prefix of one of the function's addresses,
+    /// or IPv6 link-local) when the route is used; on-link destinations never take a route.
+    /// The guest adds and deletes more (ADD_ROUTE, DEL_ROUTE); a reset brings these back.
+    #[arg(long = "route", value_name = "PREFIX via GATEWAY", requires = "net")]
+    routes: Vec<Route>,
 
     /// Multicast neighbour solicitations (one a second) before the device gives up
     /// resolving an on-link address and drops what waits for it (RFC 4861's
@@ -272,6 +282,10 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    if let Err(e) = check_routes(&args.routes) {
+        eprintln!("qpipd: {e}");
+        return ExitCode::from(2);
+    }
     if args.engine_threads.is_some() && args.functions.is_empty() {
         eprintln!("qpipd: --engine-threads is for an adapter of --function's (see qpipd --help)");
         return ExitCode::from(2);
@@ -323,6 +337,7 @@ fn core_config(
                 pcap: args.pcap.clone(),
                 impair: args.impair,
                 neighbors: args.neighbors.clone(),
+                routes: args.routes.clone(),
                 ndp_solicits: args.ndp_solicit,
             }),
             tcp_limits: TcpLimits {
@@ -533,6 +548,25 @@ impl std::str::FromStr for FunctionArg {
             trusted,
         })
     }
+}
+
+/// `--route`s fit one function's table: at most [`MAX_ROUTES`], no prefix twice.
+fn check_routes(routes: &[Route]) -> Result<(), String> {
+    if routes.len() > MAX_ROUTES {
+        return Err(format!(
+            "at most {MAX_ROUTES} --route's (the device's limit); {} given",
+            routes.len()
+        ));
+    }
+    let mut table = RouteTable::default();
+    for r in routes {
+        if table.add(*r).is_err() {
+            let prefix = r.to_string();
+            let prefix = prefix.split(" via ").next().unwrap_or_default();
+            return Err(format!("two --route's for {prefix}"));
+        }
+    }
+    Ok(())
 }
 
 /// Functions must differ in socket, MAC (the switch forwards by MAC) and addresses (each

@@ -54,6 +54,18 @@ fuzz_target!(|data: &[u8]| {
             assert!(!addr.is_multicast() && !addr.is_unspecified());
             assert!((1..=128).contains(&prefix_len));
         }
+        AdminRequest::AddRoute(r) => {
+            assert!(r.prefix_len <= 128, "route prefix accepted: {r:?}");
+            assert_eq!(
+                r.gateway.to_ipv4_mapped().is_some(),
+                r.is_ipv4(),
+                "a gateway of the other family accepted: {r:?}"
+            );
+            assert!(
+                !r.gateway.is_multicast() && !r.gateway.is_unspecified(),
+                "gateway accepted: {r:?}"
+            );
+        }
         AdminRequest::Listen { port, .. } => {
             assert_ne!(port, 0, "port 0 accepted for listen");
         }

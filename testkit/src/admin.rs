@@ -219,6 +219,26 @@ impl FakeGuest {
             .map(|_| ())
     }
 
+    /// ADD_ROUTE `dest/prefix_len` via `gateway` with `metric`.
+    pub fn add_route(
+        &mut self,
+        dest: [u8; 16],
+        prefix_len: u8,
+        gateway: [u8; 16],
+        metric: u32,
+    ) -> Result<(), u16> {
+        let a = route_args(dest, prefix_len, gateway, metric);
+        self.admin_result(cmd(ADMIN_OP_ADD_ROUTE, 0, 0, &a))
+            .map(|_| ())
+    }
+
+    /// DEL_ROUTE of the route `dest/prefix_len` with `metric`.
+    pub fn del_route(&mut self, dest: [u8; 16], prefix_len: u8, metric: u32) -> Result<(), u16> {
+        let a = route_args(dest, prefix_len, [0; 16], metric);
+        self.admin_result(cmd(ADMIN_OP_DEL_ROUTE, 0, 0, &a))
+            .map(|_| ())
+    }
+
     /// CREATE_CTX with a fresh page of guest RAM as its doorbell page.
     pub fn create_ctx(&mut self) -> Result<u32, u16> {
         let page = self.alloc_pages(1);

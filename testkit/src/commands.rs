@@ -157,3 +157,13 @@ pub fn check_admin_cqe(c: &AdminCqe, opcode: u16) {
         );
     }
 }
+
+/// The arguments of ADD_ROUTE and DEL_ROUTE.
+pub fn route_args(dest: [u8; 16], prefix_len: u8, gateway: [u8; 16], metric: u32) -> RouteArgs {
+    let mut a = RouteArgs::new_zeroed();
+    a.dest = dest;
+    a.prefix_len = prefix_len;
+    a.gateway = gateway;
+    a.metric = metric;
+    a
+}

@@ -39,7 +39,7 @@ impl Run<'_> {
                 "--net".into(),
                 format!("tap:{}", netns::device_tap(n)),
                 "--ip".into(),
-                format!("{}/64", netns::device_addr(n)),
+                format!("{}/{}", netns::device_addr(n), netns::PREFIX_LEN),
                 "--mac".into(),
                 netns::device_mac(n),
                 "--ndp-solicit".into(),
@@ -208,8 +208,9 @@ impl Run<'_> {
         );
         if w.net.is_some() {
             s.push_str(&format!(
-                " qpip_lab.addr={}/64 qpip_lab.mac={}",
+                " qpip_lab.addr={}/{} qpip_lab.mac={}",
                 netns::virtio_addr(w.n),
+                netns::PREFIX_LEN,
                 netns::virtio_mac(w.n)
             ));
             if w.n <= netns::MAX_GUESTS4 {

@@ -81,6 +81,13 @@ pub enum AdminRequest {
         buf: u64,
         len: u32,
     },
+    AddRoute(crate::net::route::Route),
+    /// The route with this destination, prefix length and metric.
+    DelRoute {
+        dest: Ipv6Addr,
+        prefix_len: u8,
+        metric: u32,
+    },
 }
 
 /// The transport a CREATE_QP asks for.
@@ -300,6 +307,25 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
             R::CreateTripwire(a)
         }
         ADMIN_OP_DESTROY_TRIPWIRE => R::DestroyTripwire,
+        ADMIN_OP_ADD_ROUTE | ADMIN_OP_DEL_ROUTE => {
+            let a: RouteArgs = args(cmd);
+            reserved(zero(&a.reserved0) && zero(&a.reserved))?;
+            let dest = Ipv6Addr::from(a.dest);
+            if cmd.opcode == ADMIN_OP_ADD_ROUTE {
+                // Its gateway's being on-link is checked when the route is used.
+                let gateway = Ipv6Addr::from(a.gateway);
+                crate::net::route::Route::new(dest, a.prefix_len, gateway, a.metric)
+                    .map(R::AddRoute)
+                    .map_err(|_| ADMIN_STATUS_BAD_PARAM)?
+            } else {
+                param(a.prefix_len <= 128)?;
+                R::DelRoute {
+                    dest,
+                    prefix_len: a.prefix_len,
+                    metric: a.metric,
+                }
+            }
+        }
         _ => return Err(ADMIN_STATUS_BAD_OPCODE),
     })
 }

@@ -14,6 +14,7 @@ use vm_memory::GuestMemoryMmap;
 use crate::backend::{self, ImpairSpec, NetSpec};
 use crate::net::config::{NetConfig, StaticNeighbor};
 use crate::net::interface::Interface;
+use crate::net::route::Route;
 use crate::net::stack::{Delivery, SendError, Stack, Upper};
 
 use super::udp::Datagram;
@@ -30,13 +31,15 @@ pub struct NetworkConfig {
     pub pcap: Option<PathBuf>,
     pub impair: Option<ImpairSpec>,
     pub neighbors: Vec<StaticNeighbor>,
+    /// Routes off the link (`--route`); the guest adds more (ADD_ROUTE).
+    pub routes: Vec<Route>,
     /// Multicast neighbour solicitations before an address counts as unreachable.
     pub ndp_solicits: u8,
 }
 
 impl NetworkConfig {
     /// The link `spec` with the defaults of `qpipd`'s options: MTU 1500, no capture, no
-    /// impairment, no static neighbours, RFC 4861's solicitations.
+    /// impairment, no static neighbours, no routes, RFC 4861's solicitations.
     pub fn new(spec: NetSpec) -> NetworkConfig {
         NetworkConfig {
             spec,
@@ -44,6 +47,7 @@ impl NetworkConfig {
             pcap: None,
             impair: None,
             neighbors: Vec::new(),
+            routes: Vec::new(),
             ndp_solicits: crate::net::neighbor::MAX_MULTICAST_SOLICIT,
         }
     }
@@ -70,6 +74,7 @@ impl Engine {
         let c = &mut self.net_start;
         c.mtu = cfg.mtu;
         c.neighbors = cfg.neighbors.clone();
+        c.routes = cfg.routes.clone();
         c.ndp_solicits = cfg.ndp_solicits;
         c.link = true;
         let stack = new_stack(&self.identity_now());
@@ -86,11 +91,12 @@ impl Engine {
         self.net = Interface::new(stack, link);
     }
 
-    /// The start configuration with the identity the device has now.
+    /// The start configuration with the identity (and routes) the device has now.
     fn identity_now(&self) -> NetConfig {
         let mut c = self.net_start.clone();
         c.mac = self.net.stack.mac();
         c.addrs = self.net.stack.addresses().to_vec();
+        c.routes = self.net.stack.routes().to_vec();
         c
     }
 
@@ -128,13 +134,14 @@ impl Engine {
         })
     }
 
-    /// After a reset: the identity the device started with.
+    /// After a reset: the identity (and routes) the device started with.
     pub(super) fn restore_identity(&mut self) {
         if self.net.stack.mac() != self.net_start.mac {
             self.net.stack = new_stack(&self.net_start);
         } else {
             let addrs = self.net_start.addrs.clone();
             self.net.stack.set_addresses(&addrs);
+            self.net.stack.set_routes(&self.net_start.routes);
         }
         // The identity configured for it, which no other function may have taken.
         if let Err(e) = self.net.claim_identity() {

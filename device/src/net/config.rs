@@ -21,6 +21,8 @@ pub struct NetConfig {
     pub mtu: usize,
     /// Static neighbour entries (`--neighbor`): never expire, never overridden by NDP.
     pub neighbors: Vec<StaticNeighbor>,
+    /// Routes to destinations off the link (`--route`).
+    pub routes: Vec<super::route::Route>,
     /// Seed for fragment identifiers and reachability jitter; None takes one from the
     /// clock (tests fix it).
     pub seed: Option<u64>,
@@ -40,6 +42,7 @@ impl NetConfig {
             addrs: Vec::new(),
             mtu: DEFAULT_MTU,
             neighbors: Vec::new(),
+            routes: Vec::new(),
             seed: None,
             ndp_solicits: super::neighbor::MAX_MULTICAST_SOLICIT,
             link: true,

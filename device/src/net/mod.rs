@@ -11,7 +11,8 @@
 //! - [`stack`] is the protocol state machine: addresses, neighbour discovery through
 //!   [`neighbor`] (NDP, and ARP for IPv4), ICMPv6 and ICMPv4 echo and errors, path MTU,
 //!   fragmentation and reassembly through [`frag`], UDP checksums. It is driven with frames
-//!   and a clock, and hands back frames.
+//!   and a clock, and hands back frames. A destination off the link goes to the gateway
+//!   its [`route`] table gives.
 //! - [`interface`] joins a stack to a [`crate::backend::Backend`] (TAP, cable, memory).
 //! - [`tcp`] is TCP (RFC 9293 and its extensions): connections, listeners and their table,
 //!   with its own wire format beside its state, driven by the engine beside the stack
@@ -33,6 +34,7 @@ pub mod gso;
 pub mod interface;
 pub mod iwarp;
 pub mod neighbor;
+pub mod route;
 pub mod stack;
 pub mod stats;
 pub mod tcp;
@@ -40,5 +42,6 @@ pub mod wire;
 
 pub use config::{Mtu, NetConfig, StaticNeighbor};
 pub use interface::Interface;
+pub use route::{Route, RouteError, RouteTable};
 pub use stack::{Delivery, SendError, Stack, UdpIn, Upper, MAX_UDP_PAYLOAD};
 pub use stats::{DropReason, NetStats};

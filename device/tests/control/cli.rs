@@ -107,6 +107,51 @@ fn tcp_retries_is_documented_and_bounded() {
 }
 
 #[test]
+fn routes_are_documented_and_bad_ones_refused_in_one_line() {
+    let (code, out, _) = qpipd(&["--help"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("--route <PREFIX via GATEWAY>"), "{out}");
+    let net = ["--socket", "/tmp/x.sock", "--net", "tap:qpip-none"];
+    let many: Vec<String> = (0..33)
+        .map(|i| format!("fd51:5050::{i:x}:0/112 via fd51:5050::1"))
+        .collect();
+    let mut too_many = net.to_vec();
+    for r in &many {
+        too_many.extend(["--route", r.as_str()]);
+    }
+    for (args, says) in [
+        (vec!["198.18.1.0/24"], "is not PREFIX via GATEWAY"),
+        (vec!["198.18.1.1/24 via 198.18.0.1"], "bits set beyond"),
+        (
+            vec!["198.18.1.0/24 via fd51:5050::1"],
+            "not of the destination's family",
+        ),
+        (vec!["default via nowhere"], "gateway 'nowhere'"),
+        (vec!["fd51::/129 via fd51:5050::1"], "not 0..128"),
+        (
+            vec!["default via fd51:5050::1", "::/0 via fd51:5050::2"],
+            "two --route's for ::/0",
+        ),
+    ] {
+        let mut a = net.to_vec();
+        for r in &args {
+            a.extend(["--route", r]);
+        }
+        let (code, _, err) = qpipd(&a);
+        assert_eq!(code, 2, "{args:?}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let (code, _, err) = qpipd(&too_many);
+    assert_eq!(code, 2);
+    assert!(err.contains("at most 32 --route's"), "{err}");
+    // Routes need a link.
+    let (code, _, err) = qpipd(&["--socket", "/tmp/x.sock", "--route", "default via fd51::1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--net"), "{err}");
+}
+
+#[test]
 fn functions_of_an_adapter_are_checked_with_one_line_each() {
     let f = |spec: &str| vec!["--function".to_string(), spec.to_string()];
     let cases: Vec<(Vec<String>, &str)> = vec![

@@ -18,8 +18,17 @@ struct Before {
     cq_rings: Vec<(Cq, Vec<u8>)>,
 }
 
+/// A route the driver adds before the reset.
+const ROUTE: &str = "2001:db8:1::";
+
 fn build_and_start_traffic(g: &mut FakeGuest, port: u16, listen_port: u16) -> Before {
+    g.add_route(ip(ROUTE), 48, ip("fe80::1"), 0).unwrap();
     g.set_mac([0x02, 0x99, 0x88, 0x77, 0x66, 0x55]).unwrap();
+    assert_admin_err(
+        g.add_route(ip(ROUTE), 48, ip("fe80::1"), 0),
+        ADMIN_STATUS_ADDR_IN_USE,
+        "the route outlives SET_MAC",
+    );
     g.add_addr(ip("2001:db8::9"), 64).unwrap();
     let c1 = g.create_ctx().unwrap();
     let c2 = g.create_ctx().unwrap();
@@ -118,6 +127,9 @@ fn check_clean_after_reset(
     );
     let s = g.query_stats().counters;
     assert_eq!(s[STAT_UDP_TX as usize], 0, "counters start again at reset");
+    g.add_route(ip(ROUTE), 48, ip("fe80::1"), 0)
+        .expect("the route added by the driver is dropped by reset");
+    g.del_route(ip(ROUTE), 48, 0).unwrap();
 
     // From scratch: the old ports are free, the added address is gone, traffic flows.
     let mut a = g.udp_endpoint_in(ctx, UNSPECIFIED, 0, 16, 32, 2048);

@@ -141,3 +141,87 @@ fn a_destination_off_link_has_no_route() {
     drop(a);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A's destination lies outside its prefix, behind a gateway on the link: B, which holds
+/// the far address besides its on-link one (a host route on a router would do the same).
+/// A's route sends the datagram to B's MAC, resolved for the gateway; without the route
+/// (deleted), no route again. Both families.
+#[test]
+fn a_destination_off_link_is_reached_through_its_routes_gateway() {
+    for (name, [a_addr, gw, far], [dest, plen], mac) in [
+        (
+            "route6",
+            ["fd51:5050::1:1", "fd51:5050::1:2", "2001:db8::9"],
+            ["2001:db8::", "32"],
+            0xb1,
+        ),
+        (
+            "route4",
+            ["198.18.0.1", "198.18.0.2", "198.18.1.9"],
+            ["198.18.1.0", "120"],
+            0xb4,
+        ),
+    ] {
+        let plen: u8 = plen.parse().unwrap();
+        let dir = std::env::temp_dir().join(format!("qpip-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cable = dir.join("cable");
+        let mut a = device([0x02, 0, 0, 0, 0, mac], a_addr, &cable);
+        let mut b = device([0x02, 0, 0, 0, 0, mac + 1], gw, &cable);
+        b.add_addr(ip(far), 128).unwrap();
+        let ca = a.create_ctx().unwrap();
+        let cb = b.create_ctx().unwrap();
+        let mut ua = a.udp_endpoint_in(ca, UNSPECIFIED, 7004, 16, 32, 4096);
+        let mut ub = b.udp_endpoint_in(cb, ip(far), 7005, 16, 32, 4096);
+
+        a.post_send(&mut ua.qp, &[inline_wqe(1, ip(far), ub.port, b"x")]);
+        assert_cqe(
+            &a.wait_cqe(&mut ua.scq),
+            CQE_STATUS_BAD_DEST,
+            CQE_DETAIL_NO_ROUTE,
+            &format!("{name}: before the route"),
+        );
+        // A gateway off the link is passed over.
+        a.add_route(ip(dest), plen, ip(far), 5).unwrap();
+        a.post_send(&mut ua.qp, &[inline_wqe(2, ip(far), ub.port, b"x")]);
+        assert_cqe(
+            &a.wait_cqe(&mut ua.scq),
+            CQE_STATUS_BAD_DEST,
+            CQE_DETAIL_NO_ROUTE,
+            &format!("{name}: a gateway off the link"),
+        );
+        a.add_route(ip(dest), plen, ip(gw), 0).unwrap();
+        for (i, wr_id) in [3u64, 4].into_iter().enumerate() {
+            b.post_recv(
+                &mut ub.qp,
+                &[recv_wqe(wr_id, &[ub.buf.sge(0, 4096, ub.mr.lkey)])],
+            );
+            let msg = format!("through the gateway {i}");
+            a.post_send(
+                &mut ua.qp,
+                &[inline_wqe(wr_id, ip(far), ub.port, msg.as_bytes())],
+            );
+            assert_cqe(
+                &a.wait_cqe(&mut ua.scq),
+                CQE_STATUS_SUCCESS,
+                0,
+                &format!("{name}: send"),
+            );
+            let rc = b.try_wait_cqe(&mut ub.rcq, Duration::from_secs(10));
+            let rc = rc.unwrap_or_else(|| panic!("{name}: nothing arrived at {far}"));
+            assert_eq!(rc.byte_len as usize, msg.len(), "{name}");
+            assert_eq!(rc.src_addr, ip(a_addr), "{name}: the source is A's address");
+            assert_eq!(b.buf_read(&ub.buf, 0, msg.len()), msg.as_bytes());
+        }
+        a.del_route(ip(dest), plen, 0).unwrap();
+        a.post_send(&mut ua.qp, &[inline_wqe(5, ip(far), ub.port, b"x")]);
+        assert_cqe(
+            &a.wait_cqe(&mut ua.scq),
+            CQE_STATUS_BAD_DEST,
+            CQE_DETAIL_NO_ROUTE,
+            &format!("{name}: after DEL_ROUTE"),
+        );
+        drop((a, b));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

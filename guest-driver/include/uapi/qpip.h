@@ -739,7 +739,8 @@ struct qpip_close {
 struct qpip_query_stats {
   __u32 size;
   /*
-   Out: counters written ([`crate::admin::STATS_COUNT`]).
+   Out: counters written (64: the device's first; the raw QP's, from
+   `crate::admin::STAT_RAW_TX_FRAMES` on, are the netdev's, read with `ethtool -S`).
    */
   __u32 count;
   /*

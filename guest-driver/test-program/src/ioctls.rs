@@ -507,8 +507,7 @@ fn check_connect_and_close(c: &mut Checks, ctx: &Ctx, tcp: &Qp, udp: &Qp) {
     );
 }
 
-/// QUERY_STATS: every counter the uapi holds (the device's first ones), the admin commands
-/// made so far counted.
+/// QUERY_STATS: every counter, the admin commands made so far counted.
 fn check_counters(c: &mut Checks, ctx: &Ctx) {
     c.check(
         "stats",

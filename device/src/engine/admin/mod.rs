@@ -6,6 +6,7 @@ mod query;
 mod regions;
 mod resources;
 mod ring;
+mod routes;
 
 use regions::Registration;
 use ring::{AdminRing, Fetched};
@@ -254,6 +255,12 @@ impl Engine {
             R::SetMac(mac) => self.set_mac(mac).map(|()| (0, 0, 0)),
             R::AddAddr { addr, prefix_len } => self.add_addr(addr, prefix_len),
             R::DelAddr(addr) => self.del_addr(addr),
+            R::AddRoute(r) => self.add_route(r),
+            R::DelRoute {
+                dest,
+                prefix_len,
+                metric,
+            } => self.del_route(dest, prefix_len, metric),
             R::CreateCtx { page, flags } => self.create_ctx(mem, page, flags),
             R::DestroyCtx => self.destroy_ctx(mem, ctx),
             R::CreateCq {

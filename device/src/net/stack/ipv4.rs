@@ -38,21 +38,16 @@ impl Stack {
     // ---- routing ----------------------------------------------------------------------
 
     /// [`Stack::route`] for an IPv4 destination that is not the device's own: on-link
-    /// inside the prefix of an IPv4 address of the device, or a static neighbour, and the
-    /// device needs an IPv4 address to send from. Broadcasts and multicast are not sent.
-    pub(super) fn route_ipv4(&self, dst: &Ipv6Addr) -> Result<(), SendError> {
+    /// inside the prefix of an IPv4 address of the device, or a static neighbour (the
+    /// device needs an IPv4 address to send from), else through the gateway of a route.
+    /// Broadcasts and multicast are not sent.
+    pub(super) fn route_ipv4(&self, dst: &Ipv6Addr) -> Result<Ipv6Addr, SendError> {
         let v4 = wire::ipv4_of(dst).expect("an IPv4 destination");
         if v4.is_unspecified() || v4.is_broadcast() || v4.is_multicast() || self.is_broadcast4(dst)
         {
             return Err(SendError::BadDestination);
         }
-        let own = || self.addrs.iter().filter(|(a, _)| wire::is_ipv4(a));
-        if own().any(|(a, plen)| wire::in_prefix(dst, a, *plen))
-            || own().next().is_some() && self.static_neighbors.contains(dst)
-        {
-            return Ok(());
-        }
-        Err(SendError::NoRoute)
+        self.next_hop(dst)
     }
 
     /// Whether `a` is a broadcast address on the link: 255.255.255.255, or the directed
@@ -84,7 +79,7 @@ impl Stack {
         now: Instant,
     ) -> Result<(), SendError> {
         let _stage = crate::stages::span(crate::stages::Stage::BuildHeaders);
-        self.route(&dst)?;
+        let hop = self.route(&dst)?;
         if !wire::is_ipv4(&src) {
             return Err(SendError::BadSource);
         }
@@ -101,7 +96,7 @@ impl Stack {
         if IPV4_LEN + upper.len() <= mtu {
             let f = Ipv4Fields::whole(protocol, ttl, self.next_ipv4_id(), df);
             let frame = wire::ipv4_packet(&src, &dst, &f, upper);
-            self.output(dst, frame, now);
+            self.output(hop, frame, now);
             return Ok(());
         }
         // Too big for the path (a TCP segment built before the path shrank, or a large
@@ -119,7 +114,7 @@ impl Stack {
                 more,
             };
             let frame = wire::ipv4_packet(&src, &dst, &f, data);
-            self.output(dst, frame, now);
+            self.output(hop, frame, now);
             n += 1;
         }
         self.stats.fragmented_tx += 1;

@@ -13,10 +13,15 @@
 //! [`Stack::poll`] and [`Stack::next_deadline`], and every frame it wants on the wire is
 //! taken with [`Stack::pop_tx`]. It never blocks and never reads a clock: `now` is given.
 //!
-//! Routing is on-link only: a destination is reachable if it is link-local, inside the
-//! prefix of a configured address of its family, or has a static neighbour entry (an IPv4
-//! destination also needs an IPv4 address of the device to send from). There is no default
-//! router (the device ignores router advertisements); other destinations are refused with
+//! Routing: a destination is on-link if it is link-local, inside the prefix of a
+//! configured address of its family, or has a static neighbour entry (an IPv4 destination
+//! also needs an IPv4 address of the device to send from); it is then its own next hop.
+//! Any other goes to the gateway of the best route of the function's [`RouteTable`]
+//! (longest prefix, then lowest metric) whose gateway is on-link now; link-local
+//! destinations of either family never take a route. The neighbour cache resolves and
+//! holds next hops, so every destination behind one gateway shares its entry; path MTUs
+//! stay per destination. The device learns no routes by itself (it ignores router
+//! advertisements and redirects); a destination without a route is refused with
 //! [`SendError::NoRoute`]. Packets to the device's own addresses (and `::1`) take the
 //! loopback: they wait in the stack ([`Stack::pop_loopback`]) and come back up through
 //! [`Stack::receive_looped`] as if received, so the layers above have one path for both.
@@ -35,6 +40,7 @@ use super::config::{NetConfig, MIN_MTU};
 use super::frag::{self, Outcome, Reassembler};
 use super::gso;
 use super::neighbor::{self, Action, NeighborCache};
+use super::route::{Route, RouteError, RouteTable};
 use super::stats::{DropReason, NetStats};
 use super::wire::{self, icmp, proto, Mac, IPV6_LEN};
 
@@ -66,7 +72,8 @@ pub const MAX_TX_QUEUE: usize = 8192;
 /// Why a datagram could not be sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendError {
-    /// The destination is not on-link (see the module documentation).
+    /// The destination is not on-link and no route leads to it (see the module
+    /// documentation).
     NoRoute,
     /// Unspecified, or a multicast group beyond link-local scope.
     BadDestination,
@@ -79,7 +86,7 @@ pub enum SendError {
 impl fmt::Display for SendError {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str(match self {
-            SendError::NoRoute => "no route to the destination (on-link only)",
+            SendError::NoRoute => "no route to the destination",
             SendError::BadDestination => "not a destination address",
             SendError::BadSource => "the source is not one of the device's addresses",
             SendError::TooBig => "datagram larger than 65527 bytes",
@@ -198,6 +205,7 @@ pub struct Stack {
     neighbors: NeighborCache,
     /// Static neighbours are on-link whatever their address.
     static_neighbors: Vec<Ipv6Addr>,
+    routes: RouteTable,
     pmtu: HashMap<Ipv6Addr, (usize, Instant)>,
     /// Path MTUs changed since [`Stack::take_path_mtu_changes`] (one entry a destination):
     /// lowered by a packet too big, or back to the link's when that news expired.
@@ -243,6 +251,8 @@ impl Stack {
         for n in &config.neighbors {
             neighbors.add_static(n.addr, n.mac, now);
         }
+        let mut routes = RouteTable::default();
+        routes.set(&config.routes);
         let mut s = Stack {
             mac: config.mac,
             link_local: wire::link_local(&config.mac),
@@ -250,6 +260,7 @@ impl Stack {
             mtu: config.mtu.clamp(MIN_MTU, super::config::MAX_MTU),
             neighbors,
             static_neighbors: config.neighbors.iter().map(|n| n.addr).collect(),
+            routes,
             pmtu: HashMap::new(),
             pmtu_changes: Vec::new(),
             reasm: Reassembler::new(),
@@ -330,6 +341,32 @@ impl Stack {
         }
     }
 
+    /// The routes to destinations off the link.
+    pub fn routes(&self) -> &[Route] {
+        self.routes.routes()
+    }
+
+    /// Adds a route (see [`RouteTable::add`]). Its gateway need not be on-link yet: the
+    /// route is used while it is.
+    pub fn add_route(&mut self, r: Route) -> Result<(), RouteError> {
+        self.routes.add(r)
+    }
+
+    /// Removes the route with this destination, prefix length and metric.
+    pub fn remove_route(
+        &mut self,
+        dest: &Ipv6Addr,
+        prefix_len: u8,
+        metric: u32,
+    ) -> Result<Route, RouteError> {
+        self.routes.remove(dest, prefix_len, metric)
+    }
+
+    /// Makes the routes exactly `routes` (after a reset).
+    pub fn set_routes(&mut self, routes: &[Route]) {
+        self.routes.set(routes);
+    }
+
     /// Whether `a` is one of the device's own unicast addresses (or loopback: `::1`,
     /// IPv4's 127.0.0.0/8).
     pub fn is_local(&self, a: &Ipv6Addr) -> bool {
@@ -375,11 +412,12 @@ impl Stack {
 
     // ---- routing ----------------------------------------------------------------------
 
-    /// Checks that `dst` can be sent to: the device itself (loopback), or on-link (see the
-    /// module documentation).
-    pub fn route(&self, dst: &Ipv6Addr) -> Result<(), SendError> {
+    /// The next hop toward `dst`: `dst` itself when it is the device (loopback), a
+    /// multicast group or on-link; else the gateway of its route (see the module
+    /// documentation).
+    pub fn route(&self, dst: &Ipv6Addr) -> Result<Ipv6Addr, SendError> {
         if self.is_local(dst) {
-            return Ok(());
+            return Ok(*dst);
         }
         if dst.is_unspecified() {
             return Err(SendError::BadDestination);
@@ -393,26 +431,42 @@ impl Stack {
         if dst.is_multicast() {
             // Link-local scope only: nothing routes further for us.
             return match dst.segments()[0] & 0x000f {
-                1 | 2 => Ok(()),
+                1 | 2 => Ok(*dst),
                 _ => Err(SendError::BadDestination),
             };
         }
-        if wire::is_link_local(dst)
-            || self
-                .addrs
-                .iter()
-                .any(|(a, plen)| !wire::is_ipv4(a) && wire::in_prefix(dst, a, *plen))
-            || self.static_neighbors.contains(dst)
-        {
-            return Ok(());
+        self.next_hop(dst)
+    }
+
+    /// The next hop toward a unicast `dst` on the link or beyond it.
+    fn next_hop(&self, dst: &Ipv6Addr) -> Result<Ipv6Addr, SendError> {
+        if self.on_link(dst) {
+            return Ok(*dst);
         }
-        Err(SendError::NoRoute)
+        if wire::is_link_local(dst) || wire::ipv4_of(dst).is_some_and(|v4| v4.is_link_local()) {
+            return Err(SendError::NoRoute);
+        }
+        self.routes
+            .lookup(dst, |gw| self.on_link(gw))
+            .ok_or(SendError::NoRoute)
+    }
+
+    /// Whether `a` is on the link: an IPv6 link-local address, inside the prefix of one of
+    /// the device's addresses of its family, or a static neighbour (an IPv4 one only when
+    /// the device has an IPv4 address to send from).
+    fn on_link(&self, a: &Ipv6Addr) -> bool {
+        let v4 = wire::is_ipv4(a);
+        let own = || self.addrs.iter().filter(|(x, _)| wire::is_ipv4(x) == v4);
+        !v4 && wire::is_link_local(a)
+            || own().any(|(x, plen)| wire::in_prefix(a, x, *plen))
+            || self.static_neighbors.contains(a) && (!v4 || own().next().is_some())
     }
 
     /// The source address for packets to `dst` (RFC 6724, reduced to what an on-link host
     /// needs): `dst` itself when it is the device's own (rule 1, same address), link-local
     /// for link-local and multicast destinations, otherwise a configured address whose
-    /// prefix holds `dst` (the longest), else the first configured address.
+    /// prefix holds `dst` (the longest), else one whose prefix holds the gateway of `dst`'s
+    /// route, else the first configured address.
     /// An IPv4 destination gets an IPv4 source (the link-local address when the device has
     /// none, which [`Stack::route`] refuses anyway).
     pub fn select_source(&self, dst: &Ipv6Addr) -> Ipv6Addr {
@@ -424,9 +478,16 @@ impl Stack {
         }
         let v4 = wire::is_ipv4(dst);
         let family = || self.addrs.iter().filter(|(a, _)| wire::is_ipv4(a) == v4);
-        family()
-            .filter(|(a, plen)| wire::in_prefix(dst, a, *plen))
-            .max_by_key(|(_, plen)| *plen)
+        let holding = |x: &Ipv6Addr| {
+            family()
+                .filter(|(a, plen)| wire::in_prefix(x, a, *plen))
+                .max_by_key(|(_, plen)| *plen)
+        };
+        holding(dst)
+            .or_else(|| {
+                let gw = self.routes.lookup(dst, |g| self.on_link(g))?;
+                holding(&gw)
+            })
             .or(family().next())
             .map(|(a, _)| *a)
             .unwrap_or(self.link_local)
@@ -516,7 +577,7 @@ impl Stack {
             return self.send_ipv4(src, dst, next_header, hop_limit, upper, now);
         }
         let _stage = crate::stages::span(crate::stages::Stage::BuildHeaders);
-        self.route(&dst)?;
+        let hop = self.route(&dst)?;
         if upper.len() > u16::MAX as usize {
             return Err(SendError::TooBig);
         }
@@ -527,7 +588,7 @@ impl Stack {
         let mtu = self.path_mtu(&dst, now);
         if IPV6_LEN + upper.len() <= mtu {
             let frame = wire::ipv6_packet(&src, &dst, next_header, hop_limit, upper);
-            self.output(dst, frame, now);
+            self.output(hop, frame, now);
             return Ok(());
         }
         // Too big for the path: fragment at the source (RFC 8200 §4.5). Identifiers are
@@ -537,7 +598,7 @@ impl Stack {
         for (offset, more, data) in frag::split(upper, mtu, IPV6_LEN + wire::FRAG_LEN) {
             let frame =
                 wire::ipv6_fragment(&src, &dst, next_header, hop_limit, id, offset, more, data);
-            self.output(dst, frame, now);
+            self.output(hop, frame, now);
             n += 1;
         }
         self.stats.fragmented_tx += 1;
@@ -574,11 +635,11 @@ impl Stack {
         }
         let mss = mss as u16;
         let _stage = crate::stages::span(crate::stages::Stage::BuildHeaders);
-        self.route(&dst)?;
+        let hop = self.route(&dst)?;
         if segment.len() > u16::MAX as usize {
             return Err(SendError::TooBig);
         }
-        let mac = match self.neighbors.get(&dst) {
+        let mac = match self.neighbors.get(&hop) {
             Some((
                 neighbor::State::Reachable
                 | neighbor::State::Static
@@ -614,14 +675,15 @@ impl Stack {
         Ok(())
     }
 
-    /// Puts a frame (Ethernet header still blank) on its way to on-link `dst`.
-    fn output(&mut self, dst: Ipv6Addr, mut frame: Vec<u8>, now: Instant) {
-        if dst.is_multicast() {
-            wire::write_ethernet(&mut frame, &wire::multicast_mac(&dst), &self.mac);
+    /// Puts a frame (Ethernet header still blank) on its way to `hop`, the next hop
+    /// [`Stack::route`] chose (a multicast group, or a neighbour to resolve).
+    fn output(&mut self, hop: Ipv6Addr, mut frame: Vec<u8>, now: Instant) {
+        if hop.is_multicast() {
+            wire::write_ethernet(&mut frame, &wire::multicast_mac(&hop), &self.mac);
             self.push_tx(frame);
             return;
         }
-        self.neighbors.resolve(dst, frame, now, &mut self.actions);
+        self.neighbors.resolve(hop, frame, now, &mut self.actions);
         self.run_actions();
     }
 

@@ -166,3 +166,77 @@ fn ipv4_addresses_are_added_in_their_mapped_form() {
     g.del_addr(ip("198.18.0.2")).unwrap();
     assert_eq!(g.list_addrs().len(), 2);
 }
+
+#[test]
+fn routes_are_added_and_deleted_within_the_limit() {
+    let mut g = FakeGuest::new();
+    let gw6 = ip("fd51:5050::1");
+    let gw4 = ip("198.18.0.254");
+    // The default routes of both families, and a narrower one.
+    g.add_route(UNSPECIFIED, 0, gw6, 0).unwrap();
+    g.add_route(ip("::ffff:0.0.0.0"), 96, gw4, 0).unwrap();
+    g.add_route(ip("198.18.1.0"), 120, gw4, 0).unwrap();
+    // The gateway need not be on-link yet (the device has no address here): that is
+    // checked when the route is used.
+    g.add_route(ip("fd51:5050:0:0:1::"), 80, ip("fe80::1"), 0)
+        .unwrap();
+    for (dest, plen, gw, what) in [
+        (ip("198.18.1.1"), 120, gw4, "bits beyond the prefix"),
+        (ip("fd51:5050::"), 129, gw6, "prefix length 129"),
+        (ip("198.18.1.0"), 120, gw6, "an IPv6 gateway for IPv4"),
+        (UNSPECIFIED, 0, gw4, "an IPv4 gateway for IPv6"),
+        (UNSPECIFIED, 0, UNSPECIFIED, "no gateway"),
+        (UNSPECIFIED, 0, ip("ff02::1"), "a multicast gateway"),
+        (
+            ip("198.18.1.0"),
+            120,
+            ip("255.255.255.255"),
+            "a broadcast gateway",
+        ),
+    ] {
+        assert_admin_err(
+            g.add_route(dest, plen, gw, 0),
+            ADMIN_STATUS_BAD_PARAM,
+            &format!("ADD_ROUTE with {what}"),
+        );
+    }
+    // A route is named by its prefix and metric: the same again is refused, whatever its
+    // gateway; another metric is another route.
+    assert_admin_err(
+        g.add_route(ip("198.18.1.0"), 120, ip("198.18.0.253"), 0),
+        ADMIN_STATUS_ADDR_IN_USE,
+        "ADD_ROUTE twice",
+    );
+    g.add_route(ip("198.18.1.0"), 120, ip("198.18.0.253"), 10)
+        .unwrap();
+    // A reserved byte set.
+    let mut a = route_args(ip("198.18.2.0"), 120, gw4, 0);
+    a.reserved0[1] = 1;
+    assert_admin_err(
+        g.admin_result(cmd(ADMIN_OP_ADD_ROUTE, 0, 0, &a)),
+        ADMIN_STATUS_BAD_OPCODE,
+        "ADD_ROUTE with a reserved byte set",
+    );
+    for i in 5..MAX_ROUTES {
+        g.add_route(ip(&format!("fd51:5050::{:x}:0", i)), 112, gw6, 0)
+            .unwrap_or_else(|s| panic!("ADD_ROUTE #{i}: {}", admin_status_name(s)));
+    }
+    assert_admin_err(
+        g.add_route(ip("fd51:5050::ff:0"), 112, gw6, 0),
+        ADMIN_STATUS_NO_RESOURCES,
+        "ADD_ROUTE beyond MAX_ROUTES",
+    );
+    g.del_route(ip("198.18.1.0"), 120, 0).unwrap();
+    assert_admin_err(
+        g.del_route(ip("198.18.1.0"), 120, 0),
+        ADMIN_STATUS_BAD_HANDLE,
+        "DEL_ROUTE of a deleted route",
+    );
+    assert_admin_err(
+        g.del_route(ip("198.18.1.0"), 112, 10),
+        ADMIN_STATUS_BAD_HANDLE,
+        "DEL_ROUTE with another prefix length",
+    );
+    g.add_route(ip("fd51:5050::ff:0"), 112, gw6, 0)
+        .expect("room again after DEL_ROUTE");
+}
