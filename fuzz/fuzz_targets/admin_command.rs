@@ -6,7 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 use qpip_abi::admin::*;
 use qpip_abi::pci::MSIX_VECTORS;
-use qpip_device::engine::decode::{self, AdminRequest};
+use qpip_device::engine::decode::{self, AdminRequest, QpType};
 use zerocopy::FromBytes;
 
 fuzz_target!(|data: &[u8]| {
@@ -38,10 +38,12 @@ fuzz_target!(|data: &[u8]| {
                 pow2(q.sq_depth) && pow2(q.rq_depth),
                 "QP depths accepted: {q:?}"
             );
+            let tcp_framings = [FRAMING_MESSAGE, FRAMING_STREAM, FRAMING_IWARP];
             assert!(
-                (!q.tcp && q.framing == 0)
-                    || (q.tcp
-                        && [FRAMING_MESSAGE, FRAMING_STREAM, FRAMING_IWARP].contains(&q.framing)),
+                match q.kind {
+                    QpType::Udp | QpType::RawEth => q.framing == 0,
+                    QpType::Tcp => tcp_framings.contains(&q.framing),
+                },
                 "QP type/framing accepted: {q:?}"
             );
         }
@@ -72,9 +74,15 @@ fuzz_target!(|data: &[u8]| {
             check_iwarp(&iwarp);
         }
         AdminRequest::Accept { iwarp, .. } => check_iwarp(&iwarp),
-        AdminRequest::CreateCtx(page) => {
+        AdminRequest::CreateCtx { page, flags } => {
             let a = CreateCtxArgs::read_from_prefix(&cmd.body[..]).unwrap().0;
             assert_eq!(page, a.doorbell_page, "the doorbell page is the command's");
+            assert_eq!(flags, a.flags, "the flags are the command's");
+            assert_eq!(
+                flags & !CTX_FLAG_KERNEL,
+                0,
+                "unknown CREATE_CTX flags accepted"
+            );
             assert_eq!(a.reserved, [0; 36], "reserved CREATE_CTX bytes accepted");
         }
         _ => {}

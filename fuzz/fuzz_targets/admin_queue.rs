@@ -440,8 +440,10 @@ impl Harness {
     fn check_create_ctx(&self, cmd: &AdminCmd, c: &AdminCqe) {
         let a = CreateCtxArgs::read_from_prefix(&cmd.body[..]).unwrap().0;
         let page = a.doorbell_page;
-        let expected: &[u16] = if cmd.flags != 0 || a.reserved != [0; 40] {
+        let expected: &[u16] = if cmd.flags != 0 || a.reserved != [0; 36] {
             &[ADMIN_STATUS_BAD_OPCODE]
+        } else if a.flags & !CTX_FLAG_KERNEL != 0 {
+            &[ADMIN_STATUS_BAD_PARAM]
         } else {
             let good = page & (PAGE - 1) == 0
                 && self.fx.in_ram(page, PAGE)

@@ -105,6 +105,21 @@ impl SyncGuest {
         panic!("admin command {:#x} did not complete", c.opcode);
     }
 
+    /// Runs a command that completes at once and may fail: its completion, whatever its
+    /// status.
+    pub fn admin_any(&mut self, c: AdminCmd) -> AdminCqe {
+        let id = self.submit(c);
+        for _ in 0..1000 {
+            self.poll();
+            if let Some(c) = self.admin.take(&self.e.ram) {
+                self.e.control(Control::AdminCqHead(self.admin.head));
+                assert_eq!(c.cmd_id, id, "admin completion out of order: {c:?}");
+                return c;
+            }
+        }
+        panic!("admin command {:#x} did not complete", c.opcode);
+    }
+
     // ---- objects --------------------------------------------------------------------------
 
     /// CREATE_CTX with a fresh page of guest RAM as the context's doorbell page.
@@ -113,6 +128,60 @@ impl SyncGuest {
         let ctx = self.admin(create_ctx_cmd(page)).result0 as u32;
         self.db_pages[ctx as usize] = page;
         ctx
+    }
+
+    /// CREATE_CTX with `flags` (`CTX_FLAG_*`): the context, or the admin status.
+    pub fn create_ctx_flags(&mut self, flags: u32) -> Result<u32, u16> {
+        let page = self.e.ram.alloc_pages(1);
+        let mut a = CreateCtxArgs::new_zeroed();
+        a.doorbell_page = page;
+        a.flags = flags;
+        let c = self.admin_any(cmd(ADMIN_OP_CREATE_CTX, 0, 0, &a));
+        if c.status != ADMIN_STATUS_OK {
+            return Err(c.status);
+        }
+        let ctx = c.result0 as u32;
+        self.db_pages[ctx as usize] = page;
+        Ok(ctx)
+    }
+
+    /// CREATE_QP as [`SyncGuest::create_qp`], its status kept: the QP, or the admin status.
+    pub fn try_create_qp(
+        &mut self,
+        ctx: u32,
+        cqs: (u32, u32),
+        depth: u32,
+        types: (u8, u8),
+    ) -> Result<Qp, u16> {
+        let (c, plan) = PlannedQp::new(&mut self.e.ram, ctx, cqs, depth, types);
+        let c = self.admin_any(c);
+        if c.status != ADMIN_STATUS_OK {
+            return Err(c.status);
+        }
+        Ok(plan.created((c.result0, c.result1)))
+    }
+
+    /// Device counter `which` (`STAT_*`), through QUERY_STATS.
+    pub fn stat(&mut self, which: u32) -> u64 {
+        let page = self.e.ram.alloc_pages(1);
+        let c = self.admin(query_cmd(ADMIN_OP_QUERY_STATS, page, 4096));
+        assert_eq!(c.status, ADMIN_STATUS_OK, "QUERY_STATS");
+        let at = page + which as u64 * 8;
+        u64::from_le_bytes(self.slice(at, 8).try_into().expect("8 bytes"))
+    }
+
+    /// Writes `wqes` into `qp`'s send ring (`send`) or receive ring and rings once.
+    pub fn post_wqes(&mut self, qp: &mut Qp, send: bool, wqes: &[WqeBytes]) {
+        for w in wqes {
+            let at = if send { qp.push_sq() } else { qp.push_rq() };
+            self.write(at, w);
+        }
+        let (off, tail) = if send {
+            (qp_sq_tail(qp.slot), qp.sq_tail)
+        } else {
+            (qp_rq_tail(qp.slot), qp.rq_tail)
+        };
+        self.ring(qp.ctx, off, tail);
     }
 
     /// Runs a command that completes at once: its (result0, result1).

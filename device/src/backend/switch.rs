@@ -11,7 +11,7 @@
 //! [`PortOptions::trusted`] sends only as itself: a frame whose source MAC is not its
 //! identity's, an IPv6 frame whose source address is none of its addresses (nor `::`,
 //! which duplicate address detection uses), an IPv4 frame whose source address is none of
-//! its IPv4 addresses, or an ARP message whose sender is not its MAC and one of its IPv4
+//! its IPv4 addresses (nor 0.0.0.0 in a DHCP client's datagram), or an ARP message whose sender is not its MAC and one of its IPv4
 //! addresses (or 0.0.0.0, an address probe), is dropped and counted
 //! ([`PortStats::spoofed`]); it needs no learning (its one address is pinned). Frames of
 //! other EtherTypes are checked by MAC only. A trusted port (a function that bridges others behind it) sends as anyone,
@@ -64,7 +64,7 @@ use super::{Backend, IdentityTaken, MAX_FRAME};
 
 mod identity;
 
-pub use identity::{Identity, PortOptions};
+pub use identity::{sent_as, Identity, PortOptions};
 
 /// Frames a port's receive queue holds; beyond, frames for it are dropped.
 pub const PORT_QUEUE: usize = 1024;

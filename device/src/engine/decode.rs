@@ -35,7 +35,11 @@ pub enum AdminRequest {
     },
     DelAddr(Ipv6Addr),
     /// The guest-physical address of the context's doorbell page.
-    CreateCtx(u64),
+    /// The doorbell page and the `CTX_FLAG_*` bits.
+    CreateCtx {
+        page: u64,
+        flags: u32,
+    },
     DestroyCtx,
     CreateCq {
         page_list: u64,
@@ -86,9 +90,19 @@ pub enum AdminRequest {
     },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The transport a CREATE_QP asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpType {
+    Udp,
+    Tcp,
+    /// `QP_TYPE_RAW_ETH` (kernel contexts only: the engine checks).
+    RawEth,
+}
+
+/// A CREATE_QP's arguments, checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpRequest {
-    pub tcp: bool,
+    pub kind: QpType,
     pub framing: u8,
     pub send_cq: u32,
     pub recv_cq: u32,
@@ -185,7 +199,11 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
         ADMIN_OP_CREATE_CTX => {
             let a: CreateCtxArgs = args(cmd);
             reserved(zero(&a.reserved))?;
-            R::CreateCtx(a.doorbell_page)
+            param(a.flags & !CTX_FLAG_KERNEL == 0)?;
+            R::CreateCtx {
+                page: a.doorbell_page,
+                flags: a.flags,
+            }
         }
         ADMIN_OP_DESTROY_CTX => R::DestroyCtx,
         ADMIN_OP_CREATE_CQ => {
@@ -208,13 +226,14 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
                 valid_depth(a.sq_depth, MAX_QUEUE_DEPTH)
                     && valid_depth(a.rq_depth, MAX_QUEUE_DEPTH),
             )?;
-            let tcp = match (a.qp_type, a.framing) {
-                (QP_TYPE_UDP, 0) => false,
-                (QP_TYPE_TCP, FRAMING_MESSAGE | FRAMING_STREAM | FRAMING_IWARP) => true,
+            let kind = match (a.qp_type, a.framing) {
+                (QP_TYPE_UDP, 0) => QpType::Udp,
+                (QP_TYPE_TCP, FRAMING_MESSAGE | FRAMING_STREAM | FRAMING_IWARP) => QpType::Tcp,
+                (QP_TYPE_RAW_ETH, 0) => QpType::RawEth,
                 _ => return Err(ADMIN_STATUS_BAD_PARAM),
             };
             R::CreateQp(QpRequest {
-                tcp,
+                kind,
                 framing: a.framing,
                 send_cq: a.send_cq,
                 recv_cq: a.recv_cq,
@@ -468,6 +487,63 @@ pub fn send_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<SendWr, WqeError> {
         dest_addr: Ipv6Addr::from(h.dest_addr),
         dest_port: h.dest_port,
         payload,
+    })
+}
+
+/// A validated send WQE of a raw Ethernet QP: a frame (inline or gathered) and its
+/// offloads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawSendWr {
+    pub wr_id: u64,
+    /// `WQE_FLAG_CSUM`: fill in the checksum at `offload.csum_start + csum_offset`.
+    pub csum: bool,
+    /// `WQE_FLAG_TSO`: cut the TCP super-segment into segments of `offload.mss`.
+    pub tso: bool,
+    pub offload: RawTxOffload,
+    pub frame: Payload,
+}
+
+/// Decodes a raw QP's send WQE: `SEND` only, flags among INLINE, CSUM and TSO (TSO only
+/// with CSUM), no port, no immediate data, reserved fields and the bytes of `dest_addr`
+/// after the offloads zero. The offloads' values are the raw unit's to check against the
+/// frame.
+pub fn raw_send_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<RawSendWr, WqeError> {
+    let h = header(bytes);
+    if h.opcode != WQE_OP_SEND {
+        return Err(bad(h.wr_id, CQE_STATUS_BAD_OPCODE));
+    }
+    let (offload, rest_zero) = h.raw_offload();
+    let tso = h.flags & WQE_FLAG_TSO != 0;
+    let csum = h.flags & WQE_FLAG_CSUM != 0;
+    if h.flags & !(WQE_FLAG_INLINE | WQE_FLAG_CSUM | WQE_FLAG_TSO) != 0
+        || tso && !csum
+        || !rest_zero
+        || h.dest_port != 0
+        || h.imm_data != 0
+        || h.reserved0 != 0
+        || h.reserved1 != 0
+        || h.reserved2 != [0; 6]
+    {
+        return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
+    }
+    let frame = if h.flags & WQE_FLAG_INLINE != 0 {
+        if h.num_sge != 0 || h.inline_len > MAX_INLINE {
+            return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
+        }
+        let start = WQE_SGE_OFFSET as usize;
+        Payload::Inline(bytes[start..start + h.inline_len as usize].to_vec())
+    } else {
+        if h.num_sge as u32 > MAX_SGE || h.inline_len != 0 {
+            return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
+        }
+        Payload::Gather(sges(bytes, h.num_sge))
+    };
+    Ok(RawSendWr {
+        wr_id: h.wr_id,
+        csum,
+        tso,
+        offload,
+        frame,
     })
 }
 

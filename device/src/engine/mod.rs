@@ -42,6 +42,7 @@ pub mod network;
 pub mod objects;
 pub mod ports;
 pub mod qp_kinds;
+pub mod raw;
 pub mod secrets;
 pub mod send_queues;
 pub mod sges;
@@ -253,6 +254,8 @@ pub struct Engine {
     events: events::AsyncEvents,
     /// Completions waiting for room in their CQ, per CQ, in order ([`completion`]).
     deferred: HashMap<u32, VecDeque<qpip_abi::cqe::Cqe>>,
+    /// The function's raw Ethernet QP, if any ([`raw`]).
+    raw: raw::RawPort,
 }
 
 /// The control thread's handle on its function's engine, on an [`thread::EngineThread`].
@@ -341,6 +344,7 @@ impl Engine {
             tcp_memory: config.tcp_memory.clone(),
             events: events::AsyncEvents::default(),
             deferred: HashMap::new(),
+            raw: raw::RawPort::default(),
         };
         engine.tcp.set_memory_pool(engine.tcp_memory.clone());
         engine
@@ -398,6 +402,7 @@ impl Engine {
         // tells anything of the device after it.
         let secrets = Secrets::from_os();
         self.objects = Objects::new(KeyGen::new(secrets.region_keys));
+        self.raw = raw::RawPort::default();
         self.tcp = tcp::Tcp::new(&secrets, self.net_start.mtu, self.tcp_limits);
         // Super-segments where there is a link (as attach_link set them).
         self.tcp.set_gso(self.net_start.link);

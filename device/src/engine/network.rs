@@ -185,11 +185,14 @@ impl Engine {
         {
             return false;
         }
+        // A stack made afresh (SET_MAC, a reset) learns again whether a raw QP is beside it.
+        let raw = self.has_raw_qp();
+        self.net.stack.set_raw_beside(raw);
         let now = Instant::now();
         if self.net.next_deadline().is_some_and(|t| t <= now) {
             self.net.poll_timers(now);
         }
-        let n = Interface::poll_rx_in(
+        let n = Interface::poll_rx_steered(
             self,
             |e| &mut e.net,
             now,
@@ -205,15 +208,15 @@ impl Engine {
                     };
                     if e.deliver_udp(mem, &dgram) {
                         Delivery::Delivered
+                    } else if e.net.stack.steering() {
+                        Delivery::Steered // the kernel's port, or its to answer
                     } else {
                         Delivery::NoPort
                     }
                 }
-                Upper::Tcp(t) => match e.tcp_segment_in(mem, t.src, t.dst, t.segment()) {
-                    None => Delivery::Delivered,
-                    Some(why) => Delivery::Dropped(why),
-                },
+                Upper::Tcp(t) => e.tcp_segment_in(mem, t.src, t.dst, t.segment()),
             },
+            |e, frame, rx| e.raw_receive(mem, frame, rx),
         );
         // Packets too big that lowered a path MTU: the connections to that destination
         // resend at the new size on the next TCP pass.

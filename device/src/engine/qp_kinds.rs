@@ -20,6 +20,7 @@ impl Engine {
     pub(super) fn kind_turn(&mut self, mem: &GuestMemoryMmap, id: u32) -> (bool, bool) {
         match self.objects.qp(id).expect("caller checked").kind() {
             QpKind::Udp => self.udp_turn(mem, id),
+            QpKind::RawEth => self.raw_turn(mem, id),
             // Sends complete when acknowledged; receives become the connection's window.
             QpKind::Tcp(_) => self.tcp_qp_work(mem, id),
         }
@@ -29,7 +30,7 @@ impl Engine {
     /// QP's open its connection's window; a UDP QP's wait for datagrams.
     pub(super) fn receives_are_work(qp: &Qp) -> bool {
         match qp.kind() {
-            QpKind::Udp => false,
+            QpKind::Udp | QpKind::RawEth => false,
             QpKind::Tcp(_) => true,
         }
     }
@@ -40,6 +41,7 @@ impl Engine {
     pub(super) fn kind_destroying(&mut self, mem: &GuestMemoryMmap, id: u32, flush: bool) {
         match self.objects.qp(id).expect("caller checked").kind() {
             QpKind::Udp => {}
+            QpKind::RawEth => self.raw_destroying(id),
             QpKind::Tcp(_) => self.tcp_qp_removed(mem, id, flush),
         }
     }
@@ -48,14 +50,14 @@ impl Engine {
     /// CONNECT).
     pub(super) fn kind_destroyed(&mut self, mem: &GuestMemoryMmap, qp: &Qp) {
         match qp.kind() {
-            QpKind::Udp => {}
+            QpKind::Udp | QpKind::RawEth => {}
             QpKind::Tcp(t) => self.tcp_qp_gone(mem, t),
         }
     }
 
     /// Region `key` of context `ctx` was deregistered: every kind that keeps spans of
-    /// regions beyond a WR's execution fails what references it. UDP keeps none (a send
-    /// completes when its datagram leaves; a receive is resolved per datagram).
+    /// regions beyond a WR's execution fails what references it. UDP and raw QPs keep none
+    /// (a send completes when its frame leaves; a receive is resolved per frame).
     pub(super) fn kinds_region_gone(&mut self, mem: &GuestMemoryMmap, ctx: u32, key: u32) {
         self.tcp_region_gone(mem, ctx, key);
     }

@@ -1,8 +1,12 @@
 //! What a work request's scatter/gather list names, checked and turned into guest spans
 //! through the context's memory regions: key, context, bounds and access rights, every SGE
-//! before any byte moves.
+//! before any byte moves. In a kernel context (`CTX_FLAG_KERNEL`) an SGE keyed
+//! `PHYS_LKEY` names guest-physical memory, checked against guest RAM; elsewhere key 0 is
+//! no region's (`Objects::insert_mr` never gives it).
 
 use qpip_abi::cqe::*;
+use qpip_abi::wqe::PHYS_LKEY;
+use vm_memory::GuestAddressSpace;
 
 use super::memory::{Fault, Span};
 use super::Engine;
@@ -17,8 +21,23 @@ impl Engine {
     ) -> Result<Vec<Span>, Fault> {
         let _stage = crate::stages::span(crate::stages::Stage::GetWr);
         let mut spans = Vec::new();
+        let kernel = || self.objects.context(ctx).is_some_and(|c| c.is_kernel());
         for s in sges {
             if s.length == 0 {
+                continue;
+            }
+            if s.lkey == PHYS_LKEY && kernel() {
+                // Guest-physical memory, the driver's own: all of it inside guest RAM
+                // (it may span pages and RAM regions), checked before any byte moves.
+                let mem = self.shared.ram.memory();
+                if !super::memory::in_ram(&mem, s.addr, s.length as u64) {
+                    return Err(Fault::protection(CQE_DETAIL_OUT_OF_BOUNDS));
+                }
+                spans.push(Span {
+                    addr: s.addr,
+                    len: s.length as usize,
+                    key: PHYS_LKEY,
+                });
                 continue;
             }
             let mr = self

@@ -131,7 +131,21 @@ impl Interface {
         net: impl Fn(&mut C) -> &mut Interface,
         now: Instant,
         budget: usize,
+        deliver: impl FnMut(&mut C, &Upper<'_>) -> Delivery,
+    ) -> usize {
+        Interface::poll_rx_steered(owner, net, now, budget, deliver, |_, _, _| {})
+    }
+
+    /// As [`Interface::poll_rx_in`], with every frame from the link that the stack marked
+    /// for a raw QP beside it ([`Stack::raw_rx`]) handed to `raw` once the stack and
+    /// `deliver` are done with it.
+    pub fn poll_rx_steered<C>(
+        owner: &mut C,
+        net: impl Fn(&mut C) -> &mut Interface,
+        now: Instant,
+        budget: usize,
         mut deliver: impl FnMut(&mut C, &Upper<'_>) -> Delivery,
+        mut raw: impl FnMut(&mut C, &[u8], super::stack::RawRx),
     ) -> usize {
         let refused = net(owner).backend.rx_dropped();
         let mut n = 0;
@@ -150,6 +164,10 @@ impl Interface {
                 net(owner).stack.delivered(&u, d, now);
             }
             if !looped {
+                let rx = net(owner).stack.raw_rx();
+                if rx.give {
+                    raw(owner, &packet[..len], rx);
+                }
                 net(owner).buf = packet; // the receive buffer, for the next frame
             }
         }

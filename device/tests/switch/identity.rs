@@ -335,3 +335,36 @@ fn an_ipv4_source_or_arp_sender_must_be_the_functions_own() {
         .expect_err("function 0's IPv4 address");
     assert!(e.to_string().contains("function f"), "{e}");
 }
+
+/// A DHCP client's datagram (UDP `sport` to `dport`) from 0.0.0.0 to the broadcast address,
+/// IPv4 and UDP headers only.
+fn dhcp_frame(src_mac: &Mac, sport: u16, dport: u16) -> Vec<u8> {
+    let mut f = Vec::with_capacity(42);
+    f.extend_from_slice(&BROADCAST);
+    f.extend_from_slice(src_mac);
+    f.extend_from_slice(&[0x08, 0x00]);
+    f.extend_from_slice(&[0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0]);
+    f.extend_from_slice(&[0, 0, 0, 0]);
+    f.extend_from_slice(&[255, 255, 255, 255]);
+    f.extend_from_slice(&sport.to_be_bytes());
+    f.extend_from_slice(&dport.to_be_bytes());
+    f.extend_from_slice(&[0, 8, 0, 0]);
+    f
+}
+
+#[test]
+fn from_0_0_0_0_only_a_dhcp_client_datagram_passes() {
+    let (_sw, mut p, far) = switch(2, true);
+    let mut far = far.unwrap();
+    p[0].claim_identity(A, &[ADDR_A]).unwrap();
+    let discover = dhcp_frame(&A, 68, 67);
+    p[0].send(&discover).unwrap();
+    assert_eq!(drain(&mut far), std::slice::from_ref(&discover));
+    assert_eq!(drain(&mut p[1]), [discover]);
+    // Other ports, or another MAC: a spoof.
+    p[0].send(&dhcp_frame(&A, 67, 68)).unwrap();
+    p[0].send(&dhcp_frame(&A, 5000, 67)).unwrap();
+    p[0].send(&dhcp_frame(&B, 68, 67)).unwrap();
+    assert!(drain(&mut far).is_empty());
+    assert_eq!(p[0].stats().spoofed, 3);
+}

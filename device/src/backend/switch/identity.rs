@@ -57,6 +57,62 @@ pub struct PortOptions {
     pub reserved: Option<Identity>,
 }
 
+/// Whether `frame` comes from `mac` and, if IPv6, IPv4 or ARP, from one of the IPv6
+/// `sources` or IPv4 `sources4` — or from the unspecified address where a host that has
+/// none yet uses it: IPv6's `::` (duplicate address detection, and the listener reports
+/// sent with it, RFC 3590), ARP's 0.0.0.0 (address probes, RFC 5227) and IPv4's 0.0.0.0
+/// in DHCP's client-to-server datagrams (UDP 68 to 67, RFC 2131 §4.1). What a normal host
+/// sends passes; anything else is a spoof. The cost of a send: a 6-byte compare, and for
+/// IP a compare per address (a handful). A frame too short to say who sent it is not its
+/// own. The switch checks every frame of an untrusted port with it, and the raw QP's unit
+/// every frame the guest kernel sends.
+pub fn sent_as(frame: &[u8], mac: &Mac, sources: &[[u8; 16]], sources4: &[[u8; 4]]) -> bool {
+    if frame.len() < 14 || frame[6..12] != *mac {
+        return false;
+    }
+    let ethertype = &frame[12..14];
+    if ethertype == ETHERTYPE_IPV6 {
+        let Some(src) = frame.get(IPV6_SRC) else {
+            return false;
+        };
+        return src == [0u8; 16] || sources.iter().any(|s| s[..] == *src);
+    }
+    if ethertype == ETHERTYPE_IPV4 {
+        let Some(src) = frame.get(IPV4_SRC) else {
+            return false;
+        };
+        if src == [0u8; 4] {
+            return is_dhcp_from_client(&frame[14..]);
+        }
+        return sources4.iter().any(|s| s[..] == *src);
+    }
+    if ethertype == ETHERTYPE_ARP {
+        let Some(sender) = frame.get(ARP_SENDER) else {
+            return false;
+        };
+        let (sender_mac, ip) = sender.split_at(6);
+        return sender_mac == mac && (ip == [0u8; 4] || sources4.iter().any(|s| s[..] == *ip));
+    }
+    true
+}
+
+/// Whether an IPv4 packet is a UDP datagram from port 68 to port 67 (DHCP, client to
+/// server).
+fn is_dhcp_from_client(ip: &[u8]) -> bool {
+    const UDP: u8 = 17;
+    let Some(&vihl) = ip.first() else {
+        return false;
+    };
+    let ihl = (vihl & 0x0f) as usize * 4;
+    if vihl >> 4 != 4 || ihl < 20 || ip.get(9) != Some(&UDP) {
+        return false;
+    }
+    match ip.get(ihl..ihl + 4) {
+        Some(ports) => ports == [0, 68, 0, 67],
+        None => false,
+    }
+}
+
 impl Slot {
     /// Whether an untrusted port's frame comes from its own MAC and, if IPv6, IPv4 or
     /// ARP, from one of its own addresses (or the unspecified one where address probes
@@ -66,30 +122,7 @@ impl Slot {
         let Some(id) = &self.identity else {
             return false;
         };
-        if frame[6..12] != id.mac {
-            return false;
-        }
-        let ethertype = &frame[12..14];
-        if ethertype == ETHERTYPE_IPV6 {
-            let Some(src) = frame.get(IPV6_SRC) else {
-                return false;
-            };
-            return src == [0u8; 16] || self.sources.iter().any(|s| s[..] == *src);
-        }
-        if ethertype == ETHERTYPE_IPV4 {
-            let Some(src) = frame.get(IPV4_SRC) else {
-                return false;
-            };
-            return self.sources4.iter().any(|s| s[..] == *src);
-        }
-        if ethertype == ETHERTYPE_ARP {
-            let Some(sender) = frame.get(ARP_SENDER) else {
-                return false;
-            };
-            let (mac, ip) = sender.split_at(6);
-            return mac == id.mac && (ip == [0u8; 4] || self.sources4.iter().any(|s| s[..] == *ip));
-        }
-        true
+        sent_as(frame, &id.mac, &self.sources, &self.sources4)
     }
 
     /// Whether `identity` shares its MAC or an address with what this slot holds or was

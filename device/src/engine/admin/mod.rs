@@ -227,10 +227,17 @@ impl Engine {
                 self.write_query(mem, buf, len, self.device_info().as_bytes())
             }
             R::QueryStats { buf, len } => {
+                // The first len / 8 counters: a buffer sized for an older, shorter Stats
+                // gets what fits.
+                if len < 8 {
+                    return Outcome::Done(Err(ADMIN_STATUS_BAD_PARAM));
+                }
                 let stats = Stats {
                     counters: self.counters(),
                 };
-                self.write_query(mem, buf, len, stats.as_bytes())
+                let n = (len as usize / 8).min(STATS_COUNT as usize);
+                self.write_query(mem, buf, len, &stats.as_bytes()[..n * 8])
+                    .map(|_| (n as u64, 0, 0))
             }
             R::ListAddrs { buf, len } => {
                 let list = self.addr_list();
@@ -254,7 +261,7 @@ impl Engine {
                 prefix_len,
                 metric,
             } => self.del_route(dest, prefix_len, metric),
-            R::CreateCtx(page) => self.create_ctx(mem, page),
+            R::CreateCtx { page, flags } => self.create_ctx(mem, page, flags),
             R::DestroyCtx => self.destroy_ctx(mem, ctx),
             R::CreateCq {
                 page_list,

@@ -8,7 +8,7 @@ use qpip_abi::{cqe, doorbell, pci, wqe};
 use vm_memory::GuestMemoryMmap;
 
 use super::Results;
-use crate::engine::decode::QpRequest;
+use crate::engine::decode::{QpRequest, QpType};
 use crate::engine::doorbell_page::DoorbellPage;
 use crate::engine::memory::{self, Ring};
 use crate::engine::objects::{Context, Cq, Home, Qp, QpKind};
@@ -38,7 +38,12 @@ impl Engine {
         self.objects.context(ctx).ok_or(ADMIN_STATUS_BAD_HANDLE)
     }
 
-    pub(super) fn create_ctx(&mut self, mem: &GuestMemoryMmap, gpa: u64) -> Result<Results, u16> {
+    pub(super) fn create_ctx(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        gpa: u64,
+        flags: u32,
+    ) -> Result<Results, u16> {
         let id = (0..pci::DOORBELL_PAGES).find(|&p| !self.objects.has_context(p));
         let id = id.ok_or(ADMIN_STATUS_NO_RESOURCES)?;
         let doorbell = DoorbellPage::new(mem, gpa).ok_or(ADMIN_STATUS_BAD_ADDRESS)?;
@@ -52,7 +57,8 @@ impl Engine {
         }
         doorbell.clear(mem);
         doorbell.store(mem, doorbell::DB_ENGINE_SLEEPING, self.sleeping as u32);
-        self.objects.insert_context(id, doorbell);
+        self.objects
+            .insert_context(id, doorbell, flags & CTX_FLAG_KERNEL != 0);
         Ok((id as u64, 0, 0))
     }
 
@@ -124,6 +130,9 @@ impl Engine {
         let c = self.context(ctx)?;
         let slot = c.free_qp_slot().ok_or(ADMIN_STATUS_NO_RESOURCES)?;
         let page = c.doorbell();
+        if q.kind == QpType::RawEth {
+            self.raw_may_create(c.is_kernel())?;
+        }
         if self.objects.cq_in(ctx, q.send_cq).is_none()
             || self.objects.cq_in(ctx, q.recv_cq).is_none()
         {
@@ -138,13 +147,16 @@ impl Engine {
         page.store(mem, doorbell::qp_sq_tail(slot), 0);
         page.store(mem, doorbell::qp_rq_tail(slot), 0);
         let id = self.objects.insert_qp(|id| {
-            let kind = if q.tcp {
-                QpKind::Tcp(TcpQp::new(id, q.framing))
-            } else {
-                QpKind::Udp
+            let kind = match q.kind {
+                QpType::Tcp => QpKind::Tcp(TcpQp::new(id, q.framing)),
+                QpType::Udp => QpKind::Udp,
+                QpType::RawEth => QpKind::RawEth,
             };
             Qp::new(Home { ctx, slot }, (q.send_cq, q.recv_cq), sq, rq, kind)
         });
+        if q.kind == QpType::RawEth {
+            self.raw_created(id);
+        }
         Ok((id as u64, slot as u64, 0))
     }
 
@@ -195,7 +207,7 @@ impl Engine {
         port: u16,
     ) -> Result<Results, u16> {
         let qp = self.objects.qp_in(ctx, id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
-        if qp.bound().is_some() {
+        if qp.bound().is_some() || qp.is_raw() {
             return Err(ADMIN_STATUS_BAD_STATE);
         }
         if !addr.is_unspecified() && !self.net.stack.is_local(&addr) {

@@ -23,17 +23,27 @@ pub struct Context {
     pub(super) qp_slots: Vec<Option<u32>>,
     /// CQ id per doorbell slot (taken and given back by `Objects`).
     pub(super) cq_slots: Vec<Option<u32>>,
+    /// Created with `CTX_FLAG_KERNEL`: the driver's own context, whose WQEs may name
+    /// guest-physical memory (`PHYS_LKEY`) and which may hold the raw Ethernet QP.
+    kernel: bool,
 }
 
 impl Context {
     /// A context with no QPs or CQs, ringing in `doorbell`.
-    pub(super) fn new(doorbell: DoorbellPage) -> Context {
+    pub(super) fn new(doorbell: DoorbellPage, kernel: bool) -> Context {
         Context {
+            kernel,
             doorbell,
             seen_change_count: 0,
             qp_slots: vec![None; doorbell::DB_QP_SLOTS as usize],
             cq_slots: vec![None; doorbell::DB_CQ_SLOTS as usize],
         }
+    }
+
+    /// Whether it is the driver's own (`CTX_FLAG_KERNEL`).
+    #[inline]
+    pub fn is_kernel(&self) -> bool {
+        self.kernel
     }
 
     /// Its doorbell page.

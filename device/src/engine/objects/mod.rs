@@ -165,9 +165,10 @@ impl Objects {
         self.contexts.iter_mut().map(|(&id, c)| (id, c))
     }
 
-    /// Adds context `id` (a free doorbell page index) ringing in `doorbell`.
-    pub fn insert_context(&mut self, id: u32, doorbell: DoorbellPage) {
-        let old = self.contexts.insert(id, Context::new(doorbell));
+    /// Adds context `id` (a free doorbell page index) ringing in `doorbell`, the driver's
+    /// own if `kernel` (`CTX_FLAG_KERNEL`).
+    pub fn insert_context(&mut self, id: u32, doorbell: DoorbellPage, kernel: bool) {
+        let old = self.contexts.insert(id, Context::new(doorbell, kernel));
         debug_assert!(old.is_none());
     }
 
@@ -367,8 +368,14 @@ impl Objects {
     /// hash, `secrets::KeyGen`) and never a live region's nor a recent one's, so a guessed or
     /// stale key is very unlikely to name a live region (the lookup then also checks the
     /// context).
+    /// Never key 0: that is `PHYS_LKEY`, guest-physical memory in a kernel context's WQEs.
     pub fn insert_mr(&mut self, mr: MemoryRegion) -> u32 {
         let key = self.new_key();
+        assert_ne!(
+            key,
+            qpip_abi::wqe::PHYS_LKEY,
+            "no region is keyed PHYS_LKEY"
+        );
         self.mrs.insert(key, mr);
         key
     }
@@ -485,7 +492,7 @@ mod tests {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 2 * PAGE_SIZE as usize)])
             .expect("RAM");
         let mut o = Objects::new(crate::engine::secrets::KeyGen::new([7; 16]));
-        o.insert_context(0, DoorbellPage::new(&mem, 0).expect("a page of RAM"));
+        o.insert_context(0, DoorbellPage::new(&mem, 0).expect("a page of RAM"), false);
         let slot = o.context(0).and_then(Context::free_cq_slot).expect("free");
         let cq = o.insert_cq(Cq::new(
             Home { ctx: 0, slot },

@@ -26,6 +26,9 @@ pub enum QpKind {
     /// A byte stream: its connection, framing and the WRs it has taken
     /// ([`crate::engine::tcp::TcpQp`]).
     Tcp(Box<TcpQp>),
+    /// The function's raw Ethernet queue (`QP_TYPE_RAW_ETH`): frames, nothing beyond the
+    /// rings (`crate::engine::raw` keeps which QP it is).
+    RawEth,
 }
 
 /// A producer index the doorbell page gave that lies beyond the ring: more WRs than the
@@ -240,11 +243,17 @@ impl Qp {
         matches!(self.kind, QpKind::Tcp(_))
     }
 
-    /// Whose ports it binds.
+    /// Whether it is the raw Ethernet QP.
+    #[inline]
+    pub fn is_raw(&self) -> bool {
+        matches!(self.kind, QpKind::RawEth)
+    }
+
+    /// Whose ports it binds (a raw QP binds none: BIND refuses it).
     pub fn proto(&self) -> Proto {
         match self.kind {
             QpKind::Tcp(_) => Proto::Tcp,
-            QpKind::Udp => Proto::Udp,
+            QpKind::Udp | QpKind::RawEth => Proto::Udp,
         }
     }
 
@@ -264,7 +273,7 @@ impl Qp {
     pub fn tcp(&self) -> Option<&TcpQp> {
         match &self.kind {
             QpKind::Tcp(t) => Some(t),
-            QpKind::Udp => None,
+            QpKind::Udp | QpKind::RawEth => None,
         }
     }
 
@@ -273,7 +282,7 @@ impl Qp {
     pub fn tcp_mut(&mut self) -> Option<&mut TcpQp> {
         match &mut self.kind {
             QpKind::Tcp(t) => Some(t),
-            QpKind::Udp => None,
+            QpKind::Udp | QpKind::RawEth => None,
         }
     }
 }

@@ -66,6 +66,7 @@ use std::time::{Duration, Instant};
 use log::debug;
 use vm_memory::GuestMemoryMmap;
 
+use crate::net::stack::Delivery;
 use crate::net::stats::DropReason;
 use crate::net::tcp::{
     self, ConnId, ConnectionTable, Event, Input, IsnGenerator, Keepalive, Outgoing, RecvSink,
@@ -343,22 +344,26 @@ impl Engine {
         (did, more)
     }
 
-    /// A TCP segment for one of the device's addresses. Returns why it was dropped when it
-    /// does not parse; the caller hands that back to the stack as the packet's
-    /// [`crate::net::stack::Delivery`], which counts it (`Stack::delivered`), as for every
-    /// upper layer.
+    /// A TCP segment for one of the device's addresses. Returns what became of it, which the
+    /// caller hands back to the stack (`Stack::delivered`): dropped when it does not parse
+    /// (counted there), steered to the raw QP when one exists and no connection or
+    /// listener owns the segment (no RST: the kernel answers for its ports).
     pub(in crate::engine) fn tcp_segment_in(
         &mut self,
         mem: &GuestMemoryMmap,
         src: Ipv6Addr,
         dst: Ipv6Addr,
         bytes: &[u8],
-    ) -> Option<DropReason> {
+    ) -> Delivery {
         let seg = match tcp::wire::parse(src, dst, bytes) {
             Ok(s) => s,
-            Err(tcp::ParseError::Checksum) => return Some(DropReason::BadChecksum),
-            Err(_) => return Some(DropReason::Malformed),
+            Err(tcp::ParseError::Checksum) => return Delivery::Dropped(DropReason::BadChecksum),
+            Err(_) => return Delivery::Dropped(DropReason::Malformed),
         };
+        if self.net.stack.steering() && !self.tcp.table.owns(&seg) {
+            // No connection or listener: the kernel's raw QP takes it (and answers it).
+            return Delivery::Steered;
+        }
         let now = Instant::now();
         match self.tcp.table.input(&seg, now, 0) {
             Input::Connection(id) => {
@@ -372,7 +377,7 @@ impl Engine {
                     e.conn.on_segment(&seg, now, &mut sink);
                     self.iwarp_settle(mem, qp);
                     self.tcp_service(mem, id, now);
-                    return None;
+                    return Delivery::Delivered;
                 }
                 match e.tag.and_then(|q| objects.tcp_qp_mut(q)) {
                     Some(t) => {
@@ -396,7 +401,7 @@ impl Engine {
             Input::Reply(o) => self.tcp.outbox.push(o),
             Input::Dropped => {}
         }
-        None
+        Delivery::Delivered
     }
 
     /// After anything happened to a connection: its events, its segments, its timer.

@@ -216,6 +216,9 @@ impl Stack {
         now: Instant,
     ) -> Option<Upper<'f>> {
         if eth.dst != self.mac && eth.dst != wire::BROADCAST_MAC {
+            if eth.dst[0] & 1 == 1 {
+                self.raw_give(); // a multicast group the engine does not use
+            }
             return self.drop(DropReason::NotForUs);
         }
         let ip = match wire::parse_ipv4(eth.payload) {
@@ -228,6 +231,7 @@ impl Stack {
         }
         let broadcast = !self.is_own_unicast(&ip.dst);
         if broadcast && !self.is_broadcast4(&ip.dst) {
+            self.raw_give(); // an address or group the engine does not use
             return self.drop(DropReason::NotForUs);
         }
         self.ipv4_packet(&ip, Arrival::of_ipv4(&ip, eth.src, now))
@@ -262,6 +266,7 @@ impl Stack {
     fn ipv4_packet<'f>(&mut self, ip: &wire::Ipv4Packet<'f>, a: Arrival) -> Option<Upper<'f>> {
         if ip.is_fragment() {
             self.stats.fragments_rx += 1;
+            self.raw_fragment();
             return self.ipv4_fragment(ip, a);
         }
         self.ipv4_deliver(Cow::Borrowed(ip.packet), ip.header_len, ip.protocol, a)
@@ -302,8 +307,14 @@ impl Stack {
     ) -> Option<Upper<'f>> {
         let broadcast = !self.is_own_unicast(&a.dst) && !is_loopback(&a.dst);
         match protocol {
-            PROTO_ICMPV4 if broadcast => self.drop(DropReason::Ignored),
+            PROTO_ICMPV4 if broadcast => {
+                self.raw_give();
+                self.drop(DropReason::Ignored)
+            }
             PROTO_ICMPV4 => {
+                if let Some(&ty) = pkt.get(header_len) {
+                    self.raw_icmpv4(ty);
+                }
                 self.icmpv4(&pkt[header_len..], a);
                 None
             }
@@ -314,7 +325,12 @@ impl Stack {
                 };
                 // A zero checksum means none was computed (RFC 768).
                 if d.checksum != 0 && !wire::checksum_ok(&a.src, &a.dst, proto::UDP, d.datagram) {
+                    self.raw_give(); // the kernel drops and counts it too
                     return self.drop(DropReason::BadChecksum);
+                }
+                if d.checksum != 0 {
+                    // The header's checksum was verified when it was parsed.
+                    self.raw_csum_verified();
                 }
                 let (sport, dport, len) = (d.sport, d.dport, d.payload().len());
                 self.stats.udp_rx += 1;
@@ -335,7 +351,15 @@ impl Stack {
                 packet: pkt,
                 segment_at: header_len,
             })),
-            _ if broadcast => self.drop(DropReason::NotForUs),
+            _ if broadcast => {
+                self.raw_give();
+                self.drop(DropReason::NotForUs)
+            }
+            _ if self.steering() => {
+                // A protocol the kernel beside us may run: its to answer.
+                self.raw_give();
+                self.drop(DropReason::UnsupportedNextHeader)
+            }
             _ => {
                 self.icmpv4_error(
                     &pkt,

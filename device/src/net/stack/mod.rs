@@ -47,6 +47,9 @@ use super::wire::{self, icmp, proto, Mac, IPV6_LEN};
 mod icmpv6;
 mod ipv4;
 mod rx;
+mod steer;
+
+pub use steer::RawRx;
 
 pub use ipv4::{MAX_UDP4_PAYLOAD, MIN_IPV4_PATH_MTU};
 
@@ -186,6 +189,9 @@ pub enum Delivery {
     Delivered,
     /// No QP is bound to the port: the stack answers "port unreachable".
     NoPort,
+    /// Nothing of the engine's owns it (no bound port, no connection or listener) and a
+    /// raw QP beside it takes it ([`steer`]): no answer, no drop counted.
+    Steered,
     /// The upper layer refused the packet (a TCP segment that does not parse, a bad
     /// checksum): the stack counts the drop under this reason.
     Dropped(DropReason),
@@ -223,6 +229,10 @@ pub struct Stack {
     /// The identification of the next unfragmented IPv4 packet (fragmented ones take a
     /// random one).
     ipv4_id: u16,
+    /// A raw QP is beside the engine ([`steer`]).
+    raw_beside: bool,
+    /// What the last frame from the link is to it.
+    raw_rx: RawRx,
 }
 
 impl Stack {
@@ -264,6 +274,8 @@ impl Stack {
             actions: Vec::new(),
             tcp: false,
             ipv4_id: 0,
+            raw_beside: false,
+            raw_rx: RawRx::default(),
         };
         s.ipv4_id = s.rng.u16(..);
         s.send_dad_probe(s.link_local);
@@ -739,8 +751,28 @@ impl Stack {
                     self.port_unreachable(d, now);
                 }
             }
-            Delivery::Dropped(why) => self.stats.drop(why),
+            Delivery::Steered => {
+                self.raw_give();
+                if matches!(u, Upper::Tcp(_)) {
+                    // TCP verified the segment's checksum before looking for its owner.
+                    self.raw_csum_verified();
+                }
+            }
+            Delivery::Dropped(why) => {
+                if why == DropReason::BadChecksum {
+                    // The kernel verifies and counts it too.
+                    self.raw_give();
+                }
+                self.stats.drop(why)
+            }
         }
+    }
+
+    /// Queues a frame the raw QP sends (checked by the engine's raw unit): after what the
+    /// stack queued before it, counted as the stack's own. `gso` as for
+    /// [`Stack::pop_tx_gso`].
+    pub fn send_raw(&mut self, frame: Vec<u8>, gso: u16) {
+        self.push_tx_gso(frame, gso);
     }
 
     /// Whether packets wait on the loopback.

@@ -58,20 +58,31 @@ impl Stack {
         let _stage = crate::stages::span(crate::stages::Stage::Parse);
         self.stats.rx_frames += 1;
         self.stats.rx_bytes += frame.len() as u64;
+        self.raw_rx_start(true);
         let Ok(eth) = wire::parse_ethernet(frame) else {
             return self.drop(DropReason::Malformed);
         };
         if eth.src == self.mac {
             return self.drop(DropReason::Looped);
         }
+        // Addressed to the function: its MAC, broadcast or multicast.
+        let addressed = eth.dst == self.mac || eth.dst[0] & 1 == 1;
         if eth.ethertype != wire::ETHERTYPE_IPV6 {
             return match eth.ethertype {
                 wire::ETHERTYPE_IPV4 => self.receive_ipv4(&eth, now),
                 wire::ETHERTYPE_ARP => {
+                    if addressed {
+                        self.raw_give(); // a copy: the kernel resolves its neighbours too
+                    }
                     self.receive_arp(&eth, now);
                     None
                 }
-                _ => self.drop(DropReason::NotIp),
+                _ => {
+                    if addressed {
+                        self.raw_give();
+                    }
+                    self.drop(DropReason::NotIp)
+                }
             };
         }
         if eth.dst != self.mac && eth.dst[..2] != [0x33, 0x33] {
@@ -87,6 +98,7 @@ impl Stack {
             return self.drop(DropReason::BadSource);
         }
         if !(self.is_own_unicast(&ip.dst) || self.is_member(&ip.dst)) {
+            self.raw_give(); // an address or group the engine does not use
             return self.drop(DropReason::NotForUs);
         }
         self.walk(Cow::Borrowed(ip.packet), Arrival::of(&ip, eth.src, now))
@@ -96,6 +108,7 @@ impl Stack {
     /// [`Stack::receive_upper`] from the IPv6 header on (the stack built it, for one of its
     /// own addresses).
     pub fn receive_looped<'f>(&mut self, frame: &'f [u8], now: Instant) -> Option<Upper<'f>> {
+        self.raw_rx_start(false);
         if frame.get(wire::ETH_LEN).is_some_and(|b| b >> 4 == 4) {
             return self.receive_looped_ipv4(&frame[wire::ETH_LEN..], now);
         }
@@ -166,10 +179,14 @@ impl Stack {
                     if reassembled {
                         return self.drop(DropReason::BadFragment);
                     }
+                    self.raw_fragment();
                     return self.fragment(b, off, fh, a);
                 }
                 proto::NO_NEXT => return self.drop(DropReason::NoNextHeader),
                 proto::ICMPV6 => {
+                    if let Some(&ty) = b.get(off) {
+                        self.raw_icmpv6(ty);
+                    }
                     self.icmpv6(&b[off..], a);
                     return None;
                 }
@@ -180,8 +197,10 @@ impl Stack {
                     };
                     // A zero checksum is not allowed over IPv6 (RFC 8200 §8.1).
                     if d.checksum == 0 || !wire::checksum_ok(&src, &dst, proto::UDP, d.datagram) {
+                        self.raw_give(); // the kernel drops and counts it too
                         return self.drop(DropReason::BadChecksum);
                     }
+                    self.raw_csum_verified();
                     let (sport, dport, len) = (d.sport, d.dport, d.payload().len());
                     self.stats.udp_rx += 1;
                     return Some(Upper::Udp(UdpIn {
@@ -201,6 +220,11 @@ impl Stack {
                         packet: pkt,
                         segment_at: off,
                     }));
+                }
+                _ if self.steering() => {
+                    // A protocol the kernel beside us may run: its to answer.
+                    self.raw_give();
+                    return self.drop(DropReason::UnsupportedNextHeader);
                 }
                 _ => {
                     return self.param_problem(

@@ -209,6 +209,15 @@ impl<T> ConnectionTable<T> {
         self.listeners.get(&(local, port))
     }
 
+    /// Whether a connection (in any state) or a listener owns `seg`: what [`Table::input`]
+    /// would not answer with a reset.
+    pub fn owns(&self, seg: &Segment) -> bool {
+        let (local, port) = (seg.dst, seg.header.dst_port);
+        self.by_tuple.contains_key(&FourTuple::of_incoming(seg))
+            || self.listeners.contains_key(&(local, port))
+            || self.listeners.contains_key(&(Ipv6Addr::UNSPECIFIED, port))
+    }
+
     fn find_listener(&mut self, local: Ipv6Addr, port: u16) -> Option<&mut Listener> {
         let key = if self.listeners.contains_key(&(local, port)) {
             (local, port)
