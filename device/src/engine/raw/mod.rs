@@ -29,7 +29,9 @@ use super::completion::{cqe, cqe_ok};
 use super::decode::{self, Payload};
 use super::memory::Fault;
 use super::Engine;
+use crate::net::gso;
 use crate::net::stack::RawRx;
+use crate::net::wire::ETH_LEN;
 
 /// Frames one raw QP may put on the link in a pass (a TSO super-segment counts its
 /// segments): as many as a receiving engine takes per pass, as for UDP QPs.
@@ -208,8 +210,35 @@ impl Engine {
     }
 
     /// A frame from the link the stack marked for the raw QP (`rx`): placed into its next
-    /// posted receive buffer, or dropped and counted.
+    /// posted receive buffer, or dropped and counted. A link with receive offloads (a TAP)
+    /// hands over TCP super-frames that its host merged; the raw QP takes frames of at
+    /// most the MTU, so those are cut into segments first, each into a buffer of its own,
+    /// as a NIC without LRO would have received them.
     pub(super) fn raw_receive(&mut self, mem: &GuestMemoryMmap, frame: &[u8], rx: RawRx) {
+        if self.raw.qp.is_none() {
+            return;
+        }
+        let mtu = self.net.stack.mtu();
+        if frame.len() > mtu + ETH_LEN {
+            if let Some(headers) = gso::frame_headers_len(frame) {
+                let ip_tcp = headers - ETH_LEN;
+                if mtu > ip_tcp {
+                    let mss = mtu - ip_tcp;
+                    let mut pieces = Vec::new();
+                    if gso::split_frame(frame, mss, |f| pieces.push(f)).is_ok() {
+                        for piece in pieces {
+                            self.raw_receive_one(mem, &piece, rx);
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+        self.raw_receive_one(mem, frame, rx);
+    }
+
+    /// One frame of at most the MTU into the raw QP's next posted receive buffer.
+    fn raw_receive_one(&mut self, mem: &GuestMemoryMmap, frame: &[u8], rx: RawRx) {
         let Some(id) = self.raw.qp else {
             return;
         };
