@@ -39,6 +39,7 @@ mod document;
 mod fixtures;
 mod format;
 mod host_cpu;
+mod ipv4;
 mod json;
 mod layouts;
 mod lines;
