@@ -832,6 +832,134 @@ mod tests {
             .all(|s| !matches!(s.action, Action::Overhead { .. })));
     }
 
+    #[test]
+    fn the_bench_measures_sockets_over_the_qpip_netdev_and_qps_over_ipv4_beside_their_pairs() {
+        let plan = Plan::bench();
+        let m = measures(&plan);
+        let ids = |test: Test, round: u32| -> Vec<String> {
+            m.iter()
+                .filter(|x| x.1 == test && x.3 == round)
+                .map(|x| x.0.clone())
+                .collect()
+        };
+        // QPs on IPv4 next to QPs on IPv6, sockets over the netdev next to those over
+        // virtio-net; even rounds the other way round.
+        assert_eq!(
+            ids(Test::UdpPing, 1),
+            ["udp-qp4.1", "udp-qp.1", "udp-sk.1", "udp-nd.1"]
+        );
+        assert_eq!(
+            ids(Test::TcpBw, 2),
+            ["bw-nd.2", "bw-sk.2", "bw-qp.2", "bw-qp4.2"]
+        );
+        // Bulk over the netdev too (no QPs over IPv4); UDP bandwidth and RDMA as before.
+        assert_eq!(ids(Test::Bulk, 3), ["bulk-qp.3", "bulk-sk.3", "bulk-nd.3"]);
+        assert_eq!(ids(Test::UdpBw, 1), ["udpbw-qp.1", "udpbw-sk.1"]);
+        assert_eq!(ids(Test::RdmaBw, 2), ["rdmabw-sk.2", "rdmabw-qp.2"]);
+        // 3 rounds of 4 nets × 3 tests, bulk on 3, UDP bandwidth and 4 RDMA tests on 2.
+        assert_eq!(m.len(), 3 * (4 * 3 + 3 + 2 + 4 * 2));
+        // The netdevs come up once, before any measurement.
+        let steps = plan.steps();
+        assert_eq!(steps[1].id, "netdev");
+        assert_eq!(steps[1].action, Action::NetdevUp);
+        assert_eq!(
+            steps
+                .iter()
+                .filter(|s| s.action == Action::NetdevUp)
+                .count(),
+            1
+        );
+        let what = |id: &str| steps.iter().find(|s| s.id == id).unwrap().what.clone();
+        assert!(
+            what("tcp-nd.1").starts_with(
+                "round 1/3: TCP ping-pong a⇄b over kernel sockets on the qpip netdev (2000"
+            ),
+            "{}",
+            what("tcp-nd.1")
+        );
+        assert!(what("bulk-nd.2").contains("busybox nc"));
+        assert!(
+            what("tcp-qp4.1").starts_with("round 1/3: TCP message ping-pong a⇄b over QPs on IPv4"),
+            "{}",
+            what("tcp-qp4.1")
+        );
+        // Neither the demo nor the pass in the other layout has any of it.
+        for p in [Plan::demo(), plan.layout_pass(crate::QpipdLayout::PerGuest)] {
+            assert!(!p.steps().iter().any(|s| s.id.contains("-nd")
+                || s.id.contains("-qp4")
+                || s.action == Action::NetdevUp));
+            assert!(!scripts::guest_a(&p).contains("netdev_up"));
+            assert!(!scripts::guest_b(&p).contains("netdev_up"));
+        }
+    }
+
+    #[test]
+    fn the_netdev_rows_go_to_guest_b_s_device_address_through_both_guests_netdevs() {
+        let plan = Plan::bench();
+        let a = scripts::guest_a(&plan);
+        let b = scripts::guest_b(&plan);
+        // Each guest routes the other's device addresses (IPv6, IPv4) through its netdev,
+        // from its own.
+        assert!(a.contains(
+            "\nstep netdev\nif netdev_up fd51:5050::1:2 198.18.0.102 fd51:5050::1:1 198.18.0.101; then\n"
+        ), "{a}");
+        assert!(
+            b.contains(
+                "\nif netdev_up fd51:5050::1:1 198.18.0.101 fd51:5050::1:2 198.18.0.102; then\n"
+            ),
+            "{b}"
+        );
+        for s in [&a, &b] {
+            assert!(s.contains("tr A-F a-f < /sys/class/qpip/qpip0/mac"), "{s}");
+            assert!(s.contains("ip link set \"$ND_DEV\" up"), "{s}");
+            assert!(
+                s.contains("ip -6 route replace \"$1/128\" dev \"$ND_DEV\" src \"$3\""),
+                "{s}"
+            );
+            assert!(
+                s.contains("ip -4 route replace \"$2/32\" dev \"$ND_DEV\" src \"$4\""),
+                "{s}"
+            );
+            assert!(s.contains("grep -q \"dev $ND_DEV \" /tmp/nd.route"), "{s}");
+        }
+        // Guest b says how it went before it is ready; guest a's step reads it.
+        let (said, ready) = (
+            b.find("mv /lab/.netdev.b /lab/netdev.b").unwrap(),
+            b.find("touch /lab/b-ready").unwrap(),
+        );
+        assert!(said < ready, "{b}");
+        assert!(a.contains("await netdev.b 60\n"), "{a}");
+        assert!(a.contains("@note=no qpip netdev ($why): the measurements over it are skipped"));
+        // The measurements over it: kernel sockets to the device's address, run only when
+        // both guests have a netdev.
+        assert!(a.contains(
+            "\nnd_only perf udp-nd.1 udp-nd.1 fd51:5050::1:2 --port 5202 --sockets --udp --test latency --iters 2000\n"
+        ), "{a}");
+        assert!(a.contains(
+            "\nnd_only perf bw-nd.2 bw-nd:65536.2 fd51:5050::1:2 --port 5202 --sockets --tcp --test bandwidth --sizes 65536 --bytes 67108864\n"
+        ), "{a}");
+        // Bulk: busybox nc to guest b's receiver of the round, all listening from the start.
+        assert!(
+            a.contains("\nnd_only bulk nd.3 3 nc fd51:5050::1:2 7042\n"),
+            "{a}"
+        );
+        assert!(
+            b.contains("    receive nd.3 nc -l -p 7042 <> /tmp/never &\n"),
+            "{b}"
+        );
+        assert!(
+            b.contains("until_true 60 listening 7040 || bfail ready"),
+            "{b}"
+        );
+        // QPs over IPv4: guest b's device's IPv4 address, the QP server's port.
+        assert!(a.contains(
+            "\nperf tcp-qp4.3 tcp-qp4.3 198.18.0.102 --port 5201 --tcp --test latency --iters 2000\n"
+        ), "{a}");
+        assert!(a.contains(
+            "\nperf bw-qp4.1 bw-qp4:1024.1 198.18.0.102 --port 5201 --tcp --test bandwidth --sizes 1024 --bytes 16777216\n"
+        ), "{a}");
+    }
+
     /// Every guest script the demo and the bench run is valid shell (`sh -n`), so a slip
     /// in one is found here, not minutes into a run.
     #[test]

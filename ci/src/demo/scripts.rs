@@ -151,7 +151,7 @@ netdev_up() {
     ip link set "$ND_DEV" up 2> /tmp/nd.err || { ND_WHY="ip link set $ND_DEV up failed: $(oneline /tmp/nd.err)"; return 1; }
     # The device's IPv6 address, no longer tentative (else the kernel would source from
     # virtio-net's, and routes from it are refused).
-    n=100
+    n=300
     until ip -6 addr show dev "$ND_DEV" > /tmp/nd.addr 2>&1 && grep "inet6 $3/" /tmp/nd.addr | grep -qv tentative; do
         n=$((n - 1))
         [ "$n" -gt 0 ] || { ND_WHY="$ND_DEV has not the device's address $3 (or it stays tentative): $(oneline /tmp/nd.addr)"; return 1; }
@@ -814,4 +814,119 @@ cmp -s /tmp/uin /tmp/uout || fail "the datagrams echoed by the host differ: $(wc
 
 fn join(v: &[usize]) -> String {
     v.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `netdev_up` in `sh` against a made-up sysfs (`mac` the qpip device's, `ifaces`
+    /// (name, MAC) the network interfaces) and an `ip` that says the device's address is
+    /// `addr_flags` and routes IPv4 by `route4_dev`: its status, ND_DEV and ND_WHY.
+    fn netdev_up_in(
+        mac: Option<&str>,
+        ifaces: &[(&str, &str)],
+        addr_flags: &str,
+        route4_dev: &str,
+    ) -> (i32, String, String) {
+        static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("qpip-netdev-up-{}-{run}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        if let Some(mac) = mac {
+            std::fs::create_dir_all(dir.join("qpip/qpip0")).unwrap();
+            std::fs::write(dir.join("qpip/qpip0/mac"), format!("{mac}\n")).unwrap();
+        }
+        for (name, mac) in ifaces {
+            std::fs::create_dir_all(dir.join("net").join(name)).unwrap();
+            std::fs::write(
+                dir.join("net").join(name).join("address"),
+                format!("{mac}\n"),
+            )
+            .unwrap();
+        }
+        let d = dir.display();
+        let script = format!(
+            r#"set -u
+nap() {{ :; }}
+oneline() {{ tr '\n' ' ' < "$1"; }}
+ip() {{
+    case "$*" in
+        "-6 addr show dev "*) echo "    inet6 fd51:5050::1:1/64 scope global {addr_flags}" ;;
+        "route get 198.18.0.102") echo "198.18.0.102 dev {route4_dev} src 198.18.0.101 uid 0" ;;
+        "route get "*) echo "$3 from :: dev $ND_DEV proto kernel src fd51:5050::1:1 metric 1024" ;;
+    esac
+}}
+{}
+netdev_up {}
+echo "$?|$ND_DEV|$ND_WHY"
+"#,
+            NETDEV_UP
+                .replace("/sys/class/qpip", &format!("{d}/qpip"))
+                .replace("/sys/class/net", &format!("{d}/net"))
+                .replace("/tmp/nd.", &format!("{d}/nd.")),
+            netdev_args(1)
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout).trim_end(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut f = out.splitn(3, '|');
+        let mut next = || f.next().unwrap_or_default().to_string();
+        (
+            next().parse().unwrap_or_else(|_| panic!("{out}")),
+            next(),
+            next(),
+        )
+    }
+
+    #[test]
+    fn netdev_up_finds_the_interface_by_the_device_s_mac_and_checks_its_routes() {
+        let ifaces = [
+            ("eth0", "02:51:50:02:00:01"),
+            ("qpip0", "02:51:50:01:00:01"),
+        ];
+        let mac = Some("02:51:50:01:00:01");
+        assert_eq!(
+            netdev_up_in(mac, &ifaces, "", "qpip0"),
+            (0, "qpip0".into(), String::new())
+        );
+        // The device's MAC in capitals finds it all the same.
+        assert_eq!(
+            netdev_up_in(
+                Some("02:51:50:01:00:01".to_uppercase().as_str()),
+                &ifaces,
+                "",
+                "qpip0"
+            )
+            .0,
+            0
+        );
+        // A route by virtio-net, an address that stays tentative: the setup failed.
+        let (st, dev, why) = netdev_up_in(mac, &ifaces, "", "eth0");
+        assert_eq!((st, dev.as_str()), (1, "qpip0"));
+        assert!(
+            why.starts_with("the route to 198.18.0.102 is not by qpip0: "),
+            "{why}"
+        );
+        let (st, _, why) = netdev_up_in(mac, &ifaces, "tentative", "qpip0");
+        assert_eq!(st, 1);
+        assert!(
+            why.starts_with("qpip0 has not the device's address fd51:5050::1:1"),
+            "{why}"
+        );
+        // No interface with the device's MAC (a driver without the netdev), or no device:
+        // nothing to measure over, not a failure.
+        let (st, dev, why) = netdev_up_in(mac, &ifaces[..1], "", "qpip0");
+        assert_eq!((st, dev.as_str()), (2, ""));
+        assert!(why.contains("(a driver without the netdev)"), "{why}");
+        assert_eq!(netdev_up_in(None, &ifaces, "", "qpip0").0, 2);
+    }
 }
