@@ -366,6 +366,147 @@ mod tests {
     }
 
     #[test]
+    fn the_netdev_column_and_the_ipv4_block_show_when_the_bench_has_them() {
+        let m = netdev_rounds();
+        let l = lines(&m, true);
+        let udp = &l[0];
+        assert_eq!(udp.what, "UDP ping-pong, round trip p50");
+        // Sockets over the netdev: 200/1.5, 200/1.25, 200/2 µs against 200 µs.
+        let nd = udp.netdev().unwrap();
+        assert!(
+            close(nd.median, 200.0 / 1.5) && close(nd.min, 100.0),
+            "{nd:?}"
+        );
+        assert!(close(udp.netdev_gain().unwrap(), 1.5));
+        let g = udp.netdev_round_gains();
+        assert!(
+            close(g[1].unwrap(), 1.25) && close(g[2].unwrap(), 2.0),
+            "{g:?}"
+        );
+        // QPs over IPv4 against IPv6, round by round: 1/1.02, 1/0.97, 1.
+        let r = udp.ipv4_round_ratios();
+        assert!(close(r[0].unwrap(), 1.0 / 1.02) && close(r[1].unwrap(), 1.0 / 0.97));
+        let bulk = l.iter().find(|l| l.what.starts_with("bulk")).unwrap();
+        // Over 1.33 s (the guest's uptime has 10 ms steps) against 2 s.
+        assert!((bulk.netdev_gain().unwrap() - 1.5).abs() < 0.01, "{bulk:?}");
+        assert!(!bulk.has_qp4());
+        // The terminal: a netdev column and its gain beside the QP gain, the IPv4 block.
+        let t = text_table(&l);
+        let head: Vec<&str> = t.lines().take(2).collect();
+        for g in ["QPs", "sockets", "netdev", "QP gain", "netdev gain"] {
+            assert!(head[0].contains(g), "{t}");
+        }
+        let row = t
+            .lines()
+            .find(|r| r.starts_with("UDP ping-pong, round trip p50, µs"))
+            .unwrap();
+        let cells: Vec<&str> = row
+            .trim_start_matches("UDP ping-pong, round trip p50, µs")
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            cells,
+            [
+                "100",
+                "90–120",
+                "200",
+                "200–200",
+                "133",
+                "100–160",
+                "2.00x",
+                "1.67–2.22",
+                "1.50x",
+                "1.25–2.00"
+            ],
+            "{row}"
+        );
+        assert!(
+            t.contains("netdev: kernel sockets over the qpip netdev"),
+            "{t}"
+        );
+        assert!(
+            t.contains("\nQPs over IPv4 vs IPv6, medians of 3 rounds"),
+            "{t}"
+        );
+        // Its last line of 64 KiB bandwidth: IPv4's 39.2 MB/s (40/1.02) against 40.
+        let v4 = t
+            .lines()
+            .filter(|r| r.starts_with("TCP bandwidth, 64 KiB messages, MB/s"))
+            .last()
+            .unwrap();
+        assert_eq!(
+            v4.split_whitespace().skip(6).collect::<Vec<_>>(),
+            [
+                "39.2",
+                "36.0–49.5",
+                "40.0",
+                "36.0–48.0",
+                "0.98x",
+                "0.98–1.03"
+            ],
+            "{t}"
+        );
+        // Markdown: the same cells.
+        let md = markdown_table(&l);
+        assert!(md.contains("| netdev: median | netdev: min–max |"), "{md}");
+        for line in &l {
+            assert!(
+                md.contains(&format!("| {} |", round_cells(line, true).join(" | "))),
+                "{md}"
+            );
+        }
+        assert!(md.contains("| QPs | IPv4: median |"), "{md}");
+        // One round: the netdev's column and gain too.
+        let mut one = Measurements::with_rounds(1);
+        for line in round_lines("", 1.0)
+            .into_iter()
+            .chain(netdev_round_lines("", 1.0, 1.5, 1.0))
+        {
+            one.take_line(&line).unwrap();
+        }
+        let short = lines(&one, false);
+        let t = text_table(&short);
+        assert!(
+            t.contains("sockets (qpip netdev)") && t.contains("netdev gain"),
+            "{t}"
+        );
+        assert!(t.contains(" 1.50x"), "{t}");
+        let md = markdown_table(&short);
+        assert!(md.starts_with("| | QP (qpip device) | sockets (virtio-net) | sockets (qpip netdev) | QP gain | netdev gain |\n| --- | ---: | ---: | ---: | ---: | ---: |\n"), "{md}");
+        // The JSON: the new figures where measured.
+        let j = json_value(&m, &l);
+        let c = &j["comparison"][0];
+        assert!(close(c["netdev"]["median"].as_f64().unwrap(), 200.0 / 1.5));
+        assert!(close(c["netdev_gain"].as_f64().unwrap(), 1.5));
+        assert_eq!(
+            c["netdev_gain_per_round"]["rounds"]
+                .as_array()
+                .unwrap()
+                .len(),
+            3
+        );
+        assert!(close(c["qp_ipv4"]["median"].as_f64().unwrap(), 102.0));
+        assert!(c["qp_ipv4_vs_ipv6"].is_number());
+        assert!(c["qp_ipv4_vs_ipv6_per_round"]["min"].is_number());
+        let bulk = j["comparison"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["what"].as_str().unwrap().starts_with("bulk"))
+            .unwrap();
+        assert!(bulk["netdev_gain"].is_number() && bulk.get("qp_ipv4").is_none());
+        // A run without them (an older one, the demo) shows and writes none of it.
+        let old = lines(&rounds(&[1.0, 3.0, 2.0]), true);
+        assert!(!text_table(&old).contains("netdev") && !markdown_table(&old).contains("IPv4"));
+        let j = json_value(&rounds(&[1.0, 3.0, 2.0]), &old);
+        assert!(j["comparison"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c.get("netdev").is_none() && c.get("qp_ipv4").is_none()));
+    }
+
+    #[test]
     fn even_rounds_take_the_mean_of_the_middle_two() {
         let m = rounds(&[1.0, 4.0, 2.0, 3.0]);
         let l = lines(&m, false);
