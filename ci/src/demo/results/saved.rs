@@ -235,9 +235,17 @@ mod tests {
         assert!(run.lines.iter().any(|l| l.ipv4_ratio().is_some()));
         same_as_saved("netdev.txt", &text_table(&run.lines));
         same_as_saved("netdev.md", &markdown_table(&run.lines));
+        let md = super::super::markdown_body(&run.info, &run.lines, &run.layouts, 2);
+        assert!(
+            md.contains("Also measured: kernel sockets through the guests' qpip netdevs")
+                && md.contains("; QPs over IPv4 (the block QPs over IPv4 vs IPv6).\n"),
+            "{md}"
+        );
         // A file from before these rows reads back without them.
         let old = SavedRun::from_json(&saved_results()).unwrap();
         assert!(!old.lines.iter().any(|l| l.has_netdev() || l.has_qp4()));
+        let md = super::super::markdown_body(&old.info, &old.lines, &old.layouts, 2);
+        assert!(!md.contains("Also measured") && !md.contains("netdev"));
     }
 
     #[test]
