@@ -431,8 +431,7 @@ mod tests {
         // Its last line of 64 KiB bandwidth: IPv4's 39.2 MB/s (40/1.02) against 40.
         let v4 = t
             .lines()
-            .filter(|r| r.starts_with("TCP bandwidth, 64 KiB messages, MB/s"))
-            .last()
+            .rfind(|r| r.starts_with("TCP bandwidth, 64 KiB messages, MB/s"))
             .unwrap();
         assert_eq!(
             v4.split_whitespace().skip(6).collect::<Vec<_>>(),
