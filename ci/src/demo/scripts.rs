@@ -129,9 +129,9 @@ pub fn bulk_port(net: Net, round: u32) -> u16 {
 
 /// Both guests' setup of their qpip netdev (the plan's [`Plan::netdev`]): `netdev_up PEER6
 /// PEER4 OWN6 OWN4` finds the network interface the guest driver made for the qpip device
-/// (the one with the device's MAC), brings it up, waits for the device's IPv6 address on it
-/// (the driver gives the interface the device's addresses when it comes up) to pass
-/// duplicate address detection, and routes the peer's device addresses through it with
+/// (the one with the device's MAC), makes each interface answer ARP for its own addresses
+/// only, brings it up, waits for its carrier and for the device's IPv6 address on it (the
+/// driver gives the interface the device's addresses when it comes up), and routes the peer's device addresses through it with
 /// host routes from this guest's device addresses: the guests' virtio-net NICs are on the
 /// same subnets, and without them the kernel may send by virtio-net. It checks that the
 /// kernel's route to each peer address is now by the interface. It sets ND_DEV; returns 0
@@ -148,9 +148,25 @@ netdev_up() {
         fi
     done
     [ -n "$ND_DEV" ] || { ND_WHY="no network interface has the qpip device's MAC $mac (a driver without the netdev)"; return 2; }
+    # Once the netdev is up its IPv4 address is the kernel's: each interface answers ARP
+    # for its own addresses only (else virtio-net would answer for the device's, on the
+    # same link, and take its traffic), as a host with two NICs on one link must. No
+    # duplicate address detection on it: the device has the address already.
+    { echo 1 > /proc/sys/net/ipv4/conf/all/arp_ignore && echo 2 > /proc/sys/net/ipv4/conf/all/arp_announce; } 2> /tmp/nd.err \
+        || { ND_WHY="cannot set arp_ignore and arp_announce: $(oneline /tmp/nd.err)"; return 1; }
+    echo 0 > /proc/sys/net/ipv6/conf/$ND_DEV/accept_dad 2> /dev/null
     ip link set "$ND_DEV" up 2> /tmp/nd.err || { ND_WHY="ip link set $ND_DEV up failed: $(oneline /tmp/nd.err)"; return 1; }
-    # The device's IPv6 address, no longer tentative (else the kernel would source from
-    # virtio-net's, and routes from it are refused).
+    # Carrier: the driver's queues on the device are up (a device without raw QPs leaves
+    # the interface without it).
+    n=100
+    until [ "$(cat /sys/class/net/$ND_DEV/carrier 2>/dev/null)" = 1 ]; do
+        n=$((n - 1))
+        [ "$n" -gt 0 ] || { ND_WHY="$ND_DEV has no carrier 10 s after ip link set up (see the guest's kernel log)"; return 1; }
+        nap
+    done
+    # The device's IPv6 address on it (the driver gives it when the interface comes up),
+    # not tentative (else the kernel would source from virtio-net's, and routes from it
+    # are refused).
     n=300
     until ip -6 addr show dev "$ND_DEV" > /tmp/nd.addr 2>&1 && grep "inet6 $3/" /tmp/nd.addr | grep -qv tentative; do
         n=$((n - 1))
@@ -821,14 +837,15 @@ mod tests {
     use super::*;
 
     /// Runs `netdev_up` in `sh` against a made-up sysfs (`mac` the qpip device's, `ifaces`
-    /// (name, MAC) the network interfaces) and an `ip` that says the device's address is
-    /// `addr_flags` and routes IPv4 by `route4_dev`: its status, ND_DEV and ND_WHY.
+    /// (name, MAC, carrier) the network interfaces) and an `ip` that says the device's
+    /// address is `addr_flags` and routes IPv4 by `route4_dev`: its status, ND_DEV and
+    /// ND_WHY, and the arp_ignore it set.
     fn netdev_up_in(
         mac: Option<&str>,
-        ifaces: &[(&str, &str)],
+        ifaces: &[(&str, &str, u8)],
         addr_flags: &str,
         route4_dev: &str,
-    ) -> (i32, String, String) {
+    ) -> (i32, String, String, String) {
         static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("qpip-netdev-up-{}-{run}", std::process::id()));
@@ -837,15 +854,24 @@ mod tests {
             std::fs::create_dir_all(dir.join("qpip/qpip0")).unwrap();
             std::fs::write(dir.join("qpip/qpip0/mac"), format!("{mac}\n")).unwrap();
         }
-        for (name, mac) in ifaces {
-            std::fs::create_dir_all(dir.join("net").join(name)).unwrap();
-            std::fs::write(
-                dir.join("net").join(name).join("address"),
-                format!("{mac}\n"),
-            )
-            .unwrap();
+        for (name, mac, carrier) in ifaces {
+            let net = dir.join("net").join(name);
+            std::fs::create_dir_all(&net).unwrap();
+            std::fs::write(net.join("address"), format!("{mac}\n")).unwrap();
+            std::fs::write(net.join("carrier"), format!("{carrier}\n")).unwrap();
+            std::fs::create_dir_all(dir.join("sysctl/ipv6/conf").join(name)).unwrap();
         }
+        std::fs::create_dir_all(dir.join("sysctl/ipv4/conf/all")).unwrap();
         let d = dir.display();
+        // The function with every path it touches in `dir`: never the host's own.
+        let netdev_up = NETDEV_UP
+            .replace("/sys/class/qpip", &format!("{d}/qpip"))
+            .replace("/sys/class/net", &format!("{d}/net"))
+            .replace("/proc/sys/net", &format!("{d}/sysctl"))
+            .replace("/tmp/nd.", &format!("{d}/nd."));
+        for outside in ["/sys/", "/proc/", "/tmp/nd."] {
+            assert!(!netdev_up.contains(outside), "{netdev_up}");
+        }
         let script = format!(
             r#"set -u
 nap() {{ :; }}
@@ -857,14 +883,10 @@ ip() {{
         "route get "*) echo "$3 from :: dev $ND_DEV proto kernel src fd51:5050::1:1 metric 1024" ;;
     esac
 }}
-{}
+{netdev_up}
 netdev_up {}
 echo "$?|$ND_DEV|$ND_WHY"
 "#,
-            NETDEV_UP
-                .replace("/sys/class/qpip", &format!("{d}/qpip"))
-                .replace("/sys/class/net", &format!("{d}/net"))
-                .replace("/tmp/nd.", &format!("{d}/nd.")),
             netdev_args(1)
         );
         let out = std::process::Command::new("sh")
@@ -872,6 +894,8 @@ echo "$?|$ND_DEV|$ND_WHY"
             .arg(&script)
             .output()
             .unwrap();
+        let arp_ignore = std::fs::read_to_string(dir.join("sysctl/ipv4/conf/all/arp_ignore"))
+            .unwrap_or_default();
         std::fs::remove_dir_all(&dir).unwrap();
         let out = format!(
             "{}{}",
@@ -884,48 +908,46 @@ echo "$?|$ND_DEV|$ND_WHY"
             next().parse().unwrap_or_else(|_| panic!("{out}")),
             next(),
             next(),
+            arp_ignore.trim().to_string(),
         )
     }
 
     #[test]
     fn netdev_up_finds_the_interface_by_the_device_s_mac_and_checks_its_routes() {
         let ifaces = [
-            ("eth0", "02:51:50:02:00:01"),
-            ("qpip0", "02:51:50:01:00:01"),
+            ("eth0", "02:51:50:02:00:01", 1),
+            ("qpip0", "02:51:50:01:00:01", 1),
         ];
         let mac = Some("02:51:50:01:00:01");
         assert_eq!(
             netdev_up_in(mac, &ifaces, "", "qpip0"),
-            (0, "qpip0".into(), String::new())
+            (0, "qpip0".into(), String::new(), "1".into())
         );
         // The device's MAC in capitals finds it all the same.
-        assert_eq!(
-            netdev_up_in(
-                Some("02:51:50:01:00:01".to_uppercase().as_str()),
-                &ifaces,
-                "",
-                "qpip0"
-            )
-            .0,
-            0
-        );
-        // A route by virtio-net, an address that stays tentative: the setup failed.
-        let (st, dev, why) = netdev_up_in(mac, &ifaces, "", "eth0");
+        let upper = "02:51:50:01:00:01".to_uppercase();
+        assert_eq!(netdev_up_in(Some(&upper), &ifaces, "", "qpip0").0, 0);
+        // A route by virtio-net, an address that stays tentative, no carrier: the setup
+        // failed.
+        let (st, dev, why, _) = netdev_up_in(mac, &ifaces, "", "eth0");
         assert_eq!((st, dev.as_str()), (1, "qpip0"));
         assert!(
             why.starts_with("the route to 198.18.0.102 is not by qpip0: "),
             "{why}"
         );
-        let (st, _, why) = netdev_up_in(mac, &ifaces, "tentative", "qpip0");
+        let (st, _, why, _) = netdev_up_in(mac, &ifaces, "tentative", "qpip0");
         assert_eq!(st, 1);
         assert!(
             why.starts_with("qpip0 has not the device's address fd51:5050::1:1"),
             "{why}"
         );
+        let dark = [ifaces[0], ("qpip0", "02:51:50:01:00:01", 0)];
+        let (st, _, why, _) = netdev_up_in(mac, &dark, "", "qpip0");
+        assert_eq!(st, 1);
+        assert!(why.starts_with("qpip0 has no carrier"), "{why}");
         // No interface with the device's MAC (a driver without the netdev), or no device:
-        // nothing to measure over, not a failure.
-        let (st, dev, why) = netdev_up_in(mac, &ifaces[..1], "", "qpip0");
-        assert_eq!((st, dev.as_str()), (2, ""));
+        // nothing to measure over, not a failure, and nothing changed.
+        let (st, dev, why, arp) = netdev_up_in(mac, &ifaces[..1], "", "qpip0");
+        assert_eq!((st, dev.as_str(), arp.as_str()), (2, "", ""));
         assert!(why.contains("(a driver without the netdev)"), "{why}");
         assert_eq!(netdev_up_in(None, &ifaces, "", "qpip0").0, 2);
     }
