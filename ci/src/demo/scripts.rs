@@ -131,10 +131,11 @@ pub fn bulk_port(net: Net, round: u32) -> u16 {
 /// PEER4 OWN6 OWN4` finds the network interface the guest driver made for the qpip device
 /// (the one with the device's MAC), makes each interface answer ARP for its own addresses
 /// only, brings it up, waits for its carrier and for the device's IPv6 address on it (the
-/// driver gives the interface the device's addresses when it comes up), and routes the peer's device addresses through it with
-/// host routes from this guest's device addresses: the guests' virtio-net NICs are on the
-/// same subnets, and without them the kernel may send by virtio-net. It checks that the
-/// kernel's route to each peer address is now by the interface. It sets ND_DEV; returns 0
+/// driver gives the interface the device's addresses when it comes up), and routes the
+/// peer's device addresses through it with host routes from this guest's device addresses:
+/// the guests' virtio-net NICs are on the same subnets, and without them the kernel may
+/// send by virtio-net. It checks that the kernel's route to each peer address is now by the
+/// interface. It sets ND_DEV; returns 0
 /// when done, 2 when the guest has no such interface (a driver without it) and 1 when the
 /// setup failed, ND_WHY saying why.
 const NETDEV_UP: &str = r#"# netdev_up PEER6 PEER4 OWN6 OWN4: see the bench's scripts (ci/src/demo/scripts.rs).
@@ -433,10 +434,7 @@ fn netdev_b(plan: &Plan) -> String {
     let mut receivers = String::new();
     for r in &rounds {
         let (name, port) = (plan.tag(Net::Netdev.id(), *r), bulk_port(Net::Netdev, *r));
-        receivers += &format!(
-            "    receive {name} nc -l -p {port} <> /tmp/never &
-"
-        );
+        receivers += &format!("    receive {name} nc -l -p {port} <> /tmp/never &\n");
     }
     for r in &rounds {
         let port = bulk_port(Net::Netdev, *r);
