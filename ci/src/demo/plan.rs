@@ -77,10 +77,15 @@ impl Test {
 /// Which net a measurement uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Net {
-    /// QPs between the guests' qpip devices.
+    /// QPs between the guests' qpip devices (IPv6).
     Qp,
     /// Kernel sockets through the guests' virtio-net NICs.
     Sockets,
+    /// Kernel sockets through the guests' qpip netdevs (the driver's network interface on
+    /// the qpip device): the guest kernel's own TCP/IP on the same adapter as the QPs.
+    Netdev,
+    /// QPs between the guests' qpip devices over IPv4.
+    Qp4,
 }
 
 impl Net {
@@ -89,7 +94,14 @@ impl Net {
         match self {
             Net::Qp => "qp",
             Net::Sockets => "sk",
+            Net::Netdev => "nd",
+            Net::Qp4 => "qp4",
         }
+    }
+
+    /// Over the guest kernel's sockets (virtio-net or the qpip netdev).
+    pub fn is_sockets(self) -> bool {
+        matches!(self, Net::Sockets | Net::Netdev)
     }
 }
 
@@ -100,6 +112,9 @@ pub enum Action {
     Ready,
     /// One measurement in one round (from 1).
     Measure { test: Test, net: Net, round: u32 },
+    /// Both guests bring their qpip netdevs up and route each other's device addresses
+    /// through them (before the first [`Net::Netdev`] measurement).
+    NetdevUp,
     /// Guest a's TCP QP to the lab host's echo server.
     HostOut,
     /// The lab host's client to a TCP QP listener in guest a.
@@ -179,6 +194,12 @@ pub struct Plan {
     pub qpipd_args: Vec<String>,
     /// Bytes of the file of the network disk step ([`Action::Nbd`]; 0: no such step).
     pub nbd_bytes: u64,
+    /// Kernel sockets over the guests' qpip netdevs too ([`Net::Netdev`]): the ping-pongs,
+    /// TCP bandwidth and bulk, after a step that brings the netdevs up
+    /// ([`Action::NetdevUp`]); skipped in a guest without one.
+    pub netdev: bool,
+    /// The ping-pongs and TCP bandwidth over QPs on IPv4 too ([`Net::Qp4`]).
+    pub qp_ipv4: bool,
 }
 
 impl Plan {
@@ -205,11 +226,14 @@ impl Plan {
             rdma_bw_bytes: 16 << 20,
             qpipd_args: Vec::new(),
             nbd_bytes: 8 << 20,
+            netdev: false,
+            qp_ipv4: false,
         }
     }
 
     /// The bench: more round trips, every message size, UDP bandwidth, three rounds with
-    /// QPs and sockets interleaved, each ending with `qpip-overhead`; CPU windows; no host
+    /// QPs and sockets interleaved (sockets over virtio-net and over the qpip netdev, QPs
+    /// on IPv6 and IPv4), each ending with `qpip-overhead`; CPU windows; no host
     /// steps. TCP bandwidth moves 16 MiB of 1 KiB and 8 KiB messages and 64 MiB of 64 KiB
     /// and 256 KiB messages (1024 and 256 messages: with 16 MiB, 256 and 64 were over in a
     /// fraction of a second, too few for a steady state or for `/proc/stat`'s 10 ms ticks).
@@ -238,6 +262,8 @@ impl Plan {
             rdma_bw_bytes: 16 << 20,
             qpipd_args: Vec::new(),
             nbd_bytes: 0,
+            netdev: true,
+            qp_ipv4: true,
         }
     }
 
@@ -257,6 +283,8 @@ impl Plan {
             qp_only: true,
             rdma: false,
             nbd_bytes: 0,
+            netdev: false,
+            qp_ipv4: false,
             ..self.clone()
         }
     }
@@ -273,6 +301,27 @@ impl Plan {
     /// Limit for the whole run, boot to power-off.
     pub fn limit(&self) -> Duration {
         self.round_timeout * self.rounds.max(1)
+    }
+
+    /// The nets `test` runs over in a round, in the order of an odd round (an even round
+    /// reverses it): QPs on IPv4 next to QPs on IPv6, which are next to sockets over
+    /// virtio-net, next to sockets over the qpip netdev, so each pair compared saw the same
+    /// host load.
+    fn nets(&self, test: Test) -> Vec<Net> {
+        let pingpong_or_bw = matches!(test, Test::UdpPing | Test::TcpPing | Test::TcpBw);
+        let mut v = Vec::new();
+        if self.qp_ipv4 && pingpong_or_bw {
+            v.push(Net::Qp4);
+        }
+        v.push(Net::Qp);
+        if self.qp_only {
+            return v;
+        }
+        v.push(Net::Sockets);
+        if self.netdev && (pingpong_or_bw || test == Test::Bulk) {
+            v.push(Net::Netdev);
+        }
+        v
     }
 
     /// The measurements of one round on one net, in order.
@@ -334,6 +383,8 @@ impl Plan {
             Net::Sockets if rdma => "on the guest kernel's soft-iWARP over virtio-net (perftest)",
             Net::Qp => "over QPs",
             Net::Sockets => "over kernel sockets",
+            Net::Netdev => "over kernel sockets on the qpip netdev",
+            Net::Qp4 => "over QPs on IPv4",
         };
         let bytes = human(self.bw_bytes);
         // TCP: the sizes grouped by the bytes each moves, "16 MiB per size, messages of
@@ -353,7 +404,7 @@ impl Plan {
             .join("; ");
         let mut what = match test {
             Test::UdpPing => format!("UDP ping-pong a⇄b {over}"),
-            Test::TcpPing if net == Net::Qp => format!("TCP message ping-pong a⇄b {over}"),
+            Test::TcpPing if !net.is_sockets() => format!("TCP message ping-pong a⇄b {over}"),
             Test::TcpPing => format!("TCP ping-pong a⇄b {over}"),
             Test::TcpBw => format!("TCP bandwidth a→b {over}"),
             Test::UdpBw => format!("UDP bandwidth a→b {over}"),
@@ -372,10 +423,10 @@ impl Plan {
             Test::UdpBw => format!("{bytes} per size, datagrams of {}", sizes(&self.udp_sizes)),
             Test::Bulk => format!(
                 "{}, {}, SHA-256 compared",
-                if net == Net::Qp {
-                    "qpip-cat"
-                } else {
+                if net.is_sockets() {
                     "busybox nc"
+                } else {
+                    "qpip-cat"
                 },
                 human(self.bulk_bytes)
             ),
@@ -424,6 +475,15 @@ impl Plan {
             Action::Ready,
         )];
         let tests = self.tests();
+        if self.netdev && !self.qp_only {
+            s.push(step(
+                "netdev",
+                "both guests bring their qpip netdevs up and route each other's qpip device \
+                 addresses through them"
+                    .to_string(),
+                Action::NetdevUp,
+            ));
+        }
         let host_steps = || {
             if self.host_bytes == 0 {
                 return Vec::new();
@@ -451,15 +511,14 @@ impl Plan {
         };
         for round in 1..=self.rounds.max(1) {
             if self.interleave {
-                // Odd rounds: QPs first; even rounds: sockets first.
-                let order = if round % 2 == 1 {
-                    [Net::Qp, Net::Sockets]
-                } else {
-                    [Net::Sockets, Net::Qp]
-                };
-                let order = order.into_iter().filter(|n| !self.qp_only || *n == Net::Qp);
+                // Odd rounds in the order of `nets` (QPs before sockets); even rounds the
+                // other way round.
                 for t in &tests {
-                    s.extend(order.clone().map(|net| self.measure(*t, net, round)));
+                    let mut order = self.nets(*t);
+                    if round % 2 == 0 {
+                        order.reverse();
+                    }
+                    s.extend(order.into_iter().map(|net| self.measure(*t, net, round)));
                 }
                 if round == 1 {
                     s.extend(host_steps());
@@ -481,8 +540,15 @@ impl Plan {
                 if round == 1 {
                     s.extend(host_steps());
                 }
-                if !self.qp_only {
-                    s.extend(tests.iter().map(|t| self.measure(*t, Net::Sockets, round)));
+                // Sockets over virtio-net, then (when the plan has them) over the qpip
+                // netdev, then QPs on IPv4.
+                for net in [Net::Sockets, Net::Netdev, Net::Qp4] {
+                    s.extend(
+                        tests
+                            .iter()
+                            .filter(|t| self.nets(**t).contains(&net))
+                            .map(|t| self.measure(*t, net, round)),
+                    );
                 }
             }
             if self.overhead_messages > 0 {
@@ -616,7 +682,12 @@ mod tests {
     fn the_bench_runs_each_measurement_in_every_round_taking_turns() {
         let plan = Plan::bench();
         assert_eq!(plan.rounds, 3);
-        let m = measures(&plan);
+        // QPs (IPv6) against sockets over virtio-net; the other two nets have a test of
+        // their own below.
+        let m: Vec<_> = measures(&plan)
+            .into_iter()
+            .filter(|x| matches!(x.2, Net::Qp | Net::Sockets))
+            .collect();
         // Nine tests on two nets (RDMA: qpip and siw), three rounds.
         assert_eq!(m.len(), 9 * 2 * 3);
         for pair in m.chunks(2) {
@@ -645,7 +716,8 @@ mod tests {
                 "rdmareadbw-sk.1"
             ]
         );
-        assert!(plan.steps()[1].what.starts_with("round 1/3: UDP ping-pong"));
+        assert_eq!(plan.steps()[1].id, "netdev");
+        assert!(plan.steps()[2].what.starts_with("round 1/3: UDP ping-pong"));
         assert_eq!(plan.limit(), plan.round_timeout * 3);
         // Each round's bulk transfers have their own ports, clear of the lab host's.
         let mut ports: Vec<u16> = (1..=results::MAX_ROUNDS)
@@ -653,6 +725,7 @@ mod tests {
                 [
                     scripts::bulk_port(Net::Qp, r),
                     scripts::bulk_port(Net::Sockets, r),
+                    scripts::bulk_port(Net::Netdev, r),
                 ]
             })
             .collect();
@@ -691,10 +764,10 @@ mod tests {
             .filter(|(_, s)| matches!(s.action, Action::Overhead { .. }))
             .map(|(i, s)| (i, s.id.as_str()))
             .collect();
-        // 1 + (18 + 1) per round: the last step of each round.
+        // Ready and the netdevs, then (25 + 1) per round: the last step of each round.
         assert_eq!(
             overhead,
-            [(19, "overhead.1"), (38, "overhead.2"), (57, "overhead.3")]
+            [(27, "overhead.1"), (53, "overhead.2"), (79, "overhead.3")]
         );
         let a = scripts::guest_a(&plan);
         assert!(a.contains("\nstep overhead.2\nqpip-overhead --messages 1000 --json"));
@@ -757,6 +830,134 @@ mod tests {
             .steps()
             .iter()
             .all(|s| !matches!(s.action, Action::Overhead { .. })));
+    }
+
+    #[test]
+    fn the_bench_measures_sockets_over_the_qpip_netdev_and_qps_over_ipv4_beside_their_pairs() {
+        let plan = Plan::bench();
+        let m = measures(&plan);
+        let ids = |test: Test, round: u32| -> Vec<String> {
+            m.iter()
+                .filter(|x| x.1 == test && x.3 == round)
+                .map(|x| x.0.clone())
+                .collect()
+        };
+        // QPs on IPv4 next to QPs on IPv6, sockets over the netdev next to those over
+        // virtio-net; even rounds the other way round.
+        assert_eq!(
+            ids(Test::UdpPing, 1),
+            ["udp-qp4.1", "udp-qp.1", "udp-sk.1", "udp-nd.1"]
+        );
+        assert_eq!(
+            ids(Test::TcpBw, 2),
+            ["bw-nd.2", "bw-sk.2", "bw-qp.2", "bw-qp4.2"]
+        );
+        // Bulk over the netdev too (no QPs over IPv4); UDP bandwidth and RDMA as before.
+        assert_eq!(ids(Test::Bulk, 3), ["bulk-qp.3", "bulk-sk.3", "bulk-nd.3"]);
+        assert_eq!(ids(Test::UdpBw, 1), ["udpbw-qp.1", "udpbw-sk.1"]);
+        assert_eq!(ids(Test::RdmaBw, 2), ["rdmabw-sk.2", "rdmabw-qp.2"]);
+        // 3 rounds of 4 nets × 3 tests, bulk on 3, UDP bandwidth and 4 RDMA tests on 2.
+        assert_eq!(m.len(), 3 * (4 * 3 + 3 + 2 + 4 * 2));
+        // The netdevs come up once, before any measurement.
+        let steps = plan.steps();
+        assert_eq!(steps[1].id, "netdev");
+        assert_eq!(steps[1].action, Action::NetdevUp);
+        assert_eq!(
+            steps
+                .iter()
+                .filter(|s| s.action == Action::NetdevUp)
+                .count(),
+            1
+        );
+        let what = |id: &str| steps.iter().find(|s| s.id == id).unwrap().what.clone();
+        assert!(
+            what("tcp-nd.1").starts_with(
+                "round 1/3: TCP ping-pong a⇄b over kernel sockets on the qpip netdev (2000"
+            ),
+            "{}",
+            what("tcp-nd.1")
+        );
+        assert!(what("bulk-nd.2").contains("busybox nc"));
+        assert!(
+            what("tcp-qp4.1").starts_with("round 1/3: TCP message ping-pong a⇄b over QPs on IPv4"),
+            "{}",
+            what("tcp-qp4.1")
+        );
+        // Neither the demo nor the pass in the other layout has any of it.
+        for p in [Plan::demo(), plan.layout_pass(crate::QpipdLayout::PerGuest)] {
+            assert!(!p.steps().iter().any(|s| s.id.contains("-nd")
+                || s.id.contains("-qp4")
+                || s.action == Action::NetdevUp));
+            assert!(!scripts::guest_a(&p).contains("netdev_up"));
+            assert!(!scripts::guest_b(&p).contains("netdev_up"));
+        }
+    }
+
+    #[test]
+    fn the_netdev_rows_go_to_guest_b_s_device_address_through_both_guests_netdevs() {
+        let plan = Plan::bench();
+        let a = scripts::guest_a(&plan);
+        let b = scripts::guest_b(&plan);
+        // Each guest routes the other's device addresses (IPv6, IPv4) through its netdev,
+        // from its own.
+        assert!(a.contains(
+            "\nstep netdev\nif netdev_up fd51:5050::1:2 198.18.0.102 fd51:5050::1:1 198.18.0.101; then\n"
+        ), "{a}");
+        assert!(
+            b.contains(
+                "\nif netdev_up fd51:5050::1:1 198.18.0.101 fd51:5050::1:2 198.18.0.102; then\n"
+            ),
+            "{b}"
+        );
+        for s in [&a, &b] {
+            assert!(s.contains("tr A-F a-f < /sys/class/qpip/qpip0/mac"), "{s}");
+            assert!(s.contains("ip link set \"$ND_DEV\" up"), "{s}");
+            assert!(
+                s.contains("ip -6 route replace \"$1/128\" dev \"$ND_DEV\" src \"$3\""),
+                "{s}"
+            );
+            assert!(
+                s.contains("ip -4 route replace \"$2/32\" dev \"$ND_DEV\" src \"$4\""),
+                "{s}"
+            );
+            assert!(s.contains("grep -q \"dev $ND_DEV \" /tmp/nd.route"), "{s}");
+        }
+        // Guest b says how it went before it is ready; guest a's step reads it.
+        let (said, ready) = (
+            b.find("mv /lab/.netdev.b /lab/netdev.b").unwrap(),
+            b.find("touch /lab/b-ready").unwrap(),
+        );
+        assert!(said < ready, "{b}");
+        assert!(a.contains("await netdev.b 60\n"), "{a}");
+        assert!(a.contains("@note=no qpip netdev ($why): the measurements over it are skipped"));
+        // The measurements over it: kernel sockets to the device's address, run only when
+        // both guests have a netdev.
+        assert!(a.contains(
+            "\nnd_only perf udp-nd.1 udp-nd.1 fd51:5050::1:2 --port 5202 --sockets --udp --test latency --iters 2000\n"
+        ), "{a}");
+        assert!(a.contains(
+            "\nnd_only perf bw-nd.2 bw-nd:65536.2 fd51:5050::1:2 --port 5202 --sockets --tcp --test bandwidth --sizes 65536 --bytes 67108864\n"
+        ), "{a}");
+        // Bulk: busybox nc to guest b's receiver of the round, all listening from the start.
+        assert!(
+            a.contains("\nnd_only bulk nd.3 3 nc fd51:5050::1:2 7042\n"),
+            "{a}"
+        );
+        assert!(
+            b.contains("    receive nd.3 nc -l -p 7042 <> /tmp/never &\n"),
+            "{b}"
+        );
+        assert!(
+            b.contains("until_true 60 listening 7040 || bfail ready"),
+            "{b}"
+        );
+        // QPs over IPv4: guest b's device's IPv4 address, the QP server's port.
+        assert!(a.contains(
+            "\nperf tcp-qp4.3 tcp-qp4.3 198.18.0.102 --port 5201 --tcp --test latency --iters 2000\n"
+        ), "{a}");
+        assert!(a.contains(
+            "\nperf bw-qp4.1 bw-qp4:1024.1 198.18.0.102 --port 5201 --tcp --test bandwidth --sizes 1024 --bytes 16777216\n"
+        ), "{a}");
     }
 
     /// Every guest script the demo and the bench run is valid shell (`sh -n`), so a slip

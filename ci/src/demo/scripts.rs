@@ -7,6 +7,8 @@
 //! - `@perf.NAME=JSON`: what `qpip-perf --json` printed;
 //! - `@bulk.NAME=BYTES START END`: a verified bulk transfer and its guest uptime at start
 //!   and end (seconds, 10 ms resolution);
+//! - `@note=TEXT`: something the progress lines show (which qpip netdev the bench uses, or
+//!   why it has none);
 //! - `@overhead[.ROUND]=JSON`: what `qpip-overhead --json` printed (the bench);
 //! - `@cpu.NAME=start|A|B|HOST` and `@cpu.NAME=end|A|B|HOST`: the edges of the CPU window
 //!   of measurement NAME (the bench; see [`super::results`]).
@@ -45,6 +47,9 @@ pub const PERFTEST_PORT: u16 = 18515;
 /// every round up to [`super::results::MAX_ROUNDS`]).
 pub const BULK_QP_PORT: u16 = 7000;
 pub const BULK_SOCKETS_PORT: u16 = 7001;
+/// Round 1's bulk port over the qpip netdev; round r's is r-1 above (clear of the two
+/// above's for every round up to [`super::results::MAX_ROUNDS`]).
+pub const BULK_NETDEV_PORT: u16 = 7040;
 pub const HOST_TCP_PORT: u16 = 7100;
 pub const HOST_UDP_PORT: u16 = 7101;
 pub const GUEST_LISTEN_PORT: u16 = 7102;
@@ -111,13 +116,87 @@ cpu_end() {
 }
 "#;
 
-/// The port guest b receives round `round`'s bulk transfer over `net` on.
+/// The port guest b receives round `round`'s bulk transfer over `net` on (QPs on IPv4
+/// have no bulk transfer: theirs would be the QPs').
 pub fn bulk_port(net: Net, round: u32) -> u16 {
-    let base = match net {
-        Net::Qp => BULK_QP_PORT,
-        Net::Sockets => BULK_SOCKETS_PORT,
-    };
-    base + 2 * (round.max(1) - 1) as u16
+    let r = (round.max(1) - 1) as u16;
+    match net {
+        Net::Qp | Net::Qp4 => BULK_QP_PORT + 2 * r,
+        Net::Sockets => BULK_SOCKETS_PORT + 2 * r,
+        Net::Netdev => BULK_NETDEV_PORT + r,
+    }
+}
+
+/// Both guests' setup of their qpip netdev (the plan's [`Plan::netdev`]): `netdev_up PEER6
+/// PEER4 OWN6 OWN4` finds the network interface the guest driver made for the qpip device
+/// (the one with the device's MAC), makes each interface answer ARP for its own addresses
+/// only, brings it up, waits for its carrier and for the device's IPv6 address on it (the
+/// driver gives the interface the device's addresses when it comes up), and routes the
+/// peer's device addresses through it with host routes from this guest's device addresses:
+/// the guests' virtio-net NICs are on the same subnets, and without them the kernel may
+/// send by virtio-net. It checks that the kernel's route to each peer address is now by the
+/// interface. It sets ND_DEV; returns 0
+/// when done, 2 when the guest has no such interface (a driver without it) and 1 when the
+/// setup failed, ND_WHY saying why.
+const NETDEV_UP: &str = r#"# netdev_up PEER6 PEER4 OWN6 OWN4: see the bench's scripts (ci/src/demo/scripts.rs).
+netdev_up() {
+    ND_DEV=; ND_WHY=
+    mac=$(tr A-F a-f < /sys/class/qpip/qpip0/mac 2>/dev/null)
+    [ -n "$mac" ] || { ND_WHY="no qpip device (/sys/class/qpip/qpip0/mac)"; return 2; }
+    for f in /sys/class/net/*/address; do
+        if [ "$(tr A-F a-f < "$f")" = "$mac" ]; then
+            ND_DEV=${f#/sys/class/net/}; ND_DEV=${ND_DEV%/address}
+        fi
+    done
+    [ -n "$ND_DEV" ] || { ND_WHY="no network interface has the qpip device's MAC $mac (a driver without the netdev)"; return 2; }
+    # Once the netdev is up its IPv4 address is the kernel's: each interface answers ARP
+    # for its own addresses only (else virtio-net would answer for the device's, on the
+    # same link, and take its traffic), as a host with two NICs on one link must. No
+    # duplicate address detection on it: the device has the address already.
+    { echo 1 > /proc/sys/net/ipv4/conf/all/arp_ignore && echo 2 > /proc/sys/net/ipv4/conf/all/arp_announce; } 2> /tmp/nd.err \
+        || { ND_WHY="cannot set arp_ignore and arp_announce: $(oneline /tmp/nd.err)"; return 1; }
+    echo 0 > /proc/sys/net/ipv6/conf/$ND_DEV/accept_dad 2> /dev/null
+    ip link set "$ND_DEV" up 2> /tmp/nd.err || { ND_WHY="ip link set $ND_DEV up failed: $(oneline /tmp/nd.err)"; return 1; }
+    # Carrier: the driver's queues on the device are up (a device without raw QPs leaves
+    # the interface without it).
+    n=100
+    until [ "$(cat /sys/class/net/$ND_DEV/carrier 2>/dev/null)" = 1 ]; do
+        n=$((n - 1))
+        [ "$n" -gt 0 ] || { ND_WHY="$ND_DEV has no carrier 10 s after ip link set up (see the guest's kernel log)"; return 1; }
+        nap
+    done
+    # The device's IPv6 address on it (the driver gives it when the interface comes up),
+    # not tentative (else the kernel would source from virtio-net's, and routes from it
+    # are refused).
+    n=300
+    until ip -6 addr show dev "$ND_DEV" > /tmp/nd.addr 2>&1 && grep "inet6 $3/" /tmp/nd.addr | grep -qv tentative; do
+        n=$((n - 1))
+        [ "$n" -gt 0 ] || { ND_WHY="$ND_DEV has not the device's address $3 (or it stays tentative): $(oneline /tmp/nd.addr)"; return 1; }
+        nap
+    done
+    # replace: an existing route to the peer (left from before, or by another interface)
+    # is taken over, never an error.
+    ip -6 route replace "$1/128" dev "$ND_DEV" src "$3" 2> /tmp/nd.err \
+        || { ND_WHY="ip -6 route replace $1/128 dev $ND_DEV src $3 failed: $(oneline /tmp/nd.err)"; return 1; }
+    ip -4 route replace "$2/32" dev "$ND_DEV" src "$4" 2> /tmp/nd.err \
+        || { ND_WHY="ip -4 route replace $2/32 dev $ND_DEV src $4 failed: $(oneline /tmp/nd.err)"; return 1; }
+    for peer in "$1" "$2"; do
+        ip route get "$peer" > /tmp/nd.route 2>&1
+        grep -q "dev $ND_DEV " /tmp/nd.route || { ND_WHY="the route to $peer is not by $ND_DEV: $(oneline /tmp/nd.route)"; return 1; }
+    done
+}
+"#;
+
+/// `netdev_up`'s arguments in guest `n` (1: a, 2: b), its peer being the other one.
+fn netdev_args(n: usize) -> String {
+    let peer = 3 - n;
+    format!(
+        "{} {} {} {}",
+        netns::device_addr(peer),
+        netns::device_addr4(peer),
+        netns::device_addr(n),
+        netns::device_addr4(n)
+    )
 }
 
 /// The RDMA measurements on siw, in the order guest a runs them: (step id, test, the port
@@ -185,13 +264,14 @@ pub const RDMA_READS: usize = 16;
 /// Guest b: the servers, the bulk receivers round by round; waits for guest a to finish.
 pub fn guest_b(plan: &Plan) -> String {
     // Which of guest a's steps a receiver's failure in a round belongs to: round 1's are
-    // part of getting ready, a later round's to its first bulk transfer.
+    // part of getting ready, a later round's to its first bulk transfer to them (over QPs
+    // or virtio-net; the qpip netdev's receivers are apart).
     let steps = plan.steps();
     let first_bulk = |round: u32| {
         steps
             .iter()
             .find(|s| {
-                matches!(s.action, Action::Measure { test: Test::Bulk, round: r, .. } if r == round)
+                matches!(s.action, Action::Measure { test: Test::Bulk, round: r, net } if r == round && net != Net::Netdev)
             })
             .map_or_else(|| "ready".to_string(), |s| s.id.clone())
     };
@@ -268,6 +348,7 @@ siw_serve() {{
     } else {
         (String::new(), String::new())
     };
+    let netdev = netdev_b(plan);
     // Past the lab's own limit: the lab ends the run, never this wait.
     let wait_secs = plan.limit().as_secs() + 60;
     format!(
@@ -301,7 +382,7 @@ receivers() {{
     touch /lab/bulk-ready.$1
     wait $q $k
 }}
-{receivers}until_true 60 has /tmp/perf-qp serving || bfail ready "qpip-perf -s (QPs) is not serving: $(oneline /tmp/perf-qp)"
+{receivers}{netdev}until_true 60 has /tmp/perf-qp serving || bfail ready "qpip-perf -s (QPs) is not serving: $(oneline /tmp/perf-qp)"
 until_true 60 has /tmp/perf-sk serving || bfail ready "qpip-perf -s --sockets is not serving: $(oneline /tmp/perf-sk)"
 {receivers_ready}{rdma_ready}[ ! -e /lab/b-failed ] || exit 1
 touch /lab/b-ready
@@ -329,6 +410,91 @@ touch /lab/b-ready
         }
     )
 }
+
+/// Guest b's side of the qpip netdev ([`Plan::netdev`]), part of getting ready: its
+/// netdev up and routed to guest a's device, the outcome in `/lab/netdev.b` for guest a's
+/// [`Action::NetdevUp`] step (`ok DEV`, `none WHY` or `fail WHY`), and with a netdev one
+/// bulk receiver per round over it, all listening from the start.
+fn netdev_b(plan: &Plan) -> String {
+    if !plan.netdev || plan.qp_only {
+        return String::new();
+    }
+    let rounds: Vec<u32> = plan
+        .steps()
+        .iter()
+        .filter_map(|s| match s.action {
+            Action::Measure {
+                test: Test::Bulk,
+                net: Net::Netdev,
+                round,
+            } => Some(round),
+            _ => None,
+        })
+        .collect();
+    let mut receivers = String::new();
+    for r in &rounds {
+        let (name, port) = (plan.tag(Net::Netdev.id(), *r), bulk_port(Net::Netdev, *r));
+        receivers += &format!("    receive {name} nc -l -p {port} <> /tmp/never &\n");
+    }
+    for r in &rounds {
+        let port = bulk_port(Net::Netdev, *r);
+        receivers += &format!(
+            "    until_true 60 listening {port} || bfail ready \"nc -l -p {port} (over the qpip netdev) is not listening\"\n"
+        );
+    }
+    format!(
+        r#"{NETDEV_UP}if netdev_up {args}; then
+    echo "ok $ND_DEV" > /lab/.netdev.b
+{receivers}elif [ $? = 2 ]; then
+    echo "none $ND_WHY" > /lab/.netdev.b
+else
+    echo "fail $ND_WHY" > /lab/.netdev.b
+fi
+mv /lab/.netdev.b /lab/netdev.b
+"#,
+        args = netdev_args(2)
+    )
+}
+
+/// Guest a's [`Action::NetdevUp`] step: its own netdev, then guest b's outcome. Either
+/// failing fails the step; either guest without a netdev leaves `NETDEV` empty, and the
+/// measurements over it ([`ND_ONLY`]) are skipped, which guest a reports as a note.
+fn netdev_a() -> String {
+    format!(
+        r#"if netdev_up {args}; then
+    NETDEV=$ND_DEV
+elif [ $? = 2 ]; then
+    NETDEV=; why="guest a: $ND_WHY"
+else
+    fail "guest a: $ND_WHY"
+fi
+await netdev.b 60
+read -r b_st b_why < /lab/netdev.b
+case $b_st in
+    ok) ;;
+    none) [ -z "$NETDEV" ] || why="guest b: $b_why"; NETDEV= ;;
+    *) fail "guest b: $b_why" ;;
+esac
+if [ -n "$NETDEV" ]; then
+    echo "@note=kernel sockets over the qpip netdev: $NETDEV in guest a, $b_why in guest b"
+else
+    echo "@note=no qpip netdev ($why): the measurements over it are skipped"
+fi
+"#,
+        args = netdev_args(1)
+    )
+}
+
+/// Guest a's `nd_only CMD...`: runs CMD only if both guests have their qpip netdev up
+/// (`NETDEV`, set by the [`Action::NetdevUp`] step).
+const ND_ONLY: &str = r#"NETDEV=
+# nd_only CMD...: CMD, if both guests have a qpip netdev (else the step passes, measuring
+# nothing).
+nd_only() {
+    [ -n "$NETDEV" ] || { echo "no qpip netdev: skipped" >&2; return 0; }
+    "$@"
+}
+"#;
 
 /// Guest b's end: answers guest a's CPU marks until guest a is done (polling as
 /// `lab-wait` does, every 0.1 s). `answer` is a shell command that prints the answer from
@@ -386,6 +552,10 @@ bulk() {{
 }}
 "#
     );
+    if plan.netdev && !plan.qp_only {
+        s += NETDEV_UP;
+        s += ND_ONLY;
+    }
     for step in plan.steps() {
         let body = match step.action {
             Action::Ready => format!(
@@ -396,7 +566,16 @@ bulk() {{
                     ""
                 }
             ),
+            Action::Measure {
+                test,
+                net: Net::Netdev,
+                round,
+            } => measure(plan, &step.id, test, Net::Netdev, round)
+                .lines()
+                .map(|l| format!("nd_only {l}\n"))
+                .collect(),
             Action::Measure { test, net, round } => measure(plan, &step.id, test, net, round),
+            Action::NetdevUp => netdev_a(),
             Action::HostOut => host_out(plan.host_bytes),
             Action::HostIn => host_in(plan.host_bytes),
             Action::HostUdp => host_udp(),
@@ -412,7 +591,10 @@ bulk() {{
 fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
     let (addr, port, sockets) = match net {
         Net::Qp => (netns::device_addr(2), PERF_QP_PORT, ""),
+        Net::Qp4 => (netns::device_addr4(2), PERF_QP_PORT, ""),
         Net::Sockets => (netns::virtio_addr(2), PERF_SOCKETS_PORT, " --sockets"),
+        // Guest b's device address, routed through the qpip netdevs by the NetdevUp step.
+        Net::Netdev => (netns::device_addr(2), PERF_SOCKETS_PORT, " --sockets"),
     };
     // The CPU window of a ping-pong is named as its step; of a bandwidth test, one per size.
     let mark = |name: String| {
@@ -455,9 +637,10 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
         Test::Bulk => {
             let name = plan.tag(net.id(), round);
             let port = bulk_port(net, round);
-            match net {
-                Net::Qp => format!("bulk {name} {round} qpip-cat --message -w 60 {addr} {port}\n"),
-                Net::Sockets => format!("bulk {name} {round} nc {addr} {port}\n"),
+            if net.is_sockets() {
+                format!("bulk {name} {round} nc {addr} {port}\n")
+            } else {
+                format!("bulk {name} {round} qpip-cat --message -w 60 {addr} {port}\n")
             }
         }
         Test::RdmaReadLat | Test::RdmaReadBw if net == Net::Qp => {
@@ -645,4 +828,125 @@ cmp -s /tmp/uin /tmp/uout || fail "the datagrams echoed by the host differ: $(wc
 
 fn join(v: &[usize]) -> String {
     v.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `netdev_up` in `sh` against a made-up sysfs (`mac` the qpip device's, `ifaces`
+    /// (name, MAC, carrier) the network interfaces) and an `ip` that says the device's
+    /// address is `addr_flags` and routes IPv4 by `route4_dev`: its status, ND_DEV and
+    /// ND_WHY, and the arp_ignore it set.
+    fn netdev_up_in(
+        mac: Option<&str>,
+        ifaces: &[(&str, &str, u8)],
+        addr_flags: &str,
+        route4_dev: &str,
+    ) -> (i32, String, String, String) {
+        static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("qpip-netdev-up-{}-{run}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        if let Some(mac) = mac {
+            std::fs::create_dir_all(dir.join("qpip/qpip0")).unwrap();
+            std::fs::write(dir.join("qpip/qpip0/mac"), format!("{mac}\n")).unwrap();
+        }
+        for (name, mac, carrier) in ifaces {
+            let net = dir.join("net").join(name);
+            std::fs::create_dir_all(&net).unwrap();
+            std::fs::write(net.join("address"), format!("{mac}\n")).unwrap();
+            std::fs::write(net.join("carrier"), format!("{carrier}\n")).unwrap();
+            std::fs::create_dir_all(dir.join("sysctl/ipv6/conf").join(name)).unwrap();
+        }
+        std::fs::create_dir_all(dir.join("sysctl/ipv4/conf/all")).unwrap();
+        let d = dir.display();
+        // The function with every path it touches in `dir`: never the host's own.
+        let netdev_up = NETDEV_UP
+            .replace("/sys/class/qpip", &format!("{d}/qpip"))
+            .replace("/sys/class/net", &format!("{d}/net"))
+            .replace("/proc/sys/net", &format!("{d}/sysctl"))
+            .replace("/tmp/nd.", &format!("{d}/nd."));
+        for outside in ["/sys/", "/proc/", "/tmp/nd."] {
+            assert!(!netdev_up.contains(outside), "{netdev_up}");
+        }
+        let script = format!(
+            r#"set -u
+nap() {{ :; }}
+oneline() {{ tr '\n' ' ' < "$1"; }}
+ip() {{
+    case "$*" in
+        "-6 addr show dev "*) echo "    inet6 fd51:5050::1:1/64 scope global {addr_flags}" ;;
+        "route get 198.18.0.102") echo "198.18.0.102 dev {route4_dev} src 198.18.0.101 uid 0" ;;
+        "route get "*) echo "$3 from :: dev $ND_DEV proto kernel src fd51:5050::1:1 metric 1024" ;;
+    esac
+}}
+{netdev_up}
+netdev_up {}
+echo "$?|$ND_DEV|$ND_WHY"
+"#,
+            netdev_args(1)
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .unwrap();
+        let arp_ignore = std::fs::read_to_string(dir.join("sysctl/ipv4/conf/all/arp_ignore"))
+            .unwrap_or_default();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout).trim_end(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut f = out.splitn(3, '|');
+        let mut next = || f.next().unwrap_or_default().to_string();
+        (
+            next().parse().unwrap_or_else(|_| panic!("{out}")),
+            next(),
+            next(),
+            arp_ignore.trim().to_string(),
+        )
+    }
+
+    #[test]
+    fn netdev_up_finds_the_interface_by_the_device_s_mac_and_checks_its_routes() {
+        let ifaces = [
+            ("eth0", "02:51:50:02:00:01", 1),
+            ("qpip0", "02:51:50:01:00:01", 1),
+        ];
+        let mac = Some("02:51:50:01:00:01");
+        assert_eq!(
+            netdev_up_in(mac, &ifaces, "", "qpip0"),
+            (0, "qpip0".into(), String::new(), "1".into())
+        );
+        // The device's MAC in capitals finds it all the same.
+        let upper = "02:51:50:01:00:01".to_uppercase();
+        assert_eq!(netdev_up_in(Some(&upper), &ifaces, "", "qpip0").0, 0);
+        // A route by virtio-net, an address that stays tentative, no carrier: the setup
+        // failed.
+        let (st, dev, why, _) = netdev_up_in(mac, &ifaces, "", "eth0");
+        assert_eq!((st, dev.as_str()), (1, "qpip0"));
+        assert!(
+            why.starts_with("the route to 198.18.0.102 is not by qpip0: "),
+            "{why}"
+        );
+        let (st, _, why, _) = netdev_up_in(mac, &ifaces, "tentative", "qpip0");
+        assert_eq!(st, 1);
+        assert!(
+            why.starts_with("qpip0 has not the device's address fd51:5050::1:1"),
+            "{why}"
+        );
+        let dark = [ifaces[0], ("qpip0", "02:51:50:01:00:01", 0)];
+        let (st, _, why, _) = netdev_up_in(mac, &dark, "", "qpip0");
+        assert_eq!(st, 1);
+        assert!(why.starts_with("qpip0 has no carrier"), "{why}");
+        // No interface with the device's MAC (a driver without the netdev), or no device:
+        // nothing to measure over, not a failure, and nothing changed.
+        let (st, dev, why, arp) = netdev_up_in(mac, &ifaces[..1], "", "qpip0");
+        assert_eq!((st, dev.as_str(), arp.as_str()), (2, "", ""));
+        assert!(why.contains("(a driver without the netdev)"), "{why}");
+        assert_eq!(netdev_up_in(None, &ifaces, "", "qpip0").0, 2);
+    }
 }

@@ -73,6 +73,8 @@ impl<'a> Watcher<'a> {
             let n = self.steps.len();
             (self.progress)(&format!("[{}/{n}] {} ...", i + 1, self.steps[i].what));
             self.current = Some((i, Instant::now()));
+        } else if let Some(note) = line.strip_prefix("@note=") {
+            (self.progress)(&format!("      {note}"));
         } else if line.starts_with("@ok=") {
             if let Some((_, t0)) = self.current.take() {
                 (self.progress)(&format!("      ok ({:.1} s)", t0.elapsed().as_secs_f64()));
@@ -119,11 +121,26 @@ mod tests {
             .describe("udp-sk.2")
             .starts_with("round 2/3: UDP ping-pong"));
         drop(w);
-        assert!(said[0].starts_with("[2/58] round 1/3: UDP"), "{said:?}");
+        // Ready, the netdevs, then QPs on IPv4 before QPs on IPv6; in round 2 sockets over
+        // the netdev before those over virtio-net.
+        assert!(said[0].starts_with("[4/80] round 1/3: UDP"), "{said:?}");
         assert!(said[1].starts_with("      ok ("), "{said:?}");
         assert!(
-            said[2].starts_with("[21/58] round 2/3: UDP ping-pong a⇄b over kernel"),
+            said[2].starts_with("[30/80] round 2/3: UDP ping-pong a⇄b over kernel"),
             "{said:?}"
         );
+    }
+
+    #[test]
+    fn a_note_of_guest_a_is_a_progress_line() {
+        let mut said = Vec::new();
+        let mut progress = |s: &str| said.push(s.to_string());
+        let mut w = Watcher::new(Plan::bench().steps(), 3, &mut progress, false);
+        w.feed(
+            0,
+            b"@step=netdev\n@note=no qpip netdev (guest b: none): skipped\n",
+        );
+        drop(w);
+        assert_eq!(said[1], "      no qpip netdev (guest b: none): skipped");
     }
 }

@@ -1,6 +1,7 @@
 //! The comparison as a picture (`docs/bench.svg`): the QP gain of every line as a bar from
 //! parity (1x) on a log scale, with a whisker over the min–max of the rounds' own gains,
-//! the gain written at its end, coloured by kind of figure.
+//! the gain written at its end, coloured by kind of figure. It is QPs against sockets over
+//! virtio-net only: the qpip netdev's column and QPs over IPv4 are in the tables.
 //!
 //! The SVG holds nothing but what the results hold (no time of drawing), and plotters'
 //! built-in font estimate lays out the text (no system fonts), so the same results draw

@@ -64,6 +64,21 @@ pub fn markdown_body(
         human(p.bulk_bytes),
         provenance(info),
     );
+    let netdev = lines.iter().any(Line::has_netdev);
+    let qp4 = lines.iter().any(Line::has_qp4);
+    if netdev || qp4 {
+        let mut also = Vec::new();
+        if netdev {
+            also.push(
+                "kernel sockets through the guests' qpip netdevs to the peer's qpip device \
+                 address (the netdev column, its gain over virtio-net beside the QP gain)",
+            );
+        }
+        if qp4 {
+            also.push("QPs over IPv4 (the block QPs over IPv4 vs IPv6)");
+        }
+        md += &format!("Also measured: {}.\n\n", also.join("; "));
+    }
     if !info.qpipd_args.is_empty() {
         md += &format!(
             "qpipd ran with `{}` (`--qpipd-arg`).\n\n",

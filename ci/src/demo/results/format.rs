@@ -1,7 +1,7 @@
 //! How figures, gains and the text around the tables are written.
 
 use super::lines::{rounds_of, Line};
-use super::spread::Spread;
+use super::spread::{spread, Spread};
 
 /// Decimals for a figure of this size: three or so significant digits. Gains take the
 /// same: two below 10 (1.23x), fewer above (12.3x, 123x).
@@ -44,8 +44,17 @@ pub(super) fn fmt_range(s: Option<Spread>) -> String {
 
 /// The range of the per-round gains; `*` marks a line missing a figure in some round.
 pub(super) fn fmt_gain_range(l: &Line) -> String {
-    let mark = if l.complete() { "" } else { "*" };
-    match l.gain_spread() {
+    fmt_ratio_range(&l.round_gains())
+}
+
+/// The range of per-round ratios; `*` marks a round without one.
+pub(super) fn fmt_ratio_range(ratios: &[Option<f64>]) -> String {
+    let mark = if ratios.iter().all(Option::is_some) {
+        ""
+    } else {
+        "*"
+    };
+    match spread(ratios) {
         Some(g) => {
             let d = decimals(g.max);
             format!("{:.d$}–{:.d$}{mark}", g.min, g.max)

@@ -20,6 +20,24 @@ fn mark_json(m: &CpuMark) -> Value {
     json!({ "a_proc_stat": m.a, "b_proc_stat": m.b, "host_cpu_s": m.host })
 }
 
+/// A comparison line's JSON `v` with the columns runs before them lacked, where the line
+/// has them: sockets over the qpip netdev (`netdev`, and `netdev_gain` over virtio-net's
+/// sockets, > 1 favouring the netdev) and QPs over IPv4 (`qp_ipv4`, and
+/// `qp_ipv4_vs_ipv6`, > 1 favouring IPv4). A line without them is written as before.
+fn with_new_columns(l: &Line, mut v: Value) -> Value {
+    if l.has_netdev() {
+        v["netdev"] = spread_json(&l.netdev);
+        v["netdev_gain"] = json!(l.netdev_gain());
+        v["netdev_gain_per_round"] = spread_json(&l.netdev_round_gains());
+    }
+    if l.has_qp4() {
+        v["qp_ipv4"] = spread_json(&l.qp4);
+        v["qp_ipv4_vs_ipv6"] = json!(l.ipv4_ratio());
+        v["qp_ipv4_vs_ipv6_per_round"] = spread_json(&l.ipv4_round_ratios());
+    }
+    v
+}
+
 /// The comparison (each side's figure of every round, median and spread, the gains) and
 /// the raw measurements of every round as one JSON value.
 pub fn json_value(m: &Measurements, lines: &[Line]) -> Value {
@@ -39,7 +57,7 @@ pub fn json_value(m: &Measurements, lines: &[Line]) -> Value {
         })
     };
     json!({
-        "comparison": lines.iter().map(|l| json!({
+        "comparison": lines.iter().map(|l| with_new_columns(l, json!({
             "what": l.what,
             "unit": l.unit,
             "better": match l.better { Better::Lower => "lower", Better::Higher => "higher" },
@@ -66,7 +84,7 @@ pub fn json_value(m: &Measurements, lines: &[Line]) -> Value {
                     "guests_whole_run": { "qp": spread_json(&h.guests[0]), "sockets": spread_json(&h.guests[1]) },
                 })
             }),
-        })).collect::<Vec<_>>(),
+        }))).collect::<Vec<_>>(),
         "rounds": m.rounds.iter().enumerate().map(round).collect::<Vec<_>>(),
     })
 }

@@ -174,6 +174,8 @@ mod tests {
             unit: "µs",
             qp: qp.iter().map(|v| Some(*v)).collect(),
             sockets: vec![Some(1.0); qp.len()],
+            netdev: Vec::new(),
+            qp4: Vec::new(),
             better: Better::Lower,
             counted: None,
             host_cpu: None,

@@ -10,8 +10,15 @@ use crate::demo::human;
 pub struct Line {
     pub what: String,
     pub unit: &'static str,
+    /// QPs (IPv6).
     pub qp: Vec<Option<f64>>,
+    /// Kernel sockets over virtio-net.
     pub sockets: Vec<Option<f64>>,
+    /// Kernel sockets over the qpip netdev (empty or all None in a run without them: older
+    /// results, the demo, a guest driver without the netdev).
+    pub netdev: Vec<Option<f64>>,
+    /// QPs over IPv4 (the same: empty or all None without them).
+    pub qp4: Vec<Option<f64>>,
     pub better: Better,
     /// The QP side's counters per message of the measurement this line is the first
     /// figure of (the bench's ping-pong and bandwidth lines).
@@ -104,6 +111,13 @@ pub struct Counted {
     pub counters: Vec<Counter>,
 }
 
+/// The ratio of `a` to `b` in each round that measured both (> 1: `a` better).
+fn round_ratios(better: Better, a: &[Option<f64>], b: &[Option<f64>]) -> Vec<Option<f64>> {
+    (0..a.len().max(b.len()))
+        .map(|i| better.gain(a.get(i).copied().flatten()?, b.get(i).copied().flatten()?))
+        .collect()
+}
+
 impl Line {
     pub fn qp(&self) -> Option<Spread> {
         spread(&self.qp)
@@ -113,9 +127,44 @@ impl Line {
         spread(&self.sockets)
     }
 
+    pub fn netdev(&self) -> Option<Spread> {
+        spread(&self.netdev)
+    }
+
+    pub fn qp4(&self) -> Option<Spread> {
+        spread(&self.qp4)
+    }
+
     /// The rounds of the run this line covers.
     pub fn rounds(&self) -> usize {
-        self.qp.len().max(self.sockets.len())
+        self.qp
+            .len()
+            .max(self.sockets.len())
+            .max(self.netdev.len())
+            .max(self.qp4.len())
+    }
+
+    /// How many times better sockets over the qpip netdev do than over virtio-net, from
+    /// the two medians (> 1: the netdev better).
+    pub fn netdev_gain(&self) -> Option<f64> {
+        self.better
+            .gain(self.netdev()?.median, self.sockets()?.median)
+    }
+
+    /// The netdev's gain of each round that measured both.
+    pub fn netdev_round_gains(&self) -> Vec<Option<f64>> {
+        round_ratios(self.better, &self.netdev, &self.sockets)
+    }
+
+    /// How many times better QPs do over IPv4 than over IPv6, from the two medians (> 1:
+    /// IPv4 better; about 1: within noise).
+    pub fn ipv4_ratio(&self) -> Option<f64> {
+        self.better.gain(self.qp4()?.median, self.qp()?.median)
+    }
+
+    /// The IPv4 ratio of each round that measured both.
+    pub fn ipv4_round_ratios(&self) -> Vec<Option<f64>> {
+        round_ratios(self.better, &self.qp4, &self.qp)
     }
 
     /// How many times better QPs do than sockets, from the two medians (> 1: QPs better).
@@ -134,6 +183,16 @@ impl Line {
             .collect()
     }
 
+    /// The line has sockets over the qpip netdev in some round.
+    pub fn has_netdev(&self) -> bool {
+        self.netdev.iter().any(Option::is_some)
+    }
+
+    /// The line has QPs over IPv4 in some round.
+    pub fn has_qp4(&self) -> bool {
+        self.qp4.iter().any(Option::is_some)
+    }
+
     /// The median and range of the per-round gains.
     pub fn gain_spread(&self) -> Option<Spread> {
         spread(&self.round_gains())
@@ -143,6 +202,11 @@ impl Line {
     pub fn complete(&self) -> bool {
         self.round_gains().iter().all(Option::is_some)
     }
+}
+
+/// Some line has sockets over the qpip netdev: the tables get its column and gain.
+pub(super) fn any_netdev(lines: &[Line]) -> bool {
+    lines.iter().any(Line::has_netdev)
 }
 
 /// The rounds of the run (the longest line's).
@@ -167,6 +231,8 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
                 unit,
                 qp: side("qp"),
                 sockets: side("sk"),
+                netdev: side("nd"),
+                qp4: side("qp4"),
                 better,
                 counted: None,
                 host_cpu: None,
@@ -230,7 +296,7 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             format!("bulk a→b, {}, SHA-256 checked", human(bytes)),
             "MB/s",
             "bulk",
-            &|r, n| r.bulk_mb_s(if n.ends_with("-qp") { "qp" } else { "sk" }),
+            &|r, n| r.bulk_mb_s(n.rsplit('-').next().unwrap_or_default()),
             Better::Higher,
         );
     }
@@ -443,6 +509,8 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
                     unit: "µs",
                     qp,
                     sockets,
+                    netdev: Vec::new(),
+                    qp4: Vec::new(),
                     better: Better::Lower,
                     counted: None,
                     host_cpu: None,

@@ -6,6 +6,11 @@
 //! ratios of each round (QPs and sockets ran next to each other in a round, so a round's
 //! ratio saw the same host load on both sides).
 //!
+//! When the run has them (the bench with the guest driver's netdev), a third column has
+//! kernel sockets over the qpip netdev, with its gain over sockets over virtio-net beside
+//! the QP gain, and a block under the table sets QPs over IPv4 against QPs over IPv6. Runs
+//! without them (older results, the demo) render as before.
+//!
 //! The bench's table is followed by the QP side's counters per message of each
 //! measurement (what `qpip-perf` reports for guest a, the client, and guest b, the
 //! server): the kicks, interrupts, engine sleeps and segments behind each figure.
@@ -39,6 +44,7 @@ mod document;
 mod fixtures;
 mod format;
 mod host_cpu;
+mod ipv4;
 mod json;
 mod layouts;
 mod lines;

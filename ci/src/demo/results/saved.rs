@@ -154,8 +154,8 @@ fn layout_rows(rows: &Value) -> Result<Vec<LayoutRow>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::saved_results;
-    use super::super::json_value;
+    use super::super::fixtures::{close, netdev_rounds, same_as_saved, saved_results};
+    use super::super::{json_value, markdown_table, text_table};
     use super::*;
 
     #[test]
@@ -188,6 +188,64 @@ mod tests {
         assert_eq!(run.layouts[1].per_guest, [Some(240.0), Some(230.0), None]);
         assert_eq!(run.layouts[2].better, Better::Higher);
         assert_eq!(run.layouts[0].ratio(), Some(0.8));
+    }
+
+    /// A whole results JSON of a bench with sockets over the qpip netdev and QPs over IPv4
+    /// (`testdata/bench-netdev.json`): the facts of `bench-facts.json`, the comparison and
+    /// rounds of [`netdev_rounds`].
+    fn netdev_results() -> Value {
+        let m = netdev_rounds();
+        let mut j = saved_results();
+        let v = json_value(&m, &lines(&m, true));
+        j["comparison"] = v["comparison"].clone();
+        j["rounds"] = v["rounds"].clone();
+        j
+    }
+
+    #[test]
+    fn a_results_file_with_the_netdev_and_ipv4_rows_reads_back_with_their_columns() {
+        let j = netdev_results();
+        same_as_saved(
+            "bench-netdev.json",
+            &(serde_json::to_string_pretty(&j).unwrap() + "\n"),
+        );
+        let saved: Value =
+            serde_json::from_str(include_str!("testdata/bench-netdev.json")).unwrap();
+        let run = SavedRun::from_json(&saved).unwrap();
+        // The raw rounds come back whole; the comparison is recomputed from them (its
+        // figures may differ from the file's in the last bit: JSON's decimals).
+        assert!(json_value(&run.measurements, &run.lines)["rounds"] == saved["rounds"]);
+        let gains = |c: &Value| -> Vec<(String, Option<f64>)> {
+            c.as_array()
+                .unwrap()
+                .iter()
+                .map(|l| (l["what"].to_string(), l["netdev_gain"].as_f64()))
+                .collect()
+        };
+        let (now, then) = (
+            gains(&json_value(&run.measurements, &run.lines)["comparison"]),
+            gains(&saved["comparison"]),
+        );
+        assert_eq!(now.len(), then.len());
+        for (a, b) in now.iter().zip(&then) {
+            assert_eq!(a.0, b.0);
+            assert!(a.1.zip(b.1).is_none_or(|(a, b)| close(a, b)), "{a:?} {b:?}");
+        }
+        assert!(run.lines.iter().any(|l| l.netdev_gain().is_some()));
+        assert!(run.lines.iter().any(|l| l.ipv4_ratio().is_some()));
+        same_as_saved("netdev.txt", &text_table(&run.lines));
+        same_as_saved("netdev.md", &markdown_table(&run.lines));
+        let md = super::super::markdown_body(&run.info, &run.lines, &run.layouts, 2);
+        assert!(
+            md.contains("Also measured: kernel sockets through the guests' qpip netdevs")
+                && md.contains("; QPs over IPv4 (the block QPs over IPv4 vs IPv6).\n"),
+            "{md}"
+        );
+        // A file from before these rows reads back without them.
+        let old = SavedRun::from_json(&saved_results()).unwrap();
+        assert!(!old.lines.iter().any(|l| l.has_netdev() || l.has_qp4()));
+        let md = super::super::markdown_body(&old.info, &old.lines, &old.layouts, 2);
+        assert!(!md.contains("Also measured") && !md.contains("netdev"));
     }
 
     #[test]

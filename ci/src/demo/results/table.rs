@@ -1,35 +1,63 @@
 //! The comparison as a table: plain text for the terminal, Markdown for the files.
 
 use super::counters::{counter_markdown, counter_text};
-use super::format::{centre, fmt, fmt_gain, fmt_gain_range, fmt_median, fmt_range, pad, wrap};
+use super::format::{
+    centre, fmt, fmt_gain, fmt_gain_range, fmt_median, fmt_range, fmt_ratio_range, pad, wrap,
+};
 use super::host_cpu::{host_markdown, host_text};
-use super::lines::{rounds_of, Line};
+use super::ipv4::{ipv4_markdown, ipv4_text};
+use super::lines::{any_netdev, rounds_of, Line};
 
 /// The cells of a line in a table of one round: label, each side's figure with its unit,
-/// the gain.
-fn one_round_cells(l: &Line) -> [String; 4] {
-    [
+/// the gain; with `netdev`, the sockets over the qpip netdev after those over virtio-net
+/// and their gain last.
+fn one_round_cells(l: &Line, netdev: bool) -> Vec<String> {
+    let mut v = vec![
         l.what.clone(),
         fmt(l.qp().map(|s| s.median), l.unit),
         fmt(l.sockets().map(|s| s.median), l.unit),
-        fmt_gain(l.gain()),
-    ]
+    ];
+    if netdev {
+        v.push(fmt(l.netdev().map(|s| s.median), l.unit));
+    }
+    v.push(fmt_gain(l.gain()));
+    if netdev {
+        v.push(fmt_gain(l.netdev_gain()));
+    }
+    v
 }
 
 /// The cells of a line in a table of several rounds: label with unit, QP median and
-/// min–max, sockets median and min–max, gain of the medians, range of the round gains.
-pub(super) fn round_cells(l: &Line) -> [String; 7] {
-    let (q, s) = (l.qp(), l.sockets());
-    [
+/// min–max, sockets median and min–max, gain of the medians, range of the round gains;
+/// with `netdev`, the netdev's median and min–max after the sockets' and its gain over
+/// virtio-net last.
+pub(super) fn round_cells(l: &Line, netdev: bool) -> Vec<String> {
+    let (q, s, n) = (l.qp(), l.sockets(), l.netdev());
+    let mut v = vec![
         format!("{}, {}", l.what, l.unit),
         fmt_median(q),
         fmt_range(q),
         fmt_median(s),
         fmt_range(s),
-        fmt_gain(l.gain()),
-        fmt_gain_range(l),
-    ]
+    ];
+    if netdev {
+        v.extend([fmt_median(n), fmt_range(n)]);
+    }
+    v.extend([fmt_gain(l.gain()), fmt_gain_range(l)]);
+    if netdev {
+        v.extend([
+            fmt_gain(l.netdev_gain()),
+            fmt_ratio_range(&l.netdev_round_gains()),
+        ]);
+    }
+    v
 }
+
+/// What the netdev column is, when the table has it.
+const NETDEV_LEGEND: &str = "netdev: kernel sockets over the qpip netdev (the guest \
+driver's network interface on the qpip device), to the peer's qpip device address, beside \
+kernel sockets over virtio-net: the same guest kernel TCP/IP on the offloading adapter. \
+netdev gain: how many times better than over virtio-net (> 1 favours the netdev).";
 
 /// What the columns of a table of several rounds mean, and the `*` if any line has it.
 fn legend(lines: &[Line]) -> Vec<String> {
@@ -43,6 +71,11 @@ fn legend(lines: &[Line]) -> Vec<String> {
          medians, and min–max of the rounds' own ratios."
             .to_string(),
     ];
+    if any_netdev(lines) {
+        v.push(format!(
+            "{NETDEV_LEGEND} Its ratio and min–max as the QP gain's."
+        ));
+    }
     if lines.iter().any(|l| !l.complete()) {
         v.push(
             "* a round lacks this figure on one side: its medians and ranges are of the rounds \
@@ -68,6 +101,7 @@ pub fn text_table(lines: &[Line]) -> String {
     }
     t += &counter_text(lines);
     t += &host_text(lines);
+    t += &ipv4_text(lines);
     t
 }
 
@@ -121,10 +155,27 @@ pub(super) fn notes(lines: &[Line]) -> Vec<String> {
     v
 }
 
+/// The head of a table of one round.
+fn one_round_head(netdev: bool) -> Vec<&'static str> {
+    if netdev {
+        vec![
+            "",
+            "QP (qpip device)",
+            "sockets (virtio-net)",
+            "sockets (qpip netdev)",
+            "QP gain",
+            "netdev gain",
+        ]
+    } else {
+        vec!["", "QP (qpip device)", "sockets (virtio-net)", "QP gain"]
+    }
+}
+
 /// The table of one round: each side's figure with its unit, and the gain.
 fn text_table_one(lines: &[Line]) -> String {
-    let head = ["", "QP (qpip device)", "sockets (virtio-net)", "QP gain"];
-    let rows: Vec<[String; 4]> = lines.iter().map(one_round_cells).collect();
+    let netdev = any_netdev(lines);
+    let head = one_round_head(netdev);
+    let rows: Vec<Vec<String>> = lines.iter().map(|l| one_round_cells(l, netdev)).collect();
     let width = |i: usize| {
         rows.iter()
             .map(|r| r[i].chars().count())
@@ -132,20 +183,28 @@ fn text_table_one(lines: &[Line]) -> String {
             .max()
             .unwrap_or(0)
     };
-    let w: Vec<usize> = (0..4).map(width).collect();
+    let w: Vec<usize> = (0..head.len()).map(width).collect();
     let mut t = String::new();
-    let line = |cells: [&str; 4]| {
-        format!(
-            "  {}  {}  {}  {}\n",
-            pad(cells[0], w[0], false),
-            pad(cells[1], w[1], true),
-            pad(cells[2], w[2], true),
-            pad(cells[3], w[3], true)
-        )
+    let line = |cells: &[&str]| {
+        let mut s = format!(" {}", pad(cells[0], w[0], false));
+        for (c, w) in cells.iter().zip(&w).skip(1) {
+            s += &format!("  {}", pad(c, *w, true));
+        }
+        format!(" {s}\n")
     };
-    t += &line(head);
+    t += &line(&head);
     for r in &rows {
-        t += &line([&r[0], &r[1], &r[2], &r[3]]);
+        t += &line(&r.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+    if netdev {
+        t += &wrap(
+            NETDEV_LEGEND,
+            t.lines()
+                .map(|l| l.chars().count())
+                .max()
+                .unwrap_or(60)
+                .clamp(60, 100),
+        );
     }
     t
 }
@@ -154,18 +213,22 @@ fn text_table_one(lines: &[Line]) -> String {
 /// the labels, a two-line head (the side, then median and min–max; for the gain the ratio
 /// of the medians and min–max of the rounds' ratios).
 fn text_table_rounds(lines: &[Line]) -> String {
-    let groups = ["QPs", "sockets", "QP gain"];
-    let head = [
-        "",
-        "median",
-        "min–max",
-        "median",
-        "min–max",
-        "ratio",
-        "min–max",
-    ];
-    let rows: Vec<[String; 7]> = lines.iter().map(round_cells).collect();
-    let mut w: Vec<usize> = (0..7)
+    let netdev = any_netdev(lines);
+    let groups: &[&str] = if netdev {
+        &["QPs", "sockets", "netdev", "QP gain", "netdev gain"]
+    } else {
+        &["QPs", "sockets", "QP gain"]
+    };
+    let mut head = vec![""];
+    for g in groups {
+        head.extend(if g.ends_with("gain") {
+            ["ratio", "min–max"]
+        } else {
+            ["median", "min–max"]
+        });
+    }
+    let rows: Vec<Vec<String>> = lines.iter().map(|l| round_cells(l, netdev)).collect();
+    let mut w: Vec<usize> = (0..head.len())
         .map(|i| {
             rows.iter()
                 .map(|r| r[i].chars().count())
@@ -182,9 +245,9 @@ fn text_table_rounds(lines: &[Line]) -> String {
             w[b] = need - 1 - w[a];
         }
     }
-    let line = |c: [&str; 7]| {
+    let line = |c: &[&str]| {
         let mut s = pad(c[0], w[0], false);
-        for g in 0..3 {
+        for g in 0..groups.len() {
             let (a, b) = (1 + 2 * g, 2 + 2 * g);
             s += &format!("  {} {}", pad(c[a], w[a], true), pad(c[b], w[b], true));
         }
@@ -196,9 +259,9 @@ fn text_table_rounds(lines: &[Line]) -> String {
         t += &format!("  {}", centre(title, span));
     }
     t = t.trim_end().to_string() + "\n";
-    t += &line(head);
+    t += &line(&head);
     for r in &rows {
-        t += &line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5], &r[6]]);
+        t += &line(&r.iter().map(String::as_str).collect::<Vec<_>>());
     }
     let width = t.lines().map(|l| l.chars().count()).max().unwrap_or(0);
     for l in legend(lines) {
@@ -210,20 +273,40 @@ fn text_table_rounds(lines: &[Line]) -> String {
 /// The comparison as a Markdown table: the same columns as the terminal's.
 pub fn markdown_table(lines: &[Line]) -> String {
     let mut t = String::new();
-    if rounds_of(lines) > 1 {
+    let netdev = any_netdev(lines);
+    if rounds_of(lines) > 1 && netdev {
+        t += "| | QPs: median | QPs: min–max | sockets: median | sockets: min–max \
+              | netdev: median | netdev: min–max | QP gain: ratio | QP gain: min–max \
+              | netdev gain: ratio | netdev gain: min–max |\n\
+              | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        for l in lines {
+            t += &format!("| {} |\n", round_cells(l, true).join(" | "));
+        }
+        t += "\n";
+        t += &legend(lines).join(" ");
+        t += "\n";
+    } else if rounds_of(lines) > 1 {
         t += "| | QPs: median | QPs: min–max | sockets: median | sockets: min–max \
               | QP gain: ratio | QP gain: min–max |\n\
               | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
         for l in lines {
-            t += &format!("| {} |\n", round_cells(l).join(" | "));
+            t += &format!("| {} |\n", round_cells(l, false).join(" | "));
         }
         t += "\n";
         t += &legend(lines).join(" ");
         t += "\n";
     } else {
-        t += "| | QP (qpip device) | sockets (virtio-net) | QP gain |\n| --- | ---: | ---: | ---: |\n";
+        let head = one_round_head(netdev);
+        t += &format!(
+            "| {} |\n| --- |{}\n",
+            head.join(" | ").trim_start(),
+            " ---: |".repeat(head.len() - 1)
+        );
         for l in lines {
-            t += &format!("| {} |\n", one_round_cells(l).join(" | "));
+            t += &format!("| {} |\n", one_round_cells(l, netdev).join(" | "));
+        }
+        if netdev {
+            t += &format!("\n{NETDEV_LEGEND}\n");
         }
     }
     for n in notes(lines) {
@@ -231,6 +314,7 @@ pub fn markdown_table(lines: &[Line]) -> String {
     }
     t += &counter_markdown(lines);
     t += &host_markdown(lines);
+    t += &ipv4_markdown(lines);
     t
 }
 
@@ -279,6 +363,146 @@ mod tests {
         let detail = lines(&one, true);
         same_as_saved("one-round.txt", &text_table(&detail));
         same_as_saved("one-round.md", &markdown_table(&detail));
+    }
+
+    #[test]
+    fn the_netdev_column_and_the_ipv4_block_show_when_the_bench_has_them() {
+        let m = netdev_rounds();
+        let l = lines(&m, true);
+        let udp = &l[0];
+        assert_eq!(udp.what, "UDP ping-pong, round trip p50");
+        // Sockets over the netdev: 200/1.5, 200/1.25, 200/2 µs against 200 µs.
+        let nd = udp.netdev().unwrap();
+        assert!(
+            close(nd.median, 200.0 / 1.5) && close(nd.min, 100.0),
+            "{nd:?}"
+        );
+        assert!(close(udp.netdev_gain().unwrap(), 1.5));
+        let g = udp.netdev_round_gains();
+        assert!(
+            close(g[1].unwrap(), 1.25) && close(g[2].unwrap(), 2.0),
+            "{g:?}"
+        );
+        // QPs over IPv4 against IPv6, round by round: 1/1.02, 1/0.97, 1.
+        let r = udp.ipv4_round_ratios();
+        assert!(close(r[0].unwrap(), 1.0 / 1.02) && close(r[1].unwrap(), 1.0 / 0.97));
+        let bulk = l.iter().find(|l| l.what.starts_with("bulk")).unwrap();
+        // Over 1.33 s (the guest's uptime has 10 ms steps) against 2 s.
+        assert!((bulk.netdev_gain().unwrap() - 1.5).abs() < 0.01, "{bulk:?}");
+        assert!(!bulk.has_qp4());
+        // The terminal: a netdev column and its gain beside the QP gain, the IPv4 block.
+        let t = text_table(&l);
+        let head: Vec<&str> = t.lines().take(2).collect();
+        for g in ["QPs", "sockets", "netdev", "QP gain", "netdev gain"] {
+            assert!(head[0].contains(g), "{t}");
+        }
+        let row = t
+            .lines()
+            .find(|r| r.starts_with("UDP ping-pong, round trip p50, µs"))
+            .unwrap();
+        let cells: Vec<&str> = row
+            .trim_start_matches("UDP ping-pong, round trip p50, µs")
+            .split_whitespace()
+            .collect();
+        assert_eq!(
+            cells,
+            [
+                "100",
+                "90–120",
+                "200",
+                "200–200",
+                "133",
+                "100–160",
+                "2.00x",
+                "1.67–2.22",
+                "1.50x",
+                "1.25–2.00"
+            ],
+            "{row}"
+        );
+        assert!(
+            t.contains("netdev: kernel sockets over the qpip netdev"),
+            "{t}"
+        );
+        assert!(
+            t.contains("\nQPs over IPv4 vs IPv6, medians of 3 rounds"),
+            "{t}"
+        );
+        // Its last line of 64 KiB bandwidth: IPv4's 39.2 MB/s (40/1.02) against 40.
+        let v4 = t
+            .lines()
+            .rfind(|r| r.starts_with("TCP bandwidth, 64 KiB messages, MB/s"))
+            .unwrap();
+        assert_eq!(
+            v4.split_whitespace().skip(6).collect::<Vec<_>>(),
+            [
+                "39.2",
+                "36.0–49.5",
+                "40.0",
+                "36.0–48.0",
+                "0.98x",
+                "0.98–1.03"
+            ],
+            "{t}"
+        );
+        // Markdown: the same cells.
+        let md = markdown_table(&l);
+        assert!(md.contains("| netdev: median | netdev: min–max |"), "{md}");
+        for line in &l {
+            assert!(
+                md.contains(&format!("| {} |", round_cells(line, true).join(" | "))),
+                "{md}"
+            );
+        }
+        assert!(md.contains("| QPs | IPv4: median |"), "{md}");
+        // One round: the netdev's column and gain too.
+        let mut one = Measurements::with_rounds(1);
+        for line in round_lines("", 1.0)
+            .into_iter()
+            .chain(netdev_round_lines("", 1.0, 1.5, 1.0))
+        {
+            one.take_line(&line).unwrap();
+        }
+        let short = lines(&one, false);
+        let t = text_table(&short);
+        assert!(
+            t.contains("sockets (qpip netdev)") && t.contains("netdev gain"),
+            "{t}"
+        );
+        assert!(t.contains(" 1.50x"), "{t}");
+        let md = markdown_table(&short);
+        assert!(md.starts_with("| | QP (qpip device) | sockets (virtio-net) | sockets (qpip netdev) | QP gain | netdev gain |\n| --- | ---: | ---: | ---: | ---: | ---: |\n"), "{md}");
+        // The JSON: the new figures where measured.
+        let j = json_value(&m, &l);
+        let c = &j["comparison"][0];
+        assert!(close(c["netdev"]["median"].as_f64().unwrap(), 200.0 / 1.5));
+        assert!(close(c["netdev_gain"].as_f64().unwrap(), 1.5));
+        assert_eq!(
+            c["netdev_gain_per_round"]["rounds"]
+                .as_array()
+                .unwrap()
+                .len(),
+            3
+        );
+        assert!(close(c["qp_ipv4"]["median"].as_f64().unwrap(), 102.0));
+        assert!(c["qp_ipv4_vs_ipv6"].is_number());
+        assert!(c["qp_ipv4_vs_ipv6_per_round"]["min"].is_number());
+        let bulk = j["comparison"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["what"].as_str().unwrap().starts_with("bulk"))
+            .unwrap();
+        assert!(bulk["netdev_gain"].is_number() && bulk.get("qp_ipv4").is_none());
+        // A run without them (an older one, the demo) shows and writes none of it.
+        let old = lines(&rounds(&[1.0, 3.0, 2.0]), true);
+        assert!(!text_table(&old).contains("netdev") && !markdown_table(&old).contains("IPv4"));
+        let j = json_value(&rounds(&[1.0, 3.0, 2.0]), &old);
+        assert!(j["comparison"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c.get("netdev").is_none() && c.get("qp_ipv4").is_none()));
     }
 
     #[test]
@@ -428,7 +652,7 @@ mod tests {
             .collect();
         assert_eq!(md_rows.len(), l.len());
         for (r, line) in md_rows.iter().zip(&l) {
-            for cell in round_cells(line) {
+            for cell in round_cells(line, false) {
                 assert!(r.contains(&format!("| {cell} |")), "{r}: {cell}");
             }
         }
