@@ -142,8 +142,9 @@
 
 /*
  Connect TCP QP `handle` ([`ConnectArgs`]). Completes when established (results as for
- accept) or failed ([`ADMIN_STATUS_REFUSED`], [`ADMIN_STATUS_TIMEOUT`]; an unreachable
- peer is a silent one). A QP not bound gets an ephemeral port. After a failure (and
+ accept) or failed ([`ADMIN_STATUS_REFUSED`], [`ADMIN_STATUS_TIMEOUT`],
+ [`ADMIN_STATUS_UNREACHABLE`] when an ICMP destination unreachable answered the SYN; a
+ peer that stays silent times out). A QP not bound gets an ephemeral port. After a failure (and
  after a connection is reset or times out) the QP is in the error state: its work
  requests complete [`crate::cqe::CQE_STATUS_FLUSHED`].
  */
@@ -216,8 +217,8 @@
 /*
  A TCP QP entered the error state on its own (not by a command): the connection was reset
  by the peer or timed out. Its outstanding work requests complete
- [`crate::cqe::CQE_STATUS_FLUSHED`]. Reason: [`ASYNC_REASON_PEER_RESET`] or
- [`ASYNC_REASON_TIMEOUT`].
+ [`crate::cqe::CQE_STATUS_FLUSHED`]. Reason: [`ASYNC_REASON_PEER_RESET`],
+ [`ASYNC_REASON_TIMEOUT`] or [`ASYNC_REASON_UNREACHABLE`].
  */
 #define QPIP_ASYNC_EVENT_QP_ERROR 1
 
@@ -249,6 +250,12 @@
  the others [`crate::cqe::CQE_STATUS_FLUSHED`].
  */
 #define QPIP_ASYNC_REASON_REGION_GONE 4
+
+/*
+ An ICMP destination unreachable answered the connection's SYN
+ ([`ADMIN_STATUS_UNREACHABLE`]).
+ */
+#define QPIP_ASYNC_REASON_UNREACHABLE 5
 
 /*
  Bit 31 of result2: events were dropped (queue full) before this one.
@@ -317,6 +324,14 @@
  The peer did not answer.
  */
 #define QPIP_ADMIN_STATUS_TIMEOUT 11
+
+/*
+ The destination is unreachable: while the connection was being set up, an ICMP or
+ ICMPv6 destination unreachable (from a router on the path, or from the peer: no route,
+ host or port unreachable, administratively prohibited) quoted its SYN, as Linux ends a
+ `connect` with `EHOSTUNREACH` or `ECONNREFUSED`. Since minor version 3.
+ */
+#define QPIP_ADMIN_STATUS_UNREACHABLE 12
 
 /*
  The context is the driver's own, never a process's: its doorbell page is mapped into no

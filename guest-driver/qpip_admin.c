@@ -57,6 +57,8 @@ int qpip_status_errno(u16 status)
 		return -ECONNREFUSED;
 	case QPIP_ADMIN_STATUS_TIMEOUT:
 		return -ETIMEDOUT;
+	case QPIP_ADMIN_STATUS_UNREACHABLE:
+		return -EHOSTUNREACH;
 	default:
 		/* BAD_OPCODE or unknown: the driver sent something the device does not know. */
 		return -EIO;

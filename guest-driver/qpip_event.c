@@ -73,7 +73,8 @@ void qpip_ctx_async_event(struct qpip_dev *qdev, const struct qpip_admin_cqe *cq
 	case QPIP_ASYNC_EVENT_QP_ERROR:
 		ev.kind = QPIP_EVENT_QP_ERROR;
 		ev.status = reason == QPIP_ASYNC_REASON_PEER_RESET ? -ECONNRESET :
-			    reason == QPIP_ASYNC_REASON_TIMEOUT ? -ETIMEDOUT : -EIO;
+			    reason == QPIP_ASYNC_REASON_TIMEOUT ? -ETIMEDOUT :
+			    reason == QPIP_ASYNC_REASON_UNREACHABLE ? -EHOSTUNREACH : -EIO;
 		break;
 	case QPIP_ASYNC_EVENT_PEER_CLOSED:
 		ev.kind = QPIP_EVENT_PEER_CLOSED;

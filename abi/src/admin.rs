@@ -141,8 +141,9 @@ pub const ADMIN_OP_DESTROY_LISTENER: u16 = 0x1a;
 /// order). Result2: the peer's port.
 pub const ADMIN_OP_ACCEPT: u16 = 0x1b;
 /// Connect TCP QP `handle` ([`ConnectArgs`]). Completes when established (results as for
-/// accept) or failed ([`ADMIN_STATUS_REFUSED`], [`ADMIN_STATUS_TIMEOUT`]; an unreachable
-/// peer is a silent one). A QP not bound gets an ephemeral port. After a failure (and
+/// accept) or failed ([`ADMIN_STATUS_REFUSED`], [`ADMIN_STATUS_TIMEOUT`],
+/// [`ADMIN_STATUS_UNREACHABLE`] when an ICMP destination unreachable answered the SYN; a
+/// peer that stays silent times out). A QP not bound gets an ephemeral port. After a failure (and
 /// after a connection is reset or times out) the QP is in the error state: its work
 /// requests complete [`crate::cqe::CQE_STATUS_FLUSHED`].
 pub const ADMIN_OP_CONNECT: u16 = 0x1c;
@@ -188,8 +189,8 @@ pub const MAX_ASYNC_REQUESTS: u32 = 16;
 pub const ASYNC_EVENT_QUEUE: u32 = 256;
 /// A TCP QP entered the error state on its own (not by a command): the connection was reset
 /// by the peer or timed out. Its outstanding work requests complete
-/// [`crate::cqe::CQE_STATUS_FLUSHED`]. Reason: [`ASYNC_REASON_PEER_RESET`] or
-/// [`ASYNC_REASON_TIMEOUT`].
+/// [`crate::cqe::CQE_STATUS_FLUSHED`]. Reason: [`ASYNC_REASON_PEER_RESET`],
+/// [`ASYNC_REASON_TIMEOUT`] or [`ASYNC_REASON_UNREACHABLE`].
 pub const ASYNC_EVENT_QP_ERROR: u16 = 1;
 /// The peer of a TCP QP closed its direction (a FIN arrived and every byte before it has
 /// been placed). Reason 0.
@@ -205,6 +206,9 @@ pub const ASYNC_REASON_TERMINATE: u8 = 3;
 /// [`crate::cqe::CQE_STATUS_LOCAL_PROTECTION`] with [`crate::cqe::CQE_DETAIL_REGION_GONE`],
 /// the others [`crate::cqe::CQE_STATUS_FLUSHED`].
 pub const ASYNC_REASON_REGION_GONE: u8 = 4;
+/// An ICMP destination unreachable answered the connection's SYN
+/// ([`ADMIN_STATUS_UNREACHABLE`]).
+pub const ASYNC_REASON_UNREACHABLE: u8 = 5;
 /// Bit 31 of result2: events were dropped (queue full) before this one.
 pub const ASYNC_FLAG_LOST: u32 = 1 << 31;
 
@@ -237,6 +241,11 @@ pub const ADMIN_STATUS_CANCELLED: u16 = 9;
 pub const ADMIN_STATUS_REFUSED: u16 = 10;
 /// The peer did not answer.
 pub const ADMIN_STATUS_TIMEOUT: u16 = 11;
+/// The destination is unreachable: while the connection was being set up, an ICMP or
+/// ICMPv6 destination unreachable (from a router on the path, or from the peer: no route,
+/// host or port unreachable, administratively prohibited) quoted its SYN, as Linux ends a
+/// `connect` with `EHOSTUNREACH` or `ECONNREFUSED`. Since minor version 3.
+pub const ADMIN_STATUS_UNREACHABLE: u16 = 12;
 
 // ---- argument bodies (each exactly 48 bytes) -----------------------------------------------
 

@@ -126,6 +126,7 @@ pub fn admin_status_name(s: u16) -> &'static str {
         ADMIN_STATUS_CANCELLED => "CANCELLED",
         ADMIN_STATUS_REFUSED => "REFUSED",
         ADMIN_STATUS_TIMEOUT => "TIMEOUT",
+        ADMIN_STATUS_UNREACHABLE => "UNREACHABLE",
         _ => "(unknown admin status)",
     }
 }

@@ -225,8 +225,13 @@ impl Engine {
             debug!("path MTU to {dst} is now {mtu}");
             self.tcp.path_mtu_changed(dst, mtu, now);
         }
+        // Destination unreachables that may end connection attempts.
+        let unreachable = self.net.stack.take_unreachable();
+        for u in &unreachable {
+            self.tcp_unreachable(mem, u, now);
+        }
         // The segments TCP produced meanwhile go down now.
         self.flush_tcp();
-        n > 0 || !pmtu.is_empty()
+        n > 0 || !pmtu.is_empty() || !unreachable.is_empty()
     }
 }

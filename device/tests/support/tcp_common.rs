@@ -446,7 +446,8 @@ impl Peer {
                     self.reset = true;
                     self.closed = true
                 }
-                Event::TimedOut => {
+                // These tests' links send no ICMP errors.
+                Event::TimedOut | Event::Unreachable => {
                     self.timed_out = true;
                     self.closed = true
                 }

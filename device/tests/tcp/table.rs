@@ -84,7 +84,7 @@ impl Host {
                     f.closed = true;
                     gone = true;
                 }
-                Event::Reset | Event::TimedOut => {
+                Event::Reset | Event::TimedOut | Event::Unreachable => {
                     f.reset = true;
                     gone = true;
                 }

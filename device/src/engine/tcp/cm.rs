@@ -491,6 +491,11 @@ impl Engine {
                 self.tcp_async_event(qp, ASYNC_EVENT_QP_ERROR, ASYNC_REASON_TIMEOUT);
                 self.tcp_fail(mem, qp, ADMIN_STATUS_TIMEOUT);
             }
+            Event::Unreachable => {
+                debug!("QP {qp}: destination unreachable");
+                self.tcp_async_event(qp, ASYNC_EVENT_QP_ERROR, ASYNC_REASON_UNREACHABLE);
+                self.tcp_fail(mem, qp, ADMIN_STATUS_UNREACHABLE);
+            }
             Event::Closed => {
                 if let Some(t) = self.objects.tcp_qp_mut(qp) {
                     if let TcpRole::Connecting { cmd } = t.role {
@@ -555,7 +560,9 @@ impl Engine {
                         }
                     }
                 }
-                Event::Reset | Event::TimedOut | Event::Closed => self.forget_ready(id),
+                Event::Reset | Event::TimedOut | Event::Unreachable | Event::Closed => {
+                    self.forget_ready(id)
+                }
                 Event::Acked { .. } | Event::DataArrived { .. } => {}
             }
         }

@@ -59,6 +59,8 @@ pub mod iwarp;
 mod rx;
 mod tx;
 
+use crate::net::stack::Unreachable;
+use crate::net::tcp::FourTuple;
 use std::collections::VecDeque;
 use std::net::Ipv6Addr;
 use std::time::{Duration, Instant};
@@ -402,6 +404,34 @@ impl Engine {
             Input::Dropped => {}
         }
         Delivery::Delivered
+    }
+
+    /// A destination unreachable quoted one of our segments: the connection it names
+    /// decides whether it ends ([`tcp::Connection::unreachable`]).
+    pub(in crate::engine) fn tcp_unreachable(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        u: &Unreachable,
+        now: Instant,
+    ) {
+        let tuple = FourTuple {
+            local: u.local,
+            local_port: u.local_port,
+            remote: u.remote,
+            remote_port: u.remote_port,
+        };
+        let Some(id) = self.tcp.table.lookup(&tuple) else {
+            return;
+        };
+        let ended = self
+            .tcp
+            .table
+            .get_mut(id)
+            .is_some_and(|e| e.conn.unreachable(u.seq));
+        if ended {
+            debug!("{}:{}: destination unreachable", u.remote, u.remote_port);
+            self.tcp_service(mem, id, now);
+        }
     }
 
     /// After anything happened to a connection: its events, its segments, its timer.

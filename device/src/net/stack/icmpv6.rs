@@ -210,7 +210,11 @@ impl Stack {
             icmp::NEIGHBOR_ADVERT => self.neighbor_advertisement(&m, a),
             icmp::PACKET_TOO_BIG => self.packet_too_big(&m, now),
             icmp::DEST_UNREACHABLE | icmp::TIME_EXCEEDED | icmp::PARAM_PROBLEM => {
-                // Nothing of ours reacts to these yet (TCP will); they are counted.
+                // A destination unreachable may end a connection attempt (TCP decides);
+                // the others change nothing. All are counted.
+                if m.ty == icmp::DEST_UNREACHABLE {
+                    self.unreachable_v6(m.body);
+                }
                 self.stats.icmp_errors_rx += 1;
                 debug!("{} from {src}", wire::icmp_type_name(m.ty, m.code));
             }

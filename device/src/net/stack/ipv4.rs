@@ -400,6 +400,10 @@ impl Stack {
                 self.fragmentation_needed(&m, now)
             }
             icmp4::DEST_UNREACHABLE | icmp4::TIME_EXCEEDED | icmp4::PARAM_PROBLEM => {
+                // As over IPv6: a destination unreachable may end a connection attempt.
+                if m.ty == icmp4::DEST_UNREACHABLE {
+                    self.unreachable_v4(m.body);
+                }
                 self.stats.icmp_errors_rx += 1;
                 debug!("ICMPv4 type {} code {} from {src}", m.ty, m.code);
             }

@@ -48,6 +48,9 @@ mod icmpv6;
 mod ipv4;
 mod rx;
 mod steer;
+mod unreachable;
+
+pub use unreachable::Unreachable;
 
 pub use steer::RawRx;
 
@@ -210,6 +213,9 @@ pub struct Stack {
     /// Path MTUs changed since [`Stack::take_path_mtu_changes`] (one entry a destination):
     /// lowered by a packet too big, or back to the link's when that news expired.
     pmtu_changes: Vec<(Ipv6Addr, usize)>,
+    /// Destination unreachables about our TCP segments, for TCP
+    /// ([`Stack::take_unreachable`]).
+    unreachable: Vec<Unreachable>,
     reasm: Reassembler,
     /// Frames for the wire, each with 0 or the segment size of a TCP super-frame.
     tx: VecDeque<(Vec<u8>, u16)>,
@@ -263,6 +269,7 @@ impl Stack {
             routes,
             pmtu: HashMap::new(),
             pmtu_changes: Vec::new(),
+            unreachable: Vec::new(),
             reasm: Reassembler::new(),
             tx: VecDeque::new(),
             loopback: VecDeque::new(),

@@ -72,6 +72,29 @@ impl Peer {
         self.inject_frame(&f);
     }
 
+    /// The device's last TCP segment, from its IP header on.
+    pub fn last_tcp_packet(&self) -> Vec<u8> {
+        let f = self
+            .last_tcp_frame
+            .as_ref()
+            .expect("the device sent a segment");
+        f[wire::ETH_LEN..].to_vec()
+    }
+
+    /// A destination unreachable of `code` from the router (ICMPv6 type 1, or ICMPv4
+    /// type 3 over IPv4), quoting `packet` (from its IP header on) as far as an error
+    /// holds.
+    pub fn dest_unreachable(&mut self, code: u8, packet: &[u8]) {
+        if self.family == Family::V4 {
+            return self.icmp4_error(3, code, [0; 4], packet);
+        }
+        let mut body = vec![0u8; 4];
+        body.extend_from_slice(&packet[..packet.len().min(1280 - 40 - 8)]);
+        let m = wire::icmpv6(&self.router, &self.dev, 1, code, &body);
+        let f = self.ip_frame_from(&self.router, ICMPV6, &m);
+        self.inject_frame(&f);
+    }
+
     /// An ICMPv6 packet too big from [`ROUTER`] reporting `mtu`, quoting the device's last
     /// data segment (as much as fits the minimum MTU, RFC 4443 §3.2).
     pub fn packet_too_big(&mut self, mtu: u32) {
@@ -96,6 +119,7 @@ impl Peer {
             let fr = self.classify(&f);
             if let Frame::Tcp(s) = &fr {
                 self.tcp_seen += 1;
+                self.last_tcp_frame = Some(f.clone());
                 if !s.payload.is_empty() {
                     self.last_data_frame = Some(f.clone());
                 }

@@ -194,6 +194,9 @@ pub struct Peer {
     /// The last TCP segment the device sent with payload (what a packet too big or a
     /// "fragmentation needed" quotes).
     last_data_frame: Option<Vec<u8>>,
+    /// The last TCP segment the device sent, whatever it carried (what a destination
+    /// unreachable about a SYN quotes).
+    last_tcp_frame: Option<Vec<u8>>,
     last_ts: u32,
     /// The script line being run (for messages).
     line: String,
@@ -274,6 +277,7 @@ impl Peer {
             arps: VecDeque::new(),
             log: Vec::new(),
             last_data_frame: None,
+            last_tcp_frame: None,
             last_ts: 0,
             tcp_seen: 0,
             line: String::new(),

@@ -13,6 +13,7 @@ mod ipv6;
 mod path_mtu;
 mod resets;
 mod robustness;
+mod unreachable;
 mod window;
 mod window_psh;
 

@@ -38,6 +38,22 @@ impl Connection {
         }
     }
 
+    /// An ICMP destination unreachable quoted one of this connection's segments whose
+    /// sequence number was `seq`. While the SYN is unanswered it ends the attempt
+    /// ([`Event::Unreachable`], no reset: the peer never knew of it), as Linux fails a
+    /// `connect` at once (RFC 1122 §4.2.3.9 lets an application hear of such errors).
+    /// Only a quote of the SYN itself counts (its sequence number is the ISS, which an
+    /// off-path sender cannot know, RFC 5927 §4.1); later on, and for anything else, it
+    /// changes nothing: a synchronized connection rides out transient errors. True if it
+    /// ended the attempt.
+    pub fn unreachable(&mut self, seq: u32) -> bool {
+        if self.state != State::SynSent || seq != self.iss {
+            return false;
+        }
+        self.finish(Event::Unreachable);
+        true
+    }
+
     /// Aborts: a reset is sent if the peer knows of the connection (RFC 9293 ABORT).
     pub fn abort(&mut self) {
         match self.state {

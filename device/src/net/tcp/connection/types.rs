@@ -58,8 +58,11 @@ pub enum Event {
     /// Retransmissions (or the handshake, or keepalive probes) went unanswered; the
     /// connection is closed.
     TimedOut,
+    /// An ICMP destination unreachable answered the SYN ([`super::Connection::unreachable`]);
+    /// the connection is closed.
+    Unreachable,
     /// The connection is closed (both FINs acknowledged and TIME_WAIT over, or aborted).
-    /// After `Reset` or `TimedOut` no `Closed` follows.
+    /// After `Reset`, `TimedOut` or `Unreachable` no `Closed` follows.
     Closed,
 }
 
