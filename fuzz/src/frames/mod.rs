@@ -403,7 +403,9 @@ impl World {
                     Event::DataArrived { upto, .. } => {
                         assert!(upto <= app.sink.delivered, "DataArrived within the sink")
                     }
-                    Event::Reset | Event::TimedOut | Event::Closed => app.ended = true,
+                    Event::Reset | Event::TimedOut | Event::Unreachable | Event::Closed => {
+                        app.ended = true
+                    }
                     Event::Established | Event::PeerClosed => {}
                 }
             }
