@@ -1,0 +1,147 @@
+//! The guest kernel's routes through the function's network interface, mirrored into the
+//! device (qpip.ko's `qpip_routes.c`): `ip route add ... dev qpip0` gives the device the
+//! route (`ADD_ROUTE`), `ip route del` takes it away (`DEL_ROUTE`).
+//!
+//! The lab runs guest a's device without the far subnet's routes (`qpipd --route`, see
+//! [`qpip_lab::GuestSpec::without_far_routes`]), so the only way its QPs reach the far host
+//! is a route the guest's kernel gives it: none before `ip route add` (a UDP send to the far
+//! host fails for want of a route, counted in `net_no_route`), a TCP stream to the far host
+//! with each family's route, none again after `ip route del`.
+//!
+//! Ignored by a plain `cargo test`; `./qpip test` runs them with `-- --ignored`. They need
+//! root (namespaces, bridge, TAPs).
+
+mod common;
+
+use common::traffic::*;
+use common::{needs_root, Report};
+use qpip_lab::{LabHost, QpipdLayout};
+
+/// The shell helpers of this file's guest script (after common's and traffic's).
+///  ND               the qpip network interface: the one with the device's MAC
+///  nd_up            brings it up (answering ARP only for its own addresses, as the
+///                   virtio-net on the same link does), waits for its carrier and for the
+///                   device's addresses on it
+///  no_route TAG ADDR  a UDP datagram from a QP to ADDR: `@TAG.status` of `qpip-cat`,
+///                   its error and how much the device's `net_no_route` grew
+///  FAR6, FAR4, GW6, GW4  the far subnet and the lab host, its gateway, each family
+const ROUTE_HELPERS: &str = r#"
+Q=/sys/class/qpip/qpip0
+ND=
+for i in /sys/class/net/*; do
+    [ "$(cat "$i/address" 2>/dev/null)" = "$(cat $Q/mac)" ] && ND=${i##*/}
+done
+FAR6=fd51:5050:0:0:1::/80; FAR4=198.18.1.0/24; GW6=fd51:5050::1; GW4=198.18.0.1
+nd_up() {
+    echo 1 > /proc/sys/net/ipv4/conf/all/arp_ignore
+    echo 2 > /proc/sys/net/ipv4/conf/all/arp_announce
+    echo 0 > /proc/sys/net/ipv6/conf/$ND/accept_dad 2>/dev/null
+    ip link set "$ND" up; kv up.status $?
+    i=0; until [ "$(cat /sys/class/net/$ND/carrier 2>/dev/null)" = 1 ] || [ $i -ge 100 ]; do
+        i=$((i + 1)); sleep 0.1
+    done
+    kv up.carrier "$(cat /sys/class/net/$ND/carrier 2>/dev/null || echo missing)"
+    # The device's addresses come onto it a moment later: the gateways are on-link then.
+    i=0; until { ip -4 addr show dev $ND | grep -q 'inet ' &&
+                 ip -6 addr show dev $ND scope global | grep -q inet6; } || [ $i -ge 100 ]; do
+        i=$((i + 1)); sleep 0.1
+    done
+    kv up.addrs "$(ip addr show dev $ND | awk '$1 == "inet" || $1 == "inet6" {print $2}' | tr '\n' ' ')"
+}
+no_route() {
+    n0=$(cat $Q/counters/net_no_route)
+    echo x | qpip-cat -u -w 2 "$2" 7479 >/dev/null 2>/tmp/nr.$1; kv $1.status $?
+    kv $1.err "$(tr '\n' ' ' < /tmp/nr.$1)"
+    kv $1.no_route $(( $(cat $Q/counters/net_no_route) - n0 ))
+}
+"#;
+
+/// Guest a, its device started without routes: no route to the far host; `ip route add`
+/// through the qpip interface (IPv6 and IPv4) and a TCP stream from a QP to the far host's
+/// plain socket, each family, its SHA-256 compared; `ip route del` and no route again.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn the_interfaces_routes_take_qps_to_the_far_host() {
+    needs_root!();
+    let script = format!(
+        "{ROUTE_HELPERS}{}",
+        r#"
+kv nd "${ND:-missing}"
+nd_up
+# The lab routes the far subnet through virtio-net in the guest's kernel (the kernel
+# notifies only the route it uses for a prefix): the routes through ND take their place.
+ip -6 route del $FAR6 dev $QPIP_NET_IF
+ip -4 route del $FAR4 dev $QPIP_NET_IF
+no_route before6 $QPIP_FAR_ADDR
+no_route before4 $QPIP_FAR_ADDR4
+ip -6 route add $FAR6 via $GW6 dev $ND; kv add6.status $?
+ip -4 route add $FAR4 via $GW4 dev $ND; kv add4.status $?
+kv routes "$(ip -6 route show $FAR6; ip -4 route show $FAR4)"
+# The device gets the routes from a work item, a moment later: a SYN sent before that is
+# dropped for want of a route, and TCP sends it again.
+for f in 6 4; do
+    if [ $f = 6 ]; then far=$QPIP_FAR_ADDR; else far=$QPIP_FAR_ADDR4; fi
+    head -c 300000 /dev/urandom > /tmp/g2h$f; digest g2h$f.in /tmp/g2h$f
+    await g2h$f; qpip-cat --stream -w 60 $far 7471 < /tmp/g2h$f; kv g2h$f.status $?
+done
+ip -6 route del $FAR6 via $GW6 dev $ND; kv del6.status $?
+ip -4 route del $FAR4 via $GW4 dev $ND; kv del4.status $?
+sleep 1
+no_route after6 $QPIP_FAR_ADDR
+no_route after4 $QPIP_FAR_ADDR4
+"#
+    );
+    let a = guest("a", &script, 900, &[]).without_far_routes();
+    let out = lab(vec![a], QpipdLayout::Adapter, |host: &LabHost| {
+        let far = host.far();
+        let v6 = host_receives(&far, "[::]:7471", "g2h6");
+        let v4 = host_receives(&far, "0.0.0.0:7471", "g2h4");
+        let _ = host.signal("host-done");
+        (v6, v4)
+    });
+    let ga = out.guest("a");
+    let a = Report::new(ga);
+    assert_eq!(ga.status, 0, "guest a failed\n{}", a.context());
+    assert_ne!(a.get("nd"), "missing", "no qpip interface\n{}", a.context());
+    assert_eq!(a.get("up.carrier"), "1", "{}", a.context());
+    for tag in ["before6", "before4"] {
+        assert_eq!(
+            a.get(&format!("{tag}.status")),
+            "1",
+            "a send with no route must fail\n{}",
+            a.context()
+        );
+        assert_ne!(
+            a.get(&format!("{tag}.no_route")),
+            "0",
+            "the device started with a route to the far subnet\n{}",
+            a.context()
+        );
+    }
+    for f in ["6", "4"] {
+        assert_eq!(a.get(&format!("add{f}.status")), "0", "{}", a.context());
+        assert_eq!(a.get(&format!("g2h{f}.status")), "0", "{}", a.context());
+        let got = if f == "6" { &out.host.0 } else { &out.host.1 };
+        match got {
+            Ok((n, sha)) => {
+                assert_eq!(n.to_string(), a.get(&format!("g2h{f}.in.bytes")));
+                assert_eq!(
+                    sha,
+                    a.get(&format!("g2h{f}.in.sha")),
+                    "a → far host, IPv{f}"
+                );
+            }
+            Err(e) => panic!("a → far host over IPv{f}: {e}\n{}", a.context()),
+        }
+        assert_eq!(a.get(&format!("del{f}.status")), "0", "{}", a.context());
+    }
+    for tag in ["after6", "after4"] {
+        assert_eq!(
+            a.get(&format!("{tag}.status")),
+            "1",
+            "ip route del left the device its route\n{}",
+            a.context()
+        );
+        assert_ne!(a.get(&format!("{tag}.no_route")), "0", "{}", a.context());
+    }
+}
