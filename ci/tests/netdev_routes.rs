@@ -20,10 +20,14 @@ use qpip_lab::{LabHost, QpipdLayout};
 /// The shell helpers of this file's guest script (after common's and traffic's).
 ///  ND               the qpip network interface: the one with the device's MAC
 ///  nd_up            brings it up (answering ARP only for its own addresses, as the
-///                   virtio-net on the same link does), waits for its carrier and for the
-///                   device's addresses on it
-///  no_route TAG ADDR  a UDP datagram from a QP to ADDR: `@TAG.status` of `qpip-cat`,
-///                   its error and how much the device's `net_no_route` grew
+///                   virtio-net on the same link does) and waits for the device's
+///                   addresses on it (the carrier does not matter to routes: a device
+///                   without raw QPs leaves it off)
+///  probe TAG ADDR   a UDP datagram from a QP to ADDR: `@TAG.status` of `qpip-cat`, its
+///                   error, and `@TAG.no_route`, how much the device's `net_no_route` grew
+///                   (a send with no route fails and counts there)
+///  routes add|del   the far subnet through the lab host on ND, both families
+///                   (`@add6.status`, ...), then a moment for the work item
 ///  FAR6, FAR4, GW6, GW4  the far subnet and the lab host, its gateway, each family
 const ROUTE_HELPERS: &str = r#"
 Q=/sys/class/qpip/qpip0
@@ -37,28 +41,31 @@ nd_up() {
     echo 2 > /proc/sys/net/ipv4/conf/all/arp_announce
     echo 0 > /proc/sys/net/ipv6/conf/$ND/accept_dad 2>/dev/null
     ip link set "$ND" up; kv up.status $?
-    i=0; until [ "$(cat /sys/class/net/$ND/carrier 2>/dev/null)" = 1 ] || [ $i -ge 100 ]; do
-        i=$((i + 1)); sleep 0.1
-    done
-    kv up.carrier "$(cat /sys/class/net/$ND/carrier 2>/dev/null || echo missing)"
     # The device's addresses come onto it a moment later: the gateways are on-link then.
     i=0; until { ip -4 addr show dev $ND | grep -q 'inet ' &&
-                 ip -6 addr show dev $ND scope global | grep -q inet6; } || [ $i -ge 100 ]; do
+                 ip -6 addr show dev $ND | grep inet6 | grep -qv fe80; } || [ $i -ge 100 ]; do
         i=$((i + 1)); sleep 0.1
     done
     kv up.addrs "$(ip addr show dev $ND | awk '$1 == "inet" || $1 == "inet6" {print $2}' | tr '\n' ' ')"
 }
-no_route() {
+probe() {
     n0=$(cat $Q/counters/net_no_route)
     echo x | qpip-cat -u -w 2 "$2" 7479 >/dev/null 2>/tmp/nr.$1; kv $1.status $?
     kv $1.err "$(tr '\n' ' ' < /tmp/nr.$1)"
     kv $1.no_route $(( $(cat $Q/counters/net_no_route) - n0 ))
 }
+routes() {
+    ip -6 route $1 $FAR6 via $GW6 dev $ND; kv $1${2}6.status $?
+    ip -4 route $1 $FAR4 via $GW4 dev $ND; kv $1${2}4.status $?
+    sleep 1
+}
 "#;
 
 /// Guest a, its device started without routes: no route to the far host; `ip route add`
 /// through the qpip interface (IPv6 and IPv4) and a TCP stream from a QP to the far host's
-/// plain socket, each family, its SHA-256 compared; `ip route del` and no route again.
+/// plain socket, each family, its SHA-256 compared; a device reset, after which the driver
+/// has given the routes back; `ip route del` and no route again; the routes added again
+/// and the module unloaded (which takes them out of the device) without a warning.
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn the_interfaces_routes_take_qps_to_the_far_host() {
@@ -72,23 +79,25 @@ nd_up
 # notifies only the route it uses for a prefix): the routes through ND take their place.
 ip -6 route del $FAR6 dev $QPIP_NET_IF
 ip -4 route del $FAR4 dev $QPIP_NET_IF
-no_route before6 $QPIP_FAR_ADDR
-no_route before4 $QPIP_FAR_ADDR4
-ip -6 route add $FAR6 via $GW6 dev $ND; kv add6.status $?
-ip -4 route add $FAR4 via $GW4 dev $ND; kv add4.status $?
+probe before6 $QPIP_FAR_ADDR
+probe before4 $QPIP_FAR_ADDR4
+routes add
 kv routes "$(ip -6 route show $FAR6; ip -4 route show $FAR4)"
-# The device gets the routes from a work item, a moment later: a SYN sent before that is
-# dropped for want of a route, and TCP sends it again.
 for f in 6 4; do
     if [ $f = 6 ]; then far=$QPIP_FAR_ADDR; else far=$QPIP_FAR_ADDR4; fi
     head -c 300000 /dev/urandom > /tmp/g2h$f; digest g2h$f.in /tmp/g2h$f
     await g2h$f; qpip-cat --stream -w 60 $far 7471 < /tmp/g2h$f; kv g2h$f.status $?
 done
-ip -6 route del $FAR6 via $GW6 dev $ND; kv del6.status $?
-ip -4 route del $FAR4 via $GW4 dev $ND; kv del4.status $?
-sleep 1
-no_route after6 $QPIP_FAR_ADDR
-no_route after4 $QPIP_FAR_ADDR4
+# A reset: the device forgets the routes it was given, the driver gives them back.
+echo 1 > $Q/reset; kv reset.status $?
+i=0; until [ "$(cat $Q/link_state 2>/dev/null)" = up ] || [ $i -ge 100 ]; do i=$((i + 1)); sleep 0.1; done
+probe reset6 $QPIP_FAR_ADDR
+probe reset4 $QPIP_FAR_ADDR4
+routes del
+probe after6 $QPIP_FAR_ADDR
+probe after4 $QPIP_FAR_ADDR4
+routes add again
+rmmod qpip; kv rmmod.status $?
 "#
     );
     let a = guest("a", &script, 900, &[]).without_far_routes();
@@ -103,21 +112,36 @@ no_route after4 $QPIP_FAR_ADDR4
     let a = Report::new(ga);
     assert_eq!(ga.status, 0, "guest a failed\n{}", a.context());
     assert_ne!(a.get("nd"), "missing", "no qpip interface\n{}", a.context());
-    assert_eq!(a.get("up.carrier"), "1", "{}", a.context());
-    for tag in ["before6", "before4"] {
+    let no_route = |tag: &str, why: &str| {
         assert_eq!(
             a.get(&format!("{tag}.status")),
             "1",
-            "a send with no route must fail\n{}",
+            "{tag}: {why}\n{}",
             a.context()
         );
         assert_ne!(
             a.get(&format!("{tag}.no_route")),
             "0",
-            "the device started with a route to the far subnet\n{}",
+            "{tag}: {why}\n{}",
             a.context()
         );
-    }
+    };
+    let routed = |tag: &str, why: &str| {
+        assert_eq!(
+            a.get(&format!("{tag}.no_route")),
+            "0",
+            "{tag}: {why}\n{}",
+            a.context()
+        );
+    };
+    no_route(
+        "before6",
+        "the device started with a route to the far subnet",
+    );
+    no_route(
+        "before4",
+        "the device started with a route to the far subnet",
+    );
     for f in ["6", "4"] {
         assert_eq!(a.get(&format!("add{f}.status")), "0", "{}", a.context());
         assert_eq!(a.get(&format!("g2h{f}.status")), "0", "{}", a.context());
@@ -133,15 +157,20 @@ no_route after4 $QPIP_FAR_ADDR4
             }
             Err(e) => panic!("a → far host over IPv{f}: {e}\n{}", a.context()),
         }
-        assert_eq!(a.get(&format!("del{f}.status")), "0", "{}", a.context());
     }
-    for tag in ["after6", "after4"] {
+    assert_eq!(a.get("reset.status"), "0", "{}", a.context());
+    routed("reset6", "the routes were not given back after the reset");
+    routed("reset4", "the routes were not given back after the reset");
+    for f in ["6", "4"] {
+        assert_eq!(a.get(&format!("del{f}.status")), "0", "{}", a.context());
         assert_eq!(
-            a.get(&format!("{tag}.status")),
-            "1",
-            "ip route del left the device its route\n{}",
+            a.get(&format!("addagain{f}.status")),
+            "0",
+            "{}",
             a.context()
         );
-        assert_ne!(a.get(&format!("{tag}.no_route")), "0", "{}", a.context());
     }
+    no_route("after6", "ip route del left the device its route");
+    no_route("after4", "ip route del left the device its route");
+    assert_eq!(a.get("rmmod.status"), "0", "{}", a.context());
 }
