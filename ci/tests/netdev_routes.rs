@@ -64,8 +64,9 @@ routes() {
 /// Guest a, its device started without routes: no route to the far host; `ip route add`
 /// through the qpip interface (IPv6 and IPv4) and a TCP stream from a QP to the far host's
 /// plain socket, each family, its SHA-256 compared; a device reset, after which the driver
-/// has given the routes back; `ip route del` and no route again; the routes added again
-/// and the module unloaded (which takes them out of the device) without a warning.
+/// has given the routes back; `ip route del` and no route again; the routes added again,
+/// more than the device holds (the rest refused and logged once), and the module unloaded
+/// (which takes them out of the device) without a warning.
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn the_interfaces_routes_take_qps_to_the_far_host() {
@@ -97,7 +98,14 @@ routes del
 probe after6 $QPIP_FAR_ADDR
 probe after4 $QPIP_FAR_ADDR4
 routes add again
+# More routes than the device holds (MAX_ROUTES, 32, with the two above): the rest are
+# refused, said once in the log, and not tried again.
+for n in $(seq 1 40); do ip -6 route add fd51:5050:0:0:2:$n::/96 via $GW6 dev $ND; done
+sleep 2
+kv full.logged "$(dmesg | grep -c 'holds no more routes')"
+probe full6 $QPIP_FAR_ADDR
 rmmod qpip; kv rmmod.status $?
+kv full.unload "$(dmesg | grep 'were not mirrored' | sed 's/.*qpip0: //')"
 "#
     );
     let a = guest("a", &script, 900, &[]).without_far_routes();
@@ -172,5 +180,13 @@ rmmod qpip; kv rmmod.status $?
     }
     no_route("after6", "ip route del left the device its route");
     no_route("after4", "ip route del left the device its route");
+    assert_eq!(a.get("full.logged"), "1", "{}", a.context());
+    routed("full6", "a refused route took the far subnet's away");
     assert_eq!(a.get("rmmod.status"), "0", "{}", a.context());
+    assert_eq!(
+        a.get("full.unload"),
+        "10 routes were not mirrored: the device had no room for them",
+        "{}",
+        a.context()
+    );
 }
