@@ -30,8 +30,10 @@
 
 #define QPIP_DRV_NAME "qpip"
 
+struct net_device;
 struct qpip_ctx;
 struct qpip_netdev;
+struct qpip_routes;
 
 /* Number of /dev/qpipN minors the driver reserves: one per PCI function. */
 #define QPIP_MAX_DEVICES 64
@@ -201,6 +203,11 @@ struct qpip_dev {
 	bool mac_set;			/* SET_MAC was used: restore it after a reset */
 	struct qpip_cfg_addr addrs[QPIP_MAX_ADDRS];
 	unsigned int naddrs;
+	/*
+	 * The network interface's routes mirrored into the device (qpip_routes.c), or NULL:
+	 * set and cleared under @lock for writing, read by a reset to give them back.
+	 */
+	struct qpip_routes *routes;
 
 	/*
 	 * @contexts, and @live: the context of each device context id that asynchronous events
@@ -319,6 +326,14 @@ struct qpip_mr_params {
 	u32 access;			/* QPIP_MR_ACCESS_* */
 };
 
+/* ADD_ROUTE, DEL_ROUTE: a route as the device names it (IPv4 ones IPv4-mapped). */
+struct qpip_route_spec {
+	u8 dest[16];
+	u8 prefix_len;
+	u8 gateway[16];			/* ignored by DEL_ROUTE */
+	u32 metric;
+};
+
 struct qpip_mr_result {
 	u32 lkey;
 	u32 rkey;
@@ -374,6 +389,16 @@ int qpip_list_addrs(struct qpip_dev *qdev, struct qpip_addr_list *list);
 int qpip_set_mac(struct qpip_dev *qdev, const u8 *mac);
 int qpip_change_addr(struct qpip_dev *qdev, bool add, const u8 *addr, u8 prefix_len);
 int qpip_restore_config(struct qpip_dev *qdev);
+int qpip_cmd_route(struct qpip_dev *qdev, bool add, const struct qpip_route_spec *s);
+
+/*
+ * qpip_routes.c: the routes of the function's network interface, mirrored into the device.
+ * The interface's code calls start once the interface is registered and stop before it is
+ * unregistered (both sleep; neither with rtnl or qdev->lock held).
+ */
+int qpip_routes_start(struct qpip_dev *qdev, struct net_device *nd);
+void qpip_routes_stop(struct qpip_dev *qdev);
+void qpip_routes_restore(struct qpip_dev *qdev);
 
 /* qpip_iwarp.c: what an iWARP QP's accept or connect brings to MPA */
 int qpip_iwarp_conn_check(const struct qpip_iwarp_conn *iw);

@@ -2107,4 +2107,44 @@ struct qpip_set_qp_opt_args {
   uint8_t reserved[32];
 };
 
+/*
+ Arguments of `ADD_ROUTE` and `DEL_ROUTE`.
+
+ A route is IPv4 when `dest` is IPv4-mapped (`::ffff:a.b.c.d`) with `prefix_len`
+ 96..=128 (counted over the 128 bits: an IPv4 /24 is 120, the IPv4 default route is
+ `::ffff:0.0.0.0`/96), else IPv6 (0..=128; the IPv6 default route is `::`/0); an IPv6
+ route never covers IPv4-mapped destinations. `dest` has no bits set beyond
+ `prefix_len`; `gateway` is a unicast address of the route's family (an IPv6 gateway
+ may be link-local).
+
+ The device chooses the next hop toward a destination as follows: the destination
+ itself when it is on-link (link-local, inside the prefix of one of the function's
+ addresses of its family, or a static neighbour); else the gateway of the route with the
+ longest prefix holding it, the lowest `metric` among equally long ones. Whether the
+ gateway is on-link is checked when the route is used, not when it is added (addresses
+ and routes may come in any order): a route whose gateway is not on-link at that moment
+ is passed over as if absent. No route: the send fails as before
+ ([`crate::cqe::CQE_DETAIL_NO_ROUTE`], [`STAT_NET_NO_ROUTE`]).
+ */
+struct qpip_route_args {
+  /*
+   The destination prefix, network order.
+   */
+  uint8_t dest[16];
+  /*
+   Its length, 0..=128 (96..=128 for an IPv4 route).
+   */
+  uint8_t prefix_len;
+  uint8_t reserved0[3];
+  /*
+   The next hop toward the prefix, network order (ignored by `DEL_ROUTE`).
+   */
+  uint8_t gateway[16];
+  /*
+   Preference among routes of the same prefix length: lower wins.
+   */
+  uint32_t metric;
+  uint8_t reserved[8];
+};
+
 #endif  /* QPIP_ABI_H */

@@ -473,6 +473,24 @@ static int qpip_cmd_addr(struct qpip_dev *qdev, bool add, const u8 *addr, u8 pre
 	return qpip_admin_run(qdev, &cmd, NULL);
 }
 
+/* ADD_ROUTE, or DEL_ROUTE (which names the route by dest, prefix_len and metric). */
+int qpip_cmd_route(struct qpip_dev *qdev, bool add, const struct qpip_route_spec *s)
+{
+	struct qpip_route_args args = {};
+	struct qpip_admin_cmd cmd;
+
+	if (qpip_version_minor(qdev->version) < 3)
+		return -EOPNOTSUPP;
+	memcpy(args.dest, s->dest, sizeof(args.dest));
+	args.prefix_len = s->prefix_len;
+	if (add)
+		memcpy(args.gateway, s->gateway, sizeof(args.gateway));
+	args.metric = s->metric;
+	qpip_cmd_init(&cmd, add ? QPIP_ADMIN_OP_ADD_ROUTE : QPIP_ADMIN_OP_DEL_ROUTE, 0, 0,
+		      &args, sizeof(args));
+	return qpip_admin_run(qdev, &cmd, NULL);
+}
+
 /* Caller holds qdev->lock for reading (or writing, during a reset). */
 int qpip_set_mac(struct qpip_dev *qdev, const u8 *mac)
 {
@@ -525,7 +543,7 @@ int qpip_change_addr(struct qpip_dev *qdev, bool add, const u8 *addr, u8 prefix_
 
 /*
  * After a reset the device has forgotten what was configured through the driver: give it
- * back the MAC and the addresses, and read what it reports now.
+ * back the MAC, the addresses and the mirrored routes, and read what it reports now.
  */
 int qpip_restore_config(struct qpip_dev *qdev)
 {
@@ -542,6 +560,9 @@ int qpip_restore_config(struct qpip_dev *qdev)
 		if (ret == -EADDRINUSE)
 			ret = 0;
 	}
+	/* A route refused now is logged and dropped; the reset goes on. */
+	if (!ret)
+		qpip_routes_restore(qdev);
 	if (!ret)
 		ret = qpip_query_device(qdev, &info);
 	if (!ret)

@@ -326,6 +326,8 @@ int qpip_netdev_probe(struct qpip_dev *qdev)
 	down_write(&qdev->lock);
 	qdev->netdev = nd;
 	up_write(&qdev->lock);
+	/* Without it the interface still works: the device keeps only its own routes. */
+	qpip_routes_start(qdev, dev);
 	dev_info(&qdev->pdev->dev, "%s: network interface %s, MAC %pM, MTU %u\n",
 		 dev_name(&qdev->dev), dev->name, dev->dev_addr, dev->mtu);
 	return 0;
@@ -338,7 +340,8 @@ err_free:
 
 /*
  * Removes the interface (before remove takes the function down: closing it destroys its
- * context through the admin queue). The device keeps its addresses and MAC.
+ * context through the admin queue). The device keeps its addresses and MAC, not the
+ * routes it took from the interface.
  */
 void qpip_netdev_remove(struct qpip_dev *qdev)
 {
@@ -351,6 +354,8 @@ void qpip_netdev_remove(struct qpip_dev *qdev)
 	qdev->netdev = NULL;
 	up_write(&qdev->lock);
 	qpip_nd_addr_stop(nd);
+	/* The kernel's routes through the interface go with it: so do the device's copies. */
+	qpip_routes_stop(qdev);
 	cancel_work_sync(&nd->reset_work);
 	unregister_netdev(nd->netdev);
 	netif_napi_del(&nd->napi);

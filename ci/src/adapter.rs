@@ -95,11 +95,13 @@ pub(crate) fn adapter_args<'a>(
 
 impl Adapter {
     /// Starts the adapter in the lab's namespace with one function per `(n, guest folder)`
-    /// (guest number n's lab MAC and address), then waits until every socket is there.
+    /// (guest number n's lab MAC and address) and, with `far_routes`, the far subnet's
+    /// routes through the lab host, then waits until every socket is there.
     pub fn start(
         dir: &Path,
         guests: &[(usize, PathBuf)],
         extra: &[String],
+        far_routes: bool,
         net: &LabNet,
     ) -> Result<Adapter, LabError> {
         let fail = |m: String, d: String| LabError::failed(m, d, dir);
@@ -137,9 +139,11 @@ impl Adapter {
         }
         cmd.args(["--engine-threads", "1", "--net"])
             .arg(format!("tap:{}", netns::ADAPTER_TAP))
-            .args(["--ndp-solicit", &netns::NDP_SOLICITS.to_string()])
-            .args(netns::far_routes())
-            .args(extra);
+            .args(["--ndp-solicit", &netns::NDP_SOLICITS.to_string()]);
+        if far_routes {
+            cmd.args(netns::far_routes());
+        }
+        cmd.args(extra);
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }

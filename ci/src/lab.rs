@@ -53,6 +53,11 @@ use std::time::{Duration, Instant};
 pub struct GuestSpec {
     pub name: String,
     pub vm: VmSpec,
+    /// Device 0 on the lab network routes the far subnet through the lab host from the
+    /// start (`qpipd --route`, see [`netns::far_routes`]); true unless a test routes it
+    /// itself ([`GuestSpec::without_far_routes`]). In the adapter layout the routes are the
+    /// adapter's, for every function: the guests with a device must all agree.
+    pub far_routes: bool,
 }
 
 impl GuestSpec {
@@ -60,7 +65,14 @@ impl GuestSpec {
         GuestSpec {
             name: name.into(),
             vm,
+            far_routes: true,
         }
+    }
+
+    /// Device 0 starts without the far subnet's routes: the guest gives it routes itself.
+    pub fn without_far_routes(mut self) -> GuestSpec {
+        self.far_routes = false;
+        self
     }
 }
 
@@ -391,11 +403,18 @@ fn start_adapter(
             .map(|(_, g)| g.vm.qpipd_args.first().map_or(&[][..], Vec::as_slice)),
     )
     .map_err(LabError::setup)?;
+    let far_routes = with_device[0].1.far_routes;
+    if with_device.iter().any(|(_, g)| g.far_routes != far_routes) {
+        return Err(LabError::setup(
+            "some guests' device 0 route the far subnet from the start and some do not,              which one adapter qpipd cannot do: use the per-guest layout (--qpipd-per-guest)"
+                .to_string(),
+        ));
+    }
     let functions: Vec<(usize, PathBuf)> = with_device
         .iter()
         .map(|(n, g)| (*n, dir.join(&g.name)))
         .collect();
-    Adapter::start(dir, &functions, &extra, net).map(Some)
+    Adapter::start(dir, &functions, &extra, far_routes, net).map(Some)
 }
 
 type GuestsResult<R> = Result<(Vec<VmOutcome>, R, Vec<u32>), LabError>;
@@ -422,6 +441,7 @@ fn run_guests<R: Send>(
                 net,
                 shared: Some(shared.to_path_buf()),
                 adapter: adapter.is_some() && g.vm.devices > 0,
+                far_routes: g.far_routes,
             };
             Run::new(&g.vm, dir.join(&g.name), wiring)
         })

@@ -51,7 +51,9 @@ impl Run<'_> {
                     format!("{}/{}", netns::device_addr4(n), netns::PREFIX4_LEN),
                 ]);
             }
-            args.extend(netns::far_routes());
+            if self.wiring.far_routes {
+                args.extend(netns::far_routes());
+            }
         }
         args
     }

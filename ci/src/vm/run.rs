@@ -77,6 +77,9 @@ pub(crate) struct Wiring<'n> {
     /// Device 0 is a function of the lab's adapter qpipd (started and stopped by the lab),
     /// not a qpipd of this guest's own.
     pub adapter: bool,
+    /// Device 0 on the lab network routes the far subnet through the lab host
+    /// (`qpipd --route`).
+    pub far_routes: bool,
 }
 
 impl Wiring<'_> {
@@ -89,6 +92,7 @@ impl Wiring<'_> {
             net: None,
             shared: None,
             adapter: false,
+            far_routes: true,
         }
     }
 }
