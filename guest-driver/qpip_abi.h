@@ -357,7 +357,8 @@
  A raw Ethernet queue pair: the function's own network interface in the guest kernel
  (its netdev), beside the device's TCP/UDP/IPv6/IPv4 engine. At most one per function,
  in a context created with [`CTX_FLAG_KERNEL`] (else [`ADMIN_STATUS_BAD_PARAM`]; a
- second one: [`ADMIN_STATUS_BUSY`]). `framing` 0.
+ second one: [`ADMIN_STATUS_BUSY`]). `framing` is its receive mode: 0, or
+ [`RAW_RX_MERGEABLE`] (minor version 3; an older device refuses it, BAD_PARAM).
 
  - **Send WQEs** ([`crate::wqe::WQE_OP_SEND`]) gather one Ethernet frame (destination MAC
    first, no FCS) from their SGEs, at most the link MTU + 14 bytes, or a TCP
@@ -369,7 +370,20 @@
  - **Receive WQEs** name one buffer each; a received frame fills one buffer, and the
    CQE's `byte_len` is the frame's length (from the destination MAC, no FCS), its
    `imm_data` the `CQE_RAW_RX_*` bits. A frame longer than the buffer completes it with
-   [`crate::cqe::CQE_STATUS_LOCAL_LENGTH`] and is dropped.
+   [`crate::cqe::CQE_STATUS_LOCAL_LENGTH`] and is dropped. A TCP super-frame (another
+   function's TSO send through the switch, or what a link with receive offloads merged)
+   is cut into frames of at most the MTU first, each in a buffer of its own.
+ - **With [`RAW_RX_MERGEABLE`]** a frame may span several receive WQEs, taken in order
+   (as virtio-net's mergeable receive buffers): each gets a CQE with the bytes it holds;
+   all but the last have [`crate::cqe::CQE_RAW_RX_MORE`]. A TCP super-frame is then
+   handed over whole, with [`crate::cqe::CQE_RAW_RX_GSO_TCPV4`] or
+   [`crate::cqe::CQE_RAW_RX_GSO_TCPV6`] and, in `src_port`, the segment size it stands
+   for (what Linux keeps as `gso_size`) on its last CQE, which also carries
+   [`crate::cqe::CQE_RAW_RX_CSUM_OK`]. A frame is only started when enough WQEs are
+   posted for all of it (else it is dropped, [`STAT_RAW_RX_NO_WR`]), so a frame's
+   pieces are always consecutive. The driver then posts small buffers (a page each) and
+   takes a 64 KiB super-frame in 17 of them instead of 45 frames, as a NIC with LRO
+   hands its host one.
  - **Steering**: the engine keeps what is its own (segments of its connections and
    listeners, datagrams for its bound UDP ports, echo requests to its addresses) and gives
    the raw QP everything else addressed to the function (its MAC, broadcast, multicast),
@@ -379,6 +393,12 @@
    dropped and counted ([`STAT_RAW_RX_NO_WR`]).
  */
 #define QPIP_QP_TYPE_RAW_ETH 3
+
+/*
+ [`QP_TYPE_RAW_ETH`]'s `framing`: frames may span receive WQEs, and TCP super-frames
+ arrive whole (see there).
+ */
+#define QPIP_RAW_RX_MERGEABLE 1
 
 /*
  TCP framing for QP-to-QP: each message carries a small header in the byte stream, so
@@ -873,6 +893,23 @@
  `CHECKSUM_UNNECESSARY`). Without it nothing was checked.
  */
 #define QPIP_CQE_RAW_RX_CSUM_OK (1 << 0)
+
+/*
+ Raw QPs with `admin::RAW_RX_MERGEABLE`, receives (in `imm_data`): the frame goes on
+ in the next receive WQE's buffer (its next CQE).
+ */
+#define QPIP_CQE_RAW_RX_MORE (1 << 1)
+
+/*
+ Raw QPs with `admin::RAW_RX_MERGEABLE`, a frame's last CQE (in `imm_data`): the frame
+ is a TCP over IPv4 super-frame; `src_port` holds its segment size.
+ */
+#define QPIP_CQE_RAW_RX_GSO_TCPV4 (1 << 2)
+
+/*
+ As [`CQE_RAW_RX_GSO_TCPV4`], TCP over IPv6.
+ */
+#define QPIP_CQE_RAW_RX_GSO_TCPV6 (1 << 3)
 
 /*
  A tripwire fired (see `admin::CreateTripwireArgs`): not the completion of a WR.

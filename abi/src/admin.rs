@@ -361,7 +361,8 @@ pub const QP_TYPE_TCP: u8 = 2;
 /// A raw Ethernet queue pair: the function's own network interface in the guest kernel
 /// (its netdev), beside the device's TCP/UDP/IPv6/IPv4 engine. At most one per function,
 /// in a context created with [`CTX_FLAG_KERNEL`] (else [`ADMIN_STATUS_BAD_PARAM`]; a
-/// second one: [`ADMIN_STATUS_BUSY`]). `framing` 0.
+/// second one: [`ADMIN_STATUS_BUSY`]). `framing` is its receive mode: 0, or
+/// [`RAW_RX_MERGEABLE`] (minor version 3; an older device refuses it, BAD_PARAM).
 ///
 /// - **Send WQEs** ([`crate::wqe::WQE_OP_SEND`]) gather one Ethernet frame (destination MAC
 ///   first, no FCS) from their SGEs, at most the link MTU + 14 bytes, or a TCP
@@ -373,7 +374,20 @@ pub const QP_TYPE_TCP: u8 = 2;
 /// - **Receive WQEs** name one buffer each; a received frame fills one buffer, and the
 ///   CQE's `byte_len` is the frame's length (from the destination MAC, no FCS), its
 ///   `imm_data` the `CQE_RAW_RX_*` bits. A frame longer than the buffer completes it with
-///   [`crate::cqe::CQE_STATUS_LOCAL_LENGTH`] and is dropped.
+///   [`crate::cqe::CQE_STATUS_LOCAL_LENGTH`] and is dropped. A TCP super-frame (another
+///   function's TSO send through the switch, or what a link with receive offloads merged)
+///   is cut into frames of at most the MTU first, each in a buffer of its own.
+/// - **With [`RAW_RX_MERGEABLE`]** a frame may span several receive WQEs, taken in order
+///   (as virtio-net's mergeable receive buffers): each gets a CQE with the bytes it holds;
+///   all but the last have [`crate::cqe::CQE_RAW_RX_MORE`]. A TCP super-frame is then
+///   handed over whole, with [`crate::cqe::CQE_RAW_RX_GSO_TCPV4`] or
+///   [`crate::cqe::CQE_RAW_RX_GSO_TCPV6`] and, in `src_port`, the segment size it stands
+///   for (what Linux keeps as `gso_size`) on its last CQE, which also carries
+///   [`crate::cqe::CQE_RAW_RX_CSUM_OK`]. A frame is only started when enough WQEs are
+///   posted for all of it (else it is dropped, [`STAT_RAW_RX_NO_WR`]), so a frame's
+///   pieces are always consecutive. The driver then posts small buffers (a page each) and
+///   takes a 64 KiB super-frame in 17 of them instead of 45 frames, as a NIC with LRO
+///   hands its host one.
 /// - **Steering**: the engine keeps what is its own (segments of its connections and
 ///   listeners, datagrams for its bound UDP ports, echo requests to its addresses) and gives
 ///   the raw QP everything else addressed to the function (its MAC, broadcast, multicast),
@@ -382,6 +396,9 @@ pub const QP_TYPE_TCP: u8 = 2;
 ///   own: the guest kernel answers for its own ports. Without a posted buffer the frame is
 ///   dropped and counted ([`STAT_RAW_RX_NO_WR`]).
 pub const QP_TYPE_RAW_ETH: u8 = 3;
+/// [`QP_TYPE_RAW_ETH`]'s `framing`: frames may span receive WQEs, and TCP super-frames
+/// arrive whole (see there).
+pub const RAW_RX_MERGEABLE: u8 = 1;
 /// TCP framing for QP-to-QP: each message carries a small header in the byte stream, so
 /// message boundaries and immediate data survive any segmentation.
 pub const FRAMING_MESSAGE: u8 = 1;

@@ -68,6 +68,14 @@ pub const CQE_OP_RECV_IMM: u8 = 0x05;
 /// (if IPv4) and its TCP or UDP checksum, and both were right (Linux's
 /// `CHECKSUM_UNNECESSARY`). Without it nothing was checked.
 pub const CQE_RAW_RX_CSUM_OK: u32 = 1 << 0;
+/// Raw QPs with `admin::RAW_RX_MERGEABLE`, receives (in `imm_data`): the frame goes on
+/// in the next receive WQE's buffer (its next CQE).
+pub const CQE_RAW_RX_MORE: u32 = 1 << 1;
+/// Raw QPs with `admin::RAW_RX_MERGEABLE`, a frame's last CQE (in `imm_data`): the frame
+/// is a TCP over IPv4 super-frame; `src_port` holds its segment size.
+pub const CQE_RAW_RX_GSO_TCPV4: u32 = 1 << 2;
+/// As [`CQE_RAW_RX_GSO_TCPV4`], TCP over IPv6.
+pub const CQE_RAW_RX_GSO_TCPV6: u32 = 1 << 3;
 /// A tripwire fired (see `admin::CreateTripwireArgs`): not the completion of a WR.
 pub const CQE_OP_TRIPWIRE: u8 = 0x10;
 
