@@ -41,7 +41,8 @@ fuzz_target!(|data: &[u8]| {
             let tcp_framings = [FRAMING_MESSAGE, FRAMING_STREAM, FRAMING_IWARP];
             assert!(
                 match q.kind {
-                    QpType::Udp | QpType::RawEth => q.framing == 0,
+                    QpType::Udp => q.framing == 0,
+                    QpType::RawEth => q.framing == 0 || q.framing == RAW_RX_MERGEABLE,
                     QpType::Tcp => tcp_framings.contains(&q.framing),
                 },
                 "QP type/framing accepted: {q:?}"
