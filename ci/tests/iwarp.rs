@@ -1,8 +1,9 @@
 //! qpip's iWARP queue pairs against the iWARP peer nobody here wrote: Linux's soft-iWARP
 //! (`siw`) with rdma-core's `rping`, between two guests on the lab network — guest a's qpip
 //! device running `qpip-rping`, guest b's virtio-net NIC running siw — in both roles, at
-//! several sizes, every ping's data checked by whichever end rping's `-V` runs on; then
-//! `qpip-rping` against itself between the two guests' devices (functions of one adapter).
+//! several sizes, every ping's data checked by whichever end rping's `-V` runs on, over IPv6
+//! and over IPv4 (`rping -a` an IPv4 address); then `qpip-rping` against itself between the
+//! two guests' devices (functions of one adapter).
 //! Every frame of port 7174 on the lab bridge is captured, and tshark's iWARP dissectors
 //! must read each one without a malformed frame or an error.
 //!
@@ -27,7 +28,8 @@ use std::time::Duration;
 /// One exchange: who serves (which guest, which implementation), iterations and size.
 struct Run {
     tag: &'static str,
-    /// (guest, "qpip" or "siw") of the server and of the client.
+    /// (guest, "qpip" or "siw", or "qpip4" and "siw4" over IPv4) of the server and of
+    /// the client.
     server: (usize, &'static str),
     client: (usize, &'static str),
     iters: u64,
@@ -53,11 +55,13 @@ const fn run(
 const QPIP_A: (usize, &str) = (1, "qpip");
 const QPIP_B: (usize, &str) = (2, "qpip");
 const SIW_B: (usize, &str) = (2, "siw");
+const QPIP4_A: (usize, &str) = (1, "qpip4");
+const SIW4_B: (usize, &str) = (2, "siw4");
 
 /// The exchanges, in order: siw's client against qpip's server, qpip's client against
 /// siw's server (rping's smallest buffer, a size over one segment, its largest), then qpip
 /// against qpip.
-const RUNS: [Run; 7] = [
+const RUNS: [Run; 9] = [
     run("qs23", QPIP_A, SIW_B, 100, 23),
     run("qs2000", QPIP_A, SIW_B, 50, 2000),
     run("qs65535", QPIP_A, SIW_B, 10, 65535),
@@ -65,14 +69,18 @@ const RUNS: [Run; 7] = [
     run("sq2000", SIW_B, QPIP_A, 50, 2000),
     run("sq65535", SIW_B, QPIP_A, 10, 65535),
     run("qq2000", QPIP_B, QPIP_A, 50, 2000),
+    // Over IPv4 (rping -a an IPv4 address), both roles.
+    run("qs4", QPIP4_A, SIW4_B, 50, 2000),
+    run("sq4", SIW4_B, QPIP4_A, 50, 2000),
 ];
 
 /// The address a server of `kind` on guest `n` listens at.
 fn addr_of((n, kind): (usize, &str)) -> String {
-    if kind == "siw" {
-        netns::virtio_addr(n)
-    } else {
-        netns::device_addr(n)
+    match kind {
+        "siw" => netns::virtio_addr(n),
+        "siw4" => netns::virtio_addr4(n),
+        "qpip4" => netns::device_addr4(n),
+        _ => netns::device_addr(n),
     }
 }
 

@@ -285,11 +285,33 @@ fn host_takes(host: &LabHost, bind: &str, ready: &str, n: usize) -> SentOrWhy {
     .and_then(|r| r)
 }
 
+/// The lab host's iperf3 server on port 5299 while guest a runs its clients (from its
+/// `nd-iperf` to its `nd-iperf-done`).
+fn iperf3_server(host: &LabHost) {
+    let server = host
+        .command("iperf3")
+        .args(["-s", "-p", "5299"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let Ok(mut server) = server else {
+        eprintln!("the lab host has no iperf3 (./qpip setup installs it)");
+        let _ = host.signal("nd-iperf");
+        return;
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = host.signal("nd-iperf");
+    let _ = host.wait_for("nd-iperf-done", Duration::from_secs(300));
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
 /// The guest kernel's traffic through the raw QP (a device with raw QPs): carrier on,
 /// ping and ping -6 to the lab host and to the other guest's device, a TCP stream from a
 /// busybox nc in guest a's kernel to the lab host (TSO) and one from the lab host's plain
 /// socket to a busybox nc in a's kernel (the engine has no listener on that port, so the
-/// raw QP gets it), each with its SHA-256 compared, the interface's
+/// raw QP gets it), each with its SHA-256 compared, Debian's iperf3 against the lab host's
+/// both ways, the interface's
 /// counters and the device's raw-QP counters grown (none refused), and rmmod with the
 /// interface up.
 #[test]
@@ -316,6 +338,14 @@ ncpid=$!
 sleep 1; touch /lab/nd-h2g
 wait $ncpid; kv h2g.status $?
 digest h2g /tmp/h2g
+# iperf3 (Debian's, from the extras share) against the lab host's, both directions.
+lab-extras >/tmp/extras 2>&1; kv extras.status $?
+await nd-iperf
+iperf3 -c $H4 -p 5299 -t 3 >/tmp/ip1 2>&1; kv iperf.status $?
+kv iperf.rate "$(grep receiver /tmp/ip1 | tail -1 | awk '{print $7, $8}')"
+iperf3 -c $H4 -p 5299 -t 3 -R >/tmp/ip2 2>&1; kv iperf_r.status $?
+kv iperf_r.rate "$(grep receiver /tmp/ip2 | tail -1 | awk '{print $7, $8}')"
+touch /lab/nd-iperf-done
 nd_stats after
 dev_stats after
 rmmod qpip; kv rmmod.status $?
@@ -335,6 +365,7 @@ lab-wait host-done 300
         let h2g = host
             .wait_for("nd-h2g", Duration::from_secs(300))
             .and_then(|_| host_sends(host, to.into(), &data));
+        iperf3_server(host);
         let _ = host.signal("host-done");
         HostView {
             g2h,
@@ -364,6 +395,11 @@ lab-wait host-done 300
         "the bytes intact\n{ctx}"
     );
     assert_eq!(a.num("h2g.bytes"), 1_000_000, "{ctx}");
+    assert_eq!(a.get("extras.status"), "0", "{ctx}");
+    for t in ["iperf", "iperf_r"] {
+        assert_eq!(a.get(&format!("{t}.status")), "0", "{t}\n{ctx}");
+        eprintln!("  {t}: {}", a.get(&format!("{t}.rate")));
+    }
     for s in ["rx_packets", "tx_packets", "rx_bytes", "tx_bytes"] {
         assert!(
             a.num(&format!("after.{s}")) > a.num(&format!("before.{s}")),

@@ -351,9 +351,9 @@ fn only_a_kernel_context_holds_a_raw_qp_and_only_one() {
     let kctx = r.g.create_ctx_flags(CTX_FLAG_KERNEL).unwrap();
     let kcq = r.g.create_cq(kctx, 16);
     assert_admin_err(
-        r.g.try_create_qp(kctx, (kcq.id, kcq.id), 16, (QP_TYPE_RAW_ETH, 1)),
+        r.g.try_create_qp(kctx, (kcq.id, kcq.id), 16, (QP_TYPE_RAW_ETH, 2)),
         ADMIN_STATUS_BAD_PARAM,
-        "raw QP with a framing",
+        "raw QP with an unknown receive mode",
     );
     let first =
         r.g.try_create_qp(kctx, (kcq.id, kcq.id), 16, (QP_TYPE_RAW_ETH, 0))
@@ -1003,4 +1003,93 @@ fn a_merged_super_frame_reaches_the_raw_qp_as_segments_that_fit() {
     }
     assert_eq!(joined, payload);
     assert_eq!(r.stat(STAT_RAW_RX_TOO_LONG), 0);
+}
+
+/// A raw QP created with `RAW_RX_MERGEABLE` on `r`, receive buffers of `len` bytes posted
+/// in slots `0..n`.
+fn mergeable_qp(r: &mut Rig, n: u64, len: u32) -> RawQp {
+    let ctx = r.g.create_ctx_flags(CTX_FLAG_KERNEL).unwrap();
+    let scq = r.g.create_cq(ctx, 64);
+    let rcq = r.g.create_cq(ctx, 64);
+    let qp =
+        r.g.try_create_qp(
+            ctx,
+            (scq.id, rcq.id),
+            32,
+            (QP_TYPE_RAW_ETH, RAW_RX_MERGEABLE),
+        )
+        .unwrap();
+    let (buf, mr) = r.g.reg_buf(ctx, BUF, MR_ACCESS_LOCAL_WRITE);
+    let mut q = RawQp {
+        ctx,
+        qp,
+        scq,
+        rcq,
+        buf,
+        mr,
+    };
+    r.post_recvs(&mut q, 0, n, len);
+    q
+}
+
+/// With mergeable buffers a merged TCP super-frame arrives whole across consecutive
+/// receive WQEs (MORE on all but the last), the last carrying its GSO type and segment
+/// size; a plain frame still takes one buffer; too few buffers posted for a frame drop
+/// it whole, taking none.
+#[test]
+fn mergeable_buffers_take_a_super_frame_whole() {
+    let mut r = rig_on(memory::pair_gso().unwrap());
+    let mut q = mergeable_qp(&mut r, 8, 2048);
+    let payload: Vec<u8> = (0..5000u32).map(|i| (i * 13 + 1) as u8).collect();
+    let ip = ipv4(
+        PEER_V4,
+        V4,
+        6,
+        tcp(40000, 9999, 1000, 0x18, &payload),
+        16,
+        false,
+    );
+    let frame = eth(MAC, PEER_MAC, 0x0800, &ip);
+    r.inject(&frame);
+    let c = r.cqes(&mut q.rcq);
+    assert_eq!(c.len(), 3, "5054 bytes in buffers of 2048: {c:?}");
+    let mut joined = Vec::new();
+    for (i, cqe) in c.iter().enumerate() {
+        assert_cqe(cqe, CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, "piece");
+        joined.extend(read_frame(&r, &q, cqe.wr_id, cqe.byte_len as usize));
+        if i < 2 {
+            assert_eq!(cqe.imm_data, CQE_RAW_RX_MORE, "{cqe:?}");
+        } else {
+            assert_eq!(
+                cqe.imm_data,
+                CQE_RAW_RX_CSUM_OK | CQE_RAW_RX_GSO_TCPV4,
+                "{cqe:?}"
+            );
+            assert_eq!(cqe.src_port, 1460, "the segment size");
+        }
+    }
+    assert_eq!(joined, frame);
+    // A plain frame: one buffer, no flags but the checksum's.
+    let small = peer_udp4(7777, true);
+    r.inject(&small);
+    let c = r.cqes(&mut q.rcq);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].imm_data, CQE_RAW_RX_CSUM_OK);
+    assert_eq!(read_frame(&r, &q, c[0].wr_id, small.len()), small);
+    // Four buffers are left: a frame needing three more than that is dropped whole.
+    let big: Vec<u8> = (0..12000u32).map(|i| i as u8).collect();
+    let ip = ipv4(
+        PEER_V4,
+        V4,
+        6,
+        tcp(40000, 9999, 6000, 0x18, &big),
+        16,
+        false,
+    );
+    r.inject(&eth(MAC, PEER_MAC, 0x0800, &ip));
+    assert!(r.cqes(&mut q.rcq).is_empty());
+    assert_eq!(r.stat(STAT_RAW_RX_NO_WR), 1);
+    // The buffers are still there for what fits.
+    r.inject(&small);
+    assert_eq!(r.cqes(&mut q.rcq).len(), 1);
 }

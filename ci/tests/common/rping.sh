@@ -1,8 +1,9 @@
 # rping's exchange between two guests: on the qpip device (qpip-rping) or on Linux's
 # soft-iWARP over the virtio-net NIC (rdma-core's rping), run again when siw's responder
 # stalls a new connection.
-#  serve TAG KIND ARGS...   a server of KIND (qpip: `qpip-rping -s ARGS`, on the device;
-#                           siw: `rping -s -a $QPIP_NET_ADDR ARGS`); touches /lab/TAG.N
+#  serve TAG KIND ARGS...   a server of KIND (qpip or qpip4: `qpip-rping -s ARGS`, on the
+#                           device, both families; siw: `rping -s -a $QPIP_NET_ADDR ARGS`,
+#                           siw4 the same on $QPIP_NET_ADDR4); touches /lab/TAG.N
 #                           once attempt N listens; reports TAG.listen (siw: its cm_id, on
 #                           the first attempt), TAG.server (its exit status, or `stalled`)
 #                           and TAG.stalls (the attempts that stalled)
@@ -23,7 +24,9 @@
 ATTEMPTS=3
 show_log() { [ "$2" = 0 ] || sed "s/^/  $1: /" "$3"; }
 # The server's connection of port 7174 (state 01, established) with unread bytes.
-unread() { awk '$2 ~ /:1C06$/ && $4 == "01" && $5 !~ /:00000000$/ { print }' /proc/net/tcp6; }
+unread() { awk '$2 ~ /:1C06$/ && $4 == "01" && $5 !~ /:00000000$/ { print }' /proc/net/tcp6 /proc/net/tcp; }
+# is_siw KIND: whether KIND runs on siw (siw, siw4) rather than the qpip device.
+is_siw() { case $1 in siw*) return 0 ;; esac; return 1; }
 # watch PID: 0 once rping PID has ended, 1 if its connection stalled (then $stalled is it).
 watch() {
     n=0; last=
@@ -38,7 +41,7 @@ watch() {
 }
 # listening KIND TAG: whether TAG's server listens.
 listening() {
-    if [ "$1" = siw ]; then
+    if is_siw "$1"; then
         rdma res show cm_id 2>/dev/null | grep -q "siw0/1 .*state LISTEN.*comm rping"
     else
         grep -q listening "/tmp/$2.out"
@@ -48,7 +51,9 @@ serve() {
     t=$1; kind=$2; shift 2
     a=1
     while :; do
-        if [ "$kind" = siw ]; then
+        if [ "$kind" = siw4 ]; then
+            rping -s -a "$QPIP_NET_ADDR4" "$@" >"/tmp/$t.out" 2>&1 &
+        elif [ "$kind" = siw ]; then
             rping -s -a "$QPIP_NET_ADDR" "$@" >"/tmp/$t.out" 2>&1 &
         else
             qpip-rping -s "$@" >"/tmp/$t.out" 2>&1 &
@@ -60,12 +65,12 @@ serve() {
             if [ $i -ge 300 ] || ! kill -0 $p 2>/dev/null; then break; fi
             sleep 0.1
         done
-        if [ "$kind" = siw ] && [ $a = 1 ]; then
+        if is_siw "$kind" && [ $a = 1 ]; then
             kv "$t.listen" "$(rdma res show cm_id 2>&1 | grep LISTEN)"
         fi
         touch "/lab/$t.$a"
         # qpip's own responder has no such race: its server is not watched.
-        if [ "$kind" = qpip ] || watch $p; then
+        if ! is_siw "$kind" || watch $p; then
             wait $p; st=$?
             kv "$t.server" $st; kv "$t.stalls" $((a - 1)); show_log "$t" $st "/tmp/$t.out"
             return
@@ -80,7 +85,7 @@ serve() {
 client() {
     t=$1; kind=$2; peer=$3; shift 3
     prog=qpip-rping
-    [ "$kind" != siw ] || prog=rping
+    ! is_siw "$kind" || prog=rping
     a=1
     while :; do
         await_unless_host_done "$t.$a" || return

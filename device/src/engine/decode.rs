@@ -229,7 +229,7 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
             let kind = match (a.qp_type, a.framing) {
                 (QP_TYPE_UDP, 0) => QpType::Udp,
                 (QP_TYPE_TCP, FRAMING_MESSAGE | FRAMING_STREAM | FRAMING_IWARP) => QpType::Tcp,
-                (QP_TYPE_RAW_ETH, 0) => QpType::RawEth,
+                (QP_TYPE_RAW_ETH, 0 | RAW_RX_MERGEABLE) => QpType::RawEth,
                 _ => return Err(ADMIN_STATUS_BAD_PARAM),
             };
             R::CreateQp(QpRequest {

@@ -118,7 +118,10 @@ impl Engine {
     }
 
     /// Reads the WQE slot at `index` of a QP ring; None if the ring's memory is gone.
-    fn read_slot(mem: &GuestMemoryMmap, addr: GuestAddress) -> Option<[u8; WQE_SIZE as usize]> {
+    pub(super) fn read_slot(
+        mem: &GuestMemoryMmap,
+        addr: GuestAddress,
+    ) -> Option<[u8; WQE_SIZE as usize]> {
         let mut raw = [0u8; WQE_SIZE as usize];
         mem.read_slice(&mut raw, addr).ok().map(|_| raw)
     }

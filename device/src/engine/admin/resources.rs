@@ -155,7 +155,7 @@ impl Engine {
             Qp::new(Home { ctx, slot }, (q.send_cq, q.recv_cq), sq, rq, kind)
         });
         if q.kind == QpType::RawEth {
-            self.raw_created(id);
+            self.raw_created(id, q.framing == RAW_RX_MERGEABLE);
         }
         Ok((id as u64, slot as u64, 0))
     }

@@ -162,6 +162,19 @@ impl Qp {
         }
     }
 
+    /// Receive WQEs posted and not yet taken.
+    #[inline]
+    pub fn recv_posted(&self) -> u32 {
+        self.rq_tail.wrapping_sub(self.rq_head)
+    }
+
+    /// Where the receive WQE `ahead` places after the next one to be taken is (to read
+    /// ahead without taking: only below [`Qp::recv_posted`]).
+    #[inline]
+    pub fn recv_entry_addr(&self, ahead: u32) -> GuestAddress {
+        self.rq.entry_addr(self.rq_head.wrapping_add(ahead))
+    }
+
     /// Takes the next WQE slot of its send (`sq`) or receive ring: the WR is owed a
     /// completion from now on and keeps the slot until [`Qp::completed`]. Returns where
     /// the WQE is; None, taking nothing, while the ring's depth of WRs waits for

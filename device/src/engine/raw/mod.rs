@@ -41,7 +41,13 @@ const FRAME_BUDGET: usize = super::network::RX_BUDGET;
 #[derive(Debug, Default)]
 pub struct RawPort {
     qp: Option<u32>,
+    /// Created with `RAW_RX_MERGEABLE`: a frame may span receive WQEs, super-frames whole.
+    mergeable: bool,
 }
+
+/// Most receive WQEs one frame may span (a 64 KiB super-frame in page-sized buffers
+/// takes 17): a bound on the work one frame makes and on what the engine reads ahead.
+const MAX_PIECES: usize = 32;
 
 impl Engine {
     /// Whether a raw QP may be created in a context (`kernel`: created with
@@ -57,8 +63,9 @@ impl Engine {
     }
 
     /// QP `id` is the function's raw QP from now on.
-    pub(super) fn raw_created(&mut self, id: u32) {
+    pub(super) fn raw_created(&mut self, id: u32, mergeable: bool) {
         self.raw.qp = Some(id);
+        self.raw.mergeable = mergeable;
         self.net.stack.set_raw_beside(true);
     }
 
@@ -218,6 +225,9 @@ impl Engine {
         if self.raw.qp.is_none() {
             return;
         }
+        if self.raw.mergeable {
+            return self.raw_receive_merged(mem, frame, rx);
+        }
         let mtu = self.net.stack.mtu();
         if frame.len() > mtu + ETH_LEN {
             if let Some(headers) = gso::frame_headers_len(frame) {
@@ -235,6 +245,111 @@ impl Engine {
             }
         }
         self.raw_receive_one(mem, frame, rx);
+    }
+
+    /// With mergeable buffers: the whole frame (a TCP super-frame too, with its segment
+    /// size) across as many consecutive receive WQEs as it needs, or dropped and counted
+    /// when fewer are posted (a frame is never left half-placed).
+    fn raw_receive_merged(&mut self, mem: &GuestMemoryMmap, frame: &[u8], rx: RawRx) {
+        let Some(id) = self.raw.qp else {
+            return;
+        };
+        let stats = self.shared.stats.clone();
+        let mtu = self.net.stack.mtu();
+        let gso = if frame.len() > mtu + ETH_LEN {
+            gso::frame_headers_len(frame).map(|h| {
+                let mss = mtu.saturating_sub(h - ETH_LEN).max(1) as u16;
+                let kind = if gso::is_ipv4_frame(frame) {
+                    CQE_RAW_RX_GSO_TCPV4
+                } else {
+                    CQE_RAW_RX_GSO_TCPV6
+                };
+                (kind, mss)
+            })
+        } else {
+            None
+        };
+        let recv_cq = self.objects.qp(id).expect("the raw QP is live").recv_cq();
+        self.read_qp_doorbell(mem, id);
+        self.read_cq_doorbell(mem, recv_cq);
+        // Plan: the WRs the frame takes, read ahead without taking them.
+        let qp = self.objects.qp(id).expect("exists");
+        if !qp.is_ready() || qp.ring_held(false) {
+            stats.add(STAT_RAW_RX_NO_WR, 1);
+            return;
+        }
+        let mut wrs = Vec::new();
+        let mut room = 0u64;
+        for ahead in 0..qp.recv_posted().min(MAX_PIECES as u32) {
+            let Some(raw) = Self::read_slot(mem, qp.recv_entry_addr(ahead)) else {
+                break;
+            };
+            let Ok(wr) = decode::recv_wqe(&raw) else {
+                break; // taken (and failed) when it comes first
+            };
+            room += wr.sges.iter().map(|s| s.length as u64).sum::<u64>();
+            wrs.push(wr);
+            if room >= frame.len() as u64 {
+                break;
+            }
+        }
+        let n = wrs.len();
+        let cq_room = self.objects.cq(recv_cq).map_or(0, |c| c.free());
+        if room < frame.len() as u64 || (cq_room as usize) < n {
+            if n == 0 && self.objects.qp(id).is_some_and(|q| q.posted(false)) {
+                // A malformed WQE first in line: taken and failed as any receive's.
+                return self.raw_receive_one(mem, frame, rx);
+            }
+            stats.add(STAT_RAW_RX_NO_WR, 1);
+            return;
+        }
+        let ctx = qp.home().ctx;
+        let mut at = 0;
+        for (i, wr) in wrs.iter().enumerate() {
+            stats.add(STAT_RECV_WQES, 1);
+            if self.take_wqe(mem, id, false).is_none() {
+                return; // the ring left guest RAM: the QP failed
+            }
+            let fail = |status, detail| cqe(wr.wr_id, id, CQE_OP_RECV, status, detail);
+            let spans = match self.translate(ctx, &wr.sges, MR_ACCESS_LOCAL_WRITE) {
+                Ok(s) => s,
+                Err(f) => {
+                    stats.add(STAT_PROTECTION_ERRORS, 1);
+                    self.write_cqe(mem, recv_cq, fail(f.status, f.detail));
+                    continue;
+                }
+            };
+            let start = at;
+            for s in spans {
+                if at == frame.len() {
+                    break;
+                }
+                let k = s.len.min(frame.len() - at);
+                if mem
+                    .write_slice(&frame[at..at + k], GuestAddress(s.addr))
+                    .is_err()
+                {
+                    break;
+                }
+                at += k;
+            }
+            let last = i + 1 == n;
+            let mut c = cqe_ok(wr.wr_id, id, CQE_OP_RECV, (at - start) as u32);
+            if !last {
+                c.imm_data = CQE_RAW_RX_MORE;
+            } else {
+                stats.add(STAT_RAW_RX_FRAMES, 1);
+                if rx.csum_ok {
+                    stats.add(STAT_RAW_RX_CSUM_OK, 1);
+                    c.imm_data |= CQE_RAW_RX_CSUM_OK;
+                }
+                if let Some((kind, mss)) = gso {
+                    c.imm_data |= kind;
+                    c.src_port = mss;
+                }
+            }
+            self.write_cqe(mem, recv_cq, c);
+        }
     }
 
     /// One frame of at most the MTU into the raw QP's next posted receive buffer.
