@@ -92,6 +92,25 @@ static int qpip_nd_change_mtu(struct net_device *dev, int new_mtu)
 	return 0;
 }
 
+/*
+ * GRO_HW chooses the receive mode the QP is created with (mergeable buffers, super-frames
+ * whole, or one frame per buffer): turning it on or off rebuilds the queues, as an MTU
+ * change does. The core takes it away with RX checksumming (netdev_fix_features): a
+ * super-frame is only handed over with its checksums checked.
+ */
+static int qpip_nd_set_features(struct net_device *dev, netdev_features_t features)
+{
+	bool rebuild = netif_running(dev) && ((dev->features ^ features) & NETIF_F_GRO_HW);
+
+	if (rebuild)
+		qpip_nd_stop(dev);
+	dev->features = features;
+	if (rebuild)
+		qpip_nd_open(dev);
+	/* dev->features is set already. */
+	return 1;
+}
+
 static int qpip_nd_set_mac(struct net_device *dev, void *p)
 {
 	struct qpip_netdev *nd = netdev_priv(dev);
@@ -128,7 +147,7 @@ static void qpip_nd_get_stats64(struct net_device *dev, struct rtnl_link_stats64
 		s->rx_packets = nd->rx_stats.packets;
 		s->rx_bytes = nd->rx_stats.bytes;
 		s->rx_errors = nd->rx_stats.errors;
-		s->rx_length_errors = nd->rx_stats.too_long;
+		s->rx_length_errors = nd->rx_stats.too_long + nd->rx_stats.too_many_frags;
 		s->rx_dropped = nd->rx_stats.alloc_failed;
 	} while (u64_stats_fetch_retry(&nd->rx_stats.syncp, start));
 	s->tx_dropped = atomic64_read(&nd->tx_dropped);
@@ -140,6 +159,7 @@ static const struct net_device_ops qpip_nd_ops = {
 	.ndo_start_xmit = qpip_nd_xmit,
 	.ndo_features_check = qpip_nd_features_check,
 	.ndo_change_mtu = qpip_nd_change_mtu,
+	.ndo_set_features = qpip_nd_set_features,
 	.ndo_set_mac_address = qpip_nd_set_mac,
 	.ndo_validate_addr = eth_validate_addr,
 	.ndo_get_stats64 = qpip_nd_get_stats64,
@@ -166,14 +186,14 @@ struct qpip_nd_stat {
 enum {
 	QPIP_ND_TX_PACKETS, QPIP_ND_TX_BYTES, QPIP_ND_TX_ERRORS, QPIP_ND_TX_DROPPED,
 	QPIP_ND_TX_STOPPED, QPIP_ND_RX_PACKETS, QPIP_ND_RX_BYTES, QPIP_ND_RX_ERRORS,
-	QPIP_ND_RX_CSUM_OK, QPIP_ND_RX_TOO_LONG, QPIP_ND_RX_ALLOC_FAILED, QPIP_ND_IRQS,
-	QPIP_ND_DRIVER_STATS
+	QPIP_ND_RX_CSUM_OK, QPIP_ND_RX_TOO_LONG, QPIP_ND_RX_ALLOC_FAILED, QPIP_ND_RX_MERGED,
+	QPIP_ND_RX_GSO, QPIP_ND_RX_TOO_MANY_FRAGS, QPIP_ND_IRQS, QPIP_ND_DRIVER_STATS
 };
 
 static const char qpip_nd_driver_stats[QPIP_ND_DRIVER_STATS][ETH_GSTRING_LEN] = {
 	"tx_packets", "tx_bytes", "tx_errors", "tx_dropped", "tx_queue_stopped",
 	"rx_packets", "rx_bytes", "rx_errors", "rx_csum_ok", "rx_too_long", "rx_alloc_failed",
-	"irqs",
+	"rx_merged_frames", "rx_gso_frames", "rx_too_many_frags", "irqs",
 };
 
 static const struct qpip_nd_stat qpip_nd_device_stats[] = {
@@ -229,6 +249,9 @@ static void qpip_nd_get_ethtool_stats(struct net_device *dev, struct ethtool_sta
 		data[QPIP_ND_RX_CSUM_OK] = nd->rx_stats.csum_ok;
 		data[QPIP_ND_RX_TOO_LONG] = nd->rx_stats.too_long;
 		data[QPIP_ND_RX_ALLOC_FAILED] = nd->rx_stats.alloc_failed;
+		data[QPIP_ND_RX_MERGED] = nd->rx_stats.merged;
+		data[QPIP_ND_RX_GSO] = nd->rx_stats.gso;
+		data[QPIP_ND_RX_TOO_MANY_FRAGS] = nd->rx_stats.too_many_frags;
 	} while (u64_stats_fetch_retry(&nd->rx_stats.syncp, start));
 	data[QPIP_ND_IRQS] = atomic64_read(&nd->irqs);
 
@@ -289,8 +312,12 @@ int qpip_netdev_probe(struct qpip_dev *qdev)
 
 	dev->netdev_ops = &qpip_nd_ops;
 	dev->ethtool_ops = &qpip_nd_ethtool_ops;
+	/*
+	 * GRO_HW: TCP super-frames received whole (mergeable receive buffers, where the
+	 * device has them), as virtio-net's guest TSO offloads.
+	 */
 	dev->hw_features = NETIF_F_SG | NETIF_F_HW_CSUM | NETIF_F_TSO | NETIF_F_TSO6 |
-			   NETIF_F_RXCSUM;
+			   NETIF_F_RXCSUM | NETIF_F_GRO_HW;
 	/*
 	 * A frame is at most MTU + 14 bytes on this link: no room for a VLAN tag. The MAC may
 	 * change while up (SET_MAC takes effect at once in the device).

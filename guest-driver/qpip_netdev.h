@@ -45,9 +45,13 @@ struct qpip_nd_tx_buf {
 	u32 len[QPIP_MAX_SGE];
 };
 
-/* A receive buffer posted in the RQ. */
+/*
+ * A receive buffer posted in the RQ: an skb of MTU + 14 bytes (one frame each), or with
+ * mergeable receive buffers a page (a piece of a frame).
+ */
 struct qpip_nd_rx_buf {
 	struct sk_buff *skb;
+	struct page *page;
 	dma_addr_t dma;
 };
 
@@ -68,6 +72,9 @@ struct qpip_nd_stats {
 	u64 csum_ok;			/* RX: CQE_RAW_RX_CSUM_OK */
 	u64 too_long;			/* RX: frames longer than the buffer (LOCAL_LENGTH) */
 	u64 alloc_failed;		/* RX: a buffer could not be allocated */
+	u64 merged;			/* RX: frames that spanned more than one buffer */
+	u64 gso;			/* RX: TCP super-frames delivered whole (GSO skbs) */
+	u64 too_many_frags;		/* RX: frames of more pieces than an skb holds */
 	struct u64_stats_sync syncp;
 };
 
@@ -98,8 +105,17 @@ struct qpip_nd_queues {
 	/* Receive, NAPI only: posted buffers are [rq_head, rq_tail). */
 	u32 rq_tail;
 	u32 rq_head;
-	u32 rx_buf_len;			/* MTU + Ethernet header */
+	u32 rx_buf_len;			/* MTU + Ethernet header, or a page if mergeable */
 	struct qpip_nd_rx_buf *rx_bufs;
+	/*
+	 * The QP was created with RAW_RX_MERGEABLE: frames span buffers and TCP super-frames
+	 * arrive whole. The frame being assembled (@rx_skb, @rx_pieces so far) may straddle
+	 * NAPI polls; @rx_discard says the rest of the current frame is thrown away.
+	 */
+	bool rx_mergeable;
+	bool rx_discard;
+	unsigned int rx_pieces;
+	struct sk_buff *rx_skb;
 };
 
 /* What a queued change carries (qpip_netdev_addr.c). */

@@ -9,8 +9,12 @@
  * packet memory by guest-physical address (PHYS_LKEY), mapped through the DMA API.
  *
  * Transmit posts one send WQE per skb (linear part and fragments as SGEs, checksum and TSO
- * offloads in the WQE) and keeps the skb until its CQE. Receive keeps the RQ full of
- * buffers of MTU + Ethernet header bytes and hands completed frames to GRO. Both rings are
+ * offloads in the WQE) and keeps the skb until its CQE. Receive keeps the RQ full and hands
+ * completed frames to GRO, in one of two modes chosen at open: with mergeable receive
+ * buffers (RAW_RX_MERGEABLE, while NETIF_F_GRO_HW is on and the device takes it) the
+ * buffers are pages, a frame spans as many as it needs and a TCP super-frame arrives whole,
+ * as a GSO skb (virtio-net's mergeable mode, a NIC's LRO); otherwise each buffer is an skb
+ * of MTU + Ethernet header bytes holding one frame. Both rings are
  * rung with the doorbell protocol of abi/src/doorbell.rs: producer index, change counter,
  * full barrier, and a kick if the engine said it sleeps.
  */
@@ -405,11 +409,48 @@ static int qpip_nd_tx_reap(struct qpip_netdev *nd, int budget)
 
 /* ---- receive ---- */
 
+/* A buffer for one frame: an skb of @q->rx_buf_len bytes, mapped. */
+static int qpip_nd_rx_alloc_skb(struct qpip_netdev *nd, struct qpip_nd_rx_buf *b, bool in_napi)
+{
+	struct qpip_nd_queues *q = &nd->q;
+	struct device *dma = qpip_nd_dma(nd);
+	struct sk_buff *skb;
+
+	skb = in_napi ? napi_alloc_skb(&nd->napi, q->rx_buf_len) :
+			netdev_alloc_skb_ip_align(nd->netdev, q->rx_buf_len);
+	if (!skb)
+		return -ENOMEM;
+	b->dma = dma_map_single(dma, skb->data, q->rx_buf_len, DMA_FROM_DEVICE);
+	if (dma_mapping_error(dma, b->dma)) {
+		dev_kfree_skb_any(skb);
+		return -ENOMEM;
+	}
+	b->skb = skb;
+	return 0;
+}
+
+/* A mergeable buffer: a page, mapped whole. */
+static int qpip_nd_rx_alloc_page(struct qpip_netdev *nd, struct qpip_nd_rx_buf *b)
+{
+	struct device *dma = qpip_nd_dma(nd);
+	struct page *page;
+
+	page = dev_alloc_page();
+	if (!page)
+		return -ENOMEM;
+	b->dma = dma_map_page(dma, page, 0, PAGE_SIZE, DMA_FROM_DEVICE);
+	if (dma_mapping_error(dma, b->dma)) {
+		put_page(page);
+		return -ENOMEM;
+	}
+	b->page = page;
+	return 0;
+}
+
 /* Posts receive buffers until the RQ is full; false if an allocation failed. */
 static bool qpip_nd_rx_refill(struct qpip_netdev *nd, bool in_napi)
 {
 	struct qpip_nd_queues *q = &nd->q;
-	struct device *dma = qpip_nd_dma(nd);
 	u32 old_tail = q->rq_tail;
 	bool ok = true;
 
@@ -417,23 +458,14 @@ static bool qpip_nd_rx_refill(struct qpip_netdev *nd, bool in_napi)
 		struct qpip_nd_rx_buf *b = &q->rx_bufs[q->rq_tail & (q->rq.depth - 1)];
 		struct qpip_wqe *w;
 		struct qpip_sge *sge;
-		struct sk_buff *skb;
-		dma_addr_t addr;
+		int ret;
 
-		skb = in_napi ? napi_alloc_skb(&nd->napi, q->rx_buf_len) :
-				netdev_alloc_skb_ip_align(nd->netdev, q->rx_buf_len);
-		if (!skb) {
+		ret = q->rx_mergeable ? qpip_nd_rx_alloc_page(nd, b) :
+					qpip_nd_rx_alloc_skb(nd, b, in_napi);
+		if (ret) {
 			ok = false;
 			break;
 		}
-		addr = dma_map_single(dma, skb->data, q->rx_buf_len, DMA_FROM_DEVICE);
-		if (dma_mapping_error(dma, addr)) {
-			dev_kfree_skb_any(skb);
-			ok = false;
-			break;
-		}
-		b->skb = skb;
-		b->dma = addr;
 
 		w = qpip_nd_entry(&q->rq, q->rq_tail);
 		memset(w, 0, QPIP_WQE_SIZE);
@@ -441,7 +473,7 @@ static bool qpip_nd_rx_refill(struct qpip_netdev *nd, bool in_napi)
 		w->opcode = QPIP_WQE_OP_RECV;
 		w->num_sge = 1;
 		sge = (void *)w + QPIP_WQE_SGE_OFFSET;
-		sge->addr = addr;
+		sge->addr = b->dma;
 		sge->length = q->rx_buf_len;
 		sge->lkey = QPIP_PHYS_LKEY;
 		q->rq_tail++;
@@ -457,8 +489,8 @@ static bool qpip_nd_rx_refill(struct qpip_netdev *nd, bool in_napi)
 	return ok;
 }
 
-/* Receive completions, at most @budget frames to the stack. */
-static int qpip_nd_rx_reap(struct qpip_netdev *nd, int budget)
+/* Receive completions, one frame per buffer: at most @budget frames to the stack. */
+static int qpip_nd_rx_reap_frames(struct qpip_netdev *nd, int budget)
 {
 	struct qpip_nd_queues *q = &nd->q;
 	struct qpip_nd_cq *cq = &q->rx_cq;
@@ -508,6 +540,176 @@ static int qpip_nd_rx_reap(struct qpip_netdev *nd, int budget)
 	return pkts + errors;
 }
 
+/* ---- receive, mergeable buffers ---- */
+
+/*
+ * Bytes of a frame's first piece copied into the skb's linear part: the Ethernet, IP and
+ * TCP headers of the usual frame (virtio-net's GOOD_COPY_LEN); the rest stays in the page.
+ */
+#define QPIP_ND_RX_COPY		128
+
+/* What one NAPI poll of the mergeable receive path counted, added to rx_stats at its end. */
+struct qpip_nd_rx_counts {
+	u64 frames, bytes, errors, csum_ok, too_long, alloc_failed, merged, gso, too_many_frags;
+};
+
+/* The frame being assembled is dropped; the rest of its pieces will be too. */
+static void qpip_nd_rx_discard(struct qpip_nd_queues *q)
+{
+	if (q->rx_skb)
+		dev_kfree_skb_any(q->rx_skb);
+	q->rx_skb = NULL;
+	q->rx_discard = true;
+}
+
+/*
+ * Adds a piece of @len bytes in @page to the frame being assembled, or starts it: the
+ * first piece's headers are copied into a new skb, every other byte stays in its page as a
+ * fragment. Takes the page reference either way.
+ */
+static void qpip_nd_rx_add_piece(struct qpip_netdev *nd, struct page *page, u32 len,
+				 struct qpip_nd_rx_counts *c)
+{
+	struct qpip_nd_queues *q = &nd->q;
+	struct sk_buff *skb = q->rx_skb;
+	u32 copy = 0;
+
+	if (!skb) {
+		skb = napi_alloc_skb(&nd->napi, QPIP_ND_RX_COPY);
+		if (!skb) {
+			c->alloc_failed++;
+			c->errors++;
+			qpip_nd_rx_discard(q);
+			put_page(page);
+			return;
+		}
+		copy = min_t(u32, len, QPIP_ND_RX_COPY);
+		skb_put_data(skb, page_address(page), copy);
+		q->rx_skb = skb;
+	}
+	if (copy == len) {
+		put_page(page);
+		return;
+	}
+	if (skb_shinfo(skb)->nr_frags >= MAX_SKB_FRAGS) {
+		c->too_many_frags++;
+		c->errors++;
+		qpip_nd_rx_discard(q);
+		put_page(page);
+		return;
+	}
+	skb_add_rx_frag(skb, skb_shinfo(skb)->nr_frags, page, copy, len - copy, PAGE_SIZE);
+}
+
+/*
+ * The frame's last piece arrived (@cqe): checksum state and, for a TCP super-frame, the
+ * GSO fields the stack needs to treat it as the segments it stands for (set as
+ * virtio_net_hdr_to_skb does: SKB_GSO_DODGY, gso_segs left to the stack).
+ */
+static void qpip_nd_rx_deliver(struct qpip_netdev *nd, struct sk_buff *skb,
+			       const struct qpip_cqe *cqe, struct qpip_nd_rx_counts *c)
+{
+	u32 gso = cqe->imm_data & (QPIP_CQE_RAW_RX_GSO_TCPV4 | QPIP_CQE_RAW_RX_GSO_TCPV6);
+	bool csum_ok = (cqe->imm_data & QPIP_CQE_RAW_RX_CSUM_OK) &&
+		       (nd->netdev->features & NETIF_F_RXCSUM);
+	u32 len = skb->len;
+
+	/*
+	 * Too short for Ethernet, or a super-frame the stack could not trust: its checksums
+	 * are the device's to check (a segment size of 0 or an unchecked one is the device's
+	 * mistake, and RX checksumming off takes GRO_HW and this mode with it).
+	 */
+	if (!pskb_may_pull(skb, ETH_HLEN) || (gso && (!cqe->src_port || !csum_ok))) {
+		c->errors++;
+		dev_kfree_skb_any(skb);
+		return;
+	}
+	skb->protocol = eth_type_trans(skb, nd->netdev);
+	if (csum_ok) {
+		skb->ip_summed = CHECKSUM_UNNECESSARY;
+		c->csum_ok++;
+	}
+	if (gso) {
+		skb_shinfo(skb)->gso_size = cqe->src_port;
+		skb_shinfo(skb)->gso_type = (gso & QPIP_CQE_RAW_RX_GSO_TCPV4) ? SKB_GSO_TCPV4 :
+										SKB_GSO_TCPV6;
+		skb_shinfo(skb)->gso_type |= SKB_GSO_DODGY;
+		skb_shinfo(skb)->gso_segs = 0;
+		c->gso++;
+	}
+	c->frames++;
+	c->bytes += len;
+	napi_gro_receive(&nd->napi, skb);
+}
+
+/*
+ * Receive completions of mergeable buffers: at most @budget frames, however many pieces.
+ * A frame whose pieces are not all in yet stays in @q->rx_skb for the next poll.
+ */
+static int qpip_nd_rx_reap_mergeable(struct qpip_netdev *nd, int budget)
+{
+	struct qpip_nd_queues *q = &nd->q;
+	struct qpip_nd_cq *cq = &q->rx_cq;
+	struct qpip_nd_rx_counts c = {};
+	u32 old_head = cq->head;
+	struct qpip_cqe *cqe;
+	int done = 0;
+
+	while (done < budget && (cqe = qpip_nd_cq_peek(cq))) {
+		struct qpip_nd_rx_buf *b = &q->rx_bufs[q->rq_head & (q->rq.depth - 1)];
+		struct page *page = b->page;
+		u32 len = cqe->byte_len;
+
+		dma_unmap_page(qpip_nd_dma(nd), b->dma, PAGE_SIZE, DMA_FROM_DEVICE);
+		b->page = NULL;
+		q->rq_head++;
+		cq->head++;
+		q->rx_pieces++;
+		if (cqe->status != QPIP_CQE_STATUS_SUCCESS || len > PAGE_SIZE) {
+			/* A frame with a piece lost is lost (FLUSHED at stop, LOCAL_LENGTH). */
+			if (!q->rx_discard) {
+				c.errors++;
+				if (cqe->status == QPIP_CQE_STATUS_LOCAL_LENGTH)
+					c.too_long++;
+				qpip_nd_rx_discard(q);
+			}
+			put_page(page);
+		} else if (q->rx_discard) {
+			put_page(page);
+		} else {
+			qpip_nd_rx_add_piece(nd, page, len, &c);
+		}
+		if (cqe->imm_data & QPIP_CQE_RAW_RX_MORE)
+			continue;
+
+		/* The frame's last piece. */
+		done++;
+		if (!q->rx_discard) {
+			if (q->rx_pieces > 1)
+				c.merged++;
+			qpip_nd_rx_deliver(nd, q->rx_skb, cqe, &c);
+		}
+		q->rx_skb = NULL;
+		q->rx_discard = false;
+		q->rx_pieces = 0;
+	}
+	qpip_nd_cq_release(nd, cq, old_head);
+	if (cq->head != old_head) {
+		u64_stats_update_begin(&nd->rx_stats.syncp);
+		nd->rx_stats.packets += c.frames;
+		nd->rx_stats.bytes += c.bytes;
+		nd->rx_stats.errors += c.errors;
+		nd->rx_stats.csum_ok += c.csum_ok;
+		nd->rx_stats.too_long += c.too_long;
+		nd->rx_stats.alloc_failed += c.alloc_failed;
+		nd->rx_stats.merged += c.merged;
+		nd->rx_stats.gso += c.gso;
+		nd->rx_stats.too_many_frags += c.too_many_frags;
+		u64_stats_update_end(&nd->rx_stats.syncp);
+	}
+	return done;
+}
+
 int qpip_nd_poll(struct napi_struct *napi, int budget)
 {
 	struct qpip_netdev *nd = container_of(napi, struct qpip_netdev, napi);
@@ -515,7 +717,8 @@ int qpip_nd_poll(struct napi_struct *napi, int budget)
 	int done;
 
 	qpip_nd_tx_reap(nd, budget);
-	done = qpip_nd_rx_reap(nd, budget);
+	done = q->rx_mergeable ? qpip_nd_rx_reap_mergeable(nd, budget) :
+				 qpip_nd_rx_reap_frames(nd, budget);
 	/* Out of memory: stay in polling and try again rather than leave the RQ empty. */
 	if (!qpip_nd_rx_refill(nd, true) && q->rq_tail == q->rq_head)
 		return budget;
@@ -557,7 +760,15 @@ static void qpip_nd_bufs_free(struct qpip_netdev *nd)
 			dev_kfree_skb_any(q->rx_bufs[i].skb);
 			q->rx_bufs[i].skb = NULL;
 		}
+		if (q->rx_bufs[i].page) {
+			dma_unmap_page(dma, q->rx_bufs[i].dma, PAGE_SIZE, DMA_FROM_DEVICE);
+			put_page(q->rx_bufs[i].page);
+			q->rx_bufs[i].page = NULL;
+		}
 	}
+	if (q->rx_skb)
+		dev_kfree_skb_any(q->rx_skb);
+	q->rx_skb = NULL;
 	kfree(q->tx_bufs);
 	kfree(q->rx_bufs);
 	q->tx_bufs = NULL;
@@ -605,7 +816,6 @@ static int qpip_nd_mem_alloc(struct qpip_netdev *nd)
 	if (!q->tx_bufs || !q->rx_bufs)
 		goto err;
 	q->max_sge = clamp_t(u32, nd->qdev->info.max_sge, 1, QPIP_MAX_SGE);
-	q->rx_buf_len = nd->netdev->mtu + ETH_HLEN;
 	return 0;
 err:
 	qpip_nd_mem_free(nd);
@@ -648,7 +858,24 @@ static int qpip_nd_create(struct qpip_netdev *nd)
 	qpip_nd_ring_params(&q->rq, &qpp.rq);
 	qpp.send_cq = q->tx_cq.handle;
 	qpp.recv_cq = q->rx_cq.handle;
-	ret = qpip_cmd_create_qp(qdev, q->ctx, &qpp, &qpr);
+	/*
+	 * Mergeable receive buffers while GRO_HW is on (it is what lets super-frames through
+	 * whole). A device older than them refuses the framing (BAD_PARAM): one frame per
+	 * buffer then, super-frames cut to the MTU by the device.
+	 */
+	q->rx_mergeable = nd->netdev->features & NETIF_F_GRO_HW;
+	if (q->rx_mergeable) {
+		qpp.framing = QPIP_RAW_RX_MERGEABLE;
+		ret = qpip_cmd_create_qp(qdev, q->ctx, &qpp, &qpr);
+		if (ret == -EINVAL) {
+			netdev_info(nd->netdev, "the device has no mergeable receive buffers: one frame per buffer\n");
+			q->rx_mergeable = false;
+		}
+	}
+	if (!q->rx_mergeable) {
+		qpp.framing = 0;
+		ret = qpip_cmd_create_qp(qdev, q->ctx, &qpp, &qpr);
+	}
 	if (ret) {
 		netdev_err(nd->netdev,
 			   "the device refused a raw Ethernet QP (%pe; device interface %u.%u): the link stays down\n",
@@ -658,6 +885,7 @@ static int qpip_nd_create(struct qpip_netdev *nd)
 	}
 	q->qp = qpr.handle;
 	q->qp_slot = qpr.db_slot;
+	q->rx_buf_len = q->rx_mergeable ? PAGE_SIZE : nd->netdev->mtu + ETH_HLEN;
 	if (q->qp_slot >= QPIP_DB_QP_SLOTS || q->tx_cq.slot >= QPIP_DB_CQ_SLOTS ||
 	    q->rx_cq.slot >= QPIP_DB_CQ_SLOTS) {
 		ret = -EIO;

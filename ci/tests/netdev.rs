@@ -56,6 +56,12 @@ dev_stats() {
         kv "$1.$s" "$(ethtool -S $ND 2>/dev/null | awk -v s="$s:" '$1 == s {print $2}')"
     done
 }
+# rx_modes TAG: the driver's receive-mode counters from `ethtool -S` as TAG.NAME.
+rx_modes() {
+    for s in rx_merged_frames rx_gso_frames rx_too_many_frags; do
+        kv "$1.$s" "$(ethtool -S $ND 2>/dev/null | awk -v s="$s:" '$1 == s {print $2}')"
+    done
+}
 nd_up() {
     echo 1 > /proc/sys/net/ipv4/conf/all/arp_ignore
     echo 2 > /proc/sys/net/ipv4/conf/all/arp_announce
@@ -129,7 +135,9 @@ if lab-extras >/dev/null 2>&1; then
     kv ethtool.stats "$(ethtool -S $ND | awk -F: '{print $1}' | tr -d ' ' | tr '\n' ' ')"
     ethtool -K $ND tso off rx off; kv ethtool.set $?
     kv ethtool.off "$(ethtool -k $ND | awk '$1 == "tcp-segmentation-offload:" || $1 == "rx-checksumming:" {print $2}' | tr '\n' ' ')"
+    kv ethtool.grohw_rx_off "$(ethtool -k $ND | awk '$1 == "rx-gro-hw:" {print $2}')"
     ethtool -K $ND tso on rx on
+    kv ethtool.grohw_rx_on "$(ethtool -k $ND | awk '$1 == "rx-gro-hw:" {print $2}')"
 else
     kv ethtool.driver missing
 fi
@@ -232,6 +240,9 @@ kv insmod.nd "$([ -e /sys/class/net/$ND ] && echo present || echo gone)"
         "tx_packets",
         "rx_packets",
         "rx_csum_ok",
+        "rx_merged_frames",
+        "rx_gso_frames",
+        "rx_too_many_frags",
         "dev_raw_tx_frames",
         "dev_raw_rx_no_wr",
     ] {
@@ -246,6 +257,9 @@ kv insmod.nd "$([ -e /sys/class/net/$ND ] && echo present || echo gone)"
         "off off ",
         "ethtool -k after -K\n{ctx}"
     );
+    // rx-gro-hw (the receive mode) goes with RX checksumming and comes back with it.
+    assert_eq!(a.get("ethtool.grohw_rx_off"), "off", "{ctx}");
+    assert_eq!(a.get("ethtool.grohw_rx_on"), "on", "{ctx}");
     for s in ["rx_packets", "tx_packets", "tx_dropped"] {
         assert_ne!(a.get(&format!("stats.{s}")), "missing", "{s}\n{ctx}");
     }
@@ -311,7 +325,8 @@ fn iperf3_server(host: &LabHost) {
 /// busybox nc in guest a's kernel to the lab host (TSO) and one from the lab host's plain
 /// socket to a busybox nc in a's kernel (the engine has no listener on that port, so the
 /// raw QP gets it), each with its SHA-256 compared, Debian's iperf3 against the lab host's
-/// both ways, the interface's
+/// both ways (receiving super-frames whole in mergeable buffers, then with rx-gro-hw off
+/// one frame per buffer), the interface's
 /// counters and the device's raw-QP counters grown (none refused), and rmmod with the
 /// interface up.
 #[test]
@@ -343,8 +358,15 @@ lab-extras >/tmp/extras 2>&1; kv extras.status $?
 await nd-iperf
 iperf3 -c $H4 -p 5299 -t 3 >/tmp/ip1 2>&1; kv iperf.status $?
 kv iperf.rate "$(grep receiver /tmp/ip1 | tail -1 | awk '{print $7, $8}')"
+rx_modes merged0
 iperf3 -c $H4 -p 5299 -t 3 -R >/tmp/ip2 2>&1; kv iperf_r.status $?
 kv iperf_r.rate "$(grep receiver /tmp/ip2 | tail -1 | awk '{print $7, $8}')"
+rx_modes merged
+# Without rx-gro-hw the queues are rebuilt with one frame per buffer: no super-frame.
+ethtool -K $ND rx-gro-hw off; kv grohw_off.status $?
+iperf3 -c $H4 -p 5299 -t 2 -R >/tmp/ip3 2>&1; kv iperf_frames.status $?
+rx_modes frames
+ethtool -K $ND rx-gro-hw on
 touch /lab/nd-iperf-done
 nd_stats after
 dev_stats after
@@ -407,6 +429,23 @@ lab-wait host-done 300
         );
     }
     assert_eq!(a.get("after.tx_errors"), "0", "{ctx}");
+    assert_eq!(a.get("after.rx_errors"), "0", "{ctx}");
+    // Mergeable receive buffers: the lab host's stream to a's kernel arrives as
+    // super-frames (GSO skbs), each in several buffers; with rx-gro-hw off, none.
+    for s in ["rx_gso_frames", "rx_merged_frames"] {
+        assert!(
+            a.num(&format!("merged.{s}")) > a.num(&format!("merged0.{s}")),
+            "{s} grows with mergeable buffers\n{ctx}"
+        );
+    }
+    assert_eq!(a.get("merged.rx_too_many_frags"), "0", "{ctx}");
+    assert_eq!(a.get("grohw_off.status"), "0", "{ctx}");
+    assert_eq!(a.get("iperf_frames.status"), "0", "{ctx}");
+    assert_eq!(
+        a.get("frames.rx_gso_frames"),
+        a.get("merged.rx_gso_frames"),
+        "no super-frame with rx-gro-hw off\n{ctx}"
+    );
     for s in ["dev_raw_tx_frames", "dev_raw_rx_frames"] {
         assert!(
             a.num(&format!("after.{s}")) > a.num(&format!("before.{s}")),
