@@ -1093,3 +1093,56 @@ fn mergeable_buffers_take_a_super_frame_whole() {
     r.inject(&small);
     assert_eq!(r.cqes(&mut q.rcq).len(), 1);
 }
+
+/// With mergeable buffers, a piece that cannot be placed (its buffer outside guest RAM)
+/// completes in error, still with MORE when pieces follow, so the frame's end stays
+/// where the driver expects it; the next frame starts afresh.
+#[test]
+fn a_mergeable_piece_that_cannot_be_placed_keeps_the_frame_boundary() {
+    let mut r = rig_on(memory::pair_gso().unwrap());
+    let mut q = mergeable_qp(&mut r, 0, 0);
+    let bad = Sge {
+        addr: RAM_BASE + (64 << 20) - 32,
+        length: 2048,
+        lkey: PHYS_LKEY,
+    };
+    let ws = vec![
+        recv_wqe(0, &[q.buf.sge(0, 2048, q.mr.lkey)]),
+        recv_wqe(1, &[bad]),
+        recv_wqe(2, &[q.buf.sge(2 * SLOT, 2048, q.mr.lkey)]),
+        recv_wqe(3, &[q.buf.sge(3 * SLOT, 2048, q.mr.lkey)]),
+    ];
+    r.g.post_wqes(&mut q.qp, false, &ws);
+    r.settle();
+    let payload = vec![0x5au8; 5000];
+    let ip = ipv4(
+        PEER_V4,
+        V4,
+        6,
+        tcp(40000, 9999, 1000, 0x18, &payload),
+        16,
+        false,
+    );
+    r.inject(&eth(MAC, PEER_MAC, 0x0800, &ip));
+    let c = r.cqes(&mut q.rcq);
+    assert_eq!(c.len(), 3, "{c:?}");
+    assert_cqe(&c[0], CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, "first piece");
+    assert_eq!(c[0].imm_data, CQE_RAW_RX_MORE);
+    assert_cqe(
+        &c[1],
+        CQE_STATUS_LOCAL_PROTECTION,
+        CQE_DETAIL_OUT_OF_BOUNDS,
+        "outside RAM",
+    );
+    assert_eq!(
+        c[1].imm_data, CQE_RAW_RX_MORE,
+        "more follows the failed piece"
+    );
+    assert_eq!(c[2].imm_data & CQE_RAW_RX_MORE, 0, "the frame's last piece");
+    // The next frame takes the last buffer, whole.
+    let small = peer_udp4(7777, true);
+    r.inject(&small);
+    let c = r.cqes(&mut q.rcq);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(read_frame(&r, &q, c[0].wr_id, small.len()), small);
+}

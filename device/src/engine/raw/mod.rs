@@ -310,16 +310,28 @@ impl Engine {
             if self.take_wqe(mem, id, false).is_none() {
                 return; // the ring left guest RAM: the QP failed
             }
-            let fail = |status, detail| cqe(wr.wr_id, id, CQE_OP_RECV, status, detail);
+            let last = i + 1 == n;
+            // A piece that cannot be placed completes in error, still with MORE when more
+            // pieces follow, so the driver knows where the (lost) frame ends.
+            let fail = |status, detail| {
+                let mut c = cqe(wr.wr_id, id, CQE_OP_RECV, status, detail);
+                if !last {
+                    c.imm_data = CQE_RAW_RX_MORE;
+                }
+                c
+            };
             let spans = match self.translate(ctx, &wr.sges, MR_ACCESS_LOCAL_WRITE) {
                 Ok(s) => s,
                 Err(f) => {
                     stats.add(STAT_PROTECTION_ERRORS, 1);
+                    at += wr.sges.iter().map(|s| s.length as usize).sum::<usize>();
+                    at = at.min(frame.len());
                     self.write_cqe(mem, recv_cq, fail(f.status, f.detail));
                     continue;
                 }
             };
             let start = at;
+            let mut placed = true;
             for s in spans {
                 if at == frame.len() {
                     break;
@@ -329,11 +341,16 @@ impl Engine {
                     .write_slice(&frame[at..at + k], GuestAddress(s.addr))
                     .is_err()
                 {
+                    placed = false;
                     break;
                 }
                 at += k;
             }
-            let last = i + 1 == n;
+            if !placed {
+                let c = fail(CQE_STATUS_LOCAL_PROTECTION, CQE_DETAIL_OUT_OF_BOUNDS);
+                self.write_cqe(mem, recv_cq, c);
+                continue;
+            }
             let mut c = cqe_ok(wr.wr_id, id, CQE_OP_RECV, (at - start) as u32);
             if !last {
                 c.imm_data = CQE_RAW_RX_MORE;
