@@ -209,7 +209,7 @@ impl<T> ConnectionTable<T> {
         self.listeners.get(&(local, port))
     }
 
-    /// Whether a connection (in any state) or a listener owns `seg`: what [`Table::input`]
+    /// Whether a connection (in any state) or a listener owns `seg`: what [`ConnectionTable::input`]
     /// would not answer with a reset.
     pub fn owns(&self, seg: &Segment) -> bool {
         let (local, port) = (seg.dst, seg.header.dst_port);
