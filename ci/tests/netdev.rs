@@ -326,7 +326,7 @@ fn iperf3_server(host: &LabHost) {
 /// socket to a busybox nc in a's kernel (the engine has no listener on that port, so the
 /// raw QP gets it), each with its SHA-256 compared, Debian's iperf3 against the lab host's
 /// both ways (receiving super-frames whole in mergeable buffers, then with rx-gro-hw off
-/// one frame per buffer), the interface's
+/// one frame per buffer, then at MTU 1400), the interface's
 /// counters and the device's raw-QP counters grown (none refused), and rmmod with the
 /// interface up.
 #[test]
@@ -367,6 +367,13 @@ ethtool -K $ND rx-gro-hw off; kv grohw_off.status $?
 iperf3 -c $H4 -p 5299 -t 2 -R >/tmp/ip3 2>&1; kv iperf_frames.status $?
 rx_modes frames
 ethtool -K $ND rx-gro-hw on
+# An MTU change rebuilds the queues: pings that fill 1400 bytes and TCP (a smaller MSS
+# for TSO) still go through.
+ip link set $ND mtu 1400; kv mtu.status $?
+kv mtu.now "$(cat /sys/class/net/$ND/mtu)"
+ping -c 3 -W 5 -s 1372 -I $ND $H4 >/tmp/pm 2>&1; kv ping_mtu.status $?
+iperf3 -c $H4 -p 5299 -t 2 >/tmp/ip4 2>&1; kv iperf_mtu.status $?
+ip link set $ND mtu 1500
 touch /lab/nd-iperf-done
 nd_stats after
 dev_stats after
@@ -418,6 +425,10 @@ lab-wait host-done 300
     );
     assert_eq!(a.num("h2g.bytes"), 1_000_000, "{ctx}");
     assert_eq!(a.get("extras.status"), "0", "{ctx}");
+    assert_eq!(a.get("mtu.status"), "0", "{ctx}");
+    assert_eq!(a.get("mtu.now"), "1400", "{ctx}");
+    assert_eq!(a.get("ping_mtu.status"), "0", "a full ping at MTU 1400\n{ctx}");
+    assert_eq!(a.get("iperf_mtu.status"), "0", "TCP at MTU 1400\n{ctx}");
     for t in ["iperf", "iperf_r"] {
         assert_eq!(a.get(&format!("{t}.status")), "0", "{t}\n{ctx}");
         eprintln!("  {t}: {}", a.get(&format!("{t}.rate")));
