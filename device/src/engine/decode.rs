@@ -465,18 +465,7 @@ pub fn send_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<SendWr, WqeError> {
     {
         return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
     }
-    let payload = if h.flags & WQE_FLAG_INLINE != 0 {
-        if h.num_sge != 0 || h.inline_len > MAX_INLINE {
-            return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
-        }
-        let start = WQE_SGE_OFFSET as usize;
-        Payload::Inline(bytes[start..start + h.inline_len as usize].to_vec())
-    } else {
-        if h.num_sge as u32 > MAX_SGE || h.inline_len != 0 {
-            return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
-        }
-        Payload::Gather(sges(bytes, h.num_sge))
-    };
+    let payload = payload(bytes, &h)?;
     Ok(SendWr {
         wr_id: h.wr_id,
         opcode: h.opcode,
@@ -488,6 +477,25 @@ pub fn send_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<SendWr, WqeError> {
         dest_port: h.dest_port,
         payload,
     })
+}
+
+/// A send WQE's data: inline (no SGEs, at most `MAX_INLINE` bytes) or gathered (at most
+/// `MAX_SGE` SGEs, no inline length), as its INLINE flag says.
+fn payload(bytes: &[u8; WQE_SIZE as usize], h: &Wqe) -> Result<Payload, WqeError> {
+    if h.flags & WQE_FLAG_INLINE != 0 {
+        if h.num_sge != 0 || h.inline_len > MAX_INLINE {
+            return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
+        }
+        let start = WQE_SGE_OFFSET as usize;
+        Ok(Payload::Inline(
+            bytes[start..start + h.inline_len as usize].to_vec(),
+        ))
+    } else {
+        if h.num_sge as u32 > MAX_SGE || h.inline_len != 0 {
+            return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
+        }
+        Ok(Payload::Gather(sges(bytes, h.num_sge)))
+    }
 }
 
 /// A validated send WQE of a raw Ethernet QP: a frame (inline or gathered) and its
@@ -526,18 +534,7 @@ pub fn raw_send_wqe(bytes: &[u8; WQE_SIZE as usize]) -> Result<RawSendWr, WqeErr
     {
         return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
     }
-    let frame = if h.flags & WQE_FLAG_INLINE != 0 {
-        if h.num_sge != 0 || h.inline_len > MAX_INLINE {
-            return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
-        }
-        let start = WQE_SGE_OFFSET as usize;
-        Payload::Inline(bytes[start..start + h.inline_len as usize].to_vec())
-    } else {
-        if h.num_sge as u32 > MAX_SGE || h.inline_len != 0 {
-            return Err(bad(h.wr_id, CQE_STATUS_BAD_WQE));
-        }
-        Payload::Gather(sges(bytes, h.num_sge))
-    };
+    let frame = payload(bytes, &h)?;
     Ok(RawSendWr {
         wr_id: h.wr_id,
         csum,
