@@ -163,6 +163,28 @@ impl Engine {
         }
     }
 
+    /// Whether datagram-like QP `id` (UDP, raw) may take its next send WQE in this turn;
+    /// else whether it still has work when its turn ends: a QP that is not ready has its
+    /// WRs flushed on its next turn; one with nothing posted, or a ring's depth of WRs
+    /// waiting for completions (a completion written marks it busy again), or a full send
+    /// CQ (the CQ doorbell wakes it when there is room) waits to be woken.
+    pub(super) fn send_turn_open(&mut self, id: u32) -> Result<(), bool> {
+        let Some(qp) = self.objects.qp(id) else {
+            return Err(false);
+        };
+        if !qp.is_ready() {
+            return Err(true);
+        }
+        if !qp.posted(true) || qp.ring_held(true) {
+            return Err(false);
+        }
+        let cq = qp.send_cq();
+        if !self.cq_has_room(cq) {
+            return Err(false);
+        }
+        Ok(())
+    }
+
     /// Consumes the next WQE of a QP's send (`sq`) or receive ring and returns its bytes;
     /// the WR is owed a completion from then on ([`Qp::take_slot`]). None, taking nothing, while
     /// the ring's depth of WRs waits for completions. If the ring's memory is gone from

@@ -51,19 +51,8 @@ impl Engine {
             if frames(self) - frames0 >= QP_FRAME_BUDGET {
                 break;
             }
-            let Some(qp) = self.objects.qp(id) else {
-                return (did, false);
-            };
-            if !qp.is_ready() {
-                return (did, true); // its WRs are flushed on its next turn
-            }
-            if !qp.posted(true) || qp.ring_held(true) {
-                // Nothing posted, or a ring's depth of WRs waits for completions (a
-                // completion written marks the QP busy again).
-                return (did, false);
-            }
-            if !self.cq_has_room(qp.send_cq()) {
-                return (did, false); // the CQ doorbell wakes us when there is room
+            if let Err(more) = self.send_turn_open(id) {
+                return (did, more);
             }
             did = true;
             self.udp_send_one(mem, id);

@@ -92,17 +92,8 @@ impl Engine {
             if frames >= FRAME_BUDGET {
                 break;
             }
-            let Some(qp) = self.objects.qp(id) else {
-                return (did, false);
-            };
-            if !qp.is_ready() {
-                return (did, true); // its WRs are flushed on its next turn
-            }
-            if !qp.posted(true) || qp.ring_held(true) {
-                return (did, false);
-            }
-            if !self.cq_has_room(qp.send_cq()) {
-                return (did, false); // the CQ doorbell wakes us when there is room
+            if let Err(more) = self.send_turn_open(id) {
+                return (did, more);
             }
             did = true;
             frames += self.raw_send_one(mem, id);
