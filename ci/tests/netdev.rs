@@ -427,7 +427,11 @@ lab-wait host-done 300
     assert_eq!(a.get("extras.status"), "0", "{ctx}");
     assert_eq!(a.get("mtu.status"), "0", "{ctx}");
     assert_eq!(a.get("mtu.now"), "1400", "{ctx}");
-    assert_eq!(a.get("ping_mtu.status"), "0", "a full ping at MTU 1400\n{ctx}");
+    assert_eq!(
+        a.get("ping_mtu.status"),
+        "0",
+        "a full ping at MTU 1400\n{ctx}"
+    );
     assert_eq!(a.get("iperf_mtu.status"), "0", "TCP at MTU 1400\n{ctx}");
     for t in ["iperf", "iperf_r"] {
         assert_eq!(a.get(&format!("{t}.status")), "0", "{t}\n{ctx}");
