@@ -12,19 +12,7 @@ mod common;
 use common::needs_root;
 use common::traffic::*;
 use qpip_lab::netns;
-use qpip_lab::payload::pattern;
 use qpip_lab::LabHost;
-use std::net::SocketAddrV4;
-use std::time::Duration;
-
-/// What the lab host did over IPv4.
-#[derive(Debug)]
-struct Ipv4View {
-    h2g_sha: String,
-    h2g: Result<(), String>,
-    g2h: SentOrWhy,
-    udp: Result<(u32, u32), String>,
-}
 
 /// QPs over IPv4 (IPv4-mapped addresses in the API), on the lab network's
 /// `198.18.0.0/24`: UDP and TCP message ping-pong and a TCP stream a→b between the
@@ -55,46 +43,13 @@ lab-wait host-done 600
     assert_ping(&a, "tcp4", 50);
     assert_same_bytes(&a, "bulk4", &b, "bulk4", 1, false);
 
-    let v = &out.host;
-    assert_eq!(v.h2g, Ok(()), "host → a\n{}", a.context());
-    assert_eq!(a.get("h2g4.status"), "0", "{}", a.context());
-    assert_eq!(a.get("h2g4.sha"), v.h2g_sha, "host → a\n{}", a.context());
-    assert_eq!(a.get("g2h4.status"), "0", "{}", a.context());
-    match &v.g2h {
-        Ok((n, sha)) => {
-            assert_eq!(n.to_string(), a.get("g2h4.in.bytes"), "{}", a.context());
-            assert_eq!(sha, a.get("g2h4.in.sha"), "a → host\n{}", a.context());
-        }
-        Err(e) => panic!("a → host over IPv4: {e}\n{}", a.context()),
-    }
-    match &v.udp {
-        Ok((ok, lost)) => assert!(
-            *ok >= 27 && *ok + *lost == 30,
-            "UDP host ⇄ a over IPv4: {ok} echoed, {lost} lost"
-        ),
-        Err(e) => panic!("UDP host ⇄ a over IPv4: {e}\n{}", a.context()),
-    }
+    assert_exchange(&a, "4", &out.host, "the lab host ⇄ a over IPv4");
 }
 
 /// The lab host's side of the IPv4 lab: plain IPv4 sockets to and from guest a's device.
-fn ipv4_host(host: &LabHost) -> Ipv4View {
-    let long = Duration::from_secs(600);
-    let a_dev = SocketAddrV4::new(netns::device_addr4(1).parse().unwrap(), 0);
-    let to = |port| SocketAddrV4::new(*a_dev.ip(), port);
-    let data = pattern(700_000, 4);
-    let h2g_sha = sha256(&data);
-    let h2g = host
-        .wait_for("h2g4", long)
-        .and_then(|_| host_sends(host, to(7444).into(), &data));
-    let g2h = host_receives(host, "0.0.0.0:7445", "g2h4");
-    let udp = host
-        .wait_for("hudp4", long)
-        .and_then(|_| host_echoes(host, "0.0.0.0:0", to(7446).into(), 30, 200));
+fn ipv4_host(host: &LabHost) -> ExchangeView {
+    let dev = netns::device_addr4(1).parse().unwrap();
+    let v = host_exchange_side(host, dev, 7444, "4", (4, 200));
     let _ = host.signal("host-done");
-    Ipv4View {
-        h2g_sha,
-        h2g,
-        g2h,
-        udp,
-    }
+    v
 }

@@ -4,7 +4,7 @@
 //! independent SHA-256 and its plain-socket accept.
 
 use std::io::{Read, Write};
-use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -344,4 +344,81 @@ pub fn host_echoes(
         Ok((ok, lost))
     })
     .map_err(|e| e.to_string())?
+}
+
+/// What the host side of a guest's `host_exchange S ADDR PORT` saw ([`host_exchange_side`]).
+#[derive(Debug)]
+pub struct ExchangeView {
+    /// The SHA-256 of the stream the host sent.
+    pub h2g_sha: String,
+    /// The stream host → guest (PORT).
+    pub h2g: Result<(), String>,
+    /// The stream guest → host (PORT+1): its length and SHA-256.
+    pub g2h: SentOrWhy,
+    /// The UDP echo (PORT+2): (echoed intact, lost) of 30.
+    pub udp: Result<(u32, u32), String>,
+}
+
+/// The host side of a guest's `host_exchange S ADDR PORT` with the guest's device at
+/// `dev`, run on `host` (the lab host, or [`LabHost::far`]): 700,000 bytes of pattern
+/// `seed` to PORT, a listener on PORT+1, then 30 datagrams (patterns from `echo_seed`)
+/// to the echo on PORT+2.
+pub fn host_exchange_side(
+    host: &LabHost,
+    dev: IpAddr,
+    port: u16,
+    s: &str,
+    (seed, echo_seed): (u64, u64),
+) -> ExchangeView {
+    let long = Duration::from_secs(600);
+    let to = |p| SocketAddr::new(dev, p);
+    let data = pattern(700_000, seed);
+    let h2g_sha = sha256(&data);
+    let h2g = host
+        .wait_for(&format!("h2g{s}"), long)
+        .and_then(|_| host_sends(host, to(port), &data));
+    let any = if dev.is_ipv4() { "0.0.0.0" } else { "[::]" };
+    let g2h = host_receives(host, &format!("{any}:{}", port + 1), &format!("g2h{s}"));
+    let udp = host
+        .wait_for(&format!("hudp{s}"), long)
+        .and_then(|_| host_echoes(host, &format!("{any}:0"), to(port + 2), 30, echo_seed));
+    ExchangeView {
+        h2g_sha,
+        h2g,
+        g2h,
+        udp,
+    }
+}
+
+/// Guest report `a` of `host_exchange S ...` agrees with the host side `v`: both streams
+/// whole with the same SHA-256, at least 27 of the 30 datagrams echoed. `what` names the
+/// exchange in messages.
+pub fn assert_exchange(a: &Report, s: &str, v: &ExchangeView, what: &str) {
+    let ctx = a.context();
+    assert_eq!(v.h2g, Ok(()), "{what}: host → guest\n{ctx}");
+    assert_eq!(a.get(&format!("h2g{s}.status")), "0", "{ctx}");
+    assert_eq!(
+        a.get(&format!("h2g{s}.sha")),
+        v.h2g_sha,
+        "{what}: host → guest\n{ctx}"
+    );
+    assert_eq!(a.get(&format!("g2h{s}.status")), "0", "{ctx}");
+    match &v.g2h {
+        Ok((n, sha)) => {
+            assert_eq!(n.to_string(), a.get(&format!("g2h{s}.in.bytes")), "{ctx}");
+            assert_eq!(
+                sha,
+                a.get(&format!("g2h{s}.in.sha")),
+                "{what}: guest → host\n{ctx}"
+            );
+        }
+        Err(e) => panic!("{what}: guest → host: {e}\n{ctx}"),
+    }
+    match &v.udp {
+        Ok((ok, lost)) => assert!(
+            *ok >= 27 && *ok + *lost == 30,
+            "{what}: UDP: {ok} echoed, {lost} lost"
+        ),
+        Err(e) => panic!("{what}: UDP: {e}\n{ctx}"),
+    }
 }
