@@ -178,6 +178,14 @@ impl LabHost<'_> {
         }
     }
 
+    /// Moves guest `n`'s virtio-net NIC (its TAP) onto the far subnet's bridge: the guest
+    /// then reaches the lab network through the lab host only, once it has given the NIC
+    /// its far-subnet addresses and routes (see [`crate::netns::LabNet::move_to_far`]).
+    pub fn move_virtio_to_far(&self, n: usize) -> Result<(), String> {
+        let net = self.net.ok_or("no lab network: no far subnet")?;
+        net.move_to_far(&netns::virtio_tap(n))
+    }
+
     /// A command that runs in the lab's namespace (or plainly, without a lab network).
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         match self.net {

@@ -8,7 +8,9 @@
 //!  │   ├── TAP qpipd1 ◀── qpipd of guest 1 (fd51:5050::1:1)       │
 //!  │   ├── TAP vnet1  ◀── QEMU of guest 1, virtio-net (::2:1)     │
 //!  │   ├── TAP qpipd2 ...                                          │
-//!  │ veth lab-far  fd51:5050::1:0:0:fe/80, 198.18.1.254/24        │
+//!  │ bridge far-br0  fd51:5050::1:0:0:fe/80, 198.18.1.254/24      │
+//!  │   ├── veth lab-far (to the far host)                         │
+//!  │   └── (a guest's virtio-net TAP, moved here by a test)       │
 //!  └────┬────────────────────────────────────────────────────────┘
 //!       │  the lab host routes (forwarding on, both families)
 //!  namespace NAME-far: the far host, on a second subnet
@@ -21,7 +23,11 @@
 //! **The far subnet.** Guests and devices reach the far host only through a gateway (the
 //! lab host, [`HOST_ADDR`] and [`HOST_ADDR4`]): it is off their link, so a route is the
 //! only way there. That is why the lab's on-link IPv6 prefix is a /80 ([`PREFIX_LEN`]):
-//! both subnets stay inside the lab's `fd51:5050::/64`.
+//! both subnets stay inside the lab's `fd51:5050::/64`. The far subnet is a bridge of the
+//! lab host's too (`far-br0`), so a test can move a guest's virtio-net TAP onto it
+//! ([`LabNet::move_to_far`]) and have a Linux peer of its own (siw, say) off the qpip
+//! devices' link: guest n's addresses there are [`far_virtio_addr`] and
+//! [`far_virtio_addr4`].
 //!
 //! Every `qpipd` and QEMU of a networked run is started *inside* the namespace (setns in
 //! the child before exec), so each opens its TAP by name there: qpipd attaches to the TAP
@@ -102,6 +108,27 @@ pub fn far_routes() -> [String; 4] {
 /// The veth of the lab host on the far subnet, and its peer in the far namespace.
 const FAR_LINK: &str = "lab-far";
 const FAR_PEER: &str = "far0";
+/// The lab host's bridge on the far subnet (the gateway's addresses are on it).
+pub const FAR_BRIDGE: &str = "far-br0";
+/// The lab host's (the gateway's) MAC on the far subnet.
+const FAR_BRIDGE_MAC: &str = "02:51:50:00:01:fe";
+
+/// Guest `n`'s virtio-net address once its TAP is on the far subnet ([`LabNet::move_to_far`]).
+pub fn far_virtio_addr(n: usize) -> String {
+    format!("fd51:5050::1:0:2:{n:x}")
+}
+
+/// As [`far_virtio_addr`], IPv4.
+pub fn far_virtio_addr4(n: usize) -> String {
+    assert!(
+        (1..=MAX_GUESTS4).contains(&n),
+        "guest {n} has no lab IPv4 address"
+    );
+    format!("198.18.1.{}", 200 + n)
+}
+
+/// The gateway of the far subnet's own hosts (the lab host there): IPv6, IPv4.
+pub const FAR_GATEWAYS: (&str, &str) = (FAR_GATEWAY, FAR_GATEWAY4);
 /// The lab host's address on the bridge.
 pub const HOST_ADDR: &str = "fd51:5050::1";
 /// The default namespace name (what users type after `ip netns exec`).
@@ -359,16 +386,45 @@ impl LabNet {
             "echo 0 >/proc/sys/net/ipv6/conf/all/accept_dad && \
                 echo 0 >/proc/sys/net/ipv6/conf/default/accept_dad",
         )?;
+        // A bridge as the lab's (no STP, no snooping, a fixed MAC), with the veth to the
+        // far host as its first port.
+        ip(&[
+            "-n",
+            &n,
+            "link",
+            "add",
+            FAR_BRIDGE,
+            "address",
+            FAR_BRIDGE_MAC,
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+            "mcast_snooping",
+            "0",
+        ])?;
+        self.links.push(FAR_BRIDGE.into());
         ip(&[
             "-n", &n, "link", "add", FAR_LINK, "type", "veth", "peer", "name", FAR_PEER, "netns",
             &far,
         ])?;
         self.links.push(FAR_LINK.into());
+        ip(&[
+            "-n", &n, "link", "set", FAR_LINK, "master", FAR_BRIDGE, "up",
+        ])?;
         let g6 = format!("{FAR_GATEWAY}/{PREFIX_LEN}");
         let g4 = format!("{FAR_GATEWAY4}/24");
-        ip(&["-n", &n, "-6", "addr", "add", &g6, "dev", FAR_LINK, "nodad"])?;
-        ip(&["-n", &n, "-4", "addr", "add", &g4, "dev", FAR_LINK])?;
-        ip(&["-n", &n, "link", "set", FAR_LINK, "up"])?;
+        ip(&[
+            "-n", &n, "-6", "addr", "add", &g6, "dev", FAR_BRIDGE, "nodad",
+        ])?;
+        ip(&["-n", &n, "-4", "addr", "add", &g4, "dev", FAR_BRIDGE])?;
+        self.sh(&format!(
+            "echo {NDP_SOLICITS} >/proc/sys/net/ipv6/neigh/{FAR_BRIDGE}/mcast_solicit && \
+             echo {NDP_SOLICITS} >/proc/sys/net/ipv4/neigh/{FAR_BRIDGE}/mcast_solicit"
+        ))?;
+        ip(&["-n", &n, "link", "set", FAR_BRIDGE, "up"])?;
         let h6 = format!("{FAR_HOST_ADDR}/{PREFIX_LEN}");
         let h4 = format!("{FAR_HOST_ADDR4}/24");
         ip(&["-n", &far, "link", "set", "lo", "up"])?;
@@ -446,6 +502,17 @@ impl LabNet {
         self.links.push(tap.into());
         ip(&["-n", &n, "link", "set", tap, "master", BRIDGE, "up"])?;
         Ok(())
+    }
+
+    /// Moves TAP `tap` (a guest's virtio-net NIC) from the lab's bridge to the far
+    /// subnet's: from then on the guest reaches the lab network only through the lab host,
+    /// once it has taken far-subnet addresses ([`far_virtio_addr`]) and routes
+    /// ([`FAR_GATEWAYS`]).
+    pub fn move_to_far(&self, tap: &str) -> Result<(), String> {
+        if !self.links.iter().any(|l| l == tap) {
+            return Err(format!("no TAP {tap} in lab namespace {}", self.name));
+        }
+        ip(&["-n", &self.name, "link", "set", tap, "master", FAR_BRIDGE])
     }
 
     pub fn name(&self) -> &str {
@@ -667,6 +734,21 @@ mod tests {
         assert_eq!(virtio_mac(300), "02:51:50:02:01:2c");
         assert!(device_tap(99).len() < 16 && virtio_tap(99).len() < 16);
         assert!(ADAPTER_TAP.len() < 16 && ADAPTER_TAP != device_tap(0));
+        assert!(FAR_BRIDGE.len() < 16);
+    }
+
+    #[test]
+    fn far_virtio_addresses_are_on_the_far_subnet() {
+        let net: std::net::Ipv6Addr = FAR_NET.split('/').next().unwrap().parse().unwrap();
+        for n in [1, 2, 54] {
+            let a: std::net::Ipv6Addr = far_virtio_addr(n).parse().unwrap();
+            // The same first 80 bits as the far subnet, and no other lab address.
+            assert_eq!(a.segments()[..5], net.segments()[..5], "{a}");
+            assert_ne!(a.to_string(), FAR_HOST_ADDR);
+            assert_ne!(a.to_string(), FAR_GATEWAY);
+        }
+        assert_eq!(far_virtio_addr(2), "fd51:5050::1:0:2:2");
+        assert_eq!(far_virtio_addr4(2), "198.18.1.202");
     }
 
     #[test]

@@ -3,13 +3,15 @@
 //! device running `qpip-rping`, guest b's virtio-net NIC running siw — in both roles, at
 //! several sizes, every ping's data checked by whichever end rping's `-V` runs on, over IPv6
 //! and over IPv4 (`rping -a` an IPv4 address); then `qpip-rping` against itself between the
-//! two guests' devices (functions of one adapter).
+//! two guests' devices (functions of one adapter); then, with b's NIC moved to the far
+//! subnet behind the lab host (which routes), siw against qpip again in both roles and
+//! both families, through the gateway.
 //! Every frame of port 7174 on the lab bridge is captured, and tshark's iWARP dissectors
 //! must read each one without a malformed frame or an error.
 //!
 //! siw's responder can leave a new connection stalled (its accept race, see
 //! `ci/tests/common/rping.sh`): the run where siw serves detects it (its socket keeps unread bytes)
-//! and is tried again, up to three times.
+//! and is tried again, up to five times (the window is wide on a loaded host).
 //!
 //! The test boots VMs: ignored by a plain `cargo test`, run by `./qpip test` (as root).
 
@@ -57,6 +59,9 @@ const QPIP_B: (usize, &str) = (2, "qpip");
 const SIW_B: (usize, &str) = (2, "siw");
 const QPIP4_A: (usize, &str) = (1, "qpip4");
 const SIW4_B: (usize, &str) = (2, "siw4");
+/// siw on b's NIC once it is on the far subnet, behind the lab host.
+const SIWF_B: (usize, &str) = (2, "siwf");
+const SIWF4_B: (usize, &str) = (2, "siwf4");
 
 /// The exchanges, in order: siw's client against qpip's server, qpip's client against
 /// siw's server (rping's smallest buffer, a size over one segment, its largest), then qpip
@@ -74,11 +79,22 @@ const RUNS: [Run; 9] = [
     run("sq4", SIW4_B, QPIP4_A, 50, 2000),
 ];
 
+/// The exchanges once b's NIC is on the far subnet: every frame goes through the lab host,
+/// which routes; both roles, both families.
+const ROUTED_RUNS: [Run; 4] = [
+    run("qsr6", QPIP_A, SIWF_B, 20, 2000),
+    run("sqr6", SIWF_B, QPIP_A, 20, 2000),
+    run("qsr4", QPIP4_A, SIWF4_B, 20, 2000),
+    run("sqr4", SIWF4_B, QPIP4_A, 20, 2000),
+];
+
 /// The address a server of `kind` on guest `n` listens at.
 fn addr_of((n, kind): (usize, &str)) -> String {
     match kind {
         "siw" => netns::virtio_addr(n),
         "siw4" => netns::virtio_addr4(n),
+        "siwf" => netns::far_virtio_addr(n),
+        "siwf4" => netns::far_virtio_addr4(n),
         "qpip4" => netns::device_addr4(n),
         _ => netns::device_addr(n),
     }
@@ -92,8 +108,56 @@ fn script(n: usize) -> String {
         s += "lab-siw >/tmp/lab-siw.out 2>&1; st=$?; sed 's/^/  /' /tmp/lab-siw.out\n";
         s += "kv siw.status $st\n";
     }
+    if n == 2 {
+        let (gw6, gw4) = netns::FAR_GATEWAYS;
+        s += &format!(
+            "FAR_NET_ADDR={} FAR_NET_ADDR4={} FAR_GW={gw6} FAR_GW4={gw4} \
+             QPIP_DEV6_A={} QPIP_DEV4_A={}\n",
+            netns::far_virtio_addr(n),
+            netns::far_virtio_addr4(n),
+            netns::device_addr(1),
+            netns::device_addr4(1),
+        );
+    }
     s += "touch /lab/up.$QPIP_GUEST_NAME\nawait up.a && await up.b && await capture\n";
-    for r in &RUNS {
+    s += &runs_script(n, &RUNS);
+    // b's NIC goes to the far subnet: the host moves its TAP, b renumbers it and routes
+    // the lab subnet through the lab host.
+    if n == 2 {
+        s += "touch /lab/move.b && await moved && to_far\n";
+        s += "touch /lab/far-ready\n";
+    } else {
+        s += "await far-ready\n";
+    }
+    s += &runs_script(n, &ROUTED_RUNS);
+    s += "touch /lab/all-done.$QPIP_GUEST_NAME\n";
+    // Up until the host has stopped its capture: its marker is a ping to guest a.
+    s += "lab-wait host-done 300\n";
+    common::script(&format!("{}{TO_FAR}", common::RPING_SHELL), &s)
+}
+
+/// Guest b's NIC renumbered onto the far subnet, routes to the lab subnet through the lab
+/// host (its address there), and the routes the kernel then takes to a's device reported.
+const TO_FAR: &str = r#"
+to_far() {
+    i=$QPIP_NET_IF
+    ip -6 route del fd51:5050:0:0:1::/80 via fd51:5050::1 dev "$i"
+    ip -4 route del 198.18.1.0/24 via 198.18.0.1 dev "$i"
+    ip -6 addr del "$QPIP_NET_ADDR/80" dev "$i"
+    ip -4 addr del "$QPIP_NET_ADDR4/24" dev "$i"
+    ip -6 addr add "$FAR_NET_ADDR/80" dev "$i"
+    ip -4 addr add "$FAR_NET_ADDR4/24" dev "$i"
+    ip -6 route add fd51:5050::/80 via "$FAR_GW" dev "$i"
+    ip -4 route add 198.18.0.0/24 via "$FAR_GW4" dev "$i"
+    kv far.route6 "$(ip -6 route get "$QPIP_DEV6_A")"
+    kv far.route4 "$(ip -4 route get "$QPIP_DEV4_A")"
+}
+"#;
+
+/// Guest `n`'s side of `runs`, one at a time (`serve` and `client` of `common/rping.sh`).
+fn runs_script(n: usize, runs: &[Run]) -> String {
+    let mut s = String::new();
+    for r in runs {
         let args = format!("-C {} -S {}", r.iters, r.size);
         if r.server.0 == n {
             s += &format!("serve {} {} {args}\n", r.tag, r.server.1);
@@ -105,10 +169,7 @@ fn script(n: usize) -> String {
         s += &format!("touch /lab/{}.done.$QPIP_GUEST_NAME\n", r.tag);
         s += &format!("await {0}.done.a && await {0}.done.b\n", r.tag);
     }
-    s += "touch /lab/all-done.$QPIP_GUEST_NAME\n";
-    // Up until the host has stopped its capture: its marker is a ping to guest a.
-    s += "lab-wait host-done 300\n";
-    common::script(common::RPING_SHELL, &s)
+    s
 }
 
 /// Where a capture named `name` goes: beside the run's shared folder.
@@ -120,22 +181,55 @@ fn capture_file(host: &LabHost, name: &str) -> Result<PathBuf, String> {
         .join(name))
 }
 
-/// The host side: dumpcap on the bridge around all the runs (port 7174).
-fn capture(host: &LabHost) -> Result<PathBuf, String> {
+/// What the host side saw: the capture, and the packets the lab host forwarded during the
+/// routed runs (IPv4, IPv6).
+struct HostSide {
+    pcap: PathBuf,
+    forwarded: (u64, u64),
+}
+
+/// The host side: dumpcap on the bridge around all the runs (port 7174); between the
+/// on-link and the routed runs, b's NIC moved to the far subnet, and the lab host's
+/// forwarding counters read around the routed runs.
+fn capture(host: &LabHost) -> Result<HostSide, String> {
     for g in host.guests() {
         host.wait_for(&format!("up.{g}"), Duration::from_secs(300))?;
     }
-    let file = capture_file(host, "iwarp-interop.pcap")?;
-    let mut cap = Capture::start(host, &file, 7174..=7174, None)?;
+    let pcap = capture_file(host, "iwarp-interop.pcap")?;
+    let mut cap = Capture::start(host, &pcap, 7174..=7174, None)?;
     host.signal("capture")
         .map_err(|e| format!("signal capture: {e}"))?;
-    let waited = host
-        .guests()
-        .iter()
-        .try_for_each(|g| host.wait_for(&format!("all-done.{g}"), Duration::from_secs(900)));
+    let routed = || -> Result<(u64, u64), String> {
+        host.wait_for("move.b", Duration::from_secs(900))?;
+        host.move_virtio_to_far(2)?;
+        let before = forwarded(host)?;
+        host.signal("moved")
+            .map_err(|e| format!("signal moved: {e}"))?;
+        host.guests()
+            .iter()
+            .try_for_each(|g| host.wait_for(&format!("all-done.{g}"), Duration::from_secs(900)))?;
+        let after = forwarded(host)?;
+        Ok((after.0 - before.0, after.1 - before.1))
+    };
+    let forwarded = routed();
     cap.stop(host)?;
-    waited?;
-    Ok(file)
+    Ok(HostSide {
+        pcap,
+        forwarded: forwarded?,
+    })
+}
+
+/// The lab host's forwarded packets so far: IPv4 (`ForwDatagrams` of /proc/net/snmp) and
+/// IPv6 (`Ip6OutForwDatagrams` of /proc/net/snmp6), in its namespace.
+fn forwarded(host: &LabHost) -> Result<(u64, u64), String> {
+    let v4 = host.sh("awk '/^Ip: [0-9]/ { print $7 }' /proc/net/snmp")?;
+    let v6 = host.sh("awk '$1 == \"Ip6OutForwDatagrams\" { print $2 }' /proc/net/snmp6")?;
+    let num = |t: &str, what: &str| {
+        t.trim()
+            .parse::<u64>()
+            .map_err(|e| format!("{what} {t:?}: {e}"))
+    };
+    Ok((num(&v4, "ForwDatagrams")?, num(&v6, "Ip6OutForwDatagrams")?))
 }
 
 /// Checks `pcap` as Wireshark's iWARP dissectors read it (MPA found by its heuristic on
@@ -184,7 +278,7 @@ fn qpip_rping_interoperates_with_rping_on_siw_both_ways() {
     assert_eq!((ga.status, gb.status), (0, 0), "{}", ctx());
     assert_eq!(b.get("siw.status"), "0", "siw on b\n{}", ctx());
     let guest_report = |n: usize| if n == 1 { &a } else { &b };
-    for r in &RUNS {
+    for r in RUNS.iter().chain(&ROUTED_RUNS) {
         let (server, client) = (guest_report(r.server.0), guest_report(r.client.0));
         let done = [
             server.get(&format!("{}.server", r.tag)),
@@ -214,11 +308,28 @@ fn qpip_rping_interoperates_with_rping_on_siw_both_ways() {
             }
         );
     }
-    let pcap = out
+    let host = out
         .host
-        .clone()
+        .as_ref()
         .unwrap_or_else(|e| panic!("host side: {e}\n{}", ctx()));
-    assert_dissects_cleanly(&pcap, 1000);
+    // The routed runs went through the lab host: b's kernel routed a's device through its
+    // gateway, and the lab host forwarded packets of both families meanwhile.
+    let (gw6, gw4) = netns::FAR_GATEWAYS;
+    for (key, gw) in [("far.route6", gw6), ("far.route4", gw4)] {
+        assert!(
+            b.get(key).contains(&format!("via {gw} ")),
+            "{key}: b's route to a's device is not through the lab host\n{}",
+            ctx()
+        );
+    }
+    let (f4, f6) = host.forwarded;
+    assert!(
+        f4 > 40 && f6 > 40,
+        "the lab host forwarded {f4} IPv4 and {f6} IPv6 packets during the routed runs\n{}",
+        ctx()
+    );
+    eprintln!("  routed runs: the lab host forwarded {f4} IPv4 and {f6} IPv6 packets");
+    assert_dissects_cleanly(&host.pcap, 1000);
 }
 
 // ---- qpip ⇄ qpip: RDMA under loss and reordering, and forbidden accesses ------------------

@@ -3,7 +3,9 @@
 # stalls a new connection.
 #  serve TAG KIND ARGS...   a server of KIND (qpip or qpip4: `qpip-rping -s ARGS`, on the
 #                           device, both families; siw: `rping -s -a $QPIP_NET_ADDR ARGS`,
-#                           siw4 the same on $QPIP_NET_ADDR4); touches /lab/TAG.N
+#                           siw4 the same on $QPIP_NET_ADDR4; siwf and siwf4 on the NIC's
+#                           far-subnet addresses $FAR_NET_ADDR and $FAR_NET_ADDR4, once
+#                           the guest has moved there); touches /lab/TAG.N
 #                           once attempt N listens; reports TAG.listen (siw: its cm_id, on
 #                           the first attempt), TAG.server (its exit status, or `stalled`)
 #                           and TAG.stalls (the attempts that stalled)
@@ -21,12 +23,21 @@
 # wide enough to be hit now and then. A siw server sees it (its socket holds unread bytes,
 # the same for 3 s of guest time), reports the socket as TAG.stall.N, marks the attempt
 # /lab/TAG.N.stalled and stops its rping; both sides try again, up to ATTEMPTS times.
-ATTEMPTS=3
+ATTEMPTS=5
 show_log() { [ "$2" = 0 ] || sed "s/^/  $1: /" "$3"; }
 # The server's connection of port 7174 (state 01, established) with unread bytes.
 unread() { awk '$2 ~ /:1C06$/ && $4 == "01" && $5 !~ /:00000000$/ { print }' /proc/net/tcp6 /proc/net/tcp; }
 # is_siw KIND: whether KIND runs on siw (siw, siw4) rather than the qpip device.
 is_siw() { case $1 in siw*) return 0 ;; esac; return 1; }
+# siw_addr KIND: the NIC's address a siw server of KIND listens at.
+siw_addr() {
+    case $1 in
+        siw4) echo "$QPIP_NET_ADDR4" ;;
+        siwf) echo "$FAR_NET_ADDR" ;;
+        siwf4) echo "$FAR_NET_ADDR4" ;;
+        *) echo "$QPIP_NET_ADDR" ;;
+    esac
+}
 # watch PID: 0 once rping PID has ended, 1 if its connection stalled (then $stalled is it).
 watch() {
     n=0; last=
@@ -51,10 +62,8 @@ serve() {
     t=$1; kind=$2; shift 2
     a=1
     while :; do
-        if [ "$kind" = siw4 ]; then
-            rping -s -a "$QPIP_NET_ADDR4" "$@" >"/tmp/$t.out" 2>&1 &
-        elif [ "$kind" = siw ]; then
-            rping -s -a "$QPIP_NET_ADDR" "$@" >"/tmp/$t.out" 2>&1 &
+        if is_siw "$kind"; then
+            rping -s -a "$(siw_addr "$kind")" "$@" >"/tmp/$t.out" 2>&1 &
         else
             qpip-rping -s "$@" >"/tmp/$t.out" 2>&1 &
         fi
