@@ -21,6 +21,7 @@ use smoltcp::wire::{
 use support::*;
 
 mod contexts;
+mod port_split;
 mod receive;
 mod send;
 mod super_frames;
