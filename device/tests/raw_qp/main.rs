@@ -3,7 +3,8 @@
 //! kernel-context rules, frames sent (plain, with checksum offload, cut by TSO, refused as
 //! spoofs), and the steering of received frames (what the raw QP gets alone, what it gets
 //! a copy of, what stays the engine's, and the answers the engine leaves to the kernel
-//! while the raw QP exists). Checksums are verified with smoltcp's wire module.
+//! while the raw QP exists), and the port split between the kernel and the QPs, both ways.
+//! Checksums are verified with smoltcp's wire module.
 
 use qpip_testkit as support;
 

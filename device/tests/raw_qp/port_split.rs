@@ -335,3 +335,37 @@ fn a_connection_the_engine_holds_never_reaches_the_raw_qp() {
         assert_eq!(r.tcp_received(&mut e), more.len() as u32, "{f:?}: the QP's");
     }
 }
+
+/// A TSO super-segment the kernel sends from a held port is dropped whole, before it is
+/// cut: no segment of it reaches the link, and it counts once.
+#[test]
+fn a_super_segment_from_a_held_port_is_dropped_whole() {
+    for f in FAMILIES {
+        let mut r = rig();
+        let mut q = r.raw_qp();
+        let _listener = r.listener_on_p();
+        let payload: Vec<u8> = (0..6000u32).map(|i| (i * 11) as u8).collect();
+        let frame = f.frame(false, 6, tcp(P, PEER_PORT, 1, 0x18, &payload), 16);
+        let (iph, gso_type) = match f {
+            Family::V4 => (20, RAW_GSO_TCPV4),
+            Family::V6 => (40, RAW_GSO_TCPV6),
+        };
+        let o = RawTxOffload {
+            csum_start: 14 + iph,
+            csum_offset: 16,
+            mss: 1400,
+            gso_type,
+        };
+        r.drain();
+        let c = r.send(&mut q, SEND_SLOT, &frame, WQE_FLAG_CSUM | WQE_FLAG_TSO, o);
+        assert_cqe(&c, CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, "TSO send");
+        assert_eq!(c.byte_len as usize, frame.len());
+        assert_eq!(
+            r.drain(),
+            Vec::<Vec<u8>>::new(),
+            "{f:?}: nothing on the link"
+        );
+        assert_eq!(r.stat(STAT_RAW_TX_PORT_HELD), 1, "{f:?}");
+        assert_eq!(r.stat(STAT_RAW_TX_TSO), 0, "{f:?}: not one sent");
+    }
+}
