@@ -367,6 +367,13 @@
    same identity checks as the engine's own (the function's MAC and addresses) and goes to
    the link; a frame that fails them, or is malformed, completes with
    [`crate::cqe::CQE_STATUS_BAD_WQE`] and is counted in [`STAT_RAW_TX_REFUSED`].
+   A TCP segment or UDP datagram from one of the function's addresses and a port a QP
+   or listener of the function holds for that protocol is dropped (the port split: the
+   driver keeps kernel sockets off those ports, so such a frame is stale or forged and
+   would land in the QP's traffic at the peer) and counted in [`STAT_RAW_TX_PORT_HELD`];
+   its WR completes with success, as a NIC's filter drops a frame without failing its
+   sender. Only the first fragment of a fragmented datagram carries ports: it is the one
+   dropped, and the datagram is never reassembled.
  - **Receive WQEs** name one buffer each; a received frame fills one buffer, and the
    CQE's `byte_len` is the frame's length (from the destination MAC, no FCS), its
    `imm_data` the `CQE_RAW_RX_*` bits. A frame longer than the buffer completes it with
@@ -855,6 +862,13 @@
  Frames given to the raw QP with [`crate::cqe::CQE_RAW_RX_CSUM_OK`].
  */
 #define QPIP_STAT_RAW_RX_CSUM_OK 70
+
+/*
+ Frames the raw QP sent that the device dropped: TCP or UDP from one of the function's
+ addresses and a port a QP or listener of the function holds for that protocol (the port
+ split, see [`QP_TYPE_RAW_ETH`]). Their WRs complete with success.
+ */
+#define QPIP_STAT_RAW_TX_PORT_HELD 71
 
 /*
  Size of one CQE slot.

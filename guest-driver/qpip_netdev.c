@@ -200,6 +200,7 @@ static const struct qpip_nd_stat qpip_nd_device_stats[] = {
 	{ "dev_raw_tx_frames", QPIP_STAT_RAW_TX_FRAMES },
 	{ "dev_raw_tx_tso", QPIP_STAT_RAW_TX_TSO },
 	{ "dev_raw_tx_refused", QPIP_STAT_RAW_TX_REFUSED },
+	{ "dev_raw_tx_port_held", QPIP_STAT_RAW_TX_PORT_HELD },
 	{ "dev_raw_rx_frames", QPIP_STAT_RAW_RX_FRAMES },
 	{ "dev_raw_rx_no_wr", QPIP_STAT_RAW_RX_NO_WR },
 	{ "dev_raw_rx_too_long", QPIP_STAT_RAW_RX_TOO_LONG },

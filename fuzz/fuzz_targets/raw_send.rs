@@ -1,17 +1,19 @@
 //! A raw QP's send path on any input: the WQE parser (`engine::decode::raw_send_wqe`) on
 //! a 128-byte ring slot, then the frame the rest of the input stands for through
 //! `engine::raw::frame::prepare` with the WQE's offload fields, the identity check
-//! (`backend::switch::sent_as`) and, for a TSO super-segment, the cut the link makes of
-//! it. Nothing panics; a refused WQE keeps its wr_id; an accepted frame stays within the
-//! MTU (or, with TSO, 65,535 bytes of IP packet) and every segment cut from it fits the
-//! MTU.
+//! (`backend::switch::sent_as`), the port split's look at its source port
+//! (`engine::raw::port_split::source_port`) and, for a TSO super-segment, the cut the link
+//! makes of it. Nothing panics; a refused WQE keeps its wr_id; an accepted frame stays
+//! within the MTU (or, with TSO, 65,535 bytes of IP packet) and every segment cut from it
+//! fits the MTU and names the super-segment's source port, so the port split's verdict on
+//! the whole is its verdict on every frame that reaches the wire.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use qpip_abi::wqe::*;
 use qpip_device::backend::switch::sent_as;
 use qpip_device::engine::decode::{self, Payload};
-use qpip_device::engine::raw::frame;
+use qpip_device::engine::raw::{frame, port_split};
 use qpip_device::net::gso;
 
 const MTU: usize = 1500;
@@ -53,10 +55,16 @@ fuzz_target!(|data: &[u8]| {
     }
     let v6 = [[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe, 0, 0, 1]];
     let _ = sent_as(&ready.frame, &MAC, &v6, &[[10, 0, 0, 1]]);
+    let port = port_split::source_port(&ready.frame);
     if ready.mss != 0 {
         let mut segments = 0;
         gso::split_frame(&ready.frame, ready.mss as usize, |s| {
             assert!(s.len() <= MTU + 14, "a segment of {} bytes", s.len());
+            assert_eq!(
+                port_split::source_port(&s),
+                port,
+                "a segment names its super-segment's source port"
+            );
             segments += 1;
         })
         .expect("a super-segment prepare accepted is one the link can cut");

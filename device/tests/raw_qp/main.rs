@@ -3,7 +3,8 @@
 //! kernel-context rules, frames sent (plain, with checksum offload, cut by TSO, refused as
 //! spoofs), and the steering of received frames (what the raw QP gets alone, what it gets
 //! a copy of, what stays the engine's, and the answers the engine leaves to the kernel
-//! while the raw QP exists). Checksums are verified with smoltcp's wire module.
+//! while the raw QP exists), and the port split between the kernel and the QPs, both ways.
+//! Checksums are verified with smoltcp's wire module.
 
 use qpip_testkit as support;
 
@@ -21,6 +22,7 @@ use smoltcp::wire::{
 use support::*;
 
 mod contexts;
+mod port_split;
 mod receive;
 mod send;
 mod super_frames;
@@ -113,13 +115,19 @@ impl Rig {
         self.settle();
     }
 
+    /// A raw QP receiving one frame a WR.
     fn raw_qp(&mut self) -> RawQp {
+        self.raw_qp_framed(0)
+    }
+
+    /// A raw QP with receive mode `framing` (0 or `RAW_RX_MERGEABLE`), no WR posted.
+    fn raw_qp_framed(&mut self, framing: u8) -> RawQp {
         let ctx = self.g.create_ctx_flags(CTX_FLAG_KERNEL).unwrap();
         let scq = self.g.create_cq(ctx, 64);
         let rcq = self.g.create_cq(ctx, 64);
         let qp = self
             .g
-            .try_create_qp(ctx, (scq.id, rcq.id), 32, (QP_TYPE_RAW_ETH, 0))
+            .try_create_qp(ctx, (scq.id, rcq.id), 32, (QP_TYPE_RAW_ETH, framing))
             .unwrap();
         let (buf, mr) = self.g.reg_buf(ctx, BUF, MR_ACCESS_LOCAL_WRITE);
         RawQp {
@@ -240,6 +248,31 @@ fn ipv4(
     ip[16..20].copy_from_slice(&dst.octets());
     let h = !fold(sum(&ip));
     ip[10..12].copy_from_slice(&h.to_be_bytes());
+    ip.extend_from_slice(&l4);
+    ip
+}
+
+/// An IPv6 packet (no extension headers) of `next` around `l4`, whose checksum field at
+/// `csum_at` gets the right checksum, with hop limit `hop`.
+fn ipv6(
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    next: u8,
+    mut l4: Vec<u8>,
+    csum_at: usize,
+    hop: u8,
+) -> Vec<u8> {
+    let p = sum(&src.octets()) + sum(&dst.octets()) + l4.len() as u32 + next as u32;
+    l4[csum_at..csum_at + 2].copy_from_slice(&[0, 0]);
+    let c = !fold(p + sum(&l4));
+    l4[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());
+    let mut ip = vec![0u8; 40];
+    ip[0] = 0x60;
+    ip[4..6].copy_from_slice(&(l4.len() as u16).to_be_bytes());
+    ip[6] = next;
+    ip[7] = hop;
+    ip[8..24].copy_from_slice(&src.octets());
+    ip[24..40].copy_from_slice(&dst.octets());
     ip.extend_from_slice(&l4);
     ip
 }

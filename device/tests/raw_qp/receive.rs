@@ -133,23 +133,11 @@ fn peer_ipv6(
     dst_mac: [u8; 6],
     dst: Ipv6Addr,
     next: u8,
-    mut l4: Vec<u8>,
+    l4: Vec<u8>,
     csum_at: usize,
     hop: u8,
 ) -> Vec<u8> {
-    let src = peer_v6();
-    let p = sum(&src.octets()) + sum(&dst.octets()) + l4.len() as u32 + next as u32;
-    l4[csum_at..csum_at + 2].copy_from_slice(&[0, 0]);
-    let c = !fold(p + sum(&l4));
-    l4[csum_at..csum_at + 2].copy_from_slice(&c.to_be_bytes());
-    let mut ip = vec![0u8; 40];
-    ip[0] = 0x60;
-    ip[4..6].copy_from_slice(&(l4.len() as u16).to_be_bytes());
-    ip[6] = next;
-    ip[7] = hop;
-    ip[8..24].copy_from_slice(&src.octets());
-    ip[24..40].copy_from_slice(&dst.octets());
-    ip.extend_from_slice(&l4);
+    let ip = ipv6(peer_v6(), dst, next, l4, csum_at, hop);
     eth(dst_mac, PEER_MAC, 0x86dd, &ip)
 }
 

@@ -48,26 +48,7 @@ fn a_merged_super_frame_reaches_the_raw_qp_as_segments_that_fit() {
 /// A raw QP created with `RAW_RX_MERGEABLE` on `r`, receive buffers of `len` bytes posted
 /// in slots `0..n`.
 fn mergeable_qp(r: &mut Rig, n: u64, len: u32) -> RawQp {
-    let ctx = r.g.create_ctx_flags(CTX_FLAG_KERNEL).unwrap();
-    let scq = r.g.create_cq(ctx, 64);
-    let rcq = r.g.create_cq(ctx, 64);
-    let qp =
-        r.g.try_create_qp(
-            ctx,
-            (scq.id, rcq.id),
-            32,
-            (QP_TYPE_RAW_ETH, RAW_RX_MERGEABLE),
-        )
-        .unwrap();
-    let (buf, mr) = r.g.reg_buf(ctx, BUF, MR_ACCESS_LOCAL_WRITE);
-    let mut q = RawQp {
-        ctx,
-        qp,
-        scq,
-        rcq,
-        buf,
-        mr,
-    };
+    let mut q = r.raw_qp_framed(RAW_RX_MERGEABLE);
     r.post_recvs(&mut q, 0, n, len);
     q
 }

@@ -7,7 +7,8 @@
 //!   checksum and segmentation offloads, the function's identity check (the switch's,
 //!   [`crate::backend::switch::sent_as`]) refuses a frame that is not the function's own,
 //!   and the frame joins the stack's queue to the link, after what the engine queued
-//!   before it. Refused: `BAD_WQE`, `STAT_RAW_TX_REFUSED`.
+//!   before it. Refused: `BAD_WQE`, `STAT_RAW_TX_REFUSED`. A TCP or UDP frame from a port
+//!   a QP or listener holds is dropped ([`port_split`]): SUCCESS, `STAT_RAW_TX_PORT_HELD`.
 //! - Receiving: the stack marks what a received frame is to the raw QP
 //!   (`crate::net::stack`'s steering rules) and [`Engine::raw_receive`] places each marked
 //!   frame into the next posted receive buffer, one frame a buffer, at once: no receive
@@ -20,6 +21,7 @@
 //! engine answers as before.
 
 pub mod frame;
+pub mod port_split;
 
 use qpip_abi::admin::*;
 use qpip_abi::cqe::*;
@@ -151,6 +153,12 @@ impl Engine {
                 return 0;
             }
         };
+        if self.raw_from_held_port(&ready.frame) {
+            // The kernel's frame from a QP's port: filtered, not the sender's error.
+            stats.add(STAT_RAW_TX_PORT_HELD, 1);
+            self.write_cqe(mem, send_cq, cqe_ok(wr.wr_id, id, CQE_OP_SEND, len));
+            return 0;
+        }
         stats.add(STAT_RAW_TX_FRAMES, 1);
         if wr.tso {
             stats.add(STAT_RAW_TX_TSO, 1);
