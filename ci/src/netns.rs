@@ -315,27 +315,7 @@ impl LabNet {
              echo 0 >/proc/sys/net/ipv6/conf/default/accept_dad")?;
         let n = self.name.clone();
         ip(&["-n", &n, "link", "set", "lo", "up"])?;
-        // No STP (ports forward at once) and no multicast snooping (neighbour
-        // solicitations go to every port, whoever sent MLD reports). A fixed MAC: a bridge
-        // without one takes its ports' lowest, which changes as TAPs come and go.
-        ip(&[
-            "-n",
-            &n,
-            "link",
-            "add",
-            BRIDGE,
-            "address",
-            BRIDGE_MAC,
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "forward_delay",
-            "0",
-            "mcast_snooping",
-            "0",
-        ])?;
-        self.links.push(BRIDGE.into());
+        self.add_bridge(BRIDGE, BRIDGE_MAC)?;
         ip(&[
             "-n",
             &n,
@@ -369,6 +349,33 @@ impl LabNet {
         self.build_far()
     }
 
+    /// Creates bridge `name` in the namespace (down). No STP (ports forward at once) and no
+    /// multicast snooping (neighbour solicitations go to every port, whoever sent MLD
+    /// reports). A fixed MAC: a bridge without one takes its ports' lowest, which changes
+    /// as TAPs come and go.
+    fn add_bridge(&mut self, name: &str, mac: &str) -> Result<(), String> {
+        let n = self.name.clone();
+        ip(&[
+            "-n",
+            &n,
+            "link",
+            "add",
+            name,
+            "address",
+            mac,
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+            "mcast_snooping",
+            "0",
+        ])?;
+        self.links.push(name.into());
+        Ok(())
+    }
+
     /// The far subnet: the far host's namespace, a veth pair to it, and the lab host
     /// routing between the bridge and it.
     fn build_far(&mut self) -> Result<(), String> {
@@ -386,26 +393,8 @@ impl LabNet {
             "echo 0 >/proc/sys/net/ipv6/conf/all/accept_dad && \
                 echo 0 >/proc/sys/net/ipv6/conf/default/accept_dad",
         )?;
-        // A bridge as the lab's (no STP, no snooping, a fixed MAC), with the veth to the
-        // far host as its first port.
-        ip(&[
-            "-n",
-            &n,
-            "link",
-            "add",
-            FAR_BRIDGE,
-            "address",
-            FAR_BRIDGE_MAC,
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "forward_delay",
-            "0",
-            "mcast_snooping",
-            "0",
-        ])?;
-        self.links.push(FAR_BRIDGE.into());
+        // A bridge as the lab's, with the veth to the far host as its first port.
+        self.add_bridge(FAR_BRIDGE, FAR_BRIDGE_MAC)?;
         ip(&[
             "-n", &n, "link", "add", FAR_LINK, "type", "veth", "peer", "name", FAR_PEER, "netns",
             &far,
