@@ -6,7 +6,9 @@
 
 use qpip_abi::cqe::*;
 use qpip_abi::wqe::PHYS_LKEY;
-use vm_memory::GuestAddressSpace;
+use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemoryMmap};
+
+use crate::engine::decode::Payload;
 
 use super::memory::{Fault, Span};
 use super::Engine;
@@ -53,5 +55,37 @@ impl Engine {
             mr.translate(s.lkey, s.addr, s.length as u64, &mut spans)?;
         }
         Ok(spans)
+    }
+
+    /// Collects a send's bytes, inline or through [`Engine::translate`] (local read is
+    /// always allowed), into one buffer: at most `limit` bytes, else `too_long` (every SGE
+    /// is checked before any byte is read, and the length before either).
+    pub(super) fn gather(
+        &self,
+        mem: &GuestMemoryMmap,
+        ctx: u32,
+        payload: &Payload,
+        limit: usize,
+        too_long: Fault,
+    ) -> Result<Vec<u8>, Fault> {
+        let _stage = crate::stages::span(crate::stages::Stage::GetData);
+        let sges = match payload {
+            Payload::Inline(bytes) if bytes.len() <= limit => return Ok(bytes.clone()),
+            Payload::Inline(_) => return Err(too_long),
+            Payload::Gather(sges) => sges,
+        };
+        let total: u64 = sges.iter().map(|s| s.length as u64).sum();
+        if total > limit as u64 {
+            return Err(too_long);
+        }
+        let spans = self.translate(ctx, sges, 0)?;
+        let mut out = vec![0u8; total as usize];
+        let mut at = 0;
+        for s in spans {
+            mem.read_slice(&mut out[at..at + s.len], GuestAddress(s.addr))
+                .map_err(|_| Fault::protection(CQE_DETAIL_OUT_OF_BOUNDS))?;
+            at += s.len;
+        }
+        Ok(out)
     }
 }

@@ -14,7 +14,7 @@ use qpip_abi::cqe::*;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::completion::{cqe, cqe_ok};
-use super::decode::{self, Payload};
+use super::decode;
 use super::memory::Fault;
 use super::ports::Proto;
 use super::Engine;
@@ -90,7 +90,16 @@ impl Engine {
             );
             return;
         };
-        let payload = match self.gather(mem, ctx, &wr.payload) {
+        let payload = match self.gather(
+            mem,
+            ctx,
+            &wr.payload,
+            MAX_UDP_PAYLOAD,
+            Fault {
+                status: CQE_STATUS_LOCAL_LENGTH,
+                detail: CQE_DETAIL_NONE,
+            },
+        ) {
             Ok(p) => p,
             Err(f) => {
                 if f.status == CQE_STATUS_LOCAL_PROTECTION {
@@ -124,32 +133,6 @@ impl Engine {
             }
             Err(detail) => self.write_cqe(mem, send_cq, fail(CQE_STATUS_BAD_DEST, detail)),
         }
-    }
-
-    /// Collects a send's bytes: inline, or through the context's memory regions (local
-    /// read is always allowed). Every SGE is checked before any byte is read.
-    fn gather(&self, mem: &GuestMemoryMmap, ctx: u32, payload: &Payload) -> Result<Vec<u8>, Fault> {
-        let _stage = crate::stages::span(crate::stages::Stage::GetData);
-        let sges = match payload {
-            Payload::Inline(bytes) => return Ok(bytes.clone()),
-            Payload::Gather(sges) => sges,
-        };
-        let total: u64 = sges.iter().map(|s| s.length as u64).sum();
-        if total > MAX_UDP_PAYLOAD as u64 {
-            return Err(Fault {
-                status: CQE_STATUS_LOCAL_LENGTH,
-                detail: CQE_DETAIL_NONE,
-            });
-        }
-        let spans = self.translate(ctx, sges, 0)?;
-        let mut out = vec![0u8; total as usize];
-        let mut at = 0;
-        for s in spans {
-            mem.read_slice(&mut out[at..at + s.len], GuestAddress(s.addr))
-                .map_err(|_| Fault::protection(CQE_DETAIL_OUT_OF_BOUNDS))?;
-            at += s.len;
-        }
-        Ok(out)
     }
 
     /// The receive path: demultiplex by port, take the next posted receive WR, check and

@@ -28,7 +28,7 @@ use qpip_abi::cqe::*;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use super::completion::{cqe, cqe_ok};
-use super::decode::{self, Payload};
+use super::decode;
 use super::memory::Fault;
 use super::Engine;
 use crate::net::gso;
@@ -130,7 +130,7 @@ impl Engine {
         } else {
             self.net.stack.mtu() + crate::net::wire::ETH_LEN
         };
-        let bytes = match self.raw_gather(mem, ctx, &wr.frame, limit) {
+        let bytes = match self.gather(mem, ctx, &wr.frame, limit, too_long()) {
             Ok(b) => b,
             Err(f) => {
                 if f.status == CQE_STATUS_LOCAL_PROTECTION {
@@ -182,37 +182,6 @@ impl Engine {
             }
         }
         crate::backend::switch::sent_as(frame, &stack.mac(), &v6, &v4)
-    }
-
-    /// Collects a frame's bytes: inline, or through the context's regions and (in a
-    /// kernel context) guest-physical memory; at most `limit` bytes (else `BAD_WQE`, as
-    /// every frame too long).
-    /// Every SGE is checked before any byte is read.
-    fn raw_gather(
-        &self,
-        mem: &GuestMemoryMmap,
-        ctx: u32,
-        payload: &Payload,
-        limit: usize,
-    ) -> Result<Vec<u8>, Fault> {
-        let sges = match payload {
-            Payload::Inline(bytes) if bytes.len() <= limit => return Ok(bytes.clone()),
-            Payload::Inline(_) => return Err(too_long()),
-            Payload::Gather(sges) => sges,
-        };
-        let total: u64 = sges.iter().map(|s| s.length as u64).sum();
-        if total > limit as u64 {
-            return Err(too_long());
-        }
-        let spans = self.translate(ctx, sges, 0)?;
-        let mut out = vec![0u8; total as usize];
-        let mut at = 0;
-        for s in spans {
-            mem.read_slice(&mut out[at..at + s.len], GuestAddress(s.addr))
-                .map_err(|_| Fault::protection(CQE_DETAIL_OUT_OF_BOUNDS))?;
-            at += s.len;
-        }
-        Ok(out)
     }
 
     /// A frame from the link the stack marked for the raw QP (`rx`): placed into its next
