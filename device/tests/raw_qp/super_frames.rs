@@ -11,15 +11,7 @@ fn a_merged_super_frame_reaches_the_raw_qp_as_segments_that_fit() {
     let mut q = r.raw_qp();
     r.post_recvs(&mut q, 0, 8, 2048);
     let payload: Vec<u8> = (0..4000u32).map(|i| (i * 7 + 3) as u8).collect();
-    let ip = ipv4(
-        PEER_V4,
-        V4,
-        6,
-        tcp(40000, 9999, 1000, 0x18, &payload),
-        16,
-        false,
-    );
-    let frame = eth(MAC, PEER_MAC, 0x0800, &ip);
+    let frame = peer_super_frame(&payload);
     assert!(frame.len() > 1514);
     r.inject(&frame);
     let c = r.cqes(&mut q.rcq);
@@ -45,6 +37,20 @@ fn a_merged_super_frame_reaches_the_raw_qp_as_segments_that_fit() {
     assert_eq!(r.stat(STAT_RAW_RX_TOO_LONG), 0);
 }
 
+/// What a link that merges segments hands over: the peer's TCP segment (IPv4, sequence
+/// number 1000, port 40000 to 9999) of all of `payload`, however long.
+fn peer_super_frame(payload: &[u8]) -> Vec<u8> {
+    let ip = ipv4(
+        PEER_V4,
+        V4,
+        6,
+        tcp(40000, 9999, 1000, 0x18, payload),
+        16,
+        false,
+    );
+    eth(MAC, PEER_MAC, 0x0800, &ip)
+}
+
 /// A raw QP created with `RAW_RX_MERGEABLE` on `r`, receive buffers of `len` bytes posted
 /// in slots `0..n`.
 fn mergeable_qp(r: &mut Rig, n: u64, len: u32) -> RawQp {
@@ -62,15 +68,7 @@ fn mergeable_buffers_take_a_super_frame_whole() {
     let mut r = rig_on(memory::pair_gso().unwrap());
     let mut q = mergeable_qp(&mut r, 8, 2048);
     let payload: Vec<u8> = (0..5000u32).map(|i| (i * 13 + 1) as u8).collect();
-    let ip = ipv4(
-        PEER_V4,
-        V4,
-        6,
-        tcp(40000, 9999, 1000, 0x18, &payload),
-        16,
-        false,
-    );
-    let frame = eth(MAC, PEER_MAC, 0x0800, &ip);
+    let frame = peer_super_frame(&payload);
     r.inject(&frame);
     let c = r.cqes(&mut q.rcq);
     assert_eq!(c.len(), 3, "5054 bytes in buffers of 2048: {c:?}");
@@ -136,15 +134,7 @@ fn a_mergeable_piece_that_cannot_be_placed_keeps_the_frame_boundary() {
     r.g.post_wqes(&mut q.qp, false, &ws);
     r.settle();
     let payload = vec![0x5au8; 5000];
-    let ip = ipv4(
-        PEER_V4,
-        V4,
-        6,
-        tcp(40000, 9999, 1000, 0x18, &payload),
-        16,
-        false,
-    );
-    r.inject(&eth(MAC, PEER_MAC, 0x0800, &ip));
+    r.inject(&peer_super_frame(&payload));
     let c = r.cqes(&mut q.rcq);
     assert_eq!(c.len(), 3, "{c:?}");
     assert_cqe(&c[0], CQE_STATUS_SUCCESS, CQE_DETAIL_NONE, "first piece");
