@@ -1,5 +1,6 @@
 //! A stack on a backend: frames from the wire into the stack, the stack's frames onto the
-//! wire, timers of both.
+//! wire, timers of both, and the link's state: while the link is down the stack's frames
+//! are dropped and counted (`tx_link_down`), never held.
 
 use std::os::fd::RawFd;
 use std::time::Instant;
@@ -14,15 +15,19 @@ pub struct Interface {
     buf: Vec<u8>,
     /// The last backend error was logged; further ones are only counted.
     tx_error_logged: bool,
+    /// The link's state as last looked at ([`Interface::check_link`]).
+    link_up: bool,
 }
 
 impl Interface {
-    pub fn new(stack: Stack, backend: Box<dyn Backend>) -> Interface {
+    pub fn new(stack: Stack, mut backend: Box<dyn Backend>) -> Interface {
+        let link_up = backend.link_up();
         let mut i = Interface {
             stack,
             backend,
             buf: vec![0; MAX_FRAME],
             tx_error_logged: false,
+            link_up,
         };
         // The link learns who the stack is before its first frame.
         if let Err(e) = i.claim_identity() {
@@ -66,6 +71,27 @@ impl Interface {
         std::mem::replace(&mut self.backend, Box::new(crate::backend::none::NoLink))
     }
 
+    /// The link's state as last looked at.
+    pub fn link_up(&self) -> bool {
+        self.link_up
+    }
+
+    /// Whether the link's state can change on its own (someone must look now and then).
+    pub fn link_watched(&self) -> bool {
+        self.backend.link_watched()
+    }
+
+    /// Looks at the link's state (maybe a system call: not per frame). Some(up) when it
+    /// changed since the last look.
+    pub fn check_link(&mut self) -> Option<bool> {
+        let up = self.backend.link_up();
+        if up == self.link_up {
+            return None;
+        }
+        self.link_up = up;
+        Some(up)
+    }
+
     /// Readable when a frame may be waiting (sleep in poll(2) on it, with
     /// [`Interface::next_deadline`] as the timeout).
     pub fn fd(&self) -> RawFd {
@@ -77,8 +103,15 @@ impl Interface {
         let _stage = crate::stages::span(crate::stages::Stage::Send);
         let mut n = 0;
         while let Some((f, gso)) = self.stack.pop_tx_gso() {
+            if !self.link_up {
+                self.stack.stats_mut().tx_link_down += 1;
+                continue;
+            }
             match self.backend.send_owned(f, gso) {
                 Ok(()) => n += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NetworkDown => {
+                    self.stack.stats_mut().tx_link_down += 1;
+                }
                 Err(e) => {
                     self.stack.stats_mut().tx_errors += 1;
                     if !self.tx_error_logged && e.kind() != std::io::ErrorKind::WouldBlock {
