@@ -259,3 +259,46 @@ impl Interface {
             .min()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::memory;
+    use crate::net::config::NetConfig;
+
+    fn frames(far: &mut memory::MemoryLink) -> usize {
+        let mut buf = vec![0u8; MAX_FRAME];
+        let mut n = 0;
+        while far.recv(&mut buf).unwrap().is_some() {
+            n += 1;
+        }
+        n
+    }
+
+    /// While the link is down the stack's frames are dropped and counted, not held: none
+    /// of them goes out once it is back; what the stack sends then does.
+    #[test]
+    fn frames_are_dropped_while_the_link_is_down() {
+        let (near, mut far) = memory::pair().unwrap();
+        let plug = near.plug();
+        plug.set_up(false);
+        let mut c = NetConfig::new([2, 0, 0, 0, 0, 1]);
+        c.seed = Some(1);
+        let mut i = Interface::new(Stack::new(&c, Instant::now()), Box::new(near));
+        assert!(!i.link_up());
+        let dropped = i.stack.stats().tx_link_down;
+        assert!(dropped > 0, "the link-local address's probe, dropped");
+        assert_eq!(frames(&mut far), 0);
+
+        plug.set_up(true);
+        assert_eq!(i.check_link(), Some(true));
+        assert_eq!(i.check_link(), None, "a change is reported once");
+        i.flush();
+        assert_eq!(frames(&mut far), 0, "nothing was held for the link");
+        i.stack.set_addresses(&[("fd00::1".parse().unwrap(), 64)]);
+        i.flush();
+        assert!(frames(&mut far) > 0, "the new address's probe goes out");
+        assert_eq!(i.stack.stats().tx_link_down, dropped);
+        assert_eq!(i.stack.stats().tx_errors, 0);
+    }
+}
