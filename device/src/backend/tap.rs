@@ -179,7 +179,7 @@ impl Tap {
     }
 }
 
-/// A socket for the interface ioctls (SIOC[GS]IFFLAGS).
+/// A socket for the interface ioctls (SIOCGIFFLAGS, SIOCSIFFLAGS).
 fn ioctl_socket() -> io::Result<File> {
     // SAFETY: plain socket(2); the fd is owned by the File right after.
     let fd = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
