@@ -182,6 +182,12 @@ struct qpip_dev {
 	 * command got no completion); scheduled only while the admin queue runs.
 	 */
 	struct work_struct fault_work;
+	/*
+	 * Carries a change of the device's link (ASYNC_EVENT_LINK, or events lost) to the
+	 * network interface's carrier (qpip_netdev.c): the event comes in the admin
+	 * interrupt, the carrier is set under rtnl.
+	 */
+	struct work_struct link_work;
 	unsigned int generation;
 	/*
 	 * Serialises mmap of the doorbell and kick pages against their revocation on remove
@@ -423,6 +429,7 @@ void qpip_vector_set_netdev(struct qpip_vector *vec, struct qpip_netdev *nd);
 int qpip_netdev_probe(struct qpip_dev *qdev);
 void qpip_netdev_remove(struct qpip_dev *qdev);
 void qpip_netdev_reset_done(struct qpip_dev *qdev);
+void qpip_netdev_link_work(struct work_struct *work);
 void qpip_netdev_irq(struct qpip_netdev *nd);
 void qpip_netdev_mirror_addr(struct qpip_dev *qdev, bool add, const u8 *addr, u8 prefix_len);
 void qpip_netdev_mirror_mac(struct qpip_dev *qdev, const u8 *mac);

@@ -14,7 +14,7 @@
 /*
  Minor version of this interface.
  */
-#define QPIP_ABI_VERSION_MINOR 3
+#define QPIP_ABI_VERSION_MINOR 4
 
 /*
  Largest admin queue depth.
@@ -227,6 +227,16 @@
  been placed). Reason 0.
  */
 #define QPIP_ASYNC_EVENT_PEER_CLOSED 2
+
+/*
+ The function's link went up or down ([`crate::regs::STATUS_LINK_UP`] changed). A
+ device-level event, about no context: result0 (the context) is 0, which no context
+ has, and result1 is the link's state when the event was raised, 1 up or 0 down (reason
+ 0). It goes to whichever `ASYNC_EVENT` request is pending, like every event; a driver
+ reads [`crate::regs::REG_STATUS`] for the state now (events may have been lost, and a
+ link that flaps raises one per change). Since minor version 4.
+ */
+#define QPIP_ASYNC_EVENT_LINK 3
 
 /*
  The peer sent a reset.
@@ -1352,6 +1362,20 @@
  does clearing [`CONTROL_ENABLE`]. A driver that sees it should log it and reset.
  */
 #define QPIP_STATUS_FAILED (1 << 3)
+
+/*
+ [`REG_STATUS`] bit: the function's link is up — frames can go out of the adapter and
+ come in, as a NIC's port reports its carrier. What "up" means depends on the device's
+ network: a host TAP that is administratively up and running; a port of the adapter's
+ embedded switch whose uplink is up (or a switch with no uplink: its functions still
+ reach each other), as SR-IOV VFs in "auto" link mode; no network at all is down. The
+ device samples its link a few times a second, so a change shows here within a
+ fraction of a second; each change also raises [`crate::admin::ASYNC_EVENT_LINK`].
+ While the link is down, frames for it are dropped and counted, never queued. Not
+ changed by enable or reset (the link is not the function's state). Since minor
+ version 4: an older device never sets it, and a driver should take its link as up.
+ */
+#define QPIP_STATUS_LINK_UP (1 << 4)
 
 /*
  End of the register file: offsets from here up to [`KICK_PAGE_OFFSET`] are reserved

@@ -5,7 +5,9 @@
  * Accept, connect and close complete later, out of order on the admin queue: their
  * completions become event records of the context that gave them. Asynchronous events of
  * the device (a QP reset by its peer or timed out, a peer that closed) arrive through the
- * admin queue's ASYNC_EVENT requests and go to the one context that owns the QP. A context
+ * admin queue's ASYNC_EVENT requests and go to the one context that owns the QP; a change of
+ * the device's link (ASYNC_EVENT_LINK, about no context) goes to the network interface
+ * (qpip_netdev_link_work), as does a loss, which may have hidden one. A context
  * holds at most QPIP_MAX_ASYNC_EVENTS_PER_CTX of those unread; losses beyond, or ones the
  * device reports, are read as one EVENT_LOST. The file polls readable while a record waits.
  */
@@ -58,6 +60,8 @@ void qpip_ctx_async_event(struct qpip_dev *qdev, const struct qpip_admin_cqe *cq
 	struct qpip_cmd *c;
 	unsigned int i;
 
+	if (kind == QPIP_ASYNC_EVENT_LINK || (cqe->result2 & QPIP_ASYNC_FLAG_LOST))
+		schedule_work(&qdev->link_work);
 	spin_lock(&qdev->ctx_lock);
 	if (cqe->result2 & QPIP_ASYNC_FLAG_LOST) {
 		for (i = 0; i < ARRAY_SIZE(qdev->live); i++) {
@@ -79,6 +83,8 @@ void qpip_ctx_async_event(struct qpip_dev *qdev, const struct qpip_admin_cqe *cq
 	case QPIP_ASYNC_EVENT_PEER_CLOSED:
 		ev.kind = QPIP_EVENT_PEER_CLOSED;
 		break;
+	case QPIP_ASYNC_EVENT_LINK:
+		goto out;	/* the interface's, above */
 	default:
 		dev_warn_ratelimited(&qdev->pdev->dev,
 				     "unknown asynchronous event %u (reason %u) ignored\n",

@@ -324,6 +324,7 @@ static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (IS_ERR(qdev))
 		return PTR_ERR(qdev);
 	INIT_WORK(&qdev->fault_work, qpip_fault_work);
+	INIT_WORK(&qdev->link_work, qpip_netdev_link_work);
 
 	qdev->ctrl = qpip_map_bar(pdev, QPIP_CTRL_BAR, QPIP_CTRL_BAR_SIZE, "control");
 	if (IS_ERR(qdev->ctrl)) {
@@ -405,6 +406,8 @@ err_admin:
 	cancel_work_sync(&qdev->fault_work);
 	qpip_admin_stop(qdev);
 	qpip_admin_stop_events(qdev);
+	/* No event schedules it any more. */
+	cancel_work_sync(&qdev->link_work);
 	qpip_admin_free(qdev);
 err_irqs:
 	qpip_teardown_irqs(qdev);
@@ -447,6 +450,8 @@ static void qpip_remove(struct pci_dev *pdev)
 	qpip_teardown_irqs(qdev);
 	pci_clear_master(pdev);
 	qpip_admin_stop_events(qdev);
+	/* No event schedules it any more; it finds no interface. */
+	cancel_work_sync(&qdev->link_work);
 	qpip_admin_free(qdev);
 	dev_info(&pdev->dev, "%s: removed\n", dev_name(&qdev->dev));
 	pci_set_drvdata(pdev, NULL);

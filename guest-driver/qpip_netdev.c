@@ -7,8 +7,12 @@
  * One interface per function, created at probe once the admin queue runs and removed first
  * at remove. Its queues (qpip_netdev_queue.c) exist while it is up: created at ndo_open,
  * destroyed at ndo_stop, so a down interface holds no device context, no ring memory and
- * no receive buffers, and an MTU change is a rebuild. The device has no link-state event
- * yet: the carrier is on exactly while the queues are up.
+ * no receive buffers, and an MTU change is a rebuild.
+ *
+ * The carrier is on exactly while the queues are up and the device's link is up, as a real
+ * NIC reports its port's link (`ethtool` "Link detected" reads the carrier). The link is
+ * read from REG_STATUS (STATUS_LINK_UP) at open and again on each ASYNC_EVENT_LINK (or lost
+ * events), in qpip_netdev_link_work; a device before interface 2.4 reports no link: up.
  */
 #include <linux/ethtool.h>
 #include <linux/etherdevice.h>
@@ -16,6 +20,49 @@
 #include <linux/rtnetlink.h>
 
 #include "qpip_netdev.h"
+
+/* ---- link and carrier ---- */
+
+/* Whether the device's link is up: STATUS_LINK_UP, which a device before 2.4 does not have. */
+static bool qpip_nd_read_link(struct qpip_dev *qdev)
+{
+	if (qpip_version_major(qdev->version) == 2 && qpip_version_minor(qdev->version) < 4)
+		return true;
+	return qpip_rd(qdev, QPIP_REG_STATUS) & QPIP_STATUS_LINK_UP;
+}
+
+/* The carrier from the queues and the link (rtnl held). */
+static void qpip_nd_set_carrier(struct qpip_netdev *nd)
+{
+	if (nd->queues_up && nd->link_up)
+		netif_carrier_on(nd->netdev);
+	else
+		netif_carrier_off(nd->netdev);
+}
+
+/*
+ * The device's link changed, or events were lost (scheduled from the admin interrupt):
+ * read it again and set the carrier. Takes rtnl, then qdev->lock, as the rtnl holders do.
+ */
+void qpip_netdev_link_work(struct work_struct *work)
+{
+	struct qpip_dev *qdev = container_of(work, struct qpip_dev, link_work);
+	struct qpip_netdev *nd;
+	bool up;
+
+	rtnl_lock();
+	down_read(&qdev->lock);
+	nd = qdev->netdev;
+	if (nd && !qdev->unbound) {
+		up = qpip_nd_read_link(qdev);
+		if (up != nd->link_up)
+			netdev_info(nd->netdev, "link %s\n", up ? "up" : "down");
+		nd->link_up = up;
+		qpip_nd_set_carrier(nd);
+	}
+	up_read(&qdev->lock);
+	rtnl_unlock();
+}
 
 /* ---- open, stop, reset ---- */
 
@@ -25,6 +72,8 @@ static int qpip_nd_open(struct net_device *dev)
 	int ret;
 
 	netif_carrier_off(dev);
+	nd->queues_up = false;
+	nd->link_up = qpip_nd_read_link(nd->qdev);
 	qpip_nd_addr_import(nd);
 	ret = qpip_nd_queues_up(nd);
 	if (ret) {
@@ -37,7 +86,10 @@ static int qpip_nd_open(struct net_device *dev)
 	}
 	netdev_reset_queue(dev);
 	netif_start_queue(dev);
-	netif_carrier_on(dev);
+	nd->queues_up = true;
+	if (!nd->link_up)
+		netdev_info(dev, "link down\n");
+	qpip_nd_set_carrier(nd);
 	return 0;
 }
 
@@ -45,6 +97,7 @@ static int qpip_nd_stop(struct net_device *dev)
 {
 	struct qpip_netdev *nd = netdev_priv(dev);
 
+	nd->queues_up = false;
 	netif_carrier_off(dev);
 	netif_tx_disable(dev);
 	qpip_nd_queues_down(nd);

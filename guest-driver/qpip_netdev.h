@@ -141,6 +141,9 @@ struct qpip_netdev {
 	struct qpip_dev *qdev;
 	struct napi_struct napi;
 	struct qpip_nd_queues q;	/* under rtnl */
+	/* Under rtnl: the carrier is on exactly while both are true. */
+	bool queues_up;			/* opened with its queues */
+	bool link_up;			/* the device's link, as last read (STATUS_LINK_UP) */
 	/* One writer each: NAPI (send completions; receives, and refills at open). */
 	struct qpip_nd_stats tx_stats;
 	struct qpip_nd_stats rx_stats;

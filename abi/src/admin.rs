@@ -195,6 +195,13 @@ pub const ASYNC_EVENT_QP_ERROR: u16 = 1;
 /// The peer of a TCP QP closed its direction (a FIN arrived and every byte before it has
 /// been placed). Reason 0.
 pub const ASYNC_EVENT_PEER_CLOSED: u16 = 2;
+/// The function's link went up or down ([`crate::regs::STATUS_LINK_UP`] changed). A
+/// device-level event, about no context: result0 (the context) is 0, which no context
+/// has, and result1 is the link's state when the event was raised, 1 up or 0 down (reason
+/// 0). It goes to whichever `ASYNC_EVENT` request is pending, like every event; a driver
+/// reads [`crate::regs::REG_STATUS`] for the state now (events may have been lost, and a
+/// link that flaps raises one per change). Since minor version 4.
+pub const ASYNC_EVENT_LINK: u16 = 3;
 /// The peer sent a reset.
 pub const ASYNC_REASON_PEER_RESET: u8 = 1;
 /// Retransmissions (or keepalives) went unanswered.

@@ -87,6 +87,17 @@ pub const STATUS_ADMIN_ERROR: u32 = 1 << 2;
 /// FLR) brings the function back with no objects, as after start, and clears the bit; so
 /// does clearing [`CONTROL_ENABLE`]. A driver that sees it should log it and reset.
 pub const STATUS_FAILED: u32 = 1 << 3;
+/// [`REG_STATUS`] bit: the function's link is up — frames can go out of the adapter and
+/// come in, as a NIC's port reports its carrier. What "up" means depends on the device's
+/// network: a host TAP that is administratively up and running; a port of the adapter's
+/// embedded switch whose uplink is up (or a switch with no uplink: its functions still
+/// reach each other), as SR-IOV VFs in "auto" link mode; no network at all is down. The
+/// device samples its link a few times a second, so a change shows here within a
+/// fraction of a second; each change also raises [`crate::admin::ASYNC_EVENT_LINK`].
+/// While the link is down, frames for it are dropped and counted, never queued. Not
+/// changed by enable or reset (the link is not the function's state). Since minor
+/// version 4: an older device never sets it, and a driver should take its link as up.
+pub const STATUS_LINK_UP: u32 = 1 << 4;
 
 /// End of the register file: offsets from here up to [`KICK_PAGE_OFFSET`] are reserved
 /// (read as 0, writes ignored).

@@ -276,6 +276,8 @@ kv insmod.nd "$([ -e /sys/class/net/$ND ] && echo present || echo gone)"
 /// What the lab host saw of guest a's kernel over the qpip interface.
 #[derive(Debug)]
 struct HostView {
+    /// Taking the adapter's uplink TAP down and up again ([`flap_uplink`]).
+    link: Result<(), String>,
     g2h: SentOrWhy,
     h2g_sha: String,
     h2g: Result<(), String>,
@@ -297,6 +299,31 @@ fn host_takes(host: &LabHost, bind: &str, ready: &str, n: usize) -> SentOrWhy {
     })
     .map_err(|e| e.to_string())
     .and_then(|r| r)
+}
+
+/// In the lab's namespace, the adapter's uplink TAP taken down when guest a asks
+/// (`nd-link-down`) and up again when it asks (`nd-link-up`); each done is signalled
+/// (`nd-link-is-down`, `nd-link-is-up`) whatever happened, so the guest never waits long.
+fn flap_uplink(host: &LabHost) -> Result<(), String> {
+    let set = |state: &str| -> Result<(), String> {
+        let tap = netns::ADAPTER_TAP;
+        let st = host
+            .command("ip")
+            .args(["link", "set", tap, state])
+            .status()
+            .map_err(|e| format!("ip link set {tap} {state}: {e}"))?;
+        st.success()
+            .then_some(())
+            .ok_or(format!("ip link set {tap} {state}: {st}"))
+    };
+    let limit = Duration::from_secs(300);
+    let down = host
+        .wait_for("nd-link-down", limit)
+        .and_then(|_| set("down"));
+    let _ = host.signal("nd-link-is-down");
+    let up = host.wait_for("nd-link-up", limit).and_then(|_| set("up"));
+    let _ = host.signal("nd-link-is-up");
+    down.and(up)
 }
 
 /// The lab host's iperf3 server on port 5299 while guest a runs its clients (from its
@@ -321,7 +348,9 @@ fn iperf3_server(host: &LabHost) {
 }
 
 /// The guest kernel's traffic through the raw QP (a device with raw QPs): carrier on,
-/// ping and ping -6 to the lab host and to the other guest's device, a TCP stream from a
+/// ping and ping -6 to the lab host and to the other guest's device, the carrier off
+/// while the lab host has the adapter's uplink TAP down and on again after (a ping
+/// through it then), a TCP stream from a
 /// busybox nc in guest a's kernel to the lab host (TSO) and one from the lab host's plain
 /// socket to a busybox nc in a's kernel (the engine has no listener on that port, so the
 /// raw QP gets it), each with its SHA-256 compared, Debian's iperf3 against the lab host's
@@ -346,6 +375,23 @@ ping -c 5 -W 5 -I $ND $H4 >/tmp/p4 2>&1; kv ping4.status $?
 ping -6 -c 5 -W 5 -I $ND $H6 >/tmp/p6 2>&1; kv ping6.status $?
 ping -c 5 -W 5 -I $ND $B4 >/tmp/pb 2>&1; kv ping_b.status $?
 ping -6 -c 5 -W 5 -I $ND $B >/tmp/pb6 2>&1; kv ping6_b.status $?
+# The lab host takes the adapter's uplink TAP down and up: the carrier (and ethtool's
+# "Link detected") follows the device's link, and traffic flows again once it is back.
+carrier_is() {
+    i=0; until [ "$(cat /sys/class/net/$ND/carrier 2>/dev/null)" = "$1" ] || [ $i -ge 100 ]; do
+        i=$((i + 1)); sleep 0.1
+    done
+}
+link_detected() { ethtool $ND 2>/dev/null | awk -F': ' '/Link detected/ {print $2}'; }
+touch /lab/nd-link-down; await nd-link-is-down
+carrier_is 0
+kv link_down.carrier "$(cat /sys/class/net/$ND/carrier 2>/dev/null || echo missing)"
+kv link_down.ethtool "$(link_detected)"
+touch /lab/nd-link-up; await nd-link-is-up
+carrier_is 1
+kv link_up.carrier "$(cat /sys/class/net/$ND/carrier 2>/dev/null || echo missing)"
+kv link_up.ethtool "$(link_detected)"
+ping -c 3 -w 30 -I $ND $H4 >/tmp/pl 2>&1; kv ping_link.status $?
 head -c 1000000 /dev/urandom > /tmp/g2h; digest g2h.in /tmp/g2h
 await nd-g2h; timeout 300 nc $H4 7553 < /tmp/g2h; kv g2h.status $?
 nc -l -p 7552 > /tmp/h2g &
@@ -388,6 +434,7 @@ lab-wait host-done 300
 "#,
     );
     let out = pair_lab(&a_script, &b_script, 600, |host: &LabHost| {
+        let link = flap_uplink(host);
         let g2h = host_takes(host, "0.0.0.0:7553", "nd-g2h", 1_000_000);
         let data = pattern(1_000_000, 7);
         let to = SocketAddrV4::new(netns::device_addr4(1).parse().unwrap(), 7552);
@@ -397,6 +444,7 @@ lab-wait host-done 300
         iperf3_server(host);
         let _ = host.signal("host-done");
         HostView {
+            link,
             g2h,
             h2g_sha: sha256(&data),
             h2g,
@@ -409,6 +457,24 @@ lab-wait host-done 300
     for p in ["ping4", "ping6", "ping_b", "ping6_b"] {
         assert_eq!(a.get(&format!("{p}.status")), "0", "{p}\n{ctx}");
     }
+    assert_eq!(out.host.link, Ok(()), "the uplink TAP down and up\n{ctx}");
+    assert_eq!(
+        a.get("link_down.carrier"),
+        "0",
+        "no carrier while the uplink is down\n{ctx}"
+    );
+    assert_eq!(a.get("link_down.ethtool"), "no", "{ctx}");
+    assert_eq!(
+        a.get("link_up.carrier"),
+        "1",
+        "the carrier back with the uplink\n{ctx}"
+    );
+    assert_eq!(a.get("link_up.ethtool"), "yes", "{ctx}");
+    assert_eq!(
+        a.get("ping_link.status"),
+        "0",
+        "ping through the interface after the link came back\n{ctx}"
+    );
     match &out.host.g2h {
         Ok((n, sha)) => {
             assert_eq!(n.to_string(), a.get("g2h.in.bytes"), "{ctx}");

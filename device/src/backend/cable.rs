@@ -22,6 +22,9 @@
 //! connects afresh at least every second while connected ([`Backend::next_deadline`]),
 //! so an end that only listens also takes the new one's frames (until then the kernel
 //! refuses them at the sender, which counts them as lost).
+//!
+//! Its link is always up ([`Backend::link_up`]'s default): whether the other end is there
+//! is only learnt by sending to it, and an unplugged cable's frames are lost as they are.
 
 use std::collections::VecDeque;
 use std::io;

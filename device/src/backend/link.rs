@@ -201,6 +201,14 @@ impl<B: Backend> Backend for Link<B> {
         self.inner.describe()
     }
 
+    fn link_up(&mut self) -> bool {
+        self.inner.link_up()
+    }
+
+    fn link_watched(&self) -> bool {
+        self.inner.link_watched()
+    }
+
     fn claim_identity(
         &mut self,
         mac: [u8; 6],

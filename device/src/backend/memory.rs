@@ -1,9 +1,12 @@
 //! An in-process link between two endpoints, for tests: two bounded frame queues, each
-//! with an eventfd that is readable while its queue holds frames.
+//! with an eventfd that is readable while its queue holds frames. Each endpoint's link is
+//! up until a test pulls its [`Plug`]: then [`Backend::link_up`] says down and its sends
+//! are refused (`NetworkDown`), as a TAP whose host side is down refuses them.
 
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
@@ -34,6 +37,26 @@ pub struct MemoryLink {
     tx: Arc<Queue>,
     name: String,
     gso: bool,
+    plug: Plug,
+}
+
+/// A test's hold on one endpoint's link state ([`MemoryLink::plug`]).
+#[derive(Clone, Debug)]
+pub struct Plug(Arc<AtomicBool>);
+
+impl Plug {
+    fn new() -> Plug {
+        Plug(Arc::new(AtomicBool::new(true)))
+    }
+
+    /// Takes the endpoint's link up (`true`) or down.
+    pub fn set_up(&self, up: bool) {
+        self.0.store(up, Ordering::Release);
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 /// Two endpoints joined to each other; every frame is at most the MTU.
@@ -57,18 +80,28 @@ fn pair_with(gso: bool) -> io::Result<(MemoryLink, MemoryLink)> {
             tx: y.clone(),
             name: "memory:a".into(),
             gso,
+            plug: Plug::new(),
         },
         MemoryLink {
             rx: y,
             tx: x,
             name: "memory:b".into(),
             gso,
+            plug: Plug::new(),
         },
     ))
 }
 
 impl MemoryLink {
+    /// The hold on this endpoint's link state, for a test to take it down and up.
+    pub fn plug(&self) -> Plug {
+        self.plug.clone()
+    }
+
     fn push(&mut self, frame: Vec<u8>) -> io::Result<()> {
+        if !self.plug.is_up() {
+            return Err(io::ErrorKind::NetworkDown.into());
+        }
         let mut q = self.tx.frames.lock().expect("not poisoned");
         if q.len() >= QUEUE_LIMIT {
             return Err(io::ErrorKind::WouldBlock.into());
@@ -138,6 +171,14 @@ impl Backend for MemoryLink {
     fn describe(&self) -> String {
         self.name.clone()
     }
+
+    fn link_up(&mut self) -> bool {
+        self.plug.is_up()
+    }
+
+    fn link_watched(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
@@ -160,5 +201,20 @@ mod tests {
         a.send(&[1, 2, 3]).unwrap();
         let mut small = [0u8; 8];
         assert_eq!(b.recv(&mut small).unwrap(), Some(3));
+    }
+
+    /// A pulled plug takes the endpoint's link down and refuses its sends, until put back.
+    #[test]
+    fn a_pulled_plug_takes_the_link_down() {
+        let (mut a, mut b) = pair().unwrap();
+        assert!(a.link_up());
+        a.plug().set_up(false);
+        assert!(!a.link_up() && b.link_up());
+        let e = a.send(&[1, 2, 3]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NetworkDown);
+        assert_eq!(b.recv(&mut [0u8; 8]).unwrap(), None);
+        a.plug().set_up(true);
+        a.send(&[1, 2, 3]).unwrap();
+        assert_eq!(b.recv(&mut [0u8; 8]).unwrap(), Some(3));
     }
 }

@@ -12,6 +12,12 @@
 //! Any of them can be wrapped in a [`link::Link`], which writes a capture (`--pcap FILE`)
 //! and applies seeded faults (`--impair SPEC`, see [`impair`]).
 //!
+//! Every backend says whether its link is up ([`Backend::link_up`], the port's carrier):
+//! a TAP while its host side is up and running, a switch port while the switch's uplink
+//! is, a cable and a memory pair always (a memory pair until a test takes it down), no
+//! link never. The engine asks at most every [`LINK_CHECK`], and while the link is down
+//! drops what its stack sends (counted, never queued).
+//!
 //! Every backend is non-blocking: `send` never waits (a frame the backend cannot take is
 //! refused with `WouldBlock` and is lost, as on a full NIC ring), `recv` returns `None`
 //! when nothing is there, and `fd` is readable when a frame may be waiting, so the engine
@@ -34,9 +40,14 @@ use std::net::Ipv6Addr;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use impair::ImpairSpec;
+
+/// How often the engine looks at its link's state ([`Backend::link_up`]): often enough
+/// that a driver sees a change within a fraction of a second, seldom enough that the
+/// system call a TAP needs for it costs nothing.
+pub const LINK_CHECK: Duration = Duration::from_millis(200);
 
 /// Receive buffers must hold this much: the largest IPv6 packet a link may carry (a TAP's
 /// MTU is set by its owner) with its Ethernet header.
@@ -92,6 +103,17 @@ pub trait Backend: Send {
     }
     /// For logs: `tap:qpip0`, `cable:/run/x` ...
     fn describe(&self) -> String;
+    /// Whether the link is up: frames can go and come, as a NIC's port reports its
+    /// carrier. May cost a system call: the engine asks at most every [`LINK_CHECK`].
+    fn link_up(&mut self) -> bool {
+        true
+    }
+    /// Whether [`Backend::link_up`] can change on its own, so that a sleeping engine must
+    /// wake every [`LINK_CHECK`] to look (a TAP, a switch port); a link that cannot change
+    /// costs the engine no wake-up.
+    fn link_watched(&self) -> bool {
+        false
+    }
     /// The function on this link is now `mac` with `addrs` (and the link-local address
     /// from `mac`): what it may send as. A port of the embedded switch refuses a MAC or
     /// address another function of the adapter has (or is configured with); any other
@@ -145,6 +167,12 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn describe(&self) -> String {
         (**self).describe()
+    }
+    fn link_up(&mut self) -> bool {
+        (**self).link_up()
+    }
+    fn link_watched(&self) -> bool {
+        (**self).link_watched()
     }
     fn claim_identity(&mut self, mac: [u8; 6], addrs: &[Ipv6Addr]) -> Result<(), IdentityTaken> {
         (**self).claim_identity(mac, addrs)

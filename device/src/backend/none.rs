@@ -1,7 +1,8 @@
 //! No link at all: the backend of a device without `--net`. Its stack reaches only the
 //! device's own addresses (the loopback, [`crate::net::stack`]) and never sends a frame
 //! here; one that came anyway would be dropped. Nothing arrives, and there is nothing to
-//! sleep on (no fd: poll(2) skips a negative one).
+//! sleep on (no fd: poll(2) skips a negative one). Its link is down
+//! ([`Backend::link_up`]), as a NIC with no cable: a driver shows no carrier.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -25,5 +26,9 @@ impl Backend for NoLink {
 
     fn describe(&self) -> String {
         "no link (loopback only)".into()
+    }
+
+    fn link_up(&mut self) -> bool {
+        false
     }
 }

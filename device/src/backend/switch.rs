@@ -50,17 +50,24 @@
 //! to [`UPLINK_BATCH`] frames from the uplink, forwarding each by MAC like any other, and
 //! takes again. Only one engine pumps at a time (`try_lock`: the others go on with their
 //! own work; the frames for them arrive in their queues).
+//!
+//! Link state: a function's link follows the uplink's ([`Backend::link_up`]), as SR-IOV
+//! VFs in "auto" link mode follow their port; a switch without an uplink is up (its
+//! functions still reach each other). Whichever port asks first looks at the uplink, at
+//! most twice every [`LINK_CHECK`]; the others read the answer. While the uplink is down,
+//! frames for it are dropped and counted ([`PortStats::link_down`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::Ipv6Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
-use super::{Backend, IdentityTaken, MAX_FRAME};
+use super::{Backend, IdentityTaken, LINK_CHECK, MAX_FRAME};
 
 mod identity;
 
@@ -106,6 +113,8 @@ pub struct PortStats {
     /// Frames for this port dropped because its queue was full (the uplink: refused by
     /// its backend, or failed there).
     pub queue_full: u64,
+    /// Frames for this port dropped because its link was down (the uplink's).
+    pub link_down: u64,
     /// Frames that came in here and were flooded (unknown unicast, broadcast, multicast).
     pub flooded: u64,
     /// Frames that came in here for a MAC learned on this same port: not forwarded.
@@ -473,6 +482,8 @@ struct Uplink {
     out: PortStats,
     /// The first hard error sending to it was logged; further ones are only counted.
     error_logged: bool,
+    /// When its link state was last looked at.
+    link_checked: Option<Instant>,
 }
 
 impl Uplink {
@@ -483,6 +494,7 @@ impl Uplink {
                 self.out.frames_out += 1;
                 self.out.bytes_out += len;
             }
+            Err(e) if e.kind() == io::ErrorKind::NetworkDown => self.out.link_down += 1,
             Err(e) => {
                 self.out.queue_full += 1;
                 if e.kind() != io::ErrorKind::WouldBlock && !self.error_logged {
@@ -520,6 +532,8 @@ pub struct Switch {
     /// The uplink's fd (or -1), which every port's epoll watches.
     uplink_fd: RawFd,
     uplink_name: Option<String>,
+    /// The uplink's link state as last looked at (up without an uplink).
+    uplink_up: AtomicBool,
 }
 
 impl Switch {
@@ -529,7 +543,8 @@ impl Switch {
     }
 
     /// As [`Switch::new`], with `config`.
-    pub fn with_config(uplink: Option<Box<dyn Backend>>, config: SwitchConfig) -> Arc<Switch> {
+    pub fn with_config(mut uplink: Option<Box<dyn Backend>>, config: SwitchConfig) -> Arc<Switch> {
+        let uplink_up = uplink.as_mut().is_none_or(|b| b.link_up());
         let uplink_fd = uplink.as_ref().map_or(-1, |b| b.fd());
         let uplink_name = uplink.as_ref().map(|b| b.describe());
         Arc::new(Switch {
@@ -549,10 +564,12 @@ impl Switch {
                     buf: Vec::new(),
                     out: PortStats::default(),
                     error_logged: false,
+                    link_checked: Some(Instant::now()),
                 })
             }),
             uplink_fd,
             uplink_name,
+            uplink_up: AtomicBool::new(uplink_up),
         })
     }
 
@@ -635,6 +652,7 @@ impl Switch {
         stats.frames_out = out.frames_out;
         stats.bytes_out = out.bytes_out;
         stats.queue_full = out.queue_full;
+        stats.link_down = out.link_down;
         Some(stats)
     }
 
@@ -675,8 +693,31 @@ impl Switch {
     fn send_from(&self, port: usize, frame: Vec<u8>, gso: u16) {
         let up = lock(&self.state).forward(PortId::Port(port), frame, None);
         if let (Some(frame), Some(uplink)) = (up, &self.uplink) {
-            lock(uplink).send(frame, gso);
+            let mut uplink = lock(uplink);
+            if self.uplink_up.load(Ordering::Relaxed) {
+                uplink.send(frame, gso);
+            } else {
+                uplink.out.link_down += 1;
+            }
         }
+    }
+
+    /// Whether the uplink's link is up (true without an uplink), looked at again if the
+    /// last look is older than half a [`LINK_CHECK`] and nobody else holds the uplink
+    /// (else the last answer).
+    fn uplink_up(&self) -> bool {
+        if let Some(mut uplink) = self.uplink.as_ref().and_then(try_lock) {
+            let now = Instant::now();
+            if uplink
+                .link_checked
+                .is_none_or(|t| now.saturating_duration_since(t) >= LINK_CHECK / 2)
+            {
+                uplink.link_checked = Some(now);
+                let up = uplink.backend.link_up();
+                self.uplink_up.store(up, Ordering::Relaxed);
+            }
+        }
+        self.uplink_up.load(Ordering::Relaxed)
     }
 
     fn take(&self, port: usize) -> Option<Vec<u8>> {
@@ -857,6 +898,15 @@ impl Backend for SwitchPort {
             self.name,
             self.switch.uplink_name.as_deref().unwrap_or("none")
         )
+    }
+
+    /// The uplink's (see the module text).
+    fn link_up(&mut self) -> bool {
+        self.switch.uplink_up()
+    }
+
+    fn link_watched(&self) -> bool {
+        self.switch.uplink.is_some()
     }
 }
 

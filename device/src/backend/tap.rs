@@ -15,6 +15,11 @@
 //! frames whose checksum it left partial, which are completed here. A kernel that refuses
 //! the offloads gets plain frames. Frames whose header does not fit the frame are dropped
 //! and counted ([`Backend::rx_dropped`]).
+//!
+//! Link state ([`Backend::link_up`]): up while the host side of the interface is
+//! administratively up and running (`IFF_UP` and `IFF_RUNNING`, one SIOCGIFFLAGS on a
+//! socket kept for it). A TAP whose host side is down refuses writes with EIO; those come
+//! back as `NetworkDown`, so they are counted as link-down drops, not errors.
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -75,6 +80,8 @@ pub fn check_name(name: &str) -> Result<(), String> {
 pub struct Tap {
     file: File,
     name: String,
+    /// A datagram socket for SIOCGIFFLAGS (the link state), opened once.
+    flags_sock: File,
     /// Whether the kernel took TUNSETOFFLOAD (super-frames may be written).
     offloads: bool,
     /// Received frames refused for their virtio-net header.
@@ -129,6 +136,7 @@ impl Tap {
         Ok(Tap {
             file,
             name: name.to_string(),
+            flags_sock: ioctl_socket()?,
             offloads,
             rx_dropped: 0,
             bad_header_logged: false,
@@ -153,7 +161,12 @@ impl Tap {
         // SAFETY: every iovec points into a live slice of its length.
         let n = unsafe { libc::writev(self.file.as_raw_fd(), iov.as_ptr(), iov.len() as i32) };
         if n < 0 {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EIO) {
+                // The host side is down: the link's state, not a fault.
+                return Err(io::Error::new(io::ErrorKind::NetworkDown, e));
+            }
+            return Err(e);
         }
         if n as usize != want {
             return Err(io::Error::other(format!("TAP took {n} of {want} bytes")));
@@ -166,15 +179,36 @@ impl Tap {
     }
 }
 
-/// Brings an interface up (SIOCSIFFLAGS with IFF_UP).
-fn set_up(name: &str) -> io::Result<()> {
-    // SAFETY: plain socket(2); the fd is owned by `sock` right after.
+/// A socket for the interface ioctls (SIOCGIFFLAGS, SIOCSIFFLAGS).
+fn ioctl_socket() -> io::Result<File> {
+    // SAFETY: plain socket(2); the fd is owned by the File right after.
     let fd = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: fd is a fresh descriptor we own.
-    let sock = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    Ok(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// The interface flags of `name` (SIOCGIFFLAGS on `sock`).
+fn if_flags(sock: &File, name: &str) -> io::Result<libc::c_short> {
+    let mut req = IfReq::new(name);
+    // SAFETY: SIOCGIFFLAGS reads and writes a struct ifreq, which `req` is.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(req.flags)
+}
+
+/// Whether interface flags say the link is up: administratively up and running.
+fn flags_up(flags: libc::c_short) -> bool {
+    let want = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    flags & want == want
+}
+
+/// Brings an interface up (SIOCSIFFLAGS with IFF_UP).
+fn set_up(name: &str) -> io::Result<()> {
+    let sock = ioctl_socket()?;
     let mut req = IfReq::new(name);
     // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write a struct ifreq.
     unsafe {
@@ -276,6 +310,15 @@ impl Backend for Tap {
     fn describe(&self) -> String {
         format!("tap:{}", self.name)
     }
+
+    /// One SIOCGIFFLAGS. An interface that cannot be asked (deleted under us) is down.
+    fn link_up(&mut self) -> bool {
+        if_flags(&self.flags_sock, &self.name).is_ok_and(flags_up)
+    }
+
+    fn link_watched(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
@@ -283,5 +326,25 @@ mod tests {
     #[test]
     fn ifreq_layout() {
         assert_eq!(std::mem::size_of::<super::IfReq>(), 40);
+    }
+
+    /// Up means administratively up and running (the host side has a carrier).
+    #[test]
+    fn link_up_needs_up_and_running() {
+        use super::flags_up;
+        let (up, running) = (libc::IFF_UP as i16, libc::IFF_RUNNING as i16);
+        assert!(flags_up(up | running | libc::IFF_BROADCAST as i16));
+        assert!(!flags_up(up));
+        assert!(!flags_up(running));
+        assert!(!flags_up(0));
+    }
+
+    /// The loopback interface of the test's namespace is up and running; a name that is
+    /// no interface cannot be asked.
+    #[test]
+    fn flags_of_an_interface() {
+        let sock = super::ioctl_socket().unwrap();
+        assert!(super::flags_up(super::if_flags(&sock, "lo").unwrap()));
+        assert!(super::if_flags(&sock, "qpip-no-such").is_err());
     }
 }

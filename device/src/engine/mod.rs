@@ -37,6 +37,7 @@ pub mod doorbell_page;
 pub mod doorbell_scan;
 pub mod events;
 pub mod idle;
+pub mod link;
 pub mod memory;
 pub mod network;
 pub mod objects;
@@ -203,6 +204,9 @@ pub struct Shared {
     /// cleared when a reset has built a fresh one. The control thread shows it to the
     /// driver as `STATUS_FAILED`.
     failed: Arc<AtomicBool>,
+    /// The function's link is up, as the engine last looked ([`link`]); the control
+    /// thread shows it as `STATUS_LINK_UP`.
+    link_up: Arc<AtomicBool>,
 }
 
 impl Shared {
@@ -212,7 +216,17 @@ impl Shared {
             irqs,
             stats: Arc::new(Stats::new()),
             failed: Arc::new(AtomicBool::new(false)),
+            link_up: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Whether the function's link is up ([`link`]).
+    pub fn link_up(&self) -> bool {
+        self.link_up.load(Ordering::Acquire)
+    }
+
+    fn set_link_up(&self, up: bool) {
+        self.link_up.store(up, Ordering::Release);
     }
 
     /// Whether the function's engine has failed (see [`thread`]) and not been reset since.
@@ -252,6 +266,8 @@ pub struct Engine {
     tcp: tcp::Tcp,
     /// Asynchronous events and the requests waiting for them.
     events: events::AsyncEvents,
+    /// When the link's state is looked at next ([`link`]).
+    link_watch: link::LinkWatch,
     /// Completions waiting for room in their CQ, per CQ, in order ([`completion`]).
     deferred: HashMap<u32, VecDeque<qpip_abi::cqe::Cqe>>,
     /// The function's raw Ethernet QP, if any ([`raw`]).
@@ -343,10 +359,12 @@ impl Engine {
             region_pages: config.region_pages,
             tcp_memory: config.tcp_memory.clone(),
             events: events::AsyncEvents::default(),
+            link_watch: link::LinkWatch::default(),
             deferred: HashMap::new(),
             raw: raw::RawPort::default(),
         };
         engine.tcp.set_memory_pool(engine.tcp_memory.clone());
+        engine.shared.set_link_up(engine.net.link_up());
         engine
     }
 
@@ -419,10 +437,14 @@ impl Engine {
     /// The engine's link's fd (negative: none) and its earliest timer: what its thread
     /// sleeps on.
     fn wake_sources(&mut self) -> (std::os::fd::RawFd, Option<Instant>) {
-        let due = [self.net.next_deadline(), self.tcp.next_deadline()]
-            .into_iter()
-            .flatten()
-            .min();
+        let due = [
+            self.net.next_deadline(),
+            self.tcp.next_deadline(),
+            self.link_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         (self.net.fd(), due)
     }
 

@@ -89,6 +89,8 @@ impl Engine {
         // than building every segment.
         self.tcp.set_gso(true);
         self.net = Interface::new(stack, link);
+        self.link_watch = super::link::LinkWatch::default();
+        self.shared.set_link_up(self.net.link_up());
     }
 
     /// The start configuration with the identity (and routes) the device has now.
@@ -189,6 +191,7 @@ impl Engine {
         let raw = self.has_raw_qp();
         self.net.stack.set_raw_beside(raw);
         let now = Instant::now();
+        self.watch_link(now);
         if self.net.next_deadline().is_some_and(|t| t <= now) {
             self.net.poll_timers(now);
         }

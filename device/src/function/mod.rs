@@ -129,8 +129,16 @@ impl FunctionCore {
             // Pending bits: the device never holds an interrupt pending (it signals eventfds).
         } else if let Some(reg) = aligned_register(start, data.len()) {
             match self.regs.read(reg) {
-                Some(v) if reg == regs::REG_STATUS && self.shared.failed() => {
-                    data.copy_from_slice(&(v | regs::STATUS_FAILED).to_le_bytes())
+                Some(v) if reg == regs::REG_STATUS => {
+                    // The engine's state beside the registers': its failure, its link.
+                    let mut v = v;
+                    if self.shared.failed() {
+                        v |= regs::STATUS_FAILED;
+                    }
+                    if self.shared.link_up() {
+                        v |= regs::STATUS_LINK_UP;
+                    }
+                    data.copy_from_slice(&v.to_le_bytes())
                 }
                 Some(v) => data.copy_from_slice(&v.to_le_bytes()),
                 None => self.bad_access("read", offset, data.len()),

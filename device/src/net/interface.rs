@@ -1,5 +1,6 @@
 //! A stack on a backend: frames from the wire into the stack, the stack's frames onto the
-//! wire, timers of both.
+//! wire, timers of both, and the link's state: while the link is down the stack's frames
+//! are dropped and counted (`tx_link_down`), never held.
 
 use std::os::fd::RawFd;
 use std::time::Instant;
@@ -14,15 +15,19 @@ pub struct Interface {
     buf: Vec<u8>,
     /// The last backend error was logged; further ones are only counted.
     tx_error_logged: bool,
+    /// The link's state as last looked at ([`Interface::check_link`]).
+    link_up: bool,
 }
 
 impl Interface {
-    pub fn new(stack: Stack, backend: Box<dyn Backend>) -> Interface {
+    pub fn new(stack: Stack, mut backend: Box<dyn Backend>) -> Interface {
+        let link_up = backend.link_up();
         let mut i = Interface {
             stack,
             backend,
             buf: vec![0; MAX_FRAME],
             tx_error_logged: false,
+            link_up,
         };
         // The link learns who the stack is before its first frame.
         if let Err(e) = i.claim_identity() {
@@ -66,6 +71,27 @@ impl Interface {
         std::mem::replace(&mut self.backend, Box::new(crate::backend::none::NoLink))
     }
 
+    /// The link's state as last looked at.
+    pub fn link_up(&self) -> bool {
+        self.link_up
+    }
+
+    /// Whether the link's state can change on its own (someone must look now and then).
+    pub fn link_watched(&self) -> bool {
+        self.backend.link_watched()
+    }
+
+    /// Looks at the link's state (maybe a system call: not per frame). Some(up) when it
+    /// changed since the last look.
+    pub fn check_link(&mut self) -> Option<bool> {
+        let up = self.backend.link_up();
+        if up == self.link_up {
+            return None;
+        }
+        self.link_up = up;
+        Some(up)
+    }
+
     /// Readable when a frame may be waiting (sleep in poll(2) on it, with
     /// [`Interface::next_deadline`] as the timeout).
     pub fn fd(&self) -> RawFd {
@@ -77,8 +103,15 @@ impl Interface {
         let _stage = crate::stages::span(crate::stages::Stage::Send);
         let mut n = 0;
         while let Some((f, gso)) = self.stack.pop_tx_gso() {
+            if !self.link_up {
+                self.stack.stats_mut().tx_link_down += 1;
+                continue;
+            }
             match self.backend.send_owned(f, gso) {
                 Ok(()) => n += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NetworkDown => {
+                    self.stack.stats_mut().tx_link_down += 1;
+                }
                 Err(e) => {
                     self.stack.stats_mut().tx_errors += 1;
                     if !self.tx_error_logged && e.kind() != std::io::ErrorKind::WouldBlock {
@@ -224,5 +257,48 @@ impl Interface {
             .into_iter()
             .flatten()
             .min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::memory;
+    use crate::net::config::NetConfig;
+
+    fn frames(far: &mut memory::MemoryLink) -> usize {
+        let mut buf = vec![0u8; MAX_FRAME];
+        let mut n = 0;
+        while far.recv(&mut buf).unwrap().is_some() {
+            n += 1;
+        }
+        n
+    }
+
+    /// While the link is down the stack's frames are dropped and counted, not held: none
+    /// of them goes out once it is back; what the stack sends then does.
+    #[test]
+    fn frames_are_dropped_while_the_link_is_down() {
+        let (near, mut far) = memory::pair().unwrap();
+        let plug = near.plug();
+        plug.set_up(false);
+        let mut c = NetConfig::new([2, 0, 0, 0, 0, 1]);
+        c.seed = Some(1);
+        let mut i = Interface::new(Stack::new(&c, Instant::now()), Box::new(near));
+        assert!(!i.link_up());
+        let dropped = i.stack.stats().tx_link_down;
+        assert!(dropped > 0, "the link-local address's probe, dropped");
+        assert_eq!(frames(&mut far), 0);
+
+        plug.set_up(true);
+        assert_eq!(i.check_link(), Some(true));
+        assert_eq!(i.check_link(), None, "a change is reported once");
+        i.flush();
+        assert_eq!(frames(&mut far), 0, "nothing was held for the link");
+        i.stack.set_addresses(&[("fd00::1".parse().unwrap(), 64)]);
+        i.flush();
+        assert!(frames(&mut far) > 0, "the new address's probe goes out");
+        assert_eq!(i.stack.stats().tx_link_down, dropped);
+        assert_eq!(i.stack.stats().tx_errors, 0);
     }
 }

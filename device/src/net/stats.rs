@@ -137,8 +137,11 @@ pub struct NetStats {
     pub neighbor_queue_overflow: u64,
     /// Sends refused: no on-link route.
     pub no_route: u64,
-    /// Frames the backend refused (full, down).
+    /// Frames the backend refused (full, failed).
     pub tx_errors: u64,
+    /// Frames dropped because the link was down (not sent, or refused by a link that
+    /// went down meanwhile).
+    pub tx_link_down: u64,
     pub drops: [u64; DropReason::ALL.len()],
 }
 
@@ -190,6 +193,7 @@ impl NetStats {
             ("neighbor_queue_overflow", self.neighbor_queue_overflow),
             ("no_route", self.no_route),
             ("tx_errors", self.tx_errors),
+            ("tx_link_down", self.tx_link_down),
         ];
         plain.into_iter().chain(
             DropReason::ALL

@@ -787,3 +787,58 @@ fn a_panic_in_one_functions_engine_fails_that_function_only() {
         b"its reset",
     );
 }
+
+/// The functions' link follows the switch's uplink, as SR-IOV VFs in "auto" link mode:
+/// STATUS_LINK_UP is set while the uplink is up, and when the uplink goes down and up
+/// again each function's driver reads the change in REG_STATUS and gets an
+/// ASYNC_EVENT_LINK (context 0, the new state as its object) for each change. Frames a
+/// function sends meanwhile are dropped.
+#[test]
+fn the_functions_link_follows_the_uplink() {
+    let (near, mut far) = qpip_device::backend::memory::pair().unwrap();
+    let plug = near.plug();
+    let ad = adapter_on(2, 1, Some(Box::new(near)));
+    let (mut a, mut b) = (ad.guest(0), ad.guest(1));
+    for g in [&mut a, &mut b] {
+        status_becomes(g, STATUS_LINK_UP, true, "up at start");
+    }
+    let drain = |far: &mut qpip_device::backend::memory::MemoryLink| {
+        let mut buf = vec![0u8; 70000];
+        let mut n = 0;
+        while qpip_device::backend::Backend::recv(far, &mut buf)
+            .unwrap()
+            .is_some()
+        {
+            n += 1;
+        }
+        n
+    };
+
+    let reqs = [a.submit_async_event(), b.submit_async_event()];
+    plug.set_up(false);
+    for (g, req) in [(&mut a, reqs[0]), (&mut b, reqs[1])] {
+        status_becomes(g, STATUS_LINK_UP, false, "down with the uplink");
+        let e = g.admin_wait(req, Duration::from_secs(10)).expect("LINK");
+        assert_eq!(async_event(&e), (0, 0, ASYNC_EVENT_LINK, 0, false));
+        // Still ready: the link is not the function's state.
+        assert_ne!(g.reg_read(REG_STATUS) & STATUS_READY, 0);
+    }
+    drain(&mut far);
+    // What A sends for an address added (duplicate address detection) goes nowhere.
+    let addr: std::net::Ipv6Addr = "fd00:77::1".parse().unwrap();
+    a.add_addr(addr.octets(), 64).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        drain(&mut far),
+        0,
+        "nothing reaches the uplink while it is down"
+    );
+
+    let reqs = [a.submit_async_event(), b.submit_async_event()];
+    plug.set_up(true);
+    for (g, req) in [(&mut a, reqs[0]), (&mut b, reqs[1])] {
+        status_becomes(g, STATUS_LINK_UP, true, "up with the uplink");
+        let e = g.admin_wait(req, Duration::from_secs(10)).expect("LINK");
+        assert_eq!(async_event(&e), (0, 1, ASYNC_EVENT_LINK, 0, false));
+    }
+}
