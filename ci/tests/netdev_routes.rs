@@ -1,8 +1,9 @@
 //! The guest kernel's routes through the function's network interface, mirrored into the
 //! device (qpip.ko's `qpip_routes.c`): `ip route add ... dev qpip0` gives the device the
 //! route (`ADD_ROUTE`), `ip route del` takes it away (`DEL_ROUTE`). And its permanent
-//! neighbour entries (`qpip_netdev_neigh.c`): `ip neigh add ... nud permanent` gives the
-//! device a static neighbour (`ADD_NEIGH`), `ip neigh del` takes it away (`DEL_NEIGH`).
+//! neighbour entries (`qpip_netdev_neigh.c`): an entry made permanent (`ip neigh add ...
+//! nud permanent`, here busybox's `arp -s`) gives the device a static neighbour
+//! (`ADD_NEIGH`), deleting it takes that away (`DEL_NEIGH`).
 //!
 //! The lab runs guest a's device without the far subnet's routes (`qpipd --route`, see
 //! [`qpip_lab::GuestSpec::without_far_routes`]), so the only way its QPs reach the far host
@@ -40,8 +41,11 @@ use qpip_lab::{netns, LabHost, QpipdLayout};
 ///  static_neighbour HOST_MAC
 ///                   the lab host (GW4) as a permanent neighbour of ND while the host
 ///                   answers no ARP (its side, [`static_neighbour_host`]): a QP's datagram
-///                   to it (`@neigh.send.status`), then `ip neigh del` and another one,
-///                   which the device must resolve again (the host watches for that)
+///                   to it (`@neigh.send.status`), then the entry deleted and another
+///                   datagram, for which the device must resolve the host again (the host
+///                   watches for that). The image's busybox `ip` has no `neigh add`: its
+///                   `arp -s` makes the same entry (SIOCSARP, ATF_PERM: NUD_PERMANENT, what
+///                   `ip neigh add ... nud permanent` makes) and `arp -d` deletes it
 const ROUTE_HELPERS: &str = r#"
 Q=/sys/class/qpip/qpip0
 ND=
@@ -74,13 +78,13 @@ routes() {
 }
 static_neighbour() {
     await neigh
-    ip neigh add $GW4 lladdr $1 dev $ND nud permanent; kv neigh.add.status $?
+    arp -i $ND -s $GW4 $1; kv neigh.add.status $?
     sleep 2
     echo static-neighbour | qpip-cat -u -w 2 $GW4 7475 >/dev/null 2>/tmp/neigh.err
     kv neigh.send.status $?; kv neigh.send.err "$(tr '\n' ' ' < /tmp/neigh.err)"
     await neigh-received
-    kv neigh.kernel "$(ip neigh show $GW4 dev $ND)"
-    ip neigh del $GW4 dev $ND; kv neigh.del.status $?
+    kv neigh.kernel "$(ip neigh show dev $ND | grep "^$GW4 ")"
+    arp -i $ND -d $GW4; kv neigh.del.status $?
     sleep 1
     touch /lab/neigh-deleted
     await neigh-watching
@@ -90,14 +94,15 @@ static_neighbour() {
 "#;
 
 /// Guest a, its device started without routes. First the lab host as a static neighbour:
-/// with the host answering no ARP, `ip neigh add ... nud permanent` lets a QP's datagram
-/// reach it without the device asking for its MAC, and after `ip neigh del` the device
-/// asks again. Then no route to the far host; `ip route add`
+/// with the host answering no ARP, a permanent entry on the interface lets a QP's datagram
+/// reach it without the device asking for its MAC, and once the entry is deleted the
+/// device asks again. Then no route to the far host; `ip route add`
 /// through the qpip interface (IPv6 and IPv4) and a TCP stream from a QP to the far host's
 /// plain socket, each family, its SHA-256 compared; a device reset, after which the driver
-/// has given the routes back; `ip route del` and no route again; the routes added again,
-/// more than the device holds (the rest refused and logged once), and the module unloaded
-/// (which takes them out of the device) without a warning.
+/// has given the routes back (and a permanent neighbour entry); `ip route del` and no route
+/// again; the routes added again, more than the device holds (the rest refused and logged
+/// once), and the module unloaded (which takes them and the entry out of the device)
+/// without a warning.
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
 fn the_interfaces_routes_take_qps_to_the_far_host() {
@@ -123,6 +128,9 @@ for f in 6 4; do
     head -c 300000 /dev/urandom > /tmp/g2h$f; digest g2h$f.in /tmp/g2h$f
     await g2h$f; qpip-cat --stream -w 60 $far 7471 < /tmp/g2h$f; kv g2h$f.status $?
 done
+# A permanent entry the device holds through the reset (given again) and the unload
+# (taken out): neither may fail.
+arp -i $ND -s 198.18.0.77 02:51:50:00:00:77; kv neigh.kept.status $?
 # A reset: the device forgets the routes it was given, the driver gives them back.
 echo 1 > $Q/reset; kv reset.status $?
 i=0; until [ "$(cat $Q/link_state 2>/dev/null)" = up ] || [ $i -ge 100 ]; do i=$((i + 1)); sleep 0.1; done
@@ -140,6 +148,7 @@ kv full.logged "$(dmesg | grep -c 'holds no more routes')"
 probe full6 $QPIP_FAR_ADDR
 rmmod qpip; kv rmmod.status $?
 kv full.unload "$(dmesg | grep 'routes were not mirrored' | sed 's/.*qpip0: //')"
+kv neigh.warnings "$(dmesg | grep -c 'static neighbour')"
 "#
     );
     let a = guest("a", &script, 900, &[]).without_far_routes();
@@ -234,7 +243,7 @@ struct NeighbourView {
     datagram: Vec<u8>,
     /// ARP requests from the device for the host meanwhile (there must be none).
     asked_while_static: usize,
-    /// An ARP request from the device for the host came after `ip neigh del`.
+    /// An ARP request from the device for the host came after the entry was deleted.
     asked_after_del: bool,
 }
 
@@ -317,7 +326,7 @@ fn assert_static_neighbour(a: &Report, seen: &Result<NeighbourView, String>) {
         "the host watched another MAC's ARP\n{}",
         a.context()
     );
-    for step in ["add", "send", "del", "resend"] {
+    for step in ["add", "send", "del", "resend", "kept"] {
         assert_eq!(
             a.get(&format!("neigh.{step}.status")),
             "0",
@@ -325,6 +334,12 @@ fn assert_static_neighbour(a: &Report, seen: &Result<NeighbourView, String>) {
             a.context()
         );
     }
+    assert_eq!(
+        a.get("neigh.warnings"),
+        "0",
+        "the driver complained about a static neighbour\n{}",
+        a.context()
+    );
     assert!(
         a.get("neigh.kernel").contains("PERMANENT"),
         "the kernel's entry\n{}",
@@ -343,7 +358,7 @@ fn assert_static_neighbour(a: &Report, seen: &Result<NeighbourView, String>) {
     );
     assert!(
         seen.asked_after_del,
-        "after ip neigh del the device did not resolve the host again\n{}",
+        "with the entry deleted the device did not resolve the host again\n{}",
         a.context()
     );
 }
