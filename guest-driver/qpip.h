@@ -396,6 +396,7 @@ int qpip_set_mac(struct qpip_dev *qdev, const u8 *mac);
 int qpip_change_addr(struct qpip_dev *qdev, bool add, const u8 *addr, u8 prefix_len);
 int qpip_restore_config(struct qpip_dev *qdev);
 int qpip_cmd_route(struct qpip_dev *qdev, bool add, const struct qpip_route_spec *s);
+int qpip_cmd_neigh(struct qpip_dev *qdev, bool add, const u8 *addr, const u8 *mac);
 
 /*
  * qpip_routes.c: the routes of the function's network interface, mirrored into the device.

@@ -205,6 +205,23 @@
 #define QPIP_ADMIN_OP_DEL_ROUTE 35
 
 /*
+ Add a static neighbour ([`NeighborArgs`]): packets to `addr` go to `mac` without ARP or
+ NDP, and the entry never ages out nor changes with what the link says, as `ip neigh add
+ ... nud permanent`. An entry for `addr` already there (static or learned) is replaced.
+ [`ADMIN_STATUS_BAD_PARAM`] for a malformed entry (see [`NeighborArgs`]);
+ [`ADMIN_STATUS_NO_RESOURCES`] when the function holds [`MAX_NEIGHBORS`] static entries
+ and `addr` is not one of them. No results. Since minor version 4.
+ */
+#define QPIP_ADMIN_OP_ADD_NEIGH 36
+
+/*
+ Delete the static neighbour `addr` of [`NeighborArgs`] (`mac` is not compared): the
+ address is resolved again as any other (ARP, NDP). [`ADMIN_STATUS_BAD_HANDLE`] when
+ `addr` has no static entry. No results. Since minor version 4.
+ */
+#define QPIP_ADMIN_OP_DEL_NEIGH 37
+
+/*
  Most `ASYNC_EVENT` requests pending at once.
  */
 #define QPIP_MAX_ASYNC_REQUESTS 16
@@ -516,6 +533,11 @@
  Most routes a function holds.
  */
 #define QPIP_MAX_ROUTES 32
+
+/*
+ Most static neighbours a function holds (those the device started with count too).
+ */
+#define QPIP_MAX_NEIGHBORS 64
 
 /*
  CRC32c is on for the connection's FPDUs.
@@ -2220,6 +2242,30 @@ struct qpip_route_args {
    */
   uint32_t metric;
   uint8_t reserved[8];
+};
+
+/*
+ Arguments of `ADD_NEIGH` and `DEL_NEIGH`.
+
+ `addr` is a unicast address: IPv6, or IPv4 in its mapped form (`::ffff:a.b.c.d`), not
+ unspecified, multicast, loopback or (IPv4) broadcast. `mac` is a unicast MAC, not all
+ zeros (checked by `ADD_NEIGH` only).
+
+ A static neighbour is on-link whatever its address (see [`RouteArgs`]; an IPv4 one only
+ while the function has an IPv4 address to send from). Static entries belong to the
+ function's network configuration like its routes: kept across `SET_MAC`, back to
+ those the device started with (`qpipd --neighbor`) after a reset.
+ */
+struct qpip_neighbor_args {
+  /*
+   The neighbour's address, network order.
+   */
+  uint8_t addr[16];
+  /*
+   Its link-layer address (ignored by `DEL_NEIGH`).
+   */
+  uint8_t mac[6];
+  uint8_t reserved[26];
 };
 
 #endif  /* QPIP_ABI_H */

@@ -491,6 +491,22 @@ int qpip_cmd_route(struct qpip_dev *qdev, bool add, const struct qpip_route_spec
 	return qpip_admin_run(qdev, &cmd, NULL);
 }
 
+/* ADD_NEIGH (@addr static at @mac), or DEL_NEIGH (which takes no MAC). */
+int qpip_cmd_neigh(struct qpip_dev *qdev, bool add, const u8 *addr, const u8 *mac)
+{
+	struct qpip_neighbor_args args = {};
+	struct qpip_admin_cmd cmd;
+
+	if (qpip_version_minor(qdev->version) < 4)
+		return -EOPNOTSUPP;
+	memcpy(args.addr, addr, sizeof(args.addr));
+	if (add)
+		memcpy(args.mac, mac, sizeof(args.mac));
+	qpip_cmd_init(&cmd, add ? QPIP_ADMIN_OP_ADD_NEIGH : QPIP_ADMIN_OP_DEL_NEIGH, 0, 0,
+		      &args, sizeof(args));
+	return qpip_admin_run(qdev, &cmd, NULL);
+}
+
 /* Caller holds qdev->lock for reading (or writing, during a reset). */
 int qpip_set_mac(struct qpip_dev *qdev, const u8 *mac)
 {

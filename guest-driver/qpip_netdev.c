@@ -75,6 +75,7 @@ static int qpip_nd_open(struct net_device *dev)
 	nd->queues_up = false;
 	nd->link_up = qpip_nd_read_link(nd->qdev);
 	qpip_nd_addr_import(nd);
+	qpip_nd_neigh_sync(nd, false);
 	ret = qpip_nd_queues_up(nd);
 	if (ret) {
 		/*
@@ -105,13 +106,15 @@ static int qpip_nd_stop(struct net_device *dev)
 }
 
 /*
- * After a reset the device has forgotten the interface's context (and restored the MAC and
- * addresses itself, qpip_restore_config): build the queues again if the interface is up.
+ * After a reset the device has forgotten the interface's context and static neighbours
+ * (and restored the MAC and addresses itself, qpip_restore_config): it gets the permanent
+ * entries again, and the queues are built again if the interface is up.
  */
 static void qpip_nd_reset_work(struct work_struct *work)
 {
 	struct qpip_netdev *nd = container_of(work, struct qpip_netdev, reset_work);
 
+	qpip_nd_neigh_sync(nd, true);
 	rtnl_lock();
 	if (netif_running(nd->netdev)) {
 		qpip_nd_stop(nd->netdev);
@@ -407,8 +410,9 @@ int qpip_netdev_probe(struct qpip_dev *qdev)
 	down_write(&qdev->lock);
 	qdev->netdev = nd;
 	up_write(&qdev->lock);
-	/* Without it the interface still works: the device keeps only its own routes. */
+	/* Without them the interface still works: the device keeps only its own. */
 	qpip_routes_start(qdev, dev);
+	qpip_nd_neigh_start(nd);
 	dev_info(&qdev->pdev->dev, "%s: network interface %s, MAC %pM, MTU %u\n",
 		 dev_name(&qdev->dev), dev->name, dev->dev_addr, dev->mtu);
 	return 0;
@@ -434,6 +438,8 @@ void qpip_netdev_remove(struct qpip_dev *qdev)
 	down_write(&qdev->lock);
 	qdev->netdev = NULL;
 	up_write(&qdev->lock);
+	/* The kernel's neighbour entries of the interface go with it: so do the device's. */
+	qpip_nd_neigh_stop(nd);
 	qpip_nd_addr_stop(nd);
 	/* The kernel's routes through the interface go with it: so do the device's copies. */
 	qpip_routes_stop(qdev);

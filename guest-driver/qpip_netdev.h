@@ -8,6 +8,8 @@
  *                       transmit, receive (NAPI), the doorbell protocol in C
  *   qpip_netdev_addr.c  addresses: one list, the device's, mirrored onto the interface and
  *                       back (notifiers, and rtnetlink from inside the kernel)
+ *   qpip_netdev_neigh.c permanent neighbour entries, mirrored into the device (netevent
+ *                       notifier)
  *
  * The device is the interface's "hardware": the MAC and the addresses are the function's,
  * shared with the engine that serves the offloaded QPs, as a NIC and its RDMA function share
@@ -118,21 +120,29 @@ struct qpip_nd_queues {
 	struct sk_buff *rx_skb;
 };
 
-/* What a queued change carries (qpip_netdev_addr.c). */
+/* What a queued change carries (qpip_netdev_addr.c, qpip_netdev_neigh.c). */
 enum qpip_nd_sync_kind {
 	QPIP_ND_ADDR_TO_DEVICE,		/* an address of the interface changed */
 	QPIP_ND_ADDR_TO_NETDEV,		/* sysfs or an ioctl changed one of the device's */
 	QPIP_ND_MAC_TO_NETDEV,		/* sysfs or an ioctl changed the device's MAC */
 	QPIP_ND_IMPORT,			/* the interface came up: take the device's addresses */
+	QPIP_ND_NEIGH,			/* a neighbour entry of the interface changed */
+	QPIP_ND_NEIGH_RESYNC,		/* up, or reset: the device takes the permanent entries */
 };
 
 /* A change to carry from one side to the other, in order. */
 struct qpip_nd_sync {
 	struct list_head node;
 	enum qpip_nd_sync_kind kind;
-	bool add;
+	bool add;			/* NEIGH: permanent; NEIGH_RESYNC: after a reset */
 	u8 addr[16];			/* IPv6, or IPv4-mapped */
 	u8 prefix_len;			/* as the device counts it (IPv4: 96 + prefix) */
+	u8 mac[ETH_ALEN];
+};
+
+/* A permanent neighbour entry as the device holds it. */
+struct qpip_nd_neigh {
+	u8 addr[16];			/* IPv6, or IPv4-mapped */
 	u8 mac[ETH_ALEN];
 };
 
@@ -168,6 +178,19 @@ struct qpip_netdev {
 	bool notifiers;			/* inetaddr/inet6addr notifiers registered */
 	struct notifier_block inet_nb;
 	struct notifier_block inet6_nb;
+
+	/*
+	 * Permanent neighbour entries mirrored into the device (qpip_netdev_neigh.c). @neigh,
+	 * @nneigh and what goes with them are the sync work item's alone (and
+	 * qpip_nd_neigh_stop's once it is flushed).
+	 */
+	bool neigh_notifier;		/* netevent notifier registered */
+	bool neigh_seen;		/* a permanent entry was notified: removals matter */
+	struct notifier_block neigh_nb;
+	struct qpip_nd_neigh neigh[QPIP_MAX_NEIGHBORS];
+	unsigned int nneigh;
+	unsigned long neigh_refused;	/* refused for want of room (NO_RESOURCES) */
+	bool neigh_full_logged;
 };
 
 /* qpip_netdev_queue.c */
@@ -184,6 +207,13 @@ void qpip_nd_addr_import(struct qpip_netdev *nd);
 int qpip_nd_addr_start(struct qpip_netdev *nd);
 void qpip_nd_addr_stop(struct qpip_netdev *nd);
 void qpip_nd_sync_queue(struct qpip_netdev *nd, struct qpip_nd_sync *s);
+
+/* qpip_netdev_neigh.c */
+void qpip_nd_neigh_start(struct qpip_netdev *nd);
+void qpip_nd_neigh_stop(struct qpip_netdev *nd);
+void qpip_nd_neigh_sync(struct qpip_netdev *nd, bool forgotten);
+void qpip_nd_neigh_apply(struct qpip_netdev *nd, const struct qpip_nd_sync *s);
+void qpip_nd_neigh_resync(struct qpip_netdev *nd, const struct qpip_nd_sync *s);
 
 /* qpip_netdev.c */
 extern const struct ethtool_ops qpip_nd_ethtool_ops;

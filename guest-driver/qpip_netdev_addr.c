@@ -223,7 +223,7 @@ void qpip_nd_addr_import(struct qpip_netdev *nd)
 	qpip_nd_sync_queue(nd, s);
 }
 
-/* ---- the list of changes and its work item ---- */
+/* ---- the list of changes and its work item (the neighbour entries' too) ---- */
 
 void qpip_nd_sync_queue(struct qpip_netdev *nd, struct qpip_nd_sync *s)
 {
@@ -294,6 +294,12 @@ static void qpip_nd_sync_work(struct work_struct *work)
 			break;
 		case QPIP_ND_IMPORT:
 			qpip_nd_import(nd);
+			break;
+		case QPIP_ND_NEIGH:
+			qpip_nd_neigh_apply(nd, s);
+			break;
+		case QPIP_ND_NEIGH_RESYNC:
+			qpip_nd_neigh_resync(nd, s);
 			break;
 		}
 		WRITE_ONCE(nd->mirroring, NULL);

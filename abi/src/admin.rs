@@ -180,6 +180,17 @@ pub const ADMIN_OP_ADD_ROUTE: u16 = 0x22;
 /// not compared). [`ADMIN_STATUS_BAD_HANDLE`] when there is none. No results. Since minor
 /// version 3.
 pub const ADMIN_OP_DEL_ROUTE: u16 = 0x23;
+/// Add a static neighbour ([`NeighborArgs`]): packets to `addr` go to `mac` without ARP or
+/// NDP, and the entry never ages out nor changes with what the link says, as `ip neigh add
+/// ... nud permanent`. An entry for `addr` already there (static or learned) is replaced.
+/// [`ADMIN_STATUS_BAD_PARAM`] for a malformed entry (see [`NeighborArgs`]);
+/// [`ADMIN_STATUS_NO_RESOURCES`] when the function holds [`MAX_NEIGHBORS`] static entries
+/// and `addr` is not one of them. No results. Since minor version 4.
+pub const ADMIN_OP_ADD_NEIGH: u16 = 0x24;
+/// Delete the static neighbour `addr` of [`NeighborArgs`] (`mac` is not compared): the
+/// address is resolved again as any other (ARP, NDP). [`ADMIN_STATUS_BAD_HANDLE`] when
+/// `addr` has no static entry. No results. Since minor version 4.
+pub const ADMIN_OP_DEL_NEIGH: u16 = 0x25;
 
 // ---- asynchronous events ------------------------------------------------------------------
 
@@ -638,6 +649,29 @@ pub struct RouteArgs {
 
 /// Most routes a function holds.
 pub const MAX_ROUTES: u32 = 32;
+
+/// Arguments of `ADD_NEIGH` and `DEL_NEIGH`.
+///
+/// `addr` is a unicast address: IPv6, or IPv4 in its mapped form (`::ffff:a.b.c.d`), not
+/// unspecified, multicast, loopback or (IPv4) broadcast. `mac` is a unicast MAC, not all
+/// zeros (checked by `ADD_NEIGH` only).
+///
+/// A static neighbour is on-link whatever its address (see [`RouteArgs`]; an IPv4 one only
+/// while the function has an IPv4 address to send from). Static entries belong to the
+/// function's network configuration like its routes: kept across `SET_MAC`, back to
+/// those the device started with (`qpipd --neighbor`) after a reset.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct NeighborArgs {
+    /// The neighbour's address, network order.
+    pub addr: [u8; 16],
+    /// Its link-layer address (ignored by `DEL_NEIGH`).
+    pub mac: [u8; 6],
+    pub reserved: [u8; 26],
+}
+
+/// Most static neighbours a function holds (those the device started with count too).
+pub const MAX_NEIGHBORS: u32 = 64;
 
 /// What `QUERY_CONN` writes (32 + 512 = 544 bytes): an iWARP QP's connection as MPA set it
 /// up. Valid once its `CONNECT` or `ACCEPT` has completed (successfully, or refused by a

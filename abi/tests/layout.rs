@@ -40,6 +40,7 @@ fn every_argument_body_fills_the_command_body() {
         ("CreateTripwireArgs", size_of::<CreateTripwireArgs>()),
         ("SetQpOptArgs", size_of::<SetQpOptArgs>()),
         ("RouteArgs", size_of::<RouteArgs>()),
+        ("NeighborArgs", size_of::<NeighborArgs>()),
     ] {
         assert_eq!(size, 48, "{name}");
     }
@@ -59,6 +60,7 @@ fn every_argument_body_fills_the_command_body() {
     assert_eq!(offset_of!(RouteArgs, prefix_len), 16);
     assert_eq!(offset_of!(RouteArgs, gateway), 20);
     assert_eq!(offset_of!(RouteArgs, metric), 36);
+    assert_eq!(offset_of!(NeighborArgs, mac), 16);
 }
 
 #[test]

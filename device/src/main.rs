@@ -109,7 +109,8 @@ struct Args {
     #[arg(long, value_name = "SPEC", requires = "net")]
     impair: Option<ImpairSpec>,
 
-    /// A static neighbour entry ADDR=MAC (repeatable).
+    /// A static neighbour entry ADDR=MAC (repeatable; every function gets them). The guest
+    /// adds and deletes more (ADD_NEIGH, DEL_NEIGH); a reset brings these back.
     #[arg(long = "neighbor", value_name = "ADDR=MAC", requires = "net")]
     neighbors: Vec<StaticNeighbor>,
 

@@ -67,6 +67,31 @@ fuzz_target!(|data: &[u8]| {
                 "gateway accepted: {r:?}"
             );
         }
+        AdminRequest::AddNeighbor(n) => {
+            assert!(
+                !n.addr.is_multicast() && !n.addr.is_unspecified(),
+                "neighbour address accepted: {n:?}"
+            );
+            assert!(
+                n.addr
+                    .to_ipv4_mapped()
+                    .is_none_or(|v| !v.is_unspecified() && !v.is_broadcast() && !v.is_multicast()),
+                "IPv4 neighbour address accepted: {n:?}"
+            );
+            assert!(
+                n.mac[0] & 1 == 0 && n.mac != [0; 6],
+                "neighbour MAC accepted: {n:?}"
+            );
+            let a = NeighborArgs::read_from_prefix(&cmd.body[..]).unwrap().0;
+            assert_eq!((n.addr.octets(), n.mac), (a.addr, a.mac), "not the command's entry");
+            assert_eq!(a.reserved, [0; 26], "reserved ADD_NEIGH bytes accepted");
+        }
+        AdminRequest::DelNeighbor(addr) => {
+            assert!(
+                !addr.is_multicast() && !addr.is_unspecified(),
+                "DEL_NEIGH address accepted: {addr}"
+            );
+        }
         AdminRequest::Listen { port, .. } => {
             assert_ne!(port, 0, "port 0 accepted for listen");
         }

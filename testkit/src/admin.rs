@@ -239,6 +239,20 @@ impl FakeGuest {
             .map(|_| ())
     }
 
+    /// ADD_NEIGH: `addr` at `mac`, static.
+    pub fn add_neigh(&mut self, addr: [u8; 16], mac: [u8; 6]) -> Result<(), u16> {
+        let a = neighbor_args(addr, mac);
+        self.admin_result(cmd(ADMIN_OP_ADD_NEIGH, 0, 0, &a))
+            .map(|_| ())
+    }
+
+    /// DEL_NEIGH of the static neighbour `addr`.
+    pub fn del_neigh(&mut self, addr: [u8; 16]) -> Result<(), u16> {
+        let a = neighbor_args(addr, [0; 6]);
+        self.admin_result(cmd(ADMIN_OP_DEL_NEIGH, 0, 0, &a))
+            .map(|_| ())
+    }
+
     /// CREATE_CTX with a fresh page of guest RAM as its doorbell page.
     pub fn create_ctx(&mut self) -> Result<u32, u16> {
         let page = self.alloc_pages(1);

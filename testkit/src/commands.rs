@@ -167,3 +167,11 @@ pub fn route_args(dest: [u8; 16], prefix_len: u8, gateway: [u8; 16], metric: u32
     a.metric = metric;
     a
 }
+
+/// The arguments of ADD_NEIGH and DEL_NEIGH.
+pub fn neighbor_args(addr: [u8; 16], mac: [u8; 6]) -> NeighborArgs {
+    let mut a = NeighborArgs::new_zeroed();
+    a.addr = addr;
+    a.mac = mac;
+    a
+}

@@ -88,6 +88,10 @@ pub enum AdminRequest {
         prefix_len: u8,
         metric: u32,
     },
+    /// A static neighbour, checked (unicast address and MAC).
+    AddNeighbor(crate::net::config::StaticNeighbor),
+    /// The static neighbour with this address.
+    DelNeighbor(Ipv6Addr),
 }
 
 /// The transport a CREATE_QP asks for.
@@ -324,6 +328,19 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
                     prefix_len: a.prefix_len,
                     metric: a.metric,
                 }
+            }
+        }
+        ADMIN_OP_ADD_NEIGH | ADMIN_OP_DEL_NEIGH => {
+            use crate::net::config::StaticNeighbor;
+            let a: NeighborArgs = args(cmd);
+            reserved(zero(&a.reserved))?;
+            let addr = Ipv6Addr::from(a.addr);
+            param(StaticNeighbor::addr_ok(&addr))?;
+            if cmd.opcode == ADMIN_OP_ADD_NEIGH {
+                param(StaticNeighbor::mac_ok(&a.mac))?;
+                R::AddNeighbor(StaticNeighbor { addr, mac: a.mac })
+            } else {
+                R::DelNeighbor(addr)
             }
         }
         _ => return Err(ADMIN_STATUS_BAD_OPCODE),

@@ -30,6 +30,7 @@ pub struct NetworkConfig {
     pub mtu: usize,
     pub pcap: Option<PathBuf>,
     pub impair: Option<ImpairSpec>,
+    /// Static neighbours (`--neighbor`); the guest adds more (ADD_NEIGH).
     pub neighbors: Vec<StaticNeighbor>,
     /// Routes off the link (`--route`); the guest adds more (ADD_ROUTE).
     pub routes: Vec<Route>,
@@ -93,12 +94,14 @@ impl Engine {
         self.shared.set_link_up(self.net.link_up());
     }
 
-    /// The start configuration with the identity (and routes) the device has now.
+    /// The start configuration with the identity (routes and static neighbours) the device
+    /// has now.
     fn identity_now(&self) -> NetConfig {
         let mut c = self.net_start.clone();
         c.mac = self.net.stack.mac();
         c.addrs = self.net.stack.addresses().to_vec();
         c.routes = self.net.stack.routes().to_vec();
+        c.neighbors = self.net.stack.static_neighbors().to_vec();
         c
     }
 
@@ -136,7 +139,7 @@ impl Engine {
         })
     }
 
-    /// After a reset: the identity (and routes) the device started with.
+    /// After a reset: the identity (routes and static neighbours) the device started with.
     pub(super) fn restore_identity(&mut self) {
         if self.net.stack.mac() != self.net_start.mac {
             self.net.stack = new_stack(&self.net_start);
@@ -144,6 +147,9 @@ impl Engine {
             let addrs = self.net_start.addrs.clone();
             self.net.stack.set_addresses(&addrs);
             self.net.stack.set_routes(&self.net_start.routes);
+            self.net
+                .stack
+                .set_static_neighbors(&self.net_start.neighbors, Instant::now());
         }
         // The identity configured for it, which no other function may have taken.
         if let Err(e) = self.net.claim_identity() {

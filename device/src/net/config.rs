@@ -106,11 +106,28 @@ pub fn parse_address(s: &str) -> Result<(Ipv6Addr, u8), String> {
     })
 }
 
-/// `--neighbor ADDR=MAC`: a static neighbour cache entry (IPv6 or IPv4).
+/// A static neighbour cache entry (IPv6 or IPv4): `--neighbor ADDR=MAC`, or
+/// `ADMIN_OP_ADD_NEIGH`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StaticNeighbor {
     pub addr: Ipv6Addr,
     pub mac: Mac,
+}
+
+impl StaticNeighbor {
+    /// Whether `addr` may have a neighbour entry: a unicast address, not loopback (an
+    /// IPv4 one in its mapped form, not broadcast).
+    pub fn addr_ok(addr: &Ipv6Addr) -> bool {
+        let v4_bad = addr.to_ipv4_mapped().is_some_and(|v| {
+            v.is_unspecified() || v.is_broadcast() || v.is_multicast() || v.is_loopback()
+        });
+        !(addr.is_multicast() || addr.is_unspecified() || addr.is_loopback() || v4_bad)
+    }
+
+    /// Whether `mac` may be a neighbour's: unicast, not all zeros.
+    pub fn mac_ok(mac: &Mac) -> bool {
+        mac[0] & 1 == 0 && *mac != [0; 6]
+    }
 }
 
 impl FromStr for StaticNeighbor {
@@ -120,10 +137,7 @@ impl FromStr for StaticNeighbor {
             .split_once('=')
             .ok_or_else(|| format!("neighbor '{s}' is not ADDR=MAC"))?;
         let addr = parse_ip(a, &format!("neighbor '{s}': "))?;
-        let v4_bad = addr.to_ipv4_mapped().is_some_and(|v| {
-            v.is_unspecified() || v.is_broadcast() || v.is_multicast() || v.is_loopback()
-        });
-        if addr.is_multicast() || addr.is_unspecified() || addr.is_loopback() || v4_bad {
+        if !StaticNeighbor::addr_ok(&addr) {
             return Err(format!("neighbor '{s}': {addr} is not a unicast address"));
         }
         let mac = parse_mac(m).map_err(|e| format!("neighbor '{s}': {e}"))?;

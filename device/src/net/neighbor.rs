@@ -4,8 +4,10 @@
 //! solicitation is out; packets wait in a bounded queue), REACHABLE (confirmed within
 //! ReachableTime), STALE (address known, not recently confirmed), DELAY (used while STALE:
 //! waiting for an upper-layer confirmation before probing), PROBE (unicast solicitations),
-//! plus STATIC entries from `--neighbor` that nothing changes. Timers sit in a heap with
-//! lazy invalidation; REACHABLE expiry needs no timer (it is checked when the entry is used).
+//! plus STATIC entries (`--neighbor`, `ADMIN_OP_ADD_NEIGH`) that nothing on the link
+//! changes and nothing ages out; deleting one gives the address back to resolution. Timers
+//! sit in a heap with lazy invalidation; REACHABLE expiry needs no timer (it is checked
+//! when the entry is used).
 //!
 //! The cache does not send anything itself: it tells the stack what to do through
 //! [`Action`]s, so it can be tested step by step.
@@ -34,6 +36,17 @@ pub const MAX_ENTRIES: usize = 1024;
 pub const EVICT_BATCH: usize = MAX_ENTRIES / 8;
 pub const MAX_QUEUE_PER_NEIGHBOR: usize = 128;
 pub const MAX_QUEUED_BYTES: usize = 4 << 20;
+/// Most static entries a function holds (`ADMIN_OP_ADD_NEIGH`).
+pub const MAX_STATIC: usize = qpip_abi::admin::MAX_NEIGHBORS as usize;
+
+/// Why the stack refused a change to its static neighbours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaticError {
+    /// [`MAX_STATIC`] static entries are there already.
+    Full,
+    /// The address has no static entry.
+    NotFound,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -96,10 +109,13 @@ impl NeighborCache {
         self.max_multicast_solicit = n.max(1);
     }
 
-    pub fn add_static(&mut self, ip: Ipv6Addr, mac: Mac, now: Instant) {
-        if let Some(old) = self.entries.remove(&ip) {
-            self.queued_bytes -= old.queue.iter().map(Vec::len).sum::<usize>();
-        }
+    /// Makes `ip` a static entry at `mac`, in place of whatever entry it had: packets that
+    /// were waiting for its resolution go to `mac` at once.
+    pub fn add_static(&mut self, ip: Ipv6Addr, mac: Mac, now: Instant, out: &mut Vec<Action>) {
+        let queue = match self.entries.remove(&ip) {
+            Some(old) => old.queue,
+            None => VecDeque::new(),
+        };
         self.entries.insert(
             ip,
             Entry {
@@ -107,10 +123,24 @@ impl NeighborCache {
                 state: State::Static,
                 deadline: None,
                 probes: 0,
-                queue: VecDeque::new(),
+                queue,
                 last_used: now,
             },
         );
+        self.flush(ip, out);
+    }
+
+    /// Removes the static entry of `ip`, if it has one (a learned entry stays): the next
+    /// packet to it is resolved as any other. Returns whether there was one.
+    pub fn remove_static(&mut self, ip: &Ipv6Addr) -> bool {
+        let is_static = self
+            .entries
+            .get(ip)
+            .is_some_and(|e| e.state == State::Static);
+        if is_static {
+            self.entries.remove(ip);
+        }
+        is_static
     }
 
     /// The state and link-layer address of an entry.
@@ -608,7 +638,7 @@ mod tests {
     fn static_entries_never_change() {
         let t0 = Instant::now();
         let mut c = NeighborCache::new(1);
-        c.add_static(A, M1, t0);
+        run(&mut c, |c, o| c.add_static(A, M1, t0, o));
         run(&mut c, |c, o| c.on_solicitation(A, M2, t0, o));
         run(&mut c, |c, o| {
             c.on_advertisement(A, Some(M2), true, true, t0, o)
@@ -618,6 +648,36 @@ mod tests {
             c.resolve(A, vec![7], t0 + Duration::from_secs(3600), o)
         });
         assert_eq!(out, vec![Action::Send(vec![7], M1)]);
+    }
+
+    /// A static entry takes over from resolution under way (the waiting packets go to its
+    /// address), and once removed the address is resolved again from the start.
+    #[test]
+    fn static_entries_replace_resolution_and_give_it_back() {
+        let t0 = Instant::now();
+        let mut c = NeighborCache::new(1);
+        let out = run(&mut c, |c, o| c.resolve(A, vec![1], t0, o));
+        assert_eq!(out, vec![Action::SolicitMulticast(A)]);
+        let out = run(&mut c, |c, o| c.add_static(A, M1, t0, o));
+        assert_eq!(out, vec![Action::Send(vec![1], M1)]);
+        assert_eq!(c.queued(), 0);
+        assert_eq!(c.queued_bytes, 0);
+        // Its own timer, armed while it was INCOMPLETE, no longer fires.
+        let out = run(&mut c, |c, o| c.poll(t0 + Duration::from_secs(10), o));
+        assert_eq!(out, vec![]);
+        assert_eq!(c.get(&A), Some((State::Static, Some(M1))));
+        let out = run(&mut c, |c, o| c.add_static(A, M2, t0, o));
+        assert_eq!(out, vec![]);
+        assert_eq!(c.get(&A), Some((State::Static, Some(M2))));
+
+        assert!(c.remove_static(&A));
+        assert!(!c.remove_static(&A));
+        assert_eq!(c.get(&A), None);
+        let out = run(&mut c, |c, o| c.resolve(A, vec![2], t0, o));
+        assert_eq!(out, vec![Action::SolicitMulticast(A)]);
+        // A learned entry is not removed as a static one.
+        assert!(!c.remove_static(&A));
+        assert_eq!(c.get(&A).map(|e| e.0), Some(State::Incomplete));
     }
 
     #[test]

@@ -18,17 +18,24 @@ struct Before {
     cq_rings: Vec<(Cq, Vec<u8>)>,
 }
 
-/// A route the driver adds before the reset.
+/// A route and a static neighbour the driver adds before the reset.
 const ROUTE: &str = "2001:db8:1::";
+const NEIGHBOR: &str = "fe80::77";
 
 fn build_and_start_traffic(g: &mut FakeGuest, port: u16, listen_port: u16) -> Before {
     g.add_route(ip(ROUTE), 48, ip("fe80::1"), 0).unwrap();
+    g.add_neigh(ip(NEIGHBOR), [0x02, 0, 0, 0, 0x77, 0x77])
+        .unwrap();
     g.set_mac([0x02, 0x99, 0x88, 0x77, 0x66, 0x55]).unwrap();
     assert_admin_err(
         g.add_route(ip(ROUTE), 48, ip("fe80::1"), 0),
         ADMIN_STATUS_ADDR_IN_USE,
         "the route outlives SET_MAC",
     );
+    g.del_neigh(ip(NEIGHBOR))
+        .expect("the static neighbour outlives SET_MAC");
+    g.add_neigh(ip(NEIGHBOR), [0x02, 0, 0, 0, 0x77, 0x77])
+        .unwrap();
     g.add_addr(ip("2001:db8::9"), 64).unwrap();
     let c1 = g.create_ctx().unwrap();
     let c2 = g.create_ctx().unwrap();
@@ -130,6 +137,11 @@ fn check_clean_after_reset(
     g.add_route(ip(ROUTE), 48, ip("fe80::1"), 0)
         .expect("the route added by the driver is dropped by reset");
     g.del_route(ip(ROUTE), 48, 0).unwrap();
+    assert_admin_err(
+        g.del_neigh(ip(NEIGHBOR)),
+        ADMIN_STATUS_BAD_HANDLE,
+        "the static neighbour added by the driver is dropped by reset",
+    );
 
     // From scratch: the old ports are free, the added address is gone, traffic flows.
     let mut a = g.udp_endpoint_in(ctx, UNSPECIFIED, 0, 16, 32, 2048);

@@ -1,7 +1,7 @@
 //! UDP queue pairs end to end: over the device's own addresses (loopback inside the
 //! device) — datagrams of every size, scatter/gather and inline data, what a receive CQE
 //! reports, addressing, length errors, drops, full and armed CQs, a long stream through ring
-//! wrap-around, teardown — and between two devices on a cable.
+//! wrap-around, teardown — and between two devices on a cable, or to static neighbours.
 
 use qpip_testkit as support;
 
@@ -14,6 +14,7 @@ mod cable;
 mod errors;
 mod payloads;
 mod rings;
+mod static_neighbors;
 mod teardown;
 
 /// Largest UDP payload in one send (the 65535-byte UDP length minus its 8-byte header).

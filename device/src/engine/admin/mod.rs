@@ -2,6 +2,7 @@
 //! submission ring, executes them against the object tables, writes completions with the
 //! phase protocol of `qpip_abi::admin`, and raises MSI-X vector 0.
 
+mod neighbors;
 mod query;
 mod regions;
 mod resources;
@@ -261,6 +262,8 @@ impl Engine {
                 prefix_len,
                 metric,
             } => self.del_route(dest, prefix_len, metric),
+            R::AddNeighbor(n) => self.add_neighbor(n),
+            R::DelNeighbor(addr) => self.del_neighbor(addr),
             R::CreateCtx { page, flags } => self.create_ctx(mem, page, flags),
             R::DestroyCtx => self.destroy_ctx(mem, ctx),
             R::CreateCq {

@@ -36,10 +36,10 @@ use std::time::{Duration, Instant};
 
 use log::debug;
 
-use super::config::{NetConfig, MIN_MTU};
+use super::config::{NetConfig, StaticNeighbor, MIN_MTU};
 use super::frag::{self, Outcome, Reassembler};
 use super::gso;
-use super::neighbor::{self, Action, NeighborCache};
+use super::neighbor::{self, Action, NeighborCache, StaticError};
 use super::route::{Route, RouteError, RouteTable};
 use super::stats::{DropReason, NetStats};
 use super::wire::{self, icmp, proto, Mac, IPV6_LEN};
@@ -206,8 +206,8 @@ pub struct Stack {
     addrs: Vec<(Ipv6Addr, u8)>,
     mtu: usize,
     neighbors: NeighborCache,
-    /// Static neighbours are on-link whatever their address.
-    static_neighbors: Vec<Ipv6Addr>,
+    /// The static entries of the neighbour cache, which are on-link whatever their address.
+    static_neighbors: Vec<StaticNeighbor>,
     routes: RouteTable,
     pmtu: HashMap<Ipv6Addr, (usize, Instant)>,
     /// Path MTUs changed since [`Stack::take_path_mtu_changes`] (one entry a destination):
@@ -254,8 +254,9 @@ impl Stack {
         });
         let mut neighbors = NeighborCache::new(seed ^ 0x6e65_6967);
         neighbors.set_max_multicast_solicit(config.ndp_solicits);
+        let mut nothing_waits = Vec::new();
         for n in &config.neighbors {
-            neighbors.add_static(n.addr, n.mac, now);
+            neighbors.add_static(n.addr, n.mac, now, &mut nothing_waits);
         }
         let mut routes = RouteTable::default();
         routes.set(&config.routes);
@@ -265,7 +266,7 @@ impl Stack {
             addrs: Vec::new(),
             mtu: config.mtu.clamp(MIN_MTU, super::config::MAX_MTU),
             neighbors,
-            static_neighbors: config.neighbors.iter().map(|n| n.addr).collect(),
+            static_neighbors: config.neighbors.clone(),
             routes,
             pmtu: HashMap::new(),
             pmtu_changes: Vec::new(),
@@ -374,6 +375,65 @@ impl Stack {
         self.routes.set(routes);
     }
 
+    /// The static neighbours (`--neighbor`, ADD_NEIGH).
+    pub fn static_neighbors(&self) -> &[StaticNeighbor] {
+        &self.static_neighbors
+    }
+
+    /// Makes `n.addr` a static neighbour at `n.mac`, in place of its entry if it had one
+    /// (static or learned): packets waiting for its resolution go at once. Refused beyond
+    /// [`neighbor::MAX_STATIC`] static entries.
+    pub fn add_static_neighbor(
+        &mut self,
+        n: StaticNeighbor,
+        now: Instant,
+    ) -> Result<(), StaticError> {
+        let full = self.static_neighbors.len() >= neighbor::MAX_STATIC;
+        match self.static_neighbors.iter_mut().find(|s| s.addr == n.addr) {
+            Some(s) => s.mac = n.mac,
+            None if full => return Err(StaticError::Full),
+            None => self.static_neighbors.push(n),
+        }
+        self.neighbors
+            .add_static(n.addr, n.mac, now, &mut self.actions);
+        self.run_actions();
+        Ok(())
+    }
+
+    /// Removes the static neighbour `addr`: the address is resolved again (and on-link
+    /// again only if an address's prefix holds it).
+    pub fn remove_static_neighbor(&mut self, addr: &Ipv6Addr) -> Result<(), StaticError> {
+        let before = self.static_neighbors.len();
+        self.static_neighbors.retain(|s| s.addr != *addr);
+        if self.static_neighbors.len() == before {
+            return Err(StaticError::NotFound);
+        }
+        self.neighbors.remove_static(addr);
+        Ok(())
+    }
+
+    /// Makes the static neighbours exactly `ns` (after a reset).
+    pub fn set_static_neighbors(&mut self, ns: &[StaticNeighbor], now: Instant) {
+        let gone: Vec<Ipv6Addr> = self
+            .static_neighbors
+            .iter()
+            .filter(|s| !ns.contains(s))
+            .map(|s| s.addr)
+            .collect();
+        for a in gone {
+            let _ = self.remove_static_neighbor(&a);
+        }
+        for n in ns {
+            if !self.static_neighbors.contains(n) {
+                // A reset's set fits: it is what the device started with.
+                self.static_neighbors.push(*n);
+                self.neighbors
+                    .add_static(n.addr, n.mac, now, &mut self.actions);
+            }
+        }
+        self.run_actions();
+    }
+
     /// Whether `a` is one of the device's own unicast addresses (or loopback: `::1`,
     /// IPv4's 127.0.0.0/8).
     pub fn is_local(&self, a: &Ipv6Addr) -> bool {
@@ -466,7 +526,7 @@ impl Stack {
         let own = || self.addrs.iter().filter(|(x, _)| wire::is_ipv4(x) == v4);
         !v4 && wire::is_link_local(a)
             || own().any(|(x, plen)| wire::in_prefix(a, x, *plen))
-            || self.static_neighbors.contains(a) && (!v4 || own().next().is_some())
+            || self.static_neighbors.iter().any(|n| n.addr == *a) && (!v4 || own().next().is_some())
     }
 
     /// The source address for packets to `dst` (RFC 6724, reduced to what an on-link host

@@ -1,5 +1,6 @@
 //! The device's identity on the link: SET_MAC, ADD_ADDR and DEL_ADDR within their limits,
-//! and LIST_ADDRS (the link-local address first) with its buffer.
+//! and LIST_ADDRS (the link-local address first) with its buffer; its routes and static
+//! neighbours within theirs.
 
 use super::check_result_buffer;
 use crate::support::*;
@@ -239,4 +240,75 @@ fn routes_are_added_and_deleted_within_the_limit() {
     );
     g.add_route(ip("fd51:5050::ff:0"), 112, gw6, 0)
         .expect("room again after DEL_ROUTE");
+}
+
+#[test]
+fn static_neighbours_are_added_and_deleted_within_the_limit() {
+    let mut g = FakeGuest::new();
+    let mac = [0x02, 0, 0, 0, 0, 0x10];
+    g.add_neigh(ip("198.18.0.1"), mac).unwrap();
+    g.add_neigh(ip("fd51:5050::1"), mac).unwrap();
+    g.add_neigh(ip("fe80::1"), mac).unwrap();
+    // The same address again replaces its MAC (`ip neigh replace`): no new entry.
+    g.add_neigh(ip("198.18.0.1"), [0x02, 0, 0, 0, 0, 0x11])
+        .unwrap();
+    for (addr, mac, what) in [
+        (UNSPECIFIED, mac, "no address"),
+        (ip("::ffff:0.0.0.0"), mac, "the IPv4 unspecified address"),
+        (ip("ff02::1"), mac, "a multicast address"),
+        (ip("224.0.0.1"), mac, "an IPv4 multicast address"),
+        (ip("255.255.255.255"), mac, "the IPv4 broadcast address"),
+        (ip("::1"), mac, "loopback"),
+        (ip("127.0.0.1"), mac, "IPv4 loopback"),
+        (ip("fd51:5050::2"), [0; 6], "a MAC of zeros"),
+        (ip("fd51:5050::2"), [0xff; 6], "the broadcast MAC"),
+        (
+            ip("fd51:5050::2"),
+            [0x33, 0x33, 0, 0, 0, 1],
+            "a multicast MAC",
+        ),
+    ] {
+        assert_admin_err(
+            g.add_neigh(addr, mac),
+            ADMIN_STATUS_BAD_PARAM,
+            &format!("ADD_NEIGH with {what}"),
+        );
+    }
+    assert_admin_err(
+        g.del_neigh(ip("ff02::1")),
+        ADMIN_STATUS_BAD_PARAM,
+        "DEL_NEIGH of a multicast address",
+    );
+    let mut a = neighbor_args(ip("fd51:5050::2"), mac);
+    a.reserved[25] = 1;
+    assert_admin_err(
+        g.admin_result(cmd(ADMIN_OP_ADD_NEIGH, 0, 0, &a)),
+        ADMIN_STATUS_BAD_OPCODE,
+        "ADD_NEIGH with a reserved byte set",
+    );
+    for i in 3..MAX_NEIGHBORS {
+        g.add_neigh(ip(&format!("fd51:5050::1:{i:x}")), mac)
+            .unwrap_or_else(|s| panic!("ADD_NEIGH #{i}: {}", admin_status_name(s)));
+    }
+    assert_admin_err(
+        g.add_neigh(ip("fd51:5050::2:0"), mac),
+        ADMIN_STATUS_NO_RESOURCES,
+        "ADD_NEIGH beyond MAX_NEIGHBORS",
+    );
+    // A full table still takes a new MAC for an address it holds.
+    g.add_neigh(ip("fe80::1"), [0x02, 0, 0, 0, 0, 0x12])
+        .expect("ADD_NEIGH replacing an entry of a full table");
+    g.del_neigh(ip("198.18.0.1")).unwrap();
+    assert_admin_err(
+        g.del_neigh(ip("198.18.0.1")),
+        ADMIN_STATUS_BAD_HANDLE,
+        "DEL_NEIGH of a deleted entry",
+    );
+    assert_admin_err(
+        g.del_neigh(ip("198.18.0.9")),
+        ADMIN_STATUS_BAD_HANDLE,
+        "DEL_NEIGH of an address never added",
+    );
+    g.add_neigh(ip("fd51:5050::2:0"), mac)
+        .expect("room again after DEL_NEIGH");
 }
