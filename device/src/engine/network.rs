@@ -78,7 +78,11 @@ impl Engine {
         c.routes = cfg.routes.clone();
         c.ndp_solicits = cfg.ndp_solicits;
         c.link = true;
-        let stack = new_stack(&self.identity_now());
+        // The link's own static neighbours and routes, not those of the stack without it.
+        let mut start = self.identity_now();
+        start.neighbors = cfg.neighbors.clone();
+        start.routes = cfg.routes.clone();
+        let stack = new_stack(&start);
         info!(
             "network: {} (MTU {}), link-local {}",
             link.describe(),
