@@ -243,13 +243,14 @@ enum {
 	QPIP_ND_TX_PACKETS, QPIP_ND_TX_BYTES, QPIP_ND_TX_ERRORS, QPIP_ND_TX_DROPPED,
 	QPIP_ND_TX_STOPPED, QPIP_ND_RX_PACKETS, QPIP_ND_RX_BYTES, QPIP_ND_RX_ERRORS,
 	QPIP_ND_RX_CSUM_OK, QPIP_ND_RX_TOO_LONG, QPIP_ND_RX_ALLOC_FAILED, QPIP_ND_RX_MERGED,
-	QPIP_ND_RX_GSO, QPIP_ND_RX_TOO_MANY_FRAGS, QPIP_ND_IRQS, QPIP_ND_DRIVER_STATS
+	QPIP_ND_RX_GSO, QPIP_ND_RX_TOO_MANY_FRAGS, QPIP_ND_RX_COPIED, QPIP_ND_IRQS,
+	QPIP_ND_DRIVER_STATS
 };
 
 static const char qpip_nd_driver_stats[QPIP_ND_DRIVER_STATS][ETH_GSTRING_LEN] = {
 	"tx_packets", "tx_bytes", "tx_errors", "tx_dropped", "tx_queue_stopped",
 	"rx_packets", "rx_bytes", "rx_errors", "rx_csum_ok", "rx_too_long", "rx_alloc_failed",
-	"rx_merged_frames", "rx_gso_frames", "rx_too_many_frags", "irqs",
+	"rx_merged_frames", "rx_gso_frames", "rx_too_many_frags", "rx_copied_frames", "irqs",
 };
 
 static const struct qpip_nd_stat qpip_nd_device_stats[] = {
@@ -309,6 +310,7 @@ static void qpip_nd_get_ethtool_stats(struct net_device *dev, struct ethtool_sta
 		data[QPIP_ND_RX_MERGED] = nd->rx_stats.merged;
 		data[QPIP_ND_RX_GSO] = nd->rx_stats.gso;
 		data[QPIP_ND_RX_TOO_MANY_FRAGS] = nd->rx_stats.too_many_frags;
+		data[QPIP_ND_RX_COPIED] = nd->rx_stats.copied;
 	} while (u64_stats_fetch_retry(&nd->rx_stats.syncp, start));
 	data[QPIP_ND_IRQS] = atomic64_read(&nd->irqs);
 

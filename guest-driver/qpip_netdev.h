@@ -77,6 +77,7 @@ struct qpip_nd_stats {
 	u64 merged;			/* RX: frames that spanned more than one buffer */
 	u64 gso;			/* RX: TCP super-frames delivered whole (GSO skbs) */
 	u64 too_many_frags;		/* RX: frames of more pieces than an skb holds */
+	u64 copied;			/* RX: small frames copied whole, their page reused */
 	struct u64_stats_sync syncp;
 };
 
@@ -109,6 +110,11 @@ struct qpip_nd_queues {
 	u32 rq_head;
 	u32 rx_buf_len;			/* MTU + Ethernet header, or a page if mergeable */
 	struct qpip_nd_rx_buf *rx_bufs;
+	/*
+	 * Where mergeable buffers come from: pages mapped once and used again, those of frames
+	 * copied whole at once, the others when the stack frees their skb.
+	 */
+	struct page_pool *rx_pool;
 	/*
 	 * The QP was created with RAW_RX_MERGEABLE: frames span buffers and TCP super-frames
 	 * arrive whole. The frame being assembled (@rx_skb, @rx_pieces so far) may straddle

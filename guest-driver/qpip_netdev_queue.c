@@ -14,7 +14,11 @@
  * buffers (RAW_RX_MERGEABLE, while NETIF_F_GRO_HW is on and the device takes it) the
  * buffers are pages, a frame spans as many as it needs and a TCP super-frame arrives whole,
  * as a GSO skb (virtio-net's mergeable mode, a NIC's LRO); otherwise each buffer is an skb
- * of MTU + Ethernet header bytes holding one frame. Both rings are
+ * of MTU + Ethernet header bytes holding one frame. Mergeable pages come from a page pool,
+ * mapped for the device once: a small frame (an ACK, a ping-pong's message) is copied into
+ * its skb and its page goes straight back to the RQ, and a page the stack took as a
+ * fragment returns to the pool when the stack frees it — no page allocation or DMA mapping
+ * per frame. Both rings are
  * rung with the doorbell protocol of abi/src/doorbell.rs: producer index, change counter,
  * full barrier, and a kick if the engine said it sleeps.
  */
@@ -25,6 +29,7 @@
 #include <linux/log2.h>
 #include <linux/slab.h>
 #include <linux/tcp.h>
+#include <net/page_pool/helpers.h>
 
 #include "qpip_netdev.h"
 
@@ -429,22 +434,22 @@ static int qpip_nd_rx_alloc_skb(struct qpip_netdev *nd, struct qpip_nd_rx_buf *b
 	return 0;
 }
 
-/* A mergeable buffer: a page, mapped whole. */
+/* A mergeable buffer: a page of the pool, mapped whole (by the pool, once). */
 static int qpip_nd_rx_alloc_page(struct qpip_netdev *nd, struct qpip_nd_rx_buf *b)
 {
-	struct device *dma = qpip_nd_dma(nd);
-	struct page *page;
+	struct page *page = page_pool_dev_alloc_pages(nd->q.rx_pool);
 
-	page = dev_alloc_page();
 	if (!page)
 		return -ENOMEM;
-	b->dma = dma_map_page(dma, page, 0, PAGE_SIZE, DMA_FROM_DEVICE);
-	if (dma_mapping_error(dma, b->dma)) {
-		put_page(page);
-		return -ENOMEM;
-	}
+	b->dma = page_pool_get_dma_addr(page);
 	b->page = page;
 	return 0;
+}
+
+/* A mergeable buffer's page back to its pool (@direct: from the NAPI poll). */
+static void qpip_nd_rx_put_page(struct qpip_nd_queues *q, struct page *page, bool direct)
+{
+	page_pool_put_full_page(q->rx_pool, page, direct);
 }
 
 /* Posts receive buffers until the RQ is full; false if an allocation failed. */
@@ -550,7 +555,8 @@ static int qpip_nd_rx_reap_frames(struct qpip_netdev *nd, int budget)
 
 /* What one NAPI poll of the mergeable receive path counted, added to rx_stats at its end. */
 struct qpip_nd_rx_counts {
-	u64 frames, bytes, errors, csum_ok, too_long, alloc_failed, merged, gso, too_many_frags;
+	u64 frames, bytes, errors, csum_ok, too_long, alloc_failed, merged, gso, too_many_frags,
+	    copied;
 };
 
 /* The frame being assembled is dropped; the rest of its pieces will be too. */
@@ -580,22 +586,25 @@ static void qpip_nd_rx_add_piece(struct qpip_netdev *nd, struct page *page, u32 
 			c->alloc_failed++;
 			c->errors++;
 			qpip_nd_rx_discard(q);
-			put_page(page);
+			qpip_nd_rx_put_page(q, page, true);
 			return;
 		}
+		/* Its fragments' pages go back to the pool when the stack frees it. */
+		skb_mark_for_recycle(skb);
 		copy = min_t(u32, len, QPIP_ND_RX_COPY);
 		skb_put_data(skb, page_address(page), copy);
 		q->rx_skb = skb;
 	}
 	if (copy == len) {
-		put_page(page);
+		c->copied++;
+		qpip_nd_rx_put_page(q, page, true);
 		return;
 	}
 	if (skb_shinfo(skb)->nr_frags >= MAX_SKB_FRAGS) {
 		c->too_many_frags++;
 		c->errors++;
 		qpip_nd_rx_discard(q);
-		put_page(page);
+		qpip_nd_rx_put_page(q, page, true);
 		return;
 	}
 	skb_add_rx_frag(skb, skb_shinfo(skb)->nr_frags, page, copy, len - copy, PAGE_SIZE);
@@ -660,7 +669,6 @@ static int qpip_nd_rx_reap_mergeable(struct qpip_netdev *nd, int budget)
 		struct page *page = b->page;
 		u32 len = cqe->byte_len;
 
-		dma_unmap_page(qpip_nd_dma(nd), b->dma, PAGE_SIZE, DMA_FROM_DEVICE);
 		b->page = NULL;
 		q->rq_head++;
 		cq->head++;
@@ -673,10 +681,11 @@ static int qpip_nd_rx_reap_mergeable(struct qpip_netdev *nd, int budget)
 					c.too_long++;
 				qpip_nd_rx_discard(q);
 			}
-			put_page(page);
+			qpip_nd_rx_put_page(q, page, true);
 		} else if (q->rx_discard) {
-			put_page(page);
+			qpip_nd_rx_put_page(q, page, true);
 		} else {
+			dma_sync_single_for_cpu(qpip_nd_dma(nd), b->dma, len, DMA_FROM_DEVICE);
 			qpip_nd_rx_add_piece(nd, page, len, &c);
 		}
 		if (cqe->imm_data & QPIP_CQE_RAW_RX_MORE)
@@ -705,6 +714,7 @@ static int qpip_nd_rx_reap_mergeable(struct qpip_netdev *nd, int budget)
 		nd->rx_stats.merged += c.merged;
 		nd->rx_stats.gso += c.gso;
 		nd->rx_stats.too_many_frags += c.too_many_frags;
+		nd->rx_stats.copied += c.copied;
 		u64_stats_update_end(&nd->rx_stats.syncp);
 	}
 	return done;
@@ -761,8 +771,7 @@ static void qpip_nd_bufs_free(struct qpip_netdev *nd)
 			q->rx_bufs[i].skb = NULL;
 		}
 		if (q->rx_bufs[i].page) {
-			dma_unmap_page(dma, q->rx_bufs[i].dma, PAGE_SIZE, DMA_FROM_DEVICE);
-			put_page(q->rx_bufs[i].page);
+			qpip_nd_rx_put_page(q, q->rx_bufs[i].page, false);
 			q->rx_bufs[i].page = NULL;
 		}
 	}
@@ -775,12 +784,37 @@ static void qpip_nd_bufs_free(struct qpip_netdev *nd)
 	q->rx_bufs = NULL;
 }
 
+/*
+ * The pool of mergeable receive pages: as many as the RQ holds, mapped for the device by
+ * the pool and synced for it when given out again. Not tied to the NAPI instance: pages the
+ * stack frees elsewhere come back through the pool's ring, the receive path's own directly.
+ */
+static struct page_pool *qpip_nd_pool_create(struct qpip_netdev *nd, u32 rq_depth)
+{
+	struct page_pool_params pp = {
+		.flags = PP_FLAG_DMA_MAP | PP_FLAG_DMA_SYNC_DEV,
+		.order = 0,
+		.pool_size = rq_depth,
+		.nid = NUMA_NO_NODE,
+		.dev = qpip_nd_dma(nd),
+		.dma_dir = DMA_FROM_DEVICE,
+		.offset = 0,
+		.max_len = PAGE_SIZE,
+	};
+
+	return page_pool_create(&pp);
+}
+
 /* Frees the memory of the queues; the device no longer uses it. */
 static void qpip_nd_mem_free(struct qpip_netdev *nd)
 {
 	struct qpip_nd_queues *q = &nd->q;
 
 	qpip_nd_bufs_free(nd);
+	/* Pages the stack still holds come back to the pool and are freed with it then. */
+	if (q->rx_pool)
+		page_pool_destroy(q->rx_pool);
+	q->rx_pool = NULL;
 	qpip_nd_ring_free(nd, &q->sq);
 	qpip_nd_ring_free(nd, &q->rq);
 	qpip_nd_ring_free(nd, &q->tx_cq.ring);
@@ -815,6 +849,11 @@ static int qpip_nd_mem_alloc(struct qpip_netdev *nd)
 	q->rx_bufs = kcalloc(rq_depth, sizeof(*q->rx_bufs), GFP_KERNEL);
 	if (!q->tx_bufs || !q->rx_bufs)
 		goto err;
+	q->rx_pool = qpip_nd_pool_create(nd, rq_depth);
+	if (IS_ERR(q->rx_pool)) {
+		q->rx_pool = NULL;
+		goto err;
+	}
 	q->max_sge = clamp_t(u32, nd->qdev->info.max_sge, 1, QPIP_MAX_SGE);
 	return 0;
 err:

@@ -58,7 +58,7 @@ dev_stats() {
 }
 # rx_modes TAG: the driver's receive-mode counters from `ethtool -S` as TAG.NAME.
 rx_modes() {
-    for s in rx_merged_frames rx_gso_frames rx_too_many_frags; do
+    for s in rx_merged_frames rx_gso_frames rx_too_many_frags rx_copied_frames; do
         kv "$1.$s" "$(ethtool -S $ND 2>/dev/null | awk -v s="$s:" '$1 == s {print $2}')"
     done
 }
@@ -243,6 +243,7 @@ kv insmod.nd "$([ -e /sys/class/net/$ND ] && echo present || echo gone)"
         "rx_merged_frames",
         "rx_gso_frames",
         "rx_too_many_frags",
+        "rx_copied_frames",
         "dev_raw_tx_frames",
         "dev_raw_rx_no_wr",
     ] {
@@ -513,7 +514,9 @@ lab-wait host-done 300
     assert_eq!(a.get("after.rx_errors"), "0", "{ctx}");
     // Mergeable receive buffers: the lab host's stream to a's kernel arrives as
     // super-frames (GSO skbs), each in several buffers; with rx-gro-hw off, none.
-    for s in ["rx_gso_frames", "rx_merged_frames"] {
+    // ... and the small frames (the ACKs of a's own sends) are copied whole, their pages
+    // straight back to the RQ.
+    for s in ["rx_gso_frames", "rx_merged_frames", "rx_copied_frames"] {
         assert!(
             a.num(&format!("merged.{s}")) > a.num(&format!("merged0.{s}")),
             "{s} grows with mergeable buffers\n{ctx}"
