@@ -374,7 +374,14 @@ fn autoconf_host_side(host: &LabHost) -> AutoconfView {
         let a: std::net::Ipv6Addr = slaac_addr
             .parse()
             .map_err(|e| format!("SLAAC address {slaac_addr:?}: {e}"))?;
-        host_sends(host, SocketAddrV6::new(a, 7560, 0, 0).into(), &data)
+        // The lab host's on-link prefix is a /80: the /64's other addresses are off its
+        // link until a route says otherwise (the guest's device has the /64 on-link, so
+        // its answers need none).
+        let route = format!("{a}/128 dev {}", netns::BRIDGE);
+        host.sh(&format!("ip -6 route replace {route}"))?;
+        let sent = host_sends(host, SocketAddrV6::new(a, 7560, 0, 0).into(), &data);
+        let _ = host.sh(&format!("ip -6 route del {route}"));
+        sent
     });
     let dhcp = autoconf::DhcpServer::start(host, DHCP_LEASE).and_then(|server| {
         host.signal("dhcp-server").map_err(|e| e.to_string())?;
