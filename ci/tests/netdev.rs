@@ -302,8 +302,9 @@ touch /lab/slaac-go
 upto 120 '[ -n "$(slaac_addr)" ]'
 S=$(slaac_addr); SA=${S%/*}
 kv slaac.addr "$S"
-kv slaac.tentative "$(ip -6 addr show dev $ND | grep -c "inet6 $S .*tentative")"
+# The device's list first: an address still tentative after it was read was so while it was.
 kv slaac.dev_tentative "$(dev_addrs)"
+kv slaac.tentative "$(ip -6 addr show dev $ND | grep -c "inet6 $S .*tentative")"
 upto 60 '! ip -6 addr show dev $ND | grep -q "inet6 $S .*tentative"'
 upto 10 'dev_addrs | grep -q "$SA/"'
 kv slaac.dev "$(dev_addrs)"
