@@ -291,7 +291,10 @@ const DHCP_LEASE: &str = "198.18.0.77";
 ///   the raw QP) with a script that applies the lease with `ip addr add`, the device
 ///   getting the leased address, a QP listening on it taking the lab host's stream, then
 ///   `ip addr del`.
+///
+/// `$LEASE_ADDR` stands for [`DHCP_LEASE`].
 const AUTOCONF: &str = r#"
+LEASE=$LEASE_ADDR
 upto() { i=0; until eval "$2" || [ $i -ge $(($1 * 10)) ]; do i=$((i + 1)); sleep 0.1; done; }
 slaac_addr() { ip -6 addr show dev $ND | awk '$1 == "inet6" && / dynamic/ {print $2; exit}'; }
 echo 1 > /proc/sys/net/ipv6/conf/$ND/accept_ra
@@ -552,7 +555,6 @@ ip link set $ND mtu 1500
 touch /lab/nd-iperf-done
 nd_stats after
 dev_stats after
-LEASE=$LEASE_ADDR
 $AUTOCONF
 rmmod qpip; kv rmmod.status $?
 lab-wait host-done 300
