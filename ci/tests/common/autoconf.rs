@@ -3,7 +3,10 @@
 //! advertisements (SLAAC) and a DHCPv4 server.
 //!
 //! The advertisements are sent from the test process itself (a raw ICMPv6 socket in the
-//! lab's namespace), so there is no process to stop; the DHCP server is the runtime's
+//! lab's namespace), so there is no process to stop, and to one interface's link-local
+//! address (a host takes a unicast advertisement as it takes one to all nodes): sent to
+//! all nodes, every NIC on the bridge, virtio-net ones too, would form addresses from it.
+//! The DHCP server is the runtime's
 //! busybox `udhcpd` (the same static busybox as the guests'), stopped by its pid when its
 //! guard is dropped, on failure too.
 
