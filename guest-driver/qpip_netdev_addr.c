@@ -26,8 +26,9 @@
  *   stays on the interface, marked dadfailed). No notifier tells when DAD ends, so the
  *   addition waits on a list and is looked at again every QPIP_ND_DAD_POLL; one whose
  *   DAD failed, or that was removed meanwhile, is dropped. Optimistic addresses (RFC
- *   4429) wait too: they are tentative. The wait is only while DAD can run, on an
- *   interface up with carrier: the kernel keeps an address tentative on one that is down
+ *   4429) wait too: they are tentative. An address DAD is not run for (accept_dad off,
+ *   nodad) goes at once. The wait is only while DAD can run, on an interface up with
+ *   carrier: the kernel keeps an address tentative on one that is down
  *   or has no carrier (a device without raw QPs never gives it one) until it has, and the
  *   device's QPs need not wait for that; such an address goes to the device at once.
  * - The older ways of configuring the device (sysfs `addresses` and `mac`, the ADD_ADDR,
@@ -258,6 +259,24 @@ enum qpip_nd_dad {
 	QPIP_ND_DAD_GONE,	/* no longer on the interface */
 };
 
+#if IS_ENABLED(CONFIG_IPV6)
+/*
+ * Whether the kernel runs DAD for @flags's address on @idev: not with accept_dad off both
+ * for the interface and for all (the lab's setting), nor for an address added with nodad
+ * (addrconf_dad_begin's own conditions). Such an address is tentative only until the
+ * kernel's DAD work item has looked at it, and need not wait for that.
+ */
+static bool qpip_nd_dad_runs(struct inet6_dev *idev, u32 flags)
+{
+	struct net_device *dev = idev->dev;
+
+	if (flags & IFA_F_NODAD || dev->flags & (IFF_NOARP | IFF_LOOPBACK))
+		return false;
+	return READ_ONCE(idev->cnf.accept_dad) > 0 ||
+	       READ_ONCE(dev_net(dev)->ipv6.devconf_all->accept_dad) > 0;
+}
+#endif
+
 static enum qpip_nd_dad qpip_nd_dad_state(struct net_device *dev, const struct in6_addr *a)
 {
 	enum qpip_nd_dad state = QPIP_ND_DAD_GONE;
@@ -276,8 +295,8 @@ static enum qpip_nd_dad qpip_nd_dad_state(struct net_device *dev, const struct i
 				continue;
 			if (flags & IFA_F_DADFAILED)
 				state = QPIP_ND_DAD_FAILED;
-			else if ((flags & IFA_F_TENTATIVE) && netif_running(dev) &&
-				 netif_carrier_ok(dev))
+			else if ((flags & IFA_F_TENTATIVE) && qpip_nd_dad_runs(idev, flags) &&
+				 netif_running(dev) && netif_carrier_ok(dev))
 				state = QPIP_ND_DAD_PENDING;
 			else
 				state = QPIP_ND_DAD_DONE;

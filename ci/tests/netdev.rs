@@ -110,7 +110,7 @@ nd_up
 kv up.addrs "$(nd_addrs)"
 ip -6 addr add fd51:5050::99/64 dev $ND; kv add6.status $?
 ip -4 addr add 198.51.100.7/24 dev $ND; kv add4.status $?
-settle 'dev_addrs | grep -q 198.51.100.7'
+settle 'dev_addrs | grep -q 198.51.100.7 && dev_addrs | grep -q fd51:5050::99/'
 kv add.dev "$(dev_addrs)"
 ip -6 addr del fd51:5050::99/64 dev $ND; kv del6.status $?
 ip -4 addr del 198.51.100.7/24 dev $ND; kv del4.status $?
