@@ -181,6 +181,14 @@ struct qpip_netdev {
 	 * the change came from the device and do not carry it back.
 	 */
 	struct task_struct *mirroring;
+	/*
+	 * IPv6 additions whose address is still under duplicate address detection on the
+	 * interface (tentative): @dad_work puts them back on @sync_list a moment later, to be
+	 * looked at again. Under @sync_lock; @dad_stopped: the interface is going away.
+	 */
+	struct list_head dad_list;
+	struct delayed_work dad_work;
+	bool dad_stopped;
 	bool notifiers;			/* inetaddr/inet6addr notifiers registered */
 	struct notifier_block inet_nb;
 	struct notifier_block inet6_nb;

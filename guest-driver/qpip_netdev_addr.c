@@ -15,8 +15,22 @@
  *   so the driver asks rtnetlink from inside the kernel, as `ip addr add` would
  *   (qpip_nd_rtnl_addr).
  * - From registration on, an address added to or removed from the interface (inetaddr
- *   and inet6addr notifiers, this interface only) becomes ADD_ADDR or DEL_ADDR. IPv6
- *   link-local addresses are left out: the device derives the same fe80:: from the MAC.
+ *   and inet6addr notifiers, this interface only) becomes ADD_ADDR or DEL_ADDR, whoever
+ *   added it: `ip addr`, SLAAC, a DHCP client's script. IPv6 link-local addresses are
+ *   left out: the device derives the same fe80:: from the MAC.
+ * - An IPv6 address reaches the device only once the interface's duplicate address
+ *   detection is done with it (qpip_nd_dad_state). The kernel notifies an address when it
+ *   is added, still tentative; were the device given it then, it would answer neighbour
+ *   solicitations for it and take its traffic while DAD is still asking whether another
+ *   node has it, and an address whose DAD failed would stay the device's (a permanent one
+ *   stays on the interface, marked dadfailed). No notifier tells when DAD ends, so the
+ *   addition waits on a list and is looked at again every QPIP_ND_DAD_POLL; one whose
+ *   DAD failed, or that was removed meanwhile, is dropped. Optimistic addresses (RFC
+ *   4429) wait too: they are tentative. An address DAD is not run for (accept_dad off,
+ *   nodad) goes at once. The wait is only while DAD can run, on an interface up with
+ *   carrier: the kernel keeps an address tentative on one that is down
+ *   or has no carrier (a device without raw QPs never gives it one) until it has, and the
+ *   device's QPs need not wait for that; such an address goes to the device at once.
  * - The older ways of configuring the device (sysfs `addresses` and `mac`, the ADD_ADDR,
  *   DEL_ADDR and SET_MAC ioctls) still configure the device, and the change is then
  *   mirrored onto the interface (qpip_netdev_mirror_addr, qpip_netdev_mirror_mac).
@@ -43,6 +57,8 @@
 #include "qpip_netdev.h"
 
 #define QPIP_IPV4_MAPPED_PREFIX 96
+/* How often an IPv6 addition waiting for DAD is looked at again. */
+#define QPIP_ND_DAD_POLL (HZ / 5)
 
 /* ---- rtnetlink from inside the kernel ---- */
 
@@ -235,6 +251,125 @@ void qpip_nd_sync_queue(struct qpip_netdev *nd, struct qpip_nd_sync *s)
 	schedule_work(&nd->sync_work);
 }
 
+/* Where the interface's duplicate address detection is with an IPv6 address. */
+enum qpip_nd_dad {
+	QPIP_ND_DAD_DONE,	/* not tentative: the address is usable */
+	QPIP_ND_DAD_PENDING,	/* tentative, DAD under way */
+	QPIP_ND_DAD_FAILED,	/* another node has it */
+	QPIP_ND_DAD_GONE,	/* no longer on the interface */
+};
+
+#if IS_ENABLED(CONFIG_IPV6)
+/*
+ * Whether the kernel runs DAD for @flags's address on @idev: not with accept_dad off both
+ * for the interface and for all (the lab's setting), nor for an address added with nodad
+ * (addrconf_dad_begin's own conditions). Such an address is tentative only until the
+ * kernel's DAD work item has looked at it, and need not wait for that.
+ */
+static bool qpip_nd_dad_runs(struct inet6_dev *idev, u32 flags)
+{
+	struct net_device *dev = idev->dev;
+
+	if (flags & IFA_F_NODAD || dev->flags & (IFF_NOARP | IFF_LOOPBACK))
+		return false;
+	return READ_ONCE(idev->cnf.accept_dad) > 0 ||
+	       READ_ONCE(dev_net(dev)->ipv6.devconf_all->accept_dad) > 0;
+}
+#endif
+
+static enum qpip_nd_dad qpip_nd_dad_state(struct net_device *dev, const struct in6_addr *a)
+{
+	enum qpip_nd_dad state = QPIP_ND_DAD_GONE;
+#if IS_ENABLED(CONFIG_IPV6)
+	struct inet6_ifaddr *ifp;
+	struct inet6_dev *idev;
+
+	rtnl_lock();
+	idev = __in6_dev_get(dev);
+	if (idev) {
+		read_lock_bh(&idev->lock);
+		list_for_each_entry(ifp, &idev->addr_list, if_list) {
+			u32 flags = READ_ONCE(ifp->flags);
+
+			if (!ipv6_addr_equal(&ifp->addr, a))
+				continue;
+			if (flags & IFA_F_DADFAILED)
+				state = QPIP_ND_DAD_FAILED;
+			else if ((flags & IFA_F_TENTATIVE) && qpip_nd_dad_runs(idev, flags) &&
+				 netif_running(dev) && netif_carrier_ok(dev))
+				state = QPIP_ND_DAD_PENDING;
+			else
+				state = QPIP_ND_DAD_DONE;
+		}
+		read_unlock_bh(&idev->lock);
+	}
+	rtnl_unlock();
+#endif
+	return state;
+}
+
+/*
+ * An IPv6 addition whose address is still tentative waits (it is @nd's now). The poll is
+ * armed under @sync_lock, so qpip_nd_addr_stop, which sets @dad_stopped under it before
+ * cancelling the poll, leaves none armed.
+ */
+static void qpip_nd_dad_wait(struct qpip_netdev *nd, struct qpip_nd_sync *s)
+{
+	unsigned long flags;
+	bool stopped;
+
+	spin_lock_irqsave(&nd->sync_lock, flags);
+	stopped = nd->dad_stopped;
+	if (!stopped) {
+		list_add_tail(&s->node, &nd->dad_list);
+		schedule_delayed_work(&nd->dad_work, QPIP_ND_DAD_POLL);
+	}
+	spin_unlock_irqrestore(&nd->sync_lock, flags);
+	if (stopped)
+		kfree(s);
+}
+
+/* The additions that waited for DAD go through the work item again, in order. */
+static void qpip_nd_dad_work(struct work_struct *work)
+{
+	struct qpip_netdev *nd = container_of(to_delayed_work(work), struct qpip_netdev,
+					      dad_work);
+	unsigned long flags;
+
+	spin_lock_irqsave(&nd->sync_lock, flags);
+	list_splice_tail_init(&nd->dad_list, &nd->sync_list);
+	spin_unlock_irqrestore(&nd->sync_lock, flags);
+	schedule_work(&nd->sync_work);
+}
+
+/*
+ * Whether addition @s goes to the device now: IPv4 ones and IPv6 ones done with DAD do;
+ * a tentative one waits (true: @s is taken); one whose DAD failed or that is gone is
+ * dropped.
+ */
+static bool qpip_nd_dad_holds(struct qpip_netdev *nd, struct qpip_nd_sync *s)
+{
+	const struct in6_addr *a = (const struct in6_addr *)s->addr;
+
+	if (!s->add || ipv6_addr_v4mapped(a))
+		return false;
+	switch (qpip_nd_dad_state(nd->netdev, a)) {
+	case QPIP_ND_DAD_DONE:
+		return false;
+	case QPIP_ND_DAD_PENDING:
+		qpip_nd_dad_wait(nd, s);
+		return true;
+	case QPIP_ND_DAD_FAILED:
+		netdev_warn(nd->netdev, "duplicate address detection failed for %pI6c: not given to the device\n",
+			    s->addr);
+		break;
+	case QPIP_ND_DAD_GONE:
+		break;
+	}
+	kfree(s);
+	return true;
+}
+
 /* An address of the interface changed: the device follows. */
 static void qpip_nd_to_device(struct qpip_netdev *nd, const struct qpip_nd_sync *s)
 {
@@ -279,6 +414,8 @@ static void qpip_nd_sync_work(struct work_struct *work)
 		spin_unlock_irqrestore(&nd->sync_lock, flags);
 		if (!s)
 			return;
+		if (s->kind == QPIP_ND_ADDR_TO_DEVICE && qpip_nd_dad_holds(nd, s))
+			continue;
 		WRITE_ONCE(nd->mirroring, current);
 		switch (s->kind) {
 		case QPIP_ND_ADDR_TO_DEVICE:
@@ -367,6 +504,8 @@ void qpip_nd_addr_init(struct qpip_netdev *nd)
 	spin_lock_init(&nd->sync_lock);
 	INIT_LIST_HEAD(&nd->sync_list);
 	INIT_WORK(&nd->sync_work, qpip_nd_sync_work);
+	INIT_LIST_HEAD(&nd->dad_list);
+	INIT_DELAYED_WORK(&nd->dad_work, qpip_nd_dad_work);
 }
 
 /*
@@ -409,12 +548,24 @@ int qpip_nd_addr_start(struct qpip_netdev *nd)
  */
 void qpip_nd_addr_stop(struct qpip_netdev *nd)
 {
+	struct qpip_nd_sync *s, *tmp;
+	unsigned long flags;
+
 	if (!nd->notifiers)
 		return;
 	unregister_inet6addr_notifier(&nd->inet6_nb);
 	unregister_inetaddr_notifier(&nd->inet_nb);
 	nd->notifiers = false;
+	/* Additions still waiting for DAD are dropped: the interface goes, and DAD with it. */
+	spin_lock_irqsave(&nd->sync_lock, flags);
+	nd->dad_stopped = true;
+	spin_unlock_irqrestore(&nd->sync_lock, flags);
+	cancel_delayed_work_sync(&nd->dad_work);
 	flush_work(&nd->sync_work);
+	list_for_each_entry_safe(s, tmp, &nd->dad_list, node) {
+		list_del(&s->node);
+		kfree(s);
+	}
 }
 
 /* ---- the device's older configuration paths, mirrored onto the interface ---- */

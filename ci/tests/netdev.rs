@@ -15,6 +15,8 @@
 //! Ignored by a plain `cargo test`; `./qpip test` runs them with `-- --ignored`. They need
 //! root (namespace, bridge, TAPs).
 
+#[path = "common/autoconf.rs"]
+mod autoconf;
 mod common;
 
 use common::traffic::*;
@@ -23,7 +25,7 @@ use qpip_lab::netns;
 use qpip_lab::payload::pattern;
 use qpip_lab::{LabHost, QpipdLayout};
 use std::io::Read;
-use std::net::{SocketAddrV4, TcpListener};
+use std::net::{SocketAddrV4, SocketAddrV6, TcpListener};
 use std::time::Duration;
 
 /// The shell helpers of this file's guest scripts (after common's and traffic's).
@@ -108,7 +110,7 @@ nd_up
 kv up.addrs "$(nd_addrs)"
 ip -6 addr add fd51:5050::99/64 dev $ND; kv add6.status $?
 ip -4 addr add 198.51.100.7/24 dev $ND; kv add4.status $?
-settle 'dev_addrs | grep -q 198.51.100.7'
+settle 'dev_addrs | grep -q 198.51.100.7 && dev_addrs | grep -q fd51:5050::99/'
 kv add.dev "$(dev_addrs)"
 ip -6 addr del fd51:5050::99/64 dev $ND; kv del6.status $?
 ip -4 addr del 198.51.100.7/24 dev $ND; kv del4.status $?
@@ -274,6 +276,135 @@ kv insmod.nd "$([ -e /sys/class/net/$ND ] && echo present || echo gone)"
     assert_eq!(a.get("insmod.nd"), "present", "{ctx}");
 }
 
+/// The address the lab's DHCP server leases (in the lab's 198.18.0.0/24, which no lab
+/// participant has: see `netns::device_addr4`).
+const DHCP_LEASE: &str = "198.18.0.77";
+
+/// Guest a's steps of the network's address configuration on ND, in a guest whose
+/// interface is up with its raw QP (the lab host's side is [`autoconf_host_side`]):
+///
+/// - SLAAC: with DAD on for ND, 5 probes 1 s apart (the address stays tentative long
+///   enough to look at), the lab host advertises fd51:5050::/64 (autonomous, not on-link,
+///   no default router) to ND's link-local address until the guest listens on the address
+///   its kernel formed; the device gets that address only once DAD is done; a QP listens
+///   on it and takes the lab host's stream; `ip addr del` takes it off the device.
+/// - DHCPv4: udhcpc on ND (its discover and the server's broadcast offer and ack through
+///   the raw QP) with a script that applies the lease with `ip addr add`, the device
+///   getting the leased address, a QP listening on it taking the lab host's stream, then
+///   `ip addr del`.
+///
+/// `$LEASE_ADDR` stands for [`DHCP_LEASE`].
+const AUTOCONF: &str = r#"
+LEASE=$LEASE_ADDR
+upto() { i=0; until eval "$2" || [ $i -ge $(($1 * 10)) ]; do i=$((i + 1)); sleep 0.1; done; }
+slaac_addr() { ip -6 addr show dev $ND | awk '$1 == "inet6" && / dynamic/ {print $2; exit}'; }
+echo 1 > /proc/sys/net/ipv6/conf/$ND/accept_ra
+echo 1 > /proc/sys/net/ipv6/conf/$ND/autoconf
+echo 5 > /proc/sys/net/ipv6/conf/$ND/dad_transmits
+echo 1 > /proc/sys/net/ipv6/conf/$ND/accept_dad
+touch /lab/slaac-go
+upto 120 '[ -n "$(slaac_addr)" ]'
+S=$(slaac_addr); SA=${S%/*}
+kv slaac.addr "$S"
+# The device's list first: an address still tentative after it was read was so while it was.
+kv slaac.dev_tentative "$(dev_addrs)"
+kv slaac.tentative "$(ip -6 addr show dev $ND | grep -c "inet6 $S .*tentative")"
+upto 60 '! ip -6 addr show dev $ND | grep -q "inet6 $S .*tentative"'
+upto 10 'dev_addrs | grep -q "$SA/"'
+kv slaac.dev "$(dev_addrs)"
+echo 0 > /proc/sys/net/ipv6/conf/$ND/accept_dad
+echo "$SA" > /lab/slaac.addr
+cat_listen slaac qpip-cat -v --stream -w 300 -l $SA 7560
+wait "$(cat /tmp/slaac.pid)"; kv slaac.rx.status $?; digest slaac.rx /tmp/slaac.out
+ip -6 addr del $S dev $ND; kv slaac_del.status $?
+upto 10 '! dev_addrs | grep -q "$SA/"'
+kv slaac_del.dev "$(dev_addrs)"
+kv slaac_del.nd "$(nd_addrs)"
+cat > /tmp/dhcp.sh <<'EOF'
+#!/bin/sh
+# The lease onto the interface and nothing else: busybox's example script flushes the
+# interface on deconfig, which would take the device's own addresses off with it.
+case "$1" in bound|renew) ip addr add "$ip/$mask" dev "$interface" ;; esac
+exit 0
+EOF
+chmod +x /tmp/dhcp.sh
+await dhcp-server
+udhcpc -i $ND -f -q -n -t 20 -T 3 -s /tmp/dhcp.sh >/tmp/udhcpc.log 2>&1; kv dhcp.status $?
+kv dhcp.log "$(tr '\n' ' ' < /tmp/udhcpc.log)"
+kv dhcp.nd "$(nd_addrs)"
+upto 10 'dev_addrs | grep -q "$LEASE/"'
+kv dhcp.dev "$(dev_addrs)"
+cat_listen dhcp qpip-cat -v --stream -w 300 -l $LEASE 7561
+wait "$(cat /tmp/dhcp.pid)"; kv dhcp.rx.status $?; digest dhcp.rx /tmp/dhcp.out
+ip addr del $LEASE/24 dev $ND; kv dhcp_del.status $?
+upto 10 '! dev_addrs | grep -q "$LEASE/"'
+kv dhcp_del.dev "$(dev_addrs)"
+"#;
+
+/// What the lab host saw of guest a's SLAAC and DHCP addresses: each stream's SHA-256 and
+/// whether it went through, and the SLAAC address the guest named.
+#[derive(Debug)]
+struct AutoconfView {
+    sha: String,
+    slaac_addr: String,
+    slaac: Result<(), String>,
+    dhcp: Result<(), String>,
+}
+
+/// The lab host's side of [`AUTOCONF`]: router advertisements to guest a's interface, one a
+/// second, until the guest listens on its SLAAC address, then a stream to that listener;
+/// a DHCP server (stopped when this returns, on failure too) and a stream to the listener
+/// on the leased address.
+fn autoconf_host_side(host: &LabHost) -> AutoconfView {
+    let long = Duration::from_secs(300);
+    let data = pattern(300_000, 11);
+    let ra = autoconf::router_advert(netns::PREFIX.parse().unwrap(), 3600, 1800);
+    let to = autoconf::link_local(&netns::device_mac(1));
+    let shared = host.shared_dir().to_path_buf();
+    let slaac = host.wait_for("slaac-go", long).and_then(|_| {
+        for _ in 0..120 {
+            autoconf::send_icmpv6(host, to, &ra)?;
+            if shared.join("slaac").exists() || host.ending() {
+                break;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        host.wait_for("slaac", Duration::from_secs(1))
+    });
+    let slaac_addr = std::fs::read_to_string(shared.join("slaac.addr"))
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let slaac = slaac.and_then(|_| {
+        let a: std::net::Ipv6Addr = slaac_addr
+            .parse()
+            .map_err(|e| format!("SLAAC address {slaac_addr:?}: {e}"))?;
+        // The lab host's on-link prefix is a /80: the /64's other addresses are off its
+        // link until a route says otherwise (the guest's device has the /64 on-link, so
+        // its answers need none).
+        let route = format!("{a}/128 dev {}", netns::BRIDGE);
+        host.sh(&format!("ip -6 route replace {route}"))?;
+        let sent = host_sends(host, SocketAddrV6::new(a, 7560, 0, 0).into(), &data);
+        let _ = host.sh(&format!("ip -6 route del {route}"));
+        sent
+    });
+    let dhcp = autoconf::DhcpServer::start(host, DHCP_LEASE).and_then(|server| {
+        host.signal("dhcp-server").map_err(|e| e.to_string())?;
+        let to = SocketAddrV4::new(DHCP_LEASE.parse().unwrap(), 7561);
+        let sent = host
+            .wait_for("dhcp", long)
+            .and_then(|_| host_sends(host, to.into(), &data));
+        drop(server);
+        sent
+    });
+    AutoconfView {
+        sha: sha256(&data),
+        slaac_addr,
+        slaac,
+        dhcp,
+    }
+}
+
 /// What the lab host saw of guest a's kernel over the qpip interface.
 #[derive(Debug)]
 struct HostView {
@@ -282,6 +413,7 @@ struct HostView {
     g2h: SentOrWhy,
     h2g_sha: String,
     h2g: Result<(), String>,
+    autoconf: AutoconfView,
 }
 
 /// In the lab's namespace, a plain TCP listener on `bind`; `ready` is signalled once it
@@ -424,10 +556,13 @@ ip link set $ND mtu 1500
 touch /lab/nd-iperf-done
 nd_stats after
 dev_stats after
+$AUTOCONF
 rmmod qpip; kv rmmod.status $?
 lab-wait host-done 300
 "#,
-    );
+    )
+    .replace("$AUTOCONF", AUTOCONF)
+    .replace("$LEASE_ADDR", DHCP_LEASE);
     let b_script = nd_script(
         r#"
 nd_up
@@ -443,12 +578,14 @@ lab-wait host-done 300
             .wait_for("nd-h2g", Duration::from_secs(300))
             .and_then(|_| host_sends(host, to.into(), &data));
         iperf3_server(host);
+        let autoconf = autoconf_host_side(host);
         let _ = host.signal("host-done");
         HostView {
             link,
             g2h,
             h2g_sha: sha256(&data),
             h2g,
+            autoconf,
         }
     });
     let (a, b) = pair_reports(&out);
@@ -541,9 +678,70 @@ lab-wait host-done 300
         a.get("before.dev_raw_tx_refused"),
         "no raw send refused\n{ctx}"
     );
+    assert_autoconf(&a, &out.host.autoconf);
     assert_eq!(
         a.get("rmmod.status"),
         "0",
         "rmmod with the interface up\n{ctx}"
+    );
+}
+
+/// Guest a's report of [`AUTOCONF`] and the lab host's side of it agree: the SLAAC address
+/// formed from the advertised prefix, kept from the device while tentative, given to it
+/// after DAD, used by a QP and taken off by `ip addr del`; the same for the DHCP lease.
+fn assert_autoconf(a: &Report, v: &AutoconfView) {
+    let ctx = a.context();
+    let s = a.get("slaac.addr");
+    assert!(
+        s.starts_with(netns::PREFIX) && s.ends_with("/64"),
+        "a SLAAC address from the advertised prefix\n{ctx}"
+    );
+    let sa = s.trim_end_matches("/64");
+    assert_eq!(sa, v.slaac_addr, "{ctx}");
+    assert_eq!(a.get("slaac.tentative"), "1", "DAD first\n{ctx}");
+    assert!(
+        !a.get("slaac.dev_tentative").contains(&format!("{sa}/")),
+        "a tentative address is not the device's yet\n{ctx}"
+    );
+    assert!(
+        a.get("slaac.dev").contains(&format!("{sa}/64")),
+        "the SLAAC address reaches the device once DAD is done\n{ctx}"
+    );
+    assert_eq!(
+        v.slaac,
+        Ok(()),
+        "lab host → a QP on the SLAAC address\n{ctx}"
+    );
+    assert_eq!(a.get("slaac.rx.status"), "0", "{ctx}");
+    assert_eq!(a.get("slaac.rx.sha"), v.sha, "the bytes intact\n{ctx}");
+    assert_eq!(a.get("slaac_del.status"), "0", "{ctx}");
+    assert!(
+        !a.get("slaac_del.dev").contains(&format!("{sa}/"))
+            && !a.get("slaac_del.nd").contains(&format!("{sa}/")),
+        "ip addr del takes the SLAAC address off the device\n{ctx}"
+    );
+
+    assert_eq!(a.get("dhcp.status"), "0", "udhcpc got a lease\n{ctx}");
+    assert!(
+        a.get("dhcp.nd")
+            .contains(&format!("{DHCP_LEASE}/{}", netns::PREFIX4_LEN)),
+        "the lease on the interface\n{ctx}"
+    );
+    assert!(
+        a.get("dhcp.dev")
+            .contains(&format!("::ffff:{DHCP_LEASE}/120")),
+        "the lease reaches the device\n{ctx}"
+    );
+    assert_eq!(
+        v.dhcp,
+        Ok(()),
+        "lab host → a QP on the leased address\n{ctx}"
+    );
+    assert_eq!(a.get("dhcp.rx.status"), "0", "{ctx}");
+    assert_eq!(a.get("dhcp.rx.sha"), v.sha, "the bytes intact\n{ctx}");
+    assert_eq!(a.get("dhcp_del.status"), "0", "{ctx}");
+    assert!(
+        !a.get("dhcp_del.dev").contains(DHCP_LEASE),
+        "ip addr del takes the lease off the device\n{ctx}"
     );
 }
