@@ -145,29 +145,25 @@ static void qpip_nd_map_v4(__be32 a, u8 plen, u8 *addr, u8 *dev_plen)
 }
 
 /*
+ * What @dev's IPv6 address @a is (under rtnl and the interface's address lock): its prefix
+ * length, its flags and whether the kernel runs DAD for it (qpip_nd_dad_runs). False if
+ * @dev has not that address. Takes rtnl.
+ */
+static bool qpip_nd_addr6(struct net_device *dev, const struct in6_addr *a, u8 *plen,
+			  u32 *flags, bool *dad_runs);
+
+/*
  * The prefix length of IPv6 address @a on @dev, 0 if it has not that address: RTM_DELADDR
  * of an IPv6 address must name the prefix length it has (the device's DEL_ADDR takes
  * none). Takes rtnl.
  */
 static u8 qpip_nd_prefix6(struct net_device *dev, const struct in6_addr *a)
 {
+	bool dad = false;
+	u32 flags = 0;
 	u8 plen = 0;
-#if IS_ENABLED(CONFIG_IPV6)
-	struct inet6_ifaddr *ifp;
-	struct inet6_dev *idev;
 
-	rtnl_lock();
-	idev = __in6_dev_get(dev);
-	if (idev) {
-		read_lock_bh(&idev->lock);
-		list_for_each_entry(ifp, &idev->addr_list, if_list)
-			if (ipv6_addr_equal(&ifp->addr, a))
-				plen = ifp->prefix_len;
-		read_unlock_bh(&idev->lock);
-	}
-	rtnl_unlock();
-#endif
-	return plen;
+	return qpip_nd_addr6(dev, a, &plen, &flags, &dad) ? plen : 0;
 }
 
 /* Puts device address @addr/@plen on the interface, or takes it off. */
@@ -277,9 +273,10 @@ static bool qpip_nd_dad_runs(struct inet6_dev *idev, u32 flags)
 }
 #endif
 
-static enum qpip_nd_dad qpip_nd_dad_state(struct net_device *dev, const struct in6_addr *a)
+static bool qpip_nd_addr6(struct net_device *dev, const struct in6_addr *a, u8 *plen,
+			  u32 *flags, bool *dad_runs)
 {
-	enum qpip_nd_dad state = QPIP_ND_DAD_GONE;
+	bool found = false;
 #if IS_ENABLED(CONFIG_IPV6)
 	struct inet6_ifaddr *ifp;
 	struct inet6_dev *idev;
@@ -289,23 +286,33 @@ static enum qpip_nd_dad qpip_nd_dad_state(struct net_device *dev, const struct i
 	if (idev) {
 		read_lock_bh(&idev->lock);
 		list_for_each_entry(ifp, &idev->addr_list, if_list) {
-			u32 flags = READ_ONCE(ifp->flags);
-
 			if (!ipv6_addr_equal(&ifp->addr, a))
 				continue;
-			if (flags & IFA_F_DADFAILED)
-				state = QPIP_ND_DAD_FAILED;
-			else if ((flags & IFA_F_TENTATIVE) && qpip_nd_dad_runs(idev, flags) &&
-				 netif_running(dev) && netif_carrier_ok(dev))
-				state = QPIP_ND_DAD_PENDING;
-			else
-				state = QPIP_ND_DAD_DONE;
+			found = true;
+			*plen = ifp->prefix_len;
+			*flags = READ_ONCE(ifp->flags);
+			*dad_runs = qpip_nd_dad_runs(idev, *flags);
 		}
 		read_unlock_bh(&idev->lock);
 	}
 	rtnl_unlock();
 #endif
-	return state;
+	return found;
+}
+
+static enum qpip_nd_dad qpip_nd_dad_state(struct net_device *dev, const struct in6_addr *a)
+{
+	bool dad_runs = false;
+	u32 flags = 0;
+	u8 plen = 0;
+
+	if (!qpip_nd_addr6(dev, a, &plen, &flags, &dad_runs))
+		return QPIP_ND_DAD_GONE;
+	if (flags & IFA_F_DADFAILED)
+		return QPIP_ND_DAD_FAILED;
+	if ((flags & IFA_F_TENTATIVE) && dad_runs && netif_running(dev) && netif_carrier_ok(dev))
+		return QPIP_ND_DAD_PENDING;
+	return QPIP_ND_DAD_DONE;
 }
 
 /*
