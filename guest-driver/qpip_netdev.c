@@ -243,7 +243,7 @@ enum {
 	QPIP_ND_TX_PACKETS, QPIP_ND_TX_BYTES, QPIP_ND_TX_ERRORS, QPIP_ND_TX_DROPPED,
 	QPIP_ND_TX_STOPPED, QPIP_ND_RX_PACKETS, QPIP_ND_RX_BYTES, QPIP_ND_RX_ERRORS,
 	QPIP_ND_RX_CSUM_OK, QPIP_ND_RX_TOO_LONG, QPIP_ND_RX_ALLOC_FAILED, QPIP_ND_RX_MERGED,
-	QPIP_ND_RX_GSO, QPIP_ND_RX_TOO_MANY_FRAGS, QPIP_ND_RX_COPIED, QPIP_ND_IRQS,
+	QPIP_ND_RX_GSO, QPIP_ND_RX_TOO_MANY_FRAGS, QPIP_ND_RX_COPIED, QPIP_ND_IRQS, QPIP_ND_KICKS,
 	QPIP_ND_DRIVER_STATS
 };
 
@@ -251,6 +251,7 @@ static const char qpip_nd_driver_stats[QPIP_ND_DRIVER_STATS][ETH_GSTRING_LEN] = 
 	"tx_packets", "tx_bytes", "tx_errors", "tx_dropped", "tx_queue_stopped",
 	"rx_packets", "rx_bytes", "rx_errors", "rx_csum_ok", "rx_too_long", "rx_alloc_failed",
 	"rx_merged_frames", "rx_gso_frames", "rx_too_many_frags", "rx_copied_frames", "irqs",
+	"kicks",
 };
 
 static const struct qpip_nd_stat qpip_nd_device_stats[] = {
@@ -262,6 +263,11 @@ static const struct qpip_nd_stat qpip_nd_device_stats[] = {
 	{ "dev_raw_rx_no_wr", QPIP_STAT_RAW_RX_NO_WR },
 	{ "dev_raw_rx_too_long", QPIP_STAT_RAW_RX_TOO_LONG },
 	{ "dev_raw_rx_csum_ok", QPIP_STAT_RAW_RX_CSUM_OK },
+	/* The whole device's (QPs' too): what the interface's traffic costs it. */
+	{ "dev_kicks", QPIP_STAT_KICKS },
+	{ "dev_doorbells", QPIP_STAT_DOORBELLS },
+	{ "dev_sleeps", QPIP_STAT_SLEEPS },
+	{ "dev_cq_interrupts", QPIP_STAT_CQ_INTERRUPTS },
 };
 
 static int qpip_nd_get_sset_count(struct net_device *dev, int sset)
@@ -313,6 +319,7 @@ static void qpip_nd_get_ethtool_stats(struct net_device *dev, struct ethtool_sta
 		data[QPIP_ND_RX_COPIED] = nd->rx_stats.copied;
 	} while (u64_stats_fetch_retry(&nd->rx_stats.syncp, start));
 	data[QPIP_ND_IRQS] = atomic64_read(&nd->irqs);
+	data[QPIP_ND_KICKS] = atomic64_read(&nd->kicks);
 
 	data += QPIP_ND_DRIVER_STATS;
 	memset(data, 0, sizeof(*data) * ARRAY_SIZE(qpip_nd_device_stats));

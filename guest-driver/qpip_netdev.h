@@ -167,6 +167,7 @@ struct qpip_netdev {
 	atomic64_t tx_dropped;
 	atomic64_t tx_stopped;		/* the queue was stopped, SQ full */
 	atomic64_t irqs;
+	atomic64_t kicks;		/* doorbells that found the engine asleep */
 
 	/* Rebuilds the queues after a device reset made the device forget them. */
 	struct work_struct reset_work;

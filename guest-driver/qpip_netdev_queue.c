@@ -119,6 +119,7 @@ static bool qpip_nd_db_ring(struct qpip_nd_queues *q, u32 off, u32 value)
 
 static void qpip_nd_kick(struct qpip_netdev *nd)
 {
+	atomic64_inc(&nd->kicks);
 	qpip_wr(nd->qdev, QPIP_KICK_PAGE_OFFSET + QPIP_KICK, 1);
 }
 
