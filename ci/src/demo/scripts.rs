@@ -692,12 +692,19 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
             format!(
                 r#"await siw-ready.{id} 180
 # siw may refuse the connection or stall (guest b then starts its server again): up to 3
-# tries, each of at most {PERFTEST_LIMIT_S} s; after a stall, until b's server is back.
+# tries, each of at most {PERFTEST_LIMIT_S} s; after a stall, until b's server is back. siw
+# failing 3 times leaves this round without its figure (the table shows the rounds it has)
+# rather than end the whole bench; b's server is told to stop.
 try=1
+pt_ok=1
 while :; do
     pt0=$(cut -d. -f1 /proc/uptime)
     timeout {PERFTEST_LIMIT_S} {cmd} {addr} > /tmp/pt.out 2>&1 && break
-    [ $try -lt 3 ] || fail "{tool} failed $try times: $(tail -n 4 /tmp/pt.out | tr '\n' ' ')"
+    if [ $try -ge 3 ]; then
+        pt_ok=0; touch /lab/siw-stalled.{id}
+        echo "@note=siw's {tool} failed $try times: no figure from it in this round ($(tail -n 2 /tmp/pt.out | tr '\n' ' '))"
+        break
+    fi
     pause=3
     if [ $(cut -d. -f1 /proc/uptime) -ge $((pt0 + {PERFTEST_LIMIT_S})) ]; then
         # Stalled: guest b stops its server and starts it again.
@@ -706,9 +713,11 @@ while :; do
     echo "{tool} failed (try $try), again in $pause s: $(tail -n 2 /tmp/pt.out | tr '\n' ' ')" >&2
     try=$((try + 1)); sleep $pause
 done
-line=$(awk '/#bytes/ {{ getline; print; exit }}' /tmp/pt.out)
-[ -n "$line" ] || fail "{tool} printed no result: $(tail -n 4 /tmp/pt.out | tr '\n' ' ')"
-echo "@perftest.{id}=$line"
+if [ $pt_ok = 1 ]; then
+    line=$(awk '/#bytes/ {{ getline; print; exit }}' /tmp/pt.out)
+    [ -n "$line" ] || fail "{tool} printed no result: $(tail -n 4 /tmp/pt.out | tr '\n' ' ')"
+    echo "@perftest.{id}=$line"
+fi
 "#
             )
         }
