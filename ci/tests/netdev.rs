@@ -408,6 +408,8 @@ fn autoconf_host_side(host: &LabHost) -> AutoconfView {
 /// What the lab host saw of guest a's kernel over the qpip interface.
 #[derive(Debug)]
 struct HostView {
+    /// What the lab host's DNS server logged ([`DnsServer`]).
+    dns_log: Result<String, String>,
     /// Taking the adapter's uplink TAP down and up again ([`flap_uplink`]).
     link: Result<(), String>,
     g2h: SentOrWhy,
@@ -459,6 +461,62 @@ fn flap_uplink(host: &LabHost) -> Result<(), String> {
     down.and(up)
 }
 
+/// The name the lab host's DNS server gives the far host.
+const FAR_NAME: &str = "far.lab.test";
+
+/// Debian's dnsmasq in the lab's namespace, a DNS server on the lab host's two addresses
+/// that knows [`FAR_NAME`] (both families) and logs every query with its source.
+struct DnsServer {
+    child: std::process::Child,
+    log: std::path::PathBuf,
+}
+
+impl DnsServer {
+    fn start(host: &LabHost) -> Result<DnsServer, String> {
+        let log = host.shared_dir().join("dnsmasq.log");
+        let record = format!(
+            "--host-record={FAR_NAME},{},{}",
+            netns::FAR_HOST_ADDR4,
+            netns::FAR_HOST_ADDR
+        );
+        let child = host
+            .command("dnsmasq")
+            .args([
+                "--keep-in-foreground",
+                "--conf-file=/dev/null",
+                "--no-resolv",
+                "--no-hosts",
+                "--pid-file",
+                "--user=root",
+                "--bind-dynamic",
+                "--log-queries",
+            ])
+            .arg(format!("--listen-address={}", netns::HOST_ADDR4))
+            .arg(format!("--listen-address={}", netns::HOST_ADDR))
+            .arg(format!("--log-facility={}", log.display()))
+            .arg(record)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start dnsmasq ({e}; ./qpip setup installs dnsmasq-base)"))?;
+        // Until it answers: its log says so once its sockets are bound.
+        for _ in 0..100 {
+            if std::fs::read_to_string(&log).is_ok_and(|t| t.contains("started")) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(DnsServer { child, log })
+    }
+
+    /// Stops it; its log.
+    fn stop(mut self) -> Result<String, String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::fs::read_to_string(&self.log).map_err(|e| format!("{}: {e}", self.log.display()))
+    }
+}
+
 /// The lab host's iperf3 server on port 5299 while guest a runs its clients (from its
 /// `nd-iperf` to its `nd-iperf-done`).
 fn iperf3_server(host: &LabHost) {
@@ -508,6 +566,13 @@ ping -c 5 -W 5 -I $ND $H4 >/tmp/p4 2>&1; kv ping4.status $?
 ping -6 -c 5 -W 5 -I $ND $H6 >/tmp/p6 2>&1; kv ping6.status $?
 ping -c 5 -W 5 -I $ND $B4 >/tmp/pb 2>&1; kv ping_b.status $?
 ping -6 -c 5 -W 5 -I $ND $B >/tmp/pb6 2>&1; kv ping6_b.status $?
+# Names: busybox's nslookup asks the lab host's dnsmasq for the far host's name, over each
+# family (the routes above take both through the interface).
+await nd-dns
+nslookup far.lab.test $H4 >/tmp/ns4 2>&1; kv dns4.status $?
+kv dns4.out "$(tr '\n\t' '  ' < /tmp/ns4)"
+nslookup far.lab.test $H6 >/tmp/ns6 2>&1; kv dns6.status $?
+kv dns6.out "$(tr '\n\t' '  ' < /tmp/ns6)"
 # The lab host takes the adapter's uplink TAP down and up: the carrier (and ethtool's
 # "Link detected") follows the device's link, and traffic flows again once it is back.
 carrier_is() {
@@ -570,6 +635,8 @@ lab-wait host-done 300
 "#,
     );
     let out = pair_lab(&a_script, &b_script, 600, |host: &LabHost| {
+        let dns = DnsServer::start(host);
+        let _ = host.signal("nd-dns");
         let link = flap_uplink(host);
         let g2h = host_takes(host, "0.0.0.0:7553", "nd-g2h", 1_000_000);
         let data = pattern(1_000_000, 7);
@@ -581,6 +648,7 @@ lab-wait host-done 300
         let autoconf = autoconf_host_side(host);
         let _ = host.signal("host-done");
         HostView {
+            dns_log: dns.and_then(DnsServer::stop),
             link,
             g2h,
             h2g_sha: sha256(&data),
@@ -594,6 +662,25 @@ lab-wait host-done 300
     assert_eq!(b.get("up.carrier"), "1", "{}", b.context());
     for p in ["ping4", "ping6", "ping_b", "ping6_b"] {
         assert_eq!(a.get(&format!("{p}.status")), "0", "{p}\n{ctx}");
+    }
+    // The far host's name resolved over each family, the queries from a's device
+    // addresses: they went through the interface.
+    for (t, server) in [("dns4", netns::HOST_ADDR4), ("dns6", netns::HOST_ADDR)] {
+        assert_eq!(a.get(&format!("{t}.status")), "0", "nslookup to {server}\n{ctx}");
+        let answer = a.get(&format!("{t}.out"));
+        for addr in [netns::FAR_HOST_ADDR4, netns::FAR_HOST_ADDR] {
+            assert!(
+                answer.contains(&format!(" {addr} ")) || answer.ends_with(&format!(" {addr}")),
+                "{FAR_NAME} is {addr} by {server}: {answer}\n{ctx}"
+            );
+        }
+    }
+    let dns_log = out.host.dns_log.as_ref().expect("the lab host's dnsmasq");
+    for src in [netns::device_addr4(1), netns::device_addr(1)] {
+        assert!(
+            dns_log.contains(&format!("{FAR_NAME} from {src}")),
+            "a query from a's device address {src} (through the interface):\n{dns_log}\n{ctx}"
+        );
     }
     assert_eq!(out.host.link, Ok(()), "the uplink TAP down and up\n{ctx}");
     assert_eq!(
