@@ -60,7 +60,9 @@ pub use chart::gain_chart;
 pub use document::{markdown, markdown_body, TCG_NOTE};
 pub use json::json_value;
 pub use layouts::{layout_json, layout_markdown, layout_rows, layout_text, LayoutRow};
-pub use lines::{lines, Counted, Counter, HostCpu, Line, COUNTERS};
+pub use lines::{
+    lines, Counted, Counter, HostCpu, Line, SocketsCounted, COUNTERS, SOCKET_COUNTERS,
+};
 pub use report::{CpuMark, CpuWindow, Measurements, Round};
 pub use run_info::{commit_of, host_cpu_model, PlanFacts, RunInfo};
 pub use saved::SavedRun;
