@@ -222,17 +222,30 @@ fn check_json(out: &Output, net: &str) {
             cpu.get("client").num() >= 0.0 && cpu.get("server").num() >= 0.0,
             "{r:?}"
         );
-        // Counters per message on both sides over QPs (the software provider has only
-        // the library's), none over sockets.
+        // Counters per message on both sides: over QPs the library's (the software
+        // provider has no device's), over sockets the guest's segments or datagrams sent
+        // (a NIC's interrupts only with a NIC: not over loopback).
         for side in ["client", "server"] {
             let per = r.get("per_msg").get(side);
             let raw = r.get("counters").get(side);
-            if net == "qpip" {
-                for k in ["kicks", "waits"] {
-                    assert!(per.get(k).num() >= 0.0 && raw.get(k).num() >= 0.0, "{r:?}");
+            let keys: &[&str] = match (net, transport) {
+                ("qpip", _) => &["kicks", "waits"],
+                (_, "tcp") => &["tcp_segs_out"],
+                _ => &["udp_tx"],
+            };
+            for k in keys {
+                assert!(per.get(k).num() >= 0.0 && raw.get(k).num() >= 0.0, "{r:?}");
+            }
+            if net != "qpip" {
+                let J::Obj(m) = raw else {
+                    panic!("no counters in {r:?}")
+                };
+                assert!(!m.contains_key("nic_irqs"), "{r:?}");
+                // What the client sent per message: at least the messages themselves
+                // (a TCP stream of small messages may share segments).
+                if side == "client" && (test == "latency" || transport == "udp") {
+                    assert!(per.get(keys[0]).num() >= 1.0, "{r:?}");
                 }
-            } else {
-                assert!(matches!(per, J::Null) && matches!(raw, J::Null), "{r:?}");
             }
         }
         if test == "latency" {
@@ -303,6 +316,15 @@ fn sockets_baseline_json_and_table() {
         c.parse::<f64>()
             .unwrap_or_else(|_| panic!("{c:?} in {row}"));
     }
+    // The counters per message: segments out, no NIC over loopback.
+    assert!(text.contains("\nper message"), "{text}");
+    let counted = text
+        .lines()
+        .find(|l| l.starts_with("  latency   tcp"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let cells: Vec<&str> = counted.split_whitespace().collect();
+    assert_eq!(cells[3], "-/-", "{counted}");
+    assert_ne!(cells[4], "-/-", "{counted}");
 }
 
 #[test]

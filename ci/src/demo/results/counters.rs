@@ -1,7 +1,8 @@
-//! The block under the bench's table: the QP side's counters per message.
+//! The blocks under the bench's table: the QP side's counters per message, then the
+//! kernel sockets' (over virtio-net and over the qpip netdev).
 
 use super::format::{block_indent, block_row, column_widths, fmt_count, framed, rounds_said};
-use super::lines::{Counted, Counter, Line, COUNTERS};
+use super::lines::{Counted, Counter, Line, SocketsCounted, COUNTERS, SOCKET_COUNTERS};
 use super::spread::spread;
 
 /// The cells of a counter: the medians of a and b over the rounds, `a/b`.
@@ -84,6 +85,118 @@ pub(super) fn counter_markdown(lines: &[Line]) -> String {
     t
 }
 
+/// The measurements with kernel-socket counters, and whether any has them over the
+/// netdev (its columns are left out otherwise).
+fn sockets_counted(lines: &[Line]) -> (Vec<&SocketsCounted>, bool) {
+    let counted: Vec<&SocketsCounted> = lines
+        .iter()
+        .filter_map(|l| l.sockets_counted.as_ref())
+        .collect();
+    let netdev = counted.iter().any(|c| c.has_netdev());
+    (counted, netdev)
+}
+
+/// The columns of the kernel-socket block: (counter, over the netdev?), each counter over
+/// virtio-net and, with `netdev`, over the netdev beside it.
+fn socket_columns(netdev: bool) -> Vec<(usize, bool)> {
+    (0..SOCKET_COUNTERS.len())
+        .flat_map(|i| [(i, false), (i, true)])
+        .filter(|(_, nd)| netdev || !nd)
+        .collect()
+}
+
+/// The cell of column `(i, nd)` of a measurement.
+fn socket_cell(c: &SocketsCounted, (i, nd): (usize, bool)) -> String {
+    counter_cell(if nd { &c.netdev[i] } else { &c.virtio[i] })
+}
+
+fn net_name(nd: bool) -> &'static str {
+    if nd {
+        "netdev"
+    } else {
+        "virtio-net"
+    }
+}
+
+/// What the kernel-socket block's numbers are.
+fn sockets_title(lines: &[Line]) -> String {
+    let of = rounds_said(lines);
+    format!(
+        "Kernel sockets per message (ping-pong: per round trip), guest a (the client) / guest b \
+         (the server), {of}; over virtio-net and over the qpip netdev, each guest's NIC and \
+         kernel count all they did meanwhile:"
+    )
+}
+
+fn sockets_legend() -> Vec<String> {
+    SOCKET_COUNTERS
+        .iter()
+        .map(|(col, what, ..)| format!("{col}: {what}."))
+        .collect()
+}
+
+/// The block of kernel-socket counters per message, after the QP one (empty if no line
+/// has them: older results).
+pub(super) fn sockets_counter_text(lines: &[Line]) -> String {
+    let (counted, netdev) = sockets_counted(lines);
+    if counted.is_empty() {
+        return String::new();
+    }
+    let cols = socket_columns(netdev);
+    let rows: Vec<Vec<String>> = counted
+        .iter()
+        .map(|c| {
+            std::iter::once(c.what.clone())
+                .chain(cols.iter().map(|col| socket_cell(c, *col)))
+                .collect()
+        })
+        .collect();
+    let head: Vec<String> = std::iter::once(String::new())
+        .chain(cols.iter().map(|(i, _)| SOCKET_COUNTERS[*i].0.to_string()))
+        .collect();
+    let sub: Vec<String> = std::iter::once(String::new())
+        .chain(cols.iter().map(|(_, nd)| format!("{} a/b", net_name(*nd))))
+        .collect();
+    let w = column_widths(&rows.iter().chain([&head, &sub]).collect::<Vec<_>>());
+    let indent = block_indent(lines);
+    let mut block = block_row(indent, &w, &head);
+    block += &block_row(indent, &w, &sub);
+    for r in &rows {
+        block += &block_row(indent, &w, r);
+    }
+    framed(&sockets_title(lines), &block, &sockets_legend())
+}
+
+/// The same block as a Markdown table.
+pub(super) fn sockets_counter_markdown(lines: &[Line]) -> String {
+    let (counted, netdev) = sockets_counted(lines);
+    if counted.is_empty() {
+        return String::new();
+    }
+    let cols = socket_columns(netdev);
+    let mut t = format!(
+        "\n{}\n\n| Kernel sockets, per message: a / b |",
+        sockets_title(lines)
+    );
+    for (i, nd) in &cols {
+        t += &format!(" {}: {} |", net_name(*nd), SOCKET_COUNTERS[*i].0);
+    }
+    t += "\n| --- |";
+    t += &" ---: |".repeat(cols.len());
+    t += "\n";
+    for c in counted {
+        t += &format!("| {} |", c.what);
+        for col in &cols {
+            t += &format!(" {} |", socket_cell(c, *col));
+        }
+        t += "\n";
+    }
+    t += "\n";
+    t += &sockets_legend().join(" ");
+    t += "\n";
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::*;
@@ -155,5 +268,133 @@ mod tests {
             }
         }
         assert!(lines(&bare, true).iter().all(|l| l.counted.is_none()));
+    }
+
+    /// The cells after the label of the kernel-socket block's row that starts with `what`.
+    fn cells(text: &str, what: &str) -> Vec<String> {
+        let block = &text[text.find("Kernel sockets per message").expect(text)..];
+        let row = block
+            .lines()
+            .find(|r| r.trim_start().starts_with(&format!("{what}  ")))
+            .unwrap_or_else(|| panic!("no row {what}: {text}"));
+        row.split("  ")
+            .filter(|c| !c.is_empty())
+            .skip(1)
+            .map(|c| c.trim().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_kernel_sockets_counters_follow_the_qp_block_with_the_netdev_beside_virtio_net() {
+        // Rounds 1, 2, 3: medians of round 2 (virtio-net 4 NIC interrupts per message on
+        // a, 2 on b; the netdev half that).
+        let mut m = netdev_rounds();
+        count_sockets(&mut m, true);
+        let l = lines(&m, true);
+        let counted: Vec<&SocketsCounted> = l
+            .iter()
+            .filter_map(|l| l.sockets_counted.as_ref())
+            .collect();
+        let names: Vec<&str> = counted.iter().map(|c| c.what.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "UDP ping-pong",
+                "TCP ping-pong",
+                "TCP bandwidth, 1 KiB messages",
+                "TCP bandwidth, 64 KiB messages"
+            ]
+        );
+        assert!(counted.iter().all(|c| c.has_netdev()));
+        assert_eq!(counted[0].virtio[0].a, [Some(2.0), Some(4.0), Some(6.0)]);
+        assert_eq!(counted[0].netdev[0].b, [Some(0.5), Some(1.0), Some(1.5)]);
+        let t = text_table(&l);
+        let qp = t.find("The QP side per message").unwrap();
+        let sk = t
+            .find("Kernel sockets per message (ping-pong: per round trip)")
+            .unwrap_or_else(|| panic!("{t}"));
+        assert!(qp < sk, "{t}");
+        assert!(t.contains("virtio-net a/b  netdev a/b"), "{t}");
+        // NIC interrupts over virtio-net, over the netdev, segments (UDP: datagrams) the same.
+        assert_eq!(
+            cells(&t, "UDP ping-pong"),
+            ["4.00/2.00", "2.00/1.00", "6.00/3.00", "3.00/1.50"]
+        );
+        assert_eq!(
+            cells(&t, "TCP bandwidth, 64 KiB messages"),
+            ["4.00/2.00", "2.00/1.00", "12.0/6.00", "6.00/3.00"]
+        );
+        assert!(t.contains("NIC interrupts: interrupts of the NIC"), "{t}");
+        let md = markdown_table(&l);
+        assert!(
+            md.contains(
+                "| Kernel sockets, per message: a / b | virtio-net: NIC interrupts | \
+                 netdev: NIC interrupts | virtio-net: segs out | netdev: segs out |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| TCP ping-pong | 4.00/2.00 | 2.00/1.00 | 12.0/6.00 | 6.00/3.00 |"),
+            "{md}"
+        );
+        let j = json_value(&m, &l);
+        let c = &j["comparison"][0]["sockets_per_msg"];
+        assert_eq!(c["virtio_net"]["NIC interrupts"]["a"]["median"], 4.0);
+        assert_eq!(c["netdev"]["segs out"]["b"]["median"], 1.5);
+        assert_eq!(j["comparison"][1].get("sockets_per_msg"), None);
+        // A saved run rebuilds the block from its rounds.
+        let mut saved = saved_results();
+        saved["rounds"] = j["rounds"].clone();
+        let run = super::super::SavedRun::from_json(&saved).unwrap();
+        assert!(text_table(&run.lines).contains(&t[sk..]));
+    }
+
+    #[test]
+    fn without_the_netdev_or_its_counters_the_kernel_sockets_block_has_virtio_net_alone() {
+        // A run without the netdev, and one whose netdev rows have no counters.
+        let mut plain = rounds(&[1.0, 3.0, 2.0]);
+        count_sockets(&mut plain, false);
+        let mut silent = netdev_rounds();
+        count_sockets(&mut silent, false);
+        for m in [plain, silent] {
+            let l = lines(&m, true);
+            let t = text_table(&l);
+            assert!(t.contains("Kernel sockets per message"), "{t}");
+            assert!(!t.contains("netdev a/b"), "{t}");
+            assert_eq!(cells(&t, "TCP ping-pong"), ["4.00/2.00", "12.0/6.00"]);
+            let md = markdown_table(&l);
+            assert!(
+                md.contains("| TCP ping-pong | 4.00/2.00 | 12.0/6.00 |"),
+                "{md}"
+            );
+            assert!(!md.contains("netdev: NIC interrupts"), "{md}");
+            let j = json_value(&m, &l);
+            let c = &j["comparison"][0]["sockets_per_msg"];
+            assert_eq!(c["virtio_net"]["segs out"]["a"]["median"], 6.0);
+            assert_eq!(c.get("netdev"), None);
+        }
+    }
+
+    #[test]
+    fn results_without_kernel_socket_counters_have_no_block() {
+        for m in [sample(), rounds(&[1.0, 3.0, 2.0]), netdev_rounds()] {
+            let l = lines(&m, true);
+            assert!(l.iter().all(|l| l.sockets_counted.is_none()));
+            assert!(!text_table(&l).contains("Kernel sockets per message"));
+            assert!(!markdown_table(&l).contains("Kernel sockets, per message"));
+            let j = json_value(&m, &l);
+            assert!(j["comparison"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|c| c.get("sockets_per_msg").is_none()));
+        }
+        // A saved bench result of before.
+        let run = super::super::SavedRun::from_json(&saved_results()).unwrap();
+        assert!(!text_table(&run.lines).contains("Kernel sockets per message"));
+        // The demo's short table has none either.
+        let mut m = sample();
+        count_sockets(&mut m, true);
+        assert!(lines(&m, false).iter().all(|l| l.sockets_counted.is_none()));
     }
 }

@@ -203,6 +203,29 @@ pub fn measure_guests(m: &mut Measurements) {
     }
 }
 
+/// `qpip-perf --sockets`' counters per message in every row over virtio-net (`*-sk`) and,
+/// if `netdev`, over the qpip netdev (`*-nd`): in round r, NIC interrupts `2·r` (netdev:
+/// `r`) on the client, half as many on the server; TCP segments three times, UDP
+/// datagrams one and a half times as many.
+pub fn count_sockets(m: &mut Measurements, netdev: bool) {
+    for (i, r) in m.rounds.iter_mut().enumerate() {
+        let k = (i + 1) as f64;
+        for (name, rows) in r.perf.iter_mut() {
+            let base = match name.rsplit('-').next() {
+                Some("sk") => 2.0,
+                Some("nd") if netdev => 1.0,
+                _ => continue,
+            };
+            let side =
+                |x: f64| json!({ "nic_irqs": x, "tcp_segs_out": 3.0 * x, "udp_tx": 1.5 * x });
+            for row in rows.iter_mut() {
+                row["per_msg"] =
+                    json!({ "client": side(base * k), "server": side(base * k / 2.0) });
+            }
+        }
+    }
+}
+
 pub fn sample() -> Measurements {
     let mut m = Measurements::default();
     for line in round_lines("", 1.0) {

@@ -1,6 +1,6 @@
 //! The comparison and the raw measurements as one JSON value (the results' `.json`).
 
-use super::lines::Line;
+use super::lines::{Counter, Line};
 use super::report::{CpuMark, Measurements, Round};
 use super::spread::{spread, Better};
 use serde_json::{json, Value};
@@ -20,15 +20,37 @@ fn mark_json(m: &CpuMark) -> Value {
     json!({ "a_proc_stat": m.a, "b_proc_stat": m.b, "host_cpu_s": m.host })
 }
 
+/// Counters per message: each one's guest a and guest b, median and spread.
+fn per_msg_json(counters: &[Counter]) -> Value {
+    Value::Object(
+        counters
+            .iter()
+            .map(|x| {
+                let v = json!({ "a": spread_json(&x.a), "b": spread_json(&x.b) });
+                (x.name.to_string(), v)
+            })
+            .collect(),
+    )
+}
+
 /// A comparison line's JSON `v` with the columns runs before them lacked, where the line
 /// has them: sockets over the qpip netdev (`netdev`, and `netdev_gain` over virtio-net's
 /// sockets, > 1 favouring the netdev) and QPs over IPv4 (`qp_ipv4`, and
-/// `qp_ipv4_vs_ipv6`, > 1 favouring IPv4). A line without them is written as before.
+/// `qp_ipv4_vs_ipv6`, > 1 favouring IPv4), and the kernel sockets' counters per message
+/// (`sockets_per_msg`: `virtio_net` and, with them, `netdev`, as `qp_per_msg` is). A line
+/// without them is written as before.
 fn with_new_columns(l: &Line, mut v: Value) -> Value {
     if l.has_netdev() {
         v["netdev"] = spread_json(&l.netdev);
         v["netdev_gain"] = json!(l.netdev_gain());
         v["netdev_gain_per_round"] = spread_json(&l.netdev_round_gains());
+    }
+    if let Some(c) = &l.sockets_counted {
+        let mut k = json!({ "virtio_net": per_msg_json(&c.virtio) });
+        if c.has_netdev() {
+            k["netdev"] = per_msg_json(&c.netdev);
+        }
+        v["sockets_per_msg"] = k;
     }
     if l.has_qp4() {
         v["qp_ipv4"] = spread_json(&l.qp4);
@@ -65,10 +87,7 @@ pub fn json_value(m: &Measurements, lines: &[Line]) -> Value {
             "sockets": spread_json(&l.sockets),
             "qp_gain": l.gain(),
             "qp_gain_per_round": spread_json(&l.round_gains()),
-            "qp_per_msg": l.counted.as_ref().map(|c| c.counters.iter().map(|x| (
-                x.name.to_string(),
-                json!({ "a": spread_json(&x.a), "b": spread_json(&x.b) }),
-            )).collect::<serde_json::Map<String, Value>>()),
+            "qp_per_msg": l.counted.as_ref().map(|c| per_msg_json(&c.counters)),
             "host_cpu_per_msg": l.host_cpu.as_ref().map(|h| {
                 let side = |i: usize| json!({
                     "qemu": spread_json(&h.qemu[i]),

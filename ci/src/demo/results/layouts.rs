@@ -178,6 +178,7 @@ mod tests {
             qp4: Vec::new(),
             better: Better::Lower,
             counted: None,
+            sockets_counted: None,
             host_cpu: None,
         }
     }

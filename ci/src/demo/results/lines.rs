@@ -23,6 +23,10 @@ pub struct Line {
     /// The QP side's counters per message of the measurement this line is the first
     /// figure of (the bench's ping-pong and bandwidth lines).
     pub counted: Option<Counted>,
+    /// The kernel sockets' counters per message of the same measurement, over virtio-net
+    /// and the qpip netdev (the ping-pong and bandwidth lines of a bench whose
+    /// `qpip-perf --sockets` reports them).
+    pub sockets_counted: Option<SocketsCounted>,
     /// The host's CPU per message over the same windows (guest-wide CPU lines).
     pub host_cpu: Option<HostCpu>,
 }
@@ -94,6 +98,25 @@ pub const COUNTERS: [(&str, &str, &str, &str); 4] = [
     ),
 ];
 
+/// The counters shown per message of a kernel-socket measurement, as [`COUNTERS`] are.
+/// Each guest's whole kernel's and NIC's: the test is all the guests do.
+pub const SOCKET_COUNTERS: [(&str, &str, &str, &str); 2] = [
+    (
+        "NIC interrupts",
+        "interrupts of the NIC that carries the test, all its queues' (virtio-net: the \
+         virtio device's; netdev: the qpip device's PCI function's)",
+        "nic_irqs",
+        "nic_irqs",
+    ),
+    (
+        "segs out",
+        "TCP segments (UDP: datagrams) the guest's kernel sent; in a bandwidth test b's are \
+         its ACKs",
+        "tcp_segs_out",
+        "udp_tx",
+    ),
+];
+
 /// One counter per message in every round, on guest a (the client) and guest b (the
 /// server).
 #[derive(Debug, Clone, PartialEq)]
@@ -109,6 +132,39 @@ pub struct Counted {
     /// The measurement (`TCP bandwidth, 1 KiB messages`).
     pub what: String,
     pub counters: Vec<Counter>,
+}
+
+/// The kernel sockets' [`SOCKET_COUNTERS`] per message of one measurement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SocketsCounted {
+    /// The measurement (`TCP bandwidth, 1 KiB messages`).
+    pub what: String,
+    /// Over virtio-net.
+    pub virtio: Vec<Counter>,
+    /// Over the qpip netdev (all `None` in a run without it).
+    pub netdev: Vec<Counter>,
+}
+
+impl SocketsCounted {
+    /// Some round has a counter over the qpip netdev.
+    pub fn has_netdev(&self) -> bool {
+        self.netdev.iter().any(Counter::measured)
+    }
+
+    /// Some round has a counter over either.
+    fn measured(&self) -> bool {
+        self.virtio
+            .iter()
+            .chain(&self.netdev)
+            .any(Counter::measured)
+    }
+}
+
+impl Counter {
+    /// Some round has the counter on either guest.
+    pub fn measured(&self) -> bool {
+        spread(&self.a).is_some() || spread(&self.b).is_some()
+    }
 }
 
 /// The ratio of `a` to `b` in each round that measured both (> 1: `a` better).
@@ -235,6 +291,7 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
                 qp4: side("qp4"),
                 better,
                 counted: None,
+                sockets_counted: None,
                 host_cpu: None,
             });
             out.len() - 1
@@ -513,6 +570,7 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
                     qp4: Vec::new(),
                     better: Better::Lower,
                     counted: None,
+                    sockets_counted: None,
                     host_cpu: None,
                 });
             }
@@ -520,6 +578,10 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
     }
     if detail {
         for (at, what, test, size, udp) in counted {
+            let k = sockets_counted_of(m, what.clone(), test, size, udp);
+            if k.measured() {
+                out[at].sockets_counted = Some(k);
+            }
             let c = counted_of(m, what, test, size, udp);
             if c.counters.iter().any(|c| spread(&c.a).is_some()) {
                 out[at].counted = Some(c);
@@ -553,26 +615,62 @@ fn host_cpu_of(m: &Measurements, what: String, test: &str, size: Option<u64>) ->
     }
 }
 
+/// Counter `key` per message of test `name` (`udp-qp`, `bw-sk` ...) with this size in
+/// every round, as `name` on guests a and b.
+fn counter_of(
+    m: &Measurements,
+    name: &'static str,
+    test: &str,
+    size: Option<u64>,
+    key: &str,
+) -> Counter {
+    let side = |side: &str| -> Vec<Option<f64>> {
+        m.rounds
+            .iter()
+            .map(|r| r.num(test, size, &["per_msg", side, key]))
+            .collect()
+    };
+    Counter {
+        name,
+        a: side("client"),
+        b: side("server"),
+    }
+}
+
+/// The kernel sockets' [`SOCKET_COUNTERS`] of measurement `test` (`udp`, `bw` ...) with
+/// this size, over virtio-net and the qpip netdev.
+fn sockets_counted_of(
+    m: &Measurements,
+    what: String,
+    test: &str,
+    size: Option<u64>,
+    udp: bool,
+) -> SocketsCounted {
+    let over = |net: &str| -> Vec<Counter> {
+        let name = format!("{test}-{net}");
+        SOCKET_COUNTERS
+            .iter()
+            .map(|(col, _, tcp_key, udp_key)| {
+                counter_of(m, col, &name, size, if udp { udp_key } else { tcp_key })
+            })
+            .collect()
+    };
+    SocketsCounted {
+        what,
+        virtio: over("sk"),
+        netdev: over("nd"),
+    }
+}
+
 /// The QP side's [`COUNTERS`] of measurement `test` (`udp`, `bw` ...) with this size.
 fn counted_of(m: &Measurements, what: String, test: &str, size: Option<u64>, udp: bool) -> Counted {
     let name = format!("{test}-qp");
-    let side = |side: &str, key: &str| -> Vec<Option<f64>> {
-        m.rounds
-            .iter()
-            .map(|r| r.num(&name, size, &["per_msg", side, key]))
-            .collect()
-    };
     Counted {
         what,
         counters: COUNTERS
             .iter()
             .map(|(col, _, tcp_key, udp_key)| {
-                let key = if udp { udp_key } else { tcp_key };
-                Counter {
-                    name: col,
-                    a: side("client", key),
-                    b: side("server", key),
-                }
+                counter_of(m, col, &name, size, if udp { udp_key } else { tcp_key })
             })
             .collect(),
     }

@@ -13,7 +13,9 @@
 //!
 //! The bench's table is followed by the QP side's counters per message of each
 //! measurement (what `qpip-perf` reports for guest a, the client, and guest b, the
-//! server): the kicks, interrupts, engine sleeps and segments behind each figure.
+//! server): the kicks, interrupts, engine sleeps and segments behind each figure; then the
+//! kernel sockets' (NIC interrupts and segments), over virtio-net and the qpip netdev side
+//! by side, where `qpip-perf --sockets` reports them.
 //!
 //! Two more kinds of figure, when the guests report them (the bench):
 //! - **host overhead per message**, the QPIP paper's Table 1: `qpip-overhead` in guest a,
@@ -60,7 +62,9 @@ pub use chart::gain_chart;
 pub use document::{markdown, markdown_body, TCG_NOTE};
 pub use json::json_value;
 pub use layouts::{layout_json, layout_markdown, layout_rows, layout_text, LayoutRow};
-pub use lines::{lines, Counted, Counter, HostCpu, Line, COUNTERS};
+pub use lines::{
+    lines, Counted, Counter, HostCpu, Line, SocketsCounted, COUNTERS, SOCKET_COUNTERS,
+};
 pub use report::{CpuMark, CpuWindow, Measurements, Round};
 pub use run_info::{commit_of, host_cpu_model, PlanFacts, RunInfo};
 pub use saved::SavedRun;

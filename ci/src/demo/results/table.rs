@@ -1,6 +1,8 @@
 //! The comparison as a table: plain text for the terminal, Markdown for the files.
 
-use super::counters::{counter_markdown, counter_text};
+use super::counters::{
+    counter_markdown, counter_text, sockets_counter_markdown, sockets_counter_text,
+};
 use super::format::{
     centre, fmt, fmt_gain, fmt_gain_range, fmt_median, fmt_range, fmt_ratio_range, pad, wrap,
 };
@@ -88,7 +90,8 @@ fn legend(lines: &[Line]) -> Vec<String> {
 
 /// The comparison as a plain-text table for the terminal: one column per side for a
 /// single round (the demo), median and min–max per side and the gains for several; then
-/// the QP side's counters per message, if the lines have them (the bench).
+/// the QP side's and the kernel sockets' counters per message, if the lines have them
+/// (the bench).
 pub fn text_table(lines: &[Line]) -> String {
     let mut t = if rounds_of(lines) > 1 {
         text_table_rounds(lines)
@@ -100,6 +103,7 @@ pub fn text_table(lines: &[Line]) -> String {
         t += &wrap(&n, width.clamp(60, 100));
     }
     t += &counter_text(lines);
+    t += &sockets_counter_text(lines);
     t += &host_text(lines);
     t += &ipv4_text(lines);
     t
@@ -313,6 +317,7 @@ pub fn markdown_table(lines: &[Line]) -> String {
         t += &format!("\n{n}\n");
     }
     t += &counter_markdown(lines);
+    t += &sockets_counter_markdown(lines);
     t += &host_markdown(lines);
     t += &ipv4_markdown(lines);
     t

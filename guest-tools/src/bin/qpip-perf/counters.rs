@@ -84,7 +84,7 @@ impl Counters {
     }
 
     /// The `name=value` words among `words` (others are skipped); `None` if there are
-    /// none (a server without counters: sockets).
+    /// none (a server without counters: an older one over sockets).
     pub fn from_words<'a>(words: impl Iterator<Item = &'a str>) -> Option<Counters> {
         let v: Vec<(String, u64)> = words
             .filter_map(|w| {

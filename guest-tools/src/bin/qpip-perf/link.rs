@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use qpip::{Completion, Context, Cq, EventKind, MemoryRegion, Opcode, Qp, QpKind, SendWr, Status};
 
 use crate::counters::{self, Counters};
+use crate::sockets;
 
 /// The byte every test message is made of.
 pub const PATTERN: u8 = 0xa5;
@@ -76,7 +77,8 @@ pub trait Link {
     /// (so dropping it loses nothing).
     fn finish(&mut self) -> io::Result<()>;
     /// The counters a test reports per message: the library's and the device's (QPs), or
-    /// `None` (sockets).
+    /// the NIC's interrupts and the guest's segments or datagrams sent (sockets,
+    /// `sockets.rs`); `None` if there are none.
     fn counters(&self) -> Option<Counters>;
     /// Busy-polls for what comes instead of sleeping until it comes (`--spin` keeps it
     /// on), where the link does (QPs); after [`SPIN_IDLE`] with nothing arriving it sleeps
@@ -690,6 +692,10 @@ enum Sock {
     Udp {
         sock: UdpSocket,
         peer: Option<SocketAddrV6>,
+        /// The source of the last datagram received: whom a server's socket bound to any
+        /// address talks to before it has a peer (its counters' NIC is the one that
+        /// reaches it).
+        from: Option<SocketAddrV6>,
     },
     Tcp(TcpStream),
 }
@@ -703,7 +709,14 @@ impl SockLink {
 
     /// A UDP socket; [`Link::hold`] takes datagrams of up to `buf` bytes.
     pub fn udp(sock: UdpSocket, buf: usize) -> SockLink {
-        SockLink::new(Sock::Udp { sock, peer: None }, buf)
+        SockLink::new(
+            Sock::Udp {
+                sock,
+                peer: None,
+                from: None,
+            },
+            buf,
+        )
     }
 
     fn new(sock: Sock, buf: usize) -> SockLink {
@@ -740,11 +753,12 @@ impl SockLink {
             None => &mut self.buf[..],
         };
         let r = match &mut self.sock {
-            Sock::Udp { sock, .. } => sock.recv_from(buf).map(|(n, from)| {
-                let src = match from {
+            Sock::Udp { sock, from, .. } => sock.recv_from(buf).map(|(n, src)| {
+                let src = match src {
                     SocketAddr::V6(a) => a,
                     SocketAddr::V4(a) => SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0),
                 };
+                *from = Some(src);
                 (n, Some(src))
             }),
             Sock::Tcp(s) => s.read(buf).map(|n| (n, None)),
@@ -767,7 +781,7 @@ fn timed_out(e: &io::Error) -> bool {
 impl Link for SockLink {
     fn send(&mut self, data: &[u8]) -> io::Result<()> {
         match &mut self.sock {
-            Sock::Udp { sock, peer } => {
+            Sock::Udp { sock, peer, .. } => {
                 let to = peer.ok_or_else(|| other("UDP send without a peer".into()))?;
                 sock.send_to(data, to).map(|_| ())
             }
@@ -849,7 +863,16 @@ impl Link for SockLink {
     }
 
     fn counters(&self) -> Option<Counters> {
-        None
+        match &self.sock {
+            Sock::Tcp(s) => sockets::take(s.local_addr().ok(), true),
+            Sock::Udp { sock, peer, from } => {
+                let local = sock.local_addr().ok();
+                sockets::take(
+                    local.and_then(|l| sockets::udp_local(l, peer.or(*from))),
+                    false,
+                )
+            }
+        }
     }
 
     /// Sockets always block, as socket programs do. A receiver busy-polling `recv` on the

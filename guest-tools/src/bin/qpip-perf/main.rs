@@ -27,7 +27,8 @@
 //! copies every message into and out of the registered buffers instead, as a socket's
 //! caller does — see `link.rs`). Each side also reports counters per message: the
 //! library's kicks and blocking waits, and the device's interrupts, engine sleeps and TCP
-//! segments (`counters.rs`).
+//! segments (`counters.rs`); over sockets, the interrupts of the NIC the test's traffic
+//! goes through and the guest's TCP segments or UDP datagrams sent (`sockets.rs`).
 //!
 //! TCP QPs use message framing (QP ⇄ QP) unless `--stream`; both ends must agree.
 //! A table by default, `--json` for one JSON object.
@@ -42,6 +43,7 @@ mod link;
 mod proto;
 mod rdma;
 mod report;
+mod sockets;
 
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener, TcpStream, UdpSocket};
 use std::process::ExitCode;

@@ -9,7 +9,7 @@
 //! answers `QPIPPERF DONE BYTES MSGS CPU_NS [guest_busy_us=US] [NAME=VALUE ...]\n` (what it
 //! received, its process CPU time over the test, its guest's whole busy time from the
 //! first measured message to this answer, and how much its counters grew over the test:
-//! see `counters.rs`; no counters over sockets) and closes.
+//! see `counters.rs`, and over sockets `sockets.rs`) and closes.
 //!
 //! The guest-wide busy time (`/proc/stat`, see [`counters::guest_busy_us`]) covers exactly
 //! the measured interval on each side: the client's from just before the first measured
@@ -56,7 +56,7 @@ pub struct Row {
     pub client_busy_us: Option<u64>,
     /// The server's guest's, as it reported it.
     pub server_busy_us: Option<u64>,
-    /// How much the client's counters grew over the test (QPs).
+    /// How much the client's counters grew over the test.
     pub client_counters: Option<Counters>,
     /// The same of the server, as it reported them.
     pub server_counters: Option<Counters>,

@@ -64,7 +64,7 @@ pub fn print(a: &Args, rows: &[Row]) {
     if a.json {
         println!("{}", json(a, rows));
     } else {
-        print!("{}", table(rows));
+        print!("{}", table(rows, a.sockets));
     }
 }
 
@@ -73,7 +73,9 @@ fn opt(v: Option<f64>, prec: usize) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-fn table(rows: &[Row]) -> String {
+/// The table of `rows`, and their counters per message under it (`sockets`: those of a
+/// kernel-socket test).
+fn table(rows: &[Row], sockets: bool) -> String {
     let mut s = String::new();
     s += "latency: round-trip time of one message echoed by the server (µs, percentiles of the measured round trips)\n";
     s += "bandwidth: messages sent back to back; MB/s (10^6 bytes) and msg/s the server received, over the time until its report\n";
@@ -128,17 +130,38 @@ fn table(rows: &[Row]) -> String {
         );
     }
     if rows.iter().any(|r| r.client_counters.is_some()) {
-        s += &counter_table(rows);
+        s += &if sockets {
+            counter_table(rows, &SOCKETS_PER_MSG, SOCKETS_LEGEND)
+        } else {
+            counter_table(rows, &PER_MSG, PER_MSG_LEGEND)
+        };
     }
     s
 }
 
-/// The counters the table shows per message, as (column, counter).
+/// What the counters of a QP test under the table are.
+const PER_MSG_LEGEND: &str = concat!(
+    "per message (latency: per round trip), client/server: kicks (doorbells that woke the device),\n",
+    "waits (blocking CQ waits), intr (the device's CQ interrupts), sleeps (its engine's), segments/datagrams sent\n",
+);
+/// The counters the table of a QP test shows per message, as (column, counter).
 const PER_MSG: [(&str, &str); 6] = [
     ("kicks", "kicks"),
     ("waits", "waits"),
     ("intr", "interrupts"),
     ("sleeps", "sleeps"),
+    ("segs out", "tcp_segs_out"),
+    ("dgrams out", "udp_tx"),
+];
+
+/// What the counters of a kernel-socket test are.
+const SOCKETS_LEGEND: &str = concat!(
+    "per message (latency: per round trip), client/server: nic intr (interrupts of the NIC that carries the test),\n",
+    "segments/datagrams sent (the whole guest's)\n",
+);
+/// The counters the table of a kernel-socket test shows per message.
+const SOCKETS_PER_MSG: [(&str, &str); 3] = [
+    ("nic intr", "nic_irqs"),
     ("segs out", "tcp_segs_out"),
     ("dgrams out", "udp_tx"),
 ];
@@ -154,20 +177,19 @@ fn per(c: Option<&Counters>, name: &str, msgs: u64) -> String {
     }
 }
 
-/// The QP rows' counters per message (latency: per round trip), client/server.
-fn counter_table(rows: &[Row]) -> String {
-    let mut s = String::new();
-    s += "per message (latency: per round trip), client/server: kicks (doorbells that woke the device),\n";
-    s += "waits (blocking CQ waits), intr (the device's CQ interrupts), sleeps (its engine's), segments/datagrams sent\n";
+/// The rows' `columns` of counters per message (latency: per round trip),
+/// client/server, under `legend`.
+fn counter_table(rows: &[Row], columns: &[(&str, &str)], legend: &str) -> String {
+    let mut s = legend.to_string();
     // Indented, so that a row is not taken for one of the table above.
     s += &format!("  {:<9} {:<4} {:>7}", "test", "net", "size");
-    for (col, _) in PER_MSG {
+    for (col, _) in columns {
         s += &format!(" {col:>13}");
     }
     s += "\n";
     for r in rows.iter().filter(|r| r.client_counters.is_some()) {
         s += &format!("  {:<9} {:<4} {:>7}", r.test, r.transport, r.size);
-        for (_, name) in PER_MSG {
+        for (_, name) in columns {
             let pair = format!(
                 "{}/{}",
                 per(r.client_counters.as_ref(), name, r.msgs),
@@ -318,6 +340,6 @@ mod tests {
             j.contains("\"guest_busy_us\":{\"client\":1000000,\"server\":null}"),
             "{j}"
         );
-        assert!(table(&[]).contains("guest µs cl"));
+        assert!(table(&[], false).contains("guest µs cl"));
     }
 }
