@@ -85,7 +85,7 @@ head -c 1000000 /dev/urandom > /tmp/sdata; digest soft.in /tmp/sdata
 p=7420
 for f in message stream; do
     cat_listen soft-h2g-$f qpip-cat -v --$f -w 300 -l $p
-    wait "$(cat /tmp/soft-h2g-$f.pid)"; kv soft-h2g-$f.status $?; digest soft-h2g-$f /tmp/soft-h2g-$f.out
+    cat_wait soft-h2g-$f; digest soft-h2g-$f /tmp/soft-h2g-$f.out
     await soft-g2h-$f; qpip-cat --$f -w 60 $QPIP_HOST_ADDR $((p+1)) < /tmp/sdata; kv soft-g2h-$f.status $?
     p=$((p+2))
 done

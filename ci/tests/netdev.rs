@@ -315,7 +315,7 @@ kv slaac.dev "$(dev_addrs)"
 echo 0 > /proc/sys/net/ipv6/conf/$ND/accept_dad
 echo "$SA" > /lab/slaac.addr
 cat_listen slaac qpip-cat -v --stream -w 300 -l $SA 7560
-wait "$(cat /tmp/slaac.pid)"; kv slaac.rx.status $?; digest slaac.rx /tmp/slaac.out
+cat_wait slaac slaac.rx; digest slaac.rx /tmp/slaac.out
 ip -6 addr del $S dev $ND; kv slaac_del.status $?
 upto 10 '! dev_addrs | grep -q "$SA/"'
 kv slaac_del.dev "$(dev_addrs)"
@@ -335,7 +335,7 @@ kv dhcp.nd "$(nd_addrs)"
 upto 10 'dev_addrs | grep -q "$LEASE/"'
 kv dhcp.dev "$(dev_addrs)"
 cat_listen dhcp qpip-cat -v --stream -w 300 -l $LEASE 7561
-wait "$(cat /tmp/dhcp.pid)"; kv dhcp.rx.status $?; digest dhcp.rx /tmp/dhcp.out
+cat_wait dhcp dhcp.rx; digest dhcp.rx /tmp/dhcp.out
 ip addr del $LEASE/24 dev $ND; kv dhcp_del.status $?
 upto 10 '! dev_addrs | grep -q "$LEASE/"'
 kv dhcp_del.dev "$(dev_addrs)"

@@ -24,6 +24,11 @@ pub type SentOrWhy = Result<(usize, String), String>;
 ///  finish TAG          waits for TAG's server, reports like `run`
 ///  cat_listen TAG CMD  starts a `qpip-cat -v ... -l` in the background (stdout to
 ///                      /tmp/TAG.out), waits until it listens, touches /lab/TAG
+///  cat_wait TAG [KEY]  waits for it (up to 300 s): `@KEY.status` and `@KEY.err` (the end
+///                      of its stderr), KEY being TAG unless given; one still running
+///                      then is reported (`@KEY.hang`: its threads' kernel stacks) and
+///                      killed, so a hang fails its step with evidence, not the guest's
+///                      time limit
 ///  digest TAG FILE     `@TAG.sha` and `@TAG.bytes` of FILE
 ///  counters TAG        `@TAG.NAME` for the TCP and drop counters of /sys/class/qpip/qpip0
 ///  contexts            the driver's open contexts (sysfs `contexts`)
@@ -48,6 +53,23 @@ cat_listen() {
     echo $! >/tmp/$t.pid
     i=0; until grep -q listening /tmp/$t.err; do i=$((i+1)); [ $i -lt 1200 ] || break; sleep 0.1; done
     touch /lab/$t
+}
+cat_wait() {
+    t=$1; k=${2:-$1}; pid=$(cat /tmp/$t.pid)
+    (
+        sleep 300
+        kill -0 $pid 2>/dev/null || exit 0
+        for th in /proc/$pid/task/*; do
+            echo "thread ${th##*/} in $(cat $th/wchan 2>/dev/null): $(head -n 8 $th/stack 2>/dev/null | tr '\n' ' ')"
+        done > /tmp/$t.hang
+        kill $pid
+    ) &
+    wd=$!
+    wait $pid; st=$?
+    kill $wd 2>/dev/null
+    kv $k.status $st
+    kv $k.err "$(tail -n 3 /tmp/$t.err | tr '\n' ' ')"
+    [ -s /tmp/$t.hang ] && kv $k.hang "$(tr '\n' ' ' < /tmp/$t.hang)"
 }
 digest() { kv "$1.sha" "$(sha256sum < "$2" | cut -d' ' -f1)"; kv "$1.bytes" "$(wc -c < "$2")"; }
 counters() {
@@ -294,10 +316,37 @@ pub fn host_sends(host: &LabHost, to: SocketAddr, data: &[u8]) -> Result<(), Str
         s.shutdown(std::net::Shutdown::Write)?;
         let mut rest = Vec::new();
         s.read_to_end(&mut rest)?;
-        Ok(())
+        // A receiver with nothing to send closes its side at once, so its FIN says nothing
+        // of the data: done only once the peer acknowledged every byte and the FIN (what
+        // the host does next, a route taken away, must not cut the stream's tail).
+        all_acknowledged(&s, Duration::from_secs(300))
     })
     .map_err(|e| e.to_string())?
     .map_err(|e| format!("to {to}: {e}"))
+}
+
+/// Waits until `s` has nothing unacknowledged (its send queue, `SIOCOUTQ`, empty), up to
+/// `limit`.
+pub fn all_acknowledged(s: &TcpStream, limit: Duration) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let start = Instant::now();
+    loop {
+        let mut queued: libc::c_int = 0;
+        // SAFETY: SIOCOUTQ on an open TCP socket writes one int to `queued`.
+        if unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if queued == 0 {
+            return Ok(());
+        }
+        if start.elapsed() > limit {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{queued} bytes still unacknowledged after {limit:?}"),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// In the lab's namespace, a plain TCP listener on `bind`; `ready` is signalled to the
