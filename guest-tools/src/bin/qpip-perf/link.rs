@@ -693,7 +693,7 @@ enum Sock {
         sock: UdpSocket,
         peer: Option<SocketAddrV6>,
         /// The source of the last datagram received: whom a server's socket bound to any
-        /// address talks to before it has a peer (its counters' NIC is the one that
+        /// address talks to in the test under way (its counters' NIC is the one that
         /// reaches it).
         from: Option<SocketAddrV6>,
     },
@@ -866,9 +866,11 @@ impl Link for SockLink {
         match &self.sock {
             Sock::Tcp(s) => sockets::take(s.local_addr().ok(), true),
             Sock::Udp { sock, peer, from } => {
+                // The last datagram's source first: a server's peer is still the previous
+                // test's client when the next one's hello arrives, perhaps over another NIC.
                 let local = sock.local_addr().ok();
                 sockets::take(
-                    local.and_then(|l| sockets::udp_local(l, peer.or(*from))),
+                    local.and_then(|l| sockets::udp_local(l, from.or(*peer))),
                     false,
                 )
             }
