@@ -498,7 +498,9 @@ impl DnsServer {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot start dnsmasq ({e}; ./qpip setup installs dnsmasq-base)"))?;
+            .map_err(|e| {
+                format!("cannot start dnsmasq ({e}; ./qpip setup installs dnsmasq-base)")
+            })?;
         // Until it answers: its log says so once its sockets are bound.
         for _ in 0..100 {
             if std::fs::read_to_string(&log).is_ok_and(|t| t.contains("started")) {
@@ -666,7 +668,11 @@ lab-wait host-done 300
     // The far host's name resolved over each family, the queries from a's device
     // addresses: they went through the interface.
     for (t, server) in [("dns4", netns::HOST_ADDR4), ("dns6", netns::HOST_ADDR)] {
-        assert_eq!(a.get(&format!("{t}.status")), "0", "nslookup to {server}\n{ctx}");
+        assert_eq!(
+            a.get(&format!("{t}.status")),
+            "0",
+            "nslookup to {server}\n{ctx}"
+        );
         let answer = a.get(&format!("{t}.out"));
         for addr in [netns::FAR_HOST_ADDR4, netns::FAR_HOST_ADDR] {
             assert!(

@@ -28,35 +28,38 @@ fn counter_legend() -> Vec<String> {
         .collect()
 }
 
-/// The block of QP counters per message under the table (empty if no line has them).
-pub(super) fn counter_text(lines: &[Line]) -> String {
-    let counted: Vec<&Counted> = lines.iter().filter_map(|l| l.counted.as_ref()).collect();
-    if counted.is_empty() {
-        return String::new();
-    }
-    let rows: Vec<Vec<String>> = counted
+/// A row per measurement: its name, then each counter's a/b cell.
+fn qp_rows(counted: &[&Counted]) -> Vec<Vec<String>> {
+    counted
         .iter()
         .map(|c| {
             std::iter::once(c.what.clone())
                 .chain(c.counters.iter().map(counter_cell))
                 .collect()
         })
-        .collect();
+        .collect()
+}
+
+/// The block of QP counters per message under the table (empty if no line has them).
+pub(super) fn counter_text(lines: &[Line]) -> String {
+    let counted: Vec<&Counted> = lines.iter().filter_map(|l| l.counted.as_ref()).collect();
+    if counted.is_empty() {
+        return String::new();
+    }
+    let rows = qp_rows(&counted);
     let head: Vec<String> = std::iter::once(String::new())
         .chain(COUNTERS.iter().map(|c| c.0.to_string()))
         .collect();
     let sub: Vec<String> = std::iter::once(String::new())
         .chain(COUNTERS.iter().map(|_| "a/b".to_string()))
         .collect();
-    let w = column_widths(&rows.iter().chain([&head, &sub]).collect::<Vec<_>>());
-    // Indented as the table above it is.
-    let indent = block_indent(lines);
-    let mut block = block_row(indent, &w, &head);
-    block += &block_row(indent, &w, &sub);
-    for r in &rows {
-        block += &block_row(indent, &w, r);
-    }
-    framed(&counter_title(lines), &block, &counter_legend())
+    text_block(
+        lines,
+        [head, sub],
+        &rows,
+        &counter_title(lines),
+        &counter_legend(),
+    )
 }
 
 /// The same block as a Markdown table.
@@ -65,24 +68,15 @@ pub(super) fn counter_markdown(lines: &[Line]) -> String {
     if counted.is_empty() {
         return String::new();
     }
-    let mut t = format!("\n{}\n\n| QPs, per message: a / b |", counter_title(lines));
-    for c in COUNTERS {
-        t += &format!(" {} |", c.0);
-    }
-    t += "\n| --- |";
-    t += &" ---: |".repeat(COUNTERS.len());
-    t += "\n";
-    for c in counted {
-        t += &format!("| {} |", c.what);
-        for x in &c.counters {
-            t += &format!(" {} |", counter_cell(x));
-        }
-        t += "\n";
-    }
-    t += "\n";
-    t += &counter_legend().join(" ");
-    t += "\n";
-    t
+    let head: Vec<String> = COUNTERS.iter().map(|c| c.0.to_string()).collect();
+    let rows = qp_rows(&counted);
+    markdown_block(
+        &counter_title(lines),
+        "QPs, per message: a / b",
+        &head,
+        &rows,
+        &counter_legend(),
+    )
 }
 
 /// The measurements with kernel-socket counters, and whether any has them over the
@@ -118,6 +112,18 @@ fn net_name(nd: bool) -> &'static str {
     }
 }
 
+/// A row per measurement: its name, then the cell of each of `cols`.
+fn socket_rows(counted: &[&SocketsCounted], cols: &[(usize, bool)]) -> Vec<Vec<String>> {
+    counted
+        .iter()
+        .map(|c| {
+            std::iter::once(c.what.clone())
+                .chain(cols.iter().map(|col| socket_cell(c, *col)))
+                .collect()
+        })
+        .collect()
+}
+
 /// What the kernel-socket block's numbers are.
 fn sockets_title(lines: &[Line]) -> String {
     let of = rounds_said(lines);
@@ -143,28 +149,20 @@ pub(super) fn sockets_counter_text(lines: &[Line]) -> String {
         return String::new();
     }
     let cols = socket_columns(netdev);
-    let rows: Vec<Vec<String>> = counted
-        .iter()
-        .map(|c| {
-            std::iter::once(c.what.clone())
-                .chain(cols.iter().map(|col| socket_cell(c, *col)))
-                .collect()
-        })
-        .collect();
+    let rows = socket_rows(&counted, &cols);
     let head: Vec<String> = std::iter::once(String::new())
         .chain(cols.iter().map(|(i, _)| SOCKET_COUNTERS[*i].0.to_string()))
         .collect();
     let sub: Vec<String> = std::iter::once(String::new())
         .chain(cols.iter().map(|(_, nd)| format!("{} a/b", net_name(*nd))))
         .collect();
-    let w = column_widths(&rows.iter().chain([&head, &sub]).collect::<Vec<_>>());
-    let indent = block_indent(lines);
-    let mut block = block_row(indent, &w, &head);
-    block += &block_row(indent, &w, &sub);
-    for r in &rows {
-        block += &block_row(indent, &w, r);
-    }
-    framed(&sockets_title(lines), &block, &sockets_legend())
+    text_block(
+        lines,
+        [head, sub],
+        &rows,
+        &sockets_title(lines),
+        &sockets_legend(),
+    )
 }
 
 /// The same block as a Markdown table.
@@ -174,25 +172,63 @@ pub(super) fn sockets_counter_markdown(lines: &[Line]) -> String {
         return String::new();
     }
     let cols = socket_columns(netdev);
-    let mut t = format!(
-        "\n{}\n\n| Kernel sockets, per message: a / b |",
-        sockets_title(lines)
-    );
-    for (i, nd) in &cols {
-        t += &format!(" {}: {} |", net_name(*nd), SOCKET_COUNTERS[*i].0);
+    let head: Vec<String> = cols
+        .iter()
+        .map(|(i, nd)| format!("{}: {}", net_name(*nd), SOCKET_COUNTERS[*i].0))
+        .collect();
+    let rows = socket_rows(&counted, &cols);
+    markdown_block(
+        &sockets_title(lines),
+        "Kernel sockets, per message: a / b",
+        &head,
+        &rows,
+        &sockets_legend(),
+    )
+}
+
+/// A counter block for the terminal: the two head rows, then `rows`, indented as the
+/// table above it is, under `title` and over `legend`.
+fn text_block(
+    lines: &[Line],
+    [head, sub]: [Vec<String>; 2],
+    rows: &[Vec<String>],
+    title: &str,
+    legend: &[String],
+) -> String {
+    let w = column_widths(&rows.iter().chain([&head, &sub]).collect::<Vec<_>>());
+    let indent = block_indent(lines);
+    let mut block = block_row(indent, &w, &head);
+    block += &block_row(indent, &w, &sub);
+    for r in rows {
+        block += &block_row(indent, &w, r);
+    }
+    framed(title, &block, legend)
+}
+
+/// The same block as a Markdown table: `corner` heads the first column, `head` the others.
+fn markdown_block(
+    title: &str,
+    corner: &str,
+    head: &[String],
+    rows: &[Vec<String>],
+    legend: &[String],
+) -> String {
+    let mut t = format!("\n{title}\n\n| {corner} |");
+    for h in head {
+        t += &format!(" {h} |");
     }
     t += "\n| --- |";
-    t += &" ---: |".repeat(cols.len());
+    t += &" ---: |".repeat(head.len());
     t += "\n";
-    for c in counted {
-        t += &format!("| {} |", c.what);
-        for col in &cols {
-            t += &format!(" {} |", socket_cell(c, *col));
+    for r in rows {
+        t += "|";
+        for cell in r {
+            t += &format!(" {cell} |");
         }
         t += "\n";
     }
     t += "\n";
-    t += &sockets_legend().join(" ");
+    t += &legend.join(" ");
     t += "\n";
     t
 }
