@@ -240,6 +240,14 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
+    /// The measurements of the fixtures that get counter rows, in order.
+    const COUNTED: [&str; 4] = [
+        "UDP ping-pong",
+        "TCP ping-pong",
+        "TCP bandwidth, 1 KiB messages",
+        "TCP bandwidth, 64 KiB messages",
+    ];
+
     #[test]
     fn the_bench_shows_the_qp_counters_per_message_under_its_table() {
         // Round k's QP client kicked k times per message: medians over 1, 3, 2 are 2.
@@ -247,15 +255,7 @@ mod tests {
         let l = lines(&m, true);
         let counted: Vec<&Counted> = l.iter().filter_map(|l| l.counted.as_ref()).collect();
         let names: Vec<&str> = counted.iter().map(|c| c.what.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "UDP ping-pong",
-                "TCP ping-pong",
-                "TCP bandwidth, 1 KiB messages",
-                "TCP bandwidth, 64 KiB messages"
-            ]
-        );
+        assert_eq!(names, COUNTED);
         // On the first figure of each measurement.
         let first = l.iter().find(|l| l.counted.is_some()).unwrap();
         assert_eq!(first.what, "UDP ping-pong, round trip p50");
@@ -332,15 +332,7 @@ mod tests {
             .filter_map(|l| l.sockets_counted.as_ref())
             .collect();
         let names: Vec<&str> = counted.iter().map(|c| c.what.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "UDP ping-pong",
-                "TCP ping-pong",
-                "TCP bandwidth, 1 KiB messages",
-                "TCP bandwidth, 64 KiB messages"
-            ]
-        );
+        assert_eq!(names, COUNTED);
         assert!(counted.iter().all(|c| c.has_netdev()));
         assert_eq!(counted[0].virtio[0].a, [Some(2.0), Some(4.0), Some(6.0)]);
         assert_eq!(counted[0].netdev[0].b, [Some(0.5), Some(1.0), Some(1.5)]);

@@ -646,34 +646,36 @@ fn sockets_counted_of(
     size: Option<u64>,
     udp: bool,
 ) -> SocketsCounted {
-    let over = |net: &str| -> Vec<Counter> {
-        let name = format!("{test}-{net}");
-        SOCKET_COUNTERS
-            .iter()
-            .map(|(col, _, tcp_key, udp_key)| {
-                counter_of(m, col, &name, size, if udp { udp_key } else { tcp_key })
-            })
-            .collect()
-    };
     SocketsCounted {
         what,
-        virtio: over("sk"),
-        netdev: over("nd"),
+        virtio: counters_of(m, &SOCKET_COUNTERS, &format!("{test}-sk"), size, udp),
+        netdev: counters_of(m, &SOCKET_COUNTERS, &format!("{test}-nd"), size, udp),
     }
 }
 
 /// The QP side's [`COUNTERS`] of measurement `test` (`udp`, `bw` ...) with this size.
 fn counted_of(m: &Measurements, what: String, test: &str, size: Option<u64>, udp: bool) -> Counted {
-    let name = format!("{test}-qp");
     Counted {
         what,
-        counters: COUNTERS
-            .iter()
-            .map(|(col, _, tcp_key, udp_key)| {
-                counter_of(m, col, &name, size, if udp { udp_key } else { tcp_key })
-            })
-            .collect(),
+        counters: counters_of(m, &COUNTERS, &format!("{test}-qp"), size, udp),
     }
+}
+
+/// Each counter of `table` ([`COUNTERS`], [`SOCKET_COUNTERS`]) per message of test `name`
+/// with this size: its TCP key, or on a UDP test its UDP key.
+fn counters_of(
+    m: &Measurements,
+    table: &[(&'static str, &str, &str, &str)],
+    name: &str,
+    size: Option<u64>,
+    udp: bool,
+) -> Vec<Counter> {
+    table
+        .iter()
+        .map(|(col, _, tcp_key, udp_key)| {
+            counter_of(m, col, name, size, if udp { udp_key } else { tcp_key })
+        })
+        .collect()
 }
 
 #[cfg(test)]
