@@ -57,7 +57,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Version of this interface. Grows when something is added; existing structures only ever
 /// grow at the end.
-pub const UAPI_VERSION: u32 = 4;
+pub const UAPI_VERSION: u32 = 5;
 
 /// The `type` byte of every qpip ioctl number.
 pub const IOCTL_TYPE: u32 = 0xc4;
@@ -130,6 +130,46 @@ pub const IOCTL_DESTROY_TRIPWIRE: u32 = 0xc008c413;
 /// for a UDP QP, an unknown option or a value out of range; `EOPNOTSUPP` from a device
 /// that predates the command. Version 4 of this interface.
 pub const IOCTL_SET_QP_OPT: u32 = 0xc018c414;
+
+// ---- sockets (version 5 of this interface) ----------------------------------------------
+//
+// A *qpip socket* is a file of its own (`anon_inode:[qpip-socket]`) that stands for one TCP
+// socket whose connection the device carries: a QP in stream framing, its CQ and its
+// buffers, all the driver's. `read`, `write`, `readv`, `writev`, `sendfile`, `splice`,
+// `poll`/`select`/`epoll`, `fcntl(O_NONBLOCK)`, `ioctl(FIONBIO, FIONREAD, SIOCOUTQ)`,
+// `dup`, `fork`, descriptor passing and `close` work on it as on a socket, without any
+// help. What needs the socket calls (`send`/`recv` with flags, `accept`, `shutdown`,
+// `getsockname`, `getsockopt`, ...) goes through the `IOCTL_SOCK_*` ioctls below on the
+// socket's file, which is what the preload library (`libqpip-preload.so`) does.
+//
+// A qpip socket is made from a program's own kernel TCP socket at `connect` or `listen`
+// ([`IOCTL_SOCK_CONNECT`], [`IOCTL_SOCK_LISTEN`] on a context's file): the new file keeps
+// the kernel socket, which holds the port in the guest kernel (the port split), carries the
+// socket options (every `setsockopt` is applied to it first, so values are checked and
+// reported exactly as Linux does), and for a listener keeps listening for connections
+// that do not come through the device (loopback, other interfaces), which `accept` hands
+// out as ordinary kernel sockets.
+
+/// Make a connecting qpip socket of a kernel TCP socket ([`SockConnect`]), on a context's
+/// file. Declines (`new_fd` -1, `declined` a `SOCK_DECLINE_*`) what the device cannot
+/// carry; the caller then goes on with the kernel socket.
+pub const IOCTL_SOCK_CONNECT: u32 = 0xc030c415;
+/// Make a listening qpip socket of a bound kernel TCP socket ([`SockListen`]), on a
+/// context's file. The kernel socket listens too.
+pub const IOCTL_SOCK_LISTEN: u32 = 0xc020c416;
+/// Take a connection from a listening qpip socket ([`SockAccept`]): a qpip socket for one
+/// that came through the device, the kernel socket for one that did not.
+pub const IOCTL_SOCK_ACCEPT: u32 = 0xc098c417;
+/// `send`/`sendmsg` with flags on a qpip socket ([`SockMsg`]).
+pub const IOCTL_SOCK_SEND: u32 = 0xc020c418;
+/// `recv`/`recvmsg` with flags on a qpip socket ([`SockMsg`]).
+pub const IOCTL_SOCK_RECV: u32 = 0xc020c419;
+/// `getsockname`/`getpeername` of a qpip socket ([`SockName`]).
+pub const IOCTL_SOCK_NAME: u32 = 0xc090c41a;
+/// `getsockopt`/`setsockopt` on a qpip socket ([`SockOpt`]).
+pub const IOCTL_SOCK_OPT: u32 = 0xc020c41b;
+/// `shutdown` of a qpip socket ([`SockShutdown`]).
+pub const IOCTL_SOCK_SHUTDOWN: u32 = 0xc008c41c;
 
 // ---- argument structures ----------------------------------------------------------------
 
@@ -574,6 +614,164 @@ pub struct SetQpOpt {
 /// Size of the first version of [`SetQpOpt`].
 pub const SET_QP_OPT_SIZE_V1: u32 = 24;
 
+// ---- sockets ---------------------------------------------------------------------------
+
+/// [`IOCTL_SOCK_CONNECT`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SockConnect {
+    pub size: u32,
+    /// In: the kernel socket (`AF_INET` or `AF_INET6`, `SOCK_STREAM`, TCP), unconnected.
+    /// It may be bound (to one of the device's addresses or the wildcard); an unbound one
+    /// is bound to an ephemeral port the kernel chooses.
+    pub fd: i32,
+    /// In: the peer (an IPv4 one IPv4-mapped).
+    pub peer: Endpoint,
+    pub reserved0: u32,
+    /// Out: the new file's descriptor, close-on-exec (the caller moves it onto `fd` with
+    /// `dup3`), or -1 when declined.
+    pub new_fd: i32,
+    /// Out: 0 when connected, `EINPROGRESS` when the connection is still being set up (the
+    /// kernel socket was non-blocking, or a signal came): `poll` says when, `SO_ERROR` how.
+    /// A blocking connect that fails returns its errno from the ioctl and no file.
+    pub status: i32,
+    /// Out: 0, or why the device does not carry this connection (`SOCK_DECLINE_*`).
+    pub declined: u32,
+    pub reserved1: u32,
+}
+/// Size of the first version of [`SockConnect`].
+pub const SOCK_CONNECT_SIZE_V1: u32 = 48;
+
+/// [`IOCTL_SOCK_LISTEN`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SockListen {
+    pub size: u32,
+    /// In: the kernel socket (`AF_INET` or `AF_INET6`, `SOCK_STREAM`, TCP), bound or not
+    /// (listen binds an unbound one to an ephemeral port, as Linux does), not connected.
+    pub fd: i32,
+    /// In: the backlog `listen` was given.
+    pub backlog: i32,
+    pub reserved0: u32,
+    /// Out: the new file's descriptor, close-on-exec, or -1 when declined.
+    pub new_fd: i32,
+    /// Out: 0, or why the device does not listen for it (`SOCK_DECLINE_*`); the kernel
+    /// socket listens all the same.
+    pub declined: u32,
+    pub reserved1: [u32; 2],
+}
+/// Size of the first version of [`SockListen`].
+pub const SOCK_LISTEN_SIZE_V1: u32 = 32;
+
+/// [`IOCTL_SOCK_ACCEPT`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SockAccept {
+    pub size: u32,
+    /// In: `accept4`'s flags (`SOCK_NONBLOCK`, `SOCK_CLOEXEC`); others are `EINVAL`.
+    pub flags: u32,
+    /// Out: the new connection's descriptor.
+    pub fd: i32,
+    /// Out: the length of `addr`.
+    pub addr_len: u32,
+    /// Out: the peer, a `struct sockaddr_in` or `sockaddr_in6` as the listening socket's
+    /// family gives it.
+    pub addr: [u8; 128],
+    /// Out: 1 when the connection is a qpip socket, 0 when it is a kernel socket.
+    pub qpip: u32,
+    pub reserved: u32,
+}
+/// Size of the first version of [`SockAccept`].
+pub const SOCK_ACCEPT_SIZE_V1: u32 = 152;
+
+/// [`IOCTL_SOCK_SEND`], [`IOCTL_SOCK_RECV`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SockMsg {
+    pub size: u32,
+    /// In: the `MSG_*` flags. Send: `MSG_DONTWAIT`, `MSG_NOSIGNAL`, `MSG_MORE`,
+    /// `MSG_EOR`, `MSG_WAITALL` (ignored, as Linux does); receive: `MSG_DONTWAIT`,
+    /// `MSG_PEEK`, `MSG_WAITALL`, `MSG_TRUNC` (the bytes are dropped, not copied). Others
+    /// are `EOPNOTSUPP` (`MSG_OOB`) or `EINVAL`.
+    pub flags: u32,
+    /// In: the address of an array of `struct iovec`.
+    pub iov: u64,
+    /// In: its length, at most `UIO_MAXIOV`.
+    pub iov_len: u32,
+    /// Out: receive: the `msg_flags` of `recvmsg` (0: TCP has none to report).
+    pub msg_flags: u32,
+    /// Out: the bytes sent or received.
+    pub bytes: u64,
+}
+/// Size of the first version of [`SockMsg`].
+pub const SOCK_MSG_SIZE_V1: u32 = 32;
+
+/// [`IOCTL_SOCK_NAME`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SockName {
+    pub size: u32,
+    /// In: 0 for the local address (`getsockname`), 1 for the peer's (`getpeername`:
+    /// `ENOTCONN` before the connection is set up).
+    pub peer: u32,
+    /// Out: the length of `addr`.
+    pub addr_len: u32,
+    pub reserved: u32,
+    /// Out: a `struct sockaddr_in` or `sockaddr_in6`, as the socket's family gives it.
+    pub addr: [u8; 128],
+}
+/// Size of the first version of [`SockName`].
+pub const SOCK_NAME_SIZE_V1: u32 = 144;
+
+/// [`IOCTL_SOCK_OPT`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SockOpt {
+    pub size: u32,
+    /// In: 0 for `getsockopt`, 1 for `setsockopt`.
+    pub set: u32,
+    /// In: the level (`SOL_SOCKET`, `IPPROTO_TCP`, ...).
+    pub level: i32,
+    /// In: the option.
+    pub name: i32,
+    /// In: the address of the option's value.
+    pub optval: u64,
+    /// In: the value's length; out (get): the length written.
+    pub optlen: u32,
+    pub reserved: u32,
+}
+/// Size of the first version of [`SockOpt`].
+pub const SOCK_OPT_SIZE_V1: u32 = 32;
+
+/// [`IOCTL_SOCK_SHUTDOWN`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SockShutdown {
+    pub size: u32,
+    /// In: `SHUT_RD`, `SHUT_WR` or `SHUT_RDWR`.
+    pub how: u32,
+}
+/// Size of the first version of [`SockShutdown`].
+pub const SOCK_SHUTDOWN_SIZE_V1: u32 = 8;
+
+/// Not a TCP socket of `AF_INET` or `AF_INET6`.
+pub const SOCK_DECLINE_NOT_TCP: u32 = 1;
+/// The destination is not reached through this device's network interface (the guest
+/// kernel's route to it goes elsewhere), or is not one the device serves (multicast, ...).
+pub const SOCK_DECLINE_ROUTE: u32 = 2;
+/// The socket is bound to an address that is not the device's.
+pub const SOCK_DECLINE_LOCAL_ADDR: u32 = 3;
+/// The socket is connected, connecting or listening already.
+pub const SOCK_DECLINE_STATE: u32 = 4;
+/// The context or the device has no room for another QP, CQ or listener.
+pub const SOCK_DECLINE_FULL: u32 = 5;
+/// The device refused the port (another of its listeners has it).
+pub const SOCK_DECLINE_PORT: u32 = 6;
+/// The process is not in the network namespace the device's interface is in.
+pub const SOCK_DECLINE_NAMESPACE: u32 = 7;
+/// The device has no network interface to route through (no raw QPs), or it is down.
+pub const SOCK_DECLINE_NO_NETDEV: u32 = 8;
+
 // ---- mmap ---------------------------------------------------------------------------------
 
 /// Size of a page of every mapping (the ring pages are handed to the device in units of
@@ -626,6 +824,14 @@ mod checks {
     );
     check!(IOCTL_DESTROY_TRIPWIRE, 0x13, Handle, HANDLE_SIZE_V1);
     check!(IOCTL_SET_QP_OPT, 0x14, SetQpOpt, SET_QP_OPT_SIZE_V1);
+    check!(IOCTL_SOCK_CONNECT, 0x15, SockConnect, SOCK_CONNECT_SIZE_V1);
+    check!(IOCTL_SOCK_LISTEN, 0x16, SockListen, SOCK_LISTEN_SIZE_V1);
+    check!(IOCTL_SOCK_ACCEPT, 0x17, SockAccept, SOCK_ACCEPT_SIZE_V1);
+    check!(IOCTL_SOCK_SEND, 0x18, SockMsg, SOCK_MSG_SIZE_V1);
+    check!(IOCTL_SOCK_RECV, 0x19, SockMsg, SOCK_MSG_SIZE_V1);
+    check!(IOCTL_SOCK_NAME, 0x1a, SockName, SOCK_NAME_SIZE_V1);
+    check!(IOCTL_SOCK_OPT, 0x1b, SockOpt, SOCK_OPT_SIZE_V1);
+    check!(IOCTL_SOCK_SHUTDOWN, 0x1c, SockShutdown, SOCK_SHUTDOWN_SIZE_V1);
     const _: () = assert!(size_of::<IwarpConn>() == 16);
     // Where the fields an Endpoint holds were before it held them.
     const _: () = assert!(size_of::<Endpoint>() == 20);

@@ -10,7 +10,7 @@
  Version of this interface. Grows when something is added; existing structures only ever
  grow at the end.
  */
-#define QPIP_UAPI_VERSION 4
+#define QPIP_UAPI_VERSION 5
 
 /*
  The `type` byte of every qpip ioctl number.
@@ -144,6 +144,50 @@
 #define QPIP_IOCTL_SET_QP_OPT 3222848532
 
 /*
+ Make a connecting qpip socket of a kernel TCP socket ([`SockConnect`]), on a context's
+ file. Declines (`new_fd` -1, `declined` a `SOCK_DECLINE_*`) what the device cannot
+ carry; the caller then goes on with the kernel socket.
+ */
+#define QPIP_IOCTL_SOCK_CONNECT 3224421397
+
+/*
+ Make a listening qpip socket of a bound kernel TCP socket ([`SockListen`]), on a
+ context's file. The kernel socket listens too.
+ */
+#define QPIP_IOCTL_SOCK_LISTEN 3223372822
+
+/*
+ Take a connection from a listening qpip socket ([`SockAccept`]): a qpip socket for one
+ that came through the device, the kernel socket for one that did not.
+ */
+#define QPIP_IOCTL_SOCK_ACCEPT 3231237143
+
+/*
+ `send`/`sendmsg` with flags on a qpip socket ([`SockMsg`]).
+ */
+#define QPIP_IOCTL_SOCK_SEND 3223372824
+
+/*
+ `recv`/`recvmsg` with flags on a qpip socket ([`SockMsg`]).
+ */
+#define QPIP_IOCTL_SOCK_RECV 3223372825
+
+/*
+ `getsockname`/`getpeername` of a qpip socket ([`SockName`]).
+ */
+#define QPIP_IOCTL_SOCK_NAME 3230712858
+
+/*
+ `getsockopt`/`setsockopt` on a qpip socket ([`SockOpt`]).
+ */
+#define QPIP_IOCTL_SOCK_OPT 3223372827
+
+/*
+ `shutdown` of a qpip socket ([`SockShutdown`]).
+ */
+#define QPIP_IOCTL_SOCK_SHUTDOWN 3221799964
+
+/*
  Size of the first version of [`QueryDevice`].
  */
 #define QPIP_QUERY_DEVICE_SIZE_V1 88
@@ -266,6 +310,82 @@
  Size of the first version of [`SetQpOpt`].
  */
 #define QPIP_SET_QP_OPT_SIZE_V1 24
+
+/*
+ Size of the first version of [`SockConnect`].
+ */
+#define QPIP_SOCK_CONNECT_SIZE_V1 48
+
+/*
+ Size of the first version of [`SockListen`].
+ */
+#define QPIP_SOCK_LISTEN_SIZE_V1 32
+
+/*
+ Size of the first version of [`SockAccept`].
+ */
+#define QPIP_SOCK_ACCEPT_SIZE_V1 152
+
+/*
+ Size of the first version of [`SockMsg`].
+ */
+#define QPIP_SOCK_MSG_SIZE_V1 32
+
+/*
+ Size of the first version of [`SockName`].
+ */
+#define QPIP_SOCK_NAME_SIZE_V1 144
+
+/*
+ Size of the first version of [`SockOpt`].
+ */
+#define QPIP_SOCK_OPT_SIZE_V1 32
+
+/*
+ Size of the first version of [`SockShutdown`].
+ */
+#define QPIP_SOCK_SHUTDOWN_SIZE_V1 8
+
+/*
+ Not a TCP socket of `AF_INET` or `AF_INET6`.
+ */
+#define QPIP_SOCK_DECLINE_NOT_TCP 1
+
+/*
+ The destination is not reached through this device's network interface (the guest
+ kernel's route to it goes elsewhere), or is not one the device serves (multicast, ...).
+ */
+#define QPIP_SOCK_DECLINE_ROUTE 2
+
+/*
+ The socket is bound to an address that is not the device's.
+ */
+#define QPIP_SOCK_DECLINE_LOCAL_ADDR 3
+
+/*
+ The socket is connected, connecting or listening already.
+ */
+#define QPIP_SOCK_DECLINE_STATE 4
+
+/*
+ The context or the device has no room for another QP, CQ or listener.
+ */
+#define QPIP_SOCK_DECLINE_FULL 5
+
+/*
+ The device refused the port (another of its listeners has it).
+ */
+#define QPIP_SOCK_DECLINE_PORT 6
+
+/*
+ The process is not in the network namespace the device's interface is in.
+ */
+#define QPIP_SOCK_DECLINE_NAMESPACE 7
+
+/*
+ The device has no network interface to route through (no raw QPs), or it is down.
+ */
+#define QPIP_SOCK_DECLINE_NO_NETDEV 8
 
 /*
  Size of a page of every mapping (the ring pages are handed to the device in units of
@@ -837,6 +957,186 @@ struct qpip_set_qp_opt {
    In: unanswered keepalive probes before the connection times out.
    */
   __u32 keepalive_probes;
+};
+
+/*
+ [`IOCTL_SOCK_CONNECT`].
+ */
+struct qpip_sock_connect {
+  __u32 size;
+  /*
+   In: the kernel socket (`AF_INET` or `AF_INET6`, `SOCK_STREAM`, TCP), unconnected.
+   It may be bound (to one of the device's addresses or the wildcard); an unbound one
+   is bound to an ephemeral port the kernel chooses.
+   */
+  __s32 fd;
+  /*
+   In: the peer (an IPv4 one IPv4-mapped).
+   */
+  struct qpip_endpoint peer;
+  __u32 reserved0;
+  /*
+   Out: the new file's descriptor, close-on-exec (the caller moves it onto `fd` with
+   `dup3`), or -1 when declined.
+   */
+  __s32 new_fd;
+  /*
+   Out: 0 when connected, `EINPROGRESS` when the connection is still being set up (the
+   kernel socket was non-blocking, or a signal came): `poll` says when, `SO_ERROR` how.
+   A blocking connect that fails returns its errno from the ioctl and no file.
+   */
+  __s32 status;
+  /*
+   Out: 0, or why the device does not carry this connection (`SOCK_DECLINE_*`).
+   */
+  __u32 declined;
+  __u32 reserved1;
+};
+
+/*
+ [`IOCTL_SOCK_LISTEN`].
+ */
+struct qpip_sock_listen {
+  __u32 size;
+  /*
+   In: the kernel socket (`AF_INET` or `AF_INET6`, `SOCK_STREAM`, TCP), bound or not
+   (listen binds an unbound one to an ephemeral port, as Linux does), not connected.
+   */
+  __s32 fd;
+  /*
+   In: the backlog `listen` was given.
+   */
+  __s32 backlog;
+  __u32 reserved0;
+  /*
+   Out: the new file's descriptor, close-on-exec, or -1 when declined.
+   */
+  __s32 new_fd;
+  /*
+   Out: 0, or why the device does not listen for it (`SOCK_DECLINE_*`); the kernel
+   socket listens all the same.
+   */
+  __u32 declined;
+  __u32 reserved1[2];
+};
+
+/*
+ [`IOCTL_SOCK_ACCEPT`].
+ */
+struct qpip_sock_accept {
+  __u32 size;
+  /*
+   In: `accept4`'s flags (`SOCK_NONBLOCK`, `SOCK_CLOEXEC`); others are `EINVAL`.
+   */
+  __u32 flags;
+  /*
+   Out: the new connection's descriptor.
+   */
+  __s32 fd;
+  /*
+   Out: the length of `addr`.
+   */
+  __u32 addr_len;
+  /*
+   Out: the peer, a `struct sockaddr_in` or `sockaddr_in6` as the listening socket's
+   family gives it.
+   */
+  __u8 addr[128];
+  /*
+   Out: 1 when the connection is a qpip socket, 0 when it is a kernel socket.
+   */
+  __u32 qpip;
+  __u32 reserved;
+};
+
+/*
+ [`IOCTL_SOCK_SEND`], [`IOCTL_SOCK_RECV`].
+ */
+struct qpip_sock_msg {
+  __u32 size;
+  /*
+   In: the `MSG_*` flags. Send: `MSG_DONTWAIT`, `MSG_NOSIGNAL`, `MSG_MORE`,
+   `MSG_EOR`, `MSG_WAITALL` (ignored, as Linux does); receive: `MSG_DONTWAIT`,
+   `MSG_PEEK`, `MSG_WAITALL`, `MSG_TRUNC` (the bytes are dropped, not copied). Others
+   are `EOPNOTSUPP` (`MSG_OOB`) or `EINVAL`.
+   */
+  __u32 flags;
+  /*
+   In: the address of an array of `struct iovec`.
+   */
+  __u64 iov;
+  /*
+   In: its length, at most `UIO_MAXIOV`.
+   */
+  __u32 iov_len;
+  /*
+   Out: receive: the `msg_flags` of `recvmsg` (0: TCP has none to report).
+   */
+  __u32 msg_flags;
+  /*
+   Out: the bytes sent or received.
+   */
+  __u64 bytes;
+};
+
+/*
+ [`IOCTL_SOCK_NAME`].
+ */
+struct qpip_sock_name {
+  __u32 size;
+  /*
+   In: 0 for the local address (`getsockname`), 1 for the peer's (`getpeername`:
+   `ENOTCONN` before the connection is set up).
+   */
+  __u32 peer;
+  /*
+   Out: the length of `addr`.
+   */
+  __u32 addr_len;
+  __u32 reserved;
+  /*
+   Out: a `struct sockaddr_in` or `sockaddr_in6`, as the socket's family gives it.
+   */
+  __u8 addr[128];
+};
+
+/*
+ [`IOCTL_SOCK_OPT`].
+ */
+struct qpip_sock_opt {
+  __u32 size;
+  /*
+   In: 0 for `getsockopt`, 1 for `setsockopt`.
+   */
+  __u32 set;
+  /*
+   In: the level (`SOL_SOCKET`, `IPPROTO_TCP`, ...).
+   */
+  __s32 level;
+  /*
+   In: the option.
+   */
+  __s32 name;
+  /*
+   In: the address of the option's value.
+   */
+  __u64 optval;
+  /*
+   In: the value's length; out (get): the length written.
+   */
+  __u32 optlen;
+  __u32 reserved;
+};
+
+/*
+ [`IOCTL_SOCK_SHUTDOWN`].
+ */
+struct qpip_sock_shutdown {
+  __u32 size;
+  /*
+   In: `SHUT_RD`, `SHUT_WR` or `SHUT_RDWR`.
+   */
+  __u32 how;
 };
 
 #endif  /* _UAPI_QPIP_H */
