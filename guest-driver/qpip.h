@@ -94,6 +94,12 @@ struct qpip_cmd {
 	void *data;
 	dma_addr_t data_dma;
 	size_t data_len;
+	/*
+	 * A qpip socket's command (qpip_sock.c): its completion goes to @sock_done, with the
+	 * event filled in, instead of becoming an event of the context; @owner is the socket.
+	 */
+	void (*sock_done)(struct qpip_cmd *c);
+	void *owner;
 };
 
 struct qpip_admin {

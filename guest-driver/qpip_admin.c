@@ -133,6 +133,17 @@ static void qpip_async_done(struct qpip_dev *qdev, struct qpip_cmd *c)
 	struct qpip_ctx *ctx = c->ctx;
 
 	qpip_cmd_data_free(qdev, c);
+	if (c->sock_done) {
+		/* A socket's: it holds the socket, which holds its context. */
+		ev->status = c->err ? c->err : qpip_status_errno(c->cqe.status);
+		if (!ev->status) {
+			memcpy(ev->peer_addr, &c->cqe.result0, 8);
+			memcpy(ev->peer_addr + 8, &c->cqe.result1, 8);
+			ev->peer_port = c->cqe.result2;
+		}
+		c->sock_done(c);
+		return;
+	}
 	if (!ctx) {
 		/* Its context was closed while the command was pending. */
 		kfree(c);

@@ -129,6 +129,7 @@ static int qpip_open(struct inode *inode, struct file *filp)
 	xa_init(&ctx->listeners);
 	xa_init(&ctx->tripwires);
 	xa_init(&ctx->rings);
+	xa_init_flags(&ctx->socks, XA_FLAGS_LOCK_IRQ);
 	spin_lock_init(&ctx->ev_lock);
 	INIT_LIST_HEAD(&ctx->events);
 	INIT_LIST_HEAD(&ctx->lost.ev_node);
@@ -271,6 +272,9 @@ static int qpip_release(struct inode *inode, struct file *filp)
 	xa_destroy(&ctx->listeners);
 	xa_destroy(&ctx->tripwires);
 	xa_destroy(&ctx->rings);
+	/* Its sockets held the file open: none is left. */
+	WARN_ON_ONCE(!xa_empty(&ctx->socks));
+	xa_destroy(&ctx->socks);
 	qpip_ctx_events_free(ctx);
 	mutex_destroy(&ctx->lock);
 	kfree(ctx);
@@ -317,6 +321,7 @@ void qpip_contexts_revoke(struct qpip_dev *qdev)
 	mutex_unlock(&qdev->mmap_lock);
 	list_for_each_entry(ctx, &qdev->contexts, node) {
 		qpip_ctx_ports_release(ctx);
+		qpip_sock_revoke(ctx);
 		wake_up_interruptible_all(&ctx->ev_wait);
 	}
 }

@@ -76,6 +76,7 @@ struct qpip_cq {
 	struct qpip_vector *vec;
 	struct qpip_ring *ring;
 	struct eventfd_ctx *eventfd;	/* signalled on the CQ's interrupt, or NULL */
+	wait_queue_head_t *wake;	/* a qpip socket's CQ: woken on its interrupt, or NULL */
 	struct list_head vec_node;	/* in vec->cqs */
 };
 
@@ -154,6 +155,12 @@ struct qpip_ctx {
 	bool lost_unknown;		/* the device dropped some: how many is not known */
 	wait_queue_head_t ev_wait;
 	atomic_t pending;		/* asynchronous commands outstanding */
+	/*
+	 * The qpip sockets made in this context (qpip_sock.c), by QP handle (listeners with
+	 * bit 31): where the device's events about their QPs go. Changed under its own lock
+	 * and qdev->ctx_lock; read under qdev->ctx_lock.
+	 */
+	struct xarray socks;
 };
 
 /* The device was reset or removed since the context was created: it no longer exists. */
@@ -178,6 +185,13 @@ void qpip_vector_del(struct qpip_cq *cq);
 
 /* qpip_verbs.c */
 long qpip_ioctl(struct file *filp, unsigned int cmd, unsigned long arg);
+int qpip_get_arg(void *karg, size_t ksize, u32 v1size, void __user *uarg);
+
+/* qpip_sock.c: qpip sockets (their own declarations: qpip_sock.h) */
+bool qpip_sock_async_event(struct qpip_ctx *ctx, u32 qp, u16 kind, int status);
+void qpip_sock_revoke(struct qpip_ctx *ctx);
+long qpip_sock_ctx_ioctl(struct qpip_ctx *ctx, struct file *ctx_file, unsigned int cmd,
+			 void __user *uarg);
 
 /* qpip_quota.c */
 struct qpip_user *qpip_user_get(struct qpip_dev *qdev, kuid_t uid);

@@ -96,6 +96,8 @@ void qpip_ctx_async_event(struct qpip_dev *qdev, const struct qpip_admin_cqe *cq
 		ctx = qdev->live[cqe->result0];
 	if (!ctx)
 		goto out;	/* the context is gone (closed, or reset away) */
+	if (qpip_sock_async_event(ctx, ev.qp, kind, ev.status))
+		goto out;	/* a qpip socket's QP: the socket takes it */
 
 	spin_lock(&ctx->ev_lock);
 	c = ctx->notices < QPIP_MAX_ASYNC_EVENTS_PER_CTX ? kzalloc(sizeof(*c), GFP_ATOMIC) : NULL;

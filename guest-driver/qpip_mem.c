@@ -333,9 +333,12 @@ irqreturn_t qpip_cq_irq(int irq, void *data)
 
 	atomic64_inc(&vec->count);
 	spin_lock(&vec->lock);
-	list_for_each_entry(cq, &vec->cqs, vec_node)
+	list_for_each_entry(cq, &vec->cqs, vec_node) {
 		if (cq->eventfd)
 			eventfd_signal(cq->eventfd);
+		if (cq->wake)
+			wake_up_interruptible_all(cq->wake);
+	}
 	if (vec->netdev)
 		qpip_netdev_irq(vec->netdev);
 	spin_unlock(&vec->lock);

@@ -754,7 +754,7 @@ static const struct qpip_ioctl_desc qpip_ioctls[] = {
  * Copies a size-versioned argument in (see include/uapi/qpip.h): returns the caller's
  * size, or an errno. Bytes past what the driver knows must be zero (copy_struct_from_user).
  */
-static int qpip_get_arg(void *karg, size_t ksize, u32 v1size, void __user *uarg)
+int qpip_get_arg(void *karg, size_t ksize, u32 v1size, void __user *uarg)
 {
 	u32 usize;
 	int ret;
@@ -818,6 +818,10 @@ long qpip_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 	struct qpip_dev *qdev = ctx->qdev;
 	unsigned int nr = _IOC_NR(cmd);
 	long ret;
+
+	/* Sockets take their own locks: a blocking connect must not hold the context's. */
+	if (cmd == QPIP_IOCTL_SOCK_CONNECT || cmd == QPIP_IOCTL_SOCK_LISTEN)
+		return qpip_sock_ctx_ioctl(ctx, filp, cmd, (void __user *)arg);
 
 	/* Matched by type and number: the size bits are those of the first version. */
 	if (_IOC_TYPE(cmd) != QPIP_IOCTL_TYPE || _IOC_DIR(cmd) != (_IOC_READ | _IOC_WRITE) ||
