@@ -4,7 +4,9 @@
  * nothing but the C library's socket calls, so it runs unmodified over kernel sockets and
  * under an LD_PRELOAD library that moves its sockets elsewhere (qpip-run): both must pass.
  *
- *   lab-sockets-check server PORT [RUNS]   serve clients on [::]:PORT (both families);
+ *   lab-sockets-check server PORT [RUNS]   serve clients on [::]:PORT (both families), one
+ *                                          at a time (a client's checks expect the server
+ *                                          to itself: run clients one after another);
  *                                          exit 0 after RUNS clients (default 1) finished
  *   lab-sockets-check client ADDR PORT     run every check against the server at ADDR
  *                                          (IPv6 or IPv4); PORT+1 must be closed
