@@ -90,9 +90,10 @@ ready() {
     lab-extras >/tmp/extras.log 2>&1; kv extras.status $?
     if [ "$MODE" = qpip ]; then kv qpip_run "$(command -v qpip-run || echo missing)"; fi
 }
+# (Not $t: `run TAG qrun ...` keeps its own tag there.)
 qrun() {
-    t=$1; shift
-    if [ "$MODE" = qpip ]; then QPIP_PRELOAD_STATS=/tmp/$t.stats qpip-run "$@"; else "$@"; fi
+    q=$1; shift
+    if [ "$MODE" = qpip ]; then QPIP_PRELOAD_STATS=/tmp/$q.stats qpip-run "$@"; else "$@"; fi
 }
 bgq() {
     t=$1; shift
