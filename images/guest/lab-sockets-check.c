@@ -324,12 +324,13 @@ static uint64_t recv_u64(int fd, const char *what)
  * only the socket may become ready. */
 static void client_epoll(void)
 {
-	int c = dial("EPOLL"), c2, p[2], sp[2], ep;
+	int c, c2, p[2], sp[2], ep;
 	struct epoll_event ev, got[4];
 	char buf[8];
 	int n;
 
 	begin("epoll");
+	c = dial("EPOLL");
 	SYS(pipe(p));
 	SYS(socketpair(AF_UNIX, SOCK_STREAM, 0, sp));
 	ep = (int)SYS(epoll_create1(EPOLL_CLOEXEC));
@@ -423,12 +424,13 @@ static void client_connect(void)
 
 static void client_fork(void)
 {
-	int c = dial("FORK");
+	int c;
 	char buf[8];
 	pid_t pid;
 	int st;
 
 	begin("fork");
+	c = dial("FORK");
 	read_full(c, buf, 8, "the server child's bytes");
 	if (memcmp(buf, "fromkid!", 8) != 0)
 		fail("the server's child sent %.8s", buf);
@@ -577,12 +579,13 @@ static void client_pass(void)
 
 static void client_shutdown(void)
 {
-	int c = dial("HALF");
+	int c;
 	unsigned char buf[1000];
 	char reply[8];
 	struct sigaction sa = { .sa_handler = SIG_IGN };
 
 	begin("shutdown");
+	c = dial("HALF");
 	pattern(buf, sizeof(buf), 5);
 	write_full(c, buf, sizeof(buf), "data before the half-close");
 	SYS(shutdown(c, SHUT_WR));
@@ -612,12 +615,13 @@ static void opt_round_trip(int fd, int level, int name, const char *what, int se
 
 static void client_options(void)
 {
-	int c = dial("NAME"), avail = 0, i, type = -1;
+	int c, avail = 0, i, type = -1;
 	struct sockaddr_storage me, them;
 	socklen_t len = sizeof(me);
 	char seen[64], mine[64], theirs[64], want[64], data[100];
 
 	begin("options");
+	c = dial("NAME");
 	SYS(getsockname(c, (struct sockaddr *)&me, &len));
 	len = sizeof(them);
 	SYS(getpeername(c, (struct sockaddr *)&them, &len));
@@ -662,10 +666,11 @@ static void client_options(void)
 
 static void client_dup2(void)
 {
-	int c = dial("ECHO"), target = 100, flags;
+	int c, target = 100, flags;
 	char buf[16];
 
 	begin("dup2");
+	c = dial("ECHO");
 	while (fcntl(target, F_GETFD) >= 0)  /* a number nothing uses */
 		target++;
 	SYS(fcntl(c, F_SETFD, FD_CLOEXEC));
@@ -777,7 +782,7 @@ static void client_sendfile(void)
 
 static void client_iovec(void)
 {
-	int c = dial("ECHO");
+	int c;
 	unsigned char out[1020], back[1020];
 	char a[10], b[500], d[500], e[10];
 	struct iovec wv[3] = { { out, 7 }, { out + 7, 1000 }, { out + 1007, 13 } };
@@ -786,6 +791,7 @@ static void client_iovec(void)
 	ssize_t n;
 
 	begin("iovec");
+	c = dial("ECHO");
 	pattern(out, sizeof(out), 9);
 	n = writev(c, wv, 3);
 	if (n != (ssize_t)sizeof(out))
