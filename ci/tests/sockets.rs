@@ -218,15 +218,15 @@ fn assert_device_opens(r: &Report, active: u64, passive: u64) {
     }
 }
 
-/// Guests a's and b's reports, both scripts having exited 0.
+/// Guest `name`'s report, its script having found its programs and exited 0.
+fn report<'a, R>(out: &'a LabOutcome<R>, name: &str) -> Report<'a> {
+    assert_ready(&Report::new(out.guest(name)));
+    Report::succeeded(out.guest(name))
+}
+
+/// Guests a's and b's reports (see [`report`]).
 fn pair<R>(out: &LabOutcome<R>) -> (Report<'_>, Report<'_>) {
-    let (a, b) = (
-        Report::succeeded(out.guest("a")),
-        Report::succeeded(out.guest("b")),
-    );
-    assert_ready(&a);
-    assert_ready(&b);
-    (a, b)
+    (report(out, "a"), report(out, "b"))
 }
 
 /// A host command's output, or why it failed; `timeout` bounds it.
@@ -236,7 +236,7 @@ fn host_run(host: &LabHost, secs: u64, cmd: &str) -> Result<String, String> {
 
 /// The rate of an iperf3 run's receiver summary ("… 1.23 Gbits/sec … receiver").
 fn iperf_rate(text: &str) -> Option<String> {
-    let line = text.lines().filter(|l| l.contains("receiver")).last()?;
+    let line = text.lines().rfind(|l| l.contains("receiver"))?;
     let w: Vec<&str> = line.split_whitespace().collect();
     let i = w.iter().position(|x| x.ends_with("bits/sec"))?;
     Some(format!("{} {}", w[i - 1], w[i]))
@@ -293,8 +293,7 @@ pstats up6; pstats down4; pstats srv
         let _ = host.signal("iperf-host-done");
         runs
     });
-    let a = Report::succeeded(out.guest("a"));
-    assert_ready(&a);
+    let a = report(&out, "a");
     let ctx = a.context();
     a.statuses_zero("iperf3 -c", &["up6", "down4"]);
     for t in ["up6", "down4"] {
