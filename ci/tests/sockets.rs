@@ -73,7 +73,8 @@ impl Mode {
 
 /// The shell helpers of this file's guest scripts (after common's `kv`, `await`, `run`).
 ///  ready               the extras share's programs on the PATH (`@extras.status`), and in
-///                      the qpip mode qpip-run (`@qpip_run`: its path, or `missing`)
+///                      the qpip mode qpip-run (`@qpip_run`: its path, or `missing`); the
+///                      script ends (status 1) without them
 ///  qrun TAG CMD...     CMD under qpip-run, its processes' preload counters appended to
 ///                      /tmp/TAG.stats; in the baseline CMD as it is
 ///  bgq TAG CMD...      `qrun TAG CMD` in the background (output /tmp/TAG.out, pid
@@ -87,8 +88,12 @@ impl Mode {
 ///  digest TAG FILE     `@TAG.sha` and `@TAG.bytes` of FILE
 const HELPERS: &str = r#"
 ready() {
-    lab-extras >/tmp/extras.log 2>&1; kv extras.status $?
-    if [ "$MODE" = qpip ]; then kv qpip_run "$(command -v qpip-run || echo missing)"; fi
+    lab-extras >/tmp/extras.log 2>&1; st=$?; kv extras.status $st
+    [ $st = 0 ] || { cat /tmp/extras.log; exit 1; }
+    if [ "$MODE" = qpip ]; then
+        q=$(command -v qpip-run) || { kv qpip_run missing; exit 1; }
+        kv qpip_run "$q"
+    fi
 }
 # (Not $t: `run TAG qrun ...` keeps its own tag there.)
 qrun() {
