@@ -16,8 +16,9 @@
 //! runs); lab-sockets-check is in the guest image (images/guest/lab-sockets-check.c), and
 //! built for the lab host by the test that needs it.
 //!
-//! Ignored by a plain `cargo test`; `./qpip test` runs them with `-- --ignored`. They need
-//! root (namespace, bridge, TAPs).
+//! The VM tests are ignored by a plain `cargo test`; `./qpip test` runs them with
+//! `-- --ignored`. They need root (namespace, bridge, TAPs). One test needs no VM and runs
+//! with the unit tests: lab-sockets-check over the host's loopback.
 
 mod common;
 
@@ -330,7 +331,11 @@ pstats up6; pstats down4; pstats srv
             "",
             "{t}: no receiver rate\n{ctx}"
         );
-        eprintln!("  guest a → lab host, {t}: {}", a.get(&format!("{t}.rate")));
+        eprintln!(
+            "  guest a → lab host, {t}: {} ({} tries)",
+            a.get(&format!("{t}.rate")),
+            a.get(&format!("{t}.tries"))
+        );
     }
     let (p4, r) = match &out.host {
         Ok(v) => v,
@@ -360,6 +365,59 @@ fn host_sockets_check() -> PathBuf {
         .expect("run cc");
     assert!(st.success(), "cannot build {}", src.display());
     out
+}
+
+/// lab-sockets-check on the host's loopback, a server and a client of each family: every
+/// check passes on plain kernel sockets (what the guests' runs are measured against).
+/// No VM: runs with the unit tests.
+#[test]
+fn lab_sockets_check_passes_on_loopback() {
+    let bin = host_sockets_check();
+    // A free port whose next one is free too (the client's closed port).
+    let port = (0..50)
+        .find_map(|_| {
+            let l = std::net::TcpListener::bind("[::]:0").ok()?;
+            let p = l.local_addr().ok()?.port();
+            (p < 65535 && std::net::TcpListener::bind(("::", p + 1)).is_ok()).then_some(p)
+        })
+        .expect("a free pair of ports");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let log = dir.join(format!("lab-sockets-check-{}.out", std::process::id()));
+    let f = std::fs::File::create(&log).unwrap();
+    let server = Command::new(&bin)
+        .args(["server", &port.to_string(), "2"])
+        .stdout(f.try_clone().unwrap())
+        .stderr(f)
+        .spawn()
+        .expect("start the server");
+    // Until it listens.
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(&log).is_ok_and(|t| t.contains("listening")) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for addr in ["::1", "127.0.0.1"] {
+        let out = Command::new(&bin)
+            .args(["client", addr, &port.to_string()])
+            .output()
+            .expect("run the client");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("all checks passed"),
+            "client of {addr}: {}\n{text}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let served = finish(server, &log, Duration::from_secs(60));
+    let _ = std::fs::remove_file(&log);
+    match served {
+        Ok(text) => assert!(text.contains("served 2 clients"), "{text}"),
+        Err(e) => panic!("the server: {e}"),
+    }
 }
 
 /// What the lab host's lab-sockets-check did: its clients' outputs against guest a (IPv6,
