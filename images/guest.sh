@@ -12,6 +12,9 @@
 #   /usr/bin/lab-wait          waits for a file in /lab, the folder a lab's guests share
 #   /lib/qpip/nap.sh           `nap`: waits 0.1 s without starting a process (sourced by scripts)
 #   /usr/bin/lab-udp           UDP over kernel sockets (busybox nc is TCP only), static C
+#   /usr/bin/lab-sockets-check the descriptor semantics of TCP sockets between a server and a
+#                              client (epoll, fork, SCM_RIGHTS, sendfile...), dynamic C, so
+#                              that an LD_PRELOAD library (qpip-run) can take its sockets
 #   /usr/bin/lab-extras        mounts the extras share (images/extras.sh) and puts its
 #                              programs on the PATH, on demand
 #   /usr/bin/lab-storage       lab-extras, then the storage modules from the share
@@ -37,6 +40,7 @@ INIT=$QPIP_ROOT/images/guest/init
 LAB_WAIT=$QPIP_ROOT/images/guest/lab-wait
 NAP=$QPIP_ROOT/images/guest/nap.sh
 LAB_UDP_SRC=$QPIP_ROOT/images/guest/lab-udp.c
+LAB_SOCKETS_SRC=$QPIP_ROOT/images/guest/lab-sockets-check.c
 LAB_SIW=$QPIP_ROOT/images/guest/lab-siw
 LAB_STORAGE=$QPIP_ROOT/images/guest/lab-storage
 LAB_EXTRAS=$QPIP_ROOT/images/guest/lab-extras
@@ -158,7 +162,7 @@ extract_vmlinux() {
 }
 
 # --- up to date? ---------------------------------------------------------------------------
-hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_SIW" "$LAB_STORAGE" "$LAB_EXTRAS" "$KO"
+hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_SOCKETS_SRC" "$LAB_SIW" "$LAB_STORAGE" "$LAB_EXTRAS" "$KO"
              "$SIW_KO" "$BUSYBOX" "$kernel")
 for b in "${bins[@]}"; do hash_inputs+=("$BINDIR/$b"); done
 for f in "${load_order[@]}" "${rdma_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
@@ -241,6 +245,28 @@ install -m 0755 "$LAB_EXTRAS" usr/bin/lab-extras
 # Numeric addresses only (no resolver, so static glibc needs no NSS modules).
 cc -static -O2 -Wall -Wextra -Werror -s -o usr/bin/lab-udp "$LAB_UDP_SRC" \
     || die "cannot build lab-udp from $LAB_UDP_SRC"
+# Dynamic: a preload library must be able to take its socket calls. Built by the runtime's
+# gcc against the runtime's glibc, the one the image carries (as root, in the chroot; else
+# by the host's cc, whose glibc must not be newer than the runtime's).
+build_lab_sockets_check() {
+    local dir
+    if [ "$(id -u)" = 0 ]; then
+        dir=$(mktemp -d "$RUNTIME_DIR/tmp/lab-sockets-check.XXXXXX") || return 1
+        cp "$LAB_SOCKETS_SRC" "$dir/lab-sockets-check.c"
+        chroot "$RUNTIME_DIR" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C \
+            gcc -O2 -Wall -Wextra -Werror -s -o "/tmp/${dir##*/}/lab-sockets-check" \
+            "/tmp/${dir##*/}/lab-sockets-check.c" \
+            && install -m 0755 "$dir/lab-sockets-check" usr/bin/lab-sockets-check
+        local rc=$?
+        rm -rf "$dir"
+        return $rc
+    fi
+    cc -O2 -Wall -Wextra -Werror -s -o usr/bin/lab-sockets-check "$LAB_SOCKETS_SRC"
+}
+build_lab_sockets_check || die "cannot build lab-sockets-check from $LAB_SOCKETS_SRC"
+for n in $(readelf -d usr/bin/lab-sockets-check | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+    [ -e "$LIBDIR/$n" ] || die "lab-sockets-check needs $n, which the image does not carry"
+done
 
 # --- pack ----------------------------------------------------------------------------------
 # Fixed timestamps and owners, sorted names: the same inputs give the same archive on one
