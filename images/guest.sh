@@ -15,6 +15,7 @@
 #   /usr/bin/lab-sockets-check the descriptor semantics of TCP sockets between a server and a
 #                              client (epoll, fork, SCM_RIGHTS, sendfile...), dynamic C, so
 #                              that an LD_PRELOAD library (qpip-run) can take its sockets
+#   /usr/bin/lab-qpip-net      routes the lab through the qpip interface (qpip sockets)
 #   /usr/bin/lab-extras        mounts the extras share (images/extras.sh) and puts its
 #                              programs on the PATH, on demand
 #   /usr/bin/lab-storage       lab-extras, then the storage modules from the share
@@ -40,6 +41,7 @@ INIT=$QPIP_ROOT/images/guest/init
 LAB_WAIT=$QPIP_ROOT/images/guest/lab-wait
 NAP=$QPIP_ROOT/images/guest/nap.sh
 LAB_UDP_SRC=$QPIP_ROOT/images/guest/lab-udp.c
+LAB_QPIP_NET=$QPIP_ROOT/images/guest/lab-qpip-net
 LAB_SOCKETS_SRC=$QPIP_ROOT/images/guest/lab-sockets-check.c
 LAB_SIW=$QPIP_ROOT/images/guest/lab-siw
 LAB_STORAGE=$QPIP_ROOT/images/guest/lab-storage
@@ -162,7 +164,7 @@ extract_vmlinux() {
 }
 
 # --- up to date? ---------------------------------------------------------------------------
-hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_SOCKETS_SRC" "$LAB_SIW" "$LAB_STORAGE" "$LAB_EXTRAS" "$KO"
+hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_QPIP_NET" "$LAB_SOCKETS_SRC" "$LAB_SIW" "$LAB_STORAGE" "$LAB_EXTRAS" "$KO"
              "$SIW_KO" "$BUSYBOX" "$kernel")
 for b in "${bins[@]}"; do hash_inputs+=("$BINDIR/$b"); done
 for f in "${load_order[@]}" "${rdma_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
@@ -241,6 +243,7 @@ install -m 0644 "$NAP" lib/qpip/nap.sh
 install -m 0755 "$LAB_SIW" usr/bin/lab-siw
 install -m 0755 "$LAB_STORAGE" usr/bin/lab-storage
 install -m 0755 "$LAB_EXTRAS" usr/bin/lab-extras
+install -m 0755 "$LAB_QPIP_NET" usr/bin/lab-qpip-net
 # Static, like the Rust tools (the image's libc is there for rdma-core's tools only).
 # Numeric addresses only (no resolver, so static glibc needs no NSS modules).
 cc -static -O2 -Wall -Wextra -Werror -s -o usr/bin/lab-udp "$LAB_UDP_SRC" \

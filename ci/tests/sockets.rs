@@ -74,7 +74,8 @@ impl Mode {
 
 /// The shell helpers of this file's guest scripts (after common's `kv`, `await`, `run`).
 ///  ready               the extras share's programs on the PATH (`@extras.status`), and in
-///                      the qpip mode qpip-run (`@qpip_run`: its path, or `missing`); the
+///                      the qpip mode qpip-run (`@qpip_run`: its path, or `missing`) and
+///                      the lab routed through qpip0 (`@net.status`, lab-qpip-net); the
 ///                      script ends (status 1) without them
 ///  qrun TAG CMD...     CMD under qpip-run, its processes' preload counters appended to
 ///                      /tmp/TAG.stats; in the baseline CMD as it is
@@ -94,6 +95,8 @@ ready() {
     if [ "$MODE" = qpip ]; then
         q=$(command -v qpip-run) || { kv qpip_run missing; exit 1; }
         kv qpip_run "$q"
+        lab-qpip-net >/tmp/net.log 2>&1; st=$?; kv net.status $st
+        [ $st = 0 ] || { cat /tmp/net.log; exit 1; }
     fi
 }
 # (Not $t: `run TAG qrun ...` keeps its own tag there.)
@@ -162,6 +165,11 @@ fn assert_ready(r: &Report) {
             r.get("qpip_run"),
             "missing",
             "no qpip-run in the guest image (QPIP_SOCKETS_BASELINE=1 runs the tests without it)\n{ctx}"
+        );
+        assert_eq!(
+            r.get("net.status"),
+            "0",
+            "lab-qpip-net could not route the lab through qpip0\n{ctx}"
         );
     }
 }
