@@ -587,6 +587,15 @@ int qpip_sock_wait(struct qpip_sock *sk, bool (*ready)(struct qpip_sock *sk), lo
 		if (ready(sk) || sk->err || sk->dead)
 			break;
 		if (!*timeo) {
+			/*
+			 * Not ready and not waiting: the caller comes back when poll says so,
+			 * and an edge-triggered epoll learns it only from a wake-up, so the
+			 * next completion must interrupt.
+			 */
+			qpip_sock_arm(sk);
+			qpip_sock_reap(sk);
+			if (ready(sk))
+				continue;
 			ret = -EAGAIN;
 			break;
 		}

@@ -209,6 +209,24 @@ static int qpip_sock_accept_kernel(struct qpip_sock *l, struct socket *ns,
 	return 0;
 }
 
+/*
+ * Whether @l's family can take @sk's peer: the device listens on every address of the
+ * port, so an AF_INET listener may be offered an IPv6 connection, and an IPv6-only one an
+ * IPv4 connection, which its kernel socket would never have seen.
+ */
+static bool qpip_sock_family_ok(struct qpip_sock *l, struct qpip_sock *sk)
+{
+	bool v4;
+
+	mutex_lock(&sk->lock);
+	qpip_sock_sync(sk);
+	v4 = ipv6_addr_v4mapped((struct in6_addr *)sk->peer_addr);
+	mutex_unlock(&sk->lock);
+	if (l->family == AF_INET)
+		return v4;
+	return !v4 || !l->ksock->sk->sk_ipv6only;
+}
+
 static int qpip_sock_accept(struct file *filp, struct qpip_sock *l, struct qpip_sock_accept *a)
 {
 	DEFINE_WAIT_FUNC(wait, woken_wake_function);
@@ -234,6 +252,14 @@ static int qpip_sock_accept(struct file *filp, struct qpip_sock *l, struct qpip_
 		if (sk)
 			qpip_sock_offer(l);	/* one taken: offer another */
 		mutex_unlock(&l->lock);
+		if (sk && !qpip_sock_family_ok(l, sk)) {
+			/* A peer the listener's family cannot name: reset, as Linux never sees it. */
+			mutex_lock(&sk->lock);
+			qpip_sock_destroy(sk);
+			mutex_unlock(&sk->lock);
+			qpip_sock_put(sk);
+			continue;
+		}
 		if (sk) {
 			ret = qpip_sock_accept_device(l, sk, a);
 			break;
