@@ -1,0 +1,863 @@
+/* The socket calls libqpip-preload.so interposes (docs/sockets.md).
+ *
+ * Every call takes one of two paths:
+ *  - the descriptor is marked qpip in the table: the qpip path (q_*), which uses read/write
+ *    when the call is a plain one, else the socket's IOCTL_SOCK_* ioctl;
+ *  - otherwise libc's own function (real.*).
+ * The table is a hint (fdtable.c), so each path checks the other's answer: a qpip ioctl that
+ * fails with ENOTTY means "not a qpip socket any more" (the mark is cleared, libc is called),
+ * and a libc call that fails with ENOTSOCK on an unmarked descriptor makes the library look
+ * whether it is a qpip socket it did not know (inherited across exec, received over a Unix
+ * socket, dup'ed behind its back), and if so redo the call on the qpip path.
+ *
+ * connect and listen are where sockets become qpip sockets: on a kernel TCP socket of
+ * AF_INET or AF_INET6 the library asks the driver (IOCTL_SOCK_CONNECT/LISTEN on the
+ * context) and, when it carries the socket, moves the qpip socket's file onto the
+ * program's descriptor with dup3; when it declines, the kernel does the call as always. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "qpip_preload.h"
+
+/* A q_* function's "this is not a qpip socket after all: ask libc". Never a libc result. */
+#define NOT_OURS (-2)
+
+#define ENSURE_INIT()                    \
+    do {                                 \
+        if (QP_UNLIKELY(!real.close))    \
+            qp_init();                   \
+    } while (0)
+
+/* Runs Q (the qpip path) if FD is marked, else K (libc); see the top of the file. T is the
+ * call's return type. */
+#define DISPATCH(T, fd, Q, K)                                                  \
+    do {                                                                       \
+        ENSURE_INIT();                                                         \
+        if (!qp_disabled && (fdt_get(fd) & FD_QPIP)) {                          \
+            T r_ = (Q);                                                        \
+            if (r_ != NOT_OURS)                                                \
+                return r_;                                                     \
+        }                                                                      \
+        T r_ = (K);                                                            \
+        if (QP_UNLIKELY(r_ == -1 && errno == ENOTSOCK) && rediscover(fd)) {    \
+            r_ = (Q);                                                          \
+            if (r_ == NOT_OURS) {                                              \
+                errno = ENOTSOCK;                                              \
+                r_ = -1;                                                       \
+            }                                                                  \
+        }                                                                      \
+        return r_;                                                             \
+    } while (0)
+
+/* ---- telling qpip sockets apart ------------------------------------------------------------- */
+
+static void log_fd_event(int fd, const char *what)
+{
+    if (qp_log_level < 2)
+        return;
+    struct logbuf b;
+    lb_init(&b);
+    lb_str(&b, "fd ");
+    lb_num(&b, fd);
+    lb_str(&b, what);
+    lb_emit(&b);
+}
+
+int fd_probe_qpip(int fd)
+{
+    /* A qpip socket is an anonymous-inode file: when /proc says the descriptor is anything
+     * else, no ioctl is tried on it (a device file of another driver might take the number
+     * for something of its own). */
+    char path[32] = "/proc/self/fd/", link[64];
+    size_t n = strlen(path);
+    char digits[12];
+    int i = 0;
+    unsigned v = (unsigned)fd;
+    do {
+        digits[i++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (i)
+        path[n++] = digits[--i];
+    path[n] = 0;
+    ssize_t len = readlink(path, link, sizeof(link) - 1);
+    if (len >= 0) {
+        link[len] = 0;
+        if (strncmp(link, "anon_inode:", 11) != 0)
+            return 0;
+    }
+    int saved = errno;
+    struct qpip_sock_name nm = { .size = sizeof(nm), .peer = 0 };
+    int r = ioctl(fd, QPIP_IOCTL_SOCK_NAME, &nm);
+    int err = errno;
+    errno = saved;
+    /* Understood (even if refused for a reason of its own): a qpip socket. ENOTTY, EINVAL:
+     * a file that does not know the ioctl; EBADF: no file. */
+    return r == 0 || (err != ENOTTY && err != EINVAL && err != EBADF && err != EFAULT);
+}
+
+/* A libc call refused FD with ENOTSOCK: is it a qpip socket the table did not know? */
+static int rediscover(int fd)
+{
+    if (qp_disabled || !fd_probe_qpip(fd))
+        return 0;
+    fdt_set(fd, FD_QPIP);
+    count(C_REDISCOVERED);
+    log_fd_event(fd, " is a qpip socket (found by ENOTSOCK)");
+    return 1;
+}
+
+/* An IOCTL_SOCK_* ioctl on a marked descriptor: 0, -1 with errno as the socket call would
+ * set it, or NOT_OURS when the file does not know the ioctl (the mark was stale). */
+static int sock_ioctl(int fd, unsigned long req, void *arg)
+{
+    count(C_CALL_IOCTL);
+    if (ioctl(fd, req, arg) == 0)
+        return 0;
+    if (errno == ENOTTY) {
+        fdt_set(fd, 0);
+        count(C_UNMARKED);
+        log_fd_event(fd, " is not a qpip socket any more (ENOTTY)");
+        return NOT_OURS;
+    }
+    return -1;
+}
+
+/* Linux's EFAULT for an address out-argument: a length pointer is needed, and a buffer
+ * when the length is not 0. */
+static int bad_addr_out(const void *addr, const socklen_t *len)
+{
+    return !len || (!addr && *len);
+}
+
+/* ---- the qpip path --------------------------------------------------------------------------- */
+
+static ssize_t q_send(int fd, const struct iovec *iov, size_t iovcnt, int flags)
+{
+    if (flags == 0) {
+        /* A plain send is a write: one system call, the file's own. */
+        count(C_CALL_NATIVE);
+        return iovcnt == 1 ? write(fd, iov[0].iov_base, iov[0].iov_len) : writev(fd, iov, (int)iovcnt);
+    }
+    struct qpip_sock_msg m = {
+        .size = sizeof(m), .flags = (__u32)flags, .iov = (uintptr_t)iov, .iov_len = (__u32)iovcnt
+    };
+    int r = sock_ioctl(fd, QPIP_IOCTL_SOCK_SEND, &m);
+    return r ? r : (ssize_t)m.bytes;
+}
+
+static ssize_t q_recv(int fd, const struct iovec *iov, size_t iovcnt, int flags, int *msg_flags)
+{
+    /* Flags TCP's receive ignores on Linux, which the ioctl would refuse. */
+    flags &= ~(MSG_NOSIGNAL | MSG_CMSG_CLOEXEC);
+    if (msg_flags)
+        *msg_flags = 0;
+    if (flags == 0) {
+        count(C_CALL_NATIVE);
+        return iovcnt == 1 ? read(fd, iov[0].iov_base, iov[0].iov_len) : readv(fd, iov, (int)iovcnt);
+    }
+    struct qpip_sock_msg m = {
+        .size = sizeof(m), .flags = (__u32)flags, .iov = (uintptr_t)iov, .iov_len = (__u32)iovcnt
+    };
+    int r = sock_ioctl(fd, QPIP_IOCTL_SOCK_RECV, &m);
+    if (r)
+        return r;
+    if (msg_flags)
+        *msg_flags = (int)m.msg_flags;
+    return (ssize_t)m.bytes;
+}
+
+static ssize_t q_sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    /* TCP ignores the destination of a connected socket, and the device carries no
+     * ancillary data: msg_name and msg_control are ignored, as Linux's TCP does. */
+    if (msg->msg_iovlen > IOV_MAX) {
+        errno = EMSGSIZE;
+        return -1;
+    }
+    return q_send(fd, msg->msg_iov, msg->msg_iovlen, flags);
+}
+
+static ssize_t q_recvmsg(int fd, struct msghdr *msg, int flags)
+{
+    if (msg->msg_iovlen > IOV_MAX) {
+        errno = EMSGSIZE;
+        return -1;
+    }
+    int mflags;
+    ssize_t r = q_recv(fd, msg->msg_iov, msg->msg_iovlen, flags, &mflags);
+    if (r >= 0) {
+        /* TCP reports no source address and no ancillary data. */
+        if (msg->msg_name)
+            msg->msg_namelen = 0;
+        msg->msg_controllen = 0;
+        msg->msg_flags = mflags;
+    }
+    return r;
+}
+
+static ssize_t q_recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr, socklen_t *addrlen)
+{
+    struct iovec iov = { buf, len };
+    ssize_t r = q_recv(fd, &iov, 1, flags, NULL);
+    /* Linux's recvfrom on TCP: no address, *addrlen set to 0. */
+    if (r >= 0 && addr && addrlen)
+        *addrlen = 0;
+    return r;
+}
+
+static int q_name(int fd, int peer, struct sockaddr *addr, socklen_t *addrlen)
+{
+    if (bad_addr_out(addr, addrlen)) {
+        errno = EFAULT;
+        return -1;
+    }
+    struct qpip_sock_name nm = { .size = sizeof(nm), .peer = (__u32)peer };
+    int r = sock_ioctl(fd, QPIP_IOCTL_SOCK_NAME, &nm);
+    if (r)
+        return r;
+    socklen_t full = nm.addr_len < sizeof(nm.addr) ? nm.addr_len : sizeof(nm.addr);
+    addr_copy_out(addr, addrlen, nm.addr, full);
+    return 0;
+}
+
+static int q_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+    if (!len) {
+        errno = EFAULT;
+        return -1;
+    }
+    struct qpip_sock_opt o = {
+        .size = sizeof(o), .set = 0, .level = level, .name = name, .optval = (uintptr_t)val, .optlen = *len
+    };
+    int r = sock_ioctl(fd, QPIP_IOCTL_SOCK_OPT, &o);
+    if (r)
+        return r;
+    *len = o.optlen;
+    return 0;
+}
+
+static int q_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+    struct qpip_sock_opt o = {
+        .size = sizeof(o), .set = 1, .level = level, .name = name, .optval = (uintptr_t)val, .optlen = len
+    };
+    return sock_ioctl(fd, QPIP_IOCTL_SOCK_OPT, &o);
+}
+
+static int q_shutdown(int fd, int how)
+{
+    struct qpip_sock_shutdown s = { .size = sizeof(s), .how = (__u32)how };
+    return sock_ioctl(fd, QPIP_IOCTL_SOCK_SHUTDOWN, &s);
+}
+
+static int q_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
+{
+    if (addr && bad_addr_out(addr, addrlen)) {
+        errno = EFAULT;
+        return -1;
+    }
+    struct qpip_sock_accept a = { .size = sizeof(a), .flags = (__u32)flags };
+    int r = sock_ioctl(fd, QPIP_IOCTL_SOCK_ACCEPT, &a);
+    if (r)
+        return r;
+    fdt_set(a.fd, a.qpip ? FD_QPIP : FD_KERNEL_TCP);
+    count(a.qpip ? C_ACCEPT_QPIP : C_ACCEPT_KERNEL);
+    socklen_t full = a.addr_len < sizeof(a.addr) ? a.addr_len : sizeof(a.addr);
+    if (qp_log_level >= 1) {
+        struct logbuf b;
+        lb_init(&b);
+        lb_str(&b, "fd ");
+        lb_num(&b, a.fd);
+        lb_str(&b, " accept ");
+        lb_addr(&b, (const struct sockaddr *)a.addr, full);
+        lb_str(&b, " on fd ");
+        lb_num(&b, fd);
+        lb_str(&b, a.qpip ? " -> qpip" : " -> kernel (not through the device)");
+        lb_emit(&b);
+    }
+    if (addr)
+        addr_copy_out(addr, addrlen, a.addr, full);
+    return a.fd;
+}
+
+static int is_nonblocking(int fd)
+{
+    int fl = real.fcntl(fd, F_GETFL);
+    return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+/* connect on a descriptor that is a qpip socket already: what Linux answers for a socket
+ * that is connecting (EALREADY, or for a blocking one: wait), connected (0 the first time
+ * after an EINPROGRESS, then EISCONN), failed (the error), or listening (EISCONN). */
+static int q_reconnect(int fd)
+{
+    int v = 0;
+    socklen_t vl = sizeof(v);
+    int r = q_getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &vl);
+    if (r == NOT_OURS)
+        return NOT_OURS;
+    if (r == 0 && v) {
+        errno = EISCONN;
+        return -1;
+    }
+    struct pollfd p = { .fd = fd, .events = POLLOUT };
+    if (poll(&p, 1, 0) == 0) {
+        if (is_nonblocking(fd)) {
+            errno = EALREADY;
+            return -1;
+        }
+        if (poll(&p, 1, -1) < 0)
+            return -1; /* EINTR: a signal, as Linux's connect would say */
+    }
+    v = 0;
+    vl = sizeof(v);
+    if (q_getsockopt(fd, SOL_SOCKET, SO_ERROR, &v, &vl) == 0 && v) {
+        fdt_set(fd, fdt_get(fd) & ~FD_CONNECTING);
+        errno = v;
+        return -1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (q_name(fd, 1, (struct sockaddr *)&ss, &sl) == 0) {
+        unsigned st = fdt_get(fd);
+        if (st & FD_CONNECTING) {
+            fdt_set(fd, st & ~FD_CONNECTING);
+            return 0;
+        }
+        errno = EISCONN;
+        return -1;
+    }
+    errno = ECONNABORTED;
+    return -1;
+}
+
+/* ---- connect and listen: where sockets become qpip sockets ---------------------------------- */
+
+/* Is FD a kernel TCP socket of FAMILY (0: either family)? 1 yes, 0 no, -1 with errno when
+ * it is no socket at all. */
+static int kernel_tcp(int fd, int family)
+{
+    int dom = 0, proto = 0;
+    socklen_t l1 = sizeof(dom), l2 = sizeof(proto);
+    if (real.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l1) != 0)
+        return -1;
+    if (real.getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l2) != 0)
+        return -1;
+    if ((dom != AF_INET && dom != AF_INET6) || proto != IPPROTO_TCP)
+        return 0;
+    return family == 0 || family == dom;
+}
+
+/* Moves the driver's new file NEW_FD onto the program's descriptor FD, keeping FD's
+ * close-on-exec flag, and marks it. */
+static int install(int new_fd, int fd, unsigned bits)
+{
+    int fdflags = real.fcntl(fd, F_GETFD);
+    int r = real.dup3(new_fd, fd, fdflags > 0 && (fdflags & FD_CLOEXEC) ? O_CLOEXEC : 0);
+    int err = errno;
+    real.close(new_fd);
+    if (r < 0) {
+        errno = err;
+        return -1;
+    }
+    fdt_set(fd, FD_QPIP | bits);
+    return 0;
+}
+
+static void log_decision(int fd, const char *call, const struct sockaddr *addr, socklen_t len,
+                         const char *result, const char *detail, int err)
+{
+    if (qp_log_level < 1)
+        return;
+    struct logbuf b;
+    lb_init(&b);
+    lb_str(&b, "fd ");
+    lb_num(&b, fd);
+    lb_str(&b, " ");
+    lb_str(&b, call);
+    lb_str(&b, " ");
+    lb_addr(&b, addr, len);
+    lb_str(&b, " -> ");
+    lb_str(&b, result);
+    if (detail || err) {
+        lb_str(&b, " (");
+        if (detail)
+            lb_str(&b, detail);
+        if (detail && err)
+            lb_str(&b, ": ");
+        if (err)
+            lb_errno(&b, err);
+        lb_str(&b, ")");
+    }
+    lb_emit(&b);
+}
+
+/* Which errors of the context's ioctls mean "not here, let the kernel do it" rather than
+ * being the call's own answer: a driver without the ioctl, a device that went away. */
+static int ioctl_means_kernel(int err)
+{
+    return err == ENOTTY || err == EINVAL || err == ENODEV || err == ENXIO || err == EBADF;
+}
+
+static int do_connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    unsigned st = fdt_get(fd);
+    if (st & FD_QPIP) {
+        int r = q_reconnect(fd);
+        if (r != NOT_OURS)
+            return r;
+        st = 0;
+    }
+    if (!addr || len < sizeof(sa_family_t) || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
+        return real.connect(fd, addr, len);
+    if (!(st & FD_KERNEL_TCP)) {
+        int t = kernel_tcp(fd, addr->sa_family);
+        if (t < 0 && errno == ENOTSOCK && rediscover(fd)) {
+            int r = q_reconnect(fd);
+            if (r != NOT_OURS)
+                return r;
+        }
+        if (t <= 0) {
+            if (qp_log_level >= 2 && t == 0)
+                log_decision(fd, "connect", addr, len, "kernel", "not a TCP socket of this family", 0);
+            return real.connect(fd, addr, len);
+        }
+    }
+    struct qpip_endpoint ep;
+    if (addr_to_endpoint(addr, len, &ep) != 0)
+        return real.connect(fd, addr, len); /* a short address: the kernel says EINVAL */
+    if (addr->sa_family == AF_INET6 && ((const struct sockaddr_in6 *)addr)->sin6_scope_id) {
+        count(C_DECLINED_BASE + DECLINE_LOCAL_SCOPE);
+        log_decision(fd, "connect", addr, len, "kernel", "declined: scope-id", 0);
+        return real.connect(fd, addr, len);
+    }
+    for (int attempt = 0;; attempt++) {
+        const char *why = NULL;
+        int ctx = ctx_get(&why);
+        if (ctx < 0) {
+            count(C_KERNEL_NO_DEVICE);
+            log_decision(fd, "connect", addr, len, "kernel", why, 0);
+            return real.connect(fd, addr, len);
+        }
+        struct qpip_sock_connect c = { .size = sizeof(c), .fd = fd, .peer = ep, .new_fd = -1 };
+        if (ioctl(ctx, QPIP_IOCTL_SOCK_CONNECT, &c) != 0) {
+            int err = errno;
+            if ((err == ENOTTY || err == EBADF) && attempt == 0 && ctx_check_stale(ctx))
+                continue; /* the program had closed our context: open it again */
+            if (ioctl_means_kernel(err)) {
+                count(C_KERNEL_ERROR);
+                log_decision(fd, "connect", addr, len, "kernel", "ioctl failed", err);
+                return real.connect(fd, addr, len);
+            }
+            log_decision(fd, "connect", addr, len, "error", NULL, err);
+            errno = err;
+            return -1;
+        }
+        if (c.new_fd < 0) {
+            unsigned d = c.declined < 16 ? c.declined : 0;
+            count(C_DECLINED_BASE + d);
+            if (qp_log_level >= 1) {
+                char detail[40] = "declined: ";
+                strncat(detail, decline_name(d), sizeof(detail) - strlen(detail) - 1);
+                log_decision(fd, "connect", addr, len, "kernel", detail, 0);
+            }
+            return real.connect(fd, addr, len);
+        }
+        if (install(c.new_fd, fd, c.status ? FD_CONNECTING : 0) != 0) {
+            int err = errno;
+            log_decision(fd, "connect", addr, len, "error", "dup3 of the qpip socket failed", err);
+            errno = err;
+            return -1;
+        }
+        count(C_CONNECT_QPIP);
+        log_decision(fd, "connect", addr, len, "qpip", c.status ? "in progress" : NULL, 0);
+        if (c.status == 0)
+            return 0;
+        /* The driver's status is the errno connect returns (EINPROGRESS). */
+        errno = c.status;
+        return -1;
+    }
+}
+
+/* The local address of kernel socket or qpip socket FD, for the log. */
+static socklen_t local_name(int fd, struct sockaddr_storage *ss)
+{
+    socklen_t sl = sizeof(*ss);
+    int r = (fdt_get(fd) & FD_QPIP) ? q_name(fd, 0, (struct sockaddr *)ss, &sl)
+                                   : real.getsockname(fd, (struct sockaddr *)ss, &sl);
+    return r == 0 ? sl : 0;
+}
+
+static int q_listen(int fd, int backlog)
+{
+    /* Linux lets a listening socket listen again (a new backlog); a connected one: EINVAL.
+     * The qpip listener keeps the backlog it was made with. */
+    (void)backlog;
+    int v = 0;
+    socklen_t vl = sizeof(v);
+    int r = q_getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &vl);
+    if (r)
+        return r;
+    if (!v) {
+        errno = EINVAL;
+        return -1;
+    }
+    return 0;
+}
+
+static void log_listen(int fd, const char *result, const char *detail, int err)
+{
+    if (qp_log_level < 1)
+        return;
+    struct sockaddr_storage ss;
+    socklen_t sl = local_name(fd, &ss);
+    log_decision(fd, "listen", (struct sockaddr *)&ss, sl, result, detail, err);
+}
+
+static int do_listen(int fd, int backlog)
+{
+    unsigned st = fdt_get(fd);
+    if (st & FD_QPIP) {
+        int r = q_listen(fd, backlog);
+        if (r != NOT_OURS)
+            return r;
+        st = 0;
+    }
+    if (!(st & FD_KERNEL_TCP)) {
+        int t = kernel_tcp(fd, 0);
+        if (t < 0 && errno == ENOTSOCK && rediscover(fd)) {
+            int r = q_listen(fd, backlog);
+            if (r != NOT_OURS)
+                return r;
+        }
+        if (t <= 0)
+            return real.listen(fd, backlog);
+    }
+    for (int attempt = 0;; attempt++) {
+        const char *why = NULL;
+        int ctx = ctx_get(&why);
+        if (ctx < 0) {
+            count(C_KERNEL_NO_DEVICE);
+            int r = real.listen(fd, backlog);
+            log_listen(fd, "kernel", why, 0);
+            return r;
+        }
+        struct qpip_sock_listen l = { .size = sizeof(l), .fd = fd, .backlog = backlog, .new_fd = -1 };
+        if (ioctl(ctx, QPIP_IOCTL_SOCK_LISTEN, &l) != 0) {
+            int err = errno;
+            if ((err == ENOTTY || err == EBADF) && attempt == 0 && ctx_check_stale(ctx))
+                continue;
+            if (ioctl_means_kernel(err)) {
+                count(C_KERNEL_ERROR);
+                int r = real.listen(fd, backlog);
+                log_listen(fd, "kernel", "ioctl failed", err);
+                return r;
+            }
+            log_listen(fd, "error", NULL, err);
+            errno = err;
+            return -1;
+        }
+        if (l.new_fd < 0) {
+            unsigned d = l.declined < 16 ? l.declined : 0;
+            count(C_DECLINED_BASE + d);
+            /* The kernel socket listens already when the driver declines after making it
+             * listen; listening again is harmless, and needed when it declined before. */
+            int r = real.listen(fd, backlog);
+            if (qp_log_level >= 1) {
+                char detail[40] = "declined: ";
+                strncat(detail, decline_name(d), sizeof(detail) - strlen(detail) - 1);
+                log_listen(fd, "kernel", detail, 0);
+            }
+            return r;
+        }
+        if (install(l.new_fd, fd, 0) != 0) {
+            int err = errno;
+            log_listen(fd, "error", "dup3 of the qpip socket failed", err);
+            errno = err;
+            return -1;
+        }
+        count(C_LISTEN_QPIP);
+        log_listen(fd, "qpip", NULL, 0);
+        return 0;
+    }
+}
+
+/* ---- the interposed functions ------------------------------------------------------------------ */
+
+QP_EXPORT int socket(int domain, int type, int protocol)
+{
+    ENSURE_INIT();
+    int fd = real.socket(domain, type, protocol);
+    if (fd >= 0) {
+        int tcp = (domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM &&
+                  (protocol == 0 || protocol == IPPROTO_TCP);
+        /* A new descriptor: whatever the table said about its number is stale. */
+        fdt_set(fd, tcp ? FD_KERNEL_TCP : 0);
+    }
+    return fd;
+}
+
+QP_EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
+{
+    ENSURE_INIT();
+    int r = real.socketpair(domain, type, protocol, sv);
+    if (r == 0) {
+        fdt_set(sv[0], 0);
+        fdt_set(sv[1], 0);
+    }
+    return r;
+}
+
+QP_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    ENSURE_INIT();
+    if (qp_disabled)
+        return real.connect(fd, addr, len);
+    return do_connect(fd, addr, len);
+}
+
+QP_EXPORT int listen(int fd, int backlog)
+{
+    ENSURE_INIT();
+    if (qp_disabled)
+        return real.listen(fd, backlog);
+    return do_listen(fd, backlog);
+}
+
+static int kernel_accept(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
+{
+    int r = real.accept4(fd, addr, addrlen, flags);
+    if (r >= 0)
+        fdt_set(r, 0);
+    return r;
+}
+
+QP_EXPORT int accept(int fd, struct sockaddr *addr, socklen_t *addrlen)
+{
+    DISPATCH(int, fd, q_accept(fd, addr, addrlen, 0), kernel_accept(fd, addr, addrlen, 0));
+}
+
+QP_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
+{
+    DISPATCH(int, fd, q_accept(fd, addr, addrlen, flags), kernel_accept(fd, addr, addrlen, flags));
+}
+
+QP_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
+{
+    struct iovec iov = { (void *)buf, len };
+    DISPATCH(ssize_t, fd, q_send(fd, &iov, 1, flags), real.send(fd, buf, len, flags));
+}
+
+QP_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *addr,
+                         socklen_t addrlen)
+{
+    /* The address: ignored on a connected TCP socket, as Linux does. */
+    struct iovec iov = { (void *)buf, len };
+    DISPATCH(ssize_t, fd, q_send(fd, &iov, 1, flags), real.sendto(fd, buf, len, flags, addr, addrlen));
+}
+
+QP_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    DISPATCH(ssize_t, fd, q_sendmsg(fd, msg, flags), real.sendmsg(fd, msg, flags));
+}
+
+static ssize_t do_recv(int fd, void *buf, size_t len, int flags)
+{
+    struct iovec iov = { buf, len };
+    DISPATCH(ssize_t, fd, q_recv(fd, &iov, 1, flags, NULL), real.recv(fd, buf, len, flags));
+}
+
+QP_EXPORT ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+    return do_recv(fd, buf, len, flags);
+}
+
+static ssize_t do_recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr, socklen_t *addrlen)
+{
+    DISPATCH(ssize_t, fd, q_recvfrom(fd, buf, len, flags, addr, addrlen),
+             real.recvfrom(fd, buf, len, flags, addr, addrlen));
+}
+
+QP_EXPORT ssize_t recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr, socklen_t *addrlen)
+{
+    return do_recvfrom(fd, buf, len, flags, addr, addrlen);
+}
+
+/* libc's recvmsg, and the descriptors it received: their numbers are new files, whatever
+ * the table said (they may be qpip sockets: the ENOTSOCK rule finds them). */
+static ssize_t kernel_recvmsg(int fd, struct msghdr *msg, int flags)
+{
+    ssize_t r = real.recvmsg(fd, msg, flags);
+    if (r >= 0 && msg->msg_control && msg->msg_controllen) {
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < n; i++) {
+                int rfd;
+                memcpy(&rfd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                fdt_set(rfd, 0);
+            }
+        }
+    }
+    return r;
+}
+
+QP_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+    DISPATCH(ssize_t, fd, q_recvmsg(fd, msg, flags), kernel_recvmsg(fd, msg, flags));
+}
+
+/* _FORTIFY_SOURCE's versions (glibc's checks: a receive longer than the buffer aborts). */
+extern void __chk_fail(void) __attribute__((noreturn));
+
+QP_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t len, size_t buflen, int flags)
+{
+    if (len > buflen)
+        __chk_fail();
+    return do_recv(fd, buf, len, flags);
+}
+
+QP_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t len, size_t buflen, int flags, struct sockaddr *addr,
+                                 socklen_t *addrlen)
+{
+    if (len > buflen)
+        __chk_fail();
+    return do_recvfrom(fd, buf, len, flags, addr, addrlen);
+}
+
+QP_EXPORT int getsockname(int fd, struct sockaddr *addr, socklen_t *addrlen)
+{
+    DISPATCH(int, fd, q_name(fd, 0, addr, addrlen), real.getsockname(fd, addr, addrlen));
+}
+
+QP_EXPORT int getpeername(int fd, struct sockaddr *addr, socklen_t *addrlen)
+{
+    DISPATCH(int, fd, q_name(fd, 1, addr, addrlen), real.getpeername(fd, addr, addrlen));
+}
+
+QP_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+    DISPATCH(int, fd, q_getsockopt(fd, level, name, val, len), real.getsockopt(fd, level, name, val, len));
+}
+
+QP_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+    DISPATCH(int, fd, q_setsockopt(fd, level, name, val, len), real.setsockopt(fd, level, name, val, len));
+}
+
+QP_EXPORT int shutdown(int fd, int how)
+{
+    DISPATCH(int, fd, q_shutdown(fd, how), real.shutdown(fd, how));
+}
+
+/* ---- descriptor upkeep: never changes what the call does ---------------------------------------- */
+
+QP_EXPORT int close(int fd)
+{
+    ENSURE_INIT();
+    fdt_set(fd, 0);
+    ctx_forget_fd(fd);
+    return real.close(fd);
+}
+
+QP_EXPORT int close_range(unsigned first, unsigned last, int flags)
+{
+    ENSURE_INIT();
+    /* CLOSE_RANGE_CLOEXEC only sets the flag: nothing is closed. */
+    if (!(flags & 4 /* CLOSE_RANGE_CLOEXEC */)) {
+        fdt_clear_range(first, last);
+        ctx_forget_range(first, last);
+    }
+    if (!real.close_range) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return real.close_range(first, last, flags);
+}
+
+QP_EXPORT void closefrom(int lowfd)
+{
+    ENSURE_INIT();
+    unsigned first = lowfd < 0 ? 0 : (unsigned)lowfd;
+    fdt_clear_range(first, ~0u);
+    ctx_forget_range(first, ~0u);
+    if (real.closefrom)
+        real.closefrom(lowfd);
+}
+
+QP_EXPORT int dup(int fd)
+{
+    ENSURE_INIT();
+    int r = real.dup(fd);
+    if (r >= 0)
+        fdt_copy(fd, r);
+    return r;
+}
+
+static void before_replace(int oldfd, int newfd)
+{
+    /* dup2 onto the context closes it: the library opens another when it needs one. */
+    if (oldfd != newfd)
+        ctx_forget_fd(newfd);
+}
+
+QP_EXPORT int dup2(int oldfd, int newfd)
+{
+    ENSURE_INIT();
+    before_replace(oldfd, newfd);
+    int r = real.dup2(oldfd, newfd);
+    if (r >= 0 && oldfd != newfd)
+        fdt_copy(oldfd, newfd);
+    return r;
+}
+
+QP_EXPORT int dup3(int oldfd, int newfd, int flags)
+{
+    ENSURE_INIT();
+    before_replace(oldfd, newfd);
+    int r = real.dup3(oldfd, newfd, flags);
+    if (r >= 0)
+        fdt_copy(oldfd, newfd);
+    return r;
+}
+
+/* fcntl's third argument is an int, a long or a pointer by command: passed on as a pointer-
+ * sized value, as glibc's own wrapper reads it. */
+static int do_fcntl(int (*fn)(int, int, ...), int fd, int cmd, void *arg)
+{
+    int r = fn(fd, cmd, arg);
+    if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
+        fdt_copy(fd, r);
+    return r;
+}
+
+QP_EXPORT int fcntl(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    ENSURE_INIT();
+    return do_fcntl(real.fcntl, fd, cmd, arg);
+}
+
+QP_EXPORT int fcntl64(int fd, int cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    ENSURE_INIT();
+    return do_fcntl(real.fcntl64, fd, cmd, arg);
+}
