@@ -7,6 +7,9 @@
 #   /lib/modules/...           the virtio/9p modules the kernel builds as modules, decompressed,
 #   /lib/modules/load-order      and the order /init loads them in (dependencies first)
 #   /lib/qpip/qpip.ko          the guest driver, built by images/driver.sh
+#   /usr/lib/qpip/libqpip-preload.so  the preload library that runs socket programs over
+#   /usr/bin/qpip-run                 qpip sockets (images/preload.sh, docs/sockets.md), and
+#                                     its wrapper (preload/qpip-run)
 #   /usr/bin/qpip-*            the guest tools (guest-tools/, guest-driver/test-program/ and
 #                              the C API's examples), linked statically
 #   /usr/bin/lab-wait          waits for a file in /lab, the folder a lab's guests share
@@ -31,12 +34,15 @@
 # Rebuilds only when an input changed (a stamp holds the hash of all of them).
 #
 # Environment: QPIP_KO overrides the driver module to pack (default $QPIP_CACHE/guest/qpip.ko),
+# QPIP_PRELOAD_SO the preload library (default $QPIP_CACHE/guest/libqpip-preload.so),
 # QPIP_GUEST_OUT the output directory (default $QPIP_CACHE/guest).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 OUT=${QPIP_GUEST_OUT:-$QPIP_CACHE/guest}
 KO=${QPIP_KO:-$QPIP_CACHE/guest/qpip.ko}
+PRELOAD_SO=${QPIP_PRELOAD_SO:-$QPIP_CACHE/guest/libqpip-preload.so}
+QPIP_RUN=$QPIP_ROOT/preload/qpip-run
 INIT=$QPIP_ROOT/images/guest/init
 LAB_WAIT=$QPIP_ROOT/images/guest/lab-wait
 NAP=$QPIP_ROOT/images/guest/nap.sh
@@ -76,6 +82,7 @@ SIW_DRIVER_CONF=etc/libibverbs.d/siw.driver
 
 [ -x "$BUSYBOX" ] || die "no busybox in the runtime ($BUSYBOX); run images/runtime.sh first"
 [ -f "$KO" ] || die "no guest driver at $KO; run images/driver.sh first"
+[ -f "$PRELOAD_SO" ] || die "no preload library at $PRELOAD_SO; run images/preload.sh first"
 [ -f "$SIW_KO" ] || die "no siw.ko at $SIW_KO; run images/siw.sh first"
 for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER" "$SIW_DRIVER_CONF"; do
     [ -f "$RUNTIME_DIR/$f" ] || die "no /$f in the runtime; run images/siw.sh first (it installs rdma-core there)"
@@ -165,6 +172,7 @@ extract_vmlinux() {
 
 # --- up to date? ---------------------------------------------------------------------------
 hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_QPIP_NET" "$LAB_SOCKETS_SRC" "$LAB_SIW" "$LAB_STORAGE" "$LAB_EXTRAS" "$KO"
+             "$PRELOAD_SO" "$QPIP_RUN"
              "$SIW_KO" "$BUSYBOX" "$kernel")
 for b in "${bins[@]}"; do hash_inputs+=("$BINDIR/$b"); done
 for f in "${load_order[@]}" "${rdma_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
@@ -234,6 +242,10 @@ mkdir -p "$LIBDIR"
 for f in "${libs[@]}"; do cp -L "$RUNTIME_DIR/$f" "$LIBDIR/${f##*/}"; done
 
 install -m 0644 "$KO" lib/qpip/qpip.ko
+# The preload library needs only libc, which the image has for rdma-core's tools.
+mkdir -p usr/lib/qpip
+install -m 0644 "$PRELOAD_SO" usr/lib/qpip/libqpip-preload.so
+install -m 0755 "$QPIP_RUN" usr/bin/qpip-run
 for b in "${bins[@]}"; do
     # The release profile keeps line tables for host backtraces; the guest copy needs none.
     strip -o "usr/bin/$b" "$BINDIR/$b"
