@@ -8,8 +8,9 @@
 #   /lib/modules/load-order      and the order /init loads them in (dependencies first)
 #   /lib/qpip/qpip.ko          the guest driver, built by images/driver.sh
 #   /usr/lib/qpip/libqpip-preload.so  the preload library that runs socket programs over
-#   /usr/bin/qpip-run                 qpip sockets (images/preload.sh, docs/sockets.md), and
-#                                     its wrapper (preload/qpip-run)
+#   /usr/bin/qpip-run                 qpip sockets (images/preload.sh, docs/sockets.md), its
+#   /usr/bin/qpip-sockcheck           wrapper (preload/qpip-run) and its check program,
+#                                     dynamic (a static program cannot be preloaded)
 #   /usr/bin/qpip-*            the guest tools (guest-tools/, guest-driver/test-program/ and
 #                              the C API's examples), linked statically
 #   /usr/bin/lab-wait          waits for a file in /lab, the folder a lab's guests share
@@ -43,6 +44,7 @@ OUT=${QPIP_GUEST_OUT:-$QPIP_CACHE/guest}
 KO=${QPIP_KO:-$QPIP_CACHE/guest/qpip.ko}
 PRELOAD_SO=${QPIP_PRELOAD_SO:-$QPIP_CACHE/guest/libqpip-preload.so}
 QPIP_RUN=$QPIP_ROOT/preload/qpip-run
+SOCKCHECK=$(dirname "$PRELOAD_SO")/qpip-sockcheck
 INIT=$QPIP_ROOT/images/guest/init
 LAB_WAIT=$QPIP_ROOT/images/guest/lab-wait
 NAP=$QPIP_ROOT/images/guest/nap.sh
@@ -82,7 +84,7 @@ SIW_DRIVER_CONF=etc/libibverbs.d/siw.driver
 
 [ -x "$BUSYBOX" ] || die "no busybox in the runtime ($BUSYBOX); run images/runtime.sh first"
 [ -f "$KO" ] || die "no guest driver at $KO; run images/driver.sh first"
-[ -f "$PRELOAD_SO" ] || die "no preload library at $PRELOAD_SO; run images/preload.sh first"
+[ -f "$PRELOAD_SO" ] && [ -f "$SOCKCHECK" ] || die "no preload library at $PRELOAD_SO (or no qpip-sockcheck beside it); run images/preload.sh first"
 [ -f "$SIW_KO" ] || die "no siw.ko at $SIW_KO; run images/siw.sh first"
 for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER" "$SIW_DRIVER_CONF"; do
     [ -f "$RUNTIME_DIR/$f" ] || die "no /$f in the runtime; run images/siw.sh first (it installs rdma-core there)"
@@ -172,7 +174,7 @@ extract_vmlinux() {
 
 # --- up to date? ---------------------------------------------------------------------------
 hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_QPIP_NET" "$LAB_SOCKETS_SRC" "$LAB_SIW" "$LAB_STORAGE" "$LAB_EXTRAS" "$KO"
-             "$PRELOAD_SO" "$QPIP_RUN"
+             "$PRELOAD_SO" "$QPIP_RUN" "$SOCKCHECK"
              "$SIW_KO" "$BUSYBOX" "$kernel")
 for b in "${bins[@]}"; do hash_inputs+=("$BINDIR/$b"); done
 for f in "${load_order[@]}" "${rdma_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
@@ -246,6 +248,7 @@ install -m 0644 "$KO" lib/qpip/qpip.ko
 mkdir -p usr/lib/qpip
 install -m 0644 "$PRELOAD_SO" usr/lib/qpip/libqpip-preload.so
 install -m 0755 "$QPIP_RUN" usr/bin/qpip-run
+install -m 0755 "$SOCKCHECK" usr/bin/qpip-sockcheck
 for b in "${bins[@]}"; do
     # The release profile keeps line tables for host backtraces; the guest copy needs none.
     strip -o "usr/bin/$b" "$BINDIR/$b"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the guest's preload library, libqpip-preload.so (preload/, docs/sockets.md), into
-# $QPIP_CACHE/guest/libqpip-preload.so; images/guest.sh puts it in the image at
-# /usr/lib/qpip/libqpip-preload.so with preload/qpip-run.
+# $QPIP_CACHE/guest/libqpip-preload.so, and beside it qpip-sockcheck (preload/test/
+# sockcheck.c: the socket calls checked against Linux's answers); images/guest.sh puts them
+# in the image at /usr/lib/qpip/libqpip-preload.so and /usr/bin/qpip-sockcheck, with
+# preload/qpip-run.
 #
 # The build runs inside the runtime (chroot) with its gcc and glibc, which are the guest's
 # (Debian trixie): the library is loaded into the guest's programs, so it must be linked
@@ -11,13 +13,15 @@
 # Idempotent: a stamp records the hash of the sources, the driver's interface header, this
 # script and the runtime's gcc and libc6 versions; when nothing changed the build is
 # skipped. Needs root (chroot).
-# Environment: QPIP_PRELOAD_OUT overrides the output file.
+# Environment: QPIP_PRELOAD_OUT overrides the library's output file (qpip-sockcheck goes to
+# the same folder).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 SRC=$QPIP_ROOT/preload
 UAPI=guest-driver/include/uapi/qpip.h
 OUT_SO=${QPIP_PRELOAD_OUT:-$QPIP_CACHE/guest/libqpip-preload.so}
+OUT_CHECK=$(dirname "$OUT_SO")/qpip-sockcheck
 STAMP=$OUT_SO.stamp
 BUILD_REL=build/qpip-preload        # inside the runtime
 BUILD=$RUNTIME_DIR/$BUILD_REL
@@ -29,14 +33,14 @@ setsockopt shutdown socket socketpair"
 [ -x "$RUNTIME_DIR/usr/bin/gcc" ] && [ -x "$RUNTIME_DIR/usr/bin/make" ] \
     || die "no gcc or make in the runtime ($RUNTIME_DIR); run ./qpip setup (images/runtime.sh) first"
 
-# The sources: the C files, headers and Makefile of preload/ (not its tests or build output).
-mapfile -t files < <(cd "$QPIP_ROOT" && find preload -maxdepth 1 -type f \
-    \( -name '*.c' -o -name '*.h' -o -name Makefile \) | LC_ALL=C sort)
+# The sources: the C files, headers and Makefile of preload/, and qpip-sockcheck's.
+mapfile -t files < <(cd "$QPIP_ROOT" && { find preload -maxdepth 1 -type f \
+    \( -name '*.c' -o -name '*.h' -o -name Makefile \); echo preload/test/sockcheck.c; } | LC_ALL=C sort)
 [ ${#files[@]} -gt 0 ] || die "no preload sources in $SRC"
 
 KEY=$(cd "$QPIP_ROOT" && inputs_hash "${files[@]}" "$UAPI" images/preload.sh images/lib.sh \
     "gcc $(runtime_version gcc) libc6 $(runtime_version libc6)")
-if [ -f "$OUT_SO" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
+if [ -f "$OUT_SO" ] && [ -f "$OUT_CHECK" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
     say "preload: up to date ($OUT_SO)"
     exit 0
 fi
@@ -56,7 +60,8 @@ build() {
 }
 step "preload: build libqpip-preload.so (the guest's gcc and glibc)" build
 SO=$BUILD/preload/out/libqpip-preload.so
-[ -f "$SO" ] || die "preload: make succeeded but $SO is missing"
+CHECK=$BUILD/preload/out/qpip-sockcheck
+[ -f "$SO" ] && [ -f "$CHECK" ] || die "preload: make succeeded but $SO or $CHECK is missing"
 
 # The guest image carries the libraries of its other dynamic programs only: this one must
 # need nothing but libc (and glibc 2.34+ has dlsym there).
@@ -69,5 +74,7 @@ want=$(printf '%s\n' $EXPORTS | LC_ALL=C sort | tr '\n' ' ')
 mkdir -p "$(dirname "$OUT_SO")"
 strip --strip-unneeded -o "$OUT_SO.tmp" "$SO"
 mv "$OUT_SO.tmp" "$OUT_SO"
+strip -o "$OUT_CHECK.tmp" "$CHECK"
+mv "$OUT_CHECK.tmp" "$OUT_CHECK"
 printf '%s\n' "$KEY" >"$STAMP"
 say "preload: $OUT_SO ($(stat -c %s "$OUT_SO") bytes)"

@@ -1,10 +1,11 @@
 #!/bin/sh
 # With no qpip device, libqpip-preload.so must change nothing: socket programs under it
 # work as without it, and its log says why it left them to the kernel.
-#   sh test/passthrough.sh PATH/libqpip-preload.so
+#   sh test/passthrough.sh PATH/libqpip-preload.so [PATH/qpip-sockcheck]
 # Runs on this host, on loopback only (IPv4 and IPv6): iperf3 (server and client both
 # preloaded, 2 parallel streams, then reverse), curl against Python's http.server (both
-# preloaded), a _FORTIFY_SOURCE program (the __recv_chk entry points), the stats file and
+# preloaded), qpip-sockcheck against Python's echo server (every socket call checked against
+# Linux's answers, first without the preload, then with it), a _FORTIFY_SOURCE program (the __recv_chk entry points), the stats file and
 # QPIP_PRELOAD_DISABLE. Prints "passthrough: ok" or the first failure (exit status 1).
 # Takes about 5 s. Programs missing on the host (iperf3, curl, python3) are skipped, said so.
 set -u
@@ -77,6 +78,18 @@ if command -v curl >/dev/null && [ -n "$PY" ]; then
     echo "passthrough: curl and http.server ok"
 else
     echo "passthrough: curl or python3 not installed, skipped"
+fi
+
+# --- qpip-sockcheck: the socket calls' answers, without and with the preload -----------------
+SOCKCHECK=${2:-}
+if [ -n "$SOCKCHECK" ] && [ -n "$PY" ]; then
+    port=$port_base; port_base=$((port_base + 2))
+    pre_bg "$PY" -u "$HERE/echo.py" ::1 "$port" >"$TMP/echo.log" 2>&1 &
+    PIDS="$PIDS $!"
+    wait_for "$TMP/echo.log" "listening" || fail "test/echo.py did not start"
+    "$SOCKCHECK" ::1 "$port" >"$TMP/sockcheck-ref.log" 2>&1 || fail "qpip-sockcheck fails WITHOUT the preload: $(grep FAIL "$TMP/sockcheck-ref.log")"
+    pre "$SOCKCHECK" ::1 "$port" >"$TMP/sockcheck.log" 2>&1 || fail "qpip-sockcheck under the preload: $(grep FAIL "$TMP/sockcheck.log")"
+    echo "passthrough: qpip-sockcheck ($(tail -n 1 "$TMP/sockcheck.log" | sed 's/^sockcheck: //')) ok"
 fi
 
 # --- _FORTIFY_SOURCE entry points -------------------------------------------------------------

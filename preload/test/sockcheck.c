@@ -1,0 +1,299 @@
+/* qpip-sockcheck: the socket calls a program makes, checked against what Linux's TCP
+ * answers. The same program passes on plain kernel sockets (its reference: run it without
+ * the preload) and must pass under libqpip-preload.so, over qpip sockets when the device
+ * carries them.
+ *
+ *   qpip-sockcheck ADDR PORT     against an echo server at ADDR:PORT (it echoes what it
+ *                                gets and closes at EOF), with nothing listening on PORT+1
+ *
+ * Prints "sockcheck: ok NAME" per check, "sockcheck: FAIL NAME: why" per failure, then
+ * "sockcheck: N checks, M failed"; exit status 1 if any failed. (The exec check runs this
+ * program again as "qpip-sockcheck --inherited FD".) */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int checks, failed;
+static struct sockaddr_storage peer;
+static socklen_t peer_len;
+static const char *self;
+
+static void ok(const char *name, int cond, const char *why)
+{
+    checks++;
+    if (cond) {
+        printf("sockcheck: ok %s\n", name);
+    } else {
+        failed++;
+        printf("sockcheck: FAIL %s: %s (errno %s)\n", name, why, strerrorname_np(errno) ?: "0");
+    }
+    fflush(stdout);
+}
+
+static int tcp_socket(int flags)
+{
+    return socket(peer.ss_family, SOCK_STREAM | flags, 0);
+}
+
+static void set_port(struct sockaddr_storage *ss, int port)
+{
+    if (ss->ss_family == AF_INET)
+        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+    else
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+}
+
+static int port_of(const struct sockaddr_storage *ss)
+{
+    return ntohs(ss->ss_family == AF_INET ? ((const struct sockaddr_in *)ss)->sin_port
+                                          : ((const struct sockaddr_in6 *)ss)->sin6_port);
+}
+
+/* Reads exactly N bytes (read(2): the native path on a qpip socket). */
+static int read_n(int fd, char *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static int echo_round(int fd, const char *msg)
+{
+    char buf[64];
+    size_t n = strlen(msg);
+    return send(fd, msg, n, 0) == (ssize_t)n && recv(fd, buf, n, MSG_WAITALL) == (ssize_t)n &&
+           memcmp(buf, msg, n) == 0;
+}
+
+/* The process's descriptors open on a qpip device (the preload's context). */
+static int close_contexts(void)
+{
+    int closed = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char path[300], link[64];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(path, link, sizeof(link) - 1);
+        if (n > 0) {
+            link[n] = 0;
+            if (strncmp(link, "/dev/qpip", 9) == 0) {
+                close(atoi(e->d_name));
+                closed++;
+            }
+        }
+    }
+    closedir(d);
+    return closed;
+}
+
+static int inherited(int fd)
+{
+    /* A new image (exec), a descriptor it did not make: socket calls must work on it. */
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    int tp = 0;
+    socklen_t tl = sizeof(tp);
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0)
+        return 2;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &tp, &tl) != 0 || tp != SOCK_STREAM)
+        return 3;
+    return echo_round(fd, "from the exec'd image") ? 0 : 4;
+}
+
+int main(int argc, char **argv)
+{
+    self = argv[0];
+    if (argc == 3 && strcmp(argv[1], "--inherited") == 0)
+        return inherited(atoi(argv[2]));
+    if (argc != 3) {
+        fprintf(stderr, "usage: qpip-sockcheck ADDR PORT\n");
+        return 2;
+    }
+    struct addrinfo hints = { .ai_flags = AI_NUMERICHOST, .ai_socktype = SOCK_STREAM }, *ai;
+    if (getaddrinfo(argv[1], argv[2], &hints, &ai) != 0) {
+        fprintf(stderr, "sockcheck: bad address %s port %s\n", argv[1], argv[2]);
+        return 2;
+    }
+    memcpy(&peer, ai->ai_addr, ai->ai_addrlen);
+    peer_len = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    int port = atoi(argv[2]);
+
+    /* --- a blocking connect, names --- */
+    int fd = tcp_socket(0);
+    ok("connect", connect(fd, (struct sockaddr *)&peer, peer_len) == 0, "connect failed");
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    ok("getpeername", getpeername(fd, (struct sockaddr *)&ss, &sl) == 0 && sl == peer_len &&
+       port_of(&ss) == port, "not the peer");
+    sl = 2;
+    memset(&ss, 0, sizeof(ss));
+    ok("getsockname truncated", getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && sl == peer_len &&
+       ss.ss_family == peer.ss_family && port_of(&ss) == 0, "expected 2 bytes copied, the full length");
+    ok("connect again: EISCONN", connect(fd, (struct sockaddr *)&peer, peer_len) == -1 && errno == EISCONN,
+       "expected EISCONN");
+
+    /* --- data: plain, with flags, vectors --- */
+    char buf[256];
+    ok("send and recv", echo_round(fd, "hello"), "echo mismatch");
+    ok("send MSG_NOSIGNAL", send(fd, "peek!", 5, MSG_NOSIGNAL) == 5, "send failed");
+    struct pollfd p = { fd, POLLIN, 0 };
+    poll(&p, 1, 5000);
+    ssize_t r = recv(fd, buf, 5, MSG_PEEK | MSG_WAITALL);
+    ok("recv MSG_PEEK", r == 5 && memcmp(buf, "peek!", 5) == 0, "peek mismatch");
+    sl = sizeof(ss);
+    ss.ss_family = 12345;
+    r = recvfrom(fd, buf, 5, 0, (struct sockaddr *)&ss, &sl);
+    ok("recvfrom: no address", r == 5 && sl == 0 && memcmp(buf, "peek!", 5) == 0, "expected the data, addrlen 0");
+    ok("recv MSG_DONTWAIT: EAGAIN", recv(fd, buf, sizeof(buf), MSG_DONTWAIT) == -1 && errno == EAGAIN,
+       "expected EAGAIN");
+    struct iovec out[3] = { { "one ", 4 }, { "two ", 4 }, { "three", 5 } };
+    struct msghdr m = { .msg_iov = out, .msg_iovlen = 3 };
+    ok("sendmsg (3 iovecs)", sendmsg(fd, &m, 0) == 13, "sendmsg failed");
+    m.msg_name = &peer; /* ignored on a connected TCP socket */
+    m.msg_namelen = peer_len;
+    ok("sendmsg MSG_NOSIGNAL with an address", sendmsg(fd, &m, MSG_NOSIGNAL) == 13, "sendmsg failed");
+    char a[10], b[16];
+    struct iovec in[2] = { { a, sizeof(a) }, { b, sizeof(b) } };
+    char ctl[64];
+    struct msghdr mi = { .msg_name = &ss, .msg_namelen = sizeof(ss), .msg_iov = in, .msg_iovlen = 2,
+                         .msg_control = ctl, .msg_controllen = sizeof(ctl), .msg_flags = -1 };
+    r = recvmsg(fd, &mi, MSG_WAITALL);
+    ok("recvmsg MSG_WAITALL (2 iovecs)", r == 26 && memcmp(a, "one two th", 10) == 0 &&
+       memcmp(b, "reeone two three", 16) == 0 && mi.msg_namelen == 0 && mi.msg_controllen == 0 &&
+       mi.msg_flags == 0, "wrong data or msghdr");
+    ok("sendto with an address", sendto(fd, "xy", 2, 0, (struct sockaddr *)&peer, peer_len) == 2, "sendto failed");
+    ok("read the echo", read_n(fd, buf, 2) == 0 && memcmp(buf, "xy", 2) == 0, "echo mismatch");
+
+    /* --- options --- */
+    int one = 1, v = 0;
+    socklen_t vl = sizeof(v);
+    ok("setsockopt TCP_NODELAY", setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) == 0, "failed");
+    ok("getsockopt TCP_NODELAY", getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &v, &vl) == 0 && v == 1 &&
+       vl == sizeof(v), "not 1");
+    v = 0;
+    vl = sizeof(v);
+    ok("getsockopt TCP_MAXSEG", getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &v, &vl) == 0 && v > 0, "failed");
+    vl = sizeof(v);
+    ok("getsockopt SO_TYPE", getsockopt(fd, SOL_SOCKET, SO_TYPE, &v, &vl) == 0 && v == SOCK_STREAM, "not stream");
+    vl = sizeof(v);
+    ok("getsockopt SO_ERROR", getsockopt(fd, SOL_SOCKET, SO_ERROR, &v, &vl) == 0 && v == 0, "not 0");
+    int sz = 262144;
+    ok("setsockopt SO_SNDBUF", setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz)) == 0, "failed");
+
+    /* --- descriptors: dup2, fcntl, fork and exec --- */
+    ok("dup2 and send", dup2(fd, 100) == 100 && echo_round(100, "dup"), "failed");
+    close(100);
+    int d = fcntl(fd, F_DUPFD_CLOEXEC, 200);
+    ok("F_DUPFD_CLOEXEC and getpeername", d >= 200 && getpeername(d, (struct sockaddr *)&ss, &(socklen_t){ sizeof(ss) }) == 0,
+       "failed");
+    close(d);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char fdtext[16];
+        snprintf(fdtext, sizeof(fdtext), "%d", fd);
+        execl("/proc/self/exe", self, "--inherited", fdtext, (char *)NULL);
+        _exit(9);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ok("exec'd image uses the inherited socket", WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed");
+    ok("shutdown SHUT_WR, then EOF", shutdown(fd, SHUT_WR) == 0 && recv(fd, buf, sizeof(buf), 0) == 0,
+       "no EOF");
+    ok("close", close(fd) == 0, "close failed");
+
+    /* --- a non-blocking connect --- */
+    fd = tcp_socket(SOCK_NONBLOCK);
+    r = connect(fd, (struct sockaddr *)&peer, peer_len);
+    ok("non-blocking connect", r == 0 || errno == EINPROGRESS, "neither 0 nor EINPROGRESS");
+    p = (struct pollfd){ fd, POLLOUT, 0 };
+    vl = sizeof(v);
+    ok("poll POLLOUT, SO_ERROR 0", poll(&p, 1, 10000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &v, &vl) == 0 &&
+       v == 0, "not connected");
+    r = connect(fd, (struct sockaddr *)&peer, peer_len);
+    ok("connect after EINPROGRESS: 0 or EISCONN", r == 0 || errno == EISCONN, "failed");
+    ok("connect once more: EISCONN", connect(fd, (struct sockaddr *)&peer, peer_len) == -1 && errno == EISCONN,
+       "expected EISCONN");
+    p = (struct pollfd){ fd, POLLOUT, 0 };
+    poll(&p, 1, 5000);
+    ok("non-blocking echo", send(fd, "nb", 2, 0) == 2, "send failed");
+    p = (struct pollfd){ fd, POLLIN, 0 };
+    ok("poll POLLIN and read", poll(&p, 1, 5000) == 1 && read_n(fd, buf, 2) == 0, "no echo");
+    close(fd);
+
+    /* --- refused --- */
+    struct sockaddr_storage closed = peer;
+    set_port(&closed, port + 1);
+    fd = tcp_socket(0);
+    ok("connect refused", connect(fd, (struct sockaddr *)&closed, peer_len) == -1 && errno == ECONNREFUSED,
+       "expected ECONNREFUSED");
+    close(fd);
+    fd = tcp_socket(SOCK_NONBLOCK);
+    r = connect(fd, (struct sockaddr *)&closed, peer_len);
+    p = (struct pollfd){ fd, POLLOUT, 0 };
+    poll(&p, 1, 10000);
+    vl = sizeof(v);
+    v = 0;
+    ok("non-blocking connect refused: SO_ERROR", (r == 0 || errno == EINPROGRESS) &&
+       getsockopt(fd, SOL_SOCKET, SO_ERROR, &v, &vl) == 0 && v == ECONNREFUSED, "expected ECONNREFUSED");
+    close(fd);
+
+    /* --- the program closes the preload's context: the next connect still works --- */
+    int n = close_contexts();
+    fd = tcp_socket(0);
+    ok("connect after closing the context", connect(fd, (struct sockaddr *)&peer, peer_len) == 0 &&
+       echo_round(fd, "again"), "failed");
+    close(fd);
+    printf("sockcheck: closed %d context descriptor(s)\n", n);
+
+    /* --- a listener: accept with a short address buffer (a connection to itself) --- */
+    int l = tcp_socket(0);
+    struct sockaddr_storage any = { .ss_family = peer.ss_family };
+    ok("bind and listen", bind(l, (struct sockaddr *)&any, peer_len) == 0 && listen(l, 4) == 0, "failed");
+    sl = sizeof(ss);
+    ok("getsockname of the listener", getsockname(l, (struct sockaddr *)&ss, &sl) == 0 && port_of(&ss) != 0,
+       "no port");
+    int lport = port_of(&ss);
+    struct sockaddr_storage loop = { .ss_family = peer.ss_family };
+    if (peer.ss_family == AF_INET)
+        ((struct sockaddr_in *)&loop)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    else
+        ((struct sockaddr_in6 *)&loop)->sin6_addr = in6addr_loopback;
+    set_port(&loop, lport);
+    fd = tcp_socket(0);
+    ok("connect over loopback", connect(fd, (struct sockaddr *)&loop, peer_len) == 0, "failed");
+    sl = 2;
+    memset(&ss, 0, sizeof(ss));
+    int c = accept4(l, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
+    ok("accept4 truncated address", c >= 0 && sl == peer_len && ss.ss_family == peer.ss_family &&
+       port_of(&ss) == 0 && (fcntl(c, F_GETFD) & FD_CLOEXEC), "expected 2 bytes copied, the full length, cloexec");
+    ok("accepted connection carries data", send(fd, "loop", 4, 0) == 4 && read_n(c, buf, 4) == 0 &&
+       memcmp(buf, "loop", 4) == 0, "failed");
+    close(c);
+    close(fd);
+    close(l);
+
+    printf("sockcheck: %d checks, %d failed\n", checks, failed);
+    return failed ? 1 : 0;
+}
