@@ -1,0 +1,185 @@
+//! The preload library (`libqpip-preload.so`, docs/sockets.md) in a guest: unmodified
+//! socket programs over qpip sockets, against the lab host's Linux sockets.
+
+mod common;
+
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use common::{needs_root, Report};
+use qpip_lab::{netns, paths, unique_netns, LabHost, LabSpec, Network, QpipdLayout};
+
+/// Guest a: the qpip interface up, the lab host routed through it (not through virtio-net's
+/// routes to the same prefixes), then
+///  - `qpip-sockcheck` against the lab host's echo server (test/echo.py), each family: first
+///    on kernel sockets (the reference: every check must pass on Linux's own TCP), then
+///    under the preload, where every check must pass again, over qpip sockets;
+///  - Debian's iperf3 under `qpip-run` against the lab host's iperf3, both directions, and
+///    as a server the lab host's iperf3 connects to;
+///  - `qpip-run --disable`: the same iperf3 on kernel sockets (no qpip socket made).
+const SCRIPT: &str = r#"
+ND=
+for i in /sys/class/net/*; do
+    [ "$(basename "$(readlink -f "$i/device/driver" 2>/dev/null)")" = qpip ] && ND=${i##*/}
+done
+echo 0 > /proc/sys/net/ipv6/conf/$ND/accept_dad 2>/dev/null
+ip link set "$ND" up; kv up.status $?
+i=0; until [ "$(cat /sys/class/net/$ND/carrier 2>/dev/null)" = 1 ] || [ $i -ge 100 ]; do
+    i=$((i + 1)); sleep 0.1
+done
+i=0; until ip -6 addr show dev "$ND" | grep -q "inet6 $QPIP_DEV_ADDR/" || [ $i -ge 50 ]; do
+    i=$((i + 1)); sleep 0.1
+done
+ip route add $QPIP_HOST_ADDR4/32 dev $ND src $QPIP_DEV_ADDR4; kv route4.status $?
+ip -6 route add $QPIP_HOST_ADDR/128 dev $ND src $QPIP_DEV_ADDR; kv route6.status $?
+lab-extras >/tmp/extras 2>&1; kv extras.status $?
+# fails TAG FILE: the failed checks of a qpip-sockcheck output, on one line.
+fails() { kv $1.fails "$(grep FAIL "$2" | tr '\n' ';')"; kv $1.summary "$(tail -n 1 "$2")"; }
+await echo-up
+for f in 6 4; do
+    if [ $f = 6 ]; then H=$QPIP_HOST_ADDR; else H=$QPIP_HOST_ADDR4; fi
+    qpip-sockcheck $H 7000 >/tmp/ref$f 2>&1; kv ref$f.status $?; fails ref$f /tmp/ref$f
+    QPIP_PRELOAD_LOG=1 qpip-run --stats=/tmp/stats$f qpip-sockcheck $H 7000 >/tmp/pre$f 2>&1
+    kv pre$f.status $?; fails pre$f /tmp/pre$f
+    kv pre$f.qpip_connects "$(grep -c 'connect .* -> qpip' /tmp/pre$f)"
+    kv pre$f.stats "$(tr '\n' ';' < /tmp/stats$f)"
+done
+await iperf-up
+qpip-run -v --stats iperf3 -c $QPIP_HOST_ADDR -p 5299 -t 2 >/tmp/ip 2>&1; kv iperf.status $?
+kv iperf.qpip "$(grep -c 'connect .* -> qpip' /tmp/ip)"
+kv iperf.stats "$(grep 'stats prog=' /tmp/ip)"
+kv iperf.rate "$(grep receiver /tmp/ip | tail -1 | awk '{print $7, $8}')"
+qpip-run -v iperf3 -c $QPIP_HOST_ADDR4 -p 5299 -t 2 -R >/tmp/ipr 2>&1; kv iperf_r.status $?
+kv iperf_r.qpip "$(grep -c 'connect .* -> qpip' /tmp/ipr)"
+kv iperf_r.rate "$(grep receiver /tmp/ipr | tail -1 | awk '{print $7, $8}')"
+QPIP_PRELOAD_LOG=1 qpip-run --disable iperf3 -c $QPIP_HOST_ADDR -p 5299 -t 1 >/tmp/ipk 2>&1
+kv iperf_k.status $?
+kv iperf_k.lines "$(grep -c 'qpip-preload.*connect' /tmp/ipk)"
+qpip-run -v --stats iperf3 -s -1 -p 5300 >/tmp/ips 2>&1 &
+spid=$!
+i=0; until grep -q "listen .* -> " /tmp/ips || [ $i -ge 100 ]; do i=$((i + 1)); sleep 0.1; done
+touch /lab/guest-server-up
+wait $spid; kv server.status $?
+kv server.listen "$(grep -c 'listen .* -> qpip' /tmp/ips)"
+kv server.accept "$(grep -c 'accept .* -> qpip' /tmp/ips)"
+touch /lab/guest-done
+lab-wait host-done 300
+"#;
+
+/// What the lab host saw: its iperf3 client's exit status against the guest's server.
+struct HostView {
+    client_status: Result<i32, String>,
+}
+
+fn spawn_quiet(host: &LabHost, program: &str, args: &[&str]) -> Option<Child> {
+    host.command(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| eprintln!("the lab host cannot run {program}: {e}"))
+        .ok()
+}
+
+fn host_side(host: &LabHost) -> HostView {
+    let echo_py = paths::root().join("preload/test/echo.py");
+    let echo = spawn_quiet(host, "python3", &[echo_py.to_str().unwrap(), "::", "7000"]);
+    let iperf = spawn_quiet(host, "iperf3", &["-s", "-p", "5299"]);
+    std::thread::sleep(Duration::from_millis(700));
+    let _ = host.signal("echo-up");
+    let _ = host.signal("iperf-up");
+    let client_status = host
+        .wait_for("guest-server-up", Duration::from_secs(300))
+        .and_then(|_| {
+            std::thread::sleep(Duration::from_millis(300));
+            host.command("iperf3")
+                .args(["-c", &netns::device_addr(1), "-p", "5300", "-t", "2"])
+                .stdout(Stdio::null())
+                .status()
+                .map_err(|e| e.to_string())
+                .map(|s| s.code().unwrap_or(-1))
+        });
+    let _ = host.wait_for("guest-done", Duration::from_secs(300));
+    for mut c in [echo, iperf].into_iter().flatten() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let _ = host.signal("host-done");
+    HostView { client_status }
+}
+
+/// Socket programs under the preload library over qpip sockets: every call of
+/// `qpip-sockcheck` answers as on Linux's own TCP (both families; descriptors inherited
+/// across exec, the context closed by the program, non-blocking and refused connects, a
+/// listener's kernel-side connections), iperf3 as client both ways and as server, and
+/// `--disable` leaving every socket to the kernel.
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn socket_programs_run_over_qpip_sockets() {
+    needs_root!();
+    let guest = common::lab_guest("a", common::script("", SCRIPT), Duration::from_secs(420));
+    let spec = LabSpec {
+        guests: vec![guest],
+        network: Network::Lab(unique_netns("qpip-sockets")),
+        layout: QpipdLayout::Adapter,
+    };
+    let out = common::lab(&spec, host_side);
+    let a = Report::succeeded(&out.guests[0]);
+    let ctx = a.context();
+    a.statuses_zero("setup", &["up", "route4", "route6", "extras"]);
+    for f in ["6", "4"] {
+        assert_eq!(
+            a.get(&format!("ref{f}.status")),
+            "0",
+            "qpip-sockcheck on kernel sockets (IPv{f}): {}\n{ctx}",
+            a.get(&format!("ref{f}.fails"))
+        );
+        assert_eq!(
+            a.get(&format!("pre{f}.status")),
+            "0",
+            "qpip-sockcheck under the preload (IPv{f}): {}\n{ctx}",
+            a.get(&format!("pre{f}.fails"))
+        );
+        // Its connects to the lab host went over qpip sockets (the one to its own listener
+        // over loopback stays the kernel's).
+        assert!(
+            a.num(&format!("pre{f}.qpip_connects")) >= 4,
+            "IPv{f}: too few connects over qpip\n{ctx}"
+        );
+        assert!(
+            a.get(&format!("pre{f}.stats")).contains("rediscovered=1"),
+            "IPv{f}: the exec'd image did not find its qpip socket\n{ctx}"
+        );
+    }
+    for t in ["iperf", "iperf_r"] {
+        assert_eq!(a.get(&format!("{t}.status")), "0", "{t}\n{ctx}");
+        // iperf3's control connection and its data stream.
+        assert_eq!(
+            a.num(&format!("{t}.qpip")),
+            2,
+            "{t}: both connections over qpip\n{ctx}"
+        );
+    }
+    assert_eq!(a.get("iperf_k.status"), "0", "iperf3 with --disable\n{ctx}");
+    assert_eq!(a.num("iperf_k.lines"), 0, "--disable made decisions\n{ctx}");
+    assert_eq!(
+        a.get("server.status"),
+        "0",
+        "iperf3 -s under qpip-run\n{ctx}"
+    );
+    assert_eq!(
+        a.num("server.listen"),
+        1,
+        "the guest's iperf3 listened over qpip\n{ctx}"
+    );
+    assert_eq!(
+        a.num("server.accept"),
+        2,
+        "the lab host's connections came as qpip sockets\n{ctx}"
+    );
+    assert_eq!(
+        out.host.client_status,
+        Ok(0),
+        "the lab host's iperf3 against the guest's\n{ctx}"
+    );
+}
