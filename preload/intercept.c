@@ -420,7 +420,9 @@ static int do_connect(int fd, const struct sockaddr *addr, socklen_t len)
     }
     if (!addr || len < sizeof(sa_family_t) || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
         return real.connect(fd, addr, len);
-    if (!(st & FD_KERNEL_TCP)) {
+    /* The hint from socket() saves two getsockopt calls when the address is of the
+     * socket's family (else the kernel's answer, EAFNOSUPPORT or not, is what counts). */
+    if (!(st & FD_KERNEL_TCP) || !(st & FD_INET6) != (addr->sa_family == AF_INET)) {
         int t = kernel_tcp(fd, addr->sa_family);
         if (t < 0 && errno == ENOTSOCK && rediscover(fd)) {
             int r = q_reconnect(fd);
@@ -602,7 +604,7 @@ QP_EXPORT int socket(int domain, int type, int protocol)
         int tcp = (domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM &&
                   (protocol == 0 || protocol == IPPROTO_TCP);
         /* A new descriptor: whatever the table said about its number is stale. */
-        fdt_set(fd, tcp ? FD_KERNEL_TCP : 0);
+        fdt_set(fd, tcp ? FD_KERNEL_TCP | (domain == AF_INET6 ? FD_INET6 : 0) : 0);
     }
     return fd;
 }

@@ -33,6 +33,7 @@
 #define FD_KERNEL_TCP  0x02u /* made by socket(AF_INET/AF_INET6, SOCK_STREAM, TCP) */
 #define FD_CONNECTING  0x04u /* qpip: connect said EINPROGRESS/EINTR; the next connect that
                                 finds it connected returns 0 (as Linux), later ones EISCONN */
+#define FD_INET6       0x08u /* with FD_KERNEL_TCP: the socket is AF_INET6 (else AF_INET) */
 
 unsigned fdt_get(int fd);
 void fdt_set(int fd, unsigned bits);
