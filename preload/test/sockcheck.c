@@ -8,7 +8,8 @@
  *
  * Prints "sockcheck: ok NAME" per check, "sockcheck: FAIL NAME: why" per failure, then
  * "sockcheck: N checks, M failed"; exit status 1 if any failed. (The exec check runs this
- * program again as "qpip-sockcheck --inherited FD".) */
+ * program again as "qpip-sockcheck --inherited FD"; the descriptor-passing check sends the
+ * socket over a Unix socket to a forked child.) */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -121,6 +122,44 @@ static int inherited(int fd)
     return echo_round(fd, "from the exec'd image") ? 0 : 4;
 }
 
+/* Sends FD over the Unix socket U (SCM_RIGHTS). */
+static int send_fd(int u, int fd)
+{
+    char c = 'f';
+    struct iovec iov = { &c, 1 };
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    return sendmsg(u, &m, 0) == 1 ? 0 : -1;
+}
+
+/* Receives a descriptor sent by send_fd, or -1. */
+static int recv_fd(int u)
+{
+    char c;
+    struct iovec iov = { &c, 1 };
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+    if (recvmsg(u, &m, 0) != 1)
+        return -1;
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    if (!cm || cm->cmsg_type != SCM_RIGHTS)
+        return -1;
+    int fd;
+    memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+    return fd;
+}
+
 int main(int argc, char **argv)
 {
     self = argv[0];
@@ -219,6 +258,21 @@ int main(int argc, char **argv)
     int st = 0;
     waitpid(pid, &st, 0);
     ok("exec'd image uses the inherited socket", WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed");
+    /* Passed over a Unix socket to a child, which gets it as a new descriptor number. */
+    int sv[2];
+    socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+    pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        int got = recv_fd(sv[1]);
+        _exit(got < 0 ? 5 : inherited(got));
+    }
+    close(sv[1]);
+    int sent = send_fd(sv[0], fd);
+    waitpid(pid, &st, 0);
+    close(sv[0]);
+    ok("descriptor passed over a Unix socket", sent == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+       "child failed");
     ok("shutdown SHUT_WR, then EOF", shutdown(fd, SHUT_WR) == 0 && recv(fd, buf, sizeof(buf), 0) == 0,
        "no EOF");
     ok("close", close(fd) == 0, "close failed");
