@@ -115,15 +115,17 @@ static int ctx_open(const char **why)
     int fd = open(qp_device_path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
         int err = errno;
-        /* Out of descriptors is the program's moment, not the device's absence: try again
-         * on the next connect. Anything else: no device for this process. */
-        if (err == EMFILE || err == ENFILE || err == ENOMEM || err == EINTR) {
-            *why = "cannot open the device now (out of descriptors or memory)";
-            return -1;
+        /* No device file, or not one this process may open: no device for the process's
+         * lifetime. Anything else (out of descriptors, the device's contexts all taken,
+         * a signal) is the moment's: the next connect or listen tries again. */
+        if (err == ENOENT || err == ENOTDIR || err == ENODEV || err == ENXIO || err == EACCES ||
+            err == EPERM) {
+            ctx_why = err == ENOENT ? "no device" : "cannot open the device";
+            atomic_store(&ctx_state, CTX_NO_DEVICE);
+            *why = ctx_why;
+        } else {
+            *why = "cannot open the device now (out of descriptors or contexts)";
         }
-        ctx_why = err == ENOENT ? "no device" : "cannot open the device";
-        atomic_store(&ctx_state, CTX_NO_DEVICE);
-        *why = ctx_why;
         return -1;
     }
     struct qpip_query_device q;
