@@ -9,8 +9,7 @@ use std::time::Duration;
 use common::{needs_root, Report};
 use qpip_lab::{netns, paths, unique_netns, LabHost, LabSpec, Network, QpipdLayout};
 
-/// Guest a: the qpip interface up, the lab host routed through it (not through virtio-net's
-/// routes to the same prefixes), then
+/// Guest a: the lab host routed through the qpip interface (lab-qpip-net), then
 ///  - `qpip-sockcheck` against the lab host's echo server (test/echo.py), each family: first
 ///    on kernel sockets (the reference: every check must pass on Linux's own TCP), then
 ///    under the preload, where every check must pass again, over qpip sockets;
@@ -18,20 +17,7 @@ use qpip_lab::{netns, paths, unique_netns, LabHost, LabSpec, Network, QpipdLayou
 ///    streams, a thread each, one way), and as a server the lab host's iperf3 connects to;
 ///  - `qpip-run --disable`: the same iperf3 on kernel sockets (no qpip socket made).
 const SCRIPT: &str = r#"
-ND=
-for i in /sys/class/net/*; do
-    [ "$(basename "$(readlink -f "$i/device/driver" 2>/dev/null)")" = qpip ] && ND=${i##*/}
-done
-echo 0 > /proc/sys/net/ipv6/conf/$ND/accept_dad 2>/dev/null
-ip link set "$ND" up; kv up.status $?
-i=0; until [ "$(cat /sys/class/net/$ND/carrier 2>/dev/null)" = 1 ] || [ $i -ge 100 ]; do
-    i=$((i + 1)); sleep 0.1
-done
-i=0; until ip -6 addr show dev "$ND" | grep -q "inet6 $QPIP_DEV_ADDR/" || [ $i -ge 50 ]; do
-    i=$((i + 1)); sleep 0.1
-done
-ip route add $QPIP_HOST_ADDR4/32 dev $ND src $QPIP_DEV_ADDR4; kv route4.status $?
-ip -6 route add $QPIP_HOST_ADDR/128 dev $ND src $QPIP_DEV_ADDR; kv route6.status $?
+lab-qpip-net >/tmp/net 2>&1; kv net.status $?
 lab-extras >/tmp/extras 2>&1; kv extras.status $?
 # fails TAG FILE: the failed checks of a qpip-sockcheck output, on one line.
 fails() { kv $1.fails "$(grep FAIL "$2" | tr '\n' ';')"; kv $1.summary "$(tail -n 1 "$2")"; }
@@ -128,7 +114,7 @@ fn socket_programs_run_over_qpip_sockets() {
     let out = common::lab(&spec, host_side);
     let a = Report::succeeded(&out.guests[0]);
     let ctx = a.context();
-    a.statuses_zero("setup", &["up", "route4", "route6", "extras"]);
+    a.statuses_zero("setup", &["net", "extras"]);
     for f in ["6", "4"] {
         assert_eq!(
             a.get(&format!("ref{f}.status")),
