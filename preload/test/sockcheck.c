@@ -305,12 +305,16 @@ int main(int argc, char **argv)
     close(fd);
     fd = tcp_socket(SOCK_NONBLOCK);
     r = connect(fd, (struct sockaddr *)&closed, peer_len);
+    int cerr = r == 0 ? 0 : errno;
     p = (struct pollfd){ fd, POLLOUT, 0 };
-    poll(&p, 1, 10000);
+    int pr = poll(&p, 1, 10000);
     vl = sizeof(v);
     v = 0;
-    ok("non-blocking connect refused: SO_ERROR", (r == 0 || errno == EINPROGRESS) &&
-       getsockopt(fd, SOL_SOCKET, SO_ERROR, &v, &vl) == 0 && v == ECONNREFUSED, "expected ECONNREFUSED");
+    int gr = getsockopt(fd, SOL_SOCKET, SO_ERROR, &v, &vl);
+    char why[160];
+    snprintf(why, sizeof(why), "connect %s, poll %d (revents %#x), SO_ERROR %s (getsockopt %d); expected ECONNREFUSED",
+             cerr ? strerrorname_np(cerr) : "0", pr, (unsigned)p.revents, v ? strerrorname_np(v) : "0", gr);
+    ok("non-blocking connect refused: SO_ERROR", (r == 0 || cerr == EINPROGRESS) && gr == 0 && v == ECONNREFUSED, why);
     close(fd);
 
     /* --- the program closes the preload's context: the next connect still works --- */
