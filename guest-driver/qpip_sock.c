@@ -394,7 +394,12 @@ bool qpip_sock_sync(struct qpip_sock *sk)
 			sk->peer_port = sk->cb_peer_port;
 		}
 	}
-	if (test_and_clear_bit(QPIP_SOCK_EV_ERROR, &sk->flags_ev)) {
+	/*
+	 * While connecting, the QP's error is the connection's failure, which the CONNECT's
+	 * completion reports with its reason (refused, timed out): that one says it.
+	 */
+	if (sk->state != QPIP_SOCK_CONNECTING &&
+	    test_and_clear_bit(QPIP_SOCK_EV_ERROR, &sk->flags_ev)) {
 		changed = true;
 		if (!sk->err)
 			sk->err = sk->async_status;
@@ -507,9 +512,8 @@ static void qpip_sock_connect_done(struct qpip_cmd *c)
  */
 static void qpip_sock_accept_done(struct qpip_cmd *c)
 {
-	struct qpip_sock *sk = c->owner, *l = sk->parent;
+	struct qpip_sock *sk = c->owner, *l = sk->parent, *to = NULL, *s;
 	unsigned long flags;
-	bool taken = false;
 
 	spin_lock_irqsave(&l->qlock, flags);
 	list_del_init(&sk->node);
@@ -518,12 +522,23 @@ static void qpip_sock_accept_done(struct qpip_cmd *c)
 		memcpy(sk->cb_peer, c->event.peer_addr, sizeof(sk->cb_peer));
 		sk->cb_peer_port = c->event.peer_port;
 		set_bit(QPIP_SOCK_EV_CONNECTED, &sk->flags_ev);
-		list_add_tail(&sk->node, &l->ready);
-		taken = true;
+		/* The sibling's family goes to the sibling (who unlinks under our lock). */
+		to = l;
+		s = l->sibling;
+		if (s && !qpip_sock_takes(l, sk->cb_peer) && qpip_sock_takes(s, sk->cb_peer)) {
+			spin_lock_nested(&s->qlock, SINGLE_DEPTH_NESTING);
+			if (!s->closing) {
+				list_add_tail(&sk->node, &s->ready);
+				to = s;
+			}
+			spin_unlock(&s->qlock);
+		}
+		if (to == l)
+			list_add_tail(&sk->node, &l->ready);
 	}
 	spin_unlock_irqrestore(&l->qlock, flags);
-	if (taken) {
-		qpip_sock_note(l, QPIP_SOCK_EV_ACCEPT);
+	if (to) {
+		qpip_sock_note(to, QPIP_SOCK_EV_ACCEPT);
 	} else {
 		/* The offer's reference goes to the close work, which destroys it. */
 		sk->close_deadline = jiffies;
@@ -532,6 +547,20 @@ static void qpip_sock_accept_done(struct qpip_cmd *c)
 	}
 	kfree(c);
 	qpip_sock_put(sk);
+}
+
+/*
+ * Whether listener @l can take a connection from @peer (any context: reads only what is
+ * set before the listener is): an AF_INET one only IPv4 peers, an IPv6-only one only
+ * IPv6 peers. The device listens on every address of the port, for both families.
+ */
+bool qpip_sock_takes(struct qpip_sock *l, const u8 *peer)
+{
+	bool v4 = ipv6_addr_v4mapped((const struct in6_addr *)peer);
+
+	if (l->family == AF_INET)
+		return v4;
+	return !v4 || !l->v6only;
 }
 
 /* CLOSE completed: nothing waits for it (the close work waits for the sends). */
@@ -606,7 +635,7 @@ int qpip_sock_wait(struct qpip_sock *sk, bool (*ready)(struct qpip_sock *sk), lo
 		qpip_sock_arm(sk);
 		/* A completion written before the arm was seen raises no interrupt. */
 		qpip_sock_reap(sk);
-		if (ready(sk) || READ_ONCE(sk->flags_ev))
+		if (ready(sk) || qpip_sock_sync(sk))
 			continue;
 		mutex_unlock(&sk->lock);
 		*timeo = wait_woken(&wait, TASK_INTERRUPTIBLE, *timeo);
@@ -704,18 +733,37 @@ static void qpip_sock_close_listener(struct qpip_sock *l)
 	unsigned long flags;
 	LIST_HEAD(ready);
 
+	if (l->primary) {
+		/* No more connections come our way once the primary's lock is let go. */
+		spin_lock_irqsave(&l->primary->qlock, flags);
+		l->primary->sibling = NULL;
+		spin_unlock_irqrestore(&l->primary->qlock, flags);
+	}
 	spin_lock_irqsave(&l->qlock, flags);
 	l->closing = true;
 	list_splice_init(&l->ready, &ready);
 	spin_unlock_irqrestore(&l->qlock, flags);
 	/* Destroying the listener cancels the offers: each ends in qpip_sock_accept_done. */
 	qpip_sock_destroy(l);
+	/*
+	 * The port is free again at once, as when a kernel socket stops listening (a server
+	 * restarting on it must not find it taken): the offers still ending need none of it.
+	 */
+	if (l->ksock_file) {
+		fput(l->ksock_file);
+		l->ksock_file = NULL;
+		l->ksock = NULL;
+	}
 	list_for_each_entry_safe(sk, tmp, &ready, node) {
 		list_del_init(&sk->node);
 		mutex_lock(&sk->lock);
 		qpip_sock_destroy(sk);
 		mutex_unlock(&sk->lock);
 		qpip_sock_put(sk);
+	}
+	if (l->primary) {
+		qpip_sock_put(l->primary);
+		l->primary = NULL;
 	}
 }
 
@@ -1111,6 +1159,39 @@ fail:
 	}
 }
 
+/*
+ * Makes @l the sibling of a listener of the same context on its port whose family is the
+ * other one (neither takes what the other does): true if there is one without a sibling.
+ */
+static bool qpip_sock_pair(struct qpip_sock *l)
+{
+	static const u8 v4[16] = { [10] = 0xff, [11] = 0xff, [12] = 1 };
+	static const u8 v6[16] = { 0xfd };
+	struct qpip_sock *p, *found = NULL;
+	unsigned long idx, flags;
+
+	xa_lock_irqsave(&l->ctx->socks, flags);
+	xa_for_each(&l->ctx->socks, idx, p) {
+		if (!(idx & QPIP_SOCK_LISTENER_KEY) || p->local_port != l->local_port ||
+		    p->closing || p->sibling || p->primary)
+			continue;
+		if (qpip_sock_takes(p, v4) != qpip_sock_takes(l, v4) &&
+		    qpip_sock_takes(p, v6) != qpip_sock_takes(l, v6)) {
+			found = p;
+			break;
+		}
+	}
+	if (found) {
+		kref_get(&found->ref);
+		spin_lock(&found->qlock);
+		found->sibling = l;
+		spin_unlock(&found->qlock);
+		l->primary = found;
+	}
+	xa_unlock_irqrestore(&l->ctx->socks, flags);
+	return found;
+}
+
 /* As qpip_sock_connect, for a listener: takes the caller's reference to @sock. */
 static int qpip_sock_listen(struct qpip_ctx *ctx, struct file *ctx_file, struct socket *sock,
 			    struct qpip_sock_listen *a)
@@ -1163,6 +1244,7 @@ static int qpip_sock_listen(struct qpip_ctx *ctx, struct file *ctx_file, struct 
 	l->ksock_file = sock->file;
 	memcpy(l->local_addr, local, 16);
 	l->local_port = port;
+	l->v6only = ksk->sk_family == AF_INET6 && ksk->sk_ipv6only;
 	ret = qpip_quota_charge(ctx, QPIP_QUOTA_LISTENERS, 1);
 	if (!ret) {
 		ret = -ENODEV;
@@ -1174,6 +1256,11 @@ static int qpip_sock_listen(struct qpip_ctx *ctx, struct file *ctx_file, struct 
 		}
 		if (ret)
 			qpip_quota_uncharge(ctx->user, QPIP_QUOTA_LISTENERS, 1);
+	}
+	if (ret == -EADDRINUSE && qpip_sock_pair(l)) {
+		/* The other family's listener on the port has the device's: share it. */
+		l->state = QPIP_SOCK_LISTENING;
+		goto file;
 	}
 	if (ret == -EADDRINUSE)
 		a->declined = QPIP_SOCK_DECLINE_PORT;
@@ -1191,7 +1278,7 @@ static int qpip_sock_listen(struct qpip_ctx *ctx, struct file *ctx_file, struct 
 	mutex_lock(&l->lock);
 	qpip_sock_offer(l);
 	mutex_unlock(&l->lock);
-
+file:
 	f = qpip_sock_file(l, sock->file->f_flags);
 	if (IS_ERR(f)) {
 		ret = PTR_ERR(f);

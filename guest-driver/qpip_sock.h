@@ -95,6 +95,7 @@ struct qpip_sock {
 	u16 cb_peer_port;
 	int async_status;		/* why the QP went to the error state, -errno */
 	bool closing;			/* a listener whose file is gone: no more connections */
+	bool v6only;			/* a listener's kernel socket is IPV6_V6ONLY */
 
 	u8 local_addr[16];		/* IPv4 ones IPv4-mapped, as the device names them */
 	u16 local_port;
@@ -141,6 +142,14 @@ struct qpip_sock {
 	struct list_head offers;	/* sockets offered to the device (ACCEPT pending) */
 	unsigned int noffers;
 	struct qpip_sock *parent;	/* the listener an offered socket was made for */
+	/*
+	 * Two listeners on one port, one per family (an IPv6-only socket beside an IPv4 one,
+	 * as nginx's "listen 80; listen [::]:80" makes): the device has one listener per
+	 * port, the first's; the second is its @sibling (a weak pointer, under @qlock) and
+	 * takes the connections of its family. The sibling holds its @primary.
+	 */
+	struct qpip_sock *sibling;
+	struct qpip_sock *primary;
 
 	/* Closing after the file is gone: waits for the sends, then frees the objects. */
 	struct delayed_work close_work;
@@ -158,6 +167,7 @@ struct file *qpip_sock_file(struct qpip_sock *sk, unsigned int flags);
 void qpip_sock_put(struct qpip_sock *sk);
 void qpip_sock_orphan(struct qpip_sock *sk);
 void qpip_sock_offer(struct qpip_sock *l);
+bool qpip_sock_takes(struct qpip_sock *l, const u8 *peer);
 void qpip_sock_destroy(struct qpip_sock *sk);
 bool qpip_sock_device(struct qpip_sock *sk);
 void qpip_sock_device_end(struct qpip_sock *sk);

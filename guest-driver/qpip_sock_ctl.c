@@ -216,15 +216,13 @@ static int qpip_sock_accept_kernel(struct qpip_sock *l, struct socket *ns,
  */
 static bool qpip_sock_family_ok(struct qpip_sock *l, struct qpip_sock *sk)
 {
-	bool v4;
+	bool ok;
 
 	mutex_lock(&sk->lock);
 	qpip_sock_sync(sk);
-	v4 = ipv6_addr_v4mapped((struct in6_addr *)sk->peer_addr);
+	ok = qpip_sock_takes(l, sk->peer_addr);
 	mutex_unlock(&sk->lock);
-	if (l->family == AF_INET)
-		return v4;
-	return !v4 || !l->ksock->sk->sk_ipv6only;
+	return ok;
 }
 
 static int qpip_sock_accept(struct file *filp, struct qpip_sock *l, struct qpip_sock_accept *a)
@@ -249,9 +247,15 @@ static int qpip_sock_accept(struct file *filp, struct qpip_sock *l, struct qpip_
 		mutex_lock(&l->lock);
 		qpip_sock_sync(l);
 		sk = qpip_sock_take_ready(l);
-		if (sk)
+		if (sk && !l->primary)
 			qpip_sock_offer(l);	/* one taken: offer another */
 		mutex_unlock(&l->lock);
+		if (sk && l->primary) {
+			/* A sibling's connections come from its primary's offers. */
+			mutex_lock(&l->primary->lock);
+			qpip_sock_offer(l->primary);
+			mutex_unlock(&l->primary->lock);
+		}
 		if (sk && !qpip_sock_family_ok(l, sk)) {
 			/* A peer the listener's family cannot name: reset, as Linux never sees it. */
 			mutex_lock(&sk->lock);
@@ -286,7 +290,8 @@ static int qpip_sock_accept(struct file *filp, struct qpip_sock *l, struct qpip_
 
 /* ---- send and receive with flags ---- */
 
-#define QPIP_SEND_FLAGS	(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE | MSG_EOR | MSG_WAITALL)
+/* What the data path acts on; TCP ignores the other flags, and so does a qpip socket. */
+#define QPIP_SEND_FLAGS	(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE)
 #define QPIP_RECV_FLAGS	(MSG_DONTWAIT | MSG_PEEK | MSG_WAITALL | MSG_TRUNC)
 
 static int qpip_sock_msg(struct file *filp, struct qpip_sock *sk, struct qpip_sock_msg *a,
@@ -297,10 +302,12 @@ static int qpip_sock_msg(struct file *filp, struct qpip_sock *sk, struct qpip_so
 	struct iov_iter it;
 	ssize_t ret;
 
-	if ((a->flags & MSG_OOB) && !send)
+	/* No urgent data; no error queue (timestamps, zerocopy notices) to read. */
+	if (a->flags & MSG_OOB)
 		return -EOPNOTSUPP;
-	if (a->flags & ~(send ? QPIP_SEND_FLAGS : QPIP_RECV_FLAGS))
-		return a->flags & MSG_OOB ? -EOPNOTSUPP : -EINVAL;
+	if (!send && (a->flags & MSG_ERRQUEUE))
+		return -EAGAIN;
+	a->flags &= send ? QPIP_SEND_FLAGS : QPIP_RECV_FLAGS;
 	ret = import_iovec(send ? ITER_SOURCE : ITER_DEST, u64_to_user_ptr(a->iov), a->iov_len,
 			   UIO_FASTIOV, &iov, &it);
 	if (ret < 0)
@@ -399,7 +406,11 @@ static int qpip_sock_own_opt(struct qpip_sock *sk, int level, int name, void *va
 	return 1;
 }
 
-static int qpip_sock_opt(struct qpip_sock *sk, struct qpip_sock_opt *a)
+/*
+ * @ulen is the caller's own optlen field (in its struct qpip_sock_opt): the protocols'
+ * getsockopt takes the value and its length from user memory alike.
+ */
+static int qpip_sock_opt(struct qpip_sock *sk, struct qpip_sock_opt *a, u32 __user *ulen)
 {
 	void __user *uval = u64_to_user_ptr(a->optval);
 	u8 val[sizeof(struct tcp_info)];
@@ -437,9 +448,11 @@ static int qpip_sock_opt(struct qpip_sock *sk, struct qpip_sock_opt *a)
 		a->optlen = len;
 		return 0;
 	}
-	len = a->optlen;
 	ret = do_sock_getsockopt(sk->ksock, false, a->level, a->name, USER_SOCKPTR(uval),
-				 KERNEL_SOCKPTR(&len));
+				 USER_SOCKPTR(ulen));
+	/* The length written back with the rest of the structure is the one it wrote. */
+	if (!ret && get_user(len, ulen))
+		ret = -EFAULT;
 	if (!ret)
 		a->optlen = len;
 	return ret;
@@ -476,7 +489,8 @@ out:
 
 /* Runs @fn on the size-versioned argument at @uarg of @size (first version @v1). */
 static long qpip_sock_arg(struct file *filp, void __user *uarg, size_t size, u32 v1,
-			  int (*fn)(struct file *filp, struct qpip_sock *sk, void *arg))
+			  int (*fn)(struct file *filp, struct qpip_sock *sk, void *arg,
+				    void __user *uarg))
 {
 	u8 karg[sizeof(struct qpip_sock_accept)] __aligned(8);
 	int usize, ret;
@@ -487,38 +501,44 @@ static long qpip_sock_arg(struct file *filp, void __user *uarg, size_t size, u32
 	usize = qpip_get_arg(karg, size, v1, uarg);
 	if (usize < 0)
 		return usize;
-	ret = fn(filp, filp->private_data, karg);
+	ret = fn(filp, filp->private_data, karg, uarg);
 	if (!ret && copy_to_user(uarg, karg, min_t(size_t, size, usize)))
 		ret = -EFAULT;
 	return ret;
 }
 
-static int qpip_sock_do_accept(struct file *filp, struct qpip_sock *sk, void *arg)
+static int qpip_sock_do_accept(struct file *filp, struct qpip_sock *sk, void *arg,
+			     void __user *uarg)
 {
 	return qpip_sock_accept(filp, sk, arg);
 }
 
-static int qpip_sock_do_send(struct file *filp, struct qpip_sock *sk, void *arg)
+static int qpip_sock_do_send(struct file *filp, struct qpip_sock *sk, void *arg,
+			     void __user *uarg)
 {
 	return qpip_sock_msg(filp, sk, arg, true);
 }
 
-static int qpip_sock_do_recv(struct file *filp, struct qpip_sock *sk, void *arg)
+static int qpip_sock_do_recv(struct file *filp, struct qpip_sock *sk, void *arg,
+			     void __user *uarg)
 {
 	return qpip_sock_msg(filp, sk, arg, false);
 }
 
-static int qpip_sock_do_name(struct file *filp, struct qpip_sock *sk, void *arg)
+static int qpip_sock_do_name(struct file *filp, struct qpip_sock *sk, void *arg,
+			     void __user *uarg)
 {
 	return qpip_sock_name(sk, arg);
 }
 
-static int qpip_sock_do_opt(struct file *filp, struct qpip_sock *sk, void *arg)
+static int qpip_sock_do_opt(struct file *filp, struct qpip_sock *sk, void *arg,
+			    void __user *uarg)
 {
-	return qpip_sock_opt(sk, arg);
+	return qpip_sock_opt(sk, arg, &((struct qpip_sock_opt __user *)uarg)->optlen);
 }
 
-static int qpip_sock_do_shutdown(struct file *filp, struct qpip_sock *sk, void *arg)
+static int qpip_sock_do_shutdown(struct file *filp, struct qpip_sock *sk, void *arg,
+			     void __user *uarg)
 {
 	return qpip_sock_shutdown(sk, arg);
 }

@@ -401,9 +401,26 @@ static size_t qpip_sock_copy_out(struct qpip_sock *sk, struct iov_iter *to, size
 	return done;
 }
 
-/* Receives into @to (mutex held): bytes received, 0 at the end of the stream, or -errno. */
+static ssize_t qpip_sock_recv_once(struct qpip_sock *sk, struct iov_iter *to,
+				   unsigned int flags, bool nonblock);
+
+/*
+ * Receives into @to (mutex held): bytes received, 0 at the end of the stream, or -errno.
+ * Leaves the CQ armed: an edge-triggered epoll hears of the next bytes only from the
+ * interrupt they bring, also after a read that left some unread.
+ */
 ssize_t qpip_sock_recv(struct qpip_sock *sk, struct iov_iter *to, unsigned int flags,
 		       bool nonblock)
+{
+	ssize_t ret = qpip_sock_recv_once(sk, to, flags, nonblock);
+
+	if (sk->state == QPIP_SOCK_CONNECTED && !sk->rx_eof && !sk->dead)
+		qpip_sock_arm(sk);
+	return ret;
+}
+
+static ssize_t qpip_sock_recv_once(struct qpip_sock *sk, struct iov_iter *to,
+				   unsigned int flags, bool nonblock)
 {
 	long timeo = nonblock || (flags & MSG_DONTWAIT) ? 0 :
 		     (sk->ksock ? sock_rcvtimeo(sk->ksock->sk, false) : MAX_SCHEDULE_TIMEOUT);

@@ -631,9 +631,10 @@ pub struct SockConnect {
     /// Out: the new file's descriptor, close-on-exec (the caller moves it onto `fd` with
     /// `dup3`), or -1 when declined.
     pub new_fd: i32,
-    /// Out: 0 when connected, `EINPROGRESS` when the connection is still being set up (the
-    /// kernel socket was non-blocking, or a signal came): `poll` says when, `SO_ERROR` how.
-    /// A blocking connect that fails returns its errno from the ioctl and no file.
+    /// Out: 0 when connected; else the errno `connect` gives while the connection is still
+    /// being set up: `EINPROGRESS` (the kernel socket was non-blocking, or `SO_SNDTIMEO`
+    /// ran out), `EINTR` (a signal came). `poll` says when it is, `SO_ERROR` how. A
+    /// blocking connect that fails returns its errno from the ioctl and no file.
     pub status: i32,
     /// Out: 0, or why the device does not carry this connection (`SOCK_DECLINE_*`).
     pub declined: u32,

@@ -981,9 +981,10 @@ struct qpip_sock_connect {
    */
   __s32 new_fd;
   /*
-   Out: 0 when connected, `EINPROGRESS` when the connection is still being set up (the
-   kernel socket was non-blocking, or a signal came): `poll` says when, `SO_ERROR` how.
-   A blocking connect that fails returns its errno from the ioctl and no file.
+   Out: 0 when connected; else the errno `connect` gives while the connection is still
+   being set up: `EINPROGRESS` (the kernel socket was non-blocking, or `SO_SNDTIMEO`
+   ran out), `EINTR` (a signal came). `poll` says when it is, `SO_ERROR` how. A
+   blocking connect that fails returns its errno from the ioctl and no file.
    */
   __s32 status;
   /*
