@@ -669,9 +669,8 @@ static __poll_t qpip_sock_poll(struct file *filp, struct poll_table_struct *pt)
 	qpip_sock_sync(sk);
 	qpip_sock_reap(sk);
 	mask = qpip_sock_data_mask(sk);
-	/* Not all it could be: the next completion must interrupt. */
-	if ((mask & (EPOLLIN | EPOLLOUT)) != (EPOLLIN | EPOLLOUT) && !sk->dead)
-		qpip_sock_arm(sk);
+	/* poll_wait put the caller on the queue: the next completion must wake it. */
+	qpip_sock_rearm(sk);
 	mutex_unlock(&sk->lock);
 	return mask;
 }

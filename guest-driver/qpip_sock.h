@@ -182,6 +182,7 @@ extern const struct file_operations qpip_sock_fops;
 int qpip_sock_io_init(struct qpip_sock *sk);
 void qpip_sock_reap(struct qpip_sock *sk);
 void qpip_sock_arm(struct qpip_sock *sk);
+void qpip_sock_rearm(struct qpip_sock *sk);
 __poll_t qpip_sock_data_mask(struct qpip_sock *sk);
 ssize_t qpip_sock_send(struct qpip_sock *sk, struct iov_iter *from, unsigned int flags,
 		       bool nonblock);

@@ -208,6 +208,19 @@ eof:
 		sk->rx_eof = true;
 }
 
+/*
+ * Keeps the CQ armed while anyone listens (mutex held): an epoll set holds an entry on the
+ * socket's wait queue for as long as the socket is in it, and an edge-triggered one hears
+ * of new bytes only from the wake-up their interrupt brings — also after a call that
+ * left bytes unread, or a write. A program that only reads and writes, blocking, has no
+ * entry there between calls and takes no interrupt it does not wait for.
+ */
+void qpip_sock_rearm(struct qpip_sock *sk)
+{
+	if (sk->state == QPIP_SOCK_CONNECTED && !sk->dead && waitqueue_active(&sk->wait))
+		qpip_sock_arm(sk);
+}
+
 /* Arms the CQ: one interrupt for the next completion. Arming needs no kick. */
 void qpip_sock_arm(struct qpip_sock *sk)
 {
@@ -351,6 +364,7 @@ ssize_t qpip_sock_send(struct qpip_sock *sk, struct iov_iter *from, unsigned int
 		if (ret)
 			return done ? done : ret;
 	}
+	qpip_sock_rearm(sk);
 	return done;
 
 fault:
@@ -404,18 +418,13 @@ static size_t qpip_sock_copy_out(struct qpip_sock *sk, struct iov_iter *to, size
 static ssize_t qpip_sock_recv_once(struct qpip_sock *sk, struct iov_iter *to,
 				   unsigned int flags, bool nonblock);
 
-/*
- * Receives into @to (mutex held): bytes received, 0 at the end of the stream, or -errno.
- * Leaves the CQ armed: an edge-triggered epoll hears of the next bytes only from the
- * interrupt they bring, also after a read that left some unread.
- */
+/* Receives into @to (mutex held): bytes received, 0 at the end of the stream, or -errno. */
 ssize_t qpip_sock_recv(struct qpip_sock *sk, struct iov_iter *to, unsigned int flags,
 		       bool nonblock)
 {
 	ssize_t ret = qpip_sock_recv_once(sk, to, flags, nonblock);
 
-	if (sk->state == QPIP_SOCK_CONNECTED && !sk->rx_eof && !sk->dead)
-		qpip_sock_arm(sk);
+	qpip_sock_rearm(sk);
 	return ret;
 }
 
