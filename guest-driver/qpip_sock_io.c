@@ -134,10 +134,14 @@ static bool qpip_sock_cqe_written(struct qpip_sock *sk, u32 idx)
 	return (READ_ONCE(e->owner) & 1) == phase;
 }
 
-/* A completion of the QP in error: the connection is over; the error comes as an event. */
+/*
+ * A completion of the QP in error: the connection is over; why comes as an event. Not
+ * while connecting: a refused or timed-out connect flushes the WRs too, and its own
+ * completion says which it was.
+ */
 static void qpip_sock_flushed(struct qpip_sock *sk)
 {
-	if (sk->state == QPIP_SOCK_CONNECTED || sk->state == QPIP_SOCK_CONNECTING) {
+	if (sk->state == QPIP_SOCK_CONNECTED) {
 		sk->state = QPIP_SOCK_CLOSED;
 		if (!sk->err)
 			sk->err = -ECONNRESET;
