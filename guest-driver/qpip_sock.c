@@ -31,6 +31,7 @@
 #include <linux/in6.h>
 #include <linux/inetdevice.h>
 #include <linux/netdevice.h>
+#include <linux/seq_file.h>
 #include <linux/slab.h>
 #include <linux/tcp.h>
 #include <linux/vmalloc.h>
@@ -170,9 +171,12 @@ static void qpip_sock_unpublish(struct qpip_sock *sk)
 
 	if (qpip_sock_key(sk, &key))
 		return;
+	/* Interrupts are off already: xa_erase_irq would turn them on under ctx_lock. */
 	spin_lock_irqsave(&qdev->ctx_lock, flags);
+	xa_lock(&sk->ctx->socks);
 	if (xa_load(&sk->ctx->socks, key) == sk)
-		xa_erase_irq(&sk->ctx->socks, key);
+		__xa_erase(&sk->ctx->socks, key);
+	xa_unlock(&sk->ctx->socks);
 	spin_unlock_irqrestore(&qdev->ctx_lock, flags);
 }
 
@@ -782,7 +786,37 @@ static int qpip_sock_release(struct inode *inode, struct file *filp)
 	return 0;
 }
 
+/*
+ * /proc/PID/fdinfo/FD: the socket's state as the driver sees it — what an administrator
+ * (or a bug report) needs to tell a stalled connection from an idle one.
+ */
+static void qpip_sock_show_fdinfo(struct seq_file *m, struct file *filp)
+{
+	static const char *const states[] = { "idle", "connecting", "connected", "listening",
+					      "closed" };
+	struct qpip_sock *sk = filp->private_data;
+
+	mutex_lock(&sk->lock);
+	seq_printf(m, "qpip-state:\t%s\nqpip-err:\t%d\n", states[sk->state], sk->err);
+	if (sk->state == QPIP_SOCK_LISTENING) {
+		seq_printf(m, "qpip-listener:\t%u%s\nqpip-offers:\t%u\n", sk->listener,
+			   sk->primary ? " (shared)" : "", READ_ONCE(sk->noffers));
+	} else if (sk->qp) {
+		seq_printf(m, "qpip-qp:\t%u\nqpip-cq:\t%u head %u arm %u\n", sk->qp->handle,
+			   sk->cq->handle, sk->cq_head, sk->cq_arm_seq);
+		seq_printf(m, "qpip-rx:\tposted %u done %u read %u avail %u eof %d peer-closed %d\n",
+			   sk->rq_tail, sk->rx_done, sk->rx_read, sk->rx_avail, sk->rx_eof,
+			   sk->peer_closed);
+		seq_printf(m, "qpip-tx:\thead %u posted %u tail %u sq %u/%u fin %d\n",
+			   sk->tx_head, sk->tx_posted, sk->tx_tail, sk->sq_head, sk->sq_tail,
+			   sk->fin_sent);
+	}
+	seq_printf(m, "qpip-events:\t%#lx\n", READ_ONCE(sk->flags_ev));
+	mutex_unlock(&sk->lock);
+}
+
 const struct file_operations qpip_sock_fops = {
+	.show_fdinfo = qpip_sock_show_fdinfo,
 	.owner = THIS_MODULE,
 	.release = qpip_sock_release,
 	.read_iter = qpip_sock_read_iter,
