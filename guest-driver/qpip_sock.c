@@ -52,6 +52,7 @@
 /* ---- life ---- */
 
 static void qpip_sock_free_work(struct work_struct *work);
+static void qpip_sock_offer_work(struct work_struct *work);
 
 struct qpip_sock *qpip_sock_alloc(struct qpip_ctx *ctx, struct file *ctx_file, int family)
 {
@@ -71,6 +72,7 @@ struct qpip_sock *qpip_sock_alloc(struct qpip_ctx *ctx, struct file *ctx_file, i
 	INIT_LIST_HEAD(&sk->node);
 	INIT_DELAYED_WORK(&sk->close_work, qpip_sock_close_work);
 	INIT_WORK(&sk->free_work, qpip_sock_free_work);
+	INIT_DELAYED_WORK(&sk->offer_work, qpip_sock_offer_work);
 	return sk;
 }
 
@@ -746,6 +748,8 @@ static void qpip_sock_close_listener(struct qpip_sock *l)
 	l->closing = true;
 	list_splice_init(&l->ready, &ready);
 	spin_unlock_irqrestore(&l->qlock, flags);
+	if (cancel_delayed_work_sync(&l->offer_work))
+		qpip_sock_put(l);
 	/* Destroying the listener cancels the offers: each ends in qpip_sock_accept_done. */
 	qpip_sock_destroy(l);
 	/*
@@ -1188,8 +1192,26 @@ void qpip_sock_offer(struct qpip_sock *l)
 fail:
 		qpip_sock_destroy(sk);
 		qpip_sock_put(sk);
+		/* Try again soon: closing connections give their QPs back in the meantime. */
+		if (!l->closing && !l->dead) {
+			kref_get(&l->ref);
+			if (!queue_delayed_work(system_wq, &l->offer_work,
+						msecs_to_jiffies(QPIP_SOCK_OFFER_RETRY_MS)))
+				qpip_sock_put(l);
+		}
 		return;
 	}
+}
+
+static void qpip_sock_offer_work(struct work_struct *work)
+{
+	struct qpip_sock *l = container_of(to_delayed_work(work), struct qpip_sock, offer_work);
+
+	mutex_lock(&l->lock);
+	if (!l->closing)
+		qpip_sock_offer(l);
+	mutex_unlock(&l->lock);
+	qpip_sock_put(l);
 }
 
 /*

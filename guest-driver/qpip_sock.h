@@ -45,6 +45,8 @@
 #define QPIP_SOCK_TX_CHUNK	(64 * 1024)
 /* Connections a listener keeps offered to the device (an idle socket each, ACCEPT pending). */
 #define QPIP_SOCK_OFFERS	4
+/* How soon a listener tries again to offer a connection it could not offer. */
+#define QPIP_SOCK_OFFER_RETRY_MS	50
 /* How long a closed socket's sends may take to be acknowledged before it is reset. */
 #define QPIP_SOCK_LINGER_MS	60000
 /* Where the buffers' region starts in the device's address space of the context. */
@@ -156,6 +158,12 @@ struct qpip_sock {
 	unsigned long close_deadline;
 	unsigned int close_poll_ms;
 	struct work_struct free_work;	/* the last reference's frees, in process context */
+	/*
+	 * A listener's offers made again later when they could not be made (the context's
+	 * QPs all taken, memory short): connections wait in the device meanwhile, and no
+	 * accept would come to offer more.
+	 */
+	struct delayed_work offer_work;
 };
 
 /* qpip_sock.c */
