@@ -850,10 +850,13 @@ struct file *qpip_sock_file(struct qpip_sock *sk, unsigned int flags)
 	return f;
 }
 
-/* Installs @f in a new close-on-exec descriptor of the caller: the descriptor, or -errno. */
-static int qpip_sock_install(struct file *f)
+/*
+ * Installs @f in a new descriptor of the caller, close-on-exec if @flags has SOCK_CLOEXEC:
+ * the descriptor, or -errno (@f put).
+ */
+int qpip_sock_install(struct file *f, unsigned int flags)
 {
-	int fd = get_unused_fd_flags(O_CLOEXEC);
+	int fd = get_unused_fd_flags(flags & SOCK_CLOEXEC ? O_CLOEXEC : 0);
 
 	if (fd < 0) {
 		fput(f);
@@ -865,15 +868,17 @@ static int qpip_sock_install(struct file *f)
 
 /* ---- routes and addresses: what the device can carry ---- */
 
-/* The function's network interface, referenced, or NULL (qdev->lock held for reading). */
-static struct net_device *qpip_sock_netdev(struct qpip_dev *qdev)
+/* The function's network interface, referenced (dev_put it), or NULL. */
+struct net_device *qpip_sock_netdev(struct qpip_dev *qdev)
 {
-	struct net_device *ndev;
+	struct net_device *ndev = NULL;
 
-	if (!qdev->netdev)
-		return NULL;
-	ndev = qdev->netdev->netdev;
-	dev_hold(ndev);
+	down_read(&qdev->lock);
+	if (qdev->netdev) {
+		ndev = qdev->netdev->netdev;
+		dev_hold(ndev);
+	}
+	up_read(&qdev->lock);
 	return ndev;
 }
 
@@ -1019,9 +1024,7 @@ static int qpip_sock_connect(struct qpip_ctx *ctx, struct file *ctx_file, struct
 	if (a->declined)
 		goto out_sock;
 
-	down_read(&qdev->lock);
 	ndev = qpip_sock_netdev(qdev);
-	up_read(&qdev->lock);
 	if (!ndev || !netif_running(ndev)) {
 		a->declined = QPIP_SOCK_DECLINE_NO_NETDEV;
 		goto out_sock;
@@ -1117,7 +1120,8 @@ static int qpip_sock_connect(struct qpip_ctx *ctx, struct file *ctx_file, struct
 		ret = PTR_ERR(f);
 		goto err_sock;
 	}
-	ret = qpip_sock_install(f);	/* on failure the file's release ended the socket */
+	/* A temporary descriptor the caller moves onto the program's own with dup3. */
+	ret = qpip_sock_install(f, SOCK_CLOEXEC);	/* on failure the release ended it */
 	if (ret >= 0) {
 		a->new_fd = ret;
 		ret = 0;
@@ -1274,9 +1278,7 @@ static int qpip_sock_listen(struct qpip_ctx *ctx, struct file *ctx_file, struct 
 		a->declined = QPIP_SOCK_DECLINE_NAMESPACE;
 		goto out_sock;
 	}
-	down_read(&qdev->lock);
 	ndev = qpip_sock_netdev(qdev);
-	up_read(&qdev->lock);
 	if (!ndev) {
 		a->declined = QPIP_SOCK_DECLINE_NO_NETDEV;
 		goto out_sock;
@@ -1339,7 +1341,7 @@ file:
 		ret = PTR_ERR(f);
 		goto err;
 	}
-	ret = qpip_sock_install(f);	/* on failure the file's release ended the listener */
+	ret = qpip_sock_install(f, SOCK_CLOEXEC);	/* on failure the release ended it */
 	if (ret >= 0) {
 		a->new_fd = ret;
 		ret = 0;

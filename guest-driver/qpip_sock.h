@@ -172,6 +172,8 @@ long qpip_sock_ctx_ioctl(struct qpip_ctx *ctx, struct file *ctx_file, unsigned i
 struct qpip_sock *qpip_sock_alloc(struct qpip_ctx *ctx, struct file *ctx_file, int family);
 int qpip_sock_objects(struct qpip_sock *sk);
 struct file *qpip_sock_file(struct qpip_sock *sk, unsigned int flags);
+int qpip_sock_install(struct file *f, unsigned int flags);
+struct net_device *qpip_sock_netdev(struct qpip_dev *qdev);
 void qpip_sock_put(struct qpip_sock *sk);
 void qpip_sock_orphan(struct qpip_sock *sk);
 void qpip_sock_offer(struct qpip_sock *l);

@@ -70,17 +70,11 @@ static int qpip_accept_wake(struct wait_queue_entry *wq, unsigned int mode, int 
 static void qpip_sock_accepted_local(struct qpip_sock *sk)
 {
 	static const u8 any[16];
-	struct qpip_dev *qdev = sk->ctx->qdev;
-	struct net_device *ndev = NULL;
+	struct net_device *ndev;
 
 	if (memcmp(sk->local_addr, any, 16))
 		return;
-	down_read(&qdev->lock);
-	if (qdev->netdev) {
-		ndev = qdev->netdev->netdev;
-		dev_hold(ndev);
-	}
-	up_read(&qdev->lock);
+	ndev = qpip_sock_netdev(sk->ctx->qdev);
 	if (!ndev)
 		return;
 	/* The device's address toward the peer, as its route chooses one. */
@@ -136,19 +130,6 @@ static struct qpip_sock *qpip_sock_take_ready(struct qpip_sock *l)
 	return sk;
 }
 
-/* Installs @f in a new descriptor with @flags (SOCK_CLOEXEC): the descriptor, or -errno. */
-static int qpip_install(struct file *f, unsigned int flags)
-{
-	int fd = get_unused_fd_flags(flags & SOCK_CLOEXEC ? O_CLOEXEC : 0);
-
-	if (fd < 0) {
-		fput(f);
-		return fd;
-	}
-	fd_install(fd, f);
-	return fd;
-}
-
 /* A connection of @l that came through the device: its file in a new descriptor. */
 static int qpip_sock_accept_device(struct qpip_sock *l, struct qpip_sock *sk,
 				   struct qpip_sock_accept *a)
@@ -173,7 +154,7 @@ static int qpip_sock_accept_device(struct qpip_sock *l, struct qpip_sock *sk,
 		ret = PTR_ERR(f);
 		goto err;
 	}
-	ret = qpip_install(f, a->flags);	/* on failure the file's release ended it */
+	ret = qpip_sock_install(f, a->flags);	/* on failure the file's release ended it */
 	if (ret < 0)
 		return ret;
 	a->fd = ret;
@@ -199,7 +180,7 @@ static int qpip_sock_accept_kernel(struct qpip_sock *l, struct socket *ns,
 	f = sock_alloc_file(ns, a->flags & SOCK_NONBLOCK ? O_NONBLOCK : 0, NULL);
 	if (IS_ERR(f))
 		return PTR_ERR(f);	/* sock_alloc_file released @ns */
-	ret = qpip_install(f, a->flags);
+	ret = qpip_sock_install(f, a->flags);
 	if (ret < 0)
 		return ret;
 	a->fd = ret;
