@@ -803,8 +803,17 @@ static void qpip_sock_show_fdinfo(struct seq_file *m, struct file *filp)
 	mutex_lock(&sk->lock);
 	seq_printf(m, "qpip-state:\t%s\nqpip-err:\t%d\n", states[sk->state], sk->err);
 	if (sk->state == QPIP_SOCK_LISTENING) {
-		seq_printf(m, "qpip-listener:\t%u%s\nqpip-offers:\t%u\n", sk->listener,
-			   sk->primary ? " (shared)" : "", READ_ONCE(sk->noffers));
+		struct qpip_sock *r;
+		unsigned long flags;
+		unsigned int ready = 0;
+
+		spin_lock_irqsave(&sk->qlock, flags);
+		list_for_each_entry(r, &sk->ready, node)
+			ready++;
+		spin_unlock_irqrestore(&sk->qlock, flags);
+		seq_printf(m, "qpip-listener:\t%u%s\nqpip-offers:\t%u\nqpip-ready:\t%u\n",
+			   sk->listener, sk->primary ? " (shared)" : "", READ_ONCE(sk->noffers),
+			   ready);
 	} else if (sk->qp) {
 		seq_printf(m, "qpip-qp:\t%u\nqpip-cq:\t%u head %u arm %u\n", sk->qp->handle,
 			   sk->cq->handle, sk->cq_head, sk->cq_arm_seq);

@@ -324,11 +324,19 @@ impl Engine {
         let now = Instant::now();
         let mut cfg = self.tcp.cfg;
         cfg.keepalive = self.objects.tcp_qp(qp).expect("TCP QP").keepalive;
-        let conn = self
-            .tcp
-            .table
-            .connect(tuple, now, &cfg, qp)
-            .map_err(|_| ADMIN_STATUS_ADDR_IN_USE)?;
+        let conn = self.tcp.table.connect(tuple, now, &cfg, qp).map_err(|_| {
+            // Another connection (a closing one whose QP is gone, say) has the four-tuple.
+            let held = self.tcp.table.lookup(&tuple).and_then(|id| self.tcp.table.get(id));
+            debug!(
+                "QP {qp}: CONNECT [{}]:{} -> [{}]:{} refused, the four-tuple is taken ({:?})",
+                tuple.local,
+                tuple.local_port,
+                tuple.remote,
+                tuple.remote_port,
+                held.map(|e| (e.conn.state(), e.tag))
+            );
+            ADMIN_STATUS_ADDR_IN_USE
+        })?;
         let t = self.objects.tcp_qp_mut(qp).expect("TCP QP");
         t.conn = Some(conn);
         let e = self.tcp.table.get_mut(conn).expect("just made");
