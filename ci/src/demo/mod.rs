@@ -39,6 +39,7 @@ mod host_side;
 mod plan;
 pub mod results;
 pub mod scripts;
+pub mod sockets;
 pub mod storage;
 mod watch;
 

@@ -198,7 +198,7 @@ impl StoragePlan {
 /// Helpers of both guests: the interrupts of the guest's qpip device and of its virtio-net
 /// NIC (eth0) so far, `QPIP VIRTIO` (each line of /proc/interrupts: the IRQ, a count per
 /// CPU, then the chip and the name, last).
-const IRQS: &str = r#"
+pub(super) const IRQS: &str = r#"
 NIC=$(basename "$(readlink -f /sys/class/net/eth0/device)")
 irqs() {
     awk -v nic="$NIC-" 'NR > 1 {

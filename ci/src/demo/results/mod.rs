@@ -55,6 +55,7 @@ mod report;
 mod run_info;
 mod saved;
 mod spread;
+pub mod sockets;
 pub mod storage;
 mod table;
 

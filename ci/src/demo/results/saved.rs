@@ -8,6 +8,7 @@ use super::lines::{lines, Line};
 use super::report::{CpuMark, CpuWindow, Measurements, Round};
 use super::run_info::RunInfo;
 use super::spread::Better;
+use super::sockets::SocketsRun;
 use super::storage::StorageRun;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -21,6 +22,8 @@ pub struct SavedRun {
     pub layouts: Vec<LayoutRow>,
     /// The storage part, when the run had it.
     pub storage: Option<StorageRun>,
+    /// The sockets part, when the run had it.
+    pub sockets: Option<SocketsRun>,
 }
 
 impl SavedRun {
@@ -40,12 +43,17 @@ impl SavedRun {
             Value::Null => None,
             s => Some(StorageRun::from_json(s)?),
         };
+        let sockets = match &j["sockets"] {
+            Value::Null => None,
+            s => Some(SocketsRun::from_json(s)?),
+        };
         Ok(SavedRun {
             info,
             measurements,
             lines,
             layouts,
             storage,
+            sockets,
         })
     }
 

@@ -165,7 +165,7 @@ fn dev_stat(text: &str) -> Option<Vec<u64>> {
 }
 
 /// `QPIP VIRTIO` interrupt counts.
-fn irqs(text: &str) -> Option<[u64; 2]> {
+pub(super) fn irqs(text: &str) -> Option<[u64; 2]> {
     let mut w = text.split_whitespace().map(str::parse::<u64>);
     let (Some(Ok(q)), Some(Ok(v)), None) = (w.next(), w.next(), w.next()) else {
         return None;
@@ -173,7 +173,7 @@ fn irqs(text: &str) -> Option<[u64; 2]> {
     Some([q, v])
 }
 
-fn delta2(a: Option<[u64; 2]>, b: Option<[u64; 2]>) -> Option<[u64; 2]> {
+pub(super) fn delta2(a: Option<[u64; 2]>, b: Option<[u64; 2]>) -> Option<[u64; 2]> {
     let (a, b) = (a?, b?);
     Some([b[0].checked_sub(a[0])?, b[1].checked_sub(a[1])?])
 }
@@ -666,7 +666,7 @@ fn counter_legend() -> Vec<String> {
     v
 }
 
-fn md_table(t: &[Vec<String>]) -> String {
+pub(super) fn md_table(t: &[Vec<String>]) -> String {
     let mut md = String::new();
     for (i, r) in t.iter().enumerate() {
         md += &format!("| {} |\n", r.join(" | "));
