@@ -152,8 +152,13 @@ struct PartAlone<'a> {
 }
 
 /// Writes a part's results as NAME-*.{json,md} (and NAME-latest.*) in `out` (default
-/// $QPIP_CACHE/bench); the run's date and commit, for its record.
-fn write_part(p: PartAlone, out: Option<PathBuf>) -> Result<(String, Option<String>), ExitCode> {
+/// $QPIP_CACHE/bench), then, with `record`, has it record its section of docs/bench.md
+/// (given the run's date and commit).
+fn part_alone(
+    p: PartAlone,
+    out: Option<PathBuf>,
+    record: Option<&dyn Fn(&str, Option<&str>) -> ExitCode>,
+) -> ExitCode {
     let (stamp, date) = now();
     let (commit, uncommitted_changes) = results::commit_of(&qpip_lab::paths::root());
     let mut part = p.json;
@@ -172,7 +177,8 @@ fn write_part(p: PartAlone, out: Option<PathBuf>) -> Result<(String, Option<Stri
         "qpipd_args": p.qpipd_args,
         p.name: part,
     });
-    let md = format!(
+    let md =
+        format!(
         "# qpip: {}\n\n{date}, `./qpip bench --{}-only`, commit {}; host load average {} at the \
          start, {} at the end; wall time {:.0} s.\n{}",
         p.what,
@@ -200,14 +206,14 @@ fn write_part(p: PartAlone, out: Option<PathBuf>) -> Result<(String, Option<Stri
                     path.display()
                 ),
             );
-            Ok((date, commit))
+            record.map_or(ExitCode::SUCCESS, |r| r(&date, commit.as_deref()))
         }
         Err(e) => {
             say(
                 "bench",
                 &format!("cannot write the results into {}: {e}", dir.display()),
             );
-            Err(ExitCode::from(1))
+            ExitCode::from(1)
         }
     }
 }
@@ -238,11 +244,8 @@ pub fn storage_only(
         elapsed,
         load_start,
     };
-    match write_part(part, out) {
-        Ok((date, commit)) if record => record_storage(&run, &date, commit.as_deref(), &docs_dir()),
-        Ok(_) => ExitCode::SUCCESS,
-        Err(code) => code,
-    }
+    let rec = |date: &str, commit: Option<&str>| record_storage(&run, date, commit, &docs_dir());
+    part_alone(part, out, record.then_some(&rec))
 }
 
 /// `qpip-lab bench --sockets-only`: the sockets part alone, its results as
@@ -271,11 +274,8 @@ pub fn sockets_only(
         elapsed,
         load_start,
     };
-    match write_part(part, out) {
-        Ok((date, commit)) if record => record_sockets(&run, &date, commit.as_deref(), &docs_dir()),
-        Ok(_) => ExitCode::SUCCESS,
-        Err(code) => code,
-    }
+    let rec = |date: &str, commit: Option<&str>| record_sockets(&run, date, commit, &docs_dir());
+    part_alone(part, out, record.then_some(&rec))
 }
 
 fn record_storage(
@@ -439,9 +439,7 @@ pub fn bench_report(json: &std::path::Path, docs: &std::path::Path) -> ExitCode 
     let alone = std::fs::read_to_string(json)
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .filter(|j| {
-            j["tool"] == "qpip-lab bench-storage" || j["tool"] == "qpip-lab bench-sockets"
-        });
+        .filter(|j| j["tool"] == "qpip-lab bench-storage" || j["tool"] == "qpip-lab bench-sockets");
     if let Some(j) = alone {
         let (date, commit) = (j["date"].as_str().unwrap_or("-"), j["commit"].as_str());
         let recorded = if j["tool"] == "qpip-lab bench-storage" {

@@ -36,6 +36,7 @@
 //! ratios.
 
 mod host_side;
+mod pass;
 mod plan;
 pub mod results;
 pub mod scripts;

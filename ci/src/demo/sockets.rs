@@ -35,14 +35,13 @@
 //! preload's `connect_qpip` of the client, `accept_qpip` of each server) fails its step:
 //! its figures would be the kernel's under another name.
 
-use super::host_side::serve_cpu_marks;
+use super::pass::{run_pass, PassSpec};
 use super::results::sockets::{SocketsFacts, SocketsRun};
 use super::scripts::{COMMON, STEPS_A};
 use super::storage::IRQS;
-use super::watch::Watcher;
-use super::{lab_error, DemoError, Step};
-use crate::{netns, run_lab, GuestSpec, LabSpec, Network, Stream, VmSpec};
-use std::time::{Duration, Instant};
+use super::{DemoError, Step};
+use crate::netns;
+use std::time::Duration;
 
 /// Guest a's server ports: nginx's (lab-nginx's configuration), iperf3's and sockperf's.
 pub const NGINX_PORT: u16 = 8080;
@@ -272,10 +271,9 @@ impl SocketsPlan {
                 size_name(size)
             ),
             Workload::Iperf3 => format!("iperf3 -c {a6} -p {IPERF3_PORT} -t {} -J", f.secs),
-            Workload::Sockperf => format!(
-                "sockperf pp --tcp -i {a4} -p {SOCKPERF_PORT} -t {}",
-                f.secs
-            ),
+            Workload::Sockperf => {
+                format!("sockperf pp --tcp -i {a4} -p {SOCKPERF_PORT} -t {}", f.secs)
+            }
         }
     }
 }
@@ -453,69 +451,21 @@ pub fn run(
     verbose: bool,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(SocketsRun, Duration), DemoError> {
-    let vm = |cmd: String| VmSpec {
-        timeout: plan.limit(),
+    let spec = PassSpec {
+        guests: "guests a (servers) and b (clients)",
+        guest_a: guest_a(plan),
+        guest_b: guest_b(plan),
+        steps: plan.steps(),
+        rounds: plan.facts.rounds,
         memory_mib: plan.facts.memory_mib,
-        qpipd_args: vec![plan.qpipd_args.clone()],
-        ..VmSpec::new(cmd)
-    };
-    let spec = LabSpec {
-        guests: vec![
-            GuestSpec::new("a", vm(guest_a(plan))),
-            GuestSpec::new("b", vm(guest_b(plan))),
-        ],
-        network: Network::Lab(netns.to_string()),
+        limit: plan.limit(),
         layout: plan.layout,
+        qpipd_args: &plan.qpipd_args,
     };
-    let started = Instant::now();
-    progress(&format!(
-        "booting guests a (servers) and b (clients) (QEMU, TCG, {} MiB each) on the lab network (namespace {netns}) ...",
-        plan.facts.memory_mib
-    ));
-    let mut watcher = Watcher::new(plan.steps(), plan.facts.rounds as usize, progress, verbose);
-    let limit = plan.limit();
-    let mut lines_a = String::new();
-    let result = {
-        let watcher = &mut watcher;
-        let lines_a = &mut lines_a;
-        let mut observe = |i: usize, s: Stream, b: &[u8]| {
-            if s == Stream::Output {
-                watcher.feed(i, b);
-                if i == 0 {
-                    lines_a.push_str(&String::from_utf8_lossy(b));
-                }
-            }
-        };
-        run_lab(&spec, &mut observe, |host| serve_cpu_marks(host, limit))
-    };
-    let outcome = result.map_err(|e| lab_error(e, &watcher))?;
-    let fail = |step: Option<String>, message: String| DemoError {
-        step,
-        message,
-        dir: Some(outcome.dir.clone()),
-        interrupted: false,
-    };
-    if let Some((id, why)) = &watcher.failure {
-        return Err(fail(Some(watcher.describe(id)), why.clone()));
-    }
-    for g in &outcome.guests {
-        if g.status != 0 {
-            return Err(fail(
-                None,
-                format!(
-                    "a guest's script exited with status {} without naming a failed step; its output:\n{}",
-                    g.status,
-                    g.output.trim_end()
-                ),
-            ));
-        }
-    }
-    if let Some(e) = &watcher.bad_line {
-        return Err(fail(None, e.clone()));
-    }
-    let run = SocketsRun::from_lines(&plan.facts, &lines_a, &watcher.measurements)
-        .map_err(|e| fail(None, e))?;
-    Ok((run, started.elapsed()))
+    let out = run_pass(spec, netns, verbose, progress)?;
+    let run = SocketsRun::from_lines(&plan.facts, &out.lines_a, &out.measurements)
+        .map_err(|e| out.fail(e))?;
+    Ok((run, out.elapsed))
 }
 
 #[cfg(test)]
@@ -558,9 +508,15 @@ mod tests {
         );
         // The server on QPs: the client on kernel sockets to the device's address.
         assert!(a.contains("\nstep sockets-server.2\nservers 1\nclient wrk1k-server.2 0 wrk -t 2 -c 8 -d 10s --latency http://[fd51:5050::1:1]:8080/1k\n"), "{a}");
-        assert!(a.contains("client sockperf-client.3 1 sockperf pp --tcp -i 198.18.0.101 "), "{a}");
+        assert!(
+            a.contains("client sockperf-client.3 1 sockperf pp --tcp -i 198.18.0.101 "),
+            "{a}"
+        );
         assert!(a.contains("\nunserve both.3 1\nok\n"), "{a}");
-        assert!(a.contains("head -c 65536 /dev/urandom > /tmp/www/64k"), "{a}");
+        assert!(
+            a.contains("head -c 65536 /dev/urandom > /tmp/www/64k"),
+            "{a}"
+        );
         // One round: names without round numbers.
         let mut one = SocketsPlan::bench();
         one.facts.rounds = 1;

@@ -54,8 +54,8 @@ pub mod record;
 mod report;
 mod run_info;
 mod saved;
-mod spread;
 pub mod sockets;
+mod spread;
 pub mod storage;
 mod table;
 

@@ -6,11 +6,13 @@
 //! variants side by side with their ratios to the baseline (`kernel`) per round and of the
 //! medians; all as text, Markdown and JSON, and read back from the JSON.
 
-use super::format::{block_row, column_widths, fmt_count, fmt_gain, fmt_median, fmt_range, framed};
-use super::format::fmt_ratio_range;
+use super::format::{
+    columns_said, counter_cells, fmt_gain, fmt_median, fmt_range, fmt_ratio_range, framed_table,
+    md_table,
+};
 use super::report::{split_round, Measurements};
-use super::spread::{spread, Better};
-use super::storage::{delta2, irqs, md_table};
+use super::spread::{spread, Better, SidesRow};
+use super::storage::{delta2, irqs, json_pair, json_split, rounds_from_json, rounds_json};
 use crate::demo::sockets::{size_name, Variant};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -291,7 +293,10 @@ const N_COUNTERS: usize = 12;
 
 /// The counter columns of [`Sample::counters`] and what each is.
 const COUNTERS: [(&str, &str); N_COUNTERS] = [
-    ("guest µs", "both guests' busy CPU per unit (user, nice, system, irq, softirq)"),
+    (
+        "guest µs",
+        "both guests' busy CPU per unit (user, nice, system, irq, softirq)",
+    ),
     ("a µs", "of it, guest a's (the server)"),
     ("b µs", "guest b's (the client)"),
     ("a usr", "guest a's in user space (user, nice)"),
@@ -441,7 +446,9 @@ impl SocketsRun {
                     missing.push(format!("{name} (round {})", r + 1));
                     continue;
                 };
-                let out = outputs[r].get(&name).map_or(String::new(), |l| l.join("\n"));
+                let out = outputs[r]
+                    .get(&name)
+                    .map_or(String::new(), |l| l.join("\n"));
                 figures_of(&name, &out, s).map_err(|e| format!("{name}, round {}: {e}", r + 1))?;
                 s.qpip_connections = pre[r]
                     .get(&name)
@@ -522,23 +529,55 @@ impl SocketsRun {
             base, label, unit, ..
         } in self.programs()
         {
-            let mut row = |what: String, u: &'static str, better, f: &dyn Fn(&Sample) -> Option<f64>| {
-                rows.push(SocketsRow {
-                    what,
-                    unit: u,
-                    better,
-                    sides: Variant::ALL.map(|v| self.side(&base, v, f)),
-                });
-            };
+            let mut row =
+                |what: String, u: &'static str, better, f: &dyn Fn(&Sample) -> Option<f64>| {
+                    rows.push(SocketsRow {
+                        what,
+                        unit: u,
+                        better,
+                        sides: Variant::ALL.map(|v| self.side(&base, v, f)),
+                        baseline: 0,
+                    });
+                };
             if base.starts_with("wrk") {
-                row(format!("{label}, requests/s"), "req/s", Better::Higher, &|s| s.rate);
-                row(format!("{label}, latency p50"), "µs", Better::Lower, &|s| s.p50_us);
-                row(format!("{label}, latency p99"), "µs", Better::Lower, &|s| s.p99_us);
+                row(
+                    format!("{label}, requests/s"),
+                    "req/s",
+                    Better::Higher,
+                    &|s| s.rate,
+                );
+                row(
+                    format!("{label}, latency p50"),
+                    "µs",
+                    Better::Lower,
+                    &|s| s.p50_us,
+                );
+                row(
+                    format!("{label}, latency p99"),
+                    "µs",
+                    Better::Lower,
+                    &|s| s.p99_us,
+                );
             } else if base == "iperf3" {
-                row(format!("{label}, throughput"), "MB/s", Better::Higher, &|s| s.rate);
+                row(
+                    format!("{label}, throughput"),
+                    "MB/s",
+                    Better::Higher,
+                    &|s| s.rate,
+                );
             } else {
-                row(format!("{label}, round trip p50"), "µs", Better::Lower, &|s| s.p50_us);
-                row(format!("{label}, round trip p99"), "µs", Better::Lower, &|s| s.p99_us);
+                row(
+                    format!("{label}, round trip p50"),
+                    "µs",
+                    Better::Lower,
+                    &|s| s.p50_us,
+                );
+                row(
+                    format!("{label}, round trip p99"),
+                    "µs",
+                    Better::Lower,
+                    &|s| s.p99_us,
+                );
             }
             row(
                 format!("{label}, guest CPU per {unit} (a+b)"),
@@ -630,17 +669,12 @@ impl SocketsRun {
     }
 
     fn counter_table(&self) -> Vec<Vec<String>> {
-        let mut t = vec![std::iter::once(String::new())
-            .chain(COUNTERS.iter().map(|c| c.0.to_string()))
-            .collect::<Vec<_>>()];
-        for (label, c) in self.counter_rows() {
-            t.push(
-                std::iter::once(label)
-                    .chain(c.iter().map(|x| fmt_count(*x)))
-                    .collect(),
-            );
-        }
-        t
+        counter_cells(
+            &COUNTERS,
+            self.counter_rows()
+                .into_iter()
+                .map(|(l, c)| (l, c.to_vec())),
+        )
     }
 
     /// What the table's columns are, how the goal reads, and any errors the programs
@@ -680,11 +714,8 @@ impl SocketsRun {
     /// server on QPs, a gain.
     fn goals(&self) -> String {
         let rows = self.rows();
-        let gain = |what: &str, i: usize| {
-            rows.iter()
-                .find(|r| r.what == what)
-                .and_then(|r| r.gain(i))
-        };
+        let gain =
+            |what: &str, i: usize| rows.iter().find(|r| r.what == what).and_then(|r| r.gain(i));
         let mut parts = Vec::new();
         for Program {
             base, label, short, ..
@@ -720,25 +751,17 @@ impl SocketsRun {
 
     /// The block on the terminal.
     pub fn text(&self) -> String {
-        let t = self.table();
-        let w = column_widths(&t.iter().collect::<Vec<_>>());
-        let block: String = t.iter().map(|r| block_row("", &w, r)).collect();
         let mut legend = vec![self.intro()];
         legend.extend(self.legend());
-        let mut s = framed(
+        framed_table(
             "Socket programs, guest a (servers) ⇄ guest b (clients): on QPs through the preload library vs kernel sockets through virtio-net:",
-            &block,
+            &self.table(),
             &legend,
-        );
-        let c = self.counter_table();
-        let w = column_widths(&c.iter().collect::<Vec<_>>());
-        let block: String = c.iter().map(|r| block_row("", &w, r)).collect();
-        s += &framed(
+        ) + &framed_table(
             "What explains them, per unit of work (medians of the rounds):",
-            &block,
+            &self.counter_table(),
             &counter_legend(),
-        );
-        s
+        )
     }
 
     /// The section of the Markdown document, under a heading of `level`.
@@ -748,17 +771,9 @@ impl SocketsRun {
             "\n{h} Socket programs over QPs (the preload library)\n\n{}\n\n",
             self.intro()
         );
-        md += &md_table(&self.table());
-        md += "\n";
-        for l in self.legend() {
-            md += &format!("{l}\n\n");
-        }
+        md += &md_table(&self.table(), &self.legend());
         md += &format!("{h}# What explains the socket programs' figures, per unit of work\n\n");
-        md += &md_table(&self.counter_table());
-        md += "\n";
-        for l in counter_legend() {
-            md += &format!("{l}\n\n");
-        }
+        md += &md_table(&self.counter_table(), &counter_legend());
         md
     }
 
@@ -782,11 +797,9 @@ impl SocketsRun {
                 "wrk_connections": f.wrk_connections, "wrk_sizes": f.wrk_sizes,
                 "memory_mib": f.memory_mib,
             },
-            "rounds": self.rounds.iter().map(|r| {
-                Value::Object(r.iter().map(|(k, s)| (k.clone(), sample(s))).collect())
-            }).collect::<Vec<_>>(),
+            "rounds": rounds_json(&self.rounds, sample),
             "server_accepts": self.server_accepts,
-            "rows": self.rows().iter().map(SocketsRow::json).collect::<Vec<_>>(),
+            "rows": self.rows().iter().map(row_json).collect::<Vec<_>>(),
         })
     }
 
@@ -808,43 +821,25 @@ impl SocketsRun {
                 .unwrap_or_default(),
             memory_mib: num("memory_mib")? as u32,
         };
-        let rounds = j["rounds"]
-            .as_array()
-            .ok_or("the sockets results have no rounds")?
-            .iter()
-            .map(|r| {
-                let r = r.as_object().ok_or("a sockets round is not an object")?;
-                r.iter()
-                    .map(|(k, v)| {
-                        let x = |f: &str| v[f].as_f64();
-                        let pair = |f: &str| -> Option<[u64; 2]> {
-                            let a = v[f].as_array()?;
-                            Some([a.first()?.as_u64()?, a.get(1)?.as_u64()?])
-                        };
-                        let need = |f: &str| x(f).ok_or_else(|| format!("sockets run {k} has no {f}"));
-                        let s = Sample {
-                            secs: need("seconds")?,
-                            work: need("work")?,
-                            rate: x("rate"),
-                            p50_us: x("p50_us"),
-                            p99_us: x("p99_us"),
-                            errors: v["errors"].as_u64().unwrap_or(0),
-                            irq_a: pair("irq_a_qpip_virtio"),
-                            irq_b: pair("irq_b_qpip_virtio"),
-                            guests_cpu_s: x("guests_cpu_s"),
-                            guests_split_s: v["guests_user_kernel_s"].as_array().and_then(|a| {
-                                let f = |i: usize| a.get(i)?.as_f64();
-                                Some([f(0)?, f(1)?, f(2)?, f(3)?])
-                            }),
-                            host_qemu_s: x("host_qemu_s"),
-                            host_qpipd_s: x("host_qpipd_s"),
-                            qpip_connections: v["qpip_connections"].as_u64().unwrap_or(0),
-                        };
-                        Ok((k.clone(), s))
-                    })
-                    .collect::<Result<BTreeMap<_, _>, String>>()
+        let rounds = rounds_from_json(&j["rounds"], "sockets", |k, v| {
+            let x = |f: &str| v[f].as_f64();
+            let need = |f: &str| x(f).ok_or_else(|| format!("sockets run {k} has no {f}"));
+            Ok(Sample {
+                secs: need("seconds")?,
+                work: need("work")?,
+                rate: x("rate"),
+                p50_us: x("p50_us"),
+                p99_us: x("p99_us"),
+                errors: v["errors"].as_u64().unwrap_or(0),
+                irq_a: json_pair(&v["irq_a_qpip_virtio"]),
+                irq_b: json_pair(&v["irq_b_qpip_virtio"]),
+                guests_cpu_s: x("guests_cpu_s"),
+                guests_split_s: json_split(&v["guests_user_kernel_s"]),
+                host_qemu_s: x("host_qemu_s"),
+                host_qpipd_s: x("host_qpipd_s"),
+                qpip_connections: v["qpip_connections"].as_u64().unwrap_or(0),
             })
-            .collect::<Result<Vec<_>, String>>()?;
+        })?;
         let server_accepts = j["server_accepts"]
             .as_array()
             .map(|a| {
@@ -872,12 +867,7 @@ fn counter_legend() -> Vec<String> {
         "Per unit of work: per request (wrk), per MB received (iperf3), per round trip \
          (sockperf, warm-up included). "
             .to_string()
-            + &COUNTERS
-                .iter()
-                .map(|(c, w)| format!("{c}: {w}"))
-                .collect::<Vec<_>>()
-                .join("; ")
-            + ".",
+            + &columns_said(&COUNTERS),
         "The guests' CPU is where the offload shows: on QPs the connection's TCP/IP runs in \
          qpipd on the host (its CPU is the host's, in host µs, not the guests'); a program on \
          QPs still makes its system calls (read, write, epoll, sendfile on the driver's \
@@ -900,54 +890,31 @@ struct Program {
     unit: &'static str,
 }
 
-/// One figure of the four variants in every round.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SocketsRow {
-    pub what: String,
-    pub unit: &'static str,
-    pub better: Better,
-    /// kernel, server, client, both (the order of [`Variant::ALL`]).
-    pub sides: [Vec<Option<f64>>; 4],
-}
+/// One figure of the four variants in every round: kernel, server, client, both (the
+/// order of [`Variant::ALL`]), each compared with kernel.
+pub type SocketsRow = SidesRow<4>;
 
-impl SocketsRow {
-    /// How many times better variant `i` did than kernel, from the medians.
-    pub fn gain(&self, i: usize) -> Option<f64> {
-        let m = |v: &[Option<f64>]| spread(v).map(|s| s.median);
-        self.better.gain(m(&self.sides[i])?, m(&self.sides[0])?)
-    }
-
-    /// Variant `i`'s gain over kernel, round by round.
-    pub fn round_gains(&self, i: usize) -> Vec<Option<f64>> {
-        self.sides[i]
-            .iter()
-            .zip(&self.sides[0])
-            .map(|(a, k)| self.better.gain((*a)?, (*k)?))
-            .collect()
-    }
-
-    fn json(&self) -> Value {
-        let side = |v: &[Option<f64>]| {
-            let s = spread(v);
-            json!({
-                "rounds": v, "median": s.map(|s| s.median),
-                "min": s.map(|s| s.min), "max": s.map(|s| s.max),
-            })
-        };
-        let mut j = json!({
-            "what": self.what,
-            "unit": self.unit,
-            "better": match self.better { Better::Lower => "lower", Better::Higher => "higher" },
-        });
-        for (i, v) in Variant::ALL.iter().enumerate() {
-            j[v.id()] = side(&self.sides[i]);
-            if i > 0 {
-                j[format!("{}_gain", v.id())] = json!(self.gain(i));
-                j[format!("{}_gain_per_round", v.id())] = json!(self.round_gains(i));
-            }
+fn row_json(r: &SocketsRow) -> Value {
+    let side = |v: &[Option<f64>]| {
+        let s = spread(v);
+        json!({
+            "rounds": v, "median": s.map(|s| s.median),
+            "min": s.map(|s| s.min), "max": s.map(|s| s.max),
+        })
+    };
+    let mut j = json!({
+        "what": r.what,
+        "unit": r.unit,
+        "better": match r.better { Better::Lower => "lower", Better::Higher => "higher" },
+    });
+    for (i, v) in Variant::ALL.iter().enumerate() {
+        j[v.id()] = side(&r.sides[i]);
+        if i > 0 {
+            j[format!("{}_gain", v.id())] = json!(r.gain(i));
+            j[format!("{}_gain_per_round", v.id())] = json!(r.round_gains(i));
         }
-        j
     }
+    j
 }
 
 #[cfg(test)]
@@ -987,9 +954,11 @@ pub(super) mod tests {
             .map(|l| format!("{l}\n"))
             .collect();
         assert!(parse_wrk(&plain).unwrap_err().contains("--latency"));
-        assert!(parse_wrk("unable to connect to [fd51:5050::1:1]:8080 Connection refused")
-            .unwrap_err()
-            .contains("requests in"));
+        assert!(
+            parse_wrk("unable to connect to [fd51:5050::1:1]:8080 Connection refused")
+                .unwrap_err()
+                .contains("requests in")
+        );
     }
 
     #[test]
@@ -1036,8 +1005,14 @@ pub(super) mod tests {
     /// sockperf's output with `trips` round trips of median `rtt_us`.
     fn sockperf_text(trips: u64, rtt_us: f64) -> String {
         SOCKPERF
-            .replace("ReceivedMessages=54632", &format!("ReceivedMessages={trips}"))
-            .replace("percentile 50.000 =   20.565", &format!("percentile 50.000 = {}", rtt_us / 2.0))
+            .replace(
+                "ReceivedMessages=54632",
+                &format!("ReceivedMessages={trips}"),
+            )
+            .replace(
+                "percentile 50.000 =   20.565",
+                &format!("percentile 50.000 = {}", rtt_us / 2.0),
+            )
     }
 
     /// Guest a's lines of one run NAME: its CPU window (`busy` ticks of each guest) and
@@ -1092,7 +1067,12 @@ pub(super) mod tests {
                     &wrk_text(1000.0 * speed, 4.0 / speed, 20.0 / speed),
                     q,
                 );
-                text += &run_lines(&format!("iperf3-{v}.{r}"), 500, &iperf3_text(500.0 * speed), q);
+                text += &run_lines(
+                    &format!("iperf3-{v}.{r}"),
+                    500,
+                    &iperf3_text(500.0 * speed),
+                    q,
+                );
                 text += &run_lines(
                     &format!("sockperf-{v}.{r}"),
                     500,
@@ -1125,8 +1105,14 @@ pub(super) mod tests {
         assert_eq!((k.irq_a, k.irq_b), (Some([0, 1000]), Some([2000, 0])));
         assert_eq!(k.qpip_connections, 0);
         let c = k.counters();
-        assert_eq!((c[0], c[1], c[2]), (Some(2000.0), Some(1000.0), Some(1000.0)));
-        assert_eq!((c[7], c[8], c[9], c[10]), (Some(0.0), Some(0.1), Some(0.2), Some(0.0)));
+        assert_eq!(
+            (c[0], c[1], c[2]),
+            (Some(2000.0), Some(1000.0), Some(1000.0))
+        );
+        assert_eq!(
+            (c[7], c[8], c[9], c[10]),
+            (Some(0.0), Some(0.1), Some(0.2), Some(0.0))
+        );
         assert_eq!(c[11], Some(250.0));
         let b = &run.rounds[1]["wrk1k-both"];
         assert_eq!(b.qpip_connections, 8);
@@ -1179,12 +1165,18 @@ pub(super) mod tests {
         assert!(text.contains("2.25x (2.00–2.50)"), "{text}");
         assert!(text.contains("wrk 1 KiB, both, per request"), "{text}");
         let md = run.markdown(2);
-        assert!(md.contains("\n## Socket programs over QPs (the preload library)\n"), "{md}");
+        assert!(
+            md.contains("\n## Socket programs over QPs (the preload library)\n"),
+            "{md}"
+        );
         assert!(
             md.contains("| wrk → nginx, 1 KiB file, keep-alive, requests/s, req/s | 1000 (1000–1000) | 1500 (1500–1500) | 1200 (1200–1200) | 2250 (2000–2500) | 1.50x (1.50–1.50) | 1.20x (1.20–1.20) | 2.25x (2.00–2.50) |"),
             "{md}"
         );
-        assert!(md.contains("| iperf3, kernel, per MB | 20000 | 10000 |"), "{md}");
+        assert!(
+            md.contains("| iperf3, kernel, per MB | 20000 | 10000 |"),
+            "{md}"
+        );
         assert!(SocketsRun::from_json(&json!({"plan": {}})).is_err());
     }
 
@@ -1201,6 +1193,9 @@ pub(super) mod tests {
         // A run whose output is not its program's.
         let text = run_lines("wrk1k-kernel.1", 10, "wrk: command not found", false);
         let e = SocketsRun::from_lines(&facts, &text, &m).unwrap_err();
-        assert!(e.contains("wrk1k-kernel, round 1: unreadable wrk output"), "{e}");
+        assert!(
+            e.contains("wrk1k-kernel, round 1: unreadable wrk output"),
+            "{e}"
+        );
     }
 }
