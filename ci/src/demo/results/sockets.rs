@@ -131,9 +131,14 @@ pub struct Iperf3 {
     pub bits_per_s: f64,
 }
 
-/// `iperf3 -J`'s JSON: its `end.sum_received` (an `error` is an error).
+/// `iperf3 -J`'s JSON: its `end.sum_received` (an `error` is an error). Lines around the
+/// JSON (a library's warning on stderr) are left aside.
 pub fn parse_iperf3(text: &str) -> Result<Iperf3, String> {
-    let v: Value = serde_json::from_str(text)
+    let json = match (text.find('{'), text.rfind('}')) {
+        (Some(a), Some(b)) if a < b => &text[a..=b],
+        _ => text,
+    };
+    let v: Value = serde_json::from_str(json)
         .map_err(|e| format!("iperf3's JSON is unreadable ({e}): {:?}", clip(text)))?;
     if let Some(e) = v["error"].as_str() {
         return Err(format!("iperf3: {e}"));
@@ -970,6 +975,8 @@ pub(super) mod tests {
         let e = parse_iperf3("{\n\t\"start\": {},\n\t\"error\": \"unable to connect to server - server may have stopped running or use a different port, firewall issue, etc.: Connection refused\"\n}").unwrap_err();
         assert!(e.starts_with("iperf3: unable to connect"), "{e}");
         assert!(parse_iperf3("iperf3: error").is_err());
+        let warned = format!("qpip-preload[88]: a warning\n{IPERF3}\n");
+        assert_eq!(parse_iperf3(&warned).unwrap(), i);
     }
 
     #[test]
