@@ -157,11 +157,7 @@ type Recorder<'a> = dyn Fn(&str, Option<&str>) -> ExitCode + 'a;
 /// Writes a part's results as NAME-*.{json,md} (and NAME-latest.*) in `out` (default
 /// $QPIP_CACHE/bench), then, with `record`, has it record its section of docs/bench.md
 /// (given the run's date and commit).
-fn part_alone(
-    p: PartAlone,
-    out: Option<PathBuf>,
-    record: Option<&Recorder<'_>>,
-) -> ExitCode {
+fn part_alone(p: PartAlone, out: Option<PathBuf>, record: Option<&Recorder<'_>>) -> ExitCode {
     let (stamp, date) = now();
     let (commit, uncommitted_changes) = results::commit_of(&qpip_lab::paths::root());
     let mut part = p.json;

@@ -17,8 +17,9 @@
 //!   guest a's kernel sockets, which get them through guest a's qpip netdev;
 //! - `both`: both ends under `qpip-run`.
 //!
-//! Guest a drives (its output is what the watcher reads): for each variant it starts the
-//! three servers, and for each program run asks guest b to run the client
+//! Guest a drives (its output is what the watcher reads): for each program run it starts
+//! the server afresh (so that the server's counters are the run's), asks guest b to run the
+//! client
 //! (`/lab/run.K`: the command; guest b answers with `/lab/ran.K`, its exit status, after
 //! copying its output to `/lab/out.K`). Each run is a CPU window of [`super::scripts::STEPS_A`]
 //! (both guests' `/proc/stat` and the host's CPU of QEMU and qpipd at its edges: guest b
@@ -26,8 +27,8 @@
 //! a run), and guest a reports it as `@sock.NAME=T0 T1|IRQA0|IRQA1|IRQB0|IRQB1` (its uptime
 //! at the edges; the interrupts of each guest's qpip device and virtio-net NIC, `QPIP
 //! VIRTIO`), then the client's output line by line as `@out.NAME=LINE` and, when the client
-//! ran under `qpip-run`, its preload counters as `@pre.NAME=LINE`. Once a variant's runs
-//! are done, the servers stop and their counters follow as `@pre.srv-PROGRAM-VARIANT=LINE`.
+//! ran under `qpip-run`, its preload counters as `@pre.NAME=LINE`; then the server stops
+//! and its counters follow as `@pre.srv-NAME=LINE`.
 //! NAME is `wrk1k-kernel`, `iperf3-both`, ..., with `.ROUND` in a run of several rounds
 //! (see [`super::results::sockets`]).
 //!
@@ -124,6 +125,15 @@ pub enum Workload {
 }
 
 impl Workload {
+    /// Guest a's server of it.
+    pub fn server(self) -> &'static str {
+        match self {
+            Workload::Wrk(_) => "nginx",
+            Workload::Iperf3 => "iperf3",
+            Workload::Sockperf => "sockperf",
+        }
+    }
+
     /// The first half of its measurement names (`wrk1k` in `wrk1k-both`), and for wrk the
     /// name of the file it fetches.
     pub fn id(self) -> String {
@@ -337,41 +347,33 @@ trap 'touch /lab/a-done' EXIT
 {STEPS_A}
 # listens PORT: something listens on TCP PORT, IPv6 or IPv4.
 listens() {{ netstat -ltn 2>/dev/null | grep -q "[:.]$1 "; }}
-# srv PROG PRE CMD...: starts server PROG (CMD in the background; under qpip-run, its
-# preload counters to /tmp/pre.PROG, when PRE is 1).
-srv() {{
-    p=$1; pre=$2; shift 2
-    rm -f /tmp/pre.$p
+# serve PROG PRE: starts server PROG (nginx, iperf3 or sockperf; under qpip-run, its
+# preload counters to /tmp/pre.srv, when PRE is 1) and waits until it listens.
+serve() {{
+    p=$1; pre=$2; rm -f /tmp/pre.srv
+    case $p in
+        nginx) set -- lab-nginx; port={NGINX_PORT} ;;
+        iperf3) set -- iperf3 -s -p {IPERF3_PORT}; port={IPERF3_PORT} ;;
+        *) set -- sockperf sr --tcp -i 0.0.0.0 -p {SOCKPERF_PORT}; port={SOCKPERF_PORT} ;;
+    esac
     if [ "$pre" = 1 ]; then
-        QPIP_PRELOAD_STATS=/tmp/pre.$p qpip-run "$@" > /tmp/$p.out 2>&1 &
+        QPIP_PRELOAD_STATS=/tmp/pre.srv qpip-run "$@" > /tmp/srv.out 2>&1 &
     else
-        "$@" > /tmp/$p.out 2>&1 &
+        "$@" > /tmp/srv.out 2>&1 &
     fi
-    echo $! > /tmp/$p.pid
+    SRV=$!
+    until_true 60 listens $port || fail "$p does not listen on port $port: $(oneline /tmp/srv.out)"
 }}
-# servers PRE: nginx, iperf3 -s and sockperf's server, listening.
-servers() {{
-    srv nginx $1 lab-nginx
-    srv iperf3 $1 iperf3 -s -p {IPERF3_PORT}
-    srv sockperf $1 sockperf sr --tcp -i 0.0.0.0 -p {SOCKPERF_PORT}
-    for port in {NGINX_PORT} {IPERF3_PORT} {SOCKPERF_PORT}; do
-        until_true 60 listens $port || fail "nothing listens on port $port: $(oneline /tmp/nginx.out) $(oneline /tmp/iperf3.out) $(oneline /tmp/sockperf.out)"
-    done
-}}
-# unserve VARIANT PRE: stops the servers (each from the signal it ends cleanly on) and
-# reports their preload counters as @pre.srv-PROG-VARIANT; with PRE 1, each must have
-# accepted connections on the device.
+# unserve PROG NAME PRE: stops server PROG (from the signal it ends cleanly on) and reports
+# its preload counters as @pre.srv-NAME; with PRE 1, it must have accepted connections on
+# the device.
 unserve() {{
-    for ps in nginx:QUIT iperf3:TERM sockperf:INT; do
-        p=${{ps%:*}}; pid=$(cat /tmp/$p.pid)
-        kill -${{ps#*:}} $pid 2> /dev/null; wait $pid
-    done
-    for p in nginx iperf3 sockperf; do
-        [ -e /tmp/pre.$p ] && sed "s/^/@pre.srv-$p-$1=/" /tmp/pre.$p
-        if [ "$2" = 1 ] && [ "$(pre_sum /tmp/pre.$p accept_qpip)" = 0 ]; then
-            fail "$p under qpip-run accepted no connection on the device: $(oneline /tmp/pre.$p 2>/dev/null)"
-        fi
-    done
+    case $1 in nginx) sig=QUIT ;; iperf3) sig=TERM ;; *) sig=INT ;; esac
+    kill -$sig $SRV 2> /dev/null; wait $SRV
+    [ -e /tmp/pre.srv ] && sed "s/^/@pre.srv-$2=/" /tmp/pre.srv
+    if [ "$3" = 1 ] && [ "$(pre_sum /tmp/pre.srv accept_qpip)" = 0 ]; then
+        fail "$1 under qpip-run accepted no connection on the device: $(oneline /tmp/pre.srv 2>/dev/null)"
+    fi
 }}
 # client NAME PRE CMD: guest b runs CMD (under qpip-run when PRE is 1) in the CPU window
 # NAME; @sock.NAME=T0 T1|IRQA0|IRQA1|IRQB0|IRQB1, then its output as @out.NAME lines and
@@ -426,17 +428,19 @@ ok
     );
     for round in 1..=f.rounds.max(1) {
         for variant in plan.order(round) {
-            let v = plan.tag(variant.id(), round);
             let (sp, cp) = (
                 u8::from(variant.server_preloaded()),
                 u8::from(variant.client_preloaded()),
             );
-            let mut body = format!("servers {sp}\n");
+            let mut body = String::new();
             for w in plan.workloads() {
                 let name = plan.tag(&format!("{}-{}", w.id(), variant.id()), round);
-                body += &format!("client {name} {cp} {}\n", plan.client_cmd(w, variant));
+                let server = w.server();
+                body += &format!(
+                    "serve {server} {sp}\nclient {name} {cp} {}\nunserve {server} {name} {sp}\n",
+                    plan.client_cmd(w, variant)
+                );
             }
-            body += &format!("unserve {v} {sp}\n");
             s += &format!("\nstep {}\n{body}ok\n", plan.step_id(variant, round));
         }
     }
@@ -497,22 +501,28 @@ mod tests {
         }
         assert!(
             a.contains(
-                "\nstep sockets-kernel.1\nservers 0\n\
+                "\nstep sockets-kernel.1\nserve nginx 0\n\
                  client wrk1k-kernel.1 0 wrk -t 2 -c 8 -d 10s --latency http://[fd51:5050::2:1]:8080/1k\n\
+                 unserve nginx wrk1k-kernel.1 0\nserve nginx 0\n\
                  client wrk64k-kernel.1 0 wrk -t 2 -c 8 -d 10s --latency http://[fd51:5050::2:1]:8080/64k\n\
+                 unserve nginx wrk64k-kernel.1 0\nserve iperf3 0\n\
                  client iperf3-kernel.1 0 iperf3 -c fd51:5050::2:1 -p 5201 -t 10 -J\n\
+                 unserve iperf3 iperf3-kernel.1 0\nserve sockperf 0\n\
                  client sockperf-kernel.1 0 sockperf pp --tcp -i 198.18.0.201 -p 11111 -t 10\n\
-                 unserve kernel.1 0\nok\n"
+                 unserve sockperf sockperf-kernel.1 0\nok\n"
             ),
             "{a}"
         );
         // The server on QPs: the client on kernel sockets to the device's address.
-        assert!(a.contains("\nstep sockets-server.2\nservers 1\nclient wrk1k-server.2 0 wrk -t 2 -c 8 -d 10s --latency http://[fd51:5050::1:1]:8080/1k\n"), "{a}");
+        assert!(a.contains("\nstep sockets-server.2\nserve nginx 1\nclient wrk1k-server.2 0 wrk -t 2 -c 8 -d 10s --latency http://[fd51:5050::1:1]:8080/1k\n"), "{a}");
         assert!(
             a.contains("client sockperf-client.3 1 sockperf pp --tcp -i 198.18.0.101 "),
             "{a}"
         );
-        assert!(a.contains("\nunserve both.3 1\nok\n"), "{a}");
+        assert!(
+            a.contains("\nunserve sockperf sockperf-both.3 1\nok\n"),
+            "{a}"
+        );
         assert!(
             a.contains("head -c 65536 /dev/urandom > /tmp/www/64k"),
             "{a}"

@@ -257,8 +257,13 @@ pub struct Sample {
     pub host_qemu_s: Option<f64>,
     pub host_qpipd_s: Option<f64>,
     /// Connections the client put on the device (its preload's `connect_qpip`; 0 on
-    /// kernel sockets).
+    /// kernel sockets), and those the server took there (`accept_qpip`).
     pub qpip_connections: u64,
+    pub server_qpip_accepts: u64,
+    /// The calls the preload library carried for the server and for the client
+    /// (`native_calls` + `ioctl_calls`); none on kernel sockets.
+    pub server_calls: Option<u64>,
+    pub client_calls: Option<u64>,
 }
 
 impl Sample {
@@ -274,6 +279,7 @@ impl Sample {
         let per = |v: Option<f64>| Some(v? / work?);
         let split = |i: usize| per(self.guests_split_s.map(|s| s[i] * 1e6));
         let irq = |v: Option<[u64; 2]>, i: usize| per(v.map(|v| v[i] as f64));
+        let calls = |v: Option<u64>| per(v.map(|n| n as f64));
         [
             self.cpu_per_work_us(),
             per(self.guests_split_s.map(|s| (s[0] + s[1]) * 1e6)),
@@ -286,6 +292,8 @@ impl Sample {
             irq(self.irq_a, 1),
             irq(self.irq_b, 0),
             irq(self.irq_b, 1),
+            calls(self.server_calls),
+            calls(self.client_calls),
             per(self
                 .host_qemu_s
                 .map(|q| (q + self.host_qpipd_s.unwrap_or(0.0)) * 1e6)),
@@ -294,7 +302,7 @@ impl Sample {
 }
 
 /// How many counters [`Sample::counters`] has.
-const N_COUNTERS: usize = 12;
+const N_COUNTERS: usize = 14;
 
 /// The counter columns of [`Sample::counters`] and what each is.
 const COUNTERS: [(&str, &str); N_COUNTERS] = [
@@ -313,19 +321,25 @@ const COUNTERS: [(&str, &str); N_COUNTERS] = [
     ("b qpip", "of guest b's qpip device"),
     ("b virtio", "of guest b's virtio-net NIC"),
     (
+        "a calls",
+        "the server's socket calls the preload library carried per unit (send and recv as \
+         read and write, and the socket's ioctls: accept, options, flags; not the program's \
+         own read, write, sendfile and epoll on the socket, which go to the driver unseen; - \
+         on kernel sockets)",
+    ),
+    ("b calls", "the client's"),
+    (
         "host µs",
         "the host's CPU of both QEMUs and the qpipd processes per unit",
     ),
 ];
 
 /// Everything the sockets part measured: by round (index 0 is round 1), its runs by name
-/// (`wrk1k-kernel`, `iperf3-both`), and the connections each server under `qpip-run`
-/// accepted on the device, by `srv-PROGRAM-VARIANT`.
+/// (`wrk1k-kernel`, `iperf3-both`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SocketsRun {
     pub facts: SocketsFacts,
     pub rounds: Vec<BTreeMap<String, Sample>>,
-    pub server_accepts: Vec<BTreeMap<String, u64>>,
 }
 
 /// The counter KEY summed over the preload's `stats` lines.
@@ -455,9 +469,15 @@ impl SocketsRun {
                     .get(&name)
                     .map_or(String::new(), |l| l.join("\n"));
                 figures_of(&name, &out, s).map_err(|e| format!("{name}, round {}: {e}", r + 1))?;
-                s.qpip_connections = pre[r]
-                    .get(&name)
-                    .map_or(0, |l| preload_sum(l, "connect_qpip"));
+                let client = pre[r].get(&name);
+                let server = pre[r].get(&format!("srv-{name}"));
+                s.qpip_connections = client.map_or(0, |l| preload_sum(l, "connect_qpip"));
+                s.server_qpip_accepts = server.map_or(0, |l| preload_sum(l, "accept_qpip"));
+                let calls = |l: &Vec<String>| {
+                    preload_sum(l, "native_calls") + preload_sum(l, "ioctl_calls")
+                };
+                s.client_calls = client.map(calls);
+                s.server_calls = server.map(calls);
                 if let Some(w) = cpu.rounds.get(r).and_then(|x| x.cpu.get(&name)) {
                     s.guests_cpu_s = w.guests_busy_s();
                     s.guests_split_s = w.guests_split_s();
@@ -473,19 +493,9 @@ impl SocketsRun {
                 missing.join(", ")
             ));
         }
-        let server_accepts = pre
-            .iter()
-            .map(|r| {
-                r.iter()
-                    .filter(|(k, _)| k.starts_with("srv-"))
-                    .map(|(k, l)| (k.clone(), preload_sum(l, "accept_qpip")))
-                    .collect()
-            })
-            .collect();
         Ok(SocketsRun {
             facts: facts.clone(),
             rounds,
-            server_accepts,
         })
     }
 
@@ -655,17 +665,25 @@ impl SocketsRun {
         head.extend(Variant::ALL.map(|v| v.id().to_string()));
         head.extend(Variant::ALL[1..].iter().map(|v| format!("{} gain", v.id())));
         let mut t = vec![head];
+        // One round has no spread to show.
+        let several = self.rounds.len() > 1;
+        let with = |figure: String, range: String| {
+            if several {
+                format!("{figure} ({range})")
+            } else {
+                figure
+            }
+        };
         for r in self.rows() {
             let mut cells = vec![format!("{}, {}", r.what, r.unit)];
             for side in &r.sides {
                 let s = spread(side);
-                cells.push(format!("{} ({})", fmt_median(s), fmt_range(s)));
+                cells.push(with(fmt_median(s), fmt_range(s)));
             }
             for i in 1..Variant::ALL.len() {
-                cells.push(format!(
-                    "{} ({})",
+                cells.push(with(
                     fmt_gain(r.gain(i)),
-                    fmt_ratio_range(&r.round_gains(i))
+                    fmt_ratio_range(&r.round_gains(i)),
                 ));
             }
             t.push(cells);
@@ -688,8 +706,8 @@ impl SocketsRun {
         let mut v = vec![
             "Each variant's median (min–max) over the rounds. gain: how many times better \
              than the baseline (kernel) — requests/s and MB/s divided by kernel's, latency and \
-             CPU per request: kernel's divided by the variant's; > 1 favours the variant — \
-             the ratio of the medians, and (min–max) of the rounds' own ratios, each round's \
+             CPU per unit: kernel's divided by the variant's; > 1 favours the variant — the \
+             ratio of the medians, and (min–max) of the rounds' own ratios, each round's \
              variants having run next to each other."
                 .to_string(),
         ];
@@ -782,8 +800,7 @@ impl SocketsRun {
         md
     }
 
-    /// The run as JSON: the plan's facts, every round's runs, the servers' connections on
-    /// the device, and the rows.
+    /// The run as JSON: the plan's facts, every round's runs and the rows.
     pub fn json(&self) -> Value {
         let sample = |s: &Sample| {
             json!({
@@ -793,6 +810,8 @@ impl SocketsRun {
                 "guests_cpu_s": s.guests_cpu_s, "guests_user_kernel_s": s.guests_split_s,
                 "host_qemu_s": s.host_qemu_s, "host_qpipd_s": s.host_qpipd_s,
                 "qpip_connections": s.qpip_connections,
+                "server_qpip_accepts": s.server_qpip_accepts,
+                "server_calls": s.server_calls, "client_calls": s.client_calls,
             })
         };
         let f = &self.facts;
@@ -803,7 +822,6 @@ impl SocketsRun {
                 "memory_mib": f.memory_mib,
             },
             "rounds": rounds_json(&self.rounds, sample),
-            "server_accepts": self.server_accepts,
             "rows": self.rows().iter().map(row_json).collect::<Vec<_>>(),
         })
     }
@@ -843,27 +861,12 @@ impl SocketsRun {
                 host_qemu_s: x("host_qemu_s"),
                 host_qpipd_s: x("host_qpipd_s"),
                 qpip_connections: v["qpip_connections"].as_u64().unwrap_or(0),
+                server_qpip_accepts: v["server_qpip_accepts"].as_u64().unwrap_or(0),
+                server_calls: v["server_calls"].as_u64(),
+                client_calls: v["client_calls"].as_u64(),
             })
         })?;
-        let server_accepts = j["server_accepts"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|r| {
-                        r.as_object()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|(k, n)| Some((k.clone(), n.as_u64()?)))
-                            .collect()
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        Ok(SocketsRun {
-            facts,
-            rounds,
-            server_accepts,
-        })
+        Ok(SocketsRun { facts, rounds })
     }
 }
 
@@ -1086,7 +1089,10 @@ pub(super) mod tests {
                     &sockperf_text(10000, 800.0 / speed),
                     q,
                 );
-                text += &format!("@pre.srv-nginx-{v}.{r}=qpip-preload[200]: stats prog=nginx connect_qpip=0 listen_qpip=2 accept_qpip={} accept_kernel=0\n", if v == "server" || v == "both" { 8 } else { 0 });
+                if v == "server" || v == "both" {
+                    text += &format!("@pre.srv-wrk1k-{v}.{r}=qpip-preload[200]: stats prog=ster connect_qpip=0 listen_qpip=2 accept_qpip=0 accept_kernel=0 native_calls=0 ioctl_calls=2\n");
+                    text += &format!("@pre.srv-wrk1k-{v}.{r}=qpip-preload[201]: stats prog=rker connect_qpip=0 listen_qpip=0 accept_qpip=8 accept_kernel=0 native_calls=10000 ioctl_calls=19998\n");
+                }
             }
         }
         let mut cpu = Measurements::with_rounds(2);
@@ -1120,7 +1126,8 @@ pub(super) mod tests {
             (c[7], c[8], c[9], c[10]),
             (Some(0.0), Some(0.1), Some(0.2), Some(0.0))
         );
-        assert_eq!(c[11], Some(250.0));
+        assert_eq!((c[11], c[12]), (None, None));
+        assert_eq!(c[13], Some(250.0));
         let b = &run.rounds[1]["wrk1k-both"];
         assert_eq!(b.qpip_connections, 8);
         assert_eq!(b.rate, Some(2500.0));
@@ -1128,8 +1135,13 @@ pub(super) mod tests {
         assert_eq!((i.work, i.rate), (1000.0, Some(100.0)));
         let s = &run.rounds[0]["sockperf-kernel"];
         assert_eq!((s.work, s.p50_us), (10000.0, Some(800.0)));
-        assert_eq!(run.server_accepts[1]["srv-nginx-both"], 8);
-        assert_eq!(run.server_accepts[1]["srv-nginx-client"], 0);
+        assert_eq!(b.server_qpip_accepts, 8);
+        assert_eq!((b.server_calls, b.client_calls), (Some(30000), Some(9)));
+        assert_eq!((k.server_calls, k.client_calls), (None, None));
+        let c = b.counters();
+        assert_eq!((c[11], c[12]), (Some(1.2), Some(0.00036)));
+        let c = run.rounds[0]["wrk1k-client"].counters();
+        assert_eq!((c[11], c[12]), (None, Some(9.0 / 12000.0)));
     }
 
     #[test]
