@@ -929,22 +929,23 @@ fn row_json(r: &SocketsRow) -> Value {
 pub(super) mod tests {
     use super::*;
 
-    /// wrk 4.1 (Debian's, as in the guests' extras) against lab-nginx's configuration, 2 s.
+    // The programs' output in a run of the part (`--rounds 1 --sockets-secs 3`), both ends
+    // under qpip-run.
+    /// wrk 4.1 (Debian's, the guests' extras) in guest b against nginx in guest a.
     const WRK: &str = include_str!("testdata/sockets-wrk.txt");
-    /// `iperf3 -J` (3.18, the guests'), one stream, 2 s.
+    /// `iperf3 -J` (3.18), one stream b→a.
     const IPERF3: &str = include_str!("testdata/sockets-iperf3.json");
-    /// `sockperf pp --tcp` (3.7, the guests'), 2 s: its colours included, as it prints
-    /// them into a file too.
+    /// `sockperf pp --tcp` (3.7): its colours included, as it prints them into a file too.
     const SOCKPERF: &str = include_str!("testdata/sockets-sockperf.txt");
 
     #[test]
     fn wrk_output_is_read_with_its_percentiles_and_errors() {
         let w = parse_wrk(WRK).unwrap();
-        assert_eq!(w.requests, 81641);
-        assert!((w.secs - 2.0).abs() < 1e-9);
-        assert!((w.per_s - 40785.77).abs() < 1e-6);
-        assert!((w.p50_us - 134.0).abs() < 1e-9);
-        assert!((w.p99_us - 136_290.0).abs() < 1e-6);
+        assert_eq!(w.requests, 10720);
+        assert!((w.secs - 3.03).abs() < 1e-9);
+        assert!((w.per_s - 3538.0).abs() < 1e-6);
+        assert!((w.p50_us - 2030.0).abs() < 1e-9);
+        assert!((w.p99_us - 7390.0).abs() < 1e-6);
         assert_eq!(w.errors, 0);
         let with_errors = WRK.replace(
             "Requests/sec:",
@@ -972,9 +973,9 @@ pub(super) mod tests {
     #[test]
     fn iperf3_json_is_read_from_its_receiver_and_an_error_is_one() {
         let i = parse_iperf3(IPERF3).unwrap();
-        assert_eq!(i.bytes, 6_004_408_320);
-        assert!((i.secs - 2.003753).abs() < 1e-9);
-        assert!((i.bits_per_s - 23_972_648_604.892918).abs() < 1e-3);
+        assert_eq!(i.bytes, 728_760_320);
+        assert!((i.secs - 3.011949).abs() < 1e-9);
+        assert!((i.bits_per_s - 1_935_651_154.783_829_5).abs() < 1e-3);
         let e = parse_iperf3("{\n\t\"start\": {},\n\t\"error\": \"unable to connect to server - server may have stopped running or use a different port, firewall issue, etc.: Connection refused\"\n}").unwrap_err();
         assert!(e.starts_with("iperf3: unable to connect"), "{e}");
         assert!(parse_iperf3("iperf3: error").is_err());
@@ -985,14 +986,54 @@ pub(super) mod tests {
     #[test]
     fn sockperf_output_is_read_as_whole_round_trips() {
         let p = parse_sockperf(SOCKPERF).unwrap();
-        assert_eq!(p.round_trips, 54632);
-        assert_eq!(p.observations, 42308);
-        assert!((p.rtt_p50_us - 2.0 * 20.565).abs() < 1e-9);
-        assert!((p.rtt_p99_us - 2.0 * 43.569).abs() < 1e-9);
+        assert_eq!(p.round_trips, 11603);
+        assert_eq!(p.observations, 9886);
+        assert!((p.rtt_p50_us - 2.0 * 120.504).abs() < 1e-9);
+        assert!((p.rtt_p99_us - 2.0 * 267.755).abs() < 1e-9);
         assert_eq!(p.lost, 0);
         let lossy = SOCKPERF.replace("# dropped messages = 0", "# dropped messages = 2");
         assert_eq!(parse_sockperf(&lossy).unwrap().lost, 2);
         assert!(parse_sockperf("sockperf: ERROR: connect failed").is_err());
+    }
+
+    /// Guest a's report of that run of wrk: both guests' `/proc/stat` and the host's CPU at
+    /// the edges, its window (uptime and interrupts).
+    const WRK_LINES: &str = "\
+@cpu.wrk1k-both=start|cpu  505 0 2436 2968 0 0 369 0 0 0|cpu  166 0 1897 3802 0 0 176 0 0 0|qemu-a=38.6 qemu-b=31.64 qpipd-adapter=9.08
+@cpu.wrk1k-both=end|cpu  626 0 2596 3047 0 0 370 0 0 0|cpu  189 0 1980 4008 0 0 176 0 0 0|qemu-a=41.04 qemu-b=33.65 qpipd-adapter=11.24
+@sock.wrk1k-both=70.59 74.26|61074 20883|72058 20884|49317 22630|63701 22630
+@pre.wrk1k-both=qpip-preload[397]: stats prog=wrk connect_qpip=17 listen_qpip=0 accept_qpip=0 accept_kernel=0 native_calls=0 ioctl_calls=16
+";
+
+    #[test]
+    fn the_guests_proc_stat_gives_the_cpu_per_request() {
+        let mut m = Measurements::with_rounds(1);
+        for l in WRK_LINES.lines() {
+            m.take_line(l).unwrap();
+        }
+        let w = &m.rounds[0].cpu["wrk1k-both"];
+        // Busy: user, nice, system, irq, softirq. Guest a: 3592 - 3310 ticks; guest b:
+        // 2345 - 2239.
+        assert_eq!(w.guests_busy_s(), Some(3.88));
+        let split = w.guests_split_s().unwrap();
+        for (got, want) in split.iter().zip([1.21, 1.61, 0.23, 0.83]) {
+            assert!((got - want).abs() < 1e-9, "{split:?}");
+        }
+        let mut s =
+            window_of("70.59 74.26|61074 20883|72058 20884|49317 22630|63701 22630").unwrap();
+        assert!((s.secs - 3.67).abs() < 1e-9);
+        assert_eq!((s.irq_a, s.irq_b), (Some([10984, 1]), Some([14384, 0])));
+        figures_of("wrk1k-both", WRK, &mut s).unwrap();
+        s.guests_cpu_s = w.guests_busy_s();
+        // 3.88 s of both guests over 10720 requests.
+        assert!((s.cpu_per_work_us().unwrap() - 3.88e6 / 10720.0).abs() < 1e-6);
+        let pre: Vec<String> = WRK_LINES
+            .lines()
+            .filter_map(|l| l.strip_prefix("@pre.wrk1k-both="))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(preload_sum(&pre, "connect_qpip"), 17);
+        assert_eq!(preload_sum(&pre, "ioctl_calls"), 16);
     }
 
     /// wrk's output of a run of 10 s in its shape (see [`WRK`]).
@@ -1016,11 +1057,11 @@ pub(super) mod tests {
     fn sockperf_text(trips: u64, rtt_us: f64) -> String {
         SOCKPERF
             .replace(
-                "ReceivedMessages=54632",
+                "ReceivedMessages=11603",
                 &format!("ReceivedMessages={trips}"),
             )
             .replace(
-                "percentile 50.000 =   20.565",
+                "percentile 50.000 =  120.504",
                 &format!("percentile 50.000 = {}", rtt_us / 2.0),
             )
     }
