@@ -300,4 +300,36 @@ mod tests {
         assert_eq!(again.matches(STORAGE_BEGIN).count(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    #[test]
+    fn the_sockets_section_follows_the_storage_one_and_is_replaced_alone() {
+        let dir = std::env::temp_dir().join(format!("qpip-record-sockets-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("bench.md"), "# The bench\n").unwrap();
+        let mut run = SavedRun::from_json(&saved_results()).unwrap();
+        run.storage = Some(super::super::storage::tests::run());
+        run.sockets = Some(super::super::sockets::tests::run());
+        record(&run, &dir).unwrap();
+        let page = std::fs::read_to_string(dir.join("bench.md")).unwrap();
+        let (storage, sockets) = (
+            page.find(STORAGE_END).unwrap(),
+            page.find(SOCKETS_BEGIN).unwrap(),
+        );
+        assert!(storage < sockets, "{page}");
+        assert!(page.contains(
+            "## Socket programs over QPs (the preload library)\n\nThe sockets part of a run"
+        ));
+        assert!(page.trim_end().ends_with(SOCKETS_END));
+        // The sockets part alone replaces its section and keeps the rest.
+        let mut other = super::super::sockets::tests::run();
+        other.rounds.truncate(1);
+        let md =
+            record_sockets(&other, "2030-01-01 00:00", Some("0123456789abcdef"), &dir).unwrap();
+        let again = std::fs::read_to_string(md).unwrap();
+        assert_eq!(again[..sockets], page[..sockets]);
+        assert!(again.contains("of 2030-01-01 00:00, commit `0123456789ab`"));
+        assert_eq!(again.matches(SOCKETS_BEGIN).count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
