@@ -1,5 +1,6 @@
 //! `qpip-lab demo` and `qpip-lab bench` on the terminal and in files.
 
+use qpip_lab::demo::results::record::Measured;
 use qpip_lab::demo::results::sockets::SocketsRun;
 use qpip_lab::demo::results::storage::StorageRun;
 use qpip_lab::demo::sockets::SocketsPlan;
@@ -151,14 +152,15 @@ struct PartAlone<'a> {
     load_start: String,
 }
 
-/// Records a part's section of docs/bench.md, given its run's date and commit.
-type Recorder<'a> = dyn Fn(&str, Option<&str>) -> ExitCode + 'a;
+/// Records a part's section of docs/bench.md, given when and where it ran.
+type Recorder<'a> = dyn Fn(Measured) -> ExitCode + 'a;
 
 /// Writes a part's results as NAME-*.{json,md} (and NAME-latest.*) in `out` (default
 /// $QPIP_CACHE/bench), then, with `record`, has it record its section of docs/bench.md
-/// (given the run's date and commit).
+/// (given when and where it ran).
 fn part_alone(p: PartAlone, out: Option<PathBuf>, record: Option<&Recorder<'_>>) -> ExitCode {
     let (stamp, date) = now();
+    let load_end = loadavg();
     let (commit, uncommitted_changes) = results::commit_of(&qpip_lab::paths::root());
     let mut part = p.json;
     part["wall_s"] = serde_json::json!(p.elapsed.as_secs_f64());
@@ -171,7 +173,7 @@ fn part_alone(p: PartAlone, out: Option<PathBuf>, record: Option<&Recorder<'_>>)
         "commit": commit,
         "uncommitted_changes": uncommitted_changes,
         "load_start": p.load_start,
-        "load_end": loadavg(),
+        "load_end": load_end,
         "qpipd_layout": format!("{:?}", p.layout),
         "qpipd_args": p.qpipd_args,
         p.name: part,
@@ -184,7 +186,7 @@ fn part_alone(p: PartAlone, out: Option<PathBuf>, record: Option<&Recorder<'_>>)
         p.name,
         commit.as_deref().map_or("not recorded", |c| &c[..c.len().min(12)]),
         p.load_start,
-        loadavg(),
+        load_end,
         p.elapsed.as_secs_f64(),
         p.markdown
     );
@@ -205,7 +207,12 @@ fn part_alone(p: PartAlone, out: Option<PathBuf>, record: Option<&Recorder<'_>>)
                     path.display()
                 ),
             );
-            record.map_or(ExitCode::SUCCESS, |r| r(&date, commit.as_deref()))
+            let when = Measured {
+                date: &date,
+                commit: commit.as_deref(),
+                load: Some((&p.load_start, &load_end)),
+            };
+            record.map_or(ExitCode::SUCCESS, |r| r(when))
         }
         Err(e) => {
             say(
@@ -243,7 +250,7 @@ pub fn storage_only(
         elapsed,
         load_start,
     };
-    let rec = |date: &str, commit: Option<&str>| record_storage(&run, date, commit, &docs_dir());
+    let rec = |when: Measured| record_storage(&run, when, &docs_dir());
     part_alone(part, out, record.then_some(&rec))
 }
 
@@ -273,33 +280,23 @@ pub fn sockets_only(
         elapsed,
         load_start,
     };
-    let rec = |date: &str, commit: Option<&str>| record_sockets(&run, date, commit, &docs_dir());
+    let rec = |when: Measured| record_sockets(&run, when, &docs_dir());
     part_alone(part, out, record.then_some(&rec))
 }
 
-fn record_storage(
-    run: &StorageRun,
-    date: &str,
-    commit: Option<&str>,
-    docs: &std::path::Path,
-) -> ExitCode {
+fn record_storage(run: &StorageRun, when: Measured, docs: &std::path::Path) -> ExitCode {
     said_recorded(
         "storage",
-        date,
-        results::record::record_storage(run, date, commit, docs),
+        when.date,
+        results::record::record_storage(run, when, docs),
     )
 }
 
-fn record_sockets(
-    run: &SocketsRun,
-    date: &str,
-    commit: Option<&str>,
-    docs: &std::path::Path,
-) -> ExitCode {
+fn record_sockets(run: &SocketsRun, when: Measured, docs: &std::path::Path) -> ExitCode {
     said_recorded(
         "sockets",
-        date,
-        results::record::record_sockets(run, date, commit, docs),
+        when.date,
+        results::record::record_sockets(run, when, docs),
     )
 }
 
@@ -440,11 +437,15 @@ pub fn bench_report(json: &std::path::Path, docs: &std::path::Path) -> ExitCode 
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .filter(|j| j["tool"] == "qpip-lab bench-storage" || j["tool"] == "qpip-lab bench-sockets");
     if let Some(j) = alone {
-        let (date, commit) = (j["date"].as_str().unwrap_or("-"), j["commit"].as_str());
+        let when = Measured {
+            date: j["date"].as_str().unwrap_or("-"),
+            commit: j["commit"].as_str(),
+            load: j["load_start"].as_str().zip(j["load_end"].as_str()),
+        };
         let recorded = if j["tool"] == "qpip-lab bench-storage" {
-            StorageRun::from_json(&j["storage"]).map(|run| record_storage(&run, date, commit, docs))
+            StorageRun::from_json(&j["storage"]).map(|run| record_storage(&run, when, docs))
         } else {
-            SocketsRun::from_json(&j["sockets"]).map(|run| record_sockets(&run, date, commit, docs))
+            SocketsRun::from_json(&j["sockets"]).map(|run| record_sockets(&run, when, docs))
         };
         return recorded.unwrap_or_else(|e| {
             say(

@@ -54,41 +54,54 @@ pub fn section(run: &SavedRun) -> String {
     s
 }
 
-/// The storage part's generated section for its results `run`, run on `date` at
-/// `commit` (if known).
-pub fn storage_section(run: &StorageRun, date: &str, commit: Option<&str>) -> String {
+/// When and where a part's results were measured, as its section says: the run's date, its
+/// commit and the host's load average at its start and end, where known.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Measured<'a> {
+    pub date: &'a str,
+    pub commit: Option<&'a str>,
+    pub load: Option<(&'a str, &'a str)>,
+}
+
+impl Measured<'_> {
+    /// `of DATE, commit `0123456789ab`[; host load average X at the start, Y at the end]`.
+    fn said(&self) -> String {
+        let commit = self.commit.map_or("commit not recorded".to_string(), |c| {
+            format!("commit `{}`", &c[..c.len().min(12)])
+        });
+        let load = self.load.map_or(String::new(), |(a, b)| {
+            format!("; host load average {a} at the start, {b} at the end")
+        });
+        format!("of {}, {commit}{load}", self.date)
+    }
+}
+
+/// The storage part's generated section for its results `run`.
+pub fn storage_section(run: &StorageRun, when: Measured) -> String {
     part_section(
         STORAGE_BEGIN,
         STORAGE_END,
         &run.markdown(2),
         &format!(
-            "The storage part of a run of `./qpip bench` of {date}, {}, written here by \
-             `./qpip bench --record` (or `--storage-only --record`).",
-            commit_said(commit)
+            "The storage part of a run of `./qpip bench` {}, written here by `./qpip bench \
+             --record` (or `--storage-only --record`).",
+            when.said()
         ),
     )
 }
 
-/// The sockets part's generated section for its results `run`, run on `date` at `commit`
-/// (if known).
-pub fn sockets_section(run: &SocketsRun, date: &str, commit: Option<&str>) -> String {
+/// The sockets part's generated section for its results `run`.
+pub fn sockets_section(run: &SocketsRun, when: Measured) -> String {
     part_section(
         SOCKETS_BEGIN,
         SOCKETS_END,
         &run.markdown(2),
         &format!(
-            "The sockets part of a run of `./qpip bench` of {date}, {}, written here by \
-             `./qpip bench --record` (or `--sockets-only --record`).",
-            commit_said(commit)
+            "The sockets part of a run of `./qpip bench` {}, written here by `./qpip bench \
+             --record` (or `--sockets-only --record`).",
+            when.said()
         ),
     )
-}
-
-/// `commit `0123456789ab`` or `commit not recorded`.
-fn commit_said(commit: Option<&str>) -> String {
-    commit.map_or("commit not recorded".to_string(), |c| {
-        format!("commit `{}`", &c[..c.len().min(12)])
-    })
 }
 
 /// A part's generated section: its Markdown `md` (a heading first) between `begin` and
@@ -146,7 +159,7 @@ pub fn record(run: &SavedRun, docs: &Path) -> Result<[PathBuf; 2], String> {
             &page,
             STORAGE_BEGIN,
             STORAGE_END,
-            &storage_section(st, &run.info.date, run.info.commit.as_deref()),
+            &storage_section(st, run.measured()),
         );
     }
     if let Some(so) = &run.sockets {
@@ -154,7 +167,7 @@ pub fn record(run: &SavedRun, docs: &Path) -> Result<[PathBuf; 2], String> {
             &page,
             SOCKETS_BEGIN,
             SOCKETS_END,
-            &sockets_section(so, &run.info.date, run.info.commit.as_deref()),
+            &sockets_section(so, run.measured()),
         );
     }
     std::fs::write(&md_path, page)
@@ -164,33 +177,23 @@ pub fn record(run: &SavedRun, docs: &Path) -> Result<[PathBuf; 2], String> {
 
 /// Writes the storage part's section of `docs/bench.md` alone (the rest of the page kept);
 /// the path written.
-pub fn record_storage(
-    run: &StorageRun,
-    date: &str,
-    commit: Option<&str>,
-    docs: &Path,
-) -> Result<PathBuf, String> {
+pub fn record_storage(run: &StorageRun, when: Measured, docs: &Path) -> Result<PathBuf, String> {
     record_between(
         docs,
         STORAGE_BEGIN,
         STORAGE_END,
-        &storage_section(run, date, commit),
+        &storage_section(run, when),
     )
 }
 
 /// Writes the sockets part's section of `docs/bench.md` alone (the rest of the page kept);
 /// the path written.
-pub fn record_sockets(
-    run: &SocketsRun,
-    date: &str,
-    commit: Option<&str>,
-    docs: &Path,
-) -> Result<PathBuf, String> {
+pub fn record_sockets(run: &SocketsRun, when: Measured, docs: &Path) -> Result<PathBuf, String> {
     record_between(
         docs,
         SOCKETS_BEGIN,
         SOCKETS_END,
-        &sockets_section(run, date, commit),
+        &sockets_section(run, when),
     )
 }
 
@@ -293,7 +296,11 @@ mod tests {
         // The storage part alone replaces its section and keeps the rest.
         let mut other = super::super::storage::tests::run();
         other.rounds.truncate(1);
-        let md = record_storage(&other, "2030-01-01 00:00", None, &dir).unwrap();
+        let when = Measured {
+            date: "2030-01-01 00:00",
+            ..Measured::default()
+        };
+        let md = record_storage(&other, when, &dir).unwrap();
         let again = std::fs::read_to_string(md).unwrap();
         assert_eq!(again[..storage], page[..storage]);
         assert!(again.contains("of 2030-01-01 00:00, commit not recorded"));
@@ -324,11 +331,15 @@ mod tests {
         // The sockets part alone replaces its section and keeps the rest.
         let mut other = super::super::sockets::tests::run();
         other.rounds.truncate(1);
-        let md =
-            record_sockets(&other, "2030-01-01 00:00", Some("0123456789abcdef"), &dir).unwrap();
+        let when = Measured {
+            date: "2030-01-01 00:00",
+            commit: Some("0123456789abcdef"),
+            load: Some(("0.10 0.20 0.30", "0.40 0.50 0.60")),
+        };
+        let md = record_sockets(&other, when, &dir).unwrap();
         let again = std::fs::read_to_string(md).unwrap();
         assert_eq!(again[..sockets], page[..sockets]);
-        assert!(again.contains("of 2030-01-01 00:00, commit `0123456789ab`"));
+        assert!(again.contains("of 2030-01-01 00:00, commit `0123456789ab`; host load average 0.10 0.20 0.30 at the start, 0.40 0.50 0.60 at the end, written"));
         assert_eq!(again.matches(SOCKETS_BEGIN).count(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }

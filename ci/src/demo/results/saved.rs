@@ -57,6 +57,19 @@ impl SavedRun {
         })
     }
 
+    /// When and where the run was, as a part's recorded section says it.
+    pub fn measured(&self) -> super::record::Measured<'_> {
+        super::record::Measured {
+            date: &self.info.date,
+            commit: self.info.commit.as_deref(),
+            load: self
+                .info
+                .load_start
+                .as_deref()
+                .map(|s| (s, self.info.load_end.as_str())),
+        }
+    }
+
     /// Reads the results file at `path`.
     pub fn read(path: &std::path::Path) -> Result<SavedRun, String> {
         let text = std::fs::read_to_string(path)
