@@ -116,6 +116,17 @@ struct BenchArgs {
     /// Skip the storage part.
     #[arg(long)]
     no_storage: bool,
+    /// Only the sockets part: unmodified programs (nginx and wrk, iperf3, sockperf) between
+    /// the guests on QPs through the preload library vs kernel sockets, in its own pass;
+    /// results as sockets-*.json and .md (--record: its section of docs/bench.md).
+    #[arg(long, conflicts_with_all = ["no_sockets", "storage_only"])]
+    sockets_only: bool,
+    /// Skip the sockets part.
+    #[arg(long)]
+    no_sockets: bool,
+    /// Seconds of each program run of the sockets part (default 10).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..=600))]
+    sockets_secs: Option<u32>,
     /// Also show every line the guests print.
     #[arg(short, long)]
     verbose: bool,
@@ -231,12 +242,23 @@ fn main() -> ExitCode {
             storage.facts.rounds = plan.rounds;
             storage.layout = plan.layout;
             storage.qpipd_args = plan.qpipd_args.clone();
+            let mut sockets = qpip_lab::demo::sockets::SocketsPlan::bench();
+            sockets.facts.rounds = plan.rounds;
+            if let Some(s) = b.sockets_secs {
+                sockets.facts.secs = s;
+            }
+            sockets.layout = plan.layout;
+            sockets.qpipd_args = plan.qpipd_args.clone();
             if b.storage_only {
                 return show::storage_only(&storage, &b.netns, b.out, b.verbose, b.record);
+            }
+            if b.sockets_only {
+                return show::sockets_only(&sockets, &b.netns, b.out, b.verbose, b.record);
             }
             return show::bench(
                 &plan,
                 (!b.no_storage).then_some(&storage),
+                (!b.no_sockets).then_some(&sockets),
                 &b.netns,
                 b.out,
                 b.verbose,

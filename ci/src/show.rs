@@ -1,6 +1,9 @@
 //! `qpip-lab demo` and `qpip-lab bench` on the terminal and in files.
 
+use qpip_lab::demo::results::record::Measured;
+use qpip_lab::demo::results::sockets::SocketsRun;
 use qpip_lab::demo::results::storage::StorageRun;
+use qpip_lab::demo::sockets::SocketsPlan;
 use qpip_lab::demo::storage::StoragePlan;
 use qpip_lab::demo::{self, results, Plan, Report};
 use std::io::IsTerminal;
@@ -119,6 +122,108 @@ fn storage_pass(
     Ok(r)
 }
 
+/// The bench's sockets part: its own pass (see `qpip_lab::demo::sockets`); its figures
+/// and the pass's wall time.
+fn sockets_pass(
+    plan: &SocketsPlan,
+    netns: &str,
+    verbose: bool,
+) -> Result<(SocketsRun, std::time::Duration), ExitCode> {
+    let mut progress = |m: &str| say("bench, sockets", m);
+    let r = demo::sockets::run(plan, netns, verbose, &mut progress)
+        .map_err(|e| fail("bench (sockets part)", &e))?;
+    print!("{}", r.0.text());
+    println!();
+    Ok(r)
+}
+
+/// What a part run alone (`--storage-only`, `--sockets-only`) writes: its results' name
+/// (`storage`: storage-*.{json,md}, the JSON's key), what it compared, its tool's name in
+/// the JSON, its figures and report.
+struct PartAlone<'a> {
+    name: &'static str,
+    what: &'static str,
+    rounds: u32,
+    layout: qpip_lab::QpipdLayout,
+    qpipd_args: &'a [String],
+    json: serde_json::Value,
+    markdown: String,
+    elapsed: std::time::Duration,
+    load_start: String,
+}
+
+/// Records a part's section of docs/bench.md, given when and where it ran.
+type Recorder<'a> = dyn Fn(Measured) -> ExitCode + 'a;
+
+/// Writes a part's results as NAME-*.{json,md} (and NAME-latest.*) in `out` (default
+/// $QPIP_CACHE/bench), then, with `record`, has it record its section of docs/bench.md
+/// (given when and where it ran).
+fn part_alone(p: PartAlone, out: Option<PathBuf>, record: Option<&Recorder<'_>>) -> ExitCode {
+    let (stamp, date) = now();
+    let load_end = loadavg();
+    let (commit, uncommitted_changes) = results::commit_of(&qpip_lab::paths::root());
+    let mut part = p.json;
+    part["wall_s"] = serde_json::json!(p.elapsed.as_secs_f64());
+    let json = serde_json::json!({
+        "tool": format!("qpip-lab bench-{}", p.name),
+        "date": date,
+        "accel": "tcg",
+        "host_cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "host_cpu_model": results::host_cpu_model(),
+        "commit": commit,
+        "uncommitted_changes": uncommitted_changes,
+        "load_start": p.load_start,
+        "load_end": load_end,
+        "qpipd_layout": format!("{:?}", p.layout),
+        "qpipd_args": p.qpipd_args,
+        p.name: part,
+    });
+    let md =
+        format!(
+        "# qpip: {}\n\n{date}, `./qpip bench --{}-only`, commit {}; host load average {} at the \
+         start, {} at the end; wall time {:.0} s.\n{}",
+        p.what,
+        p.name,
+        commit.as_deref().map_or("not recorded", |c| &c[..c.len().min(12)]),
+        p.load_start,
+        load_end,
+        p.elapsed.as_secs_f64(),
+        p.markdown
+    );
+    let dir = out.unwrap_or_else(|| qpip_lab::paths::cache().join("bench"));
+    let name = p.name;
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|()| write_pair(&dir, &format!("{name}-{stamp}"), &json, &md))
+        .and_then(|path| write_pair(&dir, &format!("{name}-latest"), &json, &md).map(|_| path));
+    match written {
+        Ok(path) => {
+            say(
+                "bench",
+                &format!(
+                    "the {name} part, {} round{}, in {:.0} s; results: {} and .md (also {name}-latest.*)",
+                    p.rounds,
+                    if p.rounds == 1 { "" } else { "s" },
+                    p.elapsed.as_secs_f64(),
+                    path.display()
+                ),
+            );
+            let when = Measured {
+                date: &date,
+                commit: commit.as_deref(),
+                load: Some((&p.load_start, &load_end)),
+            };
+            record.map_or(ExitCode::SUCCESS, |r| r(when))
+        }
+        Err(e) => {
+            say(
+                "bench",
+                &format!("cannot write the results into {}: {e}", dir.display()),
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// `qpip-lab bench --storage-only`: the storage part alone, its results as
 /// storage-*.{json,md} in `out` (default $QPIP_CACHE/bench); with `record`, its section of
 /// docs/bench.md.
@@ -134,83 +239,82 @@ pub fn storage_only(
         Ok(r) => r,
         Err(code) => return code,
     };
-    let (stamp, date) = now();
-    let (commit, uncommitted_changes) = results::commit_of(&qpip_lab::paths::root());
-    let mut st = run.json();
-    st["wall_s"] = serde_json::json!(elapsed.as_secs_f64());
-    let json = serde_json::json!({
-        "tool": "qpip-lab bench-storage",
-        "date": date,
-        "accel": "tcg",
-        "host_cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
-        "host_cpu_model": results::host_cpu_model(),
-        "commit": commit,
-        "uncommitted_changes": uncommitted_changes,
-        "load_start": load_start,
-        "load_end": loadavg(),
-        "qpipd_layout": format!("{:?}", plan.layout),
-        "qpipd_args": plan.qpipd_args,
-        "storage": st,
-    });
-    let md = format!(
-        "# qpip: a network disk over QPs vs kernel sockets between two guests
-
-{date},          `./qpip bench --storage-only`, commit {}; host load average {load_start} at the          start, {} at the end; wall time {:.0} s.
-{}",
-        commit.as_deref().map_or("not recorded", |c| &c[..c.len().min(12)]),
-        loadavg(),
-        elapsed.as_secs_f64(),
-        run.markdown(2)
-    );
-    let dir = out.unwrap_or_else(|| qpip_lab::paths::cache().join("bench"));
-    let written = std::fs::create_dir_all(&dir)
-        .and_then(|()| write_pair(&dir, &format!("storage-{stamp}"), &json, &md))
-        .and_then(|p| write_pair(&dir, "storage-latest", &json, &md).map(|_| p));
-    match written {
-        Ok(p) => say(
-            "bench",
-            &format!(
-                "the storage part, {} round{}, in {:.0} s; results: {} and .md (also storage-latest.*)",
-                plan.facts.rounds,
-                if plan.facts.rounds == 1 { "" } else { "s" },
-                elapsed.as_secs_f64(),
-                p.display()
-            ),
-        ),
-        Err(e) => {
-            say(
-                "bench",
-                &format!("cannot write the results into {}: {e}", dir.display()),
-            );
-            return ExitCode::from(1);
-        }
-    }
-    if record {
-        record_storage(&run, &date, commit.as_deref(), &docs_dir())
-    } else {
-        ExitCode::SUCCESS
-    }
+    let part = PartAlone {
+        name: "storage",
+        what: "a network disk over QPs vs kernel sockets between two guests",
+        rounds: plan.facts.rounds,
+        layout: plan.layout,
+        qpipd_args: &plan.qpipd_args,
+        json: run.json(),
+        markdown: run.markdown(2),
+        elapsed,
+        load_start,
+    };
+    let rec = |when: Measured| record_storage(&run, when, &docs_dir());
+    part_alone(part, out, record.then_some(&rec))
 }
 
-fn record_storage(
-    run: &StorageRun,
-    date: &str,
-    commit: Option<&str>,
-    docs: &std::path::Path,
+/// `qpip-lab bench --sockets-only`: the sockets part alone, its results as
+/// sockets-*.{json,md} in `out` (default $QPIP_CACHE/bench); with `record`, its section of
+/// docs/bench.md.
+pub fn sockets_only(
+    plan: &SocketsPlan,
+    netns: &str,
+    out: Option<PathBuf>,
+    verbose: bool,
+    record: bool,
 ) -> ExitCode {
-    match results::record::record_storage(run, date, commit, docs) {
+    let load_start = loadavg();
+    let (run, elapsed) = match sockets_pass(plan, netns, verbose) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let part = PartAlone {
+        name: "sockets",
+        what: "socket programs on QPs (the preload library) vs kernel sockets between two guests",
+        rounds: plan.facts.rounds,
+        layout: plan.layout,
+        qpipd_args: &plan.qpipd_args,
+        json: run.json(),
+        markdown: run.markdown(2),
+        elapsed,
+        load_start,
+    };
+    let rec = |when: Measured| record_sockets(&run, when, &docs_dir());
+    part_alone(part, out, record.then_some(&rec))
+}
+
+fn record_storage(run: &StorageRun, when: Measured, docs: &std::path::Path) -> ExitCode {
+    said_recorded(
+        "storage",
+        when.date,
+        results::record::record_storage(run, when, docs),
+    )
+}
+
+fn record_sockets(run: &SocketsRun, when: Measured, docs: &std::path::Path) -> ExitCode {
+    said_recorded(
+        "sockets",
+        when.date,
+        results::record::record_sockets(run, when, docs),
+    )
+}
+
+/// Says where part `name`'s report of `date` went, or why it did not.
+fn said_recorded(name: &str, date: &str, written: Result<PathBuf, String>) -> ExitCode {
+    match written {
         Ok(p) => {
             say(
                 "bench",
                 &format!(
-                    "the storage part's report of {date} is in {} (its generated section)",
+                    "the {name} part's report of {date} is in {} (its generated section)",
                     p.display()
                 ),
             );
             ExitCode::SUCCESS
         }
         Err(e) => {
-            say("bench", &format!("cannot record the storage report: {e}"));
+            say("bench", &format!("cannot record the {name} report: {e}"));
             ExitCode::from(1)
         }
     }
@@ -220,6 +324,7 @@ fn record_storage(
 pub fn bench(
     plan: &Plan,
     storage: Option<&StoragePlan>,
+    sockets: Option<&SocketsPlan>,
     netns: &str,
     out: Option<PathBuf>,
     verbose: bool,
@@ -256,6 +361,11 @@ pub fn bench(
         Some(Err(code)) => return code,
         None => None,
     };
+    let sockets = match sockets.map(|s| sockets_pass(s, netns, verbose)) {
+        Some(Ok(s)) => Some(s),
+        Some(Err(code)) => return code,
+        None => None,
+    };
     let dir = out.unwrap_or_else(|| qpip_lab::paths::cache().join("bench"));
     let (stamp, _) = now();
     let (mut json, mut md) = documents(plan, &r, "bench", Some(load_start), layouts.as_ref());
@@ -265,6 +375,12 @@ pub fn bench(
         json["storage"] = j;
         md += &st.markdown(2);
     }
+    if let Some((so, elapsed)) = &sockets {
+        let mut j = so.json();
+        j["wall_s"] = serde_json::json!(elapsed.as_secs_f64());
+        json["sockets"] = j;
+        md += &so.markdown(2);
+    }
     let r1 = std::fs::create_dir_all(&dir)
         .and_then(|()| write_pair(&dir, &format!("qp-sockets-{stamp}"), &json, &md))
         .and_then(|p| write_pair(&dir, "qp-sockets-latest", &json, &md).map(|_| p));
@@ -273,7 +389,7 @@ pub fn bench(
             say(
                 "bench",
                 &format!(
-                    "{} round{} in {:.0} s (boot to power-off){}{}; results: {} and .md (also qp-sockets-latest.*)",
+                    "{} round{} in {:.0} s (boot to power-off){}{}{}; results: {} and .md (also qp-sockets-latest.*)",
                     plan.rounds,
                     if plan.rounds == 1 { "" } else { "s" },
                     r.elapsed.as_secs_f64(),
@@ -283,6 +399,10 @@ pub fn bench(
                     )),
                     storage.as_ref().map_or(String::new(), |(_, e)| format!(
                         ", the storage part in {:.0} s",
+                        e.as_secs_f64()
+                    )),
+                    sockets.as_ref().map_or(String::new(), |(_, e)| format!(
+                        ", the sockets part in {:.0} s",
                         e.as_secs_f64()
                     )),
                     p.display()
@@ -311,27 +431,29 @@ pub fn docs_dir() -> PathBuf {
 
 /// `qpip-lab bench-report`: the recorded report from the results file `json`, into `docs`.
 pub fn bench_report(json: &std::path::Path, docs: &std::path::Path) -> ExitCode {
-    // The storage part's own results (--storage-only) record its section alone.
-    let storage_only = std::fs::read_to_string(json)
+    // A part's own results (--storage-only, --sockets-only) record its section alone.
+    let alone = std::fs::read_to_string(json)
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .filter(|j| j["tool"] == "qpip-lab bench-storage");
-    if let Some(j) = storage_only {
-        return match StorageRun::from_json(&j["storage"]) {
-            Ok(run) => record_storage(
-                &run,
-                j["date"].as_str().unwrap_or("-"),
-                j["commit"].as_str(),
-                docs,
-            ),
-            Err(e) => {
-                say(
-                    "bench",
-                    &format!("cannot record the report: {}: {e}", json.display()),
-                );
-                ExitCode::from(1)
-            }
+        .filter(|j| j["tool"] == "qpip-lab bench-storage" || j["tool"] == "qpip-lab bench-sockets");
+    if let Some(j) = alone {
+        let when = Measured {
+            date: j["date"].as_str().unwrap_or("-"),
+            commit: j["commit"].as_str(),
+            load: j["load_start"].as_str().zip(j["load_end"].as_str()),
         };
+        let recorded = if j["tool"] == "qpip-lab bench-storage" {
+            StorageRun::from_json(&j["storage"]).map(|run| record_storage(&run, when, docs))
+        } else {
+            SocketsRun::from_json(&j["sockets"]).map(|run| record_sockets(&run, when, docs))
+        };
+        return recorded.unwrap_or_else(|e| {
+            say(
+                "bench",
+                &format!("cannot record the report: {}: {e}", json.display()),
+            );
+            ExitCode::from(1)
+        });
     }
     record_report(results::SavedRun::read(json), docs)
 }

@@ -72,6 +72,9 @@ fn bench_help_lists_the_options_of_both_parts() {
         "--idle-poll-us",
         "--record",
         "--record-from FILE.json",
+        "--sockets-only",
+        "--no-sockets",
+        "--sockets-secs",
         "docs/bench.md",
     ] {
         assert!(text.contains(opt), "no {opt} in:\n{text}");

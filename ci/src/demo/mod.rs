@@ -36,9 +36,11 @@
 //! ratios.
 
 mod host_side;
+mod pass;
 mod plan;
 pub mod results;
 pub mod scripts;
+pub mod sockets;
 pub mod storage;
 mod watch;
 

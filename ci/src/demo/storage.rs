@@ -27,14 +27,12 @@
 //! The three ways take turns to go first round by round, so a drift of the host's load
 //! hits them alike.
 
-use super::host_side::serve_cpu_marks;
+use super::pass::{run_pass, PassSpec};
 use super::results::storage::{StorageFacts, StorageRun};
-use super::results::Measurements;
 use super::scripts::{serve_marks, COMMON, STEPS_A};
-use super::watch::Watcher;
-use super::{human, lab_error, DemoError, Step};
-use crate::{netns, run_lab, GuestSpec, LabSpec, Network, Stream, VmSpec};
-use std::time::{Duration, Instant};
+use super::{human, DemoError, Step};
+use crate::netns;
+use std::time::Duration;
 
 /// Guest b's `qpip-nbd serve` port (its default) and the stock `nbd-server`'s.
 pub const QP_NBD_PORT: u16 = 10809;
@@ -198,7 +196,7 @@ impl StoragePlan {
 /// Helpers of both guests: the interrupts of the guest's qpip device and of its virtio-net
 /// NIC (eth0) so far, `QPIP VIRTIO` (each line of /proc/interrupts: the IRQ, a count per
 /// CPU, then the chip and the name, last).
-const IRQS: &str = r#"
+pub(super) const IRQS: &str = r#"
 NIC=$(basename "$(readlink -f /sys/class/net/eth0/device)")
 irqs() {
     awk -v nic="$NIC-" 'NR > 1 {
@@ -377,75 +375,27 @@ pub fn run(
     verbose: bool,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(StorageRun, Duration), DemoError> {
-    let vm = |cmd: String| VmSpec {
-        timeout: plan.limit(),
+    let spec = PassSpec {
+        guests: "guests a and b",
+        guest_a: guest_a(plan),
+        guest_b: guest_b(plan),
+        steps: plan.steps(),
+        rounds: plan.facts.rounds,
         memory_mib: plan.facts.memory_mib,
-        qpipd_args: vec![plan.qpipd_args.clone()],
-        ..VmSpec::new(cmd)
-    };
-    let spec = LabSpec {
-        guests: vec![
-            GuestSpec::new("a", vm(guest_a(plan))),
-            GuestSpec::new("b", vm(guest_b(plan))),
-        ],
-        network: Network::Lab(netns.to_string()),
+        limit: plan.limit(),
         layout: plan.layout,
+        qpipd_args: &plan.qpipd_args,
     };
-    let started = Instant::now();
-    progress(&format!(
-        "booting guests a and b (QEMU, TCG, {} MiB each) on the lab network (namespace {netns}) ...",
-        plan.facts.memory_mib
-    ));
-    let mut watcher = Watcher::new(plan.steps(), plan.facts.rounds as usize, progress, verbose);
-    let limit = plan.limit();
-    let mut lines_a = String::new();
-    let result = {
-        let watcher = &mut watcher;
-        let lines_a = &mut lines_a;
-        let mut observe = |i: usize, s: Stream, b: &[u8]| {
-            if s == Stream::Output {
-                watcher.feed(i, b);
-                if i == 0 {
-                    lines_a.push_str(&String::from_utf8_lossy(b));
-                }
-            }
-        };
-        run_lab(&spec, &mut observe, |host| serve_cpu_marks(host, limit))
-    };
-    let outcome = result.map_err(|e| lab_error(e, &watcher))?;
-    let fail = |step: Option<String>, message: String| DemoError {
-        step,
-        message,
-        dir: Some(outcome.dir.clone()),
-        interrupted: false,
-    };
-    if let Some((id, why)) = &watcher.failure {
-        return Err(fail(Some(watcher.describe(id)), why.clone()));
-    }
-    for g in &outcome.guests {
-        if g.status != 0 {
-            return Err(fail(
-                None,
-                format!(
-                    "a guest's script exited with status {} without naming a failed step; its output:\n{}",
-                    g.status,
-                    g.output.trim_end()
-                ),
-            ));
-        }
-    }
-    if let Some(e) = &watcher.bad_line {
-        return Err(fail(None, e.clone()));
-    }
+    let out = run_pass(spec, netns, verbose, progress)?;
     // qpip-nbd serve's failed disk operations, which guest b reports at its end.
-    if let Some(b) = outcome.guests.get(1) {
+    if let Some(b) = out.outcome.guests.get(1) {
         if let Some(l) = b.output.lines().find(|l| l.starts_with("qpip-nbd serve: ")) {
-            return Err(fail(None, format!("guest b: {l}")));
+            return Err(out.fail(format!("guest b: {l}")));
         }
     }
-    let cpu: &Measurements = &watcher.measurements;
-    let run = StorageRun::from_lines(plan, &lines_a, cpu).map_err(|e| fail(None, e))?;
-    Ok((run, started.elapsed()))
+    let run =
+        StorageRun::from_lines(plan, &out.lines_a, &out.measurements).map_err(|e| out.fail(e))?;
+    Ok((run, out.elapsed))
 }
 
 #[cfg(test)]

@@ -160,3 +160,58 @@ pub(super) fn centre(s: &str, w: usize) -> String {
     let free = w.saturating_sub(s.chars().count());
     format!("{}{s}{}", " ".repeat(free / 2), " ".repeat(free - free / 2))
 }
+
+/// A block of labelled rows of counters: `head` (its first cell blank) over each row's
+/// label and its counters (`-` where not counted).
+pub(super) fn counter_cells(
+    head: &[(&str, &str)],
+    rows: impl IntoIterator<Item = (String, Vec<Option<f64>>)>,
+) -> Vec<Vec<String>> {
+    let mut t = vec![std::iter::once(String::new())
+        .chain(head.iter().map(|c| c.0.to_string()))
+        .collect::<Vec<_>>()];
+    for (label, c) in rows {
+        t.push(
+            std::iter::once(label)
+                .chain(c.iter().map(|x| fmt_count(*x)))
+                .collect(),
+        );
+    }
+    t
+}
+
+/// A legend line naming each of `head`'s columns: `name: what; ...`.
+pub(super) fn columns_said(head: &[(&str, &str)]) -> String {
+    head.iter()
+        .map(|(c, w)| format!("{c}: {w}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+        + "."
+}
+
+/// The table `t` (header first) as a block of the terminal's output under `title`, its
+/// columns aligned, with `legend` under it (see [`framed`]).
+pub(super) fn framed_table(title: &str, t: &[Vec<String>], legend: &[String]) -> String {
+    let w = column_widths(&t.iter().collect::<Vec<_>>());
+    let block: String = t.iter().map(|r| block_row("", &w, r)).collect();
+    framed(title, &block, legend)
+}
+
+/// The table `t` (header first; its other columns right-aligned) in Markdown, then each
+/// paragraph of `legend`.
+pub(super) fn md_table(t: &[Vec<String>], legend: &[String]) -> String {
+    let mut md = String::new();
+    for (i, r) in t.iter().enumerate() {
+        md += &format!("| {} |\n", r.join(" | "));
+        if i == 0 {
+            md += "| --- |";
+            md += &" ---: |".repeat(r.len() - 1);
+            md += "\n";
+        }
+    }
+    md += "\n";
+    for l in legend {
+        md += &format!("{l}\n\n");
+    }
+    md
+}

@@ -54,6 +54,7 @@ pub mod record;
 mod report;
 mod run_info;
 mod saved;
+pub mod sockets;
 mod spread;
 pub mod storage;
 mod table;

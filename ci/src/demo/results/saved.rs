@@ -7,6 +7,7 @@ use super::layouts::LayoutRow;
 use super::lines::{lines, Line};
 use super::report::{CpuMark, CpuWindow, Measurements, Round};
 use super::run_info::RunInfo;
+use super::sockets::SocketsRun;
 use super::spread::Better;
 use super::storage::StorageRun;
 use serde_json::Value;
@@ -21,6 +22,8 @@ pub struct SavedRun {
     pub layouts: Vec<LayoutRow>,
     /// The storage part, when the run had it.
     pub storage: Option<StorageRun>,
+    /// The sockets part, when the run had it.
+    pub sockets: Option<SocketsRun>,
 }
 
 impl SavedRun {
@@ -40,13 +43,31 @@ impl SavedRun {
             Value::Null => None,
             s => Some(StorageRun::from_json(s)?),
         };
+        let sockets = match &j["sockets"] {
+            Value::Null => None,
+            s => Some(SocketsRun::from_json(s)?),
+        };
         Ok(SavedRun {
             info,
             measurements,
             lines,
             layouts,
             storage,
+            sockets,
         })
+    }
+
+    /// When and where the run was, as a part's recorded section says it.
+    pub fn measured(&self) -> super::record::Measured<'_> {
+        super::record::Measured {
+            date: &self.info.date,
+            commit: self.info.commit.as_deref(),
+            load: self
+                .info
+                .load_start
+                .as_deref()
+                .map(|s| (s, self.info.load_end.as_str())),
+        }
     }
 
     /// Reads the results file at `path`.

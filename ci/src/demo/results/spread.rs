@@ -53,6 +53,42 @@ impl Better {
     }
 }
 
+/// One figure of several sides (the ways a part of the bench connects its guests) in every
+/// round, each side's gain reckoned over the side [`SidesRow::baseline`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct SidesRow<const N: usize> {
+    pub what: String,
+    pub unit: &'static str,
+    pub better: Better,
+    /// Each side's figure by round (a side that does not measure it: none).
+    pub sides: [Vec<Option<f64>>; N],
+    /// The side the others are compared with.
+    pub baseline: usize,
+}
+
+impl<const N: usize> SidesRow<N> {
+    /// How many times better side `i` did than the baseline, from the medians.
+    pub fn gain(&self, i: usize) -> Option<f64> {
+        let m = |v: &[Option<f64>]| spread(v).map(|s| s.median);
+        self.better
+            .gain(m(&self.sides[i])?, m(&self.sides[self.baseline])?)
+    }
+
+    /// Side `i`'s gain over the baseline, round by round (the two ran next to each other).
+    pub fn round_gains(&self, i: usize) -> Vec<Option<f64>> {
+        self.sides[i]
+            .iter()
+            .zip(&self.sides[self.baseline])
+            .map(|(a, b)| self.better.gain((*a)?, (*b)?))
+            .collect()
+    }
+
+    /// The median and range of side `i`'s gains over the baseline, round by round.
+    pub fn gain_spread(&self, i: usize) -> Option<Spread> {
+        spread(&self.round_gains(i))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

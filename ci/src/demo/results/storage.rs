@@ -5,9 +5,11 @@
 //! of `qp` and `mixed` to `sockets` per round and of the medians; the counters that
 //! explain them; all as text, Markdown and JSON, and read back from the JSON.
 
-use super::format::{block_row, column_widths, fmt_count, fmt_gain, fmt_median, fmt_range, framed};
+use super::format::{
+    columns_said, counter_cells, fmt_gain, fmt_median, fmt_range, framed_table, md_table,
+};
 use super::report::{split_round, Measurements};
-use super::spread::{spread, Better, Spread};
+use super::spread::{spread, Better, SidesRow, Spread};
 use crate::demo::storage::{Pair, StoragePlan};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -165,7 +167,7 @@ fn dev_stat(text: &str) -> Option<Vec<u64>> {
 }
 
 /// `QPIP VIRTIO` interrupt counts.
-fn irqs(text: &str) -> Option<[u64; 2]> {
+pub(super) fn irqs(text: &str) -> Option<[u64; 2]> {
     let mut w = text.split_whitespace().map(str::parse::<u64>);
     let (Some(Ok(q)), Some(Ok(v)), None) = (w.next(), w.next(), w.next()) else {
         return None;
@@ -173,9 +175,50 @@ fn irqs(text: &str) -> Option<[u64; 2]> {
     Some([q, v])
 }
 
-fn delta2(a: Option<[u64; 2]>, b: Option<[u64; 2]>) -> Option<[u64; 2]> {
+pub(super) fn delta2(a: Option<[u64; 2]>, b: Option<[u64; 2]>) -> Option<[u64; 2]> {
     let (a, b) = (a?, b?);
     Some([b[0].checked_sub(a[0])?, b[1].checked_sub(a[1])?])
+}
+
+/// A part's rounds (by round, its runs by name) as a JSON list of objects.
+pub(super) fn rounds_json<T>(rounds: &[BTreeMap<String, T>], f: impl Fn(&T) -> Value) -> Value {
+    rounds
+        .iter()
+        .map(|r| Value::Object(r.iter().map(|(k, x)| (k.clone(), f(x))).collect()))
+        .collect()
+}
+
+/// [`rounds_json`]'s list read back, each run by `f(name, value)`; `part` names the part in
+/// errors.
+pub(super) fn rounds_from_json<T>(
+    j: &Value,
+    part: &str,
+    f: impl Fn(&str, &Value) -> Result<T, String>,
+) -> Result<Vec<BTreeMap<String, T>>, String> {
+    j.as_array()
+        .ok_or_else(|| format!("the {part} results have no rounds"))?
+        .iter()
+        .map(|r| {
+            r.as_object()
+                .ok_or_else(|| format!("a {part} round is not an object"))?
+                .iter()
+                .map(|(k, v)| Ok((k.clone(), f(k, v)?)))
+                .collect()
+        })
+        .collect()
+}
+
+/// Two counts written as a JSON list (the interrupts `QPIP VIRTIO`).
+pub(super) fn json_pair(v: &Value) -> Option<[u64; 2]> {
+    let a = v.as_array()?;
+    Some([a.first()?.as_u64()?, a.get(1)?.as_u64()?])
+}
+
+/// Four seconds written as a JSON list (guest a's user and kernel time, then guest b's).
+pub(super) fn json_split(v: &Value) -> Option<[f64; 4]> {
+    let a = v.as_array()?;
+    let f = |i: usize| a.get(i)?.as_f64();
+    Some([f(0)?, f(1)?, f(2)?, f(3)?])
 }
 
 /// One `@storage.NAME=` line's text: `BYTES T0 T1|DEV0|DEV1|IRQA0|IRQA1|IRQB0|IRQB1`.
@@ -347,6 +390,7 @@ impl StorageRun {
                 unit,
                 better,
                 sides: Pair::ALL.map(side),
+                baseline: 1,
             });
         };
         for (base, what) in [
@@ -448,10 +492,8 @@ impl StorageRun {
                 "fio_depths": f.fio_depths, "fio_secs": f.fio_secs, "memory_mib": f.memory_mib,
                 "export_filled": f.export_filled,
             },
-            "rounds": self.rounds.iter().map(|r| {
-                Value::Object(r.iter().map(|(k, p)| (k.clone(), phase(p))).collect())
-            }).collect::<Vec<_>>(),
-            "rows": self.rows().iter().map(StorageRow::json).collect::<Vec<_>>(),
+            "rounds": rounds_json(&self.rounds, phase),
+            "rows": self.rows().iter().map(row_json).collect::<Vec<_>>(),
         })
     }
 
@@ -478,47 +520,27 @@ impl StorageRun {
             memory_mib: num("memory_mib")? as u32,
             export_filled: p["export_filled"].as_bool().unwrap_or(false),
         };
-        let rounds = j["rounds"]
-            .as_array()
-            .ok_or("the storage results have no rounds")?
-            .iter()
-            .map(|r| {
-                let r = r.as_object().ok_or("a storage round is not an object")?;
-                r.iter()
-                    .map(|(k, v)| {
-                        let u = |f: &str| v[f].as_u64();
-                        let x = |f: &str| v[f].as_f64();
-                        let pair = |f: &str| -> Option<[u64; 2]> {
-                            let a = v[f].as_array()?;
-                            Some([a.first()?.as_u64()?, a.get(1)?.as_u64()?])
-                        };
-                        let phase = Phase {
-                            bytes: u("bytes")
-                                .ok_or_else(|| format!("storage phase {k} has no bytes"))?,
-                            secs: x("seconds")
-                                .ok_or_else(|| format!("storage phase {k} has no seconds"))?,
-                            requests: u("requests"),
-                            sectors: u("sectors"),
-                            queue_ms: u("queue_ms"),
-                            irq_a: pair("irq_a_qpip_virtio"),
-                            irq_b: pair("irq_b_qpip_virtio"),
-                            guests_cpu_s: x("guests_cpu_s"),
-                            guests_split_s: v["guests_user_kernel_s"].as_array().and_then(|a| {
-                                let f = |i: usize| a.get(i)?.as_f64();
-                                Some([f(0)?, f(1)?, f(2)?, f(3)?])
-                            }),
-                            host_qemu_s: x("host_qemu_s"),
-                            host_qpipd_s: x("host_qpipd_s"),
-                            iops: x("iops"),
-                            p50_us: x("p50_us"),
-                            p99_us: x("p99_us"),
-                            ios: u("ios"),
-                        };
-                        Ok((k.clone(), phase))
-                    })
-                    .collect::<Result<BTreeMap<_, _>, String>>()
+        let rounds = rounds_from_json(&j["rounds"], "storage", |k, v| {
+            let u = |f: &str| v[f].as_u64();
+            let x = |f: &str| v[f].as_f64();
+            Ok(Phase {
+                bytes: u("bytes").ok_or_else(|| format!("storage phase {k} has no bytes"))?,
+                secs: x("seconds").ok_or_else(|| format!("storage phase {k} has no seconds"))?,
+                requests: u("requests"),
+                sectors: u("sectors"),
+                queue_ms: u("queue_ms"),
+                irq_a: json_pair(&v["irq_a_qpip_virtio"]),
+                irq_b: json_pair(&v["irq_b_qpip_virtio"]),
+                guests_cpu_s: x("guests_cpu_s"),
+                guests_split_s: json_split(&v["guests_user_kernel_s"]),
+                host_qemu_s: x("host_qemu_s"),
+                host_qpipd_s: x("host_qpipd_s"),
+                iops: x("iops"),
+                p50_us: x("p50_us"),
+                p99_us: x("p99_us"),
+                ios: u("ios"),
             })
-            .collect::<Result<Vec<_>, String>>()?;
+        })?;
         Ok(StorageRun { facts, rounds })
     }
 
@@ -593,38 +615,25 @@ impl StorageRun {
     }
 
     fn counter_table(&self) -> Vec<Vec<String>> {
-        let mut t = vec![std::iter::once(String::new())
-            .chain(COUNTERS.iter().map(|c| c.0.to_string()))
-            .collect::<Vec<_>>()];
-        for (label, c) in self.counter_rows() {
-            t.push(
-                std::iter::once(label)
-                    .chain(c.iter().map(|x| fmt_count(*x)))
-                    .collect(),
-            );
-        }
-        t
+        counter_cells(
+            &COUNTERS,
+            self.counter_rows()
+                .into_iter()
+                .map(|(l, c)| (l, c.to_vec())),
+        )
     }
 
     /// The block on the terminal.
     pub fn text(&self) -> String {
-        let t = self.table();
-        let w = column_widths(&t.iter().collect::<Vec<_>>());
-        let block: String = t.iter().map(|r| block_row("", &w, r)).collect();
-        let mut s = framed(
+        framed_table(
             "Storage, guest a ⇄ guest b: NBD over QPs (qp) vs kernel sockets (sockets), and the stock client against qpip-nbd serve (mixed):",
-            &block,
+            &self.table(),
             &[self.intro()],
-        );
-        let c = self.counter_table();
-        let w = column_widths(&c.iter().collect::<Vec<_>>());
-        let block: String = c.iter().map(|r| block_row("", &w, r)).collect();
-        s += &framed(
+        ) + &framed_table(
             "What explains them, per phase and request (medians of the rounds):",
-            &block,
+            &self.counter_table(),
             &counter_legend(),
-        );
-        s
+        )
     }
 
     /// The section of the Markdown document, under a heading of `level`.
@@ -634,27 +643,16 @@ impl StorageRun {
             "\n{h} Storage: a network disk over QPs (NBD)\n\n{}\n\n",
             self.intro()
         );
-        md += &md_table(&self.table());
-        md += &format!("\n{h}# What explains the storage figures, per phase and request\n\n");
-        md += &md_table(&self.counter_table());
-        md += "\n";
-        for l in counter_legend() {
-            md += &format!("{l}\n\n");
-        }
+        md += &md_table(&self.table(), &[]);
+        md += &format!("{h}# What explains the storage figures, per phase and request\n\n");
+        md += &md_table(&self.counter_table(), &counter_legend());
         md
     }
 }
 
 fn counter_legend() -> Vec<String> {
-    let mut v: Vec<String> = vec![
-        COUNTERS
-            .iter()
-            .map(|(c, w)| format!("{c}: {w}"))
-            .collect::<Vec<_>>()
-            .join("; ")
-            + ".",
-    ];
-    v.push(
+    vec![
+        columns_said(&COUNTERS),
         "Copies on the QP path, by design: `qpip-nbd connect` sends WRITE data in place from \
          the ublk request's buffer and copies READ data once, from its receive buffers into \
          the ublk buffer; `qpip-nbd serve` writes WRITE data to the file in place and sends \
@@ -662,67 +660,28 @@ fn counter_legend() -> Vec<String> {
          both ends and runs TCP/IP in the guests; over QPs TCP/IP runs in qpipd on the host \
          (its CPU is the host's, not the guests')."
             .to_string(),
-    );
-    v
-}
-
-fn md_table(t: &[Vec<String>]) -> String {
-    let mut md = String::new();
-    for (i, r) in t.iter().enumerate() {
-        md += &format!("| {} |\n", r.join(" | "));
-        if i == 0 {
-            md += "| --- |";
-            md += &" ---: |".repeat(r.len() - 1);
-            md += "\n";
-        }
-    }
-    md
+    ]
 }
 
 fn gain_range(s: Option<Spread>) -> String {
     s.map_or("-".into(), |g| format!("{:.2}–{:.2}", g.min, g.max))
 }
 
-/// One figure of the three pairs in every round (a pair that does not measure it: none).
-#[derive(Debug, Clone, PartialEq)]
-pub struct StorageRow {
-    pub what: String,
-    pub unit: &'static str,
-    pub better: Better,
-    /// qp, sockets, mixed (the order of [`Pair::ALL`]).
-    pub sides: [Vec<Option<f64>>; 3],
-}
+/// One figure of the three pairs in every round (a pair that does not measure it: none):
+/// qp, sockets, mixed (the order of [`Pair::ALL`]), each compared with sockets.
+pub type StorageRow = SidesRow<3>;
 
-impl StorageRow {
-    /// How many times better pair `i` did than sockets, from the medians.
-    pub fn gain(&self, i: usize) -> Option<f64> {
-        let m = |v: &[Option<f64>]| spread(v).map(|s| s.median);
-        self.better.gain(m(&self.sides[i])?, m(&self.sides[1])?)
-    }
-
-    /// The median and range of pair `i`'s gains over sockets, round by round.
-    pub fn gain_spread(&self, i: usize) -> Option<Spread> {
-        let g: Vec<Option<f64>> = self.sides[i]
-            .iter()
-            .zip(&self.sides[1])
-            .map(|(a, s)| self.better.gain((*a)?, (*s)?))
-            .collect();
-        spread(&g)
-    }
-
-    fn json(&self) -> Value {
-        let side =
-            |v: &[Option<f64>]| json!({ "rounds": v, "median": spread(v).map(|s| s.median) });
-        json!({
-            "what": self.what,
-            "unit": self.unit,
-            "qp": side(&self.sides[0]),
-            "sockets": side(&self.sides[1]),
-            "mixed": side(&self.sides[2]),
-            "qp_over_sockets": self.gain(0),
-            "mixed_over_sockets": self.gain(2),
-        })
-    }
+fn row_json(r: &StorageRow) -> Value {
+    let side = |v: &[Option<f64>]| json!({ "rounds": v, "median": spread(v).map(|s| s.median) });
+    json!({
+        "what": r.what,
+        "unit": r.unit,
+        "qp": side(&r.sides[0]),
+        "sockets": side(&r.sides[1]),
+        "mixed": side(&r.sides[2]),
+        "qp_over_sockets": r.gain(0),
+        "mixed_over_sockets": r.gain(2),
+    })
 }
 
 #[cfg(test)]
