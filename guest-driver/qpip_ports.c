@@ -37,6 +37,9 @@
  * holds it costs at most frames sent the wrong way, and a reset follows such a failure.
  * Not covered: a TCP connection the device keeps closing after its QP was destroyed no
  * longer has a reservation, so the kernel may give its port out before the device is done.
+ * A connect from that port to the same peer then meets the old connection's four-tuple:
+ * the device lets a new incarnation take it from TIME-WAIT when the old one used
+ * timestamps (as Linux does for a bound port), and refuses it (EADDRINUSE) otherwise.
  *
  * A reservation belongs to its QP or listener; their owners serialise its reserve and
  * release (the context's lock in the ioctls, the device's lock held for writing at a reset

@@ -242,7 +242,8 @@ impl Dev {
         (id, iss, out[0].0)
     }
 
-    fn new_app(&mut self) -> usize {
+    /// A new application (a tag for a connection the test makes itself).
+    pub fn new_app(&mut self) -> usize {
         self.apps.push(App::new(ROOM, false));
         self.apps.len() - 1
     }

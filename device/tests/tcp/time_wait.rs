@@ -204,3 +204,34 @@ fn a_reset_in_last_ack_closes_quietly_only_when_no_data_is_lost() {
         assert_eq!(d.take_events(), vec![want], "unacked data: {unacked}");
     }
 }
+
+/// The device's own connect onto the four-tuple of one of its connections in TIME-WAIT
+/// (a guest whose port choice reused the port): with timestamps, a new incarnation, its
+/// ISS beyond the old one's sequence space and its SYN out at once; without timestamps,
+/// refused (the tuple is in use), the old connection left as it was.
+#[test]
+fn an_active_open_takes_over_a_time_wait_only_with_timestamps() {
+    for ts in [true, false] {
+        let c = if ts { ts_cfg() } else { cfg() };
+        let mut d = Dev::new();
+        d.listen(&c, 4, false);
+        let (old, _, snd_nxt) = in_time_wait(&mut d, &c);
+        let tuple = d.conn(old).tuple();
+        // While a QP has it, the tuple is that QP's; once the QP is gone, it is an orphan's.
+        let tag = d.new_app();
+        assert!(d.table.connect(tuple, d.now, &c, tag).is_err());
+        d.table.orphan(old, d.now).expect("orphaned");
+        let r = d.table.connect(tuple, d.now, &c, tag);
+        if !ts {
+            assert!(r.is_err(), "no timestamps: the tuple stays TIME-WAIT's");
+            assert_eq!(d.conn(old).state(), State::TimeWait);
+            continue;
+        }
+        let new = r.expect("taken over");
+        assert!(d.table.get(old).is_none(), "the old incarnation is gone");
+        assert!(d.table.orphans() == 0 && !d.table.orphan_holds_port(tuple.local_port));
+        assert_eq!(d.table.lookup(&tuple), Some(new));
+        assert_eq!(d.iss(new), snd_nxt.wrapping_add(65535 + 2));
+        assert_eq!(d.conn(new).state(), State::SynSent);
+    }
+}

@@ -289,10 +289,14 @@ impl<T> ConnectionTable<T> {
         {
             return Err(TableError::BadAddress);
         }
-        if self.by_tuple.contains_key(&tuple) {
-            return Err(TableError::InUse);
-        }
-        let iss = self.isn.isn(&tuple, now);
+        let iss = match self.by_tuple.get(&tuple).copied() {
+            None => self.isn.isn(&tuple, now),
+            Some(old) => {
+                let iss = self.reusing(old).ok_or(TableError::InUse)?;
+                self.remove(old);
+                iss
+            }
+        };
         self.stats.active_opens += 1;
         let mut c = Connection::connect(tuple, iss, now, cfg);
         c.set_ts_clock(self.isn.ts_clock(&tuple));
@@ -584,6 +588,20 @@ impl<T> ConnectionTable<T> {
         let e = self.get(id)?;
         e.conn
             .reopens(seg, timestamps)
+            .then(|| e.conn.snd_nxt_seq().wrapping_add(65535 + 2))
+    }
+
+    /// An active open onto the four-tuple of connection `id`: the new ISS if `id` is in
+    /// TIME-WAIT with no QP and used timestamps, else None (the tuple is in use). This is
+    /// Linux's rule for a connect from a port bound beforehand (`tcp_twsk_unique`): the
+    /// peer's PAWS check (RFC 7323 §5) tells old segments from new ones, as the
+    /// timestamps of one four-tuple keep rising across incarnations, and the ISS lies
+    /// beyond everything the old incarnation sent (RFC 6191). The guest's port choice
+    /// knows nothing of the device's TIME-WAITs, so without this a reused port fails its
+    /// connect for the next minute.
+    fn reusing(&self, id: ConnId) -> Option<u32> {
+        let e = self.get(id)?;
+        (e.tag.is_none() && e.conn.state() == State::TimeWait && e.conn.negotiated().2)
             .then(|| e.conn.snd_nxt_seq().wrapping_add(65535 + 2))
     }
 
