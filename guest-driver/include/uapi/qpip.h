@@ -1174,4 +1174,40 @@ struct qpip_sock_shutdown {
   __u32 how;
 };
 
+/*
+ [`IOCTL_SOCK_BIND`].
+ */
+struct qpip_sock_bind {
+  __u32 size;
+  /*
+   In: the kernel socket (`AF_INET` or `AF_INET6`, `SOCK_DGRAM`, UDP), bound to a port,
+   not connected.
+   */
+  __s32 fd;
+  /*
+   Out: the new file's descriptor, close-on-exec, or -1 when declined.
+   */
+  __s32 new_fd;
+  /*
+   Out: 0, or why the device does not carry it (`SOCK_DECLINE_*`).
+   */
+  __u32 declined;
+  __u32 reserved[2];
+};
+
+/*
+ [`IOCTL_SOCK_PEER`].
+ */
+struct qpip_sock_peer {
+  __u32 size;
+  /*
+   In: the length of `addr`.
+   */
+  __u32 addr_len;
+  /*
+   In: the peer as `connect` takes it (`AF_UNSPEC`: forget the peer).
+   */
+  __u8 addr[128];
+};
+
 #endif  /* _UAPI_QPIP_H */
