@@ -105,7 +105,8 @@ struct qpip_sock {
 	 * kernel socket holds its names and carries what the device does not.
 	 */
 	bool udp;
-	bool peer_dev;			/* UDP: has a peer, routed through the device */
+	bool peer_set;			/* UDP: connected to a peer */
+	bool peer_dev;			/* ... routed through the device (@peer_addr, @peer_port) */
 
 	struct mutex lock;		/* everything below but what the comments say */
 	wait_queue_head_t wait;		/* readers, writers, pollers, connect and accept */

@@ -107,7 +107,8 @@ static bool qpip_udp_accepts(struct qpip_sock *sk, const u8 *addr, u16 port)
 	if (sk->family == AF_INET ? !v4 : v4 && sk->ksock->sk->sk_ipv6only)
 		return false;
 	/* A connected socket takes its peer's datagrams only, as Linux's does. */
-	if (sk->peer_dev && (port != sk->peer_port || memcmp(addr, sk->peer_addr, 16)))
+	if (sk->peer_set && (!sk->peer_dev || port != sk->peer_port ||
+			     memcmp(addr, sk->peer_addr, 16)))
 		return false;
 	return true;
 }
@@ -516,6 +517,7 @@ int qpip_udp_peer(struct qpip_sock *sk, struct qpip_sock_peer *a)
 		return ret;
 	mutex_lock(&sk->lock);
 	dev = ss.ss_family != AF_UNSPEC && qpip_udp_dest(sk, &ss, a->addr_len, addr, &port);
+	sk->peer_set = ss.ss_family != AF_UNSPEC;
 	sk->peer_dev = dev;
 	if (dev) {
 		memcpy(sk->peer_addr, addr, 16);
@@ -579,6 +581,13 @@ static struct qpip_sock *qpip_udp_make(struct qpip_ctx *ctx, struct file *ctx_fi
 		qpip_sock_put(sk);
 		return ret ? ERR_PTR(ret) : NULL;
 	}
+	/*
+	 * The port is the QP's too: a connect to AF_UNSPEC must not give it back to the kernel,
+	 * as it would a port the kernel chose (udp_disconnect unhashes those).
+	 */
+	lock_sock(sock->sk);
+	sock->sk->sk_userlocks |= SOCK_BINDPORT_LOCK;
+	release_sock(sock->sk);
 	sk->state = QPIP_SOCK_CONNECTED;
 	return sk;
 }
@@ -691,6 +700,7 @@ int qpip_udp_connect(struct qpip_ctx *ctx, struct file *ctx_file, struct socket 
 	}
 	memcpy(sk->peer_addr, a->peer.addr, 16);
 	sk->peer_port = a->peer.port;
+	sk->peer_set = true;
 	sk->peer_dev = true;
 	a->status = 0;
 	return qpip_udp_install(sk, &a->new_fd);
