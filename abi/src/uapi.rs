@@ -889,7 +889,12 @@ mod checks {
     grown!(IOCTL_SOCK_RECV, 0x19, SockMsg, SOCK_MSG_SIZE_V1);
     check!(IOCTL_SOCK_NAME, 0x1a, SockName, SOCK_NAME_SIZE_V1);
     check!(IOCTL_SOCK_OPT, 0x1b, SockOpt, SOCK_OPT_SIZE_V1);
-    check!(IOCTL_SOCK_SHUTDOWN, 0x1c, SockShutdown, SOCK_SHUTDOWN_SIZE_V1);
+    check!(
+        IOCTL_SOCK_SHUTDOWN,
+        0x1c,
+        SockShutdown,
+        SOCK_SHUTDOWN_SIZE_V1
+    );
     check!(IOCTL_SOCK_BIND, 0x1d, SockBind, SOCK_BIND_SIZE_V1);
     check!(IOCTL_SOCK_PEER, 0x1e, SockPeer, SOCK_PEER_SIZE_V1);
     const _: () = assert!(size_of::<IwarpConn>() == 16);
