@@ -628,6 +628,8 @@ static u32 qpip_udp_check(struct qpip_ctx *ctx, struct socket *sock, const u8 *l
 		declined = QPIP_SOCK_DECLINE_NO_NETDEV;
 	else if (!qpip_addr_any(local) && !qpip_addr_on(&init_net, ndev, local))
 		declined = QPIP_SOCK_DECLINE_LOCAL_ADDR;
+	else if (sock->sk->sk_bound_dev_if && sock->sk->sk_bound_dev_if != ndev->ifindex)
+		declined = QPIP_SOCK_DECLINE_ROUTE;	/* SO_BINDTODEVICE: another interface */
 	if (ndev)
 		dev_put(ndev);
 	return declined;
