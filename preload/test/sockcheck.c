@@ -199,6 +199,8 @@ static void udp_checks(int port)
     ok("udp FIONREAD, nothing queued: 0", ioctl(u, FIONREAD, &n) == 0 && n == 0, "expected 0");
     ok("udp recv MSG_DONTWAIT, nothing queued: EAGAIN", recv(u, buf, sizeof(buf), MSG_DONTWAIT) == -1 &&
        errno == EAGAIN, "expected EAGAIN");
+    struct pollfd pw = { u, POLLOUT, 0 };
+    ok("udp poll: writable", poll(&pw, 1, 0) == 1 && (pw.revents & POLLOUT), "not writable");
     ok("udp send", send(u, "hello", 5, 0) == 5, "send failed");
     ok("udp poll: the echo", readable(u), "not readable in 5 s");
     n = -1;
@@ -217,6 +219,12 @@ static void udp_checks(int port)
        is_peer(&ss, sl), "wrong datagram or source");
     ok("udp read: the next datagram", readable(u) && read(u, buf, sizeof(buf)) == 4 && memcmp(buf, "cdef", 4) == 0,
        "wrong datagram");
+    ok("udp an empty datagram", send(u, "", 0, 0) == 0 && readable(u) && recv(u, buf, sizeof(buf), 0) == 0,
+       "not echoed as an empty datagram");
+    struct sockaddr_storage huge[2];
+    memcpy(huge, &peer, peer_len);
+    ok("udp sendto, address too long: EINVAL",
+       sendto(u, "x", 1, 0, (struct sockaddr *)huge, sizeof(huge)) == -1 && errno == EINVAL, "expected EINVAL");
     static char big[70000];
     ok("udp send too large: EMSGSIZE", send(u, big, sizeof(big), 0) == -1 && errno == EMSGSIZE,
        "expected EMSGSIZE");
