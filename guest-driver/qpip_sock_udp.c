@@ -232,6 +232,10 @@ static int qpip_udp_post(struct qpip_sock *sk, struct iov_iter *from, u32 len,
 
 /* ---- the kernel socket's half ---- */
 
+/*
+ * A send through the kernel socket (mutex held): the mutex is let go meanwhile, as the
+ * kernel socket may block (its buffer full) and has its own lock.
+ */
 static ssize_t qpip_udp_kernel_send(struct qpip_sock *sk, struct iov_iter *from,
 				    unsigned int flags, bool nonblock,
 				    struct sockaddr_storage *dst, int dst_len)
@@ -242,8 +246,12 @@ static ssize_t qpip_udp_kernel_send(struct qpip_sock *sk, struct iov_iter *from,
 		.msg_flags = flags | (nonblock ? MSG_DONTWAIT : 0),
 		.msg_iter = *from,
 	};
+	ssize_t ret;
 
-	return sock_sendmsg(sk->ksock, &msg);
+	mutex_unlock(&sk->lock);
+	ret = sock_sendmsg(sk->ksock, &msg);
+	mutex_lock(&sk->lock);
+	return ret;
 }
 
 static ssize_t qpip_udp_kernel_recv(struct qpip_sock *sk, struct iov_iter *to,
