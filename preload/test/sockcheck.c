@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -225,6 +226,13 @@ static void udp_checks(int port)
     memcpy(huge, &peer, peer_len);
     ok("udp sendto, address too long: EINVAL",
        sendto(u, "x", 1, 0, (struct sockaddr *)huge, sizeof(huge)) == -1 && errno == EINVAL, "expected EINVAL");
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.fd = u }, got;
+    ok("udp epoll, edge-triggered: the echo wakes it", ep >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, u, &ev) == 0 &&
+       send(u, "ep", 2, 0) == 2 && epoll_wait(ep, &got, 1, 5000) == 1 && (got.events & EPOLLIN) &&
+       recv(u, buf, sizeof(buf), 0) == 2, "no wake-up in 5 s");
+    if (ep >= 0)
+        close(ep);
     static char big[70000];
     ok("udp send too large: EMSGSIZE", send(u, big, sizeof(big), 0) == -1 && errno == EMSGSIZE,
        "expected EMSGSIZE");
