@@ -396,7 +396,7 @@ fn assert_preload_udp(r: &Report, tag: &str, n: u64) {
 }
 
 /// iperf3 over UDP (`-u`, 2 s at 20 Mbit/s): guest a's client against the lab host's
-/// server (IPv6, then reversed over IPv4), the lab host's client against guest a's server
+/// server (IPv6 with 2 streams, then reversed over IPv4), the lab host's client against guest a's server
 /// (the same two ways), then guest a's client against guest b's server (both under
 /// qpip-run: qpip ⇄ qpip, IPv6 and reversed over IPv4). Every run ends with a receiver
 /// report; in the qpip mode the guests' UDP sockets were the device's (the preload's
@@ -422,7 +422,7 @@ iperf() {
     cat /tmp/run.$t; kv $t.status $st; kv $t.tries $i
     kv $t.receiver "$(grep -c receiver /tmp/run.$t)"
 }
-iperf up6 -u -b 20M -c $H6 -p 5299 -t 2
+iperf up6 -u -b 20M -c $H6 -p 5299 -t 2 -P 2
 iperf down4 -u -b 20M -c $H4 -p 5299 -t 2 -R
 bgq srv iperf3 -s -p 5201
 listening 5201; touch /lab/udp-guest-up
@@ -506,9 +506,9 @@ pstats bsrv
             "lab host iperf3 {what}: no receiver report:\n{text}\n{ctx}"
         );
     }
-    // The data socket of each run (the control connection is TCP's).
-    for t in ["up6", "down4", "g6", "g4"] {
-        assert_preload_udp(&a, t, 1);
+    // The data sockets of each run (the control connection is TCP's).
+    for (t, streams) in [("up6", 2), ("down4", 1), ("g6", 1), ("g4", 1)] {
+        assert_preload_udp(&a, t, streams);
         assert_preload(&a, t, 1, 0);
     }
     // The server's first stream's socket is moved by its bind, the next by its connect.
