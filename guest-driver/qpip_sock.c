@@ -190,8 +190,12 @@ int qpip_sock_objects(struct qpip_sock *sk)
 {
 	struct qpip_ctx *ctx = sk->ctx;
 	struct qpip_dev *qdev = ctx->qdev;
-	u32 cq_depth = roundup_pow_of_two(QPIP_SOCK_SQ_DEPTH + QPIP_SOCK_RX_SLOTS);
-	size_t bytes = QPIP_SOCK_RX_SLOTS * PAGE_SIZE + QPIP_SOCK_TX_BYTES;
+	/* A UDP socket's slots hold a datagram each; a TCP socket's a page of the stream. */
+	u32 sq_depth = sk->udp ? QPIP_UDP_SQ_DEPTH : QPIP_SOCK_SQ_DEPTH;
+	u32 rx_slots = sk->udp ? QPIP_UDP_RX_SLOTS : QPIP_SOCK_RX_SLOTS;
+	u32 cq_depth = roundup_pow_of_two(sq_depth + rx_slots);
+	size_t bytes = sk->udp ? QPIP_UDP_RX_SLOTS * QPIP_UDP_SLOT_BYTES + QPIP_UDP_TX_BYTES :
+		       QPIP_SOCK_RX_SLOTS * PAGE_SIZE + QPIP_SOCK_TX_BYTES;
 	struct qpip_mr_params mp = {};
 	struct qpip_qp_params qp = {};
 	struct qpip_cq_params cp = {};
@@ -247,14 +251,14 @@ int qpip_sock_objects(struct qpip_sock *sk)
 		return ret;
 	}
 	sk->qp->user = ctx->user;
-	sk->qp->type = QPIP_QP_TYPE_TCP;
-	sk->qp->sq = qpip_ring_alloc(ctx, (size_t)QPIP_SOCK_SQ_DEPTH * QPIP_WQE_SIZE);
+	sk->qp->type = sk->udp ? QPIP_QP_TYPE_UDP : QPIP_QP_TYPE_TCP;
+	sk->qp->sq = qpip_ring_alloc(ctx, (size_t)sq_depth * QPIP_WQE_SIZE);
 	if (IS_ERR(sk->qp->sq)) {
 		ret = PTR_ERR(sk->qp->sq);
 		sk->qp->sq = NULL;
 		return ret;
 	}
-	sk->qp->rq = qpip_ring_alloc(ctx, (size_t)QPIP_SOCK_RX_SLOTS * QPIP_WQE_SIZE);
+	sk->qp->rq = qpip_ring_alloc(ctx, (size_t)rx_slots * QPIP_WQE_SIZE);
 	if (IS_ERR(sk->qp->rq)) {
 		ret = PTR_ERR(sk->qp->rq);
 		sk->qp->rq = NULL;
@@ -287,14 +291,14 @@ int qpip_sock_objects(struct qpip_sock *sk)
 
 	qp.sq.pages = sk->qp->sq->dma;
 	qp.sq.npages = sk->qp->sq->npages;
-	qp.sq.depth = QPIP_SOCK_SQ_DEPTH;
+	qp.sq.depth = sq_depth;
 	qp.rq.pages = sk->qp->rq->dma;
 	qp.rq.npages = sk->qp->rq->npages;
-	qp.rq.depth = QPIP_SOCK_RX_SLOTS;
+	qp.rq.depth = rx_slots;
 	qp.send_cq = sk->cq->handle;
 	qp.recv_cq = sk->cq->handle;
-	qp.qp_type = QPIP_QP_TYPE_TCP;
-	qp.framing = QPIP_FRAMING_STREAM;
+	qp.qp_type = sk->qp->type;
+	qp.framing = sk->udp ? 0 : QPIP_FRAMING_STREAM;
 	ret = qpip_cmd_create_qp(qdev, ctx->id, &qp, &qres);
 	if (ret)
 		goto out;
@@ -306,7 +310,7 @@ out:
 	if (!ret)
 		ret = qpip_sock_publish(sk);
 	if (!ret)
-		ret = qpip_sock_io_init(sk);
+		ret = sk->udp ? qpip_udp_io_init(sk) : qpip_sock_io_init(sk);
 	return ret;
 }
 
@@ -659,6 +663,8 @@ static __poll_t qpip_sock_poll(struct file *filp, struct poll_table_struct *pt)
 	__poll_t mask = 0;
 
 	poll_wait(filp, &sk->wait, pt);
+	if (sk->udp)
+		return qpip_udp_poll(sk, filp, pt);
 	if (sk->state == QPIP_SOCK_LISTENING) {
 		/* The kernel socket's connections too: its queue wakes this poll as well. */
 		mask = vfs_poll(sk->ksock_file, pt) & (EPOLLIN | EPOLLRDNORM);
@@ -693,12 +699,20 @@ static void qpip_sock_close(struct qpip_sock *sk)
 		return;
 	}
 	sk->rd_shut = true;
-	if (qpip_sock_fin(sk)) {
+	if (sk->udp) {
+		/* Datagrams written before close still go out, as a kernel socket's do. */
+		qpip_sock_reap(sk);
+		if (qpip_sock_tx_idle(sk)) {
+			qpip_sock_destroy(sk);
+			return;
+		}
+	} else if (qpip_sock_fin(sk)) {
 		qpip_sock_destroy(sk);
 		return;
 	}
 	/* The close work holds the file's reference now. */
-	sk->close_deadline = jiffies + msecs_to_jiffies(QPIP_SOCK_LINGER_MS);
+	sk->close_deadline = jiffies + msecs_to_jiffies(sk->udp ? QPIP_UDP_LINGER_MS :
+							  QPIP_SOCK_LINGER_MS);
 	sk->close_poll_ms = 1;
 	kref_get(&sk->ref);
 	queue_delayed_work(system_wq, &sk->close_work, 0);
@@ -802,7 +816,14 @@ static void qpip_sock_show_fdinfo(struct seq_file *m, struct file *filp)
 
 	mutex_lock(&sk->lock);
 	seq_printf(m, "qpip-state:\t%s\nqpip-err:\t%d\n", states[sk->state], sk->err);
-	if (sk->state == QPIP_SOCK_LISTENING) {
+	if (sk->udp && sk->qp) {
+		seq_printf(m, "qpip-udp:\tqp %u cq %u head %u peer-dev %d\n", sk->qp->handle,
+			   sk->cq->handle, sk->cq_head, sk->peer_dev);
+		seq_printf(m, "qpip-rx:\tposted %u done %u read %u datagrams %u\n", sk->rq_tail,
+			   sk->rx_done, sk->rx_read, sk->rx_dgrams);
+		seq_printf(m, "qpip-tx:\thead %u tail %u sq %u/%u\n", sk->tx_head, sk->tx_tail,
+			   sk->sq_head, sk->sq_tail);
+	} else if (sk->state == QPIP_SOCK_LISTENING) {
 		struct qpip_sock *r;
 		unsigned long flags;
 		unsigned int ready = 0;
@@ -891,7 +912,7 @@ struct net_device *qpip_sock_netdev(struct qpip_dev *qdev)
 	return ndev;
 }
 
-static bool qpip_addr_any(const u8 *a)
+bool qpip_addr_any(const u8 *a)
 {
 	static const u8 any[16];
 	static const u8 any4[16] = { [10] = 0xff, [11] = 0xff };
@@ -899,13 +920,13 @@ static bool qpip_addr_any(const u8 *a)
 	return !memcmp(a, any, 16) || !memcmp(a, any4, 16);
 }
 
-static bool qpip_addr_v4(const u8 *a)
+bool qpip_addr_v4(const u8 *a)
 {
 	return ipv6_addr_v4mapped((const struct in6_addr *)a);
 }
 
 /* The kernel socket's bound address, as the device names it, and port (0 if unbound). */
-static void qpip_ksock_local(struct sock *ksk, u8 *addr, u16 *port)
+void qpip_ksock_local(struct sock *ksk, u8 *addr, u16 *port)
 {
 	if (ksk->sk_family == AF_INET6) {
 		memcpy(addr, &ksk->sk_v6_rcv_saddr, 16);
@@ -916,7 +937,7 @@ static void qpip_ksock_local(struct sock *ksk, u8 *addr, u16 *port)
 }
 
 /* Whether @addr (a bound local address, not the wildcard) is one of @ndev's. */
-static bool qpip_addr_on(struct net *net, struct net_device *ndev, const u8 *addr)
+bool qpip_addr_on(struct net *net, struct net_device *ndev, const u8 *addr)
 {
 	struct net_device *found;
 
@@ -932,7 +953,7 @@ static bool qpip_addr_on(struct net *net, struct net_device *ndev, const u8 *add
  * Whether the guest kernel's route from @src (the wildcard: any) to @dst goes out through
  * @ndev as unicast; the source address it would use in @src.
  */
-static bool qpip_route_via(struct sock *ksk, struct net_device *ndev, u8 *src, const u8 *dst)
+bool qpip_route_via(struct sock *ksk, struct net_device *ndev, u8 *src, const u8 *dst)
 {
 	struct net *net = sock_net(ksk);
 	bool ok = false;
@@ -979,14 +1000,21 @@ static bool qpip_route_via(struct sock *ksk, struct net_device *ndev, u8 *src, c
 	return ok;
 }
 
-/* The kernel socket of descriptor @fd if it is a TCP socket of INET or INET6, else NULL. */
-static struct socket *qpip_tcp_socket(int fd, int *err, u32 *declined)
+/*
+ * The kernel socket of descriptor @fd if it is a TCP socket of INET or INET6 (or, if @udp,
+ * a UDP one), else NULL.
+ */
+static struct socket *qpip_inet_socket(int fd, bool udp, int *err, u32 *declined)
 {
 	struct socket *sock = sockfd_lookup(fd, err);
+	bool tcp;
 
 	if (!sock)
 		return NULL;
-	if (sock->type != SOCK_STREAM || sock->sk->sk_protocol != IPPROTO_TCP ||
+	tcp = sock->type == SOCK_STREAM && sock->sk->sk_protocol == IPPROTO_TCP;
+	if (udp)
+		udp = sock->type == SOCK_DGRAM && sock->sk->sk_protocol == IPPROTO_UDP;
+	if ((!tcp && !udp) ||
 	    (sock->sk->sk_family != AF_INET && sock->sk->sk_family != AF_INET6)) {
 		*declined = QPIP_SOCK_DECLINE_NOT_TCP;
 		sockfd_put(sock);
@@ -1374,6 +1402,7 @@ long qpip_sock_ctx_ioctl(struct qpip_ctx *ctx, struct file *ctx_file, unsigned i
 	union {
 		struct qpip_sock_connect c;
 		struct qpip_sock_listen l;
+		struct qpip_sock_bind b;
 	} a = {};
 	struct socket *sock;
 	u32 declined = 0;
@@ -1381,6 +1410,8 @@ long qpip_sock_ctx_ioctl(struct qpip_ctx *ctx, struct file *ctx_file, unsigned i
 
 	if (cmd == QPIP_IOCTL_SOCK_CONNECT)
 		usize = qpip_get_arg(&a.c, sizeof(a.c), QPIP_SOCK_CONNECT_SIZE_V1, uarg);
+	else if (cmd == QPIP_IOCTL_SOCK_BIND)
+		usize = qpip_get_arg(&a.b, sizeof(a.b), QPIP_SOCK_BIND_SIZE_V1, uarg);
 	else
 		usize = qpip_get_arg(&a.l, sizeof(a.l), QPIP_SOCK_LISTEN_SIZE_V1, uarg);
 	if (usize < 0)
@@ -1388,17 +1419,42 @@ long qpip_sock_ctx_ioctl(struct qpip_ctx *ctx, struct file *ctx_file, unsigned i
 	if (qpip_ctx_dead(ctx))
 		return -ENODEV;
 
+	if (cmd == QPIP_IOCTL_SOCK_BIND) {
+		if (a.b.reserved[0] || a.b.reserved[1])
+			return -EINVAL;
+		a.b.new_fd = -1;
+		a.b.declined = 0;
+		sock = qpip_inet_socket(a.b.fd, true, &err, &declined);
+		if (!sock && !declined)
+			return err;
+		ret = 0;
+		if (sock && sock->type != SOCK_DGRAM) {
+			sockfd_put(sock);
+			sock = NULL;
+			declined = QPIP_SOCK_DECLINE_NOT_TCP;
+		}
+		if (sock)
+			ret = qpip_udp_bind(ctx, ctx_file, sock, &a.b);
+		else
+			a.b.declined = declined;
+		if (ret)
+			return ret;
+		return copy_to_user(uarg, &a.b, min_t(size_t, sizeof(a.b), usize)) ? -EFAULT : 0;
+	}
+
 	if (cmd == QPIP_IOCTL_SOCK_CONNECT) {
 		if (a.c.reserved0 || a.c.reserved1 || a.c.peer.reserved || !a.c.peer.port)
 			return -EINVAL;
 		a.c.new_fd = -1;
 		a.c.declined = 0;
 		a.c.status = 0;
-		sock = qpip_tcp_socket(a.c.fd, &err, &declined);
+		sock = qpip_inet_socket(a.c.fd, true, &err, &declined);
 		if (!sock && !declined)
 			return err;
 		ret = 0;
-		if (sock)
+		if (sock && sock->type == SOCK_DGRAM)
+			ret = qpip_udp_connect(ctx, ctx_file, sock, &a.c);
+		else if (sock)
 			ret = qpip_sock_connect(ctx, ctx_file, sock, &a.c);
 		else
 			a.c.declined = declined;
@@ -1411,7 +1467,7 @@ long qpip_sock_ctx_ioctl(struct qpip_ctx *ctx, struct file *ctx_file, unsigned i
 		return -EINVAL;
 	a.l.new_fd = -1;
 	a.l.declined = 0;
-	sock = qpip_tcp_socket(a.l.fd, &err, &declined);
+	sock = qpip_inet_socket(a.l.fd, false, &err, &declined);
 	if (!sock && !declined)
 		return err;
 	ret = 0;

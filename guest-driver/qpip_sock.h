@@ -35,6 +35,21 @@
 
 #include "qpip_ctx.h"
 
+/*
+ * UDP sockets (qpip_sock_udp.c): a UDP QP whose RQ keeps QPIP_UDP_RX_SLOTS slots posted,
+ * each as large as the largest datagram, so a datagram always fits in one; a send ring
+ * and one send WR per datagram.
+ */
+#define QPIP_UDP_RX_SLOTS	16
+#define QPIP_UDP_SLOT_BYTES	(64 * 1024)
+#define QPIP_UDP_TX_BYTES	(256 * 1024)
+#define QPIP_UDP_SQ_DEPTH	128
+/* How long a closed UDP socket's datagrams may take to leave before it is destroyed. */
+#define QPIP_UDP_LINGER_MS	1000
+/* Largest payloads of one datagram: IPv6's (no jumbograms) and IPv4's, as Linux's. */
+#define QPIP_UDP_MAX_V6		(65535 - 8)
+#define QPIP_UDP_MAX_V4		(65535 - 20 - 8)
+
 /* Receive slots: each a page the RQ keeps posted (a WR of one page). */
 #define QPIP_SOCK_RX_SLOTS	64
 /* The send ring, bytes (a power of two). */
@@ -70,6 +85,14 @@ enum qpip_sock_state {
 	QPIP_SOCK_CLOSED,	/* the connection failed or ended in error */
 };
 
+/* A UDP socket's received datagram in its slot (see qpip_sock_udp.c). */
+struct qpip_sock_dgram {
+	u32 len;
+	u16 port;
+	bool drop;			/* not for this socket (its peer or family): skipped */
+	u8 addr[16];
+};
+
 struct qpip_sock {
 	struct kref ref;		/* the file's, each pending command's, the closer's */
 	struct qpip_ctx *ctx;
@@ -77,6 +100,13 @@ struct qpip_sock {
 	struct socket *ksock;		/* the program's kernel socket, held by @ksock_file */
 	struct file *ksock_file;	/* NULL for a socket accepted from a listener */
 	int family;			/* AF_INET or AF_INET6: how addresses are given back */
+	/*
+	 * A UDP socket: its state is CONNECTED from the start (open for datagrams); the
+	 * kernel socket holds its names and carries what the device does not.
+	 */
+	bool udp;
+	bool peer_set;			/* UDP: connected to a peer */
+	bool peer_dev;			/* ... routed through the device (@peer_addr, @peer_port) */
 
 	struct mutex lock;		/* everything below but what the comments say */
 	wait_queue_head_t wait;		/* readers, writers, pollers, connect and accept */
@@ -138,6 +168,11 @@ struct qpip_sock {
 	u32 sq_head;			/* WRs completed */
 	u32 keepalive[3];		/* what the device was last told: idle, interval, probes */
 
+	/* UDP: the slots' datagrams; rx_done/rx_read count them, rx_dgrams those not dropped. */
+	struct qpip_sock_dgram udp_rx[QPIP_UDP_RX_SLOTS];
+	u32 rx_dgrams;
+	u32 tx_want;			/* UDP: the datagram a send waits for room for */
+
 	/* A listener's: connections established on offered sockets, not accepted yet. */
 	struct list_head ready;
 	struct list_head node;		/* in the listener's @ready, or its offers */
@@ -189,6 +224,9 @@ int qpip_sock_wait(struct qpip_sock *sk, bool (*ready)(struct qpip_sock *sk), lo
 extern const struct file_operations qpip_sock_fops;
 
 /* qpip_sock_io.c */
+void qpip_sock_ring(struct qpip_sock *sk, u32 off, u32 value, bool kick);
+struct qpip_wqe *qpip_sock_wqe(struct qpip_ring *r, u32 depth, u32 idx);
+struct qpip_sge *qpip_wqe_sge(struct qpip_wqe *w, unsigned int i);
 int qpip_sock_io_init(struct qpip_sock *sk);
 void qpip_sock_reap(struct qpip_sock *sk);
 void qpip_sock_arm(struct qpip_sock *sk);
@@ -202,6 +240,29 @@ int qpip_sock_tx_push(struct qpip_sock *sk, bool force);
 bool qpip_sock_tx_idle(struct qpip_sock *sk);
 ssize_t qpip_sock_read_iter(struct kiocb *iocb, struct iov_iter *to);
 ssize_t qpip_sock_write_iter(struct kiocb *iocb, struct iov_iter *from);
+
+/* qpip_sock.c: what the device can carry */
+bool qpip_addr_any(const u8 *a);
+bool qpip_addr_v4(const u8 *a);
+void qpip_ksock_local(struct sock *ksk, u8 *addr, u16 *port);
+bool qpip_addr_on(struct net *net, struct net_device *ndev, const u8 *addr);
+bool qpip_route_via(struct sock *ksk, struct net_device *ndev, u8 *src, const u8 *dst);
+
+/* qpip_sock_udp.c */
+int qpip_udp_connect(struct qpip_ctx *ctx, struct file *ctx_file, struct socket *sock,
+		     struct qpip_sock_connect *a);
+int qpip_udp_bind(struct qpip_ctx *ctx, struct file *ctx_file, struct socket *sock,
+		  struct qpip_sock_bind *a);
+int qpip_udp_io_init(struct qpip_sock *sk);
+void qpip_udp_cqe(struct qpip_sock *sk, const struct qpip_cqe *e);
+ssize_t qpip_udp_send(struct qpip_sock *sk, struct iov_iter *from, unsigned int flags,
+		      bool nonblock, struct sockaddr_storage *dst, int dst_len);
+ssize_t qpip_udp_recv(struct qpip_sock *sk, struct iov_iter *to, unsigned int flags,
+		      bool nonblock, struct sockaddr_storage *src, int *src_len,
+		      unsigned int *msg_flags);
+__poll_t qpip_udp_poll(struct qpip_sock *sk, struct file *filp, struct poll_table_struct *pt);
+int qpip_udp_peer(struct qpip_sock *sk, struct qpip_sock_peer *a);
+int qpip_udp_inq(struct qpip_sock *sk, int __user *uarg);
 
 /* qpip_sock_ctl.c */
 long qpip_sock_ioctl(struct file *filp, unsigned int cmd, unsigned long arg);

@@ -217,6 +217,8 @@ static int qpip_sock_accept(struct file *filp, struct qpip_sock *l, struct qpip_
 
 	if (a->flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC) || a->reserved)
 		return -EINVAL;
+	if (l->udp)
+		return -EOPNOTSUPP;
 	if (l->state != QPIP_SOCK_LISTENING)
 		return -EINVAL;
 	timeo = filp->f_flags & O_NONBLOCK ? 0 : sock_rcvtimeo(l->ksock->sk, false);
@@ -275,6 +277,39 @@ static int qpip_sock_accept(struct file *filp, struct qpip_sock *l, struct qpip_
 #define QPIP_SEND_FLAGS	(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE)
 #define QPIP_RECV_FLAGS	(MSG_DONTWAIT | MSG_PEEK | MSG_WAITALL | MSG_TRUNC)
 
+/*
+ * What a UDP socket acts on: the same, the error queue (the kernel socket's), and no
+ * MSG_MORE (each send is a datagram: corking is not carried).
+ */
+#define QPIP_UDP_SEND_FLAGS	(MSG_DONTWAIT | MSG_NOSIGNAL)
+#define QPIP_UDP_RECV_FLAGS	(MSG_DONTWAIT | MSG_PEEK | MSG_TRUNC | MSG_ERRQUEUE)
+
+/* send/recv with flags, and addresses, on a UDP socket (mutex held). */
+static ssize_t qpip_udp_msg(struct qpip_sock *sk, struct iov_iter *it, struct qpip_sock_msg *a,
+			    bool send, bool nonblock)
+{
+	struct sockaddr_storage ss = {};
+	unsigned int mflags = 0;
+	int len = 0;
+	ssize_t ret;
+
+	if (send) {
+		if (a->addr_len > sizeof(ss) || a->addr_len > sizeof(a->addr))
+			return -EINVAL;
+		memcpy(&ss, a->addr, a->addr_len);
+		return qpip_udp_send(sk, it, a->flags & QPIP_UDP_SEND_FLAGS, nonblock, &ss,
+				     a->addr_len);
+	}
+	ret = qpip_udp_recv(sk, it, a->flags & QPIP_UDP_RECV_FLAGS, nonblock, &ss, &len,
+			    &mflags);
+	if (ret >= 0) {
+		a->msg_flags = mflags;
+		a->addr_len = min_t(u32, len, sizeof(a->addr));
+		memcpy(a->addr, &ss, a->addr_len);
+	}
+	return ret;
+}
+
 static int qpip_sock_msg(struct file *filp, struct qpip_sock *sk, struct qpip_sock_msg *a,
 			 bool send)
 {
@@ -283,18 +318,24 @@ static int qpip_sock_msg(struct file *filp, struct qpip_sock *sk, struct qpip_so
 	struct iov_iter it;
 	ssize_t ret;
 
+	if (a->reserved)
+		return -EINVAL;
 	/* No urgent data; no error queue (timestamps, zerocopy notices) to read. */
 	if (a->flags & MSG_OOB)
 		return -EOPNOTSUPP;
-	if (!send && (a->flags & MSG_ERRQUEUE))
+	if (!send && (a->flags & MSG_ERRQUEUE) && !sk->udp)
 		return -EAGAIN;
-	a->flags &= send ? QPIP_SEND_FLAGS : QPIP_RECV_FLAGS;
+	if (!sk->udp)
+		a->flags &= send ? QPIP_SEND_FLAGS : QPIP_RECV_FLAGS;
 	ret = import_iovec(send ? ITER_SOURCE : ITER_DEST, u64_to_user_ptr(a->iov), a->iov_len,
 			   UIO_FASTIOV, &iov, &it);
 	if (ret < 0)
 		return ret;
+	a->msg_flags = 0;
 	mutex_lock(&sk->lock);
-	if (send)
+	if (sk->udp)
+		ret = qpip_udp_msg(sk, &it, a, send, nonblock);
+	else if (send)
 		ret = qpip_sock_send(sk, &it, a->flags, nonblock);
 	else
 		ret = qpip_sock_recv(sk, &it, a->flags, nonblock);
@@ -303,7 +344,9 @@ static int qpip_sock_msg(struct file *filp, struct qpip_sock *sk, struct qpip_so
 	if (ret < 0)
 		return ret;
 	a->bytes = ret;
-	a->msg_flags = 0;
+	/* TCP reports no source address (and ignores a destination). */
+	if (!sk->udp && !send)
+		a->addr_len = 0;
 	return 0;
 }
 
@@ -312,9 +355,20 @@ static int qpip_sock_msg(struct file *filp, struct qpip_sock *sk, struct qpip_so
 static int qpip_sock_name(struct qpip_sock *sk, struct qpip_sock_name *a)
 {
 	struct sockaddr_storage ss;
+	int ret;
 
 	if (a->peer > 1 || a->reserved)
 		return -EINVAL;
+	if (sk->udp) {
+		/* The kernel socket's: bound and connected as the program asked. */
+		ret = a->peer ? kernel_getpeername(sk->ksock, (struct sockaddr *)&ss) :
+		      kernel_getsockname(sk->ksock, (struct sockaddr *)&ss);
+		if (ret < 0)
+			return ret;
+		a->addr_len = min_t(u32, ret, sizeof(a->addr));
+		memcpy(a->addr, &ss, a->addr_len);
+		return 0;
+	}
 	mutex_lock(&sk->lock);
 	qpip_sock_sync(sk);
 	if (a->peer && sk->state != QPIP_SOCK_CONNECTED) {
@@ -411,7 +465,7 @@ static int qpip_sock_opt(struct qpip_sock *sk, struct qpip_sock_opt *a, u32 __us
 			return ret;
 		/* What the connection takes from the store at once: the cork, keepalive. */
 		mutex_lock(&sk->lock);
-		if (sk->state == QPIP_SOCK_CONNECTED && !sk->dead) {
+		if (sk->state == QPIP_SOCK_CONNECTED && !sk->dead && !sk->udp) {
 			if (a->level == SOL_TCP && (a->name == TCP_CORK || a->name == TCP_NODELAY))
 				qpip_sock_tx_push(sk, false);
 			qpip_sock_set_keepalive(sk);
@@ -419,9 +473,10 @@ static int qpip_sock_opt(struct qpip_sock *sk, struct qpip_sock_opt *a, u32 __us
 		mutex_unlock(&sk->lock);
 		return 0;
 	}
+	/* A UDP socket's options are all the kernel socket's, SO_ERROR too (its sends'). */
 	mutex_lock(&sk->lock);
 	len = a->optlen;
-	ret = qpip_sock_own_opt(sk, a->level, a->name, val, &len);
+	ret = sk->udp ? 0 : qpip_sock_own_opt(sk, a->level, a->name, val, &len);
 	mutex_unlock(&sk->lock);
 	if (ret) {
 		if (copy_to_user(uval, val, len))
@@ -447,6 +502,18 @@ static int qpip_sock_shutdown(struct qpip_sock *sk, struct qpip_sock_shutdown *a
 
 	if (a->how > SHUT_RDWR)
 		return -EINVAL;
+	if (sk->udp) {
+		/* The kernel socket's answer (ENOTCONN unless connected), then ours. */
+		ret = kernel_sock_shutdown(sk->ksock, a->how);
+		if (ret)
+			return ret;
+		mutex_lock(&sk->lock);
+		sk->rd_shut |= a->how != SHUT_WR;
+		sk->wr_shut |= a->how != SHUT_RD;
+		mutex_unlock(&sk->lock);
+		wake_up_interruptible_all(&sk->wait);
+		return 0;
+	}
 	mutex_lock(&sk->lock);
 	qpip_sock_sync(sk);
 	if (sk->state != QPIP_SOCK_CONNECTED && sk->state != QPIP_SOCK_CLOSED) {
@@ -473,10 +540,12 @@ static long qpip_sock_arg(struct file *filp, void __user *uarg, size_t size, u32
 			  int (*fn)(struct file *filp, struct qpip_sock *sk, void *arg,
 				    void __user *uarg))
 {
-	u8 karg[sizeof(struct qpip_sock_accept)] __aligned(8);
+	u8 karg[sizeof(struct qpip_sock_msg)] __aligned(8);
 	int usize, ret;
 
 	BUILD_BUG_ON(sizeof(struct qpip_sock_name) > sizeof(karg));
+	BUILD_BUG_ON(sizeof(struct qpip_sock_accept) > sizeof(karg));
+	BUILD_BUG_ON(sizeof(struct qpip_sock_peer) > sizeof(karg));
 	if (WARN_ON_ONCE(size > sizeof(karg)))
 		return -EINVAL;
 	usize = qpip_get_arg(karg, size, v1, uarg);
@@ -524,6 +593,12 @@ static int qpip_sock_do_shutdown(struct file *filp, struct qpip_sock *sk, void *
 	return qpip_sock_shutdown(sk, arg);
 }
 
+static int qpip_sock_do_peer(struct file *filp, struct qpip_sock *sk, void *arg,
+			     void __user *uarg)
+{
+	return qpip_udp_peer(sk, arg);
+}
+
 long qpip_sock_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 {
 	struct qpip_sock *sk = filp->private_data;
@@ -549,15 +624,22 @@ long qpip_sock_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 	case QPIP_IOCTL_SOCK_SHUTDOWN:
 		return qpip_sock_arg(filp, uarg, sizeof(struct qpip_sock_shutdown),
 				     QPIP_SOCK_SHUTDOWN_SIZE_V1, qpip_sock_do_shutdown);
+	case QPIP_IOCTL_SOCK_PEER:
+		return qpip_sock_arg(filp, uarg, sizeof(struct qpip_sock_peer),
+				     QPIP_SOCK_PEER_SIZE_V1, qpip_sock_do_peer);
 	case SIOCINQ:
 	case SIOCOUTQ:
 	case SIOCOUTQNSD:
 		if (sk->state == QPIP_SOCK_LISTENING)
 			return -EINVAL;
+		if (sk->udp && cmd == SIOCINQ)
+			return qpip_udp_inq(sk, uarg);
 		mutex_lock(&sk->lock);
 		qpip_sock_reap(sk);
+		/* A UDP socket posts each datagram as it is written: none is held back. */
 		v = cmd == SIOCINQ ? sk->rx_avail :
-		    cmd == SIOCOUTQ ? sk->tx_tail - sk->tx_head : sk->tx_tail - sk->tx_posted;
+		    cmd == SIOCOUTQ ? sk->tx_tail - sk->tx_head :
+		    sk->udp ? 0 : sk->tx_tail - sk->tx_posted;
 		mutex_unlock(&sk->lock);
 		return put_user(v, (int __user *)uarg);
 	}

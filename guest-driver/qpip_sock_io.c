@@ -48,7 +48,7 @@ static u32 *qpip_sock_db(struct qpip_sock *sk, u32 off)
  * read-modify-write: the barrier before reading the sleeping flag) and, if @kick and the
  * engine sleeps, wakes it. Device entered (qpip_sock_device).
  */
-static void qpip_sock_ring(struct qpip_sock *sk, u32 off, u32 value, bool kick)
+void qpip_sock_ring(struct qpip_sock *sk, u32 off, u32 value, bool kick)
 {
 	dma_wmb();
 	WRITE_ONCE(*qpip_sock_db(sk, off), value);
@@ -65,7 +65,7 @@ static void *qpip_sock_entry(struct qpip_ring *r, u32 depth, u32 size, u32 idx)
 	return page_address(r->pages[off >> PAGE_SHIFT]) + (off & ~PAGE_MASK);
 }
 
-static struct qpip_wqe *qpip_sock_wqe(struct qpip_ring *r, u32 depth, u32 idx)
+struct qpip_wqe *qpip_sock_wqe(struct qpip_ring *r, u32 depth, u32 idx)
 {
 	struct qpip_wqe *w = qpip_sock_entry(r, depth, QPIP_WQE_SIZE, idx);
 
@@ -73,7 +73,7 @@ static struct qpip_wqe *qpip_sock_wqe(struct qpip_ring *r, u32 depth, u32 idx)
 	return w;
 }
 
-static struct qpip_sge *qpip_wqe_sge(struct qpip_wqe *w, unsigned int i)
+struct qpip_sge *qpip_wqe_sge(struct qpip_wqe *w, unsigned int i)
 {
 	return (struct qpip_sge *)((u8 *)w + QPIP_WQE_SGE_OFFSET) + i;
 }
@@ -152,6 +152,10 @@ static void qpip_sock_cqe(struct qpip_sock *sk, const struct qpip_cqe *e)
 {
 	u32 slot;
 
+	if (sk->udp) {
+		qpip_udp_cqe(sk, e);
+		return;
+	}
 	if (e->opcode == QPIP_CQE_OP_SEND) {
 		sk->sq_head++;
 		/* In order: the wr_id of the last one acknowledged is the ring's new head. */
@@ -482,7 +486,15 @@ ssize_t qpip_sock_read_iter(struct kiocb *iocb, struct iov_iter *to)
 	ssize_t ret;
 
 	mutex_lock(&sk->lock);
-	ret = qpip_sock_recv(sk, to, 0, nonblock);
+	if (sk->udp) {
+		struct sockaddr_storage src;
+		unsigned int mflags;
+		int src_len;
+
+		ret = qpip_udp_recv(sk, to, 0, nonblock, &src, &src_len, &mflags);
+	} else {
+		ret = qpip_sock_recv(sk, to, 0, nonblock);
+	}
 	mutex_unlock(&sk->lock);
 	return ret;
 }
@@ -494,7 +506,10 @@ ssize_t qpip_sock_write_iter(struct kiocb *iocb, struct iov_iter *from)
 	ssize_t ret;
 
 	mutex_lock(&sk->lock);
-	ret = qpip_sock_send(sk, from, 0, nonblock);
+	if (sk->udp)
+		ret = qpip_udp_send(sk, from, 0, nonblock, NULL, 0);
+	else
+		ret = qpip_sock_send(sk, from, 0, nonblock);
 	mutex_unlock(&sk->lock);
 	return ret;
 }

@@ -820,7 +820,8 @@ long qpip_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 	long ret;
 
 	/* Sockets take their own locks: a blocking connect must not hold the context's. */
-	if (cmd == QPIP_IOCTL_SOCK_CONNECT || cmd == QPIP_IOCTL_SOCK_LISTEN)
+	if (cmd == QPIP_IOCTL_SOCK_CONNECT || cmd == QPIP_IOCTL_SOCK_LISTEN ||
+	    cmd == QPIP_IOCTL_SOCK_BIND)
 		return qpip_sock_ctx_ioctl(ctx, filp, cmd, (void __user *)arg);
 
 	/* Matched by type and number: the size bits are those of the first version. */

@@ -26,8 +26,9 @@ STAMP=$OUT_SO.stamp
 BUILD_REL=build/qpip-preload        # inside the runtime
 BUILD=$RUNTIME_DIR/$BUILD_REL
 # What the library may export: the calls it interposes (intercept.c), nothing else.
-EXPORTS="__recv_chk __recvfrom_chk accept accept4 close close_range closefrom connect dup dup2 dup3
-fcntl fcntl64 getpeername getsockname getsockopt listen recv recvfrom recvmsg send sendmsg sendto
+EXPORTS="__recv_chk __recvfrom_chk accept accept4 bind close close_range closefrom connect dup dup2 dup3
+fcntl fcntl64 getpeername getsockname getsockopt listen recv recvfrom recvmmsg recvmsg send
+sendmmsg sendmsg sendto
 setsockopt shutdown socket socketpair"
 
 [ -x "$RUNTIME_DIR/usr/bin/gcc" ] && [ -x "$RUNTIME_DIR/usr/bin/make" ] \

@@ -28,6 +28,7 @@ static _Atomic int ctx_state = CTX_UNTRIED;
 static _Atomic int ctx_fd = -1;
 static _Atomic unsigned ctx_number = ~0u; /* QUERY_DEVICE's ctx: tells our file from others */
 static const char *ctx_why = "not opened yet";
+_Atomic unsigned ctx_uapi_version;
 
 #define RESOLVE(name) real.name = (__typeof__(real.name))dlsym(RTLD_NEXT, #name)
 
@@ -49,12 +50,15 @@ void qp_init(void)
     RESOLVE(socket);
     RESOLVE(socketpair);
     RESOLVE(connect);
+    RESOLVE(bind);
     RESOLVE(listen);
     RESOLVE(accept);
     RESOLVE(accept4);
     RESOLVE(send);
     RESOLVE(sendto);
     RESOLVE(sendmsg);
+    RESOLVE(sendmmsg);
+    RESOLVE(recvmmsg);
     RESOLVE(recv);
     RESOLVE(recvfrom);
     RESOLVE(recvmsg);
@@ -152,6 +156,7 @@ static int ctx_open(const char **why)
         return expected;
     }
     atomic_store(&ctx_number, q.ctx);
+    atomic_store(&ctx_uapi_version, q.uapi_version);
     atomic_store(&ctx_state, CTX_OPEN);
     if (qp_log_level >= 2) {
         struct logbuf b;

@@ -13,7 +13,10 @@
  * connect and listen are where sockets become qpip sockets: on a kernel TCP socket of
  * AF_INET or AF_INET6 the library asks the driver (IOCTL_SOCK_CONNECT/LISTEN on the
  * context) and, when it carries the socket, moves the qpip socket's file onto the
- * program's descriptor with dup3; when it declines, the kernel does the call as always. */
+ * program's descriptor with dup3; when it declines, the kernel does the call as always.
+ * A UDP socket of those families becomes one at connect (IOCTL_SOCK_CONNECT) and after a
+ * successful bind (IOCTL_SOCK_BIND); on it, the calls that carry addresses (sendto,
+ * recvfrom, sendmsg and recvmsg with a name, connect again) go through the ioctls. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -110,7 +113,16 @@ static int rediscover(int fd)
 {
     if (qp_disabled || !fd_probe_qpip(fd))
         return 0;
-    fdt_set(fd, FD_QPIP);
+    /* A UDP one takes the address-carrying calls its own way. */
+    int type = 0, saved = errno;
+    struct qpip_sock_opt o = {
+        .size = sizeof(o), .level = SOL_SOCKET, .name = SO_TYPE, .optval = (uintptr_t)&type, .optlen = sizeof(type)
+    };
+    unsigned bits = FD_QPIP;
+    if (ioctl(fd, QPIP_IOCTL_SOCK_OPT, &o) == 0 && type == SOCK_DGRAM)
+        bits |= FD_UDP;
+    errno = saved;
+    fdt_set(fd, bits);
     count(C_REDISCOVERED);
     log_fd_event(fd, " is a qpip socket (found by ENOTSOCK)");
     return 1;
@@ -176,6 +188,44 @@ static ssize_t q_recv(int fd, const struct iovec *iov, size_t iovcnt, int flags,
     return (ssize_t)m.bytes;
 }
 
+/* A UDP qpip socket's send to ADDR, or its receive with the source asked for (ADDR then the
+ * out-buffer of *ADDRLEN bytes, set as Linux does): one IOCTL_SOCK_SEND/RECV, whose
+ * structure carries the address. */
+static ssize_t q_send_to(int fd, const struct iovec *iov, size_t iovcnt, int flags,
+                         const struct sockaddr *addr, socklen_t addrlen)
+{
+    struct qpip_sock_msg m = {
+        .size = sizeof(m), .flags = (__u32)flags, .iov = (uintptr_t)iov, .iov_len = (__u32)iovcnt
+    };
+    if (addr && addrlen) {
+        if (addrlen > sizeof(m.addr)) {
+            errno = EINVAL;
+            return -1;
+        }
+        memcpy(m.addr, addr, addrlen);
+        m.addr_len = addrlen;
+    }
+    int r = sock_ioctl(fd, QPIP_IOCTL_SOCK_SEND, &m);
+    return r ? r : (ssize_t)m.bytes;
+}
+
+static ssize_t q_recv_from(int fd, const struct iovec *iov, size_t iovcnt, int flags, void *addr,
+                           socklen_t *addrlen, int *msg_flags)
+{
+    flags &= ~(MSG_NOSIGNAL | MSG_CMSG_CLOEXEC);
+    struct qpip_sock_msg m = {
+        .size = sizeof(m), .flags = (__u32)flags, .iov = (uintptr_t)iov, .iov_len = (__u32)iovcnt, .addr_len = 1
+    };
+    int r = sock_ioctl(fd, QPIP_IOCTL_SOCK_RECV, &m);
+    if (r)
+        return r;
+    if (addr && addrlen)
+        addr_copy_out(addr, addrlen, m.addr, m.addr_len < sizeof(m.addr) ? m.addr_len : sizeof(m.addr));
+    if (msg_flags)
+        *msg_flags = (int)m.msg_flags;
+    return (ssize_t)m.bytes;
+}
+
 static ssize_t q_sendmsg(int fd, const struct msghdr *msg, int flags)
 {
     /* TCP ignores the destination of a connected socket, and the device carries no
@@ -184,6 +234,8 @@ static ssize_t q_sendmsg(int fd, const struct msghdr *msg, int flags)
         errno = EMSGSIZE;
         return -1;
     }
+    if ((fdt_get(fd) & FD_UDP) && msg->msg_name && msg->msg_namelen)
+        return q_send_to(fd, msg->msg_iov, msg->msg_iovlen, flags, msg->msg_name, msg->msg_namelen);
     return q_send(fd, msg->msg_iov, msg->msg_iovlen, flags);
 }
 
@@ -194,6 +246,16 @@ static ssize_t q_recvmsg(int fd, struct msghdr *msg, int flags)
         return -1;
     }
     int mflags;
+    if (fdt_get(fd) & FD_UDP) {
+        /* A datagram's source, and MSG_TRUNC when it was cut: the ioctl says both. */
+        ssize_t r = q_recv_from(fd, msg->msg_iov, msg->msg_iovlen, flags, msg->msg_name,
+                                msg->msg_name ? &msg->msg_namelen : NULL, &mflags);
+        if (r >= 0) {
+            msg->msg_controllen = 0;
+            msg->msg_flags = mflags;
+        }
+        return r;
+    }
     ssize_t r = q_recv(fd, msg->msg_iov, msg->msg_iovlen, flags, &mflags);
     if (r >= 0) {
         /* TCP reports no source address and no ancillary data. */
@@ -208,6 +270,13 @@ static ssize_t q_recvmsg(int fd, struct msghdr *msg, int flags)
 static ssize_t q_recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr, socklen_t *addrlen)
 {
     struct iovec iov = { buf, len };
+    if ((fdt_get(fd) & FD_UDP) && addr) {
+        if (bad_addr_out(addr, addrlen)) {
+            errno = EFAULT;
+            return -1;
+        }
+        return q_recv_from(fd, &iov, 1, flags, addr, addrlen, NULL);
+    }
     ssize_t r = q_recv(fd, &iov, 1, flags, NULL);
     /* Linux's recvfrom on TCP: no address, *addrlen set to 0. */
     if (r >= 0 && addr && addrlen)
@@ -343,9 +412,12 @@ static int q_reconnect(int fd)
 
 /* ---- connect and listen: where sockets become qpip sockets ---------------------------------- */
 
-/* Is FD a kernel TCP socket of FAMILY (0: either family)? 1 yes, 0 no, -1 with errno when
- * it is no socket at all. */
-static int kernel_tcp(int fd, int family)
+#define KIND_TCP 1
+#define KIND_UDP 2
+
+/* Is FD a kernel TCP or UDP socket of FAMILY (0: either family)? KIND_TCP, KIND_UDP, 0 for
+ * anything else, -1 with errno when it is no socket at all. */
+static int kernel_kind(int fd, int family)
 {
     int dom = 0, proto = 0;
     socklen_t l1 = sizeof(dom), l2 = sizeof(proto);
@@ -353,9 +425,15 @@ static int kernel_tcp(int fd, int family)
         return -1;
     if (real.getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l2) != 0)
         return -1;
-    if ((dom != AF_INET && dom != AF_INET6) || proto != IPPROTO_TCP)
+    if ((dom != AF_INET && dom != AF_INET6) || (family != 0 && family != dom))
         return 0;
-    return family == 0 || family == dom;
+    return proto == IPPROTO_TCP ? KIND_TCP : proto == IPPROTO_UDP ? KIND_UDP : 0;
+}
+
+static int kernel_tcp(int fd, int family)
+{
+    int k = kernel_kind(fd, family);
+    return k < 0 ? k : k == KIND_TCP;
 }
 
 /* Moves the driver's new file NEW_FD onto the program's descriptor FD, keeping FD's
@@ -409,27 +487,139 @@ static int ioctl_means_kernel(int err)
     return err == ENOTTY || err == EINVAL || err == ENODEV || err == ENXIO || err == EBADF;
 }
 
+/* connect on a UDP qpip socket: the driver connects its kernel socket (Linux's answers,
+ * AF_UNSPEC too) and sends to the peer over the device if it is routed through it. */
+static int q_udp_peer(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    struct qpip_sock_peer p = { .size = sizeof(p) };
+    if (len > sizeof(p.addr)) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (len && !addr) {
+        errno = EFAULT;
+        return -1;
+    }
+    if (len)
+        memcpy(p.addr, addr, len);
+    p.addr_len = len;
+    int r = sock_ioctl(fd, QPIP_IOCTL_SOCK_PEER, &p);
+    if (r == 0 && qp_log_level >= 2)
+        log_decision(fd, "udp connect", addr, len, "qpip (connected again)", NULL, 0);
+    return r;
+}
+
+/* A qpip socket's connect: a UDP one's, or a TCP one's again. */
+static int q_connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    return (fdt_get(fd) & FD_UDP) ? q_udp_peer(fd, addr, len) : q_reconnect(fd);
+}
+
+/* Asks the driver for a UDP socket (REQ with ARG on the context): 0 when it answered, 1 when
+ * the kernel keeps the socket (*WHY says why: no device, a driver without UDP sockets, an
+ * ioctl refused as "not here"), -1 with errno for the driver's own error. */
+static int udp_ask(unsigned long req, void *arg, const char **why)
+{
+    for (int attempt = 0;; attempt++) {
+        int ctx = ctx_get(why);
+        if (ctx < 0)
+            return 1;
+        if (atomic_load(&ctx_uapi_version) < 6) {
+            *why = "the driver has no UDP sockets (uapi < 6)";
+            return 1;
+        }
+        if (ioctl(ctx, req, arg) == 0)
+            return 0;
+        int err = errno;
+        if ((err == ENOTTY || err == EBADF) && attempt == 0 && ctx_check_stale(ctx))
+            continue;
+        if (ioctl_means_kernel(err)) {
+            count(C_KERNEL_ERROR);
+            *why = "ioctl failed";
+            errno = err;
+            return 1;
+        }
+        errno = err;
+        return -1;
+    }
+}
+
+static void log_declined(int fd, const char *call, const struct sockaddr *addr, socklen_t len, unsigned declined)
+{
+    unsigned d = declined < 16 ? declined : 0;
+    count(C_DECLINED_BASE + d);
+    if (qp_log_level >= 1) {
+        char detail[40] = "declined: ";
+        strncat(detail, decline_name(d), sizeof(detail) - strlen(detail) - 1);
+        log_decision(fd, call, addr, len, "kernel", detail, 0);
+    }
+}
+
+/* connect on a kernel UDP socket: the device carries it when the peer is routed through its
+ * interface. */
+static int udp_connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    struct qpip_endpoint ep;
+    if (addr_to_endpoint(addr, len, &ep) != 0)
+        return real.connect(fd, addr, len);
+    if (addr->sa_family == AF_INET6 && ((const struct sockaddr_in6 *)addr)->sin6_scope_id) {
+        log_declined(fd, "udp connect", addr, len, DECLINE_LOCAL_SCOPE);
+        return real.connect(fd, addr, len);
+    }
+    struct qpip_sock_connect c = { .size = sizeof(c), .fd = fd, .peer = ep, .new_fd = -1 };
+    const char *why = NULL;
+    int r = udp_ask(QPIP_IOCTL_SOCK_CONNECT, &c, &why);
+    if (r < 0) {
+        int err = errno;
+        log_decision(fd, "udp connect", addr, len, "error", NULL, err);
+        errno = err;
+        return -1;
+    }
+    if (r > 0) {
+        if (qp_log_level >= 2)
+            log_decision(fd, "udp connect", addr, len, "kernel", why, 0);
+        return real.connect(fd, addr, len);
+    }
+    if (c.new_fd < 0) {
+        log_declined(fd, "udp connect", addr, len, c.declined);
+        return real.connect(fd, addr, len);
+    }
+    if (install(c.new_fd, fd, FD_UDP) != 0) {
+        /* The kernel socket is bound and connected already: it stays the program's. */
+        log_decision(fd, "udp connect", addr, len, "kernel", "dup3 of the qpip socket failed", errno);
+        return 0;
+    }
+    count(C_UDP_CONNECT_QPIP);
+    log_decision(fd, "udp connect", addr, len, "qpip", NULL, 0);
+    return 0;
+}
+
 static int do_connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
     unsigned st = fdt_get(fd);
     if (st & FD_QPIP) {
-        int r = q_reconnect(fd);
+        int r = q_connect(fd, addr, len);
         if (r != NOT_OURS)
             return r;
         st = 0;
     }
     if (!addr || len < sizeof(sa_family_t) || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
         return real.connect(fd, addr, len);
+    /* A UDP socket of either family takes an address of either (IPv6 ones IPv4 too). */
+    if (st & FD_KERNEL_UDP)
+        return udp_connect(fd, addr, len);
     /* The hint from socket() saves two getsockopt calls when the address is of the
      * socket's family (else the kernel's answer, EAFNOSUPPORT or not, is what counts). */
     if (!(st & FD_KERNEL_TCP) || !(st & FD_INET6) != (addr->sa_family == AF_INET)) {
-        int t = kernel_tcp(fd, addr->sa_family);
+        int t = kernel_kind(fd, addr->sa_family);
         if (t < 0 && errno == ENOTSOCK && rediscover(fd)) {
-            int r = q_reconnect(fd);
+            int r = q_connect(fd, addr, len);
             if (r != NOT_OURS)
                 return r;
         }
-        if (t <= 0) {
+        if (t == KIND_UDP)
+            return udp_connect(fd, addr, len);
+        if (t != KIND_TCP) {
             if (qp_log_level >= 2 && t == 0)
                 log_decision(fd, "connect", addr, len, "kernel", "not a TCP socket of this family", 0);
             return real.connect(fd, addr, len);
@@ -505,6 +695,10 @@ static int q_listen(int fd, int backlog)
     /* Linux lets a listening socket listen again (a new backlog); a connected one: EINVAL.
      * The qpip listener keeps the backlog it was made with. */
     (void)backlog;
+    if (fdt_get(fd) & FD_UDP) {
+        errno = EOPNOTSUPP; /* as Linux's UDP answers */
+        return -1;
+    }
     int v = 0;
     socklen_t vl = sizeof(v);
     int r = q_getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &vl);
@@ -601,12 +795,58 @@ QP_EXPORT int socket(int domain, int type, int protocol)
     ENSURE_INIT();
     int fd = real.socket(domain, type, protocol);
     if (fd >= 0) {
-        int tcp = (domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM &&
-                  (protocol == 0 || protocol == IPPROTO_TCP);
+        int inet = domain == AF_INET || domain == AF_INET6;
+        int tcp = inet && (type & 0xf) == SOCK_STREAM && (protocol == 0 || protocol == IPPROTO_TCP);
+        int udp = inet && (type & 0xf) == SOCK_DGRAM && (protocol == 0 || protocol == IPPROTO_UDP);
+        unsigned bits = tcp ? FD_KERNEL_TCP : udp ? FD_KERNEL_UDP : 0;
         /* A new descriptor: whatever the table said about its number is stale. */
-        fdt_set(fd, tcp ? FD_KERNEL_TCP | (domain == AF_INET6 ? FD_INET6 : 0) : 0);
+        fdt_set(fd, bits ? bits | (domain == AF_INET6 ? FD_INET6 : 0) : 0);
     }
     return fd;
+}
+
+/* bind: the kernel binds as always; then a UDP socket bound to the wildcard or one of the
+ * device's addresses becomes a qpip socket (its datagrams through the device the device's,
+ * the others its kernel socket's). A decline or a failure leaves the kernel socket as it is:
+ * bind's own answer was the kernel's. */
+QP_EXPORT int bind(int fd, const struct sockaddr *addr, socklen_t len)
+{
+    ENSURE_INIT();
+    int r = real.bind(fd, addr, len);
+    if (r != 0 || qp_disabled)
+        return r;
+    unsigned st = fdt_get(fd);
+    if (st & (FD_QPIP | FD_KERNEL_TCP))
+        return r;
+    if (!(st & FD_KERNEL_UDP) && kernel_kind(fd, 0) != KIND_UDP)
+        return r;
+    int saved = errno;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (real.getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
+        sl = 0;
+    if (sl && ss.ss_family == AF_INET6 && ((struct sockaddr_in6 *)&ss)->sin6_scope_id) {
+        log_declined(fd, "udp bind", (struct sockaddr *)&ss, sl, DECLINE_LOCAL_SCOPE);
+        errno = saved;
+        return r;
+    }
+    struct qpip_sock_bind b = { .size = sizeof(b), .fd = fd, .new_fd = -1 };
+    const char *why = NULL;
+    int q = udp_ask(QPIP_IOCTL_SOCK_BIND, &b, &why);
+    if (q < 0)
+        log_decision(fd, "udp bind", (struct sockaddr *)&ss, sl, "kernel", "ioctl failed", errno);
+    else if (q > 0 && qp_log_level >= 2)
+        log_decision(fd, "udp bind", (struct sockaddr *)&ss, sl, "kernel", why, 0);
+    else if (q == 0 && b.new_fd < 0)
+        log_declined(fd, "udp bind", (struct sockaddr *)&ss, sl, b.declined);
+    else if (q == 0 && install(b.new_fd, fd, FD_UDP) != 0)
+        log_decision(fd, "udp bind", (struct sockaddr *)&ss, sl, "kernel", "dup3 of the qpip socket failed", errno);
+    else if (q == 0) {
+        count(C_UDP_BIND_QPIP);
+        log_decision(fd, "udp bind", (struct sockaddr *)&ss, sl, "qpip", NULL, 0);
+    }
+    errno = saved;
+    return r;
 }
 
 QP_EXPORT int socketpair(int domain, int type, int protocol, int sv[2])
@@ -663,9 +903,56 @@ QP_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 QP_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *addr,
                          socklen_t addrlen)
 {
-    /* The address: ignored on a connected TCP socket, as Linux does. */
+    /* The address: a UDP socket's destination; ignored on a connected TCP socket, as Linux
+     * does. */
     struct iovec iov = { (void *)buf, len };
-    DISPATCH(ssize_t, fd, q_send(fd, &iov, 1, flags), real.sendto(fd, buf, len, flags, addr, addrlen));
+    DISPATCH(ssize_t, fd,
+             (fdt_get(fd) & FD_UDP) && addr && addrlen ? q_send_to(fd, &iov, 1, flags, addr, addrlen)
+                                                       : q_send(fd, &iov, 1, flags),
+             real.sendto(fd, buf, len, flags, addr, addrlen));
+}
+
+/* sendmmsg and recvmmsg on a qpip socket: one sendmsg or recvmsg each, as many as go
+ * (glibc's resolver sends its two queries with sendmmsg). recvmmsg's timeout is not
+ * applied: it waits for the first datagram as recvmsg does, then takes what is there. */
+static int q_sendmmsg(int fd, struct mmsghdr *vec, unsigned vlen, int flags)
+{
+    unsigned i;
+    for (i = 0; i < vlen; i++) {
+        ssize_t r = q_sendmsg(fd, &vec[i].msg_hdr, flags);
+        if (r == NOT_OURS)
+            return i ? (int)i : NOT_OURS;
+        if (r < 0)
+            return i ? (int)i : -1;
+        vec[i].msg_len = (unsigned)r;
+    }
+    return (int)i;
+}
+
+static int q_recvmmsg(int fd, struct mmsghdr *vec, unsigned vlen, int flags)
+{
+    unsigned i;
+    int waitforone = flags & MSG_WAITFORONE;
+    flags &= ~MSG_WAITFORONE;
+    for (i = 0; i < vlen; i++) {
+        ssize_t r = q_recvmsg(fd, &vec[i].msg_hdr, i && waitforone ? flags | MSG_DONTWAIT : flags);
+        if (r == NOT_OURS)
+            return i ? (int)i : NOT_OURS;
+        if (r < 0)
+            return i ? (int)i : -1;
+        vec[i].msg_len = (unsigned)r;
+    }
+    return (int)i;
+}
+
+QP_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned vlen, int flags)
+{
+    DISPATCH(int, fd, q_sendmmsg(fd, vec, vlen, flags), real.sendmmsg(fd, vec, vlen, flags));
+}
+
+QP_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned vlen, int flags, struct timespec *timeout)
+{
+    DISPATCH(int, fd, q_recvmmsg(fd, vec, vlen, flags), real.recvmmsg(fd, vec, vlen, flags, timeout));
 }
 
 QP_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)

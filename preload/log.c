@@ -164,7 +164,7 @@ static void kv(struct logbuf *b, const char *key, enum qp_counter c, int always)
 }
 
 /* One line: "qpip-preload[PID]: stats prog=NAME connect_qpip=N listen_qpip=N accept_qpip=N
- * accept_kernel=N native_calls=N ioctl_calls=N" then the non-zero others
+ * accept_kernel=N udp_connect_qpip=N udp_bind_qpip=N native_calls=N ioctl_calls=N" then the non-zero others
  * (declined_REASON=N, kernel_no_device=N, kernel_error=N, rediscovered=N, unmarked=N). */
 static void stats_line(struct logbuf *b)
 {
@@ -176,6 +176,8 @@ static void stats_line(struct logbuf *b)
     kv(b, "listen_qpip", C_LISTEN_QPIP, 1);
     kv(b, "accept_qpip", C_ACCEPT_QPIP, 1);
     kv(b, "accept_kernel", C_ACCEPT_KERNEL, 1);
+    kv(b, "udp_connect_qpip", C_UDP_CONNECT_QPIP, 1);
+    kv(b, "udp_bind_qpip", C_UDP_BIND_QPIP, 1);
     kv(b, "native_calls", C_CALL_NATIVE, 1);
     kv(b, "ioctl_calls", C_CALL_IOCTL, 1);
     kv(b, "kernel_no_device", C_KERNEL_NO_DEVICE, 0);

@@ -33,7 +33,9 @@
 #define FD_KERNEL_TCP  0x02u /* made by socket(AF_INET/AF_INET6, SOCK_STREAM, TCP) */
 #define FD_CONNECTING  0x04u /* qpip: connect said EINPROGRESS/EINTR; the next connect that
                                 finds it connected returns 0 (as Linux), later ones EISCONN */
-#define FD_INET6       0x08u /* with FD_KERNEL_TCP: the socket is AF_INET6 (else AF_INET) */
+#define FD_INET6       0x08u /* with FD_KERNEL_TCP/UDP: the socket is AF_INET6 (else AF_INET) */
+#define FD_KERNEL_UDP  0x10u /* made by socket(AF_INET/AF_INET6, SOCK_DGRAM, UDP) */
+#define FD_UDP         0x20u /* with FD_QPIP: a UDP qpip socket (datagrams, addresses) */
 
 unsigned fdt_get(int fd);
 void fdt_set(int fd, unsigned bits);
@@ -84,6 +86,8 @@ enum qp_counter {
     C_LISTEN_QPIP,      /* listeners the device listens for too */
     C_ACCEPT_QPIP,      /* accepted connections that are qpip sockets */
     C_ACCEPT_KERNEL,    /* accepted from a qpip listener, but kernel sockets (loopback...) */
+    C_UDP_CONNECT_QPIP, /* UDP sockets the device carries, made by connect */
+    C_UDP_BIND_QPIP,    /* ... made by bind */
     C_KERNEL_NO_DEVICE, /* TCP connect/listen left to the kernel: no usable device */
     C_KERNEL_ERROR,     /* ... the ioctl failed in a way that means "not here" (ENOTTY...) */
     C_CALL_NATIVE,      /* send/recv done as read/write/readv/writev on a qpip socket */
@@ -102,17 +106,22 @@ static inline void count(enum qp_counter c)
 }
 
 /* ---- ctx.c ------------------------------------------------------------------------------- */
+struct mmsghdr;  /* <sys/socket.h> defines it under _GNU_SOURCE only */
+struct timespec;
 /* libc's own functions, found with dlsym(RTLD_NEXT) by the constructor (qp_init). */
 struct real_fns {
     int (*socket)(int, int, int);
     int (*socketpair)(int, int, int, int[2]);
     int (*connect)(int, const struct sockaddr *, socklen_t);
+    int (*bind)(int, const struct sockaddr *, socklen_t);
     int (*listen)(int, int);
     int (*accept)(int, struct sockaddr *, socklen_t *);
     int (*accept4)(int, struct sockaddr *, socklen_t *, int);
     ssize_t (*send)(int, const void *, size_t, int);
     ssize_t (*sendto)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
     ssize_t (*sendmsg)(int, const struct msghdr *, int);
+    int (*sendmmsg)(int, struct mmsghdr *, unsigned, int);
+    int (*recvmmsg)(int, struct mmsghdr *, unsigned, int, struct timespec *);
     ssize_t (*recv)(int, void *, size_t, int);
     ssize_t (*recvfrom)(int, void *, size_t, int, struct sockaddr *, socklen_t *);
     ssize_t (*recvmsg)(int, struct msghdr *, int);
@@ -136,6 +145,8 @@ void qp_init(void);
 /* The process's context file: opened on first need, kept at a high descriptor. Returns it,
  * or -1 with *WHY saying why there is none (no device, old driver, ...). */
 int ctx_get(const char **why);
+/* The driver's interface version, once a context was opened (UDP sockets need 6). */
+extern _Atomic unsigned ctx_uapi_version;
 /* The program closed or replaced descriptor FD (close, dup2 onto it, close_range): if it
  * was the context, forget it (it is reopened on the next need). */
 void ctx_forget_fd(int fd);

@@ -57,7 +57,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Version of this interface. Grows when something is added; existing structures only ever
 /// grow at the end.
-pub const UAPI_VERSION: u32 = 5;
+pub const UAPI_VERSION: u32 = 6;
 
 /// The `type` byte of every qpip ioctl number.
 pub const IOCTL_TYPE: u32 = 0xc4;
@@ -170,6 +170,23 @@ pub const IOCTL_SOCK_NAME: u32 = 0xc090c41a;
 pub const IOCTL_SOCK_OPT: u32 = 0xc020c41b;
 /// `shutdown` of a qpip socket ([`SockShutdown`]).
 pub const IOCTL_SOCK_SHUTDOWN: u32 = 0xc008c41c;
+
+// ---- UDP sockets (version 6 of this interface) --------------------------------------------
+//
+// A UDP qpip socket is made from a program's kernel UDP socket (`AF_INET`, `AF_INET6`,
+// `SOCK_DGRAM`) by [`IOCTL_SOCK_CONNECT`] (a peer routed through the device's interface)
+// or [`IOCTL_SOCK_BIND`] (bound to the wildcard or one of the device's addresses). Its
+// datagrams through the device go over a UDP QP bound to the kernel socket's port; the
+// kernel socket stays inside it, holds the port, the options, the local and peer names,
+// and carries the datagrams the device does not: those to destinations routed elsewhere
+// (loopback, another interface) and those that arrive elsewhere. `read`/`write`/`poll`
+// work on the file; [`IOCTL_SOCK_SEND`]/[`IOCTL_SOCK_RECV`] carry addresses
+// ([`SockMsg::addr`]), [`IOCTL_SOCK_PEER`] is `connect` on the qpip socket.
+
+/// Make a UDP qpip socket of a bound kernel UDP socket ([`SockBind`]), on a context's file.
+pub const IOCTL_SOCK_BIND: u32 = 0xc018c41d;
+/// `connect` on a UDP qpip socket ([`SockPeer`]): a peer, or `AF_UNSPEC` to forget it.
+pub const IOCTL_SOCK_PEER: u32 = 0xc088c41e;
 
 // ---- argument structures ----------------------------------------------------------------
 
@@ -621,9 +638,11 @@ pub const SET_QP_OPT_SIZE_V1: u32 = 24;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct SockConnect {
     pub size: u32,
-    /// In: the kernel socket (`AF_INET` or `AF_INET6`, `SOCK_STREAM`, TCP), unconnected.
-    /// It may be bound (to one of the device's addresses or the wildcard); an unbound one
-    /// is bound to an ephemeral port the kernel chooses.
+    /// In: the kernel socket (`AF_INET` or `AF_INET6`, `SOCK_STREAM`, TCP; from version 6
+    /// also `SOCK_DGRAM`, UDP), unconnected. It may be bound (to one of the device's
+    /// addresses or the wildcard); an unbound one is bound to an ephemeral port the kernel
+    /// chooses. A UDP one is connected to the peer too (it carries what the device does
+    /// not), and `status` is always 0.
     pub fd: i32,
     /// In: the peer (an IPv4 one IPv4-mapped).
     pub peer: Endpoint,
@@ -699,10 +718,18 @@ pub struct SockMsg {
     pub iov: u64,
     /// In: its length, at most `UIO_MAXIOV`.
     pub iov_len: u32,
-    /// Out: receive: the `msg_flags` of `recvmsg` (0: TCP has none to report).
+    /// Out: receive: the `msg_flags` of `recvmsg` (0 for TCP; `MSG_TRUNC` for a datagram
+    /// longer than the buffers).
     pub msg_flags: u32,
-    /// Out: the bytes sent or received.
+    /// Out: the bytes sent or received (a datagram's whole length with `MSG_TRUNC`).
     pub bytes: u64,
+    /// Version 6. Send: the length of `addr`, the destination (`sendto`), or 0 for the
+    /// socket's peer. Receive, in: non-zero to ask for the source; out: the length of the
+    /// source address written to `addr` (0 on TCP, which reports none).
+    pub addr_len: u32,
+    pub reserved: u32,
+    /// Version 6: a `struct sockaddr_in` or `sockaddr_in6`.
+    pub addr: [u8; 128],
 }
 /// Size of the first version of [`SockMsg`].
 pub const SOCK_MSG_SIZE_V1: u32 = 32;
@@ -755,7 +782,37 @@ pub struct SockShutdown {
 /// Size of the first version of [`SockShutdown`].
 pub const SOCK_SHUTDOWN_SIZE_V1: u32 = 8;
 
-/// Not a TCP socket of `AF_INET` or `AF_INET6`.
+/// [`IOCTL_SOCK_BIND`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SockBind {
+    pub size: u32,
+    /// In: the kernel socket (`AF_INET` or `AF_INET6`, `SOCK_DGRAM`, UDP), bound to a port,
+    /// not connected.
+    pub fd: i32,
+    /// Out: the new file's descriptor, close-on-exec, or -1 when declined.
+    pub new_fd: i32,
+    /// Out: 0, or why the device does not carry it (`SOCK_DECLINE_*`).
+    pub declined: u32,
+    pub reserved: [u32; 2],
+}
+/// Size of the first version of [`SockBind`].
+pub const SOCK_BIND_SIZE_V1: u32 = 24;
+
+/// [`IOCTL_SOCK_PEER`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SockPeer {
+    pub size: u32,
+    /// In: the length of `addr`.
+    pub addr_len: u32,
+    /// In: the peer as `connect` takes it (`AF_UNSPEC`: forget the peer).
+    pub addr: [u8; 128],
+}
+/// Size of the first version of [`SockPeer`].
+pub const SOCK_PEER_SIZE_V1: u32 = 136;
+
+/// Not a TCP or UDP socket of `AF_INET` or `AF_INET6` (before version 6: not TCP).
 pub const SOCK_DECLINE_NOT_TCP: u32 = 1;
 /// The destination is not reached through this device's network interface (the guest
 /// kernel's route to it goes elsewhere), or is not one the device serves (multicast, ...).
@@ -828,11 +885,18 @@ mod checks {
     check!(IOCTL_SOCK_CONNECT, 0x15, SockConnect, SOCK_CONNECT_SIZE_V1);
     check!(IOCTL_SOCK_LISTEN, 0x16, SockListen, SOCK_LISTEN_SIZE_V1);
     check!(IOCTL_SOCK_ACCEPT, 0x17, SockAccept, SOCK_ACCEPT_SIZE_V1);
-    check!(IOCTL_SOCK_SEND, 0x18, SockMsg, SOCK_MSG_SIZE_V1);
-    check!(IOCTL_SOCK_RECV, 0x19, SockMsg, SOCK_MSG_SIZE_V1);
+    grown!(IOCTL_SOCK_SEND, 0x18, SockMsg, SOCK_MSG_SIZE_V1);
+    grown!(IOCTL_SOCK_RECV, 0x19, SockMsg, SOCK_MSG_SIZE_V1);
     check!(IOCTL_SOCK_NAME, 0x1a, SockName, SOCK_NAME_SIZE_V1);
     check!(IOCTL_SOCK_OPT, 0x1b, SockOpt, SOCK_OPT_SIZE_V1);
-    check!(IOCTL_SOCK_SHUTDOWN, 0x1c, SockShutdown, SOCK_SHUTDOWN_SIZE_V1);
+    check!(
+        IOCTL_SOCK_SHUTDOWN,
+        0x1c,
+        SockShutdown,
+        SOCK_SHUTDOWN_SIZE_V1
+    );
+    check!(IOCTL_SOCK_BIND, 0x1d, SockBind, SOCK_BIND_SIZE_V1);
+    check!(IOCTL_SOCK_PEER, 0x1e, SockPeer, SOCK_PEER_SIZE_V1);
     const _: () = assert!(size_of::<IwarpConn>() == 16);
     // Where the fields an Endpoint holds were before it held them.
     const _: () = assert!(size_of::<Endpoint>() == 20);

@@ -138,6 +138,12 @@ fn socket_programs_run_over_qpip_sockets() {
             a.get(&format!("pre{f}.stats")).contains("rediscovered=1"),
             "IPv{f}: the exec'd image did not find its qpip socket\n{ctx}"
         );
+        // Its UDP checks ran over qpip sockets: the connected one and the bound one.
+        assert!(
+            a.get(&format!("pre{f}.stats"))
+                .contains("udp_connect_qpip=1 udp_bind_qpip=1"),
+            "IPv{f}: the UDP sockets were not the device's\n{ctx}"
+        );
     }
     // iperf3's control connection and its data streams.
     for (t, conns) in [("iperf", 5), ("iperf_r", 2)] {

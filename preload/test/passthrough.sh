@@ -59,7 +59,18 @@ if command -v iperf3 >/dev/null; then
     wait_for "$TMP/iperf-s.log" "listen .* -> " || fail "iperf3 -s did not start"
     pre iperf3 -c ::1 -p "$port" -t 1 -R >"$TMP/iperf-c.log" 2>&1 || fail "iperf3 -c -R failed under the preload"
     wait "$spid" || fail "iperf3 -s (reverse) exited with an error"
-    echo "passthrough: iperf3 (IPv4, IPv6, -P 2, -R) ok"
+    # UDP (bind, connect, sendto/recvfrom through the library): both ways.
+    for r in "" -R; do
+        port=$port_base; port_base=$((port_base + 1))
+        pre_bg iperf3 -s -1 -p "$port" >"$TMP/iperf-s.log" 2>&1 &
+        PIDS="$PIDS $!"; spid=$!
+        wait_for "$TMP/iperf-s.log" "listen .* -> " || fail "iperf3 -s did not start"
+        pre iperf3 -u -c ::1 -p "$port" -t 1 $r >"$TMP/iperf-c.log" 2>&1 || fail "iperf3 -u -c $r failed under the preload"
+        wait "$spid" || fail "iperf3 -s (UDP $r) exited with an error"
+        grep -q "receiver" "$TMP/iperf-c.log" || fail "iperf3 -u $r reported no result"
+        grep -q -- "-> qpip" "$TMP/iperf-c.log" "$TMP/iperf-s.log" && fail "a UDP socket went to qpip without a device"
+    done
+    echo "passthrough: iperf3 (IPv4, IPv6, -P 2, -R, UDP both ways) ok"
 else
     echo "passthrough: iperf3 not installed, skipped"
 fi

@@ -1,10 +1,11 @@
 /* qpip-sockcheck: the socket calls a program makes, checked against what Linux's TCP
- * answers. The same program passes on plain kernel sockets (its reference: run it without
+ * (and UDP) answers. The same program passes on plain kernel sockets (its reference: run it without
  * the preload) and must pass under libqpip-preload.so, over qpip sockets when the device
  * carries them.
  *
  *   qpip-sockcheck ADDR PORT     against an echo server at ADDR:PORT (it echoes what it
- *                                gets and closes at EOF), with nothing listening on PORT+1
+ *                                gets and closes at EOF; and each UDP datagram to the same
+ *                                port, to its source), with nothing listening on PORT+1
  *
  * Prints "sockcheck: ok NAME" per check, "sockcheck: FAIL NAME: why" per failure, then
  * "sockcheck: N checks, M failed"; exit status 1 if any failed. (The exec check runs this
@@ -22,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -158,6 +161,113 @@ static int recv_fd(int u)
     int fd;
     memcpy(&fd, CMSG_DATA(cm), sizeof(int));
     return fd;
+}
+
+/* Whether SS names the echo server (its address and port). */
+static int is_peer(const struct sockaddr_storage *ss, socklen_t sl)
+{
+    if (sl != peer_len || ss->ss_family != peer.ss_family || port_of(ss) != port_of(&peer))
+        return 0;
+    if (ss->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)ss)->sin_addr.s_addr == ((struct sockaddr_in *)&peer)->sin_addr.s_addr;
+    return memcmp(&((const struct sockaddr_in6 *)ss)->sin6_addr, &((struct sockaddr_in6 *)&peer)->sin6_addr, 16) == 0;
+}
+
+/* Waits up to 5 s for FD to be readable (the echo's round trip). */
+static int readable(int fd)
+{
+    struct pollfd p = { fd, POLLIN, 0 };
+    return poll(&p, 1, 5000) == 1 && (p.revents & POLLIN);
+}
+
+/* UDP against the echo server's datagram port: a connected socket (connect: the device's
+ * when the server is routed through it), then one bound to the wildcard (bind: likewise),
+ * whose datagrams to itself over loopback stay the kernel's. Datagram boundaries, the
+ * source address, MSG_PEEK, MSG_TRUNC, FIONREAD, poll, EMSGSIZE, as Linux's UDP answers. */
+static void udp_checks(int port)
+{
+    char buf[128];
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    int u = socket(peer.ss_family, SOCK_DGRAM, 0);
+    ok("udp connect", connect(u, (struct sockaddr *)&peer, peer_len) == 0, "connect failed");
+    sl = sizeof(ss);
+    ok("udp getpeername", getpeername(u, (struct sockaddr *)&ss, &sl) == 0 && port_of(&ss) == port,
+       "not the peer");
+    sl = sizeof(ss);
+    ok("udp getsockname", getsockname(u, (struct sockaddr *)&ss, &sl) == 0 && port_of(&ss) != 0, "no port");
+    int n = -1;
+    ok("udp FIONREAD, nothing queued: 0", ioctl(u, FIONREAD, &n) == 0 && n == 0, "expected 0");
+    ok("udp recv MSG_DONTWAIT, nothing queued: EAGAIN", recv(u, buf, sizeof(buf), MSG_DONTWAIT) == -1 &&
+       errno == EAGAIN, "expected EAGAIN");
+    struct pollfd pw = { u, POLLOUT, 0 };
+    ok("udp poll: writable", poll(&pw, 1, 0) == 1 && (pw.revents & POLLOUT), "not writable");
+    ok("udp send", send(u, "hello", 5, 0) == 5, "send failed");
+    ok("udp poll: the echo", readable(u), "not readable in 5 s");
+    n = -1;
+    ok("udp FIONREAD: the next datagram's size", ioctl(u, FIONREAD, &n) == 0 && n == 5, "expected 5");
+    struct iovec iov = { buf, 2 };
+    struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+    ok("udp recvmsg MSG_PEEK, short buffer: 2 bytes, MSG_TRUNC",
+       recvmsg(u, &m, MSG_PEEK) == 2 && (m.msg_flags & MSG_TRUNC) && memcmp(buf, "he", 2) == 0, "wrong");
+    ok("udp recv MSG_TRUNC, short buffer: the whole length", recv(u, buf, 2, MSG_TRUNC) == 5, "expected 5");
+    n = -1;
+    ok("udp the truncated datagram is gone", ioctl(u, FIONREAD, &n) == 0 && n == 0, "still queued");
+    ok("udp two datagrams", send(u, "ab", 2, 0) == 2 && send(u, "cdef", 4, 0) == 4, "send failed");
+    sl = sizeof(ss);
+    ok("udp recvfrom: one datagram, the server's address", readable(u) &&
+       recvfrom(u, buf, sizeof(buf), 0, (struct sockaddr *)&ss, &sl) == 2 && memcmp(buf, "ab", 2) == 0 &&
+       is_peer(&ss, sl), "wrong datagram or source");
+    ok("udp read: the next datagram", readable(u) && read(u, buf, sizeof(buf)) == 4 && memcmp(buf, "cdef", 4) == 0,
+       "wrong datagram");
+    ok("udp an empty datagram", send(u, "", 0, 0) == 0 && readable(u) && recv(u, buf, sizeof(buf), 0) == 0,
+       "not echoed as an empty datagram");
+    struct sockaddr_storage huge[2];
+    memcpy(huge, &peer, peer_len);
+    ok("udp sendto, address too long: EINVAL",
+       sendto(u, "x", 1, 0, (struct sockaddr *)huge, sizeof(huge)) == -1 && errno == EINVAL, "expected EINVAL");
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.fd = u }, got;
+    ok("udp epoll, edge-triggered: the echo wakes it", ep >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, u, &ev) == 0 &&
+       send(u, "ep", 2, 0) == 2 && epoll_wait(ep, &got, 1, 5000) == 1 && (got.events & EPOLLIN) &&
+       recv(u, buf, sizeof(buf), 0) == 2, "no wake-up in 5 s");
+    if (ep >= 0)
+        close(ep);
+    static char big[70000];
+    ok("udp send too large: EMSGSIZE", send(u, big, sizeof(big), 0) == -1 && errno == EMSGSIZE,
+       "expected EMSGSIZE");
+    struct sockaddr unspec = { .sa_family = AF_UNSPEC };
+    sl = sizeof(ss);
+    ok("udp connect AF_UNSPEC: no peer", connect(u, &unspec, sizeof(unspec)) == 0 &&
+       getpeername(u, (struct sockaddr *)&ss, &sl) == -1 && errno == ENOTCONN, "expected ENOTCONN");
+    ok("udp send without a peer: EDESTADDRREQ", send(u, "x", 1, 0) == -1 && errno == EDESTADDRREQ,
+       "expected EDESTADDRREQ");
+    close(u);
+
+    u = socket(peer.ss_family, SOCK_DGRAM, 0);
+    struct sockaddr_storage any = { .ss_family = peer.ss_family };
+    ok("udp bind to the wildcard", bind(u, (struct sockaddr *)&any, peer_len) == 0, "bind failed");
+    sl = sizeof(ss);
+    ok("udp sendto the server", sendto(u, "xyz", 3, 0, (struct sockaddr *)&peer, peer_len) == 3, "failed");
+    ok("udp recvfrom: the server's address", readable(u) &&
+       recvfrom(u, buf, sizeof(buf), 0, (struct sockaddr *)&ss, &sl) == 3 && memcmp(buf, "xyz", 3) == 0 &&
+       is_peer(&ss, sl), "wrong datagram or source");
+    sl = sizeof(ss);
+    getsockname(u, (struct sockaddr *)&ss, &sl);
+    struct sockaddr_storage loop = { .ss_family = peer.ss_family };
+    if (peer.ss_family == AF_INET)
+        ((struct sockaddr_in *)&loop)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    else
+        ((struct sockaddr_in6 *)&loop)->sin6_addr = in6addr_loopback;
+    set_port(&loop, port_of(&ss));
+    ok("udp sendto itself over loopback", sendto(u, "self", 4, 0, (struct sockaddr *)&loop, peer_len) == 4,
+       "failed");
+    struct sockaddr_storage from;
+    sl = sizeof(from);
+    ok("udp recvfrom: its own datagram, from loopback", readable(u) &&
+       recvfrom(u, buf, sizeof(buf), 0, (struct sockaddr *)&from, &sl) == 4 && memcmp(buf, "self", 4) == 0 &&
+       port_of(&from) == port_of(&ss), "wrong datagram or source");
+    close(u);
 }
 
 int main(int argc, char **argv)
@@ -351,6 +461,8 @@ int main(int argc, char **argv)
     close(c);
     close(fd);
     close(l);
+
+    udp_checks(port);
 
     printf("sockcheck: %d checks, %d failed\n", checks, failed);
     return failed ? 1 : 0;

@@ -10,7 +10,7 @@
  Version of this interface. Grows when something is added; existing structures only ever
  grow at the end.
  */
-#define QPIP_UAPI_VERSION 5
+#define QPIP_UAPI_VERSION 6
 
 /*
  The `type` byte of every qpip ioctl number.
@@ -188,6 +188,16 @@
 #define QPIP_IOCTL_SOCK_SHUTDOWN 3221799964
 
 /*
+ Make a UDP qpip socket of a bound kernel UDP socket ([`SockBind`]), on a context's file.
+ */
+#define QPIP_IOCTL_SOCK_BIND 3222848541
+
+/*
+ `connect` on a UDP qpip socket ([`SockPeer`]): a peer, or `AF_UNSPEC` to forget it.
+ */
+#define QPIP_IOCTL_SOCK_PEER 3230188574
+
+/*
  Size of the first version of [`QueryDevice`].
  */
 #define QPIP_QUERY_DEVICE_SIZE_V1 88
@@ -347,7 +357,17 @@
 #define QPIP_SOCK_SHUTDOWN_SIZE_V1 8
 
 /*
- Not a TCP socket of `AF_INET` or `AF_INET6`.
+ Size of the first version of [`SockBind`].
+ */
+#define QPIP_SOCK_BIND_SIZE_V1 24
+
+/*
+ Size of the first version of [`SockPeer`].
+ */
+#define QPIP_SOCK_PEER_SIZE_V1 136
+
+/*
+ Not a TCP or UDP socket of `AF_INET` or `AF_INET6` (before version 6: not TCP).
  */
 #define QPIP_SOCK_DECLINE_NOT_TCP 1
 
@@ -965,9 +985,11 @@ struct qpip_set_qp_opt {
 struct qpip_sock_connect {
   __u32 size;
   /*
-   In: the kernel socket (`AF_INET` or `AF_INET6`, `SOCK_STREAM`, TCP), unconnected.
-   It may be bound (to one of the device's addresses or the wildcard); an unbound one
-   is bound to an ephemeral port the kernel chooses.
+   In: the kernel socket (`AF_INET` or `AF_INET6`, `SOCK_STREAM`, TCP; from version 6
+   also `SOCK_DGRAM`, UDP), unconnected. It may be bound (to one of the device's
+   addresses or the wildcard); an unbound one is bound to an ephemeral port the kernel
+   chooses. A UDP one is connected to the peer too (it carries what the device does
+   not), and `status` is always 0.
    */
   __s32 fd;
   /*
@@ -1071,13 +1093,25 @@ struct qpip_sock_msg {
    */
   __u32 iov_len;
   /*
-   Out: receive: the `msg_flags` of `recvmsg` (0: TCP has none to report).
+   Out: receive: the `msg_flags` of `recvmsg` (0 for TCP; `MSG_TRUNC` for a datagram
+   longer than the buffers).
    */
   __u32 msg_flags;
   /*
-   Out: the bytes sent or received.
+   Out: the bytes sent or received (a datagram's whole length with `MSG_TRUNC`).
    */
   __u64 bytes;
+  /*
+   Version 6. Send: the length of `addr`, the destination (`sendto`), or 0 for the
+   socket's peer. Receive, in: non-zero to ask for the source; out: the length of the
+   source address written to `addr` (0 on TCP, which reports none).
+   */
+  __u32 addr_len;
+  __u32 reserved;
+  /*
+   Version 6: a `struct sockaddr_in` or `sockaddr_in6`.
+   */
+  __u8 addr[128];
 };
 
 /*
@@ -1138,6 +1172,42 @@ struct qpip_sock_shutdown {
    In: `SHUT_RD`, `SHUT_WR` or `SHUT_RDWR`.
    */
   __u32 how;
+};
+
+/*
+ [`IOCTL_SOCK_BIND`].
+ */
+struct qpip_sock_bind {
+  __u32 size;
+  /*
+   In: the kernel socket (`AF_INET` or `AF_INET6`, `SOCK_DGRAM`, UDP), bound to a port,
+   not connected.
+   */
+  __s32 fd;
+  /*
+   Out: the new file's descriptor, close-on-exec, or -1 when declined.
+   */
+  __s32 new_fd;
+  /*
+   Out: 0, or why the device does not carry it (`SOCK_DECLINE_*`).
+   */
+  __u32 declined;
+  __u32 reserved[2];
+};
+
+/*
+ [`IOCTL_SOCK_PEER`].
+ */
+struct qpip_sock_peer {
+  __u32 size;
+  /*
+   In: the length of `addr`.
+   */
+  __u32 addr_len;
+  /*
+   In: the peer as `connect` takes it (`AF_UNSPEC`: forget the peer).
+   */
+  __u8 addr[128];
 };
 
 #endif  /* _UAPI_QPIP_H */
