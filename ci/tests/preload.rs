@@ -28,6 +28,7 @@ for f in 6 4; do
     QPIP_PRELOAD_LOG=1 qpip-run --stats=/tmp/stats$f qpip-sockcheck $H 7000 >/tmp/pre$f 2>&1
     kv pre$f.status $?; fails pre$f /tmp/pre$f
     kv pre$f.qpip_connects "$(grep -c 'connect .* -> qpip' /tmp/pre$f)"
+    kv pre$f.port_reuse "$(grep -c 'note port reused over qpip' /tmp/pre$f)"
     kv pre$f.stats "$(tr '\n' ';' < /tmp/stats$f)"
 done
 # rate FILE: the receiver's total rate of an iperf3 client's output.
@@ -98,7 +99,8 @@ fn host_side(host: &LabHost) -> HostView {
 
 /// Socket programs under the preload library over qpip sockets: every call of
 /// `qpip-sockcheck` answers as on Linux's own TCP (both families; descriptors inherited
-/// across exec, the context closed by the program, non-blocking and refused connects, a
+/// across exec, the context closed by the program, a port bound again and connected to
+/// the same peer while its last connection is in TIME-WAIT, non-blocking and refused connects, a
 /// listener's kernel-side connections), iperf3 as client both ways and as server, and
 /// `--disable` leaving every socket to the kernel.
 #[test]
@@ -133,6 +135,14 @@ fn socket_programs_run_over_qpip_sockets() {
         assert!(
             a.num(&format!("pre{f}.qpip_connects")) >= 4,
             "IPv{f}: too few connects over qpip\n{ctx}"
+        );
+        // A port used again toward the same peer while the device still has its last
+        // connection in TIME-WAIT: the new one is the device's too (it takes the
+        // four-tuple over).
+        assert_eq!(
+            a.get(&format!("pre{f}.port_reuse")),
+            "1",
+            "IPv{f}: the connect from a port in TIME-WAIT was not the device's\n{ctx}"
         );
         assert!(
             a.get(&format!("pre{f}.stats")).contains("rediscovered=1"),

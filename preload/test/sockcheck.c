@@ -270,6 +270,49 @@ static void udp_checks(int port)
     close(u);
 }
 
+/* The peer's echo server closes once it reads our FIN: our end closes first, so its
+ * connection from PORT waits in TIME-WAIT; a second socket binds PORT again and connects
+ * to the same peer, a four-tuple the old incarnation still has. Prints a note when the new
+ * connection is a qpip socket (the preload test wants the device to have carried it). */
+static void port_reuse_check(void)
+{
+    int one = 1, fd = tcp_socket(0), p1 = 0;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char buf[8];
+
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (connect(fd, (struct sockaddr *)&peer, peer_len) == 0 && echo_round(fd, "tw") &&
+        getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        p1 = port_of(&ss);
+        shutdown(fd, SHUT_WR);
+        while (read(fd, buf, sizeof(buf)) > 0)
+            ;
+    }
+    close(fd);
+    ok("TIME-WAIT: the first connection", p1 != 0, "connect, echo or getsockname failed");
+    if (!p1)
+        return;
+    /* Time for the old socket's graceful end to finish (its last ACK). */
+    usleep(500 * 1000);
+    fd = tcp_socket(0);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    memset(&ss, 0, sizeof(ss));
+    ss.ss_family = peer.ss_family;
+    set_port(&ss, p1);
+    int b = bind(fd, (struct sockaddr *)&ss, peer_len);
+    ok("TIME-WAIT: bind the port again (SO_REUSEADDR)", b == 0, "bind failed");
+    ok("TIME-WAIT: connect from it to the same peer",
+       b == 0 && connect(fd, (struct sockaddr *)&peer, peer_len) == 0 && echo_round(fd, "again"),
+       "connect or echo failed");
+    char path[64], link[64] = "";
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, link, sizeof(link) - 1);
+    if (n > 0 && (link[n] = 0, strstr(link, "qpip-socket")))
+        printf("sockcheck: note port reused over qpip\n");
+    close(fd);
+}
+
 int main(int argc, char **argv)
 {
     self = argv[0];
@@ -405,6 +448,11 @@ int main(int argc, char **argv)
     p = (struct pollfd){ fd, POLLIN, 0 };
     ok("poll POLLIN and read", poll(&p, 1, 5000) == 1 && read_n(fd, buf, 2) == 0, "no echo");
     close(fd);
+
+    /* --- a port used again while its last connection is in TIME-WAIT (ours closed
+     * first): with SO_REUSEADDR, bind and connect succeed (the peer's timestamps tell the
+     * incarnations apart), as Linux lets them. --- */
+    port_reuse_check();
 
     /* --- refused --- */
     struct sockaddr_storage closed = peer;
