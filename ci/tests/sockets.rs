@@ -88,6 +88,10 @@ impl Mode {
 ///                      (`@TAG.pre.lines`: how many processes wrote theirs)
 ///  devc TAG            the device's TCP and UDP counters: `@TAG.KEY`
 ///  digest TAG FILE     `@TAG.sha` and `@TAG.bytes` of FILE
+///  iperf TAG ARGS...    `qrun TAG iperf3 ARGS`, tried up to 3 times 1 s apart (an iperf3
+///                      server still ending the previous run resets the next one's control
+///                      connection): `@TAG.status`, `@TAG.tries`, `@TAG.receiver` (its
+///                      receiver reports) and `@TAG.rate` (the last one's rate)
 ///  stall_state TAG PID PID's qpip sockets (fdinfo), its threads' kernel wait points and
 ///                      the device's counters as `@stall.TAG.*`
 const HELPERS: &str = r#"
@@ -139,6 +143,17 @@ devc() {
 digest() { kv "$1.sha" "$(sha256sum < "$2" | cut -d' ' -f1)"; kv "$1.bytes" "$(wc -c < "$2")"; }
 # stall_state TAG PID: PID's qpip sockets (fdinfo), its threads' kernel wait points and
 # the device's counters, as `@stall.TAG.*`, for a program that stopped making progress.
+iperf() {
+    t=$1; shift
+    for i in 1 2 3; do
+        qrun $t iperf3 "$@" >/tmp/run.$t 2>&1; st=$?
+        [ $st = 0 ] && break
+        sleep 1
+    done
+    cat /tmp/run.$t; kv $t.status $st; kv $t.tries $i
+    kv $t.receiver "$(grep -c receiver /tmp/run.$t)"
+    kv $t.rate "$(grep receiver /tmp/run.$t | tail -n 1 | grep -o '[0-9.]* [KMG]*bits/sec')"
+}
 stall_state() {
     for f in /proc/$2/fd/*; do case $(readlink $f) in *qpip-socket*)
         kv stall.$1.fd${f##*/} "$(grep qpip /proc/$2/fdinfo/${f##*/} | tr '\t\n' ' ;')";; esac
@@ -268,6 +283,43 @@ fn host_run(host: &LabHost, secs: u64, cmd: &str) -> Result<String, String> {
     host.sh(&format!("timeout {secs} {cmd} 2>&1"))
 }
 
+/// The lab host's side of an iperf3 test: its server on port 5299 for the guest's clients
+/// (from `TAG-host-up` to the guest's `TAG-guest-up`), then `clients` (iperf3's arguments)
+/// against the guest's server, each tried up to 3 times 1 s apart as in the guest, then
+/// `TAG-host-done`. Their outputs, in order.
+fn host_iperf(host: &LabHost, tag: &str, clients: &[String]) -> Result<Vec<String>, String> {
+    let server = host
+        .command("iperf3")
+        .args(["-s", "-p", "5299"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(mut server) = server else {
+        let _ = host.signal(&format!("{tag}-host-up"));
+        let _ = host.signal(&format!("{tag}-host-done"));
+        return Err("the lab host has no iperf3 (./qpip setup installs it)".to_string());
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = host.signal(&format!("{tag}-host-up"));
+    let up = host.wait_for(&format!("{tag}-guest-up"), Duration::from_secs(200));
+    let _ = server.kill();
+    let _ = server.wait();
+    let iperf = |args: &String| {
+        let mut last = Err(String::new());
+        for _ in 0..3 {
+            last = host_run(host, 60, &format!("iperf3 {args}"));
+            if last.is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        last
+    };
+    let runs = up.and_then(|_| clients.iter().map(iperf).collect());
+    let _ = host.signal(&format!("{tag}-host-done"));
+    runs
+}
+
 /// The rate of an iperf3 run's receiver summary ("… 1.23 Gbits/sec … receiver").
 fn iperf_rate(text: &str) -> Option<String> {
     let line = text.lines().rfind(|l| l.contains("receiver"))?;
@@ -289,18 +341,6 @@ fn iperf3_with_the_lab_host_both_ways() {
         r#"
 ready; devc before
 await iperf-host-up
-# iperf3 TAG ARGS: a client run, tried up to 3 times 1 s apart (an iperf3 server still
-# ending the previous test resets the next one's control connection).
-iperf() {
-    t=$1; shift
-    for i in 1 2 3; do
-        qrun $t iperf3 "$@" >/tmp/run.$t 2>&1; st=$?
-        [ $st = 0 ] && break
-        sleep 1
-    done
-    cat /tmp/run.$t; kv $t.status $st; kv $t.tries $i
-    kv $t.rate "$(grep receiver /tmp/run.$t | tail -n 1 | grep -o '[0-9.]* [KMG]*bits/sec')"
-}
 iperf up6 -c $H6 -p 5299 -t 2 -P 4
 iperf down4 -c $H4 -p 5299 -t 2 -R
 bgq srv iperf3 -s -p 5201
@@ -314,41 +354,14 @@ pstats up6; pstats down4; pstats srv
     );
     let (a6, a4) = mode().addrs(1);
     let out = lab(vec![a], |host: &LabHost| {
-        let server = host
-            .command("iperf3")
-            .args(["-s", "-p", "5299"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let Ok(mut server) = server else {
-            let _ = host.signal("iperf-host-up");
-            let _ = host.signal("iperf-host-done");
-            return Err("the lab host has no iperf3 (./qpip setup installs it)".to_string());
-        };
-        std::thread::sleep(Duration::from_millis(500));
-        let _ = host.signal("iperf-host-up");
-        let up = host.wait_for("iperf-guest-up", Duration::from_secs(200));
-        let _ = server.kill();
-        let _ = server.wait();
-        // Tried up to 3 times 1 s apart, as in the guest.
-        let iperf = |args: String| {
-            let mut last = Err(String::new());
-            for _ in 0..3 {
-                last = host_run(host, 60, &format!("iperf3 {args}"));
-                if last.is_ok() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_secs(1));
-            }
-            last
-        };
-        let runs = up.and_then(|_| {
-            let p4 = iperf(format!("-c {a6} -p 5201 -t 2 -P 4"))?;
-            let r = iperf(format!("-c {a4} -p 5201 -t 2 -R"))?;
-            Ok((p4, r))
-        });
-        let _ = host.signal("iperf-host-done");
-        runs
+        host_iperf(
+            host,
+            "iperf",
+            &[
+                format!("-c {a6} -p 5201 -t 2 -P 4"),
+                format!("-c {a4} -p 5201 -t 2 -R"),
+            ],
+        )
     });
     let a = report(&out, "a");
     let ctx = a.context();
@@ -366,7 +379,7 @@ pstats up6; pstats down4; pstats srv
         );
     }
     let (p4, r) = match &out.host {
-        Ok(v) => v,
+        Ok(v) => (&v[0], &v[1]),
         Err(e) => panic!("the lab host's iperf3 client: {e}\n{ctx}"),
     };
     for (what, text) in [("-P 4", p4), ("-R", r)] {
@@ -430,18 +443,6 @@ fn iperf3_udp_with_the_lab_host_and_between_guests() {
         r#"
 ready; devc before
 await udp-host-up
-# iperf TAG ARGS: a client run, tried up to 3 times 1 s apart (an iperf3 server still
-# ending the previous test resets the next one's control connection).
-iperf() {
-    t=$1; shift
-    for i in 1 2 3; do
-        qrun $t iperf3 "$@" >/tmp/run.$t 2>&1; st=$?
-        [ $st = 0 ] && break
-        sleep 1
-    done
-    cat /tmp/run.$t; kv $t.status $st; kv $t.tries $i
-    kv $t.receiver "$(grep -c receiver /tmp/run.$t)"
-}
 iperf up6 -u -b 20M -c $H6 -p 5299 -t 2 -P 2
 iperf down4 -u -b 20M -c $H4 -p 5299 -t 2 -R
 bgq srv iperf3 -s -p 5201
@@ -472,40 +473,14 @@ pstats bsrv
     );
     let (a6, a4) = mode().addrs(1);
     let out = lab(vec![a, b], |host: &LabHost| {
-        let server = host
-            .command("iperf3")
-            .args(["-s", "-p", "5299"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-        let Ok(mut server) = server else {
-            let _ = host.signal("udp-host-up");
-            let _ = host.signal("udp-host-done");
-            return Err("the lab host has no iperf3 (./qpip setup installs it)".to_string());
-        };
-        std::thread::sleep(Duration::from_millis(500));
-        let _ = host.signal("udp-host-up");
-        let up = host.wait_for("udp-guest-up", Duration::from_secs(200));
-        let _ = server.kill();
-        let _ = server.wait();
-        let iperf = |args: String| {
-            let mut last = Err(String::new());
-            for _ in 0..3 {
-                last = host_run(host, 60, &format!("iperf3 {args}"));
-                if last.is_ok() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_secs(1));
-            }
-            last
-        };
-        let runs = up.and_then(|_| {
-            let u = iperf(format!("-u -b 20M -c {a6} -p 5201 -t 2"))?;
-            let r = iperf(format!("-u -b 20M -c {a4} -p 5201 -t 2 -R"))?;
-            Ok((u, r))
-        });
-        let _ = host.signal("udp-host-done");
-        runs
+        host_iperf(
+            host,
+            "udp",
+            &[
+                format!("-u -b 20M -c {a6} -p 5201 -t 2"),
+                format!("-u -b 20M -c {a4} -p 5201 -t 2 -R"),
+            ],
+        )
     });
     let (a, b) = pair(&out);
     let ctx = a.context();
@@ -517,7 +492,7 @@ pstats bsrv
         );
     }
     let (u, r) = match &out.host {
-        Ok(v) => v,
+        Ok(v) => (&v[0], &v[1]),
         Err(e) => panic!("the lab host's iperf3 client: {e}\n{ctx}"),
     };
     for (what, text) in [("-u", u), ("-u -R", r)] {
