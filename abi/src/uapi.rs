@@ -57,7 +57,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Version of this interface. Grows when something is added; existing structures only ever
 /// grow at the end.
-pub const UAPI_VERSION: u32 = 6;
+pub const UAPI_VERSION: u32 = 7;
 
 /// The `type` byte of every qpip ioctl number.
 pub const IOCTL_TYPE: u32 = 0xc4;
@@ -187,6 +187,124 @@ pub const IOCTL_SOCK_SHUTDOWN: u32 = 0xc008c41c;
 pub const IOCTL_SOCK_BIND: u32 = 0xc018c41d;
 /// `connect` on a UDP qpip socket ([`SockPeer`]): a peer, or `AF_UNSPEC` to forget it.
 pub const IOCTL_SOCK_PEER: u32 = 0xc088c41e;
+
+// ---- the user-level fast path (version 7 of this interface) --------------------------------
+//
+// A connected TCP qpip socket's data path can run in the process that made it, without a
+// system call: [`IOCTL_SOCK_FASTPATH`] (`SOCK_FP_MAP`) says how long the socket's mapping
+// is, and `mmap` of the socket's file (offset 0, `MAP_SHARED`, that length) maps, in this
+// order: a [`SockShm`] page (the state the driver and the process share), the context's
+// doorbell page, the CQ, the SQ, the RQ, the receive slots and the send ring. Only the
+// process whose memory the socket's buffers are charged to may map it, once at a time;
+// a fork (the mapping copied into a child) turns the fast path off for good
+// ([`SOCK_SHM_SHARED`]). Whoever changes the indices holds [`SockShm::lock`]: the process
+// takes it with a compare-and-swap from [`SOCK_SHM_UNLOCKED`] to [`SOCK_SHM_LOCKED_USER`]
+// and never blocks or makes a system call while holding it; the driver takes it
+// ([`SOCK_SHM_LOCKED_KERNEL`]) in every call on the socket, waits a bounded time for the
+// process to let it go, and checks every index the process wrote against the rings'
+// bounds (a socket whose indices are impossible fails with `EIO`).
+
+/// The socket's fast path ([`SockFastpath`]): the mapping's length, or a kick of the engine.
+pub const IOCTL_SOCK_FASTPATH: u32 = 0xc010c41f;
+
+/// [`SockFastpath::op`]: fill in `map_len` (`EOPNOTSUPP`: not a connected TCP socket, or
+/// not this process's; `EBUSY`: mapped already, or shared).
+pub const SOCK_FP_MAP: u32 = 1;
+/// [`SockFastpath::op`]: wake the engine (the process rang a doorbell and found
+/// `engine_sleeping` set; the kick register is not mapped into processes through sockets).
+pub const SOCK_FP_KICK: u32 = 2;
+
+/// [`SockShm::lock`]: nobody holds it.
+pub const SOCK_SHM_UNLOCKED: u32 = 0;
+/// [`SockShm::lock`]: the process holds it.
+pub const SOCK_SHM_LOCKED_USER: u32 = 1;
+/// [`SockShm::lock`]: the driver holds it.
+pub const SOCK_SHM_LOCKED_KERNEL: u32 = 2;
+
+/// [`SockShm::flags`]: the process may receive in user space (connected, no error, no
+/// end of data or shutdown known to the driver).
+pub const SOCK_SHM_RX_OK: u32 = 1;
+/// [`SockShm::flags`]: the process may send in user space (connected, no error, not shut
+/// down, not corked).
+pub const SOCK_SHM_TX_OK: u32 = 2;
+/// [`SockShm::flags`]: someone waits on the socket (a blocked call, poll, an epoll set):
+/// after moving the indices, the process arms the CQ ([`SockShm::cq_arm_seq`]).
+pub const SOCK_SHM_WAITERS: u32 = 4;
+/// [`SockShm::flags`]: the mapping was copied into another process (fork): system calls
+/// only, from then on.
+pub const SOCK_SHM_SHARED: u32 = 8;
+/// [`SockShm::flags`]: the driver turned the fast path off (it took the lock over from a
+/// process that held it too long, or the indices were impossible).
+pub const SOCK_SHM_OFF: u32 = 16;
+
+/// [`IOCTL_SOCK_FASTPATH`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SockFastpath {
+    pub size: u32,
+    /// In: `SOCK_FP_MAP` or `SOCK_FP_KICK`.
+    pub op: u32,
+    /// Out (`SOCK_FP_MAP`): the length to map, bytes.
+    pub map_len: u32,
+    pub reserved: u32,
+}
+/// Size of the first version of [`SockFastpath`].
+pub const SOCK_FASTPATH_SIZE_V1: u32 = 16;
+
+/// The first page of a socket's mapping: its layout (written by the driver, never read
+/// back) and its indices (the driver's while it holds `lock`, the process's while it does;
+/// they mean what the driver's copies mean in `qpip_sock_io.c`). Byte offsets `off_*` are
+/// from the start of the mapping, `db_*` from the start of the doorbell page.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct SockShm {
+    /// `SOCK_SHM_UNLOCKED`, `SOCK_SHM_LOCKED_USER` or `SOCK_SHM_LOCKED_KERNEL`.
+    pub lock: u32,
+    /// `SOCK_SHM_*` flags, written by the driver when it lets the lock go.
+    pub flags: u32,
+    pub map_len: u32,
+    pub cq_depth: u32,
+    pub sq_depth: u32,
+    /// Receive slots (the RQ's depth), each `rx_slot_bytes`.
+    pub rx_slots: u32,
+    pub rx_slot_bytes: u32,
+    /// The send ring's bytes (a power of two).
+    pub tx_bytes: u32,
+    /// The most one send WR carries.
+    pub tx_chunk: u32,
+    /// The buffers' region.
+    pub lkey: u32,
+    pub db_cq_head: u32,
+    pub db_cq_arm_seq: u32,
+    pub db_sq_tail: u32,
+    pub db_rq_tail: u32,
+    pub off_db: u32,
+    pub off_cq: u32,
+    pub off_sq: u32,
+    pub off_rq: u32,
+    pub off_rx: u32,
+    pub off_tx: u32,
+    /// Where the receive slots and the send ring are in the region.
+    pub iova_rx: u64,
+    pub iova_tx: u64,
+    /// CQEs consumed; the last arm sequence written to the doorbell.
+    pub cq_head: u32,
+    pub cq_arm_seq: u32,
+    /// Receive WRs posted, completed with data, read whole; bytes read of slot `rx_read`.
+    pub rq_tail: u32,
+    pub rx_done: u32,
+    pub rx_read: u32,
+    pub rx_off: u32,
+    /// The send ring: acknowledged, posted and copied-in ends; send WRs posted, completed.
+    pub tx_head: u32,
+    pub tx_posted: u32,
+    pub tx_tail: u32,
+    pub sq_tail: u32,
+    pub sq_head: u32,
+    pub reserved: [u32; 13],
+    /// Bytes completed into each receive slot (for WRs `rx_read..rx_done`).
+    pub rx_len: [u16; 64],
+}
 
 // ---- argument structures ----------------------------------------------------------------
 
@@ -897,6 +1015,13 @@ mod checks {
     );
     check!(IOCTL_SOCK_BIND, 0x1d, SockBind, SOCK_BIND_SIZE_V1);
     check!(IOCTL_SOCK_PEER, 0x1e, SockPeer, SOCK_PEER_SIZE_V1);
+    check!(
+        IOCTL_SOCK_FASTPATH,
+        0x1f,
+        SockFastpath,
+        SOCK_FASTPATH_SIZE_V1
+    );
+    const _: () = assert!(size_of::<SockShm>() == 320);
     const _: () = assert!(size_of::<IwarpConn>() == 16);
     // Where the fields an Endpoint holds were before it held them.
     const _: () = assert!(size_of::<Endpoint>() == 20);

@@ -10,7 +10,7 @@
  Version of this interface. Grows when something is added; existing structures only ever
  grow at the end.
  */
-#define QPIP_UAPI_VERSION 6
+#define QPIP_UAPI_VERSION 7
 
 /*
  The `type` byte of every qpip ioctl number.
@@ -196,6 +196,73 @@
  `connect` on a UDP qpip socket ([`SockPeer`]): a peer, or `AF_UNSPEC` to forget it.
  */
 #define QPIP_IOCTL_SOCK_PEER 3230188574
+
+/*
+ The socket's fast path ([`SockFastpath`]): the mapping's length, or a kick of the engine.
+ */
+#define QPIP_IOCTL_SOCK_FASTPATH 3222324255
+
+/*
+ [`SockFastpath::op`]: fill in `map_len` (`EOPNOTSUPP`: not a connected TCP socket, or
+ not this process's; `EBUSY`: mapped already, or shared).
+ */
+#define QPIP_SOCK_FP_MAP 1
+
+/*
+ [`SockFastpath::op`]: wake the engine (the process rang a doorbell and found
+ `engine_sleeping` set; the kick register is not mapped into processes through sockets).
+ */
+#define QPIP_SOCK_FP_KICK 2
+
+/*
+ [`SockShm::lock`]: nobody holds it.
+ */
+#define QPIP_SOCK_SHM_UNLOCKED 0
+
+/*
+ [`SockShm::lock`]: the process holds it.
+ */
+#define QPIP_SOCK_SHM_LOCKED_USER 1
+
+/*
+ [`SockShm::lock`]: the driver holds it.
+ */
+#define QPIP_SOCK_SHM_LOCKED_KERNEL 2
+
+/*
+ [`SockShm::flags`]: the process may receive in user space (connected, no error, no
+ end of data or shutdown known to the driver).
+ */
+#define QPIP_SOCK_SHM_RX_OK 1
+
+/*
+ [`SockShm::flags`]: the process may send in user space (connected, no error, not shut
+ down, not corked).
+ */
+#define QPIP_SOCK_SHM_TX_OK 2
+
+/*
+ [`SockShm::flags`]: someone waits on the socket (a blocked call, poll, an epoll set):
+ after moving the indices, the process arms the CQ ([`SockShm::cq_arm_seq`]).
+ */
+#define QPIP_SOCK_SHM_WAITERS 4
+
+/*
+ [`SockShm::flags`]: the mapping was copied into another process (fork): system calls
+ only, from then on.
+ */
+#define QPIP_SOCK_SHM_SHARED 8
+
+/*
+ [`SockShm::flags`]: the driver turned the fast path off (it took the lock over from a
+ process that held it too long, or the indices were impossible).
+ */
+#define QPIP_SOCK_SHM_OFF 16
+
+/*
+ Size of the first version of [`SockFastpath`].
+ */
+#define QPIP_SOCK_FASTPATH_SIZE_V1 16
 
 /*
  Size of the first version of [`QueryDevice`].
