@@ -1277,4 +1277,97 @@ struct qpip_sock_peer {
   __u8 addr[128];
 };
 
+/*
+ [`IOCTL_SOCK_FASTPATH`].
+ */
+struct qpip_sock_fastpath {
+  __u32 size;
+  /*
+   In: `SOCK_FP_MAP` or `SOCK_FP_KICK`.
+   */
+  __u32 op;
+  /*
+   Out (`SOCK_FP_MAP`): the length to map, bytes.
+   */
+  __u32 map_len;
+  __u32 reserved;
+};
+
+/*
+ The first page of a socket's mapping: its layout (written by the driver, never read
+ back) and its indices (the driver's while it holds `lock`, the process's while it does;
+ they mean what the driver's copies mean in `qpip_sock_io.c`). Byte offsets `off_*` are
+ from the start of the mapping, `db_*` from the start of the doorbell page.
+ */
+struct qpip_sock_shm {
+  /*
+   `SOCK_SHM_UNLOCKED`, `SOCK_SHM_LOCKED_USER` or `SOCK_SHM_LOCKED_KERNEL`.
+   */
+  __u32 lock;
+  /*
+   `SOCK_SHM_*` flags, written by the driver when it lets the lock go.
+   */
+  __u32 flags;
+  __u32 map_len;
+  __u32 cq_depth;
+  __u32 sq_depth;
+  /*
+   Receive slots (the RQ's depth), each `rx_slot_bytes`.
+   */
+  __u32 rx_slots;
+  __u32 rx_slot_bytes;
+  /*
+   The send ring's bytes (a power of two).
+   */
+  __u32 tx_bytes;
+  /*
+   The most one send WR carries.
+   */
+  __u32 tx_chunk;
+  /*
+   The buffers' region.
+   */
+  __u32 lkey;
+  __u32 db_cq_head;
+  __u32 db_cq_arm_seq;
+  __u32 db_sq_tail;
+  __u32 db_rq_tail;
+  __u32 off_db;
+  __u32 off_cq;
+  __u32 off_sq;
+  __u32 off_rq;
+  __u32 off_rx;
+  __u32 off_tx;
+  /*
+   Where the receive slots and the send ring are in the region.
+   */
+  __u64 iova_rx;
+  __u64 iova_tx;
+  /*
+   CQEs consumed; the last arm sequence written to the doorbell.
+   */
+  __u32 cq_head;
+  __u32 cq_arm_seq;
+  /*
+   Receive WRs posted, completed with data, read whole; bytes read of slot `rx_read`.
+   */
+  __u32 rq_tail;
+  __u32 rx_done;
+  __u32 rx_read;
+  __u32 rx_off;
+  /*
+   The send ring: acknowledged, posted and copied-in ends; send WRs posted, completed.
+   */
+  __u32 tx_head;
+  __u32 tx_posted;
+  __u32 tx_tail;
+  __u32 sq_tail;
+  __u32 sq_head;
+  __u32 reserved[13];
+  /*
+   Bytes completed into each receive slot (for WRs `rx_read..rx_done`).
+   */
+  __u16 rx_len[64];
+};
+
 #endif  /* _UAPI_QPIP_H */
