@@ -92,6 +92,7 @@ static void qpip_sock_free_work(struct work_struct *work)
 	else if (sk->ksock)
 		sock_release(sk->ksock);
 	qpip_sock_orphan(sk);
+	qpip_fp_free(sk);
 	fput(sk->ctx_file);
 	mutex_destroy(&sk->lock);
 	kfree(sk);
@@ -647,9 +648,9 @@ int qpip_sock_wait(struct qpip_sock *sk, bool (*ready)(struct qpip_sock *sk), lo
 		qpip_sock_reap(sk);
 		if (ready(sk) || qpip_sock_sync(sk))
 			continue;
-		mutex_unlock(&sk->lock);
+		qpip_sock_unlock(sk);
 		*timeo = wait_woken(&wait, TASK_INTERRUPTIBLE, *timeo);
-		mutex_lock(&sk->lock);
+		qpip_sock_lock(sk);
 	}
 	remove_wait_queue(&sk->wait, &wait);
 	return ret;
@@ -668,22 +669,22 @@ static __poll_t qpip_sock_poll(struct file *filp, struct poll_table_struct *pt)
 	if (sk->state == QPIP_SOCK_LISTENING) {
 		/* The kernel socket's connections too: its queue wakes this poll as well. */
 		mask = vfs_poll(sk->ksock_file, pt) & (EPOLLIN | EPOLLRDNORM);
-		mutex_lock(&sk->lock);
+		qpip_sock_lock(sk);
 		qpip_sock_sync(sk);
 		if (!list_empty_careful(&sk->ready))
 			mask |= EPOLLIN | EPOLLRDNORM;
 		if (sk->dead)
 			mask |= EPOLLERR;
-		mutex_unlock(&sk->lock);
+		qpip_sock_unlock(sk);
 		return mask;
 	}
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	qpip_sock_sync(sk);
 	qpip_sock_reap(sk);
 	mask = qpip_sock_data_mask(sk);
 	/* poll_wait put the caller on the queue: the next completion must wake it. */
 	qpip_sock_rearm(sk);
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 	return mask;
 }
 
@@ -728,7 +729,7 @@ void qpip_sock_close_work(struct work_struct *work)
 	struct qpip_sock *sk = container_of(to_delayed_work(work), struct qpip_sock, close_work);
 	bool done;
 
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	qpip_sock_sync(sk);
 	if (sk->qp_made && !sk->dead)
 		qpip_sock_reap(sk);
@@ -736,7 +737,7 @@ void qpip_sock_close_work(struct work_struct *work)
 	       time_after_eq(jiffies, sk->close_deadline);
 	if (done)
 		qpip_sock_destroy(sk);
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 	if (done) {
 		qpip_sock_put(sk);
 		return;
@@ -777,9 +778,9 @@ static void qpip_sock_close_listener(struct qpip_sock *l)
 	}
 	list_for_each_entry_safe(sk, tmp, &ready, node) {
 		list_del_init(&sk->node);
-		mutex_lock(&sk->lock);
+		qpip_sock_lock(sk);
 		qpip_sock_destroy(sk);
-		mutex_unlock(&sk->lock);
+		qpip_sock_unlock(sk);
 		qpip_sock_put(sk);
 	}
 	if (l->primary) {
@@ -792,13 +793,13 @@ static int qpip_sock_release(struct inode *inode, struct file *filp)
 {
 	struct qpip_sock *sk = filp->private_data;
 
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	if (sk->state == QPIP_SOCK_LISTENING) {
-		mutex_unlock(&sk->lock);
+		qpip_sock_unlock(sk);
 		qpip_sock_close_listener(sk);
 	} else {
 		qpip_sock_close(sk);
-		mutex_unlock(&sk->lock);
+		qpip_sock_unlock(sk);
 	}
 	qpip_sock_put(sk);
 	return 0;
@@ -814,7 +815,7 @@ static void qpip_sock_show_fdinfo(struct seq_file *m, struct file *filp)
 					      "closed" };
 	struct qpip_sock *sk = filp->private_data;
 
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	seq_printf(m, "qpip-state:\t%s\nqpip-err:\t%d\n", states[sk->state], sk->err);
 	if (sk->udp && sk->qp) {
 		seq_printf(m, "qpip-udp:\tqp %u cq %u head %u peer-dev %d\n", sk->qp->handle,
@@ -846,7 +847,7 @@ static void qpip_sock_show_fdinfo(struct seq_file *m, struct file *filp)
 			   sk->fin_sent);
 	}
 	seq_printf(m, "qpip-events:\t%#lx\n", READ_ONCE(sk->flags_ev));
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 }
 
 const struct file_operations qpip_sock_fops = {
@@ -856,6 +857,7 @@ const struct file_operations qpip_sock_fops = {
 	.read_iter = qpip_sock_read_iter,
 	.write_iter = qpip_sock_write_iter,
 	.poll = qpip_sock_poll,
+	.mmap = qpip_sock_mmap,
 	.unlocked_ioctl = qpip_sock_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
 	.splice_write = iter_file_splice_write,
@@ -1121,7 +1123,7 @@ static int qpip_sock_connect(struct qpip_ctx *ctx, struct file *ctx_file, struct
 		goto err_sock;
 	qpip_sock_set_keepalive(sk);
 
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	sk->state = QPIP_SOCK_CONNECTING;
 	c = qpip_sock_cmd(sk, QPIP_EVENT_CONNECT, qpip_sock_connect_done);
 	ret = -ENOMEM;
@@ -1150,7 +1152,7 @@ static int qpip_sock_connect(struct qpip_ctx *ctx, struct file *ctx_file, struct
 		a->status = !ret ? 0 : ret == -EAGAIN ? EINPROGRESS : EINTR;
 		ret = 0;
 	}
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 
 	f = qpip_sock_file(sk, sock->file->f_flags);
 	if (IS_ERR(f)) {
@@ -1167,11 +1169,11 @@ static int qpip_sock_connect(struct qpip_ctx *ctx, struct file *ctx_file, struct
 	return ret;
 
 err_locked:
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 err_sock:
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	qpip_sock_destroy(sk);
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 	qpip_sock_put(sk);
 	if (ndev)
 		dev_put(ndev);

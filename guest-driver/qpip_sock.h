@@ -54,6 +54,8 @@
 #define QPIP_SOCK_RX_SLOTS	64
 /* The send ring, bytes (a power of two). */
 #define QPIP_SOCK_TX_BYTES	(256 * 1024)
+/* The receive slots' bytes: the send ring follows them in the buffers. */
+#define QPIP_SOCK_RX_BYTES	(QPIP_SOCK_RX_SLOTS * PAGE_SIZE)
 /* Send WRs in flight: the SQ's depth. */
 #define QPIP_SOCK_SQ_DEPTH	256
 /* The most one send WR carries: a copy this large is posted in pieces. */
@@ -168,6 +170,22 @@ struct qpip_sock {
 	u32 sq_head;			/* WRs completed */
 	u32 keepalive[3];		/* what the device was last told: idle, interval, probes */
 
+	/*
+	 * The user-level fast path (qpip_sock_fp.c): the shared page once made (then every
+	 * holder of @lock holds its lock word too: qpip_sock_lock), the mapping's pages.
+	 * @fp_maps, @fp_mm and @fp_shared are the mapping's, changed under the process's
+	 * mmap lock, not @lock.
+	 */
+	struct qpip_sock_shm *shm;
+	struct page **fp_pages;
+	unsigned int fp_npages;
+	struct mm_struct *fp_owner;	/* who may map it (compared only) */
+	struct mm_struct *fp_mm;	/* who maps it (compared only) */
+	atomic_t fp_maps;		/* mappings (VMAs) of it */
+	bool fp_held;			/* the lock word is held by this mutex holder */
+	bool fp_off;			/* the process lost the fast path */
+	bool fp_shared;			/* the mapping was copied by fork */
+
 	/* UDP: the slots' datagrams; rx_done/rx_read count them, rx_dgrams those not dropped. */
 	struct qpip_sock_dgram udp_rx[QPIP_UDP_RX_SLOTS];
 	u32 rx_dgrams;
@@ -263,6 +281,13 @@ ssize_t qpip_udp_recv(struct qpip_sock *sk, struct iov_iter *to, unsigned int fl
 __poll_t qpip_udp_poll(struct qpip_sock *sk, struct file *filp, struct poll_table_struct *pt);
 int qpip_udp_peer(struct qpip_sock *sk, struct qpip_sock_peer *a);
 int qpip_udp_inq(struct qpip_sock *sk, int __user *uarg);
+
+/* qpip_sock_fp.c */
+void qpip_sock_lock(struct qpip_sock *sk);
+void qpip_sock_unlock(struct qpip_sock *sk);
+int qpip_sock_mmap(struct file *filp, struct vm_area_struct *vma);
+int qpip_sock_fastpath(struct qpip_sock *sk, struct qpip_sock_fastpath *a);
+void qpip_fp_free(struct qpip_sock *sk);
 
 /* qpip_sock_ctl.c */
 long qpip_sock_ioctl(struct file *filp, unsigned int cmd, unsigned long arg);

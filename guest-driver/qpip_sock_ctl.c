@@ -140,13 +140,13 @@ static int qpip_sock_accept_device(struct qpip_sock *l, struct qpip_sock *sk,
 
 	/* It is no longer the listener's: the listener may go before it. */
 	qpip_sock_orphan(sk);
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	qpip_sock_sync(sk);
 	qpip_sock_accepted_local(sk);
 	ret = qpip_sock_accept_ksock(l, sk);
 	if (!ret)
 		qpip_sock_set_keepalive(sk);
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 	if (ret)
 		goto err;
 	f = qpip_sock_file(sk, a->flags & SOCK_NONBLOCK ? O_NONBLOCK : 0);
@@ -163,9 +163,9 @@ static int qpip_sock_accept_device(struct qpip_sock *l, struct qpip_sock *sk,
 	memcpy(a->addr, &ss, a->addr_len);
 	return 0;
 err:
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	qpip_sock_destroy(sk);
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 	qpip_sock_put(sk);
 	return ret;
 }
@@ -199,10 +199,10 @@ static bool qpip_sock_family_ok(struct qpip_sock *l, struct qpip_sock *sk)
 {
 	bool ok;
 
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	qpip_sock_sync(sk);
 	ok = qpip_sock_takes(l, sk->peer_addr);
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 	return ok;
 }
 
@@ -241,9 +241,9 @@ static int qpip_sock_accept(struct file *filp, struct qpip_sock *l, struct qpip_
 		}
 		if (sk && !qpip_sock_family_ok(l, sk)) {
 			/* A peer the listener's family cannot name: reset, as Linux never sees it. */
-			mutex_lock(&sk->lock);
+			qpip_sock_lock(sk);
 			qpip_sock_destroy(sk);
-			mutex_unlock(&sk->lock);
+			qpip_sock_unlock(sk);
 			qpip_sock_put(sk);
 			continue;
 		}
@@ -332,14 +332,14 @@ static int qpip_sock_msg(struct file *filp, struct qpip_sock *sk, struct qpip_so
 	if (ret < 0)
 		return ret;
 	a->msg_flags = 0;
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	if (sk->udp)
 		ret = qpip_udp_msg(sk, &it, a, send, nonblock);
 	else if (send)
 		ret = qpip_sock_send(sk, &it, a->flags, nonblock);
 	else
 		ret = qpip_sock_recv(sk, &it, a->flags, nonblock);
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 	kfree(iov);
 	if (ret < 0)
 		return ret;
@@ -369,17 +369,17 @@ static int qpip_sock_name(struct qpip_sock *sk, struct qpip_sock_name *a)
 		memcpy(a->addr, &ss, a->addr_len);
 		return 0;
 	}
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	qpip_sock_sync(sk);
 	if (a->peer && sk->state != QPIP_SOCK_CONNECTED) {
-		mutex_unlock(&sk->lock);
+		qpip_sock_unlock(sk);
 		return -ENOTCONN;
 	}
 	if (a->peer)
 		a->addr_len = qpip_sock_sockaddr(sk->family, sk->peer_addr, sk->peer_port, &ss);
 	else
 		a->addr_len = qpip_sock_sockaddr(sk->family, sk->local_addr, sk->local_port, &ss);
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 	memcpy(a->addr, &ss, a->addr_len);
 	return 0;
 }
@@ -464,20 +464,20 @@ static int qpip_sock_opt(struct qpip_sock *sk, struct qpip_sock_opt *a, u32 __us
 		if (ret)
 			return ret;
 		/* What the connection takes from the store at once: the cork, keepalive. */
-		mutex_lock(&sk->lock);
+		qpip_sock_lock(sk);
 		if (sk->state == QPIP_SOCK_CONNECTED && !sk->dead && !sk->udp) {
 			if (a->level == SOL_TCP && (a->name == TCP_CORK || a->name == TCP_NODELAY))
 				qpip_sock_tx_push(sk, false);
 			qpip_sock_set_keepalive(sk);
 		}
-		mutex_unlock(&sk->lock);
+		qpip_sock_unlock(sk);
 		return 0;
 	}
 	/* A UDP socket's options are all the kernel socket's, SO_ERROR too (its sends'). */
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	len = a->optlen;
 	ret = sk->udp ? 0 : qpip_sock_own_opt(sk, a->level, a->name, val, &len);
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 	if (ret) {
 		if (copy_to_user(uval, val, len))
 			return -EFAULT;
@@ -507,14 +507,14 @@ static int qpip_sock_shutdown(struct qpip_sock *sk, struct qpip_sock_shutdown *a
 		ret = kernel_sock_shutdown(sk->ksock, a->how);
 		if (ret)
 			return ret;
-		mutex_lock(&sk->lock);
+		qpip_sock_lock(sk);
 		sk->rd_shut |= a->how != SHUT_WR;
 		sk->wr_shut |= a->how != SHUT_RD;
-		mutex_unlock(&sk->lock);
+		qpip_sock_unlock(sk);
 		wake_up_interruptible_all(&sk->wait);
 		return 0;
 	}
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	qpip_sock_sync(sk);
 	if (sk->state != QPIP_SOCK_CONNECTED && sk->state != QPIP_SOCK_CLOSED) {
 		ret = -ENOTCONN;
@@ -529,7 +529,7 @@ static int qpip_sock_shutdown(struct qpip_sock *sk, struct qpip_sock_shutdown *a
 	}
 	wake_up_interruptible_all(&sk->wait);
 out:
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 	return ret;
 }
 
@@ -599,6 +599,12 @@ static int qpip_sock_do_peer(struct file *filp, struct qpip_sock *sk, void *arg,
 	return qpip_udp_peer(sk, arg);
 }
 
+static int qpip_sock_do_fastpath(struct file *filp, struct qpip_sock *sk, void *arg,
+				 void __user *uarg)
+{
+	return qpip_sock_fastpath(sk, arg);
+}
+
 long qpip_sock_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 {
 	struct qpip_sock *sk = filp->private_data;
@@ -627,6 +633,9 @@ long qpip_sock_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 	case QPIP_IOCTL_SOCK_PEER:
 		return qpip_sock_arg(filp, uarg, sizeof(struct qpip_sock_peer),
 				     QPIP_SOCK_PEER_SIZE_V1, qpip_sock_do_peer);
+	case QPIP_IOCTL_SOCK_FASTPATH:
+		return qpip_sock_arg(filp, uarg, sizeof(struct qpip_sock_fastpath),
+				     QPIP_SOCK_FASTPATH_SIZE_V1, qpip_sock_do_fastpath);
 	case SIOCINQ:
 	case SIOCOUTQ:
 	case SIOCOUTQNSD:
@@ -634,13 +643,13 @@ long qpip_sock_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 			return -EINVAL;
 		if (sk->udp && cmd == SIOCINQ)
 			return qpip_udp_inq(sk, uarg);
-		mutex_lock(&sk->lock);
+		qpip_sock_lock(sk);
 		qpip_sock_reap(sk);
 		/* A UDP socket posts each datagram as it is written: none is held back. */
 		v = cmd == SIOCINQ ? sk->rx_avail :
 		    cmd == SIOCOUTQ ? sk->tx_tail - sk->tx_head :
 		    sk->udp ? 0 : sk->tx_tail - sk->tx_posted;
-		mutex_unlock(&sk->lock);
+		qpip_sock_unlock(sk);
 		return put_user(v, (int __user *)uarg);
 	}
 	return -ENOTTY;

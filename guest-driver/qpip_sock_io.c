@@ -28,8 +28,6 @@
 
 #include "qpip_sock.h"
 
-#define QPIP_SOCK_RX_BYTES	(QPIP_SOCK_RX_SLOTS * PAGE_SIZE)
-
 static_assert(!(QPIP_SOCK_RX_SLOTS & (QPIP_SOCK_RX_SLOTS - 1)));
 static_assert(!(QPIP_SOCK_TX_BYTES & (QPIP_SOCK_TX_BYTES - 1)));
 static_assert(!(QPIP_SOCK_SQ_DEPTH & (QPIP_SOCK_SQ_DEPTH - 1)));
@@ -157,8 +155,17 @@ static void qpip_sock_cqe(struct qpip_sock *sk, const struct qpip_cqe *e)
 		return;
 	}
 	if (e->opcode == QPIP_CQE_OP_SEND) {
+		/*
+		 * In order: the wr_id of the last one acknowledged is the ring's new head. Never
+		 * beyond what was posted: the CQ is mapped into the process with the fast path,
+		 * and a head past the tail would make the free space larger than the ring.
+		 */
+		if ((u32)e->wr_id - sk->tx_head > sk->tx_posted - sk->tx_head ||
+		    sk->sq_head == sk->sq_tail) {
+			qpip_sock_flushed(sk);
+			return;
+		}
 		sk->sq_head++;
-		/* In order: the wr_id of the last one acknowledged is the ring's new head. */
 		sk->tx_head = (u32)e->wr_id;
 		if (e->status != QPIP_CQE_STATUS_SUCCESS)
 			qpip_sock_flushed(sk);
@@ -485,7 +492,7 @@ ssize_t qpip_sock_read_iter(struct kiocb *iocb, struct iov_iter *to)
 	bool nonblock = (iocb->ki_filp->f_flags & O_NONBLOCK) || (iocb->ki_flags & IOCB_NOWAIT);
 	ssize_t ret;
 
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	if (sk->udp) {
 		struct sockaddr_storage src;
 		unsigned int mflags;
@@ -495,7 +502,7 @@ ssize_t qpip_sock_read_iter(struct kiocb *iocb, struct iov_iter *to)
 	} else {
 		ret = qpip_sock_recv(sk, to, 0, nonblock);
 	}
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 	return ret;
 }
 
@@ -505,12 +512,12 @@ ssize_t qpip_sock_write_iter(struct kiocb *iocb, struct iov_iter *from)
 	bool nonblock = (iocb->ki_filp->f_flags & O_NONBLOCK) || (iocb->ki_flags & IOCB_NOWAIT);
 	ssize_t ret;
 
-	mutex_lock(&sk->lock);
+	qpip_sock_lock(sk);
 	if (sk->udp)
 		ret = qpip_udp_send(sk, from, 0, nonblock, NULL, 0);
 	else
 		ret = qpip_sock_send(sk, from, 0, nonblock);
-	mutex_unlock(&sk->lock);
+	qpip_sock_unlock(sk);
 	return ret;
 }
 
