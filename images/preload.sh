@@ -20,6 +20,8 @@ set -euo pipefail
 
 SRC=$QPIP_ROOT/preload
 UAPI=guest-driver/include/uapi/qpip.h
+# The device's ring formats, for the fast path's rings (fastpath.c).
+ABI_H=guest-driver/qpip_abi.h
 OUT_SO=${QPIP_PRELOAD_OUT:-$QPIP_CACHE/guest/libqpip-preload.so}
 OUT_CHECK=$(dirname "$OUT_SO")/qpip-sockcheck
 STAMP=$OUT_SO.stamp
@@ -27,9 +29,9 @@ BUILD_REL=build/qpip-preload        # inside the runtime
 BUILD=$RUNTIME_DIR/$BUILD_REL
 # What the library may export: the calls it interposes (intercept.c), nothing else.
 EXPORTS="__recv_chk __recvfrom_chk accept accept4 bind close close_range closefrom connect dup dup2 dup3
-fcntl fcntl64 getpeername getsockname getsockopt listen recv recvfrom recvmmsg recvmsg send
+fcntl fcntl64 getpeername getsockname getsockopt listen read readv recv recvfrom recvmmsg recvmsg send
 sendmmsg sendmsg sendto
-setsockopt shutdown socket socketpair"
+setsockopt shutdown socket socketpair write writev"
 
 [ -x "$RUNTIME_DIR/usr/bin/gcc" ] && [ -x "$RUNTIME_DIR/usr/bin/make" ] \
     || die "no gcc or make in the runtime ($RUNTIME_DIR); run ./qpip setup (images/runtime.sh) first"
@@ -39,7 +41,7 @@ mapfile -t files < <(cd "$QPIP_ROOT" && { find preload -maxdepth 1 -type f \
     \( -name '*.c' -o -name '*.h' -o -name Makefile \); echo preload/test/sockcheck.c; } | LC_ALL=C sort)
 [ ${#files[@]} -gt 0 ] || die "no preload sources in $SRC"
 
-KEY=$(cd "$QPIP_ROOT" && inputs_hash "${files[@]}" "$UAPI" images/preload.sh images/lib.sh \
+KEY=$(cd "$QPIP_ROOT" && inputs_hash "${files[@]}" "$UAPI" "$ABI_H" images/preload.sh images/lib.sh \
     "gcc $(runtime_version gcc) libc6 $(runtime_version libc6)")
 if [ -f "$OUT_SO" ] && [ -f "$OUT_CHECK" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
     say "preload: up to date ($OUT_SO)"
@@ -52,7 +54,7 @@ fi
 # header at ../guest-driver/include).
 rm -rf "$BUILD"
 mkdir -p "$BUILD"
-(cd "$QPIP_ROOT" && cp --parents -- "${files[@]}" "$UAPI" "$BUILD/")
+(cd "$QPIP_ROOT" && cp --parents -- "${files[@]}" "$UAPI" "$ABI_H" "$BUILD/")
 
 build() {
     # env -i: nothing from the caller's environment (CC, CFLAGS, MAKEFLAGS...) leaks in.

@@ -75,6 +75,10 @@ void qp_init(void)
     RESOLVE(dup3);
     RESOLVE(fcntl);
     RESOLVE(fcntl64);
+    RESOLVE(read);
+    RESOLVE(write);
+    RESOLVE(readv);
+    RESOLVE(writev);
     if (!real.fcntl64)
         real.fcntl64 = real.fcntl;
     qp_config_init();

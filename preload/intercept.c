@@ -26,6 +26,7 @@
 #include <stdarg.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -153,12 +154,49 @@ static int bad_addr_out(const void *addr, const socklen_t *len)
 
 /* ---- the qpip path --------------------------------------------------------------------------- */
 
+/* A TCP qpip socket's plain read or write may take the fast path (fastpath.c). */
+static int fast_candidate(int fd, size_t iovcnt)
+{
+    return !qp_disabled && iovcnt <= IOV_MAX && (fdt_get(fd) & (FD_QPIP | FD_UDP)) == FD_QPIP;
+}
+
+/* The fast path, else the system call (counted). */
+static ssize_t fast_send(int fd, const struct iovec *iov, size_t iovcnt)
+{
+    if (fast_candidate(fd, iovcnt)) {
+        ssize_t r = fp_send(fd, iov, (int)iovcnt);
+        if (r != FP_SYSCALL)
+            return r;
+        count(C_FP_SYSCALL);
+    }
+    return iovcnt == 1 ? real.write(fd, iov[0].iov_base, iov[0].iov_len) : real.writev(fd, iov, (int)iovcnt);
+}
+
+static ssize_t fast_recv(int fd, const struct iovec *iov, size_t iovcnt)
+{
+    if (fast_candidate(fd, iovcnt)) {
+        ssize_t r = fp_recv(fd, iov, (int)iovcnt);
+        if (r != FP_SYSCALL)
+            return r;
+        count(C_FP_SYSCALL);
+    }
+    return iovcnt == 1 ? real.read(fd, iov[0].iov_base, iov[0].iov_len) : real.readv(fd, iov, (int)iovcnt);
+}
+
 static ssize_t q_send(int fd, const struct iovec *iov, size_t iovcnt, int flags)
 {
     if (flags == 0) {
-        /* A plain send is a write: one system call, the file's own. */
+        /* A plain send is a write: the fast path, or one system call, the file's own. */
         count(C_CALL_NATIVE);
-        return iovcnt == 1 ? write(fd, iov[0].iov_base, iov[0].iov_len) : writev(fd, iov, (int)iovcnt);
+        return fast_send(fd, iov, iovcnt);
+    }
+    /* Flags that change nothing when the fast path succeeds (it neither blocks nor fails);
+     * when it cannot, the ioctl below applies them. */
+    if (!(flags & ~(MSG_NOSIGNAL | MSG_DONTWAIT)) && fast_candidate(fd, iovcnt)) {
+        ssize_t r = fp_send(fd, iov, (int)iovcnt);
+        if (r != FP_SYSCALL)
+            return r;
+        count(C_FP_SYSCALL);
     }
     struct qpip_sock_msg m = {
         .size = sizeof(m), .flags = (__u32)flags, .iov = (uintptr_t)iov, .iov_len = (__u32)iovcnt
@@ -175,7 +213,13 @@ static ssize_t q_recv(int fd, const struct iovec *iov, size_t iovcnt, int flags,
         *msg_flags = 0;
     if (flags == 0) {
         count(C_CALL_NATIVE);
-        return iovcnt == 1 ? read(fd, iov[0].iov_base, iov[0].iov_len) : readv(fd, iov, (int)iovcnt);
+        return fast_recv(fd, iov, iovcnt);
+    }
+    if (flags == MSG_DONTWAIT && fast_candidate(fd, iovcnt)) {
+        ssize_t r = fp_recv(fd, iov, (int)iovcnt);
+        if (r != FP_SYSCALL)
+            return r;
+        count(C_FP_SYSCALL);
     }
     struct qpip_sock_msg m = {
         .size = sizeof(m), .flags = (__u32)flags, .iov = (uintptr_t)iov, .iov_len = (__u32)iovcnt
@@ -1050,11 +1094,51 @@ QP_EXPORT int shutdown(int fd, int how)
     DISPATCH(int, fd, q_shutdown(fd, how), real.shutdown(fd, how));
 }
 
+/* ---- read and write: a TCP qpip socket's fast path (fastpath.c) ---------------------------------
+ * Every other descriptor costs a table lookup. Before the constructor resolved libc's
+ * functions (another library's constructor reading a file), the system call itself. */
+
+QP_EXPORT ssize_t read(int fd, void *buf, size_t len)
+{
+    if (QP_UNLIKELY(!real.read))
+        return syscall(SYS_read, fd, buf, len);
+    struct iovec iov = { buf, len };
+    return fast_recv(fd, &iov, 1);
+}
+
+QP_EXPORT ssize_t write(int fd, const void *buf, size_t len)
+{
+    if (QP_UNLIKELY(!real.write))
+        return syscall(SYS_write, fd, buf, len);
+    struct iovec iov = { (void *)buf, len };
+    return fast_send(fd, &iov, 1);
+}
+
+QP_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
+{
+    if (QP_UNLIKELY(!real.readv))
+        return syscall(SYS_readv, fd, iov, iovcnt);
+    if (iovcnt < 0)
+        return real.readv(fd, iov, iovcnt);
+    return fast_recv(fd, iov, (size_t)iovcnt);
+}
+
+QP_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
+{
+    if (QP_UNLIKELY(!real.writev))
+        return syscall(SYS_writev, fd, iov, iovcnt);
+    if (iovcnt < 0)
+        return real.writev(fd, iov, iovcnt);
+    return fast_send(fd, iov, (size_t)iovcnt);
+}
+
 /* ---- descriptor upkeep: never changes what the call does ---------------------------------------- */
 
 QP_EXPORT int close(int fd)
 {
     ENSURE_INIT();
+    /* The mapping holds the socket's file: unmapped first, or the close would not end it. */
+    fp_forget(fd);
     fdt_set(fd, 0);
     ctx_forget_fd(fd);
     return real.close(fd);
@@ -1065,6 +1149,7 @@ QP_EXPORT int close_range(unsigned first, unsigned last, int flags)
     ENSURE_INIT();
     /* CLOSE_RANGE_CLOEXEC only sets the flag: nothing is closed. */
     if (!(flags & 4 /* CLOSE_RANGE_CLOEXEC */)) {
+        fp_forget_range(first, last);
         fdt_clear_range(first, last);
         ctx_forget_range(first, last);
     }
@@ -1079,6 +1164,7 @@ QP_EXPORT void closefrom(int lowfd)
 {
     ENSURE_INIT();
     unsigned first = lowfd < 0 ? 0 : (unsigned)lowfd;
+    fp_forget_range(first, ~0u);
     fdt_clear_range(first, ~0u);
     ctx_forget_range(first, ~0u);
     if (real.closefrom)
@@ -1097,8 +1183,10 @@ QP_EXPORT int dup(int fd)
 static void before_replace(int oldfd, int newfd)
 {
     /* dup2 onto the context closes it: the library opens another when it needs one. */
-    if (oldfd != newfd)
+    if (oldfd != newfd) {
         ctx_forget_fd(newfd);
+        fp_forget(newfd);
+    }
 }
 
 QP_EXPORT int dup2(int oldfd, int newfd)

@@ -94,6 +94,12 @@ enum qp_counter {
     C_CALL_IOCTL,       /* calls on qpip sockets through the IOCTL_SOCK_* ioctls */
     C_REDISCOVERED,     /* unknown descriptors found to be qpip sockets (ENOTSOCK rule) */
     C_UNMARKED,         /* marks cleared: the descriptor was not a qpip socket any more */
+    C_FP_MAPPED,        /* sockets whose state the fast path mapped (fastpath.c) */
+    C_FP_READ,          /* reads and recvs done in user space, without a system call */
+    C_FP_WRITE,         /* writes and sends done in user space */
+    C_FP_SYSCALL,       /* reads, writes, sends and recvs of TCP qpip sockets that were
+                           system calls (nothing to read, no room, no fast path...) */
+    C_FP_KICK,          /* system calls made only to wake the device's engine */
     C_DECLINED_BASE,    /* + reason (1..15), declines by the driver or by the library */
     C_COUNT = C_DECLINED_BASE + 16
 };
@@ -138,6 +144,10 @@ struct real_fns {
     int (*dup3)(int, int, int);
     int (*fcntl)(int, int, ...);
     int (*fcntl64)(int, int, ...);
+    ssize_t (*read)(int, void *, size_t);
+    ssize_t (*write)(int, const void *, size_t);
+    ssize_t (*readv)(int, const struct iovec *, int);
+    ssize_t (*writev)(int, const struct iovec *, int);
 };
 extern struct real_fns real;
 void qp_init(void);
@@ -155,6 +165,20 @@ void ctx_forget_range(unsigned first, unsigned last);
  * now. Returns 1 if the context was stale (forgotten: the caller may retry), 0 if it is
  * the context, whose driver then lacks the sockets interface (ctx_get says so from now). */
 int ctx_check_stale(int fd);
+
+/* ---- fastpath.c ------------------------------------------------------------------------------
+ * The user-level data path of connected TCP qpip sockets (see the top of fastpath.c).
+ * fp_recv/fp_send return the bytes, or FP_SYSCALL: the caller makes the system call
+ * instead (nothing was consumed or sent). Only for plain calls (recv flags 0 or
+ * MSG_DONTWAIT, send flags 0, MSG_NOSIGNAL or MSG_DONTWAIT): the fast path never blocks
+ * and never fails, so the flags change nothing when it succeeds. */
+#define FP_SYSCALL (-3)
+struct iovec;
+ssize_t fp_recv(int fd, const struct iovec *iov, int iovcnt);
+ssize_t fp_send(int fd, const struct iovec *iov, int iovcnt);
+/* FD is closed or replaced (close, dup2/dup3 onto it, close_range): unmap its socket. */
+void fp_forget(int fd);
+void fp_forget_range(unsigned first, unsigned last);
 
 /* ---- intercept.c helpers used elsewhere ---------------------------------------------------- */
 /* Is FD a qpip socket? For a descriptor that a kernel socket call refused with ENOTSOCK. */

@@ -1,0 +1,449 @@
+/* The user-level fast path of connected TCP qpip sockets (docs/sockets.md, "the fast path").
+ *
+ * A plain read or write of a qpip socket is one system call into the driver, which copies
+ * between the program's buffer and the socket's rings. Here the library does the same in
+ * the process: the driver maps the socket's state page, the context's doorbell page, the
+ * CQ, the SQ, the RQ, the receive slots and the send ring (IOCTL_SOCK_FASTPATH, mmap; the
+ * layout is in the state page, struct qpip_sock_shm), and a read or write takes the state
+ * page's lock word, reaps the CQ, copies, posts receive or send WRs and rings the doorbell,
+ * all without a system call. Anything else makes the system call as before, which is
+ * always right:
+ *  - the lock word is taken (another thread, or the driver): no waiting here;
+ *  - the driver's flags say no (not connected, an error, end of data, shut down, corked,
+ *    the socket shared by a fork, the fast path taken away);
+ *  - nothing to read, or not room for the whole write: the driver sleeps, or says EAGAIN,
+ *    and arms the CQ so that poll and epoll hear of the next completion;
+ *  - a completion that is not an ordinary one (an error, the end of data): left in the CQ
+ *    for the driver, which knows what it means.
+ * The critical section never blocks and never makes a system call (the driver waits for
+ * it). The engine's kick register is not mapped: when a doorbell finds the engine asleep,
+ * an IOCTL_SOCK_FASTPATH kick follows, after the lock word is let go.
+ *
+ * The table: one entry per descriptor below FP_MAX, a pointer to the socket's mapping, or
+ * FP_NONE (asked already: no fast path for it). Entries are made by the first read or
+ * write of a descriptor marked qpip, unmapped by close, dup2 onto it and close_range; a
+ * forked child unmaps them all (its mapping makes the driver mark the socket shared, and
+ * the parent sees that too). A descriptor closed behind the library's back (a raw system
+ * call) keeps its socket open until the process exits or execs: the mapping holds it. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "qpip_preload.h"
+/* The device's ring formats and doorbell page (generated from the qpip-abi crate). */
+#include "qpip_abi.h"
+
+#define FP_MAX 65536
+#define FP_NONE ((struct fp_sock *)1)
+#define FP_BUSY ((struct fp_sock *)2) /* being set up by another thread */
+
+/* A socket's mapping, and the layout read once from its state page. */
+struct fp_sock {
+    uint8_t *base;
+    size_t len;
+    struct qpip_sock_shm *m;
+    uint8_t *db, *cq, *sq, *rq, *rx, *tx;
+    uint32_t cq_depth, sq_depth, rx_slots, slot_bytes, tx_bytes, tx_chunk, lkey;
+    uint64_t iova_rx, iova_tx;
+};
+
+static _Atomic(struct fp_sock *) *fp_tab;
+static pthread_once_t fp_once = PTHREAD_ONCE_INIT;
+
+static void fp_child(void);
+
+static void fp_init(void)
+{
+    void *p = mmap(NULL, FP_MAX * sizeof(*fp_tab), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return;
+    pthread_atfork(NULL, NULL, fp_child);
+    atomic_store(&fp_tab, p);
+}
+
+/* ---- the lock word, the doorbells ---------------------------------------------------------- */
+
+static inline _Atomic uint32_t *a32(void *p)
+{
+    return (_Atomic uint32_t *)p;
+}
+
+static inline bool fp_trylock(struct qpip_sock_shm *m)
+{
+    uint32_t want = QPIP_SOCK_SHM_UNLOCKED;
+    return atomic_compare_exchange_strong_explicit(a32(&m->lock), &want, QPIP_SOCK_SHM_LOCKED_USER,
+                                                   memory_order_acquire, memory_order_relaxed);
+}
+
+static inline void fp_unlock(struct qpip_sock_shm *m)
+{
+    atomic_store_explicit(a32(&m->lock), QPIP_SOCK_SHM_UNLOCKED, memory_order_release);
+}
+
+/* The producer side of the doorbell protocol (abi/src/doorbell.rs): the entries written
+ * before, the index, the page's change counter (a full barrier), then whether the engine
+ * sleeps. Returns true if it must be kicked (and KICK asked for it). */
+static bool fp_ring(struct fp_sock *s, uint32_t off, uint32_t value, bool kick)
+{
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(a32(s->db + off), value, memory_order_relaxed);
+    atomic_fetch_add_explicit(a32(s->db + QPIP_DB_CHANGE_COUNT), 1, memory_order_seq_cst);
+    return kick && atomic_load_explicit(a32(s->db + QPIP_DB_ENGINE_SLEEPING), memory_order_relaxed);
+}
+
+static void fp_kick(int fd)
+{
+    struct qpip_sock_fastpath a = { .size = sizeof(a), .op = QPIP_SOCK_FP_KICK };
+    count(C_FP_KICK);
+    ioctl(fd, QPIP_IOCTL_SOCK_FASTPATH, &a);
+}
+
+/* ---- the CQ -------------------------------------------------------------------------------- */
+
+static inline struct qpip_cqe *fp_cqe(struct fp_sock *s, uint32_t idx)
+{
+    return (struct qpip_cqe *)(s->cq + (size_t)(idx & (s->cq_depth - 1)) * QPIP_CQE_SIZE);
+}
+
+static inline bool fp_cqe_written(struct fp_sock *s, uint32_t idx)
+{
+    uint8_t phase = ((idx / s->cq_depth) & 1) ^ 1;
+    return (atomic_load_explicit((_Atomic uint8_t *)&fp_cqe(s, idx)->owner, memory_order_acquire) & 1) ==
+           phase;
+}
+
+/* Takes the ordinary completions (lock held): acknowledged sends, receives with data in
+ * the expected slot. Stops at anything else, which the driver takes. Returns true if the
+ * engine must be kicked (the ring was full). */
+static bool fp_reap(struct fp_sock *s, struct qpip_sock_shm *m)
+{
+    uint32_t old = m->cq_head, head = old;
+
+    while (fp_cqe_written(s, head)) {
+        const struct qpip_cqe *e = fp_cqe(s, head);
+        if (e->status != QPIP_CQE_STATUS_SUCCESS)
+            break;
+        if (e->opcode == QPIP_CQE_OP_SEND) {
+            uint32_t id = (uint32_t)e->wr_id;
+            if (id - m->tx_head > m->tx_posted - m->tx_head || m->sq_head == m->sq_tail)
+                break;
+            m->sq_head++;
+            m->tx_head = id;
+        } else if (e->opcode == QPIP_CQE_OP_RECV) {
+            uint32_t slot = m->rx_done % s->rx_slots;
+            if (e->wr_id != slot || !e->byte_len || e->byte_len > s->slot_bytes)
+                break;
+            m->rx_len[slot] = (uint16_t)e->byte_len;
+            m->rx_done++;
+        } else {
+            break;
+        }
+        head++;
+    }
+    if (head == old)
+        return false;
+    bool was_full = fp_cqe_written(s, old + s->cq_depth - 1);
+    m->cq_head = head;
+    return fp_ring(s, m->db_cq_head, head, was_full);
+}
+
+/* Arms the CQ if someone waits on the socket (lock held): what the driver's
+ * qpip_sock_rearm does after each call, so that an epoll set hears of the next
+ * completion. Arming needs no kick. */
+static void fp_rearm(struct fp_sock *s, struct qpip_sock_shm *m, uint32_t flags)
+{
+    if (flags & QPIP_SOCK_SHM_WAITERS)
+        fp_ring(s, m->db_cq_arm_seq, ++m->cq_arm_seq, false);
+}
+
+/* ---- receive ------------------------------------------------------------------------------- */
+
+static void fp_rx_wqe(struct fp_sock *s, uint32_t idx)
+{
+    uint32_t slot = idx % s->rx_slots;
+    struct qpip_wqe *w = (struct qpip_wqe *)(s->rq + (size_t)slot * QPIP_WQE_SIZE);
+    struct qpip_sge *sge = (struct qpip_sge *)((uint8_t *)w + QPIP_WQE_SGE_OFFSET);
+
+    memset(w, 0, QPIP_WQE_SIZE);
+    w->wr_id = slot;
+    w->opcode = QPIP_WQE_OP_RECV;
+    w->num_sge = 1;
+    sge->addr = s->iova_rx + (uint64_t)slot * s->slot_bytes;
+    sge->length = s->slot_bytes;
+    sge->lkey = s->lkey;
+}
+
+/* Posts the slots read whole (lock held), a quarter of them at a time: each post is a
+ * doorbell, and a TCP receive post kicks a sleeping engine (it opens the window). */
+static bool fp_rx_refill(struct fp_sock *s, struct qpip_sock_shm *m)
+{
+    uint32_t want = m->rx_read + s->rx_slots;
+    if (want - m->rq_tail < s->rx_slots / 4)
+        return false;
+    while (m->rq_tail != want)
+        fp_rx_wqe(s, m->rq_tail++);
+    return fp_ring(s, m->db_rq_tail, m->rq_tail, true);
+}
+
+/* Copies out of the completed slots into IOV (lock held): the bytes. */
+static size_t fp_copy_out(struct fp_sock *s, struct qpip_sock_shm *m, const struct iovec *iov, int iovcnt)
+{
+    uint32_t read = m->rx_read, off = m->rx_off;
+    size_t done = 0;
+
+    for (int i = 0; i < iovcnt && read != m->rx_done; i++) {
+        uint8_t *dst = iov[i].iov_base;
+        size_t want = iov[i].iov_len, got = 0;
+        while (got < want && read != m->rx_done) {
+            uint32_t slot = read % s->rx_slots;
+            size_t n = m->rx_len[slot] - off;
+            if (n > want - got)
+                n = want - got;
+            memcpy(dst + got, s->rx + (size_t)slot * s->slot_bytes + off, n);
+            got += n;
+            off += (uint32_t)n;
+            if (off == m->rx_len[slot]) {
+                read++;
+                off = 0;
+            }
+        }
+        done += got;
+    }
+    m->rx_read = read;
+    m->rx_off = off;
+    return done;
+}
+
+/* ---- send ---------------------------------------------------------------------------------- */
+
+/* Posts send WRs over the bytes copied in and not posted (lock held); the caller made sure
+ * the SQ has room for all of them. */
+static bool fp_tx_push(struct fp_sock *s, struct qpip_sock_shm *m)
+{
+    uint32_t first_wr = m->sq_tail;
+
+    while (m->tx_posted != m->tx_tail) {
+        uint32_t len = m->tx_tail - m->tx_posted;
+        if (len > s->tx_chunk)
+            len = s->tx_chunk;
+        uint32_t off = m->tx_posted & (s->tx_bytes - 1);
+        uint32_t first = len < s->tx_bytes - off ? len : s->tx_bytes - off;
+        struct qpip_wqe *w =
+            (struct qpip_wqe *)(s->sq + (size_t)(m->sq_tail & (s->sq_depth - 1)) * QPIP_WQE_SIZE);
+        struct qpip_sge *sge = (struct qpip_sge *)((uint8_t *)w + QPIP_WQE_SGE_OFFSET);
+
+        memset(w, 0, QPIP_WQE_SIZE);
+        w->opcode = QPIP_WQE_OP_SEND;
+        w->num_sge = first < len ? 2 : 1;
+        sge[0].addr = s->iova_tx + off;
+        sge[0].length = first;
+        sge[0].lkey = s->lkey;
+        if (first < len) {
+            sge[1].addr = s->iova_tx;
+            sge[1].length = len - first;
+            sge[1].lkey = s->lkey;
+        }
+        m->tx_posted += len;
+        w->wr_id = m->tx_posted;
+        m->sq_tail++;
+    }
+    if (m->sq_tail == first_wr)
+        return false;
+    return fp_ring(s, m->db_sq_tail, m->sq_tail, true);
+}
+
+/* ---- the table ----------------------------------------------------------------------------- */
+
+/* Maps FD's socket: its entry, or FP_NONE (not a socket that has one, for now or ever). */
+static struct fp_sock *fp_map(int fd)
+{
+    struct qpip_sock_fastpath a = { .size = sizeof(a), .op = QPIP_SOCK_FP_MAP };
+    struct fp_sock *s;
+    uint8_t *p;
+
+    /* EAGAIN: not connected yet, ask again later; anything else is for good (not this
+     * process's, shared, an old driver without the ioctl: ENOTTY). */
+    if (ioctl(fd, QPIP_IOCTL_SOCK_FASTPATH, &a) != 0)
+        return errno == EAGAIN ? NULL : FP_NONE;
+    p = mmap(NULL, a.map_len + sizeof(*s), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return FP_NONE;
+    s = (struct fp_sock *)p;
+    s->base = mmap(NULL, a.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (s->base == MAP_FAILED) {
+        munmap(p, a.map_len + sizeof(*s));
+        return FP_NONE;
+    }
+    s->len = a.map_len;
+    s->m = (struct qpip_sock_shm *)s->base;
+    const struct qpip_sock_shm *m = s->m;
+    s->db = s->base + m->off_db;
+    s->cq = s->base + m->off_cq;
+    s->sq = s->base + m->off_sq;
+    s->rq = s->base + m->off_rq;
+    s->rx = s->base + m->off_rx;
+    s->tx = s->base + m->off_tx;
+    s->cq_depth = m->cq_depth;
+    s->sq_depth = m->sq_depth;
+    s->rx_slots = m->rx_slots;
+    s->slot_bytes = m->rx_slot_bytes;
+    s->tx_bytes = m->tx_bytes;
+    s->tx_chunk = m->tx_chunk;
+    s->lkey = m->lkey;
+    s->iova_rx = m->iova_rx;
+    s->iova_tx = m->iova_tx;
+    count(C_FP_MAPPED);
+    return s;
+}
+
+static void fp_unmap(struct fp_sock *s)
+{
+    munmap(s->base, s->len);
+    munmap(s, s->len + sizeof(*s));
+}
+
+/* FD's mapping, made on first use; NULL when the call must be the system call. */
+static struct fp_sock *fp_get(int fd)
+{
+    if (QP_UNLIKELY(!atomic_load_explicit(&fp_tab, memory_order_acquire))) {
+        pthread_once(&fp_once, fp_init);
+        if (!atomic_load(&fp_tab))
+            return NULL;
+    }
+    if (fd < 0 || fd >= FP_MAX)
+        return NULL;
+    struct fp_sock *s = atomic_load_explicit(&fp_tab[fd], memory_order_acquire);
+    if (QP_UNLIKELY(!s)) {
+        struct fp_sock *none = NULL;
+        if (!atomic_compare_exchange_strong(&fp_tab[fd], &none, FP_BUSY))
+            return NULL;
+        s = fp_map(fd);
+        atomic_store_explicit(&fp_tab[fd], s ? s : NULL, memory_order_release);
+    }
+    return s == FP_NONE || s == FP_BUSY || !s ? NULL : s;
+}
+
+void fp_forget(int fd)
+{
+    if (fd < 0 || fd >= FP_MAX || !atomic_load(&fp_tab))
+        return;
+    struct fp_sock *s = atomic_exchange(&fp_tab[fd], NULL);
+    if (s && s != FP_NONE && s != FP_BUSY)
+        fp_unmap(s);
+}
+
+void fp_forget_range(unsigned first, unsigned last)
+{
+    if (!atomic_load(&fp_tab))
+        return;
+    for (unsigned fd = first; fd < FP_MAX && fd <= last; fd++)
+        if (atomic_load_explicit(&fp_tab[fd], memory_order_relaxed))
+            fp_forget((int)fd);
+}
+
+/* A forked child: the mappings came along (and told the driver the sockets are shared
+ * now); the child makes system calls on them, and gives its copies back. */
+static void fp_child(void)
+{
+    for (int fd = 0; fd < FP_MAX; fd++) {
+        struct fp_sock *s = atomic_load_explicit(&fp_tab[fd], memory_order_relaxed);
+        if (s && s != FP_NONE && s != FP_BUSY)
+            fp_unmap(s);
+        if (s)
+            atomic_store_explicit(&fp_tab[fd], FP_NONE, memory_order_relaxed);
+    }
+}
+
+/* ---- the calls ----------------------------------------------------------------------------- */
+
+ssize_t fp_recv(int fd, const struct iovec *iov, int iovcnt)
+{
+    struct fp_sock *s = fp_get(fd);
+    if (!s)
+        return FP_SYSCALL;
+    struct qpip_sock_shm *m = s->m;
+    if (!fp_trylock(m))
+        return FP_SYSCALL;
+    uint32_t flags = atomic_load_explicit(a32(&m->flags), memory_order_relaxed);
+    if (!(flags & QPIP_SOCK_SHM_RX_OK)) {
+        fp_unlock(m);
+        return FP_SYSCALL;
+    }
+    bool kick = fp_reap(s, m);
+    size_t n = 0;
+    if (m->rx_read != m->rx_done) {
+        n = fp_copy_out(s, m, iov, iovcnt);
+        kick |= fp_rx_refill(s, m);
+    }
+    fp_rearm(s, m, flags);
+    fp_unlock(m);
+    if (kick)
+        fp_kick(fd);
+    if (!n) {
+        /* Nothing (or a zero-length read): the driver sleeps, or says EAGAIN or 0. */
+        return FP_SYSCALL;
+    }
+    count(C_FP_READ);
+    return (ssize_t)n;
+}
+
+ssize_t fp_send(int fd, const struct iovec *iov, int iovcnt)
+{
+    size_t total = 0;
+    for (int i = 0; i < iovcnt; i++) {
+        if (iov[i].iov_len > SIZE_MAX / 2 - total)
+            return FP_SYSCALL;
+        total += iov[i].iov_len;
+    }
+    if (!total)
+        return FP_SYSCALL;
+    struct fp_sock *s = fp_get(fd);
+    if (!s || total > s->tx_bytes)
+        return FP_SYSCALL;
+    struct qpip_sock_shm *m = s->m;
+    if (!fp_trylock(m))
+        return FP_SYSCALL;
+    uint32_t flags = atomic_load_explicit(a32(&m->flags), memory_order_relaxed);
+    if (!(flags & QPIP_SOCK_SHM_TX_OK)) {
+        fp_unlock(m);
+        return FP_SYSCALL;
+    }
+    bool kick = fp_reap(s, m);
+    uint32_t free_bytes = s->tx_bytes - (m->tx_tail - m->tx_head);
+    uint32_t wrs = (uint32_t)((m->tx_tail - m->tx_posted + total + s->tx_chunk - 1) / s->tx_chunk);
+    if (total > free_bytes || wrs > s->sq_depth - (m->sq_tail - m->sq_head)) {
+        /* The whole write does not fit: the driver waits for room (or takes part). */
+        fp_rearm(s, m, flags);
+        fp_unlock(m);
+        if (kick)
+            fp_kick(fd);
+        return FP_SYSCALL;
+    }
+    for (int i = 0; i < iovcnt; i++) {
+        const uint8_t *src = iov[i].iov_base;
+        size_t len = iov[i].iov_len;
+        while (len) {
+            uint32_t off = m->tx_tail & (s->tx_bytes - 1);
+            size_t n = s->tx_bytes - off < len ? s->tx_bytes - off : len;
+            memcpy(s->tx + off, src, n);
+            m->tx_tail += (uint32_t)n;
+            src += n;
+            len -= n;
+        }
+    }
+    kick |= fp_tx_push(s, m);
+    fp_rearm(s, m, flags);
+    fp_unlock(m);
+    if (kick)
+        fp_kick(fd);
+    count(C_FP_WRITE);
+    return (ssize_t)total;
+}
