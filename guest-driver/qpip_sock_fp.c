@@ -393,7 +393,9 @@ int qpip_sock_fastpath(struct qpip_sock *sk, struct qpip_sock_fastpath *a)
 		return -EINVAL;
 	qpip_sock_lock(sk);
 	qpip_sock_sync(sk);
-	if (sk->udp || sk->state != QPIP_SOCK_CONNECTED || sk->dead || !sk->qp_made ||
+	if (!sk->udp && (sk->state == QPIP_SOCK_CONNECTING || sk->state == QPIP_SOCK_IDLE))
+		ret = -EAGAIN;		/* not yet: the library asks again */
+	else if (sk->udp || sk->state != QPIP_SOCK_CONNECTED || sk->dead || !sk->qp_made ||
 	    !sk->cq_made || !sk->bufs || !sk->bufs->locked.mm ||
 	    sk->bufs->locked.mm != current->mm)
 		ret = -EOPNOTSUPP;

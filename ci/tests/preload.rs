@@ -55,6 +55,35 @@ touch /lab/guest-done
 lab-wait host-done 300
 "#;
 
+/// The fast-path counters of a stats line (0 when absent: only non-zero ones are printed).
+#[derive(Debug, Default)]
+struct FastCounters {
+    reads: u64,
+    writes: u64,
+    syscalls: u64,
+    kicks: u64,
+}
+
+/// The counters of the process that made the most fast-path calls, of the stats lines
+/// joined by ';' (the main qpip-sockcheck; its forked children and exec'd images made few).
+fn fast_counters(stats: &str) -> FastCounters {
+    let field = |line: &str, key: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or(0)
+    };
+    stats
+        .split(';')
+        .map(|line| FastCounters {
+            reads: field(line, "fast_reads"),
+            writes: field(line, "fast_writes"),
+            syscalls: field(line, "data_syscalls"),
+            kicks: field(line, "kicks"),
+        })
+        .max_by_key(|c| c.reads + c.writes)
+        .unwrap_or_default()
+}
+
 /// What the lab host saw: its iperf3 client's exit status against the guest's server.
 struct HostView {
     client_status: Result<i32, String>,
@@ -101,7 +130,8 @@ fn host_side(host: &LabHost) -> HostView {
 /// `qpip-sockcheck` answers as on Linux's own TCP (both families; descriptors inherited
 /// across exec, the context closed by the program, a port bound again and connected to
 /// the same peer while its last connection is in TIME-WAIT, non-blocking and refused connects, a
-/// listener's kernel-side connections), iperf3 as client both ways and as server, and
+/// listener's kernel-side connections, a socket read by a forked child and its parent),
+/// plain reads and writes mostly without a system call (the fast path's counters), iperf3 as client both ways and as server, and
 /// `--disable` leaving every socket to the kernel.
 #[test]
 #[ignore = "boots VMs: run by ./qpip test"]
@@ -147,6 +177,24 @@ fn socket_programs_run_over_qpip_sockets() {
         assert!(
             a.get(&format!("pre{f}.stats")).contains("rediscovered=1"),
             "IPv{f}: the exec'd image did not find its qpip socket\n{ctx}"
+        );
+        // The fast path: its plain reads and writes (the 200 rounds of 16 writes and their
+        // echoes above all) mostly made no system call.
+        let stats = a.get(&format!("pre{f}.stats"));
+        let main = fast_counters(&stats);
+        assert!(
+            main.writes >= 3000 && main.reads >= 1000,
+            "IPv{f}: too few reads and writes on the fast path: {main:?}\n{ctx}"
+        );
+        assert!(
+            main.reads + main.writes >= 4 * (main.syscalls + main.kicks),
+            "IPv{f}: the fast path made too many system calls: {main:?}\n{ctx}"
+        );
+        // After the fork, both processes read the shared socket through the kernel: the
+        // 20 echoes after it are system calls at least.
+        assert!(
+            main.syscalls >= 40,
+            "IPv{f}: the socket shared by a fork stayed on the fast path: {main:?}\n{ctx}"
         );
         // Its UDP checks ran over qpip sockets: the connected one and the bound one.
         assert!(

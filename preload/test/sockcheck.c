@@ -87,6 +87,67 @@ static int echo_round(int fd, const char *msg)
            memcmp(buf, msg, n) == 0;
 }
 
+/* Reads exactly LEN bytes (blocking), as plain reads of at most 256 bytes: 1 when all came. */
+static int read_all(int fd, char *buf, size_t len)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = read(fd, buf + got, len - got < 256 ? len - got : 256);
+        if (n <= 0)
+            return 0;
+        got += (size_t)n;
+    }
+    return 1;
+}
+
+/* Waits until LEN bytes are there to read (FIONREAD), at most 5 s. */
+static int wait_readable(int fd, int len)
+{
+    for (int i = 0; i < 500; i++) {
+        int v = 0;
+        if (ioctl(fd, FIONREAD, &v) == 0 && v >= len)
+            return 1;
+        struct pollfd p = { fd, POLLIN, 0 };
+        poll(&p, 1, 10);
+    }
+    return 0;
+}
+
+/* A stream of plain writes and reads: 200 rounds of 16 writes of 256 bytes, their echo read
+ * back in reads of 256 (under the preload, the fast path takes most of them without a
+ * system call: the preload test checks its counters). Then a fork: both processes read
+ * the same socket, the child the first 100 bytes, the parent the next 100 (the preload
+ * gives the socket to the system calls in both from then on), and 20 more echoes. */
+static void stream_and_fork_check(void)
+{
+    static char out[4096], in[4096];
+    int fd = tcp_socket(0);
+    int good = connect(fd, (struct sockaddr *)&peer, peer_len) == 0;
+    for (int round = 0; good && round < 200; round++) {
+        for (int i = 0; i < 4096; i++)
+            out[i] = (char)(round * 31 + i * 7);
+        for (int i = 0; good && i < 16; i++)
+            good = write(fd, out + i * 256, 256) == 256;
+        good = good && read_all(fd, in, 4096) && memcmp(in, out, 4096) == 0;
+    }
+    ok("stream: 200 rounds of 16 writes and their echo", good, "short write or read, or data mismatch");
+
+    memset(out, 'A', 100);
+    memset(out + 100, 'B', 100);
+    good = good && write(fd, out, 200) == 200 && wait_readable(fd, 200);
+    pid_t pid = good ? fork() : -1;
+    if (pid == 0)
+        exit(read_all(fd, in, 100) && memcmp(in, out, 100) == 0 ? 0 : 1);
+    int status = -1;
+    good = pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    good = good && read_all(fd, in, 100) && memcmp(in, out + 100, 100) == 0;
+    for (int i = 0; good && i < 20; i++)
+        good = echo_round(fd, "after fork");
+    ok("fork: the child reads the first 100 bytes, the parent the next, echoes go on", good,
+       "child failed, data mismatch or echo failed");
+    close(fd);
+}
+
 /* The process's descriptors open on a qpip device (the preload's context). */
 static int close_contexts(void)
 {
@@ -453,6 +514,9 @@ int main(int argc, char **argv)
      * first): with SO_REUSEADDR, bind and connect succeed (the peer's timestamps tell the
      * incarnations apart), as Linux lets them. --- */
     port_reuse_check();
+
+    /* --- many plain writes and reads; a socket shared by a fork --- */
+    stream_and_fork_check();
 
     /* --- refused --- */
     struct sockaddr_storage closed = peer;
