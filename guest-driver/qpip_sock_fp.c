@@ -108,7 +108,8 @@ static void qpip_fp_import(struct qpip_sock *sk)
 	}
 	for (i = rx_read; i != rx_done; i++)
 		avail += len[i % QPIP_SOCK_RX_SLOTS];
-	if (rx_read == rx_done ? rx_off : rx_off >= len[rx_read % QPIP_SOCK_RX_SLOTS])
+	/* Inside the slot being read (an empty one, the end of data, is passed at offset 0). */
+	if (rx_off && (rx_read == rx_done || rx_off >= len[rx_read % QPIP_SOCK_RX_SLOTS]))
 		goto bad;
 
 	sk->cq_head = cq_head;

@@ -44,16 +44,6 @@
 #define FP_NONE ((struct fp_sock *)1)
 #define FP_BUSY ((struct fp_sock *)2) /* being set up by another thread */
 
-/* A socket's mapping, and the layout read once from its state page. */
-struct fp_sock {
-    uint8_t *base;
-    size_t len;
-    struct qpip_sock_shm *m;
-    uint8_t *db, *cq, *sq, *rq, *rx, *tx;
-    uint32_t cq_depth, sq_depth, rx_slots, slot_bytes, tx_bytes, tx_chunk, lkey;
-    uint64_t iova_rx, iova_tx;
-};
-
 static _Atomic(struct fp_sock *) *fp_tab;
 static pthread_once_t fp_once = PTHREAD_ONCE_INIT;
 
@@ -121,14 +111,17 @@ static inline bool fp_cqe_written(struct fp_sock *s, uint32_t idx)
 }
 
 /* Takes the ordinary completions (lock held): acknowledged sends, receives with data in
- * the expected slot. Stops at anything else, which the driver takes. Returns true if the
- * engine must be kicked (the ring was full). */
-static bool fp_reap(struct fp_sock *s, struct qpip_sock_shm *m)
+ * the expected slot. Stops at anything else (an error, a flushed WR, the end of data),
+ * which the driver takes: *ODD says one is waiting. Returns true if the engine must be
+ * kicked (the ring was full). */
+static bool fp_reap(struct fp_sock *s, struct qpip_sock_shm *m, bool *odd)
 {
     uint32_t old = m->cq_head, head = old;
 
+    *odd = false;
     while (fp_cqe_written(s, head)) {
         const struct qpip_cqe *e = fp_cqe(s, head);
+        *odd = true;
         if (e->status != QPIP_CQE_STATUS_SUCCESS)
             break;
         if (e->opcode == QPIP_CQE_OP_SEND) {
@@ -146,6 +139,7 @@ static bool fp_reap(struct fp_sock *s, struct qpip_sock_shm *m)
         } else {
             break;
         }
+        *odd = false;
         head++;
     }
     if (head == old)
@@ -277,12 +271,21 @@ static struct fp_sock *fp_map(int fd)
     if (p == MAP_FAILED)
         return FP_NONE;
     s = (struct fp_sock *)p;
-    s->base = mmap(NULL, a.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (s->base == MAP_FAILED) {
+    void *base = mmap(NULL, a.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
         munmap(p, a.map_len + sizeof(*s));
         return FP_NONE;
     }
-    s->len = a.map_len;
+    fp_attach(s, base, a.map_len);
+    count(C_FP_MAPPED);
+    return s;
+}
+
+/* Fills S in from the layout in the state page at BASE (LEN bytes mapped). */
+void fp_attach(struct fp_sock *s, void *base, size_t len)
+{
+    s->base = base;
+    s->len = len;
     s->m = (struct qpip_sock_shm *)s->base;
     const struct qpip_sock_shm *m = s->m;
     s->db = s->base + m->off_db;
@@ -300,8 +303,6 @@ static struct fp_sock *fp_map(int fd)
     s->lkey = m->lkey;
     s->iova_rx = m->iova_rx;
     s->iova_tx = m->iova_tx;
-    count(C_FP_MAPPED);
-    return s;
 }
 
 static void fp_unmap(struct fp_sock *s)
@@ -367,8 +368,11 @@ static void fp_child(void)
 ssize_t fp_recv(int fd, const struct iovec *iov, int iovcnt)
 {
     struct fp_sock *s = fp_get(fd);
-    if (!s)
-        return FP_SYSCALL;
+    return s ? fp_recv_on(fd, s, iov, iovcnt) : FP_SYSCALL;
+}
+
+ssize_t fp_recv_on(int fd, struct fp_sock *s, const struct iovec *iov, int iovcnt)
+{
     struct qpip_sock_shm *m = s->m;
     if (!fp_trylock(m))
         return FP_SYSCALL;
@@ -377,8 +381,10 @@ ssize_t fp_recv(int fd, const struct iovec *iov, int iovcnt)
         fp_unlock(m);
         return FP_SYSCALL;
     }
-    bool kick = fp_reap(s, m);
+    bool odd;
+    bool kick = fp_reap(s, m, &odd);
     size_t n = 0;
+    /* The bytes before an unusual completion are the stream's as much as ever: read. */
     if (m->rx_read != m->rx_done) {
         n = fp_copy_out(s, m, iov, iovcnt);
         kick |= fp_rx_refill(s, m);
@@ -406,7 +412,12 @@ ssize_t fp_send(int fd, const struct iovec *iov, int iovcnt)
     if (!total)
         return FP_SYSCALL;
     struct fp_sock *s = fp_get(fd);
-    if (!s || total > s->tx_bytes)
+    return s ? fp_send_on(fd, s, iov, iovcnt, total) : FP_SYSCALL;
+}
+
+ssize_t fp_send_on(int fd, struct fp_sock *s, const struct iovec *iov, int iovcnt, size_t total)
+{
+    if (total > s->tx_bytes)
         return FP_SYSCALL;
     struct qpip_sock_shm *m = s->m;
     if (!fp_trylock(m))
@@ -416,11 +427,13 @@ ssize_t fp_send(int fd, const struct iovec *iov, int iovcnt)
         fp_unlock(m);
         return FP_SYSCALL;
     }
-    bool kick = fp_reap(s, m);
+    bool odd;
+    bool kick = fp_reap(s, m, &odd);
     uint32_t free_bytes = s->tx_bytes - (m->tx_tail - m->tx_head);
     uint32_t wrs = (uint32_t)((m->tx_tail - m->tx_posted + total + s->tx_chunk - 1) / s->tx_chunk);
-    if (total > free_bytes || wrs > s->sq_depth - (m->sq_tail - m->sq_head)) {
-        /* The whole write does not fit: the driver waits for room (or takes part). */
+    if (odd || total > free_bytes || wrs > s->sq_depth - (m->sq_tail - m->sq_head)) {
+        /* The whole write does not fit (the driver waits for room, or takes part), or the
+         * connection may have ended (the driver says how: EPIPE, ECONNRESET...). */
         fp_rearm(s, m, flags);
         fp_unlock(m);
         if (kick)

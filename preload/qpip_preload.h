@@ -176,6 +176,21 @@ int ctx_check_stale(int fd);
 struct iovec;
 ssize_t fp_recv(int fd, const struct iovec *iov, int iovcnt);
 ssize_t fp_send(int fd, const struct iovec *iov, int iovcnt);
+/* A socket's mapping, and the layout read once from its state page. */
+struct fp_sock {
+    uint8_t *base;
+    size_t len;
+    struct qpip_sock_shm *m;
+    uint8_t *db, *cq, *sq, *rq, *rx, *tx;
+    uint32_t cq_depth, sq_depth, rx_slots, slot_bytes, tx_bytes, tx_chunk, lkey;
+    uint64_t iova_rx, iova_tx;
+};
+/* The parts below fp_recv/fp_send, on a mapping made by the caller (the unit test's, a
+ * simulated device's): fp_attach reads the layout from the state page at BASE. FD is only
+ * for the engine's kick. TOTAL is the iovec's bytes. */
+void fp_attach(struct fp_sock *s, void *base, size_t len);
+ssize_t fp_recv_on(int fd, struct fp_sock *s, const struct iovec *iov, int iovcnt);
+ssize_t fp_send_on(int fd, struct fp_sock *s, const struct iovec *iov, int iovcnt, size_t total);
 /* FD is closed or replaced (close, dup2/dup3 onto it, close_range): unmap its socket. */
 void fp_forget(int fd);
 void fp_forget_range(unsigned first, unsigned last);
