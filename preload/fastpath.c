@@ -16,8 +16,9 @@
  *  - a completion that is not an ordinary one (an error, the end of data): left in the CQ
  *    for the driver, which knows what it means.
  * The critical section never blocks and never makes a system call (the driver waits for
- * it). The engine's kick register is not mapped: when a doorbell finds the engine asleep,
- * an IOCTL_SOCK_FASTPATH kick follows, after the lock word is let go.
+ * it). When a doorbell finds the engine asleep, the library writes the device's kick
+ * register after it let the lock word go: mapped from the process's context (fp_kick), or,
+ * without one, through the socket's IOCTL_SOCK_FASTPATH.
  *
  * The table: one entry per descriptor below FP_MAX, a pointer to the socket's mapping, or
  * FP_NONE (asked already: no fast path for it). Entries are made by the first read or
@@ -89,8 +90,44 @@ static bool fp_ring(struct fp_sock *s, uint32_t off, uint32_t value, bool kick)
     return kick && atomic_load_explicit(a32(s->db + QPIP_DB_ENGINE_SLEEPING), memory_order_relaxed);
 }
 
+/* The device's kick register, mapped from the process's context as the verbs library maps
+ * it (QUERY_DEVICE says where; one register for the whole function, whichever context
+ * maps it): a doorbell that finds the engine asleep writes it without a system call.
+ * NULL: not mapped yet; FP_KICK_NONE: it cannot be (no context now): the socket's ioctl.
+ * Not copied into a forked child (the driver maps it VM_DONTCOPY): the child forgets it. */
+#define FP_KICK_NONE ((uint32_t *)1)
+static _Atomic(uint32_t *) fp_kick_reg;
+
+static uint32_t *fp_kick_map(void)
+{
+    const char *why;
+    int cfd = ctx_get(&why);
+    if (cfd < 0)
+        return FP_KICK_NONE;
+    struct qpip_query_device q = { .size = sizeof(q) };
+    if (ioctl(cfd, QPIP_IOCTL_QUERY_DEVICE, &q) != 0)
+        return FP_KICK_NONE;
+    void *p = mmap(NULL, 4096, PROT_WRITE, MAP_SHARED, cfd, (off_t)q.kick_offset);
+    return p == MAP_FAILED ? FP_KICK_NONE : (uint32_t *)p;
+}
+
 static void fp_kick(int fd)
 {
+    uint32_t *k = atomic_load_explicit(&fp_kick_reg, memory_order_acquire);
+    if (QP_UNLIKELY(!k)) {
+        uint32_t *none = NULL;
+        k = fp_kick_map();
+        if (!atomic_compare_exchange_strong(&fp_kick_reg, &none, k)) {
+            if (k != FP_KICK_NONE)
+                munmap(k, 4096);
+            k = none;
+        }
+    }
+    if (k != FP_KICK_NONE) {
+        count(C_FP_KICK_MAPPED);
+        *(volatile uint32_t *)((uint8_t *)k + QPIP_KICK) = 1;
+        return;
+    }
     struct qpip_sock_fastpath a = { .size = sizeof(a), .op = QPIP_SOCK_FP_KICK };
     count(C_FP_KICK);
     ioctl(fd, QPIP_IOCTL_SOCK_FASTPATH, &a);
@@ -354,6 +391,7 @@ void fp_forget_range(unsigned first, unsigned last)
  * now); the child makes system calls on them, and gives its copies back. */
 static void fp_child(void)
 {
+    atomic_store_explicit(&fp_kick_reg, NULL, memory_order_relaxed);
     for (int fd = 0; fd < FP_MAX; fd++) {
         struct fp_sock *s = atomic_load_explicit(&fp_tab[fd], memory_order_relaxed);
         if (s && s != FP_NONE && s != FP_BUSY)

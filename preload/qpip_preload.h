@@ -100,6 +100,7 @@ enum qp_counter {
     C_FP_SYSCALL,       /* reads, writes, sends and recvs of TCP qpip sockets that were
                            system calls (nothing to read, no room, no fast path...) */
     C_FP_KICK,          /* system calls made only to wake the device's engine */
+    C_FP_KICK_MAPPED,   /* ... wake-ups through the mapped kick register instead */
     C_DECLINED_BASE,    /* + reason (1..15), declines by the driver or by the library */
     C_COUNT = C_DECLINED_BASE + 16
 };
