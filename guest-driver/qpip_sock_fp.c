@@ -92,10 +92,13 @@ static void qpip_fp_import(struct qpip_sock *sk)
 	    tx_posted - sk->tx_posted > tx_tail - sk->tx_posted ||
 	    tx_head - sk->tx_head > tx_posted - sk->tx_head)
 		goto bad;
-	/* Receives: completed only posted WRs, read only completed ones, posted only read slots. */
-	if (rx_done - sk->rx_done > sk->rq_tail - sk->rx_done ||
-	    rx_read - sk->rx_read > rx_done - sk->rx_read ||
-	    rq_tail - sk->rq_tail > QPIP_SOCK_RX_SLOTS || rq_tail - rx_read > QPIP_SOCK_RX_SLOTS)
+	/*
+	 * Receives: posted only slots read whole, completed only posted WRs (the process's
+	 * own posts included), read only completed ones.
+	 */
+	if (rq_tail - sk->rq_tail > QPIP_SOCK_RX_SLOTS || rq_tail - rx_read > QPIP_SOCK_RX_SLOTS ||
+	    rx_done - sk->rx_done > rq_tail - sk->rx_done ||
+	    rx_read - sk->rx_read > rx_done - sk->rx_read)
 		goto bad;
 	memcpy(len, sk->rx_len, sizeof(len));
 	/* The lengths of the completions the process took (never an empty one: the end of data). */
