@@ -130,6 +130,12 @@ static void qpip_fp_import(struct qpip_sock *sk)
 	memcpy(sk->rx_len, len, sizeof(len));
 	return;
 bad:
+	/* What the process wrote and what the driver had, for whoever debugs the library. */
+	pr_warn_ratelimited("qpip: pid %d: impossible fast-path indices, connection ended: cq %u->%u sq %u/%u->%u/%u tx %u/%u/%u->%u/%u/%u rq %u->%u rx %u/%u/%u->%u/%u/%u\n",
+			    task_pid_nr(current), sk->cq_head, cq_head, sk->sq_head, sk->sq_tail,
+			    sq_head, sq_tail, sk->tx_head, sk->tx_posted, sk->tx_tail, tx_head,
+			    tx_posted, tx_tail, sk->rq_tail, rq_tail, sk->rx_read, sk->rx_off,
+			    sk->rx_done, rx_read, rx_off, rx_done);
 	qpip_fp_bad(sk);
 }
 
