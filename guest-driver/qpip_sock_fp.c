@@ -50,10 +50,23 @@ static u32 *qpip_fp_lock_word(struct qpip_sock *sk)
 
 /* ---- the indices ---- */
 
-/* Marks the fast path off and the connection broken: the process's indices were impossible. */
+/* @new is behind @old: a free-running index moved backwards. */
+static bool qpip_fp_back(u32 new, u32 old)
+{
+	return (s32)(new - old) < 0;
+}
+
+/*
+ * Marks the fast path off and the connection broken: the process's indices were
+ * impossible. The driver's own are stale now (the process moved the rings on): nothing
+ * more is read from them, the error, then the end of the stream.
+ */
 static void qpip_fp_bad(struct qpip_sock *sk)
 {
 	sk->fp_off = true;
+	sk->rx_read = sk->rx_done;
+	sk->rx_off = 0;
+	sk->rx_avail = 0;
 	if (sk->state == QPIP_SOCK_CONNECTED)
 		sk->state = QPIP_SOCK_CLOSED;
 	sk->err = -EIO;
@@ -62,9 +75,11 @@ static void qpip_fp_bad(struct qpip_sock *sk)
 /*
  * Reads back what the process moved while it held the lock (lock held by the driver now),
  * each index checked against the driver's copy and the rings' sizes: the process may only
- * have consumed completions the device wrote, posted receives for slots read whole,
+ * have consumed the completions it accounts for, posted receives for slots read whole,
  * copied into free send space and posted what it copied. All differences are unsigned
- * (the indices are free-running).
+ * (the indices are free-running). What the checks guarantee is that the driver's copies
+ * never address memory outside the rings; a process that lies within them only garbles
+ * its own stream.
  */
 static void qpip_fp_import(struct qpip_sock *sk)
 {
@@ -80,29 +95,36 @@ static void qpip_fp_import(struct qpip_sock *sk)
 
 	if (!sk->cq || !sk->qp || !sk->bufs || sk->fp_off)
 		return;
-	if (cq_head - sk->cq_head > sk->cq_depth)
-		goto bad;
-	/* Send WRs: posted at most a ring ahead of the completed; completed only posted ones. */
-	if (sq_tail - sk->sq_tail > QPIP_SOCK_SQ_DEPTH || sq_tail - sq_head > QPIP_SOCK_SQ_DEPTH ||
-	    sq_head - sk->sq_head > sq_tail - sk->sq_head)
-		goto bad;
-	/* The send ring: head <= posted <= tail, at most the ring apart, each moved forward. */
-	if (tx_tail - tx_head > QPIP_SOCK_TX_BYTES || tx_posted - tx_head > tx_tail - tx_head ||
-	    tx_tail - sk->tx_tail > QPIP_SOCK_TX_BYTES ||
-	    tx_posted - sk->tx_posted > tx_tail - sk->tx_posted ||
-	    tx_head - sk->tx_head > tx_posted - sk->tx_head)
-		goto bad;
 	/*
-	 * Receives: posted only slots read whole, completed only posted WRs (the process's
-	 * own posts included), read only completed ones.
+	 * The WR indices only move forward (the process may have moved them any distance
+	 * since the driver last held the lock: its calls need no system call, but not 2^31
+	 * WRs), and every index stays within what the rings hold of the others. The send
+	 * ring's byte counters may move by more than 2^31 between two calls of the driver:
+	 * only their distances from each other are checked.
 	 */
-	if (rq_tail - sk->rq_tail > QPIP_SOCK_RX_SLOTS || rq_tail - rx_read > QPIP_SOCK_RX_SLOTS ||
-	    rx_done - sk->rx_done > rq_tail - sk->rx_done ||
-	    rx_read - sk->rx_read > rx_done - sk->rx_read)
+	if (qpip_fp_back(sq_head, sk->sq_head) || qpip_fp_back(sq_tail, sk->sq_tail) ||
+	    qpip_fp_back(rq_tail, sk->rq_tail) || qpip_fp_back(rx_done, sk->rx_done) ||
+	    qpip_fp_back(rx_read, sk->rx_read))
+		goto bad;
+	/* Send WRs: at most the SQ posted and not completed; completed only posted ones. */
+	if (sq_tail - sq_head > QPIP_SOCK_SQ_DEPTH || sq_head - sk->sq_head > sq_tail - sk->sq_head)
+		goto bad;
+	/* The send ring: head <= posted <= tail, at most the ring apart. */
+	if (tx_tail - tx_head > QPIP_SOCK_TX_BYTES || tx_posted - tx_head > tx_tail - tx_head)
+		goto bad;
+	/* Receives: read <= completed <= posted <= read + the slots. */
+	if (rq_tail - rx_read > QPIP_SOCK_RX_SLOTS || rx_done - rx_read > rq_tail - rx_read)
+		goto bad;
+	/* The process consumes only the completions it accounts for: a send or a receive each. */
+	if (cq_head - sk->cq_head != (sq_head - sk->sq_head) + (rx_done - sk->rx_done))
 		goto bad;
 	memcpy(len, sk->rx_len, sizeof(len));
-	/* The lengths of the completions the process took (never an empty one: the end of data). */
-	for (i = sk->rx_done; i != rx_done; i++) {
+	/*
+	 * The lengths of the completions the process took (never an empty one: the end of
+	 * data is the driver's), of the last QPIP_SOCK_RX_SLOTS of them: each slot's latest.
+	 */
+	i = rx_done - sk->rx_done > QPIP_SOCK_RX_SLOTS ? rx_done - QPIP_SOCK_RX_SLOTS : sk->rx_done;
+	for (; i != rx_done; i++) {
 		u32 slot = i % QPIP_SOCK_RX_SLOTS;
 
 		len[slot] = READ_ONCE(m->rx_len[slot]);
