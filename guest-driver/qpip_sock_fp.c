@@ -32,6 +32,7 @@
  * mmap and the VMA's callbacks run under the process's mmap lock: they take no mutex of
  * the socket's (the data path faults on user memory with the mutex held).
  */
+#include <linux/delay.h>
 #include <linux/mm.h>
 #include <linux/sched/signal.h>
 #include <net/tcp.h>
@@ -41,7 +42,7 @@
 /* How long the driver waits for the process to let the lock go before taking it over. */
 #define QPIP_FP_TAKEOVER_MS	2000
 /* Spins before each short sleep while waiting for it. */
-#define QPIP_FP_SPINS		200
+#define QPIP_FP_SPINS		50
 
 static u32 *qpip_fp_lock_word(struct qpip_sock *sk)
 {
@@ -228,8 +229,12 @@ static void qpip_fp_enter(struct qpip_sock *sk)
 			cpu_relax();
 			continue;
 		}
+		/*
+		 * A short sleep, not a tick: the holder may be a thread preempted on this
+		 * very CPU (a guest of one vCPU), which must run to let go.
+		 */
 		spins = 0;
-		schedule_timeout_uninterruptible(1);
+		usleep_range(10, 50);
 	}
 	WRITE_ONCE(*lock, QPIP_SOCK_SHM_LOCKED_KERNEL);
 	sk->fp_held = true;
