@@ -243,6 +243,7 @@ extern const struct file_operations qpip_sock_fops;
 
 /* qpip_sock_io.c */
 void qpip_sock_ring(struct qpip_sock *sk, u32 off, u32 value, bool kick);
+bool qpip_sock_rq_doorbell(struct qpip_sock *sk);
 struct qpip_wqe *qpip_sock_wqe(struct qpip_ring *r, u32 depth, u32 idx);
 struct qpip_sge *qpip_wqe_sge(struct qpip_wqe *w, unsigned int i);
 int qpip_sock_io_init(struct qpip_sock *sk);

@@ -78,6 +78,20 @@ struct qpip_sge *qpip_wqe_sge(struct qpip_wqe *w, unsigned int i)
 
 /* ---- receive ---- */
 
+/*
+ * Tells the device the RQ's new tail (a TCP or UDP socket's receive WRs just written), with
+ * a kick if it sleeps: false if the device no longer has the socket's context.
+ */
+bool qpip_sock_rq_doorbell(struct qpip_sock *sk)
+{
+	if (!qpip_sock_device(sk))
+		return false;
+	qpip_sock_ring(sk, QPIP_DB_QP_BASE + sk->qp_slot * QPIP_DB_QP_STRIDE + QPIP_DB_QP_RQ_TAIL,
+		       sk->rq_tail, true);
+	qpip_sock_device_end(sk);
+	return true;
+}
+
 /* Writes the receive WR of RQ index @idx (its slot's page). */
 static void qpip_sock_rx_wqe(struct qpip_sock *sk, u32 idx)
 {
@@ -98,12 +112,7 @@ int qpip_sock_io_init(struct qpip_sock *sk)
 {
 	for (sk->rq_tail = 0; sk->rq_tail < QPIP_SOCK_RX_SLOTS; sk->rq_tail++)
 		qpip_sock_rx_wqe(sk, sk->rq_tail);
-	if (!qpip_sock_device(sk))
-		return -ENODEV;
-	qpip_sock_ring(sk, QPIP_DB_QP_BASE + sk->qp_slot * QPIP_DB_QP_STRIDE + QPIP_DB_QP_RQ_TAIL,
-		       sk->rq_tail, true);
-	qpip_sock_device_end(sk);
-	return 0;
+	return qpip_sock_rq_doorbell(sk) ? 0 : -ENODEV;
 }
 
 /* Posts the slots read whole since the last time (a TCP receive kicks: it opens the window). */
@@ -115,11 +124,7 @@ static void qpip_sock_rx_refill(struct qpip_sock *sk)
 		return;
 	while (sk->rq_tail != want)
 		qpip_sock_rx_wqe(sk, sk->rq_tail++);
-	if (!qpip_sock_device(sk))
-		return;
-	qpip_sock_ring(sk, QPIP_DB_QP_BASE + sk->qp_slot * QPIP_DB_QP_STRIDE + QPIP_DB_QP_RQ_TAIL,
-		       sk->rq_tail, true);
-	qpip_sock_device_end(sk);
+	qpip_sock_rq_doorbell(sk);
 }
 
 /* ---- completions ---- */

@@ -65,26 +65,12 @@ static void qpip_udp_rx_wqe(struct qpip_sock *sk, u32 idx)
 	sge->lkey = sk->lkey;
 }
 
-static void qpip_udp_rq_doorbell(struct qpip_sock *sk)
-{
-	if (!qpip_sock_device(sk))
-		return;
-	qpip_sock_ring(sk, QPIP_DB_QP_BASE + sk->qp_slot * QPIP_DB_QP_STRIDE + QPIP_DB_QP_RQ_TAIL,
-		       sk->rq_tail, true);
-	qpip_sock_device_end(sk);
-}
-
 /* Posts every slot once (the device's objects just made). */
 int qpip_udp_io_init(struct qpip_sock *sk)
 {
 	for (sk->rq_tail = 0; sk->rq_tail < QPIP_UDP_RX_SLOTS; sk->rq_tail++)
 		qpip_udp_rx_wqe(sk, sk->rq_tail);
-	if (!qpip_sock_device(sk))
-		return -ENODEV;
-	qpip_sock_ring(sk, QPIP_DB_QP_BASE + sk->qp_slot * QPIP_DB_QP_STRIDE + QPIP_DB_QP_RQ_TAIL,
-		       sk->rq_tail, true);
-	qpip_sock_device_end(sk);
-	return 0;
+	return qpip_sock_rq_doorbell(sk) ? 0 : -ENODEV;
 }
 
 /* Posts the slots read (or skipped) since the last time (mutex held). */
@@ -96,7 +82,7 @@ static void qpip_udp_refill(struct qpip_sock *sk)
 		return;
 	while (sk->rq_tail != want)
 		qpip_udp_rx_wqe(sk, sk->rq_tail++);
-	qpip_udp_rq_doorbell(sk);
+	qpip_sock_rq_doorbell(sk);
 }
 
 /* Whether a datagram from @addr/@port is this socket's (mutex held). */
@@ -538,6 +524,21 @@ int qpip_udp_peer(struct qpip_sock *sk, struct qpip_sock_peer *a)
 /* ---- making one ---- */
 
 /*
+ * Ends @sk, made for @sock but not handed out: its device objects go, and the kernel
+ * socket goes back to the program as it was (only our reference on it is put).
+ */
+static void qpip_udp_abandon(struct qpip_sock *sk, struct socket *sock)
+{
+	mutex_lock(&sk->lock);
+	qpip_sock_destroy(sk);
+	mutex_unlock(&sk->lock);
+	sk->ksock = NULL;
+	sk->ksock_file = NULL;
+	sockfd_put(sock);
+	qpip_sock_put(sk);
+}
+
+/*
  * A UDP qpip socket of @sock (the caller's reference, the new socket's from then on),
  * bound in the device to @port on @local (the wildcard: every address of the device).
  * Returns it, NULL with *@declined set (@sock put), or an ERR_PTR (@sock put).
@@ -579,14 +580,7 @@ static struct qpip_sock *qpip_udp_make(struct qpip_ctx *ctx, struct file *ctx_fi
 		}
 	}
 	if (ret || *declined) {
-		mutex_lock(&sk->lock);
-		qpip_sock_destroy(sk);
-		mutex_unlock(&sk->lock);
-		/* The kernel socket goes back to the program: only our reference is put. */
-		sk->ksock = NULL;
-		sk->ksock_file = NULL;
-		sockfd_put(sock);
-		qpip_sock_put(sk);
+		qpip_udp_abandon(sk, sock);
 		return ret ? ERR_PTR(ret) : NULL;
 	}
 	/*
@@ -699,13 +693,7 @@ int qpip_udp_connect(struct qpip_ctx *ctx, struct file *ctx_file, struct socket 
 	len = qpip_sock_sockaddr(ksk->sk_family, a->peer.addr, a->peer.port, &ss);
 	ret = kernel_connect(sock, (struct sockaddr *)&ss, len, 0);
 	if (ret) {
-		mutex_lock(&sk->lock);
-		qpip_sock_destroy(sk);
-		mutex_unlock(&sk->lock);
-		sk->ksock = NULL;
-		sk->ksock_file = NULL;
-		sockfd_put(sock);
-		qpip_sock_put(sk);
+		qpip_udp_abandon(sk, sock);
 		return ret;
 	}
 	memcpy(sk->peer_addr, a->peer.addr, 16);
