@@ -176,6 +176,7 @@ struct qpip_ring *qpip_ring_alloc(struct qpip_ctx *ctx, size_t bytes);
 void qpip_ring_release(struct kref *ref);
 int qpip_ring_publish(struct qpip_ctx *ctx, struct qpip_ring *r);
 void qpip_ring_put(struct qpip_ctx *ctx, struct qpip_ring *r, bool leak);
+void qpip_ring_rehome(struct qpip_ring *r);
 struct qpip_mr *qpip_mr_alloc(struct qpip_ctx *ctx, u64 addr, u64 length, bool writable);
 void qpip_mr_free(struct qpip_dev *qdev, struct qpip_mr *mr, bool leak);
 void qpip_cq_free(struct qpip_ctx *ctx, struct qpip_cq *cq, bool leak);

@@ -67,7 +67,37 @@ static void qpip_lock_unaccount(struct qpip_locked *l, unsigned long npages)
 	l->user = NULL;
 }
 
+/*
+ * Charges @l's @npages to the calling process instead of the one that allocated them,
+ * within the caller's RLIMIT_MEMLOCK (left where they are if it has no room): a prefork
+ * server's worker accepting a connection that the master, or another worker, offered.
+ * The user's quota is the same context's either way.
+ */
+static void qpip_lock_move(struct qpip_locked *l, unsigned long npages)
+{
+	struct mm_struct *mm = current->mm;
+	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+
+	if (!l->mm || !mm || l->mm == mm)
+		return;
+	if (atomic64_add_return(npages, &mm->pinned_vm) > limit && !capable(CAP_IPC_LOCK)) {
+		atomic64_sub(npages, &mm->pinned_vm);
+		return;
+	}
+	atomic64_sub(npages, &l->mm->pinned_vm);
+	mmdrop(l->mm);
+	mmgrab(mm);
+	l->mm = mm;
+}
+
 /* ---- rings ---- */
+
+/* @r's pages charged to the calling process from now on (qpip_lock_move). */
+void qpip_ring_rehome(struct qpip_ring *r)
+{
+	if (r)
+		qpip_lock_move(&r->locked, r->npages);
+}
 
 void qpip_ring_release(struct kref *ref)
 {

@@ -372,6 +372,22 @@ void qpip_sock_destroy(struct qpip_sock *sk)
 	}
 }
 
+/*
+ * An accepted connection's rings and buffers charged to the process that accepts it (mutex
+ * held): whoever made the offer (the listener's maker, another worker), the connection is
+ * the accepting process's, which may then map it (qpip_sock_fp.c).
+ */
+void qpip_sock_rehome(struct qpip_sock *sk)
+{
+	qpip_ring_rehome(sk->bufs);
+	if (sk->cq)
+		qpip_ring_rehome(sk->cq->ring);
+	if (sk->qp) {
+		qpip_ring_rehome(sk->qp->sq);
+		qpip_ring_rehome(sk->qp->rq);
+	}
+}
+
 /* ---- events ---- */
 
 /* Records event @bit of @sk (any context) and wakes whoever waits on it. */

@@ -185,6 +185,7 @@ struct qpip_sock {
 	bool fp_held;			/* the lock word is held by this mutex holder */
 	bool fp_off;			/* the process lost the fast path */
 	bool fp_shared;			/* the mapping was copied by fork */
+	bool fp_cork;			/* the page's cork as the driver last wrote it */
 
 	/* UDP: the slots' datagrams; rx_done/rx_read count them, rx_dgrams those not dropped. */
 	struct qpip_sock_dgram udp_rx[QPIP_UDP_RX_SLOTS];
@@ -224,6 +225,7 @@ long qpip_sock_ctx_ioctl(struct qpip_ctx *ctx, struct file *ctx_file, unsigned i
 			 void __user *uarg);
 struct qpip_sock *qpip_sock_alloc(struct qpip_ctx *ctx, struct file *ctx_file, int family);
 int qpip_sock_objects(struct qpip_sock *sk);
+void qpip_sock_rehome(struct qpip_sock *sk);
 struct file *qpip_sock_file(struct qpip_sock *sk, unsigned int flags);
 int qpip_sock_install(struct file *f, unsigned int flags);
 struct net_device *qpip_sock_netdev(struct qpip_dev *qdev);

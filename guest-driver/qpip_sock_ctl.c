@@ -143,6 +143,7 @@ static int qpip_sock_accept_device(struct qpip_sock *l, struct qpip_sock *sk,
 	qpip_sock_lock(sk);
 	qpip_sock_sync(sk);
 	qpip_sock_accepted_local(sk);
+	qpip_sock_rehome(sk);
 	ret = qpip_sock_accept_ksock(l, sk);
 	if (!ret)
 		qpip_sock_set_keepalive(sk);
@@ -459,6 +460,14 @@ static int qpip_sock_opt(struct qpip_sock *sk, struct qpip_sock_opt *a, u32 __us
 	if (a->set) {
 		if (a->optlen > INT_MAX)
 			return -EINVAL;
+		/*
+		 * A cork the library set in the shared page goes to the store first
+		 * (qpip_fp_import_cork), so that this call's value is the last one.
+		 */
+		if (a->level == SOL_TCP && a->name == TCP_CORK && READ_ONCE(sk->shm)) {
+			qpip_sock_lock(sk);
+			qpip_sock_unlock(sk);
+		}
 		ret = do_sock_setsockopt(sk->ksock, false, a->level, a->name, USER_SOCKPTR(uval),
 					 a->optlen);
 		if (ret)

@@ -73,6 +73,26 @@ static void qpip_fp_bad(struct qpip_sock *sk)
 	sk->err = -EIO;
 }
 
+static bool qpip_fp_ksock_corked(struct qpip_sock *sk)
+{
+	return sk->ksock && (tcp_sk(sk->ksock->sk)->nonagle & TCP_NAGLE_CORK);
+}
+
+/*
+ * The program's TCP_CORK as the process left it: a setsockopt the library did without a
+ * system call. The kernel socket keeps the option (getsockopt reads it there, the data
+ * path in qpip_sock_io.c too), so a change goes there; the value the driver last wrote
+ * into the page tells a change from a value nobody touched.
+ */
+static void qpip_fp_import_cork(struct qpip_sock *sk, bool cork)
+{
+	if (cork == sk->fp_cork || !sk->ksock)
+		return;
+	sk->fp_cork = cork;
+	if (cork != qpip_fp_ksock_corked(sk))
+		tcp_sock_set_cork(sk->ksock->sk, cork);
+}
+
 /*
  * Reads back what the process moved while it held the lock (lock held by the driver now),
  * each index checked against the driver's copy and the rings' sizes: the process may only
@@ -151,6 +171,7 @@ static void qpip_fp_import(struct qpip_sock *sk)
 	sk->rx_off = rx_off;
 	sk->rx_avail = avail - rx_off;
 	memcpy(sk->rx_len, len, sizeof(len));
+	qpip_fp_import_cork(sk, !!READ_ONCE(m->cork));
 	return;
 bad:
 	/* What the process wrote and what the driver had, for whoever debugs the library. */
@@ -175,8 +196,8 @@ static u32 qpip_fp_flags(struct qpip_sock *sk)
 		return QPIP_SOCK_SHM_SHARED;
 	if (up && !sk->rd_shut && !sk->rx_eof && !sk->peer_closed)
 		flags |= QPIP_SOCK_SHM_RX_OK;
-	if (up && !sk->wr_shut && !sk->fin_sent && !sk->tx_corked &&
-	    !(sk->ksock && (tcp_sk(sk->ksock->sk)->nonagle & TCP_NAGLE_CORK)))
+	/* TCP_CORK is the page's (cork); MSG_MORE's hold is the driver's alone. */
+	if (up && !sk->wr_shut && !sk->fin_sent && !sk->tx_corked)
 		flags |= QPIP_SOCK_SHM_TX_OK;
 	if (waitqueue_active(&sk->wait))
 		flags |= QPIP_SOCK_SHM_WAITERS;
@@ -199,6 +220,8 @@ static void qpip_fp_export(struct qpip_sock *sk)
 	WRITE_ONCE(m->rx_read, sk->rx_read);
 	WRITE_ONCE(m->rx_off, sk->rx_off);
 	memcpy(m->rx_len, sk->rx_len, sizeof(m->rx_len));
+	sk->fp_cork = qpip_fp_ksock_corked(sk);
+	WRITE_ONCE(m->cork, sk->fp_cork);
 	WRITE_ONCE(m->flags, qpip_fp_flags(sk));
 }
 

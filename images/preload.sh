@@ -30,6 +30,7 @@ BUILD=$RUNTIME_DIR/$BUILD_REL
 # What the library may export: the calls it interposes (intercept.c), nothing else.
 EXPORTS="__recv_chk __recvfrom_chk accept accept4 bind close close_range closefrom connect dup dup2 dup3
 fcntl fcntl64 getpeername getsockname getsockopt listen read readv recv recvfrom recvmmsg recvmsg send
+sendfile sendfile64
 sendmmsg sendmsg sendto
 setsockopt shutdown socket socketpair write writev"
 

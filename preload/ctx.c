@@ -79,6 +79,7 @@ void qp_init(void)
     RESOLVE(write);
     RESOLVE(readv);
     RESOLVE(writev);
+    RESOLVE(sendfile);
     if (!real.fcntl64)
         real.fcntl64 = real.fcntl;
     qp_config_init();

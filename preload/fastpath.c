@@ -9,7 +9,7 @@
  * all without a system call. Anything else makes the system call as before, which is
  * always right:
  *  - the lock word is taken (another thread, or the driver): no waiting here;
- *  - the driver's flags say no (not connected, an error, end of data, shut down, corked,
+ *  - the driver's flags say no (not connected, an error, end of data, shut down, MSG_MORE,
  *    the socket shared by a fork, the fast path taken away);
  *  - nothing to read, or not room for the whole write: the driver sleeps, or says EAGAIN,
  *    and arms the CQ so that poll and epoll hear of the next completion;
@@ -29,11 +29,13 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -256,12 +258,14 @@ static size_t fp_copy_out(struct fp_sock *s, struct qpip_sock_shm *m, const stru
 /* ---- send ---------------------------------------------------------------------------------- */
 
 /* Posts send WRs over the bytes copied in and not posted (lock held); the caller made sure
- * the SQ has room for all of them. */
+ * the SQ has room for all of them. Corked (the program's TCP_CORK, in the state page),
+ * only whole chunks go, as in the driver: the rest waits for more bytes or the uncork. */
 static bool fp_tx_push(struct fp_sock *s, struct qpip_sock_shm *m)
 {
     uint32_t first_wr = m->sq_tail;
+    uint32_t least = m->cork ? s->tx_chunk : 1;
 
-    while (m->tx_posted != m->tx_tail) {
+    while (m->tx_tail - m->tx_posted >= least) {
         uint32_t len = m->tx_tail - m->tx_posted;
         if (len > s->tx_chunk)
             len = s->tx_chunk;
@@ -497,4 +501,105 @@ ssize_t fp_send_on(int fd, struct fp_sock *s, const struct iovec *iov, int iovcn
         fp_kick(fd);
     count(C_FP_WRITE);
     return (ssize_t)total;
+}
+
+/* ---- TCP_CORK and sendfile ----------------------------------------------------------------- */
+
+int fp_cork(int fd, int on)
+{
+    struct fp_sock *s = fp_get(fd);
+    return s ? fp_cork_on(fd, s, on) : FP_SYSCALL;
+}
+
+/* setsockopt(TCP_CORK) in user space: the state page's cork, which the driver takes into
+ * the socket's options the next time it holds the lock. Uncorking posts what was held
+ * back, unless the SQ lacks room for it (then the driver's setsockopt waits for room). */
+int fp_cork_on(int fd, struct fp_sock *s, int on)
+{
+    struct qpip_sock_shm *m = s->m;
+    if (!fp_trylock(m))
+        return FP_SYSCALL;
+    uint32_t flags = atomic_load_explicit(a32(&m->flags), memory_order_relaxed);
+    bool odd, kick = false;
+    int r = FP_SYSCALL;
+    if (flags & QPIP_SOCK_SHM_TX_OK) {
+        kick = fp_reap(s, m, &odd);
+        uint32_t wrs = (m->tx_tail - m->tx_posted + s->tx_chunk - 1) / s->tx_chunk;
+        if (on) {
+            m->cork = 1;
+            r = 0;
+        } else if (!odd && wrs <= s->sq_depth - (m->sq_tail - m->sq_head)) {
+            m->cork = 0;
+            kick |= fp_tx_push(s, m);
+            r = 0;
+        }
+        fp_rearm(s, m, flags);
+    }
+    fp_unlock(m);
+    if (kick)
+        fp_kick(fd);
+    if (!r)
+        count(C_FP_OPT);
+    return r;
+}
+
+/* The most one sendfile call copies through the process, and what it keeps on the stack. */
+#define FP_SENDFILE_MAX (256 * 1024)
+#define FP_SENDFILE_STACK 4096
+
+/* The send ring's free bytes as last seen (no lock: a hint, fp_send_on checks again). */
+static uint32_t fp_tx_room(struct fp_sock *s)
+{
+    struct qpip_sock_shm *m = s->m;
+    uint32_t head = atomic_load_explicit(a32(&m->tx_head), memory_order_relaxed);
+    uint32_t tail = atomic_load_explicit(a32(&m->tx_tail), memory_order_relaxed);
+    uint32_t used = tail - head;
+    return used < s->tx_bytes ? s->tx_bytes - used : 0;
+}
+
+/* sendfile from a file at *OFF into a mapped socket: the file read into a buffer of ours
+ * (one pread, the page cache's copy) and written as a write would be, in user space, in
+ * place of the driver's splice through a pipe. Returns the bytes sent (*OFF moved on by
+ * them), 0 at the file's end, -1 with errno for the file's error after nothing was sent,
+ * or FP_SYSCALL: nothing done, the caller makes the system call (no offset given, no
+ * fast path, no room, a file pread refuses). */
+ssize_t fp_sendfile(int out, int in, off_t *off, size_t want)
+{
+    if (!off || !want || *off < 0)
+        return FP_SYSCALL;
+    struct fp_sock *s = fp_get(out);
+    if (!s)
+        return FP_SYSCALL;
+    size_t n = fp_tx_room(s);
+    if (n > want)
+        n = want;
+    if (n > FP_SENDFILE_MAX)
+        n = FP_SENDFILE_MAX;
+    if (!n)
+        return FP_SYSCALL;
+    uint8_t stack[FP_SENDFILE_STACK];
+    uint8_t *buf = n <= sizeof(stack) ? stack : malloc(n);
+    if (!buf)
+        return FP_SYSCALL;
+    ssize_t got = pread(in, buf, n, *off), r;
+    if (got <= 0) {
+        /* The end of the file is sendfile's 0; an error is the system call's to give. */
+        r = got == 0 ? 0 : FP_SYSCALL;
+    } else {
+        struct iovec iov = { buf, (size_t)got };
+        r = fp_send_on(out, s, &iov, 1, (size_t)got);
+        if (r == FP_SYSCALL) {
+            /* The room went (another thread, the driver): the bytes read go through the
+             * system call, which may take fewer; the offset moves by what it took. */
+            count(C_FP_SYSCALL);
+            r = syscall(SYS_write, out, buf, (size_t)got);
+        } else {
+            count(C_FP_SENDFILE);
+        }
+        if (r > 0)
+            *off += r;
+    }
+    if (buf != stack)
+        free(buf);
+    return r;
 }

@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <string.h>
@@ -361,6 +362,11 @@ static int q_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
 
 static int q_setsockopt(int fd, int level, int name, const void *val, socklen_t len)
 {
+    /* TCP_CORK on and off around each response (nginx's tcp_nopush, HTTP servers'
+     * header-then-body) is the state page's, without a system call, when mapped. */
+    if (level == SOL_TCP && name == TCP_CORK && val && len >= (socklen_t)sizeof(int) &&
+        fast_candidate(fd, 1) && fp_cork(fd, *(const int *)val != 0) == 0)
+        return 0;
     struct qpip_sock_opt o = {
         .size = sizeof(o), .set = 1, .level = level, .name = name, .optval = (uintptr_t)val, .optlen = len
     };
@@ -1130,6 +1136,47 @@ QP_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
     if (iovcnt < 0)
         return real.writev(fd, iov, iovcnt);
     return fast_send(fd, iov, (size_t)iovcnt);
+}
+
+/* sendfile into a TCP qpip socket: in user space (fp_sendfile) while the send ring has
+ * room, the system call for the rest. A blocking socket gets all COUNT bytes, as from
+ * Linux's sendfile; a non-blocking one what went. */
+static ssize_t q_sendfile(int out, int in, off_t *off, size_t count)
+{
+    size_t done = 0;
+    ssize_t r = 0;
+
+    if (fast_candidate(out, 1)) {
+        while (done < count) {
+            r = fp_sendfile(out, in, off, count - done);
+            if (r <= 0)
+                break;
+            done += (size_t)r;
+        }
+        if (done == count || (done && (r != FP_SYSCALL || is_nonblocking(out))))
+            return (ssize_t)done;
+        if (!done && r != FP_SYSCALL)
+            return r;
+    }
+    r = real.sendfile(out, in, off, count - done);
+    if (!done)
+        return r;
+    return r > 0 ? (ssize_t)done + r : (ssize_t)done;
+}
+
+QP_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t count)
+{
+    if (QP_UNLIKELY(!real.sendfile))
+        return syscall(SYS_sendfile, out, in, off, count);
+    if (qp_disabled || (fdt_get(out) & (FD_QPIP | FD_UDP)) != FD_QPIP)
+        return real.sendfile(out, in, off, count);
+    return q_sendfile(out, in, off, count);
+}
+
+/* glibc's 64-bit name, the same function on 64-bit systems. */
+QP_EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t count)
+{
+    return sendfile(out, in, off, count);
 }
 
 /* ---- descriptor upkeep: never changes what the call does ---------------------------------------- */

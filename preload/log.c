@@ -165,7 +165,7 @@ static void kv(struct logbuf *b, const char *key, enum qp_counter c, int always)
 
 /* One line: "qpip-preload[PID]: stats prog=NAME connect_qpip=N listen_qpip=N accept_qpip=N
  * accept_kernel=N udp_connect_qpip=N udp_bind_qpip=N native_calls=N ioctl_calls=N" then the non-zero others
- * (fast_mapped=N, fast_reads=N, fast_writes=N, data_syscalls=N, kicks=N, kicks_mapped=N, declined_REASON=N, kernel_no_device=N, kernel_error=N, rediscovered=N, unmarked=N). */
+ * (fast_mapped=N, fast_reads=N, fast_writes=N, data_syscalls=N, kicks=N, kicks_mapped=N, fast_opts=N, fast_sendfiles=N, declined_REASON=N, kernel_no_device=N, kernel_error=N, rediscovered=N, unmarked=N). */
 static void stats_line(struct logbuf *b)
 {
     extern char *program_invocation_short_name;
@@ -186,6 +186,8 @@ static void stats_line(struct logbuf *b)
     kv(b, "data_syscalls", C_FP_SYSCALL, 0);
     kv(b, "kicks", C_FP_KICK, 0);
     kv(b, "kicks_mapped", C_FP_KICK_MAPPED, 0);
+    kv(b, "fast_opts", C_FP_OPT, 0);
+    kv(b, "fast_sendfiles", C_FP_SENDFILE, 0);
     kv(b, "kernel_no_device", C_KERNEL_NO_DEVICE, 0);
     kv(b, "kernel_error", C_KERNEL_ERROR, 0);
     kv(b, "rediscovered", C_REDISCOVERED, 0);

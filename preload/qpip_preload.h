@@ -101,6 +101,8 @@ enum qp_counter {
                            system calls (nothing to read, no room, no fast path...) */
     C_FP_KICK,          /* system calls made only to wake the device's engine */
     C_FP_KICK_MAPPED,   /* ... wake-ups through the mapped kick register instead */
+    C_FP_OPT,           /* setsockopt(TCP_CORK) done in user space */
+    C_FP_SENDFILE,      /* sendfile calls done with a pread and a user-space write */
     C_DECLINED_BASE,    /* + reason (1..15), declines by the driver or by the library */
     C_COUNT = C_DECLINED_BASE + 16
 };
@@ -149,6 +151,7 @@ struct real_fns {
     ssize_t (*write)(int, const void *, size_t);
     ssize_t (*readv)(int, const struct iovec *, int);
     ssize_t (*writev)(int, const struct iovec *, int);
+    ssize_t (*sendfile)(int, int, off_t *, size_t);
 };
 extern struct real_fns real;
 void qp_init(void);
@@ -192,6 +195,12 @@ struct fp_sock {
 void fp_attach(struct fp_sock *s, void *base, size_t len);
 ssize_t fp_recv_on(int fd, struct fp_sock *s, const struct iovec *iov, int iovcnt);
 ssize_t fp_send_on(int fd, struct fp_sock *s, const struct iovec *iov, int iovcnt, size_t total);
+/* setsockopt(FD, SOL_TCP, TCP_CORK, ON) in user space: 0, or FP_SYSCALL. */
+int fp_cork(int fd, int on);
+int fp_cork_on(int fd, struct fp_sock *s, int on);
+/* sendfile(OUT, IN, OFF, WANT) into a mapped socket: the bytes, 0 at the file's end, -1
+ * with errno, or FP_SYSCALL (nothing done). */
+ssize_t fp_sendfile(int out, int in, off_t *off, size_t want);
 /* FD is closed or replaced (close, dup2/dup3 onto it, close_range): unmap its socket. */
 void fp_forget(int fd);
 void fp_forget_range(unsigned first, unsigned last);

@@ -57,7 +57,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Version of this interface. Grows when something is added; existing structures only ever
 /// grow at the end.
-pub const UAPI_VERSION: u32 = 7;
+pub const UAPI_VERSION: u32 = 8;
 
 /// The `type` byte of every qpip ioctl number.
 pub const IOCTL_TYPE: u32 = 0xc4;
@@ -225,7 +225,7 @@ pub const SOCK_SHM_LOCKED_KERNEL: u32 = 2;
 /// end of data or shutdown known to the driver).
 pub const SOCK_SHM_RX_OK: u32 = 1;
 /// [`SockShm::flags`]: the process may send in user space (connected, no error, not shut
-/// down, not corked).
+/// down, no `MSG_MORE` pending), holding bytes back while [`SockShm::cork`] is set.
 pub const SOCK_SHM_TX_OK: u32 = 2;
 /// [`SockShm::flags`]: someone waits on the socket (a blocked call, poll, an epoll set):
 /// after moving the indices, the process arms the CQ ([`SockShm::cq_arm_seq`]).
@@ -301,7 +301,11 @@ pub struct SockShm {
     pub tx_tail: u32,
     pub sq_tail: u32,
     pub sq_head: u32,
-    pub reserved: [u32; 13],
+    /// The program's `TCP_CORK` (version 8), 1 or 0. The process may change it while it
+    /// holds the lock (a `setsockopt` without a system call); whoever posts send WRs posts
+    /// only whole `tx_chunk`s while it is 1, and everything copied in once it goes to 0.
+    pub cork: u32,
+    pub reserved: [u32; 12],
     /// Bytes completed into each receive slot (for WRs `rx_read..rx_done`).
     pub rx_len: [u16; 64],
 }

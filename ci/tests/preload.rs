@@ -62,6 +62,8 @@ struct FastCounters {
     writes: u64,
     syscalls: u64,
     kicks: u64,
+    opts: u64,
+    sendfiles: u64,
 }
 
 /// The counters of the process that made the most fast-path calls, of the stats lines
@@ -79,6 +81,8 @@ fn fast_counters(stats: &str) -> FastCounters {
             writes: field(line, "fast_writes"),
             syscalls: field(line, "data_syscalls"),
             kicks: field(line, "kicks"),
+            opts: field(line, "fast_opts"),
+            sendfiles: field(line, "fast_sendfiles"),
         })
         .max_by_key(|c| c.reads + c.writes)
         .unwrap_or_default()
@@ -189,6 +193,11 @@ fn socket_programs_run_over_qpip_sockets() {
         assert!(
             main.reads + main.writes >= 4 * (main.syscalls + main.kicks),
             "IPv{f}: the fast path made too many system calls: {main:?}\n{ctx}"
+        );
+        // The corked responses: TCP_CORK on and off and the sendfile bodies in user space.
+        assert!(
+            main.opts >= 40 && main.sendfiles >= 20,
+            "IPv{f}: TCP_CORK or sendfile did not take the fast path: {main:?}\n{ctx}"
         );
         // After the fork, both processes read the shared socket through the kernel: the
         // 20 echoes after it are system calls at least.

@@ -129,7 +129,8 @@ stop() {
 }
 pstats() {
     kv $1.pre.lines "$(cat /tmp/$1.stats 2>/dev/null | grep -c ' stats ')"
-    for k in connect_qpip listen_qpip accept_qpip accept_kernel udp_connect_qpip udp_bind_qpip; do
+    for k in connect_qpip listen_qpip accept_qpip accept_kernel udp_connect_qpip udp_bind_qpip \
+             fast_mapped fast_opts fast_sendfiles; do
         kv $1.pre.$k "$(cat /tmp/$1.stats 2>/dev/null | awk -v k=$k '
             { for (i = 1; i <= NF; i++) if (index($i, k "=") == 1) s += substr($i, length(k) + 2) }
             END { print s + 0 }')"
@@ -807,6 +808,24 @@ pstats curl6; pstats curl4; pstats wrk
     assert_preload(&a, "nginx", 0, 10);
     assert_device_opens(&a, 0, 10);
     assert_device_opens(&b, 10, 0);
+    if mode() == Mode::Qpip {
+        // Every connection a worker accepted was its own to map (whichever process's
+        // accept offered it: the master's listen, the other worker), and its responses'
+        // TCP_CORK and sendfile took the fast path.
+        let ctx = a.context();
+        let (accepted, mapped) = (
+            pre(&a, "nginx", "accept_qpip"),
+            pre(&a, "nginx", "fast_mapped"),
+        );
+        assert!(
+            mapped >= accepted,
+            "nginx's workers mapped {mapped} of the {accepted} connections they accepted\n{ctx}"
+        );
+        assert!(
+            pre(&a, "nginx", "fast_opts") > 0 && pre(&a, "nginx", "fast_sendfiles") > 0,
+            "nginx's TCP_CORK and sendfile made system calls\n{ctx}"
+        );
+    }
 }
 
 /// valkey-server in guest a under qpip-run serves guest b's valkey-benchmark (2,000

@@ -193,6 +193,24 @@ static void test_send(void)
     CHECK(memcmp(sock.tx + TX_BYTES - 1000, data, 1000) == 0 && memcmp(sock.tx, data + 1000, 2000) == 0);
 }
 
+/* TCP_CORK in the state page: writes are copied and held back (whole chunks only), the
+ * uncork posts them in one WR. */
+static void test_cork(void)
+{
+    uint32_t tail = m->tx_tail, wr = m->sq_tail;
+    CHECK(fp_cork_on(-1, &sock, 1) == 0 && m->cork == 1 && m->lock == QPIP_SOCK_SHM_UNLOCKED);
+    CHECK(send1("header ", 7) == 7 && send1("body", 4) == 4);
+    CHECK(m->tx_tail == tail + 11 && m->tx_posted == tail && m->sq_tail == wr);
+    CHECK(fp_cork_on(-1, &sock, 0) == 0 && m->cork == 0);
+    CHECK(m->tx_posted == tail + 11 && m->sq_tail == wr + 1 && db(m->db_sq_tail) == wr + 1);
+    struct qpip_wqe *w = wqe(sock.sq, SQ_DEPTH, wr);
+    CHECK(w->wr_id == tail + 11 && sge(w, 0)->length == 11);
+    /* Not while the send side is the driver's (MSG_MORE pending, an error...). */
+    m->flags = QPIP_SOCK_SHM_RX_OK;
+    CHECK(fp_cork_on(-1, &sock, 1) == FP_SYSCALL && m->cork == 0);
+    m->flags = QPIP_SOCK_SHM_RX_OK | QPIP_SOCK_SHM_TX_OK;
+}
+
 static void test_fallbacks(void)
 {
     char buf[64];
@@ -202,7 +220,7 @@ static void test_fallbacks(void)
     CHECK(recv1(buf, 10) == FP_SYSCALL && send1("y", 1) == FP_SYSCALL);
     CHECK(m->lock == QPIP_SOCK_SHM_LOCKED_KERNEL);
     m->lock = QPIP_SOCK_SHM_UNLOCKED;
-    /* Flags: no receive (end of data known), no send (corked), shared. */
+    /* Flags: no receive (end of data known), no send (MSG_MORE pending), shared. */
     m->flags = QPIP_SOCK_SHM_TX_OK;
     CHECK(recv1(buf, 10) == FP_SYSCALL);
     m->flags = QPIP_SOCK_SHM_RX_OK;
@@ -240,6 +258,7 @@ int main(void)
     setup();
     test_receive();
     test_send();
+    test_cork();
     test_fallbacks();
     test_kick();
     printf("fastpath: %d checks passed\n", checks);

@@ -10,7 +10,7 @@
  Version of this interface. Grows when something is added; existing structures only ever
  grow at the end.
  */
-#define QPIP_UAPI_VERSION 7
+#define QPIP_UAPI_VERSION 8
 
 /*
  The `type` byte of every qpip ioctl number.
@@ -237,7 +237,7 @@
 
 /*
  [`SockShm::flags`]: the process may send in user space (connected, no error, not shut
- down, not corked).
+ down, no `MSG_MORE` pending), holding bytes back while [`SockShm::cork`] is set.
  */
 #define QPIP_SOCK_SHM_TX_OK 2
 
@@ -1363,7 +1363,13 @@ struct qpip_sock_shm {
   __u32 tx_tail;
   __u32 sq_tail;
   __u32 sq_head;
-  __u32 reserved[13];
+  /*
+   The program's `TCP_CORK` (version 8), 1 or 0. The process may change it while it
+   holds the lock (a `setsockopt` without a system call); whoever posts send WRs posts
+   only whole `tx_chunk`s while it is 1, and everything copied in once it goes to 0.
+   */
+  __u32 cork;
+  __u32 reserved[12];
   /*
    Bytes completed into each receive slot (for WRs `rx_read..rx_done`).
    */

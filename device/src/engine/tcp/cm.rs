@@ -326,7 +326,11 @@ impl Engine {
         cfg.keepalive = self.objects.tcp_qp(qp).expect("TCP QP").keepalive;
         let conn = self.tcp.table.connect(tuple, now, &cfg, qp).map_err(|_| {
             // Another connection (a closing one whose QP is gone, say) has the four-tuple.
-            let held = self.tcp.table.lookup(&tuple).and_then(|id| self.tcp.table.get(id));
+            let held = self
+                .tcp
+                .table
+                .lookup(&tuple)
+                .and_then(|id| self.tcp.table.get(id));
             debug!(
                 "QP {qp}: CONNECT [{}]:{} -> [{}]:{} refused, the four-tuple is taken ({:?})",
                 tuple.local,
