@@ -172,7 +172,7 @@ static void qpip_nd_cq_release(struct qpip_netdev *nd, struct qpip_nd_cq *cq, u3
 /* Arms @cq: one interrupt for the next CQE beyond the head. Arming needs no kick. */
 static void qpip_nd_cq_arm(struct qpip_netdev *nd, struct qpip_nd_cq *cq)
 {
-	cq->arm_seq++;
+	cq->arm_seq = (cq->arm_seq + 1) & QPIP_CQ_ARM_SEQ_MASK;	/* any completion */
 	qpip_nd_db_ring(&nd->q, QPIP_DB_CQ_BASE + cq->slot * QPIP_DB_CQ_STRIDE + QPIP_DB_CQ_ARM_SEQ,
 			cq->arm_seq);
 }

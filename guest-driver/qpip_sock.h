@@ -120,6 +120,13 @@ struct qpip_sock {
 	bool rd_shut, wr_shut;		/* shutdown() */
 	bool fin_sent;			/* CLOSE given to the device */
 	bool tx_corked;			/* TCP_CORK or MSG_MORE held back the last bytes */
+	/*
+	 * Who needs the send side's completions to interrupt (qpip_sock_arm): writers asleep
+	 * for room, and a poll or a non-blocking write that found none (cleared by a poll
+	 * that finds room). Otherwise the CQ is armed for receives and errors only.
+	 */
+	unsigned int tx_waiters;
+	bool tx_wanted;
 
 	/* Written by the interrupt-time paths under @qlock, applied by qpip_sock_sync. */
 	spinlock_t qlock;		/* these, and a listener's @ready, @offers, @noffers */
@@ -251,6 +258,8 @@ struct qpip_sge *qpip_wqe_sge(struct qpip_wqe *w, unsigned int i);
 int qpip_sock_io_init(struct qpip_sock *sk);
 void qpip_sock_reap(struct qpip_sock *sk);
 void qpip_sock_arm(struct qpip_sock *sk);
+u32 qpip_sock_next_arm(u32 seq, bool sends);
+bool qpip_sock_tx_needed(struct qpip_sock *sk);
 void qpip_sock_rearm(struct qpip_sock *sk);
 __poll_t qpip_sock_data_mask(struct qpip_sock *sk);
 ssize_t qpip_sock_send(struct qpip_sock *sk, struct iov_iter *from, unsigned int flags,

@@ -201,6 +201,8 @@ static u32 qpip_fp_flags(struct qpip_sock *sk)
 		flags |= QPIP_SOCK_SHM_TX_OK;
 	if (waitqueue_active(&sk->wait))
 		flags |= QPIP_SOCK_SHM_WAITERS;
+	if (qpip_sock_tx_needed(sk))
+		flags |= QPIP_SOCK_SHM_TX_WAITERS;
 	return flags;
 }
 

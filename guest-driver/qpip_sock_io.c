@@ -241,12 +241,28 @@ void qpip_sock_rearm(struct qpip_sock *sk)
 		qpip_sock_arm(sk);
 }
 
-/* Arms the CQ: one interrupt for the next completion. Arming needs no kick. */
+/*
+ * The next arm value: the sequence moved on, and solicited-only (the next receive or
+ * error) unless someone waits for the send side (tx_waiters, tx_wanted). A reader then
+ * takes no interrupt for the peer's acknowledgements of what it sent, as Linux wakes a
+ * socket's writers only when it ran out of room (SOCK_NOSPACE).
+ */
+u32 qpip_sock_next_arm(u32 seq, bool sends)
+{
+	return ((seq + 1) & QPIP_CQ_ARM_SEQ_MASK) | (sends ? 0 : QPIP_CQ_ARM_SOLICITED);
+}
+
+bool qpip_sock_tx_needed(struct qpip_sock *sk)
+{
+	return sk->tx_waiters || sk->tx_wanted;
+}
+
+/* Arms the CQ: one interrupt for the next completion it is armed for. No kick needed. */
 void qpip_sock_arm(struct qpip_sock *sk)
 {
 	if (!sk->cq_made || !qpip_sock_device(sk))
 		return;
-	sk->cq_arm_seq++;
+	sk->cq_arm_seq = qpip_sock_next_arm(sk->cq_arm_seq, qpip_sock_tx_needed(sk));
 	qpip_sock_ring(sk, QPIP_DB_CQ_BASE + sk->cq->slot * QPIP_DB_CQ_STRIDE + QPIP_DB_CQ_ARM_SEQ,
 		       sk->cq_arm_seq, false);
 	qpip_sock_device_end(sk);
@@ -359,7 +375,11 @@ ssize_t qpip_sock_send(struct qpip_sock *sk, struct iov_iter *from, unsigned int
 			return done ? done : -ENOTCONN;
 		if (!qpip_sock_writable(sk)) {
 			qpip_sock_tx_push(sk, true);
+			sk->tx_waiters++;
 			ret = qpip_sock_wait(sk, qpip_sock_writable, &timeo);
+			sk->tx_waiters--;
+			if (ret == -EAGAIN)
+				sk->tx_wanted = true;	/* the caller waits for POLLOUT */
 			if (ret) {
 				if (done)
 					break;
@@ -546,6 +566,8 @@ __poll_t qpip_sock_data_mask(struct qpip_sock *sk)
 	/* Writable while a third of the send buffer is free, as a TCP socket is. */
 	if (sk->wr_shut || qpip_sock_tx_free(sk) >= QPIP_SOCK_TX_BYTES / 3)
 		mask |= EPOLLOUT | EPOLLWRNORM;
+	/* Not writable: a poller waits for the acknowledgements that make room. */
+	sk->tx_wanted = !(mask & EPOLLOUT);
 	if (sk->wr_shut && (sk->rx_eof || sk->rd_shut))
 		mask |= EPOLLHUP;
 	return mask;

@@ -342,7 +342,11 @@ ssize_t qpip_udp_send(struct qpip_sock *sk, struct iov_iter *from, unsigned int 
 	sk->tx_want = len;
 	qpip_sock_reap(sk);
 	while (!qpip_udp_room(sk)) {
+		sk->tx_waiters++;
 		ret = qpip_sock_wait(sk, qpip_udp_room, &timeo);
+		sk->tx_waiters--;
+		if (ret == -EAGAIN)
+			sk->tx_wanted = true;	/* the caller waits for POLLOUT */
 		if (ret)
 			return ret;
 		/* The QP failed or the device went: nothing frees the ring any more. */
@@ -463,6 +467,7 @@ __poll_t qpip_udp_poll(struct qpip_sock *sk, struct file *filp, struct poll_tabl
 		mask |= EPOLLIN | EPOLLRDNORM;
 	if (sk->dead || qpip_udp_writable(sk))
 		mask |= EPOLLOUT | EPOLLWRNORM | EPOLLWRBAND;
+	sk->tx_wanted = !(mask & EPOLLOUT);
 	qpip_sock_rearm(sk);
 	mutex_unlock(&sk->lock);
 	return mask;

@@ -190,11 +190,15 @@ static bool fp_reap(struct fp_sock *s, struct qpip_sock_shm *m, bool *odd)
 
 /* Arms the CQ if someone waits on the socket (lock held): what the driver's
  * qpip_sock_rearm does after each call, so that an epoll set hears of the next
- * completion. Arming needs no kick. */
+ * completion — a receive or an error only, unless someone waits for room to send (the
+ * peer's acknowledgements would else wake a reader for nothing). No kick needed. */
 static void fp_rearm(struct fp_sock *s, struct qpip_sock_shm *m, uint32_t flags)
 {
-    if (flags & QPIP_SOCK_SHM_WAITERS)
-        fp_ring(s, m->db_cq_arm_seq, ++m->cq_arm_seq, false);
+    if (!(flags & QPIP_SOCK_SHM_WAITERS))
+        return;
+    uint32_t kind = flags & QPIP_SOCK_SHM_TX_WAITERS ? 0 : QPIP_CQ_ARM_SOLICITED;
+    m->cq_arm_seq = ((m->cq_arm_seq + 1) & QPIP_CQ_ARM_SEQ_MASK) | kind;
+    fp_ring(s, m->db_cq_arm_seq, m->cq_arm_seq, false);
 }
 
 /* ---- receive ------------------------------------------------------------------------------- */

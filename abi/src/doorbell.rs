@@ -91,7 +91,18 @@ pub const DB_CQ_HEAD: u32 = 0;
 /// change arms it). The device then raises the CQ's MSI-X vector exactly once: as soon as
 /// there is a CQE beyond `cq_head` (immediately, if there already is one). Further CQEs do not
 /// interrupt until the CQ is armed again.
+///
+/// With [`CQ_ARM_SOLICITED`] set in the value written, only a *solicited* CQE raises it: a
+/// receive completion, a completion with an error status, or a tripwire event — anything
+/// but the successful completion of a send-queue WR (`ibv_req_notify_cq` with
+/// `solicited_only`, in spirit: a socket's reader waits for bytes, not for the peer's
+/// acknowledgements of what it sent). The sequence is then the other 31 bits: a consumer
+/// counts in those and sets or clears the flag per arm.
 pub const DB_CQ_ARM_SEQ: u32 = 4;
+/// In a value written to `arm_seq`: this arm is for solicited CQEs only.
+pub const CQ_ARM_SOLICITED: u32 = 0x8000_0000;
+/// The sequence bits of `arm_seq`.
+pub const CQ_ARM_SEQ_MASK: u32 = 0x7fff_ffff;
 /// Number of CQ slots in a page, and so the most CQs a context can have.
 pub const DB_CQ_SLOTS: u32 = 256;
 

@@ -228,7 +228,9 @@ pub const SOCK_SHM_RX_OK: u32 = 1;
 /// down, no `MSG_MORE` pending), holding bytes back while [`SockShm::cork`] is set.
 pub const SOCK_SHM_TX_OK: u32 = 2;
 /// [`SockShm::flags`]: someone waits on the socket (a blocked call, poll, an epoll set):
-/// after moving the indices, the process arms the CQ ([`SockShm::cq_arm_seq`]).
+/// after moving the indices, the process arms the CQ ([`SockShm::cq_arm_seq`]) — for
+/// solicited completions only ([`crate::doorbell::CQ_ARM_SOLICITED`]: receives and
+/// errors), unless [`SOCK_SHM_TX_WAITERS`] is set too.
 pub const SOCK_SHM_WAITERS: u32 = 4;
 /// [`SockShm::flags`]: the mapping was copied into another process (fork): system calls
 /// only, from then on.
@@ -236,6 +238,10 @@ pub const SOCK_SHM_SHARED: u32 = 8;
 /// [`SockShm::flags`]: the driver turned the fast path off (it took the lock over from a
 /// process that held it too long, or the indices were impossible).
 pub const SOCK_SHM_OFF: u32 = 16;
+/// [`SockShm::flags`] (version 8): someone waits for room to send (a blocked write, a
+/// poll that found none): the process's arms are for any completion, so that the
+/// acknowledgements that make room wake them.
+pub const SOCK_SHM_TX_WAITERS: u32 = 32;
 
 /// [`IOCTL_SOCK_FASTPATH`].
 #[repr(C)]

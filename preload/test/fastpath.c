@@ -231,7 +231,12 @@ static void test_fallbacks(void)
     m->flags = QPIP_SOCK_SHM_RX_OK | QPIP_SOCK_SHM_TX_OK | QPIP_SOCK_SHM_WAITERS;
     uint32_t arm = m->cq_arm_seq;
     CHECK(recv1(buf, 10) == 10 && buf[9] == 'x');
-    CHECK(m->cq_arm_seq == arm + 1 && db(m->db_cq_arm_seq) == arm + 1);
+    uint32_t want = ((arm + 1) & QPIP_CQ_ARM_SEQ_MASK) | QPIP_CQ_ARM_SOLICITED;
+    CHECK(m->cq_arm_seq == want && db(m->db_cq_arm_seq) == want);
+    /* Someone waits for room to send: the arm is for any completion. */
+    m->flags |= QPIP_SOCK_SHM_TX_WAITERS;
+    receive(17, 'w', 5);
+    CHECK(recv1(buf, 10) == 5 && m->cq_arm_seq == ((want + 1) & QPIP_CQ_ARM_SEQ_MASK));
     m->flags = QPIP_SOCK_SHM_RX_OK | QPIP_SOCK_SHM_TX_OK;
     /* An error completion: left in the CQ for the driver; sends go to it too. */
     uint32_t head = m->cq_head;

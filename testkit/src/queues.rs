@@ -128,7 +128,15 @@ impl FakeGuest {
 
     /// Arms a CQ (one interrupt at the next CQE beyond head).
     pub fn arm_cq(&mut self, cq: &mut Cq) {
-        cq.arm_seq = cq.arm_seq.wrapping_add(1);
+        cq.arm_seq = cq.arm_seq.wrapping_add(1) & qpip_abi::doorbell::CQ_ARM_SEQ_MASK;
+        self.ring(cq.ctx, cq_arm_seq(cq.slot), cq.arm_seq);
+    }
+
+    /// Arms `cq` for its next solicited CQE only (a receive or an error, not a send's
+    /// success).
+    pub fn arm_cq_solicited(&mut self, cq: &mut Cq) {
+        cq.arm_seq = (cq.arm_seq.wrapping_add(1) & qpip_abi::doorbell::CQ_ARM_SEQ_MASK)
+            | qpip_abi::doorbell::CQ_ARM_SOLICITED;
         self.ring(cq.ctx, cq_arm_seq(cq.slot), cq.arm_seq);
     }
 

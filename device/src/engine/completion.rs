@@ -143,7 +143,11 @@ impl Engine {
             GuestAddress(addr.0 + last as u64),
             Ordering::Release,
         );
-        let raise = cq.advance_tail();
+        // A solicited-only arm waits for what a reader waits for: not the successful
+        // completion of a send-queue WR.
+        let solicited = c.status != CQE_STATUS_SUCCESS
+            || !matches!(c.opcode, CQE_OP_SEND | CQE_OP_RDMA_WRITE | CQE_OP_RDMA_READ);
+        let raise = cq.advance_tail(solicited);
         stats.add(STAT_CQES, 1);
         if c.status != CQE_STATUS_SUCCESS {
             stats.add(STAT_CQE_ERRORS, 1);

@@ -204,6 +204,58 @@ fn an_armed_cq_interrupts_once_per_arm() {
     assert_eq!(g.stat(STAT_CQ_INTERRUPTS) - irqs_before, 3);
 }
 
+/// A CQ shared by a QP's sends and receives, armed solicited-only (a socket's reader):
+/// send completions do not interrupt, a receive does — also one pending when it is armed.
+#[test]
+fn a_solicited_only_arm_ignores_send_completions() {
+    let mut g = FakeGuest::new();
+    let ctx = g.create_ctx().unwrap();
+    let v = 5;
+    let mut cq = g.create_cq_on(ctx, 32, v).unwrap();
+    let mut qp = g.create_qp(ctx, cq.id, cq.id, 16, 8).unwrap();
+    let port = g.bind(ctx, qp.id, UNSPECIFIED, 0).unwrap();
+    let buf = g.alloc_buf(8 * 64, 0);
+    let mr = g.reg_mr(ctx, &buf, MR_ACCESS_LOCAL_WRITE).unwrap();
+    let recvs: Vec<WqeBytes> = (0..8u64)
+        .map(|i| recv_wqe(100 + i, &[buf.sge(i * 64, 64, mr.lkey)]))
+        .collect();
+    g.post_recv(&mut qp, &recvs);
+    g.irq_take(v);
+    g.arm_cq_solicited(&mut cq);
+    // Sends to a port nobody bound: their completions only.
+    g.post_send(&mut qp, &[inline_wqe(1, LOOPBACK, 9, b"tick")]);
+    g.post_send(&mut qp, &[inline_wqe(2, LOOPBACK, 9, b"tock")]);
+    wait_written(&g, &cq, 2);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(g.irq_take(v), 0, "a send's completion fired a solicited-only arm");
+    // A datagram to itself: its send's completion and the receive's; the receive fires.
+    g.post_send(&mut qp, &[inline_wqe(3, LOOPBACK, port, b"to me")]);
+    assert_eq!(g.irq_wait(v, TIMEOUT), 1, "the receive did not interrupt");
+    wait_written(&g, &cq, 4);
+    for _ in 0..4 {
+        g.wait_cqe(&mut cq);
+    }
+    // Armed again with only a send's completion unreleased: nothing; then a receive.
+    g.post_send(&mut qp, &[inline_wqe(4, LOOPBACK, 9, b"tick")]);
+    wait_written(&g, &cq, 5);
+    g.arm_cq_solicited(&mut cq);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(g.irq_take(v), 0, "armed over a send's completion");
+    g.post_send(&mut qp, &[inline_wqe(5, LOOPBACK, port, b"again")]);
+    assert_eq!(g.irq_wait(v, TIMEOUT), 1, "the receive did not interrupt");
+    wait_written(&g, &cq, 7);
+    // Re-armed with that receive unreleased: at once.
+    g.arm_cq_solicited(&mut cq);
+    assert_eq!(g.irq_wait(v, TIMEOUT), 1, "a pending receive did not fire the arm");
+    for _ in 0..3 {
+        g.wait_cqe(&mut cq);
+    }
+    // An ordinary arm fires for a send's completion.
+    g.arm_cq(&mut cq);
+    g.post_send(&mut qp, &[inline_wqe(6, LOOPBACK, 9, b"tick")]);
+    assert_eq!(g.irq_wait(v, TIMEOUT), 1, "an ordinary arm ignored a send");
+}
+
 #[test]
 fn ten_thousand_datagrams_stream_through_ring_wrap_around() {
     const N: u64 = 10_000;

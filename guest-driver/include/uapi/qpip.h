@@ -243,7 +243,9 @@
 
 /*
  [`SockShm::flags`]: someone waits on the socket (a blocked call, poll, an epoll set):
- after moving the indices, the process arms the CQ ([`SockShm::cq_arm_seq`]).
+ after moving the indices, the process arms the CQ ([`SockShm::cq_arm_seq`]) — for
+ solicited completions only ([`crate::doorbell::CQ_ARM_SOLICITED`]: receives and
+ errors), unless [`SOCK_SHM_TX_WAITERS`] is set too.
  */
 #define QPIP_SOCK_SHM_WAITERS 4
 
@@ -258,6 +260,13 @@
  process that held it too long, or the indices were impossible).
  */
 #define QPIP_SOCK_SHM_OFF 16
+
+/*
+ [`SockShm::flags`] (version 8): someone waits for room to send (a blocked write, a
+ poll that found none): the process's arms are for any completion, so that the
+ acknowledgements that make room wake them.
+ */
+#define QPIP_SOCK_SHM_TX_WAITERS 32
 
 /*
  Size of the first version of [`SockFastpath`].

@@ -308,7 +308,7 @@ impl Ctx {
     }
 
     pub(crate) fn arm(&mut self, cq: &mut Cq) {
-        cq.arm_seq = cq.arm_seq.wrapping_add(1);
+        cq.arm_seq = cq.arm_seq.wrapping_add(1) & doorbell::CQ_ARM_SEQ_MASK;
         let seq = cq.arm_seq;
         self.ring(doorbell::cq_arm_seq(cq.slot), seq);
     }

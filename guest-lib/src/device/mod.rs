@@ -414,7 +414,8 @@ impl Cq {
 
     pub(crate) fn arm(&self, dev: &Ctx) {
         let mut st = self.st.lock().unwrap();
-        st.arm_seq = st.arm_seq.wrapping_add(1);
+        // For any completion: the sequence in the low 31 bits, CQ_ARM_SOLICITED clear.
+        st.arm_seq = st.arm_seq.wrapping_add(1) & doorbell::CQ_ARM_SEQ_MASK;
         dev.ring_quietly(doorbell::cq_arm_seq(self.slot), st.arm_seq);
     }
 

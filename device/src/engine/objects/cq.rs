@@ -17,8 +17,10 @@ pub struct Cq {
     tail: u32,
     /// CQEs the consumer has released.
     head: u32,
-    /// Whether the next CQE (or one written and not released) raises `vector`.
-    armed: bool,
+    /// Whether the next CQE (or one written and not released) raises `vector`, and which.
+    armed: Option<Arm>,
+    /// `tail` just after the latest solicited CQE (one that fires a solicited-only arm).
+    solicited_end: u32,
     /// The consumer's arm sequence last seen: a new value arms the CQ.
     arm_seen: u32,
     /// QPs and tripwires completing to this CQ (counted by `Objects`, which refuses to
@@ -37,7 +39,8 @@ impl Cq {
             vector,
             tail: 0,
             head: 0,
-            armed: false,
+            armed: None,
+            solicited_end: 0,
             arm_seen: 0,
             users: 0,
             stalled: false,
@@ -73,12 +76,19 @@ impl Cq {
         )
     }
 
-    /// The CQE at [`Cq::next_entry`] is written. Returns the vector to raise if the CQ was
-    /// armed (it is disarmed: one interrupt per arm).
+    /// The CQE at [`Cq::next_entry`] is written; `solicited`: it fires a solicited-only
+    /// arm too ([`qpip_abi::doorbell::CQ_ARM_SOLICITED`]). Returns the vector to raise if
+    /// the CQ was armed for it (it is disarmed: one interrupt per arm).
     #[inline]
-    pub fn advance_tail(&mut self) -> Option<u16> {
+    pub fn advance_tail(&mut self, solicited: bool) -> Option<u16> {
         self.tail = self.tail.wrapping_add(1);
-        self.fire()
+        if solicited {
+            self.solicited_end = self.tail;
+        }
+        match self.armed {
+            Some(Arm::Solicited) if !solicited => None,
+            _ => self.fire(),
+        }
     }
 
     /// A completion found no room: the CQ is stalled until the consumer releases some.
@@ -110,9 +120,19 @@ impl Cq {
         }
         if arm != self.arm_seen {
             self.arm_seen = arm;
-            self.armed = true;
+            self.armed = Some(if arm & qpip_abi::doorbell::CQ_ARM_SOLICITED != 0 {
+                Arm::Solicited
+            } else {
+                Arm::Any
+            });
         }
-        if self.tail != self.head {
+        let pending = self.tail.wrapping_sub(self.head);
+        let solicited = self.solicited_end.wrapping_sub(self.head);
+        let fires = match self.armed {
+            Some(Arm::Solicited) => solicited != 0 && solicited <= pending,
+            _ => pending != 0,
+        };
+        if fires {
             moved.raise = self.fire();
         }
         if freed && self.stalled {
@@ -125,12 +145,17 @@ impl Cq {
     /// Disarms an armed CQ and returns its vector.
     #[inline]
     fn fire(&mut self) -> Option<u16> {
-        if !self.armed {
-            return None;
-        }
-        self.armed = false;
-        Some(self.vector)
+        self.armed.take().map(|_| self.vector)
     }
+}
+
+/// What an arm waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arm {
+    /// Any CQE.
+    Any,
+    /// A solicited one: anything but a send-queue WR's successful completion.
+    Solicited,
 }
 
 /// What the consumer's doorbell did to a CQ ([`Cq::consumer_moved`]).

@@ -563,7 +563,7 @@ mod tests {
     fn a_cq_trusts_its_consumer_only_as_far_as_written_and_fires_once_per_arm() {
         let (mut o, cq) = tables();
         let c = o.cq_mut(cq).expect("there");
-        assert_eq!(c.advance_tail(), None, "not armed");
+        assert_eq!(c.advance_tail(true), None, "not armed");
         let m = c.consumer_moved(2, 0);
         assert!(!m.head_ok, "beyond what was written");
         assert_eq!(c.free(), DEPTH - 1);
@@ -575,5 +575,28 @@ mod tests {
         let m = c.consumer_moved(1, 1);
         assert!(m.head_ok && m.unstalled);
         assert_eq!(c.free(), DEPTH);
+    }
+
+    #[test]
+    fn a_solicited_only_arm_fires_for_receives_and_errors_not_for_sends() {
+        use qpip_abi::doorbell::CQ_ARM_SOLICITED;
+        let (mut o, cq) = tables();
+        let c = o.cq_mut(cq).expect("there");
+        assert_eq!(c.consumer_moved(0, 1 | CQ_ARM_SOLICITED).raise, None, "empty");
+        assert_eq!(c.advance_tail(false), None, "a send's completion does not fire it");
+        assert_eq!(c.advance_tail(true), Some(1), "a receive's does");
+        assert_eq!(c.advance_tail(true), None, "once per arm");
+        // Armed again with a send's completion the only one unreleased: nothing; with a
+        // receive's among them: at once.
+        c.consumer_moved(3, 1);
+        assert_eq!(c.advance_tail(false), Some(1), "an ordinary arm fires for a send");
+        assert_eq!(c.consumer_moved(4, 2 | CQ_ARM_SOLICITED).raise, None);
+        assert_eq!(c.advance_tail(false), None);
+        assert_eq!(c.consumer_moved(4, 3 | CQ_ARM_SOLICITED).raise, None, "only a send's pending");
+        assert_eq!(c.advance_tail(true), Some(1));
+        assert_eq!(c.consumer_moved(4, 4 | CQ_ARM_SOLICITED).raise, Some(1), "a receive's pending");
+        // The sequence bits alone changing arms too, and an ordinary arm fires for anything.
+        assert_eq!(c.consumer_moved(6, 4).raise, None, "all released");
+        assert_eq!(c.advance_tail(false), Some(1));
     }
 }
