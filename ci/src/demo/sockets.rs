@@ -1,7 +1,7 @@
 //! The bench's sockets part: unmodified socket programs between guests a (the server) and
 //! b (the client), with their TCP sockets on the qpip device through the preload library
 //! (`qpip-run`, docs/sockets.md) against the same programs on kernel sockets through
-//! virtio-net. Guest a serves with nginx (`lab-nginx`: two workers, epoll, files from
+//! virtio-net. Guest a serves with nginx (`lab-nginx`: two workers, epoll, open-file cache, files from
 //! `/tmp/www`), `iperf3 -s` and `sockperf sr`; guest b runs against them, each for
 //! [`SocketsFacts::secs`]: wrk with keep-alive at each of [`SocketsFacts::wrk_sizes`]
 //! (`--latency`: its percentiles), `iperf3 -J` (one TCP stream) and `sockperf pp` (a TCP

@@ -632,8 +632,9 @@ impl SocketsRun {
         let f = &self.facts;
         let sizes: Vec<String> = f.wrk_sizes.iter().map(|s| crate::demo::human(*s)).collect();
         format!(
-            "Unmodified programs between guest a (the servers: nginx with two workers, \
-             `iperf3 -s`, `sockperf sr`) and guest b (the clients), {} s per run: wrk \
+            "Unmodified programs between guest a (the servers: nginx with two workers and \
+             its open-file cache on, so that a request costs its HTTP and socket work rather \
+             than an open and a close of its file; `iperf3 -s`, `sockperf sr`) and guest b (the clients), {} s per run: wrk \
              (`-t {} -c {}`, keep-alive, `--latency`) fetching a {} file, `iperf3 -J` (one \
              TCP stream b→a), `sockperf pp` (TCP ping-pong over IPv4). Four variants, taking \
              turns to go first in each round: kernel — both ends on kernel sockets through \
