@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * qpip_ib: the RDMA stack's view of qpip functions — an iWARP ib_device per function,
+ * registered when this module binds the function's auxiliary device (qpip_aux.h) and
+ * unregistered when it is unbound: the function removed, or this module unloaded. The
+ * ib_device is an RNIC with one port, the function's network interface qpipN, whose MAC
+ * is its GID; its user contexts are device contexts (qpip_ib_verbs.c).
+ *
+ * Loaded on demand (it pulls in ib_core and ib_uverbs, which a guest that does not use
+ * RDMA need not pay for). Unloading it with user contexts open disassociates them: their
+ * device contexts are destroyed, and their uverbs files fail with EIO until closed.
+ */
+#include <linux/module.h>
+#include <linux/netdevice.h>
+#include <net/addrconf.h>
+
+#include "qpip_ib.h"
+
+static const struct ib_device_ops qpip_ib_dev_ops = {
+	.owner = THIS_MODULE,
+	/* Out of tree: no driver id of the kernel's is ours. The provider matches by PCI id. */
+	.driver_id = RDMA_DRIVER_UNKNOWN,
+	.uverbs_abi_ver = QPIP_IB_ABI_VERSION,
+
+	.query_device = qpip_ib_query_device,
+	.query_port = qpip_ib_query_port,
+	.query_gid = qpip_ib_query_gid,
+	.get_port_immutable = qpip_ib_get_port_immutable,
+	.get_dev_fw_str = qpip_ib_get_dev_fw_str,
+	.alloc_ucontext = qpip_ib_alloc_ucontext,
+	.dealloc_ucontext = qpip_ib_dealloc_ucontext,
+	/* Its presence lets uverbs tear user contexts down at unregistration. */
+	.disassociate_ucontext = qpip_ib_disassociate_ucontext,
+	.mmap = qpip_ib_mmap,
+	.mmap_free = qpip_ib_mmap_free,
+	.alloc_pd = qpip_ib_alloc_pd,
+	.dealloc_pd = qpip_ib_dealloc_pd,
+
+	INIT_RDMA_OBJ_SIZE(ib_ucontext, qpip_ib_ucontext, ibuc),
+	INIT_RDMA_OBJ_SIZE(ib_pd, qpip_ib_pd, ibpd),
+};
+
+static int qpip_ib_probe(struct auxiliary_device *adev, const struct auxiliary_device_id *id)
+{
+	struct qpip_dev *qdev = qpip_aux_from_adev(adev)->qdev;
+	struct net_device *netdev = qpip_aux_netdev(qdev);
+	struct qpip_ib_dev *qib;
+	int ret;
+
+	/* iWARP's connection manager and GID need the function's network interface. */
+	if (!netdev) {
+		dev_info(&adev->dev, "%s has no network interface; no RDMA device\n",
+			 dev_name(&qdev->dev));
+		return -ENODEV;
+	}
+	qib = ib_alloc_device(qpip_ib_dev, ibdev);
+	if (!qib)
+		return -ENOMEM;
+	qib->qdev = qdev;
+	qib->netdev = netdev;
+	ida_init(&qib->pd_ida);
+
+	qib->ibdev.node_type = RDMA_NODE_RNIC;
+	qib->ibdev.phys_port_cnt = 1;
+	qib->ibdev.num_comp_vectors = max(qpip_comp_vectors(qdev), 1U);
+	/* The PCI function: its modalias is what the provider matches. */
+	qib->ibdev.dev.parent = &qdev->pdev->dev;
+	strscpy(qib->ibdev.node_desc, "qpip iWARP adapter", sizeof(qib->ibdev.node_desc));
+	/* iWARP has no GUIDs of its own: the usual one made from the MAC. */
+	addrconf_addr_eui48((u8 *)&qib->ibdev.node_guid, qdev->info.mac);
+	ib_set_device_ops(&qib->ibdev, &qpip_ib_dev_ops);
+
+	ret = ib_device_set_netdev(&qib->ibdev, netdev, 1);
+	if (ret)
+		goto err_dealloc;
+	ret = ib_register_device(&qib->ibdev, "qpip%d", &qdev->pdev->dev);
+	if (ret)
+		goto err_dealloc;
+	auxiliary_set_drvdata(adev, qib);
+	dev_info(&adev->dev, "%s: RDMA device %s over %s\n", dev_name(&qdev->dev),
+		 dev_name(&qib->ibdev.dev), netdev_name(netdev));
+	return 0;
+
+err_dealloc:
+	ida_destroy(&qib->pd_ida);
+	ib_dealloc_device(&qib->ibdev);
+	return ret;
+}
+
+/*
+ * Unregistration disassociates every user context (their device contexts destroyed while
+ * the function still runs: qpip.ko removes this device before anything else) and waits
+ * for the kernel's users of the ib_device (rdma_cm, uverbs) to let go.
+ */
+static void qpip_ib_remove(struct auxiliary_device *adev)
+{
+	struct qpip_ib_dev *qib = auxiliary_get_drvdata(adev);
+
+	ib_unregister_device(&qib->ibdev);
+	ida_destroy(&qib->pd_ida);
+	ib_dealloc_device(&qib->ibdev);
+}
+
+static const struct auxiliary_device_id qpip_ib_id_table[] = {
+	{ .name = QPIP_DRV_NAME "." QPIP_AUX_RDMA_NAME },
+	{ }
+};
+MODULE_DEVICE_TABLE(auxiliary, qpip_ib_id_table);
+
+static struct auxiliary_driver qpip_ib_driver = {
+	.name = "ib",
+	.probe = qpip_ib_probe,
+	.remove = qpip_ib_remove,
+	.id_table = qpip_ib_id_table,
+};
+module_auxiliary_driver(qpip_ib_driver);
+
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("qpip Queue-Pair IP network adapter: iWARP RDMA device");
