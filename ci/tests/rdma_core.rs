@@ -10,9 +10,10 @@
 //! whose doorbell page the provider maps, and a protection domain) and stops at the first
 //! one it does not (registering memory). Then `qpip_ib` is unloaded while `ibv_asyncwatch`
 //! holds a context open (the context is disassociated, the module goes), loaded again,
-//! unloaded with no user and loaded again, each time finding the device again; qpip's own
-//! library (`qpip-c-pingpong` over `/dev/qpip0`) works beside it; and the kernel log has
-//! no oops or warning.
+//! unloaded with no user and loaded again, each time finding the device again; the device
+//! is reset under a user, and the function removed under one (its ib_device goes first)
+//! and found again by a PCI rescan; qpip's own library (`qpip-c-pingpong` over
+//! `/dev/qpip0`) works beside it throughout; and the kernel log has no oops or warning.
 //!
 //! Like the other VM tests it is ignored by a plain `cargo test`; `./qpip test` runs it
 //! (as root: the guest is on the lab network, where the device's link is up).
@@ -53,7 +54,7 @@ ibv_devinfo -v -d qpip0 > /tmp/devinfo 2>&1; kv devinfo.status $?
 kv devinfo.out "$(tr '\n' '|' < /tmp/devinfo)"
 for k in transport fw_ver vendor_id vendor_part_id phys_port_cnt max_qp max_qp_wr max_sge \
          max_cq max_cqe max_mr max_mr_size max_pd max_qp_rd_atom max_qp_init_rd_atom \
-         atomic_cap link_layer active_mtu max_mtu; do
+         atomic_cap link_layer active_mtu max_mtu active_speed active_width; do
     kv "devinfo.$k" "$(devinfo $k)"
 done
 kv devinfo.ports "$(grep -c '^[[:space:]]*port:[[:space:]]' /tmp/devinfo)"
@@ -99,9 +100,36 @@ has_qpip0 && kv unload.listed yes || kv unload.listed no
 lab-qpip-ib > /tmp/load 2>&1; kv reload2.status $?
 ibv_devinfo -d qpip0 > /dev/null 2>&1; kv reload2.devinfo $?
 
+# A device reset under a user: its context is forgotten by the device (the user closes it
+# without harm), and a new context works.
+ibv_asyncwatch -d qpip0 > /tmp/aw2 2>&1 & aw=$!
+sleep 1
+echo 1 > /sys/class/qpip/qpip0/reset; kv reset.status $?
+kill $aw; wait $aw 2>/dev/null
+kv contexts.after_reset "$(contexts)"
+ibv_devinfo -d qpip0 > /dev/null 2>&1; kv reset.devinfo $?
+
+# The function removed under a user: its ib_device goes first (the user told), then the
+# function; a rescan probes it again, and qpip_ib, still loaded, binds it again.
+ibv_asyncwatch -d qpip0 > /tmp/aw3 2>&1 & aw=$!
+sleep 1
+pci=$(basename "$(readlink -f /sys/class/qpip/qpip0/device)")
+echo 1 > "/sys/bus/pci/devices/$pci/remove"; kv remove.status $?
+no_qpip_dev && kv remove.gone yes || kv remove.gone no
+sleep 0.5
+kv remove.watch "$(tr '\n' '|' < /tmp/aw3)"
+kill $aw; wait $aw 2>/dev/null
+echo 1 > /sys/bus/pci/rescan
+i=0; until has_qpip0 || [ $i -ge 50 ]; do i=$((i + 1)); sleep 0.1; done
+has_qpip0 && kv rescan.listed yes || kv rescan.listed no
+i=0; until [ -e /sys/class/net/qpip0 ] || [ $i -ge 50 ]; do i=$((i + 1)); sleep 0.1; done
+ip link set qpip0 up
+kv rescan.port "$(wait_state PORT_ACTIVE)"
+kv rescan.link "$(rdma link show qpip0/1 2>&1)"
+
 # The library again after all of it.
 qpip-c-pingpong 20 7421 > /tmp/cpp 2>&1; kv lib_after.status $?
-kv dmesg.bad "$(dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t' | tr '\n' '|')"
+kv dmesg.bad "$(dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t|speed is unknown' | tr '\n' '|')"
 "#;
 
 #[test]
@@ -216,6 +244,20 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     assert_eq!(rep.get("unload.listed"), "no", "{}", ctx());
     assert_eq!(rep.get("reload2.status"), "0", "{}", ctx());
     assert_eq!(rep.get("reload2.devinfo"), "0", "{}", ctx());
+    // A reset under a user, then the function removed under one and found again.
+    assert_eq!(rep.get("reset.status"), "0", "{}", ctx());
+    assert_eq!(rep.num("contexts.after_reset"), before, "{}", ctx());
+    assert_eq!(rep.get("reset.devinfo"), "0", "{}", ctx());
+    assert_eq!(rep.get("remove.status"), "0", "{}", ctx());
+    assert_eq!(rep.get("remove.gone"), "yes", "{}", ctx());
+    assert!(
+        rep.get("remove.watch").contains("IBV_EVENT_DEVICE_FATAL"),
+        "{}",
+        ctx()
+    );
+    assert_eq!(rep.get("rescan.listed"), "yes", "{}", ctx());
+    assert_eq!(rep.get("rescan.port"), "PORT_ACTIVE", "{}", ctx());
+    assert!(rep.get("rescan.link").contains("netdev qpip0"), "{}", ctx());
     assert_eq!(rep.get("lib_after.status"), "0", "{}", ctx());
     assert_eq!(rep.get("dmesg.bad"), "", "the kernel log\n{}", ctx());
 }
