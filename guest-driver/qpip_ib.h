@@ -26,6 +26,10 @@ struct qpip_ib_dev {
 	struct qpip_dev *qdev;
 	struct net_device *netdev;	/* the function's qpipN: port 1 */
 	struct ida pd_ida;
+	/* qpipN's events, which become the port's (qpip_ib_main.c) */
+	struct notifier_block nb;
+	struct netdev_net_notifier nn;
+	bool port_active;		/* as last told; under rtnl */
 };
 
 /* A user context: one device context, as an open /dev/qpipN is. */

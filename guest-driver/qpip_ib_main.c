@@ -4,7 +4,8 @@
  * registered when this module binds the function's auxiliary device (qpip_aux.h) and
  * unregistered when it is unbound: the function removed, or this module unloaded. The
  * ib_device is an RNIC with one port, the function's network interface qpipN, whose MAC
- * is its GID; its user contexts are device contexts (qpip_ib_verbs.c).
+ * is its GID (the interface's changes are the port's events); its user contexts are
+ * device contexts (qpip_ib_verbs.c).
  *
  * Loaded on demand (it pulls in ib_core and ib_uverbs, which a guest that does not use
  * RDMA need not pay for). Unloading it with user contexts open disassociates them: their
@@ -12,6 +13,7 @@
  */
 #include <linux/module.h>
 #include <linux/netdevice.h>
+#include <linux/rtnetlink.h>
 #include <net/addrconf.h>
 
 #include "qpip_ib.h"
@@ -39,6 +41,46 @@ static const struct ib_device_ops qpip_ib_dev_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, qpip_ib_ucontext, ibuc),
 	INIT_RDMA_OBJ_SIZE(ib_pd, qpip_ib_pd, ibpd),
 };
+
+static void qpip_ib_port_event(struct qpip_ib_dev *qib, enum ib_event_type type)
+{
+	struct ib_event ev = {
+		.device = &qib->ibdev,
+		.element.port_num = 1,
+		.event = type,
+	};
+
+	ib_dispatch_event(&ev);
+}
+
+/*
+ * The port is qpipN: its state follows the interface's (up, with carrier), and its GID
+ * the interface's MAC. Users learn of a change as an asynchronous event of the port.
+ */
+static int qpip_ib_netdev_event(struct notifier_block *nb, unsigned long event, void *ptr)
+{
+	struct qpip_ib_dev *qib = container_of(nb, struct qpip_ib_dev, nb);
+	struct net_device *nd = netdev_notifier_info_to_dev(ptr);
+	bool active;
+
+	if (nd != qib->netdev)
+		return NOTIFY_DONE;
+	switch (event) {
+	case NETDEV_UP:
+	case NETDEV_DOWN:
+	case NETDEV_CHANGE:
+		active = netif_running(nd) && netif_carrier_ok(nd);
+		if (active != qib->port_active) {
+			qib->port_active = active;
+			qpip_ib_port_event(qib, active ? IB_EVENT_PORT_ACTIVE : IB_EVENT_PORT_ERR);
+		}
+		break;
+	case NETDEV_CHANGEADDR:
+		qpip_ib_port_event(qib, IB_EVENT_GID_CHANGE);
+		break;
+	}
+	return NOTIFY_DONE;
+}
 
 static int qpip_ib_probe(struct auxiliary_device *adev, const struct auxiliary_device_id *id)
 {
@@ -76,11 +118,20 @@ static int qpip_ib_probe(struct auxiliary_device *adev, const struct auxiliary_d
 	ret = ib_register_device(&qib->ibdev, "qpip%d", &qdev->pdev->dev);
 	if (ret)
 		goto err_dealloc;
+	rtnl_lock();
+	qib->port_active = netif_running(netdev) && netif_carrier_ok(netdev);
+	rtnl_unlock();
+	qib->nb.notifier_call = qpip_ib_netdev_event;
+	ret = register_netdevice_notifier_dev_net(netdev, &qib->nb, &qib->nn);
+	if (ret)
+		goto err_unregister;
 	auxiliary_set_drvdata(adev, qib);
 	dev_info(&adev->dev, "%s: RDMA device %s over %s\n", dev_name(&qdev->dev),
 		 dev_name(&qib->ibdev.dev), netdev_name(netdev));
 	return 0;
 
+err_unregister:
+	ib_unregister_device(&qib->ibdev);
 err_dealloc:
 	ida_destroy(&qib->pd_ida);
 	ib_dealloc_device(&qib->ibdev);
@@ -96,6 +147,7 @@ static void qpip_ib_remove(struct auxiliary_device *adev)
 {
 	struct qpip_ib_dev *qib = auxiliary_get_drvdata(adev);
 
+	unregister_netdevice_notifier_dev_net(qib->netdev, &qib->nb, &qib->nn);
 	ib_unregister_device(&qib->ibdev);
 	ida_destroy(&qib->pd_ida);
 	ib_dealloc_device(&qib->ibdev);

@@ -210,7 +210,7 @@ static const struct verbs_match_ent qpip_match_table[] = {
 
 static const struct verbs_device_ops qpip_dev_ops = {
 	.name = "qpip",
-	/* A kernel module of another uverbs ABI is not matched (ibv_devices -v says why). */
+	/* A kernel module of another uverbs ABI is not matched (libibverbs says so on stderr). */
 	.match_min_abi_version = QPIP_IB_ABI_VERSION,
 	.match_max_abi_version = QPIP_IB_ABI_VERSION,
 	.match_table = qpip_match_table,

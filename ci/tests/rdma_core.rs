@@ -5,7 +5,8 @@
 //! One guest loads the RDMA stack and `qpip_ib.ko` on demand (`lab-qpip-ib`: nothing of it
 //! is loaded at boot), then checks with rdma-core's and iproute2's own tools: `ibv_devices`
 //! lists `qpip0`; `ibv_devinfo -v` shows an iWARP device with the device's limits and one
-//! port, ACTIVE while `qpip0` is up and DOWN while it is down; `rdma link` shows the port
+//! port, ACTIVE while `qpip0` is up and DOWN while it is down (a user hears the changes as
+//! port events, `ibv_asyncwatch`); `rdma link` shows the port
 //! over `qpip0`; `ibv_rc_pingpong` gets as far as the verbs this stage offers (a context,
 //! whose doorbell page the provider maps, and a protection domain) and stops at the first
 //! one it does not (registering memory). Then `qpip_ib` is unloaded while `ibv_asyncwatch`
@@ -62,11 +63,17 @@ kv qpip0.mtu "$(cat /sys/class/net/qpip0/mtu)"
 kv rdma.link "$(rdma link show qpip0/1 2>&1)"
 kv rdma.dev "$(rdma dev show qpip0 2>&1)"
 
+# qpip0 down and up again: the port follows, and a user hears it as port events.
+ibv_asyncwatch -d qpip0 > /tmp/awp 2>&1 & awp=$!
+sleep 1
 ip link set qpip0 down
 kv port.down "$(wait_state PORT_DOWN)"
 kv rdma.link_down "$(rdma link show qpip0/1 2>&1)"
 ip link set qpip0 up
 kv port.up_again "$(wait_state PORT_ACTIVE)"
+sleep 0.5
+kill $awp; wait $awp 2>/dev/null
+kv port.events "$(grep -o 'IBV_EVENT_[A-Z_]*' /tmp/awp | tr '\n' ' ')"
 
 # A context and a PD, then the first verb not offered yet (registering memory).
 ibv_rc_pingpong -d qpip0 -g 0 > /tmp/pp 2>&1; kv pingpong.status $?
@@ -192,6 +199,12 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     assert_eq!(rep.get("port.up"), "PORT_ACTIVE", "{}", ctx());
     assert_eq!(rep.get("port.down"), "PORT_DOWN", "{}", ctx());
     assert_eq!(rep.get("port.up_again"), "PORT_ACTIVE", "{}", ctx());
+    assert_eq!(
+        rep.get("port.events").trim(),
+        "IBV_EVENT_PORT_ERR IBV_EVENT_PORT_ACTIVE",
+        "qpip0 down and up: the port's events\n{}",
+        ctx()
+    );
 
     // rdma link: the port over qpip0.
     let link = rep.get("rdma.link");
