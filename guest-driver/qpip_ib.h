@@ -3,6 +3,7 @@
  * qpip_ib: a qpip function as an iWARP ib_device (the RDMA stack's view of it), shared by
  *   qpip_ib_main.c   the auxiliary driver: an ib_device per function, registered and removed
  *   qpip_ib_verbs.c  its verbs: queries, user contexts, protection domains, mmap
+ *   qpip_ib_cm.c     the iWARP connection manager's ops, failing cleanly until QPs exist
  * qpip.ko stays the owner of the function; see qpip_aux.h for what it gives this module.
  */
 #ifndef QPIP_IB_H
@@ -84,5 +85,17 @@ int qpip_ib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma);
 void qpip_ib_mmap_free(struct rdma_user_mmap_entry *entry);
 int qpip_ib_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
 int qpip_ib_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
+
+/* qpip_ib_cm.c */
+struct iw_cm_id;
+struct iw_cm_conn_param;
+int qpip_ib_iw_create_listen(struct iw_cm_id *cm_id, int backlog);
+int qpip_ib_iw_destroy_listen(struct iw_cm_id *cm_id);
+int qpip_ib_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param);
+int qpip_ib_iw_accept(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param);
+int qpip_ib_iw_reject(struct iw_cm_id *cm_id, const void *pdata, u8 pdata_len);
+struct ib_qp *qpip_ib_iw_get_qp(struct ib_device *ibdev, int qpn);
+void qpip_ib_iw_add_ref(struct ib_qp *qp);
+void qpip_ib_iw_rem_ref(struct ib_qp *qp);
 
 #endif /* QPIP_IB_H */

@@ -38,6 +38,16 @@ static const struct ib_device_ops qpip_ib_dev_ops = {
 	.alloc_pd = qpip_ib_alloc_pd,
 	.dealloc_pd = qpip_ib_dealloc_pd,
 
+	/* iw_cm calls these unchecked: they must exist (qpip_ib_cm.c). */
+	.iw_create_listen = qpip_ib_iw_create_listen,
+	.iw_destroy_listen = qpip_ib_iw_destroy_listen,
+	.iw_connect = qpip_ib_iw_connect,
+	.iw_accept = qpip_ib_iw_accept,
+	.iw_reject = qpip_ib_iw_reject,
+	.iw_get_qp = qpip_ib_iw_get_qp,
+	.iw_add_ref = qpip_ib_iw_add_ref,
+	.iw_rem_ref = qpip_ib_iw_rem_ref,
+
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, qpip_ib_ucontext, ibuc),
 	INIT_RDMA_OBJ_SIZE(ib_pd, qpip_ib_pd, ibpd),
 };

@@ -79,6 +79,13 @@ kv port.events "$(grep -o 'IBV_EVENT_[A-Z_]*' /tmp/awp | tr '\n' ' ')"
 ibv_rc_pingpong -d qpip0 -g 0 > /tmp/pp 2>&1; kv pingpong.status $?
 kv pingpong.out "$(tr '\n' '|' < /tmp/pp)"
 
+# rdma_cm does not attach to the device yet (it needs the kernel verbs of the QP stages):
+# rping on qpip0's address fails cleanly, it does not reach the device.
+A=$(ip -6 addr show dev qpip0 scope global | awk '/inet6/ {print $2}' | cut -d/ -f1 | head -n 1)
+kv qpip0.addr "$A"
+timeout 20 rping -c -a "$A" -C 1 > /tmp/rping 2>&1; kv rping.status $?
+kv rping.out "$(tr '\n' '|' < /tmp/rping)"
+
 # Unloading with a user: ibv_asyncwatch holds a context open, a device context of the
 # function (counted in /sys/class/qpip/qpip0/contexts beside /dev/qpip0's).
 kv contexts.before "$(contexts)"
@@ -232,6 +239,11 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     );
     assert!(!pp.contains("Couldn't get context"), "{}", ctx());
     assert!(!pp.contains("Couldn't allocate PD"), "{}", ctx());
+
+    // rping (librdmacm) gets an error, not a crash: rdma_cm does not use the device yet.
+    assert_ne!(rep.get("qpip0.addr"), "", "qpip0 has no global IPv6 address\n{}", ctx());
+    let rping = rep.get("rping.status");
+    assert!(rping != "0" && rping != "124", "rping: {rping}\n{}", ctx());
 
     // qpip's own library beside a verbs context on the same function.
     assert_eq!(rep.get("watch.running"), "yes", "{}", ctx());
