@@ -151,7 +151,11 @@ kv dmesg.bad "$(dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_
 fn qpip_is_an_rdma_device_for_rdma_core() {
     // On the lab network: the device's link, and so qpip0's carrier, is up there.
     needs_root!();
-    let out = lab(vec![guest("a", SCRIPT, 300, &[])], QpipdLayout::Adapter, |_| ());
+    let out = lab(
+        vec![guest("a", SCRIPT, 300, &[])],
+        QpipdLayout::Adapter,
+        |_| (),
+    );
     let rep = Report::succeeded(out.guest("a"));
     let ctx = || rep.context();
 
@@ -169,7 +173,12 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     assert_eq!(rep.get("devinfo.vendor_id"), "0x1234", "{}", ctx());
     assert_eq!(rep.get("devinfo.vendor_part_id"), "20816", "{}", ctx()); // 0x5150
     assert_eq!(rep.get("devinfo.link_layer"), "Ethernet", "{}", ctx());
-    assert_eq!(rep.get("devinfo.atomic_cap"), "ATOMIC_NONE (0)", "{}", ctx());
+    assert_eq!(
+        rep.get("devinfo.atomic_cap"),
+        "ATOMIC_NONE (0)",
+        "{}",
+        ctx()
+    );
     assert!(
         rep.get("devinfo.fw_ver").contains('.'),
         "fw_ver is the device interface's version\n{}",
@@ -216,11 +225,17 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     // rdma link: the port over qpip0.
     let link = rep.get("rdma.link");
     assert!(
-        link.contains("link qpip0/1") && link.contains("state ACTIVE") && link.contains("netdev qpip0"),
+        link.contains("link qpip0/1")
+            && link.contains("state ACTIVE")
+            && link.contains("netdev qpip0"),
         "rdma link show qpip0/1: {link}\n{}",
         ctx()
     );
-    assert!(rep.get("rdma.link_down").contains("state DOWN"), "{}", ctx());
+    assert!(
+        rep.get("rdma.link_down").contains("state DOWN"),
+        "{}",
+        ctx()
+    );
     let dev = rep.get("rdma.dev");
     assert!(
         dev.contains("node_type rnic") && dev.contains("protocol iw"),
@@ -241,7 +256,12 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     assert!(!pp.contains("Couldn't allocate PD"), "{}", ctx());
 
     // rping (librdmacm) gets an error, not a crash: rdma_cm does not use the device yet.
-    assert_ne!(rep.get("qpip0.addr"), "", "qpip0 has no global IPv6 address\n{}", ctx());
+    assert_ne!(
+        rep.get("qpip0.addr"),
+        "",
+        "qpip0 has no global IPv6 address\n{}",
+        ctx()
+    );
     let rping = rep.get("rping.status");
     assert!(rping != "0" && rping != "124", "rping: {rping}\n{}", ctx());
 
@@ -253,7 +273,12 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     // without a user, and loading again each time.
     let before = rep.num("contexts.before");
     assert_eq!(rep.num("contexts.watch"), before + 1, "{}", ctx());
-    assert_eq!(rep.get("unload_busy.status"), "0", "rmmod with a user\n{}", ctx());
+    assert_eq!(
+        rep.get("unload_busy.status"),
+        "0",
+        "rmmod with a user\n{}",
+        ctx()
+    );
     assert_eq!(rep.get("unload_busy.gone"), "yes", "{}", ctx());
     assert_eq!(rep.num("contexts.unloaded"), before, "{}", ctx());
     assert!(
