@@ -31,6 +31,7 @@
 #define QPIP_DRV_NAME "qpip"
 
 struct net_device;
+struct qpip_aux_dev;
 struct qpip_ctx;
 struct qpip_netdev;
 struct qpip_routes;
@@ -237,6 +238,9 @@ struct qpip_dev {
 	 * registered, cleared under @lock for writing before it is removed.
 	 */
 	struct qpip_netdev *netdev;
+
+	/* The auxiliary device qpip_ib.ko binds (qpip_aux.c), or NULL. */
+	struct qpip_aux_dev *aux;
 
 	/* uid -> struct qpip_user of each user with a context open (qpip_quota.c). */
 	struct mutex users_lock;

@@ -108,20 +108,22 @@ static int qpip_mmap(struct file *filp, struct vm_area_struct *vma)
 
 /* ---- open and release ---- */
 
-static int qpip_open(struct inode *inode, struct file *filp)
+/*
+ * Creates a context of @qdev in the device for the calling process, charged to its user:
+ * what opening /dev/qpipN makes, and what qpip_ib.ko's user contexts are made of.
+ * @mapping is where the context's mmaps live (the file's), for the kick page's revocation;
+ * NULL for a context whose mappings are someone else's to revoke.
+ */
+struct qpip_ctx *qpip_ctx_create(struct qpip_dev *qdev, struct address_space *mapping)
 {
-	struct qpip_dev *qdev = container_of(inode->i_cdev, struct qpip_dev, cdev);
 	struct qpip_ctx *ctx;
 	int ret;
 
-	ret = nonseekable_open(inode, filp);
-	if (ret)
-		return ret;
 	ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
 	if (!ctx)
-		return -ENOMEM;
+		return ERR_PTR(-ENOMEM);
 	ctx->qdev = qdev;
-	ctx->mapping = filp->f_mapping;
+	ctx->mapping = mapping;
 	mutex_init(&ctx->lock);
 	xa_init(&ctx->cqs);
 	xa_init(&ctx->qps);
@@ -135,11 +137,11 @@ static int qpip_open(struct inode *inode, struct file *filp)
 	INIT_LIST_HEAD(&ctx->lost.ev_node);
 	init_waitqueue_head(&ctx->ev_wait);
 	atomic_set(&ctx->pending, 0);
-	/* The file and all it creates are charged to its opener (qpip_quota.c). */
+	/* The context and all it creates are charged to its creator (qpip_quota.c). */
 	ctx->user = qpip_user_get(qdev, current_euid());
 	if (!ctx->user) {
 		kfree(ctx);
-		return -ENOMEM;
+		return ERR_PTR(-ENOMEM);
 	}
 	ctx->quota_exempt = capable(CAP_SYS_RESOURCE);
 	ret = qpip_quota_charge(ctx, QPIP_QUOTA_CONTEXTS, 1);
@@ -152,8 +154,8 @@ static int qpip_open(struct inode *inode, struct file *filp)
 	}
 
 	/*
-	 * chrdev_open took a reference on the cdev, which pins qdev until release. An open
-	 * that raced with remove finds the function gone and says so.
+	 * The caller holds a reference on qdev (a file's cdev, or qpip_ib's auxiliary device).
+	 * A creation that raced with remove finds the function gone and says so.
 	 */
 	down_read(&qdev->lock);
 	if (qdev->unbound) {
@@ -170,23 +172,40 @@ static int qpip_open(struct inode *inode, struct file *filp)
 	if (ctx->id < ARRAY_SIZE(qdev->live))
 		qdev->live[ctx->id] = ctx;
 	spin_unlock_irq(&qdev->ctx_lock);
-	filp->private_data = ctx;
 out:
 	up_read(&qdev->lock);
 	if (!ret)
-		return 0;
+		return ctx;
 	/* A timed-out CREATE_CTX may still be carried out: keep the page then, charged. */
 	qpip_ring_put(ctx, ctx->db, ret == -ETIMEDOUT);
 	if (ret == -ETIMEDOUT) {
 		kfree(ctx);
-		return ret;
+		return ERR_PTR(ret);
 	}
 err_charged:
 	qpip_quota_uncharge(ctx->user, QPIP_QUOTA_CONTEXTS, 1);
 err_user:
 	qpip_user_put(qdev, ctx->user);
 	kfree(ctx);
-	return ret;
+	return ERR_PTR(ret);
+}
+EXPORT_SYMBOL_GPL(qpip_ctx_create);
+
+static int qpip_open(struct inode *inode, struct file *filp)
+{
+	struct qpip_dev *qdev = container_of(inode->i_cdev, struct qpip_dev, cdev);
+	struct qpip_ctx *ctx;
+	int ret;
+
+	ret = nonseekable_open(inode, filp);
+	if (ret)
+		return ret;
+	/* chrdev_open took a reference on the cdev, which pins qdev until release. */
+	ctx = qpip_ctx_create(qdev, filp->f_mapping);
+	if (IS_ERR(ctx))
+		return PTR_ERR(ctx);
+	filp->private_data = ctx;
+	return 0;
 }
 
 /*
@@ -207,9 +226,12 @@ static void qpip_ctx_uncharge(struct qpip_ctx *ctx)
 	qpip_user_put(ctx->qdev, ctx->user);
 }
 
-static int qpip_release(struct inode *inode, struct file *filp)
+/*
+ * Destroys @ctx in the device (which stops every DMA into its memory), then frees its
+ * objects' records, rings and pinned pages: what closing the file does.
+ */
+void qpip_ctx_destroy(struct qpip_ctx *ctx)
 {
-	struct qpip_ctx *ctx = filp->private_data;
 	struct qpip_dev *qdev = ctx->qdev;
 	struct qpip_listener *l;
 	unsigned long idx;
@@ -278,6 +300,12 @@ static int qpip_release(struct inode *inode, struct file *filp)
 	qpip_ctx_events_free(ctx);
 	mutex_destroy(&ctx->lock);
 	kfree(ctx);
+}
+EXPORT_SYMBOL_GPL(qpip_ctx_destroy);
+
+static int qpip_release(struct inode *inode, struct file *filp)
+{
+	qpip_ctx_destroy(filp->private_data);
 	return 0;
 }
 
@@ -316,8 +344,9 @@ void qpip_contexts_revoke(struct qpip_dev *qdev)
 
 	mutex_lock(&qdev->mmap_lock);
 	list_for_each_entry(ctx, &qdev->contexts, node)
-		unmap_mapping_range(ctx->mapping, (loff_t)QPIP_MMAP_KICK << PAGE_SHIFT,
-				    PAGE_SIZE, 1);
+		if (ctx->mapping)	/* qpip_ib's contexts map no kick page yet */
+			unmap_mapping_range(ctx->mapping, (loff_t)QPIP_MMAP_KICK << PAGE_SHIFT,
+					    PAGE_SIZE, 1);
 	mutex_unlock(&qdev->mmap_lock);
 	list_for_each_entry(ctx, &qdev->contexts, node) {
 		qpip_ctx_ports_release(ctx);

@@ -171,6 +171,10 @@ static inline bool qpip_ctx_dead(struct qpip_ctx *ctx)
 	return READ_ONCE(qdev->unbound) || ctx->generation != READ_ONCE(qdev->generation);
 }
 
+/* qpip_ctx.c: a context for the caller (exported: qpip_ib.ko's user contexts are ones) */
+struct qpip_ctx *qpip_ctx_create(struct qpip_dev *qdev, struct address_space *mapping);
+void qpip_ctx_destroy(struct qpip_ctx *ctx);
+
 /* qpip_mem.c */
 struct qpip_ring *qpip_ring_alloc(struct qpip_ctx *ctx, size_t bytes);
 void qpip_ring_release(struct kref *ref);

@@ -16,6 +16,7 @@
 #include <linux/pci.h>
 
 #include "qpip.h"
+#include "qpip_aux.h"
 
 /*
  * The device completes a reset before the register write returns; the bound is only there
@@ -391,6 +392,8 @@ static int qpip_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	qpip_admin_start_events(qdev);
 	/* Without it the function still serves its QPs: the reason is logged, probe goes on. */
 	qpip_netdev_probe(qdev);
+	/* For qpip_ib.ko, if it is loaded: likewise optional. */
+	qpip_aux_add(qdev);
 
 	dev_info(&pdev->dev, "%s: qpip device interface %u.%u, %u doorbell pages, %d MSI-X vectors, MAC %pM\n",
 		 dev_name(&qdev->dev), qpip_version_major(qdev->version),
@@ -424,9 +427,11 @@ static void qpip_remove(struct pci_dev *pdev)
 	struct qpip_dev *qdev = pci_get_drvdata(pdev);
 
 	/*
-	 * The network interface first, while the admin queue runs: closing it destroys its
-	 * context in the device.
+	 * The RDMA stack's device, then the network interface, while the admin queue runs:
+	 * unbinding qpip_ib destroys its user contexts in the device, closing the interface
+	 * its own context. qpip_ib uses the interface until it is unbound.
 	 */
+	qpip_aux_del(qdev);
 	qpip_netdev_remove(qdev);
 	/*
 	 * Cut off open files first (they fail with -ENODEV from now on and lose their doorbell

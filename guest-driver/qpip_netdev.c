@@ -336,9 +336,24 @@ static void qpip_nd_get_ethtool_stats(struct net_device *dev, struct ethtool_sta
 	kfree(dev_stats);
 }
 
+/*
+ * The device reports no link speed (an emulated link has none): said as unknown, like
+ * virtio-net without one, rather than not at all — the RDMA core (qpip_ib's port) warns
+ * at every port query on an interface without link settings.
+ */
+static int qpip_nd_get_link_ksettings(struct net_device *dev,
+				      struct ethtool_link_ksettings *cmd)
+{
+	cmd->base.speed = SPEED_UNKNOWN;
+	cmd->base.duplex = DUPLEX_UNKNOWN;
+	cmd->base.port = PORT_OTHER;
+	return 0;
+}
+
 const struct ethtool_ops qpip_nd_ethtool_ops = {
 	.get_drvinfo = qpip_nd_get_drvinfo,
 	.get_link = ethtool_op_get_link,
+	.get_link_ksettings = qpip_nd_get_link_ksettings,
 	.get_sset_count = qpip_nd_get_sset_count,
 	.get_strings = qpip_nd_get_strings,
 	.get_ethtool_stats = qpip_nd_get_ethtool_stats,

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the guest driver qpip.ko into $QPIP_CACHE/guest/qpip.ko.
+# Builds the guest driver qpip.ko into $QPIP_CACHE/guest/qpip.ko, and beside it qpip_ib.ko,
+# the function as an iWARP ib_device for the RDMA stack (loaded on demand by lab-qpip-ib).
 #
 # The build runs inside the runtime (chroot), with the runtime's gcc and the headers of the
 # exact guest kernel, so the module's vermagic and compiler match the kernel that loads it.
@@ -17,6 +18,7 @@ set -euo pipefail
 SRC=$QPIP_ROOT/guest-driver
 OUT=$QPIP_CACHE/guest
 KO=$OUT/qpip.ko
+IB_KO=$OUT/qpip_ib.ko
 STAMP=$OUT/.qpip-driver-stamp
 BUILD_REL=build/qpip-driver          # inside the runtime
 BUILD=$RUNTIME_DIR/$BUILD_REL
@@ -38,7 +40,7 @@ mapfile -t files < <(cd "$SRC" && find . -type f \
 [ ${#files[@]} -gt 0 ] || die "no driver sources in $SRC"
 
 KEY=$(cd "$QPIP_ROOT" && inputs_hash "${files[@]/#/guest-driver/}" images/driver.sh images/lib.sh "$HDRS_NAME")
-if [ -f "$KO" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
+if [ -f "$KO" ] && [ -f "$IB_KO" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
     say "driver: up to date ($KO, kernel $KVER)"
     exit 0
 fi
@@ -60,12 +62,15 @@ step "driver: build qpip.ko for $KVER (W=1 and sparse, warnings are errors)" bui
 if grep -q 'warning:' "$LOG"; then
     die "driver: the build printed compiler or sparse warnings (see above); the driver must build warning-free"
 fi
-[ -f "$BUILD/qpip.ko" ] || die "driver: make succeeded but $BUILD/qpip.ko is missing"
-
-check_vermagic driver "$BUILD/qpip.ko"
+for m in qpip qpip_ib; do
+    [ -f "$BUILD/$m.ko" ] || die "driver: make succeeded but $BUILD/$m.ko is missing"
+    check_vermagic driver "$BUILD/$m.ko"
+done
 
 mkdir -p "$OUT"
 cp "$BUILD/qpip.ko" "$KO.tmp"
 mv "$KO.tmp" "$KO"
+cp "$BUILD/qpip_ib.ko" "$IB_KO.tmp"
+mv "$IB_KO.tmp" "$IB_KO"
 printf '%s\n' "$KEY" > "$STAMP"
-say "driver: $KO ($(stat -c %s "$KO") bytes, vermagic $VERMAGIC)"
+say "driver: $KO ($(stat -c %s "$KO") bytes), $IB_KO ($(stat -c %s "$IB_KO") bytes), vermagic $VERMAGIC"

@@ -7,6 +7,7 @@
 #   /lib/modules/...           the virtio/9p modules the kernel builds as modules, decompressed,
 #   /lib/modules/load-order      and the order /init loads them in (dependencies first)
 #   /lib/qpip/qpip.ko          the guest driver, built by images/driver.sh
+#   /lib/qpip/qpip_ib.ko       its iWARP ib_device, beside it; loaded on demand by lab-qpip-ib
 #   /usr/lib/qpip/libqpip-preload.so  the preload library that runs socket programs over
 #   /usr/bin/qpip-run                 qpip sockets (images/preload.sh, docs/sockets.md), its
 #   /usr/bin/qpip-sockcheck           wrapper (preload/qpip-run) and its check program,
@@ -27,14 +28,18 @@
 #   /lib/modules/.../siw.ko    built by images/siw.sh, and the RDMA core modules it and
 #   /lib/modules/rdma-load-order  rping need, decompressed, with their load order
 #   /usr/bin/lab-siw           loads them and adds the siw link over the virtio-net NIC
-#   /usr/bin/rping, ibv_devices, ibv_devinfo, rdma, ib_write_lat, ib_write_bw, ib_read_lat, ib_read_bw
+#   /usr/bin/lab-qpip-ib       loads them (not siw.ko) and qpip_ib.ko
+#   /usr/bin/rping, ibv_devices, ibv_devinfo, rdma, ib_write_lat, ib_write_bw, ib_read_lat, ib_read_bw,
+#     ibv_asyncwatch, ibv_rc_pingpong
 #                              rdma-core's, iproute2's and perftest's tools from
 #                              the runtime (trixie), dynamic, with siw's verbs provider
-#                              (/etc/libibverbs.d/siw.driver), every shared library they
+#                              (/etc/libibverbs.d/siw.driver) and qpip's (qpip.driver,
+#                              built by images/rdma-provider.sh), every shared library they
 #                              need and the dynamic loader (/lib64/ld-linux-x86-64.so.2)
 # Rebuilds only when an input changed (a stamp holds the hash of all of them).
 #
-# Environment: QPIP_KO overrides the driver module to pack (default $QPIP_CACHE/guest/qpip.ko),
+# Environment: QPIP_KO overrides the driver module to pack (default $QPIP_CACHE/guest/qpip.ko;
+# qpip_ib.ko is taken from beside it),
 # QPIP_PRELOAD_SO the preload library (default $QPIP_CACHE/guest/libqpip-preload.so),
 # QPIP_GUEST_OUT the output directory (default $QPIP_CACHE/guest).
 set -euo pipefail
@@ -42,6 +47,7 @@ set -euo pipefail
 
 OUT=${QPIP_GUEST_OUT:-$QPIP_CACHE/guest}
 KO=${QPIP_KO:-$QPIP_CACHE/guest/qpip.ko}
+IB_KO=$(dirname "$KO")/qpip_ib.ko
 PRELOAD_SO=${QPIP_PRELOAD_SO:-$QPIP_CACHE/guest/libqpip-preload.so}
 QPIP_RUN=$QPIP_ROOT/preload/qpip-run
 SOCKCHECK=$(dirname "$PRELOAD_SO")/qpip-sockcheck
@@ -52,6 +58,7 @@ LAB_UDP_SRC=$QPIP_ROOT/images/guest/lab-udp.c
 LAB_QPIP_NET=$QPIP_ROOT/images/guest/lab-qpip-net
 LAB_SOCKETS_SRC=$QPIP_ROOT/images/guest/lab-sockets-check.c
 LAB_SIW=$QPIP_ROOT/images/guest/lab-siw
+LAB_QPIP_IB=$QPIP_ROOT/images/guest/lab-qpip-ib
 LAB_STORAGE=$QPIP_ROOT/images/guest/lab-storage
 LAB_EXTRAS=$QPIP_ROOT/images/guest/lab-extras
 SIW_KO=$QPIP_CACHE/guest/siw.ko
@@ -77,13 +84,23 @@ RDMA_MODULES=(crc32c_generic libcrc32c ib_core ib_uverbs iw_cm ib_cm rdma_cm rdm
 # rdma-core, iproute2 and perftest programs for the guest, with siw's verbs provider, which
 # libibverbs opens by name (lib<driver>-rdmav34.so for each /etc/libibverbs.d/*.driver).
 # perftest's ib_write_lat, ib_write_bw, ib_read_lat and ib_read_bw give the bench its figures on siw.
+# ibv_asyncwatch (a process holding a device open) and ibv_rc_pingpong are the qpip
+# provider's test's users (ci/tests/rdma_core.rs).
 RDMA_PROGRAMS=(usr/bin/rping usr/bin/ibv_devices usr/bin/ibv_devinfo usr/bin/rdma
-               usr/bin/ib_write_lat usr/bin/ib_write_bw usr/bin/ib_read_lat usr/bin/ib_read_bw)
+               usr/bin/ib_write_lat usr/bin/ib_write_bw usr/bin/ib_read_lat usr/bin/ib_read_bw
+               usr/bin/ibv_asyncwatch usr/bin/ibv_rc_pingpong)
 SIW_PROVIDER=usr/lib/x86_64-linux-gnu/libibverbs/libsiw-rdmav34.so
 SIW_DRIVER_CONF=etc/libibverbs.d/siw.driver
+# qpip's provider, built outside the runtime (images/rdma-provider.sh), and where it goes.
+QPIP_PROVIDER_SO=$QPIP_CACHE/guest/libqpip-rdmav34.so
+QPIP_PROVIDER=usr/lib/x86_64-linux-gnu/libibverbs/libqpip-rdmav34.so
+QPIP_DRIVER_CONF_SRC=$QPIP_ROOT/rdma-provider/qpip.driver
+QPIP_DRIVER_CONF=etc/libibverbs.d/qpip.driver
 
 [ -x "$BUSYBOX" ] || die "no busybox in the runtime ($BUSYBOX); run images/runtime.sh first"
 [ -f "$KO" ] || die "no guest driver at $KO; run images/driver.sh first"
+[ -f "$IB_KO" ] || die "no qpip_ib.ko beside $KO; run images/driver.sh first"
+[ -f "$QPIP_PROVIDER_SO" ] || die "no rdma-core provider at $QPIP_PROVIDER_SO; run images/rdma-provider.sh first"
 [ -f "$PRELOAD_SO" ] && [ -f "$SOCKCHECK" ] || die "no preload library at $PRELOAD_SO (or no qpip-sockcheck beside it); run images/preload.sh first"
 [ -f "$SIW_KO" ] || die "no siw.ko at $SIW_KO; run images/siw.sh first"
 for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER" "$SIW_DRIVER_CONF"; do
@@ -173,7 +190,8 @@ extract_vmlinux() {
 }
 
 # --- up to date? ---------------------------------------------------------------------------
-hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_QPIP_NET" "$LAB_SOCKETS_SRC" "$LAB_SIW" "$LAB_STORAGE" "$LAB_EXTRAS" "$KO"
+hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_QPIP_NET" "$LAB_SOCKETS_SRC" "$LAB_SIW" "$LAB_QPIP_IB" "$LAB_STORAGE" "$LAB_EXTRAS" "$KO" "$IB_KO"
+             "$QPIP_PROVIDER_SO" "$QPIP_DRIVER_CONF_SRC"
              "$PRELOAD_SO" "$QPIP_RUN" "$SOCKCHECK"
              "$SIW_KO" "$BUSYBOX" "$kernel")
 for b in "${bins[@]}"; do hash_inputs+=("$BINDIR/$b"); done
@@ -242,8 +260,17 @@ for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER" "$SIW_DRIVER_CONF" "$LOADER"; do
 done
 mkdir -p "$LIBDIR"
 for f in "${libs[@]}"; do cp -L "$RUNTIME_DIR/$f" "$LIBDIR/${f##*/}"; done
+install -m 0644 "$QPIP_PROVIDER_SO" "$QPIP_PROVIDER"
+install -m 0644 "$QPIP_DRIVER_CONF_SRC" "$QPIP_DRIVER_CONF"
+# It needs what siw's provider needs (libibverbs, libc); say so if that ever changes.
+for n in $(readelf -d "$QPIP_PROVIDER" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+    [ -e "$LIBDIR/$n" ] || die "qpip's rdma-core provider needs $n, which the image does not carry"
+done
 
 install -m 0644 "$KO" lib/qpip/qpip.ko
+# Debug info is most of its size; the guest loads it into RAM from the initramfs.
+strip --strip-debug -o lib/qpip/qpip_ib.ko "$IB_KO"
+chmod 0644 lib/qpip/qpip_ib.ko
 # The preload library needs only libc, which the image has for rdma-core's tools.
 mkdir -p usr/lib/qpip
 install -m 0644 "$PRELOAD_SO" usr/lib/qpip/libqpip-preload.so
@@ -256,6 +283,7 @@ done
 install -m 0755 "$LAB_WAIT" usr/bin/lab-wait
 install -m 0644 "$NAP" lib/qpip/nap.sh
 install -m 0755 "$LAB_SIW" usr/bin/lab-siw
+install -m 0755 "$LAB_QPIP_IB" usr/bin/lab-qpip-ib
 install -m 0755 "$LAB_STORAGE" usr/bin/lab-storage
 install -m 0755 "$LAB_EXTRAS" usr/bin/lab-extras
 install -m 0755 "$LAB_QPIP_NET" usr/bin/lab-qpip-net

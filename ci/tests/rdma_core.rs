@@ -1,0 +1,313 @@
+//! qpip as an RDMA device for unmodified rdma-core programs: `qpip_ib.ko` registers an
+//! iWARP ib_device per function, and rdma-core's provider for it
+//! (`libqpip-rdmav34.so`, `/etc/libibverbs.d/qpip.driver`) lets libibverbs open it.
+//!
+//! One guest loads the RDMA stack and `qpip_ib.ko` on demand (`lab-qpip-ib`: nothing of it
+//! is loaded at boot), then checks with rdma-core's and iproute2's own tools: `ibv_devices`
+//! lists `qpip0`; `ibv_devinfo -v` shows an iWARP device with the device's limits and one
+//! port, ACTIVE while `qpip0` is up and DOWN while it is down (a user hears the changes as
+//! port events, `ibv_asyncwatch`); `rdma link` shows the port
+//! over `qpip0`; `ibv_rc_pingpong` gets as far as the verbs this stage offers (a context,
+//! whose doorbell page the provider maps, and a protection domain) and stops at the first
+//! one it does not (registering memory). Then `qpip_ib` is unloaded while `ibv_asyncwatch`
+//! holds a context open (the context is disassociated, the module goes), loaded again,
+//! unloaded with no user and loaded again, each time finding the device again; the device
+//! is reset under a user, and the function removed under one (its ib_device goes first)
+//! and found again by a PCI rescan; qpip's own library (`qpip-c-pingpong` over
+//! `/dev/qpip0`) works beside it throughout; and the kernel log has no oops or warning.
+//!
+//! Like the other VM tests it is ignored by a plain `cargo test`; `./qpip test` runs it
+//! (as root: the guest is on the lab network, where the device's link is up).
+
+mod common;
+
+use common::traffic::{guest, lab};
+use common::{needs_root, Report};
+use qpip_lab::QpipdLayout;
+
+/// The guest's checks, reported as `@key=value` lines; the assertions are made here.
+const SCRIPT: &str = r#"
+# devinfo KEY: the value of "KEY:" in /tmp/devinfo (ibv_devinfo -v's output).
+devinfo() { sed -n "s/^[[:space:]]*$1:[[:space:]]*//p" /tmp/devinfo | head -n 1; }
+# has_qpip0: ibv_devices lists qpip0.
+has_qpip0() { ibv_devices 2>&1 | grep -q '^[[:space:]]*qpip0[[:space:]]'; }
+# port_state: the port's state as ibv_devinfo says it (PORT_ACTIVE, PORT_DOWN, ...).
+port_state() { ibv_devinfo -d qpip0 2>&1 | sed -n 's/^[[:space:]]*state:[[:space:]]*\([A-Z_]*\).*/\1/p'; }
+# wait_state STATE: up to 5 s for the port to be in STATE.
+wait_state() {
+    i=0
+    while [ "$(port_state)" != "$1" ] && [ $i -lt 50 ]; do i=$((i + 1)); sleep 0.1; done
+    port_state
+}
+no_qpip_dev() { [ -z "$(ls /sys/class/infiniband 2>/dev/null | grep qpip)" ]; }
+
+has_qpip0 && kv before.listed yes || kv before.listed no
+[ -d /sys/module/ib_core ] && kv before.ib_core loaded || kv before.ib_core absent
+
+lab-qpip-ib > /tmp/load 2>&1; kv load.status $?
+kv load.out "$(tr '\n' '|' < /tmp/load)"
+has_qpip0 && kv listed yes || kv listed no
+kv devices "$(ibv_devices 2>&1 | tr '\n' '|')"
+
+ip link set qpip0 up
+kv port.up "$(wait_state PORT_ACTIVE)"
+ibv_devinfo -v -d qpip0 > /tmp/devinfo 2>&1; kv devinfo.status $?
+kv devinfo.out "$(tr '\n' '|' < /tmp/devinfo)"
+for k in transport fw_ver vendor_id vendor_part_id phys_port_cnt max_qp max_qp_wr max_sge \
+         max_cq max_cqe max_mr max_mr_size max_pd max_qp_rd_atom max_qp_init_rd_atom \
+         atomic_cap link_layer active_mtu max_mtu active_speed active_width; do
+    kv "devinfo.$k" "$(devinfo $k)"
+done
+kv devinfo.ports "$(grep -c '^[[:space:]]*port:[[:space:]]' /tmp/devinfo)"
+kv qpip0.mtu "$(cat /sys/class/net/qpip0/mtu)"
+kv rdma.link "$(rdma link show qpip0/1 2>&1)"
+kv rdma.dev "$(rdma dev show qpip0 2>&1)"
+
+# qpip0 down and up again: the port follows, and a user hears it as port events.
+ibv_asyncwatch -d qpip0 > /tmp/awp 2>&1 & awp=$!
+sleep 1
+ip link set qpip0 down
+kv port.down "$(wait_state PORT_DOWN)"
+kv rdma.link_down "$(rdma link show qpip0/1 2>&1)"
+ip link set qpip0 up
+kv port.up_again "$(wait_state PORT_ACTIVE)"
+sleep 0.5
+kill $awp; wait $awp 2>/dev/null
+kv port.events "$(grep -o 'IBV_EVENT_[A-Z_]*' /tmp/awp | tr '\n' ' ')"
+
+# A context and a PD, then the first verb not offered yet (registering memory).
+ibv_rc_pingpong -d qpip0 -g 0 > /tmp/pp 2>&1; kv pingpong.status $?
+kv pingpong.out "$(tr '\n' '|' < /tmp/pp)"
+
+# rdma_cm does not attach to the device yet (it needs the kernel verbs of the QP stages):
+# rping on qpip0's address fails cleanly, it does not reach the device.
+A=$(ip -6 addr show dev qpip0 scope global | awk '/inet6/ {print $2}' | cut -d/ -f1 | head -n 1)
+kv qpip0.addr "$A"
+timeout 20 rping -c -a "$A" -C 1 > /tmp/rping 2>&1; kv rping.status $?
+kv rping.out "$(tr '\n' '|' < /tmp/rping)"
+
+# Unloading with a user: ibv_asyncwatch holds a context open, a device context of the
+# function (counted in /sys/class/qpip/qpip0/contexts beside /dev/qpip0's).
+kv contexts.before "$(contexts)"
+ibv_asyncwatch -d qpip0 > /tmp/aw 2>&1 & aw=$!
+sleep 1
+kill -0 $aw 2>/dev/null && kv watch.running yes || kv watch.running no
+kv contexts.watch "$(contexts)"
+# qpip's own library beside it, on the same function.
+qpip-c-pingpong 50 7420 > /tmp/cpp 2>&1; kv lib.status $?
+kv lib.out "$(tr '\n' '|' < /tmp/cpp)"
+rmmod qpip_ib 2> /tmp/rmmod; kv unload_busy.status $?
+kv unload_busy.err "$(cat /tmp/rmmod)"
+no_qpip_dev && kv unload_busy.gone yes || kv unload_busy.gone no
+kv contexts.unloaded "$(contexts)"
+sleep 0.5
+kv watch.out "$(tr '\n' '|' < /tmp/aw)"
+kill $aw 2>/dev/null; wait $aw 2>/dev/null
+
+lab-qpip-ib > /tmp/load 2>&1; kv reload.status $?
+has_qpip0 && kv reload.listed yes || kv reload.listed no
+kv reload.port "$(wait_state PORT_ACTIVE)"
+
+rmmod qpip_ib 2> /tmp/rmmod; kv unload.status $?
+no_qpip_dev && kv unload.gone yes || kv unload.gone no
+has_qpip0 && kv unload.listed yes || kv unload.listed no
+lab-qpip-ib > /tmp/load 2>&1; kv reload2.status $?
+ibv_devinfo -d qpip0 > /dev/null 2>&1; kv reload2.devinfo $?
+
+# A device reset under a user: its context is forgotten by the device (the user closes it
+# without harm), and a new context works.
+ibv_asyncwatch -d qpip0 > /tmp/aw2 2>&1 & aw=$!
+sleep 1
+echo 1 > /sys/class/qpip/qpip0/reset; kv reset.status $?
+kill $aw; wait $aw 2>/dev/null
+kv contexts.after_reset "$(contexts)"
+ibv_devinfo -d qpip0 > /dev/null 2>&1; kv reset.devinfo $?
+
+# The function removed under a user: its ib_device goes first (the user told), then the
+# function; a rescan probes it again, and qpip_ib, still loaded, binds it again.
+ibv_asyncwatch -d qpip0 > /tmp/aw3 2>&1 & aw=$!
+sleep 1
+pci=$(basename "$(readlink -f /sys/class/qpip/qpip0/device)")
+echo 1 > "/sys/bus/pci/devices/$pci/remove"; kv remove.status $?
+no_qpip_dev && kv remove.gone yes || kv remove.gone no
+sleep 0.5
+kv remove.watch "$(tr '\n' '|' < /tmp/aw3)"
+kill $aw; wait $aw 2>/dev/null
+echo 1 > /sys/bus/pci/rescan
+i=0; until has_qpip0 || [ $i -ge 50 ]; do i=$((i + 1)); sleep 0.1; done
+has_qpip0 && kv rescan.listed yes || kv rescan.listed no
+i=0; until [ -e /sys/class/net/qpip0 ] || [ $i -ge 50 ]; do i=$((i + 1)); sleep 0.1; done
+ip link set qpip0 up
+kv rescan.port "$(wait_state PORT_ACTIVE)"
+kv rescan.link "$(rdma link show qpip0/1 2>&1)"
+
+# The library again after all of it.
+qpip-c-pingpong 20 7421 > /tmp/cpp 2>&1; kv lib_after.status $?
+kv dmesg.bad "$(dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t|speed is unknown' | tr '\n' '|')"
+"#;
+
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn qpip_is_an_rdma_device_for_rdma_core() {
+    // On the lab network: the device's link, and so qpip0's carrier, is up there.
+    needs_root!();
+    let out = lab(
+        vec![guest("a", SCRIPT, 300, &[])],
+        QpipdLayout::Adapter,
+        |_| (),
+    );
+    let rep = Report::succeeded(out.guest("a"));
+    let ctx = || rep.context();
+
+    // Nothing of the RDMA stack at boot; lab-qpip-ib loads it.
+    assert_eq!(rep.get("before.ib_core"), "absent", "{}", ctx());
+    assert_eq!(rep.get("before.listed"), "no", "{}", ctx());
+    assert_eq!(rep.get("load.status"), "0", "lab-qpip-ib\n{}", ctx());
+    assert_eq!(rep.get("listed"), "yes", "ibv_devices\n{}", ctx());
+
+    // ibv_devinfo -v: an iWARP device with the device's limits, one port.
+    assert_eq!(rep.get("devinfo.status"), "0", "{}", ctx());
+    assert_eq!(rep.get("devinfo.transport"), "iWARP (1)", "{}", ctx());
+    assert_eq!(rep.get("devinfo.phys_port_cnt"), "1", "{}", ctx());
+    assert_eq!(rep.get("devinfo.ports"), "1", "{}", ctx());
+    assert_eq!(rep.get("devinfo.vendor_id"), "0x1234", "{}", ctx());
+    assert_eq!(rep.get("devinfo.vendor_part_id"), "20816", "{}", ctx()); // 0x5150
+    assert_eq!(rep.get("devinfo.link_layer"), "Ethernet", "{}", ctx());
+    assert_eq!(
+        rep.get("devinfo.atomic_cap"),
+        "ATOMIC_NONE (0)",
+        "{}",
+        ctx()
+    );
+    assert!(
+        rep.get("devinfo.fw_ver").contains('.'),
+        "fw_ver is the device interface's version\n{}",
+        ctx()
+    );
+    // The device's own limits (QUERY_DEVICE), not made-up ones.
+    assert_eq!(rep.get("devinfo.max_sge"), "5", "{}", ctx());
+    assert_eq!(rep.get("devinfo.max_mr"), "4096", "{}", ctx());
+    assert_eq!(rep.get("devinfo.max_mr_size"), "0x10000000", "{}", ctx()); // 65536 pages
+    assert_eq!(rep.get("devinfo.max_qp_rd_atom"), "32", "{}", ctx());
+    assert_eq!(rep.get("devinfo.max_qp_init_rd_atom"), "32", "{}", ctx());
+    for k in ["max_qp", "max_qp_wr", "max_cq", "max_cqe", "max_pd"] {
+        assert!(
+            rep.num(&format!("devinfo.{k}")) > 0,
+            "{k} must be reported\n{}",
+            ctx()
+        );
+    }
+    assert_eq!(rep.get("devinfo.max_qp_wr"), rep.get("devinfo.max_cqe"));
+    // The port follows qpip0: its MTU and state.
+    let mtu = match rep.num("qpip0.mtu") {
+        m if m >= 4096 => "4096",
+        m if m >= 2048 => "2048",
+        m if m >= 1024 => "1024",
+        m if m >= 512 => "512",
+        _ => "256",
+    };
+    assert!(
+        rep.get("devinfo.active_mtu").starts_with(mtu),
+        "active_mtu for qpip0's MTU {}\n{}",
+        rep.get("qpip0.mtu"),
+        ctx()
+    );
+    assert_eq!(rep.get("port.up"), "PORT_ACTIVE", "{}", ctx());
+    assert_eq!(rep.get("port.down"), "PORT_DOWN", "{}", ctx());
+    assert_eq!(rep.get("port.up_again"), "PORT_ACTIVE", "{}", ctx());
+    assert_eq!(
+        rep.get("port.events").trim(),
+        "IBV_EVENT_PORT_ERR IBV_EVENT_PORT_ACTIVE",
+        "qpip0 down and up: the port's events\n{}",
+        ctx()
+    );
+
+    // rdma link: the port over qpip0.
+    let link = rep.get("rdma.link");
+    assert!(
+        link.contains("link qpip0/1")
+            && link.contains("state ACTIVE")
+            && link.contains("netdev qpip0"),
+        "rdma link show qpip0/1: {link}\n{}",
+        ctx()
+    );
+    assert!(
+        rep.get("rdma.link_down").contains("state DOWN"),
+        "{}",
+        ctx()
+    );
+    let dev = rep.get("rdma.dev");
+    assert!(
+        dev.contains("node_type rnic") && dev.contains("protocol iw"),
+        "rdma dev show qpip0: {dev}\n{}",
+        ctx()
+    );
+
+    // A context (the provider maps its doorbell page) and a PD work; registering memory is
+    // the first verb this stage does not offer.
+    let pp = rep.get("pingpong.out");
+    assert_ne!(rep.get("pingpong.status"), "0", "{}", ctx());
+    assert!(
+        pp.contains("Couldn't register MR"),
+        "ibv_rc_pingpong should stop at reg_mr: {pp}\n{}",
+        ctx()
+    );
+    assert!(!pp.contains("Couldn't get context"), "{}", ctx());
+    assert!(!pp.contains("Couldn't allocate PD"), "{}", ctx());
+
+    // rping (librdmacm) gets an error, not a crash: rdma_cm does not use the device yet.
+    assert_ne!(
+        rep.get("qpip0.addr"),
+        "",
+        "qpip0 has no global IPv6 address\n{}",
+        ctx()
+    );
+    let rping = rep.get("rping.status");
+    assert!(rping != "0" && rping != "124", "rping: {rping}\n{}", ctx());
+
+    // qpip's own library beside a verbs context on the same function.
+    assert_eq!(rep.get("watch.running"), "yes", "{}", ctx());
+    assert_eq!(rep.get("lib.status"), "0", "qpip-c-pingpong\n{}", ctx());
+
+    // Unloading with a user present: its device context is destroyed with it; then
+    // without a user, and loading again each time.
+    let before = rep.num("contexts.before");
+    assert_eq!(rep.num("contexts.watch"), before + 1, "{}", ctx());
+    assert_eq!(
+        rep.get("unload_busy.status"),
+        "0",
+        "rmmod with a user\n{}",
+        ctx()
+    );
+    assert_eq!(rep.get("unload_busy.gone"), "yes", "{}", ctx());
+    assert_eq!(rep.num("contexts.unloaded"), before, "{}", ctx());
+    assert!(
+        rep.get("watch.out").contains("IBV_EVENT_DEVICE_FATAL"),
+        "the user is told its device went away\n{}",
+        ctx()
+    );
+    assert_eq!(rep.get("reload.status"), "0", "{}", ctx());
+    assert_eq!(rep.get("reload.listed"), "yes", "{}", ctx());
+    assert_eq!(rep.get("reload.port"), "PORT_ACTIVE", "{}", ctx());
+    assert_eq!(rep.get("unload.status"), "0", "{}", ctx());
+    assert_eq!(rep.get("unload.gone"), "yes", "{}", ctx());
+    assert_eq!(rep.get("unload.listed"), "no", "{}", ctx());
+    assert_eq!(rep.get("reload2.status"), "0", "{}", ctx());
+    assert_eq!(rep.get("reload2.devinfo"), "0", "{}", ctx());
+    // A reset under a user, then the function removed under one and found again.
+    assert_eq!(rep.get("reset.status"), "0", "{}", ctx());
+    assert_eq!(rep.num("contexts.after_reset"), before, "{}", ctx());
+    assert_eq!(rep.get("reset.devinfo"), "0", "{}", ctx());
+    assert_eq!(rep.get("remove.status"), "0", "{}", ctx());
+    assert_eq!(rep.get("remove.gone"), "yes", "{}", ctx());
+    assert!(
+        rep.get("remove.watch").contains("IBV_EVENT_DEVICE_FATAL"),
+        "{}",
+        ctx()
+    );
+    assert_eq!(rep.get("rescan.listed"), "yes", "{}", ctx());
+    assert_eq!(rep.get("rescan.port"), "PORT_ACTIVE", "{}", ctx());
+    assert!(rep.get("rescan.link").contains("netdev qpip0"), "{}", ctx());
+    assert_eq!(rep.get("lib_after.status"), "0", "{}", ctx());
+    assert_eq!(rep.get("dmesg.bad"), "", "the kernel log\n{}", ctx());
+}

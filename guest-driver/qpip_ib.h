@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * qpip_ib: a qpip function as an iWARP ib_device (the RDMA stack's view of it), shared by
+ *   qpip_ib_main.c   the auxiliary driver: an ib_device per function, registered and removed
+ *   qpip_ib_verbs.c  its verbs: queries, user contexts, protection domains, mmap
+ *   qpip_ib_cm.c     the iWARP connection manager's ops, failing cleanly until QPs exist
+ * qpip.ko stays the owner of the function; see qpip_aux.h for what it gives this module.
+ */
+#ifndef QPIP_IB_H
+#define QPIP_IB_H
+
+#include <linux/idr.h>
+#include <rdma/ib_verbs.h>
+
+#include "qpip_aux.h"
+#include "qpip_ctx.h"
+#include "include/uapi/qpip_ib.h"
+
+/*
+ * Protection domains per function. The device has none: they are numbers of this module,
+ * and this bound is ours (reported as max_pd), not the device's.
+ */
+#define QPIP_IB_MAX_PD 4096
+
+struct qpip_ib_dev {
+	struct ib_device ibdev;
+	struct qpip_dev *qdev;
+	struct net_device *netdev;	/* the function's qpipN: port 1 */
+	struct ida pd_ida;
+	/* qpipN's events, which become the port's (qpip_ib_main.c) */
+	struct notifier_block nb;
+	struct netdev_net_notifier nn;
+	bool port_active;		/* as last told; under rtnl */
+};
+
+/* A user context: one device context, as an open /dev/qpipN is. */
+struct qpip_ib_ucontext {
+	struct ib_ucontext ibuc;
+	struct qpip_ctx *ctx;
+	struct rdma_user_mmap_entry *db_entry;	/* the doorbell page's mmap offset */
+};
+
+/* What an mmap offset of a user context names. */
+enum qpip_ib_mmap_kind {
+	QPIP_IB_MMAP_DOORBELL,
+};
+
+struct qpip_ib_mmap_entry {
+	struct rdma_user_mmap_entry rdma;
+	enum qpip_ib_mmap_kind kind;
+};
+
+struct qpip_ib_pd {
+	struct ib_pd ibpd;
+	u32 pdn;
+};
+
+static inline struct qpip_ib_dev *to_qibdev(struct ib_device *ibdev)
+{
+	return container_of(ibdev, struct qpip_ib_dev, ibdev);
+}
+
+static inline struct qpip_ib_ucontext *to_qibuc(struct ib_ucontext *ibuc)
+{
+	return container_of(ibuc, struct qpip_ib_ucontext, ibuc);
+}
+
+static inline struct qpip_ib_pd *to_qibpd(struct ib_pd *ibpd)
+{
+	return container_of(ibpd, struct qpip_ib_pd, ibpd);
+}
+
+/* qpip_ib_verbs.c */
+int qpip_ib_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
+			 struct ib_udata *udata);
+int qpip_ib_query_port(struct ib_device *ibdev, u32 port, struct ib_port_attr *attr);
+int qpip_ib_query_gid(struct ib_device *ibdev, u32 port, int index, union ib_gid *gid);
+int qpip_ib_get_port_immutable(struct ib_device *ibdev, u32 port,
+			       struct ib_port_immutable *imm);
+void qpip_ib_get_dev_fw_str(struct ib_device *ibdev, char *str);
+int qpip_ib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata);
+void qpip_ib_dealloc_ucontext(struct ib_ucontext *ibuc);
+void qpip_ib_disassociate_ucontext(struct ib_ucontext *ibuc);
+int qpip_ib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma);
+void qpip_ib_mmap_free(struct rdma_user_mmap_entry *entry);
+int qpip_ib_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
+int qpip_ib_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
+
+/* qpip_ib_cm.c */
+struct iw_cm_id;
+struct iw_cm_conn_param;
+int qpip_ib_iw_create_listen(struct iw_cm_id *cm_id, int backlog);
+int qpip_ib_iw_destroy_listen(struct iw_cm_id *cm_id);
+int qpip_ib_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param);
+int qpip_ib_iw_accept(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param);
+int qpip_ib_iw_reject(struct iw_cm_id *cm_id, const void *pdata, u8 pdata_len);
+struct ib_qp *qpip_ib_iw_get_qp(struct ib_device *ibdev, int qpn);
+void qpip_ib_iw_add_ref(struct ib_qp *qp);
+void qpip_ib_iw_rem_ref(struct ib_qp *qp);
+
+#endif /* QPIP_IB_H */
