@@ -244,3 +244,75 @@ fn socket_programs_run_over_qpip_sockets() {
         "the lab host's iperf3 against the guest's\n{ctx}"
     );
 }
+
+/// Guest a, against a lab host whose TCP offers no timestamps (net.ipv4.tcp_timestamps=0
+/// in the lab's namespace), with the guest kernel's ephemeral ports narrowed to three:
+/// `qpip-sockcheck --unbound` connects three times in a row from ports the kernel chooses,
+/// closing each first (the device keeps its end in TIME-WAIT, which without timestamps a
+/// new connection cannot take over). The kernel prefers the same port again; each connect
+/// must skip the ports in TIME-WAIT, as Linux's does.
+const UNBOUND_SCRIPT: &str = r#"
+lab-qpip-net >/tmp/net 2>&1; kv net.status $?
+sysctl -qw net.ipv4.ip_local_port_range="40000 40002"
+await echo-up
+QPIP_PRELOAD_LOG=1 qpip-run qpip-sockcheck --unbound $QPIP_HOST_ADDR 7000 3 >/tmp/unb 2>&1
+kv unbound.status $?
+kv unbound.fails "$(grep FAIL /tmp/unb | tr '\n' ';')"
+kv unbound.qpip "$(grep -c 'connect .* -> qpip' /tmp/unb)"
+kv unbound.out "$(tr '\n' ';' < /tmp/unb)"
+touch /lab/guest-done
+lab-wait host-done 300
+"#;
+
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn unbound_connects_skip_ports_the_device_holds_in_time_wait() {
+    needs_root!();
+    let guest = common::lab_guest(
+        "a",
+        common::script("", UNBOUND_SCRIPT),
+        Duration::from_secs(300),
+    );
+    let spec = LabSpec {
+        guests: vec![guest],
+        network: Network::Lab(unique_netns("qpip-unbound")),
+        layout: QpipdLayout::Adapter,
+    };
+    let out = common::lab(&spec, |host: &LabHost| {
+        let ts = host
+            .command("sysctl")
+            .args(["-qw", "net.ipv4.tcp_timestamps=0"])
+            .status()
+            .map(|s| s.success());
+        let echo_py = paths::root().join("preload/test/echo.py");
+        let echo = spawn_quiet(host, "python3", &[echo_py.to_str().unwrap(), "::", "7000"]);
+        std::thread::sleep(Duration::from_millis(700));
+        let _ = host.signal("echo-up");
+        let _ = host.wait_for("guest-done", Duration::from_secs(300));
+        if let Some(mut c) = echo {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = host.signal("host-done");
+        ts
+    });
+    assert!(
+        matches!(out.host, Ok(true)),
+        "the lab host's timestamps could not be turned off: {:?}",
+        out.host
+    );
+    let a = Report::succeeded(&out.guests[0]);
+    let ctx = a.context();
+    a.statuses_zero("setup", &["net"]);
+    assert_eq!(
+        a.get("unbound.status"),
+        "0",
+        "connects from kernel-chosen ports: {}\n{ctx}",
+        a.get("unbound.fails")
+    );
+    assert_eq!(
+        a.num("unbound.qpip"),
+        3,
+        "the connects were not the device's\n{ctx}"
+    );
+}

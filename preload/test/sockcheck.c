@@ -7,6 +7,15 @@
  *                                gets and closes at EOF; and each UDP datagram to the same
  *                                port, to its source), with nothing listening on PORT+1
  *
+ *   qpip-sockcheck --unbound ADDR PORT N
+ *                                N connects in a row from ports the kernel chooses (the
+ *                                socket not bound), each closed by this end first (its
+ *                                end of the connection stays in TIME-WAIT): each must
+ *                                connect. With ip_local_port_range narrowed to N ports and
+ *                                the peer without TCP timestamps, each connect must skip
+ *                                the ports whose connections are still in TIME-WAIT, as
+ *                                Linux's does.
+ *
  * Prints "sockcheck: ok NAME" per check, "sockcheck: FAIL NAME: why" per failure, then
  * "sockcheck: N checks, M failed"; exit status 1 if any failed. (The exec check runs this
  * program again as "qpip-sockcheck --inherited FD"; the descriptor-passing check sends the
@@ -419,11 +428,48 @@ static void port_reuse_check(void)
     close(fd);
 }
 
+/* --unbound: see the top. */
+static int unbound_connects(int n)
+{
+    for (int i = 0; i < n; i++) {
+        char name[64], buf[1];
+        int fd = tcp_socket(SOCK_NONBLOCK), err = 0;
+        socklen_t el = sizeof(err);
+        struct pollfd p = { fd, POLLOUT, 0 };
+        int r = connect(fd, (struct sockaddr *)&peer, peer_len);
+        if (r != 0 && errno == EINPROGRESS && poll(&p, 1, 10000) == 1)
+            r = getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0 ? 0 : -1;
+        if (err)
+            errno = err;
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        getsockname(fd, (struct sockaddr *)&ss, &sl);
+        snprintf(name, sizeof(name), "unbound connect %d (port %d)", i + 1, port_of(&ss));
+        ok(name, r == 0, "connect failed");
+        if (r == 0) {
+            p.events = POLLIN;
+            ok("its echo", write(fd, "u", 1) == 1 && poll(&p, 1, 10000) == 1 && read(fd, buf, 1) == 1,
+               "no echo");
+        }
+        close(fd);
+        /* The connection closes (the peer's FIN acknowledged) and gives its port back. */
+        sleep(2);
+    }
+    printf("sockcheck: %d checks, %d failed\n", checks, failed);
+    return failed ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     self = argv[0];
     if (argc == 3 && strcmp(argv[1], "--inherited") == 0)
         return inherited(atoi(argv[2]));
+    int unbound = 0;
+    if (argc == 5 && strcmp(argv[1], "--unbound") == 0) {
+        unbound = atoi(argv[4]);
+        argv++;
+        argc -= 2;
+    }
     if (argc != 3) {
         fprintf(stderr, "usage: qpip-sockcheck ADDR PORT\n");
         return 2;
@@ -436,6 +482,8 @@ int main(int argc, char **argv)
     memcpy(&peer, ai->ai_addr, ai->ai_addrlen);
     peer_len = ai->ai_addrlen;
     freeaddrinfo(ai);
+    if (unbound)
+        return unbound_connects(unbound);
     int port = atoi(argv[2]);
 
     /* --- a blocking connect, names --- */
