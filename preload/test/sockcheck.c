@@ -15,6 +15,11 @@
  *                                the peer without TCP timestamps, each connect must skip
  *                                the ports whose connections are still in TIME-WAIT, as
  *                                Linux's does.
+ *   qpip-sockcheck --no-port ADDR PORT
+ *                                a non-blocking connect from a port the kernel chooses when
+ *                                the only one it may choose is in TIME-WAIT toward ADDR
+ *                                (the range narrowed to it, the peer without timestamps):
+ *                                connect itself must say EADDRNOTAVAIL, as Linux's does.
  *
  * Prints "sockcheck: ok NAME" per check, "sockcheck: FAIL NAME: why" per failure, then
  * "sockcheck: N checks, M failed"; exit status 1 if any failed. (The exec check runs this
@@ -452,9 +457,44 @@ static int unbound_connects(int n)
                "no echo");
         }
         close(fd);
-        /* The connection closes (the peer's FIN acknowledged) and gives its port back. */
-        sleep(2);
+        /* The connection closes (the peer's FIN acknowledged) and gives its port back to
+         * the kernel, which then may choose it again: wait for that (a bind to it works;
+         * SO_REUSEADDR: a kernel socket's own TIME-WAIT on it does not count). */
+        int probe = tcp_socket(0), waited = 0, one = 1;
+        setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        ss.ss_family = peer.ss_family;
+        if (ss.ss_family == AF_INET)
+            ((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
+        else
+            ((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_any;
+        while (bind(probe, (struct sockaddr *)&ss, sl) != 0 && waited < 200) {
+            usleep(100000);
+            waited++;
+        }
+        close(probe);
+        snprintf(name, sizeof(name), "port %d free again (%d ms)", port_of(&ss), waited * 100);
+        ok(name, waited < 200, "still taken after 20 s");
     }
+    printf("sockcheck: %d checks, %d failed\n", checks, failed);
+    return failed ? 1 : 0;
+}
+
+/* --no-port: see the top. */
+static int no_port(void)
+{
+    int fd = tcp_socket(SOCK_NONBLOCK), err = 0;
+    socklen_t el = sizeof(err);
+    struct pollfd p = { fd, POLLOUT, 0 };
+    int r = connect(fd, (struct sockaddr *)&peer, peer_len);
+    int e = errno;
+    if (r != 0 && e == EINPROGRESS && poll(&p, 1, 10000) == 1)
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+    errno = r ? e : 0;
+    char why[96];
+    snprintf(why, sizeof(why), "connect said %s, then %s", r ? strerrorname_np(e) : "0",
+             err ? strerrorname_np(err) : "0");
+    ok("no port left: EADDRNOTAVAIL", r == -1 && e == EADDRNOTAVAIL, why);
+    close(fd);
     printf("sockcheck: %d checks, %d failed\n", checks, failed);
     return failed ? 1 : 0;
 }
@@ -469,6 +509,10 @@ int main(int argc, char **argv)
         unbound = atoi(argv[4]);
         argv++;
         argc -= 2;
+    } else if (argc == 4 && strcmp(argv[1], "--no-port") == 0) {
+        unbound = -1;
+        argv++;
+        argc--;
     }
     if (argc != 3) {
         fprintf(stderr, "usage: qpip-sockcheck ADDR PORT\n");
@@ -483,7 +527,7 @@ int main(int argc, char **argv)
     peer_len = ai->ai_addrlen;
     freeaddrinfo(ai);
     if (unbound)
-        return unbound_connects(unbound);
+        return unbound < 0 ? no_port() : unbound_connects(unbound);
     int port = atoi(argv[2]);
 
     /* --- a blocking connect, names --- */
