@@ -535,7 +535,8 @@ pub struct BindArgs {
     /// still holds a connection to this peer that CONNECT could not take over (TIME-WAIT
     /// without timestamps, or not closed yet), so that the driver can choose another port
     /// before anything fails, as Linux's connect does for an unbound socket. Since minor
-    /// version 5 (an older device refuses non-zero reserved bytes: BAD_PARAM).
+    /// version 5 (an older device refuses them as reserved bytes: BAD_OPCODE); a peer
+    /// address without a port, or not unicast, is BAD_PARAM.
     pub peer_addr: [u8; 16],
     pub peer_port: u16,
     pub reserved: [u8; 12],

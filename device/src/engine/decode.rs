@@ -262,9 +262,14 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
             let a: BindArgs = args(cmd);
             let addr = Ipv6Addr::from(a.addr);
             let peer_addr = Ipv6Addr::from(a.peer_addr);
-            reserved(zero(&a.reserved) && (a.peer_port != 0 || peer_addr.is_unspecified()))?;
+            reserved(zero(&a.reserved))?;
             param(addr.is_unspecified() || is_unicast(&addr))?;
-            param(a.peer_port == 0 || is_unicast(&peer_addr))?;
+            // A peer is named whole (a unicast address and a port), or not at all.
+            param(if a.peer_port == 0 {
+                peer_addr.is_unspecified()
+            } else {
+                is_unicast(&peer_addr)
+            })?;
             R::Bind {
                 addr,
                 port: a.port,
