@@ -34,6 +34,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +136,61 @@ static int wait_readable(int fd, int len)
  * system call: the preload test checks its counters). Then a fork: both processes read
  * the same socket, the child the first 100 bytes, the parent the next 100 (the preload
  * gives the socket to the system calls in both from then on), and 20 more echoes. */
+/* A thread that writes and reads a non-blocking socket without pause (plain write and
+ * read: the fast path under the preload) until told to stop. */
+struct racer {
+    int fd;
+    atomic_int stop;
+    long calls, ebadf;
+};
+
+static void *racer_run(void *arg)
+{
+    struct racer *r = arg;
+    char buf[2048];
+    memset(buf, 'r', sizeof(buf));
+    while (!atomic_load(&r->stop)) {
+        ssize_t w = write(r->fd, buf, sizeof(buf));
+        int we = errno;
+        ssize_t n = read(r->fd, buf, sizeof(buf));
+        r->calls += 2;
+        r->ebadf += (w < 0 && we == EBADF) + (n < 0 && errno == EBADF);
+    }
+    return NULL;
+}
+
+/* A socket closed while another thread is in the middle of writing and reading it, many
+ * times: each call ends (its bytes, or EBADF once the descriptor is gone), none faults,
+ * and the next socket works. */
+static void close_race_check(void)
+{
+    int rounds = 0, good = 1;
+    long calls = 0, ebadf = 0;
+    for (; good && rounds < 100; rounds++) {
+        struct racer r = { .fd = tcp_socket(0) };
+        good = connect(r.fd, (struct sockaddr *)&peer, peer_len) == 0 &&
+               fcntl(r.fd, F_SETFL, O_NONBLOCK) == 0;
+        pthread_t t;
+        if (!good || pthread_create(&t, NULL, racer_run, &r) != 0) {
+            good = 0;
+            close(r.fd);
+            break;
+        }
+        usleep((useconds_t)(rand() % 3000));
+        close(r.fd);
+        /* Calls after the close meet a closed descriptor; nothing opens one meanwhile. */
+        usleep(2000);
+        atomic_store(&r.stop, 1);
+        pthread_join(t, NULL);
+        calls += r.calls;
+        ebadf += r.ebadf;
+    }
+    char why[96];
+    snprintf(why, sizeof(why), "round %d failed to connect", rounds);
+    ok("close while another thread writes and reads, 100 times", good, why);
+    printf("sockcheck: close race: %d rounds, %ld calls, %ld EBADF after the close\n", rounds, calls, ebadf);
+}
+
 static void stream_and_fork_check(void)
 {
     static char out[4096], in[4096];
@@ -657,6 +714,9 @@ int main(int argc, char **argv)
 
     /* --- a corked header and a sendfile body, as HTTP servers answer --- */
     cork_sendfile_check();
+
+    /* --- closed while another thread writes and reads it --- */
+    close_race_check();
 
     /* --- refused --- */
     struct sockaddr_storage closed = peer;
