@@ -12,7 +12,9 @@ use qpip_lab::{netns, paths, unique_netns, LabHost, LabSpec, Network, QpipdLayou
 /// Guest a: the lab host routed through the qpip interface (lab-qpip-net), then
 ///  - `qpip-sockcheck` against the lab host's echo server (test/echo.py), each family: first
 ///    on kernel sockets (the reference: every check must pass on Linux's own TCP), then
-///    under the preload, where every check must pass again, over qpip sockets;
+///    under the preload, where every check must pass again, over qpip sockets; and
+///    `qpip-sockcheck --close-race` under the preload: sockets closed while another thread
+///    writes and reads them on the fast path, 100 times, without a fault;
 ///  - Debian's iperf3 under `qpip-run` against the lab host's iperf3, both directions (4
 ///    streams, a thread each, one way), and as a server the lab host's iperf3 connects to;
 ///  - `qpip-run --disable`: the same iperf3 on kernel sockets (no qpip socket made).
@@ -30,6 +32,9 @@ for f in 6 4; do
     kv pre$f.qpip_connects "$(grep -c 'connect .* -> qpip' /tmp/pre$f)"
     kv pre$f.port_reuse "$(grep -c 'note port reused over qpip' /tmp/pre$f)"
     kv pre$f.stats "$(tr '\n' ';' < /tmp/stats$f)"
+    qpip-run --stats=/tmp/rstats$f qpip-sockcheck --close-race $H 7000 >/tmp/race$f 2>&1
+    kv race$f.status $?; fails race$f /tmp/race$f
+    kv race$f.stats "$(tr '\n' ';' < /tmp/rstats$f)"
 done
 # rate FILE: the receiver's total rate of an iperf3 client's output.
 rate() { grep receiver "$1" | tail -1 | sed -n 's|.* \([0-9.]* [KMG]*bits/sec\).*|\1|p'; }
@@ -198,6 +203,19 @@ fn socket_programs_run_over_qpip_sockets() {
         assert!(
             main.opts >= 40 && main.sendfiles >= 20,
             "IPv{f}: TCP_CORK or sendfile did not take the fast path: {main:?}\n{ctx}"
+        );
+        // Sockets closed while another thread was in the middle of the fast path: no
+        // fault (the mapping outlives the close until the call ends).
+        assert_eq!(
+            a.get(&format!("race{f}.status")),
+            "0",
+            "IPv{f}: close while another thread writes and reads: {}\n{ctx}",
+            a.get(&format!("race{f}.summary"))
+        );
+        let race = fast_counters(&a.get(&format!("race{f}.stats")));
+        assert!(
+            race.reads + race.writes > 0,
+            "IPv{f}: the close race did not use the fast path: {race:?}\n{ctx}"
         );
         // After the fork, both processes read the shared socket through the kernel: the
         // 20 echoes after it are system calls at least.
