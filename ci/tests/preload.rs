@@ -212,7 +212,7 @@ fn socket_programs_run_over_qpip_sockets() {
             "IPv{f}: close while another thread writes and reads: {}\n{ctx}",
             a.get(&format!("race{f}.summary"))
         );
-        let race = fast_counters(&a.get(&format!("race{f}.stats")));
+        let race = fast_counters(a.get(&format!("race{f}.stats")));
         assert!(
             race.reads + race.writes > 0,
             "IPv{f}: the close race did not use the fast path: {race:?}\n{ctx}"
