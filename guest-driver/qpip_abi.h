@@ -14,7 +14,7 @@
 /*
  Minor version of this interface.
  */
-#define QPIP_ABI_VERSION_MINOR 4
+#define QPIP_ABI_VERSION_MINOR 5
 
 /*
  Largest admin queue depth.
@@ -119,7 +119,9 @@
 
 /*
  Bind QP `handle` to a local address and port ([`BindArgs`]). Result0: the port bound
- (an ephemeral one if 0 was asked for).
+ (an ephemeral one if 0 was asked for). [`ADMIN_STATUS_ADDR_IN_USE`] when a QP or
+ listener holds the port, or (since minor version 5, with `BindArgs::peer_port`) when a
+ connection from it to that peer is still held and a new one could not take it over.
  */
 #define QPIP_ADMIN_OP_BIND 24
 
@@ -1791,7 +1793,19 @@ struct qpip_bind_args {
    Local port (host order); 0 asks for an ephemeral port.
    */
   uint16_t port;
-  uint8_t reserved[30];
+  /*
+   A TCP QP about to CONNECT from a port its driver chose (the guest kernel's ephemeral
+   port, not the program's): the peer (network order) and its port (host order), else
+   all zero. The device then refuses (ADDR_IN_USE) a non-zero `port` from which it
+   still holds a connection to this peer that CONNECT could not take over (TIME-WAIT
+   without timestamps, or not closed yet), so that the driver can choose another port
+   before anything fails, as Linux's connect does for an unbound socket. Since minor
+   version 5 (an older device refuses them as reserved bytes: BAD_OPCODE); a peer
+   address without a port, or not unicast, is BAD_PARAM.
+   */
+  uint8_t peer_addr[16];
+  uint16_t peer_port;
+  uint8_t reserved[12];
 };
 
 /*

@@ -226,6 +226,18 @@ int qpip_cmd_destroy(struct qpip_dev *qdev, u32 ctx, enum qpip_obj_type type, u3
 /* Binds @qp to @addr and *@port (0: an ephemeral one); the port bound in *@port. */
 int qpip_cmd_bind(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 *port)
 {
+	return qpip_cmd_bind_for(qdev, ctx, qp, addr, port, NULL, 0);
+}
+
+/*
+ * BIND for a TCP connect to @peer port @peer_port from a port the driver chose: the device
+ * refuses (-EADDRINUSE) a port from which it holds a connection to that peer that the
+ * connect could not take over. @peer NULL: a plain BIND (and so on a device older than
+ * interface 2.5, which does not know the peer fields).
+ */
+int qpip_cmd_bind_for(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 *port,
+		      const u8 *peer, u16 peer_port)
+{
 	struct qpip_bind_args args = {};
 	struct qpip_admin_cqe cqe;
 	struct qpip_admin_cmd cmd;
@@ -233,6 +245,10 @@ int qpip_cmd_bind(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 *p
 
 	memcpy(args.addr, addr, sizeof(args.addr));
 	args.port = *port;
+	if (peer && peer_port && qpip_version_minor(qdev->version) >= 5) {
+		memcpy(args.peer_addr, peer, sizeof(args.peer_addr));
+		args.peer_port = peer_port;
+	}
 	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_BIND, ctx, qp, &args, sizeof(args));
 	ret = qpip_admin_run(qdev, &cmd, &cqe);
 	if (!ret)

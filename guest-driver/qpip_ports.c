@@ -39,7 +39,9 @@
  * longer has a reservation, so the kernel may give its port out before the device is done.
  * A connect from that port to the same peer then meets the old connection's four-tuple:
  * the device lets a new incarnation take it from TIME-WAIT when the old one used
- * timestamps (as Linux does for a bound port), and refuses it (EADDRINUSE) otherwise.
+ * timestamps (as Linux does for a bound port); otherwise a port the kernel chose is
+ * refused at BIND, which names the peer, and exchanged for another (qpip_sock_bind_qp),
+ * and a port the program bound fails the connect (EADDRINUSE).
  *
  * A reservation belongs to its QP or listener; their owners serialise its reserve and
  * release (the context's lock in the ioctls, the device's lock held for writing at a reset

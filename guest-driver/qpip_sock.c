@@ -36,6 +36,7 @@
 #include <linux/tcp.h>
 #include <linux/vmalloc.h>
 #include <net/addrconf.h>
+#include <net/inet_hashtables.h>
 #include <net/inet_sock.h>
 #include <net/ip6_route.h>
 #include <net/ipv6.h>
@@ -1043,6 +1044,74 @@ static struct socket *qpip_inet_socket(int fd, bool udp, int *err, u32 *declined
 
 /* ---- IOCTL_SOCK_CONNECT ---- */
 
+/* Binds the unbound kernel socket @sock to a port the kernel chooses, on every address. */
+static int qpip_ksock_bind_any(struct socket *sock, u16 *port)
+{
+	struct sock *ksk = sock->sk;
+	struct sockaddr_storage ss = { .ss_family = ksk->sk_family };
+	int len = ksk->sk_family == AF_INET6 ? sizeof(struct sockaddr_in6) :
+		  sizeof(struct sockaddr_in);
+	int ret = kernel_bind(sock, (struct sockaddr *)&ss, len);
+
+	if (ret)
+		return ret;
+	lock_sock(ksk);
+	*port = inet_sk(ksk)->inet_num;
+	release_sock(ksk);
+	return 0;
+}
+
+/* Ports a connect tries before it gives up on the device (declined: port). */
+#define QPIP_SOCK_PORT_TRIES	8
+
+/*
+ * Binds @sk's QP to its port, the kernel socket's, for a connect to @peer. A port the
+ * driver chose (@chosen: the program did not bind one) from which the device still holds
+ * a connection to that peer that the connect could not take over (its TIME-WAIT without
+ * timestamps: the guest kernel, which chose the port, knows nothing of the device's
+ * connections) is exchanged for another before anything fails, as Linux's connect skips
+ * such a port: the kernel socket lets it go and the kernel chooses again, each refused
+ * port held meanwhile by a reservation so that the next choice is another one. A port the
+ * program bound is the program's: the connect then fails as on Linux (EADDRINUSE).
+ */
+static int qpip_sock_bind_qp(struct qpip_sock *sk, bool chosen, const struct qpip_endpoint *peer)
+{
+	static const u8 any[16];
+	struct qpip_port held[QPIP_SOCK_PORT_TRIES] = {};
+	struct qpip_dev *qdev = sk->ctx->qdev;
+	struct socket *sock = sk->ksock;
+	int i, tries = 0, nheld = 0;
+	int ret;
+
+	for (;;) {
+		u16 bound = sk->local_port;
+
+		ret = -ENODEV;
+		if (qpip_sock_device(sk)) {
+			ret = qpip_cmd_bind_for(qdev, sk->ctx->id, sk->qp->handle, any, &bound,
+						chosen ? peer->addr : NULL, peer->port);
+			qpip_sock_device_end(sk);
+		}
+		if (ret != -EADDRINUSE || !chosen || ++tries == QPIP_SOCK_PORT_TRIES)
+			break;
+		/* Another port, this one held (if no one took it the moment it was free). */
+		lock_sock(sock->sk);
+		inet_put_port(sock->sk);
+		release_sock(sock->sk);
+		if (!qpip_port_reserve(&held[nheld], QPIP_QP_TYPE_TCP, sk->local_port))
+			nheld++;
+		ret = qpip_ksock_bind_any(sock, &sk->local_port);
+		if (ret) {
+			/* No ephemeral port left: what Linux's connect says then. */
+			ret = ret == -EADDRINUSE ? -EADDRNOTAVAIL : ret;
+			break;
+		}
+	}
+	for (i = 0; i < nheld; i++)
+		qpip_port_release(&held[i]);
+	return ret;
+}
+
 static bool qpip_sock_connected(struct qpip_sock *sk)
 {
 	return sk->state != QPIP_SOCK_CONNECTING;
@@ -1057,7 +1126,6 @@ static int qpip_sock_connect(struct qpip_ctx *ctx, struct file *ctx_file, struct
 			     struct qpip_sock_connect *a)
 {
 	static const struct qpip_iwarp_conn none;
-	static const u8 any[16];
 	struct qpip_dev *qdev = ctx->qdev;
 	struct sock *ksk = sock->sk;
 	struct net_device *ndev = NULL;
@@ -1065,7 +1133,8 @@ static int qpip_sock_connect(struct qpip_ctx *ctx, struct file *ctx_file, struct
 	struct qpip_cmd *c;
 	struct file *f;
 	u8 local[16];
-	u16 port, bound;
+	bool chosen;
+	u16 port;
 	long timeo;
 	int ret = 0;
 
@@ -1094,17 +1163,11 @@ static int qpip_sock_connect(struct qpip_ctx *ctx, struct file *ctx_file, struct
 	if (a->declined)
 		goto out_sock;
 	/* The port: the kernel socket's, bound now if it was not (its reservation). */
-	if (!port) {
-		struct sockaddr_storage ss = { .ss_family = ksk->sk_family };
-		int len = ksk->sk_family == AF_INET6 ? sizeof(struct sockaddr_in6) :
-			  sizeof(struct sockaddr_in);
-
-		ret = kernel_bind(sock, (struct sockaddr *)&ss, len);
+	chosen = !port;
+	if (chosen) {
+		ret = qpip_ksock_bind_any(sock, &port);
 		if (ret)
 			goto out_sock;
-		lock_sock(ksk);
-		port = inet_sk(ksk)->inet_num;
-		release_sock(ksk);
 	}
 
 	sk = qpip_sock_alloc(ctx, ctx_file, ksk->sk_family);
@@ -1125,12 +1188,7 @@ static int qpip_sock_connect(struct qpip_ctx *ctx, struct file *ctx_file, struct
 	if (ret || a->declined)
 		goto err_sock;
 	/* The QP takes the port on every address; the source is the device's route's. */
-	ret = -ENODEV;
-	bound = port;
-	if (qpip_sock_device(sk)) {
-		ret = qpip_cmd_bind(qdev, ctx->id, sk->qp->handle, any, &bound);
-		qpip_sock_device_end(sk);
-	}
+	ret = qpip_sock_bind_qp(sk, chosen, &a->peer);
 	if (ret == -EADDRINUSE) {
 		a->declined = QPIP_SOCK_DECLINE_PORT;
 		ret = 0;

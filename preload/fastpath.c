@@ -20,12 +20,15 @@
  * register after it let the lock word go: mapped from the process's context (fp_kick), or,
  * without one, through the socket's IOCTL_SOCK_FASTPATH.
  *
- * The table: one entry per descriptor below FP_MAX, a pointer to the socket's mapping, or
- * FP_NONE (asked already: no fast path for it). Entries are made by the first read or
- * write of a descriptor marked qpip, unmapped by close, dup2 onto it and close_range; a
+ * The table: one word per descriptor below FP_MAX (the socket's mapping, or "no fast path",
+ * and the calls in flight on it; see "the table" below). Entries are made by the first read
+ * or write of a descriptor marked qpip, dropped by close, dup2 onto it and close_range; a
  * forked child unmaps them all (its mapping makes the driver mark the socket shared, and
- * the parent sees that too). A descriptor closed behind the library's back (a raw system
- * call) keeps its socket open until the process exits or execs: the mapping holds it. */
+ * the parent sees that too). A descriptor closed while another thread is in a fast-path
+ * call on it keeps its mapping until that call ends (the last call out unmaps it), and no
+ * call that starts after the close uses it. A descriptor closed behind the library's back
+ * (a raw system call) keeps its socket open until the process exits or execs: the mapping
+ * holds it. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -44,10 +47,38 @@
 #include "qpip_abi.h"
 
 #define FP_MAX 65536
-#define FP_NONE ((struct fp_sock *)1)
-#define FP_BUSY ((struct fp_sock *)2) /* being set up by another thread */
 
-static _Atomic(struct fp_sock *) *fp_tab;
+/* A descriptor's word in the table, changed only by atomic operations (no lock: the calls
+ * run in any thread and in signal handlers):
+ *   bits 0-47   FP_EMPTY (not asked yet), FP_NONE (asked: no fast path), a claim (odd:
+ *               another call is mapping it; the value names that call), or the mapping
+ *               (a struct fp_sock *, page-aligned);
+ *   bit 48      FP_CLOSING: the descriptor was closed; the mapping goes with the last call
+ *               in flight on it, and no call may start on it;
+ *   bits 49-63  the calls in flight (each adds FP_CALL while it uses the mapping).
+ * The mapping is unmapped by whoever turns "closing, no call in flight" into FP_EMPTY
+ * (fp_settle): the close if no call was in flight, else the last call. A later socket on
+ * the same descriptor number finds FP_EMPTY (or FP_CLOSING: the system call until the old
+ * mapping has gone), never the old mapping. */
+#define FP_EMPTY 0ull
+#define FP_NONE 1ull
+#define FP_PTR ((1ull << 48) - 1)
+#define FP_CLOSING (1ull << 48)
+#define FP_CALL (1ull << 49)
+#define FP_CALLS(w) ((w) >> 49)
+#define FP_CALLS_MAX (1u << 14) /* beyond: the system call (the field holds 2^15 - 1) */
+
+static inline bool fp_is_sock(uint64_t p)
+{
+    return p > FP_NONE && !(p & 1);
+}
+
+static inline struct fp_sock *fp_sock_of(uint64_t w)
+{
+    return (struct fp_sock *)(uintptr_t)(w & FP_PTR);
+}
+
+static _Atomic uint64_t *fp_tab;
 static pthread_once_t fp_once = PTHREAD_ONCE_INIT;
 
 static void fp_child(void);
@@ -301,7 +332,9 @@ static bool fp_tx_push(struct fp_sock *s, struct qpip_sock_shm *m)
 
 /* ---- the table ----------------------------------------------------------------------------- */
 
-/* Maps FD's socket: its entry, or FP_NONE (not a socket that has one, for now or ever). */
+#define FP_NONE_SOCK ((struct fp_sock *)1) /* fp_map: not a socket that has one */
+
+/* Maps FD's socket: its entry, or FP_NONE_SOCK (not a socket that has one, for now or ever). */
 static struct fp_sock *fp_map(int fd)
 {
     struct qpip_sock_fastpath a = { .size = sizeof(a), .op = QPIP_SOCK_FP_MAP };
@@ -311,15 +344,15 @@ static struct fp_sock *fp_map(int fd)
     /* EAGAIN: not connected yet, ask again later; anything else is for good (not this
      * process's, shared, an old driver without the ioctl: ENOTTY). */
     if (ioctl(fd, QPIP_IOCTL_SOCK_FASTPATH, &a) != 0)
-        return errno == EAGAIN ? NULL : FP_NONE;
+        return errno == EAGAIN ? NULL : FP_NONE_SOCK;
     p = mmap(NULL, a.map_len + sizeof(*s), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
-        return FP_NONE;
+        return FP_NONE_SOCK;
     s = (struct fp_sock *)p;
     void *base = mmap(NULL, a.map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
         munmap(p, a.map_len + sizeof(*s));
-        return FP_NONE;
+        return FP_NONE_SOCK;
     }
     fp_attach(s, base, a.map_len);
     count(C_FP_MAPPED);
@@ -356,55 +389,126 @@ static void fp_unmap(struct fp_sock *s)
     munmap(s, s->len + sizeof(*s));
 }
 
-/* FD's mapping, made on first use; NULL when the call must be the system call. */
-static struct fp_sock *fp_get(int fd)
+/* SLOT was seen closing with no call in flight (W): the one that empties it unmaps. */
+static void fp_settle(_Atomic uint64_t *slot, uint64_t w)
 {
-    if (QP_UNLIKELY(!atomic_load_explicit(&fp_tab, memory_order_acquire))) {
+    if (atomic_compare_exchange_strong_explicit(slot, &w, FP_EMPTY, memory_order_acq_rel,
+                                                memory_order_relaxed))
+        fp_unmap(fp_sock_of(w));
+}
+
+/* A call is done with SLOT's mapping (taken by fp_get): the last one out of a closed
+ * descriptor unmaps it. */
+static inline void fp_put(_Atomic uint64_t *slot)
+{
+    uint64_t w = atomic_fetch_sub_explicit(slot, FP_CALL, memory_order_release);
+    if (QP_UNLIKELY(w & FP_CLOSING) && FP_CALLS(w) == 1)
+        fp_settle(slot, w - FP_CALL);
+}
+
+/* FD's first call: claims its empty SLOT, maps the socket and puts the mapping in, unless
+ * the descriptor was closed meanwhile (the claim is gone: the mapping too, at once). The
+ * mapping, with this call in flight on it, or NULL. */
+static struct fp_sock *fp_first(int fd, _Atomic uint64_t *slot)
+{
+    /* Odd, and no other call's while this one runs: its address on this thread's stack. */
+    uint64_t claim = (uint64_t)(uintptr_t)&claim | 1;
+    uint64_t w = FP_EMPTY;
+    if ((claim & ~FP_PTR) || !atomic_compare_exchange_strong(slot, &w, claim))
+        return NULL;
+    struct fp_sock *s = fp_map(fd);
+    uint64_t want = FP_EMPTY; /* NULL: ask again later */
+    if (s && s != FP_NONE_SOCK && ((uint64_t)(uintptr_t)s & ~FP_PTR)) {
+        /* Beyond what the word can name (no such address space today). */
+        fp_unmap(s);
+        s = FP_NONE_SOCK;
+    }
+    if (s == FP_NONE_SOCK)
+        want = FP_NONE;
+    else if (s)
+        want = (uint64_t)(uintptr_t)s + FP_CALL;
+    w = atomic_load_explicit(slot, memory_order_relaxed);
+    do {
+        if ((w & FP_PTR) != claim) {
+            if (fp_is_sock((uint64_t)(uintptr_t)s))
+                fp_unmap(s);
+            return NULL;
+        }
+        /* Calls that came and went keep their counts (see fp_get). */
+    } while (!atomic_compare_exchange_weak_explicit(slot, &w, (w & ~FP_PTR) + want,
+                                                    memory_order_acq_rel, memory_order_relaxed));
+    return fp_is_sock(want & FP_PTR) ? s : NULL;
+}
+
+/* FD's mapping, made on first use, with this call in flight on it (give it back with
+ * fp_put); NULL when the call must be the system call. *SLOTP: FD's word. */
+static inline struct fp_sock *fp_get(int fd, _Atomic uint64_t **slotp)
+{
+    _Atomic uint64_t *tab = atomic_load_explicit(&fp_tab, memory_order_acquire);
+    if (QP_UNLIKELY(!tab)) {
         pthread_once(&fp_once, fp_init);
-        if (!atomic_load(&fp_tab))
+        tab = atomic_load(&fp_tab);
+        if (!tab)
             return NULL;
     }
     if (fd < 0 || fd >= FP_MAX)
         return NULL;
-    struct fp_sock *s = atomic_load_explicit(&fp_tab[fd], memory_order_acquire);
-    if (QP_UNLIKELY(!s)) {
-        struct fp_sock *none = NULL;
-        if (!atomic_compare_exchange_strong(&fp_tab[fd], &none, FP_BUSY))
-            return NULL;
-        s = fp_map(fd);
-        atomic_store_explicit(&fp_tab[fd], s ? s : NULL, memory_order_release);
+    _Atomic uint64_t *slot = *slotp = &tab[fd];
+    uint64_t w = atomic_load_explicit(slot, memory_order_relaxed);
+    if (QP_UNLIKELY(!fp_is_sock(w & FP_PTR) || (w & FP_CLOSING)))
+        return w == FP_EMPTY ? fp_first(fd, slot) : NULL;
+    /* Counted in, then checked: a close after this sees the call and leaves the unmap to
+     * it; one before it made the word closing (or empty, or another socket's: whatever
+     * mapping is there now is the descriptor's). */
+    w = atomic_fetch_add_explicit(slot, FP_CALL, memory_order_acquire);
+    if (QP_UNLIKELY(!fp_is_sock(w & FP_PTR) || (w & FP_CLOSING) || FP_CALLS(w) >= FP_CALLS_MAX)) {
+        fp_put(slot);
+        return NULL;
     }
-    return s == FP_NONE || s == FP_BUSY || !s ? NULL : s;
+    return fp_sock_of(w);
 }
 
 void fp_forget(int fd)
 {
-    if (fd < 0 || fd >= FP_MAX || !atomic_load(&fp_tab))
+    _Atomic uint64_t *tab = atomic_load(&fp_tab);
+    if (fd < 0 || fd >= FP_MAX || !tab)
         return;
-    struct fp_sock *s = atomic_exchange(&fp_tab[fd], NULL);
-    if (s && s != FP_NONE && s != FP_BUSY)
-        fp_unmap(s);
+    _Atomic uint64_t *slot = &tab[fd];
+    uint64_t w = atomic_load(slot), next;
+    do {
+        uint64_t p = w & FP_PTR;
+        if (p == FP_EMPTY || (w & FP_CLOSING))
+            return;
+        /* A mapping: closing (unmapped below, or by the last call in flight). No fast path,
+         * or a claim (the claiming call sees it gone): empty, for the next socket on FD.
+         * The counts of calls passing through stay theirs. */
+        next = fp_is_sock(p) ? w | FP_CLOSING : w & ~FP_PTR;
+    } while (!atomic_compare_exchange_weak(slot, &w, next));
+    if ((next & FP_CLOSING) && FP_CALLS(next) == 0)
+        fp_settle(slot, next);
 }
 
 void fp_forget_range(unsigned first, unsigned last)
 {
-    if (!atomic_load(&fp_tab))
+    _Atomic uint64_t *tab = atomic_load(&fp_tab);
+    if (!tab)
         return;
     for (unsigned fd = first; fd < FP_MAX && fd <= last; fd++)
-        if (atomic_load_explicit(&fp_tab[fd], memory_order_relaxed))
+        if (atomic_load_explicit(&tab[fd], memory_order_relaxed))
             fp_forget((int)fd);
 }
 
 /* A forked child: the mappings came along (and told the driver the sockets are shared
- * now); the child makes system calls on them, and gives its copies back. */
+ * now); the child makes system calls on them, and gives its copies back. Only this
+ * thread came along: calls in flight in the parent are not the child's. */
 static void fp_child(void)
 {
     atomic_store_explicit(&fp_kick_reg, NULL, memory_order_relaxed);
     for (int fd = 0; fd < FP_MAX; fd++) {
-        struct fp_sock *s = atomic_load_explicit(&fp_tab[fd], memory_order_relaxed);
-        if (s && s != FP_NONE && s != FP_BUSY)
-            fp_unmap(s);
-        if (s)
+        uint64_t w = atomic_load_explicit(&fp_tab[fd], memory_order_relaxed);
+        if (fp_is_sock(w & FP_PTR))
+            fp_unmap(fp_sock_of(w));
+        if (w)
             atomic_store_explicit(&fp_tab[fd], FP_NONE, memory_order_relaxed);
     }
 }
@@ -413,8 +517,13 @@ static void fp_child(void)
 
 ssize_t fp_recv(int fd, const struct iovec *iov, int iovcnt)
 {
-    struct fp_sock *s = fp_get(fd);
-    return s ? fp_recv_on(fd, s, iov, iovcnt) : FP_SYSCALL;
+    _Atomic uint64_t *slot;
+    struct fp_sock *s = fp_get(fd, &slot);
+    if (!s)
+        return FP_SYSCALL;
+    ssize_t r = fp_recv_on(fd, s, iov, iovcnt);
+    fp_put(slot);
+    return r;
 }
 
 ssize_t fp_recv_on(int fd, struct fp_sock *s, const struct iovec *iov, int iovcnt)
@@ -457,8 +566,13 @@ ssize_t fp_send(int fd, const struct iovec *iov, int iovcnt)
     }
     if (!total)
         return FP_SYSCALL;
-    struct fp_sock *s = fp_get(fd);
-    return s ? fp_send_on(fd, s, iov, iovcnt, total) : FP_SYSCALL;
+    _Atomic uint64_t *slot;
+    struct fp_sock *s = fp_get(fd, &slot);
+    if (!s)
+        return FP_SYSCALL;
+    ssize_t r = fp_send_on(fd, s, iov, iovcnt, total);
+    fp_put(slot);
+    return r;
 }
 
 ssize_t fp_send_on(int fd, struct fp_sock *s, const struct iovec *iov, int iovcnt, size_t total)
@@ -511,8 +625,13 @@ ssize_t fp_send_on(int fd, struct fp_sock *s, const struct iovec *iov, int iovcn
 
 int fp_cork(int fd, int on)
 {
-    struct fp_sock *s = fp_get(fd);
-    return s ? fp_cork_on(fd, s, on) : FP_SYSCALL;
+    _Atomic uint64_t *slot;
+    struct fp_sock *s = fp_get(fd, &slot);
+    if (!s)
+        return FP_SYSCALL;
+    int r = fp_cork_on(fd, s, on);
+    fp_put(slot);
+    return r;
 }
 
 /* setsockopt(TCP_CORK) in user space: the state page's cork, which the driver takes into
@@ -547,6 +666,8 @@ int fp_cork_on(int fd, struct fp_sock *s, int on)
     return r;
 }
 
+static ssize_t fp_sendfile_on(int out, int in, off_t *off, size_t want, struct fp_sock *s);
+
 /* The most one sendfile call copies through the process, and what it keeps on the stack. */
 #define FP_SENDFILE_MAX (256 * 1024)
 #define FP_SENDFILE_STACK 4096
@@ -571,9 +692,18 @@ ssize_t fp_sendfile(int out, int in, off_t *off, size_t want)
 {
     if (!off || !want || *off < 0)
         return FP_SYSCALL;
-    struct fp_sock *s = fp_get(out);
+    _Atomic uint64_t *slot;
+    struct fp_sock *s = fp_get(out, &slot);
     if (!s)
         return FP_SYSCALL;
+    /* The mapping stays while this call uses it, a close meanwhile or not. */
+    ssize_t r = fp_sendfile_on(out, in, off, want, s);
+    fp_put(slot);
+    return r;
+}
+
+static ssize_t fp_sendfile_on(int out, int in, off_t *off, size_t want, struct fp_sock *s)
+{
     size_t n = fp_tx_room(s);
     if (n > want)
         n = want;

@@ -1184,7 +1184,9 @@ QP_EXPORT ssize_t sendfile64(int out, int in, off_t *off, size_t count)
 QP_EXPORT int close(int fd)
 {
     ENSURE_INIT();
-    /* The mapping holds the socket's file: unmapped first, or the close would not end it. */
+    /* The mapping holds the socket's file: let go of first, or the close would not end
+     * it (unmapped now, or by another thread's fast-path call still using it when that
+     * call ends), and before the descriptor number can be another file's. */
     fp_forget(fd);
     fdt_set(fd, 0);
     ctx_forget_fd(fd);

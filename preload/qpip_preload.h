@@ -201,7 +201,8 @@ int fp_cork_on(int fd, struct fp_sock *s, int on);
 /* sendfile(OUT, IN, OFF, WANT) into a mapped socket: the bytes, 0 at the file's end, -1
  * with errno, or FP_SYSCALL (nothing done). */
 ssize_t fp_sendfile(int out, int in, off_t *off, size_t want);
-/* FD is closed or replaced (close, dup2/dup3 onto it, close_range): unmap its socket. */
+/* FD is closed or replaced (close, dup2/dup3 onto it, close_range): unmap its socket, now
+ * or when the last fast-path call in flight on it (another thread's) ends. */
 void fp_forget(int fd);
 void fp_forget_range(unsigned first, unsigned last);
 

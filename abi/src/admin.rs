@@ -130,7 +130,9 @@ pub const ADMIN_OP_REG_MR: u16 = 0x16;
 /// Deregister the memory region whose lkey is `handle`.
 pub const ADMIN_OP_DEREG_MR: u16 = 0x17;
 /// Bind QP `handle` to a local address and port ([`BindArgs`]). Result0: the port bound
-/// (an ephemeral one if 0 was asked for).
+/// (an ephemeral one if 0 was asked for). [`ADMIN_STATUS_ADDR_IN_USE`] when a QP or
+/// listener holds the port, or (since minor version 5, with `BindArgs::peer_port`) when a
+/// connection from it to that peer is still held and a new one could not take it over.
 pub const ADMIN_OP_BIND: u16 = 0x18;
 /// Create a TCP listener in `ctx` ([`ListenArgs`]). Result0: listener id.
 pub const ADMIN_OP_LISTEN: u16 = 0x19;
@@ -527,7 +529,17 @@ pub struct BindArgs {
     pub addr: [u8; 16],
     /// Local port (host order); 0 asks for an ephemeral port.
     pub port: u16,
-    pub reserved: [u8; 30],
+    /// A TCP QP about to CONNECT from a port its driver chose (the guest kernel's ephemeral
+    /// port, not the program's): the peer (network order) and its port (host order), else
+    /// all zero. The device then refuses (ADDR_IN_USE) a non-zero `port` from which it
+    /// still holds a connection to this peer that CONNECT could not take over (TIME-WAIT
+    /// without timestamps, or not closed yet), so that the driver can choose another port
+    /// before anything fails, as Linux's connect does for an unbound socket. Since minor
+    /// version 5 (an older device refuses them as reserved bytes: BAD_OPCODE); a peer
+    /// address without a port, or not unicast, is BAD_PARAM.
+    pub peer_addr: [u8; 16],
+    pub peer_port: u16,
+    pub reserved: [u8; 12],
 }
 
 /// Arguments of `LISTEN`.

@@ -12,7 +12,9 @@ use qpip_lab::{netns, paths, unique_netns, LabHost, LabSpec, Network, QpipdLayou
 /// Guest a: the lab host routed through the qpip interface (lab-qpip-net), then
 ///  - `qpip-sockcheck` against the lab host's echo server (test/echo.py), each family: first
 ///    on kernel sockets (the reference: every check must pass on Linux's own TCP), then
-///    under the preload, where every check must pass again, over qpip sockets;
+///    under the preload, where every check must pass again, over qpip sockets; and
+///    `qpip-sockcheck --close-race` under the preload: sockets closed while another thread
+///    writes and reads them on the fast path, 100 times, without a fault;
 ///  - Debian's iperf3 under `qpip-run` against the lab host's iperf3, both directions (4
 ///    streams, a thread each, one way), and as a server the lab host's iperf3 connects to;
 ///  - `qpip-run --disable`: the same iperf3 on kernel sockets (no qpip socket made).
@@ -30,6 +32,9 @@ for f in 6 4; do
     kv pre$f.qpip_connects "$(grep -c 'connect .* -> qpip' /tmp/pre$f)"
     kv pre$f.port_reuse "$(grep -c 'note port reused over qpip' /tmp/pre$f)"
     kv pre$f.stats "$(tr '\n' ';' < /tmp/stats$f)"
+    qpip-run --stats=/tmp/rstats$f qpip-sockcheck --close-race $H 7000 >/tmp/race$f 2>&1
+    kv race$f.status $?; fails race$f /tmp/race$f
+    kv race$f.stats "$(tr '\n' ';' < /tmp/rstats$f)"
 done
 # rate FILE: the receiver's total rate of an iperf3 client's output.
 rate() { grep receiver "$1" | tail -1 | sed -n 's|.* \([0-9.]* [KMG]*bits/sec\).*|\1|p'; }
@@ -199,6 +204,19 @@ fn socket_programs_run_over_qpip_sockets() {
             main.opts >= 40 && main.sendfiles >= 20,
             "IPv{f}: TCP_CORK or sendfile did not take the fast path: {main:?}\n{ctx}"
         );
+        // Sockets closed while another thread was in the middle of the fast path: no
+        // fault (the mapping outlives the close until the call ends).
+        assert_eq!(
+            a.get(&format!("race{f}.status")),
+            "0",
+            "IPv{f}: close while another thread writes and reads: {}\n{ctx}",
+            a.get(&format!("race{f}.summary"))
+        );
+        let race = fast_counters(a.get(&format!("race{f}.stats")));
+        assert!(
+            race.reads + race.writes > 0,
+            "IPv{f}: the close race did not use the fast path: {race:?}\n{ctx}"
+        );
         // After the fork, both processes read the shared socket through the kernel: the
         // 20 echoes after it are system calls at least.
         assert!(
@@ -242,5 +260,93 @@ fn socket_programs_run_over_qpip_sockets() {
         out.host.client_status,
         Ok(0),
         "the lab host's iperf3 against the guest's\n{ctx}"
+    );
+}
+
+/// Guest a, against a lab host whose TCP offers no timestamps (net.ipv4.tcp_timestamps=0
+/// in the lab's namespace), connecting from ports the guest kernel chooses, each
+/// connection closed by the guest first (the device keeps its end in TIME-WAIT, which
+/// without timestamps a new connection cannot take over):
+///  - the ephemeral range narrowed to port 40000: a connect from it (`qpip-sockcheck
+///    --unbound`), closed; then another, which has no port left (40000's four-tuple is in
+///    TIME-WAIT): `connect` itself says EADDRNOTAVAIL, as Linux's (not EINPROGRESS, then
+///    EADDRINUSE);
+///  - the range widened to 40000-40001: a connect skips 40000 and comes from 40001.
+const UNBOUND_SCRIPT: &str = r#"
+lab-qpip-net >/tmp/net 2>&1; kv net.status $?
+await echo-up
+sysctl -qw net.ipv4.ip_local_port_range="40000 40000"
+# check TAG ARGS...: a qpip-sockcheck run under qpip-run, its status, failures and output.
+check() {
+    t=$1; shift
+    QPIP_PRELOAD_LOG=1 qpip-run qpip-sockcheck "$@" >/tmp/$t 2>&1; kv $t.status $?
+    kv $t.fails "$(grep FAIL /tmp/$t | tr '\n' ';')"
+    kv $t.out "$(tr '\n' ';' < /tmp/$t)"
+}
+check first --unbound $QPIP_HOST_ADDR 7000 1
+check none --no-port $QPIP_HOST_ADDR 7000
+sysctl -qw net.ipv4.ip_local_port_range="40000 40001"
+check other --unbound $QPIP_HOST_ADDR 7000 1
+touch /lab/guest-done
+lab-wait host-done 300
+"#;
+
+#[test]
+#[ignore = "boots VMs: run by ./qpip test"]
+fn unbound_connects_skip_ports_the_device_holds_in_time_wait() {
+    needs_root!();
+    let guest = common::lab_guest(
+        "a",
+        common::script("", UNBOUND_SCRIPT),
+        Duration::from_secs(300),
+    );
+    let spec = LabSpec {
+        guests: vec![guest],
+        network: Network::Lab(unique_netns("qpip-unbound")),
+        layout: QpipdLayout::Adapter,
+    };
+    let out = common::lab(&spec, |host: &LabHost| {
+        let ts = host
+            .command("sysctl")
+            .args(["-qw", "net.ipv4.tcp_timestamps=0"])
+            .status()
+            .map(|s| s.success());
+        let echo_py = paths::root().join("preload/test/echo.py");
+        let echo = spawn_quiet(host, "python3", &[echo_py.to_str().unwrap(), "::", "7000"]);
+        std::thread::sleep(Duration::from_millis(700));
+        let _ = host.signal("echo-up");
+        let _ = host.wait_for("guest-done", Duration::from_secs(300));
+        if let Some(mut c) = echo {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = host.signal("host-done");
+        ts
+    });
+    assert!(
+        matches!(out.host, Ok(true)),
+        "the lab host's timestamps could not be turned off: {:?}",
+        out.host
+    );
+    let a = Report::succeeded(&out.guests[0]);
+    let ctx = a.context();
+    a.statuses_zero("setup", &["net"]);
+    for t in ["first", "none", "other"] {
+        assert_eq!(
+            a.get(&format!("{t}.status")),
+            "0",
+            "{t}: {}\n{ctx}",
+            a.get(&format!("{t}.fails"))
+        );
+    }
+    let first = a.get("first.out");
+    assert!(
+        first.contains("unbound connect 1 (port 40000)") && first.contains("-> qpip"),
+        "the first connect was not the device's, from 40000\n{ctx}"
+    );
+    let other = a.get("other.out");
+    assert!(
+        other.contains("unbound connect 1 (port 40001)") && other.contains("-> qpip"),
+        "the connect did not skip the port in TIME-WAIT over qpip\n{ctx}"
     );
 }

@@ -3,12 +3,22 @@
  * receive slots and the send ring) in anonymous memory, and a "device" that writes
  * completions into the CQ and reads what the library posted. Run by `make -C preload
  * check`; prints "fastpath: N checks passed" or the first failure, exit status 1. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "qpip_preload.h"
 #include "qpip_abi.h"
@@ -49,13 +59,15 @@ static uint32_t db(uint32_t off)
     return *(uint32_t *)(sock.db + off);
 }
 
-static void setup(void)
+#define MAP_PAGES                                                                          \
+    (2 + CQ_DEPTH * QPIP_CQE_SIZE / PG + SQ_DEPTH * QPIP_WQE_SIZE / PG + SLOTS * QPIP_WQE_SIZE / PG + \
+     SLOTS + TX_BYTES / PG)
+
+/* The driver's part of a socket's state page at BASE: the layout, every slot posted. */
+static void layout(uint8_t *base)
 {
-    size_t pages = 2 + CQ_DEPTH * QPIP_CQE_SIZE / PG + SQ_DEPTH * QPIP_WQE_SIZE / PG +
-                   SLOTS * QPIP_WQE_SIZE / PG + SLOTS + TX_BYTES / PG;
-    uint8_t *base = mmap(NULL, pages * PG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    CHECK(base != MAP_FAILED);
-    m = (struct qpip_sock_shm *)base;
+    size_t pages = MAP_PAGES;
+    struct qpip_sock_shm *m = (struct qpip_sock_shm *)base;
     uint32_t off = PG;
     m->off_db = off;
     off += PG;
@@ -83,7 +95,15 @@ static void setup(void)
     m->iova_tx = IOVA + SLOTS * PG;
     m->rq_tail = SLOTS; /* the driver posted every slot */
     m->flags = QPIP_SOCK_SHM_RX_OK | QPIP_SOCK_SHM_TX_OK;
-    fp_attach(&sock, base, pages * PG);
+}
+
+static void setup(void)
+{
+    uint8_t *base = mmap(NULL, MAP_PAGES * PG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(base != MAP_FAILED);
+    layout(base);
+    m = (struct qpip_sock_shm *)base;
+    fp_attach(&sock, base, MAP_PAGES * PG);
 }
 
 /* The device completes a WR: a CQE, its owner byte last. */
@@ -258,6 +278,185 @@ static void test_kick(void)
     sock.db[QPIP_DB_ENGINE_SLEEPING] = 0;
 }
 
+/* ---- the table: descriptors, their mappings, close ------------------------------------------
+ * The driver's side of the mapping is simulated with memfds: a "socket" is a memfd holding
+ * a state page and the rings (the size is the mapping's length), which fp_map maps as it
+ * maps the driver's file. ioctl and munmap are this program's own (the executable's
+ * definitions come before libc's): the socket ioctl answers for memfds, a kick can run a
+ * hook in the middle of a call, and unmaps are counted. */
+
+static atomic_int on_kick_fd = -1;
+static void (*on_kick)(int fd);
+static atomic_ulong unmaps;
+
+int ioctl(int fd, unsigned long req, ...)
+{
+    va_list ap;
+    va_start(ap, req);
+    struct qpip_sock_fastpath *a = va_arg(ap, struct qpip_sock_fastpath *);
+    va_end(ap);
+    struct stat st;
+    if (req != QPIP_IOCTL_SOCK_FASTPATH || fstat(fd, &st) != 0 || !st.st_size) {
+        errno = ENOTTY;
+        return -1;
+    }
+    if (a->op == QPIP_SOCK_FP_KICK) {
+        if (on_kick && fd == on_kick_fd)
+            on_kick(fd);
+        return 0;
+    }
+    a->map_len = (uint32_t)st.st_size;
+    return 0;
+}
+
+int munmap(void *addr, size_t len)
+{
+    atomic_fetch_add(&unmaps, 1);
+    return (int)syscall(SYS_munmap, addr, len);
+}
+
+/* A simulated socket on descriptor FD (replacing what FD was) whose receive side always
+ * has 64 full slots of FILL ready (rx_done just behind rx_read: the ring never runs dry),
+ * ENGINE_SLEEPING as SLEEPING. */
+static void sim_socket(int fd, uint8_t fill, int sleeping)
+{
+    int mfd = memfd_create("qpip-sock", 0);
+    CHECK(mfd >= 0 && ftruncate(mfd, MAP_PAGES * PG) == 0);
+    uint8_t *base = mmap(NULL, MAP_PAGES * PG, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    CHECK(base != MAP_FAILED);
+    layout(base);
+    struct qpip_sock_shm *sm = (struct qpip_sock_shm *)base;
+    sm->rx_done = UINT32_MAX;
+    for (uint32_t i = 0; i < SLOTS; i++)
+        sm->rx_len[i] = PG;
+    memset(base + sm->off_rx, fill, SLOTS * PG);
+    base[sm->off_db + QPIP_DB_ENGINE_SLEEPING] = (uint8_t)sleeping;
+    syscall(SYS_munmap, base, MAP_PAGES * PG);
+    CHECK(dup2(mfd, fd) == fd);
+    close(mfd);
+}
+
+static ssize_t fd_recv(int fd, void *buf, size_t len)
+{
+    struct iovec iov = { buf, len };
+    return fp_recv(fd, &iov, 1);
+}
+
+/* What the library's close does: the mapping first, then the descriptor. */
+static void lib_close(int fd)
+{
+    fp_forget(fd);
+    close(fd);
+}
+
+#define TFD 100
+
+static unsigned long unmaps_in_kick;
+
+static void close_in_kick(int fd)
+{
+    unsigned long before = unmaps;
+    lib_close(fd);
+    unmaps_in_kick = unmaps - before;
+}
+
+static void test_table(void)
+{
+    static char buf[SLOTS / 2 * PG]; /* enough to repost slots, which rings (and kicks) */
+    unsigned long before = qp_counters[C_FP_MAPPED];
+    /* First use maps; the next call uses the mapping. */
+    sim_socket(TFD, 'a', 0);
+    CHECK(fd_recv(TFD, buf, 10) == 10 && buf[0] == 'a' && buf[9] == 'a');
+    CHECK(fd_recv(TFD, buf, 10) == 10 && qp_counters[C_FP_MAPPED] == before + 1);
+    /* Closed with nothing in flight: unmapped at once (the state and the struct). */
+    unsigned long u = unmaps;
+    lib_close(TFD);
+    CHECK(unmaps == u + 2);
+    /* A new socket on the same number: its own mapping, never the old one. */
+    sim_socket(TFD, 'b', 0);
+    CHECK(fd_recv(TFD, buf, 10) == 10 && buf[0] == 'b' && qp_counters[C_FP_MAPPED] == before + 2);
+    lib_close(TFD);
+
+    /* Closed while a call is in the middle (another thread's close, here from the kick the
+     * call makes after its copy): the mapping stays until the call ends, which unmaps it. */
+    sim_socket(TFD, 'c', 1);
+    on_kick_fd = TFD;
+    on_kick = close_in_kick;
+    u = unmaps;
+    CHECK(fd_recv(TFD, buf, sizeof(buf)) == (ssize_t)sizeof(buf) && buf[0] == 'c');
+    on_kick = NULL;
+    CHECK(unmaps_in_kick == 0 && unmaps == u + 2);
+    /* The descriptor was closed: no mapping (the ioctl fails on a closed descriptor), and
+     * "no fast path" is kept until the library sees a close: not asked again. */
+    CHECK(fd_recv(TFD, buf, 10) == FP_SYSCALL);
+    int devnull = open("/dev/null", 0);
+    CHECK(devnull >= 0 && dup2(devnull, TFD) == TFD);
+    close(devnull);
+    CHECK(fd_recv(TFD, buf, 10) == FP_SYSCALL && fd_recv(TFD, buf, 10) == FP_SYSCALL);
+    lib_close(TFD);
+    sim_socket(TFD, 'd', 0);
+    CHECK(fd_recv(TFD, buf, 10) == 10 && buf[0] == 'd');
+    lib_close(TFD);
+}
+
+/* Threads read and write a descriptor without pause while another closes it and opens the
+ * next socket on the same number, many times: no call may touch a mapping that has gone
+ * (SIGSEGV), and each read is one socket's bytes. */
+static atomic_int stress_stop;
+static atomic_ulong stress_reads, stress_mixed;
+
+static void *stress_reader(void *arg)
+{
+    static _Thread_local char buf[SLOTS * PG];
+    (void)arg;
+    while (!atomic_load_explicit(&stress_stop, memory_order_relaxed)) {
+        ssize_t n = fd_recv(TFD, buf, sizeof(buf));
+        if (n > 0) {
+            atomic_fetch_add(&stress_reads, 1);
+            if (buf[0] != buf[n - 1])
+                atomic_fetch_add(&stress_mixed, 1);
+        }
+    }
+    return NULL;
+}
+
+static void *stress_writer(void *arg)
+{
+    static char data[16 * 1024];
+    (void)arg;
+    while (!atomic_load_explicit(&stress_stop, memory_order_relaxed)) {
+        struct iovec iov = { data, sizeof(data) };
+        fp_send(TFD, &iov, 1);
+    }
+    return NULL;
+}
+
+static void test_close_race(void)
+{
+    pthread_t t[3];
+    sim_socket(TFD, 0, 0);
+    CHECK(pthread_create(&t[0], NULL, stress_reader, NULL) == 0);
+    CHECK(pthread_create(&t[1], NULL, stress_reader, NULL) == 0);
+    CHECK(pthread_create(&t[2], NULL, stress_writer, NULL) == 0);
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    unsigned cycles = 0;
+    do {
+        struct timespec pause = { 0, (long)(rand() % 200) * 1000 };
+        nanosleep(&pause, NULL);
+        lib_close(TFD);
+        sim_socket(TFD, (uint8_t)++cycles, 0);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (cycles < 20000 && (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000 < 1500);
+    atomic_store(&stress_stop, 1);
+    for (int i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
+    lib_close(TFD);
+    CHECK(stress_mixed == 0);
+    CHECK(cycles > 100 && stress_reads > 20); /* the race ran (few reads: a busy machine) */
+    printf("fastpath: %u closes under %lu reads in flight, no fault\n", cycles, (unsigned long)stress_reads);
+}
+
 int main(void)
 {
     setup();
@@ -266,6 +465,8 @@ int main(void)
     test_cork();
     test_fallbacks();
     test_kick();
+    test_table();
+    test_close_race();
     printf("fastpath: %d checks passed\n", checks);
     return 0;
 }

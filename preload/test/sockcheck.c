@@ -7,6 +7,25 @@
  *                                gets and closes at EOF; and each UDP datagram to the same
  *                                port, to its source), with nothing listening on PORT+1
  *
+ *   qpip-sockcheck --unbound ADDR PORT N
+ *                                N connects in a row from ports the kernel chooses (the
+ *                                socket not bound), each closed by this end first (its
+ *                                end of the connection stays in TIME-WAIT): each must
+ *                                connect. With ip_local_port_range narrowed to N ports and
+ *                                the peer without TCP timestamps, each connect must skip
+ *                                the ports whose connections are still in TIME-WAIT, as
+ *                                Linux's does.
+ *   qpip-sockcheck --close-race ADDR PORT
+ *                                a connected socket closed while another thread writes and
+ *                                reads it, 100 times: no call may fault (a run of its own:
+ *                                its calls on the closed descriptor are system calls,
+ *                                which would blur the main run's fast-path counters)
+ *   qpip-sockcheck --no-port ADDR PORT
+ *                                a non-blocking connect from a port the kernel chooses when
+ *                                the only one it may choose is in TIME-WAIT toward ADDR
+ *                                (the range narrowed to it, the peer without timestamps):
+ *                                connect itself must say EADDRNOTAVAIL, as Linux's does.
+ *
  * Prints "sockcheck: ok NAME" per check, "sockcheck: FAIL NAME: why" per failure, then
  * "sockcheck: N checks, M failed"; exit status 1 if any failed. (The exec check runs this
  * program again as "qpip-sockcheck --inherited FD"; the descriptor-passing check sends the
@@ -20,6 +39,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +141,61 @@ static int wait_readable(int fd, int len)
  * system call: the preload test checks its counters). Then a fork: both processes read
  * the same socket, the child the first 100 bytes, the parent the next 100 (the preload
  * gives the socket to the system calls in both from then on), and 20 more echoes. */
+/* A thread that writes and reads a non-blocking socket without pause (plain write and
+ * read: the fast path under the preload) until told to stop. */
+struct racer {
+    int fd;
+    atomic_int stop;
+    long calls, ebadf;
+};
+
+static void *racer_run(void *arg)
+{
+    struct racer *r = arg;
+    char buf[2048];
+    memset(buf, 'r', sizeof(buf));
+    while (!atomic_load(&r->stop)) {
+        ssize_t w = write(r->fd, buf, sizeof(buf));
+        int we = errno;
+        ssize_t n = read(r->fd, buf, sizeof(buf));
+        r->calls += 2;
+        r->ebadf += (w < 0 && we == EBADF) + (n < 0 && errno == EBADF);
+    }
+    return NULL;
+}
+
+/* A socket closed while another thread is in the middle of writing and reading it, many
+ * times: each call ends (its bytes, or EBADF once the descriptor is gone), none faults,
+ * and the next socket works. */
+static void close_race_check(void)
+{
+    int rounds = 0, good = 1;
+    long calls = 0, ebadf = 0;
+    for (; good && rounds < 100; rounds++) {
+        struct racer r = { .fd = tcp_socket(0) };
+        good = connect(r.fd, (struct sockaddr *)&peer, peer_len) == 0 &&
+               fcntl(r.fd, F_SETFL, O_NONBLOCK) == 0;
+        pthread_t t;
+        if (!good || pthread_create(&t, NULL, racer_run, &r) != 0) {
+            good = 0;
+            close(r.fd);
+            break;
+        }
+        usleep((useconds_t)(rand() % 3000));
+        close(r.fd);
+        /* Calls after the close meet a closed descriptor; nothing opens one meanwhile. */
+        usleep(2000);
+        atomic_store(&r.stop, 1);
+        pthread_join(t, NULL);
+        calls += r.calls;
+        ebadf += r.ebadf;
+    }
+    char why[96];
+    snprintf(why, sizeof(why), "round %d failed to connect", rounds);
+    ok("close while another thread writes and reads, 100 times", good, why);
+    printf("sockcheck: close race: %d rounds, %ld calls, %ld EBADF after the close\n", rounds, calls, ebadf);
+}
+
 static void stream_and_fork_check(void)
 {
     static char out[4096], in[4096];
@@ -419,11 +495,91 @@ static void port_reuse_check(void)
     close(fd);
 }
 
+/* --unbound: see the top. */
+static int unbound_connects(int n)
+{
+    for (int i = 0; i < n; i++) {
+        char name[64], buf[1];
+        int fd = tcp_socket(SOCK_NONBLOCK), err = 0;
+        socklen_t el = sizeof(err);
+        struct pollfd p = { fd, POLLOUT, 0 };
+        int r = connect(fd, (struct sockaddr *)&peer, peer_len);
+        if (r != 0 && errno == EINPROGRESS && poll(&p, 1, 10000) == 1)
+            r = getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0 ? 0 : -1;
+        if (err)
+            errno = err;
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        getsockname(fd, (struct sockaddr *)&ss, &sl);
+        snprintf(name, sizeof(name), "unbound connect %d (port %d)", i + 1, port_of(&ss));
+        ok(name, r == 0, "connect failed");
+        if (r == 0) {
+            p.events = POLLIN;
+            ok("its echo", write(fd, "u", 1) == 1 && poll(&p, 1, 10000) == 1 && read(fd, buf, 1) == 1,
+               "no echo");
+        }
+        close(fd);
+        /* The connection closes (the peer's FIN acknowledged) and gives its port back to
+         * the kernel, which then may choose it again: wait for that (a bind to it works;
+         * SO_REUSEADDR: a kernel socket's own TIME-WAIT on it does not count). */
+        int probe = tcp_socket(0), waited = 0, one = 1;
+        setsockopt(probe, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        ss.ss_family = peer.ss_family;
+        if (ss.ss_family == AF_INET)
+            ((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
+        else
+            ((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_any;
+        while (bind(probe, (struct sockaddr *)&ss, sl) != 0 && waited < 200) {
+            usleep(100000);
+            waited++;
+        }
+        close(probe);
+        snprintf(name, sizeof(name), "port %d free again (%d ms)", port_of(&ss), waited * 100);
+        ok(name, waited < 200, "still taken after 20 s");
+    }
+    printf("sockcheck: %d checks, %d failed\n", checks, failed);
+    return failed ? 1 : 0;
+}
+
+/* --no-port: see the top. */
+static int no_port(void)
+{
+    int fd = tcp_socket(SOCK_NONBLOCK), err = 0;
+    socklen_t el = sizeof(err);
+    struct pollfd p = { fd, POLLOUT, 0 };
+    int r = connect(fd, (struct sockaddr *)&peer, peer_len);
+    int e = errno;
+    if (r != 0 && e == EINPROGRESS && poll(&p, 1, 10000) == 1)
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+    errno = r ? e : 0;
+    char why[96];
+    snprintf(why, sizeof(why), "connect said %s, then %s", r ? strerrorname_np(e) : "0",
+             err ? strerrorname_np(err) : "0");
+    ok("no port left: EADDRNOTAVAIL", r == -1 && e == EADDRNOTAVAIL, why);
+    close(fd);
+    printf("sockcheck: %d checks, %d failed\n", checks, failed);
+    return failed ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     self = argv[0];
     if (argc == 3 && strcmp(argv[1], "--inherited") == 0)
         return inherited(atoi(argv[2]));
+    int unbound = 0;
+    if (argc == 5 && strcmp(argv[1], "--unbound") == 0) {
+        unbound = atoi(argv[4]);
+        argv++;
+        argc -= 2;
+    } else if (argc == 4 && strcmp(argv[1], "--no-port") == 0) {
+        unbound = -1;
+        argv++;
+        argc--;
+    } else if (argc == 4 && strcmp(argv[1], "--close-race") == 0) {
+        unbound = -2;
+        argv++;
+        argc--;
+    }
     if (argc != 3) {
         fprintf(stderr, "usage: qpip-sockcheck ADDR PORT\n");
         return 2;
@@ -436,6 +592,13 @@ int main(int argc, char **argv)
     memcpy(&peer, ai->ai_addr, ai->ai_addrlen);
     peer_len = ai->ai_addrlen;
     freeaddrinfo(ai);
+    if (unbound == -2) {
+        close_race_check();
+        printf("sockcheck: %d checks, %d failed\n", checks, failed);
+        return failed ? 1 : 0;
+    }
+    if (unbound)
+        return unbound < 0 ? no_port() : unbound_connects(unbound);
     int port = atoi(argv[2]);
 
     /* --- a blocking connect, names --- */

@@ -390,6 +390,19 @@ impl FakeGuest {
             .map(|c| c.result0 as u16)
     }
 
+    /// BIND on every address for a connect to `peer`/`peer_port` (see [`bind_for_cmd`]).
+    pub fn bind_for(
+        &mut self,
+        ctx: u32,
+        qp: u32,
+        port: u16,
+        peer: [u8; 16],
+        peer_port: u16,
+    ) -> Result<u16, u16> {
+        self.admin_result(bind_for_cmd(ctx, qp, port, peer, peer_port))
+            .map(|c| c.result0 as u16)
+    }
+
     pub fn listen(
         &mut self,
         ctx: u32,

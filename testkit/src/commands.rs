@@ -109,6 +109,16 @@ pub fn bind_cmd(ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> AdminCmd {
     cmd(ADMIN_OP_BIND, ctx, qp, &a)
 }
 
+/// `BIND` of QP `qp` to `port` on every address, for a connect to `peer`/`peer_port` from
+/// a port the driver chose (interface 2.5).
+pub fn bind_for_cmd(ctx: u32, qp: u32, port: u16, peer: [u8; 16], peer_port: u16) -> AdminCmd {
+    let mut a = BindArgs::new_zeroed();
+    a.port = port;
+    a.peer_addr = peer;
+    a.peer_port = peer_port;
+    cmd(ADMIN_OP_BIND, ctx, qp, &a)
+}
+
 /// `LISTEN` on `addr`/`port` with room for `backlog` connections not yet accepted.
 pub fn listen_cmd(ctx: u32, addr: [u8; 16], port: u16, backlog: u32) -> AdminCmd {
     let mut a = ListenArgs::new_zeroed();

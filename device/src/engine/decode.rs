@@ -55,6 +55,8 @@ pub enum AdminRequest {
     Bind {
         addr: Ipv6Addr,
         port: u16,
+        /// The peer a driver-chosen port is for (BindArgs::peer_port non-zero).
+        peer: Option<(Ipv6Addr, u16)>,
     },
     Listen {
         addr: Ipv6Addr,
@@ -259,9 +261,20 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
         ADMIN_OP_BIND => {
             let a: BindArgs = args(cmd);
             let addr = Ipv6Addr::from(a.addr);
+            let peer_addr = Ipv6Addr::from(a.peer_addr);
             reserved(zero(&a.reserved))?;
             param(addr.is_unspecified() || is_unicast(&addr))?;
-            R::Bind { addr, port: a.port }
+            // A peer is named whole (a unicast address and a port), or not at all.
+            param(if a.peer_port == 0 {
+                peer_addr.is_unspecified()
+            } else {
+                is_unicast(&peer_addr)
+            })?;
+            R::Bind {
+                addr,
+                port: a.port,
+                peer: (a.peer_port != 0).then_some((peer_addr, a.peer_port)),
+            }
         }
         ADMIN_OP_LISTEN => {
             let a: ListenArgs = args(cmd);

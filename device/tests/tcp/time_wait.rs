@@ -7,7 +7,7 @@
 use crate::harness::*;
 use qpip_device::net::tcp::wire::flags::*;
 use qpip_device::net::tcp::wire::{Header, Options};
-use qpip_device::net::tcp::{Config, ConnId, Connection, Event, State};
+use qpip_device::net::tcp::{Config, ConnId, Connection, Event, FourTuple, State};
 
 /// The peer's TSval on the old connection.
 const PEER_TS: u32 = 1000;
@@ -208,7 +208,8 @@ fn a_reset_in_last_ack_closes_quietly_only_when_no_data_is_lost() {
 /// The device's own connect onto the four-tuple of one of its connections in TIME-WAIT
 /// (a guest whose port choice reused the port): with timestamps, a new incarnation, its
 /// ISS beyond the old one's sequence space and its SYN out at once; without timestamps,
-/// refused (the tuple is in use), the old connection left as it was.
+/// refused (the tuple is in use), the old connection left as it was. `can_connect` (what
+/// a BIND for a driver-chosen port asks) says so beforehand.
 #[test]
 fn an_active_open_takes_over_a_time_wait_only_with_timestamps() {
     for ts in [true, false] {
@@ -219,8 +220,15 @@ fn an_active_open_takes_over_a_time_wait_only_with_timestamps() {
         let tuple = d.conn(old).tuple();
         // While a QP has it, the tuple is that QP's; once the QP is gone, it is an orphan's.
         let tag = d.new_app();
+        assert!(!d.table.can_connect(&tuple));
         assert!(d.table.connect(tuple, d.now, &c, tag).is_err());
         d.table.orphan(old, d.now).expect("orphaned");
+        assert_eq!(d.table.can_connect(&tuple), ts);
+        let other = FourTuple {
+            local_port: tuple.local_port + 1,
+            ..tuple
+        };
+        assert!(d.table.can_connect(&other), "another port's tuple is free");
         let r = d.table.connect(tuple, d.now, &c, tag);
         if !ts {
             assert!(r.is_err(), "no timestamps: the tuple stays TIME-WAIT's");

@@ -337,3 +337,60 @@ fn an_orphans_port_is_not_handed_out_as_an_ephemeral_port() {
     assert_eq!(rsts(&mut a), 0);
     assert_eq!(orphan_stats(&mut a), (1, 0));
 }
+
+/// BIND for a connect from a port the driver chose (its peer named): refused while the
+/// device holds a connection from that port to that peer which a CONNECT could not take
+/// over (here an orphan in FIN-WAIT-2: not even TIME-WAIT), so the driver chooses another
+/// port; the same port toward another peer port, or without a peer named (a port the
+/// program bound: its connect fails as on Linux), binds.
+#[test]
+fn a_bind_for_a_peer_refuses_a_port_whose_connection_to_it_is_still_held() {
+    let (_dir, _relay, mut a, mut b) = relayed("bindfor", 8, TcpLimits::default());
+    let (actx, bctx) = (a.create_ctx().unwrap(), b.create_ctx().unwrap());
+    let l = b.listen(bctx, UNSPECIFIED, 7800, 8).unwrap();
+    let (_s, c, port) = pair(&mut a, actx, &mut b, bctx, l, 7800, Some(40800));
+    assert_eq!(port, 40800);
+    // A closes (B does not: A's end waits in FIN-WAIT-2) and its QP goes: an orphan.
+    close(&mut a, actx, &c);
+    a.destroy_qp(actx, c.qp.id).unwrap();
+    assert_eq!(orphan_stats(&mut a), (1, 0));
+    let q = a.tcp_endpoint_in(actx, FRAMING_STREAM, 8, 1 << 16);
+    // A peer address without its port, or one that is not unicast: malformed.
+    assert_eq!(
+        a.bind_for(actx, q.qp.id, 40800, ip(B_ADDR), 0),
+        Err(ADMIN_STATUS_BAD_PARAM)
+    );
+    assert_eq!(
+        a.bind_for(actx, q.qp.id, 40800, ip("ff02::1"), 7800),
+        Err(ADMIN_STATUS_BAD_PARAM)
+    );
+    assert_eq!(
+        a.bind_for(actx, q.qp.id, 40800, ip(B_ADDR), 7800),
+        Err(ADMIN_STATUS_ADDR_IN_USE),
+        "the four-tuple is the orphan's"
+    );
+    assert_eq!(
+        a.bind_for(actx, q.qp.id, 40801, ip(B_ADDR), 7800),
+        Ok(40801),
+        "another port is free"
+    );
+    let q2 = a.tcp_endpoint_in(actx, FRAMING_STREAM, 8, 1 << 16);
+    assert_eq!(
+        a.bind_for(actx, q2.qp.id, 40800, ip(B_ADDR), 7801),
+        Ok(40800),
+        "another peer port"
+    );
+    let q3 = a.tcp_endpoint_in(actx, FRAMING_STREAM, 8, 1 << 16);
+    a.destroy_qp(actx, q2.qp.id).unwrap();
+    assert_eq!(
+        a.bind(actx, q3.qp.id, UNSPECIFIED, 40800),
+        Ok(40800),
+        "no peer named"
+    );
+    let con = a.submit_connect(actx, q3.qp.id, ip(B_ADDR), 7800);
+    assert_eq!(
+        a.admin_wait_done(con).status,
+        ADMIN_STATUS_ADDR_IN_USE,
+        "its connect meets the orphan"
+    );
+}

@@ -285,7 +285,7 @@ impl Engine {
                 }
                 _ => Err(ADMIN_STATUS_BAD_HANDLE),
             },
-            R::Bind { addr, port } => self.bind(ctx, h, addr, port),
+            R::Bind { addr, port, peer } => self.bind(ctx, h, addr, port, peer),
             R::Listen {
                 addr,
                 port,

@@ -15,6 +15,7 @@ use crate::engine::objects::{Context, Cq, Home, Qp, QpKind};
 use crate::engine::ports::Proto;
 use crate::engine::tcp::TcpQp;
 use crate::engine::Engine;
+use crate::net::tcp;
 
 /// A ring of `depth` entries of `entry_size` bytes over the `npages` pages of the page list
 /// at `list`, which must be exactly as many as the ring needs.
@@ -198,13 +199,16 @@ impl Engine {
     }
 
     /// BIND: QP `id` takes `port` (0: a free ephemeral port) on `addr` (unspecified, or
-    /// one of the function's).
+    /// one of the function's). With `peer` (a TCP QP's connect from a port its driver
+    /// chose), a port from which CONNECT to that peer would meet a connection it cannot
+    /// take over is refused, so the driver chooses another before the connect fails.
     pub(in crate::engine) fn bind(
         &mut self,
         ctx: u32,
         id: u32,
         addr: Ipv6Addr,
         port: u16,
+        peer: Option<(Ipv6Addr, u16)>,
     ) -> Result<Results, u16> {
         let qp = self.objects.qp_in(ctx, id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
         if qp.bound().is_some() || qp.is_raw() {
@@ -214,6 +218,23 @@ impl Engine {
             return Err(ADMIN_STATUS_BAD_PARAM);
         }
         let proto = qp.proto();
+        if let (Some((remote, remote_port)), Proto::Tcp, 1..) = (peer, proto, port) {
+            // The four-tuple CONNECT will use: its source as tcp_connect chooses it.
+            let local = if addr.is_unspecified() {
+                self.net.stack.select_source(&remote)
+            } else {
+                addr
+            };
+            let tuple = tcp::FourTuple {
+                local,
+                local_port: port,
+                remote,
+                remote_port,
+            };
+            if !self.tcp.can_connect(&tuple) {
+                return Err(ADMIN_STATUS_ADDR_IN_USE);
+            }
+        }
         let tcp = &self.tcp;
         let closing = |p| proto == Proto::Tcp && tcp.orphan_holds_port(p);
         let port = self.objects.bind_qp(id, addr, port, closing)?;

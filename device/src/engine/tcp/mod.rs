@@ -296,6 +296,12 @@ impl Tcp {
         self.table.orphan_holds_port(port)
     }
 
+    /// Whether a CONNECT on `tuple` would be let through (no connection holds it, or one
+    /// it may take over from TIME-WAIT).
+    pub(super) fn can_connect(&self, tuple: &FourTuple) -> bool {
+        self.table.can_connect(tuple)
+    }
+
     /// Whether work is waiting that needs no event to wake it.
     pub fn busy(&self) -> bool {
         !self.outbox.is_empty()

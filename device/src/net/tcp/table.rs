@@ -303,6 +303,14 @@ impl<T> ConnectionTable<T> {
         Ok(self.insert(c, Some(tag), None))
     }
 
+    /// Whether [`Table::connect`] would take `tuple`: no connection has it, or one a new
+    /// incarnation may take over (see `reusing`).
+    pub fn can_connect(&self, tuple: &FourTuple) -> bool {
+        self.by_tuple
+            .get(tuple)
+            .is_none_or(|&id| self.reusing(id).is_some())
+    }
+
     pub fn lookup(&self, t: &FourTuple) -> Option<ConnId> {
         self.by_tuple.get(t).copied()
     }
