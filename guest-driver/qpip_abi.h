@@ -14,7 +14,7 @@
 /*
  Minor version of this interface.
  */
-#define QPIP_ABI_VERSION_MINOR 5
+#define QPIP_ABI_VERSION_MINOR 6
 
 /*
  Largest admin queue depth.
@@ -461,6 +461,15 @@
 #define QPIP_QP_OPT_KEEPALIVE 1
 
 /*
+ A bound UDP QP's connected peer (since minor version 6; `peer_addr`, `peer_port`, the
+ keepalive fields 0): datagrams for its port from that peer come to this QP rather than
+ to another QP sharing the port ([`BIND_FLAG_SHARE_PORT`]), and while it has a peer it
+ gets no other source's datagrams (Linux's connected UDP socket). No peer (all zero)
+ undoes it. A TCP or unbound QP: BAD_STATE.
+ */
+#define QPIP_QP_OPT_UDP_PEER 2
+
+/*
  Largest keepalive idle time and interval, in seconds (Linux's `TCP_KEEPIDLE` bound).
  */
 #define QPIP_KEEPALIVE_MAX_SECS 32767
@@ -489,6 +498,17 @@
  Most tripwires on the device.
  */
 #define QPIP_MAX_TRIPWIRES 1024
+
+/*
+ `BindArgs::flags`: the UDP QP may share its port with other UDP QPs of the same context
+ that were bound with this flag too (a socket's `SO_REUSEADDR` or `SO_REUSEPORT`, which
+ Linux asks of every socket on a shared port). A port held by a QP without it, or by
+ another context's QP, stays refused (ADDR_IN_USE); so does a port 0 (an ephemeral port
+ is never shared) and a TCP QP (BAD_PARAM). Datagrams for a shared port go to the QP
+ whose connected peer ([`QP_OPT_UDP_PEER`]) sent them, else to the first-bound QP that
+ has no peer.
+ */
+#define QPIP_BIND_FLAG_SHARE_PORT 1
 
 /*
  Ask for CRC32c on every FPDU (it is on when either end asks).
@@ -1805,7 +1825,11 @@ struct qpip_bind_args {
    */
   uint8_t peer_addr[16];
   uint16_t peer_port;
-  uint8_t reserved[12];
+  /*
+   [`BIND_FLAG_SHARE_PORT`] (since minor version 6), else 0.
+   */
+  uint16_t flags;
+  uint8_t reserved[10];
 };
 
 /*
@@ -2215,7 +2239,7 @@ struct qpip_msg_header {
  */
 struct qpip_set_qp_opt_args {
   /*
-   Which option: [`QP_OPT_KEEPALIVE`].
+   Which option: [`QP_OPT_KEEPALIVE`], [`QP_OPT_UDP_PEER`].
    */
   uint32_t option;
   /*
@@ -2232,7 +2256,15 @@ struct qpip_set_qp_opt_args {
    the error state with [`ASYNC_REASON_TIMEOUT`]), 1..=[`KEEPALIVE_MAX_PROBES`].
    */
   uint32_t keepalive_probes;
-  uint8_t reserved[32];
+  /*
+   UDP_PEER: the peer's address (network order; all zero with port 0: no peer).
+   */
+  uint8_t peer_addr[16];
+  /*
+   UDP_PEER: the peer's port (host order), 0 with no peer.
+   */
+  uint16_t peer_port;
+  uint8_t reserved[14];
 };
 
 /*

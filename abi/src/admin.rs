@@ -440,7 +440,7 @@ pub const FRAMING_IWARP: u8 = 3;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct SetQpOptArgs {
-    /// Which option: [`QP_OPT_KEEPALIVE`].
+    /// Which option: [`QP_OPT_KEEPALIVE`], [`QP_OPT_UDP_PEER`].
     pub option: u32,
     /// KEEPALIVE: seconds the connection may be idle before the first probe,
     /// 1..=[`KEEPALIVE_MAX_SECS`]; 0 turns keepalive off (then the other two are 0 too).
@@ -450,12 +450,22 @@ pub struct SetQpOptArgs {
     /// KEEPALIVE: unanswered probes after which the connection times out (its QP goes to
     /// the error state with [`ASYNC_REASON_TIMEOUT`]), 1..=[`KEEPALIVE_MAX_PROBES`].
     pub keepalive_probes: u32,
-    pub reserved: [u8; 32],
+    /// UDP_PEER: the peer's address (network order; all zero with port 0: no peer).
+    pub peer_addr: [u8; 16],
+    /// UDP_PEER: the peer's port (host order), 0 with no peer.
+    pub peer_port: u16,
+    pub reserved: [u8; 14],
 }
 
 /// TCP keepalive (RFC 9293 §3.8.4): probes sent on an idle connection find a peer that is
 /// gone, and the connection times out instead of waiting forever. Off until set.
 pub const QP_OPT_KEEPALIVE: u32 = 1;
+/// A bound UDP QP's connected peer (since minor version 6; `peer_addr`, `peer_port`, the
+/// keepalive fields 0): datagrams for its port from that peer come to this QP rather than
+/// to another QP sharing the port ([`BIND_FLAG_SHARE_PORT`]), and while it has a peer it
+/// gets no other source's datagrams (Linux's connected UDP socket). No peer (all zero)
+/// undoes it. A TCP or unbound QP: BAD_STATE.
+pub const QP_OPT_UDP_PEER: u32 = 2;
 /// Largest keepalive idle time and interval, in seconds (Linux's `TCP_KEEPIDLE` bound).
 pub const KEEPALIVE_MAX_SECS: u32 = 32767;
 /// Most keepalive probes (Linux's `TCP_KEEPCNT` bound).
@@ -539,8 +549,19 @@ pub struct BindArgs {
     /// address without a port, or not unicast, is BAD_PARAM.
     pub peer_addr: [u8; 16],
     pub peer_port: u16,
-    pub reserved: [u8; 12],
+    /// [`BIND_FLAG_SHARE_PORT`] (since minor version 6), else 0.
+    pub flags: u16,
+    pub reserved: [u8; 10],
 }
+
+/// `BindArgs::flags`: the UDP QP may share its port with other UDP QPs of the same context
+/// that were bound with this flag too (a socket's `SO_REUSEADDR` or `SO_REUSEPORT`, which
+/// Linux asks of every socket on a shared port). A port held by a QP without it, or by
+/// another context's QP, stays refused (ADDR_IN_USE); so does a port 0 (an ephemeral port
+/// is never shared) and a TCP QP (BAD_PARAM). Datagrams for a shared port go to the QP
+/// whose connected peer ([`QP_OPT_UDP_PEER`]) sent them, else to the first-bound QP that
+/// has no peer.
+pub const BIND_FLAG_SHARE_PORT: u16 = 1;
 
 /// Arguments of `LISTEN`.
 #[repr(C)]

@@ -305,6 +305,25 @@ fn structured(input: &mut Input, m: &Model, fx: &Fixture, claimed: &Claimed) -> 
             let mut a = BindArgs::new_zeroed();
             a.addr = ip(input);
             a.port = port(input);
+            // Sharing a UDP port (a second QP on it), now and then unknown flags.
+            a.flags = match input.choose(4) {
+                0 | 1 => 0,
+                2 => BIND_FLAG_SHARE_PORT,
+                _ => input.u16(),
+            };
+            body_of(&a)
+        }
+        ADMIN_OP_SET_QP_OPT => {
+            let mut a = SetQpOptArgs::new_zeroed();
+            a.option = input.one_of(&[QP_OPT_UDP_PEER, QP_OPT_KEEPALIVE, 0, 3]);
+            if input.u8() & 1 == 0 {
+                a.peer_addr = ip(input);
+                a.peer_port = port(input);
+            } else {
+                a.keepalive_idle = input.u8() as u32;
+                a.keepalive_interval = input.u8() as u32;
+                a.keepalive_probes = input.u8() as u32;
+            }
             body_of(&a)
         }
         ADMIN_OP_LISTEN => {
@@ -350,7 +369,8 @@ fn structured(input: &mut Input, m: &Model, fx: &Fixture, claimed: &Claimed) -> 
 fn handle_kind(opcode: u16) -> Option<Kind> {
     match opcode {
         ADMIN_OP_DESTROY_CQ => Some(Kind::Cq),
-        ADMIN_OP_DESTROY_QP | ADMIN_OP_BIND | ADMIN_OP_CONNECT | ADMIN_OP_CLOSE => Some(Kind::Qp),
+        ADMIN_OP_DESTROY_QP | ADMIN_OP_BIND | ADMIN_OP_CONNECT | ADMIN_OP_CLOSE
+        | ADMIN_OP_SET_QP_OPT => Some(Kind::Qp),
         ADMIN_OP_DEREG_MR => Some(Kind::Mr),
         ADMIN_OP_DESTROY_LISTENER | ADMIN_OP_ACCEPT => Some(Kind::Listener),
         _ => None,

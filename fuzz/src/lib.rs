@@ -25,7 +25,7 @@ use qpip_abi::admin::*;
 
 /// Every admin opcode, in the order the `admin_queue` target's structured commands (and the
 /// seeds that encode them) number them.
-pub const ADMIN_OPCODES: [u16; 19] = [
+pub const ADMIN_OPCODES: [u16; 20] = [
     ADMIN_OP_QUERY_DEVICE,
     ADMIN_OP_SET_MAC,
     ADMIN_OP_ADD_ADDR,
@@ -45,6 +45,7 @@ pub const ADMIN_OPCODES: [u16; 19] = [
     ADMIN_OP_ACCEPT,
     ADMIN_OP_CONNECT,
     ADMIN_OP_CLOSE,
+    ADMIN_OP_SET_QP_OPT,
 ];
 
 /// Whether `QPIP_FUZZ_TRACE` is set: the targets then print what they do and what the device

@@ -390,6 +390,30 @@ impl FakeGuest {
             .map(|c| c.result0 as u16)
     }
 
+    /// BIND sharing the port (see [`bind_shared_cmd`]).
+    pub fn bind_shared(
+        &mut self,
+        ctx: u32,
+        qp: u32,
+        addr: [u8; 16],
+        port: u16,
+    ) -> Result<u16, u16> {
+        self.admin_result(bind_shared_cmd(ctx, qp, addr, port))
+            .map(|c| c.result0 as u16)
+    }
+
+    /// SET_QP_OPT UDP_PEER (see [`udp_peer_cmd`]).
+    pub fn set_udp_peer(
+        &mut self,
+        ctx: u32,
+        qp: u32,
+        peer: [u8; 16],
+        port: u16,
+    ) -> Result<(), u16> {
+        self.admin_result(udp_peer_cmd(ctx, qp, peer, port))
+            .map(|_| ())
+    }
+
     /// BIND on every address for a connect to `peer`/`peer_port` (see [`bind_for_cmd`]).
     pub fn bind_for(
         &mut self,

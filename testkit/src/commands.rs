@@ -119,6 +119,25 @@ pub fn bind_for_cmd(ctx: u32, qp: u32, port: u16, peer: [u8; 16], peer_port: u16
     cmd(ADMIN_OP_BIND, ctx, qp, &a)
 }
 
+/// `BIND` of UDP QP `qp` to `addr`/`port`, sharing the port (`BIND_FLAG_SHARE_PORT`,
+/// interface 2.6).
+pub fn bind_shared_cmd(ctx: u32, qp: u32, addr: [u8; 16], port: u16) -> AdminCmd {
+    let mut a = BindArgs::new_zeroed();
+    a.addr = addr;
+    a.port = port;
+    a.flags = BIND_FLAG_SHARE_PORT;
+    cmd(ADMIN_OP_BIND, ctx, qp, &a)
+}
+
+/// `SET_QP_OPT` UDP_PEER on QP `qp`: its connected peer, or none with port 0 (interface 2.6).
+pub fn udp_peer_cmd(ctx: u32, qp: u32, peer: [u8; 16], peer_port: u16) -> AdminCmd {
+    let mut a = SetQpOptArgs::new_zeroed();
+    a.option = QP_OPT_UDP_PEER;
+    a.peer_addr = peer;
+    a.peer_port = peer_port;
+    cmd(ADMIN_OP_SET_QP_OPT, ctx, qp, &a)
+}
+
 /// `LISTEN` on `addr`/`port` with room for `backlog` connections not yet accepted.
 pub fn listen_cmd(ctx: u32, addr: [u8; 16], port: u16, backlog: u32) -> AdminCmd {
     let mut a = ListenArgs::new_zeroed();

@@ -57,6 +57,8 @@ pub enum AdminRequest {
         port: u16,
         /// The peer a driver-chosen port is for (BindArgs::peer_port non-zero).
         peer: Option<(Ipv6Addr, u16)>,
+        /// BIND_FLAG_SHARE_PORT: a UDP port shared with the context's other sharing QPs.
+        share: bool,
     },
     Listen {
         addr: Ipv6Addr,
@@ -76,6 +78,8 @@ pub enum AdminRequest {
     Close,
     /// `SET_QP_OPT` KEEPALIVE on QP `handle`: None turns it off.
     SetKeepalive(Option<crate::net::tcp::Keepalive>),
+    /// `SET_QP_OPT` UDP_PEER on QP `handle`: None, no peer.
+    SetUdpPeer(Option<(Ipv6Addr, u16)>),
     CreateTripwire(CreateTripwireArgs),
     DestroyTripwire,
     /// An iWARP QP's connection parameters (`handle`), into `buf`.
@@ -262,7 +266,7 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
             let a: BindArgs = args(cmd);
             let addr = Ipv6Addr::from(a.addr);
             let peer_addr = Ipv6Addr::from(a.peer_addr);
-            reserved(zero(&a.reserved))?;
+            reserved(zero(&a.reserved) && a.flags & !BIND_FLAG_SHARE_PORT == 0)?;
             param(addr.is_unspecified() || is_unicast(&addr))?;
             // A peer is named whole (a unicast address and a port), or not at all.
             param(if a.peer_port == 0 {
@@ -274,6 +278,7 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
                 addr,
                 port: a.port,
                 peer: (a.peer_port != 0).then_some((peer_addr, a.peer_port)),
+                share: a.flags & BIND_FLAG_SHARE_PORT != 0,
             }
         }
         ADMIN_OP_LISTEN => {
@@ -315,8 +320,26 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
         ADMIN_OP_SET_QP_OPT => {
             let a: SetQpOptArgs = args(cmd);
             reserved(zero(&a.reserved))?;
-            param(a.option == QP_OPT_KEEPALIVE)?;
-            R::SetKeepalive(keepalive(&a).ok_or(ADMIN_STATUS_BAD_PARAM)?)
+            match a.option {
+                QP_OPT_KEEPALIVE => {
+                    param(zero(&a.peer_addr) && a.peer_port == 0)?;
+                    R::SetKeepalive(keepalive(&a).ok_or(ADMIN_STATUS_BAD_PARAM)?)
+                }
+                QP_OPT_UDP_PEER => {
+                    let (idle, interval, probes) =
+                        (a.keepalive_idle, a.keepalive_interval, a.keepalive_probes);
+                    param(idle == 0 && interval == 0 && probes == 0)?;
+                    let peer = Ipv6Addr::from(a.peer_addr);
+                    // As BIND's peer: a unicast address and a port, or nothing.
+                    param(if a.peer_port == 0 {
+                        peer.is_unspecified()
+                    } else {
+                        is_unicast(&peer)
+                    })?;
+                    R::SetUdpPeer((a.peer_port != 0).then_some((peer, a.peer_port)))
+                }
+                _ => return Err(ADMIN_STATUS_BAD_PARAM),
+            }
         }
         ADMIN_OP_CREATE_TRIPWIRE => {
             let a: CreateTripwireArgs = args(cmd);

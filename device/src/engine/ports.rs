@@ -2,7 +2,9 @@
 //!
 //! UDP and TCP have ports of their own; a TCP port is held either by a bound QP or by a
 //! listener, never both. Ports are per function: the address a QP binds to is the
-//! function's, so a port names at most one QP whatever the address.
+//! function's, so a port names at most one QP whatever the address — except a UDP port that
+//! QPs share (BIND_FLAG_SHARE_PORT: `Objects::bind_qp` decides who may join), held by
+//! several QPs in the order they bound it.
 
 use std::collections::HashMap;
 
@@ -22,7 +24,8 @@ pub enum Proto {
 /// The port tables of one function.
 #[derive(Debug, Default)]
 pub struct Ports {
-    udp: HashMap<u16, u32>,
+    /// The QPs on each UDP port, first bound first (several only when shared).
+    udp: HashMap<u16, Vec<u32>>,
     tcp: HashMap<u16, u32>,
     listen: HashMap<u16, u32>,
     /// Where the search for the next ephemeral port starts.
@@ -74,22 +77,49 @@ impl Ports {
         } else {
             port
         };
-        self.table(proto).insert(port, qp);
+        match proto {
+            Proto::Udp => self.udp.insert(port, vec![qp]),
+            Proto::Tcp => self.tcp.insert(port, qp).map(|q| vec![q]),
+        };
         Ok(port)
     }
 
-    /// Lets go of a QP's port.
-    pub fn release(&mut self, proto: Proto, port: u16) {
-        self.table(proto).remove(&port);
+    /// Adds QP `qp` to the QPs sharing UDP `port` (the caller checked it may).
+    pub fn join_udp(&mut self, port: u16, qp: u32) {
+        self.udp.entry(port).or_default().push(qp);
     }
 
-    /// The QP bound to `port`.
+    /// Lets go of QP `qp`'s port (a shared UDP port stays the others').
+    pub fn release(&mut self, proto: Proto, port: u16, qp: u32) {
+        match proto {
+            Proto::Udp => {
+                if let Some(qps) = self.udp.get_mut(&port) {
+                    qps.retain(|&q| q != qp);
+                    if qps.is_empty() {
+                        self.udp.remove(&port);
+                    }
+                }
+            }
+            Proto::Tcp => {
+                if self.tcp.get(&port) == Some(&qp) {
+                    self.tcp.remove(&port);
+                }
+            }
+        }
+    }
+
+    /// The QP bound to `port` (on a shared UDP port, the first bound).
     pub fn qp(&self, proto: Proto, port: u16) -> Option<u32> {
         match proto {
-            Proto::Udp => self.udp.get(&port),
+            Proto::Udp => self.udp.get(&port).and_then(|q| q.first()),
             Proto::Tcp => self.tcp.get(&port),
         }
         .copied()
+    }
+
+    /// The QPs on UDP `port`, first bound first.
+    pub fn udp_qps(&self, port: u16) -> &[u32] {
+        self.udp.get(&port).map_or(&[], Vec::as_slice)
     }
 
     /// Gives TCP `port` to listener `id`, unless a QP or listener holds it.
@@ -108,13 +138,6 @@ impl Ports {
     /// The listener on TCP `port`.
     pub fn listener(&self, port: u16) -> Option<u32> {
         self.listen.get(&port).copied()
-    }
-
-    fn table(&mut self, proto: Proto) -> &mut HashMap<u16, u32> {
-        match proto {
-            Proto::Udp => &mut self.udp,
-            Proto::Tcp => &mut self.tcp,
-        }
     }
 }
 
@@ -148,9 +171,19 @@ mod tests {
             (Some(1), Some(2))
         );
         assert_eq!(p.listener(80), Some(9));
-        p.release(Proto::Udp, 7);
+        p.release(Proto::Udp, 7, 1);
         p.unlisten(80);
         assert_eq!(p.bind(Proto::Udp, 7, 4, FREE), Ok(7));
+        p.join_udp(7, 6);
+        assert_eq!(p.udp_qps(7), &[4, 6]);
+        p.release(Proto::Udp, 7, 4);
+        assert_eq!(
+            p.qp(Proto::Udp, 7),
+            Some(6),
+            "a shared port stays the others'"
+        );
+        p.release(Proto::Udp, 7, 6);
+        assert!(!p.taken(Proto::Udp, 7));
         assert_eq!(p.bind(Proto::Tcp, 80, 5, FREE), Ok(80));
     }
 
@@ -158,7 +191,7 @@ mod tests {
     fn ephemeral_ports_go_round_the_range_and_skip_ports_busy_elsewhere() {
         let mut p = Ports::default();
         assert_eq!(p.bind(Proto::Tcp, 0, 1, FREE), Ok(EPHEMERAL_FIRST));
-        p.release(Proto::Tcp, EPHEMERAL_FIRST);
+        p.release(Proto::Tcp, EPHEMERAL_FIRST, 1);
         assert_eq!(
             p.bind(Proto::Tcp, 0, 2, FREE),
             Ok(EPHEMERAL_FIRST + 1),

@@ -16,7 +16,6 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use super::completion::{cqe, cqe_ok};
 use super::decode;
 use super::memory::Fault;
-use super::ports::Proto;
 use super::Engine;
 
 /// Largest UDP payload: the IPv6 payload length field (65535) less the UDP header.
@@ -141,16 +140,13 @@ impl Engine {
     /// "port unreachable").
     pub fn deliver_udp(&mut self, mem: &GuestMemoryMmap, d: &Datagram) -> bool {
         let stats = self.shared.stats.clone();
-        let Some(id) = self.objects.ports().qp(Proto::Udp, d.dst_port) else {
+        // Steered as Linux's UDP: the QP connected to the source, else one with no peer.
+        let src = (d.src, d.src_port);
+        let Some(id) = self.objects.udp_receiver(&d.dst, d.dst_port, src) else {
             stats.add(STAT_UDP_RX_NO_PORT, 1);
             return false;
         };
         let qp = self.objects.qp(id).expect("bound ports name live QPs");
-        let (bound_addr, _) = qp.bound().expect("bound");
-        if !bound_addr.is_unspecified() && bound_addr != d.dst {
-            stats.add(STAT_UDP_RX_NO_PORT, 1);
-            return false;
-        }
         let recv_cq = qp.recv_cq();
         // The receiver's doorbell page may have been scanned before its latest receive was
         // posted (a producer may post a receive and then, elsewhere, the send that fills

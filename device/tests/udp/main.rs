@@ -14,6 +14,7 @@ mod cable;
 mod errors;
 mod payloads;
 mod rings;
+mod shared_port;
 mod static_neighbors;
 mod teardown;
 

@@ -84,9 +84,10 @@ pub(crate) fn admin_queue(dir: &Path) {
     s.u8(1).u8(2).u8(3).u8(1).u8(0).u8(1).u8(1);
     newest_id(&mut s, 0);
     no_noise(&mut s);
-    // BIND the QP (newest id) to [::]:7: address choice 1 (::) with suffix 0, port choice 1.
+    // BIND the QP (newest id) to [::]:7: address choice 1 (::) with suffix 0, port choice 1,
+    // flags choice 2 (sharing the port).
     op(&mut s, ADMIN_OP_BIND);
-    s.u8(1).u8(0).u8(1);
+    s.u8(1).u8(0).u8(1).u8(2);
     newest_id(&mut s, 0);
     no_noise(&mut s);
     // QUERY_DEVICE and QUERY_STATS into the query page (address choice 6), lengths 128, 512.

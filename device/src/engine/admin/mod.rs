@@ -285,7 +285,12 @@ impl Engine {
                 }
                 _ => Err(ADMIN_STATUS_BAD_HANDLE),
             },
-            R::Bind { addr, port, peer } => self.bind(ctx, h, addr, port, peer),
+            R::Bind {
+                addr,
+                port,
+                peer,
+                share,
+            } => self.bind(ctx, h, addr, port, peer, share),
             R::Listen {
                 addr,
                 port,
@@ -311,6 +316,10 @@ impl Engine {
             R::SetKeepalive(k) => match self.objects.qp_in(ctx, h) {
                 None => Err(ADMIN_STATUS_BAD_HANDLE),
                 Some(_) => self.tcp_set_keepalive(h, k),
+            },
+            R::SetUdpPeer(peer) => match self.objects.qp_in(ctx, h) {
+                None => Err(ADMIN_STATUS_BAD_HANDLE),
+                Some(_) => self.objects.set_udp_peer(h, peer).map(|()| (0, 0, 0)),
             },
             R::Close => match self.objects.qp_in(ctx, h) {
                 None => Err(ADMIN_STATUS_BAD_HANDLE),

@@ -209,10 +209,16 @@ impl Engine {
         addr: Ipv6Addr,
         port: u16,
         peer: Option<(Ipv6Addr, u16)>,
+        share: bool,
     ) -> Result<Results, u16> {
         let qp = self.objects.qp_in(ctx, id).ok_or(ADMIN_STATUS_BAD_HANDLE)?;
         if qp.bound().is_some() || qp.is_raw() {
             return Err(ADMIN_STATUS_BAD_STATE);
+        }
+        // Only a named UDP port is shared: TCP's four-tuples have their own rules, and an
+        // ephemeral port is the QP's own.
+        if share && (qp.proto() != Proto::Udp || port == 0) {
+            return Err(ADMIN_STATUS_BAD_PARAM);
         }
         if !addr.is_unspecified() && !self.net.stack.is_local(&addr) {
             return Err(ADMIN_STATUS_BAD_PARAM);
@@ -237,7 +243,7 @@ impl Engine {
         }
         let tcp = &self.tcp;
         let closing = |p| proto == Proto::Tcp && tcp.orphan_holds_port(p);
-        let port = self.objects.bind_qp(id, addr, port, closing)?;
+        let port = self.objects.bind_qp(id, addr, port, share, closing)?;
         Ok((port as u64, 0, 0))
     }
 }

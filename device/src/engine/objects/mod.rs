@@ -34,7 +34,7 @@ pub use qp::{BeyondRing, Qp, QpKind, QpState};
 
 use super::doorbell_page::DoorbellPage;
 use super::memory::MemoryRegion;
-use super::ports::Ports;
+use super::ports::{Ports, Proto};
 use super::tcp::{AcceptQueue, TcpQp};
 use super::tripwire::Tripwire;
 
@@ -290,7 +290,7 @@ impl Objects {
     pub fn remove_qp(&mut self, id: u32) -> Option<Qp> {
         let qp = self.qps.remove(&id)?;
         if let Some((_, port)) = qp.bound {
-            self.ports.release(qp.proto(), port);
+            self.ports.release(qp.proto(), port, id);
         }
         for cq in [qp.send_cq(), qp.recv_cq()] {
             if let Some(c) = self.cqs.get_mut(&cq) {
@@ -313,13 +313,63 @@ impl Objects {
         id: u32,
         addr: Ipv6Addr,
         port: u16,
+        share: bool,
         closing: impl Fn(u16) -> bool,
     ) -> Result<u16, u16> {
-        let qp = self.qps.get_mut(&id).expect("a live QP");
+        let qp = &self.qps[&id];
         debug_assert!(qp.bound.is_none());
-        let port = self.ports.bind(qp.proto(), port, id, closing)?;
+        let (proto, ctx) = (qp.proto(), qp.home().ctx);
+        let holders = self.ports.udp_qps(port);
+        let port = if share && proto == Proto::Udp && !holders.is_empty() {
+            // Joins a shared port only if every QP on it asked to share, in the same
+            // context: another process (or user) never takes a port it does not share.
+            let may = holders.iter().all(|h| {
+                self.qps
+                    .get(h)
+                    .is_some_and(|q| q.shares_port && q.home().ctx == ctx)
+            });
+            if !may {
+                return Err(qpip_abi::admin::ADMIN_STATUS_ADDR_IN_USE);
+            }
+            self.ports.join_udp(port, id);
+            port
+        } else {
+            self.ports.bind(proto, port, id, closing)?
+        };
+        let qp = self.qps.get_mut(&id).expect("a live QP");
         qp.bound = Some((addr, port));
+        qp.shares_port = share;
         Ok(port)
+    }
+
+    /// Sets (or with None clears) bound UDP QP `id`'s connected peer.
+    pub fn set_udp_peer(&mut self, id: u32, peer: Option<(Ipv6Addr, u16)>) -> Result<(), u16> {
+        let qp = self.qps.get_mut(&id).expect("a live QP");
+        if qp.proto() != Proto::Udp || qp.bound.is_none() {
+            return Err(qpip_abi::admin::ADMIN_STATUS_BAD_STATE);
+        }
+        qp.udp_peer = peer;
+        Ok(())
+    }
+
+    /// The QP a datagram from `src` to `dst`:`port` goes to, as Linux chooses the socket:
+    /// among the QPs on the port bound to `dst` or to every address, the one connected to
+    /// `src`; else the first bound with no peer. None: no QP takes it.
+    pub fn udp_receiver(&self, dst: &Ipv6Addr, port: u16, src: (Ipv6Addr, u16)) -> Option<u32> {
+        let candidates = self.ports.udp_qps(port).iter().filter_map(|&id| {
+            let q = self.qps.get(&id)?;
+            let (addr, _) = q.bound?;
+            (addr.is_unspecified() || addr == *dst).then_some((id, q.udp_peer))
+        });
+        let mut unconnected = None;
+        for (id, peer) in candidates {
+            match peer {
+                Some(p) if p == src => return Some(id),
+                None if unconnected.is_none() => unconnected = Some(id),
+                _ => {}
+            }
+        }
+        unconnected
     }
 
     /// Queues QP `id` for a turn of the send scheduler, unless it is queued already.
@@ -523,7 +573,7 @@ mod tests {
         assert_eq!(o.context(0).map(|c| c.qps().collect()), Some(vec![id]));
         assert_ne!(o.context(0).and_then(Context::free_qp_slot), Some(slot));
         assert!(!o.remove_cq(cq), "a CQ in use stays");
-        let port = o.bind_qp(id, Ipv6Addr::UNSPECIFIED, 7, |_| false);
+        let port = o.bind_qp(id, Ipv6Addr::UNSPECIFIED, 7, false, |_| false);
         assert_eq!(port, Ok(7));
         assert_eq!(o.ports().qp(Proto::Udp, 7), Some(id));
         o.mark_busy(id);

@@ -64,6 +64,10 @@ pub struct Qp {
     unclaimed_send_error: Option<(u8, u32)>,
     /// Its address and port, once bound (the port is held in `Objects`' port table).
     pub(super) bound: Option<(Ipv6Addr, u16)>,
+    /// UDP: bound with BIND_FLAG_SHARE_PORT (other sharing QPs of its context may join).
+    pub(super) shares_port: bool,
+    /// UDP: its connected peer (QP_OPT_UDP_PEER), which steers that peer's datagrams here.
+    pub(super) udp_peer: Option<(Ipv6Addr, u16)>,
     /// Whether the QP is in `Objects`' busy queue (kept by `Objects::mark_busy` and
     /// `Objects::pop_busy`).
     pub(super) queued: bool,
@@ -88,6 +92,8 @@ impl Qp {
             state: QpState::Ready,
             unclaimed_send_error: None,
             bound: None,
+            shares_port: false,
+            udp_peer: None,
             queued: false,
             kind,
         }
@@ -133,6 +139,12 @@ impl Qp {
     #[inline]
     pub fn bound(&self) -> Option<(Ipv6Addr, u16)> {
         self.bound
+    }
+
+    /// UDP: its connected peer, if the driver named one.
+    #[inline]
+    pub fn udp_peer(&self) -> Option<(Ipv6Addr, u16)> {
+        self.udp_peer
     }
 
     /// Whether WQEs wait in its send (`sq`) or receive ring, posted and not yet taken.

@@ -313,7 +313,7 @@ impl Engine {
         };
         let local_port = match bound {
             Some((_, p)) => p,
-            None => self.bind(ctx, qp, Ipv6Addr::UNSPECIFIED, 0, None)?.0 as u16,
+            None => self.bind(ctx, qp, Ipv6Addr::UNSPECIFIED, 0, None, false)?.0 as u16,
         };
         let tuple = FourTuple {
             local,

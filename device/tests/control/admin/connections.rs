@@ -355,9 +355,9 @@ fn set_qp_opt_takes_keepalive_on_tcp_qps_only() {
     .expect("keepalive at its limits");
     set(tcp, keepalive(0, 0, 0)).expect("keepalive off");
     let mut unknown = keepalive(60, 10, 5);
-    unknown.option = 2;
+    unknown.option = 3;
     let mut reserved = keepalive(60, 10, 5);
-    reserved.reserved[31] = 1;
+    reserved.reserved[13] = 1;
     let refused = [
         (tcp, unknown, ADMIN_STATUS_BAD_PARAM, "an unknown option"),
         (tcp, reserved, ADMIN_STATUS_BAD_OPCODE, "reserved bytes set"),
