@@ -390,6 +390,9 @@ int qpip_cmd_create_tripwire(struct qpip_dev *qdev, u32 ctx,
 			     const struct qpip_tripwire_params *p, u32 *handle);
 int qpip_cmd_destroy(struct qpip_dev *qdev, u32 ctx, enum qpip_obj_type type, u32 handle);
 int qpip_cmd_bind(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 *port);
+int qpip_cmd_bind_udp(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 port,
+		      bool share);
+int qpip_cmd_udp_peer(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 port);
 int qpip_cmd_bind_for(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 *port,
 		      const u8 *peer, u16 peer_port);
 int qpip_cmd_listen(struct qpip_dev *qdev, u32 ctx, const u8 *addr, u16 port, u32 backlog,

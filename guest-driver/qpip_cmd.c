@@ -256,6 +256,44 @@ int qpip_cmd_bind_for(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u1
 	return ret;
 }
 
+/*
+ * BIND of a UDP QP to @addr and @port (non-zero), sharing the port with the context's other
+ * sharing QPs when @share (the socket's SO_REUSEADDR or SO_REUSEPORT) and the device knows
+ * how (interface 2.6; an older device then binds it alone, as before).
+ */
+int qpip_cmd_bind_udp(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 port,
+		      bool share)
+{
+	struct qpip_bind_args args = {};
+	struct qpip_admin_cmd cmd;
+
+	memcpy(args.addr, addr, sizeof(args.addr));
+	args.port = port;
+	if (share && port && qpip_version_minor(qdev->version) >= 6)
+		args.flags = QPIP_BIND_FLAG_SHARE_PORT;
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_BIND, ctx, qp, &args, sizeof(args));
+	return qpip_admin_run(qdev, &cmd, NULL);
+}
+
+/*
+ * Tells the device UDP QP @qp's connected peer (@addr NULL: none), which steers that peer's
+ * datagrams to it on a shared port (interface 2.6; -EOPNOTSUPP before).
+ */
+int qpip_cmd_udp_peer(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 port)
+{
+	struct qpip_set_qp_opt_args args = { .option = QPIP_QP_OPT_UDP_PEER };
+	struct qpip_admin_cmd cmd;
+
+	if (qpip_version_minor(qdev->version) < 6)
+		return -EOPNOTSUPP;
+	if (addr) {
+		memcpy(args.peer_addr, addr, sizeof(args.peer_addr));
+		args.peer_port = port;
+	}
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_SET_QP_OPT, ctx, qp, &args, sizeof(args));
+	return qpip_admin_run(qdev, &cmd, NULL);
+}
+
 /* A listener on @addr and @port; its handle in @handle. */
 int qpip_cmd_listen(struct qpip_dev *qdev, u32 ctx, const u8 *addr, u16 port, u32 backlog,
 		    u32 *handle)

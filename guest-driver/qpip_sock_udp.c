@@ -12,6 +12,10 @@
  *    else to the kernel socket (loopback, other interfaces), which answers it as Linux does;
  *  - a receive takes the QP's datagrams (those that came through the device: the device
  *    steers the port to the QP) and the kernel socket's (those that came any other way);
+ *  - a port several sockets share (SO_REUSEADDR or SO_REUSEPORT on each, as Linux asks)
+ *    is shared by their QPs when they are one context's (BIND_FLAG_SHARE_PORT), and
+ *    connect tells the device the peer (QP_OPT_UDP_PEER): it steers a datagram to the QP
+ *    connected to its source, else to the first-bound unconnected one, as Linux does;
  *  - poll reports both; the names and the options are the kernel socket's (connect
  *    connects it too, so its answers and its filtering of other sources stay Linux's).
  *
@@ -493,6 +497,33 @@ int qpip_udp_inq(struct qpip_sock *sk, int __user *uarg)
 /* ---- connect ---- */
 
 /*
+ * Whether @ksk's port may be shared in the device: Linux lets UDP sockets share a port when
+ * each asked with SO_REUSEADDR or SO_REUSEPORT (the device checks the others on the port
+ * asked too, and that they are this context's).
+ */
+static bool qpip_udp_shares(const struct sock *ksk)
+{
+	return ksk->sk_reuse != SK_NO_REUSE || ksk->sk_reuseport;
+}
+
+/*
+ * Tells the device @sk's peer (mutex held, or before the socket is shared): a connected
+ * socket on a shared port gets its peer's datagrams there. The socket still filters what
+ * it receives (qpip_udp_accepts): a device before interface 2.6 steers the port to one
+ * QP, and a peer not routed through the device is told as none.
+ */
+static void qpip_udp_tell_peer(struct qpip_sock *sk)
+{
+	bool peer = sk->peer_set && sk->peer_dev;
+
+	if (!sk->qp_made || sk->dead || !qpip_sock_device(sk))
+		return;
+	qpip_cmd_udp_peer(sk->ctx->qdev, sk->ctx->id, sk->qp->handle, peer ? sk->peer_addr : NULL,
+			  sk->peer_port);
+	qpip_sock_device_end(sk);
+}
+
+/*
  * IOCTL_SOCK_PEER: connect (or with AF_UNSPEC disconnect) a UDP qpip socket. The kernel
  * socket connects first, and answers as Linux does; then datagrams to the peer go over
  * the device if it is routed through it, and the device's datagrams from others are
@@ -522,6 +553,7 @@ int qpip_udp_peer(struct qpip_sock *sk, struct qpip_sock_peer *a)
 		memcpy(sk->peer_addr, addr, 16);
 		sk->peer_port = port;
 	}
+	qpip_udp_tell_peer(sk);
 	mutex_unlock(&sk->lock);
 	return 0;
 }
@@ -554,7 +586,6 @@ static struct qpip_sock *qpip_udp_make(struct qpip_ctx *ctx, struct file *ctx_fi
 {
 	static const u8 any[16];
 	struct qpip_sock *sk;
-	u16 bound = port;
 	int ret;
 
 	sk = qpip_sock_alloc(ctx, ctx_file, sock->sk->sk_family);
@@ -575,8 +606,8 @@ static struct qpip_sock *qpip_udp_make(struct qpip_ctx *ctx, struct file *ctx_fi
 	if (!ret && !*declined) {
 		ret = -ENODEV;
 		if (qpip_sock_device(sk)) {
-			ret = qpip_cmd_bind(ctx->qdev, ctx->id, sk->qp->handle, sk->local_addr,
-					    &bound);
+			ret = qpip_cmd_bind_udp(ctx->qdev, ctx->id, sk->qp->handle,
+						sk->local_addr, port, qpip_udp_shares(sock->sk));
 			qpip_sock_device_end(sk);
 		}
 		if (ret == -EADDRINUSE) {
@@ -705,6 +736,7 @@ int qpip_udp_connect(struct qpip_ctx *ctx, struct file *ctx_file, struct socket 
 	sk->peer_port = a->peer.port;
 	sk->peer_set = true;
 	sk->peer_dev = true;
+	qpip_udp_tell_peer(sk);
 	a->status = 0;
 	return qpip_udp_install(sk, &a->new_fd);
 
