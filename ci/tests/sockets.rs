@@ -130,7 +130,7 @@ stop() {
 pstats() {
     kv $1.pre.lines "$(cat /tmp/$1.stats 2>/dev/null | grep -c ' stats ')"
     for k in connect_qpip listen_qpip accept_qpip accept_kernel udp_connect_qpip udp_bind_qpip \
-             fast_mapped fast_opts fast_sendfiles; do
+             declined_port fast_mapped fast_opts fast_sendfiles; do
         kv $1.pre.$k "$(cat /tmp/$1.stats 2>/dev/null | awk -v k=$k '
             { for (i = 1; i <= NF; i++) if (index($i, k "=") == 1) s += substr($i, length(k) + 2) }
             END { print s + 0 }')"
@@ -430,8 +430,9 @@ fn assert_preload_udp(r: &Report, tag: &str, n: u64) {
 }
 
 /// iperf3 over UDP (`-u`, 2 s at 20 Mbit/s): guest a's client against the lab host's
-/// server (IPv6 with 2 streams, then reversed over IPv4), the lab host's client against guest a's server
-/// (the same two ways), then guest a's client against guest b's server (both under
+/// server (IPv6 with 2 streams, then reversed over IPv4), the lab host's client against guest
+/// a's server (the same two ways: its 2 streams share the server's port, each connected
+/// socket steered its client's datagrams by the device), then guest a's client against guest b's server (both under
 /// qpip-run: qpip ⇄ qpip, IPv6 and reversed over IPv4). Every run ends with a receiver
 /// report; in the qpip mode the guests' UDP sockets were the device's (the preload's
 /// counters) and the devices sent and delivered the datagrams (their UDP counters).
@@ -478,7 +479,7 @@ pstats bsrv
             host,
             "udp",
             &[
-                format!("-u -b 20M -c {a6} -p 5201 -t 2"),
+                format!("-u -b 20M -c {a6} -p 5201 -t 2 -P 2"),
                 format!("-u -b 20M -c {a4} -p 5201 -t 2 -R"),
             ],
         )
@@ -507,12 +508,54 @@ pstats bsrv
         assert_preload_udp(&a, t, streams);
         assert_preload(&a, t, 1, 0);
     }
-    // The server's first stream's socket is moved by its bind, the next by its connect.
-    assert_preload_udp(&a, "srv", 2);
+    // Both of the host's streams were heard by guest a's server.
+    assert_udp_streams_heard(u, 2, &ctx);
+    // The server binds a socket per stream on its port (SO_REUSEADDR): with 2 streams and
+    // then 1, and a socket waiting for a next stream each time, five binds, all the
+    // device's: none left to the kernel for want of the port.
+    assert_preload_udp(&a, "srv", 5);
+    if mode() == Mode::Qpip {
+        assert_eq!(
+            pre(&a, "srv", "declined_port"),
+            0,
+            "a socket sharing the server's port stayed the kernel's\n{ctx}"
+        );
+    }
     assert_preload_udp(&b, "bsrv", 2);
     // 20 Mbit/s for 2 s is well over a thousand datagrams each way; a hundred is plenty.
     assert_device_udp(&a, 100, 100);
     assert_device_udp(&b, 100, 100);
+}
+
+/// An iperf3 UDP client's output (`text`) has a receiver report for each of its `streams`
+/// streams (and their sum), each with datagrams received.
+fn assert_udp_streams_heard(text: &str, streams: usize, ctx: &str) {
+    // "[  5]   0.00-2.00  sec  4.77 MBytes  20.0 Mbits/sec  0.020 ms  0/3456 (0%)  receiver"
+    let received: Vec<u64> = text
+        .lines()
+        .filter(|l| l.contains("receiver") && !l.contains("[SUM]"))
+        .filter_map(|l| {
+            // The first "LOST/TOTAL" word (not "Mbits/sec").
+            l.split_whitespace().find_map(|w| {
+                let (lost, total) = w.split_once('/')?;
+                Some(
+                    total
+                        .parse::<u64>()
+                        .ok()?
+                        .saturating_sub(lost.parse().ok()?),
+                )
+            })
+        })
+        .collect();
+    assert_eq!(
+        received.len(),
+        streams,
+        "receiver reports of {streams} streams expected:\n{text}\n{ctx}"
+    );
+    assert!(
+        received.iter().all(|&n| n > 0),
+        "a stream's datagrams were not heard: {received:?}\n{text}\n{ctx}"
+    );
 }
 
 /// lab-sockets-check built for the lab host (the guest image has its own build).
