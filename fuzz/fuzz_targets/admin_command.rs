@@ -83,7 +83,11 @@ fuzz_target!(|data: &[u8]| {
                 "neighbour MAC accepted: {n:?}"
             );
             let a = NeighborArgs::read_from_prefix(&cmd.body[..]).unwrap().0;
-            assert_eq!((n.addr.octets(), n.mac), (a.addr, a.mac), "not the command's entry");
+            assert_eq!(
+                (n.addr.octets(), n.mac),
+                (a.addr, a.mac),
+                "not the command's entry"
+            );
             assert_eq!(a.reserved, [0; 26], "reserved ADD_NEIGH bytes accepted");
         }
         AdminRequest::DelNeighbor(addr) => {
@@ -91,6 +95,30 @@ fuzz_target!(|data: &[u8]| {
                 !addr.is_multicast() && !addr.is_unspecified(),
                 "DEL_NEIGH address accepted: {addr}"
             );
+        }
+        AdminRequest::Bind { share, .. } => {
+            let a = BindArgs::read_from_prefix(&cmd.body[..]).unwrap().0;
+            assert_eq!(
+                a.flags & !BIND_FLAG_SHARE_PORT,
+                0,
+                "unknown BIND flags accepted"
+            );
+            assert_eq!(
+                share,
+                a.flags & BIND_FLAG_SHARE_PORT != 0,
+                "not the command's flag"
+            );
+        }
+        AdminRequest::SetUdpPeer(peer) => {
+            let a = SetQpOptArgs::read_from_prefix(&cmd.body[..]).unwrap().0;
+            assert_eq!(a.option, QP_OPT_UDP_PEER);
+            match peer {
+                Some((addr, port)) => {
+                    assert!(port != 0 && !addr.is_multicast() && !addr.is_unspecified());
+                    assert_eq!((addr.octets(), port), (a.peer_addr, a.peer_port));
+                }
+                None => assert_eq!((a.peer_addr, a.peer_port), ([0; 16], 0), "a peer lost"),
+            }
         }
         AdminRequest::Listen { port, .. } => {
             assert_ne!(port, 0, "port 0 accepted for listen");
