@@ -129,6 +129,12 @@ pub(crate) fn admin_command(dir: &Path) {
     );
     let mut bind = BindArgs::new_zeroed();
     bind.port = 7;
+    let mut bind_shared = bind;
+    bind_shared.flags = BIND_FLAG_SHARE_PORT;
+    let mut udp_peer = SetQpOptArgs::new_zeroed();
+    udp_peer.option = QP_OPT_UDP_PEER;
+    udp_peer.peer_addr[15] = 1;
+    udp_peer.peer_port = 5201;
     let mut listen = ListenArgs::new_zeroed();
     listen.port = 80;
     listen.backlog = 16;
@@ -152,6 +158,8 @@ pub(crate) fn admin_command(dir: &Path) {
         ("create-qp", cmd(ADMIN_OP_CREATE_QP, 1, 0, &qp)),
         ("reg-mr", cmd(ADMIN_OP_REG_MR, 1, 0, &mr)),
         ("bind", cmd(ADMIN_OP_BIND, 1, 3, &bind)),
+        ("bind-shared", cmd(ADMIN_OP_BIND, 1, 3, &bind_shared)),
+        ("udp-peer", cmd(ADMIN_OP_SET_QP_OPT, 1, 3, &udp_peer)),
         ("listen", cmd(ADMIN_OP_LISTEN, 1, 0, &listen)),
         ("connect", cmd(ADMIN_OP_CONNECT, 1, 3, &connect)),
     ];
