@@ -47,7 +47,7 @@ readelf -V "$RUNTIME_DIR/$LIBIBVERBS" | grep -q "IBVERBS_PRIVATE_$PABI\$" \
     || die "rdma provider: the runtime's libibverbs $IBV_VER does not define IBVERBS_PRIVATE_$PABI (its providers' ABI changed); update RC_VER and the provider"
 
 KEY=$(cd "$QPIP_ROOT" && inputs_hash images/rdma-provider.sh images/lib.sh rdma-provider/qpip.c \
-      rdma-provider/qpip.driver guest-driver/include/uapi/qpip_ib.h "$IBV_VER" "$RC_SHA256")
+      rdma-provider/qpip.driver guest-driver/include/uapi/qpip_ib.h guest-driver/qpip_abi.h "$IBV_VER" "$RC_SHA256")
 if [ -f "$SO" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
     say "rdma provider: up to date ($SO, libibverbs $IBV_VER)"
     exit 0
@@ -125,6 +125,7 @@ cat >"$I/config.h" <<CONFIG
 #endif
 CONFIG
 cp "$SRC/qpip.c" "$BUILD/"
+cp "$QPIP_ROOT/guest-driver/qpip_abi.h" "$BUILD/"   # the device interface: CQEs, doorbell page
 
 # --- compile in the runtime --------------------------------------------------------------------
 # rdma-core's own headers have unused parameters and partial initialisers; its build turns
