@@ -78,6 +78,9 @@ struct qpip_cq {
 	struct eventfd_ctx *eventfd;	/* signalled on the CQ's interrupt, or NULL */
 	wait_queue_head_t *wake;	/* a qpip socket's CQ: woken on its interrupt, or NULL */
 	struct list_head vec_node;	/* in vec->cqs */
+	/* qpip_ib's CQ: called on its interrupt, under vec->lock (qpip_ctx_cq_notify) */
+	void (*notify)(void *data);
+	void *notify_data;
 };
 
 /*
@@ -187,10 +190,15 @@ void qpip_cq_free(struct qpip_ctx *ctx, struct qpip_cq *cq, bool leak);
 void qpip_qp_free(struct qpip_ctx *ctx, struct qpip_qp *qp, bool leak);
 void qpip_vector_add(struct qpip_vector *vec, struct qpip_cq *cq);
 void qpip_vector_del(struct qpip_cq *cq);
+/* exported for qpip_ib.ko */
+int qpip_ctx_cq_notify(struct qpip_ctx *ctx, u32 handle, void (*fn)(void *data), void *data);
+struct qpip_ring *qpip_ctx_ring_get(struct qpip_ctx *ctx, u64 offset);
+void qpip_ring_unref(struct qpip_ring *r);
 
 /* qpip_verbs.c */
 long qpip_ioctl(struct file *filp, unsigned int cmd, unsigned long arg);
 int qpip_get_arg(void *karg, size_t ksize, u32 v1size, void __user *uarg);
+int qpip_ctx_ioctl(struct qpip_ctx *ctx, unsigned int cmd, void *karg);	/* exported */
 
 /* qpip_sock.c: qpip sockets (their own declarations: qpip_sock.h) */
 bool qpip_sock_async_event(struct qpip_ctx *ctx, u32 qp, u16 kind, int status);

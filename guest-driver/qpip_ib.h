@@ -3,6 +3,9 @@
  * qpip_ib: a qpip function as an iWARP ib_device (the RDMA stack's view of it), shared by
  *   qpip_ib_main.c   the auxiliary driver: an ib_device per function, registered and removed
  *   qpip_ib_verbs.c  its verbs: queries, user contexts, protection domains, mmap
+ *   qpip_ib_cq.c     CQs: the device context's own, their rings mapped, their interrupts
+ *   qpip_ib_mr.c     memory regions: the device's registered regions
+ *   qpip_ib_qp.c     QPs: the verbs exist (ib_core wants them) and refuse for now
  *   qpip_ib_cm.c     the iWARP connection manager's ops, failing cleanly until QPs exist
  * qpip.ko stays the owner of the function; see qpip_aux.h for what it gives this module.
  */
@@ -38,21 +41,41 @@ struct qpip_ib_ucontext {
 	struct ib_ucontext ibuc;
 	struct qpip_ctx *ctx;
 	struct rdma_user_mmap_entry *db_entry;	/* the doorbell page's mmap offset */
+	struct rdma_user_mmap_entry *kick_entry; /* the kick register page's */
 };
 
 /* What an mmap offset of a user context names. */
 enum qpip_ib_mmap_kind {
 	QPIP_IB_MMAP_DOORBELL,
+	QPIP_IB_MMAP_RING,		/* a CQ's or QP's ring */
+	QPIP_IB_MMAP_KICK,		/* the kick register's page of the control BAR */
 };
 
 struct qpip_ib_mmap_entry {
 	struct rdma_user_mmap_entry rdma;
 	enum qpip_ib_mmap_kind kind;
+	struct qpip_ring *ring;		/* QPIP_IB_MMAP_RING: a reference of the entry's */
 };
 
 struct qpip_ib_pd {
 	struct ib_pd ibpd;
 	u32 pdn;
+};
+
+struct qpip_ib_cq {
+	struct ib_cq ibcq;
+	struct qpip_ctx *ctx;			/* the user context's device context */
+	u32 handle;				/* the device's CQ */
+	struct rdma_user_mmap_entry *ring_entry;
+};
+
+struct qpip_ib_mr {
+	struct ib_mr ibmr;
+	struct qpip_ctx *ctx;
+};
+
+struct qpip_ib_qp {
+	struct ib_qp ibqp;
 };
 
 static inline struct qpip_ib_dev *to_qibdev(struct ib_device *ibdev)
@@ -85,6 +108,34 @@ int qpip_ib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma);
 void qpip_ib_mmap_free(struct rdma_user_mmap_entry *entry);
 int qpip_ib_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
 int qpip_ib_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
+
+int qpip_ib_mmap_ring_insert(struct qpip_ib_ucontext *uc, u64 offset,
+			     struct rdma_user_mmap_entry **entry);
+
+/* qpip_ib_cq.c */
+int qpip_ib_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
+		      struct uverbs_attr_bundle *attrs);
+int qpip_ib_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
+int qpip_ib_poll_cq(struct ib_cq *ibcq, int num_entries, struct ib_wc *wc);
+int qpip_ib_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
+
+/* qpip_ib_mr.c */
+struct ib_mr *qpip_ib_get_dma_mr(struct ib_pd *ibpd, int access);
+struct ib_mr *qpip_ib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length, u64 virt_addr,
+				  int access, struct ib_udata *udata);
+int qpip_ib_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+
+/* qpip_ib_qp.c */
+int qpip_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct ib_udata *udata);
+int qpip_ib_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+		      struct ib_udata *udata);
+int qpip_ib_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+		     struct ib_qp_init_attr *init);
+int qpip_ib_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata);
+int qpip_ib_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
+		      const struct ib_send_wr **bad_wr);
+int qpip_ib_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
+		      const struct ib_recv_wr **bad_wr);
 
 /* qpip_ib_cm.c */
 struct iw_cm_id;

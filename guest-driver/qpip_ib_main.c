@@ -37,6 +37,19 @@ static const struct ib_device_ops qpip_ib_dev_ops = {
 	.mmap_free = qpip_ib_mmap_free,
 	.alloc_pd = qpip_ib_alloc_pd,
 	.dealloc_pd = qpip_ib_dealloc_pd,
+	.create_cq = qpip_ib_create_cq,
+	.destroy_cq = qpip_ib_destroy_cq,
+	.poll_cq = qpip_ib_poll_cq,
+	.req_notify_cq = qpip_ib_req_notify_cq,
+	.get_dma_mr = qpip_ib_get_dma_mr,
+	.reg_user_mr = qpip_ib_reg_user_mr,
+	.dereg_mr = qpip_ib_dereg_mr,
+	.create_qp = qpip_ib_create_qp,
+	.modify_qp = qpip_ib_modify_qp,
+	.query_qp = qpip_ib_query_qp,
+	.destroy_qp = qpip_ib_destroy_qp,
+	.post_send = qpip_ib_post_send,
+	.post_recv = qpip_ib_post_recv,
 
 	/* iw_cm calls these unchecked: they must exist (qpip_ib_cm.c). */
 	.iw_create_listen = qpip_ib_iw_create_listen,
@@ -50,6 +63,8 @@ static const struct ib_device_ops qpip_ib_dev_ops = {
 
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, qpip_ib_ucontext, ibuc),
 	INIT_RDMA_OBJ_SIZE(ib_pd, qpip_ib_pd, ibpd),
+	INIT_RDMA_OBJ_SIZE(ib_cq, qpip_ib_cq, ibcq),
+	INIT_RDMA_OBJ_SIZE(ib_qp, qpip_ib_qp, ibqp),
 };
 
 static void qpip_ib_port_event(struct qpip_ib_dev *qib, enum ib_event_type type)

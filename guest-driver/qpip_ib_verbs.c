@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * qpip_ib: the verbs of the ib_device — what the device is (queries), user contexts and
- * their mmap, protection domains. CQs, QPs, memory regions and the iWARP connection
- * manager are not offered yet: uverbs answers EOPNOTSUPP for a verb without an op.
+ * their mmap, protection domains. CQs, memory regions and QPs are in qpip_ib_cq.c,
+ * qpip_ib_mr.c and qpip_ib_qp.c; SRQs, memory windows and AHs have no op: uverbs answers
+ * EOPNOTSUPP.
  *
  * The limits reported are the device's own (QUERY_DEVICE at probe, qdev->info) where the
  * device has one; where a limit is this module's (protection domains) it says so.
@@ -149,6 +150,19 @@ int qpip_ib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata)
 	}
 	uc->db_entry = &e->rdma;
 
+	e = kzalloc(sizeof(*e), GFP_KERNEL);
+	if (!e) {
+		ret = -ENOMEM;
+		goto err_entry;
+	}
+	e->kind = QPIP_IB_MMAP_KICK;
+	ret = rdma_user_mmap_entry_insert(ibuc, &e->rdma, PAGE_SIZE);
+	if (ret) {
+		kfree(e);
+		goto err_entry;
+	}
+	uc->kick_entry = &e->rdma;
+
 	resp.ctx_id = uc->ctx->id;
 	resp.db_page_size = PAGE_SIZE;
 	resp.db_mmap_offset = rdma_user_mmap_get_offset(uc->db_entry);
@@ -156,12 +170,15 @@ int qpip_ib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata)
 	resp.max_sge = info->max_sge;
 	resp.max_queue_depth = info->max_queue_depth;
 	resp.device_version = info->version;
+	resp.kick_mmap_offset = rdma_user_mmap_get_offset(uc->kick_entry);
 	ret = ib_copy_to_udata(udata, &resp, min(udata->outlen, sizeof(resp)));
 	if (ret)
 		goto err_entry;
 	return 0;
 
 err_entry:
+	if (uc->kick_entry)
+		rdma_user_mmap_entry_remove(uc->kick_entry);
 	rdma_user_mmap_entry_remove(uc->db_entry);
 err_ctx:
 	qpip_ctx_destroy(uc->ctx);
@@ -177,13 +194,15 @@ void qpip_ib_dealloc_ucontext(struct ib_ucontext *ibuc)
 {
 	struct qpip_ib_ucontext *uc = to_qibuc(ibuc);
 
+	rdma_user_mmap_entry_remove(uc->kick_entry);
 	rdma_user_mmap_entry_remove(uc->db_entry);
 	qpip_ctx_destroy(uc->ctx);
 }
 
 /*
  * Nothing to do before the context's objects are destroyed: the uverbs core zaps the
- * mappings it tracks, and a doorbell page is RAM. Having the op lets the device be
+ * mappings it tracks (the kick page, mapped by rdma_user_mmap_io), and the doorbell page
+ * and rings are RAM. Having the op lets the device be
  * unregistered (and this module unloaded) while contexts are open.
  */
 void qpip_ib_disassociate_ucontext(struct ib_ucontext *ibuc)
@@ -220,6 +239,39 @@ int qpip_ib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma)
 		vm_flags_set(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP);
 		ret = vm_insert_page(vma, vma->vm_start, uc->ctx->db->pages[0]);
 		break;
+	case QPIP_IB_MMAP_KICK:
+		/*
+		 * A trapped register, uncached; through the core, which zaps the mapping when the
+		 * context is disassociated. A write there only wakes the engine, whichever
+		 * context makes it: a mapping outliving a device reset is harmless.
+		 */
+		if (vma_pages(vma) != 1) {
+			ret = -EINVAL;
+			break;
+		}
+		if (qpip_ctx_dead(uc->ctx)) {
+			ret = -ENODEV;
+			break;
+		}
+		vm_flags_clear(vma, VM_MAYEXEC);
+		vm_flags_set(vma, VM_DONTCOPY);
+		ret = rdma_user_mmap_io(ibuc, vma,
+					PHYS_PFN(uc->ctx->qdev->ctrl_phys + QPIP_KICK_PAGE_OFFSET),
+					PAGE_SIZE, pgprot_noncached(vma->vm_page_prot), re);
+		break;
+	case QPIP_IB_MMAP_RING: {
+		unsigned long npages = e->ring->npages;
+
+		/* Whole, as /dev/qpipN maps it: RAM the device writes, kept by the mapping. */
+		if (vma_pages(vma) != npages) {
+			ret = -EINVAL;
+			break;
+		}
+		vm_flags_clear(vma, VM_MAYEXEC);
+		vm_flags_set(vma, VM_DONTEXPAND | VM_DONTDUMP);
+		ret = vm_insert_pages(vma, vma->vm_start, e->ring->pages, &npages);
+		break;
+	}
 	default:
 		ret = -EINVAL;
 	}
@@ -229,7 +281,42 @@ int qpip_ib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma)
 
 void qpip_ib_mmap_free(struct rdma_user_mmap_entry *re)
 {
-	kfree(container_of(re, struct qpip_ib_mmap_entry, rdma));
+	struct qpip_ib_mmap_entry *e = container_of(re, struct qpip_ib_mmap_entry, rdma);
+
+	if (e->ring)
+		qpip_ring_unref(e->ring);
+	kfree(e);
+}
+
+/*
+ * An mmap entry of @uc for the ring its device context published at @offset (CREATE_CQ's
+ * or CREATE_QP's ring_offset): the entry holds the ring until it is freed, so a mapping
+ * made while the object lives keeps its pages after the object is destroyed.
+ */
+int qpip_ib_mmap_ring_insert(struct qpip_ib_ucontext *uc, u64 offset,
+			     struct rdma_user_mmap_entry **entry)
+{
+	struct qpip_ib_mmap_entry *e;
+	int ret;
+
+	e = kzalloc(sizeof(*e), GFP_KERNEL);
+	if (!e)
+		return -ENOMEM;
+	e->kind = QPIP_IB_MMAP_RING;
+	e->ring = qpip_ctx_ring_get(uc->ctx, offset);
+	if (!e->ring) {
+		kfree(e);
+		return -EINVAL;
+	}
+	ret = rdma_user_mmap_entry_insert(&uc->ibuc, &e->rdma,
+					  (size_t)e->ring->npages << PAGE_SHIFT);
+	if (ret) {
+		qpip_ring_unref(e->ring);
+		kfree(e);
+		return ret;
+	}
+	*entry = &e->rdma;
+	return 0;
 }
 
 /* ---- protection domains ---- */

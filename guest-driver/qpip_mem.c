@@ -368,12 +368,65 @@ irqreturn_t qpip_cq_irq(int irq, void *data)
 			eventfd_signal(cq->eventfd);
 		if (cq->wake)
 			wake_up_interruptible_all(cq->wake);
+		if (cq->notify)
+			cq->notify(cq->notify_data);
 	}
 	if (vec->netdev)
 		qpip_netdev_irq(vec->netdev);
 	spin_unlock(&vec->lock);
 	return IRQ_HANDLED;
 }
+
+/*
+ * Has @fn(@data) called on each interrupt of CQ @handle of @ctx (from the interrupt
+ * handler), or no longer (NULL: once this returns, it is not called any more): how
+ * qpip_ib.ko's CQs reach the RDMA core's completion handler. Works on a context the device
+ * forgot, whose CQs are still recorded until it is destroyed.
+ */
+int qpip_ctx_cq_notify(struct qpip_ctx *ctx, u32 handle, void (*fn)(void *data), void *data)
+{
+	struct qpip_cq *cq;
+	unsigned long flags;
+	int ret = -ENOENT;
+
+	mutex_lock(&ctx->lock);
+	cq = xa_load(&ctx->cqs, handle);
+	if (cq && cq->vec) {
+		spin_lock_irqsave(&cq->vec->lock, flags);
+		cq->notify = fn;
+		cq->notify_data = data;
+		spin_unlock_irqrestore(&cq->vec->lock, flags);
+		ret = 0;
+	}
+	mutex_unlock(&ctx->lock);
+	return ret;
+}
+EXPORT_SYMBOL_GPL(qpip_ctx_cq_notify);
+
+/*
+ * The ring of @ctx whose mmap offset (as CREATE_CQ and CREATE_QP return it) is @offset,
+ * with a reference the caller drops with qpip_ring_unref; NULL if there is none.
+ */
+struct qpip_ring *qpip_ctx_ring_get(struct qpip_ctx *ctx, u64 offset)
+{
+	struct qpip_ring *r = NULL;
+	u64 pgoff = offset >> PAGE_SHIFT;
+
+	xa_lock(&ctx->rings);
+	if (pgoff <= UINT_MAX && !(offset & ~PAGE_MASK))
+		r = xa_load(&ctx->rings, pgoff);
+	if (r)
+		kref_get(&r->ref);
+	xa_unlock(&ctx->rings);
+	return r;
+}
+EXPORT_SYMBOL_GPL(qpip_ctx_ring_get);
+
+void qpip_ring_unref(struct qpip_ring *r)
+{
+	kref_put(&r->ref, qpip_ring_release);
+}
+EXPORT_SYMBOL_GPL(qpip_ring_unref);
 
 /* ---- objects: what the driver frees once the device no longer uses them ---- */
 

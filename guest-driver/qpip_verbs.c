@@ -840,3 +840,36 @@ long qpip_ioctl(struct file *filp, unsigned int cmd, unsigned long arg)
 	up_read(&qdev->lock);
 	return ret;
 }
+
+/*
+ * ---- for qpip_ib.ko ----
+ *
+ * Runs the ioctl @cmd of @ctx on @karg, an argument of the kernel's (of this driver's size
+ * of it, zeroed where unused): the same handler, checks and locks as a /dev/qpipN file's
+ * ioctl, so the RDMA device's CQs, regions and QPs are made by the code that makes the
+ * files'. Ioctls that need CAP_NET_ADMIN are not for it.
+ */
+int qpip_ctx_ioctl(struct qpip_ctx *ctx, unsigned int cmd, void *karg)
+{
+	struct qpip_dev *qdev = ctx->qdev;
+	unsigned int nr = _IOC_NR(cmd);
+	const struct qpip_ioctl_desc *d;
+	int ret;
+
+	if (nr >= ARRAY_SIZE(qpip_ioctls))
+		return -ENOTTY;
+	d = &qpip_ioctls[nr];
+	if (!d->fn || d->cmd != cmd || (d->flags & QPIP_NET_ADMIN))
+		return -ENOTTY;
+	down_read(&qdev->lock);
+	if (qpip_ctx_dead(ctx)) {
+		ret = -ENODEV;
+	} else {
+		mutex_lock(&ctx->lock);
+		ret = d->fn(ctx, karg);
+		mutex_unlock(&ctx->lock);
+	}
+	up_read(&qdev->lock);
+	return ret;
+}
+EXPORT_SYMBOL_GPL(qpip_ctx_ioctl);

@@ -46,9 +46,11 @@ esac
 readelf -V "$RUNTIME_DIR/$LIBIBVERBS" | grep -q "IBVERBS_PRIVATE_$PABI\$" \
     || die "rdma provider: the runtime's libibverbs $IBV_VER does not define IBVERBS_PRIVATE_$PABI (its providers' ABI changed); update RC_VER and the provider"
 
+CHECK=$OUT/qpip-verbs-check
 KEY=$(cd "$QPIP_ROOT" && inputs_hash images/rdma-provider.sh images/lib.sh rdma-provider/qpip.c \
-      rdma-provider/qpip.driver guest-driver/include/uapi/qpip_ib.h "$IBV_VER" "$RC_SHA256")
-if [ -f "$SO" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
+      rdma-provider/test/qpip-verbs-check.c \
+      rdma-provider/qpip.driver guest-driver/include/uapi/qpip_ib.h guest-driver/qpip_abi.h "$IBV_VER" "$RC_SHA256")
+if [ -f "$SO" ] && [ -f "$CHECK" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
     say "rdma provider: up to date ($SO, libibverbs $IBV_VER)"
     exit 0
 fi
@@ -125,6 +127,7 @@ cat >"$I/config.h" <<CONFIG
 #endif
 CONFIG
 cp "$SRC/qpip.c" "$BUILD/"
+cp "$QPIP_ROOT/guest-driver/qpip_abi.h" "$BUILD/"   # the device interface: CQEs, doorbell page
 
 # --- compile in the runtime --------------------------------------------------------------------
 # rdma-core's own headers have unused parameters and partial initialisers; its build turns
@@ -140,8 +143,22 @@ step "rdma provider: build libqpip-rdmav$PABI.so against rdma-core $RC_VER (libi
 built=$BUILD/libqpip-rdmav$PABI.so
 readelf -V "$built" | grep -q "IBVERBS_PRIVATE_$PABI" \
     || die "rdma provider: $built does not bind libibverbs' IBVERBS_PRIVATE_$PABI"
+
+# The VM tests' verbs program (rdma-provider/test/): plain libibverbs, against the same
+# headers and library.
+cp "$SRC/test/qpip-verbs-check.c" "$BUILD/"
+build_check() {
+    chroot "$RUNTIME_DIR" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C \
+        gcc -std=gnu11 -O2 -g0 -Wall -Wextra -Werror -Wno-unused-parameter \
+        -Wno-missing-field-initializers -I "/$BUILD_REL/include" \
+        -o "/$BUILD_REL/qpip-verbs-check" "/$BUILD_REL/qpip-verbs-check.c" "/$LIBIBVERBS" -s
+}
+step "rdma provider: build qpip-verbs-check (the VM tests' verbs program)" build_check
+
 mkdir -p "$OUT"
 cp "$built" "$SO.tmp"
 mv "$SO.tmp" "$SO"
+cp "$BUILD/qpip-verbs-check" "$CHECK.tmp"
+mv "$CHECK.tmp" "$CHECK"
 printf '%s\n' "$KEY" >"$STAMP"
 say "rdma provider: $SO ($(stat -c %s "$SO") bytes, for libibverbs $IBV_VER)"

@@ -8,8 +8,12 @@
 //! port, ACTIVE while `qpip0` is up and DOWN while it is down (a user hears the changes as
 //! port events, `ibv_asyncwatch`); `rdma link` shows the port
 //! over `qpip0`; `ibv_rc_pingpong` gets as far as the verbs this stage offers (a context,
-//! whose doorbell page the provider maps, and a protection domain) and stops at the first
-//! one it does not (registering memory). Then `qpip_ib` is unloaded while `ibv_asyncwatch`
+//! whose doorbell page the provider maps, a protection domain, memory regions and CQs)
+//! and stops at the first one it does not (creating a QP); `qpip-verbs-check` (the
+//! project's, plain libibverbs) checks the CQ, its completion channel, regions and their
+//! access rights one by one, and a process killed holding them leaves nothing behind;
+//! `rping` now finds the device through `rdma_cm` and stops at the QP (client) and the
+//! iWARP CM's listen (server). Then `qpip_ib` is unloaded while `ibv_asyncwatch`
 //! holds a context open (the context is disassociated, the module goes), loaded again,
 //! unloaded with no user and loaded again, each time finding the device again; the device
 //! is reset under a user, and the function removed under one (its ib_device goes first)
@@ -75,16 +79,32 @@ sleep 0.5
 kill $awp; wait $awp 2>/dev/null
 kv port.events "$(grep -o 'IBV_EVENT_[A-Z_]*' /tmp/awp | tr '\n' ' ')"
 
-# A context and a PD, then the first verb not offered yet (registering memory).
+# A context, a PD, CQs and regions, then the first verb not offered yet (creating a QP).
 ibv_rc_pingpong -d qpip0 -g 0 > /tmp/pp 2>&1; kv pingpong.status $?
 kv pingpong.out "$(tr '\n' '|' < /tmp/pp)"
 
-# rdma_cm does not attach to the device yet (it needs the kernel verbs of the QP stages):
-# rping on qpip0's address fails cleanly, it does not reach the device.
+# The verbs objects one by one (qpip-verbs-check prints "KEY VALUE" lines).
+timeout 60 qpip-verbs-check qpip0 > /tmp/vc 2>&1; kv verbs.status $?
+while read -r k v; do kv "verbs.$k" "$v"; done < /tmp/vc
+# A process killed while it holds them: the device context and all in it are freed.
+kv contexts.before_hold "$(contexts)"
+qpip-verbs-check qpip0 hold > /tmp/vh 2>&1 & vh=$!
+i=0; until grep -q '^holding' /tmp/vh || [ $i -ge 100 ]; do i=$((i + 1)); sleep 0.1; done
+kv hold.out "$(tr '\n' '|' < /tmp/vh)"
+kv contexts.holding "$(contexts)"
+kill -9 $vh; wait $vh 2>/dev/null
+sleep 0.5
+kv contexts.killed "$(contexts)"
+
+# rdma_cm attaches to the device now (ib_core's mandatory verbs all exist): rping on
+# qpip0's address resolves the address and route through it and stops at the QP, which
+# this stage does not make yet; a server stops at listening (the iWARP CM's op).
 A=$(ip -6 addr show dev qpip0 scope global | awk '/inet6/ {print $2}' | cut -d/ -f1 | head -n 1)
 kv qpip0.addr "$A"
 timeout 20 rping -c -a "$A" -C 1 > /tmp/rping 2>&1; kv rping.status $?
 kv rping.out "$(tr '\n' '|' < /tmp/rping)"
+timeout 20 rping -s -a "$A" -C 1 > /tmp/rpings 2>&1; kv rping_server.status $?
+kv rping_server.out "$(tr '\n' '|' < /tmp/rpings)"
 
 # Unloading with a user: ibv_asyncwatch holds a context open, a device context of the
 # function (counted in /sys/class/qpip/qpip0/contexts beside /dev/qpip0's).
@@ -152,7 +172,7 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     // On the lab network: the device's link, and so qpip0's carrier, is up there.
     needs_root!();
     let out = lab(
-        vec![guest("a", SCRIPT, 300, &[])],
+        vec![guest("a", SCRIPT, 420, &[])],
         QpipdLayout::Adapter,
         |_| (),
     );
@@ -243,19 +263,74 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         ctx()
     );
 
-    // A context (the provider maps its doorbell page) and a PD work; registering memory is
-    // the first verb this stage does not offer.
+    // A context (the provider maps its doorbell page and kick register), a PD, a region
+    // and CQs work; creating a QP is the first verb this stage does not offer.
     let pp = rep.get("pingpong.out");
     assert_ne!(rep.get("pingpong.status"), "0", "{}", ctx());
     assert!(
-        pp.contains("Couldn't register MR"),
-        "ibv_rc_pingpong should stop at reg_mr: {pp}\n{}",
+        pp.contains("Couldn't create QP"),
+        "ibv_rc_pingpong should stop at create_qp: {pp}\n{}",
         ctx()
     );
-    assert!(!pp.contains("Couldn't get context"), "{}", ctx());
-    assert!(!pp.contains("Couldn't allocate PD"), "{}", ctx());
+    for stop in [
+        "Couldn't get context",
+        "Couldn't allocate PD",
+        "Couldn't register MR",
+        "Couldn't create CQ",
+    ] {
+        assert!(!pp.contains(stop), "{stop}\n{}", ctx());
+    }
 
-    // rping (librdmacm) gets an error, not a crash: rdma_cm does not use the device yet.
+    // The verbs objects: a CQ on a completion channel (its ring polled and armed by the
+    // provider), regions with
+    // the device's access rights (no atomics), and a QP refused until the QP stage.
+    assert_eq!(rep.get("verbs.status"), "0", "qpip-verbs-check\n{}", ctx());
+    for (k, v) in [
+        ("verbs.pd", "ok"),
+        ("verbs.channel", "ok"),
+        ("verbs.cq", "ok"),
+        ("verbs.cq.cqe", "128"), // 100 asked: the device's rings are powers of two
+        ("verbs.cq.poll", "0"),
+        ("verbs.cq.arm", "ok"),
+        ("verbs.cq.arm_solicited", "ok"),
+        ("verbs.channel.epoll_add", "ok"),
+        ("verbs.mr", "ok"),
+        ("verbs.mr.keys", "set"),
+        ("verbs.mr.readonly", "ok"),
+        ("verbs.mr.atomic", "EOPNOTSUPP"),
+        ("verbs.qp", "EOPNOTSUPP"),
+        ("verbs.mr.readonly.dereg", "ok"),
+        ("verbs.mr.dereg", "ok"),
+        ("verbs.cq.destroy", "ok"),
+        ("verbs.channel.destroy", "ok"),
+        ("verbs.pd.dealloc", "ok"),
+        ("verbs.close", "ok"),
+    ] {
+        assert_eq!(rep.get(k), v, "{k}\n{}", ctx());
+    }
+    // The channel's fd works with poll and epoll. Nothing completes on the CQ, but its
+    // vector may be the network interface's (or another CQ's), whose interrupts wake every
+    // CQ on it: an event then is spurious, and the channel says so consistently.
+    let polled = rep.get("verbs.channel.poll");
+    assert!(polled == "0" || polled == "1", "poll: {polled}\n{}", ctx());
+    let (waited, got) = (
+        rep.get("verbs.channel.epoll_wait"),
+        rep.get("verbs.channel.get_event"),
+    );
+    assert!(
+        (waited == "1" && got == "ok") || (waited == "0" && got == "EAGAIN" && polled == "0"),
+        "epoll_wait {waited}, ibv_get_cq_event {got}\n{}",
+        ctx()
+    );
+    // Killed while holding them: its device context, CQ, regions go.
+    assert!(rep.get("hold.out").contains("holding yes"), "{}", ctx());
+    let before_hold = rep.num("contexts.before_hold");
+    assert_eq!(rep.num("contexts.holding"), before_hold + 1, "{}", ctx());
+    assert_eq!(rep.num("contexts.killed"), before_hold, "{}", ctx());
+
+    // rping (librdmacm): rdma_cm attaches to the device now, so the client resolves
+    // qpip0's address and route through it and stops at the QP; the server stops at the
+    // iWARP CM's listen. Clean errors, not a crash or a hang.
     assert_ne!(
         rep.get("qpip0.addr"),
         "",
@@ -264,6 +339,18 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     );
     let rping = rep.get("rping.status");
     assert!(rping != "0" && rping != "124", "rping: {rping}\n{}", ctx());
+    assert!(
+        rep.get("rping.out").contains("rdma_create_qp"),
+        "rping should get past address resolution to the QP\n{}",
+        ctx()
+    );
+    let rping_s = rep.get("rping_server.status");
+    assert!(rping_s != "124", "rping -s: {rping_s}\n{}", ctx());
+    assert!(
+        rep.get("rping_server.out").contains("rdma_listen"),
+        "rping -s should get to listening on the device\n{}",
+        ctx()
+    );
 
     // qpip's own library beside a verbs context on the same function.
     assert_eq!(rep.get("watch.running"), "yes", "{}", ctx());

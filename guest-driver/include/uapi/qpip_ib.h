@@ -21,7 +21,7 @@
 /*
  * The ucontext is one device context of the function, the same thing an open /dev/qpipN
  * is: its doorbell page is mapped at @db_mmap_offset of the uverbs file (one page,
- * shared, not executable). The QP and CQ stages add the kick page and the rings.
+ * shared, not executable), the kick register's page at @kick_mmap_offset.
  */
 struct qpip_ib_alloc_ucontext_resp {
 	__u32 ctx_id;			/* the device's context number */
@@ -31,6 +31,11 @@ struct qpip_ib_alloc_ucontext_resp {
 	__u32 max_sge;			/* scatter/gather entries per WQE */
 	__u32 max_queue_depth;		/* entries of the deepest ring */
 	__u32 device_version;		/* the device interface, major << 16 | minor */
+	/*
+	 * mmap offset of the device's kick register page (one page, write-only, uncached): a
+	 * doorbell that finds the engine asleep (DB_ENGINE_SLEEPING) writes KICK there.
+	 */
+	__aligned_u64 kick_mmap_offset;
 };
 
 /*
@@ -39,6 +44,22 @@ struct qpip_ib_alloc_ucontext_resp {
  */
 struct qpip_ib_alloc_pd_resp {
 	__u32 pdn;
+	__u32 reserved;
+};
+
+/*
+ * A CQ is one of the device context's CQs (the device's CREATE_CQ): its ring of @depth
+ * 64-byte CQEs (struct qpip_cqe of the device interface) is mapped at @ring_mmap_offset
+ * (@ring_size bytes, shared, read-only is enough), and its consumer index and arm word are
+ * slot @db_slot of the doorbell page (DB_CQ_BASE + db_slot * DB_CQ_STRIDE: cq_head, then
+ * arm_seq). The provider polls and arms with no system call.
+ */
+struct qpip_ib_create_cq_resp {
+	__u32 cq_handle;		/* the device's CQ number: the qp of its CQEs' QPs */
+	__u32 db_slot;
+	__aligned_u64 ring_mmap_offset;
+	__aligned_u64 ring_size;
+	__u32 depth;			/* CQEs in the ring: a power of two */
 	__u32 reserved;
 };
 
