@@ -3,6 +3,7 @@
 use crate::paths;
 use std::fs;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -10,8 +11,35 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// cache does not grow without bound (each holds logs and the guest's share).
 const KEEP_RUNS: usize = 40;
 
-/// Deletes all but the newest `keep - 1` run folders, making room for one more. Run folder
-/// names start with a timestamp, so name order is age order.
+/// The file in a run folder that its run holds locked while it lives.
+const IN_USE: &str = ".in-use";
+
+/// Marks `dir` as in use for as long as this process lives: an exclusive `flock` on its
+/// [`IN_USE`] file, whose descriptor is kept open until the process exits (which lets the
+/// lock go, however it ends). A run can outlive many newer ones: when two VM tests run at
+/// a time, a long one sees dozens of short ones start and end.
+fn hold(dir: &Path) {
+    let Ok(f) = fs::File::create(dir.join(IN_USE)) else {
+        return;
+    };
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        std::mem::forget(f);
+    }
+}
+
+/// Whether a live run (of any process, this one too) holds `dir` ([`hold`]).
+fn in_use(dir: &Path) -> bool {
+    let Ok(f) = fs::File::open(dir.join(IN_USE)) else {
+        return false;
+    };
+    // SAFETY: flock on a descriptor this function owns; closing it lets the lock go.
+    unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
+}
+
+/// Deletes all but the newest `keep - 1` run folders, making room for one more, except
+/// those a live run still uses (deleting its console log and share under it would hang
+/// its guest). Run folder names start with a timestamp, so name order is age order.
 fn prune_old_runs(runs: &Path, keep: usize) {
     let Ok(entries) = fs::read_dir(runs) else {
         return;
@@ -23,7 +51,7 @@ fn prune_old_runs(runs: &Path, keep: usize) {
         .collect();
     dirs.sort();
     let excess = dirs.len().saturating_sub(keep.saturating_sub(1));
-    for old in &dirs[..excess] {
+    for old in dirs[..excess].iter().filter(|d| !in_use(d)) {
         if let Err(e) = fs::remove_dir_all(old) {
             log::warn!("cannot remove old run folder {}: {e}", old.display());
         }
@@ -40,7 +68,10 @@ pub(crate) fn make_run_dir() -> io::Result<PathBuf> {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let dir = runs.join(format!("{}-{}-{n}", timestamp(), std::process::id()));
         match fs::create_dir(&dir) {
-            Ok(()) => return Ok(dir),
+            Ok(()) => {
+                hold(&dir);
+                return Ok(dir);
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
         }
@@ -108,6 +139,28 @@ mod tests {
             ["20260101-000003-1-0"],
             "room for one new run next to the newest"
         );
+    }
+
+    #[test]
+    fn pruning_spares_a_run_folder_still_in_use() {
+        let root = std::env::temp_dir().join(format!("qpip-prune-live-{}", std::process::id()));
+        for name in [
+            "20260101-000001-1-0",
+            "20260101-000002-1-0",
+            "20260101-000003-1-0",
+        ] {
+            fs::create_dir_all(root.join(name)).unwrap();
+        }
+        // The oldest is a long run that is still going.
+        hold(&root.join("20260101-000001-1-0"));
+        prune_old_runs(&root, 2);
+        let mut left: Vec<String> = fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        fs::remove_dir_all(&root).unwrap();
+        assert_eq!(left, ["20260101-000001-1-0", "20260101-000003-1-0"]);
     }
 
     #[test]

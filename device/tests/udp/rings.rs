@@ -227,7 +227,11 @@ fn a_solicited_only_arm_ignores_send_completions() {
     g.post_send(&mut qp, &[inline_wqe(2, LOOPBACK, 9, b"tock")]);
     wait_written(&g, &cq, 2);
     std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(g.irq_take(v), 0, "a send's completion fired a solicited-only arm");
+    assert_eq!(
+        g.irq_take(v),
+        0,
+        "a send's completion fired a solicited-only arm"
+    );
     // A datagram to itself: its send's completion and the receive's; the receive fires.
     g.post_send(&mut qp, &[inline_wqe(3, LOOPBACK, port, b"to me")]);
     assert_eq!(g.irq_wait(v, TIMEOUT), 1, "the receive did not interrupt");
@@ -246,7 +250,11 @@ fn a_solicited_only_arm_ignores_send_completions() {
     wait_written(&g, &cq, 7);
     // Re-armed with that receive unreleased: at once.
     g.arm_cq_solicited(&mut cq);
-    assert_eq!(g.irq_wait(v, TIMEOUT), 1, "a pending receive did not fire the arm");
+    assert_eq!(
+        g.irq_wait(v, TIMEOUT),
+        1,
+        "a pending receive did not fire the arm"
+    );
     for _ in 0..3 {
         g.wait_cqe(&mut cq);
     }

@@ -632,19 +632,39 @@ mod tests {
         use qpip_abi::doorbell::CQ_ARM_SOLICITED;
         let (mut o, cq) = tables();
         let c = o.cq_mut(cq).expect("there");
-        assert_eq!(c.consumer_moved(0, 1 | CQ_ARM_SOLICITED).raise, None, "empty");
-        assert_eq!(c.advance_tail(false), None, "a send's completion does not fire it");
+        assert_eq!(
+            c.consumer_moved(0, 1 | CQ_ARM_SOLICITED).raise,
+            None,
+            "empty"
+        );
+        assert_eq!(
+            c.advance_tail(false),
+            None,
+            "a send's completion does not fire it"
+        );
         assert_eq!(c.advance_tail(true), Some(1), "a receive's does");
         assert_eq!(c.advance_tail(true), None, "once per arm");
         // Armed again with a send's completion the only one unreleased: nothing; with a
         // receive's among them: at once.
         c.consumer_moved(3, 1);
-        assert_eq!(c.advance_tail(false), Some(1), "an ordinary arm fires for a send");
+        assert_eq!(
+            c.advance_tail(false),
+            Some(1),
+            "an ordinary arm fires for a send"
+        );
         assert_eq!(c.consumer_moved(4, 2 | CQ_ARM_SOLICITED).raise, None);
         assert_eq!(c.advance_tail(false), None);
-        assert_eq!(c.consumer_moved(4, 3 | CQ_ARM_SOLICITED).raise, None, "only a send's pending");
+        assert_eq!(
+            c.consumer_moved(4, 3 | CQ_ARM_SOLICITED).raise,
+            None,
+            "only a send's pending"
+        );
         assert_eq!(c.advance_tail(true), Some(1));
-        assert_eq!(c.consumer_moved(4, 4 | CQ_ARM_SOLICITED).raise, Some(1), "a receive's pending");
+        assert_eq!(
+            c.consumer_moved(4, 4 | CQ_ARM_SOLICITED).raise,
+            Some(1),
+            "a receive's pending"
+        );
         // The sequence bits alone changing arms too, and an ordinary arm fires for anything.
         assert_eq!(c.consumer_moved(6, 4).raise, None, "all released");
         assert_eq!(c.advance_tail(false), Some(1));

@@ -303,7 +303,7 @@ impl<T> ConnectionTable<T> {
         Ok(self.insert(c, Some(tag), None))
     }
 
-    /// Whether [`Table::connect`] would take `tuple`: no connection has it, or one a new
+    /// Whether [`ConnectionTable::connect`] would take `tuple`: no connection has it, or one a new
     /// incarnation may take over (see `reusing`).
     pub fn can_connect(&self, tuple: &FourTuple) -> bool {
         self.by_tuple
