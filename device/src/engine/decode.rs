@@ -828,6 +828,76 @@ mod tests {
     }
 
     #[test]
+    fn listen_flags_accept_requests_and_reject_are_checked() {
+        let run = |opcode: u16, body: &[u8]| {
+            let mut cmd = AdminCmd::new_zeroed();
+            cmd.opcode = opcode;
+            cmd.body.copy_from_slice(body);
+            admin(&cmd, 16)
+        };
+        let mut l = ListenArgs::new_zeroed();
+        l.port = 80;
+        l.backlog = 4;
+        l.flags = LISTEN_FLAG_IWARP_REQUESTS;
+        assert!(matches!(
+            run(ADMIN_OP_LISTEN, l.as_bytes()),
+            Ok(AdminRequest::Listen { requests: true, .. })
+        ));
+        l.flags = 2;
+        assert_eq!(
+            run(ADMIN_OP_LISTEN, l.as_bytes()),
+            Err(ADMIN_STATUS_BAD_PARAM),
+            "an unknown flag"
+        );
+        let mut a = AcceptArgs::new_zeroed();
+        a.qp = 3;
+        a.request = 9;
+        assert!(matches!(
+            run(ADMIN_OP_ACCEPT, a.as_bytes()),
+            Ok(AdminRequest::Accept { request: 9, .. })
+        ));
+        let mut r = RejectArgs::new_zeroed();
+        r.request = 9;
+        r.iwarp.pd_addr = 0x1000;
+        r.iwarp.pd_len = 5;
+        assert!(matches!(
+            run(ADMIN_OP_REJECT, r.as_bytes()),
+            Ok(AdminRequest::Reject { request: 9, .. })
+        ));
+        for bad in [
+            |r: &mut RejectArgs| r.request = 0,
+            |r: &mut RejectArgs| r.iwarp.ird = 1,
+            |r: &mut RejectArgs| r.iwarp.ord = 1,
+            |r: &mut RejectArgs| r.iwarp.flags = IWARP_CONN_CRC,
+            |r: &mut RejectArgs| r.iwarp.pd_len = IWARP_MAX_PRIVATE_DATA as u16 + 1,
+        ] {
+            let mut b = r;
+            bad(&mut b);
+            assert_eq!(
+                run(ADMIN_OP_REJECT, b.as_bytes()),
+                Err(ADMIN_STATUS_BAD_PARAM),
+                "{b:?}"
+            );
+        }
+        let mut b = r;
+        b.reserved0 = 1;
+        assert_eq!(
+            run(ADMIN_OP_REJECT, b.as_bytes()),
+            Err(ADMIN_STATUS_BAD_OPCODE)
+        );
+        let mut q = QueryArgs::new_zeroed();
+        q.buf = 0x2000;
+        q.len = 4096;
+        assert_eq!(
+            run(ADMIN_OP_CONN_REQUEST, q.as_bytes()),
+            Ok(AdminRequest::ConnRequest {
+                buf: 0x2000,
+                len: 4096
+            })
+        );
+    }
+
+    #[test]
     fn iwarp_connection_parameters_are_checked_on_connect_and_accept() {
         let connect = |iwarp: IwarpConnArgs, reserved0: u8| {
             let mut cmd = AdminCmd::new_zeroed();
