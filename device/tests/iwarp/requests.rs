@@ -246,6 +246,8 @@ fn a_rejected_request_refuses_the_connect_with_the_private_data() {
     let l = listen_requests(&mut g, s, 7301, 1);
     let ce = g.iwarp_endpoint_in(c, 4, 4096);
     let con = g.submit_connect_iwarp(c, ce.qp.id, LOOPBACK, 7301, &Mpa::plain());
+    // The request is held before CONN_REQUEST asks: it is handed out at once.
+    still_pending(&mut g, con, "CONNECT while its request is held");
     let r = conn_request(&mut g, s, l);
     assert_eq!(r.pd_len, 0);
     // ird/ord/flags have no place in a reject.

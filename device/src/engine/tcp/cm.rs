@@ -1,7 +1,8 @@
 //! The connection-management unit of TCP QPs: QPs created and destroyed, LISTEN, ACCEPT,
 //! CONNECT and CLOSE, the connection events (established, closed, reset, timed out) turned
 //! into command completions, asynchronous events and flushed WRs, and the connections a
-//! listener accepted before any QP claimed them.
+//! listener accepted before any QP claimed them. (A listener that holds iWARP connection
+//! requests keeps its connections in `iwarp::requests` instead.)
 
 use std::collections::VecDeque;
 use std::net::Ipv6Addr;
