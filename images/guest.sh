@@ -29,11 +29,15 @@
 #   /lib/modules/rdma-load-order  rping need, decompressed, with their load order
 #   /usr/bin/lab-siw           loads them and adds the siw link over the virtio-net NIC
 #   /usr/bin/lab-qpip-ib       loads them (not siw.ko) and qpip_ib.ko
+#   soft-RoCE, loaded only on demand by lab-rxe:
+#   /lib/modules/.../rdma_rxe.ko  the kernel's rxe and the UDP tunnel modules it needs,
+#   /lib/modules/rxe-load-order   decompressed, with their load order (after the RDMA core's)
+#   /usr/bin/lab-rxe           loads them (not siw.ko) and adds the rxe link over the NIC
 #   /usr/bin/rping, ibv_devices, ibv_devinfo, rdma, ib_write_lat, ib_write_bw, ib_read_lat, ib_read_bw,
-#     ibv_asyncwatch, ibv_rc_pingpong
-#                              rdma-core's, iproute2's and perftest's tools from
-#                              the runtime (trixie), dynamic, with siw's verbs provider
-#                              (/etc/libibverbs.d/siw.driver) and qpip's (qpip.driver,
+#     qperf, ibv_asyncwatch, ibv_rc_pingpong
+#                              rdma-core's, iproute2's, perftest's and qperf's tools from
+#                              the runtime (trixie), dynamic, with siw's and rxe's verbs
+#                              providers (/etc/libibverbs.d/siw.driver, rxe.driver) and qpip's (qpip.driver,
 #                              built by images/rdma-provider.sh), every shared library they
 #                              need and the dynamic loader (/lib64/ld-linux-x86-64.so.2)
 #   /usr/bin/qpip-verbs-check  the VM tests' verbs program (rdma-provider/test/), built with
@@ -61,6 +65,7 @@ LAB_QPIP_NET=$QPIP_ROOT/images/guest/lab-qpip-net
 LAB_SOCKETS_SRC=$QPIP_ROOT/images/guest/lab-sockets-check.c
 LAB_SIW=$QPIP_ROOT/images/guest/lab-siw
 LAB_QPIP_IB=$QPIP_ROOT/images/guest/lab-qpip-ib
+LAB_RXE=$QPIP_ROOT/images/guest/lab-rxe
 LAB_STORAGE=$QPIP_ROOT/images/guest/lab-storage
 LAB_EXTRAS=$QPIP_ROOT/images/guest/lab-extras
 SIW_KO=$QPIP_CACHE/guest/siw.ko
@@ -83,16 +88,23 @@ MODULES=(virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_p
 #   iw_cm ib_cm rdma_cm rdma_ucm  the RDMA connection manager and its /dev/infiniband/rdma_cm,
 #                     which librdmacm (rping) uses; ib_uverbs gives /dev/infiniband/uverbs0
 RDMA_MODULES=(crc32c_generic libcrc32c ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm)
+# Soft-RoCE (the kernel's own rdma_rxe), loaded by lab-rxe after RDMA_MODULES: rxe needs
+# the UDP tunnel sockets (udp_tunnel, ip6_udp_tunnel) for RoCEv2's UDP port 4791, and the
+# RDMA core above.
+RXE_MODULES=(udp_tunnel ip6_udp_tunnel rdma_rxe)
 # rdma-core, iproute2 and perftest programs for the guest, with siw's verbs provider, which
 # libibverbs opens by name (lib<driver>-rdmav34.so for each /etc/libibverbs.d/*.driver).
-# perftest's ib_write_lat, ib_write_bw, ib_read_lat and ib_read_bw give the bench its figures on siw.
+# perftest's ib_write_lat, ib_write_bw, ib_read_lat and ib_read_bw give the bench its figures on
+# siw and rxe; qperf (RC tests over rdma_cm) is the VM tests' second benchmark.
 # ibv_asyncwatch (a process holding a device open) and ibv_rc_pingpong are the qpip
 # provider's test's users (ci/tests/rdma_core.rs).
 RDMA_PROGRAMS=(usr/bin/rping usr/bin/ibv_devices usr/bin/ibv_devinfo usr/bin/rdma
                usr/bin/ib_write_lat usr/bin/ib_write_bw usr/bin/ib_read_lat usr/bin/ib_read_bw
-               usr/bin/ibv_asyncwatch usr/bin/ibv_rc_pingpong)
+               usr/bin/qperf usr/bin/ibv_asyncwatch usr/bin/ibv_rc_pingpong)
 SIW_PROVIDER=usr/lib/x86_64-linux-gnu/libibverbs/libsiw-rdmav34.so
 SIW_DRIVER_CONF=etc/libibverbs.d/siw.driver
+RXE_PROVIDER=usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so
+RXE_DRIVER_CONF=etc/libibverbs.d/rxe.driver
 # qpip's provider, built outside the runtime (images/rdma-provider.sh), and where it goes.
 QPIP_PROVIDER_SO=$QPIP_CACHE/guest/libqpip-rdmav34.so
 QPIP_PROVIDER=usr/lib/x86_64-linux-gnu/libibverbs/libqpip-rdmav34.so
@@ -108,8 +120,8 @@ QPIP_VERBS_CHECK=$QPIP_CACHE/guest/qpip-verbs-check
 [ -f "$QPIP_VERBS_CHECK" ] || die "no $QPIP_VERBS_CHECK; run images/rdma-provider.sh first"
 [ -f "$PRELOAD_SO" ] && [ -f "$SOCKCHECK" ] || die "no preload library at $PRELOAD_SO (or no qpip-sockcheck beside it); run images/preload.sh first"
 [ -f "$SIW_KO" ] || die "no siw.ko at $SIW_KO; run images/siw.sh first"
-for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER" "$SIW_DRIVER_CONF"; do
-    [ -f "$RUNTIME_DIR/$f" ] || die "no /$f in the runtime; run images/siw.sh first (it installs rdma-core there)"
+for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER" "$SIW_DRIVER_CONF" "$RXE_PROVIDER" "$RXE_DRIVER_CONF"; do
+    [ -f "$RUNTIME_DIR/$f" ] || die "no /$f in the runtime; run images/packages.sh first (it installs rdma-core, perftest and qperf there)"
 done
 kernel=$(ls "$RUNTIME_DIR"/boot/vmlinuz-* 2>/dev/null | sort -V | tail -1)
 [ -n "$kernel" ] || die "no guest kernel in $RUNTIME_DIR/boot; run images/runtime.sh first"
@@ -151,11 +163,17 @@ rdma_order=("${MODULE_ORDER[@]}")
 names=()
 for f in "${rdma_order[@]}"; do modname "$f"; names+=("$REPLY"); done
 say "guest image: RDMA modules for lab-siw: ${names[*]} siw"
+MODULE_ORDER=()
+for m in "${RXE_MODULES[@]}"; do modules_add "$m"; done
+rxe_order=("${MODULE_ORDER[@]}")
+names=()
+for f in "${rxe_order[@]}"; do modname "$f"; names+=("$REPLY"); done
+say "guest image: soft-RoCE modules for lab-rxe (after the RDMA core's): ${names[*]}"
 
 # --- shared libraries of the RDMA tools -----------------------------------------------------
 # glibc opens libgcc_s at run time to unwind a thread that ends with pthread_exit, as
 # rping's threads do ("libgcc_s.so.1 must be installed for pthread_exit to work", abort).
-runtime_libs "${RDMA_PROGRAMS[@]/#/$RUNTIME_DIR/}" "$RUNTIME_DIR/$SIW_PROVIDER" \
+runtime_libs "${RDMA_PROGRAMS[@]/#/$RUNTIME_DIR/}" "$RUNTIME_DIR/$SIW_PROVIDER" "$RUNTIME_DIR/$RXE_PROVIDER" \
     "$RUNTIME_DIR/$LIBDIR/libgcc_s.so.1"
 libs=("${RUNTIME_LIBS[@]}")
 [ -n "${RT_LIB_SEEN[libgcc_s.so.1]:-}" ] || libs+=("$LIBDIR/libgcc_s.so.1")
@@ -195,13 +213,13 @@ extract_vmlinux() {
 }
 
 # --- up to date? ---------------------------------------------------------------------------
-hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_QPIP_NET" "$LAB_SOCKETS_SRC" "$LAB_SIW" "$LAB_QPIP_IB" "$LAB_STORAGE" "$LAB_EXTRAS" "$KO" "$IB_KO"
+hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_QPIP_NET" "$LAB_SOCKETS_SRC" "$LAB_SIW" "$LAB_QPIP_IB" "$LAB_RXE" "$LAB_STORAGE" "$LAB_EXTRAS" "$KO" "$IB_KO"
              "$QPIP_PROVIDER_SO" "$QPIP_DRIVER_CONF_SRC" "$QPIP_VERBS_CHECK"
              "$PRELOAD_SO" "$QPIP_RUN" "$SOCKCHECK"
              "$SIW_KO" "$BUSYBOX" "$kernel")
 for b in "${bins[@]}"; do hash_inputs+=("$BINDIR/$b"); done
-for f in "${load_order[@]}" "${rdma_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
-for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER" "$SIW_DRIVER_CONF" "${libs[@]}" "$LOADER"; do
+for f in "${load_order[@]}" "${rdma_order[@]}" "${rxe_order[@]}"; do hash_inputs+=("$MODDIR/$f"); done
+for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER" "$SIW_DRIVER_CONF" "$RXE_PROVIDER" "$RXE_DRIVER_CONF" "${libs[@]}" "$LOADER"; do
     hash_inputs+=("$RUNTIME_DIR/$f")
 done
 KEY=$(inputs_hash "${hash_inputs[@]}")
@@ -256,10 +274,11 @@ for f in "${rdma_order[@]}"; do put_module "$f" lib/modules/rdma-load-order; don
 mkdir -p "lib/modules/$KVER/extra"
 install -m 0644 "$SIW_KO" "lib/modules/$KVER/extra/siw.ko"
 printf '/%s\n' "lib/modules/$KVER/extra/siw.ko" >>lib/modules/rdma-load-order
+for f in "${rxe_order[@]}"; do put_module "$f" lib/modules/rxe-load-order; done
 
 # rdma-core's and iproute2's tools, dynamic: each file at its path in the runtime (symlinks
 # followed), the libraries where the loader looks by default.
-for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER" "$SIW_DRIVER_CONF" "$LOADER"; do
+for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER" "$SIW_DRIVER_CONF" "$RXE_PROVIDER" "$RXE_DRIVER_CONF" "$LOADER"; do
     mkdir -p "$(dirname "$f")"
     cp -L "$RUNTIME_DIR/$f" "$f"
 done
@@ -290,6 +309,7 @@ install -m 0755 "$LAB_WAIT" usr/bin/lab-wait
 install -m 0644 "$NAP" lib/qpip/nap.sh
 install -m 0755 "$LAB_SIW" usr/bin/lab-siw
 install -m 0755 "$LAB_QPIP_IB" usr/bin/lab-qpip-ib
+install -m 0755 "$LAB_RXE" usr/bin/lab-rxe
 install -m 0755 "$LAB_STORAGE" usr/bin/lab-storage
 install -m 0755 "$LAB_EXTRAS" usr/bin/lab-extras
 install -m 0755 "$LAB_QPIP_NET" usr/bin/lab-qpip-net

@@ -5,11 +5,13 @@
 #   linux-source-6.12   siw's sources (images/siw.sh), preferably of the exact version of
 #                       the guest kernel
 #   libibverbs1 librdmacm1t64 ibverbs-providers ibverbs-utils rdmacm-utils
-#                       verbs and RDMA CM libraries, siw's verbs provider, ibv_devices,
+#                       verbs and RDMA CM libraries, siw's and rxe's verbs providers, ibv_devices,
 #                       ibv_devinfo, rping (in the initramfs: images/guest.sh)
 #   iproute2            rdma (rdma link add siw0 type siw netdev eth0)
 #   perftest            ib_write_lat, ib_write_bw, ib_read_lat, ib_read_bw: the bench's RDMA
-#                       figures on siw
+#                       figures on siw and on soft-RoCE (rxe)
+#   qperf               qperf's RC latency and bandwidth tests over rdma_cm (-cm1), a second
+#                       RDMA benchmark beside perftest
 #   nbd-client nbd-server e2fsprogs
 #                       the stock network block device client and server and mke2fs, the
 #                       storage tests' peers and file system (the extras share:
@@ -24,7 +26,7 @@ set -euo pipefail
 
 SRC_PKG=linux-source-6.12
 PACKAGES=("$SRC_PKG" libibverbs1 librdmacm1t64 ibverbs-providers ibverbs-utils rdmacm-utils
-          iproute2 perftest nbd-client nbd-server e2fsprogs iperf3 ethtool)
+          iproute2 perftest qperf nbd-client nbd-server e2fsprogs iperf3 ethtool)
 
 [ -d "$RUNTIME_DIR/usr/src" ] || die "no runtime in $RUNTIME_DIR; run ./qpip setup (images/runtime.sh) first"
 guest_kernel_headers
