@@ -35,7 +35,8 @@ pub enum Test {
     Bulk,
     /// RDMA Write ping-pong on iWARP QPs: qpip's device ("QP" side, `qpip-perf --rdma
     /// write`) against the guest kernel's soft-iWARP over virtio-net ("sockets" side,
-    /// perftest's `ib_write_lat`). The QP side runs twice: spinning on the landing byte as
+    /// perftest's `ib_write_lat`), and against its soft-RoCE ([`Net::Rxe`], the same
+    /// perftest). The QP side runs twice: spinning on the landing byte as
     /// `ib_write_lat` does, then asleep on a tripwire on it (`--tripwire`, reported as
     /// [`RDMA_LAT_TRIPWIRE`]).
     RdmaLat,
@@ -86,6 +87,10 @@ pub enum Net {
     Netdev,
     /// QPs between the guests' qpip devices over IPv4.
     Qp4,
+    /// The RDMA measurements' second software anchor: perftest on the guest kernel's
+    /// soft-RoCE (rxe, RoCEv2) over the virtio-net NICs, beside soft-iWARP's
+    /// ([`Net::Sockets`] for an RDMA test).
+    Rxe,
 }
 
 impl Net {
@@ -96,6 +101,7 @@ impl Net {
             Net::Sockets => "sk",
             Net::Netdev => "nd",
             Net::Qp4 => "qp4",
+            Net::Rxe => "rx",
         }
     }
 
@@ -175,8 +181,8 @@ pub struct Plan {
     /// Each ping-pong and TCP bandwidth test (one message size at a time) is a CPU window:
     /// both guests' `/proc/stat` and the host's CPU of QEMU and qpipd at its edges.
     pub cpu_marks: bool,
-    /// RDMA Write latency and bandwidth, qpip's iWARP QPs against siw's (both guests
-    /// bring up soft-iWARP; no RDMA steps in a run over QPs only).
+    /// RDMA Write latency and bandwidth, qpip's iWARP QPs against siw's and rxe's (both
+    /// guests bring up soft-iWARP and soft-RoCE; no RDMA steps in a run over QPs only).
     pub rdma: bool,
     /// Bytes of each RDMA Write of the ping-pong.
     pub rdma_lat_size: usize,
@@ -239,7 +245,7 @@ impl Plan {
     /// fraction of a second, too few for a steady state or for `/proc/stat`'s 10 ms ticks).
     /// RDMA Writes: a ping-pong of [`RDMA_LAT_SIZE`] bytes as many round trips, and
     /// 16 MiB of [`RDMA_BW_SIZE`] Writes (256: siw over virtio-net moves about 5 MB/s
-    /// under TCG, so that takes some seconds), qpip against siw.
+    /// under TCG, so that takes some seconds), qpip against siw and rxe.
     pub fn bench() -> Plan {
         Plan {
             latency_iters: 2000,
@@ -306,7 +312,7 @@ impl Plan {
     /// The nets `test` runs over in a round, in the order of an odd round (an even round
     /// reverses it): QPs on IPv4 next to QPs on IPv6, which are next to sockets over
     /// virtio-net, next to sockets over the qpip netdev, so each pair compared saw the same
-    /// host load.
+    /// host load. An RDMA test: qpip, then siw (the sockets side), then rxe.
     fn nets(&self, test: Test) -> Vec<Net> {
         let pingpong_or_bw = matches!(test, Test::UdpPing | Test::TcpPing | Test::TcpBw);
         let mut v = Vec::new();
@@ -320,6 +326,9 @@ impl Plan {
         v.push(Net::Sockets);
         if self.netdev && (pingpong_or_bw || test == Test::Bulk) {
             v.push(Net::Netdev);
+        }
+        if test.is_rdma() {
+            v.push(Net::Rxe);
         }
         v
     }
@@ -381,6 +390,7 @@ impl Plan {
         let over = match net {
             Net::Qp if rdma => "on qpip's iWARP QPs (qpip-perf --rdma)",
             Net::Sockets if rdma => "on the guest kernel's soft-iWARP over virtio-net (perftest)",
+            Net::Rxe => "on the guest kernel's soft-RoCE over virtio-net (perftest)",
             Net::Qp => "over QPs",
             Net::Sockets => "over kernel sockets",
             Net::Netdev => "over kernel sockets on the qpip netdev",
@@ -541,8 +551,8 @@ impl Plan {
                     s.extend(host_steps());
                 }
                 // Sockets over virtio-net, then (when the plan has them) over the qpip
-                // netdev, then QPs on IPv4.
-                for net in [Net::Sockets, Net::Netdev, Net::Qp4] {
+                // netdev, then QPs on IPv4, then rxe's RDMA.
+                for net in [Net::Sockets, Net::Netdev, Net::Qp4, Net::Rxe] {
                     s.extend(
                         tests
                             .iter()

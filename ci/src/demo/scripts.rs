@@ -40,8 +40,8 @@ pub const PERF_QP_PORT: u16 = 5201;
 pub const PERF_SOCKETS_PORT: u16 = 5202;
 /// Guest b's `qpip-perf -s --rdma write` (iWARP QPs on its qpip device).
 pub const PERF_RDMA_PORT: u16 = 5203;
-/// The first of guest b's perftest servers on siw (rdma_cm port; perftest's default), one
-/// port per RDMA measurement on siw in the run, each server serving one test.
+/// The first of guest b's perftest servers on siw and rxe (perftest's default port), one
+/// port per RDMA measurement on siw or rxe in the run, each server serving one test.
 pub const PERFTEST_PORT: u16 = 18515;
 /// Round 1's bulk ports; round r's are 2·(r-1) above (below the lab host's ports for
 /// every round up to [`super::results::MAX_ROUNDS`]).
@@ -122,7 +122,8 @@ pub fn bulk_port(net: Net, round: u32) -> u16 {
     let r = (round.max(1) - 1) as u16;
     match net {
         Net::Qp | Net::Qp4 => BULK_QP_PORT + 2 * r,
-        Net::Sockets => BULK_SOCKETS_PORT + 2 * r,
+        // (rxe measures RDMA only, never a bulk transfer.)
+        Net::Sockets | Net::Rxe => BULK_SOCKETS_PORT + 2 * r,
         Net::Netdev => BULK_NETDEV_PORT + r,
     }
 }
@@ -199,33 +200,79 @@ fn netdev_args(n: usize) -> String {
     )
 }
 
-/// The RDMA measurements on siw, in the order guest a runs them: (step id, test, the port
-/// of guest b's perftest server for it).
-fn siw_steps(plan: &Plan) -> Vec<(String, Test, u16)> {
+/// The RDMA measurements on siw and rxe (perftest's), in the order guest a runs them:
+/// (step id, test, net, the port of guest b's perftest server for it).
+fn perftest_steps(plan: &Plan) -> Vec<(String, Test, Net, u16)> {
     plan.steps()
         .into_iter()
         .filter_map(|s| match s.action {
-            Action::Measure {
-                test,
-                net: Net::Sockets,
-                ..
-            } if test.is_rdma() => Some((s.id, test)),
+            Action::Measure { test, net, .. }
+                if test.is_rdma() && matches!(net, Net::Sockets | Net::Rxe) =>
+            {
+                Some((s.id, test, net))
+            }
             _ => None,
         })
         .zip(PERFTEST_PORT..)
-        .map(|((id, test), port)| (id, test, port))
+        .map(|((id, test, net), port)| (id, test, net, port))
         .collect()
 }
 
-/// perftest's arguments for an RDMA measurement on siw, the same on both ends (perftest's
-/// server takes its size and count from its own command line). `-R`: the QP is connected
-/// by rdma_cm, as iWARP needs; `--ipv6-addr`: its addresses are IPv6 (perftest resolves
-/// IPv4 only without it, "Address family for hostname not supported"); `-F`: no failure
-/// when the CPU frequency is not fixed (never under TCG).
-fn perftest(plan: &Plan, test: Test, port: u16) -> String {
+/// The name of the software RDMA device perftest runs on over `net` (for messages).
+fn anchor(net: Net) -> &'static str {
+    if net == Net::Rxe {
+        "rxe"
+    } else {
+        "siw"
+    }
+}
+
+/// The GID of IPv6 address `addr` as sysfs prints a port's GIDs (eight groups of four
+/// hex digits): how a guest finds the index of rxe0's GID for its lab address.
+pub fn gid_of(addr: &str) -> String {
+    let ip: std::net::Ipv6Addr = addr.parse().expect("an IPv6 address");
+    ip.segments()
+        .iter()
+        .map(|g| format!("{g:04x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Guest `n`'s soft-RoCE: `lab-rxe` (after `lab-siw`, so that rdma_cm, which takes the
+/// first device over an address's interface, keeps siw0 for the siw measurements), then
+/// `RXE_GID`, the index of rxe0's GID for the guest's lab IPv6 address (RoCEv2), which
+/// perftest's `-x` takes on both ends. `die` is the guest's failure command.
+fn rxe_up(n: usize, die: &str) -> String {
+    format!(
+        r#"lab-rxe > /tmp/rxe 2>&1 || {die} "lab-rxe: $(oneline /tmp/rxe)"
+RXE_GID=
+for g in /sys/class/infiniband/rxe0/ports/1/gids/*; do
+    [ "$(cat "$g")" = {gid} ] && RXE_GID=${{g##*/}} && break
+done
+[ -n "$RXE_GID" ] || {die} "rxe0 has no GID for {addr}: $(cat /sys/class/infiniband/rxe0/ports/1/gids/* | sort -u | tr '\n' ' ')"
+"#,
+        gid = gid_of(&netns::virtio_addr(n)),
+        addr = netns::virtio_addr(n)
+    )
+}
+
+/// perftest's arguments for an RDMA measurement on siw or rxe (`net`), the same on both
+/// ends (perftest's server takes its size and count from its own command line). siw: `-R`,
+/// the QP is connected by rdma_cm, as iWARP needs. rxe: `-d rxe0 -x $RXE_GID`, the device
+/// and its RoCEv2 GID named, QP numbers exchanged over perftest's own TCP connection (not
+/// rdma_cm, which would take siw0, the first device over the same interface).
+/// `--ipv6-addr`: its addresses are IPv6 (perftest resolves IPv4 only without it, "Address
+/// family for hostname not supported"); `-F`: no failure when the CPU frequency is not
+/// fixed (never under TCG).
+fn perftest(plan: &Plan, test: Test, net: Net, port: u16) -> String {
+    let connect = if net == Net::Rxe {
+        "-d rxe0 -x $RXE_GID"
+    } else {
+        "-R"
+    };
     match test {
         Test::RdmaLat | Test::RdmaReadLat => format!(
-            "ib_{}_lat -R -F --ipv6-addr -p {port} -s {} -n {}",
+            "ib_{}_lat {connect} -F --ipv6-addr -p {port} -s {} -n {}",
             if test == Test::RdmaLat {
                 "write"
             } else {
@@ -235,13 +282,13 @@ fn perftest(plan: &Plan, test: Test, port: u16) -> String {
             plan.latency_iters
         ),
         Test::RdmaReadBw => format!(
-            "ib_read_bw -R -F --ipv6-addr -p {port} -s {} -n {} -t {} -o {RDMA_READS}",
+            "ib_read_bw {connect} -F --ipv6-addr -p {port} -s {} -n {} -t {} -o {RDMA_READS}",
             plan.rdma_bw_size,
             plan.rdma_bw_count(),
             RDMA_DEPTH
         ),
         _ => format!(
-            "ib_write_bw -R -F --ipv6-addr -p {port} -s {} -n {} -t {}",
+            "ib_write_bw {connect} -F --ipv6-addr -p {port} -s {} -n {} -t {}",
             plan.rdma_bw_size,
             plan.rdma_bw_count(),
             RDMA_DEPTH
@@ -249,8 +296,8 @@ fn perftest(plan: &Plan, test: Test, port: u16) -> String {
     }
 }
 
-/// How long one perftest run on siw may take, s (the longest takes a few seconds under
-/// TCG): siw has been seen to stall an `ib_read_bw` for good, and the bench must not wait
+/// How long one perftest run on siw or rxe may take, s (the longest takes a few seconds
+/// under TCG): siw has been seen to stall an `ib_read_bw` for good, and the bench must not wait
 /// for it past its round's limit. Guest a then tells guest b, which restarts its server.
 pub const PERFTEST_LIMIT_S: u32 = 120;
 
@@ -299,44 +346,46 @@ pub fn guest_b(plan: &Plan) -> String {
             bulk_port(Net::Sockets, r),
         );
     }
-    // RDMA: soft-iWARP, the qpip-perf server on iWARP QPs, and one perftest server after
-    // another, each started when the one before has served its test.
-    let siw = siw_steps(plan);
+    // RDMA: soft-iWARP and soft-RoCE, the qpip-perf server on iWARP QPs, and one perftest
+    // server after another, each started when the one before has served its test.
+    let steps = perftest_steps(plan);
     let (rdma_start, rdma_ready) = if plan.rdma {
-        let serves: String = siw
+        let serves: String = steps
             .iter()
-            .map(|(id, test, port)| {
+            .map(|(id, test, net, port)| {
                 format!(
-                    "    siw_serve {id} {port} {}\n",
-                    perftest(plan, *test, *port)
+                    "    perftest_serve {id} {port} {}\n",
+                    perftest(plan, *test, *net, *port)
                 )
             })
             .collect();
         (
             format!(
                 r#"lab-siw > /tmp/siw 2>&1 || bfail ready "lab-siw: $(oneline /tmp/siw)"
-qpip-perf -s --rdma write --port {PERF_RDMA_PORT} > /tmp/perf-rdma 2>&1 &
-# siw_serve STEP PORT CMD...: a perftest server for guest a's step STEP, listening on PORT
-# (rdma_cm over siw listens with a kernel TCP socket); says so in /lab/siw-ready.STEP.
+{rxe_up}qpip-perf -s --rdma write --port {PERF_RDMA_PORT} > /tmp/perf-rdma 2>&1 &
+# perftest_serve STEP PORT CMD...: a perftest server for guest a's step STEP, listening on
+# PORT (rdma_cm over siw listens with a kernel TCP socket, as perftest's own connection on
+# rxe does); says so in /lab/pt-ready.STEP.
 # siw now and then refuses a connection its listener should take, or stalls a test, and
 # guest a's client then tries again: a server that failed, or that guest a found stalled
-# (/lab/siw-stalled.STEP), is started again (3 times; one that ended well served its
+# (/lab/pt-stalled.STEP), is started again (3 times; one that ended well served its
 # test, whether or not it prints a result: ib_read_lat's side does not).
-siw_serve() {{
+perftest_serve() {{
     s=$1; port=$2; shift 2
     for try in 1 2 3; do
-        "$@" >> /tmp/siw-$s 2>&1 &
+        "$@" >> /tmp/pt-$s 2>&1 &
         p=$!
-        until_true 60 listening $port || bfail $s "$1 -p $port is not listening: $(oneline /tmp/siw-$s)"
-        touch /lab/siw-ready.$s
+        until_true 60 listening $port || bfail $s "$1 -p $port is not listening: $(oneline /tmp/pt-$s)"
+        touch /lab/pt-ready.$s
         (
-            until [ -e /lab/siw-stalled.$s ] || ! kill -0 $p 2>/dev/null; do sleep 1; done
-            [ -e /lab/siw-stalled.$s ] && rm -f /lab/siw-stalled.$s && kill $p 2>/dev/null
+            until [ -e /lab/pt-stalled.$s ] || ! kill -0 $p 2>/dev/null; do sleep 1; done
+            [ -e /lab/pt-stalled.$s ] && rm -f /lab/pt-stalled.$s && kill $p 2>/dev/null
         ) &
         wait $p && return 0
     done
 }}
-"#
+"#,
+                rxe_up = rxe_up(2, "bfail ready")
             ),
             format!(
                 r#"until_true 60 has /tmp/perf-rdma serving || bfail ready "qpip-perf -s --rdma is not serving: $(oneline /tmp/perf-rdma)"
@@ -561,9 +610,12 @@ bulk() {{
             Action::Ready => format!(
                 "{}await b-ready 180\nhead -c {bulk} /dev/urandom > /tmp/bulk\nBULK_SHA=$(sha /tmp/bulk)\n",
                 if plan.rdma {
-                    "lab-siw > /tmp/siw 2>&1 || fail \"lab-siw: $(oneline /tmp/siw)\"\n"
+                    format!(
+                        "lab-siw > /tmp/siw 2>&1 || fail \"lab-siw: $(oneline /tmp/siw)\"\n{}",
+                        rxe_up(1, "fail")
+                    )
                 } else {
-                    ""
+                    String::new()
                 }
             ),
             Action::Measure {
@@ -593,6 +645,8 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
         Net::Qp => (netns::device_addr(2), PERF_QP_PORT, ""),
         Net::Qp4 => (netns::device_addr4(2), PERF_QP_PORT, ""),
         Net::Sockets => (netns::virtio_addr(2), PERF_SOCKETS_PORT, " --sockets"),
+        // perftest's only (RDMA); its server's port is its step's.
+        Net::Rxe => (netns::virtio_addr(2), PERFTEST_PORT, ""),
         // Guest b's device address, routed through the qpip netdevs by the NetdevUp step.
         Net::Netdev => (netns::device_addr(2), PERF_SOCKETS_PORT, " --sockets"),
     };
@@ -683,32 +737,33 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
             }
         }
         Test::RdmaLat | Test::RdmaBw | Test::RdmaReadLat | Test::RdmaReadBw => {
-            let port = siw_steps(plan)
+            let port = perftest_steps(plan)
                 .into_iter()
                 .find(|s| s.0 == id)
-                .map_or(PERFTEST_PORT, |s| s.2);
-            let cmd = perftest(plan, test, port);
+                .map_or(PERFTEST_PORT, |s| s.3);
+            let cmd = perftest(plan, test, net, port);
             let tool = cmd.split(' ').next().unwrap_or_default();
+            let dev = anchor(net);
             format!(
-                r#"await siw-ready.{id} 180
+                r#"await pt-ready.{id} 180
 # siw may refuse the connection or stall (guest b then starts its server again): up to 3
-# tries, each of at most {PERFTEST_LIMIT_S} s; after a stall, until b's server is back. siw
-# failing 3 times leaves this round without its figure (the table shows the rounds it has)
-# rather than end the whole bench; b's server is told to stop.
+# tries, each of at most {PERFTEST_LIMIT_S} s; after a stall, until b's server is back. A
+# device failing 3 times leaves this round without its figure (the table shows the rounds
+# it has) rather than end the whole bench; b's server is told to stop.
 try=1
 pt_ok=1
 while :; do
     pt0=$(cut -d. -f1 /proc/uptime)
     timeout {PERFTEST_LIMIT_S} {cmd} {addr} > /tmp/pt.out 2>&1 && break
     if [ $try -ge 3 ]; then
-        pt_ok=0; touch /lab/siw-stalled.{id}
-        echo "@note=siw's {tool} failed $try times: no figure from it in this round ($(tail -n 2 /tmp/pt.out | tr '\n' ' '))"
+        pt_ok=0; touch /lab/pt-stalled.{id}
+        echo "@note={dev}'s {tool} failed $try times: no figure from it in this round ($(tail -n 2 /tmp/pt.out | tr '\n' ' '))"
         break
     fi
     pause=3
     if [ $(cut -d. -f1 /proc/uptime) -ge $((pt0 + {PERFTEST_LIMIT_S})) ]; then
         # Stalled: guest b stops its server and starts it again.
-        touch /lab/siw-stalled.{id}; pause=20
+        touch /lab/pt-stalled.{id}; pause=20
     fi
     echo "{tool} failed (try $try), again in $pause s: $(tail -n 2 /tmp/pt.out | tr '\n' ' ')" >&2
     try=$((try + 1)); sleep $pause

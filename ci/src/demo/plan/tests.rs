@@ -192,10 +192,10 @@ fn the_bench_ends_each_round_with_qpip_overhead_and_marks_cpu_windows() {
         .filter(|(_, s)| matches!(s.action, Action::Overhead { .. }))
         .map(|(i, s)| (i, s.id.as_str()))
         .collect();
-    // Ready and the netdevs, then (25 + 1) per round: the last step of each round.
+    // Ready and the netdevs, then (29 + 1) per round: the last step of each round.
     assert_eq!(
         overhead,
-        [(27, "overhead.1"), (53, "overhead.2"), (79, "overhead.3")]
+        [(31, "overhead.1"), (61, "overhead.2"), (91, "overhead.3")]
     );
     let a = scripts::guest_a(&plan);
     assert!(a.contains("\nstep overhead.2\nqpip-overhead --messages 1000 --json"));
@@ -283,9 +283,17 @@ fn the_bench_measures_sockets_over_the_qpip_netdev_and_qps_over_ipv4_beside_thei
     // Bulk over the netdev too (no QPs over IPv4); UDP bandwidth and RDMA as before.
     assert_eq!(ids(Test::Bulk, 3), ["bulk-qp.3", "bulk-sk.3", "bulk-nd.3"]);
     assert_eq!(ids(Test::UdpBw, 1), ["udpbw-qp.1", "udpbw-sk.1"]);
-    assert_eq!(ids(Test::RdmaBw, 2), ["rdmabw-sk.2", "rdmabw-qp.2"]);
-    // 3 rounds of 4 nets × 3 tests, bulk on 3, UDP bandwidth and 4 RDMA tests on 2.
-    assert_eq!(m.len(), 3 * (4 * 3 + 3 + 2 + 4 * 2));
+    // RDMA: qpip next to siw, rxe after them (before them in even rounds).
+    assert_eq!(
+        ids(Test::RdmaBw, 1),
+        ["rdmabw-qp.1", "rdmabw-sk.1", "rdmabw-rx.1"]
+    );
+    assert_eq!(
+        ids(Test::RdmaBw, 2),
+        ["rdmabw-rx.2", "rdmabw-sk.2", "rdmabw-qp.2"]
+    );
+    // 3 rounds of 4 nets × 3 tests, bulk on 3, UDP bandwidth on 2 and 4 RDMA tests on 3.
+    assert_eq!(m.len(), 3 * (4 * 3 + 3 + 2 + 4 * 3));
     // The netdevs come up once, before any measurement.
     let steps = plan.steps();
     assert_eq!(steps[1].id, "netdev");
@@ -400,13 +408,24 @@ fn the_guest_scripts_are_valid_shell() {
 }
 
 #[test]
-fn the_bench_measures_rdma_writes_and_reads_on_qpip_and_on_siw_with_the_same_counts() {
+fn the_bench_measures_rdma_writes_and_reads_on_qpip_on_siw_and_on_rxe_with_the_same_counts() {
     let plan = Plan::bench();
     let a = scripts::guest_a(&plan);
     let b = scripts::guest_b(&plan);
-    // Both guests bring up soft-iWARP; guest b serves RDMA on its qpip device too.
-    assert!(a.contains("lab-siw > /tmp/siw"), "{a}");
-    assert!(b.contains("lab-siw > /tmp/siw"), "{b}");
+    // Both guests bring up soft-iWARP, then soft-RoCE and the index of rxe0's GID for their
+    // own lab address; guest b serves RDMA on its qpip device too.
+    for (s, gid) in [
+        (&a, "fd51:5050:0000:0000:0000:0000:0002:0001"),
+        (&b, "fd51:5050:0000:0000:0000:0000:0002:0002"),
+    ] {
+        let siw = s.find("lab-siw > /tmp/siw").expect("lab-siw");
+        let rxe = s.find("lab-rxe > /tmp/rxe").expect("lab-rxe");
+        assert!(siw < rxe, "{s}");
+        assert!(
+            s.contains(&format!("[ \"$(cat \"$g\")\" = {gid} ] && RXE_GID=")),
+            "{s}"
+        );
+    }
     assert!(b.contains("qpip-perf -s --rdma write --port 5203"), "{b}");
     // qpip: the ping-pong and the bandwidth over the device's address.
     assert!(a.contains(
@@ -419,32 +438,43 @@ fn the_bench_measures_rdma_writes_and_reads_on_qpip_and_on_siw_with_the_same_cou
     assert!(a.contains(
         "perf rdmabw-qp.2 - fd51:5050::1:2 --port 5203 --rdma write --depth 64 --test bandwidth --sizes 65536 --bytes 16777216\n"
     ), "{a}");
-    // siw: one perftest server per measurement in guest b, its own port, the same
-    // arguments as guest a's client, which goes to the NIC's address.
-    let siw: Vec<&str> = b.lines().filter(|l| l.contains("siw_serve rdma")).collect();
-    // Per round: Write latency and bandwidth, Read latency and bandwidth.
-    assert_eq!(siw.len(), 12, "{b}");
+    // siw and rxe: one perftest server per measurement in guest b, its own port, the
+    // same arguments as guest a's client, which goes to the NIC's address; siw's QPs
+    // connected by rdma_cm (-R), rxe's by perftest itself on the named device and GID.
+    let serves: Vec<&str> = b
+        .lines()
+        .filter(|l| l.contains("perftest_serve rdma"))
+        .collect();
+    // Per round and device: Write latency and bandwidth, Read latency and bandwidth.
+    assert_eq!(serves.len(), 24, "{b}");
     assert_eq!(
-        siw[0].trim(),
-        "siw_serve rdmalat-sk.1 18515 ib_write_lat -R -F --ipv6-addr -p 18515 -s 64 -n 2000"
+        serves[0].trim(),
+        "perftest_serve rdmalat-sk.1 18515 ib_write_lat -R -F --ipv6-addr -p 18515 -s 64 -n 2000"
     );
     assert_eq!(
-        siw[5].trim(),
-        "siw_serve rdmabw-sk.2 18520 ib_write_bw -R -F --ipv6-addr -p 18520 -s 65536 -n 256 -t 64"
+        serves[1].trim(),
+        "perftest_serve rdmalat-rx.1 18516 ib_write_lat -d rxe0 -x $RXE_GID -F --ipv6-addr -p 18516 -s 64 -n 2000"
     );
-    assert!(a.contains("await siw-ready.rdmabw-sk.2 180\n"), "{a}");
-    assert!(a.contains("    timeout 120 ib_write_bw -R -F --ipv6-addr -p 18520 -s 65536 -n 256 -t 64 fd51:5050::2:2 > /tmp/pt.out"), "{a}");
+    // Round 2 has rxe first.
+    assert_eq!(
+        serves[11].trim(),
+        "perftest_serve rdmabw-sk.2 18526 ib_write_bw -R -F --ipv6-addr -p 18526 -s 65536 -n 256 -t 64"
+    );
+    assert!(a.contains("await pt-ready.rdmabw-sk.2 180\n"), "{a}");
+    assert!(a.contains("    timeout 120 ib_write_bw -R -F --ipv6-addr -p 18526 -s 65536 -n 256 -t 64 fd51:5050::2:2 > /tmp/pt.out"), "{a}");
+    assert!(a.contains("    timeout 120 ib_write_bw -d rxe0 -x $RXE_GID -F --ipv6-addr -p 18525 -s 65536 -n 256 -t 64 fd51:5050::2:2 > /tmp/pt.out"), "{a}");
     // A stalled run ends on both sides: guest a says so, guest b stops its server.
-    assert!(a.contains("touch /lab/siw-stalled.rdmabw-sk.2;"), "{a}");
-    assert!(b.contains("until [ -e /lab/siw-stalled.$s ]"), "{b}");
+    assert!(a.contains("touch /lab/pt-stalled.rdmabw-sk.2;"), "{a}");
+    assert!(a.contains("@note=rxe's ib_write_bw failed"), "{a}");
+    assert!(b.contains("until [ -e /lab/pt-stalled.$s ]"), "{b}");
     // Reads: one at a time and back to back, 16 outstanding on both.
     assert_eq!(
-        siw[2].trim(),
-        "siw_serve rdmareadlat-sk.1 18517 ib_read_lat -R -F --ipv6-addr -p 18517 -s 64 -n 2000"
+        serves[4].trim(),
+        "perftest_serve rdmareadlat-sk.1 18519 ib_read_lat -R -F --ipv6-addr -p 18519 -s 64 -n 2000"
     );
     assert_eq!(
-        siw[11].trim(),
-        "siw_serve rdmareadbw-sk.3 18526 ib_read_bw -R -F --ipv6-addr -p 18526 -s 65536 -n 256 -t 64 -o 16"
+        serves[23].trim(),
+        "perftest_serve rdmareadbw-rx.3 18538 ib_read_bw -d rxe0 -x $RXE_GID -F --ipv6-addr -p 18538 -s 65536 -n 256 -t 64 -o 16"
     );
     assert!(a.contains(
         "perf rdmareadlat-qp.2 - fd51:5050::1:2 --port 5203 --rdma read --depth 64 --test latency --sizes 64 --iters 2000\n"
@@ -456,7 +486,8 @@ fn the_bench_measures_rdma_writes_and_reads_on_qpip_and_on_siw_with_the_same_cou
     // Neither the demo nor the pass in the other layout has any of it.
     for p in [Plan::demo(), plan.layout_pass(crate::QpipdLayout::PerGuest)] {
         assert!(!p.steps().iter().any(|s| s.id.starts_with("rdma")));
-        assert!(!scripts::guest_a(&p).contains("lab-siw"));
-        assert!(!scripts::guest_b(&p).contains("lab-siw"));
+        for s in [scripts::guest_a(&p), scripts::guest_b(&p)] {
+            assert!(!s.contains("lab-siw") && !s.contains("lab-rxe"));
+        }
     }
 }

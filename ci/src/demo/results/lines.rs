@@ -65,6 +65,10 @@ impl HostCpu {
 pub const RDMA_LAT_LINE: &str = "RDMA Write latency, round trip p50 (qpip vs siw)";
 /// The line of RDMA Read round trips, qpip against siw.
 pub const RDMA_READ_LAT_LINE: &str = "RDMA Read latency, round trip p50 (qpip vs siw)";
+/// The same two against soft-RoCE, the RDMA lines' second anchor (perftest on rxe in the
+/// sockets column).
+pub const RDMA_LAT_RXE_LINE: &str = "RDMA Write latency, round trip p50 (qpip vs rxe)";
+pub const RDMA_READ_LAT_RXE_LINE: &str = "RDMA Read latency, round trip p50 (qpip vs rxe)";
 /// The line of qpip's RDMA Write ping-pong asleep on tripwires against siw's spinning.
 pub const RDMA_LAT_TRIPWIRE_LINE: &str =
     "RDMA Write latency, round trip p50 (qpip on tripwires vs siw spinning)";
@@ -270,12 +274,20 @@ pub(super) fn rounds_of(lines: &[Line]) -> usize {
     lines.iter().map(Line::rounds).max().unwrap_or(0)
 }
 
+/// `lines`' adder of one line: (what, unit, measurement, its figure in a round, better)
+/// to the line's index.
+type AddLine<'a> = dyn FnMut(String, &'static str, &str, &dyn Fn(&Round, &str) -> Option<f64>, Better) -> usize
+    + 'a;
+
 /// The comparison. `detail`: percentiles beyond the median and every size (the bench);
 /// else the demo's short table.
 pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
     let mut out = Vec::new();
     // (line, measurement, test, size, UDP?) of the lines the bench shows counters for.
     let mut counted: Vec<(usize, String, &str, Option<u64>, bool)> = Vec::new();
+    // What the sockets column holds: kernel sockets over virtio-net (`sk`; siw on an RDMA
+    // line), or soft-RoCE (`rx`) on an RDMA line against rxe.
+    let sockets_net = std::cell::Cell::new("sk");
     let mut both =
         |what: String, unit, name: &str, f: &dyn Fn(&Round, &str) -> Option<f64>, better| {
             let side = |net: &str| -> Vec<Option<f64>> {
@@ -286,7 +298,7 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
                 what,
                 unit,
                 qp: side("qp"),
-                sockets: side("sk"),
+                sockets: side(sockets_net.get()),
                 netdev: side("nd"),
                 qp4: side("qp4"),
                 better,
@@ -358,13 +370,33 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
         );
     }
     // RDMA Writes: qpip's iWARP QPs in the QP column, the guest kernel's soft-iWARP (siw,
-    // through perftest) in the sockets column.
+    // through perftest) in the sockets column; then, where the run measured it, the same
+    // line against soft-RoCE (rxe, the same perftest) in the sockets column.
     let measured_rdma = |name: &str| {
         m.rounds.iter().any(|r| {
             ["qp", "sk"]
                 .iter()
                 .any(|n| r.perf.contains_key(&format!("{name}-{n}")))
         })
+    };
+    let measured_rxe = |name: &str| {
+        m.rounds
+            .iter()
+            .any(|r| r.perf.contains_key(&format!("{name}-rx")))
+    };
+    // against_rxe(both, LINE, NAME, F, BETTER): the line LINE of measurement NAME with
+    // rxe's figures in the sockets column, if the run has any.
+    let against_rxe = |both: &mut AddLine,
+                       what: String,
+                       unit: &'static str,
+                       name: &str,
+                       f: &dyn Fn(&Round, &str) -> Option<f64>,
+                       better: Better| {
+        if measured_rxe(name) {
+            sockets_net.set("rx");
+            both(what, unit, name, f, better);
+            sockets_net.set("sk");
+        }
     };
     // The QP side's counters are the client's (guest a) only: qpip-perf's RDMA server
     // sends no report.
@@ -383,6 +415,14 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             None,
             false,
         ));
+        against_rxe(
+            &mut both,
+            RDMA_LAT_RXE_LINE.to_string(),
+            "µs",
+            "rdmalat",
+            &|r, n| r.num(n, None, &["rtt_us", "p50"]),
+            Better::Lower,
+        );
     }
     if m.rounds
         .iter()
@@ -422,7 +462,15 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
                 &|r, n| r.num(n, Some(s), &["mb_per_s"]),
                 Better::Higher,
             );
-            counted.push((at, what, "rdmabw", Some(s), false));
+            counted.push((at, what.clone(), "rdmabw", Some(s), false));
+            against_rxe(
+                &mut both,
+                format!("{what} (qpip vs rxe)"),
+                "MB/s",
+                "rdmabw",
+                &|r, n| r.num(n, Some(s), &["mb_per_s"]),
+                Better::Higher,
+            );
         }
     }
     if measured_rdma("rdmareadlat") {
@@ -440,6 +488,14 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             None,
             false,
         ));
+        against_rxe(
+            &mut both,
+            RDMA_READ_LAT_RXE_LINE.to_string(),
+            "µs",
+            "rdmareadlat",
+            &|r, n| r.num(n, None, &["rtt_us", "p50"]),
+            Better::Lower,
+        );
     }
     if measured_rdma("rdmareadbw") {
         for s in m.sizes("rdmareadbw") {
@@ -451,7 +507,15 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
                 &|r, n| r.num(n, Some(s), &["mb_per_s"]),
                 Better::Higher,
             );
-            counted.push((at, what, "rdmareadbw", Some(s), false));
+            counted.push((at, what.clone(), "rdmareadbw", Some(s), false));
+            against_rxe(
+                &mut both,
+                format!("{what} (qpip vs rxe)"),
+                "MB/s",
+                "rdmareadbw",
+                &|r, n| r.num(n, Some(s), &["mb_per_s"]),
+                Better::Higher,
+            );
         }
     }
     for (t, name) in [("UDP", "udp"), ("TCP", "tcp")] {

@@ -145,9 +145,11 @@ pub(super) fn split_round(name: &str) -> Result<(&str, usize), String> {
 /// (`print_report_bw` divides by 0x100000), so the row has 10^6 bytes per second as
 /// qpip-perf does. `rdmareadlat-*` and `rdmareadbw-*` are `ib_read_lat`'s and
 /// `ib_read_bw`'s, the same columns; a Read's latency is its whole round trip (perftest
-/// halves only the ping-pongs), so it is taken as it is.
+/// halves only the ping-pongs), so it is taken as it is. The transport is the device
+/// perftest ran on: `rxe` for a measurement on soft-RoCE (`*-rx`), else `siw`.
 fn perftest_row(test: &str, text: &str) -> Result<Value, String> {
     let bad = |why: &str| format!("perftest's result for {test} {why}: {text:?}");
+    let transport = if test.ends_with("-rx") { "rxe" } else { "siw" };
     let f: Vec<f64> = text
         .split_whitespace()
         .map(|w| w.parse::<f64>().map_err(|_| bad("is not a row of numbers")))
@@ -167,7 +169,7 @@ fn perftest_row(test: &str, text: &str) -> Result<Value, String> {
             return Err(bad(&format!("has not the 9 figures of {tool}")));
         }
         Ok(serde_json::json!({
-            "tool": tool, "test": "latency", "transport": "siw",
+            "tool": tool, "test": "latency", "transport": transport,
             "size": size, "msgs": iters,
             "rtt_us": { "p50": factor * typical, "p99": factor * p99 },
         }))
@@ -177,7 +179,7 @@ fn perftest_row(test: &str, text: &str) -> Result<Value, String> {
             return Err(bad(&format!("has not the 5 figures of {tool}")));
         };
         Ok(serde_json::json!({
-            "tool": tool, "test": "bandwidth", "transport": "siw",
+            "tool": tool, "test": "bandwidth", "transport": transport,
             "size": size, "msgs": iters,
             "mb_per_s": average * 1_048_576.0 / 1e6,
         }))
@@ -577,7 +579,11 @@ mod tests {
 
     #[test]
     fn perftest_results_are_rows_beside_qpip_perfs_and_make_the_rdma_lines() {
-        use super::super::lines::{RDMA_LAT_LINE, RDMA_LAT_TRIPWIRE_LINE, RDMA_READ_LAT_LINE};
+        use super::super::lines::{
+            RDMA_LAT_LINE, RDMA_LAT_RXE_LINE, RDMA_LAT_TRIPWIRE_LINE, RDMA_READ_LAT_LINE,
+            RDMA_READ_LAT_RXE_LINE,
+        };
+        use super::super::spread::Better;
         let mut m = Measurements::with_rounds(3);
         // As ib_write_lat and ib_write_bw print them (tabs and all).
         let siw_lat = " 64      2000          220.67         13974.77      465.66   \t       1232.91     \t1783.99\t\t9610.70 \t\t13974.77";
@@ -657,6 +663,54 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("soft-iWARP"), "{md}");
+        // Without rxe's figures (older results), no line against rxe.
+        assert!(!l.iter().any(|l| l.what.contains("vs rxe")));
+        // Soft-RoCE, the second anchor: perftest's rows on rxe in rounds 1 and 3 (one round
+        // without its figure), each RDMA line again with rxe in the sockets column.
+        let rxe_lat = " 64      2000          100.00         500.00      150.00   \t       160.00     \t10.00\t\t400.00 \t\t500.00";
+        let rxe_bw = " 65536      256              20.00               19.07   \t\t     0.000305";
+        for r in [1, 3] {
+            for (t, text) in [
+                ("rdmalat", rxe_lat),
+                ("rdmabw", rxe_bw),
+                ("rdmareadlat", rxe_lat),
+                ("rdmareadbw", rxe_bw),
+            ] {
+                m.take_line(&format!("@perftest.{t}-rx.{r}={text}"))
+                    .unwrap();
+            }
+        }
+        let rx_row = m.rounds[0].row("rdmalat-rx", None).unwrap();
+        assert_eq!(rx_row["transport"], "rxe");
+        assert_eq!(rx_row["rtt_us"]["p50"].as_f64(), Some(300.0));
+        assert_eq!(
+            m.rounds[0].row("rdmalat-sk", None).unwrap()["transport"],
+            "siw"
+        );
+        let l = lines(&m, true);
+        let find = |what: &str| l.iter().position(|x| x.what == what).unwrap();
+        // Right under its line against siw, the same QP figures.
+        let (siw_at, rxe_at) = (find(RDMA_LAT_LINE), find(RDMA_LAT_RXE_LINE));
+        assert_eq!(rxe_at, siw_at + 1);
+        let rxe_line = &l[rxe_at];
+        assert_eq!(rxe_line.qp, l[siw_at].qp);
+        assert_eq!(rxe_line.sockets, [Some(300.0), None, Some(300.0)]);
+        // Its ratio from the rounds that have both: 300/400 and 300/1200.
+        let g = rxe_line.round_gains();
+        assert!(close(g[0].unwrap(), 0.75) && g[1].is_none() && close(g[2].unwrap(), 0.25));
+        let read_rxe = &l[find(RDMA_READ_LAT_RXE_LINE)];
+        assert_eq!(read_rxe.sockets[0], Some(150.0));
+        let bw_rxe = &l[find("RDMA Write bandwidth, 64 KiB messages (qpip vs rxe)")];
+        assert!(close(bw_rxe.sockets[2].unwrap(), 19.07 * 1.048576));
+        assert_eq!(bw_rxe.better, Better::Higher);
+        let rbw_rxe = &l[find("RDMA Read bandwidth, 64 KiB messages (qpip vs rxe)")];
+        assert!(close(rbw_rxe.gain().unwrap(), 800.0 / (19.07 * 1.048576)));
+        let md = markdown_table(&l);
+        assert!(
+            md.contains("RDMA Read latency, round trip p50 (qpip vs rxe)"),
+            "{md}"
+        );
+        assert!(md.contains("soft-RoCE"), "{md}");
         // Without RDMA measurements, no RDMA lines (older results render as they did).
         assert!(!lines(&sample(), true)
             .iter()

@@ -140,7 +140,11 @@ pub(super) fn notes(lines: &[Line]) -> Vec<String> {
              bytes). RDMA Read: one Read at a time from post to completion, qpip asleep \
              until the completion's interrupt (qpip-perf --rdma read), siw polling its CQ \
              (ib_read_lat, whole round trips); bandwidth: Reads back to back, 16 \
-             outstanding on both (the ORD; ib_read_bw -o 16)."
+             outstanding on both (the ORD; ib_read_bw -o 16). (qpip vs rxe): the same \
+             lines with the sockets column the guest kernel's soft-RoCE, rxe over the same \
+             virtio-net NICs (RoCEv2 over UDP), the same perftest tools with the device and \
+             its GID named (-d rxe0 -x) instead of -R, in the same run: a second software \
+             anchor, its ratio and min–max from the same rounds."
                 .to_string(),
         );
     }
