@@ -30,7 +30,7 @@
 #   /usr/bin/lab-siw           loads them and adds the siw link over the virtio-net NIC
 #   /usr/bin/lab-qpip-ib       loads them (not siw.ko) and qpip_ib.ko
 #   soft-RoCE, loaded only on demand by lab-rxe:
-#   /lib/modules/.../rdma_rxe.ko  the kernel's rxe and the UDP tunnel modules it needs,
+#   /lib/modules/.../rdma_rxe.ko  the kernel's rxe and the crc32 and UDP tunnel modules it needs,
 #   /lib/modules/rxe-load-order   decompressed, with their load order (after the RDMA core's)
 #   /usr/bin/lab-rxe           loads them (not siw.ko) and adds the rxe link over the NIC
 #   /usr/bin/rping, ibv_devices, ibv_devinfo, rdma, ib_write_lat, ib_write_bw, ib_read_lat, ib_read_bw,
@@ -89,9 +89,11 @@ MODULES=(virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_p
 #                     which librdmacm (rping) uses; ib_uverbs gives /dev/infiniband/uverbs0
 RDMA_MODULES=(crc32c_generic libcrc32c ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm)
 # Soft-RoCE (the kernel's own rdma_rxe), loaded by lab-rxe after RDMA_MODULES: rxe needs
-# the UDP tunnel sockets (udp_tunnel, ip6_udp_tunnel) for RoCEv2's UDP port 4791, and the
-# RDMA core above.
-RXE_MODULES=(udp_tunnel ip6_udp_tunnel rdma_rxe)
+# the UDP tunnel sockets (udp_tunnel, ip6_udp_tunnel) for RoCEv2's UDP port 4791, the RDMA
+# core above, and a "crc32" from the crypto API for its packets' ICRC, which it asks for
+# when a device is added (crc32_generic; not in modules.dep or modules.softdep: without
+# it `rdma link add` fails with "No such file or directory").
+RXE_MODULES=(crc32_generic udp_tunnel ip6_udp_tunnel rdma_rxe)
 # rdma-core, iproute2 and perftest programs for the guest, with siw's verbs provider, which
 # libibverbs opens by name (lib<driver>-rdmav34.so for each /etc/libibverbs.d/*.driver).
 # perftest's ib_write_lat, ib_write_bw, ib_read_lat and ib_read_bw give the bench its figures on
