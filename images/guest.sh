@@ -30,6 +30,7 @@
 #   /usr/bin/lab-siw           loads them and adds the siw link over the virtio-net NIC
 #   /usr/bin/lab-qpip-ib       loads them (not siw.ko) and qpip_ib.ko
 #   /usr/bin/rping, ibv_devices, ibv_devinfo, rdma, ib_write_lat, ib_write_bw, ib_read_lat, ib_read_bw,
+#     ib_send_bw, ib_send_lat,
 #     ibv_asyncwatch, ibv_rc_pingpong
 #                              rdma-core's, iproute2's and perftest's tools from
 #                              the runtime (trixie), dynamic, with siw's verbs provider
@@ -85,11 +86,13 @@ MODULES=(virtio virtio_ring virtio_pci_legacy_dev virtio_pci_modern_dev virtio_p
 RDMA_MODULES=(crc32c_generic libcrc32c ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm)
 # rdma-core, iproute2 and perftest programs for the guest, with siw's verbs provider, which
 # libibverbs opens by name (lib<driver>-rdmav34.so for each /etc/libibverbs.d/*.driver).
-# perftest's ib_write_lat, ib_write_bw, ib_read_lat and ib_read_bw give the bench its figures on siw.
+# perftest's ib_write_lat, ib_write_bw, ib_read_lat and ib_read_bw give the bench its figures on siw;
+# they and ib_send_bw, ib_send_lat run on qpip's provider against siw in ci/tests/rdma_cm.rs.
 # ibv_asyncwatch (a process holding a device open) and ibv_rc_pingpong are the qpip
 # provider's test's users (ci/tests/rdma_core.rs).
 RDMA_PROGRAMS=(usr/bin/rping usr/bin/ibv_devices usr/bin/ibv_devinfo usr/bin/rdma
                usr/bin/ib_write_lat usr/bin/ib_write_bw usr/bin/ib_read_lat usr/bin/ib_read_bw
+               usr/bin/ib_send_bw usr/bin/ib_send_lat
                usr/bin/ibv_asyncwatch usr/bin/ibv_rc_pingpong)
 SIW_PROVIDER=usr/lib/x86_64-linux-gnu/libibverbs/libsiw-rdmav34.so
 SIW_DRIVER_CONF=etc/libibverbs.d/siw.driver
