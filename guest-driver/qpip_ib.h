@@ -120,6 +120,7 @@ struct qpip_ib_qp {
 	enum qpip_ib_cm_state cm_state;
 	bool peer_closed;		/* the peer's FIN came */
 	bool close_done;		/* our CLOSE completed */
+	bool conn_failed;		/* reset, timed out, ERR, destroyed */
 	bool disconnect_told;
 
 	spinlock_t ev_lock;			/* the events, taken in the admin interrupt */

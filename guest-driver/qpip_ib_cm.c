@@ -265,6 +265,13 @@ void qpip_ib_cm_events(struct qpip_ib_qp *qp, unsigned long ev, int connect_stat
 	int status = 0;
 
 	mutex_lock(&qp->lock);
+	/* Recorded whatever the state: a connect in progress tells them once it is done. */
+	if (ev & QPIP_IB_EV_PEER_CLOSED)
+		qp->peer_closed = true;
+	if (ev & QPIP_IB_EV_CLOSE_DONE)
+		qp->close_done = true;
+	if (ev & (QPIP_IB_EV_ERROR | QPIP_IB_EV_GONE))
+		qp->conn_failed = true;
 	if (!qp->cm_id)
 		goto out;
 	if (qp->cm_state == QPIP_IB_CM_CONNECTING) {
@@ -272,20 +279,14 @@ void qpip_ib_cm_events(struct qpip_ib_qp *qp, unsigned long ev, int connect_stat
 		if (!(ev & QPIP_IB_EV_CONNECT_DONE))
 			goto out;
 		qpip_ib_cm_connected(qp, connect_status);
-		if (qp->cm_state != QPIP_IB_CM_CONNECTED)
-			goto out;
 	}
 	if (qp->cm_state != QPIP_IB_CM_CONNECTED)
 		goto out;
-	if (ev & QPIP_IB_EV_PEER_CLOSED)
-		qp->peer_closed = true;
 	if (qp->peer_closed && !qp->disconnect_told) {
 		qp->disconnect_told = true;
 		qpip_ib_cm_tell(qp, IW_CM_EVENT_DISCONNECT, 0, NULL);
 	}
-	if (ev & QPIP_IB_EV_CLOSE_DONE)
-		qp->close_done = true;
-	if (ev & (QPIP_IB_EV_ERROR | QPIP_IB_EV_GONE))
+	if (qp->conn_failed)
 		status = -ECONNRESET;
 	else if (!(qp->peer_closed && qp->close_done))
 		goto out;

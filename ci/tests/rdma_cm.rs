@@ -45,17 +45,27 @@ const PERFTESTS: [&str; 6] = [
 /// Guest a's helpers: a client that follows `serve`'s attempts (`common/rping.sh`).
 const CLIENT_SHELL: &str = r#"
 # rclient TAG PEER ARGS...: rdma-core's rping on qpip0 once attempt N of TAG's server
-# listens, again if that attempt stalled; reports TAG.client and TAG.pings.
+# listens, again if that attempt stalled; reports TAG.client and TAG.pings. A client still
+# running after 240 s is reported (its threads' kernel stacks, the RDMA resources) and
+# killed.
 rclient() {
     t=$1; peer=$2; shift 2
     a=1
     while :; do
         await "$t.$a" || return
-        n=$( { timeout 300 rping -c -a "$peer" -V -v "$@" 2>"/tmp/$t.err"; echo $? >"/tmp/$t.rc"; } |
-             awk '/^ping data: / { n++ } END { print n + 0 }')
-        st=$(cat "/tmp/$t.rc")
+        rping -c -a "$peer" -V -v -d "$@" >"/tmp/$t.log" 2>&1 & p=$!
+        i=0
+        while kill -0 $p 2>/dev/null && [ $i -lt 2400 ]; do i=$((i + 1)); sleep 0.1; done
+        if kill -0 $p 2>/dev/null; then
+            kv "$t.hung" "$(cat /proc/$p/task/*/stack 2>&1 | tr '\n' '|')"
+            kv "$t.hung_res" "$(rdma res show qp 2>&1 | tr '\n' '|') $(rdma res show cm_id 2>&1 | tr '\n' '|')"
+            kill -9 $p
+        fi
+        wait $p; st=$?
+        n=$(grep -c '^ping data: ' "/tmp/$t.log")
         if [ -e "/lab/$t.$a.stalled" ] && [ $a -lt $ATTEMPTS ]; then a=$((a + 1)); continue; fi
-        kv "$t.client" "$st"; kv "$t.pings" "$n"; show_log "$t" "$st" "/tmp/$t.err"
+        kv "$t.client" "$st"; kv "$t.pings" "$n"
+        [ "$st" = 0 ] || grep -v '^ping data: ' "/tmp/$t.log" | tail -n 40 | sed "s/^/  $t: /"
         return
     done
 }

@@ -86,7 +86,8 @@ timeout 60 ibv_rc_pingpong -d qpip0 -g 0 > /tmp/pps 2>&1 & pps=$!
 sleep 2
 timeout 60 ibv_rc_pingpong -d qpip0 -g 0 127.0.0.1 > /tmp/pp 2>&1; kv pingpong.status $?
 kv pingpong.out "$(tr '\n' '|' < /tmp/pp)"
-wait $pps
+wait $pps; kv pingpong_server.status $?
+kv pingpong_server.out "$(tr '\n' '|' < /tmp/pps)"
 
 # The verbs objects one by one (qpip-verbs-check prints "KEY VALUE" lines).
 timeout 60 qpip-verbs-check qpip0 > /tmp/vc 2>&1; kv verbs.status $?
@@ -268,12 +269,15 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     );
 
     // A context (the provider maps its doorbell page and kick register), a PD, a region,
-    // CQs and a QP work; an InfiniBand-style RTR is refused (iWARP connects through the CM).
-    let pp = rep.get("pingpong.out");
-    let pp_st = rep.get("pingpong.status");
-    assert!(pp_st != "0" && pp_st != "124", "{}", ctx());
+    // CQs and a QP work; an InfiniBand-style RTR is refused (iWARP connects through the
+    // CM): the server, which moves its QP first, stops there, and the client with it.
+    let pp = format!("{}{}", rep.get("pingpong.out"), rep.get("pingpong_server.out"));
+    for k in ["pingpong.status", "pingpong_server.status"] {
+        let st = rep.get(k);
+        assert!(st != "0" && st != "124", "{k}: {st}\n{}", ctx());
+    }
     assert!(
-        pp.contains("Failed to modify QP to RTR"),
+        rep.get("pingpong_server.out").contains("Failed to modify QP to RTR"),
         "ibv_rc_pingpong should stop at RTR: {pp}\n{}",
         ctx()
     );
