@@ -15,7 +15,8 @@
  *   the peer closed      -> IW_CM_EVENT_DISCONNECT
  *   the connection ended -> IW_CM_EVENT_CLOSE: both sides closed (our CLOSE completed
  *                           and the peer's FIN came), a reset, a timeout, a Terminate,
- *                           the QP moved to ERR or destroyed
+ *                           the QP moved to ERR or destroyed; the QP is then in ERR
+ *                           (its device QP destroyed, the WRs still posted flushed)
  *
  * After a failed CONNECT_REPLY or a CLOSE nothing more is told, and the cm_id, held
  * (cm_id->add_ref) from iw_connect on, is let go. iw_cm holds the QP (iw_add_ref) as long
@@ -290,7 +291,12 @@ void qpip_ib_cm_events(struct qpip_ib_qp *qp, unsigned long ev, int connect_stat
 		status = -ECONNRESET;
 	else if (!(qp->peer_closed && qp->close_done))
 		goto out;
-	/* Both sides closed, or the connection failed: the end. */
+	/*
+	 * Both sides closed, or the connection failed: the end. As on every iWARP device the
+	 * QP is then in ERR: the device's QP goes, and with it the WRs still posted (a
+	 * closed connection leaves receives outstanding), which complete flushed.
+	 */
+	qpip_ib_qp_kill(qp);
 	qpip_ib_cm_tell(qp, IW_CM_EVENT_CLOSE, status, NULL);
 	qpip_ib_cm_end(qp);
 out:
