@@ -92,6 +92,7 @@ enum qpip_ib_cm_state {
 #define QPIP_IB_EV_PEER_CLOSED	BIT(2)	/* ASYNC_EVENT_PEER_CLOSED */
 #define QPIP_IB_EV_ERROR	BIT(3)	/* ASYNC_EVENT_QP_ERROR: @error_reason */
 #define QPIP_IB_EV_GONE		BIT(4)	/* the device QP was destroyed (ERR, destroy) */
+#define QPIP_IB_EV_CLOSE_FAILED	BIT(5)	/* CLOSE failed: the connection reset, timed out */
 
 /*
  * A QP: one of the user context's device context's iWARP TCP QPs. Its memory is the RDMA

@@ -14,7 +14,8 @@
  *                           QP destroyed or a device reset in the middle)
  *   the peer closed      -> IW_CM_EVENT_DISCONNECT
  *   the connection ended -> IW_CM_EVENT_CLOSE: both sides closed (our CLOSE completed
- *                           and the peer's FIN came), a reset, a timeout, a Terminate,
+ *                           and the peer's FIN came), a reset, a timeout, a Terminate
+ *                           (also one that fails our CLOSE),
  *                           the QP moved to ERR or destroyed; the QP is then in ERR
  *                           (its device QP destroyed, the WRs still posted flushed)
  *
@@ -271,7 +272,7 @@ void qpip_ib_cm_events(struct qpip_ib_qp *qp, unsigned long ev, int connect_stat
 		qp->peer_closed = true;
 	if (ev & QPIP_IB_EV_CLOSE_DONE)
 		qp->close_done = true;
-	if (ev & (QPIP_IB_EV_ERROR | QPIP_IB_EV_GONE))
+	if (ev & (QPIP_IB_EV_ERROR | QPIP_IB_EV_GONE | QPIP_IB_EV_CLOSE_FAILED))
 		qp->conn_failed = true;
 	if (!qp->cm_id)
 		goto out;

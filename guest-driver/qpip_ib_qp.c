@@ -134,13 +134,20 @@ static void qpip_ib_qp_work(struct work_struct *w)
 	qpip_ib_qp_put(qp);
 }
 
-/* CLOSE ended (the admin interrupt): the command's reference goes to the work. */
+/*
+ * CLOSE ended (the admin interrupt): the command's reference goes to the work. It fails
+ * when the connection was reset or timed out first — which the device then reports by
+ * this failure alone, not by an asynchronous event.
+ */
 static void qpip_ib_close_done(struct qpip_cmd *c)
 {
 	struct qpip_ib_qp *qp = c->owner;
+	unsigned long ev = QPIP_IB_EV_CLOSE_DONE;
 
+	if (c->event.status)
+		ev |= QPIP_IB_EV_CLOSE_FAILED;
 	kfree(c);
-	qpip_ib_qp_note_held(qp, QPIP_IB_EV_CLOSE_DONE);
+	qpip_ib_qp_note_held(qp, ev);
 }
 
 /*
