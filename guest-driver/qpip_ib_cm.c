@@ -196,6 +196,8 @@ static void qpip_ib_cm_tell(struct qpip_ib_qp *qp, enum iw_cm_event_type type, i
 		.provider_data = qp,
 	};
 
+	dev_dbg(&qp->qib->ibdev.dev, "QP %u: iw_cm event %d status %d\n", qp->handle, type,
+		status);
 	if (conn) {
 		e.ird = conn->ird;
 		e.ord = conn->ord;

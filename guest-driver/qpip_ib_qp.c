@@ -84,6 +84,8 @@ void qpip_ib_qp_event(void *data, u32 qpn, u16 kind, u8 reason)
 	}
 	xa_lock_irqsave(&qib->qps, flags);
 	qp = xa_load(&qib->qps, qpn);
+	dev_dbg(&qib->ibdev.dev, "QP %u: event %u reason %u%s\n", qpn, kind, reason,
+		qp ? "" : " (no such QP)");
 	if (qp && qp->ctx == uc->ctx && refcount_inc_not_zero(&qp->ref)) {
 		spin_lock(&qp->ev_lock);
 		if (ev == QPIP_IB_EV_ERROR)
@@ -128,6 +130,7 @@ static void qpip_ib_qp_work(struct work_struct *w)
 	reason = qp->error_reason;
 	spin_unlock_irq(&qp->ev_lock);
 
+	dev_dbg(&qp->qib->ibdev.dev, "QP %u: events %#lx\n", qp->handle, ev);
 	if (ev & QPIP_IB_EV_ERROR)
 		qpip_ib_qp_fatal(qp, reason);
 	qpip_ib_cm_events(qp, ev, status);

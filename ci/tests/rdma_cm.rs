@@ -86,6 +86,7 @@ pclient() {
     wait $p; st=$?
     kv "$prog.client" $st; show_log "$prog" $st "/tmp/$prog.out"
     kv "$prog.result" "$(grep -E '^ *[0-9]+ +[0-9]+' "/tmp/$prog.out" | tail -n 1)"
+    [ "$st" = 0 ] || dmesg | grep qpip_ib | tail -n 30 | sed "s/^/  $prog: /"
 }
 # contexts: the function's device contexts.
 contexts() { cat /sys/class/qpip/qpip0/contexts; }
@@ -106,6 +107,7 @@ pserve() {
     touch "/lab/$t.ready"
     wait $p; st=$?
     kv "$t.server" $st; show_log "$t" 1 "/tmp/$t.out"
+    sleep 1; kv "$t.tcp" "$(grep ':4853 ' /proc/net/tcp | tr '\n' '|')"
 }
 "#;
 
@@ -124,6 +126,9 @@ fn script(n: usize) -> String {
         s += "lab-siw >/tmp/lab-siw.out 2>&1; kv siw.status $?\n";
     } else {
         s += "lab-qpip-ib >/tmp/load 2>&1; kv load.status $?\n";
+        // The driver's debug messages (its events) in the kernel log, for a failure's report.
+        s += "mount -t debugfs none /sys/kernel/debug 2>/dev/null; \
+              echo 'module qpip_ib +p' > /sys/kernel/debug/dynamic_debug/control\n";
         s += "ip link set qpip0 up\n";
         // b's NIC through qpip0: rdma_cm then resolves the route to the qpip device.
         s += &format!("ip -6 route add {b6}/128 dev qpip0\nip -4 route add {b4}/32 dev qpip0\n");
