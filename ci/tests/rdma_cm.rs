@@ -77,7 +77,7 @@ pclient() {
     await "$prog.ready" || return
     "$prog" -d qpip0 -R "$@" "$peer" >"/tmp/$prog.out" 2>&1 & p=$!
     i=0
-    while kill -0 $p 2>/dev/null && [ $i -lt 1200 ]; do i=$((i + 1)); sleep 0.1; done
+    while kill -0 $p 2>/dev/null && [ $i -lt 600 ]; do i=$((i + 1)); sleep 0.1; done
     if kill -0 $p 2>/dev/null; then
         kv "$prog.hung" "$(cat /proc/$p/task/*/stack 2>&1 | tr '\n' '|')"
         kv "$prog.hung_res" "$(rdma res show qp 2>&1 | tr '\n' '|') $(rdma res show cm_id 2>&1 | tr '\n' '|')"
@@ -86,7 +86,7 @@ pclient() {
     wait $p; st=$?
     kv "$prog.client" $st; show_log "$prog" $st "/tmp/$prog.out"
     kv "$prog.result" "$(grep -E '^ *[0-9]+ +[0-9]+' "/tmp/$prog.out" | tail -n 1)"
-    [ "$st" = 0 ] || dmesg | grep qpip_ib | tail -n 30 | sed "s/^/  $prog: /"
+    [ "$st" = 0 ] || dmesg | grep -E 'QP [0-9]+:' | tail -n 30 | sed "s/^/  $prog: /"
 }
 # contexts: the function's device contexts.
 contexts() { cat /sys/class/qpip/qpip0/contexts; }
@@ -127,8 +127,7 @@ fn script(n: usize) -> String {
     } else {
         s += "lab-qpip-ib >/tmp/load 2>&1; kv load.status $?\n";
         // The driver's debug messages (its events) in the kernel log, for a failure's report.
-        s += "mount -t debugfs none /sys/kernel/debug 2>/dev/null; \
-              echo 'module qpip_ib +p' > /sys/kernel/debug/dynamic_debug/control\n";
+        s += "echo 'module qpip_ib +p' > /proc/dynamic_debug/control\n";
         s += "ip link set qpip0 up\n";
         // b's NIC through qpip0: rdma_cm then resolves the route to the qpip device.
         s += &format!("ip -6 route add {b6}/128 dev qpip0\nip -4 route add {b4}/32 dev qpip0\n");
