@@ -12,7 +12,7 @@
  *                           (no listener, or the peer rejected: its private data comes
  *                           along), -ETIMEDOUT, or -ECONNRESET (anything else, also a
  *                           QP destroyed or a device reset in the middle)
- *   the peer closed      -> IW_CM_EVENT_DISCONNECT
+ *   the peer closed      -> IW_CM_EVENT_DISCONNECT, and this side closes too (CLOSE)
  *   the connection ended -> IW_CM_EVENT_CLOSE: both sides closed (our CLOSE completed
  *                           and the peer's FIN came), a reset, a timeout, a Terminate
  *                           (also one that fails our CLOSE),
@@ -289,6 +289,13 @@ void qpip_ib_cm_events(struct qpip_ib_qp *qp, unsigned long ev, int connect_stat
 	if (qp->peer_closed && !qp->disconnect_told) {
 		qp->disconnect_told = true;
 		qpip_ib_cm_tell(qp, IW_CM_EVENT_DISCONNECT, 0, NULL);
+		/*
+		 * The peer closed first: this side closes too, as siw does (rdma_cm tells its
+		 * user only of the CLOSE that follows, and a program may wait for that before
+		 * it disconnects). No CLOSE to give: the connection has failed.
+		 */
+		if (qpip_ib_qp_close(qp))
+			qp->conn_failed = true;
 	}
 	if (qp->conn_failed)
 		status = -ECONNRESET;
