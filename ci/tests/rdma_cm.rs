@@ -106,8 +106,7 @@ pserve() {
     done
     touch "/lab/$t.ready"
     wait $p; st=$?
-    kv "$t.server" $st; show_log "$t" 1 "/tmp/$t.out"
-    sleep 1; kv "$t.tcp" "$(grep ':4853 ' /proc/net/tcp | tr '\n' '|')"
+    kv "$t.server" $st; show_log "$t" $st "/tmp/$t.out"
 }
 "#;
 
