@@ -141,11 +141,15 @@ fn script(n: usize) -> String {
         } else {
             s += &format!("rclient {tag} {} {args}\n", if v4 { &b4 } else { &b6 });
         }
-        s += &format!("touch /lab/{tag}.done.$QPIP_GUEST_NAME\nawait {tag}.done.a && await {tag}.done.b\n");
+        s += &format!(
+            "touch /lab/{tag}.done.$QPIP_GUEST_NAME\nawait {tag}.done.a && await {tag}.done.b\n"
+        );
     }
     // Nobody listens: the connect is refused, cleanly.
     if n == 1 {
-        s += &format!("timeout 60 rping -c -a {b6} -p 7999 -C 1 >/tmp/refused 2>&1; kv refused.status $?\n");
+        s += &format!(
+            "timeout 60 rping -c -a {b6} -p 7999 -C 1 >/tmp/refused 2>&1; kv refused.status $?\n"
+        );
         s += "kv refused.out \"$(tr '\\n' '|' < /tmp/refused)\"\n";
     }
     for prog in PERFTESTS {
@@ -155,14 +159,18 @@ fn script(n: usize) -> String {
         } else {
             s += &format!("pclient {prog} {b4} {args}\n");
         }
-        s += &format!("touch /lab/{prog}.done.$QPIP_GUEST_NAME\nawait {prog}.done.a && await {prog}.done.b\n");
+        s += &format!(
+            "touch /lab/{prog}.done.$QPIP_GUEST_NAME\nawait {prog}.done.a && await {prog}.done.b\n"
+        );
     }
     // A client killed while connected: its device context goes.
     if n == 2 {
         s += "serve killed siw -C 100000 -S 1000\n";
     } else {
         s += "before=$(contexts); kv contexts.before \"$before\"\n";
-        s += &format!("await killed.1 && {{ rping -c -a {b6} -C 100000 -S 1000 >/dev/null 2>&1 & p=$!; }}\n");
+        s += &format!(
+            "await killed.1 && {{ rping -c -a {b6} -C 100000 -S 1000 >/dev/null 2>&1 & p=$!; }}\n"
+        );
         s += "sleep 5; kv killed.running \"$(kill -0 $p 2>/dev/null && echo yes || echo no)\"\n";
         s += "kv contexts.connected \"$(contexts)\"\n";
         s += "kill -9 $p; wait $p\n";
@@ -171,7 +179,10 @@ fn script(n: usize) -> String {
         s += "kv dmesg.bad \"$(dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t|hung_task' | tr '\\n' '|')\"\n";
     }
     s += "touch /lab/killed.done.$QPIP_GUEST_NAME\nawait killed.done.a && await killed.done.b\n";
-    common::script(&format!("{}{CLIENT_SHELL}{SERVER_SHELL}", common::RPING_SHELL), &s)
+    common::script(
+        &format!("{}{CLIENT_SHELL}{SERVER_SHELL}", common::RPING_SHELL),
+        &s,
+    )
 }
 
 #[test]
@@ -218,7 +229,10 @@ fn rdma_core_programs_on_qpip_against_siw() {
     );
 
     for prog in PERFTESTS {
-        let done = [b.get(&format!("{prog}.server")), a.get(&format!("{prog}.client"))];
+        let done = [
+            b.get(&format!("{prog}.server")),
+            a.get(&format!("{prog}.client")),
+        ];
         assert_eq!(done, ["0", "0"], "{prog}: server and client\n{}", ctx());
         eprintln!("  {prog}: {}", a.get(&format!("{prog}.result")));
     }

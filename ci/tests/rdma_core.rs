@@ -271,13 +271,18 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     // A context (the provider maps its doorbell page and kick register), a PD, a region,
     // CQs and a QP work; an InfiniBand-style RTR is refused (iWARP connects through the
     // CM): the server, which moves its QP first, stops there, and the client with it.
-    let pp = format!("{}{}", rep.get("pingpong.out"), rep.get("pingpong_server.out"));
+    let pp = format!(
+        "{}{}",
+        rep.get("pingpong.out"),
+        rep.get("pingpong_server.out")
+    );
     for k in ["pingpong.status", "pingpong_server.status"] {
         let st = rep.get(k);
         assert!(st != "0" && st != "124", "{k}: {st}\n{}", ctx());
     }
     assert!(
-        rep.get("pingpong_server.out").contains("Failed to modify QP to RTR"),
+        rep.get("pingpong_server.out")
+            .contains("Failed to modify QP to RTR"),
         "ibv_rc_pingpong should stop at RTR: {pp}\n{}",
         ctx()
     );
