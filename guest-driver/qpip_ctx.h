@@ -173,6 +173,9 @@ struct qpip_ctx {
 	void *qp_event_data;
 };
 
+/* @qp_event's qp for every QP of the context: the device was reset or removed. */
+#define QPIP_CTX_ALL_QPS U32_MAX
+
 /* The device was reset or removed since the context was created: it no longer exists. */
 static inline bool qpip_ctx_dead(struct qpip_ctx *ctx)
 {

@@ -61,16 +61,30 @@ void qpip_ib_qp_note(struct qpip_ib_qp *qp, unsigned long ev)
 	qpip_ib_qp_note_held(qp, ev);
 }
 
+/* @ev for @qp's work, if @qp is @uc's and still there (qib->qps locked). */
+static void qpip_ib_qp_event_one(struct qpip_ib_ucontext *uc, struct qpip_ib_qp *qp,
+				 unsigned long ev, u8 reason)
+{
+	if (qp->ctx != uc->ctx || !refcount_inc_not_zero(&qp->ref))
+		return;
+	spin_lock(&qp->ev_lock);
+	if (ev == QPIP_IB_EV_ERROR)
+		qp->error_reason = reason;
+	spin_unlock(&qp->ev_lock);
+	qpip_ib_qp_note_held(qp, ev);
+}
+
 /*
  * An asynchronous event of the device about QP @qpn of the user context @data (the admin
- * interrupt, qdev->ctx_lock held): for the QP's work, if the QP is still there.
+ * interrupt, qdev->ctx_lock held; or a reset's revocation, QPIP_CTX_ALL_QPS): for the
+ * QP's work, if the QP is still there.
  */
 void qpip_ib_qp_event(void *data, u32 qpn, u16 kind, u8 reason)
 {
 	struct qpip_ib_ucontext *uc = data;
 	struct qpip_ib_dev *qib = to_qibdev(uc->ibuc.device);
 	struct qpip_ib_qp *qp;
-	unsigned long flags, ev;
+	unsigned long flags, ev, i;
 
 	switch (kind) {
 	case QPIP_ASYNC_EVENT_QP_ERROR:
@@ -83,15 +97,16 @@ void qpip_ib_qp_event(void *data, u32 qpn, u16 kind, u8 reason)
 		return;
 	}
 	xa_lock_irqsave(&qib->qps, flags);
-	qp = xa_load(&qib->qps, qpn);
-	dev_dbg(&qib->ibdev.dev, "QP %u: event %u reason %u%s\n", qpn, kind, reason,
-		qp ? "" : " (no such QP)");
-	if (qp && qp->ctx == uc->ctx && refcount_inc_not_zero(&qp->ref)) {
-		spin_lock(&qp->ev_lock);
-		if (ev == QPIP_IB_EV_ERROR)
-			qp->error_reason = reason;
-		spin_unlock(&qp->ev_lock);
-		qpip_ib_qp_note_held(qp, ev);
+	if (qpn == QPIP_CTX_ALL_QPS) {
+		/* The device was reset or removed: every QP of the context lost its connection. */
+		xa_for_each(&qib->qps, i, qp)
+			qpip_ib_qp_event_one(uc, qp, ev, reason);
+	} else {
+		qp = xa_load(&qib->qps, qpn);
+		dev_dbg(&qib->ibdev.dev, "QP %u: event %u reason %u%s\n", qpn, kind, reason,
+			qp ? "" : " (no such QP)");
+		if (qp)
+			qpip_ib_qp_event_one(uc, qp, ev, reason);
 	}
 	xa_unlock_irqrestore(&qib->qps, flags);
 }

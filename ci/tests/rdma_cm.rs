@@ -88,12 +88,37 @@ pclient() {
     kv "$prog.result" "$(grep -E '^ *[0-9]+ +[0-9]+' "/tmp/$prog.out" | tail -n 1)"
     [ "$st" = 0 ] || dmesg | grep -E 'QP [0-9]+:' | tail -n 30 | sed "s/^/  $prog: /"
 }
+# under TAG CMD...: an rping client connected to TAG's server, then CMD under it;
+# reports TAG.running (connected when CMD ran), TAG.status (CMD's), TAG.exited (rping
+# ended by itself within 10 s; else it is killed).
+under() {
+    t=$1; shift
+    await "$t.1" || return
+    rping -c -a "$B6" -C 1000000 -S 1000 >"/tmp/$t.rping" 2>&1 & p=$!
+    sleep 5; kv "$t.running" "$(kill -0 $p 2>/dev/null && echo yes || echo no)"
+    "$@"; kv "$t.status" $?
+    i=0; while kill -0 $p 2>/dev/null && [ $i -lt 100 ]; do i=$((i + 1)); sleep 0.1; done
+    kv "$t.exited" "$(kill -0 $p 2>/dev/null && echo no || echo yes)"
+    kill -9 $p 2>/dev/null; wait $p
+    i=0; until [ "$(contexts)" = "$before" ] || [ $i -ge 100 ]; do i=$((i + 1)); sleep 0.1; done
+    kv "$t.contexts" "$(contexts)"
+}
 # contexts: the function's device contexts.
 contexts() { cat /sys/class/qpip/qpip0/contexts; }
 "#;
 
-/// Guest b's helper: a perftest server on siw0 (rdma_cm), ready once it listens.
+/// Guest b's helpers: a perftest server on siw0 (rdma_cm), ready once it listens; an
+/// rping server kept until a says it is done with it.
 const SERVER_SHELL: &str = r#"
+# hold TAG: rping's server on siw until /lab/TAG.done.a; /lab/TAG.1 once it listens.
+hold() {
+    rping -s -a "$QPIP_NET_ADDR" -C 1000000 -S 1000 >"/tmp/$1.out" 2>&1 & sp=$!
+    i=0
+    until listening siw "$1" || [ $i -ge 300 ]; do i=$((i + 1)); sleep 0.1; done
+    touch "/lab/$1.1"
+    await "$1.done.a"
+    kill $sp 2>/dev/null; wait $sp
+}
 # pserve TAG PROG ARGS...: PROG's server; touches /lab/TAG.ready once it listens,
 # reports TAG.server (its exit status).
 pserve() {
@@ -176,9 +201,18 @@ fn script(n: usize) -> String {
         s += "kill -9 $p; wait $p\n";
         s += "i=0; until [ \"$(contexts)\" = \"$before\" ] || [ $i -ge 100 ]; do i=$((i + 1)); sleep 0.1; done\n";
         s += "kv contexts.killed \"$(contexts)\"\n";
-        s += "kv dmesg.bad \"$(dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t|hung_task' | tr '\\n' '|')\"\n";
     }
     s += "touch /lab/killed.done.$QPIP_GUEST_NAME\nawait killed.done.a && await killed.done.b\n";
+    // A device reset, then qpip_ib unloaded, each under a connected client.
+    if n == 2 {
+        s += "hold reset\nhold unload\n";
+    } else {
+        s += &format!("B6={b6}\n");
+        s += "under reset sh -c 'echo 1 > /sys/class/qpip/qpip0/reset'\n";
+        s += "touch /lab/reset.done.a\nip link set qpip0 up\n";
+        s += "under unload rmmod qpip_ib\ntouch /lab/unload.done.a\n";
+        s += "kv dmesg.bad \"$(dmesg | grep -E 'BUG:|Oops|WARNING:|general protection|refcount_t|hung_task' | tr '\\n' '|')\"\n";
+    }
     common::script(
         &format!("{}{CLIENT_SHELL}{SERVER_SHELL}", common::RPING_SHELL),
         &s,
@@ -189,7 +223,7 @@ fn script(n: usize) -> String {
 #[ignore = "boots VMs: run by ./qpip test"]
 fn rdma_core_programs_on_qpip_against_siw() {
     needs_root!();
-    let guest = |n: usize| common::lab_guest(guest_name(n), script(n), Duration::from_secs(1200));
+    let guest = |n: usize| common::lab_guest(guest_name(n), script(n), Duration::from_secs(900));
     let spec = LabSpec {
         guests: vec![guest(1), guest(2)],
         network: Network::Lab(unique_netns("qpip-rdmacm")),
@@ -241,5 +275,14 @@ fn rdma_core_programs_on_qpip_against_siw() {
     let before = a.num("contexts.before");
     assert_eq!(a.num("contexts.connected"), before + 1, "{}", ctx());
     assert_eq!(a.num("contexts.killed"), before, "{}", ctx());
+    // A reset and an unload under a connected client: no context left, no oops. (A reset
+    // leaves the client waiting for completions the device can no longer write: it is
+    // killed. An unload tells it the device went away.)
+    for t in ["reset", "unload"] {
+        assert_eq!(a.get(&format!("{t}.running")), "yes", "{t}\n{}", ctx());
+        assert_eq!(a.get(&format!("{t}.status")), "0", "{t}\n{}", ctx());
+        assert_eq!(a.num(&format!("{t}.contexts")), before, "{t}\n{}", ctx());
+    }
+    assert_eq!(a.get("unload.exited"), "yes", "{}", ctx());
     assert_eq!(a.get("dmesg.bad"), "", "the kernel log\n{}", ctx());
 }
