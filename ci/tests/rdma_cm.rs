@@ -117,7 +117,7 @@ hold() {
     until listening siw "$1" || [ $i -ge 300 ]; do i=$((i + 1)); sleep 0.1; done
     touch "/lab/$1.1"
     await "$1.done.a"
-    kill $sp 2>/dev/null; wait $sp
+    kill $sp 2>/dev/null; wait $sp || true
 }
 # pserve TAG PROG ARGS...: PROG's server; touches /lab/TAG.ready once it listens,
 # reports TAG.server (its exit status).
