@@ -14,7 +14,7 @@
 /*
  Minor version of this interface.
  */
-#define QPIP_ABI_VERSION_MINOR 6
+#define QPIP_ABI_VERSION_MINOR 7
 
 /*
  Largest admin queue depth.
@@ -222,6 +222,29 @@
  `addr` has no static entry. No results. Since minor version 4.
  */
 #define QPIP_ADMIN_OP_DEL_NEIGH 37
+
+/*
+ Write the next iWARP connection request held by listener `handle` (one made with
+ [`LISTEN_FLAG_IWARP_REQUESTS`]) to the guest buffer in [`QueryArgs`] as a
+ [`ConnRequest`] (`len` at least its size). Pending until a request is held, as an
+ `ACCEPT` waits for a connection; several may be pending, served in the order they came.
+ Result0: the request's id (non-zero), which an `ACCEPT` ([`AcceptArgs::request`]) or a
+ [`ADMIN_OP_REJECT`] answers. [`ADMIN_STATUS_BAD_STATE`] on a listener without the
+ flag; [`ADMIN_STATUS_CANCELLED`] when the listener is destroyed first. Since minor
+ version 7.
+ */
+#define QPIP_ADMIN_OP_CONN_REQUEST 38
+
+/*
+ Reject iWARP connection request [`RejectArgs::request`] of listener `handle`: the MPA
+ reply goes out with the reject flag and the private data of [`RejectArgs::iwarp`], then
+ the connection is closed gracefully (reset if the peer does not finish the close in
+ time). The initiator's `CONNECT` fails with [`ADMIN_STATUS_REFUSED`], its `QUERY_CONN`
+ showing [`CONN_INFO_REJECTED`] and the private data. [`ADMIN_STATUS_BAD_HANDLE`] for a
+ request the listener does not hold (never handed out, answered already, or dropped
+ because its peer reset or closed the connection). No results. Since minor version 7.
+ */
+#define QPIP_ADMIN_OP_REJECT 39
 
 /*
  Most `ASYNC_EVENT` requests pending at once.
@@ -511,6 +534,26 @@
 #define QPIP_BIND_FLAG_SHARE_PORT 1
 
 /*
+ `ListenArgs::flags`: the listener serves iWARP the way a CM's passive side does. Once
+ TCP is established the device reads each connection's MPA request itself (revision 1
+ or 2, RFC 6581's IRD/ORD block; markers are refused with a reject reply) and holds it;
+ [`ADMIN_OP_CONN_REQUEST`] hands the requests out, and each is answered by an `ACCEPT`
+ naming it ([`AcceptArgs::request`]) or by [`ADMIN_OP_REJECT`]. A plain `ACCEPT` on such
+ a listener is [`ADMIN_STATUS_BAD_STATE`]. A request that does not come within the
+ responder's MPA request timer, or is malformed, resets its connection
+ ([`STAT_IWARP_REQUESTS_DROPPED`]); beyond the backlog a new connection is reset
+ ([`STAT_IWARP_REQUESTS_OVERFLOW`]). Its requests may be accepted onto an iWARP QP of any
+ context of the function: which one is the driver's decision (it names the QP's context
+ in the `ACCEPT`). Since minor version 7.
+ */
+#define QPIP_LISTEN_FLAG_IWARP_REQUESTS 1
+
+/*
+ Every `LISTEN_FLAG_*` bit.
+ */
+#define QPIP_LISTEN_FLAGS QPIP_LISTEN_FLAG_IWARP_REQUESTS
+
+/*
  Ask for CRC32c on every FPDU (it is on when either end asks).
  */
 #define QPIP_IWARP_CONN_CRC (1 << 0)
@@ -560,6 +603,22 @@
  Most static neighbours a function holds (those the device started with count too).
  */
 #define QPIP_MAX_NEIGHBORS 64
+
+/*
+ The initiator asked for CRC32c.
+ */
+#define QPIP_CONN_REQUEST_CRC (1 << 0)
+
+/*
+ The initiator asked for peer-to-peer mode.
+ */
+#define QPIP_CONN_REQUEST_PEER_TO_PEER (1 << 1)
+
+/*
+ The initiator is a qpip device offering RFC 7306 Immediate Data (an `ACCEPT` with
+ [`IWARP_CONN_IMMEDIATE`] agrees to it).
+ */
+#define QPIP_CONN_REQUEST_IMMEDIATE (1 << 2)
 
 /*
  CRC32c is on for the connection's FPDUs.
@@ -923,6 +982,19 @@
  split, see [`QP_TYPE_RAW_ETH`]). Their WRs complete with success.
  */
 #define QPIP_STAT_RAW_TX_PORT_HELD 71
+
+/*
+ iWARP connection requests a [`LISTEN_FLAG_IWARP_REQUESTS`] listener dropped, resetting
+ the connection: no request within the MPA request timer, or one that is not a valid
+ MPA request. Since minor version 7.
+ */
+#define QPIP_STAT_IWARP_REQUESTS_DROPPED 72
+
+/*
+ Connections such a listener reset because it held its backlog of requests already.
+ Since minor version 7.
+ */
+#define QPIP_STAT_IWARP_REQUESTS_OVERFLOW 73
 
 /*
  Size of one CQE slot.
@@ -1844,9 +1916,15 @@ struct qpip_listen_args {
    Local port (host order), non-zero.
    */
   uint16_t port;
-  uint16_t reserved0;
   /*
-   Connections the device completes the handshake for before an accept takes them.
+   `LISTEN_FLAG_*` bits (since minor version 7; an unknown bit is
+   [`ADMIN_STATUS_BAD_PARAM`]).
+   */
+  uint16_t flags;
+  /*
+   Connections the device completes the handshake for before an accept takes them
+   (with [`LISTEN_FLAG_IWARP_REQUESTS`]: connection requests it holds, read or being
+   read, before they are answered).
    */
   uint32_t backlog;
   uint8_t reserved[24];
@@ -1891,10 +1969,19 @@ struct qpip_iwarp_conn_args {
  */
 struct qpip_accept_args {
   /*
-   An idle TCP QP of the same context, to carry the accepted connection.
+   An idle TCP QP of the command's context, to carry the accepted connection.
    */
   uint32_t qp;
-  uint32_t reserved0;
+  /*
+   Non-zero: the id of a connection request ([`ADMIN_OP_CONN_REQUEST`]) of listener
+   `handle` (a [`LISTEN_FLAG_IWARP_REQUESTS`] one, of any context) that `qp`, an idle
+   iWARP QP, answers. The ACCEPT completes once the MPA reply is out, as any iWARP
+   ACCEPT. [`ADMIN_STATUS_BAD_HANDLE`] for a request the listener does not hold
+   (answered already, or dropped: its peer reset or closed the connection);
+   [`ADMIN_STATUS_BAD_STATE`] for a QP that is not an idle iWARP QP. Zero: a plain
+   ACCEPT (the listener's context only). Since minor version 7.
+   */
+  uint32_t request;
   /*
    iWARP QPs: the connection parameters of the MPA reply; all zero on other QPs.
    */

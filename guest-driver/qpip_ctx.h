@@ -75,6 +75,9 @@ struct qpip_cq {
 	u32 slot;
 	struct qpip_vector *vec;
 	struct qpip_ring *ring;
+	u32 depth;			/* entries of @ring: a power of two */
+	/* the consumer's index in the context's doorbell page, where the device reads it */
+	const u32 *head;
 	struct eventfd_ctx *eventfd;	/* signalled on the CQ's interrupt, or NULL */
 	wait_queue_head_t *wake;	/* a qpip socket's CQ: woken on its interrupt, or NULL */
 	struct list_head vec_node;	/* in vec->cqs */
@@ -198,7 +201,7 @@ struct qpip_mr *qpip_mr_alloc(struct qpip_ctx *ctx, u64 addr, u64 length, bool w
 void qpip_mr_free(struct qpip_dev *qdev, struct qpip_mr *mr, bool leak);
 void qpip_cq_free(struct qpip_ctx *ctx, struct qpip_cq *cq, bool leak);
 void qpip_qp_free(struct qpip_ctx *ctx, struct qpip_qp *qp, bool leak);
-void qpip_vector_add(struct qpip_vector *vec, struct qpip_cq *cq);
+void qpip_vector_add(struct qpip_ctx *ctx, struct qpip_vector *vec, struct qpip_cq *cq, u32 depth);
 void qpip_vector_del(struct qpip_cq *cq);
 /* exported for qpip_ib.ko */
 int qpip_ctx_cq_notify(struct qpip_ctx *ctx, u32 handle, void (*fn)(void *data), void *data);

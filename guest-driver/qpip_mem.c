@@ -308,10 +308,18 @@ struct qpip_vector *qpip_pick_vector(struct qpip_dev *qdev, u32 want)
 	return &qdev->vectors[best + 1];
 }
 
-void qpip_vector_add(struct qpip_vector *vec, struct qpip_cq *cq)
+/*
+ * CQ @cq of @ctx, a ring of @depth entries made on the device (its doorbell slot known),
+ * interrupts on @vec from now on.
+ */
+void qpip_vector_add(struct qpip_ctx *ctx, struct qpip_vector *vec, struct qpip_cq *cq,
+		     u32 depth)
 {
 	unsigned long flags;
 
+	cq->depth = depth;
+	cq->head = page_address(ctx->db->pages[0]) + QPIP_DB_CQ_BASE +
+		   cq->slot * QPIP_DB_CQ_STRIDE + QPIP_DB_CQ_HEAD;
 	spin_lock_irqsave(&vec->lock, flags);
 	list_add_tail(&cq->vec_node, &vec->cqs);
 	WRITE_ONCE(vec->ncqs, vec->ncqs + 1);
@@ -352,9 +360,29 @@ void qpip_vector_set_netdev(struct qpip_vector *vec, struct qpip_netdev *nd)
 }
 
 /*
+ * Does @cq hold a completion its consumer has not taken: is the entry at the head the
+ * doorbell page holds written in the current pass (its owner bit, as the consumers read
+ * it)? The device writes an entry before it raises the vector, so an entry it raised the
+ * vector for is seen here. A consumer that takes entries before it stores its head only
+ * makes this say yes when the answer is no, which costs a wake-up, never loses one.
+ */
+static bool qpip_cq_pending(const struct qpip_cq *cq)
+{
+	u32 idx = READ_ONCE(*cq->head);
+	u32 off = (idx & (cq->depth - 1)) * QPIP_CQE_SIZE;
+	const struct qpip_cqe *e = page_address(cq->ring->pages[off >> PAGE_SHIFT]) +
+				   (off & ~PAGE_MASK);
+
+	return (READ_ONCE(e->owner) & 1) == (((idx / cq->depth) & 1) ^ 1);
+}
+
+/*
  * A completion vector fired: the device raised it for an armed CQ. Which one it does not
- * say, so every CQ on the vector wakes its waiters; they find out by polling their rings.
- * The network interface's NAPI is scheduled the same way.
+ * say, so each CQ on the vector that holds a completion not yet taken wakes its waiters.
+ * The others are left alone: a vector is shared by many CQs (a process's sockets, several
+ * processes, qpip_ib's CQs), and waking them all would wake processes for nothing, and
+ * give an RDMA completion channel events with nothing to poll. The network interface's
+ * NAPI is scheduled on each interrupt of its vector: it polls its own rings.
  */
 irqreturn_t qpip_cq_irq(int irq, void *data)
 {
@@ -364,6 +392,8 @@ irqreturn_t qpip_cq_irq(int irq, void *data)
 	atomic64_inc(&vec->count);
 	spin_lock(&vec->lock);
 	list_for_each_entry(cq, &vec->cqs, vec_node) {
+		if (!qpip_cq_pending(cq))
+			continue;
 		if (cq->eventfd)
 			eventfd_signal(cq->eventfd);
 		if (cq->wake)

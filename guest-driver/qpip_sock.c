@@ -289,7 +289,7 @@ int qpip_sock_objects(struct qpip_sock *sk)
 	sk->cq->handle = cres.handle;
 	sk->cq->slot = cres.db_slot;
 	sk->cq_made = true;
-	qpip_vector_add(vec, sk->cq);
+	qpip_vector_add(ctx, vec, sk->cq, cq_depth);
 
 	qp.sq.pages = sk->qp->sq->dma;
 	qp.sq.npages = sk->qp->sq->npages;

@@ -217,7 +217,7 @@ static int qpip_ioctl_create_cq(struct qpip_ctx *ctx, void *arg)
 	ret = qpip_obj_record(ctx, QPIP_OBJ_CQ, cq->handle, cq, &cq->ring, 1);
 	if (ret)
 		goto err_free;
-	qpip_vector_add(vec, cq);
+	qpip_vector_add(ctx, vec, cq, a->depth);
 
 	a->handle = cq->handle;
 	a->db_slot = cq->slot;

@@ -193,6 +193,23 @@ pub const ADMIN_OP_ADD_NEIGH: u16 = 0x24;
 /// address is resolved again as any other (ARP, NDP). [`ADMIN_STATUS_BAD_HANDLE`] when
 /// `addr` has no static entry. No results. Since minor version 4.
 pub const ADMIN_OP_DEL_NEIGH: u16 = 0x25;
+/// Write the next iWARP connection request held by listener `handle` (one made with
+/// [`LISTEN_FLAG_IWARP_REQUESTS`]) to the guest buffer in [`QueryArgs`] as a
+/// [`ConnRequest`] (`len` at least its size). Pending until a request is held, as an
+/// `ACCEPT` waits for a connection; several may be pending, served in the order they came.
+/// Result0: the request's id (non-zero), which an `ACCEPT` ([`AcceptArgs::request`]) or a
+/// [`ADMIN_OP_REJECT`] answers. [`ADMIN_STATUS_BAD_STATE`] on a listener without the
+/// flag; [`ADMIN_STATUS_CANCELLED`] when the listener is destroyed first. Since minor
+/// version 7.
+pub const ADMIN_OP_CONN_REQUEST: u16 = 0x26;
+/// Reject iWARP connection request [`RejectArgs::request`] of listener `handle`: the MPA
+/// reply goes out with the reject flag and the private data of [`RejectArgs::iwarp`], then
+/// the connection is closed gracefully (reset if the peer does not finish the close in
+/// time). The initiator's `CONNECT` fails with [`ADMIN_STATUS_REFUSED`], its `QUERY_CONN`
+/// showing [`CONN_INFO_REJECTED`] and the private data. [`ADMIN_STATUS_BAD_HANDLE`] for a
+/// request the listener does not hold (never handed out, answered already, or dropped
+/// because its peer reset or closed the connection). No results. Since minor version 7.
+pub const ADMIN_OP_REJECT: u16 = 0x27;
 
 // ---- asynchronous events ------------------------------------------------------------------
 
@@ -571,19 +588,45 @@ pub struct ListenArgs {
     pub addr: [u8; 16],
     /// Local port (host order), non-zero.
     pub port: u16,
-    pub reserved0: u16,
-    /// Connections the device completes the handshake for before an accept takes them.
+    /// `LISTEN_FLAG_*` bits (since minor version 7; an unknown bit is
+    /// [`ADMIN_STATUS_BAD_PARAM`]).
+    pub flags: u16,
+    /// Connections the device completes the handshake for before an accept takes them
+    /// (with [`LISTEN_FLAG_IWARP_REQUESTS`]: connection requests it holds, read or being
+    /// read, before they are answered).
     pub backlog: u32,
     pub reserved: [u8; 24],
 }
+
+/// `ListenArgs::flags`: the listener serves iWARP the way a CM's passive side does. Once
+/// TCP is established the device reads each connection's MPA request itself (revision 1
+/// or 2, RFC 6581's IRD/ORD block; markers are refused with a reject reply) and holds it;
+/// [`ADMIN_OP_CONN_REQUEST`] hands the requests out, and each is answered by an `ACCEPT`
+/// naming it ([`AcceptArgs::request`]) or by [`ADMIN_OP_REJECT`]. A plain `ACCEPT` on such
+/// a listener is [`ADMIN_STATUS_BAD_STATE`]. A request that does not come within the
+/// responder's MPA request timer, or is malformed, resets its connection
+/// ([`STAT_IWARP_REQUESTS_DROPPED`]); beyond the backlog a new connection is reset
+/// ([`STAT_IWARP_REQUESTS_OVERFLOW`]). Its requests may be accepted onto an iWARP QP of any
+/// context of the function: which one is the driver's decision (it names the QP's context
+/// in the `ACCEPT`). Since minor version 7.
+pub const LISTEN_FLAG_IWARP_REQUESTS: u16 = 1;
+/// Every `LISTEN_FLAG_*` bit.
+pub const LISTEN_FLAGS: u16 = LISTEN_FLAG_IWARP_REQUESTS;
 
 /// Arguments of `ACCEPT`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct AcceptArgs {
-    /// An idle TCP QP of the same context, to carry the accepted connection.
+    /// An idle TCP QP of the command's context, to carry the accepted connection.
     pub qp: u32,
-    pub reserved0: u32,
+    /// Non-zero: the id of a connection request ([`ADMIN_OP_CONN_REQUEST`]) of listener
+    /// `handle` (a [`LISTEN_FLAG_IWARP_REQUESTS`] one, of any context) that `qp`, an idle
+    /// iWARP QP, answers. The ACCEPT completes once the MPA reply is out, as any iWARP
+    /// ACCEPT. [`ADMIN_STATUS_BAD_HANDLE`] for a request the listener does not hold
+    /// (answered already, or dropped: its peer reset or closed the connection);
+    /// [`ADMIN_STATUS_BAD_STATE`] for a QP that is not an idle iWARP QP. Zero: a plain
+    /// ACCEPT (the listener's context only). Since minor version 7.
+    pub request: u32,
     /// iWARP QPs: the connection parameters of the MPA reply; all zero on other QPs.
     pub iwarp: IwarpConnArgs,
     pub reserved: [u8; 24],
@@ -705,6 +748,57 @@ pub struct NeighborArgs {
 
 /// Most static neighbours a function holds (those the device started with count too).
 pub const MAX_NEIGHBORS: u32 = 64;
+
+/// Arguments of `REJECT`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct RejectArgs {
+    /// The id of the request ([`ADMIN_OP_CONN_REQUEST`]'s result0).
+    pub request: u32,
+    pub reserved0: u32,
+    /// The reject reply's private data (`pd_addr`, `pd_len`); `ird`, `ord` and `flags`
+    /// must be zero.
+    pub iwarp: IwarpConnArgs,
+    pub reserved: [u8; 24],
+}
+
+/// What `CONN_REQUEST` writes (64 + 512 = 576 bytes): an iWARP connection request a
+/// listener holds, as the initiator's MPA request made it. Addresses in network order
+/// (IPv4 in its mapped form), ports in host order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct ConnRequest {
+    /// The request's id (result0 of the command), for `ACCEPT` or `REJECT`.
+    pub request: u32,
+    /// `CONN_REQUEST_*` bits.
+    pub flags: u32,
+    /// The initiator's address and port.
+    pub peer_addr: [u8; 16],
+    /// The address and port the initiator connected to.
+    pub local_addr: [u8; 16],
+    pub peer_port: u16,
+    pub local_port: u16,
+    /// The initiator's IRD and ORD (from RFC 6581's block; 0 without one).
+    pub ird: u16,
+    pub ord: u16,
+    /// The request's MPA revision (1 or 2).
+    pub mpa_revision: u8,
+    pub reserved0: u8,
+    /// Bytes of the initiator's private data in `private_data` (the IRD/ORD block and a
+    /// qpip capability block not counted).
+    pub pd_len: u16,
+    pub reserved: [u8; 12],
+    /// The initiator's private data.
+    pub private_data: [u8; 512],
+}
+
+/// The initiator asked for CRC32c.
+pub const CONN_REQUEST_CRC: u32 = 1 << 0;
+/// The initiator asked for peer-to-peer mode.
+pub const CONN_REQUEST_PEER_TO_PEER: u32 = 1 << 1;
+/// The initiator is a qpip device offering RFC 7306 Immediate Data (an `ACCEPT` with
+/// [`IWARP_CONN_IMMEDIATE`] agrees to it).
+pub const CONN_REQUEST_IMMEDIATE: u32 = 1 << 2;
 
 /// What `QUERY_CONN` writes (32 + 512 = 544 bytes): an iWARP QP's connection as MPA set it
 /// up. Valid once its `CONNECT` or `ACCEPT` has completed (successfully, or refused by a
@@ -959,3 +1053,10 @@ pub const STAT_RAW_RX_CSUM_OK: u32 = 70;
 /// addresses and a port a QP or listener of the function holds for that protocol (the port
 /// split, see [`QP_TYPE_RAW_ETH`]). Their WRs complete with success.
 pub const STAT_RAW_TX_PORT_HELD: u32 = 71;
+/// iWARP connection requests a [`LISTEN_FLAG_IWARP_REQUESTS`] listener dropped, resetting
+/// the connection: no request within the MPA request timer, or one that is not a valid
+/// MPA request. Since minor version 7.
+pub const STAT_IWARP_REQUESTS_DROPPED: u32 = 72;
+/// Connections such a listener reset because it held its backlog of requests already.
+/// Since minor version 7.
+pub const STAT_IWARP_REQUESTS_OVERFLOW: u32 = 73;

@@ -37,4 +37,4 @@ pub mod wqe;
 /// Major version of this interface. See the crate docs for the rule.
 pub const ABI_VERSION_MAJOR: u16 = 2;
 /// Minor version of this interface.
-pub const ABI_VERSION_MINOR: u16 = 6;
+pub const ABI_VERSION_MINOR: u16 = 7;

@@ -41,6 +41,7 @@ fn every_argument_body_fills_the_command_body() {
         ("SetQpOptArgs", size_of::<SetQpOptArgs>()),
         ("RouteArgs", size_of::<RouteArgs>()),
         ("NeighborArgs", size_of::<NeighborArgs>()),
+        ("RejectArgs", size_of::<RejectArgs>()),
     ] {
         assert_eq!(size, 48, "{name}");
     }
@@ -49,6 +50,9 @@ fn every_argument_body_fills_the_command_body() {
     assert_eq!(offset_of!(CreateQpArgs, qp_type), 36);
     assert_eq!(offset_of!(RegMrArgs, npages), 24);
     assert_eq!(offset_of!(RegMrArgs, access), 32);
+    assert_eq!(offset_of!(ListenArgs, flags), 18);
+    assert_eq!(offset_of!(AcceptArgs, request), 4);
+    assert_eq!(offset_of!(RejectArgs, iwarp), 8);
     assert_eq!(size_of::<IwarpConnArgs>(), 16);
     assert_eq!(offset_of!(IwarpConnArgs, pd_len), 8);
     assert_eq!(offset_of!(IwarpConnArgs, ird), 10);
@@ -77,6 +81,19 @@ fn query_results() {
     assert_eq!(offset_of!(ConnInfo, pd_len), 10);
     assert_eq!(offset_of!(ConnInfo, terminate), 12);
     assert_eq!(offset_of!(ConnInfo, private_data), 32);
+    assert_eq!(
+        size_of::<ConnRequest>(),
+        64 + IWARP_MAX_PEER_PRIVATE_DATA as usize
+    );
+    assert_eq!(offset_of!(ConnRequest, peer_addr), 8);
+    assert_eq!(offset_of!(ConnRequest, local_addr), 24);
+    assert_eq!(offset_of!(ConnRequest, peer_port), 40);
+    assert_eq!(offset_of!(ConnRequest, local_port), 42);
+    assert_eq!(offset_of!(ConnRequest, ird), 44);
+    assert_eq!(offset_of!(ConnRequest, ord), 46);
+    assert_eq!(offset_of!(ConnRequest, mpa_revision), 48);
+    assert_eq!(offset_of!(ConnRequest, pd_len), 50);
+    assert_eq!(offset_of!(ConnRequest, private_data), 64);
 }
 
 #[test]

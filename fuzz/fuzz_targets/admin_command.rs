@@ -120,14 +120,38 @@ fuzz_target!(|data: &[u8]| {
                 None => assert_eq!((a.peer_addr, a.peer_port), ([0; 16], 0), "a peer lost"),
             }
         }
-        AdminRequest::Listen { port, .. } => {
+        AdminRequest::Listen { port, requests, .. } => {
             assert_ne!(port, 0, "port 0 accepted for listen");
+            let a = ListenArgs::read_from_prefix(&cmd.body[..]).unwrap().0;
+            assert_eq!(a.flags & !LISTEN_FLAGS, 0, "unknown LISTEN flags accepted");
+            assert_eq!(
+                requests,
+                a.flags & LISTEN_FLAG_IWARP_REQUESTS != 0,
+                "not the command's flag"
+            );
+        }
+        AdminRequest::ConnRequest { buf, len } => {
+            let a = QueryArgs::read_from_prefix(&cmd.body[..]).unwrap().0;
+            assert_eq!((buf, len), (a.buf, a.len), "not the command's buffer");
+        }
+        AdminRequest::Reject { request, iwarp } => {
+            assert_ne!(request, 0, "REJECT of request 0 accepted");
+            check_iwarp(&iwarp);
+            assert_eq!(
+                (iwarp.ird, iwarp.ord, iwarp.flags),
+                (0, 0, 0),
+                "a REJECT with connection parameters accepted: {iwarp:?}"
+            );
         }
         AdminRequest::Connect { port, iwarp, .. } => {
             assert_ne!(port, 0, "port 0 accepted for connect");
             check_iwarp(&iwarp);
         }
-        AdminRequest::Accept { iwarp, .. } => check_iwarp(&iwarp),
+        AdminRequest::Accept { iwarp, request, .. } => {
+            check_iwarp(&iwarp);
+            let a = AcceptArgs::read_from_prefix(&cmd.body[..]).unwrap().0;
+            assert_eq!(request, a.request, "not the command's request");
+        }
         AdminRequest::CreateCtx { page, flags } => {
             let a = CreateCtxArgs::read_from_prefix(&cmd.body[..]).unwrap().0;
             assert_eq!(page, a.doorbell_page, "the doorbell page is the command's");

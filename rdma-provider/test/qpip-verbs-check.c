@@ -186,8 +186,9 @@ int main(int argc, char **argv)
 	result("channel.epoll_add", epoll_ctl(ep, EPOLL_CTL_ADD, ch->fd, &ev) == 0, errno);
 	say("channel.epoll_wait", "%d", epoll_wait(ep, &ev, 1, 200));
 	/*
-	 * An event may come with nothing completed: a vector shared with other CQs, or with the
-	 * network interface, wakes every CQ on it. Acknowledged, or destroying the CQ waits.
+	 * Nothing completed, so no event: the driver raises one only for a CQ with a new
+	 * entry, whatever else shares its vector. One that came anyway is acknowledged, or
+	 * destroying the CQ would wait.
 	 */
 	n = ibv_get_cq_event(ch, &cq, &ev_ctx);
 	result("channel.get_event", n == 0, errno);

@@ -64,10 +64,23 @@ pub enum AdminRequest {
         addr: Ipv6Addr,
         port: u16,
         backlog: u32,
+        /// `LISTEN_FLAG_IWARP_REQUESTS`: the listener holds iWARP connection requests.
+        requests: bool,
     },
     DestroyListener,
     Accept {
         qp: u32,
+        /// Non-zero: the held connection request the QP answers.
+        request: u32,
+        iwarp: IwarpConnArgs,
+    },
+    /// The next connection request of the listener, written at `buf`.
+    ConnRequest {
+        buf: u64,
+        len: u32,
+    },
+    Reject {
+        request: u32,
         iwarp: IwarpConnArgs,
     },
     Connect {
@@ -161,7 +174,8 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
         ADMIN_OP_QUERY_DEVICE
         | ADMIN_OP_QUERY_STATS
         | ADMIN_OP_LIST_ADDRS
-        | ADMIN_OP_QUERY_CONN => {
+        | ADMIN_OP_QUERY_CONN
+        | ADMIN_OP_CONN_REQUEST => {
             let a: QueryArgs = args(cmd);
             reserved(zero(&a.reserved))?;
             let (buf, len) = (a.buf, a.len);
@@ -169,6 +183,7 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
                 ADMIN_OP_QUERY_DEVICE => R::QueryDevice { buf, len },
                 ADMIN_OP_QUERY_STATS => R::QueryStats { buf, len },
                 ADMIN_OP_QUERY_CONN => R::QueryConn { buf, len },
+                ADMIN_OP_CONN_REQUEST => R::ConnRequest { buf, len },
                 _ => R::ListAddrs { buf, len },
             }
         }
@@ -284,23 +299,38 @@ pub fn admin(cmd: &AdminCmd, msix_vectors: u16) -> Result<AdminRequest, u16> {
         ADMIN_OP_LISTEN => {
             let a: ListenArgs = args(cmd);
             let addr = Ipv6Addr::from(a.addr);
-            reserved(zero(&a.reserved) && a.reserved0 == 0)?;
+            reserved(zero(&a.reserved))?;
             param(a.port != 0)?;
+            param(a.flags & !LISTEN_FLAGS == 0)?;
             param(addr.is_unspecified() || is_unicast(&addr))?;
             param((1..=1024).contains(&a.backlog))?;
             R::Listen {
                 addr,
                 port: a.port,
                 backlog: a.backlog,
+                requests: a.flags & LISTEN_FLAG_IWARP_REQUESTS != 0,
             }
         }
         ADMIN_OP_DESTROY_LISTENER => R::DestroyListener,
         ADMIN_OP_ACCEPT => {
             let a: AcceptArgs = args(cmd);
-            reserved(zero(&a.reserved) && a.reserved0 == 0)?;
+            reserved(zero(&a.reserved))?;
             param(iwarp_args_valid(&a.iwarp))?;
             R::Accept {
                 qp: a.qp,
+                request: a.request,
+                iwarp: a.iwarp,
+            }
+        }
+        ADMIN_OP_REJECT => {
+            let a: RejectArgs = args(cmd);
+            reserved(zero(&a.reserved) && a.reserved0 == 0)?;
+            // A reject carries private data only: no IRD, ORD or flags to agree on.
+            let i = &a.iwarp;
+            param(iwarp_args_valid(i) && i.ird == 0 && i.ord == 0 && i.flags == 0)?;
+            param(a.request != 0)?;
+            R::Reject {
+                request: a.request,
                 iwarp: a.iwarp,
             }
         }
@@ -798,6 +828,76 @@ mod tests {
     }
 
     #[test]
+    fn listen_flags_accept_requests_and_reject_are_checked() {
+        let run = |opcode: u16, body: &[u8]| {
+            let mut cmd = AdminCmd::new_zeroed();
+            cmd.opcode = opcode;
+            cmd.body.copy_from_slice(body);
+            admin(&cmd, 16)
+        };
+        let mut l = ListenArgs::new_zeroed();
+        l.port = 80;
+        l.backlog = 4;
+        l.flags = LISTEN_FLAG_IWARP_REQUESTS;
+        assert!(matches!(
+            run(ADMIN_OP_LISTEN, l.as_bytes()),
+            Ok(AdminRequest::Listen { requests: true, .. })
+        ));
+        l.flags = 2;
+        assert_eq!(
+            run(ADMIN_OP_LISTEN, l.as_bytes()),
+            Err(ADMIN_STATUS_BAD_PARAM),
+            "an unknown flag"
+        );
+        let mut a = AcceptArgs::new_zeroed();
+        a.qp = 3;
+        a.request = 9;
+        assert!(matches!(
+            run(ADMIN_OP_ACCEPT, a.as_bytes()),
+            Ok(AdminRequest::Accept { request: 9, .. })
+        ));
+        let mut r = RejectArgs::new_zeroed();
+        r.request = 9;
+        r.iwarp.pd_addr = 0x1000;
+        r.iwarp.pd_len = 5;
+        assert!(matches!(
+            run(ADMIN_OP_REJECT, r.as_bytes()),
+            Ok(AdminRequest::Reject { request: 9, .. })
+        ));
+        for bad in [
+            |r: &mut RejectArgs| r.request = 0,
+            |r: &mut RejectArgs| r.iwarp.ird = 1,
+            |r: &mut RejectArgs| r.iwarp.ord = 1,
+            |r: &mut RejectArgs| r.iwarp.flags = IWARP_CONN_CRC,
+            |r: &mut RejectArgs| r.iwarp.pd_len = IWARP_MAX_PRIVATE_DATA as u16 + 1,
+        ] {
+            let mut b = r;
+            bad(&mut b);
+            assert_eq!(
+                run(ADMIN_OP_REJECT, b.as_bytes()),
+                Err(ADMIN_STATUS_BAD_PARAM),
+                "{b:?}"
+            );
+        }
+        let mut b = r;
+        b.reserved0 = 1;
+        assert_eq!(
+            run(ADMIN_OP_REJECT, b.as_bytes()),
+            Err(ADMIN_STATUS_BAD_OPCODE)
+        );
+        let mut q = QueryArgs::new_zeroed();
+        q.buf = 0x2000;
+        q.len = 4096;
+        assert_eq!(
+            run(ADMIN_OP_CONN_REQUEST, q.as_bytes()),
+            Ok(AdminRequest::ConnRequest {
+                buf: 0x2000,
+                len: 4096
+            })
+        );
+    }
+
+    #[test]
     fn iwarp_connection_parameters_are_checked_on_connect_and_accept() {
         let connect = |iwarp: IwarpConnArgs, reserved0: u8| {
             let mut cmd = AdminCmd::new_zeroed();
@@ -836,7 +936,11 @@ mod tests {
         );
         assert_eq!(
             accept(good),
-            Ok(AdminRequest::Accept { qp: 3, iwarp: good })
+            Ok(AdminRequest::Accept {
+                qp: 3,
+                request: 0,
+                iwarp: good
+            })
         );
         assert_eq!(connect(good, 1), Err(ADMIN_STATUS_BAD_OPCODE), "reserved");
         let bad = [

@@ -11,6 +11,7 @@ mod golden;
 mod immediate;
 mod impaired;
 mod protection;
+mod requests;
 mod setup;
 mod transfer;
 mod tripwires;

@@ -174,7 +174,7 @@ fn a_responder_sends_nothing_before_the_initiators_first_fpdu() {
 }
 
 /// A device whose iWARP setups wait `wait` for the peer's MPA frame.
-fn impatient(wait: std::time::Duration) -> FakeGuest {
+pub(crate) fn impatient(wait: std::time::Duration) -> FakeGuest {
     use qpip_device::engine::tcp::TcpLimits;
     use qpip_device::engine::EngineConfig;
     let engine = EngineConfig {

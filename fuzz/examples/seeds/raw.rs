@@ -138,6 +138,19 @@ pub(crate) fn admin_command(dir: &Path) {
     let mut listen = ListenArgs::new_zeroed();
     listen.port = 80;
     listen.backlog = 16;
+    let mut listen_requests = listen;
+    listen_requests.flags = LISTEN_FLAG_IWARP_REQUESTS;
+    let mut accept_request = AcceptArgs::new_zeroed();
+    accept_request.qp = 3;
+    accept_request.request = 1;
+    accept_request.iwarp.pd_addr = 0x7000;
+    accept_request.iwarp.pd_len = 7;
+    accept_request.iwarp.ird = 4;
+    accept_request.iwarp.ord = 4;
+    let mut reject = RejectArgs::new_zeroed();
+    reject.request = 1;
+    reject.iwarp.pd_addr = 0x7000;
+    reject.iwarp.pd_len = 7;
     let mut connect = ConnectArgs::new_zeroed();
     connect.addr[15] = 1;
     connect.port = 80;
@@ -161,6 +174,16 @@ pub(crate) fn admin_command(dir: &Path) {
         ("bind-shared", cmd(ADMIN_OP_BIND, 1, 3, &bind_shared)),
         ("udp-peer", cmd(ADMIN_OP_SET_QP_OPT, 1, 3, &udp_peer)),
         ("listen", cmd(ADMIN_OP_LISTEN, 1, 0, &listen)),
+        (
+            "listen-requests",
+            cmd(ADMIN_OP_LISTEN, 1, 0, &listen_requests),
+        ),
+        (
+            "conn-request",
+            query_cmd(ADMIN_OP_CONN_REQUEST, 0x1000, 4096),
+        ),
+        ("accept-request", cmd(ADMIN_OP_ACCEPT, 1, 2, &accept_request)),
+        ("reject", cmd(ADMIN_OP_REJECT, 1, 2, &reject)),
         ("connect", cmd(ADMIN_OP_CONNECT, 1, 3, &connect)),
     ];
     for (name, c) in cmds {

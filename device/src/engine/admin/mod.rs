@@ -295,14 +295,17 @@ impl Engine {
                 addr,
                 port,
                 backlog,
-            } => self.listen(ctx, addr, port, backlog),
+                requests,
+            } => self.listen(ctx, addr, port, backlog, requests),
             R::DestroyListener => self.destroy_listener(mem, ctx, h),
-            R::Accept { qp, iwarp } => {
+            R::Accept { qp, request, iwarp } => {
                 if let Err(s) = self.iwarp_args_take(mem, ctx, qp, &iwarp) {
                     return Outcome::Done(Err(s));
                 }
-                return self.accept(mem, ctx, h, qp, cmd);
+                return self.accept(mem, ctx, h, qp, request, cmd);
             }
+            R::ConnRequest { buf, len } => return self.conn_request(mem, ctx, h, buf, len, cmd),
+            R::Reject { request, iwarp } => self.reject(mem, ctx, h, request, &iwarp),
             R::Connect { addr, port, iwarp } => {
                 if let Err(s) = self.iwarp_args_take(mem, ctx, h, &iwarp) {
                     return Outcome::Done(Err(s));

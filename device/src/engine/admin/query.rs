@@ -14,7 +14,7 @@ use crate::engine::{memory, Engine};
 impl Engine {
     /// Writes a query's answer into the driver's buffer: 8-byte aligned, within one page
     /// of guest RAM, at least as long as the answer.
-    pub(super) fn write_query(
+    pub(in crate::engine) fn write_query(
         &self,
         mem: &GuestMemoryMmap,
         buf: u64,

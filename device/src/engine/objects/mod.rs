@@ -86,6 +86,12 @@ impl Listener {
         &mut self.accept
     }
 
+    /// Its accept queue.
+    #[inline]
+    pub fn accept(&self) -> &AcceptQueue {
+        &self.accept
+    }
+
     /// What is left of a removed listener: its accept queue.
     pub fn into_accept(self) -> AcceptQueue {
         self.accept

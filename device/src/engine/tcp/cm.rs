@@ -1,7 +1,8 @@
 //! The connection-management unit of TCP QPs: QPs created and destroyed, LISTEN, ACCEPT,
 //! CONNECT and CLOSE, the connection events (established, closed, reset, timed out) turned
 //! into command completions, asynchronous events and flushed WRs, and the connections a
-//! listener accepted before any QP claimed them.
+//! listener accepted before any QP claimed them. (A listener that holds iWARP connection
+//! requests keeps its connections in `iwarp::requests` instead.)
 
 use std::collections::VecDeque;
 use std::net::Ipv6Addr;
@@ -126,7 +127,7 @@ impl Engine {
 
     /// Resets connection `conn` and forgets it: the RST goes out, nothing is read from
     /// guest memory for it again.
-    fn tcp_abort(&mut self, conn: ConnId) {
+    pub(super) fn tcp_abort(&mut self, conn: ConnId) {
         let now = Instant::now();
         if let Some(e) = self.tcp.table.get_mut(conn) {
             e.conn.abort();
@@ -188,6 +189,7 @@ impl Engine {
         addr: Ipv6Addr,
         port: u16,
         backlog: u32,
+        requests: bool,
     ) -> Result<AcceptQueue, u16> {
         let backlog = match backlog as usize {
             0 => MAX_BACKLOG,
@@ -209,6 +211,7 @@ impl Engine {
             backlog,
             parked: VecDeque::new(),
             ready: VecDeque::new(),
+            requests: requests.then(iwarp::Requests::default),
         })
     }
 
@@ -254,6 +257,19 @@ impl Engine {
         qp: u32,
         peer_closed: bool,
     ) -> Option<Results> {
+        self.tcp_claim_with(mem, conn, qp, peer_closed, &[])
+    }
+
+    /// [`Engine::tcp_claim`], for an iWARP QP with the MPA request its listener read
+    /// (`request`, the first bytes of the stream; empty if the QP reads it itself).
+    fn tcp_claim_with(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        conn: ConnId,
+        qp: u32,
+        peer_closed: bool,
+        request: &[u8],
+    ) -> Option<Results> {
         let now = Instant::now();
         let e = self.tcp.table.get_mut(conn).expect("caller checked");
         e.tag = Some(qp);
@@ -266,6 +282,8 @@ impl Engine {
             self.iwarp_claimed(qp);
             let e = self.tcp.table.get_mut(conn).expect("caller checked");
             let mut sink = self.objects.iwarp_sink(mem, qp).expect("an iWARP QP");
+            // The request the listener read comes first, then what followed it.
+            sink.iw.receive(&sink.env, request);
             e.conn.recv_space_changed(now, &mut sink);
             self.iwarp_settle(mem, qp);
             self.tcp_service(mem, conn, now);
@@ -547,6 +565,10 @@ impl Engine {
                         continue;
                     };
                     let l = l.accept_mut();
+                    if l.requests.is_some() {
+                        self.iwarp_request_arrived(mem, lid, id);
+                        continue;
+                    }
                     if let Some(qp) = l.parked.pop_front() {
                         let cmd = match self.objects.tcp_qp(qp).map(|t| t.role) {
                             Some(TcpRole::Accepting { cmd, .. }) => cmd,
@@ -564,6 +586,10 @@ impl Engine {
                     } else {
                         self.tcp_abort_unclaimed(id);
                     }
+                }
+                Event::PeerClosed | Event::Acked { .. } if self.tcp.held.contains_key(&id) => {
+                    let l = self.tcp.held[&id];
+                    self.iwarp_request_events(l, id, *ev);
                 }
                 Event::PeerClosed => {
                     for l in self.objects.listeners_mut() {
@@ -585,6 +611,7 @@ impl Engine {
         for l in self.objects.listeners_mut() {
             l.accept_mut().ready.retain(|r| r.conn != id);
         }
+        self.iwarp_request_gone(id);
     }
 
     pub(super) fn tcp_abort_unclaimed(&mut self, id: ConnId) {
@@ -602,6 +629,7 @@ impl Engine {
         addr: Ipv6Addr,
         port: u16,
         backlog: u32,
+        requests: bool,
     ) -> Result<Results, u16> {
         if !self.objects.has_context(ctx) {
             return Err(ADMIN_STATUS_BAD_HANDLE);
@@ -615,7 +643,7 @@ impl Engine {
         if self.objects.listener_count() >= MAX_LISTENERS as usize {
             return Err(ADMIN_STATUS_NO_RESOURCES);
         }
-        let accept = self.tcp_listen(addr, port, backlog)?;
+        let accept = self.tcp_listen(addr, port, backlog, requests)?;
         // Checked above: no QP or listener holds the port.
         let id = self.objects.insert_listener(ctx, addr, port, accept);
         Ok((id as u64, 0, 0))
@@ -638,16 +666,19 @@ impl Engine {
 
     pub(in crate::engine) fn remove_listener(&mut self, mem: &GuestMemoryMmap, id: u32) {
         // Its port is free again.
-        let Some(l) = self.objects.remove_listener(id) else {
+        let Some(mut l) = self.objects.remove_listener(id) else {
             return;
         };
+        if let Some(r) = l.accept_mut().requests.take() {
+            self.iwarp_requests_end(mem, r);
+        }
         self.tcp_unlisten(l);
         // QPs offered to it go back to idle; their accepts are cancelled.
         let waiting: Vec<(u32, PendingCmd)> = self
             .objects
             .qps()
             .filter_map(|(q, qp)| match qp.tcp()?.role {
-                TcpRole::Accepting { listener, cmd } if listener == id => Some((q, cmd)),
+                TcpRole::Accepting { listener, cmd } if listener == Some(id) => Some((q, cmd)),
                 _ => None,
             })
             .collect();
@@ -663,14 +694,18 @@ impl Engine {
         ctx: u32,
         listener: u32,
         qp_id: u32,
+        request: u32,
         cmd: &AdminCmd,
     ) -> Outcome {
-        if self
-            .objects
-            .listener(listener)
-            .is_none_or(|l| l.ctx() != ctx)
-        {
-            return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
+        // A requests listener hands its connections out with their requests only, to a
+        // QP of any context (the driver, which owns them all, decides); any other
+        // listener to a QP of its own context.
+        let requests = match self.objects.listener(listener) {
+            Some(l) if request != 0 || l.ctx() == ctx => l.accept().requests.is_some(),
+            _ => return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE)),
+        };
+        if requests != (request != 0) {
+            return Outcome::Done(Err(ADMIN_STATUS_BAD_STATE));
         }
         let Some(qp) = self.objects.qp_in_mut(ctx, qp_id) else {
             return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
@@ -679,16 +714,49 @@ impl Engine {
         let Some(t) = qp
             .tcp_mut()
             .filter(|t| t.role == TcpRole::Idle && !bound && ready)
+            .filter(|t| request == 0 || t.is_iwarp())
         else {
             return Outcome::Done(Err(ADMIN_STATUS_BAD_STATE));
         };
+        if request != 0 {
+            return self.accept_request(mem, listener, request, qp_id, cmd);
+        }
         t.role = TcpRole::Accepting {
-            listener,
+            listener: Some(listener),
             cmd: PendingCmd::of(cmd),
         };
         // A connection the device already accepted is taken at once; otherwise the QP
         // waits for the next one.
         match self.tcp_accept(mem, listener, qp_id) {
+            Some(r) => Outcome::Done(Ok(r)),
+            None => Outcome::Pending,
+        }
+    }
+
+    /// ACCEPT of held iWARP request `request` of `listener` by idle iWARP QP `qp`: the QP
+    /// takes the connection and answers the request as its own setup would have; the
+    /// ACCEPT completes once the reply is out.
+    fn accept_request(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        listener: u32,
+        request: u32,
+        qp: u32,
+        cmd: &AdminCmd,
+    ) -> Outcome {
+        let (conn, frame) = match self.iwarp_request_take(listener, request) {
+            Ok(r) => r,
+            Err(s) => return Outcome::Done(Err(s)),
+        };
+        if self.tcp.table.get(conn).is_none() {
+            return Outcome::Done(Err(ADMIN_STATUS_BAD_HANDLE));
+        }
+        let t = self.objects.tcp_qp_mut(qp).expect("checked");
+        t.role = TcpRole::Accepting {
+            listener: None,
+            cmd: PendingCmd::of(cmd),
+        };
+        match self.tcp_claim_with(mem, conn, qp, false, &frame) {
             Some(r) => Outcome::Done(Ok(r)),
             None => Outcome::Pending,
         }

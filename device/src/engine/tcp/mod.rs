@@ -90,9 +90,10 @@ const MAX_BACKLOG: usize = 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TcpRole {
     Idle,
-    /// Offered to a listener by ACCEPT.
+    /// Offered to a listener by ACCEPT; `listener` None when the ACCEPT answers a held
+    /// iWARP request (the QP has its connection already: the listener may go).
     Accepting {
-        listener: u32,
+        listener: Option<u32>,
         cmd: PendingCmd,
     },
     Connecting {
@@ -175,6 +176,9 @@ pub struct AcceptQueue {
     backlog: usize,
     parked: VecDeque<u32>,
     ready: VecDeque<Ready>,
+    /// `LISTEN_FLAG_IWARP_REQUESTS`: the iWARP connection requests held (instead of
+    /// `ready`, which stays empty).
+    requests: Option<iwarp::Requests>,
 }
 
 /// The engine's TCP: its connections (TCP QPs and listeners are objects, with their TCP
@@ -187,6 +191,11 @@ pub struct Tcp {
     /// iWARP QPs waiting for an MPA frame, by deadline (`TcpLimits::mpa_reply`,
     /// `mpa_request`); an entry whose QP is no longer waiting is dropped when due.
     mpa_due: std::collections::BTreeSet<(Instant, u32)>,
+    /// Connections held by a requests listener (no QP has them), and which listener.
+    held: std::collections::HashMap<ConnId, u32>,
+    /// Timers of held requests: (due, listener, request id); an entry whose request is no
+    /// longer at that stage is dropped when due.
+    request_due: std::collections::BTreeSet<(Instant, u32, u32)>,
     limits: TcpLimits,
 }
 
@@ -254,6 +263,8 @@ impl Tcp {
             cfg,
             outbox: Vec::new(),
             mpa_due: Default::default(),
+            held: Default::default(),
+            request_due: Default::default(),
             limits,
         }
     }
@@ -272,7 +283,8 @@ impl Tcp {
     /// When the next timer is due: the table's, or an MPA setup's.
     pub fn next_deadline(&mut self) -> Option<Instant> {
         let mpa = self.mpa_due.first().map(|&(t, _)| t);
-        [self.table.next_deadline(), mpa]
+        let requests = self.request_due.first().map(|&(t, _, _)| t);
+        [self.table.next_deadline(), mpa, requests]
             .into_iter()
             .flatten()
             .min()
@@ -401,7 +413,20 @@ impl Engine {
                         let qp = t.rx.qp;
                         self.post_rx_done(mem, qp);
                     }
-                    None => e.conn.on_segment(&seg, now, &mut Unclaimed),
+                    None => match self.tcp.held.get(&id).copied() {
+                        // A requests listener reads the MPA request itself.
+                        Some(l) => {
+                            let r = objects
+                                .listener_mut(l)
+                                .and_then(|l| l.accept_mut().requests.as_mut());
+                            match r {
+                                Some(r) => e.conn.on_segment(&seg, now, &mut r.sink(id)),
+                                None => e.conn.on_segment(&seg, now, &mut Unclaimed),
+                            }
+                            self.iwarp_request_read(mem, l, id);
+                        }
+                        None => e.conn.on_segment(&seg, now, &mut Unclaimed),
+                    },
                 }
                 self.tcp_service(mem, id, now);
             }
@@ -473,7 +498,16 @@ impl Engine {
                     }
                 }
                 None => {
-                    while let Some(o) = e.conn.poll_transmit(now, &mut tcp::NoData) {
+                    // A held iWARP request's connection sends its reject reply, if any.
+                    let reply = self
+                        .tcp
+                        .held
+                        .get(&id)
+                        .and_then(|&l| self.objects.listener(l))
+                        .and_then(|l| l.accept().requests.as_ref())
+                        .and_then(|r| r.reply(id));
+                    let mut src = reply.unwrap_or(&[]);
+                    while let Some(o) = e.conn.poll_transmit(now, &mut src) {
                         outbox.push(o);
                     }
                 }
@@ -541,6 +575,14 @@ impl Engine {
             }
             self.tcp.mpa_due.pop_first();
             did |= self.iwarp_setup_expired(mem, qp);
+        }
+        while let Some(&(t, listener, request)) = self.tcp.request_due.first() {
+            if t > now {
+                break;
+            }
+            self.tcp.request_due.pop_first();
+            self.iwarp_request_expired(listener, request);
+            did = true;
         }
         if self.tcp.table.next_deadline().is_some_and(|t| t <= now) {
             while let Some(id) = self.tcp.table.pop_expired(now) {

@@ -52,7 +52,7 @@ fn unknown_opcodes_and_non_zero_reserved_fields_are_refused() {
     let mut g = FakeGuest::new();
     let errors_before = g.stat(STAT_ADMIN_ERRORS);
     let mut refused = 0;
-    for op in [0x00u16, 0x08, 0x0f, 0x26, 0x7f, 0x100, 0xffff] {
+    for op in [0x00u16, 0x08, 0x0f, 0x28, 0x7f, 0x100, 0xffff] {
         let c = g.admin(cmd0(op, 0, 0));
         assert_eq!(c.status, ADMIN_STATUS_BAD_OPCODE, "opcode {op:#x}: {c:?}");
         refused += 1;

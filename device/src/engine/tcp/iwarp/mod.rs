@@ -16,6 +16,7 @@
 //! command completions, CQEs and segments.
 
 mod drive;
+mod requests;
 pub(super) mod rx;
 pub(super) mod tx;
 // A fuzz fixture (the placement path fed whatever a peer may send): built for the fuzz
@@ -35,6 +36,7 @@ use crate::net::iwarp::wire::mpa::{self, EnhancedBlock, Flags, Frame, Kind, Pref
 use crate::net::iwarp::wire::rdmap::{Body, Message, ReadRequest};
 use crate::net::iwarp::wire::terminate::{MpaCode, TermError, Terminate};
 
+pub(in crate::engine) use requests::Requests;
 use rx::{Env, RecvWr};
 use tx::{Data, OutRead, Tx};
 
