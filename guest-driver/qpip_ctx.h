@@ -78,6 +78,10 @@ struct qpip_cq {
 	u32 depth;			/* entries of @ring: a power of two */
 	/* the consumer's index in the context's doorbell page, where the device reads it */
 	const u32 *head;
+	const u32 *arm;			/* its arm word there */
+	/* head and arm word when its waiters were last woken (under vec->lock) */
+	u32 woken_head;
+	u32 woken_arm;
 	struct eventfd_ctx *eventfd;	/* signalled on the CQ's interrupt, or NULL */
 	wait_queue_head_t *wake;	/* a qpip socket's CQ: woken on its interrupt, or NULL */
 	struct list_head vec_node;	/* in vec->cqs */
