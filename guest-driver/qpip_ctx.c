@@ -351,6 +351,12 @@ void qpip_contexts_revoke(struct qpip_dev *qdev)
 	list_for_each_entry(ctx, &qdev->contexts, node) {
 		qpip_ctx_ports_release(ctx);
 		qpip_sock_revoke(ctx);
+		/* qpip_ib's QPs: each is told its connection is gone, as by an error. */
+		spin_lock_irq(&qdev->ctx_lock);
+		if (ctx->qp_event)
+			ctx->qp_event(ctx->qp_event_data, QPIP_CTX_ALL_QPS, QPIP_ASYNC_EVENT_QP_ERROR,
+				      0);
+		spin_unlock_irq(&qdev->ctx_lock);
 		wake_up_interruptible_all(&ctx->ev_wait);
 	}
 }

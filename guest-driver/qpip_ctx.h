@@ -78,6 +78,10 @@ struct qpip_cq {
 	u32 depth;			/* entries of @ring: a power of two */
 	/* the consumer's index in the context's doorbell page, where the device reads it */
 	const u32 *head;
+	const u32 *arm;			/* its arm word there */
+	/* head and arm word when its waiters were last woken (under vec->lock) */
+	u32 woken_head;
+	u32 woken_arm;
 	struct eventfd_ctx *eventfd;	/* signalled on the CQ's interrupt, or NULL */
 	wait_queue_head_t *wake;	/* a qpip socket's CQ: woken on its interrupt, or NULL */
 	struct list_head vec_node;	/* in vec->cqs */
@@ -167,7 +171,17 @@ struct qpip_ctx {
 	 * and qdev->ctx_lock; read under qdev->ctx_lock.
 	 */
 	struct xarray socks;
+	/*
+	 * qpip_ib's user context: the device's asynchronous events about this context's QPs
+	 * go to @qp_event instead of the event records nobody reads (called in the admin
+	 * interrupt, qdev->ctx_lock held; set by qpip_ctx_set_qp_event).
+	 */
+	void (*qp_event)(void *data, u32 qp, u16 kind, u8 reason);
+	void *qp_event_data;
 };
+
+/* @qp_event's qp for every QP of the context: the device was reset or removed. */
+#define QPIP_CTX_ALL_QPS U32_MAX
 
 /* The device was reset or removed since the context was created: it no longer exists. */
 static inline bool qpip_ctx_dead(struct qpip_ctx *ctx)
@@ -202,6 +216,18 @@ void qpip_ring_unref(struct qpip_ring *r);
 long qpip_ioctl(struct file *filp, unsigned int cmd, unsigned long arg);
 int qpip_get_arg(void *karg, size_t ksize, u32 v1size, void __user *uarg);
 int qpip_ctx_ioctl(struct qpip_ctx *ctx, unsigned int cmd, void *karg);	/* exported */
+/*
+ * exported for qpip_ib.ko: CONNECT and CLOSE of one of @ctx's QPs for a kernel caller,
+ * whose @done gets the command when it ends (in the admin interrupt, the admin lock held;
+ * c->event.status says how, c->owner is @owner) and frees it. @pdata is kernel memory.
+ */
+int qpip_ctx_connect_kernel(struct qpip_ctx *ctx, u32 qp, const u8 *addr, u16 port,
+			    const struct qpip_iwarp_conn *iw, const void *pdata,
+			    void (*done)(struct qpip_cmd *c), void *owner);
+int qpip_ctx_close_kernel(struct qpip_ctx *ctx, u32 qp, void (*done)(struct qpip_cmd *c),
+			  void *owner);
+void qpip_ctx_set_qp_event(struct qpip_ctx *ctx, void (*fn)(void *data, u32 qp, u16 kind,
+							    u8 reason), void *data);
 
 /* qpip_sock.c: qpip sockets (their own declarations: qpip_sock.h) */
 bool qpip_sock_async_event(struct qpip_ctx *ctx, u32 qp, u16 kind, int status);

@@ -98,6 +98,10 @@ void qpip_ctx_async_event(struct qpip_dev *qdev, const struct qpip_admin_cqe *cq
 		goto out;	/* the context is gone (closed, or reset away) */
 	if (qpip_sock_async_event(ctx, ev.qp, kind, ev.status))
 		goto out;	/* a qpip socket's QP: the socket takes it */
+	if (ctx->qp_event) {
+		ctx->qp_event(ctx->qp_event_data, ev.qp, kind, reason);
+		goto out;	/* an RDMA device's context: qpip_ib takes it */
+	}
 
 	spin_lock(&ctx->ev_lock);
 	c = ctx->notices < QPIP_MAX_ASYNC_EVENTS_PER_CTX ? kzalloc(sizeof(*c), GFP_ATOMIC) : NULL;
@@ -237,3 +241,19 @@ void qpip_ctx_events_free(struct qpip_ctx *ctx)
 		if (c != &ctx->lost)
 			kfree(c);
 }
+
+/*
+ * qpip_ib.ko: @fn takes the asynchronous events about @ctx's QPs from now on (NULL: no
+ * longer). Under ctx_lock, so no event is being handed to the old one when this returns.
+ */
+void qpip_ctx_set_qp_event(struct qpip_ctx *ctx, void (*fn)(void *data, u32 qp, u16 kind,
+							    u8 reason), void *data)
+{
+	struct qpip_dev *qdev = ctx->qdev;
+
+	spin_lock_irq(&qdev->ctx_lock);
+	ctx->qp_event = fn;
+	ctx->qp_event_data = data;
+	spin_unlock_irq(&qdev->ctx_lock);
+}
+EXPORT_SYMBOL_GPL(qpip_ctx_set_qp_event);

@@ -5,14 +5,17 @@
  *   qpip_ib_verbs.c  its verbs: queries, user contexts, protection domains, mmap
  *   qpip_ib_cq.c     CQs: the device context's own, their rings mapped, their interrupts
  *   qpip_ib_mr.c     memory regions: the device's registered regions
- *   qpip_ib_qp.c     QPs: the verbs exist (ib_core wants them) and refuse for now
- *   qpip_ib_cm.c     the iWARP connection manager's ops, failing cleanly until QPs exist
+ *   qpip_ib_qp.c     QPs: the device context's iWARP TCP QPs, their rings mapped, states
+ *   qpip_ib_cm.c     the iWARP connection manager's ops: the active side on CONNECT/CLOSE
  * qpip.ko stays the owner of the function; see qpip_aux.h for what it gives this module.
  */
 #ifndef QPIP_IB_H
 #define QPIP_IB_H
 
+#include <linux/completion.h>
 #include <linux/idr.h>
+#include <linux/refcount.h>
+#include <linux/workqueue.h>
 #include <rdma/ib_verbs.h>
 
 #include "qpip_aux.h"
@@ -30,6 +33,7 @@ struct qpip_ib_dev {
 	struct qpip_dev *qdev;
 	struct net_device *netdev;	/* the function's qpipN: port 1 */
 	struct ida pd_ida;
+	struct xarray qps;		/* qp_num -> qpip_ib_qp, for iw_get_qp and events */
 	/* qpipN's events, which become the port's (qpip_ib_main.c) */
 	struct notifier_block nb;
 	struct netdev_net_notifier nn;
@@ -74,8 +78,57 @@ struct qpip_ib_mr {
 	struct qpip_ctx *ctx;
 };
 
+/* Where a QP's connection stands, as this driver drives it for iw_cm (qpip_ib_cm.c). */
+enum qpip_ib_cm_state {
+	QPIP_IB_CM_IDLE,		/* no connection, none asked for */
+	QPIP_IB_CM_CONNECTING,		/* CONNECT given; CONNECT_REPLY not yet told */
+	QPIP_IB_CM_CONNECTED,		/* told; the connection carries the QP */
+	QPIP_IB_CM_DONE,		/* IW_CM_EVENT_CLOSE (or a failed reply) told */
+};
+
+/* What happened to a QP, from the admin interrupt, for its work (qpip_ib_qp_work). */
+#define QPIP_IB_EV_CONNECT_DONE	BIT(0)	/* CONNECT completed: @connect_status */
+#define QPIP_IB_EV_CLOSE_DONE	BIT(1)	/* CLOSE completed */
+#define QPIP_IB_EV_PEER_CLOSED	BIT(2)	/* ASYNC_EVENT_PEER_CLOSED */
+#define QPIP_IB_EV_ERROR	BIT(3)	/* ASYNC_EVENT_QP_ERROR: @error_reason */
+#define QPIP_IB_EV_GONE		BIT(4)	/* the device QP was destroyed (ERR, destroy) */
+#define QPIP_IB_EV_CLOSE_FAILED	BIT(5)	/* CLOSE failed: the connection reset, timed out */
+
+/*
+ * A QP: one of the user context's device context's iWARP TCP QPs. Its memory is the RDMA
+ * core's (freed after destroy_qp returns), so destroy_qp waits until every reference —
+ * iw_cm's (iw_add_ref), a pending command's, a queued work's — is gone.
+ */
 struct qpip_ib_qp {
 	struct ib_qp ibqp;
+	struct qpip_ib_dev *qib;
+	struct qpip_ctx *ctx;			/* the user context's device context */
+	u32 handle;				/* the device's QP: qp_num */
+	struct pid *owner;			/* the creating process: only it may connect it */
+	struct rdma_user_mmap_entry *sq_entry;
+	struct rdma_user_mmap_entry *rq_entry;
+	struct ib_qp_cap cap;
+	u8 sq_sig_type;
+
+	refcount_t ref;
+	struct completion free;			/* the last reference went */
+
+	struct mutex lock;			/* everything below */
+	enum ib_qp_state state;
+	bool dev_gone;				/* the device QP was destroyed */
+	bool closing;				/* CLOSE given */
+	struct iw_cm_id *cm_id;			/* held (add_ref) while set */
+	enum qpip_ib_cm_state cm_state;
+	bool peer_closed;		/* the peer's FIN came */
+	bool close_done;		/* our CLOSE completed */
+	bool conn_failed;		/* reset, timed out, ERR, destroyed */
+	bool disconnect_told;
+
+	spinlock_t ev_lock;			/* the events, taken in the admin interrupt */
+	unsigned long events;			/* QPIP_IB_EV_* */
+	int connect_status;
+	u8 error_reason;			/* ASYNC_REASON_* */
+	struct work_struct work;
 };
 
 static inline struct qpip_ib_dev *to_qibdev(struct ib_device *ibdev)
@@ -86,6 +139,11 @@ static inline struct qpip_ib_dev *to_qibdev(struct ib_device *ibdev)
 static inline struct qpip_ib_ucontext *to_qibuc(struct ib_ucontext *ibuc)
 {
 	return container_of(ibuc, struct qpip_ib_ucontext, ibuc);
+}
+
+static inline struct qpip_ib_cq *to_qibcq(struct ib_cq *ibcq)
+{
+	return container_of(ibcq, struct qpip_ib_cq, ibcq);
 }
 
 static inline struct qpip_ib_pd *to_qibpd(struct ib_pd *ibpd)
@@ -136,6 +194,17 @@ int qpip_ib_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 		      const struct ib_send_wr **bad_wr);
 int qpip_ib_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 		      const struct ib_recv_wr **bad_wr);
+void qpip_ib_qp_get(struct qpip_ib_qp *qp);
+void qpip_ib_qp_put(struct qpip_ib_qp *qp);
+void qpip_ib_qp_note(struct qpip_ib_qp *qp, unsigned long ev);
+void qpip_ib_qp_event(void *data, u32 qpn, u16 kind, u8 reason);
+int qpip_ib_qp_close(struct qpip_ib_qp *qp);
+int qpip_ib_qp_kill(struct qpip_ib_qp *qp);
+
+static inline struct qpip_ib_qp *to_qibqp(struct ib_qp *ibqp)
+{
+	return container_of(ibqp, struct qpip_ib_qp, ibqp);
+}
 
 /* qpip_ib_cm.c */
 struct iw_cm_id;
@@ -148,5 +217,6 @@ int qpip_ib_iw_reject(struct iw_cm_id *cm_id, const void *pdata, u8 pdata_len);
 struct ib_qp *qpip_ib_iw_get_qp(struct ib_device *ibdev, int qpn);
 void qpip_ib_iw_add_ref(struct ib_qp *qp);
 void qpip_ib_iw_rem_ref(struct ib_qp *qp);
+void qpip_ib_cm_events(struct qpip_ib_qp *qp, unsigned long ev, int connect_status);
 
 #endif /* QPIP_IB_H */

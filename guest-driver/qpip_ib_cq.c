@@ -15,11 +15,6 @@
 
 #include "qpip_ib.h"
 
-static struct qpip_ib_cq *to_qibcq(struct ib_cq *ibcq)
-{
-	return container_of(ibcq, struct qpip_ib_cq, ibcq);
-}
-
 /*
  * The CQ's vector fired. The device does not say for which of the vector's CQs, so a CQ
  * sharing its vector may see an event it was not armed for: harmless to a verbs consumer,

@@ -174,6 +174,8 @@ int qpip_ib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata)
 	ret = ib_copy_to_udata(udata, &resp, min(udata->outlen, sizeof(resp)));
 	if (ret)
 		goto err_entry;
+	/* The device's events about its QPs: to them (qpip_ib_qp.c), not to a file's reader. */
+	qpip_ctx_set_qp_event(uc->ctx, qpip_ib_qp_event, uc);
 	return 0;
 
 err_entry:
@@ -194,6 +196,7 @@ void qpip_ib_dealloc_ucontext(struct ib_ucontext *ibuc)
 {
 	struct qpip_ib_ucontext *uc = to_qibuc(ibuc);
 
+	qpip_ctx_set_qp_event(uc->ctx, NULL, NULL);
 	rdma_user_mmap_entry_remove(uc->kick_entry);
 	rdma_user_mmap_entry_remove(uc->db_entry);
 	qpip_ctx_destroy(uc->ctx);

@@ -320,6 +320,11 @@ void qpip_vector_add(struct qpip_ctx *ctx, struct qpip_vector *vec, struct qpip_
 	cq->depth = depth;
 	cq->head = page_address(ctx->db->pages[0]) + QPIP_DB_CQ_BASE +
 		   cq->slot * QPIP_DB_CQ_STRIDE + QPIP_DB_CQ_HEAD;
+	cq->arm = page_address(ctx->db->pages[0]) + QPIP_DB_CQ_BASE +
+		  cq->slot * QPIP_DB_CQ_STRIDE + QPIP_DB_CQ_ARM_SEQ;
+	/* The device zeroed the slot: nothing taken, never armed. */
+	cq->woken_head = 0;
+	cq->woken_arm = 0;
 	spin_lock_irqsave(&vec->lock, flags);
 	list_add_tail(&cq->vec_node, &vec->cqs);
 	WRITE_ONCE(vec->ncqs, vec->ncqs + 1);
@@ -363,17 +368,34 @@ void qpip_vector_set_netdev(struct qpip_vector *vec, struct qpip_netdev *nd)
  * Does @cq hold a completion its consumer has not taken: is the entry at the head the
  * doorbell page holds written in the current pass (its owner bit, as the consumers read
  * it)? The device writes an entry before it raises the vector, so an entry it raised the
- * vector for is seen here. A consumer that takes entries before it stores its head only
- * makes this say yes when the answer is no, which costs a wake-up, never loses one.
+ * vector for is seen here, unless its consumer took it already (below). A consumer that
+ * takes entries before it stores its head only makes this say yes when the answer is no,
+ * which costs a wake-up, never loses one. Called under vec->lock.
  */
-static bool qpip_cq_pending(const struct qpip_cq *cq)
+static bool qpip_cq_pending(struct qpip_cq *cq)
 {
 	u32 idx = READ_ONCE(*cq->head);
+	u32 arm = READ_ONCE(*cq->arm);
 	u32 off = (idx & (cq->depth - 1)) * QPIP_CQE_SIZE;
 	const struct qpip_cqe *e = page_address(cq->ring->pages[off >> PAGE_SHIFT]) +
 				   (off & ~PAGE_MASK);
+	bool pending;
 
-	return (READ_ONCE(e->owner) & 1) == (((idx / cq->depth) & 1) ^ 1);
+	pending = (READ_ONCE(e->owner) & 1) == (((idx / cq->depth) & 1) ^ 1);
+	/*
+	 * Or armed since its waiters were last woken, and entries taken since: the usual
+	 * consumer arms, then polls what came meanwhile — the device raised the vector for
+	 * that arm, but the entry it raised it for may be taken before this looks. Its waiter
+	 * must still wake (the arm is spent: nothing else would wake it). At most one
+	 * wake-up per arm, and none for a CQ armed with nothing taken since.
+	 */
+	if (!pending && arm != cq->woken_arm && idx != cq->woken_head)
+		pending = true;
+	if (pending) {
+		cq->woken_head = idx;
+		cq->woken_arm = arm;
+	}
+	return pending;
 }
 
 /*

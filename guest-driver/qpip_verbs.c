@@ -873,3 +873,136 @@ int qpip_ctx_ioctl(struct qpip_ctx *ctx, unsigned int cmd, void *karg)
 	return ret;
 }
 EXPORT_SYMBOL_GPL(qpip_ctx_ioctl);
+
+/*
+ * Runs @fn on @ctx as qpip_ctx_ioctl runs an ioctl's handler: the device's lock for
+ * reading, the context alive, its lock held.
+ */
+static int qpip_ctx_run(struct qpip_ctx *ctx, int (*fn)(struct qpip_ctx *ctx, void *arg),
+			void *arg)
+{
+	struct qpip_dev *qdev = ctx->qdev;
+	int ret;
+
+	down_read(&qdev->lock);
+	if (qpip_ctx_dead(ctx)) {
+		ret = -ENODEV;
+	} else {
+		mutex_lock(&ctx->lock);
+		ret = fn(ctx, arg);
+		mutex_unlock(&ctx->lock);
+	}
+	up_read(&qdev->lock);
+	return ret;
+}
+
+/* A kernel caller's CONNECT or CLOSE: what qpip_ctx_run hands its handler. */
+struct qpip_kernel_cmd {
+	u32 qp;
+	const u8 *addr;
+	u16 port;
+	const struct qpip_iwarp_conn *iw;
+	const void *pdata;
+	void (*done)(struct qpip_cmd *c);
+	void *owner;
+};
+
+/*
+ * The command record of a kernel caller: its completion goes to k->done, like a qpip
+ * socket's (qpip_async_done), and is not counted against the context's pending events.
+ */
+static struct qpip_cmd *qpip_kernel_cmd_alloc(struct qpip_ctx *ctx,
+					      const struct qpip_kernel_cmd *k, u32 kind)
+{
+	struct qpip_cmd *c = kzalloc(sizeof(*c), GFP_KERNEL);
+
+	if (!c)
+		return NULL;
+	c->ctx = ctx;
+	c->event.kind = kind;
+	c->event.qp = k->qp;
+	c->sock_done = k->done;
+	c->owner = k->owner;
+	return c;
+}
+
+/* The private data copied into a buffer of the command's, as qpip_iwarp_conn_take does. */
+static int qpip_kernel_pdata_take(struct qpip_dev *qdev, struct qpip_cmd *c,
+				  const void *pdata, u16 len)
+{
+	void *buf;
+
+	if (!len)
+		return 0;
+	buf = kmalloc(roundup_pow_of_two(len), GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	memcpy(buf, pdata, len);
+	return qpip_cmd_data_attach(qdev, c, buf, len);
+}
+
+static int qpip_kernel_connect(struct qpip_ctx *ctx, void *arg)
+{
+	const struct qpip_kernel_cmd *k = arg;
+	struct qpip_qp *qp;
+	struct qpip_cmd *c;
+	int ret;
+
+	if (qpip_iwarp_conn_check(k->iw))
+		return -EINVAL;
+	qp = xa_load(&ctx->qps, k->qp);
+	if (!qp)
+		return -ENOENT;
+	c = qpip_kernel_cmd_alloc(ctx, k, QPIP_EVENT_CONNECT);
+	if (!c)
+		return -ENOMEM;
+	ret = qpip_connect_port(ctx, qp);
+	if (!ret)
+		ret = qpip_kernel_pdata_take(ctx->qdev, c, k->pdata, k->iw->pd_len);
+	if (!ret)
+		ret = qpip_cmd_connect(ctx->qdev, c, ctx->id, k->qp, k->addr, k->port, k->iw);
+	if (ret) {
+		qpip_cmd_data_free(ctx->qdev, c);
+		kfree(c);
+	}
+	return ret;
+}
+
+int qpip_ctx_connect_kernel(struct qpip_ctx *ctx, u32 qp, const u8 *addr, u16 port,
+			    const struct qpip_iwarp_conn *iw, const void *pdata,
+			    void (*done)(struct qpip_cmd *c), void *owner)
+{
+	struct qpip_kernel_cmd k = {
+		.qp = qp, .addr = addr, .port = port, .iw = iw, .pdata = pdata,
+		.done = done, .owner = owner,
+	};
+
+	return qpip_ctx_run(ctx, qpip_kernel_connect, &k);
+}
+EXPORT_SYMBOL_GPL(qpip_ctx_connect_kernel);
+
+static int qpip_kernel_close(struct qpip_ctx *ctx, void *arg)
+{
+	const struct qpip_kernel_cmd *k = arg;
+	struct qpip_cmd *c;
+	int ret;
+
+	if (!xa_load(&ctx->qps, k->qp))
+		return -ENOENT;
+	c = qpip_kernel_cmd_alloc(ctx, k, QPIP_EVENT_CLOSE);
+	if (!c)
+		return -ENOMEM;
+	ret = qpip_cmd_close(ctx->qdev, c, ctx->id, k->qp);
+	if (ret)
+		kfree(c);
+	return ret;
+}
+
+int qpip_ctx_close_kernel(struct qpip_ctx *ctx, u32 qp, void (*done)(struct qpip_cmd *c),
+			  void *owner)
+{
+	struct qpip_kernel_cmd k = { .qp = qp, .done = done, .owner = owner };
+
+	return qpip_ctx_run(ctx, qpip_kernel_close, &k);
+}
+EXPORT_SYMBOL_GPL(qpip_ctx_close_kernel);

@@ -12,8 +12,10 @@
  * page and kick register are mapped here — and query_device, query_port, alloc_pd and
  * dealloc_pd go to the kernel. CQs are the device's: created by the kernel, their rings
  * mapped here, polled and armed with no system call (the doorbell page's cq_head and
- * arm_seq, qpip_abi.h). Memory regions are the device's registered regions. QPs are
- * libibverbs' default, which fails with EOPNOTSUPP, until the QP stage.
+ * arm_seq, qpip_abi.h). Memory regions are the device's registered regions. QPs are the
+ * device's iWARP QPs: created by the kernel, their rings mapped here, where work requests
+ * are written as WQEs and the QP's doorbell rung with no system call (the kick register
+ * only when the engine sleeps); their completions come back through the CQs' polls.
  */
 #include <endian.h>
 #include <errno.h>
@@ -42,6 +44,11 @@ DECLARE_DRV_CMD(qpip_cmd_alloc_pd, IB_USER_VERBS_CMD_ALLOC_PD,
 		empty, qpip_ib_alloc_pd_resp);
 DECLARE_DRV_CMD(qpip_cmd_create_cq, IB_USER_VERBS_CMD_CREATE_CQ,
 		empty, qpip_ib_create_cq_resp);
+DECLARE_DRV_CMD(qpip_cmd_create_qp, IB_USER_VERBS_CMD_CREATE_QP,
+		empty, qpip_ib_create_qp_resp);
+
+/* The context's QPs by their number, for the polls (a CQE names its QP by it). */
+#define QPIP_QP_BUCKETS 256
 
 struct qpip_device {
 	struct verbs_device ibv_dev;
@@ -56,6 +63,8 @@ struct qpip_context {
 	uint32_t max_inline;
 	uint32_t max_sge;
 	uint32_t max_queue_depth;
+	pthread_mutex_t qp_lock;	/* qp_table */
+	struct qpip_qp *qp_table[QPIP_QP_BUCKETS];
 };
 
 struct qpip_pd {
@@ -74,6 +83,46 @@ struct qpip_cq {
 	uint32_t arm_seq;		/* the last sequence written to arm_seq */
 	_Atomic uint32_t *db_head;	/* the slot's cq_head */
 	_Atomic uint32_t *db_arm;	/* the slot's arm_seq */
+};
+
+/* What a posted work request was, kept by its ring slot until its completion is polled. */
+struct qpip_wr_slot {
+	uint64_t wr_id;			/* the caller's */
+	uint8_t signaled;		/* a successful completion is reported */
+	uint8_t opcode;			/* enum ibv_wc_opcode */
+};
+
+/*
+ * One work queue of a QP: its mapped ring of WQEs and its producer index in the doorbell
+ * page. A WQE's wr_id is its free-running index: its completion finds the slot's record
+ * by it. Every WR completes (the device has no unsignalled WRs), so the count of polled
+ * completions tells which slots are free again.
+ */
+struct qpip_wq {
+	pthread_spinlock_t lock;	/* tail and the ring: posts may come from threads */
+	void *ring;
+	size_t ring_size;
+	uint32_t depth;			/* a power of two */
+	uint32_t tail;			/* WRs posted (free-running) */
+	_Atomic uint32_t done;		/* their completions polled */
+	struct qpip_wr_slot *slots;
+	_Atomic uint32_t *db;		/* the QP slot's sq_tail or rq_tail */
+};
+
+struct qpip_qp {
+	struct ibv_qp ibv_qp;
+	struct qpip_qp *next;		/* in the context's qp_table bucket */
+	uint32_t handle;		/* the device's QP: qp_num */
+	uint32_t max_inline;
+	uint32_t max_sge;
+	int sq_sig_all;
+	/*
+	 * Moved to ERR by this process: the device's QP is gone, its slot in the doorbell
+	 * page may be another QP's; nothing is posted any more.
+	 */
+	int dead;
+	struct qpip_wq sq;
+	struct qpip_wq rq;
 };
 
 static struct qpip_context *to_qctx(struct ibv_context *ctx)
@@ -278,34 +327,63 @@ static enum ibv_wc_status qpip_wc_status(uint8_t status)
 	}
 }
 
-static void qpip_wc_from_cqe(struct ibv_wc *wc, const struct qpip_cqe *c)
+/* The QP @handle of @ctx, or NULL (destroyed: its last completions are dropped). */
+static struct qpip_qp *qpip_qp_find(struct qpip_context *ctx, uint32_t handle)
 {
+	struct qpip_qp *qp;
+
+	pthread_mutex_lock(&ctx->qp_lock);
+	for (qp = ctx->qp_table[handle % QPIP_QP_BUCKETS]; qp; qp = qp->next)
+		if (qp->handle == handle)
+			break;
+	pthread_mutex_unlock(&ctx->qp_lock);
+	return qp;
+}
+
+/*
+ * Turns CQE @c into @wc; returns 0 if it is not to be reported: the completion of an
+ * unsignalled WR that succeeded, or one of a QP destroyed since. Either way its slot in
+ * its queue is free again.
+ */
+static int qpip_wc_from_cqe(struct qpip_context *ctx, struct ibv_wc *wc,
+			    const struct qpip_cqe *c)
+{
+	struct qpip_wr_slot *slot;
+	struct qpip_qp *qp;
+	struct qpip_wq *wq;
+	int send;
+
+	qp = qpip_qp_find(ctx, c->qp);
+	if (!qp)
+		return 0;
+	send = c->opcode == QPIP_CQE_OP_SEND || c->opcode == QPIP_CQE_OP_RDMA_WRITE ||
+	       c->opcode == QPIP_CQE_OP_RDMA_READ;
+	wq = send ? &qp->sq : &qp->rq;
+	slot = &wq->slots[c->wr_id & (wq->depth - 1)];
+	/* One writer: the poll of the queue's CQ (its lock held). */
+	atomic_store_explicit(&wq->done, atomic_load_explicit(&wq->done, memory_order_relaxed) + 1,
+			      memory_order_release);
+	if (send && !slot->signaled && c->status == QPIP_CQE_STATUS_SUCCESS)
+		return 0;
+
 	memset(wc, 0, sizeof(*wc));
-	wc->wr_id = c->wr_id;
+	wc->wr_id = slot->wr_id;
 	wc->status = qpip_wc_status(c->status);
 	wc->vendor_err = c->status == QPIP_CQE_STATUS_SUCCESS ? 0 : c->detail;
 	wc->byte_len = c->byte_len;
 	wc->qp_num = c->qp;
-	switch (c->opcode) {
-	case QPIP_CQE_OP_SEND:
-		wc->opcode = IBV_WC_SEND;
-		break;
-	case QPIP_CQE_OP_RDMA_WRITE:
-		wc->opcode = IBV_WC_RDMA_WRITE;
-		break;
-	case QPIP_CQE_OP_RDMA_READ:
-		wc->opcode = IBV_WC_RDMA_READ;
-		break;
-	case QPIP_CQE_OP_RECV_IMM:
+	if (send) {
+		wc->opcode = slot->opcode;
+		return 1;
+	}
+	if (c->opcode == QPIP_CQE_OP_RECV_IMM) {
 		wc->opcode = IBV_WC_RECV_RDMA_WITH_IMM;
 		wc->wc_flags = IBV_WC_WITH_IMM;
 		wc->imm_data = htobe32(c->imm_data);
-		break;
-	case QPIP_CQE_OP_RECV:
-	default:
+	} else {
 		wc->opcode = IBV_WC_RECV;
-		break;
 	}
+	return 1;
 }
 
 /*
@@ -316,6 +394,7 @@ static void qpip_wc_from_cqe(struct ibv_wc *wc, const struct qpip_cqe *c)
  */
 static int qpip_poll_cq(struct ibv_cq *ibv_cq, int num_entries, struct ibv_wc *wc)
 {
+	struct qpip_context *ctx = to_qctx(ibv_cq->context);
 	struct qpip_cq *cq = to_qcq(ibv_cq);
 	uint32_t old_head;
 	int n = 0, was_full;
@@ -323,13 +402,12 @@ static int qpip_poll_cq(struct ibv_cq *ibv_cq, int num_entries, struct ibv_wc *w
 	pthread_spin_lock(&cq->lock);
 	old_head = cq->head;
 	while (n < num_entries && qpip_cqe_written(cq, cq->head)) {
-		qpip_wc_from_cqe(&wc[n], &cq->ring[cq->head & (cq->depth - 1)]);
+		n += qpip_wc_from_cqe(ctx, &wc[n], &cq->ring[cq->head & (cq->depth - 1)]);
 		cq->head++;
-		n++;
 	}
-	if (n) {
+	if (cq->head != old_head) {
 		was_full = qpip_cqe_written(cq, old_head - 1 + cq->depth);
-		qpip_ring(to_qctx(ibv_cq->context), cq->db_head, cq->head, was_full);
+		qpip_ring(ctx, cq->db_head, cq->head, was_full);
 	}
 	pthread_spin_unlock(&cq->lock);
 	return n;
@@ -390,6 +468,350 @@ static int qpip_dereg_mr(struct verbs_mr *vmr)
 	return 0;
 }
 
+/* ---- queue pairs ---- */
+
+static struct qpip_qp *to_qqp(struct ibv_qp *qp)
+{
+	return container_of(qp, struct qpip_qp, ibv_qp);
+}
+
+/* Maps work queue @wq's ring (@size bytes at @offset) and sets it up; errno on failure. */
+static int qpip_wq_init(struct qpip_wq *wq, struct ibv_context *ibv_ctx, uint64_t offset,
+			uint64_t size, uint32_t depth, _Atomic uint32_t *db)
+{
+	if (!depth || (depth & (depth - 1)) || size < (uint64_t)depth * QPIP_WQE_SIZE)
+		return EPROTO;
+	if (pthread_spin_init(&wq->lock, PTHREAD_PROCESS_PRIVATE))
+		return ENOMEM;
+	wq->slots = calloc(depth, sizeof(*wq->slots));
+	if (!wq->slots)
+		goto err_lock;
+	wq->ring = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, ibv_ctx->cmd_fd, offset);
+	if (wq->ring == MAP_FAILED)
+		goto err_slots;
+	wq->ring_size = size;
+	wq->depth = depth;
+	wq->db = db;
+	return 0;
+
+err_slots:
+	free(wq->slots);
+	wq->slots = NULL;
+err_lock:
+	pthread_spin_destroy(&wq->lock);
+	wq->ring = NULL;
+	return errno ? errno : ENOMEM;
+}
+
+static void qpip_wq_fini(struct qpip_wq *wq)
+{
+	if (!wq->ring)
+		return;
+	munmap(wq->ring, wq->ring_size);
+	free(wq->slots);
+	pthread_spin_destroy(&wq->lock);
+}
+
+static void qpip_qp_table_add(struct qpip_context *ctx, struct qpip_qp *qp)
+{
+	struct qpip_qp **b = &ctx->qp_table[qp->handle % QPIP_QP_BUCKETS];
+
+	pthread_mutex_lock(&ctx->qp_lock);
+	qp->next = *b;
+	*b = qp;
+	pthread_mutex_unlock(&ctx->qp_lock);
+}
+
+static void qpip_qp_table_del(struct qpip_context *ctx, struct qpip_qp *qp)
+{
+	struct qpip_qp **p;
+
+	pthread_mutex_lock(&ctx->qp_lock);
+	for (p = &ctx->qp_table[qp->handle % QPIP_QP_BUCKETS]; *p; p = &(*p)->next) {
+		if (*p == qp) {
+			*p = qp->next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ctx->qp_lock);
+}
+
+static struct ibv_qp *qpip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct qpip_context *ctx = to_qctx(pd->context);
+	struct qpip_cmd_create_qp cmd = {};
+	struct qpip_cmd_create_qp_resp resp = {};
+	struct qpip_qp *qp;
+	uint32_t slot_off;
+	int ret;
+
+	/* RC only (iWARP has no other), no SRQ: the kernel refuses them too. */
+	if (attr->qp_type != IBV_QPT_RC || attr->srq) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	qp = calloc(1, sizeof(*qp));
+	if (!qp) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = ibv_cmd_create_qp(pd, &qp->ibv_qp, attr, &cmd.ibv_cmd, sizeof(cmd),
+				&resp.ibv_resp, sizeof(resp));
+	if (ret) {
+		free(qp);
+		errno = ret;
+		return NULL;
+	}
+	if (resp.db_slot >= QPIP_DB_QP_SLOTS) {
+		ret = EPROTO;
+		goto err_destroy;
+	}
+	qp->handle = resp.qp_handle;
+	qp->max_inline = resp.max_inline;
+	qp->max_sge = resp.max_sge;
+	qp->sq_sig_all = attr->sq_sig_all;
+	slot_off = QPIP_DB_QP_BASE + resp.db_slot * QPIP_DB_QP_STRIDE;
+	ret = qpip_wq_init(&qp->sq, pd->context, resp.sq_mmap_offset, resp.sq_size,
+			   resp.sq_depth, qpip_db_word(ctx, slot_off + QPIP_DB_QP_SQ_TAIL));
+	if (ret)
+		goto err_destroy;
+	ret = qpip_wq_init(&qp->rq, pd->context, resp.rq_mmap_offset, resp.rq_size,
+			   resp.rq_depth, qpip_db_word(ctx, slot_off + QPIP_DB_QP_RQ_TAIL));
+	if (ret)
+		goto err_sq;
+	/* What the QP can take, as the kernel answered it (depths rounded up). */
+	attr->cap.max_send_wr = resp.sq_depth;
+	attr->cap.max_recv_wr = resp.rq_depth;
+	attr->cap.max_send_sge = resp.max_sge;
+	attr->cap.max_recv_sge = resp.max_sge;
+	attr->cap.max_inline_data = resp.max_inline;
+	qpip_qp_table_add(ctx, qp);
+	return &qp->ibv_qp;
+
+err_sq:
+	qpip_wq_fini(&qp->sq);
+err_destroy:
+	ibv_cmd_destroy_qp(&qp->ibv_qp);
+	free(qp);
+	errno = ret;
+	return NULL;
+}
+
+static int qpip_destroy_qp(struct ibv_qp *ibv_qp)
+{
+	struct qpip_qp *qp = to_qqp(ibv_qp);
+	int ret;
+
+	ret = ibv_cmd_destroy_qp(ibv_qp);
+	if (ret)
+		return ret;
+	qpip_qp_table_del(to_qctx(ibv_qp->context), qp);
+	qpip_wq_fini(&qp->rq);
+	qpip_wq_fini(&qp->sq);
+	free(qp);
+	return 0;
+}
+
+static int qpip_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask,
+			 struct ibv_qp_init_attr *init_attr)
+{
+	struct ibv_query_qp cmd;
+
+	return ibv_cmd_query_qp(qp, attr, attr_mask, init_attr, &cmd, sizeof(cmd));
+}
+
+/*
+ * The kernel applies iWARP's rules (RTS only through the connection manager; ERR flushes
+ * both queues, SQD closes gracefully). After ERR the device's QP is gone: posting stops.
+ */
+static int qpip_modify_qp(struct ibv_qp *ibv_qp, struct ibv_qp_attr *attr, int attr_mask)
+{
+	struct ibv_modify_qp cmd = {};
+	int ret;
+
+	ret = ibv_cmd_modify_qp(ibv_qp, attr, attr_mask, &cmd, sizeof(cmd));
+	if (!ret && (attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR)
+		to_qqp(ibv_qp)->dead = 1;
+	return ret;
+}
+
+/* The WQE in slot @i of @wq's ring, cleared. */
+static struct qpip_wqe *qpip_wqe_at(struct qpip_wq *wq, uint32_t i)
+{
+	struct qpip_wqe *w = (struct qpip_wqe *)((char *)wq->ring +
+						 (size_t)(i & (wq->depth - 1)) * QPIP_WQE_SIZE);
+
+	memset(w, 0, QPIP_WQE_SGE_OFFSET);
+	return w;
+}
+
+/* Copies @n SGEs into @w's SGE area; EINVAL beyond the QP's limit. */
+static int qpip_wqe_sges(struct qpip_qp *qp, struct qpip_wqe *w, const struct ibv_sge *sg,
+			 int n)
+{
+	struct qpip_sge *d = (struct qpip_sge *)((char *)w + QPIP_WQE_SGE_OFFSET);
+	int i;
+
+	if (n < 0 || (uint32_t)n > qp->max_sge)
+		return EINVAL;
+	for (i = 0; i < n; i++) {
+		d[i].addr = sg[i].addr;
+		d[i].length = sg[i].length;
+		d[i].lkey = sg[i].lkey;
+	}
+	w->num_sge = n;
+	return 0;
+}
+
+/* Copies the bytes @n SGEs name into @w as inline data; EINVAL beyond max_inline. */
+static int qpip_wqe_inline(struct qpip_qp *qp, struct qpip_wqe *w, const struct ibv_sge *sg,
+			   int n)
+{
+	char *d = (char *)w + QPIP_WQE_SGE_OFFSET;
+	uint32_t len = 0;
+	int i;
+
+	for (i = 0; i < n; i++) {
+		if (sg[i].length > qp->max_inline - len)
+			return EINVAL;
+		memcpy(d + len, (void *)(uintptr_t)sg[i].addr, sg[i].length);
+		len += sg[i].length;
+	}
+	w->flags |= QPIP_WQE_FLAG_INLINE;
+	w->inline_len = len;
+	return 0;
+}
+
+/* The peer's region of an RDMA Write or Read: dest_addr bytes 0-7 and 8-11, little-endian. */
+static void qpip_wqe_remote(struct qpip_wqe *w, uint64_t addr, uint32_t rkey)
+{
+	uint64_t a = htole64(addr);
+	uint32_t k = htole32(rkey);
+
+	memcpy(w->dest_addr, &a, 8);
+	memcpy(w->dest_addr + 8, &k, 4);
+}
+
+/* Writes send WR @wr into slot @i of the send ring; errno if it cannot be posted. */
+static int qpip_write_send(struct qpip_qp *qp, const struct ibv_send_wr *wr, uint32_t i)
+{
+	struct qpip_wr_slot *slot = &qp->sq.slots[i & (qp->sq.depth - 1)];
+	struct qpip_wqe *w = qpip_wqe_at(&qp->sq, i);
+	uint8_t wc_opcode;
+	int ret;
+
+	switch (wr->opcode) {
+	case IBV_WR_SEND:
+		w->opcode = QPIP_WQE_OP_SEND;
+		wc_opcode = IBV_WC_SEND;
+		if (wr->send_flags & IBV_SEND_SOLICITED)
+			w->flags |= QPIP_WQE_FLAG_SOLICITED;
+		break;
+	case IBV_WR_RDMA_WRITE:
+		w->opcode = QPIP_WQE_OP_RDMA_WRITE;
+		wc_opcode = IBV_WC_RDMA_WRITE;
+		qpip_wqe_remote(w, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey);
+		break;
+	case IBV_WR_RDMA_READ:
+		/* The response lands in the SGEs: never inline. */
+		if (wr->send_flags & IBV_SEND_INLINE)
+			return EINVAL;
+		w->opcode = QPIP_WQE_OP_RDMA_READ;
+		wc_opcode = IBV_WC_RDMA_READ;
+		qpip_wqe_remote(w, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey);
+		break;
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		/* Only between qpip devices that both offered it at setup; never offered here. */
+		return EOPNOTSUPP;
+	default:
+		/* Send with immediate, atomics, memory windows, invalidation: none on iWARP here. */
+		return EINVAL;
+	}
+	if (wr->send_flags & IBV_SEND_INLINE)
+		ret = qpip_wqe_inline(qp, w, wr->sg_list, wr->num_sge);
+	else
+		ret = qpip_wqe_sges(qp, w, wr->sg_list, wr->num_sge);
+	if (ret)
+		return ret;
+	w->wr_id = i;
+	slot->wr_id = wr->wr_id;
+	slot->signaled = qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
+	slot->opcode = wc_opcode;
+	return 0;
+}
+
+/*
+ * Writes each WR into the send ring, then rings the QP's sq_tail once (kicking the engine
+ * only if it sleeps): no system call. Stops at the first WR that cannot be posted.
+ */
+static int qpip_post_send(struct ibv_qp *ibv_qp, struct ibv_send_wr *wr,
+			  struct ibv_send_wr **bad_wr)
+{
+	struct qpip_qp *qp = to_qqp(ibv_qp);
+	struct qpip_wq *sq = &qp->sq;
+	uint32_t start;
+	int ret = 0;
+
+	pthread_spin_lock(&sq->lock);
+	start = sq->tail;
+	for (; wr; wr = wr->next) {
+		if (qp->dead) {
+			ret = EINVAL;
+		} else if (sq->tail - atomic_load_explicit(&sq->done, memory_order_acquire) >=
+			   sq->depth) {
+			ret = ENOMEM;
+		} else {
+			ret = qpip_write_send(qp, wr, sq->tail);
+		}
+		if (ret) {
+			*bad_wr = wr;
+			break;
+		}
+		sq->tail++;
+	}
+	if (sq->tail != start)
+		qpip_ring(to_qctx(ibv_qp->context), sq->db, sq->tail, 1);
+	pthread_spin_unlock(&sq->lock);
+	return ret;
+}
+
+static int qpip_post_recv(struct ibv_qp *ibv_qp, struct ibv_recv_wr *wr,
+			  struct ibv_recv_wr **bad_wr)
+{
+	struct qpip_qp *qp = to_qqp(ibv_qp);
+	struct qpip_wq *rq = &qp->rq;
+	struct qpip_wqe *w;
+	uint32_t start;
+	int ret = 0;
+
+	pthread_spin_lock(&rq->lock);
+	start = rq->tail;
+	for (; wr; wr = wr->next) {
+		if (qp->dead) {
+			ret = EINVAL;
+		} else if (rq->tail - atomic_load_explicit(&rq->done, memory_order_acquire) >=
+			   rq->depth) {
+			ret = ENOMEM;
+		} else {
+			w = qpip_wqe_at(rq, rq->tail);
+			w->opcode = QPIP_WQE_OP_RECV;
+			ret = qpip_wqe_sges(qp, w, wr->sg_list, wr->num_sge);
+			w->wr_id = rq->tail;
+			rq->slots[rq->tail & (rq->depth - 1)].wr_id = wr->wr_id;
+			rq->slots[rq->tail & (rq->depth - 1)].opcode = IBV_WC_RECV;
+		}
+		if (ret) {
+			*bad_wr = wr;
+			break;
+		}
+		rq->tail++;
+	}
+	if (rq->tail != start)
+		qpip_ring(to_qctx(ibv_qp->context), rq->db, rq->tail, 1);
+	pthread_spin_unlock(&rq->lock);
+	return ret;
+}
+
 /* ---- contexts and the device ---- */
 
 static void qpip_free_context(struct ibv_context *ibv_ctx)
@@ -400,6 +822,7 @@ static void qpip_free_context(struct ibv_context *ibv_ctx)
 		munmap((void *)ctx->kick, 4096);
 	if (ctx->db_page)
 		munmap(ctx->db_page, ctx->db_page_size);
+	pthread_mutex_destroy(&ctx->qp_lock);
 	verbs_uninit_context(&ctx->ibv_ctx);
 	free(ctx);
 }
@@ -415,6 +838,12 @@ static const struct verbs_context_ops qpip_context_ops = {
 	.req_notify_cq = qpip_req_notify_cq,
 	.reg_mr = qpip_reg_mr,
 	.dereg_mr = qpip_dereg_mr,
+	.create_qp = qpip_create_qp,
+	.destroy_qp = qpip_destroy_qp,
+	.query_qp = qpip_query_qp,
+	.modify_qp = qpip_modify_qp,
+	.post_send = qpip_post_send,
+	.post_recv = qpip_post_recv,
 	.free_context = qpip_free_context,
 };
 
@@ -429,6 +858,7 @@ static struct verbs_context *qpip_alloc_context(struct ibv_device *ibdev, int cm
 	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx, RDMA_DRIVER_UNKNOWN);
 	if (!ctx)
 		return NULL;
+	pthread_mutex_init(&ctx->qp_lock, NULL);
 	ret = ibv_cmd_get_context(&ctx->ibv_ctx, &cmd.ibv_cmd, sizeof(cmd),
 				  &resp.ibv_resp, sizeof(resp));
 	if (ret) {
@@ -458,6 +888,7 @@ static struct verbs_context *qpip_alloc_context(struct ibv_device *ibdev, int cm
 
 err:
 	ret = errno;
+	pthread_mutex_destroy(&ctx->qp_lock);
 	verbs_uninit_context(&ctx->ibv_ctx);
 	free(ctx);
 	errno = ret;

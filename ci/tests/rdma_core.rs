@@ -7,13 +7,15 @@
 //! lists `qpip0`; `ibv_devinfo -v` shows an iWARP device with the device's limits and one
 //! port, ACTIVE while `qpip0` is up and DOWN while it is down (a user hears the changes as
 //! port events, `ibv_asyncwatch`); `rdma link` shows the port
-//! over `qpip0`; `ibv_rc_pingpong` gets as far as the verbs this stage offers (a context,
-//! whose doorbell page the provider maps, a protection domain, memory regions and CQs)
-//! and stops at the first one it does not (creating a QP); `qpip-verbs-check` (the
+//! over `qpip0`; `ibv_rc_pingpong` (a client and a server on the guest) gets a context,
+//! whose doorbell page the provider maps, a protection domain, memory regions, CQs and a
+//! QP, and stops where iWARP does: an InfiniBand-style move to RTR with a peer's address is
+//! refused (only the connection manager connects an iWARP QP); `qpip-verbs-check` (the
 //! project's, plain libibverbs) checks the CQ, its completion channel, regions and their
-//! access rights one by one, and a process killed holding them leaves nothing behind;
-//! `rping` now finds the device through `rdma_cm` and stops at the QP (client) and the
-//! iWARP CM's listen (server). Then `qpip_ib` is unloaded while `ibv_asyncwatch`
+//! access rights, a QP's states (RTS refused locally) and receives flushed by ERR one by
+//! one, and a process killed holding them leaves nothing behind; `rping` to qpip0's own
+//! address connects through `rdma_cm` and the device, and is refused (nobody listens:
+//! the passive side is not offered), and a server stops at the iWARP CM's listen. Then `qpip_ib` is unloaded while `ibv_asyncwatch`
 //! holds a context open (the context is disassociated, the module goes), loaded again,
 //! unloaded with no user and loaded again, each time finding the device again; the device
 //! is reset under a user, and the function removed under one (its ib_device goes first)
@@ -79,9 +81,13 @@ sleep 0.5
 kill $awp; wait $awp 2>/dev/null
 kv port.events "$(grep -o 'IBV_EVENT_[A-Z_]*' /tmp/awp | tr '\n' ' ')"
 
-# A context, a PD, CQs and regions, then the first verb not offered yet (creating a QP).
-ibv_rc_pingpong -d qpip0 -g 0 > /tmp/pp 2>&1; kv pingpong.status $?
+# A context, a PD, CQs, regions and a QP, then an InfiniBand-style connection: refused.
+timeout 60 ibv_rc_pingpong -d qpip0 -g 0 > /tmp/pps 2>&1 & pps=$!
+sleep 2
+timeout 60 ibv_rc_pingpong -d qpip0 -g 0 127.0.0.1 > /tmp/pp 2>&1; kv pingpong.status $?
 kv pingpong.out "$(tr '\n' '|' < /tmp/pp)"
+wait $pps; kv pingpong_server.status $?
+kv pingpong_server.out "$(tr '\n' '|' < /tmp/pps)"
 
 # The verbs objects one by one (qpip-verbs-check prints "KEY VALUE" lines).
 # Traffic on qpip0 meanwhile: its queues' interrupts share a vector with CQs (the check's
@@ -101,9 +107,8 @@ kill -9 $vh; wait $vh 2>/dev/null
 sleep 0.5
 kv contexts.killed "$(contexts)"
 
-# rdma_cm attaches to the device now (ib_core's mandatory verbs all exist): rping on
-# qpip0's address resolves the address and route through it and stops at the QP, which
-# this stage does not make yet; a server stops at listening (the iWARP CM's op).
+# rping through rdma_cm on qpip0's own address: the client's QP connects through the
+# device, where nobody listens (refused); a server stops at listening (not offered yet).
 A=$(ip -6 addr show dev qpip0 scope global | awk '/inet6/ {print $2}' | cut -d/ -f1 | head -n 1)
 kv qpip0.addr "$A"
 timeout 20 rping -c -a "$A" -C 1 > /tmp/rping 2>&1; kv rping.status $?
@@ -268,13 +273,22 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         ctx()
     );
 
-    // A context (the provider maps its doorbell page and kick register), a PD, a region
-    // and CQs work; creating a QP is the first verb this stage does not offer.
-    let pp = rep.get("pingpong.out");
-    assert_ne!(rep.get("pingpong.status"), "0", "{}", ctx());
+    // A context (the provider maps its doorbell page and kick register), a PD, a region,
+    // CQs and a QP work; an InfiniBand-style RTR is refused (iWARP connects through the
+    // CM): the server, which moves its QP first, stops there, and the client with it.
+    let pp = format!(
+        "{}{}",
+        rep.get("pingpong.out"),
+        rep.get("pingpong_server.out")
+    );
+    for k in ["pingpong.status", "pingpong_server.status"] {
+        let st = rep.get(k);
+        assert!(st != "0" && st != "124", "{k}: {st}\n{}", ctx());
+    }
     assert!(
-        pp.contains("Couldn't create QP"),
-        "ibv_rc_pingpong should stop at create_qp: {pp}\n{}",
+        rep.get("pingpong_server.out")
+            .contains("Failed to modify QP to RTR"),
+        "ibv_rc_pingpong should stop at RTR: {pp}\n{}",
         ctx()
     );
     for stop in [
@@ -282,13 +296,15 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         "Couldn't allocate PD",
         "Couldn't register MR",
         "Couldn't create CQ",
+        "Couldn't create QP",
     ] {
         assert!(!pp.contains(stop), "{stop}\n{}", ctx());
     }
 
     // The verbs objects: a CQ on a completion channel (its ring polled and armed by the
-    // provider), regions with
-    // the device's access rights (no atomics), and a QP refused until the QP stage.
+    // provider), regions with the device's access rights (no atomics), and a QP: local
+    // states up to RTR, RTS refused (only a connection makes it), receives posted and
+    // flushed by ERR, nothing posted after ERR.
     assert_eq!(rep.get("verbs.status"), "0", "qpip-verbs-check\n{}", ctx());
     for (k, v) in [
         ("verbs.pd", "ok"),
@@ -303,7 +319,19 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         ("verbs.mr.keys", "set"),
         ("verbs.mr.readonly", "ok"),
         ("verbs.mr.atomic", "EOPNOTSUPP"),
-        ("verbs.qp", "EOPNOTSUPP"),
+        ("verbs.qp", "ok"),
+        ("verbs.qp.cap", "16 16 80"),
+        ("verbs.qp.state", "0"), // RESET
+        ("verbs.qp.init", "ok"),
+        ("verbs.qp.rtr", "ok"),
+        ("verbs.qp.rts", "EINVAL"),
+        ("verbs.qp.state_rtr", "2"), // RTR
+        ("verbs.qp.post_recv", "ok"),
+        ("verbs.qp.err", "ok"),
+        ("verbs.qp.state_err", "6"), // ERR
+        ("verbs.qp.flushed", "4"),
+        ("verbs.qp.post_after_err", "EINVAL"),
+        ("verbs.qp.destroy", "ok"),
         ("verbs.mr.readonly.dereg", "ok"),
         ("verbs.mr.dereg", "ok"),
         ("verbs.cq.destroy", "ok"),
@@ -329,9 +357,9 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     assert_eq!(rep.num("contexts.holding"), before_hold + 1, "{}", ctx());
     assert_eq!(rep.num("contexts.killed"), before_hold, "{}", ctx());
 
-    // rping (librdmacm): rdma_cm attaches to the device now, so the client resolves
-    // qpip0's address and route through it and stops at the QP; the server stops at the
-    // iWARP CM's listen. Clean errors, not a crash or a hang.
+    // rping (librdmacm): the client's QP connects through the device to qpip0's own
+    // address, where nobody listens: refused; the server stops at the iWARP CM's listen.
+    // Clean errors, not a crash or a hang.
     assert_ne!(
         rep.get("qpip0.addr"),
         "",
@@ -341,8 +369,8 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     let rping = rep.get("rping.status");
     assert!(rping != "0" && rping != "124", "rping: {rping}\n{}", ctx());
     assert!(
-        rep.get("rping.out").contains("rdma_create_qp"),
-        "rping should get past address resolution to the QP\n{}",
+        !rep.get("rping.out").contains("rdma_create_qp"),
+        "rping's QP is made now\n{}",
         ctx()
     );
     let rping_s = rep.get("rping_server.status");

@@ -5,7 +5,8 @@
  * images/rdma-provider.sh; the guest image carries it as /usr/bin/qpip-verbs-check.
  *
  *   qpip-verbs-check DEVICE         make and destroy a PD, a CQ on a completion channel,
- *                                   regions and a QP; print "KEY VALUE" lines
+ *                                   regions and a QP (its states, receives flushed by
+ *                                   ERR); print "KEY VALUE" lines
  *   qpip-verbs-check DEVICE hold    the same objects, then print "holding" and wait to be
  *                                   killed (what a killed process leaves is the test's)
  *
@@ -60,6 +61,77 @@ static struct ibv_context *open_device(const char *name)
 	if (list)
 		ibv_free_device_list(list);
 	return ctx;
+}
+
+static int qp_state(struct ibv_qp *qp)
+{
+	struct ibv_qp_init_attr init;
+	struct ibv_qp_attr attr;
+
+	if (ibv_query_qp(qp, &attr, IBV_QP_STATE, &init))
+		return -1;
+	return attr.qp_state;
+}
+
+static int qp_move(struct ibv_qp *qp, enum ibv_qp_state to, int mask)
+{
+	struct ibv_qp_attr attr = { .qp_state = to, .port_num = 1,
+				    .qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
+						       IBV_ACCESS_REMOTE_READ };
+
+	return ibv_modify_qp(qp, &attr, IBV_QP_STATE | mask);
+}
+
+/*
+ * iWARP's states: RESET, INIT, RTR locally (as rdma_cm moves them), RTS refused (only a
+ * connection makes it); receives posted, then ERR flushes them.
+ */
+static void qp_states(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *mr, char *buf)
+{
+	struct ibv_recv_wr rwr = {}, *bad_rwr;
+	struct ibv_sge sge;
+	struct ibv_wc wc[8];
+	int i, n, flushed = 0, tries;
+
+	say("qp.state", "%d", qp_state(qp));
+	n = qp_move(qp, IBV_QPS_INIT, IBV_QP_ACCESS_FLAGS | IBV_QP_PORT);
+	result("qp.init", n == 0, n);
+	n = qp_move(qp, IBV_QPS_RTR, 0);
+	result("qp.rtr", n == 0, n);
+	n = qp_move(qp, IBV_QPS_RTS, 0);
+	result("qp.rts", n == 0, n);
+	say("qp.state_rtr", "%d", qp_state(qp));
+	for (i = 0; i < 4; i++) {
+		sge.addr = (uintptr_t)buf + i * 4096;
+		sge.length = 4096;
+		sge.lkey = mr ? mr->lkey : 0;
+		rwr.wr_id = 100 + i;
+		rwr.sg_list = &sge;
+		rwr.num_sge = 1;
+		n = ibv_post_recv(qp, &rwr, &bad_rwr);
+		if (n) {
+			result("qp.post_recv", 0, n);
+			break;
+		}
+	}
+	if (i == 4)
+		say("qp.post_recv", "ok");
+	n = qp_move(qp, IBV_QPS_ERR, 0);
+	result("qp.err", n == 0, n);
+	say("qp.state_err", "%d", qp_state(qp));
+	for (tries = 0; tries < 100 && flushed < 4; tries++) {
+		n = ibv_poll_cq(cq, 8, wc);
+		for (i = 0; i < n; i++)
+			if (wc[i].status == IBV_WC_WR_FLUSH_ERR && wc[i].wr_id >= 100 &&
+			    wc[i].wr_id < 104 && wc[i].opcode == IBV_WC_RECV &&
+			    wc[i].qp_num == qp->qp_num)
+				flushed++;
+		if (flushed < 4)
+			usleep(20000);
+	}
+	say("qp.flushed", "%d", flushed);
+	n = ibv_post_recv(qp, &rwr, &bad_rwr);
+	result("qp.post_after_err", n == 0, n);
 }
 
 int main(int argc, char **argv)
@@ -150,7 +222,12 @@ int main(int argc, char **argv)
 
 		qp = ibv_create_qp(pd, &a);
 		result("qp", qp != NULL, errno);
+		if (qp)
+			say("qp.cap", "%u %u %u", a.cap.max_send_wr, a.cap.max_recv_wr,
+			    a.cap.max_inline_data);
 	}
+	if (qp && !(argc > 2 && !strcmp(argv[2], "hold")))
+		qp_states(qp, cq, mr, buf);
 
 	if (argc > 2 && !strcmp(argv[2], "hold")) {
 		say("holding", "yes");

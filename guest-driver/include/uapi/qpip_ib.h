@@ -63,4 +63,27 @@ struct qpip_ib_create_cq_resp {
 	__u32 reserved;
 };
 
+/*
+ * A QP is one of the device context's iWARP TCP QPs (the device's CREATE_QP with
+ * FRAMING_IWARP); @qp_handle is the device's QP number, the ib_qp's qp_num and the qp of
+ * its CQEs. Its send ring (@sq_depth WQEs of 128 bytes, struct qpip_wqe of the device
+ * interface) is mapped at @sq_mmap_offset, its receive ring at @rq_mmap_offset (both
+ * shared, read-write); its producer indices are slot @db_slot of the doorbell page
+ * (DB_QP_BASE + db_slot * DB_QP_STRIDE: sq_tail, then rq_tail). The provider writes WQEs
+ * and rings with no system call. Every WR completes (the device has no unsignalled WRs):
+ * the provider hides the completions of unsignalled ones.
+ */
+struct qpip_ib_create_qp_resp {
+	__u32 qp_handle;
+	__u32 db_slot;
+	__aligned_u64 sq_mmap_offset;
+	__aligned_u64 sq_size;
+	__aligned_u64 rq_mmap_offset;
+	__aligned_u64 rq_size;
+	__u32 sq_depth;			/* WQEs: a power of two */
+	__u32 rq_depth;
+	__u32 max_inline;		/* bytes of inline data a send WQE carries */
+	__u32 max_sge;			/* SGEs per WQE */
+};
+
 #endif /* QPIP_UAPI_IB_H */
