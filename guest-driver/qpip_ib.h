@@ -6,7 +6,8 @@
  *   qpip_ib_cq.c     CQs: the device context's own, their rings mapped, their interrupts
  *   qpip_ib_mr.c     memory regions: the device's registered regions
  *   qpip_ib_qp.c     QPs: the device context's iWARP TCP QPs, their rings mapped, states
- *   qpip_ib_cm.c     the iWARP connection manager's ops: the active side on CONNECT/CLOSE
+ *   qpip_ib_cm.c     the iWARP connection manager's ops: the active side on CONNECT/CLOSE,
+ *                    the passive side on listeners holding connection requests
  * qpip.ko stays the owner of the function; see qpip_aux.h for what it gives this module.
  */
 #ifndef QPIP_IB_H
@@ -14,6 +15,7 @@
 
 #include <linux/completion.h>
 #include <linux/idr.h>
+#include <linux/kref.h>
 #include <linux/refcount.h>
 #include <linux/workqueue.h>
 #include <rdma/ib_verbs.h>
@@ -38,6 +40,18 @@ struct qpip_ib_dev {
 	struct notifier_block nb;
 	struct netdev_net_notifier nn;
 	bool port_active;		/* as last told; under rtnl */
+	/*
+	 * The device context of the driver's own that holds iw_cm's listeners (qpip_ib_cm.c):
+	 * made by the first listen, replaced when a reset killed it, let go at removal.
+	 */
+	struct mutex lctx_lock;
+	struct qpip_ib_lctx *lctx;
+};
+
+/* The listeners' device context; each listener holds a reference, the device one. */
+struct qpip_ib_lctx {
+	struct kref ref;
+	struct qpip_ctx *ctx;
 };
 
 /* A user context: one device context, as an open /dev/qpipN is. */
@@ -218,5 +232,6 @@ struct ib_qp *qpip_ib_iw_get_qp(struct ib_device *ibdev, int qpn);
 void qpip_ib_iw_add_ref(struct ib_qp *qp);
 void qpip_ib_iw_rem_ref(struct ib_qp *qp);
 void qpip_ib_cm_events(struct qpip_ib_qp *qp, unsigned long ev, int connect_status);
+void qpip_ib_cm_remove(struct qpip_ib_dev *qib);
 
 #endif /* QPIP_IB_H */

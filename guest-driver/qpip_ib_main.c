@@ -126,6 +126,7 @@ static int qpip_ib_probe(struct auxiliary_device *adev, const struct auxiliary_d
 	qib->qdev = qdev;
 	qib->netdev = netdev;
 	ida_init(&qib->pd_ida);
+	mutex_init(&qib->lctx_lock);
 	xa_init_flags(&qib->qps, XA_FLAGS_LOCK_IRQ);
 
 	qib->ibdev.node_type = RDMA_NODE_RNIC;
@@ -175,6 +176,8 @@ static void qpip_ib_remove(struct auxiliary_device *adev)
 
 	unregister_netdevice_notifier_dev_net(qib->netdev, &qib->nb, &qib->nn);
 	ib_unregister_device(&qib->ibdev);
+	/* Every cm_id is gone with the unregistration: so are the listeners. */
+	qpip_ib_cm_remove(qib);
 	ida_destroy(&qib->pd_ida);
 	xa_destroy(&qib->qps);
 	ib_dealloc_device(&qib->ibdev);
