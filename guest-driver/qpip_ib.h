@@ -15,7 +15,6 @@
 
 #include <linux/completion.h>
 #include <linux/idr.h>
-#include <linux/kref.h>
 #include <linux/refcount.h>
 #include <linux/workqueue.h>
 #include <rdma/ib_verbs.h>
@@ -42,15 +41,16 @@ struct qpip_ib_dev {
 	bool port_active;		/* as last told; under rtnl */
 	/*
 	 * The device context of the driver's own that holds iw_cm's listeners (qpip_ib_cm.c):
-	 * made by the first listen, replaced when a reset killed it, let go at removal.
+	 * made by the first listen, gone with the last listener; not a reference.
 	 */
 	struct mutex lctx_lock;
 	struct qpip_ib_lctx *lctx;
 };
 
-/* The listeners' device context; each listener holds a reference, the device one. */
+/* The listeners' device context; each listener, and each request, holds a reference. */
 struct qpip_ib_lctx {
-	struct kref ref;
+	refcount_t ref;			/* under qpip_ib_dev.lctx_lock */
+	struct qpip_ib_dev *qib;
 	struct qpip_ctx *ctx;
 };
 
@@ -232,6 +232,5 @@ struct ib_qp *qpip_ib_iw_get_qp(struct ib_device *ibdev, int qpn);
 void qpip_ib_iw_add_ref(struct ib_qp *qp);
 void qpip_ib_iw_rem_ref(struct ib_qp *qp);
 void qpip_ib_cm_events(struct qpip_ib_qp *qp, unsigned long ev, int connect_status);
-void qpip_ib_cm_remove(struct qpip_ib_dev *qib);
 
 #endif /* QPIP_IB_H */

@@ -31,6 +31,7 @@
  */
 #include <linux/in.h>
 #include <linux/in6.h>
+#include <linux/kref.h>
 #include <linux/sched.h>
 #include <net/ipv6.h>
 #include <rdma/iw_cm.h>
@@ -346,62 +347,60 @@ struct qpip_ib_conn_req {
 	u32 id;
 };
 
-static void qpip_ib_lctx_release(struct kref *ref)
+/* A reference let go: the last (of the listeners and requests) destroys the context. */
+static void qpip_ib_lctx_put(struct qpip_ib_lctx *lctx)
 {
-	struct qpip_ib_lctx *lctx = container_of(ref, struct qpip_ib_lctx, ref);
+	struct qpip_ib_dev *qib = lctx->qib;
+	bool last;
 
+	/* Under the lock: qpip_ib_lctx_get must not find a context on its way out. */
+	mutex_lock(&qib->lctx_lock);
+	last = refcount_dec_and_test(&lctx->ref);
+	if (last && qib->lctx == lctx)
+		qib->lctx = NULL;
+	mutex_unlock(&qib->lctx_lock);
+	if (!last)
+		return;
 	qpip_ctx_destroy(lctx->ctx);
 	kfree(lctx);
 }
 
-static void qpip_ib_lctx_put(struct qpip_ib_lctx *lctx)
-{
-	kref_put(&lctx->ref, qpip_ib_lctx_release);
-}
-
-/* The listeners' context, a reference for the caller: made, or remade after a reset. */
+/*
+ * The listeners' context, a reference for the caller: made by the first listener, gone
+ * with the last listener or request (a finished server leaves no context behind); one a
+ * reset killed is left to its last users, and the next listen makes a new one.
+ */
 static struct qpip_ib_lctx *qpip_ib_lctx_get(struct qpip_ib_dev *qib)
 {
 	struct qpip_ib_lctx *lctx;
 
 	mutex_lock(&qib->lctx_lock);
 	lctx = qib->lctx;
-	if (lctx && qpip_ctx_dead(lctx->ctx)) {
-		qib->lctx = NULL;
-		qpip_ib_lctx_put(lctx);
-		lctx = NULL;
+	if (lctx && qpip_ctx_dead(lctx->ctx))
+		qib->lctx = lctx = NULL;
+	if (lctx) {
+		refcount_inc(&lctx->ref);
+		goto out;
 	}
+	lctx = kzalloc(sizeof(*lctx), GFP_KERNEL);
 	if (!lctx) {
-		lctx = kzalloc(sizeof(*lctx), GFP_KERNEL);
-		if (!lctx) {
-			lctx = ERR_PTR(-ENOMEM);
-			goto out;
-		}
-		kref_init(&lctx->ref);
-		lctx->ctx = qpip_ctx_create(qib->qdev, NULL);
-		if (IS_ERR(lctx->ctx)) {
-			void *err = lctx->ctx;
-
-			kfree(lctx);
-			lctx = err;
-			goto out;
-		}
-		qib->lctx = lctx;
+		lctx = ERR_PTR(-ENOMEM);
+		goto out;
 	}
-	kref_get(&lctx->ref);
+	refcount_set(&lctx->ref, 1);
+	lctx->qib = qib;
+	lctx->ctx = qpip_ctx_create(qib->qdev, NULL);
+	if (IS_ERR(lctx->ctx)) {
+		void *err = lctx->ctx;
+
+		kfree(lctx);
+		lctx = err;
+		goto out;
+	}
+	qib->lctx = lctx;
 out:
 	mutex_unlock(&qib->lctx_lock);
 	return lctx;
-}
-
-/* The device goes (every cm_id gone): its reference to the listeners' context. */
-void qpip_ib_cm_remove(struct qpip_ib_dev *qib)
-{
-	mutex_lock(&qib->lctx_lock);
-	if (qib->lctx)
-		qpip_ib_lctx_put(qib->lctx);
-	qib->lctx = NULL;
-	mutex_unlock(&qib->lctx_lock);
 }
 
 static void qpip_ib_listener_release(struct kref *ref)

@@ -175,9 +175,8 @@ static void qpip_ib_remove(struct auxiliary_device *adev)
 	struct qpip_ib_dev *qib = auxiliary_get_drvdata(adev);
 
 	unregister_netdevice_notifier_dev_net(qib->netdev, &qib->nb, &qib->nn);
+	/* Every cm_id goes with it: so do the listeners and their device context. */
 	ib_unregister_device(&qib->ibdev);
-	/* Every cm_id is gone with the unregistration: so are the listeners. */
-	qpip_ib_cm_remove(qib);
 	ida_destroy(&qib->pd_ida);
 	xa_destroy(&qib->qps);
 	ib_dealloc_device(&qib->ibdev);
