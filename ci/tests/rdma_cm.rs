@@ -116,7 +116,7 @@ qserve() {
         *) timeout 120 "$prog" -d qpip0 -R "$@" >"/tmp/$t.out" 2>&1 & p=$! ;;
     esac
     i=0
-    until rdma res show cm_id 2>/dev/null | grep -q "qpip0/1 .*state LISTEN.*comm $prog" ||
+    until rdma res show cm_id 2>/dev/null | grep -q "state LISTEN.*comm $prog" ||
           [ $i -ge 100 ] || ! kill -0 $p 2>/dev/null; do
         i=$((i + 1)); sleep 0.1
     done
