@@ -205,6 +205,8 @@ struct qpip_mr *qpip_mr_alloc(struct qpip_ctx *ctx, u64 addr, u64 length, bool w
 void qpip_mr_free(struct qpip_dev *qdev, struct qpip_mr *mr, bool leak);
 void qpip_cq_free(struct qpip_ctx *ctx, struct qpip_cq *cq, bool leak);
 void qpip_qp_free(struct qpip_ctx *ctx, struct qpip_qp *qp, bool leak);
+void *qpip_ring_entry(struct qpip_ring *r, u32 depth, u32 size, u32 idx);
+bool qpip_cqe_written(struct qpip_ring *r, u32 depth, u32 idx);
 void qpip_vector_add(struct qpip_ctx *ctx, struct qpip_vector *vec, struct qpip_cq *cq, u32 depth);
 void qpip_vector_del(struct qpip_cq *cq);
 /* exported for qpip_ib.ko */

@@ -364,6 +364,25 @@ void qpip_vector_set_netdev(struct qpip_vector *vec, struct qpip_netdev *nd)
 	spin_unlock_irqrestore(&vec->lock, flags);
 }
 
+/* Entry @idx of @r, a ring of @depth entries of @size bytes (entries never cross a page). */
+void *qpip_ring_entry(struct qpip_ring *r, u32 depth, u32 size, u32 idx)
+{
+	u32 off = (idx & (depth - 1)) * size;
+
+	return page_address(r->pages[off >> PAGE_SHIFT]) + (off & ~PAGE_MASK);
+}
+
+/*
+ * Has the device written CQE @idx of CQ ring @r (@depth entries): does its owner bit
+ * match the pass around the ring @idx is in? The consumers' test, shared.
+ */
+bool qpip_cqe_written(struct qpip_ring *r, u32 depth, u32 idx)
+{
+	const struct qpip_cqe *e = qpip_ring_entry(r, depth, QPIP_CQE_SIZE, idx);
+
+	return (READ_ONCE(e->owner) & 1) == (((idx / depth) & 1) ^ 1);
+}
+
 /*
  * Does @cq hold a completion its consumer has not taken: is the entry at the head the
  * doorbell page holds written in the current pass (its owner bit, as the consumers read
@@ -376,12 +395,8 @@ static bool qpip_cq_pending(struct qpip_cq *cq)
 {
 	u32 idx = READ_ONCE(*cq->head);
 	u32 arm = READ_ONCE(*cq->arm);
-	u32 off = (idx & (cq->depth - 1)) * QPIP_CQE_SIZE;
-	const struct qpip_cqe *e = page_address(cq->ring->pages[off >> PAGE_SHIFT]) +
-				   (off & ~PAGE_MASK);
-	bool pending;
+	bool pending = qpip_cqe_written(cq->ring, cq->depth, idx);
 
-	pending = (READ_ONCE(e->owner) & 1) == (((idx / cq->depth) & 1) ^ 1);
 	/*
 	 * Or armed since its waiters were last woken, and entries taken since: the usual
 	 * consumer arms, then polls what came meanwhile — the device raised the vector for

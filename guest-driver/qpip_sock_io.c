@@ -55,17 +55,10 @@ void qpip_sock_ring(struct qpip_sock *sk, u32 off, u32 value, bool kick)
 		qpip_wr(sk->ctx->qdev, QPIP_KICK_PAGE_OFFSET + QPIP_KICK, 1);
 }
 
-/* Entry @idx of @r, a ring of @depth entries of @size bytes (entries never cross a page). */
-static void *qpip_sock_entry(struct qpip_ring *r, u32 depth, u32 size, u32 idx)
-{
-	u32 off = (idx & (depth - 1)) * size;
-
-	return page_address(r->pages[off >> PAGE_SHIFT]) + (off & ~PAGE_MASK);
-}
 
 struct qpip_wqe *qpip_sock_wqe(struct qpip_ring *r, u32 depth, u32 idx)
 {
-	struct qpip_wqe *w = qpip_sock_entry(r, depth, QPIP_WQE_SIZE, idx);
+	struct qpip_wqe *w = qpip_ring_entry(r, depth, QPIP_WQE_SIZE, idx);
 
 	memset(w, 0, QPIP_WQE_SIZE);
 	return w;
@@ -131,10 +124,7 @@ static void qpip_sock_rx_refill(struct qpip_sock *sk)
 
 static bool qpip_sock_cqe_written(struct qpip_sock *sk, u32 idx)
 {
-	struct qpip_cqe *e = qpip_sock_entry(sk->cq->ring, sk->cq_depth, QPIP_CQE_SIZE, idx);
-	u8 phase = ((idx / sk->cq_depth) & 1) ^ 1;
-
-	return (READ_ONCE(e->owner) & 1) == phase;
+	return qpip_cqe_written(sk->cq->ring, sk->cq_depth, idx);
 }
 
 /*
@@ -207,7 +197,7 @@ void qpip_sock_reap(struct qpip_sock *sk)
 	if (!sk->cq_made)
 		return;
 	while (qpip_sock_cqe_written(sk, sk->cq_head)) {
-		struct qpip_cqe *e = qpip_sock_entry(sk->cq->ring, sk->cq_depth, QPIP_CQE_SIZE,
+		struct qpip_cqe *e = qpip_ring_entry(sk->cq->ring, sk->cq_depth, QPIP_CQE_SIZE,
 						     sk->cq_head);
 
 		dma_rmb();	/* the entry was written before its owner byte */
