@@ -13,13 +13,15 @@
 //! refused (only the connection manager connects an iWARP QP); `qpip-verbs-check` (the
 //! project's, plain libibverbs) checks the CQ, its completion channel, regions and their
 //! access rights, a QP's states (RTS refused locally) and receives flushed by ERR one by
-//! one, and a process killed holding them leaves nothing behind; `rping` to qpip0's own
-//! address connects through `rdma_cm` and the device, and is refused (nobody listens:
+//! one, WRs posted after ERR completed flushed (the CQ's channel told, a second QP
+//! untouched), and a process killed holding them leaves nothing behind; `rping` to
+//! qpip0's own address connects through `rdma_cm` and the device, and is refused (nobody listens:
 //! the passive side is not offered), and a server stops at the iWARP CM's listen. Then `qpip_ib` is unloaded while `ibv_asyncwatch`
 //! holds a context open (the context is disassociated, the module goes), loaded again,
 //! unloaded with no user and loaded again, each time finding the device again; the device
-//! is reset under a user, and the function removed under one (its ib_device goes first)
-//! and found again by a PCI rescan; qpip's own library (`qpip-c-pingpong` over
+//! is reset under a user, and under one waiting on a completion channel for receives
+//! (woken, they complete flushed, and so do WRs it posts afterwards), and the function
+//! removed under one (its ib_device goes first) and found again by a PCI rescan; qpip's own library (`qpip-c-pingpong` over
 //! `/dev/qpip0`) works beside it throughout; and the kernel log has no oops or warning.
 //!
 //! Like the other VM tests it is ignored by a plain `cargo test`; `./qpip test` runs it
@@ -145,10 +147,15 @@ lab-qpip-ib > /tmp/load 2>&1; kv reload2.status $?
 ibv_devinfo -d qpip0 > /dev/null 2>&1; kv reload2.devinfo $?
 
 # A device reset under a user: its context is forgotten by the device (the user closes it
-# without harm), and a new context works.
+# without harm), and a new context works. Another user waits on a completion channel for
+# receives it posted: the reset completes them flushed and wakes it.
 ibv_asyncwatch -d qpip0 > /tmp/aw2 2>&1 & aw=$!
+timeout 60 qpip-verbs-check qpip0 reset > /tmp/vr 2>&1 & vr=$!
+i=0; until grep -q '^armed' /tmp/vr || [ $i -ge 100 ]; do i=$((i + 1)); sleep 0.1; done
 sleep 1
 echo 1 > /sys/class/qpip/qpip0/reset; kv reset.status $?
+wait $vr; kv resetwait.status $?
+while read -r k v; do kv "resetwait.$k" "$v"; done < /tmp/vr
 kill $aw; wait $aw 2>/dev/null
 kv contexts.after_reset "$(contexts)"
 ibv_devinfo -d qpip0 > /dev/null 2>&1; kv reset.devinfo $?
@@ -304,7 +311,7 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     // The verbs objects: a CQ on a completion channel (its ring polled and armed by the
     // provider), regions with the device's access rights (no atomics), and a QP: local
     // states up to RTR, RTS refused (only a connection makes it), receives posted and
-    // flushed by ERR, nothing posted after ERR.
+    // flushed by ERR; WRs posted after ERR are taken and complete flushed (below).
     assert_eq!(rep.get("verbs.status"), "0", "qpip-verbs-check\n{}", ctx());
     for (k, v) in [
         ("verbs.pd", "ok"),
@@ -330,7 +337,16 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         ("verbs.qp.err", "ok"),
         ("verbs.qp.state_err", "6"), // ERR
         ("verbs.qp.flushed", "4"),
-        ("verbs.qp.post_after_err", "EINVAL"),
+        ("verbs.dead.arm", "ok"),
+        ("verbs.qp.post_after_err", "ok"),
+        ("verbs.qp.post_send_after_err", "ok"),
+        ("verbs.qp.post_send_unsignaled_after_err", "ok"),
+        ("verbs.qp2", "ok"),
+        ("verbs.qp2.rtr", "ok"),
+        ("verbs.qp2.post_recv", "ok"),
+        ("verbs.qp.post_beside_qp2", "ok"),
+        ("verbs.qp2.err", "ok"),
+        ("verbs.qp2.destroy", "ok"),
         ("verbs.qp.destroy", "ok"),
         ("verbs.mr.readonly.dereg", "ok"),
         ("verbs.mr.dereg", "ok"),
@@ -341,6 +357,30 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     ] {
         assert_eq!(rep.get(k), v, "{k}\n{}", ctx());
     }
+    // Posting to a QP in ERR: each WR completes IBV_WC_WR_FLUSH_ERR with its own wr_id and
+    // opcode (an unsignalled Send's too: a flush is an error), and the CQ's armed channel
+    // fires for them. A second QP made while the dead one lives (the dead QP's doorbell slot
+    // is not given to it) keeps its receives while the dead QP's posts flush; its own ERR
+    // flushes them. ("WR_ID:OPCODE:STATUS:QP", in the order polled.)
+    assert_eq!(rep.get("verbs.dead.event"), "yes", "{}", ctx());
+    assert_eq!(
+        sorted(rep.get("verbs.dead.flushed")),
+        "200:RECV:FLUSH_ERR:qp 300:SEND:FLUSH_ERR:qp 301:SEND:FLUSH_ERR:qp",
+        "{}",
+        ctx()
+    );
+    assert_eq!(
+        rep.get("verbs.dead.flushed_beside_qp2"),
+        "201:RECV:FLUSH_ERR:qp",
+        "{}",
+        ctx()
+    );
+    assert_eq!(
+        rep.get("verbs.qp2.flushed"),
+        "400:RECV:FLUSH_ERR:qp2 401:RECV:FLUSH_ERR:qp2",
+        "{}",
+        ctx()
+    );
     // The channel's fd works with poll and epoll, and stays quiet: nothing completes on the
     // CQ, and the interrupts of the vector it shares with qpip0's queues (pinged meanwhile)
     // are not its events.
@@ -413,6 +453,35 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     // A reset under a user, then the function removed under one and found again.
     assert_eq!(rep.get("reset.status"), "0", "{}", ctx());
     assert_eq!(rep.num("contexts.after_reset"), before, "{}", ctx());
+    // The user waiting on its completion channel is woken, and its receives outstanding
+    // at the reset (which the device forgot) complete flushed; WRs it posts afterwards
+    // too, its channel told.
+    assert_eq!(rep.get("resetwait.status"), "0", "{}", ctx());
+    for (k, v) in [
+        ("resetwait.reset.setup", "ok"),
+        ("resetwait.reset.post_recv", "ok"),
+        ("resetwait.reset.arm", "ok"),
+        ("resetwait.reset.event", "yes"),
+        (
+            "resetwait.reset.flushed",
+            "500:RECV:FLUSH_ERR:qp 501:RECV:FLUSH_ERR:qp 502:RECV:FLUSH_ERR:qp \
+             503:RECV:FLUSH_ERR:qp",
+        ),
+        ("resetwait.reset.arm_again", "ok"),
+        ("resetwait.reset.post_recv_after", "ok"),
+        ("resetwait.reset.post_send_after", "ok"),
+        ("resetwait.reset.event_after", "yes"),
+        ("resetwait.reset.qp.destroy", "ok"),
+        ("resetwait.reset.cq.destroy", "ok"),
+    ] {
+        assert_eq!(rep.get(k), v, "{k}\n{}", ctx());
+    }
+    assert_eq!(
+        sorted(rep.get("resetwait.reset.flushed_after")),
+        "510:RECV:FLUSH_ERR:qp 511:SEND:FLUSH_ERR:qp",
+        "{}",
+        ctx()
+    );
     assert_eq!(rep.get("reset.devinfo"), "0", "{}", ctx());
     assert_eq!(rep.get("remove.status"), "0", "{}", ctx());
     assert_eq!(rep.get("remove.gone"), "yes", "{}", ctx());
@@ -426,4 +495,12 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     assert!(rep.get("rescan.link").contains("netdev qpip0"), "{}", ctx());
     assert_eq!(rep.get("lib_after.status"), "0", "{}", ctx());
     assert_eq!(rep.get("dmesg.bad"), "", "the kernel log\n{}", ctx());
+}
+
+/// A space-separated list in sorted order (completions of a QP's two queues come in no
+/// order between the queues).
+fn sorted(list: &str) -> String {
+    let mut v: Vec<&str> = list.split_whitespace().collect();
+    v.sort_unstable();
+    v.join(" ")
 }
