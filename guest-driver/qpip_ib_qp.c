@@ -303,6 +303,8 @@ static int qpip_ib_hold_slot(struct qpip_ib_ucontext *uc, struct qpip_create_qp 
 		return -EBUSY;
 	}
 	uc->slot_holder[a->db_slot] = hold.handle;
+	dev_dbg(&uc->ibuc.device->dev, "doorbell slot %u of dead QP %u: held by device QP %u\n",
+		a->db_slot, dead->handle, hold.handle);
 	return 0;
 }
 

@@ -337,7 +337,6 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         ("verbs.qp.err", "ok"),
         ("verbs.qp.state_err", "6"), // ERR
         ("verbs.qp.flushed", "4"),
-        ("verbs.dead.arm", "ok"),
         ("verbs.qp.post_after_err", "ok"),
         ("verbs.qp.post_send_after_err", "ok"),
         ("verbs.qp.post_send_unsignaled_after_err", "ok"),
@@ -347,6 +346,9 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         ("verbs.qp.post_beside_qp2", "ok"),
         ("verbs.qp2.err", "ok"),
         ("verbs.qp2.destroy", "ok"),
+        ("verbs.dead.setup", "ok"),
+        ("verbs.dead.arm", "ok"),
+        ("verbs.dead.post_recv", "ok"),
         ("verbs.qp.destroy", "ok"),
         ("verbs.mr.readonly.dereg", "ok"),
         ("verbs.mr.dereg", "ok"),
@@ -358,11 +360,18 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         assert_eq!(rep.get(k), v, "{k}\n{}", ctx());
     }
     // Posting to a QP in ERR: each WR completes IBV_WC_WR_FLUSH_ERR with its own wr_id and
-    // opcode (an unsignalled Send's too: a flush is an error), and the CQ's armed channel
-    // fires for them. A second QP made while the dead one lives (the dead QP's doorbell slot
-    // is not given to it) keeps its receives while the dead QP's posts flush; its own ERR
-    // flushes them. ("WR_ID:OPCODE:STATUS:QP", in the order polled.)
+    // opcode (an unsignalled Send's too: a flush is an error). A second QP made while the
+    // dead one lives (the dead QP's doorbell slot is not given to it) keeps its receives
+    // while the dead QP's posts flush; its own ERR flushes them. An armed channel fires for
+    // a WR posted to a dead QP (a fresh CQ's, which nothing else wakes).
+    // ("WR_ID:OPCODE:STATUS:QP", in the order polled.)
     assert_eq!(rep.get("verbs.dead.event"), "yes", "{}", ctx());
+    assert_eq!(
+        rep.get("verbs.dead.event_flushed"),
+        "600:RECV:FLUSH_ERR:qp",
+        "{}",
+        ctx()
+    );
     assert_eq!(
         sorted(rep.get("verbs.dead.flushed")),
         "200:RECV:FLUSH_ERR:qp 300:SEND:FLUSH_ERR:qp 301:SEND:FLUSH_ERR:qp",

@@ -38,6 +38,7 @@
 #define WR_RECV_QP2	400
 #define WR_RECV_RESET	500
 #define WR_AFTER_RESET	510
+#define WR_RECV_EVENT	600
 
 static void say(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -271,9 +272,8 @@ static void qp_states(struct ibv_qp *qp, struct ibv_cq *cq, struct ibv_mr *mr, c
 
 /*
  * WRs posted to a QP in ERR complete flushed, as verbs flush them, with their own wr_ids
- * and opcodes (an unsignalled Send's too: a flush is an error); a waiter on the CQ's
- * channel hears of them. A second QP made meanwhile keeps its own WRs: the dead QP's posts
- * never reach it.
+ * and opcodes (an unsignalled Send's too: a flush is an error). A second QP made meanwhile
+ * keeps its own WRs: the dead QP's posts never reach it.
  */
 static void qp_dead_posts(struct ibv_qp *qp, struct ibv_pd *pd, struct ibv_cq *cq,
 			  struct ibv_comp_channel *ch, struct ibv_mr *mr, char *buf)
@@ -281,15 +281,12 @@ static void qp_dead_posts(struct ibv_qp *qp, struct ibv_pd *pd, struct ibv_cq *c
 	struct ibv_qp *qp2;
 	int n;
 
-	drain_events(ch);	/* ERR itself told the channel */
-	result("dead.arm", ibv_req_notify_cq(cq, 0) == 0, errno);
 	n = post_recv(qp, mr, buf, 0, WR_RECV_DEAD);
 	result("qp.post_after_err", n == 0, n);
 	n = post_send(qp, mr, buf, WR_SEND_DEAD, 1);
 	result("qp.post_send_after_err", n == 0, n);
 	n = post_send(qp, mr, buf, WR_SEND_DEAD + 1, 0);
 	result("qp.post_send_unsignaled_after_err", n == 0, n);
-	say("dead.event", "%s", channel_fires(ch, 2000) ? "yes" : "no");
 	poll_say("dead.flushed", cq, 3, qp, NULL);
 
 	qp2 = make_qp(pd, cq);
@@ -310,6 +307,48 @@ static void qp_dead_posts(struct ibv_qp *qp, struct ibv_pd *pd, struct ibv_cq *c
 	poll_say("qp2.flushed", cq, 2, qp, qp2);
 	result("qp2.destroy", ibv_destroy_qp(qp2) == 0, errno);
 	drain_events(ch);
+}
+
+/*
+ * A waiter on a CQ's completion channel hears of WRs posted to a dead QP. The CQ is a
+ * fresh one that never held a completion of the device's, so nothing but those WRs can
+ * raise its channel (the kernel wakes a CQ whose consumer took entries since its last
+ * wake-up on any interrupt of its vector, which qpip0's traffic shares).
+ */
+static void dead_event(struct ibv_context *ctx, struct ibv_pd *pd, struct ibv_mr *mr,
+		       char *buf)
+{
+	struct ibv_comp_channel *ch;
+	struct ibv_cq *cq = NULL;
+	struct ibv_qp *qp = NULL;
+	int n;
+
+	ch = ibv_create_comp_channel(ctx);
+	if (ch) {
+		fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+		cq = ibv_create_cq(ctx, 16, NULL, ch, 0);
+	}
+	qp = cq ? make_qp(pd, cq) : NULL;
+	n = qp ? qp_ready(qp) : errno;
+	n = n ? n : qp_move(qp, IBV_QPS_ERR, 0);
+	result("dead.setup", n == 0, n);
+	if (!n) {
+		usleep(200000);
+		drain_events(ch);	/* the move to ERR told the channel */
+		result("dead.arm", ibv_req_notify_cq(cq, 0) == 0, errno);
+		n = post_recv(qp, mr, buf, 0, WR_RECV_EVENT);
+		result("dead.post_recv", n == 0, n);
+		say("dead.event", "%s", channel_fires(ch, 2000) ? "yes" : "no");
+		poll_say("dead.event_flushed", cq, 1, qp, NULL);
+	}
+	if (qp)
+		ibv_destroy_qp(qp);
+	if (cq) {
+		drain_events(ch);
+		ibv_destroy_cq(cq);
+	}
+	if (ch)
+		ibv_destroy_comp_channel(ch);
 }
 
 /*
@@ -472,6 +511,7 @@ int main(int argc, char **argv)
 	if (qp && !(argc > 2 && !strcmp(argv[2], "hold"))) {
 		qp_states(qp, cq, mr, buf);
 		qp_dead_posts(qp, pd, cq, ch, mr, buf);
+		dead_event(ctx, pd, mr, buf);
 	}
 
 	if (argc > 2 && !strcmp(argv[2], "hold")) {
