@@ -461,7 +461,10 @@ err_rq:
 err_sq:
 	rdma_user_mmap_entry_remove(qp->sq_entry);
 err_qp:
+	/* Under slot_lock: a holder being made meanwhile must get the slot it expects. */
+	mutex_lock(&uc->slot_lock);
 	qpip_ctx_ioctl(uc->ctx, QPIP_IOCTL_DESTROY_QP, &h);
+	mutex_unlock(&uc->slot_lock);
 	return ret;
 }
 
