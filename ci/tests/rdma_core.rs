@@ -128,7 +128,13 @@ kv contexts.watch "$(contexts)"
 # qpip's own library beside it, on the same function.
 qpip-c-pingpong 50 7420 > /tmp/cpp 2>&1; kv lib.status $?
 kv lib.out "$(tr '\n' '|' < /tmp/cpp)"
+# Another user waits on a completion channel with receives posted: the unload wakes it.
+timeout 60 qpip-verbs-check qpip0 reset > /tmp/vu 2>&1 & vu=$!
+i=0; until grep -q '^armed' /tmp/vu || [ $i -ge 100 ]; do i=$((i + 1)); sleep 0.1; done
+sleep 1
 rmmod qpip_ib 2> /tmp/rmmod; kv unload_busy.status $?
+wait $vu; kv unloadwait.status $?
+while read -r k v; do kv "unloadwait.$k" "$v"; done < /tmp/vu
 kv unload_busy.err "$(cat /tmp/rmmod)"
 no_qpip_dev && kv unload_busy.gone yes || kv unload_busy.gone no
 kv contexts.unloaded "$(contexts)"
@@ -445,6 +451,24 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         ctx()
     );
     assert_eq!(rep.get("unload_busy.gone"), "yes", "{}", ctx());
+    // A user waiting on its completion channel is woken by the unload; its receives were
+    // flushed as the module destroyed its QP, and WRs it posts afterwards (its QP now
+    // dead) complete flushed, with no kernel to ring.
+    assert_eq!(rep.get("unloadwait.status"), "0", "{}", ctx());
+    assert_eq!(rep.get("unloadwait.reset.event"), "yes", "{}", ctx());
+    assert_eq!(
+        rep.get("unloadwait.reset.flushed"),
+        "500:RECV:FLUSH_ERR:qp 501:RECV:FLUSH_ERR:qp 502:RECV:FLUSH_ERR:qp \
+         503:RECV:FLUSH_ERR:qp",
+        "{}",
+        ctx()
+    );
+    assert_eq!(
+        sorted(rep.get("unloadwait.reset.flushed_after")),
+        "510:RECV:FLUSH_ERR:qp 511:SEND:FLUSH_ERR:qp",
+        "{}",
+        ctx()
+    );
     assert_eq!(rep.num("contexts.unloaded"), before, "{}", ctx());
     assert!(
         rep.get("watch.out").contains("IBV_EVENT_DEVICE_FATAL"),
