@@ -9,6 +9,8 @@
 //!   (`rdma_connect` is refused, no hang);
 //! - perftest's clients in `-R` (rdma_cm) mode with short runs: `ib_send_bw`,
 //!   `ib_write_bw`, `ib_read_bw`, `ib_send_lat`, `ib_write_lat`, `ib_read_lat`;
+//! - the roles reversed, the driver's passive side: servers on a's `qpip0` (`rping -s -V`
+//!   over IPv6 and IPv4, `ib_write_bw -R`), b's clients on siw;
 //! - an rping client killed while connected leaves no device context behind;
 //! - the kernel log has no oops or warning.
 //!
@@ -105,6 +107,23 @@ under() {
 }
 # contexts: the function's device contexts.
 contexts() { cat /sys/class/qpip/qpip0/contexts; }
+# qserve TAG ADDR PROG ARGS...: PROG's server on qpip0 at ADDR (the passive side), for
+# b's client on siw; /lab/TAG.ready once it listens, TAG.server its exit status.
+qserve() {
+    t=$1; addr=$2; prog=$3; shift 3
+    case $prog in
+        rping) timeout 120 rping -s -a "$addr" -V "$@" >"/tmp/$t.out" 2>&1 & p=$! ;;
+        *) timeout 120 "$prog" -d qpip0 -R "$@" >"/tmp/$t.out" 2>&1 & p=$! ;;
+    esac
+    i=0
+    until rdma res show cm_id 2>/dev/null | grep -q "state LISTEN.*comm $prog" ||
+          [ $i -ge 100 ] || ! kill -0 $p 2>/dev/null; do
+        i=$((i + 1)); sleep 0.1
+    done
+    touch "/lab/$t.ready"
+    wait $p; st=$?
+    kv "$t.server" $st; show_log "$t" $st "/tmp/$t.out"
+}
 "#;
 
 /// Guest b's helpers: a perftest server on siw0 (rdma_cm), ready once it listens; an
@@ -188,6 +207,34 @@ fn script(n: usize) -> String {
             "touch /lab/{prog}.done.$QPIP_GUEST_NAME\nawait {prog}.done.a && await {prog}.done.b\n"
         );
     }
+    // The roles reversed: servers on a's qpip0 (the passive side), b's clients on siw.
+    if n == 1 {
+        s += "A4=$(ip -4 addr show dev qpip0 scope global | awk '/inet / {print $2}' | cut -d/ -f1 | head -n 1)\n";
+        s += "kv qpip0.addr4 \"$A4\"; [ -n \"$A4\" ] || touch /lab/no4\n";
+        s += "qserve rs6 \"$QPIP_DEV_ADDR\" rping -C 20 -S 2000\n";
+        s += "[ -z \"$A4\" ] || qserve rs4 \"$A4\" rping -C 20 -S 2000\n";
+        s += &format!(
+            "[ -z \"$A4\" ] || qserve rsbw \"$A4\" ib_write_bw {}\n",
+            perf_args("ib_write_bw")
+        );
+    } else {
+        let a6 = netns::device_addr(1);
+        let a4 = netns::device_addr4(1);
+        // a's device through b's NIC, whatever b's own qpip0 does: siw carries it.
+        s += &format!("ip -6 route replace {a6}/128 dev \"$QPIP_NET_IF\"\n");
+        s += &format!("ip -4 route replace {a4}/32 dev \"$QPIP_NET_IF\"\n");
+        s += "sclient() { t=$1; addr=$2; shift 2; await \"$t.ready\" || return\n";
+        s += "    timeout 120 rping -c -a \"$addr\" -V -v \"$@\" >\"/tmp/$t.c\" 2>&1; st=$?\n";
+        s += "    kv \"$t.client\" $st; kv \"$t.pings\" \"$(grep -c '^ping data: ' \"/tmp/$t.c\")\"\n";
+        s += "    [ $st = 0 ] || grep -v '^ping data: ' \"/tmp/$t.c\" | tail -n 40 | sed \"s/^/  $t: /\"; }\n";
+        s += &format!("sclient rs6 {a6} -C 20 -S 2000\n");
+        s += &format!("[ -e /lab/no4 ] || sclient rs4 {a4} -C 20 -S 2000\n");
+        s += &format!(
+            "[ -e /lab/no4 ] || {{ await rsbw.ready && timeout 120 ib_write_bw -d siw0 -R {} {a4} >/tmp/rsbw.c 2>&1; st=$?; kv rsbw.client $st; show_log rsbw $st /tmp/rsbw.c; }}\n",
+            perf_args("ib_write_bw")
+        );
+    }
+    s += "touch /lab/rs.done.$QPIP_GUEST_NAME\nawait rs.done.a && await rs.done.b\n";
     // A client killed while connected: its device context goes.
     if n == 2 {
         s += "serve killed siw -C 100000 -S 1000\n";
@@ -269,6 +316,27 @@ fn rdma_core_programs_on_qpip_against_siw() {
         ];
         assert_eq!(done, ["0", "0"], "{prog}: server and client\n{}", ctx());
         eprintln!("  {prog}: {}", a.get(&format!("{prog}.result")));
+    }
+
+    // The roles reversed: a's qpip0 serves, b's siw connects.
+    let mut reversed = vec!["rs6"];
+    if !a.get("qpip0.addr4").is_empty() {
+        reversed.extend(["rs4", "rsbw"]);
+    } else {
+        eprintln!("  qpip0 has no IPv4 address: no IPv4 server on it");
+    }
+    for t in reversed {
+        let done = [a.get(&format!("{t}.server")), b.get(&format!("{t}.client"))];
+        assert_eq!(
+            done,
+            ["0", "0"],
+            "{t}: server on qpip, client on siw\n{}",
+            ctx()
+        );
+        if t != "rsbw" {
+            assert_eq!(b.num(&format!("{t}.pings")), 20, "{t}\n{}", ctx());
+        }
+        eprintln!("  {t}: server on qpip0 (passive side), client on siw");
     }
 
     assert_eq!(a.get("killed.running"), "yes", "{}", ctx());
