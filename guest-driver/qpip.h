@@ -30,40 +30,6 @@
 
 #define QPIP_DRV_NAME "qpip"
 
-/*
- * Two layouts of interface 2.7 the generated header does not carry (no command argument
- * names them as a member type): docs/device.md, "iWARP connection requests".
- */
-struct qpip_reject_args {
-	u32 request;
-	u32 reserved0;
-	typeof_member(struct qpip_accept_args, iwarp) iwarp;	/* pd_addr and pd_len only */
-	u8 reserved[24];
-};
-
-/* What CONN_REQUEST writes: an initiator's MPA request a listener holds. */
-struct qpip_conn_request {
-	u32 request;
-	u32 flags;			/* QPIP_CONN_REQUEST_* */
-	u8 peer_addr[16];		/* network order, IPv4 mapped */
-	u8 local_addr[16];
-	u16 peer_port;			/* host order */
-	u16 local_port;
-	u16 ird;
-	u16 ord;
-	u8 mpa_revision;
-	u8 reserved0;
-	u16 pd_len;
-	u8 reserved[12];
-	u8 private_data[512];
-};
-
-static_assert(sizeof(struct qpip_reject_args) == 48);
-static_assert(offsetof(struct qpip_conn_request, peer_port) == 40);
-static_assert(offsetof(struct qpip_conn_request, pd_len) == 50);
-static_assert(offsetof(struct qpip_conn_request, private_data) == 64);
-static_assert(sizeof(struct qpip_conn_request) == 576);
-
 struct net_device;
 struct qpip_aux_dev;
 struct qpip_ctx;
