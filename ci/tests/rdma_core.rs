@@ -17,8 +17,10 @@
 //! address connects through `rdma_cm` and the device, and is refused (nobody listens);
 //! servers on `qpip0` (the driver's passive side) with clients to them, both ends on the
 //! device: `rping -V` over IPv6 (64 and 65535 bytes) and IPv4, `ib_write_bw` and
-//! `ib_read_lat` with `-R`; a server killed while listening leaves nobody listening (a
-//! client is refused again). Then `qpip_ib` is unloaded while `ibv_asyncwatch`
+//! `ib_read_lat` with `-R`; `qpip-cm-check` (the project's, plain librdmacm): private data
+//! both ways, a reject with the server's private data, a request the server drops
+//! unanswered; a server killed while listening leaves nobody listening (a client is
+//! refused again). Then `qpip_ib` is unloaded while `ibv_asyncwatch`
 //! holds a context open (the context is disassociated, the module goes), loaded again,
 //! unloaded with no user and loaded again, each time finding the device again; the device
 //! is reset under a user, and the function removed under one (its ib_device goes first)
@@ -156,6 +158,10 @@ if [ -n "$A4" ]; then
     perf ib_write_bw -n 100 -s 65536
     perf ib_read_lat -n 100 -s 2048
 fi
+# What rdma_cm carries besides a plain connect (qpip-cm-check, plain librdmacm): private
+# data both ways, a reject with the server's private data, a request dropped unanswered.
+timeout 90 qpip-cm-check "$A" 7471 > /tmp/cm 2>&1; kv cm.status $?
+while read -r k v; do kv "cm.$k" "$v"; done < /tmp/cm
 # A server killed while it listens: its listener goes; a client then is refused.
 rping -s -a "$A" > /tmp/rpingk 2>&1 & sp=$!
 listens rping
@@ -459,6 +465,30 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         }
     } else {
         eprintln!("  qpip0 has no IPv4 address: no IPv4 rping, no perftest");
+    }
+    // rdma_cm's private data both ways, a reject carrying the server's, and a request
+    // whose id is destroyed unanswered (iw_cm rejects it).
+    let cm = |k: &str| rep.get(&format!("cm.{k}"));
+    assert_eq!(cm("status"), "0", "qpip-cm-check\n{}", ctx());
+    for (k, want) in [
+        ("listen", "ok"),
+        ("reject.request", "RDMA_CM_EVENT_CONNECT_REQUEST"),
+        ("reject.request_pd", "ok"),
+        ("reject.reject", "ok"),
+        ("reject.client", "RDMA_CM_EVENT_REJECTED"),
+        ("reject.client_status", "-111"),
+        ("reject.client_pd", "ok"),
+        ("accept.request_pd", "ok"),
+        ("accept.accept", "ok"),
+        ("accept.client", "RDMA_CM_EVENT_ESTABLISHED"),
+        ("accept.client_pd", "ok"),
+        ("accept.server", "RDMA_CM_EVENT_ESTABLISHED"),
+        ("accept.client_end", "RDMA_CM_EVENT_DISCONNECTED"),
+        ("accept.server_end", "RDMA_CM_EVENT_DISCONNECTED"),
+        ("drop.request", "RDMA_CM_EVENT_CONNECT_REQUEST"),
+        ("drop.client", "RDMA_CM_EVENT_REJECTED"),
+    ] {
+        assert_eq!(cm(k), want, "qpip-cm-check: {k}\n{}", ctx());
     }
     let after = rep.get("rping_after.status");
     assert!(
