@@ -101,6 +101,15 @@ struct qpip_cmd {
 	 */
 	void (*sock_done)(struct qpip_cmd *c);
 	void *owner;
+	/*
+	 * A buffer of the caller's the device writes (a kernel caller's CONN_REQUEST), or
+	 * NULL: mapped while the command is pending, unmapped (synced for the CPU) as it ends,
+	 * before @sock_done reads it; the caller frees it.
+	 */
+	void *in_buf;
+	dma_addr_t in_dma;
+	size_t in_len;
+	bool in_mapped;
 };
 
 struct qpip_admin {
@@ -396,12 +405,17 @@ int qpip_cmd_udp_peer(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u1
 int qpip_cmd_bind_for(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u16 *port,
 		      const u8 *peer, u16 peer_port);
 int qpip_cmd_listen(struct qpip_dev *qdev, u32 ctx, const u8 *addr, u16 port, u32 backlog,
-		    u32 *handle);
+		    u16 flags, u32 *handle);
 int qpip_cmd_accept(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 listener, u32 qp,
 		    const struct qpip_iwarp_conn *iw);
 int qpip_cmd_connect(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp,
 		     const u8 *addr, u16 port, const struct qpip_iwarp_conn *iw);
 int qpip_cmd_close(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp);
+int qpip_cmd_accept_request(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 listener,
+			    u32 request, u32 qp, const struct qpip_iwarp_conn *iw);
+int qpip_cmd_conn_request(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 listener);
+int qpip_cmd_reject(struct qpip_dev *qdev, u32 ctx, u32 listener, u32 request,
+		    dma_addr_t pd_dma, u16 pd_len);
 int qpip_cmd_set_qp_opt(struct qpip_dev *qdev, u32 ctx, u32 qp, const struct qpip_set_qp_opt *o);
 int qpip_query_device(struct qpip_dev *qdev, struct qpip_device_info *info);
 int qpip_query_stats(struct qpip_dev *qdev, u64 *counters, unsigned int n);

@@ -2418,4 +2418,67 @@ struct qpip_neighbor_args {
   uint8_t reserved[26];
 };
 
+/*
+ Arguments of `REJECT`.
+ */
+struct qpip_reject_args {
+  /*
+   The id of the request ([`ADMIN_OP_CONN_REQUEST`]'s result0).
+   */
+  uint32_t request;
+  uint32_t reserved0;
+  /*
+   The reject reply's private data (`pd_addr`, `pd_len`); `ird`, `ord` and `flags`
+   must be zero.
+   */
+  struct qpip_iwarp_conn_args iwarp;
+  uint8_t reserved[24];
+};
+
+/*
+ What `CONN_REQUEST` writes (64 + 512 = 576 bytes): an iWARP connection request a
+ listener holds, as the initiator's MPA request made it. Addresses in network order
+ (IPv4 in its mapped form), ports in host order.
+ */
+struct qpip_conn_request {
+  /*
+   The request's id (result0 of the command), for `ACCEPT` or `REJECT`.
+   */
+  uint32_t request;
+  /*
+   `CONN_REQUEST_*` bits.
+   */
+  uint32_t flags;
+  /*
+   The initiator's address and port.
+   */
+  uint8_t peer_addr[16];
+  /*
+   The address and port the initiator connected to.
+   */
+  uint8_t local_addr[16];
+  uint16_t peer_port;
+  uint16_t local_port;
+  /*
+   The initiator's IRD and ORD (from RFC 6581's block; 0 without one).
+   */
+  uint16_t ird;
+  uint16_t ord;
+  /*
+   The request's MPA revision (1 or 2).
+   */
+  uint8_t mpa_revision;
+  uint8_t reserved0;
+  /*
+   Bytes of the initiator's private data in `private_data` (the IRD/ORD block and a
+   qpip capability block not counted).
+   */
+  uint16_t pd_len;
+  uint8_t reserved[12];
+  /*
+   The initiator's private data.
+   */
+  uint8_t private_data[512];
+};
+
 #endif  /* QPIP_ABI_H */

@@ -116,6 +116,11 @@ int qpip_cmd_data_attach(struct qpip_dev *qdev, struct qpip_cmd *c, void *buf, s
  */
 void qpip_cmd_data_free(struct qpip_dev *qdev, struct qpip_cmd *c)
 {
+	if (c->in_mapped) {
+		/* The caller's in-buffer stays: what the device wrote is read after this. */
+		dma_unmap_single(&qdev->pdev->dev, c->in_dma, c->in_len, DMA_FROM_DEVICE);
+		c->in_mapped = false;
+	}
 	if (!c->data)
 		return;
 	dma_unmap_single(&qdev->pdev->dev, c->data_dma, c->data_len, DMA_TO_DEVICE);

@@ -294,9 +294,9 @@ int qpip_cmd_udp_peer(struct qpip_dev *qdev, u32 ctx, u32 qp, const u8 *addr, u1
 	return qpip_admin_run(qdev, &cmd, NULL);
 }
 
-/* A listener on @addr and @port; its handle in @handle. */
+/* A listener on @addr and @port (LISTEN_FLAG_* @flags); its handle in @handle. */
 int qpip_cmd_listen(struct qpip_dev *qdev, u32 ctx, const u8 *addr, u16 port, u32 backlog,
-		    u32 *handle)
+		    u16 flags, u32 *handle)
 {
 	struct qpip_listen_args args = {};
 	struct qpip_admin_cqe cqe;
@@ -306,6 +306,7 @@ int qpip_cmd_listen(struct qpip_dev *qdev, u32 ctx, const u8 *addr, u16 port, u3
 	memcpy(args.addr, addr, sizeof(args.addr));
 	args.port = port;
 	args.backlog = backlog;
+	args.flags = flags;
 	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_LISTEN, ctx, 0, &args, sizeof(args));
 	ret = qpip_admin_run(qdev, &cmd, &cqe);
 	if (!ret)
@@ -353,6 +354,51 @@ int qpip_cmd_accept(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 list
 	qpip_iwarp_args(&args.iwarp, c, iw);
 	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_ACCEPT, ctx, listener, &args, sizeof(args));
 	return qpip_admin_submit_async(qdev, c, &cmd);
+}
+
+/* ACCEPT of iWARP connection request @request of @listener (of any context) by @qp of @ctx. */
+int qpip_cmd_accept_request(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 listener,
+			    u32 request, u32 qp, const struct qpip_iwarp_conn *iw)
+{
+	struct qpip_accept_args args = {};
+	struct qpip_admin_cmd cmd;
+
+	args.qp = qp;
+	args.request = request;
+	qpip_iwarp_args(&args.iwarp, c, iw);
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_ACCEPT, ctx, listener, &args, sizeof(args));
+	return qpip_admin_submit_async(qdev, c, &cmd);
+}
+
+/* CONN_REQUEST on @listener: the request is written to @c's in-buffer when one is held. */
+int qpip_cmd_conn_request(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 listener)
+{
+	struct qpip_query_args args = {};
+	struct qpip_admin_cmd cmd;
+
+	args.buf = c->in_dma;
+	args.len = c->in_len;
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_CONN_REQUEST, ctx, listener, &args, sizeof(args));
+	return qpip_admin_submit_async(qdev, c, &cmd);
+}
+
+/*
+ * REJECT of iWARP connection request @request of @listener, with the private data at
+ * @pd_dma (@pd_len bytes, a DMA buffer of the caller's). Completes when the reply is sent.
+ */
+int qpip_cmd_reject(struct qpip_dev *qdev, u32 ctx, u32 listener, u32 request,
+		    dma_addr_t pd_dma, u16 pd_len)
+{
+	struct qpip_reject_args args = {};
+	struct qpip_admin_cmd cmd;
+
+	args.request = request;
+	if (pd_len) {
+		args.iwarp.pd_addr = pd_dma;
+		args.iwarp.pd_len = pd_len;
+	}
+	qpip_cmd_init(&cmd, QPIP_ADMIN_OP_REJECT, ctx, listener, &args, sizeof(args));
+	return qpip_admin_run(qdev, &cmd, NULL);
 }
 
 int qpip_cmd_connect(struct qpip_dev *qdev, struct qpip_cmd *c, u32 ctx, u32 qp,

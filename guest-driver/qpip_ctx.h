@@ -228,6 +228,20 @@ int qpip_ctx_connect_kernel(struct qpip_ctx *ctx, u32 qp, const u8 *addr, u16 po
 			    void (*done)(struct qpip_cmd *c), void *owner);
 int qpip_ctx_close_kernel(struct qpip_ctx *ctx, u32 qp, void (*done)(struct qpip_cmd *c),
 			  void *owner);
+/*
+ * exported for qpip_ib.ko, its passive side (qpip_verbs.c): a listener holding iWARP
+ * connection requests, CONN_REQUEST (completing to @done as above; the request in @buf),
+ * ACCEPT of a request by one of @ctx's QPs (the listener of any context), REJECT.
+ */
+int qpip_ctx_listen_kernel(struct qpip_ctx *ctx, const u8 *addr, u16 port, u32 backlog,
+			   u16 flags, u32 *handle);
+int qpip_ctx_conn_request_kernel(struct qpip_ctx *ctx, u32 listener, void *buf,
+				 void (*done)(struct qpip_cmd *c), void *owner);
+int qpip_ctx_accept_kernel(struct qpip_ctx *ctx, u32 listener, u32 request, u32 qp,
+			   const struct qpip_iwarp_conn *iw, const void *pdata,
+			   void (*done)(struct qpip_cmd *c), void *owner);
+int qpip_ctx_reject_kernel(struct qpip_ctx *ctx, u32 listener, u32 request, const void *pdata,
+			   u16 len);
 void qpip_ctx_set_qp_event(struct qpip_ctx *ctx, void (*fn)(void *data, u32 qp, u16 kind,
 							    u8 reason), void *data);
 

@@ -6,7 +6,8 @@
  *   qpip_ib_cq.c     CQs: the device context's own, their rings mapped, their interrupts
  *   qpip_ib_mr.c     memory regions: the device's registered regions
  *   qpip_ib_qp.c     QPs: the device context's iWARP TCP QPs, their rings mapped, states
- *   qpip_ib_cm.c     the iWARP connection manager's ops: the active side on CONNECT/CLOSE
+ *   qpip_ib_cm.c     the iWARP connection manager's ops: the active side on CONNECT/CLOSE,
+ *                    the passive side on listeners holding connection requests
  * qpip.ko stays the owner of the function; see qpip_aux.h for what it gives this module.
  */
 #ifndef QPIP_IB_H
@@ -38,6 +39,19 @@ struct qpip_ib_dev {
 	struct notifier_block nb;
 	struct netdev_net_notifier nn;
 	bool port_active;		/* as last told; under rtnl */
+	/*
+	 * The device context of the driver's own that holds iw_cm's listeners (qpip_ib_cm.c):
+	 * made by the first listen, gone with the last listener; not a reference.
+	 */
+	struct mutex lctx_lock;
+	struct qpip_ib_lctx *lctx;
+};
+
+/* The listeners' device context; each listener, and each request, holds a reference. */
+struct qpip_ib_lctx {
+	refcount_t ref;			/* under qpip_ib_dev.lctx_lock */
+	struct qpip_ib_dev *qib;
+	struct qpip_ctx *ctx;
 };
 
 /* A user context: one device context, as an open /dev/qpipN is. */

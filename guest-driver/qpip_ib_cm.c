@@ -26,14 +26,12 @@
  * Disconnecting is modify_qp's (iw_cm_disconnect): SQD is the device's CLOSE, ERR the
  * QP's destruction in the device (qpip_ib_qp.c).
  *
- * Listening, accepting and rejecting (the passive side) are not offered yet: a listen on
- * a wildcard address is accepted and listens on nothing, so a program listening on all
- * addresses still listens on the other devices (a failure would fail its listen
- * everywhere); a listen on one of qpipN's addresses, an accept or a reject fails with
- * EOPNOTSUPP.
+ * Listening, accepting and rejecting (the passive side) are at the end of this file: a
+ * listener of the driver's own holds each initiator's MPA request until iw_cm answers it.
  */
 #include <linux/in.h>
 #include <linux/in6.h>
+#include <linux/kref.h>
 #include <linux/sched.h>
 #include <net/ipv6.h>
 #include <rdma/iw_cm.h>
@@ -50,27 +48,6 @@ static bool qpip_ib_addr_any(const struct sockaddr_storage *ss)
 	default:
 		return false;
 	}
-}
-
-int qpip_ib_iw_create_listen(struct iw_cm_id *cm_id, int backlog)
-{
-	return qpip_ib_addr_any(&cm_id->local_addr) ? 0 : -EOPNOTSUPP;
-}
-
-int qpip_ib_iw_destroy_listen(struct iw_cm_id *cm_id)
-{
-	return 0;
-}
-
-/* No connection request is ever delivered, so there is none to accept or reject. */
-int qpip_ib_iw_accept(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param)
-{
-	return -EOPNOTSUPP;
-}
-
-int qpip_ib_iw_reject(struct iw_cm_id *cm_id, const void *pdata, u8 pdata_len)
-{
-	return -EOPNOTSUPP;
 }
 
 /* Called by iw_cm under its spinlock: no sleeping. */
@@ -219,21 +196,27 @@ static void qpip_ib_cm_end(struct qpip_ib_qp *qp)
 	cm_id->rem_ref(cm_id);
 }
 
+/* What MPA agreed, and the peer's private data (also a reject's); NULL if not known. */
+static struct qpip_query_conn *qpip_ib_query_conn(struct qpip_ib_qp *qp)
+{
+	struct qpip_query_conn *conn = kzalloc(sizeof(*conn), GFP_KERNEL);
+
+	if (!conn)
+		return NULL;
+	conn->size = sizeof(*conn);
+	conn->qp = qp->handle;
+	if (qp->dev_gone || qpip_ctx_ioctl(qp->ctx, QPIP_IOCTL_QUERY_CONN, conn)) {
+		kfree(conn);
+		return NULL;
+	}
+	return conn;
+}
+
 /* CONNECT completed with @status (lock held): CONNECT_REPLY. */
 static void qpip_ib_cm_connected(struct qpip_ib_qp *qp, int status)
 {
-	struct qpip_query_conn *conn;
+	struct qpip_query_conn *conn = qpip_ib_query_conn(qp);
 
-	/* What MPA agreed, and the peer's private data (also a reject's). */
-	conn = kzalloc(sizeof(*conn), GFP_KERNEL);
-	if (conn) {
-		conn->size = sizeof(*conn);
-		conn->qp = qp->handle;
-		if (qp->dev_gone || qpip_ctx_ioctl(qp->ctx, QPIP_IOCTL_QUERY_CONN, conn)) {
-			kfree(conn);
-			conn = NULL;
-		}
-	}
 	switch (status) {
 	case 0:
 		/* The QP was destroyed, or moved to ERR, as the reply came: too late. */
@@ -264,10 +247,10 @@ static void qpip_ib_cm_connected(struct qpip_ib_qp *qp, int status)
  * What happened to @qp's connection (QPIP_IB_EV_* in @ev, from its work): iw_cm's events,
  * in the order above. Process context.
  */
+static void qpip_ib_cm_advance(struct qpip_ib_qp *qp);
+
 void qpip_ib_cm_events(struct qpip_ib_qp *qp, unsigned long ev, int connect_status)
 {
-	int status = 0;
-
 	mutex_lock(&qp->lock);
 	/* Recorded whatever the state: a connect in progress tells them once it is done. */
 	if (ev & QPIP_IB_EV_PEER_CLOSED)
@@ -284,8 +267,21 @@ void qpip_ib_cm_events(struct qpip_ib_qp *qp, unsigned long ev, int connect_stat
 			goto out;
 		qpip_ib_cm_connected(qp, connect_status);
 	}
-	if (qp->cm_state != QPIP_IB_CM_CONNECTED)
-		goto out;
+	qpip_ib_cm_advance(qp);
+out:
+	mutex_unlock(&qp->lock);
+}
+
+/*
+ * What the connection of @qp (lock held), told CONNECT_REPLY or ESTABLISHED, has come to:
+ * DISCONNECT, then CLOSE.
+ */
+static void qpip_ib_cm_advance(struct qpip_ib_qp *qp)
+{
+	int status = 0;
+
+	if (!qp->cm_id || qp->cm_state != QPIP_IB_CM_CONNECTED)
+		return;
 	if (qp->peer_closed && !qp->disconnect_told) {
 		qp->disconnect_told = true;
 		qpip_ib_cm_tell(qp, IW_CM_EVENT_DISCONNECT, 0, NULL);
@@ -300,7 +296,7 @@ void qpip_ib_cm_events(struct qpip_ib_qp *qp, unsigned long ev, int connect_stat
 	if (qp->conn_failed)
 		status = -ECONNRESET;
 	else if (!(qp->peer_closed && qp->close_done))
-		goto out;
+		return;
 	/*
 	 * Both sides closed, or the connection failed: the end. As on every iWARP device the
 	 * QP is then in ERR: the device's QP goes, and with it the WRs still posted (a
@@ -309,6 +305,433 @@ void qpip_ib_cm_events(struct qpip_ib_qp *qp, unsigned long ev, int connect_stat
 	qpip_ib_qp_kill(qp);
 	qpip_ib_cm_tell(qp, IW_CM_EVENT_CLOSE, status, NULL);
 	qpip_ib_cm_end(qp);
+}
+
+/*
+ * ---- The passive side ----
+ *
+ * iw_cm listens once per address and port for every process, and chooses the QP only
+ * after it has seen the initiator's MPA request. So a listener is the device's
+ * LISTEN_FLAG_IWARP_REQUESTS listener in a device context of the driver's own (struct
+ * qpip_ib_lctx), with one CONN_REQUEST pending at a time; each request it gets becomes
+ * IW_CM_EVENT_CONNECT_REQUEST on the listening cm_id, its provider_data a struct
+ * qpip_ib_conn_req. iw_cm answers every request it was given exactly once: iw_accept (an
+ * ACCEPT naming the request by the chosen QP, of the caller's context), or iw_reject
+ * (also its own, when the child cm_id is destroyed unanswered); both free the request.
+ * An accepted connection is its QP's from then on, as a connected one (the active side's
+ * DISCONNECT and CLOSE).
+ *
+ * A reset kills the driver's context and with it the listeners: they get no more
+ * requests (the next listen makes a new context).
+ */
+struct qpip_ib_listener {
+	struct kref ref;		/* iw_cm's listen, the pending command, each request */
+	struct qpip_ib_dev *qib;
+	struct qpip_ib_lctx *lctx;	/* a reference of the listener's */
+	u32 handle;			/* the device's listener, in lctx's context */
+	struct work_struct work;	/* a CONN_REQUEST ended */
+	struct completion idle;		/* no CONN_REQUEST pending */
+
+	struct mutex lock;		/* @cm_id, @closing, @buf */
+	struct iw_cm_id *cm_id;		/* held (add_ref) while set */
+	bool closing;			/* iw_destroy_listen came */
+	struct qpip_conn_request *buf;	/* the pending CONN_REQUEST's */
+
+	spinlock_t done_lock;
+	struct qpip_cmd *done;		/* the ended CONN_REQUEST, for the work */
+};
+
+/* A request handed to iw_cm, until it is accepted or rejected. */
+struct qpip_ib_conn_req {
+	struct qpip_ib_listener *l;	/* a reference of the request's */
+	u32 id;
+};
+
+/* A reference let go: the last (of the listeners and requests) destroys the context. */
+static void qpip_ib_lctx_put(struct qpip_ib_lctx *lctx)
+{
+	struct qpip_ib_dev *qib = lctx->qib;
+	bool last;
+
+	/* Under the lock: qpip_ib_lctx_get must not find a context on its way out. */
+	mutex_lock(&qib->lctx_lock);
+	last = refcount_dec_and_test(&lctx->ref);
+	if (last && qib->lctx == lctx)
+		qib->lctx = NULL;
+	mutex_unlock(&qib->lctx_lock);
+	if (!last)
+		return;
+	qpip_ctx_destroy(lctx->ctx);
+	kfree(lctx);
+}
+
+/*
+ * The listeners' context, a reference for the caller: made by the first listener, gone
+ * with the last listener or request (a finished server leaves no context behind); one a
+ * reset killed is left to its last users, and the next listen makes a new one.
+ */
+static struct qpip_ib_lctx *qpip_ib_lctx_get(struct qpip_ib_dev *qib)
+{
+	struct qpip_ib_lctx *lctx;
+
+	mutex_lock(&qib->lctx_lock);
+	lctx = qib->lctx;
+	if (lctx && qpip_ctx_dead(lctx->ctx))
+		qib->lctx = lctx = NULL;
+	if (lctx) {
+		refcount_inc(&lctx->ref);
+		goto out;
+	}
+	lctx = kzalloc(sizeof(*lctx), GFP_KERNEL);
+	if (!lctx) {
+		lctx = ERR_PTR(-ENOMEM);
+		goto out;
+	}
+	refcount_set(&lctx->ref, 1);
+	lctx->qib = qib;
+	lctx->ctx = qpip_ctx_create(qib->qdev, NULL);
+	if (IS_ERR(lctx->ctx)) {
+		void *err = lctx->ctx;
+
+		kfree(lctx);
+		lctx = err;
+		goto out;
+	}
+	qib->lctx = lctx;
+out:
+	mutex_unlock(&qib->lctx_lock);
+	return lctx;
+}
+
+static void qpip_ib_listener_release(struct kref *ref)
+{
+	struct qpip_ib_listener *l = container_of(ref, struct qpip_ib_listener, ref);
+
+	qpip_ib_lctx_put(l->lctx);
+	kfree(l);
+}
+
+static void qpip_ib_listener_put(struct qpip_ib_listener *l)
+{
+	kref_put(&l->ref, qpip_ib_listener_release);
+}
+
+/* A CONN_REQUEST ended (the admin interrupt): its reference goes to the work. */
+static void qpip_ib_conn_request_done(struct qpip_cmd *c)
+{
+	struct qpip_ib_listener *l = c->owner;
+	unsigned long flags;
+
+	spin_lock_irqsave(&l->done_lock, flags);
+	l->done = c;
+	spin_unlock_irqrestore(&l->done_lock, flags);
+	queue_work(system_wq, &l->work);
+}
+
+/* The next CONN_REQUEST (lock held); false if none could be given. */
+static bool qpip_ib_conn_request(struct qpip_ib_listener *l)
+{
+	int ret;
+
+	l->buf = kzalloc(sizeof(*l->buf), GFP_KERNEL);
+	if (!l->buf)
+		return false;
+	kref_get(&l->ref);		/* the command's */
+	ret = qpip_ctx_conn_request_kernel(l->lctx->ctx, l->handle, l->buf,
+					   qpip_ib_conn_request_done, l);
+	if (ret) {
+		dev_dbg(&l->qib->ibdev.dev, "listener %u: CONN_REQUEST failed: %d\n",
+			l->handle, ret);
+		kfree(l->buf);
+		l->buf = NULL;
+		kref_put(&l->ref, qpip_ib_listener_release);	/* not the last: iw_cm's */
+		return false;
+	}
+	return true;
+}
+
+/* The device's address and port as a socket address: IPv4 mapped is IPv4. */
+static void qpip_ib_sockaddr(struct sockaddr_storage *ss, const u8 *addr, u16 port)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (ipv6_addr_v4mapped((const struct in6_addr *)addr)) {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+
+		s4->sin_family = AF_INET;
+		s4->sin_addr.s_addr = ((const struct in6_addr *)addr)->s6_addr32[3];
+		s4->sin_port = htons(port);
+	} else {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+
+		s6->sin6_family = AF_INET6;
+		memcpy(&s6->sin6_addr, addr, 16);
+		s6->sin6_port = htons(port);
+	}
+}
+
+/* Request @r (with @l's lock held, iw_cm still listening) told to iw_cm. */
+static void qpip_ib_conn_req_tell(struct qpip_ib_listener *l, const struct qpip_conn_request *r,
+				  u32 id)
+{
+	struct qpip_ib_conn_req *req = kzalloc(sizeof(*req), GFP_KERNEL);
+	struct iw_cm_event e = {
+		.event = IW_CM_EVENT_CONNECT_REQUEST,
+		.ird = r->ird,
+		.ord = r->ord,
+	};
+
+	if (req) {
+		kref_get(&l->ref);
+		req->l = l;
+		req->id = id;
+		qpip_ib_sockaddr(&e.local_addr, r->local_addr, r->local_port);
+		qpip_ib_sockaddr(&e.remote_addr, r->peer_addr, r->peer_port);
+		/* iw_cm copies it; it carries at most 255 bytes. */
+		e.private_data_len = min_t(u16, r->pd_len, U8_MAX);
+		e.private_data = e.private_data_len ? (void *)r->private_data : NULL;
+		e.provider_data = req;
+		dev_dbg(&l->qib->ibdev.dev, "listener %u: connection request %u\n", l->handle, id);
+		if (!l->cm_id->event_handler(l->cm_id, &e))
+			return;
+		kref_put(&l->ref, qpip_ib_listener_release);	/* not the last: iw_cm's */
+		kfree(req);
+	}
+	/* Not told: answered at once, so that the initiator does not wait for its timer. */
+	qpip_ctx_reject_kernel(l->lctx->ctx, l->handle, id, NULL, 0);
+}
+
+/* A CONN_REQUEST ended: its request told, and the next one asked for. */
+static void qpip_ib_listener_work(struct work_struct *work)
+{
+	struct qpip_ib_listener *l = container_of(work, struct qpip_ib_listener, work);
+	struct qpip_conn_request *buf;
+	struct qpip_cmd *c;
+	bool again = false;
+	int status;
+	u32 id;
+
+	spin_lock_irq(&l->done_lock);
+	c = l->done;
+	l->done = NULL;
+	spin_unlock_irq(&l->done_lock);
+	if (!c)
+		return;
+	status = c->event.status;
+	id = c->cqe.result0;
+	kfree(c);
+
+	mutex_lock(&l->lock);
+	buf = l->buf;
+	l->buf = NULL;
+	if (status) {
+		/* Cancelled by iw_destroy_listen, or the device went: no more requests. */
+		dev_dbg(&l->qib->ibdev.dev, "listener %u: CONN_REQUEST ended: %d\n", l->handle,
+			status);
+	} else if (l->closing) {
+		/* Taken as the listener went: the listener's destruction resets it. */
+	} else {
+		qpip_ib_conn_req_tell(l, buf, id);
+		again = qpip_ib_conn_request(l);
+	}
+	if (!again)
+		complete(&l->idle);
+	mutex_unlock(&l->lock);
+	kfree(buf);
+	qpip_ib_listener_put(l);	/* the command's */
+}
+
+/*
+ * A listener on cm_id's address and port: one of qpipN's addresses, or the wildcard of
+ * either family (the device's all-zero address: every address of qpipN).
+ */
+int qpip_ib_iw_create_listen(struct iw_cm_id *cm_id, int backlog)
+{
+	struct qpip_ib_dev *qib = to_qibdev(cm_id->device);
+	bool any = qpip_ib_addr_any(&cm_id->m_local_addr);
+	struct qpip_ib_listener *l;
+	u8 addr[16];
+	u16 port;
+	int ret;
+
+	ret = qpip_ib_dev_addr(&cm_id->m_local_addr, addr, &port);
+	if (ret)
+		return ret;
+	if (any)
+		memset(addr, 0, sizeof(addr));
+	l = kzalloc(sizeof(*l), GFP_KERNEL);
+	if (!l)
+		return -ENOMEM;
+	kref_init(&l->ref);
+	l->qib = qib;
+	INIT_WORK(&l->work, qpip_ib_listener_work);
+	init_completion(&l->idle);
+	mutex_init(&l->lock);
+	spin_lock_init(&l->done_lock);
+	l->lctx = qpip_ib_lctx_get(qib);
+	if (IS_ERR(l->lctx)) {
+		ret = PTR_ERR(l->lctx);
+		kfree(l);
+		return ret;
+	}
+	ret = qpip_ctx_listen_kernel(l->lctx->ctx, addr, port, clamp(backlog, 1, 1024),
+				     QPIP_LISTEN_FLAG_IWARP_REQUESTS, &l->handle);
+	if (ret) {
+		dev_dbg(&qib->ibdev.dev, "listen on port %u: %d\n", port, ret);
+		qpip_ib_listener_put(l);
+		/*
+		 * A wildcard listen is every device's: a failure here would fail it on the
+		 * others too. It listens on nothing here (e.g. the other family's wildcard
+		 * has the port: the device's listens on both).
+		 */
+		return any ? 0 : ret;
+	}
+	cm_id->add_ref(cm_id);
+	cm_id->provider_data = l;
+	mutex_lock(&l->lock);
+	l->cm_id = cm_id;
+	if (!qpip_ib_conn_request(l))
+		complete(&l->idle);
+	mutex_unlock(&l->lock);
+	return 0;
+}
+
+/*
+ * The listener goes: its pending CONN_REQUEST completes CANCELLED, the requests it holds
+ * unanswered are reset; the ones iw_cm has are answered by iw_cm (their ACCEPT then fails).
+ * Nothing is told once this returns.
+ */
+int qpip_ib_iw_destroy_listen(struct iw_cm_id *cm_id)
+{
+	struct qpip_ib_listener *l = cm_id->provider_data;
+	struct qpip_handle h = { .size = sizeof(h) };
+
+	if (!l)
+		return 0;	/* a wildcard listen that listens on nothing here */
+	mutex_lock(&l->lock);
+	l->closing = true;
+	mutex_unlock(&l->lock);
+	h.handle = l->handle;
+	/* Fails only if the context is dead: then the device has no listener any more. */
+	qpip_ctx_ioctl(l->lctx->ctx, QPIP_IOCTL_DESTROY_LISTENER, &h);
+	wait_for_completion(&l->idle);
+	flush_work(&l->work);
+	mutex_lock(&l->lock);
+	l->cm_id = NULL;
+	mutex_unlock(&l->lock);
+	cm_id->provider_data = NULL;
+	cm_id->rem_ref(cm_id);
+	qpip_ib_listener_put(l);
+	return 0;
+}
+
+static void qpip_ib_conn_req_free(struct qpip_ib_conn_req *req)
+{
+	qpip_ib_listener_put(req->l);
+	kfree(req);
+}
+
+/* An ACCEPT the caller waits for. */
+struct qpip_ib_accept_wait {
+	struct completion done;
+	int status;
+};
+
+/* ACCEPT ended (the admin interrupt). */
+static void qpip_ib_accept_done(struct qpip_cmd *c)
+{
+	struct qpip_ib_accept_wait *w = c->owner;
+
+	w->status = c->event.status;
+	kfree(c);
+	complete(&w->done);
+}
+
+/*
+ * Request @req answered by @qp (INIT or RTR, of the calling process, with no connection):
+ * the ACCEPT is waited for, as siw sends its MPA reply before it returns, so that a
+ * failure is the caller's error (iw_cm has no asynchronous one for an accept). Then the
+ * connection is established: ESTABLISHED, and the QP's as a connected one.
+ */
+static int qpip_ib_accept(struct iw_cm_id *cm_id, struct qpip_ib_conn_req *req,
+			  struct iw_cm_conn_param *param)
+{
+	struct qpip_ib_accept_wait w = { .status = 0 };
+	struct qpip_iwarp_conn iw = {};
+	struct qpip_query_conn *conn;
+	struct qpip_ib_qp *qp;
+	int ret;
+
+	qp = xa_load(&to_qibdev(cm_id->device)->qps, param->qpn);
+	if (!qp)
+		return -EINVAL;
+	/* As for iw_connect: only the process that made the QP may give it a connection. */
+	if (qp->owner != task_tgid(current))
+		return -EINVAL;
+	if (param->private_data_len > QPIP_IWARP_MAX_PRIVATE_DATA)
+		return -EINVAL;
+	iw.pd_len = param->private_data_len;
+	iw.private_data = (uintptr_t)param->private_data;
+	iw.ird = min_t(u32, param->ird, QPIP_IWARP_MAX_IRD_ORD);
+	iw.ord = min_t(u32, param->ord, QPIP_IWARP_MAX_IRD_ORD);
+	init_completion(&w.done);
+
+	mutex_lock(&qp->lock);
+	if (qp->cm_id || qp->cm_state != QPIP_IB_CM_IDLE || qp->dev_gone ||
+	    (qp->state != IB_QPS_INIT && qp->state != IB_QPS_RTR)) {
+		ret = -EINVAL;
+		goto out;
+	}
+	ret = qpip_ctx_accept_kernel(qp->ctx, req->l->handle, req->id, qp->handle, &iw,
+				     param->private_data, qpip_ib_accept_done, &w);
+	if (ret)
+		goto out;
+	/* It always ends: the reply is out, or it failed, or the device went. */
+	wait_for_completion(&w.done);
+	ret = w.status;
+	if (ret) {
+		dev_dbg(&qp->qib->ibdev.dev, "QP %u: ACCEPT failed: %d\n", qp->handle, ret);
+		goto out;
+	}
+	cm_id->add_ref(cm_id);
+	cm_id->provider_data = qp;
+	qp->cm_id = cm_id;
+	qp->state = IB_QPS_RTS;
+	qp->cm_state = QPIP_IB_CM_CONNECTED;
+	conn = qpip_ib_query_conn(qp);
+	qpip_ib_cm_tell(qp, IW_CM_EVENT_ESTABLISHED, 0, conn);
+	kfree(conn);
+	/* What the QP's work recorded meanwhile (a peer that closed at once). */
+	qpip_ib_cm_advance(qp);
 out:
 	mutex_unlock(&qp->lock);
+	return ret;
+}
+
+int qpip_ib_iw_accept(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param)
+{
+	struct qpip_ib_conn_req *req = cm_id->provider_data;
+	int ret;
+
+	if (!req)
+		return -EINVAL;
+	cm_id->provider_data = NULL;
+	ret = qpip_ib_accept(cm_id, req, param);
+	qpip_ib_conn_req_free(req);
+	return ret;
+}
+
+int qpip_ib_iw_reject(struct iw_cm_id *cm_id, const void *pdata, u8 pdata_len)
+{
+	struct qpip_ib_conn_req *req = cm_id->provider_data;
+	int ret;
+
+	if (!req)
+		return -EINVAL;
+	cm_id->provider_data = NULL;
+	if (pdata_len > QPIP_IWARP_MAX_PRIVATE_DATA)
+		pdata_len = QPIP_IWARP_MAX_PRIVATE_DATA;
+	ret = qpip_ctx_reject_kernel(req->l->lctx->ctx, req->l->handle, req->id, pdata,
+				     pdata_len);
+	qpip_ib_conn_req_free(req);
+	return ret;
 }

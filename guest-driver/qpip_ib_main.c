@@ -126,6 +126,7 @@ static int qpip_ib_probe(struct auxiliary_device *adev, const struct auxiliary_d
 	qib->qdev = qdev;
 	qib->netdev = netdev;
 	ida_init(&qib->pd_ida);
+	mutex_init(&qib->lctx_lock);
 	xa_init_flags(&qib->qps, XA_FLAGS_LOCK_IRQ);
 
 	qib->ibdev.node_type = RDMA_NODE_RNIC;
@@ -174,6 +175,7 @@ static void qpip_ib_remove(struct auxiliary_device *adev)
 	struct qpip_ib_dev *qib = auxiliary_get_drvdata(adev);
 
 	unregister_netdevice_notifier_dev_net(qib->netdev, &qib->nb, &qib->nn);
+	/* Every cm_id goes with it: so do the listeners and their device context. */
 	ib_unregister_device(&qib->ibdev);
 	ida_destroy(&qib->pd_ida);
 	xa_destroy(&qib->qps);

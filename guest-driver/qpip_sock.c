@@ -1421,7 +1421,7 @@ static int qpip_sock_listen(struct qpip_ctx *ctx, struct file *ctx_file, struct 
 		if (qpip_sock_device(l)) {
 			/* The wildcard of either family: every address of the device. */
 			ret = qpip_cmd_listen(qdev, ctx->id, qpip_addr_any(local) ? any : local,
-					      port, clamp(a->backlog, 1, 1024), &l->listener);
+					      port, clamp(a->backlog, 1, 1024), 0, &l->listener);
 			qpip_sock_device_end(l);
 		}
 		if (ret)

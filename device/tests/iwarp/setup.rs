@@ -44,9 +44,11 @@ fn setup_carries_private_data_and_agrees_on_crc_ird_and_ord() {
         &si.private_data[..si.pd_len as usize],
         &client.private_data[..]
     );
-    // CRC on because one end asked; revision 2; each end issues no more reads than the
-    // other serves.
-    for (i, ird, ord) in [(&ci, 3, 4), (&si, 4, 2)] {
+    // CRC on because one end asked; revision 2; the responder serves as many reads as
+    // the initiator will issue (its IRD raised from 4 to the initiator's ORD of 8: a
+    // Linux initiator refuses a reply whose IRD is below its ORD); each end issues no more
+    // reads than the other serves.
+    for (i, ird, ord) in [(&ci, 3, 8), (&si, 8, 2)] {
         assert_eq!(i.mpa_revision, 2);
         assert_eq!(i.flags & CONN_INFO_CRC, CONN_INFO_CRC, "{i:?}");
         assert_eq!((i.ird, i.ord), (ird, ord));

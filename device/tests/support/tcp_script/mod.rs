@@ -15,7 +15,8 @@
 //!
 //! - `>` lines are injected: seq relative to the test's ISN, ack to the device's. Payload
 //!   bytes follow a pattern of the stream offset ([`peer_byte`]), so what the guest
-//!   receives can be checked.
+//!   receives can be checked; [`Peer::inject_bytes`] sends a line with bytes of the
+//!   test's own (an upper protocol's).
 //! - `<` lines are expected: the next TCP segment the device sends (within a generous
 //!   time limit) must match: flags exactly; seq (relative to the device's ISN, learned
 //!   from its SYN or SYN-ACK); ack, window and options when given (`*` for any value;

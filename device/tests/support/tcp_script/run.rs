@@ -83,17 +83,35 @@ impl Peer {
     }
 
     fn inject_line(&mut self, l: &Line) {
-        let b = self.build_line(l);
+        let b = self.build_line(l, None);
+        self.inject_ip(TCP, &b);
+    }
+
+    /// Injects the segment of a `>` line carrying `payload` instead of the test's stream
+    /// pattern (an upper protocol's bytes, such as an MPA request); the line's length must
+    /// be the payload's.
+    #[allow(dead_code)] // each binary that includes the scripts uses what it needs
+    #[track_caller]
+    pub fn inject_bytes(&mut self, line: &str, payload: &[u8]) {
+        self.line = line.to_string();
+        let l = parse_line(line.trim().trim_start_matches('>').trim());
+        assert_eq!(l.len, payload.len(), "`{line}`: the payload's length");
+        let b = self.build_line(&l, Some(payload));
         self.inject_ip(TCP, &b);
     }
 
     /// The bytes of the TCP segment a `>` line describes (header, checksum, payload),
     /// for the caller to wrap (fragments, extension headers). It counts as sent.
     pub fn tcp(&mut self, line: &str) -> Vec<u8> {
-        self.build_line(&parse_line(line.trim().trim_start_matches('>').trim()))
+        self.build_line(
+            &parse_line(line.trim().trim_start_matches('>').trim()),
+            None,
+        )
     }
 
-    fn build_line(&mut self, l: &Line) -> Vec<u8> {
+    /// The bytes of `l`'s segment; its payload is `payload` if given, else the test's
+    /// stream pattern at the line's offset.
+    fn build_line(&mut self, l: &Line, payload: Option<&[u8]>) -> Vec<u8> {
         let Num::N(seq) = l.seq else {
             panic!("an injected segment needs its seq")
         };
@@ -154,7 +172,10 @@ impl Peer {
         h.set_options_raw(&opt_bytes(&opts)).expect("options fit");
         // Stream offset of the first byte: the SYN takes sequence 0.
         let start = seq.saturating_sub(1);
-        let payload: Vec<u8> = (start..start + l.len as u64).map(peer_byte).collect();
+        let payload: Vec<u8> = match payload {
+            Some(p) => p.to_vec(),
+            None => (start..start + l.len as u64).map(peer_byte).collect(),
+        };
         self.peer_end = self
             .peer_end
             .max(seq + l.len as u64 + h.syn as u64 + h.fin as u64);

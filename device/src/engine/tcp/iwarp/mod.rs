@@ -413,6 +413,22 @@ impl IwarpQp {
             self.info.flags |= CONN_INFO_PEER_TO_PEER;
         }
         self.rtr_send = rtr == Some(Rtr::Send);
+        // The reply's IRD covers the reads the initiator says it will issue (its ORD, up
+        // to the device's limit), and a Read RTR, even when the accepting program asked
+        // for fewer: an initiator whose ORD exceeds the reply's IRD may refuse the
+        // connection (Linux's siw does, and its peer-to-peer ORD is at least 1), while
+        // serving reads is the device's work, bounded by its limit, and what they may read
+        // is still what the program registered for remote reads.
+        if let Some(b) = block {
+            let mut ird = b.ord.min(IWARP_MAX_IRD_ORD as u16) as u8;
+            if rtr == Some(Rtr::Read) {
+                ird = ird.max(1);
+            }
+            if ird > self.conn_ird {
+                self.conn_ird = ird;
+                self.info.ird = ird as u16;
+            }
+        }
         let reply_block = block.map(|_| EnhancedBlock {
             ird: self.conn_ird as u16,
             ord: self.conn_ord as u16,

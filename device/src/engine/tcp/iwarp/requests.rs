@@ -268,7 +268,12 @@ impl Engine {
             return;
         }
         match examine(h, &tuple) {
-            Verdict::Incomplete => {}
+            Verdict::Incomplete => {
+                let had = h.frame.len();
+                if self.iwarp_request_pull(listener, conn) > had {
+                    self.iwarp_request_read(mem, listener, conn);
+                }
+            }
             Verdict::Ready => {
                 h.stage = Stage::Ready;
                 debug!(
@@ -288,6 +293,27 @@ impl Engine {
                 self.iwarp_request_drop(listener, conn);
             }
         }
+    }
+
+    /// Offers held connection `conn`'s sink again, so that bytes its connection staged
+    /// move into it; returns the request's bytes read since. The sink takes only what it
+    /// knows it needs (the frame's header first, then the private data the header
+    /// announces), and a segment that brings the whole request at once — as a Linux
+    /// initiator (siw) sends it — leaves what follows the header staged.
+    fn iwarp_request_pull(&mut self, listener: u32, conn: ConnId) -> usize {
+        let Some(e) = self.tcp.table.get_mut(conn) else {
+            return 0;
+        };
+        let Some(r) = self
+            .objects
+            .listener_mut(listener)
+            .and_then(|l| l.accept_mut().requests.as_mut())
+        else {
+            return 0;
+        };
+        let mut sink = r.sink(conn);
+        e.conn.recv_space_changed(Instant::now(), &mut sink);
+        r.get(conn).map_or(0, |h| h.frame.len())
     }
 
     /// Sends `reply` (a reject) on held connection `conn`, then closes it; the request
