@@ -148,6 +148,7 @@ pub(super) fn notes(lines: &[Line]) -> Vec<String> {
                 .to_string(),
         );
     }
+    v.extend(super::verbs::notes(lines));
     if lines.iter().any(|l| l.what.starts_with("host overhead")) {
         v.push(
             "host overhead (the QPIP paper's Table 1): guest a's time inside the calls, per \
