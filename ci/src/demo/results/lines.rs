@@ -249,6 +249,11 @@ impl Line {
             .collect()
     }
 
+    /// One of perftest on qpip0's lines (against siw, rxe or qpip's own library).
+    pub fn is_perftest(&self) -> bool {
+        self.goal.is_some() || self.syscalls.is_some()
+    }
+
     /// The line has sockets over the qpip netdev in some round.
     pub fn has_netdev(&self) -> bool {
         self.netdev.iter().any(Option::is_some)

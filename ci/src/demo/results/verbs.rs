@@ -103,29 +103,52 @@ fn syscalls_of(m: &Measurements, test: &str, program: &'static str, other: &str)
 /// Why a line of `program` against `other` (`sk`, `rx`, `qp`) misses its goal: what is
 /// structural in it, and what would change it.
 pub fn why_missed(program: &str, bandwidth: bool, other: &str) -> String {
+    let reads = program.contains("read");
     match (bandwidth, other) {
+        // A ping-pong with both ends spinning (ib_write_lat, ib_send_lat).
+        (false, _) if !reads => format!(
+            "{program} spins on both ends: each guest's single vCPU polls without a pause \
+             the whole run, so the host's 2 CPUs carry two spinning QEMUs, and qpipd, which \
+             moves every message of qpip0's, waits for one in the scheduler's time slices \
+             (about a millisecond a round trip, as qpip's own library spinning). siw does \
+             its work in the guest kernel inside the post's own system call (one write per \
+             operation, below), on the vCPU that spins, so spinning does not starve it. The \
+             device is not the limit: ib_read_lat, where only guest a spins, is many times \
+             faster on qpip0 than on siw. What changes it: a CPU for the adapter, i.e. qpipd \
+             on a core the spinning vCPUs do not take (a host with more CPUs than spinning \
+             vCPUs, as a NIC has its own engine), or ends that sleep on their completions \
+             instead of spinning (perftest's -e; qpip's own library on tripwires, the line \
+             below)"
+        ),
         (false, _) => format!(
-            "{program} spins: each end polls its CQ (or the landing byte) without a pause, so \
-             each guest's single vCPU is busy the whole run and the host's 2 CPUs carry two \
-             spinning QEMUs plus qpipd, which moves every message of qpip0's; qpipd waits for \
-             a CPU, and each round trip carries that wait. siw does its work inside the guest \
-             kernel on the posting vCPU itself (the post's system call sends), so spinning \
-             does not starve it. What changes it: a CPU for the adapter (qpipd pinned to a \
-             core of its own, as a NIC has its own silicon), or KVM, where a spinning vCPU \
-             costs no emulation; not a tuning of this host"
+            "{program}: guest a spins on its CQ and the host's 2 CPUs carry its QEMU, guest \
+             b's and qpipd; a busy host leaves qpipd waiting for a CPU. What changes it: qpipd \
+             on a core of its own"
         ),
         (true, "qp") => format!(
-            "{program} polls its CQ spinning between posts, while qpip-perf waits on the \
-             completion interrupt: perftest's spinning vCPU takes a host CPU qpipd needs to \
-             move the data (2 CPUs for two QEMUs and qpipd). What changes it: a CPU for the \
-             adapter (qpipd on a core of its own), or perftest's event mode (-e) on both \
-             sides of the comparison"
+            "{program}'s loop signals one completion in -Q (cq_mod: 100, capped at -t 64): \
+             it posts 64, waits for the 64th to complete and only then posts again, so the \
+             pipe drains every 64 messages{}, where qpip's own library posts again as each \
+             completes. What changes it: {}",
+            if reads {
+                ", and with at most 16 Reads outstanding (the device's ORD) each batch of 64 \
+                 is 4 round trips' worth of waiting"
+            } else {
+                ""
+            },
+            if reads {
+                "a device ORD as deep as the send queue (64 Reads in flight), so a batch is \
+                 one round trip; or perftest posting as completions come (-Q 1), on both \
+                 sides of the comparison"
+            } else {
+                "perftest posting as completions come (-Q 1), on both sides of the \
+                 comparison"
+            }
         ),
         (true, _) => format!(
-            "{program}'s data crosses qpipd's TCP on the host while the guests' vCPUs spin \
+            "{program}'s data crosses qpipd's TCP on the host while guest a's vCPU spins \
              polling the CQ; with 2 host CPUs for two QEMUs and qpipd the engine runs in what \
-             the spinning leaves. What changes it: a CPU for the adapter (qpipd on a core of \
-             its own), as on a NIC"
+             the spinning leaves. What changes it: qpipd on a core of its own"
         ),
     }
 }
