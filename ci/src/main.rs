@@ -124,6 +124,12 @@ struct BenchArgs {
     /// Skip the sockets part.
     #[arg(long)]
     no_sockets: bool,
+    /// Only the RDMA rows: perftest's ib_write_lat, ib_write_bw, ib_read_lat, ib_read_bw,
+    /// ib_send_lat and ib_send_bw on qpip's ib_device (qpip0), on siw and on rxe, and qpip's
+    /// own library (qpip-perf --rdma), in rounds as in the full bench, with the perftest
+    /// clients' system calls per operation; results as rdma-*.json and .md (not recorded).
+    #[arg(long, conflicts_with_all = ["storage_only", "sockets_only", "record"])]
+    rdma_only: bool,
     /// Seconds of each program run of the sockets part (default 10).
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..=600))]
     sockets_secs: Option<u32>,
@@ -254,6 +260,10 @@ fn main() -> ExitCode {
             }
             if b.sockets_only {
                 return show::sockets_only(&sockets, &b.netns, b.out, b.verbose, b.record);
+            }
+            if b.rdma_only {
+                let rdma = plan.rdma_only();
+                return show::bench(&rdma, None, None, &b.netns, b.out, b.verbose, false, false);
             }
             return show::bench(
                 &plan,

@@ -368,7 +368,14 @@ pub fn bench(
     };
     let dir = out.unwrap_or_else(|| qpip_lab::paths::cache().join("bench"));
     let (stamp, _) = now();
-    let (mut json, mut md) = documents(plan, &r, "bench", Some(load_start), layouts.as_ref());
+    let what = if plan.rdma_only {
+        "bench --rdma-only"
+    } else {
+        "bench"
+    };
+    let (mut json, mut md) = documents(plan, &r, what, Some(load_start), layouts.as_ref());
+    // The RDMA rows alone (--rdma-only) are results of their own, never the bench's latest.
+    let name = if plan.rdma_only { "rdma" } else { "qp-sockets" };
     if let Some((st, elapsed)) = &storage {
         let mut j = st.json();
         j["wall_s"] = serde_json::json!(elapsed.as_secs_f64());
@@ -382,14 +389,14 @@ pub fn bench(
         md += &so.markdown(2);
     }
     let r1 = std::fs::create_dir_all(&dir)
-        .and_then(|()| write_pair(&dir, &format!("qp-sockets-{stamp}"), &json, &md))
-        .and_then(|p| write_pair(&dir, "qp-sockets-latest", &json, &md).map(|_| p));
+        .and_then(|()| write_pair(&dir, &format!("{name}-{stamp}"), &json, &md))
+        .and_then(|p| write_pair(&dir, &format!("{name}-latest"), &json, &md).map(|_| p));
     match r1 {
         Ok(p) => {
             say(
                 "bench",
                 &format!(
-                    "{} round{} in {:.0} s (boot to power-off){}{}{}; results: {} and .md (also qp-sockets-latest.*)",
+                    "{} round{} in {:.0} s (boot to power-off){}{}{}; results: {} and .md (also {name}-latest.*)",
                     plan.rounds,
                     if plan.rounds == 1 { "" } else { "s" },
                     r.elapsed.as_secs_f64(),

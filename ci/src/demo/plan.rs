@@ -48,6 +48,12 @@ pub enum Test {
     /// RDMA Reads back to back, at most 16 outstanding on both (qpip's ORD; perftest's
     /// `-o 16`).
     RdmaReadBw,
+    /// Sends one at a time each way, a ping-pong of two-sided messages (perftest's
+    /// `ib_send_lat`): perftest only, on qpip's ib_device ([`Net::Verbs`]), siw and rxe
+    /// (qpip-perf has no Send test).
+    RdmaSendLat,
+    /// Sends back to back into posted receives (`ib_send_bw`), perftest only as above.
+    RdmaSendBw,
 }
 
 impl Test {
@@ -55,8 +61,32 @@ impl Test {
     pub fn is_rdma(self) -> bool {
         matches!(
             self,
-            Test::RdmaLat | Test::RdmaBw | Test::RdmaReadLat | Test::RdmaReadBw
+            Test::RdmaLat
+                | Test::RdmaBw
+                | Test::RdmaReadLat
+                | Test::RdmaReadBw
+                | Test::RdmaSendLat
+                | Test::RdmaSendBw
         )
+    }
+
+    /// qpip's own library (`qpip-perf --rdma`, [`Net::Qp`]) has this RDMA test: the Writes
+    /// and Reads, not the Sends.
+    pub fn has_own_library(self) -> bool {
+        self.is_rdma() && !matches!(self, Test::RdmaSendLat | Test::RdmaSendBw)
+    }
+
+    /// The perftest program of an RDMA test (`ib_write_lat`).
+    pub fn perftest_program(self) -> Option<&'static str> {
+        Some(match self {
+            Test::RdmaLat => "ib_write_lat",
+            Test::RdmaBw => "ib_write_bw",
+            Test::RdmaReadLat => "ib_read_lat",
+            Test::RdmaReadBw => "ib_read_bw",
+            Test::RdmaSendLat => "ib_send_lat",
+            Test::RdmaSendBw => "ib_send_bw",
+            _ => return None,
+        })
     }
 
     /// The first half of its step id and `@perf` name (`udp` in `udp-qp`).
@@ -71,6 +101,8 @@ impl Test {
             Test::RdmaBw => "rdmabw",
             Test::RdmaReadLat => "rdmareadlat",
             Test::RdmaReadBw => "rdmareadbw",
+            Test::RdmaSendLat => "rdmasendlat",
+            Test::RdmaSendBw => "rdmasendbw",
         }
     }
 }
@@ -91,6 +123,12 @@ pub enum Net {
     /// soft-RoCE (rxe, RoCEv2) over the virtio-net NICs, beside soft-iWARP's
     /// ([`Net::Sockets`] for an RDMA test).
     Rxe,
+    /// The RDMA measurements on qpip's ib_device: perftest, unmodified, on `qpip0`
+    /// (`qpip_ib.ko` and the rdma-core provider) in both guests, connected by rdma_cm
+    /// (`-R`) over IPv4 to guest b's qpip device address, routed through the qpip netdevs
+    /// (so the plan brings them up, [`Action::NetdevUp`]). The headline beside siw's and
+    /// rxe's perftest, and beside qpip's own library ([`Net::Qp`]).
+    Verbs,
 }
 
 impl Net {
@@ -102,6 +140,7 @@ impl Net {
             Net::Netdev => "nd",
             Net::Qp4 => "qp4",
             Net::Rxe => "rx",
+            Net::Verbs => "vb",
         }
     }
 
@@ -206,6 +245,10 @@ pub struct Plan {
     pub netdev: bool,
     /// The ping-pongs and TCP bandwidth over QPs on IPv4 too ([`Net::Qp4`]).
     pub qp_ipv4: bool,
+    /// Only the RDMA measurements (the bench's `--rdma-only`): no ping-pongs, TCP or UDP
+    /// bandwidth, bulk, host steps or overhead; the qpip netdevs still come up (perftest on
+    /// qpip0 is routed through them).
+    pub rdma_only: bool,
 }
 
 impl Plan {
@@ -234,6 +277,7 @@ impl Plan {
             nbd_bytes: 8 << 20,
             netdev: false,
             qp_ipv4: false,
+            rdma_only: false,
         }
     }
 
@@ -270,6 +314,24 @@ impl Plan {
             nbd_bytes: 0,
             netdev: true,
             qp_ipv4: true,
+            rdma_only: false,
+        }
+    }
+
+    /// The bench's RDMA rows alone (`--rdma-only`): the same RDMA tests, counts and
+    /// rounds as [`Plan::bench`], nothing else but the netdev step they need.
+    pub fn rdma_only(&self) -> Plan {
+        Plan {
+            udp_sizes: Vec::new(),
+            bulk_bytes: 0,
+            host_bytes: 0,
+            overhead_messages: 0,
+            qp_only: false,
+            rdma: true,
+            nbd_bytes: 0,
+            netdev: true,
+            rdma_only: true,
+            ..self.clone()
         }
     }
 
@@ -291,6 +353,7 @@ impl Plan {
             nbd_bytes: 0,
             netdev: false,
             qp_ipv4: false,
+            rdma_only: false,
             ..self.clone()
         }
     }
@@ -312,8 +375,23 @@ impl Plan {
     /// The nets `test` runs over in a round, in the order of an odd round (an even round
     /// reverses it): QPs on IPv4 next to QPs on IPv6, which are next to sockets over
     /// virtio-net, next to sockets over the qpip netdev, so each pair compared saw the same
-    /// host load. An RDMA test: qpip, then siw (the sockets side), then rxe.
+    /// host load. An RDMA test: qpip's own library (where it has the test), perftest on
+    /// qpip's ib_device, perftest on siw (the sockets side), on rxe: each ratio the table
+    /// shows (qpip0 against the own library, siw and rxe) has qpip0 next to or one step
+    /// from its other side in both orders.
     fn nets(&self, test: Test) -> Vec<Net> {
+        if test.is_rdma() {
+            let mut v = Vec::new();
+            if test.has_own_library() {
+                v.push(Net::Qp);
+            }
+            // Perftest on qpip0 is routed through the qpip netdevs: with them only.
+            if self.netdev {
+                v.push(Net::Verbs);
+            }
+            v.extend([Net::Sockets, Net::Rxe]);
+            return v;
+        }
         let pingpong_or_bw = matches!(test, Test::UdpPing | Test::TcpPing | Test::TcpBw);
         let mut v = Vec::new();
         if self.qp_ipv4 && pingpong_or_bw {
@@ -327,14 +405,22 @@ impl Plan {
         if self.netdev && (pingpong_or_bw || test == Test::Bulk) {
             v.push(Net::Netdev);
         }
-        if test.is_rdma() {
-            v.push(Net::Rxe);
-        }
         v
     }
 
     /// The measurements of one round on one net, in order.
     fn tests(&self) -> Vec<Test> {
+        const RDMA: [Test; 6] = [
+            Test::RdmaLat,
+            Test::RdmaBw,
+            Test::RdmaReadLat,
+            Test::RdmaReadBw,
+            Test::RdmaSendLat,
+            Test::RdmaSendBw,
+        ];
+        if self.rdma_only {
+            return RDMA.to_vec();
+        }
         let mut t = vec![Test::UdpPing, Test::TcpPing, Test::TcpBw];
         if self.qp_only {
             return t;
@@ -344,12 +430,7 @@ impl Plan {
         }
         t.push(Test::Bulk);
         if self.rdma {
-            t.extend([
-                Test::RdmaLat,
-                Test::RdmaBw,
-                Test::RdmaReadLat,
-                Test::RdmaReadBw,
-            ]);
+            t.extend(RDMA);
         }
         t
     }
@@ -389,6 +470,7 @@ impl Plan {
         let rdma = test.is_rdma();
         let over = match net {
             Net::Qp if rdma => "on qpip's iWARP QPs (qpip-perf --rdma)",
+            Net::Verbs => "on qpip's ib_device qpip0 (perftest)",
             Net::Sockets if rdma => "on the guest kernel's soft-iWARP over virtio-net (perftest)",
             Net::Rxe => "on the guest kernel's soft-RoCE over virtio-net (perftest)",
             Net::Qp => "over QPs",
@@ -423,6 +505,8 @@ impl Plan {
             Test::RdmaBw => format!("RDMA Write bandwidth a→b {over}"),
             Test::RdmaReadLat => format!("RDMA Read round trips a←b {over}"),
             Test::RdmaReadBw => format!("RDMA Read bandwidth a←b {over}"),
+            Test::RdmaSendLat => format!("Send ping-pong a⇄b {over}"),
+            Test::RdmaSendBw => format!("Send bandwidth a→b {over}"),
         };
         if net == Net::Sockets && matches!(test, Test::UdpPing | Test::TcpPing) {
             what += ", virtio-net";
@@ -447,6 +531,15 @@ impl Plan {
             Test::RdmaLat => format!(
                 "{iters} round trips, {} Writes",
                 human(self.rdma_lat_size as u64)
+            ),
+            Test::RdmaSendLat => format!(
+                "{iters} round trips, {} Sends",
+                human(self.rdma_lat_size as u64)
+            ),
+            Test::RdmaSendBw => format!(
+                "{} Sends of {}",
+                self.rdma_bw_count(),
+                human(self.rdma_bw_size as u64)
             ),
             Test::RdmaBw => format!(
                 "{} Writes of {}",
@@ -534,7 +627,12 @@ impl Plan {
                     s.extend(host_steps());
                 }
             } else {
-                s.extend(tests.iter().map(|t| self.measure(*t, Net::Qp, round)));
+                s.extend(
+                    tests
+                        .iter()
+                        .filter(|t| self.nets(**t).contains(&Net::Qp))
+                        .map(|t| self.measure(*t, Net::Qp, round)),
+                );
                 if round == 1 && self.nbd_bytes > 0 {
                     s.push(step(
                         "nbd-qp",
@@ -551,8 +649,8 @@ impl Plan {
                     s.extend(host_steps());
                 }
                 // Sockets over virtio-net, then (when the plan has them) over the qpip
-                // netdev, then QPs on IPv4, then rxe's RDMA.
-                for net in [Net::Sockets, Net::Netdev, Net::Qp4, Net::Rxe] {
+                // netdev, then QPs on IPv4, then RDMA's perftest on qpip0 and on rxe.
+                for net in [Net::Sockets, Net::Netdev, Net::Qp4, Net::Verbs, Net::Rxe] {
                     s.extend(
                         tests
                             .iter()

@@ -122,8 +122,8 @@ pub fn bulk_port(net: Net, round: u32) -> u16 {
     let r = (round.max(1) - 1) as u16;
     match net {
         Net::Qp | Net::Qp4 => BULK_QP_PORT + 2 * r,
-        // (rxe measures RDMA only, never a bulk transfer.)
-        Net::Sockets | Net::Rxe => BULK_SOCKETS_PORT + 2 * r,
+        // (rxe and qpip0's perftest measure RDMA only, never a bulk transfer.)
+        Net::Sockets | Net::Rxe | Net::Verbs => BULK_SOCKETS_PORT + 2 * r,
         Net::Netdev => BULK_NETDEV_PORT + r,
     }
 }
@@ -200,14 +200,14 @@ fn netdev_args(n: usize) -> String {
     )
 }
 
-/// The RDMA measurements on siw and rxe (perftest's), in the order guest a runs them:
-/// (step id, test, net, the port of guest b's perftest server for it).
+/// The RDMA measurements of perftest (on qpip0, siw and rxe), in the order guest a runs
+/// them: (step id, test, net, the port of guest b's perftest server for it).
 fn perftest_steps(plan: &Plan) -> Vec<(String, Test, Net, u16)> {
     plan.steps()
         .into_iter()
         .filter_map(|s| match s.action {
             Action::Measure { test, net, .. }
-                if test.is_rdma() && matches!(net, Net::Sockets | Net::Rxe) =>
+                if test.is_rdma() && matches!(net, Net::Sockets | Net::Rxe | Net::Verbs) =>
             {
                 Some((s.id, test, net))
             }
@@ -218,12 +218,12 @@ fn perftest_steps(plan: &Plan) -> Vec<(String, Test, Net, u16)> {
         .collect()
 }
 
-/// The name of the software RDMA device perftest runs on over `net` (for messages).
+/// The name of the RDMA device perftest runs on over `net` (for messages).
 fn anchor(net: Net) -> &'static str {
-    if net == Net::Rxe {
-        "rxe"
-    } else {
-        "siw"
+    match net {
+        Net::Rxe => "rxe",
+        Net::Verbs => "qpip0",
+        _ => "siw",
     }
 }
 
@@ -256,45 +256,79 @@ done
     )
 }
 
-/// perftest's arguments for an RDMA measurement on siw or rxe (`net`), the same on both
-/// ends (perftest's server takes its size and count from its own command line). siw: `-R`,
-/// the QP is connected by rdma_cm, as iWARP needs. rxe: `-d rxe0 -x $RXE_GID`, the device
-/// and its RoCEv2 GID named, QP numbers exchanged over perftest's own TCP connection (not
-/// rdma_cm, which would take siw0, the first device over the same interface).
-/// `--ipv6-addr`: its addresses are IPv6 (perftest resolves IPv4 only without it, "Address
-/// family for hostname not supported"); `-F`: no failure when the CPU frequency is not
-/// fixed (never under TCG).
+/// Guest `n`'s RDMA device on qpip (`lab-qpip-ib`: `qpip_ib.ko`, an ib_device `qpip0` over
+/// the qpip netdev), when the plan runs perftest on it ([`Net::Verbs`]); after `lab-siw`
+/// and `lab-rxe`, which keep the virtio-net NIC's devices. `die` is the guest's failure
+/// command.
+fn qpip_ib_up(plan: &Plan, die: &str) -> String {
+    if !plan.netdev || plan.qp_only {
+        return String::new();
+    }
+    format!("lab-qpip-ib > /tmp/qpip-ib 2>&1 || {die} \"lab-qpip-ib: $(oneline /tmp/qpip-ib)\"\n")
+}
+
+/// perftest's arguments for an RDMA measurement on qpip0, siw or rxe (`net`), the same on
+/// both ends (perftest's server takes its size and count from its own command line), the
+/// same sizes, counts and depths on every device. siw: `-R`, the QP is connected by
+/// rdma_cm, as iWARP needs, over IPv6 (`--ipv6-addr`: perftest resolves IPv4 only without
+/// it, "Address family for hostname not supported"). qpip0: `-d qpip0 -R`, rdma_cm over
+/// IPv4 to guest b's qpip device address (routed through the qpip netdevs, so rdma_cm picks
+/// qpip0). rxe: `-d rxe0 -x $RXE_GID`, the device and its RoCEv2 GID named, QP numbers
+/// exchanged over perftest's own TCP connection (not rdma_cm, which would take siw0, the
+/// first device over the same interface), IPv6. `-F`: no failure when the CPU frequency is
+/// not fixed (never under TCG).
 fn perftest(plan: &Plan, test: Test, net: Net, port: u16) -> String {
-    let connect = if net == Net::Rxe {
-        "-d rxe0 -x $RXE_GID"
-    } else {
-        "-R"
+    let (connect, family) = match net {
+        Net::Rxe => ("-d rxe0 -x $RXE_GID", " --ipv6-addr"),
+        Net::Verbs => ("-d qpip0 -R", ""),
+        _ => ("-R", " --ipv6-addr"),
     };
+    let program = test.perftest_program().unwrap_or("ib_write_bw");
+    let common = format!("{program} {connect} -F{family} -p {port}");
     match test {
-        Test::RdmaLat | Test::RdmaReadLat => format!(
-            "ib_{}_lat {connect} -F --ipv6-addr -p {port} -s {} -n {}",
-            if test == Test::RdmaLat {
-                "write"
-            } else {
-                "read"
-            },
-            plan.rdma_lat_size,
-            plan.latency_iters
+        Test::RdmaLat | Test::RdmaReadLat | Test::RdmaSendLat => format!(
+            "{common} -s {} -n {}",
+            plan.rdma_lat_size, plan.latency_iters
         ),
         Test::RdmaReadBw => format!(
-            "ib_read_bw {connect} -F --ipv6-addr -p {port} -s {} -n {} -t {} -o {RDMA_READS}",
+            "{common} -s {} -n {} -t {RDMA_DEPTH} -o {RDMA_READS}",
             plan.rdma_bw_size,
             plan.rdma_bw_count(),
-            RDMA_DEPTH
         ),
         _ => format!(
-            "ib_write_bw {connect} -F --ipv6-addr -p {port} -s {} -n {} -t {}",
+            "{common} -s {} -n {} -t {RDMA_DEPTH}",
             plan.rdma_bw_size,
             plan.rdma_bw_count(),
-            RDMA_DEPTH
         ),
     }
 }
+
+/// Guest a's system call count of one program (a perftest client): `sys_count_start`
+/// before it runs, `sys_count_end PROG` after, which prints what PROG made in between as
+/// `TOTAL NAME:N NAME:N ...` (by call; nothing without tracefs) and stops counting. The
+/// guest kernel's ftrace counts them, a hist trigger on `raw_syscalls:sys_enter` keyed on
+/// the process (shown by its program's name: `.execname`) and the call, no tracer in the
+/// program's way. (The hist keys of 6.12 have no `common_comm`.)
+const SYS_COUNT: &str = r#"TRACE=/sys/kernel/tracing
+[ -e $TRACE/events ] || mount -t tracefs none $TRACE 2>/dev/null
+SYS_HIST='hist:keys=common_pid.execname,id.syscall:vals=hitcount:size=4096'
+# (A try before, that failed, leaves its counts: they go with its trigger.)
+sys_count_start() {
+    echo "!$SYS_HIST" > $TRACE/events/raw_syscalls/sys_enter/trigger 2>/dev/null
+    echo "$SYS_HIST" > $TRACE/events/raw_syscalls/sys_enter/trigger 2>/dev/null
+}
+sys_count_end() {
+    awk -v p="$1" '
+        index($0, "common_pid: " p " ") || index($0, "common_pid: " p "[") {
+            n = $NF; c = $0
+            sub(/.*id: */, "", c); sub(/[ 	[].*/, "", c); sub(/^sys_/, "", c)
+            tot += n; by[c] += n; any = 1
+        }
+        END { if (any) { printf "%d", tot; for (k in by) printf " %s:%d", k, by[k]; print "" } }
+    ' $TRACE/events/raw_syscalls/sys_enter/hist 2>/dev/null
+    echo "!$SYS_HIST" > $TRACE/events/raw_syscalls/sys_enter/trigger 2>/dev/null
+}
+"#;
 
 /// How long one perftest run on siw or rxe may take, s (the longest takes a few seconds
 /// under TCG): siw has been seen to stall an `ib_read_bw` for good, and the bench must not wait
@@ -354,7 +388,10 @@ pub fn guest_b(plan: &Plan) -> String {
             .iter()
             .map(|(id, test, net, port)| {
                 format!(
-                    "    perftest_serve {id} {port} {}\n",
+                    "    perftest_serve {id} {port} {} {}\n",
+                    // Readiness: siw's rdma_cm listener and rxe's perftest listen with a
+                    // kernel TCP socket on IPv6; qpip0's listens on the device.
+                    if *net == Net::Verbs { "cm" } else { "tcp6" },
                     perftest(plan, *test, *net, *port)
                 )
             })
@@ -362,20 +399,28 @@ pub fn guest_b(plan: &Plan) -> String {
         (
             format!(
                 r#"lab-siw > /tmp/siw 2>&1 || bfail ready "lab-siw: $(oneline /tmp/siw)"
-{rxe_up}qpip-perf -s --rdma write --port {PERF_RDMA_PORT} > /tmp/perf-rdma 2>&1 &
-# perftest_serve STEP PORT CMD...: a perftest server for guest a's step STEP, listening on
-# PORT (rdma_cm over siw listens with a kernel TCP socket, as perftest's own connection on
-# rxe does); says so in /lab/pt-ready.STEP.
+{rxe_up}{qpip_ib}qpip-perf -s --rdma write --port {PERF_RDMA_PORT} > /tmp/perf-rdma 2>&1 &
+# cm_listening PROG: PROG has a listening rdma_cm id (a server on qpip0 listens on the
+# device, with no kernel socket).
+cm_listening() {{ rdma res show cm_id 2>/dev/null | grep -q "state LISTEN.*comm $1"; }}
+# perftest_serve STEP PORT READY CMD...: a perftest server for guest a's step STEP, listening
+# on PORT; says so in /lab/pt-ready.STEP once it listens: READY tcp6, a kernel TCP socket
+# listens on PORT (rdma_cm over siw, and perftest's own connection on rxe); cm, CMD has a
+# listening rdma_cm id (qpip0's listener is on the device).
 # siw now and then refuses a connection its listener should take, or stalls a test, and
 # guest a's client then tries again: a server that failed, or that guest a found stalled
 # (/lab/pt-stalled.STEP), is started again (3 times; one that ended well served its
 # test, whether or not it prints a result: ib_read_lat's side does not).
 perftest_serve() {{
-    s=$1; port=$2; shift 2
+    s=$1; port=$2; ready=$3; shift 3
     for try in 1 2 3; do
         "$@" >> /tmp/pt-$s 2>&1 &
         p=$!
-        until_true 60 listening $port || bfail $s "$1 -p $port is not listening: $(oneline /tmp/pt-$s)"
+        if [ $ready = cm ]; then
+            until_true 60 cm_listening $1 || bfail $s "$1 -p $port is not listening: $(oneline /tmp/pt-$s)"
+        else
+            until_true 60 listening $port || bfail $s "$1 -p $port is not listening: $(oneline /tmp/pt-$s)"
+        fi
         touch /lab/pt-ready.$s
         (
             until [ -e /lab/pt-stalled.$s ] || ! kill -0 $p 2>/dev/null; do sleep 1; done
@@ -385,7 +430,8 @@ perftest_serve() {{
     done
 }}
 "#,
-                rxe_up = rxe_up(2, "bfail ready")
+                rxe_up = rxe_up(2, "bfail ready"),
+                qpip_ib = qpip_ib_up(plan, "bfail ready")
             ),
             format!(
                 r#"until_true 60 has /tmp/perf-rdma serving || bfail ready "qpip-perf -s --rdma is not serving: $(oneline /tmp/perf-rdma)"
@@ -605,14 +651,18 @@ bulk() {{
         s += NETDEV_UP;
         s += ND_ONLY;
     }
+    if plan.rdma {
+        s += SYS_COUNT;
+    }
     for step in plan.steps() {
         let body = match step.action {
             Action::Ready => format!(
                 "{}await b-ready 180\nhead -c {bulk} /dev/urandom > /tmp/bulk\nBULK_SHA=$(sha /tmp/bulk)\n",
                 if plan.rdma {
                     format!(
-                        "lab-siw > /tmp/siw 2>&1 || fail \"lab-siw: $(oneline /tmp/siw)\"\n{}",
-                        rxe_up(1, "fail")
+                        "lab-siw > /tmp/siw 2>&1 || fail \"lab-siw: $(oneline /tmp/siw)\"\n{}{}",
+                        rxe_up(1, "fail"),
+                        qpip_ib_up(plan, "fail")
                     )
                 } else {
                     String::new()
@@ -647,6 +697,7 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
         Net::Sockets => (netns::virtio_addr(2), PERF_SOCKETS_PORT, " --sockets"),
         // perftest's only (RDMA); its server's port is its step's.
         Net::Rxe => (netns::virtio_addr(2), PERFTEST_PORT, ""),
+        Net::Verbs => (netns::device_addr4(2), PERFTEST_PORT, ""),
         // Guest b's device address, routed through the qpip netdevs by the NetdevUp step.
         Net::Netdev => (netns::device_addr(2), PERF_SOCKETS_PORT, " --sockets"),
     };
@@ -736,7 +787,12 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
                 )
             }
         }
-        Test::RdmaLat | Test::RdmaBw | Test::RdmaReadLat | Test::RdmaReadBw => {
+        Test::RdmaLat
+        | Test::RdmaBw
+        | Test::RdmaReadLat
+        | Test::RdmaReadBw
+        | Test::RdmaSendLat
+        | Test::RdmaSendBw => {
             let port = perftest_steps(plan)
                 .into_iter()
                 .find(|s| s.0 == id)
@@ -744,8 +800,26 @@ fn measure(plan: &Plan, id: &str, test: Test, net: Net, round: u32) -> String {
             let cmd = perftest(plan, test, net, port);
             let tool = cmd.split(' ').next().unwrap_or_default();
             let dev = anchor(net);
+            // The client's system calls, in round 1 only: the count is the same every
+            // round, and the trigger costs each call a little (siw's, not qpip0's), which
+            // the other rounds' figures are then free of.
+            let (count_start, count_end) = if round == 1 {
+                (
+                    "sys_count_start\n    ".to_string(),
+                    format!(
+                        "    sys=$(sys_count_end {tool})\n    [ -z \"$sys\" ] || echo \"@syscalls.{id}=$sys\"\n"
+                    ),
+                )
+            } else {
+                (String::new(), String::new())
+            };
+            let need_netdev = if net == Net::Verbs {
+                "[ -n \"$NETDEV\" ] || fail \"perftest on qpip0 needs the qpip netdevs up (rdma_cm routes by them)\"\n"
+            } else {
+                ""
+            };
             format!(
-                r#"await pt-ready.{id} 180
+                r#"{need_netdev}await pt-ready.{id} 180
 # siw may refuse the connection or stall (guest b then starts its server again): up to 3
 # tries, each of at most {PERFTEST_LIMIT_S} s; after a stall, until b's server is back. A
 # device failing 3 times leaves this round without its figure (the table shows the rounds
@@ -754,7 +828,7 @@ try=1
 pt_ok=1
 while :; do
     pt0=$(cut -d. -f1 /proc/uptime)
-    timeout {PERFTEST_LIMIT_S} {cmd} {addr} > /tmp/pt.out 2>&1 && break
+    {count_start}timeout {PERFTEST_LIMIT_S} {cmd} {addr} > /tmp/pt.out 2>&1 && break
     if [ $try -ge 3 ]; then
         pt_ok=0; touch /lab/pt-stalled.{id}
         echo "@note={dev}'s {tool} failed $try times: no figure from it in this round ($(tail -n 2 /tmp/pt.out | tr '\n' ' '))"
@@ -772,7 +846,7 @@ if [ $pt_ok = 1 ]; then
     line=$(awk '/#bytes/ {{ getline; print; exit }}' /tmp/pt.out)
     [ -n "$line" ] || fail "{tool} printed no result: $(tail -n 4 /tmp/pt.out | tr '\n' ' ')"
     echo "@perftest.{id}=$line"
-fi
+{count_end}fi
 "#
             )
         }
@@ -972,6 +1046,43 @@ echo "$?|$ND_DEV|$ND_WHY"
             next(),
             arp_ignore.trim().to_string(),
         )
+    }
+
+    /// `sys_count_end PROG` over a hist as Linux 6.12 prints it (keys `common_pid.execname`
+    /// and `id.syscall`): PROG's calls by name, all its processes', nobody else's.
+    #[test]
+    fn the_system_call_count_is_the_program_s_by_call() {
+        let dir = std::env::temp_dir().join(format!("qpip-sys-count-{}", std::process::id()));
+        let ev = dir.join("events/raw_syscalls/sys_enter");
+        std::fs::create_dir_all(&ev).unwrap();
+        std::fs::write(
+            ev.join("hist"),
+            "# event histogram\n#\n\
+             { common_pid: ib_write_lat    [       301], id: sys_write                     [  1] } hitcount:       2000\n\
+             { common_pid: ib_write_lat    [       301], id: sys_openat                    [257] } hitcount:         41\n\
+             { common_pid: ib_write_lat_x  [       302], id: sys_write                     [  1] } hitcount:          7\n\
+             { common_pid: timeout         [       300], id: sys_wait4                     [ 61] } hitcount:          1\n\
+             { common_pid: ib_write_lat    [       305], id: sys_ioctl                     [ 16] } hitcount:          3\n\
+             \nTotals:\n    Hits: 2052\n",
+        )
+        .unwrap();
+        let d = dir.display();
+        let script = format!(
+            "{}\nsys_count_end ib_write_lat\n",
+            SYS_COUNT.replace("TRACE=/sys/kernel/tracing", &format!("TRACE={d}"))
+        );
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .output()
+            .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut f: Vec<&str> = text.split_whitespace().collect();
+        assert_eq!(f.first(), Some(&"2044"), "{text}");
+        f.remove(0);
+        f.sort();
+        assert_eq!(f, ["ioctl:3", "openat:41", "write:2000"], "{text}");
     }
 
     #[test]

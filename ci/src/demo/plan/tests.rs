@@ -110,14 +110,14 @@ fn the_layout_pass_runs_the_ping_pongs_and_8k_bandwidth_over_qps_only() {
 fn the_bench_runs_each_measurement_in_every_round_taking_turns() {
     let plan = Plan::bench();
     assert_eq!(plan.rounds, 3);
-    // QPs (IPv6) against sockets over virtio-net; the other two nets have a test of
-    // their own below.
+    // QPs (IPv6) against sockets over virtio-net; the other nets, and RDMA's four, have
+    // tests of their own below.
     let m: Vec<_> = measures(&plan)
         .into_iter()
-        .filter(|x| matches!(x.2, Net::Qp | Net::Sockets))
+        .filter(|x| matches!(x.2, Net::Qp | Net::Sockets) && !x.1.is_rdma())
         .collect();
-    // Nine tests on two nets (RDMA: qpip and siw), three rounds.
-    assert_eq!(m.len(), 9 * 2 * 3);
+    // Five tests on two nets, three rounds.
+    assert_eq!(m.len(), 5 * 2 * 3);
     for pair in m.chunks(2) {
         let (a, b) = (&pair[0], &pair[1]);
         assert_eq!(
@@ -130,20 +130,7 @@ fn the_bench_runs_each_measurement_in_every_round_taking_turns() {
         assert_ne!(a.2, b.2);
     }
     assert_eq!(m[0].0, "udp-qp.1");
-    assert_eq!(m[18].0, "udp-sk.2");
-    assert_eq!(
-        m[10..18].iter().map(|x| x.0.as_str()).collect::<Vec<_>>(),
-        [
-            "rdmalat-qp.1",
-            "rdmalat-sk.1",
-            "rdmabw-qp.1",
-            "rdmabw-sk.1",
-            "rdmareadlat-qp.1",
-            "rdmareadlat-sk.1",
-            "rdmareadbw-qp.1",
-            "rdmareadbw-sk.1"
-        ]
-    );
+    assert_eq!(m[10].0, "udp-sk.2");
     assert_eq!(plan.steps()[1].id, "netdev");
     assert!(plan.steps()[2].what.starts_with("round 1/3: UDP ping-pong"));
     assert_eq!(plan.limit(), plan.round_timeout * 3);
@@ -192,10 +179,10 @@ fn the_bench_ends_each_round_with_qpip_overhead_and_marks_cpu_windows() {
         .filter(|(_, s)| matches!(s.action, Action::Overhead { .. }))
         .map(|(i, s)| (i, s.id.as_str()))
         .collect();
-    // Ready and the netdevs, then (29 + 1) per round: the last step of each round.
+    // Ready and the netdevs, then (39 + 1) per round: the last step of each round.
     assert_eq!(
         overhead,
-        [(31, "overhead.1"), (61, "overhead.2"), (91, "overhead.3")]
+        [(41, "overhead.1"), (81, "overhead.2"), (121, "overhead.3")]
     );
     let a = scripts::guest_a(&plan);
     assert!(a.contains("\nstep overhead.2\nqpip-overhead --messages 1000 --json"));
@@ -283,17 +270,23 @@ fn the_bench_measures_sockets_over_the_qpip_netdev_and_qps_over_ipv4_beside_thei
     // Bulk over the netdev too (no QPs over IPv4); UDP bandwidth and RDMA as before.
     assert_eq!(ids(Test::Bulk, 3), ["bulk-qp.3", "bulk-sk.3", "bulk-nd.3"]);
     assert_eq!(ids(Test::UdpBw, 1), ["udpbw-qp.1", "udpbw-sk.1"]);
-    // RDMA: qpip next to siw, rxe after them (before them in even rounds).
+    // RDMA: perftest on qpip0 between qpip's own library and siw, rxe after them (the
+    // other way round in even rounds); the Sends, which qpip's library has not, on three.
     assert_eq!(
         ids(Test::RdmaBw, 1),
-        ["rdmabw-qp.1", "rdmabw-sk.1", "rdmabw-rx.1"]
+        ["rdmabw-qp.1", "rdmabw-vb.1", "rdmabw-sk.1", "rdmabw-rx.1"]
     );
     assert_eq!(
         ids(Test::RdmaBw, 2),
-        ["rdmabw-rx.2", "rdmabw-sk.2", "rdmabw-qp.2"]
+        ["rdmabw-rx.2", "rdmabw-sk.2", "rdmabw-vb.2", "rdmabw-qp.2"]
     );
-    // 3 rounds of 4 nets × 3 tests, bulk on 3, UDP bandwidth on 2 and 4 RDMA tests on 3.
-    assert_eq!(m.len(), 3 * (4 * 3 + 3 + 2 + 4 * 3));
+    assert_eq!(
+        ids(Test::RdmaSendLat, 1),
+        ["rdmasendlat-vb.1", "rdmasendlat-sk.1", "rdmasendlat-rx.1"]
+    );
+    // 3 rounds of 4 nets × 3 tests, bulk on 3, UDP bandwidth on 2, 4 RDMA tests on 4 and
+    // the 2 Sends on 3.
+    assert_eq!(m.len(), 3 * (4 * 3 + 3 + 2 + 4 * 4 + 2 * 3));
     // The netdevs come up once, before any measurement.
     let steps = plan.steps();
     assert_eq!(steps[1].id, "netdev");
@@ -438,43 +431,73 @@ fn the_bench_measures_rdma_writes_and_reads_on_qpip_on_siw_and_on_rxe_with_the_s
     assert!(a.contains(
         "perf rdmabw-qp.2 - fd51:5050::1:2 --port 5203 --rdma write --depth 64 --test bandwidth --sizes 65536 --bytes 16777216\n"
     ), "{a}");
-    // siw and rxe: one perftest server per measurement in guest b, its own port, the
-    // same arguments as guest a's client, which goes to the NIC's address; siw's QPs
-    // connected by rdma_cm (-R), rxe's by perftest itself on the named device and GID.
+    // qpip0, siw and rxe: one perftest server per measurement in guest b, its own port,
+    // the same arguments as guest a's client, which goes to guest b's qpip device address
+    // (qpip0, IPv4) or NIC's address (siw, rxe); qpip0's and siw's QPs connected by
+    // rdma_cm (-R), rxe's by perftest itself on the named device and GID. A server on
+    // qpip0 is ready once its rdma_cm id listens (on the device: no kernel socket), the
+    // others once a kernel TCP socket listens on their port.
     let serves: Vec<&str> = b
         .lines()
         .filter(|l| l.contains("perftest_serve rdma"))
         .collect();
-    // Per round and device: Write latency and bandwidth, Read latency and bandwidth.
-    assert_eq!(serves.len(), 24, "{b}");
+    // Per round and device: the six programs.
+    assert_eq!(serves.len(), 3 * 3 * 6, "{b}");
     assert_eq!(
         serves[0].trim(),
-        "perftest_serve rdmalat-sk.1 18515 ib_write_lat -R -F --ipv6-addr -p 18515 -s 64 -n 2000"
+        "perftest_serve rdmalat-vb.1 18515 cm ib_write_lat -d qpip0 -R -F -p 18515 -s 64 -n 2000"
     );
     assert_eq!(
         serves[1].trim(),
-        "perftest_serve rdmalat-rx.1 18516 ib_write_lat -d rxe0 -x $RXE_GID -F --ipv6-addr -p 18516 -s 64 -n 2000"
+        "perftest_serve rdmalat-sk.1 18516 tcp6 ib_write_lat -R -F --ipv6-addr -p 18516 -s 64 -n 2000"
+    );
+    assert_eq!(
+        serves[2].trim(),
+        "perftest_serve rdmalat-rx.1 18517 tcp6 ib_write_lat -d rxe0 -x $RXE_GID -F --ipv6-addr -p 18517 -s 64 -n 2000"
     );
     // Round 2 has rxe first.
     assert_eq!(
-        serves[11].trim(),
-        "perftest_serve rdmabw-sk.2 18526 ib_write_bw -R -F --ipv6-addr -p 18526 -s 65536 -n 256 -t 64"
+        serves[22].trim(),
+        "perftest_serve rdmabw-sk.2 18537 tcp6 ib_write_bw -R -F --ipv6-addr -p 18537 -s 65536 -n 256 -t 64"
     );
     assert!(a.contains("await pt-ready.rdmabw-sk.2 180\n"), "{a}");
-    assert!(a.contains("    timeout 120 ib_write_bw -R -F --ipv6-addr -p 18526 -s 65536 -n 256 -t 64 fd51:5050::2:2 > /tmp/pt.out"), "{a}");
-    assert!(a.contains("    timeout 120 ib_write_bw -d rxe0 -x $RXE_GID -F --ipv6-addr -p 18525 -s 65536 -n 256 -t 64 fd51:5050::2:2 > /tmp/pt.out"), "{a}");
+    assert!(a.contains("    timeout 120 ib_write_bw -R -F --ipv6-addr -p 18537 -s 65536 -n 256 -t 64 fd51:5050::2:2 > /tmp/pt.out"), "{a}");
+    assert!(a.contains("    timeout 120 ib_write_bw -d rxe0 -x $RXE_GID -F --ipv6-addr -p 18536 -s 65536 -n 256 -t 64 fd51:5050::2:2 > /tmp/pt.out"), "{a}");
+    assert!(a.contains("    timeout 120 ib_write_bw -d qpip0 -R -F -p 18538 -s 65536 -n 256 -t 64 198.18.0.102 > /tmp/pt.out"), "{a}");
+    // Sends, perftest's only.
+    assert_eq!(
+        serves[16].trim(),
+        "perftest_serve rdmasendbw-sk.1 18531 tcp6 ib_send_bw -R -F --ipv6-addr -p 18531 -s 65536 -n 256 -t 64"
+    );
+    // The clients' system calls are counted in round 1: its runs between sys_count_start
+    // and sys_count_end, whose count goes beside the result; later rounds run bare.
+    assert!(a.contains("    sys_count_start\n    timeout 120 ib_send_lat -d qpip0 -R -F -p 18527 -s 64 -n 2000 198.18.0.102 > /tmp/pt.out"), "{a}");
+    assert!(a.contains("    sys=$(sys_count_end ib_send_lat)\n    [ -z \"$sys\" ] || echo \"@syscalls.rdmasendlat-vb.1=$sys\"\n"), "{a}");
+    assert!(a.contains("\n    timeout 120 ib_send_lat -d qpip0 -R -F -p 18547 -s 64 -n 2000 198.18.0.102 > /tmp/pt.out"), "{a}");
+    assert!(!a.contains("@syscalls.rdmasendlat-vb.2"), "{a}");
+    // qpip0's runs need the netdevs (rdma_cm routes by them); both guests load qpip_ib
+    // after siw and rxe.
+    assert!(
+        a.contains("[ -n \"$NETDEV\" ] || fail \"perftest on qpip0 needs the qpip netdevs up"),
+        "{a}"
+    );
+    for s in [&a, &b] {
+        let rxe = s.find("lab-rxe > /tmp/rxe").expect("lab-rxe");
+        let ib = s.find("lab-qpip-ib > /tmp/qpip-ib").expect("lab-qpip-ib");
+        assert!(rxe < ib, "{s}");
+    }
     // A stalled run ends on both sides: guest a says so, guest b stops its server.
     assert!(a.contains("touch /lab/pt-stalled.rdmabw-sk.2;"), "{a}");
     assert!(a.contains("@note=rxe's ib_write_bw failed"), "{a}");
     assert!(b.contains("until [ -e /lab/pt-stalled.$s ]"), "{b}");
     // Reads: one at a time and back to back, 16 outstanding on both.
     assert_eq!(
-        serves[4].trim(),
-        "perftest_serve rdmareadlat-sk.1 18519 ib_read_lat -R -F --ipv6-addr -p 18519 -s 64 -n 2000"
+        serves[7].trim(),
+        "perftest_serve rdmareadlat-sk.1 18522 tcp6 ib_read_lat -R -F --ipv6-addr -p 18522 -s 64 -n 2000"
     );
     assert_eq!(
-        serves[23].trim(),
-        "perftest_serve rdmareadbw-rx.3 18538 ib_read_bw -d rxe0 -x $RXE_GID -F --ipv6-addr -p 18538 -s 65536 -n 256 -t 64 -o 16"
+        serves[47].trim(),
+        "perftest_serve rdmareadbw-rx.3 18562 tcp6 ib_read_bw -d rxe0 -x $RXE_GID -F --ipv6-addr -p 18562 -s 65536 -n 256 -t 64 -o 16"
     );
     assert!(a.contains(
         "perf rdmareadlat-qp.2 - fd51:5050::1:2 --port 5203 --rdma read --depth 64 --test latency --sizes 64 --iters 2000\n"
@@ -487,7 +510,36 @@ fn the_bench_measures_rdma_writes_and_reads_on_qpip_on_siw_and_on_rxe_with_the_s
     for p in [Plan::demo(), plan.layout_pass(crate::QpipdLayout::PerGuest)] {
         assert!(!p.steps().iter().any(|s| s.id.starts_with("rdma")));
         for s in [scripts::guest_a(&p), scripts::guest_b(&p)] {
-            assert!(!s.contains("lab-siw") && !s.contains("lab-rxe"));
+            assert!(!s.contains("lab-siw") && !s.contains("lab-rxe") && !s.contains("lab-qpip-ib"));
         }
     }
+}
+
+#[test]
+fn the_rdma_rows_run_alone_with_the_netdevs_they_need() {
+    let plan = Plan::bench().rdma_only();
+    let steps = plan.steps();
+    // Ready and the netdevs, then per round the six programs on qpip0, siw and rxe and the
+    // four of qpip's own library: nothing else.
+    assert_eq!(steps[0].action, Action::Ready);
+    assert_eq!(steps[1].action, Action::NetdevUp);
+    let m = measures(&plan);
+    assert_eq!(steps.len(), 2 + m.len());
+    assert!(m.iter().all(|x| x.1.is_rdma()));
+    assert_eq!(m.len(), 3 * (6 * 3 + 4));
+    assert_eq!(
+        m.iter().filter(|x| x.2 == Net::Qp).count(),
+        3 * 4,
+        "qpip-perf has no Sends"
+    );
+    for s in [scripts::guest_a(&plan), scripts::guest_b(&plan)] {
+        crate::demo::assert_valid_shell(&s);
+        assert!(s.contains("lab-qpip-ib"));
+    }
+    // The counts are the bench's.
+    let a = scripts::guest_a(&plan);
+    assert!(
+        a.contains("ib_write_lat -d qpip0 -R -F -p 18515 -s 64 -n 2000 198.18.0.102"),
+        "{a}"
+    );
 }

@@ -47,26 +47,40 @@ pub fn markdown_body(
     level: usize,
 ) -> String {
     let p = &info.plan;
-    let mut md = format!(
-        "{}, `./qpip {}`: guests a and b (QEMU, {}, 512 MiB) on the lab network; \
-         QPs between their qpip devices vs kernel sockets through their virtio-net NICs. \
-         Ping-pong: {} round trips of 1 byte; bandwidth: {} per message size ({} for TCP \
-         messages of {} and more); bulk: {} \
-         with `qpip-cat` / busybox `nc`, SHA-256 compared. Guest CPU: `qpip-perf`'s process \
-         CPU time per message, client in a + server in b. {}\n\n",
-        info.date,
-        info.what,
-        info.accel.to_uppercase(),
-        p.latency_iters,
-        human(p.bw_bytes),
-        human(p.tcp_large_message_bytes),
-        human(p.tcp_large_message),
-        human(p.bulk_bytes),
-        provenance(info),
-    );
+    // The bench's RDMA rows alone (`--rdma-only`): none of the rest of the plan ran.
+    let rdma_only = info.what.ends_with("--rdma-only");
+    let mut md = if rdma_only {
+        format!(
+            "{}, `./qpip {}`: guests a and b (QEMU, {}, 512 MiB) on the lab network; the \
+             bench's RDMA rows alone: perftest's six programs on qpip's ib_device qpip0 \
+             against the same on siw and rxe, and qpip's own library. {}\n\n",
+            info.date,
+            info.what,
+            info.accel.to_uppercase(),
+            provenance(info),
+        )
+    } else {
+        format!(
+            "{}, `./qpip {}`: guests a and b (QEMU, {}, 512 MiB) on the lab network; \
+             QPs between their qpip devices vs kernel sockets through their virtio-net NICs. \
+             Ping-pong: {} round trips of 1 byte; bandwidth: {} per message size ({} for \
+             TCP messages of {} and more); bulk: {} \
+             with `qpip-cat` / busybox `nc`, SHA-256 compared. Guest CPU: `qpip-perf`'s \
+             process CPU time per message, client in a + server in b. {}\n\n",
+            info.date,
+            info.what,
+            info.accel.to_uppercase(),
+            p.latency_iters,
+            human(p.bw_bytes),
+            human(p.tcp_large_message_bytes),
+            human(p.tcp_large_message),
+            human(p.bulk_bytes),
+            provenance(info),
+        )
+    };
     let netdev = lines.iter().any(Line::has_netdev);
     let qp4 = lines.iter().any(Line::has_qp4);
-    if netdev || qp4 {
+    if (netdev || qp4) && !rdma_only {
         let mut also = Vec::new();
         if netdev {
             also.push(
@@ -102,7 +116,11 @@ pub fn markdown_body(
 
 /// The results' `.md`: a title, then [`markdown_body`].
 pub fn markdown(info: &RunInfo, lines: &[Line], layouts: &[LayoutRow]) -> String {
-    let mut md = String::from("# qpip: QPs vs kernel sockets between two guests\n\n");
+    let mut md = String::from(if info.what.ends_with("--rdma-only") {
+        "# qpip: perftest on qpip's ib_device vs siw and rxe between two guests\n\n"
+    } else {
+        "# qpip: QPs vs kernel sockets between two guests\n\n"
+    });
     md += &markdown_body(info, lines, layouts, 2);
     md
 }

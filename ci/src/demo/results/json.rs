@@ -52,6 +52,22 @@ fn with_new_columns(l: &Line, mut v: Value) -> Value {
         }
         v["sockets_per_msg"] = k;
     }
+    if let Some(g) = &l.goal {
+        v["goal"] = json!(g.min);
+        v["goal_met"] = json!(l.gain().map(|x| x >= g.min));
+        if super::verbs::missed(l).is_some() {
+            v["why_missed"] = json!(g.why);
+        }
+    }
+    if let Some(s) = &l.syscalls {
+        v["syscalls_per_op"] = json!({
+            "program": s.program,
+            "qpip0": spread_json(&s.qpip0),
+            s.other: spread_json(&s.others),
+            "qpip0_loop": s.qpip0_loop,
+            format!("{}_loop", s.other): s.others_loop,
+        });
+    }
     if l.has_qp4() {
         v["qp_ipv4"] = spread_json(&l.qp4);
         v["qp_ipv4_vs_ipv6"] = json!(l.ipv4_ratio());

@@ -179,6 +179,8 @@ mod tests {
             better: Better::Lower,
             counted: None,
             sockets_counted: None,
+            goal: None,
+            syscalls: None,
             host_cpu: None,
         }
     }

@@ -3,6 +3,7 @@
 
 use super::report::{Measurements, Round};
 use super::spread::{spread, Better, Spread};
+use super::verbs::{Goal, Syscalls};
 use crate::demo::human;
 
 /// One line of the comparison: each side's figure in every round (None: not measured).
@@ -29,6 +30,11 @@ pub struct Line {
     pub sockets_counted: Option<SocketsCounted>,
     /// The host's CPU per message over the same windows (guest-wide CPU lines).
     pub host_cpu: Option<HostCpu>,
+    /// What the line aims at, and why it misses (perftest on qpip0's lines).
+    pub goal: Option<Goal>,
+    /// The perftest client's system calls per operation on both sides (perftest on
+    /// qpip0's lines against siw and rxe).
+    pub syscalls: Option<Syscalls>,
 }
 
 /// The host's CPU per message of one measurement over its CPU windows, in every round, µs.
@@ -243,6 +249,11 @@ impl Line {
             .collect()
     }
 
+    /// One of perftest on qpip0's lines (against siw, rxe or qpip's own library).
+    pub fn is_perftest(&self) -> bool {
+        self.goal.is_some() || self.syscalls.is_some()
+    }
+
     /// The line has sockets over the qpip netdev in some round.
     pub fn has_netdev(&self) -> bool {
         self.netdev.iter().any(Option::is_some)
@@ -305,6 +316,8 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
                 counted: None,
                 sockets_counted: None,
                 host_cpu: None,
+                goal: None,
+                syscalls: None,
             });
             out.len() - 1
         };
@@ -372,12 +385,18 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
     // RDMA Writes: qpip's iWARP QPs in the QP column, the guest kernel's soft-iWARP (siw,
     // through perftest) in the sockets column; then, where the run measured it, the same
     // line against soft-RoCE (rxe, the same perftest) in the sockets column.
+    // With perftest on qpip0 in the run, its lines are the RDMA lines (qpip's own library
+    // is one of their sides), and of qpip-perf's own lines only the ping-pong on tripwires
+    // stays, against siw spinning.
+    // (They go in after the bulk line, once every other line has its place: see the end.)
+    let verbs = super::verbs::measured(m);
     let measured_rdma = |name: &str| {
-        m.rounds.iter().any(|r| {
-            ["qp", "sk"]
-                .iter()
-                .any(|n| r.perf.contains_key(&format!("{name}-{n}")))
-        })
+        !verbs
+            && m.rounds.iter().any(|r| {
+                ["qp", "sk"]
+                    .iter()
+                    .any(|n| r.perf.contains_key(&format!("{name}-{n}")))
+            })
     };
     let measured_rxe = |name: &str| {
         m.rounds
@@ -636,6 +655,8 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
                     counted: None,
                     sockets_counted: None,
                     host_cpu: None,
+                    goal: None,
+                    syscalls: None,
                 });
             }
         }
@@ -652,6 +673,21 @@ pub fn lines(m: &Measurements, detail: bool) -> Vec<Line> {
             }
         }
     }
+    if verbs {
+        // Where the RDMA lines are: after the bulk line (before qpip-perf's ping-pong on
+        // tripwires and the CPU lines).
+        let at = out
+            .iter()
+            .position(|l| l.what == RDMA_LAT_TRIPWIRE_LINE || l.what.starts_with("guest CPU per"))
+            .unwrap_or(out.len());
+        out.splice(at..at, super::verbs::lines(m));
+    }
+    // A line no side measured in any round (a run of the RDMA rows alone) is left out.
+    out.retain(|l| {
+        [&l.qp, &l.sockets, &l.netdev, &l.qp4]
+            .iter()
+            .any(|v| v.iter().any(Option::is_some))
+    });
     out
 }
 

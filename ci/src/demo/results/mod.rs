@@ -58,6 +58,7 @@ pub mod sockets;
 mod spread;
 pub mod storage;
 mod table;
+mod verbs;
 
 pub use chart::gain_chart;
 pub use document::{markdown, markdown_body, TCG_NOTE};

@@ -145,11 +145,19 @@ pub(super) fn split_round(name: &str) -> Result<(&str, usize), String> {
 /// (`print_report_bw` divides by 0x100000), so the row has 10^6 bytes per second as
 /// qpip-perf does. `rdmareadlat-*` and `rdmareadbw-*` are `ib_read_lat`'s and
 /// `ib_read_bw`'s, the same columns; a Read's latency is its whole round trip (perftest
-/// halves only the ping-pongs), so it is taken as it is. The transport is the device
-/// perftest ran on: `rxe` for a measurement on soft-RoCE (`*-rx`), else `siw`.
+/// halves only the ping-pongs), so it is taken as it is. `rdmasendlat-*` and
+/// `rdmasendbw-*` are `ib_send_lat`'s (a ping-pong: halved, so doubled here) and
+/// `ib_send_bw`'s. The transport is the device perftest ran on: `rxe` for a measurement on
+/// soft-RoCE (`*-rx`), `qpip0` on qpip's ib_device (`*-vb`), else `siw`.
 fn perftest_row(test: &str, text: &str) -> Result<Value, String> {
     let bad = |why: &str| format!("perftest's result for {test} {why}: {text:?}");
-    let transport = if test.ends_with("-rx") { "rxe" } else { "siw" };
+    let transport = if test.ends_with("-rx") {
+        "rxe"
+    } else if test.ends_with("-vb") {
+        "qpip0"
+    } else {
+        "siw"
+    };
     let f: Vec<f64> = text
         .split_whitespace()
         .map(|w| w.parse::<f64>().map_err(|_| bad("is not a row of numbers")))
@@ -192,9 +200,26 @@ fn perftest_row(test: &str, text: &str) -> Result<Value, String> {
         lat("ib_read_lat", 1.0)
     } else if test.starts_with("rdmareadbw-") {
         bw("ib_read_bw")
+    } else if test.starts_with("rdmasendlat-") {
+        lat("ib_send_lat", 2.0)
+    } else if test.starts_with("rdmasendbw-") {
+        bw("ib_send_bw")
     } else {
         Err(bad("belongs to no RDMA measurement"))
     }
+}
+
+/// Guest a's count of a perftest client's system calls (`TOTAL NAME:N NAME:N ...`, see
+/// the guest's `sys_count_end`) as `{"total": TOTAL, "by_call": {NAME: N, ...}}`.
+fn syscalls_of(text: &str) -> Option<Value> {
+    let mut w = text.split_whitespace();
+    let total: u64 = w.next()?.parse().ok()?;
+    let mut by = serde_json::Map::new();
+    for kv in w {
+        let (k, v) = kv.rsplit_once(':')?;
+        by.insert(k.to_string(), serde_json::json!(v.parse::<u64>().ok()?));
+    }
+    Some(serde_json::json!({ "total": total, "by_call": by }))
 }
 
 impl Measurements {
@@ -241,6 +266,24 @@ impl Measurements {
                 .entry(test.to_string())
                 .or_default()
                 .push(row);
+        } else if let Some(rest) = line.strip_prefix("@syscalls.") {
+            let (name, text) = rest
+                .split_once('=')
+                .ok_or_else(|| format!("no '=' in {line:?}"))?;
+            let (test, round) = split_round(name)?;
+            let counted = syscalls_of(text)
+                .ok_or_else(|| format!("unreadable system call count for {name}: {text:?}"))?;
+            // Beside perftest's row of the same run (reported just before it).
+            let row = self
+                .round_mut(round)
+                .perf
+                .get_mut(test)
+                .and_then(|rows| rows.last_mut())
+                .ok_or_else(|| format!("a system call count for {name} without its result"))?;
+            let ops = row["msgs"].as_f64().filter(|n| *n > 0.0).unwrap_or(1.0);
+            row["syscalls"] = counted;
+            row["syscalls_per_op"] =
+                serde_json::json!(row["syscalls"]["total"].as_f64().unwrap_or(0.0) / ops);
         } else if let Some(rest) = line.strip_prefix("@overhead") {
             let (suffix, text) = rest
                 .split_once('=')

@@ -125,7 +125,17 @@ pub(super) fn notes(lines: &[Line]) -> Vec<String> {
                 .to_string(),
         );
     }
-    if lines.iter().any(|l| l.what.starts_with("RDMA ")) {
+    let perftest = lines.iter().any(Line::is_perftest);
+    if perftest && lines.iter().any(|l| l.what.starts_with("RDMA ")) {
+        // Beside perftest on qpip0's lines only qpip's own ping-pong on tripwires is left.
+        v.push(
+            "RDMA Write latency (qpip on tripwires vs siw spinning): qpip's own library \
+             (qpip-perf --rdma write --tripwire), each end asleep on a tripwire on the byte \
+             the peer writes, woken by the device's interrupt, against ib_write_lat on siw, \
+             both ends spinning: what sleeping instead of spinning does on this host."
+                .to_string(),
+        );
+    } else if lines.iter().any(|l| l.what.starts_with("RDMA ")) {
         v.push(
             "RDMA (qpip vs siw): on these lines the QP column is qpip's iWARP QPs \
              (qpip-perf --rdma) and the sockets column the guest kernel's soft-iWARP, siw \
@@ -148,6 +158,7 @@ pub(super) fn notes(lines: &[Line]) -> Vec<String> {
                 .to_string(),
         );
     }
+    v.extend(super::verbs::notes(lines));
     if lines.iter().any(|l| l.what.starts_with("host overhead")) {
         v.push(
             "host overhead (the QPIP paper's Table 1): guest a's time inside the calls, per \
