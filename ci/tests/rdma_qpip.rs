@@ -167,7 +167,10 @@ srv() {
         dmesg | grep qpip | tail -n 30 | sed "s/^/  $t dmesg: /"
     fi
 }
-rejected() { grep -qiE 'RDMA_CM_EVENT_REJECTED|Event rejected' "$1"; }
+# rejected FILE: the program's connect was refused, as rping, perftest (its test's
+# connection; its comm channel's says "Unexpected CM event bl blka 8", 8 being
+# RDMA_CM_EVENT_REJECTED) and qperf say it.
+rejected() { grep -qiE 'RDMA_CM_EVENT_REJECTED|CM event bl blka 8$|Event rejected' "$1"; }
 cli() {
     t=$1; secs=$2; shift 2
     a=1
@@ -175,7 +178,7 @@ cli() {
         await "$t.ready.$a" || return
         limited "$t" "$secs" "$@"; st=$?
         [ $st != 0 ] && [ $a -lt $ATTEMPTS ] && rejected "/tmp/$t.out" || break
-        kv "$t.rejected.$a" "$(grep -iE 'rejected' "/tmp/$t.out" | head -n 1)"
+        kv "$t.rejected.$a" "$(grep -iE 'rejected|blka' "/tmp/$t.out" | head -n 1)"
         touch "/lab/$t.retry.$a"; a=$((a + 1))
     done
     kv "$t.client" $st; kv "$t.attempts" $a
