@@ -60,6 +60,23 @@ struct qpip_ib_ucontext {
 	struct qpip_ctx *ctx;
 	struct rdma_user_mmap_entry *db_entry;	/* the doorbell page's mmap offset */
 	struct rdma_user_mmap_entry *kick_entry; /* the kick register page's */
+	/*
+	 * The status page (QPIP_IB_STATUS_*): which QPs are dead, for the provider. Written
+	 * under @status_lock, also in the admin interrupt (a reset's revocation).
+	 */
+	struct page *status_page;
+	struct rdma_user_mmap_entry *status_entry;
+	spinlock_t status_lock;
+	/*
+	 * Doorbell slots of dead QPs not yet destroyed (the device freed them): no new QP of
+	 * the context takes one; a device QP of qpip_ib's holds it instead (@slot_holder),
+	 * so a post racing with the QP's death can only ring a QP nobody uses. Under
+	 * @slot_lock, which also orders every CREATE_QP and DESTROY_QP of the context.
+	 */
+	struct mutex slot_lock;
+	DECLARE_BITMAP(slot_dead, QPIP_DB_QP_SLOTS);
+	struct qpip_ib_qp *slot_qp[QPIP_DB_QP_SLOTS];	/* the dead QP of a slot_dead slot */
+	u32 slot_holder[QPIP_DB_QP_SLOTS];		/* its holder's device QP, or 0 */
 };
 
 /* What an mmap offset of a user context names. */
@@ -67,6 +84,7 @@ enum qpip_ib_mmap_kind {
 	QPIP_IB_MMAP_DOORBELL,
 	QPIP_IB_MMAP_RING,		/* a CQ's or QP's ring */
 	QPIP_IB_MMAP_KICK,		/* the kick register's page of the control BAR */
+	QPIP_IB_MMAP_STATUS,		/* the status page (read-only) */
 };
 
 struct qpip_ib_mmap_entry {
@@ -107,6 +125,7 @@ enum qpip_ib_cm_state {
 #define QPIP_IB_EV_ERROR	BIT(3)	/* ASYNC_EVENT_QP_ERROR: @error_reason */
 #define QPIP_IB_EV_GONE		BIT(4)	/* the device QP was destroyed (ERR, destroy) */
 #define QPIP_IB_EV_CLOSE_FAILED	BIT(5)	/* CLOSE failed: the connection reset, timed out */
+#define QPIP_IB_EV_DEAD		BIT(6)	/* the device forgot it (a reset): status DEAD */
 
 /*
  * A QP: one of the user context's device context's iWARP TCP QPs. Its memory is the RDMA
@@ -117,7 +136,9 @@ struct qpip_ib_qp {
 	struct ib_qp ibqp;
 	struct qpip_ib_dev *qib;
 	struct qpip_ctx *ctx;			/* the user context's device context */
+	struct qpip_ib_ucontext *uc;
 	u32 handle;				/* the device's QP: qp_num */
+	u32 db_slot;				/* its doorbell slot: its status word too */
 	struct pid *owner;			/* the creating process: only it may connect it */
 	struct rdma_user_mmap_entry *sq_entry;
 	struct rdma_user_mmap_entry *rq_entry;
@@ -130,6 +151,7 @@ struct qpip_ib_qp {
 	struct mutex lock;			/* everything below */
 	enum ib_qp_state state;
 	bool dev_gone;				/* the device QP was destroyed */
+	bool dead;				/* its status word says DEAD */
 	bool closing;				/* CLOSE given */
 	struct iw_cm_id *cm_id;			/* held (add_ref) while set */
 	enum qpip_ib_cm_state cm_state;
@@ -180,6 +202,8 @@ int qpip_ib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma);
 void qpip_ib_mmap_free(struct rdma_user_mmap_entry *entry);
 int qpip_ib_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
 int qpip_ib_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
+void qpip_ib_status_dead(struct qpip_ib_ucontext *uc, u32 slot);
+void qpip_ib_status_alive(struct qpip_ib_ucontext *uc, u32 slot);
 
 int qpip_ib_mmap_ring_insert(struct qpip_ib_ucontext *uc, u64 offset,
 			     struct rdma_user_mmap_entry **entry);

@@ -67,6 +67,12 @@ static void qpip_ib_qp_event_one(struct qpip_ib_ucontext *uc, struct qpip_ib_qp 
 {
 	if (qp->ctx != uc->ctx || !refcount_inc_not_zero(&qp->ref))
 		return;
+	/*
+	 * The device forgot the QP (a reset, a removal) and completes none of its WRs: the
+	 * provider learns it at once, and its poll completes them flushed.
+	 */
+	if (ev & QPIP_IB_EV_DEAD)
+		qpip_ib_status_dead(uc, qp->db_slot);
 	spin_lock(&qp->ev_lock);
 	if (ev == QPIP_IB_EV_ERROR)
 		qp->error_reason = reason;
@@ -98,9 +104,12 @@ void qpip_ib_qp_event(void *data, u32 qpn, u16 kind, u8 reason)
 	}
 	xa_lock_irqsave(&qib->qps, flags);
 	if (qpn == QPIP_CTX_ALL_QPS) {
-		/* The device was reset or removed: every QP of the context lost its connection. */
+		/*
+		 * The device was reset or removed: every QP of the context lost its connection,
+		 * and the device its WRs.
+		 */
 		xa_for_each(&qib->qps, i, qp)
-			qpip_ib_qp_event_one(uc, qp, ev, reason);
+			qpip_ib_qp_event_one(uc, qp, ev | QPIP_IB_EV_DEAD, reason);
 	} else {
 		qp = xa_load(&qib->qps, qpn);
 		dev_dbg(&qib->ibdev.dev, "QP %u: event %u reason %u%s\n", qpn, kind, reason,
@@ -130,6 +139,22 @@ static void qpip_ib_qp_fatal(struct qpip_ib_qp *qp, u8 reason)
 		qp->ibqp.event_handler(&e, qp->ibqp.qp_context);
 }
 
+/*
+ * The QP's WRs will be completed by the provider, not the device (its status word says
+ * DEAD): its CQs' completion channels are told, as the device's interrupt would, so a
+ * waiter on either polls them. (A CQ not armed gets an event too: a consumer polls after
+ * each event anyway, as for a vector shared by several CQs.)
+ */
+static void qpip_ib_qp_cq_events(struct qpip_ib_qp *qp)
+{
+	struct ib_cq *send = qp->ibqp.send_cq, *recv = qp->ibqp.recv_cq;
+
+	if (send && send->comp_handler)
+		send->comp_handler(send, send->cq_context);
+	if (recv && recv != send && recv->comp_handler)
+		recv->comp_handler(recv, recv->cq_context);
+}
+
 /* What the admin interrupt noted, in process context; drops the reference it was given. */
 static void qpip_ib_qp_work(struct work_struct *w)
 {
@@ -148,6 +173,12 @@ static void qpip_ib_qp_work(struct work_struct *w)
 	dev_dbg(&qp->qib->ibdev.dev, "QP %u: events %#lx\n", qp->handle, ev);
 	if (ev & QPIP_IB_EV_ERROR)
 		qpip_ib_qp_fatal(qp, reason);
+	if (ev & QPIP_IB_EV_DEAD) {
+		mutex_lock(&qp->lock);
+		qp->dead = true;
+		mutex_unlock(&qp->lock);
+		qpip_ib_qp_cq_events(qp);
+	}
 	qpip_ib_cm_events(qp, ev, status);
 	qpip_ib_qp_put(qp);
 }
@@ -190,25 +221,149 @@ int qpip_ib_qp_close(struct qpip_ib_qp *qp)
 }
 
 /*
- * The error state (lock held): the device QP is destroyed — its connection aborted, a
- * pending CONNECT or CLOSE cancelled, every outstanding WR completed FLUSHED. On a context
- * the device already forgot (a reset) there is nothing left to destroy.
+ * The device QP goes (lock held): its connection aborted, a pending CONNECT or CLOSE
+ * cancelled, every outstanding WR completed FLUSHED — the device writes those completions
+ * before the command ends. Its doorbell slot is the dead QP's until it is destroyed
+ * (uc->slot_dead), whatever the process still posts there. Then the QP's status word says
+ * DEAD: the provider posts nothing more to the device, and completes what it posts (and
+ * whatever the device did not) flushed. On a context the device already forgot (a reset)
+ * there is nothing left to destroy. With @notify, its CQs' channels are told.
  */
-int qpip_ib_qp_kill(struct qpip_ib_qp *qp)
+static int qpip_ib_qp_kill_notify(struct qpip_ib_qp *qp, bool notify)
 {
 	struct qpip_handle h = { .size = sizeof(h), .handle = qp->handle };
+	struct qpip_ib_ucontext *uc = qp->uc;
 	int ret;
 
 	lockdep_assert_held(&qp->lock);
 	qp->state = IB_QPS_ERR;
-	if (qp->dev_gone)
-		return 0;
-	ret = qpip_ctx_ioctl(qp->ctx, QPIP_IOCTL_DESTROY_QP, &h);
-	if (ret && ret != -ENODEV)
-		return ret;
-	qp->dev_gone = true;
-	qpip_ib_qp_note(qp, QPIP_IB_EV_GONE);
+	if (!qp->dev_gone) {
+		mutex_lock(&uc->slot_lock);
+		ret = qpip_ctx_ioctl(qp->ctx, QPIP_IOCTL_DESTROY_QP, &h);
+		if (ret && ret != -ENODEV) {
+			mutex_unlock(&uc->slot_lock);
+			return ret;
+		}
+		if (!ret) {
+			__set_bit(qp->db_slot, uc->slot_dead);
+			uc->slot_qp[qp->db_slot] = qp;
+		}
+		mutex_unlock(&uc->slot_lock);
+		qp->dev_gone = true;
+		qpip_ib_qp_note(qp, QPIP_IB_EV_GONE);
+	}
+	if (!qp->dead) {
+		qp->dead = true;
+		qpip_ib_status_dead(uc, qp->db_slot);
+	}
+	if (notify)
+		qpip_ib_qp_cq_events(qp);
 	return 0;
+}
+
+/* The error state (lock held): see qpip_ib_qp_kill_notify; its CQs' channels are told. */
+int qpip_ib_qp_kill(struct qpip_ib_qp *qp)
+{
+	return qpip_ib_qp_kill_notify(qp, true);
+}
+
+/*
+ * Slot @a->db_slot, where the device just made QP @a->handle, is a dead QP's (slot_lock
+ * held): that QP goes, and a holder takes the slot — a device QP of qpip_ib's on the dead
+ * QP's CQs (they live as long as it does), which no process posts to (a late post of the
+ * dead QP's only makes its own completions, of a QP the provider does not know, which it
+ * drops). The device gives the first free slot, and nothing else makes or destroys a QP
+ * of the context meanwhile: the holder gets the slot just freed.
+ */
+static int qpip_ib_hold_slot(struct qpip_ib_ucontext *uc, struct qpip_create_qp *a)
+{
+	struct qpip_ib_qp *dead = uc->slot_qp[a->db_slot];
+	struct qpip_create_qp hold = {
+		.size = sizeof(hold),
+		.qp_type = QPIP_QP_TYPE_TCP,
+		.framing = QPIP_FRAMING_IWARP,
+		.send_cq = to_qibcq(dead->ibqp.send_cq)->handle,
+		.recv_cq = to_qibcq(dead->ibqp.recv_cq)->handle,
+		.sq_depth = 2,
+		.rq_depth = 2,
+	};
+	struct qpip_handle h = { .size = sizeof(h), .handle = a->handle };
+	int ret;
+
+	lockdep_assert_held(&uc->slot_lock);
+	ret = qpip_ctx_ioctl(uc->ctx, QPIP_IOCTL_DESTROY_QP, &h);
+	if (ret)
+		return ret;
+	ret = qpip_ctx_ioctl(uc->ctx, QPIP_IOCTL_CREATE_QP, &hold);
+	if (ret)
+		return ret;
+	if (WARN_ON_ONCE(hold.db_slot != a->db_slot)) {
+		h.handle = hold.handle;
+		qpip_ctx_ioctl(uc->ctx, QPIP_IOCTL_DESTROY_QP, &h);
+		return -EBUSY;
+	}
+	uc->slot_holder[a->db_slot] = hold.handle;
+	dev_dbg(&uc->ibuc.device->dev, "doorbell slot %u of dead QP %u: held by device QP %u\n",
+		a->db_slot, dead->handle, hold.handle);
+	return 0;
+}
+
+/*
+ * The device's QP for @a, at a doorbell slot no dead QP of the context still has: the
+ * device gives the first free slot, which may be one whose QP died (see uc->slot_dead);
+ * each such slot is given to a holder, and the QP made again.
+ */
+static int qpip_ib_create_dev_qp(struct qpip_ib_ucontext *uc, struct qpip_create_qp *a)
+{
+	const struct qpip_create_qp want = *a;
+	int ret;
+
+	mutex_lock(&uc->slot_lock);
+	for (;;) {
+		*a = want;
+		ret = qpip_ctx_ioctl(uc->ctx, QPIP_IOCTL_CREATE_QP, a);
+		if (ret)
+			break;
+		if (WARN_ON_ONCE(a->db_slot >= QPIP_DB_QP_SLOTS)) {
+			struct qpip_handle h = { .size = sizeof(h), .handle = a->handle };
+
+			qpip_ctx_ioctl(uc->ctx, QPIP_IOCTL_DESTROY_QP, &h);
+			ret = -EPROTO;
+			break;
+		}
+		if (!test_bit(a->db_slot, uc->slot_dead))
+			break;
+		ret = qpip_ib_hold_slot(uc, a);
+		if (ret)
+			break;
+	}
+	if (!ret)
+		qpip_ib_status_alive(uc, a->db_slot);
+	mutex_unlock(&uc->slot_lock);
+	return ret;
+}
+
+/*
+ * A dead QP is destroyed: its slot is free for a new QP again (the holder, if one took
+ * it, goes).
+ */
+static void qpip_ib_free_slot(struct qpip_ib_qp *qp)
+{
+	struct qpip_ib_ucontext *uc = qp->uc;
+	u32 s = qp->db_slot;
+
+	mutex_lock(&uc->slot_lock);
+	if (uc->slot_qp[s] == qp) {
+		if (uc->slot_holder[s]) {
+			struct qpip_handle h = { .size = sizeof(h), .handle = uc->slot_holder[s] };
+
+			qpip_ctx_ioctl(uc->ctx, QPIP_IOCTL_DESTROY_QP, &h);
+			uc->slot_holder[s] = 0;
+		}
+		uc->slot_qp[s] = NULL;
+		__clear_bit(s, uc->slot_dead);
+	}
+	mutex_unlock(&uc->slot_lock);
 }
 
 /* A ring's depth for @wr requests: a power of two, at least two. */
@@ -248,14 +403,16 @@ int qpip_ib_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr, struct i
 	a.recv_cq = to_qibcq(attr->recv_cq)->handle;
 	a.sq_depth = qpip_ib_depth(attr->cap.max_send_wr);
 	a.rq_depth = qpip_ib_depth(attr->cap.max_recv_wr);
-	ret = qpip_ctx_ioctl(uc->ctx, QPIP_IOCTL_CREATE_QP, &a);
+	ret = qpip_ib_create_dev_qp(uc, &a);
 	if (ret)
 		return ret;
 	h.handle = a.handle;
 
 	qp->qib = qib;
 	qp->ctx = uc->ctx;
+	qp->uc = uc;
 	qp->handle = a.handle;
+	qp->db_slot = a.db_slot;
 	refcount_set(&qp->ref, 1);
 	init_completion(&qp->free);
 	mutex_init(&qp->lock);
@@ -304,7 +461,10 @@ err_rq:
 err_sq:
 	rdma_user_mmap_entry_remove(qp->sq_entry);
 err_qp:
+	/* Under slot_lock: a holder being made meanwhile must get the slot it expects. */
+	mutex_lock(&uc->slot_lock);
 	qpip_ctx_ioctl(uc->ctx, QPIP_IOCTL_DESTROY_QP, &h);
+	mutex_unlock(&uc->slot_lock);
 	return ret;
 }
 
@@ -344,6 +504,10 @@ static int qpip_ib_qp_move(struct qpip_ib_qp *qp, enum ib_qp_state to)
 			return ret;
 		break;
 	case IB_QPS_ERR:
+		/*
+		 * Again on a dead QP: the provider asks for it when it completed WRs posted
+		 * there itself, so that a waiter on a completion channel hears of them.
+		 */
 		return qpip_ib_qp_kill(qp);
 	default:
 		return -EINVAL;
@@ -413,8 +577,9 @@ int qpip_ib_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 
 	xa_erase_irq(&qp->qib->qps, qp->handle);
 	mutex_lock(&qp->lock);
-	qpip_ib_qp_kill(qp);
+	qpip_ib_qp_kill_notify(qp, false);
 	mutex_unlock(&qp->lock);
+	qpip_ib_free_slot(qp);
 	qpip_ib_qp_put(qp);
 	wait_for_completion(&qp->free);
 	flush_work(&qp->work);

@@ -136,6 +136,14 @@ int qpip_ib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata)
 	uc->ctx = qpip_ctx_create(qib->qdev, NULL);
 	if (IS_ERR(uc->ctx))
 		return PTR_ERR(uc->ctx);
+	spin_lock_init(&uc->status_lock);
+	mutex_init(&uc->slot_lock);
+	/* Every QP's word starts ALIVE (0); a mapping keeps the page past the context. */
+	uc->status_page = alloc_page(GFP_KERNEL | __GFP_ZERO);
+	if (!uc->status_page) {
+		ret = -ENOMEM;
+		goto err_ctx;
+	}
 
 	e = kzalloc(sizeof(*e), GFP_KERNEL);
 	if (!e) {
@@ -163,6 +171,19 @@ int qpip_ib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata)
 	}
 	uc->kick_entry = &e->rdma;
 
+	e = kzalloc(sizeof(*e), GFP_KERNEL);
+	if (!e) {
+		ret = -ENOMEM;
+		goto err_entry;
+	}
+	e->kind = QPIP_IB_MMAP_STATUS;
+	ret = rdma_user_mmap_entry_insert(ibuc, &e->rdma, PAGE_SIZE);
+	if (ret) {
+		kfree(e);
+		goto err_entry;
+	}
+	uc->status_entry = &e->rdma;
+
 	resp.ctx_id = uc->ctx->id;
 	resp.db_page_size = PAGE_SIZE;
 	resp.db_mmap_offset = rdma_user_mmap_get_offset(uc->db_entry);
@@ -171,6 +192,8 @@ int qpip_ib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata)
 	resp.max_queue_depth = info->max_queue_depth;
 	resp.device_version = info->version;
 	resp.kick_mmap_offset = rdma_user_mmap_get_offset(uc->kick_entry);
+	resp.status_page_size = PAGE_SIZE;
+	resp.status_mmap_offset = rdma_user_mmap_get_offset(uc->status_entry);
 	ret = ib_copy_to_udata(udata, &resp, min(udata->outlen, sizeof(resp)));
 	if (ret)
 		goto err_entry;
@@ -179,10 +202,14 @@ int qpip_ib_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata)
 	return 0;
 
 err_entry:
+	if (uc->status_entry)
+		rdma_user_mmap_entry_remove(uc->status_entry);
 	if (uc->kick_entry)
 		rdma_user_mmap_entry_remove(uc->kick_entry);
 	rdma_user_mmap_entry_remove(uc->db_entry);
 err_ctx:
+	if (uc->status_page)
+		__free_page(uc->status_page);
 	qpip_ctx_destroy(uc->ctx);
 	return ret;
 }
@@ -197,9 +224,45 @@ void qpip_ib_dealloc_ucontext(struct ib_ucontext *ibuc)
 	struct qpip_ib_ucontext *uc = to_qibuc(ibuc);
 
 	qpip_ctx_set_qp_event(uc->ctx, NULL, NULL);
+	rdma_user_mmap_entry_remove(uc->status_entry);
 	rdma_user_mmap_entry_remove(uc->kick_entry);
 	rdma_user_mmap_entry_remove(uc->db_entry);
 	qpip_ctx_destroy(uc->ctx);
+	/* Its QPs were destroyed first, each marked DEAD: a mapping still reads that. */
+	put_page(uc->status_page);
+}
+
+static u32 *qpip_ib_status_word(struct qpip_ib_ucontext *uc, u32 off)
+{
+	return (u32 *)((char *)page_address(uc->status_page) + off);
+}
+
+/*
+ * The QP of doorbell slot @slot is dead: its word says so, then the generation moves (the
+ * provider's poll looks at the words when it does). Any context, also the admin interrupt.
+ */
+void qpip_ib_status_dead(struct qpip_ib_ucontext *uc, u32 slot)
+{
+	u32 *gen = qpip_ib_status_word(uc, QPIP_IB_STATUS_GENERATION);
+	unsigned long flags;
+
+	if (WARN_ON_ONCE(slot >= QPIP_DB_QP_SLOTS))
+		return;
+	spin_lock_irqsave(&uc->status_lock, flags);
+	/* Whatever the device wrote for the QP before is visible once DEAD is. */
+	smp_store_release(qpip_ib_status_word(uc, QPIP_IB_STATUS_QP(slot)), QPIP_IB_QP_DEAD);
+	smp_store_release(gen, *gen + 1);
+	spin_unlock_irqrestore(&uc->status_lock, flags);
+}
+
+/* A new QP at @slot: ALIVE (the slot's last QP, if any, is destroyed). */
+void qpip_ib_status_alive(struct qpip_ib_ucontext *uc, u32 slot)
+{
+	unsigned long flags;
+
+	spin_lock_irqsave(&uc->status_lock, flags);
+	WRITE_ONCE(*qpip_ib_status_word(uc, QPIP_IB_STATUS_QP(slot)), QPIP_IB_QP_ALIVE);
+	spin_unlock_irqrestore(&uc->status_lock, flags);
 }
 
 /*
@@ -261,6 +324,20 @@ int qpip_ib_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma)
 		ret = rdma_user_mmap_io(ibuc, vma,
 					PHYS_PFN(uc->ctx->qdev->ctrl_phys + QPIP_KICK_PAGE_OFFSET),
 					PAGE_SIZE, pgprot_noncached(vma->vm_page_prot), re);
+		break;
+	case QPIP_IB_MMAP_STATUS:
+		/* RAM only qpip_ib writes: the process reads it, and may never write it. */
+		if (vma_pages(vma) != 1) {
+			ret = -EINVAL;
+			break;
+		}
+		if (vma->vm_flags & VM_WRITE) {
+			ret = -EPERM;
+			break;
+		}
+		vm_flags_clear(vma, VM_MAYWRITE | VM_MAYEXEC);
+		vm_flags_set(vma, VM_DONTCOPY | VM_DONTEXPAND | VM_DONTDUMP);
+		ret = vm_insert_page(vma, vma->vm_start, uc->status_page);
 		break;
 	case QPIP_IB_MMAP_RING: {
 		unsigned long npages = e->ring->npages;

@@ -43,6 +43,7 @@
 #                              need and the dynamic loader (/lib64/ld-linux-x86-64.so.2)
 #   /usr/bin/qpip-verbs-check  the VM tests' verbs program (rdma-provider/test/), built with
 #                              the provider
+#   /usr/bin/qpip-cm-check     their connection manager program (the same; librdmacm)
 # Rebuilds only when an input changed (a stamp holds the hash of all of them).
 #
 # Environment: QPIP_KO overrides the driver module to pack (default $QPIP_CACHE/guest/qpip.ko;
@@ -120,12 +121,14 @@ QPIP_DRIVER_CONF_SRC=$QPIP_ROOT/rdma-provider/qpip.driver
 QPIP_DRIVER_CONF=etc/libibverbs.d/qpip.driver
 # The VM tests' verbs program, built with the provider (rdma-provider/test/).
 QPIP_VERBS_CHECK=$QPIP_CACHE/guest/qpip-verbs-check
+QPIP_CM_CHECK=$QPIP_CACHE/guest/qpip-cm-check
 
 [ -x "$BUSYBOX" ] || die "no busybox in the runtime ($BUSYBOX); run images/runtime.sh first"
 [ -f "$KO" ] || die "no guest driver at $KO; run images/driver.sh first"
 [ -f "$IB_KO" ] || die "no qpip_ib.ko beside $KO; run images/driver.sh first"
 [ -f "$QPIP_PROVIDER_SO" ] || die "no rdma-core provider at $QPIP_PROVIDER_SO; run images/rdma-provider.sh first"
 [ -f "$QPIP_VERBS_CHECK" ] || die "no $QPIP_VERBS_CHECK; run images/rdma-provider.sh first"
+[ -f "$QPIP_CM_CHECK" ] || die "no $QPIP_CM_CHECK; run images/rdma-provider.sh first"
 [ -f "$PRELOAD_SO" ] && [ -f "$SOCKCHECK" ] || die "no preload library at $PRELOAD_SO (or no qpip-sockcheck beside it); run images/preload.sh first"
 [ -f "$SIW_KO" ] || die "no siw.ko at $SIW_KO; run images/siw.sh first"
 for f in "${RDMA_PROGRAMS[@]}" "$SIW_PROVIDER" "$SIW_DRIVER_CONF" "$RXE_PROVIDER" "$RXE_DRIVER_CONF"; do
@@ -222,7 +225,7 @@ extract_vmlinux() {
 
 # --- up to date? ---------------------------------------------------------------------------
 hash_inputs=("$QPIP_ROOT/images/guest.sh" "$INIT" "$LAB_WAIT" "$NAP" "$LAB_UDP_SRC" "$LAB_QPIP_NET" "$LAB_SOCKETS_SRC" "$LAB_SIW" "$LAB_QPIP_IB" "$LAB_RXE" "$LAB_STORAGE" "$LAB_EXTRAS" "$KO" "$IB_KO"
-             "$QPIP_PROVIDER_SO" "$QPIP_DRIVER_CONF_SRC" "$QPIP_VERBS_CHECK"
+             "$QPIP_PROVIDER_SO" "$QPIP_DRIVER_CONF_SRC" "$QPIP_VERBS_CHECK" "$QPIP_CM_CHECK"
              "$PRELOAD_SO" "$QPIP_RUN" "$SOCKCHECK"
              "$SIW_KO" "$BUSYBOX" "$kernel")
 for b in "${bins[@]}"; do hash_inputs+=("$BINDIR/$b"); done
@@ -295,6 +298,7 @@ for f in "${libs[@]}"; do cp -L "$RUNTIME_DIR/$f" "$LIBDIR/${f##*/}"; done
 install -m 0644 "$QPIP_PROVIDER_SO" "$QPIP_PROVIDER"
 install -m 0644 "$QPIP_DRIVER_CONF_SRC" "$QPIP_DRIVER_CONF"
 install -m 0755 "$QPIP_VERBS_CHECK" usr/bin/qpip-verbs-check
+install -m 0755 "$QPIP_CM_CHECK" usr/bin/qpip-cm-check
 # It needs what siw's provider needs (libibverbs, libc); say so if that ever changes.
 for n in $(readelf -d "$QPIP_PROVIDER" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
     [ -e "$LIBDIR/$n" ] || die "qpip's rdma-core provider needs $n, which the image does not carry"

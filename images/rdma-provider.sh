@@ -31,6 +31,7 @@ DOWNLOADS=$QPIP_CACHE/downloads
 BUILD_REL=build/qpip-provider       # inside the runtime
 BUILD=$RUNTIME_DIR/$BUILD_REL
 LIBIBVERBS=usr/lib/x86_64-linux-gnu/libibverbs.so.1
+LIBRDMACM=usr/lib/x86_64-linux-gnu/librdmacm.so.1
 PABI=34
 
 [ -d "$RUNTIME_DIR/usr/src" ] || die "no runtime in $RUNTIME_DIR; run ./qpip setup (images/runtime.sh) first"
@@ -47,10 +48,11 @@ readelf -V "$RUNTIME_DIR/$LIBIBVERBS" | grep -q "IBVERBS_PRIVATE_$PABI\$" \
     || die "rdma provider: the runtime's libibverbs $IBV_VER does not define IBVERBS_PRIVATE_$PABI (its providers' ABI changed); update RC_VER and the provider"
 
 CHECK=$OUT/qpip-verbs-check
+CM_CHECK=$OUT/qpip-cm-check
 KEY=$(cd "$QPIP_ROOT" && inputs_hash images/rdma-provider.sh images/lib.sh rdma-provider/qpip.c \
-      rdma-provider/test/qpip-verbs-check.c \
+      rdma-provider/test/qpip-verbs-check.c rdma-provider/test/qpip-cm-check.c \
       rdma-provider/qpip.driver guest-driver/include/uapi/qpip_ib.h guest-driver/qpip_abi.h "$IBV_VER" "$RC_SHA256")
-if [ -f "$SO" ] && [ -f "$CHECK" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
+if [ -f "$SO" ] && [ -f "$CHECK" ] && [ -f "$CM_CHECK" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
     say "rdma provider: up to date ($SO, libibverbs $IBV_VER)"
     exit 0
 fi
@@ -80,6 +82,7 @@ rc=rdma-core-$RC_VER
 tar -xzf "$DOWNLOADS/$RC_TARBALL" -C "$BUILD/src" --wildcards \
     "$rc/libibverbs/*.h" "$rc/util/*.h" "$rc/ccan/*.h" "$rc/kernel-headers/rdma/*.h" \
     "$rc/kernel-headers/linux/*.h" "$rc/buildlib/make_abi_structs.py" \
+    "$rc/librdmacm/rdma_cma.h" \
     || die "rdma provider: $RC_TARBALL lacks the headers a provider needs"
 RC=$BUILD/src/$rc
 
@@ -90,6 +93,7 @@ cp "$RC"/libibverbs/*.h "$I/infiniband/"
 cp "$RC"/util/*.h "$I/util/"
 cp "$RC"/ccan/*.h "$I/ccan/"
 cp "$RC"/kernel-headers/rdma/*.h "$I/rdma/"
+cp "$RC"/librdmacm/rdma_cma.h "$I/rdma/"      # for qpip-cm-check
 cp "$RC"/kernel-headers/rdma/ib_user_ioctl_verbs.h "$I/infiniband/"   # published there too
 cp "$RC"/kernel-headers/linux/*.h "$I/linux/"
 cp "$UAPI" "$I/qpip_ib.h"
@@ -154,11 +158,25 @@ build_check() {
         -o "/$BUILD_REL/qpip-verbs-check" "/$BUILD_REL/qpip-verbs-check.c" "/$LIBIBVERBS" -s
 }
 step "rdma provider: build qpip-verbs-check (the VM tests' verbs program)" build_check
+# And their connection manager program: plain librdmacm.
+[ -e "$RUNTIME_DIR/$LIBRDMACM" ] \
+    || die "rdma provider: librdmacm1 is not installed in the runtime; run images/packages.sh first"
+cp "$SRC/test/qpip-cm-check.c" "$BUILD/"
+build_cm_check() {
+    chroot "$RUNTIME_DIR" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C \
+        gcc -std=gnu11 -O2 -g0 -Wall -Wextra -Werror -Wno-unused-parameter \
+        -Wno-missing-field-initializers -I "/$BUILD_REL/include" \
+        -o "/$BUILD_REL/qpip-cm-check" "/$BUILD_REL/qpip-cm-check.c" "/$LIBRDMACM" \
+        "/$LIBIBVERBS" -s
+}
+step "rdma provider: build qpip-cm-check (the VM tests' connection manager program)" build_cm_check
 
 mkdir -p "$OUT"
 cp "$built" "$SO.tmp"
 mv "$SO.tmp" "$SO"
 cp "$BUILD/qpip-verbs-check" "$CHECK.tmp"
 mv "$CHECK.tmp" "$CHECK"
+cp "$BUILD/qpip-cm-check" "$CM_CHECK.tmp"
+mv "$CM_CHECK.tmp" "$CM_CHECK"
 printf '%s\n' "$KEY" >"$STAMP"
 say "rdma provider: $SO ($(stat -c %s "$SO") bytes, for libibverbs $IBV_VER)"

@@ -16,6 +16,12 @@
  * device's iWARP QPs: created by the kernel, their rings mapped here, where work requests
  * are written as WQEs and the QP's doorbell rung with no system call (the kick register
  * only when the engine sleeps); their completions come back through the CQs' polls.
+ *
+ * A QP whose device QP is gone — moved to ERR by anyone, the device reset, qpip_ib
+ * unloaded — is dead: the kernel says so in the context's status page (mapped read-only,
+ * one word per QP), which a post reads before it rings. A dead QP's WRs never reach the
+ * device; the polls complete them IBV_WC_WR_FLUSH_ERR after the device's own completions,
+ * as verbs flush a QP in ERR.
  */
 #include <endian.h>
 #include <errno.h>
@@ -63,8 +69,19 @@ struct qpip_context {
 	uint32_t max_inline;
 	uint32_t max_sge;
 	uint32_t max_queue_depth;
-	pthread_mutex_t qp_lock;	/* qp_table */
+	/*
+	 * The status page (QPIP_IB_STATUS_*), or NULL from a kernel without one: then a QP is
+	 * known dead only by this process's own move to ERR (@own_generation counts those).
+	 */
+	const void *status;
+	size_t status_size;
+	const _Atomic uint32_t *generation;	/* the page's, or &own_generation */
+	_Atomic uint32_t own_generation;
+	pthread_mutex_t qp_lock;	/* qp_table, dead_qps, seen_generation */
 	struct qpip_qp *qp_table[QPIP_QP_BUCKETS];
+	/* The dead QPs, whose WRs the polls complete flushed; the generation they were seen in. */
+	struct qpip_qp *_Atomic dead_qps;
+	_Atomic uint32_t seen_generation;
 };
 
 struct qpip_pd {
@@ -117,10 +134,13 @@ struct qpip_qp {
 	uint32_t max_sge;
 	int sq_sig_all;
 	/*
-	 * Moved to ERR by this process: the device's QP is gone, its slot in the doorbell
-	 * page may be another QP's; nothing is posted any more.
+	 * Its word in the status page (@own_state without one): QPIP_IB_QP_DEAD once the
+	 * device's QP is gone. Read once per post: a dead QP's doorbell is never rung.
 	 */
-	int dead;
+	const _Atomic uint32_t *state;
+	_Atomic uint32_t own_state;
+	struct qpip_qp *dead_next;	/* in the context's dead_qps; under qp_lock */
+	int on_dead_list;
 	struct qpip_wq sq;
 	struct qpip_wq rq;
 };
@@ -359,6 +379,12 @@ static int qpip_wc_from_cqe(struct qpip_context *ctx, struct ibv_wc *wc,
 	send = c->opcode == QPIP_CQE_OP_SEND || c->opcode == QPIP_CQE_OP_RDMA_WRITE ||
 	       c->opcode == QPIP_CQE_OP_RDMA_READ;
 	wq = send ? &qp->sq : &qp->rq;
+	/*
+	 * A WR this poll already completed flushed (the device's completion came after the QP
+	 * was seen dead, which the kernel's order rules out): not twice.
+	 */
+	if ((int32_t)((uint32_t)c->wr_id - atomic_load_explicit(&wq->done, memory_order_relaxed)) < 0)
+		return 0;
 	slot = &wq->slots[c->wr_id & (wq->depth - 1)];
 	/* One writer: the poll of the queue's CQ (its lock held). */
 	atomic_store_explicit(&wq->done, atomic_load_explicit(&wq->done, memory_order_relaxed) + 1,
@@ -386,20 +412,100 @@ static int qpip_wc_from_cqe(struct qpip_context *ctx, struct ibv_wc *wc,
 	return 1;
 }
 
+/* Puts @qp on the context's dead list once (qp_lock held). */
+static void qpip_dead_add_locked(struct qpip_context *ctx, struct qpip_qp *qp)
+{
+	if (qp->on_dead_list)
+		return;
+	qp->on_dead_list = 1;
+	qp->dead_next = atomic_load_explicit(&ctx->dead_qps, memory_order_relaxed);
+	atomic_store_explicit(&ctx->dead_qps, qp, memory_order_release);
+}
+
+/*
+ * The status page's generation moved to @gen: some QP died since the last look. Every QP
+ * whose word says DEAD goes on the dead list.
+ */
+static void qpip_dead_scan(struct qpip_context *ctx, uint32_t gen)
+{
+	struct qpip_qp *qp;
+	int i;
+
+	pthread_mutex_lock(&ctx->qp_lock);
+	atomic_store_explicit(&ctx->seen_generation, gen, memory_order_relaxed);
+	for (i = 0; i < QPIP_QP_BUCKETS; i++)
+		for (qp = ctx->qp_table[i]; qp; qp = qp->next)
+			if (atomic_load_explicit(qp->state, memory_order_acquire) == QPIP_IB_QP_DEAD)
+				qpip_dead_add_locked(ctx, qp);
+	pthread_mutex_unlock(&ctx->qp_lock);
+}
+
+/*
+ * Completes @wq's outstanding WRs IBV_WC_WR_FLUSH_ERR into @wc (at most @max), oldest
+ * first; returns how many. Flushed WRs are reported signalled or not, as errors are.
+ */
+static int qpip_wq_flush(struct qpip_qp *qp, struct qpip_wq *wq, struct ibv_wc *wc, int max)
+{
+	uint32_t done;
+	int n = 0;
+
+	pthread_spin_lock(&wq->lock);
+	done = atomic_load_explicit(&wq->done, memory_order_relaxed);
+	for (; n < max && done != wq->tail; n++, done++) {
+		memset(&wc[n], 0, sizeof(wc[n]));
+		wc[n].wr_id = wq->slots[done & (wq->depth - 1)].wr_id;
+		wc[n].status = IBV_WC_WR_FLUSH_ERR;
+		wc[n].opcode = wq->slots[done & (wq->depth - 1)].opcode;
+		wc[n].qp_num = qp->handle;
+	}
+	atomic_store_explicit(&wq->done, done, memory_order_release);
+	pthread_spin_unlock(&wq->lock);
+	return n;
+}
+
+/*
+ * The software half of a poll (cq->lock held): the WRs of dead QPs on @cq that the device
+ * will never complete, flushed — only once the device's ring has nothing more, so the
+ * device's own completions of a QP (all written before its word said DEAD) come first.
+ */
+static int qpip_poll_dead(struct qpip_context *ctx, struct qpip_cq *cq, struct ibv_wc *wc,
+			  int max)
+{
+	struct qpip_qp *qp;
+	int n = 0;
+
+	pthread_mutex_lock(&ctx->qp_lock);
+	if (!qpip_cqe_written(cq, cq->head)) {
+		for (qp = atomic_load_explicit(&ctx->dead_qps, memory_order_relaxed); qp && n < max;
+		     qp = qp->dead_next) {
+			if (qp->ibv_qp.send_cq == &cq->ibv_cq)
+				n += qpip_wq_flush(qp, &qp->sq, wc + n, max - n);
+			if (qp->ibv_qp.recv_cq == &cq->ibv_cq && n < max)
+				n += qpip_wq_flush(qp, &qp->rq, wc + n, max - n);
+		}
+	}
+	pthread_mutex_unlock(&ctx->qp_lock);
+	return n;
+}
+
 /*
  * Reads completions from the mapped ring and gives their slots back through cq_head, with
  * no system call. The engine waits for cq_head only when it filled the ring, so only then
  * is a sleeping engine kicked: the slot before the old head holds a completion exactly
- * when the ring was full.
+ * when the ring was full. Then the dead QPs' WRs, flushed; whether a QP died since the
+ * last poll is one load (the status page's generation), made before the ring is read.
  */
 static int qpip_poll_cq(struct ibv_cq *ibv_cq, int num_entries, struct ibv_wc *wc)
 {
 	struct qpip_context *ctx = to_qctx(ibv_cq->context);
 	struct qpip_cq *cq = to_qcq(ibv_cq);
-	uint32_t old_head;
+	uint32_t old_head, gen;
 	int n = 0, was_full;
 
 	pthread_spin_lock(&cq->lock);
+	gen = atomic_load_explicit(ctx->generation, memory_order_acquire);
+	if (gen != atomic_load_explicit(&ctx->seen_generation, memory_order_relaxed))
+		qpip_dead_scan(ctx, gen);
 	old_head = cq->head;
 	while (n < num_entries && qpip_cqe_written(cq, cq->head)) {
 		n += qpip_wc_from_cqe(ctx, &wc[n], &cq->ring[cq->head & (cq->depth - 1)]);
@@ -409,6 +515,8 @@ static int qpip_poll_cq(struct ibv_cq *ibv_cq, int num_entries, struct ibv_wc *w
 		was_full = qpip_cqe_written(cq, old_head - 1 + cq->depth);
 		qpip_ring(ctx, cq->db_head, cq->head, was_full);
 	}
+	if (n < num_entries && atomic_load_explicit(&ctx->dead_qps, memory_order_relaxed))
+		n += qpip_poll_dead(ctx, cq, wc + n, num_entries - n);
 	pthread_spin_unlock(&cq->lock);
 	return n;
 }
@@ -526,10 +634,25 @@ static void qpip_qp_table_del(struct qpip_context *ctx, struct qpip_qp *qp)
 {
 	struct qpip_qp **p;
 
+	struct qpip_qp *prev = NULL, *q;
+
 	pthread_mutex_lock(&ctx->qp_lock);
 	for (p = &ctx->qp_table[qp->handle % QPIP_QP_BUCKETS]; *p; p = &(*p)->next) {
 		if (*p == qp) {
 			*p = qp->next;
+			break;
+		}
+	}
+	if (qp->on_dead_list) {
+		for (q = atomic_load_explicit(&ctx->dead_qps, memory_order_relaxed); q;
+		     prev = q, q = q->dead_next) {
+			if (q != qp)
+				continue;
+			if (prev)
+				prev->dead_next = qp->dead_next;
+			else
+				atomic_store_explicit(&ctx->dead_qps, qp->dead_next,
+						      memory_order_relaxed);
 			break;
 		}
 	}
@@ -570,6 +693,12 @@ static struct ibv_qp *qpip_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr 
 	qp->max_inline = resp.max_inline;
 	qp->max_sge = resp.max_sge;
 	qp->sq_sig_all = attr->sq_sig_all;
+	/* The kernel made the word ALIVE before it answered. */
+	if (ctx->status && QPIP_IB_STATUS_QP(resp.db_slot) + 4 <= ctx->status_size)
+		qp->state = (const _Atomic uint32_t *)((const char *)ctx->status +
+						      QPIP_IB_STATUS_QP(resp.db_slot));
+	else
+		qp->state = &qp->own_state;
 	slot_off = QPIP_DB_QP_BASE + resp.db_slot * QPIP_DB_QP_STRIDE;
 	ret = qpip_wq_init(&qp->sq, pd->context, resp.sq_mmap_offset, resp.sq_size,
 			   resp.sq_depth, qpip_db_word(ctx, slot_off + QPIP_DB_QP_SQ_TAIL));
@@ -622,17 +751,43 @@ static int qpip_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_m
 
 /*
  * The kernel applies iWARP's rules (RTS only through the connection manager; ERR flushes
- * both queues, SQD closes gracefully). After ERR the device's QP is gone: posting stops.
+ * both queues, SQD closes gracefully). After ERR the device's QP is gone: the kernel has
+ * made its status word DEAD before it answers (without a status page, this process marks
+ * it itself).
  */
 static int qpip_modify_qp(struct ibv_qp *ibv_qp, struct ibv_qp_attr *attr, int attr_mask)
 {
+	struct qpip_context *ctx = to_qctx(ibv_qp->context);
+	struct qpip_qp *qp = to_qqp(ibv_qp);
 	struct ibv_modify_qp cmd = {};
 	int ret;
 
 	ret = ibv_cmd_modify_qp(ibv_qp, attr, attr_mask, &cmd, sizeof(cmd));
-	if (!ret && (attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR)
-		to_qqp(ibv_qp)->dead = 1;
+	if (!ret && (attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR &&
+	    qp->state == &qp->own_state) {
+		atomic_store_explicit(&qp->own_state, QPIP_IB_QP_DEAD, memory_order_release);
+		atomic_fetch_add_explicit(&ctx->own_generation, 1, memory_order_release);
+	}
 	return ret;
+}
+
+/*
+ * WRs were just posted to dead QP @qp, for @cq: the polls will complete them flushed. A
+ * waiter on @cq's completion channel must hear of it, and only the kernel can raise the
+ * channel's event: moving the dead QP to ERR again asks it to (one system call, on this
+ * path only — a dead QP's posts are not the fast path).
+ */
+static void qpip_posted_dead(struct qpip_qp *qp, struct ibv_cq *cq)
+{
+	struct qpip_context *ctx = to_qctx(qp->ibv_qp.context);
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+	struct ibv_modify_qp cmd = {};
+
+	pthread_mutex_lock(&ctx->qp_lock);
+	qpip_dead_add_locked(ctx, qp);
+	pthread_mutex_unlock(&ctx->qp_lock);
+	if (cq->channel && qp->state != &qp->own_state)
+		ibv_cmd_modify_qp(&qp->ibv_qp, &attr, IBV_QP_STATE, &cmd, sizeof(cmd));
 }
 
 /* The WQE in slot @i of @wq's ring, cleared. */
@@ -749,16 +904,16 @@ static int qpip_post_send(struct ibv_qp *ibv_qp, struct ibv_send_wr *wr,
 {
 	struct qpip_qp *qp = to_qqp(ibv_qp);
 	struct qpip_wq *sq = &qp->sq;
-	uint32_t start;
+	uint32_t start, dead;
 	int ret = 0;
 
 	pthread_spin_lock(&sq->lock);
+	/* A dead QP's WRs are kept, not rung: the polls complete them flushed. */
+	dead = atomic_load_explicit(qp->state, memory_order_acquire);
 	start = sq->tail;
 	for (; wr; wr = wr->next) {
-		if (qp->dead) {
-			ret = EINVAL;
-		} else if (sq->tail - atomic_load_explicit(&sq->done, memory_order_acquire) >=
-			   sq->depth) {
+		if (sq->tail - atomic_load_explicit(&sq->done, memory_order_acquire) >=
+		    sq->depth) {
 			ret = ENOMEM;
 		} else {
 			ret = qpip_write_send(qp, wr, sq->tail);
@@ -769,9 +924,11 @@ static int qpip_post_send(struct ibv_qp *ibv_qp, struct ibv_send_wr *wr,
 		}
 		sq->tail++;
 	}
-	if (sq->tail != start)
+	if (sq->tail != start && !dead)
 		qpip_ring(to_qctx(ibv_qp->context), sq->db, sq->tail, 1);
 	pthread_spin_unlock(&sq->lock);
+	if (sq->tail != start && dead)
+		qpip_posted_dead(qp, ibv_qp->send_cq);
 	return ret;
 }
 
@@ -781,16 +938,15 @@ static int qpip_post_recv(struct ibv_qp *ibv_qp, struct ibv_recv_wr *wr,
 	struct qpip_qp *qp = to_qqp(ibv_qp);
 	struct qpip_wq *rq = &qp->rq;
 	struct qpip_wqe *w;
-	uint32_t start;
+	uint32_t start, dead;
 	int ret = 0;
 
 	pthread_spin_lock(&rq->lock);
+	dead = atomic_load_explicit(qp->state, memory_order_acquire);
 	start = rq->tail;
 	for (; wr; wr = wr->next) {
-		if (qp->dead) {
-			ret = EINVAL;
-		} else if (rq->tail - atomic_load_explicit(&rq->done, memory_order_acquire) >=
-			   rq->depth) {
+		if (rq->tail - atomic_load_explicit(&rq->done, memory_order_acquire) >=
+		    rq->depth) {
 			ret = ENOMEM;
 		} else {
 			w = qpip_wqe_at(rq, rq->tail);
@@ -806,9 +962,11 @@ static int qpip_post_recv(struct ibv_qp *ibv_qp, struct ibv_recv_wr *wr,
 		}
 		rq->tail++;
 	}
-	if (rq->tail != start)
+	if (rq->tail != start && !dead)
 		qpip_ring(to_qctx(ibv_qp->context), rq->db, rq->tail, 1);
 	pthread_spin_unlock(&rq->lock);
+	if (rq->tail != start && dead)
+		qpip_posted_dead(qp, ibv_qp->recv_cq);
 	return ret;
 }
 
@@ -818,6 +976,8 @@ static void qpip_free_context(struct ibv_context *ibv_ctx)
 {
 	struct qpip_context *ctx = to_qctx(ibv_ctx);
 
+	if (ctx->status)
+		munmap((void *)ctx->status, ctx->status_size);
 	if (ctx->kick)
 		munmap((void *)ctx->kick, 4096);
 	if (ctx->db_page)
@@ -883,11 +1043,31 @@ static struct verbs_context *qpip_alloc_context(struct ibv_device *ibdev, int cm
 		ctx->kick = NULL;
 		goto err;
 	}
+	/* The status page: which QPs are dead. An older kernel has none (then 0 bytes). */
+	ctx->generation = &ctx->own_generation;
+	if (resp.status_page_size) {
+		ctx->status = mmap(NULL, resp.status_page_size, PROT_READ, MAP_SHARED, cmd_fd,
+				   resp.status_mmap_offset);
+		if (ctx->status == MAP_FAILED) {
+			ctx->status = NULL;
+			goto err;
+		}
+		ctx->status_size = resp.status_page_size;
+		ctx->generation = (const _Atomic uint32_t *)((const char *)ctx->status +
+							     QPIP_IB_STATUS_GENERATION);
+		atomic_store_explicit(&ctx->seen_generation,
+				      atomic_load_explicit(ctx->generation, memory_order_relaxed),
+				      memory_order_relaxed);
+	}
 	verbs_set_ops(&ctx->ibv_ctx, &qpip_context_ops);
 	return &ctx->ibv_ctx;
 
 err:
 	ret = errno;
+	if (ctx->kick)
+		munmap((void *)ctx->kick, 4096);
+	if (ctx->db_page)
+		munmap(ctx->db_page, ctx->db_page_size);
 	pthread_mutex_destroy(&ctx->qp_lock);
 	verbs_uninit_context(&ctx->ibv_ctx);
 	free(ctx);

@@ -13,16 +13,20 @@
 //! refused (only the connection manager connects an iWARP QP); `qpip-verbs-check` (the
 //! project's, plain libibverbs) checks the CQ, its completion channel, regions and their
 //! access rights, a QP's states (RTS refused locally) and receives flushed by ERR one by
-//! one, and a process killed holding them leaves nothing behind; `rping` to qpip0's own
-//! address connects through `rdma_cm` and the device, and is refused (nobody listens);
+//! one, WRs posted after ERR completed flushed (the CQ's channel told, a second QP
+//! untouched), and a process killed holding them leaves nothing behind; `rping` to
+//! qpip0's own address connects through `rdma_cm` and the device, and is refused (nobody listens);
 //! servers on `qpip0` (the driver's passive side) with clients to them, both ends on the
 //! device: `rping -V` over IPv6 (64 and 65535 bytes) and IPv4, `ib_write_bw` and
-//! `ib_read_lat` with `-R`; a server killed while listening leaves nobody listening (a
-//! client is refused again). Then `qpip_ib` is unloaded while `ibv_asyncwatch`
+//! `ib_read_lat` with `-R`; `qpip-cm-check` (the project's, plain librdmacm): private data
+//! both ways, a reject with the server's private data, a request the server drops
+//! unanswered; a server killed while listening leaves nobody listening (a client is
+//! refused again). Then `qpip_ib` is unloaded while `ibv_asyncwatch`
 //! holds a context open (the context is disassociated, the module goes), loaded again,
 //! unloaded with no user and loaded again, each time finding the device again; the device
-//! is reset under a user, and the function removed under one (its ib_device goes first)
-//! and found again by a PCI rescan; qpip's own library (`qpip-c-pingpong` over
+//! is reset under a user, and under one waiting on a completion channel for receives
+//! (woken, they complete flushed, and so do WRs it posts afterwards), and the function
+//! removed under one (its ib_device goes first) and found again by a PCI rescan; qpip's own library (`qpip-c-pingpong` over
 //! `/dev/qpip0`) works beside it throughout; and the kernel log has no oops or warning.
 //!
 //! Like the other VM tests it is ignored by a plain `cargo test`; `./qpip test` runs it
@@ -156,6 +160,10 @@ if [ -n "$A4" ]; then
     perf ib_write_bw -n 100 -s 65536
     perf ib_read_lat -n 100 -s 2048
 fi
+# What rdma_cm carries besides a plain connect (qpip-cm-check, plain librdmacm): private
+# data both ways, a reject with the server's private data, a request dropped unanswered.
+timeout 90 qpip-cm-check "$A" 7471 > /tmp/cm 2>&1; kv cm.status $?
+while read -r k v; do kv "cm.$k" "$v"; done < /tmp/cm
 # A server killed while it listens: its listener goes; a client then is refused.
 rping -s -a "$A" > /tmp/rpingk 2>&1 & sp=$!
 listens rping
@@ -173,7 +181,13 @@ kv contexts.watch "$(contexts)"
 # qpip's own library beside it, on the same function.
 qpip-c-pingpong 50 7420 > /tmp/cpp 2>&1; kv lib.status $?
 kv lib.out "$(tr '\n' '|' < /tmp/cpp)"
+# Another user waits on a completion channel with receives posted: the unload wakes it.
+timeout 60 qpip-verbs-check qpip0 reset > /tmp/vu 2>&1 & vu=$!
+i=0; until grep -q '^armed' /tmp/vu || [ $i -ge 100 ]; do i=$((i + 1)); sleep 0.1; done
+sleep 1
 rmmod qpip_ib 2> /tmp/rmmod; kv unload_busy.status $?
+wait $vu; kv unloadwait.status $?
+while read -r k v; do kv "unloadwait.$k" "$v"; done < /tmp/vu
 kv unload_busy.err "$(cat /tmp/rmmod)"
 no_qpip_dev && kv unload_busy.gone yes || kv unload_busy.gone no
 kv contexts.unloaded "$(contexts)"
@@ -192,10 +206,15 @@ lab-qpip-ib > /tmp/load 2>&1; kv reload2.status $?
 ibv_devinfo -d qpip0 > /dev/null 2>&1; kv reload2.devinfo $?
 
 # A device reset under a user: its context is forgotten by the device (the user closes it
-# without harm), and a new context works.
+# without harm), and a new context works. Another user waits on a completion channel for
+# receives it posted: the reset completes them flushed and wakes it.
 ibv_asyncwatch -d qpip0 > /tmp/aw2 2>&1 & aw=$!
+timeout 60 qpip-verbs-check qpip0 reset > /tmp/vr 2>&1 & vr=$!
+i=0; until grep -q '^armed' /tmp/vr || [ $i -ge 100 ]; do i=$((i + 1)); sleep 0.1; done
 sleep 1
 echo 1 > /sys/class/qpip/qpip0/reset; kv reset.status $?
+wait $vr; kv resetwait.status $?
+while read -r k v; do kv "resetwait.$k" "$v"; done < /tmp/vr
 kill $aw; wait $aw 2>/dev/null
 kv contexts.after_reset "$(contexts)"
 ibv_devinfo -d qpip0 > /dev/null 2>&1; kv reset.devinfo $?
@@ -351,7 +370,7 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     // The verbs objects: a CQ on a completion channel (its ring polled and armed by the
     // provider), regions with the device's access rights (the atomic right accepted, granting nothing), and a QP: local
     // states up to RTR, RTS refused (only a connection makes it), receives posted and
-    // flushed by ERR, nothing posted after ERR.
+    // flushed by ERR; WRs posted after ERR are taken and complete flushed (below).
     assert_eq!(rep.get("verbs.status"), "0", "qpip-verbs-check\n{}", ctx());
     for (k, v) in [
         ("verbs.pd", "ok"),
@@ -377,7 +396,18 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         ("verbs.qp.err", "ok"),
         ("verbs.qp.state_err", "6"), // ERR
         ("verbs.qp.flushed", "4"),
-        ("verbs.qp.post_after_err", "EINVAL"),
+        ("verbs.qp.post_after_err", "ok"),
+        ("verbs.qp.post_send_after_err", "ok"),
+        ("verbs.qp.post_send_unsignaled_after_err", "ok"),
+        ("verbs.qp2", "ok"),
+        ("verbs.qp2.rtr", "ok"),
+        ("verbs.qp2.post_recv", "ok"),
+        ("verbs.qp.post_beside_qp2", "ok"),
+        ("verbs.qp2.err", "ok"),
+        ("verbs.qp2.destroy", "ok"),
+        ("verbs.dead.setup", "ok"),
+        ("verbs.dead.arm", "ok"),
+        ("verbs.dead.post_recv", "ok"),
         ("verbs.qp.destroy", "ok"),
         ("verbs.mr.readonly.dereg", "ok"),
         ("verbs.mr.dereg", "ok"),
@@ -388,6 +418,37 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     ] {
         assert_eq!(rep.get(k), v, "{k}\n{}", ctx());
     }
+    // Posting to a QP in ERR: each WR completes IBV_WC_WR_FLUSH_ERR with its own wr_id and
+    // opcode (an unsignalled Send's too: a flush is an error). A second QP made while the
+    // dead one lives (the dead QP's doorbell slot is not given to it) keeps its receives
+    // while the dead QP's posts flush; its own ERR flushes them. An armed channel fires for
+    // a WR posted to a dead QP (a fresh CQ's, which nothing else wakes).
+    // ("WR_ID:OPCODE:STATUS:QP", in the order polled.)
+    assert_eq!(rep.get("verbs.dead.event"), "yes", "{}", ctx());
+    assert_eq!(
+        rep.get("verbs.dead.event_flushed"),
+        "600:RECV:FLUSH_ERR:qp",
+        "{}",
+        ctx()
+    );
+    assert_eq!(
+        sorted(rep.get("verbs.dead.flushed")),
+        "200:RECV:FLUSH_ERR:qp 300:SEND:FLUSH_ERR:qp 301:SEND:FLUSH_ERR:qp",
+        "{}",
+        ctx()
+    );
+    assert_eq!(
+        rep.get("verbs.dead.flushed_beside_qp2"),
+        "201:RECV:FLUSH_ERR:qp",
+        "{}",
+        ctx()
+    );
+    assert_eq!(
+        rep.get("verbs.qp2.flushed"),
+        "400:RECV:FLUSH_ERR:qp2 401:RECV:FLUSH_ERR:qp2",
+        "{}",
+        ctx()
+    );
     // The channel's fd works with poll and epoll, and stays quiet: nothing completes on the
     // CQ, and the interrupts of the vector it shares with qpip0's queues (pinged meanwhile)
     // are not its events.
@@ -460,6 +521,30 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     } else {
         eprintln!("  qpip0 has no IPv4 address: no IPv4 rping, no perftest");
     }
+    // rdma_cm's private data both ways, a reject carrying the server's, and a request
+    // whose id is destroyed unanswered (iw_cm rejects it).
+    let cm = |k: &str| rep.get(&format!("cm.{k}"));
+    assert_eq!(cm("status"), "0", "qpip-cm-check\n{}", ctx());
+    for (k, want) in [
+        ("listen", "ok"),
+        ("reject.request", "RDMA_CM_EVENT_CONNECT_REQUEST"),
+        ("reject.request_pd", "ok"),
+        ("reject.reject", "ok"),
+        ("reject.client", "RDMA_CM_EVENT_REJECTED"),
+        ("reject.client_status", "-111"),
+        ("reject.client_pd", "ok"),
+        ("accept.request_pd", "ok"),
+        ("accept.accept", "ok"),
+        ("accept.client", "RDMA_CM_EVENT_ESTABLISHED"),
+        ("accept.client_pd", "ok"),
+        ("accept.server", "RDMA_CM_EVENT_ESTABLISHED"),
+        ("accept.client_end", "RDMA_CM_EVENT_DISCONNECTED"),
+        ("accept.server_end", "RDMA_CM_EVENT_DISCONNECTED"),
+        ("drop.request", "RDMA_CM_EVENT_CONNECT_REQUEST"),
+        ("drop.client", "RDMA_CM_EVENT_REJECTED"),
+    ] {
+        assert_eq!(cm(k), want, "qpip-cm-check: {k}\n{}", ctx());
+    }
     let after = rep.get("rping_after.status");
     assert!(
         after != "0" && after != "124",
@@ -483,6 +568,24 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         ctx()
     );
     assert_eq!(rep.get("unload_busy.gone"), "yes", "{}", ctx());
+    // A user waiting on its completion channel is woken by the unload; its receives were
+    // flushed as the module destroyed its QP, and WRs it posts afterwards (its QP now
+    // dead) complete flushed, with no kernel to ring.
+    assert_eq!(rep.get("unloadwait.status"), "0", "{}", ctx());
+    assert_eq!(rep.get("unloadwait.reset.event"), "yes", "{}", ctx());
+    assert_eq!(
+        rep.get("unloadwait.reset.flushed"),
+        "500:RECV:FLUSH_ERR:qp 501:RECV:FLUSH_ERR:qp 502:RECV:FLUSH_ERR:qp \
+         503:RECV:FLUSH_ERR:qp",
+        "{}",
+        ctx()
+    );
+    assert_eq!(
+        sorted(rep.get("unloadwait.reset.flushed_after")),
+        "510:RECV:FLUSH_ERR:qp 511:SEND:FLUSH_ERR:qp",
+        "{}",
+        ctx()
+    );
     assert_eq!(rep.num("contexts.unloaded"), before, "{}", ctx());
     assert!(
         rep.get("watch.out").contains("IBV_EVENT_DEVICE_FATAL"),
@@ -500,6 +603,35 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     // A reset under a user, then the function removed under one and found again.
     assert_eq!(rep.get("reset.status"), "0", "{}", ctx());
     assert_eq!(rep.num("contexts.after_reset"), before, "{}", ctx());
+    // The user waiting on its completion channel is woken, and its receives outstanding
+    // at the reset (which the device forgot) complete flushed; WRs it posts afterwards
+    // too, its channel told.
+    assert_eq!(rep.get("resetwait.status"), "0", "{}", ctx());
+    for (k, v) in [
+        ("resetwait.reset.setup", "ok"),
+        ("resetwait.reset.post_recv", "ok"),
+        ("resetwait.reset.arm", "ok"),
+        ("resetwait.reset.event", "yes"),
+        (
+            "resetwait.reset.flushed",
+            "500:RECV:FLUSH_ERR:qp 501:RECV:FLUSH_ERR:qp 502:RECV:FLUSH_ERR:qp \
+             503:RECV:FLUSH_ERR:qp",
+        ),
+        ("resetwait.reset.arm_again", "ok"),
+        ("resetwait.reset.post_recv_after", "ok"),
+        ("resetwait.reset.post_send_after", "ok"),
+        ("resetwait.reset.event_after", "yes"),
+        ("resetwait.reset.qp.destroy", "ok"),
+        ("resetwait.reset.cq.destroy", "ok"),
+    ] {
+        assert_eq!(rep.get(k), v, "{k}\n{}", ctx());
+    }
+    assert_eq!(
+        sorted(rep.get("resetwait.reset.flushed_after")),
+        "510:RECV:FLUSH_ERR:qp 511:SEND:FLUSH_ERR:qp",
+        "{}",
+        ctx()
+    );
     assert_eq!(rep.get("reset.devinfo"), "0", "{}", ctx());
     assert_eq!(rep.get("remove.status"), "0", "{}", ctx());
     assert_eq!(rep.get("remove.gone"), "yes", "{}", ctx());
@@ -513,4 +645,12 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     assert!(rep.get("rescan.link").contains("netdev qpip0"), "{}", ctx());
     assert_eq!(rep.get("lib_after.status"), "0", "{}", ctx());
     assert_eq!(rep.get("dmesg.bad"), "", "the kernel log\n{}", ctx());
+}
+
+/// A space-separated list in sorted order (completions of a QP's two queues come in no
+/// order between the queues).
+fn sorted(list: &str) -> String {
+    let mut v: Vec<&str> = list.split_whitespace().collect();
+    v.sort_unstable();
+    v.join(" ")
 }

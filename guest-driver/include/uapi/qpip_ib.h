@@ -36,7 +36,33 @@ struct qpip_ib_alloc_ucontext_resp {
 	 * doorbell that finds the engine asleep (DB_ENGINE_SLEEPING) writes KICK there.
 	 */
 	__aligned_u64 kick_mmap_offset;
+	/*
+	 * The context's status page (the layout of QPIP_IB_STATUS_* below), mapped
+	 * read-only at @status_mmap_offset: where qpip_ib says which QPs are dead. 0 bytes
+	 * from a kernel without one.
+	 */
+	__u32 status_page_size;
+	__u32 reserved;
+	__aligned_u64 status_mmap_offset;
 };
+
+/*
+ * The status page: one page of the context's, written only by qpip_ib and read by the
+ * provider with no system call. A QP's word (at QPIP_IB_STATUS_QP(db_slot), its doorbell
+ * slot) is QPIP_IB_QP_ALIVE from creation and becomes QPIP_IB_QP_DEAD when the device's QP
+ * is gone while the verbs QP lives on in ERR: moved to ERR (by the process, iw_cm or the
+ * end of its connection), the device reset or removed, qpip_ib unloaded. From then on the
+ * device completes none of its WRs: the provider completes them itself
+ * (IBV_WC_WR_FLUSH_ERR), once the device's own completions of the QP, all written before
+ * the word changed, are polled. Its slot in the doorbell page is not given to another QP
+ * of the context until the dead one is destroyed. The generation word moves after any QP's
+ * word became DEAD, so a poll needs one load to learn whether to look at the QPs.
+ */
+#define QPIP_IB_STATUS_GENERATION	0	/* __u32 */
+#define QPIP_IB_STATUS_QP_BASE		64
+#define QPIP_IB_STATUS_QP(slot)		(QPIP_IB_STATUS_QP_BASE + 4 * (slot))	/* __u32 */
+#define QPIP_IB_QP_ALIVE		0
+#define QPIP_IB_QP_DEAD			1
 
 /*
  * The device has no protection domains of its own: a PD is a number of qpip_ib's, per
