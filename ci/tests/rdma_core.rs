@@ -368,9 +368,10 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     }
 
     // The verbs objects: a CQ on a completion channel (its ring polled and armed by the
-    // provider), regions with the device's access rights (the atomic right accepted, granting nothing), and a QP: local
-    // states up to RTR, RTS refused (only a connection makes it), receives posted and
-    // flushed by ERR; WRs posted after ERR are taken and complete flushed (below).
+    // provider), regions with the device's access rights (the atomic right accepted,
+    // granting nothing), and a QP: local states up to RTR, RTS refused (only a connection
+    // makes it), receives posted and flushed by ERR; WRs posted after ERR are taken and
+    // complete flushed (below).
     assert_eq!(rep.get("verbs.status"), "0", "qpip-verbs-check\n{}", ctx());
     for (k, v) in [
         ("verbs.pd", "ok"),
