@@ -32,6 +32,7 @@
 #include <linux/in.h>
 #include <linux/in6.h>
 #include <linux/kref.h>
+#include <linux/moduleparam.h>
 #include <linux/sched.h>
 #include <net/ipv6.h>
 #include <rdma/iw_cm.h>
@@ -107,6 +108,20 @@ static void qpip_ib_connect_done(struct qpip_cmd *c)
 }
 
 /*
+ * Peer-to-peer mode on connects (MPA's enhanced setup, as siw's initiator asks for too):
+ * after the reply the device sends the responder's ready-to-receive message. Without it an
+ * MPA responder sends nothing until this end's first FPDU, and a program whose server
+ * speaks first (ucmatose, perftest's ib_write_lat) waits forever on both ends. It can be
+ * turned off (/sys/module/qpip_ib/parameters/peer_to_peer) for a responder that mishandles
+ * it: in the lab, a siw server killed while siw's responder had left the message unread
+ * (its responder stall, ci/tests/common/rping.sh) hit a BUG in its kernel's iw_cm
+ * (cm_work_handler, iwcm.c:964).
+ */
+static bool peer_to_peer = true;
+module_param(peer_to_peer, bool, 0644);
+MODULE_PARM_DESC(peer_to_peer, "rdma_connect asks for MPA peer-to-peer mode (the server may send first)");
+
+/*
  * Active side: the QP (in INIT or RTR, of the calling process, with no connection yet)
  * connects to cm_id's remote address. Returns at once; the result comes as
  * CONNECT_REPLY.
@@ -137,6 +152,8 @@ int qpip_ib_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param)
 	iw.private_data = (uintptr_t)param->private_data;
 	iw.ird = min_t(u32, param->ird, QPIP_IWARP_MAX_IRD_ORD);
 	iw.ord = min_t(u32, param->ord, QPIP_IWARP_MAX_IRD_ORD);
+	if (READ_ONCE(peer_to_peer))
+		iw.flags = QPIP_IWARP_CONN_PEER_TO_PEER;
 
 	mutex_lock(&qp->lock);
 	if (qp->cm_id || qp->cm_state != QPIP_IB_CM_IDLE || qp->dev_gone ||

@@ -10,9 +10,15 @@
 
 #include "qpip_ib.h"
 
-/* What the device can grant; IB_ACCESS_RELAXED_ORDERING and the like are only hints. */
+/*
+ * What a region may ask for; IB_ACCESS_RELAXED_ORDERING and the like are only hints.
+ * IB_ACCESS_REMOTE_ATOMIC is accepted and grants nothing, as on siw: the device has no
+ * atomics (atomic_cap NONE, an atomic WR is refused by the provider, a peer's RFC 7306
+ * atomic request is an invalid opcode the device answers with a Terminate), and programs
+ * such as qperf ask for it on every region whatever the device.
+ */
 #define QPIP_IB_MR_ACCESS (IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | \
-			   IB_ACCESS_REMOTE_READ)
+			   IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_ATOMIC)
 
 static struct qpip_ib_mr *to_qibmr(struct ib_mr *ibmr)
 {
@@ -36,7 +42,7 @@ struct ib_mr *qpip_ib_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length, u64
 	if (!udata)
 		return ERR_PTR(-EOPNOTSUPP);
 	access &= ~IB_ACCESS_OPTIONAL;
-	/* Atomics, memory windows, zero-based and on-demand regions: the device has none. */
+	/* Memory windows, zero-based and on-demand regions: the device has none. */
 	if (access & ~QPIP_IB_MR_ACCESS)
 		return ERR_PTR(-EOPNOTSUPP);
 	if (virt_addr != start)

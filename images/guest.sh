@@ -34,7 +34,8 @@
 #   /lib/modules/rxe-load-order   decompressed, with their load order (after the RDMA core's)
 #   /usr/bin/lab-rxe           loads them (not siw.ko) and adds the rxe link over the NIC
 #   /usr/bin/rping, ibv_devices, ibv_devinfo, rdma, ib_write_lat, ib_write_bw, ib_read_lat, ib_read_bw,
-#     ib_send_bw, ib_send_lat, qperf, ibv_asyncwatch, ibv_rc_pingpong
+#     ib_send_bw, ib_send_lat, qperf, ibv_asyncwatch, ibv_rc_pingpong, ucmatose, rdma_server,
+#     rdma_client
 #                              rdma-core's, iproute2's, perftest's and qperf's tools from
 #                              the runtime (trixie), dynamic, with siw's and rxe's verbs
 #                              providers (/etc/libibverbs.d/siw.driver, rxe.driver) and qpip's (qpip.driver,
@@ -101,11 +102,14 @@ RXE_MODULES=(crc32_generic udp_tunnel ip6_udp_tunnel rdma_rxe)
 # siw and rxe; they and ib_send_bw, ib_send_lat run on qpip's provider against siw in
 # ci/tests/rdma_cm.rs; qperf (RC tests over rdma_cm) is the VM tests' second benchmark.
 # ibv_asyncwatch (a process holding a device open) and ibv_rc_pingpong are the qpip
-# provider's test's users (ci/tests/rdma_core.rs).
+# provider's test's users (ci/tests/rdma_core.rs). ucmatose, rdma_server and rdma_client
+# (librdmacm's examples, rdmacm-utils) are clients and servers of their own between qpip
+# devices (ci/tests/rdma_qpip.rs).
 RDMA_PROGRAMS=(usr/bin/rping usr/bin/ibv_devices usr/bin/ibv_devinfo usr/bin/rdma
                usr/bin/ib_write_lat usr/bin/ib_write_bw usr/bin/ib_read_lat usr/bin/ib_read_bw
                usr/bin/ib_send_bw usr/bin/ib_send_lat
-               usr/bin/qperf usr/bin/ibv_asyncwatch usr/bin/ibv_rc_pingpong)
+               usr/bin/qperf usr/bin/ibv_asyncwatch usr/bin/ibv_rc_pingpong
+               usr/bin/ucmatose usr/bin/rdma_server usr/bin/rdma_client)
 SIW_PROVIDER=usr/lib/x86_64-linux-gnu/libibverbs/libsiw-rdmav34.so
 SIW_DRIVER_CONF=etc/libibverbs.d/siw.driver
 RXE_PROVIDER=usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so

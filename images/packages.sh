@@ -6,7 +6,8 @@
 #                       the guest kernel
 #   libibverbs1 librdmacm1t64 ibverbs-providers ibverbs-utils rdmacm-utils
 #                       verbs and RDMA CM libraries, siw's and rxe's verbs providers, ibv_devices,
-#                       ibv_devinfo, rping (in the initramfs: images/guest.sh)
+#                       ibv_devinfo, rping, ucmatose, rdma_server, rdma_client (in the
+#                       initramfs: images/guest.sh)
 #   iproute2            rdma (rdma link add siw0 type siw netdev eth0)
 #   perftest            ib_write_lat, ib_write_bw, ib_read_lat, ib_read_bw: the bench's RDMA
 #                       figures on siw and on soft-RoCE (rxe)

@@ -477,7 +477,10 @@ int main(int argc, char **argv)
 	if (n == 0)
 		ibv_ack_cq_events(cq, 1);
 
-	/* Regions: read-write with remote access, local read-only; atomics the device lacks. */
+	/*
+	 * Regions: read-write with remote access, local read-only; the remote atomic right
+	 * accepted, granting nothing (the device has no atomics).
+	 */
 	buf = aligned_alloc(4096, len);
 	memset(buf, 0x5a, len);
 	mr = ibv_reg_mr(pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
