@@ -382,6 +382,11 @@ impl Engine {
         };
         if self.net.stack.steering() && !self.tcp.table.owns(&seg) {
             // No connection or listener: the kernel's raw QP takes it (and answers it).
+            if seg.header.syn() && !seg.header.ack_flag() {
+                // A connect the device has no listener for: the kernel will refuse it,
+                // unless a socket of its own listens there.
+                debug!("TCP SYN to port {} left to the kernel", seg.header.dst_port);
+            }
             return Delivery::Steered;
         }
         let now = Instant::now();
