@@ -45,8 +45,8 @@ fn setup_carries_private_data_and_agrees_on_crc_ird_and_ord() {
         &client.private_data[..]
     );
     // CRC on because one end asked; revision 2; the responder serves as many reads as
-    // the initiator will issue (its IRD raised from 4 to the initiator's ORD of 8: a
-    // Linux initiator refuses a reply whose IRD is below its ORD); each end issues no more
+    // the initiator will issue (its IRD raised from 4 to the initiator's ORD of 8: an
+    // initiator may refuse a reply whose IRD is below its ORD); each end issues no more
     // reads than the other serves.
     for (i, ird, ord) in [(&ci, 3, 8), (&si, 8, 2)] {
         assert_eq!(i.mpa_revision, 2);

@@ -416,9 +416,10 @@ impl IwarpQp {
         // The reply's IRD covers the reads the initiator says it will issue (its ORD, up
         // to the device's limit), and a Read RTR, even when the accepting program asked
         // for fewer: an initiator whose ORD exceeds the reply's IRD may refuse the
-        // connection (Linux's siw does, and its peer-to-peer ORD is at least 1), while
-        // serving reads is the device's work, bounded by its limit, and what they may read
-        // is still what the program registered for remote reads.
+        // connection rather than lower its ORD (RFC 6581 leaves it the choice; qpip's own
+        // initiator lowers it), while serving reads is the device's work, bounded by its
+        // limit, and what they may read is still what the program registered for remote
+        // reads.
         if let Some(b) = block {
             let mut ird = b.ord.min(IWARP_MAX_IRD_ORD as u16) as u8;
             if rtr == Some(Rtr::Read) {
