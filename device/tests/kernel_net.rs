@@ -251,6 +251,17 @@ fn setup_existing_tap(ns: &Netns) -> Tap {
     ns.enter(|| Tap::open(TAP)).expect("open the TAP")
 }
 
+/// Pings `to` until it answers once (at most 10 tries of 2 s): what follows then
+/// counts every answer, not the time it took to be reachable.
+fn wait_for_answer(ns: &Netns, to: &str) {
+    for _ in 0..10 {
+        match ping_addr(ns, to, 1, 56) {
+            Some((1, _)) | None => return,
+            _ => {}
+        }
+    }
+}
+
 fn ping(ns: &Netns, count: u32, size: usize) -> Option<(u32, String)> {
     ping_addr(ns, &DEV.to_string(), count, size)
 }
@@ -381,7 +392,10 @@ fn kernel_ping_udp_port_unreachable_and_nftables_loss() {
     let pcap = dir.join("device.pcap");
     let dev = Device::start(Box::new(Link::new(tap, Some(&pcap), None).unwrap()));
 
-    // ping -6 to the device, small and fragmented.
+    // ping -6 to the device, small and fragmented: once it answers at all (the host's
+    // neighbour discovery and the device's start take a moment on a busy host), every
+    // ping is answered.
+    wait_for_answer(&ns, &DEV.to_string());
     if let Some((got, text)) = ping(&ns, 3, 56) {
         assert_eq!(got, 3, "ping:\n{text}");
         let (got, text) = ping(&ns, 2, 3000).unwrap();
@@ -539,7 +553,9 @@ fn kernel_ipv4_arp_ping_udp_and_port_unreachable() {
     let pcap = dir.join("device.pcap");
     let dev = Device::start(Box::new(Link::new(tap, Some(&pcap), None).unwrap()));
 
-    // The kernel resolves the device with ARP; ping small and fragmented.
+    // The kernel resolves the device with ARP; ping small and fragmented (once it
+    // answers at all).
+    wait_for_answer(&ns, &DEV4.to_string());
     if let Some((got, text)) = ping_addr(&ns, &DEV4.to_string(), 3, 56) {
         assert_eq!(got, 3, "ping:\n{text}");
         let (got, text) = ping_addr(&ns, &DEV4.to_string(), 2, 3000).unwrap();
