@@ -119,16 +119,23 @@ static void pattern(unsigned char *buf, unsigned char seed, unsigned int len)
 }
 
 static struct rdma_event_channel *server_ch, *client_ch;
-static struct rdma_addrinfo *dst;
 
-/* A client id with a QP, its address and route resolved; NULL (told) on failure. */
-static struct rdma_cm_id *client(const char *step)
+/* An RC QP of a few WRs on @id (its device's default PD, CQs of librdmacm's): 0 or -1. */
+static int make_qp(struct rdma_cm_id *id)
 {
 	struct ibv_qp_init_attr attr = {
 		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
 			 .max_recv_sge = 1 },
 		.qp_type = IBV_QPT_RC,
 	};
+
+	return rdma_create_qp(id, NULL, &attr);
+}
+static struct rdma_addrinfo *dst;
+
+/* A client id with a QP, its address and route resolved; NULL (told) on failure. */
+static struct rdma_cm_id *client(const char *step)
+{
 	struct rdma_cm_id *id;
 	struct seen s;
 	char key[64];
@@ -145,7 +152,7 @@ static struct rdma_cm_id *client(const char *step)
 		rdma_destroy_id(id);
 		return NULL;
 	}
-	if (rdma_create_qp(id, NULL, &attr)) {
+	if (make_qp(id)) {
 		say(key, "create_qp %s", strerrorname_np(errno));
 		rdma_destroy_id(id);
 		return NULL;
@@ -210,11 +217,6 @@ out:
 
 static void step_accept(void)
 {
-	struct ibv_qp_init_attr attr = {
-		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
-			 .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_RC,
-	};
 	unsigned char pd[SERVER_PD_LEN];
 	struct rdma_conn_param param = {
 		.private_data = pd,
@@ -229,7 +231,7 @@ static void step_accept(void)
 	if (!id || connect_and_request("accept", id, &req))
 		goto out;
 	child = req.id;
-	if (rdma_create_qp(child, NULL, &attr)) {
+	if (make_qp(child)) {
 		say("accept.accept", "create_qp %s", strerrorname_np(errno));
 		goto out;
 	}
