@@ -41,15 +41,16 @@ struct qpip_ib_dev {
 	bool port_active;		/* as last told; under rtnl */
 	/*
 	 * The device context of the driver's own that holds iw_cm's listeners (qpip_ib_cm.c):
-	 * made by the first listen, gone with the last listener; not a reference.
+	 * made by the first listen, kept (a reference) until the device goes or a reset
+	 * kills it.
 	 */
 	struct mutex lctx_lock;
 	struct qpip_ib_lctx *lctx;
 };
 
-/* The listeners' device context; each listener, and each request, holds a reference. */
+/* The listeners' device context; the device, each listener and each request hold a reference. */
 struct qpip_ib_lctx {
-	refcount_t ref;			/* under qpip_ib_dev.lctx_lock */
+	refcount_t ref;
 	struct qpip_ib_dev *qib;
 	struct qpip_ctx *ctx;
 };
@@ -249,6 +250,7 @@ struct iw_cm_id;
 struct iw_cm_conn_param;
 int qpip_ib_iw_create_listen(struct iw_cm_id *cm_id, int backlog);
 int qpip_ib_iw_destroy_listen(struct iw_cm_id *cm_id);
+void qpip_ib_lctx_release(struct qpip_ib_dev *qib);
 int qpip_ib_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param);
 int qpip_ib_iw_accept(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param);
 int qpip_ib_iw_reject(struct iw_cm_id *cm_id, const void *pdata, u8 pdata_len);

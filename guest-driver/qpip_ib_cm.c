@@ -364,37 +364,34 @@ struct qpip_ib_conn_req {
 	u32 id;
 };
 
-/* A reference let go: the last (of the listeners and requests) destroys the context. */
+/* A reference let go: the last (the device's, a listener's or a request's) destroys it. */
 static void qpip_ib_lctx_put(struct qpip_ib_lctx *lctx)
 {
-	struct qpip_ib_dev *qib = lctx->qib;
-	bool last;
-
-	/* Under the lock: qpip_ib_lctx_get must not find a context on its way out. */
-	mutex_lock(&qib->lctx_lock);
-	last = refcount_dec_and_test(&lctx->ref);
-	if (last && qib->lctx == lctx)
-		qib->lctx = NULL;
-	mutex_unlock(&qib->lctx_lock);
-	if (!last)
+	if (!refcount_dec_and_test(&lctx->ref))
 		return;
 	qpip_ctx_destroy(lctx->ctx);
 	kfree(lctx);
 }
 
 /*
- * The listeners' context, a reference for the caller: made by the first listener, gone
- * with the last listener or request (a finished server leaves no context behind); one a
- * reset killed is left to its last users, and the next listen makes a new one.
+ * The listeners' context, a reference for the caller. The device keeps the context it
+ * made, from the first listen to its removal: a listen is then one LISTEN command, not a
+ * context's creation first. rdma_cm listens on every device for a wildcard address, and
+ * programs that tell their client the port before they listen (qperf 0.4.11) lose the
+ * race to the client's connect far less often: on qpip's own device, and on a siw or
+ * rxe device listed after it. A context a reset killed is replaced by the next listen
+ * (its last users let go of it).
  */
 static struct qpip_ib_lctx *qpip_ib_lctx_get(struct qpip_ib_dev *qib)
 {
-	struct qpip_ib_lctx *lctx;
+	struct qpip_ib_lctx *lctx, *dead = NULL;
 
 	mutex_lock(&qib->lctx_lock);
 	lctx = qib->lctx;
-	if (lctx && qpip_ctx_dead(lctx->ctx))
+	if (lctx && qpip_ctx_dead(lctx->ctx)) {
+		dead = lctx;
 		qib->lctx = lctx = NULL;
+	}
 	if (lctx) {
 		refcount_inc(&lctx->ref);
 		goto out;
@@ -404,7 +401,7 @@ static struct qpip_ib_lctx *qpip_ib_lctx_get(struct qpip_ib_dev *qib)
 		lctx = ERR_PTR(-ENOMEM);
 		goto out;
 	}
-	refcount_set(&lctx->ref, 1);
+	refcount_set(&lctx->ref, 2);	/* the device's and the caller's */
 	lctx->qib = qib;
 	lctx->ctx = qpip_ctx_create(qib->qdev, NULL);
 	if (IS_ERR(lctx->ctx)) {
@@ -417,7 +414,17 @@ static struct qpip_ib_lctx *qpip_ib_lctx_get(struct qpip_ib_dev *qib)
 	qib->lctx = lctx;
 out:
 	mutex_unlock(&qib->lctx_lock);
+	if (dead)
+		qpip_ib_lctx_put(dead);
 	return lctx;
+}
+
+/* The device goes (after its unregistration: no listener is left): its context too. */
+void qpip_ib_lctx_release(struct qpip_ib_dev *qib)
+{
+	if (qib->lctx)
+		qpip_ib_lctx_put(qib->lctx);
+	qib->lctx = NULL;
 }
 
 static void qpip_ib_listener_release(struct kref *ref)

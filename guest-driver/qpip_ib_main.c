@@ -159,6 +159,7 @@ static int qpip_ib_probe(struct auxiliary_device *adev, const struct auxiliary_d
 
 err_unregister:
 	ib_unregister_device(&qib->ibdev);
+	qpip_ib_lctx_release(qib);
 err_dealloc:
 	ida_destroy(&qib->pd_ida);
 	ib_dealloc_device(&qib->ibdev);
@@ -175,8 +176,9 @@ static void qpip_ib_remove(struct auxiliary_device *adev)
 	struct qpip_ib_dev *qib = auxiliary_get_drvdata(adev);
 
 	unregister_netdevice_notifier_dev_net(qib->netdev, &qib->nb, &qib->nn);
-	/* Every cm_id goes with it: so do the listeners and their device context. */
+	/* Every cm_id goes with it, the listeners too; then their device context. */
 	ib_unregister_device(&qib->ibdev);
+	qpip_ib_lctx_release(qib);
 	ida_destroy(&qib->pd_ida);
 	xa_destroy(&qib->qps);
 	ib_dealloc_device(&qib->ibdev);
