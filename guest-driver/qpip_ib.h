@@ -44,8 +44,12 @@ struct qpip_ib_dev {
 	 * made by the first listen, kept (a reference) until the device goes or a reset
 	 * kills it.
 	 */
-	struct mutex lctx_lock;
+	struct mutex lctx_lock;		/* @lctx, @lingering, @unregistering */
 	struct qpip_ib_lctx *lctx;
+	/* Listeners iw_cm let go of, kept a while for a new listen on their port. */
+	struct list_head lingering;
+	bool unregistering;		/* no listener lingers any more */
+	struct workqueue_struct *linger_wq;	/* their expiry */
 };
 
 /* The listeners' device context; the device, each listener and each request hold a reference. */

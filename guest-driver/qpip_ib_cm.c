@@ -342,17 +342,24 @@ static void qpip_ib_cm_advance(struct qpip_ib_qp *qp)
  * requests (the next listen makes a new context).
  */
 struct qpip_ib_listener {
-	struct kref ref;		/* iw_cm's listen, the pending command, each request */
+	struct kref ref;		/* iw_cm's listen (or the linger), the pending
+					 * command, each request */
 	struct qpip_ib_dev *qib;
 	struct qpip_ib_lctx *lctx;	/* a reference of the listener's */
 	u32 handle;			/* the device's listener, in lctx's context */
+	u8 addr[16];			/* what it listens on, for a new listen to match */
+	u16 port;
 	struct work_struct work;	/* a CONN_REQUEST ended */
 	struct completion idle;		/* no CONN_REQUEST pending */
+	struct list_head lingering;	/* in qib->lingering, under qib->lctx_lock */
+	struct delayed_work expire;	/* the linger's end */
 
-	struct mutex lock;		/* @cm_id, @closing, @buf */
-	struct iw_cm_id *cm_id;		/* held (add_ref) while set */
-	bool closing;			/* iw_destroy_listen came */
+	struct mutex lock;		/* @cm_id, @closing, @buf, @held */
+	struct iw_cm_id *cm_id;		/* held (add_ref) while set; NULL while lingering */
+	bool closing;			/* being destroyed */
 	struct qpip_conn_request *buf;	/* the pending CONN_REQUEST's */
+	struct qpip_conn_request *held;	/* a request that came while lingering */
+	u32 held_id;
 
 	spinlock_t done_lock;
 	struct qpip_cmd *done;		/* the ended CONN_REQUEST, for the work */
@@ -417,14 +424,6 @@ out:
 	if (dead)
 		qpip_ib_lctx_put(dead);
 	return lctx;
-}
-
-/* The device goes (after its unregistration: no listener is left): its context too. */
-void qpip_ib_lctx_release(struct qpip_ib_dev *qib)
-{
-	if (qib->lctx)
-		qpip_ib_lctx_put(qib->lctx);
-	qib->lctx = NULL;
 }
 
 static void qpip_ib_listener_release(struct kref *ref)
@@ -553,6 +552,11 @@ static void qpip_ib_listener_work(struct work_struct *work)
 			status);
 	} else if (l->closing) {
 		/* Taken as the listener went: the listener's destruction resets it. */
+	} else if (!l->cm_id) {
+		/* Lingering: kept for the next listen (or reset with the listener). */
+		l->held = buf;
+		l->held_id = id;
+		buf = NULL;
 	} else {
 		qpip_ib_conn_req_tell(l, buf, id);
 		again = qpip_ib_conn_request(l);
@@ -562,6 +566,106 @@ static void qpip_ib_listener_work(struct work_struct *work)
 	mutex_unlock(&l->lock);
 	kfree(buf);
 	qpip_ib_listener_put(l);	/* the command's */
+}
+
+/*
+ * The listener destroyed in the device: its pending CONN_REQUEST completes CANCELLED, the
+ * requests it holds unanswered are reset (the one held while lingering too); the ones
+ * iw_cm has are answered by iw_cm (their ACCEPT then fails). The caller's reference goes.
+ */
+static void qpip_ib_listener_destroy(struct qpip_ib_listener *l)
+{
+	struct qpip_handle h = { .size = sizeof(h) };
+
+	mutex_lock(&l->lock);
+	l->closing = true;
+	mutex_unlock(&l->lock);
+	h.handle = l->handle;
+	/* Fails only if the context is dead: then the device has no listener any more. */
+	qpip_ctx_ioctl(l->lctx->ctx, QPIP_IOCTL_DESTROY_LISTENER, &h);
+	wait_for_completion(&l->idle);
+	flush_work(&l->work);
+	mutex_lock(&l->lock);
+	kfree(l->held);
+	l->held = NULL;
+	mutex_unlock(&l->lock);
+	qpip_ib_listener_put(l);
+}
+
+/*
+ * How long a listener iw_cm let go of lingers in the device before it is destroyed. A
+ * program that destroys its listener and listens again on the same port (perftest does,
+ * between its own exchange and its test's connection, while its client connects) gets
+ * the same device listener back: a connection that came in between is held, not refused.
+ * Without it, such a client races a LISTEN command to the adapter, and a siw client,
+ * whose connect is a kernel socket's, loses. perftest's ib_write_bw server takes about a
+ * second to listen again on an idle TCG guest (its client as long to connect again): a
+ * few seconds leave room for a loaded host.
+ */
+#define QPIP_IB_LINGER	msecs_to_jiffies(5000)
+
+static void qpip_ib_listeners_end_lingering(struct qpip_ib_dev *qib, u16 port);
+
+/* The linger's end: nobody listened again. */
+static void qpip_ib_listener_expire(struct work_struct *work)
+{
+	struct qpip_ib_listener *l = container_of(to_delayed_work(work),
+						  struct qpip_ib_listener, expire);
+	struct qpip_ib_dev *qib = l->qib;
+	bool mine;
+
+	mutex_lock(&qib->lctx_lock);
+	mine = !list_empty(&l->lingering);
+	list_del_init(&l->lingering);
+	mutex_unlock(&qib->lctx_lock);
+	if (mine)	/* else a new listen took it */
+		qpip_ib_listener_destroy(l);
+}
+
+/* A lingering listener on @addr and @port, taken off the list (the caller's), or NULL. */
+static struct qpip_ib_listener *qpip_ib_listener_unlinger(struct qpip_ib_dev *qib,
+							   const u8 *addr, u16 port)
+{
+	struct qpip_ib_listener *l, *found = NULL;
+
+	mutex_lock(&qib->lctx_lock);
+	list_for_each_entry(l, &qib->lingering, lingering) {
+		if (l->port == port && !memcmp(l->addr, addr, sizeof(l->addr)) &&
+		    !qpip_ctx_dead(l->lctx->ctx)) {
+			found = l;
+			list_del_init(&l->lingering);
+			break;
+		}
+	}
+	mutex_unlock(&qib->lctx_lock);
+	/* Its expiry may be running: it finds the listener off the list and leaves it. */
+	if (found)
+		cancel_delayed_work(&found->expire);
+	return found;
+}
+
+/* A lingering listener becomes @cm_id's: a request held meanwhile is told first. */
+static void qpip_ib_listener_adopt(struct qpip_ib_listener *l, struct iw_cm_id *cm_id)
+{
+	struct qpip_conn_request *held;
+
+	cm_id->add_ref(cm_id);
+	cm_id->provider_data = l;
+	mutex_lock(&l->lock);
+	l->cm_id = cm_id;
+	held = l->held;
+	l->held = NULL;
+	if (held) {
+		/* No CONN_REQUEST is pending while one is held: ask for the next. */
+		qpip_ib_conn_req_tell(l, held, l->held_id);
+		reinit_completion(&l->idle);
+		if (!qpip_ib_conn_request(l))
+			complete(&l->idle);
+	}
+	mutex_unlock(&l->lock);
+	kfree(held);
+	dev_dbg(&l->qib->ibdev.dev, "listener %u: listened on again%s\n", l->handle,
+		held ? ", a request held" : "");
 }
 
 /*
@@ -582,12 +686,22 @@ int qpip_ib_iw_create_listen(struct iw_cm_id *cm_id, int backlog)
 		return ret;
 	if (any)
 		memset(addr, 0, sizeof(addr));
+	l = qpip_ib_listener_unlinger(qib, addr, port);
+	if (l) {
+		qpip_ib_listener_adopt(l, cm_id);
+		return 0;
+	}
+	qpip_ib_listeners_end_lingering(qib, port);
 	l = kzalloc(sizeof(*l), GFP_KERNEL);
 	if (!l)
 		return -ENOMEM;
 	kref_init(&l->ref);
 	l->qib = qib;
+	memcpy(l->addr, addr, sizeof(l->addr));
+	l->port = port;
 	INIT_WORK(&l->work, qpip_ib_listener_work);
+	INIT_LIST_HEAD(&l->lingering);
+	INIT_DELAYED_WORK(&l->expire, qpip_ib_listener_expire);
 	init_completion(&l->idle);
 	mutex_init(&l->lock);
 	spin_lock_init(&l->done_lock);
@@ -620,32 +734,75 @@ int qpip_ib_iw_create_listen(struct iw_cm_id *cm_id, int backlog)
 }
 
 /*
- * The listener goes: its pending CONN_REQUEST completes CANCELLED, the requests it holds
- * unanswered are reset; the ones iw_cm has are answered by iw_cm (their ACCEPT then fails).
- * Nothing is told once this returns.
+ * iw_cm lets the listener go: it lingers (QPIP_IB_LINGER) for a new listen on its address
+ * and port, unless its context is dead. Nothing is told to @cm_id once this returns.
  */
 int qpip_ib_iw_destroy_listen(struct iw_cm_id *cm_id)
 {
 	struct qpip_ib_listener *l = cm_id->provider_data;
-	struct qpip_handle h = { .size = sizeof(h) };
+	struct qpip_ib_dev *qib;
 
 	if (!l)
 		return 0;	/* a wildcard listen that listens on nothing here */
-	mutex_lock(&l->lock);
-	l->closing = true;
-	mutex_unlock(&l->lock);
-	h.handle = l->handle;
-	/* Fails only if the context is dead: then the device has no listener any more. */
-	qpip_ctx_ioctl(l->lctx->ctx, QPIP_IOCTL_DESTROY_LISTENER, &h);
-	wait_for_completion(&l->idle);
-	flush_work(&l->work);
+	qib = l->qib;
 	mutex_lock(&l->lock);
 	l->cm_id = NULL;
 	mutex_unlock(&l->lock);
 	cm_id->provider_data = NULL;
 	cm_id->rem_ref(cm_id);
-	qpip_ib_listener_put(l);
+	/* iw_cm's reference is the linger's now. */
+	mutex_lock(&qib->lctx_lock);
+	if (!qib->unregistering && !qpip_ctx_dead(l->lctx->ctx)) {
+		list_add_tail(&l->lingering, &qib->lingering);
+		queue_delayed_work(qib->linger_wq, &l->expire, QPIP_IB_LINGER);
+		l = NULL;
+	}
+	mutex_unlock(&qib->lctx_lock);
+	if (l)
+		qpip_ib_listener_destroy(l);
 	return 0;
+}
+
+/*
+ * Lingering listeners destroyed now: those on @port (another address's would refuse a
+ * new listen on it: the device's wildcard listens cover both families), or all of them
+ * (@port 0: the device goes; none lingers from then on).
+ */
+static void qpip_ib_listeners_end_lingering(struct qpip_ib_dev *qib, u16 port)
+{
+	struct qpip_ib_listener *l, *found;
+
+	for (;;) {
+		found = NULL;
+		mutex_lock(&qib->lctx_lock);
+		if (!port)
+			qib->unregistering = true;
+		list_for_each_entry(l, &qib->lingering, lingering) {
+			if (!port || l->port == port) {
+				found = l;
+				list_del_init(&l->lingering);
+				break;
+			}
+		}
+		mutex_unlock(&qib->lctx_lock);
+		if (!found)
+			return;
+		/* Off the list: its expiry, if it runs, leaves it to us. */
+		cancel_delayed_work_sync(&found->expire);
+		qpip_ib_listener_destroy(found);
+	}
+}
+
+/*
+ * The device goes, after its unregistration (iw_cm has let go of every listener): the
+ * lingering listeners are destroyed, then the context.
+ */
+void qpip_ib_lctx_release(struct qpip_ib_dev *qib)
+{
+	qpip_ib_listeners_end_lingering(qib, 0);
+	if (qib->lctx)
+		qpip_ib_lctx_put(qib->lctx);
+	qib->lctx = NULL;
 }
 
 static void qpip_ib_conn_req_free(struct qpip_ib_conn_req *req)

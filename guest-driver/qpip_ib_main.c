@@ -127,6 +127,12 @@ static int qpip_ib_probe(struct auxiliary_device *adev, const struct auxiliary_d
 	qib->netdev = netdev;
 	ida_init(&qib->pd_ida);
 	mutex_init(&qib->lctx_lock);
+	INIT_LIST_HEAD(&qib->lingering);
+	qib->linger_wq = alloc_workqueue("qpip_ib_linger", 0, 0);
+	if (!qib->linger_wq) {
+		ret = -ENOMEM;
+		goto err_dealloc;
+	}
 	xa_init_flags(&qib->qps, XA_FLAGS_LOCK_IRQ);
 
 	qib->ibdev.node_type = RDMA_NODE_RNIC;
@@ -161,6 +167,8 @@ err_unregister:
 	ib_unregister_device(&qib->ibdev);
 	qpip_ib_lctx_release(qib);
 err_dealloc:
+	if (qib->linger_wq)
+		destroy_workqueue(qib->linger_wq);
 	ida_destroy(&qib->pd_ida);
 	ib_dealloc_device(&qib->ibdev);
 	return ret;
@@ -179,6 +187,7 @@ static void qpip_ib_remove(struct auxiliary_device *adev)
 	/* Every cm_id goes with it, the listeners too; then their device context. */
 	ib_unregister_device(&qib->ibdev);
 	qpip_ib_lctx_release(qib);
+	destroy_workqueue(qib->linger_wq);	/* an expiry still running ends */
 	ida_destroy(&qib->pd_ida);
 	xa_destroy(&qib->qps);
 	ib_dealloc_device(&qib->ibdev);
