@@ -37,12 +37,15 @@ const QPERF_SIW_TESTS: [&str; 1] = ["rc_lat"];
 ///                          /lab/TAG.ready, waits for /lab/TAG.done, gives CMD 10 s to end
 ///                          and stops it otherwise: reports TAG.server (its exit status, or
 ///                          `stopped`) and TAG.listen (the rdma_cm listeners it had)
-///  client TAG CMD...       once /lab/TAG.ready exists, runs CMD (at most 120 s), up to 3
-///                          times 2 s apart while it fails (under TCG an rdma_cm connect to
-///                          rxe is now and then rejected, "RDMA_CM_EVENT_REJECTED; error:
-///                          8", with the server still listening): reports TAG.client (the
-///                          last exit status), TAG.attempts and the output of each failed
-///                          attempt, then touches /lab/TAG.done
+///  client [-n N] TAG CMD...  once /lab/TAG.ready exists, runs CMD (at most 120 s), up to
+///                          N times (3 unless said), 2 s, 4 s, ... apart, while it fails
+///                          (under TCG an rdma_cm connect to rxe is now and then rejected,
+///                          "RDMA_CM_EVENT_REJECTED; error: 8", with the server still
+///                          listening; qperf 0.4.11's server listens only after it told its
+///                          client the port, a race siw's client lost three times running
+///                          on a loaded host): reports TAG.client (the last exit status),
+///                          TAG.attempts and the output of each failed attempt, then
+///                          touches /lab/TAG.done
 ///  cm_listens PROG         whether PROG holds an rdma_cm listener
 ///  tcp_listens PORT        whether a TCP socket listens on PORT (qperf's control port)
 ///  qperf_kv TAG FILE       qperf's results in FILE as `@TAG.TEST=name = value unit, ...`
@@ -75,6 +78,8 @@ serve() {
     fi
 }
 client() {
+    tries=3
+    if [ "$1" = -n ]; then tries=$2; shift 2; fi
     t=$1; shift
     await "$t.ready" || return
     n=1
@@ -82,8 +87,8 @@ client() {
         timeout 120 "$@" >"/tmp/$t.out" 2>&1
         st=$?
         [ $st = 0 ] || sed "s/^/  $t (attempt $n): /" "/tmp/$t.out"
-        [ $st != 0 ] && [ $n -lt 3 ] || break
-        n=$((n + 1)); sleep 2
+        [ $st != 0 ] && [ $n -lt $tries ] || break
+        sleep $((2 * n)); n=$((n + 1))
     done
     kv "$t.client" $st
     kv "$t.attempts" $n
@@ -130,7 +135,7 @@ client rping4 rping -c -a {peer4} -C 20 -S 1000 -V -v
 kv rping4.pings "$(grep -c '^ping data: ' /tmp/rping4.out)"
 client wbw ib_write_bw -R -F --ipv6-addr -p 18530 -s 65536 -n 100 {peer}
 kv wbw.line "$(awk '/^ *65536 / {{ print; exit }}' /tmp/wbw.out)"
-client qperf-rxe {qperf}
+client -n 6 qperf-rxe {qperf}
 qperf_kv qperf-rxe /tmp/qperf-rxe.out
 rdma link delete rxe0; kv rxe.deleted $?
 await rxe-gone.b
@@ -145,7 +150,7 @@ await rxe-gone.b
     } else {
         let peer4 = netns::virtio_addr4(2);
         format!(
-            r#"client qperf-siw {}
+            r#"client -n 6 qperf-siw {}
 qperf_kv qperf-siw /tmp/qperf-siw.out
 client qperf-siw-bw {}
 kv qperf-siw-bw.out "$(tr '\n' ' ' < /tmp/qperf-siw-bw.out)"
