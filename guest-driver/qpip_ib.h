@@ -50,6 +50,8 @@ struct qpip_ib_dev {
 	struct list_head lingering;
 	bool unregistering;		/* no listener lingers any more */
 	struct workqueue_struct *linger_wq;	/* their expiry */
+	/* A reset killed the user contexts: IB_EVENT_DEVICE_FATAL tells their processes. */
+	struct work_struct fatal_work;
 };
 
 /* The listeners' device context; the device, each listener and each request hold a reference. */

@@ -79,6 +79,24 @@ static void qpip_ib_port_event(struct qpip_ib_dev *qib, enum ib_event_type type)
 }
 
 /*
+ * The device was reset: every user context is dead (its QPs flushed, qpip_ib_qp.c), and
+ * uverbs passes IB_EVENT_DEVICE_FATAL to each process's asynchronous events, as for a
+ * device that went away; a process opens the device again to go on. (rdma_cm has no
+ * event for it: a listener is not told.)
+ */
+static void qpip_ib_fatal_work(struct work_struct *work)
+{
+	struct qpip_ib_dev *qib = container_of(work, struct qpip_ib_dev, fatal_work);
+	struct ib_event ev = {
+		.device = &qib->ibdev,
+		.event = IB_EVENT_DEVICE_FATAL,
+	};
+
+	dev_info(&qib->ibdev.dev, "device reset: its verbs users are told\n");
+	ib_dispatch_event(&ev);
+}
+
+/*
  * The port is qpipN: its state follows the interface's (up, with carrier), and its GID
  * the interface's MAC. Users learn of a change as an asynchronous event of the port.
  */
@@ -128,6 +146,7 @@ static int qpip_ib_probe(struct auxiliary_device *adev, const struct auxiliary_d
 	ida_init(&qib->pd_ida);
 	mutex_init(&qib->lctx_lock);
 	INIT_LIST_HEAD(&qib->lingering);
+	INIT_WORK(&qib->fatal_work, qpip_ib_fatal_work);
 	qib->linger_wq = alloc_workqueue("qpip_ib_linger", 0, 0);
 	if (!qib->linger_wq) {
 		ret = -ENOMEM;
@@ -186,6 +205,7 @@ static void qpip_ib_remove(struct auxiliary_device *adev)
 	unregister_netdevice_notifier_dev_net(qib->netdev, &qib->nb, &qib->nn);
 	/* Every cm_id goes with it, the listeners too; then their device context. */
 	ib_unregister_device(&qib->ibdev);
+	cancel_work_sync(&qib->fatal_work);
 	qpip_ib_lctx_release(qib);
 	destroy_workqueue(qib->linger_wq);	/* an expiry still running ends */
 	ida_destroy(&qib->pd_ida);

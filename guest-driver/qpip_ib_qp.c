@@ -110,6 +110,8 @@ void qpip_ib_qp_event(void *data, u32 qpn, u16 kind, u8 reason)
 		 */
 		xa_for_each(&qib->qps, i, qp)
 			qpip_ib_qp_event_one(uc, qp, ev | QPIP_IB_EV_DEAD, reason);
+		/* Once for all the contexts a reset killed (a pending work is not queued again). */
+		queue_work(system_wq, &qib->fatal_work);
 	} else {
 		qp = xa_load(&qib->qps, qpn);
 		dev_dbg(&qib->ibdev.dev, "QP %u: event %u reason %u%s\n", qpn, kind, reason,

@@ -216,6 +216,7 @@ echo 1 > /sys/class/qpip/qpip0/reset; kv reset.status $?
 wait $vr; kv resetwait.status $?
 while read -r k v; do kv "resetwait.$k" "$v"; done < /tmp/vr
 kill $aw; wait $aw 2>/dev/null
+kv reset.watch "$(tr '\n' '|' < /tmp/aw2)"
 kv contexts.after_reset "$(contexts)"
 ibv_devinfo -d qpip0 > /dev/null 2>&1; kv reset.devinfo $?
 
@@ -605,6 +606,11 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     assert_eq!(rep.get("reload2.devinfo"), "0", "{}", ctx());
     // A reset under a user, then the function removed under one and found again.
     assert_eq!(rep.get("reset.status"), "0", "{}", ctx());
+    assert!(
+        rep.get("reset.watch").contains("IBV_EVENT_DEVICE_FATAL"),
+        "a verbs user is told the reset killed its context\n{}",
+        ctx()
+    );
     // No context left: the users' closed, and qpip_ib, loaded again since, listened on
     // nothing yet.
     assert_eq!(rep.num("contexts.after_reset"), 0, "{}", ctx());
