@@ -14,7 +14,8 @@
 //! project's, plain libibverbs) checks the CQ, its completion channel, regions and their
 //! access rights, a QP's states (RTS refused locally) and receives flushed by ERR one by
 //! one, WRs posted after ERR completed flushed (the CQ's channel told, a second QP
-//! untouched), and a process killed holding them leaves nothing behind; `rping` to
+//! untouched), and a process killed holding them leaves nothing behind (`rdma res` counts
+//! its context, PD, CQs, region and QP, then none); `rping` to
 //! qpip0's own address connects through `rdma_cm` and the device, and is refused (nobody listens);
 //! servers on `qpip0` (the driver's passive side) with clients to them, both ends on the
 //! device: `rping -V` over IPv6 (64 and 65535 bytes) and IPv4, `ib_write_bw` and
@@ -24,7 +25,8 @@
 //! refused again). Then `qpip_ib` is unloaded while `ibv_asyncwatch`
 //! holds a context open (the context is disassociated, the module goes), loaded again,
 //! unloaded with no user and loaded again, each time finding the device again; the device
-//! is reset under a user, and under one waiting on a completion channel for receives
+//! is reset under a user (told `IBV_EVENT_DEVICE_FATAL`), and under one waiting on a
+//! completion channel for receives
 //! (woken, they complete flushed, and so do WRs it posts afterwards), and the function
 //! removed under one (its ib_device goes first) and found again by a PCI rescan; qpip's own library (`qpip-c-pingpong` over
 //! `/dev/qpip0`) works beside it throughout; and the kernel log has no oops or warning.
@@ -110,9 +112,12 @@ qpip-verbs-check qpip0 hold > /tmp/vh 2>&1 & vh=$!
 i=0; until grep -q '^holding' /tmp/vh || [ $i -ge 100 ]; do i=$((i + 1)); sleep 0.1; done
 kv hold.out "$(tr '\n' '|' < /tmp/vh)"
 kv contexts.holding "$(contexts)"
+# iproute2's view of the RDMA core's resource tracking: qpip0's summary line.
+kv res.holding "$(rdma res show 2>&1 | grep 'qpip0:')"
 kill -9 $vh; wait $vh 2>/dev/null
 sleep 0.5
 kv contexts.killed "$(contexts)"
+kv res.killed "$(rdma res show 2>&1 | grep 'qpip0:')"
 
 # rping through rdma_cm on qpip0's own address: the client's QP connects through the
 # device, where nobody listens (refused). Then servers on qpip0 (the passive side) and
@@ -465,6 +470,18 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     assert!(rep.get("hold.out").contains("holding yes"), "{}", ctx());
     let before_hold = rep.num("contexts.before_hold");
     assert_eq!(rep.num("contexts.holding"), before_hold + 1, "{}", ctx());
+    // `rdma res`: the holder's objects while it lives, none once it was killed.
+    let res = |key: &str, kind: &str| -> u64 {
+        let line = rep.get(key);
+        let mut words = line.split_whitespace();
+        let found = words.by_ref().find(|w| *w == kind).is_some();
+        assert!(found, "{key}: no `{kind}` in {line:?}\n{}", ctx());
+        words.next().and_then(|n| n.parse().ok()).unwrap_or(u64::MAX)
+    };
+    for kind in ["pd", "cq", "qp", "mr", "ctx"] {
+        assert!(res("res.holding", kind) >= 1, "rdma res while holding: {kind}\n{}", ctx());
+        assert_eq!(res("res.killed", kind), 0, "rdma res once killed: {kind}\n{}", ctx());
+    }
     assert_eq!(rep.num("contexts.killed"), before_hold, "{}", ctx());
 
     // rping (librdmacm): the client's QP connects through the device to qpip0's own
