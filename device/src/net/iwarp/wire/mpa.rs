@@ -404,6 +404,11 @@ mod tests {
         assert!(Flags::from_byte(0x20).reject);
         assert!(Flags::from_byte(0x10).enhanced);
         assert_eq!(Flags::from_byte(0x0f).reserved, 0x0f);
+        // qpip's two bits are reserved ones, and not siw's (0x08).
+        for b in [flags::QPIP_IMMEDIATE_OFFER, flags::QPIP_IMMEDIATE_AGREE] {
+            assert_eq!(b & flags::RESERVED, b);
+            assert_eq!(b & 0x08, 0);
+        }
         for b in 0..=255u8 {
             assert_eq!(Flags::from_byte(b).to_byte(), b);
         }
