@@ -216,7 +216,8 @@ fn script(n: usize) -> String {
     if n == 2 {
         s += "lab-siw >/tmp/lab-siw.out 2>&1; kv siw.status $?\n";
     } else {
-        s += "lab-qpip-ib >/tmp/load 2>&1; kv load.status $?\n";        // No peer-to-peer mode towards siw's servers: this test kills a server whose
+        s += "lab-qpip-ib >/tmp/load 2>&1; kv load.status $?\n";
+        // No peer-to-peer mode towards siw's servers: this test kills a server whose
         // connection siw's responder stalled (common/rping.sh), and a siw responder that
         // left the ready-to-receive message unread then hit a BUG in its kernel's iw_cm
         // (cm_work_handler, iwcm.c:964) once its server was killed.

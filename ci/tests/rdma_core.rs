@@ -544,7 +544,10 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         ("accept.server", "RDMA_CM_EVENT_ESTABLISHED"),
         ("accept.write_imm", "ok"),
         ("accept.write_imm_send", "success RDMA_WRITE"),
-        ("accept.write_imm_recv", "success RECV_RDMA_WITH_IMM WITH_IMM"),
+        (
+            "accept.write_imm_recv",
+            "success RECV_RDMA_WITH_IMM WITH_IMM",
+        ),
         ("accept.write_imm_value", "ok"),
         ("accept.write_imm_data", "ok"),
         ("accept.client_end", "RDMA_CM_EVENT_DISCONNECTED"),

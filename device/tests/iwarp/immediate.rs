@@ -240,13 +240,19 @@ fn a_responder_agrees_in_its_reply_only_to_a_request_that_offers() {
     let (flags, pd, agreed, req_pd) = answer(7223, offer_bit, &offer(b"server pd"));
     assert_eq!(flags & mpa::flags::RESERVED, agree_bit, "{flags:#04x}");
     assert!(agreed);
-    assert_eq!((pd.as_slice(), req_pd.as_slice()), (&b"server pd"[..], &b"raw pd"[..]));
+    assert_eq!(
+        (pd.as_slice(), req_pd.as_slice()),
+        (&b"server pd"[..], &b"raw pd"[..])
+    );
     // siw's request (its GSO bit 0x08 maybe): no offer, no answer, private data intact.
     for (port, bits) in [(7224, 0), (7225, 0x08)] {
         let (flags, pd, agreed, req_pd) = answer(port, bits, &offer(b"server pd"));
         assert_eq!(flags & mpa::flags::RESERVED, 0, "{bits:#04x}: {flags:#04x}");
         assert!(!agreed);
-        assert_eq!((pd.as_slice(), req_pd.as_slice()), (&b"server pd"[..], &b"raw pd"[..]));
+        assert_eq!(
+            (pd.as_slice(), req_pd.as_slice()),
+            (&b"server pd"[..], &b"raw pd"[..])
+        );
     }
     // An offer to a responder whose application did not: not answered.
     let (flags, _, agreed, _) = answer(7226, offer_bit, &Mpa::plain());

@@ -156,7 +156,11 @@ fn a_request_is_seen_then_accepted_onto_a_qp_of_another_context() {
     status(g.admin_wait_done(con), ADMIN_STATUS_OK, "CONNECT");
     let ci = g.query_conn(c, ce.qp.id).unwrap();
     assert_eq!(&ci.private_data[..ci.pd_len as usize], b"welcome");
-    assert_eq!((ci.ird, ci.ord), (3, 8), "the responder serves the initiator's ORD");
+    assert_eq!(
+        (ci.ird, ci.ord),
+        (3, 8),
+        "the responder serves the initiator's ORD"
+    );
     let si = g.query_conn(other, se.qp.id).unwrap();
     assert_eq!(
         &si.private_data[..si.pd_len as usize],
