@@ -24,6 +24,13 @@
  * Each step prints "KEY VALUE" lines (an event's name, a length, "ok" or what differed);
  * the test decides what is right. Every wait is bounded (10 s; the whole run 60 s). The
  * exit status is 0 unless the setup failed.
+ *
+ *   qpip-cm-check --write-imm-to ADDR PORT
+ *
+ * Only a client, of a server elsewhere that accepts any connection (rping's, on siw): it
+ * connects, posts one RDMA Write with immediate data and tells how it completes (towards
+ * a peer that is not qpip the connection did not agree to immediate data), then
+ * disconnects.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -365,16 +372,77 @@ out:
 		client_free(id);
 }
 
+/*
+ * --write-imm-to: a Write with immediate data on a connection to @addr:@port. Nothing of
+ * the Write may reach the peer (its region is not known here: remote address and rkey 0).
+ */
+static int write_imm_to(const char *addr, const char *port)
+{
+	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP };
+	static unsigned char src[64];
+	struct ibv_send_wr wr = {
+		.wr_id = 9,
+		.opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+		.send_flags = IBV_SEND_SIGNALED,
+		.num_sge = 1,
+	}, *bad_wr;
+	struct rdma_conn_param param = { .responder_resources = 1, .initiator_depth = 1 };
+	struct rdma_cm_id *id;
+	struct ibv_mr *mr;
+	struct ibv_sge sge;
+	struct ibv_wc wc;
+	struct seen s;
+	int ret;
+
+	client_ch = rdma_create_event_channel();
+	if (!client_ch || rdma_getaddrinfo(addr, port, &hints, &dst)) {
+		perror("qpip-cm-check: rdma_getaddrinfo");
+		return 1;
+	}
+	id = client("wimm");
+	if (!id)
+		return 1;
+	if (rdma_connect(id, &param)) {
+		say("wimm.connect", "%s", strerrorname_np(errno));
+		client_free(id);
+		return 1;
+	}
+	if (expect(client_ch, "wimm.connect", RDMA_CM_EVENT_ESTABLISHED, &s)) {
+		client_free(id);
+		return 1;
+	}
+	mr = ibv_reg_mr(id->qp->pd, src, sizeof(src), 0);
+	if (!mr) {
+		say("wimm.post", "reg_mr %s", strerrorname_np(errno));
+		goto out;
+	}
+	sge = (struct ibv_sge){ .addr = (uintptr_t)src, .length = sizeof(src), .lkey = mr->lkey };
+	wr.sg_list = &sge;
+	memcpy(&wr.imm_data, IMM_BYTES, sizeof(wr.imm_data));
+	ret = ibv_post_send(id->qp, &wr, &bad_wr);
+	say("wimm.post", "%s", ret ? strerrorname_np(ret) : "ok");
+	if (!ret && !next_wc(id->qp->send_cq, "wimm.send", &wc))
+		say("wimm.send", "%s %s", ibv_wc_status_str(wc.status),
+		    wc.opcode == IBV_WC_RDMA_WRITE ? "RDMA_WRITE" : "other opcode");
+	ibv_dereg_mr(mr);
+out:
+	say("wimm.disconnect", "%s", rdma_disconnect(id) ? strerrorname_np(errno) : "ok");
+	client_free(id);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *src;
 	struct rdma_cm_id *listener;
 
+	alarm(60);
+	if (argc == 4 && !strcmp(argv[1], "--write-imm-to"))
+		return write_imm_to(argv[2], argv[3]);
 	if (argc != 3) {
-		fprintf(stderr, "usage: qpip-cm-check ADDR PORT\n");
+		fprintf(stderr, "usage: qpip-cm-check ADDR PORT | --write-imm-to ADDR PORT\n");
 		return 2;
 	}
-	alarm(60);
 	server_ch = rdma_create_event_channel();
 	client_ch = rdma_create_event_channel();
 	if (!server_ch || !client_ch) {
