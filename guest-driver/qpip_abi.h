@@ -565,11 +565,12 @@
 #define QPIP_IWARP_CONN_PEER_TO_PEER (1 << 1)
 
 /*
- Offer RFC 7306 Immediate Data (RDMA Write with immediate) to a qpip peer: the device
- opens the private data it sends with an 8-byte capability block (`"qpip"`, then flags)
- that a qpip peer's device takes out and answers in kind when its own end asked too;
- any other peer sees the block as the first bytes of the private data, and the
- connection goes on without immediate data (`ConnInfo` says which).
+ Offer RFC 7306 Immediate Data (RDMA Write with immediate) to a qpip peer: an
+ initiator's device sets a reserved bit of the MPA request's header (0x01 of its flags
+ byte), a responder's device whose end offers too answers with another in its reply
+ (0x02). A peer that is not qpip ignores reserved bits (siw sends the request's back,
+ which is why the answer is another bit); the private data is the applications' either
+ way, and the connection goes on without immediate data (`ConnInfo` says which).
  */
 #define QPIP_IWARP_CONN_IMMEDIATE (1 << 2)
 
@@ -615,8 +616,8 @@
 #define QPIP_CONN_REQUEST_PEER_TO_PEER (1 << 1)
 
 /*
- The initiator is a qpip device offering RFC 7306 Immediate Data (an `ACCEPT` with
- [`IWARP_CONN_IMMEDIATE`] agrees to it).
+ The initiator is a qpip device offering RFC 7306 Immediate Data (its request's reserved
+ bit; an `ACCEPT` with [`IWARP_CONN_IMMEDIATE`] agrees to it).
  */
 #define QPIP_CONN_REQUEST_IMMEDIATE (1 << 2)
 
@@ -2470,8 +2471,8 @@ struct qpip_conn_request {
   uint8_t mpa_revision;
   uint8_t reserved0;
   /*
-   Bytes of the initiator's private data in `private_data` (the IRD/ORD block and a
-   qpip capability block not counted).
+   Bytes of the initiator's private data in `private_data` (the IRD/ORD block not
+   counted).
    */
   uint16_t pd_len;
   uint8_t reserved[12];

@@ -152,8 +152,13 @@ int qpip_ib_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param)
 	iw.private_data = (uintptr_t)param->private_data;
 	iw.ird = min_t(u32, param->ird, QPIP_IWARP_MAX_IRD_ORD);
 	iw.ord = min_t(u32, param->ord, QPIP_IWARP_MAX_IRD_ORD);
+	/*
+	 * RDMA Write with immediate data, offered always: the offer is a reserved bit of the
+	 * MPA request's header that a peer which is not qpip ignores, so it costs nothing.
+	 */
+	iw.flags = QPIP_IWARP_CONN_IMMEDIATE;
 	if (READ_ONCE(peer_to_peer))
-		iw.flags = QPIP_IWARP_CONN_PEER_TO_PEER;
+		iw.flags |= QPIP_IWARP_CONN_PEER_TO_PEER;
 
 	mutex_lock(&qp->lock);
 	if (qp->cm_id || qp->cm_state != QPIP_IB_CM_IDLE || qp->dev_gone ||
@@ -854,6 +859,8 @@ static int qpip_ib_accept(struct iw_cm_id *cm_id, struct qpip_ib_conn_req *req,
 	iw.private_data = (uintptr_t)param->private_data;
 	iw.ird = min_t(u32, param->ird, QPIP_IWARP_MAX_IRD_ORD);
 	iw.ord = min_t(u32, param->ord, QPIP_IWARP_MAX_IRD_ORD);
+	/* Agreed to when a qpip initiator offered it (as iw_connect always does). */
+	iw.flags = QPIP_IWARP_CONN_IMMEDIATE;
 	init_completion(&w.done);
 
 	mutex_lock(&qp->lock);

@@ -405,7 +405,8 @@ static int qpip_wc_from_cqe(struct qpip_context *ctx, struct ibv_wc *wc,
 	if (c->opcode == QPIP_CQE_OP_RECV_IMM) {
 		wc->opcode = IBV_WC_RECV_RDMA_WITH_IMM;
 		wc->wc_flags = IBV_WC_WITH_IMM;
-		wc->imm_data = htobe32(c->imm_data);
+		/* The sender's bytes in the sender's order (see IBV_WR_RDMA_WRITE_WITH_IMM). */
+		wc->imm_data = htobe32(le32toh(c->imm_data));
 	} else {
 		wc->opcode = IBV_WC_RECV;
 	}
@@ -876,10 +877,27 @@ static int qpip_write_send(struct qpip_qp *qp, const struct ibv_send_wr *wr, uin
 		qpip_wqe_remote(w, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey);
 		break;
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
-		/* Only between qpip devices that both offered it at setup; never offered here. */
-		return EOPNOTSUPP;
+		/*
+		 * An RDMA Write followed by an RFC 7306 Immediate Data message, which completes
+		 * the peer's next receive with imm_data. The device carries the value's first
+		 * byte first, as verbs' big-endian imm_data lies in memory: the peer's wc.imm_data
+		 * is these bytes. Only on a connection both qpip ends agreed to it (qpip_ib offers
+		 * it always); towards another peer the WR completes IBV_WC_LOC_QP_OP_ERR and the
+		 * QP goes on.
+		 */
+		w->opcode = QPIP_WQE_OP_RDMA_WRITE;
+		w->flags |= QPIP_WQE_FLAG_IMM;
+		w->imm_data = htole32(be32toh(wr->imm_data));
+		wc_opcode = IBV_WC_RDMA_WRITE;
+		qpip_wqe_remote(w, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey);
+		break;
 	default:
-		/* Send with immediate, atomics, memory windows, invalidation: none on iWARP here. */
+		/*
+		 * Send with immediate: the device attaches immediate data to Writes only. RFC
+		 * 7306's Immediate Data message takes a receive of its own, so a Send followed by
+		 * one would complete two receives at the peer, where verbs complete one. Atomics,
+		 * memory windows, invalidation: none on iWARP here.
+		 */
 		return EINVAL;
 	}
 	if (wr->send_flags & IBV_SEND_INLINE)

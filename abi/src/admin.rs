@@ -675,11 +675,12 @@ pub const IWARP_CONN_CRC: u32 = 1 << 0;
 /// Initiator: ask for peer-to-peer mode, so the responder may send first: after the reply
 /// the device sends the ready-to-receive message the responder chose.
 pub const IWARP_CONN_PEER_TO_PEER: u32 = 1 << 1;
-/// Offer RFC 7306 Immediate Data (RDMA Write with immediate) to a qpip peer: the device
-/// opens the private data it sends with an 8-byte capability block (`"qpip"`, then flags)
-/// that a qpip peer's device takes out and answers in kind when its own end asked too;
-/// any other peer sees the block as the first bytes of the private data, and the
-/// connection goes on without immediate data (`ConnInfo` says which).
+/// Offer RFC 7306 Immediate Data (RDMA Write with immediate) to a qpip peer: an
+/// initiator's device sets a reserved bit of the MPA request's header (0x01 of its flags
+/// byte), a responder's device whose end offers too answers with another in its reply
+/// (0x02). A peer that is not qpip ignores reserved bits (siw sends the request's back,
+/// which is why the answer is another bit); the private data is the applications' either
+/// way, and the connection goes on without immediate data (`ConnInfo` says which).
 pub const IWARP_CONN_IMMEDIATE: u32 = 1 << 2;
 /// Every `IWARP_CONN_*` bit.
 pub const IWARP_CONN_FLAGS: u32 = IWARP_CONN_CRC | IWARP_CONN_PEER_TO_PEER | IWARP_CONN_IMMEDIATE;
@@ -784,8 +785,8 @@ pub struct ConnRequest {
     /// The request's MPA revision (1 or 2).
     pub mpa_revision: u8,
     pub reserved0: u8,
-    /// Bytes of the initiator's private data in `private_data` (the IRD/ORD block and a
-    /// qpip capability block not counted).
+    /// Bytes of the initiator's private data in `private_data` (the IRD/ORD block not
+    /// counted).
     pub pd_len: u16,
     pub reserved: [u8; 12],
     /// The initiator's private data.
@@ -796,8 +797,8 @@ pub struct ConnRequest {
 pub const CONN_REQUEST_CRC: u32 = 1 << 0;
 /// The initiator asked for peer-to-peer mode.
 pub const CONN_REQUEST_PEER_TO_PEER: u32 = 1 << 1;
-/// The initiator is a qpip device offering RFC 7306 Immediate Data (an `ACCEPT` with
-/// [`IWARP_CONN_IMMEDIATE`] agrees to it).
+/// The initiator is a qpip device offering RFC 7306 Immediate Data (its request's reserved
+/// bit; an `ACCEPT` with [`IWARP_CONN_IMMEDIATE`] agrees to it).
 pub const CONN_REQUEST_IMMEDIATE: u32 = 1 << 2;
 
 /// What `QUERY_CONN` writes (32 + 512 = 544 bytes): an iWARP QP's connection as MPA set it

@@ -9,6 +9,10 @@
 //!   (`rdma_connect` is refused, no hang);
 //! - perftest's clients in `-R` (rdma_cm) mode with short runs: `ib_send_bw`,
 //!   `ib_write_bw`, `ib_read_bw`, `ib_send_lat`, `ib_write_lat`, `ib_read_lat`;
+//! - an RDMA Write with immediate data (which siw does not have) from `qpip-cm-check` to
+//!   rping's server on siw: the connection is set up (qpip's offer, a reserved bit of the
+//!   MPA request, is nothing to siw) and the Write completes `IBV_WC_LOC_QP_OP_ERR`,
+//!   nothing sent;
 //! - the roles reversed, the driver's passive side: servers on a's `qpip0` (`rping -s -V`
 //!   over IPv6 and IPv4, and perftest's servers with `-R` but `ib_write_lat`'s), b's
 //!   clients on siw;
@@ -207,7 +211,8 @@ fn script(n: usize) -> String {
     if n == 2 {
         s += "lab-siw >/tmp/lab-siw.out 2>&1; kv siw.status $?\n";
     } else {
-        s += "lab-qpip-ib >/tmp/load 2>&1; kv load.status $?\n";        // No peer-to-peer mode towards siw's servers: this test kills a server whose
+        s += "lab-qpip-ib >/tmp/load 2>&1; kv load.status $?\n";
+        // No peer-to-peer mode towards siw's servers: this test kills a server whose
         // connection siw's responder stalled (common/rping.sh), and a siw responder that
         // left the ready-to-receive message unread then hit a BUG in its kernel's iw_cm
         // (cm_work_handler, iwcm.c:964) once its server was killed.
@@ -251,6 +256,19 @@ fn script(n: usize) -> String {
             "touch /lab/{prog}.done.$QPIP_GUEST_NAME\nawait {prog}.done.a && await {prog}.done.b\n"
         );
     }
+    // An RDMA Write with immediate data towards siw (rping's server there accepts the
+    // connection): the connection did not agree to immediate data, so it completes in
+    // error. (qperf's rc_rdma_write_bw cannot show it: its server asks siw for a QP of no
+    // send WRs, which siw refuses.)
+    if n == 2 {
+        s += "hold wimm\n";
+    } else {
+        s += &format!(
+            "await wimm.1 && {{ timeout 60 qpip-cm-check --write-imm-to {b6} 7174 >/tmp/wimm 2>&1; kv wimm.status $?; }}\n"
+        );
+        s += "while read -r k v; do kv \"$k\" \"$v\"; done < /tmp/wimm\ntouch /lab/wimm.done.a\n";
+    }
+    s += "touch /lab/wimm.end.$QPIP_GUEST_NAME\nawait wimm.end.a && await wimm.end.b\n";
     // The roles reversed: servers on a's qpip0 (the passive side), b's clients on siw.
     if n == 1 {
         s += "A4=$(ip -4 addr show dev qpip0 scope global | awk '/inet / {print $2}' | cut -d/ -f1 | head -n 1)\n";
@@ -377,6 +395,24 @@ fn rdma_core_programs_on_qpip_against_siw() {
             b.get(&format!("{prog}.stalls"))
         );
     }
+
+    // A Write with immediate data on a qpip ⇄ siw connection: refused by an error
+    // completion, cleanly (not a failed post, not a hang), the connection set up as ever.
+    for (k, want) in [
+        ("wimm.status", "0"),
+        ("wimm.connect", "RDMA_CM_EVENT_ESTABLISHED"),
+        ("wimm.post", "ok"),
+        ("wimm.send", "local QP operation error RDMA_WRITE"),
+        ("wimm.disconnect", "ok"),
+    ] {
+        assert_eq!(
+            a.get(k),
+            want,
+            "{k}: a Write with immediate data to siw\n{}",
+            ctx()
+        );
+    }
+    eprintln!("  RDMA Write with immediate data to siw: completes IBV_WC_LOC_QP_OP_ERR");
 
     // The roles reversed: a's qpip0 serves, b's siw connects.
     let mut reversed = vec!["rs6"];

@@ -20,8 +20,9 @@
 //! servers on `qpip0` (the driver's passive side) with clients to them, both ends on the
 //! device: `rping -V` over IPv6 (64 and 65535 bytes) and IPv4, `ib_write_bw` and
 //! `ib_read_lat` with `-R`; `qpip-cm-check` (the project's, plain librdmacm): private data
-//! both ways, a reject with the server's private data, a request the server drops
-//! unanswered; a server killed while listening leaves nobody listening (a client is
+//! both ways, a reject with the server's private data, an RDMA Write with immediate data
+//! (the receiver's completion carries the sender's `imm_data` bytes, its region the
+//! written ones), a request the server drops unanswered; a server killed while listening leaves nobody listening (a client is
 //! refused again). Then `qpip_ib` is unloaded while `ibv_asyncwatch`
 //! holds a context open (the context is disassociated, the module goes), loaded again,
 //! unloaded with no user and loaded again, each time finding the device again; the device
@@ -166,7 +167,8 @@ if [ -n "$A4" ]; then
     perf ib_read_lat -n 100 -s 2048
 fi
 # What rdma_cm carries besides a plain connect (qpip-cm-check, plain librdmacm): private
-# data both ways, a reject with the server's private data, a request dropped unanswered.
+# data both ways, a reject with the server's private data, a Write with immediate data on
+# the accepted connection, a request dropped unanswered.
 timeout 90 qpip-cm-check "$A" 7471 > /tmp/cm 2>&1; kv cm.status $?
 while read -r k v; do kv "cm.$k" "$v"; done < /tmp/cm
 # A server killed while it listens: its listener goes; a client then is refused.
@@ -540,7 +542,8 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
     } else {
         eprintln!("  qpip0 has no IPv4 address: no IPv4 rping, no perftest");
     }
-    // rdma_cm's private data both ways, a reject carrying the server's, and a request
+    // rdma_cm's private data both ways, a reject carrying the server's, an RDMA Write with
+    // immediate data between the two qpip ends (agreed at their MPA setup), and a request
     // whose id is destroyed unanswered (iw_cm rejects it).
     let cm = |k: &str| rep.get(&format!("cm.{k}"));
     assert_eq!(cm("status"), "0", "qpip-cm-check\n{}", ctx());
@@ -557,6 +560,14 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         ("accept.client", "RDMA_CM_EVENT_ESTABLISHED"),
         ("accept.client_pd", "ok"),
         ("accept.server", "RDMA_CM_EVENT_ESTABLISHED"),
+        ("accept.write_imm", "ok"),
+        ("accept.write_imm_send", "success RDMA_WRITE"),
+        (
+            "accept.write_imm_recv",
+            "success RECV_RDMA_WITH_IMM WITH_IMM",
+        ),
+        ("accept.write_imm_value", "ok"),
+        ("accept.write_imm_data", "ok"),
         ("accept.client_end", "RDMA_CM_EVENT_DISCONNECTED"),
         ("accept.server_end", "RDMA_CM_EVENT_DISCONNECTED"),
         ("drop.request", "RDMA_CM_EVENT_CONNECT_REQUEST"),

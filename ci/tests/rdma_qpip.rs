@@ -9,9 +9,9 @@
 //! - perftest's `ib_send_lat`, `ib_send_bw`, `ib_write_lat`, `ib_write_bw`, `ib_read_lat`,
 //!   `ib_read_bw` with `-R` (rdma_cm), `-n 100`: server and client exit 0, the result lines
 //!   reported;
-//! - `qperf -cm1`: `rc_lat`, `rc_bw`, `rc_rdma_read_bw`; and `rc_rdma_write_bw` refused
-//!   as it is on every iWARP device (it posts RDMA Writes with immediate data; checked so
-//!   that a change shows);
+//! - `qperf -cm1`: `rc_lat`, `rc_bw`, `rc_rdma_write_bw` (it posts RDMA Writes with
+//!   immediate data, which both qpip ends agree to at their MPA setup; siw refuses them),
+//!   `rc_rdma_read_bw`;
 //! - librdmacm's examples: `ucmatose` (server on the wildcard address, client `-s`) and
 //!   `rdma_server` / `rdma_client`;
 //! - a peer that vanishes: b's rping server is killed (`-9`) under a's connected client,
@@ -58,10 +58,9 @@ const PERFTESTS: [&str; 6] = [
 ];
 
 /// qperf's tests, each its own client run against one server.
+/// `rc_rdma_write_bw` posts its Writes with immediate data (`IBV_WR_RDMA_WRITE_WITH_IMM`):
+/// RFC 7306's Immediate Data, which two qpip ends agree to at their MPA setup.
 const QPERF_TESTS: [&str; 4] = ["rc_lat", "rc_bw", "rc_rdma_write_bw", "rc_rdma_read_bw"];
-/// qperf's tests that cannot run on qpip (see the assertions): `rc_rdma_write_bw` posts
-/// RDMA Writes with immediate data, which iWARP (RFC 5040) lacks.
-const QPERF_UNSUPPORTED: [&str; 1] = ["rc_rdma_write_bw"];
 
 /// How long a's client may take to notice its server was killed, in tenths of a second.
 const VANISH_BOUND_DS: u64 = 150;
@@ -398,23 +397,6 @@ fn rdma_core_programs_between_two_qpip_guests() {
         ctx()
     );
     for t in QPERF_TESTS {
-        if QPERF_UNSUPPORTED.contains(&t) {
-            // qperf posts its RDMA Writes with immediate data (IBV_WR_RDMA_WRITE_WITH_IMM),
-            // which iWARP (RFC 5040) does not have: siw refuses it too. qpip's device has
-            // RFC 7306's Immediate Data between qpip peers that both offered it at setup,
-            // but the connection manager never offers it (a peer that is not qpip would
-            // take the offer for the first bytes of the private data), so the provider
-            // refuses the WR (EOPNOTSUPP) and qperf stops there.
-            let out = a.get(&format!("qperf.{t}.out"));
-            assert!(
-                a.get(&format!("qperf.{t}.client")) != "0"
-                    && out.contains("failed to post rdma write with immediate"),
-                "qperf {t}: {out:?}\n{}",
-                ctx()
-            );
-            eprintln!("  qperf -cm1 {t}: refused (RDMA Write with immediate, which iWARP lacks)");
-            continue;
-        }
         assert_eq!(
             a.get(&format!("qperf.{t}.client")),
             "0",

@@ -62,10 +62,10 @@ impl Mpa {
     }
 
     /// Offers RFC 7306 Immediate Data (RDMA Writes with [`crate::SendWr::imm`]): the
-    /// device opens the private data with a small capability block that a qpip peer's
-    /// device takes out and answers when its end offers too ([`ConnInfo::immediate`]
-    /// says whether both did). A peer that is not qpip sees those 8 bytes at the start
-    /// of the private data: offer it only to peers known to be qpip, or indifferent.
+    /// device sets a reserved bit of the MPA header, which a qpip peer's device answers
+    /// when its end offers too ([`ConnInfo::immediate`] says whether both did). A peer
+    /// that is not qpip ignores it: the offer costs nothing, and the private data is the
+    /// application's either way.
     pub fn immediate(mut self, on: bool) -> Mpa {
         self.immediate = on;
         self

@@ -13,12 +13,24 @@
  *   reject  the server rejects it with 100 bytes of its own: the client's connect ends
  *           REJECTED, with them
  *   accept  the server accepts with 100 bytes: both ends ESTABLISHED, the client with the
- *           server's bytes; then the client disconnects: DISCONNECTED on both ends
+ *           server's bytes; the client does an RDMA Write with immediate data into a
+ *           region of the server's (IBV_WR_RDMA_WRITE_WITH_IMM: both ends are qpip, so
+ *           the connection agreed to it): its send completes IBV_WC_RDMA_WRITE, the
+ *           server's receive IBV_WC_RECV_RDMA_WITH_IMM with the very imm_data bytes, and
+ *           the region holds the written bytes; then the client disconnects:
+ *           DISCONNECTED on both ends
  *   drop    the server destroys the request's id unanswered: the client's connect ends
  *           REJECTED
  * Each step prints "KEY VALUE" lines (an event's name, a length, "ok" or what differed);
  * the test decides what is right. Every wait is bounded (10 s; the whole run 60 s). The
  * exit status is 0 unless the setup failed.
+ *
+ *   qpip-cm-check --write-imm-to ADDR PORT
+ *
+ * Only a client, of a server elsewhere that accepts any connection (rping's, on siw): it
+ * connects, posts one RDMA Write with immediate data and tells how it completes (towards
+ * a peer that is not qpip the connection did not agree to immediate data), then
+ * disconnects.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,6 +47,9 @@
 #define CLIENT_PD_LEN 200
 #define SERVER_PD_LEN 100
 #define WAIT_MS 10000
+#define WRITE_LEN 3000
+/* The immediate data's bytes, each different, so that a swap shows. */
+static const unsigned char IMM_BYTES[4] = { 0xa1, 0xb2, 0xc3, 0xd4 };
 
 static void say(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -215,6 +230,87 @@ out:
 		client_free(id);
 }
 
+/* The next completion on @cq within WAIT_MS: 0, or -1 ("timeout" or the poll's error told). */
+static int next_wc(struct ibv_cq *cq, const char *key, struct ibv_wc *wc)
+{
+	int i, n;
+
+	for (i = 0; i < WAIT_MS; i++) {
+		n = ibv_poll_cq(cq, 1, wc);
+		if (n == 1)
+			return 0;
+		if (n < 0) {
+			say(key, "poll %d", n);
+			return -1;
+		}
+		usleep(1000);
+	}
+	say(key, "timeout");
+	return -1;
+}
+
+/*
+ * Over the connection of client @id and server @child: an RDMA Write with immediate data
+ * of WRITE_LEN bytes into a region of the server's, with the server's receive posted.
+ */
+static void write_with_imm(struct rdma_cm_id *id, struct rdma_cm_id *child)
+{
+	static unsigned char src[WRITE_LEN], dst[WRITE_LEN];
+	struct ibv_mr *smr = NULL, *dmr = NULL;
+	struct ibv_recv_wr rwr = { .wr_id = 7 }, *bad_rwr;
+	struct ibv_send_wr wr = {
+		.wr_id = 8,
+		.opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+		.send_flags = IBV_SEND_SIGNALED,
+		.num_sge = 1,
+	}, *bad_wr;
+	struct ibv_sge sge;
+	struct ibv_wc wc;
+	int ret;
+
+	pattern(src, 0x33, sizeof(src));
+	memset(dst, 0, sizeof(dst));
+	/* The QPs' PD: librdmacm's default one of the device. */
+	smr = ibv_reg_mr(id->qp->pd, src, sizeof(src), 0);
+	dmr = ibv_reg_mr(child->qp->pd, dst, sizeof(dst),
+			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!smr || !dmr) {
+		say("accept.write_imm", "reg_mr %s", strerrorname_np(errno));
+		goto out;
+	}
+	ret = ibv_post_recv(child->qp, &rwr, &bad_rwr);
+	if (ret) {
+		say("accept.write_imm", "post_recv %s", strerrorname_np(ret));
+		goto out;
+	}
+	sge = (struct ibv_sge){ .addr = (uintptr_t)src, .length = sizeof(src), .lkey = smr->lkey };
+	wr.sg_list = &sge;
+	wr.wr.rdma.remote_addr = (uintptr_t)dst;
+	wr.wr.rdma.rkey = dmr->rkey;
+	memcpy(&wr.imm_data, IMM_BYTES, sizeof(wr.imm_data));
+	ret = ibv_post_send(id->qp, &wr, &bad_wr);
+	say("accept.write_imm", "%s", ret ? strerrorname_np(ret) : "ok");
+	if (ret)
+		goto out;
+	if (next_wc(id->qp->send_cq, "accept.write_imm_send", &wc))
+		goto out;
+	say("accept.write_imm_send", "%s %s", ibv_wc_status_str(wc.status),
+	    wc.opcode == IBV_WC_RDMA_WRITE ? "RDMA_WRITE" : "other opcode");
+	if (next_wc(child->qp->recv_cq, "accept.write_imm_recv", &wc))
+		goto out;
+	say("accept.write_imm_recv", "%s %s%s", ibv_wc_status_str(wc.status),
+	    wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM ? "RECV_RDMA_WITH_IMM" : "other opcode",
+	    wc.wc_flags & IBV_WC_WITH_IMM ? " WITH_IMM" : "");
+	say("accept.write_imm_value", "%s",
+	    memcmp(&wc.imm_data, IMM_BYTES, sizeof(IMM_BYTES)) ? "differs" : "ok");
+	say("accept.write_imm_data", "%s", memcmp(dst, src, sizeof(src)) ? "differs" : "ok");
+out:
+	if (smr)
+		ibv_dereg_mr(smr);
+	if (dmr)
+		ibv_dereg_mr(dmr);
+}
+
 static void step_accept(void)
 {
 	unsigned char pd[SERVER_PD_LEN];
@@ -246,6 +342,7 @@ static void step_accept(void)
 	check_pd("accept.client_pd", &s, 0x80, SERVER_PD_LEN);
 	if (expect(server_ch, "accept.server", RDMA_CM_EVENT_ESTABLISHED, &s))
 		goto out;
+	write_with_imm(id, child);
 	say("accept.disconnect", "%s", rdma_disconnect(id) ? strerrorname_np(errno) : "ok");
 	expect(client_ch, "accept.client_end", RDMA_CM_EVENT_DISCONNECTED, &s);
 	expect(server_ch, "accept.server_end", RDMA_CM_EVENT_DISCONNECTED, &s);
@@ -275,16 +372,77 @@ out:
 		client_free(id);
 }
 
+/*
+ * --write-imm-to: a Write with immediate data on a connection to @addr:@port. Nothing of
+ * the Write may reach the peer (its region is not known here: remote address and rkey 0).
+ */
+static int write_imm_to(const char *addr, const char *port)
+{
+	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP };
+	static unsigned char src[64];
+	struct ibv_send_wr wr = {
+		.wr_id = 9,
+		.opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+		.send_flags = IBV_SEND_SIGNALED,
+		.num_sge = 1,
+	}, *bad_wr;
+	struct rdma_conn_param param = { .responder_resources = 1, .initiator_depth = 1 };
+	struct rdma_cm_id *id;
+	struct ibv_mr *mr;
+	struct ibv_sge sge;
+	struct ibv_wc wc;
+	struct seen s;
+	int ret;
+
+	client_ch = rdma_create_event_channel();
+	if (!client_ch || rdma_getaddrinfo(addr, port, &hints, &dst)) {
+		perror("qpip-cm-check: rdma_getaddrinfo");
+		return 1;
+	}
+	id = client("wimm");
+	if (!id)
+		return 1;
+	if (rdma_connect(id, &param)) {
+		say("wimm.connect", "%s", strerrorname_np(errno));
+		client_free(id);
+		return 1;
+	}
+	if (expect(client_ch, "wimm.connect", RDMA_CM_EVENT_ESTABLISHED, &s)) {
+		client_free(id);
+		return 1;
+	}
+	mr = ibv_reg_mr(id->qp->pd, src, sizeof(src), 0);
+	if (!mr) {
+		say("wimm.post", "reg_mr %s", strerrorname_np(errno));
+		goto out;
+	}
+	sge = (struct ibv_sge){ .addr = (uintptr_t)src, .length = sizeof(src), .lkey = mr->lkey };
+	wr.sg_list = &sge;
+	memcpy(&wr.imm_data, IMM_BYTES, sizeof(wr.imm_data));
+	ret = ibv_post_send(id->qp, &wr, &bad_wr);
+	say("wimm.post", "%s", ret ? strerrorname_np(ret) : "ok");
+	if (!ret && !next_wc(id->qp->send_cq, "wimm.send", &wc))
+		say("wimm.send", "%s %s", ibv_wc_status_str(wc.status),
+		    wc.opcode == IBV_WC_RDMA_WRITE ? "RDMA_WRITE" : "other opcode");
+	ibv_dereg_mr(mr);
+out:
+	say("wimm.disconnect", "%s", rdma_disconnect(id) ? strerrorname_np(errno) : "ok");
+	client_free(id);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct rdma_addrinfo hints = { .ai_port_space = RDMA_PS_TCP }, *src;
 	struct rdma_cm_id *listener;
 
+	alarm(60);
+	if (argc == 4 && !strcmp(argv[1], "--write-imm-to"))
+		return write_imm_to(argv[2], argv[3]);
 	if (argc != 3) {
-		fprintf(stderr, "usage: qpip-cm-check ADDR PORT\n");
+		fprintf(stderr, "usage: qpip-cm-check ADDR PORT | --write-imm-to ADDR PORT\n");
 		return 2;
 	}
-	alarm(60);
 	server_ch = rdma_create_event_channel();
 	client_ch = rdma_create_event_channel();
 	if (!server_ch || !client_ch) {

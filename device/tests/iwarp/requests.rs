@@ -156,7 +156,11 @@ fn a_request_is_seen_then_accepted_onto_a_qp_of_another_context() {
     status(g.admin_wait_done(con), ADMIN_STATUS_OK, "CONNECT");
     let ci = g.query_conn(c, ce.qp.id).unwrap();
     assert_eq!(&ci.private_data[..ci.pd_len as usize], b"welcome");
-    assert_eq!((ci.ird, ci.ord), (3, 8), "the responder serves the initiator's ORD");
+    assert_eq!(
+        (ci.ird, ci.ord),
+        (3, 8),
+        "the responder serves the initiator's ORD"
+    );
     let si = g.query_conn(other, se.qp.id).unwrap();
     assert_eq!(
         &si.private_data[..si.pd_len as usize],
@@ -529,8 +533,10 @@ const INITIATOR_PD_LEN: usize = 56;
 /// its cable the way Linux's siw does: the handshake alone, then its MPA request (revision
 /// 2, the IRD/ORD block, no CRC) in segments cut at `cuts` (offsets into the request),
 /// each piece sent once the device has taken the ones before. The request must be held
-/// whole, as it was sent; an ACCEPT of it sends the MPA reply.
-fn raw_initiator(name: &str, cuts: &[usize]) {
+/// whole, as it was sent; an ACCEPT of it sends the MPA reply. With `offer` the request
+/// sets qpip's reserved bit offering immediate data (a qpip initiator's request), the
+/// ACCEPT offers too, and the reply must answer it.
+fn raw_initiator(name: &str, cuts: &[usize], offer: bool) {
     let mut p = Peer::with(name, Setup::V6);
     let ctx = p.ctx;
     let l = listen_requests(&mut p.g, ctx, DEV_PORT, 4);
@@ -552,7 +558,14 @@ fn raw_initiator(name: &str, cuts: &[usize]) {
         ord: 8,
         ..Default::default()
     };
-    let flags = mpa::Flags::default();
+    let flags = mpa::Flags {
+        reserved: if offer {
+            mpa::flags::QPIP_IMMEDIATE_OFFER
+        } else {
+            0
+        },
+        ..mpa::Flags::default()
+    };
     let req = mpa::build(
         mpa::Kind::Request,
         flags,
@@ -582,7 +595,8 @@ fn raw_initiator(name: &str, cuts: &[usize]) {
     let r: ConnRequest = p.g.read_obj(buf);
     assert_eq!(done.result0, r.request as u64);
     assert_eq!(&r.private_data[..r.pd_len as usize], &pd[..]);
-    assert_eq!((r.ird, r.ord, r.mpa_revision, r.flags), (3, 8, 2, 0));
+    let offered = if offer { CONN_REQUEST_IMMEDIATE } else { 0 };
+    assert_eq!((r.ird, r.ord, r.mpa_revision, r.flags), (3, 8, 2, offered));
     assert_eq!((r.peer_addr, r.peer_port), (p.addr.octets(), PEER_PORT));
     assert_eq!((r.local_addr, r.local_port), (p.dev.octets(), DEV_PORT));
 
@@ -591,7 +605,7 @@ fn raw_initiator(name: &str, cuts: &[usize]) {
         private_data: b"welcome".to_vec(),
         ird: 4,
         ord: 2,
-        flags: 0,
+        flags: if offer { IWARP_CONN_IMMEDIATE } else { 0 },
     };
     let se = p.g.iwarp_endpoint_in(ctx, 4, 4096);
     let acc = submit_accept_request(&mut p.g, ctx, l, se.qp.id, r.request, &server);
@@ -617,6 +631,12 @@ fn raw_initiator(name: &str, cuts: &[usize]) {
         "{:?}",
         frame.flags
     );
+    let agreed = if offer {
+        mpa::flags::QPIP_IMMEDIATE_AGREE
+    } else {
+        0
+    };
+    assert_eq!(frame.flags.reserved, agreed, "{:?}", frame.flags);
     let (reply_block, reply_pd) = frame.split_enhanced().expect("the reply's block");
     assert!(reply_block.is_some(), "the reply answers IRD/ORD");
     assert_eq!(reply_pd, b"welcome");
@@ -628,6 +648,8 @@ fn raw_initiator(name: &str, cuts: &[usize]) {
     status(p.g.admin_wait_done(acc), ADMIN_STATUS_OK, "ACCEPT");
     let si = p.g.query_conn(ctx, se.qp.id).expect("QUERY_CONN");
     assert_eq!(&si.private_data[..si.pd_len as usize], &pd[..]);
+    let agreed = if offer { CONN_INFO_IMMEDIATE } else { 0 };
+    assert_eq!(si.flags & CONN_INFO_IMMEDIATE, agreed, "{si:?}");
 }
 
 /// The device's next segment with payload (bare ACKs and window updates before it are
@@ -670,18 +692,26 @@ fn acked(p: &mut Peer, end: u32) {
 /// only its header.
 #[test]
 fn a_request_in_one_segment_after_the_handshake_is_held() {
-    raw_initiator("req-one-segment", &[]);
+    raw_initiator("req-one-segment", &[], false);
 }
 
 /// The header alone, then the private data it announces.
 #[test]
 fn a_request_whose_header_comes_alone_is_held() {
-    raw_initiator("req-header-alone", &[mpa::HEADER_LEN]);
+    raw_initiator("req-header-alone", &[mpa::HEADER_LEN], false);
 }
 
 /// The header and part of the private data, then the rest.
 #[test]
 fn a_request_cut_inside_its_private_data_is_held() {
     let cut = mpa::HEADER_LEN + mpa::ENHANCED_BLOCK_LEN + INITIATOR_PD_LEN / 2;
-    raw_initiator("req-cut-in-pd", &[cut]);
+    raw_initiator("req-cut-in-pd", &[cut], false);
+}
+
+/// A qpip initiator's request (its reserved bit offering immediate data) is held with the
+/// offer as `CONN_REQUEST_IMMEDIATE` and its private data as sent; an ACCEPT that offers
+/// too answers it in the reply.
+#[test]
+fn a_request_offering_immediate_data_is_answered() {
+    raw_initiator("req-immediate", &[mpa::HEADER_LEN], true);
 }

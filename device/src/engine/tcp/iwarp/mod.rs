@@ -48,32 +48,29 @@ pub(in crate::engine) struct Local {
     pub(in crate::engine) ord: u8,
     pub(in crate::engine) crc: bool,
     pub(in crate::engine) peer_to_peer: bool,
-    /// Offer RFC 7306 Immediate Data to a qpip peer ([`CAPS`]).
+    /// Offer RFC 7306 Immediate Data to a qpip peer ([`offers_immediate`]).
     pub(in crate::engine) immediate: bool,
 }
 
-/// The capability block a qpip device opens its private data with when its end offers
-/// RFC 7306 Immediate Data (`IWARP_CONN_IMMEDIATE`): `"qpip"`, then flags, big-endian. A
-/// qpip peer's device takes it out before the application sees the private data.
-pub(super) const CAPS: [u8; 4] = *b"qpip";
-const CAPS_LEN: usize = 8;
-const CAPS_IMMEDIATE: u32 = 1;
-
-/// The capability block with `flags`.
-fn caps(flags: u32) -> [u8; CAPS_LEN] {
-    let mut b = [0u8; CAPS_LEN];
-    b[..4].copy_from_slice(&CAPS);
-    b[4..].copy_from_slice(&flags.to_be_bytes());
-    b
+/// Whether MPA request `f` offers RFC 7306 Immediate Data: qpip's reserved bit in the
+/// header ([`mpa::flags::QPIP_IMMEDIATE_OFFER`]), which a peer that is not qpip neither
+/// sets nor reads; the private data is the application's, untouched.
+pub(super) fn offers_immediate(f: &Frame<'_>) -> bool {
+    f.flags.reserved & mpa::flags::QPIP_IMMEDIATE_OFFER != 0
 }
 
-/// Splits a qpip capability block off the front of `pd`: (its flags, the rest).
-fn split_caps(pd: &[u8]) -> (Option<u32>, &[u8]) {
-    match pd {
-        [b'q', b'p', b'i', b'p', f0, f1, f2, f3, rest @ ..] => {
-            (Some(u32::from_be_bytes([*f0, *f1, *f2, *f3])), rest)
-        }
-        _ => (None, pd),
+/// Whether MPA reply `f` agrees to the request's offer
+/// ([`mpa::flags::QPIP_IMMEDIATE_AGREE`]; the offer's own bit in a reply means nothing:
+/// siw sends the request's bits back).
+fn agrees_immediate(f: &Frame<'_>) -> bool {
+    f.flags.reserved & mpa::flags::QPIP_IMMEDIATE_AGREE != 0
+}
+
+/// `flags` with qpip's reserved bit `bit` set when `on`.
+fn with_qpip_bit(flags: Flags, bit: u8, on: bool) -> Flags {
+    Flags {
+        reserved: if on { bit } else { 0 },
+        ..flags
     }
 }
 
@@ -250,13 +247,15 @@ impl IwarpQp {
             crc: local.crc,
             ..Flags::default()
         };
-        let mut pd = Vec::with_capacity(CAPS_LEN + local.private_data.len());
-        if local.immediate {
-            pd.extend_from_slice(&caps(CAPS_IMMEDIATE));
-        }
-        pd.extend_from_slice(&local.private_data);
-        let frame = mpa::build(Kind::Request, flags, mpa::REVISION_2, Some(&block), &pd)
-            .expect("private data and IRD/ORD were checked");
+        let flags = with_qpip_bit(flags, mpa::flags::QPIP_IMMEDIATE_OFFER, local.immediate);
+        let frame = mpa::build(
+            Kind::Request,
+            flags,
+            mpa::REVISION_2,
+            Some(&block),
+            &local.private_data,
+        )
+        .expect("private data and IRD/ORD were checked");
         self.tx.push_raw(frame);
         self.phase = Phase::AwaitReply;
     }
@@ -330,11 +329,6 @@ impl IwarpQp {
         let Ok((block, pd)) = f.split_enhanced() else {
             return false;
         };
-        // Only a qpip responder answers our capability block with its own.
-        let (peer_caps, pd) = match self.local.immediate {
-            true => split_caps(pd),
-            false => (None, pd),
-        };
         self.keep_private_data(pd);
         if f.flags.reject {
             self.info.flags |= CONN_INFO_REJECTED;
@@ -345,7 +339,8 @@ impl IwarpQp {
         }
         let crc = self.local.crc || f.flags.crc;
         self.agree(f.revision, crc, block);
-        self.immediate = peer_caps.is_some_and(|c| c & CAPS_IMMEDIATE != 0);
+        // Only a qpip responder that saw this end's offer and offers too agrees.
+        self.immediate = self.local.immediate && agrees_immediate(f);
         if self.immediate {
             self.info.flags |= CONN_INFO_IMMEDIATE;
         }
@@ -373,11 +368,9 @@ impl IwarpQp {
         let Ok((block, pd)) = f.split_enhanced() else {
             return false;
         };
-        // A qpip initiator's capability block is its device's business, not its
-        // application's; it is answered only when this end offers the same.
-        let (peer_caps, pd) = split_caps(pd);
         self.keep_private_data(pd);
-        let immediate = self.local.immediate && peer_caps.is_some_and(|c| c & CAPS_IMMEDIATE != 0);
+        // A qpip initiator's offer is agreed to only when this end offers too.
+        let immediate = self.local.immediate && offers_immediate(f);
         let revision = f.revision.min(mpa::REVISION_2);
         if f.flags.markers || f.revision < mpa::REVISION_1 {
             // Markers are never used here: refused with a reject reply.
@@ -442,17 +435,13 @@ impl IwarpQp {
             crc,
             ..Flags::default()
         };
-        let mut reply_pd = Vec::with_capacity(CAPS_LEN + self.local.private_data.len());
-        if immediate {
-            reply_pd.extend_from_slice(&caps(CAPS_IMMEDIATE));
-        }
-        reply_pd.extend_from_slice(&self.local.private_data);
+        let flags = with_qpip_bit(flags, mpa::flags::QPIP_IMMEDIATE_AGREE, immediate);
         let frame = mpa::build(
             Kind::Reply,
             flags,
             revision,
             reply_block.as_ref(),
-            &reply_pd,
+            &self.local.private_data,
         )
         .expect("checked private data");
         self.tx.push_raw(frame);

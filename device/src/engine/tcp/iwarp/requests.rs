@@ -26,7 +26,7 @@ use crate::engine::Engine;
 use crate::net::iwarp::wire::mpa::{self, Flags, Kind, Prefix};
 use crate::net::tcp::{self, ConnId, RecvSink};
 
-use super::split_caps;
+use super::offers_immediate;
 
 /// How long a rejected connection may take to finish its close (the reject reply
 /// acknowledged, our FIN too) before it is reset: the peer learns of the reject from the
@@ -166,9 +166,6 @@ fn examine(h: &mut Held, tuple: &tcp::FourTuple) -> Verdict {
     let Ok((block, pd)) = frame.split_enhanced() else {
         return Verdict::Malformed;
     };
-    // A qpip initiator's capability block is the device's business: the host sees what it
-    // offers as a flag, and the private data after it.
-    let (caps, pd) = split_caps(pd);
     let i = &mut h.info;
     i.request = h.id;
     i.peer_addr = tuple.remote.octets();
@@ -185,7 +182,8 @@ fn examine(h: &mut Held, tuple: &tcp::FourTuple) -> Verdict {
     if frame.flags.crc {
         i.flags |= CONN_REQUEST_CRC;
     }
-    if caps.is_some_and(|c| c & super::CAPS_IMMEDIATE != 0) {
+    // A qpip initiator's offer, for the host to answer in its ACCEPT.
+    if offers_immediate(&frame) {
         i.flags |= CONN_REQUEST_IMMEDIATE;
     }
     i.mpa_revision = frame.revision.min(mpa::REVISION_2);

@@ -16,7 +16,9 @@
 //! ```
 //!
 //! M asks for markers, C for CRCs, R (in a reply) rejects the connection, H says the
-//! private data opens with the enhanced block (siw's `MPA_RR_FLAG_ENHANCED`). In the block,
+//! private data opens with the enhanced block (siw's `MPA_RR_FLAG_ENHANCED`). Two of the
+//! reserved bits are qpip's: [`flags::QPIP_IMMEDIATE_OFFER`] and
+//! [`flags::QPIP_IMMEDIATE_AGREE`]. In the block,
 //! A asks for peer-to-peer setup and B, C, D name the ready-to-receive message the
 //! initiator may send: a zero-length Send, Write or Read Request (siw's
 //! `MPA_V2_PEER_TO_PEER`, `MPA_V2_ZERO_LENGTH_RTR`, `MPA_V2_RDMA_WRITE_RTR`,
@@ -58,6 +60,14 @@ pub mod flags {
     pub const ENHANCED: u8 = 0x10;
     /// Reserved (siw uses 0x08 for an experimental "GSO" flag of its own).
     pub const RESERVED: u8 = 0x0f;
+    /// qpip's use of a reserved bit, in a request: the initiator offers RFC 7306 Immediate
+    /// Data. A receiver must ignore reserved bits (RFC 5044 §7.1), and siw does.
+    pub const QPIP_IMMEDIATE_OFFER: u8 = 0x01;
+    /// qpip's use of another reserved bit, in a reply: the responder agrees to the offer.
+    /// Not the offer's bit, because siw's responder answers with the request's header bits
+    /// (its reply is the request's header with the reply's key): an offer's bit comes back
+    /// from a peer that never read it.
+    pub const QPIP_IMMEDIATE_AGREE: u8 = 0x02;
 }
 
 /// The enhanced block's length.
@@ -394,6 +404,11 @@ mod tests {
         assert!(Flags::from_byte(0x20).reject);
         assert!(Flags::from_byte(0x10).enhanced);
         assert_eq!(Flags::from_byte(0x0f).reserved, 0x0f);
+        // qpip's two bits are reserved ones, and not siw's (0x08).
+        for b in [flags::QPIP_IMMEDIATE_OFFER, flags::QPIP_IMMEDIATE_AGREE] {
+            assert_eq!(b & flags::RESERVED, b);
+            assert_eq!(b & 0x08, 0);
+        }
         for b in 0..=255u8 {
             assert_eq!(Flags::from_byte(b).to_byte(), b);
         }

@@ -176,7 +176,8 @@ fn fpdu_fields(m: &Message) -> Fields {
 }
 
 /// One connection's frames: the handshake, an MPA request and reply with `flags` and
-/// `revision` (and, for revision 2, RFC 6581's block), one FPDU of every message kind with
+/// `revision` (and, for revision 2, RFC 6581's block; a request that offers qpip's
+/// immediate data gets the reply's answer bit instead of the offer's), one FPDU of every message kind with
 /// CRCs when `flags.crc`, and a Terminate reporting `error` about `failed` (a ULPDU). With
 /// them, by frame number within the connection, what tshark must show.
 fn connection(
@@ -205,7 +206,15 @@ fn connection(
         ])
     };
     want.insert(c.send(0, &req), mpa(pd));
-    let rep = mpa::build(Kind::Reply, flags, revision, block.as_ref(), &[]).unwrap();
+    let answer = match flags.reserved & mpa::flags::QPIP_IMMEDIATE_OFFER {
+        0 => 0,
+        _ => mpa::flags::QPIP_IMMEDIATE_AGREE,
+    };
+    let rep_flags = Flags {
+        reserved: answer,
+        ..flags
+    };
+    let rep = mpa::build(Kind::Reply, rep_flags, revision, block.as_ref(), &[]).unwrap();
     want.insert(c.send(1, &rep), mpa(pd - 4));
 
     let data: Vec<u8> = (0..100u8).collect();
@@ -278,15 +287,21 @@ struct Capture {
     crc_fpdus: usize,
 }
 
-/// The capture: a connection without CRCs and with enhanced setup (as siw initiates), its
-/// Terminate about a Write that named an unknown STag (the Write's header copied), then
-/// one with CRCs and revision 1 (RFC 5044), its Terminate reporting a CRC error.
+/// The capture: a connection without CRCs and with enhanced setup (as siw initiates), whose
+/// ends offer and agree to immediate data in qpip's reserved header bits (as qpip_ib's
+/// do), its Terminate about a Write that named an unknown STag (the Write's header
+/// copied), then one with CRCs and revision 1 (RFC 5044), its Terminate reporting a CRC
+/// error.
 fn capture() -> Capture {
     let mut failed = Vec::new();
     rdmap::write(0x5151, 0, true, b"nowhere").write(&mut failed);
+    let qpip_offer = Flags {
+        reserved: mpa::flags::QPIP_IMMEDIATE_OFFER,
+        ..Flags::default()
+    };
     let (a, mut want) = connection(
         (40001, 7174),
-        Flags::default(),
+        qpip_offer,
         mpa::REVISION_2,
         TermError::DdpTagged(DdpTaggedCode::InvalidStag),
         &failed,
