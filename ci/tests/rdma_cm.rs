@@ -311,7 +311,10 @@ fn script(n: usize) -> String {
     s += "touch /lab/rs.done.$QPIP_GUEST_NAME\nawait rs.done.a && await rs.done.b\n";
     // A client killed while connected: its device context goes.
     if n == 2 {
-        s += "serve killed siw -C 100000 -S 1000\n";
+        // One attempt: a's client is killed on purpose and does not follow a second one.
+        // Killing it can leave bytes unread on the server's socket, which `serve` would
+        // take for siw's responder stall, and a second server would then wait forever.
+        s += "ATTEMPTS=1; serve killed siw -C 100000 -S 1000; ATTEMPTS=5\n";
     } else {
         s += "before=$(contexts); kv contexts.before \"$before\"\n";
         s += &format!(
