@@ -126,8 +126,10 @@ fn device(ns: &Netns, bad: Option<&Bad>) -> FakeGuest {
 }
 
 /// The kernel's accept of the device's connection, within `limit`; a connection that never
-/// arrives fails the test with the device's counters rather than hanging it.
+/// arrives fails the test with the device's counters and the namespace's view (its TCP
+/// sockets, counters and neighbours) rather than hanging it.
 fn accept_within(
+    ns: &Netns,
     listener: &TcpListener,
     g: &mut FakeGuest,
     limit: Duration,
@@ -148,7 +150,21 @@ fn accept_within(
                 .map(|i| (i, g.stat(i)))
                 .filter(|&(_, v)| v > 0)
                 .collect();
-            panic!("the device's connection did not reach Linux; its counters: {counters:?}");
+            let view = |args: &[&str]| {
+                let o = ns.exec(args);
+                format!(
+                    "$ {}\n{}{}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            };
+            panic!(
+                "the device's connection did not reach Linux; its counters: {counters:?}\n{}{}{}",
+                view(&["ss", "-tanoi"]),
+                view(&["nstat", "-az", "Tcp*", "TcpExt*"]),
+                view(&["ip", "neigh"])
+            );
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -236,7 +252,7 @@ fn exchange_between(dev: &str, host: &str, loss: u32, bad: Option<&Bad>) -> Fake
     let listener = ns.within(|| TcpListener::bind(at(host, 7100)).expect("listen"));
     let e = g.tcp_endpoint_in(ctx, FRAMING_STREAM, 16, Flow::buf_len(N, 16));
     let con = g.submit_connect(ctx, e.qp.id, ip(host), 7100);
-    let (s, peer) = accept_within(&listener, &mut g, limit);
+    let (s, peer) = accept_within(&ns, &listener, &mut g, limit);
     g.admin_wait_ok(con, "connect");
     assert_eq!(peer, at(dev, peer.port()));
     let e = both_ways(&mut g, e, s, &mut rng, 5, limit, "qpip client");
