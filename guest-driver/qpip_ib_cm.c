@@ -126,6 +126,36 @@ MODULE_PARM_DESC(peer_to_peer, "rdma_connect asks for MPA peer-to-peer mode (the
  * connects to cm_id's remote address. Returns at once; the result comes as
  * CONNECT_REPLY.
  */
+/*
+ * The QP iw_cm names for a connection (@param->qpn), checked, and the MPA parameters the
+ * device gets for it in @iw: the private data, IRD and ORD, and RDMA Write with
+ * immediate data, offered always (a connect's offer is a reserved bit of the MPA
+ * request's header that a peer which is not qpip ignores; an accept agrees to a qpip
+ * initiator's offer), so it costs nothing.
+ */
+static struct qpip_ib_qp *qpip_ib_conn_qp(struct iw_cm_id *cm_id,
+					  const struct iw_cm_conn_param *param,
+					  struct qpip_iwarp_conn *iw)
+{
+	struct qpip_ib_qp *qp = xa_load(&to_qibdev(cm_id->device)->qps, param->qpn);
+
+	/*
+	 * rdma_cm takes a user's QP number from the user: only the process that made the QP
+	 * may give it a connection (another's would carry its connection on someone else's
+	 * queues).
+	 */
+	if (!qp || qp->owner != task_tgid(current))
+		return ERR_PTR(-EINVAL);
+	if (param->private_data_len > QPIP_IWARP_MAX_PRIVATE_DATA)
+		return ERR_PTR(-EINVAL);
+	iw->pd_len = param->private_data_len;
+	iw->private_data = (uintptr_t)param->private_data;
+	iw->ird = min_t(u32, param->ird, QPIP_IWARP_MAX_IRD_ORD);
+	iw->ord = min_t(u32, param->ord, QPIP_IWARP_MAX_IRD_ORD);
+	iw->flags = QPIP_IWARP_CONN_IMMEDIATE;
+	return qp;
+}
+
 int qpip_ib_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param)
 {
 	struct qpip_ib_qp *qp;
@@ -134,29 +164,12 @@ int qpip_ib_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param)
 	u16 port;
 	int ret;
 
-	qp = xa_load(&to_qibdev(cm_id->device)->qps, param->qpn);
-	if (!qp)
-		return -EINVAL;
-	/*
-	 * rdma_cm takes a user's QP number from the user: only the process that made the QP
-	 * may connect it (another's would carry its connection on someone else's queues).
-	 */
-	if (qp->owner != task_tgid(current))
-		return -EINVAL;
-	if (param->private_data_len > QPIP_IWARP_MAX_PRIVATE_DATA)
-		return -EINVAL;
+	qp = qpip_ib_conn_qp(cm_id, param, &iw);
+	if (IS_ERR(qp))
+		return PTR_ERR(qp);
 	ret = qpip_ib_dev_addr(&cm_id->m_remote_addr, addr, &port);
 	if (ret)
 		return ret;
-	iw.pd_len = param->private_data_len;
-	iw.private_data = (uintptr_t)param->private_data;
-	iw.ird = min_t(u32, param->ird, QPIP_IWARP_MAX_IRD_ORD);
-	iw.ord = min_t(u32, param->ord, QPIP_IWARP_MAX_IRD_ORD);
-	/*
-	 * RDMA Write with immediate data, offered always: the offer is a reserved bit of the
-	 * MPA request's header that a peer which is not qpip ignores, so it costs nothing.
-	 */
-	iw.flags = QPIP_IWARP_CONN_IMMEDIATE;
 	if (READ_ONCE(peer_to_peer))
 		iw.flags |= QPIP_IWARP_CONN_PEER_TO_PEER;
 
@@ -847,20 +860,9 @@ static int qpip_ib_accept(struct iw_cm_id *cm_id, struct qpip_ib_conn_req *req,
 	struct qpip_ib_qp *qp;
 	int ret;
 
-	qp = xa_load(&to_qibdev(cm_id->device)->qps, param->qpn);
-	if (!qp)
-		return -EINVAL;
-	/* As for iw_connect: only the process that made the QP may give it a connection. */
-	if (qp->owner != task_tgid(current))
-		return -EINVAL;
-	if (param->private_data_len > QPIP_IWARP_MAX_PRIVATE_DATA)
-		return -EINVAL;
-	iw.pd_len = param->private_data_len;
-	iw.private_data = (uintptr_t)param->private_data;
-	iw.ird = min_t(u32, param->ird, QPIP_IWARP_MAX_IRD_ORD);
-	iw.ord = min_t(u32, param->ord, QPIP_IWARP_MAX_IRD_ORD);
-	/* Agreed to when a qpip initiator offered it (as iw_connect always does). */
-	iw.flags = QPIP_IWARP_CONN_IMMEDIATE;
+	qp = qpip_ib_conn_qp(cm_id, param, &iw);
+	if (IS_ERR(qp))
+		return PTR_ERR(qp);
 	init_completion(&w.done);
 
 	mutex_lock(&qp->lock);
