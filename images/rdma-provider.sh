@@ -51,6 +51,7 @@ CHECK=$OUT/qpip-verbs-check
 CM_CHECK=$OUT/qpip-cm-check
 KEY=$(cd "$QPIP_ROOT" && inputs_hash images/rdma-provider.sh images/lib.sh rdma-provider/qpip.c \
       rdma-provider/test/qpip-verbs-check.c rdma-provider/test/qpip-cm-check.c \
+      rdma-provider/test/say.h \
       rdma-provider/qpip.driver guest-driver/include/uapi/qpip_ib.h guest-driver/qpip_abi.h "$IBV_VER" "$RC_SHA256")
 if [ -f "$SO" ] && [ -f "$CHECK" ] && [ -f "$CM_CHECK" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KEY" ]; then
     say "rdma provider: up to date ($SO, libibverbs $IBV_VER)"
@@ -150,7 +151,7 @@ readelf -V "$built" | grep -q "IBVERBS_PRIVATE_$PABI" \
 
 # The VM tests' verbs program (rdma-provider/test/): plain libibverbs, against the same
 # headers and library.
-cp "$SRC/test/qpip-verbs-check.c" "$BUILD/"
+cp "$SRC/test/qpip-verbs-check.c" "$SRC/test/say.h" "$BUILD/"
 build_check() {
     chroot "$RUNTIME_DIR" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C \
         gcc -std=gnu11 -O2 -g0 -Wall -Wextra -Werror -Wno-unused-parameter \
@@ -161,7 +162,7 @@ step "rdma provider: build qpip-verbs-check (the VM tests' verbs program)" build
 # And their connection manager program: plain librdmacm.
 [ -e "$RUNTIME_DIR/$LIBRDMACM" ] \
     || die "rdma provider: librdmacm1 is not installed in the runtime; run images/packages.sh first"
-cp "$SRC/test/qpip-cm-check.c" "$BUILD/"
+cp "$SRC/test/qpip-cm-check.c" "$SRC/test/say.h" "$BUILD/"
 build_cm_check() {
     chroot "$RUNTIME_DIR" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C \
         gcc -std=gnu11 -O2 -g0 -Wall -Wextra -Werror -Wno-unused-parameter \

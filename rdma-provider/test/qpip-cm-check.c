@@ -44,6 +44,8 @@
 
 #include <rdma/rdma_cma.h>
 
+#include "say.h"
+
 #define CLIENT_PD_LEN 200
 #define SERVER_PD_LEN 100
 #define WAIT_MS 10000
@@ -51,19 +53,6 @@
 /* The immediate data's bytes, each different, so that a swap shows. */
 static const unsigned char IMM_BYTES[4] = { 0xa1, 0xb2, 0xc3, 0xd4 };
 
-static void say(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void say(const char *key, const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%s ", key);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-}
 
 /* What one event said, copied before it is acknowledged. */
 struct seen {

@@ -32,6 +32,8 @@
 
 #include <infiniband/verbs.h>
 
+#include "say.h"
+
 /* WRs posted in ERR (or after a reset), by wr_id; a second QP's receives. */
 #define WR_RECV_DEAD	200
 #define WR_SEND_DEAD	300
@@ -40,19 +42,6 @@
 #define WR_AFTER_RESET	510
 #define WR_RECV_EVENT	600
 
-static void say(const char *key, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void say(const char *key, const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%s ", key);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-}
 
 /* "ok" when @ok, else the errno's name (strerrorname_np: glibc 2.32). */
 static void result(const char *key, int ok, int err)
