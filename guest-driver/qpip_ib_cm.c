@@ -122,11 +122,6 @@ module_param(peer_to_peer, bool, 0644);
 MODULE_PARM_DESC(peer_to_peer, "rdma_connect asks for MPA peer-to-peer mode (the server may send first)");
 
 /*
- * Active side: the QP (in INIT or RTR, of the calling process, with no connection yet)
- * connects to cm_id's remote address. Returns at once; the result comes as
- * CONNECT_REPLY.
- */
-/*
  * The QP iw_cm names for a connection (@param->qpn), checked, and the MPA parameters the
  * device gets for it in @iw: the private data, IRD and ORD, and RDMA Write with
  * immediate data, offered always (a connect's offer is a reserved bit of the MPA
@@ -156,6 +151,11 @@ static struct qpip_ib_qp *qpip_ib_conn_qp(struct iw_cm_id *cm_id,
 	return qp;
 }
 
+/*
+ * Active side: the QP (in INIT or RTR, of the calling process, with no connection yet)
+ * connects to cm_id's remote address. Returns at once; the result comes as
+ * CONNECT_REPLY.
+ */
 int qpip_ib_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param)
 {
 	struct qpip_ib_qp *qp;
@@ -355,6 +355,9 @@ static void qpip_ib_cm_advance(struct qpip_ib_qp *qp)
  * (also its own, when the child cm_id is destroyed unanswered); both free the request.
  * An accepted connection is its QP's from then on, as a connected one (the active side's
  * DISCONNECT and CLOSE).
+ *
+ * A listener iw_cm lets go of lingers a few seconds (QPIP_IB_LINGER) for a new listen on
+ * its address and port, which takes it back with any request that came meanwhile.
  *
  * A reset kills the driver's context and with it the listeners: they get no more
  * requests (the next listen makes a new context).
