@@ -478,11 +478,23 @@ fn qpip_is_an_rdma_device_for_rdma_core() {
         let mut words = line.split_whitespace();
         let found = words.by_ref().find(|w| *w == kind).is_some();
         assert!(found, "{key}: no `{kind}` in {line:?}\n{}", ctx());
-        words.next().and_then(|n| n.parse().ok()).unwrap_or(u64::MAX)
+        words
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(u64::MAX)
     };
     for kind in ["pd", "cq", "qp", "mr", "ctx"] {
-        assert!(res("res.holding", kind) >= 1, "rdma res while holding: {kind}\n{}", ctx());
-        assert_eq!(res("res.killed", kind), 0, "rdma res once killed: {kind}\n{}", ctx());
+        assert!(
+            res("res.holding", kind) >= 1,
+            "rdma res while holding: {kind}\n{}",
+            ctx()
+        );
+        assert_eq!(
+            res("res.killed", kind),
+            0,
+            "rdma res once killed: {kind}\n{}",
+            ctx()
+        );
     }
     assert_eq!(rep.num("contexts.killed"), before_hold, "{}", ctx());
 
